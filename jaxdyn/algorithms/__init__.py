@@ -1,0 +1,1 @@
+"""Dynamics and kinematics algorithms on kinematic trees (one module per algorithm)."""

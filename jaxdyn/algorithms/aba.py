@@ -1,0 +1,180 @@
+"""Articulated-body algorithm (forward dynamics), in world coordinates.
+
+Reference: Featherstone 2008, Alg. 7.1 (ABA, Table 7.1), in ground coordinates: articulated
+inertias ``IA`` and bias forces ``pA`` of a child are added to its parent's without a
+transform. Multi-DoF joints use the ``k x k`` blocks ``D = S^T U`` of eq. 7.25.
+
+The passes are written for several right-hand sides at once (``pA (nb, 6, r)``,
+``tau (nv, r)``): ``r = 1`` is ABA, ``r = nv`` with unit torques is the analytic inverse of
+the mass matrix (:mod:`jaxdyn.algorithms.minv`), and the derivative code reuses it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .. import _checks, joints, spatial
+from ..model import tree
+from . import kinematics as kin
+from .rnea import check_f_ext, external_forces_world
+
+
+class ArticulatedBodies(NamedTuple):
+    """Per-group results of the backward pass, reused by the forward pass."""
+
+    U: tuple  # per (level, group): (n, 6, k)
+    Dinv: tuple  # (n, k, k)
+    u: tuple  # (n, k, r)
+
+
+def _inv_small(D):
+    k = D.shape[-1]
+    if k == 1:
+        return 1 / D
+    return jnp.linalg.inv(D)
+
+
+def articulated_inertias(model, S, I6):
+    """Backward pass on the inertias only: ``U``, ``D^-1`` per group and the ``IA`` of each level.
+
+    ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias.
+    Returns ``(U, Dinv, IA_levels)``.
+    """
+    t = model.topo
+    nl = len(t.levels)
+    Us, Dinvs, IAs = [None] * nl, [None] * nl, [None] * nl
+    below = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        IA = I6[lvl.b0:lvl.b1]
+        if below is not None:
+            IA = IA + tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+        IAs[li] = IA
+        Ug, Dg, Ia = [], [], []
+        for g in lvl.groups:
+            k = joints.NV[g.kind]
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
+            U = IAg @ jnp.swapaxes(Sg, -1, -2)  # (n, 6, k)
+            Dinv = _inv_small(Sg @ U)
+            Ug.append(U)
+            Dg.append(Dinv)
+            Ia.append(IAg - U @ Dinv @ jnp.swapaxes(U, -1, -2))
+        Us[li], Dinvs[li] = tuple(Ug), tuple(Dg)
+        below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
+    return Us, Dinvs, IAs
+
+
+def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
+    """ABA with ``r`` right-hand sides.
+
+    ``pA (nb, 6, r)`` body bias forces, ``c (nb, 6)`` or ``None`` velocity-product
+    accelerations, ``tau (nv, r)``, ``a0 (6, r)`` root acceleration. ``inertias`` may pass a
+    precomputed :func:`articulated_inertias`. Returns ``(qdd (nv, r), a (nb, 6, r))``.
+    """
+    t = model.topo
+    nl = len(t.levels)
+    Us, Dinvs, IAs = inertias if inertias is not None else articulated_inertias(model, S, I6)
+    us = [None] * nl
+    below = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        p = pA[lvl.b0:lvl.b1]
+        if below is not None:
+            p = p + tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+        ug, pa = [], []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            s = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            U, Dinv, pg = Us[li][gi], Dinvs[li][gi], p[s]
+            u = tau[g.v0:g.v1].reshape((g.n, k) + tau.shape[1:]) - Sg @ pg
+            ug.append(u)
+            pa_g = pg + U @ (Dinv @ u)
+            if c is not None:
+                IA_g = IAs[li][s]
+                Ia = IA_g - U @ Dinv @ jnp.swapaxes(U, -1, -2)
+                pa_g = pa_g + Ia @ c[g.b0:g.b1, :, None]
+            pa.append(pa_g)
+        us[li] = tuple(ug)
+        below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
+    qdds, accs, prev = [], [], None
+    for li, lvl in enumerate(t.levels):
+        a = tree.gather_parent(prev, lvl, a0)
+        if c is not None:
+            a = a + c[lvl.b0:lvl.b1, :, None]
+        parts = []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            s = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            U, Dinv, u = Us[li][gi], Dinvs[li][gi], us[li][gi]
+            ag = a[s]
+            qdd = Dinv @ (u - jnp.swapaxes(U, -1, -2) @ ag)  # (n, k, r)
+            qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
+            parts.append(ag + jnp.swapaxes(Sg, -1, -2) @ qdd)
+        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
+        accs.append(prev)
+    return jnp.concatenate(qdds, 0), jnp.concatenate(accs, 0)
+
+
+def world_inertia_matrices(ws):
+    """``(nb, 6, 6)`` world-frame spatial inertias."""
+    return spatial.inertia_matrix(ws.mass, ws.h, ws.Ibar)
+
+
+def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
+    """ABA on a precomputed world state. Returns ``(qdd, a, v)``."""
+    dtype = ws.S.dtype
+    v, vJ = kin.body_velocities(model, ws, qd)
+    c = spatial.motion_cross(v, vJ)
+    pA = spatial.force_cross(v, kin.inertia_apply(ws.mass, ws.h, ws.Ibar, v))
+    if f_ext is not None:
+        pA = pA - external_forces_world(model, ws, f_ext)
+    a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
+    qdd, a = aba_passes(model, ws.S, world_inertia_matrices(ws), pA[..., None], c,
+                        tau[:, None], a0[:, None])
+    return qdd[:, 0], a[..., 0], v
+
+
+def aba(model, q, v, tau, f_ext=None):
+    """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
+
+    Reference: Featherstone 2008, Alg. 7.1 (ABA), in world coordinates.
+
+    **Arguments:** ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``, ``f_ext (nb, 6)`` or ``None``
+    (body-frame spatial forces, as in :func:`jaxdyn.rnea`).
+
+    **Returns:** joint accelerations ``(nv,)``.
+    """
+    fn = "aba"
+    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
+    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    ws = kin.world_state(model, q)
+    return aba_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext)[0]
+
+
+def minv_world(model, ws):
+    """``M^-1`` from a world state: ABA with ``nv`` unit-torque right-hand sides."""
+    dtype = ws.S.dtype
+    nb, nv = model.nb, model.nv
+    pA = jnp.zeros((nb, 6, nv), dtype)
+    Minv, _ = aba_passes(model, ws.S, world_inertia_matrices(ws), pA, None,
+                         jnp.eye(nv, dtype=dtype), jnp.zeros((6, nv), dtype))
+    return Minv
+
+
+def minv(model, q):
+    """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
+
+    Reference: Carpentier 2018, "Analytical inverse of the joint space inertia matrix"
+    (the ABA run with zero velocity and gravity on the ``nv`` unit torques, sharing one
+    articulated-inertia pass; O(n^2)). Returns ``(nv, nv)``.
+    """
+    model, q, _ = kin._prepare(model, "minv", q)
+    return minv_world(model, kin.world_state(model, q))

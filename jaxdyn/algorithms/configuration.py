@@ -1,0 +1,67 @@
+"""Configuration-space operations: neutral and random configurations, ``integrate``, ``difference``.
+
+``integrate(q, v)`` is the right increment ``q ⊕ v`` (``M exp(v)`` for free joints, ``Q exp(ω)``
+for spherical ones, ``q + v`` otherwise), exactly Pinocchio's ``integrate``; ``difference`` is its
+inverse, ``integrate(q0, difference(q0, q1)) == q1``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .. import _checks, joints
+from ..model import tree
+
+
+def _by_runs(model, fn, *arrays, widths):
+    t = model.topo
+    out = []
+    for kind, b0, b1, _, _ in tree.kind_runs(t):
+        n = b1 - b0
+        pieces = []
+        for x, w in zip(arrays, widths):
+            start = int(t.q_start[b0] if w == "q" else t.v_start[b0])
+            k = (joints.NQ if w == "q" else joints.NV)[kind]
+            pieces.append(x[start:start + n * k].reshape(n, k))
+        out.append(fn(kind, *pieces).reshape(-1))
+    return jnp.concatenate(out)
+
+
+def neutral_configuration(model, dtype=None):
+    """The neutral configuration (zero angles, identity quaternions, origin), ``(nq,)``."""
+    dtype = dtype or jnp.zeros(()).dtype
+    t = model.topo
+    return jnp.concatenate([joints.neutral(k, b1 - b0, dtype).reshape(-1)
+                            for k, b0, b1, _, _ in tree.kind_runs(t)])
+
+
+def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
+    """A random configuration: one-DoF joints and free-joint positions uniform in
+    ``[lower, upper]``, rotations uniform on SO(3)."""
+    dtype = dtype or jnp.zeros(()).dtype
+    t = model.topo
+    runs = tree.kind_runs(t)
+    keys = jax.random.split(key, len(runs))
+    return jnp.concatenate([
+        joints.random(k, kk, b1 - b0, lower, upper, dtype).reshape(-1)
+        for kk, (k, b0, b1, _, _) in zip(keys, runs)])
+
+
+def integrate(model, q, v):
+    """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
+    time (right increment, as Pinocchio's ``integrate``)."""
+    q = _checks.as_array("integrate", "q", q, (("nq", model.nq),), model)
+    v = _checks.as_array("integrate", "v", v, (("nv", model.nv),), model)
+    dtype = _checks.common_dtype(q, v)
+    return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype),
+                    widths=("q", "v"))
+
+
+def difference(model, q0, q1):
+    """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""
+    q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)
+    q1 = _checks.as_array("difference", "q1", q1, (("nq", model.nq),), model)
+    dtype = _checks.common_dtype(q0, q1)
+    return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype),
+                    widths=("q", "q"))

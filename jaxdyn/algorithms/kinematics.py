@@ -1,0 +1,162 @@
+"""Forward kinematics and the world-frame quantities the dynamics algorithms share.
+
+jaxdyn's dynamics run in world (ground) coordinates, as Pinocchio's ``Convention::WORLD``
+algorithms and IDSVA do (Featherstone 2008 §5.3 notes the equivalence): once every body's
+placement ``oMi`` is known, motion subspaces ``oS``, inertias ``oI``, velocities and forces are
+expressed at the world origin, so the backward passes are plain sums over subtrees and need no
+transforms.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .. import _checks, joints, spatial
+from ..model import tree
+
+
+class Placements(NamedTuple):
+    """World placements: ``R[i]`` and ``p[i]`` place body (or frame) ``i`` in the world."""
+
+    R: jax.Array
+    p: jax.Array
+
+
+class Kinematics(NamedTuple):
+    """Result of :func:`forward_kinematics`: bodies ``(nb, ...)`` and frames ``(nf, ...)``."""
+
+    body: Placements
+    frame: Placements
+
+
+def joint_placements(model, q):
+    """Per-body ``XJ`` as ``(R (nb,3,3), p (nb,3))`` (joint transforms of every kind)."""
+    t = model.topo
+    parts = []
+    for kind, b0, b1, v0, v1 in tree.kind_runs(t):
+        nqk = joints.NQ[kind]
+        q0 = int(t.q_start[b0])
+        qs = q[q0:q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
+        axis = model.dof_axis[v0:v1] if kind == joints.ONE_DOF else None
+        parts.append(joints.joint_transform(kind, qs, axis))
+    if len(parts) == 1:
+        return parts[0]
+    return (jnp.concatenate([p[0] for p in parts], 0), jnp.concatenate([p[1] for p in parts], 0))
+
+
+def body_placements(model, q):
+    """World placements ``oMi`` of the bodies by one outward level pass (Featherstone Alg. 4.1)."""
+    RJ, pJ = joint_placements(model, q)
+    # liMi = Xtree * XJ
+    R = model.Xtree_R @ RJ
+    p = spatial.mv(model.Xtree_R, pJ) + model.Xtree_p
+    outR, outp, prevR, prevp = [], [], None, None
+    for lvl in model.topo.levels:
+        Rl, pl = R[lvl.b0:lvl.b1], p[lvl.b0:lvl.b1]
+        if prevR is not None:
+            Rp, pp = prevR[lvl.parent_local], prevp[lvl.parent_local]
+            Rl, pl = Rp @ Rl, spatial.mv(Rp, pl) + pp
+        outR.append(Rl)
+        outp.append(pl)
+        prevR, prevp = Rl, pl
+    return Placements(jnp.concatenate(outR, 0), jnp.concatenate(outp, 0))
+
+
+def _prepare(model, fn, q, *others):
+    """Shape-check ``q`` and cast the model to the working dtype of the inputs."""
+    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    dtype = _checks.common_dtype(q, *others)
+    q = _checks.check_quaternions(fn, model, q.astype(dtype))
+    return model.astype(dtype), q, dtype
+
+
+def frame_placements(model, body: Placements) -> Placements:
+    """World placements of every frame from the body placements."""
+    t = model.topo
+    dt = body.R.dtype
+    Rb = jnp.concatenate([body.R, jnp.eye(3, dtype=dt)[None]], 0)  # row nb is the world
+    pb = jnp.concatenate([body.p, jnp.zeros((1, 3), dt)], 0)
+    fp = t.frame_parent % (t.nb + 1)
+    Rp, pp = Rb[fp], pb[fp]
+    return Placements(Rp @ model.frame_R, spatial.mv(Rp, model.frame_p) + pp)
+
+
+def forward_kinematics(model, q) -> Kinematics:
+    """World placements of all bodies and frames.
+
+    Reference: Featherstone 2008, Alg. 4.1 (one outward pass, here vectorised per depth level).
+
+    **Arguments:** ``model``; ``q (nq,)``.
+
+    **Returns:** :class:`Kinematics` with ``body.R (nb,3,3)``, ``body.p (nb,3)``,
+    ``frame.R (nf,3,3)``, ``frame.p (nf,3)``; frame order is ``model.frame_names``.
+    """
+    model, q, _ = _prepare(model, "forward_kinematics", q)
+    body = body_placements(model, q)
+    return Kinematics(body, frame_placements(model, body))
+
+
+def frame_placement(model, q, frame) -> Placements:
+    """World placement ``(R (3,3), p (3,))`` of one frame (name or index)."""
+    f = model.frame_index(frame)
+    model, q, _ = _prepare(model, "frame_placement", q)
+    body = body_placements(model, q)
+    t = model.topo
+    b = int(t.frame_parent[f])
+    if b < 0:
+        return Placements(model.frame_R[f], model.frame_p[f])
+    return Placements(body.R[b] @ model.frame_R[f],
+                      body.R[b] @ model.frame_p[f] + body.p[b])
+
+
+# ----------------------------------------------------------------------------- world quantities
+
+
+class WorldState(NamedTuple):
+    """World-frame quantities of one configuration (shared by the dynamics algorithms)."""
+
+    R: jax.Array  # (nb,3,3) body rotations
+    p: jax.Array  # (nb,3) body positions
+    S: jax.Array  # (nv,6) motion subspace columns at the world origin
+    mass: jax.Array  # (nb,)
+    h: jax.Array  # (nb,3) first moments about the world origin
+    Ibar: jax.Array  # (nb,3,3) rotational inertias about the world origin
+
+
+def world_state(model, q) -> WorldState:
+    """Placements, world motion subspaces ``oS = oX_i S_i`` and world inertias ``oI_i``."""
+    t = model.topo
+    R, p = body_placements(model, q)
+    Rd, pd = tree.bodies_to_dofs(t, R), tree.bodies_to_dofs(t, p)
+    S = spatial.act_motion(Rd, pd, model.dof_axis)
+    m, h, Ibar = spatial.inertia_params(model.mass, model.com, model.inertia)
+    m, h, Ibar = spatial.transform_inertia_params(R, p, m, h, Ibar)
+    return WorldState(R, p, S, m, h, Ibar)
+
+
+def inertia_apply(m, h, Ibar, v):
+    """Spatial inertia (given by its parameters) times a motion vector ``v (..., 6)``."""
+    w, vl = v[..., :3], v[..., 3:]
+    return jnp.concatenate(
+        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1
+    )
+
+
+def joint_velocities(model, ws, qd):
+    """Per-body joint velocity ``vJ_i = oS_i qd_i`` in world coordinates, ``(nb, 6)``."""
+    return tree.dofs_to_bodies(model.topo, ws.S * qd[:, None])
+
+
+def body_velocities(model, ws, qd):
+    """World-frame spatial velocities of all bodies, ``(nb, 6)``, and the joint velocities."""
+    vJ = joint_velocities(model, ws, qd)
+    root = jnp.zeros(6, vJ.dtype)
+    return tree.forward_accumulate(model.topo, vJ, root), vJ
+
+
+def gravity_acceleration(model, dtype):
+    """The fictitious root acceleration ``a_0 = -[0; g]`` that accounts for gravity."""
+    return jnp.concatenate([jnp.zeros(3, dtype), -model.gravity.astype(dtype)])

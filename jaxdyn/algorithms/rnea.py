@@ -1,0 +1,81 @@
+"""Recursive Newton-Euler algorithm (inverse dynamics), in world coordinates.
+
+Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1), written in ground coordinates
+(Featherstone 2008 §5.3; the form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .. import _checks, spatial
+from ..model import tree
+from . import kinematics as kin
+
+
+def external_forces_world(model, ws, f_ext):
+    """Per-body spatial forces given in body coordinates, expressed at the world origin."""
+    return spatial.act_force(ws.R, ws.p, f_ext)
+
+
+def check_f_ext(fn, model, f_ext, dtype):
+    if f_ext is None:
+        return None
+    return _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model).astype(dtype)
+
+
+def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
+    """World-frame RNEA on a precomputed :class:`~jaxdyn.algorithms.kinematics.WorldState`.
+
+    Returns ``(tau, v, a, F)``: joint forces, body velocities, accelerations and the subtree
+    (composite) forces ``F_i = sum_{j in subtree(i)} f_j``, all at the world origin.
+    """
+    t = model.topo
+    dtype = ws.S.dtype
+    v, vJ = kin.body_velocities(model, ws, qd)
+    aJ = tree.dofs_to_bodies(t, ws.S * qdd[:, None]) + spatial.motion_cross(v, vJ)
+    a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
+    a = tree.forward_accumulate(t, aJ, a0)
+    f = kin.inertia_apply(ws.mass, ws.h, ws.Ibar, a) + spatial.force_cross(
+        v, kin.inertia_apply(ws.mass, ws.h, ws.Ibar, v))
+    if f_ext is not None:
+        f = f - external_forces_world(model, ws, f_ext)
+    F = tree.backward_accumulate(t, f)
+    tau = jnp.sum(ws.S * tree.bodies_to_dofs(t, F), -1)
+    return tau, v, a, F
+
+
+def rnea(model, q, v, a, f_ext=None):
+    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
+
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA), in world coordinates.
+
+    **Arguments:**
+
+    - ``q (nq,)``, ``v (nv,)``, ``a (nv,)``: configuration, velocity, acceleration.
+    - ``f_ext (nb, 6)`` or ``None``: external spatial force ``[n; f]`` on each body, in body
+      coordinates (acting at the body frame's origin).
+
+    **Returns:** ``tau (nv,)``.
+    """
+    fn = "rnea"
+    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
+    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    ws = kin.world_state(model, q)
+    return rnea_world(model, ws, v.astype(dtype), a.astype(dtype), f_ext)[0]
+
+
+def bias_forces(model, q, v):
+    """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
+    v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
+    return rnea(model, q, v, jnp.zeros_like(v))
+
+
+def gravity_forces(model, q):
+    """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
+    q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
+    dtype = _checks.common_dtype(q)
+    z = jnp.zeros(model.nv, dtype)
+    return rnea(model, q, z, z)

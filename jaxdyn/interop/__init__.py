@@ -1,0 +1,1 @@
+"""Bridges to other rigid-body libraries."""

@@ -1,0 +1,176 @@
+"""Map states, joint order, forces and Jacobians between jaxdyn and Pinocchio.
+
+Pinocchio differs from jaxdyn in four places, all handled here:
+
+* joint order: matched by joint name (jaxdyn orders joints by depth, Pinocchio depth-first);
+* free flyer: Pinocchio's ``q = [x y z qx qy qz qw]`` and ``v = [v; ω]`` against jaxdyn's
+  ``q = [x y z qw qx qy qz]`` and ``v = [ω; v]`` (both body-frame velocities at the base origin);
+* continuous joints: Pinocchio stores ``(cos θ, sin θ)`` (``nq = 2``), jaxdyn the angle;
+* spatial vectors: Pinocchio is ``[linear; angular]``, jaxdyn ``[angular; linear]``.
+
+The velocity map is a permutation, so it also maps accelerations, torques, the rows and columns
+of ``M``, and tangent-space derivatives. Pinocchio itself is only imported by
+:func:`build_pinocchio_model` and :meth:`Converter.f_ext_to_pin`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints
+
+_SWAP6 = np.array([3, 4, 5, 0, 1, 2])
+
+
+def _xp(x):
+    return np if isinstance(x, np.ndarray) else jnp
+
+
+class Converter:
+    """Converter between a jaxdyn ``model`` and a Pinocchio ``pin_model`` of the same robot.
+
+    Joints are matched by name; the free flyer may be named ``root_joint`` in both.
+    """
+
+    def __init__(self, model, pin_model):
+        t = model.topo
+        self.model = model
+        self.nq_pin, self.nv_pin = int(pin_model.nq), int(pin_model.nv)
+        pin_names = list(pin_model.names)
+        if self.nv_pin != model.nv:
+            raise ValueError(f"Converter: nv differs (jaxdyn {model.nv}, pinocchio {self.nv_pin})")
+        v_to = np.full(model.nv, -1)  # v_pin[i] = v[v_to[i]]
+        q_plan = []  # (kind, ours q0, pin q0, pin nq)
+        self.pin_joint_ids = []
+        for b in range(t.nb):
+            name = t.joint_names[b]
+            if name not in pin_names:
+                raise ValueError(f"Converter: jaxdyn joint {name!r} has no Pinocchio joint of "
+                                 f"that name")
+            jid = pin_names.index(name)
+            self.pin_joint_ids.append(jid)
+            jm = pin_model.joints[jid]
+            kind, q0, v0 = int(t.kind[b]), int(t.q_start[b]), int(t.v_start[b])
+            nvk = joints.NV[kind]
+            if jm.nv != nvk:
+                raise ValueError(f"Converter: joint {name!r} has nv={jm.nv} in Pinocchio, "
+                                 f"{nvk} in jaxdyn")
+            if kind == joints.FREE:
+                v_to[jm.idx_v:jm.idx_v + 6] = v0 + _SWAP6
+            else:
+                v_to[jm.idx_v:jm.idx_v + nvk] = v0 + np.arange(nvk)
+            q_plan.append((kind, q0, int(jm.idx_q), int(jm.nq)))
+        if np.any(v_to < 0):
+            raise ValueError("Converter: some Pinocchio coordinates have no jaxdyn joint")
+        self.v_to_pin_index = v_to
+        self.v_from_pin_index = np.argsort(v_to)
+        self._q_plan = q_plan
+        self._fext_joint = np.array(self.pin_joint_ids)
+        self.pin_njoints = int(pin_model.njoints)
+
+    # ------------------------------------------------------------------ configurations
+    def q_to_pin(self, q):
+        """jaxdyn ``q (nq,)`` -> Pinocchio ``q (nq_pin,)``."""
+        xp = _xp(q)
+        parts = [None] * len(self._q_plan)
+        order = np.argsort([p[2] for p in self._q_plan])
+        for i, (kind, q0, _, nq_pin) in enumerate(self._q_plan):
+            if kind == joints.FREE:
+                parts[i] = xp.concatenate([q[q0:q0 + 3], q[q0 + 4:q0 + 7], q[q0 + 3:q0 + 4]])
+            elif kind == joints.SPHERICAL:
+                parts[i] = xp.concatenate([q[q0 + 1:q0 + 4], q[q0:q0 + 1]])
+            elif nq_pin == 2:
+                parts[i] = xp.stack([xp.cos(q[q0]), xp.sin(q[q0])])
+            else:
+                parts[i] = q[q0:q0 + 1]
+        return xp.concatenate([parts[i] for i in order])
+
+    def q_from_pin(self, q_pin):
+        """Pinocchio ``q (nq_pin,)`` -> jaxdyn ``q (nq,)``."""
+        xp = _xp(q_pin)
+        parts = []
+        for kind, _, p0, nq_pin in self._q_plan:  # plan is in jaxdyn order
+            x = q_pin[p0:p0 + nq_pin]
+            if kind == joints.FREE:
+                parts.append(xp.concatenate([x[:3], x[6:7], x[3:6]]))
+            elif kind == joints.SPHERICAL:
+                parts.append(xp.concatenate([x[3:4], x[:3]]))
+            elif nq_pin == 2:
+                parts.append(xp.arctan2(x[1:2], x[0:1]))
+            else:
+                parts.append(x)
+        return xp.concatenate(parts)
+
+    # ------------------------------------------------------------------ tangent vectors
+    def v_to_pin(self, v, axis=-1):
+        """jaxdyn ``v``/``a``/``tau`` (or a matrix along ``axis``) -> Pinocchio order."""
+        return _xp(v).take(v, self.v_to_pin_index, axis=axis)
+
+    def v_from_pin(self, v_pin, axis=-1):
+        """Pinocchio ``v``/``a``/``tau`` (or a matrix along ``axis``) -> jaxdyn order."""
+        return _xp(v_pin).take(v_pin, self.v_from_pin_index, axis=axis)
+
+    def matrix_to_pin(self, M):
+        """An ``nv x nv`` matrix (``M``, ``M^-1``, derivative blocks) -> Pinocchio order."""
+        return self.v_to_pin(self.v_to_pin(M, axis=0), axis=1)
+
+    def matrix_from_pin(self, M_pin):
+        return self.v_from_pin(self.v_from_pin(M_pin, axis=0), axis=1)
+
+    def jacobian_to_pin(self, J):
+        """A ``6 x nv`` jaxdyn Jacobian (``[ω; v]`` rows) -> Pinocchio (``[v; ω]`` rows)."""
+        return self.v_to_pin(_xp(J).take(J, _SWAP6, axis=-2), axis=-1)
+
+    def jacobian_from_pin(self, J_pin):
+        return self.v_from_pin(_xp(J_pin).take(J_pin, _SWAP6, axis=-2), axis=-1)
+
+    @staticmethod
+    def motion_to_pin(m):
+        """``[ω; v]`` -> ``[v; ω]`` (also for forces: ``[n; f]`` -> ``[f; n]``)."""
+        return _xp(m).take(m, _SWAP6, axis=-1)
+
+    motion_from_pin = motion_to_pin
+
+    def f_ext_to_pin(self, f_ext):
+        """Per-body forces ``(nb, 6)`` in body frames -> Pinocchio's per-joint ``ForceVector``."""
+        import pinocchio as pin
+
+        f_ext = np.asarray(f_ext)
+        out = [pin.Force.Zero() for _ in range(self.pin_njoints)]
+        for b, jid in enumerate(self.pin_joint_ids):
+            fb = self.motion_to_pin(f_ext[b])
+            out[jid] = pin.Force(fb[:3], fb[3:])
+        return out
+
+
+def build_pinocchio_model(model):
+    """A Pinocchio model with jaxdyn's bodies, joints and inertias (frames are not copied).
+
+    Useful as an oracle independent of URDF parsing (e.g. for spherical joints, which URDF
+    lacks). Joint ``i`` of the result is jaxdyn body ``i - 1``.
+    """
+    import pinocchio as pin
+
+    t = model.topo
+    pm = pin.Model()
+    pm.name = model.name
+    R, p = np.asarray(model.Xtree_R), np.asarray(model.Xtree_p)
+    axis = np.asarray(model.dof_axis)
+    mass, com, inertia = (np.asarray(x) for x in (model.mass, model.com, model.inertia))
+    for b in range(t.nb):
+        kind = int(t.kind[b])
+        if kind == joints.FREE:
+            jm = pin.JointModelFreeFlyer()
+        elif kind == joints.SPHERICAL:
+            jm = pin.JointModelSpherical()
+        else:
+            s = axis[t.v_start[b]]
+            if np.linalg.norm(s[:3]) > 0:
+                jm = pin.JointModelRevoluteUnaligned(*s[:3])
+            else:
+                jm = pin.JointModelPrismaticUnaligned(*s[3:])
+        jid = pm.addJoint(int(t.parent[b]) + 1, jm, pin.SE3(R[b], p[b]), t.joint_names[b])
+        pm.appendBodyToJoint(jid, pin.Inertia(mass[b], com[b], inertia[b]), pin.SE3.Identity())
+    pm.gravity = pin.Motion(np.concatenate([np.asarray(model.gravity), np.zeros(3)]))
+    return pm

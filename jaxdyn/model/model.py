@@ -1,0 +1,293 @@
+"""The compiled robot model: static topology (numpy) plus parameter leaves (JAX arrays).
+
+Bodies are numbered so that every depth level of the tree is a contiguous range, and inside a
+level the joints of one kind are contiguous too (bodies sorted by ``(depth, kind, URDF order)``).
+Velocity coordinates follow the body order, so a (level, kind) group owns a contiguous slice of
+``v`` as well. A tree pass is then a Python loop over the few static levels, each step a
+slice, a gather from the previous level and a segment-sum into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints
+
+
+@dataclass(frozen=True)
+class Group:
+    """Bodies ``[b0, b1)`` of one joint kind in one level; they own ``q[q0:q1]``, ``v[v0:v1]``."""
+
+    kind: int
+    b0: int
+    b1: int
+    q0: int
+    q1: int
+    v0: int
+    v1: int
+
+    @property
+    def n(self):
+        return self.b1 - self.b0
+
+
+@dataclass(frozen=True)
+class Level:
+    """Bodies ``[b0, b1)`` at one depth; ``parent_local[i]`` indexes the previous level."""
+
+    b0: int
+    b1: int
+    parent_local: np.ndarray  # (n,) int, -1 at depth 0 (the world)
+    groups: tuple
+
+    @property
+    def n(self):
+        return self.b1 - self.b0
+
+
+class Topology:
+    """Static, hashable description of the tree (numpy only, built once).
+
+    Attributes are plain numpy arrays / tuples; equality and hashing go through a digest of the
+    contents so that two models with the same structure share compiled code.
+    """
+
+    def __init__(self, **fields):
+        for k, v in fields.items():
+            object.__setattr__(self, k, v)
+        h = hashlib.sha256()
+        for k in sorted(fields):
+            v = fields[k]
+            h.update(k.encode())
+            if isinstance(v, np.ndarray):
+                h.update(str(v.dtype).encode() + str(v.shape).encode() + v.tobytes())
+            else:
+                h.update(repr(v).encode())
+        object.__setattr__(self, "_digest", h.hexdigest())
+
+    def __setattr__(self, k, v):  # pragma: no cover - immutability guard
+        raise AttributeError("Topology is immutable")
+
+    def __hash__(self):
+        return hash(self._digest)
+
+    def __eq__(self, other):
+        return isinstance(other, Topology) and other._digest == self._digest
+
+    def __repr__(self):
+        return f"Topology(nb={self.nb}, nq={self.nq}, nv={self.nv}, depth={len(self.levels)})"
+
+
+class Model(eqx.Module):
+    """A rigid-body tree compiled for JAX.
+
+    Parameters are array leaves, so ``jax.grad`` with respect to a model works:
+
+    * ``Xtree_R (nb, 3, 3)``, ``Xtree_p (nb, 3)``: placement of each body's joint frame in its
+      parent body's frame (Featherstone's ``Xtree``, as a rotation and a translation);
+    * ``dof_axis (nv, 6)``: motion-subspace column of each velocity coordinate in its body's
+      frame (``[angular; linear]``);
+    * ``mass (nb,)``, ``com (nb, 3)``, ``inertia (nb, 3, 3)``: body mass, centre of mass in the
+      body frame, rotational inertia about the centre of mass in body axes (links merged by
+      fixed joints included);
+    * ``frame_R (nf, 3, 3)``, ``frame_p (nf, 3)``: placement of each frame in its body;
+    * ``gravity (3,)``: the world gravity vector.
+
+    Everything else (parents, levels, index ranges, names) lives in the static ``topo``.
+    """
+
+    Xtree_R: jax.Array
+    Xtree_p: jax.Array
+    dof_axis: jax.Array
+    mass: jax.Array
+    com: jax.Array
+    inertia: jax.Array
+    frame_R: jax.Array
+    frame_p: jax.Array
+    gravity: jax.Array
+    topo: Topology = eqx.field(static=True)
+
+    # ------------------------------------------------------------------ sizes and names
+    @property
+    def nq(self) -> int:
+        return self.topo.nq
+
+    @property
+    def nv(self) -> int:
+        return self.topo.nv
+
+    @property
+    def nb(self) -> int:
+        """Number of moving bodies (the world is not counted)."""
+        return self.topo.nb
+
+    @property
+    def name(self) -> str:
+        return self.topo.name
+
+    @property
+    def joint_names(self) -> tuple:
+        """Names of the moving joints, in q / v order."""
+        return self.topo.joint_names
+
+    @property
+    def body_names(self) -> tuple:
+        """Name of the URDF link that carries each body."""
+        return self.topo.body_names
+
+    @property
+    def frame_names(self) -> tuple:
+        return self.topo.frame_names
+
+    @property
+    def parent(self) -> np.ndarray:
+        return self.topo.parent
+
+    @property
+    def floating_base(self) -> bool:
+        return self.topo.floating_base
+
+    @property
+    def depth(self) -> int:
+        return len(self.topo.levels)
+
+    def joint_index(self, name: str) -> int:
+        try:
+            return self.topo.joint_names.index(name)
+        except ValueError:
+            raise ValueError(
+                f"{self.name}: no joint named {name!r}; joints are {list(self.joint_names)}"
+            ) from None
+
+    def frame_index(self, frame) -> int:
+        """Index of a frame given by name or index (link and joint names are frames)."""
+        if isinstance(frame, (int, np.integer)):
+            if not 0 <= frame < len(self.topo.frame_names):
+                raise ValueError(
+                    f"{self.name}: frame index {frame} out of range [0, {len(self.frame_names)})"
+                )
+            return int(frame)
+        try:
+            return self.topo.frame_names.index(frame)
+        except ValueError:
+            raise ValueError(
+                f"{self.name}: no frame named {frame!r}; frames are {list(self.frame_names)}"
+            ) from None
+
+    def q_slice(self, joint) -> slice:
+        j = self.joint_index(joint) if isinstance(joint, str) else int(joint)
+        return slice(int(self.topo.q_start[j]), int(self.topo.q_start[j] + self.topo.nq_j[j]))
+
+    def v_slice(self, joint) -> slice:
+        j = self.joint_index(joint) if isinstance(joint, str) else int(joint)
+        return slice(int(self.topo.v_start[j]), int(self.topo.v_start[j] + self.topo.nv_j[j]))
+
+    def total_mass(self):
+        return jnp.sum(self.mass)
+
+    def astype(self, dtype) -> "Model":
+        """The same model with every parameter leaf cast to ``dtype``."""
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
+
+    def __repr__(self):
+        return (
+            f"Model({self.name!r}, nq={self.nq}, nv={self.nv}, nb={self.nb}, "
+            f"depth={self.depth}, floating_base={self.floating_base})"
+        )
+
+    def describe(self) -> str:
+        """Human-readable tree (used by ``jaxdyn info``)."""
+        t = self.topo
+        lines = [
+            f"{self.name}: nq={self.nq} nv={self.nv} bodies={self.nb} depth={self.depth} "
+            f"frames={len(t.frame_names)} floating_base={self.floating_base} "
+            f"mass={float(np.sum(np.asarray(self.mass))):.4g} kg"
+        ]
+        children = {i: [] for i in range(-1, t.nb)}
+        for b in range(t.nb):
+            children[int(t.parent[b])].append(b)
+        mass = np.asarray(self.mass)
+
+        def walk(b, prefix):
+            kids = children[b]
+            for k, c in enumerate(kids):
+                last = k == len(kids) - 1
+                kind = joints.KIND_NAMES[int(t.kind[c])]
+                lines.append(
+                    f"{prefix}{'`-- ' if last else '|-- '}{t.body_names[c]}  "
+                    f"[{t.joint_names[c]}: {kind}, q{t.q_start[c]}:{t.q_start[c] + t.nq_j[c]}, "
+                    f"v{t.v_start[c]}:{t.v_start[c] + t.nv_j[c]}]  m={mass[c]:.4g}"
+                )
+                walk(c, prefix + ("    " if last else "|   "))
+
+        lines.append(t.root_name + ("  (world)" if not self.floating_base else ""))
+        walk(-1, "")
+        return "\n".join(lines)
+
+
+def make_topology(name, parent, kind, joint_names, body_names, frame_names, frame_parent,
+                  floating_base, root_name, urdf_robot=None):
+    """Derive every static index structure from the parent array of depth-sorted bodies."""
+    parent = np.asarray(parent, dtype=np.int64)
+    kind = np.asarray(kind, dtype=np.int64)
+    nb = len(parent)
+    depth = np.zeros(nb, np.int64)
+    for b in range(nb):
+        if parent[b] >= b:
+            raise AssertionError("bodies must be topologically sorted")
+        depth[b] = 0 if parent[b] < 0 else depth[parent[b]] + 1
+    if np.any(np.diff(depth) < 0):
+        raise AssertionError("bodies must be sorted by depth")
+    nq_j = np.array([joints.NQ[int(k)] for k in kind], np.int64)
+    nv_j = np.array([joints.NV[int(k)] for k in kind], np.int64)
+    q_start = np.concatenate([[0], np.cumsum(nq_j)[:-1]]).astype(np.int64)
+    v_start = np.concatenate([[0], np.cumsum(nv_j)[:-1]]).astype(np.int64)
+    nq, nv = int(nq_j.sum()), int(nv_j.sum())
+
+    levels = []
+    for d in range(int(depth.max()) + 1 if nb else 0):
+        idx = np.nonzero(depth == d)[0]
+        b0, b1 = int(idx[0]), int(idx[-1]) + 1
+        if d == 0:
+            parent_local = -np.ones(b1 - b0, np.int64)
+        else:
+            parent_local = parent[b0:b1] - levels[-1].b0
+        groups = []
+        for k in (joints.ONE_DOF, joints.SPHERICAL, joints.FREE):
+            kidx = np.nonzero(kind[b0:b1] == k)[0] + b0
+            if len(kidx) == 0:
+                continue
+            g0, g1 = int(kidx[0]), int(kidx[-1]) + 1
+            if g1 - g0 != len(kidx):
+                raise AssertionError("joint kinds must be contiguous inside a level")
+            groups.append(Group(k, g0, g1, int(q_start[g0]), int(q_start[g1 - 1] + nq_j[g1 - 1]),
+                                int(v_start[g0]), int(v_start[g1 - 1] + nv_j[g1 - 1])))
+        levels.append(Level(b0, b1, parent_local, tuple(groups)))
+
+    # support[b, c]: body c is body b or one of its ancestors
+    support = np.zeros((nb, nb), bool)
+    for b in range(nb):
+        c = b
+        while c >= 0:
+            support[b, c] = True
+            c = parent[c]
+    dof_body = np.repeat(np.arange(nb), nv_j)
+    # body_dof_support[b, r]: velocity coordinate r moves body b (row nb = world: none)
+    body_dof_support = np.zeros((nb + 1, nv), bool)
+    body_dof_support[:nb] = support[:, dof_body]
+    # dof_ancestor[r, c]: body of r is an ancestor-or-self of body of c (CRBA's pattern)
+    dof_ancestor = support[dof_body][:, dof_body].T
+    return Topology(
+        name=name, nb=nb, nq=nq, nv=nv, parent=parent, kind=kind, depth=depth,
+        nq_j=nq_j, nv_j=nv_j, q_start=q_start, v_start=v_start, levels=tuple(levels),
+        support=support, dof_body=dof_body, body_dof_support=body_dof_support,
+        dof_ancestor=dof_ancestor, joint_names=tuple(joint_names), body_names=tuple(body_names),
+        frame_names=tuple(frame_names), frame_parent=np.asarray(frame_parent, np.int64),
+        floating_base=bool(floating_base), root_name=root_name,
+    )

@@ -1,0 +1,348 @@
+"""Strict, safe URDF parser producing a plain Python / numpy description.
+
+The parser treats model files as untrusted input:
+
+* any ``<!DOCTYPE ...>`` or ``<!ENTITY ...>`` declaration is refused *before*
+  a tree is built (blocks "billion laughs" expansion and external entities);
+* every problem raises :class:`ValueError` whose message names the element at
+  fault, e.g. ``URDF <joint name="knee">: unknown joint type 'bogus'``.
+
+No JAX here: the result (:class:`URDFRobot`) is later turned into a JAX model.
+"""
+from __future__ import annotations
+
+import math
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from xml.parsers import expat
+
+import numpy as np
+
+__all__ = [
+    "URDFInertial", "URDFLink", "URDFJoint", "URDFRobot",
+    "parse_urdf", "rpy_to_matrix", "JOINT_TYPES",
+]
+
+#: Joint types accepted by :func:`parse_urdf` (``planar`` is not supported).
+JOINT_TYPES = ("revolute", "continuous", "prismatic", "fixed", "floating", "spherical")
+_AXIS_TYPES = ("revolute", "continuous", "prismatic")
+#: Top-level tags that are silently ignored (everything else unknown goes to ``extra``).
+_IGNORED_TOP = ("material", "gazebo", "transmission")
+
+
+@dataclass
+class URDFInertial:
+    """Mass properties of a link (URDF ``<inertial>``)."""
+    mass: float
+    xyz: np.ndarray      # (3,) origin of the inertial frame in the link frame
+    rpy: np.ndarray      # (3,) roll-pitch-yaw of the inertial frame in the link frame
+    inertia: np.ndarray  # (3,3) symmetric rotational inertia about the COM, in the inertial frame
+
+
+@dataclass
+class URDFLink:
+    """A URDF link; ``inertial`` is None for a massless link."""
+    name: str
+    inertial: URDFInertial | None
+
+
+@dataclass
+class URDFJoint:
+    """A URDF joint connecting ``parent`` link to ``child`` link."""
+    name: str
+    type: str            # one of JOINT_TYPES
+    parent: str
+    child: str
+    xyz: np.ndarray      # (3,) <origin xyz>, default zeros
+    rpy: np.ndarray      # (3,) <origin rpy>, default zeros
+    axis: np.ndarray     # (3,) unit vector, default (1,0,0)
+    mimic: tuple[str, float, float] | None = None   # (joint, multiplier, offset)
+
+
+@dataclass
+class URDFRobot:
+    """A parsed URDF model (links and joints in document order)."""
+    name: str
+    links: list[URDFLink]
+    joints: list[URDFJoint]
+    root: str
+    extra: list = field(default_factory=list)  # raw Elements of other top-level tags
+
+
+# --------------------------------------------------------------------------- helpers
+def rpy_to_matrix(rpy) -> np.ndarray:
+    """Rotation matrix of URDF roll-pitch-yaw: ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``."""
+    r, p, y = (float(v) for v in np.asarray(rpy, dtype=float).reshape(3))
+    cr, sr, cp, sp, cy, sy = math.cos(r), math.sin(r), math.cos(p), math.sin(p), math.cos(y), math.sin(y)
+    return np.array([
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ])
+
+
+def _numbers(text: str, n: int, where: str) -> np.ndarray:
+    """Parse exactly ``n`` finite whitespace-separated numbers from ``text``."""
+    parts = text.split()
+    if len(parts) != n:
+        raise ValueError(f"{where}: expected {n} number{'s' if n != 1 else ''}, "
+                         f"got {len(parts)} ({text!r})")
+    vals = []
+    for p in parts:
+        try:
+            if "_" in p:  # Python's float() accepts "1_0"; XML numbers do not
+                raise ValueError
+            v = float(p)
+        except ValueError:
+            raise ValueError(f"{where}: cannot parse {p!r} as a number") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: non-finite number {p!r}")
+        vals.append(v)
+    return np.array(vals, dtype=float)
+
+
+def _one(el: ET.Element, tag: str, where: str) -> ET.Element | None:
+    """The unique child ``<tag>`` of ``el`` (None if absent; error if repeated)."""
+    found = el.findall(tag)
+    if len(found) > 1:
+        raise ValueError(f"{where}: more than one <{tag}>")
+    return found[0] if found else None
+
+
+def _origin(el: ET.Element, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(xyz, rpy) of the optional ``<origin>`` child of ``el`` (zeros by default)."""
+    o = _one(el, "origin", where)
+    xyz, rpy = np.zeros(3), np.zeros(3)
+    if o is not None:
+        if o.get("xyz") is not None:
+            xyz = _numbers(o.get("xyz"), 3, f"{where} <origin xyz>")
+        if o.get("rpy") is not None:
+            rpy = _numbers(o.get("rpy"), 3, f"{where} <origin rpy>")
+    return xyz, rpy
+
+
+def _name(el: ET.Element, index: int) -> str:
+    """The mandatory, non-empty ``name`` attribute of a link/joint."""
+    name = el.get("name")
+    if name is None or not name.strip():
+        raise ValueError(f"URDF <{el.tag}> #{index} (0-based, in document order): "
+                         "missing or empty name attribute")
+    return name
+
+
+# --------------------------------------------------------------------------- security / XML
+def _refuse(*_args):
+    raise ValueError("URDF: DOCTYPE/entity declarations are not allowed (untrusted model file)")
+
+
+def _read_xml(source) -> ET.Element:
+    """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element."""
+    lead = ""  # leading whitespace stripped from XML text (an <?xml?> must come first)
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    elif isinstance(source, str) and source.lstrip("\ufeff \t\r\n").startswith("<"):
+        data = source.lstrip("\ufeff \t\r\n")
+        lead = source[: len(source) - len(data)]
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ValueError(f"URDF: cannot read file {os.fspath(source)!r}: {e}") from e
+    else:
+        raise TypeError(f"parse_urdf: expected a path, XML str or bytes, got {type(source).__name__}")
+
+    # Pass 1: a bare expat parser that aborts on any DOCTYPE / entity declaration.
+    p = expat.ParserCreate()
+    p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    p.StartDoctypeDeclHandler = _refuse
+    p.EntityDeclHandler = _refuse
+    p.UnparsedEntityDeclHandler = _refuse
+    p.ExternalEntityRefHandler = _refuse
+    def malformed(line: int, col: int, why: str) -> ValueError:
+        # report positions in the caller's text, before the leading whitespace was stripped
+        if line == 1:
+            col += len(lead) - lead.rfind("\n") - 1
+        return ValueError(f"URDF: malformed XML at line {line + lead.count(chr(10))}, "
+                          f"column {col + 1}: {why}")
+
+    try:
+        p.Parse(data, True)
+    except expat.ExpatError as e:
+        raise malformed(e.lineno, e.offset, expat.ErrorString(e.code)) from None
+    # Pass 2: the document is DTD-free, build the tree.
+    try:
+        return ET.fromstring(data)
+    except ET.ParseError as e:  # pragma: no cover - pass 1 catches the same errors
+        raise malformed(*e.position, str(e)) from None
+
+
+# --------------------------------------------------------------------------- elements
+def _parse_link(el: ET.Element, index: int) -> URDFLink:
+    name = _name(el, index)
+    where = f'URDF <link name="{name}">'
+    iel = _one(el, "inertial", where)
+    if iel is None:
+        return URDFLink(name, None)
+    where += " <inertial>"
+    xyz, rpy = _origin(iel, where)
+    mel = _one(iel, "mass", where)
+    if mel is None:
+        raise ValueError(f"{where}: missing <mass>")
+    if mel.get("value") is None:
+        raise ValueError(f"{where} <mass>: missing value attribute")
+    mass = float(_numbers(mel.get("value"), 1, f"{where} <mass value>")[0]) + 0.0
+    if mass < 0.0:
+        raise ValueError(f"{where}: negative mass {mass}")
+    inertia = np.zeros((3, 3))
+    nel = _one(iel, "inertia", where)
+    if nel is not None:
+        comps = {}
+        for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
+            if nel.get(k) is None:
+                raise ValueError(f"{where} <inertia>: missing {k} attribute")
+            comps[k] = float(_numbers(nel.get(k), 1, f"{where} <inertia {k}>")[0])
+        inertia = np.array([[comps["ixx"], comps["ixy"], comps["ixz"]],
+                            [comps["ixy"], comps["iyy"], comps["iyz"]],
+                            [comps["ixz"], comps["iyz"], comps["izz"]]])
+        eig = np.linalg.eigvalsh(inertia)
+        if eig.min() < -1e-12 * max(1.0, abs(np.trace(inertia))):
+            raise ValueError(f"{where} <inertia>: not positive semi-definite "
+                             f"(eigenvalues {eig.tolist()})")
+    return URDFLink(name, URDFInertial(mass, xyz, rpy, inertia))
+
+
+def _link_ref(el: ET.Element, tag: str, where: str) -> str:
+    ref = _one(el, tag, where)
+    if ref is None:
+        raise ValueError(f"{where}: missing <{tag}>")
+    link = ref.get("link")
+    if link is None or not link.strip():
+        raise ValueError(f"{where} <{tag}>: missing link attribute")
+    return link
+
+
+def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
+    name = _name(el, index)
+    where = f'URDF <joint name="{name}">'
+    jtype = el.get("type")
+    if jtype is None:
+        raise ValueError(f"{where}: missing type attribute")
+    if jtype == "planar":
+        raise ValueError(f"{where}: joint type 'planar' is not supported")
+    if jtype not in JOINT_TYPES:
+        raise ValueError(f"{where}: unknown joint type {jtype!r} (expected one of {JOINT_TYPES})")
+    parent, child = _link_ref(el, "parent", where), _link_ref(el, "child", where)
+    if parent == child:
+        raise ValueError(f"{where}: parent and child are the same link {parent!r}")
+    xyz, rpy = _origin(el, where)
+    axis = np.array([1.0, 0.0, 0.0])
+    ael = _one(el, "axis", where)
+    if ael is not None:
+        if ael.get("xyz") is None:
+            raise ValueError(f"{where} <axis>: missing xyz attribute")
+        a = _numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
+        norm = float(np.linalg.norm(a))
+        if norm > 0.0:
+            axis = a / norm
+        elif jtype in _AXIS_TYPES:
+            raise ValueError(f"{where}: zero axis on a {jtype} joint")
+        # a zero axis on fixed/floating/spherical joints is meaningless: keep the default
+    mimic = None
+    mel = _one(el, "mimic", where)
+    if mel is not None:
+        target = mel.get("joint")
+        if target is None or not target.strip():
+            raise ValueError(f"{where} <mimic>: missing joint attribute")
+        mult = float(_numbers(mel.get("multiplier", "1"), 1, f"{where} <mimic multiplier>")[0])
+        off = float(_numbers(mel.get("offset", "0"), 1, f"{where} <mimic offset>")[0])
+        mimic = (target, mult, off)
+    return URDFJoint(name, jtype, parent, child, xyz, rpy, axis, mimic)
+
+
+# --------------------------------------------------------------------------- topology
+def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
+    """Check the joints form a single tree over all links; return its root link."""
+    parent_joint: dict[str, URDFJoint] = {j.child: j for j in joints}
+    roots = [l.name for l in links if l.name not in parent_joint]
+    if len(roots) > 1:
+        raise ValueError(f"URDF <robot>: more than one root link {roots} "
+                         "(the links form several disconnected trees)")
+    reached: set[str] = set()
+    if roots:
+        children: dict[str, list[str]] = {}
+        for j in joints:
+            children.setdefault(j.parent, []).append(j.child)
+        stack = [roots[0]]
+        while stack:
+            n = stack.pop()
+            reached.add(n)
+            stack.extend(children.get(n, []))
+    stray = [l.name for l in links if l.name not in reached]
+    if stray:  # every stray link has exactly one parent: walking up must loop
+        seen: list[str] = []
+        n = stray[0]
+        while n not in seen:
+            seen.append(n)
+            n = parent_joint[n].parent
+        cycle = seen[seen.index(n):]
+        names = [parent_joint[c].name for c in reversed(cycle)]
+        lead = "no root link: " if not roots else ""
+        raise ValueError(f'URDF <joint name="{names[0]}">: {lead}joints {names} form a '
+                         f"kinematic loop over links {list(reversed(cycle))}")
+    return roots[0]
+
+
+def parse_urdf(source) -> URDFRobot:
+    """Parse a URDF model.
+
+    ``source`` is a path (str or os.PathLike), XML text (a str that starts with
+    ``<`` after leading whitespace) or XML bytes. Raises ValueError, naming the
+    offending element, on any malformed, unsupported or inconsistent input.
+    """
+    root_el = _read_xml(source)
+    if root_el.tag != "robot":
+        raise ValueError(f"URDF: root element is <{root_el.tag}>, expected <robot>")
+    rname = root_el.get("name")
+    if rname is None or not rname.strip():
+        raise ValueError("URDF <robot>: missing or empty name attribute")
+
+    links: list[URDFLink] = []
+    joints: list[URDFJoint] = []
+    extra: list[ET.Element] = []
+    for el in root_el:
+        if el.tag == "link":
+            link = _parse_link(el, len(links))
+            if any(l.name == link.name for l in links):
+                raise ValueError(f'URDF <link name="{link.name}">: duplicate link name')
+            links.append(link)
+        elif el.tag == "joint":
+            joint = _parse_joint(el, len(joints))
+            if any(j.name == joint.name for j in joints):
+                raise ValueError(f'URDF <joint name="{joint.name}">: duplicate joint name')
+            joints.append(joint)
+        elif el.tag not in _IGNORED_TOP:
+            extra.append(el)
+    if not links:
+        raise ValueError(f'URDF <robot name="{rname}">: no <link> elements')
+
+    link_names = {l.name for l in links}
+    joint_names = {j.name for j in joints}
+    child_of: dict[str, str] = {}
+    for j in joints:
+        where = f'URDF <joint name="{j.name}">'
+        for role, link in (("parent", j.parent), ("child", j.child)):
+            if link not in link_names:
+                raise ValueError(f"{where}: {role} link {link!r} does not exist")
+        if j.child in child_of:
+            raise ValueError(f"{where}: link {j.child!r} is already the child of joint "
+                             f"{child_of[j.child]!r} (a link can have only one parent)")
+        child_of[j.child] = j.name
+        if j.mimic is not None:
+            if j.mimic[0] not in joint_names:
+                raise ValueError(f"{where} <mimic>: joint {j.mimic[0]!r} does not exist")
+            if j.mimic[0] == j.name:
+                raise ValueError(f"{where} <mimic>: a joint cannot mimic itself")
+    root = _find_root(links, joints)
+    return URDFRobot(rname, links, joints, root, extra)

@@ -1,0 +1,247 @@
+"""Spatial algebra: rotations, SE(3), 6D motion/force vectors and spatial inertias.
+
+Conventions (Featherstone, *Rigid Body Dynamics Algorithms*, 2008, ch. 2):
+
+* spatial motion and force vectors are ``[angular; linear]``;
+* a placement ``(R, p)`` of frame B in frame A holds ``R = A_R_B`` and ``p`` = origin of B
+  expressed in A (Pinocchio's ``SE3``); points map as ``x_A = R x_B + p``;
+* quaternions are scalar first ``(w, x, y, z)``.
+
+Every function works on the trailing dimensions and broadcasts over leading ones, and stays
+analytic (no ``abs``/``conj``) so complex-step differentiation goes through.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+# ----------------------------------------------------------------------------- 3D
+
+
+def skew(w):
+    """``skew(w) @ x == cross(w, x)``; ``w`` is ``(..., 3)``, returns ``(..., 3, 3)``."""
+    x, y, z = w[..., 0], w[..., 1], w[..., 2]
+    o = jnp.zeros_like(x)
+    return jnp.stack(
+        [jnp.stack([o, -z, y], -1), jnp.stack([z, o, -x], -1), jnp.stack([-y, x, o], -1)], -2
+    )
+
+
+def cross(a, b):
+    """Cross product on the last axis, written out (works for complex inputs)."""
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
+
+
+def mv(A, x):
+    """Batched matrix-vector product ``A @ x`` on the trailing axes."""
+    return jnp.matmul(A, x[..., None])[..., 0]
+
+
+def rodrigues(axis, angle):
+    """Rotation by ``angle`` about the unit ``axis`` (``(..., 3)`` and ``(...)``).
+
+    A zero axis gives the identity, which is how prismatic joints reuse this formula.
+    """
+    K = skew(axis)
+    s = jnp.sin(angle)[..., None, None]
+    c = (1 - jnp.cos(angle))[..., None, None]
+    eye = jnp.eye(3, dtype=K.dtype)
+    return eye + s * K + c * (K @ K)
+
+
+def quat_to_rot(quat):
+    """Rotation matrix of the unit quaternion ``(w, x, y, z)`` (``(..., 4)`` -> ``(..., 3, 3)``)."""
+    w, x, y, z = quat[..., 0], quat[..., 1], quat[..., 2], quat[..., 3]
+    xx, yy, zz = x * x, y * y, z * z
+    xy, xz, yz = x * y, x * z, y * z
+    wx, wy, wz = w * x, w * y, w * z
+    return jnp.stack(
+        [
+            jnp.stack([1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)], -1),
+            jnp.stack([2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)], -1),
+            jnp.stack([2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)], -1),
+        ],
+        -2,
+    )
+
+
+def quat_mul(a, b):
+    """Hamilton product of scalar-first quaternions."""
+    aw, av = a[..., :1], a[..., 1:]
+    bw, bv = b[..., :1], b[..., 1:]
+    w = aw * bw - jnp.sum(av * bv, -1, keepdims=True)
+    v = aw * bv + bw * av + cross(av, bv)
+    return jnp.concatenate([w, v], -1)
+
+
+def quat_conj(q):
+    """Inverse of a unit quaternion."""
+    return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
+
+
+def _sinc_terms(theta2):
+    """``sin(t)/t``, ``(1-cos t)/t^2`` and ``(t - sin t)/t^3`` of ``t = sqrt(theta2)``.
+
+    Taylor series near zero; the branch test uses the real part only so the functions stay
+    analytic for complex-step inputs.
+    """
+    small = jnp.real(theta2) < 1e-6
+    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
+    t = jnp.sqrt(t2)
+    a = jnp.where(small, 1 - theta2 / 6 + theta2**2 / 120, jnp.sin(t) / t)
+    b = jnp.where(small, 0.5 - theta2 / 24 + theta2**2 / 720, (1 - jnp.cos(t)) / t2)
+    c = jnp.where(small, 1 / 6 - theta2 / 120 + theta2**2 / 5040, (t - jnp.sin(t)) / (t2 * t))
+    return a, b, c
+
+
+def exp3_quat(w):
+    """Unit quaternion of the rotation vector ``w`` (``exp`` on SO(3))."""
+    theta2 = jnp.sum(w * w, -1)
+    small = jnp.real(theta2) < 1e-8
+    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
+    t = jnp.sqrt(t2)
+    half_sinc = jnp.where(small, 0.5 - theta2 / 48, jnp.sin(t / 2) / t)
+    cos_half = jnp.where(small, 1 - theta2 / 8 + theta2**2 / 384, jnp.cos(t / 2))
+    return jnp.concatenate([cos_half[..., None], half_sinc[..., None] * w], -1)
+
+
+def log3_quat(q):
+    """Rotation vector of the unit quaternion ``q`` (the inverse of :func:`exp3_quat`).
+
+    Uses the shortest rotation (``w >= 0`` hemisphere).
+    """
+    sign = jnp.where(jnp.real(q[..., :1]) < 0, -1.0, 1.0).astype(q.dtype)
+    q = q * sign
+    w, v = q[..., 0], q[..., 1:]
+    s2 = jnp.sum(v * v, -1)
+    small = jnp.real(s2) < 1e-16
+    s = jnp.sqrt(jnp.where(small, jnp.ones_like(s2), s2))
+    # theta = 2 atan2(s, w); factor = theta / s
+    factor = jnp.where(small, 2 / w - 2 * s2 / (3 * w**3), 2 * jnp.arctan2(s, w) / s)
+    return factor[..., None] * v
+
+
+def left_jacobian_so3(w):
+    """SO(3) left Jacobian ``V(w) = I + b [w] + c [w]^2`` used by the SE(3) exponential."""
+    theta2 = jnp.sum(w * w, -1)
+    _, b, c = _sinc_terms(theta2)
+    K = skew(w)
+    eye = jnp.eye(3, dtype=K.dtype)
+    return eye + b[..., None, None] * K + c[..., None, None] * (K @ K)
+
+
+def left_jacobian_so3_inv(w):
+    """Inverse of :func:`left_jacobian_so3`."""
+    theta2 = jnp.sum(w * w, -1)
+    a, b, _ = _sinc_terms(theta2)
+    small = jnp.real(theta2) < 1e-6
+    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
+    d = jnp.where(small, 1 / 12 + theta2 / 720, (1 - a / (2 * b)) / t2)
+    K = skew(w)
+    eye = jnp.eye(3, dtype=K.dtype)
+    return eye - 0.5 * K + d[..., None, None] * (K @ K)
+
+
+# ----------------------------------------------------------------------------- SE(3)
+
+
+def se3_compose(R1, p1, R2, p2):
+    """``(R1, p1) * (R2, p2)``."""
+    return R1 @ R2, mv(R1, p2) + p1
+
+
+def se3_inverse(R, p):
+    """Inverse placement."""
+    Rt = jnp.swapaxes(R, -1, -2)
+    return Rt, -mv(Rt, p)
+
+
+# ----------------------------------------------------------------------------- 6D vectors
+
+
+def motion_cross(v, m):
+    """``v x m`` (Featherstone's ``crm(v) @ m``) for 6D motion vectors."""
+    w, vl = v[..., :3], v[..., 3:]
+    mw, ml = m[..., :3], m[..., 3:]
+    return jnp.concatenate([cross(w, mw), cross(w, ml) + cross(vl, mw)], -1)
+
+
+def force_cross(v, f):
+    """``v x* f`` (Featherstone's ``crf(v) @ f``) for a motion ``v`` and a force ``f``."""
+    w, vl = v[..., :3], v[..., 3:]
+    n, fl = f[..., :3], f[..., 3:]
+    return jnp.concatenate([cross(w, n) + cross(vl, fl), cross(w, fl)], -1)
+
+
+def act_motion(R, p, m):
+    """Express in frame A a motion given in frame B, where ``(R, p)`` places B in A."""
+    w = mv(R, m[..., :3])
+    return jnp.concatenate([w, mv(R, m[..., 3:]) + cross(p, w)], -1)
+
+
+def act_force(R, p, f):
+    """Express in frame A a force given in frame B, where ``(R, p)`` places B in A."""
+    fl = mv(R, f[..., 3:])
+    return jnp.concatenate([mv(R, f[..., :3]) + cross(p, fl), fl], -1)
+
+
+def act_inv_motion(R, p, m):
+    """Express in frame B a motion given in frame A, where ``(R, p)`` places B in A."""
+    Rt = jnp.swapaxes(R, -1, -2)
+    w = m[..., :3]
+    return jnp.concatenate([mv(Rt, w), mv(Rt, m[..., 3:] - cross(p, w))], -1)
+
+
+def act_inv_force(R, p, f):
+    """Express in frame B a force given in frame A, where ``(R, p)`` places B in A."""
+    Rt = jnp.swapaxes(R, -1, -2)
+    fl = f[..., 3:]
+    return jnp.concatenate([mv(Rt, f[..., :3] - cross(p, fl)), mv(Rt, fl)], -1)
+
+
+def motion_matrix(R, p):
+    """Plücker matrix ``A_X_B`` (6x6) mapping B motion coordinates to A."""
+    Z = jnp.zeros_like(R)
+    return jnp.concatenate(
+        [jnp.concatenate([R, Z], -1), jnp.concatenate([skew(p) @ R, R], -1)], -2
+    )
+
+
+# ----------------------------------------------------------------------------- inertia
+
+
+def inertia_matrix(mass, h, Ibar):
+    """6x6 spatial inertia ``[[Ibar, [h]x], [[h]x^T, m 1]]`` about a frame origin.
+
+    ``mass`` ``(...)``, first moment ``h = m c`` ``(..., 3)``, rotational inertia about the
+    origin ``Ibar`` ``(..., 3, 3)`` (Featherstone eq. 2.63).
+    """
+    H = skew(h)
+    eye = jnp.eye(3, dtype=H.dtype)
+    top = jnp.concatenate([Ibar, H], -1)
+    bot = jnp.concatenate([-H, mass[..., None, None] * eye], -1)
+    return jnp.concatenate([top, bot], -2)
+
+
+def inertia_params(mass, com, I_com):
+    """(mass, com, inertia about the COM) -> (mass, h, Ibar about the frame origin)."""
+    C = skew(com)
+    h = mass[..., None] * com
+    Ibar = I_com - mass[..., None, None] * (C @ C)
+    return mass, h, Ibar
+
+
+def transform_inertia_params(R, p, mass, h, Ibar):
+    """Re-express inertia parameters given in frame B in frame A (``(R, p)`` places B in A)."""
+    hA = mv(R, h) + mass[..., None] * p
+    Rh = hA - mass[..., None] * p  # = R h
+    P = skew(p)
+    IbarA = (
+        R @ Ibar @ jnp.swapaxes(R, -1, -2)
+        - P @ skew(Rh)
+        - skew(Rh) @ P
+        - mass[..., None, None] * (P @ P)
+    )
+    return mass, hA, IbarA
