@@ -34,9 +34,32 @@ def cross(a, b):
     return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
 
 
+def mm(A, B):
+    """Batched matrix product ``A @ B`` on the trailing axes, unrolled over the (small,
+    static) contracted dimension.
+
+    Each term is an elementwise broadcast product, so XLA fuses the whole product into its
+    neighbours; under ``vmap`` this is several times faster on CPU than a batched ``dot`` of
+    3x3 or 6x6 blocks (measured: forward kinematics of talos_full 4x faster).
+    """
+    k = A.shape[-1]
+    if k > 8:
+        return jnp.matmul(A, B)
+    out = A[..., :, 0, None] * B[..., None, 0, :]
+    for i in range(1, k):
+        out = out + A[..., :, i, None] * B[..., None, i, :]
+    return out
+
+
 def mv(A, x):
-    """Batched matrix-vector product ``A @ x`` on the trailing axes."""
-    return jnp.matmul(A, x[..., None])[..., 0]
+    """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
+    k = A.shape[-1]
+    if k > 8:
+        return jnp.matmul(A, x[..., None])[..., 0]
+    out = A[..., :, 0] * x[..., 0, None]
+    for i in range(1, k):
+        out = out + A[..., :, i] * x[..., i, None]
+    return out
 
 
 def rodrigues(axis, angle):
@@ -48,7 +71,7 @@ def rodrigues(axis, angle):
     s = jnp.sin(angle)[..., None, None]
     c = (1 - jnp.cos(angle))[..., None, None]
     eye = jnp.eye(3, dtype=K.dtype)
-    return eye + s * K + c * (K @ K)
+    return eye + s * K + c * mm(K, K)
 
 
 def quat_to_rot(quat):
@@ -129,7 +152,7 @@ def left_jacobian_so3(w):
     _, b, c = _sinc_terms(theta2)
     K = skew(w)
     eye = jnp.eye(3, dtype=K.dtype)
-    return eye + b[..., None, None] * K + c[..., None, None] * (K @ K)
+    return eye + b[..., None, None] * K + c[..., None, None] * mm(K, K)
 
 
 def left_jacobian_so3_inv(w):
@@ -141,7 +164,7 @@ def left_jacobian_so3_inv(w):
     d = jnp.where(small, 1 / 12 + theta2 / 720, (1 - a / (2 * b)) / t2)
     K = skew(w)
     eye = jnp.eye(3, dtype=K.dtype)
-    return eye - 0.5 * K + d[..., None, None] * (K @ K)
+    return eye - 0.5 * K + d[..., None, None] * mm(K, K)
 
 
 # ----------------------------------------------------------------------------- SE(3)
@@ -149,7 +172,7 @@ def left_jacobian_so3_inv(w):
 
 def se3_compose(R1, p1, R2, p2):
     """``(R1, p1) * (R2, p2)``."""
-    return R1 @ R2, mv(R1, p2) + p1
+    return mm(R1, R2), mv(R1, p2) + p1
 
 
 def se3_inverse(R, p):
@@ -205,7 +228,7 @@ def motion_matrix(R, p):
     """Plücker matrix ``A_X_B`` (6x6) mapping B motion coordinates to A."""
     Z = jnp.zeros_like(R)
     return jnp.concatenate(
-        [jnp.concatenate([R, Z], -1), jnp.concatenate([skew(p) @ R, R], -1)], -2
+        [jnp.concatenate([R, Z], -1), jnp.concatenate([mm(skew(p), R), R], -1)], -2
     )
 
 
@@ -229,7 +252,7 @@ def inertia_params(mass, com, I_com):
     """(mass, com, inertia about the COM) -> (mass, h, Ibar about the frame origin)."""
     C = skew(com)
     h = mass[..., None] * com
-    Ibar = I_com - mass[..., None, None] * (C @ C)
+    Ibar = I_com - mass[..., None, None] * mm(C, C)
     return mass, h, Ibar
 
 
@@ -238,10 +261,11 @@ def transform_inertia_params(R, p, mass, h, Ibar):
     hA = mv(R, h) + mass[..., None] * p
     Rh = hA - mass[..., None] * p  # = R h
     P = skew(p)
+    H = skew(Rh)
     IbarA = (
-        R @ Ibar @ jnp.swapaxes(R, -1, -2)
-        - P @ skew(Rh)
-        - skew(Rh) @ P
-        - mass[..., None, None] * (P @ P)
+        mm(mm(R, Ibar), jnp.swapaxes(R, -1, -2))
+        - mm(P, H)
+        - mm(H, P)
+        - mass[..., None, None] * mm(P, P)
     )
     return mass, hA, IbarA

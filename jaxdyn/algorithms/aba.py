@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _checks, joints, spatial
+from ..spatial import mm
 from ..model import tree
 from . import kinematics as kin
 from .rnea import check_f_ext, external_forces_world
@@ -41,31 +42,31 @@ def articulated_inertias(model, S, I6):
     """Backward pass on the inertias only: ``U``, ``D^-1`` per group and the ``IA`` of each level.
 
     ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias.
-    Returns ``(U, Dinv, IA_levels)``.
+    Returns per level and group ``U``, ``D^-1`` and the projected inertia
+    ``Ia = IA - U D^-1 U^T`` (Featherstone eq. 7.34).
     """
     t = model.topo
     nl = len(t.levels)
-    Us, Dinvs, IAs = [None] * nl, [None] * nl, [None] * nl
+    Us, Dinvs, Ias = [None] * nl, [None] * nl, [None] * nl
     below = None
     for li in range(nl - 1, -1, -1):
         lvl = t.levels[li]
         IA = I6[lvl.b0:lvl.b1]
         if below is not None:
             IA = IA + tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
-        IAs[li] = IA
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
             Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
             IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
-            U = IAg @ jnp.swapaxes(Sg, -1, -2)  # (n, 6, k)
-            Dinv = _inv_small(Sg @ U)
+            U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
+            Dinv = _inv_small(mm(Sg, U))
             Ug.append(U)
             Dg.append(Dinv)
-            Ia.append(IAg - U @ Dinv @ jnp.swapaxes(U, -1, -2))
-        Us[li], Dinvs[li] = tuple(Ug), tuple(Dg)
+            Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
+        Us[li], Dinvs[li], Ias[li] = tuple(Ug), tuple(Dg), tuple(Ia)
         below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
-    return Us, Dinvs, IAs
+    return Us, Dinvs, Ias
 
 
 def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
@@ -77,7 +78,7 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
     """
     t = model.topo
     nl = len(t.levels)
-    Us, Dinvs, IAs = inertias if inertias is not None else articulated_inertias(model, S, I6)
+    Us, Dinvs, Ias = inertias if inertias is not None else articulated_inertias(model, S, I6)
     us = [None] * nl
     below = None
     for li in range(nl - 1, -1, -1):
@@ -91,13 +92,11 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
             s = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
             Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
             U, Dinv, pg = Us[li][gi], Dinvs[li][gi], p[s]
-            u = tau[g.v0:g.v1].reshape((g.n, k) + tau.shape[1:]) - Sg @ pg
+            u = tau[g.v0:g.v1].reshape((g.n, k) + tau.shape[1:]) - mm(Sg, pg)
             ug.append(u)
-            pa_g = pg + U @ (Dinv @ u)
+            pa_g = pg + mm(U, mm(Dinv, u))
             if c is not None:
-                IA_g = IAs[li][s]
-                Ia = IA_g - U @ Dinv @ jnp.swapaxes(U, -1, -2)
-                pa_g = pa_g + Ia @ c[g.b0:g.b1, :, None]
+                pa_g = pa_g + mm(Ias[li][gi], c[g.b0:g.b1, :, None])
             pa.append(pa_g)
         us[li] = tuple(ug)
         below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
@@ -113,9 +112,9 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
             Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
             U, Dinv, u = Us[li][gi], Dinvs[li][gi], us[li][gi]
             ag = a[s]
-            qdd = Dinv @ (u - jnp.swapaxes(U, -1, -2) @ ag)  # (n, k, r)
+            qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
             qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
-            parts.append(ag + jnp.swapaxes(Sg, -1, -2) @ qdd)
+            parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
         prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
         accs.append(prev)
     return jnp.concatenate(qdds, 0), jnp.concatenate(accs, 0)
@@ -131,7 +130,7 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     dtype = ws.S.dtype
     v, vJ = kin.body_velocities(model, ws, qd)
     c = spatial.motion_cross(v, vJ)
-    pA = spatial.force_cross(v, kin.inertia_apply(ws.mass, ws.h, ws.Ibar, v))
+    pA = spatial.force_cross(v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v))
     if f_ext is not None:
         pA = pA - external_forces_world(model, ws, f_ext)
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)

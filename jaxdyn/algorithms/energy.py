@@ -25,7 +25,7 @@ def kinetic_energy(model, q, v):
     model, q, dtype = kin._prepare(model, "kinetic_energy", q, v)
     ws = kin.world_state(model, q)
     vb, _ = kin.body_velocities(model, ws, v.astype(dtype))
-    return 0.5 * jnp.sum(vb * kin.inertia_apply(ws.mass, ws.h, ws.Ibar, vb))
+    return 0.5 * jnp.sum(vb * kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb))
 
 
 def potential_energy(model, q):

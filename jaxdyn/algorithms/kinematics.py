@@ -51,14 +51,14 @@ def body_placements(model, q):
     """World placements ``oMi`` of the bodies by one outward level pass (Featherstone Alg. 4.1)."""
     RJ, pJ = joint_placements(model, q)
     # liMi = Xtree * XJ
-    R = model.Xtree_R @ RJ
+    R = spatial.mm(model.Xtree_R, RJ)
     p = spatial.mv(model.Xtree_R, pJ) + model.Xtree_p
     outR, outp, prevR, prevp = [], [], None, None
     for lvl in model.topo.levels:
         Rl, pl = R[lvl.b0:lvl.b1], p[lvl.b0:lvl.b1]
         if prevR is not None:
-            Rp, pp = prevR[lvl.parent_local], prevp[lvl.parent_local]
-            Rl, pl = Rp @ Rl, spatial.mv(Rp, pl) + pp
+            Rp, pp = tree.gather_parent(prevR, lvl, None), tree.gather_parent(prevp, lvl, None)
+            Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
         outR.append(Rl)
         outp.append(pl)
         prevR, prevp = Rl, pl
@@ -81,7 +81,7 @@ def frame_placements(model, body: Placements) -> Placements:
     pb = jnp.concatenate([body.p, jnp.zeros((1, 3), dt)], 0)
     fp = t.frame_parent % (t.nb + 1)
     Rp, pp = Rb[fp], pb[fp]
-    return Placements(Rp @ model.frame_R, spatial.mv(Rp, model.frame_p) + pp)
+    return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
 def forward_kinematics(model, q) -> Kinematics:
@@ -108,8 +108,8 @@ def frame_placement(model, q, frame) -> Placements:
     b = int(t.frame_parent[f])
     if b < 0:
         return Placements(model.frame_R[f], model.frame_p[f])
-    return Placements(body.R[b] @ model.frame_R[f],
-                      body.R[b] @ model.frame_p[f] + body.p[b])
+    return Placements(spatial.mm(body.R[b], model.frame_R[f]),
+                      spatial.mv(body.R[b], model.frame_p[f]) + body.p[b])
 
 
 # ----------------------------------------------------------------------------- world quantities
@@ -122,8 +122,24 @@ class WorldState(NamedTuple):
     p: jax.Array  # (nb,3) body positions
     S: jax.Array  # (nv,6) motion subspace columns at the world origin
     mass: jax.Array  # (nb,)
-    h: jax.Array  # (nb,3) first moments about the world origin
-    Ibar: jax.Array  # (nb,3,3) rotational inertias about the world origin
+    c: jax.Array  # (nb,3) centres of mass in the world
+    Ic: jax.Array  # (nb,3,3) rotational inertias about the centres of mass, world axes
+
+    @property
+    def h(self):
+        """First moments ``m c`` about the world origin."""
+        return self.mass[:, None] * self.c
+
+    @property
+    def Ibar(self):
+        """Rotational inertias about the world origin, ``Ic + m (|c|^2 1 - c c^T)``."""
+        return com_to_origin(self.mass, self.c, self.Ic)
+
+
+def com_to_origin(mass, c, Ic):
+    """Rotational inertia about the origin from the one about the centre of mass ``c``."""
+    cc = jnp.sum(c * c, -1)[..., None, None] * jnp.eye(3, dtype=c.dtype)
+    return Ic + mass[..., None, None] * (cc - c[..., :, None] * c[..., None, :])
 
 
 def world_state(model, q) -> WorldState:
@@ -132,17 +148,18 @@ def world_state(model, q) -> WorldState:
     R, p = body_placements(model, q)
     Rd, pd = tree.bodies_to_dofs(t, R), tree.bodies_to_dofs(t, p)
     S = spatial.act_motion(Rd, pd, model.dof_axis)
-    m, h, Ibar = spatial.inertia_params(model.mass, model.com, model.inertia)
-    m, h, Ibar = spatial.transform_inertia_params(R, p, m, h, Ibar)
-    return WorldState(R, p, S, m, h, Ibar)
+    c = spatial.mv(R, model.com) + p
+    Ic = spatial.mm(spatial.mm(R, model.inertia), jnp.swapaxes(R, -1, -2))
+    return WorldState(R, p, S, model.mass, c, Ic)
 
 
-def inertia_apply(m, h, Ibar, v):
-    """Spatial inertia (given by its parameters) times a motion vector ``v (..., 6)``."""
-    w, vl = v[..., :3], v[..., 3:]
-    return jnp.concatenate(
-        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1
-    )
+def inertia_apply(m, c, Ic, v):
+    """Spatial inertia (mass ``m``, centre of mass ``c``, inertia ``Ic`` about it, all in the
+    frame of ``v``) times a motion vector ``v (..., 6)``: ``[Ic w + c x l; l]`` with the
+    momentum ``l = m (v + w x c)``."""
+    w = v[..., :3]
+    lin = m[..., None] * (v[..., 3:] + spatial.cross(w, c))
+    return jnp.concatenate([spatial.mv(Ic, w) + spatial.cross(c, lin), lin], -1)
 
 
 def joint_velocities(model, ws, qd):

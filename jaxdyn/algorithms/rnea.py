@@ -36,8 +36,8 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     aJ = tree.dofs_to_bodies(t, ws.S * qdd[:, None]) + spatial.motion_cross(v, vJ)
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
     a = tree.forward_accumulate(t, aJ, a0)
-    f = kin.inertia_apply(ws.mass, ws.h, ws.Ibar, a) + spatial.force_cross(
-        v, kin.inertia_apply(ws.mass, ws.h, ws.Ibar, v))
+    f = kin.inertia_apply(ws.mass, ws.c, ws.Ic, a) + spatial.force_cross(
+        v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v))
     if f_ext is not None:
         f = f - external_forces_world(model, ws, f_ext)
     F = tree.backward_accumulate(t, f)

@@ -69,11 +69,9 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     else:
         link_body[root] = (-1, ident)
 
-    stack = [root]
-    while stack:
-        lname = stack.pop()
+    def visit(lname):
         body, T = link_body[lname]
-        for j in reversed(children[lname]):
+        for j in children[lname]:
             Tj = _compose(T, (rpy_to_matrix(j.rpy), np.asarray(j.xyz, float)))
             if j.type == "fixed":
                 link_body[j.child] = (body, Tj)
@@ -82,10 +80,8 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
                 if j.type not in _KIND:
                     raise ValueError(f"URDF <joint name={j.name!r}>: unsupported joint type "
                                      f"{j.type!r}")
-                if j.mimic is not None:
-                    # Mimic couplings are handled by the cluster models (kinematic loops);
-                    # on a plain tree the joint stays independent, as in Pinocchio's default.
-                    pass
+                # <mimic> couplings belong to the cluster models (kinematic loops); on a plain
+                # tree the joint stays independent, as in Pinocchio's default.
                 kind = _KIND[j.type]
                 axis = np.asarray(j.axis, float)
                 if j.type == "prismatic":
@@ -96,18 +92,28 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
                                    axis=ax6))
                 link_body[j.child] = (len(bodies) - 1, ident)
                 joint_frames.append((j.name, len(bodies) - 1, ident))
-            stack.append(j.child)
-    # the stack walk visits children in document order because we pushed them reversed
+            visit(j.child)
+
+    import sys
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * len(robot.links) + 100))
+    visit(root)
     if len(bodies) == 0:
         raise ValueError(f"URDF <robot name={robot.name!r}>: no moving joint; nothing to simulate "
                          "(use floating_base=True for a single free body)")
 
-    # depth of each body, then sort by (depth, kind, dfs order)
+    # Sort by depth; inside a level by (joint kind, parent's new index, URDF depth-first order),
+    # so that levels and kind groups are contiguous and parent indices are sorted.
     depth = []
     for b in bodies:
         depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
-    order = sorted(range(len(bodies)), key=lambda i: (depth[i], bodies[i]["kind"], i))
-    new_index = {old: new for new, old in enumerate(order)}
+    order, new_index = [], {}
+    for d in range(max(depth) + 1):
+        at_d = [i for i in range(len(bodies)) if depth[i] == d]
+        at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
+        for i in at_d:
+            new_index[i] = len(order)
+            order.append(i)
     nb = len(bodies)
 
     def remap(b):

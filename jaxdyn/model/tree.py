@@ -7,23 +7,43 @@ vectorised expression over the level's bodies. Going out, a level gathers from t
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import joints
+
+
+def _is_identity(idx, n_parent):
+    return len(idx) == n_parent and bool(np.all(idx == np.arange(n_parent)))
 
 
 def gather_parent(prev, level, root):
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0."""
     if prev is None:
         return jnp.broadcast_to(root, (level.n,) + root.shape)
-    return prev[level.parent_local]
+    idx = level.parent_local
+    if _is_identity(idx, prev.shape[0]):
+        return prev
+    if prev.shape[0] == 1:
+        return jnp.broadcast_to(prev, (level.n,) + prev.shape[1:])
+    return prev[idx]
 
 
 def sum_into_parents(x, level, n_parent):
-    """Segment-sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above."""
-    return jax.ops.segment_sum(x, level.parent_local, num_segments=n_parent,
-                               indices_are_sorted=True)
+    """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
+
+    Written as a product with the constant ``(n_parent, n)`` incidence matrix: XLA:CPU turns it
+    into one small dot, where a scatter-add would be a serial loop.
+    """
+    idx = level.parent_local
+    if _is_identity(idx, n_parent):
+        return x
+    if n_parent == 1:
+        return jnp.sum(x, 0, keepdims=True)
+    P = np.zeros((n_parent, level.n), np.float64)
+    P[idx, np.arange(level.n)] = 1.0
+    y = jnp.asarray(P, x.dtype) @ x.reshape(level.n, -1)
+    return y.reshape((n_parent,) + x.shape[1:])
 
 
 def forward_accumulate(topo, incr, root):
