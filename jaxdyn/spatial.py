@@ -34,6 +34,11 @@ def cross(a, b):
     return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
 
 
+import os as _os
+
+_UNROLL_MAX = int(_os.environ.get("JAXDYN_UNROLL_MAX", "3"))
+
+
 def mm(A, B):
     """Batched matrix product ``A @ B`` on the trailing axes, unrolled over the (small,
     static) contracted dimension.
@@ -43,7 +48,7 @@ def mm(A, B):
     3x3 or 6x6 blocks (measured: forward kinematics of talos_full 4x faster).
     """
     k = A.shape[-1]
-    if k > 8:
+    if k > _UNROLL_MAX:
         return jnp.matmul(A, B)
     out = A[..., :, 0, None] * B[..., None, 0, :]
     for i in range(1, k):
@@ -54,7 +59,7 @@ def mm(A, B):
 def mv(A, x):
     """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
     k = A.shape[-1]
-    if k > 8:
+    if k > _UNROLL_MAX:
         return jnp.matmul(A, x[..., None])[..., 0]
     out = A[..., :, 0] * x[..., 0, None]
     for i in range(1, k):
@@ -269,3 +274,46 @@ def transform_inertia_params(R, p, mass, h, Ibar):
         - mass[..., None, None] * mm(P, P)
     )
     return mass, hA, IbarA
+
+
+# ----------------------------------------------------------------------------- small inverses
+
+
+def inv3(A):
+    """Inverse of ``(..., 3, 3)`` matrices by the adjugate (no pivoting; analytic, so it is safe
+    for complex-step inputs; meant for the symmetric positive definite blocks of ABA)."""
+    a, b, c = A[..., 0, 0], A[..., 0, 1], A[..., 0, 2]
+    d, e, f = A[..., 1, 0], A[..., 1, 1], A[..., 1, 2]
+    g, h, i = A[..., 2, 0], A[..., 2, 1], A[..., 2, 2]
+    co = [e * i - f * h, c * h - b * i, b * f - c * e,
+          f * g - d * i, a * i - c * g, c * d - a * f,
+          d * h - e * g, b * g - a * h, a * e - b * d]
+    det = a * co[0] + b * co[3] + c * co[6]
+    inv_det = 1 / det
+    return jnp.stack([jnp.stack(co[0:3], -1), jnp.stack(co[3:6], -1), jnp.stack(co[6:9], -1)],
+                     -2) * inv_det[..., None, None]
+
+
+def inv_spd(D):
+    """Inverse of small symmetric positive definite ``(..., k, k)`` matrices, ``k`` in 1, 3, 6.
+
+    ``k = 6`` uses the 3x3 block Schur complement. Written out so that XLA fuses it (a LAPACK
+    call per joint would dominate compile and run time) and so that it stays analytic.
+    """
+    k = D.shape[-1]
+    if k == 1:
+        return 1 / D
+    if k == 3:
+        return inv3(D)
+    if k == 6:
+        A, B, C = D[..., :3, :3], D[..., :3, 3:], D[..., 3:, 3:]
+        Ai = inv3(A)
+        AiB = mm(Ai, B)
+        Bt = jnp.swapaxes(B, -1, -2)
+        Si = inv3(C - mm(Bt, AiB))
+        top_right = -mm(AiB, Si)
+        top_left = Ai - mm(top_right, jnp.swapaxes(AiB, -1, -2))
+        return jnp.concatenate(
+            [jnp.concatenate([top_left, top_right], -1),
+             jnp.concatenate([jnp.swapaxes(top_right, -1, -2), Si], -1)], -2)
+    return jnp.linalg.inv(D)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _checks, joints, spatial
 from ..spatial import mm
@@ -29,13 +30,6 @@ class ArticulatedBodies(NamedTuple):
     U: tuple  # per (level, group): (n, 6, k)
     Dinv: tuple  # (n, k, k)
     u: tuple  # (n, k, r)
-
-
-def _inv_small(D):
-    k = D.shape[-1]
-    if k == 1:
-        return 1 / D
-    return jnp.linalg.inv(D)
 
 
 def articulated_inertias(model, S, I6):
@@ -59,11 +53,19 @@ def articulated_inertias(model, S, I6):
             k = joints.NV[g.kind]
             Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
             IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
-            U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
-            Dinv = _inv_small(mm(Sg, U))
+            if k == 1:  # elementwise forms: one fused kernel instead of batched dots
+                s1 = Sg[:, 0]
+                U1 = spatial.mv(IAg, s1)
+                Dinv = 1 / jnp.sum(s1 * U1, -1)
+                U = U1[..., None]
+                Dinv = Dinv[:, None, None]
+                Ia.append(IAg - U * (Dinv * U1[:, None, :]))
+            else:
+                U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
+                Dinv = spatial.inv_spd(mm(Sg, U))
+                Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
             Ug.append(U)
             Dg.append(Dinv)
-            Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
         Us[li], Dinvs[li], Ias[li] = tuple(Ug), tuple(Dg), tuple(Ia)
         below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
     return Us, Dinvs, Ias
@@ -158,14 +160,72 @@ def aba(model, q, v, tau, f_ext=None):
     return aba_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext)[0]
 
 
-def minv_world(model, ws):
-    """``M^-1`` from a world state: ABA with ``nv`` unit-torque right-hand sides."""
+def minv_world(model, ws, inertias=None):
+    """``M^-1`` from a world state: ABA with ``nv`` unit-torque right-hand sides.
+
+    Only the columns that can be nonzero are carried: with bodies sorted by depth, the subtree
+    of a body at level ``l`` owns coordinates ``>= v0_l`` (the level's first coordinate), so
+    the backward pass at level ``l`` works on columns ``[v0_l, nv)`` and the forward pass
+    yields the block ``Minv[rows_l, v0_l:]``; the rest follows by symmetry (Carpentier 2018
+    exploits the same subtree sparsity).
+    """
+    t = model.topo
     dtype = ws.S.dtype
-    nb, nv = model.nb, model.nv
-    pA = jnp.zeros((nb, 6, nv), dtype)
-    Minv, _ = aba_passes(model, ws.S, world_inertia_matrices(ws), pA, None,
-                         jnp.eye(nv, dtype=dtype), jnp.zeros((6, nv), dtype))
-    return Minv
+    nv, nl = model.nv, len(t.levels)
+    S = ws.S
+    Us, Dinvs, _ = inertias if inertias is not None else articulated_inertias(
+        model, S, world_inertia_matrices(ws))
+    v0 = [lvl.groups[0].v0 for lvl in t.levels]
+    us = [None] * nl
+    below = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        ncol = nv - v0[li]
+        p = None
+        if below is not None:
+            pb = tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+            p = jnp.concatenate([jnp.zeros(pb.shape[:2] + (v0[li + 1] - v0[li],), dtype), pb], -1)
+        ug, pa = [], []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            U, Dinv = Us[li][gi], Dinvs[li][gi]
+            # unit torques: tau_g[:, :, c] = 1 at c == own coordinate (relative to v0_l)
+            eye = np.zeros((g.n, k, ncol))
+            rows = np.arange(g.v0, g.v1) - v0[li]
+            eye.reshape(g.n * k, ncol)[np.arange(g.n * k), rows] = 1.0
+            u = jnp.asarray(eye, dtype)
+            if p is not None:
+                pg = p[g.b0 - lvl.b0:g.b1 - lvl.b0]
+                u = u - mm(Sg, pg)
+                pa.append(pg + mm(U, mm(Dinv, u)))
+            else:
+                pa.append(mm(U, mm(Dinv, u)))
+            ug.append(u)
+        us[li] = tuple(ug)
+        below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
+    rows_out, prev = [], None
+    for li, lvl in enumerate(t.levels):
+        if prev is None:
+            a = jnp.zeros((lvl.n, 6, nv - v0[li]), dtype)
+        else:
+            a = tree.gather_parent(prev, lvl, None)[..., v0[li] - v0[li - 1]:]
+        parts = []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            U, Dinv, u = Us[li][gi], Dinvs[li][gi], us[li][gi]
+            ag = a[g.b0 - lvl.b0:g.b1 - lvl.b0]
+            qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, ncol)
+            rows_out.append(jnp.concatenate(
+                [jnp.zeros((g.n * k, v0[li]), dtype), qdd.reshape(g.n * k, -1)], -1))
+            parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
+        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
+    upper = jnp.concatenate(rows_out, 0)
+    row_v0 = np.concatenate([np.full(lvl.groups[-1].v1 - lvl.groups[0].v0, v0[li])
+                             for li, lvl in enumerate(t.levels)])
+    keep = np.arange(nv)[None, :] >= row_v0[:, None]
+    return jnp.where(keep, upper, upper.T)
 
 
 def minv(model, q):

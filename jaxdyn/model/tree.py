@@ -94,4 +94,12 @@ def bodies_to_dofs(topo, x):
     """Repeat per-body rows ``x (nb, ...)`` for each of the body's coordinates, ``(nv, ...)``."""
     if topo.nv == topo.nb:
         return x
-    return x[topo.dof_body]
+    parts = []
+    for kind, b0, b1, _, _ in kind_runs(topo):
+        k = joints.NV[kind]
+        xs = x[b0:b1]
+        if k > 1:
+            xs = jnp.broadcast_to(xs[:, None], (b1 - b0, k) + xs.shape[1:])
+            xs = xs.reshape(((b1 - b0) * k,) + x.shape[1:])
+        parts.append(xs)
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
