@@ -138,8 +138,13 @@ class WorldState(NamedTuple):
 
 def com_to_origin(mass, c, Ic):
     """Rotational inertia about the origin from the one about the centre of mass ``c``."""
-    cc = jnp.sum(c * c, -1)[..., None, None] * jnp.eye(3, dtype=c.dtype)
-    return Ic + mass[..., None, None] * (cc - c[..., :, None] * c[..., None, :])
+    # written entry by entry: the broadcast ``eye * |c|^2 - c c^T`` form ran 2x slower under vmap
+    x, y, z = c[..., 0], c[..., 1], c[..., 2]
+    mx, my, mz = mass * x, mass * y, mass * z
+    xx, yy, zz, xy, xz, yz = mx * x, my * y, mz * z, mx * y, mx * z, my * z
+    return Ic + jnp.stack([jnp.stack([yy + zz, -xy, -xz], -1),
+                           jnp.stack([-xy, xx + zz, -yz], -1),
+                           jnp.stack([-xz, -yz, xx + yy], -1)], -2)
 
 
 def world_state(model, q) -> WorldState:
