@@ -6,12 +6,10 @@ transform. Multi-DoF joints use the ``k x k`` blocks ``D = S^T U`` of eq. 7.25.
 
 The passes are written for several right-hand sides at once (``pA (nb, 6, r)``,
 ``tau (nv, r)``): ``r = 1`` is ABA, ``r = nv`` with unit torques is the analytic inverse of
-the mass matrix (:mod:`jaxdyn.algorithms.minv`), and the derivative code reuses it.
+the mass matrix (:func:`minv`), and the derivative code reuses it.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,16 +22,8 @@ from . import kinematics as kin
 from .rnea import check_f_ext, external_forces_world
 
 
-class ArticulatedBodies(NamedTuple):
-    """Per-group results of the backward pass, reused by the forward pass."""
-
-    U: tuple  # per (level, group): (n, 6, k)
-    Dinv: tuple  # (n, k, k)
-    u: tuple  # (n, k, r)
-
-
 def articulated_inertias(model, S, I6):
-    """Backward pass on the inertias only: ``U``, ``D^-1`` per group and the ``IA`` of each level.
+    """Backward pass on the inertias only (they depend on ``q`` alone).
 
     ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias.
     Returns per level and group ``U``, ``D^-1`` and the projected inertia
