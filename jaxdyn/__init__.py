@@ -6,12 +6,12 @@ Spatial vectors are ``[angular; linear]`` (Featherstone). A floating base has
 
 from ._checks import set_value_checks as set_value_checks
 from .algorithms.aba import aba as aba
-from .algorithms.aba import minv as minv
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
 from .algorithms.configuration import neutral_configuration as neutral_configuration
 from .algorithms.configuration import random_configuration as random_configuration
 from .algorithms.crba import crba as crba
+from .algorithms.minv import minv as minv
 from .algorithms.energy import center_of_mass as center_of_mass
 from .algorithms.energy import kinetic_energy as kinetic_energy
 from .algorithms.energy import potential_energy as potential_energy
@@ -19,6 +19,7 @@ from .algorithms.jacobian import jacobian as jacobian
 from .algorithms.jacobian import joint_jacobians as joint_jacobians
 from .algorithms.kinematics import forward_kinematics as forward_kinematics
 from .algorithms.kinematics import frame_placement as frame_placement
+from .batching import vmap as vmap
 from .algorithms.rnea import bias_forces as bias_forces
 from .algorithms.rnea import gravity_forces as gravity_forces
 from .algorithms.rnea import rnea as rnea
