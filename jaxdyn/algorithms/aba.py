@@ -52,7 +52,12 @@ def articulated_inertias(model, S, I6):
             else:
                 U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
                 Dinv = spatial.inv_spd(mm(Sg, U))
-                Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
+                if g.kind == joints.FREE:
+                    # S is invertible: nothing of the inertia crosses a free joint. Exact zero
+                    # instead of the rounding residue of IA - IA (large in world coordinates).
+                    Ia.append(jnp.zeros_like(IAg))
+                else:
+                    Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
             Ug.append(U)
             Dg.append(Dinv)
         Us[li], Dinvs[li], Ias[li] = tuple(Ug), tuple(Dg), tuple(Ia)

@@ -148,7 +148,8 @@ def build_pinocchio_model(model):
     """A Pinocchio model with jaxdyn's bodies, joints and inertias (frames are not copied).
 
     Useful as an oracle independent of URDF parsing (e.g. for spherical joints, which URDF
-    lacks). Joint ``i`` of the result is jaxdyn body ``i - 1``.
+    lacks). Joints are added depth-first (Pinocchio's algorithms need subtrees to be
+    contiguous) and keep jaxdyn's joint names, so :class:`Converter` maps between the two.
     """
     import pinocchio as pin
 
@@ -158,7 +159,16 @@ def build_pinocchio_model(model):
     R, p = np.asarray(model.Xtree_R), np.asarray(model.Xtree_p)
     axis = np.asarray(model.dof_axis)
     mass, com, inertia = (np.asarray(x) for x in (model.mass, model.com, model.inertia))
+    children = {b: [] for b in range(-1, t.nb)}
     for b in range(t.nb):
+        children[int(t.parent[b])].append(b)
+    order, stack = [], list(reversed(children[-1]))
+    while stack:
+        b = stack.pop()
+        order.append(b)
+        stack.extend(reversed(children[b]))
+    pin_id = {-1: 0}
+    for b in order:
         kind = int(t.kind[b])
         if kind == joints.FREE:
             jm = pin.JointModelFreeFlyer()
@@ -170,7 +180,8 @@ def build_pinocchio_model(model):
                 jm = pin.JointModelRevoluteUnaligned(*s[:3])
             else:
                 jm = pin.JointModelPrismaticUnaligned(*s[3:])
-        jid = pm.addJoint(int(t.parent[b]) + 1, jm, pin.SE3(R[b], p[b]), t.joint_names[b])
+        jid = pm.addJoint(pin_id[int(t.parent[b])], jm, pin.SE3(R[b], p[b]), t.joint_names[b])
+        pin_id[b] = jid
         pm.appendBodyToJoint(jid, pin.Inertia(mass[b], com[b], inertia[b]), pin.SE3.Identity())
     pm.gravity = pin.Motion(np.concatenate([np.asarray(model.gravity), np.zeros(3)]))
     return pm

@@ -1,7 +1,8 @@
 """The compiled robot model: static topology (numpy) plus parameter leaves (JAX arrays).
 
 Bodies are numbered so that every depth level of the tree is a contiguous range, and inside a
-level the joints of one kind are contiguous too (bodies sorted by ``(depth, kind, URDF order)``).
+level the joints of one kind are contiguous too: bodies are sorted by ``(depth, joint kind,
+parent's index, URDF depth-first order)``.
 Velocity coordinates follow the body order, so a (level, kind) group owns a contiguous slice of
 ``v`` as well. A tree pass is then a Python loop over the few static levels, each step a
 slice, a gather from the previous level and a segment-sum into it.
@@ -226,7 +227,7 @@ class Model(eqx.Module):
                 )
                 walk(c, prefix + ("    " if last else "|   "))
 
-        lines.append(t.root_name + ("  (world)" if not self.floating_base else ""))
+        lines.append("world" if self.floating_base else f"{t.root_name}  (world)")
         walk(-1, "")
         return "\n".join(lines)
 
