@@ -1,0 +1,309 @@
+"""The ``jaxdyn`` command line.
+
+Subcommands::
+
+    jaxdyn info ROBOT [--floating | --fixed]     # model summary: tree, sizes, masses, joints
+    jaxdyn demo [--batch N] [--dtype float32|float64]
+                                                 # batched ABA / RNEA / CRBA on the bundled robots
+    jaxdyn bench ...                             # benchmarks (see ``jaxdyn bench --help``)
+
+``ROBOT`` is a URDF file path, a bundled robot (``arm7``, ``quad12``) or an example-robot-data
+name (``ur5``, ``panda``, ``solo12``, ... ; needs ``pip install example-robot-data``).
+
+User errors (unknown robot, malformed URDF, bad arguments) print one ``error: ...`` line on
+stderr and exit with status 2. ``demo`` exits with 1 if its consistency checks fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+__all__ = ["main"]
+
+
+class UserError(Exception):
+    """An error caused by the user's input: reported on one line, exit status 2."""
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split())
+    return msg or type(e).__name__
+
+
+# --------------------------------------------------------------------------- helpers
+def _load(robot: str, floating_base):
+    from . import robots
+
+    try:
+        path, default_fb = robots.resolve(robot)
+        fb = default_fb if floating_base is None else floating_base
+        model = robots.load(str(path), floating_base=fb)
+    except (ValueError, TypeError, OSError) as e:
+        raise UserError(_one_line(e)) from None
+    return path, model
+
+
+def _timeit(fn, *args, repeat: int = 5):
+    """Median wall time of ``fn(*args)`` (blocked until ready) over ``repeat`` calls."""
+    import jax
+
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _fmt_time(s: float) -> str:
+    if s >= 1.0:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    if s >= 1e-6:
+        return f"{s * 1e6:.2f} us"
+    return f"{s * 1e9:.0f} ns"
+
+
+# --------------------------------------------------------------------------- info
+_FLOATING = "floating (root_joint: q = [x y z qw qx qy qz], v = [w; v] in base coordinates)"
+
+
+def _cmd_info(args) -> int:
+    import numpy as np
+
+    from . import joints
+
+    path, model = _load(args.robot, args.floating_base)
+    t = model.topo
+    mass = np.asarray(model.mass, dtype=float)
+    out = [
+        model.describe(),
+        "",
+        f"source      {path}",
+        f"base        {_FLOATING if model.floating_base else 'fixed'}",
+        f"nq / nv     {model.nq} / {model.nv}",
+        f"bodies      {model.nb}",
+        f"depth       {model.depth}",
+        f"total mass  {mass.sum():.6g} kg",
+        f"frames      {len(model.frame_names)}",
+        "",
+        f"joints in q/v order ({len(model.joint_names)}):",
+    ]
+    wj = max([len("joint")] + [len(n) for n in t.joint_names])
+    wb = max([len("body")] + [len(n) for n in t.body_names])
+    out.append(f"  {'#':>3}  {'joint':<{wj}}  {'type':<9}  {'q':<7}  {'v':<7}  "
+               f"{'body':<{wb}}  {'parent':<{wb}}  mass [kg]")
+    for b in range(t.nb):
+        q0, v0 = int(t.q_start[b]), int(t.v_start[b])
+        qs = f"{q0}:{q0 + int(t.nq_j[b])}"
+        vs = f"{v0}:{v0 + int(t.nv_j[b])}"
+        p = int(t.parent[b])
+        parent = t.body_names[p] if p >= 0 else ("world" if model.floating_base else t.root_name)
+        kind = joints.KIND_NAMES[int(t.kind[b])]
+        out.append(f"  {b:>3}  {t.joint_names[b]:<{wj}}  {kind:<9}  {qs:<7}  {vs:<7}  "
+                   f"{t.body_names[b]:<{wb}}  {parent:<{wb}}  {mass[b]:.6g}")
+    if not model.floating_base:
+        out.append(f"  (root link {t.root_name!r} is welded to the world)")
+    print("\n".join(out))
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+def _max_rel(got, ref):
+    """Largest per-sample relative error ``|got - ref| / |ref|`` (2-norms; inf if not finite)."""
+    import numpy as np
+
+    num = np.linalg.norm(got - ref, axis=-1)
+    den = np.maximum(np.linalg.norm(ref, axis=-1), np.finfo(np.float64).tiny)
+    r = num / den
+    return float(r.max()) if np.all(np.isfinite(r)) else float("inf")
+
+
+DEMO_ROBOTS = ("arm7", "quad12")
+
+
+def _demo_robot(name: str, batch: int, dtype, n_check: int, tol: float) -> bool:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxdyn
+
+    from . import robots
+
+    model = robots.load(name).astype(dtype)
+    print("=" * 78)
+    print(model.describe())
+    print()
+
+    kq, kv, kt = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(
+        jax.random.split(kq, batch))
+    v = jax.random.normal(kv, (batch, model.nv), dtype)
+    tau = 5.0 * jax.random.normal(kt, (batch, model.nv), dtype)
+    f_aba = jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))
+    f_rnea = jax.jit(jax.vmap(jaxdyn.rnea, in_axes=(None, 0, 0, 0)))
+    f_crba = jax.jit(jax.vmap(jaxdyn.crba, in_axes=(None, 0)))
+
+    def compile_(f, *a):
+        t = time.perf_counter()
+        c = f.lower(*a).compile()
+        return c, time.perf_counter() - t
+
+    def report(label, compiled, ct, *a):
+        rt = _timeit(compiled, *a)
+        print(f"  {label:<34} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
+              f"= {_fmt_time(rt / batch):>9} / sample")
+
+    print(f"{name}: batch of {batch} random states, {jnp.dtype(dtype).name}, "
+          f"device {jax.devices()[0].platform}")
+    c_aba, t_aba = compile_(f_aba, model, q, v, tau)
+    qdd = c_aba(model, q, v, tau)
+    report("aba   (forward dynamics)", c_aba, t_aba, model, q, v, tau)
+    c_rnea, t_rnea = compile_(f_rnea, model, q, v, qdd)
+    tau_back = c_rnea(model, q, v, qdd)
+    report("rnea  (inverse dynamics)", c_rnea, t_rnea, model, q, v, qdd)
+    c_crba, t_crba = compile_(f_crba, model, q)
+    M = c_crba(model, q)
+    report("crba  (mass matrix)", c_crba, t_crba, model, q)
+
+    # Check 1: qdd from ABA against solve(M, tau - b) on a few samples (solved in float64).
+    k = min(n_check, batch)
+    b = jax.jit(jax.vmap(jaxdyn.bias_forces, in_axes=(None, 0, 0)))(model, q[:k], v[:k])
+    M_k, b_k, tau_k = (np.asarray(x, dtype=np.float64) for x in (M[:k], b, tau[:k]))
+    ref = np.linalg.solve(M_k, (tau_k - b_k)[..., None])[..., 0]
+    got = np.asarray(qdd[:k], dtype=np.float64)
+    rel = _max_rel(got, ref)
+    ok1 = bool(rel < tol)
+    print(f"  check aba == solve(crba, tau - bias_forces), {k} samples: "
+          f"max rel. err {rel:.1e}  {'OK' if ok1 else 'FAILED'}")
+    # Check 2: inverse of forward dynamics, on the whole batch.
+    rel2 = _max_rel(np.asarray(tau_back, np.float64), np.asarray(tau, np.float64))
+    ok2 = bool(rel2 < tol)
+    print(f"  check rnea(q, v, aba(q, v, tau)) == tau, {batch} samples: "
+          f"max rel. err {rel2:.1e}  {'OK' if ok2 else 'FAILED'}")
+    return ok1 and ok2
+
+
+def _cmd_demo(args) -> int:
+    import jax
+
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1, got {args.batch}")
+    x64 = args.dtype == "float64"
+    previous = bool(jax.config.jax_enable_x64)
+    t0 = time.perf_counter()
+    try:
+        if x64 and not previous:
+            jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+
+        dtype = jnp.float64 if x64 else jnp.float32
+        tol = 1e-8 if x64 else 1e-2
+        ok = True
+        for name in DEMO_ROBOTS:
+            ok &= _demo_robot(name, args.batch, dtype, n_check=8, tol=tol)
+    finally:
+        if x64 and not previous:
+            jax.config.update("jax_enable_x64", False)
+    print("=" * 78)
+    print(f"demo {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s "
+          "(compile times dominate; run times are per call of the jitted, vmapped function)")
+    return 0 if ok else 1
+
+
+# --------------------------------------------------------------------------- bench
+def _cmd_bench(rest) -> int:
+    import importlib
+
+    try:
+        bench = importlib.import_module("jaxdyn.bench")
+    except ModuleNotFoundError as e:
+        if e.name not in ("jaxdyn.bench", "jaxdyn"):
+            raise UserError(f"jaxdyn bench needs the package {e.name!r}: "
+                            "pip install 'jaxdyn[bench]'") from None
+        raise UserError("jaxdyn.bench is not available in this installation "
+                        "(the benchmark module is missing)") from None
+    try:
+        rc = bench.main(list(rest))
+    except SystemExit as e:  # argparse inside bench
+        rc = e.code
+    if rc is None:
+        return 0
+    return rc if isinstance(rc, int) else 1
+
+
+# --------------------------------------------------------------------------- parser
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxdyn",
+        description="Rigid-body dynamics in JAX: fast, batched, differentiable and exact.",
+    )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"jaxdyn {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    pi = sub.add_parser("info", help="print a model summary (tree, sizes, masses, joints)",
+                        description="Print a model summary: tree, nq/nv, bodies, depth, masses, "
+                                    "frames and joint names in q/v order.")
+    pi.add_argument("robot", metavar="ROBOT",
+                    help="URDF path, bundled robot (arm7, quad12) or example-robot-data name")
+    g = pi.add_mutually_exclusive_group()
+    g.add_argument("--floating", dest="floating_base", action="store_const", const=True,
+                   default=None, help="attach the root link by a free joint (root_joint)")
+    g.add_argument("--fixed", dest="floating_base", action="store_const", const=False,
+                   help="weld the root link to the world")
+    pi.set_defaults(func=_cmd_info)
+
+    pd = sub.add_parser("demo", help="batched forward dynamics on the bundled arm and quadruped",
+                        description="Load the bundled arm7 and quad12, run jit(vmap(aba)) over "
+                                    "random states, check it and time aba / rnea / crba.")
+    pd.add_argument("--batch", type=int, default=1024, metavar="N",
+                    help="number of random states (default 1024)")
+    pd.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="floating-point type (default float32)")
+    pd.set_defaults(func=_cmd_demo)
+
+    sub.add_parser("bench", add_help=False, help="run the benchmarks (jaxdyn bench --help)")
+    return p
+
+
+def main(argv=None) -> int:
+    """Run the ``jaxdyn`` command line with ``argv`` (default ``sys.argv[1:]``); return the
+    exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "bench":
+            return _cmd_bench(argv[1:])
+        parser = _parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help, --version, usage errors (argparse prints them)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        if args.cmd is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return args.func(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `jaxdyn info talos_full | head`
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The ``jaxdyn`` command line (``jaxdyn.cli.main``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import cli, robots
+
+
+def _run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _field(out: str, name: str) -> str:
+    m = re.search(rf"^{re.escape(name)}\s+(.+)$", out, re.M)
+    assert m, f"no {name!r} line in:\n{out}"
+    return m.group(1).strip()
+
+
+def test_info_bundled(capsys):
+    rc, out, err = _run(capsys, "info", "arm7")
+    assert rc == 0, err
+    model = robots.load("arm7")
+    assert model.describe() in out
+    assert _field(out, "nq / nv") == f"{model.nq} / {model.nv}"
+    assert _field(out, "bodies") == str(model.nb)
+    assert _field(out, "depth") == str(model.depth)
+    assert _field(out, "frames") == str(len(model.frame_names))
+    assert float(_field(out, "total mass").split()[0]) == pytest.approx(
+        float(np.sum(np.asarray(model.mass))), rel=1e-5)
+    # joint names listed in q/v order
+    positions = [out.index(f"  {n}  ") for n in model.joint_names]
+    assert positions == sorted(positions)
+
+
+def test_info_floating_override(capsys):
+    rc, out, _ = _run(capsys, "info", "quad12", "--fixed")
+    assert rc == 0
+    assert "root_joint" not in out
+    assert _field(out, "nq / nv") == "12 / 12"
+    rc, out, _ = _run(capsys, "info", "quad12")
+    assert rc == 0
+    assert "root_joint" in out
+    assert _field(out, "nq / nv") == "19 / 18"
+    rc, _, err = _run(capsys, "info", "quad12", "--fixed", "--floating")
+    assert rc == 2 and "not allowed with" in err
+
+
+def test_info_urdf_path(tmp_path, capsys):
+    urdf = robots.random_urdf(8, seed=3, joint_types=("revolute", "prismatic", "spherical"))
+    path = tmp_path / "random.urdf"
+    path.write_text(urdf)
+    model = jaxdyn.load_urdf(str(path), floating_base=True)
+
+    rc, out, err = _run(capsys, "info", str(path), "--floating")
+    assert rc == 0, err
+    assert _field(out, "source") == str(path)
+    assert _field(out, "nq / nv") == f"{model.nq} / {model.nv}"
+    assert _field(out, "bodies") == str(model.nb)
+    assert model.joint_names[0] == "root_joint"
+    positions = [out.index(f"  {n}  ") for n in model.joint_names]
+    assert positions == sorted(positions)
+    # per-body masses are printed (mass is the last column of the joint table)
+    rows = [line for line in out.splitlines()
+            if re.match(r"^\s+\d+\s", line) and line.split()[1] in model.joint_names]
+    assert len(rows) == model.nb
+    np.testing.assert_allclose([float(r.split()[-1]) for r in rows], np.asarray(model.mass),
+                               rtol=1e-5)
+
+
+def test_unknown_robot(capsys):
+    rc, out, err = _run(capsys, "info", "no_such_robot_xyz")
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("error: ") and "no_such_robot_xyz" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_urdf(tmp_path, capsys):
+    path = tmp_path / "bad.urdf"
+    path.write_text('<robot name="r"><link name="a"/><joint name="j" type="revolute">'
+                    '<parent link="a"/><child link="missing"/></joint></robot>')
+    rc, _, err = _run(capsys, "info", str(path))
+    assert rc == 2
+    assert err.startswith("error: ") and "missing" in err
+    assert err.count("\n") == 1
+
+    path.write_text("<robot name='r'><link name='a'>")  # not well-formed XML
+    rc, _, err = _run(capsys, "info", str(path))
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_usage_errors(capsys):
+    rc, _, err = _run(capsys)
+    assert rc == 2 and "usage" in err
+    rc, _, err = _run(capsys, "frobnicate")
+    assert rc == 2 and "invalid choice" in err
+    rc, _, err = _run(capsys, "demo", "--batch", "0")
+    assert rc == 2 and err.startswith("error: ")
+
+
+def test_demo_small(capsys):
+    rc, out, err = _run(capsys, "demo", "--batch", "8")
+    assert rc == 0, out + err
+    for name in cli.DEMO_ROBOTS:
+        assert robots.load(name).describe() in out
+    assert out.count("OK") == 2 * len(cli.DEMO_ROBOTS)
+    assert "FAILED" not in out
+    for alg in ("aba", "rnea", "crba"):
+        assert len(re.findall(rf"^\s+{alg}\b.*compile .* / sample$", out, re.M)) == 2
+    assert "demo passed" in out
+
+
+def test_python_dash_m():
+    r = subprocess.run([sys.executable, "-m", "jaxdyn", "info", "nope_robot"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: unknown robot 'nope_robot'")
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_delegates(capsys):
+    rc, out, _ = _run(capsys, "bench", "--help")
+    assert rc == 0
+    assert "usage: jaxdyn bench" in out
+
+
+def test_bench_missing(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "jaxdyn.bench", None)  # import now fails
+    rc, out, err = _run(capsys, "bench", "--quick")
+    assert rc == 2 and out == ""
+    assert err.startswith("error: ") and "jaxdyn.bench" in err and err.count("\n") == 1
