@@ -18,10 +18,17 @@ _VALUE_CHECKS = os.environ.get("JAXDYN_VALUE_CHECKS", "1") not in ("0", "false",
 def set_value_checks(enabled: bool) -> None:
     """Turn the jit-time value checks (e.g. unit quaternions in ``q``) on or off.
 
-    Takes effect for functions traced after the call.
+    The checks are inserted when a function is traced, so a change clears JAX's compilation
+    caches (``jax.clear_caches()``): functions already jitted are traced again with the new
+    setting on their next call.
     """
     global _VALUE_CHECKS
-    _VALUE_CHECKS = bool(enabled)
+    enabled = bool(enabled)
+    if enabled != _VALUE_CHECKS:
+        import jax
+
+        jax.clear_caches()
+    _VALUE_CHECKS = enabled
 
 
 def value_checks_enabled() -> bool:

@@ -69,6 +69,7 @@ def rnea(model, q, v, a, f_ext=None):
 
 def bias_forces(model, q, v):
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
+    _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
     return rnea(model, q, v, jnp.zeros_like(v))
 
