@@ -1,0 +1,47 @@
+"""Full benchmark matrix of jaxdyn against Pinocchio and MJX; writes benchmarks/RESULTS.md.
+
+    python benchmarks/core.py                 # full matrix (about 15-25 min on 2 cores)
+    python benchmarks/core.py --dtypes float64 --out /tmp/r.md   # any `jaxdyn bench` option
+
+Robots solo12, talos_full (floating base) and panda (fixed-base arm); rnea, crba, aba, minv;
+batches 1 (unbatched jit latency), 64, 1024, 8192; float64 and float32; Pinocchio per call; MJX
+inverse/forward at batch 1024. Single-threaded XLA by default (``--multi-thread`` to disable).
+See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Set the single-thread XLA flags before anything imports jax (jaxdyn.bench does it too,
+    # but only takes effect if the CPU backend does not exist yet).
+    if "--multi-thread" not in argv:
+        import os
+
+        from_env = os.environ.get("XLA_FLAGS", "")
+        if "xla_cpu_multi_thread_eigen" not in from_env:
+            os.environ["XLA_FLAGS"] = (from_env + " --xla_cpu_multi_thread_eigen=false "
+                                       "intra_op_parallelism_threads=1").strip()
+    from jaxdyn import bench
+
+    defaults = ["--robots", "solo12,talos_full,panda",
+                "--batches", "1,64,1024,8192",
+                "--dtypes", "float64,float32",
+                "--mjx-fns", "inverse,forward",
+                "--mjx-batches", "1024"]
+    if not any(a == "--out" or a.startswith("--out=") for a in argv):
+        import os
+
+        defaults += ["--out", os.path.relpath(HERE / "RESULTS.md")]
+    # later options win in argparse, so user arguments override the defaults
+    return bench.main(defaults + argv, prog="python benchmarks/core.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
