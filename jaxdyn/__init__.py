@@ -27,3 +27,32 @@ from .model import Model as Model
 from .model import load_urdf as load_urdf
 
 __version__ = "0.1.0"
+
+# Operational-space quantities (issue #5): constraints, Delassus matrix, constrained dynamics,
+# inertia-weighted input matrix.
+from . import constraints as constraints
+from .constraints import Connect as Connect
+from .constraints import Weld as Weld
+from .constraints import constraint_jacobian as constraint_jacobian
+from .iwim import Inputs as Inputs
+from .iwim import build_input_matrix as build_input_matrix
+from .iwim import input_matrix as input_matrix
+from .osim import constrained_aba as constrained_aba
+from .osim import delassus as delassus
+
+# Analytical derivatives (issue #3): IDSVA / FDSVA partials, and rnea / aba with custom_jvp
+# rules built on them (these two rebind the plain algorithms imported above; the plain ones stay
+# at jaxdyn.algorithms.rnea.rnea / jaxdyn.algorithms.aba.aba).
+from . import derivatives as derivatives
+from .derivatives import aba as aba
+from .derivatives import aba_derivatives as aba_derivatives
+from .derivatives import rnea as rnea
+from .derivatives import rnea_derivatives as rnea_derivatives
+
+# Kinematic loops by clusters of bodies (issue #4): URDF+ models, C-RNEA / C-ABA / C-EFPA
+# (Chignoli et al., T-RO 2024) and their projected / Lagrange / reflected-inertia baselines.
+from . import clusters as clusters
+from .clusters import caba as caba
+from .clusters import cefpa as cefpa
+from .clusters import crnea as crnea
+from .clusters import load_urdf_plus as load_cluster_urdf

@@ -150,5 +150,5 @@ def aba(model, q, v, tau, f_ext=None):
     tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
     f_ext = check_f_ext(fn, model, f_ext, dtype)
-    ws = kin.world_state(model, q)
+    ws = kin.world_state(model, q, centered=True)
     return aba_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext)[0]

@@ -41,4 +41,4 @@ def crba(model, q):
     Reference: Featherstone 2008, Alg. 6.2 (CRBA), in world coordinates.
     """
     model, q, _ = kin._prepare(model, "crba", q)
-    return crba_world(model, kin.world_state(model, q))
+    return crba_world(model, kin.world_state(model, q, centered=True))

@@ -147,10 +147,18 @@ def com_to_origin(mass, c, Ic):
                            jnp.stack([-xz, -yz, xx + yy], -1)], -2)
 
 
-def world_state(model, q) -> WorldState:
-    """Placements, world motion subspaces ``oS = oX_i S_i`` and world inertias ``oI_i``."""
+def world_state(model, q, centered: bool = False) -> WorldState:
+    """Placements, world motion subspaces ``oS = oX_i S_i`` and world inertias ``oI_i``.
+
+    With ``centered=True`` and a floating base, the ground frame is translated to the base's
+    origin (axes unchanged). Joint-space results (``tau``, ``qdd``, ``M``) are invariant under
+    that translation, while world inertias about a distant origin carry ``m |p|^2`` terms that
+    cost precision quadratically with the distance; the dynamics algorithms use it.
+    """
     t = model.topo
     R, p = body_placements(model, q)
+    if centered and t.floating_base:
+        p = p - p[:1]
     Rd, pd = tree.bodies_to_dofs(t, R), tree.bodies_to_dofs(t, p)
     S = spatial.act_motion(Rd, pd, model.dof_axis)
     c = spatial.mv(R, model.com) + p

@@ -95,4 +95,4 @@ def minv(model, q):
     **Arguments:** ``q (nq,)``. **Returns:** ``M(q)^-1`` ``(nv, nv)``.
     """
     model, q, _ = kin._prepare(model, "minv", q)
-    return minv_world(model, kin.world_state(model, q))
+    return minv_world(model, kin.world_state(model, q, centered=True))

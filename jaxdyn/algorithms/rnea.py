@@ -63,7 +63,7 @@ def rnea(model, q, v, a, f_ext=None):
     a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
     model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
     f_ext = check_f_ext(fn, model, f_ext, dtype)
-    ws = kin.world_state(model, q)
+    ws = kin.world_state(model, q, centered=True)
     return rnea_world(model, ws, v.astype(dtype), a.astype(dtype), f_ext)[0]
 
 

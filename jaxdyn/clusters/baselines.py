@@ -1,0 +1,284 @@
+"""Baselines for the cluster algorithms (same signatures), on the spanning tree.
+
+Reference: Chignoli et al., T-RO 2024, §II-C/D (and §IX, the methods C-RNEA / C-ABA / C-EFPA
+are benchmarked against):
+
+* :func:`projected_rnea` -- ``tau = G^T RNEA_tree(q, G v, G a + g)`` (Kumar et al.'s projected
+  inverse dynamics, paper eq. (10));
+* :func:`projection_fd` -- projection method: ``(G^T H G) a = tau - G^T (C + H g)``, solved by
+  Cholesky (paper eq. (12));
+* :func:`lagrange_fd` -- Lagrange multipliers with the implicit constraint Jacobian ``K``:
+  ``tau_q = (G^T)^+ tau``, ``lambda = (K H^-1 K^T)^-1 (k - K H^-1 (tau_q - C))``,
+  ``qdd = H^-1 (tau_q - C + K^T lambda)`` (paper eq. (11));
+* :func:`projected_osim` -- ``Λ^-1 = J G (G^T H G)^-1 G^T J^T``;
+* :func:`approximate_model` -- the reflected-inertia ("approximate") and unconstrained link
+  trees of §IX-B: rotors removed, ``R = sum_r S_r^T I_r S_r`` added as diagonal (MuJoCo's
+  armature) or per-cluster block joint-space inertia.
+
+``H`` and ``C`` come from jaxdyn's CRBA and RNEA on the spanning tree.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints, spatial
+from ..algorithms import kinematics as kin
+from ..algorithms.crba import crba_world
+from ..algorithms.rnea import rnea_world
+from ..model import Model
+from ..model.model import make_topology
+from . import spec as S
+from .algorithms import _check_fext, _ee_transforms, resolve_end_effectors
+from .model import IMPLICIT, LINEAR, TREE, ClusterModel, build, with_armature
+from .state import _prep, all_group_states, assemble_spanning, spanning_g, spanning_G, \
+    constraint_jacobian
+
+APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
+
+
+def _armature_dense(model, dt):
+    """Block-diagonal ``(nv, nv)`` armature of the model (None if it has none)."""
+    t = model.topo
+    if not any("armature" in g.params for g in t.groups):
+        return None
+    R = jnp.zeros((t.nv, t.nv), dt)
+    for g in t.groups:
+        if "armature" not in g.params:
+            continue
+        idx = g.v0 + np.arange(g.nc * g.ny).reshape(g.nc, g.ny)
+        R = R.at[idx[:, :, None], idx[:, None, :]].set(jnp.asarray(g.params["armature"], dt))
+    return R
+
+
+def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
+    model, q, v, x, dt = _prep(model, fn, q, v, x)
+    f_ext = _check_fext(fn, model, f_ext)
+    if f_ext is not None:
+        f_ext = f_ext.astype(dt)
+    gss = all_group_states(model, q, v)
+    qs = assemble_spanning(model, gss, "qs")
+    qd = None if v is None else assemble_spanning(model, gss, "qd")
+    G = spanning_G(model, gss, dt)
+    gv = spanning_g(model, gss, dt)
+    ws = kin.world_state(model.tree, qs)
+    return model, q, v, x, f_ext, dt, qs, qd, G, gv, ws
+
+
+def projected_rnea(model: ClusterModel, q, v, a, f_ext=None):
+    """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
+    model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "projected_rnea", q, v, a,
+                                                             "a", f_ext)
+    tau = rnea_world(model.tree, ws, qd, G @ a + gv, f_ext)[0]
+    out = G.T @ tau
+    R = _armature_dense(model, dt)
+    return out if R is None else out + R @ a
+
+
+def _H_C(model, ws, qd, f_ext, G, gv, dt):
+    M = crba_world(model.tree, ws)
+    C = rnea_world(model.tree, ws, qd, jnp.zeros_like(qd), f_ext)[0]
+    return M, C
+
+
+def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
+    """Projection-method forward dynamics: Cholesky solve of
+    ``(G^T H G) a = tau - G^T (C + H g)`` (paper eq. (12))."""
+    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "projection_fd", q, v, tau,
+                                                               "tau", f_ext)
+    M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
+    H = G.T @ M @ G
+    R = _armature_dense(model, dt)
+    if R is not None:
+        H = H + R
+    rhs = tau - G.T @ (C + M @ gv)
+    cf = jax.scipy.linalg.cho_factor(H)
+    return jax.scipy.linalg.cho_solve(cf, rhs)
+
+
+def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
+    """Lagrange-multiplier forward dynamics with the implicit constraint Jacobian ``K``
+    (paper eq. (11)): ``tau_q = G (G^T G)^-1 tau``, ``A = K H^-1 K^T``,
+    ``lambda = A^-1 (k - K H^-1 (tau_q - C))``, ``qdd = H^-1 (tau_q - C + K^T lambda)``, and
+    ``a = (G^T G)^-1 G^T (qdd - g)``."""
+    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "lagrange_fd", q, v, tau,
+                                                               "tau", f_ext)
+    if any("armature" in g.params for g in model.topo.groups):
+        raise ValueError("lagrange_fd: models with armature (approximate models) have no "
+                         "spanning-tree form; use projection_fd or caba")
+    M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
+    _, K, k = constraint_jacobian(model, q, v)
+    GtG = G.T @ G
+    tau_q = G @ jnp.linalg.solve(GtG, tau)
+    cf = jax.scipy.linalg.cho_factor(M)
+    rhs = tau_q - C
+    Minv_rhs = jax.scipy.linalg.cho_solve(cf, rhs)
+    if K.shape[0] == 0:
+        qdd = Minv_rhs
+    else:
+        MinvKt = jax.scipy.linalg.cho_solve(cf, K.T)
+        A = K @ MinvKt
+        lam = jnp.linalg.solve(A, k - K @ Minv_rhs)
+        qdd = Minv_rhs + MinvKt @ lam
+    return jnp.linalg.solve(GtG, G.T @ (qdd - gv))
+
+
+def ee_jacobians(model: ClusterModel, ws, ees, dt):
+    """Spanning-tree Jacobians ``(m, 6, nv_tree)`` of end effectors, in their frames."""
+    t = model.tree.topo
+    X = _ee_transforms(model, ws, ees, dt)
+    Js = []
+    for (_, b, _, _), Xe in zip(ees, X):
+        mask = jnp.asarray(t.body_dof_support[b], dt)
+        Js.append(Xe @ (ws.S.T * mask[None]))
+    return jnp.stack(Js)
+
+
+def projected_osim(model: ClusterModel, q, end_effectors):
+    """Inverse OSIM by projection: ``Λ^-1 = (J G) (G^T H G)^-1 (J G)^T`` (same frames as
+    :func:`~jaxdyn.clusters.cefpa`)."""
+    ees = resolve_end_effectors(model, end_effectors)
+    model, q, v, _, _, dt, qs, qd, G, gv, ws = _spanning(model, "projected_osim", q, None)
+    M = crba_world(model.tree, ws)
+    H = G.T @ M @ G
+    R = _armature_dense(model, dt)
+    if R is not None:
+        H = H + R
+    J = ee_jacobians(model, ws, ees, dt).reshape(6 * len(ees), -1) @ G
+    cf = jax.scipy.linalg.cho_factor(H)
+    return J @ jax.scipy.linalg.cho_solve(cf, J.T)
+
+
+# ----------------------------------------------------------------------------- approximations
+
+
+def _drop_bodies(tree: Model, drop) -> Model:
+    """The spanning tree without the (leaf) bodies ``drop`` and the frames attached to them."""
+    t = tree.topo
+    drop = set(int(b) for b in drop)
+    keep = [b for b in range(t.nb) if b not in drop]
+    new = {b: i for i, b in enumerate(keep)}
+    parent = np.array([-1 if t.parent[b] < 0 else new[int(t.parent[b])] for b in keep], np.int64)
+    kind = np.asarray(t.kind)[keep]
+    dofs = np.concatenate([np.arange(t.v_start[b], t.v_start[b] + t.nv_j[b]) for b in keep])
+    fkeep = [f for f in range(len(t.frame_names)) if int(t.frame_parent[f]) not in drop]
+    fparent = [-1 if t.frame_parent[f] < 0 else new[int(t.frame_parent[f])] for f in fkeep]
+    topo = make_topology(
+        name=t.name + "_links", parent=parent, kind=kind,
+        joint_names=[t.joint_names[b] for b in keep], body_names=[t.body_names[b] for b in keep],
+        frame_names=[t.frame_names[f] for f in fkeep], frame_parent=fparent,
+        floating_base=t.floating_base, root_name=t.root_name)
+    return Model(Xtree_R=tree.Xtree_R[np.array(keep)], Xtree_p=tree.Xtree_p[np.array(keep)],
+                 dof_axis=tree.dof_axis[dofs], mass=tree.mass[np.array(keep)],
+                 com=tree.com[np.array(keep)], inertia=tree.inertia[np.array(keep)],
+                 frame_R=tree.frame_R[np.array(fkeep)], frame_p=tree.frame_p[np.array(fkeep)],
+                 gravity=tree.gravity, topo=topo)
+
+
+def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterModel:
+    """Reflected-inertia approximation of a model with geared / belt transmissions (paper §IX-B;
+    grbda ``ReflectedInertiaTreeModel``).
+
+    The rotors (dependent bodies of explicit clusters, which must be leaves attached outside
+    their cluster) are removed; the link tree gets the rotors' reflected inertia
+    ``R_k = sum_r G_r^T (s_r^T I_r s_r) G_r`` (``G_r`` the rotor's row of ``G``, ``s_r`` its joint
+    axis, ``I_r`` its spatial inertia) as joint-space armature:
+
+    - ``"diagonal"``: ``diag(R_k)`` per joint (one-joint clusters: plain ABA with armature, as
+      MuJoCo);
+    - ``"block_diagonal"``: the full block ``R_k``, the cluster's links kept together (C-ABA
+      adds ``R_k`` to ``D_k``, exactly ``(H_links + blkdiag R)^-1``);
+    - ``"none"``: the unconstrained link tree (``R = 0``).
+
+    Its coordinates are the independent coordinates of ``model`` (same names; see
+    :func:`approximate_state`). Implicit (loop) clusters raise ``ValueError``.
+    """
+    if kind not in APPROXIMATIONS:
+        raise ValueError(f"approximate_model: kind must be one of {APPROXIMATIONS}, got {kind!r}")
+    t = model.topo
+    tree = model.tree
+    tt = tree.topo
+    children = {b: [] for b in range(-1, tt.nb)}
+    for b in range(tt.nb):
+        children[int(tt.parent[b])].append(b)
+    drop, blocks = [], []  # blocks: (link bodies, R (ny, ny))
+    I6 = np.asarray(spatial.inertia_matrix(*spatial.inertia_params(
+        tree.mass, tree.com, tree.inertia)))
+    axis = np.asarray(tree.dof_axis)
+    for g in t.groups:
+        if g.kind == IMPLICIT:
+            raise ValueError(f"approximate_model: cluster(s) "
+                             f"{list(t.cluster_names[g.cl0:g.cl0 + g.nc])} have implicit loop "
+                             "constraints; the reflected-inertia approximation needs rotors")
+        for c in range(g.nc):
+            bodies = list(g.body[c])
+            if g.kind == TREE:
+                blocks.append((bodies, None))
+                continue
+            G = g.params["G"][c]
+            dep = np.nonzero(g.params["dep"][c])[0]
+            ny = g.ny
+            R = np.zeros((ny, ny))
+            rotor_bodies = set()
+            for d in dep:
+                bi = int(np.nonzero(g.B[c, :, d])[0][0])
+                b = bodies[bi]
+                if children[b] or g.Ab[c, bi].sum() != 1:
+                    raise ValueError(
+                        f"approximate_model: dependent joint {tt.joint_names[b]!r} of cluster "
+                        f"{t.cluster_names[g.cl0 + c]!r} is not a rotor (a leaf body attached "
+                        "outside its cluster)")
+                s = axis[g.dof[c, d]]
+                Gr = G[d][None]
+                R += Gr.T @ Gr * float(s @ I6[b] @ s)
+                rotor_bodies.add(b)
+            drop += sorted(rotor_bodies)
+            blocks.append(([b for b in bodies if b not in rotor_bodies], R))
+    link_tree = _drop_bodies(tree, drop)
+    names = link_tree.topo.joint_names
+    cons = []
+    if kind == "block_diagonal":
+        for bodies, _ in blocks:
+            if len(bodies) > 1:
+                cons.append(S.Cluster(tuple(tt.body_names[b] for b in bodies)))
+    approx = build(link_tree, cons, name=f"{model.name}_approx_{kind}")
+    if kind == "none":
+        return approx
+    # armature per new cluster
+    at = approx.topo
+    arm_of_joint = {}  # joint name -> (block id, position)
+    for k, (bodies, R) in enumerate(blocks):
+        if R is None:
+            continue
+        for pos, b in enumerate(bodies):
+            arm_of_joint[tt.joint_names[b]] = (k, pos)
+    armature = []
+    for c in range(at.n_clusters):
+        bodies = at.cluster_bodies[c]
+        jn = [names[b] for b in bodies]
+        hits = [arm_of_joint.get(j) for j in jn]
+        if all(h is None for h in hits):
+            armature.append(None)
+            continue
+        if kind == "diagonal":
+            (k, pos), = hits
+            R = blocks[k][1]
+            armature.append(np.array([[R[pos, pos]]]))
+        else:
+            ks = {h[0] for h in hits if h is not None}
+            assert len(ks) == 1 and all(h is not None for h in hits)
+            armature.append(blocks[ks.pop()][1])
+    return with_armature(approx, armature)
+
+
+def approximate_state(model: ClusterModel, approx: ClusterModel, q, v=None):
+    """Cluster state of ``model`` -> state of ``approx`` (:func:`approximate_model`), by
+    coordinate names (the approximate model keeps the independent coordinates)."""
+    qi = [model.q_names.index(n) for n in approx.q_names]
+    qa = jnp.asarray(q)[np.array(qi)]
+    if v is None:
+        return qa
+    vi = [model.v_names.index(n) for n in approx.v_names]
+    return qa, jnp.asarray(v)[np.array(vi)]

@@ -1,0 +1,924 @@
+"""Cluster models: a spanning tree plus local loop constraints, compiled for JAX.
+
+Reference: M. Chignoli, N. Adrian, S. Kim, P. M. Wensing, "Recursive rigid-body dynamics
+algorithms for systems with kinematic loops" (IEEE T-RO 2024; arXiv:2311.13732), §IV (cluster
+connectivity tree, C-CT) and §V (cluster spatial quantities). Conventions and the checked
+formulas are in ``shared/notes/clusters.md`` of the project.
+
+Construction (:func:`build`):
+
+1. the URDF's spanning tree is compiled by :func:`jaxdyn.model.build_model` (fixed joints merged);
+2. every constraint names the joints it couples; the bodies of those joints, together with all
+   bodies on their tree paths up to (excluding) the nearest common proper ancestor, form one
+   cluster -- for a loop between two links this is "all bodies strictly below the nearest common
+   ancestor" (paper §IV-A; URDF+ takes strongly connected components, which is the same set);
+   clusters that share bodies are merged; bodies in no loop are one-body clusters;
+3. the parent of a cluster is the cluster holding the parents of its bodies; they must all lie in
+   one cluster (else ``ValueError``);
+4. clusters are sorted by depth in the cluster tree, then by *signature* (kind, sizes,
+   constraint structure), so that clusters that can be computed by one vectorised expression are
+   contiguous (a :class:`Group`); a depth of the cluster tree is a :class:`Level`.
+
+Per cluster ``k`` with bodies ``b_1..b_n`` (body order = parent before child), spanning
+coordinates ``q_k`` (the bodies' joints) and independent velocity ``ydot_k``:
+
+* ``out[i]``: the output body ``o(b_i)`` = nearest ancestor of ``b_i`` outside the cluster
+  (index into the previous level's bodies; ``-1`` = world). This is the connectivity of the
+  cluster transform ``X_k`` (paper eq. (20)): block row ``i`` holds ``^{b_i}X_{o(b_i)}`` in the
+  column of ``o(b_i)``.
+* ``A_body[i, j] = 1`` iff ``b_j`` is an in-cluster ancestor-or-self of ``b_i``: the sparsity of
+  the remap ``X_R`` (paper eq. (22)); ``A[i, d]`` the same per spanning coordinate.
+* ``G``, ``g`` (paper eqs. (6)-(8)): explicit clusters ``q = G y + off`` (constant ``G``);
+  implicit clusters ``phi(q) = 0`` with ``G = P [I; -K_d^-1 K_i]``, ``g = P [0; K_d^-1 k]``.
+* ``S_k = X_R blkdiag(S_b) G`` (paper eq. (23)).
+
+jaxdyn evaluates everything in world coordinates (as its core algorithms do, Featherstone 2008
+§5.3): then ``^{b}X_{o(b)}`` and the ``X_R`` blocks are identities, ``X_k`` is the 0/1 selection
+``out`` and ``X_R`` the 0/1 ancestor incidence ``A``; :func:`jaxdyn.clusters.cluster_quantities`
+returns the local-frame forms as well.
+
+State of a cluster model: position ``q`` (per cluster: explicit -> ``y``, implicit -> the spanning
+coordinates, which must satisfy ``phi = 0``; one-body clusters -> the joint's own ``q``, with
+quaternions) and velocity ``v = ydot``. ``model.q_names`` / ``model.v_names`` name every entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints
+from ..model import Model, build_model
+from ..model.urdf import URDFRobot, parse_urdf
+from . import spec as S
+
+TREE, LINEAR, IMPLICIT = "tree", "linear", "implicit"
+
+# ----------------------------------------------------------------------------- items
+
+
+class _PointItem:
+    """``phi = (p_pred - p_succ)[rows]`` in the nearest-common-ancestor frame."""
+
+    kind = "point"
+
+    def __init__(self, Lp, Ls, rows):
+        self.Lp, self.Ls, self.rows = Lp, Ls, tuple(rows)
+        self.key = ("point", Lp, Ls, self.rows)
+        self.r = len(self.rows)
+
+    @staticmethod
+    def _point(qp, XR, Xp, ax, off):
+        """The point ``off`` of the last path body, in the frame above the first one:
+        ``p <- Xtree (XJ(q) p)`` going up the path, with Rodrigues' vector formula
+        ``XJ p = p cos q + (a x p) sin q + a (a.p)(1 - cos q) + a_lin q`` (a revolute axis ``a``
+        or a prismatic axis ``a_lin``; the other is zero)."""
+        p = off
+        for j in range(qp.shape[0] - 1, -1, -1):
+            a, al, th = ax[j, :3], ax[j, 3:], qp[j]
+            c, s = jnp.cos(th), jnp.sin(th)
+            p = p * c + jnp.cross(a, p) * s + a * (jnp.dot(a, p) * (1 - c)) + al * th
+            p = jnp.dot(XR[j], p) + Xp[j]
+        return p
+
+    def data(self, tree, prm, pre):
+        out = {}
+        for side in ("p", "s"):
+            b = prm[pre + "body_" + side]  # (nc, L) spanning body indices
+            out["XR_" + side] = tree.Xtree_R[b]
+            out["Xp_" + side] = tree.Xtree_p[b]
+            out["ax_" + side] = tree.dof_axis[prm[pre + "dof_" + side]]
+            out["idx_" + side] = prm[pre + "idx_" + side]
+            out["off_" + side] = prm[pre + "off_" + side]
+        return out
+
+    def phi(self, qc, d):
+        dt = qc.dtype
+        pp = self._point(qc[d["idx_p"]], d["XR_p"].astype(dt), d["Xp_p"].astype(dt),
+                         d["ax_p"].astype(dt), d["off_p"].astype(dt))
+        ps = self._point(qc[d["idx_s"]], d["XR_s"].astype(dt), d["Xp_s"].astype(dt),
+                         d["ax_s"].astype(dt), d["off_s"].astype(dt))
+        return (pp - ps)[np.asarray(self.rows)]
+
+
+class _LinItem:
+    """``phi = K q[idx] - k0``."""
+
+    kind = "lin"
+
+    def __init__(self, nidx, r):
+        self.key = ("lin", nidx, r)
+        self.r = r
+
+    def data(self, tree, prm, pre):
+        return {k: prm[pre + k] for k in ("idx", "K", "k0")}
+
+    def phi(self, qc, d):
+        return d["K"].astype(qc.dtype) @ qc[d["idx"]] - d["k0"].astype(qc.dtype)
+
+
+class _FnItem:
+    """``phi = fn(q[idx])`` for a user function."""
+
+    kind = "fn"
+
+    def __init__(self, fn, nidx, r):
+        self.fn = fn
+        self.key = ("fn", fn, nidx, r)
+        self.r = r
+
+    def data(self, tree, prm, pre):
+        return {"idx": prm[pre + "idx"]}
+
+    def phi(self, qc, d):
+        return jnp.asarray(self.fn(qc[d["idx"]]), qc.dtype).reshape(-1)
+
+
+@dataclass
+class _Item:
+    """A resolved constraint (build time only)."""
+
+    name: str
+    where: str
+    J: list  # bodies whose joints it involves (clustering)
+    type: str  # 'lin' | 'point' | 'fn'
+    coords: list  # bodies (one-DoF joints) in constraint-column / fn-input order
+    K: np.ndarray | None = None
+    k0: np.ndarray | None = None
+    fn: object = None
+    path_p: list = field(default_factory=list)  # bodies, NCA-exclusive -> link, top-down
+    path_s: list = field(default_factory=list)
+    off_p: np.ndarray | None = None
+    off_s: np.ndarray | None = None
+    flags: dict = field(default_factory=dict)  # body -> bool (independent?)
+    scale: dict = field(default_factory=dict)  # body -> velocity scale
+
+
+# ----------------------------------------------------------------------------- static data
+
+
+@dataclass(frozen=True, eq=False)
+class Group:
+    """``nc`` clusters of one signature at one level of the cluster tree.
+
+    Cluster ``c`` of the group owns cluster-state entries ``q[q0 + c nqc : q0 + (c+1) nqc]`` and
+    ``v[v0 + c ny : ...]``; its bodies are entries ``lb0 + c n .. lb0 + (c+1) n`` of the level's
+    body list. Arrays are numpy, ``(nc, ...)``.
+    """
+
+    kind: str
+    key: tuple
+    level: int
+    nc: int
+    n: int
+    nvs: int
+    nqs: int
+    nqc: int
+    ny: int
+    m: int
+    cl0: int
+    q0: int
+    v0: int
+    lb0: int
+    body: np.ndarray  # (nc, n) spanning-tree body indices
+    dof: np.ndarray  # (nc, nvs) spanning v indices
+    qidx: np.ndarray  # (nc, nqs) spanning q indices
+    A: np.ndarray  # (nc, n, nvs) dof on in-cluster ancestor-or-self of body
+    B: np.ndarray  # (nc, n, nvs) dof belongs to body
+    Ab: np.ndarray  # (nc, n, n) in-cluster ancestor-or-self
+    out: np.ndarray  # (nc, n) previous-level body index of the output body, -1 = world
+    params: dict
+    items: tuple = ()  # ((template, prefix), ...) for implicit groups
+
+    @property
+    def T(self):
+        """Number of (cluster, body, body) inertia blocks."""
+        return self.nc * self.n * self.n
+
+
+@dataclass(frozen=True, eq=False)
+class Level:
+    groups: tuple
+    nb: int  # bodies in the level
+    inc: np.ndarray | None  # (nb_prev, nb) 0/1: body -> its output body (None at level 0)
+    tri: np.ndarray | None  # (T_prev, T) 0/1: inertia block -> output-body block
+
+
+class ClusterTopology:
+    """Static description of a cluster model (numpy / Python only; identity-hashed)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self):
+        return (f"ClusterTopology({self.name!r}, clusters={self.n_clusters}, nq={self.nq}, "
+                f"nv={self.nv}, depth={len(self.levels)})")
+
+
+class ClusterModel(eqx.Module):
+    """A rigid-body system with local kinematic loops, as a tree of clusters.
+
+    ``tree`` is the spanning-tree :class:`jaxdyn.Model` (its leaves are the differentiable
+    parameters); ``topo`` the static :class:`ClusterTopology`. Build with :func:`build` or
+    :func:`jaxdyn.clusters.load_urdf_plus`.
+    """
+
+    tree: Model
+    topo: ClusterTopology = eqx.field(static=True)
+
+    @property
+    def name(self):
+        return self.topo.name
+
+    @property
+    def nq(self) -> int:
+        """Size of the cluster position vector (see :attr:`q_names`)."""
+        return self.topo.nq
+
+    @property
+    def nv(self) -> int:
+        """Number of independent velocities (degrees of freedom)."""
+        return self.topo.nv
+
+    @property
+    def nb(self) -> int:
+        return self.tree.nb
+
+    @property
+    def n_clusters(self) -> int:
+        return self.topo.n_clusters
+
+    @property
+    def q_names(self) -> tuple:
+        return self.topo.q_names
+
+    @property
+    def v_names(self) -> tuple:
+        return self.topo.v_names
+
+    @property
+    def cluster_names(self) -> tuple:
+        return self.topo.cluster_names
+
+    @property
+    def gravity(self):
+        return self.tree.gravity
+
+    def astype(self, dtype) -> "ClusterModel":
+        return ClusterModel(self.tree.astype(dtype), self.topo)
+
+    def __repr__(self):
+        return (f"ClusterModel({self.name!r}, nq={self.nq}, nv={self.nv}, nb={self.nb}, "
+                f"clusters={self.n_clusters}, depth={len(self.topo.levels)})")
+
+    def describe(self) -> str:
+        """One line per cluster: kind, bodies, parent cluster, sizes."""
+        t = self.topo
+        lines = [repr(self)]
+        for c in range(t.n_clusters):
+            g = t.groups[t.cluster_group[c]]
+            bodies = [self.tree.body_names[b] for b in t.cluster_bodies[c]]
+            par = t.cluster_parent[c]
+            lines.append(
+                f"  [{c}] {t.cluster_names[c]} ({g.kind}, level {g.level}, parent "
+                f"{'world' if par < 0 else par}): bodies {bodies}, n_span={g.nvs}, n_y={g.ny}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- tree helpers
+
+
+class _Ctx:
+    def __init__(self, tree: Model, robot: URDFRobot | None):
+        t = tree.topo
+        self.tree, self.t, self.robot = tree, t, robot
+        self.parent = np.asarray(t.parent)
+        self.kind = np.asarray(t.kind)
+        self.joint_body = {n: i for i, n in enumerate(t.joint_names)}
+        self.frame = {n: i for i, n in enumerate(t.frame_names)}
+        self.frame_parent = np.asarray(t.frame_parent)
+        self.frame_R = np.asarray(tree.frame_R)
+        self.frame_p = np.asarray(tree.frame_p)
+        self.link_names = set(tree.body_names)
+        if robot is not None:
+            self.link_names |= {l.name for l in robot.links}
+            self.welded_joints = {j.name for j in robot.joints if j.type == "fixed"}
+        else:
+            self.welded_joints = set()
+
+    def ancestors(self, b):
+        """``[b, parent(b), ..., -1]``."""
+        out = [b]
+        while b >= 0:
+            b = int(self.parent[b])
+            out.append(b)
+        return out
+
+    def nca(self, bodies):
+        """Nearest common ancestor-or-self of ``bodies`` (``-1`` is the world)."""
+        lists = [self.ancestors(b) for b in bodies]
+        common = set(lists[0]).intersection(*map(set, lists[1:]))
+        for b in lists[0]:
+            if b in common:
+                return b
+        return -1  # pragma: no cover
+
+    def path_below(self, b, a):
+        """Bodies from ``b`` up to (excluding) its ancestor ``a``, top-down."""
+        out = []
+        while b != a:
+            if b < 0:
+                raise AssertionError("a is not an ancestor of b")  # pragma: no cover
+            out.append(b)
+            b = int(self.parent[b])
+        return out[::-1]
+
+    def joint(self, name, where):
+        if name in self.joint_body:
+            return self.joint_body[name]
+        if name in self.welded_joints:
+            raise ValueError(f"{where}: joint {name!r} is fixed (merged into its parent body); "
+                             "only moving joints can be constrained")
+        raise ValueError(f"{where}: no moving joint named {name!r}")
+
+    def link(self, name, where):
+        """``(body, R, p)``: the body carrying link ``name`` and the link's placement in it."""
+        f = self.frame.get(name)
+        if f is None or (name not in self.link_names):
+            raise ValueError(f"{where}: no link named {name!r}")
+        return int(self.frame_parent[f]), self.frame_R[f], self.frame_p[f]
+
+    def one_dof(self, b, where):
+        if b < 0 or int(self.kind[b]) != joints.ONE_DOF:
+            jn = "the world" if b < 0 else repr(self.t.joint_names[b])
+            raise ValueError(f"{where}: joint {jn} is not a one-DoF (revolute/prismatic) joint; "
+                             "only one-DoF joints can be coupled")
+
+
+def _resolve(spec, ctx: _Ctx, flags_urdf):
+    """Specification -> _Item (or ('group', bodies))."""
+    if isinstance(spec, S.Coupling):
+        where = f'URDF+ <coupling name="{spec.name}">'
+        bp, _, _ = ctx.link(spec.predecessor, where + " <predecessor>")
+        bs, _, _ = ctx.link(spec.successor, where + " <successor>")
+        if bp == bs:
+            raise ValueError(f"{where}: predecessor and successor are the same body")
+        a = ctx.nca([bp, bs])
+        pp, ps = ctx.path_below(bp, a), ctx.path_below(bs, a)
+        coords = pp + ps
+        for b in coords:
+            ctx.one_dof(b, where)
+        if not pp or not ps:
+            raise ValueError(f"{where}: one link is an ancestor of the other; a rolling coupling "
+                             "needs two branches below their common ancestor")
+        K = np.concatenate([np.full(len(pp), spec.ratio), -np.ones(len(ps))])[None]
+        return _Item(spec.name or "coupling", where, coords, "lin", coords, K=K, k0=np.zeros(1))
+    if isinstance(spec, S.Mimic):
+        where = f'URDF <joint name="{spec.joint}"> <mimic>'
+        bm, bt = ctx.joint(spec.joint, where), ctx.joint(spec.target, where)
+        ctx.one_dof(bm, where)
+        ctx.one_dof(bt, where)
+        K = np.array([[float(spec.multiplier), -1.0]])
+        return _Item(spec.name or f"{spec.joint}_mimic", where, [bt, bm], "lin", [bt, bm], K=K,
+                     k0=np.array([-float(spec.offset)]), flags={bm: False})
+    if isinstance(spec, S.LinearConstraint):
+        where = f"LinearConstraint {spec.name!r}"
+        bs = [ctx.joint(j, where) for j in spec.joints]
+        if len(set(bs)) != len(bs):
+            raise ValueError(f"{where}: repeated joint")
+        for b in bs:
+            ctx.one_dof(b, where)
+        flags = {}
+        if spec.dependent is not None:
+            flags = {b: (j not in spec.dependent) for j, b in zip(spec.joints, bs)}
+        return _Item(spec.name or "linear", where, bs, "lin", bs, K=np.asarray(spec.K, float),
+                     k0=np.asarray(spec.k0, float), flags=flags)
+    if isinstance(spec, S.ImplicitConstraint):
+        where = f"ImplicitConstraint {spec.name!r}"
+        bs = [ctx.joint(j, where) for j in spec.joints]
+        if len(set(bs)) != len(bs):
+            raise ValueError(f"{where}: repeated joint")
+        for b in bs:
+            ctx.one_dof(b, where)
+        flags = {b: (j in spec.independent) for j, b in zip(spec.joints, bs)}
+        scale = {ctx.joint_body[j]: s for j, s in spec.scale}
+        return _Item(spec.name or "implicit", where, bs, "fn", bs, fn=spec.phi, flags=flags,
+                     scale=scale)
+    if isinstance(spec, S.PointLoop):
+        where = f'URDF+ <loop name="{spec.name}">'
+        bp, Rp, tp = ctx.link(spec.predecessor, where + " <predecessor>")
+        bs, Rs, ts = ctx.link(spec.successor, where + " <successor>")
+        if bp == bs:
+            raise ValueError(f"{where}: predecessor and successor are on the same body")
+        a = ctx.nca([bp, bs])
+        pp, ps = ctx.path_below(bp, a), ctx.path_below(bs, a)
+        for b in pp + ps:
+            ctx.one_dof(b, where)
+        off_p = Rp @ np.asarray(spec.predecessor_xyz) + tp
+        off_s = Rs @ np.asarray(spec.successor_xyz) + ts
+        return _Item(spec.name or "loop", where, pp + ps, "point", pp + ps, path_p=pp, path_s=ps,
+                     off_p=off_p, off_s=off_s)
+    if isinstance(spec, S.Cluster):
+        where = f"Cluster {spec.name!r}"
+        bodies = []
+        for l in spec.links:
+            b, _, _ = ctx.link(l, where)
+            if b < 0:
+                raise ValueError(f"{where}: link {l!r} is the fixed root (world)")
+            bodies.append(b)
+        return ("group", sorted(set(bodies)), where)
+    raise ValueError(f"build: unknown constraint specification {spec!r}")
+
+
+# ----------------------------------------------------------------------------- implicit helpers
+
+
+@functools.lru_cache(maxsize=None)
+def _phi_jac_fn(item_keys_templates):
+    """jit'd ``(phi, K)`` of one cluster's items (build time), cached per structure."""
+    templates = item_keys_templates
+
+    def phi(qc, datas):
+        return jnp.concatenate([t.phi(qc, d) for t, d in zip(templates, datas)])
+
+    return jax.jit(lambda qc, datas: (phi(qc, datas), jax.jacfwd(phi)(qc, datas)))
+
+
+class _TemplateTuple(tuple):
+    """Tuple of templates hashed by their keys (for the lru_cache above)."""
+
+    def __hash__(self):
+        return hash(tuple(t.key for t in self))
+
+    def __eq__(self, other):
+        return isinstance(other, tuple) and tuple(t.key for t in self) == tuple(
+            t.key for t in other)
+
+
+def _item_template_and_params(it: _Item, local, ctx):
+    """Template + per-cluster params (unstacked) of one item inside a cluster."""
+    if it.type == "lin":
+        idx = np.array([local[b] for b in it.coords], np.int64)
+        return _LinItem(len(idx), it.K.shape[0]), {"idx": idx, "K": it.K, "k0": it.k0}
+    if it.type == "fn":
+        idx = np.array([local[b] for b in it.coords], np.int64)
+        return _FnItem(it.fn, len(idx), None), {"idx": idx}
+    prm = {}
+    for side, path, off in (("p", it.path_p, it.off_p), ("s", it.path_s, it.off_s)):
+        prm["body_" + side] = np.array(path, np.int64)
+        prm["dof_" + side] = np.array([int(ctx.t.v_start[b]) for b in path], np.int64)
+        prm["idx_" + side] = np.array([local[b] for b in path], np.int64)
+        prm["off_" + side] = np.asarray(off, float)
+    return _PointItem(len(it.path_p), len(it.path_s), (0, 1, 2)), prm
+
+
+def _np_data(template, tree, prm):
+    """Item data (unstacked, numpy/jnp) for build-time evaluation."""
+    pre = ""
+    stacked = {k: v[None] for k, v in prm.items()}
+    d = template.data(tree, stacked, pre)
+    return {k: jnp.asarray(v[0]) for k, v in d.items()}
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def build(source, constraints=(), *, floating_base=False, gravity=(0.0, 0.0, -9.81),
+          independent=None, name=None) -> ClusterModel:
+    """Build a :class:`ClusterModel` from a spanning tree and constraint specifications.
+
+    **Arguments:**
+
+    - ``source``: URDF path / XML text (its spanning tree; URDF+ tags are *not* read here, see
+      :func:`jaxdyn.clusters.load_urdf_plus`), a parsed :class:`~jaxdyn.model.urdf.URDFRobot`, or
+      a compiled :class:`jaxdyn.Model`.
+    - ``constraints``: sequence of :mod:`jaxdyn.clusters.spec` objects
+      (:class:`~jaxdyn.clusters.Coupling`, :class:`~jaxdyn.clusters.Mimic`,
+      :class:`~jaxdyn.clusters.LinearConstraint`, :class:`~jaxdyn.clusters.PointLoop`,
+      :class:`~jaxdyn.clusters.ImplicitConstraint`, :class:`~jaxdyn.clusters.Cluster`).
+    - ``floating_base``, ``gravity``: as :func:`jaxdyn.load_urdf`.
+    - ``independent``: optional ``{joint name: bool}``, URDF+'s ``independent=`` flags (which
+      spanning coordinates stay independent in constrained clusters; unflagged coordinates are
+      chosen automatically, from the last one backwards, so that ``K_d`` is invertible).
+
+    **Returns:** the compiled :class:`ClusterModel`. Inconsistent input raises ``ValueError``
+    naming the constraint at fault.
+    """
+    robot = None
+    if isinstance(source, Model):
+        tree = source
+    else:
+        robot = source if isinstance(source, URDFRobot) else parse_urdf(source)
+        tree = build_model(robot, floating_base=floating_base, gravity=gravity)
+    ctx = _Ctx(tree, robot)
+    t = tree.topo
+    nb = t.nb
+    flags_urdf = {}
+    for jn, val in (independent or {}).items():
+        if jn not in ctx.joint_body:
+            if jn in ctx.welded_joints:
+                continue
+            raise ValueError(f"build: independent= given for unknown joint {jn!r}")
+        flags_urdf[ctx.joint_body[jn]] = bool(val)
+
+    items, groupings = [], []
+    for sp in constraints:
+        r = _resolve(sp, ctx, flags_urdf)
+        if isinstance(r, tuple):
+            groupings.append(r)
+        else:
+            items.append(r)
+
+    # --- clustering: union-find over bodies
+    uf = list(range(nb))
+
+    def find(x):
+        while uf[x] != x:
+            uf[x] = uf[uf[x]]
+            x = uf[x]
+        return x
+
+    def union(x, y):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            uf[max(rx, ry)] = min(rx, ry)
+
+    for it in items:
+        a = ctx.nca([int(ctx.parent[b]) for b in it.J])
+        for b in it.J:
+            for c in ctx.path_below(b, a):
+                union(it.J[0], c)
+    for _, bodies, _ in groupings:
+        for b in bodies[1:]:
+            union(bodies[0], b)
+    comp = {}
+    for b in range(nb):
+        comp.setdefault(find(b), []).append(b)
+    clusters = sorted(comp.values(), key=lambda bs: bs[0])
+    cl_of = np.empty(nb, np.int64)
+    for c, bs in enumerate(clusters):
+        cl_of[bs] = c
+
+    def cl_label(c):
+        return [t.body_names[b] for b in clusters[c]]
+
+    # parent clusters
+    cpar = []
+    for c, bs in enumerate(clusters):
+        outside = {int(ctx.parent[b]) for b in bs if int(ctx.parent[b]) not in bs}
+        pcs = sorted({-1 if p < 0 else int(cl_of[p]) for p in outside})
+        if len(pcs) != 1:
+            culprits = [it.where for it in items if set(it.J) & set(bs)]
+            culprits += [w for _, gb, w in groupings if set(gb) & set(bs)]
+            desc = ", ".join("world" if p < 0 else str(cl_label(p)) for p in pcs)
+            raise ValueError(
+                f"{'; '.join(culprits) or 'build'}: the cluster of bodies {cl_label(c)} has "
+                f"parents outside it in {len(pcs)} different clusters ({desc}); a loop's outside "
+                "parents must all lie in one cluster")
+        cpar.append(pcs[0])
+    cdepth = [None] * len(clusters)
+
+    def depth_of(c):
+        if cdepth[c] is None:
+            cdepth[c] = 0 if cpar[c] < 0 else depth_of(cpar[c]) + 1
+        return cdepth[c]
+
+    for c in range(len(clusters)):
+        depth_of(c)
+    items_of = [[] for _ in clusters]
+    for it in items:
+        items_of[int(cl_of[it.J[0]])].append(it)
+
+    # --- per-cluster compilation
+    infos = [_compile_cluster(c, clusters[c], items_of[c], ctx, flags_urdf) for c in
+             range(len(clusters))]
+
+    # --- order: depth, then signature (first appearance), then first body
+    order = sorted(range(len(clusters)), key=lambda c: (cdepth[c], clusters[c][0]))
+    key_rank = {}
+    for c in order:
+        key_rank.setdefault((cdepth[c], infos[c]["key"]), len(key_rank))
+    order.sort(key=lambda c: (cdepth[c], key_rank[(cdepth[c], infos[c]["key"])], clusters[c][0]))
+    new_of = {c: i for i, c in enumerate(order)}
+    return _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, constraints)
+
+
+def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
+    """Per-cluster data: kind, signature key, params, names."""
+    t, tree = ctx.t, ctx.tree
+    n = len(bodies)
+    local_body = {b: i for i, b in enumerate(bodies)}
+    dofs, qidx, dof_body = [], [], []
+    for i, b in enumerate(bodies):
+        v0, q0 = int(t.v_start[b]), int(t.q_start[b])
+        dofs += list(range(v0, v0 + int(t.nv_j[b])))
+        qidx += list(range(q0, q0 + int(t.nq_j[b])))
+        dof_body += [i] * int(t.nv_j[b])
+    nvs, nqs = len(dofs), len(qidx)
+    A = np.zeros((n, nvs))
+    B = np.zeros((n, nvs))
+    Ab = np.zeros((n, n))
+    for i, b in enumerate(bodies):
+        for a in ctx.ancestors(b):
+            if a in local_body:
+                Ab[i, local_body[a]] = 1.0
+    for d, i in enumerate(dof_body):
+        B[i, d] = 1.0
+        A[:, d] = Ab[:, i]
+    jn = [t.joint_names[b] for b in bodies]
+    info = dict(bodies=bodies, dofs=np.array(dofs), qidx=np.array(qidx), A=A, B=B, Ab=Ab,
+                nvs=nvs, nqs=nqs, n=n, params={}, items=())
+    if not its:
+        kinds = tuple(int(ctx.kind[b]) for b in bodies)
+        info.update(kind=TREE, key=(TREE, n, nvs, nqs, kinds), ny=nvs, nqc=nqs, m=0,
+                    name=jn[0] if n == 1 else "+".join(jn))
+        qn, vn = [], []
+        for b in bodies:
+            nq, nv = int(t.nq_j[b]), int(t.nv_j[b])
+            qn += [t.joint_names[b]] if nq == 1 else [f"{t.joint_names[b]}[{k}]" for k in range(nq)]
+            vn += [t.joint_names[b]] if nv == 1 else [f"{t.joint_names[b]}[{k}]" for k in range(nv)]
+        info.update(q_names=qn, v_names=vn)
+        return info
+    for it in its:
+        for b in bodies:
+            ctx.one_dof(b, f"{it.where} (cluster of joints {jn})")
+    its = sorted(its, key=lambda it: min(local_body[b] for b in it.J))
+    cname = "+".join(it.name for it in its)
+    where = "; ".join(it.where for it in its)
+    # flags: URDF attribute, overridden by the specifications
+    flags = [flags_urdf.get(b) for b in bodies]
+    scale = np.ones(nvs)
+    for it in its:
+        for b, f in it.flags.items():
+            flags[local_body[b]] = f
+        for b, s in it.scale.items():
+            scale[local_body[b]] = s
+    templates, prms = [], []
+    for it in its:
+        tp, prm = _item_template_and_params(it, local_body, ctx)
+        templates.append(tp)
+        prms.append(prm)
+    if all(it.type == "lin" for it in its):
+        K = np.zeros((0, nvs))
+        k0 = np.zeros(0)
+        for tp, prm in zip(templates, prms):
+            Kt = np.zeros((prm["K"].shape[0], nvs))
+            Kt[:, prm["idx"]] = prm["K"]
+            K = np.concatenate([K, Kt])
+            k0 = np.concatenate([k0, prm["k0"]])
+        rank = np.linalg.matrix_rank(K)
+        if rank < K.shape[0]:
+            raise ValueError(f"{where}: the linear constraints of cluster {jn} are redundant "
+                             f"(rank {rank} < {K.shape[0]} rows)")
+        dep, ind = _choose_dependent(K, flags, jn, where)
+        Kd, Ki = K[:, dep], K[:, ind]
+        Pi = np.eye(nvs)[:, ind]
+        Pd = np.eye(nvs)[:, dep]
+        Kdinv = np.linalg.inv(Kd)
+        G = Pi - Pd @ Kdinv @ Ki
+        off = Pd @ Kdinv @ k0
+        ny = len(ind)
+        info.update(kind=LINEAR, key=(LINEAR, n, nvs, ny), ny=ny, nqc=ny, m=len(dep), name=cname,
+                    params={"G": G, "off": off, "dep": np.isin(np.arange(nvs), dep) * 1.0}, K=K, q_names=[jn[i] for i in ind],
+                    v_names=[jn[i] for i in ind])
+        return info
+    # implicit: phi = concat(items)
+    # 1. rows of point loops that depend on q (at random configurations)
+    rng = np.random.default_rng(0)
+    qs = [rng.uniform(-np.pi, np.pi, nvs) for _ in range(3)]
+    for k, (tp, prm, it) in enumerate(zip(templates, prms, its)):
+        if isinstance(tp, _PointItem) or isinstance(tp, _FnItem):
+            f = _phi_jac_fn(_TemplateTuple([tp]))
+            d = (_np_data(tp, tree, prm),)
+            evals = [f(jnp.asarray(q), d) for q in qs]
+            Ks = np.stack([np.asarray(e[1]) for e in evals])  # (3, r, nvs)
+            if isinstance(tp, _FnItem):
+                templates[k] = _FnItem(tp.fn, len(prm["idx"]), Ks.shape[1])
+                continue
+            live = [r for r in range(3) if np.max(np.abs(Ks[:, r])) > 1e-10]
+            dead = [r for r in range(3) if r not in live]
+            for r in dead:
+                vals = [float(np.asarray(e[0])[r]) for e in evals]
+                if max(abs(v) for v in vals) > 1e-9:
+                    raise ValueError(f"{it.where}: the points never meet (coordinate {'xyz'[r]} "
+                                     f"of the gap is constant, {vals[0]:.6g})")
+            rows = []
+            for r in live:  # keep rows that add rank at every sample
+                cand = rows + [r]
+                if all(np.linalg.matrix_rank(Kq[cand], tol=1e-9) == len(cand) for Kq in Ks):
+                    rows = cand
+            if not rows:
+                raise ValueError(f"{it.where}: the loop does not constrain any joint")
+            templates[k] = _PointItem(tp.Lp, tp.Ls, rows)
+    tt = _TemplateTuple(templates)
+    f = _phi_jac_fn(tt)
+    datas = tuple(_np_data(tp, tree, prm) for tp, prm in zip(templates, prms))
+    m = sum(tp.r for tp in templates)
+    if m >= nvs:
+        raise ValueError(f"{where}: the constraints of cluster {jn} leave no degree of freedom "
+                         f"({m} equations, {nvs} coordinates)")
+    # 2. a valid configuration (min-norm Newton from 0, then perturbed starts)
+    qref = None
+    for attempt in range(12):
+        q = np.zeros(nvs) if attempt == 0 else rng.uniform(-0.5, 0.5, nvs) * min(1.0, 0.25 * attempt)
+        for _ in range(200):
+            ph, K = (np.asarray(x) for x in f(jnp.asarray(q), datas))
+            if np.max(np.abs(ph)) < 1e-14:
+                break
+            q = q - np.linalg.lstsq(K, ph, rcond=None)[0]
+        ph, K = (np.asarray(x) for x in f(jnp.asarray(q), datas))
+        if np.all(np.isfinite(ph)) and np.max(np.abs(ph)) < 1e-12 and \
+                np.linalg.matrix_rank(K, tol=1e-8) == m:
+            qref = q
+            break
+    if qref is None:
+        raise ValueError(f"{where}: could not find a configuration of cluster {jn} satisfying the "
+                         "constraints (Newton from 0 and random starts failed), or its constraint "
+                         "Jacobian is rank deficient there")
+    dep, ind = _choose_dependent(K, flags, jn, where)
+    ny = len(ind)
+    Pi = np.eye(nvs)[:, ind]
+    Pd = np.eye(nvs)[:, dep]
+    params = {"Pi": Pi, "Pd": Pd, "scale": scale[ind], "qref": qref}
+    items_prm = []
+    for k, prm in enumerate(prms):
+        items_prm.append({f"it{k}_{key}": v for key, v in prm.items()})
+    for p in items_prm:
+        params.update(p)
+    key = (IMPLICIT, n, nvs, ny, tuple(tp.key for tp in templates))
+    info.update(kind=IMPLICIT, key=key, ny=ny, nqc=nvs, m=m, name=cname, params=params,
+                items=tuple((tp, f"it{k}_") for k, tp in enumerate(templates)),
+                q_names=list(jn), v_names=[jn[i] for i in ind])
+    return info
+
+
+def _choose_dependent(K, flags, jn, where):
+    """Dependent coordinates: the ``independent="false"`` ones, completed automatically."""
+    m, nvs = K.shape
+    dep = [i for i in range(nvs) if flags[i] is False]
+    if len(dep) > m:
+        raise ValueError(f"{where}: {len(dep)} joints of cluster {jn} are flagged dependent "
+                         f"({[jn[i] for i in dep]}), but the constraints remove only {m} "
+                         "degree(s) of freedom")
+    for i in reversed(range(nvs)):
+        if len(dep) == m:
+            break
+        if flags[i] is None and np.linalg.matrix_rank(K[:, dep + [i]], tol=1e-9) == len(dep) + 1:
+            dep.append(i)
+    dep.sort()
+    if len(dep) < m or np.linalg.cond(K[:, dep]) > 1e10:
+        raise ValueError(f"{where}: cannot eliminate {m} coordinate(s) of cluster {jn}: the "
+                         f"constraint Jacobian is singular in the dependent coordinates "
+                         f"{[jn[i] for i in dep]} (check the independent= flags)")
+    ind = [i for i in range(nvs) if i not in dep]
+    return dep, ind
+
+
+def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, constraints):
+    t = tree.topo
+    nb = t.nb
+    ncl = len(order)
+    # groups, in cluster order
+    groups_raw = []  # (level, key, [old cluster ids])
+    for c in order:
+        k = (cdepth[c], infos[c]["key"])
+        if groups_raw and groups_raw[-1][0] == k:
+            groups_raw[-1][1].append(c)
+        else:
+            groups_raw.append((k, [c]))
+    # body order and level-local indices
+    level_bodies = {}
+    body_level_index = np.full(nb, -1, np.int64)
+    for (lvl, _), cs in groups_raw:
+        lb = level_bodies.setdefault(lvl, [])
+        for c in cs:
+            for b in clusters[c]:
+                body_level_index[b] = len(lb)
+                lb.append(b)
+    nlev = max(level_bodies) + 1
+    groups, q0, v0, cl0 = [], 0, 0, 0
+    lb0 = {l: 0 for l in range(nlev)}
+    q_names, v_names, cluster_names = [], [], []
+    cluster_group, cluster_bodies, cluster_parent = [], [], []
+    span_q_src = np.full(t.nq, -1, np.int64)
+    span_v_src = np.full(t.nv, -1, np.int64)
+    flat_q = flat_v = 0  # offsets in the cluster-ordered flat spanning vectors
+    for (lvl, key), cs in groups_raw:
+        inf0 = infos[cs[0]]
+        nc, n = len(cs), inf0["n"]
+        outs = np.zeros((nc, n), np.int64)
+        for ci, c in enumerate(cs):
+            for i, b in enumerate(clusters[c]):
+                o = int(ctx.parent[b])
+                while o >= 0 and o in clusters[c]:
+                    o = int(ctx.parent[o])
+                outs[ci, i] = -1 if o < 0 else body_level_index[o]
+        params = {k: np.stack([infos[c]["params"][k] for c in cs]) for k in inf0["params"]}
+        g = Group(kind=inf0["kind"], key=key, level=lvl, nc=nc, n=n, nvs=inf0["nvs"],
+                  nqs=inf0["nqs"], nqc=inf0["nqc"], ny=inf0["ny"], m=inf0["m"], cl0=cl0, q0=q0,
+                  v0=v0, lb0=lb0[lvl],
+                  body=np.array([clusters[c] for c in cs], np.int64),
+                  dof=np.stack([infos[c]["dofs"] for c in cs]).astype(np.int64),
+                  qidx=np.stack([infos[c]["qidx"] for c in cs]).astype(np.int64),
+                  A=np.stack([infos[c]["A"] for c in cs]), B=np.stack([infos[c]["B"] for c in cs]),
+                  Ab=np.stack([infos[c]["Ab"] for c in cs]), out=outs, params=params,
+                  items=inf0["items"])
+        groups.append(g)
+        for ci, c in enumerate(cs):
+            inf = infos[c]
+            q_names += inf["q_names"]
+            v_names += inf["v_names"]
+            cluster_names.append(inf["name"])
+            cluster_group.append(len(groups) - 1)
+            cluster_bodies.append(tuple(clusters[c]))
+            cluster_parent.append(-1 if cpar[c] < 0 else new_of[cpar[c]])
+            span_q_src[inf["qidx"]] = flat_q + np.arange(inf["nqs"])
+            span_v_src[inf["dofs"]] = flat_v + np.arange(inf["nvs"])
+            flat_q += inf["nqs"]
+            flat_v += inf["nvs"]
+        q0 += nc * g.nqc
+        v0 += nc * g.ny
+        cl0 += nc
+        lb0[lvl] += nc * n
+    assert np.all(span_q_src >= 0) and np.all(span_v_src >= 0)
+    # levels with incidence matrices
+    levels = []
+    for l in range(nlev):
+        gs = tuple(g for g in groups if g.level == l)
+        nbl = len(level_bodies[l])
+        inc = tri = None
+        if l > 0:
+            prev = levels[-1]
+            inc = np.zeros((prev.nb, nbl))
+            Tp = sum(g.T for g in prev.groups)
+            T = sum(g.T for g in gs)
+            tri = np.zeros((Tp, T))
+            # parent body (level-local) -> (tri offset of its group, cluster, local index, n)
+            where_p = {}
+            off = 0
+            for gp in prev.groups:
+                for c in range(gp.nc):
+                    for i in range(gp.n):
+                        where_p[gp.lb0 + c * gp.n + i] = (off, c, i, gp.n)
+                off += gp.T
+            off = 0
+            for g in gs:
+                for c in range(g.nc):
+                    for i in range(g.n):
+                        inc[g.out[c, i], g.lb0 + c * g.n + i] = 1.0
+                        oi, ci, li, npn = where_p[g.out[c, i]]
+                        for j in range(g.n):
+                            oj, cj, lj, _ = where_p[g.out[c, j]]
+                            assert oj == oi and cj == ci
+                            tri[oi + (ci * npn + li) * npn + lj, off + (c * g.n + i) * g.n + j] = 1.0
+                off += g.T
+        levels.append(Level(gs, nbl, inc, tri))
+    cluster_level = [groups[cluster_group[c]].level for c in range(ncl)]
+    # cluster body order: levels in turn, groups contiguous inside a level
+    level_b0 = np.cumsum([0] + [lv.nb for lv in levels]).astype(np.int64)
+    body_order = np.concatenate([np.asarray(level_bodies[l], np.int64) for l in range(nlev)])
+    level_out = tuple(np.concatenate([g.out.reshape(-1) for g in lv.groups]) for lv in levels)
+    body_cluster = np.full(nb, -1, np.int64)
+    for c, bs in enumerate(cluster_bodies):
+        body_cluster[list(bs)] = c
+    topo = ClusterTopology(
+        name=name or t.name, levels=tuple(levels), groups=tuple(groups), n_clusters=ncl,
+        nq=sum(g.nc * g.nqc for g in groups), nv=sum(g.nc * g.ny for g in groups),
+        q_names=tuple(q_names), v_names=tuple(v_names), cluster_names=tuple(cluster_names),
+        cluster_group=tuple(cluster_group), cluster_bodies=tuple(cluster_bodies),
+        cluster_parent=np.array(cluster_parent, np.int64), cluster_level=np.array(cluster_level),
+        body_cluster=body_cluster, body_level_index=body_level_index,
+        level_b0=level_b0, body_order=body_order, level_out=level_out,
+        span_q_src=span_q_src, span_v_src=span_v_src, constraints=tuple(constraints),
+        has_loops=any(g.kind != TREE for g in groups))
+    return ClusterModel(tree, topo)
+
+
+def with_armature(model: ClusterModel, armature) -> ClusterModel:
+    """The same model with a constant joint-space inertia ``R_k`` added per cluster
+    (``armature[c]``: ``(ny_c, ny_c)``, or ``None``): ``tau += R ydd`` in C-RNEA, ``D_k += R_k``
+    in C-ABA / C-EFPA. This is the reflected-inertia ("approximate") model of the paper's §IX-B
+    when ``model`` is the link-only tree."""
+    t = model.topo
+    groups = []
+    for g in t.groups:
+        arm = [armature[g.cl0 + c] for c in range(g.nc)]
+        if all(a is None for a in arm):
+            groups.append(g)
+            continue
+        R = np.stack([np.zeros((g.ny, g.ny)) if a is None else np.asarray(a, float).reshape(
+            g.ny, g.ny) for a in arm])
+        params = dict(g.params, armature=R)
+        groups.append(Group(**{**g.__dict__, "params": params, "key": g.key + ("armature",)}))
+    levels = []
+    for lvl in t.levels:
+        gs = tuple(groups[t.groups.index(g)] for g in lvl.groups)
+        levels.append(Level(gs, lvl.nb, lvl.inc, lvl.tri))
+    topo = ClusterTopology(**{**t.__dict__, "groups": tuple(groups), "levels": tuple(levels)})
+    return ClusterModel(model.tree, topo)

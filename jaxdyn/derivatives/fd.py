@@ -1,0 +1,171 @@
+"""Partial derivatives of forward dynamics (FDSVA): IDSVA at the ABA solution, then ``-M^-1``.
+
+Reference: Singh, Russell & Wensing 2022, §IV-E: with ``qdd = FD(q, qd, tau)`` and the inverse
+dynamics partials evaluated at that ``qdd`` (Eq. 5, after Carpentier & Mansard 2018),
+
+    ``dqdd/dq = -M^-1 dtau/dq``,  ``dqdd/dqd = -M^-1 dtau/dqd``,  ``dqdd/dtau = M^-1``.
+
+Two ways to apply ``M^-1`` (Table II, "FDSVA"):
+
+* **DMM** (direct matrix multiply): form ``M^-1`` (Carpentier 2018's ABA-based analytic
+  inverse, ``O(n^2)``) and multiply: ``O(n^3)``, but one fat matrix product;
+* **AZA** (ABA with zero inputs, Eqs. 33-34): ``ABA(q, qd=0, g=0, f_ext=0, tau=u) = M^-1 u``;
+  the articulated inertias depend on ``q`` only, so they are computed once and each right-hand
+  column costs one ``O(n)`` bias sweep and acceleration sweep (``O(n^2)`` in all). Here the
+  columns are carried together as the trailing axis of the sweep (vectorised, not looped).
+
+The paper reports the AZA/DMM crossover between ``n = 50`` and ``450`` depending on compiler;
+:data:`AZA_MIN_NV` holds the one measured for this implementation (see
+``benchmarks/derivatives.py``).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .. import _checks, joints, spatial
+from ..algorithms import kinematics as kin
+from ..algorithms.aba import aba_passes, articulated_inertias, world_inertia_matrices
+from ..algorithms.minv import minv_world
+from ..algorithms.rnea import check_f_ext, external_forces_world
+from ..model import tree
+from ..spatial import mm
+from .idsva import idsva_world
+
+#: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below (measured on
+#: a 2-core x86 CPU, float64, batch 1024; see ``benchmarks/RESULTS.md``).
+AZA_MIN_NV = 60
+
+METHODS = ("auto", "dmm", "aza")
+
+
+def resolve_method(method, nv):
+    """``"dmm"`` or ``"aza"`` for ``method`` in :data:`METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"aba_derivatives: method must be one of {METHODS}, got {method!r}")
+    if method == "auto":
+        return "aza" if nv >= AZA_MIN_NV else "dmm"
+    return method
+
+
+def aza(model, S, inertias, u):
+    """``M^-1 u`` for ``u (nv, r)`` by the ABA with zero velocity, gravity and external forces.
+
+    Reference: Singh, Russell & Wensing 2022, §IV-E, Eq. 34 ("AZA"); Featherstone 2008,
+    Alg. 7.1 with ``qd = 0``, ``a_0 = 0``, ``f_ext = 0`` (no velocity-product terms).
+
+    ``inertias`` are the precomputed :func:`~jaxdyn.algorithms.aba.articulated_inertias`
+    (``U``, ``D^-1`` per level and group); only the bias sweep (articulated forces ``pA``) and
+    the acceleration sweep run, on the ``r`` columns at once. Linear in ``u``.
+    """
+    t = model.topo
+    nl = len(t.levels)
+    Us, Dinvs = inertias[0], inertias[1]
+    us = [None] * nl
+    below = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        p = None if below is None else tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+        ug, pa = [], []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            U, Dinv = Us[li][gi], Dinvs[li][gi]
+            ut = u[g.v0:g.v1].reshape((g.n, k) + u.shape[1:])
+            if p is not None:
+                Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+                pg = p[g.b0 - lvl.b0:g.b1 - lvl.b0]
+                ut = ut - mm(Sg, pg)
+                pa.append(pg + mm(U, mm(Dinv, ut)))
+            else:
+                pa.append(mm(U, mm(Dinv, ut)))
+            ug.append(ut)
+        us[li] = ug
+        below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
+    out, prev = [], None
+    for li, lvl in enumerate(t.levels):
+        a = None if prev is None else tree.gather_parent(prev, lvl, None)
+        parts = []
+        for gi, g in enumerate(lvl.groups):
+            k = joints.NV[g.kind]
+            U, Dinv, ut = Us[li][gi], Dinvs[li][gi], us[li][gi]
+            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+            if a is None:
+                qdd = mm(Dinv, ut)
+                parts.append(mm(jnp.swapaxes(Sg, -1, -2), qdd))
+            else:
+                ag = a[g.b0 - lvl.b0:g.b1 - lvl.b0]
+                qdd = mm(Dinv, ut - mm(jnp.swapaxes(U, -1, -2), ag))
+                parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
+            out.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
+        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
+    return jnp.concatenate(out, 0)
+
+
+def forward_dynamics_world(model, ws, qd, tau, f_ext=None):
+    """ABA sharing its articulated inertias, and IDSVA at its solution.
+
+    Returns ``(qdd, dtau_dq, dtau_dv, M, inertias)`` where the partials are those of inverse
+    dynamics at ``(q, qd, qdd)`` (Singh et al. 2022, Eq. 5 needs them there).
+    """
+    dtype = ws.S.dtype
+    I6 = world_inertia_matrices(ws)
+    inertias = articulated_inertias(model, ws.S, I6)
+    v, vJ = kin.body_velocities(model, ws, qd)
+    c = spatial.motion_cross(v, vJ)
+    Iv = kin.inertia_apply(ws.mass, ws.c, ws.Ic, v)
+    pA = spatial.force_cross(v, Iv)
+    fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
+    if fw is not None:
+        pA = pA - fw
+    a0 = kin.gravity_acceleration(model, dtype)
+    qdd, _ = aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None],
+                        inertias=inertias)
+    qdd = qdd[:, 0]
+    _, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw)
+    return qdd, dtau_dq, dtau_dv, M, inertias
+
+
+def aba_derivatives_world(model, ws, qd, tau, f_ext=None, method="auto"):
+    """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``."""
+    method = resolve_method(method, model.nv)
+    nv = model.nv
+    qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext)
+    Minv = minv_world(model, ws, inertias)
+    rhs = jnp.concatenate([dq, dv], 1)
+    if method == "dmm":
+        D = -(Minv @ rhs)
+    else:
+        D = aza(model, ws.S, inertias, -rhs)
+    return qdd, D[:, :nv], D[:, nv:], Minv
+
+
+def _prepare_fd(fn, model, q, v, tau, f_ext):
+    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
+    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    return model, q, v.astype(dtype), tau.astype(dtype), f_ext
+
+
+def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
+    """Partial derivatives of forward dynamics ``qdd = aba(q, v, tau, f_ext)`` (FDSVA).
+
+    Reference: Singh, Russell & Wensing 2022, §IV-E, Eq. 5 (``-M^-1`` times the IDSVA
+    partials of Algorithm 1 at the ABA solution) with DMM or AZA (Eq. 34); ``M^-1`` by the
+    ABA-based analytic inverse (Carpentier 2018).
+
+    **Arguments:**
+
+    - ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``; ``f_ext (nb, 6)`` or ``None`` (as in
+      :func:`jaxdyn.aba`).
+    - ``method``: ``"dmm"`` (form ``M^-1``, then one matrix product), ``"aza"`` (ABA with zero
+      inputs on the ``2 nv`` columns, articulated inertias reused) or ``"auto"`` (AZA from
+      ``AZA_MIN_NV`` velocity coordinates on).
+
+    **Returns:** ``(dqdd_dq, dqdd_dv, dqdd_dtau)``, each ``(nv, nv)``; ``dqdd_dq`` in the
+    tangent space of :func:`jaxdyn.integrate` (right increment), ``dqdd_dtau = M^-1``.
+    """
+    method = resolve_method(method, model.nv)
+    model, q, v, tau, f_ext = _prepare_fd("aba_derivatives", model, q, v, tau, f_ext)
+    ws = kin.world_state(model, q, centered=True)
+    return aba_derivatives_world(model, ws, v, tau, f_ext, method)[1:]

@@ -1,0 +1,262 @@
+"""``rnea`` and ``aba`` with ``jax.custom_jvp`` rules built on IDSVA / FDSVA.
+
+Reference: Singh, Russell & Wensing 2022 (Algorithm 1, Eqs. 30, 32 for the inverse dynamics
+partials; Eq. 5 with AZA/DMM for forward dynamics), registered as JAX forward-mode rules.
+
+The tangent of the output is, with ``T(q)`` mapping ambient configuration tangents (``nq``)
+to the tangent space of :func:`jaxdyn.integrate` (``nv``),
+
+* ``rnea``: ``dtau = dtau_dq T(q) dq + dtau_dv dv + M da + dtau_dfext[df_ext] + dtau_dθ[dθ]``;
+* ``aba``:  ``dqdd = M^-1 (dtau - dID_dq T(q) dq - dID_dv dv - dID_dfext[df_ext]) + dqdd_dθ[dθ]``
+
+where the partial matrices are computed from the primal inputs only (so the rule is linear in
+the tangents: ``jax.linearize``, ``jax.vjp``, ``jax.jacrev`` and ``jax.grad`` transpose it),
+and the tangents ``dθ`` of the model's parameters (masses, inertias, placements, axes,
+gravity) fall back to forward-mode autodiff of the plain algorithm, for those leaves only.
+Tangents that are symbolically zero are skipped (``symbolic_zeros=True``), so e.g.
+``jax.grad`` with respect to ``v`` alone does not differentiate the model.
+
+``T(q)``: identity for one-DoF joints; ``δθ = 2 vec(conj(Q) ⊗ dQ)`` for a unit quaternion
+``Q``; ``δp = R(Q)^T dp`` for a free joint's position. A quaternion tangent along ``Q`` itself
+(changing its norm) is therefore ignored: the rules differentiate the dynamics of the
+*normalised* quaternion, which agrees with plain autodiff for every tangent of the unit
+sphere (in particular through :func:`jaxdyn.integrate`) but not for radial ones.
+
+Second-order autodiff (``jax.hessian``, ``jacfwd(jacrev(.))``) differentiates the rule
+itself, i.e. plain autodiff of IDSVA / FDSVA: exact, just not analytic at second order.
+
+Switch: :func:`set_analytic_derivatives` (or the environment variable
+``JAXDYN_ANALYTIC_DERIVATIVES=0``) makes :func:`rnea` / :func:`aba` trace the plain
+algorithms instead, which JAX then differentiates op by op (for comparison); like
+:func:`jaxdyn.set_value_checks`, it applies to functions traced after the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from .. import joints, spatial
+from ..algorithms import aba as _aba
+from ..algorithms import kinematics as kin
+from ..algorithms import rnea as _rnea
+from ..algorithms.minv import minv_world
+from ..model import tree
+from . import fd as _fd
+from .fd import _prepare_fd, aza, forward_dynamics_world
+from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
+
+_ANALYTIC = os.environ.get("JAXDYN_ANALYTIC_DERIVATIVES", "1") not in ("0", "false", "False")
+
+
+def set_analytic_derivatives(enabled: bool) -> None:
+    """Use the analytic ``custom_jvp`` rules (``True``, the default) or plain autodiff of the
+    algorithms (``False``) in :func:`jaxdyn.rnea` and :func:`jaxdyn.aba`.
+
+    Takes effect for functions traced after the call (a ``jax.jit`` cache keeps what it
+    compiled). See also :func:`analytic_derivatives`.
+    """
+    global _ANALYTIC
+    _ANALYTIC = bool(enabled)
+
+
+def analytic_derivatives_enabled() -> bool:
+    return _ANALYTIC
+
+
+@contextlib.contextmanager
+def analytic_derivatives(enabled: bool):
+    """Context manager form of :func:`set_analytic_derivatives`::
+
+        with jaxdyn.derivatives.analytic_derivatives(False):
+            J_autodiff = jax.jacfwd(jaxdyn.rnea, argnums=2)(model, q, v, a)
+    """
+    old = _ANALYTIC
+    set_analytic_derivatives(enabled)
+    try:
+        yield
+    finally:
+        set_analytic_derivatives(old)
+
+
+# ----------------------------------------------------------------------------- tangents
+
+
+def _is_zero(t):
+    return t is None or isinstance(t, SymbolicZero)
+
+
+def configuration_tangent(model, q, dq):
+    """Map an ambient tangent ``dq (nq,)`` at ``q`` to the tangent space of
+    :func:`jaxdyn.integrate` (``nv``): the ``δ`` with ``d/dε integrate(q, ε δ) = dq`` for every
+    ``dq`` tangent to the unit-quaternion spheres.
+
+    One-DoF joints: ``δ = dq``; spherical: ``δ = 2 vec(conj(Q) ⊗ dQ)``; free:
+    ``[2 vec(conj(Q) ⊗ dQ); R(Q)^T dp]`` (``v = [ω; v]`` in body coordinates). Linear in ``dq``.
+    """
+    t = model.topo
+    out = []
+    for kind, b0, b1, _, _ in tree.kind_runs(t):
+        n = b1 - b0
+        q0 = int(t.q_start[b0])
+        nqk = joints.NQ[kind]
+        qs = q[q0:q0 + n * nqk].reshape(n, nqk)
+        ds = dq[q0:q0 + n * nqk].reshape(n, nqk)
+        if kind == joints.ONE_DOF:
+            out.append(ds[:, 0])
+            continue
+        Q, dQ = qs[:, -4:], ds[:, -4:]
+        w = 2 * spatial.quat_mul(spatial.quat_conj(Q), dQ)[:, 1:]
+        if kind == joints.SPHERICAL:
+            out.append(w.reshape(-1))
+        else:
+            R = spatial.quat_to_rot(Q)
+            dp = spatial.mv(jnp.swapaxes(R, -1, -2), ds[:, :3])
+            out.append(jnp.concatenate([w, dp], -1).reshape(-1))
+    return out[0] if len(out) == 1 else jnp.concatenate(out)
+
+
+def _model_tangent(fn, model, dmodel, args):
+    """Forward-mode autodiff of ``fn(model, *args)`` in the model leaves with a nonzero tangent
+    (``None`` when every model tangent is a symbolic zero)."""
+    leaves, treedef = jax.tree_util.tree_flatten(model)
+    tleaves = treedef.flatten_up_to(dmodel)
+    idx = [i for i, tl in enumerate(tleaves) if not _is_zero(tl)]
+    if not idx:
+        return None
+
+    def f(*sel):
+        full = list(leaves)
+        for i, x in zip(idx, sel):
+            full[i] = x
+        return fn(jax.tree_util.tree_unflatten(treedef, full), *args)
+
+    _, out = jax.jvp(f, tuple(leaves[i] for i in idx), tuple(tleaves[i] for i in idx))
+    return out
+
+
+def _sum_terms(terms, like):
+    terms = [t for t in terms if t is not None]
+    if not terms:
+        return jnp.zeros_like(like)
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
+# ----------------------------------------------------------------------------- rnea
+
+
+def _rnea_plain(model, q, v, a, f_ext):
+    return _rnea.rnea_world(model, kin.world_state(model, q, centered=True), v, a, f_ext)[0]
+
+
+@jax.custom_jvp
+def _rnea_cj(model, q, v, a, f_ext):
+    return _rnea_plain(model, q, v, a, f_ext)
+
+
+def _rnea_jvp(primals, tangents):
+    model, q, v, a, f_ext = primals
+    dmodel, dq, dv, da, dfext = tangents
+    ws = kin.world_state(model, q, centered=True)
+    terms = []
+    if _is_zero(dq) and _is_zero(dv) and _is_zero(da):
+        tau = _rnea.rnea_world(model, ws, v, a, f_ext)[0]
+    else:
+        tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
+        if not _is_zero(dq):
+            terms.append(Dq @ configuration_tangent(model, q, dq))
+        if not _is_zero(dv):
+            terms.append(Dv @ dv)
+        if not _is_zero(da):
+            terms.append(M @ da)
+    if f_ext is not None and not _is_zero(dfext):
+        terms.append(fext_tau_tangent(model, ws, dfext))
+    terms.append(_model_tangent(_rnea_plain, model, dmodel, (q, v, a, f_ext)))
+    return tau, _sum_terms(terms, tau)
+
+
+_rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
+
+
+def rnea(model, q, v, a, f_ext=None):
+    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
+    derivatives.
+
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA) in world coordinates; derivatives (the
+    ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022, Algorithm 1, Eqs. 30, 32.
+
+    Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea`; every JAX transform
+    works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
+    module docstring for the tangent conventions and :func:`set_analytic_derivatives`.
+    """
+    if not _ANALYTIC:
+        return _rnea.rnea(model, q, v, a, f_ext)
+    model, q, v, a, f_ext = _prepare_id("rnea", model, q, v, a, f_ext)
+    return _rnea_cj(model, q, v, a, f_ext)
+
+
+# ----------------------------------------------------------------------------- aba
+
+
+def _aba_plain(model, q, v, tau, f_ext):
+    return _aba.aba_world(model, kin.world_state(model, q, centered=True), v, tau, f_ext)[0]
+
+
+@jax.custom_jvp
+def _aba_cj(model, q, v, tau, f_ext):
+    return _aba_plain(model, q, v, tau, f_ext)
+
+
+def _aba_jvp(primals, tangents):
+    model, q, v, tau, f_ext = primals
+    dmodel, dq, dv, dtau, dfext = tangents
+    ws = kin.world_state(model, q, centered=True)
+    if all(_is_zero(x) for x in (dq, dv, dtau)) and (f_ext is None or _is_zero(dfext)):
+        qdd = _aba.aba_world(model, ws, v, tau, f_ext)[0]
+        rhs = None
+    else:
+        qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext)
+        # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
+        parts = []
+        if not _is_zero(dtau):
+            parts.append(dtau)
+        if not _is_zero(dq):
+            parts.append(-(Dq @ configuration_tangent(model, q, dq)))
+        if not _is_zero(dv):
+            parts.append(-(Dv @ dv))
+        if f_ext is not None and not _is_zero(dfext):
+            parts.append(-fext_tau_tangent(model, ws, dfext))
+        u = _sum_terms(parts, qdd)
+        if model.nv >= _fd.AZA_MIN_NV:
+            rhs = aza(model, ws.S, inertias, u[:, None])[:, 0]
+        else:
+            rhs = minv_world(model, ws, inertias) @ u
+    terms = [rhs, _model_tangent(_aba_plain, model, dmodel, (q, v, tau, f_ext))]
+    return qdd, _sum_terms(terms, qdd)
+
+
+_aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
+
+
+def aba(model, q, v, tau, f_ext=None):
+    """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
+    analytic derivatives.
+
+    Reference: Featherstone 2008, Alg. 7.1 (ABA) in world coordinates; derivatives (the
+    ``jax.custom_jvp`` rule) by FDSVA, Singh, Russell & Wensing 2022, Eq. 5 on the IDSVA
+    partials (Algorithm 1) at the ABA solution, ``M^-1`` applied by AZA (Eq. 34) or through
+    the analytic inverse (DMM) depending on size.
+
+    Same arguments and result as :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
+    """
+    if not _ANALYTIC:
+        return _aba.aba(model, q, v, tau, f_ext)
+    model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
+    return _aba_cj(model, q, v, tau, f_ext)

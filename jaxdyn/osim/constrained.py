@@ -1,0 +1,127 @@
+"""Forward dynamics with bilateral constraints, through the Delassus matrix.
+
+Equations (PV-OSIMr paper, eqs. 1-2, with Pinocchio's sign of the constraint force)::
+
+    M qdd + h(q, v) = tau + J^T λ
+    J qdd + Jdot v  = a*,      a* = -kd J v - kp e(q)   (Baumgarte; a* = 0 without)
+
+Eliminating ``qdd = qdd_free + M^-1 J^T λ`` gives ``(Λ^-1 + μ 1) λ = a* - Jdot v - J qdd_free``
+(eq. 2; ``μ`` = ``damping``, a proximal / compliance regularisation, needed when constraints
+are redundant, e.g. four points on one rigid sole). One articulated-inertia pass is shared by
+the free ABA (Featherstone 2008, Alg. 7.1), the Delassus matrix (PV-OSIMr by default) and the
+final ``M^-1 J^T λ`` pass, which applies the constraint forces as link forces (O(n)).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from .. import _checks, spatial
+from .. import constraints as cons
+from ..algorithms import aba as aba_mod
+from ..algorithms import kinematics as kin
+from ..model import tree
+from .delassus import check_method, delassus_world
+
+
+class ConstrainedDynamics(NamedTuple):
+    """Result of :func:`constrained_aba`."""
+
+    qdd: jax.Array  # (nv,) accelerations
+    lam: jax.Array  # (m,) constraint forces (constraint rows' order and frames)
+
+
+def _static_scalar(x):
+    if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
+        return float(x)
+    return None
+
+
+def link_forces(model, lay, K, lam):
+    """World-origin spatial forces ``(nb, 6)`` of the constraint forces ``K^T λ`` per body."""
+    P = np.zeros((model.nb, lay.m))
+    P[lay.row_body, np.arange(lay.m)] = 1.0
+    return jnp.asarray(P, K.dtype) @ (K * lam[:, None])
+
+
+def row_accelerations(model, ws, lay, K, qdd):
+    """``J qdd`` from the rows: ``k_r · sum_{j in support(body r)} S_j qdd_j``."""
+    t = model.topo
+    aq = tree.forward_accumulate(t, tree.dofs_to_bodies(t, ws.S * qdd[:, None]),
+                                 jnp.zeros(6, qdd.dtype))
+    return jnp.sum(K * aq[lay.row_body], -1)
+
+
+def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, targets=None,
+                    method: str = "pv_osimr") -> ConstrainedDynamics:
+    """Constrained forward dynamics for bilateral constraints.
+
+    **Arguments:**
+
+    - ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``.
+    - ``constraints``: :class:`~jaxdyn.constraints.Weld` / :class:`~jaxdyn.constraints.Connect`
+      (a sequence).
+    - ``baumgarte``: ``None`` (``J qdd + Jdot v = 0``) or ``(kp, kd)``: the constraint
+      acceleration is ``-kd J v - kp e`` with the position error ``e`` of
+      :func:`jaxdyn.constraints.constraint_error` (``kp != 0`` needs targets).
+    - ``damping``: ``μ >= 0`` added to the Delassus diagonal.
+    - ``targets``: per-constraint targets overriding the constraints' ``target`` fields.
+    - ``method``: Delassus algorithm (see :func:`jaxdyn.delassus`).
+
+    **Returns:** :class:`ConstrainedDynamics` ``(qdd (nv,), lam (m,))`` with
+    ``M qdd + h = tau + J^T lam``.
+    """
+    fn = "constrained_aba"
+    check_method(fn, method)
+    constraints, lay = cons.get_layout(fn, model, constraints)
+    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    kp = kd = None
+    if baumgarte is not None:
+        try:
+            kp, kd = baumgarte
+        except (TypeError, ValueError):
+            raise ValueError(f"{fn}: baumgarte must be None or a pair (kp, kd), "
+                             f"got {baumgarte!r}") from None
+        for nm, x in (("kp", kp), ("kd", kd)):
+            s = _static_scalar(x)
+            if s is not None and s < 0:
+                raise ValueError(f"{fn}: baumgarte {nm} must be >= 0, got {s}")
+    dmp = _static_scalar(damping)
+    if dmp is not None and dmp < 0:
+        raise ValueError(f"{fn}: damping must be >= 0, got {dmp}")
+    model, q, dt = kin._prepare(model, fn, q, v, tau)
+    v, tau = v.astype(dt), tau.astype(dt)
+    use_kp = baumgarte is not None and _static_scalar(kp) != 0.0
+    if use_kp:  # validate the targets before any computation
+        Rt, pt = cons._target_arrays(fn, constraints, lay, targets, dt)
+    ws = kin.world_state(model, q)
+    pl = cons.placements_from_state(model, ws, lay)
+    K = cons.rows_from_placements(lay, pl)
+    I6 = aba_mod.world_inertia_matrices(ws)
+    inertias = aba_mod.articulated_inertias(model, ws.S, I6)
+    # free dynamics (ABA sharing the articulated inertias)
+    vel, vJ = kin.body_velocities(model, ws, v)
+    c = spatial.motion_cross(vel, vJ)
+    pA = spatial.force_cross(vel, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vel))
+    a0 = kin.gravity_acceleration(model, dt)
+    qdd0 = aba_mod.aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None],
+                              inertias)[0][:, 0]
+    D = delassus_world(model, ws, constraints, lay, K, method, inertias=inertias)
+    y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
+    rhs = -drift - row_accelerations(model, ws, lay, K, qdd0)
+    if baumgarte is not None:
+        rhs = rhs - jnp.asarray(kd, dt) * y
+        if use_kp:
+            rhs = rhs - jnp.asarray(kp, dt) * cons.error_from_placements(lay, pl, Rt, pt)
+    A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
+    lam = jsl.cho_solve(jsl.cho_factor(A, lower=True), rhs)
+    F = link_forces(model, lay, K, lam)
+    dq = aba_mod.aba_passes(model, ws.S, I6, -F[..., None], None, jnp.zeros((model.nv, 1), dt),
+                            jnp.zeros((6, 1), dt), inertias)[0][:, 0]
+    return ConstrainedDynamics(qdd0 + dq, lam)

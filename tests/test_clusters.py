@@ -1,0 +1,473 @@
+"""Cluster dynamics (jaxdyn.clusters): C-RNEA, C-ABA, C-EFPA against the projected and
+Lagrange-multiplier baselines, dense formulas, jaxdyn's RNEA/ABA, and finite differences.
+
+Every robot is compiled once (one jitted, vmapped function evaluating everything at a small
+batch of random valid states); results are cached per module.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import clusters as C
+from jaxdyn.clusters import robots
+
+B = 2  # states per robot
+
+# robot -> end effectors (frames, optionally with a point offset)
+EES = {
+    "four_bar": ("link2", ("link3", (0.5, 0.0, 0.0))),
+    "six_bar": ("link3", ("link5", (0.5, 0.0, 0.0))),
+    "planar_leg_linkage": ("foot", ("shank_support", (0.096, 0.0, 0.0))),
+    "revolute_rotor_chain": ("link-2", "link-1"),
+    "mini_cheetah": ("FR_knee_link", ("HL_knee_link", (0.0, 0.0, -0.18))),
+    "mit_humanoid": ("left_ankle_link", "right_elbow_link"),
+    "mit_humanoid_leg": ("ankle_link", "knee_link"),
+    "jvrc1_humanoid": ("left-ankle-pitch", "right-wrist-yaw"),
+    "tello": ("left-foot", "right-thigh"),
+}
+ROBOT_NAMES = list(EES)
+
+
+@functools.lru_cache(maxsize=None)
+def model_of(name):
+    return robots.load(name)
+
+
+def _rel(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    return float(np.max(np.abs(x - y)) / max(1.0, float(np.max(np.abs(y)))))
+
+
+def _states(m, seed, batch=B):
+    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    q = jax.jit(jax.vmap(lambda kk: C.random_configuration(m, kk, scale=0.6)))(
+        jax.random.split(k[0], batch))
+    v = jax.random.normal(k[1], (batch, m.nv))
+    a = jax.random.normal(k[2], (batch, m.nv))
+    fe = 0.3 * jax.random.normal(k[3], (batch, m.nb, 6))
+    return q, v, a, fe
+
+
+def _jacobians(m, qs, ees):
+    """End-effector Jacobians of the spanning tree from jaxdyn.jacobian (local frame), moved to
+    the offset points (``v_p = v + w x off``)."""
+    rows = []
+    for e in ees:
+        name, off = (e, np.zeros(3)) if isinstance(e, str) else (e[0], np.asarray(e[1]))
+        J = jaxdyn.jacobian(m.tree, qs, name, reference="local")
+        rows.append(J.at[3:].add(-jnp.asarray(jaxdyn.spatial.skew(off)) @ J[:3]))
+    return jnp.concatenate(rows)
+
+
+def _reference(m, q, v, a, fe, tau, ees):
+    """Dense spanning-tree references sharing one CRBA: projected inverse dynamics
+    ``G^T (M qdd + C)``, projection-method and Lagrange-multiplier forward dynamics, and the
+    inverse OSIM ``(J G) H^-1 (J G)^T``."""
+    s = C.spanning_state(m, q, v, a)
+    G, g = s.G, s.g
+    M = jaxdyn.crba(m.tree, s.q)
+    bias = jaxdyn.rnea(m.tree, s.q, s.v, jnp.zeros_like(s.v), fe)  # C(q, qdot) - J^T f_ext
+    H = G.T @ M @ G
+    out = dict(tau_ref=G.T @ (M @ s.a + bias),
+               a_proj=jnp.linalg.solve(H, tau - G.T @ (bias + M @ g)))
+    phi, K, k = C.constraint_jacobian(m, q, v)
+    if K.shape[0]:  # KKT system [[M, -K^T], [K, 0]] [qdd; lambda] = [tau_q - C; k]
+        tau_q = G @ jnp.linalg.solve(G.T @ G, tau)
+        nk = K.shape[0]
+        kkt = jnp.block([[M, -K.T], [K, jnp.zeros((nk, nk))]])
+        sol = jnp.linalg.solve(kkt, jnp.concatenate([tau_q - bias, k]))
+        qdd = sol[:M.shape[0]]
+        out["a_kkt"] = jnp.linalg.solve(G.T @ G, G.T @ (qdd - g))
+    else:
+        out["a_kkt"] = out["a_proj"]
+    JG = _jacobians(m, s.q, ees) @ G
+    out["osim_dense"] = JG @ jnp.linalg.solve(H, JG.T)
+    out["phi"] = phi
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def results(name):
+    m = model_of(name)
+    ees = EES[name]
+    q, v, a, fe = _states(m, 0)
+
+    def one(q, v, a, fe):
+        tau = C.crnea(m, q, v, a, fe)
+        out = dict(tau=tau, a_caba=C.caba(m, q, v, tau, fe), osim=C.cefpa(m, q, ees))
+        out.update(_reference(m, q, v, a, fe, tau, ees))
+        return out
+
+    res = jax.jit(jax.vmap(one))(q, v, a, fe)
+    return (q, v, a, fe), jax.tree_util.tree_map(np.asarray, res)
+
+
+@pytest.mark.parametrize("name", ROBOT_NAMES)
+def test_states_valid(name):
+    (q, *_), r = results(name)
+    if r["phi"].size:
+        assert np.max(np.abs(r["phi"])) < 1e-12
+
+
+@pytest.mark.parametrize("name", ROBOT_NAMES)
+def test_crnea_matches_projected_rnea(name):
+    _, r = results(name)
+    assert _rel(r["tau"], r["tau_ref"]) < 1e-10
+
+
+@pytest.mark.parametrize("name", ROBOT_NAMES)
+def test_caba_inverts_crnea_and_matches_baselines(name):
+    (q, v, a, fe), r = results(name)
+    assert _rel(r["a_caba"], a) < 1e-10  # C-ABA(C-RNEA(a)) = a
+    assert _rel(r["a_proj"], a) < 1e-10  # projection method
+    assert _rel(r["a_kkt"], a) < 1e-10  # Lagrange multipliers (KKT)
+
+
+@pytest.mark.parametrize("name", ROBOT_NAMES)
+def test_cefpa_matches_dense(name):
+    _, r = results(name)
+    assert _rel(r["osim"], r["osim_dense"]) < 1e-10
+    assert _rel(r["osim"], np.swapaxes(r["osim"], -1, -2)) < 1e-12
+
+
+@pytest.mark.parametrize("name", ["planar_leg_linkage", "mit_humanoid_leg"])
+def test_library_baselines(name):
+    """jaxdyn.clusters' projected / projection / Lagrange / OSIM baselines equal the dense
+    references (and hence C-RNEA, C-ABA, C-EFPA)."""
+    m = model_of(name)
+    ees = EES[name]
+    (q, v, a, fe), r = results(name)
+
+    def one(q, v, a, fe):
+        tau = C.crnea(m, q, v, a, fe)
+        return dict(tau=C.projected_rnea(m, q, v, a, fe), a_proj=C.projection_fd(m, q, v, tau, fe),
+                    a_lag=C.lagrange_fd(m, q, v, tau, fe), osim=C.projected_osim(m, q, ees))
+
+    b = jax.jit(jax.vmap(one))(q[:1], v[:1], a[:1], fe[:1])
+    assert _rel(b["tau"], r["tau_ref"][:1]) < 1e-10
+    assert _rel(b["a_proj"], a[:1]) < 1e-10
+    assert _rel(b["a_lag"], a[:1]) < 1e-10
+    assert _rel(b["osim"], r["osim_dense"][:1]) < 1e-10
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def test_cluster_structure():
+    m = model_of("mit_humanoid_leg")
+    kinds = [m.topo.groups[g].kind for g in m.topo.cluster_group]
+    assert kinds == ["linear"] * 4
+    # knee + ankle belt pair merged into one 4-body, 2-DoF cluster
+    pair = m.topo.cluster_bodies[-1]
+    assert sorted(m.tree.body_names[b] for b in pair) == sorted(
+        ["knee_link", "knee_rotor", "ankle_link", "ankle_rotor"])
+    assert m.nv == 5 and m.v_names[-2:] == ("hipy_to_knee_link", "knee_to_ankle")
+    # G of the ankle rotor: q_ar = 12 (q_knee + q_ankle)
+    q = C.neutral_configuration(m)
+    s = C.spanning_state(m, q)
+    ar = m.tree.joint_names.index("hipy_to_ankle_rotor")
+    np.testing.assert_allclose(np.asarray(s.G[ar, -2:]), [12.0, 12.0])
+    kr = m.tree.joint_names.index("hipy_to_knee_rotor")
+    np.testing.assert_allclose(np.asarray(s.G[kr, -2:]), [12.0, 0.0])
+    mc = model_of("mini_cheetah")
+    assert mc.n_clusters == 13 and mc.nv == 18 and mc.nq == 19
+    assert len(model_of("jvrc1_humanoid").topo.levels) > 1
+
+
+def test_cluster_quantities_local_frames():
+    """Local-frame X_k, X_R, S (paper eqs. (20)-(23)) reproduce the spanning-tree body
+    velocities: v_k = X_k v_out + X_R blkdiag(S_b) qdot, and S ydot = v_J."""
+    m = model_of("planar_leg_linkage")
+    q = jax.jit(C.random_configuration, static_argnames="scale")(m, jax.random.PRNGKey(3),
+                                                                  scale=0.5)
+    v = jnp.array([0.7, -1.3])
+    keys = ("X", "X_R", "S", "v_J", "output_bodies_unique")
+
+    @jax.jit
+    def f(q, v):
+        s = C.spanning_state(m, q, v)
+        ws = jaxdyn.algorithms.kinematics.world_state(m.tree, s.q)
+        vw, _ = jaxdyn.algorithms.kinematics.body_velocities(m.tree, ws, s.v)
+        cq = [{k: d[k] for k in keys} for d in C.cluster_quantities(m, q, v)]
+        return cq, jaxdyn.spatial.act_inv_motion(ws.R, ws.p, vw)
+
+    cq, vloc = f(q, v)
+    t = m.topo
+    assert len(cq) == t.n_clusters == 2
+    for c, d in enumerate(cq):
+        bodies = np.array(t.cluster_bodies[c])
+        g = t.groups[t.cluster_group[c]]
+        vout = jnp.concatenate([jnp.zeros(6) if int(o) < 0 else vloc[int(o)]
+                                for o in d["output_bodies_unique"]])
+        pred = d["X"] @ vout + d["v_J"]
+        np.testing.assert_allclose(np.asarray(pred), np.asarray(vloc[bodies].reshape(-1)),
+                                   atol=1e-12)
+        XR = np.asarray(d["X_R"])
+        for i in range(len(bodies)):  # unit lower block-triangular
+            np.testing.assert_allclose(XR[6 * i:6 * i + 6, 6 * i:6 * i + 6], np.eye(6),
+                                       atol=1e-12)
+            assert np.all(XR[6 * i:6 * i + 6, 6 * (i + 1):] == 0)
+        yd = v[g.v0 + (c - g.cl0) * g.ny: g.v0 + (c - g.cl0 + 1) * g.ny]
+        np.testing.assert_allclose(np.asarray(d["S"] @ yd), np.asarray(d["v_J"]), atol=1e-12)
+    # the linkage cluster: 3 bodies, all attached to the thigh
+    assert np.asarray(cq[1]["X"]).shape == (18, 6)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+@functools.lru_cache(maxsize=None)
+def _plain(name):
+    if name == "random":
+        src = jaxdyn.robots.random_urdf(7, seed=5, joint_types=("revolute", "prismatic",
+                                                                  "spherical"))
+        return C.load_urdf_plus(src)
+    path, fb = jaxdyn.robots.resolve(name)
+    return C.load_urdf_plus(path, floating_base=fb)
+
+
+@pytest.mark.parametrize("name", ["quad12", "random"])
+def test_reduces_to_rnea_aba_without_loops(name):
+    m = _plain(name)
+    assert not m.topo.has_loops
+    q, v, a, fe = _states(m, 1)
+
+    def one(q, v, a, fe):
+        s = C.spanning_state(m, q, v, a)
+        tau_tree = jaxdyn.rnea(m.tree, s.q, s.v, s.a, fe)
+        tau = C.crnea(m, q, v, a, fe)
+        return dict(q=s.q, G=s.G, tau=tau, tau_ref=s.G.T @ tau_tree,
+                    acc=s.G @ C.caba(m, q, v, tau, fe),
+                    acc_ref=jaxdyn.aba(m.tree, s.q, s.v, tau_tree, fe))
+
+    r = jax.jit(jax.vmap(one))(q, v, a, fe)
+    # plain trees keep jaxdyn's joint order
+    np.testing.assert_array_equal(np.asarray(r["q"]), np.asarray(q))
+    np.testing.assert_array_equal(np.asarray(r["G"][0]), np.eye(m.nv))
+    assert _rel(r["tau"], r["tau_ref"]) < 1e-12
+    assert _rel(r["acc"], r["acc_ref"]) < 1e-9
+
+
+MIMIC_URDF = """<robot name="gripper">
+  <link name="base"/>
+  <link name="palm"><inertial><mass value="1.0"/><origin xyz="0.1 0 0"/>
+    <inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.02"/></inertial></link>
+  <link name="f1"><inertial><mass value="0.2"/><origin xyz="0 0.02 0.05"/>
+    <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.001" iyz="0" izz="0.0005"/></inertial></link>
+  <link name="f2"><inertial><mass value="0.3"/><origin xyz="0 -0.02 0.05"/>
+    <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.002" iyz="0" izz="0.0005"/></inertial></link>
+  <link name="tip"><inertial><mass value="0.1"/><origin xyz="0 0 0.03"/>
+    <inertia ixx="0.0005" ixy="0" ixz="0" iyy="0.0005" iyz="0" izz="0.0002"/></inertial></link>
+  <joint name="wrist" type="revolute"><parent link="base"/><child link="palm"/>
+    <axis xyz="0 1 0"/></joint>
+  <joint name="finger1" type="prismatic"><parent link="palm"/><child link="f1"/>
+    <origin xyz="0.2 0 0"/><axis xyz="0 1 0"/></joint>
+  <joint name="finger2" type="prismatic"><parent link="palm"/><child link="f2"/>
+    <origin xyz="0.2 0 0"/><axis xyz="0 1 0"/><mimic joint="finger1" multiplier="-1" offset="0.01"/></joint>
+  <joint name="tipj" type="revolute"><parent link="f1"/><child link="tip"/>
+    <origin xyz="0 0 0.1"/><axis xyz="1 0 0"/><mimic joint="wrist" multiplier="0.5"/></joint>
+</robot>"""
+
+
+def test_mimic_joints_are_linear_couplings():
+    m = C.load_urdf_plus(MIMIC_URDF)
+    assert m.nv == 2 and set(m.v_names) == {"wrist", "finger1"}
+    q, v, a, fe = _states(m, 2)
+    q, v, a = q[0], v[0], a[0]
+    s = C.spanning_state(m, q, v, a)
+    jn = m.tree.joint_names
+    qs = dict(zip(jn, np.asarray(s.q)))
+    assert qs["finger2"] == pytest.approx(-qs["finger1"] + 0.01, abs=1e-15)
+    assert qs["tipj"] == pytest.approx(0.5 * qs["wrist"], abs=1e-15)
+    tau = jax.jit(C.crnea)(m, q, v, a)
+    assert _rel(tau, C.projected_rnea(m, q, v, a)) < 1e-12
+    assert _rel(jax.jit(C.caba)(m, q, v, tau), a) < 1e-10
+
+
+# ----------------------------------------------------------------------------- approximations
+
+
+def test_approximate_models():
+    m = model_of("mit_humanoid_leg")
+    (q,), (v,), (a,), _ = _states(m, 4, batch=1)
+    exact = np.asarray(jax.jit(C.crnea)(m, q, v, a))
+    ees = ("ankle_link", ("knee_link", (0.0, 0.01, -0.1)))
+    for kind in C.APPROXIMATIONS:
+        ap = C.approximate_model(m, kind)
+        assert ap.nb == 5 and ap.v_names == m.v_names
+        qa, va = C.approximate_state(m, ap, q, v)
+
+        @jax.jit
+        def bundle(qa, va, a):
+            tau = C.crnea(ap, qa, va, a)
+            return dict(tau=tau, tau_proj=C.projected_rnea(ap, qa, va, a),
+                        acc=C.caba(ap, qa, va, tau), acc_proj=C.projection_fd(ap, qa, va, tau),
+                        L=C.cefpa(ap, qa, ees), L_proj=C.projected_osim(ap, qa, ees))
+
+        r = bundle(qa, va, a)
+        assert _rel(r["tau"], r["tau_proj"]) < 1e-12
+        assert _rel(r["acc"], a) < 1e-10
+        assert _rel(r["acc_proj"], a) < 1e-10
+        assert _rel(r["L"], r["L_proj"]) < 1e-10
+        err = _rel(r["tau"], exact)
+        assert err > 1e-8 if kind == "none" else err < 0.5  # approximate, not exact
+    # reflected inertia of the hip-z gear: N^2 J_zz
+    ap = C.approximate_model(m, "diagonal")
+    g = ap.topo.groups[ap.topo.cluster_group[0]]
+    assert float(g.params["armature"][0, 0, 0]) == pytest.approx(36 * 1.6841e-4, rel=1e-12)
+    # block-diagonal keeps knee + ankle together with the full 2x2 block
+    ab = C.approximate_model(m, "block_diagonal")
+    last = ab.topo.groups[ab.topo.cluster_group[-1]].params["armature"][-1]
+    assert last.shape == (2, 2) and abs(last[0, 1]) > 0
+    with pytest.raises(ValueError, match="implicit loop"):
+        C.approximate_model(model_of("four_bar"))
+
+
+# ----------------------------------------------------------------------------- derivatives
+
+
+def _tangent(m, q, dy):
+    """Cluster-state tangent of the manifold curve ``y -> y + h dy``: ``dy`` on explicit and
+    one-joint clusters, ``G dy`` (spanning coordinates) on implicit ones."""
+    s = C.spanning_state(m, q)
+    dqs = s.G @ dy
+    parts = []
+    for g in m.topo.groups:
+        if g.kind == "implicit":
+            parts.append(dqs[g.qidx].reshape(-1))
+        else:
+            assert g.nqc == g.ny  # one-DoF joints / explicit clusters
+            parts.append(dy[g.v0:g.v0 + g.nc * g.ny])
+    return jnp.concatenate(parts)
+
+
+def _manifold_point(m, q, dy, h):
+    """Independent coordinates moved by ``h dy``, dependents re-projected (Newton)."""
+    parts = []
+    for g in m.topo.groups:
+        qc = q[g.q0:g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
+        dyc = dy[g.v0:g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
+        if g.kind == "implicit":
+            qc = qc + h * jnp.einsum("cdy,cy->cd", jnp.asarray(g.params["Pi"]),
+                                     dyc * g.params["scale"])
+        else:
+            qc = qc + h * dyc
+        parts.append(qc.reshape(-1))
+    return C.project_configuration(m, jnp.concatenate(parts), iters=40)
+
+
+def test_autodiff_matches_finite_differences_on_manifold():
+    """JAX derivatives (forward and reverse mode) of C-RNEA / C-ABA along the constraint
+    manifold agree with central differences through the Newton projection."""
+    m = model_of("planar_leg_linkage")  # a plain joint + an implicit four-bar cluster
+    (q,), (v,), (a,), _ = _states(m, 7, batch=1)
+    dy = jnp.cos(jnp.arange(m.nv) + 0.3)
+    w = jnp.sin(jnp.arange(m.nv) + 1.0)
+    h = 1e-5
+
+    @jax.jit
+    def run(q, v, a):
+        dq = _tangent(m, q, dy)
+        _, dtau = jax.jvp(lambda x: C.crnea(m, x, v, a), (q,), (dq,))
+        gq = jax.grad(lambda x: w @ C.caba(m, x, v, a))(q)  # reverse mode
+        dtau_dv = jax.jacfwd(lambda vv: C.crnea(m, q, vv, a))(v)
+
+        def at(hh):
+            qh = _manifold_point(m, q, dy, hh)
+            return (C.crnea(m, qh, v, a), w @ C.caba(m, qh, v, a),
+                    C.crnea(m, q, v + hh * dy, a), C.constraint_jacobian(m, qh)[0])
+
+        fd = jax.vmap(at)(jnp.array([h, -h]))
+        _, K, _ = C.constraint_jacobian(m, q)
+        s = C.spanning_state(m, q)
+        return dtau, gq @ dq, dtau_dv @ dy, fd, K @ s.G
+
+    dtau, dacc, dtau_v, fd, KG = run(q, v, a)
+    assert np.max(np.abs(np.asarray(KG))) < 1e-12  # G spans the null space of K
+    assert np.max(np.abs(np.asarray(fd[3]))) < 1e-12  # FD points are valid
+    assert _rel(dtau, (fd[0][0] - fd[0][1]) / (2 * h)) < 1e-6
+    assert _rel(dacc, (fd[1][0] - fd[1][1]) / (2 * h)) < 1e-6
+    assert _rel(dtau_v, (fd[2][0] - fd[2][1]) / (2 * h)) < 1e-6
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _four_bar_text():
+    return robots.path("four_bar").read_text()
+
+
+def test_urdf_plus_errors():
+    txt = _four_bar_text()
+    bad = txt.replace('<successor link="link3">', '<successor link="nope">')
+    with pytest.raises(ValueError, match=r'URDF\+ <loop name="loop1"> <successor>: no link named'):
+        C.load_urdf_plus(bad)
+    bad = txt.replace('independent="true"', 'independent="maybe"')
+    with pytest.raises(ValueError, match=r'<joint name="joint1">: independent=.maybe.'):
+        C.load_urdf_plus(bad)
+    # points that never meet: out-of-plane gap
+    bad = txt.replace('<origin xyz="0.5 0.0 0.0"/>\n        </successor>',
+                      '<origin xyz="0.5 0.0 0.3"/>\n        </successor>')
+    with pytest.raises(ValueError, match="never meet"):
+        C.load_urdf_plus(bad)
+    # too many dependent coordinates for one loop
+    bad = txt.replace('independent="true"', 'independent="false"')
+    with pytest.raises(ValueError, match="flagged dependent"):
+        C.load_urdf_plus(bad)
+    chain = robots.path("revolute_rotor_chain").read_text()
+    with pytest.raises(ValueError, match=r'<coupling name="transmission2">: expected exactly one <ratio>'):
+        C.load_urdf_plus(chain.replace('<ratio value="6.0"/>\n    </coupling>\n\n    <coupling name="transmission3"',
+                                       '</coupling>\n\n    <coupling name="transmission3"'))
+    with pytest.raises(ValueError, match=r"<coupling name=\"transmission1\"> <ratio value>: cannot parse"):
+        C.load_urdf_plus(chain.replace('<ratio value="6.0"/>', '<ratio value="six"/>', 1))
+    with pytest.raises(ValueError, match="unsupported coupling type"):
+        C.load_urdf_plus(chain.replace('type="rolling"', 'type="sliding"', 1))
+
+
+def test_outside_parents_in_two_clusters_is_an_error():
+    m = model_of("revolute_rotor_chain")
+    # link-0's parent is the world, link-2's parent is link-1 (another cluster)
+    with pytest.raises(ValueError, match="parents outside it in 2 different clusters"):
+        C.build(robots.path("revolute_rotor_chain"),
+                [C.geared_transmission("joint1", "joint1r", 6.0),
+                 C.Cluster(("link-0", "link-2"), name="bad")])
+    with pytest.raises(ValueError, match="not a one-DoF"):
+        C.build(jaxdyn.robots.random_urdf(4, seed=0, joint_types=("spherical",)),
+                [C.LinearConstraint(("joint1", "joint2"), ((1.0, -1.0),))])
+    with pytest.raises(ValueError, match="no moving joint named"):
+        C.build(robots.path("four_bar"), [C.geared_transmission("joint1", "nope", 2.0)])
+    with pytest.raises(ValueError, match=r"crnea: v has shape \(2,\), expected \(nv\)=\(3\)"):
+        C.crnea(m, jnp.zeros(3), jnp.zeros(2), jnp.zeros(3))
+    with pytest.raises(ValueError, match="K has shape"):
+        C.LinearConstraint(("a", "b"), ((1.0, 2.0, 3.0),))
+
+
+def test_tello_differentials():
+    m = model_of("tello")
+    assert [m.topo.groups[g].kind for g in m.topo.cluster_group] == (
+        ["linear"] * 2 + ["implicit"] * 4)
+
+    @jax.jit
+    def f(key):
+        q = C.random_configuration(m, key, scale=0.6)
+        s = C.spanning_state(m, q)
+        return s.q, s.G, C.constraint_jacobian(m, q)[0]
+
+    qs, G, phi = f(jax.random.PRNGKey(9))
+    assert np.max(np.abs(np.asarray(phi))) < 1e-12
+    # independent velocity of a differential = post-gearbox rotor speed: rotor rows of G = N I
+    jn = m.tree.joint_names
+    r1 = jn.index("left-hip-clamp-to-hip-rotor-1")
+    c = m.v_names.index("left-hip-clamp-to-hip-rotor-1")
+    assert float(G[r1, c]) == pytest.approx(6.0)
+    idx = [r1, jn.index("left-hip-clamp-to-hip-rotor-2"), jn.index("left-hip-clamp-to-gimbal"),
+           jn.index("left-gimbal-to-thigh")]
+    np.testing.assert_allclose(np.asarray(C.tello_hip_differential_phi(np.asarray(qs)[idx])), 0.0,
+                               atol=1e-12)
