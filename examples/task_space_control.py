@@ -95,6 +95,9 @@ def main():
     print("commanded base acceleration:", out["Vdot_c"][:6])
     print("achieved  base acceleration:", out["Vdot"][:6])
     print("foot accelerations (should be ~0):", np.abs(out["Vdot"][6:]).max())
+    res = out["Vdot"] - out["Vdot_c"]
+    print(f"task residual |Vdot - Vdot_c|: base {np.linalg.norm(res[:6]):.2e}, "
+          f"feet {np.linalg.norm(res[6:]):.2e} (of |Vdot_c| = {np.linalg.norm(out['Vdot_c']):.2f})")
     err = np.max(np.abs(out["qdd"] - qdd_aba)) / max(1.0, np.max(np.abs(qdd_aba)))
     print(f"qdd0 + Bhat u vs jaxdyn.aba(q, v, B u): relative difference {err:.1e}")
     assert err < 1e-10

@@ -112,8 +112,8 @@ def test_bias_forces_and_gravity_forces(name):
 
 def test_external_forces_enter_through_jacobians():
     """``rnea(q, v, a, f_ext) - rnea(q, v, a) = -sum_b J_b^T f_b`` with ``J_b`` the LOCAL
-    Jacobian of body b's frame and ``f_b`` the body-frame force (quad12: its foot links are
-    bodies, so their LOCAL Jacobians are available through frames)."""
+    Jacobian of body b's frame and ``f_b`` the body-frame force (quad12: the lower-leg links
+    carry bodies, so their link frames are the body frames)."""
     case = robot_case("quad12")
     m = case.model
     f_ext = np.zeros((m.nb, 6))

@@ -186,3 +186,19 @@ def test_bad_inputs_raise():
         input_matrix(model, q, v[:-1], inp)
     with pytest.raises(ValueError, match="actuated must be 'all'"):
         Inputs("some")
+
+
+def test_float32_lane():
+    """float32 inputs give float32 results close to the float64 ones (IIM, structured inputs
+    on the floating quadruped with foot contacts)."""
+    name = "quad12_contacts"
+    key, inputs = CASES[name]
+    model = model_of(key)
+    st = case_states(key)
+    q, v = (np.asarray(st[k][0], np.float32) for k in ("q", "v"))
+    out = jax.jit(lambda q, v: input_matrix(model, q, v, inputs, "iim"))(q, v)
+    assert out.qdd0.dtype == jnp.float32 and out.Bhat.dtype == jnp.float32
+    res, _ = results(name)
+    for got, ref in ((out.qdd0, res["dense"].qdd0[0]), (out.Bhat, res["dense"].Bhat[0])):
+        err = np.max(np.abs(np.asarray(got, np.float64) - ref)) / max(1.0, np.max(np.abs(ref)))
+        assert err < 1e-3, err

@@ -163,8 +163,10 @@ def test_several_root_children():
     joint = ('<joint name="{0}" type="{1}"><parent link="{2}"/><child link="{3}"/>'
              '<origin xyz="0.1 0.2 0.3"/><axis xyz="0 0 1"/></joint>')
     body = [link.format(n) for n in ("root", "a", "b", "c", "d", "w")]
-    body += [joint.format("ja", "revolute", "root", "a"), joint.format("jb", "prismatic", "root", "b"),
-             joint.format("jw", "fixed", "root", "w"), joint.format("jc", "continuous", "root", "c"),
+    body += [joint.format("ja", "revolute", "root", "a"),
+             joint.format("jb", "prismatic", "root", "b"),
+             joint.format("jw", "fixed", "root", "w"),
+             joint.format("jc", "continuous", "root", "c"),
              joint.format("jd", "revolute", "c", "d")]
     xml = '<robot name="star">' + "".join(body) + "</robot>"
     fixed = jaxdyn.load_urdf(xml)

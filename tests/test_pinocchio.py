@@ -3,8 +3,9 @@
 Every comparison is ``max|jaxdyn - pinocchio| <= RTOL64 * max(1, max|pinocchio|)`` with
 ``RTOL64 = 1e-10``. Robots: example-robot-data models and the bundled ones (both loaded by
 Pinocchio from the same URDF file), random URDF trees (Pinocchio parses the same XML) and random
-trees with spherical / free joints (URDF lacks spherical joints: Pinocchio's model is built
-joint by joint with ``build_pinocchio_model``).
+trees with spherical / free joints anywhere (URDF lacks spherical joints: Pinocchio's model is
+written joint by joint from the same URDF text by ``oracle.pin_model_from_urdf``). The
+converter and ``jaxdyn.interop.pinocchio.build_pinocchio_model`` are tested here as well.
 """
 
 from __future__ import annotations
@@ -16,24 +17,22 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-import jaxdyn
 from jaxdyn import joints
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 from oracle import (
     RANDOM_ALL_KINDS,
     RANDOM_URDF,
-    all_kinds_tree,
-    tree_id,
-    urdf_tree,
-    pin_model_from_urdf,
-    RTOL64,
     ROBOTS,
+    RTOL64,
     SINGULAR_M,
+    all_kinds_tree,
     assert_close,
-    random_tree_case,
+    pin_model_from_urdf,
     robot_case,
     sym_upper,
+    tree_id,
     urdf_joints,
+    urdf_tree,
 )
 
 STATES = (0, 1)

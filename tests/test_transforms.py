@@ -88,7 +88,8 @@ def test_vmap_over_model_parameters():
 
 # --------------------------------------------------------------------------- float32
 def _at_origin(state, model):
-    """The state with the floating base moved to the world origin (see test_accuracy_away_from_the_origin)."""
+    """The state with the floating base moved to the world origin (see
+    test_accuracy_away_from_the_origin)."""
     return _base_at(state, model, 0.0)
 
 

@@ -26,22 +26,19 @@ def articulated_inertias(model, S, I6):
 
     ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias.
     Returns per level and group ``U``, ``D^-1`` and the projected inertia
-    ``Ia = IA - U D^-1 U^T`` (Featherstone eq. 7.34).
+    ``Ia = IA - U D^-1 U^T`` (Featherstone eq. 7.34): three
+    :class:`~jaxdyn.model.tree.LevelSeq`, indexed ``Us[level][group]``.
     """
-    t = model.topo
-    nl = len(t.levels)
-    Us, Dinvs, Ias = [None] * nl, [None] * nl, [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        IA = I6[lvl.b0:lvl.b1]
-        if below is not None:
-            IA = IA + tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+
+    def step(lvl, child, below, inp):
+        I6l, Sl = inp
+        IA = I6l if below is None else I6l + tree.sum_into_parents(below, child, lvl.n)
+        b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
+            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - b0:g.b1 - b0]
             if k == 1:  # elementwise forms: one fused kernel instead of batched dots
                 s1 = Sg[:, 0]
                 U1 = spatial.mv(IAg, s1)
@@ -60,9 +57,11 @@ def articulated_inertias(model, S, I6):
                     Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
             Ug.append(U)
             Dg.append(Dinv)
-        Us[li], Dinvs[li], Ias[li] = tuple(Ug), tuple(Dg), tuple(Ia)
         below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
-    return Us, Dinvs, Ias
+        return below, (tuple(Ug), tuple(Dg), tuple(Ia))
+
+    out = tree.backward_pass(model.topo, step, (("body", I6), ("dof", S)))[1]
+    return out.field(0), out.field(1), out.field(2)
 
 
 def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
@@ -73,47 +72,52 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
     precomputed :func:`articulated_inertias`. Returns ``(qdd (nv, r), a (nb, 6, r))``.
     """
     t = model.topo
-    nl = len(t.levels)
     Us, Dinvs, Ias = inertias if inertias is not None else articulated_inertias(model, S, I6)
-    us = [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        p = pA[lvl.b0:lvl.b1]
-        if below is not None:
-            p = p + tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
+    Us, Dinvs, Ias = (tree.LevelSeq.of(x) for x in (Us, Dinvs, Ias))
+
+    def back(lvl, child, below, inp):
+        pl, taul, Sl, cl, U_l, D_l, Ia_l = inp
+        p = pl if below is None else pl + tree.sum_into_parents(below, child, lvl.n)
+        b0, v0 = lvl.b0, tree.level_v0(lvl)
         ug, pa = [], []
         for gi, g in enumerate(lvl.groups):
             k = joints.NV[g.kind]
-            s = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            U, Dinv, pg = Us[li][gi], Dinvs[li][gi], p[s]
-            u = tau[g.v0:g.v1].reshape((g.n, k) + tau.shape[1:]) - mm(Sg, pg)
+            s = slice(g.b0 - b0, g.b1 - b0)
+            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            U, Dinv, pg = U_l[gi], D_l[gi], p[s]
+            u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
             ug.append(u)
             pa_g = pg + mm(U, mm(Dinv, u))
-            if c is not None:
-                pa_g = pa_g + mm(Ias[li][gi], c[g.b0:g.b1, :, None])
+            if cl is not None:
+                pa_g = pa_g + mm(Ia_l[gi], cl[s, :, None])
             pa.append(pa_g)
-        us[li] = tuple(ug)
-        below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
-    qdds, accs, prev = [], [], None
-    for li, lvl in enumerate(t.levels):
+        return (pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)), tuple(ug)
+
+    _, us = tree.backward_pass(t, back, (("body", pA), ("dof", tau), ("dof", S), ("body", c),
+                                         ("level", Us), ("level", Dinvs),
+                                         ("level", Ias if c is not None else None)))
+
+    def fwd(lvl, _, prev, inp):
+        Sl, cl, U_l, D_l, u_l = inp
         a = tree.gather_parent(prev, lvl, a0)
-        if c is not None:
-            a = a + c[lvl.b0:lvl.b1, :, None]
-        parts = []
+        if cl is not None:
+            a = a + cl[..., None]
+        b0, v0 = lvl.b0, tree.level_v0(lvl)
+        qdds, parts = [], []
         for gi, g in enumerate(lvl.groups):
             k = joints.NV[g.kind]
-            s = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            U, Dinv, u = Us[li][gi], Dinvs[li][gi], us[li][gi]
-            ag = a[s]
+            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            U, Dinv, u = U_l[gi], D_l[gi], u_l[gi]
+            ag = a[g.b0 - b0:g.b1 - b0]
             qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
             qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
             parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
-        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
-        accs.append(prev)
-    return jnp.concatenate(qdds, 0), jnp.concatenate(accs, 0)
+        acc = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
+        return acc, (qdds[0] if len(qdds) == 1 else jnp.concatenate(qdds, 0), acc)
+
+    _, out = tree.forward_pass(t, fwd, (("dof", S), ("body", c), ("level", Us),
+                                        ("level", Dinvs), ("level", us)))
+    return out.flat()
 
 
 def world_inertia_matrices(ws):

@@ -53,16 +53,16 @@ def body_placements(model, q):
     # liMi = Xtree * XJ
     R = spatial.mm(model.Xtree_R, RJ)
     p = spatial.mv(model.Xtree_R, pJ) + model.Xtree_p
-    outR, outp, prevR, prevp = [], [], None, None
-    for lvl in model.topo.levels:
-        Rl, pl = R[lvl.b0:lvl.b1], p[lvl.b0:lvl.b1]
-        if prevR is not None:
-            Rp, pp = tree.gather_parent(prevR, lvl, None), tree.gather_parent(prevp, lvl, None)
+
+    def step(lvl, _, prev, inp):
+        Rl, pl = inp
+        if prev is not None:
+            Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
             Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
-        outR.append(Rl)
-        outp.append(pl)
-        prevR, prevp = Rl, pl
-    return Placements(jnp.concatenate(outR, 0), jnp.concatenate(outp, 0))
+        return (Rl, pl), (Rl, pl)
+
+    R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
+    return Placements(R, p)
 
 
 def _prepare(model, fn, q, *others):

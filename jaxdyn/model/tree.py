@@ -3,14 +3,197 @@
 The loops run over depth levels in Python at trace time; inside a level everything is one
 vectorised expression over the level's bodies. Going out, a level gathers from the previous one
 (``parent_local``); coming back, it segment-sums into it.
+
+Long runs of levels with the same structure -- serial chains: a pendulum, a long limb or
+snake -- are not unrolled: :func:`forward_pass` / :func:`backward_pass` evaluate them with one
+``lax.scan`` whose body is the level step, so the compiled program (and the compile time) no
+longer grows with the chain's length. A run qualifies when at least :data:`MIN_SCAN_RUN`
+consecutive levels have the same bodies-per-group layout and, after its first level, the same
+``parent_local``; shorter runs stay unrolled (XLA fuses across unrolled levels).
 """
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+
+#: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
+#: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
+#: with ``n >= MIN_SCAN_RUN`` compiles in a time independent of ``n``.
+MIN_SCAN_RUN = 8
+
+
+def level_v0(level) -> int:
+    """First velocity coordinate of a level."""
+    return level.groups[0].v0
+
+
+def level_v1(level) -> int:
+    """One past the last velocity coordinate of a level."""
+    return level.groups[-1].v1
+
+
+def _signature(level):
+    b0, v0 = level.b0, level_v0(level)
+    return (level.n, tuple((g.kind, g.b0 - b0, g.b1 - b0, g.v0 - v0, g.v1 - v0)
+                           for g in level.groups))
+
+
+@functools.lru_cache(maxsize=256)
+def _segments(topo, min_run: int):
+    levels = topo.levels
+    nl, segs, la = len(levels), [], 0
+    while la < nl:
+        sig, lb = _signature(levels[la]), la + 1
+        while (lb < nl and _signature(levels[lb]) == sig
+               and (lb == la + 1 or np.array_equal(levels[lb].parent_local,
+                                                   levels[la + 1].parent_local))):
+            lb += 1
+        if lb - la >= max(min_run, 2):
+            segs.append((la, lb))
+        else:
+            segs.extend((li, li + 1) for li in range(la, lb))
+        la = lb
+    return tuple(segs)
+
+
+def segments(topo):
+    """Partition of the levels into ``(la, lb)`` ranges: single levels (``lb = la + 1``),
+    unrolled, and runs (``lb - la >= MIN_SCAN_RUN``) evaluated with ``lax.scan``."""
+    return _segments(topo, int(MIN_SCAN_RUN))
+
+
+class LevelSeq:
+    """Per-level results of a pass: ``seq[li]`` is level ``li``'s value (a pytree).
+
+    Levels of a scanned run are stored stacked (leading axis: the run's levels), so consumers
+    that scan the same run again take them without re-stacking (:meth:`stack`); indexing one
+    level slices it out (what the unrolled consumers do).
+    """
+
+    def __init__(self, nl: int, single=None, blocks=None):
+        self.nl = nl
+        self.single = {} if single is None else single  # li -> tree
+        self.blocks = [] if blocks is None else blocks  # (la, lb, stacked tree)
+
+    @classmethod
+    def of(cls, x):
+        """A :class:`LevelSeq` as is; a list/tuple with one entry per level wrapped."""
+        if isinstance(x, LevelSeq):
+            return x
+        return cls(len(x), dict(enumerate(x)))
+
+    def __len__(self):
+        return self.nl
+
+    def __iter__(self):
+        return (self[i] for i in range(self.nl))
+
+    def __getitem__(self, li):
+        if li < 0:
+            li += self.nl
+        if li in self.single:
+            return self.single[li]
+        for la, lb, t in self.blocks:
+            if la <= li < lb:
+                return jax.tree_util.tree_map(lambda x: x[li - la], t)
+        raise IndexError(f"level {li} out of range")
+
+    def field(self, i):
+        """The per-level ``i``-th component of tuple-valued levels."""
+        return LevelSeq(self.nl, {k: v[i] for k, v in self.single.items()},
+                        [(a, b, t[i]) for a, b, t in self.blocks])
+
+    def stack(self, la, lb):
+        """Levels ``[la, lb)`` stacked along a new leading axis."""
+        pieces, li = [], la
+        while li < lb:
+            if li in self.single:
+                pieces.append(jax.tree_util.tree_map(lambda x: x[None], self.single[li]))
+                li += 1
+                continue
+            ba, bb, t = next(blk for blk in self.blocks if blk[0] <= li < blk[1])
+            end = min(bb, lb)
+            pieces.append(t if (li, end) == (ba, bb) else
+                          jax.tree_util.tree_map(lambda x: x[li - ba:end - ba], t))
+            li = end
+        if len(pieces) == 1:
+            return pieces[0]
+        return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, 0), *pieces)
+
+    def flat(self):
+        """Concatenation over all levels, in order, of per-level values whose leading axis runs
+        over the level's bodies (or coordinates): ``(nb, ...)`` (or ``(nv, ...)``)."""
+        starts = {li: ("s", v) for li, v in self.single.items()}
+        for la, lb, t in self.blocks:
+            starts[la] = ("b", t)
+        pieces = []
+        for li in sorted(starts):
+            kind, v = starts[li]
+            pieces.append(v if kind == "s" else jax.tree_util.tree_map(
+                lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), v))
+        if len(pieces) == 1:
+            return pieces[0]
+        return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, 0), *pieces)
+
+
+def _take(topo, spec, la, lb, stacked):
+    """Inputs of levels ``[la, lb)``: ``("body", x (nb, ...))``, ``("dof", x (nv, ...))``,
+    ``("level", LevelSeq)`` or ``("const", x)``; stacked along a new axis for a scan."""
+    kind, x = spec
+    if x is None or kind == "const":
+        return x
+    if kind == "level":
+        return x.stack(la, lb) if stacked else x[la]
+    lv = topo.levels
+    a, b = (lv[la].b0, lv[lb - 1].b1) if kind == "body" else (level_v0(lv[la]),
+                                                            level_v1(lv[lb - 1]))
+    y = x[a:b]
+    return y.reshape((lb - la, (b - a) // (lb - la)) + y.shape[1:]) if stacked else y
+
+
+def forward_pass(topo, step, inputs, carry=None):
+    """Outward pass: ``carry, out = step(level, None, carry, level_inputs)`` from the root
+    level (``carry`` is ``None`` there) to the leaves; ``inputs`` as in :func:`_take`.
+
+    Runs of identically structured levels (:func:`segments`) go through ``lax.scan``, with
+    their second level as the structural template. Returns ``(carry, LevelSeq of out)``."""
+    out = LevelSeq(len(topo.levels))
+    for la, lb in segments(topo):
+        carry, out.single[la] = step(topo.levels[la], None, carry,
+                                     tuple(_take(topo, s, la, la + 1, False) for s in inputs))
+        if lb - la > 1:
+            tmpl = topo.levels[la + 1]
+            carry, ys = jax.lax.scan(lambda c, x, tmpl=tmpl: step(tmpl, None, c, x), carry,
+                                     tuple(_take(topo, s, la + 1, lb, True) for s in inputs))
+            out.blocks.append((la + 1, lb, ys))
+    return carry, out
+
+
+def backward_pass(topo, step, inputs, carry=None):
+    """Inward pass: ``carry, out = step(level, child_level, carry, level_inputs)`` from the
+    deepest level (``carry`` and ``child_level`` are ``None`` there) to the root; ``carry``
+    holds the values of ``child_level``. Runs go through ``lax.scan`` (as in
+    :func:`forward_pass`). Returns ``(carry, LevelSeq of out)``."""
+    lv, nl = topo.levels, len(topo.levels)
+    out = LevelSeq(nl)
+    for la, lb in reversed(segments(topo)):
+        last = lb - 1
+        child = lv[last + 1] if last + 1 < nl else None
+        carry, out.single[last] = step(lv[last], child, carry,
+                                       tuple(_take(topo, s, last, lb, False) for s in inputs))
+        if lb - la > 1:
+            lvl, ch = lv[la], lv[la + 1]
+            carry, ys = jax.lax.scan(lambda c, x: step(lvl, ch, c, x), carry,
+                                     tuple(_take(topo, s, la, last, True) for s in inputs),
+                                     reverse=True)
+            out.blocks.append((la, last, ys))
+    return carry, out
 
 
 def _is_identity(idx, n_parent):
@@ -48,23 +231,22 @@ def sum_into_parents(x, level, n_parent):
 
 def forward_accumulate(topo, incr, root):
     """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body."""
-    out, prev = [], None
-    for lvl in topo.levels:
-        prev = gather_parent(prev, lvl, root) + incr[lvl.b0:lvl.b1]
-        out.append(prev)
-    return jnp.concatenate(out, 0)
+    def step(lvl, _, prev, inp):
+        cur = gather_parent(prev, lvl, root) + inp[0]
+        return cur, cur
+
+    return forward_pass(topo, step, (("body", incr),))[1].flat()
 
 
 def backward_accumulate(topo, x):
     """``X_b = x_b + sum_{c child of b} X_c``: sums over the subtree of each body."""
-    out, below = [None] * len(topo.levels), None
-    for i in range(len(topo.levels) - 1, -1, -1):
-        lvl = topo.levels[i]
-        cur = x[lvl.b0:lvl.b1]
+    def step(lvl, child, below, inp):
+        cur = inp[0]
         if below is not None:
-            cur = cur + sum_into_parents(below, topo.levels[i + 1], lvl.n)
-        out[i] = below = cur
-    return jnp.concatenate(out, 0)
+            cur = cur + sum_into_parents(below, child, lvl.n)
+        return cur, cur
+
+    return backward_pass(topo, step, (("body", x),))[1].flat()
 
 
 def kind_runs(topo):
