@@ -32,6 +32,12 @@ Acceleration-level convention (as Pinocchio's rigid constraints; checked against
   frame's axes (``R^T d²p/dt²``).
 
 :func:`constraint_drift` returns ``Jdot v`` (the value at ``qdd = 0``, without gravity).
+
+Pinocchio: :meth:`jaxdyn.interop.pinocchio.Converter.constraint_models_to_pin` builds the
+equivalent ``RigidConstraintModel`` s (weld -> ``CONTACT_6D``, connect -> ``CONTACT_3D``,
+``local`` -> ``LOCAL``, ``local_world_aligned`` -> ``LOCAL_WORLD_ALIGNED``) and
+:meth:`~jaxdyn.interop.pinocchio.Converter.constraint_rows_to_pin` the row permutation (a
+weld's rows are ``[angular; linear]`` here, ``[linear; angular]`` in Pinocchio).
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from jaxdyn.constraints import (
     Weld,
     constraint_drift,
     constraint_error,
-    constraint_jacobian,
     constraint_velocity,
     link_constraint_matrices,
 )
@@ -249,13 +248,19 @@ def _all_delassus(model, q, cs):
     from jaxdyn.algorithms import aba as A
     from jaxdyn.algorithms import kinematics as kin
     from jaxdyn.osim.delassus import delassus_world
+    from jaxdyn.osim.inertia import articulated_inertias_packed, world_inertias_packed
 
     lay = C.layout(model.topo, cs)
     model, q, _ = kin._prepare(model, "test", q)
     ws = kin.world_state(model, q)
     K = C.rows_from_placements(lay, C.placements_from_state(model, ws, lay))
-    inertias = A.articulated_inertias(model, ws.S, A.world_inertia_matrices(ws))
+    # the packed articulated-inertia pass that jaxdyn.delassus uses
+    inertias = articulated_inertias_packed(model, ws.S, world_inertias_packed(ws))
     out = {m: delassus_world(model, ws, cs, lay, K, m, inertias) for m in METHODS}
+    # and the ABA pass that constrained_aba shares with PV-OSIMr
+    out["pv_osimr_aba"] = delassus_world(
+        model, ws, cs, lay, K, "pv_osimr",
+        A.articulated_inertias(model, ws.S, A.world_inertia_matrices(ws)))
     out["J"] = C.jacobian_from_rows(model, ws, lay, K)
     return out
 
@@ -435,7 +440,8 @@ def test_delassus_methods_against_reference(name):
         J, D = reference_delassus(key, q, cs)
         assert D.shape == (m, m)
         assert_close(res["J"][i], J, RTOL, err_msg=f"{name} state {i}: J")
-        for meth in METHODS + (("default",) if name == PUBLIC else ()):
+        extra = ("default",) if name == PUBLIC else ("pv_osimr_aba",)
+        for meth in METHODS + extra:
             assert_close(res[meth][i], D, RTOL, err_msg=f"{name} state {i}: {meth}")
             if meth in ("pv_osimr", "efpa"):  # assembled from the upper triangle, mirrored
                 assert np.array_equal(res[meth][i], res[meth][i].T), f"{name}: {meth} symmetry"
@@ -454,6 +460,46 @@ def test_delassus_against_pinocchio(name):
         ref = pin_delassus(case, cs, states(key)["q"][i])
         for meth in ("pv_osimr", "ltl"):
             assert_close(res[meth][i], ref, RTOL, err_msg=f"{name} state {i}: {meth} vs pin")
+
+
+def test_converter_constraint_models():
+    """``Converter.constraint_models_to_pin`` (built from jaxdyn's frame data) equals the
+    models built here from Pinocchio's own URDF frames, and its row map takes jaxdyn's
+    Delassus matrix to Pinocchio's ``computeDelassusMatrix``."""
+    for name in ("solo12_mixed", "talos_feet4x3d_wa"):
+        key, _ = CASES[name]
+        case, cs = pin_case(key), case_constraints(name)
+        ours, _ = case.conv.constraint_models_to_pin(cs)
+        ref, _ = pin_constraint_models(case, cs)
+        for c, a, b in zip(cs, ours, ref):
+            assert (a.type, a.reference_frame, a.joint1_id, a.joint2_id) == (
+                b.type, b.reference_frame, b.joint1_id, b.joint2_id), c.label
+            assert np.allclose(a.joint1_placement.homogeneous, b.joint1_placement.homogeneous,
+                               rtol=0, atol=1e-12), c.label
+        np.testing.assert_array_equal(case.conv.constraint_rows_to_pin(cs), _pin_perm(cs))
+    key, _ = CASES["talos_feet6d"]
+    case, cs = pin_case(key), case_constraints("talos_feet6d")
+    q = states(key)["q"][0]
+    models, datas = case.conv.constraint_models_to_pin(cs)
+    D = pin.computeDelassusMatrix(case.pin_model, case.pin_model.createData(),
+                                  case.conv.q_to_pin(q), models, datas, 0.0)
+    p = case.conv.constraint_rows_to_pin(cs)
+    assert_close(jaxdyn_results("talos_feet6d")["pv_osimr"][0][np.ix_(p, p)], D, RTOL)
+
+
+def test_packed_inertias():
+    """The packed world inertias of the Delassus pass are the upper triangles of ABA's."""
+    from jaxdyn.algorithms import aba as A
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.osim import inertia
+
+    model = get_model("tree_c")
+    ws = kin.world_state(model, jnp.asarray(states("tree_c")["q"][0]))
+    full = np.asarray(A.world_inertia_matrices(ws))
+    packed = np.asarray(inertia.world_inertias_packed(ws))
+    assert packed.shape == (model.topo.nb, 21)
+    np.testing.assert_allclose(np.asarray(inertia.unpack(packed)), full, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(np.asarray(inertia.pack(full)), full[:, *np.triu_indices(6)])
 
 
 def test_structure_of_cases():

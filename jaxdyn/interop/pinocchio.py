@@ -10,7 +10,9 @@ Pinocchio differs from jaxdyn in four places, all handled here:
 
 The velocity map is a permutation, so it also maps accelerations, torques, the rows and columns
 of ``M``, and tangent-space derivatives. Pinocchio itself is only imported by
-:func:`build_pinocchio_model` and :meth:`Converter.f_ext_to_pin`.
+:func:`build_pinocchio_model`, :meth:`Converter.f_ext_to_pin` and
+:meth:`Converter.constraint_models_to_pin` (jaxdyn constraints as Pinocchio rigid constraint
+models; the row map is :meth:`Converter.constraint_rows_to_pin`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class Converter:
 
     def __init__(self, model, pin_model):
         t = model.topo
-        self.model = model
+        self.model, self.pin_model = model, pin_model
         self.nq_pin, self.nv_pin = int(pin_model.nq), int(pin_model.nv)
         pin_names = list(pin_model.names)
         if self.nv_pin != model.nv:
@@ -142,6 +144,74 @@ class Converter:
             fb = self.motion_to_pin(f_ext[b])
             out[jid] = pin.Force(fb[:3], fb[3:])
         return out
+
+    # ------------------------------------------------------------------ constraints
+    def constraint_models_to_pin(self, constraints):
+        """Pinocchio rigid constraint models of jaxdyn constraints (:mod:`jaxdyn.constraints`).
+
+        The map, constraint by constraint (``constraints`` keep their order):
+
+        * :class:`~jaxdyn.constraints.Weld` -> ``CONTACT_6D``, :class:`~jaxdyn.constraints.
+          Connect` -> ``CONTACT_3D``;
+        * ``reference="local"`` -> ``ReferenceFrame.LOCAL``, ``"local_world_aligned"`` ->
+          ``LOCAL_WORLD_ALIGNED``;
+        * ``joint1_id``: the Pinocchio joint of the body carrying the frame (a jaxdyn body frame
+          is its joint's frame, as in Pinocchio), ``joint1_placement``: the frame's placement in
+          that body composed with ``SE3(rotation, offset)``; ``joint2_id = 0`` (the world),
+          ``joint2_placement``: the constraint's ``target`` if set (identity otherwise; only
+          Baumgarte terms use it).
+
+        Rows: a weld's 6 rows are ``[angular; linear]`` in jaxdyn and ``[linear; angular]`` in
+        Pinocchio (:meth:`constraint_rows_to_pin`), a connect's 3 linear rows agree; the
+        velocity/acceleration conventions agree (see :mod:`jaxdyn.constraints`). Pinocchio
+        4.1's ``computeDelassusMatrix`` treats ``LOCAL_WORLD_ALIGNED`` models as ``LOCAL``
+        (its ``getConstraintJacobian`` and ``constraintDynamics`` do not).
+
+        **Returns:** ``(models, datas)``: ``pin.StdVec_RigidConstraintModel`` and the matching
+        ``pin.StdVec_RigidConstraintData``.
+        """
+        import pinocchio as pin
+
+        from ..constraints import check_constraints, layout
+
+        cs = check_constraints("constraint_models_to_pin", constraints)
+        lay = layout(self.model.topo, cs)
+        fR, fp = np.asarray(self.model.frame_R), np.asarray(self.model.frame_p)
+        models = pin.StdVec_RigidConstraintModel()
+        for i, c in enumerate(cs):
+            f = int(lay.frame[i])
+            placement = pin.SE3(fR[f], fp[f]) * pin.SE3(lay.R_off[i], lay.p_off[i])
+            ref = (pin.ReferenceFrame.LOCAL if lay.local[i]
+                   else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
+            ct = pin.ContactType.CONTACT_6D if c.dim == 6 else pin.ContactType.CONTACT_3D
+            if c.target is None:
+                target = pin.SE3.Identity()
+            elif c.dim == 6:
+                target = pin.SE3(np.asarray(c.target[0]), np.asarray(c.target[1]))
+            else:
+                target = pin.SE3(np.eye(3), np.asarray(c.target))
+            jid = self.pin_joint_ids[int(lay.body[i])]
+            models.append(pin.RigidConstraintModel(ct, self.pin_model, jid, placement, 0,
+                                                   target, ref))
+        datas = pin.StdVec_RigidConstraintData()
+        for cm in models:
+            datas.append(cm.createData())
+        return models, datas
+
+    @staticmethod
+    def constraint_rows_to_pin(constraints):
+        """Row permutation ``p`` with ``x_pin = x[p]`` for the stacked rows of ``constraints``
+        (Delassus matrix: ``D_pin = D[p][:, p]``, Jacobian rows, forces ``λ``): the 6 rows of a
+        weld swap their angular and linear halves, a connect's 3 rows stay."""
+        from ..constraints import check_constraints
+
+        perm, r = [], 0
+        for c in check_constraints("constraint_rows_to_pin", constraints):
+            perm += [r + 3, r + 4, r + 5, r, r + 1, r + 2] if c.dim == 6 else [r, r + 1, r + 2]
+            r += c.dim
+        return np.asarray(perm, np.int64)
+
+    constraint_rows_from_pin = constraint_rows_to_pin  # the permutation is an involution
 
 
 def build_pinocchio_model(model):

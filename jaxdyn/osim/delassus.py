@@ -8,6 +8,8 @@
 * ``"ltl"`` -- sparse ``L^T L`` factorisation of ``M`` (Featherstone 2005/2010; ibid., eqs. 4-6);
 * ``"dense"`` -- the reference: ``J`` and ``M`` (CRBA), Cholesky, ``(L^-1 J^T)^T (L^-1 J^T)``.
 
+PV-OSIMr, PV-OSIM and EFPA share one articulated-inertia pass that keeps the symmetric 6x6
+inertias packed (:mod:`jaxdyn.osim.inertia`; ``constrained_aba`` passes ABA's own instead).
 Everything is pure JAX over static index plans, so ``jit``, ``vmap`` and ``grad`` apply; the
 plans are built once per ``(model.topo, constraints)`` and cached.
 """
@@ -18,10 +20,10 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from .. import constraints as cons
-from ..algorithms import aba as aba_mod
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
 from .efpa import delassus_efpa
+from .inertia import articulated_inertias_packed, world_inertias_packed
 from .ltl import delassus_ltl, ltl_plan
 from .pv_osim import delassus_pv_osim
 from .pv_osimr import delassus_pv_osimr, plan as osimr_plan
@@ -50,8 +52,8 @@ def delassus_world(model, ws, constraints, lay, K, method="pv_osimr", inertias=N
         return delassus_dense(model, ws, K, lay)
     if method == "ltl":
         return delassus_ltl(model, ws, K, lay, ltl_plan(topo, constraints))
-    if inertias is None:
-        inertias = aba_mod.articulated_inertias(model, ws.S, aba_mod.world_inertia_matrices(ws))
+    if inertias is None:  # packed pass: U, D^-1 only (the Delassus algorithms need no more)
+        inertias = articulated_inertias_packed(model, ws.S, world_inertias_packed(ws))
     if method == "pv_osimr":
         return delassus_pv_osimr(model, ws, inertias, K, osimr_plan(topo, constraints))
     if method == "pv_osim":
