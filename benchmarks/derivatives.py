@@ -14,7 +14,8 @@ Per-sample time of
   the same float64 numbers);
 
 for ID and FD partials, batch 1 (``jax.jit(f)``), 64 and 1024 (``jax.jit(jaxdyn.vmap(f))``:
-``jax.vmap`` evaluated in chunks of 32 samples so that intermediates stay in cache; one extra
+``jax.vmap`` evaluated in chunks of 8 samples (``--chunk``) so that intermediates stay in
+cache; one extra
 row times plain ``jax.vmap`` at batch 1024), float64 and float32, on solo12 and talos_full; and a
 sweep over serial revolute chains of 5 to 100 bodies (float64, batch 64) comparing the DMM and
 AZA ways of applying ``M^-1`` (the crossover sets ``jaxdyn.derivatives.fd.AZA_MIN_NV``).
@@ -40,6 +41,21 @@ import sys
 FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 if "--multi-thread" not in sys.argv:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FLAGS).strip()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
+
+MALLOPT = "--no-mallopt" not in sys.argv
+if MALLOPT:
+    # Keep freed buffers in glibc's heap (no trimming, no mmap below 32 MB): the nv x nv
+    # outputs of a batch of 1024 (60 MB for talos_full) are then reused from one call to the
+    # next instead of being faulted in afresh, as Pinocchio reuses its Data. Without this,
+    # page faults cost ~15 us per talos_full sample (measured: ~10 minor faults per sample).
+    try:
+        import ctypes
+
+        _libc = ctypes.CDLL("libc.so.6")
+        MALLOPT = bool(_libc.mallopt(-1, 1 << 30) and _libc.mallopt(-3, 1 << 25))
+    except OSError:  # not glibc
+        MALLOPT = False
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -62,7 +78,7 @@ from jaxdyn.algorithms.aba import aba as aba_plain  # noqa: E402
 from jaxdyn.algorithms.rnea import rnea as rnea_plain  # noqa: E402
 from jaxdyn.derivatives import fd as fd_module  # noqa: E402
 
-CHUNK = 32
+CHUNK = 8  # jaxdyn.vmap chunk (--chunk); 8 was fastest for talos_full ID at B=1024 (4..64)
 REPEATS = 5
 MIN_TIME = 0.03
 N_PIN = 128
@@ -96,7 +112,9 @@ FUNCTIONS = {
 }
 
 
-def batched(fn, batch, chunk=CHUNK):
+def batched(fn, batch, chunk="default"):
+    if chunk == "default":
+        chunk = CHUNK
     if batch == 1:
         return fn
     if chunk is None:
@@ -118,8 +136,12 @@ def cpu_time_per_call(fn, min_time=MIN_TIME):
 
 
 def paired(jx_fn, pin_fn, repeats=REPEATS):
-    """Median per-call CPU times of both, and the median of the per-pair ratios."""
+    """Median per-call CPU times of both, and the median of the per-pair ratios (3 repeats
+    only when one call takes more than 0.2 s)."""
+    t0 = time.process_time()
     jx_fn()
+    if time.process_time() - t0 > 0.2:
+        repeats = min(repeats, 3)
     if pin_fn is not None:
         pin_fn()
     tj, tp, ratios = [], [], []
@@ -264,7 +286,8 @@ def _pin_at(kind, name, model, src, q, v, x):
         _PIN_REF_CACHE[key] = (pm, Converter(model, pm))
     pm, c = _PIN_REF_CACHE[key]
     f = pin.computeRNEADerivatives if kind == "ID" else pin.computeABADerivatives
-    r = f(pm, pm.createData(), c.q_to_pin(q), c.v_to_pin(v), c.v_to_pin(x))
+    pd = pm.createData()  # keep alive: the returned matrices are views into it
+    r = f(pm, pd, c.q_to_pin(q), c.v_to_pin(v), c.v_to_pin(x))
     return [c.matrix_from_pin(np.array(m)) for m in r[:2]]
 
 
@@ -314,9 +337,10 @@ def render(meta, rows, chain_rows):
           f"- CPU: {meta['cpu']}; load average at start {meta['load_start']}, at end "
           f"{meta['load_end']}",
           f"- jax {jax.__version__}, pinocchio {meta['pin']}, git {meta['git']}",
-          f"- XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'",
+          f"- XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'; glibc mallopt (freed buffers "
+          f"reused, `--no-mallopt` to disable): {'on' if meta['mallopt'] else 'off'}",
           "- Times are **CPU time of the benchmark process** per sample (median of 5 repeats "
-          ">= 30 ms), so time-slicing by other processes on the shared machine does not count; "
+          ">= 30 ms; 3 when one call exceeds 0.2 s), so time-slicing by other processes on the shared machine does not count; "
           "ratios to Pinocchio are paired (median of per-repeat ratios, jaxdyn repeat then "
           "Pinocchio repeat). Pinocchio is called from Python (~0.5 us binding overhead per "
           "call), float64 only. B=1: `jax.jit(f)` per call; B>=64: `jax.jit(jaxdyn.vmap(f))` "
@@ -334,6 +358,12 @@ def render(meta, rows, chain_rows):
                 return r
         return None
 
+    if meta.get("merged"):
+        L += [f"- {meta['merged']}", ""]
+    L += ["- The plot of the finite-difference error against the step (the V) is "
+          "`benchmarks/figures/derivatives_fd_step.png`, made by "
+          "`python examples/compare_derivatives.py solo12 benchmarks/figures/derivatives_fd_step.png`"
+          " (error and timing tables: run the example).", ""]
     L += ["### Targets (talos_full, float64, batch 1024, per sample)", "",
           "| target | measured | status |", "|---|---|---|"]
     a, j = cell("talos_full", "ID", "analytic"), cell("talos_full", "ID", "jacfwd")
@@ -385,20 +415,20 @@ def render(meta, rows, chain_rows):
               "AZA/DMM | Pinocchio ID us | Pinocchio FD us | compile s ID / DMM / AZA |",
               "|---|---|---|---|---|---|---|---|"]
         sizes = sorted({r["nv"] for r in chain_rows})
-        cross = None
+        faster = []
         for n in sizes:
             c = {r["method"]: r for r in chain_rows if r["nv"] == n}
             ratio = c["aza"]["us"] / c["dmm"]["us"]
-            if cross is None and ratio < 1:
-                cross = n
+            if ratio < 1:
+                faster.append(n)
             L.append(f"| {n} | {_fmt(c['analytic']['us'])} ({c['analytic']['ratio']:.2f}x) | "
                      f"{_fmt(c['dmm']['us'])} ({c['dmm']['ratio']:.2f}x) | "
                      f"{_fmt(c['aza']['us'])} ({c['aza']['ratio']:.2f}x) | {ratio:.2f} | "
                      f"{_fmt(c['analytic']['pin_us'])} | {_fmt(c['dmm']['pin_us'])} | "
                      f"{c['analytic']['compile_s']:.1f} / {c['dmm']['compile_s']:.1f} / "
                      f"{c['aza']['compile_s']:.1f} |")
-        L += ["", f"AZA first faster than DMM at nv = {cross if cross else '> ' + str(sizes[-1])}"
-              f" in this run; `method='auto'` switches at nv >= {fd_module.AZA_MIN_NV}.", ""]
+        L += ["", f"AZA faster than DMM at nv = {faster or 'none'} in this run; "
+              f"`method='auto'` switches to AZA at nv >= {fd_module.AZA_MIN_NV}.", ""]
     return "\n".join(L) + "\n"
 
 
@@ -417,17 +447,34 @@ def write_section(path, text):
     path.write_text(new)
 
 
+def _cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
 def main(argv=None):
+    global CHUNK
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--robots", default="solo12,talos_full")
     p.add_argument("--chains", default="5,10,20,35,50,75,100")
     p.add_argument("--chain-batch", type=int, default=64)
-    p.add_argument("--quick", action="store_true", help="float64 only, no jacrev at B=64, "
-                   "fewer chains")
+    p.add_argument("--quick", action="store_true", help="float64 only, fewer chains")
     p.add_argument("--out", default=None, help="markdown file to put the section into")
     p.add_argument("--json", default=None)
     p.add_argument("--multi-thread", action="store_true", help="leave XLA's threading alone")
+    p.add_argument("--no-mallopt", action="store_true",
+                   help="leave glibc's allocator alone (outputs are faulted in on every call)")
+    p.add_argument("--chunk", type=int, default=CHUNK, help="jaxdyn.vmap chunk size")
+    p.add_argument("--merge", default=None,
+                   help="JSON of an earlier run (--json): keep its rows for the robots not run "
+                   "now, and its chain sweep when --chains is empty")
     args = p.parse_args(argv)
+    CHUNK = args.chunk
     t_start = time.time()
 
     def log(msg):
@@ -440,7 +487,7 @@ def main(argv=None):
         if dtype == "float32":
             return ("analytic", "jacfwd") if batch == 1024 else ()
         m = ["analytic", "jacfwd"]
-        if batch == 1024 or (batch == 64 and not args.quick):
+        if batch == 1024:
             m.append("jacrev")
         if batch == 1024:
             m.append("analytic (jax.vmap)")
@@ -454,6 +501,21 @@ def main(argv=None):
     if args.quick:
         chains = chains[::2]
     chain_rows = chain_block(chains, args.chain_batch, log) if chains else []
+    merged = None
+    if args.merge:
+        old = json.loads(Path(args.merge).read_text())
+        now = {r["robot"] for r in rows}
+        keep = [r for r in old["rows"] if r["robot"] not in now]
+        rows = keep + rows
+        parts = sorted({r["robot"] for r in keep})
+        if not chain_rows and old.get("chains"):
+            chain_rows = old["chains"]
+            parts.append("the chain sweep")
+        om = old["meta"]
+        merged = (f"Rows of {', '.join(parts)} are from an earlier run ({om['date']}, "
+                  f"`{om['command']}`, chunk {om.get('chunk', 32)}, mallopt "
+                  f"{'on' if om.get('mallopt') else 'off'}, load {om['load_start']})."
+                  if parts else None)
     try:
         import pinocchio as pin
         pin_version = pin.__version__
@@ -466,10 +528,10 @@ def main(argv=None):
         git = "?"
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 command="python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
-                elapsed_min=(time.time() - t_start) / 60, cpu=f"{platform.processor() or '?'} "
+                elapsed_min=(time.time() - t_start) / 60, cpu=f"{_cpu_name()} "
                 f"({os.cpu_count()} logical cores)", load_start=load_start,
                 load_end=" ".join(f"{x:.2f}" for x in os.getloadavg()), pin=pin_version,
-                git=git)
+                git=git, chunk=CHUNK, mallopt=MALLOPT, merged=merged)
     text = render(meta, rows, chain_rows)
     print(text)
     if args.out:

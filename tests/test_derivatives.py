@@ -2,8 +2,10 @@
 
 Checked four ways, float64:
 
-1. against Pinocchio's ``computeRNEADerivatives`` / ``computeABADerivatives`` (example-robot-data
-   robots and random trees with spherical and free joints, with external forces);
+1. against Pinocchio's ``computeRNEADerivatives`` / ``computeABADerivatives`` (every
+   example-robot-data robot of the core tests -- romeo, whose mass matrix is singular, for the
+   inverse-dynamics partials only -- and random trees with spherical and free joints, with
+   external forces);
 2. against forward-mode autodiff of the *plain* algorithms, through ``jaxdyn.integrate``;
 3. against the complex step (through ``integrate``, complex128 end to end);
 4. against central finite differences on the manifold;
@@ -42,19 +44,27 @@ from oracle import assert_close, random_states, robot_case, sym_upper
 #: ``M^-1`` times them and lose a factor of ``cond(M)``-ish, hence the looser FD bound).
 RTOL_PIN_ID = 1e-11
 RTOL_PIN_FD = 1e-9
-#: analytic vs forward autodiff of the plain algorithm (same arithmetic, other order).
+#: analytic vs forward autodiff of the plain algorithm (same arithmetic, other order), in the
+#: transform tests.
 RTOL_AD = 1e-11
-#: analytic vs complex step (exact to rounding: the issue asks for ~1e-13).
-RTOL_CS = 1e-12
+#: the four-way reference checks, ``(ID partials, FD partials)``: autodiff and the complex
+#: step are exact to rounding (measured <= 2e-15 on the ID partials); the FD partials carry
+#: ``cond(M)`` (~1e4 here: autodiff and complex step of the plain ``aba`` differ from each
+#: other by 1e-12 on ``tree_float``); central differences with step ``FD_STEP`` have error
+#: ~ h^2 + eps / h (measured 1e-9 / 1.4e-7).
+REF_TOL = {"ad": (1e-13, 1e-11), "cs": (1e-13, 1e-11), "cd": (1e-7, 1e-5)}
+RTOL_CS = REF_TOL["cs"][0]
 CS_STEP = 1e-30
-#: analytic vs central differences with step ``FD_STEP`` (error ~ h^2 + eps / h).
-RTOL_FD = 1e-5
 FD_STEP = 1e-6
 #: algebraic identities.
 RTOL_ID = 1e-12
 
 # --------------------------------------------------------------------------- cases
 PIN_ROBOTS = ("ur5", "panda", "solo12", "anymal", "hyq", "talos_reduced", "talos_full")
+#: example-robot-data robots of the core tests with a singular mass matrix (massless finger
+#: chains, ``oracle.SINGULAR_M``): forward dynamics is undefined, so only the inverse-dynamics
+#: partials (at the state's ``a``) are compared
+ID_ONLY_ROBOTS = ("romeo",)
 JOINT_TYPES_ALL = ("revolute", "prismatic", "spherical", "floating")
 #: random trees with spherical and free joints anywhere: name -> (n_bodies, seed, floating)
 TREES = {"tree_fixed": dict(n=7, seed=41, floating=False),
@@ -149,14 +159,28 @@ def _analytic(model, q, v, tau, f_ext):
     return out
 
 
+@jax.jit
+def _analytic_id(model, q, v, a, f_ext):
+    """The inverse-dynamics part of :func:`_analytic`, at a given ``a`` (singular ``M``)."""
+    out = {"a": a}
+    out["id_dq"], out["id_dv"], out["id_da"] = D.rnea_derivatives(model, q, v, a, f_ext)
+    z = jnp.zeros_like(v)
+    out["crba"] = crba_plain(model, q)
+    out["coriolis"] = rnea_plain(model, q, v, z) - rnea_plain(model, q, z, z)
+    return out
+
+
 _ANALYTIC_CACHE = {}
 
 
 def analytic(case, i=STATE):
     key = (case.name, i)
     if key not in _ANALYTIC_CACHE:
-        q, v, _, tau, f_ext = _state(case, i)
-        out = _analytic(case.model.astype(jnp.float64), q, v, tau, f_ext)
+        q, v, a, tau, f_ext = _state(case, i)
+        if case.name in ID_ONLY_ROBOTS:
+            out = _analytic_id(case.model.astype(jnp.float64), q, v, a, f_ext)
+        else:
+            out = _analytic(case.model.astype(jnp.float64), q, v, tau, f_ext)
         _ANALYTIC_CACHE[key] = {k: np.asarray(x) for k, x in out.items()}
     return _ANALYTIC_CACHE[key]
 
@@ -223,7 +247,8 @@ _PIN_CACHE = {}
 
 
 def pinocchio_derivatives(case, i=STATE):
-    """Pinocchio's partials; inverse dynamics at ``a`` = jaxdyn's ABA solution."""
+    """Pinocchio's partials; inverse dynamics at ``a`` = jaxdyn's ABA solution (at the state's
+    ``a`` for :data:`ID_ONLY_ROBOTS`)."""
     key = (case.name, i)
     if key not in _PIN_CACHE:
         pm, c = case.pin_model, case.conv
@@ -236,6 +261,10 @@ def pinocchio_derivatives(case, i=STATE):
         res = pin.computeRNEADerivatives(pm, pd, qp, vp, ap, fext)
         out["id_dq"], out["id_dv"] = (c.matrix_from_pin(np.array(x)) for x in res[:2])
         out["id_da"] = c.matrix_from_pin(sym_upper(np.array(res[2])))
+        if case.name in ID_ONLY_ROBOTS:
+            out["a"] = a
+            _PIN_CACHE[key] = out
+            return out
         out["a"] = c.v_from_pin(pin.aba(pm, pd, qp, vp, tp, fext).copy())
         res = pin.computeABADerivatives(pm, pd, qp, vp, tp, fext)
         out["fd_dq"], out["fd_dv"] = (c.matrix_from_pin(np.array(x)) for x in res[:2])
@@ -245,7 +274,7 @@ def pinocchio_derivatives(case, i=STATE):
 
 
 # =========================================================================== 1. Pinocchio
-@pytest.mark.parametrize("name", PIN_ROBOTS + tuple(TREES))
+@pytest.mark.parametrize("name", PIN_ROBOTS + ID_ONLY_ROBOTS + tuple(TREES))
 def test_rnea_derivatives_match_pinocchio(name):
     """IDSVA vs ``computeRNEADerivatives``, with external forces."""
     case = get_case(name)
@@ -268,18 +297,19 @@ def test_aba_derivatives_match_pinocchio(name):
 
 
 # =========================================================================== identities
-@pytest.mark.parametrize("name", PIN_ROBOTS + tuple(TREES))
+@pytest.mark.parametrize("name", PIN_ROBOTS + ID_ONLY_ROBOTS + tuple(TREES))
 def test_identities(name):
     """``dtau/da = M`` (CRBA), ``dtau/dv v = 2 (rnea(q, v, 0) - rnea(q, 0, 0))`` and
-    ``dqdd/dtau M = 1``."""
+    ``dqdd/dtau M = 1`` (not for :data:`ID_ONLY_ROBOTS`)."""
     case = get_case(name)
     jx = analytic(case)
     v = _state(case)[1]
     assert_close(jx["id_da"], jx["crba"], RTOL_ID, err_msg=f"{name}: dtau/da vs crba")
     assert_close(jx["id_dv"] @ v, 2 * jx["coriolis"], RTOL_ID,
                  err_msg=f"{name}: dtau/dv v vs 2 C(q, v) v")
-    assert_close(jx["fd_dmm_dtau"] @ jx["crba"], np.eye(case.model.nv), 1e-9,
-                 err_msg=f"{name}: Minv M")
+    if name not in ID_ONLY_ROBOTS:
+        assert_close(jx["fd_dmm_dtau"] @ jx["crba"], np.eye(case.model.nv), 1e-9,
+                     err_msg=f"{name}: Minv M")
 
 
 # =========================================================================== 2-4. references
@@ -293,13 +323,13 @@ def test_derivatives_match_references(name, method):
     """``rnea_derivatives`` / ``aba_derivatives`` vs forward autodiff of the plain algorithm
     (``ad``), complex step (``cs``) and central differences (``cd``), all through
     ``integrate``, with external forces."""
-    tol = {"ad": RTOL_AD, "cs": RTOL_CS, "cd": RTOL_FD}[method]
+    tol_id, tol_fd = REF_TOL[method]
     case = get_case(name)
     model = case.model.astype(jnp.float64)
     mine = {k: np.asarray(x) for k, x in _public(model, *_state(case)).items()}
     ref = references(case, method)
     for k in ("id_dq", "id_dv", "fd_dq", "fd_dv"):
-        assert_close(mine[k], ref[k], tol * (10 if k.startswith("fd") else 1),
+        assert_close(mine[k], ref[k], tol_fd if k.startswith("fd") else tol_id,
                      err_msg=f"{name}: {k} vs {method}")
 
 
@@ -441,9 +471,9 @@ def test_jacfwd_jacrev_grad(fn):
     assert np.all(np.isfinite(out["grad"][3])) and np.max(np.abs(out["grad"][3])) > 0
 
 
-#: second order: (system, function, variable): fixed base in the ambient q, floating base
-#: with spherical / free joints through integrate
-HESSIAN_CASES = (("tiny_chain", "rnea"), ("tiny_fixed", "rnea"), ("tiny_fixed", "aba"))
+#: second order: (system, function): ``rnea`` with spherical / free joints through
+#: ``integrate``; ``aba`` on a revolute chain in the ambient ``q`` (the cheaper compile)
+HESSIAN_CASES = (("tiny_fixed", "rnea"), ("tiny_chain", "aba"))
 
 
 @functools.partial(jax.jit, static_argnames=("fn", "through_integrate", "which"))
@@ -528,6 +558,20 @@ def test_switch_selects_plain_autodiff():
     assert D.analytic_derivatives_enabled()
 
 
+def test_switch_environment_variable():
+    """``JAXDYN_ANALYTIC_DERIVATIVES=0`` at import selects plain autodiff."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import jaxdyn.derivatives as D; print(D.analytic_derivatives_enabled())")
+    for val, want in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, JAXDYN_ANALYTIC_DERIVATIVES=val)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           check=True)
+        assert r.stdout.strip().splitlines()[-1] == want
+
+
 @jax.jit
 def _small_checks(model, q, v, a, tau):
     out = {}
@@ -565,15 +609,72 @@ def test_configuration_tangent_inverts_integrate():
 
 
 def test_method_argument():
-    """``dmm`` and ``aza`` agree; ``auto`` is one of them; anything else raises."""
+    """``dmm`` and ``aza`` agree; ``auto`` is DMM below ``AZA_MIN_NV`` coordinates and AZA
+    from there on; anything else raises."""
     out = small_checks()
     for x, y in zip(out["aza"], out["dmm"]):
         assert_close(x, y, 1e-11)
     for x, y in zip(out["auto"], out["dmm"]):
         assert_close(x, y, 0.0)
+    n = D.fd.AZA_MIN_NV
+    assert D.fd.resolve_method("auto", n - 1) == "dmm"
+    assert D.fd.resolve_method("auto", n) == "aza"
+    for m in ("dmm", "aza"):
+        assert D.fd.resolve_method(m, 1) == D.fd.resolve_method(m, 10 * n) == m
     model, q, v, a, tau, _ = _inputs(get_case("tiny_chain"))
     with pytest.raises(ValueError, match="method"):
         D.aba_derivatives(model, q, v, tau, method="lu")
+
+
+def test_aba_rule_with_aza(monkeypatch):
+    """The ``aba`` rule applies ``M^-1`` by AZA from ``AZA_MIN_NV`` coordinates on (by the
+    analytic inverse below): with the threshold forced to 0 its jvp still equals the analytic
+    partials."""
+    model, q, v, a, tau, _ = _inputs(get_case("tiny_chain"))
+
+    def no_minv(*args):
+        raise AssertionError("the rule formed M^-1 instead of using AZA")
+
+    monkeypatch.setattr(D.fd, "AZA_MIN_NV", 0)
+    monkeypatch.setattr(D.jvp, "minv_world", no_minv)
+    d = jnp.linspace(-1.0, 1.0, model.nv)
+
+    @jax.jit
+    def both(q, v, tau):
+        t = jax.jvp(lambda *x: D.aba(model, *x), (q, v, tau), (d, 2 * d, 3 * d))[1]
+        Dq, Dv, Minv = D.aba_derivatives(model, q, v, tau, method="dmm")
+        return t, Dq @ d + Dv @ (2 * d) + Minv @ (3 * d)
+
+    t, want = both(q, v, tau)
+    assert_close(t, want, 1e-11)
+
+
+def test_masked_products_blocks(monkeypatch):
+    """Algorithm 1's pairwise products by :func:`idsva.masked_products` for 1, 2 and 4 row
+    blocks equal the dense definition (numpy) on talos_full's ancestor pattern."""
+    from jaxdyn.derivatives import idsva
+
+    t = get_case("talos_full").model.topo
+    nv = t.nv
+    rng = np.random.default_rng(5)
+    L, R1, R2 = (rng.normal(size=(nv, 12)) for _ in range(3))
+    U, Q1, Q2, Q3 = (rng.normal(size=(nv, 6)) for _ in range(4))
+    anc = np.asarray(t.dof_ancestor)
+    same = np.asarray(t.dof_body)[:, None] == np.asarray(t.dof_body)[None, :]
+    strict = anc & ~same
+    want = [np.where(anc.T, L @ R.T, np.where(strict, U @ Q.T, 0.0))
+            for R, Q in ((R1, Q1), (R2, Q2))]
+    up = np.where(anc, U @ Q3.T, 0.0)
+    want.append(up + np.where(strict.T, up.T, 0.0))
+    for nb in (1, 2, 4):
+        monkeypatch.setattr(idsva, "PRODUCT_BLOCKS", nb)
+        edges = idsva.dof_blocks(t)
+        assert edges[0] == 0 and edges[-1] == nv and edges == sorted(set(edges))
+        assert (1 < len(edges) - 1 <= nb) if nb > 1 else len(edges) == 2
+        got = idsva.masked_products(t, (jnp.asarray(L), (jnp.asarray(R1), jnp.asarray(R2))),
+                                    (jnp.asarray(U), tuple(map(jnp.asarray, (Q1, Q2, Q3)))))
+        for g, w in zip(got, want):
+            assert_close(g, w, 1e-14, err_msg=f"{nb} blocks")
 
 
 def test_float32():

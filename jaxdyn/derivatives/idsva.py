@@ -40,59 +40,72 @@ from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
 
 
+def _sym6(M):
+    """Upper triangle ``(xx, yy, zz, xy, xz, yz)`` of symmetric ``(..., 3, 3)`` matrices."""
+    return jnp.stack([M[..., 0, 0], M[..., 1, 1], M[..., 2, 2],
+                      M[..., 0, 1], M[..., 0, 2], M[..., 1, 2]], -1)
+
+
+def _sym_mv(s, x):
+    """Symmetric matrix (as :func:`_sym6`) times vectors ``x (..., 3)``."""
+    x0, x1, x2 = x[..., 0], x[..., 1], x[..., 2]
+    return jnp.stack([s[..., 0] * x0 + s[..., 3] * x1 + s[..., 4] * x2,
+                      s[..., 3] * x0 + s[..., 1] * x1 + s[..., 5] * x2,
+                      s[..., 4] * x0 + s[..., 5] * x1 + s[..., 2] * x2], -1)
+
+
 def body_coriolis_terms(mass, h, Ibar, v):
     """Per-body parameters of the body-level Coriolis factor (Singh et al. 2022, Eq. 28, after
     Niemeyer 1990 and Echeandia & Wensing 2021), in a form that is summed over subtrees.
 
     The algorithm needs (twice) the factor of Eq. 28 for a world-frame inertia ``I`` moving with
-    velocity ``v``,
+    velocity ``v = [w; v_l]``,
 
         ``B(I, v) = (v x*) I + (I v) xbar* - I (v x)``  (``B v = 2 v x* I v``, ``B + B^T = 2 İ``).
 
-    With ``X = I (v x)`` one has ``(v x*) I = -X^T``, so ``B = -(X + X^T) + (I v) xbar*``; both
-    ``X`` and ``I v`` are linear in the body's inertia, so the composite ``B^C`` of a subtree is
-    given by the sums of ``X`` and ``I v``. In 3x3 blocks, with ``W = [w]x``, ``V = [v_l]x``,
-    ``H = [h]x`` and ``I = [[Ibar, H], [-H, m 1]]``::
+    With ``X = I (v x)`` one has ``(v x*) I = -X^T``, so ``B = -Y + (I v) xbar*`` with the
+    symmetric ``Y = X + X^T``. In 3x3 blocks (``W = [w]x``, ``V = [v_l]x``, ``H = [h]x``,
+    ``I = [[Ibar, H], [-H, m 1]]``, ``X = [[Ibar W + H V, H W], [-H W + m V, m W]]``)::
 
-        X = [[Ibar W + H V,  H W],
-             [-H W + m V,    m W]]
+        Y = [[Ibar W - W Ibar + H V + V H,   [y]x],
+             [-[y]x,                          0  ]],   y = h x w - m v_l
 
-    so ``X`` is held as ``A = Ibar W + H V``, ``C = H W`` (``H V = v_l h^T - (h.v_l) 1``),
-    ``m w`` and ``m v_l``. Returns ``(n, 24)``: ``A (9), C (9), m w (3), m v_l (3)``, and
-    ``I v (n, 6)``.
+    (``H W - W H = [h x w]x``, ``H V + V H = v_l h^T + h v_l^T - 2 (h.v_l) 1``). ``Y`` and
+    ``I v`` are linear in the body's inertia, so the composite ``B^C`` of a subtree is given by
+    the subtree sums of ``Y11`` (symmetric: 6 numbers), ``y`` (3) and ``I v`` (6).
+
+    Returns ``(n, 9)``: ``Y11`` as ``(xx, yy, zz, xy, xz, yz)`` and ``y``; and ``I v (n, 6)``.
     """
     w, vl = v[..., :3], v[..., 3:]
     eye = jnp.eye(3, dtype=v.dtype)
-    hv = jnp.sum(h * vl, -1)[..., None, None]
-    hw = jnp.sum(h * w, -1)[..., None, None]
-    # rows of Ibar W are Ibar_r x w; H V = vl h^T - (h.vl) 1; H W = w h^T - (h.w) 1
-    A = spatial.cross(Ibar, w[..., None, :]) + vl[..., :, None] * h[..., None, :] - hv * eye
-    C = w[..., :, None] * h[..., None, :] - hw * eye
+    # rows of Ibar W are Ibar_r x w
+    IW = spatial.cross(Ibar, w[..., None, :])
+    hvl = vl[..., :, None] * h[..., None, :]
+    Y11 = (IW + jnp.swapaxes(IW, -1, -2) + hvl + jnp.swapaxes(hvl, -1, -2)
+           - 2 * jnp.sum(h * vl, -1)[..., None, None] * eye)
     m = mass[..., None]
-    n = A.shape[:-2]
-    X = jnp.concatenate([A.reshape(n + (9,)), C.reshape(n + (9,)), m * w, m * vl], -1)
-    Iv = jnp.concatenate([spatial.mv(Ibar, w) + spatial.cross(h, vl),
-                          m * vl - spatial.cross(h, w)], -1)
-    return X, Iv
+    hw = spatial.cross(h, w)
+    y = hw - m * vl
+    Iv = jnp.concatenate([spatial.mv(Ibar, w) + spatial.cross(h, vl), m * vl - hw], -1)
+    return jnp.concatenate([_sym6(Y11), y], -1), Iv
 
 
-def _X_apply(A, C, mw, mvl, x):
-    """``X x`` and ``X^T x`` for the block form of :func:`body_coriolis_terms`."""
+def _coriolis_apply(Y11, y, Iv, x):
+    """``(B x, B^T x)`` for the composite factor given by :func:`body_coriolis_terms`' sums:
+    ``B x = -Y x + x x* (I v)``, ``B^T x = -Y x - x x* (I v)``."""
     xw, xl = x[..., :3], x[..., 3:]
-    At = jnp.swapaxes(A, -1, -2)
-    Ct = jnp.swapaxes(C, -1, -2)
-    Xx = jnp.concatenate([spatial.mv(A, xw) + spatial.mv(C, xl),
-                          -spatial.mv(C, xw) + spatial.cross(mvl, xw) + spatial.cross(mw, xl)], -1)
-    XTx = jnp.concatenate([spatial.mv(At, xw) - spatial.mv(Ct, xl) - spatial.cross(mvl, xl),
-                           spatial.mv(Ct, xw) - spatial.cross(mw, xl)], -1)
-    return Xx + XTx
+    Yx = jnp.concatenate([_sym_mv(Y11, xw) + spatial.cross(y, xl), -spatial.cross(y, xw)], -1)
+    Kx = spatial.force_cross(x, Iv)
+    return Kx - Yx, -Yx - Kx
 
 
 def _inertia_apply(m, h, Ibar, x):
-    """Spatial inertia about the world origin times motion vectors ``x (..., 6)``."""
+    """Spatial inertia about the world origin times motion vectors ``x (..., 6)``; ``Ibar``
+    is ``(..., 3, 3)`` or its upper triangle ``(..., 6)`` (:func:`_sym6`)."""
     w, vl = x[..., :3], x[..., 3:]
-    return jnp.concatenate(
-        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1)
+    Iw = _sym_mv(Ibar, w) if Ibar.shape[-1] == 6 else spatial.mv(Ibar, w)
+    return jnp.concatenate([Iw + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)],
+                           -1)
 
 
 def bodies_to_dofs(topo, x):
@@ -126,26 +139,85 @@ def forward_accumulate_with_parent(topo, incr, root):
     return jnp.concatenate(out, 0), jnp.concatenate(par, 0)
 
 
-def masked_products(mask1, L1, R1, mask2, L2, R2):
-    """``out[r, c] = sum_k L1[r, k] R1[c, k]`` where ``mask1``, else the same with ``L2, R2``
-    where ``mask2``, else 0; ``L*``, ``R*`` are tuples of ``(nv, 6)`` blocks.
+#: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).
+#: Measured on a 2-core x86 CPU (float64, solo12 and talos_full): 1 block is fastest both at
+#: batch 1 (fewer kernels: 2-3x faster than 4 blocks on solo12) and at batch 1024 (5-20 %);
+#: more blocks save flops only on deep trees with many coordinates.
+PRODUCT_BLOCKS = 1
 
-    Written as unrolled broadcast products (``R`` transposed so the column index is the
-    contiguous one) so that XLA emits one loop fusion that writes only the result: under
-    ``vmap`` a dense ``dot`` would write (and the select re-read) two full ``nv x nv`` products
-    per output, and IDSVA is bound by that memory traffic at large batch.
+
+def dof_blocks(topo, nblocks=None):
+    """Split the coordinates into at most ``nblocks`` contiguous runs of whole depth levels
+    with about equal numbers of coordinates: boundaries ``[0, e_1, ..., nv]``.
+
+    Bodies are sorted by depth, so if ``body(r)`` is an ancestor of ``body(c)`` then ``r``
+    lies in the same or an earlier block than ``c``: across blocks, the ancestor pattern is
+    block-triangular.
     """
-    def product(L, R):
-        acc = None
-        for Lb, Rb in zip(L, R):
-            RT = Rb.T
-            for k in range(Lb.shape[-1]):
-                term = Lb[:, k, None] * RT[None, k, :]
-                acc = term if acc is None else acc + term
-        return acc
+    nblocks = PRODUCT_BLOCKS if nblocks is None else nblocks
+    starts = [lvl.groups[0].v0 for lvl in topo.levels] + [topo.nv]
+    edges = [0]
+    for k in range(1, nblocks):
+        target = k * topo.nv / nblocks
+        best = min(starts, key=lambda e: abs(e - target))
+        if edges[-1] < best < topo.nv:
+            edges.append(best)
+    edges.append(topo.nv)
+    return edges
 
-    zero = jnp.zeros((), L1[0].dtype)
-    return jnp.where(mask1, product(L1, R1), jnp.where(mask2, product(L2, R2), zero))
+
+def masked_products(topo, lower, uppers):
+    """Algorithm 1's lines 17-20 (products over the subtree columns of each body) for all
+    bodies at once, as dense products masked with the static ancestor pattern.
+
+    ``lower = (L, (R_1, R_2, ...))`` and ``uppers = (U, (Q_1, Q_2, ...))``, all ``(nv, K)``.
+    Output ``k`` is ``out[r, c] = L[r] . R_k[c]`` where ``body(c)`` is an ancestor-or-self of
+    ``body(r)``, ``U[r] . Q_k[c]`` where ``body(r)`` is a strict ancestor of ``body(c)``, and 0
+    elsewhere; the outputs beyond ``len(R)`` have no lower part and are symmetric: ``U . Q_k``
+    on and above the diagonal blocks, mirrored (the mass matrix).
+
+    Bodies are depth-sorted, not depth-first, so subtrees are not contiguous column ranges;
+    but an ancestor's coordinates come first, so across blocks of whole depth levels
+    (:func:`dof_blocks`) the pattern is block-triangular: row block ``i`` needs the lower
+    products on the columns of blocks ``<= i`` and the upper ones on blocks ``>= i`` only. The
+    outputs sharing a left factor are computed by one matrix product per row block.
+    """
+    anc = topo.dof_ancestor  # anc[r, c]: body(r) is ancestor-or-self of body(c)
+    same = topo.dof_body[:, None] == topo.dof_body[None, :]
+    strict = anc & ~same
+    nv = topo.nv
+    edges = dof_blocks(topo)
+    L, Rs = lower
+    U, Qs = uppers
+    nlo, nout = len(Rs), len(Qs)
+    dt = U.dtype
+    zero = jnp.zeros((), dt)
+    rows = [[] for _ in range(nout)]
+    for i in range(len(edges) - 1):
+        r0, r1 = edges[i], edges[i + 1]
+        nu = nv - r0
+        up = U[r0:r1] @ jnp.concatenate([Q[r0:] for Q in Qs], 0).T  # (n, nout * nu)
+        lo = (L[r0:r1] @ jnp.concatenate([R[:r1] for R in Rs], 0).T) if nlo else None
+        mask_lo = anc.T[r0:r1, :r1]
+        mask_up = strict[r0:r1, r0:]
+        for k in range(nout):
+            upk = up[:, k * nu:(k + 1) * nu]
+            if k >= nlo:  # symmetric output: the upper part (diagonal blocks included)
+                row = jnp.where(anc[r0:r1, r0:], upk, zero)
+                rows[k].append(jnp.concatenate([jnp.zeros((r1 - r0, r0), dt), row], 1)
+                               if r0 else row)
+                continue
+            lok = lo[:, k * r1:(k + 1) * r1]
+            parts = [jnp.where(mask_lo[:, :r0], lok[:, :r0], zero)] if r0 else []
+            parts.append(jnp.where(mask_lo[:, r0:], lok[:, r0:],
+                                   jnp.where(mask_up[:, :r1 - r0], upk[:, :r1 - r0], zero)))
+            if r1 < nv:
+                parts.append(jnp.where(mask_up[:, r1 - r0:], upk[:, r1 - r0:], zero))
+            rows[k].append(jnp.concatenate(parts, 1) if len(parts) > 1 else parts[0])
+    out = [jnp.concatenate(r, 0) if len(r) > 1 else r[0] for r in rows]
+    for k in range(nlo, nout):
+        out[k] = out[k] + jnp.where(strict.T, out[k].T, zero)
+    return out
 
 
 def idsva_world(model, ws, qd, qdd, f_ext_world=None):
@@ -171,37 +243,35 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     v, vp = forward_accumulate_with_parent(t, vJ, jnp.zeros(6, dt))
     aJ = tree.dofs_to_bodies(t, S * qdd[:, None]) + spatial.motion_cross(v, vJ)
     a, ap = forward_accumulate_with_parent(t, aJ, a0)
-    X, Iv = body_coriolis_terms(ws.mass, h, Ibar, v)
+    BY, Iv = body_coriolis_terms(ws.mass, h, Ibar, v)
     f = _inertia_apply(ws.mass, h, Ibar, a) + spatial.force_cross(v, Iv)
     if f_ext_world is not None:
         f = f - f_ext_world
-    # --- backward pass: subtree composites of I, B (as X and I v) and f (Alg. 1, line 22)
-    packed = jnp.concatenate([ws.mass[:, None], h, Ibar.reshape(nb, 9), X, Iv, f], -1)
+    # --- backward pass: subtree composites of I, B (as Y11, y, I v) and f (Alg. 1, line 22)
+    packed = jnp.concatenate([ws.mass[:, None], h, _sym6(Ibar), BY, Iv, f], -1)  # (nb, 31)
     comp = tree.backward_accumulate(t, packed)
     d = bodies_to_dofs(t, jnp.concatenate([comp, v, vp, ap], -1))
-    mC, hC, IC = d[:, 0], d[:, 1:4], d[:, 4:13].reshape(-1, 3, 3)
-    AC, CC = d[:, 13:22].reshape(-1, 3, 3), d[:, 22:31].reshape(-1, 3, 3)
-    mwC, mvC, IvC, FC = d[:, 31:34], d[:, 34:37], d[:, 37:43], d[:, 43:49]
-    vb, vp, ap = d[:, 49:55], d[:, 55:61], d[:, 61:67]
+    mC, hC, IC = d[:, 0], d[:, 1:4], d[:, 4:10]
+    Y11, yC, IvC, FC = d[:, 10:16], d[:, 16:19], d[:, 19:25], d[:, 25:31]
+    vb, vp, ap = d[:, 31:37], d[:, 37:43], d[:, 43:49]
     tau = jnp.sum(S * FC, -1)
     # --- per-coordinate kinematic quantities (Alg. 1, lines 4-7; Eq. 31)
     Psid = spatial.motion_cross(vp, S)
     Psidd = spatial.motion_cross(ap, S) + spatial.motion_cross(vp, Psid)
     vdJ = Psid + spatial.motion_cross(vb, S)  # Psid + Sd
-    # --- backward-pass vectors (Alg. 1, lines 13-16): BC x = -(XC + XC^T) x + x x* (I v)C
-    YS = -_X_apply(AC, CC, mwC, mvC, S)
-    KS = spatial.force_cross(S, IvC)
+    # --- backward-pass vectors (Alg. 1, lines 13-16)
+    BS, F4 = _coriolis_apply(Y11, yC, IvC, S)  # BC S, BC^T S
+    BPsid, _ = _coriolis_apply(Y11, yC, IvC, Psid)
     F1 = _inertia_apply(mC, hC, IC, S)
-    F2 = YS + KS + _inertia_apply(mC, hC, IC, vdJ)
-    F3 = (-_X_apply(AC, CC, mwC, mvC, Psid) + spatial.force_cross(Psid, IvC)
-          + _inertia_apply(mC, hC, IC, Psidd) + spatial.force_cross(S, FC))
-    F4 = YS - KS
-    # --- pairwise products (Alg. 1, lines 17-20), masked with the ancestor pattern
-    anc = t.dof_ancestor  # anc[r, c]: body(r) is ancestor-or-self of body(c)
+    F2 = BS + _inertia_apply(mC, hC, IC, vdJ)
+    F3 = BPsid + _inertia_apply(mC, hC, IC, Psidd) + spatial.force_cross(S, FC)
+    # --- pairwise products (Alg. 1, lines 17-20), masked with the ancestor pattern:
     # dtau_dq[j, i] = F1_j.Psidd_i + F4_j.Psid_i  (i ⪯ j);  dtau_dq[i, j] = S_i.F3_j  (i ≺ j)
-    dtau_dq = masked_products(anc.T, (F1, F4), (Psidd, Psid), anc, (S,), (F3,))
-    dtau_dv = masked_products(anc.T, (F1, F4), (vdJ, S), anc, (S,), (F2,))
-    M = masked_products(anc, (S,), (F1,), anc.T, (F1,), (S,))
+    # dtau_dv likewise with (vdJ, S) and F2; M[i, j] = S_i.F1_j (i ⪯ j), symmetric
+    dtau_dq, dtau_dv, M = masked_products(
+        t, (jnp.concatenate([F1, F4], -1),
+            (jnp.concatenate([Psidd, Psid], -1), jnp.concatenate([vdJ, S], -1))),
+        (S, (F3, F2, F1)))
     return tau, dtau_dq, dtau_dv, M
 
 
