@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if "xla_cpu_multi_thread_eigen" not in from_env:
             os.environ["XLA_FLAGS"] = (from_env + " --xla_cpu_multi_thread_eigen=false "
                                        "intra_op_parallelism_threads=1").strip()
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK threads stall under load
     from jaxdyn import bench
 
     defaults = ["--robots", "solo12,talos_full,panda",

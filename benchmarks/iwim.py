@@ -44,6 +44,7 @@ from pathlib import Path
 if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
                                "=false intra_op_parallelism_threads=1").strip()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
 
 import jax  # noqa: E402
 

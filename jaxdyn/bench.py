@@ -94,6 +94,9 @@ def configure_threads(single_thread: bool = True) -> str:
     else:
         os.environ["XLA_FLAGS"] = (current + " " + SINGLE_THREAD_FLAGS).strip()
         status = f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
+    # LAPACK-backed ops (Cholesky, triangular solves) run in scipy's OpenBLAS, whose thread
+    # pool stalls for milliseconds on a loaded machine; read when it is first loaded.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if _backend_initialized():
         status += " (WARNING: the JAX backend was already initialised, flags may be ignored)"
     return status
