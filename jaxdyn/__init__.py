@@ -56,3 +56,4 @@ from .clusters import caba as caba
 from .clusters import cefpa as cefpa
 from .clusters import crnea as crnea
 from .clusters import load_urdf_plus as load_cluster_urdf
+from .clusters.urdfplus import load_urdf as load_urdf  # URDF+ files give a ClusterModel

@@ -20,6 +20,7 @@ by :func:`jaxdyn.model.urdf.parse_urdf`, which refuses DTDs/entities; its unknow
 from __future__ import annotations
 
 from ..model import urdf as _urdf
+from ..model.build import build_model
 from . import spec as S
 from .model import ClusterModel, build
 
@@ -133,3 +134,28 @@ def load_urdf_plus(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81
     cons, independent = parse_extras(robot, xml_root)
     return build(robot, tuple(cons) + tuple(constraints), floating_base=floating_base,
                  gravity=gravity, independent=independent, name=name)
+
+
+def load_urdf(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
+              clusters: bool | None = None):
+    """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
+
+    **Arguments:**
+
+    - ``source``, ``floating_base``, ``gravity``: as :func:`jaxdyn.model.load_urdf`.
+    - ``clusters``: ``None`` (default): a file with URDF+ ``<coupling>`` or ``<loop>`` tags
+      gives a :class:`~jaxdyn.clusters.ClusterModel` (its cluster tree, for
+      :func:`jaxdyn.crnea` / :func:`jaxdyn.caba` / :func:`jaxdyn.cefpa`), any other file a
+      plain :class:`~jaxdyn.Model`; ``True``: always the cluster model (``<mimic>`` joints
+      then become linear couplings); ``False``: always the plain spanning-tree
+      :class:`~jaxdyn.Model` (loop tags and ``<mimic>`` ignored, as Pinocchio's default).
+
+    **Returns:** a :class:`~jaxdyn.Model` or a :class:`~jaxdyn.clusters.ClusterModel` (see
+    ``clusters``). Malformed input raises ``ValueError`` naming the element at fault.
+    """
+    robot = _urdf.parse_urdf(source)
+    if clusters is None:
+        clusters = any(el.tag in ("coupling", "loop") for el in robot.extra)
+    if clusters:
+        return load_urdf_plus(source, floating_base=floating_base, gravity=gravity)
+    return build_model(robot, floating_base=floating_base, gravity=gravity)

@@ -108,25 +108,6 @@ def _inertia_apply(m, h, Ibar, x):
                            -1)
 
 
-def bodies_to_dofs(topo, x):
-    """Repeat per-body rows ``x (nb, ...)`` for each of the body's coordinates, ``(nv, ...)``.
-
-    Same as :func:`jaxdyn.model.tree.bodies_to_dofs`, written with slices and broadcasts per
-    run of joint kinds instead of a gather (a gather is a slow scalar loop on XLA:CPU).
-    """
-    if topo.nv == topo.nb:
-        return x
-    parts = []
-    for kind, b0, b1, _, _ in tree.kind_runs(topo):
-        k = joints.NV[kind]
-        xs = x[b0:b1]
-        if k > 1:
-            xs = jnp.broadcast_to(xs[:, None], (b1 - b0, k) + xs.shape[1:])
-            xs = xs.reshape(((b1 - b0) * k,) + xs.shape[2:])
-        parts.append(xs)
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
-
-
 def forward_accumulate_with_parent(topo, incr, root):
     """:func:`jaxdyn.model.tree.forward_accumulate` that also returns each body's parent value
     (``root`` for the bodies at depth 0)."""
@@ -250,7 +231,7 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     # --- backward pass: subtree composites of I, B (as Y11, y, I v) and f (Alg. 1, line 22)
     packed = jnp.concatenate([ws.mass[:, None], h, _sym6(Ibar), BY, Iv, f], -1)  # (nb, 31)
     comp = tree.backward_accumulate(t, packed)
-    d = bodies_to_dofs(t, jnp.concatenate([comp, v, vp, ap], -1))
+    d = tree.bodies_to_dofs(t, jnp.concatenate([comp, v, vp, ap], -1))
     mC, hC, IC = d[:, 0], d[:, 1:4], d[:, 4:10]
     Y11, yC, IvC, FC = d[:, 10:16], d[:, 16:19], d[:, 19:25], d[:, 25:31]
     vb, vp, ap = d[:, 31:37], d[:, 37:43], d[:, 43:49]
@@ -316,4 +297,4 @@ def fext_tau_tangent(model, ws, df_ext):
     """
     t = model.topo
     dF = tree.backward_accumulate(t, external_forces_world(model, ws, df_ext))
-    return -jnp.sum(ws.S * bodies_to_dofs(t, dF), -1)
+    return -jnp.sum(ws.S * tree.bodies_to_dofs(t, dF), -1)
