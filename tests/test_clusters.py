@@ -31,12 +31,19 @@ EES = {
     "mit_humanoid_leg": ("ankle_link", "knee_link"),
     "jvrc1_humanoid": ("left-ankle-pitch", "right-wrist-yaw"),
     "tello": ("left-foot", "right-thigh"),
+    # the paper's transmission chains (random inertias, gears and belts; PBT ends with a GT link)
+    "gt_chain": ("link4", ("link2", (0.5, 0.0, 0.0))),
+    "pbt_chain": ("link4", ("link1", (0.7, 0.0, 0.0))),
 }
 ROBOT_NAMES = list(EES)
+CHAINS = {"gt_chain": ("GT", 11), "pbt_chain": ("PBT", 12)}
 
 
 @functools.lru_cache(maxsize=None)
 def model_of(name):
+    if name in CHAINS:
+        kind, seed = CHAINS[name]
+        return robots.transmission_chain(5, kind, seed=seed)
     return robots.load(name)
 
 
@@ -101,7 +108,13 @@ def results(name):
 
     def one(q, v, a, fe):
         tau = C.crnea(m, q, v, a, fe)
-        out = dict(tau=tau, a_caba=C.caba(m, q, v, tau, fe), osim=C.cefpa(m, q, ees))
+        out = dict(tau=tau, a_caba=C.caba(m, q, v, tau, fe), osim=C.cefpa(m, q, ees),
+                   # the library's baselines (same signatures)
+                   tau_lib=C.projected_rnea(m, q, v, a, fe),
+                   a_projfd=C.projection_fd(m, q, v, tau, fe),
+                   a_lag=C.lagrange_fd(m, q, v, tau, fe),
+                   osim_lib=C.projected_osim(m, q, ees),
+                   EG=jnp.asarray(m.topo.G_left_inverse) @ C.spanning_state(m, q).G)
         out.update(_reference(m, q, v, a, fe, tau, ees))
         return out
 
@@ -137,24 +150,19 @@ def test_cefpa_matches_dense(name):
     assert _rel(r["osim"], np.swapaxes(r["osim"], -1, -2)) < 1e-12
 
 
-@pytest.mark.parametrize("name", ["planar_leg_linkage", "mit_humanoid_leg"])
+@pytest.mark.parametrize("name", ROBOT_NAMES)
 def test_library_baselines(name):
-    """jaxdyn.clusters' projected / projection / Lagrange / OSIM baselines equal the dense
-    references (and hence C-RNEA, C-ABA, C-EFPA)."""
-    m = model_of(name)
-    ees = EES[name]
+    """jaxdyn.clusters' projected RNEA / projection FD / Lagrange FD / projected OSIM equal the
+    dense references of this file (and hence C-RNEA, C-ABA, C-EFPA)."""
     (q, v, a, fe), r = results(name)
-
-    def one(q, v, a, fe):
-        tau = C.crnea(m, q, v, a, fe)
-        return dict(tau=C.projected_rnea(m, q, v, a, fe), a_proj=C.projection_fd(m, q, v, tau, fe),
-                    a_lag=C.lagrange_fd(m, q, v, tau, fe), osim=C.projected_osim(m, q, ees))
-
-    b = jax.jit(jax.vmap(one))(q[:1], v[:1], a[:1], fe[:1])
-    assert _rel(b["tau"], r["tau_ref"][:1]) < 1e-10
-    assert _rel(b["a_proj"], a[:1]) < 1e-10
-    assert _rel(b["a_lag"], a[:1]) < 1e-10
-    assert _rel(b["osim"], r["osim_dense"][:1]) < 1e-10
+    assert _rel(r["tau_lib"], r["tau_ref"]) < 1e-10
+    assert _rel(r["tau_lib"], r["tau"]) < 1e-10
+    assert _rel(r["a_projfd"], a) < 1e-10
+    assert _rel(r["a_lag"], a) < 1e-10
+    assert _rel(r["osim_lib"], r["osim_dense"]) < 1e-10
+    # the constant left inverse of G used by lagrange_fd
+    np.testing.assert_allclose(r["EG"], np.broadcast_to(np.eye(v.shape[1]), r["EG"].shape),
+                               atol=1e-12)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -239,20 +247,31 @@ def test_reduces_to_rnea_aba_without_loops(name):
     assert not m.topo.has_loops
     q, v, a, fe = _states(m, 1)
 
+    bn = m.tree.body_names
+    ees = (bn[-1], (bn[len(bn) // 2], (0.1, -0.2, 0.05)))
+
     def one(q, v, a, fe):
         s = C.spanning_state(m, q, v, a)
         tau_tree = jaxdyn.rnea(m.tree, s.q, s.v, s.a, fe)
         tau = C.crnea(m, q, v, a, fe)
+        J = _jacobians(m, s.q, ees)
         return dict(q=s.q, G=s.G, tau=tau, tau_ref=s.G.T @ tau_tree,
                     acc=s.G @ C.caba(m, q, v, tau, fe),
-                    acc_ref=jaxdyn.aba(m.tree, s.q, s.v, tau_tree, fe))
+                    acc_ref=jaxdyn.aba(m.tree, s.q, s.v, tau_tree, fe),
+                    osim=C.cefpa(m, q, ees),
+                    osim_ref=J @ jnp.linalg.solve(jaxdyn.crba(m.tree, s.q), J.T))
 
     r = jax.jit(jax.vmap(one))(q, v, a, fe)
     # plain trees keep jaxdyn's joint order
     np.testing.assert_array_equal(np.asarray(r["q"]), np.asarray(q))
     np.testing.assert_array_equal(np.asarray(r["G"][0]), np.eye(m.nv))
+    # one name per independent velocity, multi-DoF joints as "joint[k]"
+    assert len(m.joint_names) == m.nv
+    assert list(dict.fromkeys(n.split("[")[0] for n in m.joint_names)) == list(
+        m.tree.joint_names)
     assert _rel(r["tau"], r["tau_ref"]) < 1e-12
     assert _rel(r["acc"], r["acc_ref"]) < 1e-9
+    assert _rel(r["osim"], r["osim_ref"]) < 1e-10  # C-EFPA = EFPA = J H^-1 J^T
 
 
 MIMIC_URDF = """<robot name="gripper">
@@ -286,9 +305,82 @@ def test_mimic_joints_are_linear_couplings():
     qs = dict(zip(jn, np.asarray(s.q)))
     assert qs["finger2"] == pytest.approx(-qs["finger1"] + 0.01, abs=1e-15)
     assert qs["tipj"] == pytest.approx(0.5 * qs["wrist"], abs=1e-15)
-    tau = jax.jit(C.crnea)(m, q, v, a)
-    assert _rel(tau, C.projected_rnea(m, q, v, a)) < 1e-12
-    assert _rel(jax.jit(C.caba)(m, q, v, tau), a) < 1e-10
+    ees = ("tip", "f2")
+
+    @jax.jit
+    def f(q, v, a):
+        tau = C.crnea(m, q, v, a)
+        return dict(tau=tau, tau_p=C.projected_rnea(m, q, v, a), acc=C.caba(m, q, v, tau),
+                    acc_p=C.projection_fd(m, q, v, tau), acc_l=C.lagrange_fd(m, q, v, tau),
+                    L=C.cefpa(m, q, ees), L_p=C.projected_osim(m, q, ees))
+
+    r = f(q, v, a)
+    assert _rel(r["tau"], r["tau_p"]) < 1e-12
+    for k in ("acc", "acc_p", "acc_l"):
+        assert _rel(r[k], a) < 1e-10
+    assert _rel(r["L"], r["L_p"]) < 1e-10
+    # jaxdyn.load_urdf: a plain URDF (mimic only) stays a spanning tree unless asked
+    plain = jaxdyn.load_urdf(MIMIC_URDF)
+    assert isinstance(plain, jaxdyn.Model) and plain.nv == 4
+    assert jaxdyn.load_urdf(MIMIC_URDF, clusters=True).v_names == m.v_names
+
+
+HAND2_URDF = MIMIC_URDF.replace('<mimic joint="wrist" multiplier="0.5"/>', '').replace(
+    "</robot>", """
+  <link name="t2"><inertial><mass value="0.15"/><origin xyz="0.01 0 0.03"/>
+    <inertia ixx="0.0005" ixy="0" ixz="0" iyy="0.0006" iyz="0" izz="0.0002"/></inertial></link>
+  <link name="t3"><inertial><mass value="0.05"/><origin xyz="0.0 0.01 0.02"/>
+    <inertia ixx="0.0002" ixy="0" ixz="0" iyy="0.0003" iyz="0" izz="0.0001"/></inertial></link>
+  <link name="t4"><inertial><mass value="0.07"/><origin xyz="0.01 0.01 0.02"/>
+    <inertia ixx="0.0003" ixy="0" ixz="0" iyy="0.0002" iyz="0" izz="0.0001"/></inertial></link>
+  <joint name="k2" type="revolute"><parent link="f2"/><child link="t2"/>
+    <origin xyz="0 0 0.1"/><axis xyz="0 0 1"/><mimic joint="tipj" multiplier="2.0"/></joint>
+  <joint name="k3" type="revolute"><parent link="t2"/><child link="t3"/>
+    <origin xyz="0 0.03 0.05"/><axis xyz="0 1 0"/></joint>
+  <joint name="k4" type="revolute"><parent link="tip"/><child link="t4"/>
+    <origin xyz="0.02 0.0 0.05"/><axis xyz="0 0 1"/></joint>
+</robot>""")
+
+
+def test_multi_output_cluster():
+    """A cluster whose bodies hang from two different bodies of its parent cluster (here a
+    programmatic grouping of t3 and t4 below the mimic cluster {f1, f2, tip, t2}): X_k^T Ia X_k
+    then has off-diagonal blocks, which C-ABA handles in the dense 6n x 6n form."""
+    m = C.load_urdf_plus(HAND2_URDF, constraints=[C.Cluster(("t3", "t4"))])
+    t = m.topo
+    last = t.groups[t.cluster_group[-1]]
+    assert sorted(m.tree.body_names[b] for b in t.cluster_bodies[-1]) == ["t3", "t4"]
+    assert len(set(last.out[0])) == 2  # two different output bodies
+    q, v, a, fe = _states(m, 3, batch=1)
+    ees = ("t3", ("t4", (0.1, 0.0, 0.02)), "tip")
+
+    @jax.jit
+    def f(q, v, a, fe):
+        tau = C.crnea(m, q, v, a, fe)
+        return dict(tau=tau, tau_p=C.projected_rnea(m, q, v, a, fe),
+                    acc=C.caba(m, q, v, tau, fe), acc_p=C.projection_fd(m, q, v, tau, fe),
+                    L=C.cefpa(m, q, ees), L_p=C.projected_osim(m, q, ees))
+
+    r = f(q[0], v[0], a[0], fe[0])
+    assert _rel(r["tau"], r["tau_p"]) < 1e-12
+    assert _rel(r["acc"], a[0]) < 1e-10 and _rel(r["acc_p"], a[0]) < 1e-10
+    assert _rel(r["L"], r["L_p"]) < 1e-10
+
+
+def test_load_urdf_reads_urdf_plus():
+    """jaxdyn.load_urdf returns the cluster model for files with <coupling>/<loop> tags, names
+    the independent coordinates, and keeps the spanning tree on request."""
+    m = jaxdyn.load_urdf(robots.path("mit_humanoid_leg"))
+    assert isinstance(m, C.ClusterModel)
+    assert m.joint_names == m.v_names == model_of("mit_humanoid_leg").v_names
+    assert m.nv == 5 and m.nb == 10
+    fb = jaxdyn.load_urdf(str(robots.path("four_bar")))
+    assert isinstance(fb, C.ClusterModel) and fb.nv == 1 and fb.topo.has_loops
+    assert fb.joint_names == ("joint1",)  # independent="true" in the file
+    assert len(fb.q_names) == 3  # implicit cluster: the spanning coordinates are stored
+    tree = jaxdyn.load_urdf(robots.path("four_bar"), clusters=False)
+    assert isinstance(tree, jaxdyn.Model) and tree.nv == 3
+    assert fb.tree.joint_names == tree.joint_names
 
 
 # ----------------------------------------------------------------------------- approximations
@@ -363,14 +455,30 @@ def _manifold_point(m, q, dy, h):
     return C.project_configuration(m, jnp.concatenate(parts), iters=40)
 
 
-def test_autodiff_matches_finite_differences_on_manifold():
+@pytest.mark.parametrize("name", ["planar_leg_linkage", "pbt_chain"])
+def test_autodiff_matches_finite_differences_on_manifold(name):
     """JAX derivatives (forward and reverse mode) of C-RNEA / C-ABA along the constraint
-    manifold agree with central differences through the Newton projection."""
-    m = model_of("planar_leg_linkage")  # a plain joint + an implicit four-bar cluster
+    manifold agree with central differences through the Newton projection; the map to the
+    spanning tree (``qdot = G v``, ``qddot = G a + g``) agrees with differences along the
+    trajectory ``y(t) = y0 + v t + a t^2 / 2``."""
+    # planar_leg_linkage: a plain joint + an implicit four-bar cluster; pbt_chain: belt pairs
+    # and a geared link (explicit clusters)
+    m = model_of(name)
     (q,), (v,), (a,), _ = _states(m, 7, batch=1)
     dy = jnp.cos(jnp.arange(m.nv) + 0.3)
     w = jnp.sin(jnp.arange(m.nv) + 1.0)
-    h = 1e-5
+    h, h2 = 1e-5, 1e-3
+
+    @jax.jit
+    def traj(q, v, a):
+        pts = jax.vmap(lambda t: C.spanning_configuration(
+            m, _manifold_point(m, q, v + 0.5 * t * a, t)))(jnp.array([h2, 0.0, -h2]))
+        return pts, C.spanning_state(m, q, v, a)
+
+    pts, s = traj(q, v, a)
+    assert _rel((pts[0] - pts[2]) / (2 * h2), s.v) < 1e-5
+    assert _rel((pts[0] - 2 * pts[1] + pts[2]) / h2 ** 2, s.a) < 1e-4
+    assert _rel(s.v, s.G @ v) < 1e-14 and _rel(s.a, s.G @ a + s.g) < 1e-14
 
     @jax.jit
     def run(q, v, a):

@@ -20,9 +20,12 @@ cluster transform ``X_k`` reduces to copying each output body's vector into the 
 it (``X_k^T`` sums back), ``X_R`` to the in-cluster ancestor incidence, and
 ``c_J + v x v_J`` to ``X_R [oS g + v_b x (oS_b qdot_b)]`` (the velocity-product term of every
 joint, ``g`` the constraint bias). Each level of the cluster tree is a Python loop step; inside,
-every group of same-signature clusters is one batched expression. Without loops every cluster is
-one joint and the three algorithms are RNEA (Featherstone Alg. 5.1), ABA (Alg. 7.1) and EFPA
-(Wensing et al. 2012).
+every group of same-signature clusters is one batched expression. When every cluster hangs from
+a single output body (all robots of the paper), C-RNEA and C-ABA take a leaner path
+(:func:`_crnea_single_output`, :func:`_caba_single_output`): spanning-tree velocities from
+jaxdyn's core pass, block-diagonal articulated inertias, one 6x6 block handed to the parent.
+Without loops every cluster is one joint and the three algorithms are RNEA (Featherstone
+Alg. 5.1), ABA (Alg. 7.1) and EFPA (Wensing et al. 2012).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 from .. import _checks, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
-from .model import TREE, ClusterModel
+from .model import LINEAR, TREE, ClusterModel
 from .state import all_group_states, assemble_spanning
 
 
@@ -188,6 +191,8 @@ def crnea(model: ClusterModel, q, v, a, f_ext=None):
     fn = "crnea"
     model, gss, ws, v, a, fw, dt = _setup(model, fn, q, v, a, "a", f_ext)
     t = model.topo
+    if _all_single_output(t):
+        return _crnea_single_output(model, gss, ws, v, a, fw, dt)
     gks, v_all = _forward_kinematics(model, gss, ws, dt, True)
     a0 = kin.gravity_acceleration(model.tree, dt)
     # accelerations: a_k = X_k a_λ(k) + S_k ydd_k + c_k (one gather + add per level)
@@ -244,56 +249,432 @@ def _from_blocks(x, g):
         g.nc, 6 * g.n, 6 * g.n)
 
 
+def _single_output(g):
+    """True if all bodies of each cluster of the group hang from one output body."""
+    return bool(np.all(g.out == g.out[:, :1]))
+
+
+def _level_plan(t, li):
+    """Static routing of the articulated inertias of level ``li`` to level ``li - 1``.
+
+    Clusters whose bodies share one output body (geared / belt transmissions, differentials:
+    the common case) hand their parent a single 6x6 block, ``sum_i IA_ii - U D^-1 U^T`` with
+    ``U = sum_i U_i`` (X_k^T Ia X_k with all blocks landing on one body); others hand over their
+    full ``6n x 6n`` articulated inertia through the block incidence ``tri``. Returns
+    ``(single, P, full_cols)``: per group, whether it is single-output, the (nb_prev, nc) 0/1
+    routing of its 6x6 blocks, and the ``tri`` columns of multi-output groups."""
+    lvl = t.levels[li]
+    single, P, cols = [], [], []
+    off = 0
+    for g in lvl.groups:
+        so = _single_output(g)
+        single.append(so)
+        if li > 0 and so:
+            M = np.zeros((t.levels[li - 1].nb, g.nc))
+            M[g.out[:, 0], np.arange(g.nc)] = 1.0
+            P.append(M)
+        else:
+            P.append(None)
+        if li > 0 and not so:
+            cols.append((off, off + g.T))
+        off += g.T
+    return single, P, cols
+
+
 def _backward_articulated(model, ws, gks, dt, bias=None, tau=None):
-    """Backward pass of C-ABA (inertias, and bias forces if ``bias`` is given)."""
+    """Backward pass of C-ABA (inertias, and bias forces if ``bias`` is given).
+
+    A cluster whose articulated inertia is block-diagonal (its children are single-output
+    clusters, see :func:`_level_plan`) is handled blockwise: ``U_i = IA_ii S_i``,
+    ``D = sum_i S_i^T U_i``, ``p^a_i = p^A_i + IA_ii c_i + U_i D^-1 (u - U^T c)``; the dense
+    ``6n x 6n`` form is used only for clusters that receive off-diagonal blocks."""
     t = model.topo
     I6 = world_inertia_matrices(ws)[t.body_order]
     nl = len(t.levels)
     Us, Dinvs, us = [None] * nl, [None] * nl, [None] * nl
-    below_I = below_p = None
+    below_d = below_f = below_p = None  # diag (nb, 6, 6), full (T, 36), bias (nb, 6)
+    full_rows = None  # static: rows of `tri` (this level's blocks) that receive full blocks
     for li in range(nl - 1, -1, -1):
         lvl = t.levels[li]
-        addI = None
-        if below_I is not None:
-            addI = jnp.asarray(t.levels[li + 1].tri, dt) @ below_I
+        single, P, cols = _level_plan(t, li)
         addp = None
         if below_p is not None:
             addp = _sum_to_prev(t.levels[li + 1], below_p)
-        Ul, Dl, ul, Iparts, pparts = [], [], [], [], []
+        Ul, Dl, ul, dparts, fparts, pparts = [], [], [], [], [], []
         toff = 0
-        for g, gk in zip(lvl.groups, gks[li]):
+        for g, gk, so, Pg in zip(lvl.groups, gks[li], single, P):
             n = g.n
             b0 = t.level_b0[li] + g.lb0
-            Ib = I6[b0:b0 + g.nc * n].reshape(g.nc, n, 6, 6)
-            IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * Ib[
-                :, :, :, None, :]).reshape(g.nc, 6 * n, 6 * n)
-            if addI is not None:
-                IA = IA + _from_blocks(addI[toff:toff + g.T], g)
+            IAd = I6[b0:b0 + g.nc * n]
+            if below_d is not None:
+                IAd = IAd + below_d[g.lb0:g.lb0 + g.nc * n]
+            IAd = IAd.reshape(g.nc, n, 6, 6)
+            dense = full_rows is not None and bool(np.any(full_rows[toff:toff + g.T]))
+            S4 = gk.S  # (nc, n, 6, ny)
+            Sm = S4.reshape(g.nc, 6 * n, g.ny)
+            if dense:
+                IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[
+                    :, :, :, None, :]).reshape(g.nc, 6 * n, 6 * n)
+                IA = IA + _from_blocks(below_f[toff:toff + g.T], g)
+                U = IA @ Sm
+                U4 = U.reshape(g.nc, n, 6, g.ny)
+            else:
+                U4 = IAd @ S4  # (nc, n, 6, ny)
+                U = U4.reshape(g.nc, 6 * n, g.ny)
             toff += g.T
-            Sm = gk.S.reshape(g.nc, 6 * n, g.ny)
-            U = IA @ Sm
-            D = jnp.swapaxes(Sm, -1, -2) @ U
+            D = jnp.einsum("cixy,cixz->cyz", S4, U4)
             if "armature" in g.params:
                 D = D + jnp.asarray(g.params["armature"], dt)
             Dinv = _inv_spd(D)
-            Ia = IA - U @ Dinv @ jnp.swapaxes(U, -1, -2)
             Ul.append(U)
             Dl.append(Dinv)
-            Iparts.append(_to_blocks(Ia, g))
+            # articulated inertia handed to the parent
+            if li > 0:
+                if so:
+                    Ub = U4.sum(1)  # (nc, 6, ny)
+                    base = (IA.reshape(g.nc, n, 6, n, 6).sum((1, 3)) if dense else
+                            IAd.sum(1))
+                    if g.ny == 1:
+                        red = Ub * jnp.swapaxes(Ub, -1, -2) * Dinv
+                    else:
+                        red = Ub @ Dinv @ jnp.swapaxes(Ub, -1, -2)
+                    dparts.append(jnp.asarray(Pg, dt) @ (base - red).reshape(g.nc, 36))
+                else:
+                    if not dense:
+                        IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[
+                            :, :, :, None, :]).reshape(g.nc, 6 * n, 6 * n)
+                    Ia = IA - U @ Dinv @ jnp.swapaxes(U, -1, -2)
+                    fparts.append(_to_blocks(Ia, g))
             if bias is not None:
                 pA = bias[b0:b0 + g.nc * n]
                 if addp is not None:
                     pA = pA + addp[g.lb0:g.lb0 + g.nc * n]
                 pA = pA.reshape(g.nc, 6 * n)
+                c = gk.c.reshape(g.nc, 6 * n)
                 u = _group_y(g, tau) - jnp.einsum("cky,ck->cy", Sm, pA)
-                pa = pA + jnp.einsum("ckl,cl->ck", Ia, gk.c.reshape(g.nc, 6 * n)) + jnp.einsum(
-                    "cky,cyz,cz->ck", U, Dinv, u)
+                w = jnp.einsum("cyz,cz->cy", Dinv, u - jnp.einsum("cky,ck->cy", U, c))
+                if dense:
+                    Ic = jnp.einsum("ckl,cl->ck", IA, c)
+                else:
+                    Ic = jnp.einsum("cixy,ciy->cix", IAd, gk.c).reshape(g.nc, 6 * n)
+                pa = pA + Ic + jnp.einsum("cky,cy->ck", U, w)
                 ul.append(u)
                 pparts.append(pa.reshape(-1, 6))
         Us[li], Dinvs[li], us[li] = Ul, Dl, ul
-        below_I = _flat(Iparts)
+        if li > 0:
+            prev = t.levels[li - 1]
+            below_d = None
+            for d in dparts:
+                below_d = d if below_d is None else below_d + d
+            if below_d is not None:
+                below_d = below_d.reshape(prev.nb, 6, 6)
+            below_f = full_rows = None
+            if cols:
+                tri = lvl.tri
+                below_f = 0.0
+                full_rows = np.zeros(tri.shape[0], bool)
+                for (a, b), x in zip(cols, fparts):
+                    below_f = below_f + jnp.asarray(tri[:, a:b], dt) @ x
+                    full_rows |= np.any(tri[:, a:b] != 0, axis=1)
         below_p = _flat(pparts) if bias is not None else None
     return _ABA(Us, Dinvs, us if bias is not None else None)
+
+
+# ----------------------------------------------------------------------------- C-ABA, fast path
+
+
+def _all_single_output(t):
+    return all(_single_output(g) for g in t.groups)
+
+
+def _sum_terms(terms):
+    out = terms[0]
+    for x in terms[1:]:
+        out = out + x
+    return out
+
+
+def _route(lvl_prev_nb, out0, x):
+    """Sum per-cluster values ``x (nc, ...)`` into the bodies ``out0 (nc,)`` of the previous
+    level (``(nb_prev, ...)``): nothing to do for the identity, a gather when every body
+    receives at most one cluster (fuses into the consumer), else a product with the incidence."""
+    nc = out0.shape[0]
+    if nc == lvl_prev_nb and np.array_equal(out0, np.arange(nc)):
+        return x
+    if len(np.unique(out0)) == nc:
+        idx = np.full(lvl_prev_nb, nc, np.int64)
+        idx[out0] = np.arange(nc)
+        full = jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)], 0)
+        return full[idx]
+    P = np.zeros((lvl_prev_nb, nc))
+    P[out0, np.arange(nc)] = 1.0
+    return (jnp.asarray(P, x.dtype) @ x.reshape(nc, -1)).reshape((lvl_prev_nb,) + x.shape[1:])
+
+
+def _gather_rows(prev, idx, root):
+    """``prev[idx]`` with ``-1`` meaning ``root``; ``prev`` None at the first level."""
+    if prev is None or np.all(idx < 0):
+        return jnp.broadcast_to(root, idx.shape + root.shape)
+    if np.all(idx >= 0):
+        if idx.shape[0] == prev.shape[0] and np.array_equal(idx, np.arange(idx.shape[0])):
+            return prev
+        return prev[idx]
+    full = jnp.concatenate([prev, root[None]], 0)
+    return full[np.where(idx < 0, prev.shape[0], idx)]
+
+
+def _group_S(g, s, Sd, dt):
+    """Cluster motion subspace per body ``(nc, n, 6, ny)`` = ``sum_d A[i,d] G[d,y] oS_d``,
+    unrolled over the spanning dofs (static zero coefficients skipped)."""
+    A = g.A  # (nc, n, nvs) numpy
+    if s.G is None:  # plain joints: y = spanning dofs
+        if g.n == 1 and np.all(A == 1):
+            return jnp.swapaxes(Sd, -1, -2)[:, None]
+        W = A[..., None] * np.eye(g.nvs)[None, None]  # (nc, n, nvs, ny)
+    elif g.kind == LINEAR:
+        W = A[..., None] * np.asarray(g.params["G"])[:, None]
+    else:
+        W = None
+    terms = []
+    for d in range(g.nvs):
+        if W is not None:
+            Wd = W[:, :, d, :]  # (nc, n, ny)
+            if not np.any(Wd):
+                continue
+            coef = jnp.asarray(Wd, dt)
+        else:
+            if not np.any(A[:, :, d]):
+                continue
+            coef = jnp.asarray(A[:, :, d], dt)[:, :, None] * s.G[:, None, d, :]
+        terms.append(coef[:, :, None, :] * Sd[:, None, d, :, None])
+    return _sum_terms(terms)
+
+
+def _mix(M, x):
+    """``y[c, i] = sum_d M[c, i, d] x[c, d]`` for a static numpy ``M (nc, n, m)`` and
+    ``x (nc, m, ...)``, unrolled (zero columns skipped)."""
+    terms = []
+    for d in range(M.shape[2]):
+        if not np.any(M[:, :, d]):
+            continue
+        col = M[:, :, d]
+        if np.all(col == 1):
+            terms.append(jnp.broadcast_to(x[:, None, d], (M.shape[0], M.shape[1]) + x.shape[2:]))
+        else:
+            coef = jnp.asarray(col, x.dtype).reshape(col.shape + (1,) * (x.ndim - 2))
+            terms.append(coef * x[:, None, d])
+    return _sum_terms(terms)
+
+
+def _sum_bodies(x):
+    """Sum over the cluster-body axis 1 (unrolled)."""
+    return _sum_terms([x[:, i] for i in range(x.shape[1])])
+
+
+def _in_cluster_ancestors(t):
+    """``(nb, nb)`` 0/1 matrix (cluster body order) summing over in-cluster ancestors-or-self,
+    or None when every body is its cluster's only path member (identity)."""
+    if all(g.n == 1 or np.all(g.Ab == np.eye(g.n)) for g in t.groups):
+        return None
+    M = np.zeros((len(t.body_order),) * 2)
+    for li, lvl in enumerate(t.levels):
+        for g in lvl.groups:
+            b = t.level_b0[li] + g.lb0
+            for c in range(g.nc):
+                k = b + c * g.n
+                M[k:k + g.n, k:k + g.n] = g.Ab[c]
+    return M
+
+
+def _receivers(t):
+    """Static routing of the forward pass: per level and group, the group-local body indices
+    (``c n + i``) that are output bodies of the next level (``recv``), and per group the row
+    of each cluster's output body in the previous level's receiver list (``recv_idx``)."""
+    nl = len(t.levels)
+    recv, pos = [], []
+    for li, lvl in enumerate(t.levels):
+        nxt = set()
+        if li + 1 < nl:
+            for g in t.levels[li + 1].groups:
+                nxt.update(int(o) for o in g.out[:, 0])
+        rl, pl, k = [], {}, 0
+        for g in lvl.groups:
+            sel = np.array(sorted(b - g.lb0 for b in nxt if g.lb0 <= b < g.lb0 + g.nc * g.n),
+                           np.int64)
+            rl.append(sel)
+            for b in sel:
+                pl[int(b) + g.lb0] = k
+                k += 1
+        recv.append(rl)
+        pos.append(pl)
+    recv_idx = []
+    for li, lvl in enumerate(t.levels):
+        recv_idx.append([np.array([-1 if o < 0 else pos[li - 1][int(o)] for o in g.out[:, 0]],
+                                  np.int64) for g in lvl.groups])
+    return recv, recv_idx
+
+
+def _caba_single_output(model, gss, ws, v, tau, fw, dt):
+    """C-ABA when every cluster hangs from one output body (transmissions, differentials,
+    loops closed under one parent: every robot of the paper).
+
+    The articulated inertia of a cluster is then block diagonal (one 6x6 block per body) and
+    what it hands to its parent lands on one body: ``X_k^T Ia_k X_k = sum_i IA_ii - Ub D^-1
+    Ub^T`` with ``Ub = sum_i U_i``, ``X_k^T pa_k = sum_i (pA_i + IA_ii c_i) + Ub D^-1 (u -
+    U^T c)``. Everything is written per level and per group of same-signature clusters with
+    small products unrolled, as jaxdyn's core ABA."""
+    t = model.topo
+    nl = len(t.levels)
+    bo = t.body_order
+    I6 = world_inertia_matrices(ws)[bo]
+    gidx = {id(g): i for i, g in enumerate(t.groups)}
+    # ---- kinematics: spanning-tree velocities and bias forces (jaxdyn's core passes), taken
+    # into cluster body order once; per group S_k and c = c_J + v x v_J
+    v_t, Ss, cs = _fast_kinematics(model, gss, ws, dt)
+    bias = spatial.force_cross(v_t, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v_t))[bo]
+    if fw is not None:
+        bias = bias - fw[bo]
+    # ---- backward pass
+    Ubs, Dinvs, ws_ = [None] * nl, [None] * nl, [None] * nl
+    addI = addp = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        b0 = t.level_b0[li]
+        IAl = I6[b0:b0 + lvl.nb]
+        pAl = bias[b0:b0 + lvl.nb]
+        if addI is not None:
+            IAl = IAl + addI
+            pAl = pAl + addp
+        Ul, Dl, wl, hI, hp = [], [], [], [], []
+        for g, Sk, cg in zip(lvl.groups, Ss[li], cs[li]):
+            sl = slice(g.lb0, g.lb0 + g.nc * g.n)
+            IA = IAl[sl].reshape(g.nc, g.n, 6, 6)
+            pA = pAl[sl].reshape(g.nc, g.n, 6)
+            # Y = IA [S c]: U = IA S and IA c in one product; U^T c = S^T (IA c) (IA symmetric)
+            Y = spatial.mm(IA, jnp.concatenate([Sk, cg[..., None]], -1))
+            U, pc = Y[..., :g.ny], pA + Y[..., g.ny]
+            # Z = S^T [U, pA + IA c]: D and the bias projection in one product
+            Z = _sum_bodies(spatial.mm(jnp.swapaxes(Sk, -1, -2),
+                                       jnp.concatenate([U, pc[..., None]], -1)))
+            D = Z[..., :g.ny]
+            if "armature" in g.params:
+                D = D + jnp.asarray(g.params["armature"], dt)
+            Dinv = _inv_spd(D)
+            # w = D^-1 (u - U^T c), u = tau - S^T pA
+            wv = spatial.mv(Dinv, _group_y(g, tau) - Z[..., g.ny])  # (nc, ny)
+            Ub = _sum_bodies(U)  # (nc, 6, ny)
+            Ul.append(Ub)
+            Dl.append(Dinv)
+            wl.append(wv)
+            if li > 0:
+                UbD = spatial.mm(Ub, Dinv)
+                hI.append(_sum_bodies(IA) - spatial.mm(UbD, jnp.swapaxes(Ub, -1, -2)))
+                hp.append(_sum_bodies(pc) + spatial.mv(Ub, wv))
+        Ubs[li], Dinvs[li], ws_[li] = Ul, Dl, wl
+        if li > 0:
+            out0 = np.concatenate([g.out[:, 0] for g in lvl.groups])
+            nbp = t.levels[li - 1].nb
+            addI = _route(nbp, out0, _flat(hI))
+            addp = _route(nbp, out0, _flat(hp))
+    # ---- forward pass: ydd = D^-1 (u - U^T (a_out + c)) = w - D^-1 Ub^T a_out
+    a0 = kin.gravity_acceleration(model.tree, dt)
+    ydds = [None] * len(t.groups)
+    recv, recv_idx = _receivers(t)
+    prev = None
+    for li, lvl in enumerate(t.levels):
+        parts = []
+        for gi, g in enumerate(lvl.groups):
+            Ub, Dinv, wv = Ubs[li][gi], Dinvs[li][gi], ws_[li][gi]
+            aout = _gather_rows(prev, recv_idx[li][gi], a0)  # (nc, 6)
+            ydd = wv - spatial.mv(Dinv, spatial.mv(jnp.swapaxes(Ub, -1, -2), aout))
+            ydds[gidx[id(g)]] = ydd.reshape(-1)
+            if li + 1 < nl:  # accelerations of the bodies the next level hangs from
+                sel = recv[li][gi]
+                if sel.size:
+                    ci, bi = sel // g.n, sel % g.n
+                    acc = (aout[ci] + cs[li][gi][ci, bi]
+                           + spatial.mv(Ss[li][gi][ci, bi], ydd[ci]))
+                    parts.append(acc)
+        prev = _flat(parts) if parts else None
+    return jnp.concatenate(ydds)
+
+
+def _fast_kinematics(model, gss, ws, dt):
+    """Spanning-tree velocities ``v_t`` (jaxdyn's core pass, spanning order) and, per level and
+    group, ``S_k (nc, n, 6, ny)`` and ``c = c_J + v x v_J (nc, n, 6)`` (paper eqs. (23), (31)):
+    ``v x vJ`` of every body at once, summed over in-cluster ancestors where a cluster has a
+    serial path, plus the constraint bias ``X_R oS g`` of implicit clusters."""
+    t = model.topo
+    bo = t.body_order
+    gidx = {id(g): i for i, g in enumerate(t.groups)}
+    qd = assemble_spanning(model, gss, "qd")
+    v_t, vJ_t = kin.body_velocities(model.tree, ws, qd)
+    cvp = spatial.motion_cross(v_t, vJ_t)[bo]
+    Mab = _in_cluster_ancestors(t)
+    c_all = cvp if Mab is None else (jnp.asarray(Mab, dt) @ cvp)
+    Ss, cs = [], []
+    for li, lvl in enumerate(t.levels):
+        Sl, cl = [], []
+        b0 = t.level_b0[li]
+        for g in lvl.groups:
+            s = gss[gidx[id(g)]]
+            Sd = ws.S[g.dof]  # (nc, nvs, 6)
+            Sl.append(_group_S(g, s, Sd, dt))
+            cg = c_all[b0 + g.lb0:b0 + g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
+            if s.g is not None:
+                cg = cg + _mix(g.A, Sd * s.g[..., None])
+            cl.append(cg)
+        Ss.append(Sl)
+        cs.append(cl)
+    return v_t, Ss, cs
+
+
+def _crnea_single_output(model, gss, ws, v, a, fw, dt):
+    """C-RNEA when every cluster hangs from one output body (see :func:`_caba_single_output`):
+    ``a_k = a_out + c_k + S_k ydd_k`` per body, ``tau_k = sum_i S_i^T f_i``, and the cluster
+    hands ``sum_i f_i`` to its output body."""
+    t = model.topo
+    nl = len(t.levels)
+    bo = t.body_order
+    gidx = {id(g): i for i, g in enumerate(t.groups)}
+    v_t, Ss, cs = _fast_kinematics(model, gss, ws, dt)
+    a0 = kin.gravity_acceleration(model.tree, dt)
+    accs, prev = [], None
+    for li, lvl in enumerate(t.levels):
+        parts = []
+        for g, Sk, cg in zip(lvl.groups, Ss[li], cs[li]):
+            aout = _gather_rows(prev, g.out[:, 0], a0)  # (nc, 6)
+            acc = aout[:, None] + cg + spatial.mv(Sk, _group_y(g, a)[:, None])
+            parts.append(acc.reshape(-1, 6))
+        prev = _flat(parts)
+        accs.append(prev)
+    a_all = _flat(accs)
+    m, com, Ic, v_all = ws.mass[bo], ws.c[bo], ws.Ic[bo], v_t[bo]
+    f = kin.inertia_apply(m, com, Ic, a_all) + spatial.force_cross(
+        v_all, kin.inertia_apply(m, com, Ic, v_all))
+    if fw is not None:
+        f = f - fw[bo]
+    taus = [None] * len(t.groups)
+    below = None
+    for li in range(nl - 1, -1, -1):
+        lvl = t.levels[li]
+        b0 = t.level_b0[li]
+        F = f[b0:b0 + lvl.nb]
+        if below is not None:
+            F = F + below
+        hs = []
+        for g, Sk in zip(lvl.groups, Ss[li]):
+            Fg = F[g.lb0:g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
+            tau = _sum_bodies(spatial.mv(jnp.swapaxes(Sk, -1, -2), Fg))  # (nc, ny)
+            if "armature" in g.params:
+                tau = tau + spatial.mv(jnp.asarray(g.params["armature"], dt), _group_y(g, a))
+            taus[gidx[id(g)]] = tau.reshape(-1)
+            if li > 0:
+                hs.append(_sum_bodies(Fg))
+        if li > 0:
+            out0 = np.concatenate([g.out[:, 0] for g in lvl.groups])
+            below = _route(t.levels[li - 1].nb, out0, _flat(hs))
+    return jnp.concatenate(taus)
 
 
 def caba(model: ClusterModel, q, v, tau, f_ext=None):
@@ -308,6 +689,8 @@ def caba(model: ClusterModel, q, v, tau, f_ext=None):
     fn = "caba"
     model, gss, ws, v, tau, fw, dt = _setup(model, fn, q, v, tau, "tau", f_ext)
     t = model.topo
+    if _all_single_output(t):
+        return _caba_single_output(model, gss, ws, v, tau, fw, dt)
     gks, v_all = _forward_kinematics(model, gss, ws, dt, True)
     bo = t.body_order
     m, com, Ic = ws.mass[bo], ws.c[bo], ws.Ic[bo]

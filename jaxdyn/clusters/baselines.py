@@ -100,9 +100,16 @@ def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
 
 def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Lagrange-multiplier forward dynamics with the implicit constraint Jacobian ``K``
-    (paper eq. (11)): ``tau_q = G (G^T G)^-1 tau``, ``A = K H^-1 K^T``,
-    ``lambda = A^-1 (k - K H^-1 (tau_q - C))``, ``qdd = H^-1 (tau_q - C + K^T lambda)``, and
-    ``a = (G^T G)^-1 G^T (qdd - g)``."""
+    (paper eq. (11)): ``H qdd = tau_q - C + K^T lambda``, ``K qdd = k``, with
+    ``tau_q = E^T tau`` (``E`` the constant left inverse of ``G`` that picks the independent
+    coordinates, ``E G = 1``, so ``G^T tau_q = tau``; any such ``tau_q`` gives the same motion)
+    and ``a = E (qdd - g)``.
+
+    Solved as one KKT system ``[[H, -K^T], [K, 0]] [qdd; lambda] = [tau_q - C; k]`` by a single
+    LU factorisation (the paper's Schur-complement form
+    ``lambda = (K H^-1 K^T)^-1 (k - K H^-1 (tau_q - C))`` has the same solution; with jaxlib
+    0.10.2 a vmapped program holding two LAPACK factorisations can deadlock on XLA:CPU at
+    large batch sizes, see the issue notes)."""
     model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "lagrange_fd", q, v, tau,
                                                                "tau", f_ext)
     if any("armature" in g.params for g in model.topo.groups):
@@ -110,19 +117,15 @@ def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
                          "spanning-tree form; use projection_fd or caba")
     M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
     _, K, k = constraint_jacobian(model, q, v)
-    GtG = G.T @ G
-    tau_q = G @ jnp.linalg.solve(GtG, tau)
-    cf = jax.scipy.linalg.cho_factor(M)
-    rhs = tau_q - C
-    Minv_rhs = jax.scipy.linalg.cho_solve(cf, rhs)
-    if K.shape[0] == 0:
-        qdd = Minv_rhs
+    E = jnp.asarray(model.topo.G_left_inverse, dt)
+    tau_q = E.T @ tau
+    n, m = M.shape[0], K.shape[0]
+    if m == 0:
+        qdd = jnp.linalg.solve(M, tau_q - C)
     else:
-        MinvKt = jax.scipy.linalg.cho_solve(cf, K.T)
-        A = K @ MinvKt
-        lam = jnp.linalg.solve(A, k - K @ Minv_rhs)
-        qdd = Minv_rhs + MinvKt @ lam
-    return jnp.linalg.solve(GtG, G.T @ (qdd - gv))
+        kkt = jnp.block([[M, -K.T], [K, jnp.zeros((m, m), dt)]])
+        qdd = jnp.linalg.solve(kkt, jnp.concatenate([tau_q - C, k]))[:n]
+    return E @ (qdd - gv)
 
 
 def ee_jacobians(model: ClusterModel, ws, ees, dt):

@@ -256,7 +256,17 @@ class ClusterModel(eqx.Module):
 
     @property
     def q_names(self) -> tuple:
+        """Names of the entries of the cluster position ``q``: the independent coordinates of
+        explicit clusters, every spanning coordinate of implicit (loop) clusters."""
         return self.topo.q_names
+
+    @property
+    def joint_names(self) -> tuple:
+        """The independent coordinates, named after their spanning-tree joints, in ``v`` /
+        ``a`` / ``tau`` order (same as :attr:`v_names`). Map a state of these coordinates to
+        the spanning tree (``model.tree``, e.g. to compare with Pinocchio) with
+        :func:`~jaxdyn.clusters.spanning_state`."""
+        return self.topo.v_names
 
     @property
     def v_names(self) -> tuple:
@@ -636,6 +646,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
                 nvs=nvs, nqs=nqs, n=n, params={}, items=())
     if not its:
         kinds = tuple(int(ctx.kind[b]) for b in bodies)
+        info.update(ind=list(range(nvs)), ind_scale=np.ones(nvs))
         info.update(kind=TREE, key=(TREE, n, nvs, nqs, kinds), ny=nvs, nqc=nqs, m=0,
                     name=jn[0] if n == 1 else "+".join(jn))
         qn, vn = [], []
@@ -684,6 +695,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         G = Pi - Pd @ Kdinv @ Ki
         off = Pd @ Kdinv @ k0
         ny = len(ind)
+        info.update(ind=ind, ind_scale=np.ones(len(ind)))
         info.update(kind=LINEAR, key=(LINEAR, n, nvs, ny), ny=ny, nqc=ny, m=len(dep), name=cname,
                     params={"G": G, "off": off, "dep": np.isin(np.arange(nvs), dep) * 1.0}, K=K, q_names=[jn[i] for i in ind],
                     v_names=[jn[i] for i in ind])
@@ -751,6 +763,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         items_prm.append({f"it{k}_{key}": v for key, v in prm.items()})
     for p in items_prm:
         params.update(p)
+    info.update(ind=ind, ind_scale=scale[ind])
     key = (IMPLICIT, n, nvs, ny, tuple(tp.key for tp in templates))
     info.update(kind=IMPLICIT, key=key, ny=ny, nqc=nvs, m=m, name=cname, params=params,
                 items=tuple((tp, f"it{k}_") for k, tp in enumerate(templates)),
@@ -809,6 +822,7 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
     span_q_src = np.full(t.nq, -1, np.int64)
     span_v_src = np.full(t.nv, -1, np.int64)
     flat_q = flat_v = 0  # offsets in the cluster-ordered flat spanning vectors
+    E_rows = []  # (row, spanning dof, value) of the left inverse E of G
     for (lvl, key), cs in groups_raw:
         inf0 = infos[cs[0]]
         nc, n = len(cs), inf0["n"]
@@ -838,6 +852,8 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
             cluster_group.append(len(groups) - 1)
             cluster_bodies.append(tuple(clusters[c]))
             cluster_parent.append(-1 if cpar[c] < 0 else new_of[cpar[c]])
+            for k, (i, sc) in enumerate(zip(inf["ind"], inf["ind_scale"])):
+                E_rows.append((v0 + ci * inf["ny"] + k, int(inf["dofs"][i]), 1.0 / sc))
             span_q_src[inf["qidx"]] = flat_q + np.arange(inf["nqs"])
             span_v_src[inf["dofs"]] = flat_v + np.arange(inf["nvs"])
             flat_q += inf["nqs"]
@@ -887,8 +903,12 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
     body_cluster = np.full(nb, -1, np.int64)
     for c, bs in enumerate(cluster_bodies):
         body_cluster[list(bs)] = c
+    nv_c = sum(g.nc * g.ny for g in groups)
+    E = np.zeros((nv_c, t.nv))
+    for r, c, val in E_rows:
+        E[r, c] = val
     topo = ClusterTopology(
-        name=name or t.name, levels=tuple(levels), groups=tuple(groups), n_clusters=ncl,
+        name=name or t.name, G_left_inverse=E, levels=tuple(levels), groups=tuple(groups), n_clusters=ncl,
         nq=sum(g.nc * g.nqc for g in groups), nv=sum(g.nc * g.ny for g in groups),
         q_names=tuple(q_names), v_names=tuple(v_names), cluster_names=tuple(cluster_names),
         cluster_group=tuple(cluster_group), cluster_bodies=tuple(cluster_bodies),

@@ -90,6 +90,18 @@ def _group_y(g, v):
     return v[g.v0:g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
 
 
+def _lin(G, y, dt):
+    """``G y`` per cluster for a constant ``G (nc, nvs, ny)``, unrolled over ``ny`` (an
+    elementwise expression XLA fuses, instead of a batched dot)."""
+    out = None
+    for k in range(G.shape[2]):
+        if not np.any(G[:, :, k]):
+            continue
+        term = jnp.asarray(G[:, :, k], dt) * y[:, k, None]
+        out = term if out is None else out + term
+    return jnp.zeros(G.shape[:2], dt) if out is None else out
+
+
 def group_state(model, g, q, v=None, with_g=True):
     """Spanning positions, velocities, ``G`` and ``g`` of one group."""
     dt = q.dtype
@@ -98,9 +110,10 @@ def group_state(model, g, q, v=None, with_g=True):
     if g.kind == TREE:
         return GroupState(qc, yd, None, None)
     if g.kind == LINEAR:
-        G = jnp.asarray(g.params["G"], dt)
-        qs = jnp.einsum("cdy,cy->cd", G, qc) + jnp.asarray(g.params["off"], dt)
-        qd = None if yd is None else jnp.einsum("cdy,cy->cd", G, yd)
+        Gn = np.asarray(g.params["G"])
+        G = jnp.asarray(Gn, dt)
+        qs = _lin(Gn, qc, dt) + jnp.asarray(g.params["off"], dt)
+        qd = None if yd is None else _lin(Gn, yd, dt)
         return GroupState(qs, qd, G, None)
     # implicit
     phi = _phi_single(g)
