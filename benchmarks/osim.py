@@ -55,6 +55,7 @@ from pathlib import Path
 if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
                                "=false intra_op_parallelism_threads=1").strip()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
 
 import jax  # noqa: E402
 
@@ -467,7 +468,18 @@ def part_humanoid(title, cases, quick, batch, log, fig_name, time_all):
             "" if tm is None else f"{tm[0] / pin_min[label]:.2f}x",
             "" if comp is None else f"{comp:.1f}",
             "" if err is None else f"{err:.1e}"]) + " |")
+    md += ["", ratio_line(rows)]
     return md, rows
+
+
+def ratio_line(rows):
+    """PV-OSIMr's time over PV-OSIM's (min) per case, from ``part_humanoid``'s rows."""
+    tmin = {(r[0], r[1]): r[4][0] for r in rows if r[4] is not None}
+    cases = dict.fromkeys(r[0] for r in rows)
+    parts = [f"{c}: {tmin[(c, 'pv_osimr')] / tmin[(c, 'pv_osim')]:.2f}" for c in cases
+             if (c, "pv_osimr") in tmin and (c, "pv_osim") in tmin]
+    return ("PV-OSIMr time / PV-OSIM time (min, same run; < 1: PV-OSIMr faster): "
+            + "; ".join(parts) + ".")
 
 
 def part_talos(quick, batch, log):

@@ -726,3 +726,24 @@ def test_constraints_are_hashable_and_cached():
     assert a == b and hash(a) == hash(b)
     topo = get_model("solo12").topo
     assert plan(topo, a) is plan(topo, b)
+
+
+def test_pv_osimr_pair_assembly(monkeypatch):
+    """PV-OSIMr's large-m assembly (the m (m + 1) / 2 pair products of eq. (17), used above
+    ``PAIR_M`` rows) forced on a small case with K-started leaves of widths 3 and 6 and
+    chains of different lengths: equals the reference, exactly symmetric."""
+    from jaxdyn.osim import pv_osimr
+
+    name = "talos_feet4x3d_wa"
+    key, _ = CASES[name]
+    model, cs = get_model(key), case_constraints(name)
+    q = states(key)["q"][0]
+    monkeypatch.setattr(pv_osimr, "PAIR_M", 0)
+    pv_osimr.plan.cache_clear()
+    try:
+        assert pv_osimr.plan(model.topo, cs).pairs
+        D = np.asarray(jax.jit(lambda q: delassus(model, q, cs))(q))
+    finally:
+        pv_osimr.plan.cache_clear()
+    assert_close(D, reference_delassus(key, q, cs)[1], RTOL, err_msg=f"{name}: pair assembly")
+    assert np.array_equal(D, D.T)

@@ -16,7 +16,7 @@ The sweeps, level-vectorised (a Python loop over the static depth levels / chain
    inertia ``W_i = ^{π(i)}Ω_{d(i)}`` of its segment, from the segment's start ``d(i)`` up to
    ``i``: ``E_i = P_i ^iP_{d(i)}``, ``W_i = ^iΩ_{d(i)} + ^iP_{d(i)}^T S_i^T D_i^-1 S_i
    ^iP_{d(i)}`` (lines 9-10, eq. 16). Segments start at links of ``N`` with ``1`` and ``0``
-   (line 7), and at leaf end effectors with ``K_e^T`` (``6 x m_e``) when ``m_e < 6`` (line 4;
+   (line 7), and at leaf end effectors with ``K_e^T`` (``6 x m_e``) when ``m_e <= 6`` (line 4;
    with ``1`` otherwise, so several constraints on one link, e.g. four 3D points of a sole,
    still propagate at most 6 columns). Only ``6 x w`` matrices (``w <= 6``) travel, never
    ``m``-row ones; each level is split into streams of equal width ``w``;
@@ -24,10 +24,30 @@ The sweeps, level-vectorised (a Python loop over the static depth levels / chain
    ``^0Ω_j = W_top + E_top^T ^0Ω_{Nanc(j)} E_top`` with ``top`` the segment's last link; a leaf
    end effector gets ``Ω_e`` the same way (in constraint space for ``K``-started segments);
 3. limited backward sweep over ``N`` per constraint row (line 16, eq. 19): the constraint
-   force of row ``r`` propagated to each ``N`` ancestor of its link, ``c ← E_top c``;
+   force of row ``r`` propagated to each ``N`` ancestor of its link, ``c ← E_top c``
+   (``K``-started rows start from the unit vector of their column, so ``Ω_e c`` and
+   ``E_top c`` are exactly columns of those matrices);
 4. assembly (lines 17-20, eq. 17): ``Λ^-1[r, s] = c_r^{cca} · ^0Ω_{cca} c_s^{cca}`` with
-   ``cca`` the closest common ancestor of the two constrained links, or ``Ω_e[r, s]`` for two
-   rows of one ``K``-started leaf (one gather over the ``m (m + 1) / 2`` pairs, mirrored).
+   ``cca`` the closest common ancestor of the two constrained links.
+
+Layout of steps 3-4, chosen by measurement on XLA:CPU (``benchmarks/RESULTS.md``): the
+chains are walked by N-depth, deepest first, with all ``m`` rows carried in constraint order
+(a row is zero until the N-depth of its own link), and at each N-depth the whole Gram block
+``C F^T`` (``F = ^0Ω_node c``) is one small dot, of which the entries whose ``cca`` sits at
+that depth are kept by a static mask; the upper triangle is mirrored. This is ``O(m^2 T)``
+flops (``T``: the number of N-depths on the chains, independent of the number of links, so
+the flat cost in the stem length of the paper's Fig. 3 is kept) instead of the
+``m (m + 1) / 2`` pair products of eq. (17), but it has no scalar gathers: gathering the
+chain vectors per pair, and the assembled triangle into the matrix, cost ~4 us per sample on
+talos_full (m = 24) under ``vmap`` and made PV-OSIMr slower than PV-OSIM on every talos case.
+Above ``PAIR_M`` rows the assembly switches back to those exact pair products (one gather
+per pair, then the mirrored triangle), where the ``O(m^2 T)`` Gram blocks would dominate the
+flop count (the scaling mechanism with 7-10 branches, m = 84-120). Likewise the node tables
+are built by concatenation and block gathers (not scatters), and only the segment tops are
+read from the per-level sweep blocks. Measured (batch 1024, chunked vmap, min time): at
+most as fast as PV-OSIM on the talos_full cases and hands (b), (c) (ratios 0.88-1.05 run to
+run), still 5-13 % slower on the fixed hand alone (a) and on (d) (m = 42, four N-depths: the
+Gram blocks and the rows carried at every depth cost more than PV-OSIM's per-level updates).
 
 The rows ``k_r`` of the constraints act on world-origin spatial accelerations
 (:func:`jaxdyn.constraints.rows_from_placements`).
@@ -43,6 +63,11 @@ import numpy as np
 from .. import joints
 from ..spatial import mm, mv
 from .structure import structure as get_structure
+
+
+#: above this many rows the assembly gathers the m (m + 1) / 2 pairs of eq. (17) instead of
+#: forming a dense Gram block per N-depth (O(m^2 T) flops)
+PAIR_M = 64
 
 
 class Plan:
@@ -68,7 +93,7 @@ class Plan:
                 start[b] = start[c]
         kstart = np.zeros(nb, bool)  # leaf end effectors starting with K_e^T
         for b in st.leaf_E:
-            kstart[b] = len(rows_of[int(b)]) < 6
+            kstart[b] = len(rows_of[int(b)]) <= 6
         width = np.zeros(nb, np.int64)
         for b in range(nb):
             if st.active[b]:
@@ -104,17 +129,19 @@ class Plan:
                     if sel:
                         groups.append((gi, np.asarray(sel, np.int64)))
                 src, krows = [], []
-                for b in cb:
+                for b in cb:  # >= 0: continues its child's segment; < 0: restart -1 - fill
                     if start[b] == b:
                         if kstart[b]:
                             src.append(-1 - len(krows))
                             krows.append(rows_of[b])
                         else:
-                            src.append(-1)
+                            src.append(-2 - len(cb))  # identity, after the K_e^T fills
                     else:
                         (c,) = st.active_children[b]
                         src.append(int(pos[c]))
-                classes.append(dict(w=w, groups=groups, src=np.asarray(src, np.int64),
+                src = np.asarray(src, np.int64)
+                src = np.where(src == -2 - len(cb), -1 - len(krows), src)
+                classes.append(dict(w=w, groups=groups, src=src,
                                     krows=np.asarray(krows, np.int64).reshape(-1, w),
                                     need_E=li > 0))
             self.levels.append(classes)
@@ -136,96 +163,87 @@ class Plan:
         # ------------------------------------------------------------ leaf end effectors
         # per width: (leaf bodies, top index in that width's stream, parent slot or -1)
         self.leaves = {}
-        leaf_pos = {}
         for w in sorted({int(width[b]) for b in st.leaf_E}):
             lb = [int(b) for b in st.leaf_E if width[b] == w]
-            for i, b in enumerate(lb):
-                leaf_pos[b] = i
             self.leaves[w] = (np.asarray([widx[st.top[b]] for b in lb], np.int64),
                               np.asarray([slot[int(st.nanc[b])] if st.nanc[b] >= 0 else -1
                                           for b in lb], np.int64))
-        # spatial node table (6x6): [6-wide leaves..., N nodes..., zero]
-        n6 = len(self.leaves[6][0]) if 6 in self.leaves else 0
+        # ------------------------------------------------------------ node table
+        # every node (leaf end effector or N node) with the top of the segment below it;
+        # K-started leaves are padded to 6 (their E_top is 6 x w, Ω_e is w x w)
         node_of = {}
-        for b in st.leaf_E:
-            if not kstart[b]:
-                node_of[int(b)] = leaf_pos[int(b)]
+        n_leaf = 0  # leaves first, by width (the order of ``self.leaves``)
+        for w in sorted(self.leaves):
+            for b in st.leaf_E:
+                if width[b] == w:
+                    node_of[int(b)] = n_leaf
+                    n_leaf += 1
         for b, s in slot.items():
-            node_of[b] = n6 + s
-        self.n_nodes = n6 + k
+            node_of[b] = n_leaf + s
+        self.n_nodes = n_leaf + k
+        self.node_E = {}  # width -> (positions in the node table, index in that width's E)
+        for nd_b, nd in node_of.items():
+            w = int(width[nd_b])
+            self.node_E.setdefault(w, ([], []))
+            self.node_E[w][0].append(nd)
+            self.node_E[w][1].append(int(widx[st.top[nd_b]]))
+        self.node_E = {w: (np.asarray(p, np.int64), np.asarray(i, np.int64))
+                       for w, (p, i) in sorted(self.node_E.items())}
+        perm = np.argsort(np.concatenate([p for p, _ in self.node_E.values()]))
+        self.node_E_perm = None if np.array_equal(perm, np.arange(len(perm))) else perm
         # ------------------------------------------------------------ row chains (eq. 19)
-        # entries (r, t): the force of row r propagated to the t-th node of its chain
-        # (t = 0: its own link; skipped for K-started rows, whose own block is Ω_e itself)
+        # c_r^t: the force of row r propagated to the t-th node of its chain (t = 0: its own
+        # link, k_r, or the unit vector of its column on a K-started leaf, whose Ω_e is in
+        # constraint space).
         chains = [st.chain(int(b)) for b in lay.row_body]
         rk = np.asarray([kstart[b] for b in lay.row_body], bool)
         col = np.zeros(m, np.int64)  # column of the row in its leaf's K_e^T
         for b, rows in rows_of.items():
             col[rows] = np.arange(len(rows))
-        T = max(len(c) for c in chains)
-        entry = {}
-        self.steps = []  # per t: dict(rows, src (entry index of (r, t-1)), E (width-6 index),
-        #                          kcol {w: (positions, flat column index)}, node)
-        n_e = 0
-        for tt in range(T):
-            rows = [r for r in range(m) if len(chains[r]) > tt and not (tt == 0 and rk[r])]
-            if not rows:
-                continue
-            info = dict(rows=np.asarray(rows, np.int64))
-            if tt > 0:
-                plain = [i for i, r in enumerate(rows) if not (tt == 1 and rk[r])]
-                info["plain"] = np.asarray(plain, np.int64)
-                info["src"] = np.asarray([entry[(rows[i], tt - 1)] for i in plain], np.int64)
-                info["E"] = np.asarray([widx[st.top[chains[rows[i]][tt - 1]]] for i in plain],
-                                       np.int64)
-                kc = {}
-                for i, r in enumerate(rows):
-                    if tt == 1 and rk[r]:
-                        w = int(width[lay.row_body[r]])
-                        kc.setdefault(w, ([], []))
-                        kc[w][0].append(i)
-                        kc[w][1].append(widx[st.top[lay.row_body[r]]] * w + col[r])
-                info["kcol"] = {w: (np.asarray(a, np.int64), np.asarray(c, np.int64))
-                                for w, (a, c) in kc.items()}
-            info["node"] = np.asarray([node_of[chains[r][tt]] for r in rows], np.int64)
-            for i, r in enumerate(rows):
-                entry[(r, tt)] = n_e + i
-            n_e += len(rows)
-            self.steps.append(info)
-        self.n_entries = n_e
-        # ------------------------------------------------------------ assembly pairs
-        iu, ju = np.triu_indices(m)
-        zero = n_e  # index of an appended zero row
-        ia = np.full(len(iu), zero, np.int64)
-        ib = np.full(len(iu), zero, np.int64)
-        same_leaf = np.zeros(len(iu), bool)
-        for p, (r, s) in enumerate(zip(iu, ju)):
-            if rk[r] and lay.row_body[r] == lay.row_body[s]:
-                same_leaf[p] = True
-                continue
-            cr, cs = chains[r], chains[s]
-            pos_s = {b: t for t, b in enumerate(cs)}
-            for t, b in enumerate(cr):
-                if b in pos_s:
-                    ia[p], ib[p] = entry[(r, t)], entry[(s, pos_s[b])]
-                    break
-        self.pair_a, self.pair_b = ia, ib
-        # pairs of rows on one K-started leaf: Ω_e[col r, col s], per width
-        self.leaf_pairs = {}
-        npairs = len(iu)
-        final = np.arange(npairs)
-        off = npairs
-        for w in self.leaves:
-            if w == 6:
-                continue
-            ps = np.nonzero(same_leaf & (width[lay.row_body[iu]] == w))[0]
-            lp = np.asarray([leaf_pos[int(lay.row_body[iu[p]])] for p in ps], np.int64)
-            self.leaf_pairs[w] = lp * w * w + col[iu[ps]] * w + col[ju[ps]]
-            final[ps] = off + np.arange(len(ps))
-            off += len(ps)
-        sym = np.zeros((m, m), np.int64)
-        sym[iu, ju] = final
-        sym[ju, iu] = final
-        self.sym = sym
+        clen = np.asarray([len(c) for c in chains])
+        self.krow = rk
+        onehot = np.zeros((m, 6))
+        onehot[np.nonzero(rk)[0], col[rk]] = 1
+        self.onehot = onehot
+        # Steps go over the N-depth l of the chain nodes, deepest first (a chain visits every
+        # N-depth from its own down to 0 once: node t of row r sits at l = len_r - 1 - t).
+        # All m rows are carried in constraint order (c_r = 0 before row r enters, at the
+        # N-depth of its own link), so that no permutation of the result is needed.
+        z = self.n_nodes  # an appended zero node
+        self.steps = []  # per l: entering rows, E node (rows present at l + 1), node
+        for lv in range(int(clen.max()) - 1, -1, -1):
+            node = np.asarray([node_of[chains[r][clen[r] - 1 - lv]] if clen[r] > lv else z
+                               for r in range(m)], np.int64)
+            E = np.asarray([node_of[chains[r][clen[r] - 2 - lv]] if clen[r] > lv + 1 else z
+                            for r in range(m)], np.int64)
+            self.steps.append(dict(lv=lv, enter=clen - 1 == lv, first=lv == clen.max() - 1,
+                                   node=node, E=E))
+        # N-depth of the closest common ancestor (node) of every pair of rows, -1: none
+        cstep = np.full((m, m), -1, np.int64)
+        for i in range(m):
+            pj = {b: t for t, b in enumerate(chains[i])}
+            for j in range(m):
+                for t, b in enumerate(chains[j]):
+                    if b in pj:
+                        cstep[i, j] = clen[j] - 1 - t
+                        break
+        self.cstep = cstep
+        # large m: the exact pair products of eq. (17) (see the module docstring)
+        self.pairs = m > PAIR_M
+        if self.pairs:
+            iu, ju = np.triu_indices(m)
+            lvs = [info["lv"] for info in self.steps]
+            pos = {lv: i for i, lv in enumerate(lvs)}
+            zero = len(lvs) * m  # an appended zero row
+            st_ = cstep[iu, ju]
+            ok = st_ >= 0
+            si = np.asarray([pos[v] if v >= 0 else 0 for v in st_], np.int64)
+            self.pair_a = np.where(ok, si * m + iu, zero)
+            self.pair_b = np.where(ok, si * m + ju, zero)
+            sym = np.zeros((m, m), np.int64)
+            sym[iu, ju] = np.arange(len(iu))
+            sym[ju, iu] = np.arange(len(iu))
+            self.sym = sym
 
 
 @functools.lru_cache(maxsize=256)
@@ -234,25 +252,51 @@ def plan(topo, constraints) -> Plan:
 
 
 def _start(prev, src, fills):
-    """``prev[src]`` where ``src >= 0``, ``fills[-1 - src]`` where ``src < 0`` (static
-    indices; ``fills`` has one entry per restart, or a single broadcast entry)."""
+    """``prev[src]`` where ``src >= 0``, ``fills[-1 - src]`` where ``src < 0`` (static)."""
     n = len(src)
     if prev is None or np.all(src < 0):
-        if fills.shape[0] == n:
-            return fills
-        return jnp.broadcast_to(fills[0], (n,) + fills.shape[1:])
+        idx = -1 - src
+        if fills.shape[0] == 1:
+            return jnp.broadcast_to(fills[0], (n,) + fills.shape[1:])
+        return fills if np.array_equal(idx, np.arange(fills.shape[0])) else fills[idx]
     if np.all(src >= 0):
         if n == prev.shape[0] and np.all(src == np.arange(n)):
             return prev
         return prev[src]
     ext = jnp.concatenate([prev, fills], 0)
-    idx = np.where(src >= 0, src, prev.shape[0] + (-1 - src) % fills.shape[0])
-    return ext[idx]
+    return ext[np.where(src >= 0, src, prev.shape[0] - 1 - src)]
 
 
 def _sandwich(W, E, Om):
     """``W + E^T Om E`` (batched)."""
     return W + mm(jnp.swapaxes(E, -1, -2), mm(Om, E))
+
+
+def _take(blocks, idx, sizes):
+    """Rows ``idx`` (static) of the concatenation of ``blocks`` of ``sizes`` rows (``None``:
+    a block never read), without forming the concatenation."""
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    part = np.searchsorted(off, idx, side="right") - 1
+    parts, order = [], []
+    for p in np.unique(part):
+        sel = np.nonzero(part == p)[0]
+        loc = idx[sel] - off[p]
+        b = blocks[p]
+        parts.append(b if np.array_equal(loc, np.arange(b.shape[0])) else b[loc])
+        order.append(sel)
+    out = _cat(parts)
+    order = np.concatenate(order)
+    if not np.array_equal(order, np.arange(len(order))):
+        out = out[np.argsort(order)]
+    return out
+
+
+def _pad6(x):
+    """Zero-pad the two trailing axes of ``x`` to 6."""
+    a, b = x.shape[-2:]
+    if a == b == 6:
+        return x
+    return jnp.pad(x, ((0, 0),) * (x.ndim - 2) + ((0, 6 - a), (0, 6 - b)))
 
 
 def _cat(xs):
@@ -279,11 +323,15 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
         for cls in pl.levels[li]:
             w, src = cls["w"], cls["src"]
             pE, pW = prev.get(w, (None, None))
-            identity = w == 6 and np.all(src == -1)  # every segment restarts with 1, 0
+            nk = len(cls["krows"])
+            identity = nk == 0 and np.all(src == -1)  # every segment restarts with 1, 0
             if not identity:
-                fillE = jnp.swapaxes(K[cls["krows"]], -1, -2) if w < 6 else eye[None]
-                P0 = _start(pE, src, fillE)  # ^iP_{d(i)}            (lines 4, 7)
-                W0 = _start(pW, src, jnp.zeros((1, w, w), dt))  # ^iΩ_{d(i)}
+                fillE = [jnp.swapaxes(K[cls["krows"]], -1, -2)] if nk else []
+                if np.any(src == -1 - nk) or not fillE:
+                    fillE.append(eye[None])  # (unused when no segment restarts)
+                P0 = _start(pE, src, _cat(fillE))  # ^iP_{d(i)}            (lines 4, 7)
+                W0 = _start(pW, np.where(src >= 0, src, -1),
+                            jnp.zeros((1, w, w), dt))  # ^iΩ_{d(i)}
             Es, Ws, p = [], [], 0
             for gi, sel in cls["groups"]:
                 g = lvl.groups[gi]
@@ -312,17 +360,19 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
             cur[w] = (E, W)
             streams.setdefault(w, []).append((li, E, W))
         prev = cur
-    # width streams in plan order (increasing level); level 0 has no E (never used)
+    # width streams in plan order (increasing level); level 0 has no E (never used). Only
+    # the segment tops are read from them, by static gathers from the per-level blocks.
     Ew, Ww = {}, {}
     for w, lst in streams.items():
         lst = sorted(lst, key=lambda x: x[0])
-        Ww[w] = _cat([x[2] for x in lst])
-        Ew[w] = _cat([x[1] if x[1] is not None else jnp.zeros((x[2].shape[0], 6, w), dt)
-                      for x in lst])
+        Ew[w] = [x[1] if x[1] is not None else jnp.zeros((x[2].shape[0], 6, w), dt)
+                 for x in lst]
+        Ww[w] = [x[2] for x in lst]
+    nw = {w: [x.shape[0] for x in Ww[w]] for w in Ww}
     # ------------------------------------------------------------ 2. forward sweep over N (l. 13)
     Om_levels = []
     for tops, par in pl.n_levels:
-        Et, Wt = Ew[6][tops], Ww[6][tops]
+        Et, Wt = _take(Ew[6], tops, nw[6]), _take(Ww[6], tops, nw[6])
         if np.all(par < 0):
             Om = Wt
         else:
@@ -335,39 +385,42 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
     # leaf end effectors: Ω_e = W_top + E_top^T ^0Ω_{Nanc(e)} E_top (constraint space if K-start)
     Omleaf = {}
     for w, (tops, par) in pl.leaves.items():
-        Et, Wt = Ew[w][tops], Ww[w][tops]
+        Et, Wt = _take(Ew[w], tops, nw[w]), _take(Ww[w], tops, nw[w])
         if np.all(par < 0):
             Omleaf[w] = Wt
         else:
             Omleaf[w] = _sandwich(Wt, Et, OmNz[np.where(par < 0, pl.n_N, par)])
-    parts = ([Omleaf[6]] if 6 in Omleaf else []) + [OmN, zero[None]]
-    Omega = jnp.concatenate(parts, 0)  # spatial node table
+    # node table (6 x 6, K-started leaves zero-padded): Ω and the E of the segment below
+    Omega = _cat([_pad6(Omleaf[w]) for w in sorted(Omleaf)] + [OmN])
+    Enode = _cat([_pad6(_take(Ew[w], idx, nw[w])) for w, (_, idx) in pl.node_E.items()])
+    if pl.node_E_perm is not None:
+        Enode = Enode[pl.node_E_perm]
     # ------------------------------------------------------------ 3. CEFP chains (line 16)
-    E6 = Ew.get(6)
+    zero6 = jnp.zeros((1, 6, 6), dt)
+    Omega = jnp.concatenate([Omega, zero6], 0)
+    Enode = jnp.concatenate([Enode, zero6], 0)
+    c0 = jnp.where(pl.krow[:, None], jnp.asarray(pl.onehot, dt), K)
+    m = pl.m
+    V = c = None
     Cs, Fs = [], []
     for info in pl.steps:
-        if "src" not in info:
-            c = K[info["rows"]]  # t = 0: k_r on its own link
+        if info["first"]:
+            c = jnp.where(info["enter"][:, None], c0, 0)
         else:
-            parts, order = [], []
-            if len(info["plain"]):
-                prevC = _cat(Cs)
-                parts.append(mv(E6[info["E"]], prevC[info["src"]]))  # eq. (19)
-                order.append(info["plain"])
-            for w, (posn, idx) in info["kcol"].items():  # K-started: a column of E_top
-                parts.append(jnp.swapaxes(Ew[w], -1, -2).reshape(-1, 6)[idx])
-                order.append(posn)
-            order = np.concatenate(order)
-            c = _cat(parts)
-            if not np.array_equal(order, np.arange(len(order))):
-                c = c[np.argsort(order)]
-        Cs.append(c)
-        Fs.append(mv(Omega[info["node"]], c))  # ^0Ω_node c
-    # ------------------------------------------------------------ 4. assembly (l. 17-20)
-    zrow = jnp.zeros((1, 6), dt)
-    Cf = jnp.concatenate(Cs + [zrow], 0)
-    Ff = jnp.concatenate(Fs + [zrow], 0)
-    vals = [jnp.sum(Cf[pl.pair_a] * Ff[pl.pair_b], -1)]
-    for w, idx in pl.leaf_pairs.items():
-        vals.append(Omleaf[w].reshape(-1)[idx])
-    return _cat(vals)[pl.sym]
+            # eq. (19); on a K-started row (one-hot c) this is exactly a column of E_top
+            c = jnp.where(info["enter"][:, None], c0, mv(Enode[info["E"]], c))
+        F = mv(Omega[info["node"]], c)  # ^0Ω_node c (a column of Ω_e on a K-started leaf)
+        # ------------------------------------------------------------ 4. assembly (l. 17-20)
+        if pl.pairs:
+            Cs.append(c)
+            Fs.append(F)
+            continue
+        G = jnp.einsum("ik,jk->ij", c, F)  # c_r . ^0Ω c_s for every pair
+        V = jnp.where(pl.cstep == info["lv"], G, 0 if V is None else V)
+    if pl.pairs:
+        zrow = jnp.zeros((1, 6), dt)
+        Cf = jnp.concatenate(Cs + [zrow], 0)
+        Ff = jnp.concatenate(Fs + [zrow], 0)
+        return jnp.sum(Cf[pl.pair_a] * Ff[pl.pair_b], -1)[pl.sym]
+    return jnp.where(np.triu(np.ones((m, m), bool)), V, V.T)
+
