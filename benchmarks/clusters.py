@@ -43,10 +43,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
-                               "false intra_op_parallelism_threads=1").strip()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
+sys.path.insert(0, str(HERE))
+from _env import single_threaded  # noqa: E402
+
+single_threaded()
 sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402

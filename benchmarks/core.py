@@ -22,13 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     # Set the single-thread XLA flags before anything imports jax (jaxdyn.bench does it too,
     # but only takes effect if the CPU backend does not exist yet).
     if "--multi-thread" not in argv:
-        import os
+        from _env import single_threaded
 
-        from_env = os.environ.get("XLA_FLAGS", "")
-        if "xla_cpu_multi_thread_eigen" not in from_env:
-            os.environ["XLA_FLAGS"] = (from_env + " --xla_cpu_multi_thread_eigen=false "
-                                       "intra_op_parallelism_threads=1").strip()
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK threads stall under load
+        single_threaded()
     from jaxdyn import bench
 
     defaults = ["--robots", "solo12,talos_full,panda",

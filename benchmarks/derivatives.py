@@ -38,10 +38,10 @@ from __future__ import annotations
 import os
 import sys
 
-FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+from _env import single_threaded  # noqa: E402
+
 if "--multi-thread" not in sys.argv:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FLAGS).strip()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
+    single_threaded()
 
 MALLOPT = "--no-mallopt" not in sys.argv
 if MALLOPT:
@@ -168,18 +168,31 @@ def load(name):
     return robots.load(name), (path, floating)
 
 
+_PIN_REF_CACHE = {}
+
+
+def _pin_model(name, model, src):
+    """Pinocchio model of robot ``name`` (from its URDF, or built from the jaxdyn model) and
+    the converter, built once per robot."""
+    if name not in _PIN_REF_CACHE:
+        import pinocchio as pin
+
+        from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
+
+        if src is None:
+            pm = build_pinocchio_model(model)
+        else:
+            path, floating = src
+            pm = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer()) if floating
+                  else pin.buildModelFromUrdf(str(path)))
+        _PIN_REF_CACHE[name] = (pm, Converter(model, pm))
+    return _PIN_REF_CACHE[name]
+
+
 def pinocchio_setup(name, model, src, q, v, x):
     import pinocchio as pin
 
-    from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
-
-    if src is None:
-        pm = build_pinocchio_model(model)
-    else:
-        path, floating = src
-        pm = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer()) if floating
-              else pin.buildModelFromUrdf(str(path)))
-    c = Converter(model, pm)
+    pm, c = _pin_model(name, model, src)
     pd = pm.createData()
     n = min(N_PIN, len(q))
     qs = [c.q_to_pin(np.asarray(q[i], np.float64)) for i in range(n)]
@@ -266,25 +279,13 @@ def robot_block(name, batches, dtypes, methods, log):
     return rows
 
 
-_PIN_REF_CACHE = {}
 
 
 def _pin_at(kind, name, model, src, q, v, x):
     """Pinocchio partials at one state (jaxdyn order)."""
     import pinocchio as pin
 
-    from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
-
-    key = name
-    if key not in _PIN_REF_CACHE:
-        if src is None:
-            pm = build_pinocchio_model(model)
-        else:
-            path, floating = src
-            pm = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer()) if floating
-                  else pin.buildModelFromUrdf(str(path)))
-        _PIN_REF_CACHE[key] = (pm, Converter(model, pm))
-    pm, c = _PIN_REF_CACHE[key]
+    pm, c = _pin_model(name, model, src)
     f = pin.computeRNEADerivatives if kind == "ID" else pin.computeABADerivatives
     pd = pm.createData()  # keep alive: the returned matrices are views into it
     r = f(pm, pd, c.q_to_pin(q), c.v_to_pin(v), c.v_to_pin(x))

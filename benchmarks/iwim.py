@@ -36,15 +36,13 @@ gravity terms and a subtraction per input.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
-                               "=false intra_op_parallelism_threads=1").strip()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # LAPACK calls use OpenBLAS threads: they stall under load
+from _env import single_threaded  # noqa: E402
+
+single_threaded()
 
 import jax  # noqa: E402
 

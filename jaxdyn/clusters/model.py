@@ -45,7 +45,6 @@ quaternions) and velocity ``v = ydot``. ``model.q_names`` / ``model.v_names`` na
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass, field
 
 import equinox as eqx
@@ -370,6 +369,15 @@ class _Ctx:
             raise ValueError(f"{where}: joint {jn} is not a one-DoF (revolute/prismatic) joint; "
                              "only one-DoF joints can be coupled")
 
+    def one_dof_joints(self, names, where):
+        """Bodies of distinct, moving, one-DoF joints ``names``."""
+        bs = [self.joint(j, where) for j in names]
+        if len(set(bs)) != len(bs):
+            raise ValueError(f"{where}: repeated joint")
+        for b in bs:
+            self.one_dof(b, where)
+        return bs
+
 
 def _resolve(spec, ctx: _Ctx, flags_urdf):
     """Specification -> _Item (or ('group', bodies))."""
@@ -399,11 +407,7 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
                      k0=np.array([-float(spec.offset)]), flags={bm: False})
     if isinstance(spec, S.LinearConstraint):
         where = f"LinearConstraint {spec.name!r}"
-        bs = [ctx.joint(j, where) for j in spec.joints]
-        if len(set(bs)) != len(bs):
-            raise ValueError(f"{where}: repeated joint")
-        for b in bs:
-            ctx.one_dof(b, where)
+        bs = ctx.one_dof_joints(spec.joints, where)
         flags = {}
         if spec.dependent is not None:
             flags = {b: (j not in spec.dependent) for j, b in zip(spec.joints, bs)}
@@ -411,11 +415,7 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
                      k0=np.asarray(spec.k0, float), flags=flags)
     if isinstance(spec, S.ImplicitConstraint):
         where = f"ImplicitConstraint {spec.name!r}"
-        bs = [ctx.joint(j, where) for j in spec.joints]
-        if len(set(bs)) != len(bs):
-            raise ValueError(f"{where}: repeated joint")
-        for b in bs:
-            ctx.one_dof(b, where)
+        bs = ctx.one_dof_joints(spec.joints, where)
         flags = {b: (j in spec.independent) for j, b in zip(spec.joints, bs)}
         scale = {ctx.joint_body[j]: s for j, s in spec.scale}
         return _Item(spec.name or "implicit", where, bs, "fn", bs, fn=spec.phi, flags=flags,

@@ -234,7 +234,7 @@ def _aba_jvp(primals, tangents):
         if f_ext is not None and not _is_zero(dfext):
             parts.append(-fext_tau_tangent(model, ws, dfext))
         u = _sum_terms(parts, qdd)
-        if model.nv >= _fd.AZA_MIN_NV:
+        if _fd.resolve_method("auto", model.nv) == "aza":
             rhs = aza(model, ws.S, inertias, u[:, None])[:, 0]
         else:
             rhs = minv_world(model, ws, inertias) @ u
