@@ -134,16 +134,22 @@ def test_frame_jacobians(robot_case, i):
     _compare_jacobians(robot_case, i)
 
 
-# =========================================================================== random URDF trees
-@pytest.mark.parametrize("params", RANDOM_URDF, ids=tree_id)
-def test_random_urdf_tree(params):
-    case = urdf_tree(params)
+def _compare_all(case):
+    """Dynamics, kinematics, frames and Jacobians at every state; every frame known to
+    Pinocchio."""
     for i in STATES:
         _compare(case, i, DYNAMICS_KEYS + FORWARD_KEYS + KINEMATIC_KEYS)
         _compare_frames(case, i)
         _compare_jacobians(case, i)
     missing = set(case.model.frame_names) - set(case.pin(0)["frames_R"])
     assert not missing, f"{case.name}: frames unknown to Pinocchio: {sorted(missing)}"
+
+
+# =========================================================================== random URDF trees
+@pytest.mark.parametrize("params", RANDOM_URDF, ids=tree_id)
+def test_random_urdf_tree(params):
+    case = urdf_tree(params)
+    _compare_all(case)
 
 
 def test_random_urdf_trees_cover_the_hard_cases():
@@ -176,12 +182,7 @@ def test_random_tree_spherical_free(params):
     """Spherical and free joints anywhere in the tree (Pinocchio model written from the URDF
     text by ``oracle.pin_model_from_urdf``, since URDF has no spherical joint)."""
     case = all_kinds_tree(params)
-    for i in STATES:
-        _compare(case, i, DYNAMICS_KEYS + FORWARD_KEYS + KINEMATIC_KEYS)
-        _compare_frames(case, i)
-        _compare_jacobians(case, i)
-    missing = set(case.model.frame_names) - set(case.pin(0)["frames_R"])
-    assert not missing, f"{case.name}: frames unknown to Pinocchio: {sorted(missing)}"
+    _compare_all(case)
 
 
 def test_random_spherical_free_trees_cover_all_kinds():
