@@ -53,6 +53,7 @@ import numpy as np
 from . import _checks, spatial
 from .algorithms import kinematics as kin
 from .model import tree
+from ._precision import full_precision
 
 __all__ = [
     "Weld",
@@ -349,6 +350,7 @@ def jacobian_from_rows(model, ws, lay, K):
     return jnp.where(jnp.asarray(mask), K @ ws.S.T, 0)
 
 
+@full_precision
 def constraint_jacobian(model, q, constraints):
     """Constraint Jacobian ``J (m, nv)``: rows of the constraints in the order given, each in
     jaxdyn's ``[angular; linear]`` order in its constraint frame (3D connect: linear only).

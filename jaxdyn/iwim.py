@@ -44,6 +44,7 @@ from .algorithms import aba as aba_mod
 from .algorithms import kinematics as kin
 from .algorithms.crba import crba_world
 from .algorithms.rnea import rnea_world
+from ._precision import full_precision
 
 __all__ = ["Inputs", "InputMatrix", "build_input_matrix", "input_matrix", "METHODS"]
 
@@ -208,6 +209,7 @@ def _dense(model, ws, v, B):
     return sol[:, 0], sol[:, 1:]
 
 
+@full_precision
 def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
     """Free accelerations and inertia-weighted input matrix: ``qdd = qdd0 + Bhat u``.
 

@@ -19,6 +19,7 @@ from ..spatial import mm
 from ..model import tree
 from . import kinematics as kin
 from .rnea import check_f_ext, external_forces_world
+from .._precision import full_precision
 
 
 def articulated_inertias(model, S, I6):
@@ -139,6 +140,7 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     return qdd[:, 0], a[..., 0], v
 
 
+@full_precision
 def aba(model, q, v, tau, f_ext=None):
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
 

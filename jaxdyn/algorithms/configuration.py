@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .. import _checks, joints
 from ..model import tree
+from .._precision import full_precision
 
 
 def _by_runs(model, fn, *arrays, widths):
@@ -48,6 +49,7 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
         for kk, (k, b0, b1, _, _) in zip(keys, runs)])
 
 
+@full_precision
 def integrate(model, q, v):
     """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
     time (right increment, as Pinocchio's ``integrate``)."""
@@ -58,6 +60,7 @@ def integrate(model, q, v):
                     widths=("q", "v"))
 
 
+@full_precision
 def difference(model, q0, q1):
     """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""
     q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from .. import spatial
 from ..model import tree
 from . import kinematics as kin
+from .._precision import full_precision
 
 
 def inertia_apply_origin(m, h, Ibar, v):
@@ -35,6 +36,7 @@ def crba_world(model, ws):
     return jnp.where(anc, Mfull, jnp.where(anc.T, Mfull.T, 0))
 
 
+@full_precision
 def crba(model, q):
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite).
 

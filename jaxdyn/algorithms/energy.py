@@ -10,8 +10,10 @@ import jax.numpy as jnp
 
 from .. import _checks
 from . import kinematics as kin
+from .._precision import full_precision
 
 
+@full_precision
 def center_of_mass(model, q):
     """Position of the whole robot's centre of mass in the world, ``(3,)``."""
     model, q, _ = kin._prepare(model, "center_of_mass", q)
@@ -19,6 +21,7 @@ def center_of_mass(model, q):
     return jnp.sum(ws.h, 0) / jnp.sum(ws.mass)
 
 
+@full_precision
 def kinetic_energy(model, q, v):
     """``T = 1/2 v^T M(q) v``, summed over bodies."""
     v = _checks.as_array("kinetic_energy", "v", v, (("nv", model.nv),), model)
@@ -28,6 +31,7 @@ def kinetic_energy(model, q, v):
     return 0.5 * jnp.sum(vb * kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb))
 
 
+@full_precision
 def potential_energy(model, q):
     """Gravitational potential energy ``U = -sum_i m_i g . c_i``."""
     model, q, _ = kin._prepare(model, "potential_energy", q)

@@ -11,10 +11,12 @@ import jax.numpy as jnp
 
 from .. import spatial
 from . import kinematics as kin
+from .._precision import full_precision
 
 REFERENCES = ("local", "world", "local_world_aligned")
 
 
+@full_precision
 def joint_jacobians(model, q):
     """Motion subspace of every coordinate at the world origin, ``(6, nv)`` (Pinocchio's
     ``computeJointJacobians`` in ``WORLD``)."""
@@ -22,6 +24,7 @@ def joint_jacobians(model, q):
     return kin.world_state(model, q).S.T
 
 
+@full_precision
 def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     """Jacobian of a frame's spatial velocity ``[ω; v]`` with respect to ``v``, ``(6, nv)``.
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .. import _checks, joints, spatial
 from ..model import tree
+from .._precision import full_precision
 
 
 class Placements(NamedTuple):
@@ -84,6 +85,7 @@ def frame_placements(model, body: Placements) -> Placements:
     return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
+@full_precision
 def forward_kinematics(model, q) -> Kinematics:
     """World placements of all bodies and frames.
 
@@ -99,6 +101,7 @@ def forward_kinematics(model, q) -> Kinematics:
     return Kinematics(body, frame_placements(model, body))
 
 
+@full_precision
 def frame_placement(model, q, frame) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index)."""
     f = model.frame_index(frame)

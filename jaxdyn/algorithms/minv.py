@@ -15,6 +15,7 @@ from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
 from .aba import articulated_inertias, world_inertia_matrices
+from .._precision import full_precision
 
 
 def minv_world(model, ws, inertias=None):
@@ -85,6 +86,7 @@ def minv_world(model, ws, inertias=None):
     return jnp.where(keep, upper, upper.T)
 
 
+@full_precision
 def minv(model, q):
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
 

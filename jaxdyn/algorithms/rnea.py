@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from .. import _checks, spatial
 from ..model import tree
 from . import kinematics as kin
+from .._precision import full_precision
 
 
 def external_forces_world(model, ws, f_ext):
@@ -45,6 +46,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     return tau, v, a, F
 
 
+@full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
 
@@ -67,6 +69,7 @@ def rnea(model, q, v, a, f_ext=None):
     return rnea_world(model, ws, v.astype(dtype), a.astype(dtype), f_ext)[0]
 
 
+@full_precision
 def bias_forces(model, q, v):
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
     _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
@@ -74,6 +77,7 @@ def bias_forces(model, q, v):
     return rnea(model, q, v, jnp.zeros_like(v))
 
 
+@full_precision
 def gravity_forces(model, q):
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
     q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)

@@ -41,6 +41,7 @@ from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
 from .model import LINEAR, TREE, ClusterModel
 from .state import all_group_states, assemble_spanning
+from .._precision import full_precision
 
 
 def _inv_spd(D):
@@ -175,6 +176,7 @@ def _group_y(g, x):
 # ----------------------------------------------------------------------------- C-RNEA
 
 
+@full_precision
 def crnea(model: ClusterModel, q, v, a, f_ext=None):
     """Cluster-based inverse dynamics (C-RNEA): ``tau = H(q) a + C(q, v)`` in independent
     coordinates (``tau = G^T tau_tree`` of the spanning tree).
@@ -677,6 +679,7 @@ def _crnea_single_output(model, gss, ws, v, a, fw, dt):
     return jnp.concatenate(taus)
 
 
+@full_precision
 def caba(model: ClusterModel, q, v, tau, f_ext=None):
     """Cluster-based forward dynamics (C-ABA): ``a = H^-1 (tau - C)`` in independent coordinates.
 

@@ -35,6 +35,7 @@ from .algorithms import _check_fext, _ee_transforms, resolve_end_effectors
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, build, with_armature
 from .state import _prep, all_group_states, assemble_spanning, spanning_g, spanning_G, \
     constraint_jacobian
+from .._precision import full_precision
 
 APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
 
@@ -67,6 +68,7 @@ def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
     return model, q, v, x, f_ext, dt, qs, qd, G, gv, ws
 
 
+@full_precision
 def projected_rnea(model: ClusterModel, q, v, a, f_ext=None):
     """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
     model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "projected_rnea", q, v, a,
@@ -83,6 +85,7 @@ def _H_C(model, ws, qd, f_ext, G, gv, dt):
     return M, C
 
 
+@full_precision
 def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Projection-method forward dynamics: Cholesky solve of
     ``(G^T H G) a = tau - G^T (C + H g)`` (paper eq. (12))."""
@@ -98,6 +101,7 @@ def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
     return jax.scipy.linalg.cho_solve(cf, rhs)
 
 
+@full_precision
 def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Lagrange-multiplier forward dynamics with the implicit constraint Jacobian ``K``
     (paper eq. (11)): ``H qdd = tau_q - C + K^T lambda``, ``K qdd = k``, with
@@ -139,6 +143,7 @@ def ee_jacobians(model: ClusterModel, ws, ees, dt):
     return jnp.stack(Js)
 
 
+@full_precision
 def projected_osim(model: ClusterModel, q, end_effectors):
     """Inverse OSIM by projection: ``Λ^-1 = (J G) (G^T H G)^-1 (J G)^T`` (same frames as
     :func:`~jaxdyn.clusters.cefpa`)."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import _checks, joints
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel
+from .._precision import full_precision
 
 
 class GroupState(NamedTuple):
@@ -203,6 +204,7 @@ def spanning_state(model: ClusterModel, q, v=None, a=None) -> SpanningState:
     return SpanningState(qs, qd, qdd, G, gvec)
 
 
+@full_precision
 def constraint_jacobian(model: ClusterModel, q, v=None):
     """Implicit form of all constraints on the spanning tree: ``(phi, K, k)`` with
     ``phi (m,)`` (zero at valid states), ``K (m, nv_tree)`` block-diagonal over clusters

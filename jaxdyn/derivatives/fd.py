@@ -31,6 +31,7 @@ from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
 from ..spatial import mm
 from .idsva import idsva_world
+from .._precision import full_precision
 
 #: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Measured on
 #: a 2-core x86 CPU (float64, batch 64, serial chains of 5-100 bodies, ``benchmarks/RESULTS.md``):
@@ -149,6 +150,7 @@ def _prepare_fd(fn, model, q, v, tau, f_ext):
     return model, q, v.astype(dtype), tau.astype(dtype), f_ext
 
 
+@full_precision
 def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
     """Partial derivatives of forward dynamics ``qdd = aba(q, v, tau, f_ext)`` (FDSVA).
 

@@ -38,6 +38,7 @@ from .. import _checks, joints, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
+from .._precision import full_precision
 
 
 def _sym6(M):
@@ -270,6 +271,7 @@ def _prepare_id(fn, model, q, v, a, f_ext):
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
+@full_precision
 def rnea_derivatives(model, q, v, a, f_ext=None):
     """Partial derivatives of inverse dynamics ``tau = rnea(q, v, a, f_ext)`` by IDSVA.
 

@@ -49,6 +49,7 @@ from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
 from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
+from .._precision import full_precision
 
 _ANALYTIC = os.environ.get("JAXDYN_ANALYTIC_DERIVATIVES", "1") not in ("0", "false", "False")
 
@@ -185,6 +186,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
+@full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
     derivatives.
@@ -245,6 +247,7 @@ def _aba_jvp(primals, tangents):
 _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 
+@full_precision
 def aba(model, q, v, tau, f_ext=None):
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
     analytic derivatives.

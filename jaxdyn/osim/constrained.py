@@ -27,6 +27,7 @@ from ..algorithms import aba as aba_mod
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .delassus import check_method, delassus_world
+from .._precision import full_precision
 
 
 class ConstrainedDynamics(NamedTuple):
@@ -57,6 +58,7 @@ def row_accelerations(model, ws, lay, K, qdd):
     return jnp.sum(K * aq[lay.row_body], -1)
 
 
+@full_precision
 def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, targets=None,
                     method: str = "pv_osimr") -> ConstrainedDynamics:
     """Constrained forward dynamics for bilateral constraints.

@@ -28,6 +28,7 @@ from .ltl import delassus_ltl, ltl_plan
 from .pv_osim import delassus_pv_osim
 from .pv_osimr import delassus_pv_osimr, plan as osimr_plan
 from .rows import row_plan
+from .._precision import full_precision
 
 METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 
@@ -61,6 +62,7 @@ def delassus_world(model, ws, constraints, lay, K, method="pv_osimr", inertias=N
     return delassus_efpa(model, ws, inertias, K, row_plan(topo, constraints))
 
 
+@full_precision
 def delassus(model, q, constraints, method: str = "pv_osimr"):
     """Delassus matrix ``Λ^-1 = J M(q)^-1 J^T`` of a set of constraints, ``(m, m)``.
 
