@@ -150,6 +150,49 @@ def test_cefpa_matches_dense(name):
     assert _rel(r["osim"], np.swapaxes(r["osim"], -1, -2)) < 1e-12
 
 
+#: end effectors sharing clusters and bodies: two frames on one body, a rotor and its link (two
+#: bodies of one cluster), a foot and an elbow (paths that part below the floating base)
+FAST_EES = {
+    "mit_humanoid": ("left_ankle_link", ("left_ankle_link", (0.1, 0.0, -0.05)),
+                     "left_ankle_rotor", "right_elbow_link"),
+    "gt_chain": ("link4", "rotor4", ("link2", (0.5, 0.0, 0.0))),
+    "tello": ("left-foot", "right-thigh", "left-thigh"),
+}
+
+
+@pytest.mark.parametrize("name", list(FAST_EES))
+def test_cefpa_fast_path_matches_general(name):
+    """C-EFPA's single-output path (per-pair 6x6 propagators, every robot of the paper) agrees
+    with the dense per-body path (the one taken by multi-output clusters), values and
+    reverse-mode derivatives, and keeps float32 inputs in float32."""
+    from jaxdyn.clusters.algorithms import _all_single_output, _setup
+    from jaxdyn.clusters.cefpa import _cefpa_general, resolve_end_effectors
+
+    m = model_of(name)
+    ees = FAST_EES[name]
+    assert _all_single_output(m.topo)
+    q = _states(m, 5)[0]
+
+    def general(q):
+        m2, gss, ws, _, _, _, dt = _setup(m, "cefpa", q, None)
+        return _cefpa_general(m2, gss, ws, resolve_end_effectors(m, ees), dt)
+
+    w = jnp.cos(jnp.arange(36 * len(ees) ** 2)).reshape(6 * len(ees), -1)
+
+    @jax.jit
+    @jax.vmap
+    def f(q):
+        return (C.cefpa(m, q, ees), general(q),
+                jax.grad(lambda x: jnp.sum(w * C.cefpa(m, x, ees)))(q),
+                jax.grad(lambda x: jnp.sum(w * general(x)))(q))
+
+    L, Lg, dL, dLg = f(q)
+    assert _rel(L, Lg) < 1e-10
+    assert _rel(dL, dLg) < 1e-9
+    L32 = jax.jit(jax.vmap(lambda q: C.cefpa(m, q, ees)))(q.astype(jnp.float32))
+    assert L32.dtype == jnp.float32
+    assert _rel(L32, L) < 1e-3
+
 @pytest.mark.parametrize("name", ROBOT_NAMES)
 def test_library_baselines(name):
     """jaxdyn.clusters' projected RNEA / projection FD / Lagrange FD / projected OSIM equal the

@@ -19,7 +19,8 @@ algorithms for systems with kinematic loops", IEEE Transactions on Robotics, 202
 """
 
 from . import robots, spec
-from .algorithms import caba, cefpa, crnea
+from .algorithms import caba, crnea
+from .cefpa import cefpa
 from .baselines import (
     APPROXIMATIONS,
     approximate_model,

@@ -1,4 +1,5 @@
-"""Cluster-based recursive dynamics: C-RNEA, C-ABA and C-EFPA.
+"""Cluster-based recursive dynamics: C-RNEA and C-ABA (C-EFPA: :mod:`jaxdyn.clusters.cefpa`),
+and the shared cluster passes.
 
 Reference: M. Chignoli, N. Adrian, S. Kim, P. M. Wensing, "Recursive rigid-body dynamics
 algorithms for systems with kinematic loops", IEEE T-RO 2024 (arXiv:2311.13732):
@@ -10,10 +11,7 @@ algorithms for systems with kinematic loops", IEEE T-RO 2024 (arXiv:2311.13732):
   ``D_k = S_k^T U_k``, ``u_k = tau_k - S_k^T p^A_k``, ``I^a_k = I^A_k - U_k D_k^-1 U_k^T``,
   ``p^a_k = p^A_k + I^a_k c_k + U_k D_k^-1 u_k``, ``I^A_λ += X_k^T I^a_k X_k``,
   ``p^A_λ += X_k^T p^a_k``; then ``ydd_k = D_k^-1 (u_k - U_k^T a'_k)``.
-* C-EFPA -- Alg. 3 (§VIII): ``K_k = S_k D_k^-1 S_k^T``, ``L_k = 1 - K_k I^A_k``,
-  ``chi_k = L_k X_k``; force propagators ``Phi_{e,λ(k)} = Phi_{e,k} chi_k`` going in,
-  ``A_{k,e} = chi_k A_{λ(k),e} + K_k Phi_{e,k}^T`` going out, and
-  ``Λ^-1_{e1 e2} = Phi_{e1,m} A_{m,e2}`` at the deepest cluster ``m`` supporting both.
+* C-EFPA -- Alg. 3 (§VIII): :mod:`jaxdyn.clusters.cefpa` (uses the passes below).
 
 All three run in world coordinates (as jaxdyn's core algorithms, Featherstone 2008 §5.3): the
 cluster transform ``X_k`` reduces to copying each output body's vector into the bodies that use
@@ -39,7 +37,7 @@ import numpy as np
 from .. import _checks, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
-from .model import LINEAR, TREE, ClusterModel
+from .model import LINEAR, ClusterModel
 from .state import all_group_states, assemble_spanning
 from .._precision import full_precision
 
@@ -718,142 +716,3 @@ def caba(model: ClusterModel, q, v, tau, f_ext=None):
             ydds[gidx[id(g)]] = ydd.reshape(-1)
         a_prev = _flat(parts)
     return jnp.concatenate(ydds)
-
-
-# ----------------------------------------------------------------------------- C-EFPA
-
-
-def resolve_end_effectors(model: ClusterModel, end_effectors):
-    """``[(name, body, R_in_body (3,3), p_in_body (3,))]`` for frames / ``(frame, xyz)``."""
-    tree = model.tree
-    out = []
-    if isinstance(end_effectors, (str, int)):
-        end_effectors = (end_effectors,)
-    for e in end_effectors:
-        if isinstance(e, (str, int, np.integer)):
-            name, xyz = e, np.zeros(3)
-        else:
-            try:
-                name, xyz = e
-            except (TypeError, ValueError):
-                raise ValueError(f"cefpa: end_effectors entries must be a frame name or "
-                                 f"(frame, xyz offset), got {e!r}") from None
-            xyz = np.asarray(xyz, float).reshape(-1)
-            if xyz.shape != (3,):
-                raise ValueError(f"cefpa: offset of end effector {name!r} must have 3 entries")
-        f = tree.frame_index(name)
-        b = int(tree.topo.frame_parent[f])
-        if b < 0:
-            raise ValueError(f"cefpa: end effector {name!r} is fixed to the world")
-        out.append((name, b, f, xyz))
-    if not out:
-        raise ValueError("cefpa: end_effectors is empty")
-    return out
-
-
-def _ee_transforms(model, ws, ees, dt):
-    """Motion transforms from world-origin coordinates to each end-effector frame (6x6)."""
-    tree = model.tree
-    Xs = []
-    for _, b, f, xyz in ees:
-        Rf, pf = tree.frame_R[f], tree.frame_p[f]
-        R = ws.R[b] @ Rf
-        p = ws.R[b] @ (Rf @ jnp.asarray(xyz, dt) + pf) + ws.p[b]
-        Rt = R.T
-        Z = jnp.zeros((3, 3), dt)
-        Xs.append(jnp.block([[Rt, Z], [-Rt @ spatial.skew(p), Rt]]))
-    return jnp.stack(Xs)
-
-
-def cefpa(model: ClusterModel, q, end_effectors):
-    """Inverse operational-space inertia matrix ``Λ^-1 = J H^-1 J^T`` of end effectors, by the
-    cluster-based extended force propagator algorithm (C-EFPA).
-
-    Reference: Chignoli et al., T-RO 2024, Algorithm 3 (§VIII) (EFPA: Wensing, Featherstone &
-    Orin, ICRA 2012), in world coordinates, then expressed in each end-effector frame.
-
-    **Arguments:** ``q (nq,)``; ``end_effectors``: sequence of frame names (links, joints) or
-    ``(frame, xyz)`` pairs (a point offset in the frame). Each end effector is a 6D frame with
-    the frame's orientation at that point; its velocity is ``[ω; v]`` in frame axes (as
-    :func:`jaxdyn.jacobian` with ``reference="local"``).
-
-    **Returns:** ``(6 m, 6 m)``, blocks in the order given.
-    """
-    fn = "cefpa"
-    ees = resolve_end_effectors(model, end_effectors)
-    model, gss, ws, _, _, _, dt = _setup(model, fn, q, None)
-    t = model.topo
-    me = len(ees)
-    nl = len(t.levels)
-    gks, _ = _forward_kinematics(model, gss, ws, dt, False)
-    ab = _backward_articulated(model, ws, gks, dt)
-    ee_cl = [int(t.body_cluster[b]) for _, b, _, _ in ees]
-    # seeds: Phi_{e, c(e)} selects body b(e) (world-origin forces)
-    seeds = []
-    for li, lvl in enumerate(t.levels):
-        s = np.zeros((me, 6, lvl.nb, 6))
-        for e, (_, b, _, _) in enumerate(ees):
-            if t.cluster_level[t.body_cluster[b]] == li:
-                s[e, :, t.body_level_index[b], :] = np.eye(6)
-        seeds.append(s)
-    # backward: Phi_{e, λ(k)} = Phi_{e,k} L_k X_k  (L_k = 1 - S D^-1 U^T)
-    Phis = [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        Phi = jnp.asarray(seeds[li], dt)
-        if below is not None:
-            Phi = Phi + jnp.einsum("pb,eabx->eapx", jnp.asarray(t.levels[li + 1].inc, dt), below)
-        Phis[li] = Phi
-        parts = []
-        for gi, (g, gk) in enumerate(zip(lvl.groups, gks[li])):
-            Sm = gk.S.reshape(g.nc, 6 * g.n, g.ny)
-            U, Dinv = ab.U[li][gi], ab.Dinv[li][gi]
-            Pg = Phi[:, :, g.lb0:g.lb0 + g.nc * g.n].reshape(me, 6, g.nc, 6 * g.n)
-            PL = Pg - jnp.einsum("eacy,cyz,ckz->eack", jnp.einsum("eack,cky->eacy", Pg, Sm),
-                                 Dinv, U)
-            parts.append(PL.reshape(me, 6, g.nc * g.n, 6))
-        below = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 2)
-    # forward: A_{k,e} = L_k X_k A_{λ,e} + K_k Phi_{e,k}^T
-    As = [None] * nl
-    prev = None
-    zero = jnp.zeros((me, 6, 6), dt)
-    for li, lvl in enumerate(t.levels):
-        parts = []
-        for gi, (g, gk) in enumerate(zip(lvl.groups, gks[li])):
-            Sm = gk.S.reshape(g.nc, 6 * g.n, g.ny)
-            U, Dinv = ab.U[li][gi], ab.Dinv[li][gi]
-            if prev is None:
-                Aout = jnp.zeros((me, g.nc, 6 * g.n, 6), dt)
-            else:
-                full = jnp.concatenate([prev, zero[:, None]], 1)  # (me, nbp+1, 6, 6)
-                Aout = full[:, g.out].reshape(me, g.nc, 6 * g.n, 6)
-            PhiT = jnp.swapaxes(Phis[li][:, :, g.lb0:g.lb0 + g.nc * g.n].reshape(
-                me, 6, g.nc, 6 * g.n), 1, 2)  # (me, nc, 6, 6n)
-            PhiT = jnp.swapaxes(PhiT, -1, -2)  # (me, nc, 6n, 6)
-            rhs = jnp.einsum("cky,eckf->ecyf", Sm, PhiT) - jnp.einsum("cky,eckf->ecyf", U, Aout)
-            Ag = Aout + jnp.einsum("cky,cyz,eczf->eckf", Sm, Dinv, rhs)
-            parts.append(Ag.reshape(me, g.nc * g.n, 6, 6))
-        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 1)
-        As[li] = prev
-    # assemble at the deepest common cluster
-    anc = []
-    for c in ee_cl:
-        chain = []
-        while c >= 0:
-            chain.append(c)
-            c = int(t.cluster_parent[c])
-        anc.append(chain)
-    blocks = [[None] * me for _ in range(me)]
-    for e1 in range(me):
-        for e2 in range(me):
-            common = [c for c in anc[e1] if c in anc[e2]]
-            if not common:  # different root clusters: no coupling through the world
-                blocks[e1][e2] = jnp.zeros((6, 6), dt)
-                continue
-            li = int(t.cluster_level[common[0]])
-            blocks[e1][e2] = jnp.einsum("aix,ixb->ab", Phis[li][e1], As[li][e2])
-    Lw = jnp.block(blocks)
-    X = _ee_transforms(model, ws, ees, dt)
-    Xb = jax.scipy.linalg.block_diag(*X)
-    return Xb @ Lw @ Xb.T

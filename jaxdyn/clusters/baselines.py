@@ -31,7 +31,8 @@ from ..algorithms.rnea import rnea_world
 from ..model import Model
 from ..model.model import make_topology
 from . import spec as S
-from .algorithms import _check_fext, _ee_transforms, resolve_end_effectors
+from .algorithms import _check_fext
+from .cefpa import _ee_transforms, resolve_end_effectors
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, build, with_armature
 from .state import _prep, all_group_states, assemble_spanning, spanning_g, spanning_G, \
     constraint_jacobian
