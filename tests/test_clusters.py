@@ -622,3 +622,92 @@ def test_tello_differentials():
            jn.index("left-gimbal-to-thigh")]
     np.testing.assert_allclose(np.asarray(C.tello_hip_differential_phi(np.asarray(qs)[idx])), 0.0,
                                atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- folded rotors
+
+FOLDED = ("mini_cheetah", "mit_humanoid", "gt_chain", "pbt_chain")
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_caba_with_rotors_carried_by_parents(name):
+    """Axisymmetric rotors folded into their parents (jaxdyn.clusters.rotors): C-ABA on the link
+    tree with exact rotor terms equals the general single-output C-ABA (reached here through a
+    zero external force), the projection method and the inverse of C-RNEA, in values and in
+    derivatives, float64 and float32."""
+    from jaxdyn.clusters import rotors
+
+    m = model_of(name)
+    rp = rotors.plan(m)
+    assert rp is not None and rp.model.nb < m.nb  # the folded path is taken
+    q, v, a, _ = _states(m, 3)
+    zero = jnp.zeros((m.nb, 6))
+
+    def one(q, v, a):
+        tau = C.crnea(m, q, v, a)
+        fold = lambda q, v, t: C.caba(m, q, v, t)  # noqa: E731
+        gen = lambda q, v, t: C.caba(m, q, v, t, zero)  # noqa: E731
+        return dict(a=fold(q, v, tau), a_gen=gen(q, v, tau),
+                    a_proj=C.projection_fd(m, q, v, tau),
+                    J=jax.jacfwd(fold, (0, 1, 2))(q, v, tau),
+                    J_gen=jax.jacfwd(gen, (0, 1, 2))(q, v, tau))
+
+    r = jax.jit(jax.vmap(one))(q, v, a)
+    assert _rel(r["a"], a) < 1e-10
+    assert _rel(r["a"], r["a_gen"]) < 1e-10
+    assert _rel(r["a"], r["a_proj"]) < 1e-10
+    # d/dq along the manifold: a free joint's quaternion moves on the unit sphere (off it, the
+    # two paths extend the function differently)
+    P = np.broadcast_to(np.eye(m.nq), (len(q), m.nq, m.nq)).copy()
+    for g in m.topo.groups:
+        if g.nqc == 7:
+            for c in range(g.nc):
+                k = g.q0 + 7 * c + 3
+                u = np.asarray(q[:, k:k + 4])
+                P[:, k:k + 4, k:k + 4] -= u[:, :, None] * u[:, None, :]
+    assert _rel(r["J"][0] @ P, r["J_gen"][0] @ P) < 1e-9
+    for x, y in zip(r["J"][1:], r["J_gen"][1:]):
+        assert _rel(x, y) < 1e-9
+    q32, v32 = q.astype(jnp.float32), v.astype(jnp.float32)
+    tau = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
+    a32 = jax.jit(jax.vmap(lambda q, v, t: C.caba(m, q, v, t)))(q32, v32,
+                                                                 tau.astype(jnp.float32))
+    assert a32.dtype == jnp.float32 and _rel(a32, a) < 1e-3
+
+
+def test_rotor_folding_only_where_exact():
+    """Rotors that are not symmetric about their axis, and models whose parameters are traced,
+    take the general path (and stay exact)."""
+    import equinox as eqx
+
+    from jaxdyn.clusters import rotors
+
+    m = model_of("mini_cheetah")
+    rb = m.tree.topo.body_names.index("FR_knee_rotor")
+    I = np.array(m.tree.inertia)
+    I[rb, 0, 1] = I[rb, 1, 0] = 1e-6  # off-axis product of inertia: not axisymmetric
+    m2 = eqx.tree_at(lambda mm: mm.tree.inertia, m, jnp.asarray(I))
+    assert rotors.plan(m) is not None and rotors.plan(m2) is None
+    q, v, a, _ = _states(m2, 4)
+    tau = jax.vmap(lambda q, v, a: C.crnea(m2, q, v, a))(q, v, a)
+    assert _rel(jax.vmap(lambda q, v, t: C.caba(m2, q, v, t))(q, v, tau), a) < 1e-10
+    seen = []
+    orig = rotors.plan
+
+    def spy(model):
+        seen.append(orig(model))
+        return seen[-1]
+
+    try:
+        rotors.plan = spy
+        from jaxdyn.clusters import algorithms
+
+        algorithms.rotor_plan = spy
+        traced = jax.jit(jax.vmap(lambda mm, q, v, t: C.caba(mm, q, v, t), (None, 0, 0, 0)))
+        out = traced(m, q, v, tau)
+    finally:
+        rotors.plan = orig
+        algorithms.rotor_plan = orig
+    assert seen and seen[-1] is None  # traced parameters: no static plan
+    tau1 = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
+    assert _rel(traced(m, q, v, tau1), a) < 1e-10 and out.shape == a.shape

@@ -38,6 +38,8 @@ from .. import _checks, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
 from .model import LINEAR, ClusterModel
+from .rotors import plan as rotor_plan
+from .rotors import rotor_terms
 from .state import all_group_states, assemble_spanning
 from .._precision import full_precision
 
@@ -514,7 +516,7 @@ def _receivers(t):
     return recv, recv_idx
 
 
-def _caba_single_output(model, gss, ws, v, tau, fw, dt):
+def _caba_single_output(model, gss, ws, v, tau, fw, dt, rotors=None):
     """C-ABA when every cluster hangs from one output body (transmissions, differentials,
     loops closed under one parent: every robot of the paper).
 
@@ -522,7 +524,10 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt):
     what it hands to its parent lands on one body: ``X_k^T Ia_k X_k = sum_i IA_ii - Ub D^-1
     Ub^T`` with ``Ub = sum_i U_i``, ``X_k^T pa_k = sum_i (pA_i + IA_ii c_i) + Ub D^-1 (u -
     U^T c)``. Everything is written per level and per group of same-signature clusters with
-    small products unrolled, as jaxdyn's core ABA."""
+    small products unrolled, as jaxdyn's core ABA.
+
+    ``rotors``: a :class:`~jaxdyn.clusters.rotors.RotorPlan` whose link-only model this is; its
+    exact rotor terms are added (see :mod:`jaxdyn.clusters.rotors`)."""
     t = model.topo
     nl = len(t.levels)
     bo = t.body_order
@@ -534,6 +539,7 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt):
     bias = spatial.force_cross(v_t, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v_t))[bo]
     if fw is not None:
         bias = bias - fw[bo]
+    rterms = None if rotors is None else rotor_terms(rotors, ws, v_t, v, dt)
     # ---- backward pass
     Ubs, Dinvs, ws_ = [None] * nl, [None] * nl, [None] * nl
     addI = addp = None
@@ -560,16 +566,19 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt):
             if "armature" in g.params:
                 D = D + jnp.asarray(g.params["armature"], dt)
             Dinv = _inv_spd(D)
+            Ub = _sum_bodies(U)  # (nc, 6, ny)
+            rt = None if rterms is None else rterms[gidx[id(g)]]
+            if rt is not None:  # rotors carried by the parent (exact terms)
+                Ub = Ub + rt[0]
             # w = D^-1 (u - U^T c), u = tau - S^T pA
             wv = spatial.mv(Dinv, _group_y(g, tau) - Z[..., g.ny])  # (nc, ny)
-            Ub = _sum_bodies(U)  # (nc, 6, ny)
             Ul.append(Ub)
             Dl.append(Dinv)
             wl.append(wv)
             if li > 0:
                 UbD = spatial.mm(Ub, Dinv)
                 hI.append(_sum_bodies(IA) - spatial.mm(UbD, jnp.swapaxes(Ub, -1, -2)))
-                hp.append(_sum_bodies(pc) + spatial.mv(Ub, wv))
+                hp.append(_sum_bodies(pc) + spatial.mv(Ub, wv) + (0 if rt is None else rt[1]))
         Ubs[li], Dinvs[li], ws_[li] = Ul, Dl, wl
         if li > 0:
             out0 = np.concatenate([g.out[:, 0] for g in lvl.groups])
@@ -682,12 +691,22 @@ def caba(model: ClusterModel, q, v, tau, f_ext=None):
     """Cluster-based forward dynamics (C-ABA): ``a = H^-1 (tau - C)`` in independent coordinates.
 
     Reference: Chignoli et al., T-RO 2024, Algorithm 2 (§VII), in world coordinates; reduces to
-    Featherstone's ABA (Alg. 7.1) when every cluster is a single joint.
+    Featherstone's ABA (Alg. 7.1) when every cluster is a single joint. Transmission rotors that
+    are symmetric about their axis are carried by their parent bodies, exactly, and the passes
+    run on the link tree (:mod:`jaxdyn.clusters.rotors`; not with ``f_ext``).
 
     **Arguments:** ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``, ``f_ext (nb, 6)`` or None (as
     :func:`crnea`). **Returns:** ``a (nv,)``.
     """
     fn = "caba"
+    rp = rotor_plan(model) if f_ext is None else None
+    if rp is not None:  # axisymmetric rotors carried by their parents (exact, fewer bodies)
+        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+        tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+        fm, gss, ws, v, tau, _, dt = _setup(rp.model, fn, q[rp.qi], v[rp.vi], tau[rp.vi],
+                                            "tau")
+        return _caba_single_output(fm, gss, ws, v, tau, None, dt, rotors=rp)[rp.vi_inv]
     model, gss, ws, v, tau, fw, dt = _setup(model, fn, q, v, tau, "tau", f_ext)
     t = model.topo
     if _all_single_output(t):
