@@ -368,7 +368,7 @@ def render(results, chains, acc, batch, meta):
               "joint, and in % of the joint's maximum exact torque. The paper's ankle values were "
               "lost from our text copy (its Fig. 14 / §IX-B: unconstrained error large, the "
               "diagonal approximation reduces it, neither is exact).", "",
-              f"![accuracy](figures/clusters_accuracy.png)", "",
+              "![accuracy](figures/clusters_accuracy.png)", "",
               "| omega/2pi (Hz) | model | " + " | ".join(names) + " |",
               "|---|---|" + "---|" * len(names)]
         for f, run in acc["runs"].items():
@@ -382,11 +382,13 @@ def render(results, chains, acc, batch, meta):
           "launches. The machine may be shared: compare cells of one run only; repeated runs moved "
           "single cells by up to ~20 % (e.g. the 12-link GT chain in the robot table and in the "
           "scaling table are separate measurements of the same model).",
-          "", "Mini Cheetah: C-ABA runs on the 25-body spanning tree (13 links + 12 rotors), plain "
-          "ABA on the 13-body link tree; per body C-ABA costs about what `jaxdyn.aba` does (in a "
-          "separate A/B run `jaxdyn.aba` on the 25-body spanning tree itself, rotors as "
-          "unconstrained revolute joints, took ~6 us), so the 2x target sits at the body-count "
-          "ratio 25/13 = 1.92.", ""]
+          "", "C-ABA carries transmission rotors that are symmetric about their axis (Mini "
+          "Cheetah, MIT Humanoid, GT and PBT chains) by their parent bodies, exactly "
+          "(`jaxdyn/clusters/rotors.py`): the passes run on the link tree (13 bodies instead of 25 "
+          "on Mini Cheetah) and each rotor adds `J [s; 0] G` to its cluster's `Ub` and the "
+          "gyroscopic torque `w omega_p x J s` to what the cluster hands its parent. Before that "
+          "change C-ABA ran on the 25-body spanning tree and took 2.05x plain ABA on Mini "
+          "Cheetah. C-RNEA and C-EFPA still run on the spanning tree.", ""]
     return "\n".join(L)
 
 
