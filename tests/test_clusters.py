@@ -709,5 +709,9 @@ def test_rotor_folding_only_where_exact():
         rotors.plan = orig
         algorithms.rotor_plan = orig
     assert seen and seen[-1] is None  # traced parameters: no static plan
+    # C-EFPA folds too, except with an end effector on a rotor
+    for ees in (("FR_knee_link", "HL_knee_link"), ("FR_knee_rotor", "HL_knee_link")):
+        L = jax.vmap(lambda q: C.cefpa(m, q, ees))(q)
+        assert _rel(L, jax.vmap(lambda q: C.projected_osim(m, q, ees))(q)) < 1e-10
     tau1 = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
     assert _rel(traced(m, q, v, tau1), a) < 1e-10 and out.shape == a.shape

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial
+from .. import _checks, spatial
 from ..algorithms.aba import world_inertia_matrices
 from .algorithms import (
     _all_single_output,
@@ -45,6 +45,8 @@ from .algorithms import (
 )
 from .._precision import full_precision
 from .model import ClusterModel
+from .rotors import plan as rotor_plan
+from .rotors import rotor_terms
 
 
 def resolve_end_effectors(model: ClusterModel, end_effectors):
@@ -106,10 +108,30 @@ def cefpa(model: ClusterModel, q, end_effectors):
     """
     fn = "cefpa"
     ees = resolve_end_effectors(model, end_effectors)
+    rp = rotor_plan(model)
+    ees_f = None if rp is None else _folded_end_effectors(model, rp.model, ees)
+    if ees_f is not None:  # axisymmetric rotors carried by their parents (exact)
+        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+        fm, gss, ws, _, _, _, dt = _setup(rp.model, fn, q[rp.qi], None)
+        return _cefpa_single_output(fm, gss, ws, ees_f, dt, rotors=rp)
     model, gss, ws, _, _, _, dt = _setup(model, fn, q, None)
     if _all_single_output(model.topo):
         return _cefpa_single_output(model, gss, ws, ees, dt)
     return _cefpa_general(model, gss, ws, ees, dt)
+
+
+def _folded_end_effectors(model, fm, ees):
+    """``ees`` re-resolved on the link-only model ``fm`` of :mod:`jaxdyn.clusters.rotors`, or
+    None if an end effector sits on a rotor."""
+    names = fm.tree.topo.frame_names
+    out = []
+    for name, _, f, xyz in ees:
+        fname = model.tree.topo.frame_names[f]
+        if fname not in names:
+            return None
+        f2 = names.index(fname)
+        out.append((name, int(fm.tree.topo.frame_parent[f2]), f2, xyz))
+    return out
 
 
 # ----------------------------------------------------------------------------- fast path
@@ -182,13 +204,15 @@ def _scatter_rows(x, rows, me):
     return jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)], 0)[idx]
 
 
-def _cefpa_single_output(model, gss, ws, ees, dt):
+def _cefpa_single_output(model, gss, ws, ees, dt, rotors=None):
     """C-EFPA when every cluster hangs from one output body (see the module docstring):
     articulated inertias as :func:`~jaxdyn.clusters.algorithms._caba_single_output` (no bias),
     and per level the 6x6 propagators of the (end effector, path cluster) pairs, batched per
     group; ``Λ^-1 = Q_tot blkdiag(D^-1) Q_tot^T`` as one product, ``Q_tot (6 m, columns of
     the path clusters)``. Propagators start from the end-effector transforms, so ``Λ^-1``
-    comes out in end-effector frames."""
+    comes out in end-effector frames. ``rotors``: the
+    :class:`~jaxdyn.clusters.rotors.RotorPlan` whose link-only model this is (rotor terms added
+    to ``Ub``)."""
     t = model.topo
     nl = len(t.levels)
     me = len(ees)
@@ -196,6 +220,7 @@ def _cefpa_single_output(model, gss, ws, ees, dt):
     gidx = {id(g): i for i, g in enumerate(t.groups)}
     act, members, nxt = _path_plan(t, ees)
     I6 = _take(world_inertia_matrices(ws), bo)
+    rterms = None if rotors is None else rotor_terms(rotors, ws, None, None, dt)
     X = _ee_transforms(model, ws, ees, dt)  # (me, 6, 6) seeds Phi_{e, c(e)}
     P = _take(X, np.asarray(act[nl - 1], np.int64))
     Qcols, Rcols = [], []
@@ -217,6 +242,8 @@ def _cefpa_single_output(model, gss, ws, ees, dt):
                 D = D + jnp.asarray(g.params["armature"], dt)
             Dinv = _inv_spd(D)
             Ub = _sum_bodies(U)  # (nc, 6, ny)
+            if rterms is not None and rterms[gidx[id(g)]] is not None:
+                Ub = Ub + rterms[gidx[id(g)]][0]
             if li > 0:
                 hI.append(_sum_bodies(IA) - spatial.mm(spatial.mm(Ub, Dinv),
                                                        jnp.swapaxes(Ub, -1, -2)))

@@ -177,14 +177,18 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
 
 def rotor_terms(rp: RotorPlan, ws, v_t, v, dt):
     """Per group of ``rp.model``, the rotor terms ``(Ue (nc, 6, ny), he (nc, 6))`` added to
-    ``Ub`` and to the force handed to the parent (module docstring)."""
+    ``Ub`` and to the force handed to the parent (module docstring); ``he`` is None when
+    ``v`` is None (no velocity terms: C-EFPA)."""
     R = jnp.concatenate([ws.R, jnp.eye(3, dtype=dt)[None]])[rp.parent]  # last row: the world
-    wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[rp.parent]  # parent's omega
     Js = jnp.asarray(rp.J, dt)[:, None] * spatial.mv(R, jnp.asarray(rp.axis, dt))
-    w = spatial.mv(jnp.asarray(rp.W, dt), v)[:, None]  # rotor rates
-    # one row per rotor and a zero row for padding: [J s, w omega_p x J s]
-    rows = jnp.concatenate([jnp.concatenate([Js, w * spatial.cross(wp, Js)], -1),
-                            jnp.zeros((1, 6), dt)])
+    if v is None:
+        rows = jnp.concatenate([Js, jnp.zeros((1, 3), dt)])
+    else:
+        wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[rp.parent]  # parent's omega
+        w = spatial.mv(jnp.asarray(rp.W, dt), v)[:, None]  # rotor rates
+        # one row per rotor and a zero row for padding: [J s, w omega_p x J s]
+        rows = jnp.concatenate([jnp.concatenate([Js, w * spatial.cross(wp, Js)], -1),
+                                jnp.zeros((1, 6), dt)])
     terms = []
     for gr in rp.groups:
         if gr is None:
@@ -193,8 +197,10 @@ def rotor_terms(rp: RotorPlan, ws, v_t, v, dt):
         ridx, Gr = gr
         x = rows[ridx]  # (nc, k, 6)
         Ue = jnp.sum(x[..., :3, None] * jnp.asarray(Gr, dt)[:, :, None, :], 1)
+        Ue = jnp.concatenate([Ue, jnp.zeros_like(Ue)], 1)
+        if v is None:
+            terms.append((Ue, None))
+            continue
         he = jnp.sum(x[..., 3:], 1)
-        z = jnp.zeros_like(he)
-        terms.append((jnp.concatenate([Ue, jnp.zeros_like(Ue)], 1),
-                      jnp.concatenate([he, z], -1)))
+        terms.append((Ue, jnp.concatenate([he, jnp.zeros_like(he)], -1)))
     return terms
