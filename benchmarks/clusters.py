@@ -382,13 +382,14 @@ def render(results, chains, acc, batch, meta):
           "launches. The machine may be shared: compare cells of one run only; repeated runs moved "
           "single cells by up to ~20 % (e.g. the 12-link GT chain in the robot table and in the "
           "scaling table are separate measurements of the same model).",
-          "", "C-ABA carries transmission rotors that are symmetric about their axis (Mini "
-          "Cheetah, MIT Humanoid, GT and PBT chains) by their parent bodies, exactly "
-          "(`jaxdyn/clusters/rotors.py`): the passes run on the link tree (13 bodies instead of 25 "
-          "on Mini Cheetah) and each rotor adds `J [s; 0] G` to its cluster's `Ub` and the "
-          "gyroscopic torque `w omega_p x J s` to what the cluster hands its parent. Before that "
-          "change C-ABA ran on the 25-body spanning tree and took 2.05x plain ABA on Mini "
-          "Cheetah. C-RNEA and C-EFPA still run on the spanning tree.", ""]
+          "", "C-RNEA, C-ABA and C-EFPA carry transmission rotors that are symmetric about their "
+          "axis (Mini Cheetah, MIT Humanoid, GT and PBT chains; not JVRC-1's, whose rotor "
+          "inertias are symmetric about another axis, nor Tello's differentials) by their parent "
+          "bodies, exactly (`jaxdyn/clusters/rotors.py`): the passes run on the link tree (13 "
+          "bodies instead of 25 on Mini Cheetah) and each rotor adds `J [s; 0] G` to its "
+          "cluster's `Ub` and its gyroscopic torque to what the cluster hands its parent. Before "
+          "that change C-ABA ran on the 25-body spanning tree and took 2.05x plain ABA on Mini "
+          "Cheetah.", ""]
     return "\n".join(L)
 
 

@@ -631,10 +631,10 @@ FOLDED = ("mini_cheetah", "mit_humanoid", "gt_chain", "pbt_chain")
 
 @pytest.mark.parametrize("name", FOLDED)
 def test_caba_with_rotors_carried_by_parents(name):
-    """Axisymmetric rotors folded into their parents (jaxdyn.clusters.rotors): C-ABA on the link
-    tree with exact rotor terms equals the general single-output C-ABA (reached here through a
-    zero external force), the projection method and the inverse of C-RNEA, in values and in
-    derivatives, float64 and float32."""
+    """Axisymmetric rotors folded into their parents (jaxdyn.clusters.rotors): C-ABA and C-RNEA
+    on the link tree with exact rotor terms equal the general single-output algorithms (reached
+    here through a zero external force), the projection method / projected RNEA and each other,
+    in values and in derivatives, float64 and float32."""
     from jaxdyn.clusters import rotors
 
     m = model_of(name)
@@ -645,10 +645,14 @@ def test_caba_with_rotors_carried_by_parents(name):
 
     def one(q, v, a):
         tau = C.crnea(m, q, v, a)
+        rnea_gen = lambda q, v, a: C.crnea(m, q, v, a, zero)  # noqa: E731
         fold = lambda q, v, t: C.caba(m, q, v, t)  # noqa: E731
         gen = lambda q, v, t: C.caba(m, q, v, t, zero)  # noqa: E731
         return dict(a=fold(q, v, tau), a_gen=gen(q, v, tau),
                     a_proj=C.projection_fd(m, q, v, tau),
+                    tau=tau, tau_gen=rnea_gen(q, v, a), tau_proj=C.projected_rnea(m, q, v, a),
+                    Jt=jax.jacfwd(lambda q, v, a: C.crnea(m, q, v, a), (0, 1, 2))(q, v, a),
+                    Jt_gen=jax.jacfwd(rnea_gen, (0, 1, 2))(q, v, a),
                     J=jax.jacfwd(fold, (0, 1, 2))(q, v, tau),
                     J_gen=jax.jacfwd(gen, (0, 1, 2))(q, v, tau))
 
@@ -665,9 +669,12 @@ def test_caba_with_rotors_carried_by_parents(name):
                 k = g.q0 + 7 * c + 3
                 u = np.asarray(q[:, k:k + 4])
                 P[:, k:k + 4, k:k + 4] -= u[:, :, None] * u[:, None, :]
-    assert _rel(r["J"][0] @ P, r["J_gen"][0] @ P) < 1e-9
-    for x, y in zip(r["J"][1:], r["J_gen"][1:]):
-        assert _rel(x, y) < 1e-9
+    assert _rel(r["tau"], r["tau_gen"]) < 1e-10
+    assert _rel(r["tau"], r["tau_proj"]) < 1e-10
+    for k in ("J", "Jt"):
+        assert _rel(r[k][0] @ P, r[k + "_gen"][0] @ P) < 1e-9
+        for x, y in zip(r[k][1:], r[k + "_gen"][1:]):
+            assert _rel(x, y) < 1e-9
     q32, v32 = q.astype(jnp.float32), v.astype(jnp.float32)
     tau = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
     a32 = jax.jit(jax.vmap(lambda q, v, t: C.caba(m, q, v, t)))(q32, v32,

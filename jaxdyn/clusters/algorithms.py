@@ -21,7 +21,9 @@ joint, ``g`` the constraint bias). Each level of the cluster tree is a Python lo
 every group of same-signature clusters is one batched expression. When every cluster hangs from
 a single output body (all robots of the paper), C-RNEA and C-ABA take a leaner path
 (:func:`_crnea_single_output`, :func:`_caba_single_output`): spanning-tree velocities from
-jaxdyn's core pass, block-diagonal articulated inertias, one 6x6 block handed to the parent.
+jaxdyn's core pass, block-diagonal articulated inertias, one 6x6 block handed to the parent;
+transmission rotors symmetric about their axis are then carried by their parents, exactly, and
+the passes run on the link tree (:mod:`jaxdyn.clusters.rotors`).
 Without loops every cluster is one joint and the three algorithms are RNEA (Featherstone
 Alg. 5.1), ABA (Alg. 7.1) and EFPA (Wensing et al. 2012).
 """
@@ -191,6 +193,13 @@ def crnea(model: ClusterModel, q, v, a, f_ext=None):
     **Returns:** ``tau (nv,)``.
     """
     fn = "crnea"
+    rp = rotor_plan(model) if f_ext is None else None
+    if rp is not None:  # axisymmetric rotors carried by their parents (exact, fewer bodies)
+        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+        a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+        fm, gss, ws, v, a, _, dt = _setup(rp.model, fn, q[rp.qi], v[rp.vi], a[rp.vi], "a")
+        return _crnea_single_output(fm, gss, ws, v, a, None, dt, rotors=rp)[rp.vi_inv]
     model, gss, ws, v, a, fw, dt = _setup(model, fn, q, v, a, "a", f_ext)
     t = model.topo
     if _all_single_output(t):
@@ -638,7 +647,7 @@ def _fast_kinematics(model, gss, ws, dt):
     return v_t, Ss, cs
 
 
-def _crnea_single_output(model, gss, ws, v, a, fw, dt):
+def _crnea_single_output(model, gss, ws, v, a, fw, dt, rotors=None):
     """C-RNEA when every cluster hangs from one output body (see :func:`_caba_single_output`):
     ``a_k = a_out + c_k + S_k ydd_k`` per body, ``tau_k = sum_i S_i^T f_i``, and the cluster
     hands ``sum_i f_i`` to its output body."""
@@ -647,12 +656,17 @@ def _crnea_single_output(model, gss, ws, v, a, fw, dt):
     bo = t.body_order
     gidx = {id(g): i for i, g in enumerate(t.groups)}
     v_t, Ss, cs = _fast_kinematics(model, gss, ws, dt)
+    # rotors carried by the parent: tau += Ue^T a_out, the cluster hands up J (w_dd s +
+    # w omega_p x s) in addition (see jaxdyn.clusters.rotors)
+    rterms = None if rotors is None else rotor_terms(rotors, ws, v_t, v, dt, a)
+    aouts = [None] * len(t.groups)
     a0 = kin.gravity_acceleration(model.tree, dt)
     accs, prev = [], None
     for li, lvl in enumerate(t.levels):
         parts = []
         for g, Sk, cg in zip(lvl.groups, Ss[li], cs[li]):
             aout = _gather_rows(prev, g.out[:, 0], a0)  # (nc, 6)
+            aouts[gidx[id(g)]] = aout
             acc = aout[:, None] + cg + spatial.mv(Sk, _group_y(g, a)[:, None])
             parts.append(acc.reshape(-1, 6))
         prev = _flat(parts)
@@ -677,9 +691,12 @@ def _crnea_single_output(model, gss, ws, v, a, fw, dt):
             tau = _sum_bodies(spatial.mv(jnp.swapaxes(Sk, -1, -2), Fg))  # (nc, ny)
             if "armature" in g.params:
                 tau = tau + spatial.mv(jnp.asarray(g.params["armature"], dt), _group_y(g, a))
+            rt = None if rterms is None else rterms[gidx[id(g)]]
+            if rt is not None:
+                tau = tau + spatial.mv(jnp.swapaxes(rt[0], -1, -2), aouts[gidx[id(g)]])
             taus[gidx[id(g)]] = tau.reshape(-1)
             if li > 0:
-                hs.append(_sum_bodies(Fg))
+                hs.append(_sum_bodies(Fg) + (0 if rt is None else rt[1]))
         if li > 0:
             out0 = np.concatenate([g.out[:, 0] for g in lvl.groups])
             below = _route(t.levels[li - 1].nb, out0, _flat(hs))

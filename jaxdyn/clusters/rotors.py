@@ -1,26 +1,30 @@
-"""Exact C-ABA with axisymmetric rotors carried by their parent bodies.
+"""Exact cluster algorithms with axisymmetric rotors carried by their parent bodies.
 
 A rotor of a geared or belt transmission (a dependent joint of an explicit linear cluster: a
 leaf body on a revolute joint hanging outside its cluster) whose inertia is symmetric about its
 joint axis, with its centre of mass on the axis, has the same spatial inertia at every angle of
-its own. Its inertia is then a constant of its parent's frame, and C-ABA (Chignoli et al.,
-T-RO 2024, Alg. 2) can run on the link tree alone (13 bodies instead of 25 on Mini Cheetah) with
-exact rotor terms, the exact counterpart of the reflected-inertia approximation of §IX-B:
+its own. Its inertia is then a constant of its parent's frame, and C-RNEA, C-ABA and C-EFPA
+(Chignoli et al., T-RO 2024, Algs. 1-3) can run on the link tree alone (13 bodies instead of 25
+on Mini Cheetah) with exact rotor terms, the exact counterpart of the reflected-inertia
+approximation of §IX-B. With ``J_r`` the rotor's axial moment, ``s_r`` its world axis, ``w_r``
+its rate (``G_r`` its row of ``G``) and ``v_p`` / ``omega_p`` / ``a_p`` its parent's motion:
 
 * parents carry their rotors' inertia (composite inertias, built once);
-* ``D_k`` gains ``sum_r J_r G_r^T G_r`` (``J_r`` the axial moment, ``G_r`` the rotor's row of
-  ``G``): the block-diagonal armature of :func:`~jaxdyn.clusters.approximate_model`;
-* ``U_r = I_r S_r = J_r [s_r; 0]`` per unit rotor rate (``s_r`` the world axis), so a cluster's
-  ``Ub`` gains ``sum_r J_r [s_r; 0] G_r``;
-* the rotor's bias ``p_r = v_r x* I_r v_r + I_r c_r`` (``v_r = v_p + S_r w_r``,
-  ``c_r = w_r v_p x S_r``) reduces, by the invariance ``S_r x* (I_r x) = I_r (S_r x x)`` of an
-  axisymmetric inertia, to ``v_p x* I_r v_p + w_r v_p x* [J_r s_r; 0]``: its projection
-  ``S_r^T p_r`` vanishes, the first term is in the parent's composite bias, and the cluster
-  hands its parent the gyroscopic torque ``w_r omega_p x J_r s_r`` in addition.
+* ``D_k`` gains ``sum_r J_r G_r^T G_r``: the block-diagonal armature of
+  :func:`~jaxdyn.clusters.approximate_model`;
+* ``U_r = I_r S_r = J_r [s_r; 0]`` per unit rotor rate, so a cluster's ``Ub`` gains
+  ``Ue = sum_r J_r [s_r; 0] G_r`` (C-ABA, C-EFPA);
+* the invariance ``S_r x* (I_r x) = I_r (S_r x x)`` of an axisymmetric inertia gives
+  ``S_r^T (v x* I_r v) = 0`` and reduces the rotor's bias ``v_r x* I_r v_r + I_r c_r``
+  (``v_r = v_p + S_r w_r``, ``c_r = w_r v_p x S_r``) to ``v_p x* I_r v_p`` (in the parent's
+  composite bias) plus the gyroscopic torque ``[w_r omega_p x J_r s_r; 0]``, handed to the
+  parent (C-ABA); its force ``I_r a_r + v_r x* I_r v_r`` to the parent's composite terms plus
+  ``[J_r (w_dd_r s_r + w_r omega_p x s_r); 0]``, and its joint torque to
+  ``J_r (s_r . alpha_p + w_dd_r)``, i.e. ``tau_k += Ue^T a_p`` besides the armature (C-RNEA).
 
-The plan is built from concrete model values (cached); models
-whose parameters are traced, rotors that are not axisymmetric, implicit loops and calls with
-external forces take the general single-output path.
+The plan is built from concrete model values (cached); models whose parameters are traced,
+rotors that are not axisymmetric (JVRC-1's, for one), implicit loops, calls with external
+forces and end effectors on rotors take the general paths.
 """
 
 from __future__ import annotations
@@ -175,10 +179,12 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
         J=np.array([sum(r["ab"]) for r in rotors]), groups=tuple(groups))
 
 
-def rotor_terms(rp: RotorPlan, ws, v_t, v, dt):
+def rotor_terms(rp: RotorPlan, ws, v_t, v, dt, a=None):
     """Per group of ``rp.model``, the rotor terms ``(Ue (nc, 6, ny), he (nc, 6))`` added to
     ``Ub`` and to the force handed to the parent (module docstring); ``he`` is None when
-    ``v`` is None (no velocity terms: C-EFPA)."""
+    ``v`` is None (no velocity terms: C-EFPA). With accelerations ``a`` (C-RNEA), ``he`` also
+    holds ``J w_dd s`` (the rotor's force less what the parent's composite inertia holds is
+    ``[J (w_dd s + w omega_p x s); 0]``)."""
     R = jnp.concatenate([ws.R, jnp.eye(3, dtype=dt)[None]])[rp.parent]  # last row: the world
     Js = jnp.asarray(rp.J, dt)[:, None] * spatial.mv(R, jnp.asarray(rp.axis, dt))
     if v is None:
@@ -186,9 +192,11 @@ def rotor_terms(rp: RotorPlan, ws, v_t, v, dt):
     else:
         wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[rp.parent]  # parent's omega
         w = spatial.mv(jnp.asarray(rp.W, dt), v)[:, None]  # rotor rates
-        # one row per rotor and a zero row for padding: [J s, w omega_p x J s]
-        rows = jnp.concatenate([jnp.concatenate([Js, w * spatial.cross(wp, Js)], -1),
-                                jnp.zeros((1, 6), dt)])
+        n = w * spatial.cross(wp, Js)
+        if a is not None:
+            n = n + spatial.mv(jnp.asarray(rp.W, dt), a)[:, None] * Js
+        # one row per rotor and a zero row for padding: [J s, w omega_p x J s (+ w_dd J s)]
+        rows = jnp.concatenate([jnp.concatenate([Js, n], -1), jnp.zeros((1, 6), dt)])
     terms = []
     for gr in rp.groups:
         if gr is None:
