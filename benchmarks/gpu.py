@@ -56,6 +56,26 @@ def _cpu_refs(case, algs):
     return refs
 
 
+def _cell(out, rec, measure, log):
+    """Run one cell (``measure()`` returns its record), keep errors, log a line."""
+    from jaxdyn import bench
+
+    try:
+        rec.update(measure())
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        rec["error"] = bench._one_line(e)
+    rec.pop("times", None)
+    out.append(rec)
+    what = " ".join(str(rec[k]) for k in ("robot", "dtype") if k in rec)
+    what += f" {rec.get('alg') or 'mjx.' + rec['fn']} B={rec['batch']}"
+    if "per_sample_s" in rec:
+        err = f", err {rec['err']:.1e}" if rec.get("err") is not None else ""
+        log(f"{what}: {rec['per_sample_s'] * 1e6:.4f} us/sample{err}, "
+            f"compile {rec['compile_s']:.1f} s")
+    else:
+        log(f"{what}: {rec['error']}")
+
+
 def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_out=None):
     import jax
 
@@ -82,30 +102,12 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
         for dtype in dtypes:
             for alg in algs:
                 for b in batches:
-                    rec = {"robot": rname, "dtype": dtype, "alg": alg, "batch": b}
-                    try:
-                        rec.update(bench._bench_jaxdyn(case, alg, dtype, b, **kw))
-                    except Exception as e:  # noqa: BLE001
-                        rec["error"] = bench._one_line(e)
-                    rec.pop("times", None)
-                    res["jaxdyn"].append(rec)
-                    log(f"{rname} {dtype} {alg} B={b}: "
-                        + (f"{rec['per_sample_s'] * 1e6:.4f} us/sample, err {rec.get('err')}, "
-                           f"compile {rec['compile_s']:.1f} s" if "per_sample_s" in rec
-                           else rec["error"]))
+                    _cell(res["jaxdyn"], {"robot": rname, "dtype": dtype, "alg": alg, "batch": b},
+                          lambda: bench._bench_jaxdyn(case, alg, dtype, b, **kw), log)
             for fn in mjx_fns if mc is not None else ():
                 for b in mjx_batches:
-                    rec = {"robot": rname, "dtype": dtype, "fn": fn, "batch": b}
-                    try:
-                        rec.update(bench._bench_mjx(mc, fn, dtype, b, **kw))
-                    except Exception as e:  # noqa: BLE001
-                        rec["error"] = bench._one_line(e)
-                    rec.pop("times", None)
-                    res["mjx"].append(rec)
-                    log(f"{rname} {dtype} mjx.{fn} B={b}: "
-                        + (f"{rec['per_sample_s'] * 1e6:.4f} us/sample, compile "
-                           f"{rec['compile_s']:.1f} s" if "per_sample_s" in rec
-                           else rec["error"]))
+                    _cell(res["mjx"], {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
+                          lambda: bench._bench_mjx(mc, fn, dtype, b, **kw), log)
             jax.clear_caches()
         res["total_s"] = time.perf_counter() - t_start
         if json_out:  # after each robot: a run cut short keeps what it measured
