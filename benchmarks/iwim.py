@@ -292,7 +292,7 @@ def main(argv=None):
     md += ["", f"`qdd0 + Bhat u` vs `jaxdyn.aba(q, v, B u)` (n = {nl}, fully actuated, 4 random "
            f"states): max relative deviation {split_err[nl]:.1e}.", ""]
     if nl == 50:
-        md += [f"Table 1 beside ours (n = 50; paper: ms, Matlab; ours: us per sample, min; "
+        md += ["Table 1 beside ours (n = 50; paper: ms, Matlab; ours: us per sample, min; "
                "ratios to the O(n) forward dynamics / ABA in brackets):", "",
                "| method | paper single | paper fully act. | ours single | ours fully act. |",
                "|---|---|---|---|---|"]

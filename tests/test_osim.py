@@ -432,7 +432,7 @@ def test_delassus_methods_against_reference(name):
     """Every method (and ``constraint_jacobian``) against ``J M^-1 J^T`` from Pinocchio's
     joint Jacobians and CRBA."""
     key, _ = CASES[name]
-    model, cs = get_model(key), case_constraints(name)
+    cs = case_constraints(name)
     res = jaxdyn_results(name)
     m = sum(c.dim for c in cs)
     for i in range(NSTATES):

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import joints, spatial
+from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
@@ -33,7 +33,7 @@ from ..model.model import make_topology
 from . import spec as S
 from .algorithms import _check_fext
 from .cefpa import _ee_transforms, resolve_end_effectors
-from .model import IMPLICIT, LINEAR, TREE, ClusterModel, build, with_armature
+from .model import IMPLICIT, TREE, ClusterModel, build, with_armature
 from .state import _prep, all_group_states, assemble_spanning, spanning_g, spanning_G, \
     constraint_jacobian
 from .._precision import full_precision

@@ -133,7 +133,7 @@ def transmission_chain(n_links: int, kind: str = "GT", seed: int | None = None,
         group = [i, i + 1] if pair else [i]
         link_joints, rotor_joints = [], []
         for k, li in enumerate(group):
-            m, L = draw(0.5, 2.0, 1.0), 1.0
+            m = draw(0.5, 2.0, 1.0)
             c = (draw(0.2, 0.8, 0.5), 0.0, 0.0)
             I = (draw(0.5, 1.5, 1.0), draw(0.5, 1.5, 1.0), draw(0.5, 1.5, 1.0))
             links.append(f'<link name="link{li}">{_inertial(m, c, I)}</link>')

@@ -329,7 +329,6 @@ def random_configuration(model: ClusterModel, key, scale: float = 1.0, steps: in
 
             def body(i, x, qref=qref, target=target, g=g):
                 lam = (i + 1.0) / steps
-                Pd = jnp.asarray(g.params["Pd"], dtype)
                 x = x - jnp.einsum("cdy,cey,ce->cd", Pi, Pi, x) + jnp.einsum(
                     "cdy,cey,ce->cd", Pi, Pi, qref + lam * (target - qref))
                 return _newton_dependent(model, g, x, iters)

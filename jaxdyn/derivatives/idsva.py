@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, joints, spatial
+from .. import _checks, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
@@ -215,7 +215,6 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     **Returns:** ``(tau, dtau_dq, dtau_dv, M)``.
     """
     t = model.topo
-    nb, nv = t.nb, t.nv
     dt = ws.S.dtype
     S = ws.S
     h, Ibar = ws.h, ws.Ibar

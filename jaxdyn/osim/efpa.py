@@ -26,7 +26,6 @@ from .rows import gather_rows, level_joint_data
 
 def delassus_efpa(model, ws, inertias, K, rp):
     """Delassus matrix (constraint order); see :func:`jaxdyn.osim.pv_osim.delassus_pv_osim`."""
-    m = rp.m
     nl = len(rp.levels)
     Ks = K[rp.order]
     dt = K.dtype
