@@ -383,8 +383,9 @@ def render(results, chains, acc, batch, meta):
           "single cells by up to ~20 % (e.g. the 12-link GT chain in the robot table and in the "
           "scaling table are separate measurements of the same model).",
           "", "C-RNEA, C-ABA and C-EFPA carry transmission rotors that are symmetric about their "
-          "axis (Mini Cheetah, MIT Humanoid, GT and PBT chains; not JVRC-1's, whose rotor "
-          "inertias are symmetric about another axis, nor Tello's differentials) by their parent "
+          "axis (Mini Cheetah, MIT Humanoid, GT and PBT chains, Tello's geared joints; not "
+          "JVRC-1's, whose rotor inertias are symmetric about another axis, nor the rotors inside "
+          "Tello's differentials, which stay implicit clusters) by their parent "
           "bodies, exactly (`jaxdyn/clusters/rotors.py`): the passes run on the link tree (13 "
           "bodies instead of 25 on Mini Cheetah) and each rotor adds `J [s; 0] G` to its "
           "cluster's `Ub` and its gyroscopic torque to what the cluster hands its parent. Before "

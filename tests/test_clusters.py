@@ -626,7 +626,7 @@ def test_tello_differentials():
 
 # ----------------------------------------------------------------------------- folded rotors
 
-FOLDED = ("mini_cheetah", "mit_humanoid", "gt_chain", "pbt_chain")
+FOLDED = ("mini_cheetah", "mit_humanoid", "gt_chain", "pbt_chain", "tello")
 
 
 @pytest.mark.parametrize("name", FOLDED)

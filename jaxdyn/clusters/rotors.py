@@ -22,13 +22,18 @@ its rate (``G_r`` its row of ``G``) and ``v_p`` / ``omega_p`` / ``a_p`` its pare
   ``[J_r (w_dd_r s_r + w_r omega_p x s_r); 0]``, and its joint torque to
   ``J_r (s_r . alpha_p + w_dd_r)``, i.e. ``tau_k += Ue^T a_p`` besides the armature (C-RNEA).
 
-The plan is built from concrete model values (cached); models whose parameters are traced,
-rotors that are not axisymmetric (JVRC-1's, for one), implicit loops, calls with external
-forces and end effectors on rotors take the general paths.
+The folded model is rebuilt from the original's constraint specifications: the rotors and the
+specs naming them are dropped, the links of each transmission cluster kept together, implicit
+loops (Tello's differentials) kept as they are, the reflected inertia added as armature. The
+plan is built from concrete model values (cached); models whose parameters are traced, rotors
+that are not axisymmetric (JVRC-1's, for one), models whose link tree would pick other
+independent coordinates, calls with external forces and end effectors on rotors take the
+general paths.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -37,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints, spatial
-from .model import IMPLICIT, LINEAR, ClusterModel
+from . import spec as S
+from .model import LINEAR, ClusterModel, build, with_armature
 
 #: relative tolerance of the axisymmetry and centre-on-axis tests
 SYMMETRY_TOL = 1e-12
@@ -100,23 +106,41 @@ def plan(model: ClusterModel):
     return _PLANS[key][1]
 
 
+def _strings(x):
+    """Every string inside a constraint spec (its joint and link names)."""
+    if isinstance(x, str):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _strings(y)
+    elif dataclasses.is_dataclass(x):
+        for f in dataclasses.fields(x):
+            yield from _strings(getattr(x, f.name))
+
+
 def _build(model, mass, com, inertia, XR, Xp, axis6):
-    from .baselines import approximate_model
+    from .baselines import _drop_bodies
 
     t, tt = model.topo, model.tree.topo
-    rotors = []
+    children = np.zeros(tt.nb, np.int64)
+    for b in range(tt.nb):
+        if tt.parent[b] >= 0:
+            children[tt.parent[b]] += 1
+    rotors, blocks = [], []
     for g in t.groups:
-        if g.kind == IMPLICIT or not np.all(g.out == g.out[:, :1]):
+        if not np.all(g.out == g.out[:, :1]):
             return None
-        if g.kind != LINEAR:
+        if g.kind != LINEAR:  # plain joints and implicit loops stay as they are
             continue
         G = np.asarray(g.params["G"])
         for c in range(g.nc):
+            found = set()
             for d in np.nonzero(g.params["dep"][c])[0]:
                 bi = int(np.nonzero(g.B[c, :, d])[0][0])
                 b = int(g.body[c][bi])
-                if tt.nv_j[b] != 1 or int(tt.kind[b]) != joints.ONE_DOF:
-                    return None
+                if (children[b] or g.Ab[c, bi].sum() != 1 or tt.nv_j[b] != 1
+                        or int(tt.kind[b]) != joints.ONE_DOF):
+                    return None  # not a leaf rotor hanging outside its cluster
                 s6 = axis6[int(g.dof[c, d])]
                 a = s6[:3]
                 if np.any(s6[3:] != 0) or abs(np.linalg.norm(a) - 1) > 1e-12:
@@ -129,12 +153,25 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
                     return None
                 names = [model.v_names[g.v0 + c * g.ny + k] for k in range(g.ny)]
                 rotors.append(dict(body=b, a=a, ab=ab, G=dict(zip(names, G[c, d]))))
+                found.add(b)
+            links = [int(b) for b in g.body[c] if int(b) not in found]
+            if len(links) > 1:
+                blocks.append(S.Cluster(tuple(tt.body_names[b] for b in links)))
     if not rotors:
         return None
+    # the link tree: rotors dropped with the specs that name them, the links of a cluster kept
+    # together; implicit loops and other specs unchanged
+    drop = {r["body"] for r in rotors}
+    gone = {tt.body_names[b] for b in drop} | {tt.joint_names[b] for b in drop}
+    specs = [sp for sp in t.constraints if not gone.intersection(_strings(sp))]
     try:
-        fm = approximate_model(model, "block_diagonal")
-    except ValueError:  # a dependent joint that is not a leaf rotor
+        fm = build(_drop_bodies(model.tree, sorted(drop)), specs + blocks,
+                   name=f"{model.name}_rotors_folded")
+    except ValueError:
         return None
+    if sorted(fm.q_names) != sorted(model.q_names) or sorted(fm.v_names) != sorted(
+            model.v_names):
+        return None  # a different choice of independent coordinates: keep the general path
     ft = fm.tree
     L = {n: i for i, n in enumerate(ft.topo.body_names)}
     mL, cL, IL = (np.array(x, np.float64) for x in (ft.mass, ft.com, ft.inertia))
@@ -157,6 +194,15 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
     for i, r in enumerate(rotors):
         for n, gval in r["G"].items():
             W[i, vpos[n]] = gval
+    # the rotors' reflected inertia as joint-space armature, D_k += sum_r J_r G_r^T G_r
+    Jr = np.array([sum(r["ab"]) for r in rotors])
+    arm = [None] * fm.n_clusters
+    for g in fm.topo.groups:
+        for c in range(g.nc):
+            Wc = W[:, g.v0 + c * g.ny:g.v0 + (c + 1) * g.ny]
+            if np.any(Wc):
+                arm[g.cl0 + c] = Wc.T @ (Jr[:, None] * Wc)
+    fm = with_armature(fm, arm)
     groups = []
     for g in fm.topo.groups:
         cols = [np.arange(g.v0 + c * g.ny, g.v0 + (c + 1) * g.ny) for c in range(g.nc)]
