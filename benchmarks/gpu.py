@@ -115,6 +115,122 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
     return res
 
 
+CLUSTER_ROBOTS = ("mini_cheetah", "mit_humanoid")
+CLUSTER_FNS = ("caba", "projection_fd", "lagrange_fd", "aba_links", "crnea", "projected_rnea")
+
+
+def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
+    """Kinematic-loop algorithms on the accelerator: C-ABA against the projection and Lagrange
+    methods and plain ABA on the link-only tree, C-RNEA against projected RNEA (plain
+    ``jax.jit(jax.vmap(f))``). Checked: ``caba(crnea(a)) = a``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxdyn import bench
+    from jaxdyn import clusters as C
+    from jaxdyn.algorithms.aba import aba as plain_aba
+    from jaxdyn.clusters import robots as crobots
+
+    dev = jax.devices()[0]
+    res = {"env": bench.environment(), "device": f"{dev.platform}: {dev.device_kind}",
+           "config": dict(robots=robots, algs=[], mjx_fns=[], batches=batches, dtypes=dtypes,
+                          repeats=repeats, clusters=list(CLUSTER_FNS)),
+           "robots": {}, "jaxdyn": [], "mjx": [], "clusters": []}
+    t_start = time.perf_counter()
+    for rname in robots:
+        m = crobots.load(rname)
+        links = C.approximate_model(m, "none")
+        n = max(batches)
+        k = jax.random.split(jax.random.PRNGKey(0), 3)
+        q = np.asarray(jax.jit(jax.vmap(lambda kk: C.random_configuration(m, kk, scale=0.5)))(
+            jax.random.split(k[0], n)))
+        v = np.asarray(jax.random.normal(k[1], (n, m.nv)))
+        a = np.asarray(jax.random.normal(k[2], (n, m.nv)))
+        tau = np.asarray(jax.jit(jax.vmap(lambda q, v, a: C.crnea(m, q, v, a)))(q, v, a))
+        qt = np.asarray(jax.vmap(lambda q: C.spanning_configuration(
+            links, C.approximate_state(m, links, q)))(q))
+        va = v[:, np.array([m.v_names.index(x) for x in links.v_names])]
+        fns = {
+            "caba": (lambda q, v, t: C.caba(m, q, v, t), (q, v, tau), a),
+            "projection_fd": (lambda q, v, t: C.projection_fd(m, q, v, t), (q, v, tau), a),
+            "lagrange_fd": (lambda q, v, t: C.lagrange_fd(m, q, v, t), (q, v, tau), a),
+            "aba_links": (lambda q, v, t: plain_aba(links.tree, q, v, t), (qt, va, tau), None),
+            "crnea": (lambda q, v, a: C.crnea(m, q, v, a), (q, v, a), tau),
+            "projected_rnea": (lambda q, v, a: C.projected_rnea(m, q, v, a), (q, v, a), tau),
+        }
+        res["robots"][rname] = {"nq": m.nq, "nv": m.nv, "nb": m.nb, "links": links.tree.nb}
+        for dtype in dtypes:
+            for fn, (f, args, ref) in fns.items():
+                for b in batches:
+                    xs = [jnp.asarray(x[:b], dtype) for x in args]
+                    jf = jax.jit(jax.vmap(f))
+                    rec = {"robot": rname, "dtype": dtype, "fn": fn, "batch": b}
+                    try:
+                        t0 = time.perf_counter()
+                        jf.lower(*xs).compile()
+                        rec["compile_s"] = time.perf_counter() - t0
+                        out = jax.block_until_ready(jf(*xs))
+                        if ref is not None:
+                            rec["err"] = float(np.max(np.abs(np.asarray(out, np.float64)
+                                                             - ref[:b]))
+                                               / max(1.0, float(np.max(np.abs(ref[:b])))))
+                        rec.update(bench._measure(lambda: jf(*xs), repeats=repeats,
+                                                  min_time=0.05, max_time=2.0,
+                                                  block=jax.block_until_ready))
+                        rec["per_sample_s"] = rec["call_s"] / b
+                    except Exception as e:  # noqa: BLE001 - reported in the table
+                        rec["error"] = bench._one_line(e)
+                    rec.pop("times", None)
+                    res["clusters"].append(rec)
+                    log(f"{rname} {dtype} {fn} B={b}: "
+                        + (f"{rec['per_sample_s'] * 1e6:.4f} us/sample, err {rec.get('err')}"
+                           if "per_sample_s" in rec else rec["error"]))
+            jax.clear_caches()
+        res["total_s"] = time.perf_counter() - t_start
+        if json_out:
+            Path(json_out).write_text(json.dumps(res, indent=1, default=str))
+    return res
+
+
+def _render_clusters(results) -> list[str]:
+    cl = {}
+    for res in results:
+        for r in res.get("clusters", []):
+            cl[(r["robot"], r["dtype"], r["fn"], r["batch"])] = r
+    if not cl:
+        return []
+    batches = sorted({k[3] for k in cl})
+    robots = list(dict.fromkeys(k[0] for k in cl))
+    L = ["### GPU, kinematic loops (cluster algorithms, us/sample)", "",
+         "`python benchmarks/gpu.py --clusters`: C-ABA against the projection and Lagrange "
+         "methods and plain `jaxdyn.aba` on the link-only tree; C-RNEA against projected RNEA; "
+         "plain `jax.jit(jax.vmap(f))`. In brackets: time relative to C-ABA (C-RNEA for "
+         "projected RNEA). Error: max relative error of `caba(crnea(a))` against `a` "
+         "(of C-RNEA against the C-RNEA float64 torques).", ""]
+    head = ["robot", "dtype", "method"] + [f"B={b}" for b in batches] + ["max err"]
+    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rname in robots:
+        for dtype in DTYPES:
+            for fn in CLUSTER_FNS:
+                recs = [cl.get((rname, dtype, fn, b)) for b in batches]
+                if not any(recs):
+                    continue
+                base = "crnea" if fn in ("crnea", "projected_rnea") else "caba"
+                cells = []
+                for b, r in zip(batches, recs):
+                    c = _t(r)
+                    ref = cl.get((rname, dtype, base, b))
+                    if fn != base and r and ref and "per_sample_s" in r and "per_sample_s" in ref:
+                        c += f" ({r['per_sample_s'] / ref['per_sample_s']:.2f}x)"
+                    cells.append(c)
+                errs = [r["err"] for r in recs if r and r.get("err") is not None]
+                L.append("| " + " | ".join([rname, dtype, fn] + cells + [
+                    f"{max(errs):.1e}" if errs else ""]) + " |")
+    return L + [""]
+
+
 def _t(rec):
     if not rec or "per_sample_s" not in rec:
         return "error" if rec and rec.get("error") else "-"
@@ -133,7 +249,8 @@ def render(results: list[dict]) -> str:
         for r in res["mjx"]:
             mj[(r["robot"], r["dtype"], r["fn"], r["batch"])] = r
         robots.update(res["robots"])
-    res = results[-1]
+    # the header names the last run with core cells (cluster-only runs are listed below)
+    res = next((r for r in reversed(results) if r["jaxdyn"] or r["mjx"]), results[-1])
     env = res["env"]
     batches = sorted({k[3] for k in jd})
     dtypes = [d for d in DTYPES if any(k[1] == d for k in jd)]
@@ -157,11 +274,14 @@ def render(results: list[dict]) -> str:
     if len(results) > 1:
         L += ["Runs merged here (a later run's cell replaces an earlier one's):", ""]
         for i, r in enumerate(results, 1):
-            cells = len(r["jaxdyn"]) + len(r["mjx"])
+            cells = len(r["jaxdyn"]) + len(r["mjx"]) + len(r.get("clusters", []))
             c = r["config"]
+            what = (f"jaxdyn {', '.join(c['algs']) or 'none'}; MJX "
+                    f"{', '.join(c['mjx_fns']) or 'none'}")
+            if c.get("clusters"):
+                what = f"clusters: {', '.join(c['clusters'])}"
             L.append(f"{i}. {r['env']['date']}, git {r['env']['jaxdyn_commit']}: {cells} cells "
-                     f"({', '.join(c['dtypes'])}; jaxdyn {', '.join(c['algs']) or 'none'}; MJX "
-                     f"{', '.join(c['mjx_fns']) or 'none'}), {r.get('total_s', 0) / 60:.1f} min")
+                     f"({', '.join(c['dtypes'])}; {what}), {r.get('total_s', 0) / 60:.1f} min")
         L.append("")
     for dtype in dtypes:
         L += [f"### GPU, {dtype} (us/sample)", ""]
@@ -202,6 +322,7 @@ def render(results: list[dict]) -> str:
                         rate, f"{big['compile_s']:.1f}" if "compile_s" in big else "-", ""])
                     + " |")
         L.append("")
+    L += _render_clusters(results)
     return "\n".join(L) + "\n"
 
 
@@ -231,6 +352,9 @@ def main(argv=None):
     p.add_argument("--mjx-batches", type=lambda s: _csv(s, int), default=BATCHES[1:])
     p.add_argument("--dtypes", type=_csv, default=DTYPES)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--clusters", action="store_true",
+                   help="time the kinematic-loop algorithms instead (--robots default: "
+                        + ",".join(CLUSTER_ROBOTS) + ")")
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", nargs="+", help="render these result files instead of running")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
@@ -241,10 +365,15 @@ def main(argv=None):
         def log(s):
             print(s, flush=True)
 
-        res = run(a.robots, a.algorithms, a.mjx_fns, a.batches,
-                  tuple(b for b in a.mjx_batches if b in a.batches), a.dtypes, a.repeats, log,
-                  a.json)
-        results = [res]
+        if a.clusters:
+            robots = CLUSTER_ROBOTS if a.robots == ROBOTS else a.robots
+            res = run_clusters(robots, a.batches, a.dtypes, a.repeats, log, a.json)
+            results = [res]
+        else:
+            res = run(a.robots, a.algorithms, a.mjx_fns, a.batches,
+                      tuple(b for b in a.mjx_batches if b in a.batches), a.dtypes, a.repeats,
+                      log, a.json)
+            results = [res]
     section = render(results)
     print(section)
     if a.out:
