@@ -32,12 +32,32 @@ def main(argv: list[str] | None = None) -> int:
                 "--dtypes", "float64,float32",
                 "--mjx-fns", "inverse,forward",
                 "--mjx-batches", "1024"]
-    if not any(a == "--out" or a.startswith("--out=") for a in argv):
-        import os
+    merge = not any(a == "--out" or a.startswith("--out=") for a in argv)
+    if merge:  # write the core report to a temporary file, then merge it into RESULTS.md
+        import tempfile
 
-        defaults += ["--out", os.path.relpath(HERE / "RESULTS.md")]
+        tmp = Path(tempfile.mkdtemp()) / "core.md"
+        defaults += ["--out", str(tmp)]
     # later options win in argparse, so user arguments override the defaults
-    return bench.main(defaults + argv, prog="python benchmarks/core.py")
+    rc = bench.main(defaults + argv, prog="python benchmarks/core.py")
+    if merge and tmp.exists():
+        merge_into(tmp.read_text(), HERE / "RESULTS.md")
+    return rc
+
+
+def merge_into(core: str, out: Path):
+    """``out`` = the core report followed by the sections of ``out`` that other scripts wrote
+    (``## `` headings the core report does not have: Delassus, IIM, derivatives, clusters, GPU)."""
+    own = {line.rstrip() for line in core.splitlines() if line.startswith("## ")}
+    keep, cur = [], None
+    for line in (out.read_text().splitlines(keepends=True) if out.exists() else []):
+        if line.startswith("## "):
+            cur = None if line.rstrip() in own else []
+            if cur is not None:
+                keep.append(cur)
+        if cur is not None:
+            cur.append(line)
+    out.write_text(core.rstrip("\n") + "\n\n" + "".join("".join(c) for c in keep))
 
 
 if __name__ == "__main__":
