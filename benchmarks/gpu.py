@@ -56,8 +56,8 @@ def _cpu_refs(case, algs):
     return refs
 
 
-def _cell(out, rec, measure, log):
-    """Run one cell (``measure()`` returns its record), keep errors, log a line."""
+def _cell(out, rec, name, measure, log):
+    """Run one cell (``measure()`` returns its record), keep errors, log a line naming it."""
     from jaxdyn import bench
 
     try:
@@ -66,8 +66,7 @@ def _cell(out, rec, measure, log):
         rec["error"] = bench._one_line(e)
     rec.pop("times", None)
     out.append(rec)
-    what = " ".join(str(rec[k]) for k in ("robot", "dtype") if k in rec)
-    what += f" {rec.get('alg') or 'mjx.' + rec['fn']} B={rec['batch']}"
+    what = f"{rec['robot']} {rec['dtype']} {name} B={rec['batch']}"
     if "per_sample_s" in rec:
         err = f", err {rec['err']:.1e}" if rec.get("err") is not None else ""
         log(f"{what}: {rec['per_sample_s'] * 1e6:.4f} us/sample{err}, "
@@ -103,11 +102,11 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
             for alg in algs:
                 for b in batches:
                     _cell(res["jaxdyn"], {"robot": rname, "dtype": dtype, "alg": alg, "batch": b},
-                          lambda: bench._bench_jaxdyn(case, alg, dtype, b, **kw), log)
+                          alg, lambda: bench._bench_jaxdyn(case, alg, dtype, b, **kw), log)
             for fn in mjx_fns if mc is not None else ():
                 for b in mjx_batches:
                     _cell(res["mjx"], {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
-                          lambda: bench._bench_mjx(mc, fn, dtype, b, **kw), log)
+                          f"mjx.{fn}", lambda: bench._bench_mjx(mc, fn, dtype, b, **kw), log)
             jax.clear_caches()
         res["total_s"] = time.perf_counter() - t_start
         if json_out:  # after each robot: a run cut short keeps what it measured
@@ -164,29 +163,23 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
         for dtype in dtypes:
             for fn, (f, args, ref) in fns.items():
                 for b in batches:
-                    xs = [jnp.asarray(x[:b], dtype) for x in args]
-                    jf = jax.jit(jax.vmap(f))
-                    rec = {"robot": rname, "dtype": dtype, "fn": fn, "batch": b}
-                    try:
+                    def measure(f=f, args=args, ref=ref, b=b, dtype=dtype):
+                        xs = [jnp.asarray(x[:b], dtype) for x in args]
+                        jf = jax.jit(jax.vmap(f))
                         t0 = time.perf_counter()
                         jf.lower(*xs).compile()
-                        rec["compile_s"] = time.perf_counter() - t0
+                        rec = {"compile_s": time.perf_counter() - t0}
                         out = jax.block_until_ready(jf(*xs))
                         if ref is not None:
-                            rec["err"] = float(np.max(np.abs(np.asarray(out, np.float64)
-                                                             - ref[:b]))
-                                               / max(1.0, float(np.max(np.abs(ref[:b])))))
+                            rec["err"] = bench._rel_err(out, ref[:b])
                         rec.update(bench._measure(lambda: jf(*xs), repeats=repeats,
                                                   min_time=0.05, max_time=2.0,
                                                   block=jax.block_until_ready))
                         rec["per_sample_s"] = rec["call_s"] / b
-                    except Exception as e:  # noqa: BLE001 - reported in the table
-                        rec["error"] = bench._one_line(e)
-                    rec.pop("times", None)
-                    res["clusters"].append(rec)
-                    log(f"{rname} {dtype} {fn} B={b}: "
-                        + (f"{rec['per_sample_s'] * 1e6:.4f} us/sample, err {rec.get('err')}"
-                           if "per_sample_s" in rec else rec["error"]))
+                        return rec
+
+                    _cell(res["clusters"], {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
+                          fn, measure, log)
             jax.clear_caches()
         res["total_s"] = time.perf_counter() - t_start
         if json_out:

@@ -111,6 +111,17 @@ def _setup(model, fn, q, v, x=None, xname=None, f_ext=None):
     return model, gss, ws, v, x, fw, dt
 
 
+def _setup_folded(model, rp, fn, q, v=None, x=None, xname=None):
+    """:func:`_setup` on the link-only model of the rotor plan ``rp``
+    (:mod:`jaxdyn.clusters.rotors`), inputs checked against ``model`` and reordered."""
+    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    if v is not None:
+        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)[rp.vi]
+    if x is not None:
+        x = _checks.as_array(fn, xname, x, (("nv", model.nv),), model)[rp.vi]
+    return _setup(rp.model, fn, q[rp.qi], v, x, xname)
+
+
 def _identity_B(g):
     """True if every cluster of the group has one one-DoF joint per body, in body order."""
     return g.nvs == g.n and bool(np.all(g.B == np.eye(g.n)))
@@ -195,10 +206,7 @@ def crnea(model: ClusterModel, q, v, a, f_ext=None):
     fn = "crnea"
     rp = rotor_plan(model) if f_ext is None else None
     if rp is not None:  # axisymmetric rotors carried by their parents (exact, fewer bodies)
-        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-        a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
-        fm, gss, ws, v, a, _, dt = _setup(rp.model, fn, q[rp.qi], v[rp.vi], a[rp.vi], "a")
+        fm, gss, ws, v, a, _, dt = _setup_folded(model, rp, fn, q, v, a, "a")
         return _crnea_single_output(fm, gss, ws, v, a, None, dt, rotors=rp)[rp.vi_inv]
     model, gss, ws, v, a, fw, dt = _setup(model, fn, q, v, a, "a", f_ext)
     t = model.topo
@@ -718,11 +726,7 @@ def caba(model: ClusterModel, q, v, tau, f_ext=None):
     fn = "caba"
     rp = rotor_plan(model) if f_ext is None else None
     if rp is not None:  # axisymmetric rotors carried by their parents (exact, fewer bodies)
-        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-        tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
-        fm, gss, ws, v, tau, _, dt = _setup(rp.model, fn, q[rp.qi], v[rp.vi], tau[rp.vi],
-                                            "tau")
+        fm, gss, ws, v, tau, _, dt = _setup_folded(model, rp, fn, q, v, tau, "tau")
         return _caba_single_output(fm, gss, ws, v, tau, None, dt, rotors=rp)[rp.vi_inv]
     model, gss, ws, v, tau, fw, dt = _setup(model, fn, q, v, tau, "tau", f_ext)
     t = model.topo

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import spatial
 from ..algorithms.aba import world_inertia_matrices
 from .algorithms import (
     _all_single_output,
@@ -41,6 +41,7 @@ from .algorithms import (
     _inv_spd,
     _route,
     _setup,
+    _setup_folded,
     _sum_bodies,
 )
 from .._precision import full_precision
@@ -111,8 +112,7 @@ def cefpa(model: ClusterModel, q, end_effectors):
     rp = rotor_plan(model)
     ees_f = None if rp is None else _folded_end_effectors(model, rp.model, ees)
     if ees_f is not None:  # axisymmetric rotors carried by their parents (exact)
-        q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-        fm, gss, ws, _, _, _, dt = _setup(rp.model, fn, q[rp.qi], None)
+        fm, gss, ws, _, _, _, dt = _setup_folded(model, rp, fn, q)
         return _cefpa_single_output(fm, gss, ws, ees_f, dt, rotors=rp)
     model, gss, ws, _, _, _, dt = _setup(model, fn, q, None)
     if _all_single_output(model.topo):

@@ -222,7 +222,7 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
         model=fm, qi=np.array([model.q_names.index(n) for n in fm.q_names], np.int64),
         vi=vi, vi_inv=np.argsort(vi), W=W, parent=np.array(parent, np.int64),
         axis=np.stack([XR[r["body"]] @ r["a"] for r in rotors]),
-        J=np.array([sum(r["ab"]) for r in rotors]), groups=tuple(groups))
+        J=Jr, groups=tuple(groups))
 
 
 def rotor_terms(rp: RotorPlan, ws, v_t, v, dt, a=None):
