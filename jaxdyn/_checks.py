@@ -1,38 +1,32 @@
 """Argument checks: shapes at trace time (always), values under jit via ``equinox.error_if``.
 
-Value checks can be switched off with :func:`set_value_checks` (or ``JAXDYN_VALUE_CHECKS=0``)
-for the last bit of speed; equinox's own ``EQX_ON_ERROR`` setting applies as well.
+Value checks can be switched off with ``jaxdyn.config.update("value_checks", False)`` (or
+:func:`set_value_checks`, or ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; equinox's own
+``EQX_ON_ERROR`` setting applies as well.
 """
 
 from __future__ import annotations
-
-import os
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-_VALUE_CHECKS = os.environ.get("JAXDYN_VALUE_CHECKS", "1") not in ("0", "false", "False")
+from . import config
 
 
 def set_value_checks(enabled: bool) -> None:
-    """Turn the jit-time value checks (e.g. unit quaternions in ``q``) on or off.
+    """Turn the jit-time value checks (e.g. unit quaternions in ``q``) on or off:
+    ``jaxdyn.config.update("value_checks", enabled)``.
 
     The checks are inserted when a function is traced, so a change clears JAX's compilation
     caches (``jax.clear_caches()``): functions already jitted are traced again with the new
     setting on their next call.
     """
-    global _VALUE_CHECKS
-    enabled = bool(enabled)
-    if enabled != _VALUE_CHECKS:
-        import jax
-
-        jax.clear_caches()
-    _VALUE_CHECKS = enabled
+    config.update("value_checks", bool(enabled))
 
 
 def value_checks_enabled() -> bool:
-    return _VALUE_CHECKS
+    return config.get("value_checks")
 
 
 def as_array(fn, name, x, shape, model):
@@ -65,7 +59,7 @@ def check_quaternions(fn, model, q, tol=1e-3):
     """``error_if`` the quaternions in ``q`` are not of unit norm (spherical / free joints)."""
     from . import joints
 
-    if not _VALUE_CHECKS or jnp.issubdtype(q.dtype, jnp.complexfloating):
+    if not config.get("value_checks") or jnp.issubdtype(q.dtype, jnp.complexfloating):
         return q
     t = model.topo
     idx = []

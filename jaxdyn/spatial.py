@@ -34,9 +34,7 @@ def cross(a, b):
     return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
 
 
-import os as _os
-
-_UNROLL_MAX = int(_os.environ.get("JAXDYN_UNROLL_MAX", "3"))
+from . import config as _config
 
 
 def mm(A, B):
@@ -48,7 +46,7 @@ def mm(A, B):
     3x3 or 6x6 blocks (measured: forward kinematics of talos_full 4x faster).
     """
     k = A.shape[-1]
-    if k > _UNROLL_MAX:
+    if k > _config.get("unroll_max"):
         return jnp.matmul(A, B)
     out = A[..., :, 0, None] * B[..., None, 0, :]
     for i in range(1, k):
@@ -59,7 +57,7 @@ def mm(A, B):
 def mv(A, x):
     """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
     k = A.shape[-1]
-    if k > _UNROLL_MAX:
+    if k > _config.get("unroll_max"):
         return jnp.matmul(A, x[..., None])[..., 0]
     out = A[..., :, 0] * x[..., 0, None]
     for i in range(1, k):

@@ -25,16 +25,14 @@ sphere (in particular through :func:`jaxdyn.integrate`) but not for radial ones.
 Second-order autodiff (``jax.hessian``, ``jacfwd(jacrev(.))``) differentiates the rule
 itself, i.e. plain autodiff of IDSVA / FDSVA: exact, just not analytic at second order.
 
-Switch: :func:`set_analytic_derivatives` (or the environment variable
-``JAXDYN_ANALYTIC_DERIVATIVES=0``) makes :func:`rnea` / :func:`aba` trace the plain
-algorithms instead, which JAX then differentiates op by op (for comparison); like
-:func:`jaxdyn.set_value_checks`, it applies to functions traced after the call.
+Switch: ``jaxdyn.config.update("analytic_derivatives", False)`` (or
+:func:`set_analytic_derivatives`, the context manager :func:`analytic_derivatives`, the
+environment variable ``JAXDYN_ANALYTIC_DERIVATIVES=0``) makes :func:`rnea` / :func:`aba` trace
+the plain algorithms instead, which JAX then differentiates op by op (for comparison); like every
+switch of :mod:`jaxdyn.config`, a change clears JAX's caches so jitted functions retrace.
 """
 
 from __future__ import annotations
-
-import contextlib
-import os
 
 import jax
 import jax.numpy as jnp
@@ -50,38 +48,32 @@ from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
 from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
 from .._precision import full_precision
-
-_ANALYTIC = os.environ.get("JAXDYN_ANALYTIC_DERIVATIVES", "1") not in ("0", "false", "False")
+from .. import config
 
 
 def set_analytic_derivatives(enabled: bool) -> None:
     """Use the analytic ``custom_jvp`` rules (``True``, the default) or plain autodiff of the
-    algorithms (``False``) in :func:`jaxdyn.rnea` and :func:`jaxdyn.aba`.
+    algorithms (``False``) in :func:`jaxdyn.rnea` and :func:`jaxdyn.aba`:
+    ``jaxdyn.config.update("analytic_derivatives", enabled)``.
 
-    Takes effect for functions traced after the call (a ``jax.jit`` cache keeps what it
-    compiled). See also :func:`analytic_derivatives`.
+    A change clears JAX's caches, so functions already jitted retrace with the new value
+    (the rule of :mod:`jaxdyn.config`). See also :func:`analytic_derivatives`.
     """
-    global _ANALYTIC
-    _ANALYTIC = bool(enabled)
+    config.update("analytic_derivatives", bool(enabled))
 
 
 def analytic_derivatives_enabled() -> bool:
-    return _ANALYTIC
+    return config.get("analytic_derivatives")
 
 
-@contextlib.contextmanager
 def analytic_derivatives(enabled: bool):
-    """Context manager form of :func:`set_analytic_derivatives`::
+    """Context manager form of :func:`set_analytic_derivatives`
+    (``jaxdyn.config.override(analytic_derivatives=enabled)``)::
 
         with jaxdyn.derivatives.analytic_derivatives(False):
             J_autodiff = jax.jacfwd(jaxdyn.rnea, argnums=2)(model, q, v, a)
     """
-    old = _ANALYTIC
-    set_analytic_derivatives(enabled)
-    try:
-        yield
-    finally:
-        set_analytic_derivatives(old)
+    return config.override(analytic_derivatives=bool(enabled))
 
 
 # ----------------------------------------------------------------------------- tangents
@@ -198,7 +190,7 @@ def rnea(model, q, v, a, f_ext=None):
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
     module docstring for the tangent conventions and :func:`set_analytic_derivatives`.
     """
-    if not _ANALYTIC:
+    if not config.get("analytic_derivatives"):
         return _rnea.rnea(model, q, v, a, f_ext)
     model, q, v, a, f_ext = _prepare_id("rnea", model, q, v, a, f_ext)
     return _rnea_cj(model, q, v, a, f_ext)
@@ -259,7 +251,7 @@ def aba(model, q, v, tau, f_ext=None):
 
     Same arguments and result as :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
     """
-    if not _ANALYTIC:
+    if not config.get("analytic_derivatives"):
         return _aba.aba(model, q, v, tau, f_ext)
     model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
     return _aba_cj(model, q, v, tau, f_ext)

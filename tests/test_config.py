@@ -1,0 +1,154 @@
+"""``jaxdyn.config``: every switch follows one rule (a change clears JAX's caches, so a function
+jitted before the change retraces and shows the new behaviour), and the old entry points
+delegate to it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import config, robots
+from jaxdyn import derivatives as D
+from jaxdyn import spatial
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 3-body floating-base model and a state (small: compile time)."""
+    model = jaxdyn.load_urdf(robots.random_urdf(3, seed=1), floating_base=True)
+    k = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jaxdyn.random_configuration(model, k[0])
+    v = jax.random.normal(k[1], (model.nv,))
+    a = jax.random.normal(k[2], (model.nv,))
+    return model, q, v, a
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    before = {n: config.get(n) for n in config.SWITCHES}
+    yield
+    for n, val in before.items():
+        config.update(n, val)
+
+
+def test_value_checks_rule(small):
+    model, q, _, _ = small
+    traces = []
+
+    @jax.jit
+    def com(q):
+        traces.append(config.get("value_checks"))
+        return jaxdyn.center_of_mass(model, q)
+
+    bad = q.at[3:7].multiply(1.5)
+    assert config.get("value_checks")
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError),
+                       match="center_of_mass"):
+        jax.block_until_ready(com(bad))
+    assert traces == [True]
+    config.update("value_checks", True)  # same value: nothing cleared, no retrace
+    com(q)
+    assert traces == [True]
+    config.update("value_checks", False)
+    assert np.all(np.isfinite(com(bad)))  # retraced without the check
+    assert traces == [True, False]
+    jaxdyn.set_value_checks(True)  # old entry point, same rule
+    assert config.get("value_checks") and jaxdyn._checks.value_checks_enabled()
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError),
+                       match="center_of_mass"):
+        jax.block_until_ready(com(bad))
+    assert traces == [True, False, True]
+
+
+def test_analytic_derivatives_rule(small):
+    """The custom_jvp rule ignores a radial quaternion tangent (it differentiates the dynamics
+    of the normalised quaternion); plain autodiff does not: the switch is visible in values."""
+    model, q, v, a = small
+    dq = jnp.zeros_like(q).at[3:7].set(q[3:7])
+    traces = []
+
+    @jax.jit
+    def radial(q):
+        traces.append(config.get("analytic_derivatives"))
+        return jax.jvp(lambda x: jaxdyn.rnea(model, x, v, a), (q,), (dq,))[1]
+
+    assert config.get("analytic_derivatives")
+    t_rule = np.asarray(radial(q))
+    np.testing.assert_allclose(t_rule, 0.0, atol=1e-12)
+    with D.analytic_derivatives(False):  # old context manager, delegating to config.override
+        assert not config.get("analytic_derivatives")
+        t_plain = np.asarray(radial(q))
+    assert traces == [True, False]
+    assert np.max(np.abs(t_plain)) > 1e-3
+    np.testing.assert_allclose(radial(q), t_rule, atol=1e-12)  # restored: retraced again
+    assert traces == [True, False, True]
+    D.set_analytic_derivatives(False)
+    assert not D.analytic_derivatives_enabled()
+    np.testing.assert_allclose(radial(q), t_plain, rtol=1e-12)
+    assert traces == [True, False, True, False]
+
+
+def test_unroll_max_rule():
+    A = jnp.arange(9.0).reshape(3, 3)
+    B = jnp.eye(3) + 1.0
+    traces = []
+
+    @jax.jit
+    def f(A, B):
+        traces.append(config.get("unroll_max"))
+        return spatial.mm(A, B)
+
+    def uses_dot():
+        return "dot_general" in f.lower(A, B).as_text()
+
+    ref = np.asarray(A) @ np.asarray(B)
+    assert config.get("unroll_max") >= 3
+    np.testing.assert_allclose(f(A, B), ref)
+    assert not uses_dot()  # unrolled into broadcast products
+    n = len(traces)
+    with config.override(unroll_max=0):
+        np.testing.assert_allclose(f(A, B), ref)
+        assert len(traces) == n + 1 and traces[-1] == 0
+        assert uses_dot()
+    np.testing.assert_allclose(f(A, B), ref)
+    assert traces[-1] >= 3 and not uses_dot()
+
+
+def test_bad_names_and_values():
+    with pytest.raises(ValueError, match="jaxdyn.config.update: unknown switch 'nope'"):
+        config.update("nope", 1)
+    with pytest.raises(ValueError, match="jaxdyn.config.override: unknown switch 'nope'"):
+        with config.override(nope=1):
+            pass
+    with pytest.raises(ValueError, match="unroll_max must be an integer >= 0"):
+        config.update("unroll_max", -1)
+    with pytest.raises(ValueError, match="unroll_max must be an integer >= 0"):
+        config.update("unroll_max", 2.5)
+    with pytest.raises(ValueError, match="value_checks must be a bool"):
+        config.update("value_checks", None)
+    with pytest.raises(ValueError, match="unknown switch"):
+        config.get("nope")
+
+
+def test_environment_variables_read_at_import():
+    code = ("from jaxdyn import config; "
+            "print(config.get('value_checks'), config.get('analytic_derivatives'), "
+            "config.get('unroll_max'))")
+    env = dict(os.environ, JAXDYN_VALUE_CHECKS="0", JAXDYN_ANALYTIC_DERIVATIVES="false",
+               JAXDYN_UNROLL_MAX="7")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False", "7"]
+    env["JAXDYN_UNROLL_MAX"] = "many"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and "JAXDYN_UNROLL_MAX='many' is invalid" in r.stderr
