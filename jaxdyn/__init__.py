@@ -2,16 +2,23 @@
 
 Spatial vectors are ``[angular; linear]`` (Featherstone). A floating base has
 ``q = [x, y, z, qw, qx, qy, qz]`` and ``v = [ω; v]`` in base coordinates.
+
+Every public name is bound once. ``jaxdyn.rnea`` / ``jaxdyn.aba`` are the algorithms with
+analytic ``custom_jvp`` rules (:mod:`jaxdyn.derivatives`; the plain ones are
+``jaxdyn.algorithms.rnea.rnea`` / ``jaxdyn.algorithms.aba.aba``); ``jaxdyn.load_urdf`` reads
+URDF and URDF+ files (:func:`jaxdyn.clusters.urdfplus.load_urdf`: a file with loop tags gives a
+:class:`jaxdyn.clusters.ClusterModel`, any other a :class:`Model`);
+``random_configuration`` / ``neutral_configuration`` accept both model types. Global switches
+are in :mod:`jaxdyn.config`.
 """
 
+__version__ = "0.1.0"
+
+from . import config as config
 from ._checks import set_value_checks as set_value_checks
-from .algorithms.aba import aba as aba
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
-from .algorithms.configuration import neutral_configuration as neutral_configuration
-from .algorithms.configuration import random_configuration as random_configuration
 from .algorithms.crba import crba as crba
-from .algorithms.minv import minv as minv
 from .algorithms.energy import center_of_mass as center_of_mass
 from .algorithms.energy import kinetic_energy as kinetic_energy
 from .algorithms.energy import potential_energy as potential_energy
@@ -19,14 +26,11 @@ from .algorithms.jacobian import jacobian as jacobian
 from .algorithms.jacobian import joint_jacobians as joint_jacobians
 from .algorithms.kinematics import forward_kinematics as forward_kinematics
 from .algorithms.kinematics import frame_placement as frame_placement
-from .batching import vmap as vmap
+from .algorithms.minv import minv as minv
 from .algorithms.rnea import bias_forces as bias_forces
 from .algorithms.rnea import gravity_forces as gravity_forces
-from .algorithms.rnea import rnea as rnea
+from .batching import vmap as vmap
 from .model import Model as Model
-from .model import load_urdf as load_urdf
-
-__version__ = "0.1.0"
 
 # Operational-space quantities (issue #5): constraints, Delassus matrix, constrained dynamics,
 # inertia-weighted input matrix.
@@ -41,8 +45,7 @@ from .osim import constrained_aba as constrained_aba
 from .osim import delassus as delassus
 
 # Analytical derivatives (issue #3): IDSVA / FDSVA partials, and rnea / aba with custom_jvp
-# rules built on them (these two rebind the plain algorithms imported above; the plain ones stay
-# at jaxdyn.algorithms.rnea.rnea / jaxdyn.algorithms.aba.aba).
+# rules built on them.
 from . import derivatives as derivatives
 from .derivatives import aba as aba
 from .derivatives import aba_derivatives as aba_derivatives
@@ -55,5 +58,49 @@ from . import clusters as clusters
 from .clusters import caba as caba
 from .clusters import cefpa as cefpa
 from .clusters import crnea as crnea
-from .clusters import load_urdf_plus as load_cluster_urdf
-from .clusters.urdfplus import load_urdf as load_urdf  # URDF+ files give a ClusterModel
+from .clusters.urdfplus import load_urdf as load_urdf
+
+# Functions taking a Model or a ClusterModel.
+from ._api import neutral_configuration as neutral_configuration
+from ._api import random_configuration as random_configuration
+
+__all__ = [
+    "Connect",
+    "Inputs",
+    "Model",
+    "Weld",
+    "aba",
+    "aba_derivatives",
+    "bias_forces",
+    "build_input_matrix",
+    "caba",
+    "center_of_mass",
+    "cefpa",
+    "clusters",
+    "config",
+    "constrained_aba",
+    "constraint_jacobian",
+    "constraints",
+    "crba",
+    "crnea",
+    "delassus",
+    "derivatives",
+    "difference",
+    "forward_kinematics",
+    "frame_placement",
+    "gravity_forces",
+    "input_matrix",
+    "integrate",
+    "jacobian",
+    "joint_jacobians",
+    "kinetic_energy",
+    "load_urdf",
+    "minv",
+    "neutral_configuration",
+    "potential_energy",
+    "random_configuration",
+    "rnea",
+    "rnea_derivatives",
+    "set_value_checks",
+    "vmap",
+]
