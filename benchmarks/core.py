@@ -19,13 +19,13 @@ HERE = Path(__file__).resolve().parent
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Set the single-thread XLA flags before anything imports jax (jaxdyn.bench does it too,
+    # Set the single-thread XLA flags before anything imports jax (the harness does it too,
     # but only takes effect if the CPU backend does not exist yet).
     if "--multi-thread" not in argv:
         from _env import single_threaded
 
         single_threaded()
-    from jaxdyn import bench
+    import harness as bench
 
     defaults = ["--robots", "solo12,talos_full,panda",
                 "--batches", "1,64,1024,8192",

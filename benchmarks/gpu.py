@@ -6,8 +6,8 @@ robots, states drawn the same way, at batch sizes up to 65536, float32 and float
     python benchmarks/gpu.py --from-json /tmp/gpu.json       # render the "## GPU" section
 
 Each cell is ``jax.jit(jax.vmap(f))`` on device-resident inputs (``jax.jit(f)`` at B=1), timed
-by jaxdyn's benchmark harness (:mod:`jaxdyn.bench`: warm-up, then the median of repeats, each
-ending in ``block_until_ready``). Plain ``jax.vmap``: the cache-sized chunks of
+by jaxdyn's benchmark harness (``benchmarks/harness.py``: warm-up, then the median of repeats,
+each ending in ``block_until_ready``). Plain ``jax.vmap``: the cache-sized chunks of
 ``jaxdyn.vmap`` are for CPUs. Pinocchio is not installed on the GPU machine; every jaxdyn output
 is checked against jaxdyn float64 on the same machine's CPU backend (itself checked against
 Pinocchio to ~1e-12 by the test suite), and the Pinocchio times quoted for scale are the
@@ -42,7 +42,7 @@ def _cpu_refs(case, algs):
     import jax
     import numpy as np
 
-    from jaxdyn import bench
+    import harness as bench
 
     cpu = jax.devices("cpu")[0]
     refs = {}
@@ -58,7 +58,7 @@ def _cpu_refs(case, algs):
 
 def _cell(out, rec, name, measure, log):
     """Run one cell (``measure()`` returns its record), keep errors, log a line naming it."""
-    from jaxdyn import bench
+    import harness as bench
 
     try:
         rec.update(measure())
@@ -79,7 +79,7 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from jaxdyn import bench
+    import harness as bench
 
     dev = jax.devices()[0]
     res = {"env": bench.environment(), "device": f"{dev.platform}: {dev.device_kind}",
@@ -127,7 +127,7 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    from jaxdyn import bench
+    import harness as bench
     from jaxdyn import clusters as C
     from jaxdyn.algorithms.aba import aba as plain_aba
     from jaxdyn.clusters import robots as crobots
@@ -233,7 +233,7 @@ def _t(rec):
 
 def render(results: list[dict]) -> str:
     """The "## GPU" section from one or more result files (merged; later ones win)."""
-    from jaxdyn import bench
+    import harness as bench
 
     jd, mj, robots = {}, {}, {}
     for res in results:

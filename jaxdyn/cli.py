@@ -7,6 +7,11 @@ Subcommands::
                                                  # batched ABA / RNEA / CRBA on the bundled robots
     jaxdyn bench ...                             # benchmarks (see ``jaxdyn bench --help``)
 
+``jaxdyn bench`` runs the repository's harness (``benchmarks/harness.py``: jaxdyn against
+Pinocchio and MJX, PASS/MISS targets) when jaxdyn runs from a checkout, and otherwise (an
+installed package, or ``--standalone``) times jaxdyn alone: ``jax.jit(jax.vmap(f))`` per sample
+and its compile time, on a bundled robot.
+
 ``ROBOT`` is a URDF file path, a bundled robot (``arm7``, ``quad12``) or an example-robot-data
 name (``ur5``, ``panda``, ``solo12``, ... ; needs ``pip install example-robot-data``).
 
@@ -218,24 +223,121 @@ def _cmd_demo(args) -> int:
 
 
 # --------------------------------------------------------------------------- bench
+def _harness_dir():
+    """The repository's ``benchmarks/`` folder when jaxdyn runs from a checkout, else ``None``
+    (an installed package has no benchmark harness)."""
+    from pathlib import Path
+
+    d = Path(__file__).resolve().parent.parent / "benchmarks"
+    return d if (d / "harness.py").is_file() and (d / "_env.py").is_file() else None
+
+
 def _cmd_bench(rest) -> int:
+    rest = list(rest)
+    standalone = "--standalone" in rest
+    rest = [a for a in rest if a != "--standalone"]
+    d = None if standalone else _harness_dir()
+    if d is None:
+        return _bench_standalone(rest)
     import importlib
 
+    if str(d) not in sys.path:
+        sys.path.insert(0, str(d))  # as when a script of benchmarks/ runs: harness imports _env
     try:
-        bench = importlib.import_module("jaxdyn.bench")
+        harness = importlib.import_module("harness")
     except ModuleNotFoundError as e:
-        if e.name not in ("jaxdyn.bench", "jaxdyn"):
-            raise UserError(f"jaxdyn bench needs the package {e.name!r}: "
-                            "pip install 'jaxdyn[bench]'") from None
-        raise UserError("jaxdyn.bench is not available in this installation "
-                        "(the benchmark module is missing)") from None
+        raise UserError(f"jaxdyn bench: the benchmark harness ({d / 'harness.py'}) needs the "
+                        f"package {e.name!r}: pip install 'jaxdyn[bench]'") from None
     try:
-        rc = bench.main(list(rest))
-    except SystemExit as e:  # argparse inside bench
+        rc = harness.main(rest)
+    except SystemExit as e:  # argparse inside the harness
         rc = e.code
     if rc is None:
         return 0
     return rc if isinstance(rc, int) else 1
+
+
+_STANDALONE_ALGS = ("rnea", "crba", "aba", "minv")
+
+
+def _bench_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxdyn bench",
+        description="Time jaxdyn alone: per-sample time of jax.jit(jax.vmap(f)) and its compile "
+                    "time, for f in rnea / crba / aba / minv. (From a checkout of the repository "
+                    "this command runs the full harness of benchmarks/harness.py instead, with "
+                    "Pinocchio and MJX; --standalone forces this mode.)")
+    p.add_argument("--robot", default="quad12", metavar="ROBOT",
+                   help="bundled robot (arm7, quad12), URDF path or example-robot-data name "
+                        "(default quad12)")
+    p.add_argument("--algorithms", default=",".join(_STANDALONE_ALGS), metavar="LIST",
+                   help=f"comma-separated subset of {','.join(_STANDALONE_ALGS)} (default all)")
+    p.add_argument("--batch", type=int, default=1024, metavar="N",
+                   help="batch size (default 1024)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="floating-point type (default float32)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls, median (default 5)")
+    return p
+
+
+def _bench_standalone(argv) -> int:
+    try:
+        a = _bench_parser().parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    algs = [x.strip() for x in a.algorithms.split(",") if x.strip()]
+    bad = [x for x in algs if x not in _STANDALONE_ALGS]
+    if bad or not algs:
+        raise UserError(f"--algorithms: unknown {', '.join(bad) or '(empty)'}; "
+                        f"choose from {', '.join(_STANDALONE_ALGS)}")
+    if a.batch < 1 or a.repeats < 1:
+        raise UserError("--batch and --repeats must be >= 1")
+
+    import jax
+
+    x64 = a.dtype == "float64"
+    previous = bool(jax.config.jax_enable_x64)
+    try:
+        if x64 and not previous:
+            jax.config.update("jax_enable_x64", True)
+        _bench_run(a, algs)
+    finally:
+        if x64 and not previous:
+            jax.config.update("jax_enable_x64", False)
+    return 0
+
+
+def _bench_run(a, algs) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdyn
+
+    _, model = _load(a.robot, None)
+    dtype = jnp.dtype(a.dtype)
+    model = model.astype(dtype)
+    B = a.batch
+    kq, kv, kt = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(
+        jax.random.split(kq, B))
+    v = jax.random.normal(kv, (B, model.nv), dtype)
+    u = jax.random.normal(kt, (B, model.nv), dtype)
+    calls = {"rnea": (jaxdyn.rnea, (q, v, u)), "crba": (jaxdyn.crba, (q,)),
+             "aba": (jaxdyn.aba, (q, v, u)), "minv": (jaxdyn.minv, (q,))}
+    print(model.describe())
+    print(f"jaxdyn bench (jaxdyn alone): {model.name}, batch {B}, {dtype.name}, device "
+          f"{jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    for alg in algs:
+        f, xs = calls[alg]
+        axes = (None,) + (0,) * len(xs)
+        jf = jax.jit(jax.vmap(f, in_axes=axes))
+        t = time.perf_counter()
+        compiled = jf.lower(model, *xs).compile()
+        ct = time.perf_counter() - t
+        jax.block_until_ready(compiled(model, *xs))  # warm-up
+        rt = _timeit(compiled, model, *xs, repeat=a.repeats)
+        print(f"  {alg:<5} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
+              f"= {_fmt_time(rt / B):>9} / sample")
 
 
 # --------------------------------------------------------------------------- parser
@@ -270,7 +372,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="floating-point type (default float32)")
     pd.set_defaults(func=_cmd_demo)
 
-    sub.add_parser("bench", add_help=False, help="run the benchmarks (jaxdyn bench --help)")
+    sub.add_parser("bench", add_help=False,
+                   help="time the algorithms (jaxdyn bench --help; from a checkout: the full "
+                        "harness of benchmarks/, against Pinocchio and MJX)")
     return p
 
 

@@ -37,12 +37,12 @@ def test_chunked_vmap_bad_axes(quad):
 
 
 def test_bench_quick_smoke(tmp_path, capsys):
-    from jaxdyn import bench
+    from jaxdyn import cli  # the harness of benchmarks/, run from the checkout
 
     out = tmp_path / "r.md"
-    rc = bench.main(["--robots", "arm7", "--algorithms", "rnea", "--batches", "1,8",
-                     "--dtypes", "float64", "--repeats", "1", "--no-mjx", "--no-progress",
-                     "--chunk", "4", "--out", str(out)])
+    rc = cli.main(["bench", "--robots", "arm7", "--algorithms", "rnea", "--batches", "1,8",
+                   "--dtypes", "float64", "--repeats", "1", "--no-mjx", "--no-progress",
+                   "--chunk", "4", "--out", str(out)])
     assert rc == 0
     text = out.read_text()
     assert "arm7" in text and "rnea" in text and "Pinocchio" in text

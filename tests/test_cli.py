@@ -127,14 +127,39 @@ def test_python_dash_m():
     assert "Traceback" not in r.stderr
 
 
-def test_bench_delegates(capsys):
+def test_bench_harness_from_checkout(capsys):
+    """From a checkout, ``jaxdyn bench`` is the harness of benchmarks/harness.py."""
+    d = cli._harness_dir()
+    assert d is not None and (d / "harness.py").is_file()
     rc, out, _ = _run(capsys, "bench", "--help")
     assert rc == 0
     assert "usage: jaxdyn bench" in out
+    assert "--no-mjx" in out and "Pinocchio" in out  # harness options
+    assert "--robot ROBOT" not in out
 
 
-def test_bench_missing(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "jaxdyn.bench", None)  # import now fails
-    rc, out, err = _run(capsys, "bench", "--quick")
+def test_bench_standalone(monkeypatch, capsys):
+    """Without benchmarks/ (an installed package), ``jaxdyn bench`` times jaxdyn alone."""
+    monkeypatch.setattr(cli, "_harness_dir", lambda: None)
+    rc, out, _ = _run(capsys, "bench", "--help")
+    assert rc == 0 and "usage: jaxdyn bench" in out
+    assert "--robot ROBOT" in out and "--no-mjx" not in out
+    rc, out, err = _run(capsys, "bench", "--robot", "arm7", "--batch", "4", "--algorithms",
+                        "rnea,aba", "--dtype", "float64", "--repeats", "1")
+    assert rc == 0, err
+    assert robots.load("arm7").describe() in out
+    assert "batch 4, float64" in out
+    for alg in ("rnea", "aba"):
+        assert len(re.findall(rf"^\s+{alg}\s+compile\s+[\d.]+ s\s+run .* / batch = .* / sample$",
+                              out, re.M)) == 1, out
+    assert not re.search(r"^\s+(crba|minv)\s", out, re.M)
+    rc, out, err = _run(capsys, "bench", "--algorithms", "rnea,nope")
     assert rc == 2 and out == ""
-    assert err.startswith("error: ") and "jaxdyn.bench" in err and err.count("\n") == 1
+    assert err.startswith("error: ") and "nope" in err and err.count("\n") == 1
+
+
+def test_bench_standalone_flag(capsys):
+    """``--standalone`` selects jaxdyn-alone timing from a checkout too."""
+    assert cli._harness_dir() is not None
+    rc, out, _ = _run(capsys, "bench", "--standalone", "--help")
+    assert rc == 0 and "--robot ROBOT" in out and "--no-mjx" not in out

@@ -20,13 +20,17 @@ What is measured (see ``benchmarks/README.md`` for how to read the tables):
   optimized HLO entry computation (each is roughly one kernel launch on XLA:CPU), which explains
   most of the batch-1 latency.
 
-Single-threaded by default: ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
-intra_op_parallelism_threads=1"`` is set before JAX creates its CPU backend (``--multi-thread``
-turns this off). Pinocchio, MuJoCo and tqdm are imported lazily: they are not runtime
-dependencies of jaxdyn (``pip install 'jaxdyn[bench]'``).
+Single-threaded by default: the flags of ``benchmarks/_env.py`` (``XLA_FLAGS=
+"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``) are set before JAX
+creates its CPU backend (``--multi-thread`` turns this off). Pinocchio, MuJoCo and tqdm are
+imported lazily: they are not runtime dependencies of jaxdyn (``pip install 'jaxdyn[bench]'``).
 
-Entry points: :func:`main` (``jaxdyn bench ...`` and ``benchmarks/core.py``) and :func:`run`
-(returns the raw results as a dict); :func:`render_markdown` formats them.
+This file lives in the repository's ``benchmarks/`` folder, not in the installed package; it
+imports its neighbour ``_env`` (``benchmarks/`` is on ``sys.path`` when a script there runs, and
+``jaxdyn bench`` puts it there when run from a checkout).
+
+Entry points: :func:`main` (``jaxdyn bench ...`` from a checkout, and ``benchmarks/core.py``)
+and :func:`run` (returns the raw results as a dict); :func:`render_markdown` formats them.
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _env import SINGLE_THREAD_FLAGS, single_threaded
+
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
 #: chunk size for ``jaxdyn.vmap`` (``--chunk``); ``None`` times plain ``jax.vmap``
 CHUNK = None
 
-SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 ALGORITHMS = ("rnea", "crba", "aba", "minv")
 DEFAULT_ROBOTS = ("solo12", "talos_full", "panda")
 DEFAULT_BATCHES = (1, 64, 1024, 8192)
@@ -89,14 +94,12 @@ def configure_threads(single_thread: bool = True) -> str:
     if not single_thread:
         return "multi-threaded (XLA defaults)"
     current = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_multi_thread_eigen" in current:
+    preset = "xla_cpu_multi_thread_eigen" in current
+    single_threaded()  # XLA_FLAGS and OPENBLAS_NUM_THREADS, see benchmarks/_env.py
+    if preset:
         status = f"XLA_FLAGS={current!r} (set before start)"
     else:
-        os.environ["XLA_FLAGS"] = (current + " " + SINGLE_THREAD_FLAGS).strip()
         status = f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
-    # LAPACK-backed ops (Cholesky, triangular solves) run in scipy's OpenBLAS, whose thread
-    # pool stalls for milliseconds on a loaded machine; read when it is first loaded.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if _backend_initialized():
         status += " (WARNING: the JAX backend was already initialised, flags may be ignored)"
     return status
@@ -886,7 +889,7 @@ def render_markdown(res) -> str:
           f"- Threads: {res['threads']}",
           f"- jaxdyn value checks (`eqx.error_if` on quaternion norms): "
           f"{'on (library default)' if res['value_checks'] else 'off'}",
-          f"- Command: `{res.get('command') or 'jaxdyn.bench.run(...)'}`",
+          f"- Command: `{res.get('command') or 'benchmarks/harness.py run(...)'}`",
           f"- Repeats: median of up to {cfg['repeats']} repeats of >= {cfg['min_time'] * 1e3:.0f}"
           f" ms each (fewer, at least 3, when a cell would exceed {cfg['max_time']:g} s); "
           f"total run time {res.get('total_s', 0) / 60:.1f} min", ""]
