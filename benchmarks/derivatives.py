@@ -341,7 +341,8 @@ def render(meta, rows, chain_rows):
           f"- XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'; glibc mallopt (freed buffers "
           f"reused, `--no-mallopt` to disable): {'on' if meta['mallopt'] else 'off'}",
           "- Times are **CPU time of the benchmark process** per sample (median of 5 repeats "
-          ">= 30 ms; 3 when one call exceeds 0.2 s), so time-slicing by other processes on the shared machine does not count; "
+          ">= 30 ms; 3 when one call exceeds 0.2 s), so time-slicing by other processes on the "
+          "shared machine does not count; "
           "ratios to Pinocchio are paired (median of per-repeat ratios, jaxdyn repeat then "
           "Pinocchio repeat). Pinocchio is called from Python (~0.5 us binding overhead per "
           "call), float64 only. B=1: `jax.jit(f)` per call; B>=64: `jax.jit(jaxdyn.vmap(f))` "
@@ -363,15 +364,17 @@ def render(meta, rows, chain_rows):
         L += [f"- {meta['merged']}", ""]
     L += ["- The plot of the finite-difference error against the step (the V) is "
           "`benchmarks/figures/derivatives_fd_step.png`, made by "
-          "`python examples/compare_derivatives.py solo12 benchmarks/figures/derivatives_fd_step.png`"
-          " (error and timing tables: run the example).", ""]
+          "`python examples/compare_derivatives.py solo12 "
+          "benchmarks/figures/derivatives_fd_step.png` (error and timing tables: run the "
+          "example).", ""]
     L += ["### Targets (talos_full, float64, batch 1024, per sample)", "",
           "| target | measured | status |", "|---|---|---|"]
     a, j = cell("talos_full", "ID", "analytic"), cell("talos_full", "ID", "jacfwd")
     if a and j:
         s = j["us"] / a["us"]
         L.append(f"| analytic ID partials >= 3x faster than jacfwd of RNEA | {s:.2f}x "
-                 f"({_fmt(a['us'])} us vs {_fmt(j['us'])} us) | {'PASS' if s >= 3 else '**MISS**'} |")
+                 f"({_fmt(a['us'])} us vs {_fmt(j['us'])} us) | "
+                 f"{'PASS' if s >= 3 else '**MISS**'} |")
     if a:
         L.append(f"| analytic ID partials <= 1.5x Pinocchio computeRNEADerivatives | "
                  f"{a['ratio']:.2f}x ({_fmt(a['us'])} us vs {_fmt(a['pin_us'])} us) | "

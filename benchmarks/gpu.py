@@ -127,10 +127,11 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    import harness as bench
     from jaxdyn import clusters as C
     from jaxdyn.algorithms.aba import aba as plain_aba
     from jaxdyn.clusters import robots as crobots
+
+    import harness as bench
 
     dev = jax.devices()[0]
     res = {"env": bench.environment(), "device": f"{dev.platform}: {dev.device_kind}",

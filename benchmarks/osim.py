@@ -515,7 +515,7 @@ PIN_CASES = {
 
 
 def part_pinocchio(batch, talos_rows, log):
-    md = ["### Against Pinocchio (batch {})".format(batch), "",
+    md = [f"### Against Pinocchio (batch {batch})", "",
           f"jaxdyn's `delassus` (PV-OSIMr, the default) per sample, batched with `{entry_point()}` "
           "(the batched entry point: `jaxdyn.vmap` evaluates `jax.vmap` in chunks so that the "
           "intermediates stay in cache), and with plain `jax.jit(jax.vmap(f))` for comparison, "

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 import jaxdyn
-from jaxdyn import config, robots
+from jaxdyn import config, robots, spatial
 from jaxdyn import derivatives as D
-from jaxdyn import spatial
 
 
 @pytest.fixture(scope="module")

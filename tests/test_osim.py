@@ -499,7 +499,8 @@ def test_packed_inertias():
     packed = np.asarray(inertia.world_inertias_packed(ws))
     assert packed.shape == (model.topo.nb, 21)
     np.testing.assert_allclose(np.asarray(inertia.unpack(packed)), full, rtol=0, atol=1e-14)
-    np.testing.assert_array_equal(np.asarray(inertia.pack(full)), full[:, *np.triu_indices(6)])
+    np.testing.assert_array_equal(np.asarray(inertia.pack(full)),
+                                  full[(slice(None), *np.triu_indices(6))])
 
 
 def test_structure_of_cases():

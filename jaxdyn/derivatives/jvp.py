@@ -38,7 +38,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import joints, spatial
+from .. import config, joints, spatial
+from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
 from ..algorithms import rnea as _rnea
@@ -47,8 +48,6 @@ from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
 from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
-from .._precision import full_precision
-from .. import config
 
 
 def set_analytic_derivatives(enabled: bool) -> None:
