@@ -114,7 +114,7 @@ def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     LU factorisation (the paper's Schur-complement form
     ``lambda = (K H^-1 K^T)^-1 (k - K H^-1 (tau_q - C))`` has the same solution; with jaxlib
     0.10.2 a vmapped program holding two LAPACK factorisations can deadlock on XLA:CPU at
-    large batch sizes, see the issue notes)."""
+    large batch sizes, see ``docs/clusters.md``)."""
     model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "lagrange_fd", q, v, tau,
                                                                "tau", f_ext)
     if any("armature" in g.params for g in model.topo.groups):

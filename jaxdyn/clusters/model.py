@@ -3,7 +3,7 @@
 Reference: M. Chignoli, N. Adrian, S. Kim, P. M. Wensing, "Recursive rigid-body dynamics
 algorithms for systems with kinematic loops" (IEEE T-RO 2024; arXiv:2311.13732), §IV (cluster
 connectivity tree, C-CT) and §V (cluster spatial quantities). Conventions and the checked
-formulas are in ``shared/notes/clusters.md`` of the project.
+formulas are restated in ``docs/clusters.md`` of the repository.
 
 Construction (:func:`build`):
 

@@ -4,8 +4,8 @@ Reference: S. Singh, R. P. Russell, P. M. Wensing, "Efficient Analytical Derivat
 Dynamics Using Spatial Vector Algebra", IEEE RA-L 7(2), 2022 -- Algorithm 1 (IDSVA), the
 closed-form partials Eq. 30 (with respect to ``q``) and Eq. 32 (with respect to ``qd``), the
 auxiliary quantities ``Psid, Psidd`` of Eq. 31 and the body-level Coriolis factor ``B`` of
-Eq. 28. The formulas implemented are the ones of the project's ``shared/notes/idsva.md``
-(checked there against Pinocchio's ``computeRNEADerivatives``):
+Eq. 28. The formulas implemented are those of ``docs/idsva.md`` in the repository (rebuilt from
+the reference codes, checked against Pinocchio's ``computeRNEADerivatives``); in short:
 
 * per coordinate column ``i`` (body ``b``, parent ``λ``), in world coordinates:
   ``Psid_i = v_λ x S_i``, ``Psidd_i = a_λ x S_i + v_λ x Psid_i``, ``Sd_i = v_b x S_i``;

@@ -5,7 +5,7 @@ Same pass as :func:`jaxdyn.algorithms.aba.articulated_inertias` (Featherstone 20
 upper triangle ``(..., 21)``: the world-frame body inertias are written directly in that form
 from ``(m, c, Ic)``, children are summed into parents and ``Ia = IA - U D^-1 U^T`` is updated
 on 21 entries instead of 36. The pass is bound by memory traffic between XLA kernels (see
-``../shared/notes/xla-cpu.md``), so this is the lever; the arithmetic is unchanged.
+``docs/xla-cpu.md`` in the repository), so this is the lever; the arithmetic is unchanged.
 
 Returns the ``(Us, Dinvs)`` that PV-OSIMr, PV-OSIM and EFPA use (``U = IA S^T`` ``(n, 6, k)``,
 ``D^-1`` ``(n, k, k)`` per level and joint group), plus ``None`` for the projected inertias,
