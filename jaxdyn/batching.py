@@ -4,8 +4,8 @@ Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the 
 at batch 1024 one ``nv x nv`` float64 array of talos_full is 20 MB, far beyond the caches, and
 the run becomes bound by memory traffic between XLA kernels (see ``benchmarks/RESULTS.md``).
 :func:`vmap` runs the same vectorised code on chunks of ``chunk_size`` samples in a
-``lax.map`` loop, so intermediates stay in cache; measured 1.5-3x faster per sample for ABA,
-CRBA and Minv on talos_full at batch 1024 (2-core CPU). On GPU prefer ``jax.vmap``.
+``lax.map`` loop, so intermediates stay in cache, which makes ABA, CRBA and Minv on large
+trees faster per sample on the CPU (``benchmarks/RESULTS.md``). On GPU prefer ``jax.vmap``.
 """
 
 from __future__ import annotations

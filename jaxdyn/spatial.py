@@ -41,8 +41,9 @@ def mm(A, B):
     static) contracted dimension.
 
     Each term is an elementwise broadcast product, so XLA fuses the whole product into its
-    neighbours; under ``vmap`` this is several times faster on CPU than a batched ``dot`` of
-    3x3 or 6x6 blocks (measured: forward kinematics of talos_full 4x faster).
+    neighbours; under ``vmap`` on the CPU this beat a batched ``dot`` of 3x3 or 6x6 blocks
+    (``benchmarks/RESULTS.md``, "Design measurements"). Contractions longer than the
+    ``unroll_max`` switch of :mod:`jaxdyn.config` use ``jnp.matmul``.
     """
     k = A.shape[-1]
     if k > _config.get("unroll_max"):
