@@ -239,14 +239,25 @@ def _cmd_bench(rest) -> int:
     d = None if standalone else _harness_dir()
     if d is None:
         return _bench_standalone(rest)
-    import importlib
+    import importlib.util
 
     if str(d) not in sys.path:
         sys.path.insert(0, str(d))  # as when a script of benchmarks/ runs: harness imports _env
+    path = d / "harness.py"
     try:
-        harness = importlib.import_module("harness")
+        harness = sys.modules.get("harness")
+        if harness is None or getattr(harness, "__file__", None) != str(path):
+            # by path: another module named ``harness`` on sys.path must not be picked up
+            spec = importlib.util.spec_from_file_location("harness", path)
+            harness = importlib.util.module_from_spec(spec)
+            sys.modules["harness"] = harness
+            try:
+                spec.loader.exec_module(harness)
+            except BaseException:
+                del sys.modules["harness"]
+                raise
     except ModuleNotFoundError as e:
-        raise UserError(f"jaxdyn bench: the benchmark harness ({d / 'harness.py'}) needs the "
+        raise UserError(f"jaxdyn bench: the benchmark harness ({path}) needs the "
                         f"package {e.name!r}: pip install 'jaxdyn[bench]'") from None
     try:
         rc = harness.main(rest)
