@@ -4,8 +4,8 @@ Reference: S. Singh, R. P. Russell, P. M. Wensing, "Efficient Analytical Derivat
 Dynamics Using Spatial Vector Algebra", IEEE RA-L 7(2), 2022 -- Algorithm 1 (IDSVA), the
 closed-form partials Eq. 30 (with respect to ``q``) and Eq. 32 (with respect to ``qd``), the
 auxiliary quantities ``Psid, Psidd`` of Eq. 31 and the body-level Coriolis factor ``B`` of
-Eq. 28. The formulas implemented are the ones of the project's ``shared/notes/idsva.md``
-(checked there against Pinocchio's ``computeRNEADerivatives``):
+Eq. 28. The formulas implemented (checked against Pinocchio's ``computeRNEADerivatives`` by
+the tests) are:
 
 * per coordinate column ``i`` (body ``b``, parent ``λ``), in world coordinates:
   ``Psid_i = v_λ x S_i``, ``Psidd_i = a_λ x S_i + v_λ x Psid_i``, ``Sd_i = v_b x S_i``;
@@ -112,13 +112,7 @@ def _inertia_apply(m, h, Ibar, x):
 def forward_accumulate_with_parent(topo, incr, root):
     """:func:`jaxdyn.model.tree.forward_accumulate` that also returns each body's parent value
     (``root`` for the bodies at depth 0)."""
-    out, par, prev = [], [], None
-    for lvl in topo.levels:
-        p = tree.gather_parent(prev, lvl, root)
-        prev = p + incr[lvl.b0:lvl.b1]
-        out.append(prev)
-        par.append(p)
-    return jnp.concatenate(out, 0), jnp.concatenate(par, 0)
+    return tree.forward_accumulate(topo, incr, root, with_parent=True)
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).

@@ -229,11 +229,15 @@ def sum_into_parents(x, level, n_parent):
     return y.reshape((n_parent,) + x.shape[1:])
 
 
-def forward_accumulate(topo, incr, root):
-    """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body."""
+def forward_accumulate(topo, incr, root, with_parent: bool = False):
+    """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body.
+
+    With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``
+    for the bodies at depth 0)."""
     def step(lvl, _, prev, inp):
-        cur = gather_parent(prev, lvl, root) + inp[0]
-        return cur, cur
+        par = gather_parent(prev, lvl, root)
+        cur = par + inp[0]
+        return cur, ((cur, par) if with_parent else cur)
 
     return forward_pass(topo, step, (("body", incr),))[1].flat()
 

@@ -4,8 +4,10 @@ Same pass as :func:`jaxdyn.algorithms.aba.articulated_inertias` (Featherstone 20
 7.25-7.34, world coordinates, level by level), but every symmetric 6x6 inertia travels as its
 upper triangle ``(..., 21)``: the world-frame body inertias are written directly in that form
 from ``(m, c, Ic)``, children are summed into parents and ``Ia = IA - U D^-1 U^T`` is updated
-on 21 entries instead of 36. The pass is bound by memory traffic between XLA kernels (see
-``../shared/notes/xla-cpu.md``), so this is the lever; the arithmetic is unchanged.
+on 21 entries instead of 36. On XLA:CPU the pass is bound by the memory traffic between the
+small kernels of each level rather than by arithmetic, so the smaller operands are the lever;
+the arithmetic is unchanged. The levels are walked by :func:`jaxdyn.model.tree.backward_pass`
+(long serial runs by one ``lax.scan``).
 
 Returns the ``(Us, Dinvs)`` that PV-OSIMr, PV-OSIM and EFPA use (``U = IA S^T`` ``(n, 6, k)``,
 ``D^-1`` ``(n, k, k)`` per level and joint group), plus ``None`` for the projected inertias,
@@ -88,20 +90,17 @@ def articulated_inertias_packed(model, S, I21):
 
     ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`.
     """
-    t = model.topo
-    nl = len(t.levels)
-    Us, Dinvs = [None] * nl, [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        IA = I21[lvl.b0:lvl.b1]
+
+    def step(lvl, child, below, inp):
+        IA, Sl = inp
         if below is not None:
-            IA = IA + children_sum(below, t.levels[li + 1], lvl.n)
+            IA = IA + children_sum(below, child, lvl.n)
+        b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
+            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - b0:g.b1 - b0]
             if k == 1:
                 s = Sg[:, 0]
                 # U = IA s, written on the packed entries (36 products, one fusion)
@@ -122,6 +121,7 @@ def articulated_inertias_packed(model, S, I21):
                                                     jnp.swapaxes(U, -1, -2))))
             Ug.append(U)
             Dg.append(Dinv)
-        Us[li], Dinvs[li] = tuple(Ug), tuple(Dg)
-        below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
-    return Us, Dinvs, None
+        return (Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)), (tuple(Ug), tuple(Dg))
+
+    out = tree.backward_pass(model.topo, step, (("body", I21), ("dof", S)))[1]
+    return out.field(0), out.field(1), None
