@@ -31,10 +31,10 @@ from ..algorithms.rnea import check_f_ext, external_forces_world
 from .idsva import idsva_world
 from .._precision import full_precision
 
-#: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Measured on
-#: a 2-core x86 CPU (float64, batch 64, serial chains of 5-100 bodies, ``benchmarks/RESULTS.md``):
-#: AZA was 1.1-1.4x slower than DMM from 35 to 100 coordinates (DMM's ``nv^3`` product is one
-#: fat kernel, AZA's sweeps are many small ones), so the switch lies beyond the sweep.
+#: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. On CPU
+#: (float64, batched serial chains of up to 100 bodies, ``benchmarks/derivatives.py``) AZA
+#: stayed slower than DMM throughout (DMM's ``nv^3`` product is one fat kernel, AZA's sweeps
+#: are many small ones), so the switch lies beyond the measured range.
 AZA_MIN_NV = 128
 
 METHODS = ("auto", "dmm", "aza")

@@ -116,9 +116,9 @@ def forward_accumulate_with_parent(topo, incr, root):
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).
-#: Measured on a 2-core x86 CPU (float64, solo12 and talos_full): 1 block is fastest both at
-#: batch 1 (fewer kernels: 2-3x faster than 4 blocks on solo12) and at batch 1024 (5-20 %);
-#: more blocks save flops only on deep trees with many coordinates.
+#: On CPU (float64, solo12 and talos_full) 1 block is fastest both for a single sample
+#: (fewer kernels) and batched; more blocks save flops only on deep trees with many
+#: coordinates.
 PRODUCT_BLOCKS = 1
 
 

@@ -3,7 +3,8 @@
 Same pass as :func:`jaxdyn.algorithms.aba.articulated_inertias` (Featherstone 2008, eqs.
 7.25-7.34, world coordinates, level by level), but every symmetric 6x6 inertia travels as its
 upper triangle ``(..., 21)``: the world-frame body inertias are written directly in that form
-from ``(m, c, Ic)``, children are summed into parents and ``Ia = IA - U D^-1 U^T`` is updated
+from ``(m, c, Ic)``, children are summed into parents (by static gathers,
+:func:`jaxdyn.model.tree.sum_into_parents_gathered`) and ``Ia = IA - U D^-1 U^T`` is updated
 on 21 entries instead of 36. On XLA:CPU the pass is bound by the memory traffic between the
 small kernels of each level rather than by arithmetic, so the smaller operands are the lever;
 the arithmetic is unchanged. The levels are walked by :func:`jaxdyn.model.tree.backward_pass`
@@ -58,33 +59,6 @@ def world_inertias_packed(ws):
     return jnp.stack([e[int(i), int(j)] for i, j in zip(_IU, _JU)], -1)
 
 
-def children_sum(below, child_level, n_parent):
-    """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
-    parents, as a sum of static gathers (child slot ``k`` of every parent, a zero row where a
-    parent has fewer children): these fuse with the consumer, where the incidence-matrix dot
-    of :func:`jaxdyn.model.tree.sum_into_parents` is a kernel of its own."""
-    idx = child_level.parent_local
-    n = len(idx)
-    if n == n_parent and np.array_equal(idx, np.arange(n)):
-        return below
-    slots = [[] for _ in range(n_parent)]
-    for c, p in enumerate(idx):
-        slots[p].append(c)
-    kmax = max(len(s) for s in slots)
-    if n_parent * kmax > 4 * n:  # a few parents with many children: the dot is cheaper
-        return tree.sum_into_parents(below, child_level, n_parent)
-    ext = jnp.concatenate([below, jnp.zeros((1,) + below.shape[1:], below.dtype)], 0)
-    out = None
-    for k in range(kmax):
-        sel = np.asarray([s[k] if k < len(s) else n for s in slots], np.int64)
-        if np.array_equal(sel, np.arange(n_parent)) and n_parent <= n:
-            term = below[:n_parent]
-        else:
-            term = ext[sel]
-        out = term if out is None else out + term
-    return out
-
-
 def articulated_inertias_packed(model, S, I21):
     """Backward articulated-inertia pass on packed inertias; returns ``(Us, Dinvs, None)``.
 
@@ -94,7 +68,7 @@ def articulated_inertias_packed(model, S, I21):
     def step(lvl, child, below, inp):
         IA, Sl = inp
         if below is not None:
-            IA = IA + children_sum(below, child, lvl.n)
+            IA = IA + tree.sum_into_parents_gathered(below, child, lvl.n)
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:

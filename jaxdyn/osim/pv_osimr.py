@@ -38,16 +38,16 @@ that depth are kept by a static mask; the upper triangle is mirrored. This is ``
 flops (``T``: the number of N-depths on the chains, independent of the number of links, so
 the flat cost in the stem length of the paper's Fig. 3 is kept) instead of the
 ``m (m + 1) / 2`` pair products of eq. (17), but it has no scalar gathers: gathering the
-chain vectors per pair, and the assembled triangle into the matrix, cost ~4 us per sample on
-talos_full (m = 24) under ``vmap`` and made PV-OSIMr slower than PV-OSIM on every talos case.
+chain vectors per pair, and the assembled triangle into the matrix, dominated the batched
+cost on talos_full (m = 24) and made PV-OSIMr slower than PV-OSIM on every talos case.
 Above ``PAIR_M`` rows the assembly switches back to those exact pair products (one gather
 per pair, then the mirrored triangle), where the ``O(m^2 T)`` Gram blocks would dominate the
 flop count (the scaling mechanism with 7-10 branches, m = 84-120). Likewise the node tables
 are built by concatenation and block gathers (not scatters), and only the segment tops are
-read from the per-level sweep blocks. Measured (batch 1024, chunked vmap, min time): at
-most as fast as PV-OSIM on the talos_full cases and hands (b), (c) (ratios 0.88-1.05 run to
-run), still 5-13 % slower on the fixed hand alone (a) and on (d) (m = 42, four N-depths: the
-Gram blocks and the rows carried at every depth cost more than PV-OSIM's per-level updates).
+read from the per-level sweep blocks. Batched, this is about as fast as PV-OSIM on the
+talos_full cases and on humanoids with hands, still somewhat slower on a fixed hand alone and
+when many rows span several N-depths (the Gram blocks and the rows carried at every depth then
+cost more than PV-OSIM's per-level updates; ``benchmarks/osim.py`` has the figures).
 
 The rows ``k_r`` of the constraints act on world-origin spatial accelerations
 (:func:`jaxdyn.constraints.rows_from_placements`).
