@@ -10,6 +10,14 @@ snake -- are not unrolled: :func:`forward_pass` / :func:`backward_pass` evaluate
 longer grows with the chain's length. A run qualifies when at least :data:`MIN_SCAN_RUN`
 consecutive levels have the same bodies-per-group layout and, after its first level, the same
 ``parent_local``; shorter runs stay unrolled (XLA fuses across unrolled levels).
+
+Every level pass of the (unclustered) algorithms goes through :func:`forward_pass` /
+:func:`backward_pass`: kinematics, the velocity / acceleration accumulations of RNEA and IDSVA
+(:func:`forward_accumulate`), the composite sums of RNEA and CRBA (:func:`backward_accumulate`),
+the articulated-inertia pass and the two ABA sweeps (:mod:`jaxdyn.algorithms.aba`, which
+``minv`` and AZA call with unit / given torques) and the packed articulated inertias of
+:mod:`jaxdyn.osim.inertia`. The parent/child helpers (:func:`gather_parent`,
+:func:`sum_into_parents`, :func:`sum_into_parents_gathered`) live here too.
 """
 
 from __future__ import annotations
