@@ -109,13 +109,13 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             k = joints.NV[g.kind]
             s = slice(g.b0 - b0, g.b1 - b0)
             U, Dinv = U_l[gi], D_l[gi]
-            u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
             if p is None:
+                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
                 pa_g = mm(U, mm(Dinv, u))
             else:
                 Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
                 pg = p[s]
-                u = u - mm(Sg, pg)
+                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))
             ug.append(u)
             if cl is not None:
@@ -146,12 +146,13 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             U, Dinv, u = U_l[gi], D_l[gi], u_l[gi]
             if a is None:
                 qdd = mm(Dinv, u)
+                qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
                 parts.append(mm(jnp.swapaxes(Sg, -1, -2), qdd))
             else:
                 ag = a[g.b0 - b0:g.b1 - b0]
                 qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
+                qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
                 parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
-            qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
         acc = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
         return acc, (qdds[0] if len(qdds) == 1 else jnp.concatenate(qdds, 0), acc)
 
