@@ -5,7 +5,8 @@ level passes (kinematics, velocity/acceleration accumulation, ABA's articulated 
 sweeps, CRBA's composite inertias, RNEA's force sweep) scan them. Checks against Pinocchio on
 chains that take that path -- a fixed-base chain of revolute/prismatic joints, a floating chain
 of spherical joints, three parallel fingers (a run of width 3) -- plus the unrolled evaluation
-of the same functions, and ``jax.grad`` through the scan.
+of the same functions, and ``jax.grad`` through the scan. Long chains (20 and 40 links) check
+that every pass traces to a program whose size does not grow with the chain.
 """
 
 from __future__ import annotations
@@ -108,3 +109,96 @@ def test_scan_equals_unrolled_and_grad(monkeypatch):
                           ("qdd0", "Bhat", "M", "grad")):
         assert_close(a, b, RTOL64, err_msg=what)
     assert np.max(np.abs(scanned[2])) > 1e-3
+
+
+# ------------------------------------------------- every pass scans: jaxpr size independent of n
+
+
+def _eqn_count(jaxpr):
+    """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies, custom rules) included."""
+    from jax.extend import core as jcore
+
+    return sum(1 + sum(_eqn_count(sub) for sub in jcore.jaxprs_in_params(e.params))
+               for e in jaxpr.eqns)
+
+
+def _long_chain(n):
+    return jaxdyn.load_urdf(_chain(n, 4, ("revolute", "prismatic")), floating_base=False)
+
+
+def _chain_fns(model):
+    """Every level pass of the unclustered algorithms, behind one ``(q, v)`` signature."""
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.osim import inertia as osi
+
+    def packed(q):
+        ws = kin.world_state(model, q, centered=True)
+        Us, Ds, _ = osi.articulated_inertias_packed(model, ws.S, osi.world_inertias_packed(ws))
+        return Us.flat(), Ds.flat()
+
+    def aza(q, v):
+        ws = kin.world_state(model, q, centered=True)
+        inertias = jaxdyn.algorithms.aba.articulated_inertias(
+            model, ws.S, jaxdyn.algorithms.aba.world_inertia_matrices(ws))
+        return jaxdyn.derivatives.fd.aza(model, ws.S, inertias, jnp.stack([v, 2 * v + 1], 1))
+
+    return {
+        "forward_kinematics": lambda q, v: jaxdyn.forward_kinematics(model, q),
+        "rnea": lambda q, v: jaxdyn.rnea(model, q, v, v),
+        "crba": lambda q, v: jaxdyn.crba(model, q),
+        "aba": lambda q, v: jaxdyn.aba(model, q, v, v),
+        "minv": lambda q, v: jaxdyn.minv(model, q),
+        "aza": aza,
+        "aba_derivatives_aza": lambda q, v: jaxdyn.aba_derivatives(model, q, v, v, method="aza"),
+        "rnea_derivatives": lambda q, v: jaxdyn.rnea_derivatives(model, q, v, v),
+        "articulated_inertias_packed": lambda q, v: packed(q),
+    }
+
+
+def _sizes(n):
+    model = _long_chain(n)
+    z = jnp.zeros(model.nv)
+    assert tree.segments(model.topo) == ((0, n),), tree.segments(model.topo)
+    out = {}
+    for k, f in _chain_fns(model).items():
+        jp = jax.make_jaxpr(f)(z, z).jaxpr
+        out[k] = _eqn_count(jp)
+    return out
+
+
+def test_long_chain_passes_compile_to_scan(monkeypatch):
+    """The traced program of every pass is the same size for 20 and 40 links (the chain is one
+    ``lax.scan`` run); with scans switched off it grows with the chain (the check can fail)."""
+    s20, s40 = _sizes(20), _sizes(40)
+    assert s20 == s40, {k: (s20[k], s40[k]) for k in s20 if s20[k] != s40[k]}
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10 ** 6)
+    u20, u40 = _sizes_unrolled(20), _sizes_unrolled(40)
+    for k in s20:
+        assert u40[k] > u20[k], k
+
+
+def _sizes_unrolled(n):
+    model = _long_chain(n)
+    z = jnp.zeros(model.nv)
+    assert all(lb - la == 1 for la, lb in tree.segments(model.topo))
+    return {k: _eqn_count(jax.make_jaxpr(f)(z, z).jaxpr) for k, f in _chain_fns(model).items()}
+
+
+def test_long_chain_scan_equals_unrolled(monkeypatch):
+    """A 20-link chain: every pass scanned agrees with the unrolled evaluation; ``minv`` is
+    also checked against ``inv(crba)`` and AZA against ``minv @ u`` (independent routes)."""
+    model = _long_chain(20)
+    rng = np.random.default_rng(5)
+    q = jnp.asarray(rng.uniform(-1, 1, model.nq))
+    v = jnp.asarray(rng.normal(size=model.nv))
+    fns = _chain_fns(model)
+    scanned = {k: jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v)) for k, f in fns.items()}
+    M, Minv = scanned["crba"], scanned["minv"]
+    assert_close(Minv @ M, np.eye(model.nv), RTOL64, err_msg="minv @ crba")
+    assert_close(scanned["aza"], Minv @ np.stack([v, 2 * v + 1], 1), RTOL64, err_msg="aza")
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10 ** 6)
+    fns = _chain_fns(model)
+    for k, f in fns.items():
+        unrolled = jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v))
+        for a, b in zip(jax.tree_util.tree_leaves(scanned[k]), jax.tree_util.tree_leaves(unrolled)):
+            assert_close(a, b, RTOL64, err_msg=k)

@@ -65,60 +65,112 @@ def articulated_inertias(model, S, I6):
     return out.field(0), out.field(1), out.field(2)
 
 
-def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
-    """ABA with ``r`` right-hand sides.
+def column_widths(topo):
+    """Per level, the number of trailing columns of the unit-torque sweeps (:func:`sweeps`
+    with per-level torques, :mod:`jaxdyn.algorithms.minv`): ``nv - v0`` with ``v0`` the first
+    coordinate of the level's segment (:func:`jaxdyn.model.tree.segments`). An unrolled level
+    keeps its own ``nv - v0_l``; the levels of a scanned run share the width of the run's first
+    level, so that the scan's carry has one shape."""
+    w = [0] * len(topo.levels)
+    for la, lb in tree.segments(topo):
+        for li in range(la, lb):
+            w[li] = topo.nv - tree.level_v0(topo.levels[la])
+    return w
 
-    ``pA (nb, 6, r)`` body bias forces, ``c (nb, 6)`` or ``None`` velocity-product
-    accelerations, ``tau (nv, r)``, ``a0 (6, r)`` root acceleration. ``inertias`` may pass a
-    precomputed :func:`articulated_inertias`. Returns ``(qdd (nv, r), a (nb, 6, r))``.
+
+def sweeps(model, S, inertias, pA, c, tau, a0):
+    """The two ABA sweeps after the articulated inertias (Featherstone 2008, Alg. 7.1, passes
+    2-3): articulated bias forces inwards, accelerations outwards, on ``r`` columns at once.
+
+    ``inertias`` from :func:`articulated_inertias`; ``pA (nb, 6, r)`` body bias forces or
+    ``None`` (zero), ``c (nb, 6)`` velocity-product accelerations or ``None``, ``a0 (6, r)``
+    root acceleration or ``None`` (zero). ``tau`` is ``(nv, r)``, or a
+    :class:`~jaxdyn.model.tree.LevelSeq` of per-level torques ``(nv_l, w_l)`` on the trailing
+    ``w_l`` columns (:func:`column_widths`): a level's bias forces are then zero-padded in front
+    up to its width, and the parent accelerations cut to it (the columns a subtree cannot
+    reach). Returns the :class:`~jaxdyn.model.tree.LevelSeq` of per-level ``(qdd, a)``.
     """
     t = model.topo
-    Us, Dinvs, Ias = inertias if inertias is not None else articulated_inertias(model, S, I6)
-    Us, Dinvs, Ias = (tree.LevelSeq.of(x) for x in (Us, Dinvs, Ias))
+    Us, Dinvs, Ias = (None if x is None else tree.LevelSeq.of(x) for x in inertias)
+    tau_in = ("level", tau) if isinstance(tau, tree.LevelSeq) else ("dof", tau)
 
     def back(lvl, child, below, inp):
         pl, taul, Sl, cl, U_l, D_l, Ia_l = inp
-        p = pl if below is None else pl + tree.sum_into_parents(below, child, lvl.n)
+        p = pl
+        if below is not None:
+            pb = tree.sum_into_parents(below, child, lvl.n)
+            pad = taul.shape[-1] - pb.shape[-1]
+            if pad:
+                pb = jnp.concatenate([jnp.zeros(pb.shape[:-1] + (pad,), pb.dtype), pb], -1)
+            p = pb if p is None else p + pb
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         ug, pa = [], []
         for gi, g in enumerate(lvl.groups):
             k = joints.NV[g.kind]
             s = slice(g.b0 - b0, g.b1 - b0)
-            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
-            U, Dinv, pg = U_l[gi], D_l[gi], p[s]
-            u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
+            U, Dinv = U_l[gi], D_l[gi]
+            if p is None:
+                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
+                pa_g = mm(U, mm(Dinv, u))
+            else:
+                Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+                pg = p[s]
+                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
+                pa_g = pg + mm(U, mm(Dinv, u))
             ug.append(u)
-            pa_g = pg + mm(U, mm(Dinv, u))
             if cl is not None:
                 pa_g = pa_g + mm(Ia_l[gi], cl[s, :, None])
             pa.append(pa_g)
         return (pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)), tuple(ug)
 
-    _, us = tree.backward_pass(t, back, (("body", pA), ("dof", tau), ("dof", S), ("body", c),
+    _, us = tree.backward_pass(t, back, (("body", pA), tau_in, ("dof", S), ("body", c),
                                          ("level", Us), ("level", Dinvs),
                                          ("level", Ias if c is not None else None)))
 
     def fwd(lvl, _, prev, inp):
         Sl, cl, U_l, D_l, u_l = inp
-        a = tree.gather_parent(prev, lvl, a0)
+        if prev is None:
+            a = None if a0 is None else jnp.broadcast_to(a0, (lvl.n,) + a0.shape)
+        else:
+            a = tree.gather_parent(prev, lvl, None)
+            w = u_l[0].shape[-1]
+            if a.shape[-1] > w:
+                a = a[..., a.shape[-1] - w:]
         if cl is not None:
-            a = a + cl[..., None]
+            a = cl[..., None] if a is None else a + cl[..., None]
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         qdds, parts = [], []
         for gi, g in enumerate(lvl.groups):
             k = joints.NV[g.kind]
             Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
             U, Dinv, u = U_l[gi], D_l[gi], u_l[gi]
-            ag = a[g.b0 - b0:g.b1 - b0]
-            qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
-            qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
-            parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
+            if a is None:
+                qdd = mm(Dinv, u)
+                qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
+                parts.append(mm(jnp.swapaxes(Sg, -1, -2), qdd))
+            else:
+                ag = a[g.b0 - b0:g.b1 - b0]
+                qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
+                qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
+                parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
         acc = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
         return acc, (qdds[0] if len(qdds) == 1 else jnp.concatenate(qdds, 0), acc)
 
-    _, out = tree.forward_pass(t, fwd, (("dof", S), ("body", c), ("level", Us),
-                                        ("level", Dinvs), ("level", us)))
-    return out.flat()
+    return tree.forward_pass(t, fwd, (("dof", S), ("body", c), ("level", Us),
+                                      ("level", Dinvs), ("level", us)))[1]
+
+
+def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
+    """ABA with ``r`` right-hand sides.
+
+    ``pA (nb, 6, r)`` body bias forces or ``None`` (zero), ``c (nb, 6)`` or ``None``
+    velocity-product accelerations, ``tau (nv, r)``, ``a0 (6, r)`` root acceleration or
+    ``None`` (zero). ``inertias`` may pass a precomputed :func:`articulated_inertias` (then
+    ``I6`` is not used). Returns ``(qdd (nv, r), a (nb, 6, r))``.
+    """
+    if inertias is None:
+        inertias = articulated_inertias(model, S, I6)
+    return sweeps(model, S, inertias, pA, c, tau, a0).flat()
 
 
 def world_inertia_matrices(ws):

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, joints, spatial
+from .. import _checks, spatial
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_passes, articulated_inertias, world_inertia_matrices
+from ..algorithms.aba import aba_passes, articulated_inertias, sweeps, world_inertia_matrices
 from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
-from ..model import tree
-from ..spatial import mm
 from .idsva import idsva_world
 from .._precision import full_precision
 
@@ -62,47 +60,7 @@ def aza(model, S, inertias, u):
     (``U``, ``D^-1`` per level and group); only the bias sweep (articulated forces ``pA``) and
     the acceleration sweep run, on the ``r`` columns at once. Linear in ``u``.
     """
-    t = model.topo
-    nl = len(t.levels)
-    Us, Dinvs = inertias[0], inertias[1]
-    us = [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        p = None if below is None else tree.sum_into_parents(below, t.levels[li + 1], lvl.n)
-        ug, pa = [], []
-        for gi, g in enumerate(lvl.groups):
-            k = joints.NV[g.kind]
-            U, Dinv = Us[li][gi], Dinvs[li][gi]
-            ut = u[g.v0:g.v1].reshape((g.n, k) + u.shape[1:])
-            if p is not None:
-                Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-                pg = p[g.b0 - lvl.b0:g.b1 - lvl.b0]
-                ut = ut - mm(Sg, pg)
-                pa.append(pg + mm(U, mm(Dinv, ut)))
-            else:
-                pa.append(mm(U, mm(Dinv, ut)))
-            ug.append(ut)
-        us[li] = ug
-        below = pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)
-    out, prev = [], None
-    for li, lvl in enumerate(t.levels):
-        a = None if prev is None else tree.gather_parent(prev, lvl, None)
-        parts = []
-        for gi, g in enumerate(lvl.groups):
-            k = joints.NV[g.kind]
-            U, Dinv, ut = Us[li][gi], Dinvs[li][gi], us[li][gi]
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            if a is None:
-                qdd = mm(Dinv, ut)
-                parts.append(mm(jnp.swapaxes(Sg, -1, -2), qdd))
-            else:
-                ag = a[g.b0 - lvl.b0:g.b1 - lvl.b0]
-                qdd = mm(Dinv, ut - mm(jnp.swapaxes(U, -1, -2), ag))
-                parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
-            out.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
-        prev = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
-    return jnp.concatenate(out, 0)
+    return sweeps(model, S, inertias, None, None, u, None).field(0).flat()
 
 
 def forward_dynamics_world(model, ws, qd, tau, f_ext=None):

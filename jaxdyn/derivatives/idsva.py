@@ -112,13 +112,7 @@ def _inertia_apply(m, h, Ibar, x):
 def forward_accumulate_with_parent(topo, incr, root):
     """:func:`jaxdyn.model.tree.forward_accumulate` that also returns each body's parent value
     (``root`` for the bodies at depth 0)."""
-    out, par, prev = [], [], None
-    for lvl in topo.levels:
-        p = tree.gather_parent(prev, lvl, root)
-        prev = p + incr[lvl.b0:lvl.b1]
-        out.append(prev)
-        par.append(p)
-    return jnp.concatenate(out, 0), jnp.concatenate(par, 0)
+    return tree.forward_accumulate(topo, incr, root, with_parent=True)
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).

@@ -10,6 +10,14 @@ snake -- are not unrolled: :func:`forward_pass` / :func:`backward_pass` evaluate
 longer grows with the chain's length. A run qualifies when at least :data:`MIN_SCAN_RUN`
 consecutive levels have the same bodies-per-group layout and, after its first level, the same
 ``parent_local``; shorter runs stay unrolled (XLA fuses across unrolled levels).
+
+Every level pass of the (unclustered) algorithms goes through :func:`forward_pass` /
+:func:`backward_pass`: kinematics, the velocity / acceleration accumulations of RNEA and IDSVA
+(:func:`forward_accumulate`), the composite sums of RNEA and CRBA (:func:`backward_accumulate`),
+the articulated-inertia pass and the two ABA sweeps (:mod:`jaxdyn.algorithms.aba`, which
+``minv`` and AZA call with unit / given torques) and the packed articulated inertias of
+:mod:`jaxdyn.osim.inertia`. The parent/child helpers (:func:`gather_parent`,
+:func:`sum_into_parents`, :func:`sum_into_parents_gathered`) live here too.
 """
 
 from __future__ import annotations
@@ -229,11 +237,43 @@ def sum_into_parents(x, level, n_parent):
     return y.reshape((n_parent,) + x.shape[1:])
 
 
-def forward_accumulate(topo, incr, root):
-    """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body."""
+def sum_into_parents_gathered(below, child_level, n_parent):
+    """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
+    parents, as a sum of static gathers (child slot ``k`` of every parent, a zero row where a
+    parent has fewer children): these fuse with the consumer, where the incidence-matrix dot
+    of :func:`sum_into_parents` is a kernel of its own (the packed articulated inertias of
+    :mod:`jaxdyn.osim.inertia` use it)."""
+    idx = child_level.parent_local
+    n = len(idx)
+    if n == n_parent and np.array_equal(idx, np.arange(n)):
+        return below
+    slots = [[] for _ in range(n_parent)]
+    for c, p in enumerate(idx):
+        slots[p].append(c)
+    kmax = max(len(s) for s in slots)
+    if n_parent * kmax > 4 * n:  # a few parents with many children: the dot is cheaper
+        return sum_into_parents(below, child_level, n_parent)
+    ext = jnp.concatenate([below, jnp.zeros((1,) + below.shape[1:], below.dtype)], 0)
+    out = None
+    for k in range(kmax):
+        sel = np.asarray([s[k] if k < len(s) else n for s in slots], np.int64)
+        if np.array_equal(sel, np.arange(n_parent)) and n_parent <= n:
+            term = below[:n_parent]
+        else:
+            term = ext[sel]
+        out = term if out is None else out + term
+    return out
+
+
+def forward_accumulate(topo, incr, root, with_parent: bool = False):
+    """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body.
+
+    With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``
+    for the bodies at depth 0)."""
     def step(lvl, _, prev, inp):
-        cur = gather_parent(prev, lvl, root) + inp[0]
-        return cur, cur
+        par = gather_parent(prev, lvl, root)
+        cur = par + inp[0]
+        return cur, ((cur, par) if with_parent else cur)
 
     return forward_pass(topo, step, (("body", incr),))[1].flat()
 

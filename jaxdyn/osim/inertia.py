@@ -3,9 +3,12 @@
 Same pass as :func:`jaxdyn.algorithms.aba.articulated_inertias` (Featherstone 2008, eqs.
 7.25-7.34, world coordinates, level by level), but every symmetric 6x6 inertia travels as its
 upper triangle ``(..., 21)``: the world-frame body inertias are written directly in that form
-from ``(m, c, Ic)``, children are summed into parents and ``Ia = IA - U D^-1 U^T`` is updated
-on 21 entries instead of 36. The pass is bound by memory traffic between XLA kernels (see
-``docs/xla-cpu.md`` in the repository), so this is the lever; the arithmetic is unchanged.
+from ``(m, c, Ic)``, children are summed into parents (by static gathers,
+:func:`jaxdyn.model.tree.sum_into_parents_gathered`) and ``Ia = IA - U D^-1 U^T`` is updated
+on 21 entries instead of 36. On XLA:CPU the pass is bound by the memory traffic between the
+small kernels of each level rather than by arithmetic, so the smaller operands are the lever;
+the arithmetic is unchanged. The levels are walked by :func:`jaxdyn.model.tree.backward_pass`
+(long serial runs by one ``lax.scan``).
 
 Returns the ``(Us, Dinvs)`` that PV-OSIMr, PV-OSIM and EFPA use (``U = IA S^T`` ``(n, 6, k)``,
 ``D^-1`` ``(n, k, k)`` per level and joint group), plus ``None`` for the projected inertias,
@@ -56,52 +59,22 @@ def world_inertias_packed(ws):
     return jnp.stack([e[int(i), int(j)] for i, j in zip(_IU, _JU)], -1)
 
 
-def children_sum(below, child_level, n_parent):
-    """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
-    parents, as a sum of static gathers (child slot ``k`` of every parent, a zero row where a
-    parent has fewer children): these fuse with the consumer, where the incidence-matrix dot
-    of :func:`jaxdyn.model.tree.sum_into_parents` is a kernel of its own."""
-    idx = child_level.parent_local
-    n = len(idx)
-    if n == n_parent and np.array_equal(idx, np.arange(n)):
-        return below
-    slots = [[] for _ in range(n_parent)]
-    for c, p in enumerate(idx):
-        slots[p].append(c)
-    kmax = max(len(s) for s in slots)
-    if n_parent * kmax > 4 * n:  # a few parents with many children: the dot is cheaper
-        return tree.sum_into_parents(below, child_level, n_parent)
-    ext = jnp.concatenate([below, jnp.zeros((1,) + below.shape[1:], below.dtype)], 0)
-    out = None
-    for k in range(kmax):
-        sel = np.asarray([s[k] if k < len(s) else n for s in slots], np.int64)
-        if np.array_equal(sel, np.arange(n_parent)) and n_parent <= n:
-            term = below[:n_parent]
-        else:
-            term = ext[sel]
-        out = term if out is None else out + term
-    return out
-
-
 def articulated_inertias_packed(model, S, I21):
     """Backward articulated-inertia pass on packed inertias; returns ``(Us, Dinvs, None)``.
 
     ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`.
     """
-    t = model.topo
-    nl = len(t.levels)
-    Us, Dinvs = [None] * nl, [None] * nl
-    below = None
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
-        IA = I21[lvl.b0:lvl.b1]
+
+    def step(lvl, child, below, inp):
+        IA, Sl = inp
         if below is not None:
-            IA = IA + children_sum(below, t.levels[li + 1], lvl.n)
+            IA = IA + tree.sum_into_parents_gathered(below, child, lvl.n)
+        b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - lvl.b0:g.b1 - lvl.b0]
+            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - b0:g.b1 - b0]
             if k == 1:
                 s = Sg[:, 0]
                 # U = IA s, written on the packed entries (36 products, one fusion)
@@ -122,6 +95,7 @@ def articulated_inertias_packed(model, S, I21):
                                                     jnp.swapaxes(U, -1, -2))))
             Ug.append(U)
             Dg.append(Dinv)
-        Us[li], Dinvs[li] = tuple(Ug), tuple(Dg)
-        below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
-    return Us, Dinvs, None
+        return (Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)), (tuple(Ug), tuple(Dg))
+
+    out = tree.backward_pass(model.topo, step, (("body", I21), ("dof", S)))[1]
+    return out.field(0), out.field(1), None
