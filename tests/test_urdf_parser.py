@@ -491,3 +491,43 @@ def test_malformed_position_counts_stripped_leading_whitespace():
         parse_urdf('\n\n  <robot name="r">\n</rob>')
     with pytest.raises(ValueError, match=r"malformed XML at line 1, column 36: mismatched tag"):
         parse_urdf('  <robot name="r"><link name="a"></robot>')
+
+
+def _chain_urdf(n):
+    inert = (
+        '<inertial><mass value="1"/>'
+        '<inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial>'
+    )
+    parts = [f'<robot name="chain"><link name="l0">{inert}</link>']
+    for i in range(1, n):
+        parts.append(
+            f'<link name="l{i}">{inert}</link><joint name="j{i}" type="revolute">'
+            f'<parent link="l{i - 1}"/><child link="l{i}"/><origin xyz="0 0 0.1"/>'
+            '<axis xyz="0 0 1"/></joint>'
+        )
+    return "".join(parts) + "</robot>"
+
+
+def test_deep_chain_builds_without_recursion():
+    """A chain deeper than Python's recursion limit loads (the tree walk uses an explicit stack)
+    and leaves the interpreter's recursion limit alone."""
+    import sys
+
+    from jaxdyn.model.build import build_model
+
+    limit = sys.getrecursionlimit()
+    n = limit + 200
+    model = build_model(parse_urdf(_chain_urdf(n)))
+    assert sys.getrecursionlimit() == limit
+    assert model.nv == n - 1
+    assert list(model.topo.parent[:3]) == [-1, 0, 1]
+    assert int(model.topo.depth.max()) == n - 2
+    assert model.topo.frame_names[:2] == ("l0", "l1")
+    assert model.topo.support[5, 0] and not model.topo.support[0, 5]
+
+
+def test_duplicate_name_far_apart_detected():
+    """Duplicate checks are set lookups (linear loading) and still catch the last duplicate."""
+    text = _chain_urdf(400).replace("</robot>", '<link name="l3"/></robot>')
+    with pytest.raises(ValueError, match='link name="l3".*duplicate'):
+        parse_urdf(text)

@@ -69,35 +69,37 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     else:
         link_body[root] = (-1, ident)
 
-    def visit(lname):
-        body, T = link_body[lname]
-        for j in children[lname]:
-            Tj = _compose(T, (rpy_to_matrix(j.rpy), np.asarray(j.xyz, float)))
-            if j.type == "fixed":
-                link_body[j.child] = (body, Tj)
-                joint_frames.append((j.name, body, Tj))
-            else:
-                if j.type not in _KIND:
-                    raise ValueError(f"URDF <joint name={j.name!r}>: unsupported joint type "
-                                     f"{j.type!r}")
-                # <mimic> couplings belong to the cluster models (kinematic loops); on a plain
-                # tree the joint stays independent, as in Pinocchio's default.
-                kind = _KIND[j.type]
-                axis = np.asarray(j.axis, float)
-                if j.type == "prismatic":
-                    ax6 = np.concatenate([np.zeros(3), axis])
-                else:
-                    ax6 = np.concatenate([axis, np.zeros(3)])
-                bodies.append(dict(link=j.child, joint=j.name, kind=kind, parent=body, X=Tj,
-                                   axis=ax6))
-                link_body[j.child] = (len(bodies) - 1, ident)
-                joint_frames.append((j.name, len(bodies) - 1, ident))
-            visit(j.child)
+    def add(j):
+        """Record joint ``j`` (its parent link is placed already) and place its child link."""
+        body, T = link_body[j.parent]
+        Tj = _compose(T, (rpy_to_matrix(j.rpy), np.asarray(j.xyz, float)))
+        if j.type == "fixed":
+            link_body[j.child] = (body, Tj)
+            joint_frames.append((j.name, body, Tj))
+            return
+        if j.type not in _KIND:
+            raise ValueError(f"URDF <joint name={j.name!r}>: unsupported joint type {j.type!r}")
+        # <mimic> couplings belong to the cluster models (kinematic loops); on a plain tree the
+        # joint stays independent, as in Pinocchio's default.
+        kind = _KIND[j.type]
+        axis = np.asarray(j.axis, float)
+        if j.type == "prismatic":
+            ax6 = np.concatenate([np.zeros(3), axis])
+        else:
+            ax6 = np.concatenate([axis, np.zeros(3)])
+        bodies.append(dict(link=j.child, joint=j.name, kind=kind, parent=body, X=Tj, axis=ax6))
+        link_body[j.child] = (len(bodies) - 1, ident)
+        joint_frames.append((j.name, len(bodies) - 1, ident))
 
-    import sys
-
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * len(robot.links) + 100))
-    visit(root)
+    # Pre-order depth-first walk with an explicit stack (no recursion: trees of any depth).
+    stack = [iter(children[root])]
+    while stack:
+        j = next(stack[-1], None)
+        if j is None:
+            stack.pop()
+            continue
+        add(j)
+        stack.append(iter(children[j.child]))
     if len(bodies) == 0:
         raise ValueError(f"URDF <robot name={robot.name!r}>: no moving joint; nothing to simulate "
                          "(use floating_base=True for a single free body)")
@@ -107,9 +109,11 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     depth = []
     for b in bodies:
         depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
+    by_depth = [[] for _ in range(max(depth) + 1)]
+    for i, d in enumerate(depth):
+        by_depth[d].append(i)
     order, new_index = [], {}
-    for d in range(max(depth) + 1):
-        at_d = [i for i in range(len(bodies)) if depth[i] == d]
+    for at_d in by_depth:
         at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
         for i in at_d:
             new_index[i] = len(order)
@@ -155,18 +159,21 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
 
     # frames: every link, then every joint whose name is not already a frame
     frame_names, frame_parent, frame_R, frame_p = [], [], [], []
+    frame_set: set[str] = set()
     for l in robot.links:
         b, (R, p) = link_body.get(l.name, (None, None))
         if b is None:  # pragma: no cover - parser guarantees connectivity
             continue
         frame_names.append(l.name)
+        frame_set.add(l.name)
         frame_parent.append(remap(b))
         frame_R.append(R)
         frame_p.append(p)
     for name, b, (R, p) in joint_frames:
-        if name in frame_names:
+        if name in frame_set:
             continue
         frame_names.append(name)
+        frame_set.add(name)
         frame_parent.append(remap(b))
         frame_R.append(R)
         frame_p.append(p)

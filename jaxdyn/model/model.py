@@ -75,6 +75,31 @@ class Topology:
     def __setattr__(self, k, v):  # pragma: no cover - immutability guard
         raise AttributeError("Topology is immutable")
 
+    #: dense ``(nb, nb)`` / ``(nb, nv)`` / ``(nv, nv)`` patterns derived from ``parent``, built
+    #: on first use (loading stays linear in the number of links; the algorithms that need
+    #: them are quadratic anyway) and not part of the digest (``parent`` and ``nv_j`` are)
+    _DERIVED = ("support", "body_dof_support", "dof_ancestor")
+
+    def __getattr__(self, k):
+        if k not in Topology._DERIVED:
+            raise AttributeError(k)
+        nb, parent = self.nb, self.parent
+        # support[b, c]: body c is body b or one of its ancestors (parents come first)
+        support = np.zeros((nb, nb), bool)
+        for b in range(nb):
+            if parent[b] >= 0:
+                support[b] = support[parent[b]]
+            support[b, b] = True
+        # body_dof_support[b, r]: velocity coordinate r moves body b (row nb = world: none)
+        body_dof_support = np.zeros((nb + 1, self.nv), bool)
+        body_dof_support[:nb] = support[:, self.dof_body]
+        # dof_ancestor[r, c]: body of r is an ancestor-or-self of body of c (CRBA's pattern)
+        dof_ancestor = support[self.dof_body][:, self.dof_body].T
+        for name, v in zip(Topology._DERIVED, (support, body_dof_support, dof_ancestor)):
+            v.setflags(write=False)
+            object.__setattr__(self, name, v)
+        return getattr(self, k)
+
     def __hash__(self):
         return hash(self._digest)
 
@@ -238,10 +263,10 @@ def make_topology(name, parent, kind, joint_names, body_names, frame_names, fram
     parent = np.asarray(parent, dtype=np.int64)
     kind = np.asarray(kind, dtype=np.int64)
     nb = len(parent)
+    if np.any(parent >= np.arange(nb)):
+        raise AssertionError("bodies must be topologically sorted")
     depth = np.zeros(nb, np.int64)
     for b in range(nb):
-        if parent[b] >= b:
-            raise AssertionError("bodies must be topologically sorted")
         depth[b] = 0 if parent[b] < 0 else depth[parent[b]] + 1
     if np.any(np.diff(depth) < 0):
         raise AssertionError("bodies must be sorted by depth")
@@ -252,9 +277,9 @@ def make_topology(name, parent, kind, joint_names, body_names, frame_names, fram
     nq, nv = int(nq_j.sum()), int(nv_j.sum())
 
     levels = []
-    for d in range(int(depth.max()) + 1 if nb else 0):
-        idx = np.nonzero(depth == d)[0]
-        b0, b1 = int(idx[0]), int(idx[-1]) + 1
+    bounds = np.searchsorted(depth, np.arange(int(depth.max()) + 2 if nb else 0))
+    for d in range(len(bounds) - 1):
+        b0, b1 = int(bounds[d]), int(bounds[d + 1])
         if d == 0:
             parent_local = -np.ones(b1 - b0, np.int64)
         else:
@@ -271,24 +296,11 @@ def make_topology(name, parent, kind, joint_names, body_names, frame_names, fram
                                 int(v_start[g0]), int(v_start[g1 - 1] + nv_j[g1 - 1])))
         levels.append(Level(b0, b1, parent_local, tuple(groups)))
 
-    # support[b, c]: body c is body b or one of its ancestors
-    support = np.zeros((nb, nb), bool)
-    for b in range(nb):
-        c = b
-        while c >= 0:
-            support[b, c] = True
-            c = parent[c]
     dof_body = np.repeat(np.arange(nb), nv_j)
-    # body_dof_support[b, r]: velocity coordinate r moves body b (row nb = world: none)
-    body_dof_support = np.zeros((nb + 1, nv), bool)
-    body_dof_support[:nb] = support[:, dof_body]
-    # dof_ancestor[r, c]: body of r is an ancestor-or-self of body of c (CRBA's pattern)
-    dof_ancestor = support[dof_body][:, dof_body].T
     return Topology(
         name=name, nb=nb, nq=nq, nv=nv, parent=parent, kind=kind, depth=depth,
         nq_j=nq_j, nv_j=nv_j, q_start=q_start, v_start=v_start, levels=tuple(levels),
-        support=support, dof_body=dof_body, body_dof_support=body_dof_support,
-        dof_ancestor=dof_ancestor, joint_names=tuple(joint_names), body_names=tuple(body_names),
+        dof_body=dof_body, joint_names=tuple(joint_names), body_names=tuple(body_names),
         frame_names=tuple(frame_names), frame_parent=np.asarray(frame_parent, np.int64),
         floating_base=bool(floating_base), root_name=root_name,
     )

@@ -282,9 +282,11 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
     stray = [l.name for l in links if l.name not in reached]
     if stray:  # every stray link has exactly one parent: walking up must loop
         seen: list[str] = []
+        seen_set: set[str] = set()
         n = stray[0]
-        while n not in seen:
+        while n not in seen_set:
             seen.append(n)
+            seen_set.add(n)
             n = parent_joint[n].parent
         cycle = seen[seen.index(n):]
         names = [parent_joint[c].name for c in reversed(cycle)]
@@ -310,17 +312,21 @@ def parse_urdf(source) -> URDFRobot:
 
     links: list[URDFLink] = []
     joints: list[URDFJoint] = []
+    seen_links: set[str] = set()
+    seen_joints: set[str] = set()
     extra: list[ET.Element] = []
     for el in root_el:
         if el.tag == "link":
             link = _parse_link(el, len(links))
-            if any(l.name == link.name for l in links):
+            if link.name in seen_links:
                 raise ValueError(f'URDF <link name="{link.name}">: duplicate link name')
+            seen_links.add(link.name)
             links.append(link)
         elif el.tag == "joint":
             joint = _parse_joint(el, len(joints))
-            if any(j.name == joint.name for j in joints):
+            if joint.name in seen_joints:
                 raise ValueError(f'URDF <joint name="{joint.name}">: duplicate joint name')
+            seen_joints.add(joint.name)
             joints.append(joint)
         elif el.tag not in _IGNORED_TOP:
             extra.append(el)
