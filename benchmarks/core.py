@@ -27,11 +27,18 @@ def main(argv: list[str] | None = None) -> int:
         single_threaded()
     import harness as bench
 
-    defaults = ["--robots", "solo12,talos_full,panda",
-                "--batches", "1,64,1024,8192",
-                "--dtypes", "float64,float32",
-                "--mjx-fns", "inverse,forward",
-                "--mjx-batches", "1024"]
+    defaults = [
+        "--robots",
+        "solo12,talos_full,panda",
+        "--batches",
+        "1,64,1024,8192",
+        "--dtypes",
+        "float64,float32",
+        "--mjx-fns",
+        "inverse,forward",
+        "--mjx-batches",
+        "1024",
+    ]
     merge = not any(a == "--out" or a.startswith("--out=") for a in argv)
     if merge:  # write the core report to a temporary file, then merge it into RESULTS.md
         import tempfile
@@ -50,7 +57,7 @@ def merge_into(core: str, out: Path):
     (``## `` headings the core report does not have: Delassus, IIM, derivatives, clusters, GPU)."""
     own = {line.rstrip() for line in core.splitlines() if line.startswith("## ")}
     keep, cur = [], None
-    for line in (out.read_text().splitlines(keepends=True) if out.exists() else []):
+    for line in out.read_text().splitlines(keepends=True) if out.exists() else []:
         if line.startswith("## "):
             cur = None if line.rstrip() in own else []
             if cur is not None:

@@ -98,7 +98,9 @@ def _autodiff(jac, plain):
     def f(model, q, v, x):
         def g(d, v_, x_):
             return plain(model, jaxdyn.integrate(model, q, d), v_, x_)
+
         return jac(g, argnums=(0, 1, 2))(jnp.zeros(model.nv, q.dtype), v, x)
+
     return f
 
 
@@ -160,8 +162,15 @@ def paired(jx_fn, pin_fn, repeats=REPEATS):
 def load(name):
     if name.startswith("chain"):
         n = int(name[5:])
-        xml = robots.random_urdf(n, 1000 + n, joint_types=("revolute",), p_fixed=0.0,
-                                 branching=0.0, massless_prob=0.0, name=name)
+        xml = robots.random_urdf(
+            n,
+            1000 + n,
+            joint_types=("revolute",),
+            p_fixed=0.0,
+            branching=0.0,
+            massless_prob=0.0,
+            name=name,
+        )
         model = jaxdyn.load_urdf(xml, floating_base=False)
         return model, None
     path, floating = robots.resolve(name)
@@ -183,8 +192,11 @@ def _pin_model(name, model, src):
             pm = build_pinocchio_model(model)
         else:
             path, floating = src
-            pm = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer()) if floating
-                  else pin.buildModelFromUrdf(str(path)))
+            pm = (
+                pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+                if floating
+                else pin.buildModelFromUrdf(str(path))
+            )
         _PIN_REF_CACHE[name] = (pm, Converter(model, pm))
     return _PIN_REF_CACHE[name]
 
@@ -203,6 +215,7 @@ def pinocchio_setup(name, model, src, q, v, x):
         def run():
             for i in range(n):
                 f(pm, pd, qs[i], vs[i], xs[i])
+
         return run, n
 
     return {"ID": make(pin.computeRNEADerivatives), "FD": make(pin.computeABADerivatives)}
@@ -266,19 +279,35 @@ def robot_block(name, batches, dtypes, methods, log):
                         for i in range(2):
                             ref = _pin_at(kind, name, model64, src, q64[i], v64[i], x64[i])
                             for a_, b_ in zip(out[:2], ref):
-                                err = max(err, float(np.max(np.abs(np.asarray(a_[i]) - b_))
-                                                     / max(1.0, np.max(np.abs(b_)))))
-                    row = dict(robot=name, nv=model.nv, kind=kind, method=method, dtype=dtype_name,
-                               batch=batch, us=us, pin_us=pin_us, ratio=ratio, compile_s=ct,
-                               temp_mb=mem, err=err)
+                                err = max(
+                                    err,
+                                    float(
+                                        np.max(np.abs(np.asarray(a_[i]) - b_))
+                                        / max(1.0, np.max(np.abs(b_)))
+                                    ),
+                                )
+                    row = dict(
+                        robot=name,
+                        nv=model.nv,
+                        kind=kind,
+                        method=method,
+                        dtype=dtype_name,
+                        batch=batch,
+                        us=us,
+                        pin_us=pin_us,
+                        ratio=ratio,
+                        compile_s=ct,
+                        temp_mb=mem,
+                        err=err,
+                    )
                     rows.append(row)
-                    log(f"{name:>10} {dtype_name} B={batch:<5} {kind} {method:<20} "
+                    log(
+                        f"{name:>10} {dtype_name} B={batch:<5} {kind} {method:<20} "
                         f"{us:9.2f} us/sample  pin {pin_us:7.2f}  ratio {ratio:6.2f}  "
                         f"compile {ct:5.1f}s  temp {mem:7.1f} MB"
-                        + (f"  err {err:.1e}" if err is not None else ""))
+                        + (f"  err {err:.1e}" if err is not None else "")
+                    )
     return rows
-
-
 
 
 def _pin_at(kind, name, model, src, q, v, x):
@@ -300,9 +329,11 @@ def chain_block(sizes, batch, log):
         model = model64.astype(jnp.float64)
         q, v, x = states(model, batch, jnp.float64)
         pin_runs = pinocchio_setup(name, model64, src, q, v, x)
-        cells = (("ID", "analytic", analytic_id),
-                 ("FD", "dmm", lambda *a: analytic_fd(*a, method="dmm")),
-                 ("FD", "aza", lambda *a: analytic_fd(*a, method="aza")))
+        cells = (
+            ("ID", "analytic", analytic_id),
+            ("FD", "dmm", lambda *a: analytic_fd(*a, method="dmm")),
+            ("FD", "aza", lambda *a: analytic_fd(*a, method="aza")),
+        )
         for kind, method, fn in cells:
             compiled, ct, mem = compile_cell(batched(fn, batch), model, q, v, x)
 
@@ -311,12 +342,24 @@ def chain_block(sizes, batch, log):
 
             run, npin = pin_runs[kind]
             per_call, pin_call, ratio = paired(jx_run, run)
-            row = dict(robot=name, nv=model.nv, kind=kind, method=method, dtype="float64",
-                       batch=batch, us=per_call / batch * 1e6, pin_us=pin_call / npin * 1e6,
-                       ratio=ratio * npin / batch, compile_s=ct, temp_mb=mem)
+            row = dict(
+                robot=name,
+                nv=model.nv,
+                kind=kind,
+                method=method,
+                dtype="float64",
+                batch=batch,
+                us=per_call / batch * 1e6,
+                pin_us=pin_call / npin * 1e6,
+                ratio=ratio * npin / batch,
+                compile_s=ct,
+                temp_mb=mem,
+            )
             rows.append(row)
-            log(f"{name:>10} B={batch} {kind} {method:<8} {row['us']:9.2f} us/sample  pin "
-                f"{row['pin_us']:7.2f}  ratio {row['ratio']:6.2f}  compile {ct:5.1f}s")
+            log(
+                f"{name:>10} B={batch} {kind} {method:<8} {row['us']:9.2f} us/sample  pin "
+                f"{row['pin_us']:7.2f}  ratio {row['ratio']:6.2f}  compile {ct:5.1f}s"
+            )
     return rows
 
 
@@ -333,74 +376,101 @@ def _fmt(x, digits=3):
 
 def render(meta, rows, chain_rows):
     L = ["## Derivatives", ""]
-    L += [f"- Date: {meta['date']}; command: `{meta['command']}`; total run time "
-          f"{meta['elapsed_min']:.1f} min",
-          f"- CPU: {meta['cpu']}; load average at start {meta['load_start']}, at end "
-          f"{meta['load_end']}",
-          f"- jax {jax.__version__}, pinocchio {meta['pin']}, git {meta['git']}",
-          f"- XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'; glibc mallopt (freed buffers "
-          f"reused, `--no-mallopt` to disable): {'on' if meta['mallopt'] else 'off'}",
-          "- Times are **CPU time of the benchmark process** per sample (median of 5 repeats "
-          ">= 30 ms; 3 when one call exceeds 0.2 s), so time-slicing by other processes on the "
-          "shared machine does not count; "
-          "ratios to Pinocchio are paired (median of per-repeat ratios, jaxdyn repeat then "
-          "Pinocchio repeat). Pinocchio is called from Python (~0.5 us binding overhead per "
-          "call), float64 only. B=1: `jax.jit(f)` per call; B>=64: `jax.jit(jaxdyn.vmap(f))` "
-          f"(chunks of {CHUNK}); the `analytic (jax.vmap)` rows use plain `jax.vmap`.",
-          "- Analytic = `jaxdyn.rnea_derivatives` (IDSVA) / `jaxdyn.aba_derivatives` "
-          "(`method='auto'`); jacfwd / jacrev = autodiff of the plain `rnea` / `aba` through "
-          "`integrate` (the same nv x nv partials). Memory: XLA temp buffer of the compiled "
-          "program. err: max |analytic - Pinocchio| / max(1, max|Pinocchio|) on 2 samples.",
-          ""]
+    L += [
+        f"- Date: {meta['date']}; command: `{meta['command']}`; total run time "
+        f"{meta['elapsed_min']:.1f} min",
+        f"- CPU: {meta['cpu']}; load average at start {meta['load_start']}, at end "
+        f"{meta['load_end']}",
+        f"- jax {jax.__version__}, pinocchio {meta['pin']}, git {meta['git']}",
+        f"- XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'; glibc mallopt (freed buffers "
+        f"reused, `--no-mallopt` to disable): {'on' if meta['mallopt'] else 'off'}",
+        "- Times are **CPU time of the benchmark process** per sample (median of 5 repeats "
+        ">= 30 ms; 3 when one call exceeds 0.2 s), so time-slicing by other processes on the "
+        "shared machine does not count; "
+        "ratios to Pinocchio are paired (median of per-repeat ratios, jaxdyn repeat then "
+        "Pinocchio repeat). Pinocchio is called from Python (~0.5 us binding overhead per "
+        "call), float64 only. B=1: `jax.jit(f)` per call; B>=64: `jax.jit(jaxdyn.vmap(f))` "
+        f"(chunks of {CHUNK}); the `analytic (jax.vmap)` rows use plain `jax.vmap`.",
+        "- Analytic = `jaxdyn.rnea_derivatives` (IDSVA) / `jaxdyn.aba_derivatives` "
+        "(`method='auto'`); jacfwd / jacrev = autodiff of the plain `rnea` / `aba` through "
+        "`integrate` (the same nv x nv partials). Memory: XLA temp buffer of the compiled "
+        "program. err: max |analytic - Pinocchio| / max(1, max|Pinocchio|) on 2 samples.",
+        "",
+    ]
+
     # targets
     def cell(robot, kind, method, dtype="float64", batch=1024):
         for r in rows:
             if (r["robot"], r["kind"], r["method"], r["dtype"], r["batch"]) == (
-                    robot, kind, method, dtype, batch):
+                robot,
+                kind,
+                method,
+                dtype,
+                batch,
+            ):
                 return r
         return None
 
     if meta.get("merged"):
         L += [f"- {meta['merged']}", ""]
-    L += ["- The plot of the finite-difference error against the step (the V) is "
-          "`benchmarks/figures/derivatives_fd_step.png`, made by "
-          "`python examples/compare_derivatives.py solo12 "
-          "benchmarks/figures/derivatives_fd_step.png` (error and timing tables: run the "
-          "example).", ""]
-    L += ["### Targets (talos_full, float64, batch 1024, per sample)", "",
-          "| target | measured | status |", "|---|---|---|"]
+    L += [
+        "- The plot of the finite-difference error against the step (the V) is "
+        "`benchmarks/figures/derivatives_fd_step.png`, made by "
+        "`python examples/compare_derivatives.py solo12 "
+        "benchmarks/figures/derivatives_fd_step.png` (error and timing tables: run the "
+        "example).",
+        "",
+    ]
+    L += [
+        "### Targets (talos_full, float64, batch 1024, per sample)",
+        "",
+        "| target | measured | status |",
+        "|---|---|---|",
+    ]
     a, j = cell("talos_full", "ID", "analytic"), cell("talos_full", "ID", "jacfwd")
     if a and j:
         s = j["us"] / a["us"]
-        L.append(f"| analytic ID partials >= 3x faster than jacfwd of RNEA | {s:.2f}x "
-                 f"({_fmt(a['us'])} us vs {_fmt(j['us'])} us) | "
-                 f"{'PASS' if s >= 3 else '**MISS**'} |")
+        L.append(
+            f"| analytic ID partials >= 3x faster than jacfwd of RNEA | {s:.2f}x "
+            f"({_fmt(a['us'])} us vs {_fmt(j['us'])} us) | "
+            f"{'PASS' if s >= 3 else '**MISS**'} |"
+        )
     if a:
-        L.append(f"| analytic ID partials <= 1.5x Pinocchio computeRNEADerivatives | "
-                 f"{a['ratio']:.2f}x ({_fmt(a['us'])} us vs {_fmt(a['pin_us'])} us) | "
-                 f"{'PASS' if a['ratio'] <= 1.5 else '**MISS**'} |")
+        L.append(
+            f"| analytic ID partials <= 1.5x Pinocchio computeRNEADerivatives | "
+            f"{a['ratio']:.2f}x ({_fmt(a['us'])} us vs {_fmt(a['pin_us'])} us) | "
+            f"{'PASS' if a['ratio'] <= 1.5 else '**MISS**'} |"
+        )
     f = cell("talos_full", "FD", "analytic")
     if f:
-        L.append(f"| analytic FD partials <= 1.5x Pinocchio computeABADerivatives | "
-                 f"{f['ratio']:.2f}x ({_fmt(f['us'])} us vs {_fmt(f['pin_us'])} us) | "
-                 f"{'PASS' if f['ratio'] <= 1.5 else '**MISS**'} |")
+        L.append(
+            f"| analytic FD partials <= 1.5x Pinocchio computeABADerivatives | "
+            f"{f['ratio']:.2f}x ({_fmt(f['us'])} us vs {_fmt(f['pin_us'])} us) | "
+            f"{'PASS' if f['ratio'] <= 1.5 else '**MISS**'} |"
+        )
     L.append("")
     for dtype in ("float64", "float32"):
         sub = [r for r in rows if r["dtype"] == dtype]
         if not sub:
             continue
-        L += [f"### Per-sample time, {dtype} (us; ratio to Pinocchio in parentheses)", "",
-              "| robot | partials | method | Pinocchio us/call | B=1 | B=64 | B=1024 | "
-              "compile s (B=1024) | temp MB (B=1024) | err |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            f"### Per-sample time, {dtype} (us; ratio to Pinocchio in parentheses)",
+            "",
+            "| robot | partials | method | Pinocchio us/call | B=1 | B=64 | B=1024 | "
+            "compile s (B=1024) | temp MB (B=1024) | err |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         keys = []
         for r in sub:
             k = (r["robot"], r["kind"], r["method"])
             if k not in keys:
                 keys.append(k)
         for robot, kind, method in keys:
-            cells = {r["batch"]: r for r in sub if (r["robot"], r["kind"], r["method"]) ==
-                     (robot, kind, method)}
+            cells = {
+                r["batch"]: r
+                for r in sub
+                if (r["robot"], r["kind"], r["method"]) == (robot, kind, method)
+            }
             pin_us = next(iter(cells.values()))["pin_us"]
             big = cells.get(1024) or cells[max(cells)]
             errs = [r["err"] for r in cells.values() if r.get("err") is not None]
@@ -408,16 +478,22 @@ def render(meta, rows, chain_rows):
             for b in (1, 64, 1024):
                 r = cells.get(b)
                 line.append("-" if r is None else f"{_fmt(r['us'])} ({r['ratio']:.2f}x)")
-            line += [f"{big['compile_s']:.1f}", _fmt(big["temp_mb"]),
-                     f"{max(errs):.0e}" if errs else "-"]
+            line += [
+                f"{big['compile_s']:.1f}",
+                _fmt(big["temp_mb"]),
+                f"{max(errs):.0e}" if errs else "-",
+            ]
             L.append("| " + " | ".join(line) + " |")
         L.append("")
     if chain_rows:
         b = chain_rows[0]["batch"]
-        L += [f"### Serial chains (revolute, fixed base), float64, batch {b}: DMM vs AZA", "",
-              "| bodies | ID analytic us (ratio) | FD DMM us (ratio) | FD AZA us (ratio) | "
-              "AZA/DMM | Pinocchio ID us | Pinocchio FD us | compile s ID / DMM / AZA |",
-              "|---|---|---|---|---|---|---|---|"]
+        L += [
+            f"### Serial chains (revolute, fixed base), float64, batch {b}: DMM vs AZA",
+            "",
+            "| bodies | ID analytic us (ratio) | FD DMM us (ratio) | FD AZA us (ratio) | "
+            "AZA/DMM | Pinocchio ID us | Pinocchio FD us | compile s ID / DMM / AZA |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         sizes = sorted({r["nv"] for r in chain_rows})
         faster = []
         for n in sizes:
@@ -425,14 +501,20 @@ def render(meta, rows, chain_rows):
             ratio = c["aza"]["us"] / c["dmm"]["us"]
             if ratio < 1:
                 faster.append(n)
-            L.append(f"| {n} | {_fmt(c['analytic']['us'])} ({c['analytic']['ratio']:.2f}x) | "
-                     f"{_fmt(c['dmm']['us'])} ({c['dmm']['ratio']:.2f}x) | "
-                     f"{_fmt(c['aza']['us'])} ({c['aza']['ratio']:.2f}x) | {ratio:.2f} | "
-                     f"{_fmt(c['analytic']['pin_us'])} | {_fmt(c['dmm']['pin_us'])} | "
-                     f"{c['analytic']['compile_s']:.1f} / {c['dmm']['compile_s']:.1f} / "
-                     f"{c['aza']['compile_s']:.1f} |")
-        L += ["", f"AZA faster than DMM at nv = {faster or 'none'} in this run; "
-              f"`method='auto'` switches to AZA at nv >= {fd_module.AZA_MIN_NV}.", ""]
+            L.append(
+                f"| {n} | {_fmt(c['analytic']['us'])} ({c['analytic']['ratio']:.2f}x) | "
+                f"{_fmt(c['dmm']['us'])} ({c['dmm']['ratio']:.2f}x) | "
+                f"{_fmt(c['aza']['us'])} ({c['aza']['ratio']:.2f}x) | {ratio:.2f} | "
+                f"{_fmt(c['analytic']['pin_us'])} | {_fmt(c['dmm']['pin_us'])} | "
+                f"{c['analytic']['compile_s']:.1f} / {c['dmm']['compile_s']:.1f} / "
+                f"{c['aza']['compile_s']:.1f} |"
+            )
+        L += [
+            "",
+            f"AZA faster than DMM at nv = {faster or 'none'} in this run; "
+            f"`method='auto'` switches to AZA at nv >= {fd_module.AZA_MIN_NV}.",
+            "",
+        ]
     return "\n".join(L) + "\n"
 
 
@@ -444,10 +526,15 @@ def write_section(path, text):
     if start is None:
         new = old + ("\n" if old and not old.endswith("\n\n") else "") + text
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + \
-            "".join(lines[end:])
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        new = (
+            "".join(lines[:start])
+            + text
+            + ("\n" if end < len(lines) else "")
+            + "".join(lines[end:])
+        )
     path.write_text(new)
 
 
@@ -471,12 +558,18 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="markdown file to put the section into")
     p.add_argument("--json", default=None)
     p.add_argument("--multi-thread", action="store_true", help="leave XLA's threading alone")
-    p.add_argument("--no-mallopt", action="store_true",
-                   help="leave glibc's allocator alone (outputs are faulted in on every call)")
+    p.add_argument(
+        "--no-mallopt",
+        action="store_true",
+        help="leave glibc's allocator alone (outputs are faulted in on every call)",
+    )
     p.add_argument("--chunk", type=int, default=CHUNK, help="jaxdyn.vmap chunk size")
-    p.add_argument("--merge", default=None,
-                   help="JSON of an earlier run (--json): keep its rows for the robots not run "
-                   "now, and its chain sweep when --chains is empty")
+    p.add_argument(
+        "--merge",
+        default=None,
+        help="JSON of an earlier run (--json): keep its rows for the robots not run "
+        "now, and its chain sweep when --chains is empty",
+    )
     args = p.parse_args(argv)
     CHUNK = args.chunk
     t_start = time.time()
@@ -516,33 +609,49 @@ def main(argv=None):
             chain_rows = old["chains"]
             parts.append("the chain sweep")
         om = old["meta"]
-        merged = (f"Rows of {', '.join(parts)} are from an earlier run ({om['date']}, "
-                  f"`{om['command']}`, chunk {om.get('chunk', 32)}, mallopt "
-                  f"{'on' if om.get('mallopt') else 'off'}, load {om['load_start']})."
-                  if parts else None)
+        merged = (
+            f"Rows of {', '.join(parts)} are from an earlier run ({om['date']}, "
+            f"`{om['command']}`, chunk {om.get('chunk', 32)}, mallopt "
+            f"{'on' if om.get('mallopt') else 'off'}, load {om['load_start']})."
+            if parts
+            else None
+        )
     try:
         import pinocchio as pin
+
         pin_version = pin.__version__
     except Exception:  # pragma: no cover
         pin_version = "?"
     try:
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=Path(__file__).parent).stdout.strip()
+        git = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
     except Exception:  # pragma: no cover
         git = "?"
-    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                command="python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
-                elapsed_min=(time.time() - t_start) / 60, cpu=f"{_cpu_name()} "
-                f"({os.cpu_count()} logical cores)", load_start=load_start,
-                load_end=" ".join(f"{x:.2f}" for x in os.getloadavg()), pin=pin_version,
-                git=git, chunk=CHUNK, mallopt=MALLOPT, merged=merged)
+    meta = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        command="python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+        elapsed_min=(time.time() - t_start) / 60,
+        cpu=f"{_cpu_name()} ({os.cpu_count()} logical cores)",
+        load_start=load_start,
+        load_end=" ".join(f"{x:.2f}" for x in os.getloadavg()),
+        pin=pin_version,
+        git=git,
+        chunk=CHUNK,
+        mallopt=MALLOPT,
+        merged=merged,
+    )
     text = render(meta, rows, chain_rows)
     print(text)
     if args.out:
         write_section(args.out, text)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows, chains=chain_rows),
-                                              indent=1))
+        Path(args.json).write_text(
+            json.dumps(dict(meta=meta, rows=rows, chains=chain_rows), indent=1)
+        )
 
 
 if __name__ == "__main__":

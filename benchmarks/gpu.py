@@ -50,9 +50,10 @@ def _cpu_refs(case, algs):
         model = case.model.astype("float64")
         for alg in algs:
             f, names = bench._jaxdyn_fn(alg)
-            xs = [jax.device_put(np.asarray(case.states[k][:bench.N_CHECK]), cpu) for k in names]
-            refs[alg] = np.asarray(jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(xs)))(
-                model, *xs))
+            xs = [jax.device_put(np.asarray(case.states[k][: bench.N_CHECK]), cpu) for k in names]
+            refs[alg] = np.asarray(
+                jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(xs)))(model, *xs)
+            )
     return refs
 
 
@@ -69,8 +70,10 @@ def _cell(out, rec, name, measure, log):
     what = f"{rec['robot']} {rec['dtype']} {name} B={rec['batch']}"
     if "per_sample_s" in rec:
         err = f", err {rec['err']:.1e}" if rec.get("err") is not None else ""
-        log(f"{what}: {rec['per_sample_s'] * 1e6:.4f} us/sample{err}, "
-            f"compile {rec['compile_s']:.1f} s")
+        log(
+            f"{what}: {rec['per_sample_s'] * 1e6:.4f} us/sample{err}, "
+            f"compile {rec['compile_s']:.1f} s"
+        )
     else:
         log(f"{what}: {rec['error']}")
 
@@ -82,10 +85,22 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
     import harness as bench
 
     dev = jax.devices()[0]
-    res = {"env": bench.environment(), "device": f"{dev.platform}: {dev.device_kind}",
-           "config": dict(robots=robots, algs=algs, mjx_fns=mjx_fns, batches=batches,
-                          mjx_batches=mjx_batches, dtypes=dtypes, repeats=repeats),
-           "robots": {}, "jaxdyn": [], "mjx": []}
+    res = {
+        "env": bench.environment(),
+        "device": f"{dev.platform}: {dev.device_kind}",
+        "config": dict(
+            robots=robots,
+            algs=algs,
+            mjx_fns=mjx_fns,
+            batches=batches,
+            mjx_batches=mjx_batches,
+            dtypes=dtypes,
+            repeats=repeats,
+        ),
+        "robots": {},
+        "jaxdyn": [],
+        "mjx": [],
+    }
     t_start = time.perf_counter()
     kw = dict(repeats=repeats, min_time=0.05, max_time=2.0)
     for rname in robots:
@@ -101,12 +116,22 @@ def run(robots, algs, mjx_fns, batches, mjx_batches, dtypes, repeats, log, json_
         for dtype in dtypes:
             for alg in algs:
                 for b in batches:
-                    _cell(res["jaxdyn"], {"robot": rname, "dtype": dtype, "alg": alg, "batch": b},
-                          alg, lambda: bench._bench_jaxdyn(case, alg, dtype, b, **kw), log)
+                    _cell(
+                        res["jaxdyn"],
+                        {"robot": rname, "dtype": dtype, "alg": alg, "batch": b},
+                        alg,
+                        lambda: bench._bench_jaxdyn(case, alg, dtype, b, **kw),
+                        log,
+                    )
             for fn in mjx_fns if mc is not None else ():
                 for b in mjx_batches:
-                    _cell(res["mjx"], {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
-                          f"mjx.{fn}", lambda: bench._bench_mjx(mc, fn, dtype, b, **kw), log)
+                    _cell(
+                        res["mjx"],
+                        {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
+                        f"mjx.{fn}",
+                        lambda: bench._bench_mjx(mc, fn, dtype, b, **kw),
+                        log,
+                    )
             jax.clear_caches()
         res["total_s"] = time.perf_counter() - t_start
         if json_out:  # after each robot: a run cut short keeps what it measured
@@ -134,23 +159,40 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
     import harness as bench
 
     dev = jax.devices()[0]
-    res = {"env": bench.environment(), "device": f"{dev.platform}: {dev.device_kind}",
-           "config": dict(robots=robots, algs=[], mjx_fns=[], batches=batches, dtypes=dtypes,
-                          repeats=repeats, clusters=list(CLUSTER_FNS)),
-           "robots": {}, "jaxdyn": [], "mjx": [], "clusters": []}
+    res = {
+        "env": bench.environment(),
+        "device": f"{dev.platform}: {dev.device_kind}",
+        "config": dict(
+            robots=robots,
+            algs=[],
+            mjx_fns=[],
+            batches=batches,
+            dtypes=dtypes,
+            repeats=repeats,
+            clusters=list(CLUSTER_FNS),
+        ),
+        "robots": {},
+        "jaxdyn": [],
+        "mjx": [],
+        "clusters": [],
+    }
     t_start = time.perf_counter()
     for rname in robots:
         m = crobots.load(rname)
         links = C.approximate_model(m, "none")
         n = max(batches)
         k = jax.random.split(jax.random.PRNGKey(0), 3)
-        q = np.asarray(jax.jit(jax.vmap(lambda kk: C.random_configuration(m, kk, scale=0.5)))(
-            jax.random.split(k[0], n)))
+        q = np.asarray(
+            jax.jit(jax.vmap(lambda kk: C.random_configuration(m, kk, scale=0.5)))(
+                jax.random.split(k[0], n)
+            )
+        )
         v = np.asarray(jax.random.normal(k[1], (n, m.nv)))
         a = np.asarray(jax.random.normal(k[2], (n, m.nv)))
         tau = np.asarray(jax.jit(jax.vmap(lambda q, v, a: C.crnea(m, q, v, a)))(q, v, a))
-        qt = np.asarray(jax.vmap(lambda q: C.spanning_configuration(
-            links, C.approximate_state(m, links, q)))(q))
+        qt = np.asarray(
+            jax.vmap(lambda q: C.spanning_configuration(links, C.approximate_state(m, links, q)))(q)
+        )
         va = v[:, np.array([m.v_names.index(x) for x in links.v_names])]
         fns = {
             "caba": (lambda q, v, t: C.caba(m, q, v, t), (q, v, tau), a),
@@ -164,6 +206,7 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
         for dtype in dtypes:
             for fn, (f, args, ref) in fns.items():
                 for b in batches:
+
                     def measure(f=f, args=args, ref=ref, b=b, dtype=dtype):
                         xs = [jnp.asarray(x[:b], dtype) for x in args]
                         jf = jax.jit(jax.vmap(f))
@@ -173,14 +216,25 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
                         out = jax.block_until_ready(jf(*xs))
                         if ref is not None:
                             rec["err"] = bench._rel_err(out, ref[:b])
-                        rec.update(bench._measure(lambda: jf(*xs), repeats=repeats,
-                                                  min_time=0.05, max_time=2.0,
-                                                  block=jax.block_until_ready))
+                        rec.update(
+                            bench._measure(
+                                lambda: jf(*xs),
+                                repeats=repeats,
+                                min_time=0.05,
+                                max_time=2.0,
+                                block=jax.block_until_ready,
+                            )
+                        )
                         rec["per_sample_s"] = rec["call_s"] / b
                         return rec
 
-                    _cell(res["clusters"], {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
-                          fn, measure, log)
+                    _cell(
+                        res["clusters"],
+                        {"robot": rname, "dtype": dtype, "fn": fn, "batch": b},
+                        fn,
+                        measure,
+                        log,
+                    )
             jax.clear_caches()
         res["total_s"] = time.perf_counter() - t_start
         if json_out:
@@ -197,12 +251,16 @@ def _render_clusters(results) -> list[str]:
         return []
     batches = sorted({k[3] for k in cl})
     robots = list(dict.fromkeys(k[0] for k in cl))
-    L = ["### GPU, kinematic loops (cluster algorithms, us/sample)", "",
-         "`python benchmarks/gpu.py --clusters`: C-ABA against the projection and Lagrange "
-         "methods and plain `jaxdyn.aba` on the link-only tree; C-RNEA against projected RNEA; "
-         "plain `jax.jit(jax.vmap(f))`. In brackets: time relative to C-ABA (C-RNEA for "
-         "projected RNEA). Error: max relative error of `caba(crnea(a))` against `a` "
-         "(of C-RNEA against the C-RNEA float64 torques).", ""]
+    L = [
+        "### GPU, kinematic loops (cluster algorithms, us/sample)",
+        "",
+        "`python benchmarks/gpu.py --clusters`: C-ABA against the projection and Lagrange "
+        "methods and plain `jaxdyn.aba` on the link-only tree; C-RNEA against projected RNEA; "
+        "plain `jax.jit(jax.vmap(f))`. In brackets: time relative to C-ABA (C-RNEA for "
+        "projected RNEA). Error: max relative error of `caba(crnea(a))` against `a` "
+        "(of C-RNEA against the C-RNEA float64 torques).",
+        "",
+    ]
     head = ["robot", "dtype", "method"] + [f"B={b}" for b in batches] + ["max err"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rname in robots:
@@ -220,8 +278,11 @@ def _render_clusters(results) -> list[str]:
                         c += f" ({r['per_sample_s'] / ref['per_sample_s']:.2f}x)"
                     cells.append(c)
                 errs = [r["err"] for r in recs if r and r.get("err") is not None]
-                L.append("| " + " | ".join([rname, dtype, fn] + cells + [
-                    f"{max(errs):.1e}" if errs else ""]) + " |")
+                L.append(
+                    "| "
+                    + " | ".join([rname, dtype, fn] + cells + [f"{max(errs):.1e}" if errs else ""])
+                    + " |"
+                )
     return L + [""]
 
 
@@ -248,39 +309,47 @@ def render(results: list[dict]) -> str:
     env = res["env"]
     batches = sorted({k[3] for k in jd})
     dtypes = [d for d in DTYPES if any(k[1] == d for k in jd)]
-    L = ["## GPU", "",
-         f"Run: {env['date']} on **{res['device']}** (host: {env['cpu']}, {env['cores']} "
-         f"cores); jax {env['jax']}, jaxlib {env['jaxlib']}, mujoco {env['mujoco']}, "
-         f"mujoco-mjx {env['mujoco-mjx']}, jaxdyn git {env['jaxdyn_commit']}. "
-         "Command: `python benchmarks/gpu.py` (see its docstring); "
-         f"total {sum(r.get('total_s', 0) for r in results) / 60:.1f} min.", "",
-         "Per-sample time in microseconds (wall time of one batched call / B; B=1 is the "
-         "latency of one unbatched `jit(f)` call, launch overhead included). Every jaxdyn "
-         "output is compared with jaxdyn float64 on the CPU backend (max relative error over "
-         f"{bench.N_CHECK} samples, all batch sizes). MJX rows: `jit(vmap(f))` on the same "
-         "URDF (see the MJX section above for what each function computes); the ratio is MJX "
-         "time / jaxdyn time for the matching algorithm at the same B (> 1: jaxdyn faster).", "",
-         "Matrix products: JAX's default float32 precision lets the GPU use TF32; the first "
-         "run measured float32 errors of 4e-4 (crba) to 1e-3 (talos aba) against 1e-7 at full "
-         "precision, so jaxdyn's public functions now trace their products at "
-         "`Precision.HIGHEST` (`jaxdyn._precision`; tests/test_precision.py). Float64 is not "
-         "affected.", ""]
+    L = [
+        "## GPU",
+        "",
+        f"Run: {env['date']} on **{res['device']}** (host: {env['cpu']}, {env['cores']} "
+        f"cores); jax {env['jax']}, jaxlib {env['jaxlib']}, mujoco {env['mujoco']}, "
+        f"mujoco-mjx {env['mujoco-mjx']}, jaxdyn git {env['jaxdyn_commit']}. "
+        "Command: `python benchmarks/gpu.py` (see its docstring); "
+        f"total {sum(r.get('total_s', 0) for r in results) / 60:.1f} min.",
+        "",
+        "Per-sample time in microseconds (wall time of one batched call / B; B=1 is the "
+        "latency of one unbatched `jit(f)` call, launch overhead included). Every jaxdyn "
+        "output is compared with jaxdyn float64 on the CPU backend (max relative error over "
+        f"{bench.N_CHECK} samples, all batch sizes). MJX rows: `jit(vmap(f))` on the same "
+        "URDF (see the MJX section above for what each function computes); the ratio is MJX "
+        "time / jaxdyn time for the matching algorithm at the same B (> 1: jaxdyn faster).",
+        "",
+        "Matrix products: JAX's default float32 precision lets the GPU use TF32; the first "
+        "run measured float32 errors of 4e-4 (crba) to 1e-3 (talos aba) against 1e-7 at full "
+        "precision, so jaxdyn's public functions now trace their products at "
+        "`Precision.HIGHEST` (`jaxdyn._precision`; tests/test_precision.py). Float64 is not "
+        "affected.",
+        "",
+    ]
     if len(results) > 1:
         L += ["Runs merged here (a later run's cell replaces an earlier one's):", ""]
         for i, r in enumerate(results, 1):
             cells = len(r["jaxdyn"]) + len(r["mjx"]) + len(r.get("clusters", []))
             c = r["config"]
-            what = (f"jaxdyn {', '.join(c['algs']) or 'none'}; MJX "
-                    f"{', '.join(c['mjx_fns']) or 'none'}")
+            what = (
+                f"jaxdyn {', '.join(c['algs']) or 'none'}; MJX {', '.join(c['mjx_fns']) or 'none'}"
+            )
             if c.get("clusters"):
                 what = f"clusters: {', '.join(c['clusters'])}"
-            L.append(f"{i}. {r['env']['date']}, git {r['env']['jaxdyn_commit']}: {cells} cells "
-                     f"({', '.join(c['dtypes'])}; {what}), {r.get('total_s', 0) / 60:.1f} min")
+            L.append(
+                f"{i}. {r['env']['date']}, git {r['env']['jaxdyn_commit']}: {cells} cells "
+                f"({', '.join(c['dtypes'])}; {what}), {r.get('total_s', 0) / 60:.1f} min"
+            )
         L.append("")
     for dtype in dtypes:
         L += [f"### GPU, {dtype} (us/sample)", ""]
-        head = ["robot", "algorithm"] + [("B=1 us/call" if b == 1 else f"B={b}")
-                                         for b in batches]
+        head = ["robot", "algorithm"] + [("B=1 us/call" if b == 1 else f"B={b}") for b in batches]
         head += ["samples/s at largest B", "compile s (largest B)", "max rel err vs CPU f64"]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for rname in robots:
@@ -290,11 +359,20 @@ def render(results: list[dict]) -> str:
                     continue
                 errs = [r["err"] for r in recs if r and r.get("err") is not None]
                 big = recs[-1] or {}
-                rate = (f"{1 / big['per_sample_s']:.3g}" if "per_sample_s" in big else "-")
-                L.append("| " + " | ".join(
-                    [rname, alg] + [_t(r) for r in recs] + [
-                        rate, f"{big['compile_s']:.1f}" if "compile_s" in big else "-",
-                        f"{max(errs):.1e}" if errs else "n/a"]) + " |")
+                rate = f"{1 / big['per_sample_s']:.3g}" if "per_sample_s" in big else "-"
+                L.append(
+                    "| "
+                    + " | ".join(
+                        [rname, alg]
+                        + [_t(r) for r in recs]
+                        + [
+                            rate,
+                            f"{big['compile_s']:.1f}" if "compile_s" in big else "-",
+                            f"{max(errs):.1e}" if errs else "n/a",
+                        ]
+                    )
+                    + " |"
+                )
             for fn in MJX_FNS:
                 alg = bench.MJX_INFO[fn][0]
                 recs = [mj.get((rname, dtype, fn, b)) for b in batches]
@@ -310,11 +388,16 @@ def render(results: list[dict]) -> str:
                         c += f" [{r['out_dtype']}]"
                     cells.append(c if r else "-")
                 big = next((r for r in reversed(recs) if r), {})
-                rate = (f"{1 / big['per_sample_s']:.3g}" if "per_sample_s" in big else "-")
-                L.append("| " + " | ".join(
-                    [rname, f"MJX {fn} (vs {alg})"] + cells + [
-                        rate, f"{big['compile_s']:.1f}" if "compile_s" in big else "-", ""])
-                    + " |")
+                rate = f"{1 / big['per_sample_s']:.3g}" if "per_sample_s" in big else "-"
+                L.append(
+                    "| "
+                    + " | ".join(
+                        [rname, f"MJX {fn} (vs {alg})"]
+                        + cells
+                        + [rate, f"{big['compile_s']:.1f}" if "compile_s" in big else "-", ""]
+                    )
+                    + " |"
+                )
         L.append("")
     L += _render_clusters(results)
     return "\n".join(L) + "\n"
@@ -327,10 +410,10 @@ def write_section(section: str, out: Path):
     if start is None:
         out.write_text(text.rstrip("\n") + "\n\n" + section)
         return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-               len(lines))
-    out.write_text("".join(lines[:start]) + section + ("\n" if end < len(lines) else "")
-                   + "".join(lines[end:]))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    out.write_text(
+        "".join(lines[:start]) + section + ("\n" if end < len(lines) else "") + "".join(lines[end:])
+    )
 
 
 def _csv(s, conv=str):
@@ -346,9 +429,13 @@ def main(argv=None):
     p.add_argument("--mjx-batches", type=lambda s: _csv(s, int), default=BATCHES[1:])
     p.add_argument("--dtypes", type=_csv, default=DTYPES)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--clusters", action="store_true",
-                   help="time the kinematic-loop algorithms instead (--robots default: "
-                        + ",".join(CLUSTER_ROBOTS) + ")")
+    p.add_argument(
+        "--clusters",
+        action="store_true",
+        help="time the kinematic-loop algorithms instead (--robots default: "
+        + ",".join(CLUSTER_ROBOTS)
+        + ")",
+    )
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", nargs="+", help="render these result files instead of running")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
@@ -356,6 +443,7 @@ def main(argv=None):
     if a.from_json:
         results = [json.loads(Path(f).read_text()) for f in a.from_json]
     else:
+
         def log(s):
             print(s, flush=True)
 
@@ -364,9 +452,17 @@ def main(argv=None):
             res = run_clusters(robots, a.batches, a.dtypes, a.repeats, log, a.json)
             results = [res]
         else:
-            res = run(a.robots, a.algorithms, a.mjx_fns, a.batches,
-                      tuple(b for b in a.mjx_batches if b in a.batches), a.dtypes, a.repeats,
-                      log, a.json)
+            res = run(
+                a.robots,
+                a.algorithms,
+                a.mjx_fns,
+                a.batches,
+                tuple(b for b in a.mjx_batches if b in a.batches),
+                a.dtypes,
+                a.repeats,
+                log,
+                a.json,
+            )
             results = [res]
     section = render(results)
     print(section)

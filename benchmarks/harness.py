@@ -68,10 +68,16 @@ REF_BATCH = 1024  # batch of the targets and of the reported compile time
 
 #: MJX function -> (jaxdyn algorithm it is shown next to, what it computes)
 MJX_INFO = {
-    "inverse": ("rnea", "mjx.inverse: kinematics, com, CRB mass matrix + Cholesky, bias (RNE), "
-                        "qfrc_inverse = M qacc + bias"),
-    "forward": ("aba", "mjx.forward: kinematics, com, CRB mass matrix + Cholesky, bias (RNE), "
-                       "solve M qacc = tau - bias (no ABA)"),
+    "inverse": (
+        "rnea",
+        "mjx.inverse: kinematics, com, CRB mass matrix + Cholesky, bias (RNE), "
+        "qfrc_inverse = M qacc + bias",
+    ),
+    "forward": (
+        "aba",
+        "mjx.forward: kinematics, com, CRB mass matrix + Cholesky, bias (RNE), "
+        "solve M qacc = tau - bias (no ABA)",
+    ),
     "crb": ("crba", "mjx.kinematics + com_pos + crb, dense M via mjx.full_m"),
 }
 
@@ -139,12 +145,22 @@ def _version(dist: str) -> str:
 def _git_commit() -> str:
     try:
         root = Path(__file__).resolve().parent.parent
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                             capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         if rev.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return rev.stdout.strip() + (" (+ uncommitted changes)" if dirty.stdout.strip() else "")
     except Exception:
         return "unknown"
@@ -176,8 +192,10 @@ def environment() -> dict:
         "jaxlib": _version("jaxlib"),
         "jaxdyn": _version("jaxdyn"),
         "jaxdyn_commit": _git_commit(),
-        "pinocchio": next((v for v in (_version("pin"), _version("pinocchio"))
-                           if v != "not installed"), "not installed"),
+        "pinocchio": next(
+            (v for v in (_version("pin"), _version("pinocchio")) if v != "not installed"),
+            "not installed",
+        ),
         "example-robot-data": _version("example-robot-data"),
         "mujoco": _version("mujoco"),
         "mujoco-mjx": _version("mujoco-mjx"),
@@ -199,8 +217,9 @@ class _Progress:
         try:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, file=sys.stderr, unit="cell", dynamic_ncols=True,
-                             leave=True)
+            self._bar = tqdm(
+                total=total, file=sys.stderr, unit="cell", dynamic_ncols=True, leave=True
+            )
         except Exception:
             self._bar = None
 
@@ -230,8 +249,7 @@ class _Progress:
 
 
 # ============================================================================ timing
-def _measure(call, *, repeats: int, min_time: float, max_time: float, block,
-             partner=None) -> dict:
+def _measure(call, *, repeats: int, min_time: float, max_time: float, block, partner=None) -> dict:
     """Median over repeats of the time of one ``call()``; each repeat runs ``inner`` calls
     (each blocked) and lasts at least ``min_time`` s. The number of repeats is lowered (not
     below 3) when ``repeats`` of them would take longer than ``max_time`` s; a call slower than
@@ -263,11 +281,20 @@ def _measure(call, *, repeats: int, min_time: float, max_time: float, block,
         times.append((time.perf_counter() - t) / inner)
         if partner is not None:
             ptimes.append(partner())
-    rec = {"call_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-           "repeats": reps, "inner": inner, "times": times}
+    rec = {
+        "call_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "repeats": reps,
+        "inner": inner,
+        "times": times,
+    }
     if ptimes:
-        rec.update(partner_s=statistics.median(ptimes), partner_times=ptimes,
-                   ratio=statistics.median(t / p for t, p in zip(times, ptimes)))
+        rec.update(
+            partner_s=statistics.median(ptimes),
+            partner_times=ptimes,
+            ratio=statistics.median(t / p for t, p in zip(times, ptimes)),
+        )
     return rec
 
 
@@ -277,7 +304,7 @@ def _hlo_ops(text: str) -> tuple[int, dict]:
     i = text.find("\nENTRY")
     if i < 0:
         return -1, {}
-    body = text[i + 1:]
+    body = text[i + 1 :]
     j = body.find("\n}")
     body = body[:j] if j >= 0 else body
     trivial = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
@@ -347,8 +374,15 @@ class _Case:
         self.pin = None
         self.pin_error = None
         self.refs: dict = {}
-        self.info = {"robot": name, "urdf": self.path.name, "nq": m.nq, "nv": m.nv, "nb": m.nb,
-                     "depth": m.depth, "floating_base": self.floating}
+        self.info = {
+            "robot": name,
+            "urdf": self.path.name,
+            "nq": m.nq,
+            "nv": m.nv,
+            "nb": m.nb,
+            "depth": m.depth,
+            "floating_base": self.floating,
+        }
 
     # ---------------------------------------------------------------- pinocchio
     def setup_pinocchio(self):
@@ -382,8 +416,9 @@ class _Case:
                 refs["rnea"].append(conv.v_from_pin(pin.rnea(pm, data, q, v, acc).copy()))
                 refs["crba"].append(conv.matrix_from_pin(sym(pin.crba(pm, data, q).copy())))
                 refs["aba"].append(conv.v_from_pin(pin.aba(pm, data, q, v, tau).copy()))
-                refs["minv"].append(conv.matrix_from_pin(sym(pin.computeMinverse(pm, data,
-                                                                                  q).copy())))
+                refs["minv"].append(
+                    conv.matrix_from_pin(sym(pin.computeMinverse(pm, data, q).copy()))
+                )
             self.refs = {a: np.stack(r) for a, r in refs.items()}
         except Exception as e:  # pinocchio missing or model mismatch
             self.pin = None
@@ -443,12 +478,18 @@ def _pin_repeat(case: _Case, alg: str, min_time: float):
 
 def _bench_pinocchio(rep, *, repeats) -> dict:
     times = [rep() for _ in range(max(3, repeats))]
-    return {"call_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "repeats": len(times), "inner": rep.inner}
+    return {
+        "call_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "repeats": len(times),
+        "inner": rep.inner,
+    }
 
 
-def _bench_jaxdyn(case: _Case, alg: str, dtype: str, batch: int, *, repeats, min_time,
-                  max_time, partner=None) -> dict:
+def _bench_jaxdyn(
+    case: _Case, alg: str, dtype: str, batch: int, *, repeats, min_time, max_time, partner=None
+) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -493,8 +534,16 @@ def _bench_jaxdyn(case: _Case, alg: str, dtype: str, batch: int, *, repeats, min
         k = min(N_CHECK, n)
         o = np.asarray(out)[None] if batch == 1 else np.asarray(out)[:k]
         rec["err"] = _rel_err(o, case.refs[alg][:k])
-    rec.update(_measure(lambda: jf(*args), repeats=repeats, min_time=min_time,
-                        max_time=max_time, block=jax.block_until_ready, partner=partner))
+    rec.update(
+        _measure(
+            lambda: jf(*args),
+            repeats=repeats,
+            min_time=min_time,
+            max_time=max_time,
+            block=jax.block_until_ready,
+            partner=partner,
+        )
+    )
     rec["per_sample_s"] = rec["call_s"] / n
     if "ratio" in rec:  # per sample / Pinocchio per call, paired repeat by repeat
         rec["ratio"] /= n
@@ -535,8 +584,13 @@ class _MjxCase:
                 raise ValueError("MuJoCo model has no body to attach a free joint to")
             body.add_freejoint()
         mm = spec.compile()
-        for flag in ("mjDSBL_CONSTRAINT", "mjDSBL_CONTACT", "mjDSBL_PASSIVE", "mjDSBL_SPRING",
-                     "mjDSBL_DAMPER"):  # names differ between MuJoCo versions
+        for flag in (
+            "mjDSBL_CONSTRAINT",
+            "mjDSBL_CONTACT",
+            "mjDSBL_PASSIVE",
+            "mjDSBL_SPRING",
+            "mjDSBL_DAMPER",
+        ):  # names differ between MuJoCo versions
             if hasattr(mujoco.mjtDisableBit, flag):
                 mm.opt.disableflags |= int(getattr(mujoco.mjtDisableBit, flag))
         mm.dof_damping[:] = 0.0
@@ -554,17 +608,20 @@ class _MjxCase:
         for j in range(mm.njnt):
             adr, typ = int(mm.jnt_qposadr[j]), int(mm.jnt_type[j])
             if typ == mujoco.mjtJoint.mjJNT_FREE:
-                qpos[:, adr:adr + 3] = rng.uniform(-1, 1, (n, 3))
+                qpos[:, adr : adr + 3] = rng.uniform(-1, 1, (n, 3))
                 qu = rng.standard_normal((n, 4))
-                qpos[:, adr + 3:adr + 7] = qu / np.linalg.norm(qu, axis=1, keepdims=True)
+                qpos[:, adr + 3 : adr + 7] = qu / np.linalg.norm(qu, axis=1, keepdims=True)
             elif typ == mujoco.mjtJoint.mjJNT_BALL:
                 qu = rng.standard_normal((n, 4))
-                qpos[:, adr:adr + 4] = qu / np.linalg.norm(qu, axis=1, keepdims=True)
+                qpos[:, adr : adr + 4] = qu / np.linalg.norm(qu, axis=1, keepdims=True)
             else:
                 qpos[:, adr] += rng.uniform(-1, 1, n)
-        self.states = {"qpos": qpos, "qvel": rng.standard_normal((n, self.nv)),
-                       "qacc": rng.standard_normal((n, self.nv)),
-                       "tau": rng.standard_normal((n, self.nv)) * 10.0}
+        self.states = {
+            "qpos": qpos,
+            "qvel": rng.standard_normal((n, self.nv)),
+            "qacc": rng.standard_normal((n, self.nv)),
+            "tau": rng.standard_normal((n, self.nv)) * 10.0,
+        }
         self._put = {}
 
     def put(self, dtype):
@@ -579,13 +636,11 @@ class _MjxCase:
             dx = mjx.make_data(mx, impl="jax")
 
             def cast(x):
-                if isinstance(x, (np.ndarray, jax.Array)) and jnp.issubdtype(x.dtype,
-                                                                              jnp.floating):
+                if isinstance(x, (np.ndarray, jax.Array)) and jnp.issubdtype(x.dtype, jnp.floating):
                     return x.astype(dtype)
                 return x
 
-            self._put[dtype] = (jax.tree_util.tree_map(cast, mx),
-                                jax.tree_util.tree_map(cast, dx))
+            self._put[dtype] = (jax.tree_util.tree_map(cast, mx), jax.tree_util.tree_map(cast, dx))
         return self._put[dtype]
 
     def fn(self, name):
@@ -602,9 +657,11 @@ class _MjxCase:
             d = mjx.crb(mx, mjx.com_pos(mx, mjx.kinematics(mx, d)))
             return mjx.full_m(mx, d)
 
-        return {"inverse": (inverse, ("qpos", "qvel", "qacc")),
-                "forward": (forward, ("qpos", "qvel", "tau")),
-                "crb": (crb, ("qpos",))}[name]
+        return {
+            "inverse": (inverse, ("qpos", "qvel", "qacc")),
+            "forward": (forward, ("qpos", "qvel", "tau")),
+            "crb": (crb, ("qpos",)),
+        }[name]
 
 
 def _bench_mjx(mc: _MjxCase, name: str, dtype: str, batch: int, **kw) -> dict:
@@ -619,8 +676,9 @@ def _bench_mjx(mc: _MjxCase, name: str, dtype: str, batch: int, **kw) -> dict:
         return _bench_mjx_inner(mc, name, dtype, batch, **kw)
 
 
-def _bench_mjx_inner(mc: _MjxCase, name: str, dtype: str, batch: int, *, repeats, min_time,
-                     max_time) -> dict:
+def _bench_mjx_inner(
+    mc: _MjxCase, name: str, dtype: str, batch: int, *, repeats, min_time, max_time
+) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -657,19 +715,41 @@ def _bench_mjx_inner(mc: _MjxCase, name: str, dtype: str, batch: int, *, repeats
     except Exception:
         pass
     del compiled, lowered
-    rec.update(_measure(lambda: jf(*args), repeats=repeats, min_time=min_time,
-                        max_time=max_time, block=jax.block_until_ready))
+    rec.update(
+        _measure(
+            lambda: jf(*args),
+            repeats=repeats,
+            min_time=min_time,
+            max_time=max_time,
+            block=jax.block_until_ready,
+        )
+    )
     rec["per_sample_s"] = rec["call_s"] / n
     return rec
 
 
 # ============================================================================ driver
-def run(robots=DEFAULT_ROBOTS, algorithms=ALGORITHMS, batches=DEFAULT_BATCHES,
-        dtypes=DEFAULT_DTYPES, repeats: int = 5, out=None, mjx: bool = True, *,
-        mjx_fns=DEFAULT_MJX_FNS, mjx_batches=DEFAULT_MJX_BATCHES, min_time: float = 0.03,
-        max_time: float = 1.0, pinocchio: bool = True, value_checks: bool | None = None,
-        single_thread: bool = True, progress: bool = True, command: str | None = None,
-        json_out=None, seed: int = 0) -> dict:
+def run(
+    robots=DEFAULT_ROBOTS,
+    algorithms=ALGORITHMS,
+    batches=DEFAULT_BATCHES,
+    dtypes=DEFAULT_DTYPES,
+    repeats: int = 5,
+    out=None,
+    mjx: bool = True,
+    *,
+    mjx_fns=DEFAULT_MJX_FNS,
+    mjx_batches=DEFAULT_MJX_BATCHES,
+    min_time: float = 0.03,
+    max_time: float = 1.0,
+    pinocchio: bool = True,
+    value_checks: bool | None = None,
+    single_thread: bool = True,
+    progress: bool = True,
+    command: str | None = None,
+    json_out=None,
+    seed: int = 0,
+) -> dict:
     """Run the benchmark matrix and return the results (a JSON-serialisable dict).
 
     ``out``: write the Markdown report there (e.g. ``benchmarks/RESULTS.md``); ``json_out``:
@@ -698,15 +778,30 @@ def run(robots=DEFAULT_ROBOTS, algorithms=ALGORITHMS, batches=DEFAULT_BATCHES,
         "threads": threads,
         "value_checks": _checks.value_checks_enabled(),
         "command": command,
-        "config": {"robots": robots, "algorithms": algorithms, "batches": batches,
-                   "dtypes": dtypes, "repeats": repeats, "min_time": min_time,
-                   "max_time": max_time, "mjx_fns": mjx_fns, "mjx_batches": mjx_b},
+        "config": {
+            "robots": robots,
+            "algorithms": algorithms,
+            "batches": batches,
+            "dtypes": dtypes,
+            "repeats": repeats,
+            "min_time": min_time,
+            "max_time": max_time,
+            "mjx_fns": mjx_fns,
+            "mjx_batches": mjx_b,
+        },
         "loadavg_start": _loadavg(),
-        "robots": {}, "jaxdyn": [], "pinocchio": [], "mjx": [], "notes": [],
+        "robots": {},
+        "jaxdyn": [],
+        "pinocchio": [],
+        "mjx": [],
+        "notes": [],
     }
 
-    n_cells = len(robots) * len(dtypes) * (len(algorithms) * (len(batches) + int(pinocchio))
-                                          + len(mjx_fns) * len(mjx_b))
+    n_cells = (
+        len(robots)
+        * len(dtypes)
+        * (len(algorithms) * (len(batches) + int(pinocchio)) + len(mjx_fns) * len(mjx_b))
+    )
     bar = _Progress(n_cells, enabled=progress)
     try:
         for rname in robots:
@@ -752,9 +847,18 @@ def run(robots=DEFAULT_ROBOTS, algorithms=ALGORITHMS, batches=DEFAULT_BATCHES,
                         bar.describe(f"{rname} {dtype} {alg} B={b}")
                         rec = {"robot": rname, "dtype": dtype, "alg": alg, "batch": b}
                         try:
-                            rec.update(_bench_jaxdyn(case, alg, dtype, b, repeats=repeats,
-                                                     min_time=min_time, max_time=max_time,
-                                                     partner=pin_reps.get(alg)))
+                            rec.update(
+                                _bench_jaxdyn(
+                                    case,
+                                    alg,
+                                    dtype,
+                                    b,
+                                    repeats=repeats,
+                                    min_time=min_time,
+                                    max_time=max_time,
+                                    partner=pin_reps.get(alg),
+                                )
+                            )
                         except Exception as e:
                             rec["error"] = _one_line(e)
                             bar.write(f"{rname} {dtype} {alg} B={b}: {rec['error']}")
@@ -763,14 +867,28 @@ def run(robots=DEFAULT_ROBOTS, algorithms=ALGORITHMS, batches=DEFAULT_BATCHES,
                 for fn in mjx_fns:
                     for b in mjx_b:
                         bar.describe(f"{rname} {dtype} mjx.{fn} B={b}")
-                        rec = {"robot": rname, "dtype": dtype, "fn": fn, "batch": b,
-                               "compare": MJX_INFO[fn][0]}
+                        rec = {
+                            "robot": rname,
+                            "dtype": dtype,
+                            "fn": fn,
+                            "batch": b,
+                            "compare": MJX_INFO[fn][0],
+                        }
                         if mc is None:
                             rec["error"] = case.info.get("mjx", "not loaded")
                         else:
                             try:
-                                rec.update(_bench_mjx(mc, fn, dtype, b, repeats=repeats,
-                                                      min_time=min_time, max_time=max_time))
+                                rec.update(
+                                    _bench_mjx(
+                                        mc,
+                                        fn,
+                                        dtype,
+                                        b,
+                                        repeats=repeats,
+                                        min_time=min_time,
+                                        max_time=max_time,
+                                    )
+                                )
                             except Exception as e:
                                 rec["error"] = _one_line(e)
                                 bar.write(f"{rname} {dtype} mjx.{fn} B={b}: {rec['error']}")
@@ -855,9 +973,13 @@ def targets(res) -> list[dict]:
             r, p = rec["ratio"], rec["partner_s"]
         else:
             r = rec["per_sample_s"] / p
-        rows.append({"target": what, "value": f"{r:.2f}x ({_us(rec['per_sample_s'])} us vs "
-                                              f"{_us(p)} us)",
-                     "status": "PASS" if r <= TARGET_RATIO else "MISS"})
+        rows.append(
+            {
+                "target": what,
+                "value": f"{r:.2f}x ({_us(rec['per_sample_s'])} us vs {_us(p)} us)",
+                "status": "PASS" if r <= TARGET_RATIO else "MISS",
+            }
+        )
     robot, alg = TARGET_COMPILE_CELL
     rec = jd.get((robot, "float64", alg, REF_BATCH))
     what = f"{robot} compile of jit(vmap({alg})), float64, B={REF_BATCH}, < {TARGET_COMPILE_S:g} s"
@@ -865,8 +987,13 @@ def targets(res) -> list[dict]:
         rows.append({"target": what, "value": "not measured", "status": "n/a"})
     else:
         c = rec["compile_s"]
-        rows.append({"target": what, "value": f"{c:.2f} s",
-                     "status": "PASS" if c < TARGET_COMPILE_S else "MISS"})
+        rows.append(
+            {
+                "target": what,
+                "value": f"{c:.2f} s",
+                "status": "PASS" if c < TARGET_COMPILE_S else "MISS",
+            }
+        )
     return rows
 
 
@@ -877,42 +1004,53 @@ def render_markdown(res) -> str:
     batches = cfg["batches"]
     rb = _ref_batch(batches)
     L = ["# jaxdyn benchmark results", ""]
-    L += [f"- Date: {env['date']}",
-          f"- CPU: {env['cpu']} ({env['cores']} logical cores, {env['cores_usable']} usable); "
-          f"{env['platform']}",
-          f"- Load average (1, 5, 15 min) at start: {res['loadavg_start']}, at end: "
-          f"{res.get('loadavg_end', 'n/a')}",
-          f"- Python {env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, "
-          f"jaxdyn {env['jaxdyn']} (git {env['jaxdyn_commit']}), pinocchio {env['pinocchio']}, "
-          f"example-robot-data {env['example-robot-data']}, mujoco {env['mujoco']}, "
-          f"mujoco-mjx {env['mujoco-mjx']}",
-          f"- Threads: {res['threads']}",
-          f"- jaxdyn value checks (`eqx.error_if` on quaternion norms): "
-          f"{'on (library default)' if res['value_checks'] else 'off'}",
-          f"- Command: `{res.get('command') or 'benchmarks/harness.py run(...)'}`",
-          f"- Repeats: median of up to {cfg['repeats']} repeats of >= {cfg['min_time'] * 1e3:.0f}"
-          f" ms each (fewer, at least 3, when a cell would exceed {cfg['max_time']:g} s); "
-          f"total run time {res.get('total_s', 0) / 60:.1f} min", ""]
+    L += [
+        f"- Date: {env['date']}",
+        f"- CPU: {env['cpu']} ({env['cores']} logical cores, {env['cores_usable']} usable); "
+        f"{env['platform']}",
+        f"- Load average (1, 5, 15 min) at start: {res['loadavg_start']}, at end: "
+        f"{res.get('loadavg_end', 'n/a')}",
+        f"- Python {env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, "
+        f"jaxdyn {env['jaxdyn']} (git {env['jaxdyn_commit']}), pinocchio {env['pinocchio']}, "
+        f"example-robot-data {env['example-robot-data']}, mujoco {env['mujoco']}, "
+        f"mujoco-mjx {env['mujoco-mjx']}",
+        f"- Threads: {res['threads']}",
+        f"- jaxdyn value checks (`eqx.error_if` on quaternion norms): "
+        f"{'on (library default)' if res['value_checks'] else 'off'}",
+        f"- Command: `{res.get('command') or 'benchmarks/harness.py run(...)'}`",
+        f"- Repeats: median of up to {cfg['repeats']} repeats of >= {cfg['min_time'] * 1e3:.0f}"
+        f" ms each (fewer, at least 3, when a cell would exceed {cfg['max_time']:g} s); "
+        f"total run time {res.get('total_s', 0) / 60:.1f} min",
+        "",
+    ]
     notes = list(res["notes"])
     try:
         load1 = float(str(res["loadavg_start"]).split()[0])
         load2 = float(str(res.get("loadavg_end", "0")).split()[0])
         if max(load1, load2) > 0.75 * (env.get("cores_usable") or 1):
-            notes.append(f"**The machine was busy** (load average {load1:.1f} at start, "
-                         f"{load2:.1f} at end, on {env.get('cores_usable')} usable cores): "
-                         "absolute times are inflated and noisy; the paired ratios are the "
-                         "most reliable numbers here, and single cells may still be off by "
-                         "±50 %.")
+            notes.append(
+                f"**The machine was busy** (load average {load1:.1f} at start, "
+                f"{load2:.1f} at end, on {env.get('cores_usable')} usable cores): "
+                "absolute times are inflated and noisy; the paired ratios are the "
+                "most reliable numbers here, and single cells may still be off by "
+                "±50 %."
+            )
     except (ValueError, IndexError):
         pass
     if notes:
         L += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
 
-    L += ["## Robots", "", "| robot | URDF | nq | nv | bodies | depth | floating base | MJX |",
-          "|---|---|---|---|---|---|---|---|"]
+    L += [
+        "## Robots",
+        "",
+        "| robot | URDF | nq | nv | bodies | depth | floating base | MJX |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r, i in res["robots"].items():
-        L.append(f"| {r} | {i['urdf']} | {i['nq']} | {i['nv']} | {i['nb']} | {i['depth']} | "
-                 f"{'yes' if i['floating_base'] else 'no'} | {i.get('mjx', 'not run')} |")
+        L.append(
+            f"| {r} | {i['urdf']} | {i['nq']} | {i['nv']} | {i['nb']} | {i['depth']} | "
+            f"{'yes' if i['floating_base'] else 'no'} | {i.get('mjx', 'not run')} |"
+        )
     L.append("")
 
     tg = [t for t in targets(res) if t["status"] != "n/a"]
@@ -921,21 +1059,32 @@ def render_markdown(res) -> str:
         L += ["| target | measured | status |", "|---|---|---|"]
         L += [f"| {t['target']} | {t['value']} | **{t['status']}** |" for t in tg]
     else:
-        L += [f"Not measured in this run (they need float64, B={REF_BATCH} on talos_full and "
-              "solo12)."]
-    L += ["", "Ratios are jaxdyn per sample / Pinocchio per call (< 1: jaxdyn faster), the "
-          "median of ratios of repeats taken alternately (jaxdyn, Pinocchio, jaxdyn, ...), so "
-          "that load changes on a shared machine cancel; the Pinocchio time shown is the "
-          "median of the repeats paired with that cell.", ""]
+        L += [
+            f"Not measured in this run (they need float64, B={REF_BATCH} on talos_full and solo12)."
+        ]
+    L += [
+        "",
+        "Ratios are jaxdyn per sample / Pinocchio per call (< 1: jaxdyn faster), the "
+        "median of ratios of repeats taken alternately (jaxdyn, Pinocchio, jaxdyn, ...), so "
+        "that load changes on a shared machine cancel; the Pinocchio time shown is the "
+        "median of the repeats paired with that cell.",
+        "",
+    ]
 
     for dtype in cfg["dtypes"]:
         L += [f"## Per-sample time, {dtype} (microseconds; ratio to Pinocchio)", ""]
-        L += ["Cells: time (ratio to Pinocchio). The ratio is paired: the median over "
-              "repeats of (jaxdyn repeat / the Pinocchio repeat run right after it), so it can "
-              "differ from the quotient of the two columns when the machine's load changes. "
-              "'Pinocchio us/call' is measured at the start of the block."
-              + (" Pinocchio is float64 only; the float32 ratios use its float64 times."
-                 if dtype != "float64" else ""), ""]
+        L += [
+            "Cells: time (ratio to Pinocchio). The ratio is paired: the median over "
+            "repeats of (jaxdyn repeat / the Pinocchio repeat run right after it), so it can "
+            "differ from the quotient of the two columns when the machine's load changes. "
+            "'Pinocchio us/call' is measured at the start of the block."
+            + (
+                " Pinocchio is float64 only; the float32 ratios use its float64 times."
+                if dtype != "float64"
+                else ""
+            ),
+            "",
+        ]
         head = ["robot", "algorithm", "Pinocchio us/call"]
         head += [("B=1 jit(f) us/call" if b == 1 else f"B={b} us/sample") for b in batches]
         head += [f"compile s (B={rb})" if rb else "compile s", "max err vs Pinocchio"]
@@ -948,8 +1097,11 @@ def render_markdown(res) -> str:
                 for b in batches:
                     rec = jd.get((r, dtype, alg, b), {})
                     if "per_sample_s" in rec:
-                        rt = (_fmt_ratio(rec["ratio"]) if rec.get("ratio") is not None
-                              else _ratio(rec["per_sample_s"], p))
+                        rt = (
+                            _fmt_ratio(rec["ratio"])
+                            if rec.get("ratio") is not None
+                            else _ratio(rec["per_sample_s"], p)
+                        )
                         if rec.get("repeats") == 1:
                             rt += ", 1 run"
                         cells.append(f"{_us(rec['per_sample_s'])}" + (f" ({rt})" if rt else ""))
@@ -961,19 +1113,25 @@ def render_markdown(res) -> str:
                 cells.append(f"{crec['compile_s']:.2f}" if "compile_s" in crec else "-")
                 odt = {jd.get((r, dtype, alg, b), {}).get("out_dtype") for b in batches}
                 odt = sorted(x for x in odt - {None, dtype})
-                cells.append((f"{max(errs):.1e}" if errs else "n/a")
-                             + (f" (output {', '.join(odt)}!)" if odt else ""))
+                cells.append(
+                    (f"{max(errs):.1e}" if errs else "n/a")
+                    + (f" (output {', '.join(odt)}!)" if odt else "")
+                )
                 L.append("| " + " | ".join(cells) + " |")
         L.append("")
 
     if res["mjx"]:
         mb = cfg["mjx_batches"]
-        L += ["## MJX (mujoco-mjx) on the same robots", "",
-              "MJX is timed the same way (`jit(vmap(f))` per sample, `jit(f)` at B=1), on the same "
-              "URDF (meshes stripped, free joint added for floating bases, constraints, passive "
-              "forces and armature disabled). Each row is compared with the jaxdyn algorithm named "
-              "in the second column; ratios are to Pinocchio's time for that algorithm. What "
-              "each MJX function computes:", ""]
+        L += [
+            "## MJX (mujoco-mjx) on the same robots",
+            "",
+            "MJX is timed the same way (`jit(vmap(f))` per sample, `jit(f)` at B=1), on the same "
+            "URDF (meshes stripped, free joint added for floating bases, constraints, passive "
+            "forces and armature disabled). Each row is compared with the jaxdyn algorithm named "
+            "in the second column; ratios are to Pinocchio's time for that algorithm. What "
+            "each MJX function computes:",
+            "",
+        ]
         for fn in cfg["mjx_fns"]:
             L.append(f"- `{fn}` (vs {MJX_INFO[fn][0]}): {MJX_INFO[fn][1]}")
         L.append("")
@@ -1010,20 +1168,28 @@ def render_markdown(res) -> str:
                     L.append("| " + " | ".join(cells) + " |")
             L.append("")
 
-    L += ["## XLA cost analysis and kernel count", "",
-          "From `jax.jit(f).lower(...).compile()`: `cost_analysis()` flops and bytes accessed "
-          "(divided by the batch), and the number of non-trivial operations in the optimized HLO "
-          "ENTRY computation (fusions, dots, copies, custom calls, ...; each is about one kernel "
-          "launch on XLA:CPU, ~0.3-0.5 us each). B=1 is the unbatched `jit(f)`; "
-          "'us/op' = batch-1 latency / ops. GFLOP/s and GB/s are what the per-sample time at "
-          f"B={rb} implies.", ""]
+    L += [
+        "## XLA cost analysis and kernel count",
+        "",
+        "From `jax.jit(f).lower(...).compile()`: `cost_analysis()` flops and bytes accessed "
+        "(divided by the batch), and the number of non-trivial operations in the optimized HLO "
+        "ENTRY computation (fusions, dots, copies, custom calls, ...; each is about one kernel "
+        "launch on XLA:CPU, ~0.3-0.5 us each). B=1 is the unbatched `jit(f)`; "
+        "'us/op' = batch-1 latency / ops. GFLOP/s and GB/s are what the per-sample time at "
+        f"B={rb} implies.",
+        "",
+    ]
     for dtype in cfg["dtypes"]:
         L += [f"### {dtype}", ""]
-        head = ["robot", "algorithm", "B=1 us", "HLO ops B=1", "us/op", "flops B=1",
-                "bytes B=1"]
+        head = ["robot", "algorithm", "B=1 us", "HLO ops B=1", "us/op", "flops B=1", "bytes B=1"]
         if rb:
-            head += [f"HLO ops B={rb}", f"flops/sample B={rb}", f"bytes/sample B={rb}",
-                     "GFLOP/s", "GB/s"]
+            head += [
+                f"HLO ops B={rb}",
+                f"flops/sample B={rb}",
+                f"bytes/sample B={rb}",
+                "GFLOP/s",
+                "GB/s",
+            ]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in res["robots"]:
             for alg in cfg["algorithms"]:
@@ -1031,9 +1197,13 @@ def render_markdown(res) -> str:
                 cells = [r, alg]
                 if r1 and "call_s" in r1:
                     ops = r1.get("hlo_ops", -1)
-                    cells += [_us(r1["call_s"]), str(ops),
-                              f"{r1['call_s'] * 1e6 / ops:.2f}" if ops and ops > 0 else "n/a",
-                              _si(r1.get("flops")), _si(r1.get("bytes"))]
+                    cells += [
+                        _us(r1["call_s"]),
+                        str(ops),
+                        f"{r1['call_s'] * 1e6 / ops:.2f}" if ops and ops > 0 else "n/a",
+                        _si(r1.get("flops")),
+                        _si(r1.get("bytes")),
+                    ]
                 else:
                     cells += ["-"] * 5
                 if rb:
@@ -1042,9 +1212,13 @@ def render_markdown(res) -> str:
                         fl = rr["flops"] / rb if rr.get("flops") else None
                         by = rr["bytes"] / rb if rr.get("bytes") else None
                         ps = rr["per_sample_s"]
-                        cells += [str(rr.get("hlo_ops", -1)), _si(fl), _si(by),
-                                  f"{fl / ps / 1e9:.2f}" if fl else "n/a",
-                                  f"{by / ps / 1e9:.2f}" if by else "n/a"]
+                        cells += [
+                            str(rr.get("hlo_ops", -1)),
+                            _si(fl),
+                            _si(by),
+                            f"{fl / ps / 1e9:.2f}" if fl else "n/a",
+                            f"{by / ps / 1e9:.2f}" if by else "n/a",
+                        ]
                     else:
                         cells += ["-"] * 5
                 L.append("| " + " | ".join(cells) + " |")
@@ -1055,8 +1229,11 @@ def render_markdown(res) -> str:
 
 def render_summary(res) -> str:
     """Short console summary: the targets and the headline ratios."""
-    L = [f"  [{t['status']:>4}] {t['target']}: {t['value']}"
-         for t in targets(res) if t["status"] != "n/a"]
+    L = [
+        f"  [{t['status']:>4}] {t['target']}: {t['value']}"
+        for t in targets(res)
+        if t["status"] != "n/a"
+    ]
     return "\n".join(L) if L else "  (no target cells in this run)"
 
 
@@ -1074,7 +1251,8 @@ def _csv(kind, allowed=None, conv=str):
                 raise argparse.ArgumentTypeError(f"bad {kind}: {x!r}") from None
             if allowed is not None and v not in allowed:
                 raise argparse.ArgumentTypeError(
-                    f"unknown {kind} {x!r} (choose from {', '.join(map(str, allowed))})")
+                    f"unknown {kind} {x!r} (choose from {', '.join(map(str, allowed))})"
+                )
             if conv is int and v < 1:
                 raise argparse.ArgumentTypeError(f"{kind} must be >= 1: {x!r}")
             out.append(v)
@@ -1083,57 +1261,108 @@ def _csv(kind, allowed=None, conv=str):
     return parse
 
 
-QUICK = {"robots": ["arm7"], "algorithms": ["rnea", "aba"], "batches": [1, 64],
-         "dtypes": ["float64"], "repeats": 3, "min_time": 0.01, "mjx_fns": [],
-         "mjx_batches": [64]}
+QUICK = {
+    "robots": ["arm7"],
+    "algorithms": ["rnea", "aba"],
+    "batches": [1, 64],
+    "dtypes": ["float64"],
+    "repeats": 3,
+    "min_time": 0.01,
+    "mjx_fns": [],
+    "mjx_batches": [64],
+}
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Per-sample time of jaxdyn's rnea/crba/aba/minv under jit(vmap) against "
-                    "Pinocchio (and MJX), plus compile times and XLA cost analysis. Writes a "
-                    "Markdown report with --out.",
+        "Pinocchio (and MJX), plus compile times and XLA cost analysis. Writes a "
+        "Markdown report with --out.",
     )
-    p.add_argument("--robots", type=_csv("robot"), default=None,
-                   help=f"comma-separated robot names or URDF paths "
-                        f"(default {','.join(DEFAULT_ROBOTS)})")
-    p.add_argument("--algorithms", "--algs", type=_csv("algorithm", ALGORITHMS), default=None,
-                   help=f"subset of {','.join(ALGORITHMS)} (default all)")
-    p.add_argument("--batches", type=_csv("batch", conv=int), default=None,
-                   help="batch sizes; 1 times the unbatched jit(f) "
-                        f"(default {','.join(map(str, DEFAULT_BATCHES))})")
-    p.add_argument("--dtypes", type=_csv("dtype", ("float32", "float64")), default=None,
-                   help="float64 and/or float32 (default float64,float32)")
+    p.add_argument(
+        "--robots",
+        type=_csv("robot"),
+        default=None,
+        help=f"comma-separated robot names or URDF paths (default {','.join(DEFAULT_ROBOTS)})",
+    )
+    p.add_argument(
+        "--algorithms",
+        "--algs",
+        type=_csv("algorithm", ALGORITHMS),
+        default=None,
+        help=f"subset of {','.join(ALGORITHMS)} (default all)",
+    )
+    p.add_argument(
+        "--batches",
+        type=_csv("batch", conv=int),
+        default=None,
+        help="batch sizes; 1 times the unbatched jit(f) "
+        f"(default {','.join(map(str, DEFAULT_BATCHES))})",
+    )
+    p.add_argument(
+        "--dtypes",
+        type=_csv("dtype", ("float32", "float64")),
+        default=None,
+        help="float64 and/or float32 (default float64,float32)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per cell (default 5)")
-    p.add_argument("--min-time", type=float, default=None,
-                   help="minimum seconds per repeat (default 0.03)")
-    p.add_argument("--max-cell-time", type=float, default=1.0,
-                   help="seconds the repeats of one cell may take before fewer (>= 3) are run "
-                        "(default 1.0)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run (< 1 min): arm7, rnea+aba, B=1,64, float64, no MJX (give "
-                        "--mjx-fns to add it, at B=64); explicit options override")
-    p.add_argument("--chunk", type=int, default=None,
-                   help="time jaxdyn.vmap(f, chunk_size=N) (cache-sized chunks) instead of "
-                        "jax.vmap(f)")
+    p.add_argument(
+        "--min-time", type=float, default=None, help="minimum seconds per repeat (default 0.03)"
+    )
+    p.add_argument(
+        "--max-cell-time",
+        type=float,
+        default=1.0,
+        help="seconds the repeats of one cell may take before fewer (>= 3) are run (default 1.0)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (< 1 min): arm7, rnea+aba, B=1,64, float64, no MJX (give "
+        "--mjx-fns to add it, at B=64); explicit options override",
+    )
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="time jaxdyn.vmap(f, chunk_size=N) (cache-sized chunks) instead of jax.vmap(f)",
+    )
     p.add_argument("--no-mjx", action="store_true", help="skip MJX")
-    p.add_argument("--mjx-fns", type=_csv("MJX function", MJX_FNS), default=None,
-                   help=f"subset of {','.join(MJX_FNS)} (default {','.join(DEFAULT_MJX_FNS)})")
-    p.add_argument("--mjx-batches", type=_csv("batch", conv=int), default=None,
-                   help="MJX batch sizes, intersected with --batches (default 1024: MJX "
-                        "compiles take 10-30 s each)")
+    p.add_argument(
+        "--mjx-fns",
+        type=_csv("MJX function", MJX_FNS),
+        default=None,
+        help=f"subset of {','.join(MJX_FNS)} (default {','.join(DEFAULT_MJX_FNS)})",
+    )
+    p.add_argument(
+        "--mjx-batches",
+        type=_csv("batch", conv=int),
+        default=None,
+        help="MJX batch sizes, intersected with --batches (default 1024: MJX "
+        "compiles take 10-30 s each)",
+    )
     p.add_argument("--no-pinocchio", action="store_true", help="skip Pinocchio")
-    p.add_argument("--multi-thread", action="store_true",
-                   help="do not set the single-thread XLA_FLAGS (by default "
-                        f"XLA_FLAGS='{SINGLE_THREAD_FLAGS}' is set before JAX starts)")
-    p.add_argument("--no-value-checks", action="store_true",
-                   help="jaxdyn.set_value_checks(False) (default: library default)")
+    p.add_argument(
+        "--multi-thread",
+        action="store_true",
+        help="do not set the single-thread XLA_FLAGS (by default "
+        f"XLA_FLAGS='{SINGLE_THREAD_FLAGS}' is set before JAX starts)",
+    )
+    p.add_argument(
+        "--no-value-checks",
+        action="store_true",
+        help="jaxdyn.set_value_checks(False) (default: library default)",
+    )
     p.add_argument("--out", default=None, help="write the Markdown report to this file")
     p.add_argument("--json", default=None, help="write the raw results as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--from-json", default=None, metavar="FILE",
-                   help="do not run: re-render the report of a --json file (with --out)")
+    p.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="do not run: re-render the report of a --json file (with --out)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random states")
     return p
 
@@ -1189,8 +1418,7 @@ def main(argv: list[str] | None = None, prog: str = "jaxdyn bench") -> int:
         command=" ".join([prog] + argv),
     )
     if kw["repeats"] < 1 or kw["min_time"] <= 0 or kw["max_time"] <= 0:
-        print("error: --repeats, --min-time and --max-cell-time must be positive",
-              file=sys.stderr)
+        print("error: --repeats, --min-time and --max-cell-time must be positive", file=sys.stderr)
         return 2
     # unknown robot names are a usage error (checked before any timing)
     from jaxdyn import robots as _robots

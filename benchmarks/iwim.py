@@ -64,8 +64,12 @@ RESULTS = HERE / "RESULTS.md"
 SECTION = "## Input matrix (IIM)"
 METHODS = ("iim", "eufm", "dense")
 COLORS = {"iim": "tab:green", "eufm": "tab:orange", "dense": "tab:gray", "aba": "black"}
-LABELS = {"iim": "IIM", "eufm": "eUFM", "dense": "dense (CRBA + Cholesky)",
-          "aba": "ABA (O(n) baseline)"}
+LABELS = {
+    "iim": "IIM",
+    "eufm": "eUFM",
+    "dense": "dense (CRBA + Cholesky)",
+    "aba": "ABA (O(n) baseline)",
+}
 
 
 def pendulum_urdf(n: int) -> str:
@@ -73,13 +77,17 @@ def pendulum_urdf(n: int) -> str:
     out = ['<?xml version="1.0"?><robot name="pendulum"><link name="base"/>']
     parent = "base"
     for i in range(n):
-        out.append(f'<link name="l{i}"><inertial><origin xyz="0 0 -0.25" rpy="0 0 0"/>'
-                   '<mass value="1"/><inertia ixx="0.02" ixy="0" ixz="0" iyy="0.021" iyz="0" '
-                   'izz="0.001"/></inertial></link>')
+        out.append(
+            f'<link name="l{i}"><inertial><origin xyz="0 0 -0.25" rpy="0 0 0"/>'
+            '<mass value="1"/><inertia ixx="0.02" ixy="0" ixz="0" iyy="0.021" iyz="0" '
+            'izz="0.001"/></inertial></link>'
+        )
         z = 0.0 if i == 0 else -0.5
-        out.append(f'<joint name="j{i}" type="revolute"><parent link="{parent}"/>'
-                   f'<child link="l{i}"/><origin xyz="0 0 {z}" rpy="0 0 0"/><axis xyz="0 1 0"/>'
-                   '<limit lower="-3" upper="3" effort="1" velocity="1"/></joint>')
+        out.append(
+            f'<joint name="j{i}" type="revolute"><parent link="{parent}"/>'
+            f'<child link="l{i}"/><origin xyz="0 0 {z}" rpy="0 0 0"/><axis xyz="0 1 0"/>'
+            '<limit lower="-3" upper="3" effort="1" velocity="1"/></joint>'
+        )
         parent = f"l{i}"
     out.append("</robot>")
     return "".join(out)
@@ -90,8 +98,13 @@ PAPER_T1 = {"iim": (12.21, 13.22), "eufm": (10.30, 205.85), "aba": (6.65, 7.26)}
 PAPER_T2 = {"iim": 4.13, "eufm": 67.20, "aba": 2.72}
 #: joints of talos_full kept moving in the 24-DoF humanoid (18 actuated + the floating base)
 HUMANOID_JOINTS = tuple(f"leg_{s}_{i}_joint" for s in ("left", "right") for i in range(1, 7)) + (
-    "torso_1_joint", "torso_2_joint", "arm_left_1_joint", "arm_left_4_joint",
-    "arm_right_1_joint", "arm_right_4_joint")
+    "torso_1_joint",
+    "torso_2_joint",
+    "arm_left_1_joint",
+    "arm_left_4_joint",
+    "arm_right_1_joint",
+    "arm_right_4_joint",
+)
 SOLES = ("left_sole_link", "right_sole_link")
 
 
@@ -142,14 +155,19 @@ def pinocchio_humanoid_times(xml, B_cols, batch, repeats=5):
 
 def check_split(model, B_or_inputs, qs, vs, n=4, seed=3):
     """Max relative deviation of ``qdd0 + Bhat u`` from ``jaxdyn.aba(q, v, B u)`` (IIM)."""
+
     def one(q, v, u):
         qdd0, Bhat = jaxdyn.input_matrix(model, q, v, B_or_inputs, "iim")
-        B = (jaxdyn.build_input_matrix(model, q, B_or_inputs)
-             if isinstance(B_or_inputs, Inputs) else B_or_inputs)
+        B = (
+            jaxdyn.build_input_matrix(model, q, B_or_inputs)
+            if isinstance(B_or_inputs, Inputs)
+            else B_or_inputs
+        )
         return qdd0 + Bhat @ u, jaxdyn.aba(model, q, v, B @ u)
 
-    nu = jax.eval_shape(lambda q, v: jaxdyn.input_matrix(model, q, v, B_or_inputs).Bhat,
-                        qs[0], vs[0]).shape[1]
+    nu = jax.eval_shape(
+        lambda q, v: jaxdyn.input_matrix(model, q, v, B_or_inputs).Bhat, qs[0], vs[0]
+    ).shape[1]
     u = jax.random.normal(jax.random.PRNGKey(seed), (n, nu))
     a, b = (np.asarray(x) for x in jax.jit(jax.vmap(one))(qs[:n], vs[:n], u))
     return float(np.max(np.abs(a - b)) / max(1.0, np.max(np.abs(b))))
@@ -162,14 +180,16 @@ def bench_case(model, B_or_inputs, batch, seed=0, with_aba=True, methods=METHODS
     vs = jax.random.normal(jax.random.PRNGKey(seed + 1), (batch, model.nv))
     q0, v0 = qs[0], vs[0]
     out = {}
-    fns = {m: (lambda m: lambda q, v: jaxdyn.input_matrix(model, q, v, B_or_inputs, m))(m)
-           for m in methods}
+    fns = {
+        m: (lambda m: lambda q, v: jaxdyn.input_matrix(model, q, v, B_or_inputs, m))(m)
+        for m in methods
+    }
     if with_aba:
         fns["aba"] = lambda q, v: jaxdyn.aba(model, q, v, jnp.zeros_like(v))
     ref = None
     for k, f1 in fns.items():
         # XLA's cost analysis counts a while loop's body once: count the unrolled program
-        saved, tree.MIN_SCAN_RUN = tree.MIN_SCAN_RUN, 10 ** 9
+        saved, tree.MIN_SCAN_RUN = tree.MIN_SCAN_RUN, 10**9
         try:
             fl = lowered_flops(f1, q0, v0)
         finally:
@@ -197,8 +217,11 @@ def main(argv=None):
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     t0 = time.time()
-    ns = (1, 10) if args.quick else tuple(
-        n for n in (1, 2, 5, 10, 20, 30, 40, 50) if n <= args.n_max)
+    ns = (
+        (1, 10)
+        if args.quick
+        else tuple(n for n in (1, 2, 5, 10, 20, 30, 40, 50) if n <= args.n_max)
+    )
     res = {}
     for n in ns:
         model = jaxdyn.load_urdf(pendulum_urdf(n))
@@ -207,13 +230,16 @@ def main(argv=None):
                 res[(n, kind)] = res[(n, "single")]
                 continue
             B = np.eye(n)[:, -1:] if kind == "single" else np.eye(n)
-            res[(n, kind)] = bench_case(model, jnp.asarray(B), args.batch,
-                                        with_aba=(kind == "single"))
+            res[(n, kind)] = bench_case(
+                model, jnp.asarray(B), args.batch, with_aba=(kind == "single")
+            )
             if kind == "full":
                 res[(n, kind)]["aba"] = res[(n, "single")]["aba"]
         comp = max(r["compile"] for kind in ("single", "full") for r in res[(n, kind)].values())
-        print(f"pendulum n={n}: done ({time.time() - t0:.0f} s, slowest compile {comp:.1f} s)",
-              flush=True)
+        print(
+            f"pendulum n={n}: done ({time.time() - t0:.0f} s, slowest compile {comp:.1f} s)",
+            flush=True,
+        )
 
     import matplotlib
 
@@ -223,10 +249,15 @@ def main(argv=None):
     fig, axs = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
     for ax, kind in zip(axs, ("single", "full")):
         for k in METHODS + ("aba",):
-            ax.plot(ns, [res[(n, kind)][k]["time"][0] * 1e6 for n in ns], "o-",
-                    color=COLORS[k], label=LABELS[k], ms=3)
-        ax.set_title("(a) single input (last joint)" if kind == "single" else
-                     "(b) fully actuated")
+            ax.plot(
+                ns,
+                [res[(n, kind)][k]["time"][0] * 1e6 for n in ns],
+                "o-",
+                color=COLORS[k],
+                label=LABELS[k],
+                ms=3,
+            )
+        ax.set_title("(a) single input (last joint)" if kind == "single" else "(b) fully actuated")
         ax.set_xlabel("links n")
         ax.grid(alpha=0.3)
     axs[0].set_ylabel(f"us per sample (min, batch {args.batch})")
@@ -243,8 +274,12 @@ def main(argv=None):
         xml = humanoid24_urdf()
         model = jaxdyn.load_urdf(xml, floating_base=True)
         assert model.nv == 24, model.nv
-        contacts = tuple(Connect(f, offset=(x, y, -0.01)) for f in SOLES
-                         for x in (0.1, -0.1) for y in (0.05, -0.05))
+        contacts = tuple(
+            Connect(f, offset=(x, y, -0.01))
+            for f in SOLES
+            for x in (0.1, -0.1)
+            for y in (0.05, -0.05)
+        )
         inputs = Inputs("all", contacts)
         hum = bench_case(model, inputs, args.batch)
         keys = jax.random.split(jax.random.PRNGKey(0), 8)
@@ -256,23 +291,45 @@ def main(argv=None):
         hum_pin = pinocchio_humanoid_times(xml, B0, args.batch)
         print(f"humanoid: done ({time.time() - t0:.0f} s)", flush=True)
 
-    split_err = {n: check_split(m, jnp.asarray(np.eye(n)), *(lambda qs: (qs, qs[::-1]))(
-        jax.random.uniform(jax.random.PRNGKey(n), (4, n), minval=-2, maxval=2)))
-        for n, m in ((n, jaxdyn.load_urdf(pendulum_urdf(n))) for n in ns[-1:])}
-    worst = max([r[k]["err"] for r in res.values() for k in METHODS] + list(split_err.values())
-                + ([hum[k]["err"] for k in METHODS] + [hum_split] if hum else []))
+    split_err = {
+        n: check_split(
+            m,
+            jnp.asarray(np.eye(n)),
+            *(lambda qs: (qs, qs[::-1]))(
+                jax.random.uniform(jax.random.PRNGKey(n), (4, n), minval=-2, maxval=2)
+            ),
+        )
+        for n, m in ((n, jaxdyn.load_urdf(pendulum_urdf(n))) for n in ns[-1:])
+    }
+    worst = max(
+        [r[k]["err"] for r in res.values() for k in METHODS]
+        + list(split_err.values())
+        + ([hum[k]["err"] for k in METHODS] + [hum_split] if hum else [])
+    )
     if worst > 1e-9:
         raise SystemExit(f"methods disagree: max relative deviation {worst:.1e}")
 
-    md = [f"Written by `benchmarks/iwim.py{' --quick' if args.quick else ''}` (see its "
-          "docstring for the method).", ""] + env_lines() + [""]
-    md += ["### n-link pendulum (paper Fig. 2, Table 1)", "",
-           f"us per sample (min / median, batch {args.batch}); `err`: max deviation of `Bhat` "
-           "of eUFM and dense from the IIM's, relative to max(1, max|Bhat|). Figure: "
-           "[figures/iwim_pendulum.png](figures/iwim_pendulum.png). Compile s: "
-           "`jit(vmap(.)).lower().compile()`, the slowest of the four programs of the row.", "",
-           "| n | inputs | IIM | eUFM | dense | ABA | IIM / ABA | eUFM / IIM | kflops IIM / eUFM "
-           "/ dense | compile s | max err |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    md = (
+        [
+            f"Written by `benchmarks/iwim.py{' --quick' if args.quick else ''}` (see its "
+            "docstring for the method).",
+            "",
+        ]
+        + env_lines()
+        + [""]
+    )
+    md += [
+        "### n-link pendulum (paper Fig. 2, Table 1)",
+        "",
+        f"us per sample (min / median, batch {args.batch}); `err`: max deviation of `Bhat` "
+        "of eUFM and dense from the IIM's, relative to max(1, max|Bhat|). Figure: "
+        "[figures/iwim_pendulum.png](figures/iwim_pendulum.png). Compile s: "
+        "`jit(vmap(.)).lower().compile()`, the slowest of the four programs of the row.",
+        "",
+        "| n | inputs | IIM | eUFM | dense | ABA | IIM / ABA | eUFM / IIM | kflops IIM / eUFM "
+        "/ dense | compile s | max err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for n in ns:
         for kind in ("single", "full"):
             if n == 1 and kind == "full":
@@ -281,60 +338,90 @@ def main(argv=None):
             cell = lambda k: f"{r[k]['time'][0] * 1e6:.2f} / {r[k]['time'][1] * 1e6:.2f}"
             err = max(r[k]["err"] for k in METHODS)
             inp = "1 (= n)" if n == 1 else ("1" if kind == "single" else f"{n} (all)")
-            md.append(f"| {n} | {inp} | {cell('iim')} | "
-                      f"{cell('eufm')} | {cell('dense')} | {cell('aba')} | "
-                      f"{r['iim']['time'][0] / r['aba']['time'][0]:.2f} | "
-                      f"{r['eufm']['time'][0] / r['iim']['time'][0]:.2f} | "
-                      f"{r['iim']['flops'] / 1e3:.1f} / {r['eufm']['flops'] / 1e3:.1f} / "
-                      f"{r['dense']['flops'] / 1e3:.1f} | "
-                      f"{max(x['compile'] for x in r.values()):.1f} | {err:.1e} |")
+            md.append(
+                f"| {n} | {inp} | {cell('iim')} | "
+                f"{cell('eufm')} | {cell('dense')} | {cell('aba')} | "
+                f"{r['iim']['time'][0] / r['aba']['time'][0]:.2f} | "
+                f"{r['eufm']['time'][0] / r['iim']['time'][0]:.2f} | "
+                f"{r['iim']['flops'] / 1e3:.1f} / {r['eufm']['flops'] / 1e3:.1f} / "
+                f"{r['dense']['flops'] / 1e3:.1f} | "
+                f"{max(x['compile'] for x in r.values()):.1f} | {err:.1e} |"
+            )
     nl = ns[-1]
-    md += ["", f"`qdd0 + Bhat u` vs `jaxdyn.aba(q, v, B u)` (n = {nl}, fully actuated, 4 random "
-           f"states): max relative deviation {split_err[nl]:.1e}.", ""]
+    md += [
+        "",
+        f"`qdd0 + Bhat u` vs `jaxdyn.aba(q, v, B u)` (n = {nl}, fully actuated, 4 random "
+        f"states): max relative deviation {split_err[nl]:.1e}.",
+        "",
+    ]
     if nl == 50:
-        md += ["Table 1 beside ours (n = 50; paper: ms, Matlab; ours: us per sample, min; "
-               "ratios to the O(n) forward dynamics / ABA in brackets):", "",
-               "| method | paper single | paper fully act. | ours single | ours fully act. |",
-               "|---|---|---|---|---|"]
+        md += [
+            "Table 1 beside ours (n = 50; paper: ms, Matlab; ours: us per sample, min; "
+            "ratios to the O(n) forward dynamics / ABA in brackets):",
+            "",
+            "| method | paper single | paper fully act. | ours single | ours fully act. |",
+            "|---|---|---|---|---|",
+        ]
         for k, lab in (("iim", "IIM"), ("eufm", "eUFM"), ("aba", "O(n) / ABA")):
             ps, pf = PAPER_T1[k]
             os_, of = res[(50, "single")][k]["time"][0], res[(50, "full")][k]["time"][0]
             a_s, a_f = res[(50, "single")]["aba"]["time"][0], res[(50, "full")]["aba"]["time"][0]
-            md.append(f"| {lab} | {ps:.2f} ({ps / PAPER_T1['aba'][0]:.2f}x) | "
-                      f"{pf:.2f} ({pf / PAPER_T1['aba'][1]:.2f}x) | {os_ * 1e6:.2f} "
-                      f"({os_ / a_s:.2f}x) | {of * 1e6:.2f} ({of / a_f:.2f}x) |")
+            md.append(
+                f"| {lab} | {ps:.2f} ({ps / PAPER_T1['aba'][0]:.2f}x) | "
+                f"{pf:.2f} ({pf / PAPER_T1['aba'][1]:.2f}x) | {os_ * 1e6:.2f} "
+                f"({os_ / a_s:.2f}x) | {of * 1e6:.2f} ({of / a_f:.2f}x) |"
+            )
         md.append("")
-        md.append(f"dense (CRBA + Cholesky, not in the paper): "
-                  f"{res[(50, 'single')]['dense']['time'][0] * 1e6:.2f} / "
-                  f"{res[(50, 'full')]['dense']['time'][0] * 1e6:.2f} us (single / fully act.).")
+        md.append(
+            f"dense (CRBA + Cholesky, not in the paper): "
+            f"{res[(50, 'single')]['dense']['time'][0] * 1e6:.2f} / "
+            f"{res[(50, 'full')]['dense']['time'][0] * 1e6:.2f} us (single / fully act.)."
+        )
     if hum is not None:
-        md += ["", "### Humanoid (paper Table 2)", "",
-               "24-DoF humanoid (talos_full reduced by `humanoid24_urdf()`: legs, torso, "
-               "shoulders, elbows; floating base), 4 point contacts per sole: 24 contact forces "
-               f"+ 18 torques = nu = {nu} inputs (`jaxdyn.Inputs`). us per sample (min / median,"
-               f" batch {args.batch}), compile s, kflops (lowered HLO); paper: ms (Matlab), "
-               "ratios to the O(n) method in brackets.", "",
-               "| method | paper | ours us/sample | ours / ABA (min) | compile s | kflops | "
-               "max err |", "|---|---|---|---|---|---|---|"]
+        md += [
+            "",
+            "### Humanoid (paper Table 2)",
+            "",
+            "24-DoF humanoid (talos_full reduced by `humanoid24_urdf()`: legs, torso, "
+            "shoulders, elbows; floating base), 4 point contacts per sole: 24 contact forces "
+            f"+ 18 torques = nu = {nu} inputs (`jaxdyn.Inputs`). us per sample (min / median,"
+            f" batch {args.batch}), compile s, kflops (lowered HLO); paper: ms (Matlab), "
+            "ratios to the O(n) method in brackets.",
+            "",
+            "| method | paper | ours us/sample | ours / ABA (min) | compile s | kflops | max err |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for k in METHODS + ("aba",):
             r = hum[k]
             err = "" if r["err"] is None else f"{r['err']:.1e}"
-            paper = (f"{PAPER_T2[k]:.2f} ({PAPER_T2[k] / PAPER_T2['aba']:.2f}x)"
-                     if k in PAPER_T2 else "-")
-            md.append(f"| {LABELS[k]} | {paper} | {r['time'][0] * 1e6:.2f} / "
-                      f"{r['time'][1] * 1e6:.2f} | {r['time'][0] / hum['aba']['time'][0]:.2f} | "
-                      f"{r['compile']:.1f} | {r['flops'] / 1e3:.1f} | {err} |")
-        for k, lab in (("aba", "Pinocchio `aba` (C++ from Python, per sample)"),
-                       ("minv", "Pinocchio `computeMinverse` + `aba(q, v, 0)` + `Minv @ B`")):
+            paper = (
+                f"{PAPER_T2[k]:.2f} ({PAPER_T2[k] / PAPER_T2['aba']:.2f}x)"
+                if k in PAPER_T2
+                else "-"
+            )
+            md.append(
+                f"| {LABELS[k]} | {paper} | {r['time'][0] * 1e6:.2f} / "
+                f"{r['time'][1] * 1e6:.2f} | {r['time'][0] / hum['aba']['time'][0]:.2f} | "
+                f"{r['compile']:.1f} | {r['flops'] / 1e3:.1f} | {err} |"
+            )
+        for k, lab in (
+            ("aba", "Pinocchio `aba` (C++ from Python, per sample)"),
+            ("minv", "Pinocchio `computeMinverse` + `aba(q, v, 0)` + `Minv @ B`"),
+        ):
             t = hum_pin[k]
-            md.append(f"| {lab} | - | {t[0] * 1e6:.2f} / {t[1] * 1e6:.2f} | "
-                      f"{t[0] / hum['aba']['time'][0]:.2f} | - | - | |")
-        md += ["", f"`qdd0 + Bhat u` vs `jaxdyn.aba(q, v, B u)` (8 random states): max "
-               f"relative deviation {hum_split:.1e}. Paper: IIM / O(n) = "
-               f"{PAPER_T2['iim'] / PAPER_T2['aba']:.2f}, eUFM / IIM = "
-               f"{PAPER_T2['eufm'] / PAPER_T2['iim']:.1f}; ours: IIM / ABA = "
-               f"{hum['iim']['time'][0] / hum['aba']['time'][0]:.2f}, eUFM / IIM = "
-               f"{hum['eufm']['time'][0] / hum['iim']['time'][0]:.2f}."]
+            md.append(
+                f"| {lab} | - | {t[0] * 1e6:.2f} / {t[1] * 1e6:.2f} | "
+                f"{t[0] / hum['aba']['time'][0]:.2f} | - | - | |"
+            )
+        md += [
+            "",
+            f"`qdd0 + Bhat u` vs `jaxdyn.aba(q, v, B u)` (8 random states): max "
+            f"relative deviation {hum_split:.1e}. Paper: IIM / O(n) = "
+            f"{PAPER_T2['iim'] / PAPER_T2['aba']:.2f}, eUFM / IIM = "
+            f"{PAPER_T2['eufm'] / PAPER_T2['iim']:.1f}; ours: IIM / ABA = "
+            f"{hum['iim']['time'][0] / hum['aba']['time'][0]:.2f}, eUFM / IIM = "
+            f"{hum['eufm']['time'][0] / hum['iim']['time'][0]:.2f}.",
+        ]
     md.append("")
     md.append(f"Total run time {time.time() - t0:.0f} s.")
     write_section(Path(args.out), SECTION, "\n".join(md))

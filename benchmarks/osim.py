@@ -82,8 +82,9 @@ def write_section(path: Path, heading: str, body: str) -> None:
     if start is None:
         out = lines + ([""] if lines and lines[-1].strip() else []) + new
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
         out = lines[:start] + new + lines[end:]
     path.write_text("\n".join(out).rstrip() + "\n")
 
@@ -130,11 +131,12 @@ def env_lines():
     except Exception:  # pragma: no cover
         pv = "not installed"
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",) * 3
-    return [f"- Date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; "
-            f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores; "
-            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
-            f"- jax {jax.__version__}, pinocchio {pv}; XLA_FLAGS={os.environ['XLA_FLAGS']!r}; "
-            "float64"]
+    return [
+        f"- Date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        f"- jax {jax.__version__}, pinocchio {pv}; XLA_FLAGS={os.environ['XLA_FLAGS']!r}; float64",
+    ]
 
 
 def random_states(model, batch, seed=0):
@@ -150,15 +152,19 @@ def mechanism_urdf(stem: int, branches: int, branch_len: int = 7) -> tuple[str, 
     out = ['<?xml version="1.0"?><robot name="stem">']
 
     def link(name):
-        return (f'<link name="{name}"><inertial><origin xyz="0.1 0.01 0" rpy="0 0 0"/>'
-                '<mass value="1"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" '
-                'izz="0.02"/></inertial></link>')
+        return (
+            f'<link name="{name}"><inertial><origin xyz="0.1 0.01 0" rpy="0 0 0"/>'
+            '<mass value="1"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" '
+            'izz="0.02"/></inertial></link>'
+        )
 
     def joint(name, parent, child, xyz, k):
-        return (f'<joint name="{name}" type="revolute"><parent link="{parent}"/>'
-                f'<child link="{child}"/><origin xyz="{xyz}" rpy="0.3 0 0"/>'
-                f'<axis xyz="{axes[k % 3]}"/><limit lower="-3" upper="3" effort="1" '
-                'velocity="1"/></joint>')
+        return (
+            f'<joint name="{name}" type="revolute"><parent link="{parent}"/>'
+            f'<child link="{child}"/><origin xyz="{xyz}" rpy="0.3 0 0"/>'
+            f'<axis xyz="{axes[k % 3]}"/><limit lower="-3" upper="3" effort="1" '
+            'velocity="1"/></joint>'
+        )
 
     out.append(link("s0"))
     for i in range(1, stem):
@@ -185,10 +191,22 @@ def mechanism(stem, branches):
 
 # ============================================================================ parts
 SCALING_METHODS = ("pv_osim", "efpa", "pv_osimr")
-COLORS = {"pv_osim": "tab:blue", "efpa": "tab:orange", "pv_osimr": "tab:green",
-          "ltl": "tab:red", "dense": "tab:gray", "pinocchio": "black"}
-LABELS = {"pv_osim": "PV-OSIM", "efpa": "EFPA", "pv_osimr": "PV-OSIMr", "ltl": "LTL",
-          "dense": "dense (Cholesky)", "pinocchio": "Pinocchio"}
+COLORS = {
+    "pv_osim": "tab:blue",
+    "efpa": "tab:orange",
+    "pv_osimr": "tab:green",
+    "ltl": "tab:red",
+    "dense": "tab:gray",
+    "pinocchio": "black",
+}
+LABELS = {
+    "pv_osim": "PV-OSIM",
+    "efpa": "EFPA",
+    "pv_osimr": "PV-OSIMr",
+    "ltl": "LTL",
+    "dense": "dense (Cholesky)",
+    "pinocchio": "Pinocchio",
+}
 
 
 def part_scaling(quick, log):
@@ -212,8 +230,14 @@ def part_scaling(quick, log):
     fig, axs = plt.subplots(1, len(branches), figsize=(4 * len(branches), 3.4))
     for ax, b in zip(np.atleast_1d(axs), branches):
         for meth in SCALING_METHODS:
-            ax.plot(stems, np.asarray(ops[(b, meth)]) / 1e3, "o-", color=COLORS[meth],
-                    label=LABELS[meth], ms=3)
+            ax.plot(
+                stems,
+                np.asarray(ops[(b, meth)]) / 1e3,
+                "o-",
+                color=COLORS[meth],
+                label=LABELS[meth],
+                ms=3,
+            )
         ax.set_title(f"{b} branch{'es' if b > 1 else ''} each side (m = {12 * b})")
         ax.set_xlabel("links in the stem")
         ax.grid(alpha=0.3)
@@ -243,8 +267,13 @@ def part_scaling(quick, log):
         log(f"  scaling times b={b}: done ({time.time() - t0:.0f} s)")
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for meth in tmeth:
-        ax.plot(tstems, [times[(tb[0], n, meth)][0] * 1e6 for n in tstems], "o-",
-                color=COLORS[meth], label=LABELS[meth])
+        ax.plot(
+            tstems,
+            [times[(tb[0], n, meth)][0] * 1e6 for n in tstems],
+            "o-",
+            color=COLORS[meth],
+            label=LABELS[meth],
+        )
     ax.set_xlabel("links in the stem")
     ax.set_ylabel(f"us per sample (min, batch {batch})")
     ax.set_title(f"Fig. 3a mechanism, {tb[0]} branches each side: run time")
@@ -254,27 +283,39 @@ def part_scaling(quick, log):
     fig.savefig(FIGDIR / "osim_scaling_time.png", dpi=110)
     plt.close(fig)
 
-    md = ["### Scaling mechanism (paper Fig. 3)", "",
-          "Operation counts (thousands of XLA flops, lowered HLO, one sample) against the "
-          "stem length; ratios to PV-OSIMr in parentheses. Figure: "
-          "[figures/osim_scaling_ops.png](figures/osim_scaling_ops.png).", "",
-          "| branches | m | stem | " + " | ".join(LABELS[x] for x in SCALING_METHODS) + " |",
-          "|---|---|---|" + "---|" * len(SCALING_METHODS)]
+    md = [
+        "### Scaling mechanism (paper Fig. 3)",
+        "",
+        "Operation counts (thousands of XLA flops, lowered HLO, one sample) against the "
+        "stem length; ratios to PV-OSIMr in parentheses. Figure: "
+        "[figures/osim_scaling_ops.png](figures/osim_scaling_ops.png).",
+        "",
+        "| branches | m | stem | " + " | ".join(LABELS[x] for x in SCALING_METHODS) + " |",
+        "|---|---|---|" + "---|" * len(SCALING_METHODS),
+    ]
     for b in branches:
         for i, n in enumerate(stems):
             ref = ops[(b, "pv_osimr")][i]
-            cells = [f"{ops[(b, x)][i] / 1e3:.1f} ({ops[(b, x)][i] / ref:.2f}x)"
-                     for x in SCALING_METHODS]
+            cells = [
+                f"{ops[(b, x)][i] / 1e3:.1f} ({ops[(b, x)][i] / ref:.2f}x)" for x in SCALING_METHODS
+            ]
             md.append(f"| {b} | {12 * b} | {n} | " + " | ".join(cells) + " |")
-    md += ["", f"Run time per sample (min / median over repeats, batch {batch}, "
-               f"`{entry_point()}`, us) and compile time (s); figure: "
-               "[figures/osim_scaling_time.png](figures/osim_scaling_time.png).",
-           "", "| branches | stem | " + " | ".join(LABELS[x] for x in tmeth) + " |",
-           "|---|---|" + "---|" * len(tmeth)]
+    md += [
+        "",
+        f"Run time per sample (min / median over repeats, batch {batch}, "
+        f"`{entry_point()}`, us) and compile time (s); figure: "
+        "[figures/osim_scaling_time.png](figures/osim_scaling_time.png).",
+        "",
+        "| branches | stem | " + " | ".join(LABELS[x] for x in tmeth) + " |",
+        "|---|---|" + "---|" * len(tmeth),
+    ]
     for b in tb:
         for n in tstems:
-            cells = [f"{times[(b, n, x)][0] * 1e6:.1f} / {times[(b, n, x)][1] * 1e6:.1f} "
-                     f"(compile {compiles[(b, n, x)]:.0f} s)" for x in tmeth]
+            cells = [
+                f"{times[(b, n, x)][0] * 1e6:.1f} / {times[(b, n, x)][1] * 1e6:.1f} "
+                f"(compile {compiles[(b, n, x)]:.0f} s)"
+                for x in tmeth
+            ]
             md.append(f"| {b} | {n} | " + " | ".join(cells) + " |")
     return md, ops
 
@@ -290,13 +331,19 @@ def pin_setup(name, cs):
     if isinstance(name, tuple):
         xml, floating = name
         model = jaxdyn.load_urdf(xml, floating_base=floating)
-        pm = (pin.buildModelFromXML(xml, pin.JointModelFreeFlyer()) if floating
-              else pin.buildModelFromXML(xml))
+        pm = (
+            pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
+            if floating
+            else pin.buildModelFromXML(xml)
+        )
     else:
         path, floating = robots.resolve(name)
         model = jaxdyn.load_urdf(str(path), floating_base=floating)
-        pm = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer()) if floating
-              else pin.buildModelFromUrdf(str(path)))
+        pm = (
+            pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+            if floating
+            else pin.buildModelFromUrdf(str(path))
+        )
     if any(c.reference != "local" for c in cs):
         raise ValueError("Pinocchio's computeDelassusMatrix is used with LOCAL constraints")
     conv = Converter(model, pm)
@@ -323,23 +370,29 @@ def pin_time(pm, conv, cms, cds, qs, repeats=7):
 def pin_delassus(pm, conv, cms, cds, cs, q):
     import pinocchio as pin
 
-    D = pin.computeDelassusMatrix(pm, pm.createData(), conv.q_to_pin(np.asarray(q)), cms, cds,
-                                  0.0)
+    D = pin.computeDelassusMatrix(pm, pm.createData(), conv.q_to_pin(np.asarray(q)), cms, cds, 0.0)
     perm = conv.constraint_rows_from_pin(cs)
     return D[np.ix_(perm, perm)]
 
 
 def sole_points(ref="local"):
-    return tuple(Connect(f, ref, offset=(x, y, -0.01))
-                 for f in ("left_sole_link", "right_sole_link")
-                 for x in (0.1, -0.1) for y in (0.05, -0.05))
+    return tuple(
+        Connect(f, ref, offset=(x, y, -0.01))
+        for f in ("left_sole_link", "right_sole_link")
+        for x in (0.1, -0.1)
+        for y in (0.05, -0.05)
+    )
 
 
 TALOS_CASES = {
     "6D weld per foot": (Weld("left_sole_link"), Weld("right_sole_link")),
     "4 x 3D connect per sole (12D per foot)": sole_points(),
-    "6D welds on feet and wrists": (Weld("left_sole_link"), Weld("right_sole_link"),
-                                    Weld("arm_left_7_link"), Weld("arm_right_7_link")),
+    "6D welds on feet and wrists": (
+        Weld("left_sole_link"),
+        Weld("right_sole_link"),
+        Weld("arm_left_7_link"),
+        Weld("arm_right_7_link"),
+    ),
 }
 ALL_METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 
@@ -353,15 +406,19 @@ def hand_elements(prefix, parent, origin="0 0 -0.1"):
 
     def inertial(mass, length):
         d = rng.uniform(0.5, 1.5, 3) * mass * length**2 / 12 + 2e-5
-        return (f'<inertial><origin xyz="0 0 {length / 2}" rpy="0 0 0"/><mass value="{mass}"/>'
-                f'<inertia ixx="{d[0]}" ixy="0" ixz="0" iyy="{d[1]}" iyz="0" izz="{d[2]}"/>'
-                '</inertial>')
+        return (
+            f'<inertial><origin xyz="0 0 {length / 2}" rpy="0 0 0"/><mass value="{mass}"/>'
+            f'<inertia ixx="{d[0]}" ixy="0" ixz="0" iyy="{d[1]}" iyz="0" izz="{d[2]}"/>'
+            "</inertial>"
+        )
 
     out = [f'<link name="{prefix}palm">{inertial(0.4, 0.1)}</link>']
     if parent is not None:
-        out.append(f'<joint name="{prefix}palm_joint" type="fixed"><parent link="{parent}"/>'
-                   f'<child link="{prefix}palm"/><origin xyz="{origin}" rpy="3.14159 0 0"/>'
-                   '</joint>')
+        out.append(
+            f'<joint name="{prefix}palm_joint" type="fixed"><parent link="{parent}"/>'
+            f'<child link="{prefix}palm"/><origin xyz="{origin}" rpy="3.14159 0 0"/>'
+            "</joint>"
+        )
     tips = []
     for i in range(5):
         up = f"{prefix}palm"
@@ -371,14 +428,18 @@ def hand_elements(prefix, parent, origin="0 0 -0.1"):
             out.append(f'<link name="{link}">{inertial(0.1 - 0.015 * j, length)}</link>')
             xyz = f"0.03 {-0.04 + 0.02 * i} 0.1" if j == 0 else f"0 0 {0.05 - 0.006 * (j - 1)}"
             rpy = "0.3 0 -0.8" if (i == 0 and j == 0) else "0 0 0"
-            out.append(f'<joint name="{link}_joint" type="revolute"><parent link="{up}"/>'
-                       f'<child link="{link}"/><origin xyz="{xyz}" rpy="{rpy}"/>'
-                       f'<axis xyz="{"0 0 1" if j == 0 else "0 1 0"}"/><limit lower="-2" '
-                       'upper="2" effort="1" velocity="1"/></joint>')
+            out.append(
+                f'<joint name="{link}_joint" type="revolute"><parent link="{up}"/>'
+                f'<child link="{link}"/><origin xyz="{xyz}" rpy="{rpy}"/>'
+                f'<axis xyz="{"0 0 1" if j == 0 else "0 1 0"}"/><limit lower="-2" '
+                'upper="2" effort="1" velocity="1"/></joint>'
+            )
             up = link
-        out.append(f'<link name="{prefix}tip{i}"/><joint name="{prefix}tip{i}_joint" '
-                   f'type="fixed"><parent link="{up}"/><child link="{prefix}tip{i}"/>'
-                   f'<origin xyz="0.005 0 {length}" rpy="0 0 0"/></joint>')
+        out.append(
+            f'<link name="{prefix}tip{i}"/><joint name="{prefix}tip{i}_joint" '
+            f'type="fixed"><parent link="{up}"/><child link="{prefix}tip{i}"/>'
+            f'<origin xyz="0.005 0 {length}" rpy="0 0 0"/></joint>'
+        )
         tips.append(f"{prefix}tip{i}")
     return "".join(out), tips
 
@@ -396,10 +457,12 @@ def hand_robots():
     one = talos[:cut] + left + talos[cut:]
     two = talos[:cut] + left + right + talos[cut:]
     feet = TALOS_CASES["6D weld per foot"]
-    return [("(a) hand, 3D per fingertip", (hand_xml, False), tip_cs(tips)),
-            ("(b) talos + left hand", (one, True), tip_cs(ltips)),
-            ("(c) talos + two hands", (two, True), tip_cs(ltips + rtips)),
-            ("(d) (c) + 6D weld per foot", (two, True), tip_cs(ltips + rtips) + feet)]
+    return [
+        ("(a) hand, 3D per fingertip", (hand_xml, False), tip_cs(tips)),
+        ("(b) talos + left hand", (one, True), tip_cs(ltips)),
+        ("(c) talos + two hands", (two, True), tip_cs(ltips + rtips)),
+        ("(d) (c) + 6D weld per foot", (two, True), tip_cs(ltips + rtips) + feet),
+    ]
 
 
 def part_humanoid(title, cases, quick, batch, log, fig_name, time_all):
@@ -439,8 +502,10 @@ def part_humanoid(title, cases, quick, batch, log, fig_name, time_all):
             rows.append((label, meth, pre, post, tm, comp, err))
         pt = pin_time(pm, conv, cms, cds, qs)
         rows.append((label, "pinocchio", None, None, pt, None, None))
-        log(f"  {title} '{label}' (nv {model.nv}, m {sum(c.dim for c in cs)}): done "
-            f"({time.time() - t0:.0f} s)")
+        log(
+            f"  {title} '{label}' (nv {model.nv}, m {sum(c.dim for c in cs)}): done "
+            f"({time.time() - t0:.0f} s)"
+        )
     fig, axs = plt.subplots(1, len(cases), figsize=(4.0 * len(cases), 3.4))
     for ax, (label, _, _) in zip(np.atleast_1d(axs), cases):
         vals = [opsd[(label, m)] / 1e3 for m in ALL_METHODS]
@@ -454,19 +519,31 @@ def part_humanoid(title, cases, quick, batch, log, fig_name, time_all):
     FIGDIR.mkdir(exist_ok=True)
     fig.savefig(FIGDIR / fig_name, dpi=110)
     plt.close(fig)
-    md = ["| case | nv | m | method | kflops pre | kflops post | us/sample (min / median) | "
-          "ratio to Pinocchio (min) | compile s | err vs Pinocchio |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        "| case | nv | m | method | kflops pre | kflops post | us/sample (min / median) | "
+        "ratio to Pinocchio (min) | compile s | err vs Pinocchio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     pin_min = {r[0]: r[4][0] for r in rows if r[1] == "pinocchio"}
     for label, meth, pre, post, tm, comp, err in rows:
-        md.append("| " + " | ".join([
-            label, str(dims[label][0]), str(dims[label][1]), LABELS[meth],
-            "" if pre is None else f"{pre / 1e3:.1f}",
-            "" if post is None else f"{post / 1e3:.1f}",
-            "" if tm is None else f"{tm[0] * 1e6:.2f} / {tm[1] * 1e6:.2f}",
-            "" if tm is None else f"{tm[0] / pin_min[label]:.2f}x",
-            "" if comp is None else f"{comp:.1f}",
-            "" if err is None else f"{err:.1e}"]) + " |")
+        md.append(
+            "| "
+            + " | ".join(
+                [
+                    label,
+                    str(dims[label][0]),
+                    str(dims[label][1]),
+                    LABELS[meth],
+                    "" if pre is None else f"{pre / 1e3:.1f}",
+                    "" if post is None else f"{post / 1e3:.1f}",
+                    "" if tm is None else f"{tm[0] * 1e6:.2f} / {tm[1] * 1e6:.2f}",
+                    "" if tm is None else f"{tm[0] / pin_min[label]:.2f}x",
+                    "" if comp is None else f"{comp:.1f}",
+                    "" if err is None else f"{err:.1e}",
+                ]
+            )
+            + " |"
+        )
     md += ["", ratio_line(rows)]
     return md, rows
 
@@ -475,36 +552,51 @@ def ratio_line(rows):
     """PV-OSIMr's time over PV-OSIM's (min) per case, from ``part_humanoid``'s rows."""
     tmin = {(r[0], r[1]): r[4][0] for r in rows if r[4] is not None}
     cases = dict.fromkeys(r[0] for r in rows)
-    parts = [f"{c}: {tmin[(c, 'pv_osimr')] / tmin[(c, 'pv_osim')]:.2f}" for c in cases
-             if (c, "pv_osimr") in tmin and (c, "pv_osim") in tmin]
-    return ("PV-OSIMr time / PV-OSIM time (min, same run; < 1: PV-OSIMr faster): "
-            + "; ".join(parts) + ".")
+    parts = [
+        f"{c}: {tmin[(c, 'pv_osimr')] / tmin[(c, 'pv_osim')]:.2f}"
+        for c in cases
+        if (c, "pv_osimr") in tmin and (c, "pv_osim") in tmin
+    ]
+    return (
+        "PV-OSIMr time / PV-OSIM time (min, same run; < 1: PV-OSIMr faster): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def part_talos(quick, batch, log):
     cases = [(label, "talos_full", cs) for label, cs in TALOS_CASES.items()]
     md, rows = part_humanoid("talos_full", cases, quick, batch, log, "osim_talos.png", True)
-    head = ["### talos_full humanoid (paper Fig. 4)", "",
-            "Whole computation from `q` (kinematics, articulated inertias, Delassus). Flops: "
-            "lowered HLO (`pre`) and compiled batched module per sample (`post`, over-counts "
-            "fused chains, see the module docstring). Time: us per sample at batch "
-            f"{batch} through `{entry_point()}`, min / median over repeats; Pinocchio: "
-            "`computeDelassusMatrix` per call (LOCAL constraints, built by "
-            "`Converter.constraint_models_to_pin`). `err`: max deviation from Pinocchio's "
-            "matrix relative to max(1, max|D|). Figure: "
-            "[figures/osim_talos.png](figures/osim_talos.png).", ""]
+    head = [
+        "### talos_full humanoid (paper Fig. 4)",
+        "",
+        "Whole computation from `q` (kinematics, articulated inertias, Delassus). Flops: "
+        "lowered HLO (`pre`) and compiled batched module per sample (`post`, over-counts "
+        "fused chains, see the module docstring). Time: us per sample at batch "
+        f"{batch} through `{entry_point()}`, min / median over repeats; Pinocchio: "
+        "`computeDelassusMatrix` per call (LOCAL constraints, built by "
+        "`Converter.constraint_models_to_pin`). `err`: max deviation from Pinocchio's "
+        "matrix relative to max(1, max|D|). Figure: "
+        "[figures/osim_talos.png](figures/osim_talos.png).",
+        "",
+    ]
     return head + md, rows
 
 
 def part_hands(quick, batch, log):
-    md, rows = part_humanoid("hand-like subtree", hand_robots(), quick, batch, log,
-                             "osim_hands.png", True)
-    head = ["### Hand-like subtrees (paper Fig. 5)", "",
-            "A 5-finger, 19-DoF hand (thumb 3 links, fingers 4; generated URDF, "
-            "`hand_elements`) in place of the Shadow hand, a 3D connect on every fingertip: "
-            "(a) the hand alone (fixed palm), (b) fixed to talos_full's left wrist, (c) to both "
-            "wrists, (d) (c) with a 6D weld per foot. Columns as above. Figure: "
-            "[figures/osim_hands.png](figures/osim_hands.png).", ""]
+    md, rows = part_humanoid(
+        "hand-like subtree", hand_robots(), quick, batch, log, "osim_hands.png", True
+    )
+    head = [
+        "### Hand-like subtrees (paper Fig. 5)",
+        "",
+        "A 5-finger, 19-DoF hand (thumb 3 links, fingers 4; generated URDF, "
+        "`hand_elements`) in place of the Shadow hand, a 3D connect on every fingertip: "
+        "(a) the hand alone (fixed palm), (b) fixed to talos_full's left wrist, (c) to both "
+        "wrists, (d) (c) with a 6D weld per foot. Columns as above. Figure: "
+        "[figures/osim_hands.png](figures/osim_hands.png).",
+        "",
+    ]
     return head + md, rows
 
 
@@ -515,18 +607,22 @@ PIN_CASES = {
 
 
 def part_pinocchio(batch, talos_rows, log):
-    md = [f"### Against Pinocchio (batch {batch})", "",
-          f"jaxdyn's `delassus` (PV-OSIMr, the default) per sample, batched with `{entry_point()}` "
-          "(the batched entry point: `jaxdyn.vmap` evaluates `jax.vmap` in chunks so that the "
-          "intermediates stay in cache), and with plain `jax.jit(jax.vmap(f))` for comparison, "
-          "against Pinocchio's `computeDelassusMatrix` per call (C++, one state at a time, "
-          "from Python), same states; min / median over repeats. Target: ratio (min) <= "
-          f"{TARGET_RATIO} with the batched entry point. PV-OSIMr, PV-OSIM and EFPA share one "
-          "articulated-inertia pass that keeps the symmetric inertias packed (21 entries) and "
-          "sums children into parents with static gathers (`jaxdyn/osim/inertia.py`).", "",
-          "| robot | constraints | m | jaxdyn us/sample | plain jax.vmap us/sample | "
-          "Pinocchio us/call | ratio (min) | ratio (median) | plain vmap ratio (min) | target |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        f"### Against Pinocchio (batch {batch})",
+        "",
+        f"jaxdyn's `delassus` (PV-OSIMr, the default) per sample, batched with `{entry_point()}` "
+        "(the batched entry point: `jaxdyn.vmap` evaluates `jax.vmap` in chunks so that the "
+        "intermediates stay in cache), and with plain `jax.jit(jax.vmap(f))` for comparison, "
+        "against Pinocchio's `computeDelassusMatrix` per call (C++, one state at a time, "
+        "from Python), same states; min / median over repeats. Target: ratio (min) <= "
+        f"{TARGET_RATIO} with the batched entry point. PV-OSIMr, PV-OSIM and EFPA share one "
+        "articulated-inertia pass that keeps the symmetric inertias packed (21 entries) and "
+        "sums children into parents with static gathers (`jaxdyn/osim/inertia.py`).",
+        "",
+        "| robot | constraints | m | jaxdyn us/sample | plain jax.vmap us/sample | "
+        "Pinocchio us/call | ratio (min) | ratio (median) | plain vmap ratio (min) | target |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     res = {}
     for name, cs in PIN_CASES.items():
         model, pm, conv, cms, cds = pin_setup(name, cs)
@@ -543,12 +639,16 @@ def part_pinocchio(batch, talos_rows, log):
         desc = ", ".join(dict.fromkeys(f"{type(c).__name__}" for c in cs))
         r_min, r_med = tj[0] / tp[0], tj[1] / tp[1]
         res[name] = (tj, tp, tv)
-        md.append(f"| {name} | {len(cs)} x {desc} | {m} | {tj[0] * 1e6:.2f} / {tj[1] * 1e6:.2f} "
-                  f"| {tv[0] * 1e6:.2f} / {tv[1] * 1e6:.2f} "
-                  f"| {tp[0] * 1e6:.2f} / {tp[1] * 1e6:.2f} | {r_min:.2f}x | {r_med:.2f}x | "
-                  f"{tv[0] / tp[0]:.2f}x | {'PASS' if r_min <= TARGET_RATIO else 'MISS'} |")
-        log(f"  pinocchio {name}: jaxdyn {tj[0] * 1e6:.2f} us (plain vmap {tv[0] * 1e6:.2f}), "
-            f"pinocchio {tp[0] * 1e6:.2f} us")
+        md.append(
+            f"| {name} | {len(cs)} x {desc} | {m} | {tj[0] * 1e6:.2f} / {tj[1] * 1e6:.2f} "
+            f"| {tv[0] * 1e6:.2f} / {tv[1] * 1e6:.2f} "
+            f"| {tp[0] * 1e6:.2f} / {tp[1] * 1e6:.2f} | {r_min:.2f}x | {r_med:.2f}x | "
+            f"{tv[0] / tp[0]:.2f}x | {'PASS' if r_min <= TARGET_RATIO else 'MISS'} |"
+        )
+        log(
+            f"  pinocchio {name}: jaxdyn {tj[0] * 1e6:.2f} us (plain vmap {tv[0] * 1e6:.2f}), "
+            f"pinocchio {tp[0] * 1e6:.2f} us"
+        )
     return md, res
 
 
@@ -558,8 +658,12 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--out", default=str(RESULTS), help="markdown file (section replaced)")
-    ap.add_argument("--chunk", type=int, default=jaxdyn.batching.DEFAULT_CHUNK,
-                    help="chunk size of jaxdyn.vmap for the timed programs (0: plain jax.vmap)")
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=jaxdyn.batching.DEFAULT_CHUNK,
+        help="chunk size of jaxdyn.vmap for the timed programs (0: plain jax.vmap)",
+    )
     args = ap.parse_args(argv)
     global CHUNK
     CHUNK = args.chunk or None
@@ -569,8 +673,15 @@ def main(argv=None):
     def log(msg):
         print(msg, flush=True)
 
-    md = [f"Written by `benchmarks/osim.py{' --quick' if args.quick else ''}` "
-          "(see its docstring for the method).", ""] + env_lines() + [""]
+    md = (
+        [
+            f"Written by `benchmarks/osim.py{' --quick' if args.quick else ''}` "
+            "(see its docstring for the method).",
+            "",
+        ]
+        + env_lines()
+        + [""]
+    )
     talos_rows = []
     if "scaling" in parts:
         log("scaling mechanism ...")

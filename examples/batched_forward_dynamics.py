@@ -75,7 +75,7 @@ noise = 0.3 * jax.random.normal(key_legs, (N_ROBOTS, model.nv)) * act
 q0 = jax.vmap(lambda dv: jaxdyn.integrate(model, q_ref, dv))(noise)
 yaw = jax.random.uniform(key_yaw, (N_ROBOTS,), minval=-np.pi, maxval=np.pi)
 quat = jnp.stack([jnp.cos(yaw / 2), 0 * yaw, 0 * yaw, jnp.sin(yaw / 2)], -1)  # [qw qx qy qz]
-q0 = q0.at[:, base_q.start + 3:base_q.start + 7].set(quat)
+q0 = q0.at[:, base_q.start + 3 : base_q.start + 7].set(quat)
 v0 = jnp.zeros((N_ROBOTS, model.nv))
 
 t = time.perf_counter()
@@ -94,17 +94,23 @@ leg_err0 = np.abs(np.asarray(jax.vmap(lambda q: jaxdyn.difference(model, q, q_re
 leg_errT = np.abs(np.asarray(jax.vmap(lambda q: jaxdyn.difference(model, q, q_ref))(qT))[:, act])
 
 print(f"{N_ROBOTS} robots x {N_STEPS} steps of {DT * 1e3:g} ms (T = {T:g} s), float32")
-print(f"  compile {t_compile:.2f} s, run {t_run * 1e3:.1f} ms "
-      f"= {N_ROBOTS * N_STEPS / t_run / 1e6:.2f} M robot-steps/s")
-print(f"  COM drop       {drop.mean():.5f} m (min {drop.min():.5f}, max {drop.max():.5f}); "
-      f"free fall g T^2/2 = {0.5 * g * T * T:.5f} m")
+print(
+    f"  compile {t_compile:.2f} s, run {t_run * 1e3:.1f} ms "
+    f"= {N_ROBOTS * N_STEPS / t_run / 1e6:.2f} M robot-steps/s"
+)
+print(
+    f"  COM drop       {drop.mean():.5f} m (min {drop.min():.5f}, max {drop.max():.5f}); "
+    f"free fall g T^2/2 = {0.5 * g * T * T:.5f} m"
+)
 print(f"  COM horizontal drift  max {drift.max():.2e} m (should be ~0)")
-print(f"  leg tracking error    mean |q - q_ref| {leg_err0.mean():.3f} -> "
-      f"{leg_errT.mean():.3f} rad")
+print(
+    f"  leg tracking error    mean |q - q_ref| {leg_err0.mean():.3f} -> {leg_errT.mean():.3f} rad"
+)
 # Semi-implicit Euler moves a point mass in free fall by g dt^2 N(N+1)/2 in N steps; the
 # multibody COM follows it up to the O(dt) coupling of the legs' motion.
 expected = 0.5 * g * DT * DT * N_STEPS * (N_STEPS + 1)
 ok = np.allclose(drop, expected, rtol=2e-2) and drift.max() < 1e-3 and np.all(np.isfinite(drop))
-print(f"  free-fall check (discrete g dt^2 N(N+1)/2 = {expected:.5f} m): "
-      f"{'OK' if ok else 'FAILED'}")
+print(
+    f"  free-fall check (discrete g dt^2 N(N+1)/2 = {expected:.5f} m): {'OK' if ok else 'FAILED'}"
+)
 raise SystemExit(0 if ok else 1)

@@ -57,15 +57,16 @@ def id_(d, v_):
 
 def fd_(d, v_):
     """Forward dynamics at q ⊕ d."""
-    return aba_plain(model, jaxdyn.integrate(model, q.astype(d.dtype), d), v_,
-                     tau.astype(d.dtype))
+    return aba_plain(model, jaxdyn.integrate(model, q.astype(d.dtype), d), v_, tau.astype(d.dtype))
 
 
 # --------------------------------------------------------------------------- the four methods
 @jax.jit
 def analytic():
-    return (*jaxdyn.rnea_derivatives(model, q, v, a)[:2],
-            *jaxdyn.aba_derivatives(model, q, v, tau)[:2])
+    return (
+        *jaxdyn.rnea_derivatives(model, q, v, a)[:2],
+        *jaxdyn.aba_derivatives(model, q, v, tau)[:2],
+    )
 
 
 @jax.jit
@@ -82,6 +83,7 @@ def complex_step(h=1e-30):
             out.append(jax.vmap(lambda e: jnp.imag(f(cz + 1j * h * e, cv)))(eye).T / h)
             out.append(jax.vmap(lambda e: jnp.imag(f(cz, cv + 1j * h * e)))(eye).T / h)
         return tuple(out)
+
     return run
 
 
@@ -143,16 +145,26 @@ steps = np.logspace(-1, -13, 25)
 err_c, err_f = [], []
 for h in steps:
     oc, of = central(h), forward(h)
-    err_c.append(max(np.max(np.abs(np.asarray(x) - r)) / max(1.0, np.max(np.abs(r)))
-                     for x, r in zip(oc, ref)))
-    err_f.append(max(np.max(np.abs(np.asarray(x) - r)) / max(1.0, np.max(np.abs(r)))
-                     for x, r in zip(of, ref)))
-cs_err = max(np.max(np.abs(x - r)) / max(1.0, np.max(np.abs(r)))
-             for x, r in zip(results["complex step h=1e-30"], ref))
+    err_c.append(
+        max(
+            np.max(np.abs(np.asarray(x) - r)) / max(1.0, np.max(np.abs(r))) for x, r in zip(oc, ref)
+        )
+    )
+    err_f.append(
+        max(
+            np.max(np.abs(np.asarray(x) - r)) / max(1.0, np.max(np.abs(r))) for x, r in zip(of, ref)
+        )
+    )
+cs_err = max(
+    np.max(np.abs(x - r)) / max(1.0, np.max(np.abs(r)))
+    for x, r in zip(results["complex step h=1e-30"], ref)
+)
 best = int(np.argmin(err_c))
-print(f"\ncentral differences: best step {steps[best]:.0e} (error {err_c[best]:.1e}); "
-      f"forward differences: best {steps[int(np.argmin(err_f))]:.0e} "
-      f"(error {min(err_f):.1e}); complex step: {cs_err:.1e}")
+print(
+    f"\ncentral differences: best step {steps[best]:.0e} (error {err_c[best]:.1e}); "
+    f"forward differences: best {steps[int(np.argmin(err_f))]:.0e} "
+    f"(error {min(err_f):.1e}); complex step: {cs_err:.1e}"
+)
 
 try:
     import matplotlib

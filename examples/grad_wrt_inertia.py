@@ -53,24 +53,29 @@ print(f"cost J = integral |tau|^2 dt = {float(value):.6g} N^2 m^2 s")
 # Finite differences on the masses (central, h = 1e-6 kg).
 h = 1e-6
 f = jax.jit(cost_of_mass)
-fd = np.array([(f(model.mass.at[i].add(h)) - f(model.mass.at[i].add(-h))) / (2 * h)
-               for i in range(model.nb)])
+fd = np.array(
+    [(f(model.mass.at[i].add(h)) - f(model.mass.at[i].add(-h))) / (2 * h) for i in range(model.nb)]
+)
 ad = np.asarray(grads.mass)
-print(f"\n{'body':<8} {'mass [kg]':>10} {'dJ/dm (autodiff)':>18} {'finite diff.':>14} "
-      f"{'rel. err':>9}")
+print(
+    f"\n{'body':<8} {'mass [kg]':>10} {'dJ/dm (autodiff)':>18} {'finite diff.':>14} {'rel. err':>9}"
+)
 for i, name in enumerate(model.body_names):
     rel = abs(ad[i] - fd[i]) / max(abs(fd[i]), 1e-12)
     print(f"{name:<8} {float(model.mass[i]):>10.4g} {ad[i]:>18.8g} {fd[i]:>14.8g} {rel:>9.1e}")
 err = np.max(np.abs(ad - fd)) / np.max(np.abs(fd))
 print(f"max relative error (autodiff vs finite differences): {err:.1e}")
 
+
 # The other parameter gradients come for free from the same call.
 def row(x):
     return " ".join(f"{v:9.4g}" for v in np.asarray(x))
 
 
-print(f"\n{'|dJ/d inertia| per body (Frobenius):':<38}",
-      row(jnp.linalg.norm(grads.inertia, axis=(1, 2))))
+print(
+    f"\n{'|dJ/d inertia| per body (Frobenius):':<38}",
+    row(jnp.linalg.norm(grads.inertia, axis=(1, 2))),
+)
 print(f"{'|dJ/d com| per body:':<38}", row(jnp.linalg.norm(grads.com, axis=1)))
 # Directional check on the rotational inertias: J(I + h D) vs dJ/dI : D, D symmetric.
 D = jnp.asarray(rng.normal(size=model.inertia.shape))
@@ -82,11 +87,14 @@ def cost_of_inertia(inertia):
     return cost(eqx.tree_at(lambda m: m.inertia, model, inertia))
 
 
-fd_dir = float((cost_of_inertia(model.inertia + h * D) - cost_of_inertia(model.inertia - h * D))
-               / (2 * h))
+fd_dir = float(
+    (cost_of_inertia(model.inertia + h * D) - cost_of_inertia(model.inertia - h * D)) / (2 * h)
+)
 err_dir = abs(g_dir - fd_dir) / abs(fd_dir)
-print(f"directional derivative along a random symmetric dI: autodiff {g_dir:.8g}, "
-      f"finite diff. {fd_dir:.8g} (rel. err {err_dir:.1e})")
+print(
+    f"directional derivative along a random symmetric dI: autodiff {g_dir:.8g}, "
+    f"finite diff. {fd_dir:.8g} (rel. err {err_dir:.1e})"
+)
 
 ok = err < 1e-6 and err_dir < 1e-6
 print("gradient check:", "OK" if ok else "FAILED")

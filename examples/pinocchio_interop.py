@@ -29,8 +29,10 @@ pin_model = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
 pin_data = pin_model.createData()
 conv = Converter(model, pin_model)
 print(f"{path.name}: jaxdyn {model}")
-print(f"{'':{len(path.name)}}  pinocchio nq={pin_model.nq} nv={pin_model.nv} "
-      f"njoints={pin_model.njoints}")
+print(
+    f"{'':{len(path.name)}}  pinocchio nq={pin_model.nq} nv={pin_model.nv} "
+    f"njoints={pin_model.njoints}"
+)
 print("jaxdyn joint order:   ", list(model.joint_names))
 print("pinocchio joint order:", list(pin_model.names)[1:])
 
@@ -48,7 +50,7 @@ def rel(a, b):
 
 
 key = jax.random.PRNGKey(0)
-for i in range(10):
+for _ in range(10):
     key, kq, kv, ka = jax.random.split(key, 4)
     q = jaxdyn.random_configuration(model, kq, lower=-1.0, upper=1.0)
     v = jax.random.normal(kv, (model.nv,))
@@ -73,8 +75,11 @@ for i in range(10):
 
     for foot in feet:
         fid = pin_model.getFrameId(foot)
-        for ref, pin_ref in (("local_world_aligned", pin.LOCAL_WORLD_ALIGNED),
-                             ("local", pin.LOCAL), ("world", pin.WORLD)):
+        for ref, pin_ref in (
+            ("local_world_aligned", pin.LOCAL_WORLD_ALIGNED),
+            ("local", pin.LOCAL),
+            ("world", pin.WORLD),
+        ):
             J_pin = pin.computeFrameJacobian(pin_model, pin_data, q_p, fid, pin_ref)
             J = conv.jacobian_to_pin(np.asarray(jac(model, q, foot, ref)))
             worst["jacobian"] = max(worst["jacobian"], rel(J, J_pin))

@@ -60,8 +60,13 @@ def controller_step(model, q, v, base_target):
     b = w * (Vdot_c - Vdot0)
     u = jnp.linalg.solve(A.T @ A + EPS * jnp.eye(A.shape[1]), A.T @ b)
     qdd = qdd0 + Bhat @ u
-    return dict(u=u, qdd=qdd, Vdot=Jt @ qdd + (Vdot0 - Jt @ qdd0), Vdot_c=Vdot_c,
-                B=jaxdyn.build_input_matrix(model, q, INPUTS))
+    return dict(
+        u=u,
+        qdd=qdd,
+        Vdot=Jt @ qdd + (Vdot0 - Jt @ qdd0),
+        Vdot_c=Vdot_c,
+        B=jaxdyn.build_input_matrix(model, q, INPUTS),
+    )
 
 
 def main():
@@ -96,14 +101,17 @@ def main():
     print("achieved  base acceleration:", out["Vdot"][:6])
     print("foot accelerations (should be ~0):", np.abs(out["Vdot"][6:]).max())
     res = out["Vdot"] - out["Vdot_c"]
-    print(f"task residual |Vdot - Vdot_c|: base {np.linalg.norm(res[:6]):.2e}, "
-          f"feet {np.linalg.norm(res[6:]):.2e} (of |Vdot_c| = {np.linalg.norm(out['Vdot_c']):.2f})")
+    print(
+        f"task residual |Vdot - Vdot_c|: base {np.linalg.norm(res[:6]):.2e}, "
+        f"feet {np.linalg.norm(res[6:]):.2e} (of |Vdot_c| = {np.linalg.norm(out['Vdot_c']):.2f})"
+    )
     err = np.max(np.abs(out["qdd"] - qdd_aba)) / max(1.0, np.max(np.abs(qdd_aba)))
     print(f"qdd0 + Bhat u vs jaxdyn.aba(q, v, B u): relative difference {err:.1e}")
     assert err < 1e-10
     assert np.abs(out["Vdot"][6:]).max() < 1e-2
     assert np.abs(out["Vdot"][:6] - out["Vdot_c"][:6]).max() < 1e-2 * max(
-        1.0, np.abs(out["Vdot_c"][:6]).max())
+        1.0, np.abs(out["Vdot_c"][:6]).max()
+    )
 
 
 if __name__ == "__main__":

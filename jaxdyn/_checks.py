@@ -73,5 +73,6 @@ def check_quaternions(fn, model, q, tol=1e-3):
         return q
     quats = q[np.stack(idx)]
     err = jnp.abs(jnp.sum(quats * quats, -1) - 1)
-    return eqx.error_if(q, jnp.any(err > tol),
-                        f"{fn}: a quaternion in q is not of unit norm (tolerance {tol})")
+    return eqx.error_if(
+        q, jnp.any(err > tol), f"{fn}: a quaternion in q is not of unit norm (tolerance {tol})"
+    )

@@ -31,8 +31,9 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
     def wrapped(*args):
         axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         if len(axes) != len(args):
-            raise ValueError(f"jaxdyn.vmap: in_axes has {len(axes)} entries for {len(args)} "
-                             "arguments")
+            raise ValueError(
+                f"jaxdyn.vmap: in_axes has {len(axes)} entries for {len(args)} arguments"
+            )
         for ax in axes:
             if ax not in (0, None):
                 raise ValueError("jaxdyn.vmap: in_axes entries must be 0 or None")

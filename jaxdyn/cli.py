@@ -101,8 +101,10 @@ def _cmd_info(args) -> int:
     ]
     wj = max([len("joint")] + [len(n) for n in t.joint_names])
     wb = max([len("body")] + [len(n) for n in t.body_names])
-    out.append(f"  {'#':>3}  {'joint':<{wj}}  {'type':<9}  {'q':<7}  {'v':<7}  "
-               f"{'body':<{wb}}  {'parent':<{wb}}  mass [kg]")
+    out.append(
+        f"  {'#':>3}  {'joint':<{wj}}  {'type':<9}  {'q':<7}  {'v':<7}  "
+        f"{'body':<{wb}}  {'parent':<{wb}}  mass [kg]"
+    )
     for b in range(t.nb):
         q0, v0 = int(t.q_start[b]), int(t.v_start[b])
         qs = f"{q0}:{q0 + int(t.nq_j[b])}"
@@ -110,8 +112,10 @@ def _cmd_info(args) -> int:
         p = int(t.parent[b])
         parent = t.body_names[p] if p >= 0 else ("world" if model.floating_base else t.root_name)
         kind = joints.KIND_NAMES[int(t.kind[b])]
-        out.append(f"  {b:>3}  {t.joint_names[b]:<{wj}}  {kind:<9}  {qs:<7}  {vs:<7}  "
-                   f"{t.body_names[b]:<{wb}}  {parent:<{wb}}  {mass[b]:.6g}")
+        out.append(
+            f"  {b:>3}  {t.joint_names[b]:<{wj}}  {kind:<9}  {qs:<7}  {vs:<7}  "
+            f"{t.body_names[b]:<{wb}}  {parent:<{wb}}  {mass[b]:.6g}"
+        )
     if not model.floating_base:
         out.append(f"  (root link {t.root_name!r} is welded to the world)")
     print("\n".join(out))
@@ -148,7 +152,8 @@ def _demo_robot(name: str, batch: int, dtype, n_check: int, tol: float) -> bool:
 
     kq, kv, kt = jax.random.split(jax.random.PRNGKey(0), 3)
     q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(
-        jax.random.split(kq, batch))
+        jax.random.split(kq, batch)
+    )
     v = jax.random.normal(kv, (batch, model.nv), dtype)
     tau = 5.0 * jax.random.normal(kt, (batch, model.nv), dtype)
     f_aba = jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))
@@ -162,11 +167,15 @@ def _demo_robot(name: str, batch: int, dtype, n_check: int, tol: float) -> bool:
 
     def report(label, compiled, ct, *a):
         rt = _timeit(compiled, *a)
-        print(f"  {label:<34} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
-              f"= {_fmt_time(rt / batch):>9} / sample")
+        print(
+            f"  {label:<34} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
+            f"= {_fmt_time(rt / batch):>9} / sample"
+        )
 
-    print(f"{name}: batch of {batch} random states, {jnp.dtype(dtype).name}, "
-          f"device {jax.devices()[0].platform}")
+    print(
+        f"{name}: batch of {batch} random states, {jnp.dtype(dtype).name}, "
+        f"device {jax.devices()[0].platform}"
+    )
     c_aba, t_aba = compile_(f_aba, model, q, v, tau)
     qdd = c_aba(model, q, v, tau)
     report("aba   (forward dynamics)", c_aba, t_aba, model, q, v, tau)
@@ -185,13 +194,17 @@ def _demo_robot(name: str, batch: int, dtype, n_check: int, tol: float) -> bool:
     got = np.asarray(qdd[:k], dtype=np.float64)
     rel = _max_rel(got, ref)
     ok1 = bool(rel < tol)
-    print(f"  check aba == solve(crba, tau - bias_forces), {k} samples: "
-          f"max rel. err {rel:.1e}  {'OK' if ok1 else 'FAILED'}")
+    print(
+        f"  check aba == solve(crba, tau - bias_forces), {k} samples: "
+        f"max rel. err {rel:.1e}  {'OK' if ok1 else 'FAILED'}"
+    )
     # Check 2: inverse of forward dynamics, on the whole batch.
     rel2 = _max_rel(np.asarray(tau_back, np.float64), np.asarray(tau, np.float64))
     ok2 = bool(rel2 < tol)
-    print(f"  check rnea(q, v, aba(q, v, tau)) == tau, {batch} samples: "
-          f"max rel. err {rel2:.1e}  {'OK' if ok2 else 'FAILED'}")
+    print(
+        f"  check rnea(q, v, aba(q, v, tau)) == tau, {batch} samples: "
+        f"max rel. err {rel2:.1e}  {'OK' if ok2 else 'FAILED'}"
+    )
     return ok1 and ok2
 
 
@@ -217,8 +230,10 @@ def _cmd_demo(args) -> int:
         if x64 and not previous:
             jax.config.update("jax_enable_x64", False)
     print("=" * 78)
-    print(f"demo {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s "
-          "(compile times dominate; run times are per call of the jitted, vmapped function)")
+    print(
+        f"demo {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s "
+        "(compile times dominate; run times are per call of the jitted, vmapped function)"
+    )
     return 0 if ok else 1
 
 
@@ -257,8 +272,10 @@ def _cmd_bench(rest) -> int:
                 del sys.modules["harness"]
                 raise
     except ModuleNotFoundError as e:
-        raise UserError(f"jaxdyn bench: the benchmark harness ({path}) needs the "
-                        f"package {e.name!r}: pip install 'jaxdyn[bench]'") from None
+        raise UserError(
+            f"jaxdyn bench: the benchmark harness ({path}) needs the "
+            f"package {e.name!r}: pip install 'jaxdyn[bench]'"
+        ) from None
     try:
         rc = harness.main(rest)
     except SystemExit as e:  # argparse inside the harness
@@ -275,18 +292,29 @@ def _bench_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="jaxdyn bench",
         description="Time jaxdyn alone: per-sample time of jax.jit(jax.vmap(f)) and its compile "
-                    "time, for f in rnea / crba / aba / minv. (From a checkout of the repository "
-                    "this command runs the full harness of benchmarks/harness.py instead, with "
-                    "Pinocchio and MJX; --standalone forces this mode.)")
-    p.add_argument("--robot", default="quad12", metavar="ROBOT",
-                   help="bundled robot (arm7, quad12), URDF path or example-robot-data name "
-                        "(default quad12)")
-    p.add_argument("--algorithms", default=",".join(_STANDALONE_ALGS), metavar="LIST",
-                   help=f"comma-separated subset of {','.join(_STANDALONE_ALGS)} (default all)")
-    p.add_argument("--batch", type=int, default=1024, metavar="N",
-                   help="batch size (default 1024)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                   help="floating-point type (default float32)")
+        "time, for f in rnea / crba / aba / minv. (From a checkout of the repository "
+        "this command runs the full harness of benchmarks/harness.py instead, with "
+        "Pinocchio and MJX; --standalone forces this mode.)",
+    )
+    p.add_argument(
+        "--robot",
+        default="quad12",
+        metavar="ROBOT",
+        help="bundled robot (arm7, quad12), URDF path or example-robot-data name (default quad12)",
+    )
+    p.add_argument(
+        "--algorithms",
+        default=",".join(_STANDALONE_ALGS),
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(_STANDALONE_ALGS)} (default all)",
+    )
+    p.add_argument("--batch", type=int, default=1024, metavar="N", help="batch size (default 1024)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="floating-point type (default float32)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed calls, median (default 5)")
     return p
 
@@ -299,8 +327,10 @@ def _bench_standalone(argv) -> int:
     algs = [x.strip() for x in a.algorithms.split(",") if x.strip()]
     bad = [x for x in algs if x not in _STANDALONE_ALGS]
     if bad or not algs:
-        raise UserError(f"--algorithms: unknown {', '.join(bad) or '(empty)'}; "
-                        f"choose from {', '.join(_STANDALONE_ALGS)}")
+        raise UserError(
+            f"--algorithms: unknown {', '.join(bad) or '(empty)'}; "
+            f"choose from {', '.join(_STANDALONE_ALGS)}"
+        )
     if a.batch < 1 or a.repeats < 1:
         raise UserError("--batch and --repeats must be >= 1")
 
@@ -330,14 +360,21 @@ def _bench_run(a, algs) -> None:
     B = a.batch
     kq, kv, kt = jax.random.split(jax.random.PRNGKey(0), 3)
     q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(
-        jax.random.split(kq, B))
+        jax.random.split(kq, B)
+    )
     v = jax.random.normal(kv, (B, model.nv), dtype)
     u = jax.random.normal(kt, (B, model.nv), dtype)
-    calls = {"rnea": (jaxdyn.rnea, (q, v, u)), "crba": (jaxdyn.crba, (q,)),
-             "aba": (jaxdyn.aba, (q, v, u)), "minv": (jaxdyn.minv, (q,))}
+    calls = {
+        "rnea": (jaxdyn.rnea, (q, v, u)),
+        "crba": (jaxdyn.crba, (q,)),
+        "aba": (jaxdyn.aba, (q, v, u)),
+        "minv": (jaxdyn.minv, (q,)),
+    }
     print(model.describe())
-    print(f"jaxdyn bench (jaxdyn alone): {model.name}, batch {B}, {dtype.name}, device "
-          f"{jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    print(
+        f"jaxdyn bench (jaxdyn alone): {model.name}, batch {B}, {dtype.name}, device "
+        f"{jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+    )
     for alg in algs:
         f, xs = calls[alg]
         axes = (None,) + (0,) * len(xs)
@@ -347,8 +384,10 @@ def _bench_run(a, algs) -> None:
         ct = time.perf_counter() - t
         jax.block_until_ready(compiled(model, *xs))  # warm-up
         rt = _timeit(compiled, model, *xs, repeat=a.repeats)
-        print(f"  {alg:<5} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
-              f"= {_fmt_time(rt / B):>9} / sample")
+        print(
+            f"  {alg:<5} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
+            f"= {_fmt_time(rt / B):>9} / sample"
+        )
 
 
 # --------------------------------------------------------------------------- parser
@@ -362,30 +401,62 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"jaxdyn {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    pi = sub.add_parser("info", help="print a model summary (tree, sizes, masses, joints)",
-                        description="Print a model summary: tree, nq/nv, bodies, depth, masses, "
-                                    "frames and joint names in q/v order.")
-    pi.add_argument("robot", metavar="ROBOT",
-                    help="URDF path, bundled robot (arm7, quad12) or example-robot-data name")
+    pi = sub.add_parser(
+        "info",
+        help="print a model summary (tree, sizes, masses, joints)",
+        description="Print a model summary: tree, nq/nv, bodies, depth, masses, "
+        "frames and joint names in q/v order.",
+    )
+    pi.add_argument(
+        "robot",
+        metavar="ROBOT",
+        help="URDF path, bundled robot (arm7, quad12) or example-robot-data name",
+    )
     g = pi.add_mutually_exclusive_group()
-    g.add_argument("--floating", dest="floating_base", action="store_const", const=True,
-                   default=None, help="attach the root link by a free joint (root_joint)")
-    g.add_argument("--fixed", dest="floating_base", action="store_const", const=False,
-                   help="weld the root link to the world")
+    g.add_argument(
+        "--floating",
+        dest="floating_base",
+        action="store_const",
+        const=True,
+        default=None,
+        help="attach the root link by a free joint (root_joint)",
+    )
+    g.add_argument(
+        "--fixed",
+        dest="floating_base",
+        action="store_const",
+        const=False,
+        help="weld the root link to the world",
+    )
     pi.set_defaults(func=_cmd_info)
 
-    pd = sub.add_parser("demo", help="batched forward dynamics on the bundled arm and quadruped",
-                        description="Load the bundled arm7 and quad12, run jit(vmap(aba)) over "
-                                    "random states, check it and time aba / rnea / crba.")
-    pd.add_argument("--batch", type=int, default=1024, metavar="N",
-                    help="number of random states (default 1024)")
-    pd.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                    help="floating-point type (default float32)")
+    pd = sub.add_parser(
+        "demo",
+        help="batched forward dynamics on the bundled arm and quadruped",
+        description="Load the bundled arm7 and quad12, run jit(vmap(aba)) over "
+        "random states, check it and time aba / rnea / crba.",
+    )
+    pd.add_argument(
+        "--batch",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="number of random states (default 1024)",
+    )
+    pd.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="floating-point type (default float32)",
+    )
     pd.set_defaults(func=_cmd_demo)
 
-    sub.add_parser("bench", add_help=False,
-                   help="time the algorithms (jaxdyn bench --help; from a checkout: the full "
-                        "harness of benchmarks/, against Pinocchio and MJX)")
+    sub.add_parser(
+        "bench",
+        add_help=False,
+        help="time the algorithms (jaxdyn bench --help; from a checkout: the full "
+        "harness of benchmarks/, against Pinocchio and MJX)",
+    )
     return p
 
 

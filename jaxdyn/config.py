@@ -59,8 +59,12 @@ def _nonneg_int(name, value):
         out = int(value)
     except (TypeError, ValueError):
         out = None
-    if out is None or out < 0 or isinstance(value, bool) or (
-            isinstance(value, float) and value != out):
+    if (
+        out is None
+        or out < 0
+        or isinstance(value, bool)
+        or (isinstance(value, float) and value != out)
+    ):
         raise ValueError(f"jaxdyn.config.update: {name} must be an integer >= 0, got {value!r}")
     return out
 
@@ -81,9 +85,10 @@ def _from_env(name):
     try:
         return check(name, raw)
     except ValueError:
-        raise ValueError(f"jaxdyn.config: environment variable {env}={raw!r} is invalid "
-                         f"({name} must be {'a bool' if check is _bool else 'an integer >= 0'})"
-                         ) from None
+        raise ValueError(
+            f"jaxdyn.config: environment variable {env}={raw!r} is invalid "
+            f"({name} must be {'a bool' if check is _bool else 'an integer >= 0'})"
+        ) from None
 
 
 _values = {name: _from_env(name) for name in SWITCHES}
@@ -91,8 +96,9 @@ _values = {name: _from_env(name) for name in SWITCHES}
 
 def _known(fn, name):
     if name not in SWITCHES:
-        raise ValueError(f"jaxdyn.config.{fn}: unknown switch {name!r}; known: "
-                         + ", ".join(sorted(SWITCHES)))
+        raise ValueError(
+            f"jaxdyn.config.{fn}: unknown switch {name!r}; known: " + ", ".join(sorted(SWITCHES))
+        )
 
 
 def get(name: str):

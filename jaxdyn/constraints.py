@@ -51,9 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks, spatial
+from ._precision import full_precision
 from .algorithms import kinematics as kin
 from .model import tree
-from ._precision import full_precision
 
 __all__ = [
     "Weld",
@@ -70,8 +70,11 @@ __all__ = [
 
 #: accepted values of ``reference`` (``"world_aligned"`` is an alias of the second)
 REFERENCES = ("local", "local_world_aligned")
-_ALIASES = {"world_aligned": "local_world_aligned", "local_world_aligned": "local_world_aligned",
-            "local": "local"}
+_ALIASES = {
+    "world_aligned": "local_world_aligned",
+    "local_world_aligned": "local_world_aligned",
+    "local": "local",
+}
 
 
 def _vec3(name, what, x):
@@ -104,8 +107,9 @@ def _check_frame(name, frame):
 
 def _check_reference(name, reference):
     if reference not in _ALIASES:
-        raise ValueError(f"{name}: reference must be one of {REFERENCES} (or 'world_aligned'), "
-                         f"got {reference!r}")
+        raise ValueError(
+            f"{name}: reference must be one of {REFERENCES} (or 'world_aligned'), got {reference!r}"
+        )
     return _ALIASES[reference]
 
 
@@ -149,8 +153,11 @@ class Weld:
                 R, p = self.target
             except (TypeError, ValueError):
                 raise ValueError(f"{label}: target must be a pair (R (3x3), p (3,))") from None
-            object.__setattr__(self, "target", (_rot(label, "target rotation", R),
-                                                _vec3(label, "target position", p)))
+            object.__setattr__(
+                self,
+                "target",
+                (_rot(label, "target rotation", R), _vec3(label, "target position", p)),
+            )
 
     @property
     def label(self) -> str:
@@ -192,8 +199,9 @@ class Connect:
 
     @property
     def label(self) -> str:
-        return self.name or (f"Connect({self.frame!r}, reference={self.reference!r}, "
-                             f"offset={self.offset})")
+        return self.name or (
+            f"Connect({self.frame!r}, reference={self.reference!r}, offset={self.offset})"
+        )
 
     @property
     def rotation(self):
@@ -230,7 +238,8 @@ class ConstraintLayout:
                 raise ValueError(
                     f"constraints[{i}] {c.label}: frame {topo.frame_names[f]!r} is fixed to the "
                     f"world in {topo.name!r}, so the constraint has no effect (zero Jacobian); "
-                    "constrain a moving frame")
+                    "constrain a moving frame"
+                )
             self.frame[i], self.body[i], self.dim[i] = f, b, c.dim
             self.local[i] = c.reference == "local"
             self.R_off[i] = np.eye(3) if c.rotation is None else np.asarray(c.rotation)
@@ -254,12 +263,16 @@ def _frame_index(topo, c, i):
     names = topo.frame_names
     if isinstance(f, str):
         if f not in names:
-            raise ValueError(f"constraints[{i}] {c.label}: no frame named {f!r} in "
-                             f"{topo.name!r}; frames are {list(names)}")
+            raise ValueError(
+                f"constraints[{i}] {c.label}: no frame named {f!r} in "
+                f"{topo.name!r}; frames are {list(names)}"
+            )
         return names.index(f)
     if not 0 <= f < len(names):
-        raise ValueError(f"constraints[{i}] {c.label}: frame index {f} out of range "
-                         f"[0, {len(names)}) for {topo.name!r}")
+        raise ValueError(
+            f"constraints[{i}] {c.label}: frame index {f} out of range "
+            f"[0, {len(names)}) for {topo.name!r}"
+        )
     return int(f)
 
 
@@ -270,14 +283,18 @@ def check_constraints(fn, constraints) -> tuple:
     try:
         constraints = tuple(constraints)
     except TypeError:
-        raise ValueError(f"{fn}: constraints must be a sequence of jaxdyn.constraints.Weld / "
-                         f"Connect, got {type(constraints).__name__}") from None
+        raise ValueError(
+            f"{fn}: constraints must be a sequence of jaxdyn.constraints.Weld / "
+            f"Connect, got {type(constraints).__name__}"
+        ) from None
     if not constraints:
         raise ValueError(f"{fn}: constraints is empty")
     for i, c in enumerate(constraints):
         if not isinstance(c, CONSTRAINT_TYPES):
-            raise ValueError(f"{fn}: constraints[{i}] is a {type(c).__name__}, expected "
-                             "jaxdyn.constraints.Weld or Connect")
+            raise ValueError(
+                f"{fn}: constraints[{i}] is a {type(c).__name__}, expected "
+                "jaxdyn.constraints.Weld or Connect"
+            )
     return constraints
 
 
@@ -385,8 +402,9 @@ def link_constraint_matrices(model, q, constraints):
 def _body_motion(model, ws, v):
     """World-origin body velocities and accelerations at ``qdd = 0`` without gravity."""
     vel, vJ = kin.body_velocities(model, ws, v)
-    acc = tree.forward_accumulate(model.topo, spatial.motion_cross(vel, vJ),
-                                  jnp.zeros(6, vel.dtype))
+    acc = tree.forward_accumulate(
+        model.topo, spatial.motion_cross(vel, vJ), jnp.zeros(6, vel.dtype)
+    )
     return vel, acc
 
 
@@ -437,8 +455,9 @@ def log3(R):
     """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π."""
     tr = jnp.trace(R, axis1=-2, axis2=-1)
     c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
-    vee = jnp.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0],
-                     R[..., 1, 0] - R[..., 0, 1]], -1)  # 2 sin(t) axis
+    vee = jnp.stack(
+        [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
+    )  # 2 sin(t) axis
     s = jnp.sqrt(jnp.sum(vee * vee, -1)) / 2
     t = jnp.arctan2(s, c)
     small = s < 1e-6
@@ -453,30 +472,39 @@ def _target_arrays(fn, constraints, lay, targets, dtype):
     if targets is not None:
         targets = tuple(targets)
         if len(targets) != nc:
-            raise ValueError(f"{fn}: targets has {len(targets)} entries, expected one per "
-                             f"constraint ({nc}; None keeps the constraint's own target)")
+            raise ValueError(
+                f"{fn}: targets has {len(targets)} entries, expected one per "
+                f"constraint ({nc}; None keeps the constraint's own target)"
+            )
     Rs, ps = [], []
     for i, c in enumerate(constraints):
         t = targets[i] if targets is not None and targets[i] is not None else c.target
         if t is None:
-            raise ValueError(f"{fn}: constraints[{i}] {c.label} has no target; Baumgarte "
-                             "position stabilisation (kp != 0) needs one (set target= on the "
-                             "constraint or pass targets=)")
+            raise ValueError(
+                f"{fn}: constraints[{i}] {c.label} has no target; Baumgarte "
+                "position stabilisation (kp != 0) needs one (set target= on the "
+                "constraint or pass targets=)"
+            )
         if c.dim == 6:
             try:
                 R, p = t
             except (TypeError, ValueError):
-                raise ValueError(f"{fn}: target of constraints[{i}] {c.label} must be a pair "
-                                 "(R (3,3), p (3,))") from None
+                raise ValueError(
+                    f"{fn}: target of constraints[{i}] {c.label} must be a pair (R (3,3), p (3,))"
+                ) from None
             R, p = jnp.asarray(R, dtype), jnp.asarray(p, dtype)
             if R.shape != (3, 3) or p.shape != (3,):
-                raise ValueError(f"{fn}: target of constraints[{i}] {c.label} must be (R (3,3), "
-                                 f"p (3,)), got shapes {R.shape}, {p.shape}")
+                raise ValueError(
+                    f"{fn}: target of constraints[{i}] {c.label} must be (R (3,3), "
+                    f"p (3,)), got shapes {R.shape}, {p.shape}"
+                )
         else:
             R, p = jnp.eye(3, dtype=dtype), jnp.asarray(t, dtype)
             if p.shape != (3,):
-                raise ValueError(f"{fn}: target of constraints[{i}] {c.label} must be a point "
-                                 f"(3,), got shape {p.shape}")
+                raise ValueError(
+                    f"{fn}: target of constraints[{i}] {c.label} must be a point "
+                    f"(3,), got shape {p.shape}"
+                )
         Rs.append(R)
         ps.append(p)
     return jnp.stack(Rs), jnp.stack(ps)
@@ -488,8 +516,9 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     A = _axes(lay, pl.R)
     dp = spatial.mv(A, pl.p - pt)
     Rtt = jnp.swapaxes(Rt, -1, -2)
-    rel = jnp.where(jnp.asarray(lay.local)[:, None, None], spatial.mm(Rtt, pl.R),
-                    spatial.mm(pl.R, Rtt))
+    rel = jnp.where(
+        jnp.asarray(lay.local)[:, None, None], spatial.mm(Rtt, pl.R), spatial.mm(pl.R, Rtt)
+    )
     return jnp.concatenate([log3(rel), dp], -1).reshape(-1)[lay.row_flat]
 
 

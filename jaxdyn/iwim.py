@@ -40,11 +40,11 @@ import numpy as np
 
 from . import _checks, joints, spatial
 from . import constraints as cons
+from ._precision import full_precision
 from .algorithms import aba as aba_mod
 from .algorithms import kinematics as kin
 from .algorithms.crba import crba_world
 from .algorithms.rnea import rnea_world
-from ._precision import full_precision
 
 __all__ = ["Inputs", "InputMatrix", "build_input_matrix", "input_matrix", "METHODS"]
 
@@ -73,14 +73,16 @@ class Inputs:
         a = self.actuated
         if isinstance(a, str):
             if a != "all":
-                raise ValueError(f"Inputs: actuated must be 'all' or a tuple of joint names, "
-                                 f"got {a!r}")
+                raise ValueError(
+                    f"Inputs: actuated must be 'all' or a tuple of joint names, got {a!r}"
+                )
         else:
             try:
                 a = tuple(a)
             except TypeError:
-                raise ValueError(f"Inputs: actuated must be 'all' or a tuple of joint names, "
-                                 f"got {a!r}") from None
+                raise ValueError(
+                    f"Inputs: actuated must be 'all' or a tuple of joint names, got {a!r}"
+                ) from None
             if not all(isinstance(x, str) for x in a):
                 raise ValueError(f"Inputs: actuated must hold joint names, got {a!r}")
             if len(set(a)) != len(a):
@@ -92,23 +94,30 @@ class Inputs:
         c = tuple(c)
         for i, x in enumerate(c):
             if not isinstance(x, cons.CONSTRAINT_TYPES):
-                raise ValueError(f"Inputs: contacts[{i}] is a {type(x).__name__}, expected "
-                                 "jaxdyn.constraints.Weld or Connect")
+                raise ValueError(
+                    f"Inputs: contacts[{i}] is a {type(x).__name__}, expected "
+                    "jaxdyn.constraints.Weld or Connect"
+                )
         object.__setattr__(self, "contacts", c)
 
 
 class _InputLayout:
     def __init__(self, topo, inputs: Inputs):
         if inputs.actuated == "all":
-            names = [n for b, n in enumerate(topo.joint_names)
-                     if not (topo.parent[b] < 0 and topo.kind[b] == joints.FREE)]
+            names = [
+                n
+                for b, n in enumerate(topo.joint_names)
+                if not (topo.parent[b] < 0 and topo.kind[b] == joints.FREE)
+            ]
         else:
             names = list(inputs.actuated)
         dofs = []
         for n in names:
             if n not in topo.joint_names:
-                raise ValueError(f"Inputs: no joint named {n!r} in {topo.name!r}; joints are "
-                                 f"{list(topo.joint_names)}")
+                raise ValueError(
+                    f"Inputs: no joint named {n!r} in {topo.name!r}; joints are "
+                    f"{list(topo.joint_names)}"
+                )
             b = topo.joint_names.index(n)
             dofs += list(range(int(topo.v_start[b]), int(topo.v_start[b] + topo.nv_j[b])))
         self.dofs = np.asarray(dofs, np.int64)
@@ -169,8 +178,9 @@ def _iim(model, ws, v, B, il):
     # one O(n) forward-dynamics pass: articulated inertias (M*_i, M_Ri^-1) and qdd0
     inertias = aba_mod.articulated_inertias(model, ws.S, I6)
     c, pA, a0 = _free_terms(model, ws, v)
-    qdd0 = aba_mod.aba_passes(model, ws.S, I6, pA[..., None], c, jnp.zeros((nv, 1), dt),
-                              a0[:, None], inertias)[0][:, 0]
+    qdd0 = aba_mod.aba_passes(
+        model, ws.S, I6, pA[..., None], c, jnp.zeros((nv, 1), dt), a0[:, None], inertias
+    )[0][:, 0]
     # inputs: joint torques as generalised forces, contact forces as link forces (B_i, eq. 17)
     if il is None:
         tau_u = B
@@ -189,8 +199,9 @@ def _iim(model, ws, v, B, il):
         else:
             pA_u = jnp.zeros((nb, 6, nu), dt)
     # B* (eq. 16-17, backward) and Gamma^-1 (eqs. 22-27, forward), sharing the inertias
-    Bhat = aba_mod.aba_passes(model, ws.S, I6, pA_u, None, tau_u,
-                              jnp.zeros((6, tau_u.shape[1]), dt), inertias)[0]
+    Bhat = aba_mod.aba_passes(
+        model, ws.S, I6, pA_u, None, tau_u, jnp.zeros((6, tau_u.shape[1]), dt), inertias
+    )[0]
     return qdd0, Bhat
 
 
@@ -233,13 +244,18 @@ def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
         model, q, dt = kin._prepare(model, fn, q, v)
     else:
         if isinstance(B, (cons.Weld, cons.Connect)) or (
-                isinstance(B, (tuple, list)) and B and isinstance(B[0], cons.CONSTRAINT_TYPES)):
-            raise ValueError(f"{fn}: B must be a jaxdyn.Inputs or an (nv, nu) array; wrap "
-                             "contact constraints as jaxdyn.Inputs(actuated=..., contacts=...)")
+            isinstance(B, (tuple, list)) and B and isinstance(B[0], cons.CONSTRAINT_TYPES)
+        ):
+            raise ValueError(
+                f"{fn}: B must be a jaxdyn.Inputs or an (nv, nu) array; wrap "
+                "contact constraints as jaxdyn.Inputs(actuated=..., contacts=...)"
+            )
         B = jnp.asarray(B)
         if B.ndim != 2 or B.shape[0] != model.nv or B.shape[1] == 0:
-            raise ValueError(f"{fn}: B has shape {tuple(B.shape)}, expected (nv, nu)=("
-                             f"{model.nv}, nu) with nu >= 1 for {model.name!r}")
+            raise ValueError(
+                f"{fn}: B has shape {tuple(B.shape)}, expected (nv, nu)=("
+                f"{model.nv}, nu) with nu >= 1 for {model.name!r}"
+            )
         model, q, dt = kin._prepare(model, fn, q, v, B)
         B = B.astype(dt)
     v = v.astype(dt)

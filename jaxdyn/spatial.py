@@ -78,11 +78,14 @@ def rodrigues(axis, angle):
     d = 1 - c1 * (x * x + y * y + z * z)
     xy, xz, yz = c1 * x * y, c1 * x * z, c1 * y * z
     sx, sy, sz = s * x, s * y, s * z
-    return jnp.stack([
-        jnp.stack([d + c1 * x * x, xy - sz, xz + sy], -1),
-        jnp.stack([xy + sz, d + c1 * y * y, yz - sx], -1),
-        jnp.stack([xz - sy, yz + sx, d + c1 * z * z], -1),
-    ], -2)
+    return jnp.stack(
+        [
+            jnp.stack([d + c1 * x * x, xy - sz, xz + sy], -1),
+            jnp.stack([xy + sz, d + c1 * y * y, yz - sx], -1),
+            jnp.stack([xz - sy, yz + sx, d + c1 * z * z], -1),
+        ],
+        -2,
+    )
 
 
 def quat_to_rot(quat):
@@ -254,8 +257,9 @@ def inertia_matrix(mass, h, Ibar):
     """
     H = skew(h)
     o = jnp.zeros_like(mass)
-    M = jnp.stack([jnp.stack([mass, o, o], -1), jnp.stack([o, mass, o], -1),
-                   jnp.stack([o, o, mass], -1)], -2)
+    M = jnp.stack(
+        [jnp.stack([mass, o, o], -1), jnp.stack([o, mass, o], -1), jnp.stack([o, o, mass], -1)], -2
+    )
     top = jnp.concatenate([Ibar, H], -1)
     bot = jnp.concatenate([-H, M], -1)
     return jnp.concatenate([top, bot], -2)
@@ -293,13 +297,23 @@ def inv3(A):
     a, b, c = A[..., 0, 0], A[..., 0, 1], A[..., 0, 2]
     d, e, f = A[..., 1, 0], A[..., 1, 1], A[..., 1, 2]
     g, h, i = A[..., 2, 0], A[..., 2, 1], A[..., 2, 2]
-    co = [e * i - f * h, c * h - b * i, b * f - c * e,
-          f * g - d * i, a * i - c * g, c * d - a * f,
-          d * h - e * g, b * g - a * h, a * e - b * d]
+    co = [
+        e * i - f * h,
+        c * h - b * i,
+        b * f - c * e,
+        f * g - d * i,
+        a * i - c * g,
+        c * d - a * f,
+        d * h - e * g,
+        b * g - a * h,
+        a * e - b * d,
+    ]
     det = a * co[0] + b * co[3] + c * co[6]
     inv_det = 1 / det
-    return jnp.stack([jnp.stack(co[0:3], -1), jnp.stack(co[3:6], -1), jnp.stack(co[6:9], -1)],
-                     -2) * inv_det[..., None, None]
+    return (
+        jnp.stack([jnp.stack(co[0:3], -1), jnp.stack(co[3:6], -1), jnp.stack(co[6:9], -1)], -2)
+        * inv_det[..., None, None]
+    )
 
 
 def inv_spd(D):
@@ -322,6 +336,10 @@ def inv_spd(D):
         top_right = -mm(AiB, Si)
         top_left = Ai - mm(top_right, jnp.swapaxes(AiB, -1, -2))
         return jnp.concatenate(
-            [jnp.concatenate([top_left, top_right], -1),
-             jnp.concatenate([jnp.swapaxes(top_right, -1, -2), Si], -1)], -2)
+            [
+                jnp.concatenate([top_left, top_right], -1),
+                jnp.concatenate([jnp.swapaxes(top_right, -1, -2), Si], -1),
+            ],
+            -2,
+        )
     return jnp.linalg.inv(D)

@@ -122,8 +122,10 @@ def urdf_link_masses(xml: str) -> dict:
 def urdf_joints(xml: str) -> dict:
     """``{joint: (type, parent link, child link)}`` read with ElementTree."""
     root = ET.fromstring(xml)
-    return {j.get("name"): (j.get("type"), j.find("parent").get("link"),
-                            j.find("child").get("link")) for j in root.findall("joint")}
+    return {
+        j.get("name"): (j.get("type"), j.find("parent").get("link"), j.find("child").get("link"))
+        for j in root.findall("joint")
+    }
 
 
 def _floats(text, n):
@@ -180,8 +182,13 @@ def pin_model_from_urdf(xml: str, floating: bool) -> pin.Model:
             mass = float(inertial.find("mass").get("value"))
             el = inertial.find("inertia")
             g = {k: float(el.get(k, "0")) for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")}
-            I = np.array([[g["ixx"], g["ixy"], g["ixz"]], [g["ixy"], g["iyy"], g["iyz"]],
-                          [g["ixz"], g["iyz"], g["izz"]]])
+            I = np.array(
+                [
+                    [g["ixx"], g["ixy"], g["ixz"]],
+                    [g["ixy"], g["iyy"], g["iyz"]],
+                    [g["ixz"], g["iyz"], g["izz"]],
+                ]
+            )
             Y = pin.Inertia(mass, Mi.translation, Mi.rotation @ I @ Mi.rotation.T)
             pm.appendBodyToJoint(jid, Y, M)
         body = pm.addFrame(pin.Frame(name, jid, parent_frame, M, pin.FrameType.BODY))
@@ -275,7 +282,7 @@ def _jaxdyn_all(model, q, v, a, tau, f_ext, *, frames):
     rows = jax.vmap(lambda v, a: jaxdyn.rnea(model, q, v, a))(vs, accs)
     out = {
         "gravity": rows[0],
-        "rnea_unit": rows[:nv + 1],
+        "rnea_unit": rows[: nv + 1],
         "rnea": rows[nv + 1],
         "bias": rows[nv + 2],
         "rnea_fext": jaxdyn.rnea(model, q, v, a, f_ext),
@@ -322,7 +329,8 @@ def pinocchio_all(case: Case, s: dict) -> dict:
     }
     # (Pinocchio returns a 1-D array when nv == 1: reshape every Jacobian to 6 x nv)
     out["joint_jacobians"] = c.jacobian_from_pin(
-        np.array(pin.computeJointJacobians(pm, pd, q)).reshape(6, pm.nv))
+        np.array(pin.computeJointJacobians(pm, pd, q)).reshape(6, pm.nv)
+    )
     pin.forwardKinematics(pm, pd, q)
     pin.updateFramePlacements(pm, pd)
     ids = c.pin_joint_ids
@@ -346,6 +354,7 @@ def pinocchio_all(case: Case, s: dict) -> dict:
 #: jitted once per topology (eager dispatch would compile every primitive separately)
 _random_configuration = jax.jit(jaxdyn.random_configuration)
 
+
 def random_states(model, seed: int, n: int = 2) -> list:
     """``n`` random states: ``q`` from :func:`jaxdyn.random_configuration`, ``v, a, tau,
     f_ext`` standard normal."""
@@ -353,13 +362,15 @@ def random_states(model, seed: int, n: int = 2) -> list:
     out = []
     for k in range(n):
         q = np.asarray(_random_configuration(model, jax.random.PRNGKey(seed * 1000 + k)))
-        out.append(dict(
-            q=q,
-            v=rng.normal(size=model.nv),
-            a=rng.normal(size=model.nv),
-            tau=rng.normal(size=model.nv),
-            f_ext=rng.normal(size=(model.nb, 6)),
-        ))
+        out.append(
+            dict(
+                q=q,
+                v=rng.normal(size=model.nv),
+                a=rng.normal(size=model.nv),
+                tau=rng.normal(size=model.nv),
+                f_ext=rng.normal(size=(model.nb, 6)),
+            )
+        )
     return out
 
 
@@ -369,8 +380,11 @@ def _match_urdf_frames(model, pm, xml) -> dict:
     links = set(urdf_link_masses(xml))
     out = {}
     for name in model.frame_names:
-        types = ((pin.FrameType.BODY,) if name in links
-                 else (pin.FrameType.JOINT, pin.FrameType.FIXED_JOINT))
+        types = (
+            (pin.FrameType.BODY,)
+            if name in links
+            else (pin.FrameType.JOINT, pin.FrameType.FIXED_JOINT)
+        )
         for t in types:
             if pm.existFrame(name, t):
                 out[name] = pm.getFrameId(name, t)
@@ -378,8 +392,9 @@ def _match_urdf_frames(model, pm, xml) -> dict:
     return out
 
 
-def case_from_urdf(name: str, xml: str, floating: bool, seed: int, jac_frames,
-                   route: str = "urdf") -> Case:
+def case_from_urdf(
+    name: str, xml: str, floating: bool, seed: int, jac_frames, route: str = "urdf"
+) -> Case:
     """Load ``xml`` in jaxdyn and (from the same text) in Pinocchio: with Pinocchio's URDF
     parser (``route="urdf"``) or :func:`pin_model_from_urdf` (``route="xml"``)."""
     model = jaxdyn.load_urdf(xml, floating_base=floating)
@@ -390,11 +405,19 @@ def case_from_urdf(name: str, xml: str, floating: bool, seed: int, jac_frames,
     else:
         pm = pin.buildModelFromXML(xml)
     conv = Converter(model, pm)
-    return Case(name, model, pm, conv, xml, _match_urdf_frames(model, pm, xml),
-                tuple(jac_frames), random_states(model, seed))
+    return Case(
+        name,
+        model,
+        pm,
+        conv,
+        xml,
+        _match_urdf_frames(model, pm, xml),
+        tuple(jac_frames),
+        random_states(model, seed),
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def robot_case(name: str) -> Case:
     """A robot by name (loaded once per session)."""
     path, floating = robots.resolve(name)
@@ -433,10 +456,17 @@ def _tree_jac_frames(model) -> tuple:
     return tuple(dict.fromkeys((names[-1], names[0]))) if names else ()
 
 
-@functools.lru_cache(maxsize=None)
-def random_tree_case(n: int, seed: int, floating: bool, route: str = "urdf",
-                     joint_types=("revolute", "prismatic", "continuous"), p_fixed=0.15,
-                     massless_prob=0.1, branching=0.5) -> Case:
+@functools.cache
+def random_tree_case(
+    n: int,
+    seed: int,
+    floating: bool,
+    route: str = "urdf",
+    joint_types=("revolute", "prismatic", "continuous"),
+    p_fixed=0.15,
+    massless_prob=0.1,
+    branching=0.5,
+) -> Case:
     """A random tree with a positive-definite mass matrix (well enough conditioned for
     1e-10 agreement).
 
@@ -449,8 +479,14 @@ def random_tree_case(n: int, seed: int, floating: bool, route: str = "urdf",
     """
     for k in range(50):
         s = seed + 7919 * k
-        xml = robots.random_urdf(n, s, joint_types=joint_types, p_fixed=p_fixed,
-                                 massless_prob=massless_prob, branching=branching)
+        xml = robots.random_urdf(
+            n,
+            s,
+            joint_types=joint_types,
+            p_fixed=p_fixed,
+            massless_prob=massless_prob,
+            branching=branching,
+        )
         joints = urdf_joints(xml)
         if not floating and all(t == "fixed" for t, _, _ in joints.values()):
             continue  # nothing moves
@@ -458,7 +494,7 @@ def random_tree_case(n: int, seed: int, floating: bool, route: str = "urdf",
             continue  # M singular: skip before building anything
         name = f"random_{route}_n{n}_s{s}_{'float' if floating else 'fixed'}"
         case = case_from_urdf(name, xml, floating, s, (), route=route)
-        case.jac_frames = tuple(dict.fromkeys(_tree_jac_frames(case.model)[:1] + ("link%d" % n,)))
+        case.jac_frames = tuple(dict.fromkeys(_tree_jac_frames(case.model)[:1] + (f"link{n}",)))
         if _min_eig_ok(case):
             return case
     raise RuntimeError(f"no well-conditioned random tree found for n={n}, seed={seed}")
@@ -485,14 +521,23 @@ RANDOM_ALL_KINDS = (
 
 def urdf_tree(params) -> Case:
     n, seed, floating, p_fixed, massless, branching = params
-    return random_tree_case(n, seed, floating, "urdf", p_fixed=p_fixed, massless_prob=massless,
-                            branching=branching)
+    return random_tree_case(
+        n, seed, floating, "urdf", p_fixed=p_fixed, massless_prob=massless, branching=branching
+    )
 
 
 def all_kinds_tree(params) -> Case:
     n, seed, floating = params
-    return random_tree_case(n, seed, floating, "xml", joint_types=JOINT_TYPES_ALL,
-                            p_fixed=0.2, massless_prob=0.15, branching=0.6)
+    return random_tree_case(
+        n,
+        seed,
+        floating,
+        "xml",
+        joint_types=JOINT_TYPES_ALL,
+        p_fixed=0.2,
+        massless_prob=0.15,
+        branching=0.6,
+    )
 
 
 def tree_id(params) -> str:

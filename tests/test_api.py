@@ -37,8 +37,11 @@ def test_all_names_bound_once():
     dup = sorted(n for n in jaxdyn.__all__ if objs[id(getattr(jaxdyn, n))] > 1)
     assert dup == [], f"two public names for one object: {dup}"
     # every public non-module attribute is listed
-    public = {k for k, v in vars(jaxdyn).items()
-              if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+    public = {
+        k
+        for k, v in vars(jaxdyn).items()
+        if not k.startswith("_") and not isinstance(v, types.ModuleType)
+    }
     assert public <= set(jaxdyn.__all__), sorted(public - set(jaxdyn.__all__))
 
 
@@ -54,8 +57,9 @@ def test_bound_objects():
 def test_configuration_dispatch_plain():
     model = robots.load("quad12")
     key = jax.random.PRNGKey(3)
-    np.testing.assert_array_equal(jaxdyn.neutral_configuration(model),
-                                  plain.neutral_configuration(model))
+    np.testing.assert_array_equal(
+        jaxdyn.neutral_configuration(model), plain.neutral_configuration(model)
+    )
     q = jaxdyn.random_configuration(model, key, lower=-0.5, upper=0.5)
     np.testing.assert_array_equal(q, plain.random_configuration(model, key, -0.5, 0.5))
     assert q.shape == (model.nq,)

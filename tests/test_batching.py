@@ -13,7 +13,8 @@ def quad():
     m = robots.load("quad12")
     B = 37  # not a multiple of the chunk: the remainder path is exercised
     q = jax.vmap(lambda k: jaxdyn.random_configuration(m, k))(
-        jax.random.split(jax.random.PRNGKey(3), B))
+        jax.random.split(jax.random.PRNGKey(3), B)
+    )
     v = jax.random.normal(jax.random.PRNGKey(4), (B, m.nv))
     return m, q, v
 
@@ -40,9 +41,27 @@ def test_bench_quick_smoke(tmp_path, capsys):
     from jaxdyn import cli  # the harness of benchmarks/, run from the checkout
 
     out = tmp_path / "r.md"
-    rc = cli.main(["bench", "--robots", "arm7", "--algorithms", "rnea", "--batches", "1,8",
-                   "--dtypes", "float64", "--repeats", "1", "--no-mjx", "--no-progress",
-                   "--chunk", "4", "--out", str(out)])
+    rc = cli.main(
+        [
+            "bench",
+            "--robots",
+            "arm7",
+            "--algorithms",
+            "rnea",
+            "--batches",
+            "1,8",
+            "--dtypes",
+            "float64",
+            "--repeats",
+            "1",
+            "--no-mjx",
+            "--no-progress",
+            "--chunk",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = out.read_text()
     assert "arm7" in text and "rnea" in text and "Pinocchio" in text

@@ -21,18 +21,35 @@ import pytest
 import jaxdyn
 from jaxdyn import robots
 from jaxdyn.model import tree
+
 from oracle import RTOL64, assert_close, case_from_urdf
 
-KEYS = ("rnea", "rnea_fext", "bias", "gravity", "crba", "aba", "aba_fext", "minv", "body_R",
-        "body_p", "joint_jacobians", "com", "ke", "pe")
+KEYS = (
+    "rnea",
+    "rnea_fext",
+    "bias",
+    "gravity",
+    "crba",
+    "aba",
+    "aba_fext",
+    "minv",
+    "body_R",
+    "body_p",
+    "joint_jacobians",
+    "com",
+    "ke",
+    "pe",
+)
 
 
 def fingers_urdf(n_fingers: int, n_links: int) -> str:
     """``n_fingers`` identical-structure chains of ``n_links`` revolute links on a palm."""
     rng = np.random.default_rng(3)
-    out = ['<?xml version="1.0"?><robot name="fingers"><link name="palm"><inertial>'
-           '<mass value="1"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.01" iyz="0" izz="0.01"/>'
-           '</inertial></link>']
+    out = [
+        '<?xml version="1.0"?><robot name="fingers"><link name="palm"><inertial>'
+        '<mass value="1"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.01" iyz="0" izz="0.01"/>'
+        "</inertial></link>"
+    ]
     for f in range(n_fingers):
         parent = "palm"
         for i in range(n_links):
@@ -41,35 +58,44 @@ def fingers_urdf(n_fingers: int, n_links: int) -> str:
             ax = rng.normal(size=3)
             ax /= np.linalg.norm(ax)
             o = (0.05 * f, 0.0, 0.02) if i == 0 else tuple(rng.uniform(-0.01, 0.04, 3))
-            out.append(f'<link name="{name}"><inertial><origin xyz="{c[0]} {c[1]} {c[2]}"/>'
-                       f'<mass value="{m}"/><inertia ixx="0.002" ixy="0.0001" ixz="0" '
-                       f'iyy="0.003" iyz="0" izz="0.001"/></inertial></link>')
-            out.append(f'<joint name="j_{name}" type="revolute"><parent link="{parent}"/>'
-                       f'<child link="{name}"/><origin xyz="{o[0]} {o[1]} {o[2]}" '
-                       f'rpy="0.1 0.2 0.3"/><axis xyz="{ax[0]} {ax[1]} {ax[2]}"/>'
-                       '<limit lower="-3" upper="3" effort="1" velocity="1"/></joint>')
+            out.append(
+                f'<link name="{name}"><inertial><origin xyz="{c[0]} {c[1]} {c[2]}"/>'
+                f'<mass value="{m}"/><inertia ixx="0.002" ixy="0.0001" ixz="0" '
+                f'iyy="0.003" iyz="0" izz="0.001"/></inertial></link>'
+            )
+            out.append(
+                f'<joint name="j_{name}" type="revolute"><parent link="{parent}"/>'
+                f'<child link="{name}"/><origin xyz="{o[0]} {o[1]} {o[2]}" '
+                f'rpy="0.1 0.2 0.3"/><axis xyz="{ax[0]} {ax[1]} {ax[2]}"/>'
+                '<limit lower="-3" upper="3" effort="1" velocity="1"/></joint>'
+            )
             parent = name
     out.append("</robot>")
     return "".join(out)
 
 
 def _chain(n, seed, joint_types):
-    return robots.random_urdf(n, seed, joint_types=joint_types, p_fixed=0.0, branching=0.0,
-                              massless_prob=0.0)
+    return robots.random_urdf(
+        n, seed, joint_types=joint_types, p_fixed=0.0, branching=0.0, massless_prob=0.0
+    )
 
 
 CASES = {
     # name: (xml, floating, route, expected scanned run (la, lb)). Random chains of spherical
     # joints are often ill-conditioned (seed 5: ABA 2e-10 from Pinocchio, scanned and unrolled
     # alike); seed 7 is a well-conditioned one.
-    "chain12_fixed": (lambda: _chain(12, 4, ("revolute", "prismatic", "continuous")),
-                      False, "urdf", (0, 12)),
+    "chain12_fixed": (
+        lambda: _chain(12, 4, ("revolute", "prismatic", "continuous")),
+        False,
+        "urdf",
+        (0, 12),
+    ),
     "spherical10_float": (lambda: _chain(10, 7, ("spherical",)), True, "xml", (1, 11)),
     "fingers3x9": (lambda: fingers_urdf(3, 9), True, "urdf", (1, 10)),
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def case(name):
     make, floating, route, _ = CASES[name]
     return case_from_urdf(name, make(), floating, 11, (), route=route)
@@ -96,17 +122,23 @@ def test_scan_equals_unrolled_and_grad(monkeypatch):
 
     def f(q, v, tau):
         im = jaxdyn.input_matrix(model, q, v, B, "iim")
-        loss = lambda q: jnp.sum(W * jnp.concatenate(  # noqa: E731
-            [jaxdyn.aba(model, q, v, tau)[:, None], jaxdyn.input_matrix(model, q, v, B).Bhat],
-            1))
+        loss = lambda q: jnp.sum(
+            W
+            * jnp.concatenate(  # noqa: E731
+                [jaxdyn.aba(model, q, v, tau)[:, None], jaxdyn.input_matrix(model, q, v, B).Bhat], 1
+            )
+        )
         return im, jaxdyn.crba(model, q), jax.grad(loss)(q)
 
     scanned = jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v, tau))
-    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10 ** 6)
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
     assert all(lb - la == 1 for la, lb in tree.segments(model.topo))
     unrolled = jax.tree_util.tree_map(np.asarray, jax.jit(lambda *a: f(*a))(q, v, tau))
-    for a, b, what in zip(jax.tree_util.tree_leaves(scanned), jax.tree_util.tree_leaves(unrolled),
-                          ("qdd0", "Bhat", "M", "grad")):
+    for a, b, what in zip(
+        jax.tree_util.tree_leaves(scanned),
+        jax.tree_util.tree_leaves(unrolled),
+        ("qdd0", "Bhat", "M", "grad"),
+    ):
         assert_close(a, b, RTOL64, err_msg=what)
     assert np.max(np.abs(scanned[2])) > 1e-3
 
@@ -118,8 +150,9 @@ def _eqn_count(jaxpr):
     """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies, custom rules) included."""
     from jax.extend import core as jcore
 
-    return sum(1 + sum(_eqn_count(sub) for sub in jcore.jaxprs_in_params(e.params))
-               for e in jaxpr.eqns)
+    return sum(
+        1 + sum(_eqn_count(sub) for sub in jcore.jaxprs_in_params(e.params)) for e in jaxpr.eqns
+    )
 
 
 def _long_chain(n):
@@ -139,7 +172,8 @@ def _chain_fns(model):
     def aza(q, v):
         ws = kin.world_state(model, q, centered=True)
         inertias = jaxdyn.algorithms.aba.articulated_inertias(
-            model, ws.S, jaxdyn.algorithms.aba.world_inertia_matrices(ws))
+            model, ws.S, jaxdyn.algorithms.aba.world_inertia_matrices(ws)
+        )
         return jaxdyn.derivatives.fd.aza(model, ws.S, inertias, jnp.stack([v, 2 * v + 1], 1))
 
     return {
@@ -171,7 +205,7 @@ def test_long_chain_passes_compile_to_scan(monkeypatch):
     ``lax.scan`` run); with scans switched off it grows with the chain (the check can fail)."""
     s20, s40 = _sizes(20), _sizes(40)
     assert s20 == s40, {k: (s20[k], s40[k]) for k in s20 if s20[k] != s40[k]}
-    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10 ** 6)
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
     u20, u40 = _sizes_unrolled(20), _sizes_unrolled(40)
     for k in s20:
         assert u40[k] > u20[k], k
@@ -196,7 +230,7 @@ def test_long_chain_scan_equals_unrolled(monkeypatch):
     M, Minv = scanned["crba"], scanned["minv"]
     assert_close(Minv @ M, np.eye(model.nv), RTOL64, err_msg="minv @ crba")
     assert_close(scanned["aza"], Minv @ np.stack([v, 2 * v + 1], 1), RTOL64, err_msg="aza")
-    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10 ** 6)
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
     fns = _chain_fns(model)
     for k, f in fns.items():
         unrolled = jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v))

@@ -35,7 +35,8 @@ def test_info_bundled(capsys):
     assert _field(out, "depth") == str(model.depth)
     assert _field(out, "frames") == str(len(model.frame_names))
     assert float(_field(out, "total mass").split()[0]) == pytest.approx(
-        float(np.sum(np.asarray(model.mass))), rel=1e-5)
+        float(np.sum(np.asarray(model.mass))), rel=1e-5
+    )
     # joint names listed in q/v order
     positions = [out.index(f"  {n}  ") for n in model.joint_names]
     assert positions == sorted(positions)
@@ -69,11 +70,15 @@ def test_info_urdf_path(tmp_path, capsys):
     positions = [out.index(f"  {n}  ") for n in model.joint_names]
     assert positions == sorted(positions)
     # per-body masses are printed (mass is the last column of the joint table)
-    rows = [line for line in out.splitlines()
-            if re.match(r"^\s+\d+\s", line) and line.split()[1] in model.joint_names]
+    rows = [
+        line
+        for line in out.splitlines()
+        if re.match(r"^\s+\d+\s", line) and line.split()[1] in model.joint_names
+    ]
     assert len(rows) == model.nb
-    np.testing.assert_allclose([float(r.split()[-1]) for r in rows], np.asarray(model.mass),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        [float(r.split()[-1]) for r in rows], np.asarray(model.mass), rtol=1e-5
+    )
 
 
 def test_unknown_robot(capsys):
@@ -86,8 +91,10 @@ def test_unknown_robot(capsys):
 
 def test_bad_urdf(tmp_path, capsys):
     path = tmp_path / "bad.urdf"
-    path.write_text('<robot name="r"><link name="a"/><joint name="j" type="revolute">'
-                    '<parent link="a"/><child link="missing"/></joint></robot>')
+    path.write_text(
+        '<robot name="r"><link name="a"/><joint name="j" type="revolute">'
+        '<parent link="a"/><child link="missing"/></joint></robot>'
+    )
     rc, _, err = _run(capsys, "info", str(path))
     assert rc == 2
     assert err.startswith("error: ") and "missing" in err
@@ -120,8 +127,12 @@ def test_demo_small(capsys):
 
 
 def test_python_dash_m():
-    r = subprocess.run([sys.executable, "-m", "jaxdyn", "info", "nope_robot"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "jaxdyn", "info", "nope_robot"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2
     assert r.stderr.startswith("error: unknown robot 'nope_robot'")
     assert "Traceback" not in r.stderr
@@ -144,14 +155,32 @@ def test_bench_standalone(monkeypatch, capsys):
     rc, out, _ = _run(capsys, "bench", "--help")
     assert rc == 0 and "usage: jaxdyn bench" in out
     assert "--robot ROBOT" in out and "--no-mjx" not in out
-    rc, out, err = _run(capsys, "bench", "--robot", "arm7", "--batch", "4", "--algorithms",
-                        "rnea,aba", "--dtype", "float64", "--repeats", "1")
+    rc, out, err = _run(
+        capsys,
+        "bench",
+        "--robot",
+        "arm7",
+        "--batch",
+        "4",
+        "--algorithms",
+        "rnea,aba",
+        "--dtype",
+        "float64",
+        "--repeats",
+        "1",
+    )
     assert rc == 0, err
     assert robots.load("arm7").describe() in out
     assert "batch 4, float64" in out
     for alg in ("rnea", "aba"):
-        assert len(re.findall(rf"^\s+{alg}\s+compile\s+[\d.]+ s\s+run .* / batch = .* / sample$",
-                              out, re.M)) == 1, out
+        assert (
+            len(
+                re.findall(
+                    rf"^\s+{alg}\s+compile\s+[\d.]+ s\s+run .* / batch = .* / sample$", out, re.M
+                )
+            )
+            == 1
+        ), out
     assert not re.search(r"^\s+(crba|minv)\s", out, re.M)
     rc, out, err = _run(capsys, "bench", "--algorithms", "rnea,nope")
     assert rc == 2 and out == ""

@@ -39,7 +39,7 @@ ROBOT_NAMES = list(EES)
 CHAINS = {"gt_chain": ("GT", 11), "pbt_chain": ("PBT", 12)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_of(name):
     if name in CHAINS:
         kind, seed = CHAINS[name]
@@ -55,7 +55,8 @@ def _rel(x, y):
 def _states(m, seed, batch=B):
     k = jax.random.split(jax.random.PRNGKey(seed), 5)
     q = jax.jit(jax.vmap(lambda kk: C.random_configuration(m, kk, scale=0.6)))(
-        jax.random.split(k[0], batch))
+        jax.random.split(k[0], batch)
+    )
     v = jax.random.normal(k[1], (batch, m.nv))
     a = jax.random.normal(k[2], (batch, m.nv))
     fe = 0.3 * jax.random.normal(k[3], (batch, m.nb, 6))
@@ -82,15 +83,16 @@ def _reference(m, q, v, a, fe, tau, ees):
     M = jaxdyn.crba(m.tree, s.q)
     bias = jaxdyn.rnea(m.tree, s.q, s.v, jnp.zeros_like(s.v), fe)  # C(q, qdot) - J^T f_ext
     H = G.T @ M @ G
-    out = dict(tau_ref=G.T @ (M @ s.a + bias),
-               a_proj=jnp.linalg.solve(H, tau - G.T @ (bias + M @ g)))
+    out = dict(
+        tau_ref=G.T @ (M @ s.a + bias), a_proj=jnp.linalg.solve(H, tau - G.T @ (bias + M @ g))
+    )
     phi, K, k = C.constraint_jacobian(m, q, v)
     if K.shape[0]:  # KKT system [[M, -K^T], [K, 0]] [qdd; lambda] = [tau_q - C; k]
         tau_q = G @ jnp.linalg.solve(G.T @ G, tau)
         nk = K.shape[0]
         kkt = jnp.block([[M, -K.T], [K, jnp.zeros((nk, nk))]])
         sol = jnp.linalg.solve(kkt, jnp.concatenate([tau_q - bias, k]))
-        qdd = sol[:M.shape[0]]
+        qdd = sol[: M.shape[0]]
         out["a_kkt"] = jnp.linalg.solve(G.T @ G, G.T @ (qdd - g))
     else:
         out["a_kkt"] = out["a_proj"]
@@ -100,7 +102,7 @@ def _reference(m, q, v, a, fe, tau, ees):
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def results(name):
     m = model_of(name)
     ees = EES[name]
@@ -108,13 +110,17 @@ def results(name):
 
     def one(q, v, a, fe):
         tau = C.crnea(m, q, v, a, fe)
-        out = dict(tau=tau, a_caba=C.caba(m, q, v, tau, fe), osim=C.cefpa(m, q, ees),
-                   # the library's baselines (same signatures)
-                   tau_lib=C.projected_rnea(m, q, v, a, fe),
-                   a_projfd=C.projection_fd(m, q, v, tau, fe),
-                   a_lag=C.lagrange_fd(m, q, v, tau, fe),
-                   osim_lib=C.projected_osim(m, q, ees),
-                   EG=jnp.asarray(m.topo.G_left_inverse) @ C.spanning_state(m, q).G)
+        out = dict(
+            tau=tau,
+            a_caba=C.caba(m, q, v, tau, fe),
+            osim=C.cefpa(m, q, ees),
+            # the library's baselines (same signatures)
+            tau_lib=C.projected_rnea(m, q, v, a, fe),
+            a_projfd=C.projection_fd(m, q, v, tau, fe),
+            a_lag=C.lagrange_fd(m, q, v, tau, fe),
+            osim_lib=C.projected_osim(m, q, ees),
+            EG=jnp.asarray(m.topo.G_left_inverse) @ C.spanning_state(m, q).G,
+        )
         out.update(_reference(m, q, v, a, fe, tau, ees))
         return out
 
@@ -153,8 +159,12 @@ def test_cefpa_matches_dense(name):
 #: end effectors sharing clusters and bodies: two frames on one body, a rotor and its link (two
 #: bodies of one cluster), a foot and an elbow (paths that part below the floating base)
 FAST_EES = {
-    "mit_humanoid": ("left_ankle_link", ("left_ankle_link", (0.1, 0.0, -0.05)),
-                     "left_ankle_rotor", "right_elbow_link"),
+    "mit_humanoid": (
+        "left_ankle_link",
+        ("left_ankle_link", (0.1, 0.0, -0.05)),
+        "left_ankle_rotor",
+        "right_elbow_link",
+    ),
     "gt_chain": ("link4", "rotor4", ("link2", (0.5, 0.0, 0.0))),
     "tello": ("left-foot", "right-thigh", "left-thigh"),
 }
@@ -182,9 +192,12 @@ def test_cefpa_fast_path_matches_general(name):
     @jax.jit
     @jax.vmap
     def f(q):
-        return (C.cefpa(m, q, ees), general(q),
-                jax.grad(lambda x: jnp.sum(w * C.cefpa(m, x, ees)))(q),
-                jax.grad(lambda x: jnp.sum(w * general(x)))(q))
+        return (
+            C.cefpa(m, q, ees),
+            general(q),
+            jax.grad(lambda x: jnp.sum(w * C.cefpa(m, x, ees)))(q),
+            jax.grad(lambda x: jnp.sum(w * general(x)))(q),
+        )
 
     L, Lg, dL, dLg = f(q)
     assert _rel(L, Lg) < 1e-10
@@ -192,6 +205,7 @@ def test_cefpa_fast_path_matches_general(name):
     L32 = jax.jit(jax.vmap(lambda q: C.cefpa(m, q, ees)))(q.astype(jnp.float32))
     assert L32.dtype == jnp.float32
     assert _rel(L32, L) < 1e-3
+
 
 @pytest.mark.parametrize("name", ROBOT_NAMES)
 def test_library_baselines(name):
@@ -204,8 +218,9 @@ def test_library_baselines(name):
     assert _rel(r["a_lag"], a) < 1e-10
     assert _rel(r["osim_lib"], r["osim_dense"]) < 1e-10
     # the constant left inverse of G used by lagrange_fd
-    np.testing.assert_allclose(r["EG"], np.broadcast_to(np.eye(v.shape[1]), r["EG"].shape),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        r["EG"], np.broadcast_to(np.eye(v.shape[1]), r["EG"].shape), atol=1e-12
+    )
 
 
 # ----------------------------------------------------------------------------- structure
@@ -218,7 +233,8 @@ def test_cluster_structure():
     # knee + ankle belt pair merged into one 4-body, 2-DoF cluster
     pair = m.topo.cluster_bodies[-1]
     assert sorted(m.tree.body_names[b] for b in pair) == sorted(
-        ["knee_link", "knee_rotor", "ankle_link", "ankle_rotor"])
+        ["knee_link", "knee_rotor", "ankle_link", "ankle_rotor"]
+    )
     assert m.nv == 5 and m.v_names[-2:] == ("hipy_to_knee_link", "knee_to_ankle")
     # G of the ankle rotor: q_ar = 12 (q_knee + q_ankle)
     q = C.neutral_configuration(m)
@@ -236,8 +252,9 @@ def test_cluster_quantities_local_frames():
     """Local-frame X_k, X_R, S (paper eqs. (20)-(23)) reproduce the spanning-tree body
     velocities: v_k = X_k v_out + X_R blkdiag(S_b) qdot, and S ydot = v_J."""
     m = model_of("planar_leg_linkage")
-    q = jax.jit(C.random_configuration, static_argnames="scale")(m, jax.random.PRNGKey(3),
-                                                                  scale=0.5)
+    q = jax.jit(C.random_configuration, static_argnames="scale")(
+        m, jax.random.PRNGKey(3), scale=0.5
+    )
     v = jnp.array([0.7, -1.3])
     keys = ("X", "X_R", "S", "v_J", "output_bodies_unique")
 
@@ -255,17 +272,20 @@ def test_cluster_quantities_local_frames():
     for c, d in enumerate(cq):
         bodies = np.array(t.cluster_bodies[c])
         g = t.groups[t.cluster_group[c]]
-        vout = jnp.concatenate([jnp.zeros(6) if int(o) < 0 else vloc[int(o)]
-                                for o in d["output_bodies_unique"]])
+        vout = jnp.concatenate(
+            [jnp.zeros(6) if int(o) < 0 else vloc[int(o)] for o in d["output_bodies_unique"]]
+        )
         pred = d["X"] @ vout + d["v_J"]
-        np.testing.assert_allclose(np.asarray(pred), np.asarray(vloc[bodies].reshape(-1)),
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(pred), np.asarray(vloc[bodies].reshape(-1)), atol=1e-12
+        )
         XR = np.asarray(d["X_R"])
         for i in range(len(bodies)):  # unit lower block-triangular
-            np.testing.assert_allclose(XR[6 * i:6 * i + 6, 6 * i:6 * i + 6], np.eye(6),
-                                       atol=1e-12)
-            assert np.all(XR[6 * i:6 * i + 6, 6 * (i + 1):] == 0)
-        yd = v[g.v0 + (c - g.cl0) * g.ny: g.v0 + (c - g.cl0 + 1) * g.ny]
+            np.testing.assert_allclose(
+                XR[6 * i : 6 * i + 6, 6 * i : 6 * i + 6], np.eye(6), atol=1e-12
+            )
+            assert np.all(XR[6 * i : 6 * i + 6, 6 * (i + 1) :] == 0)
+        yd = v[g.v0 + (c - g.cl0) * g.ny : g.v0 + (c - g.cl0 + 1) * g.ny]
         np.testing.assert_allclose(np.asarray(d["S"] @ yd), np.asarray(d["v_J"]), atol=1e-12)
     # the linkage cluster: 3 bodies, all attached to the thigh
     assert np.asarray(cq[1]["X"]).shape == (18, 6)
@@ -274,11 +294,12 @@ def test_cluster_quantities_local_frames():
 # ----------------------------------------------------------------------------- reductions
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _plain(name):
     if name == "random":
-        src = jaxdyn.robots.random_urdf(7, seed=5, joint_types=("revolute", "prismatic",
-                                                                  "spherical"))
+        src = jaxdyn.robots.random_urdf(
+            7, seed=5, joint_types=("revolute", "prismatic", "spherical")
+        )
         return C.load_urdf_plus(src)
     path, fb = jaxdyn.robots.resolve(name)
     return C.load_urdf_plus(path, floating_base=fb)
@@ -298,11 +319,16 @@ def test_reduces_to_rnea_aba_without_loops(name):
         tau_tree = jaxdyn.rnea(m.tree, s.q, s.v, s.a, fe)
         tau = C.crnea(m, q, v, a, fe)
         J = _jacobians(m, s.q, ees)
-        return dict(q=s.q, G=s.G, tau=tau, tau_ref=s.G.T @ tau_tree,
-                    acc=s.G @ C.caba(m, q, v, tau, fe),
-                    acc_ref=jaxdyn.aba(m.tree, s.q, s.v, tau_tree, fe),
-                    osim=C.cefpa(m, q, ees),
-                    osim_ref=J @ jnp.linalg.solve(jaxdyn.crba(m.tree, s.q), J.T))
+        return dict(
+            q=s.q,
+            G=s.G,
+            tau=tau,
+            tau_ref=s.G.T @ tau_tree,
+            acc=s.G @ C.caba(m, q, v, tau, fe),
+            acc_ref=jaxdyn.aba(m.tree, s.q, s.v, tau_tree, fe),
+            osim=C.cefpa(m, q, ees),
+            osim_ref=J @ jnp.linalg.solve(jaxdyn.crba(m.tree, s.q), J.T),
+        )
 
     r = jax.jit(jax.vmap(one))(q, v, a, fe)
     # plain trees keep jaxdyn's joint order
@@ -310,8 +336,7 @@ def test_reduces_to_rnea_aba_without_loops(name):
     np.testing.assert_array_equal(np.asarray(r["G"][0]), np.eye(m.nv))
     # one name per independent velocity, multi-DoF joints as "joint[k]"
     assert len(m.joint_names) == m.nv
-    assert list(dict.fromkeys(n.split("[")[0] for n in m.joint_names)) == list(
-        m.tree.joint_names)
+    assert list(dict.fromkeys(n.split("[")[0] for n in m.joint_names)) == list(m.tree.joint_names)
     assert _rel(r["tau"], r["tau_ref"]) < 1e-12
     assert _rel(r["acc"], r["acc_ref"]) < 1e-9
     assert _rel(r["osim"], r["osim_ref"]) < 1e-10  # C-EFPA = EFPA = J H^-1 J^T
@@ -332,7 +357,8 @@ MIMIC_URDF = """<robot name="gripper">
   <joint name="finger1" type="prismatic"><parent link="palm"/><child link="f1"/>
     <origin xyz="0.2 0 0"/><axis xyz="0 1 0"/></joint>
   <joint name="finger2" type="prismatic"><parent link="palm"/><child link="f2"/>
-    <origin xyz="0.2 0 0"/><axis xyz="0 1 0"/><mimic joint="finger1" multiplier="-1" offset="0.01"/></joint>
+    <origin xyz="0.2 0 0"/><axis xyz="0 1 0"/>
+    <mimic joint="finger1" multiplier="-1" offset="0.01"/></joint>
   <joint name="tipj" type="revolute"><parent link="f1"/><child link="tip"/>
     <origin xyz="0 0 0.1"/><axis xyz="1 0 0"/><mimic joint="wrist" multiplier="0.5"/></joint>
 </robot>"""
@@ -353,9 +379,15 @@ def test_mimic_joints_are_linear_couplings():
     @jax.jit
     def f(q, v, a):
         tau = C.crnea(m, q, v, a)
-        return dict(tau=tau, tau_p=C.projected_rnea(m, q, v, a), acc=C.caba(m, q, v, tau),
-                    acc_p=C.projection_fd(m, q, v, tau), acc_l=C.lagrange_fd(m, q, v, tau),
-                    L=C.cefpa(m, q, ees), L_p=C.projected_osim(m, q, ees))
+        return dict(
+            tau=tau,
+            tau_p=C.projected_rnea(m, q, v, a),
+            acc=C.caba(m, q, v, tau),
+            acc_p=C.projection_fd(m, q, v, tau),
+            acc_l=C.lagrange_fd(m, q, v, tau),
+            L=C.cefpa(m, q, ees),
+            L_p=C.projected_osim(m, q, ees),
+        )
 
     r = f(q, v, a)
     assert _rel(r["tau"], r["tau_p"]) < 1e-12
@@ -368,8 +400,9 @@ def test_mimic_joints_are_linear_couplings():
     assert jaxdyn.load_urdf(MIMIC_URDF, clusters=True).v_names == m.v_names
 
 
-HAND2_URDF = MIMIC_URDF.replace('<mimic joint="wrist" multiplier="0.5"/>', '').replace(
-    "</robot>", """
+HAND2_URDF = MIMIC_URDF.replace('<mimic joint="wrist" multiplier="0.5"/>', "").replace(
+    "</robot>",
+    """
   <link name="t2"><inertial><mass value="0.15"/><origin xyz="0.01 0 0.03"/>
     <inertia ixx="0.0005" ixy="0" ixz="0" iyy="0.0006" iyz="0" izz="0.0002"/></inertial></link>
   <link name="t3"><inertial><mass value="0.05"/><origin xyz="0.0 0.01 0.02"/>
@@ -382,7 +415,8 @@ HAND2_URDF = MIMIC_URDF.replace('<mimic joint="wrist" multiplier="0.5"/>', '').r
     <origin xyz="0 0.03 0.05"/><axis xyz="0 1 0"/></joint>
   <joint name="k4" type="revolute"><parent link="tip"/><child link="t4"/>
     <origin xyz="0.02 0.0 0.05"/><axis xyz="0 0 1"/></joint>
-</robot>""")
+</robot>""",
+)
 
 
 def test_multi_output_cluster():
@@ -400,9 +434,14 @@ def test_multi_output_cluster():
     @jax.jit
     def f(q, v, a, fe):
         tau = C.crnea(m, q, v, a, fe)
-        return dict(tau=tau, tau_p=C.projected_rnea(m, q, v, a, fe),
-                    acc=C.caba(m, q, v, tau, fe), acc_p=C.projection_fd(m, q, v, tau, fe),
-                    L=C.cefpa(m, q, ees), L_p=C.projected_osim(m, q, ees))
+        return dict(
+            tau=tau,
+            tau_p=C.projected_rnea(m, q, v, a, fe),
+            acc=C.caba(m, q, v, tau, fe),
+            acc_p=C.projection_fd(m, q, v, tau, fe),
+            L=C.cefpa(m, q, ees),
+            L_p=C.projected_osim(m, q, ees),
+        )
 
     r = f(q[0], v[0], a[0], fe[0])
     assert _rel(r["tau"], r["tau_p"]) < 1e-12
@@ -442,9 +481,14 @@ def test_approximate_models():
         @jax.jit
         def bundle(qa, va, a):
             tau = C.crnea(ap, qa, va, a)
-            return dict(tau=tau, tau_proj=C.projected_rnea(ap, qa, va, a),
-                        acc=C.caba(ap, qa, va, tau), acc_proj=C.projection_fd(ap, qa, va, tau),
-                        L=C.cefpa(ap, qa, ees), L_proj=C.projected_osim(ap, qa, ees))
+            return dict(
+                tau=tau,
+                tau_proj=C.projected_rnea(ap, qa, va, a),
+                acc=C.caba(ap, qa, va, tau),
+                acc_proj=C.projection_fd(ap, qa, va, tau),
+                L=C.cefpa(ap, qa, ees),
+                L_proj=C.projected_osim(ap, qa, ees),
+            )
 
         r = bundle(qa, va, a)
         assert _rel(r["tau"], r["tau_proj"]) < 1e-12
@@ -479,7 +523,7 @@ def _tangent(m, q, dy):
             parts.append(dqs[g.qidx].reshape(-1))
         else:
             assert g.nqc == g.ny  # one-DoF joints / explicit clusters
-            parts.append(dy[g.v0:g.v0 + g.nc * g.ny])
+            parts.append(dy[g.v0 : g.v0 + g.nc * g.ny])
     return jnp.concatenate(parts)
 
 
@@ -487,11 +531,12 @@ def _manifold_point(m, q, dy, h):
     """Independent coordinates moved by ``h dy``, dependents re-projected (Newton)."""
     parts = []
     for g in m.topo.groups:
-        qc = q[g.q0:g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
-        dyc = dy[g.v0:g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
+        qc = q[g.q0 : g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
+        dyc = dy[g.v0 : g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
         if g.kind == "implicit":
-            qc = qc + h * jnp.einsum("cdy,cy->cd", jnp.asarray(g.params["Pi"]),
-                                     dyc * g.params["scale"])
+            qc = qc + h * jnp.einsum(
+                "cdy,cy->cd", jnp.asarray(g.params["Pi"]), dyc * g.params["scale"]
+            )
         else:
             qc = qc + h * dyc
         parts.append(qc.reshape(-1))
@@ -514,13 +559,14 @@ def test_autodiff_matches_finite_differences_on_manifold(name):
 
     @jax.jit
     def traj(q, v, a):
-        pts = jax.vmap(lambda t: C.spanning_configuration(
-            m, _manifold_point(m, q, v + 0.5 * t * a, t)))(jnp.array([h2, 0.0, -h2]))
+        pts = jax.vmap(
+            lambda t: C.spanning_configuration(m, _manifold_point(m, q, v + 0.5 * t * a, t))
+        )(jnp.array([h2, 0.0, -h2]))
         return pts, C.spanning_state(m, q, v, a)
 
     pts, s = traj(q, v, a)
     assert _rel((pts[0] - pts[2]) / (2 * h2), s.v) < 1e-5
-    assert _rel((pts[0] - 2 * pts[1] + pts[2]) / h2 ** 2, s.a) < 1e-4
+    assert _rel((pts[0] - 2 * pts[1] + pts[2]) / h2**2, s.a) < 1e-4
     assert _rel(s.v, s.G @ v) < 1e-14 and _rel(s.a, s.G @ a + s.g) < 1e-14
 
     @jax.jit
@@ -532,8 +578,12 @@ def test_autodiff_matches_finite_differences_on_manifold(name):
 
         def at(hh):
             qh = _manifold_point(m, q, dy, hh)
-            return (C.crnea(m, qh, v, a), w @ C.caba(m, qh, v, a),
-                    C.crnea(m, q, v + hh * dy, a), C.constraint_jacobian(m, qh)[0])
+            return (
+                C.crnea(m, qh, v, a),
+                w @ C.caba(m, qh, v, a),
+                C.crnea(m, q, v + hh * dy, a),
+                C.constraint_jacobian(m, qh)[0],
+            )
 
         fd = jax.vmap(at)(jnp.array([h, -h]))
         _, K, _ = C.constraint_jacobian(m, q)
@@ -564,8 +614,10 @@ def test_urdf_plus_errors():
     with pytest.raises(ValueError, match=r'<joint name="joint1">: independent=.maybe.'):
         C.load_urdf_plus(bad)
     # points that never meet: out-of-plane gap
-    bad = txt.replace('<origin xyz="0.5 0.0 0.0"/>\n        </successor>',
-                      '<origin xyz="0.5 0.0 0.3"/>\n        </successor>')
+    bad = txt.replace(
+        '<origin xyz="0.5 0.0 0.0"/>\n        </successor>',
+        '<origin xyz="0.5 0.0 0.3"/>\n        </successor>',
+    )
     with pytest.raises(ValueError, match="never meet"):
         C.load_urdf_plus(bad)
     # too many dependent coordinates for one loop
@@ -573,10 +625,18 @@ def test_urdf_plus_errors():
     with pytest.raises(ValueError, match="flagged dependent"):
         C.load_urdf_plus(bad)
     chain = robots.path("revolute_rotor_chain").read_text()
-    with pytest.raises(ValueError, match=r'<coupling name="transmission2">: expected exactly one <ratio>'):
-        C.load_urdf_plus(chain.replace('<ratio value="6.0"/>\n    </coupling>\n\n    <coupling name="transmission3"',
-                                       '</coupling>\n\n    <coupling name="transmission3"'))
-    with pytest.raises(ValueError, match=r"<coupling name=\"transmission1\"> <ratio value>: cannot parse"):
+    with pytest.raises(
+        ValueError, match=r'<coupling name="transmission2">: expected exactly one <ratio>'
+    ):
+        C.load_urdf_plus(
+            chain.replace(
+                '<ratio value="6.0"/>\n    </coupling>\n\n    <coupling name="transmission3"',
+                '</coupling>\n\n    <coupling name="transmission3"',
+            )
+        )
+    with pytest.raises(
+        ValueError, match=r"<coupling name=\"transmission1\"> <ratio value>: cannot parse"
+    ):
         C.load_urdf_plus(chain.replace('<ratio value="6.0"/>', '<ratio value="six"/>', 1))
     with pytest.raises(ValueError, match="unsupported coupling type"):
         C.load_urdf_plus(chain.replace('type="rolling"', 'type="sliding"', 1))
@@ -586,12 +646,18 @@ def test_outside_parents_in_two_clusters_is_an_error():
     m = model_of("revolute_rotor_chain")
     # link-0's parent is the world, link-2's parent is link-1 (another cluster)
     with pytest.raises(ValueError, match="parents outside it in 2 different clusters"):
-        C.build(robots.path("revolute_rotor_chain"),
-                [C.geared_transmission("joint1", "joint1r", 6.0),
-                 C.Cluster(("link-0", "link-2"), name="bad")])
+        C.build(
+            robots.path("revolute_rotor_chain"),
+            [
+                C.geared_transmission("joint1", "joint1r", 6.0),
+                C.Cluster(("link-0", "link-2"), name="bad"),
+            ],
+        )
     with pytest.raises(ValueError, match="not a one-DoF"):
-        C.build(jaxdyn.robots.random_urdf(4, seed=0, joint_types=("spherical",)),
-                [C.LinearConstraint(("joint1", "joint2"), ((1.0, -1.0),))])
+        C.build(
+            jaxdyn.robots.random_urdf(4, seed=0, joint_types=("spherical",)),
+            [C.LinearConstraint(("joint1", "joint2"), ((1.0, -1.0),))],
+        )
     with pytest.raises(ValueError, match="no moving joint named"):
         C.build(robots.path("four_bar"), [C.geared_transmission("joint1", "nope", 2.0)])
     with pytest.raises(ValueError, match=r"crnea: v has shape \(2,\), expected \(nv\)=\(3\)"):
@@ -603,7 +669,8 @@ def test_outside_parents_in_two_clusters_is_an_error():
 def test_tello_differentials():
     m = model_of("tello")
     assert [m.topo.groups[g].kind for g in m.topo.cluster_group] == (
-        ["linear"] * 2 + ["implicit"] * 4)
+        ["linear"] * 2 + ["implicit"] * 4
+    )
 
     @jax.jit
     def f(key):
@@ -618,10 +685,15 @@ def test_tello_differentials():
     r1 = jn.index("left-hip-clamp-to-hip-rotor-1")
     c = m.v_names.index("left-hip-clamp-to-hip-rotor-1")
     assert float(G[r1, c]) == pytest.approx(6.0)
-    idx = [r1, jn.index("left-hip-clamp-to-hip-rotor-2"), jn.index("left-hip-clamp-to-gimbal"),
-           jn.index("left-gimbal-to-thigh")]
-    np.testing.assert_allclose(np.asarray(C.tello_hip_differential_phi(np.asarray(qs)[idx])), 0.0,
-                               atol=1e-12)
+    idx = [
+        r1,
+        jn.index("left-hip-clamp-to-hip-rotor-2"),
+        jn.index("left-hip-clamp-to-gimbal"),
+        jn.index("left-gimbal-to-thigh"),
+    ]
+    np.testing.assert_allclose(
+        np.asarray(C.tello_hip_differential_phi(np.asarray(qs)[idx])), 0.0, atol=1e-12
+    )
 
 
 # ----------------------------------------------------------------------------- folded rotors
@@ -648,13 +720,18 @@ def test_caba_with_rotors_carried_by_parents(name):
         rnea_gen = lambda q, v, a: C.crnea(m, q, v, a, zero)  # noqa: E731
         fold = lambda q, v, t: C.caba(m, q, v, t)  # noqa: E731
         gen = lambda q, v, t: C.caba(m, q, v, t, zero)  # noqa: E731
-        return dict(a=fold(q, v, tau), a_gen=gen(q, v, tau),
-                    a_proj=C.projection_fd(m, q, v, tau),
-                    tau=tau, tau_gen=rnea_gen(q, v, a), tau_proj=C.projected_rnea(m, q, v, a),
-                    Jt=jax.jacfwd(lambda q, v, a: C.crnea(m, q, v, a), (0, 1, 2))(q, v, a),
-                    Jt_gen=jax.jacfwd(rnea_gen, (0, 1, 2))(q, v, a),
-                    J=jax.jacfwd(fold, (0, 1, 2))(q, v, tau),
-                    J_gen=jax.jacfwd(gen, (0, 1, 2))(q, v, tau))
+        return dict(
+            a=fold(q, v, tau),
+            a_gen=gen(q, v, tau),
+            a_proj=C.projection_fd(m, q, v, tau),
+            tau=tau,
+            tau_gen=rnea_gen(q, v, a),
+            tau_proj=C.projected_rnea(m, q, v, a),
+            Jt=jax.jacfwd(lambda q, v, a: C.crnea(m, q, v, a), (0, 1, 2))(q, v, a),
+            Jt_gen=jax.jacfwd(rnea_gen, (0, 1, 2))(q, v, a),
+            J=jax.jacfwd(fold, (0, 1, 2))(q, v, tau),
+            J_gen=jax.jacfwd(gen, (0, 1, 2))(q, v, tau),
+        )
 
     r = jax.jit(jax.vmap(one))(q, v, a)
     assert _rel(r["a"], a) < 1e-10
@@ -667,8 +744,8 @@ def test_caba_with_rotors_carried_by_parents(name):
         if g.nqc == 7:
             for c in range(g.nc):
                 k = g.q0 + 7 * c + 3
-                u = np.asarray(q[:, k:k + 4])
-                P[:, k:k + 4, k:k + 4] -= u[:, :, None] * u[:, None, :]
+                u = np.asarray(q[:, k : k + 4])
+                P[:, k : k + 4, k : k + 4] -= u[:, :, None] * u[:, None, :]
     assert _rel(r["tau"], r["tau_gen"]) < 1e-10
     assert _rel(r["tau"], r["tau_proj"]) < 1e-10
     for k in ("J", "Jt"):
@@ -677,8 +754,7 @@ def test_caba_with_rotors_carried_by_parents(name):
             assert _rel(x, y) < 1e-9
     q32, v32 = q.astype(jnp.float32), v.astype(jnp.float32)
     tau = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
-    a32 = jax.jit(jax.vmap(lambda q, v, t: C.caba(m, q, v, t)))(q32, v32,
-                                                                 tau.astype(jnp.float32))
+    a32 = jax.jit(jax.vmap(lambda q, v, t: C.caba(m, q, v, t)))(q32, v32, tau.astype(jnp.float32))
     assert a32.dtype == jnp.float32 and _rel(a32, a) < 1e-3
 
 

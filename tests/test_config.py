@@ -49,8 +49,9 @@ def test_value_checks_rule(small):
 
     bad = q.at[3:7].multiply(1.5)
     assert config.get("value_checks")
-    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError),
-                       match="center_of_mass"):
+    with pytest.raises(
+        (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="center_of_mass"
+    ):
         jax.block_until_ready(com(bad))
     assert traces == [True]
     config.update("value_checks", True)  # same value: nothing cleared, no retrace
@@ -61,8 +62,9 @@ def test_value_checks_rule(small):
     assert traces == [True, False]
     jaxdyn.set_value_checks(True)  # old entry point, same rule
     assert config.get("value_checks") and jaxdyn._checks.value_checks_enabled()
-    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError),
-                       match="center_of_mass"):
+    with pytest.raises(
+        (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="center_of_mass"
+    ):
         jax.block_until_ready(com(bad))
     assert traces == [True, False, True]
 
@@ -138,16 +140,24 @@ def test_bad_names_and_values():
 
 
 def test_environment_variables_read_at_import():
-    code = ("from jaxdyn import config; "
-            "print(config.get('value_checks'), config.get('analytic_derivatives'), "
-            "config.get('unroll_max'))")
-    env = dict(os.environ, JAXDYN_VALUE_CHECKS="0", JAXDYN_ANALYTIC_DERIVATIVES="false",
-               JAXDYN_UNROLL_MAX="7")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=300)
+    code = (
+        "from jaxdyn import config; "
+        "print(config.get('value_checks'), config.get('analytic_derivatives'), "
+        "config.get('unroll_max'))"
+    )
+    env = dict(
+        os.environ,
+        JAXDYN_VALUE_CHECKS="0",
+        JAXDYN_ANALYTIC_DERIVATIVES="false",
+        JAXDYN_UNROLL_MAX="7",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False", "7"]
     env["JAXDYN_UNROLL_MAX"] = "many"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode != 0 and "JAXDYN_UNROLL_MAX='many' is invalid" in r.stderr

@@ -10,6 +10,7 @@ import pytest
 
 import jaxdyn
 from jaxdyn import joints
+
 from oracle import RANDOM_ALL_KINDS, ROBOTS, all_kinds_tree, assert_close, robot_case
 
 #: integrate / difference are a few transcendental functions per joint
@@ -46,8 +47,9 @@ def test_neutral_matches_pinocchio(name):
     case = CASES[name]()
     q = np.asarray(jaxdyn.neutral_configuration(case.model))
     assert q.shape == (case.model.nq,) and q.dtype == np.float64
-    np.testing.assert_array_equal(case.conv.q_to_pin(q), pin.neutral(case.pin_model),
-                                  err_msg=f"{name}: neutral configuration")
+    np.testing.assert_array_equal(
+        case.conv.q_to_pin(q), pin.neutral(case.pin_model), err_msg=f"{name}: neutral configuration"
+    )
     q32 = jaxdyn.neutral_configuration(case.model, dtype=np.float32)
     assert q32.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(q32, np.float64), q)
@@ -70,21 +72,36 @@ def test_integrate_and_difference_match_pinocchio(name):
     v = np.random.default_rng(9).normal(size=(n, m.nv))
     q_int, v_diff = (np.asarray(x) for x in fn(m, q0, q1, v))
     # velocity coordinates of continuous joints (Pinocchio nq = 2), in jaxdyn order
-    continuous = c.v_from_pin(np.array([float(pm.joints[j].nq == 2) for j in range(1, pm.njoints)
-                                        for _ in range(pm.joints[j].nv)]))
+    continuous = c.v_from_pin(
+        np.array(
+            [
+                float(pm.joints[j].nq == 2)
+                for j in range(1, pm.njoints)
+                for _ in range(pm.joints[j].nv)
+            ]
+        )
+    )
     assert (name == "arm7") == bool(continuous.any())
     for k in range(n):
         ref = pin.integrate(pm, c.q_to_pin(q0[k]), c.v_to_pin(v[k]))
         ref_q = c.q_from_pin(ref)
         # compared in Pinocchio's coordinates: continuous joints as (cos, sin)
-        assert_close(c.q_to_pin(_align_quaternions(q_int[k], ref_q, m)), ref, RTOL_CONF,
-                     err_msg=f"{name} sample {k}: integrate vs pin.integrate")
+        assert_close(
+            c.q_to_pin(_align_quaternions(q_int[k], ref_q, m)),
+            ref,
+            RTOL_CONF,
+            err_msg=f"{name} sample {k}: integrate vs pin.integrate",
+        )
         ref_v = c.v_from_pin(pin.difference(pm, c.q_to_pin(q0[k]), c.q_to_pin(q1[k])))
         # continuous joints: jaxdyn stores an unbounded angle and returns q1 - q0, Pinocchio
         # (cos, sin) and the shortest angle; they differ by whole turns
         turns = np.round((v_diff[k] - ref_v) / (2 * np.pi)) * continuous
-        assert_close(v_diff[k] - 2 * np.pi * turns, ref_v, 1e-10,
-                     err_msg=f"{name} sample {k}: difference vs pin.difference")
+        assert_close(
+            v_diff[k] - 2 * np.pi * turns,
+            ref_v,
+            1e-10,
+            err_msg=f"{name} sample {k}: difference vs pin.difference",
+        )
 
 
 @pytest.mark.parametrize("name", ["quad12", "tree-all-kinds"])
@@ -98,11 +115,16 @@ def test_random_configuration(name):
     qs = np.asarray(sample(m, jax.random.split(jax.random.PRNGKey(0), 64)))
     assert qs.shape == (64, m.nq) and qs.dtype == np.float64
     for sl in _quaternion_slices(m):
-        np.testing.assert_allclose(np.linalg.norm(qs[:, sl], axis=1), 1.0, rtol=0, atol=1e-14,
-                                   err_msg="quaternion norm")
+        np.testing.assert_allclose(
+            np.linalg.norm(qs[:, sl], axis=1), 1.0, rtol=0, atol=1e-14, err_msg="quaternion norm"
+        )
     scalar = [int(t.q_start[j]) for j in range(t.nb) if int(t.kind[j]) == joints.ONE_DOF]
-    free_pos = [int(t.q_start[j]) + i for j in range(t.nb) if int(t.kind[j]) == joints.FREE
-                for i in range(3)]
+    free_pos = [
+        int(t.q_start[j]) + i
+        for j in range(t.nb)
+        if int(t.kind[j]) == joints.FREE
+        for i in range(3)
+    ]
     for idx in (scalar, free_pos):
         if idx:
             x = qs[:, idx]
@@ -112,8 +134,11 @@ def test_random_configuration(name):
     q_again = np.asarray(sample(m, jax.random.split(jax.random.PRNGKey(0), 64)))
     np.testing.assert_array_equal(q_again, qs, err_msg="not deterministic in the key")
     # custom bounds and dtype (eager call)
-    q = np.asarray(jaxdyn.random_configuration(m, jax.random.PRNGKey(1), lower=0.5, upper=0.6,
-                                               dtype=np.float32))
+    q = np.asarray(
+        jaxdyn.random_configuration(
+            m, jax.random.PRNGKey(1), lower=0.5, upper=0.6, dtype=np.float32
+        )
+    )
     assert q.dtype == np.float32
     assert np.all((q[scalar] >= 0.5) & (q[scalar] <= 0.6))
     for sl in _quaternion_slices(m):

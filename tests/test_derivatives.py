@@ -37,6 +37,7 @@ from jaxdyn.algorithms.crba import crba as crba_plain
 from jaxdyn.algorithms.minv import minv_world
 from jaxdyn.algorithms.rnea import rnea as rnea_plain
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
+
 from oracle import assert_close, random_states, robot_case, sym_upper
 
 # --------------------------------------------------------------------------- tolerances
@@ -67,28 +68,46 @@ PIN_ROBOTS = ("ur5", "panda", "solo12", "anymal", "hyq", "talos_reduced", "talos
 ID_ONLY_ROBOTS = ("romeo",)
 JOINT_TYPES_ALL = ("revolute", "prismatic", "spherical", "floating")
 #: random trees with spherical and free joints anywhere: name -> (n_bodies, seed, floating)
-TREES = {"tree_fixed": dict(n=7, seed=41, floating=False),
-         "tree_float": dict(n=9, seed=42, floating=True)}
+TREES = {
+    "tree_fixed": dict(n=7, seed=41, floating=False),
+    "tree_float": dict(n=9, seed=42, floating=True),
+}
 #: the four-way checks (autodiff, complex step, central differences) run on these
 REF_CASES = ("quad12", "tree_float")
 #: the transform tests (jvp, jacrev, hessian, ...) run on small systems (compile time):
 #: floating base with a 1-dof, a spherical and a free joint below it (depth 2); a fixed-base
 #: free + spherical chain; a revolute chain (Hessian in the ambient q)
-SMALL = {"small_float": dict(n=3, seed=39, floating=True, p_fixed=0.0, branching=0.9),
-         "tiny_fixed": dict(n=2, seed=3, floating=False, p_fixed=0.0, branching=0.9,
-                            joint_types=("revolute", "spherical", "floating")),
-         "tiny_chain": dict(n=3, seed=1, floating=False, p_fixed=0.0, branching=0.0,
-                            joint_types=("revolute",))}
+SMALL = {
+    "small_float": dict(n=3, seed=39, floating=True, p_fixed=0.0, branching=0.9),
+    "tiny_fixed": dict(
+        n=2,
+        seed=3,
+        floating=False,
+        p_fixed=0.0,
+        branching=0.9,
+        joint_types=("revolute", "spherical", "floating"),
+    ),
+    "tiny_chain": dict(
+        n=3, seed=1, floating=False, p_fixed=0.0, branching=0.0, joint_types=("revolute",)
+    ),
+}
 STATE = 0
 
 
 class TreeCase:
     """A random tree with every joint kind; Pinocchio's model from ``build_pinocchio_model``."""
 
-    def __init__(self, name, n, seed, floating, joint_types=JOINT_TYPES_ALL, p_fixed=0.1,
-                 branching=0.6):
-        xml = robots.random_urdf(n, seed, joint_types=joint_types, p_fixed=p_fixed,
-                                 massless_prob=0.0, branching=branching)
+    def __init__(
+        self, name, n, seed, floating, joint_types=JOINT_TYPES_ALL, p_fixed=0.1, branching=0.6
+    ):
+        xml = robots.random_urdf(
+            n,
+            seed,
+            joint_types=joint_types,
+            p_fixed=p_fixed,
+            massless_prob=0.0,
+            branching=branching,
+        )
         self.name = name
         self.model = jaxdyn.load_urdf(xml, floating_base=floating)
         self.pin_model = build_pinocchio_model(self.model)
@@ -121,10 +140,13 @@ def _inner_kinds(name):
 def test_random_trees_have_spherical_and_free_joints():
     """Spherical and free joints below the root, in the big and the small trees."""
     assert {joints.SPHERICAL, joints.FREE} <= _inner_kinds("tree_fixed") | _inner_kinds(
-        "tree_float")
+        "tree_float"
+    )
     assert {joints.ONE_DOF, joints.SPHERICAL, joints.FREE} <= _inner_kinds("small_float")
     assert {int(k) for k in get_case("tiny_fixed").model.topo.kind} == {
-        joints.SPHERICAL, joints.FREE}
+        joints.SPHERICAL,
+        joints.FREE,
+    }
     assert {int(k) for k in get_case("tiny_chain").model.topo.kind} == {joints.ONE_DOF}
 
 
@@ -149,7 +171,7 @@ def _analytic(model, q, v, tau, f_ext):
     nv = model.nv
     # AZA on [-dq, -dv, 1]: the AZA partials and M^-1, which DMM then multiplies
     X = D.aza(model, ws.S, inertias, jnp.concatenate([-dq, -dv, jnp.eye(nv)], 1))
-    out["fd_aza_dq"], out["fd_aza_dv"], Minv = X[:, :nv], X[:, nv:2 * nv], X[:, 2 * nv:]
+    out["fd_aza_dq"], out["fd_aza_dv"], Minv = X[:, :nv], X[:, nv : 2 * nv], X[:, 2 * nv :]
     out["fd_dmm_dq"], out["fd_dmm_dv"] = -(Minv @ dq), -(Minv @ dv)
     out["fd_dmm_dtau"] = out["fd_aza_dtau"] = Minv
     out["minv"] = minv_world(model, ws, inertias)
@@ -218,7 +240,9 @@ def _references(model, q, v, a, tau, f_ext, method):
         else:
             h = FD_STEP
             out[f"{tag}_dq"] = jax.vmap(lambda e: f(h * e, v) - f(-h * e, v))(eye).T / (2 * h)
-            out[f"{tag}_dv"] = jax.vmap(lambda e: f(z, v + h * e) - f(z, v - h * e))(eye).T / (2 * h)
+            out[f"{tag}_dv"] = jax.vmap(lambda e: f(z, v + h * e) - f(z, v - h * e))(eye).T / (
+                2 * h
+            )
     return out
 
 
@@ -291,8 +315,9 @@ def test_aba_derivatives_match_pinocchio(name):
     jx, pn = analytic(case), pinocchio_derivatives(case)
     for m in ("dmm", "aza"):
         for k in ("dq", "dv", "dtau"):
-            assert_close(jx[f"fd_{m}_{k}"], pn[f"fd_{k}"], RTOL_PIN_FD,
-                         err_msg=f"{name}: {m} dqdd/{k}")
+            assert_close(
+                jx[f"fd_{m}_{k}"], pn[f"fd_{k}"], RTOL_PIN_FD, err_msg=f"{name}: {m} dqdd/{k}"
+            )
     assert_close(jx["minv"], pn["fd_dtau"], RTOL_PIN_FD, err_msg=f"{name}: minv_world")
 
 
@@ -305,11 +330,13 @@ def test_identities(name):
     jx = analytic(case)
     v = _state(case)[1]
     assert_close(jx["id_da"], jx["crba"], RTOL_ID, err_msg=f"{name}: dtau/da vs crba")
-    assert_close(jx["id_dv"] @ v, 2 * jx["coriolis"], RTOL_ID,
-                 err_msg=f"{name}: dtau/dv v vs 2 C(q, v) v")
+    assert_close(
+        jx["id_dv"] @ v, 2 * jx["coriolis"], RTOL_ID, err_msg=f"{name}: dtau/dv v vs 2 C(q, v) v"
+    )
     if name not in ID_ONLY_ROBOTS:
-        assert_close(jx["fd_dmm_dtau"] @ jx["crba"], np.eye(case.model.nv), 1e-9,
-                     err_msg=f"{name}: Minv M")
+        assert_close(
+            jx["fd_dmm_dtau"] @ jx["crba"], np.eye(case.model.nv), 1e-9, err_msg=f"{name}: Minv M"
+        )
 
 
 # =========================================================================== 2-4. references
@@ -329,8 +356,12 @@ def test_derivatives_match_references(name, method):
     mine = {k: np.asarray(x) for k, x in _public(model, *_state(case)).items()}
     ref = references(case, method)
     for k in ("id_dq", "id_dv", "fd_dq", "fd_dv"):
-        assert_close(mine[k], ref[k], tol_fd if k.startswith("fd") else tol_id,
-                     err_msg=f"{name}: {k} vs {method}")
+        assert_close(
+            mine[k],
+            ref[k],
+            tol_fd if k.startswith("fd") else tol_id,
+            err_msg=f"{name}: {k} vs {method}",
+        )
 
 
 def test_references_detect_a_wrong_answer():
@@ -370,8 +401,9 @@ def _transforms(model, q, v, x3, f_ext, tangents, fn):
     out["y_mine"], out["t_mine"] = jax.jvp(lambda *x: mine(model, *x), primals, tans)
     out["y_plain"], out["t_plain"] = jax.jvp(lambda *x: plain(model, *x), primals, tans)
     for k in range(4):  # one argument at a time: symbolic-zero tangents for the others
-        out[f"t_mine_{k}"] = jax.jvp(lambda x: mine(model, *primals[:k], x, *primals[k + 1:]),
-                                     (primals[k],), (tans[k],))[1]
+        out[f"t_mine_{k}"] = jax.jvp(
+            lambda x: mine(model, *primals[:k], x, *primals[k + 1 :]), (primals[k],), (tans[k],)
+        )[1]
     z = jnp.zeros(model.nv)
 
     def f(d, v_, x_):
@@ -398,8 +430,8 @@ def _transforms(model, q, v, x3, f_ext, tangents, fn):
     out["vmap_plain"] = jax.vmap(lambda *x: plain(model, *x))(qs, vs, x3s)
     fes = jnp.stack([f_ext, f_ext])
     out["vmap_jvp_mine"] = jax.vmap(
-        lambda q_, v_, x_, fe: jax.jvp(lambda vv: mine(model, q_, vv, x_, fe), (v_,), (x_,))[1])(
-            qs, vs, x3s, fes)
+        lambda q_, v_, x_, fe: jax.jvp(lambda vv: mine(model, q_, vv, x_, fe), (v_,), (x_,))[1]
+    )(qs, vs, x3s, fes)
     return out
 
 
@@ -412,8 +444,12 @@ def transforms(name, fn):
         case = get_case(name)
         model, q, v, a, tau, f_ext = _inputs(case)
         rng = np.random.default_rng(3)
-        tangents = (jnp.asarray(rng.normal(size=model.nv)), jnp.asarray(rng.normal(size=model.nv)),
-                    jnp.asarray(rng.normal(size=model.nv)), jnp.asarray(rng.normal(size=f_ext.shape)))
+        tangents = (
+            jnp.asarray(rng.normal(size=model.nv)),
+            jnp.asarray(rng.normal(size=model.nv)),
+            jnp.asarray(rng.normal(size=model.nv)),
+            jnp.asarray(rng.normal(size=f_ext.shape)),
+        )
         x3 = a if fn == "rnea" else tau
         out = _transforms(model, q, v, x3, f_ext, tangents, fn=fn)
         out["tangents"], out["x3"] = tangents, x3
@@ -445,8 +481,12 @@ def test_jvp_matches_plain_autodiff(fn):
     Dq, Dv, D3 = out["analytic"]
     for k, want in enumerate((Dq @ dq, Dv @ dv, D3 @ d3)):
         assert_close(out[f"t_mine_{k}"], want, tol, err_msg=f"{name}: jvp of {fn} in arg {k}")
-    assert_close(sum(out[f"t_mine_{k}"] for k in range(4)), out["t_plain"], tol,
-                 err_msg=f"{name}: jvp of {fn}, sum over the arguments")
+    assert_close(
+        sum(out[f"t_mine_{k}"] for k in range(4)),
+        out["t_plain"],
+        tol,
+        err_msg=f"{name}: jvp of {fn}, sum over the arguments",
+    )
     assert np.max(np.abs(out["t_mine_3"])) > 0
     assert_close(out["vmap_mine"], out["vmap_plain"], 1e-13, err_msg=f"{name}: vmap of {fn}")
     x3 = out["x3"]
@@ -481,12 +521,16 @@ def _hessian(model, q, v, x3, fn, through_integrate, which):
     f = _fns(fn)[0 if which == "mine" else 1]
     w = jnp.linspace(0.5, 1.5, model.nv)
     if through_integrate:
+
         def s(d):
             return jnp.sum(w * jnp.sin(f(model, jaxdyn.integrate(model, q, d), v, x3)))
+
         x0 = jnp.zeros(model.nv)
     else:
+
         def s(x):
             return jnp.sum(w * jnp.sin(f(model, x, v, x3)))
+
         x0 = q
     return jax.hessian(s)(x0)
 
@@ -517,20 +561,24 @@ def test_model_parameter_gradients(fn):
     leaves, treedef = jax.tree_util.tree_flatten(model)
     rng = np.random.default_rng(11)
     dmodel = jax.tree_util.tree_unflatten(
-        treedef, [jnp.asarray(rng.normal(size=x.shape)) for x in leaves])
+        treedef, [jnp.asarray(rng.normal(size=x.shape)) for x in leaves]
+    )
     dv = jnp.asarray(rng.normal(size=model.nv))
 
     @jax.jit
     def both(model, v):
         def loss(f):
             return lambda m, v_: jnp.sum(jnp.cos(f(m, q, v_, x3, f_ext)))
+
         g = jax.grad(loss(mine), argnums=(0, 1))(model, v)
         _, t = jax.jvp(loss(plain), (model, v), (dmodel, dv))
         return g, t
 
     (gm, gv), t = both(model, v)
-    dot = sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(gm),
-                                              jax.tree_util.tree_leaves(dmodel)))
+    dot = sum(
+        jnp.vdot(x, y)
+        for x, y in zip(jax.tree_util.tree_leaves(gm), jax.tree_util.tree_leaves(dmodel))
+    )
     dot = dot + jnp.vdot(gv, dv)
     assert_close(dot, t, 1e-11, err_msg=f"model gradient of {fn}")
     assert float(jnp.max(jnp.abs(gm.mass))) > 0
@@ -564,11 +612,12 @@ def test_switch_environment_variable():
     import subprocess
     import sys
 
-    code = ("import jaxdyn.derivatives as D; print(D.analytic_derivatives_enabled())")
+    code = "import jaxdyn.derivatives as D; print(D.analytic_derivatives_enabled())"
     for val, want in (("0", "False"), ("1", "True")):
         env = dict(os.environ, JAXDYN_ANALYTIC_DERIVATIVES=val)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                           check=True)
+        r = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
         assert r.stdout.strip().splitlines()[-1] == want
 
 
@@ -662,8 +711,9 @@ def test_masked_products_blocks(monkeypatch):
     anc = np.asarray(t.dof_ancestor)
     same = np.asarray(t.dof_body)[:, None] == np.asarray(t.dof_body)[None, :]
     strict = anc & ~same
-    want = [np.where(anc.T, L @ R.T, np.where(strict, U @ Q.T, 0.0))
-            for R, Q in ((R1, Q1), (R2, Q2))]
+    want = [
+        np.where(anc.T, L @ R.T, np.where(strict, U @ Q.T, 0.0)) for R, Q in ((R1, Q1), (R2, Q2))
+    ]
     up = np.where(anc, U @ Q3.T, 0.0)
     want.append(up + np.where(strict.T, up.T, 0.0))
     for nb in (1, 2, 4):
@@ -671,8 +721,11 @@ def test_masked_products_blocks(monkeypatch):
         edges = idsva.dof_blocks(t)
         assert edges[0] == 0 and edges[-1] == nv and edges == sorted(set(edges))
         assert (1 < len(edges) - 1 <= nb) if nb > 1 else len(edges) == 2
-        got = idsva.masked_products(t, (jnp.asarray(L), (jnp.asarray(R1), jnp.asarray(R2))),
-                                    (jnp.asarray(U), tuple(map(jnp.asarray, (Q1, Q2, Q3)))))
+        got = idsva.masked_products(
+            t,
+            (jnp.asarray(L), (jnp.asarray(R1), jnp.asarray(R2))),
+            (jnp.asarray(U), tuple(map(jnp.asarray, (Q1, Q2, Q3)))),
+        )
         for g, w in zip(got, want):
             assert_close(g, w, 1e-14, err_msg=f"{nb} blocks")
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxdyn
+
 from oracle import assert_close, robot_case
 
 QUAT_MSG = "a quaternion in q is not of unit norm"
@@ -29,8 +30,15 @@ def quad(quad12):
     """quad12 (floating base: a quaternion in q) and a valid state."""
     m = quad12.model
     s = quad12.states[0]
-    return m, dict(q=s["q"], v=s["v"], a=s["a"], tau=s["tau"], f_ext=s["f_ext"], q0=s["q"],
-                   q1=quad12.states[1]["q"])
+    return m, dict(
+        q=s["q"],
+        v=s["v"],
+        a=s["a"],
+        tau=s["tau"],
+        f_ext=s["f_ext"],
+        q0=s["q"],
+        q1=quad12.states[1]["q"],
+    )
 
 
 # (function name, argument names in order, extra keyword arguments)
@@ -51,8 +59,15 @@ SIGNATURES = (
     ("integrate", ("q", "v"), {}),
     ("difference", ("q0", "q1"), {}),
 )
-EXPECTED = {"q": ("nq", 19), "q0": ("nq", 19), "q1": ("nq", 19), "v": ("nv", 18),
-            "a": ("nv", 18), "tau": ("nv", 18), "f_ext": ("nb, 6", "13, 6")}
+EXPECTED = {
+    "q": ("nq", 19),
+    "q0": ("nq", 19),
+    "q1": ("nq", 19),
+    "v": ("nv", 18),
+    "a": ("nv", 18),
+    "tau": ("nv", 18),
+    "f_ext": ("nb, 6", "13, 6"),
+}
 CASES = [(fn, args, kw, bad) for fn, args, kw in SIGNATURES for bad in args]
 
 
@@ -67,8 +82,10 @@ def test_wrong_shape_names_function_argument_and_size(quad, fn, args, kw, bad):
     values = [(_wrong(state[a]) if a == bad else state[a]) for a in args]
     names, size = EXPECTED[bad]
     shape = re.escape(", ".join(map(str, _wrong(state[bad]).shape)))
-    pattern = (rf"^{fn}: {bad} has shape \({shape},?\), "
-               rf"expected \({re.escape(names)}\)=\({re.escape(str(size))},?\)")
+    pattern = (
+        rf"^{fn}: {bad} has shape \({shape},?\), "
+        rf"expected \({re.escape(names)}\)=\({re.escape(str(size))},?\)"
+    )
     with pytest.raises(ValueError, match=pattern):
         getattr(jaxdyn, fn)(m, *values, **kw)
 
@@ -213,36 +230,62 @@ def test_frame_index_and_joint_index():
 
 # --------------------------------------------------------------------------- URDF
 def _robot(body):
-    return (f'<robot name="r"><link name="a"><inertial><mass value="1"/>'
-            f'<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'
-            f'{body}</robot>')
+    return (
+        f'<robot name="r"><link name="a"><inertial><mass value="1"/>'
+        f'<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'
+        f"{body}</robot>"
+    )
 
 
 def _joint(name, parent, child, jtype="revolute"):
-    return (f'<joint name="{name}" type="{jtype}"><parent link="{parent}"/>'
-            f'<child link="{child}"/><axis xyz="0 0 1"/></joint>')
+    return (
+        f'<joint name="{name}" type="{jtype}"><parent link="{parent}"/>'
+        f'<child link="{child}"/><axis xyz="0 0 1"/></joint>'
+    )
 
 
 BAD_URDF = {
-    "unknown joint type": (_robot('<link name="b"/>' + _joint("knee", "a", "b", "bogus")),
-                           r'<joint name="knee">: unknown joint type \'bogus\''),
-    "cycle": (_robot('<link name="b"/><link name="c"/>' + _joint("j1", "b", "c")
-                     + _joint("j2", "c", "b")),
-              r'<joint name="j\d">: joints \[.*\] form a kinematic loop over links'),
-    "two parents": (_robot('<link name="b"/><link name="c"/>' + _joint("j1", "a", "b")
-                           + _joint("j2", "c", "b") + _joint("j3", "a", "c")),
-                    r'<joint name="j2">: link \'b\' is already the child of joint \'j1\''),
-    "loop without root": ('<robot name="r"><link name="a"/><link name="b"/>'
-                          + _joint("j1", "a", "b") + _joint("j2", "b", "a") + "</robot>",
-                          r'<joint name="j\d">: no root link: joints .* form a kinematic loop'),
-    "negative mass": (_robot('<link name="b"><inertial><mass value="-2"/></inertial></link>'
-                             + _joint("j", "a", "b")),
-                      r'<link name="b"> <inertial>: negative mass'),
-    "entity expansion": ('<?xml version="1.0"?><!DOCTYPE r [<!ENTITY x "aaaa">'
-                         '<!ENTITY y "&x;&x;&x;&x;">]>' + _robot('<link name="&y;"/>'),
-                         r"DOCTYPE/entity declarations are not allowed"),
-    "missing link": (_robot(_joint("j", "a", "ghost")),
-                     r'<joint name="j">: child link \'ghost\' does not exist'),
+    "unknown joint type": (
+        _robot('<link name="b"/>' + _joint("knee", "a", "b", "bogus")),
+        r'<joint name="knee">: unknown joint type \'bogus\'',
+    ),
+    "cycle": (
+        _robot(
+            '<link name="b"/><link name="c"/>' + _joint("j1", "b", "c") + _joint("j2", "c", "b")
+        ),
+        r'<joint name="j\d">: joints \[.*\] form a kinematic loop over links',
+    ),
+    "two parents": (
+        _robot(
+            '<link name="b"/><link name="c"/>'
+            + _joint("j1", "a", "b")
+            + _joint("j2", "c", "b")
+            + _joint("j3", "a", "c")
+        ),
+        r'<joint name="j2">: link \'b\' is already the child of joint \'j1\'',
+    ),
+    "loop without root": (
+        '<robot name="r"><link name="a"/><link name="b"/>'
+        + _joint("j1", "a", "b")
+        + _joint("j2", "b", "a")
+        + "</robot>",
+        r'<joint name="j\d">: no root link: joints .* form a kinematic loop',
+    ),
+    "negative mass": (
+        _robot(
+            '<link name="b"><inertial><mass value="-2"/></inertial></link>' + _joint("j", "a", "b")
+        ),
+        r'<link name="b"> <inertial>: negative mass',
+    ),
+    "entity expansion": (
+        '<?xml version="1.0"?><!DOCTYPE r [<!ENTITY x "aaaa">'
+        '<!ENTITY y "&x;&x;&x;&x;">]>' + _robot('<link name="&y;"/>'),
+        r"DOCTYPE/entity declarations are not allowed",
+    ),
+    "missing link": (
+        _robot(_joint("j", "a", "ghost")),
+        r'<joint name="j">: child link \'ghost\' does not exist',
+    ),
 }
 
 

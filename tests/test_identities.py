@@ -17,6 +17,7 @@ import pytest
 
 import jaxdyn
 from jaxdyn import joints
+
 from oracle import (
     RANDOM_ALL_KINDS,
     RANDOM_URDF,
@@ -65,11 +66,19 @@ def test_aba_solves_the_equations_of_motion(name):
         r = case.jx(i)
         M = r["crba"]
         assert np.linalg.eigvalsh(M)[0] > 0, f"{name}: M not positive definite"
-        assert_close(r["aba"], np.linalg.solve(M, s["tau"] - r["bias"]), RTOL_ID,
-                     err_msg=f"{name} state {i}: aba vs solve(M, tau - b)")
+        assert_close(
+            r["aba"],
+            np.linalg.solve(M, s["tau"] - r["bias"]),
+            RTOL_ID,
+            err_msg=f"{name} state {i}: aba vs solve(M, tau - b)",
+        )
         b_f = r["rnea_fext"] - M @ s["a"]
-        assert_close(r["aba_fext"], np.linalg.solve(M, s["tau"] - b_f), RTOL_ID,
-                     err_msg=f"{name} state {i}: aba(f_ext) vs solve(M, tau - b_f)")
+        assert_close(
+            r["aba_fext"],
+            np.linalg.solve(M, s["tau"] - b_f),
+            RTOL_ID,
+            err_msg=f"{name} state {i}: aba(f_ext) vs solve(M, tau - b_f)",
+        )
 
 
 @pytest.mark.parametrize("name", PD_CASES)
@@ -100,8 +109,9 @@ def test_bias_forces_and_gravity_forces(name):
     """The public ``bias_forces(q, v)`` and ``gravity_forces(q)`` equal RNEA at ``a = 0`` and
     at ``v = a = 0`` (which the Pinocchio comparison checks on every robot)."""
     case = _case(name)
-    fn = case.jit("bias_gravity", lambda m, q, v: (jaxdyn.bias_forces(m, q, v),
-                                                   jaxdyn.gravity_forces(m, q)))
+    fn = case.jit(
+        "bias_gravity", lambda m, q, v: (jaxdyn.bias_forces(m, q, v), jaxdyn.gravity_forces(m, q))
+    )
     for i, s in enumerate(case.states):
         r = case.jx(i)
         bias, grav = fn(case.model, s["q"], s["v"])
@@ -122,9 +132,13 @@ def test_external_forces_enter_through_jacobians():
     for b in bodies:
         f_ext[b] = rng.normal(size=6)
     s = case.states[0]
-    fn = case.jit("rnea_jac", lambda model, q, v, a, f: (
-        jaxdyn.rnea(model, q, v, a, f) - jaxdyn.rnea(model, q, v, a),
-        [jaxdyn.jacobian(model, q, m.body_names[b], "local") for b in bodies]))
+    fn = case.jit(
+        "rnea_jac",
+        lambda model, q, v, a, f: (
+            jaxdyn.rnea(model, q, v, a, f) - jaxdyn.rnea(model, q, v, a),
+            [jaxdyn.jacobian(model, q, m.body_names[b], "local") for b in bodies],
+        ),
+    )
     dtau, Js = fn(m, s["q"], s["v"], s["a"], f_ext)
     expected = -sum(np.asarray(J).T @ f_ext[b] for J, b in zip(Js, bodies))
     assert_close(dtau, expected, RTOL_ID, err_msg="rnea external forces vs -J^T f")
@@ -168,8 +182,11 @@ def _quat_slices(model):
 def _rotation_slices(model):
     """The angular-velocity coordinates of spherical and free joints in v."""
     t = model.topo
-    return [slice(int(t.v_start[j]), int(t.v_start[j]) + 3) for j in range(t.nb)
-            if int(t.kind[j]) in (joints.SPHERICAL, joints.FREE)]
+    return [
+        slice(int(t.v_start[j]), int(t.v_start[j]) + 3)
+        for j in range(t.nb)
+        if int(t.kind[j]) in (joints.SPHERICAL, joints.FREE)
+    ]
 
 
 def _same_configuration(q, q_ref, model, rtol, err_msg):
@@ -182,10 +199,12 @@ def _same_configuration(q, q_ref, model, rtol, err_msg):
 
 
 def _integrate_difference(model, q0, q1, v):
-    return (jaxdyn.integrate(model, q0, jaxdyn.difference(model, q0, q1)),
-            jaxdyn.difference(model, q0, jaxdyn.integrate(model, q0, v)),
-            jaxdyn.integrate(model, q0, jnp.zeros_like(v)),
-            jaxdyn.difference(model, q0, q0))
+    return (
+        jaxdyn.integrate(model, q0, jaxdyn.difference(model, q0, q1)),
+        jaxdyn.difference(model, q0, jaxdyn.integrate(model, q0, v)),
+        jaxdyn.integrate(model, q0, jnp.zeros_like(v)),
+        jaxdyn.difference(model, q0, q0),
+    )
 
 
 CONFIG_CASES = ["solo12", "quad12", "arm7", "tree-all-kinds"]
@@ -207,10 +226,19 @@ def test_integrate_difference_round_trip(name, scale):
         assert np.all(np.linalg.norm(v[:, sl], axis=1) < np.pi), "rotation vector too long"
     q_back, v_back, q_same, zero = (np.asarray(x) for x in fn(m, q0, q1, v))
     for k in range(n):
-        _same_configuration(q_back[k], q1[k], m, 1e-10,
-                            err_msg=f"{name} sample {k}: integrate(q, difference(q, q1))")
-        assert_close(v_back[k], v[k], 1e-10 if scale > 1e-3 else 1e-14,
-                     err_msg=f"{name} sample {k}: difference(q, integrate(q, v))")
+        _same_configuration(
+            q_back[k],
+            q1[k],
+            m,
+            1e-10,
+            err_msg=f"{name} sample {k}: integrate(q, difference(q, q1))",
+        )
+        assert_close(
+            v_back[k],
+            v[k],
+            1e-10 if scale > 1e-3 else 1e-14,
+            err_msg=f"{name} sample {k}: difference(q, integrate(q, v))",
+        )
         assert_close(q_same[k], q0[k], 1e-15, err_msg=f"{name}: integrate(q, 0)")
         assert_close(zero[k], np.zeros(m.nv), 1e-15, err_msg=f"{name}: difference(q, q)")
 
@@ -259,4 +287,5 @@ def test_gradient_wrt_model_parameters():
             fd = (vals[0] - vals[1]) / (2 * h)
             scale = max(1.0, abs(fd))
             assert abs(grad[idx] - fd) <= RTOL_FD * scale, (
-                f"{robot}: d(w.rnea)/d{leaf}[{idx}] = {grad[idx]} (grad) vs {fd} (finite diff.)")
+                f"{robot}: d(w.rnea)/d{leaf}[{idx}] = {grad[idx]} (grad) vs {fd} (finite diff.)"
+            )

@@ -17,12 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
+from test_osim import get_model, pin_built, reference_delassus, states
 
 import jaxdyn
 from jaxdyn import Connect, Inputs, Weld, build_input_matrix, input_matrix
 from jaxdyn.iwim import METHODS
+
 from oracle import assert_close, sym_upper
-from test_osim import get_model, pin_built, reference_delassus, states
 
 RTOL = 1e-10
 
@@ -32,17 +33,23 @@ def pendulum_urdf(n: int) -> str:
     out = ['<?xml version="1.0"?><robot name="pendulum"><link name="base"/>']
     parent = "base"
     for i in range(n):
-        out.append(f'<link name="l{i}"><inertial><origin xyz="0 0 -0.25" rpy="0 0 0"/>'
-                   f'<mass value="{1.0 + 0.1 * i}"/><inertia ixx="0.02" ixy="0" ixz="0" '
-                   f'iyy="0.021" iyz="0" izz="0.001"/></inertial></link>')
+        out.append(
+            f'<link name="l{i}"><inertial><origin xyz="0 0 -0.25" rpy="0 0 0"/>'
+            f'<mass value="{1.0 + 0.1 * i}"/><inertia ixx="0.02" ixy="0" ixz="0" '
+            f'iyy="0.021" iyz="0" izz="0.001"/></inertial></link>'
+        )
         z = 0.0 if i == 0 else -0.5
-        out.append(f'<joint name="j{i}" type="revolute"><parent link="{parent}"/>'
-                   f'<child link="l{i}"/><origin xyz="0 0 {z}" rpy="0 0 0"/>'
-                   f'<axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" '
-                   f'velocity="1"/></joint>')
+        out.append(
+            f'<joint name="j{i}" type="revolute"><parent link="{parent}"/>'
+            f'<child link="l{i}"/><origin xyz="0 0 {z}" rpy="0 0 0"/>'
+            f'<axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" '
+            f'velocity="1"/></joint>'
+        )
         parent = f"l{i}"
-    out.append(f'<link name="tip"/><joint name="tip_joint" type="fixed"><parent link="{parent}"/>'
-               '<child link="tip"/><origin xyz="0 0 -0.5" rpy="0 0 0"/></joint></robot>')
+    out.append(
+        f'<link name="tip"/><joint name="tip_joint" type="fixed"><parent link="{parent}"/>'
+        '<child link="tip"/><origin xyz="0 0 -0.5" rpy="0 0 0"/></joint></robot>'
+    )
     return "".join(out)
 
 
@@ -50,18 +57,21 @@ FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 #: name -> (model key, inputs: jaxdyn.Inputs or "single"/"full" dense matrices)
 CASES = {
     "quad12_contacts": ("quad12", Inputs("all", tuple(Connect(f) for f in FEET))),
-    "quad12_mixed": ("quad12", Inputs(("FL_HFE", "HR_KFE", "root_joint"),
-                                      (Connect("FL_FOOT", "world_aligned", offset=(0, 0, -0.01)),
-                                       Weld("HR_FOOT", "local")))),
-    "talos_feet": ("talos_full", Inputs("all", (Weld("left_sole_link"),
-                                                Weld("right_sole_link")))),
+    "quad12_mixed": (
+        "quad12",
+        Inputs(
+            ("FL_HFE", "HR_KFE", "root_joint"),
+            (Connect("FL_FOOT", "world_aligned", offset=(0, 0, -0.01)), Weld("HR_FOOT", "local")),
+        ),
+    ),
+    "talos_feet": ("talos_full", Inputs("all", (Weld("left_sole_link"), Weld("right_sole_link")))),
     "hand_tips": ("hand_float", Inputs("all", tuple(Connect(f"tip{i}") for i in range(5)))),
     "pendulum_single": ("pendulum8", "single"),
     "pendulum_full": ("pendulum8", "full"),
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_of(key):
     if key == "pendulum8":
         return jaxdyn.load_urdf(pendulum_urdf(8))
@@ -75,7 +85,7 @@ def dense_B(key, inputs):
     return np.eye(nv) + 0.1 * np.random.default_rng(0).normal(size=(nv, nv))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pend_states():
     model = model_of("pendulum8")
     rng = np.random.default_rng(5)
@@ -86,15 +96,18 @@ def case_states(key):
     return pend_states() if key == "pendulum8" else states(key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def results(name):
     key, inputs = CASES[name]
     model = model_of(key)
     structured = isinstance(inputs, Inputs)
 
     def f(q, v, u):
-        B = build_input_matrix(model, q, inputs) if structured else jnp.asarray(
-            dense_B(key, inputs))
+        B = (
+            build_input_matrix(model, q, inputs)
+            if structured
+            else jnp.asarray(dense_B(key, inputs))
+        )
         out = {"B": B, "aba": jaxdyn.aba(model, q, v, B @ u)}
         for m in METHODS:
             out[m] = input_matrix(model, q, v, inputs if structured else B, m)
@@ -103,8 +116,11 @@ def results(name):
         return out
 
     st = case_states(key)
-    nu = (jax.eval_shape(lambda q: build_input_matrix(model, q, inputs), st["q"][0]).shape[1]
-          if structured else dense_B(key, inputs).shape[1])
+    nu = (
+        jax.eval_shape(lambda q: build_input_matrix(model, q, inputs), st["q"][0]).shape[1]
+        if structured
+        else dense_B(key, inputs).shape[1]
+    )
     u = np.random.default_rng(1).normal(size=(len(st["q"]), nu))
     res = jax.jit(jax.vmap(f))(jnp.asarray(st["q"]), jnp.asarray(st["v"]), jnp.asarray(u))
     return jax.tree_util.tree_map(np.asarray, res), u
@@ -138,8 +154,11 @@ def test_against_pinocchio(name):
         data = pm.createData()
         Minv = conv.matrix_from_pin(sym_upper(pin.computeMinverse(pm, data, qp)))
         qdd0 = conv.v_from_pin(pin.aba(pm, data, qp, vp, np.zeros(pm.nv)).copy())
-        names = ([n for n in model.joint_names if n != "root_joint"]
-                 if inputs.actuated == "all" else inputs.actuated)
+        names = (
+            [n for n in model.joint_names if n != "root_joint"]
+            if inputs.actuated == "all"
+            else inputs.actuated
+        )
         cols = [np.eye(model.nv)[:, model.v_slice(n)] for n in names]
         if inputs.contacts:
             cols.append(reference_delassus(key, q, inputs.contacts)[0].T)

@@ -13,6 +13,7 @@ import pytest
 
 import jaxdyn
 from jaxdyn import joints, robots
+
 from oracle import (
     RANDOM_ALL_KINDS,
     RANDOM_URDF,
@@ -81,14 +82,14 @@ def test_topology_invariants(case):
     b = 0
     for d, lvl in enumerate(t.levels):
         assert lvl.b0 == b and lvl.b1 > lvl.b0, f"level {d} not contiguous"
-        assert np.all(t.depth[lvl.b0:lvl.b1] == d)
+        assert np.all(t.depth[lvl.b0 : lvl.b1] == d)
         if d:
             prev = t.levels[d - 1]
-            np.testing.assert_array_equal(lvl.parent_local + prev.b0, t.parent[lvl.b0:lvl.b1])
+            np.testing.assert_array_equal(lvl.parent_local + prev.b0, t.parent[lvl.b0 : lvl.b1])
         g0 = lvl.b0
         kinds = []
         for g in lvl.groups:
-            assert g.b0 == g0 and np.all(t.kind[g.b0:g.b1] == g.kind), f"level {d} group"
+            assert g.b0 == g0 and np.all(t.kind[g.b0 : g.b1] == g.kind), f"level {d} group"
             assert (g.q0, g.v0) == (t.q_start[g.b0], t.v_start[g.b0])
             kinds.append(g.kind)
             g0 = g.b1
@@ -158,25 +159,37 @@ def test_model_is_a_pytree_with_static_topology():
 def test_several_root_children():
     """Three chains hanging from the root link: fixed base -> three depth-0 bodies; floating
     base -> three children of the free-flyer body, plus a fixed child of the root."""
-    link = ('<link name="{0}"><inertial><mass value="1"/><inertia ixx="0.1" ixy="0" ixz="0" '
-            'iyy="0.1" iyz="0" izz="0.1"/></inertial></link>')
-    joint = ('<joint name="{0}" type="{1}"><parent link="{2}"/><child link="{3}"/>'
-             '<origin xyz="0.1 0.2 0.3"/><axis xyz="0 0 1"/></joint>')
+    link = (
+        '<link name="{0}"><inertial><mass value="1"/><inertia ixx="0.1" ixy="0" ixz="0" '
+        'iyy="0.1" iyz="0" izz="0.1"/></inertial></link>'
+    )
+    joint = (
+        '<joint name="{0}" type="{1}"><parent link="{2}"/><child link="{3}"/>'
+        '<origin xyz="0.1 0.2 0.3"/><axis xyz="0 0 1"/></joint>'
+    )
     body = [link.format(n) for n in ("root", "a", "b", "c", "d", "w")]
-    body += [joint.format("ja", "revolute", "root", "a"),
-             joint.format("jb", "prismatic", "root", "b"),
-             joint.format("jw", "fixed", "root", "w"),
-             joint.format("jc", "continuous", "root", "c"),
-             joint.format("jd", "revolute", "c", "d")]
+    body += [
+        joint.format("ja", "revolute", "root", "a"),
+        joint.format("jb", "prismatic", "root", "b"),
+        joint.format("jw", "fixed", "root", "w"),
+        joint.format("jc", "continuous", "root", "c"),
+        joint.format("jd", "revolute", "c", "d"),
+    ]
     xml = '<robot name="star">' + "".join(body) + "</robot>"
     fixed = jaxdyn.load_urdf(xml)
-    assert sorted(fixed.joint_names[b] for b in range(fixed.nb) if fixed.parent[b] < 0) == \
-        ["ja", "jb", "jc"]
+    assert sorted(fixed.joint_names[b] for b in range(fixed.nb) if fixed.parent[b] < 0) == [
+        "ja",
+        "jb",
+        "jc",
+    ]
     assert fixed.depth == 2 and fixed.nb == 4
     float_ = jaxdyn.load_urdf(xml, floating_base=True)
     assert float_.joint_names[0] == "root_joint" and float_.parent[0] == -1
-    assert sorted(float_.joint_names[b] for b in range(float_.nb) if float_.parent[b] == 0) == \
-        ["ja", "jb", "jc"]
+    assert sorted(float_.joint_names[b] for b in range(float_.nb) if float_.parent[b] == 0) == [
+        "ja",
+        "jb",
+        "jc",
+    ]
     np.testing.assert_allclose(np.sum(float_.mass), 6.0, rtol=1e-15)
     np.testing.assert_allclose(np.sum(fixed.mass), 4.0, rtol=1e-15)  # root and w are welded
     assert "w" in fixed.frame_names and "jw" in fixed.frame_names

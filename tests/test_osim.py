@@ -37,8 +37,9 @@ from jaxdyn.constraints import (
     constraint_velocity,
     link_constraint_matrices,
 )
-from jaxdyn.osim import METHODS, constrained_aba, delassus
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
+from jaxdyn.osim import METHODS, constrained_aba, delassus
+
 from oracle import assert_close, sym_upper
 
 RTOL = 1e-10
@@ -54,12 +55,16 @@ def hand_urdf(n_fingers=5, seed=0) -> str:
     def inertial(mass, length):
         d = rng.uniform(0.5, 1.5, 3) * mass * length**2 / 12 + 2e-5
         c = rng.uniform(-0.2, 0.2, 3) * length
-        return (f'<inertial><origin xyz="{c[0]} {c[1]} {c[2] + length / 2}" rpy="0 0 0"/>'
-                f'<mass value="{mass}"/><inertia ixx="{d[0]}" ixy="0" ixz="0" iyy="{d[1]}" '
-                f'iyz="0" izz="{d[2]}"/></inertial>')
+        return (
+            f'<inertial><origin xyz="{c[0]} {c[1]} {c[2] + length / 2}" rpy="0 0 0"/>'
+            f'<mass value="{mass}"/><inertia ixx="{d[0]}" ixy="0" ixz="0" iyy="{d[1]}" '
+            f'iyz="0" izz="{d[2]}"/></inertial>'
+        )
 
-    out = ['<?xml version="1.0"?><robot name="hand">',
-           f'<link name="palm">{inertial(0.4, 0.1)}</link>']
+    out = [
+        '<?xml version="1.0"?><robot name="hand">',
+        f'<link name="palm">{inertial(0.4, 0.1)}</link>',
+    ]
     for i in range(n_fingers):
         n_links = 3 if i == 0 else 4
         parent = "palm"
@@ -71,14 +76,18 @@ def hand_urdf(n_fingers=5, seed=0) -> str:
             xyz = f"0.03 {y} 0.1" if j == 0 else f"0 0 {0.05 - 0.006 * (j - 1)}"
             rpy = "0.3 0 -0.8" if (i == 0 and j == 0) else "0 0 0"
             axis = "0 0 1" if j == 0 else "0 1 0"
-            out.append(f'<joint name="j{i}_{j}" type="revolute"><parent link="{parent}"/>'
-                       f'<child link="{link}"/><origin xyz="{xyz}" rpy="{rpy}"/>'
-                       f'<axis xyz="{axis}"/><limit lower="-2" upper="2" effort="1" '
-                       f'velocity="1"/></joint>')
+            out.append(
+                f'<joint name="j{i}_{j}" type="revolute"><parent link="{parent}"/>'
+                f'<child link="{link}"/><origin xyz="{xyz}" rpy="{rpy}"/>'
+                f'<axis xyz="{axis}"/><limit lower="-2" upper="2" effort="1" '
+                f'velocity="1"/></joint>'
+            )
             parent = link
-        out.append(f'<link name="tip{i}"/><joint name="tip{i}_joint" type="fixed">'
-                   f'<parent link="{parent}"/><child link="tip{i}"/>'
-                   f'<origin xyz="0.005 0 {length}" rpy="0 0 0"/></joint>')
+        out.append(
+            f'<link name="tip{i}"/><joint name="tip{i}_joint" type="fixed">'
+            f'<parent link="{parent}"/><child link="tip{i}"/>'
+            f'<origin xyz="0.005 0 {length}" rpy="0 0 0"/></joint>'
+        )
     out.append("</robot>")
     return "".join(out)
 
@@ -88,9 +97,11 @@ SOLE = ((0.1, 0.05), (0.1, -0.05), (-0.1, 0.05), (-0.1, -0.05))  # talos sole co
 
 
 def _sole_points(ref):
-    return tuple(Connect(f, ref, offset=(x, y, -0.01)) for f in ("left_sole_link",
-                                                                  "right_sole_link")
-                 for x, y in SOLE)
+    return tuple(
+        Connect(f, ref, offset=(x, y, -0.01))
+        for f in ("left_sole_link", "right_sole_link")
+        for x, y in SOLE
+    )
 
 
 def _rot(seed):
@@ -103,38 +114,54 @@ def _rot(seed):
 #: name -> (robot loader key, constraint set)
 CASES = {
     "solo12_feet3d": ("solo12", tuple(Connect(f) for f in SOLO_FEET)),
-    "solo12_mixed": ("solo12", (
-        Weld("FL_FOOT", "local", offset=(0.01, 0.02, -0.03), rotation=_rot(1)),
-        Connect("HR_FOOT", "world_aligned", offset=(0.02, 0.0, 0.01)),
-        Weld("FR_FOOT", "world_aligned", offset=(0.0, 0.01, 0.0)),
-        Connect("FL_FOOT", "local", offset=(0.0, -0.02, 0.0)),  # two constraints on one link
-        Connect("FL_UPPER_LEG", "local"),  # an end effector with a constrained descendant
-        Weld("base_link", "local", offset=(0.1, 0.0, 0.0)),  # on the floating base
-    )),
-    "solo12_independent": ("solo12", (
-        Connect("FL_FOOT", "local", offset=(0.01, 0.02, -0.03)),
-        Connect("HR_FOOT", "world_aligned", offset=(0.02, 0.0, 0.01)),
-        Weld("base_link", "local", offset=(0.05, -0.02, 0.01), rotation=_rot(2)),
-        Connect("HL_FOOT", "local", offset=(0.0, -0.02, 0.0)),
-    )),
+    "solo12_mixed": (
+        "solo12",
+        (
+            Weld("FL_FOOT", "local", offset=(0.01, 0.02, -0.03), rotation=_rot(1)),
+            Connect("HR_FOOT", "world_aligned", offset=(0.02, 0.0, 0.01)),
+            Weld("FR_FOOT", "world_aligned", offset=(0.0, 0.01, 0.0)),
+            Connect("FL_FOOT", "local", offset=(0.0, -0.02, 0.0)),  # two constraints on one link
+            Connect("FL_UPPER_LEG", "local"),  # an end effector with a constrained descendant
+            Weld("base_link", "local", offset=(0.1, 0.0, 0.0)),  # on the floating base
+        ),
+    ),
+    "solo12_independent": (
+        "solo12",
+        (
+            Connect("FL_FOOT", "local", offset=(0.01, 0.02, -0.03)),
+            Connect("HR_FOOT", "world_aligned", offset=(0.02, 0.0, 0.01)),
+            Weld("base_link", "local", offset=(0.05, -0.02, 0.01), rotation=_rot(2)),
+            Connect("HL_FOOT", "local", offset=(0.0, -0.02, 0.0)),
+        ),
+    ),
     "talos_feet6d": ("talos_full", (Weld("left_sole_link"), Weld("right_sole_link"))),
     "talos_feet4x3d": ("talos_full", _sole_points("local")),
-    "talos_feet4x3d_wa": ("talos_full", _sole_points("local_world_aligned") + (
-        Weld("gripper_left_fingertip_3_link", "world_aligned"),
-        Connect("arm_right_7_link", "local", offset=(0.0, 0.0, -0.1)))),
+    "talos_feet4x3d_wa": (
+        "talos_full",
+        _sole_points("local_world_aligned")
+        + (
+            Weld("gripper_left_fingertip_3_link", "world_aligned"),
+            Connect("arm_right_7_link", "local", offset=(0.0, 0.0, -0.1)),
+        ),
+    ),
     "hand_tips": ("hand", tuple(Connect(f"tip{i}") for i in range(5))),
-    "hand_float_redundant": ("hand_float", tuple(
-        Connect("tip2", "local", offset=o) for o in ((0.0, 0.0, 0.0), (0.01, 0.0, 0.0),
-                                                     (0.0, 0.01, 0.0), (0.0, 0.0, 0.01)))
-        + (Connect("tip0", "world_aligned"), Weld("tip4", "local"))),
-    "hand_float_tips": ("hand_float", tuple(Connect(f"tip{i}", "world_aligned",
-                                                    offset=(0.0, 0.003 * i, 0.0))
-                                            for i in range(5))
-                    + (Weld("f2_1"), Connect("f2_2", offset=(0.01, 0.0, 0.0)))),
+    "hand_float_redundant": (
+        "hand_float",
+        tuple(
+            Connect("tip2", "local", offset=o)
+            for o in ((0.0, 0.0, 0.0), (0.01, 0.0, 0.0), (0.0, 0.01, 0.0), (0.0, 0.0, 0.01))
+        )
+        + (Connect("tip0", "world_aligned"), Weld("tip4", "local")),
+    ),
+    "hand_float_tips": (
+        "hand_float",
+        tuple(Connect(f"tip{i}", "world_aligned", offset=(0.0, 0.003 * i, 0.0)) for i in range(5))
+        + (Weld("f2_1"), Connect("f2_2", offset=(0.01, 0.0, 0.0))),
+    ),
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_model(key):
     if key == "hand":
         return jaxdyn.load_urdf(hand_urdf(), floating_base=False)
@@ -151,8 +178,11 @@ class PinCase:
     def __init__(self, key):
         path, floating = robots.resolve(key)
         self.model = get_model(key)
-        self.pin_model = (pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
-                          if floating else pin.buildModelFromUrdf(str(path)))
+        self.pin_model = (
+            pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+            if floating
+            else pin.buildModelFromUrdf(str(path))
+        )
         self.conv = Converter(self.model, self.pin_model)
 
     def frame_id(self, name):
@@ -163,7 +193,7 @@ class PinCase:
         raise KeyError(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pin_case(key):
     return PinCase(key)
 
@@ -171,28 +201,36 @@ def pin_case(key):
 # random trees (urdf route, or with spherical / floating joints) and random constraint sets
 TREES = {
     "tree_a": dict(n=10, seed=3, floating=True, joint_types=("revolute", "prismatic")),
-    "tree_b": dict(n=12, seed=5, floating=False,
-                   joint_types=("revolute", "prismatic", "spherical", "floating")),
+    "tree_b": dict(
+        n=12, seed=5, floating=False, joint_types=("revolute", "prismatic", "spherical", "floating")
+    ),
     "tree_c": dict(n=14, seed=11, floating=True, joint_types=("revolute", "spherical")),
     "tree_grad": dict(n=6, seed=6, floating=True, joint_types=("revolute", "prismatic")),
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def random_tree(key):
     """A random tree whose mass matrix is well conditioned at the test states (seeds tried
     deterministically)."""
     p = TREES[key]
     for k in range(20):
-        xml = robots.random_urdf(p["n"], p["seed"] + 7919 * k, joint_types=p["joint_types"],
-                                 p_fixed=0.2, massless_prob=0.0, branching=0.6)
+        xml = robots.random_urdf(
+            p["n"],
+            p["seed"] + 7919 * k,
+            joint_types=p["joint_types"],
+            p_fixed=0.2,
+            massless_prob=0.0,
+            branching=0.6,
+        )
         model = jaxdyn.load_urdf(xml, floating_base=p["floating"])
         pm = build_pinocchio_model(model)
         conv = Converter(model, pm)
         ok = True
         for i in range(NSTATES):
-            q = conv.q_to_pin(np.asarray(jaxdyn.random_configuration(model,
-                                                                     jax.random.PRNGKey(7 + i))))
+            q = conv.q_to_pin(
+                np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(7 + i)))
+            )
             ev = np.linalg.eigvalsh(sym_upper(pin.crba(pm, pm.createData(), q)))
             ok &= bool(ev[0] > 1e-6 * ev[-1])
         if ok:
@@ -230,12 +268,16 @@ def case_constraints(name):
     return cs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def states(key, n=NSTATES):
     model = get_model(key)
     rng = np.random.default_rng(zlib.crc32(key.encode()))
-    qs = np.stack([np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(7 + i)))
-                   for i in range(n)])
+    qs = np.stack(
+        [
+            np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(7 + i)))
+            for i in range(n)
+        ]
+    )
     return dict(q=qs, v=rng.normal(size=(n, model.nv)), tau=rng.normal(size=(n, model.nv)))
 
 
@@ -259,24 +301,32 @@ def _all_delassus(model, q, cs):
     out = {m: delassus_world(model, ws, cs, lay, K, m, inertias) for m in METHODS}
     # and the ABA pass that constrained_aba shares with PV-OSIMr
     out["pv_osimr_aba"] = delassus_world(
-        model, ws, cs, lay, K, "pv_osimr",
-        A.articulated_inertias(model, ws.S, A.world_inertia_matrices(ws)))
+        model,
+        ws,
+        cs,
+        lay,
+        K,
+        "pv_osimr",
+        A.articulated_inertias(model, ws.S, A.world_inertia_matrices(ws)),
+    )
     out["J"] = C.jacobian_from_rows(model, ws, lay, K)
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jaxdyn_results(name):
     """Every Delassus method at every state: one jitted, vmapped program per case. The
     ``PUBLIC`` case goes through the public ``jaxdyn.delassus`` / ``constraint_jacobian``."""
     key, _ = CASES[name]
     model, cs = get_model(key), case_constraints(name)
     if name == PUBLIC:
+
         def all_public(q):
             out = {m: jaxdyn.delassus(model, q, cs, method=m) for m in METHODS}
             out["J"] = jaxdyn.constraint_jacobian(model, q, cs)
             out["default"] = jaxdyn.delassus(model, q, cs)
             return out
+
         f = jax.jit(jax.vmap(all_public))
     else:
         f = jax.jit(jax.vmap(lambda q: _all_delassus(model, q, cs)))
@@ -287,7 +337,7 @@ PUBLIC = "hand_tips"
 
 
 # =========================================================================== references
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pin_built(key):
     """Pinocchio model built joint by joint from the jaxdyn model (works for spherical / free
     joints; joints matched by name through the converter)."""
@@ -321,8 +371,9 @@ def reference_delassus(key, q, cs):
     rows = []
     for c in cs:
         jid, oMi, Rc, r = _point_data(key, c, data)
-        Jj = conv.jacobian_from_pin(np.array(pin.getJointJacobian(
-            pm, data, jid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)))
+        Jj = conv.jacobian_from_pin(
+            np.array(pin.getJointJacobian(pm, data, jid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED))
+        )
         w, v = Jj[:3], Jj[3:]
         rw = oMi.rotation @ r
         vp = v - np.cross(rw, w.T).T  # v + w x r
@@ -362,8 +413,9 @@ def reference_kinematics(key, q, v, cs):
     classical acceleration of connect points)."""
     pm, conv = pin_built(key)
     data = pm.createData()
-    pin.forwardKinematics(pm, data, conv.q_to_pin(np.asarray(q)), conv.v_to_pin(np.asarray(v)),
-                          np.zeros(pm.nv))
+    pin.forwardKinematics(
+        pm, data, conv.q_to_pin(np.asarray(q)), conv.v_to_pin(np.asarray(v)), np.zeros(pm.nv)
+    )
     vel, acc = [], []
     for c in cs:
         jid, oMi, Rc, r = _point_data(key, c, data)
@@ -397,8 +449,11 @@ def pin_constraint_models(case, cs):
         fr = pm.frames[case.frame_id(c.frame)]
         Roff = np.eye(3) if c.rotation is None else np.asarray(c.rotation)
         placement = fr.placement * pin.SE3(Roff, np.asarray(c.offset))
-        ref = (pin.ReferenceFrame.LOCAL if c.reference == "local"
-               else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
+        ref = (
+            pin.ReferenceFrame.LOCAL
+            if c.reference == "local"
+            else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        )
         ct = pin.ContactType.CONTACT_6D if c.dim == 6 else pin.ContactType.CONTACT_3D
         models.append(pin.RigidConstraintModel(ct, pm, fr.parentJoint, placement, ref))
     datas = pin.StdVec_RigidConstraintData()
@@ -420,8 +475,9 @@ def pin_delassus(case, cs, q):
         return D[np.ix_(perm, perm)]
     pin.computeJointJacobians(pm, data, qp)
     pin.updateFramePlacements(pm, data)
-    J = np.concatenate([pin.getConstraintJacobian(pm, data, cm, cd)
-                        for cm, cd in zip(models, datas)])
+    J = np.concatenate(
+        [pin.getConstraintJacobian(pm, data, cm, cd) for cm, cd in zip(models, datas)]
+    )
     M = sym_upper(pin.crba(pm, data, qp))
     return (J @ np.linalg.solve(M, J.T))[np.ix_(perm, perm)]
 
@@ -447,8 +503,7 @@ def test_delassus_methods_against_reference(name):
                 assert np.array_equal(res[meth][i], res[meth][i].T), f"{name}: {meth} symmetry"
 
 
-PIN_CASES = ("solo12_feet3d", "solo12_mixed", "talos_feet6d", "talos_feet4x3d",
-             "talos_feet4x3d_wa")
+PIN_CASES = ("solo12_feet3d", "solo12_mixed", "talos_feet6d", "talos_feet4x3d", "talos_feet4x3d_wa")
 
 
 @pytest.mark.parametrize("name", PIN_CASES)
@@ -473,16 +528,22 @@ def test_converter_constraint_models():
         ref, _ = pin_constraint_models(case, cs)
         for c, a, b in zip(cs, ours, ref):
             assert (a.type, a.reference_frame, a.joint1_id, a.joint2_id) == (
-                b.type, b.reference_frame, b.joint1_id, b.joint2_id), c.label
-            assert np.allclose(a.joint1_placement.homogeneous, b.joint1_placement.homogeneous,
-                               rtol=0, atol=1e-12), c.label
+                b.type,
+                b.reference_frame,
+                b.joint1_id,
+                b.joint2_id,
+            ), c.label
+            assert np.allclose(
+                a.joint1_placement.homogeneous, b.joint1_placement.homogeneous, rtol=0, atol=1e-12
+            ), c.label
         np.testing.assert_array_equal(case.conv.constraint_rows_to_pin(cs), _pin_perm(cs))
     key, _ = CASES["talos_feet6d"]
     case, cs = pin_case(key), case_constraints("talos_feet6d")
     q = states(key)["q"][0]
     models, datas = case.conv.constraint_models_to_pin(cs)
-    D = pin.computeDelassusMatrix(case.pin_model, case.pin_model.createData(),
-                                  case.conv.q_to_pin(q), models, datas, 0.0)
+    D = pin.computeDelassusMatrix(
+        case.pin_model, case.pin_model.createData(), case.conv.q_to_pin(q), models, datas, 0.0
+    )
     p = case.conv.constraint_rows_to_pin(cs)
     assert_close(jaxdyn_results("talos_feet6d")["pv_osimr"][0][np.ix_(p, p)], D, RTOL)
 
@@ -499,8 +560,9 @@ def test_packed_inertias():
     packed = np.asarray(inertia.world_inertias_packed(ws))
     assert packed.shape == (model.topo.nb, 21)
     np.testing.assert_allclose(np.asarray(inertia.unpack(packed)), full, rtol=0, atol=1e-14)
-    np.testing.assert_array_equal(np.asarray(inertia.pack(full)),
-                                  full[(slice(None), *np.triu_indices(6))])
+    np.testing.assert_array_equal(
+        np.asarray(inertia.pack(full)), full[(slice(None), *np.triu_indices(6))]
+    )
 
 
 def test_structure_of_cases():
@@ -526,7 +588,7 @@ def test_structure_of_cases():
 CHECK = "solo12_mixed"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kinematic_results():
     key, _ = CASES[CHECK]
     model, cs = get_model(key), case_constraints(CHECK)
@@ -539,10 +601,14 @@ def kinematic_results():
             return constraint_error(model, jaxdyn.integrate(model, q, s * v), cs, tgt)
 
         e, de = jax.jvp(err, (0.0,), (1.0,))
-        return dict(drift=constraint_drift(model, q, v, cs),
-                    vel=constraint_velocity(model, q, v, cs), err=e, derr=de,
-                    links=link_constraint_matrices(model, q, cs)[1],
-                    K=jaxdyn.constraints.constraint_rows(model, q, cs)[0])
+        return dict(
+            drift=constraint_drift(model, q, v, cs),
+            vel=constraint_velocity(model, q, v, cs),
+            err=e,
+            derr=de,
+            links=link_constraint_matrices(model, q, cs)[1],
+            K=jaxdyn.constraints.constraint_rows(model, q, cs)[0],
+        )
 
     return model, cs, jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v))
 
@@ -579,7 +645,7 @@ def _kkt(key, q, v, tau, J, drift, damping, rhs_extra):
     KKT = np.block([[M, -J.T], [J, damping * np.eye(m)]])
     rhs = np.concatenate([tau - h, -drift + rhs_extra])
     sol = np.linalg.solve(KKT, rhs)
-    return sol[:len(M)], sol[len(M):], KKT, rhs
+    return sol[: len(M)], sol[len(M) :], KKT, rhs
 
 
 CONSTRAINED = {
@@ -590,7 +656,7 @@ CONSTRAINED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def constrained_results(name):
     case_name, bg, damping = CONSTRAINED[name]
     key, _ = CASES[case_name]
@@ -598,17 +664,22 @@ def constrained_results(name):
     st = states(key)
     # targets: the constraint placements at a nearby configuration
     pm, conv = pin_built(key)
-    q_t = conv.q_from_pin(pin.integrate(pm, conv.q_to_pin(st["q"][0]),
-                                        conv.v_to_pin(0.05 * st["v"][0])))
+    q_t = conv.q_from_pin(
+        pin.integrate(pm, conv.q_to_pin(st["q"][0]), conv.v_to_pin(0.05 * st["v"][0]))
+    )
     tgt = reference_placements(key, q_t, cs)
 
     def f(q, v, tau):
-        out = constrained_aba(model, q, v, tau, cs, baumgarte=bg, damping=damping,
-                              targets=tgt if bg else None)
-        return dict(qdd=out.qdd, lam=out.lam,
-                    drift=constraint_drift(model, q, v, cs),
-                    vel=constraint_velocity(model, q, v, cs),
-                    err=constraint_error(model, q, cs, tgt))
+        out = constrained_aba(
+            model, q, v, tau, cs, baumgarte=bg, damping=damping, targets=tgt if bg else None
+        )
+        return dict(
+            qdd=out.qdd,
+            lam=out.lam,
+            drift=constraint_drift(model, q, v, cs),
+            vel=constraint_velocity(model, q, v, cs),
+            err=constraint_error(model, q, cs, tgt),
+        )
 
     res = jax.jit(jax.vmap(f))(*(jnp.asarray(st[k]) for k in ("q", "v", "tau")))
     return model, cs, bg, damping, jax.tree_util.tree_map(np.asarray, res)
@@ -654,21 +725,32 @@ def test_constrained_aba_against_pinocchio(name):
         data = pm.createData()
         pin.initConstraintDynamics(pm, data, models, datas)
         prox = pin.ProximalSettings(1e-14, 0.0, 1)
-        ddq = pin.constraintDynamics(pm, data, conv.q_to_pin(q), conv.v_to_pin(v),
-                                     conv.v_to_pin(tau), models, datas, prox)
-        lam = np.concatenate([d.contact_force.vector[[3, 4, 5, 0, 1, 2]] if c.dim == 6
-                              else d.contact_force.linear for c, d in zip(cs, datas)])
+        ddq = pin.constraintDynamics(
+            pm, data, conv.q_to_pin(q), conv.v_to_pin(v), conv.v_to_pin(tau), models, datas, prox
+        )
+        lam = np.concatenate(
+            [
+                d.contact_force.vector[[3, 4, 5, 0, 1, 2]] if c.dim == 6 else d.contact_force.linear
+                for c, d in zip(cs, datas)
+            ]
+        )
         tol = max(RTOL, 1e-13 * np.linalg.cond(reference_delassus(key, q, cs)[1]))
-        assert_close(np.asarray(out.qdd), conv.v_from_pin(ddq), tol,
-                     err_msg=f"{name} state {i}: qdd vs pin")
+        assert_close(
+            np.asarray(out.qdd), conv.v_from_pin(ddq), tol, err_msg=f"{name} state {i}: qdd vs pin"
+        )
         assert_close(np.asarray(out.lam), lam, tol, err_msg=f"{name} state {i}: lambda vs pin")
 
 
 def test_delassus_gradient():
     """``jax.grad`` through PV-OSIMr, PV-OSIM, EFPA and LTL equals the dense method's."""
     model = get_model("tree_grad")
-    cs = (Connect("link6", "local", offset=(0.1, 0.0, 0.0)), Weld("link5", "world_aligned"),
-          Connect("link4", "world_aligned"), Connect("link2", "local"), Connect("link3"))
+    cs = (
+        Connect("link6", "local", offset=(0.1, 0.0, 0.0)),
+        Weld("link5", "world_aligned"),
+        Connect("link4", "world_aligned"),
+        Connect("link2", "local"),
+        Connect("link3"),
+    )
     q = jnp.asarray(states("tree_grad")["q"][0])
     m = sum(c.dim for c in cs)
     W = jnp.asarray(np.random.default_rng(0).normal(size=(m, m)))

@@ -19,6 +19,7 @@ import pytest
 
 from jaxdyn import joints
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
+
 from oracle import (
     RANDOM_ALL_KINDS,
     RANDOM_URDF,
@@ -56,10 +57,18 @@ def _compare_frames(case, i, rtol=RTOL64):
     assert pn["frames_R"], f"{case.name}: no frame matched"
     for name in pn["frames_R"]:
         f = index[name]
-        assert_close(jx["frame_R"][f], pn["frames_R"][name], rtol,
-                     err_msg=f"{case.name} state {i}: rotation of frame {name!r}")
-        assert_close(jx["frame_p"][f], pn["frames_p"][name], rtol,
-                     err_msg=f"{case.name} state {i}: position of frame {name!r}")
+        assert_close(
+            jx["frame_R"][f],
+            pn["frames_R"][name],
+            rtol,
+            err_msg=f"{case.name} state {i}: rotation of frame {name!r}",
+        )
+        assert_close(
+            jx["frame_p"][f],
+            pn["frames_p"][name],
+            rtol,
+            err_msg=f"{case.name} state {i}: position of frame {name!r}",
+        )
 
 
 def _compare_jacobians(case, i, rtol=RTOL64):
@@ -155,8 +164,18 @@ def test_random_urdf_tree(params):
 def test_random_urdf_trees_cover_the_hard_cases():
     """The random trees above really contain fixed joints, massless links (also attached by
     moving joints), several root children, every joint type and both base kinds."""
-    seen = dict(fixed=0, massless=0, massless_moving=0, root_children=0, revolute=0,
-                prismatic=0, continuous=0, floating=0, fixed_base=0, deep=0)
+    seen = dict(
+        fixed=0,
+        massless=0,
+        massless_moving=0,
+        root_children=0,
+        revolute=0,
+        prismatic=0,
+        continuous=0,
+        floating=0,
+        fixed_base=0,
+        deep=0,
+    )
     for params in RANDOM_URDF:
         case = urdf_tree(params)
         root = ET.fromstring(case.xml)
@@ -191,8 +210,13 @@ def test_random_spherical_free_trees_cover_all_kinds():
     for params in RANDOM_ALL_KINDS:
         t = all_kinds_tree(params).model.topo
         kinds |= {(int(k), bool(t.parent[b] >= 0)) for b, k in enumerate(t.kind)}
-    want = {(joints.ONE_DOF, True), (joints.SPHERICAL, True), (joints.FREE, True),
-            (joints.FREE, False), (joints.SPHERICAL, False)}
+    want = {
+        (joints.ONE_DOF, True),
+        (joints.SPHERICAL, True),
+        (joints.FREE, True),
+        (joints.FREE, False),
+        (joints.SPHERICAL, False),
+    }
     assert want <= kinds, f"(kind, below the root) never drawn: {want - kinds}"
 
 
@@ -203,16 +227,23 @@ def test_pin_model_from_urdf_matches_pinocchio_parser():
     conv = Converter(case.model, pm)
     for i, s in enumerate(case.states):
         q, qa = conv.q_to_pin(s["q"]), case.conv.q_to_pin(s["q"])
-        assert_close(conv.matrix_from_pin(sym_upper(pin.crba(pm, pm.createData(), q))),
-                     case.pin(i)["crba"], RTOL64,
-                     err_msg="M: pin_model_from_urdf vs pin.buildModelFromXML")
+        assert_close(
+            conv.matrix_from_pin(sym_upper(pin.crba(pm, pm.createData(), q))),
+            case.pin(i)["crba"],
+            RTOL64,
+            err_msg="M: pin_model_from_urdf vs pin.buildModelFromXML",
+        )
         d = pm.createData()
         pin.framesForwardKinematics(pm, d, q)
         d2 = case.pin_model.createData()
         pin.framesForwardKinematics(case.pin_model, d2, qa)
         for name, fid in case.pin_frames.items():
-            assert_close(d.oMf[pm.getFrameId(name)].homogeneous, d2.oMf[fid].homogeneous, RTOL64,
-                         err_msg=f"frame {name}: pin_model_from_urdf vs pin.buildModelFromXML")
+            assert_close(
+                d.oMf[pm.getFrameId(name)].homogeneous,
+                d2.oMf[fid].homogeneous,
+                RTOL64,
+                err_msg=f"frame {name}: pin_model_from_urdf vs pin.buildModelFromXML",
+            )
 
 
 # =========================================================== jaxdyn.interop.build_pinocchio_model
@@ -246,8 +277,9 @@ def _pin_eval(pm, conv, s):
     )
 
 
-@pytest.mark.parametrize("route, params", BUILD_CASES,
-                         ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES])
+@pytest.mark.parametrize(
+    "route, params", BUILD_CASES, ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES]
+)
 def test_build_pinocchio_model_rnea_aba(route, params):
     """``build_pinocchio_model`` gives Pinocchio a model with jaxdyn's joints and inertias:
     its RNEA and ABA equal the oracle's."""
@@ -260,15 +292,17 @@ def test_build_pinocchio_model_rnea_aba(route, params):
             assert_close(got[k], case.pin(i)[k], RTOL64, err_msg=f"build_pinocchio_model: {k}")
 
 
-@pytest.mark.parametrize("route, params", BUILD_CASES,
-                         ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES])
+@pytest.mark.parametrize(
+    "route, params", BUILD_CASES, ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES]
+)
 def test_build_cases_are_not_depth_first(route, params):
     """Precondition of the next test: jaxdyn's body order is not depth first here."""
     assert _order_differs_from_dfs(_build_case(route, params).model)
 
 
-@pytest.mark.parametrize("route, params", BUILD_CASES,
-                         ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES])
+@pytest.mark.parametrize(
+    "route, params", BUILD_CASES, ids=[f"{r}-{tree_id(p)}" for r, p in BUILD_CASES]
+)
 def test_build_pinocchio_model_mass_matrix(route, params):
     """Pinocchio's CRBA and computeMinverse need every subtree's coordinates contiguous:
     ``build_pinocchio_model`` must add joints depth first although jaxdyn's order is not."""
@@ -303,8 +337,12 @@ def test_converter_round_trips(robot_case):
         qp = _pin_random_q(case, rng)
         assert_close(c.q_to_pin(c.q_from_pin(qp)), qp, 1e-14, err_msg="q_to_pin(q_from_pin(qp))")
         # jax arrays go through the same maps
-        assert_close(np.asarray(c.q_to_pin(jnp.asarray(q))), c.q_to_pin(q), 1e-15,
-                     err_msg="q_to_pin on a jax array")
+        assert_close(
+            np.asarray(c.q_to_pin(jnp.asarray(q))),
+            c.q_to_pin(q),
+            1e-15,
+            err_msg="q_to_pin on a jax array",
+        )
 
 
 def test_converter_layouts_arm7_quad12():
@@ -319,8 +357,13 @@ def test_converter_layouts_arm7_quad12():
     theta = q[m.q_slice(name)][0]
     qp = c.q_to_pin(q)
     i0 = pm.joints[cont[0]].idx_q
-    np.testing.assert_allclose(qp[i0:i0 + 2], [np.cos(theta), np.sin(theta)], rtol=0, atol=1e-15,
-                               err_msg=f"continuous joint {name!r}")
+    np.testing.assert_allclose(
+        qp[i0 : i0 + 2],
+        [np.cos(theta), np.sin(theta)],
+        rtol=0,
+        atol=1e-15,
+        err_msg=f"continuous joint {name!r}",
+    )
 
     quad = robot_case("quad12")
     pm, c, m = quad.pin_model, quad.conv, quad.model
@@ -329,8 +372,10 @@ def test_converter_layouts_arm7_quad12():
     jid = pm.getJointId("root_joint")
     iq, iv = pm.joints[jid].idx_q, pm.joints[jid].idx_v
     qb = q[sl_q]
-    np.testing.assert_array_equal(c.q_to_pin(q)[iq:iq + 7], np.r_[qb[:3], qb[4:7], qb[3]],
-                                  err_msg="free flyer q layout")
+    np.testing.assert_array_equal(
+        c.q_to_pin(q)[iq : iq + 7], np.r_[qb[:3], qb[4:7], qb[3]], err_msg="free flyer q layout"
+    )
     vb = v[sl_v]
-    np.testing.assert_array_equal(c.v_to_pin(v)[iv:iv + 6], np.r_[vb[3:], vb[:3]],
-                                  err_msg="free flyer v layout")
+    np.testing.assert_array_equal(
+        c.v_to_pin(v)[iv : iv + 6], np.r_[vb[3:], vb[:3]], err_msg="free flyer v layout"
+    )

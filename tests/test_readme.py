@@ -17,7 +17,7 @@ def _blocks():
     text = README.read_text()
     out = []
     for m in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
-        heading = re.findall(r"^#+ (.+)$", text[:m.start()], re.M)
+        heading = re.findall(r"^#+ (.+)$", text[: m.start()], re.M)
         out.append((heading[-1] if heading else "top", m.group(1)))
     return out
 
@@ -31,9 +31,11 @@ def test_blocks_found():
         assert sum(old in code for _, code in BLOCKS) == 1, f"substitution {old!r} unused"
 
 
-@pytest.mark.parametrize("i", range(len(BLOCKS)),
-                         ids=[f"{i}-{re.sub(r'[^A-Za-z]+', '_', h)[:30]}"
-                              for i, (h, _) in enumerate(BLOCKS)])
+@pytest.mark.parametrize(
+    "i",
+    range(len(BLOCKS)),
+    ids=[f"{i}-{re.sub(r'[^A-Za-z]+', '_', h)[:30]}" for i, (h, _) in enumerate(BLOCKS)],
+)
 def test_readme_block(i):
     heading, code = BLOCKS[i]
     for old, new in SUBSTITUTIONS.items():

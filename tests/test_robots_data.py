@@ -123,7 +123,9 @@ def test_arm7():
     root, joints, types = _check_robot_file(path, "base", 7)
     assert types["revolute"] == 6 and types["continuous"] == 1
     assert 16.0 < _total_mass(root) < 20.0
-    axes = [_floats(j.find("axis").get("xyz"), 3) for j in joints.values() if j.find("axis") is not None]
+    axes = [
+        _floats(j.find("axis").get("xyz"), 3) for j in joints.values() if j.find("axis") is not None
+    ]
     # one negative aligned axis and one unaligned axis
     assert any(np.allclose(a, [0, 0, -1]) for a in axes)
     assert any(np.count_nonzero(np.abs(a) > 1e-12) > 1 for a in axes)
@@ -208,8 +210,14 @@ def test_random_urdf_seeds_differ_and_features():
     ]
     assert max(root_children) >= 2
     assert any(
-        max(Counter(j.find("parent").get("link") for j in r.findall("joint")
-                    if j.find("parent").get("link") != "base").values()) >= 2
+        max(
+            Counter(
+                j.find("parent").get("link")
+                for j in r.findall("joint")
+                if j.find("parent").get("link") != "base"
+            ).values()
+        )
+        >= 2
         for r in roots
     )
     # chains: branching=0 gives a single chain

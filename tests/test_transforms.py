@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxdyn
+
 from oracle import REFERENCES, RTOL_ID, assert_close, random_states, robot_case, scaled_error
 
 #: jit(vmap(f)) against f, same dtype: only the order of floating-point operations may differ.
@@ -76,11 +77,13 @@ def test_vmap_over_model_parameters():
     case = robot_case("arm7")
     m, s = case.model, case.states[0]
     scales = np.array([0.5, 1.0, 2.0])
-    models = jax.vmap(lambda c: eqx.tree_at(lambda mm: (mm.mass, mm.inertia), m,
-                                            (m.mass * c, m.inertia * c)))(jnp.asarray(scales))
+    models = jax.vmap(
+        lambda c: eqx.tree_at(lambda mm: (mm.mass, mm.inertia), m, (m.mass * c, m.inertia * c))
+    )(jnp.asarray(scales))
     assert models.mass.shape == (3, m.nb) and models.Xtree_R.shape == (3, m.nb, 3, 3)
-    tau = jax.jit(jax.vmap(jaxdyn.rnea, in_axes=(0, None, None, None)))(models, s["q"], s["v"],
-                                                                         s["a"])
+    tau = jax.jit(jax.vmap(jaxdyn.rnea, in_axes=(0, None, None, None)))(
+        models, s["q"], s["v"], s["a"]
+    )
     ref = case.jx(0)["rnea"]
     for k, c in enumerate(scales):
         assert_close(tau[k], c * ref, RTOL_ID, err_msg=f"inertia scale {c}")
@@ -99,7 +102,7 @@ def _base_at(state, model, position):
     if model.floating_base:
         q = np.array(s["q"])
         q0 = model.q_slice("root_joint").start
-        q[q0:q0 + 3] = position
+        q[q0 : q0 + 3] = position
         s["q"] = q
     return s
 
@@ -143,10 +146,11 @@ def test_float64_translation_invariance():
 # The dynamics work in a ground frame translated to the floating base (kinematics.world_state
 # with centered=True): without it, world inertias carry m |p|^2 terms and float32 ABA lost three
 # digits at 3 m from the origin (this test failed then).
-@pytest.mark.parametrize("dtype, distance, rtol", [(np.float32, 3.0, RTOL32),
-                                                   (np.float32, 10.0, RTOL32),
-                                                   (np.float64, 100.0, RTOL_ID)],
-                         ids=["float32-3m", "float32-10m", "float64-100m"])
+@pytest.mark.parametrize(
+    "dtype, distance, rtol",
+    [(np.float32, 3.0, RTOL32), (np.float32, 10.0, RTOL32), (np.float64, 100.0, RTOL_ID)],
+    ids=["float32-3m", "float32-10m", "float64-100m"],
+)
 def test_accuracy_away_from_the_origin(dtype, distance, rtol):
     """Same as at the origin: results of a translated base must match the float64 results of
     the base at the origin (the exact values are translation invariant)."""
@@ -155,11 +159,13 @@ def test_accuracy_away_from_the_origin(dtype, distance, rtol):
         s = _at_origin(s, case.model)
         ref = case.all_fn()(case.model, *[s[k] for k in ("q", "v", "a", "tau", "f_ext")])
         sd = _base_at(s, case.model, distance / np.sqrt(3))
-        out = case.all_fn()(case.model, *[np.asarray(sd[k], dtype)
-                                          for k in ("q", "v", "a", "tau", "f_ext")])
+        out = case.all_fn()(
+            case.model, *[np.asarray(sd[k], dtype) for k in ("q", "v", "a", "tau", "f_ext")]
+        )
         for k in ("rnea", "crba", "aba", "minv"):
-            assert_close(out[k], ref[k], rtol, err_msg=f"{dtype.__name__}, base {distance} m, "
-                         f"state {i}: {k}")
+            assert_close(
+                out[k], ref[k], rtol, err_msg=f"{dtype.__name__}, base {distance} m, state {i}: {k}"
+            )
 
 
 def test_result_dtype_follows_inputs():
@@ -186,15 +192,21 @@ def test_result_dtype_follows_inputs():
     }
     m32 = m.astype(jnp.float32)
     assert m32.mass.dtype == jnp.float32
-    combos = ((m, np.float32, np.float32), (m32, np.float64, np.float64),
-              (m, np.float32, np.float64), (m32, np.float64, np.float32))
+    combos = (
+        (m, np.float32, np.float32),
+        (m32, np.float64, np.float64),
+        (m, np.float32, np.float64),
+        (m32, np.float64, np.float32),
+    )
     for name, (f, with_v) in uses_v.items():
         for model, tq, tv in combos:
             want = np.result_type(tq, tv) if with_v else np.dtype(tq)
             out = jax.eval_shape(f, model, np.asarray(s["q"], tq), np.asarray(s["v"], tv))
             dts = {x.dtype for x in jax.tree_util.tree_leaves(out)}
-            assert dts == {want}, (f"{name}: model {model.mass.dtype}, q {tq.__name__}, "
-                                   f"v {tv.__name__} -> {dts}, expected {want}")
+            assert dts == {want}, (
+                f"{name}: model {model.mass.dtype}, q {tq.__name__}, "
+                f"v {tv.__name__} -> {dts}, expected {want}"
+            )
 
 
 # --------------------------------------------------------------------------- derivatives

@@ -1,11 +1,12 @@
 """Tests for the strict, safe URDF parser (jaxdyn.model.urdf)."""
+
 import math
 import time
 
 import numpy as np
 import pytest
 
-from jaxdyn.model.urdf import parse_urdf, rpy_to_matrix, URDFRobot
+from jaxdyn.model.urdf import URDFRobot, parse_urdf, rpy_to_matrix
 
 
 def robot(body: str, name: str = "r") -> str:
@@ -13,8 +14,10 @@ def robot(body: str, name: str = "r") -> str:
 
 
 def joint(name, parent, child, jtype="revolute", inner=""):
-    return (f'<joint name="{name}" type="{jtype}"><parent link="{parent}"/>'
-            f'<child link="{child}"/>{inner}</joint>')
+    return (
+        f'<joint name="{name}" type="{jtype}"><parent link="{parent}"/>'
+        f'<child link="{child}"/>{inner}</joint>'
+    )
 
 
 LINKS_AB = '<link name="a"/><link name="b"/>'
@@ -75,7 +78,13 @@ def test_valid_robot_structure_and_order():
     assert r.name == "arm"
     assert [l.name for l in r.links] == ["base", "upper", "fore", "finger", "tool", "ballchild"]
     assert [j.name for j in r.joints] == ["shoulder", "elbow", "grip", "weld", "ball"]
-    assert [j.type for j in r.joints] == ["revolute", "continuous", "prismatic", "fixed", "spherical"]
+    assert [j.type for j in r.joints] == [
+        "revolute",
+        "continuous",
+        "prismatic",
+        "fixed",
+        "spherical",
+    ]
     assert r.root == "base"
     assert [e.tag for e in r.extra] == ["coupling", "loop"]
     assert r.extra[0].get("joints") == "elbow grip"
@@ -97,13 +106,13 @@ def test_inertial_values_and_symmetric_fill():
 
 def test_defaults():
     r = parse_urdf(ARM)
-    upper = r.links[1].inertial            # inertial without origin / inertia
+    upper = r.links[1].inertial  # inertial without origin / inertia
     assert upper.mass == 1.0
     np.testing.assert_array_equal(upper.xyz, np.zeros(3))
     np.testing.assert_array_equal(upper.rpy, np.zeros(3))
     np.testing.assert_array_equal(upper.inertia, np.zeros((3, 3)))
-    assert r.links[2].inertial is None     # no <inertial>
-    elbow = r.joints[1]                    # no origin, no axis
+    assert r.links[2].inertial is None  # no <inertial>
+    elbow = r.joints[1]  # no origin, no axis
     np.testing.assert_array_equal(elbow.xyz, np.zeros(3))
     np.testing.assert_array_equal(elbow.rpy, np.zeros(3))
     np.testing.assert_array_equal(elbow.axis, [1.0, 0.0, 0.0])
@@ -132,10 +141,14 @@ def test_axis_normalised_and_origin():
 def test_mimic():
     r = parse_urdf(ARM)
     assert r.joints[2].mimic == ("elbow", 2.0, 0.5)
-    r = parse_urdf(robot('<link name="a"/><link name="b"/><link name="c"/>'
-                         + joint("j1", "a", "b")
-                         + joint("j2", "b", "c", inner='<mimic joint="j1"/>')))
-    assert r.joints[1].mimic == ("j1", 1.0, 0.0)   # default multiplier / offset
+    r = parse_urdf(
+        robot(
+            '<link name="a"/><link name="b"/><link name="c"/>'
+            + joint("j1", "a", "b")
+            + joint("j2", "b", "c", inner='<mimic joint="j1"/>')
+        )
+    )
+    assert r.joints[1].mimic == ("j1", 1.0, 0.0)  # default multiplier / offset
 
 
 def test_zero_axis_allowed_on_fixed_joint():
@@ -151,21 +164,34 @@ def test_floating_joint_and_single_link():
 
 
 def test_root_not_first_in_document():
-    r = parse_urdf(robot('<link name="b"/><link name="c"/><link name="a"/>'
-                         + joint("j2", "b", "c") + joint("j1", "a", "b")))
+    r = parse_urdf(
+        robot(
+            '<link name="b"/><link name="c"/><link name="a"/>'
+            + joint("j2", "b", "c")
+            + joint("j1", "a", "b")
+        )
+    )
     assert r.root == "a"
     assert [j.name for j in r.joints] == ["j2", "j1"]
 
 
 def test_zero_mass_with_nonzero_inertia_and_psd_inertia():
-    r = parse_urdf(robot('<link name="a"><inertial><mass value="0"/>'
-                         '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/>'
-                         '</inertial></link>'))
+    r = parse_urdf(
+        robot(
+            '<link name="a"><inertial><mass value="0"/>'
+            '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/>'
+            "</inertial></link>"
+        )
+    )
     assert r.links[0].inertial.mass == 0.0
     # singular (rank-deficient) PSD inertia, e.g. a thin rod, is fine
-    r = parse_urdf(robot('<link name="a"><inertial><mass value="1"/>'
-                         '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="0"/>'
-                         '</inertial></link>'))
+    r = parse_urdf(
+        robot(
+            '<link name="a"><inertial><mass value="1"/>'
+            '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="0"/>'
+            "</inertial></link>"
+        )
+    )
     assert r.links[0].inertial.inertia[2, 2] == 0.0
 
 
@@ -178,7 +204,9 @@ def test_sources_path_pathlike_bytes_and_whitespace(tmp_path):
 
 
 def test_utf8_bytes_with_encoding_declaration():
-    xml = '<?xml version="1.0" encoding="UTF-8"?><robot name="r\u00e9"><link name="\u00e9"/></robot>'
+    xml = (
+        '<?xml version="1.0" encoding="UTF-8"?><robot name="r\u00e9"><link name="\u00e9"/></robot>'
+    )
     r = parse_urdf(xml.encode("utf-8"))
     assert r.name == "r\u00e9" and r.root == "\u00e9"
 
@@ -220,9 +248,15 @@ def test_rpy_to_matrix_convention():
 
 def test_rpy_to_matrix_single_axes():
     # yaw of 90 deg maps x to y; roll of 90 deg maps y to z; pitch of 90 deg maps z to x
-    np.testing.assert_allclose(rpy_to_matrix((0, 0, math.pi / 2)) @ [1, 0, 0], [0, 1, 0], atol=1e-15)
-    np.testing.assert_allclose(rpy_to_matrix((math.pi / 2, 0, 0)) @ [0, 1, 0], [0, 0, 1], atol=1e-15)
-    np.testing.assert_allclose(rpy_to_matrix((0, math.pi / 2, 0)) @ [0, 0, 1], [1, 0, 0], atol=1e-15)
+    np.testing.assert_allclose(
+        rpy_to_matrix((0, 0, math.pi / 2)) @ [1, 0, 0], [0, 1, 0], atol=1e-15
+    )
+    np.testing.assert_allclose(
+        rpy_to_matrix((math.pi / 2, 0, 0)) @ [0, 1, 0], [0, 0, 1], atol=1e-15
+    )
+    np.testing.assert_allclose(
+        rpy_to_matrix((0, math.pi / 2, 0)) @ [0, 0, 1], [1, 0, 0], atol=1e-15
+    )
     np.testing.assert_array_equal(rpy_to_matrix(np.zeros(3)), np.eye(3))
     assert rpy_to_matrix([0.1, 0.2, 0.3]).shape == (3, 3)
 
@@ -260,8 +294,16 @@ PARAM_ENTITY = """<?xml version="1.0"?>
 """
 
 
-@pytest.mark.parametrize("doc", [BILLION_LAUGHS, EXTERNAL_ENTITY, EXTERNAL_DTD, PARAM_ENTITY,
-                                 '<!DOCTYPE robot><robot name="r"><link name="a"/></robot>'])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        BILLION_LAUGHS,
+        EXTERNAL_ENTITY,
+        EXTERNAL_DTD,
+        PARAM_ENTITY,
+        '<!DOCTYPE robot><robot name="r"><link name="a"/></robot>',
+    ],
+)
 def test_doctype_and_entities_refused(doc):
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="DOCTYPE/entity declarations are not allowed"):
@@ -308,12 +350,17 @@ def test_robot_without_name_or_links():
         parse_urdf(robot(""))
 
 
-@pytest.mark.parametrize("body, match", [
-    ('<link/>', r"URDF <link> #0.*missing or empty name"),
-    ('<link name="a"/><link name=""/>', r"URDF <link> #1.*missing or empty name"),
-    (LINKS_AB + '<joint type="fixed"><parent link="a"/><child link="b"/></joint>',
-     r"URDF <joint> #0.*missing or empty name"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("<link/>", r"URDF <link> #0.*missing or empty name"),
+        ('<link name="a"/><link name=""/>', r"URDF <link> #1.*missing or empty name"),
+        (
+            LINKS_AB + '<joint type="fixed"><parent link="a"/><child link="b"/></joint>',
+            r"URDF <joint> #0.*missing or empty name",
+        ),
+    ],
+)
 def test_missing_names(body, match):
     with pytest.raises(ValueError, match=match):
         parse_urdf(robot(body))
@@ -323,17 +370,26 @@ def test_duplicate_names():
     with pytest.raises(ValueError, match=r'<link name="a">: duplicate link name'):
         parse_urdf(robot('<link name="a"/><link name="a"/>'))
     with pytest.raises(ValueError, match=r'<joint name="j">: duplicate joint name'):
-        parse_urdf(robot('<link name="a"/><link name="b"/><link name="c"/>'
-                         + joint("j", "a", "b") + joint("j", "b", "c")))
+        parse_urdf(
+            robot(
+                '<link name="a"/><link name="b"/><link name="c"/>'
+                + joint("j", "a", "b")
+                + joint("j", "b", "c")
+            )
+        )
 
 
 def test_joint_types():
     with pytest.raises(ValueError, match=r"<joint name=\"knee\">: unknown joint type 'bogus'"):
         parse_urdf(robot(LINKS_AB + joint("knee", "a", "b", "bogus")))
-    with pytest.raises(ValueError, match=r"<joint name=\"knee\">: joint type 'planar' is not supported"):
+    with pytest.raises(
+        ValueError, match=r"<joint name=\"knee\">: joint type 'planar' is not supported"
+    ):
         parse_urdf(robot(LINKS_AB + joint("knee", "a", "b", "planar")))
     with pytest.raises(ValueError, match=r"<joint name=\"knee\">: missing type"):
-        parse_urdf(robot(LINKS_AB + '<joint name="knee"><parent link="a"/><child link="b"/></joint>'))
+        parse_urdf(
+            robot(LINKS_AB + '<joint name="knee"><parent link="a"/><child link="b"/></joint>')
+        )
 
 
 def test_missing_parent_child_or_link_attribute():
@@ -342,41 +398,68 @@ def test_missing_parent_child_or_link_attribute():
     with pytest.raises(ValueError, match=r'<joint name="j">: missing <child>'):
         parse_urdf(robot(LINKS_AB + '<joint name="j" type="fixed"><parent link="a"/></joint>'))
     with pytest.raises(ValueError, match=r'<joint name="j"> <parent>: missing link attribute'):
-        parse_urdf(robot(LINKS_AB + '<joint name="j" type="fixed"><parent/><child link="b"/></joint>'))
+        parse_urdf(
+            robot(LINKS_AB + '<joint name="j" type="fixed"><parent/><child link="b"/></joint>')
+        )
     with pytest.raises(ValueError, match=r'<joint name="j"> <child>: missing link attribute'):
-        parse_urdf(robot(LINKS_AB + '<joint name="j" type="fixed"><parent link="a"/><child/></joint>'))
+        parse_urdf(
+            robot(LINKS_AB + '<joint name="j" type="fixed"><parent link="a"/><child/></joint>')
+        )
     with pytest.raises(ValueError, match=r'<joint name="j">: more than one <child>'):
-        parse_urdf(robot(LINKS_AB + '<joint name="j" type="fixed"><parent link="a"/>'
-                                    '<child link="b"/><child link="b"/></joint>'))
+        parse_urdf(
+            robot(
+                LINKS_AB + '<joint name="j" type="fixed"><parent link="a"/>'
+                '<child link="b"/><child link="b"/></joint>'
+            )
+        )
 
 
 def test_undeclared_links():
     with pytest.raises(ValueError, match=r"<joint name=\"j2\">: child link 'nope' does not exist"):
         parse_urdf(robot(LINKS_AB + joint("j1", "a", "b") + joint("j2", "b", "nope")))
-    with pytest.raises(ValueError, match=r"<joint name=\"j2\">: parent link 'ghost' does not exist"):
+    with pytest.raises(
+        ValueError, match=r"<joint name=\"j2\">: parent link 'ghost' does not exist"
+    ):
         parse_urdf(robot(LINKS_AB + joint("j1", "a", "b") + joint("j2", "ghost", "a")))
 
 
 def test_link_child_of_two_joints():
-    with pytest.raises(ValueError, match=r"<joint name=\"j2\">: link 'c' is already the child of joint 'j1'"):
-        parse_urdf(robot('<link name="a"/><link name="b"/><link name="c"/>'
-                         + joint("j1", "a", "c") + joint("j2", "b", "c")))
+    with pytest.raises(
+        ValueError, match=r"<joint name=\"j2\">: link 'c' is already the child of joint 'j1'"
+    ):
+        parse_urdf(
+            robot(
+                '<link name="a"/><link name="b"/><link name="c"/>'
+                + joint("j1", "a", "c")
+                + joint("j2", "b", "c")
+            )
+        )
 
 
 def test_parent_equals_child():
-    with pytest.raises(ValueError, match=r"<joint name=\"self\">: parent and child are the same link 'a'"):
+    with pytest.raises(
+        ValueError, match=r"<joint name=\"self\">: parent and child are the same link 'a'"
+    ):
         parse_urdf(robot(LINKS_AB + joint("self", "a", "a")))
 
 
 def test_cycle_without_root():
-    with pytest.raises(ValueError, match=r'URDF <joint name="j\d">: no root link: joints .* kinematic loop'):
+    with pytest.raises(
+        ValueError, match=r'URDF <joint name="j\d">: no root link: joints .* kinematic loop'
+    ):
         parse_urdf(robot(LINKS_AB + joint("j1", "a", "b") + joint("j2", "b", "a")))
 
 
 def test_loop_detached_from_root():
-    body = ('<link name="base"/><link name="a"/><link name="b"/><link name="c"/>'
-            + joint("j1", "a", "b") + joint("j2", "b", "c") + joint("j3", "c", "a"))
-    with pytest.raises(ValueError, match=r'URDF <joint name="j\d">: joints .*j1.*kinematic loop') as ei:
+    body = (
+        '<link name="base"/><link name="a"/><link name="b"/><link name="c"/>'
+        + joint("j1", "a", "b")
+        + joint("j2", "b", "c")
+        + joint("j3", "c", "a")
+    )
+    with pytest.raises(
+        ValueError, match=r'URDF <joint name="j\d">: joints .*j1.*kinematic loop'
+    ) as ei:
         parse_urdf(robot(body))
     msg = str(ei.value)
     assert "j2" in msg and "j3" in msg and "no root" not in msg
@@ -398,18 +481,24 @@ def test_axis_without_xyz():
         parse_urdf(robot(LINKS_AB + joint("j", "a", "b", inner="<axis/>")))
 
 
-@pytest.mark.parametrize("inner, match", [
-    ('<origin xyz="1 2"/>', r'<joint name="j"> <origin xyz>: expected 3 numbers, got 2'),
-    ('<origin xyz="1 2 3 4"/>', r'<joint name="j"> <origin xyz>: expected 3 numbers, got 4'),
-    ('<origin rpy="0 0 x"/>', r"<joint name=\"j\"> <origin rpy>: cannot parse 'x' as a number"),
-    ('<origin rpy="0 0 1_0"/>', r"<joint name=\"j\"> <origin rpy>: cannot parse '1_0'"),
-    ('<origin xyz="0 nan 0"/>', r"<joint name=\"j\"> <origin xyz>: non-finite number 'nan'"),
-    ('<origin xyz="0 inf 0"/>', r"<joint name=\"j\"> <origin xyz>: non-finite number 'inf'"),
-    ('<origin xyz="0 1e400 0"/>', r"<joint name=\"j\"> <origin xyz>: non-finite number '1e400'"),
-    ('<axis xyz="1 0"/>', r'<joint name="j"> <axis xyz>: expected 3 numbers'),
-    ('<axis xyz="1 0 -inf"/>', r'<joint name="j"> <axis xyz>: non-finite'),
-    ('<origin/><origin/>', r'<joint name="j">: more than one <origin>'),
-])
+@pytest.mark.parametrize(
+    "inner, match",
+    [
+        ('<origin xyz="1 2"/>', r'<joint name="j"> <origin xyz>: expected 3 numbers, got 2'),
+        ('<origin xyz="1 2 3 4"/>', r'<joint name="j"> <origin xyz>: expected 3 numbers, got 4'),
+        ('<origin rpy="0 0 x"/>', r"<joint name=\"j\"> <origin rpy>: cannot parse 'x' as a number"),
+        ('<origin rpy="0 0 1_0"/>', r"<joint name=\"j\"> <origin rpy>: cannot parse '1_0'"),
+        ('<origin xyz="0 nan 0"/>', r"<joint name=\"j\"> <origin xyz>: non-finite number 'nan'"),
+        ('<origin xyz="0 inf 0"/>', r"<joint name=\"j\"> <origin xyz>: non-finite number 'inf'"),
+        (
+            '<origin xyz="0 1e400 0"/>',
+            r"<joint name=\"j\"> <origin xyz>: non-finite number '1e400'",
+        ),
+        ('<axis xyz="1 0"/>', r'<joint name="j"> <axis xyz>: expected 3 numbers'),
+        ('<axis xyz="1 0 -inf"/>', r'<joint name="j"> <axis xyz>: non-finite'),
+        ("<origin/><origin/>", r'<joint name="j">: more than one <origin>'),
+    ],
+)
 def test_bad_joint_numbers(inner, match):
     with pytest.raises(ValueError, match=match):
         parse_urdf(robot(LINKS_AB + joint("j", "a", "b", inner=inner)))
@@ -422,31 +511,63 @@ def inertial_link(inner: str, name: str = "foot") -> str:
 I_OK = '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/>'
 
 
-@pytest.mark.parametrize("inner, match", [
-    ('<mass value="-1.0"/>', r'<link name="foot"> <inertial>: negative mass -1.0'),
-    (I_OK, r'<link name="foot"> <inertial>: missing <mass>'),
-    ('<mass/>', r'<link name="foot"> <inertial> <mass>: missing value'),
-    ('<mass value="heavy"/>', r"<link name=\"foot\"> <inertial> <mass value>: cannot parse 'heavy'"),
-    ('<mass value="1 2"/>', r'<link name="foot"> <inertial> <mass value>: expected 1 number, got 2'),
-    ('<mass value="nan"/>', r'<link name="foot"> <inertial> <mass value>: non-finite'),
-    ('<mass value="1"/><mass value="1"/>', r'<link name="foot"> <inertial>: more than one <mass>'),
-    ('<mass value="1"/><origin xyz="0 0"/>', r'<link name="foot"> <inertial> <origin xyz>: expected 3 numbers'),
-    ('<mass value="1"/><origin rpy="a b c"/>', r'<link name="foot"> <inertial> <origin rpy>: cannot parse'),
-    ('<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0"/>',
-     r'<link name="foot"> <inertial> <inertia>: missing izz'),
-    ('<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1 2" iyz="0" izz="1"/>',
-     r'<link name="foot"> <inertial> <inertia iyy>: expected 1 number'),
-    ('<mass value="1"/><inertia ixx="1" ixy="zero" ixz="0" iyy="1" iyz="0" izz="1"/>',
-     r"<link name=\"foot\"> <inertial> <inertia ixy>: cannot parse 'zero'"),
-    ('<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="inf"/>',
-     r'<link name="foot"> <inertial> <inertia izz>: non-finite'),
-    ('<mass value="1"/><inertia ixx="-1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/>',
-     r'<link name="foot"> <inertial> <inertia>: not positive semi-definite'),
-    ('<mass value="1"/><inertia ixx="1" ixy="2" ixz="0" iyy="1" iyz="0" izz="1"/>',
-     r'<link name="foot"> <inertial> <inertia>: not positive semi-definite'),
-    ('<mass value="0"/><inertia ixx="1" ixy="2" ixz="0" iyy="1" iyz="0" izz="1"/>',
-     r'<link name="foot"> <inertial> <inertia>: not positive semi-definite'),
-])
+@pytest.mark.parametrize(
+    "inner, match",
+    [
+        ('<mass value="-1.0"/>', r'<link name="foot"> <inertial>: negative mass -1.0'),
+        (I_OK, r'<link name="foot"> <inertial>: missing <mass>'),
+        ("<mass/>", r'<link name="foot"> <inertial> <mass>: missing value'),
+        (
+            '<mass value="heavy"/>',
+            r"<link name=\"foot\"> <inertial> <mass value>: cannot parse 'heavy'",
+        ),
+        (
+            '<mass value="1 2"/>',
+            r'<link name="foot"> <inertial> <mass value>: expected 1 number, got 2',
+        ),
+        ('<mass value="nan"/>', r'<link name="foot"> <inertial> <mass value>: non-finite'),
+        (
+            '<mass value="1"/><mass value="1"/>',
+            r'<link name="foot"> <inertial>: more than one <mass>',
+        ),
+        (
+            '<mass value="1"/><origin xyz="0 0"/>',
+            r'<link name="foot"> <inertial> <origin xyz>: expected 3 numbers',
+        ),
+        (
+            '<mass value="1"/><origin rpy="a b c"/>',
+            r'<link name="foot"> <inertial> <origin rpy>: cannot parse',
+        ),
+        (
+            '<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0"/>',
+            r'<link name="foot"> <inertial> <inertia>: missing izz',
+        ),
+        (
+            '<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1 2" iyz="0" izz="1"/>',
+            r'<link name="foot"> <inertial> <inertia iyy>: expected 1 number',
+        ),
+        (
+            '<mass value="1"/><inertia ixx="1" ixy="zero" ixz="0" iyy="1" iyz="0" izz="1"/>',
+            r"<link name=\"foot\"> <inertial> <inertia ixy>: cannot parse 'zero'",
+        ),
+        (
+            '<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="inf"/>',
+            r'<link name="foot"> <inertial> <inertia izz>: non-finite',
+        ),
+        (
+            '<mass value="1"/><inertia ixx="-1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/>',
+            r'<link name="foot"> <inertial> <inertia>: not positive semi-definite',
+        ),
+        (
+            '<mass value="1"/><inertia ixx="1" ixy="2" ixz="0" iyy="1" iyz="0" izz="1"/>',
+            r'<link name="foot"> <inertial> <inertia>: not positive semi-definite',
+        ),
+        (
+            '<mass value="0"/><inertia ixx="1" ixy="2" ixz="0" iyy="1" iyz="0" izz="1"/>',
+            r'<link name="foot"> <inertial> <inertia>: not positive semi-definite',
+        ),
+    ],
+)
 def test_bad_inertial(inner, match):
     with pytest.raises(ValueError, match=match):
         parse_urdf(inertial_link(inner))
@@ -454,30 +575,52 @@ def test_bad_inertial(inner, match):
 
 def test_duplicate_inertial():
     with pytest.raises(ValueError, match=r'<link name="foot">: more than one <inertial>'):
-        parse_urdf(robot('<link name="foot"><inertial><mass value="1"/></inertial>'
-                         '<inertial><mass value="1"/></inertial></link>'))
+        parse_urdf(
+            robot(
+                '<link name="foot"><inertial><mass value="1"/></inertial>'
+                '<inertial><mass value="1"/></inertial></link>'
+            )
+        )
 
 
 def test_psd_tolerance():
     # a tiny negative eigenvalue from round-off is tolerated
-    r = parse_urdf(inertial_link('<mass value="1"/>'
-                                 '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="-1e-14"/>'))
+    r = parse_urdf(
+        inertial_link(
+            '<mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="-1e-14"/>'
+        )
+    )
     assert r.links[0].inertial.inertia[2, 2] == -1e-14
 
 
 def test_mimic_errors():
     three = '<link name="a"/><link name="b"/><link name="c"/>'
-    with pytest.raises(ValueError, match=r"<joint name=\"j2\"> <mimic>: joint 'ghost' does not exist"):
-        parse_urdf(robot(three + joint("j1", "a", "b")
-                         + joint("j2", "b", "c", inner='<mimic joint="ghost"/>')))
+    with pytest.raises(
+        ValueError, match=r"<joint name=\"j2\"> <mimic>: joint 'ghost' does not exist"
+    ):
+        parse_urdf(
+            robot(
+                three
+                + joint("j1", "a", "b")
+                + joint("j2", "b", "c", inner='<mimic joint="ghost"/>')
+            )
+        )
     with pytest.raises(ValueError, match=r'<joint name="j2"> <mimic>: missing joint attribute'):
         parse_urdf(robot(three + joint("j1", "a", "b") + joint("j2", "b", "c", inner="<mimic/>")))
     with pytest.raises(ValueError, match=r'<joint name="j2"> <mimic multiplier>: cannot parse'):
-        parse_urdf(robot(three + joint("j1", "a", "b")
-                         + joint("j2", "b", "c", inner='<mimic joint="j1" multiplier="x"/>')))
+        parse_urdf(
+            robot(
+                three
+                + joint("j1", "a", "b")
+                + joint("j2", "b", "c", inner='<mimic joint="j1" multiplier="x"/>')
+            )
+        )
     with pytest.raises(ValueError, match=r'<joint name="j2"> <mimic>: a joint cannot mimic itself'):
-        parse_urdf(robot(three + joint("j1", "a", "b")
-                         + joint("j2", "b", "c", inner='<mimic joint="j2"/>')))
+        parse_urdf(
+            robot(
+                three + joint("j1", "a", "b") + joint("j2", "b", "c", inner='<mimic joint="j2"/>')
+            )
+        )
 
 
 def test_bad_source_type():

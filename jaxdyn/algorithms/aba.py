@@ -15,11 +15,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _checks, joints, spatial
-from ..spatial import mm
+from .._precision import full_precision
 from ..model import tree
+from ..spatial import mm
 from . import kinematics as kin
 from .rnea import check_f_ext, external_forces_world
-from .._precision import full_precision
 
 
 def articulated_inertias(model, S, I6):
@@ -38,8 +38,8 @@ def articulated_inertias(model, S, I6):
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - b0:g.b1 - b0]
+            Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - b0 : g.b1 - b0]
             if k == 1:  # elementwise forms: one fused kernel instead of batched dots
                 s1 = Sg[:, 0]
                 U1 = spatial.mv(IAg, s1)
@@ -110,12 +110,12 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             s = slice(g.b0 - b0, g.b1 - b0)
             U, Dinv = U_l[gi], D_l[gi]
             if p is None:
-                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
+                u = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
                 pa_g = mm(U, mm(Dinv, u))
             else:
-                Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+                Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
                 pg = p[s]
-                u = taul[g.v0 - v0:g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
+                u = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))
             ug.append(u)
             if cl is not None:
@@ -123,9 +123,19 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             pa.append(pa_g)
         return (pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)), tuple(ug)
 
-    _, us = tree.backward_pass(t, back, (("body", pA), tau_in, ("dof", S), ("body", c),
-                                         ("level", Us), ("level", Dinvs),
-                                         ("level", Ias if c is not None else None)))
+    _, us = tree.backward_pass(
+        t,
+        back,
+        (
+            ("body", pA),
+            tau_in,
+            ("dof", S),
+            ("body", c),
+            ("level", Us),
+            ("level", Dinvs),
+            ("level", Ias if c is not None else None),
+        ),
+    )
 
     def fwd(lvl, _, prev, inp):
         Sl, cl, U_l, D_l, u_l = inp
@@ -135,29 +145,30 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             a = tree.gather_parent(prev, lvl, None)
             w = u_l[0].shape[-1]
             if a.shape[-1] > w:
-                a = a[..., a.shape[-1] - w:]
+                a = a[..., a.shape[-1] - w :]
         if cl is not None:
             a = cl[..., None] if a is None else a + cl[..., None]
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         qdds, parts = [], []
         for gi, g in enumerate(lvl.groups):
             k = joints.NV[g.kind]
-            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
+            Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
             U, Dinv, u = U_l[gi], D_l[gi], u_l[gi]
             if a is None:
                 qdd = mm(Dinv, u)
                 qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
                 parts.append(mm(jnp.swapaxes(Sg, -1, -2), qdd))
             else:
-                ag = a[g.b0 - b0:g.b1 - b0]
+                ag = a[g.b0 - b0 : g.b1 - b0]
                 qdd = mm(Dinv, u - mm(jnp.swapaxes(U, -1, -2), ag))  # (n, k, r)
                 qdds.append(qdd.reshape((g.n * k,) + qdd.shape[2:]))
                 parts.append(ag + mm(jnp.swapaxes(Sg, -1, -2), qdd))
         acc = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
         return acc, (qdds[0] if len(qdds) == 1 else jnp.concatenate(qdds, 0), acc)
 
-    return tree.forward_pass(t, fwd, (("dof", S), ("body", c), ("level", Us),
-                                      ("level", Dinvs), ("level", us)))[1]
+    return tree.forward_pass(
+        t, fwd, (("dof", S), ("body", c), ("level", Us), ("level", Dinvs), ("level", us))
+    )[1]
 
 
 def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
@@ -187,8 +198,9 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     if f_ext is not None:
         pA = pA - external_forces_world(model, ws, f_ext)
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
-    qdd, a = aba_passes(model, ws.S, world_inertia_matrices(ws), pA[..., None], c,
-                        tau[:, None], a0[:, None])
+    qdd, a = aba_passes(
+        model, ws.S, world_inertia_matrices(ws), pA[..., None], c, tau[:, None], a0[:, None]
+    )
     return qdd[:, 0], a[..., 0], v
 
 

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import _checks, joints
-from ..model import tree
 from .._precision import full_precision
+from ..model import tree
 
 
 def _by_runs(model, fn, *arrays, widths):
@@ -24,7 +24,7 @@ def _by_runs(model, fn, *arrays, widths):
         for x, w in zip(arrays, widths):
             start = int(t.q_start[b0] if w == "q" else t.v_start[b0])
             k = (joints.NQ if w == "q" else joints.NV)[kind]
-            pieces.append(x[start:start + n * k].reshape(n, k))
+            pieces.append(x[start : start + n * k].reshape(n, k))
         out.append(fn(kind, *pieces).reshape(-1))
     return jnp.concatenate(out)
 
@@ -33,8 +33,9 @@ def neutral_configuration(model, dtype=None):
     """The neutral configuration (zero angles, identity quaternions, origin), ``(nq,)``."""
     dtype = dtype or jnp.zeros(()).dtype
     t = model.topo
-    return jnp.concatenate([joints.neutral(k, b1 - b0, dtype).reshape(-1)
-                            for k, b0, b1, _, _ in tree.kind_runs(t)])
+    return jnp.concatenate(
+        [joints.neutral(k, b1 - b0, dtype).reshape(-1) for k, b0, b1, _, _ in tree.kind_runs(t)]
+    )
 
 
 def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
@@ -44,9 +45,12 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
     t = model.topo
     runs = tree.kind_runs(t)
     keys = jax.random.split(key, len(runs))
-    return jnp.concatenate([
-        joints.random(k, kk, b1 - b0, lower, upper, dtype).reshape(-1)
-        for kk, (k, b0, b1, _, _) in zip(keys, runs)])
+    return jnp.concatenate(
+        [
+            joints.random(k, kk, b1 - b0, lower, upper, dtype).reshape(-1)
+            for kk, (k, b0, b1, _, _) in zip(keys, runs)
+        ]
+    )
 
 
 @full_precision
@@ -56,8 +60,7 @@ def integrate(model, q, v):
     q = _checks.as_array("integrate", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("integrate", "v", v, (("nv", model.nv),), model)
     dtype = _checks.common_dtype(q, v)
-    return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype),
-                    widths=("q", "v"))
+    return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype), widths=("q", "v"))
 
 
 @full_precision
@@ -66,5 +69,4 @@ def difference(model, q0, q1):
     q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)
     q1 = _checks.as_array("difference", "q1", q1, (("nq", model.nq),), model)
     dtype = _checks.common_dtype(q0, q1)
-    return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype),
-                    widths=("q", "q"))
+    return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype), widths=("q", "q"))

@@ -11,23 +11,25 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import spatial
+from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
-from .._precision import full_precision
 
 
 def inertia_apply_origin(m, h, Ibar, v):
     """Spatial inertia given about the origin (``m``, ``h = m c``, ``Ibar``) times ``v``."""
     w, vl = v[..., :3], v[..., 3:]
     return jnp.concatenate(
-        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1)
+        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1
+    )
 
 
 def crba_world(model, ws):
     """Joint-space inertia matrix from a precomputed world state."""
     t = model.topo
     Ic = tree.backward_accumulate(
-        t, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1))
+        t, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1)
+    )
     m, h, Ibar = Ic[:, 0], Ic[:, 1:4], Ic[:, 4:].reshape(-1, 3, 3)
     dm, dh, dI = (tree.bodies_to_dofs(t, x) for x in (m, h, Ibar))
     F = inertia_apply_origin(dm, dh, dI, ws.S)  # (nv, 6): oIc_{body(c)} oS_c

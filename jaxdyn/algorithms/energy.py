@@ -9,8 +9,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _checks
-from . import kinematics as kin
 from .._precision import full_precision
+from . import kinematics as kin
 
 
 @full_precision

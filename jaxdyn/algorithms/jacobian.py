@@ -10,8 +10,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import spatial
-from . import kinematics as kin
 from .._precision import full_precision
+from . import kinematics as kin
 
 REFERENCES = ("local", "world", "local_world_aligned")
 

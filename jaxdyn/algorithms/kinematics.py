@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import _checks, joints, spatial
-from ..model import tree
 from .._precision import full_precision
+from ..model import tree
 
 
 class Placements(NamedTuple):
@@ -40,7 +40,7 @@ def joint_placements(model, q):
     for kind, b0, b1, v0, v1 in tree.kind_runs(t):
         nqk = joints.NQ[kind]
         q0 = int(t.q_start[b0])
-        qs = q[q0:q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
+        qs = q[q0 : q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
         axis = model.dof_axis[v0:v1] if kind == joints.ONE_DOF else None
         parts.append(joints.joint_transform(kind, qs, axis))
     if len(parts) == 1:
@@ -111,8 +111,9 @@ def frame_placement(model, q, frame) -> Placements:
     b = int(t.frame_parent[f])
     if b < 0:
         return Placements(model.frame_R[f], model.frame_p[f])
-    return Placements(spatial.mm(body.R[b], model.frame_R[f]),
-                      spatial.mv(body.R[b], model.frame_p[f]) + body.p[b])
+    return Placements(
+        spatial.mm(body.R[b], model.frame_R[f]), spatial.mv(body.R[b], model.frame_p[f]) + body.p[b]
+    )
 
 
 # ----------------------------------------------------------------------------- world quantities
@@ -145,9 +146,14 @@ def com_to_origin(mass, c, Ic):
     x, y, z = c[..., 0], c[..., 1], c[..., 2]
     mx, my, mz = mass * x, mass * y, mass * z
     xx, yy, zz, xy, xz, yz = mx * x, my * y, mz * z, mx * y, mx * z, my * z
-    return Ic + jnp.stack([jnp.stack([yy + zz, -xy, -xz], -1),
-                           jnp.stack([-xy, xx + zz, -yz], -1),
-                           jnp.stack([-xz, -yz, xx + yy], -1)], -2)
+    return Ic + jnp.stack(
+        [
+            jnp.stack([yy + zz, -xy, -xz], -1),
+            jnp.stack([-xy, xx + zz, -yz], -1),
+            jnp.stack([-xz, -yz, xx + yy], -1),
+        ],
+        -2,
+    )
 
 
 def world_state(model, q, centered: bool = False) -> WorldState:

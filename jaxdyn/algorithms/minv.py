@@ -10,10 +10,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
 from .aba import articulated_inertias, column_widths, sweeps, world_inertia_matrices
-from .._precision import full_precision
 
 
 def minv_world(model, ws, inertias=None):
@@ -39,11 +39,12 @@ def minv_world(model, ws, inertias=None):
         eye = np.zeros((v1 - v0, w), dtype)
         eye[np.arange(v1 - v0), np.arange(v0, v1) - (nv - w)] = 1.0
         eyes[li] = eye
-    qdd = sweeps(model, ws.S, inertias, None, None, tree.LevelSeq(len(t.levels), eyes),
-                 None).field(0)
+    qdd = sweeps(model, ws.S, inertias, None, None, tree.LevelSeq(len(t.levels), eyes), None).field(
+        0
+    )
     rows_out, row_v0 = [], []
     pieces = [(li, li + 1, x[None]) for li, x in qdd.single.items()] + qdd.blocks
-    for la, lb, x in sorted(pieces, key=lambda blk: blk[0]):
+    for _la, _lb, x in sorted(pieces, key=lambda blk: blk[0]):
         x = x.reshape((-1, x.shape[-1]))
         w = x.shape[-1]
         rows_out.append(jnp.concatenate([jnp.zeros((x.shape[0], nv - w), dtype), x], -1))

@@ -9,9 +9,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _checks, spatial
+from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
-from .._precision import full_precision
 
 
 def external_forces_world(model, ws, f_ext):
@@ -38,7 +38,8 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
     a = tree.forward_accumulate(t, aJ, a0)
     f = kin.inertia_apply(ws.mass, ws.c, ws.Ic, a) + spatial.force_cross(
-        v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v))
+        v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v)
+    )
     if f_ext is not None:
         f = f - external_forces_world(model, ws, f_ext)
     F = tree.backward_accumulate(t, f)

@@ -18,9 +18,9 @@ algorithms for systems with kinematic loops", IEEE Transactions on Robotics, 202
   inertia / unconstrained link trees).
 """
 
-from . import robots, spec
+from . import robots as robots
+from . import spec as spec
 from .algorithms import caba, crnea
-from .cefpa import cefpa
 from .baselines import (
     APPROXIMATIONS,
     approximate_model,
@@ -30,6 +30,7 @@ from .baselines import (
     projected_rnea,
     projection_fd,
 )
+from .cefpa import cefpa
 from .model import ClusterModel, build, with_armature
 from .quantities import cluster_quantities
 from .spec import (

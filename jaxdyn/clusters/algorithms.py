@@ -37,13 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, spatial
+from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
 from .model import LINEAR, ClusterModel
 from .rotors import plan as rotor_plan
 from .rotors import rotor_terms
 from .state import all_group_states, assemble_spanning
-from .._precision import full_precision
 
 
 def _inv_spd(D):
@@ -53,8 +53,9 @@ def _inv_spd(D):
     if k == 2:
         a, b, d = D[..., 0, 0], D[..., 0, 1], D[..., 1, 1]
         det = a * d - b * b
-        return jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-b, a], -1)], -2) / det[..., None,
-                                                                                       None]
+        return (
+            jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-b, a], -1)], -2) / det[..., None, None]
+        )
     return jnp.linalg.inv(D)
 
 
@@ -101,7 +102,7 @@ def _setup(model, fn, q, v, x=None, xname=None, f_ext=None):
     f_ext = _check_fext(fn, model, f_ext)
     dt = _checks.common_dtype(q, v, x, f_ext)
     model = model.astype(dt)
-    cast = (lambda a: None if a is None else a.astype(dt))
+    cast = lambda a: None if a is None else a.astype(dt)
     q, v, x, f_ext = cast(q), cast(v), cast(x), cast(f_ext)
     gss = all_group_states(model, q, v)
     qs = assemble_spanning(model, gss, "qs")
@@ -150,8 +151,11 @@ def _forward_kinematics(model, gss, ws, dt, with_velocity):
                     w = vJ
                 else:
                     vJ = jnp.einsum("cid,cdx->cix", A, Sq)
-                    w = Sq if _identity_B(g) else jnp.einsum("cid,cdx->cix",
-                                                             jnp.asarray(g.B, dt), Sq)
+                    w = (
+                        Sq
+                        if _identity_B(g)
+                        else jnp.einsum("cid,cdx->cix", jnp.asarray(g.B, dt), Sq)
+                    )
                 vl.append(vJ.reshape(-1, 6))
                 ws_.append(w.reshape(-1, 6))
             gl.append(_GK(Sk, J, None, None, None))
@@ -172,7 +176,7 @@ def _forward_kinematics(model, gss, ws, dt, with_velocity):
         for gi, g in enumerate(lvl.groups):
             s = gss[gidx[id(g)]]
             k = g.nc * g.n
-            cg = cvp[off:off + k].reshape(g.nc, g.n, 6)
+            cg = cvp[off : off + k].reshape(g.nc, g.n, 6)
             if g.n > 1:
                 cg = jnp.einsum("cij,cjx->cix", jnp.asarray(g.Ab, dt), cg)
             if s.g is not None:
@@ -183,7 +187,7 @@ def _forward_kinematics(model, gss, ws, dt, with_velocity):
 
 
 def _group_y(g, x):
-    return x[g.v0:g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
+    return x[g.v0 : g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
 
 
 # ----------------------------------------------------------------------------- C-RNEA
@@ -217,15 +221,20 @@ def crnea(model: ClusterModel, q, v, a, f_ext=None):
     # accelerations: a_k = X_k a_λ(k) + S_k ydd_k + c_k (one gather + add per level)
     accs, prev = [], None
     for li, (lvl, gl) in enumerate(zip(t.levels, gks)):
-        inc = _flat([(jnp.einsum("cixy,cy->cix", gk.S, _group_y(g, a)) + gk.c).reshape(-1, 6)
-                     for g, gk in zip(lvl.groups, gl)])
+        inc = _flat(
+            [
+                (jnp.einsum("cixy,cy->cix", gk.S, _group_y(g, a)) + gk.c).reshape(-1, 6)
+                for g, gk in zip(lvl.groups, gl)
+            ]
+        )
         prev = _gather_out(prev, t.level_out[li], a0) + inc
         accs.append(prev)
     a_all = _flat(accs)
     bo = t.body_order
     m, com, Ic = ws.mass[bo], ws.c[bo], ws.Ic[bo]
     f = kin.inertia_apply(m, com, Ic, a_all) + spatial.force_cross(
-        v_all, kin.inertia_apply(m, com, Ic, v_all))
+        v_all, kin.inertia_apply(m, com, Ic, v_all)
+    )
     if fw is not None:
         f = f - fw[bo]
     # backward: tau_k = S_k^T f_k, f_λ(k) += X_k^T f_k
@@ -234,15 +243,16 @@ def crnea(model: ClusterModel, q, v, a, f_ext=None):
     below = None
     for li in range(len(t.levels) - 1, -1, -1):
         lvl = t.levels[li]
-        F = f[t.level_b0[li]:t.level_b0[li + 1]]
+        F = f[t.level_b0[li] : t.level_b0[li + 1]]
         if below is not None:
             F = F + _sum_to_prev(t.levels[li + 1], below)
         for g, gk in zip(lvl.groups, gks[li]):
-            Fg = F[g.lb0:g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
+            Fg = F[g.lb0 : g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
             tau = jnp.einsum("cixy,cix->cy", gk.S, Fg)
             if "armature" in g.params:
-                tau = tau + jnp.einsum("cyz,cz->cy", jnp.asarray(g.params["armature"], dt),
-                                       _group_y(g, a))
+                tau = tau + jnp.einsum(
+                    "cyz,cz->cy", jnp.asarray(g.params["armature"], dt), _group_y(g, a)
+                )
             taus[gidx[id(g)]] = tau.reshape(-1)
         below = F
     return jnp.concatenate(taus)
@@ -264,8 +274,7 @@ def _to_blocks(Ia, g):
 
 
 def _from_blocks(x, g):
-    return x.reshape(g.nc, g.n, g.n, 6, 6).transpose(0, 1, 3, 2, 4).reshape(
-        g.nc, 6 * g.n, 6 * g.n)
+    return x.reshape(g.nc, g.n, g.n, 6, 6).transpose(0, 1, 3, 2, 4).reshape(g.nc, 6 * g.n, 6 * g.n)
 
 
 def _single_output(g):
@@ -324,17 +333,18 @@ def _backward_articulated(model, ws, gks, dt, bias=None, tau=None):
         for g, gk, so, Pg in zip(lvl.groups, gks[li], single, P):
             n = g.n
             b0 = t.level_b0[li] + g.lb0
-            IAd = I6[b0:b0 + g.nc * n]
+            IAd = I6[b0 : b0 + g.nc * n]
             if below_d is not None:
-                IAd = IAd + below_d[g.lb0:g.lb0 + g.nc * n]
+                IAd = IAd + below_d[g.lb0 : g.lb0 + g.nc * n]
             IAd = IAd.reshape(g.nc, n, 6, 6)
-            dense = full_rows is not None and bool(np.any(full_rows[toff:toff + g.T]))
+            dense = full_rows is not None and bool(np.any(full_rows[toff : toff + g.T]))
             S4 = gk.S  # (nc, n, 6, ny)
             Sm = S4.reshape(g.nc, 6 * n, g.ny)
             if dense:
-                IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[
-                    :, :, :, None, :]).reshape(g.nc, 6 * n, 6 * n)
-                IA = IA + _from_blocks(below_f[toff:toff + g.T], g)
+                IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[:, :, :, None, :]).reshape(
+                    g.nc, 6 * n, 6 * n
+                )
+                IA = IA + _from_blocks(below_f[toff : toff + g.T], g)
                 U = IA @ Sm
                 U4 = U.reshape(g.nc, n, 6, g.ny)
             else:
@@ -351,8 +361,7 @@ def _backward_articulated(model, ws, gks, dt, bias=None, tau=None):
             if li > 0:
                 if so:
                     Ub = U4.sum(1)  # (nc, 6, ny)
-                    base = (IA.reshape(g.nc, n, 6, n, 6).sum((1, 3)) if dense else
-                            IAd.sum(1))
+                    base = IA.reshape(g.nc, n, 6, n, 6).sum((1, 3)) if dense else IAd.sum(1)
                     if g.ny == 1:
                         red = Ub * jnp.swapaxes(Ub, -1, -2) * Dinv
                     else:
@@ -360,14 +369,15 @@ def _backward_articulated(model, ws, gks, dt, bias=None, tau=None):
                     dparts.append(jnp.asarray(Pg, dt) @ (base - red).reshape(g.nc, 36))
                 else:
                     if not dense:
-                        IA = (jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[
-                            :, :, :, None, :]).reshape(g.nc, 6 * n, 6 * n)
+                        IA = (
+                            jnp.eye(n, dtype=dt)[None, :, None, :, None] * IAd[:, :, :, None, :]
+                        ).reshape(g.nc, 6 * n, 6 * n)
                     Ia = IA - U @ Dinv @ jnp.swapaxes(U, -1, -2)
                     fparts.append(_to_blocks(Ia, g))
             if bias is not None:
-                pA = bias[b0:b0 + g.nc * n]
+                pA = bias[b0 : b0 + g.nc * n]
                 if addp is not None:
-                    pA = pA + addp[g.lb0:g.lb0 + g.nc * n]
+                    pA = pA + addp[g.lb0 : g.lb0 + g.nc * n]
                 pA = pA.reshape(g.nc, 6 * n)
                 c = gk.c.reshape(g.nc, 6 * n)
                 u = _group_y(g, tau) - jnp.einsum("cky,ck->cy", Sm, pA)
@@ -501,7 +511,7 @@ def _in_cluster_ancestors(t):
             b = t.level_b0[li] + g.lb0
             for c in range(g.nc):
                 k = b + c * g.n
-                M[k:k + g.n, k:k + g.n] = g.Ab[c]
+                M[k : k + g.n, k : k + g.n] = g.Ab[c]
     return M
 
 
@@ -518,8 +528,9 @@ def _receivers(t):
                 nxt.update(int(o) for o in g.out[:, 0])
         rl, pl, k = [], {}, 0
         for g in lvl.groups:
-            sel = np.array(sorted(b - g.lb0 for b in nxt if g.lb0 <= b < g.lb0 + g.nc * g.n),
-                           np.int64)
+            sel = np.array(
+                sorted(b - g.lb0 for b in nxt if g.lb0 <= b < g.lb0 + g.nc * g.n), np.int64
+            )
             rl.append(sel)
             for b in sel:
                 pl[int(b) + g.lb0] = k
@@ -528,8 +539,12 @@ def _receivers(t):
         pos.append(pl)
     recv_idx = []
     for li, lvl in enumerate(t.levels):
-        recv_idx.append([np.array([-1 if o < 0 else pos[li - 1][int(o)] for o in g.out[:, 0]],
-                                  np.int64) for g in lvl.groups])
+        recv_idx.append(
+            [
+                np.array([-1 if o < 0 else pos[li - 1][int(o)] for o in g.out[:, 0]], np.int64)
+                for g in lvl.groups
+            ]
+        )
     return recv, recv_idx
 
 
@@ -563,8 +578,8 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt, rotors=None):
     for li in range(nl - 1, -1, -1):
         lvl = t.levels[li]
         b0 = t.level_b0[li]
-        IAl = I6[b0:b0 + lvl.nb]
-        pAl = bias[b0:b0 + lvl.nb]
+        IAl = I6[b0 : b0 + lvl.nb]
+        pAl = bias[b0 : b0 + lvl.nb]
         if addI is not None:
             IAl = IAl + addI
             pAl = pAl + addp
@@ -575,11 +590,12 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt, rotors=None):
             pA = pAl[sl].reshape(g.nc, g.n, 6)
             # Y = IA [S c]: U = IA S and IA c in one product; U^T c = S^T (IA c) (IA symmetric)
             Y = spatial.mm(IA, jnp.concatenate([Sk, cg[..., None]], -1))
-            U, pc = Y[..., :g.ny], pA + Y[..., g.ny]
+            U, pc = Y[..., : g.ny], pA + Y[..., g.ny]
             # Z = S^T [U, pA + IA c]: D and the bias projection in one product
-            Z = _sum_bodies(spatial.mm(jnp.swapaxes(Sk, -1, -2),
-                                       jnp.concatenate([U, pc[..., None]], -1)))
-            D = Z[..., :g.ny]
+            Z = _sum_bodies(
+                spatial.mm(jnp.swapaxes(Sk, -1, -2), jnp.concatenate([U, pc[..., None]], -1))
+            )
+            D = Z[..., : g.ny]
             if "armature" in g.params:
                 D = D + jnp.asarray(g.params["armature"], dt)
             Dinv = _inv_spd(D)
@@ -618,8 +634,7 @@ def _caba_single_output(model, gss, ws, v, tau, fw, dt, rotors=None):
                 sel = recv[li][gi]
                 if sel.size:
                     ci, bi = sel // g.n, sel % g.n
-                    acc = (aout[ci] + cs[li][gi][ci, bi]
-                           + spatial.mv(Ss[li][gi][ci, bi], ydd[ci]))
+                    acc = aout[ci] + cs[li][gi][ci, bi] + spatial.mv(Ss[li][gi][ci, bi], ydd[ci])
                     parts.append(acc)
         prev = _flat(parts) if parts else None
     return jnp.concatenate(ydds)
@@ -646,7 +661,7 @@ def _fast_kinematics(model, gss, ws, dt):
             s = gss[gidx[id(g)]]
             Sd = ws.S[g.dof]  # (nc, nvs, 6)
             Sl.append(_group_S(g, s, Sd, dt))
-            cg = c_all[b0 + g.lb0:b0 + g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
+            cg = c_all[b0 + g.lb0 : b0 + g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
             if s.g is not None:
                 cg = cg + _mix(g.A, Sd * s.g[..., None])
             cl.append(cg)
@@ -682,7 +697,8 @@ def _crnea_single_output(model, gss, ws, v, a, fw, dt, rotors=None):
     a_all = _flat(accs)
     m, com, Ic, v_all = ws.mass[bo], ws.c[bo], ws.Ic[bo], v_t[bo]
     f = kin.inertia_apply(m, com, Ic, a_all) + spatial.force_cross(
-        v_all, kin.inertia_apply(m, com, Ic, v_all))
+        v_all, kin.inertia_apply(m, com, Ic, v_all)
+    )
     if fw is not None:
         f = f - fw[bo]
     taus = [None] * len(t.groups)
@@ -690,12 +706,12 @@ def _crnea_single_output(model, gss, ws, v, a, fw, dt, rotors=None):
     for li in range(nl - 1, -1, -1):
         lvl = t.levels[li]
         b0 = t.level_b0[li]
-        F = f[b0:b0 + lvl.nb]
+        F = f[b0 : b0 + lvl.nb]
         if below is not None:
             F = F + below
         hs = []
         for g, Sk in zip(lvl.groups, Ss[li]):
-            Fg = F[g.lb0:g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
+            Fg = F[g.lb0 : g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6)
             tau = _sum_bodies(spatial.mv(jnp.swapaxes(Sk, -1, -2), Fg))  # (nc, ny)
             if "armature" in g.params:
                 tau = tau + spatial.mv(jnp.asarray(g.params["armature"], dt), _group_y(g, a))
@@ -748,8 +764,9 @@ def caba(model: ClusterModel, q, v, tau, f_ext=None):
         a_out = _gather_out(a_prev, t.level_out[li], a0)
         for gi, (g, gk) in enumerate(zip(lvl.groups, gl)):
             U, Dinv, u = ab.U[li][gi], ab.Dinv[li][gi], ab.u[li][gi]
-            ap = (a_out[g.lb0:g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6) + gk.c).reshape(
-                g.nc, 6 * g.n)
+            ap = (a_out[g.lb0 : g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6) + gk.c).reshape(
+                g.nc, 6 * g.n
+            )
             ydd = jnp.einsum("cyz,cz->cy", Dinv, u - jnp.einsum("cky,ck->cy", U, ap))
             acc = ap + jnp.einsum("cky,cy->ck", gk.S.reshape(g.nc, 6 * g.n, g.ny), ydd)
             parts.append(acc.reshape(-1, 6))

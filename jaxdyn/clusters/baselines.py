@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial
+from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
@@ -34,9 +35,14 @@ from . import spec as S
 from .algorithms import _check_fext
 from .cefpa import _ee_transforms, resolve_end_effectors
 from .model import IMPLICIT, TREE, ClusterModel, build, with_armature
-from .state import _prep, all_group_states, assemble_spanning, spanning_g, spanning_G, \
-    constraint_jacobian
-from .._precision import full_precision
+from .state import (
+    _prep,
+    all_group_states,
+    assemble_spanning,
+    constraint_jacobian,
+    spanning_G,
+    spanning_g,
+)
 
 APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
 
@@ -72,8 +78,9 @@ def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
 @full_precision
 def projected_rnea(model: ClusterModel, q, v, a, f_ext=None):
     """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
-    model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "projected_rnea", q, v, a,
-                                                             "a", f_ext)
+    model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(
+        model, "projected_rnea", q, v, a, "a", f_ext
+    )
     tau = rnea_world(model.tree, ws, qd, G @ a + gv, f_ext)[0]
     out = G.T @ tau
     R = _armature_dense(model, dt)
@@ -90,8 +97,9 @@ def _H_C(model, ws, qd, f_ext, G, gv, dt):
 def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Projection-method forward dynamics: Cholesky solve of
     ``(G^T H G) a = tau - G^T (C + H g)`` (paper eq. (12))."""
-    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "projection_fd", q, v, tau,
-                                                               "tau", f_ext)
+    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(
+        model, "projection_fd", q, v, tau, "tau", f_ext
+    )
     M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
     H = G.T @ M @ G
     R = _armature_dense(model, dt)
@@ -115,11 +123,14 @@ def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     ``lambda = (K H^-1 K^T)^-1 (k - K H^-1 (tau_q - C))`` has the same solution; with jaxlib
     0.10.2 a vmapped program holding two LAPACK factorisations can deadlock on XLA:CPU at
     large batch sizes, see ``docs/clusters.md``)."""
-    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(model, "lagrange_fd", q, v, tau,
-                                                               "tau", f_ext)
+    model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(
+        model, "lagrange_fd", q, v, tau, "tau", f_ext
+    )
     if any("armature" in g.params for g in model.topo.groups):
-        raise ValueError("lagrange_fd: models with armature (approximate models) have no "
-                         "spanning-tree form; use projection_fd or caba")
+        raise ValueError(
+            "lagrange_fd: models with armature (approximate models) have no "
+            "spanning-tree form; use projection_fd or caba"
+        )
     M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
     _, K, k = constraint_jacobian(model, q, v)
     E = jnp.asarray(model.topo.G_left_inverse, dt)
@@ -175,15 +186,28 @@ def _drop_bodies(tree: Model, drop) -> Model:
     fkeep = [f for f in range(len(t.frame_names)) if int(t.frame_parent[f]) not in drop]
     fparent = [-1 if t.frame_parent[f] < 0 else new[int(t.frame_parent[f])] for f in fkeep]
     topo = make_topology(
-        name=t.name + "_links", parent=parent, kind=kind,
-        joint_names=[t.joint_names[b] for b in keep], body_names=[t.body_names[b] for b in keep],
-        frame_names=[t.frame_names[f] for f in fkeep], frame_parent=fparent,
-        floating_base=t.floating_base, root_name=t.root_name)
-    return Model(Xtree_R=tree.Xtree_R[np.array(keep)], Xtree_p=tree.Xtree_p[np.array(keep)],
-                 dof_axis=tree.dof_axis[dofs], mass=tree.mass[np.array(keep)],
-                 com=tree.com[np.array(keep)], inertia=tree.inertia[np.array(keep)],
-                 frame_R=tree.frame_R[np.array(fkeep)], frame_p=tree.frame_p[np.array(fkeep)],
-                 gravity=tree.gravity, topo=topo)
+        name=t.name + "_links",
+        parent=parent,
+        kind=kind,
+        joint_names=[t.joint_names[b] for b in keep],
+        body_names=[t.body_names[b] for b in keep],
+        frame_names=[t.frame_names[f] for f in fkeep],
+        frame_parent=fparent,
+        floating_base=t.floating_base,
+        root_name=t.root_name,
+    )
+    return Model(
+        Xtree_R=tree.Xtree_R[np.array(keep)],
+        Xtree_p=tree.Xtree_p[np.array(keep)],
+        dof_axis=tree.dof_axis[dofs],
+        mass=tree.mass[np.array(keep)],
+        com=tree.com[np.array(keep)],
+        inertia=tree.inertia[np.array(keep)],
+        frame_R=tree.frame_R[np.array(fkeep)],
+        frame_p=tree.frame_p[np.array(fkeep)],
+        gravity=tree.gravity,
+        topo=topo,
+    )
 
 
 def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterModel:
@@ -213,14 +237,17 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
     for b in range(tt.nb):
         children[int(tt.parent[b])].append(b)
     drop, blocks = [], []  # blocks: (link bodies, R (ny, ny))
-    I6 = np.asarray(spatial.inertia_matrix(*spatial.inertia_params(
-        tree.mass, tree.com, tree.inertia)))
+    I6 = np.asarray(
+        spatial.inertia_matrix(*spatial.inertia_params(tree.mass, tree.com, tree.inertia))
+    )
     axis = np.asarray(tree.dof_axis)
     for g in t.groups:
         if g.kind == IMPLICIT:
-            raise ValueError(f"approximate_model: cluster(s) "
-                             f"{list(t.cluster_names[g.cl0:g.cl0 + g.nc])} have implicit loop "
-                             "constraints; the reflected-inertia approximation needs rotors")
+            raise ValueError(
+                f"approximate_model: cluster(s) "
+                f"{list(t.cluster_names[g.cl0 : g.cl0 + g.nc])} have implicit loop "
+                "constraints; the reflected-inertia approximation needs rotors"
+            )
         for c in range(g.nc):
             bodies = list(g.body[c])
             if g.kind == TREE:
@@ -238,7 +265,8 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
                     raise ValueError(
                         f"approximate_model: dependent joint {tt.joint_names[b]!r} of cluster "
                         f"{t.cluster_names[g.cl0 + c]!r} is not a rotor (a leaf body attached "
-                        "outside its cluster)")
+                        "outside its cluster)"
+                    )
                 s = axis[g.dof[c, d]]
                 Gr = G[d][None]
                 R += Gr.T @ Gr * float(s @ I6[b] @ s)
@@ -272,7 +300,7 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
             armature.append(None)
             continue
         if kind == "diagonal":
-            (k, pos), = hits
+            ((k, pos),) = hits
             R = blocks[k][1]
             armature.append(np.array([[R[pos, pos]]]))
         else:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial
+from .._precision import full_precision
 from ..algorithms.aba import world_inertia_matrices
 from .algorithms import (
     _all_single_output,
@@ -44,7 +45,6 @@ from .algorithms import (
     _setup_folded,
     _sum_bodies,
 )
-from .._precision import full_precision
 from .model import ClusterModel
 from .rotors import plan as rotor_plan
 from .rotors import rotor_terms
@@ -63,8 +63,10 @@ def resolve_end_effectors(model: ClusterModel, end_effectors):
             try:
                 name, xyz = e
             except (TypeError, ValueError):
-                raise ValueError(f"cefpa: end_effectors entries must be a frame name or "
-                                 f"(frame, xyz offset), got {e!r}") from None
+                raise ValueError(
+                    f"cefpa: end_effectors entries must be a frame name or "
+                    f"(frame, xyz offset), got {e!r}"
+                ) from None
             xyz = np.asarray(xyz, float).reshape(-1)
             if xyz.shape != (3,):
                 raise ValueError(f"cefpa: offset of end effector {name!r} must have 3 entries")
@@ -172,8 +174,12 @@ def _path_plan(t, ees):
             cb = lb - g.lb0
             assert cb // g.n == c - g.cl0
             rows[gi].append((r, c - g.cl0, cb % g.n, e))
-        members.append([tuple(np.array(x, np.int64).reshape(-1) for x in zip(*rw)) if rw else None
-                        for rw in rows])
+        members.append(
+            [
+                tuple(np.array(x, np.int64).reshape(-1) for x in zip(*rw)) if rw else None
+                for rw in rows
+            ]
+        )
         order.append([e for rw in rows for (_, _, _, e) in rw])
     nxt = [None] * nl
     for li in range(1, nl):
@@ -185,8 +191,11 @@ def _path_plan(t, ees):
 def _take(x, *idx):
     """``x[idx]`` for static indices into the leading axes: nothing for the identity, a slice
     (broadcast against the other operands) when every entry is the same, else a gather."""
-    if len(idx) == 1 and idx[0].shape[0] == x.shape[0] and np.array_equal(
-            idx[0], np.arange(idx[0].shape[0])):
+    if (
+        len(idx) == 1
+        and idx[0].shape[0] == x.shape[0]
+        and np.array_equal(idx[0], np.arange(idx[0].shape[0]))
+    ):
         return x
     if idx[0].size == 0:
         return x[:0]
@@ -228,14 +237,14 @@ def _cefpa_single_output(model, gss, ws, ees, dt, rotors=None):
     for li in range(nl - 1, -1, -1):
         lvl = t.levels[li]
         b0 = t.level_b0[li]
-        IAl = I6[b0:b0 + lvl.nb]
+        IAl = I6[b0 : b0 + lvl.nb]
         if addI is not None:
             IAl = IAl + addI
         hI, Pn = [], []
         for g, mem in zip(lvl.groups, members[li]):
             s = gss[gidx[id(g)]]
             Sk = _group_S(g, s, ws.S[g.dof], dt)  # (nc, n, 6, ny)
-            IA = IAl[g.lb0:g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6, 6)
+            IA = IAl[g.lb0 : g.lb0 + g.nc * g.n].reshape(g.nc, g.n, 6, 6)
             U = spatial.mm(IA, Sk)
             D = _sum_bodies(spatial.mm(jnp.swapaxes(Sk, -1, -2), U))
             if "armature" in g.params:
@@ -245,8 +254,9 @@ def _cefpa_single_output(model, gss, ws, ees, dt, rotors=None):
             if rterms is not None and rterms[gidx[id(g)]] is not None:
                 Ub = Ub + rterms[gidx[id(g)]][0]
             if li > 0:
-                hI.append(_sum_bodies(IA) - spatial.mm(spatial.mm(Ub, Dinv),
-                                                       jnp.swapaxes(Ub, -1, -2)))
+                hI.append(
+                    _sum_bodies(IA) - spatial.mm(spatial.mm(Ub, Dinv), jnp.swapaxes(Ub, -1, -2))
+                )
             if mem is None:
                 continue
             pos, ci, bi, es = mem
@@ -265,8 +275,9 @@ def _cefpa_single_output(model, gss, ws, ees, dt, rotors=None):
             Qcols.append(_scatter_rows(Q, es, me))
             Rcols.append(_scatter_rows(R, es, me))
         if li > 0:
-            addI = _route(t.levels[li - 1].nb, np.concatenate([g.out[:, 0] for g in lvl.groups]),
-                          _flat(hI))
+            addI = _route(
+                t.levels[li - 1].nb, np.concatenate([g.out[:, 0] for g in lvl.groups]), _flat(hI)
+            )
             Pn = _flat(Pn) if Pn else X[:0]
             if np.array_equal(nxt[li], np.arange(Pn.shape[0])):
                 P = Pn
@@ -313,9 +324,10 @@ def _cefpa_general(model, gss, ws, ees, dt):
         for gi, (g, gk) in enumerate(zip(lvl.groups, gks[li])):
             Sm = gk.S.reshape(g.nc, 6 * g.n, g.ny)
             U, Dinv = ab.U[li][gi], ab.Dinv[li][gi]
-            Pg = Phi[:, :, g.lb0:g.lb0 + g.nc * g.n].reshape(me, 6, g.nc, 6 * g.n)
-            PL = Pg - jnp.einsum("eacy,cyz,ckz->eack", jnp.einsum("eack,cky->eacy", Pg, Sm),
-                                 Dinv, U)
+            Pg = Phi[:, :, g.lb0 : g.lb0 + g.nc * g.n].reshape(me, 6, g.nc, 6 * g.n)
+            PL = Pg - jnp.einsum(
+                "eacy,cyz,ckz->eack", jnp.einsum("eack,cky->eacy", Pg, Sm), Dinv, U
+            )
             parts.append(PL.reshape(me, 6, g.nc * g.n, 6))
         below = parts[0] if len(parts) == 1 else jnp.concatenate(parts, 2)
     # forward: A_{k,e} = L_k X_k A_{λ,e} + K_k Phi_{e,k}^T
@@ -332,8 +344,9 @@ def _cefpa_general(model, gss, ws, ees, dt):
             else:
                 full = jnp.concatenate([prev, zero[:, None]], 1)  # (me, nbp+1, 6, 6)
                 Aout = full[:, g.out].reshape(me, g.nc, 6 * g.n, 6)
-            PhiT = jnp.swapaxes(Phis[li][:, :, g.lb0:g.lb0 + g.nc * g.n].reshape(
-                me, 6, g.nc, 6 * g.n), 1, 2)  # (me, nc, 6, 6n)
+            PhiT = jnp.swapaxes(
+                Phis[li][:, :, g.lb0 : g.lb0 + g.nc * g.n].reshape(me, 6, g.nc, 6 * g.n), 1, 2
+            )  # (me, nc, 6, 6n)
             PhiT = jnp.swapaxes(PhiT, -1, -2)  # (me, nc, 6n, 6)
             rhs = jnp.einsum("cky,eckf->ecyf", Sm, PhiT) - jnp.einsum("cky,eckf->ecyf", U, Aout)
             Ag = Aout + jnp.einsum("cky,cyz,eczf->eckf", Sm, Dinv, rhs)

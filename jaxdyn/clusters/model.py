@@ -99,10 +99,20 @@ class _PointItem:
 
     def phi(self, qc, d):
         dt = qc.dtype
-        pp = self._point(qc[d["idx_p"]], d["XR_p"].astype(dt), d["Xp_p"].astype(dt),
-                         d["ax_p"].astype(dt), d["off_p"].astype(dt))
-        ps = self._point(qc[d["idx_s"]], d["XR_s"].astype(dt), d["Xp_s"].astype(dt),
-                         d["ax_s"].astype(dt), d["off_s"].astype(dt))
+        pp = self._point(
+            qc[d["idx_p"]],
+            d["XR_p"].astype(dt),
+            d["Xp_p"].astype(dt),
+            d["ax_p"].astype(dt),
+            d["off_p"].astype(dt),
+        )
+        ps = self._point(
+            qc[d["idx_s"]],
+            d["XR_s"].astype(dt),
+            d["Xp_s"].astype(dt),
+            d["ax_s"].astype(dt),
+            d["off_s"].astype(dt),
+        )
         return (pp - ps)[np.asarray(self.rows)]
 
 
@@ -216,8 +226,10 @@ class ClusterTopology:
         self.__dict__.update(kw)
 
     def __repr__(self):
-        return (f"ClusterTopology({self.name!r}, clusters={self.n_clusters}, nq={self.nq}, "
-                f"nv={self.nv}, depth={len(self.levels)})")
+        return (
+            f"ClusterTopology({self.name!r}, clusters={self.n_clusters}, nq={self.nq}, "
+            f"nv={self.nv}, depth={len(self.levels)})"
+        )
 
 
 class ClusterModel(eqx.Module):
@@ -279,12 +291,14 @@ class ClusterModel(eqx.Module):
     def gravity(self):
         return self.tree.gravity
 
-    def astype(self, dtype) -> "ClusterModel":
+    def astype(self, dtype) -> ClusterModel:
         return ClusterModel(self.tree.astype(dtype), self.topo)
 
     def __repr__(self):
-        return (f"ClusterModel({self.name!r}, nq={self.nq}, nv={self.nv}, nb={self.nb}, "
-                f"clusters={self.n_clusters}, depth={len(self.topo.levels)})")
+        return (
+            f"ClusterModel({self.name!r}, nq={self.nq}, nv={self.nv}, nb={self.nb}, "
+            f"clusters={self.n_clusters}, depth={len(self.topo.levels)})"
+        )
 
     def describe(self) -> str:
         """One line per cluster: kind, bodies, parent cluster, sizes."""
@@ -296,7 +310,8 @@ class ClusterModel(eqx.Module):
             par = t.cluster_parent[c]
             lines.append(
                 f"  [{c}] {t.cluster_names[c]} ({g.kind}, level {g.level}, parent "
-                f"{'world' if par < 0 else par}): bodies {bodies}, n_span={g.nvs}, n_y={g.ny}")
+                f"{'world' if par < 0 else par}): bodies {bodies}, n_span={g.nvs}, n_y={g.ny}"
+            )
         return "\n".join(lines)
 
 
@@ -352,8 +367,10 @@ class _Ctx:
         if name in self.joint_body:
             return self.joint_body[name]
         if name in self.welded_joints:
-            raise ValueError(f"{where}: joint {name!r} is fixed (merged into its parent body); "
-                             "only moving joints can be constrained")
+            raise ValueError(
+                f"{where}: joint {name!r} is fixed (merged into its parent body); "
+                "only moving joints can be constrained"
+            )
         raise ValueError(f"{where}: no moving joint named {name!r}")
 
     def link(self, name, where):
@@ -366,8 +383,10 @@ class _Ctx:
     def one_dof(self, b, where):
         if b < 0 or int(self.kind[b]) != joints.ONE_DOF:
             jn = "the world" if b < 0 else repr(self.t.joint_names[b])
-            raise ValueError(f"{where}: joint {jn} is not a one-DoF (revolute/prismatic) joint; "
-                             "only one-DoF joints can be coupled")
+            raise ValueError(
+                f"{where}: joint {jn} is not a one-DoF (revolute/prismatic) joint; "
+                "only one-DoF joints can be coupled"
+            )
 
     def one_dof_joints(self, names, where):
         """Bodies of distinct, moving, one-DoF joints ``names``."""
@@ -393,8 +412,10 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
         for b in coords:
             ctx.one_dof(b, where)
         if not pp or not ps:
-            raise ValueError(f"{where}: one link is an ancestor of the other; a rolling coupling "
-                             "needs two branches below their common ancestor")
+            raise ValueError(
+                f"{where}: one link is an ancestor of the other; a rolling coupling "
+                "needs two branches below their common ancestor"
+            )
         K = np.concatenate([np.full(len(pp), spec.ratio), -np.ones(len(ps))])[None]
         return _Item(spec.name or "coupling", where, coords, "lin", coords, K=K, k0=np.zeros(1))
     if isinstance(spec, S.Mimic):
@@ -403,23 +424,40 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
         ctx.one_dof(bm, where)
         ctx.one_dof(bt, where)
         K = np.array([[float(spec.multiplier), -1.0]])
-        return _Item(spec.name or f"{spec.joint}_mimic", where, [bt, bm], "lin", [bt, bm], K=K,
-                     k0=np.array([-float(spec.offset)]), flags={bm: False})
+        return _Item(
+            spec.name or f"{spec.joint}_mimic",
+            where,
+            [bt, bm],
+            "lin",
+            [bt, bm],
+            K=K,
+            k0=np.array([-float(spec.offset)]),
+            flags={bm: False},
+        )
     if isinstance(spec, S.LinearConstraint):
         where = f"LinearConstraint {spec.name!r}"
         bs = ctx.one_dof_joints(spec.joints, where)
         flags = {}
         if spec.dependent is not None:
             flags = {b: (j not in spec.dependent) for j, b in zip(spec.joints, bs)}
-        return _Item(spec.name or "linear", where, bs, "lin", bs, K=np.asarray(spec.K, float),
-                     k0=np.asarray(spec.k0, float), flags=flags)
+        return _Item(
+            spec.name or "linear",
+            where,
+            bs,
+            "lin",
+            bs,
+            K=np.asarray(spec.K, float),
+            k0=np.asarray(spec.k0, float),
+            flags=flags,
+        )
     if isinstance(spec, S.ImplicitConstraint):
         where = f"ImplicitConstraint {spec.name!r}"
         bs = ctx.one_dof_joints(spec.joints, where)
         flags = {b: (j in spec.independent) for j, b in zip(spec.joints, bs)}
         scale = {ctx.joint_body[j]: s for j, s in spec.scale}
-        return _Item(spec.name or "implicit", where, bs, "fn", bs, fn=spec.phi, flags=flags,
-                     scale=scale)
+        return _Item(
+            spec.name or "implicit", where, bs, "fn", bs, fn=spec.phi, flags=flags, scale=scale
+        )
     if isinstance(spec, S.PointLoop):
         where = f'URDF+ <loop name="{spec.name}">'
         bp, Rp, tp = ctx.link(spec.predecessor, where + " <predecessor>")
@@ -432,8 +470,17 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
             ctx.one_dof(b, where)
         off_p = Rp @ np.asarray(spec.predecessor_xyz) + tp
         off_s = Rs @ np.asarray(spec.successor_xyz) + ts
-        return _Item(spec.name or "loop", where, pp + ps, "point", pp + ps, path_p=pp, path_s=ps,
-                     off_p=off_p, off_s=off_s)
+        return _Item(
+            spec.name or "loop",
+            where,
+            pp + ps,
+            "point",
+            pp + ps,
+            path_p=pp,
+            path_s=ps,
+            off_p=off_p,
+            off_s=off_s,
+        )
     if isinstance(spec, S.Cluster):
         where = f"Cluster {spec.name!r}"
         bodies = []
@@ -449,7 +496,7 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
 # ----------------------------------------------------------------------------- implicit helpers
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _phi_jac_fn(item_keys_templates):
     """jit'd ``(phi, K)`` of one cluster's items (build time), cached per structure."""
     templates = item_keys_templates
@@ -468,7 +515,8 @@ class _TemplateTuple(tuple):
 
     def __eq__(self, other):
         return isinstance(other, tuple) and tuple(t.key for t in self) == tuple(
-            t.key for t in other)
+            t.key for t in other
+        )
 
 
 def _item_template_and_params(it: _Item, local, ctx):
@@ -499,8 +547,15 @@ def _np_data(template, tree, prm):
 # ----------------------------------------------------------------------------- build
 
 
-def build(source, constraints=(), *, floating_base=False, gravity=(0.0, 0.0, -9.81),
-          independent=None, name=None) -> ClusterModel:
+def build(
+    source,
+    constraints=(),
+    *,
+    floating_base=False,
+    gravity=(0.0, 0.0, -9.81),
+    independent=None,
+    name=None,
+) -> ClusterModel:
     """Build a :class:`ClusterModel` from a spanning tree and constraint specifications.
 
     **Arguments:**
@@ -590,7 +645,8 @@ def build(source, constraints=(), *, floating_base=False, gravity=(0.0, 0.0, -9.
             raise ValueError(
                 f"{'; '.join(culprits) or 'build'}: the cluster of bodies {cl_label(c)} has "
                 f"parents outside it in {len(pcs)} different clusters ({desc}); a loop's outside "
-                "parents must all lie in one cluster")
+                "parents must all lie in one cluster"
+            )
         cpar.append(pcs[0])
     cdepth = [None] * len(clusters)
 
@@ -606,8 +662,9 @@ def build(source, constraints=(), *, floating_base=False, gravity=(0.0, 0.0, -9.
         items_of[int(cl_of[it.J[0]])].append(it)
 
     # --- per-cluster compilation
-    infos = [_compile_cluster(c, clusters[c], items_of[c], ctx, flags_urdf) for c in
-             range(len(clusters))]
+    infos = [
+        _compile_cluster(c, clusters[c], items_of[c], ctx, flags_urdf) for c in range(len(clusters))
+    ]
 
     # --- order: depth, then signature (first appearance), then first body
     order = sorted(range(len(clusters)), key=lambda c: (cdepth[c], clusters[c][0]))
@@ -642,13 +699,30 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         B[i, d] = 1.0
         A[:, d] = Ab[:, i]
     jn = [t.joint_names[b] for b in bodies]
-    info = dict(bodies=bodies, dofs=np.array(dofs), qidx=np.array(qidx), A=A, B=B, Ab=Ab,
-                nvs=nvs, nqs=nqs, n=n, params={}, items=())
+    info = dict(
+        bodies=bodies,
+        dofs=np.array(dofs),
+        qidx=np.array(qidx),
+        A=A,
+        B=B,
+        Ab=Ab,
+        nvs=nvs,
+        nqs=nqs,
+        n=n,
+        params={},
+        items=(),
+    )
     if not its:
         kinds = tuple(int(ctx.kind[b]) for b in bodies)
         info.update(ind=list(range(nvs)), ind_scale=np.ones(nvs))
-        info.update(kind=TREE, key=(TREE, n, nvs, nqs, kinds), ny=nvs, nqc=nqs, m=0,
-                    name=jn[0] if n == 1 else "+".join(jn))
+        info.update(
+            kind=TREE,
+            key=(TREE, n, nvs, nqs, kinds),
+            ny=nvs,
+            nqc=nqs,
+            m=0,
+            name=jn[0] if n == 1 else "+".join(jn),
+        )
         qn, vn = [], []
         for b in bodies:
             nq, nv = int(t.nq_j[b]), int(t.nv_j[b])
@@ -678,15 +752,17 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
     if all(it.type == "lin" for it in its):
         K = np.zeros((0, nvs))
         k0 = np.zeros(0)
-        for tp, prm in zip(templates, prms):
+        for _tp, prm in zip(templates, prms):
             Kt = np.zeros((prm["K"].shape[0], nvs))
             Kt[:, prm["idx"]] = prm["K"]
             K = np.concatenate([K, Kt])
             k0 = np.concatenate([k0, prm["k0"]])
         rank = np.linalg.matrix_rank(K)
         if rank < K.shape[0]:
-            raise ValueError(f"{where}: the linear constraints of cluster {jn} are redundant "
-                             f"(rank {rank} < {K.shape[0]} rows)")
+            raise ValueError(
+                f"{where}: the linear constraints of cluster {jn} are redundant "
+                f"(rank {rank} < {K.shape[0]} rows)"
+            )
         dep, ind = _choose_dependent(K, flags, jn, where)
         Kd, Ki = K[:, dep], K[:, ind]
         Pi = np.eye(nvs)[:, ind]
@@ -696,9 +772,18 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         off = Pd @ Kdinv @ k0
         ny = len(ind)
         info.update(ind=ind, ind_scale=np.ones(len(ind)))
-        info.update(kind=LINEAR, key=(LINEAR, n, nvs, ny), ny=ny, nqc=ny, m=len(dep), name=cname,
-                    params={"G": G, "off": off, "dep": np.isin(np.arange(nvs), dep) * 1.0}, K=K, q_names=[jn[i] for i in ind],
-                    v_names=[jn[i] for i in ind])
+        info.update(
+            kind=LINEAR,
+            key=(LINEAR, n, nvs, ny),
+            ny=ny,
+            nqc=ny,
+            m=len(dep),
+            name=cname,
+            params={"G": G, "off": off, "dep": np.isin(np.arange(nvs), dep) * 1.0},
+            K=K,
+            q_names=[jn[i] for i in ind],
+            v_names=[jn[i] for i in ind],
+        )
         return info
     # implicit: phi = concat(items)
     # 1. rows of point loops that depend on q (at random configurations)
@@ -718,8 +803,10 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
             for r in dead:
                 vals = [float(np.asarray(e[0])[r]) for e in evals]
                 if max(abs(v) for v in vals) > 1e-9:
-                    raise ValueError(f"{it.where}: the points never meet (coordinate {'xyz'[r]} "
-                                     f"of the gap is constant, {vals[0]:.6g})")
+                    raise ValueError(
+                        f"{it.where}: the points never meet (coordinate {'xyz'[r]} "
+                        f"of the gap is constant, {vals[0]:.6g})"
+                    )
             rows = []
             for r in live:  # keep rows that add rank at every sample
                 cand = rows + [r]
@@ -733,26 +820,37 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
     datas = tuple(_np_data(tp, tree, prm) for tp, prm in zip(templates, prms))
     m = sum(tp.r for tp in templates)
     if m >= nvs:
-        raise ValueError(f"{where}: the constraints of cluster {jn} leave no degree of freedom "
-                         f"({m} equations, {nvs} coordinates)")
+        raise ValueError(
+            f"{where}: the constraints of cluster {jn} leave no degree of freedom "
+            f"({m} equations, {nvs} coordinates)"
+        )
     # 2. a valid configuration (min-norm Newton from 0, then perturbed starts)
     qref = None
     for attempt in range(12):
-        q = np.zeros(nvs) if attempt == 0 else rng.uniform(-0.5, 0.5, nvs) * min(1.0, 0.25 * attempt)
+        q = (
+            np.zeros(nvs)
+            if attempt == 0
+            else rng.uniform(-0.5, 0.5, nvs) * min(1.0, 0.25 * attempt)
+        )
         for _ in range(200):
             ph, K = (np.asarray(x) for x in f(jnp.asarray(q), datas))
             if np.max(np.abs(ph)) < 1e-14:
                 break
             q = q - np.linalg.lstsq(K, ph, rcond=None)[0]
         ph, K = (np.asarray(x) for x in f(jnp.asarray(q), datas))
-        if np.all(np.isfinite(ph)) and np.max(np.abs(ph)) < 1e-12 and \
-                np.linalg.matrix_rank(K, tol=1e-8) == m:
+        if (
+            np.all(np.isfinite(ph))
+            and np.max(np.abs(ph)) < 1e-12
+            and np.linalg.matrix_rank(K, tol=1e-8) == m
+        ):
             qref = q
             break
     if qref is None:
-        raise ValueError(f"{where}: could not find a configuration of cluster {jn} satisfying the "
-                         "constraints (Newton from 0 and random starts failed), or its constraint "
-                         "Jacobian is rank deficient there")
+        raise ValueError(
+            f"{where}: could not find a configuration of cluster {jn} satisfying the "
+            "constraints (Newton from 0 and random starts failed), or its constraint "
+            "Jacobian is rank deficient there"
+        )
     dep, ind = _choose_dependent(K, flags, jn, where)
     ny = len(ind)
     Pi = np.eye(nvs)[:, ind]
@@ -765,9 +863,18 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         params.update(p)
     info.update(ind=ind, ind_scale=scale[ind])
     key = (IMPLICIT, n, nvs, ny, tuple(tp.key for tp in templates))
-    info.update(kind=IMPLICIT, key=key, ny=ny, nqc=nvs, m=m, name=cname, params=params,
-                items=tuple((tp, f"it{k}_") for k, tp in enumerate(templates)),
-                q_names=list(jn), v_names=[jn[i] for i in ind])
+    info.update(
+        kind=IMPLICIT,
+        key=key,
+        ny=ny,
+        nqc=nvs,
+        m=m,
+        name=cname,
+        params=params,
+        items=tuple((tp, f"it{k}_") for k, tp in enumerate(templates)),
+        q_names=list(jn),
+        v_names=[jn[i] for i in ind],
+    )
     return info
 
 
@@ -776,9 +883,11 @@ def _choose_dependent(K, flags, jn, where):
     m, nvs = K.shape
     dep = [i for i in range(nvs) if flags[i] is False]
     if len(dep) > m:
-        raise ValueError(f"{where}: {len(dep)} joints of cluster {jn} are flagged dependent "
-                         f"({[jn[i] for i in dep]}), but the constraints remove only {m} "
-                         "degree(s) of freedom")
+        raise ValueError(
+            f"{where}: {len(dep)} joints of cluster {jn} are flagged dependent "
+            f"({[jn[i] for i in dep]}), but the constraints remove only {m} "
+            "degree(s) of freedom"
+        )
     for i in reversed(range(nvs)):
         if len(dep) == m:
             break
@@ -786,9 +895,11 @@ def _choose_dependent(K, flags, jn, where):
             dep.append(i)
     dep.sort()
     if len(dep) < m or np.linalg.cond(K[:, dep]) > 1e10:
-        raise ValueError(f"{where}: cannot eliminate {m} coordinate(s) of cluster {jn}: the "
-                         f"constraint Jacobian is singular in the dependent coordinates "
-                         f"{[jn[i] for i in dep]} (check the independent= flags)")
+        raise ValueError(
+            f"{where}: cannot eliminate {m} coordinate(s) of cluster {jn}: the "
+            f"constraint Jacobian is singular in the dependent coordinates "
+            f"{[jn[i] for i in dep]} (check the independent= flags)"
+        )
     ind = [i for i in range(nvs) if i not in dep]
     return dep, ind
 
@@ -834,15 +945,31 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
                     o = int(ctx.parent[o])
                 outs[ci, i] = -1 if o < 0 else body_level_index[o]
         params = {k: np.stack([infos[c]["params"][k] for c in cs]) for k in inf0["params"]}
-        g = Group(kind=inf0["kind"], key=key, level=lvl, nc=nc, n=n, nvs=inf0["nvs"],
-                  nqs=inf0["nqs"], nqc=inf0["nqc"], ny=inf0["ny"], m=inf0["m"], cl0=cl0, q0=q0,
-                  v0=v0, lb0=lb0[lvl],
-                  body=np.array([clusters[c] for c in cs], np.int64),
-                  dof=np.stack([infos[c]["dofs"] for c in cs]).astype(np.int64),
-                  qidx=np.stack([infos[c]["qidx"] for c in cs]).astype(np.int64),
-                  A=np.stack([infos[c]["A"] for c in cs]), B=np.stack([infos[c]["B"] for c in cs]),
-                  Ab=np.stack([infos[c]["Ab"] for c in cs]), out=outs, params=params,
-                  items=inf0["items"])
+        g = Group(
+            kind=inf0["kind"],
+            key=key,
+            level=lvl,
+            nc=nc,
+            n=n,
+            nvs=inf0["nvs"],
+            nqs=inf0["nqs"],
+            nqc=inf0["nqc"],
+            ny=inf0["ny"],
+            m=inf0["m"],
+            cl0=cl0,
+            q0=q0,
+            v0=v0,
+            lb0=lb0[lvl],
+            body=np.array([clusters[c] for c in cs], np.int64),
+            dof=np.stack([infos[c]["dofs"] for c in cs]).astype(np.int64),
+            qidx=np.stack([infos[c]["qidx"] for c in cs]).astype(np.int64),
+            A=np.stack([infos[c]["A"] for c in cs]),
+            B=np.stack([infos[c]["B"] for c in cs]),
+            Ab=np.stack([infos[c]["Ab"] for c in cs]),
+            out=outs,
+            params=params,
+            items=inf0["items"],
+        )
         groups.append(g)
         for ci, c in enumerate(cs):
             inf = infos[c]
@@ -892,7 +1019,9 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
                         for j in range(g.n):
                             oj, cj, lj, _ = where_p[g.out[c, j]]
                             assert oj == oi and cj == ci
-                            tri[oi + (ci * npn + li) * npn + lj, off + (c * g.n + i) * g.n + j] = 1.0
+                            tri[oi + (ci * npn + li) * npn + lj, off + (c * g.n + i) * g.n + j] = (
+                                1.0
+                            )
                 off += g.T
         levels.append(Level(gs, nbl, inc, tri))
     cluster_level = [groups[cluster_group[c]].level for c in range(ncl)]
@@ -908,15 +1037,30 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
     for r, c, val in E_rows:
         E[r, c] = val
     topo = ClusterTopology(
-        name=name or t.name, G_left_inverse=E, levels=tuple(levels), groups=tuple(groups), n_clusters=ncl,
-        nq=sum(g.nc * g.nqc for g in groups), nv=sum(g.nc * g.ny for g in groups),
-        q_names=tuple(q_names), v_names=tuple(v_names), cluster_names=tuple(cluster_names),
-        cluster_group=tuple(cluster_group), cluster_bodies=tuple(cluster_bodies),
-        cluster_parent=np.array(cluster_parent, np.int64), cluster_level=np.array(cluster_level),
-        body_cluster=body_cluster, body_level_index=body_level_index,
-        level_b0=level_b0, body_order=body_order, level_out=level_out,
-        span_q_src=span_q_src, span_v_src=span_v_src, constraints=tuple(constraints),
-        has_loops=any(g.kind != TREE for g in groups))
+        name=name or t.name,
+        G_left_inverse=E,
+        levels=tuple(levels),
+        groups=tuple(groups),
+        n_clusters=ncl,
+        nq=sum(g.nc * g.nqc for g in groups),
+        nv=sum(g.nc * g.ny for g in groups),
+        q_names=tuple(q_names),
+        v_names=tuple(v_names),
+        cluster_names=tuple(cluster_names),
+        cluster_group=tuple(cluster_group),
+        cluster_bodies=tuple(cluster_bodies),
+        cluster_parent=np.array(cluster_parent, np.int64),
+        cluster_level=np.array(cluster_level),
+        body_cluster=body_cluster,
+        body_level_index=body_level_index,
+        level_b0=level_b0,
+        body_order=body_order,
+        level_out=level_out,
+        span_q_src=span_q_src,
+        span_v_src=span_v_src,
+        constraints=tuple(constraints),
+        has_loops=any(g.kind != TREE for g in groups),
+    )
     return ClusterModel(tree, topo)
 
 
@@ -932,8 +1076,12 @@ def with_armature(model: ClusterModel, armature) -> ClusterModel:
         if all(a is None for a in arm):
             groups.append(g)
             continue
-        R = np.stack([np.zeros((g.ny, g.ny)) if a is None else np.asarray(a, float).reshape(
-            g.ny, g.ny) for a in arm])
+        R = np.stack(
+            [
+                np.zeros((g.ny, g.ny)) if a is None else np.asarray(a, float).reshape(g.ny, g.ny)
+                for a in arm
+            ]
+        )
         params = dict(g.params, armature=R)
         groups.append(Group(**{**g.__dict__, "params": params, "key": g.key + ("armature",)}))
     levels = []

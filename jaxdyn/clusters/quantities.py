@@ -30,8 +30,9 @@ def _X_from_world(R, p):
 def _X_to_world(R, p):
     """``^{0}X_b``."""
     Z = jnp.zeros_like(R)
-    return jnp.concatenate([jnp.concatenate([R, Z], -1),
-                            jnp.concatenate([spatial.mm(spatial.skew(p), R), R], -1)], -2)
+    return jnp.concatenate(
+        [jnp.concatenate([R, Z], -1), jnp.concatenate([spatial.mm(spatial.skew(p), R), R], -1)], -2
+    )
 
 
 def cluster_quantities(model: ClusterModel, q, v=None):
@@ -71,22 +72,32 @@ def cluster_quantities(model: ClusterModel, q, v=None):
                 o = obs[i]
                 blk = bX0[b] if o < 0 else bX0[b] @ oXb[o]
                 j = uniq.index(o)
-                X = X.at[6 * i:6 * i + 6, 6 * j:6 * j + 6].set(blk)
+                X = X.at[6 * i : 6 * i + 6, 6 * j : 6 * j + 6].set(blk)
                 for jj, bj in enumerate(bodies):
                     if g.Ab[c, i, jj]:
-                        XR = XR.at[6 * i:6 * i + 6, 6 * jj:6 * jj + 6].set(bX0[b] @ oXb[bj])
+                        XR = XR.at[6 * i : 6 * i + 6, 6 * jj : 6 * jj + 6].set(bX0[b] @ oXb[bj])
             dofs = g.dof[c]
             Sblk = jnp.zeros((6 * n, g.nvs), dt)
             for d in range(g.nvs):
                 i = int(np.nonzero(g.B[c, :, d])[0][0])
-                Sblk = Sblk.at[6 * i:6 * i + 6, d].set(tree.dof_axis[dofs[d]])
+                Sblk = Sblk.at[6 * i : 6 * i + 6, d].set(tree.dof_axis[dofs[d]])
             G = jnp.eye(g.nvs, dtype=dt) if s.G is None else s.G[c]
-            d = dict(bodies=bodies, output_bodies=obs, output_bodies_unique=uniq, X=X, X_R=XR,
-                     S_blk=Sblk, G=G, S=XR @ Sblk @ G, kind=g.kind,
-                     name=t.cluster_names[g.cl0 + c])
+            d = dict(
+                bodies=bodies,
+                output_bodies=obs,
+                output_bodies_unique=uniq,
+                X=X,
+                X_R=XR,
+                S_blk=Sblk,
+                G=G,
+                S=XR @ Sblk @ G,
+                kind=g.kind,
+                name=t.cluster_names[g.cl0 + c],
+            )
             if v is not None:
                 qd = s.qd[c]
-                d.update(qdot=qd, g=jnp.zeros(g.nvs, dt) if s.g is None else s.g[c],
-                         v_J=XR @ Sblk @ qd)
+                d.update(
+                    qdot=qd, g=jnp.zeros(g.nvs, dt) if s.g is None else s.g[c], v_J=XR @ Sblk @ qd
+                )
             out.append(d)
     return out

@@ -44,8 +44,7 @@ def path(name: str) -> Path:
     ``tello_humanoid``)."""
     files = dict(ROBOTS, tello_legs="tello_legs.urdf", tello_humanoid="tello_humanoid.urdf")
     if name not in files:
-        raise ValueError(f"jaxdyn.clusters.robots: unknown robot {name!r}; known: "
-                         f"{sorted(files)}")
+        raise ValueError(f"jaxdyn.clusters.robots: unknown robot {name!r}; known: {sorted(files)}")
     return DATA_DIR / files[name]
 
 
@@ -69,37 +68,67 @@ def tello(arms: bool = False, gear_ratio: float = 6.0, **kw) -> ClusterModel:
     base = "torso" if arms else "ground"
     cons = []
     for side in ("left", "right"):
-        cons.append(S.geared_transmission(f"{base}-to-{side}-hip-clamp",
-                                          f"{base}-to-{side}-hip-clamp-rotor", gear_ratio,
-                                          name=f"{side}-hip-clamp"))
-        hip = (f"{side}-hip-clamp-to-hip-rotor-1", f"{side}-hip-clamp-to-hip-rotor-2",
-               f"{side}-hip-clamp-to-gimbal", f"{side}-gimbal-to-thigh")
-        cons.append(S.ImplicitConstraint(hip, S.tello_hip_differential_phi, hip[:2],
-                                         scale={hip[0]: 6.0, hip[1]: 6.0},
-                                         name=f"{side}-hip-differential"))
-        ka = (f"{side}-thigh-to-knee-ankle-rotor-1", f"{side}-thigh-to-knee-ankle-rotor-2",
-              f"{side}-thigh-to-shin", f"{side}-shin-to-foot")
-        cons.append(S.ImplicitConstraint(ka, S.tello_knee_ankle_differential_phi, ka[:2],
-                                         scale={ka[0]: 6.0, ka[1]: 6.0},
-                                         name=f"{side}-knee-ankle-differential"))
+        cons.append(
+            S.geared_transmission(
+                f"{base}-to-{side}-hip-clamp",
+                f"{base}-to-{side}-hip-clamp-rotor",
+                gear_ratio,
+                name=f"{side}-hip-clamp",
+            )
+        )
+        hip = (
+            f"{side}-hip-clamp-to-hip-rotor-1",
+            f"{side}-hip-clamp-to-hip-rotor-2",
+            f"{side}-hip-clamp-to-gimbal",
+            f"{side}-gimbal-to-thigh",
+        )
+        cons.append(
+            S.ImplicitConstraint(
+                hip,
+                S.tello_hip_differential_phi,
+                hip[:2],
+                scale={hip[0]: 6.0, hip[1]: 6.0},
+                name=f"{side}-hip-differential",
+            )
+        )
+        ka = (
+            f"{side}-thigh-to-knee-ankle-rotor-1",
+            f"{side}-thigh-to-knee-ankle-rotor-2",
+            f"{side}-thigh-to-shin",
+            f"{side}-shin-to-foot",
+        )
+        cons.append(
+            S.ImplicitConstraint(
+                ka,
+                S.tello_knee_ankle_differential_phi,
+                ka[:2],
+                scale={ka[0]: 6.0, ka[1]: 6.0},
+                name=f"{side}-knee-ankle-differential",
+            )
+        )
         if arms:
-            for j, r in ((f"torso-to-{side}-shoulder-ry", 6.0),
-                         (f"{side}-shoulder-ry-to-shoulder-rx", 6.0),
-                         (f"{side}-shoulder-rx-to-shoulder-rz", 6.0),
-                         (f"{side}-shoulder-rz-to-elbow", 9.0)):
+            for j, r in (
+                (f"torso-to-{side}-shoulder-ry", 6.0),
+                (f"{side}-shoulder-ry-to-shoulder-rx", 6.0),
+                (f"{side}-shoulder-rx-to-shoulder-rz", 6.0),
+                (f"{side}-shoulder-rz-to-elbow", 9.0),
+            ):
                 cons.append(S.geared_transmission(j, j + "-rotor", r, name=j + "-gear"))
     src = path("tello_humanoid" if arms else "tello_legs")
     return build(src, cons, name="tello_humanoid" if arms else "tello_legs", **kw)
 
 
 def _inertial(m, c, I):
-    return (f'<inertial><mass value="{m!r}"/><origin xyz="{c[0]!r} {c[1]!r} {c[2]!r}"/>'
-            f'<inertia ixx="{I[0]!r}" ixy="0" ixz="0" iyy="{I[1]!r}" iyz="0" izz="{I[2]!r}"/>'
-            "</inertial>")
+    return (
+        f'<inertial><mass value="{m!r}"/><origin xyz="{c[0]!r} {c[1]!r} {c[2]!r}"/>'
+        f'<inertia ixx="{I[0]!r}" ixy="0" ixz="0" iyy="{I[1]!r}" iyz="0" izz="{I[2]!r}"/>'
+        "</inertial>"
+    )
 
 
-def transmission_chain(n_links: int, kind: str = "GT", seed: int | None = None,
-                       gravity=(9.81, 0.0, 0.0)) -> ClusterModel:
+def transmission_chain(
+    n_links: int, kind: str = "GT", seed: int | None = None, gravity=(9.81, 0.0, 0.0)
+) -> ClusterModel:
     """A serial chain of ``n_links`` planar links driven through transmissions.
 
     - ``kind="GT"``: every link has a rotor on its parent body, ``q_r = N q_l`` (one cluster of
@@ -139,26 +168,40 @@ def transmission_chain(n_links: int, kind: str = "GT", seed: int | None = None,
             links.append(f'<link name="link{li}">{_inertial(m, c, I)}</link>')
             par = parent if k == 0 else f"link{group[0]}"
             x = 0.0 if par == "ground" else 1.0
-            jts.append(f'<joint name="joint{li}" type="revolute"><parent link="{par}"/>'
-                       f'<child link="link{li}"/><origin xyz="{x} 0 0"/><axis xyz="0 0 1"/>'
-                       "</joint>")
+            jts.append(
+                f'<joint name="joint{li}" type="revolute"><parent link="{par}"/>'
+                f'<child link="link{li}"/><origin xyz="{x} 0 0"/><axis xyz="0 0 1"/>'
+                "</joint>"
+            )
             Ir = draw(0.5, 1.5, 1.0) * 1e-4
             links.append(f'<link name="rotor{li}">{_inertial(0.0, (0, 0, 0), (Ir, Ir, Ir))}</link>')
-            jts.append(f'<joint name="rotor_joint{li}" type="revolute"><parent link="{parent}"/>'
-                       f'<child link="rotor{li}"/><origin xyz="{x} 0 0"/><axis xyz="0 0 1"/>'
-                       "</joint>")
+            jts.append(
+                f'<joint name="rotor_joint{li}" type="revolute"><parent link="{parent}"/>'
+                f'<child link="rotor{li}"/><origin xyz="{x} 0 0"/><axis xyz="0 0 1"/>'
+                "</joint>"
+            )
             link_joints.append(f"joint{li}")
             rotor_joints.append(f"rotor_joint{li}")
         if pair:
-            cons.append(S.belt_transmission(link_joints, rotor_joints,
-                                            (ratio(2.0), ratio(2.0)),
-                                            ((ratio(3.0),), (ratio(3.0), ratio(3.0))),
-                                            name=f"belt{i}"))
+            cons.append(
+                S.belt_transmission(
+                    link_joints,
+                    rotor_joints,
+                    (ratio(2.0), ratio(2.0)),
+                    ((ratio(3.0),), (ratio(3.0), ratio(3.0))),
+                    name=f"belt{i}",
+                )
+            )
         else:
-            cons.append(S.geared_transmission(link_joints[0], rotor_joints[0], ratio(2.0),
-                                              name=f"gear{i}"))
+            cons.append(
+                S.geared_transmission(link_joints[0], rotor_joints[0], ratio(2.0), name=f"gear{i}")
+            )
         parent = f"link{group[-1]}"
         i += len(group)
-    xml = (f'<robot name="{kind.lower()}_chain_{n_links}">' + "".join(links) + "".join(jts)
-           + "</robot>")
+    xml = (
+        f'<robot name="{kind.lower()}_chain_{n_links}">'
+        + "".join(links)
+        + "".join(jts)
+        + "</robot>"
+    )
     return build(xml, cons, gravity=gravity)

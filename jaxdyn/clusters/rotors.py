@@ -93,8 +93,10 @@ def plan(model: ClusterModel):
     """The :class:`RotorPlan` of ``model``, or None where the folded path does not apply."""
     try:
         tree = model.tree
-        arrays = tuple(np.asarray(x, np.float64) for x in (
-            tree.mass, tree.com, tree.inertia, tree.Xtree_R, tree.Xtree_p, tree.dof_axis))
+        arrays = tuple(
+            np.asarray(x, np.float64)
+            for x in (tree.mass, tree.com, tree.inertia, tree.Xtree_R, tree.Xtree_p, tree.dof_axis)
+        )
     except Exception:  # traced model parameters: no static plan
         return None
     key = (id(model.topo),) + tuple(a.tobytes() for a in arrays)
@@ -138,8 +140,12 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
             for d in np.nonzero(g.params["dep"][c])[0]:
                 bi = int(np.nonzero(g.B[c, :, d])[0][0])
                 b = int(g.body[c][bi])
-                if (children[b] or g.Ab[c, bi].sum() != 1 or tt.nv_j[b] != 1
-                        or int(tt.kind[b]) != joints.ONE_DOF):
+                if (
+                    children[b]
+                    or g.Ab[c, bi].sum() != 1
+                    or tt.nv_j[b] != 1
+                    or int(tt.kind[b]) != joints.ONE_DOF
+                ):
                     return None  # not a leaf rotor hanging outside its cluster
                 s6 = axis6[int(g.dof[c, d])]
                 a = s6[:3]
@@ -165,12 +171,14 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
     gone = {tt.body_names[b] for b in drop} | {tt.joint_names[b] for b in drop}
     specs = [sp for sp in t.constraints if not gone.intersection(_strings(sp))]
     try:
-        fm = build(_drop_bodies(model.tree, sorted(drop)), specs + blocks,
-                   name=f"{model.name}_rotors_folded")
+        fm = build(
+            _drop_bodies(model.tree, sorted(drop)),
+            specs + blocks,
+            name=f"{model.name}_rotors_folded",
+        )
     except ValueError:
         return None
-    if sorted(fm.q_names) != sorted(model.q_names) or sorted(fm.v_names) != sorted(
-            model.v_names):
+    if sorted(fm.q_names) != sorted(model.q_names) or sorted(fm.v_names) != sorted(model.v_names):
         return None  # a different choice of independent coordinates: keep the general path
     ft = fm.tree
     L = {n: i for i, n in enumerate(ft.topo.body_names)}
@@ -183,11 +191,15 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
         parent.append(P)
         if pb >= 0:  # the rotor at angle 0 (the same at every angle), in the parent frame
             R = XR[b]
-            mL[P], cL[P], IL[P] = _combine(mL[P], cL[P], IL[P], mass[b], R @ com[b] + Xp[b],
-                                           R @ inertia[b] @ R.T)
+            mL[P], cL[P], IL[P] = _combine(
+                mL[P], cL[P], IL[P], mass[b], R @ com[b] + Xp[b], R @ inertia[b] @ R.T
+            )
     dt = ft.mass.dtype
-    ft = eqx.tree_at(lambda m: (m.mass, m.com, m.inertia), ft,
-                     (jnp.asarray(mL, dt), jnp.asarray(cL, dt), jnp.asarray(IL, dt)))
+    ft = eqx.tree_at(
+        lambda m: (m.mass, m.com, m.inertia),
+        ft,
+        (jnp.asarray(mL, dt), jnp.asarray(cL, dt), jnp.asarray(IL, dt)),
+    )
     fm = ClusterModel(ft, fm.topo)
     vpos = {n: i for i, n in enumerate(fm.v_names)}
     W = np.zeros((len(rotors), fm.nv))
@@ -199,7 +211,7 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
     arm = [None] * fm.n_clusters
     for g in fm.topo.groups:
         for c in range(g.nc):
-            Wc = W[:, g.v0 + c * g.ny:g.v0 + (c + 1) * g.ny]
+            Wc = W[:, g.v0 + c * g.ny : g.v0 + (c + 1) * g.ny]
             if np.any(Wc):
                 arm[g.cl0 + c] = Wc.T @ (Jr[:, None] * Wc)
     fm = with_armature(fm, arm)
@@ -214,15 +226,21 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
         ridx = np.full((g.nc, k), len(rotors), np.int64)  # padding: a zero row
         Gr = np.zeros((g.nc, k, g.ny))
         for c, h in enumerate(hits):
-            ridx[c, :len(h)] = h
-            Gr[c, :len(h)] = W[np.array(h, np.int64)][:, cols[c]] if h else 0.0
+            ridx[c, : len(h)] = h
+            Gr[c, : len(h)] = W[np.array(h, np.int64)][:, cols[c]] if h else 0.0
         groups.append((ridx, Gr))
     vi = np.array([model.v_names.index(n) for n in fm.v_names], np.int64)
     return RotorPlan(
-        model=fm, qi=np.array([model.q_names.index(n) for n in fm.q_names], np.int64),
-        vi=vi, vi_inv=np.argsort(vi), W=W, parent=np.array(parent, np.int64),
+        model=fm,
+        qi=np.array([model.q_names.index(n) for n in fm.q_names], np.int64),
+        vi=vi,
+        vi_inv=np.argsort(vi),
+        W=W,
+        parent=np.array(parent, np.int64),
         axis=np.stack([XR[r["body"]] @ r["a"] for r in rotors]),
-        J=Jr, groups=tuple(groups))
+        J=Jr,
+        groups=tuple(groups),
+    )
 
 
 def rotor_terms(rp: RotorPlan, ws, v_t, v, dt, a=None):

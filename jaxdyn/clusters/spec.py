@@ -19,8 +19,8 @@ Specifications are frozen dataclasses (hashable), so they can sit in static mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -101,8 +101,9 @@ class LinearConstraint:
         jn = _tuple(self.joints, "joints", where)
         K = np.atleast_2d(np.asarray(self.K, float))
         if K.ndim != 2 or K.shape[1] != len(jn):
-            raise ValueError(f"{where}: K has shape {K.shape}, expected (m, {len(jn)}) for "
-                             f"joints {list(jn)}")
+            raise ValueError(
+                f"{where}: K has shape {K.shape}, expected (m, {len(jn)}) for joints {list(jn)}"
+            )
         if not np.all(np.isfinite(K)):
             raise ValueError(f"{where}: K is not finite")
         k0 = np.zeros(K.shape[0]) if self.k0 is None else np.asarray(self.k0, float).reshape(-1)
@@ -140,8 +141,10 @@ class PointLoop:
         for attr in ("predecessor_xyz", "successor_xyz"):
             x = np.asarray(getattr(self, attr), float).reshape(-1)
             if x.shape != (3,) or not np.all(np.isfinite(x)):
-                raise ValueError(f"PointLoop {self.name!r}: {attr} must be 3 finite numbers, "
-                                 f"got {getattr(self, attr)!r}")
+                raise ValueError(
+                    f"PointLoop {self.name!r}: {attr} must be 3 finite numbers, "
+                    f"got {getattr(self, attr)!r}"
+                )
             object.__setattr__(self, attr, tuple(x.tolist()))
 
 
@@ -203,8 +206,12 @@ class Cluster:
 def geared_transmission(link_joint: str, rotor_joint: str, ratio: float, name=None):
     """Geared transmission / rotor (grbda ``RevoluteWithRotor``): ``q_rotor = ratio q_link``,
     ``G = [1; ratio]``, ``K = [ratio, -1]`` (paper §VII, Fig. 1)."""
-    return LinearConstraint(joints=(link_joint, rotor_joint), K=((float(ratio), -1.0),),
-                            dependent=(rotor_joint,), name=name or f"{rotor_joint}_gear")
+    return LinearConstraint(
+        joints=(link_joint, rotor_joint),
+        K=((float(ratio), -1.0),),
+        dependent=(rotor_joint,),
+        name=name or f"{rotor_joint}_gear",
+    )
 
 
 def belt_transmission(link_joints, rotor_joints, gear_ratios, belt_ratios, name=None):
@@ -219,8 +226,9 @@ def belt_transmission(link_joints, rotor_joints, gear_ratios, belt_ratios, name=
     n = len(links)
     where = f"belt_transmission {name!r}"
     if len(rotors) != n or len(gear_ratios) != n or len(belt_ratios) != n:
-        raise ValueError(f"{where}: need as many rotors, gear ratios and belt-ratio rows as links "
-                         f"({n})")
+        raise ValueError(
+            f"{where}: need as many rotors, gear ratios and belt-ratio rows as links ({n})"
+        )
     K = np.zeros((n, 2 * n))
     for i in range(n):
         betas = np.asarray(belt_ratios[i], float).reshape(-1)
@@ -229,8 +237,9 @@ def belt_transmission(link_joints, rotor_joints, gear_ratios, belt_ratios, name=
         cum = np.cumprod(betas)
         K[i, : i + 1] = float(gear_ratios[i]) * cum
         K[i, n + i] = -1.0
-    return LinearConstraint(joints=links + rotors, K=K, dependent=rotors,
-                            name=name or "belt_transmission")
+    return LinearConstraint(
+        joints=links + rotors, K=K, dependent=rotors, name=name or "belt_transmission"
+    )
 
 
 # ----------------------------------------------------------------------------- Tello
@@ -245,9 +254,17 @@ def tello_hip_differential_phi(q, N=6.0):
     s, c = jnp.sin, jnp.cos
 
     def one(y, sg):
-        return (57 * s(y) / 2500 - 49 * c(l1) / 5000 - sg * 399 * s(l1) / 20000
-                - 8 * c(y) * c(l2) / 625 - 57 * c(l1) * s(l2) / 2500 - sg * 7 * s(y) * s(l1) / 625
-                + sg * 7 * s(l1) * s(l2) / 625 - 8 * c(l1) * s(y) * s(l2) / 625 + 3021 / 160000)
+        return (
+            57 * s(y) / 2500
+            - 49 * c(l1) / 5000
+            - sg * 399 * s(l1) / 20000
+            - 8 * c(y) * c(l2) / 625
+            - 57 * c(l1) * s(l2) / 2500
+            - sg * 7 * s(y) * s(l1) / 625
+            + sg * 7 * s(l1) * s(l2) / 625
+            - 8 * c(l1) * s(y) * s(l2) / 625
+            + 3021 / 160000
+        )
 
     return jnp.stack([one(y1, 1.0), one(y2, -1.0)])
 
@@ -259,9 +276,14 @@ def tello_knee_ankle_differential_phi(q, N=6.0):
     l1, l2 = q[2], q[3]
     pi = jnp.pi
     d = y1 / 2 - y2 / 2
-    phi1 = (21 * jnp.cos(d + 1979 * pi / 4500) / 6250 - 13 * jnp.cos(d + 493 * pi / 1500) / 625
-            - 273 * jnp.cos(pi / 9) / 12500 - 7 * jnp.sin(d + l2 + 231 * pi / 500) / 2500
-            + 91 * jnp.sin(l2 + 2 * pi / 15) / 5000 - 147 * jnp.sin(l2 + pi / 45) / 50000
-            + 163349 / 6250000)
+    phi1 = (
+        21 * jnp.cos(d + 1979 * pi / 4500) / 6250
+        - 13 * jnp.cos(d + 493 * pi / 1500) / 625
+        - 273 * jnp.cos(pi / 9) / 12500
+        - 7 * jnp.sin(d + l2 + 231 * pi / 500) / 2500
+        + 91 * jnp.sin(l2 + 2 * pi / 15) / 5000
+        - 147 * jnp.sin(l2 + pi / 45) / 50000
+        + 163349 / 6250000
+    )
     phi2 = l1 - y2 / 2 - y1 / 2
     return jnp.stack([phi1, phi2])

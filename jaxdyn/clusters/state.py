@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, joints
-from .model import IMPLICIT, LINEAR, TREE, ClusterModel
 from .._precision import full_precision
+from .model import IMPLICIT, LINEAR, TREE, ClusterModel
 
 
 class GroupState(NamedTuple):
@@ -78,17 +78,18 @@ def _inv(A):
     if k == 2:
         a, b, c, d = A[..., 0, 0], A[..., 0, 1], A[..., 1, 0], A[..., 1, 1]
         det = a * d - b * c
-        return jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None,
-                                                                                       None]
+        return (
+            jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None, None]
+        )
     return jnp.linalg.inv(A)
 
 
 def _group_qc(t, g, q):
-    return q[g.q0:g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
+    return q[g.q0 : g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
 
 
 def _group_y(g, v):
-    return v[g.v0:g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
+    return v[g.v0 : g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
 
 
 def _lin(G, y, dt):
@@ -165,8 +166,11 @@ def spanning_G(model, gss, dtype):
     G = jnp.zeros((model.tree.nv, t.nv), dtype)
     for g, s in zip(t.groups, gss):
         cols = g.v0 + np.arange(g.nc * g.ny).reshape(g.nc, g.ny)
-        Gb = jnp.broadcast_to(jnp.eye(g.nvs, dtype=dtype), (g.nc, g.nvs, g.nvs)) if s.G is None \
+        Gb = (
+            jnp.broadcast_to(jnp.eye(g.nvs, dtype=dtype), (g.nc, g.nvs, g.nvs))
+            if s.G is None
             else s.G
+        )
         G = G.at[g.dof[:, :, None], cols[:, None, :]].set(Gb)
     return G
 
@@ -178,7 +182,7 @@ def _prep(model, fn, q, v=None, a=None):
     if a is not None:
         a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
     dt = _checks.common_dtype(q, v, a)
-    cast = (lambda x: None if x is None else x.astype(dt))
+    cast = lambda x: None if x is None else x.astype(dt)
     return model.astype(dt), cast(q), cast(v), cast(a), dt
 
 
@@ -224,7 +228,7 @@ def constraint_jacobian(model: ClusterModel, q, v=None):
             Kc = []
             for c in range(g.nc):
                 u, sv, _ = np.linalg.svd(Gn[c])
-                Kc.append(u[:, g.ny:].T)
+                Kc.append(u[:, g.ny :].T)
             Kc = jnp.asarray(np.stack(Kc), dt)  # (nc, m, nvs)
             # phi = K (q - off) for q = G y + off  -> zero by construction
             ph = jnp.einsum("cmd,cd->cm", Kc, s.qs - jnp.asarray(g.params["off"], dt))
@@ -238,8 +242,9 @@ def constraint_jacobian(model: ClusterModel, q, v=None):
                 datas = _item_datas(model, g)
                 kk = -jax.vmap(functools.partial(_kdot_qdot, phi))(s.qs, s.qd, datas)
         Kfull = jnp.zeros((g.nc, g.m, nvt), dt)
-        Kfull = Kfull.at[np.arange(g.nc)[:, None, None], np.arange(g.m)[None, :, None],
-                         g.dof[:, None, :]].set(Kc)
+        Kfull = Kfull.at[
+            np.arange(g.nc)[:, None, None], np.arange(g.m)[None, :, None], g.dof[:, None, :]
+        ].set(Kc)
         rows_phi.append(ph.reshape(-1))
         rows_K.append(Kfull.reshape(-1, nvt))
         rows_k.append(kk.reshape(-1))
@@ -289,8 +294,9 @@ def neutral_configuration(model: ClusterModel, dtype=None):
     parts = []
     for g in model.topo.groups:
         if g.kind == TREE:
-            parts.append(jnp.concatenate([joints.neutral(int(k), g.nc, dtype) for k in g.key[4]],
-                                         -1))
+            parts.append(
+                jnp.concatenate([joints.neutral(int(k), g.nc, dtype) for k in g.key[4]], -1)
+            )
         elif g.kind == LINEAR:
             parts.append(jnp.zeros((g.nc, g.ny), dtype))
         else:
@@ -298,8 +304,9 @@ def neutral_configuration(model: ClusterModel, dtype=None):
     return jnp.concatenate([p.reshape(-1) for p in parts])
 
 
-def random_configuration(model: ClusterModel, key, scale: float = 1.0, steps: int = 8,
-                         iters: int = 12, dtype=None):
+def random_configuration(
+    model: ClusterModel, key, scale: float = 1.0, steps: int = 8, iters: int = 12, dtype=None
+):
     """Random valid configuration.
 
     Plain joints: uniform in ``[-scale, scale]`` (rotations uniform); explicit clusters:
@@ -315,8 +322,10 @@ def random_configuration(model: ClusterModel, key, scale: float = 1.0, steps: in
     for g, k in zip(model.topo.groups, keys):
         if g.kind == TREE:
             ks = jax.random.split(k, g.n)
-            per = [joints.random(int(kd), kk, g.nc, -scale, scale, dtype)
-                   for kd, kk in zip(g.key[4], ks)]
+            per = [
+                joints.random(int(kd), kk, g.nc, -scale, scale, dtype)
+                for kd, kk in zip(g.key[4], ks)
+            ]
             parts.append(jnp.concatenate(per, -1))
         elif g.kind == LINEAR:
             parts.append(jax.random.uniform(k, (g.nc, g.ny), dtype, -scale, scale))
@@ -329,8 +338,11 @@ def random_configuration(model: ClusterModel, key, scale: float = 1.0, steps: in
 
             def body(i, x, qref=qref, target=target, g=g):
                 lam = (i + 1.0) / steps
-                x = x - jnp.einsum("cdy,cey,ce->cd", Pi, Pi, x) + jnp.einsum(
-                    "cdy,cey,ce->cd", Pi, Pi, qref + lam * (target - qref))
+                x = (
+                    x
+                    - jnp.einsum("cdy,cey,ce->cd", Pi, Pi, x)
+                    + jnp.einsum("cdy,cey,ce->cd", Pi, Pi, qref + lam * (target - qref))
+                )
                 return _newton_dependent(model, g, x, iters)
 
             parts.append(jax.lax.fori_loop(0, steps, body, qref))

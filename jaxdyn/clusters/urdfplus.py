@@ -68,8 +68,10 @@ def parse_extras(robot, xml_root):
         typ = el.get("type")
         if el.tag == "coupling":
             if typ is not None and typ not in _COUPLING_TYPES:
-                raise ValueError(f"{where}: unsupported coupling type {typ!r} (expected one of "
-                                 f"{_COUPLING_TYPES})")
+                raise ValueError(
+                    f"{where}: unsupported coupling type {typ!r} (expected one of "
+                    f"{_COUPLING_TYPES})"
+                )
             pred, _ = _link_child(el, "predecessor", where, False)
             succ, _ = _link_child(el, "successor", where, False)
             r = el.findall("ratio")
@@ -83,8 +85,9 @@ def parse_extras(robot, xml_root):
             constraints.append(S.Coupling(pred, succ, ratio, name))
         else:
             if typ is not None and typ not in _LOOP_TYPES:
-                raise ValueError(f"{where}: unsupported loop type {typ!r} (expected one of "
-                                 f"{_LOOP_TYPES})")
+                raise ValueError(
+                    f"{where}: unsupported loop type {typ!r} (expected one of {_LOOP_TYPES})"
+                )
             pred, xp = _link_child(el, "predecessor", where, True)
             succ, xs = _link_child(el, "successor", where, True)
             ax = el.findall("axis")
@@ -104,14 +107,16 @@ def parse_extras(robot, xml_root):
             continue
         jn = el.get("name")
         if val.strip().lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f'URDF+ <joint name="{jn}">: independent={val!r} is not a boolean '
-                             "(true/false)")
+            raise ValueError(
+                f'URDF+ <joint name="{jn}">: independent={val!r} is not a boolean (true/false)'
+            )
         independent[jn] = val.strip().lower() in ("true", "1")
     return constraints, independent
 
 
-def load_urdf_plus(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
-                   constraints=(), name=None) -> ClusterModel:
+def load_urdf_plus(
+    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), constraints=(), name=None
+) -> ClusterModel:
     """Load a URDF+ file (path or XML text) as a :class:`~jaxdyn.clusters.ClusterModel`.
 
     Reference: Chignoli et al., T-RO 2024, §IV (cluster connectivity tree built from the
@@ -132,12 +137,19 @@ def load_urdf_plus(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81
     robot = _urdf.parse_urdf(source)  # validates, refuses DTDs
     xml_root = _urdf._read_xml(source)
     cons, independent = parse_extras(robot, xml_root)
-    return build(robot, tuple(cons) + tuple(constraints), floating_base=floating_base,
-                 gravity=gravity, independent=independent, name=name)
+    return build(
+        robot,
+        tuple(cons) + tuple(constraints),
+        floating_base=floating_base,
+        gravity=gravity,
+        independent=independent,
+        name=name,
+    )
 
 
-def load_urdf(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
-              clusters: bool | None = None):
+def load_urdf(
+    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), clusters: bool | None = None
+):
     """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
 
     **Arguments:**

@@ -24,12 +24,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _checks, spatial
+from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_passes, articulated_inertias, sweeps, world_inertia_matrices
 from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from .idsva import idsva_world
-from .._precision import full_precision
 
 #: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Set from the
 #: DMM / AZA sweep over serial chains of ``benchmarks/derivatives.py`` (``benchmarks/RESULTS.md``,
@@ -80,8 +80,9 @@ def forward_dynamics_world(model, ws, qd, tau, f_ext=None):
     if fw is not None:
         pA = pA - fw
     a0 = kin.gravity_acceleration(model, dtype)
-    qdd, _ = aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None],
-                        inertias=inertias)
+    qdd, _ = aba_passes(
+        model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None], inertias=inertias
+    )
     qdd = qdd[:, 0]
     _, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw)
     return qdd, dtau_dq, dtau_dv, M, inertias

@@ -35,24 +35,30 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _checks, spatial
+from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
-from .._precision import full_precision
 
 
 def _sym6(M):
     """Upper triangle ``(xx, yy, zz, xy, xz, yz)`` of symmetric ``(..., 3, 3)`` matrices."""
-    return jnp.stack([M[..., 0, 0], M[..., 1, 1], M[..., 2, 2],
-                      M[..., 0, 1], M[..., 0, 2], M[..., 1, 2]], -1)
+    return jnp.stack(
+        [M[..., 0, 0], M[..., 1, 1], M[..., 2, 2], M[..., 0, 1], M[..., 0, 2], M[..., 1, 2]], -1
+    )
 
 
 def _sym_mv(s, x):
     """Symmetric matrix (as :func:`_sym6`) times vectors ``x (..., 3)``."""
     x0, x1, x2 = x[..., 0], x[..., 1], x[..., 2]
-    return jnp.stack([s[..., 0] * x0 + s[..., 3] * x1 + s[..., 4] * x2,
-                      s[..., 3] * x0 + s[..., 1] * x1 + s[..., 5] * x2,
-                      s[..., 4] * x0 + s[..., 5] * x1 + s[..., 2] * x2], -1)
+    return jnp.stack(
+        [
+            s[..., 0] * x0 + s[..., 3] * x1 + s[..., 4] * x2,
+            s[..., 3] * x0 + s[..., 1] * x1 + s[..., 5] * x2,
+            s[..., 4] * x0 + s[..., 5] * x1 + s[..., 2] * x2,
+        ],
+        -1,
+    )
 
 
 def body_coriolis_terms(mass, h, Ibar, v):
@@ -82,8 +88,13 @@ def body_coriolis_terms(mass, h, Ibar, v):
     # rows of Ibar W are Ibar_r x w
     IW = spatial.cross(Ibar, w[..., None, :])
     hvl = vl[..., :, None] * h[..., None, :]
-    Y11 = (IW + jnp.swapaxes(IW, -1, -2) + hvl + jnp.swapaxes(hvl, -1, -2)
-           - 2 * jnp.sum(h * vl, -1)[..., None, None] * eye)
+    Y11 = (
+        IW
+        + jnp.swapaxes(IW, -1, -2)
+        + hvl
+        + jnp.swapaxes(hvl, -1, -2)
+        - 2 * jnp.sum(h * vl, -1)[..., None, None] * eye
+    )
     m = mass[..., None]
     hw = spatial.cross(h, w)
     y = hw - m * vl
@@ -105,8 +116,7 @@ def _inertia_apply(m, h, Ibar, x):
     is ``(..., 3, 3)`` or its upper triangle ``(..., 6)`` (:func:`_sym6`)."""
     w, vl = x[..., :3], x[..., 3:]
     Iw = _sym_mv(Ibar, w) if Ibar.shape[-1] == 6 else spatial.mv(Ibar, w)
-    return jnp.concatenate([Iw + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)],
-                           -1)
+    return jnp.concatenate([Iw + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1)
 
 
 def forward_accumulate_with_parent(topo, incr, root):
@@ -177,18 +187,24 @@ def masked_products(topo, lower, uppers):
         mask_lo = anc.T[r0:r1, :r1]
         mask_up = strict[r0:r1, r0:]
         for k in range(nout):
-            upk = up[:, k * nu:(k + 1) * nu]
+            upk = up[:, k * nu : (k + 1) * nu]
             if k >= nlo:  # symmetric output: the upper part (diagonal blocks included)
                 row = jnp.where(anc[r0:r1, r0:], upk, zero)
-                rows[k].append(jnp.concatenate([jnp.zeros((r1 - r0, r0), dt), row], 1)
-                               if r0 else row)
+                rows[k].append(
+                    jnp.concatenate([jnp.zeros((r1 - r0, r0), dt), row], 1) if r0 else row
+                )
                 continue
-            lok = lo[:, k * r1:(k + 1) * r1]
+            lok = lo[:, k * r1 : (k + 1) * r1]
             parts = [jnp.where(mask_lo[:, :r0], lok[:, :r0], zero)] if r0 else []
-            parts.append(jnp.where(mask_lo[:, r0:], lok[:, r0:],
-                                   jnp.where(mask_up[:, :r1 - r0], upk[:, :r1 - r0], zero)))
+            parts.append(
+                jnp.where(
+                    mask_lo[:, r0:],
+                    lok[:, r0:],
+                    jnp.where(mask_up[:, : r1 - r0], upk[:, : r1 - r0], zero),
+                )
+            )
             if r1 < nv:
-                parts.append(jnp.where(mask_up[:, r1 - r0:], upk[:, r1 - r0:], zero))
+                parts.append(jnp.where(mask_up[:, r1 - r0 :], upk[:, r1 - r0 :], zero))
             rows[k].append(jnp.concatenate(parts, 1) if len(parts) > 1 else parts[0])
     out = [jnp.concatenate(r, 0) if len(r) > 1 else r[0] for r in rows]
     for k in range(nlo, nout):
@@ -244,9 +260,13 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     # dtau_dq[j, i] = F1_j.Psidd_i + F4_j.Psid_i  (i ⪯ j);  dtau_dq[i, j] = S_i.F3_j  (i ≺ j)
     # dtau_dv likewise with (vdJ, S) and F2; M[i, j] = S_i.F1_j (i ⪯ j), symmetric
     dtau_dq, dtau_dv, M = masked_products(
-        t, (jnp.concatenate([F1, F4], -1),
-            (jnp.concatenate([Psidd, Psid], -1), jnp.concatenate([vdJ, S], -1))),
-        (S, (F3, F2, F1)))
+        t,
+        (
+            jnp.concatenate([F1, F4], -1),
+            (jnp.concatenate([Psidd, Psid], -1), jnp.concatenate([vdJ, S], -1)),
+        ),
+        (S, (F3, F2, F1)),
+    )
     return tau, dtau_dq, dtau_dv, M
 
 

@@ -96,8 +96,8 @@ def configuration_tangent(model, q, dq):
         n = b1 - b0
         q0 = int(t.q_start[b0])
         nqk = joints.NQ[kind]
-        qs = q[q0:q0 + n * nqk].reshape(n, nqk)
-        ds = dq[q0:q0 + n * nqk].reshape(n, nqk)
+        qs = q[q0 : q0 + n * nqk].reshape(n, nqk)
+        ds = dq[q0 : q0 + n * nqk].reshape(n, nqk)
         if kind == joints.ONE_DOF:
             out.append(ds[:, 0])
             continue

@@ -48,20 +48,22 @@ class Converter:
         for b in range(t.nb):
             name = t.joint_names[b]
             if name not in pin_names:
-                raise ValueError(f"Converter: jaxdyn joint {name!r} has no Pinocchio joint of "
-                                 f"that name")
+                raise ValueError(
+                    f"Converter: jaxdyn joint {name!r} has no Pinocchio joint of that name"
+                )
             jid = pin_names.index(name)
             self.pin_joint_ids.append(jid)
             jm = pin_model.joints[jid]
             kind, q0, v0 = int(t.kind[b]), int(t.q_start[b]), int(t.v_start[b])
             nvk = joints.NV[kind]
             if jm.nv != nvk:
-                raise ValueError(f"Converter: joint {name!r} has nv={jm.nv} in Pinocchio, "
-                                 f"{nvk} in jaxdyn")
+                raise ValueError(
+                    f"Converter: joint {name!r} has nv={jm.nv} in Pinocchio, {nvk} in jaxdyn"
+                )
             if kind == joints.FREE:
-                v_to[jm.idx_v:jm.idx_v + 6] = v0 + _SWAP6
+                v_to[jm.idx_v : jm.idx_v + 6] = v0 + _SWAP6
             else:
-                v_to[jm.idx_v:jm.idx_v + nvk] = v0 + np.arange(nvk)
+                v_to[jm.idx_v : jm.idx_v + nvk] = v0 + np.arange(nvk)
             q_plan.append((kind, q0, int(jm.idx_q), int(jm.nq)))
         if np.any(v_to < 0):
             raise ValueError("Converter: some Pinocchio coordinates have no jaxdyn joint")
@@ -79,13 +81,13 @@ class Converter:
         order = np.argsort([p[2] for p in self._q_plan])
         for i, (kind, q0, _, nq_pin) in enumerate(self._q_plan):
             if kind == joints.FREE:
-                parts[i] = xp.concatenate([q[q0:q0 + 3], q[q0 + 4:q0 + 7], q[q0 + 3:q0 + 4]])
+                parts[i] = xp.concatenate([q[q0 : q0 + 3], q[q0 + 4 : q0 + 7], q[q0 + 3 : q0 + 4]])
             elif kind == joints.SPHERICAL:
-                parts[i] = xp.concatenate([q[q0 + 1:q0 + 4], q[q0:q0 + 1]])
+                parts[i] = xp.concatenate([q[q0 + 1 : q0 + 4], q[q0 : q0 + 1]])
             elif nq_pin == 2:
                 parts[i] = xp.stack([xp.cos(q[q0]), xp.sin(q[q0])])
             else:
-                parts[i] = q[q0:q0 + 1]
+                parts[i] = q[q0 : q0 + 1]
         return xp.concatenate([parts[i] for i in order])
 
     def q_from_pin(self, q_pin):
@@ -93,7 +95,7 @@ class Converter:
         xp = _xp(q_pin)
         parts = []
         for kind, _, p0, nq_pin in self._q_plan:  # plan is in jaxdyn order
-            x = q_pin[p0:p0 + nq_pin]
+            x = q_pin[p0 : p0 + nq_pin]
             if kind == joints.FREE:
                 parts.append(xp.concatenate([x[:3], x[6:7], x[3:6]]))
             elif kind == joints.SPHERICAL:
@@ -181,8 +183,9 @@ class Converter:
         for i, c in enumerate(cs):
             f = int(lay.frame[i])
             placement = pin.SE3(fR[f], fp[f]) * pin.SE3(lay.R_off[i], lay.p_off[i])
-            ref = (pin.ReferenceFrame.LOCAL if lay.local[i]
-                   else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
+            ref = (
+                pin.ReferenceFrame.LOCAL if lay.local[i] else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+            )
             ct = pin.ContactType.CONTACT_6D if c.dim == 6 else pin.ContactType.CONTACT_3D
             if c.target is None:
                 target = pin.SE3.Identity()
@@ -191,8 +194,9 @@ class Converter:
             else:
                 target = pin.SE3(np.eye(3), np.asarray(c.target))
             jid = self.pin_joint_ids[int(lay.body[i])]
-            models.append(pin.RigidConstraintModel(ct, self.pin_model, jid, placement, 0,
-                                                   target, ref))
+            models.append(
+                pin.RigidConstraintModel(ct, self.pin_model, jid, placement, 0, target, ref)
+            )
         datas = pin.StdVec_RigidConstraintData()
         for cm in models:
             datas.append(cm.createData())

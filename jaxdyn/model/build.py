@@ -63,8 +63,9 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
 
     root = robot.root
     if floating_base:
-        bodies.append(dict(link=root, joint=ROOT_JOINT, kind=joints.FREE, parent=-1, X=ident,
-                           axis=None))
+        bodies.append(
+            dict(link=root, joint=ROOT_JOINT, kind=joints.FREE, parent=-1, X=ident, axis=None)
+        )
         link_body[root] = (0, ident)
     else:
         link_body[root] = (-1, ident)
@@ -101,8 +102,10 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
         add(j)
         stack.append(iter(children[j.child]))
     if len(bodies) == 0:
-        raise ValueError(f"URDF <robot name={robot.name!r}>: no moving joint; nothing to simulate "
-                         "(use floating_base=True for a single free body)")
+        raise ValueError(
+            f"URDF <robot name={robot.name!r}>: no moving joint; nothing to simulate "
+            "(use floating_base=True for a single free body)"
+        )
 
     # Sort by depth; inside a level by (joint kind, parent's new index, URDF depth-first order),
     # so that levels and kind groups are contiguous and parent indices are sorted.
@@ -179,17 +182,26 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
         frame_p.append(p)
 
     topo = make_topology(
-        name=robot.name, parent=parent, kind=kind,
+        name=robot.name,
+        parent=parent,
+        kind=kind,
         joint_names=[bodies[o]["joint"] for o in order],
         body_names=[bodies[o]["link"] for o in order],
-        frame_names=frame_names, frame_parent=frame_parent,
-        floating_base=floating_base, root_name=root,
+        frame_names=frame_names,
+        frame_parent=frame_parent,
+        floating_base=floating_base,
+        root_name=root,
     )
     return Model(
-        Xtree_R=jnp.asarray(Xtree_R), Xtree_p=jnp.asarray(Xtree_p),
-        dof_axis=jnp.asarray(dof_axis), mass=jnp.asarray(m_acc), com=jnp.asarray(com),
-        inertia=jnp.asarray(inertia), frame_R=jnp.asarray(np.stack(frame_R)),
-        frame_p=jnp.asarray(np.stack(frame_p)), gravity=jnp.asarray(np.asarray(gravity, float)),
+        Xtree_R=jnp.asarray(Xtree_R),
+        Xtree_p=jnp.asarray(Xtree_p),
+        dof_axis=jnp.asarray(dof_axis),
+        mass=jnp.asarray(m_acc),
+        com=jnp.asarray(com),
+        inertia=jnp.asarray(inertia),
+        frame_R=jnp.asarray(np.stack(frame_R)),
+        frame_p=jnp.asarray(np.stack(frame_p)),
+        gravity=jnp.asarray(np.asarray(gravity, float)),
         topo=topo,
     )
 

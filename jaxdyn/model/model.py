@@ -217,7 +217,7 @@ class Model(eqx.Module):
     def total_mass(self):
         return jnp.sum(self.mass)
 
-    def astype(self, dtype) -> "Model":
+    def astype(self, dtype) -> Model:
         """The same model with every parameter leaf cast to ``dtype``."""
         return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
 
@@ -257,8 +257,18 @@ class Model(eqx.Module):
         return "\n".join(lines)
 
 
-def make_topology(name, parent, kind, joint_names, body_names, frame_names, frame_parent,
-                  floating_base, root_name, urdf_robot=None):
+def make_topology(
+    name,
+    parent,
+    kind,
+    joint_names,
+    body_names,
+    frame_names,
+    frame_parent,
+    floating_base,
+    root_name,
+    urdf_robot=None,
+):
     """Derive every static index structure from the parent array of depth-sorted bodies."""
     parent = np.asarray(parent, dtype=np.int64)
     kind = np.asarray(kind, dtype=np.int64)
@@ -292,15 +302,38 @@ def make_topology(name, parent, kind, joint_names, body_names, frame_names, fram
             g0, g1 = int(kidx[0]), int(kidx[-1]) + 1
             if g1 - g0 != len(kidx):
                 raise AssertionError("joint kinds must be contiguous inside a level")
-            groups.append(Group(k, g0, g1, int(q_start[g0]), int(q_start[g1 - 1] + nq_j[g1 - 1]),
-                                int(v_start[g0]), int(v_start[g1 - 1] + nv_j[g1 - 1])))
+            groups.append(
+                Group(
+                    k,
+                    g0,
+                    g1,
+                    int(q_start[g0]),
+                    int(q_start[g1 - 1] + nq_j[g1 - 1]),
+                    int(v_start[g0]),
+                    int(v_start[g1 - 1] + nv_j[g1 - 1]),
+                )
+            )
         levels.append(Level(b0, b1, parent_local, tuple(groups)))
 
     dof_body = np.repeat(np.arange(nb), nv_j)
     return Topology(
-        name=name, nb=nb, nq=nq, nv=nv, parent=parent, kind=kind, depth=depth,
-        nq_j=nq_j, nv_j=nv_j, q_start=q_start, v_start=v_start, levels=tuple(levels),
-        dof_body=dof_body, joint_names=tuple(joint_names), body_names=tuple(body_names),
-        frame_names=tuple(frame_names), frame_parent=np.asarray(frame_parent, np.int64),
-        floating_base=bool(floating_base), root_name=root_name,
+        name=name,
+        nb=nb,
+        nq=nq,
+        nv=nv,
+        parent=parent,
+        kind=kind,
+        depth=depth,
+        nq_j=nq_j,
+        nv_j=nv_j,
+        q_start=q_start,
+        v_start=v_start,
+        levels=tuple(levels),
+        dof_body=dof_body,
+        joint_names=tuple(joint_names),
+        body_names=tuple(body_names),
+        frame_names=tuple(frame_names),
+        frame_parent=np.asarray(frame_parent, np.int64),
+        floating_base=bool(floating_base),
+        root_name=root_name,
     )

@@ -48,8 +48,10 @@ def level_v1(level) -> int:
 
 def _signature(level):
     b0, v0 = level.b0, level_v0(level)
-    return (level.n, tuple((g.kind, g.b0 - b0, g.b1 - b0, g.v0 - v0, g.v1 - v0)
-                           for g in level.groups))
+    return (
+        level.n,
+        tuple((g.kind, g.b0 - b0, g.b1 - b0, g.v0 - v0, g.v1 - v0) for g in level.groups),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -58,9 +60,13 @@ def _segments(topo, min_run: int):
     nl, segs, la = len(levels), [], 0
     while la < nl:
         sig, lb = _signature(levels[la]), la + 1
-        while (lb < nl and _signature(levels[lb]) == sig
-               and (lb == la + 1 or np.array_equal(levels[lb].parent_local,
-                                                   levels[la + 1].parent_local))):
+        while (
+            lb < nl
+            and _signature(levels[lb]) == sig
+            and (
+                lb == la + 1 or np.array_equal(levels[lb].parent_local, levels[la + 1].parent_local)
+            )
+        ):
             lb += 1
         if lb - la >= max(min_run, 2):
             segs.append((la, lb))
@@ -114,8 +120,11 @@ class LevelSeq:
 
     def field(self, i):
         """The per-level ``i``-th component of tuple-valued levels."""
-        return LevelSeq(self.nl, {k: v[i] for k, v in self.single.items()},
-                        [(a, b, t[i]) for a, b, t in self.blocks])
+        return LevelSeq(
+            self.nl,
+            {k: v[i] for k, v in self.single.items()},
+            [(a, b, t[i]) for a, b, t in self.blocks],
+        )
 
     def stack(self, la, lb):
         """Levels ``[la, lb)`` stacked along a new leading axis."""
@@ -127,8 +136,11 @@ class LevelSeq:
                 continue
             ba, bb, t = next(blk for blk in self.blocks if blk[0] <= li < blk[1])
             end = min(bb, lb)
-            pieces.append(t if (li, end) == (ba, bb) else
-                          jax.tree_util.tree_map(lambda x: x[li - ba:end - ba], t))
+            pieces.append(
+                t
+                if (li, end) == (ba, bb)
+                else jax.tree_util.tree_map(lambda x: x[li - ba : end - ba], t)
+            )
             li = end
         if len(pieces) == 1:
             return pieces[0]
@@ -138,13 +150,18 @@ class LevelSeq:
         """Concatenation over all levels, in order, of per-level values whose leading axis runs
         over the level's bodies (or coordinates): ``(nb, ...)`` (or ``(nv, ...)``)."""
         starts = {li: ("s", v) for li, v in self.single.items()}
-        for la, lb, t in self.blocks:
+        for la, _lb, t in self.blocks:
             starts[la] = ("b", t)
         pieces = []
         for li in sorted(starts):
             kind, v = starts[li]
-            pieces.append(v if kind == "s" else jax.tree_util.tree_map(
-                lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), v))
+            pieces.append(
+                v
+                if kind == "s"
+                else jax.tree_util.tree_map(
+                    lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), v
+                )
+            )
         if len(pieces) == 1:
             return pieces[0]
         return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, 0), *pieces)
@@ -159,8 +176,9 @@ def _take(topo, spec, la, lb, stacked):
     if kind == "level":
         return x.stack(la, lb) if stacked else x[la]
     lv = topo.levels
-    a, b = (lv[la].b0, lv[lb - 1].b1) if kind == "body" else (level_v0(lv[la]),
-                                                            level_v1(lv[lb - 1]))
+    a, b = (
+        (lv[la].b0, lv[lb - 1].b1) if kind == "body" else (level_v0(lv[la]), level_v1(lv[lb - 1]))
+    )
     y = x[a:b]
     return y.reshape((lb - la, (b - a) // (lb - la)) + y.shape[1:]) if stacked else y
 
@@ -173,12 +191,16 @@ def forward_pass(topo, step, inputs, carry=None):
     their second level as the structural template. Returns ``(carry, LevelSeq of out)``."""
     out = LevelSeq(len(topo.levels))
     for la, lb in segments(topo):
-        carry, out.single[la] = step(topo.levels[la], None, carry,
-                                     tuple(_take(topo, s, la, la + 1, False) for s in inputs))
+        carry, out.single[la] = step(
+            topo.levels[la], None, carry, tuple(_take(topo, s, la, la + 1, False) for s in inputs)
+        )
         if lb - la > 1:
             tmpl = topo.levels[la + 1]
-            carry, ys = jax.lax.scan(lambda c, x, tmpl=tmpl: step(tmpl, None, c, x), carry,
-                                     tuple(_take(topo, s, la + 1, lb, True) for s in inputs))
+            carry, ys = jax.lax.scan(
+                lambda c, x, tmpl=tmpl: step(tmpl, None, c, x),
+                carry,
+                tuple(_take(topo, s, la + 1, lb, True) for s in inputs),
+            )
             out.blocks.append((la + 1, lb, ys))
     return carry, out
 
@@ -193,13 +215,17 @@ def backward_pass(topo, step, inputs, carry=None):
     for la, lb in reversed(segments(topo)):
         last = lb - 1
         child = lv[last + 1] if last + 1 < nl else None
-        carry, out.single[last] = step(lv[last], child, carry,
-                                       tuple(_take(topo, s, last, lb, False) for s in inputs))
+        carry, out.single[last] = step(
+            lv[last], child, carry, tuple(_take(topo, s, last, lb, False) for s in inputs)
+        )
         if lb - la > 1:
             lvl, ch = lv[la], lv[la + 1]
-            carry, ys = jax.lax.scan(lambda c, x: step(lvl, ch, c, x), carry,
-                                     tuple(_take(topo, s, la, last, True) for s in inputs),
-                                     reverse=True)
+            carry, ys = jax.lax.scan(
+                lambda c, x: step(lvl, ch, c, x),
+                carry,
+                tuple(_take(topo, s, la, last, True) for s in inputs),
+                reverse=True,
+            )
             out.blocks.append((la, last, ys))
     return carry, out
 
@@ -270,6 +296,7 @@ def forward_accumulate(topo, incr, root, with_parent: bool = False):
 
     With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``
     for the bodies at depth 0)."""
+
     def step(lvl, _, prev, inp):
         par = gather_parent(prev, lvl, root)
         cur = par + inp[0]
@@ -280,6 +307,7 @@ def forward_accumulate(topo, incr, root, with_parent: bool = False):
 
 def backward_accumulate(topo, x):
     """``X_b = x_b + sum_{c child of b} X_c``: sums over the subtree of each body."""
+
     def step(lvl, child, below, inp):
         cur = inp[0]
         if below is not None:

@@ -9,6 +9,7 @@ The parser treats model files as untrusted input:
 
 No JAX here: the result (:class:`URDFRobot`) is later turned into a JAX model.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,13 @@ from xml.parsers import expat
 import numpy as np
 
 __all__ = [
-    "URDFInertial", "URDFLink", "URDFJoint", "URDFRobot",
-    "parse_urdf", "rpy_to_matrix", "JOINT_TYPES",
+    "URDFInertial",
+    "URDFLink",
+    "URDFJoint",
+    "URDFRobot",
+    "parse_urdf",
+    "rpy_to_matrix",
+    "JOINT_TYPES",
 ]
 
 #: Joint types accepted by :func:`parse_urdf` (``planar`` is not supported).
@@ -34,15 +40,17 @@ _IGNORED_TOP = ("material", "gazebo", "transmission")
 @dataclass
 class URDFInertial:
     """Mass properties of a link (URDF ``<inertial>``)."""
+
     mass: float
-    xyz: np.ndarray      # (3,) origin of the inertial frame in the link frame
-    rpy: np.ndarray      # (3,) roll-pitch-yaw of the inertial frame in the link frame
+    xyz: np.ndarray  # (3,) origin of the inertial frame in the link frame
+    rpy: np.ndarray  # (3,) roll-pitch-yaw of the inertial frame in the link frame
     inertia: np.ndarray  # (3,3) symmetric rotational inertia about the COM, in the inertial frame
 
 
 @dataclass
 class URDFLink:
     """A URDF link; ``inertial`` is None for a massless link."""
+
     name: str
     inertial: URDFInertial | None
 
@@ -50,19 +58,21 @@ class URDFLink:
 @dataclass
 class URDFJoint:
     """A URDF joint connecting ``parent`` link to ``child`` link."""
+
     name: str
-    type: str            # one of JOINT_TYPES
+    type: str  # one of JOINT_TYPES
     parent: str
     child: str
-    xyz: np.ndarray      # (3,) <origin xyz>, default zeros
-    rpy: np.ndarray      # (3,) <origin rpy>, default zeros
-    axis: np.ndarray     # (3,) unit vector, default (1,0,0)
-    mimic: tuple[str, float, float] | None = None   # (joint, multiplier, offset)
+    xyz: np.ndarray  # (3,) <origin xyz>, default zeros
+    rpy: np.ndarray  # (3,) <origin rpy>, default zeros
+    axis: np.ndarray  # (3,) unit vector, default (1,0,0)
+    mimic: tuple[str, float, float] | None = None  # (joint, multiplier, offset)
 
 
 @dataclass
 class URDFRobot:
     """A parsed URDF model (links and joints in document order)."""
+
     name: str
     links: list[URDFLink]
     joints: list[URDFJoint]
@@ -74,20 +84,30 @@ class URDFRobot:
 def rpy_to_matrix(rpy) -> np.ndarray:
     """Rotation matrix of URDF roll-pitch-yaw: ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``."""
     r, p, y = (float(v) for v in np.asarray(rpy, dtype=float).reshape(3))
-    cr, sr, cp, sp, cy, sy = math.cos(r), math.sin(r), math.cos(p), math.sin(p), math.cos(y), math.sin(y)
-    return np.array([
-        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-        [-sp, cp * sr, cp * cr],
-    ])
+    cr, sr, cp, sp, cy, sy = (
+        math.cos(r),
+        math.sin(r),
+        math.cos(p),
+        math.sin(p),
+        math.cos(y),
+        math.sin(y),
+    )
+    return np.array(
+        [
+            [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+            [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+            [-sp, cp * sr, cp * cr],
+        ]
+    )
 
 
 def _numbers(text: str, n: int, where: str) -> np.ndarray:
     """Parse exactly ``n`` finite whitespace-separated numbers from ``text``."""
     parts = text.split()
     if len(parts) != n:
-        raise ValueError(f"{where}: expected {n} number{'s' if n != 1 else ''}, "
-                         f"got {len(parts)} ({text!r})")
+        raise ValueError(
+            f"{where}: expected {n} number{'s' if n != 1 else ''}, got {len(parts)} ({text!r})"
+        )
     vals = []
     for p in parts:
         try:
@@ -126,8 +146,10 @@ def _name(el: ET.Element, index: int) -> str:
     """The mandatory, non-empty ``name`` attribute of a link/joint."""
     name = el.get("name")
     if name is None or not name.strip():
-        raise ValueError(f"URDF <{el.tag}> #{index} (0-based, in document order): "
-                         "missing or empty name attribute")
+        raise ValueError(
+            f"URDF <{el.tag}> #{index} (0-based, in document order): "
+            "missing or empty name attribute"
+        )
     return name
 
 
@@ -151,7 +173,9 @@ def _read_xml(source) -> ET.Element:
         except OSError as e:
             raise ValueError(f"URDF: cannot read file {os.fspath(source)!r}: {e}") from e
     else:
-        raise TypeError(f"parse_urdf: expected a path, XML str or bytes, got {type(source).__name__}")
+        raise TypeError(
+            f"parse_urdf: expected a path, XML str or bytes, got {type(source).__name__}"
+        )
 
     # Pass 1: a bare expat parser that aborts on any DOCTYPE / entity declaration.
     p = expat.ParserCreate()
@@ -160,12 +184,14 @@ def _read_xml(source) -> ET.Element:
     p.EntityDeclHandler = _refuse
     p.UnparsedEntityDeclHandler = _refuse
     p.ExternalEntityRefHandler = _refuse
+
     def malformed(line: int, col: int, why: str) -> ValueError:
         # report positions in the caller's text, before the leading whitespace was stripped
         if line == 1:
             col += len(lead) - lead.rfind("\n") - 1
-        return ValueError(f"URDF: malformed XML at line {line + lead.count(chr(10))}, "
-                          f"column {col + 1}: {why}")
+        return ValueError(
+            f"URDF: malformed XML at line {line + lead.count(chr(10))}, column {col + 1}: {why}"
+        )
 
     try:
         p.Parse(data, True)
@@ -203,13 +229,18 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
             if nel.get(k) is None:
                 raise ValueError(f"{where} <inertia>: missing {k} attribute")
             comps[k] = float(_numbers(nel.get(k), 1, f"{where} <inertia {k}>")[0])
-        inertia = np.array([[comps["ixx"], comps["ixy"], comps["ixz"]],
-                            [comps["ixy"], comps["iyy"], comps["iyz"]],
-                            [comps["ixz"], comps["iyz"], comps["izz"]]])
+        inertia = np.array(
+            [
+                [comps["ixx"], comps["ixy"], comps["ixz"]],
+                [comps["ixy"], comps["iyy"], comps["iyz"]],
+                [comps["ixz"], comps["iyz"], comps["izz"]],
+            ]
+        )
         eig = np.linalg.eigvalsh(inertia)
         if eig.min() < -1e-12 * max(1.0, abs(np.trace(inertia))):
-            raise ValueError(f"{where} <inertia>: not positive semi-definite "
-                             f"(eigenvalues {eig.tolist()})")
+            raise ValueError(
+                f"{where} <inertia>: not positive semi-definite (eigenvalues {eig.tolist()})"
+            )
     return URDFLink(name, URDFInertial(mass, xyz, rpy, inertia))
 
 
@@ -267,8 +298,10 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
     parent_joint: dict[str, URDFJoint] = {j.child: j for j in joints}
     roots = [l.name for l in links if l.name not in parent_joint]
     if len(roots) > 1:
-        raise ValueError(f"URDF <robot>: more than one root link {roots} "
-                         "(the links form several disconnected trees)")
+        raise ValueError(
+            f"URDF <robot>: more than one root link {roots} "
+            "(the links form several disconnected trees)"
+        )
     reached: set[str] = set()
     if roots:
         children: dict[str, list[str]] = {}
@@ -288,11 +321,13 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
             seen.append(n)
             seen_set.add(n)
             n = parent_joint[n].parent
-        cycle = seen[seen.index(n):]
+        cycle = seen[seen.index(n) :]
         names = [parent_joint[c].name for c in reversed(cycle)]
         lead = "no root link: " if not roots else ""
-        raise ValueError(f'URDF <joint name="{names[0]}">: {lead}joints {names} form a '
-                         f"kinematic loop over links {list(reversed(cycle))}")
+        raise ValueError(
+            f'URDF <joint name="{names[0]}">: {lead}joints {names} form a '
+            f"kinematic loop over links {list(reversed(cycle))}"
+        )
     return roots[0]
 
 
@@ -342,8 +377,10 @@ def parse_urdf(source) -> URDFRobot:
             if link not in link_names:
                 raise ValueError(f"{where}: {role} link {link!r} does not exist")
         if j.child in child_of:
-            raise ValueError(f"{where}: link {j.child!r} is already the child of joint "
-                             f"{child_of[j.child]!r} (a link can have only one parent)")
+            raise ValueError(
+                f"{where}: link {j.child!r} is already the child of joint "
+                f"{child_of[j.child]!r} (a link can have only one parent)"
+            )
         child_of[j.child] = j.name
         if j.mimic is not None:
             if j.mimic[0] not in joint_names:

@@ -23,11 +23,11 @@ import numpy as np
 
 from .. import _checks, spatial
 from .. import constraints as cons
+from .._precision import full_precision
 from ..algorithms import aba as aba_mod
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .delassus import check_method, delassus_world
-from .._precision import full_precision
 
 
 class ConstrainedDynamics(NamedTuple):
@@ -53,14 +53,24 @@ def link_forces(model, lay, K, lam):
 def row_accelerations(model, ws, lay, K, qdd):
     """``J qdd`` from the rows: ``k_r · sum_{j in support(body r)} S_j qdd_j``."""
     t = model.topo
-    aq = tree.forward_accumulate(t, tree.dofs_to_bodies(t, ws.S * qdd[:, None]),
-                                 jnp.zeros(6, qdd.dtype))
+    aq = tree.forward_accumulate(
+        t, tree.dofs_to_bodies(t, ws.S * qdd[:, None]), jnp.zeros(6, qdd.dtype)
+    )
     return jnp.sum(K * aq[lay.row_body], -1)
 
 
 @full_precision
-def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, targets=None,
-                    method: str = "pv_osimr") -> ConstrainedDynamics:
+def constrained_aba(
+    model,
+    q,
+    v,
+    tau,
+    constraints,
+    baumgarte=None,
+    damping=0.0,
+    targets=None,
+    method: str = "pv_osimr",
+) -> ConstrainedDynamics:
     """Constrained forward dynamics for bilateral constraints.
 
     **Arguments:**
@@ -88,8 +98,9 @@ def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, 
         try:
             kp, kd = baumgarte
         except (TypeError, ValueError):
-            raise ValueError(f"{fn}: baumgarte must be None or a pair (kp, kd), "
-                             f"got {baumgarte!r}") from None
+            raise ValueError(
+                f"{fn}: baumgarte must be None or a pair (kp, kd), got {baumgarte!r}"
+            ) from None
         for nm, x in (("kp", kp), ("kd", kd)):
             s = _static_scalar(x)
             if s is not None and s < 0:
@@ -112,8 +123,9 @@ def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, 
     c = spatial.motion_cross(vel, vJ)
     pA = spatial.force_cross(vel, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vel))
     a0 = kin.gravity_acceleration(model, dt)
-    qdd0 = aba_mod.aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None],
-                              inertias)[0][:, 0]
+    qdd0 = aba_mod.aba_passes(
+        model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None], inertias
+    )[0][:, 0]
     D = delassus_world(model, ws, constraints, lay, K, method, inertias=inertias)
     y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
     rhs = -drift - row_accelerations(model, ws, lay, K, qdd0)
@@ -124,6 +136,14 @@ def constrained_aba(model, q, v, tau, constraints, baumgarte=None, damping=0.0, 
     A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
     lam = jsl.cho_solve(jsl.cho_factor(A, lower=True), rhs)
     F = link_forces(model, lay, K, lam)
-    dq = aba_mod.aba_passes(model, ws.S, I6, -F[..., None], None, jnp.zeros((model.nv, 1), dt),
-                            jnp.zeros((6, 1), dt), inertias)[0][:, 0]
+    dq = aba_mod.aba_passes(
+        model,
+        ws.S,
+        I6,
+        -F[..., None],
+        None,
+        jnp.zeros((model.nv, 1), dt),
+        jnp.zeros((6, 1), dt),
+        inertias,
+    )[0][:, 0]
     return ConstrainedDynamics(qdd0 + dq, lam)

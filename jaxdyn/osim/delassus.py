@@ -20,15 +20,16 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from .. import constraints as cons
+from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
 from .efpa import delassus_efpa
 from .inertia import articulated_inertias_packed, world_inertias_packed
 from .ltl import delassus_ltl, ltl_plan
 from .pv_osim import delassus_pv_osim
-from .pv_osimr import delassus_pv_osimr, plan as osimr_plan
+from .pv_osimr import delassus_pv_osimr
+from .pv_osimr import plan as osimr_plan
 from .rows import row_plan
-from .._precision import full_precision
 
 METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 

@@ -73,13 +73,14 @@ def articulated_inertias_packed(model, S, I21):
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = Sl[g.v0 - v0:g.v1 - v0].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - b0:g.b1 - b0]
+            Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
+            IAg = IA[g.b0 - b0 : g.b1 - b0]
             if k == 1:
                 s = Sg[:, 0]
                 # U = IA s, written on the packed entries (36 products, one fusion)
-                U1 = jnp.stack([sum(IAg[:, PACK[i, j]] * s[:, j] for j in range(6))
-                                for i in range(6)], -1)
+                U1 = jnp.stack(
+                    [sum(IAg[:, PACK[i, j]] * s[:, j] for j in range(6)) for i in range(6)], -1
+                )
                 dinv = 1 / jnp.sum(s * U1, -1)
                 V = U1 * dinv[:, None]
                 Ia.append(IAg - U1[:, _IU] * V[:, _JU])
@@ -91,8 +92,7 @@ def articulated_inertias_packed(model, S, I21):
                 if g.kind == joints.FREE:  # nothing crosses a free joint (exact zero)
                     Ia.append(jnp.zeros_like(IAg))
                 else:
-                    Ia.append(pack(IAf - spatial.mm(spatial.mm(U, Dinv),
-                                                    jnp.swapaxes(U, -1, -2))))
+                    Ia.append(pack(IAf - spatial.mm(spatial.mm(U, Dinv), jnp.swapaxes(U, -1, -2))))
             Ug.append(U)
             Dg.append(Dinv)
         return (Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)), (tuple(Ug), tuple(Dg))

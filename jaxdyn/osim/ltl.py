@@ -59,7 +59,7 @@ class LTLPlan:
             while lam[a] >= 0:
                 a = lam[a]
                 anc[k, dd[a]] = a
-            mask[k, :dd[k] + 1] = True
+            mask[k, : dd[k] + 1] = True
         self.D, self.anc, self.mask = D, anc, mask
         self.K = [np.nonzero(dd == t)[0] for t in range(D)]
         # targets of the updates of level d: rows anc_t(k), t < d, k in K_d (flattened k-major)

@@ -65,7 +65,6 @@ from .. import joints
 from ..spatial import mm, mv
 from .structure import structure as get_structure
 
-
 #: above this many rows the assembly gathers the m (m + 1) / 2 pairs of eq. (17) instead of
 #: forming a dense Gram block per N-depth (O(m^2 T) flops)
 PAIR_M = 64
@@ -107,7 +106,7 @@ class Plan:
         widx = np.full(nb, -1, np.int64)  # position in the concatenation of its width stream
         count = {}
         per_level = []
-        for li, lvl in enumerate(topo.levels):
+        for lvl in topo.levels:
             act = [b for b in range(lvl.b0, lvl.b1) if st.active[b]]
             per = []
             for w in sorted({int(width[b]) for b in act}):
@@ -142,9 +141,15 @@ class Plan:
                         src.append(int(pos[c]))
                 src = np.asarray(src, np.int64)
                 src = np.where(src == -2 - len(cb), -1 - len(krows), src)
-                classes.append(dict(w=w, groups=groups, src=src,
-                                    krows=np.asarray(krows, np.int64).reshape(-1, w),
-                                    need_E=li > 0))
+                classes.append(
+                    dict(
+                        w=w,
+                        groups=groups,
+                        src=src,
+                        krows=np.asarray(krows, np.int64).reshape(-1, w),
+                        need_E=li > 0,
+                    )
+                )
             self.levels.append(classes)
         # ------------------------------------------------------------ N forward sweep (l. 13)
         w6 = widx  # N-node segments have width 6
@@ -166,9 +171,12 @@ class Plan:
         self.leaves = {}
         for w in sorted({int(width[b]) for b in st.leaf_E}):
             lb = [int(b) for b in st.leaf_E if width[b] == w]
-            self.leaves[w] = (np.asarray([widx[st.top[b]] for b in lb], np.int64),
-                              np.asarray([slot[int(st.nanc[b])] if st.nanc[b] >= 0 else -1
-                                          for b in lb], np.int64))
+            self.leaves[w] = (
+                np.asarray([widx[st.top[b]] for b in lb], np.int64),
+                np.asarray(
+                    [slot[int(st.nanc[b])] if st.nanc[b] >= 0 else -1 for b in lb], np.int64
+                ),
+            )
         # ------------------------------------------------------------ node table
         # every node (leaf end effector or N node) with the top of the segment below it;
         # K-started leaves are padded to 6 (their E_top is 6 x w, Ω_e is w x w)
@@ -188,8 +196,10 @@ class Plan:
             self.node_E.setdefault(w, ([], []))
             self.node_E[w][0].append(nd)
             self.node_E[w][1].append(int(widx[st.top[nd_b]]))
-        self.node_E = {w: (np.asarray(p, np.int64), np.asarray(i, np.int64))
-                       for w, (p, i) in sorted(self.node_E.items())}
+        self.node_E = {
+            w: (np.asarray(p, np.int64), np.asarray(i, np.int64))
+            for w, (p, i) in sorted(self.node_E.items())
+        }
         perm = np.argsort(np.concatenate([p for p, _ in self.node_E.values()]))
         self.node_E_perm = None if np.array_equal(perm, np.arange(len(perm))) else perm
         # ------------------------------------------------------------ row chains (eq. 19)
@@ -199,7 +209,7 @@ class Plan:
         chains = [st.chain(int(b)) for b in lay.row_body]
         rk = np.asarray([kstart[b] for b in lay.row_body], bool)
         col = np.zeros(m, np.int64)  # column of the row in its leaf's K_e^T
-        for b, rows in rows_of.items():
+        for rows in rows_of.values():
             col[rows] = np.arange(len(rows))
         clen = np.asarray([len(c) for c in chains])
         self.krow = rk
@@ -213,12 +223,17 @@ class Plan:
         z = self.n_nodes  # an appended zero node
         self.steps = []  # per l: entering rows, E node (rows present at l + 1), node
         for lv in range(int(clen.max()) - 1, -1, -1):
-            node = np.asarray([node_of[chains[r][clen[r] - 1 - lv]] if clen[r] > lv else z
-                               for r in range(m)], np.int64)
-            E = np.asarray([node_of[chains[r][clen[r] - 2 - lv]] if clen[r] > lv + 1 else z
-                            for r in range(m)], np.int64)
-            self.steps.append(dict(lv=lv, enter=clen - 1 == lv, first=lv == clen.max() - 1,
-                                   node=node, E=E))
+            node = np.asarray(
+                [node_of[chains[r][clen[r] - 1 - lv]] if clen[r] > lv else z for r in range(m)],
+                np.int64,
+            )
+            E = np.asarray(
+                [node_of[chains[r][clen[r] - 2 - lv]] if clen[r] > lv + 1 else z for r in range(m)],
+                np.int64,
+            )
+            self.steps.append(
+                dict(lv=lv, enter=clen - 1 == lv, first=lv == clen.max() - 1, node=node, E=E)
+            )
         # N-depth of the closest common ancestor (node) of every pair of rows, -1: none
         cstep = np.full((m, m), -1, np.int64)
         for i in range(m):
@@ -331,14 +346,13 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
                 if np.any(src == -1 - nk) or not fillE:
                     fillE.append(eye[None])  # (unused when no segment restarts)
                 P0 = _start(pE, src, _cat(fillE))  # ^iP_{d(i)}            (lines 4, 7)
-                W0 = _start(pW, np.where(src >= 0, src, -1),
-                            jnp.zeros((1, w, w), dt))  # ^iΩ_{d(i)}
+                W0 = _start(pW, np.where(src >= 0, src, -1), jnp.zeros((1, w, w), dt))  # ^iΩ_{d(i)}
             Es, Ws, p = [], [], 0
             for gi, sel in cls["groups"]:
                 g = lvl.groups[gi]
                 k = joints.NV[g.kind]
                 n = len(sel)
-                Sg = ws.S[g.v0:g.v1].reshape(g.n, k, 6)
+                Sg = ws.S[g.v0 : g.v1].reshape(g.n, k, 6)
                 U, Dinv = Us[li][gi], Dinvs[li][gi]
                 if n != g.n:
                     Sg, U, Dinv = Sg[sel], U[sel], Dinv[sel]
@@ -349,7 +363,7 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
                     if cls["need_E"]:
                         Es.append(eye - mm(U, Y))  # P_i (eq. 8)
                 else:
-                    Pg, Wg = P0[p:p + n], W0[p:p + n]
+                    Pg, Wg = P0[p : p + n], W0[p : p + n]
                     X = mm(Sg, Pg)  # S_i ^iP_d                  (n, k, w)
                     Y = mm(Dinv, X)  # D_i^-1 S_i ^iP_d
                     Ws.append(Wg + mm(jnp.swapaxes(X, -1, -2), Y))  # line 10 / eq. (16)
@@ -366,8 +380,7 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
     Ew, Ww = {}, {}
     for w, lst in streams.items():
         lst = sorted(lst, key=lambda x: x[0])
-        Ew[w] = [x[1] if x[1] is not None else jnp.zeros((x[2].shape[0], 6, w), dt)
-                 for x in lst]
+        Ew[w] = [x[1] if x[1] is not None else jnp.zeros((x[2].shape[0], 6, w), dt) for x in lst]
         Ww[w] = [x[2] for x in lst]
     nw = {w: [x.shape[0] for x in Ww[w]] for w in Ww}
     # ------------------------------------------------------------ 2. forward sweep over N (l. 13)
@@ -424,4 +437,3 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
         Ff = jnp.concatenate(Fs + [zrow], 0)
         return jnp.sum(Cf[pl.pair_a] * Ff[pl.pair_b], -1)[pl.sym]
     return jnp.where(np.triu(np.ones((m, m), bool)), V, V.T)
-

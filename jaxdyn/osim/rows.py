@@ -52,8 +52,7 @@ class RowPlan:
             kinds = {g.kind for g in lvl.groups if np.any((anc >= g.b0) & (anc < g.b1))}
             kmax = max([joints.NV[k] for k in kinds], default=1)
             same = anc[:, None] == anc[None, :]
-            self.levels.append(dict(m=ml, m_next=m_next, local=anc - lvl.b0, kmax=kmax,
-                                    same=same))
+            self.levels.append(dict(m=ml, m_next=m_next, local=anc - lvl.b0, kmax=kmax, same=same))
         self.row_body_sorted = sbody
         self.row_depth_sorted = sdepth
         # depth of cca for every (sorted) pair (-1: the world)
@@ -78,7 +77,7 @@ def level_joint_data(model, S, inertias, li, kmax):
     Ss, Uu, Dd = [], [], []
     for gi, g in enumerate(lvl.groups):
         k = joints.NV[g.kind]
-        Sg = S[g.v0:g.v1].reshape(g.n, k, 6)
+        Sg = S[g.v0 : g.v1].reshape(g.n, k, 6)
         U, Dinv = Us[li][gi], Dinvs[li][gi]
         if k < kmax:
             pad = kmax - k
@@ -90,7 +89,7 @@ def level_joint_data(model, S, inertias, li, kmax):
         Ss.append(Sg)
         Uu.append(U)
         Dd.append(Dinv)
-    cat = (lambda xs: xs[0] if len(xs) == 1 else jnp.concatenate(xs, 0))
+    cat = lambda xs: xs[0] if len(xs) == 1 else jnp.concatenate(xs, 0)
     return cat(Ss), cat(Uu), cat(Dd)
 
 

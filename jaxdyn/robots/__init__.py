@@ -191,8 +191,10 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, bool]:
     p = Path(os.fspath(name_or_path)).expanduser()
     if p.is_file():
         return p, False
-    erd = "" if example_robot_data_dir() is not None else (
-        " (example-robot-data is not installed: its robots are unavailable)"
+    erd = (
+        ""
+        if example_robot_data_dir() is not None
+        else (" (example-robot-data is not installed: its robots are unavailable)")
     )
     raise ValueError(
         f"unknown robot {os.fspath(name_or_path)!r}: not a file and not one of the "
