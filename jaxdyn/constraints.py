@@ -457,16 +457,19 @@ def constraint_drift(model, q, v, constraints):
 
 
 def log3(R):
-    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π."""
+    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π.
+
+    Differentiable at the identity too: the small-angle branch uses ``t^2 ~ sin(t)^2`` and
+    never takes the square root of zero (whose derivative is infinite)."""
     tr = jnp.trace(R, axis1=-2, axis2=-1)
     c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
     vee = jnp.stack(
         [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
     )  # 2 sin(t) axis
-    s = jnp.sqrt(jnp.sum(vee * vee, -1)) / 2
-    t = jnp.arctan2(s, c)
-    small = s < 1e-6
-    factor = jnp.where(small, 0.5 + t * t / 12, t / (2 * jnp.where(small, 1.0, s)))
+    s2 = jnp.sum(vee * vee, -1) / 4  # sin(t)^2
+    small = s2 < 1e-12
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    factor = jnp.where(small, 0.5 + s2 / 12, jnp.arctan2(s, c) / (2 * s))
     return factor[..., None] * vee
 
 

@@ -52,7 +52,7 @@ def _nonneg(fn, name, x):
     s = _static_scalar(x)
     if s is not None:
         if not (np.isfinite(s) and s >= 0):
-            raise ValueError(f"{fn}: {name} must be a finite number >= 0, got {s}")
+            raise ValueError(f"{fn}: {name} must be >= 0 and finite, got {s}")
         return x
     try:
         a = jnp.asarray(x)
@@ -63,7 +63,7 @@ def _nonneg(fn, name, x):
     if not isinstance(a, jax.core.Tracer):
         return _nonneg(fn, name, np.asarray(a))
     return _checks.error_if(
-        a, ~(jnp.isfinite(a) & (a >= 0)), f"{fn}: {name} must be a finite number >= 0"
+        a, ~(jnp.isfinite(a) & (a >= 0)), f"{fn}: {name} must be >= 0 and finite"
     )
 
 
