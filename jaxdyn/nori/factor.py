@@ -2,13 +2,20 @@
 
 Paper §IV-D / §V-D: the permutations are fixed offline on the worst-case pattern and the run
 time only does the numeric elimination. Here the static ordering is the tree's
-(:mod:`jaxdyn.nori.structure`): (1) forward substitution of the peeled bodies' ``Ra`` rows root
-to leaves; (2) leaves to root, each body's remaining rows eliminated by a static block
-Gauss-Jordan (:func:`jaxdyn.nori.blocks.execute`) into ``x_i = x0_i - K_i a_λ``, the parent's
-``Rf`` receiving ``X_j^T f_j`` (for forward dynamics these updates are the articulated-body
-inertias and bias forces of eq. 13, as Property 2 shows); (3) back-substitution root to
-leaves. Dense blocks, no pivoting, no data-dependent control flow; ``jit``, ``vmap`` and
-``grad`` go through.
+(:mod:`jaxdyn.nori.structure`):
+
+1. forward substitution of the peeled bodies' ``Ra`` rows, root to leaves (Property 1);
+2. leaves to root, each body's remaining rows factorised by a static block LU
+   (:func:`jaxdyn.nori.blocks.factor`: identity pivots, then one dense core), which gives
+   the body's ``f_i`` as an affine function ``x0 - K a_λ`` of the parent's acceleration; the
+   parent's ``Rf`` receives ``X_j^T f_j`` -- for forward dynamics these updates are the
+   articulated-body inertias and bias forces of eq. (13), as Property 2 states;
+3. root to leaves, back-substitution of each body's pivot rows in reverse order
+   (:func:`jaxdyn.nori.blocks.back_substitute`; for forward dynamics ``qdd_i`` from the core,
+   then ``a_i = X_i a_λ + S_i qdd_i + c_i`` and ``f_i``, eq. 14).
+
+Dense blocks, no pivoting, no data-dependent control flow; ``jit``, ``vmap`` and ``grad`` go
+through.
 """
 
 from __future__ import annotations
