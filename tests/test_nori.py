@@ -571,6 +571,30 @@ def test_float32_lane():
     assert_close(a32, a, 2e-4, "float32 forward dynamics")
 
 
+def test_armature():
+    """``model.armature`` enters ``Rt_i`` as ``+ armature qdd_i`` (jaxdyn's rnea / aba add it
+    to the mass matrix diagonal)."""
+    model = jaxdyn.load_urdf(chain_urdf(3, seed=8), floating_base=True).with_armature(0.05)
+    q, v, a, fe = (x[0] for x in random_states(model, 8))
+
+    @jax.jit
+    def f(q, v, a, fe):
+        tau = jaxdyn.rnea(model, q, v, a, fe)
+        return (
+            tau,
+            nori.inverse_dynamics(model, q, v, a, fe),
+            nori.forward_dynamics(model, q, v, tau, fe),
+        )
+
+    tau, t, qdd = f(q, v, a, fe)
+    assert_close(t, tau, RTOL64, "inverse dynamics with armature")
+    assert_close(qdd, a, RTOL64, "forward dynamics with armature")
+    system = nori.build(model, nori.forward_dynamics_knowns())
+    assert system.armature
+    with pytest.raises(ValueError, match="armature"):
+        nori.solve(system, model.with_armature(None), q, v, (tau, fe))
+
+
 # ----------------------------------------------------------------------------- long chains
 
 
@@ -643,6 +667,8 @@ def test_bad_input():
     est = nori.build(model, [nori.ExternalWrench()], [nori.JointAcceleration(), nori.JointTorque()])
     with pytest.raises(ValueError, match="use nori.estimate"):
         nori.solve(est, model, q, z, (fe, z, z))
+    with pytest.raises(ValueError, match="no moving body"):
+        nori.build(jaxdyn.load_urdf('<robot name="w"><link name="base"/></robot>'))
     other = robots.load("arm7")
     with pytest.raises(ValueError, match="built for another model"):
         nori.solve(sfd, other, np.zeros(other.nq), np.zeros(other.nv), (np.zeros(7), fe))

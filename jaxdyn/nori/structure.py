@@ -275,6 +275,8 @@ def make_system(model, known=(), sensors=(), name=None):
     specs = known + sensors
     t = model.topo
     nb = t.nb
+    if nb == 0:
+        raise ValueError(f"nori.build: {t.name} has no moving body: there is nothing to solve")
     armature = getattr(model, "armature", None) is not None
     rows = [dynamics_rows(t, b, armature) for b in range(nb)]
     yshapes = []
