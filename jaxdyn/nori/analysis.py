@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import jax.numpy as jnp
 import numpy as np
 
 from . import assembly as asm
@@ -564,13 +563,3 @@ def analyze(system, model, orderings=SCIPY_ORDERINGS, n_samples=3, seed=0):
         an.front_sizes = tuple(front_sizes(system))
     system.analysis = an
     return an
-
-
-def ordering_matrix(system, model, q, v, values, which="tree"):
-    """The permuted dense matrix ``P D Q`` of an ordering (for checks and figures)."""
-    D, _ = asm.assemble(system, model, q, v, values)
-    if which == "tree":
-        pr, pc = tree_order(system)
-    else:
-        raise ValueError(which)
-    return jnp.asarray(D)[np.ix_(pr, pc)]

@@ -8,7 +8,7 @@ is written once as block algebra and the zero/identity structure of the worst-ca
 
 Values are arrays with leading group axes ``(..., r, c)`` (the bodies of one level group);
 with ``val=None`` the same code runs symbolically (offline), which is how the pivot sequence
-of a body's rows is chosen (:func:`plan`) and how flops are counted.
+of a body's rows is chosen (:func:`plan`).
 """
 
 from __future__ import annotations
@@ -20,40 +20,6 @@ import numpy as np
 from .. import spatial
 
 ZERO, EYE, DENSE = 0, 1, 2
-
-
-class Counter:
-    """Flop counter of the dense operations executed (symbolically or not)."""
-
-    def __init__(self):
-        self.flops = 0
-
-    def add(self, n):
-        self.flops += int(n)
-
-
-_COUNTER = [None]
-
-
-def _count(n):
-    c = _COUNTER[0]
-    if c is not None:
-        c.add(n)
-
-
-class counting:
-    """Context manager: count the flops of the block operations run inside."""
-
-    def __init__(self):
-        self.counter = Counter()
-
-    def __enter__(self):
-        self._prev = _COUNTER[0]
-        _COUNTER[0] = self.counter
-        return self.counter
-
-    def __exit__(self, *exc):
-        _COUNTER[0] = self._prev
 
 
 class Blk:
@@ -108,7 +74,6 @@ def neg(A):
         return A
     if A.k == EYE:
         return Blk.eye(A.r, -A.s)
-    _count(A.r * A.c)
     return Blk.dense(None if A.val is None else -A.val, A.r, A.c)
 
 
@@ -124,14 +89,12 @@ def mul(A, B):
         return B if A.s == 1.0 else (neg(B) if A.s == -1.0 else _scale(B, A.s))
     if B.k == EYE:
         return A if B.s == 1.0 else (neg(A) if B.s == -1.0 else _scale(A, B.s))
-    _count(2 * A.r * A.c * B.c)
     if _sym(A, B):
         return Blk.dense(None, A.r, B.c)
     return Blk.dense(spatial.mm(A.val, B.val))
 
 
 def _scale(A, s):
-    _count(A.r * A.c)
     return Blk.dense(None if A.val is None else s * A.val, A.r, A.c)
 
 
@@ -148,11 +111,9 @@ def add(A, B):
         return Blk.zero(A.r, A.c) if s == 0.0 else Blk.eye(A.r, s)
     if A.k == EYE or B.k == EYE:
         E, D = (A, B) if A.k == EYE else (B, A)
-        _count(D.r)
         if D.val is None:
             return Blk.dense(None, D.r, D.c)
         return Blk.dense(D.val + E.s * jnp.eye(D.r, dtype=D.val.dtype))
-    _count(A.r * A.c)
     if _sym(A, B):
         return Blk.dense(None, A.r, A.c)
     return Blk.dense(A.val + B.val)
@@ -172,7 +133,6 @@ def inv(A, spd=False):
     if A.k == EYE:
         return Blk.eye(A.r, 1.0 / A.s)
     n = A.r
-    _count(n**3 if n > 1 else 1)
     if A.val is None:
         return Blk.dense(None, n, n)
     if n == 1:

@@ -312,7 +312,6 @@ def make_system(model, known=(), sensors=(), name=None):
             pstat.append("peeled")
         else:
             pstat.append("live")
-    live_children = [any(pstat[c] == "live" for c in children[b]) for b in range(nb)]
 
     # --- per-body local systems of the tree LU and their squareness
     square_reason = None
@@ -414,7 +413,6 @@ def make_system(model, known=(), sensors=(), name=None):
         peeled=peeled,
         peel_row=peel_row,
         pstat=tuple(pstat),
-        live_children=tuple(live_children),
         local=tuple(local),
         square=square_reason is None,
         square_reason=square_reason,
