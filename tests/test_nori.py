@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,7 +68,8 @@ def aligned_chain_urdf(n, seed=0):
     ]
     for i in range(1, n + 1):
         m = rng.uniform(0.5, 2.0)
-        d = rng.uniform(0.01, 0.05, 3)
+        box = rng.uniform(0.1, 0.4, 3) ** 2
+        d = m / 12 * (box.sum() - box)  # a box's principal moments
         c = rng.uniform(-0.1, 0.1, 3)
         ax = rng.normal(size=3)
         ax /= np.linalg.norm(ax)
@@ -134,30 +137,51 @@ SWEEP = tuple(
 )
 
 
+@functools.cache
 def dynamics_results(name, floating):
-    """One jit per robot: RNEA, ABA, and both through the sparse system, on B states."""
+    """One jit per robot: RNEA, ABA, and both through the sparse system, on B states. For
+    quad12 (floating) also the full solutions of the inverse / forward dynamics systems, the
+    world-frame RNEA quantities and the assembled dense matrices."""
     model = robots.load(name, floating_base=floating)
     q, v, a, fe = random_states(model, 7)
+    full = (name, floating) == ("quad12", True)
+    if full:
+        sid = nori.build(model, nori.inverse_dynamics_knowns(), analyze=True)
+        sfd = nori.build(model, nori.forward_dynamics_knowns(), analyze=True)
 
     def f(q, v, a, fe):
         tau = jaxdyn.rnea(model, q, v, a, fe)
-        return {
+        out = {
             "tau": tau,
-            "nori_tau": nori.inverse_dynamics(model, q, v, a, fe),
             "aba": jaxdyn.aba(model, q, v, tau, fe),
-            "nori_qdd": nori.forward_dynamics(model, q, v, tau, fe),
             "a": a,
             "M": jaxdyn.crba(model, q) if name == "talos_full" else jnp.eye(model.nv),
         }
+        if not full:
+            out["nori_tau"] = nori.inverse_dynamics(model, q, v, a, fe)
+            out["nori_qdd"] = nori.forward_dynamics(model, q, v, tau, fe)
+            return out
+        out["sol"] = sol = nori.solve(sid, model, q, v, (a, fe))
+        out["fd"] = nori.solve(sfd, model, q, v, (tau, fe))
+        out["nori_tau"], out["nori_qdd"] = sol.tau, out["fd"].qdd
+        ws = kin.world_state(model, q, centered=True)
+        _, _, aw, Fw = rnea_world(model, ws, v, a, fe)
+        out["a_world"] = spatial.act_inv_motion(ws.R, ws.p, aw)
+        out["f_world"] = spatial.act_inv_force(ws.R, ws.p, Fw)
+        out["D"], out["r"] = nori.assemble(sid, model, q, v, (a, fe))
+        out["Dfd"], out["rfd"] = nori.assemble(sfd, model, q, v, (tau, fe))
+        return out
 
-    return jax.jit(jax.vmap(f))(q, v, a, fe)
+    res = jax.jit(jax.vmap(f))(q, v, a, fe)
+    return (model, sid, sfd, (q, v, a, fe), res) if full else res
 
 
 @pytest.fixture(
     scope="module", params=DEFAULT, ids=lambda p: f"{p[0]}-{'float' if p[1] else 'fixed'}"
 )
 def dyn(request):
-    return dynamics_results(*request.param)
+    res = dynamics_results(*request.param)
+    return res[-1] if isinstance(res, tuple) else res
 
 
 def _check_dynamics(res, singular=False):
@@ -197,31 +221,19 @@ def test_dynamics_sweep(robot):
 
 @pytest.fixture(scope="module")
 def quad():
-    """quad12: the ID system, its full solution, world-frame RNEA and the dense solve."""
-    model = robots.load("quad12")
-    sid = nori.build(model, nori.inverse_dynamics_knowns(), analyze=True)
-    sfd = nori.build(model, nori.forward_dynamics_knowns(), analyze=True)
-    q, v, a, fe = (x[0] for x in random_states(model, 3))
-
-    @jax.jit
-    def f(q, v, a, fe):
-        sol = nori.solve(sid, model, q, v, (a, fe))
-        ws = kin.world_state(model, q, centered=True)
-        _, _, aw, Fw = rnea_world(model, ws, v, a, fe)
-        D, r = nori.assemble(sid, model, q, v, (a, fe))
-        Dfd, rfd = nori.assemble(sfd, model, q, v, (sol.tau, fe))
-        fd = nori.solve(sfd, model, q, v, (sol.tau, fe))
-        return sol, ws, aw, Fw, jnp.linalg.solve(D, r), jnp.linalg.solve(Dfd, rfd), fd, D, r
-
-    return model, sid, sfd, (q, v, a, fe), f(q, v, a, fe)
+    """quad12, first state: the systems, the state and the results of ``dynamics_results``."""
+    model, sid, sfd, states, res = dynamics_results("quad12", True)
+    first = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), res)
+    return model, sid, sfd, tuple(np.asarray(x[0]) for x in states), first
 
 
 def test_body_variables_match_world_rnea(quad):
     """``a_i`` and ``f_i`` (paper §II: acceleration with the fictitious -g, and the wrench
     transmitted from the parent, body coordinates) against world-frame RNEA."""
-    model, _, _, (q, v, a, fe), (sol, ws, aw, Fw, *_) = quad
-    assert_close(sol.a, spatial.act_inv_motion(ws.R, ws.p, aw), RTOL64, "a_i")
-    assert_close(sol.f, spatial.act_inv_force(ws.R, ws.p, Fw), RTOL64, "f_i")
+    model, _, _, (q, v, a, fe), res = quad
+    sol = res["sol"]
+    assert_close(sol.a, res["a_world"], RTOL64, "a_i")
+    assert_close(sol.f, res["f_world"], RTOL64, "f_i")
     an, fn = body_frame_rnea(model, q, v, a, fe)  # the numpy oracle of the tests below
     assert_close(an, sol.a, RTOL64, "numpy a_i")
     assert_close(fn, sol.f, RTOL64, "numpy f_i")
@@ -229,8 +241,9 @@ def test_body_variables_match_world_rnea(quad):
 
 
 def test_tree_lu_equals_dense_solve(quad):
-    model, sid, sfd, (q, v, a, fe), (sol, _, _, _, d_id, d_fd, fd, _, _) = quad
-    for d, s in ((d_id, sol), (d_fd, fd)):
+    model, sid, sfd, (q, v, a, fe), res = quad
+    for D, r, s in ((res["D"], res["r"], res["sol"]), (res["Dfd"], res["rfd"], res["fd"])):
+        d = np.linalg.solve(D, r)
         a_, f_, tau, fx, qdd = assembly.split_solution(sid, d)
         for x, y, what in (
             (a_, s.a, "a"),
@@ -240,15 +253,14 @@ def test_tree_lu_equals_dense_solve(quad):
             (qdd, s.qdd, "qdd"),
         ):
             assert_close(y, x, RTOL64, what)
-    assert_close(fd.qdd, a, RTOL64, "forward dynamics recovers a")
+    assert_close(res["fd"].qdd, a, RTOL64, "forward dynamics recovers a")
 
 
 def test_numpy_assembly_matches_jax(quad):
     model, sid, _, (q, v, a, fe), res = quad
-    D, r = res[-2:]
-    Dn, rn = analysis.numpy_assemble(sid, model, np.asarray(q), np.asarray(v), (a, fe))
-    assert_close(Dn, D, RTOL64, "D")
-    assert_close(rn, r, RTOL64, "r")
+    Dn, rn = analysis.numpy_assemble(sid, model, q, v, (a, fe))
+    assert_close(Dn, res["D"], RTOL64, "D")
+    assert_close(rn, res["r"], RTOL64, "r")
 
 
 def test_property1_and_orderings(quad):
@@ -420,9 +432,9 @@ def slippery_data(model, mid, seed):
 
 def test_slippery_chain_load_cells():
     """Well-posed away from parallel feet: the joint torques and the normal torques nz are
-    recovered; with both feet's normals parallel (all frames aligned at q = 0) the two nz are
-    not separable: ill-posed, named."""
-    model, ends, mid, known, sensors = slippery_chain(6)
+    recovered (12 links: the estimator's passes go through lax.scan); with both feet's normals
+    parallel (all frames aligned at q = 0) the two nz are not separable: ill-posed, named."""
+    model, ends, mid, known, sensors = slippery_chain(12)  # long enough for a scanned run
     with pytest.raises(ValueError, match=r"neutral configuration.*fx\[link0\] \(nz\)"):
         nori.build(model, known, sensors)
     q, v, tau, w, values = slippery_data(model, mid, 0)
@@ -502,42 +514,46 @@ def test_sensor_rows_consistent():
 # ----------------------------------------------------------------------------- autodiff, float32
 
 
+def numpy_forward_dynamics(model, q, v, tau):
+    """Forward dynamics by a dense solve of the assembled (numpy) system."""
+    system = nori.build(model, nori.forward_dynamics_knowns(), check=False)
+    D, r = analysis.numpy_assemble(system, model, q, v, (tau, np.zeros((model.nb, 6))))
+    return assembly.split_solution(system, np.linalg.solve(D, r))[4]
+
+
 def test_gradients_vs_finite_differences():
-    """Gradients of inverse and forward dynamics with respect to ``q``, ``v`` and ``a`` /
-    ``tau`` (a 4-link chain) against central differences."""
-    model = jaxdyn.load_urdf(chain_urdf(4, seed=5))
+    """``jax.grad`` of inverse plus forward dynamics with respect to ``q``, ``v``, ``a`` and
+    ``tau`` (a 3-link chain) against central differences of the numpy oracles."""
+    model = jaxdyn.load_urdf(chain_urdf(3, seed=5))
     rng = np.random.default_rng(5)
-    q, v, a, tau = rng.normal(size=(4, model.nv))
-    wt = rng.normal(size=model.nv)
+    args = tuple(rng.normal(size=(4, model.nv)))
+    w1, w2 = rng.normal(size=(2, model.nv))
 
     def f(q, v, a, t):
-        return (
-            jnp.dot(wt, nori.inverse_dynamics(model, q, v, a)),
-            jnp.dot(wt, nori.forward_dynamics(model, q, v, t)),
+        return jnp.dot(w1, nori.inverse_dynamics(model, q, v, a)) + jnp.dot(
+            w2, nori.forward_dynamics(model, q, v, t)
         )
 
-    g_id = jax.grad(lambda *x: f(*x)[0], argnums=(0, 1, 2))
-    g_fd = jax.grad(lambda *x: f(*x)[1], argnums=(0, 1, 3))
-    gi, gf = jax.jit(lambda *x: (g_id(*x), g_fd(*x)))(q, v, a, tau)
-    fv = jax.jit(jax.vmap(f))
-    args = (q, v, a, tau)
+    def f_np(q, v, a, t):
+        tau = joint_torques(model, body_frame_rnea(model, q, v, a)[1])
+        return w1 @ tau + w2 @ numpy_forward_dynamics(model, q, v, t)
+
+    g = jax.jit(jax.grad(f, argnums=(0, 1, 2, 3)))(*args)
     h = 1e-6
     for i in range(4):
-        E = np.eye(model.nv)
-        plus = [np.broadcast_to(x, E.shape) for x in args]
-        minus = list(plus)
-        plus[i], minus[i] = args[i] + h * E, args[i] - h * E
-        fp, fm = fv(*plus), fv(*minus)
-        for which, g, argn in ((0, gi, (0, 1, 2)), (1, gf, (0, 1, 3))):
-            if i in argn:
-                fd = (fp[which] - fm[which]) / (2 * h)
-                assert_close(g[argn.index(i)], fd, 1e-6, f"gradient {which}/{i}")
+        fd = []
+        for e in np.eye(model.nv):
+            xp, xm = list(args), list(args)
+            xp[i], xm[i] = args[i] + h * e, args[i] - h * e
+            fd.append((f_np(*xp) - f_np(*xm)) / (2 * h))
+        assert_close(g[i], np.array(fd), 1e-6, f"gradient {i}")
 
 
+@pytest.mark.slow
 def test_estimate_gradient_wrt_measurements():
     """d(estimated torques)/d(measurements) by autodiff vs central differences (the estimate
     is affine in the measurements, so a unit step is exact)."""
-    model = jaxdyn.load_urdf(chain_urdf(4, seed=6))
+    model = jaxdyn.load_urdf(chain_urdf(3, seed=6))
     rng = np.random.default_rng(6)
     q, v, a = rng.normal(size=(3, model.nv))
     system = nori.build(
@@ -554,7 +570,7 @@ def test_estimate_gradient_wrt_measurements():
 
 
 def test_float32_lane():
-    model = robots.load("quad12")
+    model = jaxdyn.load_urdf(aligned_chain_urdf(4, seed=13), floating_base=True)
     q, v, a, fe = (np.asarray(x[0]) for x in random_states(model, 13, fext_scale=0.1))
     tau = joint_torques(model, body_frame_rnea(model, q, v, a, fe)[1])
 
@@ -571,6 +587,7 @@ def test_float32_lane():
     assert_close(a32, a, 2e-4, "float32 forward dynamics")
 
 
+@pytest.mark.slow
 def test_armature():
     """``model.armature`` enters ``Rt_i`` as ``+ armature qdd_i`` (jaxdyn's rnea / aba add it
     to the mass matrix diagonal)."""
@@ -603,34 +620,25 @@ def _ops(f, *args):
 
 
 def test_long_chains_scan():
-    """Chains of 20 and 40 links trace to programs of the same size (the level runs go
-    through lax.scan); the 20-link one agrees with rnea / aba; the estimator scans too."""
+    """Chains of 12 and 24 links trace to programs of the same size (the level runs go
+    through lax.scan); the 12-link one agrees with RNEA and recovers ``a`` by forward dynamics;
+    the estimator's scan is exercised by :func:`test_slippery_chain_load_cells`."""
     sizes = {}
-    for n in (20, 40):
+    for n in (12, 24):
         model = jaxdyn.load_urdf(chain_urdf(n))
         q, v, a, fe = (x[0] for x in random_states(model, n, batch=1))
         fid = lambda q, v, a, fe: nori.inverse_dynamics(model, q, v, a, fe)
         ffd = lambda q, v, t, fe: nori.forward_dynamics(model, q, v, t, fe)
         sizes[n] = (_ops(fid, q, v, a, fe), _ops(ffd, q, v, a, fe))
-    assert sizes[20] == sizes[40], sizes
-    assert tree.MIN_SCAN_RUN < 20
+    assert sizes[12] == sizes[24], sizes
+    assert tree.MIN_SCAN_RUN < 12
 
-    @jax.jit
-    def f(q, v, a, fe):
-        tau = jaxdyn.rnea(model, q, v, a, fe)
-        return tau, fid(q, v, a, fe), ffd(q, v, tau, fe)
-
-    model = jaxdyn.load_urdf(chain_urdf(20))
-    q, v, a, fe = (x[0] for x in random_states(model, 20, batch=1))
-    tau, t, qdd = f(q, v, a, fe)
+    model = jaxdyn.load_urdf(chain_urdf(12))
+    q, v, a, fe = (x[0] for x in random_states(model, 12, batch=1))
+    tau = joint_torques(model, body_frame_rnea(model, q, v, a, fe)[1])
+    t, qdd = jax.jit(lambda *x: (fid(*x[:4]), ffd(x[0], x[1], x[4], x[3])))(q, v, a, fe, tau)
     assert_close(t, tau, RTOL64, "chain ID")
     assert_close(qdd, a, 1e-9, "chain FD")
-
-    model, ends, mid, known, sensors = slippery_chain(24)
-    q, v, tau, w, values = slippery_data(model, mid, 1)
-    system = nori.build(model, known, sensors, check_states=[q])
-    est = jax.jit(lambda y: nori.estimate(system, model, q, v, y))(values)
-    assert_close(est.tau, tau, 1e-7, "chain estimate")
 
 
 # ----------------------------------------------------------------------------- bad input
