@@ -172,8 +172,8 @@ class ContactSet(eqx.Module):
     """Contact spheres compiled for one model (see :func:`contact_set`).
 
     ``body`` (static tuple, one per sphere): the moving body each sphere is fixed to;
-    ``pos (nc, 3)``: centres in body coordinates; ``radius (nc,)``; ``names``: one label per sphere (the primitive's name,
-    with ``[k]`` for primitives of several spheres).
+    ``pos (nc, 3)``: centres in body coordinates; ``radius (nc,)``; ``names``: one label per
+    sphere (the primitive's name, with ``[k]`` for primitives of several spheres).
     """
 
     pos: jnp.ndarray
