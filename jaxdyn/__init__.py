@@ -15,6 +15,9 @@ are in :mod:`jaxdyn.config`.
 __version__ = "0.1.0"
 
 from . import config as config
+from ._checks import CheckError as CheckError
+from ._checks import JaxdynWarning as JaxdynWarning
+from ._checks import jit as jit
 from ._checks import set_value_checks as set_value_checks
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
@@ -65,8 +68,10 @@ from ._api import neutral_configuration as neutral_configuration
 from ._api import random_configuration as random_configuration
 
 __all__ = [
+    "CheckError",
     "Connect",
     "Inputs",
+    "JaxdynWarning",
     "Model",
     "Weld",
     "aba",
@@ -92,6 +97,7 @@ __all__ = [
     "input_matrix",
     "integrate",
     "jacobian",
+    "jit",
     "joint_jacobians",
     "kinetic_energy",
     "load_urdf",

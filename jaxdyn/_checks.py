@@ -1,17 +1,91 @@
-"""Argument checks: shapes at trace time (always), values under jit via ``equinox.error_if``.
+"""Argument checks: types and shapes at trace time (always), values under jit via
+``equinox.error_if``.
 
-Value checks can be switched off with ``jaxdyn.config.update("value_checks", False)`` (or
-:func:`set_value_checks`, or ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; equinox's own
-``EQX_ON_ERROR`` setting applies as well.
+* **Types and shapes** raise at trace time: ``TypeError`` for a wrong model type (a
+  :class:`jaxdyn.clusters.ClusterModel` given to a tree algorithm names the cluster function to
+  use instead), ``ValueError`` naming the function, the argument and the expected size.
+* **Values** (unit quaternions in ``q``, finite damping ...) are checked by
+  ``equinox.error_if`` inside the traced program (:func:`error_if`). They can be switched off
+  with ``jaxdyn.config.update("value_checks", False)`` (or :func:`set_value_checks`, or
+  ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; equinox's own ``EQX_ON_ERROR``
+  setting applies as well.
+
+How a failed value check reads. A public jaxdyn function called outside ``jit`` raises
+:class:`CheckError` whose message *is* the check's message (one line, e.g.
+``crba: a quaternion in q is not of unit norm (tolerance 0.001)``); so does a function compiled
+with :func:`jit` (``jax.jit`` plus this translation). Under a plain ``jax.jit`` the error is
+raised by XLA at the call of the compiled function, as ``jax.errors.JaxRuntimeError`` (or
+``ValueError`` from the cached executable) whose text starts with XLA's ``INTERNAL:
+CpuCallback error`` and a traceback, the message coming last: jaxdyn cannot change that text,
+but it drops the second copy of that traceback that JAX logs on stderr
+(``jax.pure_callback failed``) for its own checks, so the message is the last line printed.
+
+Warnings at load time (lenient loading of real-world URDFs, see :mod:`jaxdyn.model.urdf`) use
+:class:`JaxdynWarning`.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+import sys
+import warnings
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import config
+
+__all__ = [
+    "CheckError",
+    "JaxdynWarning",
+    "as_array",
+    "check_model",
+    "check_quaternions",
+    "common_dtype",
+    "error_if",
+    "jit",
+    "set_value_checks",
+    "value_checks_enabled",
+]
+
+
+class JaxdynWarning(UserWarning):
+    """Warnings of jaxdyn (e.g. a URDF inertia repaired or a ``<mimic>`` dropped at load
+    time); filter them with ``warnings.filterwarnings("ignore", category=jaxdyn.JaxdynWarning)``
+    or turn them into errors with ``"error"``."""
+
+
+class CheckError(eqx.EquinoxRuntimeError, ValueError):
+    """A value check of jaxdyn failed (e.g. a non-unit quaternion in ``q``).
+
+    Raised by jaxdyn's public functions called outside ``jit`` and by functions compiled with
+    :func:`jaxdyn.jit`; the message is the check's own one-line message. A subclass of
+    ``equinox.EquinoxRuntimeError`` (what ``equinox.error_if`` raises) and of ``ValueError``.
+    """
+
+
+CheckError.__module__ = "jaxdyn"
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn(msg: str) -> None:
+    """``warnings.warn(msg, JaxdynWarning)`` attributed to the first caller outside jaxdyn."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _PACKAGE_DIR + os.sep
+    ):
+        level += 1
+        frame = frame.f_back
+    warnings.warn(msg, JaxdynWarning, stacklevel=level)
+
+
+#: every message passed to ``equinox.error_if`` by jaxdyn (to recognise its errors)
+_MESSAGES: set = set()
 
 
 def set_value_checks(enabled: bool) -> None:
@@ -29,10 +103,161 @@ def value_checks_enabled() -> bool:
     return config.get("value_checks")
 
 
+def error_if(x, pred, msg: str):
+    """``equinox.error_if(x, pred, msg)`` when value checks are on (:mod:`jaxdyn.config`),
+    ``x`` otherwise. Every jaxdyn value check goes through here."""
+    if not config.get("value_checks"):
+        return x
+    _MESSAGES.add(msg)
+    return eqx.error_if(x, pred, msg)
+
+
+# ----------------------------------------------------------------------------- error display
+def _jaxdyn_message(exc) -> str | None:
+    """The jaxdyn check message behind ``exc`` (an equinox / XLA runtime error), or None."""
+    from equinox import _jit as eqx_jit  # where equinox smuggles the message out of XLA
+
+    info = getattr(eqx_jit, "last_error_info", None)
+    msg = info[0] if info else None
+    if msg in _MESSAGES and msg in str(exc):
+        return msg
+    return None
+
+
+def _translate(fn):
+    """Call ``fn``; a failed jaxdyn value check is re-raised as :class:`CheckError` whose
+    message is the check's message alone."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CheckError:
+            raise
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError, ValueError) as e:
+            msg = _jaxdyn_message(e)
+            if msg is None:
+                raise
+            raise CheckError(msg) from None
+
+    return wrapper
+
+
+def _traced(args, kwargs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
+
+
+def public(name: str):
+    """Decorator of jaxdyn's public functions ``f(model, ...)``.
+
+    * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
+      the cluster function for a :class:`jaxdyn.clusters.ClusterModel`);
+    * called outside any trace (eagerly), a failed value check raises :class:`CheckError`
+      with the check's message; under a trace the function runs as is (the error surfaces
+      where the compiled program runs, see the module docstring).
+    """
+
+    def decorate(fn):
+        translated = _translate(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            check_model(name, args[0] if args else kwargs.get("model"))
+            if _traced(args, kwargs):
+                return fn(*args, **kwargs)
+            return translated(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def jit(fun=None, **jit_kwargs):
+    """``jax.jit`` whose failed jaxdyn value checks raise :class:`CheckError` with the check's
+    message as the whole text (instead of XLA's ``INTERNAL: CpuCallback error ...`` and a
+    traceback). Same arguments as ``jax.jit``; usable as ``@jaxdyn.jit`` or
+    ``jaxdyn.jit(f, static_argnums=...)``. The compiled function is the one ``jax.jit`` makes
+    (``.lower`` and ``.trace`` are forwarded)."""
+    if fun is None:
+        return functools.partial(jit, **jit_kwargs)
+    jitted = jax.jit(fun, **jit_kwargs)
+    wrapper = _translate(jitted)
+    for name in ("lower", "trace", "eval_shape", "clear_cache"):
+        if hasattr(jitted, name):
+            setattr(wrapper, name, getattr(jitted, name))
+    return wrapper
+
+
+class _DropCallbackTraceback(logging.Filter):
+    """Drops JAX's ``jax.pure_callback failed`` log record (a full traceback on stderr) when
+    the failed callback is one of jaxdyn's value checks: the exception raised to the caller
+    carries the same message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "jax.pure_callback failed" or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        text = str(exc)
+        return not any(m in text for m in _MESSAGES)
+
+
+_LOG_FILTER = _DropCallbackTraceback()
+logging.getLogger("jax._src.callback").addFilter(_LOG_FILTER)
+
+
+# ----------------------------------------------------------------------------- models
+#: the cluster algorithm to use instead of a tree algorithm given a ClusterModel
+_CLUSTER_ALTERNATIVE = {
+    "rnea": "jaxdyn.crnea",
+    "bias_forces": "jaxdyn.crnea (with a = 0)",
+    "gravity_forces": "jaxdyn.crnea (with v = a = 0)",
+    "rnea_derivatives": "jax.jacfwd of jaxdyn.crnea",
+    "aba": "jaxdyn.caba",
+    "aba_derivatives": "jax.jacfwd of jaxdyn.caba",
+    "minv": "jax.jacfwd of jaxdyn.caba in tau",
+    "crba": "jax.jacfwd of jaxdyn.crnea in a",
+    "delassus": "jaxdyn.cefpa",
+    "constrained_aba": "jaxdyn.caba",
+}
+
+
+def check_model(fn: str, model) -> None:
+    """``TypeError`` unless ``model`` is a :class:`jaxdyn.Model`; a
+    :class:`jaxdyn.clusters.ClusterModel` gets the name of the cluster function to use."""
+    from .model.model import Model
+
+    if isinstance(model, Model):
+        return
+    cls = type(model)
+    if cls.__name__ == "ClusterModel" and cls.__module__.startswith("jaxdyn.clusters"):
+        alt = _CLUSTER_ALTERNATIVE.get(fn)
+        use = (
+            f"use {alt} for cluster models"
+            if alt
+            else "use the cluster algorithms (jaxdyn.crnea, jaxdyn.caba, jaxdyn.cefpa)"
+        )
+        raise TypeError(
+            f"jaxdyn.{fn}: model is a jaxdyn.clusters.ClusterModel (a model with kinematic "
+            f"loops); jaxdyn.{fn} takes a jaxdyn.Model: {use}, or pass model.tree, its "
+            "spanning tree without the loop constraints"
+        )
+    raise TypeError(f"jaxdyn.{fn}: model must be a jaxdyn.Model, got {cls.__name__}")
+
+
+# ----------------------------------------------------------------------------- arrays
 def as_array(fn, name, x, shape, model):
-    """Convert ``x`` to an array and check its shape; ``shape`` names its sizes, e.g.
-    ``(("nq", 13),)``."""
-    x = jnp.asarray(x)
+    """Convert ``x`` (an array or a nested sequence of numbers) to an array and check its
+    shape; ``shape`` names its sizes, e.g. ``(("nq", 13),)``."""
+    try:
+        x = jnp.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"{fn}: {name} must be an array of numbers, got {type(x).__name__} ({e})"
+        ) from None
+    if not (
+        jnp.issubdtype(x.dtype, jnp.number) or jnp.issubdtype(x.dtype, jnp.bool_)
+    ):  # pragma: no cover - jnp.asarray accepts numbers and bools only
+        raise TypeError(f"{fn}: {name} has dtype {x.dtype}, expected numbers")
     want = tuple(s for _, s in shape)
     if x.shape != want:
         names = ", ".join(n for n, _ in shape)
@@ -47,32 +272,102 @@ def as_array(fn, name, x, shape, model):
     return x
 
 
-def common_dtype(*xs):
-    """The floating (or complex) dtype the algorithm runs in."""
-    dt = jnp.result_type(*[x for x in xs if x is not None])
-    if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.complexfloating)):
-        dt = jnp.result_type(dt, jnp.float32)
-    return dt
+def _is_float(dt) -> bool:
+    return jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.complexfloating)
+
+
+def default_float():
+    """The default floating dtype: float64 with ``jax_enable_x64``, float32 otherwise."""
+    return jax.dtypes.canonicalize_dtype(jnp.float64)
+
+
+def common_dtype(*xs, model=None):
+    """The floating (or complex) dtype an algorithm runs in: the promoted dtype of the
+    floating inputs; integer and boolean inputs are promoted to the model's floating dtype
+    (``model`` given) or to the default float dtype (float64 under ``jax_enable_x64``), not
+    to float32."""
+    xs = [x for x in xs if x is not None]
+    floats = [jnp.asarray(x).dtype for x in xs if _is_float(jnp.asarray(x).dtype)]
+    if floats:
+        return jnp.result_type(*floats)
+    if model is not None and _is_float(model.mass.dtype):
+        return jnp.dtype(model.mass.dtype)
+    return default_float()
+
+
+def check_model_dtype(fn, model, dtype) -> None:
+    """Refuse to compute in float64 with a model loaded while float64 was disabled: its
+    parameters were rounded to float32 at load time, and casting them back would silently
+    lose the precision the float64 inputs ask for."""
+    if not getattr(model, "x32_load", False):
+        return
+    real = jnp.finfo(dtype).dtype if _is_float(dtype) else None
+    if real is not None and jnp.dtype(real).itemsize > 4:
+        raise ValueError(
+            f"{fn}: {model.name!r} was loaded while float64 was disabled, so its parameters "
+            f"were rounded to float32, but the inputs are {jnp.dtype(dtype).name}. Load the "
+            'model after jax.config.update("jax_enable_x64", True), or call '
+            "model.astype(jnp.float64) to accept the float32-rounded parameters (or pass "
+            "float32 inputs)"
+        )
+
+
+# ----------------------------------------------------------------------------- quaternions
+@functools.lru_cache(maxsize=256)
+def quaternion_indices(topo):
+    """``(idx, owner)``: ``idx (n, 4)`` indices into ``q`` of the quaternions of spherical and
+    free joints, ``owner (nq,)`` ``1 + i`` on the entries of quaternion ``i``, 0 elsewhere
+    (``None`` without quaternions)."""
+    from . import joints
+
+    idx = []
+    for j in range(topo.nb):
+        k = int(topo.kind[j])
+        if k == joints.SPHERICAL:
+            idx.append(topo.q_start[j] + np.arange(4))
+        elif k == joints.FREE:
+            idx.append(topo.q_start[j] + 3 + np.arange(4))
+    if not idx:
+        return None
+    idx = np.stack(idx)
+    owner = np.zeros(topo.nq, np.int64)
+    owner[idx] = 1 + np.arange(len(idx))[:, None]
+    for a in (idx, owner):
+        a.setflags(write=False)
+    return idx, owner
 
 
 def check_quaternions(fn, model, q, tol=1e-3):
-    """``error_if`` the quaternions in ``q`` are not of unit norm (spherical / free joints)."""
-    from . import joints
+    """Check and normalise the quaternions of ``q`` (spherical / free joints).
 
-    if not config.get("value_checks") or jnp.issubdtype(q.dtype, jnp.complexfloating):
+    ``error_if`` (value checks on) a quaternion's squared norm differs from 1 by more than
+    ``tol`` or is not finite (NaN); then every quaternion is divided by its norm, so the
+    algorithms see unit quaternions even within the tolerance (a quaternion with
+    ``|q|^2 = 1.0005`` would otherwise scale rotation matrices by 1.0005 and ``aba`` by
+    2.5e-3).
+
+    Derivatives: the norm is a constant for autodiff (``stop_gradient``), so a tangent ``dq``
+    passes as ``dq / |q|``: exactly ``dq`` at a unit quaternion, where every derivative is
+    unchanged (the analytic rules of :mod:`jaxdyn.derivatives`, which map the tangent into the
+    tangent space of :func:`jaxdyn.integrate` and ignore its radial part, and plain autodiff
+    alike); off the unit sphere the analytic rules give the exact derivative of the dynamics
+    of the normalised quaternion. ``sqrt(sum q^2)`` (not ``|q|``) keeps complex inputs
+    analytic (complex-step differentiation).
+    """
+    found = quaternion_indices(model.topo)
+    if found is None:
         return q
-    t = model.topo
-    idx = []
-    for j in range(t.nb):
-        k = int(t.kind[j])
-        if k == joints.SPHERICAL:
-            idx.append(t.q_start[j] + np.arange(4))
-        elif k == joints.FREE:
-            idx.append(t.q_start[j] + 3 + np.arange(4))
-    if not idx:
-        return q
-    quats = q[np.stack(idx)]
-    err = jnp.abs(jnp.sum(quats * quats, -1) - 1)
-    return eqx.error_if(
-        q, jnp.any(err > tol), f"{fn}: a quaternion in q is not of unit norm (tolerance {tol})"
-    )
+    idx, owner = found
+    quats = q[idx]
+    n2 = jnp.sum(quats * quats, -1)
+    if config.get("value_checks") and not jnp.issubdtype(q.dtype, jnp.complexfloating):
+        err = jnp.abs(n2 - 1)
+        q = error_if(
+            q,
+            jnp.any(~(err <= tol)),
+            f"{fn}: a quaternion in q is not of unit norm (tolerance {tol}) or not finite",
+        )
+        quats = q[idx]
+    # q * (1 / |quaternion| on its entries, 1 elsewhere): a static gather, no scatter
+    inv = jnp.concatenate([jnp.ones(1, q.dtype), 1 / jnp.sqrt(jax.lax.stop_gradient(n2))])
+    return q * inv[owner]

@@ -350,6 +350,7 @@ def rows_from_placements(lay, pl: Placements):
     return K6.reshape(-1, 6)[lay.row_flat]
 
 
+@_checks.public("constraint_rows")
 def constraint_rows(model, q, constraints):
     """Rows ``K (m, 6)`` of all constraints: ``J qdd`` rows act on world-origin spatial
     accelerations of the constrained bodies, ``y_r = K[r] · a_{body(r)}``; also returns the
@@ -367,6 +368,7 @@ def jacobian_from_rows(model, ws, lay, K):
     return jnp.where(jnp.asarray(mask), K @ ws.S.T, 0)
 
 
+@_checks.public("constraint_jacobian")
 @full_precision
 def constraint_jacobian(model, q, constraints):
     """Constraint Jacobian ``J (m, nv)``: rows of the constraints in the order given, each in
@@ -383,6 +385,7 @@ def constraint_jacobian(model, q, constraints):
     return jacobian_from_rows(model, ws, lay, K)
 
 
+@_checks.public("link_constraint_matrices")
 def link_constraint_matrices(model, q, constraints):
     """Per-link constraint matrices ``K_i`` (PV-OSIMr paper, eq. 3).
 
@@ -430,6 +433,7 @@ def kinematic_terms(model, ws, v, lay, pl: Placements):
     return y, drift
 
 
+@_checks.public("constraint_velocity")
 def constraint_velocity(model, q, v, constraints):
     """Constraint velocity ``J v`` ``(m,)``."""
     fn = "constraint_velocity"
@@ -440,6 +444,7 @@ def constraint_velocity(model, q, v, constraints):
     return kinematic_terms(model, ws, v.astype(dt), lay, placements_from_state(model, ws, lay))[0]
 
 
+@_checks.public("constraint_drift")
 def constraint_drift(model, q, v, constraints):
     """``Jdot v`` ``(m,)``: the constraint acceleration at ``qdd = 0`` (no gravity), so that
     the constraint acceleration is ``J qdd + Jdot v`` (conventions in the module docstring)."""
@@ -452,16 +457,19 @@ def constraint_drift(model, q, v, constraints):
 
 
 def log3(R):
-    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π."""
+    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π.
+
+    Differentiable at the identity too: the small-angle branch uses ``t^2 ~ sin(t)^2`` and
+    never takes the square root of zero (whose derivative is infinite)."""
     tr = jnp.trace(R, axis1=-2, axis2=-1)
     c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
     vee = jnp.stack(
         [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
     )  # 2 sin(t) axis
-    s = jnp.sqrt(jnp.sum(vee * vee, -1)) / 2
-    t = jnp.arctan2(s, c)
-    small = s < 1e-6
-    factor = jnp.where(small, 0.5 + t * t / 12, t / (2 * jnp.where(small, 1.0, s)))
+    s2 = jnp.sum(vee * vee, -1) / 4  # sin(t)^2
+    small = s2 < 1e-12
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    factor = jnp.where(small, 0.5 + s2 / 12, jnp.arctan2(s, c) / (2 * s))
     return factor[..., None] * vee
 
 
@@ -522,6 +530,7 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     return jnp.concatenate([log3(rel), dp], -1).reshape(-1)[lay.row_flat]
 
 
+@_checks.public("constraint_error")
 def constraint_error(model, q, constraints, targets=None):
     """Position-level constraint error ``(m,)`` with respect to the targets (see
     :func:`error_from_placements`); its time derivative is ``J v`` to first order."""
@@ -533,6 +542,7 @@ def constraint_error(model, q, constraints, targets=None):
     return error_from_placements(lay, placements_from_state(model, ws, lay), Rt, pt)
 
 
+@_checks.public("constraint_placements")
 def constraint_placements(model, q, constraints) -> Placements:
     """World placement ``(R (nc,3,3), p (nc,3))`` of every constraint frame / point."""
     fn = "constraint_placements"

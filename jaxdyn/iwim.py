@@ -153,6 +153,7 @@ def _dense_B(model, ws, il: _InputLayout):
     return cols[0] if len(cols) == 1 else jnp.concatenate(cols, 1)
 
 
+@_checks.public("build_input_matrix")
 def build_input_matrix(model, q, inputs: Inputs):
     """``B = [J_a^T, J_t^T]`` ``(nv, nu)`` of :class:`Inputs` (generalised forces per input)."""
     fn = "build_input_matrix"
@@ -220,6 +221,7 @@ def _dense(model, ws, v, B):
     return sol[:, 0], sol[:, 1:]
 
 
+@_checks.public("input_matrix")
 @full_precision
 def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
     """Free accelerations and inertia-weighted input matrix: ``qdd = qdd0 + Bhat u``.
@@ -259,6 +261,8 @@ def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
         model, q, dt = kin._prepare(model, fn, q, v, B)
         B = B.astype(dt)
     v = v.astype(dt)
+    if model.nb == 0:  # zero-DoF model (an (0, nu) input matrix)
+        return InputMatrix(jnp.zeros(0, dt), jnp.zeros((0, B.shape[1]), dt))
     ws = kin.world_state(model, q)
     if method == "iim":
         return InputMatrix(*_iim(model, ws, v, B if il is None else None, il))

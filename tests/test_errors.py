@@ -10,6 +10,7 @@ import re
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -309,8 +310,202 @@ def test_bad_urdf_file(tmp_path):
 
 
 def test_urdf_without_moving_joint():
+    """Issue 15 changed this: a fixed-base file without moving joints used to be refused ("no
+    moving joint"); it is now a zero-DoF model (tests/test_zero_dof.py runs the algorithms)."""
     xml = _robot('<link name="b"/>' + _joint("weld", "a", "b", "fixed"))
-    with pytest.raises(ValueError, match="no moving joint"):
-        jaxdyn.load_urdf(xml)
+    m = jaxdyn.load_urdf(xml)
+    assert (m.nq, m.nv, m.nb) == (0, 0, 0) and set(m.frame_names) == {"a", "b", "weld"}
     m = jaxdyn.load_urdf(xml, floating_base=True)  # a single free body is fine
     assert (m.nq, m.nv, m.nb) == (7, 6, 1)
+
+
+# --------------------------------------------------------------------------- issue 10 defects
+def _quat_scaled(q, factor):
+    q = np.array(q)
+    q[3:7] *= factor
+    return q
+
+
+def test_nan_quaternion_fails(quad):
+    m, s = quad
+    q = np.array(s["q"])
+    q[4] = np.nan
+    with pytest.raises(jaxdyn.CheckError, match=f"crba: {QUAT_MSG}.*or not finite"):
+        jaxdyn.crba(m, q)
+    with pytest.raises(JIT_ERRORS, match=f"center_of_mass: {QUAT_MSG}"):
+        jax.block_until_ready(jax.jit(lambda m, q: jaxdyn.center_of_mass(m, q))(m, q))
+
+
+_aba = jax.jit(jaxdyn.aba)
+
+
+def test_quaternions_within_tolerance_are_normalised(quad):
+    """|q|^2 = 1.0005 used to give a 2.5e-3 relative error in aba: the algorithms now see the
+    normalised quaternion."""
+    m, s = quad
+    q = _quat_scaled(s["q"], np.sqrt(1.0005))
+    ref = _aba(m, s["q"], s["v"], s["tau"])
+    assert_close(_aba(m, q, s["v"], s["tau"]), ref, 1e-12, err_msg="aba, |q|^2 = 1.0005")
+
+
+def _first_line(e) -> str:
+    return str(e).splitlines()[0]
+
+
+def test_error_message_is_the_first_line(quad, caplog):
+    """A failed value check reads as its message: eagerly and with jaxdyn.jit, the whole text
+    of a jaxdyn.CheckError (a ValueError and an equinox.EquinoxRuntimeError); under a plain
+    jax.jit, JAX's logged copy of the callback traceback is dropped."""
+    m, s = quad
+    q = _bad_quaternion(s["q"])
+    want = f"crba: {QUAT_MSG} (tolerance 0.001) or not finite"
+    with pytest.raises(jaxdyn.CheckError) as e:
+        jaxdyn.crba(m, q)
+    assert str(e.value) == want and isinstance(e.value, (ValueError, eqx.EquinoxRuntimeError))
+    f = jaxdyn.jit(lambda m, q: jaxdyn.crba(m, q))
+    for _ in range(2):  # traced call, then the cached executable
+        with pytest.raises(jaxdyn.CheckError) as e:
+            jax.block_until_ready(f(m, q))
+        assert _first_line(e.value) == want
+    assert np.all(np.isfinite(f(m, s["q"])))
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="jax._src.callback"):
+        with pytest.raises(JIT_ERRORS, match=want.replace("(", r"\(").replace(")", r"\)")):
+            jax.block_until_ready(jax.jit(lambda m, q: jaxdyn.crba(m, q))(m, q))
+    assert not [r for r in caplog.records if "pure_callback failed" in r.getMessage()]
+
+
+def test_jit_wrapper_passes_other_errors_through():
+    with pytest.raises(ValueError, match="not a jaxdyn message"):
+        jaxdyn.jit(lambda x: (_ for _ in ()).throw(ValueError("not a jaxdyn message")))(1.0)
+
+
+def test_frame_argument_types(quad):
+    m, s = quad
+    for fn in (jaxdyn.jacobian, jaxdyn.frame_placement):
+        for bad in (True, np.bool_(False), 1.5, None, ("FL_FOOT",)):
+            with pytest.raises(TypeError, match=r"frame must be a frame name \(str\) or an "):
+                fn(m, s["q"], bad)
+    with pytest.raises(TypeError, match="frame must be a frame name"):
+        m.frame_index(True)
+    assert m.frame_index(np.int64(2)) == 2
+
+
+def test_q_slice_and_v_slice_bounds(quad):
+    m, _ = quad
+    assert m.v_slice(0) == slice(0, 6) and m.v_slice(m.nb - 1).stop == m.nv
+    assert m.q_slice(np.int64(0)) == slice(0, 7)
+    for fn in ("v_slice", "q_slice"):
+        for bad in (-1, 10000, m.nb):
+            with pytest.raises(
+                IndexError, match=rf"{fn}: joint index {bad} out of range \[0, 13\)"
+            ):
+                getattr(m, fn)(bad)
+        with pytest.raises(TypeError, match=rf"{fn}: joint must be a joint name"):
+            getattr(m, fn)(True)
+        with pytest.raises(TypeError, match=rf"{fn}: joint must be a joint name"):
+            getattr(m, fn)(1.0)
+
+
+def test_f_ext_accepts_array_likes(quad):
+    m, s = quad
+    shapes = [
+        jax.eval_shape(lambda f: jaxdyn.rnea(m, s["q"], s["v"], s["a"], f), f_ext)
+        for f_ext in (s["f_ext"], s["f_ext"].tolist())
+    ]
+    assert shapes[0] == shapes[1]
+    tiny = jaxdyn.load_urdf(jaxdyn.robots.random_urdf(2, 0, p_fixed=0.0, massless_prob=0.0))
+    z = np.zeros(tiny.nv)
+    fe = np.arange(12.0).reshape(2, 6)
+    np.testing.assert_array_equal(
+        jaxdyn.rnea(tiny, z, z, z, fe.tolist()), jaxdyn.rnea(tiny, z, z, z, fe)
+    )
+    with pytest.raises(TypeError, match="rnea: f_ext must be an array of numbers"):
+        jaxdyn.rnea(tiny, z, z, z, [[1.0] * 6, [1.0] * 5])
+
+
+def test_cluster_model_given_to_tree_algorithms():
+    from jaxdyn.clusters import robots as crobots
+
+    cm = jaxdyn.load_urdf(crobots.path("four_bar"))
+    q = np.zeros(cm.nq)
+    v = np.zeros(cm.nv)
+    calls = {
+        "aba": (lambda: jaxdyn.aba(cm, q, v, v), "jaxdyn.caba"),
+        "rnea": (lambda: jaxdyn.rnea(cm, q, v, v), "jaxdyn.crnea"),
+        "aba_derivatives": (lambda: jaxdyn.aba_derivatives(cm, q, v, v), "caba"),
+        "rnea_derivatives": (lambda: jaxdyn.rnea_derivatives(cm, q, v, v), "crnea"),
+        "crba": (lambda: jaxdyn.crba(cm, q), "crnea"),
+        "minv": (lambda: jaxdyn.minv(cm, q), "caba"),
+        "bias_forces": (lambda: jaxdyn.bias_forces(cm, q, v), "crnea"),
+        "gravity_forces": (lambda: jaxdyn.gravity_forces(cm, q), "crnea"),
+        "delassus": (lambda: jaxdyn.delassus(cm, q, jaxdyn.Connect("x")), "jaxdyn.cefpa"),
+        "constrained_aba": (
+            lambda: jaxdyn.constrained_aba(cm, q, v, v, jaxdyn.Connect("x")),
+            "jaxdyn.caba",
+        ),
+        "forward_kinematics": (lambda: jaxdyn.forward_kinematics(cm, q), "model.tree"),
+        "jacobian": (lambda: jaxdyn.jacobian(cm, q, 0), "model.tree"),
+        "center_of_mass": (lambda: jaxdyn.center_of_mass(cm, q), "model.tree"),
+        "kinetic_energy": (lambda: jaxdyn.kinetic_energy(cm, q, v), "model.tree"),
+        "integrate": (lambda: jaxdyn.integrate(cm, q, v), "model.tree"),
+        "input_matrix": (lambda: jaxdyn.input_matrix(cm, q, v, jaxdyn.Inputs()), "model.tree"),
+    }
+    for name, (call, hint) in calls.items():
+        with pytest.raises(
+            TypeError,
+            match=rf"^jaxdyn\.{name}: model is a jaxdyn\.clusters\."
+            rf"ClusterModel.*{re.escape(hint)}",
+        ):
+            call()
+    with pytest.raises(TypeError, match=r"jaxdyn\.crba: model must be a jaxdyn\.Model, got str"):
+        jaxdyn.crba("arm7", q)
+
+
+_constrained = jaxdyn.jit(
+    lambda m, q, v, tau, d, cs: jaxdyn.constrained_aba(m, q, v, tau, cs, damping=d, method="dense"),
+    static_argnums=5,
+)
+
+
+def test_constrained_aba_damping_and_redundant_constraints(quad):
+    m, s = quad
+    args = (m, s["q"], s["v"], s["tau"])
+    cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
+    for bad in (np.nan, -1.0, np.inf, np.float64(np.nan), np.array(np.nan)):
+        with pytest.raises(ValueError, match=r"constrained_aba: damping must be >= 0 and finite"):
+            jaxdyn.constrained_aba(*args, cs, damping=bad)
+    with pytest.raises(TypeError, match="damping must be a number"):
+        jaxdyn.constrained_aba(*args, cs, damping=True)
+    with pytest.raises(ValueError, match=r"baumgarte kd must be >= 0 and finite, got nan"):
+        jaxdyn.constrained_aba(*args, cs, baumgarte=(0.0, np.nan))
+    # traced damping (an argument of the compiled function): equinox.error_if
+    redundant = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("FL_FOOT"))
+    with pytest.raises(jaxdyn.CheckError, match=r"^constrained_aba: damping must be >= 0 and"):
+        _constrained(*args, jnp.asarray(np.nan), redundant)
+    with pytest.raises(
+        jaxdyn.CheckError,
+        match=r"^constrained_aba: the constraint forces are "
+        r"not finite.*redundant constraints.*damping > 0",
+    ):
+        _constrained(*args, jnp.asarray(0.0), redundant)
+    out = _constrained(*args, jnp.asarray(1e-8), redundant)
+    assert np.all(np.isfinite(out.qdd)) and np.all(np.isfinite(out.lam))
+
+
+def test_value_checks_follow_the_switch(quad):
+    """Every value check is an equinox.error_if (a callback in the traced program) only while
+    jaxdyn.config's value_checks is on."""
+    m, s = quad
+    cs = (jaxdyn.Connect("FL_FOOT"),)
+
+    def f(q, d):
+        return jaxdyn.constrained_aba(m, q, s["v"], s["tau"], cs, damping=d, method="dense")
+
+    def callbacks():
+        text = str(jax.make_jaxpr(f)(s["q"], 1e-8))
+        return text.count("pure_callback")
+
+    assert callbacks() >= 3  # quaternion, damping, constraint forces
+    with jaxdyn.config.override(value_checks=False):
+        assert callbacks() == 0

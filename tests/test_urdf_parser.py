@@ -594,6 +594,8 @@ def test_psd_tolerance():
 
 
 def test_mimic_errors():
+    """A <mimic> naming a missing joint is an error with strict=True (it was the default until
+    issue 15: now it is dropped with a warning, see test_mimic_missing_joint_dropped)."""
     three = '<link name="a"/><link name="b"/><link name="c"/>'
     with pytest.raises(
         ValueError, match=r"<joint name=\"j2\"> <mimic>: joint 'ghost' does not exist"
@@ -603,7 +605,8 @@ def test_mimic_errors():
                 three
                 + joint("j1", "a", "b")
                 + joint("j2", "b", "c", inner='<mimic joint="ghost"/>')
-            )
+            ),
+            strict=True,
         )
     with pytest.raises(ValueError, match=r'<joint name="j2"> <mimic>: missing joint attribute'):
         parse_urdf(robot(three + joint("j1", "a", "b") + joint("j2", "b", "c", inner="<mimic/>")))

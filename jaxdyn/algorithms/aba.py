@@ -25,14 +25,16 @@ from .rnea import check_f_ext, external_forces_world
 def articulated_inertias(model, S, I6):
     """Backward pass on the inertias only (they depend on ``q`` alone).
 
-    ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias.
+    ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias; the model's
+    armature (``model.armature``, if set) is added to ``D = S^T U`` (as Pinocchio does).
     Returns per level and group ``U``, ``D^-1`` and the projected inertia
     ``Ia = IA - U D^-1 U^T`` (Featherstone eq. 7.34): three
     :class:`~jaxdyn.model.tree.LevelSeq`, indexed ``Us[level][group]``.
     """
+    arm = model.armature
 
     def step(lvl, child, below, inp):
-        I6l, Sl = inp
+        I6l, Sl, arml = inp
         IA = I6l if below is None else I6l + tree.sum_into_parents(below, child, lvl.n)
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
@@ -40,17 +42,22 @@ def articulated_inertias(model, S, I6):
             k = joints.NV[g.kind]
             Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
             IAg = IA[g.b0 - b0 : g.b1 - b0]
+            ag = None if arml is None else arml[g.v0 - v0 : g.v1 - v0].reshape(g.n, k)
             if k == 1:  # elementwise forms: one fused kernel instead of batched dots
                 s1 = Sg[:, 0]
                 U1 = spatial.mv(IAg, s1)
-                Dinv = 1 / jnp.sum(s1 * U1, -1)
+                D = jnp.sum(s1 * U1, -1)
+                Dinv = 1 / (D if ag is None else D + ag[:, 0])
                 U = U1[..., None]
                 Dinv = Dinv[:, None, None]
                 Ia.append(IAg - U * (Dinv * U1[:, None, :]))
             else:
                 U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
-                Dinv = spatial.inv_spd(mm(Sg, U))
-                if g.kind == joints.FREE:
+                D = mm(Sg, U)
+                if ag is not None:
+                    D = D + ag[:, :, None] * jnp.eye(k, dtype=D.dtype)
+                Dinv = spatial.inv_spd(D)
+                if g.kind == joints.FREE and ag is None:
                     # S is invertible: nothing of the inertia crosses a free joint. Exact zero
                     # instead of the rounding residue of IA - IA (large in world coordinates).
                     Ia.append(jnp.zeros_like(IAg))
@@ -61,7 +68,7 @@ def articulated_inertias(model, S, I6):
         below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
         return below, (tuple(Ug), tuple(Dg), tuple(Ia))
 
-    out = tree.backward_pass(model.topo, step, (("body", I6), ("dof", S)))[1]
+    out = tree.backward_pass(model.topo, step, (("body", I6), ("dof", S), ("dof", arm)))[1]
     return out.field(0), out.field(1), out.field(2)
 
 
@@ -204,6 +211,7 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     return qdd[:, 0], a[..., 0], v
 
 
+@_checks.public("aba")
 @full_precision
 def aba(model, q, v, tau, f_ext=None):
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
@@ -213,12 +221,17 @@ def aba(model, q, v, tau, f_ext=None):
     **Arguments:** ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``, ``f_ext (nb, 6)`` or ``None``
     (body-frame spatial forces, as in :func:`jaxdyn.rnea`).
 
-    **Returns:** joint accelerations ``(nv,)``.
+    **Returns:** joint accelerations ``(nv,)``. Where the mass matrix is singular (moving
+    joints whose subtrees carry no mass and no armature; :func:`jaxdyn.load_urdf` warns), the
+    result is NaN, as Pinocchio's: add armature (:meth:`jaxdyn.Model.with_armature`).
     """
     fn = "aba"
     v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
     tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    f_ext = check_f_ext(fn, model, f_ext)
     model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
-    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    if model.nb == 0:
+        return jnp.zeros(0, dtype)
+    f_ext = None if f_ext is None else f_ext.astype(dtype)
     ws = kin.world_state(model, q, centered=True)
     return aba_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext)[0]

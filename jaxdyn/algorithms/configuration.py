@@ -17,6 +17,8 @@ from ..model import tree
 
 def _by_runs(model, fn, *arrays, widths):
     t = model.topo
+    if t.nb == 0:  # zero-DoF model
+        return jnp.zeros(0, arrays[0].dtype)
     out = []
     for kind, b0, b1, _, _ in tree.kind_runs(t):
         n = b1 - b0
@@ -33,6 +35,8 @@ def neutral_configuration(model, dtype=None):
     """The neutral configuration (zero angles, identity quaternions, origin), ``(nq,)``."""
     dtype = dtype or jnp.zeros(()).dtype
     t = model.topo
+    if t.nb == 0:
+        return jnp.zeros(0, dtype)
     return jnp.concatenate(
         [joints.neutral(k, b1 - b0, dtype).reshape(-1) for k, b0, b1, _, _ in tree.kind_runs(t)]
     )
@@ -43,6 +47,8 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
     ``[lower, upper]``, rotations uniform on SO(3)."""
     dtype = dtype or jnp.zeros(()).dtype
     t = model.topo
+    if t.nb == 0:
+        return jnp.zeros(0, dtype)
     runs = tree.kind_runs(t)
     keys = jax.random.split(key, len(runs))
     return jnp.concatenate(
@@ -53,20 +59,22 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
     )
 
 
+@_checks.public("integrate")
 @full_precision
 def integrate(model, q, v):
     """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
     time (right increment, as Pinocchio's ``integrate``)."""
     q = _checks.as_array("integrate", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("integrate", "v", v, (("nv", model.nv),), model)
-    dtype = _checks.common_dtype(q, v)
+    dtype = _checks.common_dtype(q, v, model=model)
     return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype), widths=("q", "v"))
 
 
+@_checks.public("difference")
 @full_precision
 def difference(model, q0, q1):
     """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""
     q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)
     q1 = _checks.as_array("difference", "q1", q1, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q0, q1)
+    dtype = _checks.common_dtype(q0, q1, model=model)
     return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype), widths=("q", "q"))

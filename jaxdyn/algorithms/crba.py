@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import spatial
+from .. import _checks, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -35,14 +35,22 @@ def crba_world(model, ws):
     F = inertia_apply_origin(dm, dh, dI, ws.S)  # (nv, 6): oIc_{body(c)} oS_c
     Mfull = ws.S @ F.T
     anc = t.dof_ancestor
-    return jnp.where(anc, Mfull, jnp.where(anc.T, Mfull.T, 0))
+    M = jnp.where(anc, Mfull, jnp.where(anc.T, Mfull.T, 0))
+    if model.armature is not None:
+        M = M + jnp.diag(model.armature)
+    return M
 
 
+@_checks.public("crba")
 @full_precision
 def crba(model, q):
-    """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite).
+    """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only
+    semi-definite with massless moving subtrees, see :func:`jaxdyn.load_urdf`), with
+    ``model.armature`` on the diagonal when set.
 
     Reference: Featherstone 2008, Alg. 6.2 (CRBA), in world coordinates.
     """
-    model, q, _ = kin._prepare(model, "crba", q)
+    model, q, dtype = kin._prepare(model, "crba", q)
+    if model.nb == 0:
+        return jnp.zeros((0, 0), dtype)
     return crba_world(model, kin.world_state(model, q, centered=True))

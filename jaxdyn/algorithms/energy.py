@@ -13,27 +13,42 @@ from .._precision import full_precision
 from . import kinematics as kin
 
 
+@_checks.public("center_of_mass")
 @full_precision
 def center_of_mass(model, q):
-    """Position of the whole robot's centre of mass in the world, ``(3,)``."""
-    model, q, _ = kin._prepare(model, "center_of_mass", q)
+    """Position of the whole robot's centre of mass in the world, ``(3,)``: the moving bodies'
+    (a fixed base's root link is part of the world). NaN when they carry no mass (e.g. a
+    zero-DoF fixed-base model), as Pinocchio's ``centerOfMass``."""
+    model, q, dtype = kin._prepare(model, "center_of_mass", q)
+    if model.nb == 0:
+        return jnp.full(3, jnp.nan, dtype)
     ws = kin.world_state(model, q)
     return jnp.sum(ws.h, 0) / jnp.sum(ws.mass)
 
 
+@_checks.public("kinetic_energy")
 @full_precision
 def kinetic_energy(model, q, v):
-    """``T = 1/2 v^T M(q) v``, summed over bodies."""
+    """``T = 1/2 v^T M(q) v``, summed over bodies (plus ``1/2 sum armature v^2``)."""
     v = _checks.as_array("kinetic_energy", "v", v, (("nv", model.nv),), model)
     model, q, dtype = kin._prepare(model, "kinetic_energy", q, v)
+    if model.nb == 0:
+        return jnp.zeros((), dtype)
+    v = v.astype(dtype)
     ws = kin.world_state(model, q)
-    vb, _ = kin.body_velocities(model, ws, v.astype(dtype))
-    return 0.5 * jnp.sum(vb * kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb))
+    vb, _ = kin.body_velocities(model, ws, v)
+    T = 0.5 * jnp.sum(vb * kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb))
+    if model.armature is not None:
+        T = T + 0.5 * jnp.sum(model.armature * v * v)
+    return T
 
 
+@_checks.public("potential_energy")
 @full_precision
 def potential_energy(model, q):
     """Gravitational potential energy ``U = -sum_i m_i g . c_i``."""
-    model, q, _ = kin._prepare(model, "potential_energy", q)
+    model, q, dtype = kin._prepare(model, "potential_energy", q)
+    if model.nb == 0:
+        return jnp.zeros((), dtype)
     ws = kin.world_state(model, q)
     return -jnp.dot(model.gravity, jnp.sum(ws.h, 0))

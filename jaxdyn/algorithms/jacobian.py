@@ -8,22 +8,27 @@ joints, transformed to a common frame); reference frames as Pinocchio's ``LOCAL`
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
-from .. import spatial
+from .. import _checks, spatial
 from .._precision import full_precision
 from . import kinematics as kin
 
 REFERENCES = ("local", "world", "local_world_aligned")
 
 
+@_checks.public("joint_jacobians")
 @full_precision
 def joint_jacobians(model, q):
     """Motion subspace of every coordinate at the world origin, ``(6, nv)`` (Pinocchio's
     ``computeJointJacobians`` in ``WORLD``)."""
-    model, q, _ = kin._prepare(model, "joint_jacobians", q)
+    model, q, dtype = kin._prepare(model, "joint_jacobians", q)
+    if model.nb == 0:
+        return jnp.zeros((6, 0), dtype)
     return kin.world_state(model, q).S.T
 
 
+@_checks.public("jacobian")
 @full_precision
 def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     """Jacobian of a frame's spatial velocity ``[ω; v]`` with respect to ``v``, ``(6, nv)``.
@@ -34,10 +39,17 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     - ``reference``: ``"local"`` (frame axes, at the frame origin), ``"world"`` (world axes, at
       the world origin) or ``"local_world_aligned"`` (world axes, at the frame origin).
     """
-    if reference not in REFERENCES:
+    if not isinstance(reference, str) or reference not in REFERENCES:
         raise ValueError(f"jacobian: reference must be one of {REFERENCES}, got {reference!r}")
+    if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
+        raise TypeError(
+            f"jacobian: frame must be a frame name (str) or an index (int) into "
+            f"model.frame_names, got {type(frame).__name__} {frame!r}"
+        )
     f = model.frame_index(frame)
-    model, q, _ = kin._prepare(model, "jacobian", q)
+    model, q, dtype = kin._prepare(model, "jacobian", q)
+    if model.nb == 0:
+        return jnp.zeros((6, 0), dtype)
     ws = kin.world_state(model, q)
     t = model.topo
     b = int(t.frame_parent[f])

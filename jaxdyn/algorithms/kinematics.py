@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _checks, joints, spatial
 from .._precision import full_precision
@@ -50,6 +51,9 @@ def joint_placements(model, q):
 
 def body_placements(model, q):
     """World placements ``oMi`` of the bodies by one outward level pass (Featherstone Alg. 4.1)."""
+    if model.nb == 0:  # zero-DoF model: no moving body
+        dt = model.Xtree_R.dtype
+        return Placements(jnp.zeros((0, 3, 3), dt), jnp.zeros((0, 3), dt))
     RJ, pJ = joint_placements(model, q)
     # liMi = Xtree * XJ
     R = spatial.mm(model.Xtree_R, RJ)
@@ -67,9 +71,14 @@ def body_placements(model, q):
 
 
 def _prepare(model, fn, q, *others):
-    """Shape-check ``q`` and cast the model to the working dtype of the inputs."""
+    """Check the model's type, shape-check ``q``, choose the working dtype of the inputs
+    (integer / boolean inputs take the model's float dtype), refuse float64 with a model whose
+    parameters were rounded to float32 at load time, check and normalise the quaternions of
+    ``q`` (:func:`jaxdyn._checks.check_quaternions`) and cast the model to the dtype."""
+    _checks.check_model(fn, model)
     q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q, *others)
+    dtype = _checks.common_dtype(q, *others, model=model)
+    _checks.check_model_dtype(fn, model, dtype)
     q = _checks.check_quaternions(fn, model, q.astype(dtype))
     return model.astype(dtype), q, dtype
 
@@ -85,6 +94,7 @@ def frame_placements(model, body: Placements) -> Placements:
     return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
+@_checks.public("forward_kinematics")
 @full_precision
 def forward_kinematics(model, q) -> Kinematics:
     """World placements of all bodies and frames.
@@ -101,9 +111,15 @@ def forward_kinematics(model, q) -> Kinematics:
     return Kinematics(body, frame_placements(model, body))
 
 
+@_checks.public("frame_placement")
 @full_precision
 def frame_placement(model, q, frame) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index)."""
+    if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
+        raise TypeError(
+            f"frame_placement: frame must be a frame name (str) or an index (int) into "
+            f"model.frame_names, got {type(frame).__name__} {frame!r}"
+        )
     f = model.frame_index(frame)
     model, q, _ = _prepare(model, "frame_placement", q)
     body = body_placements(model, q)

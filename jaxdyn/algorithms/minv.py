@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _checks
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -54,6 +55,7 @@ def minv_world(model, ws, inertias=None):
     return jnp.where(keep, upper, upper.T)
 
 
+@_checks.public("minv")
 @full_precision
 def minv(model, q):
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
@@ -62,7 +64,10 @@ def minv(model, q):
     (the ABA run with zero velocity and gravity on the ``nv`` unit torques, sharing one
     articulated-inertia pass; O(n^2)).
 
-    **Arguments:** ``q (nq,)``. **Returns:** ``M(q)^-1`` ``(nv, nv)``.
+    **Arguments:** ``q (nq,)``. **Returns:** ``M(q)^-1`` ``(nv, nv)`` (armature included);
+    NaN where ``M`` is singular (massless moving subtrees without armature), as Pinocchio.
     """
-    model, q, _ = kin._prepare(model, "minv", q)
+    model, q, dtype = kin._prepare(model, "minv", q)
+    if model.nb == 0:
+        return jnp.zeros((0, 0), dtype)
     return minv_world(model, kin.world_state(model, q, centered=True))

@@ -19,10 +19,12 @@ def external_forces_world(model, ws, f_ext):
     return spatial.act_force(ws.R, ws.p, f_ext)
 
 
-def check_f_ext(fn, model, f_ext, dtype):
+def check_f_ext(fn, model, f_ext, dtype=None):
+    """``f_ext`` (an array or nested sequence) as an ``(nb, 6)`` array, cast to ``dtype``."""
     if f_ext is None:
         return None
-    return _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model).astype(dtype)
+    f = _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
+    return f if dtype is None else f.astype(dtype)
 
 
 def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
@@ -44,9 +46,12 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
         f = f - external_forces_world(model, ws, f_ext)
     F = tree.backward_accumulate(t, f)
     tau = jnp.sum(ws.S * tree.bodies_to_dofs(t, F), -1)
+    if model.armature is not None:
+        tau = tau + model.armature * qdd
     return tau, v, a, F
 
 
+@_checks.public("rnea")
 @full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
@@ -59,29 +64,35 @@ def rnea(model, q, v, a, f_ext=None):
     - ``f_ext (nb, 6)`` or ``None``: external spatial force ``[n; f]`` on each body, in body
       coordinates (acting at the body frame's origin).
 
-    **Returns:** ``tau (nv,)``.
+    **Returns:** ``tau (nv,)`` (with ``model.armature * a`` added when armature is set).
     """
     fn = "rnea"
     v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
     a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    f_ext = check_f_ext(fn, model, f_ext)
     model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
-    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    if model.nb == 0:
+        return jnp.zeros(0, dtype)
+    f_ext = None if f_ext is None else f_ext.astype(dtype)
     ws = kin.world_state(model, q, centered=True)
     return rnea_world(model, ws, v.astype(dtype), a.astype(dtype), f_ext)[0]
 
 
+@_checks.public("bias_forces")
 @full_precision
 def bias_forces(model, q, v):
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
-    _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
+    q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
-    return rnea(model, q, v, jnp.zeros_like(v))
+    dtype = _checks.common_dtype(q, v, model=model)
+    return rnea(model, q, v, jnp.zeros(model.nv, dtype))
 
 
+@_checks.public("gravity_forces")
 @full_precision
 def gravity_forces(model, q):
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
     q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q)
+    dtype = _checks.common_dtype(q, model=model)
     z = jnp.zeros(model.nv, dtype)
     return rnea(model, q, z, z)

@@ -103,13 +103,16 @@ def aba_derivatives_world(model, ws, qd, tau, f_ext=None, method="auto"):
 
 
 def _prepare_fd(fn, model, q, v, tau, f_ext):
+    _checks.check_model(fn, model)
     v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
     tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    f_ext = check_f_ext(fn, model, f_ext)
     model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
-    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    f_ext = None if f_ext is None else f_ext.astype(dtype)
     return model, q, v.astype(dtype), tau.astype(dtype), f_ext
 
 
+@_checks.public("aba_derivatives")
 @full_precision
 def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
     """Partial derivatives of forward dynamics ``qdd = aba(q, v, tau, f_ext)`` (FDSVA).
@@ -127,9 +130,15 @@ def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
       ``AZA_MIN_NV`` velocity coordinates on).
 
     **Returns:** ``(dqdd_dq, dqdd_dv, dqdd_dtau)``, each ``(nv, nv)``; ``dqdd_dq`` in the
-    tangent space of :func:`jaxdyn.integrate` (right increment), ``dqdd_dtau = M^-1``.
+    tangent space of :func:`jaxdyn.integrate` (right increment), ``dqdd_dtau = M^-1``
+    (armature included). NaN where ``M`` is singular (massless moving subtrees without
+    armature), as :func:`jaxdyn.aba`.
     """
+    _checks.check_model("aba_derivatives", model)
     method = resolve_method(method, model.nv)
     model, q, v, tau, f_ext = _prepare_fd("aba_derivatives", model, q, v, tau, f_ext)
+    if model.nb == 0:
+        z = jnp.zeros((0, 0), v.dtype)
+        return z, z, z
     ws = kin.world_state(model, q, centered=True)
     return aba_derivatives_world(model, ws, v, tau, f_ext, method)[1:]

@@ -267,6 +267,9 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
         ),
         (S, (F3, F2, F1)),
     )
+    if model.armature is not None:  # M + diag(armature); tau + armature * qdd
+        tau = tau + model.armature * qdd
+        M = M + jnp.diag(model.armature)
     return tau, dtau_dq, dtau_dv, M
 
 
@@ -277,13 +280,16 @@ def rnea_derivatives_world(model, ws, qd, qdd, f_ext=None):
 
 
 def _prepare_id(fn, model, q, v, a, f_ext):
+    _checks.check_model(fn, model)
     v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
     a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    f_ext = check_f_ext(fn, model, f_ext)
     model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
-    f_ext = check_f_ext(fn, model, f_ext, dtype)
+    f_ext = None if f_ext is None else f_ext.astype(dtype)
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
+@_checks.public("rnea_derivatives")
 @full_precision
 def rnea_derivatives(model, q, v, a, f_ext=None):
     """Partial derivatives of inverse dynamics ``tau = rnea(q, v, a, f_ext)`` by IDSVA.
@@ -301,6 +307,9 @@ def rnea_derivatives(model, q, v, a, f_ext=None):
     joints); ``dtau_da`` is the mass matrix ``M(q)``.
     """
     model, q, v, a, f_ext = _prepare_id("rnea_derivatives", model, q, v, a, f_ext)
+    if model.nb == 0:
+        z = jnp.zeros((0, 0), v.dtype)
+        return z, z, z
     ws = kin.world_state(model, q, centered=True)
     return rnea_derivatives_world(model, ws, v, a, f_ext)[1:]
 

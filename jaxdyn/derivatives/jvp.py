@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import config, joints, spatial
+from .. import _checks, config, joints, spatial
 from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
@@ -177,6 +177,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
+@_checks.public("rnea")
 @full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
@@ -192,6 +193,8 @@ def rnea(model, q, v, a, f_ext=None):
     if not config.get("analytic_derivatives"):
         return _rnea.rnea(model, q, v, a, f_ext)
     model, q, v, a, f_ext = _prepare_id("rnea", model, q, v, a, f_ext)
+    if model.nb == 0:
+        return jnp.zeros(0, v.dtype)
     return _rnea_cj(model, q, v, a, f_ext)
 
 
@@ -238,6 +241,7 @@ def _aba_jvp(primals, tangents):
 _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 
+@_checks.public("aba")
 @full_precision
 def aba(model, q, v, tau, f_ext=None):
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
@@ -253,4 +257,6 @@ def aba(model, q, v, tau, f_ext=None):
     if not config.get("analytic_derivatives"):
         return _aba.aba(model, q, v, tau, f_ext)
     model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
+    if model.nb == 0:
+        return jnp.zeros(0, v.dtype)
     return _aba_cj(model, q, v, tau, f_ext)

@@ -67,8 +67,8 @@ class Converter:
             q_plan.append((kind, q0, int(jm.idx_q), int(jm.nq)))
         if np.any(v_to < 0):
             raise ValueError("Converter: some Pinocchio coordinates have no jaxdyn joint")
-        self.v_to_pin_index = v_to
-        self.v_from_pin_index = np.argsort(v_to)
+        self.v_to_pin_index = v_to.astype(np.int64)
+        self.v_from_pin_index = np.argsort(v_to).astype(np.int64)
         self._q_plan = q_plan
         self._fext_joint = np.array(self.pin_joint_ids)
         self.pin_njoints = int(pin_model.njoints)
@@ -77,6 +77,8 @@ class Converter:
     def q_to_pin(self, q):
         """jaxdyn ``q (nq,)`` -> Pinocchio ``q (nq_pin,)``."""
         xp = _xp(q)
+        if not self._q_plan:  # zero-DoF model
+            return q[:0]
         parts = [None] * len(self._q_plan)
         order = np.argsort([p[2] for p in self._q_plan])
         for i, (kind, q0, _, nq_pin) in enumerate(self._q_plan):
@@ -93,6 +95,8 @@ class Converter:
     def q_from_pin(self, q_pin):
         """Pinocchio ``q (nq_pin,)`` -> jaxdyn ``q (nq,)``."""
         xp = _xp(q_pin)
+        if not self._q_plan:
+            return q_pin[:0]
         parts = []
         for kind, _, p0, nq_pin in self._q_plan:  # plan is in jaxdyn order
             x = q_pin[p0 : p0 + nq_pin]
@@ -224,6 +228,7 @@ def build_pinocchio_model(model):
     Useful as an oracle independent of URDF parsing (e.g. for spherical joints, which URDF
     lacks). Joints are added depth-first (Pinocchio's algorithms need subtrees to be
     contiguous) and keep jaxdyn's joint names, so :class:`Converter` maps between the two.
+    ``model.armature`` (if set) becomes ``pin_model.armature``.
     """
     import pinocchio as pin
 
@@ -258,4 +263,6 @@ def build_pinocchio_model(model):
         pin_id[b] = jid
         pm.appendBodyToJoint(jid, pin.Inertia(mass[b], com[b], inertia[b]), pin.SE3.Identity())
     pm.gravity = pin.Motion(np.concatenate([np.asarray(model.gravity), np.zeros(3)]))
+    if model.armature is not None:
+        pm.armature = Converter(model, pm).v_to_pin(np.asarray(model.armature, float))
     return pm

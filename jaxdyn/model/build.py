@@ -8,12 +8,13 @@ Pinocchio); otherwise the root link is the world.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
 from .model import Model, make_topology
-from .urdf import URDFRobot, parse_urdf, rpy_to_matrix
+from .urdf import URDFRobot, _check_strict, parse_urdf, rpy_to_matrix
 
 _KIND = {
     "revolute": joints.ONE_DOF,
@@ -31,7 +32,9 @@ def _compose(A, B):
     return RA @ RB, RA @ pB + pA
 
 
-def load_urdf(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81)) -> Model:
+def load_urdf(
+    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), strict: bool | None = None
+) -> Model:
     """Load a URDF file (path) or URDF XML text into a :class:`Model`.
 
     **Arguments:**
@@ -40,16 +43,55 @@ def load_urdf(source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81)) ->
     - ``floating_base``: attach the root link to the world by a free joint ``root_joint`` with
       ``q = [x, y, z, qw, qx, qy, qz]`` and ``v = [ω; v]`` in base coordinates.
     - ``gravity``: world gravity vector.
+    - ``strict``: ``None`` (default): load every file Pinocchio loads, with a
+      :class:`jaxdyn.JaxdynWarning` naming each element repaired, dropped or suspicious
+      (rounding-size negative inertia eigenvalues clipped, ``<mimic>`` naming a missing joint
+      dropped, inertias violating the triangle inequality, moving joints whose subtrees carry
+      no mass); ``True``: each of those is an error; ``False``: also repair inertias that are
+      not physically valid (nearest valid inertia, with a warning). See
+      :mod:`jaxdyn.model.urdf` for the table.
 
     **Returns:** the compiled :class:`Model`. Malformed input raises ``ValueError`` naming the
-    URDF element at fault.
+    URDF element at fault. A fixed-base file without moving joints gives a zero-DoF model
+    (``nq = nv = 0``; its frames still have placements, the algorithms return empty arrays).
+
+    Massless subtrees: a moving joint whose subtree carries no mass (and, for a revolute or
+    spherical joint, no rotational inertia) makes the mass matrix singular. The model loads
+    with a warning naming the joints; ``crba`` and ``rnea`` are fine, while ``aba``, ``minv``,
+    ``aba_derivatives`` and the Delassus matrix return NaN (no finite answer exists, as in
+    Pinocchio). The usual fix is armature: ``model.with_armature(1e-6)`` (or per coordinate).
+
+    Parameters are stored in the default float dtype: with ``jax_enable_x64`` off they are
+    rounded to float32 (the model remembers it and refuses float64 inputs later: enable x64
+    before loading). Numbers whose products overflow (e.g. ``xyz="1e200 0 0"``) raise naming
+    the element.
     """
-    robot = parse_urdf(source)
-    return build_model(robot, floating_base=floating_base, gravity=gravity)
+    robot = parse_urdf(source, strict=strict)
+    return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)
 
 
-def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0, -9.81)) -> Model:
+def _finite(x) -> bool:
+    return bool(np.all(np.isfinite(x)))
+
+
+def _overflow(where: str, what: str) -> ValueError:
+    return ValueError(
+        f"{where}: {what} are not finite (the numbers of the file overflow double precision "
+        "when combined); check the units and magnitudes"
+    )
+
+
+def build_model(
+    robot: URDFRobot,
+    floating_base: bool = False,
+    gravity=(0.0, 0.0, -9.81),
+    strict: bool | None = None,
+) -> Model:
     """Compile a parsed :class:`URDFRobot` (see :func:`load_urdf`)."""
+    _check_strict(strict)
+    g = np.asarray(gravity, float)
+    if g.shape != (3,) or not _finite(g):
+        raise ValueError(f"load_urdf: gravity must be 3 finite numbers, got {gravity!r}")
     links = {l.name: l for l in robot.links}
     children = {l.name: [] for l in robot.links}
     for j in robot.joints:
@@ -73,7 +115,14 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     def add(j):
         """Record joint ``j`` (its parent link is placed already) and place its child link."""
         body, T = link_body[j.parent]
-        Tj = _compose(T, (rpy_to_matrix(j.rpy), np.asarray(j.xyz, float)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            Tj = _compose(T, (rpy_to_matrix(j.rpy), np.asarray(j.xyz, float)))
+        if not (_finite(Tj[0]) and _finite(Tj[1])):
+            raise _overflow(
+                f'URDF <joint name="{j.name}"> <origin>',
+                f"the placement of link {j.child!r} in its body (composed along the fixed "
+                "joints above it)",
+            )
         if j.type == "fixed":
             link_body[j.child] = (body, Tj)
             joint_frames.append((j.name, body, Tj))
@@ -101,18 +150,14 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
             continue
         add(j)
         stack.append(iter(children[j.child]))
-    if len(bodies) == 0:
-        raise ValueError(
-            f"URDF <robot name={robot.name!r}>: no moving joint; nothing to simulate "
-            "(use floating_base=True for a single free body)"
-        )
+    # no moving joint and a fixed base: a zero-DoF model (nq = nv = nb = 0), every link a frame
 
     # Sort by depth; inside a level by (joint kind, parent's new index, URDF depth-first order),
     # so that levels and kind groups are contiguous and parent indices are sorted.
     depth = []
     for b in bodies:
         depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
-    by_depth = [[] for _ in range(max(depth) + 1)]
+    by_depth = [[] for _ in range(max(depth, default=-1) + 1)]
     for i, d in enumerate(depth):
         by_depth[d].append(i)
     order, new_index = [], {}
@@ -129,8 +174,8 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     parent = np.array([remap(bodies[o]["parent"]) for o in order], np.int64)
     kind = np.array([bodies[o]["kind"] for o in order], np.int64)
 
-    Xtree_R = np.stack([bodies[o]["X"][0] for o in order])
-    Xtree_p = np.stack([bodies[o]["X"][1] for o in order])
+    Xtree_R = np.array([bodies[o]["X"][0] for o in order], float).reshape(nb, 3, 3)
+    Xtree_p = np.array([bodies[o]["X"][1] for o in order], float).reshape(nb, 3)
     dof_axis = []
     for o in order:
         b = bodies[o]
@@ -144,21 +189,43 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
     m_acc = np.zeros(nb)
     h_acc = np.zeros((nb, 3))
     I_acc = np.zeros((nb, 3, 3))
+    body_links = [[] for _ in range(nb)]  # URDF links merged into each body
     for lname, (b, (R, p)) in link_body.items():
         inert = links[lname].inertial
+        if b >= 0:
+            body_links[new_index[b]].append(lname)
         if inert is None or b < 0:
             continue
         bi = new_index[b]
-        Ri = rpy_to_matrix(inert.rpy)
-        c = R @ np.asarray(inert.xyz, float) + p
-        Ic = R @ Ri @ np.asarray(inert.inertia, float) @ Ri.T @ R.T
-        m = float(inert.mass)
-        C = _skew(c)
+        with np.errstate(over="ignore", invalid="ignore"):
+            Ri = rpy_to_matrix(inert.rpy)
+            c = R @ np.asarray(inert.xyz, float) + p
+            Ic = R @ Ri @ np.asarray(inert.inertia, float) @ Ri.T @ R.T
+            m = float(inert.mass)
+            C = _skew(c)
+            terms = (m * c, Ic - m * C @ C)
+        if not all(_finite(x) for x in terms):
+            with np.errstate(over="ignore"):
+                dist = float(np.sqrt(np.sum(np.abs(c) ** 2)))
+            raise _overflow(
+                f'URDF <link name="{lname}"> <inertial>',
+                f"its mass moments about its body's frame (mass {m:.3g}, centre of mass at "
+                f"distance {dist:.3g})",
+            )
         m_acc[bi] += m
-        h_acc[bi] += m * c
-        I_acc[bi] += Ic - m * C @ C
-    com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
-    inertia = np.stack([I_acc[i] + m_acc[i] * _skew(com[i]) @ _skew(com[i]) for i in range(nb)])
+        h_acc[bi] += terms[0]
+        I_acc[bi] += terms[1]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
+        inertia = np.array(
+            [I_acc[i] + m_acc[i] * _skew(com[i]) @ _skew(com[i]) for i in range(nb)], float
+        ).reshape(nb, 3, 3)
+    for bi in range(nb):
+        if not (_finite(m_acc[bi]) and _finite(com[bi]) and _finite(inertia[bi])):
+            names = ", ".join(f'<link name="{n}">' for n in body_links[bi])
+            raise _overflow(
+                f"URDF {names} <inertial>", "the mass, centre of mass and inertia of their body"
+            )
 
     # frames: every link, then every joint whose name is not already a frame
     frame_names, frame_parent, frame_R, frame_p = [], [], [], []
@@ -181,6 +248,8 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
         frame_R.append(R)
         frame_p.append(p)
 
+    _warn_massless(robot, strict, order, bodies, parent, kind, m_acc, inertia, floating_base)
+
     topo = make_topology(
         name=robot.name,
         parent=parent,
@@ -192,18 +261,82 @@ def build_model(robot: URDFRobot, floating_base: bool = False, gravity=(0.0, 0.0
         floating_base=floating_base,
         root_name=root,
     )
-    return Model(
-        Xtree_R=jnp.asarray(Xtree_R),
-        Xtree_p=jnp.asarray(Xtree_p),
-        dof_axis=jnp.asarray(dof_axis),
-        mass=jnp.asarray(m_acc),
-        com=jnp.asarray(com),
-        inertia=jnp.asarray(inertia),
-        frame_R=jnp.asarray(np.stack(frame_R)),
-        frame_p=jnp.asarray(np.stack(frame_p)),
-        gravity=jnp.asarray(np.asarray(gravity, float)),
-        topo=topo,
+    nf = len(frame_names)
+    params = dict(
+        Xtree_R=Xtree_R,
+        Xtree_p=Xtree_p,
+        dof_axis=dof_axis,
+        mass=m_acc,
+        com=com,
+        inertia=inertia,
+        frame_R=np.array(frame_R, float).reshape(nf, 3, 3),
+        frame_p=np.array(frame_p, float).reshape(nf, 3),
+        gravity=g,
     )
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless jax_enable_x64
+    leaves = {}
+    for k, x in params.items():
+        with np.errstate(over="ignore"):
+            y = np.asarray(x, dtype)
+        if not _finite(y):
+            i = int(np.argwhere(~np.isfinite(y))[0][0]) if y.ndim else 0
+            raise ValueError(
+                f"URDF {_element(k, i, order, bodies, body_links, frame_names)}: {k} "
+                f"{float(np.max(np.abs(x))):.3g} is not representable in {dtype.name} "
+                f"(largest {np.finfo(dtype).max:.3g})"
+                + (
+                    '; enable float64 first: jax.config.update("jax_enable_x64", True)'
+                    if dtype != np.float64
+                    else ""
+                )
+            )
+        leaves[k] = jnp.asarray(y)
+    return Model(**leaves, topo=topo, x32_load=dtype != np.float64)
+
+
+def _element(leaf, i, order, bodies, body_links, frame_names) -> str:
+    """The URDF element behind entry ``i`` of the parameter ``leaf``."""
+    if leaf in ("Xtree_R", "Xtree_p"):
+        return f'<joint name="{bodies[order[i]]["joint"]}"> <origin>'
+    if leaf in ("mass", "com", "inertia"):
+        return " ".join(f'<link name="{n}">' for n in body_links[i]) + " <inertial>"
+    if leaf in ("frame_R", "frame_p"):
+        return f"frame {frame_names[i]!r} (link or joint) <origin>"
+    return "<robot>"
+
+
+def _warn_massless(robot, strict, order, bodies, parent, kind, mass, inertia, floating_base):
+    """Warn (``strict=True``: raise) about moving joints whose subtree has no mass (a prismatic
+    or free joint) or neither mass nor rotational inertia (revolute, spherical): the mass
+    matrix is then singular."""
+    nb = len(order)
+    m_sub = np.array(mass, float)
+    tr_sub = np.array([np.trace(I) for I in inertia], float) if nb else np.zeros(0)
+    for b in range(nb - 1, -1, -1):  # children come after their parents
+        if parent[b] >= 0:
+            m_sub[parent[b]] += m_sub[b]
+            tr_sub[parent[b]] += tr_sub[b]
+    bad = []
+    for b in range(nb):
+        rot_only = kind[b] == joints.SPHERICAL or (
+            kind[b] == joints.ONE_DOF and np.linalg.norm(bodies[order[b]]["axis"][:3]) > 0
+        )
+        if m_sub[b] <= 0 and (not rot_only or tr_sub[b] <= 0):
+            bad.append(bodies[order[b]]["joint"])
+    if not bad:
+        return
+    names = bad if len(bad) <= 12 else bad[:12] + [f"... ({len(bad)} in all)"]
+    msg = (
+        f"URDF <robot name={robot.name!r}>: moving joints {names} carry subtrees without mass"
+        " (or, for rotations, without inertia): the mass matrix is singular, so aba, minv,"
+        " aba_derivatives and the Delassus matrix return NaN (as Pinocchio does); add armature"
+        " (model.with_armature(1e-6), or per coordinate) or give the links an <inertial>"
+    )
+    if strict is True:
+        raise ValueError(msg + "; strict=True makes this an error")
+    from .._checks import warn
+
+    warn(msg)
 
 
 def _skew(w):

@@ -10,6 +10,7 @@ slice, a gather from the previous level and a segment-sum into it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
@@ -123,9 +124,18 @@ class Model(eqx.Module):
       body frame, rotational inertia about the centre of mass in body axes (links merged by
       fixed joints included);
     * ``frame_R (nf, 3, 3)``, ``frame_p (nf, 3)``: placement of each frame in its body;
-    * ``gravity (3,)``: the world gravity vector.
+    * ``gravity (3,)``: the world gravity vector;
+    * ``armature (nv,)`` or ``None`` (no armature, the default): rotor inertia reflected on
+      each velocity coordinate, added to the diagonal of the mass matrix wherever it appears
+      (``crba``, ``rnea``, ``aba``, ``minv``, kinetic energy, the derivatives, the Delassus
+      matrix and constrained dynamics), as Pinocchio's ``model.armature``. Set it with
+      :meth:`with_armature`; a small armature is the usual fix of a singular mass matrix
+      (moving joints whose subtrees carry no mass).
 
-    Everything else (parents, levels, index ranges, names) lives in the static ``topo``.
+    Everything else (parents, levels, index ranges, names) lives in the static ``topo``;
+    ``x32_load`` (static) records that the parameters were rounded to float32 at load time
+    (``jax_enable_x64`` off), so that float64 inputs are refused instead of silently computing
+    with float32 parameters (:meth:`astype` clears it).
     """
 
     Xtree_R: jax.Array
@@ -138,6 +148,8 @@ class Model(eqx.Module):
     frame_p: jax.Array
     gravity: jax.Array
     topo: Topology = eqx.field(static=True)
+    armature: jax.Array | None = None
+    x32_load: bool = eqx.field(static=True, default=False)
 
     # ------------------------------------------------------------------ sizes and names
     @property
@@ -193,6 +205,11 @@ class Model(eqx.Module):
 
     def frame_index(self, frame) -> int:
         """Index of a frame given by name or index (link and joint names are frames)."""
+        if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
+            raise TypeError(
+                f"{self.name}: frame must be a frame name (str) or an index (int), got "
+                f"{type(frame).__name__} {frame!r}"
+            )
         if isinstance(frame, (int, np.integer)):
             if not 0 <= frame < len(self.topo.frame_names):
                 raise ValueError(
@@ -206,20 +223,80 @@ class Model(eqx.Module):
                 f"{self.name}: no frame named {frame!r}; frames are {list(self.frame_names)}"
             ) from None
 
+    def _joint(self, fn, joint) -> int:
+        """Index of a moving joint given by name or index (``0 <= index < nb``)."""
+        if isinstance(joint, str):
+            return self.joint_index(joint)
+        if isinstance(joint, (bool, np.bool_)) or not isinstance(joint, (int, np.integer)):
+            raise TypeError(
+                f"{self.name}.{fn}: joint must be a joint name (str) or an index (int), got "
+                f"{type(joint).__name__} {joint!r}"
+            )
+        if not 0 <= joint < self.nb:
+            raise IndexError(
+                f"{self.name}.{fn}: joint index {int(joint)} out of range [0, {self.nb}) "
+                f"(the {self.nb} moving joints, in q / v order: model.joint_names)"
+            )
+        return int(joint)
+
     def q_slice(self, joint) -> slice:
-        j = self.joint_index(joint) if isinstance(joint, str) else int(joint)
+        """The slice of ``q`` of a joint (name, or index into ``joint_names``)."""
+        j = self._joint("q_slice", joint)
         return slice(int(self.topo.q_start[j]), int(self.topo.q_start[j] + self.topo.nq_j[j]))
 
     def v_slice(self, joint) -> slice:
-        j = self.joint_index(joint) if isinstance(joint, str) else int(joint)
+        """The slice of ``v`` of a joint (name, or index into ``joint_names``)."""
+        j = self._joint("v_slice", joint)
         return slice(int(self.topo.v_start[j]), int(self.topo.v_start[j] + self.topo.nv_j[j]))
 
     def total_mass(self):
         return jnp.sum(self.mass)
 
     def astype(self, dtype) -> Model:
-        """The same model with every parameter leaf cast to ``dtype``."""
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
+        """The same model with every parameter leaf cast to ``dtype`` (an explicit choice of
+        precision: clears ``x32_load``)."""
+        out = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
+        if out.x32_load:
+            out = dataclasses.replace(out, x32_load=False)
+        return out
+
+    def with_armature(self, armature) -> Model:
+        """The same model with ``armature`` (a scalar for every coordinate, or ``(nv,)``, in
+        ``v`` order: ``model.v_slice(name)``) added to the diagonal of the mass matrix; ``None``
+        removes it. Armature must be finite and ``>= 0`` (checked when concrete).
+
+        Typical use: ``model.with_armature(1e-6)`` makes the mass matrix of a model with
+        massless moving subtrees regular (see :func:`jaxdyn.load_urdf`'s warning).
+        """
+        if armature is None:
+            return eqx.tree_at(lambda m: m.armature, self, None, is_leaf=lambda x: x is None)
+        a = jnp.asarray(armature)
+        if not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)):
+            raise TypeError(
+                f"{self.name}.with_armature: armature must be real numbers, got {a.dtype}"
+            )
+        if a.ndim == 0:
+            a = jnp.broadcast_to(a, (self.nv,))
+        if a.shape != (self.nv,):
+            raise ValueError(
+                f"{self.name}.with_armature: armature has shape {tuple(a.shape)}, expected a "
+                f"scalar or (nv,)=({self.nv},)"
+            )
+        a = a.astype(self.mass.dtype)
+        if not isinstance(a, jax.core.Tracer):
+            an = np.asarray(a)
+            if not np.all(np.isfinite(an)) or np.any(an < 0):
+                bad = [self._dof_name(i) for i in np.nonzero(~(an >= 0) | ~np.isfinite(an))[0]]
+                raise ValueError(
+                    f"{self.name}.with_armature: armature must be finite and >= 0; bad at {bad[:8]}"
+                )
+        return eqx.tree_at(lambda m: m.armature, self, a, is_leaf=lambda x: x is None)
+
+    def _dof_name(self, i) -> str:
+        b = int(self.topo.dof_body[i])
+        k = int(i - self.topo.v_start[b])
+        name = self.topo.joint_names[b]
+        return name if self.topo.nv_j[b] == 1 else f"{name}[{k}]"
 
     def __repr__(self):
         return (
@@ -282,8 +359,8 @@ def make_topology(
         raise AssertionError("bodies must be sorted by depth")
     nq_j = np.array([joints.NQ[int(k)] for k in kind], np.int64)
     nv_j = np.array([joints.NV[int(k)] for k in kind], np.int64)
-    q_start = np.concatenate([[0], np.cumsum(nq_j)[:-1]]).astype(np.int64)
-    v_start = np.concatenate([[0], np.cumsum(nv_j)[:-1]]).astype(np.int64)
+    q_start = np.cumsum(np.concatenate([[0], nq_j]))[:-1].astype(np.int64)
+    v_start = np.cumsum(np.concatenate([[0], nv_j]))[:-1].astype(np.int64)
     nq, nv = int(nq_j.sum()), int(nv_j.sum())
 
     levels = []

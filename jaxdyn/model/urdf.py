@@ -8,6 +8,41 @@ The parser treats model files as untrusted input:
   fault, e.g. ``URDF <joint name="knee">: unknown joint type 'bogus'``.
 
 No JAX here: the result (:class:`URDFRobot`) is later turned into a JAX model.
+
+Lenient, explained loading
+--------------------------
+Real-world URDFs carry rounding noise and small mistakes that Pinocchio accepts. jaxdyn loads
+every file Pinocchio loads, says what it did with a :class:`jaxdyn.JaxdynWarning` naming the
+element, and refuses what cannot be given a meaning. ``strict`` selects the policy:
+
+==========================================  ====================  ==============  =============
+situation                                   ``strict=None``       ``strict=True`` ``False``
+                                            (default)
+==========================================  ====================  ==============  =============
+inertia eigenvalue ``>= -1e-12 max(1, tr)`` kept as is (rounding) kept            kept
+inertia eigenvalue ``>= -INERTIA_RTOL s``   clipped to 0, warning error           clipped
+more negative eigenvalue (not PSD)          error                 error           projected,
+                                                                                  warning
+principal moments ``a + b < c - tol``       warning, kept (as     error           projected,
+(triangle inequality, ``tol`` as above)     Pinocchio)                            warning
+``<mimic>`` naming a missing joint          dropped, warning      error           dropped
+==========================================  ====================  ==============  =============
+
+``s`` is the robot's inertia scale, the largest principal moment of any link of the file, and
+:data:`INERTIA_RTOL` = 1e-6: a negative eigenvalue a millionth of the largest link inertia (e.g.
+-3.5e-8 kg m^2 on TIAGo's 1 mg antenna links, against 0.55 kg m^2) is rounding in the file, a
+larger one (-0.021 kg m^2 on romeo_laas_small's torso) is a wrong inertia. "Projected" is the
+nearest physically valid inertia in the Frobenius norm: the principal axes are kept and the
+principal moments are projected onto the cone ``a + b >= c`` (which implies ``a, b, c >= 0``);
+the warning gives the size of the correction.
+
+Why the triangle inequality only warns by default: a rigid body's principal moments satisfy
+``a + b >= c`` (they are sums of the second moments of its mass distribution), so a violation
+is a physically impossible body; but the dynamics stay well defined (the spatial inertia is
+still positive definite for a positive mass), Pinocchio accepts such files, and several shipped
+robots have them (Allegro hand fingertips, PR2 sensor mounts, ANYmal C cameras). A warning
+naming the link keeps those robots loadable and comparable with Pinocchio, ``strict=True``
+refuses them, ``strict=False`` repairs them.
 """
 
 from __future__ import annotations
@@ -27,8 +62,14 @@ __all__ = [
     "URDFRobot",
     "parse_urdf",
     "rpy_to_matrix",
+    "project_inertia",
     "JOINT_TYPES",
+    "INERTIA_RTOL",
 ]
+
+#: Relative tolerance of the inertia checks, against the largest principal moment of any link
+#: of the file (see the module docstring).
+INERTIA_RTOL = 1e-6
 
 #: Joint types accepted by :func:`parse_urdf` (``planar`` is not supported).
 JOINT_TYPES = ("revolute", "continuous", "prismatic", "fixed", "floating", "spherical")
@@ -99,6 +140,42 @@ def rpy_to_matrix(rpy) -> np.ndarray:
             [-sp, cp * sr, cp * cr],
         ]
     )
+
+
+def _warn(msg: str) -> None:
+    from .._checks import warn
+
+    warn(msg)
+
+
+def _check_strict(strict) -> None:
+    if strict not in (None, True, False):
+        raise TypeError(f"URDF: strict must be None, True or False, got {strict!r}")
+
+
+def project_inertia(inertia) -> np.ndarray:
+    """The physically valid rotational inertia nearest to ``inertia`` (Frobenius norm).
+
+    Valid means principal moments satisfying the triangle inequality ``a + b >= c`` (hence
+    ``>= 0``). The set is invariant under rotations, so the nearest point keeps the principal
+    axes; the principal moments are projected onto the polyhedral cone of the three
+    inequalities (every face of the cone is tried; the nearest feasible candidate is the
+    projection).
+    """
+    I = 0.5 * (np.asarray(inertia, float) + np.asarray(inertia, float).T)
+    lam, V = np.linalg.eigh(I)
+    A = np.array([[-1.0, 1.0, 1.0], [1.0, -1.0, 1.0], [1.0, 1.0, -1.0]])  # A lam >= 0
+    tol = 1e-15 * max(1.0, float(np.max(np.abs(lam))))
+    best, best_d = None, np.inf
+    for mask in range(8):
+        act = A[[k for k in range(3) if mask >> k & 1]]
+        x = lam if len(act) == 0 else lam - act.T @ np.linalg.solve(act @ act.T, act @ lam)
+        if np.all(A @ x >= -tol):
+            d = float(np.linalg.norm(x - lam))
+            if d < best_d:
+                best, best_d = x, d
+    out = V @ np.diag(best) @ V.T
+    return 0.5 * (out + out.T)
 
 
 def _numbers(text: str, n: int, where: str) -> np.ndarray:
@@ -236,12 +313,81 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
                 [comps["ixz"], comps["iyz"], comps["izz"]],
             ]
         )
-        eig = np.linalg.eigvalsh(inertia)
-        if eig.min() < -1e-12 * max(1.0, abs(np.trace(inertia))):
-            raise ValueError(
-                f"{where} <inertia>: not positive semi-definite (eigenvalues {eig.tolist()})"
-            )
     return URDFLink(name, URDFInertial(mass, xyz, rpy, inertia))
+
+
+def _check_inertias(links: list[URDFLink], strict) -> None:
+    """The inertia policy of the module docstring, applied in place to every link."""
+    eigs = {}
+    for l in links:
+        if l.inertial is not None:
+            eigs[l.name] = np.linalg.eigvalsh(l.inertial.inertia)
+    if not eigs:
+        return
+    scale = max(float(np.max(np.abs(e))) for e in eigs.values())
+    tol = INERTIA_RTOL * scale
+    for l in links:
+        if l.name not in eigs:
+            continue
+        inert, eig = l.inertial, eigs[l.name]
+        where = f'URDF <link name="{l.name}"> <inertial> <inertia>'
+        I = inert.inertia
+        silent = 1e-12 * max(1.0, abs(np.trace(I)))
+        if eig.min() < -silent:
+            if eig.min() >= -tol and strict is not True:  # rounding in the file: clip
+                lam, V = np.linalg.eigh(I)
+                J = V @ np.diag(np.maximum(lam, 0.0)) @ V.T
+                inert.inertia = 0.5 * (J + J.T)
+                _warn(
+                    f"{where}: negative principal moment {eig.min():.3g} (rounding: above "
+                    f"-{INERTIA_RTOL:g} x the largest link inertia {scale:.3g}) clipped to 0"
+                )
+                eig = np.linalg.eigvalsh(inert.inertia)
+            elif strict is False:
+                _repair(where, inert, "not positive semi-definite", eig)
+                continue
+            else:
+                hint = (
+                    "strict=True refuses the rounding-size negative eigenvalues that are "
+                    "clipped by default"
+                    if eig.min() >= -tol
+                    else "load with strict=False to replace it by the nearest physically "
+                    "valid inertia"
+                )
+                raise ValueError(
+                    f"{where}: not positive semi-definite (eigenvalues {eig.tolist()}); {hint}"
+                )
+        # triangle inequality on the principal moments (a <= b <= c: a + b >= c)
+        gap = eig[0] + eig[1] - eig[2]
+        if gap < -max(tol, silent):
+            if strict is False:
+                _repair(where, inert, "principal moments violate the triangle inequality", eig)
+            elif strict is True:
+                raise ValueError(
+                    f"{where}: principal moments {eig.tolist()} violate the triangle inequality "
+                    "a + b >= c (no rigid body has this inertia); strict=None loads it with a "
+                    "warning, strict=False replaces it by the nearest valid inertia"
+                )
+            else:
+                _warn(
+                    f"{where}: principal moments {eig.tolist()} violate the triangle "
+                    f"inequality a + b >= c by {-gap:.3g} (no rigid body has this inertia); "
+                    "kept as given (as Pinocchio); strict=False projects it onto the nearest "
+                    "valid inertia, strict=True refuses it"
+                )
+
+
+def _repair(where, inert, why, eig) -> None:
+    old = inert.inertia
+    new = project_inertia(old)
+    inert.inertia = new
+    d = float(np.linalg.norm(new - old))
+    rel = d / max(float(np.linalg.norm(old)), 1e-300)
+    _warn(
+        f"{where}: {why} (principal moments {eig.tolist()}); replaced by the nearest physically "
+        f"valid inertia (strict=False): correction {d:.3g} in Frobenius norm ({rel:.1%} of the "
+        f"inertia), principal moments now {np.linalg.eigvalsh(new).tolist()}"
+    )
 
 
 def _link_ref(el: ET.Element, tag: str, where: str) -> str:
@@ -331,13 +477,19 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
     return roots[0]
 
 
-def parse_urdf(source) -> URDFRobot:
+def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
     """Parse a URDF model.
 
     ``source`` is a path (str or os.PathLike), XML text (a str that starts with
     ``<`` after leading whitespace) or XML bytes. Raises ValueError, naming the
     offending element, on any malformed, unsupported or inconsistent input.
+
+    ``strict``: ``None`` (default) loads what Pinocchio loads, with a
+    :class:`jaxdyn.JaxdynWarning` for every repaired or dropped element; ``True`` makes those
+    errors; ``False`` also repairs inertias that are not physically valid (see the module
+    docstring for the table).
     """
+    _check_strict(strict)
     root_el = _read_xml(source)
     if root_el.tag != "robot":
         raise ValueError(f"URDF: root element is <{root_el.tag}>, expected <robot>")
@@ -383,9 +535,17 @@ def parse_urdf(source) -> URDFRobot:
             )
         child_of[j.child] = j.name
         if j.mimic is not None:
-            if j.mimic[0] not in joint_names:
-                raise ValueError(f"{where} <mimic>: joint {j.mimic[0]!r} does not exist")
             if j.mimic[0] == j.name:
                 raise ValueError(f"{where} <mimic>: a joint cannot mimic itself")
+            if j.mimic[0] not in joint_names:
+                if strict is True:
+                    raise ValueError(f"{where} <mimic>: joint {j.mimic[0]!r} does not exist")
+                _warn(
+                    f"{where} <mimic>: joint {j.mimic[0]!r} does not exist; the <mimic> is "
+                    "dropped and the joint stays independent (as in Pinocchio); strict=True "
+                    "makes this an error"
+                )
+                j.mimic = None
     root = _find_root(links, joints)
+    _check_inertias(links, strict)
     return URDFRobot(rname, links, joints, root, extra)

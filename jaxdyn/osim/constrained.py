@@ -40,7 +40,31 @@ class ConstrainedDynamics(NamedTuple):
 def _static_scalar(x):
     if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
         return float(x)
+    if isinstance(x, np.ndarray) and x.shape == () and np.issubdtype(x.dtype, np.number):
+        return float(x)
     return None
+
+
+def _nonneg(fn, name, x):
+    """A finite scalar ``>= 0``: checked now when concrete, by ``error_if`` when traced."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{fn}: {name} must be a number >= 0, got {x!r}")
+    s = _static_scalar(x)
+    if s is not None:
+        if not (np.isfinite(s) and s >= 0):
+            raise ValueError(f"{fn}: {name} must be >= 0 and finite, got {s}")
+        return x
+    try:
+        a = jnp.asarray(x)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be a number >= 0, got {type(x).__name__}") from None
+    if a.shape != ():
+        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(a.shape)}")
+    if not isinstance(a, jax.core.Tracer):
+        return _nonneg(fn, name, np.asarray(a))
+    return _checks.error_if(
+        a, ~(jnp.isfinite(a) & (a >= 0)), f"{fn}: {name} must be >= 0 and finite"
+    )
 
 
 def link_forces(model, lay, K, lam):
@@ -59,6 +83,7 @@ def row_accelerations(model, ws, lay, K, qdd):
     return jnp.sum(K * aq[lay.row_body], -1)
 
 
+@_checks.public("constrained_aba")
 @full_precision
 def constrained_aba(
     model,
@@ -81,7 +106,9 @@ def constrained_aba(
     - ``baumgarte``: ``None`` (``J qdd + Jdot v = 0``) or ``(kp, kd)``: the constraint
       acceleration is ``-kd J v - kp e`` with the position error ``e`` of
       :func:`jaxdyn.constraints.constraint_error` (``kp != 0`` needs targets).
-    - ``damping``: ``μ >= 0`` added to the Delassus diagonal.
+    - ``damping``: ``μ >= 0`` added to the Delassus diagonal (finite; a NaN or negative value
+      is refused). Redundant constraints need ``damping > 0``: with 0 the system is singular
+      and, with value checks on, an ``equinox.error_if`` reports it (NaN otherwise).
     - ``targets``: per-constraint targets overriding the constraints' ``target`` fields.
     - ``method``: Delassus algorithm (see :func:`jaxdyn.delassus`).
 
@@ -101,13 +128,9 @@ def constrained_aba(
             raise ValueError(
                 f"{fn}: baumgarte must be None or a pair (kp, kd), got {baumgarte!r}"
             ) from None
-        for nm, x in (("kp", kp), ("kd", kd)):
-            s = _static_scalar(x)
-            if s is not None and s < 0:
-                raise ValueError(f"{fn}: baumgarte {nm} must be >= 0, got {s}")
-    dmp = _static_scalar(damping)
-    if dmp is not None and dmp < 0:
-        raise ValueError(f"{fn}: damping must be >= 0, got {dmp}")
+        kp = _nonneg(fn, "baumgarte kp", kp)
+        kd = _nonneg(fn, "baumgarte kd", kd)
+    damping = _nonneg(fn, "damping", damping)
     model, q, dt = kin._prepare(model, fn, q, v, tau)
     v, tau = v.astype(dt), tau.astype(dt)
     use_kp = baumgarte is not None and _static_scalar(kp) != 0.0
@@ -135,6 +158,14 @@ def constrained_aba(
             rhs = rhs - jnp.asarray(kp, dt) * cons.error_from_placements(lay, pl, Rt, pt)
     A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
     lam = jsl.cho_solve(jsl.cho_factor(A, lower=True), rhs)
+    lam = _checks.error_if(
+        lam,
+        ~jnp.all(jnp.isfinite(lam)),
+        f"{fn}: the constraint forces are not finite: the Delassus matrix J M^-1 J^T + "
+        "damping 1 is singular (redundant constraints, e.g. four contact points on one rigid "
+        "sole, with damping 0; or a singular M) or the inputs are not finite; pass damping > 0 "
+        "(e.g. 1e-8)",
+    )
     F = link_forces(model, lay, K, lam)
     dq = aba_mod.aba_passes(
         model,

@@ -65,8 +65,10 @@ def articulated_inertias_packed(model, S, I21):
     ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`.
     """
 
+    arm = model.armature
+
     def step(lvl, child, below, inp):
-        IA, Sl = inp
+        IA, Sl, arml = inp
         if below is not None:
             IA = IA + tree.sum_into_parents_gathered(below, child, lvl.n)
         b0, v0 = lvl.b0, tree.level_v0(lvl)
@@ -75,21 +77,26 @@ def articulated_inertias_packed(model, S, I21):
             k = joints.NV[g.kind]
             Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
             IAg = IA[g.b0 - b0 : g.b1 - b0]
+            ag = None if arml is None else arml[g.v0 - v0 : g.v1 - v0].reshape(g.n, k)
             if k == 1:
                 s = Sg[:, 0]
                 # U = IA s, written on the packed entries (36 products, one fusion)
                 U1 = jnp.stack(
                     [sum(IAg[:, PACK[i, j]] * s[:, j] for j in range(6)) for i in range(6)], -1
                 )
-                dinv = 1 / jnp.sum(s * U1, -1)
+                d = jnp.sum(s * U1, -1)
+                dinv = 1 / (d if ag is None else d + ag[:, 0])
                 V = U1 * dinv[:, None]
                 Ia.append(IAg - U1[:, _IU] * V[:, _JU])
                 U, Dinv = U1[..., None], dinv[:, None, None]
             else:
                 IAf = unpack(IAg)
                 U = spatial.mm(IAf, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
-                Dinv = spatial.inv_spd(spatial.mm(Sg, U))
-                if g.kind == joints.FREE:  # nothing crosses a free joint (exact zero)
+                D = spatial.mm(Sg, U)
+                if ag is not None:  # armature on the joint's coordinates
+                    D = D + ag[:, :, None] * jnp.eye(k, dtype=D.dtype)
+                Dinv = spatial.inv_spd(D)
+                if g.kind == joints.FREE and ag is None:  # nothing crosses (exact zero)
                     Ia.append(jnp.zeros_like(IAg))
                 else:
                     Ia.append(pack(IAf - spatial.mm(spatial.mm(U, Dinv), jnp.swapaxes(U, -1, -2))))
@@ -97,5 +104,5 @@ def articulated_inertias_packed(model, S, I21):
             Dg.append(Dinv)
         return (Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)), (tuple(Ug), tuple(Dg))
 
-    out = tree.backward_pass(model.topo, step, (("body", I21), ("dof", S)))[1]
+    out = tree.backward_pass(model.topo, step, (("body", I21), ("dof", S), ("dof", arm)))[1]
     return out.field(0), out.field(1), None

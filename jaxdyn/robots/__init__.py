@@ -203,16 +203,25 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, bool]:
     )
 
 
-def load(name_or_path: str | os.PathLike, floating_base: bool | None = None):
+def load(
+    name_or_path: str | os.PathLike,
+    floating_base: bool | None = None,
+    strict: bool | None = None,
+):
     """Resolve ``name_or_path`` and parse it with :func:`jaxdyn.load_urdf`.
 
-    ``floating_base=None`` uses the robot's default (see :func:`resolve`).
+    ``floating_base=None`` uses the robot's default (see :func:`resolve`). ``strict`` (``True``:
+    refuse what the default loads with a warning; ``False``: also repair invalid inertias; see
+    :func:`jaxdyn.model.load_urdf`) loads the plain :class:`jaxdyn.Model` of the file (URDF+
+    loop tags ignored); ``None`` (default) is :func:`jaxdyn.load_urdf`'s lenient policy.
     """
     path, fb = resolve(name_or_path)
     if floating_base is None:
         floating_base = fb
     import jaxdyn  # lazy: keeps this module importable without JAX
 
+    if strict is not None:
+        return jaxdyn.model.load_urdf(str(path), floating_base=bool(floating_base), strict=strict)
     return jaxdyn.load_urdf(str(path), floating_base=bool(floating_base))
 
 
