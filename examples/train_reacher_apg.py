@@ -14,8 +14,8 @@ threefold and prints the learning curve, saved as ``examples/figures/reacher_apg
 ``--brax`` additionally trains with Brax's APG trainer (``brax.training.agents.apg``) on the
 same environment, for comparison.
 
-Run: ``python examples/train_reacher_apg.py`` (a few minutes on a 2-core CPU, mostly
-compilation).
+Run: ``python examples/train_reacher_apg.py`` (most of the wall time is the compilation of
+the gradient of the rollout).
 """
 
 from __future__ import annotations
