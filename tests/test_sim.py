@@ -39,6 +39,28 @@ def energy(model, q, v):
     return jaxdyn.kinetic_energy(model, q, v) + jaxdyn.potential_energy(model, q)
 
 
+_STEPPERS: dict = {}
+
+
+def stepper(model):
+    """One jitted step per model; the configuration is an argument (its ``dt`` is traced, so
+    configurations differing only in numbers share the compiled program)."""
+    key = id(model)
+    if key not in _STEPPERS:
+        _STEPPERS[key] = (model, jax.jit(lambda s, u, cfg: sim.step(model, s, u, cfg)))
+    return _STEPPERS[key][1]
+
+
+def run_steps(model, s, cfg, n, u=None):
+    u = jnp.zeros(cfg.actuator.size(model)) if u is None else u
+    f = stepper(model)
+    out = []
+    for _ in range(n):
+        s = f(s, u, cfg)
+        out.append(s)
+    return s, out
+
+
 @pytest.fixture(scope="module")
 def pendulum():
     return jaxdyn.load_urdf(PENDULUM)
@@ -50,54 +72,63 @@ def box():
 
 
 @pytest.fixture(scope="module")
+def free_box(box):
+    return eqx.tree_at(lambda m: m.gravity, box, jnp.zeros(3))
+
+
+@pytest.fixture(scope="module")
 def quad():
     m = robots.load("quad12")
     cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
     return m, cs
 
 
+RK4 = sim.SimConfig(dt=2e-3, integrator="rk4", limits=None)
+RK4_FREE = sim.SimConfig(dt=2e-3, integrator="rk4", actuator=sim.Torque(dofs=()), limits=None)
+
+
 # ------------------------------------------------------------------------------ integrators
 
 
-def test_rk4_energy_drift_conservative(pendulum, box):
+def test_rk4_energy_drift_conservative(pendulum, free_box):
     """RK4 (Munthe-Kaas on the free joint) conserves energy to 1e-6 relative over 1000 steps:
     a double pendulum and a tumbling free box (no gravity: torque-free rotation)."""
-    cfg = sim.SimConfig(dt=2e-3, integrator="rk4", limits=None)
-    q0 = jnp.array([1.2, -0.7])
-    s0 = sim.State(q0, jnp.array([0.5, -1.0]))
-    traj = jax.jit(lambda s: sim.rollout(pendulum, s, jnp.zeros((1000, 2)), cfg=cfg))(s0)
-    E = jax.vmap(lambda q, v: energy(pendulum, q, v))(traj.q, traj.v)
-    E0 = energy(pendulum, s0.q, s0.v)
-    assert float(jnp.max(jnp.abs(E - E0))) / float(jnp.abs(E0) + 1.0) < 1e-6
+    s0 = sim.State(jnp.array([1.2, -0.7]), jnp.array([0.5, -1.0]))
+    _, traj = run_steps(pendulum, s0, RK4, 1000)
+    Q = jnp.stack([s.q for s in traj[::50] + traj[-1:]])
+    V = jnp.stack([s.v for s in traj[::50] + traj[-1:]])
+    E = jax.jit(jax.vmap(lambda q, v: energy(pendulum, q, v)))(Q, V)
+    E0 = float(energy(pendulum, s0.q, s0.v))
+    assert float(jnp.max(jnp.abs(E - E0))) / (abs(E0) + 1.0) < 1e-6
 
-    bx = eqx.tree_at(lambda m: m.gravity, box, jnp.zeros(3))
-    cfgb = sim.SimConfig(dt=2e-3, integrator="rk4", actuator=sim.Torque(dofs=()), limits=None)
+    bx = free_box
     qb = jaxdyn.integrate(bx, jaxdyn.neutral_configuration(bx), jnp.array([0.3, 0.2, 0.1, 0, 0, 0]))
     sb = sim.State(qb, jnp.array([3.0, 0.2, 1.0, 0.5, -0.3, 0.2]))
-    trb = jax.jit(lambda s: sim.rollout(bx, s, jnp.zeros((1000, 0)), cfg=cfgb))(sb)
-    Eb = jax.vmap(lambda q, v: jaxdyn.kinetic_energy(bx, q, v))(trb.q, trb.v)
+    _, trb = run_steps(bx, sb, RK4_FREE, 1000)
+    Q = jnp.stack([s.q for s in trb[::50] + trb[-1:]])
+    V = jnp.stack([s.v for s in trb[::50] + trb[-1:]])
+    Eb = jax.jit(jax.vmap(lambda q, v: jaxdyn.kinetic_energy(bx, q, v)))(Q, V)
     Eb0 = jaxdyn.kinetic_energy(bx, sb.q, sb.v)
     assert float(jnp.max(jnp.abs(Eb - Eb0))) / float(Eb0) < 1e-6
 
     # the angular momentum in the world is conserved too (a check of the free-joint chart)
     def world_momentum(q, v):
         R = jaxdyn.frame_placement(bx, q, "box").R
-        Ib = bx.inertia[0]
-        return R @ (Ib @ v[:3])
+        return R @ (bx.inertia[0] @ v[:3])
 
-    L = jax.vmap(world_momentum)(trb.q, trb.v)
+    L = jax.jit(jax.vmap(world_momentum))(Q, V)
     assert float(jnp.max(jnp.abs(L - world_momentum(sb.q, sb.v)))) < 1e-6
 
 
-def test_rk4_fourth_order_on_free_body(box):
+def test_rk4_fourth_order_on_free_body(free_box):
     """Halving the step divides the RK4 error by ~16 on the free body (free-joint chart)."""
-    bx = eqx.tree_at(lambda m: m.gravity, box, jnp.zeros(3))
+    bx = free_box
     s0 = sim.State(jaxdyn.neutral_configuration(bx), jnp.array([2.0, 0.5, 1.0, 0.3, 0.1, -0.2]))
 
     def run(n):
-        cfg = sim.SimConfig(dt=0.4 / n, integrator="rk4", actuator=sim.Torque(dofs=()), limits=None)
-        tr = sim.rollout(bx, s0, jnp.zeros((n, 0)), cfg=cfg)
-        return tr.q[-1], tr.v[-1]
+        cfg = eqx.tree_at(lambda c: c.dt, RK4_FREE, 0.4 / n)
+        s, _ = run_steps(bx, s0, cfg, n)
+        return s.q, s.v
 
     qr, vr = run(400)
     errs = []
@@ -113,16 +144,16 @@ def test_rk4_fourth_order_on_free_body(box):
 def _settle(kind):
     m, cs = robots.load("quad12"), None
     cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
-    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=40)
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
     cfg = sim.SimConfig(
         dt=2e-3, integrator="implicit", contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5)
     )
     q0 = jaxdyn.neutral_configuration(m).at[2].set(0.45)
     s0 = sim.State(q0, jnp.zeros(m.nv))
     ref = q0[7:]
-    traj = jax.jit(lambda s: sim.rollout(m, s, policy=lambda st: ref, n_steps=750, cfg=cfg))(s0)
+    traj = jax.jit(lambda s: sim.rollout(m, s, policy=lambda st: ref, n_steps=600, cfg=cfg))(s0)
     final = jax.tree_util.tree_map(lambda x: x[-1], traj)
-    f = sim.contact_forces(m, final, ref, cfg)
+    f = jax.jit(lambda s: sim.contact_forces(m, s, ref, cfg))(final)
     return m, cfg, traj, f
 
 
@@ -142,6 +173,7 @@ def test_quadruped_drops_and_rests(kind):
     landing, rest = (15e-3, 2e-3) if kind == "compliant" else (1e-3, 1e-4)
     assert clearance.min() > -landing, clearance.min()
     assert clearance[-100:].min() > -rest, clearance[-100:].min()
+    assert clearance[0] > 0.05  # it did fall (the bounds are not vacuous)
     assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
     assert abs(float(jnp.sum(f[:, 2])) - weight) < 0.02 * weight
     assert np.all(np.isfinite(np.asarray(traj.q)))
@@ -162,15 +194,16 @@ def test_box_on_plane_rests_on_corners(box):
     cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
     cfg = sim.SimConfig(
         dt=2e-3,
-        integrator="implicit",
-        contact=sim.Constraint(iterations=40),
+        integrator="euler",
+        contact=sim.Constraint(iterations=200),
         contacts=cs,
         actuator=sim.Torque(dofs=()),
     )
     q0 = jaxdyn.neutral_configuration(box).at[2].set(0.3)
-    traj = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((500, 0)), cfg=cfg))(
+    traj = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((400, 0)), cfg=cfg))(
         sim.State(q0, jnp.zeros(6))
     )
+    assert float(jnp.min(traj.q[:, 2])) > 0.1 - 1e-3
     assert abs(float(traj.q[-1, 2]) - 0.1) < 2e-3
     assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
 
@@ -186,11 +219,11 @@ def test_rollout_vmap_equals_python_loop(pendulum):
     batched = jax.jit(
         jax.vmap(lambda q, u: sim.rollout(pendulum, sim.State(q, jnp.zeros(2)), u, cfg=cfg).q)
     )(q0, U)
-    stepj = jax.jit(lambda s, u: sim.step(pendulum, s, u, cfg))
+    stepj = stepper(pendulum)
     for i in range(3):
         s = sim.State(q0[i], jnp.zeros(2))
         for t in range(40):
-            s = stepj(s, U[i, t])
+            s = stepj(s, U[i, t], cfg)
             np.testing.assert_allclose(np.asarray(s.q), np.asarray(batched[i, t]), atol=1e-12)
 
 
@@ -198,46 +231,60 @@ def test_rollout_vmap_equals_python_loop(pendulum):
 
 
 def test_rollout_gradient_matches_finite_differences(pendulum):
-    cfg = sim.SimConfig(dt=5e-3, integrator="rk4", limits=None)
+    """Reverse mode through a 50-step rollout matches central differences; the checkpointed
+    rollouts ("step", "sqrt": 7 blocks of 7 plus 1) give the same gradient."""
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", limits=None)
     s0 = sim.State(jnp.array([0.3, -0.2]), jnp.zeros(2))
-    U = 0.5 * jnp.sin(jnp.arange(60.0)[:, None] * jnp.array([0.1, 0.2]))
+    U = 0.5 * jnp.sin(jnp.arange(50.0)[:, None] * jnp.array([0.1, 0.2]))
 
     def loss(U, checkpoint=None):
         tr = sim.rollout(pendulum, s0, U, cfg=cfg, checkpoint=checkpoint)
         return jnp.sum(tr.q[-1] ** 2) + 0.1 * jnp.sum(tr.v[-1] ** 2)
 
-    g = jax.jit(jax.grad(loss))(U)
+    vg = jax.jit(jax.value_and_grad(loss))
+    _, g = vg(U)
     for ck in ("step", "sqrt"):
         gc = jax.jit(jax.grad(functools.partial(loss, checkpoint=ck)))(U)
         np.testing.assert_allclose(np.asarray(gc), np.asarray(g), rtol=1e-12, atol=1e-14)
     rng = np.random.default_rng(0)
     D = jnp.asarray(rng.standard_normal(U.shape))
     eps = 1e-6
-    lj = jax.jit(loss)
-    fd = (lj(U + eps * D) - lj(U - eps * D)) / (2 * eps)
+    fd = (vg(U + eps * D)[0] - vg(U - eps * D)[0]) / (2 * eps)
     np.testing.assert_allclose(float(jnp.sum(g * D)), float(fd), rtol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["compliant", "constraint"])
-def test_gradients_finite_at_rest_contact(kind):
-    """Reverse mode through 20 steps of a resting quadruped (zero slip, zero velocity, feet on
-    the ground) gives finite gradients, and they match central differences."""
-    m, cfg, traj, _ = _settle(kind)
-    rest = jax.tree_util.tree_map(lambda x: x[-1], traj)
-    rest = sim.State(rest.q, jnp.zeros(m.nv))
-    ref = jaxdyn.neutral_configuration(m)[7:]
+def test_gradients_finite_at_rest_contact(box, kind):
+    """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,
+    zero velocity, every contact closed) gives finite gradients matching central differences,
+    at rest and, with a push beyond the friction limit, while sliding (a non-zero gradient)."""
+    corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
+    cs = sim.contact_set(box, [sim.Point("box", c) for c in corners])
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
+    cfg = sim.SimConfig(
+        dt=2e-3,
+        integrator="implicit",
+        contact=contact,
+        contacts=cs,
+        actuator=sim.Torque(dofs=tuple(range(6))),  # a body wrench on the free joint
+    )
+    sink = 2.0 * 9.81 / (4 * contact.gains(box, jnp.float64)[0]) if kind == "compliant" else 0
+    rest = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1 - sink), jnp.zeros(6))
 
-    def loss(offset):
-        tr = sim.rollout(m, rest, policy=lambda s: ref + offset, n_steps=20, cfg=cfg)
-        return tr.q[-1, 2] + 0.1 * jnp.sum(tr.q[-1, 7:] ** 2)
+    def loss(wrench):
+        tr = sim.rollout(box, rest, jnp.broadcast_to(wrench, (10, 6)), cfg=cfg)
+        return tr.q[-1, 2] + jnp.sum(tr.q[-1, :2] ** 2) + jnp.sum(tr.v[-1] ** 2)
 
-    g = jax.jit(jax.grad(loss))(jnp.zeros(12))
-    assert np.all(np.isfinite(np.asarray(g)))
-    d = jnp.asarray(np.random.default_rng(1).standard_normal(12))
+    vg = jax.jit(jax.value_and_grad(loss))
+    d = jnp.asarray(np.random.default_rng(1).standard_normal(6))
     eps = 1e-5
-    lj = jax.jit(loss)
-    fd = (lj(eps * d) - lj(-eps * d)) / (2 * eps)
-    np.testing.assert_allclose(float(g @ d), float(fd), rtol=2e-3, atol=1e-7)
+    push = jnp.array([0.0, 0.0, 0.0, 30.0, 0.0, 0.0])  # 30 N > mu m g = 19.6 N: sliding
+    for w in (jnp.zeros(6), push):
+        _, g = vg(w)
+        assert np.all(np.isfinite(np.asarray(g)))
+        fd = (vg(w + eps * d)[0] - vg(w - eps * d)[0]) / (2 * eps)
+        np.testing.assert_allclose(float(g @ d), float(fd), rtol=2e-3, atol=1e-9)
+    assert float(jnp.max(jnp.abs(g))) > 1e-4  # sliding: the loss depends on the wrench
 
 
 def test_cone_solver_implicit_gradient():
@@ -248,17 +295,18 @@ def test_cone_solver_implicit_gradient():
     G = jnp.asarray(A @ A.T + 0.5 * np.eye(6))
     u = jnp.asarray([-1.0, 0.3, -0.2, -0.5, -0.9, 0.1])
 
+    @jax.jit
     def f(G, u, mu):
         return jnp.sum(jnp.sin(sim.solve_cone_complementarity(G, u, mu, iterations=400)))
 
-    lam = sim.solve_cone_complementarity(G, u, 0.6, iterations=400)
+    lam = jax.jit(sim.solve_cone_complementarity, static_argnums=3)(G, u, 0.6, 400)
     r = (G @ lam.reshape(-1) + u).reshape(2, 3)
     # cone complementarity: lam in K, r in the dual cone K* = {mu |r_t| <= r_n}, lam . r = 0
     assert bool(jnp.all(jnp.linalg.norm(lam[:, 1:], axis=1) <= 0.6 * lam[:, 0] + 1e-12))
     assert bool(jnp.all(0.6 * jnp.linalg.norm(r[:, 1:], axis=1) <= r[:, 0] + 1e-12))
     assert float(jnp.max(jnp.abs(jnp.sum(lam * r, 1)))) < 1e-12
     assert float(jnp.max(lam[:, 0])) > 0.1  # a contact is active (the check is not vacuous)
-    gG, gu, gmu = jax.grad(f, argnums=(0, 1, 2))(G, u, 0.6)
+    gG, gu, gmu = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(G, u, 0.6)
     eps = 1e-6
     du = jnp.asarray(rng.standard_normal(6))
     fd = (f(G, u + eps * du, 0.6) - f(G, u - eps * du, 0.6)) / (2 * eps)

@@ -38,9 +38,13 @@ import numpy as np
 from .. import _checks, config, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_world
+from ..algorithms.aba import (
+    aba_passes,
+    aba_world,
+    articulated_inertias,
+    world_inertia_matrices,
+)
 from ..algorithms.configuration import integrate
-from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
 from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
@@ -161,46 +165,31 @@ def _controls(model, cfg, props, q, v, ctrl):
     return tau + passive_forces(model, props, cfg.limits, q, v)
 
 
-def _mass_matrix(model, ws, props, extra=None):
-    M = crba_world(model, ws) + jnp.diag(props["armature"].astype(ws.p.dtype))
-    return M if extra is None else M + jnp.diag(extra)
-
-
 def _acceleration(model, cfg, props, q, v, ctrl):
-    """Joint accelerations with compliant contact (or none): ABA, or a dense solve when the
-    model has armature."""
+    """Joint accelerations (ABA, armature included) with compliant contact or none, and the
+    contact forces."""
     ws, origin = _world(model, q)
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
-    if _has_armature(props):
-        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
-        return jnp.linalg.solve(_mass_matrix(model, ws, props), tau - bias), f
     return aba_world(model, ws, v, tau, f_ext)[0], f
 
 
-def _has_armature(props):
-    a = props["armature"]
-    if isinstance(a, jax.core.Tracer):
-        return True
-    return bool(np.any(np.asarray(a) != 0))
-
-
-def _constraint_velocity(model, cfg, props, ws, origin, v_free, M_eff, h):
-    """Velocity after the contact impulses of the constraint model."""
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
+    """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
+    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias)."""
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     n = frames.normal
     t1, t2 = C.tangent_basis(n)
     basis = jnp.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
-    L = jnp.linalg.cholesky(M_eff)
-    Y = jax.scipy.linalg.solve_triangular(L, Jc.T, lower=True)  # L^-1 Jc^T
-    G = Y.T @ Y
+    MinvJT = solve(Jc.T)  # (nv, 3 nc)
+    G = Jc @ MinvJT
+    G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h)
-    dv = jax.scipy.linalg.solve_triangular(L.T, Y @ lam.reshape(-1), lower=False)
-    return v_free + dv, jnp.einsum("cij,ci->cj", basis, lam) / h
+    return v_free + MinvJT @ lam.reshape(-1), jnp.einsum("cij,ci->cj", basis, lam) / h
 
 
 def _substep(model, cfg, props, q, v, ctrl, h):
@@ -213,41 +202,57 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         a, f = _acceleration(model, cfg, props, q, v, ctrl)
         v1 = v + h * a
         return integrate(model, q, h * v1), v1, f
-    # implicit, or euler with constraint contact: one world state, dense M
+    # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
+    # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
     bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
-    M_eff = _mass_matrix(model, ws, props)
+    m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
-        M_eff = M_eff + h * _velocity_derivative(model, cfg, props, ws, frames, q, v, ctrl)
-    v1 = v + h * jnp.linalg.solve(M_eff, tau - bias)
+        m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
+    inertias = articulated_inertias(m_eff, ws.S, I6)
+
+    def solve(R):
+        return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
+
+    v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     if constraint:
-        v1, f = _constraint_velocity(model, cfg, props, ws, origin, v1, M_eff, h)
+        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h)
     return integrate(model, q, h * v1), v1, f
 
 
-def _velocity_derivative(model, cfg, props, ws, frames, q, v, ctrl):
-    """``D = -d(joint and contact forces)/dv`` for the implicit integrator, ``(nv, nv)``: the
-    joint forces (damping, friction, limit damping, actuator velocity gains) are diagonal in
-    ``v``; compliant contact adds ``sum_i J_i^T (-df_i/du_i) J_i`` over the contact points."""
+def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
+    """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
+    friction, limit damping, actuator velocity gains) as extra armature, and each compliant
+    contact's ``K_i = -df_i/du_i`` as a point "inertia" ``h P_i^T K_i P_i`` on its body
+    (``P_i``: body spatial velocity -> velocity of the contact point), so that ``M + h D`` is
+    the mass matrix of a model that ABA inverts in O(n).
+
+    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
+    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
     ones = jnp.ones_like(v)
     _, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
-    D = jnp.diag(-dtau)
-    if isinstance(cfg.contact, C.Compliant):
-        k, c = cfg.contact.gains(model, v.dtype)
+    arm = -h * dtau if model.armature is None else model.armature - h * dtau
+    m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
+    if not isinstance(cfg.contact, C.Compliant):
+        return m_eff, I6
+    k, c = cfg.contact.gains(model, v.dtype)
 
-        def force(dist, normal, point, vel):
-            one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-            return C.compliant_forces(cfg.contact, k, c, one)[0]
+    def force(dist, normal, point, vel):
+        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
+        return C.compliant_forces(cfg.contact, k, c, one, fixed_normal_in_friction=True)[0]
 
-        Kv = -jax.vmap(jax.jacfwd(force, argnums=3))(
-            frames.distance, frames.normal, frames.point, frames.velocity
-        )  # (nc, 3, 3)
-        J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
-        D = D + jnp.einsum("cin,cij,cjm->nm", J, Kv, J)
-    return D
+    K = -jax.vmap(jax.jacfwd(force, argnums=3))(
+        frames.distance, frames.normal, frames.point, frames.velocity
+    )  # (nc, 3, 3)
+    K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
+    X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
+    P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
+    Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
+    nb = ws.R.shape[0]
+    return m_eff, I6 + jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
 
 
 def _ad(model, xi, y):

@@ -209,13 +209,17 @@ def contact_set(model, geoms) -> ContactSet:
     for b in range(t.nb - 1, -1, -1):
         if t.parent[b] >= 0:
             subtree_mass[t.parent[b]] += subtree_mass[b]
-    bodies, pos, radius, names = [], [], [], []
     for g in geoms:
         if not isinstance(g, PRIMITIVES):
             raise TypeError(
                 f"contact_set: expected Sphere, Point, Box or Capsule, got {type(g).__name__}"
             )
-        label = g.name or f"{type(g).__name__}({g.frame!r})"
+    defaults = [f"{type(g).__name__}({g.frame!r})" for g in geoms]
+    bodies, pos, radius, names = [], [], [], []
+    for gi, g in enumerate(geoms):
+        label = g.name
+        if label is None:  # default labels: numbered where several primitives share a frame
+            label = defaults[gi] + (f"#{gi}" if defaults.count(defaults[gi]) > 1 else "")
         f = model.frame_index(g.frame)
         b = int(t.frame_parent[f])
         if b < 0:
