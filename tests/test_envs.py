@@ -346,3 +346,15 @@ def test_humanoid_stands_briefly():
         assert float(s.done) == 0
     assert float(s.metrics["upright"]) > 0.95
     assert abs(float(s.pipeline_state.q[2]) - env.stand_height) < 0.05
+
+
+@pytest.mark.slow
+def test_divergence_ends_the_episode():
+    """A step that blows up (absurd torques) keeps the previous physics state, finite, and ends
+    the episode with metrics["diverged"] = 1 instead of stopping a training run."""
+    env = envs.Reacher("planar2", torque_scale=1e9, damping=0.0)
+    s = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    s1 = jax.jit(env.step)(s, jnp.ones(2))
+    assert float(s1.done) == 1 and float(s1.metrics["diverged"]) == 1
+    np.testing.assert_array_equal(np.asarray(s1.pipeline_state.q), np.asarray(s.pipeline_state.q))
+    assert np.all(np.isfinite(np.asarray(s1.obs))) and np.isfinite(float(s1.reward))

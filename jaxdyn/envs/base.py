@@ -26,9 +26,10 @@ a ``replace`` method.
 
 Input checks: an action of the wrong shape raises ``ValueError`` naming ``action`` when the
 step is traced; a non-finite action is caught under ``jit`` by ``equinox.error_if`` (jaxdyn's
-value checks, :mod:`jaxdyn.config`). A step that would leave the simulation non-finite (it
-diverged) keeps the previous physics state and ends the episode (``done = 1``,
-``metrics["diverged"] = 1``), so a training run resets that environment instead of stopping.
+value checks, :mod:`jaxdyn.config`). A step that would leave the simulation non-finite or
+faster than :attr:`SimEnv.divergence_speed` (it diverged) keeps the previous physics state
+and ends the episode (``done = 1``, ``metrics["diverged"] = 1``), so a training run resets
+that environment instead of stopping.
 """
 
 from __future__ import annotations
@@ -239,6 +240,9 @@ class SimEnv(Env):
     swapping ``sys`` (as Brax's ``DomainRandomizationVmapWrapper`` does) changes the dynamics.
     """
 
+    #: a velocity coordinate faster than this (rad/s or m/s) counts as a diverged simulation
+    divergence_speed: float = 1e3
+
     def __init__(self, model, cfg: _sim.SimConfig, n_frames: int = 1):
         if not isinstance(cfg, _sim.SimConfig):
             raise TypeError(f"{type(self).__name__}: cfg must be a jaxdyn.sim.SimConfig")
@@ -290,14 +294,16 @@ class SimEnv(Env):
     def pipeline_step(self, pipeline_state: _sim.State, ctrl):
         """One control period (``n_frames`` simulator steps) under ``ctrl``.
 
-        **Returns:** ``(next_state, diverged)``: where the period produced a non-finite state,
-        ``next_state`` is ``pipeline_state`` itself and ``diverged`` is ``True``.
+        **Returns:** ``(next_state, diverged)``: where the period produced a non-finite state or a
+        speed above :attr:`divergence_speed`, ``next_state`` is ``pipeline_state`` itself and
+        ``diverged`` is ``True``.
         """
         model, cfg = self.sys.model, self.sys.cfg
+        vmax = self.divergence_speed
 
         def frame(s, _):
             n = _sim.step(model, s, ctrl, cfg)
-            ok = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.isfinite(n.v))
+            ok = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             # a diverged frame keeps its input, so the next frame's input checks pass
             return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), n, s), ok
 

@@ -34,6 +34,7 @@ HUMANOIDS = {
         pose=((r"hip_pitch", -0.1), (r"knee", 0.3), (r"ankle_pitch", -0.2)),
         kp=((r"hip|waist", 200.0), (r"knee", 300.0), (r"ankle", 400.0), (r".", 30.0)),
         effort=((r"knee", 139.0), (r"hip|waist", 88.0), (r"ankle", 50.0), (r".", 25.0)),
+        armature=((r"knee", 0.025), (r"hip|waist", 0.01), (r"ankle", 0.007), (r".", 0.004)),
         base="pelvis",
     ),
 }
@@ -105,9 +106,11 @@ class HumanoidStand(SimEnv):
         if not model.topo.floating_base:
             raise ValueError(f"HumanoidStand: needs a floating-base model, got {model}")
         n = model.nv - 6
-        names = model.joint_names[1:]
-        order = np.argsort([model.q_slice(j).start for j in names])
-        names = [names[i] for i in order]  # q[7:] order
+        names = model.joint_names[1:]  # q[7:] order
+        if model.armature is None:  # reflected rotor inertia of the joint actuators
+            model = model.with_armature(
+                np.concatenate([np.zeros(6), _by_pattern(names, spec["armature"])])
+            )
         pose = _by_pattern(names, spec["pose"])
         q0 = np.concatenate([[0, 0, 0, 1, 0, 0, 0], pose]).astype(np.float32)
         fk = jax.jit(forward_kinematics)(model, jnp.asarray(q0))  # jit: op by op is slow
