@@ -101,7 +101,7 @@ class Quadruped(SimEnv):
                 stiffness=stiffness, damping=contact_damping, friction=friction, slip=0.05
             )
         elif contact == "constraint":
-            cm = _sim.Constraint(friction=friction, iterations=20, newton=4)
+            cm = _sim.Constraint(friction=friction)
         else:
             raise ValueError(
                 f"Quadruped: contact must be 'compliant' or 'constraint', got {contact!r}"
