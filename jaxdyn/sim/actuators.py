@@ -114,31 +114,35 @@ class JointLimits(eqx.Module):
 
 
 def joint_properties(model):
-    """Per-coordinate joint properties of the model, ``(nv,)`` each: ``armature``, ``damping``,
-    ``friction``, ``effort``, ``velocity``, ``lower``, ``upper`` (limits of one-DoF joints;
-    infinite where a joint has none)."""
-    nv = model.nv
+    """Joint properties of the model (read from URDF ``<limit>`` / ``<dynamics>``, see
+    :class:`jaxdyn.Model`), with their defaults where the model has none: ``armature``,
+    ``damping``, ``friction``, ``effort``, ``velocity`` ``(nv,)`` and ``lower``, ``upper``
+    ``(nq,)``."""
+    nq, nv = model.nq, model.nv
     dtype = model.mass.dtype
-    zeros = jnp.zeros(nv, dtype)
-    inf = jnp.full(nv, jnp.inf, dtype)
 
-    def get(name, default):
+    def get(name, default, n):
         value = getattr(model, name, None)
-        return default if value is None else jnp.broadcast_to(jnp.asarray(value, dtype), (nv,))
+        if value is None:
+            return jnp.full(n, default, dtype)
+        return jnp.broadcast_to(jnp.asarray(value, dtype), (n,))
 
     return dict(
-        armature=get("armature", zeros),
-        damping=get("damping", zeros),
-        friction=get("friction", zeros),
-        effort=get("effort", inf),
-        velocity=get("velocity", inf),
-        lower=get("lower", -inf),
-        upper=get("upper", inf),
+        armature=get("armature", 0.0, nv),
+        damping=get("damping", 0.0, nv),
+        friction=get("friction", 0.0, nv),
+        effort=get("effort_limit", jnp.inf, nv),
+        velocity=get("velocity_limit", jnp.inf, nv),
+        lower=get("q_lower", -jnp.inf, nq),
+        upper=get("q_upper", jnp.inf, nq),
     )
 
 
 def clip_effort(tau, effort):
-    return jnp.clip(tau, -effort, effort)
+    """Clip to ``[-effort, effort]`` where ``effort > 0`` (many URDFs write ``effort="0"`` for
+    "not given"; those coordinates are not clipped)."""
+    lim = jnp.where(effort > 0, effort, jnp.inf)
+    return jnp.clip(tau, -lim, lim)
 
 
 def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
@@ -154,8 +158,9 @@ def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
     if not one.any():
         return tau
     idx = np.nonzero(one)[0]
-    qd = q[np.asarray([int(t.q_start[int(t.dof_body[d])]) for d in idx], np.int64)]
-    lo, hi = props["lower"].astype(dtype)[idx], props["upper"].astype(dtype)[idx]
+    qidx = np.asarray([int(t.q_start[int(t.dof_body[d])]) for d in idx], np.int64)
+    qd = q[qidx]
+    lo, hi = props["lower"].astype(dtype)[qidx], props["upper"].astype(dtype)[qidx]
     eps = jnp.asarray(limits.smoothing, dtype)
     below = jnp.where(jnp.isfinite(lo), eps * jax.nn.softplus((lo - qd) / eps), 0.0)
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((qd - hi) / eps), 0.0)
