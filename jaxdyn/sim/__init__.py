@@ -6,7 +6,9 @@
   (:mod:`jaxdyn.sim.geometry`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
 * actuators :class:`Torque`, :class:`PD` and :class:`JointLimits`
-  (:mod:`jaxdyn.sim.actuators`).
+  (:mod:`jaxdyn.sim.actuators`);
+* batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
+  :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
 
 from .actuators import PD as PD
@@ -29,6 +31,9 @@ from .geometry import Plane as Plane
 from .geometry import Point as Point
 from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
+from .sharding import batch_mesh as batch_mesh
+from .sharding import shard_batch as shard_batch
+from .sharding import sharded_vmap as sharded_vmap
 
 __all__ = [
     "PD",
@@ -44,6 +49,9 @@ __all__ = [
     "SimConfig",
     "Sphere",
     "State",
+    "batch_mesh",
+    "shard_batch",
+    "sharded_vmap",
     "Torque",
     "contact_forces",
     "contact_set",
