@@ -340,8 +340,14 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
-    for _ in range(cfg.substeps):
+    if cfg.substeps == 1:
         q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
+    else:  # one traced substep, scanned (compile time independent of the count)
+
+        def sub(carry, _):
+            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
+
+        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
     return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
 
 
