@@ -67,6 +67,10 @@ from .clusters.urdfplus import load_urdf as load_urdf
 from ._api import neutral_configuration as neutral_configuration
 from ._api import random_configuration as random_configuration
 
+# Nori's sparse-matrix dynamics (issue #13): inverse, forward dynamics and estimation as one
+# sparse linear system, orderings optimised offline.
+from . import nori as nori
+
 __all__ = [
     "CheckError",
     "Connect",
@@ -103,6 +107,7 @@ __all__ = [
     "load_urdf",
     "minv",
     "neutral_configuration",
+    "nori",
     "potential_energy",
     "random_configuration",
     "rnea",

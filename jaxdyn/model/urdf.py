@@ -42,7 +42,8 @@ is a physically impossible body; but the dynamics stay well defined (the spatial
 still positive definite for a positive mass), Pinocchio accepts such files, and several shipped
 robots have them (Allegro hand fingertips, PR2 sensor mounts, ANYmal C cameras). A warning
 naming the link keeps those robots loadable and comparable with Pinocchio, ``strict=True``
-refuses them, ``strict=False`` repairs them.
+refuses them, ``strict=False`` repairs them. The default gives one warning per file, naming
+every such link.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
     return URDFLink(name, URDFInertial(mass, xyz, rpy, inertia))
 
 
-def _check_inertias(links: list[URDFLink], strict) -> None:
+def _check_inertias(links: list[URDFLink], strict, robot_name: str = "") -> None:
     """The inertia policy of the module docstring, applied in place to every link."""
     eigs = {}
     for l in links:
@@ -331,6 +332,7 @@ def _check_inertias(links: list[URDFLink], strict) -> None:
         return
     scale = max(float(np.max(np.abs(e))) for e in eigs.values())
     tol = INERTIA_RTOL * scale
+    triangle = []  # (link, principal moments, violation): one warning for the file
     for l in links:
         if l.name not in eigs:
             continue
@@ -374,12 +376,20 @@ def _check_inertias(links: list[URDFLink], strict) -> None:
                     "warning, strict=False replaces it by the nearest valid inertia"
                 )
             else:
-                _warn(
-                    f"{where}: principal moments {eig.tolist()} violate the triangle "
-                    f"inequality a + b >= c by {-gap:.3g} (no rigid body has this inertia); "
-                    "kept as given (as Pinocchio); strict=False projects it onto the nearest "
-                    "valid inertia, strict=True refuses it"
-                )
+                triangle.append((l.name, eig, -gap))
+    if triangle:
+        shown = [
+            f'<link name="{n}"> <inertial> <inertia> ({e[0]:.4g} + {e[1]:.4g} < {e[2]:.4g})'
+            for n, e, _ in triangle[:12]
+        ]
+        more = f" and {len(triangle) - 12} more" if len(triangle) > 12 else ""
+        _warn(
+            f"URDF <robot name={robot_name!r}>: the principal moments a <= b <= c of "
+            f"{len(triangle)} link inertia{'s' if len(triangle) > 1 else ''} violate the "
+            f"triangle inequality a + b >= c (no rigid body has such an inertia): "
+            f"{', '.join(shown)}{more}; kept as given (as Pinocchio); strict=False projects "
+            "them onto the nearest valid inertias, strict=True refuses them"
+        )
 
 
 def _repair(where, inert, why, eig) -> None:
@@ -584,5 +594,5 @@ def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
                 )
                 j.mimic = None
     root = _find_root(links, joints)
-    _check_inertias(links, strict)
+    _check_inertias(links, strict, rname)
     return URDFRobot(rname, links, joints, root, extra)
