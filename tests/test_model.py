@@ -148,7 +148,8 @@ def test_model_is_a_pytree_with_static_topology():
     b = robots.load("quad12")
     assert a.topo == b.topo and hash(a.topo) == hash(b.topo)  # compiled code is shared
     leaves = jax.tree_util.tree_leaves(a)
-    assert len(leaves) == 9 and all(isinstance(x, jax.Array) for x in leaves)
+    # 9 dynamics parameters + 6 joint properties of the URDF's <limit> elements (issue 11)
+    assert len(leaves) == 15 and all(isinstance(x, jax.Array) for x in leaves)
     assert {x.dtype for x in leaves} == {jnp.dtype(jnp.float64)}
     a32 = a.astype(jnp.float32)
     assert {x.dtype for x in jax.tree_util.tree_leaves(a32)} == {jnp.dtype(jnp.float32)}

@@ -137,7 +137,18 @@ def build_model(
             ax6 = np.concatenate([np.zeros(3), axis])
         else:
             ax6 = np.concatenate([axis, np.zeros(3)])
-        bodies.append(dict(link=j.child, joint=j.name, kind=kind, parent=body, X=Tj, axis=ax6))
+        bodies.append(
+            dict(
+                link=j.child,
+                joint=j.name,
+                kind=kind,
+                parent=body,
+                X=Tj,
+                axis=ax6,
+                limit=j.limit,
+                dynamics=j.dynamics,
+            )
+        )
         link_body[j.child] = (len(bodies) - 1, ident)
         joint_frames.append((j.name, len(bodies) - 1, ident))
 
@@ -291,7 +302,39 @@ def build_model(
                 )
             )
         leaves[k] = jnp.asarray(y)
+    for k, x in _joint_properties(bodies, order).items():
+        leaves[k] = jnp.asarray(np.asarray(x, dtype))
     return Model(**leaves, topo=topo, x32_load=dtype != np.float64)
+
+
+def _joint_properties(bodies, order) -> dict:
+    """``q_lower``/``q_upper (nq,)`` and ``effort_limit``/``velocity_limit``/``damping``/
+    ``friction (nv,)`` from the joints' ``<limit>`` and ``<dynamics>`` (no limit: +-inf; no
+    dynamics: 0; quaternion and free-joint coordinates: +-inf). Empty when the file gives no
+    ``<limit>`` or ``<dynamics>`` at all (the model's fields stay ``None``)."""
+    if not any(bodies[o].get("limit") or bodies[o].get("dynamics") for o in order):
+        return {}
+    inf = np.inf
+    lo, hi, eff, vel, damp, fric = [], [], [], [], [], []
+    for o in order:
+        b = bodies[o]
+        nq, nv = joints.NQ[b["kind"]], joints.NV[b["kind"]]
+        limit = b.get("limit") or (-inf, inf, inf, inf)
+        dyn = b.get("dynamics") or (0.0, 0.0)
+        if b["kind"] == joints.ONE_DOF:
+            lo.append(limit[0])
+            hi.append(limit[1])
+        else:
+            lo.extend([-inf] * nq)
+            hi.extend([inf] * nq)
+            limit, dyn = (-inf, inf, inf, inf), (0.0, 0.0)
+        eff.extend([limit[2]] * nv)
+        vel.extend([limit[3]] * nv)
+        damp.extend([dyn[0]] * nv)
+        fric.extend([dyn[1]] * nv)
+    return dict(
+        q_lower=lo, q_upper=hi, effort_limit=eff, velocity_limit=vel, damping=damp, friction=fric
+    )
 
 
 def _element(leaf, i, order, bodies, body_links, frame_names) -> str:

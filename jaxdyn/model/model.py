@@ -132,6 +132,20 @@ class Model(eqx.Module):
       :meth:`with_armature`; a small armature is the usual fix of a singular mass matrix
       (moving joints whose subtrees carry no mass).
 
+    Joint properties read from URDF ``<limit>`` / ``<dynamics>`` (``None`` when the file has
+    none; the simulator :mod:`jaxdyn.sim` uses them, the dynamics algorithms do not):
+
+    * ``q_lower``, ``q_upper (nq,)``: position limits of one-DoF joints (``-inf`` / ``inf``
+      elsewhere and for continuous joints), Pinocchio's ``lowerPositionLimit`` /
+      ``upperPositionLimit``;
+    * ``effort_limit``, ``velocity_limit (nv,)``: ``<limit effort velocity>`` (``inf`` if not
+      given);
+    * ``damping``, ``friction (nv,)``: viscous and Coulomb joint friction of ``<dynamics>``.
+
+    They are array leaves like the others (differentiable, batchable for domain
+    randomisation); change them with ``eqx.tree_at`` (``is_leaf=lambda x: x is None`` when a
+    field is ``None``).
+
     Everything else (parents, levels, index ranges, names) lives in the static ``topo``;
     ``x32_load`` (static) records that the parameters were rounded to float32 at load time
     (``jax_enable_x64`` off), so that float64 inputs are refused instead of silently computing
@@ -150,6 +164,12 @@ class Model(eqx.Module):
     topo: Topology = eqx.field(static=True)
     armature: jax.Array | None = None
     x32_load: bool = eqx.field(static=True, default=False)
+    q_lower: jax.Array | None = None
+    q_upper: jax.Array | None = None
+    effort_limit: jax.Array | None = None
+    velocity_limit: jax.Array | None = None
+    damping: jax.Array | None = None
+    friction: jax.Array | None = None
 
     # ------------------------------------------------------------------ sizes and names
     @property

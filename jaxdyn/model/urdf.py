@@ -109,6 +109,11 @@ class URDFJoint:
     rpy: np.ndarray  # (3,) <origin rpy>, default zeros
     axis: np.ndarray  # (3,) unit vector, default (1,0,0)
     mimic: tuple[str, float, float] | None = None  # (joint, multiplier, offset)
+    #: ``<limit>``: (lower, upper, effort, velocity); position bounds of continuous joints and
+    #: missing attributes are +-inf (no limit)
+    limit: tuple[float, float, float, float] | None = None
+    #: ``<dynamics>``: (damping, friction), missing attributes 0
+    dynamics: tuple[float, float] | None = None
 
 
 @dataclass
@@ -445,7 +450,39 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
         mult = float(_numbers(mel.get("multiplier", "1"), 1, f"{where} <mimic multiplier>")[0])
         off = float(_numbers(mel.get("offset", "0"), 1, f"{where} <mimic offset>")[0])
         mimic = (target, mult, off)
-    return URDFJoint(name, jtype, parent, child, xyz, rpy, axis, mimic)
+    limit = None
+    lel = _one(el, "limit", where)
+    if lel is not None:
+
+        def attr(key, default):
+            v = lel.get(key)
+            return default if v is None else float(_numbers(v, 1, f"{where} <limit {key}>")[0])
+
+        inf = float("inf")
+        lower, upper = attr("lower", -inf), attr("upper", inf)
+        if jtype == "continuous":  # URDF: continuous joints have no position limits
+            lower, upper = -inf, inf
+        effort, velocity = attr("effort", inf), attr("velocity", inf)
+        if lower > upper:
+            _warn(f"{where} <limit>: lower {lower} > upper {upper}; position limits ignored")
+            lower, upper = -inf, inf
+        if effort < 0 or velocity < 0:
+            _warn(f"{where} <limit>: negative effort or velocity; their absolute values are used")
+            effort, velocity = abs(effort), abs(velocity)
+        limit = (lower, upper, effort, velocity)
+    dynamics = None
+    del_ = _one(el, "dynamics", where)
+    if del_ is not None:
+        vals = []
+        for key in ("damping", "friction"):
+            v = del_.get(key)
+            x = 0.0 if v is None else float(_numbers(v, 1, f"{where} <dynamics {key}>")[0])
+            if x < 0:
+                _warn(f"{where} <dynamics>: negative {key} {x}; its absolute value is used")
+                x = abs(x)
+            vals.append(x)
+        dynamics = tuple(vals)
+    return URDFJoint(name, jtype, parent, child, xyz, rpy, axis, mimic, limit, dynamics)
 
 
 # --------------------------------------------------------------------------- topology

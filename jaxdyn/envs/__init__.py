@@ -1,0 +1,72 @@
+"""Reinforcement-learning environments on :mod:`jaxdyn.sim`, in the Brax / MuJoCo Playground
+contract (:mod:`jaxdyn.envs.base`), with training wrappers (:mod:`jaxdyn.envs.wrappers`).
+
+Tasks (:func:`make` by name):
+
+* ``"reacher"`` -- :class:`Reacher`: a 7-DoF arm (``arm7`` or ``panda``) reaches a random target;
+* ``"quadruped"`` -- :class:`Quadruped`: ``quad12`` walks forward; ``"quadruped_stand"``: stands;
+* ``"humanoid_stand"`` -- :class:`HumanoidStand`: a humanoid keeps standing.
+
+Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
+Brax's own and ``brax.training`` trains these environments unchanged (on JAX >= 0.10 call
+:func:`brax_compat` first: Brax 0.14 still uses a function JAX removed).
+"""
+
+from .actuators import CompensatedTorque as CompensatedTorque
+from .actuators import ServoPD as ServoPD
+from .base import HAS_BRAX as HAS_BRAX
+from .base import Env as Env
+from .base import SimEnv as SimEnv
+from .base import State as State
+from .base import System as System
+from .base import Wrapper as Wrapper
+from .compat import brax_compat as brax_compat
+from .humanoid import HumanoidStand as HumanoidStand
+from .quadruped import Quadruped as Quadruped
+from .reacher import Reacher as Reacher
+from .wrappers import AutoResetWrapper as AutoResetWrapper
+from .wrappers import DomainRandomizationVmapWrapper as DomainRandomizationVmapWrapper
+from .wrappers import EpisodeWrapper as EpisodeWrapper
+from .wrappers import VmapWrapper as VmapWrapper
+from .wrappers import domain_randomization as domain_randomization
+from .wrappers import wrap as wrap
+
+ENVIRONMENTS = {
+    "reacher": Reacher,
+    "quadruped": Quadruped,
+    "quadruped_stand": lambda **kw: Quadruped(**{"forward_weight": 0.0, **kw}),
+    "humanoid_stand": HumanoidStand,
+}
+
+
+def make(name: str, **kwargs):
+    """The environment ``name`` (a key of :data:`ENVIRONMENTS`) built with ``kwargs``."""
+    if name not in ENVIRONMENTS:
+        raise ValueError(
+            f"jaxdyn.envs.make: unknown environment {name!r}; one of {sorted(ENVIRONMENTS)}"
+        )
+    return ENVIRONMENTS[name](**kwargs)
+
+
+__all__ = [
+    "ENVIRONMENTS",
+    "HAS_BRAX",
+    "AutoResetWrapper",
+    "CompensatedTorque",
+    "DomainRandomizationVmapWrapper",
+    "Env",
+    "EpisodeWrapper",
+    "HumanoidStand",
+    "Quadruped",
+    "Reacher",
+    "ServoPD",
+    "SimEnv",
+    "State",
+    "System",
+    "VmapWrapper",
+    "Wrapper",
+    "brax_compat",
+    "domain_randomization",
+    "make",
+    "wrap",
+]

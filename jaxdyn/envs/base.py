@@ -1,0 +1,317 @@
+"""The environment contract (Brax / MuJoCo Playground) and the jaxdyn simulation behind it.
+
+An environment is unbatched and pure:
+
+* ``reset(rng) -> State`` from one PRNG key;
+* ``step(state, action) -> State`` with ``action (action_size,)``;
+* :class:`State` holds ``pipeline_state`` (here a :class:`jaxdyn.sim.State`: ``q``, ``v``,
+  ``t``), ``obs``, ``reward``, ``done`` (``1.0`` when the episode ended), ``metrics`` (a dict of
+  scalars, the same keys after ``reset`` and ``step``; ``step`` keeps entries a wrapper added,
+  as Brax's ``EvalWrapper`` adds ``reward``) and ``info`` (a dict of per-episode data,
+  e.g. a target);
+* properties ``observation_size``, ``action_size``, ``backend`` (``"jaxdyn"``), ``dt`` (the
+  control period, s: ``n_frames`` simulator steps of ``cfg.dt``), ``unwrapped``; ``sys`` is
+  the :class:`System` (model and simulator configuration) the environment steps, the
+  attribute Brax's domain-randomisation wrapper swaps for a batch.
+
+Batch with ``jax.vmap`` (or :class:`~jaxdyn.envs.wrappers.VmapWrapper`), compile with
+``jax.jit``; :func:`jaxdyn.envs.wrap` adds episodes, auto-reset from a pool of initial states and
+domain randomisation for training.
+
+With Brax installed, :class:`Env`, :class:`Wrapper` and :class:`State` *are* Brax's
+(``brax.envs.base``), so ``brax.training.agents.ppo.train`` / ``apg.train`` and Brax's own
+wrappers take jaxdyn environments unchanged. Without it, equivalent classes defined here take
+their place (:data:`HAS_BRAX` says which): ``State`` is a dataclass registered as a pytree with
+a ``replace`` method.
+
+Input checks: an action of the wrong shape raises ``ValueError`` naming ``action`` when the
+step is traced; a non-finite action is caught under ``jit`` by ``equinox.error_if`` (jaxdyn's
+value checks, :mod:`jaxdyn.config`). A step that would leave the simulation non-finite or
+faster than :attr:`SimEnv.divergence_speed` (it diverged) keeps the previous physics state
+and ends the episode (``done = 1``, ``metrics["diverged"] = 1``), so a training run resets
+that environment instead of stopping.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .. import config
+from .. import sim as _sim
+
+try:  # Brax is optional (the ``rl`` extra)
+    from brax.envs import base as _brax_base
+except ImportError:  # pragma: no cover - exercised by the no-brax test in a subprocess
+    _brax_base = None
+
+#: whether :class:`Env`, :class:`Wrapper` and :class:`State` are Brax's classes
+HAS_BRAX = _brax_base is not None
+
+__all__ = [
+    "HAS_BRAX",
+    "Env",
+    "SimEnv",
+    "State",
+    "System",
+    "Wrapper",
+    "check_action",
+    "check_rng",
+]
+
+if HAS_BRAX:
+    State = _brax_base.State
+    Env = _brax_base.Env
+    Wrapper = _brax_base.Wrapper
+else:
+
+    @jax.tree_util.register_pytree_node_class
+    @dataclasses.dataclass
+    class State:
+        """Environment state (the fields of ``brax.envs.base.State``)."""
+
+        pipeline_state: Any
+        obs: Any
+        reward: Any
+        done: Any
+        metrics: dict = dataclasses.field(default_factory=dict)
+        info: dict = dataclasses.field(default_factory=dict)
+
+        def replace(self, **changes) -> State:
+            return dataclasses.replace(self, **changes)
+
+        def tree_flatten(self):
+            return (
+                self.pipeline_state,
+                self.obs,
+                self.reward,
+                self.done,
+                self.metrics,
+                self.info,
+            ), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+    class Env(abc.ABC):
+        """Interface for training and inference (that of ``brax.envs.base.Env``)."""
+
+        @abc.abstractmethod
+        def reset(self, rng) -> State:
+            """Resets the environment to an initial state."""
+
+        @abc.abstractmethod
+        def step(self, state: State, action) -> State:
+            """Runs one control period."""
+
+        @property
+        @abc.abstractmethod
+        def observation_size(self):
+            """Size of the observation vector."""
+
+        @property
+        @abc.abstractmethod
+        def action_size(self) -> int:
+            """Size of the action vector."""
+
+        @property
+        @abc.abstractmethod
+        def backend(self) -> str:
+            """The physics backend."""
+
+        @property
+        def unwrapped(self) -> Env:
+            return self
+
+    class Wrapper(Env):
+        """Wraps an environment; attributes it does not define are the wrapped env's."""
+
+        def __init__(self, env: Env):
+            self.env = env
+
+        def reset(self, rng) -> State:
+            return self.env.reset(rng)
+
+        def step(self, state: State, action) -> State:
+            return self.env.step(state, action)
+
+        @property
+        def observation_size(self):
+            return self.env.observation_size
+
+        @property
+        def action_size(self) -> int:
+            return self.env.action_size
+
+        @property
+        def unwrapped(self) -> Env:
+            return self.env.unwrapped
+
+        @property
+        def backend(self) -> str:
+            return self.unwrapped.backend
+
+        def __getattr__(self, name):
+            if name == "__setstate__":
+                raise AttributeError(name)
+            return getattr(self.env, name)
+
+
+class System(eqx.Module):
+    """What an environment simulates: ``model`` (:class:`jaxdyn.Model`) and ``cfg``
+    (:class:`jaxdyn.sim.SimConfig`: time step, integrator, actuator, contact, terrain).
+
+    Both are pytrees whose array and float leaves (masses, inertias, gains, friction, contact
+    stiffness, terrain) can be batched for domain randomisation: ``jax.vmap`` over a
+    ``System`` with a matching ``in_axes`` tree (:func:`jaxdyn.envs.domain_randomization`).
+    """
+
+    model: Any
+    cfg: _sim.SimConfig
+
+
+def _is_key_array(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def check_rng(owner: str, rng):
+    """One PRNG key: a raw ``uint32 (2,)`` key or a typed key of shape ``()``; raises
+    ``ValueError`` naming ``rng`` otherwise (a batch of keys needs ``jax.vmap``)."""
+    if _is_key_array(rng):
+        if rng.shape != ():
+            raise ValueError(
+                f"{owner}.reset: rng is a batch of keys of shape {tuple(rng.shape)}; reset takes "
+                "one key (batch with jax.vmap or jaxdyn.envs.VmapWrapper)"
+            )
+        return rng
+    rng = jnp.asarray(rng)
+    if rng.shape != (2,) or rng.dtype != jnp.uint32:
+        extra = ""
+        if rng.ndim == 2 and rng.shape[-1] == 2:
+            extra = " (a batch of keys: batch with jax.vmap or jaxdyn.envs.VmapWrapper)"
+        raise ValueError(
+            f"{owner}.reset: rng must be one PRNG key (jax.random.PRNGKey(seed): uint32 of shape "
+            f"(2,)), got {rng.dtype} of shape {tuple(rng.shape)}{extra}"
+        )
+    return rng
+
+
+def check_action(owner: str, action, size: int):
+    """``action`` as a float array of shape ``(size,)``: a wrong shape raises ``ValueError``
+    naming ``action`` (at trace time); a non-finite entry is an ``equinox.error_if`` under jit
+    when jaxdyn's value checks are on."""
+    action = jnp.asarray(action)
+    if action.shape != (size,):
+        extra = ""
+        if action.ndim == 2 and action.shape[1:] == (size,):
+            extra = " (a batch: wrap the env in jax.vmap or jaxdyn.envs.VmapWrapper)"
+        raise ValueError(
+            f"{owner}.step: action has shape {tuple(action.shape)}, expected "
+            f"(action_size,)=({size},){extra}"
+        )
+    if not jnp.issubdtype(action.dtype, jnp.floating):
+        action = action.astype(jnp.float32)
+    if config.get("value_checks"):
+        action = eqx.error_if(
+            action,
+            ~jnp.all(jnp.isfinite(action)),
+            f"{owner}.step: action has a non-finite entry (NaN or inf)",
+        )
+    return action
+
+
+class SimEnv(Env):
+    """Base class of the jaxdyn tasks: a :class:`System` stepped by :func:`jaxdyn.sim.step`,
+    the counterpart of Brax's ``PipelineEnv``.
+
+    One control period is ``n_frames`` calls of :func:`jaxdyn.sim.step` (each ``cfg.dt``, in
+    ``cfg.substeps`` integrator steps) under the same control, in a ``lax.scan``: the step is
+    compiled once, however many frames.
+
+    Subclasses implement ``reset``, ``step`` and ``action_size`` with the helpers
+    :meth:`pipeline_init`, :meth:`pipeline_step` (one control period, divergence guarded),
+    :meth:`check_action` and :meth:`check_rng`. The physics reads ``self.sys`` when traced, so
+    swapping ``sys`` (as Brax's ``DomainRandomizationVmapWrapper`` does) changes the dynamics.
+    """
+
+    #: a velocity coordinate faster than this (rad/s or m/s) counts as a diverged simulation
+    divergence_speed: float = 1e3
+
+    def __init__(self, model, cfg: _sim.SimConfig, n_frames: int = 1):
+        if not isinstance(cfg, _sim.SimConfig):
+            raise TypeError(f"{type(self).__name__}: cfg must be a jaxdyn.sim.SimConfig")
+        if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
+            raise ValueError(f"{type(self).__name__}: n_frames must be an integer >= 1")
+        self.sys = System(model, cfg)
+        self.n_frames = n_frames
+        self._obs_size = None
+
+    # -- the system
+    @property
+    def model(self):
+        """The :class:`jaxdyn.Model` being simulated (``self.sys.model``)."""
+        return self.sys.model
+
+    @property
+    def cfg(self) -> _sim.SimConfig:
+        """The :class:`jaxdyn.sim.SimConfig` (``self.sys.cfg``)."""
+        return self.sys.cfg
+
+    @property
+    def dt(self):
+        """Control period (s) of one ``step``: ``n_frames * cfg.dt``."""
+        return self.sys.cfg.dt * self.n_frames
+
+    @property
+    def backend(self) -> str:
+        return "jaxdyn"
+
+    @property
+    def observation_size(self) -> int:
+        if self._obs_size is None:
+            s = jax.eval_shape(self.reset, jax.random.PRNGKey(0))
+            self._obs_size = int(s.obs.shape[-1])
+        return self._obs_size
+
+    # -- helpers for subclasses
+    def check_rng(self, rng):
+        return check_rng(type(self).__name__, rng)
+
+    def check_action(self, action):
+        return check_action(type(self).__name__, action, self.action_size)
+
+    def pipeline_init(self, q, v) -> _sim.State:
+        """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype."""
+        dtype = self.sys.model.mass.dtype
+        return _sim.State(jnp.asarray(q, dtype), jnp.asarray(v, dtype), jnp.zeros((), dtype))
+
+    def pipeline_step(self, pipeline_state: _sim.State, ctrl):
+        """One control period (``n_frames`` simulator steps) under ``ctrl``.
+
+        **Returns:** ``(next_state, diverged)``: where the period produced a non-finite state or a
+        speed above :attr:`divergence_speed`, ``next_state`` is ``pipeline_state`` itself and
+        ``diverged`` is ``True``.
+        """
+        model, cfg = self.sys.model, self.sys.cfg
+        vmax = self.divergence_speed
+
+        def frame(s, _):
+            n = _sim.step(model, s, ctrl, cfg)
+            ok = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
+            # a diverged frame keeps its input, so the next frame's input checks pass
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), n, s), ok
+
+        if self.n_frames == 1:
+            nxt, ok = frame(pipeline_state, None)
+        else:
+            nxt, ok = jax.lax.scan(frame, pipeline_state, None, length=self.n_frames)
+            ok = jnp.all(ok)
+        bad = ~ok
+        nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, pipeline_state)
+        return nxt, bad

@@ -1,0 +1,62 @@
+"""Simulation: batched rollouts with contact, on the configuration manifold.
+
+* :class:`State`, :class:`SimConfig`, :func:`step`, :func:`rollout` (:mod:`jaxdyn.sim.core`);
+* contact geometry on frames (:class:`Sphere`, :class:`Point`, :class:`Box`, :class:`Capsule`,
+  compiled by :func:`contact_set`) against a :class:`Plane` or a :class:`Heightfield`
+  (:mod:`jaxdyn.sim.geometry`);
+* contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
+* actuators :class:`Torque`, :class:`PD` and :class:`JointLimits`
+  (:mod:`jaxdyn.sim.actuators`);
+* batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
+  :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
+"""
+
+from .actuators import PD as PD
+from .actuators import JointLimits as JointLimits
+from .actuators import Torque as Torque
+from .actuators import joint_properties as joint_properties
+from .contact import Compliant as Compliant
+from .contact import Constraint as Constraint
+from .contact import solve_cone_complementarity as solve_cone_complementarity
+from .core import SimConfig as SimConfig
+from .core import State as State
+from .core import contact_forces as contact_forces
+from .core import rollout as rollout
+from .core import step as step
+from .geometry import Box as Box
+from .geometry import Capsule as Capsule
+from .geometry import ContactSet as ContactSet
+from .geometry import Heightfield as Heightfield
+from .geometry import Plane as Plane
+from .geometry import Point as Point
+from .geometry import Sphere as Sphere
+from .geometry import contact_set as contact_set
+from .sharding import batch_mesh as batch_mesh
+from .sharding import shard_batch as shard_batch
+from .sharding import sharded_vmap as sharded_vmap
+
+__all__ = [
+    "PD",
+    "Box",
+    "Capsule",
+    "Compliant",
+    "Constraint",
+    "ContactSet",
+    "Heightfield",
+    "JointLimits",
+    "Plane",
+    "Point",
+    "SimConfig",
+    "Sphere",
+    "State",
+    "batch_mesh",
+    "shard_batch",
+    "sharded_vmap",
+    "Torque",
+    "contact_forces",
+    "contact_set",
+    "joint_properties",
+    "rollout",
+    "solve_cone_complementarity",
+    "step",
+]

@@ -1,0 +1,324 @@
+"""Contact models: compliant (penalty) and constraint-based (complementarity, on the Delassus
+matrix), with one API.
+
+Both start from the same kinematics (:func:`contact_frames`): for every contact sphere its
+signed distance ``d`` to the terrain, the normal ``n``, the contact point ``x = c - r n`` and
+the point's velocity.
+
+**Compliant** (:class:`Compliant`): a smooth spring-damper along the normal and regularised
+Coulomb friction,
+
+    pen = eps softplus(-d / eps),   fn = smax0(k pen - c vn pen / (pen + eps)),
+    ft = -mu fn vt / sqrt(|vt|^2 + vs^2),
+
+where ``smax0(x) = x sigmoid(x / (k eps))``. Every term is smooth, so gradients stay finite at
+zero penetration, zero slip and zero velocity; ``eps`` (``smoothing``) and ``vs`` (``slip``)
+set how far the smooth model departs from the hard one (a resting contact creeps at speeds of
+order ``vs``).
+
+**Constraint** (:class:`Constraint`): a velocity-level time-stepping contact (Stewart &
+Trinkle 1996; Anitescu 2006's convex relaxation, as MuJoCo's and Drake's SAP): with the
+Delassus matrix ``G = J M^-1 J^T`` of the contact points (rows ``[n, t1, t2]`` per contact) and
+the contact velocity ``u = J v_free + b`` the step would reach without contact, find impulses
+``lam`` in the friction cones ``K = {|lam_t| <= mu lam_n}`` with
+
+    lam = P_K(lam - rho (G_r lam + u))   (a fixed point, any rho > 0),
+
+equivalently the minimiser of ``1/2 lam^T G_r lam + u^T lam`` over the cones
+
+where ``G_r = G + R`` carries a small regularisation ``R = r diag(G)`` (soft contact; makes
+``G_r`` positive definite with redundant contacts). ``b`` lets the normal velocity close a gap
+``d > 0`` within the step and removes a penetration at rate ``baumgarte / dt``. Accelerated
+projected gradient runs a fixed number of steps (no data-dependent control flow, only
+matrix-vector products and cone projections: the same program on CPU and GPU); derivatives are
+*not* taken through the iterations but by implicit differentiation of the fixed point:
+``(I - dF/dlam) dlam = dF/dG dG + dF/du du + dF/dmu dmu`` (:func:`solve_cone_complementarity`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _linalg as linalg
+from .. import spatial
+
+__all__ = [
+    "Compliant",
+    "Constraint",
+    "ContactFrames",
+    "contact_frames",
+    "compliant_forces",
+    "solve_cone_complementarity",
+    "project_cone",
+]
+
+
+class ContactFrames(eqx.Module):
+    """Per-contact kinematics (arrays ``(nc, ...)``, world axes; positions relative to the
+    origin of the world state they were computed from)."""
+
+    distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
+    normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
+    point: jnp.ndarray  # (nc, 3) contact point x = c - r n
+    velocity: jnp.ndarray  # (nc, 3) velocity of the body point at x
+
+    def split_velocity(self):
+        vn = jnp.sum(self.velocity * self.normal, -1)
+        return vn, self.velocity - vn[:, None] * self.normal
+
+
+def contact_frames(ws, origin, body_velocity, cs, terrain) -> ContactFrames:
+    """Contact kinematics from a world state.
+
+    ``ws``: :class:`~jaxdyn.algorithms.kinematics.WorldState` (positions relative to
+    ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
+    at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
+    :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`.
+    """
+    b = cs.body_index
+    R, p = ws.R[b], ws.p[b]
+    dtype = p.dtype
+    centre = spatial.mv(R, cs.pos.astype(dtype)) + p
+    dist, n = terrain.query(centre + origin)
+    radius = cs.radius.astype(dtype)
+    x = centre - radius[:, None] * n
+    vb = body_velocity[b]
+    vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
+    return ContactFrames(dist - radius, n, x, vel)
+
+
+def contact_wrenches(ws, cs, point, force):
+    """Per-body spatial forces at the world-state origin ``(nb, 6)`` from point forces
+    ``force (nc, 3)`` (world axes) applied at ``point (nc, 3)``."""
+    w = jnp.concatenate([spatial.cross(point, force), force], -1)
+    return jax.ops.segment_sum(w, cs.body_index, num_segments=ws.R.shape[0])
+
+
+# ------------------------------------------------------------------------------- compliant
+class Compliant(eqx.Module):
+    """Compliant contact: smooth spring-damper normal force, regularised Coulomb friction.
+
+    - ``stiffness`` (N/m per contact) and ``damping`` (N s/m per contact): ``None`` derives them
+      from the model's total mass ``m``: ``k = m g / 5 mm`` (the whole weight on one contact
+      sinks 5 mm) and ``c = 2 sqrt(k m) / 4`` (a quarter of critical damping for the whole
+      robot on one contact: about critical when four feet share the load).
+    - ``friction``: Coulomb coefficient ``mu``.
+    - ``slip`` (m/s): regularisation speed of friction ``vs``.
+    - ``smoothing`` (m): softplus width ``eps`` of the penetration.
+    """
+
+    stiffness: float | None = None
+    damping: float | None = None
+    friction: float = 1.0
+    slip: float = 0.01
+    smoothing: float = 1e-4
+
+    def gains(self, model, dtype):
+        m = jnp.sum(model.mass).astype(dtype)
+        k = m * 9.81 / 5e-3 if self.stiffness is None else jnp.asarray(self.stiffness, dtype)
+        c = 0.5 * jnp.sqrt(k * m) if self.damping is None else jnp.asarray(self.damping, dtype)
+        return k, c
+
+
+def compliant_forces(
+    contact: Compliant, k, c, frames: ContactFrames, fixed_normal_in_friction=False
+):
+    """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``
+    (``fixed_normal_in_friction``: the normal force inside the friction term is a constant for
+    differentiation; used for the implicit integrator's symmetric damping matrix)."""
+    dtype = frames.distance.dtype
+    eps = jnp.asarray(contact.smoothing, dtype)
+    pen = eps * jax.nn.softplus(-frames.distance / eps)
+    vn, vt = frames.split_velocity()
+    raw = k * pen - c * vn * pen / (pen + eps)
+    fn = raw * jax.nn.sigmoid(raw / (k * eps))
+    vs2 = jnp.asarray(contact.slip, dtype) ** 2
+    fn_t = jax.lax.stop_gradient(fn) if fixed_normal_in_friction else fn
+    ft = -(contact.friction * fn_t / jnp.sqrt(jnp.sum(vt * vt, -1) + vs2))[:, None] * vt
+    return fn[:, None] * frames.normal + ft
+
+
+# ------------------------------------------------------------------------------ constraint
+class Constraint(eqx.Module):
+    """Constraint-based contact solved on the Delassus matrix (see the module docstring).
+
+    - ``friction``: Coulomb coefficient ``mu``.
+    - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
+      steps after them (static; see :func:`solve_cone_complementarity`).
+    - ``baumgarte``: fraction of a penetration removed per step.
+    - ``regularization``: ``r`` of ``R = r diag(G)`` (soft contact).
+    """
+
+    friction: float = 1.0
+    iterations: int = eqx.field(static=True, default=100)
+    newton: int = eqx.field(static=True, default=0)
+    baumgarte: float = 0.2
+    regularization: float = 1e-6
+
+
+def tangent_basis(n):
+    """Two unit tangents ``(t1, t2)`` completing the unit normals ``n (nc, 3)`` to a right-handed
+    frame (smooth in ``n`` away from ``n = -e_x``)."""
+    # t1 = the x axis minus its normal part, chosen from e_x / e_y by the larger remainder
+    ex = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0], n.dtype), n.shape)
+    ey = jnp.broadcast_to(jnp.asarray([0.0, 1.0, 0.0], n.dtype), n.shape)
+    a = jnp.where((jnp.abs(n[:, 0]) < 0.9)[:, None], ex, ey)
+    t1 = a - jnp.sum(a * n, -1, keepdims=True) * n
+    t1 = t1 / jnp.sqrt(jnp.sum(t1 * t1, -1, keepdims=True))
+    return t1, spatial.cross(n, t1)
+
+
+def project_cone(lam, mu):
+    """Euclidean projection of ``lam (..., 3) = [lam_n, lam_t1, lam_t2]`` onto the second-order
+    cone ``|lam_t| <= mu lam_n``."""
+    ln, lt = lam[..., 0], lam[..., 1:]
+    nt2 = jnp.sum(lt * lt, -1)
+    safe = jnp.where(nt2 > 0, nt2, 1.0)
+    nt = jnp.where(nt2 > 0, jnp.sqrt(safe), 0.0)
+    inside = nt <= mu * ln
+    polar = mu * nt <= -ln
+    ln_b = (ln + mu * nt) / (1 + mu * mu)
+    scale = jnp.where(nt2 > 0, mu * ln_b / jnp.sqrt(safe), 0.0)
+    lam_b = jnp.concatenate([ln_b[..., None], scale[..., None] * lt], -1)
+    out = jnp.where(inside[..., None], lam, lam_b)
+    return jnp.where(polar[..., None], jnp.zeros_like(lam), out)
+
+
+def _fixed_point_map(lam, G, u, mu, rho):
+    """``F(lam) = P_K(lam - rho (G lam + u))`` contact by contact (``lam (nc, 3)``)."""
+    nc = lam.shape[0]
+    r = (G @ lam.reshape(-1) + u).reshape(nc, 3)
+    return project_cone(lam - rho[:, None] * r, mu)
+
+
+def _cone_jacobian(w, mu):
+    """Jacobians ``dP_K/dw (nc, 3, 3)`` of the cone projection, contact by contact."""
+    return jax.vmap(jax.jacfwd(project_cone))(w, mu)
+
+
+def _residual_jacobian(lam, G, u, mu, rho):
+    """``F(lam) - lam`` and its Jacobian ``dP (I - rho G) - I``, ``(3nc, 3nc)``."""
+    nc = lam.shape[0]
+    r = (G @ lam.reshape(-1) + u).reshape(nc, 3)
+    w = lam - rho[:, None] * r
+    P = _cone_jacobian(w, mu)  # (nc, 3, 3)
+    A = jnp.eye(3 * nc, dtype=G.dtype) - jnp.repeat(rho, 3)[:, None] * G  # d w / d lam
+    dF = jnp.einsum("cij,cjk->cik", P, A.reshape(nc, 3, 3 * nc)).reshape(3 * nc, 3 * nc)
+    return project_cone(w, mu) - lam, dF - jnp.eye(3 * nc, dtype=G.dtype)
+
+
+def _power_max(A, iters=12):
+    """Largest eigenvalue of a symmetric positive semi-definite ``A`` by power iteration."""
+    x = jnp.ones(A.shape[-1], A.dtype)
+    for _ in range(iters):
+        x = A @ x
+        x = x / jnp.sqrt(jnp.sum(x * x))
+    return x @ (A @ x)
+
+
+def _solve_fixed(G, u, mu, iterations, newton):
+    """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
+    ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
+    ``iterations`` steps of size ``1 / lambda_max(G)``, only matrix-vector products and cone
+    projections; then ``newton`` safeguarded semismooth Newton steps on the fixed-point residual
+    ``P_K(lam - rho (G lam + u)) - lam`` (a step is kept only if it lowers the residual)."""
+    n = u.shape[0]
+    nc = n // 3
+    dtype = u.dtype
+    Gb = G.reshape(nc, 3, nc, 3)
+    diag = jnp.stack([Gb[i, :, i, :] for i in range(nc)])  # (nc, 3, 3)
+    rho = 1.0 / jnp.trace(diag, axis1=-2, axis2=-1)  # scalar step per contact (any > 0)
+    mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
+    step = 1.0 / (1.02 * _power_max(G))
+    proj = lambda x: project_cone(x.reshape(nc, 3), mu_c).reshape(-1)
+
+    def apgd(carry, _):
+        x, y, th = carry
+        g = G @ y + u
+        xn = proj(y - step * g)
+        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
+        restart = g @ (xn - x) > 0
+        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
+        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+
+    zero = jnp.zeros(n, dtype)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    lam = x.reshape(nc, 3)
+
+    def newton_step(lam, _):
+        res, Jr = _residual_jacobian(lam, G, u, mu_c, rho)
+        dl = linalg.lu_solve(Jr, -res.reshape(-1)).reshape(nc, 3)
+        trial = lam + dl
+        res_t = _fixed_point_map(trial, G, u, mu_c, rho) - trial
+        ok = (jnp.sum(res_t * res_t) < jnp.sum(res * res)) & jnp.all(jnp.isfinite(trial))
+        return jnp.where(ok, trial, lam), None
+
+    if newton:
+        lam, _ = jax.lax.scan(newton_step, lam, None, length=newton)
+    return lam, rho, mu_c
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _solve(G, u, mu, iterations, newton):
+    return _solve_fixed(G, u, mu, iterations, newton)[0]
+
+
+@_solve.defjvp
+def _solve_jvp(iterations, newton, primals, tangents):
+    G, u, mu = primals
+    dG, du, dmu = tangents
+    lam, rho, mu_c = _solve_fixed(G, u, mu, iterations, newton)
+    _, Jr = _residual_jacobian(lam, G, u, mu_c, rho)
+    _, rhs = jax.jvp(
+        lambda G_, u_, mu_: _fixed_point_map(lam, G_, u_, jnp.broadcast_to(mu_, mu_c.shape), rho),
+        (G, u, mu),
+        (dG, du, dmu),
+    )
+    dlam = linalg.lu_solve(Jr, -rhs.reshape(-1)).reshape(lam.shape)
+    return lam, dlam
+
+
+def solve_cone_complementarity(G, u, mu, iterations: int = 100, newton: int = 0):
+    """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
+    ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
+    friction): the fixed point of ``lam = P_K(lam - rho (G lam + u))``, equivalently the
+    minimiser of ``1/2 lam^T G lam + u^T lam`` over the cones.
+
+    ``G (3nc, 3nc)`` symmetric positive definite (regularise a semi-definite Delassus matrix
+    first), ``u (3nc,)`` the free contact velocity, rows ``[n, t1, t2]`` per contact; ``mu``
+    scalar or ``(nc,)``. ``iterations`` accelerated projected gradient steps, then ``newton``
+    semismooth Newton steps: a fixed count (no data-dependent control flow, no factorisation
+    unless ``newton > 0``); derivatives by implicit differentiation of the fixed point (not
+    through the iterations; one dense solve per differentiated step).
+    """
+    return _solve(G, u, jnp.asarray(mu, u.dtype), int(iterations), int(newton))
+
+
+def point_jacobian(model, ws, cs, point):
+    """Linear-velocity Jacobians of the contact points, world axes: ``(nc, 3, nv)``."""
+    t = model.topo
+    supp = np.asarray(t.body_dof_support)[cs.body_index]  # (nc, nv) dof r moves the contact's body
+    S = ws.S  # (nv, 6) at the world-state origin
+    lin = S[None, :, 3:] + spatial.cross(S[None, :, :3], point[:, None, :])  # (nc, nv, 3)
+    J = jnp.where(jnp.asarray(supp)[..., None], lin, 0.0)
+    return jnp.swapaxes(J, 1, 2)
+
+
+def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
+    """Regularise ``G`` and solve for the impulses of the constraint model.
+
+    ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step.
+    Returns impulses ``(nc, 3)`` in the same rows.
+    """
+    dtype = G.dtype
+    d = frames.distance
+    beta = jnp.asarray(contact.baumgarte, dtype)
+    b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
+    u = v_free_rows.at[:, 0].add(b).reshape(-1)
+    Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
+    return solve_cone_complementarity(Gr, u, contact.friction, contact.iterations, contact.newton)

@@ -1,0 +1,441 @@
+"""Time stepping: state, configuration, ``step`` and ``rollout``.
+
+``step(model, state, ctrl, cfg)`` advances one control period ``cfg.dt`` (``cfg.substeps``
+integrator steps of ``dt / substeps``); ``rollout`` scans it. Both are unbatched pure functions
+(``jax.vmap`` them over states, controls, configurations or models) and differentiable in
+forward and reverse mode.
+
+Integrators (``cfg.integrator``), all on the configuration manifold through
+:func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
+
+* ``"euler"`` -- semi-implicit (symplectic) Euler: ``v' = v + h a(q, v)``, ``q' = q ⊕ h v'``.
+* ``"rk4"`` -- Runge-Kutta-Munthe-Kaas of order 4: classical RK4 in the chart
+  ``q = q0 ⊕ xi`` with ``xi' = dexp^-1_{-xi}(v)``, truncated after the ``ad^2`` term, which is
+  enough for order 4 (Munthe-Kaas 1998); exact Euclidean RK4 for one-DoF joints.
+* ``"implicit"`` -- implicit in the velocity-proportional joint forces, like MuJoCo's
+  ``implicitfast``: ``v' = v + h (M + h D)^-1 (tau - C - D v)`` with ``D`` the joint damping plus
+  the actuators' velocity gains, then ``q' = q ⊕ h v'``. Stable for any damping.
+
+Contact (``cfg.contact``): ``None``, :class:`~jaxdyn.sim.contact.Compliant` (forces inside
+every integrator) or :class:`~jaxdyn.sim.contact.Constraint` (velocity-level impulses: with
+``"euler"`` and ``"implicit"`` only), on the spheres of ``cfg.contacts`` against
+``cfg.terrain``.
+
+Reverse mode through long rollouts: ``rollout(..., checkpoint=None | "step" | "sqrt")``
+(``jax.checkpoint`` of each step, or of blocks of ``ceil(sqrt(T))`` steps: memory
+``O(sqrt(T))`` for one extra forward pass).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _checks, config, spatial
+from .._precision import full_precision
+from ..algorithms import kinematics as kin
+from ..algorithms.aba import (
+    aba_passes,
+    aba_world,
+    articulated_inertias,
+    world_inertia_matrices,
+)
+from ..algorithms.configuration import integrate
+from ..algorithms.rnea import rnea_world
+from . import contact as C
+from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
+from .geometry import TERRAINS, ContactSet, Plane
+
+__all__ = ["State", "SimConfig", "step", "rollout", "contact_forces"]
+
+INTEGRATORS = ("euler", "rk4", "implicit")
+
+
+class State(eqx.Module):
+    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t``."""
+
+    q: jnp.ndarray
+    v: jnp.ndarray
+    t: jnp.ndarray
+
+    def __init__(self, q, v, t=0.0):
+        self.q = jnp.asarray(q)
+        self.v = jnp.asarray(v)
+        self.t = jnp.asarray(t, dtype=self.v.dtype if hasattr(self.v, "dtype") else None)
+
+
+class SimConfig(eqx.Module):
+    """How to step a model.
+
+    - ``dt``: control period (s); ``substeps``: integrator steps per control period (static).
+    - ``integrator``: ``"euler"``, ``"rk4"`` or ``"implicit"`` (static; see the module docs).
+    - ``actuator``: :class:`~jaxdyn.sim.actuators.Torque` (default) or
+      :class:`~jaxdyn.sim.actuators.PD`; ``ctrl`` has ``actuator.size(model)`` entries.
+    - ``contact``: ``None``, :class:`~jaxdyn.sim.contact.Compliant` or
+      :class:`~jaxdyn.sim.contact.Constraint`; ``contacts``: the
+      :class:`~jaxdyn.sim.geometry.ContactSet` (:func:`jaxdyn.sim.contact_set`);
+      ``terrain``: :class:`~jaxdyn.sim.geometry.Plane` (default ``z = 0``) or
+      :class:`~jaxdyn.sim.geometry.Heightfield`.
+    - ``limits``: :class:`~jaxdyn.sim.actuators.JointLimits` (default) or ``None`` to ignore
+      the model's joint limits.
+    """
+
+    dt: float = 2e-3
+    substeps: int = eqx.field(static=True, default=1)
+    integrator: str = eqx.field(static=True, default="euler")
+    actuator: object = Torque()
+    contact: object = None
+    contacts: ContactSet | None = None
+    terrain: object = Plane()
+    limits: JointLimits | None = JointLimits()
+
+    def __check_init__(self):
+        if self.integrator not in INTEGRATORS:
+            raise ValueError(
+                f"SimConfig: integrator must be one of {INTEGRATORS}, got {self.integrator!r}"
+            )
+        if not isinstance(self.substeps, int) or self.substeps < 1:
+            raise ValueError(f"SimConfig: substeps must be an integer >= 1, got {self.substeps!r}")
+        if isinstance(self.contact, C.Constraint) and self.integrator == "rk4":
+            raise ValueError(
+                "SimConfig: Constraint contact is velocity-level (impulses per step); use "
+                "integrator='euler' or 'implicit', or Compliant contact with 'rk4'"
+            )
+        if self.contact is not None and not isinstance(self.contact, (C.Compliant, C.Constraint)):
+            raise TypeError(
+                f"SimConfig: contact must be None, Compliant or Constraint, got {self.contact!r}"
+            )
+        if self.contact is not None and self.contacts is None:
+            raise ValueError(
+                "SimConfig: contact model given but no contacts: pass "
+                "contacts=jaxdyn.sim.contact_set(model, [Sphere(...), ...])"
+            )
+        if not isinstance(self.terrain, TERRAINS):
+            raise TypeError(
+                f"SimConfig: terrain must be a Plane or a Heightfield, got "
+                f"{type(self.terrain).__name__}"
+            )
+        dt = self.dt
+        if not isinstance(dt, jax.core.Tracer):
+            dt = np.asarray(dt)
+            if dt.shape == () and not (np.isfinite(dt) and dt > 0):
+                raise ValueError(f"SimConfig: dt must be finite and > 0, got {float(dt)}")
+
+
+# ------------------------------------------------------------------------------- dynamics
+
+
+def _world(model, q):
+    """World state centred at the floating base (dynamics accuracy independent of the base's
+    distance from the origin, as in :func:`jaxdyn.aba`) and the world position of its origin."""
+    ws = kin.world_state(model, q, centered=True)
+    t = model.topo
+    if not t.floating_base:
+        return ws, jnp.zeros(3, ws.p.dtype)
+    q0 = int(t.q_start[0])
+    return ws, spatial.mv(model.Xtree_R[0], q[q0 : q0 + 3]) + model.Xtree_p[0]
+
+
+def _contact_kinematics(model, cfg, ws, origin, v):
+    vb, _ = kin.body_velocities(model, ws, v)
+    frames = None
+    if cfg.contacts is not None:
+        frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
+    return vb, frames
+
+
+def _ext_forces(model, cfg, ws, frames):
+    """Compliant contact: body-frame external forces ``(nb, 6)`` and the contact forces
+    ``(nc, 3)`` (world axes); ``(None, None)`` otherwise."""
+    if not isinstance(cfg.contact, C.Compliant):
+        return None, None
+    k, c = cfg.contact.gains(model, ws.p.dtype)
+    f = C.compliant_forces(cfg.contact, k, c, frames)
+    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    return spatial.act_inv_force(ws.R, ws.p, W), f
+
+
+def _controls(model, cfg, props, q, v, ctrl):
+    tau = cfg.actuator.torques(model, q, v, ctrl)
+    tau = clip_effort(tau, props["effort"].astype(v.dtype))
+    return tau + passive_forces(model, props, cfg.limits, q, v)
+
+
+def _acceleration(model, cfg, props, q, v, ctrl):
+    """Joint accelerations (ABA, armature included) with compliant contact or none, and the
+    contact forces."""
+    ws, origin = _world(model, q)
+    _, frames = _contact_kinematics(model, cfg, ws, origin, v)
+    f_ext, f = _ext_forces(model, cfg, ws, frames)
+    tau = _controls(model, cfg, props, q, v, ctrl)
+    return aba_world(model, ws, v, tau, f_ext)[0], f
+
+
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
+    """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
+    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias)."""
+    vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
+    n = frames.normal
+    t1, t2 = C.tangent_basis(n)
+    basis = jnp.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
+    J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
+    Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
+    MinvJT = solve(Jc.T)  # (nv, 3 nc)
+    G = Jc @ MinvJT
+    G = 0.5 * (G + G.T)
+    rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
+    lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h)
+    return v_free + MinvJT @ lam.reshape(-1), jnp.einsum("cij,ci->cj", basis, lam) / h
+
+
+def _substep(model, cfg, props, q, v, ctrl, h):
+    """One integrator step: ``(q', v', f)`` with ``f (nc, 3)`` the contact forces (world axes;
+    the mean force of the impulses for constraint contact) or ``None``."""
+    if cfg.integrator == "rk4":
+        return _rk4(model, cfg, props, q, v, ctrl, h)
+    constraint = isinstance(cfg.contact, C.Constraint)
+    if cfg.integrator == "euler" and not constraint:
+        a, f = _acceleration(model, cfg, props, q, v, ctrl)
+        v1 = v + h * a
+        return integrate(model, q, h * v1), v1, f
+    # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
+    # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
+    ws, origin = _world(model, q)
+    _, frames = _contact_kinematics(model, cfg, ws, origin, v)
+    f_ext, f = _ext_forces(model, cfg, ws, frames)
+    tau = _controls(model, cfg, props, q, v, ctrl)
+    bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+    m_eff, I6 = model, world_inertia_matrices(ws)
+    if cfg.integrator == "implicit":
+        m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
+    inertias = articulated_inertias(m_eff, ws.S, I6)
+
+    def solve(R):
+        return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
+
+    v1 = v + h * solve((tau - bias)[:, None])[:, 0]
+    if constraint:
+        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h)
+    return integrate(model, q, h * v1), v1, f
+
+
+def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
+    """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
+    friction, limit damping, actuator velocity gains) as extra armature, and each compliant
+    contact's ``K_i = -df_i/du_i`` as a point "inertia" ``h P_i^T K_i P_i`` on its body
+    (``P_i``: body spatial velocity -> velocity of the contact point), so that ``M + h D`` is
+    the mass matrix of a model that ABA inverts in O(n).
+
+    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
+    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
+    ones = jnp.ones_like(v)
+    _, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
+    arm = -h * dtau if model.armature is None else model.armature - h * dtau
+    m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
+    if not isinstance(cfg.contact, C.Compliant):
+        return m_eff, I6
+    k, c = cfg.contact.gains(model, v.dtype)
+
+    def force(dist, normal, point, vel):
+        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
+        return C.compliant_forces(cfg.contact, k, c, one, fixed_normal_in_friction=True)[0]
+
+    K = -jax.vmap(jax.jacfwd(force, argnums=3))(
+        frames.distance, frames.normal, frames.point, frames.velocity
+    )  # (nc, 3, 3)
+    K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
+    X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
+    P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
+    Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
+    nb = ws.R.shape[0]
+    return m_eff, I6 + jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+
+
+def _ad(model, xi, y):
+    """``ad_xi y`` per joint for free (SE(3), ``[w; v]``) and spherical (SO(3)) joints; zero for
+    one-DoF joints (the Lie bracket of the configuration group of each joint)."""
+    from .. import joints
+    from ..model import tree
+
+    t = model.topo
+    out = []
+    for kind, _, _, v0, v1 in tree.kind_runs(t):
+        x, z = xi[v0:v1], y[v0:v1]
+        if kind == joints.ONE_DOF:
+            out.append(jnp.zeros_like(z))
+        elif kind == joints.SPHERICAL:
+            x3, z3 = x.reshape(-1, 3), z.reshape(-1, 3)
+            out.append(spatial.cross(x3, z3).reshape(-1))
+        else:
+            x6, z6 = x.reshape(-1, 6), z.reshape(-1, 6)
+            out.append(spatial.motion_cross(x6, z6).reshape(-1))
+    return out[0] if len(out) == 1 else jnp.concatenate(out)
+
+
+def _dexpinv(model, xi, v):
+    """``dexp^-1_{-xi}(v) = v + ad_xi v / 2 + ad_xi^2 v / 12 + O(|xi|^4)`` (enough for RK4)."""
+    a1 = _ad(model, xi, v)
+    return v + 0.5 * a1 + _ad(model, xi, a1) / 12.0
+
+
+def _rk4(model, cfg, props, q, v, ctrl, h):
+    f = lambda qq, vv: _acceleration(model, cfg, props, qq, vv, ctrl)[0]
+    a1, force = _acceleration(model, cfg, props, q, v, ctrl)
+    x1 = v
+    xi = 0.5 * h * x1
+    v2 = v + 0.5 * h * a1
+    a2 = f(integrate(model, q, xi), v2)
+    x2 = _dexpinv(model, xi, v2)
+    xi = 0.5 * h * x2
+    v3 = v + 0.5 * h * a2
+    a3 = f(integrate(model, q, xi), v3)
+    x3 = _dexpinv(model, xi, v3)
+    xi = h * x3
+    v4 = v + h * a3
+    a4 = f(integrate(model, q, xi), v4)
+    x4 = _dexpinv(model, xi, v4)
+    q1 = integrate(model, q, h / 6.0 * (x1 + 2 * x2 + 2 * x3 + x4))
+    return q1, v + h / 6.0 * (a1 + 2 * a2 + 2 * a3 + a4), force
+
+
+# ------------------------------------------------------------------------------ public API
+
+
+def _check_state(fn, model, state, ctrl, cfg):
+    if not isinstance(state, State):
+        raise TypeError(f"{fn}: state must be a jaxdyn.sim.State, got {type(state).__name__}")
+    q = _checks.as_array(fn, "state.q", state.q, (("nq", model.nq),), model)
+    v = _checks.as_array(fn, "state.v", state.v, (("nv", model.nv),), model)
+    nu = cfg.actuator.size(model)
+    ctrl = _checks.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
+    dtype = _checks.common_dtype(q, v, ctrl, model.mass)
+    q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
+    q = _checks.check_quaternions(fn, model, q)
+    if config.get("value_checks"):
+        bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
+        q = eqx.error_if(q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)")
+        ctrl = eqx.error_if(
+            ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
+        )
+        dt = jnp.asarray(cfg.dt)
+        q = eqx.error_if(q, ~(dt > 0), f"{fn}: cfg.dt must be > 0")
+    return q, v, ctrl, dtype
+
+
+@full_precision
+def step(model, state: State, ctrl, cfg: SimConfig) -> State:
+    """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
+
+    **Arguments:** ``model`` (:class:`jaxdyn.Model`); ``state``
+    (:class:`State`); ``ctrl (nu,)`` with ``nu = cfg.actuator.size(model)``; ``cfg``
+    (:class:`SimConfig`).
+
+    **Returns:** the next :class:`State`.
+    """
+    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
+    model = model.astype(dtype)
+    props = joint_properties(model)
+    h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+    if cfg.substeps == 1:
+        q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
+    else:  # one traced substep, scanned (compile time independent of the count)
+
+        def sub(carry, _):
+            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
+
+        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
+    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
+
+
+@full_precision
+def contact_forces(model, state: State, ctrl, cfg: SimConfig):
+    """Contact forces ``(nc, 3)`` (world axes, one row per contact sphere of ``cfg.contacts``)
+    acting during the first integrator step from ``state`` under ``ctrl``: the compliant
+    model's forces at ``state``, or the constraint model's impulses divided by the step."""
+    if cfg.contact is None:
+        raise ValueError("contact_forces: cfg.contact is None (no contact model)")
+    q, v, ctrl, dtype = _check_state("contact_forces", model, state, ctrl, cfg)
+    model = model.astype(dtype)
+    h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+    return _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
+
+
+CHECKPOINTS = (None, "step", "sqrt")
+
+
+def rollout(
+    model,
+    state: State,
+    controls=None,
+    *,
+    cfg: SimConfig,
+    policy=None,
+    n_steps: int | None = None,
+    checkpoint: str | None = None,
+):
+    """Simulate ``n_steps`` control periods in one ``lax.scan``.
+
+    Give either ``controls (T, nu)`` (open loop) or ``policy(state) -> ctrl`` with ``n_steps``
+    (closed loop; ``policy`` may close over parameters being differentiated).
+
+    ``checkpoint``: ``None`` (store every step's residuals for reverse mode), ``"step"``
+    (``jax.checkpoint`` each step: residuals recomputed step by step) or ``"sqrt"`` (blocks of
+    ``ceil(sqrt(T))`` steps checkpointed as a whole: memory ``O(sqrt(T))`` states).
+
+    **Returns:** the states after each step, stacked: a :class:`State` with leading axis ``T``.
+    """
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"rollout: checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
+    if (controls is None) == (policy is None):
+        raise ValueError("rollout: give exactly one of controls (T, nu) or policy=callable")
+    if policy is not None:
+        if n_steps is None:
+            raise ValueError("rollout: a policy needs n_steps")
+        T = int(n_steps)
+        xs = None
+    else:
+        controls = jnp.asarray(controls)
+        nu = cfg.actuator.size(model)
+        if controls.ndim != 2 or controls.shape[1] != nu:
+            raise ValueError(
+                f"rollout: controls has shape {tuple(controls.shape)}, expected (T, nu) with "
+                f"nu={nu} for {model.name!r}"
+            )
+        T = controls.shape[0]
+        if n_steps is not None and int(n_steps) != T:
+            raise ValueError(f"rollout: n_steps={n_steps} but controls has {T} rows")
+        xs = controls
+    if T < 1:
+        raise ValueError(f"rollout: need at least one step, got {T}")
+
+    def body(s, u):
+        ctrl = policy(s) if policy is not None else u
+        s1 = step(model, s, ctrl, cfg)
+        return s1, s1
+
+    if checkpoint == "step":
+        body = jax.checkpoint(body)
+    if checkpoint != "sqrt":
+        return jax.lax.scan(body, state, xs, length=T)[1]
+
+    k = max(1, math.isqrt(T - 1) + 1 if T > 1 else 1)
+    nblk, rest = divmod(T, k)
+
+    @jax.checkpoint
+    def block(s, us):
+        return jax.lax.scan(body, s, us, length=k)
+
+    def split(x, n0, n1):
+        return None if x is None else x[n0:n1]
+
+    xs_main = None if xs is None else xs[: nblk * k].reshape((nblk, k) + xs.shape[1:])
+    s, traj = jax.lax.scan(block, state, xs_main, length=nblk)
+    traj = jax.tree_util.tree_map(lambda x: x.reshape((nblk * k,) + x.shape[2:]), traj)
+    if rest:
+        s, tail = jax.lax.scan(body, s, split(xs, nblk * k, T), length=rest)
+        traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
+    return traj

@@ -1,0 +1,389 @@
+"""jaxdyn.sim: integrators, contact models, rollouts and their derivatives.
+
+Compile time dominates: every test reuses a few jitted rollouts built once per module.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import robots, sim
+
+FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
+
+PENDULUM = """<robot name="double_pendulum">
+  <link name="base"/>
+  <link name="l1"><inertial><origin xyz="0 0 -0.5"/><mass value="1.0"/>
+    <inertia ixx="0.09" iyy="0.08" izz="0.01" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <link name="l2"><inertial><origin xyz="0 0 -0.4"/><mass value="0.7"/>
+    <inertia ixx="0.05" iyy="0.04" izz="0.02" ixy="0.001" ixz="0" iyz="0"/></inertial></link>
+  <joint name="j1" type="continuous"><parent link="base"/><child link="l1"/>
+    <axis xyz="0 1 0"/></joint>
+  <joint name="j2" type="continuous"><parent link="l1"/><child link="l2"/>
+    <origin xyz="0 0 -1"/><axis xyz="0.3 1 0"/></joint>
+</robot>"""
+
+BOX = """<robot name="box"><link name="box"><inertial><mass value="2.0"/>
+  <inertia ixx="0.0417" iyy="0.0667" izz="0.0833" ixy="0" ixz="0" iyz="0"/></inertial></link>
+</robot>"""
+
+
+def energy(model, q, v):
+    return jaxdyn.kinetic_energy(model, q, v) + jaxdyn.potential_energy(model, q)
+
+
+_STEPPERS: dict = {}
+
+
+def stepper(model):
+    """One jitted step per model; the configuration is an argument (its ``dt`` is traced, so
+    configurations differing only in numbers share the compiled program)."""
+    key = id(model)
+    if key not in _STEPPERS:
+        _STEPPERS[key] = (model, jax.jit(lambda s, u, cfg: sim.step(model, s, u, cfg)))
+    return _STEPPERS[key][1]
+
+
+def run_steps(model, s, cfg, n, u=None):
+    u = jnp.zeros(cfg.actuator.size(model)) if u is None else u
+    f = stepper(model)
+    out = []
+    for _ in range(n):
+        s = f(s, u, cfg)
+        out.append(s)
+    return s, out
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return jaxdyn.load_urdf(PENDULUM)
+
+
+@pytest.fixture(scope="module")
+def box():
+    return jaxdyn.load_urdf(BOX, floating_base=True)
+
+
+@pytest.fixture(scope="module")
+def free_box(box):
+    return eqx.tree_at(lambda m: m.gravity, box, jnp.zeros(3))
+
+
+@pytest.fixture(scope="module")
+def quad():
+    m = robots.load("quad12")
+    cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
+    return m, cs
+
+
+RK4 = sim.SimConfig(dt=2e-3, integrator="rk4", limits=None)
+RK4_FREE = sim.SimConfig(dt=2e-3, integrator="rk4", actuator=sim.Torque(dofs=()), limits=None)
+
+
+# ------------------------------------------------------------------------------ integrators
+
+
+def test_rk4_energy_drift_conservative(pendulum, free_box):
+    """RK4 (Munthe-Kaas on the free joint) conserves energy to 1e-6 relative over 1000 steps:
+    a double pendulum and a tumbling free box (no gravity: torque-free rotation)."""
+    s0 = sim.State(jnp.array([1.2, -0.7]), jnp.array([0.5, -1.0]))
+    _, traj = run_steps(pendulum, s0, RK4, 1000)
+    Q = jnp.stack([s.q for s in traj[::50] + traj[-1:]])
+    V = jnp.stack([s.v for s in traj[::50] + traj[-1:]])
+    E = jax.jit(jax.vmap(lambda q, v: energy(pendulum, q, v)))(Q, V)
+    E0 = float(energy(pendulum, s0.q, s0.v))
+    assert float(jnp.max(jnp.abs(E - E0))) / (abs(E0) + 1.0) < 1e-6
+
+    bx = free_box
+    qb = jaxdyn.integrate(bx, jaxdyn.neutral_configuration(bx), jnp.array([0.3, 0.2, 0.1, 0, 0, 0]))
+    sb = sim.State(qb, jnp.array([3.0, 0.2, 1.0, 0.5, -0.3, 0.2]))
+    _, trb = run_steps(bx, sb, RK4_FREE, 1000)
+    Q = jnp.stack([s.q for s in trb[::50] + trb[-1:]])
+    V = jnp.stack([s.v for s in trb[::50] + trb[-1:]])
+    Eb = jax.jit(jax.vmap(lambda q, v: jaxdyn.kinetic_energy(bx, q, v)))(Q, V)
+    Eb0 = jaxdyn.kinetic_energy(bx, sb.q, sb.v)
+    assert float(jnp.max(jnp.abs(Eb - Eb0))) / float(Eb0) < 1e-6
+
+    # the angular momentum in the world is conserved too (a check of the free-joint chart)
+    def world_momentum(q, v):
+        R = jaxdyn.frame_placement(bx, q, "box").R
+        return R @ (bx.inertia[0] @ v[:3])
+
+    L = jax.jit(jax.vmap(world_momentum))(Q, V)
+    assert float(jnp.max(jnp.abs(L - world_momentum(sb.q, sb.v)))) < 1e-6
+
+
+def test_rk4_fourth_order_on_free_body(free_box):
+    """Halving the step divides the RK4 error by ~16 on the free body (free-joint chart)."""
+    bx = free_box
+    s0 = sim.State(jaxdyn.neutral_configuration(bx), jnp.array([2.0, 0.5, 1.0, 0.3, 0.1, -0.2]))
+
+    def run(n):
+        cfg = eqx.tree_at(lambda c: c.dt, RK4_FREE, 0.4 / n)
+        s, _ = run_steps(bx, s0, cfg, n)
+        return s.q, s.v
+
+    qr, vr = run(400)
+    errs = []
+    for n in (10, 20):
+        q, v = run(n)
+        errs.append(float(jnp.linalg.norm(jaxdyn.difference(bx, qr, q)) + jnp.linalg.norm(v - vr)))
+    ratio = errs[0] / errs[1]
+    assert 12 < ratio < 20, ratio
+
+
+# ------------------------------------------------------------------------------ contact
+@functools.cache
+def _settle(kind):
+    m, cs = robots.load("quad12"), None
+    cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
+    cfg = sim.SimConfig(
+        dt=2e-3, integrator="implicit", contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5)
+    )
+    q0 = jaxdyn.neutral_configuration(m).at[2].set(0.45)
+    s0 = sim.State(q0, jnp.zeros(m.nv))
+    ref = q0[7:]
+    traj = jax.jit(lambda s: sim.rollout(m, s, policy=lambda st: ref, n_steps=600, cfg=cfg))(s0)
+    final = jax.tree_util.tree_map(lambda x: x[-1], traj)
+    f = jax.jit(lambda s: sim.contact_forces(m, s, ref, cfg))(final)
+    return m, cfg, traj, f
+
+
+@pytest.mark.parametrize("kind", ["compliant", "constraint"])
+def test_quadruped_drops_and_rests(kind):
+    """quad12 dropped from 0.45 m comes to rest on its feet without sinking through the ground,
+    speed < 1e-2, total normal force = weight within 2 %.
+
+    Penetration bounds: compliant contact (k = m g / 5 mm per contact) at most 15 mm during the
+    landing (1.3 m/s impact) and 2 mm at rest; constraint contact at most 1 mm, 0.1 mm at rest.
+    """
+    m, cfg, traj, f = _settle(kind)
+    weight = float(jnp.sum(m.mass)) * 9.81
+    feet = jax.vmap(lambda q: jaxdyn.forward_kinematics(m, q).frame.p)(traj.q)
+    idx = np.asarray([m.frame_index(n) for n in FEET])
+    clearance = np.asarray(feet[:, idx, 2]).min(1) - 0.02  # sphere radius
+    landing, rest = (15e-3, 2e-3) if kind == "compliant" else (1e-3, 1e-4)
+    assert clearance.min() > -landing, clearance.min()
+    assert clearance[-100:].min() > -rest, clearance[-100:].min()
+    assert clearance[0] > 0.05  # it did fall (the bounds are not vacuous)
+    assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
+    assert abs(float(jnp.sum(f[:, 2])) - weight) < 0.02 * weight
+    assert np.all(np.isfinite(np.asarray(traj.q)))
+
+
+def test_contact_models_agree_on_resting_load():
+    """Both contact models carry the resting quadruped with the same per-foot normal forces
+    (symmetric stance: each foot a quarter of the weight, within 5 %)."""
+    m, _, _, fc = _settle("compliant")
+    _, _, _, fk = _settle("constraint")
+    quarter = float(jnp.sum(m.mass)) * 9.81 / 4
+    np.testing.assert_allclose(np.asarray(fc[:, 2]), quarter, rtol=0.05)
+    np.testing.assert_allclose(np.asarray(fk[:, 2]), quarter, rtol=0.05)
+
+
+def test_box_on_plane_rests_on_corners(box):
+    """A dropped box (8 corner contacts) rests flat at half its height."""
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    cfg = sim.SimConfig(
+        dt=2e-3,
+        integrator="euler",
+        contact=sim.Constraint(iterations=200),
+        contacts=cs,
+        actuator=sim.Torque(dofs=()),
+    )
+    q0 = jaxdyn.neutral_configuration(box).at[2].set(0.3)
+    traj = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((400, 0)), cfg=cfg))(
+        sim.State(q0, jnp.zeros(6))
+    )
+    assert float(jnp.min(traj.q[:, 2])) > 0.1 - 1e-3
+    assert abs(float(traj.q[-1, 2]) - 0.1) < 2e-3
+    assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
+
+
+# ------------------------------------------------------------------------------ batching
+
+
+def test_rollout_vmap_equals_python_loop(pendulum):
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", limits=None)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    q0 = jax.vmap(lambda k: jax.random.uniform(k, (2,), minval=-1, maxval=1))(keys)
+    U = jax.random.normal(keys[0], (3, 40, 2))
+    batched = jax.jit(
+        jax.vmap(lambda q, u: sim.rollout(pendulum, sim.State(q, jnp.zeros(2)), u, cfg=cfg).q)
+    )(q0, U)
+    stepj = stepper(pendulum)
+    for i in range(3):
+        s = sim.State(q0[i], jnp.zeros(2))
+        for t in range(40):
+            s = stepj(s, U[i, t], cfg)
+            np.testing.assert_allclose(np.asarray(s.q), np.asarray(batched[i, t]), atol=1e-12)
+
+
+SHARDED = """
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+import jaxdyn
+from jaxdyn import sim
+import test_sim as T
+assert len(jax.devices()) == 4, jax.devices()
+m = jaxdyn.load_urdf(T.PENDULUM)
+cfg = sim.SimConfig(dt=5e-3, integrator="euler", limits=None)
+q0 = jax.random.uniform(jax.random.PRNGKey(0), (8, 2), minval=-1, maxval=1)
+U = jax.random.normal(jax.random.PRNGKey(1), (8, 30, 2))
+f = lambda q, u: sim.rollout(m, sim.State(q, jnp.zeros(2)), u, cfg=cfg).q
+one = jax.jit(jax.vmap(f))(q0, U)
+mesh = sim.batch_mesh()
+qs, us = sim.shard_batch((q0, U), mesh)
+out = sim.sharded_vmap(f, mesh)(qs, us)
+assert len(out.sharding.device_set) == 4, out.sharding
+assert {s.data.shape for s in out.addressable_shards} == {(2, 30, 2)}
+np.testing.assert_array_equal(np.asarray(out), np.asarray(one))
+print("OK")
+"""
+
+
+def test_sharded_batch_equals_one_device():
+    """A batch split over 4 (virtual CPU) devices with jax.sharding gives the one-device
+    result exactly; each device holds a quarter of the batch."""
+    import os
+    import subprocess
+    import sys
+
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip())
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__)] + sys.path)
+    r = subprocess.run(
+        [sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ gradients
+
+
+def test_rollout_gradient_matches_finite_differences(pendulum):
+    """Reverse mode through a 50-step rollout matches central differences; the checkpointed
+    rollouts ("step", "sqrt": 7 blocks of 7 plus 1) give the same gradient."""
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", limits=None)
+    s0 = sim.State(jnp.array([0.3, -0.2]), jnp.zeros(2))
+    U = 0.5 * jnp.sin(jnp.arange(50.0)[:, None] * jnp.array([0.1, 0.2]))
+
+    def loss(U, checkpoint=None):
+        tr = sim.rollout(pendulum, s0, U, cfg=cfg, checkpoint=checkpoint)
+        return jnp.sum(tr.q[-1] ** 2) + 0.1 * jnp.sum(tr.v[-1] ** 2)
+
+    vg = jax.jit(jax.value_and_grad(loss))
+    _, g = vg(U)
+    for ck in ("step", "sqrt"):
+        gc = jax.jit(jax.grad(functools.partial(loss, checkpoint=ck)))(U)
+        np.testing.assert_allclose(np.asarray(gc), np.asarray(g), rtol=1e-12, atol=1e-14)
+    rng = np.random.default_rng(0)
+    D = jnp.asarray(rng.standard_normal(U.shape))
+    eps = 1e-6
+    fd = (vg(U + eps * D)[0] - vg(U - eps * D)[0]) / (2 * eps)
+    np.testing.assert_allclose(float(jnp.sum(g * D)), float(fd), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["compliant", "constraint"])
+def test_gradients_finite_at_rest_contact(box, kind):
+    """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,
+    zero velocity, every contact closed) gives finite gradients matching central differences,
+    at rest and, with a push beyond the friction limit, while sliding (a non-zero gradient)."""
+    corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
+    cs = sim.contact_set(box, [sim.Point("box", c) for c in corners])
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
+    cfg = sim.SimConfig(
+        dt=2e-3,
+        integrator="implicit",
+        contact=contact,
+        contacts=cs,
+        actuator=sim.Torque(dofs=tuple(range(6))),  # a body wrench on the free joint
+    )
+    sink = 2.0 * 9.81 / (4 * contact.gains(box, jnp.float64)[0]) if kind == "compliant" else 0
+    rest = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1 - sink), jnp.zeros(6))
+
+    def loss(wrench):
+        tr = sim.rollout(box, rest, jnp.broadcast_to(wrench, (10, 6)), cfg=cfg)
+        return tr.q[-1, 2] + jnp.sum(tr.q[-1, :2] ** 2) + jnp.sum(tr.v[-1] ** 2)
+
+    vg = jax.jit(jax.value_and_grad(loss))
+    d = jnp.asarray(np.random.default_rng(1).standard_normal(6))
+    eps = 1e-5
+    push = jnp.array([0.0, 0.0, 0.0, 30.0, 0.0, 0.0])  # 30 N > mu m g = 19.6 N: sliding
+    for w in (jnp.zeros(6), push):
+        _, g = vg(w)
+        assert np.all(np.isfinite(np.asarray(g)))
+        fd = (vg(w + eps * d)[0] - vg(w - eps * d)[0]) / (2 * eps)
+        np.testing.assert_allclose(float(g @ d), float(fd), rtol=2e-3, atol=1e-9)
+    assert float(jnp.max(jnp.abs(g))) > 1e-4  # sliding: the loss depends on the wrench
+
+
+def test_cone_solver_implicit_gradient():
+    """Implicit differentiation of the cone complementarity solver matches central
+    differences of the (converged) solver."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((6, 6))
+    G = jnp.asarray(A @ A.T + 0.5 * np.eye(6))
+    u = jnp.asarray([-1.0, 0.3, -0.2, -0.5, -0.9, 0.1])
+
+    @jax.jit
+    def f(G, u, mu):
+        return jnp.sum(jnp.sin(sim.solve_cone_complementarity(G, u, mu, iterations=400)))
+
+    lam = jax.jit(sim.solve_cone_complementarity, static_argnums=3)(G, u, 0.6, 400)
+    r = (G @ lam.reshape(-1) + u).reshape(2, 3)
+    # cone complementarity: lam in K, r in the dual cone K* = {mu |r_t| <= r_n}, lam . r = 0
+    assert bool(jnp.all(jnp.linalg.norm(lam[:, 1:], axis=1) <= 0.6 * lam[:, 0] + 1e-12))
+    assert bool(jnp.all(0.6 * jnp.linalg.norm(r[:, 1:], axis=1) <= r[:, 0] + 1e-12))
+    assert float(jnp.max(jnp.abs(jnp.sum(lam * r, 1)))) < 1e-12
+    assert float(jnp.max(lam[:, 0])) > 0.1  # a contact is active (the check is not vacuous)
+    gG, gu, gmu = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(G, u, 0.6)
+    eps = 1e-6
+    du = jnp.asarray(rng.standard_normal(6))
+    fd = (f(G, u + eps * du, 0.6) - f(G, u - eps * du, 0.6)) / (2 * eps)
+    np.testing.assert_allclose(float(gu @ du), float(fd), rtol=1e-5)
+    fdm = (f(G, u, 0.6 + eps) - f(G, u, 0.6 - eps)) / (2 * eps)
+    np.testing.assert_allclose(float(gmu), float(fdm), rtol=1e-5, atol=1e-9)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def test_bad_input(quad, pendulum):
+    m, cs = quad
+    with pytest.raises(ValueError, match="no frame named 'NOPE'"):
+        sim.contact_set(m, [sim.Sphere("NOPE", 0.02)])
+    with pytest.raises(ValueError, match="dt must be finite and > 0"):
+        sim.SimConfig(dt=0.0)
+    with pytest.raises(ValueError, match="integrator must be one of"):
+        sim.SimConfig(integrator="verlet")
+    with pytest.raises(ValueError, match="use integrator='euler' or 'implicit'"):
+        sim.SimConfig(integrator="rk4", contact=sim.Constraint(), contacts=cs)
+    with pytest.raises(ValueError, match="no contacts"):
+        sim.SimConfig(contact=sim.Compliant())
+    massless = jaxdyn.load_urdf(
+        PENDULUM.replace(
+            "</robot>",
+            '<link name="tip"/><joint name="j3" type="revolute">'
+            '<parent link="l2"/><child link="tip"/><axis xyz="1 0 0"/></joint></robot>',
+        )
+    )
+    with pytest.raises(ValueError, match="massless body 'tip'"):
+        sim.contact_set(massless, [sim.Sphere("tip", 0.01)])
+    cfg = sim.SimConfig(limits=None)
+    with pytest.raises(
+        ValueError, match=r"ctrl has shape \(3,\), expected \(nu\)=\(2\), for .double_pendulum."
+    ):
+        sim.step(pendulum, sim.State(jnp.zeros(2), jnp.zeros(2)), jnp.zeros(3), cfg)
+    with pytest.raises(Exception, match="non-finite"):
+        jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(
+            sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
+        ).q.block_until_ready()
