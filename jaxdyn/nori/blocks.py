@@ -1,4 +1,4 @@
-"""Typed dense blocks and the static block Gauss-Jordan elimination of one body's rows.
+"""Typed dense blocks and the static block LU of one body's rows.
 
 The blocks ``D_{c,d}`` of Nori's eq. (5) are zero, ``±1`` (identities) or dense (``X``, ``I_i``,
 ``S_i``). :class:`Blk` carries that type at trace time, so products and sums with zero and

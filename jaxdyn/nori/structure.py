@@ -27,7 +27,7 @@ The static elimination derived from it has two parts:
   root to leaves -- for inverse dynamics every body, and the rest is lower triangular;
 * *inward elimination* (leaves to root, as the ABA of §V-A / Property 2): each body's
   remaining rows are solved for its remaining variables as an affine function of the
-  parent's ``a_λ`` (a static block Gauss-Jordan whose pivots are chosen by
+  parent's ``a_λ`` (a static block LU whose pivots are chosen by
   :func:`jaxdyn.nori.blocks.plan`), and the parent's ``Rf`` receives the children's
   ``X_j^T f_j``; then an outward back-substitution.
 
