@@ -36,6 +36,16 @@ EES = {
     "pbt_chain": ("link4", ("link1", (0.7, 0.0, 0.0))),
 }
 ROBOT_NAMES = list(EES)
+#: robots of the default run; the others are in the slow set (``-m slow``): each robot is a
+#: separate XLA compile of every algorithm and its references (20-30 s on 2 cores)
+QUICK = {"four_bar", "mini_cheetah", "gt_chain", "quad12"}
+
+
+def sweep(names, quick=QUICK):
+    """``names`` as parameters, those outside ``quick`` marked slow."""
+    return [n if n in quick else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 CHAINS = {"gt_chain": ("GT", 11), "pbt_chain": ("PBT", 12)}
 
 
@@ -86,7 +96,7 @@ def _reference(m, q, v, a, fe, tau, ees):
     out = dict(
         tau_ref=G.T @ (M @ s.a + bias), a_proj=jnp.linalg.solve(H, tau - G.T @ (bias + M @ g))
     )
-    phi, K, k = C.constraint_jacobian(m, q, v)
+    phi, K, k = C.loop_constraints(m, q, v)
     if K.shape[0]:  # KKT system [[M, -K^T], [K, 0]] [qdd; lambda] = [tau_q - C; k]
         tau_q = G @ jnp.linalg.solve(G.T @ G, tau)
         nk = K.shape[0]
@@ -128,20 +138,20 @@ def results(name):
     return (q, v, a, fe), jax.tree_util.tree_map(np.asarray, res)
 
 
-@pytest.mark.parametrize("name", ROBOT_NAMES)
+@pytest.mark.parametrize("name", sweep(ROBOT_NAMES))
 def test_states_valid(name):
     (q, *_), r = results(name)
     if r["phi"].size:
         assert np.max(np.abs(r["phi"])) < 1e-12
 
 
-@pytest.mark.parametrize("name", ROBOT_NAMES)
+@pytest.mark.parametrize("name", sweep(ROBOT_NAMES))
 def test_crnea_matches_projected_rnea(name):
     _, r = results(name)
     assert _rel(r["tau"], r["tau_ref"]) < 1e-10
 
 
-@pytest.mark.parametrize("name", ROBOT_NAMES)
+@pytest.mark.parametrize("name", sweep(ROBOT_NAMES))
 def test_caba_inverts_crnea_and_matches_baselines(name):
     (q, v, a, fe), r = results(name)
     assert _rel(r["a_caba"], a) < 1e-10  # C-ABA(C-RNEA(a)) = a
@@ -149,7 +159,7 @@ def test_caba_inverts_crnea_and_matches_baselines(name):
     assert _rel(r["a_kkt"], a) < 1e-10  # Lagrange multipliers (KKT)
 
 
-@pytest.mark.parametrize("name", ROBOT_NAMES)
+@pytest.mark.parametrize("name", sweep(ROBOT_NAMES))
 def test_cefpa_matches_dense(name):
     _, r = results(name)
     assert _rel(r["osim"], r["osim_dense"]) < 1e-10
@@ -170,22 +180,21 @@ FAST_EES = {
 }
 
 
-@pytest.mark.parametrize("name", list(FAST_EES))
+@pytest.mark.parametrize("name", sweep(FAST_EES))
 def test_cefpa_fast_path_matches_general(name):
     """C-EFPA's single-output path (per-pair 6x6 propagators, every robot of the paper) agrees
     with the dense per-body path (the one taken by multi-output clusters), values and
     reverse-mode derivatives, and keeps float32 inputs in float32."""
-    from jaxdyn.clusters.algorithms import _all_single_output, _setup
-    from jaxdyn.clusters.cefpa import _cefpa_general, resolve_end_effectors
+    from jaxdyn.clusters.cefpa import cefpa_general
+    from jaxdyn.clusters.common import all_single_output, resolve_end_effectors, setup
 
     m = model_of(name)
     ees = FAST_EES[name]
-    assert _all_single_output(m.topo)
+    assert all_single_output(m.topo)
     q = _states(m, 5)[0]
 
     def general(q):
-        m2, gss, ws, _, _, _, dt = _setup(m, "cefpa", q, None)
-        return _cefpa_general(m2, gss, ws, resolve_end_effectors(m, ees), dt)
+        return cefpa_general(setup(m, "cefpa", q), resolve_end_effectors(m, ees))
 
     w = jnp.cos(jnp.arange(36 * len(ees) ** 2)).reshape(6 * len(ees), -1)
 
@@ -207,7 +216,7 @@ def test_cefpa_fast_path_matches_general(name):
     assert _rel(L32, L) < 1e-3
 
 
-@pytest.mark.parametrize("name", ROBOT_NAMES)
+@pytest.mark.parametrize("name", sweep(ROBOT_NAMES))
 def test_library_baselines(name):
     """jaxdyn.clusters' projected RNEA / projection FD / Lagrange FD / projected OSIM equal the
     dense references of this file (and hence C-RNEA, C-ABA, C-EFPA)."""
@@ -228,7 +237,7 @@ def test_library_baselines(name):
 
 def test_cluster_structure():
     m = model_of("mit_humanoid_leg")
-    kinds = [m.topo.groups[g].kind for g in m.topo.cluster_group]
+    kinds = [m.topo.groups[g].type for g in m.topo.cluster_group]
     assert kinds == ["linear"] * 4
     # knee + ankle belt pair merged into one 4-body, 2-DoF cluster
     pair = m.topo.cluster_bodies[-1]
@@ -305,7 +314,7 @@ def _plain(name):
     return C.load_urdf_plus(path, floating_base=fb)
 
 
-@pytest.mark.parametrize("name", ["quad12", "random"])
+@pytest.mark.parametrize("name", sweep(["quad12", "random"]))
 def test_reduces_to_rnea_aba_without_loops(name):
     m = _plain(name)
     assert not m.topo.has_loops
@@ -499,11 +508,11 @@ def test_approximate_models():
         assert err > 1e-8 if kind == "none" else err < 0.5  # approximate, not exact
     # reflected inertia of the hip-z gear: N^2 J_zz
     ap = C.approximate_model(m, "diagonal")
-    g = ap.topo.groups[ap.topo.cluster_group[0]]
-    assert float(g.params["armature"][0, 0, 0]) == pytest.approx(36 * 1.6841e-4, rel=1e-12)
+    g = ap.topo.cluster_group[0]
+    assert float(ap.params[g]["armature"][0, 0, 0]) == pytest.approx(36 * 1.6841e-4, rel=1e-12)
     # block-diagonal keeps knee + ankle together with the full 2x2 block
     ab = C.approximate_model(m, "block_diagonal")
-    last = ab.topo.groups[ab.topo.cluster_group[-1]].params["armature"][-1]
+    last = ab.params[ab.topo.cluster_group[-1]]["armature"][-1]
     assert last.shape == (2, 2) and abs(last[0, 1]) > 0
     with pytest.raises(ValueError, match="implicit loop"):
         C.approximate_model(model_of("four_bar"))
@@ -519,7 +528,7 @@ def _tangent(m, q, dy):
     dqs = s.G @ dy
     parts = []
     for g in m.topo.groups:
-        if g.kind == "implicit":
+        if g.type == "implicit":
             parts.append(dqs[g.qidx].reshape(-1))
         else:
             assert g.nqc == g.ny  # one-DoF joints / explicit clusters
@@ -533,9 +542,9 @@ def _manifold_point(m, q, dy, h):
     for g in m.topo.groups:
         qc = q[g.q0 : g.q0 + g.nc * g.nqc].reshape(g.nc, g.nqc)
         dyc = dy[g.v0 : g.v0 + g.nc * g.ny].reshape(g.nc, g.ny)
-        if g.kind == "implicit":
+        if g.type == "implicit":
             qc = qc + h * jnp.einsum(
-                "cdy,cy->cd", jnp.asarray(g.params["Pi"]), dyc * g.params["scale"]
+                "cdy,cy->cd", jnp.asarray(g.static["Pi"]), dyc * g.static["scale"]
             )
         else:
             qc = qc + h * dyc
@@ -543,7 +552,7 @@ def _manifold_point(m, q, dy, h):
     return C.project_configuration(m, jnp.concatenate(parts), iters=40)
 
 
-@pytest.mark.parametrize("name", ["planar_leg_linkage", "pbt_chain"])
+@pytest.mark.parametrize("name", sweep(["planar_leg_linkage", "pbt_chain"], {"pbt_chain"}))
 def test_autodiff_matches_finite_differences_on_manifold(name):
     """JAX derivatives (forward and reverse mode) of C-RNEA / C-ABA along the constraint
     manifold agree with central differences through the Newton projection; the map to the
@@ -582,11 +591,11 @@ def test_autodiff_matches_finite_differences_on_manifold(name):
                 C.crnea(m, qh, v, a),
                 w @ C.caba(m, qh, v, a),
                 C.crnea(m, q, v + hh * dy, a),
-                C.constraint_jacobian(m, qh)[0],
+                C.loop_constraints(m, qh)[0],
             )
 
         fd = jax.vmap(at)(jnp.array([h, -h]))
-        _, K, _ = C.constraint_jacobian(m, q)
+        _, K, _ = C.loop_constraints(m, q)
         s = C.spanning_state(m, q)
         return dtau, gq @ dq, dtau_dv @ dy, fd, K @ s.G
 
@@ -668,7 +677,7 @@ def test_outside_parents_in_two_clusters_is_an_error():
 
 def test_tello_differentials():
     m = model_of("tello")
-    assert [m.topo.groups[g].kind for g in m.topo.cluster_group] == (
+    assert [m.topo.groups[g].type for g in m.topo.cluster_group] == (
         ["linear"] * 2 + ["implicit"] * 4
     )
 
@@ -676,7 +685,7 @@ def test_tello_differentials():
     def f(key):
         q = C.random_configuration(m, key, scale=0.6)
         s = C.spanning_state(m, q)
-        return s.q, s.G, C.constraint_jacobian(m, q)[0]
+        return s.q, s.G, C.loop_constraints(m, q)[0]
 
     qs, G, phi = f(jax.random.PRNGKey(9))
     assert np.max(np.abs(np.asarray(phi))) < 1e-12
@@ -701,17 +710,14 @@ def test_tello_differentials():
 FOLDED = ("mini_cheetah", "mit_humanoid", "gt_chain", "pbt_chain", "tello")
 
 
-@pytest.mark.parametrize("name", FOLDED)
+@pytest.mark.parametrize("name", sweep(FOLDED))
 def test_caba_with_rotors_carried_by_parents(name):
     """Axisymmetric rotors folded into their parents (jaxdyn.clusters.rotors): C-ABA and C-RNEA
     on the link tree with exact rotor terms equal the general single-output algorithms (reached
     here through a zero external force), the projection method / projected RNEA and each other,
     in values and in derivatives, float64 and float32."""
-    from jaxdyn.clusters import rotors
-
     m = model_of(name)
-    rp = rotors.plan(m)
-    assert rp is not None and rp.model.nb < m.nb  # the folded path is taken
+    assert m.rotors_folded and m.topo.fold.tree_topo.nb < m.nb  # the folded path is taken
     q, v, a, _ = _states(m, 3)
     zero = jnp.zeros((m.nb, 6))
 
@@ -753,48 +759,46 @@ def test_caba_with_rotors_carried_by_parents(name):
         for x, y in zip(r[k][1:], r[k + "_gen"][1:]):
             assert _rel(x, y) < 1e-9
     q32, v32 = q.astype(jnp.float32), v.astype(jnp.float32)
-    tau = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
+    tau = r["tau"]  # C-RNEA of the folded model, float64
     a32 = jax.jit(jax.vmap(lambda q, v, t: C.caba(m, q, v, t)))(q32, v32, tau.astype(jnp.float32))
     assert a32.dtype == jnp.float32 and _rel(a32, a) < 1e-3
 
 
 def test_rotor_folding_only_where_exact():
-    """Rotors that are not symmetric about their axis, and models whose parameters are traced,
-    take the general path (and stay exact)."""
+    """Rotors that are not symmetric about their axis are not folded (and stay exact); a model
+    folded while they were, whose rotor is made asymmetric afterwards, is refused by the value
+    check instead of computing with the folded terms; models passed as traced arguments take
+    the folded path (the plan is static) and stay exact."""
     import equinox as eqx
-
-    from jaxdyn.clusters import rotors
 
     m = model_of("mini_cheetah")
     rb = m.tree.topo.body_names.index("FR_knee_rotor")
     I = np.array(m.tree.inertia)
     I[rb, 0, 1] = I[rb, 1, 0] = 1e-6  # off-axis product of inertia: not axisymmetric
-    m2 = eqx.tree_at(lambda mm: mm.tree.inertia, m, jnp.asarray(I))
-    assert rotors.plan(m) is not None and rotors.plan(m2) is None
+    unfolded = eqx.tree_at(lambda mm: mm.tree.inertia, C.fold_rotors(m, False), jnp.asarray(I))
+    m2 = C.fold_rotors(unfolded)
+    assert m.rotors_folded and not m2.rotors_folded
     q, v, a, _ = _states(m2, 4)
-    tau = jax.vmap(lambda q, v, a: C.crnea(m2, q, v, a))(q, v, a)
-    assert _rel(jax.vmap(lambda q, v, t: C.caba(m2, q, v, t))(q, v, tau), a) < 1e-10
-    seen = []
-    orig = rotors.plan
+    bad = eqx.tree_at(lambda mm: mm.tree.inertia, m, jnp.asarray(I))  # keeps the fold plan
+    with pytest.raises(Exception, match="no longer symmetric about its axis"):
+        C.caba(bad, q[0], v[0], a[0])
+    # the models as traced arguments; C-EFPA folds too, except with an end effector on a rotor
+    ees_link, ees_rotor = ("FR_knee_link", "HL_knee_link"), ("FR_knee_rotor", "HL_knee_link")
 
-    def spy(model):
-        seen.append(orig(model))
-        return seen[-1]
+    @jax.jit
+    @functools.partial(jax.vmap, in_axes=(None, None, 0, 0, 0))
+    def run(m, m2, q, v, a):
+        tau2 = C.crnea(m2, q, v, a)
+        tau = C.crnea(m, q, v, a)
+        return dict(
+            a2=C.caba(m2, q, v, tau2),
+            a=C.caba(m, q, v, tau),
+            L=[C.cefpa(m, q, e) for e in (ees_link, ees_rotor)],
+            L_ref=[C.projected_osim(m, q, e) for e in (ees_link, ees_rotor)],
+        )
 
-    try:
-        rotors.plan = spy
-        from jaxdyn.clusters import algorithms
-
-        algorithms.rotor_plan = spy
-        traced = jax.jit(jax.vmap(lambda mm, q, v, t: C.caba(mm, q, v, t), (None, 0, 0, 0)))
-        out = traced(m, q, v, tau)
-    finally:
-        rotors.plan = orig
-        algorithms.rotor_plan = orig
-    assert seen and seen[-1] is None  # traced parameters: no static plan
-    # C-EFPA folds too, except with an end effector on a rotor
-    for ees in (("FR_knee_link", "HL_knee_link"), ("FR_knee_rotor", "HL_knee_link")):
-        L = jax.vmap(lambda q: C.cefpa(m, q, ees))(q)
-        assert _rel(L, jax.vmap(lambda q: C.projected_osim(m, q, ees))(q)) < 1e-10
-    tau1 = jax.vmap(lambda q, v, a: C.crnea(m, q, v, a))(q, v, a)
-    assert _rel(traced(m, q, v, tau1), a) < 1e-10 and out.shape == a.shape
+    r = run(m, m2, q, v, a)
+    assert _rel(r["a2"], a) < 1e-10
+    assert _rel(r["a"], a) < 1e-10 and r["a"].shape == a.shape
+    for L, L_ref in zip(r["L"], r["L_ref"]):
+        assert _rel(L, L_ref) < 1e-10

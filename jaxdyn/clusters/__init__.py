@@ -7,20 +7,28 @@ algorithms for systems with kinematic loops", IEEE Transactions on Robotics, 202
 * Models: :func:`load_urdf_plus` (URDF+ files: ``<coupling>``, ``<loop>``, ``independent=``,
   and URDF ``<mimic>``), :func:`build` (programmatic, with the specifications of
   :mod:`jaxdyn.clusters.spec`), :mod:`jaxdyn.clusters.robots` (bundled URDF+ robots, Tello,
-  generated chains).
-* Algorithms: :func:`crnea` (inverse dynamics), :func:`caba` (forward dynamics), :func:`cefpa`
-  (inverse operational-space inertia).
-* State maps: :func:`spanning_state` (``q``, ``qdot = G v``, ``qdd = G a + g``, ``G``, ``g``),
-  :func:`constraint_jacobian` (``phi``, ``K``, ``k``), :func:`random_configuration`,
-  :func:`project_configuration`, :func:`neutral_configuration`.
-* Baselines (same signatures): :func:`projected_rnea`, :func:`projection_fd`,
-  :func:`lagrange_fd`, :func:`projected_osim`, and :func:`approximate_model` (reflected
-  inertia / unconstrained link trees).
+  generated chains); :func:`fold_rotors` (axisymmetric rotors carried by their parents, applied
+  by default where exact), :func:`with_armature`.
+* Algorithms, one per module: :func:`crnea` (inverse dynamics, :mod:`~jaxdyn.clusters.crnea`),
+  :func:`caba` (forward dynamics, :mod:`~jaxdyn.clusters.caba`), :func:`cefpa` (inverse
+  operational-space inertia, :mod:`~jaxdyn.clusters.cefpa`); their shared pieces in
+  :mod:`jaxdyn.clusters.common`.
+* State maps (:mod:`jaxdyn.clusters.state`): :func:`spanning_state` (``q``, ``qdot = G v``,
+  ``qdd = G a + g``, ``G``, ``g``), :func:`loop_constraints` (``phi``, ``K``, ``k`` of the loop
+  constraints), :func:`project_configuration`, and :func:`random_configuration` /
+  :func:`neutral_configuration`, the same functions as ``jaxdyn.random_configuration`` /
+  ``jaxdyn.neutral_configuration`` (they take a :class:`jaxdyn.Model` or a
+  :class:`ClusterModel`).
+* Baselines (same signatures, :mod:`jaxdyn.clusters.baselines`): :func:`projected_rnea`,
+  :func:`projection_fd`, :func:`lagrange_fd`, :func:`projected_osim`, and
+  :func:`approximate_model` (reflected inertia / unconstrained link trees).
+
+Imports flow one way: ``spec -> model -> state -> common -> rotors -> crnea / caba / cefpa ->
+baselines``, ``urdfplus -> robots``.
 """
 
 from . import robots as robots
 from . import spec as spec
-from .algorithms import caba, crnea
 from .baselines import (
     APPROXIMATIONS,
     approximate_model,
@@ -30,9 +38,12 @@ from .baselines import (
     projected_rnea,
     projection_fd,
 )
+from .caba import caba
 from .cefpa import cefpa
-from .model import ClusterModel, build, with_armature
+from .crnea import crnea
+from .model import ClusterModel, with_armature
 from .quantities import cluster_quantities
+from .rotors import fold_rotors
 from .spec import (
     Cluster,
     Coupling,
@@ -47,14 +58,14 @@ from .spec import (
 )
 from .state import (
     SpanningState,
-    constraint_jacobian,
+    loop_constraints,
     neutral_configuration,
     project_configuration,
     random_configuration,
     spanning_configuration,
     spanning_state,
 )
-from .urdfplus import load_urdf_plus
+from .urdfplus import build, load_urdf_plus
 
 __all__ = [
     "APPROXIMATIONS",
@@ -73,11 +84,12 @@ __all__ = [
     "caba",
     "cefpa",
     "cluster_quantities",
-    "constraint_jacobian",
     "crnea",
+    "fold_rotors",
     "geared_transmission",
     "lagrange_fd",
     "load_urdf_plus",
+    "loop_constraints",
     "neutral_configuration",
     "project_configuration",
     "projected_osim",

@@ -29,17 +29,22 @@ from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
-from ..model import Model
-from ..model.model import make_topology
 from . import spec as S
-from .algorithms import _check_fext
-from .cefpa import _ee_transforms, resolve_end_effectors
-from .model import IMPLICIT, TREE, ClusterModel, build, with_armature
+from .common import check_f_ext, ee_transforms, resolve_end_effectors
+from .model import (
+    IMPLICIT,
+    TREE,
+    ClusterModel,
+    build_clusters,
+    drop_bodies,
+    require_cluster_model,
+    with_armature,
+)
 from .state import (
-    _prep,
     all_group_states,
     assemble_spanning,
-    constraint_jacobian,
+    loop_constraints,
+    prepare,
     spanning_G,
     spanning_g,
 )
@@ -50,23 +55,23 @@ APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
 def _armature_dense(model, dt):
     """Block-diagonal ``(nv, nv)`` armature of the model (None if it has none)."""
     t = model.topo
-    if not any("armature" in g.params for g in t.groups):
+    if not any("armature" in p for p in model.params):
         return None
     R = jnp.zeros((t.nv, t.nv), dt)
-    for g in t.groups:
-        if "armature" not in g.params:
+    for g, prm in zip(t.groups, model.params):
+        if "armature" not in prm:
             continue
         idx = g.v0 + np.arange(g.nc * g.ny).reshape(g.nc, g.ny)
-        R = R.at[idx[:, :, None], idx[:, None, :]].set(jnp.asarray(g.params["armature"], dt))
+        R = R.at[idx[:, :, None], idx[:, None, :]].set(prm["armature"])
     return R
 
 
 def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
-    model, q, v, x, dt = _prep(model, fn, q, v, x)
-    f_ext = _check_fext(fn, model, f_ext)
+    model, q, v, x, dt = prepare(model, fn, q, v, x)
+    f_ext = check_f_ext(fn, model, f_ext)
     if f_ext is not None:
         f_ext = f_ext.astype(dt)
-    gss = all_group_states(model, q, v)
+    gss = all_group_states(model, q, v, check=fn)
     qs = assemble_spanning(model, gss, "qs")
     qd = None if v is None else assemble_spanning(model, gss, "qd")
     G = spanning_G(model, gss, dt)
@@ -126,13 +131,13 @@ def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(
         model, "lagrange_fd", q, v, tau, "tau", f_ext
     )
-    if any("armature" in g.params for g in model.topo.groups):
+    if any("armature" in p for p in model.params):
         raise ValueError(
             "lagrange_fd: models with armature (approximate models) have no "
             "spanning-tree form; use projection_fd or caba"
         )
     M, C = _H_C(model, ws, qd, f_ext, G, gv, dt)
-    _, K, k = constraint_jacobian(model, q, v)
+    _, K, k = loop_constraints(model, q, v)
     E = jnp.asarray(model.topo.G_left_inverse, dt)
     tau_q = E.T @ tau
     n, m = M.shape[0], K.shape[0]
@@ -147,7 +152,7 @@ def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
 def ee_jacobians(model: ClusterModel, ws, ees, dt):
     """Spanning-tree Jacobians ``(m, 6, nv_tree)`` of end effectors, in their frames."""
     t = model.tree.topo
-    X = _ee_transforms(model, ws, ees, dt)
+    X = ee_transforms(model, ws, ees, dt)
     Js = []
     for (_, b, _, _), Xe in zip(ees, X):
         mask = jnp.asarray(t.body_dof_support[b], dt)
@@ -159,7 +164,8 @@ def ee_jacobians(model: ClusterModel, ws, ees, dt):
 def projected_osim(model: ClusterModel, q, end_effectors):
     """Inverse OSIM by projection: ``Λ^-1 = (J G) (G^T H G)^-1 (J G)^T`` (same frames as
     :func:`~jaxdyn.clusters.cefpa`)."""
-    ees = resolve_end_effectors(model, end_effectors)
+    require_cluster_model("projected_osim", model)
+    ees = resolve_end_effectors(model, end_effectors, "projected_osim")
     model, q, v, _, _, dt, qs, qd, G, gv, ws = _spanning(model, "projected_osim", q, None)
     M = crba_world(model.tree, ws)
     H = G.T @ M @ G
@@ -172,42 +178,6 @@ def projected_osim(model: ClusterModel, q, end_effectors):
 
 
 # ----------------------------------------------------------------------------- approximations
-
-
-def _drop_bodies(tree: Model, drop) -> Model:
-    """The spanning tree without the (leaf) bodies ``drop`` and the frames attached to them."""
-    t = tree.topo
-    drop = set(int(b) for b in drop)
-    keep = [b for b in range(t.nb) if b not in drop]
-    new = {b: i for i, b in enumerate(keep)}
-    parent = np.array([-1 if t.parent[b] < 0 else new[int(t.parent[b])] for b in keep], np.int64)
-    kind = np.asarray(t.kind)[keep]
-    dofs = np.concatenate([np.arange(t.v_start[b], t.v_start[b] + t.nv_j[b]) for b in keep])
-    fkeep = [f for f in range(len(t.frame_names)) if int(t.frame_parent[f]) not in drop]
-    fparent = [-1 if t.frame_parent[f] < 0 else new[int(t.frame_parent[f])] for f in fkeep]
-    topo = make_topology(
-        name=t.name + "_links",
-        parent=parent,
-        kind=kind,
-        joint_names=[t.joint_names[b] for b in keep],
-        body_names=[t.body_names[b] for b in keep],
-        frame_names=[t.frame_names[f] for f in fkeep],
-        frame_parent=fparent,
-        floating_base=t.floating_base,
-        root_name=t.root_name,
-    )
-    return Model(
-        Xtree_R=tree.Xtree_R[np.array(keep)],
-        Xtree_p=tree.Xtree_p[np.array(keep)],
-        dof_axis=tree.dof_axis[dofs],
-        mass=tree.mass[np.array(keep)],
-        com=tree.com[np.array(keep)],
-        inertia=tree.inertia[np.array(keep)],
-        frame_R=tree.frame_R[np.array(fkeep)],
-        frame_p=tree.frame_p[np.array(fkeep)],
-        gravity=tree.gravity,
-        topo=topo,
-    )
 
 
 def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterModel:
@@ -228,21 +198,20 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
     Its coordinates are the independent coordinates of ``model`` (same names; see
     :func:`approximate_state`). Implicit (loop) clusters raise ``ValueError``.
     """
+    require_cluster_model("approximate_model", model)
     if kind not in APPROXIMATIONS:
         raise ValueError(f"approximate_model: kind must be one of {APPROXIMATIONS}, got {kind!r}")
     t = model.topo
     tree = model.tree
     tt = tree.topo
+    dt = tree.mass.dtype
     children = {b: [] for b in range(-1, tt.nb)}
     for b in range(tt.nb):
         children[int(tt.parent[b])].append(b)
-    drop, blocks = [], []  # blocks: (link bodies, R (ny, ny))
-    I6 = np.asarray(
-        spatial.inertia_matrix(*spatial.inertia_params(tree.mass, tree.com, tree.inertia))
-    )
-    axis = np.asarray(tree.dof_axis)
+    drop, blocks = [], []  # blocks: (link bodies, R (ny, ny) or None)
+    I6 = spatial.inertia_matrix(*spatial.inertia_params(tree.mass, tree.com, tree.inertia))
     for g in t.groups:
-        if g.kind == IMPLICIT:
+        if g.type == IMPLICIT:
             raise ValueError(
                 f"approximate_model: cluster(s) "
                 f"{list(t.cluster_names[g.cl0 : g.cl0 + g.nc])} have implicit loop "
@@ -250,13 +219,12 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
             )
         for c in range(g.nc):
             bodies = list(g.body[c])
-            if g.kind == TREE:
+            if g.type == TREE:
                 blocks.append((bodies, None))
                 continue
-            G = g.params["G"][c]
-            dep = np.nonzero(g.params["dep"][c])[0]
-            ny = g.ny
-            R = np.zeros((ny, ny))
+            G = model.params[g.index]["G"][c]
+            dep = np.nonzero(g.static["dep"][c])[0]
+            R = jnp.zeros((g.ny, g.ny), dt)
             rotor_bodies = set()
             for d in dep:
                 bi = int(np.nonzero(g.B[c, :, d])[0][0])
@@ -267,20 +235,20 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
                         f"{t.cluster_names[g.cl0 + c]!r} is not a rotor (a leaf body attached "
                         "outside its cluster)"
                     )
-                s = axis[g.dof[c, d]]
+                s = tree.dof_axis[g.dof[c, d]]
                 Gr = G[d][None]
-                R += Gr.T @ Gr * float(s @ I6[b] @ s)
+                R = R + Gr.T @ Gr * (s @ I6[b] @ s)
                 rotor_bodies.add(b)
             drop += sorted(rotor_bodies)
             blocks.append(([b for b in bodies if b not in rotor_bodies], R))
-    link_tree = _drop_bodies(tree, drop)
+    link_tree = drop_bodies(tree, drop)
     names = link_tree.topo.joint_names
     cons = []
     if kind == "block_diagonal":
         for bodies, _ in blocks:
             if len(bodies) > 1:
                 cons.append(S.Cluster(tuple(tt.body_names[b] for b in bodies)))
-    approx = build(link_tree, cons, name=f"{model.name}_approx_{kind}")
+    approx = build_clusters(link_tree, cons, name=f"{model.name}_approx_{kind}")
     if kind == "none":
         return approx
     # armature per new cluster
@@ -302,7 +270,7 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
         if kind == "diagonal":
             ((k, pos),) = hits
             R = blocks[k][1]
-            armature.append(np.array([[R[pos, pos]]]))
+            armature.append(R[pos, pos].reshape(1, 1))
         else:
             ks = {h[0] for h in hits if h is not None}
             assert len(ks) == 1 and all(h is not None for h in hits)
@@ -313,6 +281,7 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
 def approximate_state(model: ClusterModel, approx: ClusterModel, q, v=None):
     """Cluster state of ``model`` -> state of ``approx`` (:func:`approximate_model`), by
     coordinate names (the approximate model keeps the independent coordinates)."""
+    require_cluster_model("approximate_state", model)
     qi = [model.q_names.index(n) for n in approx.q_names]
     qa = jnp.asarray(q)[np.array(qi)]
     if v is None:

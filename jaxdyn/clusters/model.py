@@ -5,7 +5,7 @@ algorithms for systems with kinematic loops" (IEEE T-RO 2024; arXiv:2311.13732),
 connectivity tree, C-CT) and §V (cluster spatial quantities). Conventions and the checked
 formulas are restated in ``docs/clusters.md`` of the repository.
 
-Construction (:func:`build`):
+Construction (:func:`build_clusters`; :func:`jaxdyn.clusters.build` adds the rotor folding):
 
 1. the URDF's spanning tree is compiled by :func:`jaxdyn.model.build_model` (fixed joints merged);
 2. every constraint names the joints it couples; the bodies of those joints, together with all
@@ -15,9 +15,11 @@ Construction (:func:`build`):
    clusters that share bodies are merged; bodies in no loop are one-body clusters;
 3. the parent of a cluster is the cluster holding the parents of its bodies; they must all lie in
    one cluster (else ``ValueError``);
-4. clusters are sorted by depth in the cluster tree, then by *signature* (kind, sizes,
+4. clusters are sorted by depth in the cluster tree, then by *signature* (type, sizes,
    constraint structure), so that clusters that can be computed by one vectorised expression are
-   contiguous (a :class:`Group`); a depth of the cluster tree is a :class:`Level`.
+   contiguous (a :class:`Group`); a depth of the cluster tree is a :class:`jaxdyn.model.model.Level`
+   (the same definition as the tree's: bodies ``[b0, b1)`` in cluster body order,
+   ``parent_local`` the output body of each one in the previous level, and its groups).
 
 Per cluster ``k`` with bodies ``b_1..b_n`` (body order = parent before child), spanning
 coordinates ``q_k`` (the bodies' joints) and independent velocity ``ydot_k``:
@@ -26,11 +28,19 @@ coordinates ``q_k`` (the bodies' joints) and independent velocity ``ydot_k``:
   (index into the previous level's bodies; ``-1`` = world). This is the connectivity of the
   cluster transform ``X_k`` (paper eq. (20)): block row ``i`` holds ``^{b_i}X_{o(b_i)}`` in the
   column of ``o(b_i)``.
-* ``A_body[i, j] = 1`` iff ``b_j`` is an in-cluster ancestor-or-self of ``b_i``: the sparsity of
+* ``Ab[i, j] = 1`` iff ``b_j`` is an in-cluster ancestor-or-self of ``b_i``: the sparsity of
   the remap ``X_R`` (paper eq. (22)); ``A[i, d]`` the same per spanning coordinate.
-* ``G``, ``g`` (paper eqs. (6)-(8)): explicit clusters ``q = G y + off`` (constant ``G``);
+* ``G``, ``g`` (paper eqs. (6)-(8)): explicit clusters ``q = G y + off``;
   implicit clusters ``phi(q) = 0`` with ``G = P [I; -K_d^-1 K_i]``, ``g = P [0; K_d^-1 k]``.
 * ``S_k = X_R blkdiag(S_b) G`` (paper eq. (23)).
+
+Static structure and parameters are kept apart, as in :class:`jaxdyn.Model`: the
+:class:`ClusterTopology` (numpy and Python only) is hashed and compared by content, so that
+loading the same file twice shares compiled code; every real-valued parameter of the
+constraints is an array leaf of the :class:`ClusterModel` (``model.params[group]``: ``G`` and
+``off`` of explicit clusters, which hold the gear and belt ratios; the point offsets and linear
+coefficients of loop constraints; ``armature``), differentiable and batchable like the spanning
+tree's masses and inertias.
 
 jaxdyn evaluates everything in world coordinates (as its core algorithms do, Featherstone 2008
 §5.3): then ``^{b}X_{o(b)}`` and the ``X_R`` blocks are identities, ``X_k`` is the 0/1 selection
@@ -44,7 +54,9 @@ quaternions) and velocity ``v = ydot``. ``model.q_names`` / ``model.v_names`` na
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass, field
 
 import equinox as eqx
@@ -54,23 +66,76 @@ import numpy as np
 
 from .. import joints
 from ..model import Model, build_model
+from ..model.model import Group as TreeGroup
+from ..model.model import Level, Topology, make_topology
 from ..model.urdf import URDFRobot, parse_urdf
 from . import spec as S
 
 TREE, LINEAR, IMPLICIT = "tree", "linear", "implicit"
 
+# ----------------------------------------------------------------------------- content digest
+
+
+def _digest_update(h, x):
+    """Feed ``x`` (nested numpy / Python data, dataclasses, topologies) into the hash ``h``."""
+    if isinstance(x, (ClusterTopology, Topology)):
+        h.update(b"T" + x._digest.encode())
+    elif isinstance(x, np.ndarray):
+        h.update(b"A" + str(x.dtype).encode() + str(x.shape).encode() + x.tobytes())
+    elif isinstance(x, (tuple, list)):
+        h.update(b"(" + str(len(x)).encode())
+        for y in x:
+            _digest_update(h, y)
+        h.update(b")")
+    elif isinstance(x, dict):
+        h.update(b"{" + str(len(x)).encode())
+        for k in sorted(x):
+            h.update(repr(k).encode())
+            _digest_update(h, x[k])
+        h.update(b"}")
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        h.update(b"D" + type(x).__qualname__.encode())
+        for f in dataclasses.fields(x):
+            h.update(f.name.encode())
+            _digest_update(h, getattr(x, f.name))
+    elif callable(x) and not isinstance(x, type):
+        # functions (user constraint functions): by identity; the topology keeps a reference,
+        # so the identity is not reused while it lives
+        name = getattr(x, "__qualname__", type(x).__qualname__)
+        h.update(f"F{getattr(x, '__module__', '')}.{name}@{id(x)}".encode())
+    else:
+        h.update(b"R" + type(x).__name__.encode() + repr(x).encode())
+
+
+def digest(*xs) -> str:
+    """SHA-256 of the content of ``xs`` (see :class:`ClusterTopology`)."""
+    h = hashlib.sha256()
+    for x in xs:
+        _digest_update(h, x)
+    return h.hexdigest()
+
+
 # ----------------------------------------------------------------------------- items
 
 
-class _PointItem:
+@dataclass(frozen=True)
+class PointItem:
     """``phi = (p_pred - p_succ)[rows]`` in the nearest-common-ancestor frame."""
 
-    kind = "point"
+    Lp: int
+    Ls: int
+    rows: tuple
 
-    def __init__(self, Lp, Ls, rows):
-        self.Lp, self.Ls, self.rows = Lp, Ls, tuple(rows)
-        self.key = ("point", Lp, Ls, self.rows)
-        self.r = len(self.rows)
+    kind = "point"
+    leaf_keys = ("off_p", "off_s")
+
+    @property
+    def key(self):
+        return ("point", self.Lp, self.Ls, self.rows)
+
+    @property
+    def r(self):
+        return len(self.rows)
 
     @staticmethod
     def _point(qp, XR, Xp, ax, off):
@@ -86,15 +151,15 @@ class _PointItem:
             p = jnp.dot(XR[j], p) + Xp[j]
         return p
 
-    def data(self, tree, prm, pre):
+    def data(self, tree, static, leaves, pre):
         out = {}
         for side in ("p", "s"):
-            b = prm[pre + "body_" + side]  # (nc, L) spanning body indices
+            b = static[pre + "body_" + side]  # (nc, L) spanning body indices
             out["XR_" + side] = tree.Xtree_R[b]
             out["Xp_" + side] = tree.Xtree_p[b]
-            out["ax_" + side] = tree.dof_axis[prm[pre + "dof_" + side]]
-            out["idx_" + side] = prm[pre + "idx_" + side]
-            out["off_" + side] = prm[pre + "off_" + side]
+            out["ax_" + side] = tree.dof_axis[static[pre + "dof_" + side]]
+            out["idx_" + side] = static[pre + "idx_" + side]
+            out["off_" + side] = leaves[pre + "off_" + side]
         return out
 
     def phi(self, qc, d):
@@ -116,34 +181,44 @@ class _PointItem:
         return (pp - ps)[np.asarray(self.rows)]
 
 
-class _LinItem:
-    """``phi = K q[idx] - k0``."""
+@dataclass(frozen=True)
+class LinItem:
+    """``phi = K q[idx] - k0`` (inside an implicit cluster)."""
+
+    nidx: int
+    r: int
 
     kind = "lin"
+    leaf_keys = ("K", "k0")
 
-    def __init__(self, nidx, r):
-        self.key = ("lin", nidx, r)
-        self.r = r
+    @property
+    def key(self):
+        return ("lin", self.nidx, self.r)
 
-    def data(self, tree, prm, pre):
-        return {k: prm[pre + k] for k in ("idx", "K", "k0")}
+    def data(self, tree, static, leaves, pre):
+        return {"idx": static[pre + "idx"], "K": leaves[pre + "K"], "k0": leaves[pre + "k0"]}
 
     def phi(self, qc, d):
         return d["K"].astype(qc.dtype) @ qc[d["idx"]] - d["k0"].astype(qc.dtype)
 
 
-class _FnItem:
+@dataclass(frozen=True)
+class FnItem:
     """``phi = fn(q[idx])`` for a user function."""
 
+    fn: object
+    nidx: int
+    r: int | None
+
     kind = "fn"
+    leaf_keys = ()
 
-    def __init__(self, fn, nidx, r):
-        self.fn = fn
-        self.key = ("fn", fn, nidx, r)
-        self.r = r
+    @property
+    def key(self):
+        return ("fn", self.fn, self.nidx, self.r)
 
-    def data(self, tree, prm, pre):
-        return {"idx": prm[pre + "idx"]}
+    def data(self, tree, static, leaves, pre):
+        return {"idx": static[pre + "idx"]}
 
     def phi(self, qc, d):
         return jnp.asarray(self.fn(qc[d["idx"]]), qc.dtype).reshape(-1)
@@ -173,57 +248,82 @@ class _Item:
 
 
 @dataclass(frozen=True, eq=False)
-class Group:
+class Group(TreeGroup):
     """``nc`` clusters of one signature at one level of the cluster tree.
 
-    Cluster ``c`` of the group owns cluster-state entries ``q[q0 + c nqc : q0 + (c+1) nqc]`` and
-    ``v[v0 + c ny : ...]``; its bodies are entries ``lb0 + c n .. lb0 + (c+1) n`` of the level's
-    body list. Arrays are numpy, ``(nc, ...)``.
+    A :class:`jaxdyn.model.model.Group` (the tree's definition: bodies ``[b0, b1)``, here in
+    cluster body order, ``q[q0:q1]``, ``v[v0:v1]``; ``n = b1 - b0`` bodies) whose ``kind`` is
+    the group's full static signature (its type, sizes and every static array below): groups
+    with equal kinds are computed by the same code, which is what
+    :func:`jaxdyn.model.tree.segments` relies on. ``type`` is ``"tree"``, ``"linear"`` or
+    ``"implicit"``.
+
+    Cluster ``c`` of the group owns ``q[q0 + c nqc : q0 + (c+1) nqc]`` and
+    ``v[v0 + c ny : ...]``, and the ``nbc`` bodies ``b0 + c nbc ..``. Arrays are numpy,
+    ``(nc, ...)``. Its real-valued parameters are the leaves ``model.params[index]``
+    (``leaf_keys``); ``static`` holds the structural ones (index arrays, 0/1 patterns).
     """
 
-    kind: str
+    type: str
     key: tuple
+    index: int
     level: int
     nc: int
-    n: int
+    nbc: int
     nvs: int
     nqs: int
     nqc: int
     ny: int
     m: int
     cl0: int
-    q0: int
-    v0: int
     lb0: int
-    body: np.ndarray  # (nc, n) spanning-tree body indices
+    body: np.ndarray  # (nc, nbc) spanning-tree body indices
     dof: np.ndarray  # (nc, nvs) spanning v indices
     qidx: np.ndarray  # (nc, nqs) spanning q indices
-    A: np.ndarray  # (nc, n, nvs) dof on in-cluster ancestor-or-self of body
-    B: np.ndarray  # (nc, n, nvs) dof belongs to body
-    Ab: np.ndarray  # (nc, n, n) in-cluster ancestor-or-self
-    out: np.ndarray  # (nc, n) previous-level body index of the output body, -1 = world
-    params: dict
+    A: np.ndarray  # (nc, nbc, nvs) dof on in-cluster ancestor-or-self of body
+    B: np.ndarray  # (nc, nbc, nvs) dof belongs to body
+    Ab: np.ndarray  # (nc, nbc, nbc) in-cluster ancestor-or-self
+    out: np.ndarray  # (nc, nbc) previous-level body index of the output body, -1 = world
+    static: dict
+    leaf_keys: tuple
     items: tuple = ()  # ((template, prefix), ...) for implicit groups
 
     @property
     def T(self):
         """Number of (cluster, body, body) inertia blocks."""
-        return self.nc * self.n * self.n
-
-
-@dataclass(frozen=True, eq=False)
-class Level:
-    groups: tuple
-    nb: int  # bodies in the level
-    inc: np.ndarray | None  # (nb_prev, nb) 0/1: body -> its output body (None at level 0)
-    tri: np.ndarray | None  # (T_prev, T) 0/1: inertia block -> output-body block
+        return self.nc * self.nbc * self.nbc
 
 
 class ClusterTopology:
-    """Static description of a cluster model (numpy / Python only; identity-hashed)."""
+    """Static description of a cluster model (numpy / Python only, immutable).
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    Equality and hashing go through a digest of the contents (as
+    :class:`jaxdyn.model.model.Topology`), so that two models of the same structure (e.g. the
+    same file loaded twice) share compiled code. It holds no real-valued model parameter (those
+    are leaves of :class:`ClusterModel`) except build-time derived data: the constraint
+    specifications the model was built from (``constraints``), the velocity scales of implicit
+    clusters' independent coordinates (part of the coordinates' definition, as in
+    ``G_left_inverse``) and the loop-residual scale of each implicit cluster (``phi_scale``,
+    for the value check of ``q``).
+    """
+
+    def __init__(self, **fields):
+        for k, v in fields.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_digest", digest(*(fields[k] for k in sorted(fields))))
+        object.__setattr__(self, "_fields", tuple(sorted(fields)))
+
+    def __setattr__(self, k, v):  # pragma: no cover - immutability guard
+        raise AttributeError("ClusterTopology is immutable")
+
+    def replace(self, **kw) -> ClusterTopology:
+        return ClusterTopology(**{**{k: getattr(self, k) for k in self._fields}, **kw})
+
+    def __hash__(self):
+        return hash(self._digest)
+
+    def __eq__(self, other):
+        return isinstance(other, ClusterTopology) and other._digest == self._digest
 
     def __repr__(self):
         return (
@@ -235,12 +335,23 @@ class ClusterTopology:
 class ClusterModel(eqx.Module):
     """A rigid-body system with local kinematic loops, as a tree of clusters.
 
-    ``tree`` is the spanning-tree :class:`jaxdyn.Model` (its leaves are the differentiable
-    parameters); ``topo`` the static :class:`ClusterTopology`. Build with :func:`build` or
+    * ``tree``: the spanning-tree :class:`jaxdyn.Model` (masses, inertias, placements);
+    * ``params``: one dict per group of clusters (``topo.groups``) of array leaves, the
+      constraints' real-valued parameters: ``G (nc, nvs, ny)`` and ``off (nc, nvs)`` of
+      explicit clusters (``q = G y + off``: gear and belt ratios), ``qref`` (a valid
+      configuration found at build time), the point offsets (``it<k>_off_p``, ``it<k>_off_s``)
+      and linear coefficients (``it<k>_K``, ``it<k>_k0``) of implicit ones, and ``armature
+      (nc, ny, ny)`` where set (:func:`with_armature`);
+    * ``topo``: the static :class:`ClusterTopology`, with the rotor-folding plan
+      (:func:`jaxdyn.clusters.fold_rotors`) when the model has one.
+
+    Every leaf is differentiable and batchable (``jax.grad`` / ``jax.vmap`` over a model, as
+    for :class:`jaxdyn.Model`). Build with :func:`jaxdyn.clusters.build` or
     :func:`jaxdyn.clusters.load_urdf_plus`.
     """
 
     tree: Model
+    params: tuple
     topo: ClusterTopology = eqx.field(static=True)
 
     @property
@@ -291,8 +402,20 @@ class ClusterModel(eqx.Module):
     def gravity(self):
         return self.tree.gravity
 
+    @property
+    def rotors_folded(self) -> bool:
+        """Whether the algorithms carry axisymmetric rotors by their parents
+        (:func:`jaxdyn.clusters.fold_rotors`)."""
+        return self.topo.fold is not None
+
+    def group_params(self, g) -> dict:
+        """The parameter leaves of group ``g`` (a :class:`Group` or its index)."""
+        return self.params[g if isinstance(g, int) else g.index]
+
     def astype(self, dtype) -> ClusterModel:
-        return ClusterModel(self.tree.astype(dtype), self.topo)
+        """The same model with every parameter leaf cast to ``dtype``."""
+        params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self.params)
+        return ClusterModel(self.tree.astype(dtype), params, self.topo)
 
     def __repr__(self):
         return (
@@ -301,7 +424,7 @@ class ClusterModel(eqx.Module):
         )
 
     def describe(self) -> str:
-        """One line per cluster: kind, bodies, parent cluster, sizes."""
+        """One line per cluster: type, bodies, parent cluster, sizes."""
         t = self.topo
         lines = [repr(self)]
         for c in range(t.n_clusters):
@@ -309,10 +432,33 @@ class ClusterModel(eqx.Module):
             bodies = [self.tree.body_names[b] for b in t.cluster_bodies[c]]
             par = t.cluster_parent[c]
             lines.append(
-                f"  [{c}] {t.cluster_names[c]} ({g.kind}, level {g.level}, parent "
+                f"  [{c}] {t.cluster_names[c]} ({g.type}, level {g.level}, parent "
                 f"{'world' if par < 0 else par}): bodies {bodies}, n_span={g.nvs}, n_y={g.ny}"
             )
+        if t.fold is not None:
+            lines.append(
+                f"  rotors carried by their parents: "
+                f"{[self.tree.body_names[b] for b in t.fold.rotor_body]}"
+            )
         return "\n".join(lines)
+
+
+def require_cluster_model(fn: str, model, alternative: str | None = None) -> None:
+    """``TypeError`` unless ``model`` is a :class:`ClusterModel`; a plain
+    :class:`jaxdyn.Model` gets the name of the tree function to use (``alternative``)."""
+    if isinstance(model, ClusterModel):
+        return
+    if isinstance(model, Model):
+        use = f"use {alternative} for a jaxdyn.Model" if alternative else "it has no loops"
+        raise TypeError(
+            f"jaxdyn.clusters.{fn}: model is a jaxdyn.Model (a tree without loop "
+            f"constraints); {fn} takes a jaxdyn.clusters.ClusterModel: {use}, or load the "
+            "model with jaxdyn.clusters.load_urdf_plus to get its cluster form"
+        )
+    raise TypeError(
+        f"jaxdyn.clusters.{fn}: model must be a jaxdyn.clusters.ClusterModel, got "
+        f"{type(model).__name__}"
+    )
 
 
 # ----------------------------------------------------------------------------- tree helpers
@@ -508,7 +654,7 @@ def _phi_jac_fn(item_keys_templates):
 
 
 class _TemplateTuple(tuple):
-    """Tuple of templates hashed by their keys (for the lru_cache above)."""
+    """Tuple of templates hashed by their keys (for the cache above)."""
 
     def __hash__(self):
         return hash(tuple(t.key for t in self))
@@ -519,35 +665,55 @@ class _TemplateTuple(tuple):
         )
 
 
+#: keys of the item parameters that are structural (index arrays)
+_STATIC_ITEM_KEYS = ("idx", "body_p", "dof_p", "idx_p", "body_s", "dof_s", "idx_s")
+
+
 def _item_template_and_params(it: _Item, local, ctx):
     """Template + per-cluster params (unstacked) of one item inside a cluster."""
     if it.type == "lin":
         idx = np.array([local[b] for b in it.coords], np.int64)
-        return _LinItem(len(idx), it.K.shape[0]), {"idx": idx, "K": it.K, "k0": it.k0}
+        return LinItem(len(idx), it.K.shape[0]), {"idx": idx, "K": it.K, "k0": it.k0}
     if it.type == "fn":
         idx = np.array([local[b] for b in it.coords], np.int64)
-        return _FnItem(it.fn, len(idx), None), {"idx": idx}
+        return FnItem(it.fn, len(idx), None), {"idx": idx}
     prm = {}
     for side, path, off in (("p", it.path_p, it.off_p), ("s", it.path_s, it.off_s)):
         prm["body_" + side] = np.array(path, np.int64)
         prm["dof_" + side] = np.array([int(ctx.t.v_start[b]) for b in path], np.int64)
         prm["idx_" + side] = np.array([local[b] for b in path], np.int64)
         prm["off_" + side] = np.asarray(off, float)
-    return _PointItem(len(it.path_p), len(it.path_s), (0, 1, 2)), prm
+    return PointItem(len(it.path_p), len(it.path_s), (0, 1, 2)), prm
 
 
 def _np_data(template, tree, prm):
-    """Item data (unstacked, numpy/jnp) for build-time evaluation."""
-    pre = ""
-    stacked = {k: v[None] for k, v in prm.items()}
-    d = template.data(tree, stacked, pre)
+    """Item data (unstacked, jnp) for build-time evaluation."""
+    stacked = {k: np.asarray(v)[None] for k, v in prm.items()}
+    d = template.data(tree, stacked, stacked, "")
     return {k: jnp.asarray(v[0]) for k, v in d.items()}
 
 
 # ----------------------------------------------------------------------------- build
 
 
-def build(
+def check_floating_joints(robot: URDFRobot, floating_base: bool) -> None:
+    """``ValueError`` if ``floating_base`` is asked for a file whose root link already carries
+    a ``floating`` joint: the root link would be a massless free body under the file's own
+    free joint (a singular mass matrix)."""
+    if not floating_base:
+        return
+    roots = {l.name for l in robot.links} - {j.child for j in robot.joints}
+    for j in robot.joints:
+        if j.type == "floating" and j.parent in roots:
+            raise ValueError(
+                f'URDF <joint name="{j.name}" type="floating">: the file carries its own '
+                f"floating joint below its root link {j.parent!r}; load it with "
+                "floating_base=False (floating_base=True would add a second free joint, "
+                "root_joint, above a massless root: a singular mass matrix)"
+            )
+
+
+def build_clusters(
     source,
     constraints=(),
     *,
@@ -555,32 +721,18 @@ def build(
     gravity=(0.0, 0.0, -9.81),
     independent=None,
     name=None,
+    strict=None,
 ) -> ClusterModel:
-    """Build a :class:`ClusterModel` from a spanning tree and constraint specifications.
-
-    **Arguments:**
-
-    - ``source``: URDF path / XML text (its spanning tree; URDF+ tags are *not* read here, see
-      :func:`jaxdyn.clusters.load_urdf_plus`), a parsed :class:`~jaxdyn.model.urdf.URDFRobot`, or
-      a compiled :class:`jaxdyn.Model`.
-    - ``constraints``: sequence of :mod:`jaxdyn.clusters.spec` objects
-      (:class:`~jaxdyn.clusters.Coupling`, :class:`~jaxdyn.clusters.Mimic`,
-      :class:`~jaxdyn.clusters.LinearConstraint`, :class:`~jaxdyn.clusters.PointLoop`,
-      :class:`~jaxdyn.clusters.ImplicitConstraint`, :class:`~jaxdyn.clusters.Cluster`).
-    - ``floating_base``, ``gravity``: as :func:`jaxdyn.load_urdf`.
-    - ``independent``: optional ``{joint name: bool}``, URDF+'s ``independent=`` flags (which
-      spanning coordinates stay independent in constrained clusters; unflagged coordinates are
-      chosen automatically, from the last one backwards, so that ``K_d`` is invertible).
-
-    **Returns:** the compiled :class:`ClusterModel`. Inconsistent input raises ``ValueError``
-    naming the constraint at fault.
-    """
+    """Compile a spanning tree and constraint specifications into a :class:`ClusterModel`
+    (without rotor folding: :func:`jaxdyn.clusters.build` is this followed by
+    :func:`jaxdyn.clusters.fold_rotors`). Arguments as :func:`jaxdyn.clusters.build`."""
     robot = None
     if isinstance(source, Model):
         tree = source
     else:
-        robot = source if isinstance(source, URDFRobot) else parse_urdf(source)
-        tree = build_model(robot, floating_base=floating_base, gravity=gravity)
+        robot = source if isinstance(source, URDFRobot) else parse_urdf(source, strict=strict)
+        check_floating_joints(robot, floating_base)
+        tree = build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)
     ctx = _Ctx(tree, robot)
     t = tree.topo
     nb = t.nb
@@ -677,7 +829,7 @@ def build(
 
 
 def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
-    """Per-cluster data: kind, signature key, params, names."""
+    """Per-cluster data: type, signature key, params, names."""
     t, tree = ctx.t, ctx.tree
     n = len(bodies)
     local_body = {b: i for i, b in enumerate(bodies)}
@@ -709,14 +861,15 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         nvs=nvs,
         nqs=nqs,
         n=n,
-        params={},
+        static={},
+        leaves={},
         items=(),
     )
     if not its:
         kinds = tuple(int(ctx.kind[b]) for b in bodies)
         info.update(ind=list(range(nvs)), ind_scale=np.ones(nvs))
         info.update(
-            kind=TREE,
+            type=TREE,
             key=(TREE, n, nvs, nqs, kinds),
             ny=nvs,
             nqc=nqs,
@@ -773,14 +926,14 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         ny = len(ind)
         info.update(ind=ind, ind_scale=np.ones(len(ind)))
         info.update(
-            kind=LINEAR,
+            type=LINEAR,
             key=(LINEAR, n, nvs, ny),
             ny=ny,
             nqc=ny,
             m=len(dep),
             name=cname,
-            params={"G": G, "off": off, "dep": np.isin(np.arange(nvs), dep) * 1.0},
-            K=K,
+            static={"dep": np.isin(np.arange(nvs), dep) * 1.0, "Gnz": (G != 0) * 1.0},
+            leaves={"G": G, "off": off},
             q_names=[jn[i] for i in ind],
             v_names=[jn[i] for i in ind],
         )
@@ -790,13 +943,13 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
     rng = np.random.default_rng(0)
     qs = [rng.uniform(-np.pi, np.pi, nvs) for _ in range(3)]
     for k, (tp, prm, it) in enumerate(zip(templates, prms, its)):
-        if isinstance(tp, _PointItem) or isinstance(tp, _FnItem):
+        if isinstance(tp, PointItem) or isinstance(tp, FnItem):
             f = _phi_jac_fn(_TemplateTuple([tp]))
             d = (_np_data(tp, tree, prm),)
             evals = [f(jnp.asarray(q), d) for q in qs]
             Ks = np.stack([np.asarray(e[1]) for e in evals])  # (3, r, nvs)
-            if isinstance(tp, _FnItem):
-                templates[k] = _FnItem(tp.fn, len(prm["idx"]), Ks.shape[1])
+            if isinstance(tp, FnItem):
+                templates[k] = FnItem(tp.fn, len(prm["idx"]), Ks.shape[1])
                 continue
             live = [r for r in range(3) if np.max(np.abs(Ks[:, r])) > 1e-10]
             dead = [r for r in range(3) if r not in live]
@@ -814,7 +967,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
                     rows = cand
             if not rows:
                 raise ValueError(f"{it.where}: the loop does not constrain any joint")
-            templates[k] = _PointItem(tp.Lp, tp.Ls, rows)
+            templates[k] = PointItem(tp.Lp, tp.Ls, tuple(rows))
     tt = _TemplateTuple(templates)
     f = _phi_jac_fn(tt)
     datas = tuple(_np_data(tp, tree, prm) for tp, prm in zip(templates, prms))
@@ -855,22 +1008,24 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
     ny = len(ind)
     Pi = np.eye(nvs)[:, ind]
     Pd = np.eye(nvs)[:, dep]
-    params = {"Pi": Pi, "Pd": Pd, "scale": scale[ind], "qref": qref}
-    items_prm = []
+    # the size of the loop residual for a unit change of the coordinates (value check of q)
+    phi_scale = max(float(np.max(np.sum(np.abs(K), 1))), 1e-300)
+    static = {"Pi": Pi, "Pd": Pd, "scale": scale[ind], "phi_scale": np.array(phi_scale)}
+    leaves = {"qref": qref}
     for k, prm in enumerate(prms):
-        items_prm.append({f"it{k}_{key}": v for key, v in prm.items()})
-    for p in items_prm:
-        params.update(p)
+        for key, v in prm.items():
+            (static if key in _STATIC_ITEM_KEYS else leaves)[f"it{k}_{key}"] = v
     info.update(ind=ind, ind_scale=scale[ind])
     key = (IMPLICIT, n, nvs, ny, tuple(tp.key for tp in templates))
     info.update(
-        kind=IMPLICIT,
+        type=IMPLICIT,
         key=key,
         ny=ny,
         nqc=nvs,
         m=m,
         name=cname,
-        params=params,
+        static=static,
+        leaves=leaves,
         items=tuple((tp, f"it{k}_") for k, tp in enumerate(templates)),
         q_names=list(jn),
         v_names=[jn[i] for i in ind],
@@ -904,10 +1059,17 @@ def _choose_dependent(K, flags, jn, where):
     return dep, ind
 
 
+def _group_signature(info0, nc, arrays):
+    """The ``kind`` of a :class:`Group`: its type and a digest of everything static that the
+    algorithms read (sizes, patterns, index arrays)."""
+    return (info0["type"], digest(info0["key"], nc, arrays))
+
+
 def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, constraints):
     t = tree.topo
     nb = t.nb
     ncl = len(order)
+    dt = tree.Xtree_p.dtype
     # groups, in cluster order
     groups_raw = []  # (level, key, [old cluster ids])
     for c in order:
@@ -925,8 +1087,9 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
             for b in clusters[c]:
                 body_level_index[b] = len(lb)
                 lb.append(b)
-    nlev = max(level_bodies) + 1
-    groups, q0, v0, cl0 = [], 0, 0, 0
+    nlev = max(level_bodies) + 1 if level_bodies else 0
+    level_b0 = np.cumsum([0] + [len(level_bodies[l]) for l in range(nlev)]).astype(np.int64)
+    groups, params, q0, v0, cl0 = [], [], 0, 0, 0
     lb0 = {l: 0 for l in range(nlev)}
     q_names, v_names, cluster_names = [], [], []
     cluster_group, cluster_bodies, cluster_parent = [], [], []
@@ -944,22 +1107,9 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
                 while o >= 0 and o in clusters[c]:
                     o = int(ctx.parent[o])
                 outs[ci, i] = -1 if o < 0 else body_level_index[o]
-        params = {k: np.stack([infos[c]["params"][k] for c in cs]) for k in inf0["params"]}
-        g = Group(
-            kind=inf0["kind"],
-            key=key,
-            level=lvl,
-            nc=nc,
-            n=n,
-            nvs=inf0["nvs"],
-            nqs=inf0["nqs"],
-            nqc=inf0["nqc"],
-            ny=inf0["ny"],
-            m=inf0["m"],
-            cl0=cl0,
-            q0=q0,
-            v0=v0,
-            lb0=lb0[lvl],
+        static = {k: np.stack([infos[c]["static"][k] for c in cs]) for k in inf0["static"]}
+        leaves = {k: np.stack([infos[c]["leaves"][k] for c in cs]) for k in inf0["leaves"]}
+        arrays = dict(
             body=np.array([clusters[c] for c in cs], np.int64),
             dof=np.stack([infos[c]["dofs"] for c in cs]).astype(np.int64),
             qidx=np.stack([infos[c]["qidx"] for c in cs]).astype(np.int64),
@@ -967,10 +1117,36 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
             B=np.stack([infos[c]["B"] for c in cs]),
             Ab=np.stack([infos[c]["Ab"] for c in cs]),
             out=outs,
-            params=params,
+        )
+        b0 = int(level_b0[lvl]) + lb0[lvl]
+        g = Group(
+            kind=_group_signature(inf0, nc, (arrays, static, inf0["items"])),
+            b0=b0,
+            b1=b0 + nc * n,
+            q0=q0,
+            q1=q0 + nc * inf0["nqc"],
+            v0=v0,
+            v1=v0 + nc * inf0["ny"],
+            type=inf0["type"],
+            key=key,
+            index=len(groups),
+            level=lvl,
+            nc=nc,
+            nbc=n,
+            nvs=inf0["nvs"],
+            nqs=inf0["nqs"],
+            nqc=inf0["nqc"],
+            ny=inf0["ny"],
+            m=inf0["m"],
+            cl0=cl0,
+            lb0=lb0[lvl],
+            static=static,
+            leaf_keys=tuple(sorted(leaves)),
             items=inf0["items"],
+            **arrays,
         )
         groups.append(g)
+        params.append({k: jnp.asarray(v, dt) for k, v in leaves.items()})
         for ci, c in enumerate(cs):
             inf = infos[c]
             q_names += inf["q_names"]
@@ -990,45 +1166,17 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
         cl0 += nc
         lb0[lvl] += nc * n
     assert np.all(span_q_src >= 0) and np.all(span_v_src >= 0)
-    # levels with incidence matrices
     levels = []
     for l in range(nlev):
         gs = tuple(g for g in groups if g.level == l)
-        nbl = len(level_bodies[l])
-        inc = tri = None
-        if l > 0:
-            prev = levels[-1]
-            inc = np.zeros((prev.nb, nbl))
-            Tp = sum(g.T for g in prev.groups)
-            T = sum(g.T for g in gs)
-            tri = np.zeros((Tp, T))
-            # parent body (level-local) -> (tri offset of its group, cluster, local index, n)
-            where_p = {}
-            off = 0
-            for gp in prev.groups:
-                for c in range(gp.nc):
-                    for i in range(gp.n):
-                        where_p[gp.lb0 + c * gp.n + i] = (off, c, i, gp.n)
-                off += gp.T
-            off = 0
-            for g in gs:
-                for c in range(g.nc):
-                    for i in range(g.n):
-                        inc[g.out[c, i], g.lb0 + c * g.n + i] = 1.0
-                        oi, ci, li, npn = where_p[g.out[c, i]]
-                        for j in range(g.n):
-                            oj, cj, lj, _ = where_p[g.out[c, j]]
-                            assert oj == oi and cj == ci
-                            tri[oi + (ci * npn + li) * npn + lj, off + (c * g.n + i) * g.n + j] = (
-                                1.0
-                            )
-                off += g.T
-        levels.append(Level(gs, nbl, inc, tri))
+        parent_local = np.concatenate([g.out.reshape(-1) for g in gs])
+        levels.append(Level(int(level_b0[l]), int(level_b0[l + 1]), parent_local, gs))
     cluster_level = [groups[cluster_group[c]].level for c in range(ncl)]
-    # cluster body order: levels in turn, groups contiguous inside a level
-    level_b0 = np.cumsum([0] + [lv.nb for lv in levels]).astype(np.int64)
-    body_order = np.concatenate([np.asarray(level_bodies[l], np.int64) for l in range(nlev)])
-    level_out = tuple(np.concatenate([g.out.reshape(-1) for g in lv.groups]) for lv in levels)
+    body_order = (
+        np.concatenate([np.asarray(level_bodies[l], np.int64) for l in range(nlev)])
+        if nlev
+        else np.zeros(0, np.int64)
+    )
     body_cluster = np.full(nb, -1, np.int64)
     for c, bs in enumerate(cluster_bodies):
         body_cluster[list(bs)] = c
@@ -1043,50 +1191,117 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
         groups=tuple(groups),
         n_clusters=ncl,
         nq=sum(g.nc * g.nqc for g in groups),
-        nv=sum(g.nc * g.ny for g in groups),
+        nv=nv_c,
         q_names=tuple(q_names),
         v_names=tuple(v_names),
         cluster_names=tuple(cluster_names),
         cluster_group=tuple(cluster_group),
         cluster_bodies=tuple(cluster_bodies),
         cluster_parent=np.array(cluster_parent, np.int64),
-        cluster_level=np.array(cluster_level),
+        cluster_level=np.array(cluster_level, np.int64),
         body_cluster=body_cluster,
         body_level_index=body_level_index,
         level_b0=level_b0,
         body_order=body_order,
-        level_out=level_out,
         span_q_src=span_q_src,
         span_v_src=span_v_src,
         constraints=tuple(constraints),
-        has_loops=any(g.kind != TREE for g in groups),
+        has_loops=any(g.type != TREE for g in groups),
+        fold=None,
     )
-    return ClusterModel(tree, topo)
+    return ClusterModel(tree, tuple(params), topo)
 
 
 def with_armature(model: ClusterModel, armature) -> ClusterModel:
     """The same model with a constant joint-space inertia ``R_k`` added per cluster
     (``armature[c]``: ``(ny_c, ny_c)``, or ``None``): ``tau += R ydd`` in C-RNEA, ``D_k += R_k``
     in C-ABA / C-EFPA. This is the reflected-inertia ("approximate") model of the paper's §IX-B
-    when ``model`` is the link-only tree."""
+    when ``model`` is the link-only tree. The armature becomes the leaf
+    ``model.params[group]["armature"] (nc, ny, ny)`` of every group with one (zeros for its
+    clusters given ``None``); entries may be traced (differentiable)."""
+    require_cluster_model("with_armature", model)
     t = model.topo
-    groups = []
-    for g in t.groups:
+    params = []
+    dt = model.tree.Xtree_p.dtype
+    for g, prm in zip(t.groups, model.params):
         arm = [armature[g.cl0 + c] for c in range(g.nc)]
         if all(a is None for a in arm):
-            groups.append(g)
+            params.append(prm)
             continue
-        R = np.stack(
+        R = jnp.stack(
             [
-                np.zeros((g.ny, g.ny)) if a is None else np.asarray(a, float).reshape(g.ny, g.ny)
+                jnp.zeros((g.ny, g.ny), dt) if a is None else jnp.asarray(a, dt).reshape(g.ny, g.ny)
                 for a in arm
             ]
         )
-        params = dict(g.params, armature=R)
-        groups.append(Group(**{**g.__dict__, "params": params, "key": g.key + ("armature",)}))
-    levels = []
-    for lvl in t.levels:
-        gs = tuple(groups[t.groups.index(g)] for g in lvl.groups)
-        levels.append(Level(gs, lvl.nb, lvl.inc, lvl.tri))
-    topo = ClusterTopology(**{**t.__dict__, "groups": tuple(groups), "levels": tuple(levels)})
-    return ClusterModel(model.tree, topo)
+        params.append(dict(prm, armature=R))
+    return ClusterModel(model.tree, tuple(params), t)
+
+
+def drop_bodies(tree: Model, drop, name: str | None = None) -> Model:
+    """The spanning tree without the (leaf) bodies ``drop`` and the frames attached to them;
+    the kept parameters are the leaves of ``tree`` (gathered, so traced leaves stay traced)."""
+    t = tree.topo
+    drop = {int(b) for b in drop}
+    keep = [b for b in range(t.nb) if b not in drop]
+    new = {b: i for i, b in enumerate(keep)}
+    parent = np.array([-1 if t.parent[b] < 0 else new[int(t.parent[b])] for b in keep], np.int64)
+    kind = np.asarray(t.kind)[keep]
+    dofs = (
+        np.concatenate([np.arange(t.v_start[b], t.v_start[b] + t.nv_j[b]) for b in keep])
+        if keep
+        else np.zeros(0, np.int64)
+    ).astype(np.int64)
+    fkeep = np.array(
+        [f for f in range(len(t.frame_names)) if int(t.frame_parent[f]) not in drop], np.int64
+    )
+    fparent = [-1 if t.frame_parent[f] < 0 else new[int(t.frame_parent[f])] for f in fkeep]
+    topo = make_topology(
+        name=name or t.name + "_links",
+        parent=parent,
+        kind=kind,
+        joint_names=[t.joint_names[b] for b in keep],
+        body_names=[t.body_names[b] for b in keep],
+        frame_names=[t.frame_names[f] for f in fkeep],
+        frame_parent=fparent,
+        floating_base=t.floating_base,
+        root_name=t.root_name,
+    )
+    return reindex_tree(tree, topo, np.array(keep, np.int64), dofs, fkeep)
+
+
+#: the per-body, per-coordinate and per-frame leaves of :class:`jaxdyn.Model`
+_BODY_LEAVES = ("Xtree_R", "Xtree_p", "mass", "com", "inertia")
+_DOF_LEAVES = ("dof_axis", "armature")
+_FRAME_LEAVES = ("frame_R", "frame_p")
+
+
+def _gather(x, idx):
+    """``x[idx]`` for a static index array; concrete leaves (build time) are gathered in numpy,
+    which compiles nothing."""
+    if isinstance(x, jax.core.Tracer):
+        return x[idx]
+    return jnp.asarray(np.asarray(x)[idx], x.dtype)
+
+
+def reindex_tree(tree: Model, topo: Topology, bodies, dofs, frames, **replace) -> Model:
+    """A :class:`jaxdyn.Model` on ``topo`` whose per-body / per-coordinate / per-frame leaves
+    are those of ``tree`` at ``bodies`` / ``dofs`` / ``frames`` (``replace`` overrides leaves);
+    other fields are copied."""
+    kw = {}
+    for f in dataclasses.fields(tree):
+        x = getattr(tree, f.name)
+        if f.name in replace:
+            x = replace[f.name]
+        elif f.name == "topo":
+            x = topo
+        elif x is None:
+            pass
+        elif f.name in _BODY_LEAVES:
+            x = _gather(x, bodies)
+        elif f.name in _DOF_LEAVES:
+            x = _gather(x, dofs)
+        elif f.name in _FRAME_LEAVES:
+            x = _gather(x, frames)
+        kw[f.name] = x
+    return type(tree)(**kw)

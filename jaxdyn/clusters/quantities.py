@@ -15,7 +15,7 @@ import numpy as np
 from .. import spatial
 from ..algorithms import kinematics as kin
 from .model import ClusterModel
-from .state import _prep, all_group_states, assemble_spanning
+from .state import all_group_states, assemble_spanning, prepare
 
 
 def _X_from_world(R, p):
@@ -44,10 +44,11 @@ def cluster_quantities(model: ClusterModel, q, v=None):
     (``blkdiag(S_b)``, ``6n x n_span``), ``G`` (``n_span x n_y``), ``S`` (``6n x n_y``), and,
     with ``v``, ``g`` (``n_span``), ``qdot`` and ``v_J = X_R blkdiag(S_b) qdot``.
     """
-    model, q, v, _, dt = _prep(model, "cluster_quantities", q, v)
+    fn = "cluster_quantities"
+    model, q, v, _, dt = prepare(model, fn, q, v)
     t = model.topo
     tree = model.tree
-    gss = all_group_states(model, q, v)
+    gss = all_group_states(model, q, v, check=fn)
     qs = assemble_spanning(model, gss, "qs")
     R, p = kin.body_placements(tree, qs)
     bX0 = _X_from_world(R, p)
@@ -91,7 +92,7 @@ def cluster_quantities(model: ClusterModel, q, v=None):
                 S_blk=Sblk,
                 G=G,
                 S=XR @ Sblk @ G,
-                kind=g.kind,
+                kind=g.type,
                 name=t.cluster_names[g.cl0 + c],
             )
             if v is not None:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from . import spec as S
-from .model import ClusterModel, build
-from .urdfplus import load_urdf_plus
+from .model import ClusterModel
+from .urdfplus import build, load_urdf_plus
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -49,7 +49,8 @@ def path(name: str) -> Path:
 
 
 def load(name: str, **kw) -> ClusterModel:
-    """Load a bundled robot by name (:data:`ROBOTS`, or ``tello_legs`` / ``tello_humanoid``)."""
+    """Load a bundled robot by name (:data:`ROBOTS`, or ``tello_legs`` / ``tello_humanoid``);
+    keywords go to :func:`jaxdyn.clusters.load_urdf_plus` (e.g. ``fold_rotors=False``)."""
     if name in ("tello", "tello_legs"):
         return tello(arms=False, **kw)
     if name == "tello_humanoid":
@@ -127,7 +128,11 @@ def _inertial(m, c, I):
 
 
 def transmission_chain(
-    n_links: int, kind: str = "GT", seed: int | None = None, gravity=(9.81, 0.0, 0.0)
+    n_links: int,
+    kind: str = "GT",
+    seed: int | None = None,
+    gravity=(9.81, 0.0, 0.0),
+    fold_rotors: bool = True,
 ) -> ClusterModel:
     """A serial chain of ``n_links`` planar links driven through transmissions.
 
@@ -137,7 +142,8 @@ def transmission_chain(
       through belts, ``q_r1 = N1 b11 q_l1``, ``q_r2 = N2 (b21 q_l1 + b21 b22 q_l2)`` (one cluster of
       four bodies per pair; an odd last link is GT).
 
-    ``seed=None``: grbda's uniform parameters (``m = 1``, ``l = 1``, ``c = 0.5``,
+    ``fold_rotors``: as :func:`jaxdyn.clusters.build`. ``seed=None``: grbda's uniform
+    parameters (``m = 1``, ``l = 1``, ``c = 0.5``,
     ``I = diag(1, 1, 1)``, rotor ``I = 1e-4``, gear 2, belt 3, gravity ``+x``); otherwise random
     inertias, gears and belts in ``{1..5}``.
     """
@@ -204,4 +210,4 @@ def transmission_chain(
         + "".join(jts)
         + "</robot>"
     )
-    return build(xml, cons, gravity=gravity)
+    return build(xml, cons, gravity=gravity, fold_rotors=fold_rotors)

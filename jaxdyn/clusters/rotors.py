@@ -1,4 +1,4 @@
-"""Exact cluster algorithms with axisymmetric rotors carried by their parent bodies.
+"""Axisymmetric rotors carried by their parent bodies: an exact model transform.
 
 A rotor of a geared or belt transmission (a dependent joint of an explicit linear cluster: a
 leaf body on a revolute joint hanging outside its cluster) whose inertia is symmetric about its
@@ -9,7 +9,7 @@ on Mini Cheetah) with exact rotor terms, the exact counterpart of the reflected-
 approximation of §IX-B. With ``J_r`` the rotor's axial moment, ``s_r`` its world axis, ``w_r``
 its rate (``G_r`` its row of ``G``) and ``v_p`` / ``omega_p`` / ``a_p`` its parent's motion:
 
-* parents carry their rotors' inertia (composite inertias, built once);
+* parents carry their rotors' inertia (composite inertias);
 * ``D_k`` gains ``sum_r J_r G_r^T G_r``: the block-diagonal armature of
   :func:`~jaxdyn.clusters.approximate_model`;
 * ``U_r = I_r S_r = J_r [s_r; 0]`` per unit rotor rate, so a cluster's ``Ub`` gains
@@ -22,13 +22,22 @@ its rate (``G_r`` its row of ``G``) and ``v_p`` / ``omega_p`` / ``a_p`` its pare
   ``[J_r (w_dd_r s_r + w_r omega_p x s_r); 0]``, and its joint torque to
   ``J_r (s_r . alpha_p + w_dd_r)``, i.e. ``tau_k += Ue^T a_p`` besides the armature (C-RNEA).
 
-The folded model is rebuilt from the original's constraint specifications: the rotors and the
-specs naming them are dropped, the links of each transmission cluster kept together, implicit
-loops (Tello's differentials) kept as they are, the reflected inertia added as armature. The
-plan is built from concrete model values (cached); models whose parameters are traced, rotors
-that are not axisymmetric (JVRC-1's, for one), models whose link tree would pick other
-independent coordinates, calls with external forces and end effectors on rotors take the
-general paths.
+:func:`fold_rotors` decides, once and from the model's values, which rotors qualify and records
+a static :class:`RotorFold` plan in the topology (:func:`jaxdyn.clusters.build` and
+:func:`jaxdyn.clusters.load_urdf_plus` apply it by default; ``fold_rotors=False`` keeps the
+spanning-tree algorithms). The algorithms then take the folded path whenever the plan is there,
+whatever the call (eager, jitted with the model closed over or as an argument, vmapped over the
+model's parameters): the choice depends on static data only. The folded parameters (composite
+inertias, ``J_r``, ``s_r``, ``G_r``, the armature) are computed at every call from the model's
+leaves (:func:`folded_model`), so derivatives with respect to the model flow through them;
+they are exact as long as the rotors stay axisymmetric, which is checked at every call under
+``equinox.error_if`` (value checks on, :mod:`jaxdyn.config`): derivatives with respect to a
+rotor's inertia are those within the axisymmetric family. The link tree is rebuilt from the
+original's constraint specifications: the rotors and the specs naming them are dropped, the
+links of each transmission cluster kept together, implicit loops (Tello's differentials) kept
+as they are. Rotors that are not axisymmetric (JVRC-1's, for one), models whose link tree would
+pick other independent coordinates, calls with external forces and end effectors on rotors
+take the general paths.
 """
 
 from __future__ import annotations
@@ -41,29 +50,61 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import joints, spatial
+from .. import _checks, config, joints, spatial
+from ..model.model import Topology
 from . import spec as S
-from .model import LINEAR, ClusterModel, build, with_armature
+from .common import setup
+from .model import (
+    IMPLICIT,
+    LINEAR,
+    TREE,
+    ClusterModel,
+    ClusterTopology,
+    build_clusters,
+    drop_bodies,
+    reindex_tree,
+    require_cluster_model,
+)
 
-#: relative tolerance of the axisymmetry and centre-on-axis tests
+#: relative tolerance of the axisymmetry and centre-on-axis tests (float64; at run time
+#: ``max(SYMMETRY_TOL, 64 eps)`` of the working dtype)
 SYMMETRY_TOL = 1e-12
-
-_PLANS: dict = {}
 
 
 @dataclass(frozen=True, eq=False)
-class RotorPlan:
-    """Static data of the folded C-ABA (see the module docstring)."""
+class RotorFold:
+    """Static plan of the rotor folding (numpy; see the module docstring).
 
-    model: ClusterModel  # link-only cluster model: composite inertias, rotor armature
-    qi: np.ndarray  # q of ``model`` = q_original[qi]
-    vi: np.ndarray  # v / tau of ``model`` = v_original[vi]
-    vi_inv: np.ndarray  # a_original = a_model[vi_inv]
-    W: np.ndarray  # (nr, nv) rotor rates from the model's v
-    parent: np.ndarray  # (nr,) link-tree index of each rotor's parent (nb: the world)
-    axis: np.ndarray  # (nr, 3) rotor axis in the parent frame
-    J: np.ndarray  # (nr,) axial moments (alpha + beta)
-    groups: tuple  # per group of ``model``: None or (ridx (nc, k), Gr (nc, k, ny))
+    ``links`` is the cluster topology of the link tree (``tree_topo``), whose bodies, dofs and
+    frames are the original's ``keep``, ``keep_dofs``, ``keep_frames``; its groups take their
+    parameter leaves from the original groups ``group_src[g] = (original group, clusters)``
+    (implicit loops) or from the rotor terms (armature). Rotor ``r`` sits on body
+    ``rotor_body[r]`` (joint coordinate ``rotor_dof[r]``) of the spanning tree, on the link
+    body ``rotor_parent[r]`` of the link tree (``nb`` of the link tree: the world); its rate is
+    ``G[rotor_group[r]][rotor_cluster[r], rotor_row[r], :] . y`` with ``y`` the independent
+    velocities of its original cluster, which are the link model's ``rotor_cols[r]`` (a tuple
+    of index arrays).
+    ``group_rotors[g]``: per link group, ``None`` or ``(ridx (nc, k), cols (nc, ny))``, the
+    rotors driving each of its clusters (padding: ``nr``) and the link-model ``v`` index of
+    each of its independent coordinates."""
+
+    links: ClusterTopology
+    tree_topo: Topology
+    keep: np.ndarray
+    keep_dofs: np.ndarray
+    keep_frames: np.ndarray
+    rotor_body: np.ndarray
+    rotor_dof: np.ndarray
+    rotor_parent: np.ndarray
+    rotor_group: np.ndarray
+    rotor_cluster: np.ndarray
+    rotor_row: np.ndarray
+    rotor_cols: tuple
+    group_src: tuple
+    group_rotors: tuple
+    qi: np.ndarray  # q of the link model = q[qi]
+    vi: np.ndarray  # v / tau of the link model = v[vi]
+    vi_inv: np.ndarray  # a = a_link[vi_inv]
 
 
 def _axisymmetric(I, a, tol):
@@ -75,37 +116,6 @@ def _axisymmetric(I, a, tol):
     if np.max(np.abs(I - ref)) > tol * max(1e-300, float(np.max(np.abs(I)))):
         return None
     return alpha, beta
-
-
-def _combine(m1, c1, I1, m2, c2, I2):
-    """Two rigid bodies (mass, centre, inertia about the centre; one frame) as one."""
-    m = m1 + m2
-    c = (m1 * c1 + m2 * c2) / m if m > 0 else np.zeros(3)
-
-    def shift(mi, ci, Ii):
-        r = ci - c
-        return Ii + mi * (r @ r * np.eye(3) - np.outer(r, r))
-
-    return m, c, shift(m1, c1, I1) + shift(m2, c2, I2)
-
-
-def plan(model: ClusterModel):
-    """The :class:`RotorPlan` of ``model``, or None where the folded path does not apply."""
-    try:
-        tree = model.tree
-        arrays = tuple(
-            np.asarray(x, np.float64)
-            for x in (tree.mass, tree.com, tree.inertia, tree.Xtree_R, tree.Xtree_p, tree.dof_axis)
-        )
-    except Exception:  # traced model parameters: no static plan
-        return None
-    key = (id(model.topo),) + tuple(a.tobytes() for a in arrays)
-    if key not in _PLANS:
-        if len(_PLANS) > 64:
-            _PLANS.clear()
-        with jax.ensure_compile_time_eval():  # built from constants, also while tracing
-            _PLANS[key] = (model.topo, _build(model, *arrays))  # topo kept: its id stays unique
-    return _PLANS[key][1]
 
 
 def _strings(x):
@@ -120,10 +130,47 @@ def _strings(x):
             yield from _strings(getattr(x, f.name))
 
 
-def _build(model, mass, com, inertia, XR, Xp, axis6):
-    from .baselines import _drop_bodies
+def _concrete(model):
+    """The spanning tree's leaves as float64 numpy arrays; ``TypeError`` if traced."""
+    tree = model.tree
+    try:
+        return tuple(
+            np.asarray(x, np.float64)
+            for x in (tree.mass, tree.com, tree.inertia, tree.Xtree_R, tree.dof_axis)
+        )
+    except jax.errors.TracerArrayConversionError:
+        raise TypeError(
+            "fold_rotors: the model's parameters are traced; fold the rotors (a build-time "
+            "transform: it decides from the parameters' values which rotors are axisymmetric) "
+            "outside jax.jit / jax.grad / jax.vmap, then pass the folded model in"
+        ) from None
 
+
+def fold_rotors(model: ClusterModel, enable: bool = True) -> ClusterModel:
+    """The model with its axisymmetric transmission rotors carried by their parent bodies in
+    C-RNEA, C-ABA and C-EFPA (module docstring; exact), or ``model`` itself where no rotor
+    qualifies. ``enable=False`` removes a fold plan (the algorithms then run on the whole
+    spanning tree). Same parameter leaves, same coordinates, same results: only the static
+    plan in ``model.topo.fold`` changes. Needs concrete parameters (call it outside
+    ``jit``)."""
+    require_cluster_model("fold_rotors", model)
+    if not enable:
+        return model if model.topo.fold is None else _with_fold(model, None)
+    if model.topo.fold is not None:
+        return model
+    mass, com, inertia, XR, axis6 = _concrete(model)
+    plan = _plan(model, mass, com, inertia, XR, axis6)
+    return model if plan is None else _with_fold(model, plan)
+
+
+def _with_fold(model, plan):
+    return ClusterModel(model.tree, model.params, model.topo.replace(fold=plan))
+
+
+def _plan(model, mass, com, inertia, XR, axis6):
     t, tt = model.topo, model.tree.topo
+    if any("armature" in p for p in model.params):
+        return None  # armature on the original clusters: not carried over
     children = np.zeros(tt.nb, np.int64)
     for b in range(tt.nb):
         if tt.parent[b] >= 0:
@@ -132,12 +179,11 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
     for g in t.groups:
         if not np.all(g.out == g.out[:, :1]):
             return None
-        if g.kind != LINEAR:  # plain joints and implicit loops stay as they are
+        if g.type != LINEAR:  # plain joints and implicit loops stay as they are
             continue
-        G = np.asarray(g.params["G"])
         for c in range(g.nc):
             found = set()
-            for d in np.nonzero(g.params["dep"][c])[0]:
+            for d in np.nonzero(g.static["dep"][c])[0]:
                 bi = int(np.nonzero(g.B[c, :, d])[0][0])
                 b = int(g.body[c][bi])
                 if (
@@ -154,11 +200,9 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
                 cperp = com[b] - (a @ com[b]) * a
                 if np.linalg.norm(cperp) > SYMMETRY_TOL * max(1.0, float(np.linalg.norm(com[b]))):
                     return None
-                ab = _axisymmetric(inertia[b], a, SYMMETRY_TOL)
-                if ab is None:
+                if _axisymmetric(inertia[b], a, SYMMETRY_TOL) is None:
                     return None
-                names = [model.v_names[g.v0 + c * g.ny + k] for k in range(g.ny)]
-                rotors.append(dict(body=b, a=a, ab=ab, G=dict(zip(names, G[c, d]))))
+                rotors.append(dict(body=b, dof=int(g.dof[c, d]), group=g.index, cluster=c, row=d))
                 found.add(b)
             links = [int(b) for b in g.body[c] if int(b) not in found]
             if len(links) > 1:
@@ -167,108 +211,244 @@ def _build(model, mass, com, inertia, XR, Xp, axis6):
         return None
     # the link tree: rotors dropped with the specs that name them, the links of a cluster kept
     # together; implicit loops and other specs unchanged
-    drop = {r["body"] for r in rotors}
+    drop = sorted(r["body"] for r in rotors)
     gone = {tt.body_names[b] for b in drop} | {tt.joint_names[b] for b in drop}
     specs = [sp for sp in t.constraints if not gone.intersection(_strings(sp))]
     try:
-        fm = build(
-            _drop_bodies(model.tree, sorted(drop)),
-            specs + blocks,
-            name=f"{model.name}_rotors_folded",
+        fm = build_clusters(
+            drop_bodies(model.tree, drop), specs + blocks, name=f"{model.name}_rotors_folded"
         )
     except ValueError:
         return None
     if sorted(fm.q_names) != sorted(model.q_names) or sorted(fm.v_names) != sorted(model.v_names):
         return None  # a different choice of independent coordinates: keep the general path
-    ft = fm.tree
-    L = {n: i for i, n in enumerate(ft.topo.body_names)}
-    mL, cL, IL = (np.array(x, np.float64) for x in (ft.mass, ft.com, ft.inertia))
-    parent = []
-    for r in rotors:
-        b = r["body"]
-        pb = int(tt.parent[b])
-        P = L[tt.body_names[pb]] if pb >= 0 else ft.topo.nb
-        parent.append(P)
-        if pb >= 0:  # the rotor at angle 0 (the same at every angle), in the parent frame
-            R = XR[b]
-            mL[P], cL[P], IL[P] = _combine(
-                mL[P], cL[P], IL[P], mass[b], R @ com[b] + Xp[b], R @ inertia[b] @ R.T
-            )
-    dt = ft.mass.dtype
-    ft = eqx.tree_at(
-        lambda m: (m.mass, m.com, m.inertia),
-        ft,
-        (jnp.asarray(mL, dt), jnp.asarray(cL, dt), jnp.asarray(IL, dt)),
-    )
-    fm = ClusterModel(ft, fm.topo)
-    vpos = {n: i for i, n in enumerate(fm.v_names)}
-    W = np.zeros((len(rotors), fm.nv))
-    for i, r in enumerate(rotors):
-        for n, gval in r["G"].items():
-            W[i, vpos[n]] = gval
-    # the rotors' reflected inertia as joint-space armature, D_k += sum_r J_r G_r^T G_r
-    Jr = np.array([sum(r["ab"]) for r in rotors])
-    arm = [None] * fm.n_clusters
-    for g in fm.topo.groups:
+    ft = fm.topo
+    # parameter leaves of the link groups: implicit loops from their original clusters
+    orig_cluster = {
+        frozenset(tt.body_names[b] for b in bs): c for c, bs in enumerate(t.cluster_bodies)
+    }
+    lt = fm.tree.topo
+    group_src = []
+    for g in ft.groups:
+        if g.type == TREE:
+            group_src.append(None)
+            continue
+        if g.type != IMPLICIT:
+            return None  # a linear constraint between links only: not supported
+        src = []
         for c in range(g.nc):
-            Wc = W[:, g.v0 + c * g.ny : g.v0 + (c + 1) * g.ny]
-            if np.any(Wc):
-                arm[g.cl0 + c] = Wc.T @ (Jr[:, None] * Wc)
-    fm = with_armature(fm, arm)
-    groups = []
-    for g in fm.topo.groups:
-        cols = [np.arange(g.v0 + c * g.ny, g.v0 + (c + 1) * g.ny) for c in range(g.nc)]
-        hits = [[i for i in range(len(rotors)) if np.any(W[i, cols[c]])] for c in range(g.nc)]
+            oc = orig_cluster.get(frozenset(lt.body_names[b] for b in g.body[c]))
+            if oc is None:
+                return None
+            og = t.groups[t.cluster_group[oc]]
+            if og.type != IMPLICIT or og.key != g.key or og.leaf_keys != g.leaf_keys:
+                return None
+            src.append((og.index, oc - og.cl0))
+        gis = {s[0] for s in src}
+        if len(gis) != 1:
+            return None
+        group_src.append((gis.pop(), np.array([s[1] for s in src], np.int64)))
+    # rotors: link parents, rates in the link model's coordinates
+    L = {n: i for i, n in enumerate(lt.body_names)}
+    vpos = {n: i for i, n in enumerate(fm.v_names)}
+    parent, cols = [], []
+    for r in rotors:
+        pb = int(tt.parent[r["body"]])
+        parent.append(L[tt.body_names[pb]] if pb >= 0 else lt.nb)
+        og = t.groups[r["group"]]
+        names = [model.v_names[og.v0 + r["cluster"] * og.ny + k] for k in range(og.ny)]
+        cols.append([vpos[n] for n in names])
+    cols = tuple(np.array(c, np.int64) for c in cols)
+    group_rotors = []
+    for g in ft.groups:
+        gcols = g.v0 + np.arange(g.nc * g.ny).reshape(g.nc, g.ny)
+        hits = [
+            [i for i in range(len(rotors)) if set(cols[i]) & set(gcols[c])] for c in range(g.nc)
+        ]
         k = max(len(h) for h in hits)
         if k == 0:
-            groups.append(None)
+            group_rotors.append(None)
             continue
         ridx = np.full((g.nc, k), len(rotors), np.int64)  # padding: a zero row
-        Gr = np.zeros((g.nc, k, g.ny))
         for c, h in enumerate(hits):
             ridx[c, : len(h)] = h
-            Gr[c, : len(h)] = W[np.array(h, np.int64)][:, cols[c]] if h else 0.0
-        groups.append((ridx, Gr))
+        group_rotors.append((ridx, gcols))
+    keep = np.array([b for b in range(tt.nb) if b not in set(drop)], np.int64)
+    keep_dofs = np.concatenate(
+        [np.arange(tt.v_start[b], tt.v_start[b] + tt.nv_j[b]) for b in keep]
+    ).astype(np.int64)
+    keep_frames = np.array(
+        [f for f in range(len(tt.frame_names)) if int(tt.frame_parent[f]) not in set(drop)],
+        np.int64,
+    )
     vi = np.array([model.v_names.index(n) for n in fm.v_names], np.int64)
-    return RotorPlan(
-        model=fm,
+    return RotorFold(
+        links=ft,
+        tree_topo=lt,
+        keep=keep,
+        keep_dofs=keep_dofs,
+        keep_frames=keep_frames,
+        rotor_body=np.array([r["body"] for r in rotors], np.int64),
+        rotor_dof=np.array([r["dof"] for r in rotors], np.int64),
+        rotor_parent=np.array(parent, np.int64),
+        rotor_group=np.array([r["group"] for r in rotors], np.int64),
+        rotor_cluster=np.array([r["cluster"] for r in rotors], np.int64),
+        rotor_row=np.array([r["row"] for r in rotors], np.int64),
+        rotor_cols=cols,
+        group_src=tuple(group_src),
+        group_rotors=tuple(group_rotors),
         qi=np.array([model.q_names.index(n) for n in fm.q_names], np.int64),
         vi=vi,
         vi_inv=np.argsort(vi),
-        W=W,
-        parent=np.array(parent, np.int64),
-        axis=np.stack([XR[r["body"]] @ r["a"] for r in rotors]),
-        J=Jr,
-        groups=tuple(groups),
     )
 
 
-def rotor_terms(rp: RotorPlan, ws, v_t, v, dt, a=None):
-    """Per group of ``rp.model``, the rotor terms ``(Ue (nc, 6, ny), he (nc, 6))`` added to
-    ``Ub`` and to the force handed to the parent (module docstring); ``he`` is None when
-    ``v`` is None (no velocity terms: C-EFPA). With accelerations ``a`` (C-RNEA), ``he`` also
-    holds ``J w_dd s`` (the rotor's force less what the parent's composite inertia holds is
-    ``[J (w_dd s + w omega_p x s); 0]``)."""
-    R = jnp.concatenate([ws.R, jnp.eye(3, dtype=dt)[None]])[rp.parent]  # last row: the world
-    Js = jnp.asarray(rp.J, dt)[:, None] * spatial.mv(R, jnp.asarray(rp.axis, dt))
+# ----------------------------------------------------------------------------- run time
+
+
+class Rotors(eqx.Module):
+    """Rotor data of one call, computed from the model's leaves (:func:`folded_model`):
+    ``J (nr,)`` axial moments, ``axis (nr, 3)`` axes in the parent frames, ``W (nr + 1, nv)``
+    rotor rates per unit link-model velocity (last row zero: padding)."""
+
+    J: jax.Array
+    axis: jax.Array
+    W: jax.Array
+
+
+def _rotor_check(dt, a6, com, inertia):
+    """Whether a rotor of the plan is no longer a pure rotation about a unit
+    axis through its centre of mass with an inertia symmetric about that axis."""
+    tol = max(SYMMETRY_TOL, 64.0 * float(jnp.finfo(dt).eps))
+    a, lin = a6[:, :3], a6[:, 3:]
+    Ja = jnp.einsum("ri,rij,rj->r", a, inertia, a)
+    alpha = 0.5 * (jnp.trace(inertia, axis1=-2, axis2=-1) - Ja)
+    beta = Ja - alpha
+    ref = alpha[:, None, None] * jnp.eye(3, dtype=dt) + beta[:, None, None] * (
+        a[:, :, None] * a[:, None, :]
+    )
+    scale = jnp.max(jnp.abs(inertia), (-2, -1))
+    asym = jnp.max(jnp.abs(inertia - ref), (-2, -1)) > tol * scale
+    cperp = com - jnp.sum(a * com, -1, keepdims=True) * a
+    off = jnp.sqrt(jnp.sum(cperp * cperp, -1)) > tol * jnp.maximum(
+        1.0, jnp.sqrt(jnp.sum(com * com, -1))
+    )
+    axis_bad = (jnp.abs(jnp.sum(a * a, -1) - 1) > tol) | jnp.any(lin != 0, -1)
+    return jnp.any(asym | off | axis_bad)
+
+
+@jax.jit
+def folded_model(model: ClusterModel):
+    """``(link model, Rotors)`` of a model with a fold plan: the link-tree
+    :class:`ClusterModel` whose leaves are computed from ``model``'s (composite inertias of the
+    parents and their rotors at angle 0, the same at every angle; the implicit loops'
+    parameters; the rotors' reflected inertia as armature ``D_k += sum_r J_r G_r^T G_r``), and
+    the rotor terms' data. The rotors' axisymmetry is checked (value checks on). Jitted (one
+    compiled call in eager use; inlined under an outer ``jit``)."""
+    f = model.topo.fold
+    tr = model.tree
+    dt = tr.mass.dtype
+    rb = f.rotor_body
+    a6 = tr.dof_axis[f.rotor_dof]
+    m_r, c_r, I_r = tr.mass[rb], tr.com[rb], tr.inertia[rb]
+    if config.get("value_checks") and not jnp.issubdtype(dt, jnp.complexfloating):
+        bad = _rotor_check(dt, a6, c_r, I_r)
+        names = [tr.topo.body_names[b] for b in rb]
+        m_r = _checks.error_if(
+            m_r,
+            bad,
+            f"{model.name}: a rotor carried by its parent (jaxdyn.clusters.fold_rotors) is no "
+            f"longer symmetric about its axis, with its centre of mass on it ({names}); rebuild "
+            "the model with fold_rotors=False (or jaxdyn.clusters.fold_rotors(model, False))",
+        )
+    # composite inertias of the link bodies: each rotor at angle 0 in its parent's frame,
+    # summed about the parent's origin (mass, first moment h = m c, inertia about the origin)
+    R = tr.Xtree_R[rb]
+    c_rp = spatial.mv(R, c_r) + tr.Xtree_p[rb]
+    I_rp = spatial.mm(spatial.mm(R, I_r), jnp.swapaxes(R, -1, -2))
+    keep = f.keep
+    nl = len(keep)
+    m0, h0, Ib0 = spatial.inertia_params(tr.mass[keep], tr.com[keep], tr.inertia[keep])
+    mr, hr, Ibr = spatial.inertia_params(m_r, c_rp, I_rp)
+    P = np.zeros((nl, len(rb)))
+    has_parent = f.rotor_parent < nl
+    P[f.rotor_parent[has_parent], np.nonzero(has_parent)[0]] = 1.0
+    P = jnp.asarray(P, dt)
+    m = m0 + P @ mr
+    h = h0 + P @ hr
+    Ibar = Ib0 + jnp.einsum("lr,rij->lij", P, Ibr)
+    safe = jnp.where(m > 0, m, 1)
+    com = jnp.where((m > 0)[:, None], h / safe[:, None], 0)
+    C = spatial.skew(com)
+    Ic = Ibar + m[:, None, None] * spatial.mm(C, C)
+    # touched bodies only: the others keep their leaves exactly
+    touched = np.zeros(nl, bool)
+    touched[f.rotor_parent[has_parent]] = True
+    if not np.all(touched):
+        sel = jnp.asarray(touched)
+        m = jnp.where(sel, m, tr.mass[keep])
+        com = jnp.where(sel[:, None], com, tr.com[keep])
+        Ic = jnp.where(sel[:, None, None], Ic, tr.inertia[keep])
+    link_tree = reindex_tree(
+        tr, f.tree_topo, keep, f.keep_dofs, f.keep_frames, mass=m, com=com, inertia=Ic
+    )
+    # rotor terms
+    a = a6[:, :3]
+    J = jnp.einsum("ri,rij,rj->r", a, I_r, a)  # axial moment alpha + beta
+    axis = spatial.mv(tr.Xtree_R[rb], a)  # in the parent frame
+    zero = jnp.zeros(f.links.nv, dt)
+    W = jnp.stack(
+        [
+            zero.at[cols].set(model.params[gi]["G"][c, d])
+            for gi, c, d, cols in zip(f.rotor_group, f.rotor_cluster, f.rotor_row, f.rotor_cols)
+        ]
+        + [zero]
+    )  # (nr + 1, nv): rotor rates per unit link-model velocity, a zero row for padding
+    params = []
+    for src, gr in zip(f.group_src, f.group_rotors):
+        prm = {}
+        if src is not None:
+            gi, cs = src
+            prm = {k: x[cs] for k, x in model.params[gi].items()}
+        if gr is not None:
+            ridx, gcols = gr
+            Gr = W[ridx[:, :, None], gcols[:, None, :]]  # (nc, k, ny)
+            Jr = jnp.concatenate([J, jnp.zeros(1, dt)])[ridx]  # (nc, k)
+            prm = dict(prm, armature=jnp.einsum("ck,cky,ckz->cyz", Jr, Gr, Gr))
+        params.append(prm)
+    return ClusterModel(link_tree, tuple(params), f.links), Rotors(J, axis, W)
+
+
+def rotor_terms(fold: RotorFold, rot: Rotors, ws, v_t, v, dt, a=None):
+    """Per group of the link model, the rotor terms ``(Ue (nc, 6, ny), he (nc, 6))`` added to
+    ``Ub`` and to the force handed to the parent (module docstring), or None; ``he`` is None
+    when ``v`` is None (no velocity terms: C-EFPA). With accelerations ``a`` (C-RNEA), ``he``
+    also holds ``J w_dd s`` (the rotor's force less what the parent's composite inertia holds
+    is ``[J (w_dd s + w omega_p x s); 0]``). ``fold``: the model's plan; ``ws``, ``v_t``,
+    ``v`` and ``a`` are those of the link model."""
+    f = fold
+    R = jnp.concatenate([ws.R, jnp.eye(3, dtype=dt)[None]])[f.rotor_parent]  # last: the world
+    Js = rot.J[:, None] * spatial.mv(R, rot.axis)
+    W = rot.W[:-1]
     if v is None:
         rows = jnp.concatenate([Js, jnp.zeros((1, 3), dt)])
     else:
-        wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[rp.parent]  # parent's omega
-        w = spatial.mv(jnp.asarray(rp.W, dt), v)[:, None]  # rotor rates
+        wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[f.rotor_parent]  # omega_p
+        w = spatial.mv(W, v)[:, None]  # rotor rates
         n = w * spatial.cross(wp, Js)
         if a is not None:
-            n = n + spatial.mv(jnp.asarray(rp.W, dt), a)[:, None] * Js
+            n = n + spatial.mv(W, a)[:, None] * Js
         # one row per rotor and a zero row for padding: [J s, w omega_p x J s (+ w_dd J s)]
         rows = jnp.concatenate([jnp.concatenate([Js, n], -1), jnp.zeros((1, 6), dt)])
     terms = []
-    for gr in rp.groups:
+    for gr in f.group_rotors:
         if gr is None:
             terms.append(None)
             continue
-        ridx, Gr = gr
+        ridx, gcols = gr
+        Gr = rot.W[ridx[:, :, None], gcols[:, None, :]]  # (nc, k, ny)
         x = rows[ridx]  # (nc, k, 6)
-        Ue = jnp.sum(x[..., :3, None] * jnp.asarray(Gr, dt)[:, :, None, :], 1)
+        Ue = jnp.sum(x[..., :3, None] * Gr[:, :, None, :], 1)
         Ue = jnp.concatenate([Ue, jnp.zeros_like(Ue)], 1)
         if v is None:
             terms.append((Ue, None))
@@ -276,3 +456,23 @@ def rotor_terms(rp: RotorPlan, ws, v_t, v, dt, a=None):
         he = jnp.sum(x[..., 3:], 1)
         terms.append((Ue, jnp.concatenate([he, jnp.zeros_like(he)], -1)))
     return terms
+
+
+def setup_folded(model: ClusterModel, fn, q, v=None, x=None, xname=None, alternative=None):
+    """:func:`~jaxdyn.clusters.common.setup` on the link model of a model with a fold plan:
+    inputs checked against ``model``, cast to their common dtype, reordered to the link
+    model's coordinates. Returns ``(Setup, (RotorFold, Rotors))``; results in the link model's
+    ``v`` order map back by ``[model.topo.fold.vi_inv]``."""
+    require_cluster_model(fn, model, alternative)
+    f = model.topo.fold
+    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    if v is not None:
+        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    if x is not None:
+        x = _checks.as_array(fn, xname, x, (("nv", model.nv),), model)
+    dt = _checks.common_dtype(q, v, x, model=model.tree)
+    _checks.check_model_dtype(fn, model.tree, dt)
+    fm, rot = folded_model(model.astype(dt))
+    take = lambda y, i: None if y is None else y[i]
+    s = setup(fm, fn, q[f.qi], take(v, f.vi), take(x, f.vi), xname)
+    return s, (f, rot)

@@ -22,7 +22,8 @@ from __future__ import annotations
 from ..model import urdf as _urdf
 from ..model.build import build_model
 from . import spec as S
-from .model import ClusterModel, build
+from .model import ClusterModel, build_clusters, check_floating_joints
+from .rotors import fold_rotors as _fold_rotors
 
 _COUPLING_TYPES = ("rolling",)
 _LOOP_TYPES = ("revolute",)
@@ -114,8 +115,64 @@ def parse_extras(robot, xml_root):
     return constraints, independent
 
 
+def build(
+    source,
+    constraints=(),
+    *,
+    floating_base=False,
+    gravity=(0.0, 0.0, -9.81),
+    independent=None,
+    name=None,
+    fold_rotors: bool = True,
+    strict: bool | None = None,
+) -> ClusterModel:
+    """Build a :class:`ClusterModel` from a spanning tree and constraint specifications.
+
+    Reference: Chignoli et al., T-RO 2024, §IV (cluster connectivity tree built from the
+    spanning tree and the loop constraints).
+
+    **Arguments:**
+
+    - ``source``: URDF path / XML text (its spanning tree; URDF+ tags are *not* read here, see
+      :func:`load_urdf_plus`), a parsed :class:`~jaxdyn.model.urdf.URDFRobot`, or a compiled
+      :class:`jaxdyn.Model`.
+    - ``constraints``: sequence of :mod:`jaxdyn.clusters.spec` objects
+      (:class:`~jaxdyn.clusters.Coupling`, :class:`~jaxdyn.clusters.Mimic`,
+      :class:`~jaxdyn.clusters.LinearConstraint`, :class:`~jaxdyn.clusters.PointLoop`,
+      :class:`~jaxdyn.clusters.ImplicitConstraint`, :class:`~jaxdyn.clusters.Cluster`).
+    - ``floating_base``, ``gravity``: as :func:`jaxdyn.load_urdf` (a file whose root link
+      carries its own ``floating`` joint refuses ``floating_base=True``).
+    - ``independent``: optional ``{joint name: bool}``, URDF+'s ``independent=`` flags (which
+      spanning coordinates stay independent in constrained clusters; unflagged coordinates are
+      chosen automatically, from the last one backwards, so that ``K_d`` is invertible).
+    - ``fold_rotors``: carry axisymmetric transmission rotors by their parent bodies in the
+      cluster algorithms where that is exact (:func:`jaxdyn.clusters.fold_rotors`; default);
+      ``False``: the algorithms work on every body of the spanning tree.
+    - ``strict``: as :func:`jaxdyn.load_urdf` (lenient loading with warnings by default).
+
+    **Returns:** the compiled :class:`ClusterModel`. Inconsistent input raises ``ValueError``
+    naming the constraint at fault.
+    """
+    model = build_clusters(
+        source,
+        constraints,
+        floating_base=floating_base,
+        gravity=gravity,
+        independent=independent,
+        name=name,
+        strict=strict,
+    )
+    return _fold_rotors(model) if fold_rotors else model
+
+
 def load_urdf_plus(
-    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), constraints=(), name=None
+    source,
+    floating_base: bool = False,
+    gravity=(0.0, 0.0, -9.81),
+    constraints=(),
+    name=None,
+    fold_rotors: bool = True,
+    strict: bool | None = None,
 ) -> ClusterModel:
     """Load a URDF+ file (path or XML text) as a :class:`~jaxdyn.clusters.ClusterModel`.
 
@@ -127,16 +184,25 @@ def load_urdf_plus(
     - ``source``: path or XML text. A plain URDF gives a model whose clusters are single joints
       (then :func:`~jaxdyn.clusters.crnea` / :func:`~jaxdyn.clusters.caba` equal
       :func:`jaxdyn.rnea` / :func:`jaxdyn.aba`), except that ``<mimic>`` joints are coupled.
-    - ``floating_base``, ``gravity``: as :func:`jaxdyn.load_urdf` (the URDF+ robots of
-      generalized_rbda carry their own ``floating`` joint: keep ``floating_base=False``).
+    - ``floating_base``, ``gravity``: as :func:`jaxdyn.load_urdf`. The URDF+ robots of
+      generalized_rbda carry their own ``floating`` joint: keep ``floating_base=False``
+      (``True`` raises ``ValueError`` naming that joint).
     - ``constraints``: extra specifications (:mod:`jaxdyn.clusters.spec`) added to the file's.
+    - ``fold_rotors``: as :func:`build`.
+    - ``strict``: as :func:`jaxdyn.load_urdf`.
 
     **Returns:** the :class:`ClusterModel`. Malformed tags raise ``ValueError`` naming the
     element (e.g. ``URDF+ <coupling name="knee">: missing <ratio>``).
     """
-    robot = _urdf.parse_urdf(source)  # validates, refuses DTDs
-    xml_root = _urdf._read_xml(source)
-    cons, independent = parse_extras(robot, xml_root)
+    robot = _urdf.parse_urdf(source, strict=strict)  # validates, refuses DTDs
+    return _build_plus(
+        robot, source, constraints, floating_base, gravity, name, fold_rotors, strict
+    )
+
+
+def _build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
+    """The cluster model of a parsed URDF+ file (its extra tags read from ``source``)."""
+    cons, independent = parse_extras(robot, _urdf._read_xml(source))
     return build(
         robot,
         tuple(cons) + tuple(constraints),
@@ -144,30 +210,44 @@ def load_urdf_plus(
         gravity=gravity,
         independent=independent,
         name=name,
+        fold_rotors=fold_rotors,
+        strict=strict,
     )
 
 
 def load_urdf(
-    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), clusters: bool | None = None
+    source,
+    floating_base: bool = False,
+    gravity=(0.0, 0.0, -9.81),
+    clusters: bool | None = None,
+    fold_rotors: bool = True,
+    strict: bool | None = None,
 ):
     """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
 
     **Arguments:**
 
-    - ``source``, ``floating_base``, ``gravity``: as :func:`jaxdyn.model.load_urdf`.
+    - ``source``, ``floating_base``, ``gravity``: as :func:`jaxdyn.model.load_urdf`. A file
+      whose root link carries its own ``floating`` joint refuses ``floating_base=True``
+      (``ValueError`` naming the joint: two stacked free joints give a singular mass matrix).
     - ``clusters``: ``None`` (default): a file with URDF+ ``<coupling>`` or ``<loop>`` tags
       gives a :class:`~jaxdyn.clusters.ClusterModel` (its cluster tree, for
       :func:`jaxdyn.crnea` / :func:`jaxdyn.caba` / :func:`jaxdyn.cefpa`), any other file a
       plain :class:`~jaxdyn.Model`; ``True``: always the cluster model (``<mimic>`` joints
       then become linear couplings); ``False``: always the plain spanning-tree
       :class:`~jaxdyn.Model` (loop tags and ``<mimic>`` ignored, as Pinocchio's default).
+    - ``fold_rotors``: for a cluster model, as :func:`jaxdyn.clusters.build`.
+    - ``strict``: as :func:`jaxdyn.model.load_urdf` (``None``: lenient, with a
+      :class:`jaxdyn.JaxdynWarning` per repaired element; ``True``: errors; ``False``: also
+      repair physically invalid inertias).
 
     **Returns:** a :class:`~jaxdyn.Model` or a :class:`~jaxdyn.clusters.ClusterModel` (see
     ``clusters``). Malformed input raises ``ValueError`` naming the element at fault.
     """
-    robot = _urdf.parse_urdf(source)
+    robot = _urdf.parse_urdf(source, strict=strict)  # parsed once: each warning is given once
+    check_floating_joints(robot, floating_base)
     if clusters is None:
         clusters = any(el.tag in ("coupling", "loop") for el in robot.extra)
     if clusters:
-        return load_urdf_plus(source, floating_base=floating_base, gravity=gravity)
-    return build_model(robot, floating_base=floating_base, gravity=gravity)
+        return _build_plus(robot, source, (), floating_base, gravity, None, fold_rotors, strict)
+    return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)
