@@ -17,3 +17,26 @@ def single_threaded() -> None:
     if "xla_cpu_multi_thread_eigen" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " " + SINGLE_THREAD_FLAGS).strip()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def write_section(path, section: str) -> None:
+    """Put ``section`` (markdown starting with its ``## heading`` line) into the results file
+    ``path``: it replaces the section of that heading (up to the next ``## ``) or is appended."""
+    from pathlib import Path
+
+    path = Path(path)
+    heading = section.lstrip("\n").split("\n", 1)[0].strip()
+    if not heading.startswith("## "):
+        raise ValueError(f"write_section: the section must start with a '## ' heading: {heading!r}")
+    text = path.read_text() if path.exists() else "# jaxdyn benchmark results\n"
+    lines = text.splitlines()
+    new = section.strip("\n").splitlines() + [""]
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == heading), None)
+    if start is None:
+        out = lines + ([""] if lines and lines[-1].strip() else []) + new
+    else:
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        out = lines[:start] + new + lines[end:]
+    path.write_text("\n".join(out).rstrip() + "\n")

@@ -44,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _env import single_threaded  # noqa: E402
+from _env import single_threaded, write_section  # noqa: E402
 
 single_threaded()
 sys.path.insert(0, str(ROOT))
@@ -505,21 +505,6 @@ def plot(chains, path):
     plt.close(fig)
 
 
-def write_section(section, out):
-    out = Path(out)
-    text = out.read_text() if out.exists() else "# jaxdyn benchmark results\n"
-    lines = text.split("\n")
-    start = next((i for i, l in enumerate(lines) if l.strip() == "## Clusters"), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        new = "\n".join(lines[:start] + section.rstrip("\n").split("\n") + [""] + lines[end:])
-    out.write_text(new.rstrip("\n") + "\n")
-
-
 def _worker(spec, batch, log):
     """One isolated timing job (run in its own process by :func:`_isolated`)."""
     what, _, rest = spec.partition(":")
@@ -632,7 +617,7 @@ def main(argv=None):
             plot(chains, HERE / "figures" / "clusters_scaling.png")
     meta["load1"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     section = render(results, chains, acc, args.batch, meta)
-    write_section(section, args.out)
+    write_section(args.out, section)
     print(section)
     return 0
 

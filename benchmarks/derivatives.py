@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import sys
 
-from _env import single_threaded  # noqa: E402
+from _env import single_threaded, write_section  # noqa: E402
 
 if "--multi-thread" not in sys.argv:
     single_threaded()
@@ -516,26 +516,6 @@ def render(meta, rows, chain_rows):
             "",
         ]
     return "\n".join(L) + "\n"
-
-
-def write_section(path, text):
-    path = Path(path)
-    old = path.read_text() if path.exists() else ""
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == "## Derivatives"), None)
-    if start is None:
-        new = old + ("\n" if old and not old.endswith("\n\n") else "") + text
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        new = (
-            "".join(lines[:start])
-            + text
-            + ("\n" if end < len(lines) else "")
-            + "".join(lines[end:])
-        )
-    path.write_text(new)
 
 
 def _cpu_name():

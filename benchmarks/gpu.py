@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from _env import write_section
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
@@ -403,19 +405,6 @@ def render(results: list[dict]) -> str:
     return "\n".join(L) + "\n"
 
 
-def write_section(section: str, out: Path):
-    text = out.read_text() if out.exists() else "# jaxdyn benchmark results\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, x in enumerate(lines) if x.rstrip() == "## GPU"), None)
-    if start is None:
-        out.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    out.write_text(
-        "".join(lines[:start]) + section + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    )
-
-
 def _csv(s, conv=str):
     return tuple(conv(x) for x in s.split(",") if x)
 
@@ -467,7 +456,7 @@ def main(argv=None):
     section = render(results)
     print(section)
     if a.out:
-        write_section(section, Path(a.out))
+        write_section(a.out, section)
     return 0
 
 

@@ -57,7 +57,9 @@ from jaxdyn.model import tree  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from osim import env_lines, lowered_flops, time_per_sample, write_section  # noqa: E402
+from osim import env_lines, lowered_flops, time_per_sample  # noqa: E402
+
+from _env import write_section  # noqa: E402
 
 FIGDIR = HERE / "figures"
 RESULTS = HERE / "RESULTS.md"
@@ -424,7 +426,7 @@ def main(argv=None):
         ]
     md.append("")
     md.append(f"Total run time {time.time() - t0:.0f} s.")
-    write_section(Path(args.out), SECTION, "\n".join(md))
+    write_section(args.out, SECTION + "\n\n" + "\n".join(md))
     print(f"wrote section '{SECTION}' of {args.out} ({time.time() - t0:.0f} s)")
     return 0
 

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from _env import single_threaded  # noqa: E402
+from _env import single_threaded, write_section  # noqa: E402
 
 single_threaded()
 
@@ -56,7 +56,7 @@ from jaxdyn.nori import analysis  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from osim import env_lines, lowered_flops, time_per_sample, write_section  # noqa: E402
+from osim import env_lines, lowered_flops, time_per_sample  # noqa: E402
 
 FIGDIR = HERE / "figures"
 RESULTS = HERE / "RESULTS.md"
@@ -506,7 +506,7 @@ def main(argv=None):
         else []
     )
     body = report(chains, cells, robs, args.chain_batch, args.cell_batch, flags)
-    write_section(Path(args.out), SECTION, body)
+    write_section(args.out, SECTION + "\n\n" + body)
     log(f"wrote {args.out}")
 
 

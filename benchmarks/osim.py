@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from _env import single_threaded  # noqa: E402
+from _env import single_threaded, write_section  # noqa: E402
 
 single_threaded()
 
@@ -73,22 +73,6 @@ TARGET_RATIO = 1.5
 
 
 # ============================================================================ helpers
-def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace the section ``heading`` (up to the next ``## `` heading) or append it."""
-    text = path.read_text() if path.exists() else "# jaxdyn benchmark results\n"
-    lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.strip() == heading), None)
-    new = [heading, ""] + body.rstrip().splitlines() + [""]
-    if start is None:
-        out = lines + ([""] if lines and lines[-1].strip() else []) + new
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        out = lines[:start] + new + lines[end:]
-    path.write_text("\n".join(out).rstrip() + "\n")
-
-
 def time_per_sample(f, args, batch, repeats=9, min_time=0.03):
     """(min, median) seconds per sample of ``f(*args)`` (batched, already compiled)."""
     jax.block_until_ready(f(*args))
@@ -700,7 +684,7 @@ def main(argv=None):
         m, _ = part_pinocchio(args.batch, talos_rows, log)
         md += m + [""]
     md.append(f"Total run time {time.time() - t0:.0f} s.")
-    write_section(Path(args.out), SECTION, "\n".join(md))
+    write_section(args.out, SECTION + "\n\n" + "\n".join(md))
     log(f"wrote section '{SECTION}' of {args.out} ({time.time() - t0:.0f} s)")
     return 0
 

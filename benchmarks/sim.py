@@ -38,7 +38,7 @@ from jaxdyn import robots, sim
 HERE = Path(__file__).resolve().parent
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 DT, KP, KD, RADIUS, MU = 2e-3, 20.0, 0.5, 0.02, 1.0
-STAND = 0.335  # base height with straight legs and the feet on the ground (spheres touching)
+STAND = 0.34  # base height of quad12 with straight legs and the foot spheres on the ground
 
 
 def cpu_name() -> str:
@@ -67,10 +67,23 @@ def timed(fn, args, repeats=5, min_time=0.2):
     return best
 
 
-def jaxdyn_cases(dtype):
-    m = robots.load("quad12").astype(dtype)
-    cs = sim.contact_set(m, [sim.Sphere(f, RADIUS) for f in FEET])
-    pd = sim.PD(KP, KD)
+SOLE = [(x, y, 0.0) for x in (-0.1, 0.1) for y in (-0.05, 0.05)]
+ROBOTS = {
+    # name: (contact primitives, PD gains, standing base height)
+    "quad12": (lambda: [sim.Sphere(f, RADIUS) for f in FEET], (KP, KD), STAND),
+    "talos_full": (
+        lambda: [sim.Point(s, c) for s in ("left_sole_link", "right_sole_link") for c in SOLE],
+        (500.0, 5.0),
+        1.083,
+    ),
+}
+
+
+def jaxdyn_cases(dtype, robot="quad12"):
+    m = robots.load(robot, floating_base=True).astype(dtype)
+    geoms, (kp, kd), _ = ROBOTS[robot]
+    cs = sim.contact_set(m, geoms())
+    pd = sim.PD(kp, kd)
     return m, {
         "compliant, euler": sim.SimConfig(
             dt=DT, integrator="euler", contact=sim.Compliant(friction=MU), contacts=cs, actuator=pd
@@ -92,20 +105,22 @@ def jaxdyn_cases(dtype):
     }
 
 
-def batch_states(m, B, dtype, key=0):
-    q0 = jaxdyn.neutral_configuration(m, dtype=dtype).at[2].set(STAND)
+def batch_states(m, B, dtype, key=0, height=STAND):
+    q0 = jaxdyn.neutral_configuration(m, dtype=dtype).at[2].set(height)
     dq = 0.05 * jax.random.normal(jax.random.PRNGKey(key), (B, m.nv), dtype)
     q = jax.vmap(lambda d: jaxdyn.integrate(m, q0, d))(dq)
     return sim.State(q, jnp.zeros((B, m.nv), dtype), jnp.zeros(B, dtype)), q0[7:]
 
 
-def bench_jaxdyn(batches, dtype):
-    m, cases = jaxdyn_cases(dtype)
+def bench_jaxdyn(batches, dtype, robot="quad12", cases=None):
+    m, cfgs = jaxdyn_cases(dtype, robot)
     rows = []
-    for name, cfg in cases.items():
+    for name, cfg in cfgs.items():
+        if cases and name not in cases:
+            continue
         for B in batches:
-            S, ref = batch_states(m, B, dtype)
-            U = jnp.broadcast_to(ref, (B, 12))
+            S, ref = batch_states(m, B, dtype, height=ROBOTS[robot][2])
+            U = jnp.broadcast_to(ref, (B, len(ref)))
             f = jax.jit(jax.vmap(lambda s, u, cfg=cfg: sim.step(m, s, u, cfg)))
             t0 = time.perf_counter()
             c = f.lower(S, U).compile()
@@ -113,8 +128,12 @@ def bench_jaxdyn(batches, dtype):
             t = timed(c, (S, U))
             out = c(S, U)
             ok = bool(jnp.all(jnp.isfinite(out.q)))
-            rows.append(("jaxdyn", name, B, t / B * 1e6, B / t, tc, ok))
-            print(f"jaxdyn {name:30s} B={B:6d} {t / B * 1e6:8.3f} us/step  compile {tc:5.1f} s")
+            rows.append((f"jaxdyn {robot}", name, B, t / B * 1e6, B / t, tc, ok))
+            print(
+                f"jaxdyn {robot} {name:30s} B={B:6d} {t / B * 1e6:8.3f} us/step  "
+                f"compile {tc:5.1f} s",
+                flush=True,
+            )
     return rows
 
 
@@ -154,35 +173,76 @@ def mjx_model():
     return spec.compile()
 
 
-def bench_mjx(batches, dtype):
-    import mujoco
-    from mujoco import mjx
+MJX_CHILD = """
+import sys, json, time
+sys.path.insert(0, {here!r})
+import _env
+_env.single_threaded()
+import jax, jax.numpy as jnp
+import sim as S
+B, dtype = {B}, jnp.dtype({dtype!r})
+if dtype == jnp.float64:
+    jax.config.update("jax_enable_x64", True)
+import mujoco
+from mujoco import mjx
+mm = S.mjx_model()
+mx = mjx.put_model(mm)
+d = mujoco.MjData(mm)
+d.qpos[2] = S.STAND
+d.qpos[3:7] = [1, 0, 0, 0]
+dx = mjx.put_data(mm, d)
+rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)
+qpos = jnp.broadcast_to(jnp.asarray(d.qpos, dtype), (B, mm.nq)).at[:, 7:].add(0.05 * rng[:, 6:])
+batch = jax.vmap(lambda q: dx.replace(qpos=q, ctrl=jnp.zeros(mm.nu, dtype)))(qpos)
+f = jax.jit(jax.vmap(lambda d: mjx.step(mx, d)))
+t0 = time.perf_counter()
+c = f.lower(batch).compile()
+tc = time.perf_counter() - t0
+t = S.timed(c, (batch,))
+ok = bool(jnp.all(jnp.isfinite(c(batch).qpos)))
+print(json.dumps(dict(t=t, tc=tc, ok=ok)))
+"""
 
-    mm = mjx_model()
-    mx = mjx.put_model(mm)
+
+def bench_mjx(batches, dtype, timeout=900):
+    """MJX in a child process per batch size: jaxlib 0.10's batched LAPACK kernels (MJX's
+    Cholesky) can wedge XLA's CPU thread pool (seen at B = 4096); a wedged run is reported as
+    such instead of hanging the benchmark."""
+    import json
+    import subprocess
+    import sys
+
     rows = []
     for B in batches:
-        d = mujoco.MjData(mm)
-        d.qpos[2] = STAND
-        d.qpos[3:7] = [1, 0, 0, 0]
-        dx = mjx.put_data(mm, d)
-        rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)
-        qpos = jnp.broadcast_to(jnp.asarray(d.qpos, dtype), (B, mm.nq))
-        qpos = qpos.at[:, 7:].add(0.05 * rng[:, 6:])
-        batch = jax.vmap(lambda q: dx.replace(qpos=q, ctrl=jnp.zeros(mm.nu, dtype)))(qpos)
-        f = jax.jit(jax.vmap(lambda d: mjx.step(mx, d)))
-        t0 = time.perf_counter()
-        c = f.lower(batch).compile()
-        tc = time.perf_counter() - t0
-        t = timed(c, (batch,))
-        ok = bool(jnp.all(jnp.isfinite(c(batch).qpos)))
-        rows.append(("MJX", "implicitfast, Newton solver", B, t / B * 1e6, B / t, tc, ok))
+        code = MJX_CHILD.format(here=str(HERE), B=B, dtype=jnp.dtype(dtype).name)
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+            )
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            rows.append(
+                (
+                    "MJX",
+                    "implicitfast, Newton solver: HUNG (jaxlib LAPACK)",
+                    B,
+                    *[np.nan] * 3,
+                    False,
+                )
+            )
+            print(f"MJX    B={B:6d} timed out after {timeout} s (wedged)")
+            continue
+        except (ValueError, IndexError):
+            print(r.stderr[-2000:])
+            raise
+        t, tc = res["t"], res["tc"]
+        rows.append(("MJX", "implicitfast, Newton solver", B, t / B * 1e6, B / t, tc, res["ok"]))
         print(f"MJX    B={B:6d} {t / B * 1e6:8.3f} us/step  compile {tc:5.1f} s")
     return rows
 
 
 def bench_checkpoint(dtype, T=1000):
-    m, cases = jaxdyn_cases(dtype)
+    m, cases = jaxdyn_cases(dtype, "quad12")
     cfg = cases["compliant, implicit"]
     S, ref = batch_states(m, 1, dtype)
     s0 = jax.tree_util.tree_map(lambda x: x[0], S)
@@ -208,37 +268,26 @@ def bench_checkpoint(dtype, T=1000):
     return rows
 
 
-def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace the section ``heading`` (up to the next ``## `` heading) or append it."""
-    text = path.read_text() if path.exists() else "# jaxdyn benchmark results\n"
-    lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.strip() == heading), None)
-    new = [heading, ""] + body.rstrip().splitlines() + [""]
-    if start is None:
-        out = lines + ([""] if lines and lines[-1].strip() else []) + new
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        out = lines[:start] + new + lines[end:]
-    path.write_text("\n".join(out).rstrip() + "\n")
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", default="1024,4096")
+    ap.add_argument("--batches", default="1,64,1024,8192")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     ap.add_argument("--skip-mjx", action="store_true")
     ap.add_argument("--skip-checkpoint", action="store_true")
+    ap.add_argument("--skip-talos", action="store_true")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     a = ap.parse_args(argv)
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(a.dtype)
     batches = [int(b) for b in a.batches.split(",")]
-    rows = bench_jaxdyn(batches, dtype)
+    rows = bench_jaxdyn(batches, dtype, "quad12")
     if not a.skip_mjx:
         rows += bench_mjx(batches, dtype)
+    if not a.skip_talos:
+        rows += bench_jaxdyn(
+            [b for b in batches if b <= 1024], dtype, "talos_full", ("compliant, implicit",)
+        )
     ck = [] if a.skip_checkpoint else bench_checkpoint(jnp.dtype(jnp.float32))
     mjx_best = {r[2]: r[4] for r in rows if r[0] == "MJX"}
     body = [
@@ -251,11 +300,14 @@ def main(argv=None):
         "MuJoCo, same spheres, gains and time step, `implicitfast`, default Newton solver). "
         "Ratio: jaxdyn steps/s over MJX's at the same batch.",
         "",
+        "talos_full (50 DoF; 8 sole-corner contact points, kp = 500, kd = 5): jaxdyn only.",
+        "",
         "| engine | contact, integrator | batch | us/step | steps/s | vs MJX | compile s |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for eng, name, B, us, sps, tc, ok in rows:
-        ratio = f"{sps / mjx_best[B]:.2f}x" if eng == "jaxdyn" and B in mjx_best else ""
+        quad = eng == "jaxdyn quad12"
+        ratio = f"{sps / mjx_best[B]:.2f}x" if quad and np.isfinite(mjx_best.get(B, np.nan)) else ""
         flag = "" if ok else " (non-finite!)"
         body.append(f"| {eng} | {name}{flag} | {B} | {us:.2f} | {sps:,.0f} | {ratio} | {tc:.1f} |")
     if ck:
@@ -269,7 +321,7 @@ def main(argv=None):
         ]
         for name, temp, t, tc in ck:
             body.append(f"| {name} | {temp:.1f} | {t:.2f} | {tc:.1f} |")
-    write_section(Path(a.out), "## Simulation", "\n".join(body))
+    _env.write_section(a.out, "## Simulation\n\n" + "\n".join(body))
     print("\n".join(body))
 
 
