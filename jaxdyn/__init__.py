@@ -71,6 +71,10 @@ from ._api import random_configuration as random_configuration
 # sparse linear system, orderings optimised offline.
 from . import nori as nori
 
+# Simulation (issue #11): batched rollouts with contact on the configuration manifold. The RL
+# environments (``jaxdyn.envs``) and trajectory optimisation are imported on demand.
+from . import sim as sim
+
 __all__ = [
     "CheckError",
     "Connect",
@@ -113,5 +117,6 @@ __all__ = [
     "rnea",
     "rnea_derivatives",
     "set_value_checks",
+    "sim",
     "vmap",
 ]

@@ -219,20 +219,29 @@ def _sizes_unrolled(n):
 
 
 def test_long_chain_scan_equals_unrolled(monkeypatch):
-    """A 20-link chain: every pass scanned agrees with the unrolled evaluation; ``minv`` is
-    also checked against ``inv(crba)`` and AZA against ``minv @ u`` (independent routes)."""
-    model = _long_chain(20)
+    """A 10-link chain (one scanned run): every pass scanned agrees with the unrolled evaluation;
+    ``minv`` is also checked against ``inv(crba)`` and AZA against ``minv @ u`` (independent
+    routes). Each mode is one compiled program holding every pass."""
+    model = _long_chain(10)
+    assert tree.segments(model.topo) == ((0, 10),)
     rng = np.random.default_rng(5)
     q = jnp.asarray(rng.uniform(-1, 1, model.nq))
     v = jnp.asarray(rng.normal(size=model.nv))
-    fns = _chain_fns(model)
-    scanned = {k: jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v)) for k, f in fns.items()}
+
+    def run():
+        fns = _chain_fns(model)
+        out = jax.jit(lambda q, v: {k: f(q, v) for k, f in fns.items()})(q, v)
+        return jax.tree_util.tree_map(np.asarray, out)
+
+    scanned = run()
     M, Minv = scanned["crba"], scanned["minv"]
     assert_close(Minv @ M, np.eye(model.nv), RTOL64, err_msg="minv @ crba")
     assert_close(scanned["aza"], Minv @ np.stack([v, 2 * v + 1], 1), RTOL64, err_msg="aza")
     monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
-    fns = _chain_fns(model)
-    for k, f in fns.items():
-        unrolled = jax.tree_util.tree_map(np.asarray, jax.jit(f)(q, v))
-        for a, b in zip(jax.tree_util.tree_leaves(scanned[k]), jax.tree_util.tree_leaves(unrolled)):
+    assert all(lb - la == 1 for la, lb in tree.segments(model.topo))
+    unrolled = run()
+    for k in scanned:
+        for a, b in zip(
+            jax.tree_util.tree_leaves(scanned[k]), jax.tree_util.tree_leaves(unrolled[k])
+        ):
             assert_close(a, b, RTOL64, err_msg=k)

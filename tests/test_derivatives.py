@@ -342,7 +342,12 @@ def test_identities(name):
 # =========================================================================== 2-4. references
 #: (case, method): autodiff, complex step and central differences on quad12 (floating base,
 #: revolute joints); the complex step, the most exact, on the tree with spherical/free joints
-REF_TESTS = (("quad12", "ad"), ("quad12", "cs"), ("quad12", "cd"), ("tree_float", "cs"))
+REF_TESTS = (
+    ("quad12", "ad"),
+    ("quad12", "cs"),
+    ("quad12", "cd"),
+    pytest.param("tree_float", "cs", marks=pytest.mark.slow),
+)
 
 
 @pytest.mark.parametrize("name, method", REF_TESTS)
@@ -513,7 +518,7 @@ def test_jacfwd_jacrev_grad(fn):
 
 #: second order: (system, function): ``rnea`` with spherical / free joints through
 #: ``integrate``; ``aba`` on a revolute chain in the ambient ``q`` (the cheaper compile)
-HESSIAN_CASES = (("tiny_fixed", "rnea"), ("tiny_chain", "aba"))
+HESSIAN_CASES = (pytest.param("tiny_fixed", "rnea", marks=pytest.mark.slow), ("tiny_chain", "aba"))
 
 
 @functools.partial(jax.jit, static_argnames=("fn", "through_integrate", "which"))

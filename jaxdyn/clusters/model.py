@@ -697,17 +697,24 @@ def _np_data(template, tree, prm):
 
 
 def check_floating_joints(robot: URDFRobot, floating_base: bool) -> None:
-    """``ValueError`` if ``floating_base`` is asked for a file whose root link already carries
-    a ``floating`` joint: the root link would be a massless free body under the file's own
-    free joint (a singular mass matrix)."""
+    """``ValueError`` if ``floating_base`` is asked for a file whose massless root link carries
+    only ``floating`` joints (the URDF+ robots' own free joint): the root link would be a
+    massless free body whose motion the file's free joints undo, a singular mass matrix. A root
+    with mass, or with any other moving or fixed child, keeps the mass matrix regular."""
     if not floating_base:
         return
-    roots = {l.name for l in robot.links} - {j.child for j in robot.joints}
-    for j in robot.joints:
-        if j.type == "floating" and j.parent in roots:
+    links = {l.name: l for l in robot.links}
+    roots = set(links) - {j.child for j in robot.joints}
+    for r in roots:
+        inertial = links[r].inertial
+        if inertial is not None and float(inertial.mass) > 0.0:
+            continue
+        out = [j for j in robot.joints if j.parent == r]
+        if out and all(j.type == "floating" for j in out):
+            j = out[0]
             raise ValueError(
                 f'URDF <joint name="{j.name}" type="floating">: the file carries its own '
-                f"floating joint below its root link {j.parent!r}; load it with "
+                f"floating joint below its massless root link {r!r}; load it with "
                 "floating_base=False (floating_base=True would add a second free joint, "
                 "root_joint, above a massless root: a singular mass matrix)"
             )
