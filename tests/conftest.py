@@ -31,7 +31,6 @@ import pytest  # noqa: E402
 
 import oracle  # noqa: E402  (tests/ is on sys.path: pytest's rootdir conftest)
 
-
 #: Robots whose parametrized cases run only in the slow set (``-m slow``): every robot is a
 #: separate XLA compile of each algorithm. The default run keeps the bundled arm7 (fixed base)
 #: and quad12 (floating base), example-robot-data's solo12 (a file parsed by Pinocchio too) and
