@@ -9,6 +9,9 @@ programs run somewhat slower, and the arithmetic (IEEE, no fast-math) is unchang
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 
 if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", "") and (
@@ -22,6 +25,12 @@ if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", "") and (
 # stalls for milliseconds per call when the cores are busy (measured: a vmapped 40x40 triangular
 # solve took up to 13 ms per sample instead of 15 us on 2 loaded cores).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+try:
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]  # glibc only (AttributeError elsewhere)
+except (OSError, AttributeError):
+    _LIBC = None
 
 import jax  # noqa: E402
 
@@ -42,13 +51,47 @@ SLOW_ROBOTS = frozenset(
 )
 
 
+#: Tests (node ids without the ``tests/`` prefix) in the slow set because a cheaper test of the
+#: default run checks the same code: each entry names what covers it.
+SLOW_TESTS = (
+    # custom_jvp rules vs plain autodiff: test_derivatives_match_references[quad12-ad] compares
+    # the same partials, test_jacfwd_jacrev_grad the rules under every transform
+    "test_derivatives.py::test_jvp_matches_plain_autodiff",
+    "test_derivatives.py::test_hessian_matches_plain_autodiff",
+    "test_derivatives.py::test_radial_quaternion_tangent_is_ignored",
+    "test_derivatives.py::test_model_parameter_gradients[aba]",  # [rnea] stays
+    "test_osim.py::test_delassus_gradient",  # reverse mode of the same sweeps: test_iwim's gradient
+    "test_transforms.py::test_derivatives",  # test_derivatives.py
+    "test_transforms.py::test_float32_agrees_with_float64[arm7]",  # [quad12] stays
+    "test_identities.py::test_crba_equals_rnea_columns[tree-all-kinds]",  # [quad12] stays
+    "test_clusters.py::test_approximate_models",
+    # scanned vs unrolled chain: test_long_chain_scan_equals_unrolled (every pass, 10 links)
+    "test_chain_scan.py::test_scan_equals_unrolled_and_grad",
+    # random trees against Pinocchio: the smallest fixed / floating ones of each kind stay
+    "test_pinocchio.py::test_random_urdf_tree[n12-s7-float]",
+    "test_pinocchio.py::test_random_urdf_tree[n25-s10-fixed]",
+    "test_pinocchio.py::test_random_urdf_tree[n6-s5-float]",
+    "test_pinocchio.py::test_random_tree_spherical_free[n12-s23-float]",
+    "test_pinocchio.py::test_random_tree_spherical_free[n3-s26-fixed]",
+    # Delassus cases: solo12 and the other random trees stay (talos cases: see _slow_param)
+    "test_osim.py::test_delassus_methods_against_reference[tree_c_random]",
+)
+
+
+def _slow_param(v) -> bool:
+    """A parameter naming a robot of :data:`SLOW_ROBOTS` or a case built on talos."""
+    return isinstance(v, str) and (v in SLOW_ROBOTS or v.startswith("talos"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark the parametrized cases of :data:`SLOW_ROBOTS` slow (before ``-m`` selects)."""
+    """Mark the parametrized cases of :data:`SLOW_ROBOTS` and the tests of :data:`SLOW_TESTS`
+    slow (before ``-m`` selects)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and any(
-            isinstance(v, str) and v in SLOW_ROBOTS for v in callspec.params.values()
+        nodeid = item.nodeid.removeprefix("tests/")
+        if any(nodeid.startswith(t) for t in SLOW_TESTS) or (
+            callspec is not None and any(_slow_param(v) for v in callspec.params.values())
         ):
             item.add_marker(pytest.mark.slow)
 
@@ -74,6 +117,15 @@ def solo12():
     return oracle.robot_case("solo12")
 
 
+@pytest.fixture(autouse=True)
+def _trim_heap():
+    """Return freed heap pages after each test (``malloc_trim``; milliseconds): a run's peak
+    memory stays near its largest test's instead of growing with fragmentation."""
+    yield
+    if _LIBC is not None and os.environ.get("JAXDYN_TEST_MALLOC_TRIM", "1") != "0":
+        _LIBC.malloc_trim(0)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """Drop every compiled program when a test module ends.
@@ -85,3 +137,6 @@ def _release_compiled_programs():
     """
     yield
     jax.clear_caches()
+    gc.collect()
+    if _LIBC is not None and os.environ.get("JAXDYN_TEST_MALLOC_TRIM", "1") != "0":
+        _LIBC.malloc_trim(0)  # hand the freed code and buffers back to the system

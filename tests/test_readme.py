@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jax
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -41,4 +42,8 @@ def test_readme_block(i):
     for old, new in SUBSTITUTIONS.items():
         code = code.replace(old, new)
     namespace = {"__name__": f"readme_block_{i}"}
-    exec(compile(code, f"README.md block {i} ({heading})", "exec"), namespace)
+    try:
+        exec(compile(code, f"README.md block {i} ({heading})", "exec"), namespace)
+    finally:
+        namespace.clear()
+        jax.clear_caches()  # the blocks share nothing: free their programs before the next one
