@@ -19,8 +19,10 @@ a URDF that MuJoCo compiled), joints matched by name. The differences, all handl
   ``jacobian(model, q, frame, reference="local_world_aligned")`` at the same point is
   ``[jacr; jacp] T(q)`` (:meth:`Converter.jacobian_to_mujoco` gives ``[jacp; jacr]``).
 
-``mj_rne`` and ``qfrc_bias`` leave armature out; jaxdyn's ``rnea`` includes it:
-``rnea = mj_rne(qacc) + armature * qacc`` (in MuJoCo's order: ``dof_armature``).
+Inverse dynamics: ``rnea(model, q, v, a) = T^T (M_mj qacc + qfrc_bias)`` with
+``qacc = a_to_mujoco(q, v, a)`` and ``M_mj`` from ``mj_fullM`` (which includes the armature;
+``mj_rne(flg_acc=1)`` leaves it out: add ``dof_armature * qacc``). jaxdyn's ``bias_forces`` is
+not ``T^T qfrc_bias`` for a free joint: see :meth:`Converter.bias_from_mujoco`.
 Works on numpy and JAX arrays (unbatched; ``jax.vmap`` the methods for batches).
 """
 
@@ -169,6 +171,16 @@ class Converter:
         """MuJoCo ``qacc`` -> jaxdyn ``a`` at ``(q, v)`` (jaxdyn's ``q`` and ``v``)."""
         return self.velocity_map(q).T @ qacc - self._drift(q, v)
 
+    def bias_from_mujoco(self, q, v, qfrc_bias, M_mj):
+        """MuJoCo's ``qfrc_bias`` (with its mass matrix ``M_mj``, ``mj_fullM``) -> jaxdyn's
+        ``bias_forces(model, q, v)``.
+
+        Not a plain force map where the model has a free joint: jaxdyn's zero acceleration is
+        MuJoCo's ``qacc0 = a_to_mujoco(q, v, 0)`` (the body-axes linear velocity turns with the
+        body), so ``bias = T^T (qfrc_bias + M_mj qacc0)``."""
+        qacc0 = self.a_to_mujoco(q, v, _xp(v).zeros_like(v))
+        return self.tau_from_mujoco(q, qfrc_bias + M_mj @ qacc0)
+
     def matrix_to_mujoco(self, q, M):
         """An ``nv x nv`` jaxdyn matrix (mass matrix, its inverse) -> MuJoCo's ``T M T^T``."""
         T = self.velocity_map(q)
@@ -190,3 +202,56 @@ class Converter:
         (``local_world_aligned``) over jaxdyn's ``v``."""
         xp = _xp(J_mj)
         return xp.take(J_mj, _SWAP6, axis=0) @ self.velocity_map(q)
+
+
+def mujoco_model_from_urdf(source, floating_base: bool = False):
+    """Compile a URDF with MuJoCo's URDF importer, for comparisons with :func:`jaxdyn.load_urdf`
+    (and for :func:`jaxdyn.load_mjcf`).
+
+    ``source``: a path or the URDF text. ``<visual>`` and ``<collision>`` elements are removed
+    (their meshes need not exist; neither changes the dynamics), fixed joints are kept as bodies
+    (``fusestatic="false"``, so every link stays a named body) and MuJoCo's mass / inertia
+    bounds are off. ``floating_base=True`` adds a free joint named ``"root_joint"`` (jaxdyn's
+    root joint name) to the root link's body, as ``load_urdf(..., floating_base=True)``.
+    Returns a ``mujoco.MjModel``; MuJoCo's compiler errors (e.g. an inertia that is not
+    positive definite, a moving body without mass) are raised as ``ValueError`` naming the
+    source.
+    """
+    import os
+    import xml.etree.ElementTree as ET
+
+    from ..model.mjcf import _import_mujoco
+
+    mujoco = _import_mujoco()
+    text = source if isinstance(source, str) and source.lstrip().startswith("<") else None
+    label = "<URDF string>" if text is not None else os.fspath(source)
+    if text is None:
+        with open(os.fspath(source)) as f:
+            text = f.read()
+    root = ET.fromstring(text)
+    if root.tag != "robot":
+        raise ValueError(f"mujoco_model_from_urdf: {label}: root element <{root.tag}>, not <robot>")
+    for link in root.findall("link"):
+        for tag in ("visual", "collision"):
+            for el in link.findall(tag):
+                link.remove(el)
+    for el in root.findall("mujoco"):
+        root.remove(el)
+    ext = ET.SubElement(root, "mujoco")
+    ET.SubElement(
+        ext,
+        "compiler",
+        fusestatic="false",
+        discardvisual="false",
+        balanceinertia="false",
+        boundmass="0",
+        boundinertia="0",
+    )
+    try:
+        spec = mujoco.MjSpec.from_string(ET.tostring(root, encoding="unicode"))
+        if floating_base:
+            spec.worldbody.first_body().add_freejoint(name="root_joint")
+        return spec.compile()
+    except ValueError as e:
+        msg = str(e).strip().replace("\n", "; ")
+        raise ValueError(f"mujoco_model_from_urdf: {label}: MuJoCo's compiler: {msg}") from None

@@ -331,6 +331,13 @@ def _local_frame(m, objtype, k):
     return _quat_to_mat(quat), pos
 
 
+def _get(m, name, n):
+    """``m.<name>``, or ``n`` zeros where this MuJoCo version has no such field (it predates
+    the feature, which is then absent)."""
+    x = getattr(m, name, None)
+    return np.zeros(n) if x is None else np.asarray(x)
+
+
 # ------------------------------------------------------------------------------- names
 def mujoco_names(mj_model, objtype: str) -> list:
     """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
@@ -518,7 +525,10 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     disabled = int(m.opt.disableflags)
 
     def dis(flag):
-        return bool(disabled & int(getattr(mujoco.mjtDisableBit, flag)))
+        bit = getattr(mujoco.mjtDisableBit, flag, None)
+        if bit is None:  # MuJoCo < 3.3: one "passive" flag for springs and dampers
+            bit = mujoco.mjtDisableBit.mjDSBL_PASSIVE
+        return bool(disabled & int(bit))
 
     def body_el(i):
         return f'<body name="{body_names[i]}">'
@@ -784,7 +794,7 @@ def _model_name(m, label):
 def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
     """Record every unsupported feature of the compiled model."""
     if m.ntendon:
-        arm = np.nonzero(np.asarray(m.tendon_armature))[0]
+        arm = np.nonzero(np.asarray(_get(m, "tendon_armature", m.ntendon)))[0]
         if len(arm):
             issues.hard(
                 f'<tendon name="{mujoco_names(m, "tendon")[int(arm[0])]}">: tendon armature adds '
@@ -816,12 +826,12 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
     passive = []
     if not dis("mjDSBL_SPRING"):
         for j in range(m.njnt):
-            if m.jnt_stiffness[j] != 0 or np.any(m.jnt_stiffnesspoly[j]):
+            if m.jnt_stiffness[j] != 0 or np.any(_get(m, "jnt_stiffnesspoly", m.njnt)[j]):
                 passive.append(f"{jnt_el(j)} stiffness={m.jnt_stiffness[j]:g}")
-        if m.nplastic:
+        if getattr(m, "nplastic", 0):
             passive.append(f"plasticity ({m.nplastic} state variables)")
     if not dis("mjDSBL_DAMPER"):
-        for d in np.nonzero(np.any(np.asarray(m.dof_dampingpoly) != 0, axis=-1))[0]:
+        for d in np.nonzero(np.any(np.asarray(_get(m, "dof_dampingpoly", m.nv)) != 0, axis=-1))[0]:
             passive.append(f"{jnt_el(int(m.dof_jntid[d]))} polynomial damping")
     if passive:
         more = f" ... ({len(passive)} in all)" if len(passive) > 4 else ""
@@ -861,9 +871,12 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             problems.append("a gain other than fixed (gaintype)")
         if int(m.actuator_biastype[u]) not in (0, 1):
             problems.append("a bias other than affine (biastype)")
-        if m.actuator_delay[u] != 0 or m.actuator_history[u, 0] > 0:
+        if (
+            _get(m, "actuator_delay", m.nu)[u] != 0
+            or np.ravel(_get(m, "actuator_history", m.nu)[u])[0] > 0
+        ):
             problems.append("a delay")
-        if np.any(m.actuator_dampingpoly[u]):
+        if np.any(_get(m, "actuator_dampingpoly", m.nu)[u]):
             problems.append("polynomial damping")
         if m.actuator_plugin[u] >= 0:
             problems.append("a plugin")
@@ -872,9 +885,9 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             continue
         gear = float(m.actuator_gear[u, 0])
         d = int(m.jnt_dofadr[jid])
-        arm[d] += gear * gear * float(m.actuator_armature[u])
+        arm[d] += gear * gear * float(_get(m, "actuator_armature", m.nu)[u])
         if not dis("mjDSBL_DAMPER"):
-            damp[d] += gear * gear * float(m.actuator_damping[u])
+            damp[d] += gear * gear * float(_get(m, "actuator_damping", m.nu)[u])
         gain = float(m.actuator_gainprm[u, 0])
         bias = tuple(float(x) for x in m.actuator_biasprm[u, :3])
         if int(m.actuator_biastype[u]) == 0:
