@@ -30,7 +30,11 @@ free ``qpos = [x; quat]``                 free joint, ``q = qpos`` (world positi
 free ``qvel = [v_world; ω_body]``         ``v = [ω_body; R^T v_world]``: a rotation that depends
                                           on ``q`` (:class:`jaxdyn.interop.mujoco.Converter`)
 ``body_mass``, ``body_ipos``,             ``mass``, ``com``, ``inertia`` (rotated into the
-``body_iquat``, ``body_inertia``          jaxdyn body's axes, merged bodies summed)
+``body_iquat``, ``body_inertia``          jaxdyn body's axes, merged bodies summed); where
+                                          MuJoCo marks a frame ``sameframe`` (``body_``,
+                                          ``site_``, ``geom_sameframe``) it is placed exactly
+                                          as ``mj_kinematics`` places it (MuJoCo drops offsets
+                                          below its tolerance, e.g. a mesh's ``ipos ~ 1e-9``)
 ``dof_armature`` (+ ``gear^2`` x          ``armature`` (``None`` if all zero)
 ``actuator_armature`` of joint motors)
 ``dof_damping`` (+ ``gear^2`` x           ``damping``
