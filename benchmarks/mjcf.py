@@ -248,6 +248,7 @@ def main(argv=None):
         print("JSON " + json.dumps(res))
         return
     rows, loaded, notes = [], None, []
+    load0 = os.getloadavg()[0]
     for name in a.dtypes.split(","):
         # float32 runs with x64 off (MJX promotes parts of a float32 model otherwise)
         jax.config.update("jax_enable_x64", name == "float64")
@@ -274,7 +275,9 @@ def main(argv=None):
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
         f"{mujoco.__version__}; single-threaded XLA (`{_env.SINGLE_THREAD_FLAGS}`); run "
-        f"{time.strftime('%Y-%m-%d %H:%M')} UTC by `python benchmarks/mjcf.py`.",
+        f"{time.strftime('%Y-%m-%d %H:%M')} UTC by `python benchmarks/mjcf.py`; load average "
+        f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} "
+        "cores (other work shares the machine when it exceeds 1).",
         "",
         f"`{Path(path).parent.name}/{Path(path).name}` from "
         f"{'mujoco-mjx test data' if 'mjx' in path else 'dm_control suite'} (nq = {mm.nq}, "

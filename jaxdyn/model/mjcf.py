@@ -242,8 +242,10 @@ class MJCFModel(NamedTuple):
         coordinate), :class:`jaxdyn.sim.PD` when all are position servos with ``gear = 1``.
 
         jaxdyn.sim clips the torque to ``model.effort_limit`` (symmetric) where MuJoCo clamps
-        ``ctrl`` to ``ctrlrange``: the same for symmetric ranges. Raises ``ValueError`` for any
-        other mix (use the :class:`Actuator` records)."""
+        ``ctrl`` to ``ctrlrange``: for motors with symmetric ranges the same (``effort_limit``
+        is ``|gear gain| max|ctrlrange|`` there); a position servo's ``ctrlrange`` clamps its
+        *target*, which :class:`jaxdyn.sim.PD` does not do (clamp ``ctrl`` before passing
+        it). Raises ``ValueError`` for any other mix (use the :class:`Actuator` records)."""
         from ..sim.actuators import PD, Torque
 
         acts = self.actuators
@@ -387,7 +389,7 @@ def _compile(mujoco, source, assets):
     """``(mjModel, label, xml)``: the compiled model, a label for messages, and what to scan
     for composite elements (a path, XML text, or ``None``)."""
     if isinstance(source, mujoco.MjModel):
-        return source, f"<MjModel {mujoco_names(source, 'body')[0]!r}>", None
+        return source, f"<MjModel {_model_name(source, '<MjModel>')!r}>", None
     if isinstance(source, mujoco.MjSpec):
         label = "<MjSpec>"
         try:
