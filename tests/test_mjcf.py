@@ -622,6 +622,18 @@ def test_load_dispatch(tmp_path):
     assert load_mjcf(mujoco.MjSpec.from_file(str(path))).model.nv == model.nv
 
 
+def test_assets(tmp_path):
+    """``assets`` (MuJoCo's VFS) serve includes of XML text and of a file."""
+    main = '<mujoco><include file="body.xml"/></mujoco>'
+    assets = {"body.xml": _mjcf().encode()}
+    assert load_mjcf(main, assets=assets).model.nv == 1
+    path = tmp_path / "main.xml"
+    path.write_text(main)
+    assert load_mjcf(path, assets=assets).model.nv == 1
+    with pytest.raises(ValueError, match="body.xml"):
+        load_mjcf(path)
+
+
 def test_sim_actuator_motors():
     xml = _mjcf(extra='<actuator><motor joint="j" gear="3"/></actuator>')
     act = load_mjcf(xml).sim_actuator()

@@ -410,12 +410,7 @@ def _compile(mujoco, source, assets):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"load_mjcf: no such file: {path!r}")
         if assets:
-            with open(path) as f:
-                text = f.read()
-            # keep relative includes / meshes working: compile from the file's directory
-            spec = mujoco.MjSpec.from_string(text, assets=assets)
-            spec.modelfiledir = os.path.dirname(os.path.abspath(path))
-            return spec.compile(), label, path
+            return mujoco.MjModel.from_xml_path(path, assets), label, path
         return mujoco.MjModel.from_xml_path(path), label, path
     except ValueError as e:
         msg = str(e).strip().replace("\n", "; ")
