@@ -57,7 +57,7 @@ class Converter:
     """Converter between a jaxdyn ``model`` (a :class:`jaxdyn.Model` or an
     :class:`~jaxdyn.model.mjcf.MJCFModel`) and a compiled ``mujoco.MjModel`` of the same robot.
 
-    Joints are matched by name (unnamed MuJoCo joints are ``joint<id>``, as
+    Joints are matched by name (unnamed MuJoCo joints are ``jnt<id>``, as
     :func:`jaxdyn.load_mjcf` names them). Attributes: ``q_index`` (``q = qpos[q_index]``),
     ``v_index`` (MuJoCo dof of each jaxdyn velocity coordinate, before the free-joint
     rotation).
