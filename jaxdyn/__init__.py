@@ -8,8 +8,10 @@ analytic ``custom_jvp`` rules (:mod:`jaxdyn.derivatives`; the plain ones are
 ``jaxdyn.algorithms.rnea.rnea`` / ``jaxdyn.algorithms.aba.aba``); ``jaxdyn.load_urdf`` reads
 URDF and URDF+ files (:func:`jaxdyn.clusters.urdfplus.load_urdf`: a file with loop tags gives a
 :class:`jaxdyn.clusters.ClusterModel`, any other a :class:`Model`);
-``random_configuration`` / ``neutral_configuration`` accept both model types. Global switches
-are in :mod:`jaxdyn.config`.
+``jaxdyn.load_mjcf`` reads MJCF (MuJoCo XML) through MuJoCo's compiler
+(:mod:`jaxdyn.model.mjcf`, ``pip install 'jaxdyn[mjcf]'``) and ``jaxdyn.load`` picks the loader
+from the file's root element; ``random_configuration`` / ``neutral_configuration`` accept both
+model types. Global switches are in :mod:`jaxdyn.config`.
 """
 
 __version__ = "0.1.0"
@@ -67,6 +69,11 @@ from .clusters.urdfplus import load_urdf as load_urdf
 from ._api import neutral_configuration as neutral_configuration
 from ._api import random_configuration as random_configuration
 
+# MJCF models through MuJoCo's compiler (issue #14; needs the optional ``mujoco`` package, imported
+# only when an MJCF file is loaded), and a loader dispatching on the file's root element.
+from .model.mjcf import load as load
+from .model.mjcf import load_mjcf as load_mjcf
+
 # Nori's sparse-matrix dynamics (issue #13): inverse, forward dynamics and estimation as one
 # sparse linear system, orderings optimised offline.
 from . import nori as nori
@@ -108,6 +115,8 @@ __all__ = [
     "jit",
     "joint_jacobians",
     "kinetic_energy",
+    "load",
+    "load_mjcf",
     "load_urdf",
     "minv",
     "neutral_configuration",

@@ -1,0 +1,1123 @@
+"""MJCF (MuJoCo XML) models, compiled by MuJoCo's own compiler into a jaxdyn :class:`Model`.
+
+``load_mjcf`` hands the file (or text, or an ``mujoco.MjSpec`` / ``mujoco.MjModel``) to MuJoCo
+(``mujoco.MjModel.from_xml_path`` / ``from_xml_string``), so every default class, ``<include>``,
+``<frame>``, ``fromto``, ``inertiafromgeom`` and angle unit is resolved exactly as MuJoCo does,
+and then reads the compiled ``mjModel``. ``mujoco`` is an optional dependency
+(``pip install 'jaxdyn[mjcf]'``); it is imported only when an MJCF file is loaded.
+
+How the compiled MuJoCo quantities map to jaxdyn's:
+
+=======================================  ======================================================
+MuJoCo (``mjModel``)                      jaxdyn
+=======================================  ======================================================
+body with no joint                        welded to its parent body (merged, as a URDF fixed
+                                          joint); still a frame
+body with joints ``j0 .. jk``             a chain of ``k + 1`` jaxdyn bodies, one per joint; the
+                                          first ``k`` are massless and named ``body/joint``, the
+                                          last carries the body's name, mass and children
+``body_pos``, ``body_quat``               ``Xtree`` (placement of the joint frame in the parent)
+``jnt_pos`` (anchor), ``jnt_axis``        joint frame origin at the anchor, ``dof_axis`` the
+                                          axis (``[a; 0]`` hinge, ``[0; a]`` slide)
+hinge / slide ``qpos``                    ``q`` **equal to** ``qpos``: MuJoCo rotates by
+                                          ``qpos - qpos0`` (``qpos0 = ref``); the constant
+                                          ``-ref`` rotation (translation) is folded into
+                                          ``Xtree``, so ranges, keyframes and actuator lengths
+                                          keep their MuJoCo values
+ball ``qpos`` (w x y z), ``qvel``         spherical joint, ``q = qpos``, ``v = qvel`` (angular
+                                          velocity in the child frame)
+free ``qpos = [x; quat]``                 free joint, ``q = qpos`` (world position, ``w x y z``)
+free ``qvel = [v_world; ω_body]``         ``v = [ω_body; R^T v_world]``: a rotation that depends
+                                          on ``q`` (:class:`jaxdyn.interop.mujoco.Converter`)
+``body_mass``, ``body_ipos``,             ``mass``, ``com``, ``inertia`` (rotated into the
+``body_iquat``, ``body_inertia``          jaxdyn body's axes, merged bodies summed); where
+                                          MuJoCo marks a frame ``sameframe`` (``body_``,
+                                          ``site_``, ``geom_sameframe``) it is placed exactly
+                                          as ``mj_kinematics`` places it (MuJoCo drops offsets
+                                          below its tolerance, e.g. a mesh's ``ipos ~ 1e-9``)
+``dof_armature`` (+ ``gear^2`` x          ``armature`` (``None`` if all zero)
+``actuator_armature`` of joint motors)
+``dof_damping`` (+ ``gear^2`` x           ``damping``
+``actuator_damping``)
+``dof_frictionloss``                      ``friction`` (jaxdyn.sim: smooth Coulomb friction;
+                                          MuJoCo: a dry-friction constraint)
+``jnt_range`` (limited hinge / slide)     ``q_lower``, ``q_upper`` (``-inf`` / ``inf`` otherwise)
+actuators, ``jnt_actfrcrange``            ``effort_limit`` (bound on the actuators' torque on
+                                          the coordinate; ``inf`` where unbounded or
+                                          unactuated), and :class:`Actuator` records
+(none)                                    ``velocity_limit`` = ``inf``
+``opt.gravity``                           ``gravity`` (zero with ``<flag gravity="disable">``)
+bodies, sites, joints                     frames: every body by name (the world is
+                                          ``"world"``), every site (``"site:<name>"`` where a
+                                          body has that name), every joint at its anchor (where
+                                          its name is free)
+sphere / capsule / box geoms              :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box`` on
+                                          the body's frame (capsule ``length = 2 size[1]``, box
+                                          ``size = 2 size``), the ones that collide with:
+plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
+``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
+(or a static body)                        (``local_world_aligned``, with ``target``)
+``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
+=======================================  ======================================================
+
+Features jaxdyn cannot represent raise a ``ValueError`` naming the element and the feature,
+all found at once, never a silent difference. Where the feature only adds forces that the
+rigid-body quantities do not contain (mass matrix, bias forces, Jacobians, kinematics are
+exact without it) the error gives the ``ignore=(...)`` that loads the model without it:
+
+================  ============================================================================
+``ignore`` key    feature
+================  ============================================================================
+``"tendon"``      tendons (their passive, limit and actuator forces; tendon armature changes the
+                  mass matrix and is always an error)
+``"fluid"``       fluid forces (``<option density / viscosity>``)
+``"passive"``     joint springs (``stiffness``, ``springref``), polynomial damping, plasticity
+``"gravcomp"``    gravity compensation of bodies (``gravcomp``)
+``"equality"``    equality constraints other than connect / weld to the world (joint, tendon,
+                  flex, distance; connect / weld between two moving bodies: loop closures)
+``"ball_limit"``  range (cone) limits of ball joints
+``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
+                  joint, activation dynamics, muscle / PID / user gains, delays
+``"geom"``        collision geometry jaxdyn.sim cannot use: other shapes (mesh, cylinder,
+                  ellipsoid, hfield, sdf) that touch the terrain, static obstacles other than
+                  one ground plane, planes on moving bodies, explicit ``<contact><pair>``
+``"mocap"``       mocap bodies (kept fixed at their model pose)
+``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
+``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
+``"plugin"``      engine plugins
+``"composite"``   ``<composite>`` / ``<flexcomp>`` elements (their bodies load, their
+                  elasticity does not)
+================  ============================================================================
+
+Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
+refuses both), tendon armature.
+
+jaxdyn.sim contacts are primitives against the terrain only: collisions between the robot's
+own geoms (MuJoCo's self-collisions) are not modelled; contact softness (``solref``,
+``solimp``), condim and per-geom friction are not read.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints
+from .model import Model, make_topology
+
+__all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
+
+#: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
+FEATURES = {
+    "tendon": "tendons",
+    "fluid": "fluid forces",
+    "passive": "joint springs, polynomial damping and plasticity",
+    "gravcomp": "gravity compensation",
+    "equality": "equality constraints jaxdyn cannot express",
+    "ball_limit": "ball joint range limits",
+    "actuator": "actuators jaxdyn does not model",
+    "geom": "collision geometry jaxdyn.sim cannot use",
+    "mocap": "mocap bodies (fixed at their model pose)",
+    "frictionloss": "frictionloss on free-joint translations",
+    "flex": "flexes",
+    "plugin": "engine plugins",
+    "composite": "<composite> / <flexcomp> elements",
+}
+
+_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
+_KIND = {
+    _FREE: joints.FREE,
+    _BALL: joints.SPHERICAL,
+    _SLIDE: joints.ONE_DOF,
+    _HINGE: joints.ONE_DOF,
+}
+_JNT_NAME = {_FREE: "free", _BALL: "ball", _SLIDE: "slide", _HINGE: "hinge"}
+_GEOM_NAMES = (
+    "plane",
+    "hfield",
+    "sphere",
+    "capsule",
+    "ellipsoid",
+    "cylinder",
+    "box",
+    "mesh",
+    "sdf",
+)
+_PLANE, _SPHERE, _CAPSULE, _BOX = 0, 2, 3, 6
+_OBJ_SITE = 6
+_EQ_CONNECT, _EQ_WELD = 0, 1
+_EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
+_TRN_JOINT, _TRN_JOINTINPARENT = 0, 1
+_TRN_NAMES = ("joint", "jointinparent", "slidercrank", "tendon", "site", "body", "so3")
+
+MJCF_HINT = "pip install 'jaxdyn[mjcf]'"
+
+
+def _import_mujoco():
+    try:
+        import mujoco
+    except ImportError as e:
+        raise ImportError(
+            f"loading MJCF needs MuJoCo's compiler (the mujoco package): {MJCF_HINT}"
+        ) from e
+    return mujoco
+
+
+class Actuator(NamedTuple):
+    """One MuJoCo actuator on a hinge or slide joint, in jaxdyn's terms.
+
+    ``joint``: jaxdyn joint name (the MuJoCo joint's), ``dof``: its index in ``v``. The torque
+    it adds to ``tau[dof]`` is exactly MuJoCo's::
+
+        ctrl_c = clip(ctrl, *ctrlrange)                       # if ctrlrange is not None
+        force = gain * ctrl_c + bias[0] + bias[1] * gear * q + bias[2] * gear * v
+        force = clip(force, *forcerange)                      # if forcerange is not None
+        tau[dof] += gear * force
+
+    (``q`` and ``v`` the joint's coordinate: jaxdyn's ``q`` equals MuJoCo's ``qpos``).
+    ``kind``: ``"motor"`` (no bias), ``"position"`` (``bias = (0, -kp, -kv)``, ``gain = kp``),
+    ``"velocity"`` (``bias = (0, 0, -kv)``, ``gain = kv``) or ``"affine"`` (any other
+    ``gaintype="fixed"``, ``biastype="affine"`` actuator). ``actuator_armature`` and
+    ``actuator_damping`` are folded into the model's ``armature`` and ``damping``
+    (times ``gear^2``).
+    """
+
+    name: str
+    joint: str
+    dof: int
+    kind: str
+    gear: float
+    gain: float
+    bias: tuple
+    ctrlrange: tuple | None
+    forcerange: tuple | None
+
+
+class MJCFModel(NamedTuple):
+    """What :func:`load_mjcf` returns.
+
+    - ``model``: the :class:`jaxdyn.Model` (dynamics, kinematics, joint properties);
+    - ``contacts``: :mod:`jaxdyn.sim` primitives (``Sphere``, ``Capsule``, ``Box``) on body
+      frames, one per collision geom that touches the terrain (compile them with
+      ``jaxdyn.sim.contact_set(model, contacts)``);
+    - ``terrain``: the ground plane (:class:`jaxdyn.sim.Plane`) or ``None``;
+    - ``constraints``: :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` of the equality
+      constraints, with ``constraint_active`` (MuJoCo's ``eq_active0``) beside them;
+    - ``actuators``: :class:`Actuator` records in MuJoCo's actuator (``ctrl``) order;
+    - ``q0``: MuJoCo's ``qpos0`` (the reference configuration) as a jaxdyn ``q``;
+    - ``keyframes``: ``{name: (q, v)}`` from ``<keyframe>`` in jaxdyn's layout;
+    - ``timestep``: ``opt.timestep``;
+    - ``ignored``: the messages of the features dropped through ``ignore=``;
+    - ``site_frames``: MuJoCo site name -> jaxdyn frame name;
+    - ``mj_model``: the compiled ``mujoco.MjModel`` (for :meth:`converter` and as an oracle).
+    """
+
+    model: Model
+    contacts: tuple
+    terrain: object
+    constraints: tuple
+    constraint_active: tuple
+    actuators: tuple
+    q0: np.ndarray
+    keyframes: dict
+    timestep: float
+    ignored: tuple
+    site_frames: dict
+    mj_model: object
+
+    def converter(self):
+        """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
+        from ..interop.mujoco import Converter
+
+        return Converter(self.model, self.mj_model)
+
+    def sim_actuator(self):
+        """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
+        MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per
+        coordinate), :class:`jaxdyn.sim.PD` when all are position servos with ``gear = 1``.
+
+        jaxdyn.sim clips the torque to ``model.effort_limit`` (symmetric) where MuJoCo clamps
+        ``ctrl`` to ``ctrlrange``: for motors with symmetric ranges the same (``effort_limit``
+        is ``|gear gain| max|ctrlrange|`` there); a position servo's ``ctrlrange`` clamps its
+        *target*, which :class:`jaxdyn.sim.PD` does not do (clamp ``ctrl`` before passing
+        it). Raises ``ValueError`` for any other mix (use the :class:`Actuator` records)."""
+        from ..sim.actuators import PD, Torque
+
+        acts = self.actuators
+        if not acts:
+            raise ValueError("sim_actuator: the model has no actuators")
+        dofs = tuple(a.dof for a in acts)
+        if len(set(dofs)) != len(dofs):
+            raise ValueError("sim_actuator: several actuators drive one coordinate")
+        kinds = {a.kind for a in acts}
+        if kinds == {"motor"}:
+            return Torque(gear=jnp.asarray([a.gear * a.gain for a in acts]), dofs=dofs)
+        if kinds == {"position"} and all(a.gear == 1.0 for a in acts):
+            kp = jnp.asarray([a.gain for a in acts])
+            kd = jnp.asarray([-a.bias[2] for a in acts])
+            return PD(kp=kp, kd=kd, dofs=dofs)
+        raise ValueError(
+            f"sim_actuator: actuators of kinds {sorted(kinds)} (gears "
+            f"{sorted({a.gear for a in acts})}) have no single jaxdyn.sim equivalent; only "
+            "all motors or all gear-1 position servos do"
+        )
+
+
+# ------------------------------------------------------------------------------- geometry
+def _quat_to_mat(q):
+    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _axis_angle(a, theta):
+    a = np.asarray(a, float)
+    K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    return np.eye(3) + np.sin(theta) * K + (1 - np.cos(theta)) * K @ K
+
+
+def _compose(A, B):
+    (RA, pA), (RB, pB) = A, B
+    return RA @ RB, RA @ pB + pA
+
+
+def _trans(p):
+    return np.eye(3), np.asarray(p, float).copy()
+
+
+_IDENT = (np.eye(3), np.zeros(3))
+
+
+def _skew(w):
+    return np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+
+
+# MuJoCo's compiler marks a frame that coincides with its body's frame (or inertial frame) up
+# to its tolerance as "sameframe" and then places it *exactly* there, ignoring the tiny stored
+# offset (e.g. body_ipos ~ 1e-9 of a mesh's computed inertia): follow it, as mj_kinematics does.
+_SF_BODY, _SF_INERTIA, _SF_BODYROT, _SF_INERTIAROT = 1, 2, 3, 4
+
+
+def _inertial_frame(m, i):
+    """Placement of MuJoCo body ``i``'s inertial frame in its body frame, as MuJoCo uses it."""
+    sf = int(m.body_sameframe[i]) if hasattr(m, "body_sameframe") else 0
+    if sf == _SF_BODY:
+        return _IDENT
+    pos = np.array(m.body_ipos[i], float)
+    if sf == _SF_BODYROT:
+        return np.eye(3), pos
+    return _quat_to_mat(m.body_iquat[i]), pos
+
+
+def _local_frame(m, objtype, k):
+    """Placement of site / geom ``k`` in its body frame, as mj_kinematics computes it."""
+    body = int(getattr(m, f"{objtype}_bodyid")[k])
+    pos = np.array(getattr(m, f"{objtype}_pos")[k], float)
+    quat = getattr(m, f"{objtype}_quat")[k]
+    sf_all = getattr(m, f"{objtype}_sameframe", None)
+    sf = int(sf_all[k]) if sf_all is not None else 0
+    if sf == _SF_BODY:
+        return _IDENT
+    if sf == _SF_INERTIA:
+        return _inertial_frame(m, body)
+    if sf == _SF_BODYROT:
+        return np.eye(3), pos
+    if sf == _SF_INERTIAROT:
+        return _inertial_frame(m, body)[0], pos
+    return _quat_to_mat(quat), pos
+
+
+def _get(m, name, n):
+    """``m.<name>``, or ``n`` zeros where this MuJoCo version has no such field (it predates
+    the feature, which is then absent)."""
+    x = getattr(m, name, None)
+    return np.zeros(n) if x is None else np.asarray(x)
+
+
+# ------------------------------------------------------------------------------- names
+def mujoco_names(mj_model, objtype: str) -> list:
+    """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
+    ``"actuator"``, ``"eq"``, ``"key"``) as jaxdyn uses them: unnamed ones are
+    ``"<objtype><id>"`` (made unique)."""
+    n = {
+        "body": mj_model.nbody,
+        "jnt": mj_model.njnt,
+        "site": mj_model.nsite,
+        "geom": mj_model.ngeom,
+        "actuator": mj_model.nu,
+        "eq": mj_model.neq,
+        "key": mj_model.nkey,
+        "tendon": mj_model.ntendon,
+    }[objtype]
+    adr = getattr(mj_model, f"name_{objtype}adr")
+    raw = bytes(mj_model.names)
+    names = [raw[int(adr[i]) :].split(b"\0", 1)[0].decode() for i in range(n)]
+    taken = set(names)
+    out = []
+    for i, s in enumerate(names):
+        if not s:
+            s = f"{objtype}{i}"
+            while s in taken:
+                s += "_"
+            taken.add(s)
+        out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------------------- compiling
+def _source_label(source) -> str:
+    if isinstance(source, (str, os.PathLike)) and not _is_xml_text(source):
+        return os.fspath(source)
+    return "<MJCF string>"
+
+
+def _is_xml_text(source) -> bool:
+    return isinstance(source, str) and source.lstrip().startswith("<")
+
+
+def _compile(mujoco, source, assets):
+    """``(mjModel, label, xml)``: the compiled model, a label for messages, and what to scan
+    for composite elements (a path, XML text, or ``None``)."""
+    if isinstance(source, mujoco.MjModel):
+        return source, f"<MjModel {_model_name(source, '<MjModel>')!r}>", None
+    if isinstance(source, mujoco.MjSpec):
+        label = "<MjSpec>"
+        try:
+            return source.compile(), label, None
+        except ValueError as e:
+            raise ValueError(f"load_mjcf: {label}: MuJoCo's compiler: {e}") from None
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            "load_mjcf: source must be a path, MJCF text, a mujoco.MjSpec or a mujoco.MjModel; "
+            f"got {type(source).__name__}"
+        )
+    label = _source_label(source)
+    try:
+        if _is_xml_text(source):
+            m = mujoco.MjModel.from_xml_string(source, assets or {})
+            return m, label, source
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"load_mjcf: no such file: {path!r}")
+        if assets:
+            return mujoco.MjModel.from_xml_path(path, assets), label, path
+        return mujoco.MjModel.from_xml_path(path), label, path
+    except ValueError as e:
+        msg = str(e).strip().replace("\n", "; ")
+        raise ValueError(f"load_mjcf: {label}: MuJoCo's compiler: {msg}") from None
+
+
+def _composite_elements(xml, seen=None) -> list:
+    """``<composite>`` / ``<flexcomp>`` elements of an MJCF file (path) or text, following
+    ``<include file>``; the file compiled already, so parse problems are not reported here."""
+    seen = set() if seen is None else seen
+    try:
+        if _is_xml_text(xml):
+            root, base = ET.fromstring(xml), None
+        else:
+            path = os.path.abspath(xml)
+            if path in seen:
+                return []
+            seen.add(path)
+            root, base = ET.parse(path).getroot(), os.path.dirname(path)
+    except (ET.ParseError, OSError, ValueError):
+        return []
+    found = []
+    for el in root.iter():
+        if el.tag in ("composite", "flexcomp"):
+            prefix = el.get("prefix") or el.get("name") or ""
+            found.append(f"<{el.tag} type={el.get('type')!r} prefix/name={prefix!r}>")
+        elif el.tag == "include" and base is not None and el.get("file"):
+            found += _composite_elements(os.path.join(base, el.get("file")), seen)
+    return found
+
+
+# ------------------------------------------------------------------------------- loading
+def load_mjcf(
+    source,
+    *,
+    ignore=(),
+    assets: dict | None = None,
+) -> MJCFModel:
+    """Load an MJCF model (a MuJoCo XML file; also a URDF MuJoCo can compile) through
+    MuJoCo's compiler.
+
+    **Arguments:**
+
+    - ``source``: a path, the XML text, a ``mujoco.MjSpec`` or a compiled ``mujoco.MjModel``.
+    - ``ignore``: keys of :data:`FEATURES` to drop instead of refusing (see the module
+      docstring); ``"all"`` drops every ignorable feature.
+    - ``assets``: ``{filename: bytes}`` for meshes and includes of XML text (MuJoCo's VFS).
+
+    **Returns:** an :class:`MJCFModel` (``.model`` is the :class:`jaxdyn.Model`). Its
+    parameters are stored in the default float dtype, as :func:`jaxdyn.load_urdf`'s: enable
+    ``jax_enable_x64`` first for float64.
+
+    **Raises:** ``ImportError`` without the ``mujoco`` package; ``ValueError`` with MuJoCo's
+    compiler message (element, line) and the file for a malformed model; ``ValueError`` naming
+    every unsupported element and feature, and the ``ignore=`` that would load the rest.
+    """
+    mujoco = _import_mujoco()
+    keys = _check_ignore(ignore)
+    m, label, xml = _compile(mujoco, source, assets)
+    issues = _Issues(label, keys)
+    if xml is not None:
+        for el in _composite_elements(xml):
+            issues.add("composite", f"{el}: composite bodies")
+    return _build(mujoco, m, label, issues)
+
+
+def _check_ignore(ignore) -> frozenset:
+    if isinstance(ignore, str):
+        ignore = tuple(FEATURES) if ignore == "all" else (ignore,)
+    keys = frozenset(ignore)
+    bad = sorted(keys - set(FEATURES))
+    if bad:
+        raise ValueError(
+            f"load_mjcf: unknown ignore keys {bad}; known: {sorted(FEATURES)} (or 'all')"
+        )
+    return keys
+
+
+class _Issues:
+    """Unsupported features found while reading a model: raised together at the end unless
+    their keys are ignored."""
+
+    def __init__(self, label, ignore):
+        self.label, self.ignore = label, ignore
+        self.errors, self.dropped = [], []
+
+    def add(self, key, msg):
+        (self.dropped if key in self.ignore else self.errors).append((key, msg))
+
+    def hard(self, msg):
+        raise ValueError(f"load_mjcf: {self.label}: {msg}")
+
+    def raise_if_any(self):
+        if not self.errors:
+            return
+        keys = sorted({k for k, _ in self.errors})
+        lines = [f"  [{k}] {msg}" for k, msg in self.errors[:40]]
+        if len(self.errors) > 40:
+            lines.append(f"  ... ({len(self.errors)} in all)")
+        raise ValueError(
+            f"load_mjcf: {self.label}: features jaxdyn does not support:\n"
+            + "\n".join(lines)
+            + f"\nThe rigid-body model (mass matrix, bias forces, kinematics, Jacobians) does not"
+            f" depend on them: pass ignore={tuple(keys)!r} to load it without them."
+        )
+
+
+def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
+    body_names = mujoco_names(m, "body")
+    jnt_names = mujoco_names(m, "jnt")
+    site_names = mujoco_names(m, "site")
+    geom_names = mujoco_names(m, "geom")
+    disabled = int(m.opt.disableflags)
+
+    def dis(flag):
+        bit = getattr(mujoco.mjtDisableBit, flag, None)
+        if bit is None:  # MuJoCo < 3.3: one "passive" flag for springs and dampers
+            bit = mujoco.mjtDisableBit.mjDSBL_PASSIVE
+        return bool(disabled & int(bit))
+
+    def body_el(i):
+        return f'<body name="{body_names[i]}">'
+
+    def jnt_el(j):
+        return f'<joint name="{jnt_names[j]}" type="{_JNT_NAME[int(m.jnt_type[j])]}">'
+
+    # ------------------------------------------------------------ tree: one body per joint
+    place = {0: (-1, _IDENT)}  # MuJoCo body -> (jaxdyn dfs body or -1, MuJoCo frame in it)
+    bodies = []  # dicts: name, joint, mj_joint, kind, parent, X, axis
+    joint_body = {}  # MuJoCo joint -> jaxdyn dfs body
+    for i in range(1, m.nbody):
+        pb, T = place[int(m.body_parentid[i])]
+        Xb = _compose(T, (_quat_to_mat(m.body_quat[i]), np.array(m.body_pos[i], float)))
+        ja, jn = int(m.body_jntadr[i]), int(m.body_jntnum[i])
+        for k, j in enumerate(range(ja, ja + jn)):
+            typ = int(m.jnt_type[j])
+            anchor = np.array(m.jnt_pos[j], float)
+            axis = np.array(m.jnt_axis[j], float)
+            ref = float(m.qpos0[m.jnt_qposadr[j]])
+            ax6 = None
+            if typ == _FREE:
+                if pb != -1 or jn != 1:  # pragma: no cover - MuJoCo's compiler refuses these
+                    issues.hard(
+                        f"{jnt_el(j)}: a free joint must be the only joint of a top-level body"
+                    )
+                X, after = _IDENT, _IDENT
+            elif typ == _BALL:
+                X, after = _compose(Xb, _trans(anchor)), _trans(-anchor)
+            elif typ == _HINGE:
+                X = _compose(_compose(Xb, _trans(anchor)), (_axis_angle(axis, -ref), np.zeros(3)))
+                after = _trans(-anchor)
+                ax6 = np.concatenate([axis, np.zeros(3)])
+            else:  # slide: the anchor does not move anything
+                X, after = _compose(Xb, _trans(-ref * axis)), _IDENT
+                ax6 = np.concatenate([np.zeros(3), axis])
+            name = body_names[i] if k == jn - 1 else f"{body_names[i]}/{jnt_names[j]}"
+            bodies.append(
+                dict(
+                    name=name,
+                    joint=jnt_names[j],
+                    mj_joint=j,
+                    kind=_KIND[typ],
+                    parent=pb,
+                    X=X,
+                    axis=ax6,
+                    mj_body=i,
+                )
+            )
+            pb, Xb = len(bodies) - 1, after
+            joint_body[j] = pb
+        place[i] = (pb, Xb)
+
+    # ------------------------------------------------------------ depth sort (as build.py)
+    depth = []
+    for b in bodies:
+        depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
+    by_depth = [[] for _ in range(max(depth, default=-1) + 1)]
+    for i, d in enumerate(depth):
+        by_depth[d].append(i)
+    order, new_index = [], {}
+    for at_d in by_depth:
+        at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
+        for i in at_d:
+            new_index[i] = len(order)
+            order.append(i)
+    nb = len(bodies)
+
+    def remap(b):
+        return -1 if b < 0 else new_index[b]
+
+    parent = np.array([remap(bodies[o]["parent"]) for o in order], np.int64)
+    kind = np.array([bodies[o]["kind"] for o in order], np.int64)
+    Xtree_R = np.array([bodies[o]["X"][0] for o in order], float).reshape(nb, 3, 3)
+    Xtree_p = np.array([bodies[o]["X"][1] for o in order], float).reshape(nb, 3)
+    dof_axis, dof_mj = [], []  # per jaxdyn velocity coordinate: axis, MuJoCo dof
+    for o in order:
+        b = bodies[o]
+        adr = int(m.jnt_dofadr[b["mj_joint"]])
+        if b["kind"] == joints.ONE_DOF:
+            dof_axis.append(b["axis"])
+            dof_mj.append(adr)
+        elif b["kind"] == joints.SPHERICAL:
+            dof_axis.extend(np.eye(6)[:3])
+            dof_mj += [adr, adr + 1, adr + 2]
+        else:  # jaxdyn [ω; v] against MuJoCo [v; ω]
+            dof_axis.extend(np.eye(6))
+            dof_mj += [adr + 3, adr + 4, adr + 5, adr, adr + 1, adr + 2]
+    dof_axis = np.array(dof_axis, float).reshape(-1, 6)
+    dof_mj = np.array(dof_mj, np.int64)
+
+    # ------------------------------------------------------------ inertias
+    m_acc, h_acc, I_acc = np.zeros(nb), np.zeros((nb, 3)), np.zeros((nb, 3, 3))
+    for i in range(1, m.nbody):
+        b, (R, p) = place[i]
+        mass = float(m.body_mass[i])
+        if b < 0 or mass == 0.0 and not np.any(m.body_inertia[i]):
+            continue
+        bi = new_index[b]
+        Rin, pin_ = _inertial_frame(m, i)
+        Ri = R @ Rin
+        c = R @ pin_ + p
+        Ic = Ri @ np.diag(np.array(m.body_inertia[i], float)) @ Ri.T
+        C = _skew(c)
+        m_acc[bi] += mass
+        h_acc[bi] += mass * c
+        I_acc[bi] += Ic - mass * C @ C
+    com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
+    inertia = np.array(
+        [I_acc[i] + m_acc[i] * _skew(com[i]) @ _skew(com[i]) for i in range(nb)], float
+    ).reshape(nb, 3, 3)
+
+    # ------------------------------------------------------------ frames
+    frame_names, frame_parent, frame_R, frame_p = [], [], [], []
+
+    def add_frame(name, b, X):
+        frame_names.append(name)
+        frame_parent.append(remap(b))
+        frame_R.append(X[0])
+        frame_p.append(X[1])
+
+    for i in range(m.nbody):
+        add_frame(body_names[i], *place[i])
+    taken = set(frame_names)
+    site_frames = {}
+    for s in range(m.nsite):
+        b, T = place[int(m.site_bodyid[s])]
+        name = site_names[s]
+        if name in taken:
+            name = f"site:{name}"
+            while name in taken:
+                name += "_"
+        taken.add(name)
+        site_frames[site_names[s]] = name
+        add_frame(name, b, _compose(T, _local_frame(m, "site", s)))
+    for j, b in joint_body.items():
+        if jnt_names[j] not in taken:
+            taken.add(jnt_names[j])
+            add_frame(jnt_names[j], b, _IDENT)
+
+    # ------------------------------------------------------------ features
+    _check_features(mujoco, m, issues, body_el, jnt_el, dis, place)
+
+    # ------------------------------------------------------------ actuators
+    arm = np.array(m.dof_armature, float).copy()
+    damp = np.array(m.dof_damping, float).copy() if not dis("mjDSBL_DAMPER") else np.zeros(m.nv)
+    actuators, effort = _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis)
+
+    # ------------------------------------------------------------ joint properties
+    nv = len(dof_mj)
+    lo, hi = [], []
+    for o in order:
+        j = bodies[o]["mj_joint"]
+        typ = int(m.jnt_type[j])
+        if typ in (_HINGE, _SLIDE) and m.jnt_limited[j] and not dis("mjDSBL_LIMIT"):
+            lo.append(float(m.jnt_range[j, 0]))
+            hi.append(float(m.jnt_range[j, 1]))
+        else:
+            n = joints.NQ[_KIND[typ]]
+            lo += [-np.inf] * n
+            hi += [np.inf] * n
+    fric = np.array(m.dof_frictionloss, float)
+    if dis("mjDSBL_FRICTIONLOSS"):
+        fric = np.zeros(m.nv)
+    for j in range(m.njnt):  # free joints: armature and damping must be isotropic per block
+        if int(m.jnt_type[j]) != _FREE:
+            continue
+        a = int(m.jnt_dofadr[j])
+        for what, x in (("armature", arm), ("damping", damp)):
+            if np.ptp(x[a : a + 3]) > 0:  # pragma: no cover - one value per joint in MJCF
+                issues.hard(f"{jnt_el(j)}: {what} differs between the translations (world axes)")
+        if np.any(fric[a : a + 3]):
+            issues.add(
+                "frictionloss",
+                f"{jnt_el(j)}: frictionloss on the translations acts along world axes "
+                "(jaxdyn.sim: per coordinate, in base axes)",
+            )
+            fric[a : a + 3] = 0.0
+    props = dict(
+        q_lower=lo,
+        q_upper=hi,
+        effort_limit=effort[dof_mj] if nv else np.zeros(0),
+        velocity_limit=np.full(nv, np.inf),
+        damping=damp[dof_mj],
+        friction=fric[dof_mj],
+    )
+
+    # ------------------------------------------------------------ the model
+    gravity = np.zeros(3) if dis("mjDSBL_GRAVITY") else np.array(m.opt.gravity, float)
+    single_free_root = nb > 0 and kind[0] == joints.FREE and int(np.sum(parent < 0)) == 1
+    topo = make_topology(
+        name=_model_name(m, label),
+        parent=parent,
+        kind=kind,
+        joint_names=[bodies[o]["joint"] for o in order],
+        body_names=[bodies[o]["name"] for o in order],
+        frame_names=frame_names,
+        frame_parent=frame_parent,
+        floating_base=bool(single_free_root),
+        root_name=body_names[0],
+    )
+    nf = len(frame_names)
+    params = dict(
+        Xtree_R=Xtree_R,
+        Xtree_p=Xtree_p,
+        dof_axis=dof_axis,
+        mass=m_acc,
+        com=com,
+        inertia=inertia,
+        frame_R=np.array(frame_R, float).reshape(nf, 3, 3),
+        frame_p=np.array(frame_p, float).reshape(nf, 3),
+        gravity=gravity,
+        **props,
+    )
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    leaves = {k: jnp.asarray(np.asarray(x, float).astype(dtype)) for k, x in params.items()}
+    armature = arm[dof_mj]
+    if np.any(armature):
+        leaves["armature"] = jnp.asarray(armature.astype(dtype))
+    model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
+
+    # ------------------------------------------------------------ contacts, constraints
+    contacts, terrain = (), None
+    if not dis("mjDSBL_CONTACT"):
+        contacts, terrain = _contacts(m, issues, place, body_names, geom_names)
+    constraints, active = (), ()
+    if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
+        constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
+    issues.raise_if_any()
+
+    from ..interop.mujoco import Converter
+
+    conv = Converter(model, m)
+    q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    keyframes = {}
+    for k, name in enumerate(mujoco_names(m, "key")):
+        qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
+        keyframes[name] = (qk, conv.v_from_mujoco(qk, np.array(m.key_qvel[k], float)))
+    return MJCFModel(
+        model=model,
+        contacts=contacts,
+        terrain=terrain,
+        constraints=constraints,
+        constraint_active=active,
+        actuators=actuators,
+        q0=q0,
+        keyframes=keyframes,
+        timestep=float(m.opt.timestep),
+        ignored=tuple(f"[{k}] {msg}" for k, msg in issues.dropped),
+        site_frames=site_frames,
+        mj_model=m,
+    )
+
+
+def _model_name(m, label):
+    raw = bytes(m.names)
+    name = raw[: raw.find(b"\0")].decode() if raw else ""
+    if name:
+        return name
+    return os.path.splitext(os.path.basename(label))[0] if not label.startswith("<") else "mjcf"
+
+
+def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
+    """Record every unsupported feature of the compiled model."""
+    if m.ntendon:
+        arm = np.nonzero(np.asarray(_get(m, "tendon_armature", m.ntendon)))[0]
+        if len(arm):
+            issues.hard(
+                f'<tendon name="{mujoco_names(m, "tendon")[int(arm[0])]}">: tendon armature adds '
+                "J^T a J to the mass matrix, which jaxdyn's tree algorithms cannot represent"
+            )
+        tnames = mujoco_names(m, "tendon")
+        names = ", ".join(f'"{t}"' for t in tnames[:6])
+        more = f" ... ({m.ntendon} in all)" if m.ntendon > 6 else ""
+        issues.add("tendon", f"<tendon> {names}{more}: tendon forces")
+    if m.nflex:
+        issues.add("flex", f"<flex>: {m.nflex} flex(es) (deformable bodies)")
+    if m.nplugin:
+        issues.add("plugin", f"<plugin>: {m.nplugin} engine plugin instance(s)")
+    if m.npair:
+        issues.add("geom", f"<contact><pair>: {m.npair} explicit contact pair(s)")
+    if m.opt.density > 0 or m.opt.viscosity > 0:
+        issues.add(
+            "fluid",
+            f"<option density={m.opt.density:g} viscosity={m.opt.viscosity:g}>: fluid forces",
+        )
+    grav = np.nonzero(np.asarray(m.body_gravcomp))[0]
+    if len(grav):
+        els = ", ".join(body_el(int(i)) for i in grav[:6])
+        issues.add("gravcomp", f"{els}: gravcomp (gravity compensation forces)")
+    mocap = [i for i in range(m.nbody) if m.body_mocapid[i] >= 0]
+    if mocap:
+        els = ", ".join(body_el(i) for i in mocap[:6])
+        issues.add("mocap", f"{els}: mocap bodies (jaxdyn keeps them at their model pose)")
+    passive = []
+    if not dis("mjDSBL_SPRING"):
+        for j in range(m.njnt):
+            if m.jnt_stiffness[j] != 0 or np.any(_get(m, "jnt_stiffnesspoly", m.njnt)[j]):
+                passive.append(f"{jnt_el(j)} stiffness={m.jnt_stiffness[j]:g}")
+        if getattr(m, "nplastic", 0):
+            passive.append(f"plasticity ({m.nplastic} state variables)")
+    if not dis("mjDSBL_DAMPER"):
+        for d in np.nonzero(np.any(np.asarray(_get(m, "dof_dampingpoly", m.nv)) != 0, axis=-1))[0]:
+            passive.append(f"{jnt_el(int(m.dof_jntid[d]))} polynomial damping")
+    if passive:
+        more = f" ... ({len(passive)} in all)" if len(passive) > 4 else ""
+        issues.add(
+            "passive",
+            "; ".join(passive[:4]) + more + ": joint springs / nonlinear passive forces "
+            "(jaxdyn.sim applies linear damping and friction only)",
+        )
+    if not dis("mjDSBL_LIMIT"):
+        balls = [j for j in range(m.njnt) if m.jnt_type[j] == _BALL and m.jnt_limited[j]]
+        if balls:
+            els = ", ".join(jnt_el(j) for j in balls[:6])
+            issues.add("ball_limit", f"{els}: range (cone) limits of ball joints")
+
+
+def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
+    """Actuator records, and the per-MuJoCo-dof effort bound; folds actuator armature and
+    damping into ``arm`` / ``damp`` (in place)."""
+    names = mujoco_names(m, "actuator")
+    inv = np.full(m.nv, -1, np.int64)
+    inv[dof_mj] = np.arange(len(dof_mj))
+    bound = np.zeros(m.nv)
+    actuated = np.zeros(m.nv, bool)
+    out = []
+    for u in range(m.nu):
+        el = f'<actuator name="{names[u]}">'
+        trn, jid = int(m.actuator_trntype[u]), int(m.actuator_trnid[u, 0])
+        problems = []
+        if trn not in (_TRN_JOINT, _TRN_JOINTINPARENT):
+            tn = _TRN_NAMES[trn] if trn < len(_TRN_NAMES) else str(trn)
+            problems.append(f"transmission {tn!r}")
+        elif int(m.jnt_type[jid]) not in (_HINGE, _SLIDE):
+            problems.append(f"transmission on the {_JNT_NAME[int(m.jnt_type[jid])]} joint")
+        if int(m.actuator_dyntype[u]) != 0:
+            problems.append("activation dynamics (dyntype)")
+        if int(m.actuator_gaintype[u]) != 0:
+            problems.append("a gain other than fixed (gaintype)")
+        if int(m.actuator_biastype[u]) not in (0, 1):
+            problems.append("a bias other than affine (biastype)")
+        if (
+            _get(m, "actuator_delay", m.nu)[u] != 0
+            or np.ravel(_get(m, "actuator_history", m.nu)[u])[0] > 0
+        ):
+            problems.append("a delay")
+        if np.any(_get(m, "actuator_dampingpoly", m.nu)[u]):
+            problems.append("polynomial damping")
+        if m.actuator_plugin[u] >= 0:
+            problems.append("a plugin")
+        if problems:
+            issues.add("actuator", f"{el}: {', '.join(problems)}")
+            continue
+        gear = float(m.actuator_gear[u, 0])
+        d = int(m.jnt_dofadr[jid])
+        arm[d] += gear * gear * float(_get(m, "actuator_armature", m.nu)[u])
+        if not dis("mjDSBL_DAMPER"):
+            damp[d] += gear * gear * float(_get(m, "actuator_damping", m.nu)[u])
+        gain = float(m.actuator_gainprm[u, 0])
+        bias = tuple(float(x) for x in m.actuator_biasprm[u, :3])
+        if int(m.actuator_biastype[u]) == 0:
+            kind_, bias = "motor", (0.0, 0.0, 0.0)
+        elif bias[0] == 0 and bias[1] == -gain and gain != 0:
+            kind_ = "position"
+        elif bias[0] == 0 and bias[1] == 0 and bias[2] == -gain and gain != 0:
+            kind_ = "velocity"
+        else:
+            kind_ = "affine"
+        ctrl = (
+            tuple(float(x) for x in m.actuator_ctrlrange[u]) if m.actuator_ctrllimited[u] else None
+        )
+        frc = (
+            tuple(float(x) for x in m.actuator_forcerange[u])
+            if m.actuator_forcelimited[u]
+            else None
+        )
+        b = np.inf
+        if frc is not None:
+            b = abs(gear) * max(abs(frc[0]), abs(frc[1]))
+        if kind_ == "motor" and ctrl is not None:
+            b = min(b, abs(gear * gain) * max(abs(ctrl[0]), abs(ctrl[1])))
+        bound[d] += b
+        actuated[d] = True
+        out.append(
+            Actuator(
+                name=names[u],
+                joint=jnt_names[jid],
+                dof=int(inv[d]),
+                kind=kind_,
+                gear=gear,
+                gain=gain,
+                bias=bias,
+                ctrlrange=ctrl,
+                forcerange=frc,
+            )
+        )
+    effort = np.where(actuated, bound, np.inf)
+    for j in range(m.njnt):
+        if m.jnt_actfrclimited[j] and int(m.jnt_type[j]) in (_HINGE, _SLIDE):
+            d = int(m.jnt_dofadr[j])
+            effort[d] = min(effort[d], float(np.max(np.abs(m.jnt_actfrcrange[j]))))
+    return tuple(out), effort
+
+
+def _can_collide(m, g1, g2) -> bool:
+    return bool(
+        (m.geom_contype[g1] & m.geom_conaffinity[g2])
+        or (m.geom_contype[g2] & m.geom_conaffinity[g1])
+    )
+
+
+def _excluded(m, b1, b2) -> bool:
+    sig = {int(s) for s in np.asarray(m.exclude_signature).ravel()}
+    lo, hi = min(b1, b2), max(b1, b2)
+    return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
+
+
+def _contacts(m, issues, place, body_names, geom_names):
+    """Contact primitives on moving bodies that touch the terrain, and the terrain plane."""
+    from ..sim.geometry import Box, Capsule, Plane, Sphere
+
+    collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
+    static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
+    moving = [g for g in collide if place[int(m.geom_bodyid[g])][0] >= 0]
+
+    def el(g):
+        return f'<geom name="{geom_names[g]}" type="{_GEOM_NAMES[int(m.geom_type[g])]}">'
+
+    planes = [g for g in static if int(m.geom_type[g]) == _PLANE]
+    others = [g for g in static if int(m.geom_type[g]) != _PLANE] + planes[1:]
+    if others:
+        els = ", ".join(el(g) for g in others[:6])
+        more = f" ... ({len(others)} in all)" if len(others) > 6 else ""
+        issues.add(
+            "geom",
+            f"{els}{more}: static collision geometry other than one ground plane "
+            "(jaxdyn.sim has one terrain)",
+        )
+    terrain, ground = None, None
+    if planes:
+        ground = planes[0]
+        b, T = place[int(m.geom_bodyid[ground])]
+        R, p = _compose(T, _local_frame(m, "geom", ground))
+        n = R[:, 2]
+        terrain = Plane(normal=n, height=float(n @ p))
+    prims, bad = [], []
+    for g in moving:
+        if ground is not None:
+            bg, b0 = int(m.geom_bodyid[g]), int(m.geom_bodyid[ground])
+            if not _can_collide(m, g, ground) or _excluded(m, bg, b0):
+                continue
+        typ = int(m.geom_type[g])
+        frame = body_names[int(m.geom_bodyid[g])]
+        R, pg = _local_frame(m, "geom", g)
+        pos = tuple(float(x) for x in pg)
+        size = np.array(m.geom_size[g], float)
+        if typ == _SPHERE:
+            prims.append(Sphere(frame, float(size[0]), pos=pos, name=geom_names[g]))
+        elif typ == _CAPSULE:
+            prims.append(
+                Capsule(
+                    frame,
+                    float(size[0]),
+                    2 * float(size[1]),
+                    pos=pos,
+                    rotation=R,
+                    name=geom_names[g],
+                )
+            )
+        elif typ == _BOX:
+            prims.append(Box(frame, tuple(2 * size), pos=pos, rotation=R, name=geom_names[g]))
+        else:
+            bad.append(g)
+    if bad:
+        els = ", ".join(el(g) for g in bad[:6])
+        more = f" ... ({len(bad)} in all)" if len(bad) > 6 else ""
+        issues.add(
+            "geom",
+            f"{els}{more}: contact shapes jaxdyn.sim does not have (it has sphere, capsule, box "
+            "and a ground plane)",
+        )
+    return tuple(prims), terrain
+
+
+def _equalities(mujoco, m, issues, place, body_names, site_frames):
+    """``connect`` / ``weld`` constraints between a moving and a static body as jaxdyn
+    constraints with world targets."""
+    from ..constraints import Connect, Weld
+
+    names = mujoco_names(m, "eq")
+    site_names = mujoco_names(m, "site")
+    out, active = [], []
+    for e in range(m.neq):
+        typ = int(m.eq_type[e])
+        tname = _EQ_NAMES[typ] if typ < len(_EQ_NAMES) else str(typ)
+        el = f'<equality><{tname} name="{names[e]}">'
+        if typ not in (_EQ_CONNECT, _EQ_WELD):
+            issues.add("equality", f"{el}: {tname} constraints")
+            continue
+        o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+        data = np.array(m.eq_data[e], float)
+        if int(m.eq_objtype[e]) == _OBJ_SITE:
+            # site1 and site2 frames (or origins, for connect) coincide
+            sides = []
+            for s in (o1, o2):
+                b, T = place[int(m.site_bodyid[s])]
+                X = _compose(T, _local_frame(m, "site", s))
+                sides.append((b, site_frames[site_names[s]], X))
+            (b1, f1, X1), (b2, f2, X2) = sides
+            off1 = off2 = np.zeros(3)
+            rot1 = rot2 = np.eye(3)
+        else:
+            b1, T1 = place[o1]
+            b2, T2 = place[o2]
+            f1, f2 = body_names[o1], body_names[o2]
+            X1, X2 = T1, T2  # world placement where the body is static
+            if typ == _EQ_CONNECT:
+                off1, off2 = data[0:3], data[3:6]
+                rot1 = rot2 = np.eye(3)
+            else:  # weld: body1 * (relpos, relquat) == body2 * (anchor, 1)
+                off1, rot1 = data[3:6], _quat_to_mat(data[6:10])
+                off2, rot2 = data[0:3], np.eye(3)
+        if b1 >= 0 and b2 >= 0:
+            issues.add(
+                "equality",
+                f"{el}: between two moving bodies ({f1!r}, {f2!r}): a loop closure (jaxdyn's "
+                "Connect / Weld attach a frame to the world)",
+            )
+            continue
+        if b1 < 0 and b2 < 0:
+            continue  # both fixed to the world: no effect on the motion
+        if b1 < 0:  # the moving side first
+            f1, f2, off1, off2, rot1, rot2, X1, X2 = f2, f1, off2, off1, rot2, rot1, X2, X1
+        Rt, pt = X2
+        target_p = Rt @ off2 + pt
+        if typ == _EQ_CONNECT:
+            c = Connect(
+                f1, reference="local_world_aligned", offset=off1, target=target_p, name=names[e]
+            )
+        else:
+            # constraint frame (off1, rot1) on frame1 == X2 * (off2, rot2) in the world
+            c = Weld(
+                f1,
+                reference="local_world_aligned",
+                offset=off1,
+                rotation=rot1,
+                target=(Rt @ rot2, target_p),
+                name=names[e],
+            )
+        out.append(c)
+        active.append(bool(m.eq_active0[e]))
+    return tuple(out), tuple(active)
+
+
+# ------------------------------------------------------------------------------- dispatch
+def _root_tag(source) -> str:
+    try:
+        if _is_xml_text(source):
+            return ET.fromstring(source).tag
+        for _, el in ET.iterparse(os.fspath(source), events=("start",)):
+            return el.tag
+    except ET.ParseError as e:
+        raise ValueError(f"load: {_source_label(source)}: not well-formed XML: {e}") from None
+    raise ValueError(f"load: {_source_label(source)}: empty file")  # pragma: no cover
+
+
+def load(source, **kwargs):
+    """Load a robot file, dispatching on its root element.
+
+    ``<robot>``: URDF or URDF+ (:func:`jaxdyn.load_urdf`: a :class:`jaxdyn.Model`, or a
+    :class:`jaxdyn.clusters.ClusterModel` for a file with loop tags); ``<mujoco>``: MJCF
+    (:func:`jaxdyn.load_mjcf`, returning its ``.model``; call ``load_mjcf`` for the contacts,
+    constraints and actuators). ``kwargs`` go to that loader. ``source``: a path or the XML
+    text.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"load: source must be a path or XML text, got {type(source).__name__}")
+    if not _is_xml_text(source) and not os.path.isfile(os.fspath(source)):
+        raise FileNotFoundError(f"load: no such file: {os.fspath(source)!r}")
+    tag = _root_tag(source)
+    if tag == "robot":
+        from ..clusters.urdfplus import load_urdf
+
+        return load_urdf(source, **kwargs)
+    if tag == "mujoco":
+        return load_mjcf(source, **kwargs).model
+    raise ValueError(
+        f"load: {_source_label(source)}: root element <{tag}>; expected <robot> (URDF) or "
+        "<mujoco> (MJCF)"
+    )
