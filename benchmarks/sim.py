@@ -273,6 +273,8 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,64,1024,8192")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     ap.add_argument("--skip-mjx", action="store_true")
+    ap.add_argument("--mjx-batches", default="1,64,1024", help="MJX batch sizes (child processes)")
+    ap.add_argument("--mjx-timeout", type=float, default=300, help="wedged after (s)")
     ap.add_argument("--skip-checkpoint", action="store_true")
     ap.add_argument("--skip-talos", action="store_true")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
@@ -283,7 +285,7 @@ def main(argv=None):
     batches = [int(b) for b in a.batches.split(",")]
     rows = bench_jaxdyn(batches, dtype, "quad12")
     if not a.skip_mjx:
-        rows += bench_mjx(batches, dtype)
+        rows += bench_mjx([int(b) for b in a.mjx_batches.split(",")], dtype, a.mjx_timeout)
     if not a.skip_talos:
         rows += bench_jaxdyn(
             [b for b in batches if b <= 1024], dtype, "talos_full", ("compliant, implicit",)
