@@ -125,7 +125,14 @@ def bench_jaxdyn(batches, dtype, robot="quad12", cases=None):
             t0 = time.perf_counter()
             c = f.lower(S, U).compile()
             tc = time.perf_counter() - t0
-            t = timed(c, (S, U))
+            try:
+                t = timed(c, (S, U))
+            except jax.errors.JaxRuntimeError as e:  # a value check fired: record, go on
+                msg = str(e).split("\n")[0][:120]
+                rows.append((f"jaxdyn {robot}", name + " (value check fired)", B, *[np.nan] * 2))
+                rows[-1] = (*rows[-1], tc, False)
+                print(f"jaxdyn {robot} {name:30s} B={B:6d} FAILED: {msg}", flush=True)
+                continue
             out = c(S, U)
             ok = bool(jnp.all(jnp.isfinite(out.q)))
             rows.append((f"jaxdyn {robot}", name, B, t / B * 1e6, B / t, tc, ok))
