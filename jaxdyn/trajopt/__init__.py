@@ -1,0 +1,68 @@
+"""Trajectory optimisation through the dynamics (issue 12).
+
+* :mod:`~jaxdyn.trajopt.dynamics`: one semi-implicit Euler step on the configuration manifold
+  (Crocoddyl's ``IntegratedActionModelEuler``) and its analytic Jacobians ``Fx``, ``Fu`` in the
+  tangent space (:func:`step_derivatives`), registered as the ``custom_jvp`` of :func:`step`;
+* :mod:`~jaxdyn.trajopt.lie`: Jacobians of ``integrate`` / ``difference`` (SO(3), SE(3));
+* :mod:`~jaxdyn.trajopt.costs`: residual costs (state / control regularisation, frame
+  translation and placement, centre of mass, joint-limit penalty);
+* :mod:`~jaxdyn.trajopt.ddp`: FDDP (Mastalli et al. 2020), iLQR / DDP (Li & Todorov 2004) and
+  box-constrained controls (Tassa, Mansard & Todorov 2014), jit-compiled, batched by
+  ``jax.vmap``.
+"""
+
+from . import costs as costs
+from . import ddp as ddp
+from . import dynamics as dynamics
+from . import lie as lie
+from .costs import CenterOfMass as CenterOfMass
+from .costs import ControlRegularization as ControlRegularization
+from .costs import Cost as Cost
+from .costs import FramePlacement as FramePlacement
+from .costs import FrameTranslation as FrameTranslation
+from .costs import JointLimits as JointLimits
+from .costs import StateRegularization as StateRegularization
+from .costs import Term as Term
+from .ddp import STATUS as STATUS
+from .ddp import Problem as Problem
+from .ddp import Result as Result
+from .ddp import box_qp as box_qp
+from .ddp import check as check
+from .ddp import fddp as fddp
+from .ddp import ilqr as ilqr
+from .ddp import rollout as rollout
+from .ddp import trajectory_cost as trajectory_cost
+from .dynamics import ContactDynamics as ContactDynamics
+from .dynamics import FreeDynamics as FreeDynamics
+from .dynamics import step as step
+from .dynamics import step_derivatives as step_derivatives
+from .dynamics import step_plain as step_plain
+
+__all__ = [
+    "STATUS",
+    "CenterOfMass",
+    "ContactDynamics",
+    "ControlRegularization",
+    "Cost",
+    "FramePlacement",
+    "FrameTranslation",
+    "FreeDynamics",
+    "JointLimits",
+    "Problem",
+    "Result",
+    "StateRegularization",
+    "Term",
+    "box_qp",
+    "check",
+    "costs",
+    "ddp",
+    "dynamics",
+    "fddp",
+    "ilqr",
+    "lie",
+    "rollout",
+    "step",
+    "step_derivatives",
+    "step_plain",
+    "trajectory_cost",
+]
