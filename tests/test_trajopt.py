@@ -321,6 +321,7 @@ def test_cost_derivatives_gauss_newton(pendulum):
             C.Term(C.ControlRegularization(jnp.zeros(nv)), 1e-2),
             C.Term(C.FrameTranslation("link2", jnp.array([0.1, 0.0, 0.3])), 3.0),
             C.Term(C.JointLimits((0, 1), jnp.array([-0.2, 0.2]), jnp.array([0.3, 0.5])), 10.0),
+            C.Term(C.SphereAvoidance("link2", jnp.array([0.0, 0.05, 0.1]), 0.3), 5.0),
         )
     )
 
@@ -329,9 +330,11 @@ def test_cost_derivatives_gauss_newton(pendulum):
             jnp.zeros(2 * nv)
         )
         gu = jax.grad(lambda uu: cost.value(model, x, uu))(u)
-        return cost.derivatives(model, x, u), gx, gu, cost.value(model, x, u)
+        r = cost.residual(model, x, u)[0]
+        return cost.derivatives(model, x, u), gx, gu, cost.value(model, x, u), r
 
-    (l, lx, lu, lxx, lxu, luu), gx, gu, value = jax.jit(everything)(cost, x, u)
+    (l, lx, lu, lxx, lxu, luu), gx, gu, value, r = jax.jit(everything)(cost, x, u)
+    assert np.all(np.asarray(r[-3:]) != 0)  # both joint limits and the sphere are active
     np.testing.assert_allclose(float(l), float(value), rtol=1e-14)
     oracle.assert_close(lx, gx, 1e-12, "l_x")
     oracle.assert_close(lu, gu, 1e-12, "l_u")

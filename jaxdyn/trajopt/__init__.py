@@ -5,22 +5,28 @@
   tangent space (:func:`step_derivatives`), registered as the ``custom_jvp`` of :func:`step`;
 * :mod:`~jaxdyn.trajopt.lie`: Jacobians of ``integrate`` / ``difference`` (SO(3), SE(3));
 * :mod:`~jaxdyn.trajopt.costs`: residual costs (state / control regularisation, frame
-  translation and placement, centre of mass, joint-limit penalty);
+  translation and placement, centre of mass, joint-limit penalty, spherical obstacles);
 * :mod:`~jaxdyn.trajopt.ddp`: FDDP (Mastalli et al. 2020), iLQR / DDP (Li & Todorov 2004) and
   box-constrained controls (Tassa, Mansard & Todorov 2014), jit-compiled, batched by
-  ``jax.vmap``.
+  ``jax.vmap``;
+* :mod:`~jaxdyn.trajopt.implicit`: gradients of the optimal controls with respect to the
+  problem's parameters (implicit function theorem);
+* :mod:`~jaxdyn.trajopt.shooting`: gradient-based single shooting with optax (baseline).
 """
 
 from . import costs as costs
 from . import ddp as ddp
 from . import dynamics as dynamics
+from . import implicit as implicit
 from . import lie as lie
+from . import shooting as shooting
 from .costs import CenterOfMass as CenterOfMass
 from .costs import ControlRegularization as ControlRegularization
 from .costs import Cost as Cost
 from .costs import FramePlacement as FramePlacement
 from .costs import FrameTranslation as FrameTranslation
 from .costs import JointLimits as JointLimits
+from .costs import SphereAvoidance as SphereAvoidance
 from .costs import StateRegularization as StateRegularization
 from .costs import Term as Term
 from .ddp import STATUS as STATUS
@@ -37,6 +43,9 @@ from .dynamics import FreeDynamics as FreeDynamics
 from .dynamics import step as step
 from .dynamics import step_derivatives as step_derivatives
 from .dynamics import step_plain as step_plain
+from .implicit import solve_differentiable as solve_differentiable
+from .shooting import gradient_shooting as gradient_shooting
+from .shooting import shooting_cost as shooting_cost
 
 __all__ = [
     "STATUS",
@@ -50,6 +59,7 @@ __all__ = [
     "JointLimits",
     "Problem",
     "Result",
+    "SphereAvoidance",
     "StateRegularization",
     "Term",
     "box_qp",
@@ -58,9 +68,14 @@ __all__ = [
     "ddp",
     "dynamics",
     "fddp",
+    "gradient_shooting",
     "ilqr",
+    "implicit",
     "lie",
     "rollout",
+    "shooting",
+    "shooting_cost",
+    "solve_differentiable",
     "step",
     "step_derivatives",
     "step_plain",

@@ -35,6 +35,7 @@ __all__ = [
     "FramePlacement",
     "FrameTranslation",
     "JointLimits",
+    "SphereAvoidance",
     "StateRegularization",
     "Term",
 ]
@@ -111,6 +112,21 @@ class CenterOfMass(eqx.Module):
 
     def __call__(self, model, x, u):
         return center_of_mass(model, x[: model.nq]) - self.reference
+
+
+class SphereAvoidance(eqx.Module):
+    """``r = max(0, radius - |p_frame(q) - center|)``: a quadratic penalty inside a sphere
+    (an obstacle with the frame's clearance added to ``radius``)."""
+
+    frame: str = eqx.field(static=True)
+    center: jax.Array
+    radius: jax.Array | float
+
+    def __call__(self, model, x, u):
+        _, p = _frame_pose(model, x[: model.nq], self.frame)
+        d = p - self.center
+        dist = jnp.sqrt(jnp.maximum(jnp.sum(d * d), 1e-24))
+        return jnp.maximum(self.radius - dist, 0.0)[None]
 
 
 class JointLimits(eqx.Module):

@@ -25,22 +25,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .ddp import fddp, trajectory_cost
-from .dynamics import step_plain
+from .ddp import fddp
+from .shooting import shooting_cost
 
-__all__ = ["shooting_cost", "solve_differentiable"]
-
-
-def shooting_cost(problem, us):
-    """``J(U)``: the cost of the rollout of ``us (T, nu)`` from ``problem.x0``."""
-
-    def f(x, u):
-        x1 = step_plain(problem.model, x, u, problem.dt, problem.dynamics)
-        return x1, x1
-
-    _, xs = jax.lax.scan(f, problem.x0, us)
-    xs = jnp.concatenate([problem.x0[None], xs], 0)
-    return trajectory_cost(problem, xs, us)
+__all__ = ["solve_differentiable"]
 
 
 def _free_mask(problem, us, atol):
@@ -96,7 +84,7 @@ def solve_differentiable(problem, us_init=None, *, cg_tol=1e-12, cg_maxiter=None
         free = _free_mask(p, us, 1e-9)
 
         def grad_u(prm, u):
-            return jax.grad(lambda uu: shooting_cost(eqx.combine(prm, static), uu))(u)
+            return jax.grad(lambda uu: shooting_cost(eqx.combine(prm, static), uu, False))(u)
 
         def hvp(w):
             return jax.jvp(lambda u: grad_u(params, u), (us,), (w,))[1]
