@@ -74,7 +74,7 @@ def main(verbose=False):
     problem = ddp.Problem(model, x0, running, terminal, DT, T, dyn)
 
     t0 = time.perf_counter()
-    res = jax.block_until_ready(ddp.fddp(problem, max_iter=200))
+    res = jax.block_until_ready(ddp.fddp(problem, max_iter=200, verbose=verbose))
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
     res = jax.block_until_ready(ddp.fddp(problem, max_iter=200, verbose=verbose))

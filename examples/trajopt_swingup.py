@@ -78,7 +78,9 @@ def main(verbose=False):
           f"{'compile s':>9} {'final cost':>16}")  # fmt: skip
     for mode in ("analytic", "autodiff"):
         t0 = time.perf_counter()
-        res = jax.block_until_ready(ddp.fddp(problem, max_iter=300, derivatives=mode))
+        res = jax.block_until_ready(
+            ddp.fddp(problem, max_iter=300, derivatives=mode, verbose=verbose)
+        )
         first = time.perf_counter() - t0
         best = np.inf
         for _ in range(3):

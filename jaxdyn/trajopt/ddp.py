@@ -19,12 +19,13 @@ variants, jit-compiled and batched with ``jax.vmap``.
   rollout clamps the controls (Tassa, Mansard & Todorov, "Control-limited differential dynamic
   programming", ICRA 2014, Alg. 1 and Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box
   QP is solved from feasible iterates only (Newton gains and clamping before), the gradient
-  ``Q_u`` of clamped controls is zeroed in the stopping criterion, and ``th_stop`` defaults to
+  ``Q_u`` of clamped controls is zeroed in the expected improvement, and ``th_stop`` defaults to
   ``5e-5``.
 
 Regularisation ``μ`` is added to ``Q_uu`` and ``V_xx`` and updated as Crocoddyl does (x10
 after a failed backward pass or a step ``α <= 0.01``, /10 after ``α > 0.5``, within
-``[1e-9, 1e9]``). Convergence: the iterate was feasible and ``Σ_t |Q_u|² < th_stop``.
+``[1e-9, 1e9]``). Convergence (Crocoddyl 3's ``stoppingCriteria``): the iterate was feasible
+and the expected improvement of a full step is small, ``|Δ_1 + Δ_2 / 2| < th_stop``.
 
 Everything runs in one ``lax.while_loop``: the solve is jit-compiled once per problem
 structure and ``jax.vmap`` batches problems (a batch runs until its last member stops). The
@@ -65,7 +66,7 @@ __all__ = [
 
 #: ``status`` codes of :class:`Result`.
 STATUS = {
-    0: "converged (the iterate is feasible and sum_t |Q_u|^2 < th_stop)",
+    0: "converged (feasible iterate, expected improvement |d1 + d2/2| < th_stop)",
     1: "stopped at max_iter without convergence",
     2: "non-finite cost or state at the initial guess (bad input): nothing was solved",
     3: "the regularisation reached its maximum (no descent step could be found); "
@@ -127,7 +128,7 @@ def _boxed(problem):
 class Result(eqx.Module):
     """Solver output. ``xs (T+1, nx)``, ``us (T, nu)``: the last accepted iterate; ``cost``;
     ``iterations`` (iterations performed; Crocoddyl's ``solver.iter + 1`` when converged);
-    ``converged``; ``status`` (see :data:`STATUS`); ``stop`` (``Σ |Q_u|²`` of the last
+    ``converged``; ``status`` (see :data:`STATUS`); ``stop`` (``|Δ_1 + Δ_2/2|`` of the last
     iteration); ``feasible``; ``log``: per-iteration arrays ``(max_iter,)`` (NaN after the
     last iteration) ``cost`` (after the step), ``stop``, ``step`` (the step length tried
     last), ``reg`` (regularisation used) and ``gap`` (``max |f_t|`` at the linearisation)."""
@@ -438,7 +439,6 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
         dq = -jnp.sum(B["k"] * B["Quuk"])
         dg = dg - jnp.where(feasible, 0.0, jnp.sum(Vx * fsB))
         dq = dq + jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, fsB))
-        stop = jnp.sum(B["Qu"] ** 2)
 
         def ls_cond(c):
             return ok & (~c["accepted"]) & (c["i"] < n_alpha)
@@ -458,7 +458,15 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
                 dV > th_acceptnegstep * dvexp,
             )
             acc = jnp.where(ddp, acc_ddp, acc_fddp) & fin
-            return dict(i=c["i"] + 1, accepted=acc, alpha=alpha, xs=xs_t, us=us_t, cost=cost_t)
+            return dict(
+                i=c["i"] + 1,
+                accepted=acc,
+                alpha=alpha,
+                xs=xs_t,
+                us=us_t,
+                cost=cost_t,
+                stop=jnp.abs(d0 + 0.5 * d1),
+            )
 
         ls0 = dict(
             i=jnp.asarray(0),
@@ -467,8 +475,10 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
             xs=s["xs"],
             us=s["us"],
             cost=s["cost"],
+            stop=jnp.abs(dg + 0.5 * dq),
         )
         ls = jax.lax.while_loop(ls_cond, ls_body, ls0)
+        stop = ls["stop"]  # the expected improvement of the last trial (Crocoddyl's d_)
         acc = ls["accepted"]
         alpha = ls["alpha"]
         xs_n = jnp.where(acc, ls["xs"], s["xs"])
