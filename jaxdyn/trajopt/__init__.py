@@ -11,7 +11,8 @@
   ``jax.vmap``;
 * :mod:`~jaxdyn.trajopt.implicit`: gradients of the optimal controls with respect to the
   problem's parameters (implicit function theorem);
-* :mod:`~jaxdyn.trajopt.shooting`: gradient-based single shooting with optax (baseline).
+* :mod:`~jaxdyn.trajopt.shooting`: baselines: gradient-based single shooting with optax, direct
+  multiple shooting as nonlinear least squares (optimistix, Levenberg-Marquardt).
 """
 
 from . import costs as costs
@@ -45,6 +46,7 @@ from .dynamics import step_derivatives as step_derivatives
 from .dynamics import step_plain as step_plain
 from .implicit import solve_differentiable as solve_differentiable
 from .shooting import gradient_shooting as gradient_shooting
+from .shooting import multiple_shooting as multiple_shooting
 from .shooting import shooting_cost as shooting_cost
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "ilqr",
     "implicit",
     "lie",
+    "multiple_shooting",
     "rollout",
     "shooting",
     "shooting_cost",
