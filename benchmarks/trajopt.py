@@ -127,7 +127,7 @@ def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
     )
 
 
-def optax_baseline(problem, steps=500, lr=0.3):
+def optax_baseline(problem, steps=500, lr=0.1):
     """Adam on the single-shooting cost (reverse mode through the analytic step)."""
     import optax
 
@@ -214,6 +214,7 @@ def main(argv=None):
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, crocoddyl "
         f"{crocoddyl.__version__}; single-threaded XLA (`{_env.SINGLE_THREAD_FLAGS}`), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end of the run, "
         f"Crocoddyl with one thread; float64; run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
         "`python benchmarks/trajopt.py`.",
         "",

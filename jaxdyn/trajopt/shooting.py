@@ -40,8 +40,8 @@ def shooting_cost(problem, us, analytic: bool = True):
 def gradient_shooting(problem, optimizer, steps: int, us=None, analytic: bool = True):
     """Minimise ``J(U)`` with ``optimizer`` (an ``optax.GradientTransformation``) for
     ``steps`` steps from ``us`` (zeros by default). Returns ``(us, costs (steps,))``, the
-    costs before each step; a non-finite cost stops the updates (the last finite controls are
-    returned and the remaining costs are NaN)."""
+    costs before each step; a non-finite cost (a diverging rollout) stops the updates: the
+    last controls with a finite cost are returned and the remaining costs are NaN."""
     import optax
 
     p = problem.with_bounds()
@@ -52,16 +52,21 @@ def gradient_shooting(problem, optimizer, steps: int, us=None, analytic: bool = 
     state = optimizer.init(us)
 
     def body(carry, _):
-        us, state, ok = carry
+        us, last, state, ok = carry  # last: the latest controls with a finite cost
         cost, g = vg(us)
         ok = ok & jnp.isfinite(cost) & jnp.all(jnp.isfinite(g))
+        last = jnp.where(ok, us, last)
         upd, new_state = optimizer.update(g, state, us)
         new_us = jnp.clip(optax.apply_updates(us, upd), lo, hi)
-        us = jnp.where(ok, new_us, us)
+        us = jnp.where(ok, new_us, last)
         state = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_state, state)
-        return (us, state, ok), jnp.where(ok, cost, jnp.nan)
+        return (us, last, state, ok), jnp.where(ok, cost, jnp.nan)
 
-    (us, _, _), costs = jax.lax.scan(body, (us, state, jnp.asarray(True)), None, length=steps)
+    init = (us, us, state, jnp.asarray(True))
+    (us, last, _, ok), costs = jax.lax.scan(body, init, None, length=steps)
+    # the final update is kept only if its cost is finite
+    final_ok = ok & jnp.isfinite(shooting_cost(p, us, analytic))
+    us = jnp.where(final_ok, us, last)
     return us, costs
 
 
