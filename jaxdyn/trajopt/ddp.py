@@ -448,8 +448,10 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
             xs_t, us_t, cost_t, fin = _forward(problem, s["xs"], s["us"], B, alpha, feasible)
             dx = jax.vmap(lambda a, b: state_difference(problem.model, a, b))(xs_t, s["xs"])
             dv = -jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, dx))
-            d0, d1 = dg + dv, dq - 2.0 * dv
-            dvexp = alpha * (d0 + 0.5 * alpha * d1)
+            # Crocoddyl's d = (dg + dv, dq - 2 dv) and alpha (d0 + alpha d1 / 2), with the dv
+            # terms grouped so that a huge dv (a wild trial) cannot cancel dg, dq out
+            d0 = dg + dv
+            dvexp = alpha * dg + 0.5 * alpha**2 * dq + alpha * (1.0 - alpha) * dv
             dV = s["cost"] - cost_t
             acc_ddp = (dvexp >= 0) & ((d0 < th_grad) | (~feasible) | (dV > th_acceptstep * dvexp))
             acc_fddp = jnp.where(
@@ -465,7 +467,6 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
                 xs=xs_t,
                 us=us_t,
                 cost=cost_t,
-                stop=jnp.abs(d0 + 0.5 * d1),
             )
 
         ls0 = dict(
@@ -475,10 +476,10 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
             xs=s["xs"],
             us=s["us"],
             cost=s["cost"],
-            stop=jnp.abs(dg + 0.5 * dq),
         )
         ls = jax.lax.while_loop(ls_cond, ls_body, ls0)
-        stop = ls["stop"]  # the expected improvement of the last trial (Crocoddyl's d_)
+        # Crocoddyl's stop |d0 + d1 / 2| = |dg + dq / 2| (the dv terms cancel exactly)
+        stop = jnp.abs(dg + 0.5 * dq)
         acc = ls["accepted"]
         alpha = ls["alpha"]
         xs_n = jnp.where(acc, ls["xs"], s["xs"])
