@@ -1,0 +1,286 @@
+"""Trajectory optimisation: jaxdyn's FDDP against Crocoddyl's ``SolverFDDP`` (C++, float64) on
+the same problems, in one run.
+
+Usage: ``python benchmarks/trajopt.py [--batch 64] [--out benchmarks/RESULTS.md]``
+
+Problems (Euler steps of ``dt = 10 ms``, running cost ``dt (1/2 w_x |x ⊖ x_goal|² + 1/2 w_u
+|u|²)``, terminal ``1/2 W |x_T ⊖ x_goal|²``, initial guess ``x0`` repeated and zero controls,
+``th_stop = 1e-9``, at most 200 iterations; the models carry armature 0.01, see
+:mod:`jaxdyn.interop.crocoddyl`):
+
+* ``arm7``: the bundled 7-DoF arm, full actuation, T = 100, a joint-space reach;
+* ``quad12``: the bundled quadruped floating in space (``ActuationModelFloatingBase``: the
+  base moves only through the legs), T = 50, a goal posture and base orientation.
+
+For each: Crocoddyl's solve time, iterations and final cost; jaxdyn's (``jaxdyn.trajopt.fddp``
+with analytic derivatives, and with ``derivatives="autodiff"``) compile time, solve time,
+iterations and final cost; time per iteration. Batch: ``--batch`` arm7 problems with random
+goals, Crocoddyl solving them one after the other against one ``jax.vmap``-ed jaxdyn solve
+(throughput: problems per second). Single-threaded (benchmarks/_env.py); writes the
+``## Trajectory optimisation`` section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import _env
+
+_env.single_threaded()
+import os  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import crocoddyl  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pinocchio as pin  # noqa: E402
+
+import jaxdyn  # noqa: E402
+from jaxdyn import robots  # noqa: E402
+from jaxdyn.interop.crocoddyl import to_crocoddyl  # noqa: E402
+from jaxdyn.interop.pinocchio import Converter  # noqa: E402
+from jaxdyn.trajopt import costs as C  # noqa: E402
+from jaxdyn.trajopt import ddp  # noqa: E402
+from jaxdyn.trajopt.dynamics import FreeDynamics  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from sim import cpu_name, write_section  # noqa: E402
+
+DT, MAX_ITER, RTOL = 0.01, 200, 1e-6
+
+
+def load(name):
+    path, floating = robots.resolve(name)
+    xml = path.read_text()
+    model = jaxdyn.load_urdf(xml, floating_base=floating).with_armature(0.01)
+    pm = (
+        pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
+        if floating
+        else pin.buildModelFromXML(xml)
+    )
+    return model, pm, Converter(model, pm)
+
+
+def make_problem(model, T, x0, goal):
+    dyn = FreeDynamics.floating_base(model) if model.floating_base else FreeDynamics()
+    nu = dyn.nu(model)
+    run = C.Cost(
+        (
+            C.Term(C.StateRegularization(goal), 1e-1),
+            C.Term(C.ControlRegularization(jnp.zeros(nu)), 1e-3),
+        )
+    )
+    term = C.Cost((C.Term(C.StateRegularization(goal), 1e2),))
+    return ddp.Problem(model, x0, run, term, DT, T, dyn)
+
+
+def goal_state(model, q0, offset):
+    q = jaxdyn.integrate(model, q0, offset)
+    return jnp.concatenate([q, jnp.zeros(model.nv)])
+
+
+def crocoddyl_solve(problem, pm, conv, repeats=3):
+    cp, x0p = to_crocoddyl(problem, pm, conv)
+    if hasattr(cp, "nthreads"):
+        cp.nthreads = 1
+    T, nu = problem.horizon, problem.nu
+    best, solver = np.inf, None
+    for _ in range(repeats):
+        s = crocoddyl.SolverFDDP(cp)
+        s.th_stop = 1e-9
+        t0 = time.perf_counter()
+        ok = s.solve([x0p] * (T + 1), [np.zeros(nu)] * T, MAX_ITER, False, 1e-9)
+        best = min(best, time.perf_counter() - t0)
+        solver = s
+    return dict(time=best, iters=solver.iter + 1, cost=solver.cost, ok=ok)
+
+
+def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
+    def f(p):
+        return ddp.fddp(p, max_iter=MAX_ITER, derivatives=derivatives)
+
+    fn = jax.jit(jax.vmap(f) if batched else f)
+    t0 = time.perf_counter()
+    compiled = fn.lower(problem).compile()
+    tc = time.perf_counter() - t0
+    best, res = np.inf, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = jax.block_until_ready(compiled(problem))
+        best = min(best, time.perf_counter() - t0)
+    return dict(
+        time=best,
+        compile=tc,
+        iters=np.asarray(res.iterations),
+        cost=np.asarray(res.cost),
+        status=np.asarray(res.status),
+    )
+
+
+def optax_baseline(problem, steps=500, lr=0.1):
+    """Adam on the single-shooting cost (reverse mode through the analytic step)."""
+    import optax
+
+    from jaxdyn.trajopt.shooting import gradient_shooting
+
+    opt = optax.adam(lr)
+    t0 = time.perf_counter()
+    us, costs = jax.block_until_ready(gradient_shooting(problem, opt, steps))
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    us, costs = jax.block_until_ready(gradient_shooting(problem, opt, steps))
+    t = time.perf_counter() - t0
+    final = float(ddp.trajectory_cost(problem, ddp.rollout(problem, us), us))
+    return dict(time=t, compile=first - t, iters=steps, cost=final, lr=lr)
+
+
+def single(name, T, seed):
+    model, pm, conv = load(name)
+    rng = np.random.default_rng(seed)
+    q0 = jaxdyn.neutral_configuration(model)
+    q0 = jaxdyn.integrate(model, q0, 0.3 * rng.standard_normal(model.nv))
+    x0 = jnp.concatenate([q0, jnp.zeros(model.nv)])
+    offset = 0.8 * np.cos(np.arange(model.nv))
+    if model.floating_base:  # momentum: the legs can turn the base, not move its centre
+        offset[:6] = (0.3, -0.2, 0.1, 0.0, 0.0, 0.0)
+    goal = goal_state(model, q0, offset)
+    problem = make_problem(model, T, x0, goal)
+    cro = crocoddyl_solve(problem, pm, conv)
+    rows = []
+    for mode in ("analytic", "autodiff"):
+        jx = jaxdyn_solve(problem, mode)
+        assert int(jx["status"]) == 0, f"{name} {mode}: status {int(jx['status'])}"
+        rel = abs(float(jx["cost"]) - cro["cost"]) / abs(cro["cost"])
+        assert rel < RTOL, f"{name} {mode}: cost {float(jx['cost'])} vs Crocoddyl {cro['cost']}"
+        rows.append((mode, jx, rel))
+        print(f"{name} jaxdyn {mode}: {jx['time'] * 1e3:.1f} ms, {int(jx['iters'])} it, "
+              f"cost {float(jx['cost']):.10g}, compile {jx['compile']:.1f} s")  # fmt: skip
+    print(f"{name} Crocoddyl: {cro['time'] * 1e3:.1f} ms, {cro['iters']} it, cost "
+          f"{cro['cost']:.10g}")  # fmt: skip
+    adam = optax_baseline(problem) if name == "arm7" else None
+    if adam is not None:
+        print(f"{name} optax Adam: {adam['time'] * 1e3:.1f} ms, {adam['iters']} steps, cost "
+              f"{adam['cost']:.10g}")  # fmt: skip
+    return name, T, cro, rows, adam
+
+
+def batch(name, T, B, seed):
+    model, pm, conv = load(name)
+    rng = np.random.default_rng(seed)
+    q0 = jaxdyn.neutral_configuration(model)
+    problems = []
+    for _ in range(B):
+        qa = jaxdyn.integrate(model, q0, 0.3 * rng.standard_normal(model.nv))
+        x0 = jnp.concatenate([qa, jnp.zeros(model.nv)])
+        goal = goal_state(model, qa, 0.6 * rng.standard_normal(model.nv))  # fixed base
+        problems.append(make_problem(model, T, x0, goal))
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    t_cro, it_cro, cost_cro, ok_cro = 0.0, [], [], []
+    for p in problems:
+        c = crocoddyl_solve(p, pm, conv, repeats=1)
+        t_cro += c["time"]
+        it_cro.append(c["iters"])
+        cost_cro.append(c["cost"])
+        ok_cro.append(c["ok"])
+    out = {}
+    for mode in ("analytic", "autodiff"):
+        jx = jaxdyn_solve(stacked, mode, repeats=2, batched=True)
+        # compared where both converged (a wild first step can diverge differently: Pinocchio
+        # wraps the continuous joint's angle difference, jaxdyn does not)
+        both = (jx["status"] == 0) & np.array(ok_cro)
+        rel = np.max(np.abs(jx["cost"] - np.array(cost_cro))[both] / np.abs(cost_cro)[both])
+        print(f"batch {mode}: {int(both.sum())} of {B} converged in both")
+        assert both.sum() >= 0.9 * B, f"batch {mode}: statuses {jx['status']}"
+        assert rel < RTOL, f"batch {mode}: cost mismatch {rel}"
+        out[mode] = (jx, rel)
+        print(f"batch {B} jaxdyn {mode}: {jx['time']:.3f} s, max it {int(jx['iters'].max())}, "
+              f"compile {jx['compile']:.1f} s")  # fmt: skip
+    print(f"batch {B} Crocoddyl: {t_cro:.3f} s, iterations {min(it_cro)}..{max(it_cro)}")
+    return dict(B=B, T=T, name=name, t_cro=t_cro, it_cro=it_cro, jx=out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    a = ap.parse_args(argv)
+    singles = [single("arm7", 100, 0), single("quad12", 50, 1)]
+    b = batch("arm7", 100, a.batch, 2)
+    body = [
+        f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, crocoddyl "
+        f"{crocoddyl.__version__}; single-threaded XLA (`{_env.SINGLE_THREAD_FLAGS}`), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end of the run, "
+        f"Crocoddyl with one thread; float64; run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
+        "`python benchmarks/trajopt.py`.",
+        "",
+        "FDDP (Mastalli et al. 2020) on the same problems: Euler steps of 10 ms, state "
+        "regularisation to a goal (w = 0.1, terminal 100), control regularisation (w = 1e-3), "
+        "initial guess x0 repeated and zero controls, `th_stop = 1e-9`; armature 0.01 (see "
+        "`jaxdyn/interop/crocoddyl.py`). Crocoddyl: `SolverFDDP` (C++), best of 3 solves. "
+        "jaxdyn: `jaxdyn.trajopt.fddp` jit-compiled, best of 3 solves after compilation "
+        "(compile time separate). Iterations: iterations performed (Crocoddyl's `iter + 1`). "
+        f"Final costs agree to the stated relative difference (asserted < {RTOL:g}). The "
+        "optax row is the first-order baseline (`jaxdyn.trajopt.gradient_shooting`: Adam on "
+        "the single-shooting cost, reverse mode through the analytic step), a fixed number of "
+        "steps; its relative difference is to Crocoddyl's optimum.",
+        "",
+        "| problem | solver | iterations | ms / solve | ms / iteration | final cost | "
+        "rel. diff. | compile s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, T, cro, rows, adam in singles:
+        body.append(
+            f"| {name}, T = {T} | Crocoddyl FDDP | {cro['iters']} | {cro['time'] * 1e3:.2f} | "
+            f"{cro['time'] * 1e3 / cro['iters']:.3f} | {cro['cost']:.10g} | | |"
+        )
+        for mode, jx, rel in rows:
+            it = int(jx["iters"])
+            body.append(
+                f"| {name}, T = {T} | jaxdyn FDDP, {mode} | {it} | {jx['time'] * 1e3:.2f} | "
+                f"{jx['time'] * 1e3 / it:.3f} | {float(jx['cost']):.10g} | {rel:.1e} | "
+                f"{jx['compile']:.1f} |"
+            )
+        if adam is not None:
+            rel = (adam["cost"] - cro["cost"]) / abs(cro["cost"])
+            body.append(
+                f"| {name}, T = {T} | optax Adam (lr {adam['lr']:g}), single shooting | "
+                f"{adam['iters']} steps | {adam['time'] * 1e3:.2f} | "
+                f"{adam['time'] * 1e3 / adam['iters']:.3f} | {adam['cost']:.10g} | {rel:+.1e} | "
+                f"{adam['compile']:.1f} |"
+            )
+    B = b["B"]
+    body += [
+        "",
+        f"Batch: {B} arm7 problems (T = {b['T']}, random start and goal postures). Crocoddyl "
+        "solves them one after the other; jaxdyn solves them in one `jax.vmap`-ed call (a "
+        "batch iterates until its slowest member converges).",
+        "",
+        "| solver | iterations | s / batch | problems / s | vs Crocoddyl | max rel. cost diff. "
+        "| compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| Crocoddyl FDDP, one by one | {min(b['it_cro'])}-{max(b['it_cro'])} | "
+        f"{b['t_cro']:.3f} | {B / b['t_cro']:.1f} | 1.00x | | |",
+    ]
+    for mode, (jx, rel) in b["jx"].items():
+        its = jx["iters"]
+        body.append(
+            f"| jaxdyn FDDP, {mode}, vmap | {int(its.min())}-{int(its.max())} | "
+            f"{jx['time']:.3f} | {B / jx['time']:.1f} | {b['t_cro'] / jx['time']:.2f}x | "
+            f"{rel:.1e} | {jx['compile']:.1f} |"
+        )
+    write_section(Path(a.out), "## Trajectory optimisation", "\n".join(body))
+    print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Residual costs of trajectory optimisation (Crocoddyl's ``CostModelResidual`` with a weighted
+quadratic activation).
+
+A stage cost is a sum of terms ``1/2 sum_i w_i r_i(x, u)^2``; a :class:`Cost` stacks the
+residuals of its terms into one vector ``r`` with weights ``w``, so that
+
+    l = 1/2 r^T W r,   l_x = R_x^T W r,   l_u = R_u^T W r,
+    l_xx = R_x^T W R_x,   l_xu = R_x^T W R_u,   l_uu = R_u^T W R_u
+
+(Gauss-Newton Hessians, as Crocoddyl's residual costs). ``R_x`` is the Jacobian in the tangent
+space of the state (``x ⊕ dx``, :func:`jaxdyn.trajopt.lie.state_integrate`), taken by
+forward-mode autodiff of the residual through ``x ⊕ dx`` at ``dx = 0``. The joint-limit
+penalty is ``1/2 w max(0, q - q_max)^2 + 1/2 w min(0, q - q_min)^2``, Crocoddyl's
+``ActivationModelQuadraticBarrier`` on the configuration (exact Hessian away from the bounds).
+
+Running costs are multiplied by ``dt`` in the solvers (Crocoddyl's
+``IntegratedActionModelEuler``); terminal costs are not.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..algorithms import kinematics as kin
+from ..algorithms.energy import center_of_mass
+from . import lie
+
+__all__ = [
+    "CenterOfMass",
+    "ControlRegularization",
+    "Cost",
+    "FramePlacement",
+    "FrameTranslation",
+    "JointLimits",
+    "SphereAvoidance",
+    "StateRegularization",
+    "Term",
+]
+
+
+def _frame_pose(model, q, frame):
+    body = kin.body_placements(model, q)
+    fp = kin.frame_placements(model, body)
+    f = model.frame_index(frame)
+    return fp.R[f], fp.p[f]
+
+
+def log3_matrix(R):
+    """Rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``):
+    ``θ / (2 sin θ) (R - R^T)^vee`` with a Taylor series near ``θ = 0``."""
+    w = 0.5 * jnp.stack([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    s2 = jnp.sum(w * w)
+    c = 0.5 * (jnp.trace(R) - 1.0)
+    small = s2 < 1e-12
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    factor = jnp.where(small, 1.0 + s2 / 6.0, jnp.arctan2(s, c) / s)
+    return factor * w
+
+
+class StateRegularization(eqx.Module):
+    """``r = x ⊖ x_ref`` (``2 nv``; Crocoddyl's ``ResidualModelState``)."""
+
+    reference: jax.Array
+
+    def __call__(self, model, x, u):
+        return lie.state_difference(model, self.reference, x)
+
+
+class ControlRegularization(eqx.Module):
+    """``r = u - u_ref`` (``nu``; Crocoddyl's ``ResidualModelControl``)."""
+
+    reference: jax.Array
+
+    def __call__(self, model, x, u):
+        if u is None:
+            raise ValueError("ControlRegularization: a terminal cost has no control")
+        return u - self.reference
+
+
+class FrameTranslation(eqx.Module):
+    """``r = p_frame(q) - p_ref`` (world frame; Crocoddyl's ``ResidualModelFrameTranslation``)."""
+
+    frame: str = eqx.field(static=True)
+    reference: jax.Array
+
+    def __call__(self, model, x, u):
+        _, p = _frame_pose(model, x[: model.nq], self.frame)
+        return p - self.reference
+
+
+class FramePlacement(eqx.Module):
+    """``r = [log(R_ref^T R); p - p_ref]`` (``6``): orientation error in the frame and world
+    position error (Crocoddyl's ``ResidualModelFrameRotation`` and
+    ``ResidualModelFrameTranslation`` stacked)."""
+
+    frame: str = eqx.field(static=True)
+    rotation: jax.Array
+    translation: jax.Array
+
+    def __call__(self, model, x, u):
+        R, p = _frame_pose(model, x[: model.nq], self.frame)
+        return jnp.concatenate([log3_matrix(self.rotation.T @ R), p - self.translation])
+
+
+class CenterOfMass(eqx.Module):
+    """``r = c(q) - c_ref`` (Crocoddyl's ``ResidualModelCoMPosition``)."""
+
+    reference: jax.Array
+
+    def __call__(self, model, x, u):
+        return center_of_mass(model, x[: model.nq]) - self.reference
+
+
+class SphereAvoidance(eqx.Module):
+    """``r = max(0, radius - |p_frame(q) - center|)``: a quadratic penalty inside a sphere
+    (an obstacle with the frame's clearance added to ``radius``)."""
+
+    frame: str = eqx.field(static=True)
+    center: jax.Array
+    radius: jax.Array | float
+
+    def __call__(self, model, x, u):
+        _, p = _frame_pose(model, x[: model.nq], self.frame)
+        d = p - self.center
+        dist = jnp.sqrt(jnp.maximum(jnp.sum(d * d), 1e-24))
+        return jnp.maximum(self.radius - dist, 0.0)[None]
+
+
+class JointLimits(eqx.Module):
+    """``r = max(0, q_i - upper_i) + min(0, q_i - lower_i)`` over configuration indices
+    ``indices`` (one-DoF joints), a quadratic penalty outside ``[lower, upper]`` (Crocoddyl's
+    ``ActivationModelQuadraticBarrier``). :meth:`from_model` reads the model's limits."""
+
+    indices: tuple = eqx.field(static=True)
+    lower: jax.Array
+    upper: jax.Array
+
+    @staticmethod
+    def from_model(model, margin=0.0):
+        lo, hi = model.q_lower, model.q_upper
+        if lo is None or hi is None:
+            raise ValueError(f"JointLimits.from_model: {model.name!r} has no position limits")
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        idx = tuple(int(i) for i in np.nonzero(np.isfinite(lo) & np.isfinite(hi))[0])
+        return JointLimits(
+            idx, jnp.asarray(lo[list(idx)] + margin), jnp.asarray(hi[list(idx)] - margin)
+        )
+
+    def __call__(self, model, x, u):
+        q = x[jnp.asarray(self.indices, dtype=jnp.int32)]
+        return jnp.maximum(q - self.upper, 0.0) + jnp.minimum(q - self.lower, 0.0)
+
+
+class Term(eqx.Module):
+    """One cost term ``1/2 sum_i w_i r_i^2``: a residual and its weights (scalar or per
+    component)."""
+
+    residual: eqx.Module
+    weight: jax.Array | float = 1.0
+
+
+class Cost(eqx.Module):
+    """A stage cost: the sum of its :class:`Term` s."""
+
+    terms: tuple
+
+    def residual(self, model, x, u):
+        rs, ws = [], []
+        for t in self.terms:
+            r = t.residual(model, x, u)
+            rs.append(r)
+            ws.append(jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape))
+        return jnp.concatenate(rs), jnp.concatenate(ws)
+
+    def value(self, model, x, u=None):
+        """``1/2 r^T W r``."""
+        r, w = self.residual(model, x, u)
+        return 0.5 * jnp.sum(w * r * r)
+
+    def derivatives(self, model, x, u=None):
+        """``(l, l_x, l_u, l_xx, l_xu, l_uu)`` with Gauss-Newton Hessians in the tangent space
+        (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
+        ndx = 2 * model.nv
+
+        def res(dx, du):
+            uu = None if u is None else u + du
+            return self.residual(model, lie.state_integrate(model, x, dx), uu)[0]
+
+        zx = jnp.zeros(ndx, x.dtype)
+        du0 = None if u is None else jnp.zeros_like(u)
+        r, w = self.residual(model, x, u)
+        Rx = jax.jacfwd(lambda d: res(d, du0))(zx)
+        wr = w * r
+        l = 0.5 * jnp.sum(wr * r)
+        lx = Rx.T @ wr
+        WRx = w[:, None] * Rx
+        lxx = Rx.T @ WRx
+        if u is None:
+            return l, lx, None, lxx, None, None
+        Ru = jax.jacfwd(lambda d: res(zx, d))(du0)
+        return l, lx, Ru.T @ wr, lxx, WRx.T @ Ru, Ru.T @ (w[:, None] * Ru)

@@ -1,0 +1,627 @@
+"""Shooting solvers: feasibility-driven DDP (FDDP), iLQR / DDP, and their box-constrained
+variants, jit-compiled and batched with ``jax.vmap``.
+
+* **FDDP**: Mastalli et al., "Crocoddyl: An Efficient and Versatile Framework for Multi-Contact
+  Optimal Control", ICRA 2020, Alg. 1 and 2 (Crocoddyl's ``SolverFDDP``). The state trajectory
+  may be infeasible: the gaps ``f_0 = x_0 ⊖ xs_0``, ``f_{t+1} = f(xs_t, us_t) ⊖ xs_{t+1}`` enter
+  the backward pass (``V_x ← V_x + V_xx f``), the nonlinear rollout closes them in the
+  proportion ``α`` of the step (``x̂_t = f(x̂_{t-1}, û_{t-1}) ⊕ (α - 1) f_t``), and the line
+  search compares the actual cost change with the model of Eq. (15)-(16)
+  ``ΔJ(α) = Δ_1 α + Δ_2 α² / 2`` (``Δ_1 = Σ Q_u k - V_x f + f V_xx (x̂ ⊖ x)``, Crocoddyl's
+  ``expectedImprovement``), accepting ``ΔJ_actual > 0.1 ΔJ(α)`` (``ΔJ(α) ≥ 0``) or
+  ``ΔJ_actual > 2 ΔJ(α)`` (gap-closing steps that may raise the cost).
+* **iLQR / DDP** with Gauss-Newton cost Hessians and first-order dynamics (Li & Todorov,
+  "Iterative linear quadratic regulator design for nonlinear biological movement systems",
+  ICINCO 2004; Crocoddyl's ``SolverDDP``): a feasible rollout of the initial controls, the
+  same backward pass without gaps, Armijo-type acceptance.
+* **Box controls** ``u_lower <= u <= u_upper``: the control QP of each backward step is solved
+  with bounds by projected Newton, the feedback gains restricted to the free controls and the
+  rollout clamps the controls (Tassa, Mansard & Todorov, "Control-limited differential dynamic
+  programming", ICRA 2014, Alg. 1 and Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box
+  QP is solved from feasible iterates only (Newton gains and clamping before), the gradient
+  ``Q_u`` of clamped controls is zeroed in the expected improvement, and ``th_stop`` defaults to
+  ``5e-5``.
+
+Regularisation ``μ`` is added to ``Q_uu`` and ``V_xx`` and updated as Crocoddyl does (x10
+after a failed backward pass or a step ``α <= 0.01``, /10 after ``α > 0.5``, within
+``[1e-9, 1e9]``). Convergence (Crocoddyl 3's ``stoppingCriteria``): the iterate was feasible
+and the expected improvement of a full step is small, ``|Δ_1 + Δ_2 / 2| < th_stop``.
+
+Everything runs in one ``lax.while_loop``: the solve is jit-compiled once per problem
+structure and ``jax.vmap`` batches problems (a batch runs until its last member stops). The
+bounds are data (``∓inf`` where absent) and the choice between FDDP and iLQR is a traced flag,
+so bounded and unbounded problems, FDDP and iLQR share one compiled program.
+
+Bad input never yields a silent NaN trajectory: a non-finite cost or state at the initial
+guess stops the solver before the first iteration (``status = 2``), trial steps whose rollout
+or cost is non-finite are rejected by the line search, and non-finite derivatives at an
+accepted iterate stop it with that (finite) iterate (``status = 4``). :meth:`Result.message`
+explains a status; :func:`check` raises it as an error.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _linalg
+from .dynamics import FreeDynamics, step_derivatives, step_plain
+from .lie import state_difference, state_integrate
+
+__all__ = [
+    "Problem",
+    "Result",
+    "STATUS",
+    "box_qp",
+    "check",
+    "fddp",
+    "ilqr",
+    "rollout",
+    "trajectory_cost",
+]
+
+#: ``status`` codes of :class:`Result`.
+STATUS = {
+    0: "converged (feasible iterate, expected improvement |d1 + d2/2| < th_stop)",
+    1: "stopped at max_iter without convergence",
+    2: "non-finite cost or state at the initial guess (bad input): nothing was solved",
+    3: "the regularisation reached its maximum (no descent step could be found); "
+    "returning the last accepted (finite) iterate",
+    4: "non-finite derivatives (dynamics or cost Jacobians) at the last accepted iterate; "
+    "returning that (finite) iterate",
+}
+_RUNNING = -1
+
+
+class Problem(eqx.Module):
+    """An optimal control problem with ``horizon`` Euler steps of ``dt``
+    (Crocoddyl's ``ShootingProblem`` of ``IntegratedActionModelEuler`` nodes):
+
+        min_{xs, us}  Σ_t dt l(x_t, u_t) + l_T(x_T)   s.t.  x_{t+1} = step(x_t, u_t),
+                      x_0 = x0,  u_lower <= u_t <= u_upper
+
+    ``running`` / ``terminal`` are :class:`jaxdyn.trajopt.costs.Cost` s, ``dynamics`` a
+    :class:`~jaxdyn.trajopt.dynamics.FreeDynamics` or ``ContactDynamics``. Every array leaf
+    may carry a leading batch axis under ``jax.vmap``.
+    """
+
+    model: object
+    x0: jax.Array
+    running: object
+    terminal: object
+    dt: jax.Array | float
+    horizon: int = eqx.field(static=True)
+    dynamics: object = FreeDynamics()
+    u_lower: jax.Array | None = None
+    u_upper: jax.Array | None = None
+
+    @property
+    def nu(self) -> int:
+        return self.dynamics.nu(self.model)
+
+    def bounds(self):
+        """``(lower, upper)`` arrays (``∓inf`` where unbounded)."""
+        dtype = jnp.asarray(self.x0).dtype
+        lo = jnp.full(self.nu, -jnp.inf, dtype) if self.u_lower is None else self.u_lower
+        hi = jnp.full(self.nu, jnp.inf, dtype) if self.u_upper is None else self.u_upper
+        return jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+
+    def with_bounds(self) -> Problem:
+        """The same problem with both bounds as arrays (``∓inf`` where unbounded): bounded and
+        unbounded problems then share one compiled solver (and may share a batch)."""
+        lo, hi = self.bounds()
+        return eqx.tree_at(
+            lambda p: (p.u_lower, p.u_upper), self, (lo, hi), is_leaf=lambda x: x is None
+        )
+
+
+def _boxed(problem):
+    """Traced: does any control have a finite bound?"""
+    lo, hi = problem.bounds()
+    return jnp.any(jnp.isfinite(lo)) | jnp.any(jnp.isfinite(hi))
+
+
+class Result(eqx.Module):
+    """Solver output. ``xs (T+1, nx)``, ``us (T, nu)``: the last accepted iterate; ``cost``;
+    ``iterations`` (iterations performed; Crocoddyl's ``solver.iter + 1`` when converged);
+    ``converged``; ``status`` (see :data:`STATUS`); ``stop`` (``|Δ_1 + Δ_2/2|`` of the last
+    iteration); ``feasible``; ``log``: per-iteration arrays ``(max_iter,)`` (NaN after the
+    last iteration) ``cost`` (after the step), ``stop``, ``step`` (the step length tried
+    last), ``reg`` (regularisation used) and ``gap`` (``max |f_t|`` at the linearisation)."""
+
+    xs: jax.Array
+    us: jax.Array
+    cost: jax.Array
+    iterations: jax.Array
+    converged: jax.Array
+    status: jax.Array
+    stop: jax.Array
+    feasible: jax.Array
+    log: dict
+
+    def message(self) -> str:
+        """The status in words (a single, unbatched result)."""
+        s = int(np.asarray(self.status))
+        return f"status {s}: {STATUS[s]} after {int(np.asarray(self.iterations))} iterations"
+
+
+def check(result: Result, allow_max_iter: bool = True) -> Result:
+    """Raise ``RuntimeError`` with :data:`STATUS`'s message when a (possibly batched) result
+    failed (status 2, 3, 4; and 1 unless ``allow_max_iter``); return it otherwise."""
+    status = np.atleast_1d(np.asarray(result.status))
+    bad = (status >= 2) | ((status == 1) & (not allow_max_iter))
+    if np.any(bad):
+        idx = np.nonzero(bad)[0]
+        s = int(status[idx[0]])
+        where = f" (problem {int(idx[0])} of the batch)" if status.size > 1 else ""
+        raise RuntimeError(f"trajopt solver failed{where}: status {s}: {STATUS[s]}")
+    return result
+
+
+# ----------------------------------------------------------------------------- problem pieces
+
+
+def _stage_value(problem, x, u):
+    return problem.dt * problem.running.value(problem.model, x, u)
+
+
+def rollout(problem: Problem, us, x0=None):
+    """States ``(T+1, nx)`` of the controls ``us (T, nu)`` from ``x0`` (``problem.x0``)."""
+    x0 = problem.x0 if x0 is None else x0
+
+    def f(x, u):
+        x1 = step_plain(problem.model, x, u, problem.dt, problem.dynamics)
+        return x1, x1
+
+    _, xs = jax.lax.scan(f, x0, us)
+    return jnp.concatenate([x0[None], xs], 0)
+
+
+def trajectory_cost(problem: Problem, xs, us):
+    """``Σ_t dt l(x_t, u_t) + l_T(x_T)``."""
+    run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
+    return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
+
+
+def _calc_diff(problem, xs, us, derivatives="analytic"):
+    """Dynamics and cost derivatives at every node, the gaps and the cost."""
+    model, dt = problem.model, problem.dt
+
+    def node(x, u):
+        x1, Fx, Fu = step_derivatives(model, x, u, dt, problem.dynamics, derivatives)
+        l, lx, lu, lxx, lxu, luu = problem.running.derivatives(model, x, u)
+        return x1, Fx, Fu, dt * l, dt * lx, dt * lu, dt * lxx, dt * lxu, dt * luu
+
+    xnext, Fx, Fu, l, lx, lu, lxx, lxu, luu = jax.vmap(node)(xs[:-1], us)
+    lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
+    fs = jnp.concatenate(
+        [
+            state_difference(model, xs[0], problem.x0)[None],
+            jax.vmap(lambda a, b: state_difference(model, a, b))(xs[1:], xnext),
+        ],
+        0,
+    )
+    cost = jnp.sum(l) + lT
+    D = dict(Fx=Fx, Fu=Fu, lx=lx, lu=lu, lxx=lxx, lxu=lxu, luu=luu, LxT=LxT, LxxT=LxxT)
+    finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(D)]))
+    finite = finite & jnp.all(jnp.isfinite(fs))
+    return D, fs, cost, finite
+
+
+# ----------------------------------------------------------------------------- box QP
+
+
+def box_qp(H, g, lower, upper, x0=None, iterations: int = 30, tol: float = 1e-12):
+    """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` by projected Newton
+    (Tassa, Mansard & Todorov, ICRA 2014, Alg. 1): Newton steps on the free set (coordinates
+    not at a bound pushed outward by the gradient) with a projected Armijo line search, a
+    at most ``iterations`` steps, stopping when a step moves ``x`` by less than ``tol``.
+    Returns ``(x, free (n,) bool, L)`` with
+    ``L`` the Cholesky factor of ``H`` restricted to the free set (identity elsewhere).
+    """
+    n = H.shape[-1]
+    x = jnp.zeros_like(g) if x0 is None else x0
+    x = jnp.clip(x, lower, upper)
+    eye = jnp.eye(n, dtype=H.dtype)
+    steps = 0.5 ** jnp.arange(10, dtype=H.dtype)
+
+    def f(x):
+        return 0.5 * x @ H @ x + g @ x
+
+    def free_set(x):
+        grad = g + H @ x
+        clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
+        return ~clamped, grad
+
+    def factor(free):
+        m = free[:, None] & free[None, :]
+        return _linalg.cholesky(jnp.where(m, H, eye))
+
+    def it(_, x):
+        free, grad = free_set(x)
+        L = factor(free)
+        d = -_linalg.cho_solve(L, jnp.where(free, grad, 0.0))
+        d = jnp.where(free, d, 0.0)
+        trial = jnp.clip(x[None] + steps[:, None] * d[None], lower, upper)
+        fx = f(x)
+        ft = jax.vmap(f)(trial)
+        ok = ft - fx <= 0.1 * (trial - x[None]) @ grad
+        i = jnp.argmax(ok)
+        return jnp.where(jnp.any(ok), trial[i], x)
+
+    def cond(c):
+        return (c[0] < iterations) & c[2]
+
+    def body(c):
+        xn = it(None, c[1])
+        return c[0] + 1, xn, jnp.max(jnp.abs(xn - c[1])) > tol
+
+    _, x, _ = jax.lax.while_loop(cond, body, (0, x, jnp.asarray(True)))
+    free, _ = free_set(x)
+    return x, free, factor(free)
+
+
+# ----------------------------------------------------------------------------- backward pass
+
+
+def _backward(problem, D, fs, us, reg, feasible):
+    """Riccati recursion with gaps (Mastalli et al. 2020, Eq. 7-9; Crocoddyl's
+    ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``."""
+    ndx = fs.shape[-1]
+    eye = jnp.eye(ndx, dtype=fs.dtype)
+    fs = jnp.where(feasible, 0.0, fs)
+    VxxT = D["LxxT"] + reg * eye
+    VxT = D["LxT"] + VxxT @ fs[-1]
+    nu = us.shape[-1]
+    eye_u = jnp.eye(nu, dtype=fs.dtype)
+    boxed = _boxed(problem)
+    lo, hi = problem.bounds()
+
+    def body(carry, inp):
+        Vx, Vxx = carry
+        Fx, Fu, lx, lu, lxx, lxu, luu, f, u = inp
+        FxV = Fx.T @ Vxx
+        Qxx = lxx + FxV @ Fx
+        Qx = lx + Fx.T @ Vx
+        Qxu = lxu + FxV @ Fu
+        Quu = luu + Fu.T @ Vxx @ Fu + reg * eye_u
+        Qu = lu + Fu.T @ Vx
+
+        def newton():
+            L = _linalg.cholesky(Quu)
+            sol = _linalg.cho_solve(L, jnp.concatenate([Qu[:, None], Qxu.T], 1))
+            return sol[:, 0], sol[:, 1:], Qu
+
+        def clamped():
+            dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u)
+            K = jnp.where(free[:, None], _linalg.cho_solve(L, Qxu.T), 0.0)
+            return -dlt, K, jnp.where(free, Qu, 0.0)
+
+        # box QP from a feasible iterate, Newton gains otherwise (SolverBoxFDDP)
+        k, K, Qu = jax.lax.cond(feasible & boxed, clamped, newton)
+        Quuk = Quu @ k
+        Vx = Qx + K.T @ Quuk - 2.0 * (K.T @ Qu)
+        Vxx = Qxx - Qxu @ K
+        Vxx = 0.5 * (Vxx + Vxx.T) + reg * eye
+        Vx = Vx + Vxx @ f
+        return (Vx, Vxx), (k, K, Qu, Quuk, Vx, Vxx)
+
+    inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us)
+    _, (k, K, Qu, Quuk, Vx, Vxx) = jax.lax.scan(body, (VxT, VxxT), inp, reverse=True)
+    Vx = jnp.concatenate([Vx, VxT[None]], 0)
+    Vxx = jnp.concatenate([Vxx, VxxT[None]], 0)
+    ok = jnp.all(jnp.isfinite(Vx)) & jnp.all(jnp.isfinite(Vxx))
+    ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
+    return dict(k=k, K=K, Qu=Qu, Quuk=Quuk, Vx=Vx, Vxx=Vxx, fs=fs), ok
+
+
+# ----------------------------------------------------------------------------- forward pass
+
+
+def _forward(problem, xs, us, B, alpha, feasible):
+    """Nonlinear rollout of the step ``alpha`` closing the gaps (Mastalli et al. 2020,
+    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``."""
+    model = problem.model
+    c = jnp.where(feasible | (alpha == 1.0), 0.0, alpha - 1.0)
+    fs = B["fs"]
+    lo, hi = problem.bounds()
+
+    def body(carry, inp):
+        xnext, cost = carry
+        x, u, k, K, f = inp
+        xt = state_integrate(model, xnext, c * f)
+        ut = u - alpha * k - K @ state_difference(model, x, xt)
+        ut = jnp.minimum(jnp.maximum(ut, lo), hi)
+        cost = cost + _stage_value(problem, xt, ut)
+        x1 = step_plain(model, xt, ut, problem.dt, problem.dynamics)
+        return (x1, cost), (xt, ut)
+
+    zero = jnp.zeros((), xs.dtype)
+    (xnext, cost), (xt, ut) = jax.lax.scan(
+        body, (problem.x0, zero), (xs[:-1], us, B["k"], B["K"], fs[:-1])
+    )
+    xT = state_integrate(model, xnext, c * fs[-1])
+    cost = cost + problem.terminal.value(model, xT)
+    xs_try = jnp.concatenate([xt, xT[None]], 0)
+    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs_try))
+    return xs_try, ut, cost, finite
+
+
+# ----------------------------------------------------------------------------- solver
+
+
+def _log_line(it, cost, stop, step, reg, gap):
+    if int(it) == 0:
+        print(f"{'iter':>5} {'cost':>14} {'stop':>10} {'step':>8} {'reg':>8} {'gap':>10}")
+    print(f"{int(it):5d} {float(cost):14.8e} {float(stop):10.3e} {float(step):8.4f} "
+          f"{float(reg):8.1e} {float(gap):10.3e}")  # fmt: skip
+
+
+def _zeros_like_shapes(tree):
+    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), tree)
+
+
+@eqx.filter_jit
+def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+    # ``ddp`` (iLQR: feasible rollout, DDP acceptance) is a traced flag: fddp and ilqr share
+    # one compiled program. Each expensive piece (derivatives, backward pass, rollout) appears
+    # once in the program.
+    dtype = xs.dtype
+    alphas = 0.5 ** jnp.arange(10, dtype=dtype)
+    n_alpha = 10
+    p = params  # traced thresholds: changing them does not recompile
+    reg_init, reg_min, reg_max, reg_factor = (
+        p["reg_init"],
+        p["reg_min"],
+        p["reg_max"],
+        p["reg_factor"],
+    )
+    th_acceptstep, th_acceptnegstep = p["th_acceptstep"], p["th_acceptnegstep"]
+    th_stepdec, th_stepinc, th_grad = p["th_stepdec"], p["th_stepinc"], p["th_grad"]
+    th_stop_eff = jnp.where(_boxed(problem), p["th_stop_box"], p["th_stop"])
+    xs = jnp.where(ddp, rollout(problem, us), xs)
+    cost = trajectory_cost(problem, xs, us)
+    input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
+    calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
+    D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
+    back = functools.partial(_backward, problem)
+    B0, _ = _zeros_like_shapes(jax.eval_shape(back, D0, fs0, us, reg_init, ddp))
+    nan_log = jnp.full((max_iter,), jnp.nan, dtype)
+    state = dict(
+        it=jnp.asarray(0),
+        xs=xs,
+        us=us,
+        cost=cost,
+        D=D0,
+        fs=fs0,
+        need_diff=jnp.asarray(True),
+        feasible=ddp,
+        was_feasible=jnp.asarray(False),
+        reg=jnp.asarray(reg_init, dtype),
+        status=jnp.where(input_ok, _RUNNING, 2),
+        stop=jnp.asarray(jnp.inf, dtype),
+        log=dict(cost=nan_log, stop=nan_log, step=nan_log, reg=nan_log, gap=nan_log),
+    )
+
+    def cond(s):
+        return (s["status"] == _RUNNING) & (s["it"] < max_iter)
+
+    def body(s):
+        feasible = s["feasible"]
+        # derivatives at the current iterate (after an accepted step, Crocoddyl's recalcDiff)
+        D, fs, dfin = jax.lax.cond(
+            s["need_diff"],
+            lambda: (lambda r: (r[0], r[1], r[3]))(calc(s["xs"], s["us"])),
+            lambda: (s["D"], s["fs"], jnp.asarray(True)),
+        )
+
+        # backward pass; on failure raise the regularisation and retry (Crocoddyl's loop)
+        def bw_cond(c):
+            return dfin & (c[3] | ((~c[2]) & (c[0] < reg_max)))
+
+        def bw_body(c):
+            reg = jnp.where(c[3], c[0], jnp.minimum(c[0] * reg_factor, reg_max))
+            B, ok = back(D, fs, s["us"], reg, feasible)
+            return reg, B, ok, jnp.asarray(False)
+
+        reg, B, ok, _ = jax.lax.while_loop(
+            bw_cond, bw_body, (s["reg"], B0, jnp.asarray(False), jnp.asarray(True))
+        )
+        ok = ok & dfin
+
+        # expected improvement (Crocoddyl's updateExpectedImprovement)
+        fsB, Vx, Vxx = B["fs"], B["Vx"], B["Vxx"]
+        dg = jnp.sum(B["Qu"] * B["k"])
+        dq = -jnp.sum(B["k"] * B["Quuk"])
+        dg = dg - jnp.where(feasible, 0.0, jnp.sum(Vx * fsB))
+        dq = dq + jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, fsB))
+
+        def ls_cond(c):
+            return ok & (~c["accepted"]) & (c["i"] < n_alpha)
+
+        def ls_body(c):
+            alpha = alphas[c["i"]]
+            xs_t, us_t, cost_t, fin = _forward(problem, s["xs"], s["us"], B, alpha, feasible)
+            dx = jax.vmap(lambda a, b: state_difference(problem.model, a, b))(xs_t, s["xs"])
+            dv = -jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, dx))
+            # Crocoddyl's d = (dg + dv, dq - 2 dv) and alpha (d0 + alpha d1 / 2), with the dv
+            # terms grouped so that a huge dv (a wild trial) cannot cancel dg, dq out
+            d0 = dg + dv
+            dvexp = alpha * dg + 0.5 * alpha**2 * dq + alpha * (1.0 - alpha) * dv
+            dV = s["cost"] - cost_t
+            acc_ddp = (dvexp >= 0) & ((d0 < th_grad) | (~feasible) | (dV > th_acceptstep * dvexp))
+            acc_fddp = jnp.where(
+                dvexp >= 0,
+                (d0 < th_grad) | (dV > th_acceptstep * dvexp),
+                dV > th_acceptnegstep * dvexp,
+            )
+            acc = jnp.where(ddp, acc_ddp, acc_fddp) & fin
+            return dict(
+                i=c["i"] + 1,
+                accepted=acc,
+                alpha=alpha,
+                xs=xs_t,
+                us=us_t,
+                cost=cost_t,
+            )
+
+        ls0 = dict(
+            i=jnp.asarray(0),
+            accepted=jnp.asarray(False),
+            alpha=alphas[-1],
+            xs=s["xs"],
+            us=s["us"],
+            cost=s["cost"],
+        )
+        ls = jax.lax.while_loop(ls_cond, ls_body, ls0)
+        # Crocoddyl's stop |d0 + d1 / 2| = |dg + dq / 2| (the dv terms cancel exactly)
+        stop = jnp.abs(dg + 0.5 * dq)
+        acc = ls["accepted"]
+        alpha = ls["alpha"]
+        xs_n = jnp.where(acc, ls["xs"], s["xs"])
+        us_n = jnp.where(acc, ls["us"], s["us"])
+        cost_n = jnp.where(acc, ls["cost"], s["cost"])
+        was_feasible = jnp.where(acc, feasible, s["was_feasible"])
+        feasible_n = jnp.where(acc, feasible | (alpha == 1.0) | ddp, feasible)
+
+        # regularisation update
+        reg_n = jnp.where(alpha > th_stepdec, jnp.maximum(reg / reg_factor, reg_min), reg)
+        reg_n = jnp.where(alpha <= th_stepinc, jnp.minimum(reg_n * reg_factor, reg_max), reg_n)
+        reg_n = jnp.where(ok, reg_n, reg_max)
+        converged = was_feasible & (stop < th_stop_eff) & dfin
+        status = jnp.where(
+            converged,
+            0,
+            jnp.where(~dfin, 4, jnp.where(~ok | (reg_n >= reg_max), 3, _RUNNING)),
+        )
+        it = s["it"]
+        gap = jnp.max(jnp.abs(jnp.where(feasible, 0.0, fs)))
+        log = dict(s["log"])
+        for key, val in (("cost", cost_n), ("stop", stop), ("step", alpha), ("reg", reg)):
+            log[key] = log[key].at[it].set(val)
+        log["gap"] = log["gap"].at[it].set(gap)
+        if verbose:
+            jax.debug.callback(_log_line, it, cost_n, stop, alpha, reg, gap, ordered=False)
+        status = jnp.where((status == _RUNNING) & (it + 1 >= max_iter), 1, status)
+        return dict(
+            it=it + 1,
+            xs=xs_n,
+            us=us_n,
+            cost=cost_n,
+            D=D,
+            fs=fs,
+            need_diff=acc,
+            feasible=feasible_n,
+            was_feasible=was_feasible,
+            reg=reg_n,
+            status=status,
+            stop=stop,
+            log=log,
+        )
+
+    s = jax.lax.while_loop(cond, body, state)
+    status = jnp.where(s["status"] == _RUNNING, 1, s["status"])
+    return Result(
+        xs=s["xs"],
+        us=s["us"],
+        cost=s["cost"],
+        iterations=s["it"],
+        converged=status == 0,
+        status=status,
+        stop=s["stop"],
+        feasible=s["feasible"],
+        log=s["log"],
+    )
+
+
+_DEFAULTS = dict(
+    max_iter=100,
+    th_stop=None,
+    reg_init=1e-9,
+    reg_min=1e-9,
+    reg_max=1e9,
+    reg_factor=10.0,
+    th_acceptstep=0.1,
+    th_acceptnegstep=2.0,
+    th_stepdec=0.5,
+    th_stepinc=0.01,
+    th_grad=1e-12,
+    derivatives="analytic",
+    verbose=False,
+)
+
+
+_STATIC = ("max_iter", "derivatives", "verbose")
+
+
+def _options(problem, kw, dtype):
+    bad = set(kw) - set(_DEFAULTS)
+    if bad:
+        raise TypeError(f"unknown solver options {sorted(bad)}; known: {sorted(_DEFAULTS)}")
+    opts = {**_DEFAULTS, **kw}
+    if opts["derivatives"] not in ("analytic", "autodiff"):
+        raise ValueError(
+            f"derivatives must be 'analytic' or 'autodiff', got {opts['derivatives']!r}"
+        )
+    static = {k: opts.pop(k) for k in _STATIC}
+    # (unbounded, bounded): Crocoddyl's SolverFDDP and SolverBoxFDDP defaults
+    th = opts.pop("th_stop")
+    opts["th_stop"], opts["th_stop_box"] = (1e-9, 5e-5) if th is None else (th, th)
+    params = {k: jnp.asarray(v, dtype) for k, v in opts.items()}
+    return params, static
+
+
+def _initial(problem, xs, us):
+    T, nx = problem.horizon, problem.x0.shape[-1]
+    dtype = problem.x0.dtype
+    if us is None:
+        us = jnp.zeros((T, problem.nu), dtype)
+    if xs is None:
+        xs = jnp.broadcast_to(problem.x0, (T + 1, nx))
+    xs, us = jnp.asarray(xs, dtype), jnp.asarray(us, dtype)
+    if xs.shape != (T + 1, nx) or us.shape != (T, problem.nu):
+        raise ValueError(
+            f"initial guess: xs must be ({T + 1}, {nx}) and us ({T}, {problem.nu}); got "
+            f"{xs.shape} and {us.shape}"
+        )
+    return xs, us
+
+
+def fddp(problem: Problem, xs=None, us=None, **options) -> Result:
+    """Feasibility-driven DDP (Mastalli et al., ICRA 2020; Crocoddyl's ``SolverFDDP``, and
+    ``SolverBoxFDDP`` when the problem has control bounds).
+
+    **Arguments:** ``problem``; initial guess ``xs (T+1, nx)`` (default: ``x0`` repeated,
+    infeasible) and ``us (T, nu)`` (default: zeros). **Options** (Crocoddyl's defaults;
+    ``max_iter``, ``derivatives`` and ``verbose`` are static, the thresholds are traced, so
+    changing them does not recompile): ``max_iter=100``, ``th_stop=1e-9`` (``5e-5`` with
+    control bounds),
+    ``reg_init``/``reg_min=1e-9``, ``reg_max=1e9``, ``reg_factor=10``,
+    ``th_acceptstep=0.1``, ``th_acceptnegstep=2``, ``th_stepdec=0.5``, ``th_stepinc=0.01``,
+    ``th_grad=1e-12``,
+    ``derivatives="analytic"|"autodiff"`` (dynamics Jacobians of
+    :func:`~jaxdyn.trajopt.dynamics.step_derivatives`), ``verbose`` (print one line per
+    iteration through ``jax.debug.callback``).
+
+    Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works.
+    **Returns:** :class:`Result`.
+    """
+    xs, us = _initial(problem, xs, us)
+    problem = problem.with_bounds()
+    params, static = _options(problem, options, xs.dtype)
+    return _solve(problem, xs, us, jnp.asarray(False), params, **static)
+
+
+def ilqr(problem: Problem, us=None, **options) -> Result:
+    """iLQR / DDP with Gauss-Newton Hessians (Li & Todorov, ICINCO 2004; Crocoddyl's
+    ``SolverDDP``, box-DDP of Tassa, Mansard & Todorov 2014 with control bounds): the initial
+    controls ``us`` are rolled out from ``x0`` and every iterate stays feasible. Options as
+    :func:`fddp`. **Returns:** :class:`Result`."""
+    xs, us = _initial(problem, None, us)
+    problem = problem.with_bounds()
+    params, static = _options(problem, options, xs.dtype)
+    return _solve(problem, xs, us, jnp.asarray(True), params, **static)

@@ -1,0 +1,334 @@
+"""Discrete dynamics of trajectory optimisation and their analytic Jacobians.
+
+One step is semi-implicit (symplectic) Euler on the configuration manifold, the step of
+Crocoddyl's ``IntegratedActionModelEuler`` on ``DifferentialActionModelFreeFwdDynamics``
+(Mastalli et al., "Crocoddyl: An Efficient and Versatile Framework for Multi-Contact Optimal
+Control", ICRA 2020) and of ``"euler"`` in :mod:`jaxdyn.sim` (without its passive forces)::
+
+    a  = FD(q, v, B u)          v' = v + dt a          q' = q ⊕ dt v'
+
+State ``x = (q, v)`` (``nq + nv``), state increments ``dx = (dq, dv)`` (``2 nv``, ``dq`` in the
+tangent space of :func:`jaxdyn.integrate`, Crocoddyl's ``StateMultibody``). By the chain rule,
+with ``(Jq, Jw)`` the :func:`~jaxdyn.trajopt.lie.integrate_jacobians` at ``(q, dt v')`` and the
+forward-dynamics partials ``(a_q, a_v, a_u)``::
+
+    Fx = [[Jq + dt² Jw a_q,  dt Jw (I + dt a_v)],      Fu = [[dt² Jw a_u],
+          [dt a_q,           I + dt a_v       ]]             [dt a_u    ]]
+
+``a_q, a_v, a_tau = M^-1`` come from :func:`jaxdyn.aba_derivatives` (FDSVA: Singh, Russell &
+Wensing 2022) for :class:`FreeDynamics`; :class:`ContactDynamics` (bilateral constraints
+through :func:`jaxdyn.constrained_aba`) differentiates its acceleration by forward-mode
+autodiff in the tangent space.
+
+:func:`step` carries a ``jax.custom_jvp`` rule built on :func:`step_derivatives`, so
+``jax.jvp`` / ``jax.jacfwd`` / ``jax.grad`` of anything built on it use the analytic Jacobians
+(ambient tangents ``nq`` are mapped to the tangent space on the way in, and back on the way
+out); tangents of the model's parameters, of ``dt`` and of the dynamics object fall back to
+autodiff of :func:`step_plain` for those leaves only.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from .. import _checks
+from .._precision import full_precision
+from ..algorithms import kinematics as kin
+from ..algorithms.aba import aba_world
+from ..algorithms.configuration import integrate
+from ..derivatives import configuration_tangent
+from ..derivatives.fd import aba_derivatives_world
+from ..osim.constrained import constrained_aba
+from . import lie
+
+__all__ = [
+    "ContactDynamics",
+    "FreeDynamics",
+    "step",
+    "step_derivatives",
+    "step_plain",
+]
+
+DERIVATIVES = ("analytic", "autodiff")
+
+
+def _torque(B, u):
+    return u if B is None else B @ u
+
+
+def _input_jacobian(B, M):
+    """``M B`` (``M`` when ``B`` is None, full actuation)."""
+    return M if B is None else M @ B
+
+
+class FreeDynamics(eqx.Module):
+    """Unconstrained forward dynamics ``a = ABA(q, v, B u)`` (Crocoddyl's
+    ``DifferentialActionModelFreeFwdDynamics``).
+
+    ``actuation``: ``None`` (every joint actuated, ``nu = nv``: ``ActuationModelFull``) or an
+    input matrix ``B (nv, nu)``; :meth:`floating_base` builds Crocoddyl's
+    ``ActuationModelFloatingBase`` (the first six coordinates, the free joint, unactuated).
+    """
+
+    actuation: jax.Array | None = None
+
+    @staticmethod
+    def floating_base(model, dtype=None):
+        """``B = [0; I]`` of a floating-base model (``nu = nv - 6``)."""
+        if not model.topo.floating_base:
+            raise ValueError(
+                f"FreeDynamics.floating_base: {model.name!r} has no floating base; use "
+                "actuation=None (all joints actuated)"
+            )
+        nv = model.nv
+        dtype = dtype or model.mass.dtype
+        return FreeDynamics(jnp.eye(nv, dtype=dtype)[:, 6:])
+
+    def nu(self, model) -> int:
+        return model.nv if self.actuation is None else int(self.actuation.shape[1])
+
+    def acceleration(self, model, q, v, u):
+        ws = kin.world_state(model, q, centered=True)
+        return aba_world(model, ws, v, _torque(self.actuation, u))[0]
+
+    def derivatives(self, model, q, v, u):
+        """``(a, a_q, a_v, a_u)``: FDSVA partials (Singh, Russell & Wensing 2022, Eq. 5)."""
+        ws = kin.world_state(model, q, centered=True)
+        a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, _torque(self.actuation, u))
+        return a, a_q, a_v, _input_jacobian(self.actuation, Minv)
+
+
+class ContactDynamics(eqx.Module):
+    """Forward dynamics with bilateral constraints (feet welded or connected to the ground),
+    ``a = constrained_aba(q, v, B u, constraints).qdd`` (Crocoddyl's
+    ``DifferentialActionModelContactFwdDynamics``; jaxdyn's PV-OSIMr Delassus path).
+
+    - ``constraints``: tuple of :class:`jaxdyn.Weld` / :class:`jaxdyn.Connect` (static);
+    - ``actuation``: ``None`` or ``B (nv, nu)`` (:meth:`FreeDynamics.floating_base`);
+    - ``baumgarte``: ``None`` or ``(kp, kd)`` stabilisation gains; ``damping``: Delassus
+      regularisation (needed for redundant constraints).
+
+    The partials are forward-mode autodiff of the constrained solve in the tangent space.
+    """
+
+    constraints: tuple = eqx.field(static=True)
+    actuation: jax.Array | None = None
+    baumgarte: tuple | None = None
+    damping: float = 0.0
+
+    def nu(self, model) -> int:
+        return model.nv if self.actuation is None else int(self.actuation.shape[1])
+
+    def acceleration(self, model, q, v, u):
+        # Guard: the constrained solve checks its inputs (equinox.error_if); a diverged trial
+        # state of a solver must give NaN, not an error, so it is evaluated at a finite state.
+        ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
+        qs = jnp.where(ok, q, _neutral(model, q.dtype))
+        vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
+        a = constrained_aba(
+            model,
+            qs,
+            vs,
+            _torque(self.actuation, us),
+            self.constraints,
+            baumgarte=self.baumgarte,
+            damping=self.damping,
+        ).qdd
+        return jnp.where(ok, a, jnp.nan)
+
+    def derivatives(self, model, q, v, u):
+        def f(dq, vv, uu):
+            return self.acceleration(model, integrate(model, q, dq), vv, uu)
+
+        zero = jnp.zeros(model.nv, q.dtype)
+        a, jac = jax.linearize(f, zero, v, u)
+        eye_v = jnp.eye(model.nv, dtype=q.dtype)
+        eye_u = jnp.eye(u.shape[0], dtype=q.dtype)
+        z_v, z_u = jnp.zeros_like(v), jnp.zeros_like(u)
+        a_q = jax.vmap(lambda d: jac(d, z_v, z_u), out_axes=1)(eye_v)
+        a_v = jax.vmap(lambda d: jac(zero, d, z_u), out_axes=1)(eye_v)
+        a_u = jax.vmap(lambda d: jac(zero, z_v, d), out_axes=1)(eye_u)
+        return a, a_q, a_v, a_u
+
+
+def _neutral(model, dtype):
+    from ..algorithms.configuration import neutral_configuration
+
+    return neutral_configuration(model, dtype)
+
+
+def _default(dynamics):
+    return FreeDynamics() if dynamics is None else dynamics
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+def _split(model, x):
+    return x[: model.nq], x[model.nq :]
+
+
+def step_plain(model, x, u, dt, dynamics=None):
+    """One semi-implicit Euler step ``x' = (q ⊕ dt v', v')``, ``v' = v + dt a`` with plain
+    JAX operations (autodiff differentiates it op by op; :func:`step` is the same function
+    with the analytic ``custom_jvp`` rule)."""
+    dynamics = _default(dynamics)
+    q, v = _split(model, x)
+    a = dynamics.acceleration(model, q, v, u)
+    v1 = v + dt * a
+    return jnp.concatenate([integrate(model, q, dt * v1), v1])
+
+
+def _step_analytic(model, x, u, dt, dynamics):
+    """``(x', Fx, Fu)`` from the forward-dynamics partials and the integrate Jacobians."""
+    q, v = _split(model, x)
+    nv = model.nv
+    a, a_q, a_v, a_u = dynamics.derivatives(model, q, v, u)
+    v1 = v + dt * a
+    w = dt * v1
+    q1 = integrate(model, q, w)
+    eye = jnp.eye(nv, dtype=x.dtype)
+    dv_dq, dv_dv, dv_du = dt * a_q, eye + dt * a_v, dt * a_u
+    if lie._all_one_dof(model):  # Jq = Jw = I
+        dq_dq, dq_dv, dq_du = eye + dt * dv_dq, dt * dv_dv, dt * dv_du
+    else:
+        Jq, Jw = lie.integrate_jacobians(model, q, w)
+        dq_dq = Jq + dt * (Jw @ dv_dq)
+        dq_dv = dt * (Jw @ dv_dv)
+        dq_du = dt * (Jw @ dv_du)
+    Fx = jnp.concatenate(
+        [jnp.concatenate([dq_dq, dq_dv], 1), jnp.concatenate([dv_dq, dv_dv], 1)], 0
+    )
+    Fu = jnp.concatenate([dq_du, dv_du], 0)
+    return jnp.concatenate([q1, v1]), Fx, Fu
+
+
+def _step_autodiff(model, x, u, dt, dynamics):
+    """``(x', Fx, Fu)`` by forward-mode autodiff (``jax.jacfwd``) of :func:`step_plain`
+    through ``x ⊕ dx``, the ambient output tangents mapped to the tangent space at ``x'``."""
+    nv, nq = model.nv, model.nq
+
+    def f(dx, uu):
+        return step_plain(model, lie.state_integrate(model, x, dx), uu, dt, dynamics)
+
+    zero = jnp.zeros(2 * nv, x.dtype)
+    x1 = f(zero, u)
+    Jx, Ju = jax.jacfwd(f, (0, 1))(zero, u)
+
+    def to_tangent(t):
+        return jnp.concatenate([configuration_tangent(model, x1[:nq], t[:nq]), t[nq:]])
+
+    Fx = jax.vmap(to_tangent, in_axes=1, out_axes=1)(Jx)
+    Fu = jax.vmap(to_tangent, in_axes=1, out_axes=1)(Ju)
+    return x1, Fx, Fu
+
+
+def _check(fn, model, x, u, dt, dynamics):
+    dynamics = _default(dynamics)
+    if not hasattr(dynamics, "derivatives"):
+        raise TypeError(
+            f"{fn}: dynamics must be a FreeDynamics or a ContactDynamics, got "
+            f"{type(dynamics).__name__}"
+        )
+    x = _checks.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
+    u = _checks.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
+    dtype = _checks.common_dtype(x, u, dt, model=model)
+    return model.astype(dtype), x.astype(dtype), u.astype(dtype), jnp.asarray(dt, dtype), dynamics
+
+
+@full_precision
+def step_derivatives(model, x, u, dt, dynamics=None, derivatives: str = "analytic"):
+    """Jacobians of one discrete step in the tangent space (Crocoddyl's ``Fx``, ``Fu``).
+
+    **Arguments:**
+
+    - ``x (nq + nv,)``: the state ``(q, v)``; ``u (nu,)``: the control; ``dt``: the step.
+    - ``dynamics``: :class:`FreeDynamics` (default, full actuation) or
+      :class:`ContactDynamics`.
+    - ``derivatives``: ``"analytic"`` (FDSVA partials and :mod:`~jaxdyn.trajopt.lie`
+      Jacobians, see the module docstring) or ``"autodiff"`` (forward-mode autodiff of
+      :func:`step_plain` through ``x ⊕ dx``).
+
+    **Returns:** ``(x_next (nq + nv,), Fx (2 nv, 2 nv), Fu (2 nv, nu))`` with
+    ``x_next ⊕ (Fx dx + Fu du) = step(x ⊕ dx, u + du) + o(|dx| + |du|)``.
+    """
+    if derivatives not in DERIVATIVES:
+        raise ValueError(
+            f"step_derivatives: derivatives must be one of {DERIVATIVES}, got {derivatives!r}"
+        )
+    model, x, u, dt, dynamics = _check("step_derivatives", model, x, u, dt, dynamics)
+    if derivatives == "autodiff":
+        return _step_autodiff(model, x, u, dt, dynamics)
+    return _step_analytic(model, x, u, dt, dynamics)
+
+
+# ----------------------------------------------------------------------------- custom_jvp
+
+
+def _is_zero(t):
+    return t is None or isinstance(t, SymbolicZero)
+
+
+@jax.custom_jvp
+def _step_cj(model, x, u, dt, dynamics):
+    return step_plain(model, x, u, dt, dynamics)
+
+
+def _step_jvp(primals, tangents):
+    model, x, u, dt, dynamics = primals
+    dmodel, dx, du, ddt, ddyn = tangents
+    nq, nv = model.nq, model.nv
+    if _is_zero(dx) and _is_zero(du):
+        x1 = step_plain(model, x, u, dt, dynamics)
+        out = jnp.zeros_like(x1)
+    else:
+        x1, Fx, Fu = _step_analytic(model, x, u, dt, dynamics)
+        out = jnp.zeros(2 * nv, x1.dtype)
+        if not _is_zero(dx):
+            dxt = jnp.concatenate([configuration_tangent(model, x[:nq], dx[:nq]), dx[nq:]])
+            out = out + Fx @ dxt
+        if not _is_zero(du):
+            out = out + Fu @ du
+        out = jnp.concatenate([lie.tangent_to_ambient(model, x1[:nq], out[:nv]), out[nv:]])
+    # parameters (model leaves, dt, dynamics leaves): autodiff of the plain step, those only
+    rest = _parameter_tangent(model, x, u, dt, dynamics, dmodel, ddt, ddyn)
+    if rest is not None:
+        out = out + rest
+    return x1, out
+
+
+def _parameter_tangent(model, x, u, dt, dynamics, dmodel, ddt, ddyn):
+    primal = (model, dt, dynamics)
+    leaves, treedef = jax.tree_util.tree_flatten(primal)
+    tleaves = treedef.flatten_up_to((dmodel, ddt, ddyn))
+    idx = [i for i, t in enumerate(tleaves) if not _is_zero(t)]
+    if not idx:
+        return None
+
+    def f(*sel):
+        full = list(leaves)
+        for i, s in zip(idx, sel):
+            full[i] = s
+        m, h, d = jax.tree_util.tree_unflatten(treedef, full)
+        return step_plain(m, x, u, h, d)
+
+    return jax.jvp(f, tuple(leaves[i] for i in idx), tuple(tleaves[i] for i in idx))[1]
+
+
+_step_cj.defjvp(_step_jvp, symbolic_zeros=True)
+
+
+@full_precision
+def step(model, x, u, dt, dynamics=None):
+    """One semi-implicit Euler step on the manifold, ``x' = (q ⊕ dt v', v')`` with
+    ``v' = v + dt FD(q, v, B u)``, differentiable through the analytic Jacobians of
+    :func:`step_derivatives` (a ``jax.custom_jvp`` rule; see the module docstring).
+
+    **Arguments:** ``x (nq + nv,)``, ``u (nu,)``, ``dt``, ``dynamics`` (:class:`FreeDynamics`
+    by default). **Returns:** ``x' (nq + nv,)``.
+    """
+    model, x, u, dt, dynamics = _check("step", model, x, u, dt, dynamics)
+    return _step_cj(model, x, u, dt, dynamics)

@@ -1,0 +1,343 @@
+"""Trajectory optimisation (issue 12): the discrete dynamics' Jacobians and the DDP solvers.
+
+* ``step_derivatives`` (analytic: FDSVA partials and the integrate Jacobians) against forward-
+  mode autodiff of the plain step, central finite differences in the tangent space, the
+  ``custom_jvp`` of ``step`` against autodiff of ``step_plain``, and Crocoddyl's
+  ``IntegratedActionModelEuler(DifferentialActionModelFreeFwdDynamics).calcDiff``: arm7
+  (fixed base, one continuous joint) and quad12 (floating base, ``ActuationModelFloatingBase``).
+  One compiled function per robot.
+* FDDP and box-FDDP against Crocoddyl's ``SolverFDDP`` / ``SolverBoxFDDP`` on the same
+  double-pendulum problem (cost, iterations, trajectory), ``jax.vmap`` over four problems
+  against one-by-one solves, the control bounds, iLQR reaching FDDP's optimum, and bad input
+  (NaN initial state, diverging initial controls) reported by ``status`` / ``check``.
+
+The models carry armature: Crocoddyl 3.2.1 with Pinocchio 4.1 computes the free dynamics
+without gravity on its zero-armature path (its derivatives include gravity), see
+:mod:`jaxdyn.interop.crocoddyl`.
+"""
+
+from __future__ import annotations
+
+import crocoddyl
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdyn.derivatives import configuration_tangent
+from jaxdyn.interop.crocoddyl import (
+    control_from_pin,
+    control_to_pin,
+    state_from_pin,
+    state_to_pin,
+    to_crocoddyl,
+)
+from jaxdyn.trajopt import costs as C
+from jaxdyn.trajopt import ddp
+from jaxdyn.trajopt.dynamics import FreeDynamics, step, step_derivatives, step_plain
+from jaxdyn.trajopt.lie import state_difference, state_integrate
+
+import oracle
+
+DT = 0.01
+ARMATURE = 0.01
+FD_STEP = 1e-6
+
+
+# ----------------------------------------------------------------------------- step Jacobians
+
+
+def _all_derivatives(model, x, u, dynamics, checks):
+    """Analytic Jacobians and, by ``checks``, ``"custom"``: ``jax.jacfwd`` through the
+    ``custom_jvp`` of ``step`` (chained with ``x ⊕ dx``, ambient tangents in and out);
+    ``"fd"``: central differences of ``step_plain`` in the tangent space; ``"autodiff"``: the
+    autodiff mode. One program per robot."""
+    nq = model.nq
+    x1, Fx, Fu = step_derivatives(model, x, u, DT, dynamics)
+    ndx, nu = Fx.shape[0], Fu.shape[1]
+    out = dict(x1=x1, Fx=Fx, Fu=Fu)
+
+    def to_tangent(t):
+        return jnp.concatenate([configuration_tangent(model, x1[:nq], t[:nq]), t[nq:]])
+
+    def perturbed(e):
+        xe = state_integrate(model, x, e[:ndx])
+        return state_difference(model, x1, step_plain(model, xe, u + e[ndx:], DT, dynamics))
+
+    if "custom" in checks:
+
+        def chained(d, du):
+            return step(model, state_integrate(model, x, d), u + du, DT, dynamics)
+
+        zx, zu = jnp.zeros(ndx, x.dtype), jnp.zeros(nu, x.dtype)
+        Jx, Ju = jax.jacfwd(chained, (0, 1))(zx, zu)
+        out["Fx_custom"] = jax.vmap(to_tangent, 1, 1)(Jx)
+        out["Fu_custom"] = jax.vmap(to_tangent, 1, 1)(Ju)
+    if "fd" in checks:  # one batched plain step over the 2 (ndx + nu) perturbations
+        n = ndx + nu
+        E = FD_STEP * jnp.eye(n, dtype=x.dtype)
+        dx = jax.vmap(perturbed)(jnp.concatenate([E, -E], 0))
+        F_fd = ((dx[:n] - dx[n:]) / (2 * FD_STEP)).T
+        out["Fx_fd"], out["Fu_fd"] = F_fd[:, :ndx], F_fd[:, ndx:]
+    if "autodiff" in checks:
+        _, out["Fx_ad"], out["Fu_ad"] = step_derivatives(
+            model, x, u, DT, dynamics, derivatives="autodiff"
+        )
+    return out
+
+
+# Every check compiles another copy of the dynamics: each robot gets two besides Crocoddyl
+# (arm7: central differences and the autodiff mode; quad12, where the tangent maps matter: the
+# custom_jvp rule through ambient coordinates).
+CHECKS = {"arm7": ("fd", "autodiff"), "quad12": ("custom",)}
+
+
+@pytest.fixture(scope="module", params=list(CHECKS))
+def derivative_case(request):
+    case = oracle.robot_case(request.param)
+    model = case.model.with_armature(ARMATURE)
+    dyn = FreeDynamics.floating_base(model) if model.floating_base else FreeDynamics()
+    nu = dyn.nu(model)
+    rng = np.random.default_rng(7)
+    s = case.states[0]
+    x = np.concatenate([np.asarray(s["q"]), np.asarray(s["v"])])
+    u = rng.standard_normal(nu)
+    fn = jax.jit(_all_derivatives, static_argnums=4)
+    out = fn(model, x, u, dyn, CHECKS[request.param])
+    return case, model, dyn, x, u, jax.tree.map(np.asarray, out)
+
+
+def test_step_derivatives_autodiff_fd(derivative_case):
+    out = derivative_case[-1]
+    checked = 0
+    if "Fx_custom" in out:  # the custom_jvp rule of step (jax.jacfwd) = step_derivatives
+        oracle.assert_close(out["Fx_custom"], out["Fx"], 1e-13, "Fx: jacfwd(step)")
+        oracle.assert_close(out["Fu_custom"], out["Fu"], 1e-13, "Fu: jacfwd(step)")
+        checked += 1
+    if "Fx_fd" in out:
+        oracle.assert_close(out["Fx"], out["Fx_fd"], 1e-7, "Fx analytic vs central differences")
+        oracle.assert_close(out["Fu"], out["Fu_fd"], 1e-7, "Fu analytic vs central differences")
+        checked += 1
+    if "Fx_ad" in out:
+        oracle.assert_close(out["Fx"], out["Fx_ad"], 1e-12, "Fx analytic vs autodiff")
+        oracle.assert_close(out["Fu"], out["Fu_ad"], 1e-12, "Fu analytic vs autodiff")
+        checked += 1
+    assert checked >= 1
+
+
+def _perm(conv, nv):
+    """``P`` with ``dx_pin = P dx`` (tangent space)."""
+    Pv = np.zeros((nv, nv))
+    Pv[np.arange(nv), conv.v_to_pin_index] = 1.0
+    P = np.zeros((2 * nv, 2 * nv))
+    P[:nv, :nv] = Pv
+    P[nv:, nv:] = Pv
+    return P
+
+
+def test_step_derivatives_crocoddyl(derivative_case):
+    case, model, dyn, x, u, out = derivative_case
+    conv, pm = case.conv, case.pin_model
+    state = crocoddyl.StateMultibody(pm)
+    act = (
+        crocoddyl.ActuationModelFloatingBase(state)
+        if model.floating_base
+        else crocoddyl.ActuationModelFull(state)
+    )
+    dam = crocoddyl.DifferentialActionModelFreeFwdDynamics(
+        state, act, crocoddyl.CostModelSum(state, act.nu)
+    )
+    dam.armature = np.full(model.nv, ARMATURE)
+    iam = crocoddyl.IntegratedActionModelEuler(dam, DT)
+    data = iam.createData()
+    problem = ddp.Problem(model, x, C.Cost(()), C.Cost(()), DT, 1, dyn)
+    xp, up = state_to_pin(conv, x), control_to_pin(problem, conv, u)
+    iam.calc(data, xp, up)
+    iam.calcDiff(data, xp, up)
+    oracle.assert_close(state_from_pin(conv, data.xnext), out["x1"], 1e-12, "x_next")
+    P = _perm(conv, model.nv)
+    Fx = P @ out["Fx"] @ P.T
+    Fu = control_to_pin(problem, conv, P @ out["Fu"])
+    oracle.assert_close(Fx, data.Fx, 1e-10, "Fx vs Crocoddyl")
+    oracle.assert_close(Fu, data.Fu, 1e-10, "Fu vs Crocoddyl")
+
+
+# ----------------------------------------------------------------------------- solvers
+
+HORIZON = 40
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    case = oracle.robot_case("double_pendulum")
+    return case, case.model.with_armature(ARMATURE)
+
+
+def _problem(model, x0, goal, bounds=None):
+    nv = model.nv
+    run = C.Cost(
+        (
+            C.Term(C.StateRegularization(goal), 1e-1),
+            C.Term(C.ControlRegularization(jnp.zeros(nv)), 1e-3),
+        )
+    )
+    term = C.Cost((C.Term(C.StateRegularization(goal), 1e2),))
+    lo = hi = None
+    if bounds is not None:
+        lo, hi = -bounds * jnp.ones(nv), bounds * jnp.ones(nv)
+    return ddp.Problem(model, x0, run, term, DT, HORIZON, u_lower=lo, u_upper=hi)
+
+
+def _states(nv, angles):
+    return jnp.concatenate([jnp.asarray(angles, jnp.float64), jnp.zeros(nv)])
+
+
+def _crocoddyl_solve(case, problem, box=False, th_stop=1e-9):
+    cp, x0p = to_crocoddyl(problem, case.pin_model, case.conv)
+    solver = crocoddyl.SolverBoxFDDP(cp) if box else crocoddyl.SolverFDDP(cp)
+    solver.th_stop = th_stop
+    T, nu = problem.horizon, problem.nu
+    solver.solve([x0p] * (T + 1), [np.zeros(nu)] * T, 200, False, 1e-9)
+    xs = state_from_pin(case.conv, np.array(solver.xs))
+    us = control_from_pin(problem, case.conv, np.array(solver.us))
+    return solver, xs, us
+
+
+X0 = (0.3, -0.2)
+GOAL = (1.4, -0.6)
+
+
+@pytest.fixture(scope="module")
+def fddp_solution(pendulum):
+    _, model = pendulum
+    nv = model.nv
+    problem = _problem(model, _states(nv, X0), _states(nv, GOAL))
+    return problem, ddp.fddp(problem, max_iter=200)
+
+
+def test_fddp_matches_crocoddyl(pendulum, fddp_solution):
+    case, _ = pendulum
+    problem, res = fddp_solution
+    assert int(res.status) == 0, res.message()
+    assert bool(res.converged)
+    solver, xs, us = _crocoddyl_solve(case, problem)
+    np.testing.assert_allclose(float(res.cost), solver.cost, rtol=1e-8)
+    # Crocoddyl's iter is the index of the converging iteration
+    assert int(res.iterations) == solver.iter + 1
+    oracle.assert_close(np.asarray(res.xs), xs, 1e-6, "xs")
+    oracle.assert_close(np.asarray(res.us), us, 1e-6, "us")
+    # the log: one entry per iteration, the last one is the returned cost
+    it = int(res.iterations)
+    log = np.asarray(res.log["cost"])
+    assert np.all(np.isfinite(log[:it])) and np.all(np.isnan(log[it:]))
+    assert log[it - 1] == float(res.cost)
+    # jaxdyn's cost of Crocoddyl's trajectory
+    np.testing.assert_allclose(
+        float(ddp.trajectory_cost(problem, jnp.asarray(xs), jnp.asarray(us))),
+        solver.cost,
+        rtol=1e-12,
+    )
+
+
+def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
+    case, model = pendulum
+    _, free = fddp_solution
+    bound = 0.6 * float(np.max(np.abs(np.asarray(free.us))))  # active bounds
+    problem = _problem(model, _states(model.nv, X0), _states(model.nv, GOAL), bounds=bound)
+    res = ddp.fddp(problem, max_iter=200, th_stop=1e-12)
+    assert int(res.status) == 0, res.message()
+    us = np.asarray(res.us)
+    assert np.all(np.abs(us) <= bound * (1 + 1e-12))
+    assert np.sum(np.isclose(np.abs(us), bound)) > 0  # some controls at the bounds
+    solver, xs_c, us_c = _crocoddyl_solve(case, problem, box=True, th_stop=1e-12)
+    np.testing.assert_allclose(float(res.cost), solver.cost, rtol=1e-6)
+    oracle.assert_close(us, us_c, 1e-4, "us (box)")
+    assert float(res.cost) > float(free.cost)
+
+
+def test_vmap_equals_one_by_one(pendulum, fddp_solution):
+    _, model = pendulum
+    nv = model.nv
+    rng = np.random.default_rng(3)
+    x0s = [_states(nv, X0 + 0.3 * rng.standard_normal(2)) for _ in range(4)]
+    goals = [_states(nv, GOAL + 0.3 * rng.standard_normal(2)) for _ in range(4)]
+    problems = [_problem(model, a, b) for a, b in zip(x0s, goals)]
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    res_b = jax.vmap(lambda p: ddp.fddp(p, max_iter=200))(batch)
+    for i, p in enumerate(problems):
+        r = ddp.fddp(p, max_iter=200)
+        assert int(r.status) == 0
+        assert int(res_b.iterations[i]) == int(r.iterations)
+        oracle.assert_close(np.asarray(res_b.xs[i]), np.asarray(r.xs), 1e-10, f"xs[{i}]")
+        np.testing.assert_allclose(float(res_b.cost[i]), float(r.cost), rtol=1e-10)
+    ddp.check(res_b)
+
+
+def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):
+    problem, res = fddp_solution
+    r = ddp.ilqr(problem, max_iter=200)
+    assert int(r.status) == 0, r.message()
+    np.testing.assert_allclose(float(r.cost), float(res.cost), rtol=1e-7)
+    # feasible by construction: the states are the rollout of the controls
+    oracle.assert_close(np.asarray(ddp.rollout(problem, r.us)), np.asarray(r.xs), 1e-12, "xs")
+
+
+def test_bad_input_reported(pendulum, fddp_solution):
+    _, model = pendulum
+    problem, _ = fddp_solution
+    nv = model.nv
+    bad = _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL))
+    res = ddp.fddp(bad, max_iter=200)
+    assert int(res.status) == 2 and not bool(res.converged)
+    assert int(res.iterations) == 0
+    with pytest.raises(RuntimeError, match="non-finite cost or state at the initial guess"):
+        ddp.check(res)
+    # a diverging initial rollout: iLQR stops before iterating, never returns NaN silently
+    us = jnp.full((HORIZON, nv), 1e200)
+    r = ddp.ilqr(problem, us, max_iter=200)
+    assert int(r.status) == 2
+    with pytest.raises(RuntimeError, match="status 2"):
+        ddp.check(r)
+    # a bad member of a batch is named (the batch size of test_vmap_equals_one_by_one: the
+    # compiled program is shared)
+    batch = jax.tree.map(lambda *a: jnp.stack(a), problem, bad, problem, problem)
+    rb = jax.vmap(lambda p: ddp.fddp(p, max_iter=200))(batch)
+    assert np.asarray(rb.status).tolist() == [0, 2, 0, 0]
+    assert np.all(np.isfinite(np.asarray(rb.xs[0])))
+    with pytest.raises(RuntimeError, match="problem 1 of the batch"):
+        ddp.check(rb)
+
+
+def test_cost_derivatives_gauss_newton(pendulum):
+    """l_x, l_u of a Cost are the gradients of its value (tangent space), l_xx its
+    Gauss-Newton Hessian."""
+    _, model = pendulum
+    nv = model.nv
+    x = _states(nv, (0.4, 0.1)) + jnp.concatenate([jnp.zeros(nv), jnp.array([0.3, -0.2])])
+    u = jnp.array([0.2, -0.1])
+    cost = C.Cost(
+        (
+            C.Term(C.StateRegularization(_states(nv, GOAL)), jnp.array([1.0, 2.0, 0.1, 0.2])),
+            C.Term(C.ControlRegularization(jnp.zeros(nv)), 1e-2),
+            C.Term(C.FrameTranslation("link2", jnp.array([0.1, 0.0, 0.3])), 3.0),
+            C.Term(C.JointLimits((0, 1), jnp.array([-0.2, 0.2]), jnp.array([0.3, 0.5])), 10.0),
+            C.Term(C.SphereAvoidance("link2", jnp.array([0.0, 0.05, 0.1]), 0.3), 5.0),
+        )
+    )
+
+    def everything(cost, x, u):
+        gx = jax.grad(lambda d: cost.value(model, state_integrate(model, x, d), u))(
+            jnp.zeros(2 * nv)
+        )
+        gu = jax.grad(lambda uu: cost.value(model, x, uu))(u)
+        r = cost.residual(model, x, u)[0]
+        return cost.derivatives(model, x, u), gx, gu, cost.value(model, x, u), r
+
+    (l, lx, lu, lxx, lxu, luu), gx, gu, value, r = jax.jit(everything)(cost, x, u)
+    assert np.all(np.asarray(r[-3:]) != 0)  # both joint limits and the sphere are active
+    np.testing.assert_allclose(float(l), float(value), rtol=1e-14)
+    oracle.assert_close(lx, gx, 1e-12, "l_x")
+    oracle.assert_close(lu, gu, 1e-12, "l_u")
+    assert np.all(np.linalg.eigvalsh(np.asarray(lxx)) > -1e-12)
+    oracle.assert_close(luu, 1e-2 * np.eye(nv), 1e-14, "l_uu")
+    oracle.assert_close(lxu, np.zeros((2 * nv, nv)), 1e-14, "l_xu")
