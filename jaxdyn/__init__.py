@@ -82,6 +82,9 @@ from . import nori as nori
 # environments (``jaxdyn.envs``) and trajectory optimisation are imported on demand.
 from . import sim as sim
 
+# Trajectory optimisation (issue #12): FDDP / iLQR / box-FDDP with analytic step Jacobians.
+from . import trajopt as trajopt
+
 __all__ = [
     "CheckError",
     "Connect",
@@ -127,5 +130,6 @@ __all__ = [
     "rnea_derivatives",
     "set_value_checks",
     "sim",
+    "trajopt",
     "vmap",
 ]
