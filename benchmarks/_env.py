@@ -40,3 +40,38 @@ def write_section(path, section: str) -> None:
         )
         out = lines[:start] + new + lines[end:]
     path.write_text("\n".join(out).rstrip() + "\n")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def timed(fn, args, repeats=5, min_time=0.2):
+    """Best time per call of a compiled ``fn(*args)`` (each repeat runs >= ``min_time``).
+    JAX is imported here, not at module level: :func:`single_threaded` must run first."""
+    import time
+
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            jax.block_until_ready(fn(*args))
+            n += 1
+            dt = time.perf_counter() - t0
+            if dt >= min_time:
+                break
+        best = min(best, dt / n)
+    return best

@@ -28,7 +28,6 @@ from __future__ import annotations
 import _env
 
 _env.single_threaded()
-
 import argparse
 import json
 import os
@@ -41,6 +40,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from _env import cpu_name, timed  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PAIRS = (("rnea", "inverse"), ("crba", "crb"), ("aba", "forward"))
@@ -58,32 +59,6 @@ def humanoid_path() -> str:
     import dm_control
 
     return str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def timed(fn, args, repeats=5, min_time=0.2):
-    """Best time per call of a compiled ``fn(*args)`` (each repeat runs >= ``min_time``)."""
-    jax.block_until_ready(fn(*args))
-    best = np.inf
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            jax.block_until_ready(fn(*args))
-            n += 1
-            dt = time.perf_counter() - t0
-            if dt >= min_time:
-                break
-        best = min(best, dt / n)
-    return best
 
 
 def mj_states(mm, n, seed=1):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import _env
 
 _env.single_threaded()
-
 import argparse
 import platform
 import time
@@ -35,36 +34,12 @@ import numpy as np
 import jaxdyn
 from jaxdyn import robots, sim
 
+from _env import cpu_name, timed  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 DT, KP, KD, RADIUS, MU = 2e-3, 20.0, 0.5, 0.02, 1.0
 STAND = 0.34  # base height of quad12 with straight legs and the foot spheres on the ground
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def timed(fn, args, repeats=5, min_time=0.2):
-    """Best time per call of a compiled ``fn(*args)`` (each repeat runs >= ``min_time``)."""
-    jax.block_until_ready(fn(*args))
-    best = np.inf
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            jax.block_until_ready(fn(*args))
-            n += 1
-            dt = time.perf_counter() - t0
-            if dt >= min_time:
-                break
-        best = min(best, dt / n)
-    return best
 
 
 SOLE = [(x, y, 0.0) for x in (-0.1, 0.1) for y in (-0.05, 0.05)]
