@@ -81,6 +81,26 @@ def _overflow(where: str, what: str) -> ValueError:
     )
 
 
+def depth_order(bodies) -> tuple[list, dict]:
+    """Order of the bodies (dicts with ``parent`` (earlier index or -1) and ``kind``): by depth,
+    inside a level by (joint kind, parent's new index, given order), so that levels and kind
+    groups are contiguous and parent indices are sorted. Returns the order (old indices) and
+    the map old index -> new index."""
+    depth = []
+    for b in bodies:
+        depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
+    by_depth = [[] for _ in range(max(depth, default=-1) + 1)]
+    for i, d in enumerate(depth):
+        by_depth[d].append(i)
+    order, new_index = [], {}
+    for at_d in by_depth:
+        at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
+        for i in at_d:
+            new_index[i] = len(order)
+            order.append(i)
+    return order, new_index
+
+
 def build_model(
     robot: URDFRobot,
     floating_base: bool = False,
@@ -163,20 +183,7 @@ def build_model(
         stack.append(iter(children[j.child]))
     # no moving joint and a fixed base: a zero-DoF model (nq = nv = nb = 0), every link a frame
 
-    # Sort by depth; inside a level by (joint kind, parent's new index, URDF depth-first order),
-    # so that levels and kind groups are contiguous and parent indices are sorted.
-    depth = []
-    for b in bodies:
-        depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
-    by_depth = [[] for _ in range(max(depth, default=-1) + 1)]
-    for i, d in enumerate(depth):
-        by_depth[d].append(i)
-    order, new_index = [], {}
-    for at_d in by_depth:
-        at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
-        for i in at_d:
-            new_index[i] = len(order)
-            order.append(i)
+    order, new_index = depth_order(bodies)
     nb = len(bodies)
 
     def remap(b):

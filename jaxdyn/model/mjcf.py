@@ -108,6 +108,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+from .build import depth_order
 from .model import Model, make_topology
 
 __all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
@@ -584,18 +585,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         place[i] = (pb, Xb)
 
     # ------------------------------------------------------------ depth sort (as build.py)
-    depth = []
-    for b in bodies:
-        depth.append(0 if b["parent"] < 0 else depth[b["parent"]] + 1)
-    by_depth = [[] for _ in range(max(depth, default=-1) + 1)]
-    for i, d in enumerate(depth):
-        by_depth[d].append(i)
-    order, new_index = [], {}
-    for at_d in by_depth:
-        at_d.sort(key=lambda i: (bodies[i]["kind"], new_index.get(bodies[i]["parent"], -1), i))
-        for i in at_d:
-            new_index[i] = len(order)
-            order.append(i)
+    order, new_index = depth_order(bodies)
     nb = len(bodies)
 
     def remap(b):
