@@ -78,7 +78,8 @@ def analytic_derivatives(enabled: bool):
 # ----------------------------------------------------------------------------- tangents
 
 
-def _is_zero(t):
+def is_zero_tangent(t) -> bool:
+    """Whether a ``custom_jvp`` tangent is absent (``None`` or a ``SymbolicZero``)."""
     return t is None or isinstance(t, SymbolicZero)
 
 
@@ -117,7 +118,7 @@ def _model_tangent(fn, model, dmodel, args):
     (``None`` when every model tangent is a symbolic zero)."""
     leaves, treedef = jax.tree_util.tree_flatten(model)
     tleaves = treedef.flatten_up_to(dmodel)
-    idx = [i for i, tl in enumerate(tleaves) if not _is_zero(tl)]
+    idx = [i for i, tl in enumerate(tleaves) if not is_zero_tangent(tl)]
     if not idx:
         return None
 
@@ -158,17 +159,17 @@ def _rnea_jvp(primals, tangents):
     dmodel, dq, dv, da, dfext = tangents
     ws = kin.world_state(model, q, centered=True)
     terms = []
-    if _is_zero(dq) and _is_zero(dv) and _is_zero(da):
+    if is_zero_tangent(dq) and is_zero_tangent(dv) and is_zero_tangent(da):
         tau = _rnea.rnea_world(model, ws, v, a, f_ext)[0]
     else:
         tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
-        if not _is_zero(dq):
+        if not is_zero_tangent(dq):
             terms.append(Dq @ configuration_tangent(model, q, dq))
-        if not _is_zero(dv):
+        if not is_zero_tangent(dv):
             terms.append(Dv @ dv)
-        if not _is_zero(da):
+        if not is_zero_tangent(da):
             terms.append(M @ da)
-    if f_ext is not None and not _is_zero(dfext):
+    if f_ext is not None and not is_zero_tangent(dfext):
         terms.append(fext_tau_tangent(model, ws, dfext))
     terms.append(_model_tangent(_rnea_plain, model, dmodel, (q, v, a, f_ext)))
     return tau, _sum_terms(terms, tau)
@@ -214,20 +215,22 @@ def _aba_jvp(primals, tangents):
     model, q, v, tau, f_ext = primals
     dmodel, dq, dv, dtau, dfext = tangents
     ws = kin.world_state(model, q, centered=True)
-    if all(_is_zero(x) for x in (dq, dv, dtau)) and (f_ext is None or _is_zero(dfext)):
+    if all(is_zero_tangent(x) for x in (dq, dv, dtau)) and (
+        f_ext is None or is_zero_tangent(dfext)
+    ):
         qdd = _aba.aba_world(model, ws, v, tau, f_ext)[0]
         rhs = None
     else:
         qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext)
         # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
         parts = []
-        if not _is_zero(dtau):
+        if not is_zero_tangent(dtau):
             parts.append(dtau)
-        if not _is_zero(dq):
+        if not is_zero_tangent(dq):
             parts.append(-(Dq @ configuration_tangent(model, q, dq)))
-        if not _is_zero(dv):
+        if not is_zero_tangent(dv):
             parts.append(-(Dv @ dv))
-        if f_ext is not None and not _is_zero(dfext):
+        if f_ext is not None and not is_zero_tangent(dfext):
             parts.append(-fext_tau_tangent(model, ws, dfext))
         u = _sum_terms(parts, qdd)
         if _fd.resolve_method("auto", model.nv) == "aza":

@@ -32,7 +32,6 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from .. import _checks
 from .._precision import full_precision
@@ -41,6 +40,7 @@ from ..algorithms.aba import aba_world
 from ..algorithms.configuration import integrate
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
+from ..derivatives.jvp import is_zero_tangent
 from ..osim.constrained import constrained_aba
 from . import lie
 
@@ -268,10 +268,6 @@ def step_derivatives(model, x, u, dt, dynamics=None, derivatives: str = "analyti
 # ----------------------------------------------------------------------------- custom_jvp
 
 
-def _is_zero(t):
-    return t is None or isinstance(t, SymbolicZero)
-
-
 @jax.custom_jvp
 def _step_cj(model, x, u, dt, dynamics):
     return step_plain(model, x, u, dt, dynamics)
@@ -281,16 +277,16 @@ def _step_jvp(primals, tangents):
     model, x, u, dt, dynamics = primals
     dmodel, dx, du, ddt, ddyn = tangents
     nq, nv = model.nq, model.nv
-    if _is_zero(dx) and _is_zero(du):
+    if is_zero_tangent(dx) and is_zero_tangent(du):
         x1 = step_plain(model, x, u, dt, dynamics)
         out = jnp.zeros_like(x1)
     else:
         x1, Fx, Fu = _step_analytic(model, x, u, dt, dynamics)
         out = jnp.zeros(2 * nv, x1.dtype)
-        if not _is_zero(dx):
+        if not is_zero_tangent(dx):
             dxt = jnp.concatenate([configuration_tangent(model, x[:nq], dx[:nq]), dx[nq:]])
             out = out + Fx @ dxt
-        if not _is_zero(du):
+        if not is_zero_tangent(du):
             out = out + Fu @ du
         out = jnp.concatenate([lie.tangent_to_ambient(model, x1[:nq], out[:nv]), out[nv:]])
     # parameters (model leaves, dt, dynamics leaves): autodiff of the plain step, those only
@@ -304,7 +300,7 @@ def _parameter_tangent(model, x, u, dt, dynamics, dmodel, ddt, ddyn):
     primal = (model, dt, dynamics)
     leaves, treedef = jax.tree_util.tree_flatten(primal)
     tleaves = treedef.flatten_up_to((dmodel, ddt, ddyn))
-    idx = [i for i, t in enumerate(tleaves) if not _is_zero(t)]
+    idx = [i for i, t in enumerate(tleaves) if not is_zero_tangent(t)]
     if not idx:
         return None
 
