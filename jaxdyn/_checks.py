@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import config
+from . import batching, config
 
 __all__ = [
     "CheckError",
@@ -147,6 +147,26 @@ def _traced(args, kwargs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
 
 
+def _nv2(model):
+    return model.nv * model.nv
+
+
+#: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
+#: (:func:`jaxdyn.batching.batched`), with the numbers one sample keeps live: the passes that
+#: carry ``nv x nv`` matrices, and ABA's 6x6 articulated inertias (one per body). The others
+#: (rnea, crba, kinematics, ...) ran as fast or faster as one plain ``vmap`` over the batch
+#: (``benchmarks/RESULTS.md``).
+BATCHED = {
+    "aba": lambda m: 36 * m.nb,
+    "minv": _nv2,
+    "rnea_derivatives": lambda m: 4 * m.nv * m.nv,
+    "aba_derivatives": lambda m: 4 * m.nv * m.nv,
+    "delassus": _nv2,
+    "constrained_aba": _nv2,
+    "input_matrix": _nv2,
+}
+
+
 def public(name: str):
     """Decorator of jaxdyn's public functions ``f(model, ...)``.
 
@@ -154,17 +174,20 @@ def public(name: str):
       the cluster function for a :class:`jaxdyn.clusters.ClusterModel`);
     * called outside any trace (eagerly), a failed value check raises :class:`CheckError`
       with the check's message; under a trace the function runs as is (the error surfaces
-      where the compiled program runs, see the module docstring).
+      where the compiled program runs, see the module docstring);
+    * for the functions of :data:`BATCHED`, ``jax.vmap`` on the CPU evaluates the batch in
+      cache-sized chunks (:func:`jaxdyn.batching.batched`).
     """
 
     def decorate(fn):
         translated = _translate(fn)
+        chunked = batching.batched(fn, BATCHED[name]) if name in BATCHED else fn
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             check_model(name, args[0] if args else kwargs.get("model"))
             if _traced(args, kwargs):
-                return fn(*args, **kwargs)
+                return chunked(*args, **kwargs)
             return translated(*args, **kwargs)
 
         return wrapper

@@ -21,10 +21,19 @@ name                       environment variable             default  effect
                                                                      many terms are unrolled into
                                                                      broadcast products, larger
                                                                      ones use ``matmul``
+``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``            ``-1``   samples per chunk when a
+                                                                     public function runs under
+                                                                     ``jax.vmap`` on the CPU
+                                                                     (:mod:`jaxdyn.batching`):
+                                                                     ``-1`` chosen from the
+                                                                     model's size, ``0`` plain
+                                                                     ``jax.vmap``, ``n > 0``
+                                                                     chunks of ``n``
 =========================  ===============================  =======  ==========================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
-``false``, ``no``, ``off`` are false, anything else true; ``unroll_max``: an integer >= 0), then
+``false``, ``no``, ``off`` are false, anything else true; ``unroll_max``: an integer >= 0;
+``vmap_chunk``: an integer >= -1), then
 changed with :func:`update` or, for a block of code, :func:`override`::
 
     jaxdyn.config.update("value_checks", False)
@@ -72,11 +81,26 @@ def _nonneg_int(name, value):
     return out
 
 
+def _chunk(name, value):
+    if isinstance(value, str) and value.strip() == "-1":
+        return -1
+    if not isinstance(value, str) and not isinstance(value, bool) and value == -1:
+        return -1
+    try:
+        return _nonneg_int(name, value)
+    except ValueError:
+        raise ValueError(
+            f"jaxdyn.config.update: {name} must be -1 (automatic), 0 (plain jax.vmap) or a "
+            f"positive chunk size, got {value!r}"
+        ) from None
+
+
 #: name -> (environment variable, default, validator)
 SWITCHES = {
     "value_checks": ("JAXDYN_VALUE_CHECKS", True, _bool),
     "analytic_derivatives": ("JAXDYN_ANALYTIC_DERIVATIVES", True, _bool),
     "unroll_max": ("JAXDYN_UNROLL_MAX", 3, _nonneg_int),
+    "vmap_chunk": ("JAXDYN_VMAP_CHUNK", -1, _chunk),
 }
 
 
@@ -90,9 +114,11 @@ def _from_env(name):
     except ValueError:
         raise ValueError(
             f"jaxdyn.config: environment variable {env}={raw!r} is invalid "
-            f"({name} must be {'a bool' if check is _bool else 'an integer >= 0'})"
+            f"({name} must be {_EXPECTED.get(check, 'an integer >= 0')})"
         ) from None
 
+
+_EXPECTED = {_bool: "a bool", _chunk: "an integer >= -1"}
 
 _values = {name: _from_env(name) for name in SWITCHES}
 

@@ -1,6 +1,7 @@
 """jaxdyn.vmap (chunked batching) equals jax.vmap; the benchmark harness runs end to end."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -65,3 +66,106 @@ def test_bench_quick_smoke(tmp_path, capsys):
     assert rc == 0
     text = out.read_text()
     assert "arm7" in text and "rnea" in text and "Pinocchio" in text
+
+
+# ------------------------------------------------- the batching rule of the public functions
+# Plain ``jax.vmap`` of a public function runs ``vmap`` in chunks on the CPU
+# (jaxdyn.batching.batched); with a chunk of 8 and B = 37 the padded last chunk is exercised.
+
+
+def _plain_and_chunked(fn, *args, in_axes):
+    """``jax.jit(jax.vmap(fn))`` with the rule off and with chunks of 8, and whether the chunked
+    program has the chunk loop (a ``while``) that the plain one lacks."""
+    outs, loops = [], []
+    for chunk in (0, 8):
+        with jaxdyn.config.override(vmap_chunk=chunk):
+            jf = jax.jit(jax.vmap(fn, in_axes=in_axes))
+            loops.append("stablehlo.while" in jf.lower(*args).as_text())
+            outs.append(jf(*args))
+    return outs, loops
+
+
+def _close(a, b, tol=1e-12):
+    """Equal to ``tol`` relative to the largest entry of each leaf."""
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        assert x.shape == y.shape
+        scale = max(1.0, float(np.max(np.abs(np.asarray(y)))))
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol * scale)
+
+
+@pytest.mark.parametrize(
+    "name", ["aba", "minv", "rnea_derivatives", "aba_derivatives", "delassus", "rnea", "crba"]
+)
+def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
+    """The functions of ``_checks.BATCHED`` run chunked under plain ``jax.vmap`` (a chunk
+    loop in the program) with the results of one ``vmap``; the others stay one ``vmap``."""
+    m, q, v = quad
+    cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
+    fns = {
+        "aba": (lambda m, q, v: jaxdyn.aba(m, q, v, v), (None, 0, 0)),
+        "minv": (lambda m, q, v: jaxdyn.minv(m, q), (None, 0, None)),
+        "rnea_derivatives": (lambda m, q, v: jaxdyn.rnea_derivatives(m, q, v, v), (None, 0, 0)),
+        "aba_derivatives": (lambda m, q, v: jaxdyn.aba_derivatives(m, q, v, v), (None, 0, 0)),
+        "delassus": (lambda m, q, v: jaxdyn.delassus(m, q, cs), (None, 0, None)),
+        "rnea": (lambda m, q, v: jaxdyn.rnea(m, q, v, v), (None, 0, 0)),
+        "crba": (lambda m, q, v: jaxdyn.crba(m, q), (None, 0, None)),
+    }
+    fn, axes = fns[name]
+    (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)
+    assert not loop_plain
+    assert loop_chunked == (name in jaxdyn._checks.BATCHED)
+    _close(chunked, plain)
+
+
+@pytest.fixture(scope="module")
+def arm():
+    m = robots.load("arm7")
+    B = 21
+    q = jax.vmap(lambda k: jaxdyn.random_configuration(m, k))(
+        jax.random.split(jax.random.PRNGKey(5), B)
+    )
+    return m, q, jax.random.normal(jax.random.PRNGKey(6), (B, m.nv))
+
+
+def test_batching_rule_derivatives_and_batched_model(arm):
+    """Gradients under vmap (reverse mode through the rule's custom_jvp) and a batched model
+    (domain randomisation) are unchanged by the rule."""
+    m, q, v = arm
+    loss = lambda q: jnp.sum(jaxdyn.minv(m, q) ** 2)  # noqa: E731
+    (g0, g8), _ = _plain_and_chunked(jax.grad(loss), q, in_axes=0)
+    _close(g8, g0, 1e-10)
+    with jaxdyn.config.override(vmap_chunk=8):
+        Jf = jax.jit(jax.vmap(jax.jacfwd(loss)))(q)
+    _close(Jf, g0, 1e-10)
+    B = q.shape[0]
+    scale = 1.0 + 0.1 * jnp.arange(B) / B
+    mb = jax.vmap(lambda s: eqx_scale_mass(m, s))(scale)
+    (ref, out), (_, loop) = _plain_and_chunked(jaxdyn.minv, mb, q, in_axes=(0, 0))
+    assert loop
+    _close(out, ref, 1e-10)
+    _close(out[5], jaxdyn.minv(eqx_scale_mass(m, scale[5]), q[5]), 1e-10)
+
+
+def eqx_scale_mass(m, s):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda x: x.mass, m, m.mass * s)
+
+
+def test_chunk_size_policy():
+    from jaxdyn import batching
+
+    assert batching.auto_chunk(batching.CHUNK_MIN_WORDS - 1) is None  # small: plain vmap
+    c64 = batching.auto_chunk(2500)  # a 50-coordinate minv
+    assert batching.CHUNK_MIN <= c64 <= batching.CHUNK_MAX and c64 & (c64 - 1) == 0
+    assert batching.auto_chunk(10000) < c64  # bigger working sets, smaller chunks
+    assert batching.auto_chunk(2500, 4) == 2 * c64  # float32: twice as many samples
+    assert batching.chunk_size_for(2500, c64) is None  # one chunk: plain vmap
+    assert batching.chunk_size_for(2500, 4 * c64) == c64
+    with jaxdyn.config.override(vmap_chunk=0):
+        assert batching.chunk_size_for(2500, 10**6) is None
+    with jaxdyn.config.override(vmap_chunk=16):
+        assert batching.chunk_size_for(10, 17) == 16
+    for bad in (-2, 1.5, "x", True):
+        with pytest.raises(ValueError, match="vmap_chunk"):
+            jaxdyn.config.update("vmap_chunk", bad)

@@ -1,0 +1,269 @@
+"""jaxdyn under the plain ``jax.jit(jax.vmap(f))`` users write, against Pinocchio's C++.
+
+    python benchmarks/vs_cpp.py                      # solo12, talos_full; float64, float32
+    python benchmarks/vs_cpp.py --robots solo12 --dtypes float64 --out /tmp/r.md
+
+One process, one machine, single-threaded on both sides (XLA without its thread pool,
+Pinocchio's loop on one core). For each robot:
+
+* Pinocchio C++ per call (``benchmarks/pinocchio_cpp.py`` compiles ``pinocchio_cpp/bench.cpp``
+  with ``-O3 -march=native`` against the ``pin`` wheel's headers; without a compiler it falls
+  back to the Python bindings and the table says so);
+* jaxdyn per sample at batch ``B`` (default 1024) under ``jax.jit(jax.vmap(f))`` -- the batching
+  rule of jaxdyn's public functions evaluates it in cache-sized chunks on the CPU
+  (:mod:`jaxdyn.batching`) -- and, for comparison, with that rule switched off
+  (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch);
+* batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) and its number of XLA kernels;
+* the arithmetic: flops per sample from XLA's cost analysis of the batched program, the
+  rate it achieves (GFLOP/s) and the share of this core's measured float64/float32 peak
+  (a large single-threaded matrix product).
+
+Ratios are jaxdyn time / Pinocchio time per sample (< 1: jaxdyn is faster). Pinocchio is
+float64 only; float32 rows are compared with the same float64 Pinocchio numbers. The section
+"Plain jax.vmap against Pinocchio C++" of ``benchmarks/RESULTS.md`` is (re)written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _env import cpu_name, single_threaded, timed, write_section  # noqa: E402
+
+ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
+#: issue targets: ratio to Pinocchio C++ per sample at B = 1024, float64
+TARGETS = {
+    "rnea": 1.0,
+    "crba": 1.0,
+    "aba": 1.0,
+    "minv": 1.0,
+    "rnea_derivatives": 1.2,
+    "aba_derivatives": 1.2,
+}
+
+
+def _fn(alg):
+    import jaxdyn
+
+    return {
+        "rnea": (jaxdyn.rnea, ("q", "v", "a")),
+        "crba": (jaxdyn.crba, ("q",)),
+        "aba": (jaxdyn.aba, ("q", "v", "tau")),
+        "minv": (jaxdyn.minv, ("q",)),
+        "rnea_derivatives": (jaxdyn.rnea_derivatives, ("q", "v", "a")),
+        "aba_derivatives": (jaxdyn.aba_derivatives, ("q", "v", "tau")),
+    }[alg]
+
+
+def peak_gflops(dtype: str) -> float:
+    """Single-threaded matrix-product rate of this core (GFLOP/s): the practical peak."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 768
+    a = jnp.ones((n, n), dtype) * 0.5
+    f = jax.jit(lambda x: x @ x)
+    return 2 * n**3 / timed(f, (a,), repeats=5, min_time=0.2) / 1e9
+
+
+def _states(model, B, dtype, seed=0):
+    import jax
+    import numpy as np
+
+    import jaxdyn
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), B)
+    q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(keys)
+    rng = np.random.default_rng(seed)
+    st = {"q": q}
+    for k, s in (("v", 1.0), ("a", 1.0), ("tau", 10.0)):
+        st[k] = jax.numpy.asarray(s * rng.standard_normal((B, model.nv)), dtype)
+    return st
+
+
+def _flops(compiled):
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    return float((ca or {}).get("flops", float("nan")))
+
+
+def _kernels(compiled) -> int:
+    """Instructions of the entry computation of the optimised HLO (fusions, calls, custom
+    calls, loops): the kernels XLA:CPU launches per call."""
+    text = compiled.as_text()
+    entry = text.split("ENTRY", 1)[1] if "ENTRY" in text else text
+    body = entry.split("\n}", 1)[0]
+    return sum(1 for ln in body.splitlines() if " = " in ln and "parameter(" not in ln)
+
+
+def bench_robot(name, dtypes, B, latency, log):
+    import jax
+    import pinocchio_cpp
+
+    import jaxdyn
+    from jaxdyn import robots
+    from jaxdyn._checks import BATCHED
+    from jaxdyn.batching import chunk_size_for
+
+    path, fb = robots.resolve(name)
+    log(f"[{name}] Pinocchio ...")
+    pin = pinocchio_cpp.time_pinocchio(str(path), fb)
+    pin_ns = {a: pin["ns_per_call"][a]["best"] for a in ALGS if a in pin["ns_per_call"]}
+    model = robots.load(name)
+    rows = []
+    for dtype in dtypes:
+        st = _states(model, B, dtype)
+        for alg in ALGS:
+            f, names = _fn(alg)
+            args = tuple(st[k] for k in names)
+            row = {"robot": name, "dtype": dtype, "alg": alg, "pin_ns": pin_ns.get(alg)}
+            words = BATCHED.get(alg)
+            itemsize = 8 if dtype == "float64" else 4
+            row["chunk"] = None if words is None else chunk_size_for(words(model), B, itemsize)
+            # functions without a batching rule: "rule" and "plain" are the same program
+            for key, chunk in (("rule", -1), ("plain", 0)) if words else (("rule", -1),):
+                with jaxdyn.config.override(vmap_chunk=chunk):
+                    jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
+                    t0 = time.perf_counter()
+                    c = jf.lower(model, *args).compile()
+                    row[f"{key}_compile_s"] = time.perf_counter() - t0
+                    row[f"{key}_ns"] = timed(c, (model, *args)) / B * 1e9
+                    if key == "rule":
+                        row["flops"] = _flops(c) / B
+            if not words:
+                row["plain_ns"], row["plain_compile_s"] = row["rule_ns"], row["rule_compile_s"]
+            if latency and dtype == "float64":
+                one = tuple(x[0] for x in args)
+                c1 = jax.jit(f).lower(model, *one).compile()
+                row["b1_ns"] = timed(c1, (model, *one)) * 1e9
+                row["b1_kernels"] = _kernels(c1)
+            rows.append(row)
+            log(
+                f"[{name}] {dtype} {alg}: rule {row['rule_ns'] / 1e3:.2f} us, plain "
+                f"{row['plain_ns'] / 1e3:.2f} us, Pinocchio "
+                f"{(row['pin_ns'] or float('nan')) / 1e3:.2f} us"
+            )
+    return pin, rows
+
+
+def _r(x, ref):
+    if x is None or ref is None:
+        return "-"
+    return f"{x / ref:.2f}"
+
+
+def render(results, B, peaks, args) -> str:
+    import jax
+
+    import jaxdyn
+
+    lines = [
+        "## Plain jax.vmap against Pinocchio C++",
+        "",
+        f"`python benchmarks/vs_cpp.py` on {cpu_name()}, one thread each side "
+        f"(XLA_FLAGS single-threaded), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. ",
+        "",
+        f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
+        "*rule*: jaxdyn's batching rule (the default: chunked on the CPU for the passes that "
+        "carry nv x nv matrices, chunk size in the table; the others have no rule and run as "
+        "one vmap), *plain*: the rule switched off (`vmap_chunk=0`, one vmap over the whole "
+        "batch). "
+        "Ratios are jaxdyn time / Pinocchio time per call (< 1: jaxdyn faster); the issue's "
+        "targets are <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives) in float64. "
+        "Pinocchio's crba and minv fill the upper triangle only; jaxdyn returns the full "
+        "symmetric matrix. Flops: XLA cost analysis of the batched program per sample; "
+        f"GFLOP/s achieved against this core's measured peak (single-thread matmul: "
+        f"{peaks.get('float64', float('nan')):.1f} GFLOP/s float64, "
+        f"{peaks.get('float32', float('nan')):.1f} float32). Machine noise is +-20 % run to "
+        "run; compare ratios within one run.",
+        "",
+    ]
+    for name, (pin, rows) in results.items():
+        src = pin.get("source", "?")
+        flags = pin.get("flags", "")
+        lines += [
+            f"### {name}",
+            "",
+            f"Pinocchio {pin.get('pinocchio_version', '?')} ({src}"
+            + (f", `{flags}`" if flags and src == "c++" else "")
+            + ").",
+            "",
+            "| dtype | algorithm | Pinocchio us | rule us | ratio | plain us | ratio | chunk "
+            "| target | flops/sample | GFLOP/s | % peak | compile s (rule / plain) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            pin_ns = r["pin_ns"]
+            ratio = r["rule_ns"] / pin_ns if pin_ns else None
+            tgt = TARGETS[r["alg"]]
+            mark = "-" if ratio is None else ("PASS" if ratio <= tgt else "MISS")
+            gf = r["flops"] / r["rule_ns"] if r["rule_ns"] else float("nan")
+            pk = peaks.get(r["dtype"])
+            lines.append(
+                f"| {r['dtype']} | {r['alg']} | {(pin_ns or float('nan')) / 1e3:.2f} "
+                f"| {r['rule_ns'] / 1e3:.2f} | {_r(r['rule_ns'], pin_ns)} "
+                f"| {r['plain_ns'] / 1e3:.2f} | {_r(r['plain_ns'], pin_ns)} "
+                f"| {r['chunk'] or 'none'} "
+                f"| <= {tgt} {mark if r['dtype'] == 'float64' else ''} "
+                f"| {r['flops']:.0f} | {gf:.2f} | {100 * gf / pk if pk else float('nan'):.0f} "
+                f"| {r['rule_compile_s']:.1f} / {r['plain_compile_s']:.1f} |"
+            )
+        lat = [r for r in rows if "b1_ns" in r]
+        if lat:
+            lines += [
+                "",
+                "Batch-1 latency, `jax.jit(f)` per call, float64 (target for talos_full aba: "
+                "<= 5x Pinocchio):",
+                "",
+                "| algorithm | Pinocchio us | jaxdyn us | ratio | XLA kernels |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for r in lat:
+                lines.append(
+                    f"| {r['alg']} | {(r['pin_ns'] or float('nan')) / 1e3:.2f} "
+                    f"| {r['b1_ns'] / 1e3:.2f} | {_r(r['b1_ns'], r['pin_ns'])} "
+                    f"| {r['b1_kernels']} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/vs_cpp.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--robots", default="solo12,talos_full")
+    p.add_argument("--dtypes", default="float64,float32")
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--no-latency", action="store_true", help="skip the batch-1 latency rows")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    a = p.parse_args(argv)
+    single_threaded()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+    def log(msg):
+        print(msg, flush=True)
+
+    dtypes = a.dtypes.split(",")
+    peaks = {d: peak_gflops(d) for d in dtypes}
+    log(f"peak GFLOP/s: {peaks}")
+    results = {}
+    for name in a.robots.split(","):
+        results[name] = bench_robot(name, dtypes, a.batch, not a.no_latency, log)
+        jax.clear_caches()
+    section = render(results, a.batch, peaks, a)
+    print(section)
+    write_section(a.out, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
