@@ -125,12 +125,12 @@ class Compliant(eqx.Module):
         return k, c
 
 
-def compliant_forces(
-    contact: Compliant, k, c, frames: ContactFrames, fixed_normal_in_friction=False
-):
+def compliant_forces(contact: Compliant, k, c, frames: ContactFrames, friction_normal=None):
     """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``
-    (``fixed_normal_in_friction``: the normal force inside the friction term is a constant for
-    differentiation; used for the implicit integrator's symmetric damping matrix)."""
+    (``friction_normal (nc,)``: the normal force to use inside the friction term instead of
+    the one of ``frames``; the implicit integrator passes the normal force at the step's
+    velocity, so that its velocity Jacobian holds the normal force fixed while every other
+    derivative -- in the configuration, the parameters -- still flows through it)."""
     dtype = frames.distance.dtype
     eps = jnp.asarray(contact.smoothing, dtype)
     pen = eps * jax.nn.softplus(-frames.distance / eps)
@@ -138,7 +138,7 @@ def compliant_forces(
     raw = k * pen - c * vn * pen / (pen + eps)
     fn = raw * jax.nn.sigmoid(raw / (k * eps))
     vs2 = jnp.asarray(contact.slip, dtype) ** 2
-    fn_t = jax.lax.stop_gradient(fn) if fixed_normal_in_friction else fn
+    fn_t = fn if friction_normal is None else friction_normal
     ft = -(contact.friction * fn_t / jnp.sqrt(jnp.sum(vt * vt, -1) + vs2))[:, None] * vt
     return fn[:, None] * frames.normal + ft
 

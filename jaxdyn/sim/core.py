@@ -240,12 +240,17 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
         return m_eff, I6
     k, c = cfg.contact.gains(model, v.dtype)
 
-    def force(dist, normal, point, vel):
+    def force(dist, normal, point, vel, vel0):
+        # the friction term's normal force at vel0 (the step's velocity), a constant for the
+        # Jacobian in vel but not for derivatives in q (a stop_gradient here cut the
+        # configuration derivative of K, and reverse-mode rollouts were 40 % off)
+        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None])
+        fn0 = C.compliant_forces(cfg.contact, k, c, at0) @ normal
         one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-        return C.compliant_forces(cfg.contact, k, c, one, fixed_normal_in_friction=True)[0]
+        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0)[0]
 
     K = -jax.vmap(jax.jacfwd(force, argnums=3))(
-        frames.distance, frames.normal, frames.point, frames.velocity
+        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity
     )  # (nc, 3, 3)
     K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
     X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
