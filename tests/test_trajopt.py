@@ -10,6 +10,10 @@
   double-pendulum problem (cost, iterations, trajectory), ``jax.vmap`` over four problems
   against one-by-one solves, the control bounds, iLQR reaching FDDP's optimum, and bad input
   (NaN initial state, diverging initial controls) reported by ``status`` / ``check``.
+* ``solve_differentiable`` (implicit differentiation of the box-FDDP optimum) against central
+  differences of re-solved problems; ``multiple_shooting`` (Levenberg-Marquardt, penalised
+  defects) reaching FDDP's optimum with its ``O(1/ρ)`` error; ``gradient_shooting`` (Adam)
+  decreasing the cost towards FDDP's, within the control bounds.
 
 The models carry armature: Crocoddyl 3.2.1 with Pinocchio 4.1 computes the free dynamics
 without gravity on its zero-armature path (its derivatives include gravity), see
@@ -19,9 +23,11 @@ without gravity on its zero-armature path (its derivatives include gravity), see
 from __future__ import annotations
 
 import crocoddyl
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxdyn.derivatives import configuration_tangent
@@ -35,7 +41,9 @@ from jaxdyn.interop.crocoddyl import (
 from jaxdyn.trajopt import costs as C
 from jaxdyn.trajopt import ddp
 from jaxdyn.trajopt.dynamics import FreeDynamics, step, step_derivatives, step_plain
+from jaxdyn.trajopt.implicit import solve_differentiable
 from jaxdyn.trajopt.lie import state_difference, state_integrate
+from jaxdyn.trajopt.shooting import gradient_shooting, multiple_shooting, shooting_cost
 
 import oracle
 
@@ -341,3 +349,178 @@ def test_cost_derivatives_gauss_newton(pendulum):
     assert np.all(np.linalg.eigvalsh(np.asarray(lxx)) > -1e-12)
     oracle.assert_close(luu, 1e-2 * np.eye(nv), 1e-14, "l_uu")
     oracle.assert_close(lxu, np.zeros((2 * nv, nv)), 1e-14, "l_xu")
+
+
+# ----------------------------------------------------------------------------- implicit gradients
+#
+# The problems below are the fixtures' double pendulum (horizon 40): every FDDP solve reuses the
+# fixture's compiled program (bounds and thresholds are data). What compiles here is the
+# backward pass of solve_differentiable (Hessian-vector products and the parameter VJP of the
+# single-shooting gradient, second-order autodiff through the ABA: most of this section's time),
+# one multiple-shooting program and one Adam program.
+
+#: ``th_stop`` of the solves of the implicit-gradient test: FDDP's stop ``|d1 + d2/2|`` reaches
+#: ~1e-23 at these optima (quadratic convergence; its round-off floor ~ Qu^2 / Quu ~ 1e-25), so the
+#: controls are the optimum to round-off, which the finite differences below need.
+TIGHT = 1e-20
+#: The control bound of the implicit-gradient problem: 7 of its 80 optimal controls on it.
+IMPLICIT_BOUND = 2.0
+
+
+def _masses(p):
+    return p.model.mass
+
+
+def test_implicit_gradient_matches_finite_differences(pendulum):
+    """``jax.vjp`` of ``solve_differentiable`` (the implicit function theorem on the free
+    controls, conjugate gradients with Hessian-vector products) = central differences of
+    re-solved problems: ``d/dm Σ|u*|²`` with respect to the two link masses, on the
+    box-constrained problem (the controls on a bound are held there, the rest solve
+    ``H_ff w = g_f``). Differentiating through an unrolled solver instead would compile a
+    second program of this size (the dense Hessian of the shooting cost), so finite differences
+    are the reference."""
+    _, model = pendulum
+    nv = model.nv
+    problem = _problem(model, _states(nv, X0), _states(nv, GOAL), bounds=IMPLICIT_BOUND)
+    mass = _masses(problem)
+
+    def fddp_us(m):
+        res = ddp.fddp(eqx.tree_at(_masses, problem, m), max_iter=200, th_stop=TIGHT)
+        assert int(res.status) == 0, res.message()
+        return np.asarray(res.us)
+
+    us, pullback = jax.vjp(
+        lambda m: solve_differentiable(
+            eqx.tree_at(_masses, problem, m), th_stop=TIGHT, max_iter=200
+        ),
+        mass,
+    )
+    us_ref = fddp_us(mass)
+    np.testing.assert_array_equal(np.asarray(us), us_ref)  # the forward pass is FDDP's
+    active = np.abs(us_ref) == IMPLICIT_BOUND
+    assert 0 < active.sum() < us_ref.size // 4, active.sum()
+
+    # dU*/dm by central differences. Relative errors of the implicit gradients measured over two
+    # losses, with and without bounds: h = 1e-5 1e-11..1.5e-10, h = 1e-4 5e-11..6e-10
+    # (truncation, O(h^2)), h = 1e-6 6e-11..8e-10 (round-off, ~eps |U*| / h)
+    h = 1e-5
+    jac_fd = np.stack(
+        [(fddp_us(mass.at[i].add(h)) - fddp_us(mass.at[i].add(-h))) / (2 * h) for i in range(2)],
+        -1,
+    )
+    assert np.all(jac_fd[active] == 0.0)  # the same controls on the bound at m ± h
+    loss_bar = 2.0 * us_ref  # d/dU Σ|u|², nonzero on the bound too (there dU*/dm = 0)
+    fd = np.einsum("tu,tup->p", loss_bar, jac_fd)
+    # only the backward pass compiles (jit of the whole jax.grad would compile FDDP again)
+    (grad,) = jax.jit(lambda f, g: f(g))(pullback, jnp.asarray(loss_bar))
+    # measured: 1.5e-10 relative to max |fd| (~130); 1e-7 leaves a margin for other CPUs and
+    # BLAS while an error of the method (a wrong free set, a missing term) is O(1)
+    oracle.assert_close(grad, fd, 1e-7, "d(sum |u*|^2)/d(mass): implicit vs central differences")
+
+
+# ----------------------------------------------------------------------------- shooting baselines
+
+
+@eqx.filter_jit
+def _gaps_and_cost(problem, xs, us):
+    """``max_t |f(x_t, u_t) ⊖ x_{t+1}|`` with ``|x0 ⊖ x_0|``, and the trajectory's cost."""
+    model = problem.model
+    gaps = jax.vmap(lambda x, u, x1: state_difference(model, x1, step_plain(model, x, u, DT)))(
+        xs[:-1], us, xs[1:]
+    )
+    gap0 = state_difference(model, xs[0], problem.x0)
+    gap = jnp.maximum(jnp.max(jnp.abs(gaps)), jnp.max(jnp.abs(gap0)))
+    return gap, ddp.trajectory_cost(problem, xs, us)
+
+
+#: Penalty continuations of multiple_shooting, as arrays (traced: one compiled program for all).
+PENALTIES = jnp.array([1e2, 1e4, 1e6, 1e8])
+PENALTIES_1E6 = jnp.array([1e2, 1e3, 1e4, 1e6])
+
+
+def test_multiple_shooting_reaches_fddp_optimum(fddp_solution):
+    """Levenberg-Marquardt on the penalised defects reaches FDDP's optimum with the penalty's
+    ``O(1/ρ)`` error (measured: controls and states 1.0e-7 relative at ``ρ = 1e8``, cost 2.0e-7,
+    defects 3.0e-9; each 100x larger when the continuation stops at ``ρ = 1e6``)."""
+    pytest.importorskip("optimistix")
+    problem, res = fddp_solution
+    boxed = problem.with_bounds()  # the structure of test_multiple_shooting_control_bounds'
+    cost_ref = float(res.cost)
+    errors = []
+    for penalties in (PENALTIES, PENALTIES_1E6):
+        xs, us, info = multiple_shooting(boxed, penalties=penalties)
+        assert np.all(np.asarray(info["success"])), info
+        gap, cost = map(float, _gaps_and_cost(problem, xs, us))
+        err = dict(
+            us=oracle.scaled_error(us, res.us),
+            xs=oracle.scaled_error(xs, res.xs),
+            cost=(cost_ref - cost) / cost_ref,
+            gap=gap,
+        )
+        # the penalty relaxes the dynamics: J(z_ρ) <= J(z_ρ) + ρ/2 |c(z_ρ)|² <= J*
+        assert err["cost"] > 0, (cost, cost_ref)
+        errors.append(err)
+    at_1e8, at_1e6 = errors
+    assert at_1e8["us"] < 1e-6 and at_1e8["xs"] < 1e-6, at_1e8
+    assert at_1e8["cost"] < 2e-6 and at_1e8["gap"] < 3e-8, at_1e8
+    for key in at_1e8:  # 100x the penalty, 1/100 the error
+        assert 30 < at_1e6[key] / at_1e8[key] < 300, (key, at_1e6, at_1e8)
+
+
+def test_multiple_shooting_refuses_control_bounds(pendulum):
+    """Levenberg-Marquardt is unconstrained: a bounded problem is refused (it used to return
+    the unbounded optimum, max |u| 6.24 for bounds +-2, with success=True)."""
+    pytest.importorskip("optimistix")
+    _, model = pendulum
+    boxed = _problem(model, _states(model.nv, X0), _states(model.nv, GOAL), bounds=IMPLICIT_BOUND)
+    with pytest.raises(Exception, match="finite control bounds"):
+        jax.block_until_ready(multiple_shooting(boxed, penalties=PENALTIES))
+
+
+#: Adam's step size and step count: measured on this problem, the cost (1088 at u = 0)
+#: oscillates during the first 81 steps, then decreases at every step to 1.24x FDDP's optimum
+#: at 500 steps (lr 0.3 ends at 1.26x, its last rise at step 115; lr 0.03 at 7.3x).
+ADAM_LR, ADAM_STEPS = 0.1, 500
+
+_shooting_cost = eqx.filter_jit(shooting_cost)
+
+
+def test_gradient_shooting_adam(pendulum, fddp_solution):
+    _, model = pendulum
+    problem, res = fddp_solution
+    nv = model.nv
+    opt = optax.adam(ADAM_LR)  # one optimiser object: one compiled program for the three runs
+    zeros = jnp.zeros((HORIZON, nv))
+    free = problem.with_bounds()  # the structure of the bounded problem below (one program)
+    us, costs = gradient_shooting(free, opt, ADAM_STEPS, zeros)
+    costs = np.asarray(costs)
+    assert costs.shape == (ADAM_STEPS,) and np.all(np.isfinite(costs))
+    np.testing.assert_allclose(costs[0], float(_shooting_cost(free, zeros)), rtol=1e-12)
+    # decreasing: the best cost of every block of 100 steps is below the previous block's
+    # (measured ratios 0.35, 0.25, 0.31, 0.69), and every step lowers it after step 200 (the
+    # last rise measured at step 81)
+    best = costs.reshape(5, 100).min(1)
+    assert np.all(best[1:] < best[:-1]), best
+    assert np.all(np.diff(costs[200:]) <= 0)
+    final = float(_shooting_cost(free, us))
+    assert final <= costs[-1]
+    # never below FDDP's (local) optimum, within 1.5x of it (measured 1.244x)
+    assert float(res.cost) * (1 - 1e-9) <= final < 1.5 * float(res.cost), (final, res.cost)
+
+    # bounds: the iterates are projected on them (the unbounded Adam result exceeds 1.0)
+    bound = 1.0
+    boxed = _problem(model, _states(nv, X0), _states(nv, GOAL), bounds=bound)
+    us_b, costs_b = gradient_shooting(boxed, opt, ADAM_STEPS, zeros)
+    assert float(jnp.max(jnp.abs(us))) > bound
+    assert float(jnp.max(jnp.abs(us_b))) <= bound
+    assert int(jnp.sum(jnp.abs(us_b) == bound)) > 0
+    res_b = ddp.fddp(boxed, max_iter=200, th_stop=1e-12)
+    assert int(res_b.status) == 0, res_b.message()
+    final_b = float(_shooting_cost(boxed, us_b))
+    assert float(res_b.cost) * (1 - 1e-9) <= final_b < float(np.asarray(costs_b)[0]) / 100
+
+    # a non-finite cost from the start: no update, NaN costs, the initial controls returned
+    huge = zeros + 1e200
+    us_n, costs_n = gradient_shooting(free, opt, ADAM_STEPS, huge)
+    assert np.all(np.isnan(np.asarray(costs_n)))
+    np.testing.assert_array_equal(np.asarray(us_n), np.asarray(huge))

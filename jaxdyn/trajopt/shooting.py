@@ -15,7 +15,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .ddp import trajectory_cost
+from .. import _checks
+from .ddp import _boxed, trajectory_cost
 from .dynamics import step, step_plain
 from .lie import state_difference, state_integrate
 
@@ -109,6 +110,10 @@ def multiple_shooting(problem, xs=None, us=None, *, penalties=(1e2, 1e4, 1e6, 1e
     The residual Jacobians are forward-mode autodiff of the residuals, i.e. the analytic
     ``custom_jvp`` of :func:`step` for the dynamics. Dense linear algebra (QR): small problems.
 
+    Control bounds are not handled (Levenberg-Marquardt is unconstrained): a problem with a
+    finite ``u_lower`` / ``u_upper`` fails a value check (use :func:`fddp`, whose box-FDDP
+    honours them, or :func:`gradient_shooting`).
+
     **Returns:** ``(xs (T+1, nx), us (T, nu), info)`` with ``info["steps"]`` and
     ``info["success"]`` per penalty.
     """
@@ -118,6 +123,13 @@ def multiple_shooting(problem, xs=None, us=None, *, penalties=(1e2, 1e4, 1e6, 1e
     dtype = jnp.asarray(problem.x0).dtype
     xs_ref = jnp.broadcast_to(problem.x0, (T + 1, nx)) if xs is None else xs
     us = jnp.zeros((T, nu), dtype) if us is None else us
+    if problem.u_lower is not None or problem.u_upper is not None:
+        us = _checks.error_if(
+            us,
+            _boxed(problem),
+            "multiple_shooting: the problem has finite control bounds (u_lower / u_upper), "
+            "which multiple shooting does not handle; use fddp (box-FDDP) or gradient_shooting",
+        )
     ndx = 2 * problem.model.nv
     solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
 
