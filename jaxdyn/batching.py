@@ -4,12 +4,15 @@ Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the 
 batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, far beyond the
 caches, and the run becomes bound by the memory traffic between XLA's kernels. Evaluating the
 same vectorised code on chunks of a few dozen samples at a time (a ``lax.map`` over chunks, a
-``vmap`` inside each) keeps the intermediates in cache, which made ABA, ``minv`` and the
-analytic derivatives of a humanoid two to three times faster per sample on the CPU
-(``benchmarks/RESULTS.md``, section "Plain jax.vmap against Pinocchio C++").
+``vmap`` inside each) keeps the intermediates in cache: on a 50-coordinate humanoid at batch
+1024 it made ``minv`` and the analytic derivatives 1.3 to 3 times faster per sample on the CPU,
+the most when another process shared the memory bus (``benchmarks/RESULTS.md``, section "Plain
+jax.vmap against Pinocchio C++"). The algorithms with small per-sample working sets (rnea,
+crba, kinematics) ran as fast or faster as one ``vmap``, so they carry no rule.
 
-Users should not have to know this, so every public algorithm carries a **batching rule**
-(:func:`batched`, built on ``jax.custom_batching.custom_vmap``): the plain
+Users should not have to know this, so the public functions listed in
+``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
+``jax.custom_batching.custom_vmap``): the plain
 ``jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))`` runs the chunked evaluation on the
 CPU. On GPUs and TPUs, where a whole batch is one wide kernel, the rule is a plain ``vmap``.
 The switch ``jaxdyn.config.update("vmap_chunk", n)`` sets the chunk size (``-1``, the default,
