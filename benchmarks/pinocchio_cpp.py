@@ -56,7 +56,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -67,6 +66,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _env import cpu_name  # noqa: E402  (benchmarks/_env.py: stdlib only)
 
 __all__ = [
     "ALGORITHMS",
@@ -286,16 +288,6 @@ def build(force: bool = False, *, library_instances: bool = False, verbose: bool
 # timing
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def time_cpp(
     urdf_path,
     floating_base: bool,
@@ -319,7 +311,7 @@ def time_cpp(
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
     out = json.loads(proc.stdout)
     source = "c++ (wheel's pre-compiled instances)" if library_instances else "c++"
-    out.update(source=source, cpu=_cpu_name(), urdf=str(urdf_path))
+    out.update(source=source, cpu=cpu_name(), urdf=str(urdf_path))
     out["floating_base"] = bool(floating_base)
     return out
 
@@ -404,7 +396,7 @@ def time_python_fallback(
         },
         "ns_per_call": ns_per_call,
         "source": f"python bindings (no C++ compiler/headers: {why})",
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "urdf": str(urdf_path),
         "floating_base": bool(floating_base),
     }
