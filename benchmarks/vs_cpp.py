@@ -133,7 +133,9 @@ def bench_robot(name, dtypes, B, latency, log):
             row = {"robot": name, "dtype": dtype, "alg": alg, "pin_ns": pin_ns.get(alg)}
             words = BATCHED.get(alg)
             itemsize = 8 if dtype == "float64" else 4
-            row["chunk"] = None if words is None else chunk_size_for(words(model), B, itemsize)
+            row["chunk"] = (
+                None if words is None else chunk_size_for(words(model, itemsize), B, itemsize)
+            )
             # functions without a batching rule: "rule" and "plain" are the same program
             for key, chunk in (("rule", -1), ("plain", 0)) if words else (("rule", -1),):
                 with jaxdyn.config.override(vmap_chunk=chunk):

@@ -147,21 +147,27 @@ def _traced(args, kwargs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
 
 
-def _nv2(model):
+def _nv2(model, itemsize):
     return model.nv * model.nv
 
 
+def _float64_only(words):
+    """Chunk in float64 only: in float32 (half the bytes) talos_full's aba and minv ran
+    1.3-2x slower in chunks than as one vmap (``benchmarks/RESULTS.md``)."""
+    return lambda model, itemsize: words(model, itemsize) if itemsize >= 8 else 0
+
+
 #: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
-#: (:func:`jaxdyn.batching.batched`), with the numbers one sample keeps live: the passes that
-#: carry ``nv x nv`` matrices, and ABA's 6x6 articulated inertias (one per body). The others
-#: (rnea, crba, kinematics, ...) ran as fast or faster as one plain ``vmap`` over the batch
-#: (``benchmarks/RESULTS.md``).
+#: (:func:`jaxdyn.batching.batched`), with the numbers one sample keeps live
+#: (``words(model, itemsize)``): the passes that carry ``nv x nv`` matrices, and ABA's 6x6
+#: articulated inertias (one per body). The others (rnea, crba, kinematics, ...) ran as fast
+#: or faster as one plain ``vmap`` over the batch (``benchmarks/RESULTS.md``).
 BATCHED = {
-    "aba": lambda m: 36 * m.nb,
-    "minv": _nv2,
+    "aba": _float64_only(lambda m, _: 36 * m.nb),
+    "minv": _float64_only(_nv2),
     # nv^2, not 4 nv^2 like aba_derivatives: chunks made solo12's (nv = 18) 1.4-2x slower
     "rnea_derivatives": _nv2,
-    "aba_derivatives": lambda m: 4 * m.nv * m.nv,
+    "aba_derivatives": lambda m, _: 4 * m.nv * m.nv,
     "delassus": _nv2,
     "constrained_aba": _nv2,
     "input_matrix": _nv2,

@@ -156,9 +156,9 @@ def _chunked_vmap(f, axis_size, in_batched, args, chunk):
 
 def batched(fn, words):
     """Give ``fn(model, ...)`` a batching rule that evaluates ``jax.vmap(fn)`` in cache-sized
-    chunks on the CPU (see the module docstring); ``words(model)`` estimates the numbers one
-    sample keeps live (e.g. ``4 nv^2`` for the derivative algorithms), from which
-    :func:`chunk_size_for` picks the chunk.
+    chunks on the CPU (see the module docstring); ``words(model, itemsize)`` estimates the
+    numbers one sample keeps live (e.g. ``4 nv^2`` for the derivative algorithms; 0: no
+    automatic chunks), from which :func:`chunk_size_for` picks the chunk.
 
     JAX array leaves of the arguments (``jax.Array``, tracers) are the rule's operands; every
     other leaf (names, indices, flags, Python numbers, numpy constants) stays static. Called
@@ -199,7 +199,7 @@ def batched(fn, words):
                 ),
                 default=8,
             )
-            chunk = chunk_size_for(words(model), axis_size, itemsize)
+            chunk = chunk_size_for(words(model, itemsize), axis_size, itemsize)
             out = _chunked_vmap(call, axis_size, list(in_batched), xs, chunk)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
