@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import sys
 
-from _env import single_threaded, write_section  # noqa: E402
+from _env import cpu_name, single_threaded, write_section  # noqa: E402
 
 if "--multi-thread" not in sys.argv:
     single_threaded()
@@ -60,7 +60,6 @@ if MALLOPT:
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -518,16 +517,6 @@ def render(meta, rows, chain_rows):
     return "\n".join(L) + "\n"
 
 
-def _cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def main(argv=None):
     global CHUNK
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -615,7 +604,7 @@ def main(argv=None):
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         command="python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
         elapsed_min=(time.time() - t_start) / 60,
-        cpu=f"{_cpu_name()} ({os.cpu_count()} logical cores)",
+        cpu=f"{cpu_name()} ({os.cpu_count()} logical cores)",
         load_start=load_start,
         load_end=" ".join(f"{x:.2f}" for x in os.getloadavg()),
         pin=pin_version,

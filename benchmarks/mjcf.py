@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _env import cpu_name, timed  # noqa: E402
+from _env import cpu_name, timed, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PAIRS = (("rnea", "inverse"), ("crba", "crb"), ("aba", "forward"))
@@ -183,22 +183,6 @@ def run_mjx_child(path, batches, dtype_name, timeout):
     return None, f"child failed (exit {p.returncode})"
 
 
-def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace the section ``heading`` (up to the next ``## `` heading) or append it."""
-    text = path.read_text() if path.exists() else "# jaxdyn benchmark results\n"
-    lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.strip() == heading), None)
-    new = [heading, ""] + body.rstrip().splitlines() + [""]
-    if start is None:
-        out = lines + ([""] if lines and lines[-1].strip() else []) + new
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        out = lines[:start] + new + lines[end:]
-    path.write_text("\n".join(out).rstrip() + "\n")
-
-
 def _fmt(us):
     return f"{us:,.2f}" if us < 100 else f"{us:,.0f}"
 
@@ -272,7 +256,7 @@ def main(argv=None):
     ]
     if notes:
         body += ["", "Notes: " + "; ".join(notes) + "."]
-    write_section(Path(a.out), "## MJCF humanoid", "\n".join(body))
+    write_section(Path(a.out), "## MJCF humanoid\n\n" + "\n".join(body))
     print("\n".join(body))
 
 
