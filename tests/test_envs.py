@@ -351,8 +351,11 @@ def test_humanoid_stands_briefly():
 @pytest.mark.slow
 def test_divergence_ends_the_episode():
     """A step that blows up (absurd torques) keeps the previous physics state, finite, and ends
-    the episode with metrics["diverged"] = 1 instead of stopping a training run."""
-    env = envs.Reacher("planar2", torque_scale=1e9, damping=0.0)
+    the episode with metrics["diverged"] = 1 instead of stopping a training run. The arm's URDF
+    effort limits would clip the absurd torques, so they are lifted (``effort <= 0``: unclipped)."""
+    model = envs.reacher.load_arm("planar2")
+    model = eqx.tree_at(lambda m: m.effort_limit, model, jnp.zeros_like(model.effort_limit))
+    env = envs.Reacher("planar2", torque_scale=1e9, damping=0.0, model=model)
     s = jax.jit(env.reset)(jax.random.PRNGKey(0))
     s1 = jax.jit(env.step)(s, jnp.ones(2))
     assert float(s1.done) == 1 and float(s1.metrics["diverged"]) == 1
