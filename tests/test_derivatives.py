@@ -672,11 +672,18 @@ def test_method_argument():
     out = small_checks()
     for x, y in zip(out["aza"], out["dmm"]):
         assert_close(x, y, 1e-11)
-    # "auto" is DMM on this model: the same algorithm, so agreement to rounding (not bit for
-    # bit: XLA may contract a * b + c into an FMA differently in differently fused programs)
-    assert D.fd.resolve_method("auto", get_case("small_float").model.nv) == "dmm"
+    # "auto" is DMM on this model: the same program (its jaxpr), and the same values up to the
+    # rounding this ill-conditioned case amplifies (about 3e-11; computed inside one jitted
+    # program XLA may fuse, and round, the two copies differently)
+    model, q, v, _, tau, _ = _inputs(get_case("small_float"))
+    assert D.fd.resolve_method("auto", model.nv) == "dmm"
+    jaxprs = {
+        m: str(jax.make_jaxpr(lambda q: D.aba_derivatives(model, q, v, tau, method=m))(q))
+        for m in ("auto", "dmm", "aza")
+    }
+    assert jaxprs["auto"] == jaxprs["dmm"] != jaxprs["aza"]
     for x, y in zip(out["auto"], out["dmm"]):
-        assert_close(x, y, 1e-13)
+        assert_close(x, y, 1e-11)
     n = D.fd.AZA_MIN_NV
     assert D.fd.resolve_method("auto", n - 1) == "dmm"
     assert D.fd.resolve_method("auto", n) == "aza"
