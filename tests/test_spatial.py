@@ -1,0 +1,75 @@
+"""Spatial-algebra primitives with an implementation of their own: :func:`jaxdyn.spatial.sincos`
+(the polynomial sine and cosine of the joint transforms) against numpy's ``sin`` / ``cos``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdyn import spatial
+
+_sincos = jax.jit(spatial.sincos)
+
+
+@pytest.mark.parametrize(
+    "dtype, reach, ulps",
+    [
+        # within 2^20 pi/2 (float64) / 2^12 pi/2 (float32) the range reduction is exact
+        (np.float64, 1.6e6, 2.0),
+        (np.float32, 6.4e3, 2.0),
+    ],
+)
+def test_sincos_accuracy(dtype, reach, ulps):
+    """Within ``ulps`` units in the last place of the float type (relative to 1) of numpy's
+    correctly rounded float64 values, over the reach of the exact range reduction, at the
+    quadrant boundaries and at tiny angles."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            np.linspace(-8.0, 8.0, 20001),
+            rng.uniform(-reach, reach, 20000),
+            np.arange(-64, 65) * (np.pi / 4),  # octant boundaries: the polynomial's edges
+            [0.0, -0.0, 1e-30, -1e-8, 1e-300 if dtype == np.float64 else 1e-37],
+        ]
+    ).astype(dtype)
+    s, c = (np.asarray(y, np.float64) for y in _sincos(jnp.asarray(x)))
+    assert s.dtype == c.dtype and _sincos(jnp.asarray(x))[0].dtype == dtype
+    x64 = x.astype(np.float64)
+    eps = np.finfo(dtype).eps
+    assert np.max(np.abs(s - np.sin(x64))) <= ulps * eps
+    assert np.max(np.abs(c - np.cos(x64))) <= ulps * eps
+    # small angles keep their relative precision (sin x = x to rounding)
+    tiny = np.abs(x64) < 1e-6
+    np.testing.assert_allclose(s[tiny], np.sin(x64[tiny]), rtol=2 * eps, atol=0)
+
+
+def test_sincos_beyond_the_exact_reduction():
+    """Past ``2^20 pi/2`` the reduction rounds by about ``ulp(x)`` (the angle's own rounding);
+    absurd angles stay in ``[-1, 1]``; NaN and infinities give NaN, as ``jnp.sin``."""
+    x = np.array([1e7, -3e9, 1e12])
+    s, c = (np.asarray(y) for y in _sincos(jnp.asarray(x)))
+    assert np.all(np.abs(s - np.sin(x)) <= 4 * np.abs(np.spacing(x)))
+    assert np.all(np.abs(c - np.cos(x)) <= 4 * np.abs(np.spacing(x)))
+    s, c = (np.asarray(y) for y in _sincos(jnp.asarray([1e300, -1e200, np.inf, -np.inf, np.nan])))
+    assert np.all(np.abs(s[:2]) <= 1) and np.all(np.abs(c[:2]) <= 1)
+    assert np.all(np.isnan(s[2:])) and np.all(np.isnan(c[2:]))
+
+
+def test_sincos_derivatives_and_other_types():
+    """First and second derivatives are ``cos``, ``-sin``, ...; complex (complex-step) and
+    integer inputs go to ``jnp.sin`` / ``jnp.cos``."""
+    x = jnp.linspace(-5.0, 5.0, 11)
+    ds = jax.vmap(jax.grad(lambda t: spatial.sincos(t)[0]))(x)
+    dc = jax.vmap(jax.grad(lambda t: spatial.sincos(t)[1]))(x)
+    d2s = jax.vmap(jax.hessian(lambda t: spatial.sincos(t)[0]))(x)
+    np.testing.assert_allclose(ds, np.cos(x), rtol=0, atol=4e-16)
+    np.testing.assert_allclose(dc, -np.sin(x), rtol=0, atol=4e-16)
+    np.testing.assert_allclose(d2s, -np.sin(x), rtol=0, atol=4e-16)
+    h = 1e-30
+    s, c = spatial.sincos(jnp.asarray([0.7 + 1j * h]))
+    np.testing.assert_allclose(np.imag(s) / h, np.cos(0.7), rtol=1e-15)
+    np.testing.assert_allclose(np.imag(c) / h, -np.sin(0.7), rtol=1e-15)
+    s, c = spatial.sincos(jnp.arange(3))
+    np.testing.assert_allclose(s, np.sin(np.arange(3)), rtol=1e-6)
