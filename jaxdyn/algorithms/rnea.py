@@ -35,10 +35,21 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     """
     t = model.topo
     dtype = ws.S.dtype
-    v, vJ = kin.body_velocities(model, ws, qd)
-    aJ = tree.dofs_to_bodies(t, ws.S * qdd[:, None]) + spatial.motion_cross(v, vJ)
+    vJ = kin.joint_velocities(model, ws, qd)
+    aS = tree.dofs_to_bodies(t, ws.S * qdd[:, None])
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)
-    a = tree.forward_accumulate(t, aJ, a0)
+    zero = jnp.zeros(6, dtype)
+
+    def step(lvl, _, prev, inp):
+        # one outward pass for both: v_i = v_p + vJ_i and a_i = a_p + S_i qdd_i + v_i x vJ_i,
+        # where v_i x vJ_i = v_p x vJ_i (vJ x vJ = 0)
+        vJl, aSl = inp
+        vp = tree.gather_parent(None if prev is None else prev[0], lvl, zero)
+        ap = tree.gather_parent(None if prev is None else prev[1], lvl, a0)
+        cur = (vp + vJl, ap + aSl + spatial.motion_cross(vp, vJl))
+        return cur, cur
+
+    v, a = tree.forward_pass(t, step, (("body", vJ), ("body", aS)))[1].flat()
     f = kin.inertia_apply(ws.mass, ws.c, ws.Ic, a) + spatial.force_cross(
         v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v)
     )
