@@ -189,6 +189,30 @@ def test_contact_models_agree_on_resting_load():
     np.testing.assert_allclose(np.asarray(fk[:, 2]), quarter, rtol=0.05)
 
 
+def test_euler_compliant_contact_matches_implicit_without_joint_damping():
+    """With compliant contact, "euler" takes the contact's velocity terms implicitly (one ABA
+    on the body inertias plus the contact point inertias, its bias forces corrected for them)
+    and the joint forces explicitly: with no joint-space velocity terms (PD kd = 0, joints
+    inside their limits) its step equals the implicit integrator's (RNEA, then ABA sweeps) to
+    rounding, from the resting quadruped with the base sliding and turning, random joint
+    velocities (Coriolis terms) and PD targets away from the posture."""
+    m, cfg, traj, _ = _settle("compliant")
+    rest = jax.tree_util.tree_map(lambda x: x[-1], traj)
+    v = 0.1 * jax.random.normal(jax.random.PRNGKey(4), (m.nv,))
+    v = v.at[:6].set(jnp.array([0.2, -0.1, 0.3, 0.3, -0.2, -0.1]))  # base [w; v]: sliding, down
+    s = sim.State(rest.q, v)
+    ref = rest.q[7:] + 0.1
+    kw = dict(dt=2e-3, contact=sim.Compliant(), contacts=cfg.contacts, actuator=sim.PD(20.0, 0.0))
+    euler, implicit = (sim.SimConfig(integrator=i, **kw) for i in ("euler", "implicit"))
+    one = jax.jit(lambda s, c: sim.step(m, s, ref, c))
+    se, si = one(s, euler), one(s, implicit)
+    f = jax.jit(lambda s: sim.contact_forces(m, s, ref, euler))(s)
+    assert float(jnp.min(f[:, 2])) > 1.0  # every foot loaded (the check is not vacuous)
+    assert float(jnp.max(jnp.abs(se.v - s.v))) > 1e-2
+    np.testing.assert_allclose(np.asarray(se.v), np.asarray(si.v), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(se.q), np.asarray(si.q), atol=1e-12)
+
+
 def test_box_on_plane_rests_on_corners(box):
     """A dropped box (8 corner contacts) rests flat at half its height."""
     cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))

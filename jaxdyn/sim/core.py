@@ -8,13 +8,26 @@ forward and reverse mode.
 Integrators (``cfg.integrator``), all on the configuration manifold through
 :func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
 
-* ``"euler"`` -- semi-implicit (symplectic) Euler: ``v' = v + h a(q, v)``, ``q' = q ⊕ h v'``.
+* ``"euler"`` -- semi-implicit (symplectic) Euler: ``v' = v + h a(q, v)``, ``q' = q ⊕ h v'``,
+  explicit in the joint forces (actuators, damping, limits) but, with compliant contact,
+  linearly implicit in the contact forces' velocity terms (normal damping, regularised
+  friction): ``v' = v + h (M + h J^T K J)^-1 (tau - C + J^T f)``, ``K = -df/du`` the forces'
+  Jacobian in the contact-point velocities. Explicit, those terms would bound the step by
+  ``h lambda_max(K G) < 2`` with ``G = J M^-1 J^T`` the contact points' apparent inverse mass:
+  the friction's viscosity ``mu fn / vs`` seen through a light foot is far beyond that at any
+  usual step (quad12 at rest: ``mu fn / vs`` = 614 N s/m, ``G`` up to 87 /kg, so ``h`` below
+  37 us). Explicit joint forces are stable while ``h d_j (M^-1)_jj < 2`` for a velocity gain
+  ``d_j`` (PD ``kd``, damping, limit damping) on coordinate ``j``, roughly; light limbs with
+  stiff servos need ``"implicit"``.
 * ``"rk4"`` -- Runge-Kutta-Munthe-Kaas of order 4: classical RK4 in the chart
   ``q = q0 ⊕ xi`` with ``xi' = dexp^-1_{-xi}(v)``, truncated after the ``ad^2`` term, which is
-  enough for order 4 (Munthe-Kaas 1998); exact Euclidean RK4 for one-DoF joints.
+  enough for order 4 (Munthe-Kaas 1998); exact Euclidean RK4 for one-DoF joints. Explicit in
+  every force, contact included (stable for ``h lambda < 2.78`` on the damping terms above):
+  for smooth dynamics, not for compliant contact on light feet.
 * ``"implicit"`` -- implicit in the velocity-proportional joint forces, like MuJoCo's
   ``implicitfast``: ``v' = v + h (M + h D)^-1 (tau - C - D v)`` with ``D`` the joint damping plus
-  the actuators' velocity gains, then ``q' = q ⊕ h v'``. Stable for any damping.
+  the actuators' velocity gains (plus ``J^T K J`` with compliant contact, as in ``"euler"``),
+  then ``q' = q ⊕ h v'``. Stable for any damping.
 
 Contact (``cfg.contact``): ``None``, :class:`~jaxdyn.sim.contact.Compliant` (forces inside
 every integrator) or :class:`~jaxdyn.sim.contact.Constraint` (velocity-level impulses: with
@@ -46,6 +59,7 @@ from ..algorithms.aba import (
 )
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
+from ..model import tree
 from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
 from .geometry import TERRAINS, ContactSet, Plane
@@ -199,7 +213,10 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         return _rk4(model, cfg, props, q, v, ctrl, h)
     constraint = isinstance(cfg.contact, C.Constraint)
     if cfg.integrator == "euler" and not constraint:
-        a, f = _acceleration(model, cfg, props, q, v, ctrl)
+        if isinstance(cfg.contact, C.Compliant):
+            a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
+        else:
+            a, f = _acceleration(model, cfg, props, q, v, ctrl)
         v1 = v + h * a
         return integrate(model, q, h * v1), v1, f
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
@@ -226,19 +243,27 @@ def _substep(model, cfg, props, q, v, ctrl, h):
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
     """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
     friction, limit damping, actuator velocity gains) as extra armature, and each compliant
-    contact's ``K_i = -df_i/du_i`` as a point "inertia" ``h P_i^T K_i P_i`` on its body
-    (``P_i``: body spatial velocity -> velocity of the contact point), so that ``M + h D`` is
-    the mass matrix of a model that ABA inverts in O(n).
-
-    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
-    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
+    contact's velocity Jacobian as a point inertia on its body (:func:`_contact_inertias`), so
+    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n)."""
     ones = jnp.ones_like(v)
     _, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
     arm = -h * dtau if model.armature is None else model.armature - h * dtau
     m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     if not isinstance(cfg.contact, C.Compliant):
         return m_eff, I6
-    k, c = cfg.contact.gains(model, v.dtype)
+    return m_eff, I6 + _contact_inertias(model, cfg, ws, frames, h)
+
+
+def _contact_inertias(model, cfg, ws, frames, h):
+    """Per-body point inertias ``(nb, 6, 6)``: ``h P_i^T K_i P_i`` summed over the compliant
+    contacts ``i`` of each body, with ``K_i = -df_i/du_i`` (3 x 3) the velocity Jacobian of the
+    contact's force in the velocity ``u_i`` of its point and ``P_i = [-[x_i], 1]`` the map from
+    the body's spatial velocity (world state origin) to ``u_i``. Added to the body inertias they
+    turn ``M`` into ``M + h sum_i J_i^T K_i J_i``.
+
+    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
+    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
+    k, c = cfg.contact.gains(model, frames.distance.dtype)
 
     def force(dist, normal, point, vel, vel0):
         # the friction term's normal force at vel0 (the step's velocity), a constant for the
@@ -257,7 +282,36 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
     P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
     Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
     nb = ws.R.shape[0]
-    return m_eff, I6 + jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+    return jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+
+
+def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
+    """``"euler"`` with compliant contact: the accelerations
+    ``a = (M + h J^T K J)^-1 (tau - C + J^T f)`` of a step implicit in the contact's velocity
+    terms (``K``: :func:`_contact_inertias`), explicit in everything else, and the contact
+    forces ``f`` (at ``v``).
+
+    One ABA on the body inertias plus the contact point inertias ``I_c``. ABA forms the bias
+    forces from the inertias it is given, so the point inertias would add spurious forces
+    ``I_c a_b0`` (``a_b0``: the body's acceleration at ``qdd = 0``, gravity included as the
+    root's fictitious acceleration); they are taken off the bodies' bias forces, which leaves
+    the bias ``C`` of the true inertias (no separate RNEA pass)."""
+    ws, origin = _world(model, q)
+    vb, vJ = kin.body_velocities(model, ws, v)
+    frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
+    k, c_gain = cfg.contact.gains(model, ws.p.dtype)
+    f = C.compliant_forces(cfg.contact, k, c_gain, frames)
+    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    tau = _controls(model, cfg, props, q, v, ctrl)
+    Ic = _contact_inertias(model, cfg, ws, frames, h)
+    c = spatial.motion_cross(vb, vJ)
+    a0 = kin.gravity_acceleration(model, ws.p.dtype)
+    a_bias = tree.forward_accumulate(model.topo, c, a0)  # body accelerations at qdd = 0
+    pA = spatial.force_cross(vb, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb)) - W
+    pA = pA - spatial.mv(Ic, a_bias)
+    I6 = world_inertia_matrices(ws) + Ic
+    qdd, _ = aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None])
+    return qdd[:, 0], f
 
 
 def _ad(model, xi, y):
