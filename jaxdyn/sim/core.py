@@ -261,18 +261,32 @@ def _contact_inertias(model, cfg, ws, frames, h):
     the body's spatial velocity (world state origin) to ``u_i``. Added to the body inertias they
     turn ``M`` into ``M + h sum_i J_i^T K_i J_i``.
 
-    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
-    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
+    ``K_i`` is taken with the normal force ``fn`` and the regularised slip speed
+    ``s = sqrt(|vt|^2 + vs^2)`` of the friction term held at the step's velocity: the friction
+    enters as a viscous force ``-(mu fn / s) vt`` of frozen viscosity (a Picard linearisation,
+    the secant of the force), which keeps ``K_i`` symmetric positive semi-definite (the dropped
+    coupling ``dft/dvn`` would not be) and, taken on its own, makes the step shrink the slip
+    ``vt`` towards zero without reversing it, for any ``h``. The tangent Jacobian
+    ``(mu fn / s) (I - vt vt^T / s^2)`` nearly vanishes along a slip faster than ``vs``: there
+    the step was explicit in the Coulomb force, overshot through zero slip whenever its
+    velocity change ``h mu fn G_t`` exceeded the slip, and settled into a two-step cycle
+    ``vt -> -vt`` (a resting robot's feet chattering), as Newton's method does on regularised
+    friction without the transition-aware line search of Castro et al. 2020 (TAMSI, IEEE
+    RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
+    ``v``); its larger viscosity only slows a sliding contact's transients."""
     k, c = cfg.contact.gains(model, frames.distance.dtype)
+    slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
 
     def force(dist, normal, point, vel, vel0):
-        # the friction term's normal force at vel0 (the step's velocity), a constant for the
-        # Jacobian in vel but not for derivatives in q (a stop_gradient here cut the
-        # configuration derivative of K, and reverse-mode rollouts were 40 % off)
+        # the friction term's normal force and slip speed at vel0 (the step's velocity),
+        # constants for the Jacobian in vel but not for derivatives in q (a stop_gradient here
+        # cut the configuration derivative of K, and reverse-mode rollouts were 40 % off)
         at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None])
         fn0 = C.compliant_forces(cfg.contact, k, c, at0) @ normal
+        vt0 = vel0 - (vel0 @ normal) * normal
+        s0 = jnp.sqrt(vt0 @ vt0 + slip2)[None]
         one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0)[0]
+        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0, friction_speed=s0)[0]
 
     K = -jax.vmap(jax.jacfwd(force, argnums=3))(
         frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity
