@@ -498,3 +498,21 @@ def test_bad_input(quad, pendulum):
         jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(
             sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
         ).q.block_until_ready()
+
+
+def test_divergence_raises_a_clear_error(pendulum):
+    """A time step beyond the explicit stability limit (a PD velocity gain of 1e5 on the
+    pendulum with "euler" at 5 ms: h kd / I in the thousands) blows the state up; the rollout
+    step where it overflows raises the divergence check, which names the cause and the
+    remedies, instead of the next step's non-finite input check (or a NaN trajectory ending
+    there). A single step returns the non-finite state: the environments test for it and
+    recover (jaxdyn.envs.SimEnv.pipeline_step)."""
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", actuator=sim.PD(0.0, 1e5), limits=None)
+    run = jax.jit(lambda s: sim.rollout(pendulum, s, jnp.zeros((400, 2)), cfg=cfg))
+    with pytest.raises(Exception, match="integration diverged") as err:
+        run(sim.State(jnp.array([0.3, -0.2]), jnp.zeros(2))).q.block_until_ready()
+    assert "integrator='implicit'" in str(err.value)
+    assert "non-finite entry" not in str(err.value)
+    s = sim.State(jnp.array([0.3, -0.2]), jnp.array([1e200, -1e200]))
+    s1 = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(s)
+    assert not np.all(np.isfinite(np.asarray(s1.v)))

@@ -399,6 +399,16 @@ def _check_state(fn, model, state, ctrl, cfg):
     return q, v, ctrl, dtype
 
 
+#: the value check of a rollout step that turned a finite state into a non-finite one
+DIVERGED = (
+    "rollout: the integration diverged (a non-finite state from a finite one): cfg.dt is beyond "
+    "the stability limit of the stiffest explicit force (with integrator='rk4' every force, "
+    "contact included; with 'euler' the joint forces: a velocity gain d -- PD kd, damping, "
+    "limit damping -- needs dt * d < 2 * the joint's apparent inertia); use "
+    "integrator='implicit', a smaller dt or more substeps"
+)
+
+
 @full_precision
 def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
@@ -408,6 +418,11 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     (:class:`SimConfig`).
 
     **Returns:** the next :class:`State`.
+
+    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
+    step that diverges returns its non-finite state (callers such as
+    :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
+    :data:`DIVERGED` there.
     """
     q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
     model = model.astype(dtype)
@@ -459,6 +474,10 @@ def rollout(
     (``jax.checkpoint`` each step: residuals recomputed step by step) or ``"sqrt"`` (blocks of
     ``ceil(sqrt(T))`` steps checkpointed as a whole: memory ``O(sqrt(T))`` states).
 
+    With value checks on (:mod:`jaxdyn.config`), the step that turns the finite state into a
+    non-finite one raises :data:`DIVERGED` (the integration went unstable: it names the
+    remedies), instead of a NaN trajectory.
+
     **Returns:** the states after each step, stacked: a :class:`State` with leading axis ``T``.
     """
     if checkpoint not in CHECKPOINTS:
@@ -488,6 +507,9 @@ def rollout(
     def body(s, u):
         ctrl = policy(s) if policy is not None else u
         s1 = step(model, s, ctrl, cfg)
+        if config.get("value_checks"):  # s is finite: step checked it
+            bad = ~(jnp.all(jnp.isfinite(s1.q)) & jnp.all(jnp.isfinite(s1.v)))
+            s1 = State(_checks.error_if(s1.q, bad, DIVERGED), s1.v, s1.t)
         return s1, s1
 
     if checkpoint == "step":
