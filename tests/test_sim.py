@@ -145,9 +145,9 @@ def _settle(kind):
     m, cs = robots.load("quad12"), None
     cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
     contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
-    cfg = sim.SimConfig(
-        dt=2e-3, integrator="implicit", contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5)
-    )
+    # the default integrator ("implicit"): the README's setup
+    cfg = sim.SimConfig(dt=2e-3, contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5))
+    assert cfg.integrator == "implicit"
     q0 = jaxdyn.neutral_configuration(m).at[2].set(0.45)
     s0 = sim.State(q0, jnp.zeros(m.nv))
     ref = q0[7:]
