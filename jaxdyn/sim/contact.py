@@ -110,6 +110,12 @@ class Compliant(eqx.Module):
     - ``friction``: Coulomb coefficient ``mu``.
     - ``slip`` (m/s): regularisation speed of friction ``vs``.
     - ``smoothing`` (m): softplus width ``eps`` of the penetration.
+
+    The damping and, above all, the friction's viscosity ``mu fn / vs`` at low slip are stiff
+    as seen from a light limb (its contact point's apparent inverse mass ``J M^-1 J^T``): the
+    ``"euler"`` and ``"implicit"`` integrators take them implicitly (that part of the step is
+    stable at any ``dt``), ``"rk4"`` explicitly (it needs steps of the order of
+    ``vs / (mu fn J M^-1 J^T)``).
     """
 
     stiffness: float | None = None
