@@ -145,9 +145,9 @@ def _settle(kind):
     m, cs = robots.load("quad12"), None
     cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
     contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
-    cfg = sim.SimConfig(
-        dt=2e-3, integrator="implicit", contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5)
-    )
+    # the default integrator ("implicit"): the README's setup
+    cfg = sim.SimConfig(dt=2e-3, contact=contact, contacts=cs, actuator=sim.PD(20.0, 0.5))
+    assert cfg.integrator == "implicit"
     q0 = jaxdyn.neutral_configuration(m).at[2].set(0.45)
     s0 = sim.State(q0, jnp.zeros(m.nv))
     ref = q0[7:]
@@ -179,6 +179,57 @@ def test_quadruped_drops_and_rests(kind):
     assert np.all(np.isfinite(np.asarray(traj.q)))
 
 
+@functools.cache
+def _drop(integrator, dt, kd, dtype):
+    """quad12 dropped from 0.45 m onto its feet for 600 steps: the default ``Compliant()``,
+    ``PD(20, kd)`` holding the posture; the trajectory and the feet's clearance (float64)."""
+    m = robots.load("quad12")
+    cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
+    cfg = sim.SimConfig(
+        dt=dt, integrator=integrator, contact=sim.Compliant(), contacts=cs, actuator=sim.PD(20, kd)
+    )
+    q0 = jaxdyn.neutral_configuration(m).at[2].set(0.45)
+    ref = q0[7:].astype(dtype)
+    s0 = sim.State(q0.astype(dtype), jnp.zeros(m.nv, dtype), jnp.zeros((), dtype))
+    mt = m.astype(dtype)
+    traj = jax.jit(lambda s: sim.rollout(mt, s, policy=lambda st: ref, n_steps=600, cfg=cfg))(s0)
+    idx = np.asarray([m.frame_index(n) for n in FEET])
+    feet = jax.jit(jax.vmap(lambda q: jaxdyn.forward_kinematics(m, q).frame.p[idx, 2]))
+    q = np.asarray(traj.q, np.float64)
+    clearance = np.asarray(feet(jnp.asarray(np.nan_to_num(q)))).min(1) - 0.02
+    return traj, clearance
+
+
+@pytest.mark.parametrize(
+    "integrator, dt, kd, dtype",
+    [
+        ("euler", 2e-3, 0.1, jnp.float64),
+        ("euler", 2e-3, 0.1, jnp.float32),
+        ("implicit", 5e-3, 0.5, jnp.float32),
+    ],
+)
+def test_compliant_drop_is_stable(integrator, dt, kd, dtype):
+    """The default compliant contact lands and rests quad12 with the explicit integrator at
+    2 ms (float64 and float32) and the implicit one at 5 ms: finite, within the penetration
+    bounds of test_quadruped_drops_and_rests (15 mm landing, 2 mm over the last 0.2 s), at
+    rest (speed < 1e-2).
+
+    Regressions: "euler" was explicit in the contact forces, and the regularised friction's
+    viscosity through the light feet (h mu fn G_t / vs = 107 at 2 ms, the limit being 2) made
+    it diverge on landing (NaN after about 120 steps, in float64 too). The implicit steps
+    linearised the friction with its tangent, explicit along a fast slip: at 5 ms the feet
+    locked into a two-step slip cycle and the robot never came to rest (speed about 1).
+    ``kd = 0.1`` keeps the PD servo, explicit in "euler", within its own stability limit
+    (``kd = 0.5`` is not at 2 ms on these light legs: see jaxdyn.sim.core)."""
+    traj, clearance = _drop(integrator, dt, kd, dtype)
+    assert traj.q.dtype == dtype
+    assert np.all(np.isfinite(np.asarray(traj.q))) and np.all(np.isfinite(np.asarray(traj.v)))
+    assert clearance[0] > 0.05  # it did fall (the bounds are not vacuous)
+    assert clearance.min() > -15e-3, clearance.min()
+    assert clearance[-int(0.2 / dt) :].min() > -2e-3, clearance[-int(0.2 / dt) :].min()
+    assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
+
+
 def test_contact_models_agree_on_resting_load():
     """Both contact models carry the resting quadruped with the same per-foot normal forces
     (symmetric stance: each foot a quarter of the weight, within 5 %)."""
@@ -187,6 +238,30 @@ def test_contact_models_agree_on_resting_load():
     quarter = float(jnp.sum(m.mass)) * 9.81 / 4
     np.testing.assert_allclose(np.asarray(fc[:, 2]), quarter, rtol=0.05)
     np.testing.assert_allclose(np.asarray(fk[:, 2]), quarter, rtol=0.05)
+
+
+def test_euler_compliant_contact_matches_implicit_without_joint_damping():
+    """With compliant contact, "euler" takes the contact's velocity terms implicitly (one ABA
+    on the body inertias plus the contact point inertias, its bias forces corrected for them)
+    and the joint forces explicitly: with no joint-space velocity terms (PD kd = 0, joints
+    inside their limits) its step equals the implicit integrator's (RNEA, then ABA sweeps) to
+    rounding, from the resting quadruped with the base sliding and turning, random joint
+    velocities (Coriolis terms) and PD targets away from the posture."""
+    m, cfg, traj, _ = _settle("compliant")
+    rest = jax.tree_util.tree_map(lambda x: x[-1], traj)
+    v = 0.1 * jax.random.normal(jax.random.PRNGKey(4), (m.nv,))
+    v = v.at[:6].set(jnp.array([0.2, -0.1, 0.3, 0.3, -0.2, -0.1]))  # base [w; v]: sliding, down
+    s = sim.State(rest.q, v)
+    ref = rest.q[7:] + 0.1
+    kw = dict(dt=2e-3, contact=sim.Compliant(), contacts=cfg.contacts, actuator=sim.PD(20.0, 0.0))
+    euler, implicit = (sim.SimConfig(integrator=i, **kw) for i in ("euler", "implicit"))
+    one = jax.jit(lambda s, c: sim.step(m, s, ref, c))
+    se, si = one(s, euler), one(s, implicit)
+    f = jax.jit(lambda s: sim.contact_forces(m, s, ref, euler))(s)
+    assert float(jnp.min(f[:, 2])) > 1.0  # every foot loaded (the check is not vacuous)
+    assert float(jnp.max(jnp.abs(se.v - s.v))) > 1e-2
+    np.testing.assert_allclose(np.asarray(se.v), np.asarray(si.v), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(se.q), np.asarray(si.q), atol=1e-12)
 
 
 def test_box_on_plane_rests_on_corners(box):
@@ -292,17 +367,21 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
     np.testing.assert_allclose(float(jnp.sum(g * D)), float(fd), rtol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["compliant", "constraint"])
-def test_gradients_finite_at_rest_contact(box, kind):
+@pytest.mark.parametrize(
+    "kind, integrator",
+    [("compliant", "implicit"), ("constraint", "implicit"), ("compliant", "euler")],
+)
+def test_gradients_finite_at_rest_contact(box, kind, integrator):
     """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,
     zero velocity, every contact closed) gives finite gradients matching central differences,
-    at rest and, with a push beyond the friction limit, while sliding (a non-zero gradient)."""
+    at rest and, with a push beyond the friction limit, while sliding (a non-zero gradient);
+    "euler" too, whose compliant contact is implicit in its velocity terms."""
     corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
     cs = sim.contact_set(box, [sim.Point("box", c) for c in corners])
     contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)
     cfg = sim.SimConfig(
         dt=2e-3,
-        integrator="implicit",
+        integrator=integrator,
         contact=contact,
         contacts=cs,
         actuator=sim.Torque(dofs=tuple(range(6))),  # a body wrench on the free joint
@@ -419,3 +498,21 @@ def test_bad_input(quad, pendulum):
         jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(
             sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
         ).q.block_until_ready()
+
+
+def test_divergence_raises_a_clear_error(pendulum):
+    """A time step beyond the explicit stability limit (a PD velocity gain of 1e5 on the
+    pendulum with "euler" at 5 ms: h kd / I in the thousands) blows the state up; the rollout
+    step where it overflows raises the divergence check, which names the cause and the
+    remedies, instead of the next step's non-finite input check (or a NaN trajectory ending
+    there). A single step returns the non-finite state: the environments test for it and
+    recover (jaxdyn.envs.SimEnv.pipeline_step)."""
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", actuator=sim.PD(0.0, 1e5), limits=None)
+    run = jax.jit(lambda s: sim.rollout(pendulum, s, jnp.zeros((400, 2)), cfg=cfg))
+    with pytest.raises(Exception, match="integration diverged") as err:
+        run(sim.State(jnp.array([0.3, -0.2]), jnp.zeros(2))).q.block_until_ready()
+    assert "integrator='implicit'" in str(err.value)
+    assert "non-finite entry" not in str(err.value)
+    s = sim.State(jnp.array([0.3, -0.2]), jnp.array([1e200, -1e200]))
+    s1 = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(s)
+    assert not np.all(np.isfinite(np.asarray(s1.v)))

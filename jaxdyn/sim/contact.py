@@ -110,6 +110,12 @@ class Compliant(eqx.Module):
     - ``friction``: Coulomb coefficient ``mu``.
     - ``slip`` (m/s): regularisation speed of friction ``vs``.
     - ``smoothing`` (m): softplus width ``eps`` of the penetration.
+
+    The damping and, above all, the friction's viscosity ``mu fn / vs`` at low slip are stiff
+    as seen from a light limb (its contact point's apparent inverse mass ``J M^-1 J^T``): the
+    ``"euler"`` and ``"implicit"`` integrators take them implicitly (that part of the step is
+    stable at any ``dt``), ``"rk4"`` explicitly (it needs steps of the order of
+    ``vs / (mu fn J M^-1 J^T)``).
     """
 
     stiffness: float | None = None
@@ -125,12 +131,17 @@ class Compliant(eqx.Module):
         return k, c
 
 
-def compliant_forces(contact: Compliant, k, c, frames: ContactFrames, friction_normal=None):
-    """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``
-    (``friction_normal (nc,)``: the normal force to use inside the friction term instead of
-    the one of ``frames``; the implicit integrator passes the normal force at the step's
-    velocity, so that its velocity Jacobian holds the normal force fixed while every other
-    derivative -- in the configuration, the parameters -- still flows through it)."""
+def compliant_forces(
+    contact: Compliant, k, c, frames: ContactFrames, friction_normal=None, friction_speed=None
+):
+    """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``.
+
+    The implicit steps linearise these forces in the contact velocity with two quantities held
+    at the step's velocity (every other derivative -- in the configuration, the parameters --
+    still flows through them): ``friction_normal (nc,)``, the normal force inside the friction
+    term, and ``friction_speed (nc,)``, the regularised slip speed ``sqrt(|vt|^2 + vs^2)`` of
+    its denominator, which makes the friction a viscous force ``-(mu fn / s) vt`` of frozen
+    viscosity (see :func:`jaxdyn.sim.core` ``_contact_inertias``)."""
     dtype = frames.distance.dtype
     eps = jnp.asarray(contact.smoothing, dtype)
     pen = eps * jax.nn.softplus(-frames.distance / eps)
@@ -139,7 +150,8 @@ def compliant_forces(contact: Compliant, k, c, frames: ContactFrames, friction_n
     fn = raw * jax.nn.sigmoid(raw / (k * eps))
     vs2 = jnp.asarray(contact.slip, dtype) ** 2
     fn_t = fn if friction_normal is None else friction_normal
-    ft = -(contact.friction * fn_t / jnp.sqrt(jnp.sum(vt * vt, -1) + vs2))[:, None] * vt
+    s = jnp.sqrt(jnp.sum(vt * vt, -1) + vs2) if friction_speed is None else friction_speed
+    ft = -(contact.friction * fn_t / s)[:, None] * vt
     return fn[:, None] * frames.normal + ft
 
 

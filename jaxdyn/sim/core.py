@@ -5,16 +5,29 @@ integrator steps of ``dt / substeps``); ``rollout`` scans it. Both are unbatched
 (``jax.vmap`` them over states, controls, configurations or models) and differentiable in
 forward and reverse mode.
 
-Integrators (``cfg.integrator``), all on the configuration manifold through
-:func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
+Integrators (``cfg.integrator``, default ``"implicit"``), all on the configuration manifold
+through :func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
 
-* ``"euler"`` -- semi-implicit (symplectic) Euler: ``v' = v + h a(q, v)``, ``q' = q ⊕ h v'``.
+* ``"euler"`` -- semi-implicit (symplectic) Euler: ``v' = v + h a(q, v)``, ``q' = q ⊕ h v'``,
+  explicit in the joint forces (actuators, damping, limits) but, with compliant contact,
+  linearly implicit in the contact forces' velocity terms (normal damping, regularised
+  friction): ``v' = v + h (M + h J^T K J)^-1 (tau - C + J^T f)``, ``K = -df/du`` the forces'
+  Jacobian in the contact-point velocities. Explicit, those terms would bound the step by
+  ``h lambda_max(K G) < 2`` with ``G = J M^-1 J^T`` the contact points' apparent inverse mass:
+  the friction's viscosity ``mu fn / vs`` seen through a light foot is far beyond that at any
+  usual step (quad12 at rest: ``mu fn / vs`` = 614 N s/m, ``G`` up to 87 /kg, so ``h`` below
+  37 us). Explicit joint forces are stable while ``h d_j (M^-1)_jj < 2`` for a velocity gain
+  ``d_j`` (PD ``kd``, damping, limit damping) on coordinate ``j``, roughly; light limbs with
+  stiff servos need ``"implicit"``.
 * ``"rk4"`` -- Runge-Kutta-Munthe-Kaas of order 4: classical RK4 in the chart
   ``q = q0 ⊕ xi`` with ``xi' = dexp^-1_{-xi}(v)``, truncated after the ``ad^2`` term, which is
-  enough for order 4 (Munthe-Kaas 1998); exact Euclidean RK4 for one-DoF joints.
+  enough for order 4 (Munthe-Kaas 1998); exact Euclidean RK4 for one-DoF joints. Explicit in
+  every force, contact included (stable for ``h lambda < 2.78`` on the damping terms above):
+  for smooth dynamics, not for compliant contact on light feet.
 * ``"implicit"`` -- implicit in the velocity-proportional joint forces, like MuJoCo's
   ``implicitfast``: ``v' = v + h (M + h D)^-1 (tau - C - D v)`` with ``D`` the joint damping plus
-  the actuators' velocity gains, then ``q' = q ⊕ h v'``. Stable for any damping.
+  the actuators' velocity gains (plus ``J^T K J`` with compliant contact, as in ``"euler"``),
+  then ``q' = q ⊕ h v'``. Stable for any damping.
 
 Contact (``cfg.contact``): ``None``, :class:`~jaxdyn.sim.contact.Compliant` (forces inside
 every integrator) or :class:`~jaxdyn.sim.contact.Constraint` (velocity-level impulses: with
@@ -46,6 +59,7 @@ from ..algorithms.aba import (
 )
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
+from ..model import tree
 from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
 from .geometry import TERRAINS, ContactSet, Plane
@@ -72,7 +86,11 @@ class SimConfig(eqx.Module):
     """How to step a model.
 
     - ``dt``: control period (s); ``substeps``: integrator steps per control period (static).
-    - ``integrator``: ``"euler"``, ``"rk4"`` or ``"implicit"`` (static; see the module docs).
+    - ``integrator``: ``"implicit"`` (default), ``"euler"`` or ``"rk4"`` (static; see the
+      module docs). The default is the one that stays stable with position servos on light
+      limbs at 1-5 ms steps, where the explicit joint forces of ``"euler"`` are not (quad12's
+      ``PD(20, 0.5)`` at 2 ms, talos_full's ``PD(500, 5)`` at 1 ms), as MuJoCo recommends
+      ``implicitfast`` for most models.
     - ``actuator``: :class:`~jaxdyn.sim.actuators.Torque` (default) or
       :class:`~jaxdyn.sim.actuators.PD`; ``ctrl`` has ``actuator.size(model)`` entries.
     - ``contact``: ``None``, :class:`~jaxdyn.sim.contact.Compliant` or
@@ -86,7 +104,7 @@ class SimConfig(eqx.Module):
 
     dt: float = 2e-3
     substeps: int = eqx.field(static=True, default=1)
-    integrator: str = eqx.field(static=True, default="euler")
+    integrator: str = eqx.field(static=True, default="implicit")
     actuator: object = Torque()
     contact: object = None
     contacts: ContactSet | None = None
@@ -199,7 +217,10 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         return _rk4(model, cfg, props, q, v, ctrl, h)
     constraint = isinstance(cfg.contact, C.Constraint)
     if cfg.integrator == "euler" and not constraint:
-        a, f = _acceleration(model, cfg, props, q, v, ctrl)
+        if isinstance(cfg.contact, C.Compliant):
+            a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
+        else:
+            a, f = _acceleration(model, cfg, props, q, v, ctrl)
         v1 = v + h * a
         return integrate(model, q, h * v1), v1, f
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
@@ -226,28 +247,50 @@ def _substep(model, cfg, props, q, v, ctrl, h):
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
     """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
     friction, limit damping, actuator velocity gains) as extra armature, and each compliant
-    contact's ``K_i = -df_i/du_i`` as a point "inertia" ``h P_i^T K_i P_i`` on its body
-    (``P_i``: body spatial velocity -> velocity of the contact point), so that ``M + h D`` is
-    the mass matrix of a model that ABA inverts in O(n).
-
-    ``K_i`` is taken with the normal force held fixed inside the friction term, which keeps it
-    symmetric positive semi-definite (the dropped coupling ``dft/dvn`` would not be)."""
+    contact's velocity Jacobian as a point inertia on its body (:func:`_contact_inertias`), so
+    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n)."""
     ones = jnp.ones_like(v)
     _, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
     arm = -h * dtau if model.armature is None else model.armature - h * dtau
     m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     if not isinstance(cfg.contact, C.Compliant):
         return m_eff, I6
-    k, c = cfg.contact.gains(model, v.dtype)
+    return m_eff, I6 + _contact_inertias(model, cfg, ws, frames, h)
+
+
+def _contact_inertias(model, cfg, ws, frames, h):
+    """Per-body point inertias ``(nb, 6, 6)``: ``h P_i^T K_i P_i`` summed over the compliant
+    contacts ``i`` of each body, with ``K_i = -df_i/du_i`` (3 x 3) the velocity Jacobian of the
+    contact's force in the velocity ``u_i`` of its point and ``P_i = [-[x_i], 1]`` the map from
+    the body's spatial velocity (world state origin) to ``u_i``. Added to the body inertias they
+    turn ``M`` into ``M + h sum_i J_i^T K_i J_i``.
+
+    ``K_i`` is taken with the normal force ``fn`` and the regularised slip speed
+    ``s = sqrt(|vt|^2 + vs^2)`` of the friction term held at the step's velocity: the friction
+    enters as a viscous force ``-(mu fn / s) vt`` of frozen viscosity (a Picard linearisation,
+    the secant of the force), which keeps ``K_i`` symmetric positive semi-definite (the dropped
+    coupling ``dft/dvn`` would not be) and, taken on its own, makes the step shrink the slip
+    ``vt`` towards zero without reversing it, for any ``h``. The tangent Jacobian
+    ``(mu fn / s) (I - vt vt^T / s^2)`` nearly vanishes along a slip faster than ``vs``: there
+    the step was explicit in the Coulomb force, overshot through zero slip whenever its
+    velocity change ``h mu fn G_t`` exceeded the slip, and settled into a two-step cycle
+    ``vt -> -vt`` (a resting robot's feet chattering), as Newton's method does on regularised
+    friction without the transition-aware line search of Castro et al. 2020 (TAMSI, IEEE
+    RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
+    ``v``); its larger viscosity only slows a sliding contact's transients."""
+    k, c = cfg.contact.gains(model, frames.distance.dtype)
+    slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
 
     def force(dist, normal, point, vel, vel0):
-        # the friction term's normal force at vel0 (the step's velocity), a constant for the
-        # Jacobian in vel but not for derivatives in q (a stop_gradient here cut the
-        # configuration derivative of K, and reverse-mode rollouts were 40 % off)
+        # the friction term's normal force and slip speed at vel0 (the step's velocity),
+        # constants for the Jacobian in vel but not for derivatives in q (a stop_gradient here
+        # cut the configuration derivative of K, and reverse-mode rollouts were 40 % off)
         at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None])
         fn0 = C.compliant_forces(cfg.contact, k, c, at0) @ normal
+        vt0 = vel0 - (vel0 @ normal) * normal
+        s0 = jnp.sqrt(vt0 @ vt0 + slip2)[None]
         one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0)[0]
+        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0, friction_speed=s0)[0]
 
     K = -jax.vmap(jax.jacfwd(force, argnums=3))(
         frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity
@@ -257,7 +300,36 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
     P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
     Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
     nb = ws.R.shape[0]
-    return m_eff, I6 + jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+    return jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+
+
+def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
+    """``"euler"`` with compliant contact: the accelerations
+    ``a = (M + h J^T K J)^-1 (tau - C + J^T f)`` of a step implicit in the contact's velocity
+    terms (``K``: :func:`_contact_inertias`), explicit in everything else, and the contact
+    forces ``f`` (at ``v``).
+
+    One ABA on the body inertias plus the contact point inertias ``I_c``. ABA forms the bias
+    forces from the inertias it is given, so the point inertias would add spurious forces
+    ``I_c a_b0`` (``a_b0``: the body's acceleration at ``qdd = 0``, gravity included as the
+    root's fictitious acceleration); they are taken off the bodies' bias forces, which leaves
+    the bias ``C`` of the true inertias (no separate RNEA pass)."""
+    ws, origin = _world(model, q)
+    vb, vJ = kin.body_velocities(model, ws, v)
+    frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
+    k, c_gain = cfg.contact.gains(model, ws.p.dtype)
+    f = C.compliant_forces(cfg.contact, k, c_gain, frames)
+    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    tau = _controls(model, cfg, props, q, v, ctrl)
+    Ic = _contact_inertias(model, cfg, ws, frames, h)
+    c = spatial.motion_cross(vb, vJ)
+    a0 = kin.gravity_acceleration(model, ws.p.dtype)
+    a_bias = tree.forward_accumulate(model.topo, c, a0)  # body accelerations at qdd = 0
+    pA = spatial.force_cross(vb, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb)) - W
+    pA = pA - spatial.mv(Ic, a_bias)
+    I6 = world_inertia_matrices(ws) + Ic
+    qdd, _ = aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None])
+    return qdd[:, 0], f
 
 
 def _ad(model, xi, y):
@@ -331,6 +403,16 @@ def _check_state(fn, model, state, ctrl, cfg):
     return q, v, ctrl, dtype
 
 
+#: the value check of a rollout step that turned a finite state into a non-finite one
+DIVERGED = (
+    "rollout: the integration diverged (a non-finite state from a finite one): cfg.dt is beyond "
+    "the stability limit of the stiffest explicit force (with integrator='rk4' every force, "
+    "contact included; with 'euler' the joint forces: a velocity gain d -- PD kd, damping, "
+    "limit damping -- needs dt * d < 2 * the joint's apparent inertia); use "
+    "integrator='implicit', a smaller dt or more substeps"
+)
+
+
 @full_precision
 def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
@@ -340,6 +422,11 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     (:class:`SimConfig`).
 
     **Returns:** the next :class:`State`.
+
+    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
+    step that diverges returns its non-finite state (callers such as
+    :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
+    :data:`DIVERGED` there.
     """
     q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
     model = model.astype(dtype)
@@ -391,6 +478,10 @@ def rollout(
     (``jax.checkpoint`` each step: residuals recomputed step by step) or ``"sqrt"`` (blocks of
     ``ceil(sqrt(T))`` steps checkpointed as a whole: memory ``O(sqrt(T))`` states).
 
+    With value checks on (:mod:`jaxdyn.config`), the step that turns the finite state into a
+    non-finite one raises :data:`DIVERGED` (the integration went unstable: it names the
+    remedies), instead of a NaN trajectory.
+
     **Returns:** the states after each step, stacked: a :class:`State` with leading axis ``T``.
     """
     if checkpoint not in CHECKPOINTS:
@@ -420,6 +511,9 @@ def rollout(
     def body(s, u):
         ctrl = policy(s) if policy is not None else u
         s1 = step(model, s, ctrl, cfg)
+        if config.get("value_checks"):  # s is finite: step checked it
+            bad = ~(jnp.all(jnp.isfinite(s1.q)) & jnp.all(jnp.isfinite(s1.v)))
+            s1 = State(_checks.error_if(s1.q, bad, DIVERGED), s1.v, s1.t)
         return s1, s1
 
     if checkpoint == "step":
