@@ -1,20 +1,29 @@
-"""Simulation throughput (jaxdyn.sim vs MJX on the same robot) and the memory of reverse mode
-through long rollouts.
+"""Simulation throughput (jaxdyn.sim vs MJX and jaxsim on the same robot) and the memory of
+reverse mode through long rollouts.
 
 Usage: ``python benchmarks/sim.py [--batches 1024,4096] [--dtype float32] [--skip-mjx]
-[--out benchmarks/RESULTS.md]``
+[--skip-jaxsim] [--jaxsim-python /work/venv-jaxsim/bin/python] [--out benchmarks/RESULTS.md]``
 
 1. Steps per second of ``jax.jit(jax.vmap(step))`` on the bundled quad12 quadruped (floating
    base, 12 PD-servoed joints, 4 foot spheres on a ground plane), dt = 2 ms, for each contact
    model / integrator, against MJX (``mujoco.mjx``) stepping the same robot: the same URDF
    compiled by MuJoCo, the same foot spheres, floor, PD gains (``position`` actuators with
    ``kv``) and time step, ``implicitfast``. Compile times are reported separately.
-2. Reverse mode through 1000 steps (quad12, compliant contact, implicit integrator):
+2. The same against jaxsim (ami-iit's JAX simulator, ``pip install jaxsim``) on quad12 and
+   talos_full: its soft (Hunt-Crossley with exponents 0, i.e. jaxdyn's linear spring-damper
+   gains), relaxed-rigid and rigid contact models, semi-implicit Euler or RK4, the same URDF
+   with the same contact geometry as collision shapes, PD gains, effort limits, joint-limit
+   springs, time step and batch sizes. jaxsim runs in a child process per case and batch
+   (``benchmarks/_jaxsim_child.py``), under ``--jaxsim-python`` (default: this interpreter if
+   it has jaxsim, else the rows are skipped with a note); a robot it cannot load gets a row
+   saying why. A sanity table gives the base height after ``--sanity-steps`` steps (B = 8) in
+   both engines; ``--smoke`` prints only that, for ``--jaxsim-batches``, and writes nothing.
+3. Reverse mode through 1000 steps (quad12, compliant contact, implicit integrator):
    ``jax.grad`` of a loss on the final state with ``checkpoint=None | "step" | "sqrt"``: XLA's
    temporary memory for the compiled gradient, its run time and compile time.
 
-Everything runs single-threaded (benchmarks/_env.py), in one process, and writes the
-``## Simulation`` section of benchmarks/RESULTS.md.
+Everything runs single-threaded (benchmarks/_env.py; the MJX and jaxsim children too), and
+writes the ``## Simulation`` section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import _env
 
 _env.single_threaded()
 import argparse
+import functools
 import platform
 import time
 from pathlib import Path
@@ -52,6 +62,8 @@ ROBOTS = {
         1.083,
     ),
 }
+# the jaxdyn cases timed for a robot (all of jaxdyn_cases where not named)
+JAXDYN_TIMED = {"talos_full": ("compliant, implicit",)}
 
 
 def jaxdyn_cases(dtype, robot="quad12"):
@@ -69,6 +81,10 @@ def jaxdyn_cases(dtype, robot="quad12"):
             contact=sim.Compliant(friction=MU),
             contacts=cs,
             actuator=pd,
+        ),
+        # jaxsim's soft contact with RK4 is compared with this one
+        "compliant, rk4": sim.SimConfig(
+            dt=DT, integrator="rk4", contact=sim.Compliant(friction=MU), contacts=cs, actuator=pd
         ),
         "constraint, euler (100 APGD)": sim.SimConfig(
             dt=DT,
@@ -228,6 +244,219 @@ def bench_mjx(batches, dtype, timeout=900):
     return rows
 
 
+# jaxsim: the case name, its contact model and integrator, and the jaxdyn case of the same kind
+# that the ratio column compares it with (compliant with compliant at the same integrator,
+# constraint with the constraint-like models); where jaxdyn does not time that case for the
+# robot (talos_full), the robot's first JAXDYN_TIMED case.
+JAXSIM_CASES = {
+    "soft-euler": (
+        "soft, semi-implicit Euler",
+        "soft",
+        "SemiImplicitEuler",
+        "compliant, euler",
+    ),
+    "soft-rk4": ("soft, RK4", "soft", "RungeKutta4", "compliant, rk4"),
+    "relaxed-rigid": (
+        "relaxed-rigid, semi-implicit Euler",
+        "relaxed_rigid",
+        "SemiImplicitEuler",
+        "constraint, euler (100 APGD)",
+    ),
+    "rigid": (
+        "rigid (QP), semi-implicit Euler",
+        "rigid",
+        "SemiImplicitEuler",
+        "constraint, euler (100 APGD)",
+    ),
+}
+# jaxsim collision shapes replacing the URDF's: quad12's foot spheres, talos_full's sole
+# rectangles (a box whose 4 bottom corners are jaxdyn's sole points).
+JAXSIM_GEOMETRY = {
+    "quad12": {"spheres": {"links": list(FEET), "radius": RADIUS}},
+    "talos_full": {"soles": {"links": ["left_sole_link", "right_sole_link"], "points": SOLE}},
+}
+JAXSIM_CHILD = HERE / "_jaxsim_child.py"
+
+
+def jaxsim_python(option):
+    """The interpreter that runs jaxsim, and ``None, why`` when there is none. jaxsim is not
+    imported here: it switches on float64 for the whole process at import."""
+    import importlib.util
+    import shutil
+    import sys
+
+    if option:
+        exe = shutil.which(option) or option
+        if not Path(exe).is_file():
+            return None, f"--jaxsim-python {option}: no such interpreter"
+        return exe, ""
+    if importlib.util.find_spec("jaxsim") is not None:
+        return sys.executable, ""
+    return None, (
+        f"jaxsim is not installed in {sys.executable} and --jaxsim-python was not given "
+        "(see benchmarks/README.md: jaxsim)"
+    )
+
+
+@functools.lru_cache
+def compliant_gains(robot, dtype):
+    """jaxdyn's default compliant-contact stiffness and damping for the robot (from its mass)."""
+    m = robots.load(robot, floating_base=True).astype(dtype)
+    k, c = sim.Compliant(friction=MU).gains(m, jnp.dtype(dtype))
+    return float(k), float(c)
+
+
+def jaxsim_spec(robot, dtype, case, B, mode, steps=0, sphere_points=50):
+    """The child's JSON spec: the robot's URDF and contact geometry, PD gains, effort limits
+    (read by the child), standing height, and jaxdyn's compliant-contact gains."""
+    path, _ = robots.resolve(robot)
+    k, c = compliant_gains(robot, jnp.dtype(dtype).name)
+    _, (kp, kd), height = ROBOTS[robot]
+    _, model, integrator, _ = JAXSIM_CASES[case]
+    return dict(
+        urdf=str(path),
+        robot=robot,
+        **JAXSIM_GEOMETRY[robot],
+        kp=kp,
+        kd=kd,
+        height=height,
+        clearance=0.01,
+        dt=DT,
+        mu=MU,
+        stiffness=k,
+        damping=c,
+        dtype=jnp.dtype(dtype).name,
+        contact_model=model,
+        integrator=integrator,
+        batch=B,
+        mode=mode,
+        steps=steps,
+        sphere_points=sphere_points,
+    )
+
+
+def run_jaxsim_child(python, spec, timeout):
+    """One child: its JSON answer, or ``{"error": ...}`` for a crash or a timeout."""
+    import json
+    import subprocess
+
+    try:
+        r = subprocess.run(
+            [python, str(JAXSIM_CHILD), json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", "timeout": True}
+    for line in reversed(r.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    err = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    return {"error": f"child exited {r.returncode}: {err[-1][:200] if err else 'no output'}"}
+
+
+def bench_jaxsim(python, robot, batches, dtype, cases, timeout, sphere_points):
+    """Rows ``(robot, case label, B, us/step, steps/s, compile s, ok, note)`` and the info of
+    the last child that loaded the robot. After a load error the robot gets that one row."""
+    rows, info = [], {}
+    for case in cases:
+        label = JAXSIM_CASES[case][0]
+        for B in batches:
+            spec = jaxsim_spec(robot, dtype, case, B, "time", sphere_points=sphere_points)
+            res = run_jaxsim_child(python, spec, timeout)
+            if "error" in res:
+                nan = float("nan")
+                if res.get("stage") in ("import", "load"):  # the same for every case: one row
+                    what = "jaxsim does not import" if res["stage"] == "import" else "does not load"
+                    print(f"jaxsim {robot}: {res['error']}", flush=True)
+                    return [(robot, what, B, nan, nan, nan, False, res["error"])], {}
+                rows.append((robot, label, B, nan, nan, nan, False, res["error"]))
+                print(f"jaxsim {robot} {label:34s} B={B:6d} FAILED: {res['error']}", flush=True)
+                continue
+            info = res["info"]
+            t, tc = res["t"], res["tc"]
+            rows.append((robot, label, B, t / B * 1e6, B / t, tc, res["ok"], ""))
+            print(
+                f"jaxsim {robot} {label:34s} B={B:6d} {t / B * 1e6:8.3f} us/step  "
+                f"compile {tc:5.1f} s  ({info['points']} contact points)",
+                flush=True,
+            )
+    return rows, info
+
+
+def jaxdyn_heights(robot, B, dtype, steps):
+    """Base heights ``(B,)`` after ``steps`` steps of each jaxdyn case that the benchmark times
+    for the robot, from :func:`batch_states` (``{case: z}``, NaN where a sample diverged). The
+    value checks are off meanwhile, so that one diverging sample does not stop the batch."""
+    m, cfgs = jaxdyn_cases(dtype, robot)
+    checks = jaxdyn.config.get("value_checks")
+    jaxdyn.set_value_checks(False)
+    out = {}
+    try:
+        for name, cfg in cfgs.items():
+            if name not in JAXDYN_TIMED.get(robot, cfgs):
+                continue
+            S, ref = batch_states(m, B, dtype, height=ROBOTS[robot][2])
+            U = jnp.broadcast_to(ref, (B, len(ref)))
+            f = jax.jit(jax.vmap(lambda s, u, cfg=cfg: sim.step(m, s, u, cfg)))
+            for _ in range(steps):
+                S = f(S, U)
+            finite = np.all(np.isfinite(np.asarray(S.q)), axis=1)
+            out[name] = np.where(finite, np.asarray(S.q[:, 2], dtype=float), np.nan)
+    finally:
+        jaxdyn.set_value_checks(checks)
+    return out
+
+
+def sanity_rows(python, robots_, B, dtype, steps, cases, timeout, sphere_points):
+    """``(robot, engine, case, B, z min, z mean, z max, note)``: base heights after ``steps``
+    steps of every jaxdyn case and every jaxsim case, from standing states."""
+    rows = []
+    for robot in robots_:
+        for name, z in jaxdyn_heights(robot, B, dtype, steps).items():
+            rows.append((robot, "jaxdyn", name, B, *_zstats(z), _znote(z)))
+            print(f"jaxdyn {robot} {name:34s} B={B:5d} {_zline(z)}", flush=True)
+        if python is None:
+            continue
+        for case in cases:
+            label = JAXSIM_CASES[case][0]
+            spec = jaxsim_spec(robot, dtype, case, B, "rollout", steps, sphere_points)
+            res = run_jaxsim_child(python, spec, timeout)
+            if "error" in res:
+                rows.append((robot, "jaxsim", label, B, *_zstats(np.full(B, np.nan)), res["error"]))
+                print(f"jaxsim {robot} {label:34s} B={B:5d} {res['error']}", flush=True)
+                if res.get("stage") in ("import", "load"):
+                    break  # its other cases would say the same
+                continue
+            z = np.asarray(res["z"], dtype=float)
+            rows.append((robot, "jaxsim", label, B, *_zstats(z), _znote(z)))
+            print(f"jaxsim {robot} {label:34s} B={B:5d} {_zline(z)}", flush=True)
+    return rows
+
+
+def _zstats(z):
+    """min, mean, max of the finite heights (NaN if none)."""
+    z = np.asarray(z, dtype=float)
+    z = z[np.isfinite(z)]
+    if z.size == 0:
+        return (np.nan,) * 3
+    return float(np.min(z)), float(np.mean(z)), float(np.max(z))
+
+
+def _znote(z):
+    bad = int(np.sum(~np.isfinite(np.asarray(z, dtype=float))))
+    return f"{bad}/{len(z)} diverged (non-finite)" if bad else ""
+
+
+def _zline(z):
+    lo, mean, hi = _zstats(z)
+    note = _znote(z)
+    if not np.isfinite(mean):
+        return f"base z: all {len(z)} diverged (non-finite)"
+    return f"base z min {lo:.4f} mean {mean:.4f} max {hi:.4f} m" + (f"  {note}" if note else "")
+
+
 def bench_checkpoint(dtype, T=1000):
     m, cases = jaxdyn_cases(dtype, "quad12")
     cfg = cases["compliant, implicit"]
@@ -275,12 +504,59 @@ def main(argv=None):
         "--only-checkpoint", action="store_true", help="only the reverse-mode checkpoint table"
     )
     ap.add_argument("--skip-talos", action="store_true")
+    ap.add_argument("--skip-jaxsim", action="store_true")
+    ap.add_argument(
+        "--jaxsim-python",
+        default=None,
+        help="interpreter with jaxsim installed (default: this one if it has jaxsim)",
+    )
+    ap.add_argument("--jaxsim-batches", default="1,64,1024", help="jaxsim batch sizes")
+    ap.add_argument(
+        "--jaxsim-cases", default=",".join(JAXSIM_CASES), help=f"of {','.join(JAXSIM_CASES)}"
+    )
+    ap.add_argument("--jaxsim-timeout", type=float, default=600, help="per child process (s)")
+    ap.add_argument(
+        "--jaxsim-sphere-points",
+        type=int,
+        default=50,
+        help="jaxsim's samples of a collision sphere (the lower half are kept)",
+    )
+    ap.add_argument(
+        "--sanity-steps", type=int, default=100, help="steps of the base-height table, 0: none"
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="only the base heights after --sanity-steps steps, jaxdyn and jaxsim, at each of "
+        "--jaxsim-batches; prints, writes nothing",
+    )
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     a = ap.parse_args(argv)
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(a.dtype)
     batches = [int(b) for b in a.batches.split(",")]
+    js_batches = [int(b) for b in a.jaxsim_batches.split(",")]
+    js_cases = [c for c in a.jaxsim_cases.split(",") if c]
+    if unknown := [c for c in js_cases if c not in JAXSIM_CASES]:
+        ap.error(f"--jaxsim-cases: unknown {unknown}, choose from {list(JAXSIM_CASES)}")
+    js_robots = ["quad12"] + ([] if a.skip_talos else ["talos_full"])
+    js_python, js_why = (None, "--skip-jaxsim") if a.skip_jaxsim else jaxsim_python(a.jaxsim_python)
+    if js_python is None and not a.skip_jaxsim:
+        print(f"jaxsim skipped: {js_why}", flush=True)
+    if a.smoke:
+        for B in js_batches:
+            sanity_rows(
+                js_python,
+                js_robots,
+                B,
+                dtype,
+                a.sanity_steps,
+                js_cases,
+                a.jaxsim_timeout,
+                a.jaxsim_sphere_points,
+            )
+        return
     if a.only_checkpoint:
         write_checkpoint_section(a.out, bench_checkpoint(jnp.dtype(jnp.float32)))
         return
@@ -289,7 +565,27 @@ def main(argv=None):
         rows += bench_mjx([int(b) for b in a.mjx_batches.split(",")], dtype, a.mjx_timeout)
     if not a.skip_talos:
         rows += bench_jaxdyn(
-            [b for b in batches if b <= 1024], dtype, "talos_full", ("compliant, implicit",)
+            [b for b in batches if b <= 1024], dtype, "talos_full", JAXDYN_TIMED["talos_full"]
+        )
+    js_rows, js_info, sanity = [], {}, []
+    if js_python is not None:
+        for robot in js_robots:
+            bs = js_batches if robot == "quad12" else [b for b in js_batches if b <= 1024]
+            r, info = bench_jaxsim(
+                js_python, robot, bs, dtype, js_cases, a.jaxsim_timeout, a.jaxsim_sphere_points
+            )
+            js_rows += r
+            js_info[robot] = info
+    if a.sanity_steps > 0 and js_python is not None:
+        sanity = sanity_rows(
+            js_python,
+            js_robots,
+            8,
+            dtype,
+            a.sanity_steps,
+            js_cases,
+            a.jaxsim_timeout,
+            a.jaxsim_sphere_points,
         )
     ck = [] if a.skip_checkpoint else bench_checkpoint(jnp.dtype(jnp.float32))
     mjx_best = {r[2]: r[4] for r in rows if r[0] == "MJX"}
@@ -303,7 +599,8 @@ def main(argv=None):
         "MuJoCo, same spheres, gains and time step, `implicitfast`, default Newton solver). "
         "Ratio: jaxdyn steps/s over MJX's at the same batch.",
         "",
-        "talos_full (50 DoF; 8 sole-corner contact points, kp = 500, kd = 5): jaxdyn only.",
+        "talos_full (50 DoF; 8 sole-corner contact points, kp = 500, kd = 5): jaxdyn here, "
+        "jaxsim below.",
         "",
         "| engine | contact, integrator | batch | us/step | steps/s | vs MJX | compile s |",
         "|---|---|---:|---:|---:|---:|---:|",
@@ -313,10 +610,88 @@ def main(argv=None):
         ratio = f"{sps / mjx_best[B]:.2f}x" if quad and np.isfinite(mjx_best.get(B, np.nan)) else ""
         flag = "" if ok else " (non-finite!)"
         body.append(f"| {eng} | {name}{flag} | {B} | {us:.2f} | {sps:,.0f} | {ratio} | {tc:.1f} |")
+    if not a.skip_jaxsim:
+        body += jaxsim_section(rows, js_rows, js_info, js_python, js_why, a, sanity)
     _env.write_section(a.out, "## Simulation\n\n" + "\n".join(body))
     print("\n".join(body))
     if ck:
         write_checkpoint_section(a.out, ck)
+
+
+def jaxsim_section(rows, js_rows, js_info, python, why, a, sanity):
+    """The jaxsim part of the Simulation section: set-up, differences, table, sanity table."""
+    if python is None:
+        return ["", f"jaxsim: not run ({why})."]
+    info = next((i for i in js_info.values() if i), {})
+    pts = {r: i.get("points") for r, i in js_info.items() if i}
+    jd = {(r[0].split(" ", 1)[1], r[1], r[2]): r[4] for r in rows if r[0].startswith("jaxdyn")}
+    pair = {v[0]: v[3] for v in JAXSIM_CASES.values()}
+    out = [
+        "",
+        f"**jaxsim** {info.get('jaxsim', '?')} (jax {info.get('jax', '?')}, `{python}`), one "
+        "child process per case and batch, single-threaded XLA, float32 via `JAX_ENABLE_X64=0`: "
+        "`jax.jit(jax.vmap(step))` with `step = js.model.step(model, data, "
+        "joint_force_references=tau)`, the model closed over (a constant, as jaxdyn's and "
+        "MJX's), data in the inertial velocity representation. Same URDF, dt, PD law "
+        "`tau = clip(kp (0 - q) - kd v, +-effort)` computed outside jaxsim, joint-limit springs "
+        "(1e3 N m/rad, 10 N m s/rad), URDF joint damping/friction, standing states and batch "
+        "sizes as jaxdyn. Differences: contact geometry -- jaxsim turns a collision sphere "
+        f"into points sampled on its surface ({a.jaxsim_sphere_points} samples, the lower half "
+        "kept), each a point contact with the plane, so quad12 has "
+        f"{pts.get('quad12', '?')} contact points where jaxdyn has 4 sphere contacts (the "
+        "lowest sample is 0.5 mm above the sphere's bottom); talos_full's soles are boxes "
+        "whose 4 bottom corners are jaxdyn's 8 points (identical). Soft = jaxsim's "
+        "Hunt-Crossley with exponents p = q = 0, i.e. jaxdyn's linear spring-damper per "
+        "point with jaxdyn's gains (k = m g / 5 mm, c = sqrt(k m) / 2), without jaxdyn's "
+        "0.1 mm smoothing; its friction is a tangential spring (a per-point deformation "
+        "state) projected on the Coulomb cone, jaxdyn's is regularised Coulomb; mu = 1 "
+        "everywhere. Relaxed-rigid (MuJoCo-like soft constraints, L-BFGS, jaxsim's defaults: "
+        "50 iterations, tol 1e-6) and rigid (a QP per step, qpax) are compared with jaxdyn's "
+        "constraint solver (100 APGD iterations). jaxsim has semi-implicit Euler and RK4 but "
+        "no integrator implicit in the joint damping (jaxdyn's `implicit`): with kd = 0.5 on "
+        "quad12's light legs (kd dt / I > 2) compliant semi-implicit Euler diverges in both "
+        "engines and RK4 chatters and sags in both; with kp = 500, kd = 5 talos_full diverges "
+        "in every jaxsim case (see the base heights). The timed call always steps the same "
+        "standing batch, so divergence does not enter the times. jaxdyn / jaxsim: jaxdyn's "
+        "steps/s at the same batch over jaxsim's (> 1: jaxdyn faster), for the jaxdyn case "
+        "named: the same contact kind and integrator on quad12; on talos_full, where jaxdyn "
+        "times only compliant-implicit, that one.",
+        "",
+        "| robot | jaxsim contact, integrator | batch | us/step | steps/s | compile s "
+        "| jaxdyn case | jaxdyn / jaxsim |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for robot, label, B, us, sps, tc, ok, note in js_rows:
+        if note:
+            out.append(f"| {robot} | {label}: {note} | {B} | | | | | |")
+            continue
+        case = next(
+            (c for c in (pair[label], *JAXDYN_TIMED.get(robot, ())) if (robot, c, B) in jd), ""
+        )
+        ref = jd.get((robot, case, B), np.nan)
+        ratio = f"{ref / sps:.2f}x" if np.isfinite(ref) else ""
+        flag = "" if ok else " (non-finite!)"
+        out.append(
+            f"| {robot} | {label}{flag} | {B} | {us:.2f} | {sps:,.0f} | {tc:.1f} "
+            f"| {case if ratio else ''} | {ratio} |"
+        )
+    if sanity:
+        out += [
+            "",
+            f"Base height after {a.sanity_steps} steps ({a.sanity_steps * DT:.1f} s) from the "
+            "standing states (1 cm above standing height, joints perturbed by 0.05 rad), "
+            f"B = {sanity[0][3]}: min / mean / max over the batch (m).",
+            "",
+            "| robot | engine | contact, integrator | base z min | mean | max | note |",
+            "|---|---|---|---:|---:|---:|---|",
+        ]
+        for robot, eng, name, _, lo, mean, hi, note in sanity:
+            if np.isfinite(mean):
+                z = f"{lo:.4f} | {mean:.4f} | {hi:.4f}"
+            else:
+                z = "| |"  # three empty cells
+            out.append(f"| {robot} | {eng} | {name} | {z} | {note or ''} |")
+    return out
 
 
 def write_checkpoint_section(out, ck):
