@@ -152,21 +152,23 @@ def _nv2(model, itemsize):
 
 
 def _float64_only(words):
-    """Chunk in float64 only: in float32 (half the bytes) talos_full's aba and minv ran
-    1.3-2x slower in chunks than as one vmap (``benchmarks/RESULTS.md``)."""
+    """Chunk in float64 only: in float32 talos_full's aba, minv and crba ran as fast as one
+    vmap in chunks of 512 and slower in smaller ones (``batching.CHUNK_BYTES``)."""
     return lambda model, itemsize: words(model, itemsize) if itemsize >= 8 else 0
 
 
 #: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
 #: (:func:`jaxdyn.batching.batched`), with the numbers one sample keeps live
 #: (``words(model, itemsize)``): the passes that carry ``nv x nv`` matrices, and ABA's 6x6
-#: articulated inertias (one per body). The others (rnea, crba, kinematics, ...) ran as fast
-#: or faster as one plain ``vmap`` over the batch (``benchmarks/RESULTS.md``).
+#: articulated inertias (one per body). The others (rnea, kinematics, ...) ran as fast or
+#: faster as one plain ``vmap`` over the batch (``benchmarks/RESULTS.md``). Models whose
+#: working sets stay under ``batching.CHUNK_MIN_WORDS`` run as one ``vmap`` (solo12's aba,
+#: crba and minv: chunks cost them 10-50 %).
 BATCHED = {
     "aba": _float64_only(lambda m, _: 36 * m.nb),
+    "crba": _float64_only(_nv2),
     "minv": _float64_only(_nv2),
-    # nv^2, not 4 nv^2 like aba_derivatives: chunks made solo12's (nv = 18) 1.4-2x slower
-    "rnea_derivatives": _nv2,
+    "rnea_derivatives": lambda m, _: 4 * m.nv * m.nv,
     "aba_derivatives": lambda m, _: 4 * m.nv * m.nv,
     "delassus": _nv2,
     "constrained_aba": _nv2,

@@ -2,13 +2,15 @@
 
 Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the whole batch: at
 batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, far beyond the
-caches, and the run becomes bound by the memory traffic between XLA's kernels. Evaluating the
-same vectorised code on chunks of a few dozen samples at a time (a ``lax.map`` over chunks, a
-``vmap`` inside each) keeps the intermediates in cache: on a 50-coordinate humanoid at batch
-1024 it made ``minv`` and the analytic derivatives 1.3 to 3 times faster per sample on the CPU,
-the most when another process shared the memory bus (``benchmarks/RESULTS.md``, section "Plain
-jax.vmap against Pinocchio C++"). The algorithms with small per-sample working sets (rnea,
-crba, kinematics) ran as fast or faster as one ``vmap``, so they carry no rule.
+caches, and the run becomes bound by the memory traffic between XLA's kernels (and, with
+glibc's default allocator, by page faults: buffers that large are mapped afresh on every call).
+Evaluating the same vectorised code on chunks of a few hundred samples at a time (a
+``lax.map`` over chunks, a ``vmap`` inside each) keeps the intermediates in the last-level
+cache: on a 50-coordinate humanoid at batch 1024 it made ``aba``, ``crba``, ``minv`` and the
+analytic derivatives 1.2 to 3 times faster per sample on the CPU, the most when another process
+shared the memory bus (``benchmarks/RESULTS.md``, section "Plain jax.vmap against Pinocchio
+C++"). The algorithms with small per-sample working sets (rnea, kinematics) ran as fast or
+faster as one ``vmap``, so they carry no rule.
 
 Users should not have to know this, so the public functions listed in
 ``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
@@ -41,10 +43,15 @@ from . import config
 
 DEFAULT_CHUNK = 32
 
-#: bytes of per-sample working set that a chunk may fill (about a core's L2 cache)
-CHUNK_BYTES = 1 << 19
+#: bytes of working set that a chunk may fill: a few MB, within the last-level cache. Not the
+#: L2 size: the chunk loop runs the function's kernels once per chunk (a few hundred for ABA on
+#: a humanoid, about 0.3 us each), so small chunks pay that launch cost on few samples.
+#: Measured on talos_full, float64, B=1024, us per sample by chunk size 32 / 128 / 256 (one
+#: vmap): aba 10.3 / 8.1 / 7.2 (21.1), minv 19.4 / 16.1 / 14.3 (31.2), crba - / 5.9 / 5.4
+#: (6.6), aba_derivatives 57 / 60 / 70 (110, 8: 63), rnea_derivatives 23.5 / 23.3 / 33 (65)
+CHUNK_BYTES = 1 << 22
 #: bounds of the automatic chunk size
-CHUNK_MIN, CHUNK_MAX = 8, 256
+CHUNK_MIN, CHUNK_MAX = 8, 512
 
 
 def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):

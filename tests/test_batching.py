@@ -94,7 +94,7 @@ def _close(a, b, tol=1e-12):
 
 
 @pytest.mark.parametrize(
-    "name", ["aba", "minv", "rnea_derivatives", "aba_derivatives", "delassus", "rnea"]
+    "name", ["aba", "minv", "crba", "rnea_derivatives", "aba_derivatives", "delassus", "rnea"]
 )
 def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     """The functions of ``_checks.BATCHED`` run chunked under plain ``jax.vmap`` (a chunk
@@ -104,6 +104,7 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     fns = {
         "aba": (lambda m, q, v: jaxdyn.aba(m, q, v, v), (None, 0, 0)),
         "minv": (lambda m, q, v: jaxdyn.minv(m, q), (None, 0, None)),
+        "crba": (lambda m, q, v: jaxdyn.crba(m, q), (None, 0, None)),
         "rnea_derivatives": (lambda m, q, v: jaxdyn.rnea_derivatives(m, q, v, v), (None, 0, 0)),
         "aba_derivatives": (lambda m, q, v: jaxdyn.aba_derivatives(m, q, v, v), (None, 0, 0)),
         "delassus": (lambda m, q, v: jaxdyn.delassus(m, q, cs), (None, 0, None)),
