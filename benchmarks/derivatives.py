@@ -38,24 +38,12 @@ from __future__ import annotations
 import os
 import sys
 
-from _env import cpu_name, single_threaded, write_section  # noqa: E402
+from _env import cpu_name, reuse_freed_buffers, single_threaded, write_section  # noqa: E402
 
 if "--multi-thread" not in sys.argv:
     single_threaded()
 
-MALLOPT = "--no-mallopt" not in sys.argv
-if MALLOPT:
-    # Keep freed buffers in glibc's heap (no trimming, no mmap below 32 MB): the nv x nv
-    # outputs of a batch of 1024 (60 MB for talos_full) are then reused from one call to the
-    # next instead of being faulted in afresh, as Pinocchio reuses its Data. Without this,
-    # page faults cost ~15 us per talos_full sample (measured: ~10 minor faults per sample).
-    try:
-        import ctypes
-
-        _libc = ctypes.CDLL("libc.so.6")
-        MALLOPT = bool(_libc.mallopt(-1, 1 << 30) and _libc.mallopt(-3, 1 << 25))
-    except OSError:  # not glibc
-        MALLOPT = False
+MALLOPT = "--no-mallopt" not in sys.argv and reuse_freed_buffers()
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402

@@ -26,6 +26,7 @@ float64 only; float32 rows are compared with the same float64 Pinocchio numbers.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _env import cpu_name, single_threaded, timed, write_section  # noqa: E402
+from _env import cpu_name, reuse_freed_buffers, single_threaded, timed, write_section  # noqa: E402
 
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
 #: issue targets: ratio to Pinocchio C++ per sample at B = 1024, float64
@@ -196,8 +197,19 @@ def render(results, B, peaks, args) -> str:
         "per sample; "
         f"GFLOP/s achieved against this core's measured peak (single-thread matmul: "
         f"{peaks.get('float64', float('nan')):.1f} GFLOP/s float64, "
-        f"{peaks.get('float32', float('nan')):.1f} float32). Machine noise is +-20 % run to "
-        "run; compare ratios within one run.",
+        f"{peaks.get('float32', float('nan')):.1f} float32). "
+        + (
+            f"Every time is the median of {args.runs} runs, each in a fresh process (on this "
+            "shared VM the same program timed in two processes differed by up to 2x)."
+            if args.runs > 1
+            else "One run: machine noise is +-20 % run to run, compare ratios within it."
+        )
+        + (
+            " glibc keeps freed buffers for reuse (`benchmarks/_env.py` reuse_freed_buffers; "
+            "`--no-mallopt` to measure without)."
+            if not args.no_mallopt
+            else " glibc's allocator as configured (`--no-mallopt`)."
+        ),
         "",
     ]
     for name, (pin, rows) in results.items():
@@ -250,17 +262,9 @@ def render(results, B, peaks, args) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python benchmarks/vs_cpp.py", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--robots", default="solo12,talos_full")
-    p.add_argument("--dtypes", default="float64,float32")
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--no-latency", action="store_true", help="skip the batch-1 latency rows")
-    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
-    a = p.parse_args(argv)
+def _measure(a):
     single_threaded()
+    a.mallopt = not a.no_mallopt and reuse_freed_buffers()
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -275,6 +279,77 @@ def main(argv=None) -> int:
     for name in a.robots.split(","):
         results[name] = bench_robot(name, dtypes, a.batch, not a.no_latency, log)
         jax.clear_caches()
+    return results, peaks
+
+
+#: per-run numbers of a row that are aggregated over runs (the median)
+_TIMES = ("pin_ns", "rule_ns", "plain_ns", "b1_ns", "rule_compile_s", "plain_compile_s")
+
+
+def _runs_in_children(a, argv):
+    """Run the measurement ``a.runs`` times, each in a fresh process, and combine them: each
+    timing of each row is the median over the runs (the Pinocchio times too)."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):
+            out = Path(tmp) / f"run{i}.json"
+            args = [x for x in (sys.argv[1:] if argv is None else argv)]
+            cmd = [sys.executable, str(Path(__file__).resolve()), *args, "--json", str(out)]
+            print(f"== run {i + 1} of {a.runs} (fresh process)", flush=True)
+            subprocess.run(cmd, check=True)
+            runs.append(json.loads(out.read_text()))
+    results = {}
+    for name in runs[0]["results"]:
+        pins = [r["results"][name][0] for r in runs]
+        rows = []
+        for k, row in enumerate(runs[0]["results"][name][1]):
+            agg = dict(row)
+            for key in _TIMES:
+                vals = [r["results"][name][1][k].get(key) for r in runs]
+                vals = [v for v in vals if v is not None]
+                if vals:
+                    agg[key] = statistics.median(vals)
+            rows.append(agg)
+        results[name] = (pins[0], rows)
+    peaks = {d: statistics.median(r["peaks"][d] for r in runs) for d in runs[0]["peaks"]}
+    return results, peaks
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/vs_cpp.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--robots", default="solo12,talos_full")
+    p.add_argument("--dtypes", default="float64,float32")
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--no-latency", action="store_true", help="skip the batch-1 latency rows")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="measure in this many fresh processes and report each cell's median (the same "
+        "program timed in two processes on a shared VM differed by up to 2x)",
+    )
+    p.add_argument(
+        "--no-mallopt",
+        action="store_true",
+        help="leave glibc's allocator as it is (by default freed buffers are kept for reuse: "
+        "benchmarks/_env.py reuse_freed_buffers)",
+    )
+    p.add_argument("--json", help=argparse.SUPPRESS)  # a child run writes its raw results here
+    a = p.parse_args(argv)
+    if a.runs > 1 and not a.json:
+        results, peaks = _runs_in_children(a, argv)
+    else:
+        results, peaks = _measure(a)
+        if a.json:
+            Path(a.json).write_text(json.dumps({"results": results, "peaks": peaks}))
+            return 0
     section = render(results, a.batch, peaks, a)
     print(section)
     write_section(a.out, section)
