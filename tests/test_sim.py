@@ -344,6 +344,37 @@ def test_sharded_batch_equals_one_device():
 # ------------------------------------------------------------------------------ gradients
 
 
+def test_vmapped_step_runs_chunked(box):
+    """Under plain ``jax.vmap`` on the CPU, ``step`` evaluates a large batch in chunks
+    (jaxdyn.batching): a chunk loop is in the program and the states equal those of one
+    ``vmap`` (chunk 4 of B = 11, the padded last chunk included), with compliant contact under
+    the implicit integrator; the reverse-mode gradient of a vmapped rollout (its derivative
+    batches as one ``vmap``) is unchanged by the rule."""
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    cfg = sim.SimConfig(dt=2e-3, contact=sim.Compliant(), contacts=cs, actuator=sim.Torque(dofs=()))
+    B = 11
+    dq = 0.05 * jax.random.normal(jax.random.PRNGKey(0), (B, 6))
+    q0 = jax.vmap(lambda d: jaxdyn.integrate(box, jaxdyn.neutral_configuration(box), d))(dq)
+    q0 = q0.at[:, 2].set(0.101)
+    v0 = jax.random.normal(jax.random.PRNGKey(1), (B, 6))
+    u0 = jnp.zeros((B, 0))
+
+    def loss(v0):
+        roll = lambda q, v: sim.rollout(box, sim.State(q, v), jnp.zeros((5, 0)), cfg=cfg)
+        return jnp.sum(jax.vmap(roll)(q0, v0).q[:, -1, :3] ** 2)
+
+    outs, loops = [], []
+    for chunk in (0, 4):
+        with jaxdyn.config.override(vmap_chunk=chunk):
+            f = jax.jit(jax.vmap(lambda q, v, u: sim.step(box, sim.State(q, v), u, cfg)))
+            loops.append("stablehlo.while" in f.lower(q0, v0, u0).as_text())
+            outs.append((f(q0, v0, u0), jax.jit(jax.grad(loss))(v0)))
+    assert loops == [False, True]
+    for a, b in zip(jax.tree_util.tree_leaves(outs[1]), jax.tree_util.tree_leaves(outs[0])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
+    assert float(jnp.max(jnp.abs(outs[0][1]))) > 0  # a gradient that can differ
+
+
 def test_rollout_gradient_matches_finite_differences(pendulum):
     """Reverse mode through a 50-step rollout matches central differences; the checkpointed
     rollouts ("step", "sqrt": 7 blocks of 7 plus 1) give the same gradient."""

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, config, spatial
+from .. import _checks, batching, config, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
@@ -441,6 +441,18 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
 
         (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
     return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
+
+
+def _step_words(model, itemsize):
+    """Numbers one sample of :func:`step` keeps live, roughly: the 6x6 (articulated) inertias
+    and a few 6-vectors per body, and the ``nv x nv`` blocks of the contact and implicit terms.
+    For :func:`jaxdyn.batching.batched`: under ``jax.vmap`` on the CPU a large batch of steps
+    runs in chunks (quad12, float32: chunks of 1024 at B = 8192 took 4.3 us per step against
+    5.9 as one vmap, 3.7 against 4.6 at B = 1024; talos_full at B = 1024: 9.2 against 10.1)."""
+    return 64 * model.nb + model.nv * model.nv
+
+
+step = batching.batched(step, _step_words)
 
 
 @full_precision
