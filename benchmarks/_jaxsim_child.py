@@ -35,6 +35,7 @@ import _env  # noqa: E402
 
 SPEC = json.loads(sys.argv[1])
 _env.single_threaded()
+_env.reuse_freed_buffers()  # as the jaxdyn side of benchmarks/sim.py
 # jaxsim turns on float64 at import unless JAX_ENABLE_X64=0.
 os.environ["JAX_ENABLE_X64"] = "1" if SPEC["dtype"] == "float64" else "0"
 os.environ["JAXSIM_COLLISION_USE_BOTTOM_ONLY"] = "1"
