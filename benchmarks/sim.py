@@ -623,7 +623,7 @@ def main(argv=None):
     for eng, name, B, us, sps, tc, ok in rows:
         quad = eng == "jaxdyn quad12"
         ratio = f"{sps / mjx_best[B]:.2f}x" if quad and np.isfinite(mjx_best.get(B, np.nan)) else ""
-        flag = "" if ok else " (non-finite!)"
+        flag = "" if ok or not np.isfinite(us) else " (non-finite!)"  # a HUNG row has no time
         body.append(f"| {eng} | {name}{flag} | {B} | {us:.2f} | {sps:,.0f} | {ratio} | {tc:.1f} |")
     if not a.skip_jaxsim:
         body += jaxsim_section(rows, js_rows, js_info, js_python, js_why, a, sanity)
@@ -664,9 +664,11 @@ def jaxsim_section(rows, js_rows, js_info, python, why, a, sanity):
         "50 iterations, tol 1e-6) and rigid (a QP per step, qpax) are compared with jaxdyn's "
         "constraint solver (100 APGD iterations). jaxsim has semi-implicit Euler and RK4 but "
         "no integrator implicit in the joint damping (jaxdyn's `implicit`): with kd = 0.5 on "
-        "quad12's light legs (kd dt / I > 2) compliant semi-implicit Euler diverges in both "
-        "engines and RK4 chatters and sags in both; with kp = 500, kd = 5 talos_full diverges "
-        "in every jaxsim case (see the base heights). The timed call always steps the same "
+        "quad12's light legs (kd dt / I > 2) jaxsim's compliant semi-implicit Euler diverges "
+        "(jaxdyn's `euler` treats the contact forces implicitly and stays finite, but its "
+        "explicit joint damping makes the legs vibrate, bounded by the effort limits: use "
+        "`implicit` there), RK4 chatters and sags in both; with kp = 500, kd = 5 talos_full "
+        "diverges in every jaxsim case (see the base heights). The timed call always steps the same "
         "standing batch, so divergence does not enter the times. jaxdyn / jaxsim: jaxdyn's "
         "steps/s at the same batch over jaxsim's (> 1: jaxdyn faster), for the jaxdyn case "
         "named: the same contact kind and integrator on quad12; on talos_full, where jaxdyn "
