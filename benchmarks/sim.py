@@ -668,8 +668,8 @@ def jaxsim_section(rows, js_rows, js_info, python, why, a, sanity):
         "(jaxdyn's `euler` treats the contact forces implicitly and stays finite, but its "
         "explicit joint damping makes the legs vibrate, bounded by the effort limits: use "
         "`implicit` there), RK4 chatters and sags in both; with kp = 500, kd = 5 talos_full "
-        "diverges in every jaxsim case (see the base heights). The timed call always steps the same "
-        "standing batch, so divergence does not enter the times. jaxdyn / jaxsim: jaxdyn's "
+        "diverges in every jaxsim case (see the base heights). The timed call always steps the "
+        "same standing batch, so divergence does not enter the times. jaxdyn / jaxsim: jaxdyn's "
         "steps/s at the same batch over jaxsim's (> 1: jaxdyn faster), for the jaxdyn case "
         "named: the same contact kind and integrator on quad12; on talos_full, where jaxdyn "
         "times only compliant-implicit, that one.",
