@@ -54,7 +54,7 @@ from jaxdyn.trajopt.dynamics import FreeDynamics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from sim import cpu_name, write_section  # noqa: E402
+from _env import cpu_name, write_section  # noqa: E402
 
 DT, MAX_ITER, RTOL = 0.01, 200, 1e-6
 
@@ -232,7 +232,10 @@ def main(argv=None):
         f"Final costs agree to the stated relative difference (asserted < {RTOL:g}). The "
         "optax row is the first-order baseline (`jaxdyn.trajopt.gradient_shooting`: Adam on "
         "the single-shooting cost, reverse mode through the analytic step), a fixed number of "
-        "steps; its relative difference is to Crocoddyl's optimum.",
+        "steps from zero controls; its relative difference is to Crocoddyl's optimum. On arm7 "
+        "the zero-torque rollout falls under gravity (cost 2.9e5) and Adam does not recover: "
+        "its rollouts diverge within 10 steps at lr >= 0.03 (the last finite controls are "
+        "kept) and stall near 2.3e5 at lr 0.01, which is the case for a second-order method.",
         "",
         "| problem | solver | iterations | ms / solve | ms / iteration | final cost | "
         "rel. diff. | compile s |",
@@ -263,7 +266,11 @@ def main(argv=None):
         "",
         f"Batch: {B} arm7 problems (T = {b['T']}, random start and goal postures). Crocoddyl "
         "solves them one after the other; jaxdyn solves them in one `jax.vmap`-ed call (a "
-        "batch iterates until its slowest member converges).",
+        "batch iterates until its slowest member converges). Per knot and batched iteration "
+        "(B = 64, measured separately): the derivatives 6.8 us, the backward pass 4.7 us, each "
+        "forward trial 1.7 us, about what Crocoddyl spends per knot and iteration in C++ "
+        "(12 us), so batching alone does not multiply the throughput on two cores; the batch "
+        "also runs every member for its slowest member's iterations.",
         "",
         "| solver | iterations | s / batch | problems / s | vs Crocoddyl | max rel. cost diff. "
         "| compile s |",
@@ -278,7 +285,7 @@ def main(argv=None):
             f"{jx['time']:.3f} | {B / jx['time']:.1f} | {b['t_cro'] / jx['time']:.2f}x | "
             f"{rel:.1e} | {jx['compile']:.1f} |"
         )
-    write_section(Path(a.out), "## Trajectory optimisation", "\n".join(body))
+    write_section(Path(a.out), "## Trajectory optimisation\n\n" + "\n".join(body))
     print("\n".join(body))
 
 

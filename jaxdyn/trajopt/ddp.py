@@ -278,6 +278,7 @@ def _backward(problem, D, fs, us, reg, feasible):
     VxT = D["LxT"] + VxxT @ fs[-1]
     nu = us.shape[-1]
     eye_u = jnp.eye(nu, dtype=fs.dtype)
+    unbounded = problem.u_lower is None and problem.u_upper is None  # static
     boxed = _boxed(problem)
     lo, hi = problem.bounds()
 
@@ -301,8 +302,13 @@ def _backward(problem, D, fs, us, reg, feasible):
             K = jnp.where(free[:, None], _linalg.cho_solve(L, Qxu.T), 0.0)
             return -dlt, K, jnp.where(free, Qu, 0.0)
 
-        # box QP from a feasible iterate, Newton gains otherwise (SolverBoxFDDP)
-        k, K, Qu = jax.lax.cond(feasible & boxed, clamped, newton)
+        # box QP from a feasible iterate, Newton gains otherwise (SolverBoxFDDP). A problem
+        # without bound arrays skips the QP statically: under vmap a traced cond becomes a
+        # select that evaluates both branches, the QP's iterations included, at every knot
+        if unbounded:
+            k, K, Qu = newton()
+        else:
+            k, K, Qu = jax.lax.cond(feasible & boxed, clamped, newton)
         Quuk = Quu @ k
         Vx = Qx + K.T @ Quuk - 2.0 * (K.T @ Qu)
         Vxx = Qxx - Qxu @ K

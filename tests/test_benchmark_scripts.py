@@ -1,0 +1,44 @@
+"""Every benchmark script starts: ``python benchmarks/<script>.py --help`` imports it (and the
+modules it takes its helpers from) and parses its options. A script whose imports rotted
+(``benchmarks/trajopt.py`` once imported a helper from a module that had moved it) fails here
+instead of at the next benchmark run. In the slow set: each script starts its own interpreter
+and JAX."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+#: modules of helpers and child processes, not scripts with options
+NOT_SCRIPTS = {"_env.py", "_jaxsim_child.py"}
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in NOT_SCRIPTS)
+
+
+@pytest.mark.slow
+def test_every_benchmark_script_starts():
+    assert "trajopt.py" in SCRIPTS and "vs_cpp.py" in SCRIPTS
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    failed, pending = {}, list(SCRIPTS)
+    while pending:  # two at a time: each is an interpreter with JAX (a few hundred MB)
+        batch, pending = pending[:2], pending[2:]
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, str(BENCH / name), "--help"],
+                cwd=BENCH,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in batch
+        }
+        for name, p in procs.items():
+            out, err = p.communicate(timeout=300)
+            if p.returncode != 0 or "usage" not in out.lower():
+                failed[name] = (p.returncode, err.strip().splitlines()[-3:])
+    assert not failed, failed
