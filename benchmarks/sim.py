@@ -557,18 +557,22 @@ def main(argv=None):
     js_python, js_why = (None, "--skip-jaxsim") if a.skip_jaxsim else jaxsim_python(a.jaxsim_python)
     if js_python is None and not a.skip_jaxsim:
         print(f"jaxsim skipped: {js_why}", flush=True)
+
+    def sanity(B):
+        return sanity_rows(
+            js_python,
+            js_robots,
+            B,
+            dtype,
+            a.sanity_steps,
+            js_cases,
+            a.jaxsim_timeout,
+            a.jaxsim_sphere_points,
+        )
+
     if a.smoke:
         for B in js_batches:
-            sanity_rows(
-                js_python,
-                js_robots,
-                B,
-                dtype,
-                a.sanity_steps,
-                js_cases,
-                a.jaxsim_timeout,
-                a.jaxsim_sphere_points,
-            )
+            sanity(B)
         return
     if a.only_checkpoint:
         write_checkpoint_section(a.out, bench_checkpoint(dtype), a.dtype)
@@ -580,7 +584,7 @@ def main(argv=None):
         rows += bench_jaxdyn(
             [b for b in batches if b <= 1024], dtype, "talos_full", JAXDYN_TIMED["talos_full"]
         )
-    js_rows, js_info, sanity = [], {}, []
+    js_rows, js_info, heights = [], {}, []
     if js_python is not None:
         for robot in js_robots:
             bs = js_batches if robot == "quad12" else [b for b in js_batches if b <= 1024]
@@ -590,16 +594,7 @@ def main(argv=None):
             js_rows += r
             js_info[robot] = info
     if a.sanity_steps > 0 and js_python is not None:
-        sanity = sanity_rows(
-            js_python,
-            js_robots,
-            8,
-            dtype,
-            a.sanity_steps,
-            js_cases,
-            a.jaxsim_timeout,
-            a.jaxsim_sphere_points,
-        )
+        heights = sanity(8)
     ck = [] if a.skip_checkpoint else bench_checkpoint(dtype)
     mjx_best = {r[2]: r[4] for r in rows if r[0] == "MJX"}
     body = [
@@ -626,7 +621,7 @@ def main(argv=None):
         flag = "" if ok or not np.isfinite(us) else " (non-finite!)"  # a HUNG row has no time
         body.append(f"| {eng} | {name}{flag} | {B} | {us:.2f} | {sps:,.0f} | {ratio} | {tc:.1f} |")
     if not a.skip_jaxsim:
-        body += jaxsim_section(rows, js_rows, js_info, js_python, js_why, a, sanity)
+        body += jaxsim_section(rows, js_rows, js_info, js_python, js_why, a, heights)
     _env.write_section(a.out, "## Simulation\n\n" + "\n".join(body))
     print("\n".join(body))
     if ck:
