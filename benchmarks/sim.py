@@ -2,7 +2,7 @@
 reverse mode through long rollouts.
 
 Usage: ``python benchmarks/sim.py [--batches 1024,4096] [--dtype float32] [--skip-mjx]
-[--skip-jaxsim] [--jaxsim-python /work/venv-jaxsim/bin/python] [--out benchmarks/RESULTS.md]``
+[--skip-jaxsim] [--jaxsim-python .venv-jaxsim/bin/python] [--out benchmarks/RESULTS.md]``
 
 1. Steps per second of ``jax.jit(jax.vmap(step))`` on the bundled quad12 quadruped (floating
    base, 12 PD-servoed joints, 4 foot spheres on a ground plane), dt = 2 ms, for each contact
