@@ -64,7 +64,7 @@ ROBOTS = {
     ),
 }
 # the jaxdyn cases timed for a robot (all of jaxdyn_cases where not named)
-JAXDYN_TIMED = {"talos_full": ("compliant, implicit",)}
+JAXDYN_TIMED = {"talos_full": ("compliant, implicit", "constraint, euler (100 APGD)")}
 
 
 def jaxdyn_cases(dtype, robot="quad12"):
@@ -581,9 +581,7 @@ def main(argv=None):
     if not a.skip_mjx:
         rows += bench_mjx([int(b) for b in a.mjx_batches.split(",")], dtype, a.mjx_timeout)
     if not a.skip_talos:
-        rows += bench_jaxdyn(
-            [b for b in batches if b <= 1024], dtype, "talos_full", JAXDYN_TIMED["talos_full"]
-        )
+        rows += bench_jaxdyn(batches, dtype, "talos_full", JAXDYN_TIMED["talos_full"])
     js_rows, js_info, heights = [], {}, []
     if js_python is not None:
         for robot in js_robots:
@@ -667,7 +665,7 @@ def jaxsim_section(rows, js_rows, js_info, python, why, a, sanity):
         "same standing batch, so divergence does not enter the times. jaxdyn / jaxsim: jaxdyn's "
         "steps/s at the same batch over jaxsim's (> 1: jaxdyn faster), for the jaxdyn case "
         "named: the same contact kind and integrator on quad12; on talos_full, where jaxdyn "
-        "times only compliant-implicit, that one.",
+        "times compliant-implicit and constraint contact only, the same contact kind.",
         "",
         "| robot | jaxsim contact, integrator | batch | us/step | steps/s | compile s "
         "| jaxdyn case | jaxdyn / jaxsim |",
