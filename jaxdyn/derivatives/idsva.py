@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.rnea import check_f_ext, external_forces_world
@@ -126,10 +126,24 @@ def forward_accumulate_with_parent(topo, incr, root):
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).
-#: One block was fastest on solo12 and talos_full both at batch 1 (fewer kernels) and at batch
-#: 1024 (``benchmarks/RESULTS.md``, "Design measurements"); more blocks save flops only on deep
-#: trees with many coordinates.
+#: One block was fastest for a single evaluation (fewer kernels: talos_full's
+#: ``rnea_derivatives`` at batch 1 took 44 us with one block, 82 with two);
+#: :data:`PRODUCT_BLOCKS_BATCHED` applies when a batching rule traces the algorithm for at
+#: least :data:`BATCHED_MIN` samples (``jax.vmap`` of the public functions).
 PRODUCT_BLOCKS = 1
+#: Row blocks under a batching rule: two blocks skip the zero upper-left / lower-right
+#: quadrants of the pattern (a quarter of the products' flops and output traffic); float64,
+#: B = 1024, plain ``jax.vmap`` (chunks of 64 / 512), us per sample with 1 / 2 / 3 / 4 blocks:
+#: talos_full ``rnea_derivatives`` 22.0 / 21.0 / 20.7 / 21.2, ``aba_derivatives``
+#: 45.0 / 41.8 / 42.5 / 43.0; solo12 ``rnea_derivatives`` 4.72 / 4.45 / 4.69 / 4.95.
+PRODUCT_BLOCKS_BATCHED = 2
+#: smallest batch for which :data:`PRODUCT_BLOCKS_BATCHED` is used
+BATCHED_MIN = 64
+
+
+def _product_blocks():
+    batch = batching.rule_batch_size()
+    return PRODUCT_BLOCKS_BATCHED if batch >= BATCHED_MIN else PRODUCT_BLOCKS
 
 
 def dof_blocks(topo, nblocks=None):
@@ -140,7 +154,7 @@ def dof_blocks(topo, nblocks=None):
     lies in the same or an earlier block than ``c``: across blocks, the ancestor pattern is
     block-triangular.
     """
-    nblocks = PRODUCT_BLOCKS if nblocks is None else nblocks
+    nblocks = _product_blocks() if nblocks is None else nblocks
     starts = [lvl.groups[0].v0 for lvl in topo.levels] + [topo.nv]
     edges = [0]
     for k in range(1, nblocks):
