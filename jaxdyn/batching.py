@@ -134,9 +134,11 @@ _INSIDE = _Inside()
 
 
 def rule_batch_size() -> int:
-    """The number of samples of the batch whose rule is tracing the function now (``0`` outside
-    any batching rule): lets an algorithm choose a form that is faster batched (fewer flops)
-    over one that is faster alone (fewer kernels)."""
+    """The number of samples of the batch whose rule is tracing the function now: ``0`` for an
+    unbatched evaluation (no batching rule active), ``-1`` while a derivative is traced (it may
+    be batched later, by a transform this rule does not see). Lets an algorithm choose a form
+    that is faster batched (fewer flops) over one that is faster alone (fewer kernels, or a
+    LAPACK call that would be a slow loop over a batch)."""
     return _INSIDE.batch
 
 
@@ -191,11 +193,7 @@ def batched(fn, words):
     def wrapper(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         dyn = [i for i, x in enumerate(leaves) if _is_array(x)]
-        if (
-            _INSIDE.active
-            or config.get("vmap_chunk") == 0
-            or not any(isinstance(leaves[i], jax.core.Tracer) for i in dyn)
-        ):
+        if _INSIDE.active or not any(isinstance(leaves[i], jax.core.Tracer) for i in dyn):
             return fn(*args, **kwargs)
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
 
@@ -247,10 +245,16 @@ def batched(fn, words):
                     full[i] = y
                 return call(*full)
 
-            if not live:
-                out = call(*primals)
-                return out, jax.tree_util.tree_map(jnp.zeros_like, out)
-            return jax.jvp(g, [primals[i] for i in live], [tangents[i] for i in live])
+            # a derivative may be batched without this rule seeing it (jax.vmap(jax.grad(f))
+            # batches the rule's trace): the batch is unknown (-1) while it is traced
+            prev, _INSIDE.batch = _INSIDE.batch, -1
+            try:
+                if not live:
+                    out = call(*primals)
+                    return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+                return jax.jvp(g, [primals[i] for i in live], [tangents[i] for i in live])
+            finally:
+                _INSIDE.batch = prev
 
         cj.defjvp(jvp, symbolic_zeros=True)
         return cj(*[leaves[i] for i in dyn])

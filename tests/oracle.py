@@ -289,6 +289,9 @@ def _jaxdyn_all(model, q, v, a, tau, f_ext, *, frames):
         "crba": jaxdyn.crba(model, q),
         "aba": jaxdyn.aba(model, q, v, tau),
         "aba_fext": jaxdyn.aba(model, q, v, tau, f_ext),
+        # both algorithms whatever "auto" picks for this tree and dtype
+        "aba_sweeps": jaxdyn.aba(model, q, v, tau, method="sweeps"),
+        "aba_dense": jaxdyn.aba(model, q, v, tau, method="dense"),
         "minv": jaxdyn.minv(model, q),
         "joint_jacobians": jaxdyn.joint_jacobians(model, q),
         "com": jaxdyn.center_of_mass(model, q),
@@ -319,6 +322,8 @@ def pinocchio_all(case: Case, s: dict) -> dict:
         "rnea_fext": c.v_from_pin(pin.rnea(pm, pd, q, v, a, fext).copy()),
         "crba": c.matrix_from_pin(sym_upper(pin.crba(pm, pd, q))),
         "aba": c.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()),
+        "aba_sweeps": c.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()),
+        "aba_dense": c.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()),
         "aba_fext": c.v_from_pin(pin.aba(pm, pd, q, v, tau, fext).copy()),
         "minv": c.matrix_from_pin(sym_upper(pin.computeMinverse(pm, pd, q))),
         "bias": c.v_from_pin(pin.rnea(pm, pd, q, v, zero).copy()),

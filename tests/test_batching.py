@@ -220,3 +220,42 @@ def test_chunk_size_policy():
     for bad in (-2, 1.5, "x", True):
         with pytest.raises(ValueError, match="vmap_chunk"):
             jaxdyn.config.update("vmap_chunk", bad)
+
+
+def _has_cholesky(fn, *args):
+    return "cholesky" in str(jax.make_jaxpr(fn)(*args))
+
+
+def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm):
+    """``aba(method="auto")``: the dense solve (a LAPACK Cholesky) for one float64 evaluation on
+    a deep tree, the sweeps under ``jax.vmap`` (with the chunks switched off too), inside
+    derivatives (also batched), in float32 and on shallow trees; the two agree."""
+    from jaxdyn.algorithms import aba as A
+
+    m, q, v = arm
+    assert len(m.topo.levels) >= A.DENSE_MIN_LEVELS and m.nv <= A.DENSE_MAX_NV
+    one = lambda q, v: jaxdyn.aba(m, q, v, v)  # noqa: E731
+    assert _has_cholesky(one, q[0], v[0])
+    assert not _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"), q[0], v[0])
+    assert _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="dense"), q[0], v[0])
+    assert not _has_cholesky(jax.vmap(one), q, v)
+    with jaxdyn.config.override(vmap_chunk=0):
+        assert not _has_cholesky(jax.vmap(one), q, v)
+    grad = jax.grad(lambda q, v: jnp.sum(one(q, v) ** 2))
+    assert not _has_cholesky(grad, q[0], v[0])
+    with jaxdyn.config.override(analytic_derivatives=False):
+        assert not _has_cholesky(jax.vmap(grad), q, v)
+    m32 = m.astype("float32")
+    q32, v32 = q[0].astype("float32"), v[0].astype("float32")
+    assert not _has_cholesky(lambda q, v: jaxdyn.aba(m32, q, v, v), q32, v32)
+    quad = robots.load("quad12")
+    assert len(quad.topo.levels) < A.DENSE_MIN_LEVELS
+    qq = jaxdyn.neutral_configuration(quad)
+    vq = jnp.ones(quad.nv)
+    assert not _has_cholesky(lambda q: jaxdyn.aba(quad, q, vq, vq), qq)
+    dense = jax.jit(one)(q[0], v[0])
+    sweeps = jax.jit(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"))(q[0], v[0])
+    _close(dense, sweeps, 1e-11)
+    _close(jax.jit(jax.vmap(one))(q, v)[0], sweeps, 1e-11)
+    with pytest.raises(ValueError, match="method"):
+        jaxdyn.aba(m, q[0], v[0], v[0], method="lu")

@@ -66,12 +66,13 @@ def test_aba_solves_the_equations_of_motion(name):
         r = case.jx(i)
         M = r["crba"]
         assert np.linalg.eigvalsh(M)[0] > 0, f"{name}: M not positive definite"
-        assert_close(
-            r["aba"],
-            np.linalg.solve(M, s["tau"] - r["bias"]),
-            RTOL_ID,
-            err_msg=f"{name} state {i}: aba vs solve(M, tau - b)",
-        )
+        for key in ("aba", "aba_sweeps", "aba_dense"):
+            assert_close(
+                r[key],
+                np.linalg.solve(M, s["tau"] - r["bias"]),
+                RTOL_ID,
+                err_msg=f"{name} state {i}: {key} vs solve(M, tau - b)",
+            )
         b_f = r["rnea_fext"] - M @ s["a"]
         assert_close(
             r["aba_fext"],

@@ -13,13 +13,32 @@ code reuses it.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 
-from .. import _checks, joints, spatial
+from .. import _checks, batching, joints, spatial
 from .._precision import full_precision
 from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
-from .rnea import check_f_ext, external_forces_world
+from .crba import crba_world
+from .rnea import check_f_ext, external_forces_world, rnea_world
+
+#: ``aba(..., method="auto")`` evaluated alone (not under ``jax.vmap``, not differentiated), in
+#: float64, on a tree at least this many levels deep and with at most :data:`DENSE_MAX_NV`
+#: coordinates, solves ``M qdd = tau - b`` with CRBA, RNEA and one LAPACK Cholesky instead of
+#: the ABA sweeps: a single evaluation is bound by its number of XLA kernels (~0.3 us each),
+#: and the dense form needs fewer of them on deep trees. Batch-1 latency of ``jax.jit(aba)``,
+#: us, sweeps / dense (2026-11-26, 2-core AMD EPYC, float64): talos_full (12 levels) 93 / 39,
+#: romeo 82 / 43, talos_reduced 62 / 32, g1 62 / 30, baxter 55 / 25, panda 48 / 20, arm7
+#: 51 / 38, ur5 (6 levels) 44 / 40; shallow trees lose a little (solo12, 4 levels: 18.7 /
+#: 19.5; solo8 16.9 / 17.8). Batched, the sweeps stay much faster (a LAPACK call is a loop
+#: over the batch), and ``M``'s ``O(nv^3)`` factorisation loses to ABA's ``O(nv)`` on long
+#: chains, hence the bounds. Agreement with Pinocchio is the same (talos_full, relative:
+#: sweeps 2.2e-13, dense 3.0e-13).
+DENSE_MIN_LEVELS = 5
+#: largest ``nv`` of the dense path
+DENSE_MAX_NV = 64
+METHODS = ("auto", "sweeps", "dense")
 
 
 def articulated_inertias(model, S, I6):
@@ -211,9 +230,42 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     return qdd[:, 0], a[..., 0], v
 
 
+def check_method(fn, method):
+    if method not in METHODS:
+        raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
+
+
+def dense_applies(model, dtype) -> bool:
+    """Whether ``method="auto"`` takes the dense path (see :data:`DENSE_MIN_LEVELS`): float64,
+    a tree of at least :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV`
+    coordinates, evaluated alone (no batching rule, no derivative being traced)."""
+    return (
+        jnp.dtype(dtype) == jnp.float64
+        and len(model.topo.levels) >= DENSE_MIN_LEVELS
+        and model.nv <= DENSE_MAX_NV
+        and batching.rule_batch_size() == 0
+    )
+
+
+def forward_dynamics_dense(model, ws, qd, tau, f_ext=None):
+    """``qdd = M^-1 (tau - b)`` with ``M`` by CRBA, the bias ``b = rnea(q, v, 0, f_ext)`` and a
+    LAPACK Cholesky factorisation (NaN where ``M`` is singular, as the sweeps give)."""
+    M = crba_world(model, ws)
+    b = rnea_world(model, ws, qd, jnp.zeros_like(qd), f_ext)[0]
+    return jsl.cho_solve(jsl.cho_factor(M, lower=True), tau - b)
+
+
+def aba_solve_world(model, ws, qd, tau, f_ext=None, method="auto"):
+    """``qdd`` on a world state by the ABA sweeps or, for ``method="dense"`` (or ``"auto"`` where
+    :func:`dense_applies`), by :func:`forward_dynamics_dense`."""
+    if method == "dense" or (method == "auto" and dense_applies(model, ws.S.dtype)):
+        return forward_dynamics_dense(model, ws, qd, tau, f_ext)
+    return aba_world(model, ws, qd, tau, f_ext)[0]
+
+
 @_checks.public("aba")
 @full_precision
-def aba(model, q, v, tau, f_ext=None):
+def aba(model, q, v, tau, f_ext=None, method="auto"):
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
 
     Reference: Featherstone 2008, Alg. 7.1 (ABA), in world coordinates.
@@ -221,11 +273,17 @@ def aba(model, q, v, tau, f_ext=None):
     **Arguments:** ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``, ``f_ext (nb, 6)`` or ``None``
     (body-frame spatial forces, as in :func:`jaxdyn.rnea`).
 
+    ``method``: ``"sweeps"`` the ABA's three passes; ``"dense"`` CRBA, RNEA and a Cholesky
+    solve; ``"auto"`` (default) the dense form for a single float64 evaluation on a deep tree,
+    where it has fewer XLA kernels and runs about twice as fast (:data:`DENSE_MIN_LEVELS`),
+    the sweeps otherwise (under ``jax.vmap``, for derivatives, in float32).
+
     **Returns:** joint accelerations ``(nv,)``. Where the mass matrix is singular (moving
     joints whose subtrees carry no mass and no armature; :func:`jaxdyn.load_urdf` warns), the
     result is NaN, as Pinocchio's: add armature (:meth:`jaxdyn.Model.with_armature`).
     """
     fn = "aba"
+    check_method(fn, method)
     v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
     tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
@@ -234,4 +292,4 @@ def aba(model, q, v, tau, f_ext=None):
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
     ws = kin.world_state(model, q, centered=True)
-    return aba_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext)[0]
+    return aba_solve_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext, method)

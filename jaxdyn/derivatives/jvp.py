@@ -34,6 +34,8 @@ switch of :mod:`jaxdyn.config`, a change clears JAX's caches so jitted functions
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
@@ -202,16 +204,19 @@ def rnea(model, q, v, a, f_ext=None):
 # ----------------------------------------------------------------------------- aba
 
 
-def _aba_plain(model, q, v, tau, f_ext):
-    return _aba.aba_world(model, kin.world_state(model, q, centered=True), v, tau, f_ext)[0]
+def _aba_plain(model, q, v, tau, f_ext, method="sweeps"):
+    ws = kin.world_state(model, q, centered=True)
+    return _aba.aba_solve_world(model, ws, v, tau, f_ext, method)
 
 
-@jax.custom_jvp
-def _aba_cj(model, q, v, tau, f_ext):
-    return _aba_plain(model, q, v, tau, f_ext)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def _aba_cj(model, q, v, tau, f_ext, method):
+    # the primal alone (no tangent): the dense form where it is faster (aba.DENSE_MIN_LEVELS)
+    return _aba_plain(model, q, v, tau, f_ext, method)
 
 
-def _aba_jvp(primals, tangents):
+def _aba_jvp(method, primals, tangents):
+    # the sweeps, whose articulated inertias the partials reuse
     model, q, v, tau, f_ext = primals
     dmodel, dq, dv, dtau, dfext = tangents
     ws = kin.world_state(model, q, centered=True)
@@ -246,7 +251,7 @@ _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 @_checks.public("aba")
 @full_precision
-def aba(model, q, v, tau, f_ext=None):
+def aba(model, q, v, tau, f_ext=None, method="auto"):
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
     analytic derivatives.
 
@@ -255,11 +260,14 @@ def aba(model, q, v, tau, f_ext=None):
     partials (Algorithm 1) at the ABA solution, ``M^-1`` applied by AZA (Eq. 34) or through
     the analytic inverse (DMM) depending on size.
 
-    Same arguments and result as :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
+    Same arguments (``method``: ``"auto"``, ``"sweeps"`` or ``"dense"``, the primal's
+    algorithm; derivatives always come from the sweeps) and result as
+    :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
     """
+    _aba.check_method("aba", method)
     if not config.get("analytic_derivatives"):
-        return _aba.aba(model, q, v, tau, f_ext)
+        return _aba.aba(model, q, v, tau, f_ext, method=method)
     model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, v.dtype)
-    return _aba_cj(model, q, v, tau, f_ext)
+    return _aba_cj(model, q, v, tau, f_ext, method)
