@@ -293,6 +293,8 @@ def _jaxdyn_all(model, q, v, a, tau, f_ext, *, frames):
         "aba_sweeps": jaxdyn.aba(model, q, v, tau, method="sweeps"),
         "aba_dense": jaxdyn.aba(model, q, v, tau, method="dense"),
         "minv": jaxdyn.minv(model, q),
+        "minv_sweeps": jaxdyn.minv(model, q, method="sweeps"),
+        "minv_dense": jaxdyn.minv(model, q, method="dense"),
         "joint_jacobians": jaxdyn.joint_jacobians(model, q),
         "com": jaxdyn.center_of_mass(model, q),
         "ke": jaxdyn.kinetic_energy(model, q, v),
@@ -332,6 +334,7 @@ def pinocchio_all(case: Case, s: dict) -> dict:
         "ke": np.float64(pin.computeKineticEnergy(pm, pd, q, v)),
         "pe": np.float64(pin.computePotentialEnergy(pm, pd, q)),
     }
+    out["minv_sweeps"] = out["minv_dense"] = out["minv"]
     # (Pinocchio returns a 1-D array when nv == 1: reshape every Jacobian to 6 x nv)
     out["joint_jacobians"] = c.jacobian_from_pin(
         np.array(pin.computeJointJacobians(pm, pd, q)).reshape(6, pm.nv)

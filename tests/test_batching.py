@@ -259,3 +259,10 @@ def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm):
     _close(jax.jit(jax.vmap(one))(q, v)[0], sweeps, 1e-11)
     with pytest.raises(ValueError, match="method"):
         jaxdyn.aba(m, q[0], v[0], v[0], method="lu")
+    # minv chooses the same way
+    assert _has_cholesky(lambda q: jaxdyn.minv(m, q), q[0])
+    assert not _has_cholesky(jax.vmap(lambda q: jaxdyn.minv(m, q)), q)
+    assert not _has_cholesky(lambda q: jaxdyn.minv(m, q, method="sweeps"), q[0])
+    _close(jax.jit(lambda q: jaxdyn.minv(m, q))(q[0]), jaxdyn.minv(m, q[0], method="sweeps"), 1e-11)
+    with pytest.raises(ValueError, match="method"):
+        jaxdyn.minv(m, q[0], method="lu")

@@ -88,9 +88,11 @@ def test_minv_inverts_crba(name):
     for i in range(len(case.states)):
         r = case.jx(i)
         eye = np.eye(case.model.nv)
-        assert_close(r["minv"] @ r["crba"], eye, RTOL_ID, err_msg=f"{name} {i}: Minv M = I")
-        assert_close(r["crba"] @ r["minv"], eye, RTOL_ID, err_msg=f"{name} {i}: M Minv = I")
-        assert_close(r["minv"], r["minv"].T, 1e-12, err_msg=f"{name} {i}: Minv symmetric")
+        for key in ("minv", "minv_sweeps", "minv_dense"):
+            X = r[key]
+            assert_close(X @ r["crba"], eye, RTOL_ID, err_msg=f"{name} {i}: {key} M = I")
+            assert_close(r["crba"] @ X, eye, RTOL_ID, err_msg=f"{name} {i}: M {key} = I")
+            assert_close(X, X.T, 1e-12, err_msg=f"{name} {i}: {key} symmetric")
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -40,7 +40,7 @@ STATES = (0, 1)
 PD_ROBOTS = tuple(r for r in ROBOTS if r not in SINGULAR_M)
 
 DYNAMICS_KEYS = ("rnea", "rnea_fext", "bias", "gravity", "crba")
-FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv")
+FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv", "minv_sweeps", "minv_dense")
 KINEMATIC_KEYS = ("com", "ke", "pe", "joint_jacobians", "body_R", "body_p")
 
 
