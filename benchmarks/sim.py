@@ -80,36 +80,21 @@ def jaxdyn_cases(dtype, robot="quad12"):
     geoms, (kp, kd), _ = ROBOTS[robot]
     cs = sim.contact_set(m, geoms())
     pd = sim.PD(kp, kd)
+
+    def cfg(integrator, contact):
+        return sim.SimConfig(
+            dt=DT, integrator=integrator, contact=contact, contacts=cs, actuator=pd
+        )
+
+    compliant, constraint = sim.Compliant(friction=MU), sim.Constraint(friction=MU)
     return m, {
-        "compliant, euler": sim.SimConfig(
-            dt=DT, integrator="euler", contact=sim.Compliant(friction=MU), contacts=cs, actuator=pd
-        ),
-        "compliant, implicit": sim.SimConfig(
-            dt=DT,
-            integrator="implicit",
-            contact=sim.Compliant(friction=MU),
-            contacts=cs,
-            actuator=pd,
-        ),
+        "compliant, euler": cfg("euler", compliant),
+        "compliant, implicit": cfg("implicit", compliant),
         # jaxsim's soft contact with RK4 is compared with this one
-        "compliant, rk4": sim.SimConfig(
-            dt=DT, integrator="rk4", contact=sim.Compliant(friction=MU), contacts=cs, actuator=pd
-        ),
-        "constraint, euler (100 APGD)": sim.SimConfig(
-            dt=DT,
-            integrator="euler",
-            contact=sim.Constraint(friction=MU),
-            contacts=cs,
-            actuator=pd,
-        ),
+        "compliant, rk4": cfg("rk4", compliant),
+        "constraint, euler (100 APGD)": cfg("euler", constraint),
         # talos_full's PD(500, 5) is unstable in any step explicit in the joint damping
-        "constraint, implicit (100 APGD)": sim.SimConfig(
-            dt=DT,
-            integrator="implicit",
-            contact=sim.Constraint(friction=MU),
-            contacts=cs,
-            actuator=pd,
-        ),
+        "constraint, implicit (100 APGD)": cfg("implicit", constraint),
     }
 
 
