@@ -45,48 +45,33 @@ import numpy as np  # noqa: E402
 import pinocchio as pin  # noqa: E402
 
 import jaxdyn  # noqa: E402
-from jaxdyn import robots  # noqa: E402
 from jaxdyn.interop.crocoddyl import to_crocoddyl  # noqa: E402
 from jaxdyn.interop.pinocchio import Converter  # noqa: E402
-from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
-from jaxdyn.trajopt.dynamics import FreeDynamics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _trajopt_problems import (  # noqa: E402
+    MAX_ITER,
+    goal_state,
+    load_model,
+    make_problem,
+    random_problems,  # noqa: E402
+)
+
 from _env import cpu_name, write_section  # noqa: E402
 
-DT, MAX_ITER, RTOL = 0.01, 200, 1e-6
+RTOL = 1e-6
 
 
 def load(name):
-    path, floating = robots.resolve(name)
-    xml = path.read_text()
-    model = jaxdyn.load_urdf(xml, floating_base=floating).with_armature(0.01)
+    model, xml, floating = load_model(name)
     pm = (
         pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
         if floating
         else pin.buildModelFromXML(xml)
     )
     return model, pm, Converter(model, pm)
-
-
-def make_problem(model, T, x0, goal):
-    dyn = FreeDynamics.floating_base(model) if model.floating_base else FreeDynamics()
-    nu = dyn.nu(model)
-    run = C.Cost(
-        (
-            C.Term(C.StateRegularization(goal), 1e-1),
-            C.Term(C.ControlRegularization(jnp.zeros(nu)), 1e-3),
-        )
-    )
-    term = C.Cost((C.Term(C.StateRegularization(goal), 1e2),))
-    return ddp.Problem(model, x0, run, term, DT, T, dyn)
-
-
-def goal_state(model, q0, offset):
-    q = jaxdyn.integrate(model, q0, offset)
-    return jnp.concatenate([q, jnp.zeros(model.nv)])
 
 
 def crocoddyl_solve(problem, pm, conv, repeats=3):
@@ -176,15 +161,8 @@ def single(name, T, seed):
 
 def batch(name, T, B, seed):
     model, pm, conv = load(name)
-    rng = np.random.default_rng(seed)
-    q0 = jaxdyn.neutral_configuration(model)
-    problems = []
-    for _ in range(B):
-        qa = jaxdyn.integrate(model, q0, 0.3 * rng.standard_normal(model.nv))
-        x0 = jnp.concatenate([qa, jnp.zeros(model.nv)])
-        goal = goal_state(model, qa, 0.6 * rng.standard_normal(model.nv))  # fixed base
-        problems.append(make_problem(model, T, x0, goal))
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    stacked = random_problems(model, T, B, seed)  # fixed base
+    problems = [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(B)]
     t_cro, it_cro, cost_cro, ok_cro = 0.0, [], [], []
     for p in problems:
         c = crocoddyl_solve(p, pm, conv, repeats=1)

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-#: modules of helpers and child processes, not scripts with options
-NOT_SCRIPTS = {"_env.py", "_jaxsim_child.py"}
-SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in NOT_SCRIPTS)
+#: modules of helpers and child processes (``_*.py``) are not scripts with options
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
 
 
 @pytest.mark.slow
