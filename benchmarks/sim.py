@@ -181,6 +181,24 @@ def mjx_model():
     return spec.compile()
 
 
+def mjx_batch(B, dtype):
+    """MJX's quad12 (:func:`mjx_model` on the device) and ``B`` standing states: base upright at
+    the standing height, joints perturbed by 0.05 rad (normal), zero controls."""
+    import mujoco
+    from mujoco import mjx
+
+    mm = mjx_model()
+    d = mujoco.MjData(mm)
+    d.qpos[2] = STAND
+    d.qpos[3:7] = [1, 0, 0, 0]
+    dx = mjx.put_data(mm, d)
+    rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)
+    qpos = jnp.broadcast_to(jnp.asarray(d.qpos, dtype), (B, mm.nq))
+    qpos = qpos.at[:, 7:].add(0.05 * rng[:, 6:])
+    batch = jax.vmap(lambda q: dx.replace(qpos=q, ctrl=jnp.zeros(mm.nu, dtype)))(qpos)
+    return mjx.put_model(mm), batch
+
+
 MJX_CHILD = """
 import sys, json, time
 sys.path.insert(0, {here!r})
@@ -192,17 +210,8 @@ import sim as S
 B, dtype = {B}, jnp.dtype({dtype!r})
 if dtype == jnp.float64:
     jax.config.update("jax_enable_x64", True)
-import mujoco
 from mujoco import mjx
-mm = S.mjx_model()
-mx = mjx.put_model(mm)
-d = mujoco.MjData(mm)
-d.qpos[2] = S.STAND
-d.qpos[3:7] = [1, 0, 0, 0]
-dx = mjx.put_data(mm, d)
-rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)
-qpos = jnp.broadcast_to(jnp.asarray(d.qpos, dtype), (B, mm.nq)).at[:, 7:].add(0.05 * rng[:, 6:])
-batch = jax.vmap(lambda q: dx.replace(qpos=q, ctrl=jnp.zeros(mm.nu, dtype)))(qpos)
+mx, batch = S.mjx_batch(B, dtype)
 f = jax.jit(jax.vmap(lambda d: mjx.step(mx, d)))
 t0 = time.perf_counter()
 c = f  # timed through the jitted function (a Compiled object's call costs Python time)

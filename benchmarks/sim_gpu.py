@@ -45,6 +45,22 @@ def _save(path, res):
         Path(path).write_text(json.dumps(res, indent=1))
 
 
+def _time(rec, f, args, finite):
+    """Compile (first call), time ``f(*args)`` and check ``finite(output)``, into ``rec``; an
+    exception is recorded as the cell's error."""
+    import jax
+
+    try:
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(f(*args))
+        rec["compile_s"] = time.perf_counter() - t0
+        rec["step_s"] = timed(f, args)
+        rec["finite"] = bool(finite(out))
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        rec["error"] = str(e).split("\n")[0][:200]
+    return rec
+
+
 def run(batches, cases, mjx_on, json_out=None, dtype="float32", env_on=True):
     import jax
     import jax.numpy as jnp
@@ -66,14 +82,7 @@ def run(batches, cases, mjx_on, json_out=None, dtype="float32", env_on=True):
             U = jnp.broadcast_to(ref, (B, len(ref)))
             f = jax.jit(jax.vmap(lambda s, u, cfg=cfg: S.sim.step(m, s, u, cfg)))
             rec = dict(engine="jaxdyn", case=name, batch=B)
-            try:
-                t0 = time.perf_counter()
-                out = jax.block_until_ready(f(st, U))
-                rec["compile_s"] = time.perf_counter() - t0
-                rec["step_s"] = timed(f, (st, U))
-                rec["finite"] = bool(jnp.all(jnp.isfinite(out.q)))
-            except Exception as e:  # noqa: BLE001 - reported in the table
-                rec["error"] = str(e).split("\n")[0][:200]
+            _time(rec, f, (st, U), lambda out: jnp.all(jnp.isfinite(out.q)))
             res["rows"].append(rec)
             _save(json_out, res)
             print(rec, flush=True)
@@ -99,18 +108,11 @@ def _env_cell(B, dtype):
 
     env = envs.Quadruped()
     rec = dict(engine="jaxdyn env", case="Quadruped (4 sim steps per env step)", batch=B)
-    try:
-        st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), B))
-        act = jnp.zeros((B, env.action_size), dtype)
-        f = jax.jit(jax.vmap(env.step))
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(f(st, act))
-        rec["compile_s"] = time.perf_counter() - t0
-        rec["step_s"] = timed(f, (st, act))
-        rec["finite"] = bool(jnp.all(jnp.isfinite(out.obs)))
-    except Exception as e:  # noqa: BLE001 - reported in the table
-        rec["error"] = str(e).split("\n")[0][:200]
-    return rec
+    st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), B))
+    act = jnp.zeros((B, env.action_size), dtype)
+    return _time(
+        rec, jax.jit(jax.vmap(env.step)), (st, act), lambda o: jnp.all(jnp.isfinite(o.obs))
+    )
 
 
 def _mjx_cell(B, dtype):
@@ -122,29 +124,13 @@ def _mjx_cell(B, dtype):
         import mujoco
         from mujoco import mjx
 
-        mm = S.mjx_model()
-        mx = mjx.put_model(mm)
-        d = mujoco.MjData(mm)
-        d.qpos[2] = S.STAND
-        d.qpos[3:7] = [1, 0, 0, 0]
-        dx = mjx.put_data(mm, d)
-        rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)
-        qpos = (
-            jnp.broadcast_to(jnp.asarray(d.qpos, dtype), (B, mm.nq))
-            .at[:, 7:]
-            .add(0.05 * rng[:, 6:])
-        )
-        batch = jax.vmap(lambda q: dx.replace(qpos=q, ctrl=jnp.zeros(mm.nu, dtype)))(qpos)
-        f = jax.jit(jax.vmap(lambda d: mjx.step(mx, d)))
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(f(batch))
-        rec["compile_s"] = time.perf_counter() - t0
-        rec["step_s"] = timed(f, (batch,))
-        rec["finite"] = bool(jnp.all(jnp.isfinite(out.qpos)))
+        mx, batch = S.mjx_batch(B, dtype)
         rec["mujoco"] = mujoco.__version__
     except Exception as e:  # noqa: BLE001 - reported in the table
         rec["error"] = str(e).split("\n")[0][:200]
-    return rec
+        return rec
+    f = jax.jit(jax.vmap(lambda d: mjx.step(mx, d)))
+    return _time(rec, f, (batch,), lambda out: jnp.all(jnp.isfinite(out.qpos)))
 
 
 def render(res) -> str:
