@@ -31,6 +31,7 @@ plain ``vmap``. For batched analytic partials, ``jax.vmap(jaxdyn.rnea_derivative
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -83,11 +84,8 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
             return fun(*full)
 
         n = jax.tree_util.tree_leaves(batched)[0].shape[0] if batched else 0
-        prev, _INSIDE.batch = _INSIDE.batch, n
-        try:
+        with _inside(batch=n):
             return jax.lax.map(one, batched, batch_size=chunk_size)
-        finally:
-            _INSIDE.batch = prev
 
     return wrapped
 
@@ -131,6 +129,19 @@ class _Inside(threading.local):
 
 
 _INSIDE = _Inside()
+
+
+@contextlib.contextmanager
+def _inside(**state):
+    """Set attributes of the thread's :class:`_Inside` state for a block, restoring them."""
+    prev = {k: getattr(_INSIDE, k) for k in state}
+    for k, v in state.items():
+        setattr(_INSIDE, k, v)
+    try:
+        yield
+    finally:
+        for k, v in prev.items():
+            setattr(_INSIDE, k, v)
 
 
 def rule_batch_size() -> int:
@@ -202,11 +213,8 @@ def batched(fn, words):
             for i, x in zip(dyn, xs):
                 full[i] = x
             a, k = jax.tree_util.tree_unflatten(treedef, full)
-            prev, _INSIDE.active = _INSIDE.active, True
-            try:  # public functions called by fn run as plain code inside this rule
+            with _inside(active=True):  # public functions called by fn run as plain code
                 return fn(*a, **k)
-            finally:
-                _INSIDE.active = prev
 
         def rule(axis_size, in_batched, *xs):
             itemsize = max(
@@ -218,11 +226,8 @@ def batched(fn, words):
                 default=8,
             )
             chunk = chunk_size_for(words(model, itemsize), axis_size, itemsize)
-            prev, _INSIDE.batch = _INSIDE.batch, axis_size
-            try:
+            with _inside(batch=axis_size):
                 out = _chunked_vmap(call, axis_size, list(in_batched), xs, chunk)
-            finally:
-                _INSIDE.batch = prev
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         call.__name__ = call.__qualname__ = f"{fn.__name__}_batched"
@@ -247,14 +252,11 @@ def batched(fn, words):
 
             # a derivative may be batched without this rule seeing it (jax.vmap(jax.grad(f))
             # batches the rule's trace): the batch is unknown (-1) while it is traced
-            prev, _INSIDE.batch = _INSIDE.batch, -1
-            try:
+            with _inside(batch=-1):
                 if not live:
                     out = call(*primals)
                     return out, jax.tree_util.tree_map(jnp.zeros_like, out)
                 return jax.jvp(g, [primals[i] for i in live], [tangents[i] for i in live])
-            finally:
-                _INSIDE.batch = prev
 
         cj.defjvp(jvp, symbolic_zeros=True)
         return cj(*[leaves[i] for i in dyn])

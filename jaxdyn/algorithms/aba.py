@@ -235,12 +235,13 @@ def check_method(fn, method):
         raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
 
 
-def dense_applies(model, dtype) -> bool:
-    """Whether ``method="auto"`` takes the dense path (see :data:`DENSE_MIN_LEVELS`): float64,
-    a tree of at least :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV`
-    coordinates, evaluated alone (no batching rule, no derivative being traced)."""
-    return (
-        jnp.dtype(dtype) == jnp.float64
+def use_dense(method, model, dtype) -> bool:
+    """Whether ``method`` selects the dense path: ``"dense"``, or ``"auto"`` for a float64
+    evaluation alone (no batching rule, no derivative being traced) on a tree of at least
+    :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV` coordinates."""
+    return method == "dense" or (
+        method == "auto"
+        and jnp.dtype(dtype) == jnp.float64
         and len(model.topo.levels) >= DENSE_MIN_LEVELS
         and model.nv <= DENSE_MAX_NV
         and batching.rule_batch_size() == 0
@@ -256,9 +257,9 @@ def forward_dynamics_dense(model, ws, qd, tau, f_ext=None):
 
 
 def aba_solve_world(model, ws, qd, tau, f_ext=None, method="auto"):
-    """``qdd`` on a world state by the ABA sweeps or, for ``method="dense"`` (or ``"auto"`` where
-    :func:`dense_applies`), by :func:`forward_dynamics_dense`."""
-    if method == "dense" or (method == "auto" and dense_applies(model, ws.S.dtype)):
+    """``qdd`` on a world state by the ABA sweeps or, where :func:`use_dense`, by
+    :func:`forward_dynamics_dense`."""
+    if use_dense(method, model, ws.S.dtype):
         return forward_dynamics_dense(model, ws, qd, tau, f_ext)
     return aba_world(model, ws, qd, tau, f_ext)[0]
 

@@ -19,8 +19,8 @@ from .aba import (
     articulated_inertias,
     check_method,
     column_widths,
-    dense_applies,
     sweeps,
+    use_dense,
     world_inertia_matrices,
 )
 from .crba import crba_world
@@ -95,6 +95,6 @@ def minv(model, q, method="auto"):
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
     ws = kin.world_state(model, q, centered=True)
-    if method == "dense" or (method == "auto" and dense_applies(model, dtype)):
+    if use_dense(method, model, dtype):
         return minv_dense(model, ws)
     return minv_world(model, ws)
