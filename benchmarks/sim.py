@@ -50,13 +50,16 @@ from _env import cpu_name, timed  # noqa: E402
 HERE = Path(__file__).resolve().parent
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 DT, KP, KD, RADIUS, MU = 2e-3, 20.0, 0.5, 0.02, 1.0
-STAND = 0.34  # base height of quad12 with straight legs and the foot spheres on the ground
+STAND = 0.34  # base height of quad12 (and solo12) with straight legs, foot spheres on the ground
 
 
 SOLE = [(x, y, 0.0) for x in (-0.1, 0.1) for y in (-0.05, 0.05)]
 ROBOTS = {
     # name: (contact primitives, PD gains, standing base height)
     "quad12": (lambda: [sim.Sphere(f, RADIUS) for f in FEET], (KP, KD), STAND),
+    # Solo-12 (example-robot-data): the same joint and foot names, legs and standing height;
+    # Solo's own servo gains (its light shanks make kd = 0.5 unstable in explicit steps)
+    "solo12": (lambda: [sim.Sphere(f, RADIUS) for f in FEET], (5.0, 0.1), STAND),
     "talos_full": (
         lambda: [sim.Point(s, c) for s in ("left_sole_link", "right_sole_link") for c in SOLE],
         (500.0, 5.0),
@@ -145,16 +148,22 @@ def bench_jaxdyn(batches, dtype, robot="quad12", cases=None):
     return rows
 
 
-def mjx_model():
-    """quad12 for MuJoCo: its URDF through MuJoCo's compiler (static links kept as bodies), a
-    free joint, a floor, foot spheres and position servos with the same gains."""
+def mjx_model(robot="quad12"):
+    """A quadruped (quad12 or solo12) for MuJoCo: its URDF through MuJoCo's compiler (static
+    links kept as bodies; the URDF's visual and collision elements dropped, solo12's name mesh
+    files), a free joint, a floor, foot spheres and position servos with the same gains."""
+    import re
+
     import mujoco
 
-    path, _ = robots.resolve("quad12")
+    path, _ = robots.resolve(robot)
     xml = Path(path).read_text()
-    xml = xml.replace(
-        '<robot name="quad12">',
-        '<robot name="quad12"><mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
+    xml = re.sub(r"<(visual|collision)\b.*?</\1>", "", xml, flags=re.S)
+    xml = re.sub(
+        r"(<robot\b[^>]*>)",
+        r'\1<mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
+        xml,
+        count=1,
     )
     spec = mujoco.MjSpec.from_string(xml)
     spec.option.timestep = DT
@@ -168,28 +177,29 @@ def mjx_model():
         spec.body(f).add_geom(
             type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[RADIUS, 0, 0], friction=[MU, 0.005, 0.0001]
         )
+    kp, kd = ROBOTS[robot][1]
     for j in spec.joints:
         if j.type == mujoco.mjtJoint.mjJNT_HINGE:
             spec.add_actuator(
                 trntype=mujoco.mjtTrn.mjTRN_JOINT,
                 target=j.name,
                 gaintype=mujoco.mjtGain.mjGAIN_FIXED,
-                gainprm=[KP] + [0] * 9,
+                gainprm=[kp] + [0] * 9,
                 biastype=mujoco.mjtBias.mjBIAS_AFFINE,
-                biasprm=[0, -KP, -KD] + [0] * 7,
+                biasprm=[0, -kp, -kd] + [0] * 7,
             )
     return spec.compile()
 
 
-def mjx_batch(B, dtype):
-    """MJX's quad12 (:func:`mjx_model` on the device) and ``B`` standing states: base upright at
-    the standing height, joints perturbed by 0.05 rad (normal), zero controls."""
+def mjx_batch(B, dtype, robot="quad12"):
+    """MJX's quadruped (:func:`mjx_model` on the device) and ``B`` standing states: base upright
+    at the standing height, joints perturbed by 0.05 rad (normal), zero controls."""
     import mujoco
     from mujoco import mjx
 
-    mm = mjx_model()
+    mm = mjx_model(robot)
     d = mujoco.MjData(mm)
-    d.qpos[2] = STAND
+    d.qpos[2] = ROBOTS[robot][2]
     d.qpos[3:7] = [1, 0, 0, 0]
     dx = mjx.put_data(mm, d)
     rng = jax.random.normal(jax.random.PRNGKey(0), (B, mm.nv), dtype)

@@ -3,9 +3,14 @@
     python benchmarks/sim_gpu.py --json /tmp/sim_gpu.json          # on the GPU machine
     python benchmarks/sim_gpu.py --from-json /tmp/sim_gpu.json     # write the RESULTS section
 
-The robot, contact and controller are those of ``benchmarks/sim.py`` (the bundled quad12: a
-floating base, 12 PD-servoed joints (kp = 20, kd = 0.5), 4 foot spheres on a ground plane,
-dt = 2 ms, mu = 1), float32: jaxdyn's ``jax.jit(jax.vmap(step))`` for compliant contact with
+    python benchmarks/sim_gpu.py --robot solo12 --json /tmp/solo12.json   # example-robot-data's
+
+The robot, contact and controller are those of ``benchmarks/sim.py`` (``--robot quad12``, the
+bundled quadruped: a floating base, 12 PD-servoed joints (kp = 20, kd = 0.5), 4 foot spheres on
+a ground plane, dt = 2 ms, mu = 1; ``--robot solo12``: Solo-12 from example-robot-data (only its
+URDF is read: ``EXAMPLE_ROBOT_DATA_DIR`` may point at a folder holding
+``solo_description/robots/solo12.urdf``), the same feet and standing height, kp = 5, kd = 0.1),
+float32: jaxdyn's ``jax.jit(jax.vmap(step))`` for compliant contact with
 the implicit and the semi-implicit Euler integrators and for constraint contact (100 APGD
 iterations), the Brax-contract environment ``jaxdyn.envs.Quadruped`` (``env.step``), and
 MJX's ``jax.jit(jax.vmap(mjx.step))`` on the same URDF compiled by MuJoCo (same spheres,
@@ -61,7 +66,7 @@ def _time(rec, f, args, finite):
     return rec
 
 
-def run(batches, cases, mjx_on, json_out=None, dtype="float32", env_on=True):
+def run(batches, cases, mjx_on, json_out=None, dtype="float32", env_on=True, robot="quad12"):
     import jax
     import jax.numpy as jnp
 
@@ -74,30 +79,30 @@ def run(batches, cases, mjx_on, json_out=None, dtype="float32", env_on=True):
         dtype=dtype,
         rows=[],
     )
-    m, cfgs = S.jaxdyn_cases(dtype, "quad12")
+    m, cfgs = S.jaxdyn_cases(dtype, robot)
     for B in batches:
         for name in cases:
             cfg = cfgs[name]
-            st, ref = S.batch_states(m, B, dtype, height=S.STAND)
+            st, ref = S.batch_states(m, B, dtype, height=S.ROBOTS[robot][2])
             U = jnp.broadcast_to(ref, (B, len(ref)))
             f = jax.jit(jax.vmap(lambda s, u, cfg=cfg: S.sim.step(m, s, u, cfg)))
-            rec = dict(engine="jaxdyn", case=name, batch=B)
+            rec = dict(engine="jaxdyn", case=name, batch=B, robot=robot)
             _time(rec, f, (st, U), lambda out: jnp.all(jnp.isfinite(out.q)))
             res["rows"].append(rec)
             _save(json_out, res)
             print(rec, flush=True)
         if env_on:
-            res["rows"].append(_env_cell(B, dtype))
+            res["rows"].append(_env_cell(B, dtype, robot))
             _save(json_out, res)
             print(res["rows"][-1], flush=True)
         if mjx_on:
-            res["rows"].append(_mjx_cell(B, dtype))
+            res["rows"].append(_mjx_cell(B, dtype, robot))
             _save(json_out, res)
             print(res["rows"][-1], flush=True)
     return res
 
 
-def _env_cell(B, dtype):
+def _env_cell(B, dtype, robot):
     """``jax.jit(jax.vmap(env.step))`` of the Brax-contract quadruped environment
     (:class:`jaxdyn.envs.Quadruped`: observation, reward, termination; one env step is
     ``n_frames = 4`` simulator steps of 5 ms) on a batch of reset states, zero actions."""
@@ -106,8 +111,10 @@ def _env_cell(B, dtype):
 
     from jaxdyn import envs
 
-    env = envs.Quadruped()
-    rec = dict(engine="jaxdyn env", case="Quadruped (4 sim steps per env step)", batch=B)
+    env = envs.Quadruped(robot)
+    rec = dict(
+        engine="jaxdyn env", case="Quadruped (4 sim steps per env step)", batch=B, robot=robot
+    )
     st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), B))
     act = jnp.zeros((B, env.action_size), dtype)
     return _time(
@@ -115,16 +122,16 @@ def _env_cell(B, dtype):
     )
 
 
-def _mjx_cell(B, dtype):
+def _mjx_cell(B, dtype, robot):
     import jax
     import jax.numpy as jnp
 
-    rec = dict(engine="MJX", case="implicitfast, Newton solver", batch=B)
+    rec = dict(engine="MJX", case="implicitfast, Newton solver", batch=B, robot=robot)
     try:
         import mujoco
         from mujoco import mjx
 
-        mx, batch = S.mjx_batch(B, dtype)
+        mx, batch = S.mjx_batch(B, dtype, robot)
         rec["mujoco"] = mujoco.__version__
     except Exception as e:  # noqa: BLE001 - reported in the table
         rec["error"] = str(e).split("\n")[0][:200]
@@ -134,50 +141,63 @@ def _mjx_cell(B, dtype):
 
 
 def render(res) -> str:
-    rows = res["rows"]
-    mjx = {r["batch"]: r for r in rows if r["engine"] == "MJX" and "step_s" in r}
+    rows = [dict(r, robot=r.get("robot", "quad12")) for r in res["rows"]]  # early runs: quad12
+    mjx = {(r["robot"], r["batch"]): r for r in rows if r["engine"] == "MJX" and "step_s" in r}
     mj_version = next((r["mujoco"] for r in mjx.values() if "mujoco" in r), "?")
+    dates = ", ".join(sorted({r.get("date", res["date"]) for r in rows}))
     out = [
         TITLE,
         "",
-        f"Run {res['date']} on **{res['device']}** (host {res['host']}); jax {res['jax']}, "
+        f"Runs {dates} on **{res['device']}** (host {res['host']}); jax {res['jax']}, "
         f"mujoco / MJX {mj_version}; {res['dtype']}; `python benchmarks/sim_gpu.py` (see its "
-        "docstring). quad12 (the bundled 12-joint quadruped, the robot of the CPU table above: "
-        "4 foot spheres on a plane, PD kp = 20, kd = 0.5, dt = 2 ms), `jax.jit(jax.vmap(step))` "
-        "over a batch of standing states kept on the device; MJX steps the same URDF compiled by "
-        "MuJoCo (same spheres, gains and time step, `implicitfast`, Newton). Ratio: jaxdyn's "
-        "steps/s over MJX's at the same batch (> 1: jaxdyn faster). The issue's goal names "
-        "solo12; quad12 is jaxdyn's bundled robot of the same kind (12 joints, 4 point-like "
-        "feet), so the GPU machine needs no robot data. `jaxdyn env` rows: "
+        "docstring). Two quadrupeds, each with 4 foot spheres on a plane and dt = 2 ms: solo12 "
+        "(Solo-12 from example-robot-data, the robot the issue's goal names; PD kp = 5, kd = 0.1, "
+        "Solo's own servo range) and quad12 (the bundled 12-joint quadruped of the CPU table "
+        "above; kp = 20, kd = 0.5). `jax.jit(jax.vmap(step))` over a batch of standing states "
+        "kept on the device; MJX steps the same URDF compiled by MuJoCo (same spheres, gains and "
+        "time step, `implicitfast`, Newton). Ratio: jaxdyn's steps/s over MJX's on the same "
+        "robot and batch (> 1: jaxdyn faster). `jaxdyn env` rows: "
         "`jax.jit(jax.vmap(env.step))` of `jaxdyn.envs.Quadruped` (Brax's contract: "
         "observation, reward, termination; one env step = 4 simulator steps of 5 ms, "
         "compliant contact, implicit integrator), zero actions from reset states; their "
         "steps/s are env steps.",
         "",
-        "| engine | contact, integrator | batch | us per batched step | steps/s | vs MJX "
+        "| robot | engine | contact, integrator | batch | us per batched step | steps/s | vs MJX "
         "| compile s |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     order = {"MJX": 0, "jaxdyn": 1, "jaxdyn env": 2}
-    for r in sorted(rows, key=lambda r: (r["batch"], order.get(r["engine"], 3))):
+    robot_order = {"solo12": 0, "quad12": 1}
+    key = lambda r: (robot_order.get(r["robot"], 2), r["batch"], order.get(r["engine"], 3))  # noqa: E731
+    for r in sorted(rows, key=key):
+        head = f"| {r['robot']} | {r['engine']} | {r['case']}"
         if "step_s" not in r:
-            out.append(f"| {r['engine']} | {r['case']}: {r.get('error', '?')} | {r['batch']} "
-                       "| | | | |")  # fmt: skip
+            out.append(f"{head}: {r.get('error', '?')} | {r['batch']} | | | | |")
             continue
         sps = r["batch"] / r["step_s"]
-        ratio = ""
-        if r["engine"] == "jaxdyn" and r["batch"] in mjx:
-            ratio = f"{sps / (r['batch'] / mjx[r['batch']]['step_s']):.1f}x"
+        ratio, ref = "", mjx.get((r["robot"], r["batch"]))
+        if r["engine"] == "jaxdyn" and ref:
+            ratio = f"{sps / (r['batch'] / ref['step_s']):.1f}x"
         flag = "" if r.get("finite", True) else " (non-finite!)"
         out.append(
-            f"| {r['engine']} | {r['case']}{flag} | {r['batch']} | {r['step_s'] * 1e6:,.0f} "
+            f"{head}{flag} | {r['batch']} | {r['step_s'] * 1e6:,.0f} "
             f"| {sps:,.0f} | {ratio} | {r['compile_s']:.1f} |"
         )
+    goal = next(
+        (r for r in rows if (r["robot"], r["engine"], r["case"], r["batch"])
+         == ("solo12", "jaxdyn", "compliant, implicit", 8192) and "step_s" in r),
+        None,
+    )  # fmt: skip
+    if goal and ("solo12", 8192) in mjx:
+        x = mjx[("solo12", 8192)]["step_s"] / goal["step_s"]
+        out += ["", f"Goal (>= 2x MJX's steps/s at batch 8192, float32, solo12, compliant "
+                f"contact): {x:.1f}x with the implicit integrator."]  # fmt: skip
     return "\n".join(out) + "\n"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--robot", default="quad12", choices=("quad12", "solo12"))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--cases", default=";".join(CASES), help="jaxdyn cases, ';'-separated")
     p.add_argument("--skip-mjx", action="store_true")
@@ -190,7 +210,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.from_json:
         files = [json.loads(Path(f).read_text()) for f in a.from_json]
-        res = dict(files[0], rows=[r for f in files for r in f["rows"]])
+        rows = [dict(r, date=r.get("date", f["date"])) for f in files for r in f["rows"]]
+        res = dict(files[0], rows=rows)
     else:
         res = run(
             [int(b) for b in a.batches.split(",")],
@@ -198,6 +219,7 @@ def main(argv=None):
             not a.skip_mjx,
             a.json,
             env_on=not a.skip_env,
+            robot=a.robot,
         )
     text = render(res)
     print(text)
