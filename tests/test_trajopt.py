@@ -30,6 +30,7 @@ import numpy as np
 import optax
 import pytest
 
+import jaxdyn
 from jaxdyn.derivatives import configuration_tangent
 from jaxdyn.interop.crocoddyl import (
     control_from_pin,
@@ -314,6 +315,40 @@ def test_bad_input_reported(pendulum, fddp_solution):
     assert np.all(np.isfinite(np.asarray(rb.xs[0])))
     with pytest.raises(RuntimeError, match="problem 1 of the batch"):
         ddp.check(rb)
+
+
+# Random arm7 reaches (start 0.3 N(0, 1), goal offset 0.6 N(0, 1) per joint: problems 14 and
+# 271 of benchmarks/_trajopt_problems.random_problems(arm7, 40, 512, seed 2)) whose first full
+# FDDP step diverges: problem 14's trial cost is about 1e155 (finite), problem 271's has a
+# first-order term d0 of about -1e9. Crocoddyl rejects both trials (a cost >= 1e30 counts as
+# diverged; the th_grad test is on |d0|) and converges in 11 and 10 iterations; jaxdyn, when
+# it only rejected non-finite trials and compared d0 without abs, accepted them and ended at
+# the regularisation limit (14) or at max_iter with a cost of 1e10 (271).
+WILD_REACHES = (14, 271)
+
+
+def test_fddp_rejects_diverged_trials_as_crocoddyl():
+    case = oracle.robot_case("arm7")
+    model = case.model.with_armature(ARMATURE)
+    noise = np.random.default_rng(2).standard_normal((512, 2, model.nv))[list(WILD_REACHES)]
+    q0 = jaxdyn.neutral_configuration(model)
+    zero = jnp.zeros(model.nv)
+    problems = []
+    for n in noise:
+        qa = jaxdyn.integrate(model, q0, 0.3 * n[0])
+        goal = jnp.concatenate([jaxdyn.integrate(model, qa, 0.6 * n[1]), zero])
+        problems.append(_problem(model, jnp.concatenate([qa, zero]), goal))
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    res = jax.vmap(lambda p: ddp.fddp(p, max_iter=60))(batch)
+    for i, problem in enumerate(problems):
+        solver, _, us = _crocoddyl_solve(case, problem)
+        assert int(res.status[i]) == 0, f"problem {WILD_REACHES[i]}: status {int(res.status[i])}"
+        assert int(res.iterations[i]) == solver.iter + 1
+        np.testing.assert_allclose(float(res.cost[i]), solver.cost, rtol=1e-9)
+        oracle.assert_close(np.asarray(res.us[i]), us, 1e-6, f"us of problem {WILD_REACHES[i]}")
+        # every accepted iterate's cost stayed far below the divergence threshold
+        log = np.asarray(res.log["cost"][i])[: int(res.iterations[i])]
+        assert np.all(log < 1e3), log
 
 
 def test_cost_derivatives_gauss_newton(pendulum):

@@ -34,7 +34,9 @@ so bounded and unbounded problems, FDDP and iLQR share one compiled program.
 
 Bad input never yields a silent NaN trajectory: a non-finite cost or state at the initial
 guess stops the solver before the first iteration (``status = 2``), trial steps whose rollout
-or cost is non-finite are rejected by the line search, and non-finite derivatives at an
+or cost is non-finite or diverged (a magnitude of :data:`DIVERGED` = 1e30 or more, as in
+Crocoddyl) are rejected by the line search, a backward pass whose value gradient diverges
+counts as failed (the regularisation rises), and non-finite derivatives at an
 accepted iterate stop it with that (finite) iterate (``status = 4``). :meth:`Result.message`
 explains a status; :func:`check` raises it as an error.
 """
@@ -75,6 +77,18 @@ STATUS = {
     "returning that (finite) iterate",
 }
 _RUNNING = -1
+#: Magnitudes from which a trial cost or state, or a value gradient, counts as diverged: as
+#: Crocoddyl's ``raiseIfNaN`` (``value >= 1e30``), which rejects such a trial step (forward
+#: pass) or raises the regularisation (backward pass). Only rejecting non-finite values let a
+#: wild full step with a cost of 1e100 through whenever its (equally wild) expected change
+#: was more negative still: random arm reaches that Crocoddyl solves in 8-11 iterations ended
+#: at the regularisation limit after 2 (benchmarks/trajopt_gpu.py, 14 problems in 1024).
+DIVERGED = 1e30
+
+
+def _bounded(a):
+    """``a`` finite with every entry below :data:`DIVERGED` in magnitude."""
+    return jnp.all(jnp.abs(a) < DIVERGED)  # False for NaN and inf too
 
 
 class Problem(eqx.Module):
@@ -320,7 +334,7 @@ def _backward(problem, D, fs, us, reg, feasible):
     _, (k, K, Qu, Quuk, Vx, Vxx) = jax.lax.scan(body, (VxT, VxxT), inp, reverse=True)
     Vx = jnp.concatenate([Vx, VxT[None]], 0)
     Vxx = jnp.concatenate([Vxx, VxxT[None]], 0)
-    ok = jnp.all(jnp.isfinite(Vx)) & jnp.all(jnp.isfinite(Vxx))
+    ok = _bounded(Vx) & jnp.all(jnp.isfinite(Vxx))
     ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
     return dict(k=k, K=K, Qu=Qu, Quuk=Quuk, Vx=Vx, Vxx=Vxx, fs=fs), ok
 
@@ -353,8 +367,7 @@ def _forward(problem, xs, us, B, alpha, feasible):
     xT = state_integrate(model, xnext, c * fs[-1])
     cost = cost + problem.terminal.value(model, xT)
     xs_try = jnp.concatenate([xt, xT[None]], 0)
-    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs_try))
-    return xs_try, ut, cost, finite
+    return xs_try, ut, cost, _bounded(cost) & _bounded(xs_try)
 
 
 # ----------------------------------------------------------------------------- solver
@@ -459,10 +472,13 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
             d0 = dg + dv
             dvexp = alpha * dg + 0.5 * alpha**2 * dq + alpha * (1.0 - alpha) * dv
             dV = s["cost"] - cost_t
-            acc_ddp = (dvexp >= 0) & ((d0 < th_grad) | (~feasible) | (dV > th_acceptstep * dvexp))
+            # |d0| < th_grad: a vanishing first-order model (not a hugely negative d0 from a
+            # wild trial, which the comparison without abs let through)
+            flat = jnp.abs(d0) < th_grad
+            acc_ddp = (dvexp >= 0) & (flat | (~feasible) | (dV > th_acceptstep * dvexp))
             acc_fddp = jnp.where(
                 dvexp >= 0,
-                (d0 < th_grad) | (dV > th_acceptstep * dvexp),
+                flat | (dV > th_acceptstep * dvexp),
                 dV > th_acceptnegstep * dvexp,
             )
             acc = jnp.where(ddp, acc_ddp, acc_fddp) & fin
