@@ -282,6 +282,55 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     ddp.check(res_b)
 
 
+def test_solve_batch_equals_vmap(pendulum, fddp_solution):
+    """solve_batch's rounds and compaction leave every member's iterations as jax.vmap(fddp)
+    has them (and as ilqr's): same iteration counts, costs and trajectories, in the problems'
+    order, a bad member reported in its place. Six members start from the fixture's optimum of
+    a nearby problem (a couple of iterations), one from zero controls (more), one is bad."""
+    _, model = pendulum
+    nv = model.nv
+    base, sol = fddp_solution
+    rng = np.random.default_rng(4)
+    problems = [
+        _problem(model, _states(nv, X0 + 0.01 * rng.standard_normal(2)), _states(nv, GOAL))
+        for _ in range(7)
+    ]
+    problems.insert(2, _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL)))
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    warm = np.ones(8, bool)
+    warm[5] = False  # the cold member
+    xs = jnp.where(warm[:, None, None], sol.xs, jnp.broadcast_to(base.x0, sol.xs.shape))
+    us = jnp.where(warm[:, None, None], sol.us, 0.0)
+    for solver in ("fddp", "ilqr"):
+        if solver == "fddp":
+            ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
+        else:
+            ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
+        schedule = []
+        res = ddp.solve_batch(
+            batch, xs, us, solver=solver, max_iter=200, round_iters=1, min_batch=1,
+            schedule=schedule,
+        )  # fmt: skip
+        # FDDP: the batch was compacted (8 -> at most 2 members) before the slowest member
+        # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
+        if solver == "fddp":
+            assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
+        assert schedule[-1][1] == 0
+        np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
+        assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
+        np.testing.assert_array_equal(np.asarray(res.iterations), np.asarray(ref.iterations))
+        np.testing.assert_allclose(np.asarray(res.cost), np.asarray(ref.cost), rtol=1e-12)
+        oracle.assert_close(np.asarray(res.us), np.asarray(ref.us), 1e-10, f"us ({solver})")
+        # the logs too (NaN after each member's last iteration)
+        np.testing.assert_allclose(
+            np.asarray(res.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10
+        )
+    with pytest.raises(ValueError, match="stacked along a leading axis"):
+        ddp.solve_batch(problems[0])
+    with pytest.raises(ValueError, match="solver must be"):
+        ddp.solve_batch(batch, solver="newton")
+
+
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):
     problem, res = fddp_solution
     r = ddp.ilqr(problem, max_iter=200)

@@ -38,6 +38,7 @@ from .ddp import check as check
 from .ddp import fddp as fddp
 from .ddp import ilqr as ilqr
 from .ddp import rollout as rollout
+from .ddp import solve_batch as solve_batch
 from .ddp import trajectory_cost as trajectory_cost
 from .dynamics import ContactDynamics as ContactDynamics
 from .dynamics import FreeDynamics as FreeDynamics
@@ -76,6 +77,7 @@ __all__ = [
     "lie",
     "multiple_shooting",
     "rollout",
+    "solve_batch",
     "shooting",
     "shooting_cost",
     "solve_differentiable",

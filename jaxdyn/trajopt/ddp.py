@@ -62,6 +62,7 @@ __all__ = [
     "check",
     "fddp",
     "ilqr",
+    "solve_batch",
     "rollout",
     "trajectory_cost",
 ]
@@ -384,12 +385,40 @@ def _zeros_like_shapes(tree):
     return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), tree)
 
 
-@eqx.filter_jit
-def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives):
+    """The solver's state before its first iteration (a dict; see :func:`_advance`)."""
+    dtype = xs.dtype
+    xs = jnp.where(ddp, rollout(problem, us), xs)
+    cost = trajectory_cost(problem, xs, us)
+    input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
+    calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
+    D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
+    nan_log = jnp.full((max_iter,), jnp.nan, dtype)
+    return dict(
+        it=jnp.asarray(0),
+        xs=xs,
+        us=us,
+        cost=cost,
+        D=D0,
+        fs=fs0,
+        need_diff=jnp.asarray(True),
+        feasible=ddp,
+        was_feasible=jnp.asarray(False),
+        reg=jnp.asarray(params["reg_init"], dtype),
+        status=jnp.where(input_ok, _RUNNING, 2),
+        stop=jnp.asarray(jnp.inf, dtype),
+        log=dict(cost=nan_log, stop=nan_log, step=nan_log, reg=nan_log, gap=nan_log),
+    )
+
+
+def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives, verbose):
+    """Iterate from ``state`` until it stops, reaches ``max_iter`` or has done ``n_iter`` more
+    iterations (all when ``None``; traced otherwise). The state carries everything an
+    iteration reads, so stopping after ``n_iter`` and calling again continues exactly."""
     # ``ddp`` (iLQR: feasible rollout, DDP acceptance) is a traced flag: fddp and ilqr share
     # one compiled program. Each expensive piece (derivatives, backward pass, rollout) appears
     # once in the program.
-    dtype = xs.dtype
+    dtype = state["xs"].dtype
     alphas = 0.5 ** jnp.arange(10, dtype=dtype)
     n_alpha = 10
     p = params  # traced thresholds: changing them does not recompile
@@ -402,32 +431,15 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
     th_acceptstep, th_acceptnegstep = p["th_acceptstep"], p["th_acceptnegstep"]
     th_stepdec, th_stepinc, th_grad = p["th_stepdec"], p["th_stepinc"], p["th_grad"]
     th_stop_eff = jnp.where(_boxed(problem), p["th_stop_box"], p["th_stop"])
-    xs = jnp.where(ddp, rollout(problem, us), xs)
-    cost = trajectory_cost(problem, xs, us)
-    input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
     calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
-    D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
     back = functools.partial(_backward, problem)
-    B0, _ = _zeros_like_shapes(jax.eval_shape(back, D0, fs0, us, reg_init, ddp))
-    nan_log = jnp.full((max_iter,), jnp.nan, dtype)
-    state = dict(
-        it=jnp.asarray(0),
-        xs=xs,
-        us=us,
-        cost=cost,
-        D=D0,
-        fs=fs0,
-        need_diff=jnp.asarray(True),
-        feasible=ddp,
-        was_feasible=jnp.asarray(False),
-        reg=jnp.asarray(reg_init, dtype),
-        status=jnp.where(input_ok, _RUNNING, 2),
-        stop=jnp.asarray(jnp.inf, dtype),
-        log=dict(cost=nan_log, stop=nan_log, step=nan_log, reg=nan_log, gap=nan_log),
+    B0, _ = _zeros_like_shapes(
+        jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp)
     )
+    stop_at = max_iter if n_iter is None else jnp.minimum(state["it"] + n_iter, max_iter)
 
     def cond(s):
-        return (s["status"] == _RUNNING) & (s["it"] < max_iter)
+        return (s["status"] == _RUNNING) & (s["it"] < stop_at)
 
     def body(s):
         feasible = s["feasible"]
@@ -545,7 +557,10 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
             log=log,
         )
 
-    s = jax.lax.while_loop(cond, body, state)
+    return jax.lax.while_loop(cond, body, state)
+
+
+def _result(s) -> Result:
     status = jnp.where(s["status"] == _RUNNING, 1, s["status"])
     return Result(
         xs=s["xs"],
@@ -558,6 +573,15 @@ def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
         feasible=s["feasible"],
         log=s["log"],
     )
+
+
+@eqx.filter_jit
+def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+    state = _setup(problem, xs, us, ddp, params, max_iter=max_iter, derivatives=derivatives)
+    state = _advance(
+        problem, state, ddp, params, max_iter=max_iter, derivatives=derivatives, verbose=verbose
+    )
+    return _result(state)
 
 
 _DEFAULTS = dict(
@@ -647,3 +671,117 @@ def ilqr(problem: Problem, us=None, **options) -> Result:
     problem = problem.with_bounds()
     params, static = _options(problem, options, xs.dtype)
     return _solve(problem, xs, us, jnp.asarray(True), params, **static)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+@eqx.filter_jit
+def _setup_batch(problems, xs, us, ddp, params, *, max_iter, derivatives):
+    def one(p, x, u):
+        x, u = _initial(p, x, u)
+        p = p.with_bounds()
+        return p, _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives)
+
+    return jax.vmap(one)(problems, xs, us)
+
+
+@eqx.filter_jit
+def _advance_batch(problems, states, ddp, params, n_iter, *, max_iter, derivatives, verbose):
+    def one(p, s):
+        return _advance(
+            p, s, ddp, params, n_iter, max_iter=max_iter, derivatives=derivatives, verbose=verbose
+        )
+
+    return jax.vmap(one)(problems, states)
+
+
+def _take_eager(tree, idx):
+    return jax.tree.map(lambda a: a[idx] if eqx.is_array(a) else a, tree)
+
+
+_take = eqx.filter_jit(_take_eager)
+
+
+def solve_batch(
+    problems: Problem,
+    xs=None,
+    us=None,
+    *,
+    solver: str = "fddp",
+    round_iters: int = 10,
+    min_batch: int = 16,
+    schedule: list | None = None,
+    **options,
+) -> Result:
+    """Solve a batch of problems, compacting the batch as its members converge.
+
+    ``jax.vmap(fddp)`` runs one ``while_loop`` for the whole batch: every member iterates
+    (masked) until the slowest one stops, so a batch of problems that need 4-13 iterations, and
+    a few that need 30, costs 30 batched iterations. Here the batch runs ``round_iters``
+    iterations at a time; after each round the members that have stopped are set aside and
+    the others are gathered into a smaller batch (a power of two, at least ``min_batch``, and
+    only once it is at most a quarter of the current one, so at most ``log_4(B / min_batch) +
+    1`` sizes are compiled; padding repeats a running member). The solver state travels
+    with each member (iterate, derivatives, regularisation, feasibility, log), so a member's
+    iterations are exactly those of an uninterrupted solve: the result equals
+    ``jax.vmap(fddp)`` (or ``ilqr``) member by member, up to rounding.
+
+    **Arguments:** ``problems``: a :class:`Problem` whose array leaves are stacked along a
+    leading axis of size ``B`` (as ``jax.vmap(make_problem)`` builds them); optional initial
+    guesses ``xs (B, T+1, nx)``, ``us (B, T, nu)``; ``solver``: ``"fddp"`` or ``"ilqr"``
+    (``xs`` is then ignored: iLQR rolls out ``us``); ``schedule``: a list to which
+    ``(batch size, members running)`` is appended after every round; ``options``: those of
+    :func:`fddp` (``max_iter`` included, default 100). A host-side loop over rounds around
+    jit-compiled batched rounds (one device-to-host copy of the statuses per round): call it
+    directly, not under ``jit`` or ``vmap``.
+
+    **Returns:** a batched :class:`Result` in the problems' order.
+    """
+    if solver not in ("fddp", "ilqr"):
+        raise ValueError(f"solve_batch: solver must be 'fddp' or 'ilqr', got {solver!r}")
+    x0 = jnp.asarray(problems.x0)
+    if x0.ndim != 2:
+        raise ValueError(
+            "solve_batch: problems must be stacked along a leading axis (x0 of shape (B, nx)); "
+            f"got x0 of shape {x0.shape}"
+        )
+    if int(round_iters) < 1 or int(min_batch) < 1:
+        raise ValueError(
+            f"solve_batch: round_iters and min_batch must be >= 1, got {round_iters} and "
+            f"{min_batch}"
+        )
+    B = x0.shape[0]
+    member = _take_eager(problems, 0)
+    params, static = _options(member, options, x0.dtype)
+    max_iter = static["max_iter"]
+    ddp = jnp.asarray(solver == "ilqr")
+    xs = None if solver == "ilqr" else xs
+    pb, st = _setup_batch(
+        problems, xs, us, ddp, params, max_iter=max_iter, derivatives=static["derivatives"]
+    )
+    n_iter = jnp.asarray(int(round_iters))
+    ids, real, recorded = np.arange(B), np.ones(B, bool), np.zeros(B, bool)
+    parts = []
+    while True:
+        st = _advance_batch(pb, st, ddp, params, n_iter, **static)
+        status, it = np.asarray(st["status"]), np.asarray(st["it"])
+        running = real & (status == _RUNNING) & (it < max_iter)
+        stopped = real & ~running & ~recorded
+        if stopped.any():
+            sel = np.nonzero(stopped)[0]
+            parts.append((ids[sel], _result(_take(st, sel))))
+            recorded |= stopped
+        live = np.nonzero(running)[0]
+        if schedule is not None:
+            schedule.append((len(ids), int(live.size)))
+        if live.size == 0:
+            break
+        size = max(int(min_batch), 1 << int(np.ceil(np.log2(live.size))))
+        if 4 * size <= len(ids):
+            sel = np.concatenate([live, np.full(size - live.size, live[-1])])
+            pb, st = _take((pb, st), sel)
+            ids, real = ids[sel], np.arange(size) < live.size
+            recorded = np.zeros(size, bool)
+    order = np.argsort(np.concatenate([i for i, _ in parts]), kind="stable")
+    return jax.tree.map(lambda *a: jnp.concatenate(a)[order], *[r for _, r in parts])
