@@ -234,9 +234,12 @@ print(json.dumps(dict(t=t, tc=tc, ok=ok)))
 
 
 def bench_mjx(batches, dtype, timeout=900):
-    """MJX in a child process per batch size: jaxlib 0.10's batched LAPACK kernels (MJX's
-    Cholesky) can wedge XLA's CPU thread pool (seen at B = 4096); a wedged run is reported as
-    such instead of hanging the benchmark."""
+    """MJX in a child process per batch size: with jaxlib 0.10.2 on the CPU, MJX's vmapped
+    step (its batched LAPACK Cholesky) deadlocks from B = 256: the first call or two return,
+    a later call of the same compiled step never does, every XLA thread idle (gdb), with and
+    without the single-thread flags and ``reuse_freed_buffers``, Newton or CG solver, Euler or
+    implicitfast; B = 128 runs. A wedged run is reported as such instead of hanging the
+    benchmark."""
     import json
     import subprocess
     import sys
