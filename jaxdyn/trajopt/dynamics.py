@@ -33,10 +33,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks
+from .. import _checks, batching
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_world
+from ..algorithms.aba import aba_solve_world
 from ..algorithms.configuration import integrate
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
@@ -62,6 +62,19 @@ def _torque(B, u):
 def _input_jacobian(B, M):
     """``M B`` (``M`` when ``B`` is None, full actuation)."""
     return M if B is None else M @ B
+
+
+def _free_acceleration_fn(model, q, v, tau):
+    return aba_solve_world(model, kin.world_state(model, q, centered=True), v, tau)
+
+
+#: ``qdd`` of the free dynamics with ``aba``'s choice of method and its batching rule: one
+#: problem's rollout (a ``lax.scan`` of single steps, batch 1) takes the dense route on deep
+#: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
+#: 76 for the ABA sweeps), while ``jax.vmap`` over problems, where a LAPACK call would be a
+#: loop over the batch, invokes the rule and keeps the sweeps. No value checks: a diverged
+#: trial state of a solver must give NaN, not an error.
+_free_acceleration = batching.batched(_free_acceleration_fn, _checks.BATCHED["aba"])
 
 
 class FreeDynamics(eqx.Module):
@@ -91,8 +104,7 @@ class FreeDynamics(eqx.Module):
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def acceleration(self, model, q, v, u):
-        ws = kin.world_state(model, q, centered=True)
-        return aba_world(model, ws, v, _torque(self.actuation, u))[0]
+        return _free_acceleration(model, q, v, _torque(self.actuation, u))
 
     def derivatives(self, model, q, v, u):
         """``(a, a_q, a_v, a_u)``: FDSVA partials (Singh, Russell & Wensing 2022, Eq. 5)."""
