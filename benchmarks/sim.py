@@ -528,6 +528,47 @@ def bench_checkpoint(dtype, T=1000):
     return rows
 
 
+HOST_TITLE = "## Simulation: MJX at large batch on another CPU"
+
+
+def host_section(path) -> str:
+    """The jaxdyn and MJX rows of a JSON written on another machine's CPU, where MJX runs at
+    large batches (jaxlib 0.10.2 deadlocks on MJX's step from B = 256, see :func:`bench_mjx`;
+    0.11.2 does not). Produced on the GPU machine's host CPU with ``JAX_PLATFORMS=cpu``::
+
+        import _env, json; _env.single_threaded(); _env.reuse_freed_buffers()
+        import jax, sim as S
+        rows = S.bench_jaxdyn([64, 1024, 8192], "float32", "quad12",
+                              cases=("compliant, implicit", "compliant, euler"))
+        for B in (64, 1024, 8192):
+            rows += S.bench_mjx([B], "float32", timeout=70)
+        json.dump(dict(cpu=_env.cpu_name(), jax=jax.__version__, rows=rows), open(path, "w"))
+    """
+    import json
+
+    d = json.loads(Path(path).read_text())
+    rows = [tuple(r) for r in d["rows"]]
+    mjx = {r[2]: r[4] for r in rows if r[0] == "MJX" and np.isfinite(r[4])}
+    body = [
+        HOST_TITLE,
+        "",
+        f"{d['cpu']} (the GPU machine's host, {d.get('cores', 16)} cores, one thread used: "
+        f"single-threaded XLA), jax {d['jax']}, float32, `benchmarks/sim.py`'s quad12 cases "
+        "(see `host_section` there); MJX's child processes as in the table above. On this "
+        "repository's machine (jax 0.10.2) MJX deadlocks from B = 256; with jax 0.11.2 it "
+        f"runs, so this table gives the side-by-side at B = 1024 and 8192 (`{Path(path).name}`"
+        " in `benchmarks/gpu_runs/`). Ratio: jaxdyn steps/s over MJX's at the same batch.",
+        "",
+        "| engine | contact, integrator | batch | us/step | steps/s | vs MJX | compile s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for eng, name, B, us, sps, tc, ok in sorted(rows, key=lambda r: (r[2], r[0] != "MJX")):
+        ratio = f"{sps / mjx[B]:.1f}x" if eng != "MJX" and B in mjx else ""
+        flag = "" if ok or not np.isfinite(us) else " (non-finite!)"
+        body.append(f"| {eng} | {name}{flag} | {B} | {us:.2f} | {sps:,.0f} | {ratio} | {tc:.1f} |")
+    return "\n".join(body) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", default="1,64,1024,8192")
@@ -566,8 +607,18 @@ def main(argv=None):
         help="only the base heights after --sanity-steps steps, jaxdyn and jaxsim, at each of "
         "--jaxsim-batches; prints, writes nothing",
     )
+    ap.add_argument(
+        "--host-json",
+        help="write the section 'Simulation: MJX at large batch on another CPU' from this "
+        "JSON (see host_section) and stop",
+    )
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     a = ap.parse_args(argv)
+    if a.host_json:
+        text = host_section(a.host_json)
+        _env.write_section(a.out, text)
+        print(text)
+        return
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(a.dtype)
