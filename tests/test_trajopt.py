@@ -331,6 +331,38 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution):
         ddp.solve_batch(batch, solver="newton")
 
 
+def test_batch_one_routes(pendulum, fddp_solution):
+    """One problem factors Q_uu with LAPACK and takes aba's dense route in its rollouts (deep
+    float64 trees); jax.vmap over problems must not (a LAPACK call under vmap loops over the
+    batch): the batching rules keep the unrolled factorisation and the ABA sweeps. Checked on
+    the traced programs (no compilation)."""
+    problem, _ = fddp_solution
+
+    def lapack(fn, *args):
+        return "cholesky" in str(jax.make_jaxpr(fn)(*args))
+
+    batch = jax.tree.map(lambda a: jnp.stack([a, a]), problem)
+    assert lapack(lambda p: ddp.fddp(p, max_iter=3), problem)
+    assert not lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)
+    case = oracle.robot_case("arm7")  # 7 levels: the dense route
+    model = case.model.with_armature(ARMATURE)
+    x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.asarray(case.states[0]["v"])])
+    u = jnp.zeros(model.nv)
+
+    def one(x, u):
+        return step_plain(model, x, u, DT)
+
+    assert lapack(one, x, u)
+    assert not lapack(jax.vmap(one), jnp.stack([x, x]), jnp.stack([u, u]))
+    # and the two routes agree
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(one)(x, u)),
+        np.asarray(jax.jit(jax.vmap(one))(jnp.stack([x, x]), jnp.stack([u, u]))[0]),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+
+
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):
     problem, res = fddp_solution
     r = ddp.ilqr(problem, max_iter=200)
