@@ -115,7 +115,7 @@ def crocoddyl_reference(n):
     stacked = random_problems(model, T, n, SEED)
     total, costs, iters = 0.0, [], []
     for i in range(n):
-        c = TB.crocoddyl_solve(jax.tree.map(lambda a, i=i: a[i], stacked), pm, conv, repeats=1)
+        c = TB.crocoddyl_solve(jax.tree.map(lambda a, i=i: a[i], stacked), pm, conv, repeats=3)
         total += c["time"]
         costs.append(c["cost"] if c["ok"] else float("nan"))
         iters.append(c["iters"])
@@ -131,7 +131,7 @@ def render(res, cro) -> str:
     out = [
         TITLE,
         "",
-        f"jaxdyn: run {res['date']} on **{res['device']}**, jax {res['jax']}, float64, "
+        f"jaxdyn: runs {res['date']} on **{res['device']}**, jax {res['jax']}, float64, "
         "`python benchmarks/trajopt_gpu.py` (see its docstring): B arm7 reaching problems "
         f"(T = {T}; the first 64 are those of the batch table above) solved by FDDP on the "
         "GPU, best of the timed solves after compilation. `vmap`: `jax.jit(jax.vmap(fddp))`, "
@@ -140,7 +140,8 @@ def render(res, cro) -> str:
         f"round_iters={ROUND_ITERS}, min_batch={MIN_BATCH})`, rounds of {ROUND_ITERS} batched "
         "iterations after which the members still running are gathered into a smaller batch "
         "(same iterates as `vmap`, member by member). Crocoddyl: `SolverFDDP` (C++, one "
-        f"thread) on the first {n} problems one after the other on {cro['cpu']} (this "
+        f"thread, best of 3 solves each) on the first {n} problems one after the other on "
+        f"{cro['cpu']} (this "
         f"repository's CPU machine, not the GPU's host): {cro['time']:.3f} s, "
         f"{cro_rate:.1f} problems/s, iterations {min(cro['iters'])}-{max(cro['iters'])}, "
         f"{cro_it * 1e6:,.0f} us per iteration. Ratio: jaxdyn's problems/s over Crocoddyl's. "
@@ -184,7 +185,7 @@ def render(res, cro) -> str:
 READING = """
 Reading: the issue's goal, >= 10x Crocoddyl's throughput when 64+ problems are solved at
 once, is met on the GPU from B = 1024: 12x at B = 1024, about 23x at B = 8192 with `vmap` and
-35x with `solve_batch`, whose rounds spare the 8192-member batch the iterations that only its
+34x with `solve_batch`, whose rounds spare the 8192-member batch the iterations that only its
 slowest members need (25 at most, 8.5 on average). At B = 64 the GPU is latency-bound (1.8x);
 on the CPU's two cores batching does not get there (the CPU batch table above). B = 65536 is
 no faster per problem than 8192 (`vmap`), and `solve_batch` ran out of the H200's memory
@@ -221,9 +222,13 @@ def main(argv=None):
     files = [json.loads(Path(f).read_text()) for f in a.from_json]
     rows = {}
     for f in files:
-        rows.update({(r["batch"], r.get("method", "vmap")): r for r in f["rows"]})
+        rows.update(
+            {(r["batch"], r.get("method", "vmap")): dict(r, date=f["date"]) for r in f["rows"]}
+        )
     order = {"vmap": 0, "solve_batch": 1}
-    res = dict(files[0], rows=[rows[k] for k in sorted(rows, key=lambda k: (k[0], order[k[1]]))])
+    keys = sorted(rows, key=lambda k: (k[0], order[k[1]]))
+    dates = ", ".join(sorted({rows[k]["date"] for k in keys}))
+    res = dict(files[-1], date=dates, rows=[rows[k] for k in keys])
     text = render(res, crocoddyl_reference(N_CHECK))
     print(text)
     write_section(a.out, text)
