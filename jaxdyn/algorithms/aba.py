@@ -256,9 +256,10 @@ def forward_dynamics_dense(model, ws, qd, tau, f_ext=None):
     return jsl.cho_solve(jsl.cho_factor(M, lower=True), tau - b)
 
 
-def aba_solve_world(model, ws, qd, tau, f_ext=None, method="auto"):
-    """``qdd`` on a world state by the ABA sweeps or, where :func:`use_dense`, by
+def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
+    """``qdd`` (no input checks) by the ABA sweeps or, where :func:`use_dense`, by
     :func:`forward_dynamics_dense`."""
+    ws = kin.world_state(model, q, centered=True)
     if use_dense(method, model, ws.S.dtype):
         return forward_dynamics_dense(model, ws, qd, tau, f_ext)
     return aba_world(model, ws, qd, tau, f_ext)[0]
@@ -292,5 +293,4 @@ def aba(model, q, v, tau, f_ext=None, method="auto"):
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
-    ws = kin.world_state(model, q, centered=True)
-    return aba_solve_world(model, ws, v.astype(dtype), tau.astype(dtype), f_ext, method)
+    return aba_solve(model, q, v.astype(dtype), tau.astype(dtype), f_ext, method)

@@ -205,8 +205,7 @@ def rnea(model, q, v, a, f_ext=None):
 
 
 def _aba_plain(model, q, v, tau, f_ext, method="sweeps"):
-    ws = kin.world_state(model, q, centered=True)
-    return _aba.aba_solve_world(model, ws, v, tau, f_ext, method)
+    return _aba.aba_solve(model, q, v, tau, f_ext, method)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5,))

@@ -620,7 +620,7 @@ _DEFAULTS = dict(
 _STATIC = ("max_iter", "derivatives", "verbose")
 
 
-def _options(problem, kw, dtype):
+def _options(kw, dtype):
     bad = set(kw) - set(_DEFAULTS)
     if bad:
         raise TypeError(f"unknown solver options {sorted(bad)}; known: {sorted(_DEFAULTS)}")
@@ -674,7 +674,7 @@ def fddp(problem: Problem, xs=None, us=None, **options) -> Result:
     """
     xs, us = _initial(problem, xs, us)
     problem = problem.with_bounds()
-    params, static = _options(problem, options, xs.dtype)
+    params, static = _options(options, xs.dtype)
     return _solve(problem, xs, us, jnp.asarray(False), params, **static)
 
 
@@ -685,7 +685,7 @@ def ilqr(problem: Problem, us=None, **options) -> Result:
     :func:`fddp`. **Returns:** :class:`Result`."""
     xs, us = _initial(problem, None, us)
     problem = problem.with_bounds()
-    params, static = _options(problem, options, xs.dtype)
+    params, static = _options(options, xs.dtype)
     return _solve(problem, xs, us, jnp.asarray(True), params, **static)
 
 
@@ -712,11 +712,9 @@ def _advance_batch(problems, states, ddp, params, n_iter, *, max_iter, derivativ
     return jax.vmap(one)(problems, states)
 
 
-def _take_eager(tree, idx):
+@eqx.filter_jit
+def _take(tree, idx):
     return jax.tree.map(lambda a: a[idx] if eqx.is_array(a) else a, tree)
-
-
-_take = eqx.filter_jit(_take_eager)
 
 
 def solve_batch(
@@ -768,8 +766,7 @@ def solve_batch(
             f"{min_batch}"
         )
     B = x0.shape[0]
-    member = _take_eager(problems, 0)
-    params, static = _options(member, options, x0.dtype)
+    params, static = _options(options, x0.dtype)
     max_iter = static["max_iter"]
     ddp = jnp.asarray(solver == "ilqr")
     xs = None if solver == "ilqr" else xs

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from .. import _checks, batching
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_solve_world
+from ..algorithms.aba import aba_solve
 from ..algorithms.configuration import integrate
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
@@ -64,17 +64,13 @@ def _input_jacobian(B, M):
     return M if B is None else M @ B
 
 
-def _free_acceleration_fn(model, q, v, tau):
-    return aba_solve_world(model, kin.world_state(model, q, centered=True), v, tau)
-
-
 #: ``qdd`` of the free dynamics with ``aba``'s choice of method and its batching rule: one
 #: problem's rollout (a ``lax.scan`` of single steps, batch 1) takes the dense route on deep
 #: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
 #: 76 for the ABA sweeps), while ``jax.vmap`` over problems, where a LAPACK call would be a
 #: loop over the batch, invokes the rule and keeps the sweeps. No value checks: a diverged
 #: trial state of a solver must give NaN, not an error.
-_free_acceleration = batching.batched(_free_acceleration_fn, _checks.BATCHED["aba"])
+_free_acceleration = batching.batched(aba_solve, _checks.BATCHED["aba"])
 
 
 class FreeDynamics(eqx.Module):
