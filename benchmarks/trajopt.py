@@ -97,18 +97,24 @@ def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
     fn = jax.jit(jax.vmap(f) if batched else f)
     t0 = time.perf_counter()
     compiled = fn.lower(problem).compile()
-    tc = time.perf_counter() - t0
+    return _timed_solves(lambda: compiled(problem), repeats, time.perf_counter() - t0)
+
+
+def _timed_solves(solve, repeats, compile_s, **extra):
+    """Best of ``repeats`` calls of ``solve()`` and the last result's iterations, costs and
+    statuses (one dict for every jaxdyn row)."""
     best, res = np.inf, None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        res = jax.block_until_ready(compiled(problem))
+        res = jax.block_until_ready(solve())
         best = min(best, time.perf_counter() - t0)
     return dict(
         time=best,
-        compile=tc,
+        compile=compile_s,
         iters=np.asarray(res.iterations),
         cost=np.asarray(res.cost),
         status=np.asarray(res.status),
+        **extra,
     )
 
 
@@ -210,20 +216,8 @@ def solve_rounds_timed(stacked, repeats=2):
 
     schedule = []
     t0 = time.perf_counter()
-    res = jax.block_until_ready(solve(schedule))
-    tc, best = time.perf_counter() - t0, np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = jax.block_until_ready(solve())
-        best = min(best, time.perf_counter() - t0)
-    return dict(
-        time=best,
-        compile=tc,
-        iters=np.asarray(res.iterations),
-        cost=np.asarray(res.cost),
-        status=np.asarray(res.status),
-        schedule=schedule,
-    )
+    jax.block_until_ready(solve(schedule))
+    return _timed_solves(solve, repeats, time.perf_counter() - t0, schedule=schedule)
 
 
 def main(argv=None):
