@@ -135,7 +135,7 @@ def optax_baseline(problem, steps=500, lr=0.1):
     return dict(time=t, compile=first - t, iters=steps, cost=final, lr=lr)
 
 
-def single(name, T, seed):
+def single(name, T, seed, modes=("analytic", "autodiff"), baseline=True):
     model, pm, conv = load(name)
     rng = np.random.default_rng(seed)
     q0 = jaxdyn.neutral_configuration(model)
@@ -148,7 +148,7 @@ def single(name, T, seed):
     problem = make_problem(model, T, x0, goal)
     cro = crocoddyl_solve(problem, pm, conv)
     rows = []
-    for mode in ("analytic", "autodiff"):
+    for mode in modes:
         jx = jaxdyn_solve(problem, mode)
         assert int(jx["status"]) == 0, f"{name} {mode}: status {int(jx['status'])}"
         rel = abs(float(jx["cost"]) - cro["cost"]) / abs(cro["cost"])
@@ -158,7 +158,7 @@ def single(name, T, seed):
               f"cost {float(jx['cost']):.10g}, compile {jx['compile']:.1f} s")  # fmt: skip
     print(f"{name} Crocoddyl: {cro['time'] * 1e3:.1f} ms, {cro['iters']} it, cost "
           f"{cro['cost']:.10g}")  # fmt: skip
-    adam = optax_baseline(problem) if name == "arm7" else None
+    adam = optax_baseline(problem) if name == "arm7" and baseline else None
     if adam is not None:
         print(f"{name} optax Adam: {adam['time'] * 1e3:.1f} ms, {adam['iters']} steps, cost "
               f"{adam['cost']:.10g}")  # fmt: skip
@@ -220,12 +220,49 @@ def solve_rounds_timed(stacked, repeats=2):
     return _timed_solves(solve, repeats, time.perf_counter() - t0, schedule=schedule)
 
 
+SINGLES = (("arm7", 100, 0), ("quad12", 50, 1))
+
+
+def fused_singles():
+    """The one-problem solves again in a child process started with
+    ``JAXDYN_FUSED_CPU_LOOPS=1`` (XLA flags are per process, :func:`jaxdyn.config.fused_cpu_loops`),
+    analytic derivatives, with the child's own Crocoddyl reference: ``{name: (cro, jx, rel)}``."""
+    import json
+    import subprocess
+
+    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
+    r = subprocess.run(
+        [sys.executable, __file__, "--fused-child"], env=env, capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"fused-loop child failed:\n{r.stderr[-3000:]}")
+    print(r.stdout, end="")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _fused_child():
+    import json
+
+    assert jaxdyn.config.fused_cpu_loops_enabled(), os.environ.get("XLA_FLAGS")
+    out = {}
+    for name, T, seed in SINGLES:
+        _, _, cro, rows, _ = single(name, T, seed, modes=("analytic",), baseline=False)
+        _, jx, rel = rows[0]
+        jx = {k: float(jx[k]) for k in ("time", "compile", "iters", "cost")}
+        out[name] = (dict(cro, ok=bool(cro["ok"])), jx, rel)
+    print(json.dumps(out))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    ap.add_argument("--fused-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    singles = [single("arm7", 100, 0), single("quad12", 50, 1)]
+    if a.fused_child:
+        return _fused_child()
+    singles = [single(*args) for args in SINGLES]
+    fused = fused_singles()
     b = batch("arm7", 100, a.batch, 2)
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, crocoddyl "
@@ -248,29 +285,46 @@ def main(argv=None):
         "its rollouts diverge within 10 steps at lr >= 0.03 (the last finite controls are "
         "kept) and stall near 2.3e5 at lr 0.01, which is the case for a second-order method.",
         "",
-        "| problem | solver | iterations | ms / solve | ms / iteration | final cost | "
-        "rel. diff. | compile s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "The fused-CPU-loops rows come from a second process started with "
+        "`JAXDYN_FUSED_CPU_LOOPS=1` (`jaxdyn.config.fused_cpu_loops`: XLA:CPU compiles each "
+        "of the solver's knot loops into one kernel instead of one kernel per operation and "
+        "step; the flags are per process); their ratio is to that process's own Crocoddyl "
+        "solve (same problem, best of 3).",
+        "",
+        "| problem | solver | iterations | ms / solve | ms / iteration | per iteration vs "
+        "Crocoddyl | final cost | rel. diff. | compile s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, T, cro, rows, adam in singles:
-        body.append(
-            f"| {name}, T = {T} | Crocoddyl FDDP | {cro['iters']} | {cro['time'] * 1e3:.2f} | "
-            f"{cro['time'] * 1e3 / cro['iters']:.3f} | {cro['cost']:.10g} | | |"
+
+    def row(name, T, solver, it, t, cost, rel, compile_s, vs):
+        rel = "" if rel is None else f"{rel:.1e}"
+        comp = "" if compile_s is None else f"{compile_s:.1f}"
+        return (
+            f"| {name}, T = {T} | {solver} | {it} | {t * 1e3:.2f} | {t * 1e3 / it:.3f} | "
+            f"{vs} | {float(cost):.10g} | {rel} | {comp} |"
         )
+
+    for name, T, cro, rows, adam in singles:
+        per_it = cro["time"] / cro["iters"]
+        body.append(row(name, T, "Crocoddyl FDDP", cro["iters"], cro["time"], cro["cost"],
+                        None, None, "1.00x"))  # fmt: skip
         for mode, jx, rel in rows:
             it = int(jx["iters"])
-            body.append(
-                f"| {name}, T = {T} | jaxdyn FDDP, {mode} | {it} | {jx['time'] * 1e3:.2f} | "
-                f"{jx['time'] * 1e3 / it:.3f} | {float(jx['cost']):.10g} | {rel:.1e} | "
-                f"{jx['compile']:.1f} |"
-            )
+            vs = f"{jx['time'] / it / per_it:.2f}x"
+            body.append(row(name, T, f"jaxdyn FDDP, {mode}", it, jx["time"], jx["cost"], rel,
+                            jx["compile"], vs))  # fmt: skip
+        f_cro, jx, rel = fused[name]
+        it = int(jx["iters"])
+        vs = f"{jx['time'] / it / (f_cro['time'] / f_cro['iters']):.2f}x"
+        body.append(row(name, T, "jaxdyn FDDP, analytic, fused CPU loops", it, jx["time"],
+                        jx["cost"], rel, jx["compile"], vs))  # fmt: skip
         if adam is not None:
             rel = (adam["cost"] - cro["cost"]) / abs(cro["cost"])
             body.append(
                 f"| {name}, T = {T} | optax Adam (lr {adam['lr']:g}), single shooting | "
                 f"{adam['iters']} steps | {adam['time'] * 1e3:.2f} | "
-                f"{adam['time'] * 1e3 / adam['iters']:.3f} | {adam['cost']:.10g} | {rel:+.1e} | "
-                f"{adam['compile']:.1f} |"
+                f"{adam['time'] * 1e3 / adam['iters']:.3f} | | {adam['cost']:.10g} | "
+                f"{rel:+.1e} | {adam['compile']:.1f} |"
             )
     B = b["B"]
     body += [

@@ -20,26 +20,14 @@ import ctypes
 import ctypes.util
 import gc
 import os
-import subprocess
-import sys
+
+from jaxdyn.config import _xla_accepts  # imports JAX, which starts no backend yet
 
 #: compile-time flags of the test run (see the module docstring), in the order they are added
 FAST_COMPILE_FLAGS = (
     "--xla_backend_optimization_level=0",
     "--xla_cpu_use_fusion_emitters=false",
 )
-
-
-def _xla_accepts(flags: str) -> bool:
-    """Whether a fresh process starts JAX's CPU backend with ``XLA_FLAGS=flags`` (an unknown
-    flag makes XLA abort the process)."""
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    probe = "import jax; jax.devices()"
-    try:
-        r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
 
 
 def _add_fast_compile_flags():

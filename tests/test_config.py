@@ -161,3 +161,33 @@ def test_environment_variables_read_at_import():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert r.returncode != 0 and "JAXDYN_UNROLL_MAX='many' is invalid" in r.stderr
+
+
+def test_fused_cpu_loops_flags():
+    """The XLA_FLAGS that fused_cpu_loops writes: its options in front (XLA stops reading at
+    the first word that is not a --flag, such as TensorFlow's intra_op_parallelism_threads=1),
+    merged into an existing --xla_backend_extra_options, a threshold replaced, the ISA and
+    YNNPACK flags not repeated; and the call refused once JAX's backend runs (as here)."""
+    opt = "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold="
+    out = config._with_loop_option("--xla_cpu_multi_thread_eigen=false intra_op=1", 100)
+    words = out.split()
+    assert words[0] == opt + "100"
+    assert words[-2:] == ["--xla_cpu_multi_thread_eigen=false", "intra_op=1"]
+    assert set(config.FUSED_LOOP_FLAGS) <= set(words[:3])
+    assert config._loop_bytes(out) == 100 and config._loop_bytes("--a=1 b") == 0
+    merged = config._with_loop_option(
+        "--xla_backend_extra_options=foo,xla_cpu_small_while_loop_byte_threshold=5 "
+        "--xla_cpu_max_isa=SSE4_2",
+        7,
+    )
+    assert "--xla_backend_extra_options=foo,xla_cpu_small_while_loop_byte_threshold=7" in (
+        merged.split()
+    )
+    assert merged.count("xla_cpu_max_isa") == 1 and "SSE4_2" in merged
+    assert config._loop_bytes(merged) == 7
+    jnp.zeros(1).block_until_ready()  # the backend runs
+    with pytest.raises(RuntimeError, match="already running"):
+        config.fused_cpu_loops()
+    for bad in (0, -1, 1.5, True, "big"):
+        with pytest.raises(ValueError, match="max_bytes must be a positive int"):
+            config.fused_cpu_loops(bad)

@@ -331,7 +331,7 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution):
         ddp.solve_batch(batch, solver="newton")
 
 
-def test_batch_one_routes(pendulum, fddp_solution):
+def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
     """One problem factors Q_uu with LAPACK and takes aba's dense route in its rollouts (deep
     float64 trees); jax.vmap over problems must not (a LAPACK call under vmap loops over the
     batch): the batching rules keep the unrolled factorisation and the ABA sweeps. Checked on
@@ -361,6 +361,54 @@ def test_batch_one_routes(pendulum, fddp_solution):
         rtol=1e-12,
         atol=1e-12,
     )
+    # fused CPU loops (jaxdyn.config.fused_cpu_loops): no LAPACK call in one problem's loops
+    # either (XLA does not fuse a loop holding a custom call)
+    monkeypatch.setattr(jaxdyn.config, "fused_cpu_loops_enabled", lambda: True)
+    jax.clear_caches()  # the traces above are cached (in a process the flags never change)
+    assert not lapack(lambda p: ddp.fddp(p, max_iter=3), problem)
+    assert not lapack(one, x, u)
+    monkeypatch.undo()
+    jax.clear_caches()
+
+
+_FUSED_CHILD = """
+import sys
+sys.path[:0] = {paths!r}
+import jax
+jax.config.update("jax_enable_x64", True)
+import jaxdyn, oracle, test_trajopt as t
+from jaxdyn.trajopt import ddp
+assert jaxdyn.config.fused_cpu_loops_enabled()
+model = oracle.robot_case("double_pendulum").model.with_armature(t.ARMATURE)
+problem = t._problem(model, t._states(model.nv, t.X0), t._states(model.nv, t.GOAL))
+solve = jax.jit(lambda p: ddp.fddp(p, max_iter=200))
+hlo = solve.lower(problem).compile().as_text()
+r = solve(problem)
+print(hlo.count("xla_cpu_small_call"), hlo.count("custom-call("), int(r.iterations),
+      repr(float(r.cost)))
+"""
+
+
+def test_fused_cpu_loops_solve(fddp_solution):
+    """JAXDYN_FUSED_CPU_LOOPS=1 in a fresh process: XLA compiles the solver's loops into single
+    kernels (xla_cpu_small_call in the program, no custom call left) and FDDP takes the same
+    iterations to the same cost as here (default flags; LAPACK and the dense route)."""
+    import os
+    import subprocess
+    import sys
+
+    problem, res = fddp_solution
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = _FUSED_CHILD.format(paths=[here, os.path.dirname(here)])
+    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    fused, custom, iterations, cost = r.stdout.split()[-4:]
+    assert int(fused) >= 3 and int(custom) == 0, r.stdout
+    assert int(iterations) == int(res.iterations)
+    np.testing.assert_allclose(float(cost), float(res.cost), rtol=1e-10)
 
 
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):

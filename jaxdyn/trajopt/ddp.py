@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .. import _linalg, batching
+from .. import _linalg, batching, config
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
 
@@ -285,7 +285,7 @@ def box_qp(H, g, lower, upper, x0=None, iterations: int = 30, tol: float = 1e-12
 
 
 def _spd_solve_fn(A, B):
-    if batching.rule_batch_size() == 0:
+    if batching.rule_batch_size() == 0 and not config.fused_cpu_loops_enabled():
         return jsl.cho_solve(jsl.cho_factor(A, lower=True), B)
     return _linalg.cho_solve(_linalg.cholesky(A), B)
 
@@ -294,7 +294,8 @@ def _spd_solve_fn(A, B):
 #: backward pass (a ``lax.scan`` over knots at batch 1) factors ``Q_uu`` with LAPACK (two
 #: custom calls), which has about 40 fewer XLA kernels per knot than the unrolled
 #: factorisation and solves; under ``jax.vmap`` over problems the batching rule keeps the
-#: unrolled form (a LAPACK call would loop over the batch).
+#: unrolled form (a LAPACK call would loop over the batch), and so do fused CPU loops
+#: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused).
 _spd_solve = batching.batched(_spd_solve_fn, lambda A, itemsize: 0)
 
 

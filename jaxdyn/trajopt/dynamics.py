@@ -33,7 +33,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, batching
+from .. import _checks, batching, config
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
@@ -68,8 +68,9 @@ def _input_jacobian(B, M):
 #: problem's rollout (a ``lax.scan`` of single steps, batch 1) takes the dense route on deep
 #: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
 #: 76 for the ABA sweeps), while ``jax.vmap`` over problems, where a LAPACK call would be a
-#: loop over the batch, invokes the rule and keeps the sweeps. No value checks: a diverged
-#: trial state of a solver must give NaN, not an error.
+#: loop over the batch, invokes the rule and keeps the sweeps; so do fused CPU loops
+#: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). No
+#: value checks: a diverged trial state of a solver must give NaN, not an error.
 _free_acceleration = batching.batched(aba_solve, _checks.BATCHED["aba"])
 
 
@@ -100,7 +101,8 @@ class FreeDynamics(eqx.Module):
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def acceleration(self, model, q, v, u):
-        return _free_acceleration(model, q, v, _torque(self.actuation, u))
+        method = "sweeps" if config.fused_cpu_loops_enabled() else "auto"
+        return _free_acceleration(model, q, v, _torque(self.actuation, u), None, method)
 
     def derivatives(self, model, q, v, u):
         """``(a, a_q, a_v, a_u)``: FDSVA partials (Singh, Russell & Wensing 2022, Eq. 5)."""
