@@ -56,7 +56,10 @@ solve on a 2-core EPYC (``benchmarks/RESULTS.md``); compile time about 2x. The f
 off XLA's YNNPACK fusions (a loop holding one is not fused) and cap the instruction set at
 AVX2 (AVX-512 code for a fused DDP backward pass took over 20 GB to compile, jaxlib 0.10.2), so
 large batched programs in the same process may be slower. jaxdyn's trajectory-optimisation
-knots then avoid LAPACK calls (a loop holding a custom call is not fused).
+knots then avoid LAPACK calls and ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop
+holding a custom call or a scatter; value checks are custom calls): one quad12 simulation step
+6.9 -> 3.8 us with value checks off, against 8.5 us for MuJoCo C
+(``benchmarks/sim_one.py``).
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
 """
 

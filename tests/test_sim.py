@@ -547,3 +547,46 @@ def test_divergence_raises_a_clear_error(pendulum):
     s = sim.State(jnp.array([0.3, -0.2]), jnp.array([1e200, -1e200]))
     s1 = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(s)
     assert not np.all(np.isfinite(np.asarray(s1.v)))
+
+
+def test_fused_loops_step_has_no_scatter(quad, monkeypatch):
+    """With fused CPU loops (jaxdyn.config.fused_cpu_loops) the step sums contact wrenches,
+    contact stiffness and joint torques onto bodies and joints without scatters (XLA:CPU does
+    not fuse a loop holding one): the step's program has none, and its next state equals the
+    scatter form's (implicit integrator, compliant contact in touch, PD and joint limits)."""
+    from jaxdyn.sim import _scatter
+
+    m, cs = quad
+    cfg = sim.SimConfig(dt=2e-3, contact=sim.Compliant(), contacts=cs, actuator=sim.PD(20.0, 0.5))
+    q0 = jaxdyn.neutral_configuration(m).at[2].set(0.3)  # feet below the ground: in contact
+    q0 = q0.at[7:].add(0.4 * jnp.cos(jnp.arange(m.nv - 6)))  # some joints beyond their limits
+    s0 = sim.State(q0, 0.1 * jnp.sin(jnp.arange(m.nv, dtype=q0.dtype)))
+    ref = q0[7:] + 0.1
+
+    def step(s):
+        return sim.step(m, s, ref, cfg)
+
+    def scatters(fn, *args):
+        return str(jax.make_jaxpr(fn)(*args)).count("scatter")
+
+    plain = jax.jit(step)(s0)
+    assert scatters(step, s0) > 0
+    # the helpers against the scatters (repeated segments, empty ones)
+    idx = np.array([3, 0, 3, 1, 3])
+    vals = jnp.arange(15.0).reshape(5, 3)
+    ref_sum = jax.ops.segment_sum(vals, idx, num_segments=5)
+    ref_add = jnp.ones(6).at[np.array([4, 1])].add(jnp.array([2.0, -3.0]))
+    monkeypatch.setattr(jaxdyn.config, "fused_cpu_loops_enabled", lambda: True)
+    jax.clear_caches()
+    assert scatters(step, s0) == 0
+    fused = jax.jit(step)(s0)
+    np.testing.assert_array_equal(np.asarray(_scatter.segment_sum(vals, idx, 5)), ref_sum)
+    out = _scatter.add_at(jnp.ones(6), np.array([4, 1]), jnp.array([2.0, -3.0]))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(ref_add))
+    with pytest.raises(ValueError, match="distinct"):
+        _scatter.add_at(jnp.ones(6), np.array([1, 1]), jnp.ones(2))
+    monkeypatch.undo()
+    jax.clear_caches()
+    assert float(jnp.max(jnp.abs(sim.contact_forces(m, s0, ref, cfg)))) > 1.0  # in contact
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(fused)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+from . import _scatter
 
 __all__ = ["JointLimits", "PD", "Torque", "actuated_dofs", "joint_properties", "passive_forces"]
 
@@ -78,7 +79,7 @@ class Torque(eqx.Module):
 
     def torques(self, model, q, v, ctrl):
         idx = actuated_dofs(model, self.dofs)
-        return jnp.zeros(model.nv, v.dtype).at[idx].set(self.gear * ctrl)
+        return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, self.gear * ctrl)
 
 
 class PD(eqx.Module):
@@ -95,13 +96,13 @@ class PD(eqx.Module):
     def velocity_gain(self, model, dtype):
         idx = actuated_dofs(model, self.dofs)
         kd = jnp.broadcast_to(jnp.asarray(self.kd, dtype), (len(idx),))
-        return jnp.zeros(model.nv, dtype).at[idx].set(kd)
+        return _scatter.add_at(jnp.zeros(model.nv, dtype), idx, kd)
 
     def torques(self, model, q, v, ctrl):
         idx = actuated_dofs(model, self.dofs)
         qi = q[dof_positions(model, idx)]
         tau = self.kp * (ctrl - qi) - self.kd * v[idx]
-        return jnp.zeros(model.nv, v.dtype).at[idx].set(tau)
+        return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, tau)
 
 
 class JointLimits(eqx.Module):
@@ -166,4 +167,4 @@ def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((qd - hi) / eps), 0.0)
     gate = (below + above) / (below + above + eps)
     f = limits.stiffness * (below - above) - limits.damping * gate * v[idx]
-    return tau.at[idx].add(f)
+    return _scatter.add_at(tau, idx, f)

@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import _linalg as linalg
 from .. import spatial
+from . import _scatter
 
 __all__ = [
     "Compliant",
@@ -96,7 +97,7 @@ def contact_wrenches(ws, cs, point, force):
     """Per-body spatial forces at the world-state origin ``(nb, 6)`` from point forces
     ``force (nc, 3)`` (world axes) applied at ``point (nc, 3)``."""
     w = jnp.concatenate([spatial.cross(point, force), force], -1)
-    return jax.ops.segment_sum(w, cs.body_index, num_segments=ws.R.shape[0])
+    return _scatter.segment_sum(w, cs.body_index, ws.R.shape[0])
 
 
 # ------------------------------------------------------------------------------- compliant

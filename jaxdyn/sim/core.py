@@ -60,6 +60,7 @@ from ..algorithms.aba import (
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
+from . import _scatter
 from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
 from .geometry import TERRAINS, ContactSet, Plane
@@ -300,7 +301,7 @@ def _contact_inertias(model, cfg, ws, frames, h):
     P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
     Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
     nb = ws.R.shape[0]
-    return jax.ops.segment_sum(Ic, cfg.contacts.body_index, num_segments=nb)
+    return _scatter.segment_sum(Ic, cfg.contacts.body_index, nb)
 
 
 def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
