@@ -830,3 +830,31 @@ def test_pv_osimr_pair_assembly(monkeypatch):
         pv_osimr.plan.cache_clear()
     assert_close(D, reference_delassus(key, q, cs)[1], RTOL, err_msg=f"{name}: pair assembly")
     assert np.array_equal(D, D.T)
+
+
+def test_constrained_aba_fused_loops_route(monkeypatch):
+    """With fused CPU loops (jaxdyn.config.fused_cpu_loops) the constraint forces are solved
+    by the unrolled Cholesky factorisation, not LAPACK (XLA does not fuse a loop holding a
+    custom call): no cholesky primitive in the program, and the same qdd and forces."""
+    model = robots.load("quad12")
+    feet = tuple(Connect(f) for f in ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"))
+    q = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), 0.2 * jnp.cos(jnp.arange(18)))
+    v, tau = 0.3 * jnp.sin(jnp.arange(18.0)), jnp.linspace(-1.0, 1.0, 18)
+
+    def f(q):
+        return constrained_aba(model, q, v, tau, feet)
+
+    def lapack():
+        return "cholesky" in str(jax.make_jaxpr(f)(q))
+
+    ref = jax.jit(f)(q)
+    assert lapack()
+    monkeypatch.setattr(jaxdyn.config, "fused_cpu_loops_enabled", lambda: True)
+    jax.clear_caches()
+    assert not lapack()
+    out = jax.jit(f)(q)
+    monkeypatch.undo()
+    jax.clear_caches()
+    assert float(jnp.max(jnp.abs(ref.lam))) > 1.0
+    assert_close(np.asarray(out.qdd), np.asarray(ref.qdd), 1e-10, err_msg="qdd")
+    assert_close(np.asarray(out.lam), np.asarray(ref.lam), 1e-10, err_msg="lam")
