@@ -1,15 +1,26 @@
-"""Single-threaded CPU settings shared by the benchmark scripts (import before JAX runs).
+"""Single-core CPU settings shared by the benchmark scripts (import before JAX runs).
 
-Pinocchio runs on one thread, so XLA does too: ``XLA_FLAGS`` gets
-``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`` unless it already names
-the eigen threading. ``OPENBLAS_NUM_THREADS`` defaults to 1: JAX's LAPACK calls (Cholesky,
-triangular solves, LU) run in scipy's OpenBLAS, whose thread pool stalled for milliseconds per
-call on a loaded 2-core machine.
+Pinocchio runs on one thread, so jaxdyn runs on one core too:
+
+* the process is pinned to one core (``os.sched_setaffinity``; every thread started later,
+  XLA's and OpenBLAS's included, inherits it). The flags alone do not make XLA single-threaded:
+  its runtime runs independent kernels of a program concurrently on its thread pool. Measured on
+  the 2-core VM (2026-11-26), ``jax.jit(jax.vmap(aba))`` on talos_full at B = 1024 used 1.74 s
+  of CPU per second of wall time with the flags (7.3 us per sample) and 1.00 pinned (10.2 us);
+  ``aba_derivatives`` 1.57 (54 us) against 1.00 (70 us). Results before that date were measured
+  without the pin. ``JAXDYN_BENCH_ALL_CORES=1`` leaves the affinity alone;
+* ``XLA_FLAGS`` gets ``--xla_cpu_multi_thread_eigen=false`` (Eigen's own threads off) unless
+  it already names the eigen threading. (Earlier runs also passed TensorFlow's
+  ``intra_op_parallelism_threads=1``, which XLA does not read: XLA stops reading ``XLA_FLAGS``
+  at the first word that is not a ``--flag``.)
+* ``OPENBLAS_NUM_THREADS`` defaults to 1: JAX's LAPACK calls (Cholesky, triangular solves, LU)
+  run in scipy's OpenBLAS, whose thread pool stalled for milliseconds per call on a loaded
+  2-core machine.
 """
 
 import os
 
-SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
 
 def single_threaded() -> None:
@@ -17,6 +28,30 @@ def single_threaded() -> None:
     if "xla_cpu_multi_thread_eigen" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " " + SINGLE_THREAD_FLAGS).strip()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    one_core()
+
+
+def one_core():
+    """Pin this process to its last allowed core (see the module docstring); returns the core,
+    or ``None`` where affinity is not available or ``JAXDYN_BENCH_ALL_CORES=1``."""
+    if os.environ.get("JAXDYN_BENCH_ALL_CORES", "0") not in ("0", ""):
+        return None
+    try:
+        core = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {core})
+    except (AttributeError, OSError):  # not Linux
+        return None
+    return core
+
+
+def threading_note() -> str:
+    """How the run was threaded, for the results' machine lines."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count()
+    where = "pinned to one core" if n == 1 else f"{n} cores allowed"
+    return f"`{SINGLE_THREAD_FLAGS}`, {where}"
 
 
 def reuse_freed_buffers() -> bool:

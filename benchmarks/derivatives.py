@@ -20,13 +20,13 @@ row times plain ``jax.vmap`` at batch 1024), float64 and float32, on solo12 and 
 sweep over serial revolute chains of 5 to 100 bodies (float64, batch 64) comparing the DMM and
 AZA ways of applying ``M^-1`` (the crossover sets ``jaxdyn.derivatives.fd.AZA_MIN_NV``).
 
-Timing: CPU time of this process (``time.process_time``; XLA is single-threaded with
-``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``, set before
-JAX starts), each cell the median of 5 repeats of >= 30 ms after a warm-up. Ratios to
-Pinocchio are *paired*: every jaxdyn repeat is followed by a Pinocchio repeat and the median of
-the per-pair ratios is reported, so load changes on a shared machine cancel. Compile time is the
-CPU time of ``jit(...).lower(...).compile()``; memory is XLA's ``temp_size_in_bytes`` of the
-compiled program (its peak scratch memory) at batch 1024.
+Timing: CPU time of this process (``time.process_time``, which counts every thread; the process
+is pinned to one core and ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false"`` is set before JAX
+starts, benchmarks/_env.py), each cell the median of 5 repeats of >= 30 ms after a warm-up.
+Ratios to Pinocchio are *paired*: every jaxdyn repeat is followed by a Pinocchio repeat and the
+median of the per-pair ratios is reported, so load changes on a shared machine cancel. Compile
+time is the CPU time of ``jit(...).lower(...).compile()``; memory is XLA's
+``temp_size_in_bytes`` of the compiled program (its peak scratch memory) at batch 1024.
 
 Usage: ``python benchmarks/derivatives.py [--quick] [--out benchmarks/RESULTS.md]
 [--json results.json]``. The markdown goes under the heading ``## Derivatives`` of ``--out``

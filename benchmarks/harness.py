@@ -20,10 +20,10 @@ What is measured (see ``benchmarks/README.md`` for how to read the tables):
   optimized HLO entry computation (each is roughly one kernel launch on XLA:CPU), which explains
   most of the batch-1 latency.
 
-Single-threaded by default: the flags of ``benchmarks/_env.py`` (``XLA_FLAGS=
-"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``) are set before JAX
-creates its CPU backend (``--multi-thread`` turns this off). Pinocchio, MuJoCo and tqdm are
-imported lazily: they are not runtime dependencies of jaxdyn (``pip install 'jaxdyn[bench]'``).
+Single-threaded by default: ``benchmarks/_env.py`` pins the process to one core and sets
+``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false"`` before JAX creates its CPU backend
+(``--multi-thread`` turns this off). Pinocchio, MuJoCo and tqdm are imported lazily: they are
+not runtime dependencies of jaxdyn (``pip install 'jaxdyn[bench]'``).
 
 This file lives in the repository's ``benchmarks/`` folder, not in the installed package; it
 imports its neighbour ``_env`` (``benchmarks/`` is on ``sys.path`` when a script there runs, and
@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _env import SINGLE_THREAD_FLAGS, single_threaded
+from _env import SINGLE_THREAD_FLAGS, single_threaded, threading_note
 
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
@@ -106,6 +106,7 @@ def configure_threads(single_thread: bool = True) -> str:
         status = f"XLA_FLAGS={current!r} (set before start)"
     else:
         status = f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
+    status += f"; {threading_note().split(', ', 1)[-1]}"
     if _backend_initialized():
         status += " (WARNING: the JAX backend was already initialised, flags may be ignored)"
     return status

@@ -233,7 +233,7 @@ def main(argv=None):
 
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
-        f"{mujoco.__version__}; single-threaded XLA (`{_env.SINGLE_THREAD_FLAGS}`); run "
+        f"{mujoco.__version__}; single-threaded XLA ({_env.threading_note()}); run "
         f"{time.strftime('%Y-%m-%d %H:%M')} UTC by `python benchmarks/mjcf.py`; load average "
         f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} "
         "cores (other work shares the machine when it exceeds 1).",

@@ -36,7 +36,7 @@ elementwise chains several times over (e.g. 300k "flops" for the 47-level forwar
 of a 40-link stem whose lowered HLO has 14k, executed in 2.5 us) and so is not a measure of
 work done; it also needs a compile per point, which the scaling grid cannot afford.
 
-Single-threaded XLA (``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``),
+Single-threaded XLA (``--xla_cpu_multi_thread_eigen=false``, one core: benchmarks/_env.py),
 float64, jaxdyn value checks on (library default). Times: the minimum and the median over
 repeats of the per-sample time of one batched call (the machine is shared: the minimum is the
 better estimate of the undisturbed cost).

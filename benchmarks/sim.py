@@ -671,7 +671,7 @@ def main(argv=None):
     mjx_best = {r[2]: r[4] for r in rows if r[0] == "MJX"}
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}; single-threaded "
-        f"XLA (`{_env.SINGLE_THREAD_FLAGS}`); glibc keeps freed buffers for reuse in every "
+        f"XLA ({_env.threading_note()}); glibc keeps freed buffers for reuse in every "
         f"engine's process (`_env.reuse_freed_buffers`); {a.dtype}; run "
         f"{time.strftime('%Y-%m-%d %H:%M')} UTC by `python benchmarks/sim.py`; jaxdyn, MJX and "
         "jaxsim timed through their jitted functions.",

@@ -134,8 +134,8 @@ def main(argv=None):
     mj, mj_version = mujoco_row(a.steps)
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
-        f"{mj_version}; single-threaded; float64; run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
-        "`python benchmarks/sim_one.py`.",
+        f"{mj_version}; single-threaded ({_env.threading_note()}); float64; run "
+        f"{time.strftime('%Y-%m-%d %H:%M')} UTC by `python benchmarks/sim_one.py`.",
         "",
         f"quad12 standing on its four foot spheres (the cases of the Simulation table, PD kp = "
         f"20, kd = 0.5, dt = 2 ms), one robot, a {a.steps}-step rollout: jaxdyn "

@@ -266,7 +266,7 @@ def main(argv=None):
     b = batch("arm7", 100, a.batch, 2)
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, crocoddyl "
-        f"{crocoddyl.__version__}; single-threaded XLA (`{_env.SINGLE_THREAD_FLAGS}`), "
+        f"{crocoddyl.__version__}; single-threaded XLA ({_env.threading_note()}), "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end of the run, "
         f"Crocoddyl with one thread; float64; run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
         "`python benchmarks/trajopt.py`.",

@@ -3,8 +3,9 @@
     python benchmarks/vs_cpp.py                      # solo12, talos_full; float64, float32
     python benchmarks/vs_cpp.py --robots solo12 --dtypes float64 --out /tmp/r.md
 
-One process, one machine, single-threaded on both sides (XLA without its thread pool,
-Pinocchio's loop on one core). For each robot:
+One process, one machine, one core on both sides (the process pinned to one core: XLA's
+runtime would otherwise run independent kernels on a second core, see ``benchmarks/_env.py``;
+Pinocchio's loop on the same core). For each robot:
 
 * Pinocchio C++ per call (``benchmarks/pinocchio_cpp.py`` compiles ``pinocchio_cpp/bench.cpp``
   with ``-O3 -march=native`` against the ``pin`` wheel's headers; without a compiler it falls
@@ -34,6 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _env  # noqa: E402
 from _env import cpu_name, reuse_freed_buffers, single_threaded, timed, write_section  # noqa: E402
 
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
@@ -181,7 +183,7 @@ def render(results, B, peaks, args) -> str:
         "## Plain jax.vmap against Pinocchio C++",
         "",
         f"`python benchmarks/vs_cpp.py` on {cpu_name()}, one thread each side "
-        f"(XLA_FLAGS single-threaded), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
+        f"({_env.threading_note()}), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. ",
         "",
         f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
