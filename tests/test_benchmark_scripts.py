@@ -6,6 +6,7 @@ and JAX."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -41,3 +42,23 @@ def test_every_benchmark_script_starts():
             if p.returncode != 0 or "usage" not in out.lower():
                 failed[name] = (p.returncode, err.strip().splitlines()[-3:])
     assert not failed, failed
+
+
+def test_benchmarks_run_on_one_core():
+    """benchmarks/_env.single_threaded() pins the process to one core (XLA's runtime would run
+    kernels on a second one whatever its flags) and sets only flags XLA reads (it stops at the
+    first word that is not a --flag); JAXDYN_BENCH_ALL_CORES=1 leaves the affinity alone."""
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux affinity and two cores to tell pinned from not")
+    code = (
+        "import os, _env; _env.single_threaded(); "
+        "print(len(os.sched_getaffinity(0)), all(w.startswith('--') for w in "
+        "os.environ['XLA_FLAGS'].split()))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXDYN_BENCH_ALL_CORES")}
+    run = functools.partial(
+        subprocess.run, [sys.executable, "-c", code], cwd=BENCH, capture_output=True, text=True
+    )
+    assert run(env=env).stdout.split() == ["1", "True"]
+    n = len(os.sched_getaffinity(0))
+    assert run(env=dict(env, JAXDYN_BENCH_ALL_CORES="1")).stdout.split() == [str(n), "True"]
