@@ -54,6 +54,24 @@ def threading_note() -> str:
     return f"`{SINGLE_THREAD_FLAGS}`, {where}"
 
 
+def fused_child(script, *args):
+    """Run ``script *args`` in a child process started with ``JAXDYN_FUSED_CPU_LOOPS=1`` (XLA's
+    flags are per process: :func:`jaxdyn.config.fused_cpu_loops`); echo its output and return
+    the JSON of its last line."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
+    r = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"fused-loop child {script} failed:\n{r.stderr[-3000:]}")
+    print(r.stdout, end="")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def reuse_freed_buffers() -> bool:
     """Keep freed buffers in glibc's heap (no trimming, no ``mmap`` below 32 MB), so that a
     batch's large outputs and intermediates are reused from one call to the next instead of

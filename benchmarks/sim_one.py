@@ -24,7 +24,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -107,20 +106,6 @@ def _child(steps):
     print(json.dumps(jaxdyn_rows(steps, checks=False)))
 
 
-def fused_rows(steps):
-    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
-    r = subprocess.run(
-        [sys.executable, __file__, "--child", "--steps", str(steps)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"fused-loop child failed:\n{r.stderr[-3000:]}")
-    print(r.stdout, end="")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=1000)
@@ -130,7 +115,7 @@ def main(argv=None):
     if a.child:
         return _child(a.steps)
     on, off = jaxdyn_rows(a.steps, True), jaxdyn_rows(a.steps, False)
-    fused = fused_rows(a.steps)
+    fused = _env.fused_child(__file__, "--child", "--steps", str(a.steps))
     mj, mj_version = mujoco_row(a.steps)
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "

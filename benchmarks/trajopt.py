@@ -227,17 +227,7 @@ def fused_singles():
     """The one-problem solves again in a child process started with
     ``JAXDYN_FUSED_CPU_LOOPS=1`` (XLA flags are per process, :func:`jaxdyn.config.fused_cpu_loops`),
     analytic derivatives, with the child's own Crocoddyl reference: ``{name: (cro, jx, rel)}``."""
-    import json
-    import subprocess
-
-    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
-    r = subprocess.run(
-        [sys.executable, __file__, "--fused-child"], env=env, capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"fused-loop child failed:\n{r.stderr[-3000:]}")
-    print(r.stdout, end="")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return _env.fused_child(__file__, "--fused-child")
 
 
 def _fused_child():
