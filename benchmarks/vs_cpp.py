@@ -345,6 +345,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", help=argparse.SUPPRESS)  # a child run writes its raw results here
     a = p.parse_args(argv)
+    single_threaded()  # the children inherit the one core; the report names it
     if a.runs > 1 and not a.json:
         results, peaks = _runs_in_children(a, argv)
     else:
