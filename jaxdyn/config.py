@@ -234,23 +234,25 @@ def fused_cpu_loops(max_bytes: int = 1 << 30) -> None:
     """Ask XLA:CPU to compile each loop accessing fewer than ``max_bytes`` bytes (XLA's cost
     estimate, summed over the iterations: an FDDP knot scan of arm7 with 100 knots counts
     about 100 MB) into one kernel (see the module docstring): adds the flags to
-    ``XLA_FLAGS``. Must run before JAX
-    starts its CPU backend (before the first array is made); raises ``RuntimeError`` after."""
+    ``XLA_FLAGS`` (nothing to do when they are there already). Must run before JAX starts its
+    CPU backend (before the first array is made); raises ``RuntimeError`` after. Through
+    ``JAXDYN_FUSED_CPU_LOOPS=1`` at import, a backend already running gives a warning."""
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(
             f"jaxdyn.config.fused_cpu_loops: max_bytes must be a positive int, got {max_bytes!r}"
         )
     from jax._src import xla_bridge
 
+    flags = os.environ.get("XLA_FLAGS", "")
+    if " ".join(flags.split()) == _with_loop_option(flags, max_bytes):
+        return  # already set (a child process inherits its parent's XLA_FLAGS)
     if xla_bridge.backends_are_initialized():
-        if _loop_bytes(os.environ.get("XLA_FLAGS", "")) == max_bytes > 0:
-            return
         raise RuntimeError(
             "jaxdyn.config.fused_cpu_loops: JAX's backends are already running, so new XLA "
             "flags would be ignored; call it (or set JAXDYN_FUSED_CPU_LOOPS=1) before the "
             "first JAX array is created"
         )
-    flags = _with_loop_option(os.environ.get("XLA_FLAGS", ""), max_bytes)
+    flags = _with_loop_option(flags, max_bytes)
     if not _xla_accepts(flags):
         raise RuntimeError(
             "jaxdyn.config.fused_cpu_loops: this jaxlib's CPU backend does not start with "
@@ -291,4 +293,9 @@ def fused_cpu_loops_enabled() -> bool:
 
 
 if _bool("JAXDYN_FUSED_CPU_LOOPS", os.environ.get("JAXDYN_FUSED_CPU_LOOPS", "0") or "0"):
-    fused_cpu_loops()
+    try:
+        fused_cpu_loops()
+    except RuntimeError as e:  # JAX started before jaxdyn was imported: say so, do not fail
+        import warnings
+
+        warnings.warn(f"JAXDYN_FUSED_CPU_LOOPS=1 ignored: {e}", RuntimeWarning, stacklevel=2)

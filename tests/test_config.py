@@ -188,6 +188,33 @@ def test_fused_cpu_loops_flags():
     jnp.zeros(1).block_until_ready()  # the backend runs
     with pytest.raises(RuntimeError, match="already running"):
         config.fused_cpu_loops()
+    # the flags already in XLA_FLAGS (a child process of a fused one): nothing to do, no probe
+    old = os.environ.get("XLA_FLAGS")
+    try:
+        os.environ["XLA_FLAGS"] = config._with_loop_option("", 1 << 30)
+        config.fused_cpu_loops()
+    finally:
+        if old is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = old
     for bad in (0, -1, 1.5, True, "big"):
         with pytest.raises(ValueError, match="max_bytes must be a positive int"):
             config.fused_cpu_loops(bad)
+
+
+def test_fused_cpu_loops_env_after_jax_started_warns():
+    """JAXDYN_FUSED_CPU_LOOPS=1 with JAX already running when jaxdyn is imported: a warning
+    that says the flags were ignored, not an import error; the loops are not reported fused."""
+    code = (
+        "import warnings, jax.numpy as jnp; jnp.zeros(1).block_until_ready(); "
+        "warnings.simplefilter('error', RuntimeWarning)\n"
+        "try:\n    import jaxdyn\n"
+        "except RuntimeWarning as w:\n    print('warned', 'ignored' in str(w))"
+    )
+    env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1")
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["warned", "True"]
