@@ -51,16 +51,15 @@ The older entry points :func:`jaxdyn.set_value_checks`,
 :func:`fused_cpu_loops` or ``JAXDYN_FUSED_CPU_LOOPS=1`` in the environment. XLA:CPU runs a
 ``lax.scan`` as one small kernel call per operation per step (about 0.1-0.2 us each), which
 bounds one trajectory-optimisation problem's knot loops; with these flags it compiles a small
-loop (at most ``max_bytes`` accessed) into a single kernel. arm7 FDDP: 15.8 -> 9.9 ms per
-solve on one EPYC core, 0.79x Crocoddyl's time per iteration (``benchmarks/RESULTS.md``);
-compile time about 2x. The flags also turn
-off XLA's YNNPACK fusions (a loop holding one is not fused) and cap the instruction set at
-AVX2 (AVX-512 code for a fused DDP backward pass took over 20 GB to compile, jaxlib 0.10.2), so
-large batched programs in the same process may be slower. jaxdyn's trajectory-optimisation
-knots then avoid LAPACK calls and ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop
-holding a custom call or a scatter; value checks are custom calls): one quad12 simulation step
-6.9 -> 3.8 us with value checks off, against 8.5 us for MuJoCo C
-(``benchmarks/sim_one.py``).
+loop (at most ``max_bytes`` accessed) into a single kernel. arm7 FDDP: 15.8 -> 9.9 ms per solve
+on one EPYC core, 0.79x Crocoddyl's time per iteration (``benchmarks/RESULTS.md``); compile
+time about 2x. The flags also turn off XLA's YNNPACK fusions (a loop holding one is not fused)
+and cap the instruction set at AVX2 (AVX-512 code for a fused DDP backward pass took over 20 GB
+to compile, jaxlib 0.10.2), so large batched programs in the same process may be slower.
+jaxdyn's trajectory-optimisation knots then avoid LAPACK calls, ``constrained_aba`` too, and
+``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop holding a custom call or a scatter;
+value checks are custom calls): one quad12 simulation step 6.9 -> 3.8 us with value checks off,
+against 8.5 us for MuJoCo C (``benchmarks/sim_one.py``).
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
 """
 
