@@ -9,11 +9,17 @@ anyway. Here the factorisations are written as ``n`` vectorised column steps (un
 time; ``n`` is static), which XLA fuses across the batch on every backend.
 
 Only for the small ``n`` of per-step systems: the traced program grows with ``n``.
+
+:func:`spd_solve` is the one exception: it calls LAPACK where the caller allows it and XLA:CPU
+is not asked to fuse loops (:func:`jaxdyn.config.fused_cpu_loops`, which a custom call blocks).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+from . import config
 
 __all__ = [
     "cho_solve",
@@ -24,6 +30,7 @@ __all__ = [
     "solve_lower",
     "solve_upper",
     "spd_inverse",
+    "spd_solve",
 ]
 
 
@@ -72,6 +79,16 @@ def solve_upper(U, b):
 def cho_solve(L, b):
     """``A^-1 b`` from the Cholesky factor ``L`` of ``A``."""
     return solve_upper(L.T, solve_lower(L, b))
+
+
+def spd_solve(A, b, lapack: bool = True):
+    """``A^-1 b`` for a symmetric positive definite ``A`` (NaN where it is not): LAPACK's
+    Cholesky and triangular solves (two custom calls) when ``lapack`` and fused CPU loops are
+    off, else :func:`cholesky` and :func:`cho_solve` (no custom call, so a loop holding it can
+    be compiled into one kernel)."""
+    if lapack and not config.fused_cpu_loops_enabled():
+        return jsl.cho_solve(jsl.cho_factor(A, lower=True), b)
+    return cho_solve(cholesky(A), b)
 
 
 def spd_inverse(A):

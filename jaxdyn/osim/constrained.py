@@ -18,10 +18,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
-from .. import _checks, _linalg, config, spatial
+from .. import _checks, _linalg, spatial
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import aba as aba_mod
@@ -157,10 +156,7 @@ def constrained_aba(
         if use_kp:
             rhs = rhs - jnp.asarray(kp, dt) * cons.error_from_placements(lay, pl, Rt, pt)
     A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
-    if config.fused_cpu_loops_enabled():  # no LAPACK call: XLA would not fuse the loop
-        lam = _linalg.cho_solve(_linalg.cholesky(A), rhs)
-    else:
-        lam = jsl.cho_solve(jsl.cho_factor(A, lower=True), rhs)
+    lam = _linalg.spd_solve(A, rhs)  # no LAPACK call with fused CPU loops
     lam = _checks.error_if(
         lam,
         ~jnp.all(jnp.isfinite(lam)),

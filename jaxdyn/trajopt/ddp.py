@@ -48,10 +48,9 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
-from .. import _linalg, batching, config
+from .. import _linalg, batching
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
 
@@ -285,9 +284,7 @@ def box_qp(H, g, lower, upper, x0=None, iterations: int = 30, tol: float = 1e-12
 
 
 def _spd_solve_fn(A, B):
-    if batching.rule_batch_size() == 0 and not config.fused_cpu_loops_enabled():
-        return jsl.cho_solve(jsl.cho_factor(A, lower=True), B)
-    return _linalg.cho_solve(_linalg.cholesky(A), B)
+    return _linalg.spd_solve(A, B, lapack=batching.rule_batch_size() == 0)
 
 
 #: ``A^-1 B`` for a symmetric positive definite ``A`` (NaN where it is not): one problem's
