@@ -44,14 +44,18 @@ def one_core():
     return core
 
 
-def threading_note() -> str:
-    """How the run was threaded, for the results' machine lines."""
+def cores_note() -> str:
+    """``"pinned to one core"`` or ``"N cores allowed"``, for the results' machine lines."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:
         n = os.cpu_count()
-    where = "pinned to one core" if n == 1 else f"{n} cores allowed"
-    return f"`{SINGLE_THREAD_FLAGS}`, {where}"
+    return "pinned to one core" if n == 1 else f"{n} cores allowed"
+
+
+def threading_note() -> str:
+    """How the run was threaded (flags and cores), for the results' machine lines."""
+    return f"`{SINGLE_THREAD_FLAGS}`, {cores_note()}"
 
 
 def fused_child(script, *args):

@@ -44,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from _env import single_threaded, threading_note, write_section  # noqa: E402
+from _env import cores_note, single_threaded, write_section  # noqa: E402
 
 single_threaded()
 sys.path.insert(0, str(ROOT))
@@ -579,7 +579,7 @@ def main(argv=None):
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         cpu=f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores "
-        f"({threading_note().split(', ', 1)[-1]})",
+        f"({cores_note()})",
         load0=" ".join(f"{x:.1f}" for x in os.getloadavg()),
     )
     acc = None

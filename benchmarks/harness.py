@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _env import SINGLE_THREAD_FLAGS, single_threaded, threading_note
+from _env import SINGLE_THREAD_FLAGS, cores_note, single_threaded
 
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
@@ -106,7 +106,7 @@ def configure_threads(single_thread: bool = True) -> str:
         status = f"XLA_FLAGS={current!r} (set before start)"
     else:
         status = f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
-    status += f"; {threading_note().split(', ', 1)[-1]}"
+    status += f"; {cores_note()}"
     if _backend_initialized():
         status += " (WARNING: the JAX backend was already initialised, flags may be ignored)"
     return status

@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from _env import single_threaded, threading_note, write_section  # noqa: E402
+from _env import cores_note, single_threaded, write_section  # noqa: E402
 
 single_threaded()
 
@@ -120,7 +120,7 @@ def env_lines():
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores; "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
         f"- jax {jax.__version__}, pinocchio {pv}; XLA_FLAGS={os.environ['XLA_FLAGS']!r} "
-        f"({threading_note().split(', ', 1)[-1]}); float64",
+        f"({cores_note()}); float64",
     ]
 
 
