@@ -23,12 +23,14 @@ import os
 SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
 
-def single_threaded() -> None:
+def single_threaded(pin: bool = True) -> None:
+    """The flags and ``OPENBLAS_NUM_THREADS`` below, and (``pin``) :func:`one_core`."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " " + SINGLE_THREAD_FLAGS).strip()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    one_core()
+    if pin:
+        one_core()
 
 
 def one_core():

@@ -101,13 +101,17 @@ def configure_threads(single_thread: bool = True) -> str:
         return "multi-threaded (XLA defaults)"
     current = os.environ.get("XLA_FLAGS", "")
     preset = "xla_cpu_multi_thread_eigen" in current
-    single_threaded()  # XLA_FLAGS and OPENBLAS_NUM_THREADS, see benchmarks/_env.py
+    started = _backend_initialized()
+    # XLA_FLAGS, OPENBLAS_NUM_THREADS and one core (benchmarks/_env.py); not the core once JAX
+    # runs (``jaxdyn bench`` called in a process that computed already): its threads exist and
+    # only the calling thread would be pinned
+    single_threaded(pin=not started)
     if preset:
         status = f"XLA_FLAGS={current!r} (set before start)"
     else:
         status = f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
     status += f"; {cores_note()}"
-    if _backend_initialized():
+    if started:
         status += " (WARNING: the JAX backend was already initialised, flags may be ignored)"
     return status
 
