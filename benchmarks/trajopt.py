@@ -329,7 +329,9 @@ def main(argv=None):
         f"(`jaxdyn.trajopt.solve_batch`, rounds of {ROUND_ITERS} iterations, min_batch "
         f"{MIN_BATCH}) gathers the members still running into a smaller batch after each round "
         f"(rounds: {', '.join(map(str, b['jx']['analytic, solve_batch'][0]['schedule']))}, as "
-        "(batch size, members running)).",
+        "(batch size, members running)). Solving the batch one problem after another on each "
+        'core instead (`solve_sharded`, fused CPU loops) is in "Batched MPC on a many-core '
+        'CPU".',
         "",
         "| solver | iterations | s / batch | problems / s | vs Crocoddyl | max rel. cost diff. "
         "| compile s |",

@@ -187,7 +187,8 @@ Reading: the issue's goal, >= 10x Crocoddyl's throughput when 64+ problems are s
 once, is met on the GPU from B = 1024: 12x at B = 1024, about 23x at B = 8192 with `vmap` and
 34x with `solve_batch`, whose rounds spare the 8192-member batch the iterations that only its
 slowest members need (25 at most, 8.5 on average). At B = 64 the GPU is latency-bound (1.8x);
-on the CPU's two cores batching does not get there (the CPU batch table above). B = 65536 is
+a many-core CPU gets there instead (section "Batched MPC on a many-core CPU": 11.0x on 16
+cores with `solve_sharded` and fused CPU loops). B = 65536 is
 no faster per problem than 8192 (`vmap`), and `solve_batch` ran out of the H200's memory
 there (one 67 GB temporary, the `vmap` run's buffers still held). Before these runs the
 solver accepted diverged trial steps that Crocoddyl rejects (a trial cost of 1e100 passed

@@ -283,10 +283,11 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
 
 
 def test_solve_batch_equals_vmap(pendulum, fddp_solution):
-    """solve_batch's rounds and compaction leave every member's iterations as jax.vmap(fddp)
-    has them (and as ilqr's): same iteration counts, costs and trajectories, in the problems'
-    order, a bad member reported in its place. Six members start from the fixture's optimum of
-    a nearby problem (a couple of iterations), one from zero controls (more), one is bad."""
+    """solve_batch's rounds and compaction (and solve_sharded's lax.map over one device) leave
+    every member's iterations as jax.vmap(fddp) has them (and as ilqr's): same iteration
+    counts, costs and trajectories, in the problems' order, a bad member reported in its place.
+    Six members start from the fixture's optimum of a nearby problem (a couple of iterations),
+    one from zero controls (more), one is bad."""
     _, model = pendulum
     nv = model.nv
     base, sol = fddp_solution
@@ -315,6 +316,11 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution):
         # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
         if solver == "fddp":
             assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
+            # solve_sharded on this process's one device: one problem after another
+            rs = ddp.solve_sharded(batch, xs, us, max_iter=200)
+            np.testing.assert_array_equal(np.asarray(rs.status), np.asarray(ref.status))
+            np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
+            np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
         assert schedule[-1][1] == 0
         np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
         assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
@@ -329,6 +335,12 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution):
         ddp.solve_batch(problems[0])
     with pytest.raises(ValueError, match="solver must be"):
         ddp.solve_batch(batch, solver="newton")
+    with pytest.raises(ValueError, match="stacked along a leading axis"):
+        ddp.solve_sharded(problems[0])
+    with pytest.raises(ValueError, match="per_device must be"):
+        ddp.solve_sharded(batch, per_device="pmap")
+    with pytest.raises(ValueError, match="us must have the batch size 8 first"):
+        ddp.solve_sharded(batch, us=us[:3])
 
 
 def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
@@ -372,10 +384,12 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
 
 
 _FUSED_CHILD = """
-import sys
+import json, sys
 sys.path[:0] = {paths!r}
 import jax
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_num_cpu_devices", 2)
+import numpy as np
 import jaxdyn, oracle, test_trajopt as t
 from jaxdyn.trajopt import ddp
 assert jaxdyn.config.fused_cpu_loops_enabled()
@@ -384,15 +398,32 @@ problem = t._problem(model, t._states(model.nv, t.X0), t._states(model.nv, t.GOA
 solve = jax.jit(lambda p: ddp.fddp(p, max_iter=200))
 hlo = solve.lower(problem).compile().as_text()
 r = solve(problem)
-print(hlo.count("xla_cpu_small_call"), hlo.count("custom-call("), int(r.iterations),
-      repr(float(r.cost)))
+# three problems over the two CPU devices (padded to four), one after the other on each
+x0s = [t.X0, (t.X0[0] + 0.5, 0.0), (t.X0[0] - 1.0, 0.3)]
+batch = jax.tree.map(
+    lambda *a: jax.numpy.stack(a),
+    *[t._problem(model, t._states(model.nv, x), t._states(model.nv, t.GOAL)) for x in x0s],
+)
+rs = ddp.solve_sharded(batch, max_iter=200)
+one = [solve(jax.tree.map(lambda a, i=i: a[i], batch)) for i in range(3)]
+print(json.dumps(dict(
+    fused=hlo.count("xla_cpu_small_call"), custom=hlo.count("custom-call("),
+    iterations=int(r.iterations), cost=float(r.cost), devices=len(jax.devices()),
+    sharded_devices=len(rs.cost.devices()),
+    sharded_iterations=np.asarray(rs.iterations).tolist(),
+    one_iterations=[int(o.iterations) for o in one],
+    sharded_cost=np.asarray(rs.cost).tolist(), one_cost=[float(o.cost) for o in one],
+)))
 """
 
 
 def test_fused_cpu_loops_solve(fddp_solution):
-    """JAXDYN_FUSED_CPU_LOOPS=1 in a fresh process: XLA compiles the solver's loops into single
-    kernels (xla_cpu_small_call in the program, no custom call left) and FDDP takes the same
-    iterations to the same cost as here (default flags; LAPACK and the dense route)."""
+    """JAXDYN_FUSED_CPU_LOOPS=1 in a fresh process with two CPU devices: XLA compiles the
+    solver's loops into single kernels (xla_cpu_small_call in the program, no custom call left)
+    and FDDP takes the same iterations to the same cost as here (default flags; LAPACK and the
+    dense route); solve_sharded splits three problems over the two devices (padded to four) and
+    returns each problem's own solve."""
+    import json
     import os
     import subprocess
     import sys
@@ -405,10 +436,14 @@ def test_fused_cpu_loops_solve(fddp_solution):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    fused, custom, iterations, cost = r.stdout.split()[-4:]
-    assert int(fused) >= 3 and int(custom) == 0, r.stdout
-    assert int(iterations) == int(res.iterations)
-    np.testing.assert_allclose(float(cost), float(res.cost), rtol=1e-10)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["fused"] >= 3 and out["custom"] == 0, out
+    assert out["iterations"] == int(res.iterations)
+    np.testing.assert_allclose(out["cost"], float(res.cost), rtol=1e-10)
+    assert out["devices"] == 2 and out["sharded_devices"] == 2, out
+    assert out["sharded_iterations"] == out["one_iterations"], out
+    assert len(set(out["one_iterations"])) > 1, out  # the members differ
+    np.testing.assert_allclose(out["sharded_cost"], out["one_cost"], rtol=1e-12)
 
 
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):

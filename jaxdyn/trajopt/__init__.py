@@ -39,6 +39,7 @@ from .ddp import fddp as fddp
 from .ddp import ilqr as ilqr
 from .ddp import rollout as rollout
 from .ddp import solve_batch as solve_batch
+from .ddp import solve_sharded as solve_sharded
 from .ddp import trajectory_cost as trajectory_cost
 from .dynamics import ContactDynamics as ContactDynamics
 from .dynamics import FreeDynamics as FreeDynamics
@@ -78,6 +79,7 @@ __all__ = [
     "multiple_shooting",
     "rollout",
     "solve_batch",
+    "solve_sharded",
     "shooting",
     "shooting_cost",
     "solve_differentiable",

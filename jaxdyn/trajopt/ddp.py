@@ -63,6 +63,7 @@ __all__ = [
     "fddp",
     "ilqr",
     "solve_batch",
+    "solve_sharded",
     "rollout",
     "trajectory_cost",
 ]
@@ -796,3 +797,105 @@ def solve_batch(
             recorded = np.zeros(size, bool)
     order = np.argsort(np.concatenate([i for i, _ in parts]), kind="stable")
     return jax.tree.map(lambda *a: jnp.concatenate(a)[order], *[r for _, r in parts])
+
+
+# ----------------------------------------------------------------------------- across devices
+
+
+def _shard_map(f, mesh, in_specs, out_specs):
+    """``jax.shard_map`` without replication checks (``jax.experimental`` before jax 0.7)."""
+    if hasattr(jax, "shard_map"):
+        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    from jax.experimental.shard_map import shard_map  # pragma: no cover - old jax
+
+    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+
+
+@eqx.filter_jit
+def _solve_sharded(
+    arrays, static_tree, ddp, params, mesh, per_device, *, max_iter, derivatives, verbose
+):
+    from jax.sharding import PartitionSpec as P
+
+    def one(args):
+        p, x, u = args
+        x, u = _initial(p, x, u)
+        p = p.with_bounds()
+        s = _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives)
+        s = _advance(p, s, ddp, params, max_iter=max_iter, derivatives=derivatives, verbose=verbose)
+        return _result(s)
+
+    def local(arrs):
+        args = eqx.combine(arrs, static_tree)
+        return jax.lax.map(one, args) if per_device == "map" else jax.vmap(one)(args)
+
+    return _shard_map(local, mesh, P(mesh.axis_names[0]), P(mesh.axis_names[0]))(arrays)
+
+
+def solve_sharded(
+    problems: Problem,
+    xs=None,
+    us=None,
+    *,
+    solver: str = "fddp",
+    devices=None,
+    per_device: str | None = None,
+    **options,
+) -> Result:
+    """Solve a batch of problems split across devices (``jax.shard_map``), each device solving
+    its share one problem after another (``per_device="map"``) or as one ``vmap``-ed batch
+    (``"vmap"``).
+
+    This is the many-core CPU route for batched MPC: with ``jax.config.update(
+    "jax_num_cpu_devices", N)`` set before JAX starts, each CPU device runs on its own core, and
+    each problem iterates only as long as it needs (a ``vmap``-ed batch runs every member until
+    its slowest stops). With fused CPU loops (:func:`jaxdyn.config.fused_cpu_loops`) a problem
+    is then a handful of kernels on its core, and the batch's throughput grows with the cores.
+    On one accelerator ``"vmap"`` (the default for devices that are not CPUs) is
+    ``jax.vmap(fddp)`` with the batch spread over the devices given.
+
+    **Arguments:** ``problems``, ``xs``, ``us``, ``solver`` and ``options`` as
+    :func:`solve_batch`; ``devices``: a sequence of devices (default ``jax.devices()``); the
+    batch is padded to a multiple of their number by repeating its last problem (the padding is
+    dropped from the result); ``per_device``: ``"map"`` (default on CPU devices) or ``"vmap"``.
+    Each set of devices, solver, ``per_device`` and static options compiles once.
+
+    **Returns:** a batched :class:`Result` in the problems' order (member by member the result
+    of :func:`fddp` / :func:`ilqr`, up to rounding).
+    """
+    from jax.sharding import Mesh
+
+    if solver not in ("fddp", "ilqr"):
+        raise ValueError(f"solve_sharded: solver must be 'fddp' or 'ilqr', got {solver!r}")
+    x0 = jnp.asarray(problems.x0)
+    if x0.ndim != 2:
+        raise ValueError(
+            "solve_sharded: problems must be stacked along a leading axis (x0 of shape "
+            f"(B, nx)); got x0 of shape {x0.shape}"
+        )
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("solve_sharded: devices is empty")
+    if per_device is None:
+        per_device = "map" if devices[0].platform == "cpu" else "vmap"
+    if per_device not in ("map", "vmap"):
+        raise ValueError(f"solve_sharded: per_device must be 'map' or 'vmap', got {per_device!r}")
+    B, n = x0.shape[0], len(devices)
+    params, static = _options(options, x0.dtype)
+    ddp = jnp.asarray(solver == "ilqr")
+    xs = None if solver == "ilqr" else xs
+    arrays, static_tree = eqx.partition((problems, xs, us), eqx.is_array)
+    for name, a in (("xs", xs), ("us", us)):
+        if a is not None and jnp.shape(a)[0] != B:
+            raise ValueError(
+                f"solve_sharded: {name} must have the batch size {B} first; got shape "
+                f"{jnp.shape(a)}"
+            )
+    pad = (-B) % n
+    if pad:
+        arrays = jax.tree.map(
+            lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]), arrays
+        )
+    mesh = Mesh(np.asarray(devices), ("problems",))
+    res = _solve_sharded(arrays, static_tree, ddp, params, mesh, per_device, **static)
+    return jax.tree.map(lambda a: a[:B], res) if pad else res
