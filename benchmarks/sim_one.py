@@ -5,7 +5,7 @@ Usage: ``python benchmarks/sim_one.py [--steps 1000] [--out benchmarks/RESULTS.m
 
 jaxdyn: ``jax.jit(lambda s, u: sim.rollout(m, s, u, cfg=cfg))`` over ``--steps`` steps of 2 ms
 (one ``lax.scan``), float64, quad12 standing on its four foot spheres (the cases of
-``benchmarks/sim.py``), with value checks on (the default: an ``equinox.error_if`` per step)
+``benchmarks/sim.py``), with value checks on (the default: checked before and after the loop)
 and off, and again in a child process started with ``JAXDYN_FUSED_CPU_LOOPS=1``
 (:func:`jaxdyn.config.fused_cpu_loops`: XLA:CPU compiles a loop holding no custom call and no
 scatter into one kernel; the flags are per process). MuJoCo C: ``mujoco.rollout.rollout`` (its
@@ -103,7 +103,7 @@ def mujoco_row(steps):
 
 def _child(steps):
     assert jaxdyn.config.fused_cpu_loops_enabled(), os.environ.get("XLA_FLAGS")
-    print(json.dumps(jaxdyn_rows(steps, checks=False)))
+    print(json.dumps(dict(on=jaxdyn_rows(steps, True), off=jaxdyn_rows(steps, False))))
 
 
 def main(argv=None):
@@ -115,7 +115,8 @@ def main(argv=None):
     if a.child:
         return _child(a.steps)
     on, off = jaxdyn_rows(a.steps, True), jaxdyn_rows(a.steps, False)
-    fused = _env.fused_child(__file__, "--child", "--steps", str(a.steps))
+    fused_both = _env.fused_child(__file__, "--child", "--steps", str(a.steps))
+    fused_on, fused = fused_both["on"], fused_both["off"]
     mj, mj_version = mujoco_row(a.steps)
     body = [
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
@@ -125,25 +126,27 @@ def main(argv=None):
         f"quad12 standing on its four foot spheres (the cases of the Simulation table, PD kp = "
         f"20, kd = 0.5, dt = 2 ms), one robot, a {a.steps}-step rollout: jaxdyn "
         "`jax.jit(lambda s, u: sim.rollout(m, s, u, cfg=cfg))` (one `lax.scan`) with XLA's "
-        "default flags, value checks on (the default, an `equinox.error_if` per step) and off, "
-        "and in a process started with `JAXDYN_FUSED_CPU_LOOPS=1` (value checks off: XLA:CPU "
-        "then compiles the step loop into one kernel; a loop holding a custom call such as a "
-        "value check is not fused). MuJoCo C: `mujoco.rollout.rollout` (C loop over `mj_step`, "
-        "one thread), the same robot compiled by MuJoCo, `implicitfast`, Newton solver. Best of "
+        "default flags, value checks on (the default; `rollout` checks before and after its "
+        "loop, none inside) and off, and in a process started with `JAXDYN_FUSED_CPU_LOOPS=1` "
+        "(XLA:CPU then compiles the step loop into one kernel; a loop holding a custom call "
+        "such as a value check would not be fused), checks on and off. MuJoCo C: "
+        "`mujoco.rollout.rollout` (C loop over `mj_step`, one thread), the same robot compiled "
+        "by MuJoCo, `implicitfast`, Newton solver. Best of "
         f"{REPEATS} after the first call. Ratio: jaxdyn's time per step over MuJoCo C's (< 1: "
         "jaxdyn faster); MuJoCo's rows do not depend on jaxdyn's contact model.",
         "",
         "| contact, integrator | jaxdyn, checks on (us/step) | jaxdyn, checks off | jaxdyn, "
-        "fused CPU loops | MuJoCo C (us/step) | fused vs MuJoCo C | compile s (default / "
-        "fused) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "fused CPU loops, checks on | fused, checks off | MuJoCo C (us/step) | fused (checks "
+        "on) vs MuJoCo C | compile s (default / fused) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in CASES:
-        assert on[name][2] and off[name][2] and fused[name][2], f"{name}: rollout not finite"
+        rows = (on, off, fused_on, fused)
+        assert all(r[name][2] for r in rows), f"{name}: rollout not finite"
         body.append(
-            f"| {name} | {on[name][0]:.2f} | {off[name][0]:.2f} | {fused[name][0]:.2f} | "
-            f"{mj:.2f} | {fused[name][0] / mj:.2f}x | {off[name][1]:.1f} / "
-            f"{fused[name][1]:.1f} |"
+            f"| {name} | {on[name][0]:.2f} | {off[name][0]:.2f} | {fused_on[name][0]:.2f} | "
+            f"{fused[name][0]:.2f} | {mj:.2f} | {fused_on[name][0] / mj:.2f}x | "
+            f"{on[name][1]:.1f} / {fused_on[name][1]:.1f} |"
         )
     write_section(Path(a.out), "## Simulation: one robot on a CPU\n\n" + "\n".join(body))
     print("\n".join(body))

@@ -369,12 +369,12 @@ def quaternion_indices(topo):
     return idx, owner
 
 
-def check_quaternions(fn, model, q, tol=1e-3):
+def check_quaternions(fn, model, q, tol=1e-3, check=True):
     """Check and normalise the quaternions of ``q`` (spherical / free joints).
 
-    ``error_if`` (value checks on) a quaternion's squared norm differs from 1 by more than
-    ``tol`` or is not finite (NaN); then every quaternion is divided by its norm, so the
-    algorithms see unit quaternions even within the tolerance (a quaternion with
+    ``error_if`` (value checks on, ``check=True``) a quaternion's squared norm differs from 1
+    by more than ``tol`` or is not finite (NaN); then every quaternion is divided by its norm,
+    so the algorithms see unit quaternions even within the tolerance (a quaternion with
     ``|q|^2 = 1.0005`` would otherwise scale rotation matrices by 1.0005 and ``aba`` by
     2.5e-3).
 
@@ -392,7 +392,7 @@ def check_quaternions(fn, model, q, tol=1e-3):
     idx, owner = found
     quats = q[idx]
     n2 = jnp.sum(quats * quats, -1)
-    if config.get("value_checks") and not jnp.issubdtype(q.dtype, jnp.complexfloating):
+    if check and config.get("value_checks") and not jnp.issubdtype(q.dtype, jnp.complexfloating):
         err = jnp.abs(n2 - 1)
         q = error_if(
             q,

@@ -58,8 +58,9 @@ and cap the instruction set at AVX2 (AVX-512 code for a fused DDP backward pass 
 to compile, jaxlib 0.10.2), so large batched programs in the same process may be slower.
 jaxdyn's trajectory-optimisation knots then avoid LAPACK calls, ``constrained_aba`` too, and
 ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop holding a custom call or a scatter;
-value checks are custom calls): one quad12 simulation step 6.9 -> 3.8 us with value checks off,
-against 8.5 us for MuJoCo C (``benchmarks/sim_one.py``).
+value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after its loop):
+one quad12 simulation step 7.2 -> 3.9 us, against 8.8 us for MuJoCo C
+(``benchmarks/sim_one.py``).
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
 """
 

@@ -549,6 +549,61 @@ def test_divergence_raises_a_clear_error(pendulum):
     assert not np.all(np.isfinite(np.asarray(s1.v)))
 
 
+def _jaxprs_in_params(params):
+    import jax.extend
+
+    core = getattr(jax.extend, "core", None)
+    fn = getattr(core, "jaxprs_in_params", None) or jax.core.jaxprs_in_params
+    return fn(params)
+
+
+def _callbacks(jaxpr, inside_loop=False):
+    """Names of the callback primitives (equinox's error_if) of a jaxpr: ``(outside any
+    loop, inside a scan / while body)``."""
+    out, ins = [], []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if "callback" in name:
+            (ins if inside_loop else out).append(name)
+        loop = inside_loop or name in ("scan", "while")
+        for sub in _jaxprs_in_params(eqn.params):
+            o, i = _callbacks(sub, loop)
+            out += o
+            ins += i
+    return out, ins
+
+
+def test_rollout_checks_outside_its_loop(pendulum):
+    """A rollout checks its initial state and controls before its loop and the divergence and
+    a policy's controls after it: the loop holds no check (an XLA custom call, which keeps
+    fused CPU loops from compiling it into one kernel), and each bad input still raises its
+    message (the divergence itself: test_divergence_raises_a_clear_error)."""
+    cfg = sim.SimConfig(dt=5e-3, limits=None)
+    s0 = sim.State(jnp.array([0.3, -0.2]), jnp.zeros(2))
+    us = jnp.zeros((20, 2))
+    for run in (
+        lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg),
+        lambda s, u: sim.rollout(pendulum, s, cfg=cfg, policy=lambda x: -x.v + u[0], n_steps=20),
+        lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg, checkpoint="sqrt"),
+    ):
+        outside, inside = _callbacks(jax.make_jaxpr(run)(s0, us).jaxpr)
+        assert outside and not inside, (outside, inside)
+    nan_s = sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
+    with pytest.raises(Exception, match="rollout: the state has a non-finite entry"):
+        jax.jit(lambda s: sim.rollout(pendulum, s, us, cfg=cfg))(nan_s).q.block_until_ready()
+    with pytest.raises(Exception, match="rollout: controls has a non-finite entry"):
+        jax.jit(lambda u: sim.rollout(pendulum, s0, u, cfg=cfg))(
+            us.at[7, 1].set(jnp.inf)
+        ).q.block_until_ready()
+    policy = lambda x: jnp.where(x.t > 0.04, jnp.nan, 0.0) * jnp.ones(2)  # noqa: E731
+    with pytest.raises(Exception, match="the policy returned a non-finite control"):
+        jax.jit(lambda s: sim.rollout(pendulum, s, cfg=cfg, policy=policy, n_steps=20))(
+            s0
+        ).q.block_until_ready()
+    ok = jax.jit(lambda s: sim.rollout(pendulum, s, us, cfg=cfg))(s0)
+    assert np.all(np.isfinite(np.asarray(ok.q)))
+
+
 def test_fused_loops_step_has_no_scatter(quad, monkeypatch):
     """With fused CPU loops (jaxdyn.config.fused_cpu_loops) the step sums contact wrenches,
     contact stiffness and joint torques onto bodies and joints without scatters (XLA:CPU does

@@ -383,7 +383,9 @@ def _rk4(model, cfg, props, q, v, ctrl, h):
 # ------------------------------------------------------------------------------ public API
 
 
-def _check_state(fn, model, state, ctrl, cfg):
+def _check_state(fn, model, state, ctrl, cfg, values=True):
+    """Shape and dtype checks; with ``values`` (and value checks on) the finiteness, unit
+    quaternion and ``dt > 0`` checks too. Quaternions are normalised either way."""
     if not isinstance(state, State):
         raise TypeError(f"{fn}: state must be a jaxdyn.sim.State, got {type(state).__name__}")
     q = _checks.as_array(fn, "state.q", state.q, (("nq", model.nq),), model)
@@ -392,8 +394,8 @@ def _check_state(fn, model, state, ctrl, cfg):
     ctrl = _checks.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
     dtype = _checks.common_dtype(q, v, ctrl, model.mass)
     q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
-    q = _checks.check_quaternions(fn, model, q)
-    if config.get("value_checks"):
+    q = _checks.check_quaternions(fn, model, q, check=values)
+    if values and config.get("value_checks"):
         bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
         q = eqx.error_if(q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)")
         ctrl = eqx.error_if(
@@ -415,21 +417,8 @@ DIVERGED = (
 
 
 @full_precision
-def step(model, state: State, ctrl, cfg: SimConfig) -> State:
-    """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
-
-    **Arguments:** ``model`` (:class:`jaxdyn.Model`); ``state``
-    (:class:`State`); ``ctrl (nu,)`` with ``nu = cfg.actuator.size(model)``; ``cfg``
-    (:class:`SimConfig`).
-
-    **Returns:** the next :class:`State`.
-
-    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
-    step that diverges returns its non-finite state (callers such as
-    :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
-    :data:`DIVERGED` there.
-    """
-    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
+def _step(model, state: State, ctrl, cfg: SimConfig, values: bool = True) -> State:
+    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg, values)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
@@ -444,6 +433,23 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
 
 
+def step(model, state: State, ctrl, cfg: SimConfig) -> State:
+    """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
+
+    **Arguments:** ``model`` (:class:`jaxdyn.Model`); ``state``
+    (:class:`State`); ``ctrl (nu,)`` with ``nu = cfg.actuator.size(model)``; ``cfg``
+    (:class:`SimConfig`).
+
+    **Returns:** the next :class:`State`.
+
+    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
+    step that diverges returns its non-finite state (callers such as
+    :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
+    :data:`DIVERGED` there.
+    """
+    return _step(model, state, ctrl, cfg)
+
+
 def _step_words(model, itemsize):
     """Numbers one sample of :func:`step` keeps live, roughly: the 6x6 (articulated) inertias
     and a few 6-vectors per body, and the ``nv x nv`` blocks of the contact and implicit terms.
@@ -454,6 +460,14 @@ def _step_words(model, itemsize):
 
 
 step = batching.batched(step, _step_words)
+
+
+def _step_unchecked(model, state: State, ctrl, cfg: SimConfig) -> State:
+    """:func:`step` without its value checks (a rollout checks before and after its loop)."""
+    return _step(model, state, ctrl, cfg, values=False)
+
+
+_step_unchecked = batching.batched(_step_unchecked, _step_words)
 
 
 @full_precision
@@ -491,9 +505,12 @@ def rollout(
     (``jax.checkpoint`` each step: residuals recomputed step by step) or ``"sqrt"`` (blocks of
     ``ceil(sqrt(T))`` steps checkpointed as a whole: memory ``O(sqrt(T))`` states).
 
-    With value checks on (:mod:`jaxdyn.config`), the step that turns the finite state into a
-    non-finite one raises :data:`DIVERGED` (the integration went unstable: it names the
-    remedies), instead of a NaN trajectory.
+    With value checks on (:mod:`jaxdyn.config`), a non-finite or malformed initial state or
+    open-loop control raises before the loop, a policy's non-finite control and a step that
+    turns the finite state into a non-finite one (:data:`DIVERGED`: the integration went
+    unstable; it names the remedies) raise once the loop has run, instead of a NaN trajectory.
+    The loop itself holds no check (a check is an XLA custom call, which keeps fused CPU loops,
+    :func:`jaxdyn.config.fused_cpu_loops`, from compiling the rollout into one kernel).
 
     **Returns:** the states after each step, stacked: a :class:`State` with leading axis ``T``.
     """
@@ -521,18 +538,32 @@ def rollout(
     if T < 1:
         raise ValueError(f"rollout: need at least one step, got {T}")
 
-    def body(s, u):
+    checks = config.get("value_checks")
+    if checks:  # the initial state (and open-loop controls) once, before the loop
+        nu = cfg.actuator.size(model)
+        ctrl0 = xs[0] if xs is not None else jnp.zeros(nu, jnp.result_type(state.q))
+        q0 = _check_state("rollout", model, state, ctrl0, cfg)[0]
+        if xs is not None:
+            q0 = _checks.error_if(
+                q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
+            )
+        state = State(q0.astype(jnp.result_type(state.q)), state.v, state.t)
+    track = checks and policy is not None  # a policy's controls: a flag carried by the loop
+
+    def body(carry, u):
+        s, bad = carry if track else (carry, None)
         ctrl = policy(s) if policy is not None else u
-        s1 = step(model, s, ctrl, cfg)
-        if config.get("value_checks"):  # s is finite: step checked it
-            bad = ~(jnp.all(jnp.isfinite(s1.q)) & jnp.all(jnp.isfinite(s1.v)))
-            s1 = State(_checks.error_if(s1.q, bad, DIVERGED), s1.v, s1.t)
+        s1 = _step_unchecked(model, s, ctrl, cfg)
+        if track:
+            return (s1, bad | ~jnp.all(jnp.isfinite(ctrl))), s1
         return s1, s1
 
     if checkpoint == "step":
         body = jax.checkpoint(body)
+    init = (state, jnp.asarray(False)) if track else state
     if checkpoint != "sqrt":
-        return jax.lax.scan(body, state, xs, length=T)[1]
+        end, traj = jax.lax.scan(body, init, xs, length=T)
+        return _checked(traj, end[1] if track else None) if checks else traj
 
     k = max(1, math.isqrt(T - 1) + 1 if T > 1 else 1)
     nblk, rest = divmod(T, k)
@@ -545,9 +576,19 @@ def rollout(
         return None if x is None else x[n0:n1]
 
     xs_main = None if xs is None else xs[: nblk * k].reshape((nblk, k) + xs.shape[1:])
-    s, traj = jax.lax.scan(block, state, xs_main, length=nblk)
+    end, traj = jax.lax.scan(block, init, xs_main, length=nblk)
     traj = jax.tree_util.tree_map(lambda x: x.reshape((nblk * k,) + x.shape[2:]), traj)
     if rest:
-        s, tail = jax.lax.scan(body, s, split(xs, nblk * k, T), length=rest)
+        end, tail = jax.lax.scan(body, end, split(xs, nblk * k, T), length=rest)
         traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
-    return traj
+    return _checked(traj, end[1] if track else None) if checks else traj
+
+
+def _checked(traj: State, bad_ctrl) -> State:
+    """A rollout's checks after its loop: a policy's non-finite control, then :data:`DIVERGED`
+    (the initial state was finite, so a non-finite state came from a step)."""
+    q = traj.q
+    if bad_ctrl is not None:
+        q = _checks.error_if(q, bad_ctrl, "rollout: the policy returned a non-finite control")
+    bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(traj.v)))
+    return State(_checks.error_if(q, bad, DIVERGED), traj.v, traj.t)
