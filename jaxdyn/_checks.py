@@ -8,7 +8,11 @@
   ``equinox.error_if`` inside the traced program (:func:`error_if`). They can be switched off
   with ``jaxdyn.config.update("value_checks", False)`` (or :func:`set_value_checks`, or
   ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; equinox's own ``EQX_ON_ERROR``
-  setting applies as well.
+  setting applies as well. Loops keep them out where they can (a check is an XLA custom call:
+  a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`, and a GPU makes a
+  host round trip for it): ``jaxdyn.sim.rollout`` checks before and after its loop, and the
+  trajectory optimisers' ``ContactDynamics`` guards its inputs itself and traces the
+  constrained solve under :func:`unchecked`.
 
 How a failed value check reads. A public jaxdyn function called outside ``jit`` raises
 :class:`CheckError` whose message *is* the check's message (one line, e.g.
@@ -26,10 +30,12 @@ Warnings at load time (lenient loading of real-world URDFs, see :mod:`jaxdyn.mod
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import sys
+import threading
 import warnings
 
 import equinox as eqx
@@ -100,13 +106,32 @@ def set_value_checks(enabled: bool) -> None:
 
 
 def value_checks_enabled() -> bool:
-    return config.get("value_checks")
+    """Value checks on (:mod:`jaxdyn.config`) and not left out by :func:`unchecked`."""
+    return config.get("value_checks") and not getattr(_UNCHECKED, "on", False)
+
+
+_UNCHECKED = threading.local()
+
+
+@contextlib.contextmanager
+def unchecked():
+    """Trace jaxdyn functions without their value checks inside this block (trace time only;
+    the switch of :mod:`jaxdyn.config` and JAX's caches are untouched). For callers that guard
+    the inputs themselves inside a loop: a check is an XLA custom call (on a GPU a host
+    round trip), and a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`."""
+    prev = getattr(_UNCHECKED, "on", False)
+    _UNCHECKED.on = True
+    try:
+        yield
+    finally:
+        _UNCHECKED.on = prev
 
 
 def error_if(x, pred, msg: str):
-    """``equinox.error_if(x, pred, msg)`` when value checks are on (:mod:`jaxdyn.config`),
-    ``x`` otherwise. Every jaxdyn value check goes through here."""
-    if not config.get("value_checks"):
+    """``equinox.error_if(x, pred, msg)`` when value checks are on (:mod:`jaxdyn.config`) and
+    not left out (:func:`unchecked`), ``x`` otherwise. Every jaxdyn value check goes through
+    here."""
+    if not value_checks_enabled():
         return x
     _MESSAGES.add(msg)
     return eqx.error_if(x, pred, msg)
@@ -392,7 +417,7 @@ def check_quaternions(fn, model, q, tol=1e-3, check=True):
     idx, owner = found
     quats = q[idx]
     n2 = jnp.sum(quats * quats, -1)
-    if check and config.get("value_checks") and not jnp.issubdtype(q.dtype, jnp.complexfloating):
+    if check and value_checks_enabled() and not jnp.issubdtype(q.dtype, jnp.complexfloating):
         err = jnp.abs(n2 - 1)
         q = error_if(
             q,

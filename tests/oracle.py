@@ -550,3 +550,27 @@ def all_kinds_tree(params) -> Case:
 
 def tree_id(params) -> str:
     return f"n{params[0]}-s{params[1]}-{'float' if params[2] else 'fixed'}"
+
+
+def _jaxprs_in_params(params):
+    import jax.extend
+
+    core = getattr(jax.extend, "core", None)
+    fn = getattr(core, "jaxprs_in_params", None) or jax.core.jaxprs_in_params
+    return fn(params)
+
+
+def callbacks(jaxpr, inside_loop=False):
+    """Names of the callback primitives (equinox's error_if) of a jaxpr: ``(outside any
+    loop, inside a scan / while body)``."""
+    out, ins = [], []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if "callback" in name:
+            (ins if inside_loop else out).append(name)
+        loop = inside_loop or name in ("scan", "while")
+        for sub in _jaxprs_in_params(eqn.params):
+            o, i = callbacks(sub, loop)
+            out += o
+            ins += i
+    return out, ins

@@ -16,6 +16,8 @@ import pytest
 import jaxdyn
 from jaxdyn import robots, sim
 
+import oracle
+
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 
 PENDULUM = """<robot name="double_pendulum">
@@ -549,30 +551,6 @@ def test_divergence_raises_a_clear_error(pendulum):
     assert not np.all(np.isfinite(np.asarray(s1.v)))
 
 
-def _jaxprs_in_params(params):
-    import jax.extend
-
-    core = getattr(jax.extend, "core", None)
-    fn = getattr(core, "jaxprs_in_params", None) or jax.core.jaxprs_in_params
-    return fn(params)
-
-
-def _callbacks(jaxpr, inside_loop=False):
-    """Names of the callback primitives (equinox's error_if) of a jaxpr: ``(outside any
-    loop, inside a scan / while body)``."""
-    out, ins = [], []
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if "callback" in name:
-            (ins if inside_loop else out).append(name)
-        loop = inside_loop or name in ("scan", "while")
-        for sub in _jaxprs_in_params(eqn.params):
-            o, i = _callbacks(sub, loop)
-            out += o
-            ins += i
-    return out, ins
-
-
 def test_rollout_checks_outside_its_loop(pendulum):
     """A rollout checks its initial state and controls before its loop and the divergence and
     a policy's controls after it: the loop holds no check (an XLA custom call, which keeps
@@ -586,7 +564,7 @@ def test_rollout_checks_outside_its_loop(pendulum):
         lambda s, u: sim.rollout(pendulum, s, cfg=cfg, policy=lambda x: -x.v + u[0], n_steps=20),
         lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg, checkpoint="sqrt"),
     ):
-        outside, inside = _callbacks(jax.make_jaxpr(run)(s0, us).jaxpr)
+        outside, inside = oracle.callbacks(jax.make_jaxpr(run)(s0, us).jaxpr)
         assert outside and not inside, (outside, inside)
     nan_s = sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
     with pytest.raises(Exception, match="rollout: the state has a non-finite entry"):

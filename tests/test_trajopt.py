@@ -723,3 +723,43 @@ def test_gradient_shooting_adam(pendulum, fddp_solution):
     us_n, costs_n = gradient_shooting(free, opt, ADAM_STEPS, huge)
     assert np.all(np.isnan(np.asarray(costs_n)))
     np.testing.assert_array_equal(np.asarray(us_n), np.asarray(huge))
+
+
+def test_contact_dynamics_derivatives_and_guard():
+    """ContactDynamics (constrained_aba inside the trajopt step; arm7 with its end effector
+    held at a point by Baumgarte-stabilised rows): the partials of the acceleration in the
+    tangent space agree with central differences; a non-finite state gives a NaN acceleration
+    with value checks on (a solver rejects such a trial step instead of stopping); and the
+    step's program holds no value check (a custom call, which fused CPU loops cannot fuse and
+    a GPU answers with a host round trip per knot)."""
+    from jaxdyn import Connect, robots
+    from jaxdyn.trajopt.dynamics import ContactDynamics, step
+
+    model = robots.load("arm7").with_armature(0.01)
+    rng = np.random.default_rng(3)
+    q = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), 0.3 * rng.standard_normal(7))
+    target = jaxdyn.frame_placement(model, q, "ee_joint").p + 0.01
+    dyn = ContactDynamics(
+        (Connect("ee_joint", "local_world_aligned", target=tuple(map(float, target))),),
+        baumgarte=(10.0, 2.0),
+    )
+    v, u = jnp.asarray(rng.standard_normal(7)), jnp.asarray(rng.standard_normal(7))
+    acc = jax.jit(lambda q, v, u: dyn.acceleration(model, q, v, u))
+    a, a_q, a_v, a_u = jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q, v, u)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(acc(q, v, u)), rtol=1e-12, atol=1e-12)
+    h, eye = 1e-6, np.eye(7)
+
+    def central(f):
+        return np.stack([(f(h * e) - f(-h * e)) / (2 * h) for e in eye], 1)
+
+    fd_q = central(lambda d: np.asarray(acc(jaxdyn.integrate(model, q, jnp.asarray(d)), v, u)))
+    fd_v = central(lambda d: np.asarray(acc(q, v + d, u)))
+    fd_u = central(lambda d: np.asarray(acc(q, v, u + d)))
+    for name, got, ref in (("a_q", a_q, fd_q), ("a_v", a_v, fd_v), ("a_u", a_u, fd_u)):
+        oracle.assert_close(np.asarray(got), ref, 1e-6, name)
+    assert np.all(np.isnan(np.asarray(acc(q.at[0].set(jnp.nan), v, u))))
+    x = jnp.concatenate([q, v])
+    outside, inside = oracle.callbacks(
+        jax.make_jaxpr(lambda x, u: step(model, x, u, 0.01, dyn))(x, u).jaxpr
+    )
+    assert not outside and not inside, (outside, inside)

@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, config, joints, spatial
+from .. import _checks, joints, spatial
 from ..model.model import Topology
 from . import spec as S
 from .common import setup
@@ -351,7 +351,7 @@ def folded_model(model: ClusterModel):
     rb = f.rotor_body
     a6 = tr.dof_axis[f.rotor_dof]
     m_r, c_r, I_r = tr.mass[rb], tr.com[rb], tr.inertia[rb]
-    if config.get("value_checks") and not jnp.issubdtype(dt, jnp.complexfloating):
+    if _checks.value_checks_enabled() and not jnp.issubdtype(dt, jnp.complexfloating):
         bad = _rotor_check(dt, a6, c_r, I_r)
         names = [tr.topo.body_names[b] for b in rb]
         m_r = _checks.error_if(

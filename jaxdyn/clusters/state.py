@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, config, joints
+from .. import _checks, joints
 from .._precision import full_precision
 from ..algorithms import configuration as tree_configuration
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, require_cluster_model
@@ -144,7 +144,7 @@ def check_loops(fn, model, gss, residuals):
     """``error_if`` (value checks on) the loop residual of an implicit cluster exceeds the
     tolerance (module docstring): one check for all of them. ``residuals``: ``(group, phi (nc,
     m))`` pairs; returns ``gss`` with the checked positions of those groups."""
-    if not residuals or not config.get("value_checks"):
+    if not residuals or not _checks.value_checks_enabled():
         return gss
     dt = residuals[0][1].dtype
     if jnp.issubdtype(dt, jnp.complexfloating):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, config, spatial
+from .. import _checks, spatial
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .structure import FX, QDD, TAU, A, F, var_size
@@ -128,7 +128,7 @@ def nan_check(fn, arrs, specs):
         if not tr and not np.all(np.isfinite(np.asarray(y))):
             raise ValueError(f"{fn}: the value of {s.label} is not finite (NaN or inf)")
     idx = [i for i, tr in enumerate(traced) if tr]
-    if not idx or not config.get("value_checks"):
+    if not idx or not _checks.value_checks_enabled():
         return arrs
     bad = jnp.stack([~jnp.all(jnp.isfinite(arrs[i])) for i in idx])
     msgs = tuple(f"{fn}: the value of {specs[i].label} is not finite (NaN or inf)" for i in idx)

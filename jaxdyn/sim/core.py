@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, batching, config, spatial
+from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
@@ -395,14 +395,16 @@ def _check_state(fn, model, state, ctrl, cfg, values=True):
     dtype = _checks.common_dtype(q, v, ctrl, model.mass)
     q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
     q = _checks.check_quaternions(fn, model, q, check=values)
-    if values and config.get("value_checks"):
+    if values and _checks.value_checks_enabled():
         bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
-        q = eqx.error_if(q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)")
-        ctrl = eqx.error_if(
+        q = _checks.error_if(
+            q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)"
+        )
+        ctrl = _checks.error_if(
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
         )
         dt = jnp.asarray(cfg.dt)
-        q = eqx.error_if(q, ~(dt > 0), f"{fn}: cfg.dt must be > 0")
+        q = _checks.error_if(q, ~(dt > 0), f"{fn}: cfg.dt must be > 0")
     return q, v, ctrl, dtype
 
 
@@ -538,7 +540,7 @@ def rollout(
     if T < 1:
         raise ValueError(f"rollout: need at least one step, got {T}")
 
-    checks = config.get("value_checks")
+    checks = _checks.value_checks_enabled()
     if checks:  # the initial state (and open-loop controls) once, before the loop
         nu = cfg.actuator.size(model)
         ctrl0 = xs[0] if xs is not None else jnp.zeros(nu, jnp.result_type(state.q))

@@ -133,20 +133,24 @@ class ContactDynamics(eqx.Module):
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def acceleration(self, model, q, v, u):
-        # Guard: the constrained solve checks its inputs (equinox.error_if); a diverged trial
-        # state of a solver must give NaN, not an error, so it is evaluated at a finite state.
+        # Guard: a diverged trial state of a solver must give NaN, not an error, so the solve
+        # runs at a finite state, without its value checks (the solvers' loops then hold no
+        # custom call: fused CPU loops apply, and a GPU makes no host round trip per knot); a
+        # singular Delassus matrix gives a non-finite acceleration, which the solvers reject
+        # (status 2 at the initial guess).
         ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
         qs = jnp.where(ok, q, _neutral(model, q.dtype))
         vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
-        a = constrained_aba(
-            model,
-            qs,
-            vs,
-            _torque(self.actuation, us),
-            self.constraints,
-            baumgarte=self.baumgarte,
-            damping=self.damping,
-        ).qdd
+        with _checks.unchecked():
+            a = constrained_aba(
+                model,
+                qs,
+                vs,
+                _torque(self.actuation, us),
+                self.constraints,
+                baumgarte=self.baumgarte,
+                damping=self.damping,
+            ).qdd
         return jnp.where(ok, a, jnp.nan)
 
     def derivatives(self, model, q, v, u):
