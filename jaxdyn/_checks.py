@@ -30,12 +30,10 @@ Warnings at load time (lenient loading of real-world URDFs, see :mod:`jaxdyn.mod
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import sys
-import threading
 import warnings
 
 import equinox as eqx
@@ -107,24 +105,16 @@ def set_value_checks(enabled: bool) -> None:
 
 def value_checks_enabled() -> bool:
     """Value checks on (:mod:`jaxdyn.config`) and not left out by :func:`unchecked`."""
-    return config.get("value_checks") and not getattr(_UNCHECKED, "on", False)
+    return config.get("value_checks") and not batching._INSIDE.unchecked
 
 
-_UNCHECKED = threading.local()
-
-
-@contextlib.contextmanager
 def unchecked():
     """Trace jaxdyn functions without their value checks inside this block (trace time only;
-    the switch of :mod:`jaxdyn.config` and JAX's caches are untouched). For callers that guard
-    the inputs themselves inside a loop: a check is an XLA custom call (on a GPU a host
-    round trip), and a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`."""
-    prev = getattr(_UNCHECKED, "on", False)
-    _UNCHECKED.on = True
-    try:
-        yield
-    finally:
-        _UNCHECKED.on = prev
+    the switch of :mod:`jaxdyn.config` and JAX's caches are untouched; the batching rules of
+    :mod:`jaxdyn.batching`, which may trace later, keep the choice). For callers that guard
+    the inputs themselves inside a loop: a check is an XLA custom call (on a GPU a host round
+    trip), and a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`."""
+    return batching._inside(unchecked=True)
 
 
 def error_if(x, pred, msg: str):
@@ -394,12 +384,12 @@ def quaternion_indices(topo):
     return idx, owner
 
 
-def check_quaternions(fn, model, q, tol=1e-3, check=True):
+def check_quaternions(fn, model, q, tol=1e-3):
     """Check and normalise the quaternions of ``q`` (spherical / free joints).
 
-    ``error_if`` (value checks on, ``check=True``) a quaternion's squared norm differs from 1
-    by more than ``tol`` or is not finite (NaN); then every quaternion is divided by its norm,
-    so the algorithms see unit quaternions even within the tolerance (a quaternion with
+    ``error_if`` (value checks on) a quaternion's squared norm differs from 1 by more than
+    ``tol`` or is not finite (NaN); then every quaternion is divided by its norm, so the
+    algorithms see unit quaternions even within the tolerance (a quaternion with
     ``|q|^2 = 1.0005`` would otherwise scale rotation matrices by 1.0005 and ``aba`` by
     2.5e-3).
 
@@ -417,7 +407,7 @@ def check_quaternions(fn, model, q, tol=1e-3, check=True):
     idx, owner = found
     quats = q[idx]
     n2 = jnp.sum(quats * quats, -1)
-    if check and value_checks_enabled() and not jnp.issubdtype(q.dtype, jnp.complexfloating):
+    if value_checks_enabled() and not jnp.issubdtype(q.dtype, jnp.complexfloating):
         err = jnp.abs(n2 - 1)
         q = error_if(
             q,

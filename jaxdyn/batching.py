@@ -126,6 +126,7 @@ def chunk_size_for(words: int, axis_size: int, itemsize: int = 8) -> int | None:
 class _Inside(threading.local):
     active = False
     batch = 0  # the batch size while a batching rule traces its function, else 0
+    unchecked = False  # jaxdyn._checks.unchecked(): value checks left out of the trace
 
 
 _INSIDE = _Inside()
@@ -207,13 +208,17 @@ def batched(fn, words):
         if _INSIDE.active or not any(isinstance(leaves[i], jax.core.Tracer) for i in dyn):
             return fn(*args, **kwargs)
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
+        # the rule may trace fn later (vmap of a loop batches the loop's body after tracing
+        # it), so the caller's choice of value checks travels with the call
+        unchecked = _INSIDE.unchecked
 
         def call(*xs):
             full = list(leaves)
             for i, x in zip(dyn, xs):
                 full[i] = x
             a, k = jax.tree_util.tree_unflatten(treedef, full)
-            with _inside(active=True):  # public functions called by fn run as plain code
+            # public functions called by fn run as plain code
+            with _inside(active=True, unchecked=unchecked):
                 return fn(*a, **k)
 
         def rule(axis_size, in_batched, *xs):

@@ -563,6 +563,10 @@ def test_rollout_checks_outside_its_loop(pendulum):
         lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg),
         lambda s, u: sim.rollout(pendulum, s, cfg=cfg, policy=lambda x: -x.v + u[0], n_steps=20),
         lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg, checkpoint="sqrt"),
+        # vmap batches the loop body after tracing it (the step's batching rule traces later)
+        lambda s, u: jax.vmap(lambda q: sim.rollout(pendulum, sim.State(q, s.v), u, cfg=cfg))(
+            jnp.stack([s.q] * 3)
+        ),
     ):
         outside, inside = oracle.callbacks(jax.make_jaxpr(run)(s0, us).jaxpr)
         assert outside and not inside, (outside, inside)

@@ -759,7 +759,16 @@ def test_contact_dynamics_derivatives_and_guard():
         oracle.assert_close(np.asarray(got), ref, 1e-6, name)
     assert np.all(np.isnan(np.asarray(acc(q.at[0].set(jnp.nan), v, u))))
     x = jnp.concatenate([q, v])
-    outside, inside = oracle.callbacks(
-        jax.make_jaxpr(lambda x, u: step(model, x, u, 0.01, dyn))(x, u).jaxpr
-    )
-    assert not outside and not inside, (outside, inside)
+
+    def rollouts(X, U):  # vmap batches the scan's body after tracing it (batching rules later)
+        def one(x, us):
+            return jax.lax.scan(lambda x, u: (step(model, x, u, 0.01, dyn),) * 2, x, us)[1]
+
+        return jax.vmap(one)(X, U)
+
+    for f, args in (
+        (lambda x, u: step(model, x, u, 0.01, dyn), (x, u)),
+        (rollouts, (jnp.stack([x] * 3), jnp.zeros((3, 4, 7)))),
+    ):
+        outside, inside = oracle.callbacks(jax.make_jaxpr(f)(*args).jaxpr)
+        assert not outside and not inside, (outside, inside)

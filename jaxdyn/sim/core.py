@@ -383,9 +383,7 @@ def _rk4(model, cfg, props, q, v, ctrl, h):
 # ------------------------------------------------------------------------------ public API
 
 
-def _check_state(fn, model, state, ctrl, cfg, values=True):
-    """Shape and dtype checks; with ``values`` (and value checks on) the finiteness, unit
-    quaternion and ``dt > 0`` checks too. Quaternions are normalised either way."""
+def _check_state(fn, model, state, ctrl, cfg):
     if not isinstance(state, State):
         raise TypeError(f"{fn}: state must be a jaxdyn.sim.State, got {type(state).__name__}")
     q = _checks.as_array(fn, "state.q", state.q, (("nq", model.nq),), model)
@@ -394,8 +392,8 @@ def _check_state(fn, model, state, ctrl, cfg, values=True):
     ctrl = _checks.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
     dtype = _checks.common_dtype(q, v, ctrl, model.mass)
     q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
-    q = _checks.check_quaternions(fn, model, q, check=values)
-    if values and _checks.value_checks_enabled():
+    q = _checks.check_quaternions(fn, model, q)
+    if _checks.value_checks_enabled():
         bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
         q = _checks.error_if(
             q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)"
@@ -419,22 +417,6 @@ DIVERGED = (
 
 
 @full_precision
-def _step(model, state: State, ctrl, cfg: SimConfig, values: bool = True) -> State:
-    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg, values)
-    model = model.astype(dtype)
-    props = joint_properties(model)
-    h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
-    if cfg.substeps == 1:
-        q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
-    else:  # one traced substep, scanned (compile time independent of the count)
-
-        def sub(carry, _):
-            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
-
-        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
-    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
-
-
 def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
 
@@ -449,7 +431,19 @@ def step(model, state: State, ctrl, cfg: SimConfig) -> State:
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
     :data:`DIVERGED` there.
     """
-    return _step(model, state, ctrl, cfg)
+    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
+    model = model.astype(dtype)
+    props = joint_properties(model)
+    h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+    if cfg.substeps == 1:
+        q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
+    else:  # one traced substep, scanned (compile time independent of the count)
+
+        def sub(carry, _):
+            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
+
+        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
+    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
 
 
 def _step_words(model, itemsize):
@@ -462,14 +456,6 @@ def _step_words(model, itemsize):
 
 
 step = batching.batched(step, _step_words)
-
-
-def _step_unchecked(model, state: State, ctrl, cfg: SimConfig) -> State:
-    """:func:`step` without its value checks (a rollout checks before and after its loop)."""
-    return _step(model, state, ctrl, cfg, values=False)
-
-
-_step_unchecked = batching.batched(_step_unchecked, _step_words)
 
 
 @full_precision
@@ -555,7 +541,8 @@ def rollout(
     def body(carry, u):
         s, bad = carry if track else (carry, None)
         ctrl = policy(s) if policy is not None else u
-        s1 = _step_unchecked(model, s, ctrl, cfg)
+        with _checks.unchecked():  # checked before and after the loop
+            s1 = step(model, s, ctrl, cfg)
         if track:
             return (s1, bad | ~jnp.all(jnp.isfinite(ctrl))), s1
         return s1, s1
