@@ -716,6 +716,19 @@ def _take(tree, idx):
     return jax.tree.map(lambda a: a[idx] if eqx.is_array(a) else a, tree)
 
 
+def _batch_x0(fn, problems, solver):
+    """The stacked initial states ``(B, nx)`` of a batch of problems, the solver name checked."""
+    if solver not in ("fddp", "ilqr"):
+        raise ValueError(f"{fn}: solver must be 'fddp' or 'ilqr', got {solver!r}")
+    x0 = jnp.asarray(problems.x0)
+    if x0.ndim != 2:
+        raise ValueError(
+            f"{fn}: problems must be stacked along a leading axis (x0 of shape (B, nx)); got "
+            f"x0 of shape {x0.shape}"
+        )
+    return x0
+
+
 def solve_batch(
     problems: Problem,
     xs=None,
@@ -751,14 +764,7 @@ def solve_batch(
 
     **Returns:** a batched :class:`Result` in the problems' order.
     """
-    if solver not in ("fddp", "ilqr"):
-        raise ValueError(f"solve_batch: solver must be 'fddp' or 'ilqr', got {solver!r}")
-    x0 = jnp.asarray(problems.x0)
-    if x0.ndim != 2:
-        raise ValueError(
-            "solve_batch: problems must be stacked along a leading axis (x0 of shape (B, nx)); "
-            f"got x0 of shape {x0.shape}"
-        )
+    x0 = _batch_x0("solve_batch", problems, solver)
     if int(round_iters) < 1 or int(min_batch) < 1:
         raise ValueError(
             f"solve_batch: round_iters and min_batch must be >= 1, got {round_iters} and "
@@ -865,14 +871,7 @@ def solve_sharded(
     """
     from jax.sharding import Mesh
 
-    if solver not in ("fddp", "ilqr"):
-        raise ValueError(f"solve_sharded: solver must be 'fddp' or 'ilqr', got {solver!r}")
-    x0 = jnp.asarray(problems.x0)
-    if x0.ndim != 2:
-        raise ValueError(
-            "solve_sharded: problems must be stacked along a leading axis (x0 of shape "
-            f"(B, nx)); got x0 of shape {x0.shape}"
-        )
+    x0 = _batch_x0("solve_sharded", problems, solver)
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("solve_sharded: devices is empty")
