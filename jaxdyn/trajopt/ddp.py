@@ -852,8 +852,9 @@ def solve_sharded(
     its share one problem after another (``per_device="map"``) or as one ``vmap``-ed batch
     (``"vmap"``).
 
-    This is the many-core CPU route for batched MPC: with ``jax.config.update(
-    "jax_num_cpu_devices", N)`` set before JAX starts, each CPU device runs on its own core, and
+    This is the many-core CPU route for batched MPC: with ``JAX_NUM_CPU_DEVICES=N`` in the
+    environment (or ``jax.config.update("jax_num_cpu_devices", N)`` before JAX starts) each of
+    the N CPU devices runs on its own core, and
     each problem iterates only as long as it needs (a ``vmap``-ed batch runs every member until
     its slowest stops). With fused CPU loops (:func:`jaxdyn.config.fused_cpu_loops`) a problem
     is then a handful of kernels on its core, and the batch's throughput grows with the cores.
