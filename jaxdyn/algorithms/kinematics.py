@@ -64,6 +64,7 @@ def body_placements(model, q):
         if prev is not None:
             Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
             Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
+        Rl, pl = spatial.materialize(Rl, pl)  # the next level's products would recompute them
         return (Rl, pl), (Rl, pl)
 
     R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()

@@ -47,6 +47,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
         vp = tree.gather_parent(None if prev is None else prev[0], lvl, zero)
         ap = tree.gather_parent(None if prev is None else prev[1], lvl, a0)
         cur = (vp + vJl, ap + aSl + spatial.motion_cross(vp, vJl))
+        cur = spatial.materialize(*cur)  # once, not in every consumer (spatial.materialize)
         return cur, cur
 
     v, a = tree.forward_pass(t, step, (("body", vJ), ("body", aS)))[1].flat()
