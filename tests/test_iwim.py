@@ -26,6 +26,11 @@ from jaxdyn.iwim import METHODS
 from oracle import assert_close, sym_upper
 
 RTOL = 1e-10
+#: per-case tolerance where rounding alone reaches RTOL: on hand_float's second state the exact
+#: methods (dense, IIM, EUFM, Pinocchio) agree on qdd0 to 1.6e-11 .. 1.1e-10 (relative to its
+#: largest entry) depending on how XLA fuses the kinematics (the rounding order: measured with
+#: and without jaxdyn.spatial.materialize), from velocity-product terms that cancel
+CASE_RTOL = {"hand_tips": 1e-9}
 
 
 def pendulum_urdf(n: int) -> str:
@@ -132,11 +137,13 @@ def test_methods_agree_and_reproduce_aba(name):
     for i in range(len(u)):
         ref0, refB = res["dense"].qdd0[i], res["dense"].Bhat[i]
         for m in ("iim", "eufm") + (("iim_dense_B",) if "iim_dense_B" in res else ()):
-            assert_close(res[m].qdd0[i], ref0, RTOL, err_msg=f"{name} {i}: qdd0 {m}")
-            assert_close(res[m].Bhat[i], refB, RTOL, err_msg=f"{name} {i}: Bhat {m}")
+            tol = CASE_RTOL.get(name, RTOL)
+            assert_close(res[m].qdd0[i], ref0, tol, err_msg=f"{name} {i}: qdd0 {m}")
+            assert_close(res[m].Bhat[i], refB, tol, err_msg=f"{name} {i}: Bhat {m}")
         for m in METHODS:
             qdd = res[m].qdd0[i] + res[m].Bhat[i] @ u[i]
-            assert_close(qdd, res["aba"][i], RTOL, err_msg=f"{name} {i}: qdd0 + Bhat u ({m})")
+            tol = CASE_RTOL.get(name, RTOL)
+            assert_close(qdd, res["aba"][i], tol, err_msg=f"{name} {i}: qdd0 + Bhat u ({m})")
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n][0] != "pendulum8"])
@@ -164,8 +171,9 @@ def test_against_pinocchio(name):
             cols.append(reference_delassus(key, q, inputs.contacts)[0].T)
         B = np.concatenate(cols, 1)
         assert_close(res["B"][i], B, RTOL, err_msg=f"{name} {i}: B")
-        assert_close(res["iim"].qdd0[i], qdd0, RTOL, err_msg=f"{name} {i}: qdd0 vs pin")
-        assert_close(res["iim"].Bhat[i], Minv @ B, RTOL, err_msg=f"{name} {i}: Bhat vs pin")
+        tol = CASE_RTOL.get(name, RTOL)
+        assert_close(res["iim"].qdd0[i], qdd0, tol, err_msg=f"{name} {i}: qdd0 vs pin")
+        assert_close(res["iim"].Bhat[i], Minv @ B, tol, err_msg=f"{name} {i}: Bhat vs pin")
 
 
 def test_gradient_iim():

@@ -526,16 +526,18 @@ def rollout(
     if T < 1:
         raise ValueError(f"rollout: need at least one step, got {T}")
 
+    # the initial state (and open-loop controls) checked once, before the loop, and cast to
+    # the dtype the steps return (the scan's carry)
     checks = _checks.value_checks_enabled()
-    if checks:  # the initial state (and open-loop controls) once, before the loop
-        nu = cfg.actuator.size(model)
-        ctrl0 = xs[0] if xs is not None else jnp.zeros(nu, jnp.result_type(state.q))
-        q0 = _check_state("rollout", model, state, ctrl0, cfg)[0]
-        if xs is not None:
-            q0 = _checks.error_if(
-                q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
-            )
-        state = State(q0.astype(jnp.result_type(state.q)), state.v, state.t)
+    ctrl0 = (
+        xs[0] if xs is not None else jnp.zeros(cfg.actuator.size(model), jnp.asarray(state.q).dtype)
+    )
+    q0, v0, _, dtype = _check_state("rollout", model, state, ctrl0, cfg)
+    if checks and xs is not None:
+        q0 = _checks.error_if(
+            q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
+        )
+    state = State(q0, v0, jnp.asarray(state.t, dtype))
     track = checks and policy is not None  # a policy's controls: a flag carried by the loop
 
     def body(carry, u):
