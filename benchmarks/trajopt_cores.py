@@ -90,27 +90,28 @@ def jaxdyn_child(batch, ncores, cores, repeats=3):
 
     model = load_model("arm7")[0]
     probs = random_problems(model, T, batch, SEED)
-    rows = []
-    for k in (ncores,):
-        devices = jax.devices()[:k]
+
+    def solve():
+        return jax.block_until_ready(ddp.solve_sharded(probs, max_iter=MAX_ITER))
+
+    t0 = time.perf_counter()
+    r = solve()
+    compile_s = time.perf_counter() - t0
+    best = np.inf
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        r = jax.block_until_ready(ddp.solve_sharded(probs, devices=devices, max_iter=MAX_ITER))
-        compile_s = time.perf_counter() - t0
-        best = np.inf
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            r = jax.block_until_ready(ddp.solve_sharded(probs, devices=devices, max_iter=MAX_ITER))
-            best = min(best, time.perf_counter() - t0)
-        rows.append(
-            dict(
-                devices=k,
-                solve_s=best,
-                compile_s=compile_s - best,
-                iters=np.asarray(r.iterations).tolist(),
-                costs=np.asarray(r.cost).tolist(),
-                status=np.asarray(r.status).tolist(),
-            )
+        r = solve()
+        best = min(best, time.perf_counter() - t0)
+    rows = [
+        dict(
+            devices=len(jax.devices()),
+            solve_s=best,
+            compile_s=compile_s - best,
+            iters=np.asarray(r.iterations).tolist(),
+            costs=np.asarray(r.cost).tolist(),
+            status=np.asarray(r.status).tolist(),
         )
+    ]
     print(
         json.dumps(
             dict(fused=jaxdyn.config.fused_cpu_loops_enabled(), jax=jax.__version__, rows=rows)
@@ -296,7 +297,7 @@ is the better machine; from B = 1024 the GPU.
 """
 
 
-def _merge_existing(path, results):
+def _merge_existing(results):
     """Keep the tables of other machines already in the section (stored as JSON beside it)."""
     store = HERE / "gpu_runs" / "trajopt_cores.json"
     old = json.loads(store.read_text()) if store.exists() else []
@@ -333,7 +334,7 @@ def main(argv=None):
         return
     from _env import write_section
 
-    text = render(_merge_existing(a.out, results))
+    text = render(_merge_existing(results))
     print(text)
     write_section(a.out, text)
 

@@ -826,10 +826,10 @@ def _solve_sharded(
     def one(args):
         p, x, u = args
         x, u = _initial(p, x, u)
-        p = p.with_bounds()
-        s = _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives)
-        s = _advance(p, s, ddp, params, max_iter=max_iter, derivatives=derivatives, verbose=verbose)
-        return _result(s)
+        return _solve(
+            p.with_bounds(), x, u, ddp, params, max_iter=max_iter, derivatives=derivatives,
+            verbose=verbose,
+        )  # fmt: skip
 
     def local(arrs):
         args = eqx.combine(arrs, static_tree)
