@@ -187,10 +187,9 @@ def render(results, B, peaks, args) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. ",
         "",
         f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
-        "*rule*: jaxdyn's batching rule (the default: chunked on the CPU for the passes that "
-        "carry nv x nv matrices, chunk size in the table; the others have no rule and run as "
-        "one vmap), *plain*: the rule switched off (`vmap_chunk=0`, one vmap over the whole "
-        "batch). "
+        "*rule*: jaxdyn's batching rule (the default: chunked on the CPU, chunk size in the "
+        "table, sized for the core's private L2 cache), *plain*: the rule switched off "
+        "(`vmap_chunk=0`, one vmap over the whole batch). "
         "Ratios are jaxdyn time / Pinocchio time per call (< 1: jaxdyn faster); the issue's "
         "targets are <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives) in float64. "
         "Pinocchio's crba and minv fill the upper triangle only; jaxdyn returns the full "

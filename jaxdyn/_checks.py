@@ -166,23 +166,18 @@ def _nv2(model, itemsize):
     return model.nv * model.nv
 
 
-def _float64_only(words):
-    """Chunk in float64 only: in float32 talos_full's aba, minv and crba ran as fast as one
-    vmap in chunks of 512 and slower in smaller ones (``batching.CHUNK_BYTES``)."""
-    return lambda model, itemsize: words(model, itemsize) if itemsize >= 8 else 0
-
-
 #: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
-#: (:func:`jaxdyn.batching.batched`), with the numbers one sample keeps live
-#: (``words(model, itemsize)``): the passes that carry ``nv x nv`` matrices, and ABA's 6x6
-#: articulated inertias (one per body). The others (rnea, kinematics, ...) ran as fast or
-#: faster as one plain ``vmap`` over the batch (``benchmarks/RESULTS.md``). Models whose
-#: working sets stay under ``batching.CHUNK_MIN_WORDS`` run as one ``vmap`` (solo12's aba,
-#: crba and minv: chunks cost them 10-50 %).
+#: (:func:`jaxdyn.batching.batched`), with an estimate of the numbers one sample keeps live
+#: (``words(model, itemsize)``), from which the chunk size is chosen
+#: (:func:`jaxdyn.batching.auto_chunk`): ``nv x nv`` matrices for the passes that carry them,
+#: ABA's 6x6 articulated inertias and RNEA's transforms, velocities, accelerations and forces
+#: per body. In float32 too (chunks were as fast or faster: ``batching.CHUNK_BYTES``). The
+#: kinematics functions run as one plain ``vmap``.
 BATCHED = {
-    "aba": _float64_only(lambda m, _: 36 * m.nb),
-    "crba": _float64_only(_nv2),
-    "minv": _float64_only(_nv2),
+    "rnea": lambda m, _: 48 * m.nb,
+    "aba": lambda m, _: 36 * m.nb,
+    "crba": _nv2,
+    "minv": _nv2,
     "rnea_derivatives": lambda m, _: 4 * m.nv * m.nv,
     "aba_derivatives": lambda m, _: 4 * m.nv * m.nv,
     "delassus": _nv2,

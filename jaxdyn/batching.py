@@ -4,13 +4,13 @@ Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the 
 batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, far beyond the
 caches, and the run becomes bound by the memory traffic between XLA's kernels (and, with
 glibc's default allocator, by page faults: buffers that large are mapped afresh on every call).
-Evaluating the same vectorised code on chunks of a few hundred samples at a time (a
-``lax.map`` over chunks, a ``vmap`` inside each) keeps the intermediates in the last-level
-cache: on a 50-coordinate humanoid at batch 1024 it made ``aba``, ``crba``, ``minv`` and the
-analytic derivatives 1.2 to 3 times faster per sample on the CPU, the most when another process
-shared the memory bus (``benchmarks/RESULTS.md``, section "Plain jax.vmap against Pinocchio
-C++"). The algorithms with small per-sample working sets (rnea, kinematics) ran as fast or
-faster as one ``vmap``, so they carry no rule.
+Evaluating the same vectorised code on chunks of a few dozen samples at a time (a ``lax.map``
+over chunks, a ``vmap`` inside each) keeps the intermediates in a core's private L2 cache: at
+batch 1024 on one core it made ``aba`` and ``minv`` about 2x faster per sample, ``rnea`` and
+``crba`` 1.3-2x and the analytic derivatives 2-4x, on a 12-joint quadruped and on a
+50-coordinate humanoid alike (``benchmarks/RESULTS.md``, section "Plain jax.vmap against
+Pinocchio C++"). The L3 cache is shared with whatever else runs on the machine, so chunks are
+sized for the private cache (:data:`CHUNK_BYTES`).
 
 Users should not have to know this, so the public functions listed in
 ``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
@@ -44,15 +44,22 @@ from . import config
 
 DEFAULT_CHUNK = 32
 
-#: bytes of working set that a chunk may fill: a few MB, within the last-level cache. Not the
-#: L2 size: the chunk loop runs the function's kernels once per chunk (a few hundred for ABA on
-#: a humanoid, about 0.3 us each), so small chunks pay that launch cost on few samples.
-#: Measured on talos_full, float64, B=1024, us per sample by chunk size 32 / 128 / 256 (one
-#: vmap): aba 10.3 / 8.1 / 7.2 (21.1), minv 19.4 / 16.1 / 14.3 (31.2), crba - / 5.9 / 5.4
-#: (6.6), aba_derivatives 57 / 60 / 70 (110, 8: 63), rnea_derivatives 23.5 / 23.3 / 33 (65)
-CHUNK_BYTES = 1 << 22
-#: bounds of the automatic chunk size
-CHUNK_MIN, CHUNK_MAX = 8, 512
+#: bytes of working set that a chunk may fill: well inside a core's private L2 cache (1 MB on
+#: the AMD EPYC (Zen 4) the benchmarks ran on; ``words`` estimates undercount XLA's temporaries,
+#: hence about a third of it). Measured 2026-11-26, float64, B = 1024, one core, us per sample
+#: by chunk size 16 / 32 / 64 / 128 against one vmap: talos_full aba 9.6 / 8.8 / 8.6 / 9.9
+#: (16.8), minv 18.5 / 18.2 / 19.3 / 21.0 (60.2), crba 6.2 / 6.2 / 6.1 / 6.2 (12.7), rnea
+#: 6.4 / 6.4 / 6.2 / 6.8 (9.2), aba_derivatives 70 / 78 / 78 / 93 (195); solo12 aba
+#: 3.4 / 3.3 / 3.1 / 3.1 (6.6), minv 3.7 / 3.6 / 3.6 / 3.7 (5.6), rnea 2.0 / 1.9 / 2.0 / 2.1
+#: (2.4). An earlier calibration, when this shared VM left more of its 32 MB L3 to this
+#: process, preferred chunks of a few MB (talos_full aba 10.3 / 8.1 / 7.2 in chunks of
+#: 32 / 128 / 256): the cache a chunk may count on is the private one; the L3 is shared with
+#: whatever else runs, as it is on users' machines running many environments.
+CHUNK_BYTES = 384 << 10
+#: bounds of the automatic chunk size: a chunk runs the function's kernels once (about 0.1-0.3
+#: us each, a few hundred for ABA on a humanoid), so chunks below 16 samples pay that cost on
+#: too few samples
+CHUNK_MIN, CHUNK_MAX = 16, 256
 
 
 def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
@@ -93,18 +100,11 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
 # ----------------------------------------------------------------------------- batching rule
 
 
-#: per-sample working sets below this many numbers run as plain ``vmap`` (measured: chunking
-#: slowed rnea, crba, aba and a 18-coordinate minv at batch 1024, and sped up the
-#: ``nv x nv``-sized derivative and inverse-inertia passes of larger models)
-CHUNK_MIN_WORDS = 1024
-
-
 def auto_chunk(words: int, itemsize: int = 8) -> int | None:
     """The chunk size chosen for a per-sample working set of ``words`` numbers of ``itemsize``
-    bytes: ``None`` (plain ``vmap``) below :data:`CHUNK_MIN_WORDS`, else the power of two
-    (within [:data:`CHUNK_MIN`, :data:`CHUNK_MAX`]) whose chunk fills about
-    :data:`CHUNK_BYTES`."""
-    if words < CHUNK_MIN_WORDS:
+    bytes: ``None`` (no chunks) when ``words`` is 0, else the power of two (within
+    [:data:`CHUNK_MIN`, :data:`CHUNK_MAX`]) whose chunk fills about :data:`CHUNK_BYTES`."""
+    if words <= 0:
         return None
     n = CHUNK_BYTES / (words * itemsize)
     c = 2 ** int(np.clip(np.round(np.log2(max(n, 1.0))), 0, 30))
@@ -162,16 +162,25 @@ def _float_like(x) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
+def chunk_split(axis_size: int, chunk: int) -> tuple[int, int, int]:
+    """``(n, size, pad)``: ``axis_size`` samples in ``n = ceil(axis_size / chunk)`` chunks of
+    ``size <= chunk`` samples each, ``pad < n`` of them copies of the last sample."""
+    n = -(-axis_size // chunk)
+    size = -(-axis_size // n)
+    return n, size, n * size - axis_size
+
+
 def _chunked_vmap(f, axis_size, in_batched, args, chunk):
-    """``vmap(f)`` over the batched ``args``, as a ``lax.map`` over chunks of ``chunk``
-    samples (the batch padded with copies of its last sample to a multiple of ``chunk``, so
-    that one chunk program is compiled)."""
+    """``vmap(f)`` over the batched ``args``, as a ``lax.map`` over chunks of at most ``chunk``
+    samples: the batch is split into ``n = ceil(axis_size / chunk)`` equal chunks (padded with
+    copies of its last sample to a multiple of ``n``, fewer than ``n`` copies), so that one
+    chunk program is compiled and little is computed twice (1000 samples in chunks of 64: 16
+    chunks of 63, 8 copies)."""
     axes = [0 if b else None for b in in_batched]
     vf = jax.vmap(f, in_axes=axes)
-    if chunk is None:
+    if chunk is None or axis_size <= chunk:
         return vf(*args)
-    n = -(-axis_size // chunk)
-    pad = n * chunk - axis_size
+    n, chunk, pad = chunk_split(axis_size, chunk)
 
     def split(x):
         if pad:

@@ -209,13 +209,15 @@ def eqx_scale_mass(m, s):
 def test_chunk_size_policy():
     from jaxdyn import batching
 
-    assert batching.auto_chunk(batching.CHUNK_MIN_WORDS - 1) is None  # small: plain vmap
-    c64 = batching.auto_chunk(2500)  # a 50-coordinate minv
-    assert batching.CHUNK_MIN <= c64 <= batching.CHUNK_MAX and c64 & (c64 - 1) == 0
-    assert batching.auto_chunk(10000) < c64  # bigger working sets, smaller chunks
-    assert batching.auto_chunk(2500, 4) == 2 * c64  # float32: twice as many samples
-    assert batching.chunk_size_for(2500, c64) is None  # one chunk: plain vmap
-    assert batching.chunk_size_for(2500, 4 * c64) == c64
+    assert batching.auto_chunk(0) is None  # no estimate: plain vmap
+    assert batching.auto_chunk(1) == batching.CHUNK_MAX  # tiny working sets: the largest chunk
+    c64 = batching.auto_chunk(625)  # a 25-coordinate minv
+    assert batching.CHUNK_MIN < c64 < batching.CHUNK_MAX and c64 & (c64 - 1) == 0
+    assert batching.auto_chunk(2500) < c64  # bigger working sets, smaller chunks
+    assert batching.auto_chunk(10**6) == batching.CHUNK_MIN
+    assert batching.auto_chunk(625, 4) == 2 * c64  # float32: twice as many samples
+    assert batching.chunk_size_for(625, c64) is None  # one chunk: plain vmap
+    assert batching.chunk_size_for(625, 4 * c64) == c64
     with jaxdyn.config.override(vmap_chunk=0):
         assert batching.chunk_size_for(2500, 10**6) is None
     with jaxdyn.config.override(vmap_chunk=16):
@@ -223,6 +225,25 @@ def test_chunk_size_policy():
     for bad in (-2, 1.5, "x", True):
         with pytest.raises(ValueError, match="vmap_chunk"):
             jaxdyn.config.update("vmap_chunk", bad)
+
+
+def test_chunks_split_the_batch_evenly(quad):
+    from jaxdyn import batching
+
+    assert batching.chunk_split(1000, 64) == (16, 63, 8)
+    assert batching.chunk_split(100, 64) == (2, 50, 0)
+    assert batching.chunk_split(128, 64) == (2, 64, 0)
+    for B in range(1, 300):
+        n, size, pad = batching.chunk_split(B, 64)
+        assert size <= 64 and 0 <= pad < n and n * size == B + pad and n == -(-B // 64)
+    m, q, v = quad  # 37 samples in chunks of at most 16: 3 chunks of 13 (2 copies)
+    with jaxdyn.config.override(vmap_chunk=16):
+        jf = jax.jit(jax.vmap(lambda q, v: jaxdyn.aba(m, q, v, v)))
+        text = str(jax.make_jaxpr(jf)(q, v))
+        out = jf(q, v)
+    assert "length=3" in text and "f64[13,18]" in text.replace(" ", "")
+    with jaxdyn.config.override(vmap_chunk=0):
+        _close(out, jax.jit(jax.vmap(lambda q, v: jaxdyn.aba(m, q, v, v)))(q, v))
 
 
 def _has_cholesky(fn, *args):
