@@ -21,14 +21,16 @@ name                       environment variable             default  effect
                                                                      many terms are unrolled into
                                                                      broadcast products, larger
                                                                      ones use ``matmul``
-``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``            ``-1``   samples per chunk when a
-                                                                     public function runs under
-                                                                     ``jax.vmap`` on the CPU
+``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``            ``-1``   most samples per chunk
+                                                                     when a public function
+                                                                     runs under ``jax.vmap`` on
+                                                                     the CPU
                                                                      (:mod:`jaxdyn.batching`):
                                                                      ``-1`` chosen from the
                                                                      model's size, ``0`` plain
                                                                      ``jax.vmap``, ``n > 0``
-                                                                     chunks of ``n``
+                                                                     equal chunks of at most
+                                                                     ``n``
 =========================  ===============================  =======  ==========================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
