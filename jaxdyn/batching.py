@@ -178,7 +178,7 @@ def _chunked_vmap(f, axis_size, in_batched, args, chunk):
     chunks of 63, 8 copies)."""
     axes = [0 if b else None for b in in_batched]
     vf = jax.vmap(f, in_axes=axes)
-    if chunk is None or axis_size <= chunk:
+    if chunk is None:  # chunk_size_for returns None when the batch fits in one chunk
         return vf(*args)
     n, chunk, pad = chunk_split(axis_size, chunk)
 
