@@ -194,3 +194,54 @@ def test_several_root_children():
     np.testing.assert_allclose(np.sum(float_.mass), 6.0, rtol=1e-15)
     np.testing.assert_allclose(np.sum(fixed.mass), 4.0, rtol=1e-15)  # root and w are welded
     assert "w" in fixed.frame_names and "jw" in fixed.frame_names
+
+
+PARENT_MAPS = (
+    ([0, 0, 0, 1, 2], 3),  # talos_full: the torso's three children, then two chains
+    ([1, 2, 3, 4], 5),  # a childless parent first
+    ([0, 0, 0, 0, 1, 1, 1, 1], 2),  # two hands of four fingers
+    ([1, 1, 3, 5, 5, 7], 8),  # alternate parents childless
+    ([2, 0, 1], 3),  # contiguous, not sorted (cluster views)
+    ([0, 1, 0], 2),  # not contiguous: the incidence product / gathers
+    ([1, 0, 0, 2], 3),
+)
+
+
+@pytest.mark.parametrize("idx, n_parent", PARENT_MAPS, ids=lambda x: str(x))
+def test_parent_maps(idx, n_parent):
+    """``tree.gather_parent`` / ``sum_into_parents`` / ``sum_into_parents_gathered`` equal
+    their definition (``x[parent]`` and the incidence-matrix product) for every layout of
+    children, and maps whose children of a parent are contiguous take the slice plan (no
+    ``gather`` or ``dot_general`` in the trace)."""
+    from types import SimpleNamespace
+
+    from jaxdyn.model import tree
+
+    level = SimpleNamespace(parent_local=np.array(idx), n=len(idx))
+    rng = np.random.default_rng(len(idx) + n_parent)
+    x = rng.normal(size=(len(idx), 6, 2))
+    prev = rng.normal(size=(n_parent, 3))
+    P = np.zeros((n_parent, len(idx)))
+    P[idx, np.arange(len(idx))] = 1.0
+    ref = np.einsum("pc,cij->pij", P, x)
+    for f in (tree.sum_into_parents, tree.sum_into_parents_gathered):
+        np.testing.assert_allclose(f(jnp.asarray(x), level, n_parent), ref, rtol=1e-14)
+    np.testing.assert_array_equal(tree.gather_parent(jnp.asarray(prev), level, None), prev[idx])
+    kids = [np.nonzero(np.array(idx) == p)[0] for p in range(n_parent) if p in idx]
+    contiguous = all(k[-1] - k[0] == len(k) - 1 for k in kids)
+    prims = str(jax.make_jaxpr(lambda a: tree.sum_into_parents(a, level, n_parent))(x))
+    assert contiguous == ("dot_general" not in prims), prims
+    prims = str(jax.make_jaxpr(lambda a: tree.gather_parent(a, level, None))(prev))
+    assert "gather" not in prims, prims
+
+
+def test_bundled_robots_sum_into_parents_by_slices():
+    """Every level of the bundled robots (bodies sorted by parent inside a level) has a slice
+    plan, so no tree pass falls back to the incidence product."""
+    from jaxdyn.model import tree
+
+    for name in ("talos_full", "solo12", "panda"):
+        t = robots.load(name).topo
+        for lvl, child in zip(t.levels[:-1], t.levels[1:]):
+            plan = tree._pieces(tuple(int(i) for i in child.parent_local), lvl.n, True)
+            assert tree._few(plan, child.n), (name, child.parent_local)

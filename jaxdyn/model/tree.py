@@ -234,8 +234,56 @@ def _is_identity(idx, n_parent):
     return len(idx) == n_parent and bool(np.all(idx == np.arange(n_parent)))
 
 
+@functools.cache
+def _pieces(idx: tuple, n_parent: int, by_parent: bool):
+    """A static parent map as runs of slices: ``((p0, m, c0, k), ...)`` where ``m`` consecutive
+    parents ``p0..p0+m-1`` have ``k`` children each, contiguous from child ``c0`` (child
+    ``c0 + j k + i`` is the ``i``-th child of parent ``p0 + j``). ``by_parent=False``: the runs
+    cover the children in their order (for gathers; ``k >= 1``); ``True``: the parents in
+    theirs (for sums; ``k = 0`` for a childless run), or ``None`` when some parent's children
+    are not contiguous."""
+    idx = np.asarray(idx, np.int64)
+    if by_parent:
+        runs = []
+        for p in range(n_parent):
+            kids = np.nonzero(idx == p)[0]
+            k = len(kids)
+            if k and kids[-1] - kids[0] != k - 1:
+                return None
+            c0 = int(kids[0]) if k else 0
+            last = runs[-1] if runs else None
+            if last and last[3] == k and (k == 0 or last[2] + last[1] * k == c0):
+                runs[-1] = (last[0], last[1] + 1, last[2], k)
+            else:
+                runs.append((p, 1, c0, k))
+        return tuple(runs)
+    runs, c = [], 0
+    while c < len(idx):
+        p, k = int(idx[c]), 1
+        while c + k < len(idx) and idx[c + k] == p:
+            k += 1
+        last = runs[-1] if runs else None
+        if last and last[3] == k and last[0] + last[1] == p and last[2] + last[1] * k == c:
+            runs[-1] = (last[0], last[1] + 1, last[2], k)
+        else:
+            runs.append((p, 1, c, k))
+        c += k
+    return tuple(runs)
+
+
+def _few(pieces, n) -> bool:
+    """Whether a slice plan is short enough to beat a gather / incidence product (a plan of
+    many one-row pieces is a long concatenation)."""
+    return pieces is not None and len(pieces) <= max(8, n // 2)
+
+
 def gather_parent(prev, level, root):
-    """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0."""
+    """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
+
+    Bodies are sorted by parent inside a level (``jaxdyn.model.model``), so the gather is a
+    few slices, each parent's row broadcast over its children: under ``jax.vmap`` these fuse
+    into their consumers, where a gather (or a product with an incidence matrix) is a kernel of
+    its own that moves the batch axis (measured with :func:`sum_into_parents`)."""
     if prev is None:
         return jnp.broadcast_to(root, (level.n,) + root.shape)
     idx = level.parent_local
@@ -243,36 +291,68 @@ def gather_parent(prev, level, root):
         return prev
     if prev.shape[0] == 1:
         return jnp.broadcast_to(prev, (level.n,) + prev.shape[1:])
-    return prev[idx]
+    pieces = _pieces(tuple(int(i) for i in idx), prev.shape[0], False)
+    if not _few(pieces, len(idx)):
+        return prev[idx]
+    rest = prev.shape[1:]
+    parts = []
+    for p0, m, _, k in pieces:
+        x = prev[p0 : p0 + m]
+        if k > 1:
+            x = jnp.broadcast_to(x[:, None], (m, k) + rest).reshape((m * k,) + rest)
+        parts.append(x)
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
 def sum_into_parents(x, level, n_parent):
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
-    Written as a product with the constant ``(n_parent, n)`` incidence matrix: XLA:CPU turns it
-    into one small dot, where a scatter-add would be a serial loop.
+    Children of one parent are contiguous (bodies are sorted by parent inside a level), so the
+    sum is a few slices, reshapes and sums, concatenated: they fuse with their producers and
+    consumers. Measured against the product with the ``(n_parent, n)`` incidence matrix used
+    before (one dot kernel, with the batch axis moved behind the body axis under ``jax.vmap``):
+    talos_full, float64, ``jax.vmap`` at B = 1024, with :func:`gather_parent`'s slices too,
+    us per sample: minv 17.4 -> 13.9, aba 8.4 -> 7.4, crba 5.5 -> 5.0, aba_derivatives
+    47 -> 42, rnea_derivatives 24.0 -> 22.7; single evaluations 4-8 % faster (fewer
+    kernels); solo12 (levels of one parent or one child each) unchanged. Parent maps that are
+    not contiguous (cluster views) keep the incidence product; a scatter-add would be a serial
+    loop on XLA:CPU.
     """
     idx = level.parent_local
     if _is_identity(idx, n_parent):
         return x
     if n_parent == 1:
         return jnp.sum(x, 0, keepdims=True)
-    P = np.zeros((n_parent, level.n), np.float64)
-    P[idx, np.arange(level.n)] = 1.0
-    y = jnp.asarray(P, x.dtype) @ x.reshape(level.n, -1)
-    return y.reshape((n_parent,) + x.shape[1:])
+    pieces = _pieces(tuple(int(i) for i in idx), n_parent, True)
+    if not _few(pieces, level.n):
+        P = np.zeros((n_parent, level.n), np.float64)
+        P[idx, np.arange(level.n)] = 1.0
+        y = jnp.asarray(P, x.dtype) @ x.reshape(level.n, -1)
+        return y.reshape((n_parent,) + x.shape[1:])
+    rest = x.shape[1:]
+    parts = []
+    for _, m, c0, k in pieces:
+        if k == 0:
+            parts.append(jnp.zeros((m,) + rest, x.dtype))
+        elif k == 1:
+            parts.append(x[c0 : c0 + m])
+        else:
+            parts.append(jnp.sum(x[c0 : c0 + m * k].reshape((m, k) + rest), 1))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
 def sum_into_parents_gathered(below, child_level, n_parent):
     """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
-    parents, as a sum of static gathers (child slot ``k`` of every parent, a zero row where a
-    parent has fewer children): these fuse with the consumer, where the incidence-matrix dot
-    of :func:`sum_into_parents` is a kernel of its own (the packed articulated inertias of
-    :mod:`jaxdyn.osim.inertia` use it)."""
+    parents, for parent maps whose children are not contiguous (cluster views): a sum of
+    static gathers (child slot ``k`` of every parent, a zero row where a parent has fewer
+    children), which fuse with the consumer, where the incidence-matrix dot is a kernel of its
+    own. Contiguous maps take :func:`sum_into_parents`'s slices."""
     idx = child_level.parent_local
     n = len(idx)
     if n == n_parent and np.array_equal(idx, np.arange(n)):
         return below
+    if n_parent == 1 or _few(_pieces(tuple(int(i) for i in idx), n_parent, True), n):
+        return sum_into_parents(below, child_level, n_parent)
     slots = [[] for _ in range(n_parent)]
     for c, p in enumerate(idx):
         slots[p].append(c)
