@@ -219,13 +219,14 @@ def test_parent_maps(idx, n_parent):
 
     level = SimpleNamespace(parent_local=np.array(idx), n=len(idx))
     rng = np.random.default_rng(len(idx) + n_parent)
-    x = rng.normal(size=(len(idx), 6, 2))
     prev = rng.normal(size=(n_parent, 3))
     P = np.zeros((n_parent, len(idx)))
     P[idx, np.arange(len(idx))] = 1.0
-    ref = np.einsum("pc,cij->pij", P, x)
-    for f in (tree.sum_into_parents, tree.sum_into_parents_gathered):
-        np.testing.assert_allclose(f(jnp.asarray(x), level, n_parent), ref, rtol=1e-14)
+    for rest in ((6, 2), (6, 7)):  # a reduce over the children / strided adds
+        x = rng.normal(size=(len(idx),) + rest)
+        ref = np.einsum("pc,cij->pij", P, x)
+        for f in (tree.sum_into_parents, tree.sum_into_parents_gathered):
+            np.testing.assert_allclose(f(jnp.asarray(x), level, n_parent), ref, rtol=1e-14)
     np.testing.assert_array_equal(tree.gather_parent(jnp.asarray(prev), level, None), prev[idx])
     kids = [np.nonzero(np.array(idx) == p)[0] for p in range(n_parent) if p in idx]
     contiguous = all(k[-1] - k[0] == len(k) - 1 for k in kids)
