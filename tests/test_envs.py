@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxdyn
 from jaxdyn import envs
 
 B = 4  # batch of environments in the wrapper tests
@@ -119,6 +120,9 @@ def test_bad_input(reacher, reacher_fns):
         reacher.reset(jnp.zeros(3))
     with pytest.raises(Exception, match="action has a non-finite entry"):
         step(batch, jnp.full((B, 2), jnp.nan)).obs.block_until_ready()
+    # a jaxdyn value check like the others: jaxdyn.jit raises CheckError with its message
+    with pytest.raises(jaxdyn.CheckError, match=r"^Reacher.step: action has a non-finite entry"):
+        jaxdyn.jit(reacher.step)(s, jnp.array([0.0, jnp.inf]))
     with pytest.raises(ValueError, match="unknown environment 'nope'"):
         envs.make("nope")
     with pytest.raises(ValueError, match="robot must be one of"):

@@ -42,7 +42,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import config
+from .. import _checks
 from .. import sim as _sim
 
 try:  # Brax is optional (the ``rl`` extra)
@@ -217,13 +217,11 @@ def check_action(owner: str, action, size: int):
         )
     if not jnp.issubdtype(action.dtype, jnp.floating):
         action = action.astype(jnp.float32)
-    if config.get("value_checks"):
-        action = eqx.error_if(
-            action,
-            ~jnp.all(jnp.isfinite(action)),
-            f"{owner}.step: action has a non-finite entry (NaN or inf)",
-        )
-    return action
+    return _checks.error_if(
+        action,
+        ~jnp.all(jnp.isfinite(action)),
+        f"{owner}.step: action has a non-finite entry (NaN or inf)",
+    )
 
 
 class SimEnv(Env):
