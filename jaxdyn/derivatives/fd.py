@@ -63,11 +63,13 @@ def aza(model, S, inertias, u):
     return sweeps(model, S, inertias, None, None, u, None).field(0).flat()
 
 
-def forward_dynamics_world(model, ws, qd, tau, f_ext=None):
+def forward_dynamics_world(model, ws, qd, tau, f_ext=None, mass_matrix: bool = True):
     """ABA sharing its articulated inertias, and IDSVA at its solution.
 
     Returns ``(qdd, dtau_dq, dtau_dv, M, inertias)`` where the partials are those of inverse
-    dynamics at ``(q, qd, qdd)`` (Singh et al. 2022, Eq. 5 needs them there).
+    dynamics at ``(q, qd, qdd)`` (Singh et al. 2022, Eq. 5 needs them there); ``M`` is
+    ``None`` with ``mass_matrix=False`` (what the forward-dynamics partials use: they take
+    ``M^-1`` from the sweeps, and IDSVA then skips a third of its pairwise products).
     """
     dtype = ws.S.dtype
     I6 = world_inertia_matrices(ws)
@@ -84,7 +86,7 @@ def forward_dynamics_world(model, ws, qd, tau, f_ext=None):
         model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None], inertias=inertias
     )
     qdd = qdd[:, 0]
-    _, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw)
+    _, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw, mass_matrix)
     return qdd, dtau_dq, dtau_dv, M, inertias
 
 
@@ -92,7 +94,7 @@ def aba_derivatives_world(model, ws, qd, tau, f_ext=None, method="auto"):
     """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``."""
     method = resolve_method(method, model.nv)
     nv = model.nv
-    qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext)
+    qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext, False)
     Minv = minv_world(model, ws, inertias)
     rhs = jnp.concatenate([dq, dv], 1)
     if method == "dmm":

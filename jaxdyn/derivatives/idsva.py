@@ -226,7 +226,7 @@ def masked_products(topo, lower, uppers):
     return out
 
 
-def idsva_world(model, ws, qd, qdd, f_ext_world=None):
+def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     """RNEA and IDSVA on a world state.
 
     Reference: Singh, Russell & Wensing 2022, Algorithm 1 (forward pass, lines 1-11: ``v, a``,
@@ -236,7 +236,9 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     **Arguments:** ``ws`` (:class:`~jaxdyn.algorithms.kinematics.WorldState`); ``qd (nv,)``,
     ``qdd (nv,)``; ``f_ext_world (nb, 6)`` external forces at the world origin, or ``None``.
 
-    **Returns:** ``(tau, dtau_dq, dtau_dv, M)``.
+    **Returns:** ``(tau, dtau_dq, dtau_dv, M)``; ``M`` is ``None`` with ``mass_matrix=False``
+    (the forward-dynamics partials, which take ``M^-1`` from the ABA sweeps: its third of the
+    pairwise products is then not computed).
     """
     t = model.topo
     dt = ws.S.dtype
@@ -273,17 +275,19 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None):
     # --- pairwise products (Alg. 1, lines 17-20), masked with the ancestor pattern:
     # dtau_dq[j, i] = F1_j.Psidd_i + F4_j.Psid_i  (i ⪯ j);  dtau_dq[i, j] = S_i.F3_j  (i ≺ j)
     # dtau_dv likewise with (vdJ, S) and F2; M[i, j] = S_i.F1_j (i ⪯ j), symmetric
-    dtau_dq, dtau_dv, M = masked_products(
+    dtau_dq, dtau_dv, *M = masked_products(
         t,
         (
             jnp.concatenate([F1, F4], -1),
             (jnp.concatenate([Psidd, Psid], -1), jnp.concatenate([vdJ, S], -1)),
         ),
-        (S, (F3, F2, F1)),
+        (S, (F3, F2, F1) if mass_matrix else (F3, F2)),
     )
+    M = M[0] if mass_matrix else None
     if model.armature is not None:  # M + diag(armature); tau + armature * qdd
         tau = tau + model.armature * qdd
-        M = M + jnp.diag(model.armature)
+        if mass_matrix:
+            M = M + jnp.diag(model.armature)
     return tau, dtau_dq, dtau_dv, M
 
 

@@ -225,7 +225,7 @@ def _aba_jvp(method, primals, tangents):
         qdd = _aba.aba_world(model, ws, v, tau, f_ext)[0]
         rhs = None
     else:
-        qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext)
+        qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
         # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
         parts = []
         if not is_zero_tangent(dtau):
