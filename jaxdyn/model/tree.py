@@ -280,10 +280,10 @@ def _few(pieces, n) -> bool:
 def gather_parent(prev, level, root):
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
 
-    Bodies are sorted by parent inside a level (``jaxdyn.model.model``), so the gather is a
-    few slices, each parent's row broadcast over its children: under ``jax.vmap`` these fuse
-    into their consumers, where a gather (or a product with an incidence matrix) is a kernel of
-    its own that moves the batch axis (measured with :func:`sum_into_parents`)."""
+    Bodies are sorted by joint kind, then parent, inside a level (``jaxdyn.model.model``), so
+    the gather is a few slices, each parent's row broadcast over its children: under
+    ``jax.vmap`` these fuse into their consumers, where a gather is a kernel of its own
+    (measured with :func:`sum_into_parents`)."""
     if prev is None:
         return jnp.broadcast_to(root, (level.n,) + root.shape)
     idx = level.parent_local
@@ -316,16 +316,17 @@ def _sum_strided(x, c0, m, k):
 def sum_into_parents(x, level, n_parent):
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
-    Children of one parent are contiguous (bodies are sorted by parent inside a level), so the
-    sum is a few slices, reshapes and sums, concatenated: they fuse with their producers and
-    consumers. Measured against the product with the ``(n_parent, n)`` incidence matrix used
-    before (one dot kernel, with the batch axis moved behind the body axis under ``jax.vmap``):
-    talos_full, float64, ``jax.vmap`` at B = 1024, with :func:`gather_parent`'s slices too,
-    us per sample: minv 17.4 -> 13.9, aba 8.4 -> 7.4, crba 5.5 -> 5.0, aba_derivatives
-    47 -> 42, rnea_derivatives 24.0 -> 22.7; single evaluations 4-8 % faster (fewer
-    kernels); solo12 (levels of one parent or one child each) unchanged. Parent maps that are
-    not contiguous (cluster views) keep the incidence product; a scatter-add would be a serial
-    loop on XLA:CPU.
+    Inside a level bodies are sorted by joint kind, then parent (``jaxdyn.model.model``), so
+    the children of one parent are contiguous unless they mix joint kinds, and the sum is a few
+    slices, reshapes and sums, concatenated: they fuse with their producers and consumers.
+    Against the product with the ``(n_parent, n)`` incidence matrix used before (one dot
+    kernel, with the batch axis moved behind the body axis under ``jax.vmap``), with
+    :func:`gather_parent`'s slices too, talos_full, float64, ``jax.vmap`` at B = 1024, us per
+    sample: minv 17.4 -> 13.9, aba 8.4 -> 7.4, crba 5.5 -> 5.0, aba_derivatives 47 -> 42,
+    rnea_derivatives 24.0 -> 22.7; single evaluations 4-8 % faster (fewer kernels); solo12
+    (levels of one parent or one child each) unchanged. Parent maps that are not contiguous
+    (children of mixed joint kinds, cluster views) keep the incidence product; a scatter-add
+    would be a serial loop on XLA:CPU.
     """
     idx = level.parent_local
     if _is_identity(idx, n_parent):
