@@ -275,7 +275,7 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     # --- pairwise products (Alg. 1, lines 17-20), masked with the ancestor pattern:
     # dtau_dq[j, i] = F1_j.Psidd_i + F4_j.Psid_i  (i ⪯ j);  dtau_dq[i, j] = S_i.F3_j  (i ≺ j)
     # dtau_dv likewise with (vdJ, S) and F2; M[i, j] = S_i.F1_j (i ⪯ j), symmetric
-    dtau_dq, dtau_dv, *M = masked_products(
+    dtau_dq, dtau_dv, *rest = masked_products(
         t,
         (
             jnp.concatenate([F1, F4], -1),
@@ -283,10 +283,10 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
         ),
         (S, (F3, F2, F1) if mass_matrix else (F3, F2)),
     )
-    M = M[0] if mass_matrix else None
+    M = rest[0] if mass_matrix else None
     if model.armature is not None:  # M + diag(armature); tau + armature * qdd
         tau = tau + model.armature * qdd
-        if mass_matrix:
+        if M is not None:
             M = M + jnp.diag(model.armature)
     return tau, dtau_dq, dtau_dv, M
 

@@ -271,10 +271,11 @@ def _pieces(idx: tuple, n_parent: int, by_parent: bool):
     return tuple(runs)
 
 
-def _few(pieces, n) -> bool:
-    """Whether a slice plan is short enough to beat a gather / incidence product (a plan of
-    many one-row pieces is a long concatenation)."""
-    return pieces is not None and len(pieces) <= max(8, n // 2)
+def _slice_plan(idx, n_parent: int, by_parent: bool):
+    """:func:`_pieces` of the parent map ``idx`` when it is short enough to beat a gather /
+    incidence product (a plan of many one-row pieces is a long concatenation), else ``None``."""
+    pieces = _pieces(tuple(int(i) for i in idx), n_parent, by_parent)
+    return pieces if pieces is not None and len(pieces) <= max(8, len(idx) // 2) else None
 
 
 def gather_parent(prev, level, root):
@@ -291,8 +292,8 @@ def gather_parent(prev, level, root):
         return prev
     if prev.shape[0] == 1:
         return jnp.broadcast_to(prev, (level.n,) + prev.shape[1:])
-    pieces = _pieces(tuple(int(i) for i in idx), prev.shape[0], False)
-    if not _few(pieces, len(idx)):
+    pieces = _slice_plan(idx, prev.shape[0], False)
+    if pieces is None:
         return prev[idx]
     rest = prev.shape[1:]
     parts = []
@@ -338,8 +339,8 @@ def sum_into_parents(x, level, n_parent):
     adds = int(np.prod(x.shape[1:])) >= 36
     if n_parent == 1:
         return _sum_strided(x, 0, 1, level.n) if adds else jnp.sum(x, 0, keepdims=True)
-    pieces = _pieces(tuple(int(i) for i in idx), n_parent, True)
-    if not _few(pieces, level.n):
+    pieces = _slice_plan(idx, n_parent, True)
+    if pieces is None:
         P = np.zeros((n_parent, level.n), np.float64)
         P[idx, np.arange(level.n)] = 1.0
         y = jnp.asarray(P, x.dtype) @ x.reshape(level.n, -1)
@@ -368,7 +369,7 @@ def sum_into_parents_gathered(below, child_level, n_parent):
     n = len(idx)
     if n == n_parent and np.array_equal(idx, np.arange(n)):
         return below
-    if n_parent == 1 or _few(_pieces(tuple(int(i) for i in idx), n_parent, True), n):
+    if n_parent == 1 or _slice_plan(idx, n_parent, True) is not None:
         return sum_into_parents(below, child_level, n_parent)
     slots = [[] for _ in range(n_parent)]
     for c, p in enumerate(idx):
