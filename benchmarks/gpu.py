@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 ROBOTS = ("solo12", "talos_full", "panda")
 ALGS = ("rnea", "crba", "aba", "minv")
+#: ``--algorithms`` may add these (stacked outputs ``(d/dq, d/dv, M or M^-1)``).
+DERIV_ALGS = ("rnea_derivatives", "aba_derivatives")
 MJX_FNS = ("inverse", "forward", "crb")
 BATCHES = (1, 1024, 8192, 65536)
 DTYPES = ("float32", "float64")
@@ -295,8 +297,8 @@ def _t(rec):
     return f"{s:.3g}" if s < 100 else f"{s:.0f}"
 
 
-def render(results: list[dict]) -> str:
-    """The "## GPU" section from one or more result files (merged; later ones win)."""
+def render(results: list[dict], heading: str = "GPU") -> str:
+    """The ``## <heading>`` section from one or more result files (merged; later ones win)."""
     import harness as bench
 
     jd, mj, robots = {}, {}, {}
@@ -312,7 +314,7 @@ def render(results: list[dict]) -> str:
     batches = sorted({k[3] for k in jd})
     dtypes = [d for d in DTYPES if any(k[1] == d for k in jd)]
     L = [
-        "## GPU",
+        f"## {heading}",
         "",
         f"Run: {env['date']} on **{res['device']}** (host: {env['cpu']}, {env['cores']} "
         f"cores); jax {env['jax']}, jaxlib {env['jaxlib']}, mujoco {env['mujoco']}, "
@@ -355,12 +357,12 @@ def render(results: list[dict]) -> str:
         head += ["samples/s at largest B", "compile s (largest B)", "max rel err vs CPU f64"]
         L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for rname in robots:
-            for alg in ALGS:
+            for alg in ALGS + DERIV_ALGS:
                 recs = [jd.get((rname, dtype, alg, b)) for b in batches]
                 if not any(recs):
                     continue
                 errs = [r["err"] for r in recs if r and r.get("err") is not None]
-                big = recs[-1] or {}
+                big = next((r for r in reversed(recs) if r), {})  # the largest B measured
                 rate = f"{1 / big['per_sample_s']:.3g}" if "per_sample_s" in big else "-"
                 L.append(
                     "| "
@@ -428,6 +430,12 @@ def main(argv=None):
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", nargs="+", help="render these result files instead of running")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    p.add_argument(
+        "--heading",
+        default="GPU",
+        help="the results section to write (another heading keeps the '## GPU' tables, e.g. "
+        "for a run on another kind of GPU)",
+    )
     a = p.parse_args(argv)
     if a.from_json:
         results = [json.loads(Path(f).read_text()) for f in a.from_json]
@@ -453,7 +461,7 @@ def main(argv=None):
                 a.json,
             )
             results = [res]
-    section = render(results)
+    section = render(results, a.heading)
     print(section)
     if a.out:
         write_section(a.out, section)

@@ -446,6 +446,17 @@ class _Case:
         return f, pm, data, args
 
 
+def _stacked(f):
+    """``f`` with its tuple of ``(nv, nv)`` outputs stacked into one array (one dtype and one
+    error for the tables; every output is still computed)."""
+    import jax.numpy as jnp
+
+    def g(*args):
+        return jnp.stack(f(*args))
+
+    return g
+
+
 def _jaxdyn_fn(alg: str):
     import jaxdyn
 
@@ -454,6 +465,8 @@ def _jaxdyn_fn(alg: str):
         "crba": (jaxdyn.crba, ("q",)),
         "aba": (jaxdyn.aba, ("q", "v", "tau")),
         "minv": (jaxdyn.minv, ("q",)),
+        "rnea_derivatives": (_stacked(jaxdyn.rnea_derivatives), ("q", "v", "a")),
+        "aba_derivatives": (_stacked(jaxdyn.aba_derivatives), ("q", "v", "tau")),
     }[alg]
 
 
