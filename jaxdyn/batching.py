@@ -63,8 +63,11 @@ CHUNK_MIN, CHUNK_MAX = 16, 256
 
 
 def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
-    """Like ``jax.vmap(fun, in_axes)`` with ``out_axes=0``, evaluated ``chunk_size`` samples at a
-    time (``jax.lax.map(..., batch_size=chunk_size)``). ``chunk_size=None`` is plain ``jax.vmap``.
+    """Like ``jax.vmap(fun, in_axes)`` with ``out_axes=0``, evaluated in chunks of at most
+    ``chunk_size`` samples: the same equal chunks as the batching rule of jaxdyn's own functions
+    (``ceil(B / chunk_size)`` chunks, the last sample repeated to fill them, see
+    :func:`chunk_split`), so one chunk program is compiled. ``chunk_size=None`` is plain
+    ``jax.vmap``; so is a batch that fits in one chunk.
 
     ``in_axes`` is ``0``, ``None`` or a tuple of those, one per positional argument (pytrees
     are batched or broadcast whole). jaxdyn's own functions need none of this (see the module
@@ -83,16 +86,13 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
         for ax in axes:
             if ax not in (0, None):
                 raise ValueError("jaxdyn.vmap: in_axes entries must be 0 or None")
-        batched = tuple(a for a, ax in zip(args, axes) if ax == 0)
-
-        def one(xs):
-            it = iter(xs)
-            full = [next(it) if ax == 0 else a for a, ax in zip(args, axes)]
-            return fun(*full)
-
-        n = jax.tree_util.tree_leaves(batched)[0].shape[0] if batched else 0
+        in_batched = [ax == 0 for ax in axes]
+        leaves = jax.tree_util.tree_leaves([a for a, b in zip(args, in_batched) if b])
+        if not leaves:  # nothing to batch over: jax.vmap's own error
+            return jax.vmap(fun, in_axes=tuple(axes))(*args)
+        n = leaves[0].shape[0]
         with _inside(batch=n):
-            return jax.lax.map(one, batched, batch_size=chunk_size)
+            return _chunked_vmap(fun, n, in_batched, args, chunk_size if n > chunk_size else None)
 
     return wrapped
 
@@ -187,7 +187,7 @@ def _chunked_vmap(f, axis_size, in_batched, args, chunk):
             x = jnp.concatenate([x, jnp.broadcast_to(x[-1:], (pad,) + x.shape[1:])], 0)
         return x.reshape((n, chunk) + x.shape[1:])
 
-    xs = [split(a) for a, b in zip(args, in_batched) if b]
+    xs = [jax.tree_util.tree_map(split, a) for a, b in zip(args, in_batched) if b]
 
     def body(batched):
         it = iter(batched)

@@ -30,6 +30,34 @@ def test_chunked_vmap_equals_vmap(quad, chunk):
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk", [8, 37, 64])
+def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
+    """Pytree arguments and outputs; the batch is cut into equal chunks like the batching
+    rule's (37 samples in chunks of at most 8: 5 chunks of 8, the last sample repeated), and a
+    batch that fits in one chunk is one vmap."""
+    from jaxdyn import batching
+
+    m, q, v = quad
+
+    def f(model, state):
+        return {"qdd": jaxdyn.aba(model, state["q"], state["v"], state["v"]), "q": state["q"]}
+
+    state = {"q": q, "v": v}
+    ref = jax.vmap(f, in_axes=(None, 0))(m, state)
+    jaxpr = jax.make_jaxpr(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
+    out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
+    for k in ref:
+        assert out[k].shape == ref[k].shape
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-12, atol=1e-12)
+    loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    n, size, pad = batching.chunk_split(q.shape[0], chunk)
+    if chunk < q.shape[0]:
+        assert (n, size, pad) == (5, 8, 3)
+        assert len(loops) == 1 and loops[0].params["length"] == n  # no remainder program
+    else:
+        assert not loops
+
+
 def test_chunked_vmap_bad_axes(quad):
     m, q, v = quad
     with pytest.raises(ValueError, match="in_axes"):
