@@ -75,6 +75,14 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
     """
     if chunk_size is None:
         return jax.vmap(fun, in_axes=in_axes)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+        raise TypeError(
+            f"jaxdyn.vmap: chunk_size must be a positive int or None, got {chunk_size!r}"
+        )
+    if chunk_size < 1:
+        raise ValueError(
+            f"jaxdyn.vmap: chunk_size must be a positive int or None, got {chunk_size}"
+        )
 
     @functools.wraps(fun)
     def wrapped(*args):

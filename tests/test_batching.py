@@ -44,7 +44,8 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
 
     state = {"q": q, "v": v}
     ref = jax.vmap(f, in_axes=(None, 0))(m, state)
-    jaxpr = jax.make_jaxpr(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
+    with jaxdyn.config.override(vmap_chunk=0):  # no loops of aba's own rule in the jaxpr
+        jaxpr = jax.make_jaxpr(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
     out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
     for k in ref:
         assert out[k].shape == ref[k].shape
@@ -60,6 +61,9 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
 
 def test_chunked_vmap_bad_axes(quad):
     m, q, v = quad
+    for bad, err in ((0, ValueError), (-4, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="chunk_size"):
+            jaxdyn.vmap(lambda q: q, chunk_size=bad)
     with pytest.raises(ValueError, match="in_axes"):
         jaxdyn.vmap(lambda q: q, in_axes=(0, 0))(q)
     with pytest.raises(ValueError, match="0 or None"):
