@@ -70,11 +70,8 @@ def main(argv=None):
     base = a.trees[0]
     print("\nus per sample, mean over rounds (ratio to " + base + ")")
     for key in runs[base][0]:
-        cells = []
-        for t in a.trees:
-            mean = sum(d[key] for d in runs[t]) / len(runs[t])
-            ref = sum(d[key] for d in runs[base]) / len(runs[base])
-            cells.append(f"{t}: {mean:.4f} ({mean / ref:.2f})")
+        means = {t: sum(d[key] for d in runs[t]) / len(runs[t]) for t in a.trees}
+        cells = [f"{t}: {m:.4f} ({m / means[base]:.2f})" for t, m in means.items()]
         print(f"{key:26s} " + "  ".join(cells))
     return 0
 
