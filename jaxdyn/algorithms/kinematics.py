@@ -34,14 +34,20 @@ class Kinematics(NamedTuple):
     frame: Placements
 
 
-def joint_placements(model, q):
-    """Per-body ``XJ`` as ``(R (nb,3,3), p (nb,3))`` (joint transforms of every kind)."""
+def _kind_runs_q(model, q):
+    """``(kind, b0, b1, v0, v1, qs)`` for each run of :func:`~jaxdyn.model.tree.kind_runs`, with
+    the run's configuration ``qs (b1 - b0, nq_kind)``."""
     t = model.topo
-    parts = []
     for kind, b0, b1, v0, v1 in tree.kind_runs(t):
         nqk = joints.NQ[kind]
         q0 = int(t.q_start[b0])
-        qs = q[q0 : q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
+        yield kind, b0, b1, v0, v1, q[q0 : q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
+
+
+def joint_placements(model, q):
+    """Per-body ``XJ`` as ``(R (nb,3,3), p (nb,3))`` (joint transforms of every kind)."""
+    parts = []
+    for kind, _, _, v0, v1, qs in _kind_runs_q(model, q):
         axis = model.dof_axis[v0:v1] if kind == joints.ONE_DOF else None
         parts.append(joints.joint_transform(kind, qs, axis))
     if len(parts) == 1:
@@ -49,15 +55,45 @@ def joint_placements(model, q):
     return (jnp.concatenate([p[0] for p in parts], 0), jnp.concatenate([p[1] for p in parts], 0))
 
 
+def local_placements(model, q):
+    """Placements ``liMi = Xtree_i XJ_i`` of every body in its parent, ``(R (nb,3,3), p (nb,3))``.
+
+    For one-DoF joints, Rodrigues' formula ``XJ = I + sin(q) K + (1 - cos(q)) K^2`` (``K`` the
+    skew matrix of the joint's rotation axis, zero for prismatic joints) makes ``liMi`` affine in
+    ``sin q`` and ``1 - cos q``: ``R = Xtree_R + sin(q) Xtree_R K + (1 - cos q) Xtree_R K^2`` and
+    ``p = Xtree_p + q Xtree_R l`` (``l`` the translation axis). The two products of
+    ``Xtree_R`` depend on the model alone (XLA folds them when the model is a constant), so each
+    joint costs 18 multiply-adds instead of a rotation and a 3x3 product (rnea, crba, aba,
+    minv 1-5 % faster under ``vmap``: ``benchmarks/RESULTS.md``, "Design measurements").
+    """
+    Rs, ps = [], []
+    for kind, b0, b1, v0, v1, qs in _kind_runs_q(model, q):
+        XR, Xp = model.Xtree_R[b0:b1], model.Xtree_p[b0:b1]
+        if kind == joints.ONE_DOF:
+            axis = model.dof_axis[v0:v1]
+            K = spatial.skew(axis[:, :3])
+            XK = spatial.mm(XR, K)
+            XK2 = spatial.mm(XK, K)
+            ang = qs[:, 0]
+            s, c = spatial.sincos(ang)
+            c1 = 1 - c
+            Rs.append(XR + s[:, None, None] * XK + c1[:, None, None] * XK2)
+            ps.append(Xp + ang[:, None] * spatial.mv(XR, axis[:, 3:]))
+        else:
+            RJ, pJ = joints.joint_transform(kind, qs, None)
+            Rs.append(spatial.mm(XR, RJ))
+            ps.append(spatial.mv(XR, pJ) + Xp)
+    if len(Rs) == 1:
+        return Rs[0], ps[0]
+    return jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0)
+
+
 def body_placements(model, q):
     """World placements ``oMi`` of the bodies by one outward level pass (Featherstone Alg. 4.1)."""
     if model.nb == 0:  # zero-DoF model: no moving body
         dt = model.Xtree_R.dtype
         return Placements(jnp.zeros((0, 3, 3), dt), jnp.zeros((0, 3), dt))
-    RJ, pJ = joint_placements(model, q)
-    # liMi = Xtree * XJ
-    R = spatial.mm(model.Xtree_R, RJ)
-    p = spatial.mv(model.Xtree_R, pJ) + model.Xtree_p
+    R, p = local_placements(model, q)
 
     def step(lvl, _, prev, inp):
         Rl, pl = inp
