@@ -46,15 +46,11 @@ DEFAULT_CHUNK = 32
 
 #: bytes of working set that a chunk may fill: well inside a core's private L2 cache (1 MB on
 #: the AMD EPYC (Zen 4) the benchmarks ran on; ``words`` estimates undercount XLA's temporaries,
-#: hence about a third of it). Measured 2026-11-26, float64, B = 1024, one core, us per sample
-#: by chunk size 16 / 32 / 64 / 128 against one vmap: talos_full aba 9.6 / 8.8 / 8.6 / 9.9
-#: (16.8), minv 18.5 / 18.2 / 19.3 / 21.0 (60.2), crba 6.2 / 6.2 / 6.1 / 6.2 (12.7), rnea
-#: 6.4 / 6.4 / 6.2 / 6.8 (9.2), aba_derivatives 70 / 78 / 78 / 93 (195); solo12 aba
-#: 3.4 / 3.3 / 3.1 / 3.1 (6.6), minv 3.7 / 3.6 / 3.6 / 3.7 (5.6), rnea 2.0 / 1.9 / 2.0 / 2.1
-#: (2.4). An earlier calibration, when this shared VM left more of its 32 MB L3 to this
-#: process, preferred chunks of a few MB (talos_full aba 10.3 / 8.1 / 7.2 in chunks of
-#: 32 / 128 / 256): the cache a chunk may count on is the private one; the L3 is shared with
-#: whatever else runs, as it is on users' machines running many environments.
+#: hence about a third of it). Chunks sized for the private cache won on every algorithm and
+#: both robots when the shared L3 was busy (as on a machine running many environments); on a
+#: quiet machine larger chunks can be faster (talos_full aba 1.4x in chunks of 256 in an early
+#: calibration). The measurements by chunk size are in ``benchmarks/RESULTS.md``, "Design
+#: measurements" (``CHUNK_BYTES``).
 CHUNK_BYTES = 384 << 10
 #: bounds of the automatic chunk size: a chunk runs the function's kernels once (about 0.1-0.3
 #: us each, a few hundred for ABA on a humanoid), so chunks below 16 samples pay that cost on
