@@ -384,7 +384,7 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
 
 
 _FUSED_CHILD = """
-import json, sys
+import contextlib, io, json, sys
 sys.path[:0] = {paths!r}
 import jax
 jax.config.update("jax_enable_x64", True)
@@ -404,7 +404,11 @@ batch = jax.tree.map(
     lambda *a: jax.numpy.stack(a),
     *[t._problem(model, t._states(model.nv, x), t._states(model.nv, t.GOAL)) for x in x0s],
 )
-rs = ddp.solve_sharded(batch, max_iter=200)
+buf = io.StringIO()  # verbose: XLA's threads print through sys.stdout
+with contextlib.redirect_stdout(buf):
+    rs = ddp.solve_sharded(batch, max_iter=200, verbose=True)
+    jax.block_until_ready(rs)
+    jax.effects_barrier()
 one = [solve(jax.tree.map(lambda a, i=i: a[i], batch)) for i in range(3)]
 print(json.dumps(dict(
     fused=hlo.count("xla_cpu_small_call"), custom=hlo.count("custom-call("),
@@ -413,6 +417,7 @@ print(json.dumps(dict(
     sharded_iterations=np.asarray(rs.iterations).tolist(),
     one_iterations=[int(o.iterations) for o in one],
     sharded_cost=np.asarray(rs.cost).tolist(), one_cost=[float(o.cost) for o in one],
+    log=buf.getvalue().splitlines(),
 )))
 """
 
@@ -444,6 +449,39 @@ def test_fused_cpu_loops_solve(fddp_solution):
     assert out["sharded_iterations"] == out["one_iterations"], out
     assert len(set(out["one_iterations"])) > 1, out  # the members differ
     np.testing.assert_allclose(out["sharded_cost"], out["one_cost"], rtol=1e-12)
+    _check_batch_log(out["log"], out["sharded_iterations"])
+
+
+def _check_batch_log(lines, iterations):
+    """A batch's verbose log: one header with a problem column, then for each problem ``i``
+    (and no padding copy) the lines of its iterations ``0 .. iterations[i] - 1`` in order,
+    each line whole (7 columns; lines printed by several threads do not mix)."""
+    assert lines[0].split() == ["problem", "iter", "cost", "stop", "step", "reg", "gap"], lines
+    rows = [line.split() for line in lines[1:]]
+    assert all(len(r) == 7 for r in rows), lines
+    for i, n in enumerate(iterations):
+        assert [int(r[1]) for r in rows if int(r[0]) == i] == list(range(n)), (i, lines)
+    assert sorted({int(r[0]) for r in rows}) == list(range(len(iterations))), lines
+
+
+def test_solve_batch_verbose(pendulum, capfd):
+    """solve_batch(verbose=True) names each problem on its lines, through the compaction of
+    the batch (four problems, the last from large controls: compacted to it alone)."""
+    _, model = pendulum
+    x0s = [X0, (X0[0] + 0.5, 0.0), (X0[0] - 1.0, 0.3), (X0[0] + 2.5, -1.0)]
+    problems = [_problem(model, _states(model.nv, x), _states(model.nv, GOAL)) for x in x0s]
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    us = jnp.zeros((4, HORIZON, model.nv)).at[3].set(100.0)
+    schedule = []
+    res = ddp.solve_batch(
+        batch, None, us, max_iter=200, verbose=True, round_iters=1, min_batch=1,
+        schedule=schedule,
+    )  # fmt: skip
+    jax.effects_barrier()
+    lines = capfd.readouterr().out.splitlines()
+    iterations = np.asarray(res.iterations).tolist()
+    assert min(size for size, _ in schedule) == 1, (schedule, iterations)
+    _check_batch_log(lines, iterations)
 
 
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):

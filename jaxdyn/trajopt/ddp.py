@@ -44,6 +44,7 @@ explains a status; :func:`check` raises it as an error.
 from __future__ import annotations
 
 import functools
+import threading
 
 import equinox as eqx
 import jax
@@ -389,19 +390,42 @@ def _forward(problem, xs, us, B, alpha, feasible):
 # ----------------------------------------------------------------------------- solver
 
 
-def _log_line(it, cost, stop, step, reg, gap):
-    if int(it) == 0:
-        print(f"{'iter':>5} {'cost':>14} {'stop':>10} {'step':>8} {'reg':>8} {'gap':>10}")
-    print(f"{int(it):5d} {float(cost):14.8e} {float(stop):10.3e} {float(step):8.4f} "
-          f"{float(reg):8.1e} {float(gap):10.3e}")  # fmt: skip
+#: ``verbose`` lines come from XLA's threads (several at once with ``solve_sharded``): each is
+#: printed whole under this lock
+_LOG_LOCK = threading.Lock()
+#: the ``tag`` of a solve that is not one of a batch's problems (:func:`_setup`), and of the
+#: padding copies of :func:`solve_sharded` (not printed)
+_UNTAGGED, _PADDING = -1, -2
+
+
+def _log_line(live, tag, it, cost, stop, step, reg, gap):
+    tag, it = int(tag), int(it)
+    if not live or tag == _PADDING:
+        return
+    line = (
+        (f"{tag:7d} " if tag >= 0 else "")
+        + f"{it:5d} {float(cost):14.8e} {float(stop):10.3e} {float(step):8.4f} "
+        + f"{float(reg):8.1e} {float(gap):10.3e}"
+    )
+    if it == 0 and tag == _UNTAGGED:  # a batch's header is printed once, by the host
+        line = _log_header(False) + "\n" + line
+    with _LOG_LOCK:
+        print(line, flush=True)
+
+
+def _log_header(tagged):
+    first = f"{'problem':>7} " if tagged else ""
+    return f"{first}{'iter':>5} {'cost':>14} {'stop':>10} {'step':>8} {'reg':>8} {'gap':>10}"
 
 
 def _zeros_like_shapes(tree):
     return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), tree)
 
 
-def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives):
-    """The solver's state before its first iteration (a dict; see :func:`_advance`)."""
+def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED):
+    """The solver's state before its first iteration (a dict; see :func:`_advance`). ``tag``:
+    the problem's index in a batch, shown by ``verbose`` (carried with the state, so that a
+    batch compacted by :func:`solve_batch` still names its problems)."""
     dtype = xs.dtype
     xs = jnp.where(ddp, rollout(problem, us), xs)
     cost = trajectory_cost(problem, xs, us)
@@ -410,6 +434,7 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives):
     D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
     nan_log = jnp.full((max_iter,), jnp.nan, dtype)
     return dict(
+        tag=jnp.asarray(tag, jnp.int32),
         it=jnp.asarray(0),
         xs=xs,
         us=us,
@@ -554,9 +579,14 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             log[key] = log[key].at[it].set(val)
         log["gap"] = log["gap"].at[it].set(gap)
         if verbose:
-            jax.debug.callback(_log_line, it, cost_n, stop, alpha, reg, gap, ordered=False)
+            # under vmap the body runs for every member while one runs: ``cond(s)`` tells
+            # the stopped ones, which print nothing
+            jax.debug.callback(
+                _log_line, cond(s), s["tag"], it, cost_n, stop, alpha, reg, gap, ordered=False
+            )
         status = jnp.where((status == _RUNNING) & (it + 1 >= max_iter), 1, status)
         return dict(
+            tag=s["tag"],
             it=it + 1,
             xs=xs_n,
             us=us_n,
@@ -591,8 +621,10 @@ def _result(s) -> Result:
 
 
 @eqx.filter_jit
-def _solve(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
-    state = _setup(problem, xs, us, ddp, params, max_iter=max_iter, derivatives=derivatives)
+def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives, verbose):
+    state = _setup(
+        problem, xs, us, ddp, params, max_iter=max_iter, derivatives=derivatives, tag=tag
+    )
     state = _advance(
         problem, state, ddp, params, max_iter=max_iter, derivatives=derivatives, verbose=verbose
     )
@@ -666,7 +698,8 @@ def fddp(problem: Problem, xs=None, us=None, **options) -> Result:
     ``th_grad=1e-12``,
     ``derivatives="analytic"|"autodiff"`` (dynamics Jacobians of
     :func:`~jaxdyn.trajopt.dynamics.step_derivatives`), ``verbose`` (print one line per
-    iteration through ``jax.debug.callback``).
+    iteration through ``jax.debug.callback``; under ``jax.vmap`` the members' lines
+    interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index).
 
     Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works.
     **Returns:** :class:`Result`.
@@ -693,12 +726,13 @@ def ilqr(problem: Problem, us=None, **options) -> Result:
 
 @eqx.filter_jit
 def _setup_batch(problems, xs, us, ddp, params, *, max_iter, derivatives):
-    def one(p, x, u):
+    def one(p, x, u, tag):
         x, u = _initial(p, x, u)
         p = p.with_bounds()
-        return p, _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives)
+        return p, _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives, tag=tag)
 
-    return jax.vmap(one)(problems, xs, us)
+    tags = jnp.arange(jnp.shape(problems.x0)[0], dtype=jnp.int32)
+    return jax.vmap(one)(problems, xs, us, tags)
 
 
 @eqx.filter_jit
@@ -779,6 +813,8 @@ def solve_batch(
         problems, xs, us, ddp, params, max_iter=max_iter, derivatives=static["derivatives"]
     )
     n_iter = jnp.asarray(int(round_iters))
+    if static["verbose"]:
+        print(_log_header(True), flush=True)
     ids, real, recorded = np.arange(B), np.ones(B, bool), np.zeros(B, bool)
     parts = []
     while True:
@@ -824,15 +860,16 @@ def _solve_sharded(
     from jax.sharding import PartitionSpec as P
 
     def one(args):
-        p, x, u = args
+        (p, x, u), tag = args
         x, u = _initial(p, x, u)
         return _solve(
-            p.with_bounds(), x, u, ddp, params, max_iter=max_iter, derivatives=derivatives,
+            p.with_bounds(), x, u, ddp, params, tag, max_iter=max_iter, derivatives=derivatives,
             verbose=verbose,
         )  # fmt: skip
 
     def local(arrs):
-        args = eqx.combine(arrs, static_tree)
+        arrs, tags = arrs
+        args = (eqx.combine(arrs, static_tree), tags)
         return jax.lax.map(one, args) if per_device == "map" else jax.vmap(one)(args)
 
     return _shard_map(local, mesh, P(mesh.axis_names[0]), P(mesh.axis_names[0]))(arrays)
@@ -896,6 +933,10 @@ def solve_sharded(
         arrays = jax.tree.map(
             lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]), arrays
         )
+    tags = np.concatenate([np.arange(B), np.full(pad, _PADDING)]).astype(np.int32)
+    arrays = (arrays, jnp.asarray(tags))
     mesh = Mesh(np.asarray(devices), ("problems",))
+    if static["verbose"]:
+        print(_log_header(True), flush=True)
     res = _solve_sharded(arrays, static_tree, ddp, params, mesh, per_device, **static)
     return jax.tree.map(lambda a: a[:B], res) if pad else res
