@@ -166,13 +166,22 @@ def _nv2(model, itemsize):
     return model.nv * model.nv
 
 
+def _kinematics(model, itemsize):
+    """A fixed estimate (chunks of 64 samples in float64, 128 in float32): on solo12 and
+    talos_full, chunks of 64 were within 5 % of the best chunk size for all seven kinematics
+    and energy functions, and 1.1-2.2x faster than one ``vmap`` on talos_full
+    (``benchmarks/RESULTS.md``, "Design measurements")."""
+    return 768
+
+
 #: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
 #: (:func:`jaxdyn.batching.batched`), with an estimate of the numbers one sample keeps live
 #: (``words(model, itemsize)``), from which the chunk size is chosen
 #: (:func:`jaxdyn.batching.auto_chunk`): ``nv x nv`` matrices for the passes that carry them,
 #: ABA's 6x6 articulated inertias and RNEA's transforms, velocities, accelerations and forces
 #: per body. In float32 too (chunks were as fast or faster: ``batching.CHUNK_BYTES``). The
-#: kinematics functions run as one plain ``vmap``.
+#: kinematics and energy functions take chunks of 64 samples in float64 (:data:`_KINEMATICS`);
+#: ``integrate`` / ``difference`` (elementwise on ``q``) stay one ``vmap``.
 BATCHED = {
     "rnea": lambda m, _: 48 * m.nb,
     "aba": lambda m, _: 36 * m.nb,
@@ -183,6 +192,18 @@ BATCHED = {
     "delassus": _nv2,
     "constrained_aba": _nv2,
     "input_matrix": _nv2,
+    **{
+        name: _kinematics
+        for name in (
+            "forward_kinematics",
+            "frame_placement",
+            "jacobian",
+            "joint_jacobians",
+            "center_of_mass",
+            "kinetic_energy",
+            "potential_energy",
+        )
+    },
 }
 
 

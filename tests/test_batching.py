@@ -128,8 +128,22 @@ def _close(a, b, tol=1e-12):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol * scale)
 
 
+_KINEMATICS = [
+    "forward_kinematics",
+    "frame_placement",
+    "jacobian",
+    "joint_jacobians",
+    "center_of_mass",
+    "kinetic_energy",
+    "potential_energy",
+]
+
+
 @pytest.mark.parametrize(
-    "name", ["aba", "minv", "crba", "rnea_derivatives", "aba_derivatives", "delassus", "rnea"]
+    "name",
+    ["aba", "minv", "crba", "rnea_derivatives", "aba_derivatives", "delassus", "rnea"]
+    + _KINEMATICS
+    + ["integrate"],
 )
 def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     """The functions of ``_checks.BATCHED`` run chunked under plain ``jax.vmap`` (a chunk
@@ -144,6 +158,17 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
         "aba_derivatives": (lambda m, q, v: jaxdyn.aba_derivatives(m, q, v, v), (None, 0, 0)),
         "delassus": (lambda m, q, v: jaxdyn.delassus(m, q, cs), (None, 0, None)),
         "rnea": (lambda m, q, v: jaxdyn.rnea(m, q, v, v), (None, 0, 0)),
+        "forward_kinematics": (lambda m, q, v: jaxdyn.forward_kinematics(m, q), (None, 0, None)),
+        "frame_placement": (
+            lambda m, q, v: jaxdyn.frame_placement(m, q, "FL_FOOT"),
+            (None, 0, None),
+        ),
+        "jacobian": (lambda m, q, v: jaxdyn.jacobian(m, q, "HR_FOOT", "world"), (None, 0, None)),
+        "joint_jacobians": (lambda m, q, v: jaxdyn.joint_jacobians(m, q), (None, 0, None)),
+        "center_of_mass": (lambda m, q, v: jaxdyn.center_of_mass(m, q), (None, 0, None)),
+        "kinetic_energy": (lambda m, q, v: jaxdyn.kinetic_energy(m, q, v), (None, 0, 0)),
+        "potential_energy": (lambda m, q, v: jaxdyn.potential_energy(m, q), (None, 0, None)),
+        "integrate": (lambda m, q, v: jaxdyn.integrate(m, q, v), (None, 0, 0)),
     }
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from .. import _checks
 from .._precision import full_precision
+from ..model import tree
 from . import kinematics as kin
 
 
@@ -23,7 +24,7 @@ def center_of_mass(model, q):
     if model.nb == 0:
         return jnp.full(3, jnp.nan, dtype)
     ws = kin.world_state(model, q)
-    return jnp.sum(ws.h, 0) / jnp.sum(ws.mass)
+    return tree.sum_rows(ws.h) / jnp.sum(ws.mass)
 
 
 @_checks.public("kinetic_energy")
@@ -51,4 +52,4 @@ def potential_energy(model, q):
     if model.nb == 0:
         return jnp.zeros((), dtype)
     ws = kin.world_state(model, q)
-    return -jnp.dot(model.gravity, jnp.sum(ws.h, 0))
+    return -jnp.dot(model.gravity, tree.sum_rows(ws.h))

@@ -314,6 +314,22 @@ def _sum_strided(x, c0, m, k):
     return out
 
 
+def sum_rows(x):
+    """``jnp.sum(x, 0)`` as halving slice adds (``log2(n)`` of them), which XLA fuses into the
+    producers; a reduce over the bodies axis could become a YNNPACK reduction kernel of its own
+    (talos_full ``center_of_mass`` under ``jax.vmap`` in chunks of 32: 1.7 against 0.75 us per
+    sample, ``benchmarks/RESULTS.md``, "Design measurements")."""
+    n = x.shape[0]
+    if n == 0:
+        return jnp.zeros(x.shape[1:], x.dtype)
+    while n > 1:
+        h = n // 2
+        y = x[:h] + x[h : 2 * h]
+        x = jnp.concatenate([y, x[2 * h :]], 0) if n % 2 else y
+        n = x.shape[0]
+    return x[0]
+
+
 def sum_into_parents(x, level, n_parent):
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
