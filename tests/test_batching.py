@@ -128,15 +128,11 @@ def _close(a, b, tol=1e-12):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol * scale)
 
 
-_KINEMATICS = [
-    "forward_kinematics",
-    "frame_placement",
-    "jacobian",
-    "joint_jacobians",
-    "center_of_mass",
-    "kinetic_energy",
-    "potential_energy",
-]
+#: kinematics and energy functions: batched too; ``integrate`` (elementwise) is not
+_KINEMATICS = (
+    "forward_kinematics frame_placement jacobian joint_jacobians center_of_mass kinetic_energy "
+    "potential_energy"
+).split()
 
 
 @pytest.mark.parametrize(
@@ -173,6 +169,7 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)
     assert not loop_plain
+    assert (name in jaxdyn._checks.BATCHED) == (name != "integrate")
     assert loop_chunked == (name in jaxdyn._checks.BATCHED)
     _close(chunked, plain)
 
