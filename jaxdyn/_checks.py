@@ -167,11 +167,15 @@ def _nv2(model, itemsize):
 
 
 def _kinematics(model, itemsize):
-    """A fixed estimate (chunks of 64 samples in float64, 128 in float32): on solo12 and
-    talos_full, chunks of 64 were within 5 % of the best chunk size for all seven kinematics
-    and energy functions, and 1.1-2.2x faster than one ``vmap`` on talos_full
-    (``benchmarks/RESULTS.md``, "Design measurements")."""
-    return 768
+    """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
+    119 frames), 256 on solo12 (13, 33); none (one ``vmap``) below 40 bodies and frames.
+    Measured at B = 1024, float64, against one ``vmap``: talos_full 1.3-1.9x faster for the
+    seven kinematics and energy functions and 1.3-1.5x for the constraint kinematics, solo12
+    1.1-1.3x (``forward_kinematics`` 6 % slower, its frames' output dominating), arm7 (7
+    bodies, 19 frames) 6-11 % slower in chunks of 256 (``benchmarks/RESULTS.md``, "Design
+    measurements")."""
+    n = model.nb + len(model.frame_names)
+    return 5 * n if n >= 40 else 0
 
 
 #: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
@@ -180,7 +184,8 @@ def _kinematics(model, itemsize):
 #: (:func:`jaxdyn.batching.auto_chunk`): ``nv x nv`` matrices for the passes that carry them,
 #: ABA's 6x6 articulated inertias and RNEA's transforms, velocities, accelerations and forces
 #: per body. In float32 too (chunks were as fast or faster: ``batching.CHUNK_BYTES``). The
-#: kinematics and energy functions take chunks of 64 samples in float64 (:data:`_KINEMATICS`);
+#: kinematics, energy and constraint-kinematics functions take chunks sized by the number of
+#: bodies and frames (:func:`_kinematics`);
 #: ``integrate`` / ``difference`` (elementwise on ``q``) stay one ``vmap``.
 BATCHED = {
     "rnea": lambda m, _: 48 * m.nb,
@@ -202,6 +207,11 @@ BATCHED = {
             "center_of_mass",
             "kinetic_energy",
             "potential_energy",
+            "constraint_placements",
+            "constraint_jacobian",
+            "constraint_velocity",
+            "constraint_drift",
+            "constraint_error",
         )
     },
 }

@@ -131,7 +131,8 @@ def _close(a, b, tol=1e-12):
 #: kinematics and energy functions: batched too; ``integrate`` (elementwise) is not
 _KINEMATICS = (
     "forward_kinematics frame_placement jacobian joint_jacobians center_of_mass kinetic_energy "
-    "potential_energy"
+    "potential_energy constraint_placements constraint_jacobian constraint_velocity "
+    "constraint_drift constraint_error"
 ).split()
 
 
@@ -146,6 +147,11 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     loop in the program) with the results of one ``vmap``; the others stay one ``vmap``."""
     m, q, v = quad
     cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
+    cs_t = (
+        jaxdyn.Connect("FL_FOOT", target=(0.1, 0.0, 0.0)),
+        jaxdyn.Weld("HR_FOOT", target=(np.eye(3), (0.0, 0.1, 0.0))),
+    )
+    C = jaxdyn.constraints
     fns = {
         "aba": (lambda m, q, v: jaxdyn.aba(m, q, v, v), (None, 0, 0)),
         "minv": (lambda m, q, v: jaxdyn.minv(m, q), (None, 0, None)),
@@ -164,6 +170,14 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
         "center_of_mass": (lambda m, q, v: jaxdyn.center_of_mass(m, q), (None, 0, None)),
         "kinetic_energy": (lambda m, q, v: jaxdyn.kinetic_energy(m, q, v), (None, 0, 0)),
         "potential_energy": (lambda m, q, v: jaxdyn.potential_energy(m, q), (None, 0, None)),
+        "constraint_placements": (
+            lambda m, q, v: C.constraint_placements(m, q, cs),
+            (None, 0, None),
+        ),
+        "constraint_jacobian": (lambda m, q, v: C.constraint_jacobian(m, q, cs), (None, 0, None)),
+        "constraint_velocity": (lambda m, q, v: C.constraint_velocity(m, q, v, cs), (None, 0, 0)),
+        "constraint_drift": (lambda m, q, v: C.constraint_drift(m, q, v, cs), (None, 0, 0)),
+        "constraint_error": (lambda m, q, v: C.constraint_error(m, q, cs_t), (None, 0, None)),
         "integrate": (lambda m, q, v: jaxdyn.integrate(m, q, v), (None, 0, 0)),
     }
     fn, axes = fns[name]
