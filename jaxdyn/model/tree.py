@@ -315,19 +315,13 @@ def _sum_strided(x, c0, m, k):
 
 
 def sum_rows(x):
-    """``jnp.sum(x, 0)`` as halving slice adds (``log2(n)`` of them), which XLA fuses into the
-    producers; a reduce over the bodies axis could become a YNNPACK reduction kernel of its own
-    (talos_full ``center_of_mass`` under ``jax.vmap`` in chunks of 32: 1.7 against 0.75 us per
-    sample, ``benchmarks/RESULTS.md``, "Design measurements")."""
-    n = x.shape[0]
-    if n == 0:
+    """``jnp.sum(x, 0)`` as the slice adds of :func:`_sum_strided` (as the parent sums use),
+    which XLA fuses into the producers; a reduce over the bodies axis could become a YNNPACK
+    reduction kernel of its own (talos_full ``center_of_mass`` under ``jax.vmap`` in chunks of
+    32: 1.7 against 0.75 us per sample, ``benchmarks/RESULTS.md``, "Design measurements")."""
+    if x.shape[0] == 0:
         return jnp.zeros(x.shape[1:], x.dtype)
-    while n > 1:
-        h = n // 2
-        y = x[:h] + x[h : 2 * h]
-        x = jnp.concatenate([y, x[2 * h :]], 0) if n % 2 else y
-        n = x.shape[0]
-    return x[0]
+    return _sum_strided(x, 0, 1, x.shape[0])[0]
 
 
 def sum_into_parents(x, level, n_parent):
