@@ -3,7 +3,7 @@
 Reference: Featherstone 2008, Alg. 6.2 (CRBA). In ground coordinates the composite inertia of a
 subtree is a plain sum, ``oIc_i = sum_{j in subtree(i)} oI_j``, and
 ``M[r, c] = oS_r^T oIc_{body(c)} oS_c`` for every coordinate ``r`` on the support of ``c``
-(Featherstone eq. 6.19), which is one masked ``nv x 6 x nv`` product.
+(Featherstone eq. 6.19): six broadcast multiply-adds over ``nv x nv``, masked.
 """
 
 from __future__ import annotations
@@ -16,26 +16,59 @@ from ..model import tree
 from . import kinematics as kin
 
 
-def inertia_apply_origin(m, h, Ibar, v):
-    """Spatial inertia given about the origin (``m``, ``h = m c``, ``Ibar``) times ``v``."""
-    w, vl = v[..., :3], v[..., 3:]
-    return jnp.concatenate(
-        [spatial.mv(Ibar, w) + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1
-    )
+def _cross_rows(a, b):
+    """Cross product of two vectors given as lists of three component rows."""
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+def subspace_force_rows(model, ws, Ic):
+    """``(oS^T, F^T)``, each ``(6, nv)``: the world motion subspace of every coordinate and
+    ``F_c = oIc_{body(c)} oS_c``, with the composite inertias ``Ic (nb, 13)`` as
+    ``[m, h, Ibar]`` rows (:func:`crba_world`).
+
+    Component-major (one row of ``nv`` numbers per spatial component), so that the product
+    ``oS_r^T F_c`` of :func:`crba_world` reads contiguous rows along ``c``; computed from the
+    placements (as :func:`jaxdyn.spatial.act_motion` computes ``ws.S``) rather than by
+    transposing ``ws.S``, whose transposing copy cost more than the whole computation.
+    """
+    t = model.topo
+    d = tree.bodies_to_dofs(t, Ic)
+    Rd, pd = tree.bodies_to_dofs(t, ws.R), tree.bodies_to_dofs(t, ws.p)
+    ax = model.dof_axis
+    w = [sum(Rd[:, i, j] * ax[:, j] for j in range(3)) for i in range(3)]
+    u = [sum(Rd[:, i, j] * ax[:, 3 + j] for j in range(3)) for i in range(3)]
+    pl = [pd[:, i] for i in range(3)]
+    v = [ui + ci for ui, ci in zip(u, _cross_rows(pl, w))]
+    m, h = d[:, 0], [d[:, 1 + i] for i in range(3)]
+    hv, hw = _cross_rows(h, v), _cross_rows(h, w)
+    Fa = [sum(d[:, 4 + 3 * i + j] * w[j] for j in range(3)) + hv[i] for i in range(3)]
+    Fl = [m * v[i] - hw[i] for i in range(3)]
+    return jnp.stack(w + v, 0), jnp.stack(Fa + Fl, 0)
 
 
 def crba_world(model, ws):
-    """Joint-space inertia matrix from a precomputed world state."""
+    """Joint-space inertia matrix from a precomputed world state.
+
+    ``M[r, c] = oS_r^T F_c`` where ``r`` supports ``c`` (and ``F_r^T oS_c`` where ``c``
+    supports ``r``, the same number by symmetry), zero elsewhere: both written as six
+    broadcast multiply-adds over ``(nv, nv)`` on the component rows of
+    :func:`subspace_force_rows`, which XLA fuses with the masks into the kernel that writes
+    ``M``. Against a batched ``oS F^T`` product (a YNNPACK kernel after a transposing copy of
+    ``F``) and the masked transpose, under ``jax.vmap`` at B = 1024 on solo12 and talos_full:
+    8-13 % faster in float64, 17-25 % in float32 (``benchmarks/RESULTS.md``, "Design
+    measurements").
+    """
     t = model.topo
     Ic = tree.backward_accumulate(
         t, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1)
     )
-    m, h, Ibar = Ic[:, 0], Ic[:, 1:4], Ic[:, 4:].reshape(-1, 3, 3)
-    dm, dh, dI = (tree.bodies_to_dofs(t, x) for x in (m, h, Ibar))
-    F = inertia_apply_origin(dm, dh, dI, ws.S)  # (nv, 6): oIc_{body(c)} oS_c
-    Mfull = ws.S @ F.T
+    St, Ft = spatial.materialize(*subspace_force_rows(model, ws, Ic))
+    lower = upper = None  # oS_r^T F_c and F_r^T oS_c
+    for k in range(6):
+        lo, up = St[k][:, None] * Ft[k][None, :], Ft[k][:, None] * St[k][None, :]
+        lower, upper = (lo, up) if k == 0 else (lower + lo, upper + up)
     anc = t.dof_ancestor
-    M = jnp.where(anc, Mfull, jnp.where(anc.T, Mfull.T, 0))
+    M = jnp.where(anc, lower, jnp.where(anc.T, upper, 0))
     if model.armature is not None:
         M = M + jnp.diag(model.armature)
     return M
