@@ -171,7 +171,10 @@ def materialize(*xs):
     ``dynamic_update_slice`` of their stack into zeros is not fused into the consumers, so it
     stores them once (``optimization_barrier`` is dropped on the CPU and does not do this).
     Values and derivatives are unchanged. A no-op off the CPU (a GPU recomputes cheaply and
-    pays for every extra kernel).
+    pays for every extra kernel). Give it two or more arrays: the stack of a single array is a
+    reshape, which XLA removes together with the update, so one array alone is not stored
+    (seen on ABA's forward sweep, 2026-11-27; stacking it with a copy of itself does store it,
+    at twice the bytes, and was no faster there).
     """
     if jax.default_backend() != "cpu":
         return xs
