@@ -448,16 +448,20 @@ def dofs_to_bodies(topo, x):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def bodies_to_dofs(topo, x):
-    """Repeat per-body rows ``x (nb, ...)`` for each of the body's coordinates, ``(nv, ...)``."""
+def bodies_to_dofs(topo, x, axis: int = 0):
+    """Repeat per-body entries of ``x`` along ``axis`` (``nb`` long) for each of the body's
+    coordinates (``nv`` long): rows ``(nb, ...) -> (nv, ...)`` by default, component rows
+    ``(..., nb) -> (..., nv)`` with ``axis=-1``."""
     if topo.nv == topo.nb:
         return x
+    axis %= x.ndim
     parts = []
     for kind, b0, b1, _, _ in kind_runs(topo):
         k = joints.NV[kind]
-        xs = x[b0:b1]
+        xs = jax.lax.slice_in_dim(x, b0, b1, axis=axis)
         if k > 1:
-            xs = jnp.broadcast_to(xs[:, None], (b1 - b0, k) + xs.shape[1:])
-            xs = xs.reshape(((b1 - b0) * k,) + x.shape[1:])
+            shape = xs.shape[: axis + 1] + (k,) + xs.shape[axis + 1 :]
+            xs = jnp.broadcast_to(jnp.expand_dims(xs, axis + 1), shape)
+            xs = xs.reshape(x.shape[:axis] + ((b1 - b0) * k,) + x.shape[axis + 1 :])
         parts.append(xs)
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis)
