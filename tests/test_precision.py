@@ -78,5 +78,5 @@ def test_precision_is_scoped(arm):
 def test_precision_can_be_relaxed(arm, monkeypatch):
     m, q, v = arm
     monkeypatch.setattr(_precision, "PRECISION", "default")
-    dots = _dots(jax.make_jaxpr(lambda q: jaxdyn.crba(m, q))(q).jaxpr)
+    dots = _dots(jax.make_jaxpr(lambda q: jaxdyn.rnea_derivatives(m, q, v, v))(q).jaxpr)
     assert dots and not any(_highest(d) for d in dots)
