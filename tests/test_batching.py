@@ -216,8 +216,9 @@ def test_batching_rule_derivatives_and_batched_model(arm):
 
 def test_rule_batch_size(arm):
     """Algorithms see the batch size while a batching rule (or jaxdyn.vmap) traces them, and 0
-    otherwise; IDSVA's masked products take PRODUCT_BLOCKS_BATCHED blocks from BATCHED_MIN
-    samples on, with the results of the one-block form."""
+    otherwise; IDSVA's masked products take PRODUCT_BLOCKS_BATCHED blocks, as broadcast
+    multiply-adds, from BATCHED_MIN samples on, with the results of the one-block form (one
+    matrix product)."""
     from jaxdyn import batching
     from jaxdyn.derivatives import idsva
 
