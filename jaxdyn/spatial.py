@@ -34,11 +34,28 @@ def skew(w):
     )
 
 
+def cross_rows(a, b):
+    """Cross product of two vectors given as sequences of their three components (arrays of
+    any one shape, e.g. component-major rows); returns the three components as a list."""
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
 def cross(a, b):
     """Cross product on the last axis, written out (works for complex inputs)."""
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
+    comps = [a[..., i] for i in range(3)], [b[..., i] for i in range(3)]
+    return jnp.stack(cross_rows(*comps), -1)
+
+
+def outer_sum(A, B):
+    """``A^T B`` for component-major ``A (K, n)`` and ``B (K, m)``, as ``K`` broadcast
+    multiply-adds (whatever ``K``; :func:`mm` switches to ``matmul`` above ``unroll_max``),
+    which XLA fuses into the kernel that consumes the ``(n, m)`` result; under ``jax.vmap`` on
+    the CPU a batched ``dot`` of such shapes was a YNNPACK kernel of its own (CRBA,
+    ``jaxdyn.derivatives.idsva.masked_products``)."""
+    out = A[0][:, None] * B[0][None, :]
+    for j in range(1, A.shape[0]):
+        out = out + A[j][:, None] * B[j][None, :]
+    return out
 
 
 def mm(A, B):

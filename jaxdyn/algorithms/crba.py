@@ -16,11 +16,6 @@ from ..model import tree
 from . import kinematics as kin
 
 
-def _cross_rows(a, b):
-    """Cross product of two vectors given as lists of three component rows."""
-    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
-
-
 def subspace_force_rows(model, ws, Ic):
     """``(oS^T, F^T)``, each ``(6, nv)``: the world motion subspace of every coordinate and
     ``F_c = oIc_{body(c)} oS_c``, with the composite inertias ``Ic (nb, 13)`` as
@@ -40,9 +35,9 @@ def subspace_force_rows(model, ws, Ic):
     axT = model.dof_axis.T
     w = [sum(R[3 * i + j] * axT[j] for j in range(3)) for i in range(3)]
     u = [sum(R[3 * i + j] * axT[3 + j] for j in range(3)) for i in range(3)]
-    v = [ui + ci for ui, ci in zip(u, _cross_rows(list(p), w))]
+    v = [ui + ci for ui, ci in zip(u, spatial.cross_rows(list(p), w))]
     m, h = d[0], list(d[1:4])
-    hv, hw = _cross_rows(h, v), _cross_rows(h, w)
+    hv, hw = spatial.cross_rows(h, v), spatial.cross_rows(h, w)
     Fa = [sum(d[4 + 3 * i + j] * w[j] for j in range(3)) + hv[i] for i in range(3)]
     Fl = [m * v[i] - hw[i] for i in range(3)]
     return jnp.stack(w + v, 0), jnp.stack(Fa + Fl, 0)
@@ -65,12 +60,8 @@ def crba_world(model, ws):
         t, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1)
     )
     St, Ft = spatial.materialize(*subspace_force_rows(model, ws, Ic))
-    lower = upper = None  # oS_r^T F_c and F_r^T oS_c
-    for k in range(6):
-        lo, up = St[k][:, None] * Ft[k][None, :], Ft[k][:, None] * St[k][None, :]
-        lower, upper = (lo, up) if k == 0 else (lower + lo, upper + up)
-    anc = t.dof_ancestor
-    M = jnp.where(anc, lower, jnp.where(anc.T, upper, 0))
+    anc = t.dof_ancestor  # lower: oS_r^T F_c, upper: F_r^T oS_c
+    M = jnp.where(anc, spatial.outer_sum(St, Ft), jnp.where(anc.T, spatial.outer_sum(Ft, St), 0))
     if model.armature is not None:
         M = M + jnp.diag(model.armature)
     return M

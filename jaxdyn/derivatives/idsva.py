@@ -166,16 +166,6 @@ def dof_blocks(topo, nblocks=None):
     return edges
 
 
-def _outer_sum(A, B):
-    """``A^T B`` for ``A (K, n)``, ``B (K, m)``, as ``K`` broadcast multiply-adds, which XLA
-    fuses into the kernels that mask and write the products (a batched ``dot`` of these
-    shapes was a YNNPACK kernel of its own)."""
-    out = A[0][:, None] * B[0][None, :]
-    for j in range(1, A.shape[0]):
-        out = out + A[j][:, None] * B[j][None, :]
-    return out
-
-
 def masked_products(topo, lower, uppers):
     """Algorithm 1's lines 17-20 (products over the subtree columns of each body) for all
     bodies at once, as dense products masked with the static ancestor pattern.
@@ -192,10 +182,10 @@ def masked_products(topo, lower, uppers):
     products on the columns of blocks ``<= i`` and the upper ones on blocks ``>= i`` only. The
     outputs sharing a left factor are computed by one matrix product per row block; under a
     batching rule (at least :data:`BATCHED_MIN` samples) the products are written as
-    broadcast multiply-adds (:func:`_outer_sum`) that XLA fuses with the masks into the
-    kernels writing the outputs: at B = 1024 ``rnea_derivatives`` 5-7 % faster than with the
-    batched ``dot`` per row block, ``aba_derivatives`` 0-1 %; a single evaluation is faster
-    with the product (talos_full ``rnea_derivatives`` 101 against 135 us;
+    broadcast multiply-adds (:func:`jaxdyn.spatial.outer_sum`) that XLA fuses with the masks
+    into the kernels writing the outputs: at B = 1024 ``rnea_derivatives`` 5-7 % faster than
+    with the batched ``dot`` per row block, ``aba_derivatives`` 0-1 %; a single evaluation is
+    faster with the product (talos_full ``rnea_derivatives`` 101 against 135 us;
     ``benchmarks/RESULTS.md``, "Design measurements").
     """
     anc = topo.dof_ancestor  # anc[r, c]: body(r) is ancestor-or-self of body(c)
@@ -210,16 +200,16 @@ def masked_products(topo, lower, uppers):
     zero = jnp.zeros((), dt)
     rows = [[] for _ in range(nout)]
     batched = batching.rule_batch_size() >= BATCHED_MIN
-    # batched: component-major factors (K, nv), each product K broadcast multiply-adds
-    LT, UT = L.T, U.T
-    RT, QT = [R.T for R in Rs], [Q.T for Q in Qs]
+    if batched:  # component-major factors (K, nv), each product K broadcast multiply-adds
+        LT, UT = L.T, U.T
+        RT, QT = [R.T for R in Rs], [Q.T for Q in Qs]
     for i in range(len(edges) - 1):
         r0, r1 = edges[i], edges[i + 1]
         nu = nv - r0
         if batched:
-            up = jnp.concatenate([_outer_sum(UT[:, r0:r1], Q[:, r0:]) for Q in QT], 1)
+            up = jnp.concatenate([spatial.outer_sum(UT[:, r0:r1], Q[:, r0:]) for Q in QT], 1)
             lo = (
-                jnp.concatenate([_outer_sum(LT[:, r0:r1], R[:, :r1]) for R in RT], 1)
+                jnp.concatenate([spatial.outer_sum(LT[:, r0:r1], R[:, :r1]) for R in RT], 1)
                 if nlo
                 else None
             )
