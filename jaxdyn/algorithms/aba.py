@@ -64,7 +64,15 @@ def articulated_inertias(model, S, I6):
             ag = None if arml is None else arml[g.v0 - v0 : g.v1 - v0].reshape(g.n, k)
             if k == 1:  # elementwise forms: one fused kernel instead of batched dots
                 s1 = Sg[:, 0]
-                U1 = spatial.mv(IAg, s1)
+                # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``),
+                # stored once: the sweeps read U on every right-hand side, and XLA would
+                # otherwise recompute it per column (Minv 2.3x slower). Against the dot, B =
+                # 1024: aba 4-10 % faster, minv and aba_derivatives 3-7 % (RESULTS.md,
+                # "Design measurements").
+                U1 = IAg[..., 0] * s1[:, 0, None]
+                for j in range(1, 6):
+                    U1 = U1 + IAg[..., j] * s1[:, j, None]
+                U1, s1 = spatial.materialize(U1, s1)
                 D = jnp.sum(s1 * U1, -1)
                 Dinv = 1 / (D if ag is None else D + ag[:, 0])
                 U = U1[..., None]
