@@ -191,7 +191,9 @@ def materialize(*xs):
     pays for every extra kernel). Give it two or more arrays: the stack of a single array is a
     reshape, which XLA removes together with the update, so one array alone is not stored
     (seen on ABA's forward sweep, 2026-11-27; stacking it with a copy of itself does store it,
-    at twice the bytes, and was no faster there).
+    at twice the bytes, and was no faster there). Nor is an array stacked with a constant
+    (Minv's unit torques): XLA folds that stack away too; ``materialize(x, x)[0]`` stores ``x``
+    (the backward sweep of :func:`jaxdyn.algorithms.aba.sweeps`).
     """
     if jax.default_backend() != "cpu":
         return xs

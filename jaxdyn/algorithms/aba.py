@@ -149,7 +149,22 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             else:
                 Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
                 pg = p[s]
-                u = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:]) - mm(Sg, pg)
+                tg = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
+                if pg.shape[-1] > 1:
+                    # several right-hand sides (Minv): S^T p as six multiply-adds on the rows
+                    # of p, instead of a small batched dot per level, and u stored once (with
+                    # a copy of itself: one array alone is not stored, and stacked with the
+                    # constant unit torques it was not stored either; see
+                    # spatial.materialize). Unstored, the product is recomputed per row of p
+                    # (Minv 1.8x slower). talos_full minv 7-9 % faster at B = 1024
+                    # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
+                    Stp = Sg[..., 0, None] * pg[:, None, 0]
+                    for j in range(1, 6):
+                        Stp = Stp + Sg[..., j, None] * pg[:, None, j]
+                    u = tg - Stp
+                    u = spatial.materialize(u, u)[0]
+                else:
+                    u = tg - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))
             ug.append(u)
             if cl is not None:
