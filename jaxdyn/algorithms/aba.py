@@ -67,8 +67,8 @@ def articulated_inertias(model, S, I6):
                 # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``),
                 # stored once: the sweeps read U on every right-hand side, and XLA would
                 # otherwise recompute it per column (Minv 2.3x slower). Against the dot, B =
-                # 1024: aba 4-10 % faster, minv and aba_derivatives 3-7 % (RESULTS.md,
-                # "Design measurements").
+                # 1024, float64 and float32: aba 5-6 % faster, minv 0-7 %, aba_derivatives
+                # 1-5 % (RESULTS.md, "Design measurements").
                 U1 = IAg[..., 0] * s1[:, 0, None]
                 for j in range(1, 6):
                     U1 = U1 + IAg[..., j] * s1[:, j, None]
