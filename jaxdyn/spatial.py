@@ -58,17 +58,19 @@ def outer_sum(A, B):
     return out
 
 
-def mm(A, B):
+def mm(A, B, unroll: bool = False):
     """Batched matrix product ``A @ B`` on the trailing axes, unrolled over the (small,
     static) contracted dimension.
 
     Each term is an elementwise broadcast product, so XLA fuses the whole product into its
     neighbours; under ``vmap`` on the CPU this beat a batched ``dot`` of 3x3 or 6x6 blocks
     (``benchmarks/RESULTS.md``, "Design measurements"). Contractions longer than the
-    ``unroll_max`` switch of :mod:`jaxdyn.config` use ``jnp.matmul``.
+    ``unroll_max`` switch of :mod:`jaxdyn.config` use ``jnp.matmul``, unless ``unroll`` (for
+    products whose result the caller stores, where a chain of fused 6-term products would be
+    recomputed per consumer element: see :func:`jaxdyn.algorithms.aba.articulated_inertias`).
     """
     k = A.shape[-1]
-    if k > _config.get("unroll_max"):
+    if k > _config.get("unroll_max") and not unroll:
         return jnp.matmul(A, B)
     out = A[..., :, 0, None] * B[..., None, 0, :]
     for i in range(1, k):
@@ -76,10 +78,10 @@ def mm(A, B):
     return out
 
 
-def mv(A, x):
+def mv(A, x, unroll: bool = False):
     """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
     k = A.shape[-1]
-    if k > _config.get("unroll_max"):
+    if k > _config.get("unroll_max") and not unroll:
         return jnp.matmul(A, x[..., None])[..., 0]
     out = A[..., :, 0] * x[..., 0, None]
     for i in range(1, k):

@@ -69,10 +69,7 @@ def articulated_inertias(model, S, I6):
                 # otherwise recompute it per column (Minv 2.3x slower). Against the dot, B =
                 # 1024, float64 and float32: aba 5-6 % faster, minv 0-7 %, aba_derivatives
                 # 1-5 % (RESULTS.md, "Design measurements").
-                U1 = IAg[..., 0] * s1[:, 0, None]
-                for j in range(1, 6):
-                    U1 = U1 + IAg[..., j] * s1[:, j, None]
-                U1, s1 = spatial.materialize(U1, s1)
+                U1, s1 = spatial.materialize(spatial.mv(IAg, s1, unroll=True), s1)
                 D = jnp.sum(s1 * U1, -1)
                 Dinv = 1 / (D if ag is None else D + ag[:, 0])
                 U = U1[..., None]
@@ -158,10 +155,7 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     # spatial.materialize). Unstored, the product is recomputed per row of p
                     # (Minv 1.8x slower). talos_full minv 7-9 % faster at B = 1024
                     # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
-                    Stp = Sg[..., 0, None] * pg[:, None, 0]
-                    for j in range(1, 6):
-                        Stp = Stp + Sg[..., j, None] * pg[:, None, j]
-                    u = tg - Stp
+                    u = tg - mm(Sg, pg, unroll=True)
                     u = spatial.materialize(u, u)[0]
                 else:
                     u = tg - mm(Sg, pg)
