@@ -48,14 +48,11 @@ def cross(a, b):
 
 def outer_sum(A, B):
     """``A^T B`` for component-major ``A (K, n)`` and ``B (K, m)``, as ``K`` broadcast
-    multiply-adds (whatever ``K``; :func:`mm` switches to ``matmul`` above ``unroll_max``),
-    which XLA fuses into the kernel that consumes the ``(n, m)`` result; under ``jax.vmap`` on
-    the CPU a batched ``dot`` of such shapes was a YNNPACK kernel of its own (CRBA,
+    multiply-adds whatever ``K`` (:func:`mm` with ``unroll``), which XLA fuses into the kernel
+    that consumes the ``(n, m)`` result; under ``jax.vmap`` on the CPU a batched ``dot`` of
+    such shapes was a YNNPACK kernel of its own (CRBA,
     ``jaxdyn.derivatives.idsva.masked_products``)."""
-    out = A[0][:, None] * B[0][None, :]
-    for j in range(1, A.shape[0]):
-        out = out + A[j][:, None] * B[j][None, :]
-    return out
+    return mm(A.T, B, unroll=True)
 
 
 def mm(A, B, unroll: bool = False):
