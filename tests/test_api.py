@@ -10,10 +10,11 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 import jaxdyn
+from jaxdyn import _checks, robots
 from jaxdyn import clusters as C
-from jaxdyn import robots
 from jaxdyn.algorithms import configuration as plain
 from jaxdyn.clusters import robots as crobots
 
@@ -80,3 +81,64 @@ def test_configuration_dispatch_cluster():
     qs = jax.jit(jax.vmap(jaxdyn.random_configuration, (None, 0)))(model, keys)
     ref = np.stack([C.random_configuration(model, k) for k in keys])
     np.testing.assert_allclose(qs, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_eager_calls_run_one_compiled_program():
+    """A public algorithm called outside any trace runs as one compiled program (run op by op,
+    each of its hundreds of operations would be compiled on the first call): the result is
+    ``jax.jit``'s, a second call with new values of the same shapes compiles nothing, and
+    ``jax.disable_jit`` still runs it op by op (to rounding: XLA fuses differently)."""
+    model = robots.load("arm7")
+    key = jax.random.PRNGKey(1)
+    q = np.asarray(jaxdyn.random_configuration(model, key))
+    v = np.asarray(jax.random.normal(key, (model.nv,)))
+    q2, v2 = q + 0.1, 2 * v
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        first = jaxdyn.aba(model, q, v, v)
+        n_first = len(compiles)
+        second = jaxdyn.aba(model, q2, v2, v)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert n_first == 1 and len(compiles) == 1, compiles
+    np.testing.assert_array_equal(first, jax.jit(jaxdyn.aba)(model, q, v, v))
+    np.testing.assert_array_equal(second, jax.jit(jaxdyn.aba)(model, q2, v2, v))
+    with jax.disable_jit():
+        op_by_op = jaxdyn.aba(model, q, v, v)
+    np.testing.assert_allclose(op_by_op, first, rtol=1e-12, atol=1e-12)
+
+
+def test_eager_calls_static_arguments_and_checks():
+    """Non-array arguments of an eager call (frame names and indices, options) are given to
+    the function as they are, and typed (``1`` and ``True`` are different frames); the value
+    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); arguments that
+    cannot be hashed run op by op."""
+    model = robots.load("quad12")
+    q = np.asarray(jaxdyn.neutral_configuration(model))
+    name = model.frame_names[2]
+    J = jaxdyn.jacobian(model, q, name)
+    np.testing.assert_array_equal(jaxdyn.jacobian(model, q, 2), J)
+    np.testing.assert_array_equal(jaxdyn.jacobian(model, q, np.int64(2)), J)
+    world = jax.jit(jaxdyn.jacobian, static_argnums=(2, 3))(model, q, name, "local_world_aligned")
+    np.testing.assert_array_equal(jaxdyn.jacobian(model, q, name, "local_world_aligned"), world)
+    jaxdyn.frame_placement(model, q, 1)
+    with pytest.raises(TypeError, match="frame must be a frame name"):
+        jaxdyn.frame_placement(model, q, True)
+    bad = q.copy()
+    bad[3:7] *= 2.0
+    with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion in q is not of unit norm"):
+        jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
+    with _checks.unchecked():
+        assert np.all(np.isfinite(jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))))
+    with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion"):
+        jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
+    # a weld with an array field is not hashable: op by op, same result
+    weld = jaxdyn.Weld(name, rotation=np.eye(3))
+    Jc = jaxdyn.constraint_jacobian(model, q, [weld])
+    np.testing.assert_allclose(Jc, jaxdyn.constraint_jacobian(model, q, [jaxdyn.Weld(name)]))
