@@ -260,16 +260,23 @@ _UNHASHABLE = object()
 
 def _dynamic(x) -> bool:
     """Leaves an eager call passes to its compiled program as arrays: JAX and numpy arrays.
-    Every other leaf (Python and numpy scalars, strings, ``None``: frame indices and names,
-    options, the numbers of a nested list) is static: the program is compiled for its value,
-    and the function sees it as given (its type checks included)."""
+    Integers, booleans, strings and ``None`` (frame indices and names, options) are static:
+    the program is compiled for their value, and the function sees them as given (its type
+    checks included). A call with any other leaf (a Python or numpy float, e.g. the numbers
+    of a nested list or a gain) runs op by op, as before: compiled for each value, a loop
+    over such calls would compile at every step."""
     return isinstance(x, (jax.Array, np.ndarray))
+
+
+def _static_ok(x) -> bool:
+    return x is None or isinstance(x, (str, int, np.integer, np.bool_))
 
 
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
-    and the value-check switch part of the key. Returns :data:`_UNHASHABLE` when a static
-    leaf is not hashable (the caller runs ``fn`` op by op).
+    and the value-check switch part of the key. Returns :data:`_UNHASHABLE` when a leaf is
+    neither an array nor a static kind, or a static leaf (or the pytree structure: a frozen
+    dataclass holding an array) is not hashable; the caller then runs ``fn`` op by op.
 
     Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
     12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
@@ -286,7 +293,9 @@ def _eager_jit(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        # typed: 1, 1.0 and True are equal keys, but not the same argument
+        if not all(_dynamic(x) or _static_ok(x) for x in leaves):
+            return _UNHASHABLE
+        # typed: 1 and True are equal keys, but not the same argument
         static = tuple(_DYN if _dynamic(x) else (type(x), x) for x in leaves)
         try:
             hash((treedef, static))
