@@ -275,8 +275,8 @@ def _static_ok(x) -> bool:
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
     and the value-check switch part of the key. Returns :data:`_UNHASHABLE` when a leaf is
-    neither an array nor a static kind, or a static leaf (or the pytree structure: a frozen
-    dataclass holding an array) is not hashable; the caller then runs ``fn`` op by op.
+    neither an array nor a static kind (a float, a constraint object), or the key is not
+    hashable; the caller then runs ``fn`` op by op.
 
     Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
     12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first

@@ -125,8 +125,8 @@ def test_eager_calls_run_one_compiled_program():
 def test_eager_calls_static_arguments_and_checks():
     """Non-array arguments of an eager call (frame names and indices, options) are given to
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
-    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); arguments that
-    cannot be hashed run op by op."""
+    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); other arguments
+    (constraint objects, floats) run op by op."""
     model = robots.load("quad12")
     q = np.asarray(jaxdyn.neutral_configuration(model))
     name = model.frame_names[2]
@@ -146,7 +146,7 @@ def test_eager_calls_static_arguments_and_checks():
         assert np.all(np.isfinite(jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))))
     with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion"):
         jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
-    # a weld with an array field is not hashable: op by op, same result
+    # constraints (neither arrays nor integers or strings) run op by op: same result
     weld = jaxdyn.Weld(name, rotation=np.eye(3))
     Jc = jaxdyn.constraint_jacobian(model, q, [weld])
     np.testing.assert_allclose(Jc, jaxdyn.constraint_jacobian(model, q, [jaxdyn.Weld(name)]))
