@@ -242,7 +242,7 @@ def public(name: str):
                 return chunked(*args, **kwargs)
             if compiled is not None and not jax.config.jax_disable_jit:
                 out = compiled(*args, **kwargs)
-                if out is not _UNHASHABLE:
+                if out is not _OP_BY_OP:
                     return out
             return translated(*args, **kwargs)
 
@@ -255,7 +255,7 @@ def public(name: str):
 #: those returning arrays (or named tuples of arrays) alone
 EAGER_JIT = frozenset(BATCHED) | {"integrate", "difference", "bias_forces", "gravity_forces"}
 
-_UNHASHABLE = object()
+_OP_BY_OP = object()
 
 
 def _dynamic(x) -> bool:
@@ -274,7 +274,7 @@ def _static_ok(x) -> bool:
 
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
-    and the value-check switch part of the key. Returns :data:`_UNHASHABLE` when a leaf is
+    and the value-check switch part of the key. Returns :data:`_OP_BY_OP` when a leaf is
     neither an array nor a static kind (a float, a constraint object), or the key is not
     hashable; the caller then runs ``fn`` op by op.
 
@@ -294,13 +294,13 @@ def _eager_jit(fn):
     def call(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         if not all(_dynamic(x) or _static_ok(x) for x in leaves):
-            return _UNHASHABLE
+            return _OP_BY_OP
         # typed: 1 and True are equal keys, but not the same argument
         static = tuple(_DYN if _dynamic(x) else (type(x), x) for x in leaves)
         try:
             hash((treedef, static))
         except TypeError:
-            return _UNHASHABLE
+            return _OP_BY_OP
         dyn = [x for x in leaves if _dynamic(x)]
         return run(treedef, static, value_checks_enabled(), *dyn)
 
