@@ -260,7 +260,7 @@ _OP_BY_OP = object()
 
 def _dynamic(x) -> bool:
     """Leaves an eager call passes to its compiled program as arrays: JAX and numpy arrays.
-    Integers, booleans, strings and ``None`` (frame indices and names, options) are static:
+    Integers, booleans and strings (frame indices and names, options) are static:
     the program is compiled for their value, and the function sees them as given (its type
     checks included). A call with any other leaf (a Python or numpy float, e.g. the numbers
     of a nested list or a gain) runs op by op, as before: compiled for each value, a loop
@@ -269,7 +269,7 @@ def _dynamic(x) -> bool:
 
 
 def _static_ok(x) -> bool:
-    return x is None or isinstance(x, (str, int, np.integer, np.bool_))
+    return isinstance(x, (str, int, np.integer, np.bool_))
 
 
 def _eager_jit(fn):
@@ -286,7 +286,7 @@ def _eager_jit(fn):
     @functools.partial(jax.jit, static_argnums=(0, 1, 2))
     def run(treedef, static, checks, *dyn):
         it = iter(dyn)
-        leaves = [next(it) if s is _DYN else s[1] for s in static]
+        leaves = [next(it) if s is None else s[1] for s in static]
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return fn(*args, **kwargs)
 
@@ -295,8 +295,9 @@ def _eager_jit(fn):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         if not all(_dynamic(x) or _static_ok(x) for x in leaves):
             return _OP_BY_OP
-        # typed: 1 and True are equal keys, but not the same argument
-        static = tuple(_DYN if _dynamic(x) else (type(x), x) for x in leaves)
+        # None marks an array; static leaves are typed: 1 and True are equal keys, but not
+        # the same argument
+        static = tuple(None if _dynamic(x) else (type(x), x) for x in leaves)
         try:
             hash((treedef, static))
         except TypeError:
@@ -305,16 +306,6 @@ def _eager_jit(fn):
         return run(treedef, static, value_checks_enabled(), *dyn)
 
     return call
-
-
-class _Dyn:
-    """Marks a dynamic leaf in :func:`_eager_jit`'s static key."""
-
-    def __repr__(self):
-        return "<dynamic>"
-
-
-_DYN = _Dyn()
 
 
 def jit(fun=None, **jit_kwargs):

@@ -1,7 +1,5 @@
 """jaxdyn.vmap (chunked batching) equals jax.vmap; the benchmark harness runs end to end."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,21 +30,6 @@ def test_chunked_vmap_equals_vmap(quad, chunk):
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
 
 
-def _pytree_fn(model, state):
-    return {"qdd": jaxdyn.aba(model, state["q"], state["v"], state["v"]), "q": state["q"]}
-
-
-@functools.cache
-def _pytree_ref_jitted():
-    return jax.jit(jax.vmap(_pytree_fn, in_axes=(None, 0)))
-
-
-def _pytree_ref(m, state):
-    """``jax.vmap`` of :func:`_pytree_fn`, compiled once for the three chunk sizes (run op by
-    op, it took 9 s of each test)."""
-    return _pytree_ref_jitted()(m, state)
-
-
 @pytest.mark.parametrize("chunk", [8, 37, 64])
 def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
     """Pytree arguments and outputs; the batch is cut into equal chunks like the batching
@@ -55,9 +38,13 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
     from jaxdyn import batching
 
     m, q, v = quad
-    f = _pytree_fn
+
+    def f(model, state):
+        return {"qdd": jaxdyn.aba(model, state["q"], state["v"], state["v"]), "q": state["q"]}
+
     state = {"q": q, "v": v}
-    ref = _pytree_ref(m, state)
+    # compiled (run op by op, the reference took 9 s of each test)
+    ref = jax.jit(jax.vmap(f, in_axes=(None, 0)))(m, state)
     with jaxdyn.config.override(vmap_chunk=0):  # no loops of aba's own rule in the jaxpr
         jaxpr = jax.make_jaxpr(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
     out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
