@@ -196,7 +196,7 @@ class WorldState(NamedTuple):
 def com_to_origin(mass, c, Ic):
     """Rotational inertia about the origin from the one about the centre of mass ``c``."""
     # written entry by entry: the broadcast ``eye * |c|^2 - c c^T`` form ran slower under vmap
-    x, y, z = c[..., 0], c[..., 1], c[..., 2]
+    x, y, z = spatial.unstack(c)
     mx, my, mz = mass * x, mass * y, mass * z
     xx, yy, zz, xy, xz, yz = mx * x, my * y, mz * z, mx * y, mx * z, my * z
     return Ic + jnp.stack(

@@ -43,19 +43,21 @@ from ..model import tree
 
 def _sym6(M):
     """Upper triangle ``(xx, yy, zz, xy, xz, yz)`` of symmetric ``(..., 3, 3)`` matrices."""
-    return jnp.stack(
-        [M[..., 0, 0], M[..., 1, 1], M[..., 2, 2], M[..., 0, 1], M[..., 0, 2], M[..., 1, 2]], -1
+    (m00, m01, m02), (_, m11, m12), (_, _, m22) = (
+        spatial.unstack(r) for r in spatial.unstack(M, -2)
     )
+    return jnp.stack([m00, m11, m22, m01, m02, m12], -1)
 
 
 def _sym_mv(s, x):
     """Symmetric matrix (as :func:`_sym6`) times vectors ``x (..., 3)``."""
-    x0, x1, x2 = x[..., 0], x[..., 1], x[..., 2]
+    x0, x1, x2 = spatial.unstack(x)
+    sxx, syy, szz, sxy, sxz, syz = spatial.unstack(s)
     return jnp.stack(
         [
-            s[..., 0] * x0 + s[..., 3] * x1 + s[..., 4] * x2,
-            s[..., 3] * x0 + s[..., 1] * x1 + s[..., 5] * x2,
-            s[..., 4] * x0 + s[..., 5] * x1 + s[..., 2] * x2,
+            sxx * x0 + sxy * x1 + sxz * x2,
+            sxy * x0 + syy * x1 + syz * x2,
+            sxz * x0 + syz * x1 + szz * x2,
         ],
         -1,
     )

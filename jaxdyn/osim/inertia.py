@@ -43,7 +43,7 @@ def unpack(a):
 def world_inertias_packed(ws):
     """Packed world-origin spatial inertias ``[[Ibar, [h]x], [[h]x^T, m 1]]``, ``(nb, 21)``."""
     m, c, Ic = ws.mass, ws.c, ws.Ic
-    x, y, z = c[..., 0], c[..., 1], c[..., 2]
+    x, y, z = spatial.unstack(c)
     mx, my, mz = m * x, m * y, m * z
     xx, yy, zz, xy, xz, yz = mx * x, my * y, mz * z, mx * y, mx * z, my * z
     o = jnp.zeros_like(m)
