@@ -162,6 +162,33 @@ def _traced(args, kwargs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
 
 
+try:  # JAX's staging trace (jit, scan bodies, make_jaxpr, checkpoint): internal, hence guarded
+    from jax._src.interpreters.partial_eval import DynamicJaxprTrace as _STAGING
+except ImportError:  # pragma: no cover - a JAX without it: every traced call runs as is
+    _STAGING = None
+
+
+def _eager(args, kwargs) -> bool:
+    """Whether the tracers among the arguments all come from transformations evaluated eagerly
+    (``jax.jacfwd(jaxdyn.aba)(...)``, ``jax.grad``, ``jax.vmap`` called outside ``jax.jit``):
+    no staging trace below any of them. Such a call runs op by op like an untraced one, and
+    like one it goes through :func:`_eager_jit` (the transformation then applies to one
+    compiled program). ``False`` when JAX's trace internals are not as expected (the call then
+    runs as is)."""
+    if _STAGING is None:
+        return False
+    for x in jax.tree_util.tree_leaves((args, kwargs)):
+        if isinstance(x, jax.core.Tracer):
+            t = getattr(x, "_trace", None)
+            if t is None:
+                return False
+            while t is not None:
+                if isinstance(t, _STAGING):
+                    return False
+                t = getattr(t, "parent_trace", None)
+    return True
+
+
 def _nv2(model, itemsize):
     return model.nv * model.nv
 
@@ -222,10 +249,13 @@ def public(name: str):
 
     * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
       the cluster function for a :class:`jaxdyn.clusters.ClusterModel`);
-    * called outside any trace (eagerly), the functions of :data:`EAGER_JIT` run as one
-      compiled program (:func:`_eager_jit`), and a failed value check raises
-      :class:`CheckError` with the check's message; under a trace the function runs as is
-      (the error surfaces where the compiled program runs, see the module docstring);
+    * called outside any trace (eagerly), or under transformations evaluated eagerly
+      (:func:`_eager`: ``jax.jacfwd``, ``jax.grad``, ``jax.vmap`` outside ``jax.jit``), the
+      functions of :data:`EAGER_JIT` run as one compiled program (:func:`_eager_jit`; the
+      transformation then applies to it), and a failed value check raises
+      :class:`CheckError` with the check's message; under a staging trace (``jax.jit``, a
+      loop body) the function runs as is (the error surfaces where the compiled program
+      runs, see the module docstring);
     * for the functions of :data:`BATCHED`, ``jax.vmap`` on the CPU evaluates the batch in
       cache-sized chunks (:func:`jaxdyn.batching.batched`).
     """
@@ -238,13 +268,16 @@ def public(name: str):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             check_model(name, args[0] if args else kwargs.get("model"))
-            if _traced(args, kwargs):
-                return chunked(*args, **kwargs)
-            if compiled is not None and not jax.config.jax_disable_jit:
+            traced = _traced(args, kwargs)
+            if (
+                compiled is not None
+                and not jax.config.jax_disable_jit
+                and (not traced or _eager(args, kwargs))
+            ):
                 out = compiled(*args, **kwargs)
                 if out is not _OP_BY_OP:
                     return out
-            return translated(*args, **kwargs)
+            return chunked(*args, **kwargs) if traced else translated(*args, **kwargs)
 
         return wrapper
 
@@ -259,13 +292,14 @@ _OP_BY_OP = object()
 
 
 def _dynamic(x) -> bool:
-    """Leaves an eager call passes to its compiled program as arrays: JAX and numpy arrays.
+    """Leaves an eager call passes to its compiled program as arrays: JAX and numpy arrays
+    (and the tracers of transformations evaluated eagerly, :func:`_eager`).
     Integers, booleans and strings (frame indices and names, options) are static:
     the program is compiled for their value, and the function sees them as given (its type
     checks included). A call with any other leaf (a Python or numpy float, e.g. the numbers
     of a nested list or a gain) runs op by op, as before: compiled for each value, a loop
     over such calls would compile at every step."""
-    return isinstance(x, (jax.Array, np.ndarray))
+    return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
 
 
 def _static_ok(x) -> bool:

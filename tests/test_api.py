@@ -90,7 +90,7 @@ _COMPILES, _RECORDING = [], []
 
 def _count_compiles(event, duration, **kwargs):
     if _RECORDING and event == "/jax/core/compile/backend_compile_duration":
-        _COMPILES.append(event)
+        _COMPILES.append(kwargs.get("fun_name", "?"))
 
 
 jax.monitoring.register_event_duration_secs_listener(_count_compiles)
@@ -120,6 +120,57 @@ def test_eager_calls_run_one_compiled_program():
     with jax.disable_jit():
         op_by_op = jaxdyn.aba(model, q, v, v)
     np.testing.assert_allclose(op_by_op, first, rtol=1e-12, atol=1e-12)
+
+
+def test_eager_transformations_run_one_compiled_program():
+    """Under JAX's transformations called outside ``jit`` (``jax.jacfwd``, ``jax.grad``,
+    ``jax.vmap``) a public algorithm is one compiled program too, which the transformation
+    transforms (op by op, ``jacfwd`` of ``aba`` compiled some 500 operations at its first call):
+    the results are the derivatives (``M^-1``, ``2 J^T qdd``) and ``jax.jit``'s, a second call
+    compiles nothing, a failed value check is a ``CheckError``; inside ``jax.jit`` the
+    algorithm is traced inline, as before."""
+    model = robots.load("arm7")
+    key = jax.random.PRNGKey(2)
+    q = np.asarray(jaxdyn.random_configuration(model, key))
+    v, tau = (np.asarray(jax.random.normal(k, (model.nv,))) for k in jax.random.split(key))
+    jac = jax.jacfwd(jaxdyn.aba, argnums=3)
+
+    def loss(t, q=q):
+        return (jaxdyn.aba(model, q, v, t) ** 2).sum()
+
+    qs = np.stack([q, q + 0.1, q - 0.2])
+    _COMPILES.clear()
+    _RECORDING[:] = [True]
+    try:
+        J = jac(model, q, v, tau)
+        g = jax.grad(loss)(tau)
+        Ms = jax.vmap(jaxdyn.crba, (None, 0))(model, qs)
+        n_first = len(_COMPILES)
+        jac(model, q + 0.1, v, tau)
+        jax.grad(loss)(2 * tau)
+        jax.vmap(jaxdyn.crba, (None, 0))(model, qs + 0.1)
+    finally:
+        _RECORDING[:] = []
+    # jacfwd: one program; grad: the linearised program and its transpose; vmap: one; the
+    # rest are JAX's own eager operations (jacfwd's basis, the loss), about ten
+    assert n_first < 30 and len(_COMPILES) == n_first, _COMPILES
+    assert 4 <= _COMPILES.count("jit(run)") <= 6, _COMPILES
+    ref = jax.jit(jax.vmap(jaxdyn.crba, (None, 0)))(model, qs)
+    np.testing.assert_allclose(Ms, ref, rtol=1e-13, atol=1e-13)
+    # d qdd / d tau = M^-1, and the gradient of |qdd|^2 is 2 J^T qdd
+    np.testing.assert_allclose(J, np.linalg.inv(ref[0]), rtol=1e-10, atol=1e-10)
+    qdd = np.asarray(jaxdyn.aba(model, q, v, tau))
+    np.testing.assert_allclose(g, 2 * np.asarray(J).T @ qdd, rtol=1e-10, atol=1e-10)
+    # inside jit: traced inline (no inner program named after the eager wrapper)
+    jaxpr = jax.make_jaxpr(lambda t: jac(model, q, v, t))(tau)
+    assert "run" not in {str(e.params.get("name")) for e in jaxpr.jaxpr.eqns}
+    # a failed value check under an eager transformation: CheckError, as for a plain call
+    quad = robots.load("quad12")
+    bad = np.asarray(jaxdyn.neutral_configuration(quad)).copy()
+    bad[3:7] *= 2.0
+    z = np.zeros((1, quad.nv))
+    with pytest.raises(jaxdyn.CheckError, match="rnea: a quaternion in q is not of unit norm"):
+        jax.vmap(jaxdyn.rnea, (None, 0, 0, 0))(quad, bad[None], z, z)
 
 
 def test_eager_calls_static_arguments_and_checks():
