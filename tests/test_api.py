@@ -173,6 +173,33 @@ def test_eager_transformations_run_one_compiled_program():
         jax.vmap(jaxdyn.rnea, (None, 0, 0, 0))(quad, bad[None], z, z)
 
 
+def test_eager_cluster_algorithms_run_one_compiled_program():
+    """C-RNEA, C-ABA and C-EFPA called eagerly: one compiled program each (op by op, hundreds),
+    none at a second call, results ``jax.jit``'s, C-ABA inverting C-RNEA."""
+    model = crobots.load("four_bar")
+    key = jax.random.PRNGKey(4)
+    q = np.asarray(jaxdyn.random_configuration(model, key, scale=0.3))
+    v, a = (np.asarray(jax.random.normal(k, (model.nv,))) for k in jax.random.split(key))
+    ee = (model.tree.frame_names[-1],)
+    _COMPILES.clear()
+    _RECORDING[:] = [True]
+    try:
+        tau = jaxdyn.crnea(model, q, v, a)
+        qdd = jaxdyn.caba(model, q, v, tau)
+        L = jaxdyn.cefpa(model, q, ee)
+        n_first = len(_COMPILES)
+        v2, tau2 = 2 * v, 2 * np.asarray(tau)  # numpy: nothing to compile
+        jaxdyn.crnea(model, q, v2, a)
+        jaxdyn.caba(model, q, v, tau2)
+        jaxdyn.cefpa(model, q, ee)
+    finally:
+        _RECORDING[:] = []
+    assert _COMPILES == ["jit(run)"] * 3 and n_first == 3, _COMPILES
+    np.testing.assert_array_equal(tau, jax.jit(jaxdyn.crnea)(model, q, v, a))
+    np.testing.assert_array_equal(L, jax.jit(jaxdyn.cefpa, static_argnums=2)(model, q, ee))
+    np.testing.assert_allclose(qdd, a, rtol=1e-9, atol=1e-9)
+
+
 def test_eager_calls_static_arguments_and_checks():
     """Non-array arguments of an eager call (frame names and indices, options) are given to
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
