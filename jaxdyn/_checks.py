@@ -324,7 +324,13 @@ def _dynamic(x) -> bool:
 
 
 def _static_ok(x) -> bool:
-    return isinstance(x, (str, int, np.integer, np.bool_))
+    """Integers, booleans, strings, and the objects that say so (``eager_static()``: the
+    constraint descriptions ``Weld`` / ``Connect`` without targets and ``Inputs`` of them,
+    frozen and compared by value)."""
+    if isinstance(x, (str, int, np.integer, np.bool_)):
+        return True
+    static = getattr(type(x), "eager_static", None)
+    return callable(static) and bool(x.eager_static())
 
 
 def _eager_jit(fn):

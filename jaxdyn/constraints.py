@@ -141,6 +141,12 @@ class Weld:
     dim = 6
     kind = "weld"
 
+    def eager_static(self) -> bool:
+        """Whether an eager call may compile this constraint into its program (a key of
+        ``jaxdyn._checks._eager_jit``): its geometry alone, no ``target`` (targets change along
+        a trajectory: a program per value would compile at every step)."""
+        return self.target is None
+
     def __post_init__(self):
         label = self.name or f"Weld({self.frame!r})"
         object.__setattr__(self, "frame", _check_frame(label, self.frame))
@@ -188,6 +194,12 @@ class Connect:
 
     dim = 3
     kind = "connect"
+
+    def eager_static(self) -> bool:
+        """Whether an eager call may compile this constraint into its program (a key of
+        ``jaxdyn._checks._eager_jit``): its geometry alone, no ``target`` (targets change along
+        a trajectory: a program per value would compile at every step)."""
+        return self.target is None
 
     def __post_init__(self):
         label = self.name or f"Connect({self.frame!r})"

@@ -203,8 +203,9 @@ def test_eager_cluster_algorithms_run_one_compiled_program():
 def test_eager_calls_static_arguments_and_checks():
     """Non-array arguments of an eager call (frame names and indices, options) are given to
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
-    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); other arguments
-    (constraint objects, floats) run op by op."""
+    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); constraint
+    descriptions without targets are static too; other arguments (targets, floats) run op by
+    op."""
     model = robots.load("quad12")
     q = np.asarray(jaxdyn.neutral_configuration(model))
     name = model.frame_names[2]
@@ -224,7 +225,28 @@ def test_eager_calls_static_arguments_and_checks():
         assert np.all(np.isfinite(jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))))
     with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion"):
         jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
-    # constraints (neither arrays nor integers or strings) run op by op: same result
+    # constraint descriptions without targets are static (compared by value); with a target
+    # (which changes along a trajectory) the call runs op by op: same results
     weld = jaxdyn.Weld(name, rotation=np.eye(3))
-    Jc = jaxdyn.constraint_jacobian(model, q, [weld])
+    pin = jaxdyn.Connect(name, target=(0.1, 0.0, 0.2))
+    _COMPILES.clear()
+    _RECORDING[:] = [True]
+    try:
+        Jc = jaxdyn.constraint_jacobian(model, q, [weld])
+        jaxdyn.constraint_jacobian(model, q, [jaxdyn.Weld(name, rotation=np.eye(3))])
+        n_weld = list(_COMPILES)
+        err = jaxdyn.constraints.constraint_error(model, q, [pin])
+    finally:
+        _RECORDING[:] = []
+    assert n_weld == ["jit(run)"], n_weld
+    assert "jit(run)" not in _COMPILES[1:], _COMPILES
+    with jax.disable_jit():
+        np.testing.assert_allclose(
+            Jc, jaxdyn.constraint_jacobian(model, q, [weld]), rtol=1e-12, atol=1e-12
+        )
     np.testing.assert_allclose(Jc, jaxdyn.constraint_jacobian(model, q, [jaxdyn.Weld(name)]))
+    np.testing.assert_allclose(
+        err,
+        jax.jit(jaxdyn.constraints.constraint_error, static_argnums=2)(model, q, (pin,)),
+        atol=1e-12,
+    )
