@@ -158,26 +158,22 @@ def _translate(fn):
     return wrapper
 
 
-def _traced(args, kwargs) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
-
-
 try:  # JAX's staging trace (jit, scan bodies, make_jaxpr, checkpoint): internal, hence guarded
     from jax._src.interpreters.partial_eval import DynamicJaxprTrace as _STAGING
 except ImportError:  # pragma: no cover - a JAX without it: every traced call runs as is
     _STAGING = None
 
 
-def _eager(args, kwargs) -> bool:
-    """Whether the tracers among the arguments all come from transformations evaluated eagerly
-    (``jax.jacfwd(jaxdyn.aba)(...)``, ``jax.grad``, ``jax.vmap`` called outside ``jax.jit``):
-    no staging trace below any of them. Such a call runs op by op like an untraced one, and
-    like one it goes through :func:`_eager_jit` (the transformation then applies to one
-    compiled program). ``False`` when JAX's trace internals are not as expected (the call then
-    runs as is)."""
+def _eager(leaves) -> bool:
+    """Whether the tracers among the arguments' ``leaves`` all come from transformations
+    evaluated eagerly (``jax.jacfwd(jaxdyn.aba)(...)``, ``jax.grad``, ``jax.vmap`` called
+    outside ``jax.jit``): no staging trace below any of them. Such a call runs op by op like
+    an untraced one, and like one it goes through :func:`_eager_jit` (the transformation then
+    applies to one compiled program). ``False`` when JAX's trace internals are not as expected
+    (the call then runs as is)."""
     if _STAGING is None:
         return False
-    for x in jax.tree_util.tree_leaves((args, kwargs)):
+    for x in leaves:
         if isinstance(x, jax.core.Tracer):
             t = getattr(x, "_trace", None)
             if t is None:
@@ -283,13 +279,14 @@ def _dispatch(fn, plain=None, compile_eagerly: bool = True):
     compiled = _translate(_eager_jit(fn)) if compile_eagerly else None
 
     def run(*args, **kwargs):
-        traced = _traced(args, kwargs)
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
         if (
             compiled is not None
             and not jax.config.jax_disable_jit
-            and (not traced or _eager(args, kwargs))
+            and (not traced or _eager(leaves))
         ):
-            out = compiled(*args, **kwargs)
+            out = compiled(leaves, treedef)
             if out is not _OP_BY_OP:
                 return out
         return fn(*args, **kwargs) if traced else translated(*args, **kwargs)
@@ -335,9 +332,10 @@ def _static_ok(x) -> bool:
 
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
-    and the value-check switch part of the key. Returns :data:`_OP_BY_OP` when a leaf is
-    neither an array nor a static kind (a float, a constraint object), or the key is not
-    hashable; the caller then runs ``fn`` op by op.
+    and the value-check switch part of the key; called with the flattened arguments
+    ``(leaves, treedef)``. Returns :data:`_OP_BY_OP` when a leaf is neither an array nor a
+    static kind (a float, a constraint with a target), or the key is not hashable; the caller
+    then runs ``fn`` op by op.
 
     Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
     12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
@@ -351,9 +349,7 @@ def _eager_jit(fn):
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return fn(*args, **kwargs)
 
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    def call(leaves, treedef):
         if not all(_dynamic(x) or _static_ok(x) for x in leaves):
             return _OP_BY_OP
         # None marks an array; static leaves are typed: 1 and True are equal keys, but not

@@ -113,6 +113,14 @@ def _check_reference(name, reference):
     return _ALIASES[reference]
 
 
+def _without_target(self) -> bool:
+    """``eager_static()`` of :class:`Weld` and :class:`Connect`: whether an eager call may
+    compile the constraint into its program (a key of ``jaxdyn._checks._eager_jit``): its
+    geometry alone, no ``target`` (targets change along a trajectory: a program per value
+    would compile at every step)."""
+    return self.target is None
+
+
 @dataclass(frozen=True)
 class Weld:
     """6D weld of a frame to the world (all relative motion blocked).
@@ -141,11 +149,7 @@ class Weld:
     dim = 6
     kind = "weld"
 
-    def eager_static(self) -> bool:
-        """Whether an eager call may compile this constraint into its program (a key of
-        ``jaxdyn._checks._eager_jit``): its geometry alone, no ``target`` (targets change along
-        a trajectory: a program per value would compile at every step)."""
-        return self.target is None
+    eager_static = _without_target
 
     def __post_init__(self):
         label = self.name or f"Weld({self.frame!r})"
@@ -195,11 +199,7 @@ class Connect:
     dim = 3
     kind = "connect"
 
-    def eager_static(self) -> bool:
-        """Whether an eager call may compile this constraint into its program (a key of
-        ``jaxdyn._checks._eager_jit``): its geometry alone, no ``target`` (targets change along
-        a trajectory: a program per value would compile at every step)."""
-        return self.target is None
+    eager_static = _without_target
 
     def __post_init__(self):
         label = self.name or f"Connect({self.frame!r})"

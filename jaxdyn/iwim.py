@@ -72,7 +72,7 @@ class Inputs:
     def eager_static(self) -> bool:
         """Whether an eager call may compile these inputs into its program (see
         :meth:`jaxdyn.Connect.eager_static`): contacts without targets."""
-        return all(getattr(c, "eager_static", lambda: False)() for c in self.contacts)
+        return all(c.eager_static() for c in self.contacts)
 
     def __post_init__(self):
         a = self.actuated
