@@ -314,28 +314,42 @@ def _dynamic(x) -> bool:
     (and the tracers of transformations evaluated eagerly, :func:`_eager`).
     Integers, booleans and strings (frame indices and names, options) are static:
     the program is compiled for their value, and the function sees them as given (its type
-    checks included). A call with any other leaf (a Python or numpy float, e.g. the numbers
-    of a nested list or a gain) runs op by op, as before: compiled for each value, a loop
-    over such calls would compile at every step."""
+    checks included). Python and numpy floats (a damping, a gain, the numbers of a nested
+    list) are static too, for at most :data:`EAGER_FLOAT_KEYS` distinct values per function
+    (:func:`_eager_jit`); a call with any other leaf runs op by op, as before."""
     return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
 
 
 def _static_ok(x) -> bool:
-    """Integers, booleans, strings, and the objects that say so (``eager_static()``: the
-    constraint descriptions ``Weld`` / ``Connect`` without targets and ``Inputs`` of them,
-    frozen and compared by value)."""
-    if isinstance(x, (str, int, np.integer, np.bool_)):
+    """Integers, booleans, strings, floats, and the objects that say so (``eager_static()``:
+    the constraint descriptions ``Weld`` / ``Connect`` without targets and ``Inputs`` of
+    them, frozen and compared by value)."""
+    if isinstance(x, (str, int, float, np.integer, np.bool_, np.floating)):
         return True
     static = getattr(type(x), "eager_static", None)
     return callable(static) and bool(x.eager_static())
+
+
+#: how many distinct keys with floats (:func:`_static_ok`) an eager function compiles
+#: before further float values run op by op. A float option that stays the same from call
+#: to call (``constrained_aba(..., damping=1e-8)`` in the README: 12.8 s at its first call op
+#: by op, each operation compiled, and 0.1 s per call after) then costs one compile; floats
+#: that change at every call (a loop over Python numbers) cost a few compiles, about what
+#: the first op-by-op call costs, and then run op by op as they did.
+EAGER_FLOAT_KEYS = 4
+
+
+def _has_float(static) -> bool:
+    return any(s is not None and isinstance(s[1], (float, np.floating)) for s in static)
 
 
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
     and the value-check switch part of the key; called with the flattened arguments
     ``(leaves, treedef)``. Returns :data:`_OP_BY_OP` when a leaf is neither an array nor a
-    static kind (a float, a constraint with a target), or the key is not hashable; the caller
-    then runs ``fn`` op by op.
+    static kind (a constraint with a target), the key is not hashable, or it holds floats
+    and :data:`EAGER_FLOAT_KEYS` other such keys were compiled already; the caller then runs
+    ``fn`` op by op.
 
     Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
     12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
@@ -349,6 +363,8 @@ def _eager_jit(fn):
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return fn(*args, **kwargs)
 
+    floats = set()  # the keys with floats compiled so far
+
     def call(leaves, treedef):
         if not all(_dynamic(x) or _static_ok(x) for x in leaves):
             return _OP_BY_OP
@@ -359,6 +375,10 @@ def _eager_jit(fn):
             hash((treedef, static))
         except TypeError:
             return _OP_BY_OP
+        if _has_float(static) and (treedef, static) not in floats:
+            if len(floats) >= EAGER_FLOAT_KEYS:
+                return _OP_BY_OP
+            floats.add((treedef, static))
         dyn = [x for x in leaves if _dynamic(x)]
         return run(treedef, static, value_checks_enabled(), *dyn)
 

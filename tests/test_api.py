@@ -174,8 +174,9 @@ def test_eager_transformations_run_one_compiled_program():
 
 
 def test_eager_cluster_algorithms_run_one_compiled_program():
-    """C-RNEA, C-ABA and C-EFPA called eagerly: one compiled program each (op by op, hundreds),
-    none at a second call, results ``jax.jit``'s, C-ABA inverting C-RNEA."""
+    """C-RNEA, C-ABA, C-EFPA and the state maps called eagerly: one compiled program each (op
+    by op, hundreds), none at a second call, results ``jax.jit``'s, C-ABA inverting C-RNEA,
+    the spanning state on the loop constraints."""
     model = crobots.load("four_bar")
     key = jax.random.PRNGKey(4)
     q = np.asarray(jaxdyn.random_configuration(model, key, scale=0.3))
@@ -187,14 +188,22 @@ def test_eager_cluster_algorithms_run_one_compiled_program():
         tau = jaxdyn.crnea(model, q, v, a)
         qdd = jaxdyn.caba(model, q, v, tau)
         L = jaxdyn.cefpa(model, q, ee)
+        s = C.spanning_state(model, q, v, a)
+        phi, K, k = C.loop_constraints(model, q, v)
         n_first = len(_COMPILES)
         v2, tau2 = 2 * v, 2 * np.asarray(tau)  # numpy: nothing to compile
         jaxdyn.crnea(model, q, v2, a)
         jaxdyn.caba(model, q, v, tau2)
         jaxdyn.cefpa(model, q, ee)
+        C.spanning_state(model, q, v2, a)
+        C.loop_constraints(model, q, v2)
     finally:
         _RECORDING[:] = []
-    assert _COMPILES == ["jit(run)"] * 3 and n_first == 3, _COMPILES
+    assert _COMPILES == ["jit(run)"] * 5 and n_first == 5, _COMPILES
+    # the spanning state satisfies the loop constraints: K qdot = 0, K qdd = k
+    np.testing.assert_allclose(phi, 0, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(K) @ np.asarray(s.v), 0, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(K) @ np.asarray(s.a), k, atol=1e-9)
     np.testing.assert_array_equal(tau, jax.jit(jaxdyn.crnea)(model, q, v, a))
     np.testing.assert_array_equal(L, jax.jit(jaxdyn.cefpa, static_argnums=2)(model, q, ee))
     np.testing.assert_allclose(qdd, a, rtol=1e-9, atol=1e-9)
@@ -204,8 +213,8 @@ def test_eager_calls_static_arguments_and_checks():
     """Non-array arguments of an eager call (frame names and indices, options) are given to
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
     checks follow ``_checks.unchecked`` (which the trajectory optimisers use); constraint
-    descriptions without targets are static too; other arguments (targets, floats) run op by
-    op."""
+    descriptions without targets are static too, and so are floats (up to
+    ``_checks.EAGER_FLOAT_KEYS`` distinct values); targets run op by op."""
     model = robots.load("quad12")
     q = np.asarray(jaxdyn.neutral_configuration(model))
     name = model.frame_names[2]
@@ -250,3 +259,30 @@ def test_eager_calls_static_arguments_and_checks():
         jax.jit(jaxdyn.constraints.constraint_error, static_argnums=2)(model, q, (pin,)),
         atol=1e-12,
     )
+
+
+def test_eager_calls_with_floats(monkeypatch):
+    """Floats in an eager call (a gain, the numbers of a list) are part of the compiled
+    program's key: one compile for a value used again (the README's ``damping=1e-8``: 13 s op
+    by op at its first call), and after ``_checks.EAGER_FLOAT_KEYS`` distinct keys further
+    values run op by op instead of compiling at every call; the results are ``jax.jit``'s."""
+    monkeypatch.setattr(_checks, "EAGER_FLOAT_KEYS", 2)
+    model = robots.load("arm7")
+    lists = [[0.1 * (i + k) for i in range(model.nq)] for k in range(3)]
+    z = np.zeros(model.nv)
+    _COMPILES.clear()
+    _RECORDING[:] = [True]
+    try:
+        first = [jaxdyn.rnea(model, q, z, z) for q in lists[:2]]
+        again = jaxdyn.rnea(model, lists[0], z, z)
+        n_two = list(_COMPILES)
+        _COMPILES.clear()
+        third = jaxdyn.rnea(model, lists[2], z, z)
+    finally:
+        _RECORDING[:] = []
+    assert n_two == ["jit(run)"] * 2, n_two
+    assert "jit(run)" not in _COMPILES, _COMPILES  # the third key: op by op
+    ref = jax.jit(jaxdyn.rnea)
+    for q, tau in zip(lists, first + [third]):
+        np.testing.assert_allclose(tau, ref(model, np.asarray(q), z, z), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(again, first[0])

@@ -271,6 +271,7 @@ def prepare(model, fn, q, v=None, a=None, alternative=None):
     return model.astype(dt), cast(q), cast(v), cast(a), dt
 
 
+@_checks.eager_jit
 def spanning_configuration(model: ClusterModel, q):
     """Spanning-tree configuration ``q_tree`` (``model.tree`` order) of a cluster position."""
     fn = "spanning_configuration"
@@ -278,6 +279,7 @@ def spanning_configuration(model: ClusterModel, q):
     return assemble_spanning(model, all_group_states(model, q, check=fn), "qs")
 
 
+@_checks.eager_jit
 def spanning_state(model: ClusterModel, q, v=None, a=None) -> SpanningState:
     """Map an independent state to the spanning tree: ``q_tree``, ``qdot = G v``,
     ``qdd = G a + g`` and the dense ``G``, ``g`` (paper eqs. (6)-(8)).
@@ -308,6 +310,7 @@ def _linear_left_null(G, dep):
     return jnp.swapaxes(Q, -1, -2)
 
 
+@_checks.eager_jit
 @full_precision
 def loop_constraints(model: ClusterModel, q, v=None):
     """Implicit form of all loop constraints on the spanning tree: ``(phi, K, k)`` with
@@ -373,6 +376,7 @@ def _newton_dependent(model, g, qc, iters):
     return jax.lax.fori_loop(0, iters, step, qc)
 
 
+@_checks.eager_jit
 def project_configuration(model: ClusterModel, q, iters: int = 30):
     """Newton projection onto the constraint manifold: the dependent coordinates of every
     implicit cluster are solved for at fixed independent coordinates (``iters`` Newton steps,
