@@ -191,7 +191,8 @@ def _nv2(model, itemsize):
 
 def _kinematics(model, itemsize):
     """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
-    119 frames), 256 on solo12 (13, 33); none (one ``vmap``) below 40 bodies and frames.
+    119 frames), 128 (:data:`jaxdyn.batching.CHUNK_MAX`) on solo12 (13, 33); none (one
+    ``vmap``) below 40 bodies and frames.
     Measured at B = 1024, float64, against one ``vmap``: talos_full 1.3-1.9x faster for the
     seven kinematics and energy functions and 1.3-1.5x for the constraint kinematics, solo12
     1.1-1.3x (``forward_kinematics`` 6 % slower, its frames' output dominating), arm7 (7

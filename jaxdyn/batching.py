@@ -54,8 +54,10 @@ DEFAULT_CHUNK = 32
 CHUNK_BYTES = 384 << 10
 #: bounds of the automatic chunk size: a chunk runs the function's kernels once (about 0.1-0.3
 #: us each, a few hundred for ABA on a humanoid), so chunks below 16 samples pay that cost on
-#: too few samples
-CHUNK_MIN, CHUNK_MAX = 16, 256
+#: too few samples; above 128 no algorithm was faster and ABA was 1.25x slower on solo12
+#: (float32, whose chunks by bytes were 256: 4.8 against 3.8 us per sample in chunks of 128,
+#: ``benchmarks/RESULTS.md``, "Design measurements")
+CHUNK_MIN, CHUNK_MAX = 16, 128
 
 
 def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
