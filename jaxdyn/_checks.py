@@ -340,6 +340,10 @@ def _static_ok(x) -> bool:
 EAGER_FLOAT_KEYS = 4
 
 
+#: per eager program (:func:`_eager_jit`): the keys with floats compiled so far
+_FLOAT_KEYS: dict = {}
+
+
 def _has_float(static) -> bool:
     return any(s is not None and isinstance(s[1], (float, np.floating)) for s in static)
 
@@ -364,8 +368,6 @@ def _eager_jit(fn):
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return fn(*args, **kwargs)
 
-    floats = set()  # the keys with floats compiled so far
-
     def call(leaves, treedef):
         if not all(_dynamic(x) or _static_ok(x) for x in leaves):
             return _OP_BY_OP
@@ -376,10 +378,12 @@ def _eager_jit(fn):
             hash((treedef, static))
         except TypeError:
             return _OP_BY_OP
-        if _has_float(static) and (treedef, static) not in floats:
-            if len(floats) >= EAGER_FLOAT_KEYS:
-                return _OP_BY_OP
-            floats.add((treedef, static))
+        if _has_float(static):
+            floats = _FLOAT_KEYS.setdefault(run, set())
+            if (treedef, static) not in floats:
+                if len(floats) >= EAGER_FLOAT_KEYS:
+                    return _OP_BY_OP
+                floats.add((treedef, static))
         dyn = [x for x in leaves if _dynamic(x)]
         return run(treedef, static, value_checks_enabled(), *dyn)
 

@@ -25,6 +25,7 @@ import pinocchio as pin
 
 import jaxdyn
 from jaxdyn import robots
+from jaxdyn.algorithms.rnea import LOCAL_MIN_BATCH
 from jaxdyn.interop.pinocchio import Converter
 
 # --------------------------------------------------------------------------- tolerances
@@ -276,16 +277,22 @@ def _jaxdyn_all(model, q, v, a, tau, f_ext, *, frames):
     nv = model.nv
     z = jnp.zeros((1, nv), q.dtype)
     # one (batched) RNEA for g(q) = rnea(q, 0, 0), the columns of M plus g(q) (rnea(q, 0, e_i)),
-    # rnea(q, v, a) and the bias rnea(q, v, 0): XLA compile time grows with every call site
-    vs = jnp.concatenate([z, jnp.zeros((nv, nv), q.dtype), v[None], v[None]], 0)
-    accs = jnp.concatenate([z, jnp.eye(nv, dtype=q.dtype), a[None], z], 0)
-    rows = jax.vmap(lambda v, a: jaxdyn.rnea(model, q, v, a))(vs, accs)
+    # rnea(q, v, a), the bias rnea(q, v, 0) and rnea(q, v, a, f_ext): XLA compile time grows
+    # with every call site. Padded to the batch from which RNEA takes its body form
+    # (rnea.LOCAL_MIN_BATCH); the single call with f_ext checks the world form.
+    n = nv + 4
+    pad = jnp.zeros((max(0, LOCAL_MIN_BATCH - n), nv), q.dtype)
+    vs = jnp.concatenate([z, jnp.zeros((nv, nv), q.dtype), v[None], v[None], v[None], pad], 0)
+    accs = jnp.concatenate([z, jnp.eye(nv, dtype=q.dtype), a[None], z, a[None], pad], 0)
+    fes = jnp.zeros((vs.shape[0],) + f_ext.shape, f_ext.dtype).at[nv + 3].set(f_ext)
+    rows = jax.vmap(lambda v, a, fe: jaxdyn.rnea(model, q, v, a, fe))(vs, accs, fes)
     out = {
         "gravity": rows[0],
         "rnea_unit": rows[: nv + 1],
         "rnea": rows[nv + 1],
         "bias": rows[nv + 2],
-        "rnea_fext": jaxdyn.rnea(model, q, v, a, f_ext),
+        "rnea_fext": rows[nv + 3],
+        "rnea_fext_world": jaxdyn.rnea(model, q, v, a, f_ext),
         "crba": jaxdyn.crba(model, q),
         "aba": jaxdyn.aba(model, q, v, tau),
         "aba_fext": jaxdyn.aba(model, q, v, tau, f_ext),
@@ -322,6 +329,7 @@ def pinocchio_all(case: Case, s: dict) -> dict:
     out = {
         "rnea": c.v_from_pin(pin.rnea(pm, pd, q, v, a).copy()),
         "rnea_fext": c.v_from_pin(pin.rnea(pm, pd, q, v, a, fext).copy()),
+        "rnea_fext_world": c.v_from_pin(pin.rnea(pm, pd, q, v, a, fext).copy()),
         "crba": c.matrix_from_pin(sym_upper(pin.crba(pm, pd, q))),
         "aba": c.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()),
         "aba_sweeps": c.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()),

@@ -267,6 +267,7 @@ def test_eager_calls_with_floats(monkeypatch):
     by op at its first call), and after ``_checks.EAGER_FLOAT_KEYS`` distinct keys further
     values run op by op instead of compiling at every call; the results are ``jax.jit``'s."""
     monkeypatch.setattr(_checks, "EAGER_FLOAT_KEYS", 2)
+    monkeypatch.setattr(_checks, "_FLOAT_KEYS", {})  # earlier tests' keys do not count
     model = robots.load("arm7")
     lists = [[0.1 * (i + k) for i in range(model.nq)] for k in range(3)]
     z = np.zeros(model.nv)

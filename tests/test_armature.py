@@ -3,22 +3,25 @@ wherever it appears, as Pinocchio's ``model.armature``.
 
 One random tree with every joint kind (free, spherical, revolute, prismatic: the one-DoF and the
 multi-DoF articulated-inertia paths) and random armature on every coordinate, against Pinocchio
-given the same armature: RNEA, CRBA, ABA, ``M^-1``, kinetic energy, the ABA derivatives,
-constrained dynamics (``pin.constraintDynamics``), the Delassus matrix by PV-OSIMr (packed
-articulated inertias, as PV-OSIM and EFPA; LTL and the dense method go through CRBA) against
-``J M^-1 J^T``, and the input matrix (IIM) against ``M^-1 (B u - h)``. One compiled function;
-the IDSVA mass matrix with armature is checked in ``test_loading.py``.
+given the same armature: RNEA (single and batched: world and body forms), CRBA, ABA,
+``M^-1``, kinetic energy, the ABA derivatives, constrained dynamics
+(``pin.constraintDynamics``), the Delassus matrix by PV-OSIMr (packed articulated inertias, as
+PV-OSIM and EFPA; LTL and the dense method go through CRBA) against ``J M^-1 J^T``, and the
+input matrix (IIM) against ``M^-1 (B u - h)``. One compiled function; the IDSVA mass matrix
+with armature is checked in ``test_loading.py``.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
 
 import jaxdyn
 from jaxdyn import Connect, Weld
+from jaxdyn.algorithms.rnea import LOCAL_MIN_BATCH
 
 from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, sym_upper
 
@@ -31,8 +34,11 @@ CONSTRAINTS = (
 def _everything(model, q, v, a, tau):
     cs = CONSTRAINTS
     im = jaxdyn.input_matrix(model, q, v, jaxdyn.Inputs("all", cs))
+    # a batch of 64 takes RNEA's body form (rnea.LOCAL_MIN_BATCH), a single call the world form
+    scales = jnp.linspace(-1.0, 1.0, LOCAL_MIN_BATCH, dtype=a.dtype)
     return {
         "rnea": jaxdyn.rnea(model, q, v, a),
+        "rnea_batched": jax.vmap(lambda s: jaxdyn.rnea(model, q, v, s * a))(scales),
         "crba": jaxdyn.crba(model, q),
         "aba": jaxdyn.aba(model, q, v, tau),
         "minv": jaxdyn.minv(model, q),
@@ -70,6 +76,9 @@ def test_dynamics_match_pinocchio_with_armature(armature_case):
     M0 = sym_upper(pin.crba(case.pin_model, case.pin_model.createData(), q))
     assert np.all(np.diag(M - conv.matrix_from_pin(M0)) > 0.009)  # the armature is there
     assert_close(out["rnea"], conv.v_from_pin(pin.rnea(pm, pd, q, v, a).copy()), RTOL64)
+    for k, sc in enumerate(np.linspace(-1.0, 1.0, LOCAL_MIN_BATCH)[::9]):
+        ref = conv.v_from_pin(pin.rnea(pm, pd, q, v, sc * a).copy())
+        assert_close(out["rnea_batched"][9 * k], ref, RTOL64, err_msg=f"rnea batched {sc}")
     assert_close(out["aba"], conv.v_from_pin(pin.aba(pm, pd, q, v, tau).copy()), RTOL64)
     Minv = conv.matrix_from_pin(sym_upper(pin.computeMinverse(pm, pd, q)))
     assert_close(out["minv"], Minv, RTOL64, err_msg="minv")

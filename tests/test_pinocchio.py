@@ -39,7 +39,7 @@ from oracle import (
 STATES = (0, 1)
 PD_ROBOTS = tuple(r for r in ROBOTS if r not in SINGULAR_M)
 
-DYNAMICS_KEYS = ("rnea", "rnea_fext", "bias", "gravity", "crba")
+DYNAMICS_KEYS = ("rnea", "rnea_fext", "rnea_fext_world", "bias", "gravity", "crba")
 FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv", "minv_sweeps", "minv_dense")
 KINEMATIC_KEYS = ("com", "ke", "pe", "joint_jacobians", "body_R", "body_p")
 
@@ -88,7 +88,8 @@ def _compare_jacobians(case, i, rtol=RTOL64):
 @pytest.mark.parametrize("robot_case", ROBOTS, indirect=True)
 def test_inverse_dynamics_and_mass_matrix(robot_case, i):
     """RNEA at (v, a) without / with external forces, at (v, 0) (bias forces, against
-    ``pin.rnea``) and at (0, 0) (against ``pin.computeGeneralizedGravity``); CRBA."""
+    ``pin.rnea``) and at (0, 0) (against ``pin.computeGeneralizedGravity``), in its body form
+    (a batch of 64) and with external forces in its world form (a single call); CRBA."""
     _compare(robot_case, i, DYNAMICS_KEYS)
 
 

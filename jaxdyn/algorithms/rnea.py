@@ -1,14 +1,17 @@
-"""Recursive Newton-Euler algorithm (inverse dynamics), in world coordinates.
+"""Recursive Newton-Euler algorithm (inverse dynamics), in body and in world coordinates.
 
-Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1), written in ground coordinates
-(Featherstone 2008 §5.3; the form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1).
+Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1): :func:`rnea_local` in body
+coordinates, :func:`rnea_world` written in ground coordinates (Featherstone 2008 §5.3; the
+form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1), on the world state the other
+algorithms share (ABA's bias forces, the simulator, the cluster baselines, the IIM);
+:func:`joint_forces` picks one of them for the public :func:`rnea`.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -63,12 +66,89 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     return tau, v, a, F
 
 
+def rnea_local(model, q, qd, qdd, f_ext=None):
+    """RNEA in body coordinates (Featherstone 2008, Alg. 5.1 / Table 5.1), the form of the
+    public :func:`rnea` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
+    body velocities, accelerations and subtree forces in each body's own frame, ``f_ext
+    (nb, 6)`` in body coordinates too.
+
+    Each level's local placements ``(R, p)`` (the body in its parent) carry the parent's motion
+    into the body (``v_i = iX_p v_p + S_i qd_i``, ``a_i = iX_p a_p + S_i qdd_i + v_i x S_i
+    qd_i``, the root's ``a_0 = -g``) and the subtree forces back (``F_p += iX_p^T F_i``); the
+    inertias and motion subspaces are the model's, constant. The world form
+    (:func:`rnea_world`) needs the world placements, motion subspaces and inertias first,
+    which the other algorithms share but RNEA alone does not: under ``jax.vmap`` at B = 1024
+    (float64) the body form took 0.83x the world form's time on solo12 and 1.00x on talos_full
+    (float32 0.85x / 1.02x), with ``tau = S^T F`` as six multiply-adds rather than a reduce,
+    which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design measurements").
+    """
+    t = model.topo
+    dtype = qd.dtype
+    R, p = spatial.materialize(*kin.local_placements(model, q))
+    S = model.dof_axis
+    vJ = tree.dofs_to_bodies(t, S * qd[:, None])
+    aS = tree.dofs_to_bodies(t, S * qdd[:, None])
+    a0 = kin.gravity_acceleration(model, dtype)
+    zero = jnp.zeros(6, dtype)
+
+    def step(lvl, _, prev, inp):
+        Rl, pl, vJl, aSl = inp
+        if prev is None:  # children of the world: at rest, accelerating by -g
+            vp = jnp.zeros_like(vJl)
+            ap = spatial.act_inv_motion(Rl, pl, jnp.broadcast_to(a0, vJl.shape))
+        else:
+            vp = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero))
+            ap = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[1], lvl, a0))
+        vl = vp + vJl
+        cur = spatial.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
+        return cur, cur
+
+    inputs = (("body", R), ("body", p), ("body", vJ), ("body", aS))
+    v, a = tree.forward_pass(t, step, inputs)[1].flat()
+    m, c, Ic = model.mass, model.com, model.inertia
+    f = kin.inertia_apply(m, c, Ic, a) + spatial.force_cross(v, kin.inertia_apply(m, c, Ic, v))
+    if f_ext is not None:
+        f = f - f_ext
+
+    def back(lvl, child, below, inp):
+        cur, Rl, pl = inp
+        if below is not None:
+            cur = cur + tree.sum_into_parents(below, child, lvl.n)
+        return spatial.act_force(Rl, pl, cur), cur
+
+    F = tree.backward_pass(t, back, (("body", f), ("body", R), ("body", p)))[1].flat()
+    Fd, Sd = spatial.unstack(tree.bodies_to_dofs(t, F)), spatial.unstack(S)
+    tau = Sd[0] * Fd[0]
+    for k in range(1, 6):
+        tau = tau + Sd[k] * Fd[k]
+    if model.armature is not None:
+        tau = tau + model.armature * qdd
+    return tau, v, a, F
+
+
+#: smallest batch (of a batching rule, ``jax.vmap`` of the public functions) for which
+#: :func:`joint_forces` takes the body form; single evaluations take the world form, which
+#: XLA compiles to fewer kernels (``jax.jit(rnea)`` per call, float64: solo12 33 us against
+#: 37, talos_full 46 against 58 in the body form)
+LOCAL_MIN_BATCH = 64
+
+
+def joint_forces(model, q, qd, qdd, f_ext=None):
+    """``tau`` of RNEA, in the form that is faster for how the call is evaluated: the body
+    form (:func:`rnea_local`) under a batching rule of at least :data:`LOCAL_MIN_BATCH`
+    samples, else the world form (:func:`rnea_world`)."""
+    if batching.rule_batch_size() >= LOCAL_MIN_BATCH:
+        return rnea_local(model, q, qd, qdd, f_ext)[0]
+    return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
+
+
 @_checks.public("rnea")
 @full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
 
-    Reference: Featherstone 2008, Alg. 5.1 (RNEA), in world coordinates.
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA), in body coordinates under ``jax.vmap``
+    (:func:`rnea_local`) and in world coordinates otherwise (:func:`joint_forces`).
 
     **Arguments:**
 
@@ -86,8 +166,7 @@ def rnea(model, q, v, a, f_ext=None):
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
-    ws = kin.world_state(model, q, centered=True)
-    return rnea_world(model, ws, v.astype(dtype), a.astype(dtype), f_ext)[0]
+    return joint_forces(model, q, v.astype(dtype), a.astype(dtype), f_ext)
 
 
 @_checks.public("bias_forces")

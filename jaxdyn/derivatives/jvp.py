@@ -148,7 +148,7 @@ def _sum_terms(terms, like):
 
 
 def _rnea_plain(model, q, v, a, f_ext):
-    return _rnea.rnea_world(model, kin.world_state(model, q, centered=True), v, a, f_ext)[0]
+    return _rnea.joint_forces(model, q, v, a, f_ext)
 
 
 @jax.custom_jvp
@@ -186,8 +186,9 @@ def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
     derivatives.
 
-    Reference: Featherstone 2008, Alg. 5.1 (RNEA) in world coordinates; derivatives (the
-    ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022, Algorithm 1, Eqs. 30, 32.
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA; :func:`jaxdyn.algorithms.rnea.joint_forces`);
+    derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
+    Algorithm 1, Eqs. 30, 32.
 
     Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
