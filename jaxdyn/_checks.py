@@ -316,8 +316,9 @@ def _dynamic(x) -> bool:
     Integers, booleans and strings (frame indices and names, options) are static:
     the program is compiled for their value, and the function sees them as given (its type
     checks included). Python and numpy floats (a damping, a gain, the numbers of a nested
-    list) are static too, for at most :data:`EAGER_FLOAT_KEYS` distinct values per function
-    (:func:`_eager_jit`); a call with any other leaf runs op by op, as before."""
+    list) are static too, for at most :data:`EAGER_FLOAT_KEYS` distinct values per function,
+    model and other arguments (:func:`_eager_jit`); a call with any other leaf runs op by op,
+    as before."""
     return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
 
 
@@ -331,21 +332,27 @@ def _static_ok(x) -> bool:
     return callable(static) and bool(x.eager_static())
 
 
-#: how many distinct keys with floats (:func:`_static_ok`) an eager function compiles
-#: before further float values run op by op. A float option that stays the same from call
-#: to call (``constrained_aba(..., damping=1e-8)`` in the README: 12.8 s at its first call op
-#: by op, each operation compiled, and 0.1 s per call after) then costs one compile; floats
-#: that change at every call (a loop over Python numbers) cost a few compiles, about what
-#: the first op-by-op call costs, and then run op by op as they did.
+#: how many distinct float values (:func:`_static_ok`) an eager function compiles for one
+#: model and set of other arguments before further values run op by op. A float option that
+#: stays the same from call to call (``constrained_aba(..., damping=1e-8)`` in the README:
+#: 12.8 s at its first call op by op, each operation compiled, and 0.1 s per call after) then
+#: costs one compile; floats that change at every call (a loop over Python numbers) cost a
+#: few compiles, about what the first op-by-op call costs, and then run op by op as they did.
 EAGER_FLOAT_KEYS = 4
 
 
-#: per eager program (:func:`_eager_jit`): the keys with floats compiled so far
+#: per eager program, model and non-float arguments (:func:`_eager_jit`): the keys with
+#: floats compiled so far
 _FLOAT_KEYS: dict = {}
 
 
-def _has_float(static) -> bool:
-    return any(s is not None and isinstance(s[1], (float, np.floating)) for s in static)
+def _float_shape(static):
+    """``static`` with its floats blanked out (``None`` when it holds none): the calls that
+    share it differ in their float values only."""
+    isfloat = [s is not None and isinstance(s[1], (float, np.floating)) for s in static]
+    if not any(isfloat):
+        return None
+    return tuple((s[0], None) if f else s for s, f in zip(static, isfloat))
 
 
 def _eager_jit(fn):
@@ -353,8 +360,8 @@ def _eager_jit(fn):
     and the value-check switch part of the key; called with the flattened arguments
     ``(leaves, treedef)``. Returns :data:`_OP_BY_OP` when a leaf is neither an array nor a
     static kind (a constraint with a target), the key is not hashable, or it holds floats
-    and :data:`EAGER_FLOAT_KEYS` other such keys were compiled already; the caller then runs
-    ``fn`` op by op.
+    and :data:`EAGER_FLOAT_KEYS` other values of them were compiled already for the same
+    model and other arguments; the caller then runs ``fn`` op by op.
 
     Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
     12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
@@ -378,12 +385,13 @@ def _eager_jit(fn):
             hash((treedef, static))
         except TypeError:
             return _OP_BY_OP
-        if _has_float(static):
-            floats = _FLOAT_KEYS.setdefault(run, set())
-            if (treedef, static) not in floats:
+        shape = _float_shape(static)
+        if shape is not None:  # per model and other options: the float values compiled
+            floats = _FLOAT_KEYS.setdefault((run, treedef, shape), set())
+            if static not in floats:
                 if len(floats) >= EAGER_FLOAT_KEYS:
                     return _OP_BY_OP
-                floats.add((treedef, static))
+                floats.add(static)
         dyn = [x for x in leaves if _dynamic(x)]
         return run(treedef, static, value_checks_enabled(), *dyn)
 

@@ -264,8 +264,9 @@ def test_eager_calls_static_arguments_and_checks():
 def test_eager_calls_with_floats(monkeypatch):
     """Floats in an eager call (a gain, the numbers of a list) are part of the compiled
     program's key: one compile for a value used again (the README's ``damping=1e-8``: 13 s op
-    by op at its first call), and after ``_checks.EAGER_FLOAT_KEYS`` distinct keys further
-    values run op by op instead of compiling at every call; the results are ``jax.jit``'s."""
+    by op at its first call), and after ``_checks.EAGER_FLOAT_KEYS`` distinct values (per model
+    and other arguments) further values run op by op instead of compiling at every call; the
+    results are ``jax.jit``'s."""
     monkeypatch.setattr(_checks, "EAGER_FLOAT_KEYS", 2)
     monkeypatch.setattr(_checks, "_FLOAT_KEYS", {})  # earlier tests' keys do not count
     model = robots.load("arm7")
@@ -279,10 +280,15 @@ def test_eager_calls_with_floats(monkeypatch):
         n_two = list(_COMPILES)
         _COMPILES.clear()
         third = jaxdyn.rnea(model, lists[2], z, z)
+        n_third = list(_COMPILES)
+        _COMPILES.clear()
+        # other arguments (here external forces): a budget of their own
+        jaxdyn.rnea(model, lists[2], z, z, np.zeros((model.nb, 6)))
     finally:
         _RECORDING[:] = []
     assert n_two == ["jit(run)"] * 2, n_two
-    assert "jit(run)" not in _COMPILES, _COMPILES  # the third key: op by op
+    assert "jit(run)" not in n_third, n_third  # the third value: op by op
+    assert _COMPILES == ["jit(run)"], _COMPILES
     ref = jax.jit(jaxdyn.rnea)
     for q, tau in zip(lists, first + [third]):
         np.testing.assert_allclose(tau, ref(model, np.asarray(q), z, z), rtol=1e-12, atol=1e-12)
