@@ -298,8 +298,9 @@ def _dispatch(fn, plain=None, compile_eagerly: bool = True):
 def eager_jit(fn):
     """Decorator: ``fn`` (returning arrays) runs as one compiled program when called eagerly,
     and under a staging trace as is (:func:`public` without the model check and batching
-    rule; the cluster algorithms). README block "Kinematic loops": C-RNEA, C-ABA and C-EFPA
-    on the mini cheetah ran op by op, some 600 XLA compiles."""
+    rule; the cluster algorithms, their state maps and baselines). README block "Kinematic
+    loops": C-RNEA, C-ABA and C-EFPA on the mini cheetah ran op by op, some 600 XLA
+    compiles."""
     return functools.wraps(fn)(_dispatch(fn))
 
 

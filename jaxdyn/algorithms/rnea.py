@@ -92,14 +92,13 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     zero = jnp.zeros(6, dtype)
 
     def step(lvl, _, prev, inp):
+        # the world, parent of depth 0, is at rest and accelerates by -g (a0)
         Rl, pl, vJl, aSl = inp
-        if prev is None:  # children of the world: at rest, accelerating by -g
-            vp = jnp.zeros_like(vJl)
-            ap = spatial.act_inv_motion(Rl, pl, jnp.broadcast_to(a0, vJl.shape))
-        else:
-            vp = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero))
-            ap = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[1], lvl, a0))
-        vl = vp + vJl
+        ap = tree.gather_parent(None if prev is None else prev[1], lvl, a0)
+        ap = spatial.act_inv_motion(Rl, pl, ap)
+        vl = vJl
+        if prev is not None:
+            vl = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero)) + vl
         cur = spatial.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
         return cur, cur
 
@@ -117,10 +116,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
         return spatial.act_force(Rl, pl, cur), cur
 
     F = tree.backward_pass(t, back, (("body", f), ("body", R), ("body", p)))[1].flat()
-    Fd, Sd = spatial.unstack(tree.bodies_to_dofs(t, F)), spatial.unstack(S)
-    tau = Sd[0] * Fd[0]
-    for k in range(1, 6):
-        tau = tau + Sd[k] * Fd[k]
+    tau = spatial.mv(S[:, None, :], tree.bodies_to_dofs(t, F), unroll=True)[:, 0]
     if model.armature is not None:
         tau = tau + model.armature * qdd
     return tau, v, a, F
