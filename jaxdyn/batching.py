@@ -4,7 +4,7 @@ Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the 
 batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, far beyond the
 caches, and the run becomes bound by the memory traffic between XLA's kernels (and, with
 glibc's default allocator, by page faults: buffers that large are mapped afresh on every call).
-Evaluating the same vectorised code on chunks of a few dozen samples at a time (a ``lax.map``
+Evaluating the same vectorised code on chunks of a few dozen samples at a time (a loop
 over chunks, a ``vmap`` inside each) keeps the intermediates in a core's private L2 cache: at
 batch 1024 on one core it made ``aba`` and ``minv`` about 2x faster per sample, ``rnea`` and
 ``crba`` 1.3-2x and the analytic derivatives 2-4x, on a 12-joint quadruped and on a
@@ -37,6 +37,7 @@ import inspect
 import threading
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -177,7 +178,7 @@ def chunk_split(axis_size: int, chunk: int) -> tuple[int, int, int]:
 
 
 def _chunked_vmap(f, axis_size, in_batched, args, chunk):
-    """``vmap(f)`` over the batched ``args``, as a ``lax.map`` over chunks of at most ``chunk``
+    """``vmap(f)`` over the batched ``args``, as a loop over chunks of at most ``chunk``
     samples: the batch is split into ``n = ceil(axis_size / chunk)`` equal chunks (padded with
     copies of its last sample to a multiple of ``n``, fewer than ``n`` copies), so that one
     chunk program is compiled and little is computed twice (1000 samples in chunks of 64: 16
@@ -199,8 +200,35 @@ def _chunked_vmap(f, axis_size, in_batched, args, chunk):
         it = iter(batched)
         return vf(*[next(it) if b else a for a, b in zip(args, in_batched)])
 
-    out = jax.lax.map(body, xs)
+    out = _map_chunks(body, xs, n)
     return jax.tree_util.tree_map(lambda y: y.reshape((n * chunk,) + y.shape[2:])[:axis_size], out)
+
+
+def _map_chunks(body, xs, n):
+    """``jax.lax.map(body, xs)`` over the ``n`` chunks of ``xs``, each output stacked in a
+    buffer of its own.
+
+    ``lax.map`` writes its stacked outputs into buffers that XLA first fills with zeros; where
+    outputs share a shape (the derivatives' three ``nv x nv`` matrices) it merges their fills
+    into one and copies it once per output. Here ``body`` is traced once (to a jaxpr, as
+    ``lax.map`` does), each output's buffer is filled with a different constant (every entry is
+    overwritten by the loop) and carried by a ``fori_loop`` that updates one chunk in place:
+    ``rnea_derivatives`` 0.96x, ``aba_derivatives`` 0.98x the time under ``jax.vmap`` at B =
+    1024 (talos_full, float64), the single-output algorithms unchanged, results bitwise equal
+    (``benchmarks/RESULTS.md``, "Design measurements").
+    """
+    first = jax.tree_util.tree_map(lambda x: x[0], xs)
+    closed, shapes = jax.make_jaxpr(body, return_shape=True)(first)
+    xs = jax.tree_util.tree_leaves(xs)  # in the order of the jaxpr's inputs
+    run = jax.extend.core.jaxpr_as_fun(closed)
+    outs, tree = jax.tree_util.tree_flatten(shapes)
+    init = [jnp.full((n,) + o.shape, k + 1, o.dtype) for k, o in enumerate(outs)]
+
+    def step(i, bufs):
+        ys = run(*[jax.lax.dynamic_index_in_dim(x, i, keepdims=False) for x in xs])
+        return [jax.lax.dynamic_update_index_in_dim(b, y, i, 0) for b, y in zip(bufs, ys)]
+
+    return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
 
 
 def batched(fn, words):

@@ -60,6 +60,31 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
         assert not loops
 
 
+def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
+    """The chunk loop stacks each output in a buffer of its own (two outputs of one shape, an
+    integer and a boolean output; the buffers start filled with different constants, which
+    every chunk overwrites, padding included), and reverse mode goes through it."""
+    m, q, v = quad
+
+    def f(model, q, v):
+        M = jaxdyn.crba(model, q)
+        return {"M": M, "M2": 2.0 * M, "i": jnp.argmax(v), "b": v > 0}
+
+    ref = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(m, q, v)
+    out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=8))(m, q, v)
+    for k in ref:
+        assert out[k].dtype == ref[k].dtype and out[k].shape == ref[k].shape, k
+        np.testing.assert_array_equal(out[k], ref[k], err_msg=k)
+
+    def loss(vm, q, v):
+        y = vm(lambda model, q, v: jaxdyn.aba(model, q, v, v), in_axes=(None, 0, 0))(m, q, v)
+        return jnp.sum(y**2)
+
+    g = jax.jit(jax.grad(lambda v: loss(jax.vmap, q, v)))(v)
+    gc = jax.jit(jax.grad(lambda v: loss(lambda f, in_axes: jaxdyn.vmap(f, in_axes, 8), q, v)))(v)
+    np.testing.assert_allclose(gc, g, rtol=1e-10, atol=1e-10)
+
+
 def test_chunked_vmap_bad_axes(quad):
     m, q, v = quad
     for bad, err in ((0, ValueError), (-4, ValueError), (2.5, TypeError), (True, TypeError)):
