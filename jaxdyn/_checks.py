@@ -309,6 +309,8 @@ def eager_jit(fn):
 EAGER_JIT = frozenset(BATCHED) | {"integrate", "difference", "bias_forces", "gravity_forces"}
 
 _OP_BY_OP = object()
+#: marks a leaf of an eager call given as its static part and arrays (``eager_split()``)
+_SPLIT = object()
 
 
 def _dynamic(x) -> bool:
@@ -359,8 +361,10 @@ def _float_shape(static):
 def _eager_jit(fn):
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
     and the value-check switch part of the key; called with the flattened arguments
-    ``(leaves, treedef)``. Returns :data:`_OP_BY_OP` when a leaf is neither an array nor a
-    static kind (a constraint with a target), the key is not hashable, or it holds floats
+    ``(leaves, treedef)``. A leaf with ``eager_split()`` (a constraint description with a
+    target) travels as its static part and arrays, which ``eager_join`` puts together inside
+    the program. Returns :data:`_OP_BY_OP` when a leaf is none of these (an array, a static
+    kind, a splittable object), the key is not hashable, or it holds floats
     and :data:`EAGER_FLOAT_KEYS` other values of them were compiled already for the same
     model and other arguments; the caller then runs ``fn`` op by op.
 
@@ -372,16 +376,35 @@ def _eager_jit(fn):
     @functools.partial(jax.jit, static_argnums=(0, 1, 2))
     def run(treedef, static, checks, *dyn):
         it = iter(dyn)
-        leaves = [next(it) if s is None else s[1] for s in static]
+        leaves = [
+            next(it)
+            if s is None
+            else s[1].eager_join([next(it) for _ in range(s[2])])
+            if s[0] is _SPLIT
+            else s[1]
+            for s in static
+        ]
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return fn(*args, **kwargs)
 
     def call(leaves, treedef):
-        if not all(_dynamic(x) or _static_ok(x) for x in leaves):
-            return _OP_BY_OP
         # None marks an array; static leaves are typed: 1 and True are equal keys, but not
-        # the same argument
-        static = tuple(None if _dynamic(x) else (type(x), x) for x in leaves)
+        # the same argument; a split leaf (a constraint with a target) is its static part and
+        # the number of arrays it passes
+        static, dyn = [], []
+        for x in leaves:
+            if _dynamic(x):
+                static.append(None)
+                dyn.append(x)
+            elif _static_ok(x):
+                static.append((type(x), x))
+            elif callable(getattr(type(x), "eager_split", None)):
+                part, arrays = x.eager_split()
+                static.append((_SPLIT, part, len(arrays)))
+                dyn.extend(arrays)
+            else:
+                return _OP_BY_OP
+        static = tuple(static)
         try:
             hash((treedef, static))
         except TypeError:
@@ -393,7 +416,6 @@ def _eager_jit(fn):
                 if len(floats) >= EAGER_FLOAT_KEYS:
                     return _OP_BY_OP
                 floats.add(static)
-        dyn = [x for x in leaves if _dynamic(x)]
         return run(treedef, static, value_checks_enabled(), *dyn)
 
     return call

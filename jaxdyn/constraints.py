@@ -42,6 +42,7 @@ weld's rows are ``[angular; linear]`` here, ``[linear; angular]`` in Pinocchio).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -117,8 +118,25 @@ def _without_target(self) -> bool:
     """``eager_static()`` of :class:`Weld` and :class:`Connect`: whether an eager call may
     compile the constraint into its program (a key of ``jaxdyn._checks._eager_jit``): its
     geometry alone, no ``target`` (targets change along a trajectory: a program per value
-    would compile at every step)."""
+    would compile at every step; see :func:`_split_target`)."""
     return self.target is None
+
+
+def _split_target(self):
+    """``eager_split()`` of :class:`Weld` and :class:`Connect` with a target: the description
+    without it (static, part of the eager program's key) and the target's numbers as arrays
+    (the program's operands), so an eager call along a trajectory compiles once, not per
+    target value (``jaxdyn._checks._eager_jit``; :func:`_join_target` puts them back)."""
+    parts = self.target if self.dim == 6 else (self.target,)
+    return dataclasses.replace(self, target=None), tuple(np.asarray(x) for x in parts)
+
+
+def _join_target(self, arrays):
+    """The description with the target ``arrays`` of :func:`_split_target` (arrays or tracers,
+    set without ``__post_init__``'s conversion to Python numbers)."""
+    out = dataclasses.replace(self)
+    object.__setattr__(out, "target", tuple(arrays) if self.dim == 6 else arrays[0])
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,6 +168,8 @@ class Weld:
     kind = "weld"
 
     eager_static = _without_target
+    eager_split = _split_target
+    eager_join = _join_target
 
     def __post_init__(self):
         label = self.name or f"Weld({self.frame!r})"
@@ -200,6 +220,8 @@ class Connect:
     kind = "connect"
 
     eager_static = _without_target
+    eager_split = _split_target
+    eager_join = _join_target
 
     def __post_init__(self):
         label = self.name or f"Connect({self.frame!r})"
@@ -317,8 +339,19 @@ def layout(topo, constraints) -> ConstraintLayout:
 
 
 def get_layout(fn, model, constraints):
+    """``(constraints, layout)``: the normalised descriptions and their cached layout, which
+    depends on their geometry alone (a target may be an array or a tracer, inside an eager
+    call's program: :func:`_split_target`)."""
     constraints = check_constraints(fn, constraints)
-    return constraints, layout(model.topo, constraints)
+    return constraints, layout(model.topo, geometry(constraints))
+
+
+def geometry(constraints) -> tuple:
+    """The descriptions without their targets: the key of the cached structures (layouts,
+    Delassus plans), which a target held as an array or tracer could not be."""
+    return tuple(
+        c if c.target is None else dataclasses.replace(c, target=None) for c in constraints
+    )
 
 
 # ============================================================================ runtime pieces

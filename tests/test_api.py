@@ -214,7 +214,8 @@ def test_eager_calls_static_arguments_and_checks():
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
     checks follow ``_checks.unchecked`` (which the trajectory optimisers use); constraint
     descriptions without targets are static too, and so are floats (up to
-    ``_checks.EAGER_FLOAT_KEYS`` distinct values); targets run op by op."""
+    ``_checks.EAGER_FLOAT_KEYS`` distinct values); a description's target is an operand of
+    the program (one compile for every target value)."""
     model = robots.load("quad12")
     q = np.asarray(jaxdyn.neutral_configuration(model))
     name = model.frame_names[2]
@@ -234,21 +235,35 @@ def test_eager_calls_static_arguments_and_checks():
         assert np.all(np.isfinite(jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))))
     with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion"):
         jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
-    # constraint descriptions without targets are static (compared by value); with a target
-    # (which changes along a trajectory) the call runs op by op: same results
+    # constraint descriptions without targets are static (compared by value); a target
+    # (which changes along a trajectory) is an operand: one program for all its values
     weld = jaxdyn.Weld(name, rotation=np.eye(3))
     pin = jaxdyn.Connect(name, target=(0.1, 0.0, 0.2))
+    pin2 = jaxdyn.Connect(name, target=(0.3, 0.1, 0.2))
+    R2 = np.asarray(jaxdyn.spatial.rodrigues(np.array([0.0, 0.0, 1.0]), 0.3))
+    held = [jaxdyn.Weld(name, target=(np.eye(3), (0.1, 0.0, 0.2))), pin]
+    held2 = [jaxdyn.Weld(name, target=(R2, (0.2, 0.0, 0.2))), pin2]
     _COMPILES.clear()
     _RECORDING[:] = [True]
     try:
         Jc = jaxdyn.constraint_jacobian(model, q, [weld])
         jaxdyn.constraint_jacobian(model, q, [jaxdyn.Weld(name, rotation=np.eye(3))])
         n_weld = list(_COMPILES)
+        _COMPILES.clear()
         err = jaxdyn.constraints.constraint_error(model, q, [pin])
+        err2 = jaxdyn.constraints.constraint_error(model, q, [pin2])
+        errs = [jaxdyn.constraints.constraint_error(model, q, c) for c in (held, held2)]
+        n_target = list(_COMPILES)
     finally:
         _RECORDING[:] = []
     assert n_weld == ["jit(run)"], n_weld
-    assert "jit(run)" not in _COMPILES[1:], _COMPILES
+    assert n_target == ["jit(run)"] * 2, n_target  # one per list of kinds, not per target
+    assert pin.target == (0.1, 0.0, 0.2)  # the description itself is unchanged
+    for e, c in [(err2, [pin2])] + list(zip(errs, (held, held2))):
+        with jax.disable_jit():  # op by op
+            np.testing.assert_allclose(
+                e, jaxdyn.constraints.constraint_error(model, q, c), rtol=1e-12, atol=1e-12
+            )
     with jax.disable_jit():
         np.testing.assert_allclose(
             Jc, jaxdyn.constraint_jacobian(model, q, [weld]), rtol=1e-12, atol=1e-12

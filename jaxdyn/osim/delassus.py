@@ -50,7 +50,7 @@ def delassus_dense(model, ws, K, lay):
 
 def delassus_world(model, ws, constraints, lay, K, method="pv_osimr", inertias=None):
     """Delassus matrix from a world state and the constraint rows ``K`` (internal entry)."""
-    topo = model.topo
+    topo, constraints = model.topo, cons.geometry(constraints)
     if method == "dense":
         return delassus_dense(model, ws, K, lay)
     if method == "ltl":
