@@ -64,9 +64,9 @@ CHUNK_MIN, CHUNK_MAX = 16, 128
 def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
     """Like ``jax.vmap(fun, in_axes)`` with ``out_axes=0``, evaluated in chunks of at most
     ``chunk_size`` samples: the same equal chunks as the batching rule of jaxdyn's own functions
-    (``ceil(B / chunk_size)`` chunks, the last sample repeated to fill them, see
-    :func:`chunk_split`), so one chunk program is compiled. ``chunk_size=None`` is plain
-    ``jax.vmap``; so is a batch that fits in one chunk.
+    (``ceil(B / chunk_size)`` chunks, the last one overlapping the one before it where they do
+    not divide ``B``, see :func:`chunk_split`), so one chunk program is compiled.
+    ``chunk_size=None`` is plain ``jax.vmap``; so is a batch that fits in one chunk.
 
     ``in_axes`` is ``0``, ``None`` or a tuple of those, one per positional argument (pytrees
     are batched or broadcast whole). jaxdyn's own functions need none of this (see the module
@@ -170,8 +170,10 @@ def _float_like(x) -> bool:
 
 
 def chunk_split(axis_size: int, chunk: int) -> tuple[int, int, int]:
-    """``(n, size, pad)``: ``axis_size`` samples in ``n = ceil(axis_size / chunk)`` chunks of
-    ``size <= chunk`` samples each, ``pad < n`` of them copies of the last sample."""
+    """``(n, size, overlap)``: ``axis_size`` samples in ``n = ceil(axis_size / chunk)`` chunks
+    of ``size <= chunk`` samples each; chunk ``i`` starts at ``min(i * size, axis_size -
+    size)``, so the last one overlaps the one before it by ``overlap < n`` samples (computed
+    twice, written twice with the same values)."""
     n = -(-axis_size // chunk)
     size = -(-axis_size // n)
     return n, size, n * size - axis_size
@@ -179,54 +181,51 @@ def chunk_split(axis_size: int, chunk: int) -> tuple[int, int, int]:
 
 def _chunked_vmap(f, axis_size, in_batched, args, chunk):
     """``vmap(f)`` over the batched ``args``, as a loop over chunks of at most ``chunk``
-    samples: the batch is split into ``n = ceil(axis_size / chunk)`` equal chunks (padded with
-    copies of its last sample to a multiple of ``n``, fewer than ``n`` copies), so that one
-    chunk program is compiled and little is computed twice (1000 samples in chunks of 64: 16
-    chunks of 63, 8 copies)."""
+    samples: the batch is split into ``n = ceil(axis_size / chunk)`` equal chunks, the last
+    one overlapping the one before it where the chunks do not divide the batch
+    (:func:`chunk_split`), so that one chunk program is compiled and little is computed twice
+    (1000 samples in chunks of 64: 16 chunks of 63, 8 samples twice)."""
     axes = [0 if b else None for b in in_batched]
     vf = jax.vmap(f, in_axes=axes)
     if chunk is None:  # chunk_size_for returns None when the batch fits in one chunk
         return vf(*args)
-    n, chunk, pad = chunk_split(axis_size, chunk)
-
-    def split(x):
-        if pad:
-            x = jnp.concatenate([x, jnp.broadcast_to(x[-1:], (pad,) + x.shape[1:])], 0)
-        return x.reshape((n, chunk) + x.shape[1:])
-
-    xs = [jax.tree_util.tree_map(split, a) for a, b in zip(args, in_batched) if b]
+    n, size, _ = chunk_split(axis_size, chunk)
+    xs = [a for a, b in zip(args, in_batched) if b]
 
     def body(batched):
         it = iter(batched)
         return vf(*[next(it) if b else a for a, b in zip(args, in_batched)])
 
-    out = _map_chunks(body, xs, n)
-    return jax.tree_util.tree_map(lambda y: y.reshape((n * chunk,) + y.shape[2:])[:axis_size], out)
+    return _map_chunks(body, xs, n, size, axis_size)
 
 
-def _map_chunks(body, xs, n):
-    """``jax.lax.map(body, xs)`` over the ``n`` chunks of ``xs``, each output stacked in a
-    buffer of its own.
+def _map_chunks(body, xs, n, size, axis_size):
+    """``body`` (a ``vmap``) over the ``n`` chunks of ``size`` samples of the batched ``xs``,
+    chunk ``i`` at ``min(i * size, axis_size - size)``, its outputs stacked along the batch.
 
-    ``lax.map`` writes its stacked outputs into buffers that XLA first fills with zeros; where
-    outputs share a shape (the derivatives' three ``nv x nv`` matrices) it merges their fills
-    into one and copies it once per output. Here ``body`` is traced once (to a jaxpr, as
-    ``lax.map`` does), each output's buffer is filled with a different constant (every entry is
-    overwritten by the loop) and carried by a ``fori_loop`` that updates one chunk in place:
-    ``rnea_derivatives`` 0.96x, ``aba_derivatives`` 0.98x the time under ``jax.vmap`` at B =
-    1024 (talos_full, float64), the single-output algorithms unchanged, results bitwise equal
-    (``benchmarks/RESULTS.md``, "Design measurements").
+    A ``fori_loop`` carries one buffer per output, each filled with a different constant
+    (every entry is overwritten), and updates one chunk in place; ``body`` is traced once, to a
+    jaxpr, as ``lax.map`` does. Against ``lax.map`` over the batch reshaped into chunks:
+    ``lax.map`` fills its stacked outputs with zeros, and XLA merges the fills of outputs of
+    one shape into one broadcast and copies it per output (``rnea_derivatives`` 0.96x,
+    ``aba_derivatives`` 0.98x here, talos_full, float64, B = 1024); and a batch that the
+    chunks do not divide was padded with copies of its last sample, then the stacked outputs
+    sliced back, which made the chunk loop up to 2x slower (talos_full at B = 1000:
+    ``rnea_derivatives`` 81 us per sample against 40 at B = 1024). The last chunk now
+    overlaps the one before it instead (``dynamic_slice`` and ``dynamic_update_slice`` clamp
+    its start). Results bitwise equal (``benchmarks/RESULTS.md``, "Design measurements").
     """
-    first = jax.tree_util.tree_map(lambda x: x[0], xs)
+    first = jax.tree_util.tree_map(lambda x: x[:size], xs)
     closed, shapes = jax.make_jaxpr(body, return_shape=True)(first)
-    xs = jax.tree_util.tree_leaves(xs)  # in the order of the jaxpr's inputs
     run = jax.extend.core.jaxpr_as_fun(closed)
     outs, tree = jax.tree_util.tree_flatten(shapes)
-    init = [jnp.full((n,) + o.shape, k + 1, o.dtype) for k, o in enumerate(outs)]
+    init = [jnp.full((axis_size,) + o.shape[1:], k + 1, o.dtype) for k, o in enumerate(outs)]
+    xs = jax.tree_util.tree_leaves(xs)  # in the order of the jaxpr's inputs
 
     def step(i, bufs):
-        ys = run(*[jax.lax.dynamic_index_in_dim(x, i, keepdims=False) for x in xs])
-        return [jax.lax.dynamic_update_index_in_dim(b, y, i, 0) for b, y in zip(bufs, ys)]
+        start = jnp.minimum(i * size, axis_size - size)
+        ys = run(*[jax.lax.dynamic_slice_in_dim(x, start, size, 0) for x in xs])
+        return [jax.lax.dynamic_update_slice_in_dim(b, y, start, 0) for b, y in zip(bufs, ys)]
 
     return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
 

@@ -33,8 +33,8 @@ def test_chunked_vmap_equals_vmap(quad, chunk):
 @pytest.mark.parametrize("chunk", [8, 37, 64])
 def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
     """Pytree arguments and outputs; the batch is cut into equal chunks like the batching
-    rule's (37 samples in chunks of at most 8: 5 chunks of 8, the last sample repeated), and a
-    batch that fits in one chunk is one vmap."""
+    rule's (37 samples in chunks of at most 8: 5 chunks of 8, the last overlapping the fourth by
+    3 samples), and a batch that fits in one chunk is one vmap."""
     from jaxdyn import batching
 
     m, q, v = quad
@@ -63,7 +63,8 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
 def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
     """The chunk loop stacks each output in a buffer of its own (two outputs of one shape, an
     integer and a boolean output; the buffers start filled with different constants, which
-    every chunk overwrites, padding included), and reverse mode goes through it."""
+    every chunk overwrites, the overlap of the last chunk included), and reverse mode goes
+    through it."""
     m, q, v = quad
 
     def f(model, q, v):
@@ -131,7 +132,7 @@ def test_bench_quick_smoke(tmp_path, capsys, monkeypatch):
 
 # ------------------------------------------------- the batching rule of the public functions
 # Plain ``jax.vmap`` of a public function runs ``vmap`` in chunks on the CPU
-# (jaxdyn.batching.batched); with a chunk of 8 and B = 37 the padded last chunk is exercised.
+# (jaxdyn.batching.batched); with a chunk of 8 and B = 37 the overlapping last chunk is exercised.
 
 
 def _plain_and_chunked(fn, *args, in_axes):
@@ -331,12 +332,15 @@ def test_chunks_split_the_batch_evenly(quad):
     for B in range(1, 300):
         n, size, pad = batching.chunk_split(B, 64)
         assert size <= 64 and 0 <= pad < n and n * size == B + pad and n == -(-B // 64)
-    m, q, v = quad  # 37 samples in chunks of at most 16: 3 chunks of 13 (2 copies)
+    m, q, v = quad  # 37 samples in chunks of at most 16: 3 chunks of 13 (2 computed twice)
     with jaxdyn.config.override(vmap_chunk=16):
         jf = jax.jit(jax.vmap(lambda q, v: jaxdyn.aba(m, q, v, v)))
         text = str(jax.make_jaxpr(jf)(q, v))
         out = jf(q, v)
     assert "length=3" in text and "f64[13,18]" in text.replace(" ", "")
+    # no padded batch of 3 x 13 = 39 samples: the last chunk overlaps the second (the padding
+    # and the slice of the outputs back to 37 made the loop up to 2x slower)
+    assert "[39," not in text.replace(" ", ""), "padded batch"
     with jaxdyn.config.override(vmap_chunk=0):
         _close(out, jax.jit(jax.vmap(lambda q, v: jaxdyn.aba(m, q, v, v)))(q, v))
 
