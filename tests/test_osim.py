@@ -298,12 +298,11 @@ def _all_delassus(model, q, cs):
     K = C.rows_from_placements(lay, C.placements_from_state(model, ws, lay))
     # the packed articulated-inertia pass that jaxdyn.delassus uses
     inertias = articulated_inertias_packed(model, ws.S, world_inertias_packed(ws))
-    out = {m: delassus_world(model, ws, cs, lay, K, m, inertias) for m in METHODS}
+    out = {m: delassus_world(model, ws, lay, K, m, inertias) for m in METHODS}
     # and the ABA pass that constrained_aba shares with PV-OSIMr
     out["pv_osimr_aba"] = delassus_world(
         model,
         ws,
-        cs,
         lay,
         K,
         "pv_osimr",

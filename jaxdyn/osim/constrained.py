@@ -148,7 +148,7 @@ def constrained_aba(
     qdd0 = aba_mod.aba_passes(
         model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None], inertias
     )[0][:, 0]
-    D = delassus_world(model, ws, constraints, lay, K, method, inertias=inertias)
+    D = delassus_world(model, ws, lay, K, method, inertias=inertias)
     y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
     rhs = -drift - row_accelerations(model, ws, lay, K, qdd0)
     if baumgarte is not None:

@@ -48,9 +48,10 @@ def delassus_dense(model, ws, K, lay):
     return Z.T @ Z
 
 
-def delassus_world(model, ws, constraints, lay, K, method="pv_osimr", inertias=None):
-    """Delassus matrix from a world state and the constraint rows ``K`` (internal entry)."""
-    topo, constraints = model.topo, cons.geometry(constraints)
+def delassus_world(model, ws, lay, K, method="pv_osimr", inertias=None):
+    """Delassus matrix from a world state and the constraint rows ``K`` (internal entry); the
+    plans are keyed by the layout's descriptions (their geometry, without targets)."""
+    topo, constraints = model.topo, lay.constraints
     if method == "dense":
         return delassus_dense(model, ws, K, lay)
     if method == "ltl":
@@ -82,8 +83,8 @@ def delassus(model, q, constraints, method: str = "pv_osimr"):
     """
     fn = "delassus"
     check_method(fn, method)
-    constraints, lay = cons.get_layout(fn, model, constraints)
+    _, lay = cons.get_layout(fn, model, constraints)
     model, q, _ = kin._prepare(model, fn, q)
     ws = kin.world_state(model, q)
     K = cons.rows_from_placements(lay, cons.placements_from_state(model, ws, lay))
-    return delassus_world(model, ws, constraints, lay, K, method)
+    return delassus_world(model, ws, lay, K, method)
