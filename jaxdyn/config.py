@@ -1,37 +1,41 @@
 """Global switches of jaxdyn, in one place.
 
-=========================  ===============================  =======  ==========================
-name                       environment variable             default  effect
-=========================  ===============================  =======  ==========================
-``value_checks``           ``JAXDYN_VALUE_CHECKS``          ``True`` ``equinox.error_if`` value
-                                                                     checks under ``jit`` (unit,
-                                                                     finite quaternions in ``q``;
-                                                                     traced ``damping``; finite
-                                                                     constraint forces); see
-                                                                     :mod:`jaxdyn._checks`
-``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``  ``True`` ``jaxdyn.rnea`` /
-                                                                     ``jaxdyn.aba`` differentiate
-                                                                     by their analytic
-                                                                     ``custom_jvp`` rules (IDSVA /
-                                                                     FDSVA); ``False``: plain
-                                                                     autodiff of the algorithms
-``unroll_max``             ``JAXDYN_UNROLL_MAX``            ``3``    small matrix products
-                                                                     (:func:`jaxdyn.spatial.mm`)
-                                                                     contracting at most this
-                                                                     many terms are unrolled into
-                                                                     broadcast products, larger
-                                                                     ones use ``matmul``
-``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``            ``-1``   most samples per chunk
-                                                                     when a public function
-                                                                     runs under ``jax.vmap`` on
-                                                                     the CPU
-                                                                     (:mod:`jaxdyn.batching`):
-                                                                     ``-1`` chosen from the
-                                                                     model's size, ``0`` plain
-                                                                     ``jax.vmap``, ``n > 0``
-                                                                     equal chunks of at most
-                                                                     ``n``
-=========================  ===============================  =======  ==========================
+=========================  ================================  ========  =============================
+name                       environment variable              default   effect
+=========================  ================================  ========  =============================
+``value_checks``           ``JAXDYN_VALUE_CHECKS``           ``True``  ``equinox.error_if`` value
+                                                                       checks under ``jit`` (unit,
+                                                                       finite quaternions in ``q``;
+                                                                       traced ``damping``; finite
+                                                                       constraint forces); see
+                                                                       :mod:`jaxdyn._checks`
+``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``   ``True``  ``jaxdyn.rnea`` /
+                                                                       ``jaxdyn.aba`` differentiate
+                                                                       by their analytic
+                                                                       ``custom_jvp`` rules (IDSVA /
+                                                                       FDSVA); ``False``: plain
+                                                                       autodiff of the algorithms
+``unroll_max``             ``JAXDYN_UNROLL_MAX``             ``3``     small matrix products
+                                                                       (:func:`jaxdyn.spatial.mm`)
+                                                                       contracting at most this many
+                                                                       terms are unrolled into
+                                                                       broadcast products, larger
+                                                                       ones use ``matmul``
+``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``             ``-1``    most samples per chunk when a
+                                                                       public function runs under
+                                                                       ``jax.vmap`` on the CPU
+                                                                       (:mod:`jaxdyn.batching`):
+                                                                       ``-1`` chosen from the
+                                                                       model's size, ``0`` plain
+                                                                       ``jax.vmap``, ``n > 0`` equal
+                                                                       chunks of at most ``n``
+``uninitialized_outputs``  ``JAXDYN_UNINITIALIZED_OUTPUTS``  ``True``  the chunk loop's output
+                                                                       buffers start uninitialized
+                                                                       on the CPU instead of filled
+                                                                       (a no-op XLA FFI handler
+                                                                       compiled at first use, see
+                                                                       :mod:`jaxdyn._uninitialized`)
+=========================  ================================  ========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
 ``false``, ``no``, ``off`` are false, anything else true; ``unroll_max``: an integer >= 0;
@@ -126,6 +130,7 @@ SWITCHES = {
     "analytic_derivatives": ("JAXDYN_ANALYTIC_DERIVATIVES", True, _bool),
     "unroll_max": ("JAXDYN_UNROLL_MAX", 3, _nonneg_int),
     "vmap_chunk": ("JAXDYN_VMAP_CHUNK", -1, _chunk),
+    "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
 }
 
 

@@ -1,5 +1,7 @@
 """jaxdyn.vmap (chunked batching) equals jax.vmap; the benchmark harness runs end to end."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +86,60 @@ def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
     g = jax.jit(jax.grad(lambda v: loss(jax.vmap, q, v)))(v)
     gc = jax.jit(jax.grad(lambda v: loss(lambda f, in_axes: jaxdyn.vmap(f, in_axes, 8), q, v)))(v)
     np.testing.assert_allclose(gc, g, rtol=1e-10, atol=1e-10)
+
+
+_UNINIT_CALL = 'custom_call_target="jaxdyn_uninitialized"'
+
+
+def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
+    """On the CPU the chunk loop's output buffers come from a no-op XLA FFI call
+    (``jaxdyn._uninitialized``) instead of a fill: one call per output (two outputs of one shape
+    stay two buffers), results equal to the filled buffers' and to one ``vmap``; the switch
+    off, under ``jax.export`` and for other platforms the buffers are filled (no call in the
+    program); a missing or failing compiler is an error that names it."""
+    import shutil
+
+    from jax import export
+
+    from jaxdyn import _uninitialized as U
+
+    m, q, v = quad
+
+    def f(model, q, v):
+        M = jaxdyn.crba(model, q)
+        return {"M": M, "M2": 2.0 * M, "i": jnp.argmax(v), "b": v > 0}
+
+    jf = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=8))
+    ref = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(m, q, v)
+    calls = []
+    for on in (True, False):
+        with jaxdyn.config.override(uninitialized_outputs=on):
+            calls.append(jf.lower(m, q, v).compile().as_text().count(_UNINIT_CALL))
+            out = jf(m, q, v)
+        for k in ref:
+            np.testing.assert_array_equal(out[k], ref[k], err_msg=k)
+    if shutil.which(os.environ.get("CC") or "cc") is None:
+        assert not U.available() and "no C compiler" in U.status()
+    else:
+        assert U.available(), U.status()
+    assert calls == [4 if U.available() else 0, 0]
+    # op by op (no jit): filled
+    _close(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=8)(m, q, v), ref)
+    # a serialized program must not name a handler only this process registered
+    with jaxdyn.config.override(value_checks=False):
+        g = jax.jit(jaxdyn.vmap(lambda q: jaxdyn.crba(m, q), chunk_size=8))
+        exp = export.export(g)(q)
+        assert "stablehlo.while" in exp.mlir_module()
+        assert "jaxdyn_uninitialized" not in exp.mlir_module().split("loc(")[0]
+        assert "custom_call" not in exp.mlir_module()
+        _close(exp.call(q), ref["M"])
+        low = g.trace(q).lower(lowering_platforms=("cuda",)).as_text()
+        assert "stablehlo.while" in low and "custom_call" not in low
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        U.build(cc="no-such-compiler-jaxdyn", directory=tmp_path)
+    with pytest.raises(RuntimeError, match="failed"):
+        U.build(cc="false", directory=tmp_path)
+    assert not list(tmp_path.iterdir())  # no half-written library left behind
 
 
 def test_chunked_vmap_bad_axes(quad):

@@ -1,0 +1,159 @@
+"""Uninitialized output buffers for the chunk loop on the CPU.
+
+:func:`jaxdyn.batching._map_chunks` writes each chunk's outputs into one buffer per output of
+the whole batch, and every entry of those buffers is written by some chunk. XLA has no way to
+make a buffer without writing it (``lax.empty`` is a fill of zeros on the CPU; its uninitialized
+``AllocateBuffer`` exists on GPUs and TPUs only), so the loop began by filling each buffer with a
+constant: a pass over the whole output before the loop, as long as writing the output itself.
+For ``nv x nv`` outputs it was 5-15 % of the batched call (talos_full, float64, B = 1024:
+``crba`` 0.87x, ``minv`` 0.94x, ``rnea_derivatives`` 0.91x, ``aba_derivatives`` 0.96x without
+it; ``benchmarks/RESULTS.md``, "Design measurements").
+
+:func:`uninitialized` makes the buffer with an XLA FFI custom call whose handler does nothing
+(``_uninitialized.c``, a dozen lines of C): XLA allocates its result and leaves it as it is.
+The handler is compiled at first use by the system C compiler (``$CC``, else ``cc``) against
+the running jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``; one file per source, header and
+compiler). It is used only where it is safe and possible, and the buffer is filled as before
+otherwise:
+
+* the switch ``jaxdyn.config.update("uninitialized_outputs", False)``
+  (``JAXDYN_UNINITIALIZED_OUTPUTS=0``) turns it off;
+* on other platforms than the CPU, under ``jax.export`` (a serialized program must not name a
+  handler that only this process registered), when run op by op (no ``jit``), and where no
+  compiler or no ``jax.ffi`` is available (:func:`status` says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import mlir
+
+from . import config
+
+TARGET = "jaxdyn_uninitialized"
+SOURCE = Path(__file__).with_name("_uninitialized.c")
+
+_lock = threading.Lock()
+_state = {"tried": False, "ok": False, "why": "not tried yet", "lib": None}
+
+
+def cache_dir() -> Path:
+    """Where the compiled handler is kept (see the module docstring)."""
+    env = os.environ.get("JAXDYN_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxdyn"
+
+
+def build(cc: str | None = None, directory: Path | None = None) -> Path:
+    """Compile ``_uninitialized.c`` into a shared library (or find it compiled) and return its
+    path. Raises ``RuntimeError`` naming the compiler and its message when it fails."""
+    include = Path(jax.ffi.include_dir())
+    header = include / "xla" / "ffi" / "api" / "c_api.h"
+    if not header.is_file():
+        raise RuntimeError(f"jaxlib's XLA FFI header is missing: {header}")
+    cc = cc or os.environ.get("CC") or "cc"
+    exe = shutil.which(cc)
+    if exe is None:
+        raise RuntimeError(f"no C compiler: {cc!r} is not on PATH (set CC)")
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + header.read_bytes() + exe.encode() + sys.platform.encode()
+    ).hexdigest()[:16]
+    directory = Path(directory) if directory is not None else cache_dir()
+    lib = directory / f"uninitialized-{key}.so"
+    if lib.is_file():
+        return lib
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    try:
+        cmd = [exe, "-O2", "-shared", "-fPIC", "-I", str(include), str(SOURCE), "-o", tmp]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{(r.stderr or r.stdout)[-2000:]}")
+        os.replace(tmp, lib)  # atomic: processes building at once each install a whole file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def _register() -> None:
+    if sys.platform == "win32":
+        raise RuntimeError("not built on Windows")
+    if not hasattr(jax, "ffi") or not hasattr(jax.ffi, "include_dir"):
+        raise RuntimeError(f"jax {jax.__version__} has no jax.ffi")
+    lib = ctypes.CDLL(str(build()))
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
+    _state["lib"] = lib  # kept loaded for the life of the process
+
+
+def available() -> bool:
+    """Whether the handler is registered (compiled and registered at the first call)."""
+    with _lock:
+        if not _state["tried"]:
+            _state["tried"] = True
+            try:
+                _register()
+                _state["ok"], _state["why"] = True, "registered"
+            except Exception as e:  # any failure: the chunk loop fills its buffers instead
+                _state["ok"], _state["why"] = False, f"{type(e).__name__}: {e}"
+    return _state["ok"]
+
+
+def status() -> str:
+    """``"registered"``, or why the chunk loop fills its buffers instead."""
+    available()
+    return _state["why"]
+
+
+def _fill(shape, dtype, fill):
+    return jnp.full(shape, fill, dtype)
+
+
+uninitialized_p = jax.extend.core.Primitive("jaxdyn_uninitialized")
+uninitialized_p.def_impl(lambda *, shape, dtype, fill, use: _fill(shape, dtype, fill))
+uninitialized_p.def_abstract_eval(
+    lambda *, shape, dtype, fill, use: jax.core.ShapedArray(shape, dtype)
+)
+
+
+def _lower_fill(ctx, *, shape, dtype, fill, use):
+    return mlir.lower_fun(lambda: _fill(shape, dtype, fill), multiple_results=False)(ctx)
+
+
+def _lower_cpu(ctx, *, shape, dtype, fill, use):
+    if use and not ctx.module_context.lowering_parameters.for_export and available():
+        # ``fill`` as an attribute keeps the buffers of one loop distinct calls (XLA may merge
+        # identical side-effect-free instructions, and would then copy the one buffer per output)
+        return jax.ffi.ffi_lowering(TARGET)(ctx, fill=np.int64(fill))
+    return _lower_fill(ctx, shape=shape, dtype=dtype, fill=fill, use=use)
+
+
+mlir.register_lowering(uninitialized_p, _lower_fill)
+mlir.register_lowering(uninitialized_p, _lower_cpu, platform="cpu")
+
+
+def uninitialized(shape, dtype, fill: int = 0):
+    """An array of ``shape`` and ``dtype`` whose every entry the caller overwrites: left as XLA
+    allocated it where the handler is available (see the module docstring), else filled with
+    ``fill`` (give the outputs of one loop different values, so that XLA does not merge their
+    fills into one and copy it per output)."""
+    use = bool(config.get("uninitialized_outputs"))
+    return uninitialized_p.bind(
+        shape=tuple(int(s) for s in shape), dtype=np.dtype(dtype), fill=int(fill), use=use
+    )
