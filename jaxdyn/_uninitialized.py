@@ -13,8 +13,9 @@ it; ``benchmarks/RESULTS.md``, "Design measurements").
 (``_uninitialized.c``, a dozen lines of C): XLA allocates its result and leaves it as it is.
 The handler is compiled at first use by the system C compiler (``$CC``, else ``cc``) against
 the running jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_DIR``,
-else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``; one file per source, header and
-compiler). It is used only where it is safe and possible, and the buffer is filled as before
+else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``, and where that cannot be written a
+directory of the user's under the system's temporary directory; one file per source, header
+and compiler). It is used only where it is safe and possible, and the buffer is filled as before
 otherwise:
 
 * the switch ``jaxdyn.config.update("uninitialized_outputs", False)``
@@ -73,13 +74,27 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     key = hashlib.sha256(
         SOURCE.read_bytes() + header.read_bytes() + exe.encode() + sys.platform.encode()
     ).hexdigest()[:16]
-    directory = Path(directory) if directory is not None else cache_dir()
-    lib = directory / f"uninitialized-{key}.so"
-    if lib.is_file():
-        return lib
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
-    os.close(fd)
+    dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
+    for d in dirs:
+        if (d / f"uninitialized-{key}.so").is_file():
+            return d / f"uninitialized-{key}.so"
+    for d in dirs:  # the cache, else (unwritable) a directory of this user's under /tmp
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
+        except OSError:
+            continue
+        os.close(fd)
+        return _compile(exe, include, tmp, d / f"uninitialized-{key}.so")
+    raise RuntimeError(f"no writable directory for the compiled handler: {dirs}")
+
+
+def _temp_dir() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"jaxdyn-{uid}"
+
+
+def _compile(exe, include, tmp, lib):
     try:
         cmd = [exe, "-O2", "-shared", "-fPIC", "-I", str(include), str(SOURCE), "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
