@@ -6,7 +6,7 @@ make a buffer without writing it (``lax.empty`` is a fill of zeros on the CPU; i
 ``AllocateBuffer`` exists on GPUs and TPUs only), so the loop began by filling each buffer with a
 constant: a pass over the whole output before the loop, as long as writing the output itself.
 For ``nv x nv`` outputs it was 5-15 % of the batched call (talos_full, float64, B = 1024:
-``crba`` 0.87x, ``minv`` 0.94x, ``rnea_derivatives`` 0.91x, ``aba_derivatives`` 0.96x without
+``crba`` 0.86x, ``minv`` 0.94x, ``rnea_derivatives`` 0.90x, ``aba_derivatives`` 0.95x without
 it; ``benchmarks/RESULTS.md``, "Design measurements").
 
 :func:`uninitialized` makes the buffer with an XLA FFI custom call whose handler does nothing
