@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,11 +69,13 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     if not header.is_file():
         raise RuntimeError(f"jaxlib's XLA FFI header is missing: {header}")
     cc = cc or os.environ.get("CC") or "cc"
-    exe = shutil.which(cc)
+    words = shlex.split(cc)  # CC may carry flags or a wrapper: "ccache gcc", "gcc -m64"
+    exe = shutil.which(words[0]) if words else None
     if exe is None:
         raise RuntimeError(f"no C compiler: {cc!r} is not on PATH (set CC)")
+    exe = [exe, *words[1:]]
     key = hashlib.sha256(
-        SOURCE.read_bytes() + header.read_bytes() + exe.encode() + sys.platform.encode()
+        SOURCE.read_bytes() + header.read_bytes() + " ".join(exe).encode() + sys.platform.encode()
     ).hexdigest()[:16]
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
@@ -96,7 +99,7 @@ def _temp_dir() -> Path:
 
 def _compile(exe, include, tmp, lib):
     try:
-        cmd = [exe, "-O2", "-shared", "-fPIC", "-I", str(include), str(SOURCE), "-o", tmp]
+        cmd = [*exe, "-O2", "-shared", "-fPIC", "-I", str(include), str(SOURCE), "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{(r.stderr or r.stdout)[-2000:]}")

@@ -140,7 +140,10 @@ def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
     with pytest.raises(RuntimeError, match="failed"):
         U.build(cc="false", directory=tmp_path)
     assert not list(tmp_path.iterdir())  # no half-written library left behind
-    if U.available():  # an unwritable cache: built under the temporary directory instead
+    if U.available():
+        with pytest.raises(RuntimeError, match="failed"):  # flags in CC reach the compiler
+            U.build(cc=(os.environ.get("CC") or "cc") + " --no-such-flag", directory=tmp_path)
+        # an unwritable cache: built under the temporary directory instead
         (tmp_path / "file").write_text("")
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("JAXDYN_CACHE_DIR", str(tmp_path / "file" / "cache"))
