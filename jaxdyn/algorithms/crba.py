@@ -28,7 +28,9 @@ def subspace_force_rows(model, ws, Ic):
     body quantities are read as component rows too (``R`` as 9 rows of ``nb``, ``p`` 3,
     ``Ic`` 13), which XLA fuses into the kernel, instead of ``(nb, 3, 3)`` blocks copied per
     coordinate: CRBA under ``jax.vmap`` at B = 1024 8-17 % faster in float32, float64 within
-    noise; batch 1 3-9 % faster (``benchmarks/RESULTS.md``, "Design measurements").
+    noise; batch 1 3-9 % faster (``benchmarks/RESULTS.md``, "Design measurements"). The
+    subspace rows are stored (:func:`jaxdyn.spatial.materialize`) before the force rows use
+    them.
     """
     t = model.topo
     R, p, d = (tree.bodies_to_dofs(t, x.T, axis=-1) for x in (ws.R.reshape(t.nb, 9), ws.p, Ic))
@@ -36,6 +38,13 @@ def subspace_force_rows(model, ws, Ic):
     w = [sum(R[3 * i + j] * axT[j] for j in range(3)) for i in range(3)]
     u = [sum(R[3 * i + j] * axT[3 + j] for j in range(3)) for i in range(3)]
     v = [ui + ci for ui, ci in zip(u, spatial.cross_rows(list(p), w))]
+    # stored before the forces read them: fused into the force rows' kernel, each of its
+    # twelve rows recomputed w and v (solo12 CRBA under jax.vmap 0.93x, talos_full 0.965x in
+    # float64, float32 0.99x). The rows are stacked again below: returning the stored stack
+    # itself changed XLA's fusions and ran 1.1-1.4x slower.
+    S6 = jnp.stack(w + v, 0)
+    S6 = spatial.materialize(S6, S6)[0]
+    w, v = list(S6[:3]), list(S6[3:])
     m, h = d[0], list(d[1:4])
     hv, hw = spatial.cross_rows(h, v), spatial.cross_rows(h, w)
     Fa = [sum(d[4 + 3 * i + j] * w[j] for j in range(3)) + hv[i] for i in range(3)]
