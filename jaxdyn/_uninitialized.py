@@ -77,10 +77,11 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     key = hashlib.sha256(
         SOURCE.read_bytes() + header.read_bytes() + " ".join(exe).encode() + sys.platform.encode()
     ).hexdigest()[:16]
+    name = f"uninitialized-{key}.so"
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
-        if (d / f"uninitialized-{key}.so").is_file():
-            return d / f"uninitialized-{key}.so"
+        if (d / name).is_file():
+            return d / name
     for d in dirs:  # the cache, else (unwritable) a directory of this user's under /tmp
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -88,7 +89,7 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
         except OSError:
             continue
         os.close(fd)
-        return _compile(exe, include, tmp, d / f"uninitialized-{key}.so")
+        return _compile(exe, include, tmp, d / name)
     raise RuntimeError(f"no writable directory for the compiled handler: {dirs}")
 
 

@@ -64,9 +64,9 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
 
 def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
     """The chunk loop stacks each output in a buffer of its own (two outputs of one shape, an
-    integer and a boolean output; the buffers start filled with different constants, which
-    every chunk overwrites, the overlap of the last chunk included), and reverse mode goes
-    through it."""
+    integer and a boolean output; the buffers start uninitialized, or filled with different
+    constants, and every chunk overwrites its part, the overlap of the last chunk included), and
+    reverse mode goes through it."""
     m, q, v = quad
 
     def f(model, q, v):
