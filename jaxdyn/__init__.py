@@ -23,6 +23,11 @@ from ._checks import jit as jit
 from ._checks import set_value_checks as set_value_checks
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
+from .algorithms.centroidal import Centroidal as Centroidal
+from .algorithms.centroidal import centroidal_dynamics as centroidal_dynamics
+from .algorithms.centroidal import centroidal_momentum as centroidal_momentum
+from .algorithms.centroidal import centroidal_momentum_bias as centroidal_momentum_bias
+from .algorithms.centroidal import centroidal_momentum_matrix as centroidal_momentum_matrix
 from .algorithms.crba import crba as crba
 from .algorithms.energy import center_of_mass as center_of_mass
 from .algorithms.energy import kinetic_energy as kinetic_energy
@@ -86,6 +91,7 @@ from . import sim as sim
 from . import trajopt as trajopt
 
 __all__ = [
+    "Centroidal",
     "CheckError",
     "Connect",
     "Inputs",
@@ -98,6 +104,10 @@ __all__ = [
     "build_input_matrix",
     "caba",
     "center_of_mass",
+    "centroidal_dynamics",
+    "centroidal_momentum",
+    "centroidal_momentum_bias",
+    "centroidal_momentum_matrix",
     "cefpa",
     "clusters",
     "config",

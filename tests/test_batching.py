@@ -223,7 +223,7 @@ def _close(a, b, tol=1e-12):
 _KINEMATICS = (
     "forward_kinematics frame_placement jacobian joint_jacobians center_of_mass kinetic_energy "
     "potential_energy constraint_placements constraint_jacobian constraint_velocity "
-    "constraint_drift constraint_error"
+    "constraint_drift constraint_error centroidal_dynamics"
 ).split()
 
 
@@ -270,6 +270,7 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
         "constraint_drift": (lambda m, q, v: C.constraint_drift(m, q, v, cs), (None, 0, 0)),
         "constraint_error": (lambda m, q, v: C.constraint_error(m, q, cs_t), (None, 0, None)),
         "integrate": (lambda m, q, v: jaxdyn.integrate(m, q, v), (None, 0, 0)),
+        "centroidal_dynamics": (lambda m, q, v: jaxdyn.centroidal_dynamics(m, q, v), (None, 0, 0)),
     }
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)

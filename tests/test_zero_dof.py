@@ -49,6 +49,10 @@ def _all(m, q, v, a, tau, f_ext):
         "aba_d": (jaxdyn.aba_derivatives(m, q, v, tau), (3, 0, 0)),
         "body_R": (jaxdyn.forward_kinematics(m, q).body.R, (0, 3, 3)),
         "input_matrix": (jaxdyn.input_matrix(m, q, v, jnp.zeros((0, 2))).Bhat, (0, 2)),
+        "centroidal_A": (jaxdyn.centroidal_momentum_matrix(m, q), (6, 0)),
+        "centroidal_h": (jaxdyn.centroidal_momentum(m, q, v), (6,)),
+        "centroidal_bias": (jaxdyn.centroidal_momentum_bias(m, q, v), (6,)),
+        "centroidal_dynamics_A": (jaxdyn.centroidal_dynamics(m, q, v).A, (6, 0)),
     }
     return out
 

@@ -16,6 +16,14 @@ from ..model import tree
 from . import kinematics as kin
 
 
+def composite_inertias(model, ws):
+    """World composite inertias ``oIc_i = sum_{j in subtree(i)} oI_j`` as ``(nb, 13)`` rows
+    ``[m, h, Ibar]`` (mass, first moment and rotational inertia about the world origin)."""
+    return tree.backward_accumulate(
+        model.topo, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1)
+    )
+
+
 def subspace_force_rows(model, ws, Ic):
     """``(oS^T, F^T)``, each ``(6, nv)``: the world motion subspace of every coordinate and
     ``F_c = oIc_{body(c)} oS_c``, with the composite inertias ``Ic (nb, 13)`` as
@@ -65,10 +73,7 @@ def crba_world(model, ws):
     measurements").
     """
     t = model.topo
-    Ic = tree.backward_accumulate(
-        t, jnp.concatenate([ws.mass[:, None], ws.h, ws.Ibar.reshape(-1, 9)], -1)
-    )
-    St, Ft = spatial.materialize(*subspace_force_rows(model, ws, Ic))
+    St, Ft = spatial.materialize(*subspace_force_rows(model, ws, composite_inertias(model, ws)))
     anc = t.dof_ancestor  # lower: oS_r^T F_c, upper: F_r^T oS_c
     M = jnp.where(anc, spatial.outer_sum(St, Ft), jnp.where(anc.T, spatial.outer_sum(Ft, St), 0))
     if model.armature is not None:

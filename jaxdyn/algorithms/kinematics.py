@@ -217,10 +217,15 @@ def world_state(model, q, centered: bool = False) -> WorldState:
     that translation, while world inertias about a distant origin carry ``m |p|^2`` terms that
     cost precision quadratically with the distance; the dynamics algorithms use it.
     """
-    t = model.topo
     R, p = body_placements(model, q)
-    if centered and t.floating_base:
+    if centered and model.topo.floating_base:
         p = p - p[:1]
+    return world_state_from_placements(model, R, p)
+
+
+def world_state_from_placements(model, R, p) -> WorldState:
+    """:func:`world_state` from the body placements ``R (nb, 3, 3)``, ``p (nb, 3)``."""
+    t = model.topo
     Rd, pd = tree.bodies_to_dofs(t, R), tree.bodies_to_dofs(t, p)
     S = spatial.act_motion(Rd, pd, model.dof_axis)
     c = spatial.mv(R, model.com) + p
