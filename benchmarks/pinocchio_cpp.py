@@ -10,8 +10,10 @@ installed ``pin`` wheel and times the algorithms the way a C++ user calls them: 
 What is timed (per call, single thread, Pinocchio's default conventions): ``rnea``, ``crba``
 (upper triangle of M only, as Pinocchio computes it), ``aba``, ``minv`` (``computeMinverse``,
 upper triangle only), ``rnea_derivatives`` (``computeRNEADerivatives``), ``aba_derivatives``
-(``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``) and ``jacobians``
-(``computeJointJacobians``). Each loops cyclically over ``n_states`` random states; the inner
+(``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``), ``jacobians``
+(``computeJointJacobians``), ``ccrba`` (centroidal momentum matrix, momentum and centre of
+mass) and ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
+acceleration). Each loops cyclically over ``n_states`` random states; the inner
 count is calibrated so that one repeat lasts at least ``min_time``; the best and the median of
 ``repeats`` repeats are reported in ns per call.
 
@@ -96,6 +98,8 @@ ALGORITHMS = (
     "aba_derivatives",
     "fk",
     "jacobians",
+    "ccrba",
+    "centroidal_bias",
 )
 
 OPT_FLAGS = ("-O3", "-march=native", "-DNDEBUG", "-std=c++17")
@@ -360,6 +364,11 @@ def time_python_fallback(
         "aba_derivatives": (pin.computeABADerivatives, lambda s: (s[0], s[1], s[3])),
         "fk": (pin.forwardKinematics, lambda s: (s[0],)),
         "jacobians": (pin.computeJointJacobians, lambda s: (s[0],)),
+        "ccrba": (pin.ccrba, lambda s: (s[0], s[1])),
+        "centroidal_bias": (
+            pin.computeCentroidalMomentumTimeVariation,
+            lambda s: (s[0], s[1], np.zeros_like(s[1])),
+        ),
     }
 
     def run(fn, args, count):

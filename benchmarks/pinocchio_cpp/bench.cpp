@@ -19,6 +19,9 @@
 //   aba_derivatives   pinocchio::computeABADerivatives(model, data, q, v, tau)
 //   fk                pinocchio::forwardKinematics(model, data, q)
 //   jacobians         pinocchio::computeJointJacobians(model, data, q)
+//   ccrba             pinocchio::ccrba(model, data, q, v)      A_G, h_G and the centre of mass
+//   centroidal_bias   pinocchio::computeCentroidalMomentumTimeVariation(model, data, q, v, 0)
+//                                                             (h_G and dh_G/dt = Adot_G v)
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +39,7 @@
 
 #include "pinocchio/algorithm/aba-derivatives.hpp"
 #include "pinocchio/algorithm/aba.hpp"
+#include "pinocchio/algorithm/centroidal.hpp"
 #include "pinocchio/algorithm/crba.hpp"
 #include "pinocchio/algorithm/jacobian.hpp"
 #include "pinocchio/algorithm/joint-configuration.hpp"
@@ -262,6 +266,15 @@ namespace
     record("jacobians", [&](std::size_t i) {
       pinocchio::computeJointJacobians(model, data, s.q[i]);
       doNotOptimize(data.J(0, 0));
+    });
+    record("ccrba", [&](std::size_t i) {
+      pinocchio::ccrba(model, data, s.q[i], s.v[i]);
+      doNotOptimize(data.Ag(0, 0));
+    });
+    const Eigen::VectorXd zero_a = Eigen::VectorXd::Zero(model.nv);
+    record("centroidal_bias", [&](std::size_t i) {
+      pinocchio::computeCentroidalMomentumTimeVariation(model, data, s.q[i], s.v[i], zero_a);
+      doNotOptimize(data.dhg.linear()[0]);
     });
     g_sink = data.tau[0] + data.M(0, 0) + data.ddq[0] + data.Minv(0, 0);
 

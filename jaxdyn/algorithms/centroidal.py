@@ -1,10 +1,11 @@
 """Centroidal dynamics: the robot's momentum about its centre of mass.
 
 References: Orin, Goswami and Lee, "Centroidal dynamics of a humanoid robot", Autonomous Robots
-35 (2013), eqs. 9-14 (the centroidal momentum matrix ``A_G`` with ``h_G = A_G v`` and the bias
-``Adot_G v``); Featherstone 2008 §2.13 (spatial inertia, momentum) and eq. 6.19 (the composite
-inertias of CRBA); Pinocchio's ``ccrba`` / ``computeCentroidalMomentum`` /
-``computeCentroidalMomentumTimeVariation`` compute the same quantities.
+35 (2013) 161-176 (the centroidal momentum matrix ``A_G`` with ``h_G = A_G v``, computed from
+composite-rigid-body inertias, and the rate ``dh_G/dt = A_G a + Adot_G v``); Featherstone 2008
+§2.13 (spatial inertia, momentum) and eq. 6.19 (the composite inertias of CRBA); Pinocchio's
+``ccrba`` / ``computeCentroidalMomentum`` / ``computeCentroidalMomentumTimeVariation`` compute
+the same quantities.
 
 In world coordinates the momentum of body ``i`` about the world origin is ``oI_i ov_i`` and
 ``ov_i = sum_{j in support(i)} oS_j v_j``, so the total momentum about the origin is
@@ -95,7 +96,8 @@ def _prepare(fn, model, q, v=None):
 @full_precision
 def centroidal_momentum(model, q, v):
     """Centroidal momentum ``h_G = [k_G; l]`` ``(6,)``: the angular momentum about the centre
-    of mass and the linear momentum, world axes (Orin et al. 2013, eq. 9).
+    of mass and the linear momentum, world axes (Orin et al. 2013): the bodies' momenta
+    ``oI_i ov_i`` summed and moved to the centre of mass.
 
     **Arguments:** ``q (nq,)``, ``v (nv,)``. Zero for a model without moving bodies.
     """
@@ -110,8 +112,8 @@ def centroidal_momentum(model, q, v):
 @_checks.public("centroidal_momentum_matrix")
 @full_precision
 def centroidal_momentum_matrix(model, q):
-    """Centroidal momentum matrix ``A_G`` ``(6, nv)``, ``h_G = A_G v`` (Orin et al. 2013,
-    eq. 10; Pinocchio's ``ccrba`` / ``computeCentroidalMap`` with the row halves swapped):
+    """Centroidal momentum matrix ``A_G`` ``(6, nv)``, ``h_G = A_G v`` (Orin et al. 2013;
+    Pinocchio's ``ccrba`` / ``computeCentroidalMap`` with the row halves swapped):
     CRBA's composite forces ``oIc oS`` moved to the centre of mass.
 
     **Arguments:** ``q (nq,)``.
@@ -128,7 +130,7 @@ def centroidal_momentum_matrix(model, q):
 @full_precision
 def centroidal_momentum_bias(model, q, v):
     """``Adot_G v`` ``(6,)``: the rate of the centroidal momentum at zero joint acceleration,
-    so that ``d/dt h_G = A_G a + Adot_G v`` (Orin et al. 2013, eq. 14; Pinocchio's
+    so that ``d/dt h_G = A_G a + Adot_G v`` (Orin et al. 2013; Pinocchio's
     ``computeCentroidalMomentumTimeVariation`` at ``a = 0``). Gravity is not included (it is
     an external force, ``m g`` on the linear half).
 
