@@ -32,6 +32,8 @@ from .algorithms.crba import crba as crba
 from .algorithms.energy import center_of_mass as center_of_mass
 from .algorithms.energy import kinetic_energy as kinetic_energy
 from .algorithms.energy import potential_energy as potential_energy
+from .algorithms.frame_motion import frame_acceleration as frame_acceleration
+from .algorithms.frame_motion import frame_velocity as frame_velocity
 from .algorithms.jacobian import jacobian as jacobian
 from .algorithms.jacobian import joint_jacobians as joint_jacobians
 from .algorithms.kinematics import forward_kinematics as forward_kinematics
@@ -120,7 +122,9 @@ __all__ = [
     "derivatives",
     "difference",
     "forward_kinematics",
+    "frame_acceleration",
     "frame_placement",
+    "frame_velocity",
     "gravity_forces",
     "input_matrix",
     "integrate",

@@ -226,6 +226,8 @@ BATCHED = {
         for name in (
             "forward_kinematics",
             "frame_placement",
+            "frame_velocity",
+            "frame_acceleration",
             "jacobian",
             "joint_jacobians",
             "center_of_mass",

@@ -223,7 +223,7 @@ def _close(a, b, tol=1e-12):
 _KINEMATICS = (
     "forward_kinematics frame_placement jacobian joint_jacobians center_of_mass kinetic_energy "
     "potential_energy constraint_placements constraint_jacobian constraint_velocity "
-    "constraint_drift constraint_error centroidal_dynamics"
+    "constraint_drift constraint_error centroidal_dynamics frame_acceleration"
 ).split()
 
 
@@ -271,6 +271,10 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
         "constraint_error": (lambda m, q, v: C.constraint_error(m, q, cs_t), (None, 0, None)),
         "integrate": (lambda m, q, v: jaxdyn.integrate(m, q, v), (None, 0, 0)),
         "centroidal_dynamics": (lambda m, q, v: jaxdyn.centroidal_dynamics(m, q, v), (None, 0, 0)),
+        "frame_acceleration": (
+            lambda m, q, v: jaxdyn.frame_acceleration(m, q, v, v, "FL_FOOT", classical=True),
+            (None, 0, 0),
+        ),
     }
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)

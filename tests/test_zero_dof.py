@@ -53,6 +53,8 @@ def _all(m, q, v, a, tau, f_ext):
         "centroidal_h": (jaxdyn.centroidal_momentum(m, q, v), (6,)),
         "centroidal_bias": (jaxdyn.centroidal_momentum_bias(m, q, v), (6,)),
         "centroidal_dynamics_A": (jaxdyn.centroidal_dynamics(m, q, v).A, (6, 0)),
+        "frame_velocity": (jaxdyn.frame_velocity(m, q, v, 0), (6,)),
+        "frame_acceleration": (jaxdyn.frame_acceleration(m, q, v, a, 0, "world"), (6,)),
     }
     return out
 

@@ -17,6 +17,19 @@ from . import kinematics as kin
 REFERENCES = ("local", "world", "local_world_aligned")
 
 
+def frame_argument(fn, model, frame, reference) -> int:
+    """The index of ``frame`` (a name or an index into ``model.frame_names``), with
+    ``reference`` checked against :data:`REFERENCES`; errors name ``fn``."""
+    if not isinstance(reference, str) or reference not in REFERENCES:
+        raise ValueError(f"{fn}: reference must be one of {REFERENCES}, got {reference!r}")
+    if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
+        raise TypeError(
+            f"{fn}: frame must be a frame name (str) or an index (int) into "
+            f"model.frame_names, got {type(frame).__name__} {frame!r}"
+        )
+    return model.frame_index(frame)
+
+
 @_checks.public("joint_jacobians")
 @full_precision
 def joint_jacobians(model, q):
@@ -39,14 +52,7 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     - ``reference``: ``"local"`` (frame axes, at the frame origin), ``"world"`` (world axes, at
       the world origin) or ``"local_world_aligned"`` (world axes, at the frame origin).
     """
-    if not isinstance(reference, str) or reference not in REFERENCES:
-        raise ValueError(f"jacobian: reference must be one of {REFERENCES}, got {reference!r}")
-    if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
-        raise TypeError(
-            f"jacobian: frame must be a frame name (str) or an index (int) into "
-            f"model.frame_names, got {type(frame).__name__} {frame!r}"
-        )
-    f = model.frame_index(frame)
+    f = frame_argument("jacobian", model, frame, reference)
     model, q, dtype = kin._prepare(model, "jacobian", q)
     if model.nb == 0:
         return jnp.zeros((6, 0), dtype)
