@@ -1,4 +1,4 @@
-"""Centroidal dynamics against Pinocchio C++: ``python benchmarks/centroidal.py``.
+"""Centroidal dynamics and frame motion against Pinocchio C++: ``python benchmarks/centroidal.py``.
 
 jaxdyn's ``centroidal_momentum_matrix`` (``A_G``), ``centroidal_momentum_bias``
 (``Adot_G v``) and ``centroidal_dynamics`` (both, with ``h_G``, the centre of mass and the
@@ -7,13 +7,17 @@ chunks on the CPU), float64 and float32, and the batch-1 latency of ``jax.jit(f)
 Pinocchio compiled as C++ (``benchmarks/pinocchio_cpp.py``): ``ccrba`` (``A_G``, ``h_G`` and the
 centre of mass, one call) and ``computeCentroidalMomentumTimeVariation`` at zero acceleration
 (``h_G`` and ``Adot_G v``). ``centroidal_dynamics`` is compared with the sum of the two
-Pinocchio calls. Writes the section "Centroidal dynamics against Pinocchio C++" of
+Pinocchio calls. Frame motion: ``frame_velocity`` and ``frame_acceleration(classical=True)``
+in ``"local_world_aligned"`` of the frame Pinocchio's benchmark uses (its model's last frame)
+against ``forwardKinematics`` plus ``getFrameVelocity`` / ``getFrameClassicalAcceleration``.
+Writes the section "Centroidal dynamics and frame motion against Pinocchio C++" of
 ``benchmarks/RESULTS.md`` (``--out``). One thread each side (``benchmarks/_env.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -29,7 +33,10 @@ FUNCTIONS = {
     "centroidal_momentum_matrix": (("q",), ("ccrba",)),
     "centroidal_momentum_bias": (("q", "v"), ("centroidal_bias",)),
     "centroidal_dynamics": (("q", "v"), ("ccrba", "centroidal_bias")),
+    "frame_velocity": (("q", "v"), ("frame_velocity",)),
+    "frame_acceleration": (("q", "v", "a"), ("frame_acceleration",)),
 }
+FRAME_FUNCTIONS = ("frame_velocity", "frame_acceleration")
 
 
 def bench_robot(name, dtypes, B, log):
@@ -50,6 +57,14 @@ def bench_robot(name, dtypes, B, log):
         st = _states(model, B, dtype)
         for fname, (names, pin_algs) in FUNCTIONS.items():
             f = getattr(jaxdyn, fname)
+            if fname in FRAME_FUNCTIONS:
+                frame = pin.get("notes", {}).get("frame")
+                if frame not in model.frame_names:
+                    log(f"[{name}] {fname}: Pinocchio's frame {frame!r} is not a jaxdyn frame")
+                    continue
+                kw = {"reference": "local_world_aligned"}
+                kw.update({"classical": True} if fname == "frame_acceleration" else {})
+                f = functools.partial(f, frame=frame, **kw)
             args = tuple(st[k] for k in names)
             jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
             row = {"robot": name, "dtype": dtype, "fn": fname}
@@ -78,7 +93,7 @@ def render(results, B) -> str:
     import jaxdyn
 
     lines = [
-        "## Centroidal dynamics against Pinocchio C++",
+        "## Centroidal dynamics and frame motion against Pinocchio C++",
         "",
         f"`python benchmarks/centroidal.py` on {cpu_name()}, one thread each side "
         f"({_env.threading_note()}), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
@@ -87,7 +102,10 @@ def render(results, B) -> str:
         "call; Pinocchio C++ per call: `ccrba` (`A_G`, `h_G`, centre of mass) for "
         "`centroidal_momentum_matrix`, `computeCentroidalMomentumTimeVariation` at zero "
         "acceleration (`h_G`, `Adot_G v`) for `centroidal_momentum_bias`, their sum for "
-        "`centroidal_dynamics`. Ratio: jaxdyn / Pinocchio (< 1: jaxdyn faster). One run: "
+        "`centroidal_dynamics`; `forwardKinematics` plus `getFrameVelocity` / "
+        "`getFrameClassicalAcceleration` (local world aligned) of the frame named below for "
+        "`frame_velocity` / `frame_acceleration(..., classical=True)`. "
+        "Ratio: jaxdyn / Pinocchio (< 1: jaxdyn faster). One run: "
         "machine noise is +-20 % run to run.",
         "",
     ]
@@ -95,7 +113,8 @@ def render(results, B) -> str:
         lines += [
             f"### {name}",
             "",
-            f"Pinocchio {pin.get('pinocchio_version', '?')} ({pin.get('source', '?')}).",
+            f"Pinocchio {pin.get('pinocchio_version', '?')} ({pin.get('source', '?')}); frame "
+            f"`{pin.get('notes', {}).get('frame', '?')}`.",
             "",
             "| dtype | function | Pinocchio us | jaxdyn us | ratio | batch 1 us | ratio "
             "| first call s |",

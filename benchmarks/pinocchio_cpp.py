@@ -12,10 +12,12 @@ What is timed (per call, single thread, Pinocchio's default conventions): ``rnea
 upper triangle only), ``rnea_derivatives`` (``computeRNEADerivatives``), ``aba_derivatives``
 (``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``), ``jacobians``
 (``computeJointJacobians``), ``ccrba`` (centroidal momentum matrix, momentum and centre of
-mass) and ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
-acceleration). Each loops cyclically over ``n_states`` random states; the inner
-count is calibrated so that one repeat lasts at least ``min_time``; the best and the median of
-``repeats`` repeats are reported in ns per call.
+mass), ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
+acceleration), ``frame_velocity`` / ``frame_acceleration`` (``forwardKinematics`` with ``v`` /
+``v, a`` and ``getFrameVelocity`` / ``getFrameClassicalAcceleration`` of the model's last frame,
+named in ``notes["frame"]``, in ``LOCAL_WORLD_ALIGNED``). Each loops cyclically over
+``n_states`` random states; the inner count is calibrated so that one repeat lasts at least
+``min_time``; the best and the median of ``repeats`` repeats are reported in ns per call.
 
 How it is built (:func:`build`): ``c++ -O3 -march=native -DNDEBUG -std=c++17`` with the compile
 definitions that Pinocchio's CMake package exports (read from
@@ -100,6 +102,8 @@ ALGORITHMS = (
     "jacobians",
     "ccrba",
     "centroidal_bias",
+    "frame_velocity",
+    "frame_acceleration",
 )
 
 OPT_FLAGS = ("-O3", "-march=native", "-DNDEBUG", "-std=c++17")
@@ -370,6 +374,19 @@ def time_python_fallback(
             lambda s: (s[0], s[1], np.zeros_like(s[1])),
         ),
     }
+    fid = model.nframes - 1
+    lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+
+    def frame_velocity(model, data, q, v):
+        pin.forwardKinematics(model, data, q, v)
+        return pin.getFrameVelocity(model, data, fid, lwa)
+
+    def frame_acceleration(model, data, q, v, a):
+        pin.forwardKinematics(model, data, q, v, a)
+        return pin.getFrameClassicalAcceleration(model, data, fid, lwa)
+
+    calls["frame_velocity"] = (frame_velocity, lambda s: (s[0], s[1]))
+    calls["frame_acceleration"] = (frame_acceleration, lambda s: (s[0], s[1], s[2]))
 
     def run(fn, args, count):
         n = len(args)
@@ -402,6 +419,7 @@ def time_python_fallback(
         "notes": {
             "crba": "full symmetric M (the bindings copy the upper triangle to the lower)",
             "minv": "full symmetric M^-1 (the bindings copy the upper triangle to the lower)",
+            "frame": model.frames[fid].name,
         },
         "ns_per_call": ns_per_call,
         "source": f"python bindings (no C++ compiler/headers: {why})",

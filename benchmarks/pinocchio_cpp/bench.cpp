@@ -22,6 +22,10 @@
 //   ccrba             pinocchio::ccrba(model, data, q, v)      A_G, h_G and the centre of mass
 //   centroidal_bias   pinocchio::computeCentroidalMomentumTimeVariation(model, data, q, v, 0)
 //                                                             (h_G and dh_G/dt = Adot_G v)
+//   frame_velocity    forwardKinematics(model, data, q, v) and getFrameVelocity of the model's
+//                     last frame (named in the output) in LOCAL_WORLD_ALIGNED
+//   frame_acceleration  forwardKinematics(model, data, q, v, a) and
+//                     getFrameClassicalAcceleration of that frame in LOCAL_WORLD_ALIGNED
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +45,7 @@
 #include "pinocchio/algorithm/aba.hpp"
 #include "pinocchio/algorithm/centroidal.hpp"
 #include "pinocchio/algorithm/crba.hpp"
+#include "pinocchio/algorithm/frames.hpp"
 #include "pinocchio/algorithm/jacobian.hpp"
 #include "pinocchio/algorithm/joint-configuration.hpp"
 #include "pinocchio/algorithm/kinematics.hpp"
@@ -276,6 +281,18 @@ namespace
       pinocchio::computeCentroidalMomentumTimeVariation(model, data, s.q[i], s.v[i], zero_a);
       doNotOptimize(data.dhg.linear()[0]);
     });
+    const auto fid = static_cast<pinocchio::FrameIndex>(model.nframes - 1);
+    record("frame_velocity", [&](std::size_t i) {
+      pinocchio::forwardKinematics(model, data, s.q[i], s.v[i]);
+      const auto m = pinocchio::getFrameVelocity(model, data, fid, pinocchio::LOCAL_WORLD_ALIGNED);
+      doNotOptimize(m.linear()[0]);
+    });
+    record("frame_acceleration", [&](std::size_t i) {
+      pinocchio::forwardKinematics(model, data, s.q[i], s.v[i], s.a[i]);
+      const auto m =
+        pinocchio::getFrameClassicalAcceleration(model, data, fid, pinocchio::LOCAL_WORLD_ALIGNED);
+      doNotOptimize(m.linear()[0]);
+    });
     g_sink = data.tau[0] + data.M(0, 0) + data.ddq[0] + data.Minv(0, 0);
 
     std::cout << "{\"pinocchio_version\": " << jsonString(PINOCCHIO_VERSION)
@@ -288,6 +305,7 @@ namespace
               << jsonString("upper triangle of M only (Pinocchio's crba leaves the strictly "
                             "lower triangle unset)")
               << ", \"minv\": " << jsonString("upper triangle of M^-1 only")
+              << ", \"frame\": " << jsonString(model.frames[fid].name)
               << "}, \"ns_per_call\": {" << times.str() << "}}\n";
     return 0;
   }

@@ -92,6 +92,14 @@ def _prepare(fn, model, q, v=None):
     return model, ws, origin, (None if v is None else v.astype(dtype)), dtype
 
 
+def _one(fn, part, model, q, v):
+    """``part(model, ws, v, G)`` ``(6,)`` (zero without moving bodies)."""
+    model, ws, _, v, dtype = _prepare(fn, model, q, v)
+    if model.nb == 0:
+        return jnp.zeros(6, dtype)
+    return part(model, ws, v, _com(ws)[0])
+
+
 @_checks.public("centroidal_momentum")
 @full_precision
 def centroidal_momentum(model, q, v):
@@ -101,12 +109,7 @@ def centroidal_momentum(model, q, v):
 
     **Arguments:** ``q (nq,)``, ``v (nv,)``. Zero for a model without moving bodies.
     """
-    fn = "centroidal_momentum"
-    model, ws, _, v, dtype = _prepare(fn, model, q, v)
-    if model.nb == 0:
-        return jnp.zeros(6, dtype)
-    G, _ = _com(ws)
-    return _momentum(model, ws, v, G)
+    return _one("centroidal_momentum", _momentum, model, q, v)
 
 
 @_checks.public("centroidal_momentum_matrix")
@@ -136,12 +139,7 @@ def centroidal_momentum_bias(model, q, v):
 
     **Arguments:** ``q (nq,)``, ``v (nv,)``.
     """
-    fn = "centroidal_momentum_bias"
-    model, ws, _, v, dtype = _prepare(fn, model, q, v)
-    if model.nb == 0:
-        return jnp.zeros(6, dtype)
-    G, _ = _com(ws)
-    return _bias(model, ws, v, G)
+    return _one("centroidal_momentum_bias", _bias, model, q, v)
 
 
 @_checks.public("centroidal_dynamics")

@@ -26,10 +26,8 @@ from .jacobian import frame_argument
 
 
 def _frame(model, ws, f):
-    """World rotation and origin of frame ``f`` and its body (``-1``: fixed to the world)."""
+    """Body of frame ``f`` (a moving one), the frame's world rotation and origin."""
     b = int(model.topo.frame_parent[f])
-    if b < 0:
-        return b, model.frame_R[f], model.frame_p[f]
     return b, ws.R[b] @ model.frame_R[f], ws.R[b] @ model.frame_p[f] + ws.p[b]
 
 
@@ -44,12 +42,18 @@ def _express(m, R, p, reference):
     return jnp.concatenate([w, vp])
 
 
-def _check_state(fn, model, q, *vectors):
-    out = []
-    for name, x in vectors:
-        out.append(_checks.as_array(fn, name, x, (("nv", model.nv),), model))
-    model, q, dtype = kin._prepare(model, fn, q, *out)
-    return model, q, dtype, [x.astype(dtype) for x in out]
+def _prepare(fn, model, q, frame, reference, **vectors):
+    """Checked inputs, the world state and the frame: ``(model, ws, b, R, p, vectors)``, or
+    ``None`` and the dtype when the frame cannot move (no moving body, or fixed to the
+    world)."""
+    f = frame_argument(fn, model, frame, reference)
+    vs = {k: _checks.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
+    model, q, dtype = kin._prepare(model, fn, q, *vs.values())
+    if model.nb == 0 or int(model.topo.frame_parent[f]) < 0:
+        return None, dtype
+    ws = kin.world_state(model, q)
+    b, R, p = _frame(model, ws, f)
+    return (model, ws, b, R, p, [x.astype(dtype) for x in vs.values()]), dtype
 
 
 @_checks.public("frame_velocity")
@@ -62,15 +66,10 @@ def frame_velocity(model, q, v, frame, reference: str = "local"):
     ``model.frame_names``), ``reference``: ``"local"`` (default, as Pinocchio), ``"world"`` or
     ``"local_world_aligned"``.
     """
-    fn = "frame_velocity"
-    f = frame_argument(fn, model, frame, reference)
-    model, q, dtype, (v,) = _check_state(fn, model, q, ("v", v))
-    if model.nb == 0:
+    prep, dtype = _prepare("frame_velocity", model, q, frame, reference, v=v)
+    if prep is None:
         return jnp.zeros(6, dtype)
-    ws = kin.world_state(model, q)
-    b, R, p = _frame(model, ws, f)
-    if b < 0:
-        return jnp.zeros(6, dtype)
+    model, ws, b, R, p, (v,) = prep
     vel, _ = kin.body_velocities(model, ws, v)
     return _express(vel[b], R, p, reference)
 
@@ -89,17 +88,14 @@ def frame_acceleration(model, q, v, a, frame, reference: str = "local", classica
     **Arguments:** ``q (nq,)``, ``v (nv,)``, ``a (nv,)``, ``frame``, ``reference`` as
     :func:`frame_velocity`; ``classical``.
     """
-    fn = "frame_acceleration"
-    f = frame_argument(fn, model, frame, reference)
     if not isinstance(classical, (bool, jnp.bool_)):
-        raise TypeError(f"{fn}: classical must be a bool, got {type(classical).__name__}")
-    model, q, dtype, (v, a) = _check_state(fn, model, q, ("v", v), ("a", a))
-    if model.nb == 0:
+        raise TypeError(
+            f"frame_acceleration: classical must be a bool, got {type(classical).__name__}"
+        )
+    prep, dtype = _prepare("frame_acceleration", model, q, frame, reference, v=v, a=a)
+    if prep is None:
         return jnp.zeros(6, dtype)
-    ws = kin.world_state(model, q)
-    b, R, p = _frame(model, ws, f)
-    if b < 0:
-        return jnp.zeros(6, dtype)
+    model, ws, b, R, p, (v, a) = prep
     t = model.topo
     vel, vJ = kin.body_velocities(model, ws, v)
     incr = tree.dofs_to_bodies(t, ws.S * a[:, None]) + spatial.motion_cross(vel, vJ)
