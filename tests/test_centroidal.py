@@ -21,7 +21,14 @@ import jaxdyn
 
 from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close
 
-ROBOTS = ("arm7", "quad12", "solo12", "talos_full")
+#: the default run keeps quad12 and the fixed-base random tree (two roots, spherical and free
+#: joints); arm7, solo12, talos_full and the floating random tree are in the slow set
+ROBOTS = (
+    pytest.param("arm7", marks=pytest.mark.slow),
+    "quad12",
+    pytest.param("solo12", marks=pytest.mark.slow),
+    "talos_full",
+)
 
 
 def _far(model, q):
@@ -92,7 +99,11 @@ def test_centroidal_against_pinocchio_and_autodiff(robot_case):
     assert float(jnp.max(jnp.abs(cd.bias))) > 1e-3, "a zero bias would check nothing"
 
 
-@pytest.mark.parametrize("params", RANDOM_ALL_KINDS[:2], ids=lambda p: f"n{p[0]}-s{p[1]}")
+@pytest.mark.parametrize(
+    "params",
+    [RANDOM_ALL_KINDS[0], pytest.param(RANDOM_ALL_KINDS[1], marks=pytest.mark.slow)],
+    ids=lambda p: f"n{p[0]}-s{p[1]}",
+)
 def test_centroidal_random_tree_every_joint_kind(params):
     """Spherical and free joints anywhere; the fixed-base tree has two root bodies (the
     momentum's rate sums both subtrees)."""

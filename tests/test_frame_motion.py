@@ -21,8 +21,15 @@ import jaxdyn
 
 from oracle import RANDOM_ALL_KINDS, REFERENCES, RTOL64, all_kinds_tree, assert_close
 
-#: solo12 (a quadruped like quad12) and talos_full in the slow set
-ROBOTS = ("arm7", "quad12", pytest.param("solo12", marks=pytest.mark.slow), "talos_full")
+#: the default run keeps arm7 (8 s: one program per robot, three frames x three references);
+#: the floating bases (quad12, solo12, talos_full) are in the slow set (their body velocities
+#: are checked in the default run by test_centroidal's momentum)
+ROBOTS = (
+    "arm7",
+    pytest.param("quad12", marks=pytest.mark.slow),
+    pytest.param("solo12", marks=pytest.mark.slow),
+    "talos_full",
+)
 #: which acceleration d/dt of the velocity is, per reference
 DERIVATIVE_IS_CLASSICAL = {"local": False, "world": False, "local_world_aligned": True}
 
@@ -84,7 +91,7 @@ def test_frame_motion_against_pinocchio_and_autodiff(robot_case):
     _check(robot_case)
 
 
-@pytest.mark.slow  # 13 s; the default run keeps arm7 and quad12
+@pytest.mark.slow  # 13 s
 def test_frame_motion_random_tree_every_joint_kind():
     _check(all_kinds_tree(RANDOM_ALL_KINDS[1]), 1)
 
