@@ -18,8 +18,9 @@ of mass ``G`` by the force transform ``n_G = n_O - G x f`` (axes stay the world'
 
 Spatial forces are ``[angular; linear]`` as everywhere in jaxdyn: ``h_G = [k_G; l]`` with the
 angular momentum ``k_G`` about the centre of mass and the linear momentum ``l`` (Pinocchio's
-``hg`` and ``Ag`` rows are ``[linear; angular]``: :meth:`~jaxdyn.interop.pinocchio.Converter.
-motion_to_pin` swaps the halves). Armature (rotor inertia) is not part of the momentum, as in
+``hg`` and ``Ag`` rows are ``[linear; angular]``:
+:meth:`~jaxdyn.interop.pinocchio.Converter.motion_to_pin` and ``jacobian_to_pin`` swap the
+halves). Armature (rotor inertia) is not part of the momentum, as in
 Pinocchio. The bodies are the moving ones (a fixed base's root link belongs to the world).
 """
 
