@@ -103,6 +103,13 @@ SLOW_TESTS = (
     "test_pinocchio.py::test_random_tree_spherical_free[n3-s26-fixed]",
     # Delassus cases: solo12 and the other random trees stay (talos cases: see _slow_param)
     "test_osim.py::test_delassus_methods_against_reference[tree_c_random]",
+    # ABA on spherical / free joints anywhere: test_pinocchio's
+    # test_random_tree_spherical_free[n5-s21-float] compares it with Pinocchio (19 s)
+    "test_identities.py::test_aba_solves_the_equations_of_motion[tree-all-kinds]",
+    # scanned chains: chain12_fixed and fingers3x9 stay against Pinocchio (9 s)
+    "test_chain_scan.py::test_scanned_chain_against_pinocchio[spherical10_float]",
+    # the batch solve: test_solve_batch_equals_vmap; this one checks its printed lines (10 s)
+    "test_trajopt.py::test_solve_batch_verbose",
 )
 
 
