@@ -62,9 +62,13 @@ def _com(ws):
     return tree.sum_rows(ws.h) / mass, mass
 
 
-def _momentum(model, ws, v, G):
-    vb, _ = kin.body_velocities(model, ws, v)
+def _momentum_of(ws, vb, G):
+    """``h_G`` from the body velocities ``vb (nb, 6)``."""
     return _to_com(tree.sum_rows(kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb)), G)
+
+
+def _momentum(model, ws, v, G):
+    return _momentum_of(ws, kin.body_velocities(model, ws, v)[0], G)
 
 
 def _matrix(model, ws, G):
@@ -72,10 +76,20 @@ def _matrix(model, ws, G):
     return _to_com(Ft, G)
 
 
-def _bias(model, ws, v, G):
-    F = rnea_world(model, ws, v, jnp.zeros_like(v), gravity=False)[3]
-    # the composite force of a root body is the sum of its subtree's net forces
+def _bias_of(model, F, G):
+    """``Adot_G v`` from RNEA's composite forces ``F (nb, 6)`` at ``qdd = 0``, no gravity: the
+    composite force of a root body is the sum of its subtree's net forces."""
     return _to_com(jnp.sum(F[: model.topo.levels[0].n], 0), G)
+
+
+def _rnea_pass(model, ws, v):
+    """RNEA at ``qdd = 0`` without gravity: ``(body velocities, composite forces)``."""
+    _, vb, _, F = rnea_world(model, ws, v, jnp.zeros_like(v), gravity=False)
+    return vb, F
+
+
+def _bias(model, ws, v, G):
+    return _bias_of(model, _rnea_pass(model, ws, v)[1], G)
 
 
 def _prepare(fn, model, q, v=None):
@@ -158,6 +172,7 @@ def centroidal_dynamics(model, q, v) -> Centroidal:
         z = jnp.zeros(6, dtype)
         return Centroidal(jnp.zeros((6, 0), dtype), z, z, jnp.full(3, jnp.nan, dtype), z[0])
     G, mass = _com(ws)
+    vb, F = _rnea_pass(model, ws, v)  # one outward pass for the momentum and its rate
     return Centroidal(
-        _matrix(model, ws, G), _bias(model, ws, v, G), _momentum(model, ws, v, G), G + origin, mass
+        _matrix(model, ws, G), _bias_of(model, F, G), _momentum_of(ws, vb, G), G + origin, mass
     )

@@ -10,7 +10,8 @@ origin).
 
 The bodies' spatial velocities and accelerations are computed at the world origin in world
 axes by one outward pass (``v_i = v_p + oS_i v_i``, ``a_i = a_p + oS_i a_i + v_i x oS_i v_i``,
-Featherstone eq. 5.7 in ground coordinates, no gravity); a frame's follow by moving the point
+Featherstone eq. 5.7 in ground coordinates, no gravity: the outward pass of
+:func:`jaxdyn.algorithms.rnea.rnea_world`); a frame's follow by moving the point
 to its origin (``[ω; v_O + ω x p]``) and rotating into its axes for ``"local"``.
 """
 
@@ -20,9 +21,9 @@ import jax.numpy as jnp
 
 from .. import _checks, spatial
 from .._precision import full_precision
-from ..model import tree
 from . import kinematics as kin
 from .jacobian import frame_argument
+from .rnea import rnea_world
 
 
 def _frame(model, ws, f):
@@ -96,10 +97,8 @@ def frame_acceleration(model, q, v, a, frame, reference: str = "local", classica
     if prep is None:
         return jnp.zeros(6, dtype)
     model, ws, b, R, p, (v, a) = prep
-    t = model.topo
-    vel, vJ = kin.body_velocities(model, ws, v)
-    incr = tree.dofs_to_bodies(t, ws.S * a[:, None]) + spatial.motion_cross(vel, vJ)
-    acc = tree.forward_accumulate(t, incr, jnp.zeros(6, dtype))
+    # RNEA's outward pass (velocities and accelerations in one); its forces are not used
+    _, vel, acc, _ = rnea_world(model, ws, v, a, gravity=False)
     out = _express(acc[b], R, p, reference)
     if classical:
         m = _express(vel[b], R, p, reference)
