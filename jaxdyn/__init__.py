@@ -28,6 +28,8 @@ from .algorithms.centroidal import centroidal_dynamics as centroidal_dynamics
 from .algorithms.centroidal import centroidal_momentum as centroidal_momentum
 from .algorithms.centroidal import centroidal_momentum_bias as centroidal_momentum_bias
 from .algorithms.centroidal import centroidal_momentum_matrix as centroidal_momentum_matrix
+from .algorithms.centroidal import center_of_mass_jacobian as center_of_mass_jacobian
+from .algorithms.coriolis import coriolis_matrix as coriolis_matrix
 from .algorithms.crba import crba as crba
 from .algorithms.energy import center_of_mass as center_of_mass
 from .algorithms.energy import kinetic_energy as kinetic_energy
@@ -106,6 +108,7 @@ __all__ = [
     "build_input_matrix",
     "caba",
     "center_of_mass",
+    "center_of_mass_jacobian",
     "centroidal_dynamics",
     "centroidal_momentum",
     "centroidal_momentum_bias",
@@ -116,6 +119,7 @@ __all__ = [
     "constrained_aba",
     "constraint_jacobian",
     "constraints",
+    "coriolis_matrix",
     "crba",
     "crnea",
     "delassus",

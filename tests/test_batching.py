@@ -229,7 +229,16 @@ _KINEMATICS = (
 
 @pytest.mark.parametrize(
     "name",
-    ["aba", "minv", "crba", "rnea_derivatives", "aba_derivatives", "delassus", "rnea"]
+    [
+        "aba",
+        "minv",
+        "crba",
+        "coriolis_matrix",
+        "rnea_derivatives",
+        "aba_derivatives",
+        "delassus",
+        "rnea",
+    ]
     + _KINEMATICS
     + ["integrate"],
 )
@@ -247,6 +256,7 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
         "aba": (lambda m, q, v: jaxdyn.aba(m, q, v, v), (None, 0, 0)),
         "minv": (lambda m, q, v: jaxdyn.minv(m, q), (None, 0, None)),
         "crba": (lambda m, q, v: jaxdyn.crba(m, q), (None, 0, None)),
+        "coriolis_matrix": (lambda m, q, v: jaxdyn.coriolis_matrix(m, q, v), (None, 0, 0)),
         "rnea_derivatives": (lambda m, q, v: jaxdyn.rnea_derivatives(m, q, v, v), (None, 0, 0)),
         "aba_derivatives": (lambda m, q, v: jaxdyn.aba_derivatives(m, q, v, v), (None, 0, 0)),
         "delassus": (lambda m, q, v: jaxdyn.delassus(m, q, cs), (None, 0, None)),

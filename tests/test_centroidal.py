@@ -60,6 +60,7 @@ def _everything(model, q, v, a):
         "hdot": jax.jvp(h, (zero,), (one,))[1],
         "comdot": jax.jvp(com, (zero,), (one,))[1],
         "com": jaxdyn.center_of_mass(model, q),
+        "Jcom": jaxdyn.center_of_mass_jacobian(model, q),
     }
 
 
@@ -83,6 +84,11 @@ def _check(case, i=0):
     assert_close(cd.bias, c.motion_from_pin(dhg), RTOL64, err_msg=f"{name}: Adot_G v vs dhg")
     assert_close(cd.com, pd.com[0], RTOL64, err_msg=f"{name}: com")
     assert_close(cd.mass, pd.mass[0], RTOL64, err_msg=f"{name}: mass")
+    Jcom = pin.jacobianCenterOfMass(pm, pd, qp)
+    assert_close(
+        out["Jcom"], c.v_from_pin(np.asarray(Jcom), axis=-1), RTOL64, err_msg=f"{name}: Jcom"
+    )
+    assert_close(out["Jcom"] @ v, out["comdot"], RTOL64, err_msg=f"{name}: d/dt com = Jcom v")
     # the separate functions compute the same from their own world states
     for k, ref in (("A", cd.A), ("h", cd.momentum), ("bias", cd.bias), ("com", cd.com)):
         assert_close(out[k], ref, RTOL64, err_msg=f"{name}: {k} alone")

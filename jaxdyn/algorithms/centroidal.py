@@ -144,6 +144,30 @@ def centroidal_momentum_matrix(model, q):
     return _matrix(model, ws, G)
 
 
+@_checks.public("center_of_mass_jacobian")
+@full_precision
+def center_of_mass_jacobian(model, q):
+    """Jacobian of the centre of mass ``J_com`` ``(3, nv)``, world axes: ``d/dt com = J_com v``
+    (Pinocchio's ``jacobianCenterOfMass``; the linear rows of ``A_G`` over the mass). Column
+    ``c`` is ``(m_C oS_lin - h_C x oS_ang) / m`` with the mass ``m_C`` and first moment ``h_C``
+    of the subtree that coordinate ``c`` moves (CRBA's composite sums, Featherstone eq. 6.19).
+    NaN when the moving bodies carry no mass, as :func:`jaxdyn.center_of_mass`.
+
+    **Arguments:** ``q (nq,)``.
+    """
+    fn = "center_of_mass_jacobian"
+    model, ws, _, _, dtype = _prepare(fn, model, q)
+    if model.nb == 0:
+        return jnp.zeros((3, 0), dtype)
+    t = model.topo
+    mh = tree.bodies_to_dofs(
+        t, tree.backward_accumulate(t, jnp.concatenate([ws.mass[:, None], ws.h], -1))
+    )
+    S = ws.S
+    lin = mh[:, :1] * S[:, 3:] - spatial.cross(mh[:, 1:], S[:, :3])
+    return lin.T / jnp.sum(ws.mass)
+
+
 @_checks.public("centroidal_momentum_bias")
 @full_precision
 def centroidal_momentum_bias(model, q, v):

@@ -37,88 +37,9 @@ import jax.numpy as jnp
 from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
+from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
-
-
-def _sym6(M):
-    """Upper triangle ``(xx, yy, zz, xy, xz, yz)`` of symmetric ``(..., 3, 3)`` matrices."""
-    (m00, m01, m02), (_, m11, m12), (_, _, m22) = (
-        spatial.unstack(r) for r in spatial.unstack(M, -2)
-    )
-    return jnp.stack([m00, m11, m22, m01, m02, m12], -1)
-
-
-def _sym_mv(s, x):
-    """Symmetric matrix (as :func:`_sym6`) times vectors ``x (..., 3)``."""
-    x0, x1, x2 = spatial.unstack(x)
-    sxx, syy, szz, sxy, sxz, syz = spatial.unstack(s)
-    return jnp.stack(
-        [
-            sxx * x0 + sxy * x1 + sxz * x2,
-            sxy * x0 + syy * x1 + syz * x2,
-            sxz * x0 + syz * x1 + szz * x2,
-        ],
-        -1,
-    )
-
-
-def body_coriolis_terms(mass, h, Ibar, v):
-    """Per-body parameters of the body-level Coriolis factor (Singh et al. 2022, Eq. 28, after
-    Niemeyer 1990 and Echeandia & Wensing 2021), in a form that is summed over subtrees.
-
-    The algorithm needs (twice) the factor of Eq. 28 for a world-frame inertia ``I`` moving with
-    velocity ``v = [w; v_l]``,
-
-        ``B(I, v) = (v x*) I + (I v) xbar* - I (v x)``  (``B v = 2 v x* I v``, ``B + B^T = 2 İ``).
-
-    With ``X = I (v x)`` one has ``(v x*) I = -X^T``, so ``B = -Y + (I v) xbar*`` with the
-    symmetric ``Y = X + X^T``. In 3x3 blocks (``W = [w]x``, ``V = [v_l]x``, ``H = [h]x``,
-    ``I = [[Ibar, H], [-H, m 1]]``, ``X = [[Ibar W + H V, H W], [-H W + m V, m W]]``)::
-
-        Y = [[Ibar W - W Ibar + H V + V H,   [y]x],
-             [-[y]x,                          0  ]],   y = h x w - m v_l
-
-    (``H W - W H = [h x w]x``, ``H V + V H = v_l h^T + h v_l^T - 2 (h.v_l) 1``). ``Y`` and
-    ``I v`` are linear in the body's inertia, so the composite ``B^C`` of a subtree is given by
-    the subtree sums of ``Y11`` (symmetric: 6 numbers), ``y`` (3) and ``I v`` (6).
-
-    Returns ``(n, 9)``: ``Y11`` as ``(xx, yy, zz, xy, xz, yz)`` and ``y``; and ``I v (n, 6)``.
-    """
-    w, vl = v[..., :3], v[..., 3:]
-    eye = jnp.eye(3, dtype=v.dtype)
-    # rows of Ibar W are Ibar_r x w
-    IW = spatial.cross(Ibar, w[..., None, :])
-    hvl = vl[..., :, None] * h[..., None, :]
-    Y11 = (
-        IW
-        + jnp.swapaxes(IW, -1, -2)
-        + hvl
-        + jnp.swapaxes(hvl, -1, -2)
-        - 2 * jnp.sum(h * vl, -1)[..., None, None] * eye
-    )
-    m = mass[..., None]
-    hw = spatial.cross(h, w)
-    y = hw - m * vl
-    Iv = jnp.concatenate([spatial.mv(Ibar, w) + spatial.cross(h, vl), m * vl - hw], -1)
-    return jnp.concatenate([_sym6(Y11), y], -1), Iv
-
-
-def _coriolis_apply(Y11, y, Iv, x):
-    """``(B x, B^T x)`` for the composite factor given by :func:`body_coriolis_terms`' sums:
-    ``B x = -Y x + x x* (I v)``, ``B^T x = -Y x - x x* (I v)``."""
-    xw, xl = x[..., :3], x[..., 3:]
-    Yx = jnp.concatenate([_sym_mv(Y11, xw) + spatial.cross(y, xl), -spatial.cross(y, xw)], -1)
-    Kx = spatial.force_cross(x, Iv)
-    return Kx - Yx, -Yx - Kx
-
-
-def _inertia_apply(m, h, Ibar, x):
-    """Spatial inertia about the world origin times motion vectors ``x (..., 6)``; ``Ibar``
-    is ``(..., 3, 3)`` or its upper triangle ``(..., 6)`` (:func:`_sym6`)."""
-    w, vl = x[..., :3], x[..., 3:]
-    Iw = _sym_mv(Ibar, w) if Ibar.shape[-1] == 6 else spatial.mv(Ibar, w)
-    return jnp.concatenate([Iw + spatial.cross(h, vl), m[..., None] * vl - spatial.cross(h, w)], -1)
 
 
 def forward_accumulate_with_parent(topo, incr, root):
@@ -271,11 +192,11 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     aJ = tree.dofs_to_bodies(t, S * qdd[:, None]) + spatial.motion_cross(v, vJ)
     a, ap = forward_accumulate_with_parent(t, aJ, a0)
     BY, Iv = body_coriolis_terms(ws.mass, h, Ibar, v)
-    f = _inertia_apply(ws.mass, h, Ibar, a) + spatial.force_cross(v, Iv)
+    f = inertia_apply(ws.mass, h, Ibar, a) + spatial.force_cross(v, Iv)
     if f_ext_world is not None:
         f = f - f_ext_world
     # --- backward pass: subtree composites of I, B (as Y11, y, I v) and f (Alg. 1, line 22)
-    packed = jnp.concatenate([ws.mass[:, None], h, _sym6(Ibar), BY, Iv, f], -1)  # (nb, 31)
+    packed = jnp.concatenate([ws.mass[:, None], h, sym6(Ibar), BY, Iv, f], -1)  # (nb, 31)
     comp = tree.backward_accumulate(t, packed)
     d = tree.bodies_to_dofs(t, jnp.concatenate([comp, v, vp, ap], -1))
     mC, hC, IC = d[:, 0], d[:, 1:4], d[:, 4:10]
@@ -287,11 +208,11 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     Psidd = spatial.motion_cross(ap, S) + spatial.motion_cross(vp, Psid)
     vdJ = Psid + spatial.motion_cross(vb, S)  # Psid + Sd
     # --- backward-pass vectors (Alg. 1, lines 13-16)
-    BS, F4 = _coriolis_apply(Y11, yC, IvC, S)  # BC S, BC^T S
-    BPsid, _ = _coriolis_apply(Y11, yC, IvC, Psid)
-    F1 = _inertia_apply(mC, hC, IC, S)
-    F2 = BS + _inertia_apply(mC, hC, IC, vdJ)
-    F3 = BPsid + _inertia_apply(mC, hC, IC, Psidd) + spatial.force_cross(S, FC)
+    BS, F4 = coriolis_apply(Y11, yC, IvC, S)  # BC S, BC^T S
+    BPsid, _ = coriolis_apply(Y11, yC, IvC, Psid)
+    F1 = inertia_apply(mC, hC, IC, S)
+    F2 = BS + inertia_apply(mC, hC, IC, vdJ)
+    F3 = BPsid + inertia_apply(mC, hC, IC, Psidd) + spatial.force_cross(S, FC)
     # --- pairwise products (Alg. 1, lines 17-20), masked with the ancestor pattern:
     # dtau_dq[j, i] = F1_j.Psidd_i + F4_j.Psid_i  (i ⪯ j);  dtau_dq[i, j] = S_i.F3_j  (i ≺ j)
     # dtau_dv likewise with (vdJ, S) and F2; M[i, j] = S_i.F1_j (i ⪯ j), symmetric
