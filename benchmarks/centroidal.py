@@ -1,4 +1,5 @@
-"""Centroidal dynamics and frame motion against Pinocchio C++: ``python benchmarks/centroidal.py``.
+"""Centroidal dynamics, frame motion and the Coriolis matrix against Pinocchio C++:
+``python benchmarks/centroidal.py``.
 
 jaxdyn's ``centroidal_momentum_matrix`` (``A_G``), ``centroidal_momentum_bias``
 (``Adot_G v``) and ``centroidal_dynamics`` (both, with ``h_G``, the centre of mass and the
@@ -10,7 +11,9 @@ centre of mass, one call) and ``computeCentroidalMomentumTimeVariation`` at zero
 Pinocchio calls. Frame motion: ``frame_velocity`` and ``frame_acceleration(classical=True)``
 in ``"local_world_aligned"`` of the frame Pinocchio's benchmark uses (its model's last frame)
 against ``forwardKinematics`` plus ``getFrameVelocity`` / ``getFrameClassicalAcceleration``.
-Writes the section "Centroidal dynamics and frame motion against Pinocchio C++" of
+``coriolis_matrix`` against ``computeCoriolisMatrix``.
+Writes the section "Centroidal dynamics, frame motion and the Coriolis matrix against
+Pinocchio C++" of
 ``benchmarks/RESULTS.md`` (``--out``). One thread each side (``benchmarks/_env.py``).
 """
 
@@ -33,6 +36,7 @@ FUNCTIONS = {
     "centroidal_momentum_matrix": (("q",), ("ccrba",)),
     "centroidal_momentum_bias": (("q", "v"), ("centroidal_bias",)),
     "centroidal_dynamics": (("q", "v"), ("ccrba", "centroidal_bias")),
+    "coriolis_matrix": (("q", "v"), ("coriolis",)),
     "frame_velocity": (("q", "v"), ("frame_velocity",)),
     "frame_acceleration": (("q", "v", "a"), ("frame_acceleration",)),
 }
@@ -93,7 +97,7 @@ def render(results, B) -> str:
     import jaxdyn
 
     lines = [
-        "## Centroidal dynamics and frame motion against Pinocchio C++",
+        "## Centroidal dynamics, frame motion and the Coriolis matrix against Pinocchio C++",
         "",
         f"`python benchmarks/centroidal.py` on {cpu_name()}, one thread each side "
         f"({_env.threading_note()}), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
@@ -104,7 +108,8 @@ def render(results, B) -> str:
         "acceleration (`h_G`, `Adot_G v`) for `centroidal_momentum_bias`, their sum for "
         "`centroidal_dynamics`; `forwardKinematics` plus `getFrameVelocity` / "
         "`getFrameClassicalAcceleration` (local world aligned) of the frame named below for "
-        "`frame_velocity` / `frame_acceleration(..., classical=True)`. "
+        "`frame_velocity` / `frame_acceleration(..., classical=True)`; "
+        "`computeCoriolisMatrix` for `coriolis_matrix`. "
         "Ratio: jaxdyn / Pinocchio (< 1: jaxdyn faster). One run: "
         "machine noise is +-20 % run to run.",
         "",

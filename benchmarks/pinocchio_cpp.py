@@ -13,9 +13,10 @@ upper triangle only), ``rnea_derivatives`` (``computeRNEADerivatives``), ``aba_d
 (``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``), ``jacobians``
 (``computeJointJacobians``), ``ccrba`` (centroidal momentum matrix, momentum and centre of
 mass), ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
-acceleration), ``frame_velocity`` / ``frame_acceleration`` (``forwardKinematics`` with ``v`` /
-``v, a`` and ``getFrameVelocity`` / ``getFrameClassicalAcceleration`` of the model's last frame,
-named in ``notes["frame"]``, in ``LOCAL_WORLD_ALIGNED``). Each loops cyclically over
+acceleration), ``coriolis`` (``computeCoriolisMatrix``), ``frame_velocity`` /
+``frame_acceleration`` (``forwardKinematics`` with ``v`` / ``v, a`` and ``getFrameVelocity`` /
+``getFrameClassicalAcceleration`` of the model's last frame, named in ``notes["frame"]``, in
+``LOCAL_WORLD_ALIGNED``). Each loops cyclically over
 ``n_states`` random states; the inner count is calibrated so that one repeat lasts at least
 ``min_time``; the best and the median of ``repeats`` repeats are reported in ns per call.
 
@@ -102,6 +103,7 @@ ALGORITHMS = (
     "jacobians",
     "ccrba",
     "centroidal_bias",
+    "coriolis",
     "frame_velocity",
     "frame_acceleration",
 )
@@ -373,6 +375,7 @@ def time_python_fallback(
             pin.computeCentroidalMomentumTimeVariation,
             lambda s: (s[0], s[1], np.zeros_like(s[1])),
         ),
+        "coriolis": (pin.computeCoriolisMatrix, lambda s: (s[0], s[1])),
     }
     fid = model.nframes - 1
     lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED

@@ -22,6 +22,7 @@
 //   ccrba             pinocchio::ccrba(model, data, q, v)      A_G, h_G and the centre of mass
 //   centroidal_bias   pinocchio::computeCentroidalMomentumTimeVariation(model, data, q, v, 0)
 //                                                             (h_G and dh_G/dt = Adot_G v)
+//   coriolis          pinocchio::computeCoriolisMatrix(model, data, q, v)
 //   frame_velocity    forwardKinematics(model, data, q, v) and getFrameVelocity of the model's
 //                     last frame (named in the output) in LOCAL_WORLD_ALIGNED
 //   frame_acceleration  forwardKinematics(model, data, q, v, a) and
@@ -280,6 +281,10 @@ namespace
     record("centroidal_bias", [&](std::size_t i) {
       pinocchio::computeCentroidalMomentumTimeVariation(model, data, s.q[i], s.v[i], zero_a);
       doNotOptimize(data.dhg.linear()[0]);
+    });
+    record("coriolis", [&](std::size_t i) {
+      pinocchio::computeCoriolisMatrix(model, data, s.q[i], s.v[i]);
+      doNotOptimize(data.C(0, 0));
     });
     const auto fid = static_cast<pinocchio::FrameIndex>(model.nframes - 1);
     record("frame_velocity", [&](std::size_t i) {
