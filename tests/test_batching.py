@@ -322,11 +322,8 @@ def test_batching_rule_derivatives_and_batched_model(arm):
 
 def test_rule_batch_size(arm):
     """Algorithms see the batch size while a batching rule (or jaxdyn.vmap) traces them, and 0
-    otherwise; IDSVA's masked products take PRODUCT_BLOCKS_BATCHED blocks, as broadcast
-    multiply-adds, from BATCHED_MIN samples on, with the results of the one-block form (one
-    matrix product)."""
+    otherwise."""
     from jaxdyn import batching
-    from jaxdyn.derivatives import idsva
 
     m, q, v = arm
     seen = []
@@ -348,31 +345,6 @@ def test_rule_batch_size(arm):
         traces.append(set(seen))
     assert traces == [{0, B}, {0}, {B}]
     assert batching.rule_batch_size() == 0
-
-    blocks = []
-    dof_blocks = idsva.dof_blocks
-
-    def spy(topo, nblocks=None):
-        edges = dof_blocks(topo, nblocks)
-        blocks.append(len(edges) - 1)
-        return edges
-
-    B = idsva.BATCHED_MIN
-    qb = jnp.concatenate([q] * (-(-B // q.shape[0])))[:B]
-    vb = jnp.concatenate([v] * (-(-B // v.shape[0])))[:B]
-    fn = jax.jit(jax.vmap(jaxdyn.rnea_derivatives, in_axes=(None, 0, 0, 0)))
-    try:
-        idsva.dof_blocks = spy
-        out = fn(m, qb, vb, vb)
-    finally:
-        idsva.dof_blocks = dof_blocks
-    # the custom_vmap's unbatched primal trace, then the rule's batched one
-    assert blocks == [idsva.PRODUCT_BLOCKS, idsva.PRODUCT_BLOCKS_BATCHED]
-    assert idsva.PRODUCT_BLOCKS_BATCHED > idsva.PRODUCT_BLOCKS
-    with jaxdyn.config.override(vmap_chunk=0):  # no rule: one block
-        ref = jax.jit(jax.vmap(jaxdyn.rnea_derivatives, in_axes=(None, 0, 0, 0)))(m, qb, vb, vb)
-    for a, b in zip(out, ref):
-        _close(a, b, 1e-11)
 
 
 def eqx_scale_mass(m, s):

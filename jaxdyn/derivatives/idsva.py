@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, batching, spatial
+from .. import _checks, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
@@ -49,24 +49,13 @@ def forward_accumulate_with_parent(topo, incr, root):
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).
-#: One block was fastest for a single evaluation (fewer kernels: talos_full's
-#: ``rnea_derivatives`` at batch 1 took 44 us with one block, 82 with two);
-#: :data:`PRODUCT_BLOCKS_BATCHED` applies when a batching rule traces the algorithm for at
-#: least :data:`BATCHED_MIN` samples (``jax.vmap`` of the public functions).
+#: One block is fastest both for a single evaluation (fewer kernels: talos_full's
+#: ``rnea_derivatives`` at batch 1 took 44 us with one block, 82 with two) and under
+#: ``jax.vmap`` (float64, B = 1024, us per sample with 1 / 2 / 3 / 4 blocks, 2026-11-28:
+#: talos_full ``rnea_derivatives`` 18.4 / 18.8-19.5 / 19.2-19.7 / 20.2-20.6,
+#: ``aba_derivatives`` 33.7-34.6 / 34.4-34.8 / 35.4-36.1 / 38.9-39.0; solo12
+#: ``rnea_derivatives`` 5.3-5.5 / 5.4-5.8 / 5.5-6.1 / 6.0).
 PRODUCT_BLOCKS = 1
-#: Row blocks under a batching rule: two blocks skip the zero upper-left / lower-right
-#: quadrants of the pattern (a quarter of the products' flops and output traffic); float64,
-#: B = 1024, plain ``jax.vmap`` (chunks of 64 / 512), us per sample with 1 / 2 / 3 / 4 blocks:
-#: talos_full ``rnea_derivatives`` 22.0 / 21.0 / 20.7 / 21.2, ``aba_derivatives``
-#: 45.0 / 41.8 / 42.5 / 43.0; solo12 ``rnea_derivatives`` 4.72 / 4.45 / 4.69 / 4.95.
-PRODUCT_BLOCKS_BATCHED = 2
-#: smallest batch for which :data:`PRODUCT_BLOCKS_BATCHED` is used
-BATCHED_MIN = 64
-
-
-def _product_blocks():
-    batch = batching.rule_batch_size()
-    return PRODUCT_BLOCKS_BATCHED if batch >= BATCHED_MIN else PRODUCT_BLOCKS
 
 
 def dof_blocks(topo, nblocks=None):
@@ -77,7 +66,7 @@ def dof_blocks(topo, nblocks=None):
     lies in the same or an earlier block than ``c``: across blocks, the ancestor pattern is
     block-triangular.
     """
-    nblocks = _product_blocks() if nblocks is None else nblocks
+    nblocks = PRODUCT_BLOCKS if nblocks is None else nblocks
     starts = [lvl.groups[0].v0 for lvl in topo.levels] + [topo.nv]
     edges = [0]
     for k in range(1, nblocks):
@@ -103,12 +92,13 @@ def masked_products(topo, lower, uppers):
     but an ancestor's coordinates come first, so across blocks of whole depth levels
     (:func:`dof_blocks`) the pattern is block-triangular: row block ``i`` needs the lower
     products on the columns of blocks ``<= i`` and the upper ones on blocks ``>= i`` only. The
-    outputs sharing a left factor are computed by one matrix product per row block; under a
-    batching rule (at least :data:`BATCHED_MIN` samples) the products are written as
-    broadcast multiply-adds (:func:`jaxdyn.spatial.outer_sum`) that XLA fuses with the masks
-    into the kernels writing the outputs: at B = 1024 ``rnea_derivatives`` 5-7 % faster than
-    with the batched ``dot`` per row block, ``aba_derivatives`` 0-1 %; a single evaluation is
-    faster with the product (talos_full ``rnea_derivatives`` 101 against 135 us;
+    outputs sharing a left factor are computed by one matrix product per row block, under
+    ``jax.vmap`` too: there, broadcast multiply-adds on component-major factors
+    (:func:`jaxdyn.spatial.outer_sum`, as CRBA's products), which XLA fuses with the masks and
+    with the factors' own computation into the kernels that write the outputs, were 1.4-1.8x
+    slower (talos_full ``rnea_derivatives`` 32.7 against 18.6 us per sample at B = 1024,
+    ``aba_derivatives`` 48 against 34.5; solo12 6.9 / 5.7 and 9.4 / 7.6; 2026-11-28; an
+    earlier, degraded phase of the same machine had measured them 5-7 % faster:
     ``benchmarks/RESULTS.md``, "Design measurements").
     """
     anc = topo.dof_ancestor  # anc[r, c]: body(r) is ancestor-or-self of body(c)
@@ -122,23 +112,11 @@ def masked_products(topo, lower, uppers):
     dt = U.dtype
     zero = jnp.zeros((), dt)
     rows = [[] for _ in range(nout)]
-    batched = batching.rule_batch_size() >= BATCHED_MIN
-    if batched:  # component-major factors (K, nv), each product K broadcast multiply-adds
-        LT, UT = L.T, U.T
-        RT, QT = [R.T for R in Rs], [Q.T for Q in Qs]
     for i in range(len(edges) - 1):
         r0, r1 = edges[i], edges[i + 1]
         nu = nv - r0
-        if batched:
-            up = jnp.concatenate([spatial.outer_sum(UT[:, r0:r1], Q[:, r0:]) for Q in QT], 1)
-            lo = (
-                jnp.concatenate([spatial.outer_sum(LT[:, r0:r1], R[:, :r1]) for R in RT], 1)
-                if nlo
-                else None
-            )
-        else:
-            up = U[r0:r1] @ jnp.concatenate([Q[r0:] for Q in Qs], 0).T  # (n, nout * nu)
-            lo = (L[r0:r1] @ jnp.concatenate([R[:r1] for R in Rs], 0).T) if nlo else None
+        up = U[r0:r1] @ jnp.concatenate([Q[r0:] for Q in Qs], 0).T  # (n, nout * nu)
+        lo = (L[r0:r1] @ jnp.concatenate([R[:r1] for R in Rs], 0).T) if nlo else None
         mask_lo = anc.T[r0:r1, :r1]
         mask_up = strict[r0:r1, r0:]
         for k in range(nout):
