@@ -20,7 +20,7 @@ import pytest
 import jaxdyn
 from jaxdyn import _checks
 
-from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close
+from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, far_from_origin
 
 #: the default run keeps quad12 and the fixed-base random tree (two roots, spherical and free
 #: joints); arm7, solo12, talos_full and the floating random tree are in the slow set
@@ -30,14 +30,6 @@ ROBOTS = (
     pytest.param("solo12", marks=pytest.mark.slow),
     "talos_full",
 )
-
-
-def _far(model, q):
-    """The base 3 m away from the origin (a world origin far from the robot costs precision
-    unless the computation is centred)."""
-    if not model.topo.floating_base:
-        return q
-    return q.at[:3].add(jnp.asarray([3.0, -2.0, 1.0], q.dtype))
 
 
 @jax.jit
@@ -67,7 +59,7 @@ def _everything(model, q, v, a):
 def _check(case, i=0):
     m, pm, c = case.model, case.pin_model, case.conv
     s = case.states[i]
-    q = _far(m, jnp.asarray(s["q"]))
+    q = far_from_origin(m, jnp.asarray(s["q"]))
     v, a = jnp.asarray(s["v"]), jnp.asarray(s["a"])
     with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
         out = _everything(m, q, v, a)
@@ -123,7 +115,9 @@ def test_centroidal_random_tree_every_joint_kind(params):
 def quad():
     m = jaxdyn.robots.load("quad12")
     k1, k2 = jax.random.split(jax.random.PRNGKey(4))
-    q = jax.vmap(lambda k: _far(m, jaxdyn.random_configuration(m, k)))(jax.random.split(k1, 40))
+    q = jax.vmap(lambda k: far_from_origin(m, jaxdyn.random_configuration(m, k)))(
+        jax.random.split(k1, 40)
+    )
     v = jax.random.normal(k2, (40, m.nv))
     return m, q, v
 

@@ -20,7 +20,7 @@ import pytest
 import jaxdyn
 from jaxdyn import _checks
 
-from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close
+from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, far_from_origin
 
 ROBOTS = (
     "arm7",
@@ -28,12 +28,6 @@ ROBOTS = (
     pytest.param("solo12", marks=pytest.mark.slow),
     pytest.param("talos_full", marks=pytest.mark.slow),
 )
-
-
-def _far(model, q):
-    if not model.topo.floating_base:
-        return q
-    return q.at[:3].add(jnp.asarray([3.0, -2.0, 1.0], q.dtype))
 
 
 @jax.jit
@@ -52,7 +46,7 @@ def _everything(model, q, v):
 def _check(case, i=0):
     m, pm, c = case.model, case.pin_model, case.conv
     s = case.states[i]
-    q, v = _far(m, jnp.asarray(s["q"])), jnp.asarray(s["v"])
+    q, v = far_from_origin(m, jnp.asarray(s["q"])), jnp.asarray(s["v"])
     with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
         out = _everything(m, q, v)
     C = out["C"]
@@ -97,7 +91,9 @@ def test_coriolis_batched_float32_and_errors(quad12):
     float64; shapes are checked."""
     m = quad12.model
     k1, k2 = jax.random.split(jax.random.PRNGKey(7))
-    q = jax.vmap(lambda k: _far(m, jaxdyn.random_configuration(m, k)))(jax.random.split(k1, 40))
+    q = jax.vmap(lambda k: far_from_origin(m, jaxdyn.random_configuration(m, k)))(
+        jax.random.split(k1, 40)
+    )
     v = jax.random.normal(k2, (40, m.nv))
     f = jax.jit(jax.vmap(jaxdyn.coriolis_matrix, in_axes=(None, 0, 0)))
     C = f(m, q, v)

@@ -50,16 +50,7 @@ def sym6(M):
 
 def sym_mv(s, x):
     """Symmetric matrix (as :func:`sym6`) times vectors ``x (..., 3)``."""
-    x0, x1, x2 = spatial.unstack(x)
-    sxx, syy, szz, sxy, sxz, syz = spatial.unstack(s)
-    return jnp.stack(
-        [
-            sxx * x0 + sxy * x1 + sxz * x2,
-            sxy * x0 + syy * x1 + syz * x2,
-            sxz * x0 + syz * x1 + szz * x2,
-        ],
-        -1,
-    )
+    return jnp.stack(_sym_rows(spatial.unstack(s), spatial.unstack(x)), -1)
 
 
 def body_coriolis_terms(mass, h, Ibar, v):
@@ -129,7 +120,8 @@ def _inertia_rows(m, h, Ib, xw, xl):
 
 
 def _sym_rows(s, x):
-    """:func:`sym_mv` on component rows: ``s`` six rows ``(xx, yy, zz, xy, xz, yz)``."""
+    """Symmetric matrix times a vector, both as sequences of components: ``s`` the six
+    ``(xx, yy, zz, xy, xz, yz)`` of :func:`sym6`, ``x`` three; returns three."""
     sxx, syy, szz, sxy, sxz, syz = s
     return [
         sxx * x[0] + sxy * x[1] + sxz * x[2],
