@@ -8,28 +8,26 @@ frames as :func:`jaxdyn.jacobian`: ``"local"`` (frame axes, at the frame origin)
 (world axes, at the world origin) and ``"local_world_aligned"`` (world axes, at the frame
 origin).
 
-The bodies' spatial velocities and accelerations are computed at the world origin in world
-axes by one outward pass (``v_i = v_p + oS_i v_i``, ``a_i = a_p + oS_i a_i + v_i x oS_i v_i``,
-Featherstone eq. 5.7 in ground coordinates, no gravity: the outward pass of
-:func:`jaxdyn.algorithms.rnea.rnea_world`); a frame's follow by moving the point
-to its origin (``[ω; v_O + ω x p]``) and rotating into its axes for ``"local"``.
+Only the frame's supporting bodies are placed
+(:func:`jaxdyn.algorithms.kinematics.chain_placements`). The body's spatial velocity and
+acceleration at the world origin in world axes are sums over that chain: ``v = sum_i oS_i v_i``
+and, unrolling the outward pass ``a_i = a_p + oS_i a_i + v_i x oS_i v_i`` (Featherstone eq.
+5.7 in ground coordinates, no gravity; :func:`jaxdyn.algorithms.rnea.rnea_world`),
+``a = sum_i (oS_i a_i + v_i x oS_i v_i)`` with the body velocities ``v_i`` a prefix sum. The
+frame's follow by moving the point to its origin (``[ω; v_O + ω x p]``) and rotating into its
+axes for ``"local"``.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _checks, spatial
 from .._precision import full_precision
+from ..model import tree
 from . import kinematics as kin
-from .jacobian import frame_argument
-from .rnea import rnea_world
-
-
-def _frame(model, ws, f):
-    """Body of frame ``f`` (a moving one), the frame's world rotation and origin."""
-    b = int(model.topo.frame_parent[f])
-    return b, ws.R[b] @ model.frame_R[f], ws.R[b] @ model.frame_p[f] + ws.p[b]
+from .jacobian import chain_subspaces, frame_argument, frame_in_chain
 
 
 def _express(m, R, p, reference):
@@ -44,17 +42,33 @@ def _express(m, R, p, reference):
 
 
 def _prepare(fn, model, q, frame, reference, **vectors):
-    """Checked inputs, the world state and the frame: ``(model, ws, b, R, p, vectors)``, or
-    ``None`` and the dtype when the frame cannot move (no moving body, or fixed to the
-    world)."""
+    """Checked inputs and the frame's support chain: ``(model, chain, S, idx, R, p,
+    vectors)`` (the chain's coordinates ``idx``, their world subspaces ``S (d, 6)``, the frame's
+    placement ``R, p``), or ``None`` and the dtype when the frame cannot move (no moving body,
+    or fixed to the world)."""
     f = frame_argument(fn, model, frame, reference)
     vs = {k: _checks.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
     model, q, dtype = kin._prepare(model, fn, q, *vs.values())
-    if model.nb == 0 or int(model.topo.frame_parent[f]) < 0:
+    b = int(model.topo.frame_parent[f])
+    if model.nb == 0 or b < 0:
         return None, dtype
-    ws = kin.world_state(model, q)
-    b, R, p = _frame(model, ws, f)
-    return (model, ws, b, R, p, [x.astype(dtype) for x in vs.values()]), dtype
+    chain = kin.support_chain(model.topo, b)
+    pl = kin.chain_placements(model, q, b)
+    S, idx = chain_subspaces(model, chain, pl)
+    R, p = frame_in_chain(model, pl, f)
+    return (model, chain, S, idx, R, p, [x.astype(dtype) for x in vs.values()]), dtype
+
+
+def _body_sums(model, chain, x):
+    """Rows ``x (d, ...)`` of the chain's coordinates summed per body, ``(len(chain), ...)``."""
+    nvj = model.topo.nv_j[list(chain)]
+    if np.all(nvj == 1):
+        return x
+    parts, i = [], 0
+    for n in nvj:
+        parts.append(tree.sum_rows(x[i : i + n])[None])
+        i += int(n)
+    return jnp.concatenate(parts, 0)
 
 
 @_checks.public("frame_velocity")
@@ -70,9 +84,9 @@ def frame_velocity(model, q, v, frame, reference: str = "local"):
     prep, dtype = _prepare("frame_velocity", model, q, frame, reference, v=v)
     if prep is None:
         return jnp.zeros(6, dtype)
-    model, ws, b, R, p, (v,) = prep
-    vel, _ = kin.body_velocities(model, ws, v)
-    return _express(vel[b], R, p, reference)
+    model, chain, S, idx, R, p, (v,) = prep
+    # the body's velocity at the world origin: the sum of its supporting joints' velocities
+    return _express(tree.sum_rows(S * kin.take_rows(v, idx)[:, None]), R, p, reference)
 
 
 @_checks.public("frame_acceleration")
@@ -96,11 +110,18 @@ def frame_acceleration(model, q, v, a, frame, reference: str = "local", classica
     prep, dtype = _prepare("frame_acceleration", model, q, frame, reference, v=v, a=a)
     if prep is None:
         return jnp.zeros(6, dtype)
-    model, ws, b, R, p, (v, a) = prep
-    # RNEA's outward pass (velocities and accelerations in one); its forces are not used
-    _, vel, acc, _ = rnea_world(model, ws, v, a, gravity=False)
-    out = _express(acc[b], R, p, reference)
+    model, chain, S, idx, R, p, (v, a) = prep
+    # RNEA's outward pass down the chain (v_i = v_p + vJ_i, a_i = a_p + S_i a_i + v_i x vJ_i,
+    # where v_i x vJ_i = v_p x vJ_i) summed in closed form, a = sum_i (S_i a_i + v_i x vJ_i)
+    # over the chain's bodies i, with the velocities v_i a prefix sum: one vectorised
+    # expression instead of a step per body
+    vJ = _body_sums(model, chain, S * kin.take_rows(v, idx)[:, None])
+    aS = _body_sums(model, chain, S * kin.take_rows(a, idx)[:, None])
+    v_i = jnp.cumsum(vJ, 0)
+    acc = tree.sum_rows(aS + spatial.motion_cross(v_i, vJ))
+    vel = v_i[-1]
+    out = _express(acc, R, p, reference)
     if classical:
-        m = _express(vel[b], R, p, reference)
+        m = _express(vel, R, p, reference)
         out = out.at[3:].add(spatial.cross(m[:3], m[3:]))
     return out

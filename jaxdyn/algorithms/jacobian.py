@@ -41,10 +41,51 @@ def joint_jacobians(model, q):
     return kin.world_state(model, q).S.T
 
 
+def chain_subspaces(model, chain, placements):
+    """World motion subspaces ``(d, 6)`` of the coordinates of the bodies ``chain`` (placed
+    by ``placements``, as :func:`jaxdyn.algorithms.kinematics.chain_placements` returns
+    them) and those coordinates' indices (ascending: bodies are sorted by depth)."""
+    t = model.topo
+    nvj = t.nv_j[list(chain)]
+    idx = np.concatenate([np.arange(t.v_start[k], t.v_start[k] + t.nv_j[k]) for k in chain])
+    rep = np.repeat(np.arange(len(chain)), nvj)  # each body once per coordinate
+    R, p = (kin.take_rows(x, rep) for x in placements)
+    return spatial.act_motion(R, p, kin.take_rows(model.dof_axis, idx)), idx
+
+
+def spread_columns(cols, idx, nv):
+    """``(6, nv)`` with ``cols (d, 6)`` as the columns ``idx`` (ascending) and zeros
+    elsewhere, assembled from contiguous runs (no scatter)."""
+    dt = cols.dtype
+    parts, at, i = [], 0, 0
+    while i < len(idx):
+        j = i
+        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
+            j += 1
+        if idx[i] > at:
+            parts.append(jnp.zeros((6, int(idx[i]) - at), dt))
+        parts.append(cols[i : j + 1].T)
+        at, i = int(idx[j]) + 1, j + 1
+    if at < nv:
+        parts.append(jnp.zeros((6, nv - at), dt))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 1)
+
+
+def frame_in_chain(model, placements, f):
+    """World placement ``(R, p)`` of frame ``f`` from its body's chain placements (the body
+    last)."""
+    R, p = placements.R[-1], placements.p[-1]
+    return spatial.mm(R, model.frame_R[f]), spatial.mv(R, model.frame_p[f]) + p
+
+
 @_checks.public("jacobian")
 @full_precision
 def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     """Jacobian of a frame's spatial velocity ``[ω; v]`` with respect to ``v``, ``(6, nv)``.
+
+    Only the frame's supporting bodies are placed
+    (:func:`jaxdyn.algorithms.kinematics.chain_placements`): the columns of the other
+    coordinates are zero.
 
     **Arguments:**
 
@@ -54,22 +95,18 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     """
     f = frame_argument("jacobian", model, frame, reference)
     model, q, dtype = kin._prepare(model, "jacobian", q)
-    if model.nb == 0:
-        return jnp.zeros((6, 0), dtype)
-    ws = kin.world_state(model, q)
     t = model.topo
     b = int(t.frame_parent[f])
-    mask = t.body_dof_support[b]
-    Jw = jnp.where(mask[None, :], ws.S.T, 0)
+    if model.nb == 0 or b < 0:  # no moving body, or a frame fixed to the world
+        return jnp.zeros((6, model.nv), dtype)
+    chain = kin.support_chain(t, b)
+    pl = kin.chain_placements(model, q, b)
+    S, idx = chain_subspaces(model, chain, pl)
     if reference == "world":
-        return Jw
-    if b < 0:
-        R, p = model.frame_R[f], model.frame_p[f]
-    else:
-        R, p = ws.R[b] @ model.frame_R[f], ws.R[b] @ model.frame_p[f] + ws.p[b]
-    w, vo = Jw[:3], Jw[3:]
-    vp = vo + spatial.cross(w.T, jnp.broadcast_to(p, (w.shape[1], 3))).T
-    J = jnp.concatenate([w, vp], 0)
-    if reference == "local_world_aligned":
-        return J
-    return jnp.concatenate([R.T @ w, R.T @ vp], 0)
+        return spread_columns(S, idx, model.nv)
+    R, p = frame_in_chain(model, pl, f)
+    w, vp = S[:, :3], S[:, 3:] + spatial.cross(S[:, :3], p)
+    if reference == "local":
+        Rt = R.T
+        w, vp = spatial.mv(Rt, w), spatial.mv(Rt, vp)
+    return spread_columns(jnp.concatenate([w, vp], 1), idx, model.nv)
