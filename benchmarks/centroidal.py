@@ -108,7 +108,9 @@ def render(results, B) -> str:
         "acceleration (`h_G`, `Adot_G v`) for `centroidal_momentum_bias`, their sum for "
         "`centroidal_dynamics`; `forwardKinematics` plus `getFrameVelocity` / "
         "`getFrameClassicalAcceleration` (local world aligned) of the frame named below for "
-        "`frame_velocity` / `frame_acceleration(..., classical=True)`; "
+        "`frame_velocity` / `frame_acceleration(..., classical=True)` (Pinocchio places "
+        "every body; jaxdyn's frame functions place the frame's supporting bodies only, "
+        "`kinematics.chain_placements`); "
         "`computeCoriolisMatrix` for `coriolis_matrix`. "
         "Ratio: jaxdyn / Pinocchio (< 1: jaxdyn faster). One run: "
         "machine noise is +-20 % run to run.",
