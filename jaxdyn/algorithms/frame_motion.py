@@ -27,7 +27,7 @@ from .. import _checks, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
-from .jacobian import chain_subspaces, frame_argument, frame_in_chain
+from .jacobian import chain_subspaces, frame_argument
 
 
 def _express(m, R, p, reference):
@@ -55,7 +55,7 @@ def _prepare(fn, model, q, frame, reference, **vectors):
     chain = kin.support_chain(model.topo, b)
     pl = kin.chain_placements(model, q, b)
     S, idx = chain_subspaces(model, chain, pl)
-    R, p = frame_in_chain(model, pl, f)
+    R, p = kin.frame_in_chain(model, pl, f)
     return (model, chain, S, idx, R, p, [x.astype(dtype) for x in vs.values()]), dtype
 
 

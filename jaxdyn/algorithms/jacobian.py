@@ -71,13 +71,6 @@ def spread_columns(cols, idx, nv):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 1)
 
 
-def frame_in_chain(model, placements, f):
-    """World placement ``(R, p)`` of frame ``f`` from its body's chain placements (the body
-    last)."""
-    R, p = placements.R[-1], placements.p[-1]
-    return spatial.mm(R, model.frame_R[f]), spatial.mv(R, model.frame_p[f]) + p
-
-
 @_checks.public("jacobian")
 @full_precision
 def jacobian(model, q, frame, reference: str = "local_world_aligned"):
@@ -104,7 +97,7 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     S, idx = chain_subspaces(model, chain, pl)
     if reference == "world":
         return spread_columns(S, idx, model.nv)
-    R, p = frame_in_chain(model, pl, f)
+    R, p = kin.frame_in_chain(model, pl, f)
     w, vp = S[:, :3], S[:, 3:] + spatial.cross(S[:, :3], p)
     if reference == "local":
         Rt = R.T

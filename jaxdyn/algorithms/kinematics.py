@@ -138,11 +138,11 @@ def chain_placements(model, q, b: int) -> Placements:
 
     The local placements of the chain (:func:`local_placements`' forms) are computed together,
     one vectorised expression per joint kind, then composed one body at a time down the chain
-    (Featherstone 2008, Alg. 4.1 restricted to one path), each step stored once
-    (:func:`jaxdyn.spatial.materialize`: fused, every entry of a deep body's rotation would
-    recompute its ancestors' products). Computed body by body, the independent local
-    placements were separate XLA kernels that the runtime dispatched to other threads: batch-1
-    latency 25 us instead of 8-10 on talos_full's leg (:func:`take_rows`).
+    (Featherstone 2008, Alg. 4.1 restricted to one path). XLA makes each step a kernel of its
+    own; storing the steps explicitly (:func:`jaxdyn.spatial.materialize`) changed neither the
+    program nor the times. Computed body by body, the independent local placements were
+    separate XLA kernels that the runtime dispatched to other threads: batch-1 latency 25 us
+    instead of 8-10 on talos_full's leg (:func:`take_rows`).
     """
     t = model.topo
     chain = support_chain(t, b)
@@ -158,15 +158,29 @@ def chain_placements(model, q, b: int) -> Placements:
         for i, k in enumerate(ks):
             local[k] = (R[i : i + 1], p[i : i + 1])
     Rs, ps = [], []
-    Rw = pw = None
     for k in chain:
         R, p = local[k]
-        if Rw is not None:
-            R, p = spatial.mm(Rw, R), spatial.mv(Rw, p) + pw
-        Rw, pw = spatial.materialize(R, p)
-        Rs.append(Rw)
-        ps.append(pw)
+        if Rs:  # compose with the parent's world placement
+            R, p = spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1]
+        Rs.append(R)
+        ps.append(p)
     return Placements(jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0))
+
+
+def frame_in_chain(model, placements, f: int) -> Placements:
+    """World placement of frame ``f`` from its body's :func:`chain_placements` (the body
+    last)."""
+    R, p = placements.R[-1], placements.p[-1]
+    return Placements(spatial.mm(R, model.frame_R[f]), spatial.mv(R, model.frame_p[f]) + p)
+
+
+def frame_pose(model, q, f: int) -> Placements:
+    """World placement of frame ``f`` (an index) from the placements of its supporting bodies
+    only; no input checks (:func:`frame_placement` is the checked form)."""
+    b = int(model.topo.frame_parent[f])
+    if b < 0:  # fixed to the world
+        return Placements(model.frame_R[f], model.frame_p[f])
+    return frame_in_chain(model, chain_placements(model, q, b), f)
 
 
 def _prepare(model, fn, q, *others):
@@ -222,12 +236,7 @@ def frame_placement(model, q, frame) -> Placements:
         )
     f = model.frame_index(frame)
     model, q, _ = _prepare(model, "frame_placement", q)
-    b = int(model.topo.frame_parent[f])
-    if b < 0:
-        return Placements(model.frame_R[f], model.frame_p[f])
-    body = chain_placements(model, q, b)  # the frame's supporting bodies only
-    R, p = body.R[-1], body.p[-1]
-    return Placements(spatial.mm(R, model.frame_R[f]), spatial.mv(R, model.frame_p[f]) + p)
+    return frame_pose(model, q, f)
 
 
 # ----------------------------------------------------------------------------- world quantities

@@ -42,10 +42,8 @@ __all__ = [
 
 
 def _frame_pose(model, q, frame):
-    body = kin.body_placements(model, q)
-    fp = kin.frame_placements(model, body)
-    f = model.frame_index(frame)
-    return fp.R[f], fp.p[f]
+    """World placement of ``frame``: its supporting bodies only (``frame_pose``)."""
+    return kin.frame_pose(model, q, model.frame_index(frame))
 
 
 def log3_matrix(R):
