@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pinocchio as pin
 import pytest
 
 import jaxdyn
@@ -810,3 +811,32 @@ def test_contact_dynamics_derivatives_and_guard():
     ):
         outside, inside = oracle.callbacks(jax.make_jaxpr(f)(*args).jaxpr)
         assert not outside and not inside, (outside, inside)
+
+
+# ------------------------------------------------------------------------------ frame costs
+@pytest.mark.parametrize("name", ["quad12", "talos_full"])
+def test_frame_costs_against_pinocchio(name):
+    """``FrameTranslation`` / ``FramePlacement`` residuals (computed on the frame's support
+    chain, ``kinematics.frame_pose``) against Pinocchio's ``oMf`` and ``log3`` at a random state:
+    a foot and the base of quad12, a sole and a fingertip of talos_full."""
+    case = oracle.robot_case(name)
+    m, pin_out = case.model, case.pin(0)
+    x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.zeros(m.nv)])
+    quat = np.array([0.9, 0.1, -0.3, 0.2])
+    R_ref = np.asarray(jaxdyn.spatial.quat_to_rot(jnp.asarray(quat / np.linalg.norm(quat))))
+    p_ref = np.array([0.1, -0.2, 0.3])
+    frames = case.jac_frames
+    res = jax.jit(
+        lambda x: [
+            (
+                C.FrameTranslation(f, p_ref)(m, x, None),
+                C.FramePlacement(f, R_ref, p_ref)(m, x, None),
+            )
+            for f in frames
+        ]
+    )(x)
+    for f, (rt, rp) in zip(frames, res):
+        R, p = pin_out["frames_R"][f], pin_out["frames_p"][f]
+        oracle.assert_close(rt, p - p_ref, 1e-12, f"{name} {f}: FrameTranslation")
+        ref = np.concatenate([pin.log3(R_ref.T @ R), p - p_ref])
+        oracle.assert_close(rp, ref, 1e-12, f"{name} {f}: FramePlacement")
