@@ -27,7 +27,7 @@ from .. import _checks, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
-from .jacobian import chain_subspaces, frame_argument
+from .jacobian import frame_argument, frame_chain
 
 
 def _express(m, R, p, reference):
@@ -42,26 +42,23 @@ def _express(m, R, p, reference):
 
 
 def _prepare(fn, model, q, frame, reference, **vectors):
-    """Checked inputs and the frame's support chain: ``(model, chain, S, idx, R, p,
-    vectors)`` (the chain's coordinates ``idx``, their world subspaces ``S (d, 6)``, the frame's
-    placement ``R, p``), or ``None`` and the dtype when the frame cannot move (no moving body,
-    or fixed to the world)."""
+    """Checked inputs and the frame's support chain: ``(model, S, idx, R, p, vectors)``
+    (:func:`~jaxdyn.algorithms.jacobian.frame_chain`), or ``None`` and the dtype when the frame
+    cannot move (no moving body, or fixed to the world)."""
     f = frame_argument(fn, model, frame, reference)
     vs = {k: _checks.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
     model, q, dtype = kin._prepare(model, fn, q, *vs.values())
     b = int(model.topo.frame_parent[f])
     if model.nb == 0 or b < 0:
         return None, dtype
-    chain = kin.support_chain(model.topo, b)
-    pl = kin.chain_placements(model, q, b)
-    S, idx = chain_subspaces(model, chain, pl)
-    R, p = kin.frame_in_chain(model, pl, f)
-    return (model, chain, S, idx, R, p, [x.astype(dtype) for x in vs.values()]), dtype
+    S, idx, R, p = frame_chain(model, q, f)
+    return (model, S, idx, R, p, [x.astype(dtype) for x in vs.values()]), dtype
 
 
-def _body_sums(model, chain, x):
-    """Rows ``x (d, ...)`` of the chain's coordinates summed per body, ``(len(chain), ...)``."""
-    nvj = model.topo.nv_j[list(chain)]
+def _body_sums(model, idx, x):
+    """Rows ``x (d, ...)`` of the coordinates ``idx`` (a support chain's, ascending) summed per
+    body, one row per body."""
+    _, nvj = np.unique(model.topo.dof_body[idx], return_counts=True)
     if np.all(nvj == 1):
         return x
     parts, i = [], 0
@@ -84,7 +81,7 @@ def frame_velocity(model, q, v, frame, reference: str = "local"):
     prep, dtype = _prepare("frame_velocity", model, q, frame, reference, v=v)
     if prep is None:
         return jnp.zeros(6, dtype)
-    model, chain, S, idx, R, p, (v,) = prep
+    model, S, idx, R, p, (v,) = prep
     # the body's velocity at the world origin: the sum of its supporting joints' velocities
     return _express(tree.sum_rows(S * kin.take_rows(v, idx)[:, None]), R, p, reference)
 
@@ -110,13 +107,13 @@ def frame_acceleration(model, q, v, a, frame, reference: str = "local", classica
     prep, dtype = _prepare("frame_acceleration", model, q, frame, reference, v=v, a=a)
     if prep is None:
         return jnp.zeros(6, dtype)
-    model, chain, S, idx, R, p, (v, a) = prep
+    model, S, idx, R, p, (v, a) = prep
     # RNEA's outward pass down the chain (v_i = v_p + vJ_i, a_i = a_p + S_i a_i + v_i x vJ_i,
     # where v_i x vJ_i = v_p x vJ_i) summed in closed form, a = sum_i (S_i a_i + v_i x vJ_i)
     # over the chain's bodies i, with the velocities v_i a prefix sum: one vectorised
     # expression instead of a step per body
-    vJ = _body_sums(model, chain, S * kin.take_rows(v, idx)[:, None])
-    aS = _body_sums(model, chain, S * kin.take_rows(a, idx)[:, None])
+    vJ = _body_sums(model, idx, S * kin.take_rows(v, idx)[:, None])
+    aS = _body_sums(model, idx, S * kin.take_rows(a, idx)[:, None])
     v_i = jnp.cumsum(vJ, 0)
     acc = tree.sum_rows(aS + spatial.motion_cross(v_i, vJ))
     vel = v_i[-1]

@@ -53,6 +53,16 @@ def chain_subspaces(model, chain, placements):
     return spatial.act_motion(R, p, kin.take_rows(model.dof_axis, idx)), idx
 
 
+def frame_chain(model, q, f: int):
+    """What the single-frame functions need of a moving frame ``f``: ``(S, idx, R, p)``, the
+    world motion subspaces ``S (d, 6)`` of its supporting coordinates ``idx`` and the frame's
+    world placement, from its supporting bodies only."""
+    b = int(model.topo.frame_parent[f])
+    pl = kin.chain_placements(model, q, b)
+    S, idx = chain_subspaces(model, kin.support_chain(model.topo, b), pl)
+    return (S, idx, *kin.frame_in_chain(model, pl, f))
+
+
 def spread_columns(cols, idx, nv):
     """``(6, nv)`` with ``cols (d, 6)`` as the columns ``idx`` (ascending) and zeros
     elsewhere, assembled from contiguous runs (no scatter)."""
@@ -92,12 +102,9 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     b = int(t.frame_parent[f])
     if model.nb == 0 or b < 0:  # no moving body, or a frame fixed to the world
         return jnp.zeros((6, model.nv), dtype)
-    chain = kin.support_chain(t, b)
-    pl = kin.chain_placements(model, q, b)
-    S, idx = chain_subspaces(model, chain, pl)
+    S, idx, R, p = frame_chain(model, q, f)
     if reference == "world":
         return spread_columns(S, idx, model.nv)
-    R, p = kin.frame_in_chain(model, pl, f)
     w, vp = S[:, :3], S[:, 3:] + spatial.cross(S[:, :3], p)
     if reference == "local":
         Rt = R.T
