@@ -213,6 +213,10 @@ def materialize(*xs):
     solo12's 12 joints at batch 1024 took 0.29 us per sample instead of 0.09). A
     ``dynamic_update_slice`` of their stack into zeros is not fused into the consumers, so it
     stores them once (``optimization_barrier`` is dropped on the CPU and does not do this).
+    What XLA keeps is a copy into another layout: under ``jax.vmap`` (batch leading) the
+    batched update becomes a scatter that XLA rewrites into a transposing copy; with the batch
+    as the trailing axis the whole-array update was simplified away and nothing was stored
+    (``benchmarks/RESULTS.md``, "Design measurements", stop 39).
     Values and derivatives are unchanged. A no-op off the CPU (a GPU recomputes cheaply and
     pays for every extra kernel). Give it two or more arrays: the stack of a single array is a
     reshape, which XLA removes together with the update, so one array alone is not stored
