@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from . import _checks, joints, spatial
+from . import _checks, joints
 from . import constraints as cons
 from ._precision import full_precision
 from .algorithms import aba as aba_mod
@@ -171,9 +171,7 @@ def build_input_matrix(model, q, inputs: Inputs):
 
 def _free_terms(model, ws, v):
     """Velocity-product accelerations ``c``, bias forces ``pA`` and the gravity ``a0``."""
-    vel, vJ = kin.body_velocities(model, ws, v)
-    c = spatial.motion_cross(vel, vJ)
-    pA = spatial.force_cross(vel, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vel))
+    _, c, pA = aba_mod.velocity_terms(model, ws, v)
     return c, pA, kin.gravity_acceleration(model, ws.S.dtype)
 
 

@@ -232,12 +232,20 @@ def world_inertia_matrices(ws):
     return spatial.inertia_matrix(ws.mass, ws.h, ws.Ibar)
 
 
-def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
-    """ABA on a precomputed world state. Returns ``(qdd, a, v)``."""
-    dtype = ws.S.dtype
+def velocity_terms(model, ws, qd):
+    """ABA's first pass (Featherstone 2008, Alg. 7.1) in world coordinates: body velocities
+    ``v (nb, 6)``, velocity-product accelerations ``c = v x vJ`` and bias forces
+    ``pA = v x* (I v)``, each ``(nb, 6)``."""
     v, vJ = kin.body_velocities(model, ws, qd)
     c = spatial.motion_cross(v, vJ)
     pA = spatial.force_cross(v, kin.inertia_apply(ws.mass, ws.c, ws.Ic, v))
+    return v, c, pA
+
+
+def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
+    """ABA on a precomputed world state. Returns ``(qdd, a, v)``."""
+    dtype = ws.S.dtype
+    v, c, pA = velocity_terms(model, ws, qd)
     if f_ext is not None:
         pA = pA - external_forces_world(model, ws, f_ext)
     a0 = kin.gravity_acceleration(model, dtype) if gravity else jnp.zeros(6, dtype)

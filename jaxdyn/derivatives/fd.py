@@ -23,10 +23,16 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import _checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_passes, articulated_inertias, sweeps, world_inertia_matrices
+from ..algorithms.aba import (
+    aba_passes,
+    articulated_inertias,
+    sweeps,
+    velocity_terms,
+    world_inertia_matrices,
+)
 from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from .idsva import idsva_world
@@ -74,10 +80,7 @@ def forward_dynamics_world(model, ws, qd, tau, f_ext=None, mass_matrix: bool = T
     dtype = ws.S.dtype
     I6 = world_inertia_matrices(ws)
     inertias = articulated_inertias(model, ws.S, I6)
-    v, vJ = kin.body_velocities(model, ws, qd)
-    c = spatial.motion_cross(v, vJ)
-    Iv = kin.inertia_apply(ws.mass, ws.c, ws.Ic, v)
-    pA = spatial.force_cross(v, Iv)
+    _, c, pA = velocity_terms(model, ws, qd)
     fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
     if fw is not None:
         pA = pA - fw

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _linalg, spatial
+from .. import _checks, _linalg
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import aba as aba_mod
@@ -141,9 +141,7 @@ def constrained_aba(
     I6 = aba_mod.world_inertia_matrices(ws)
     inertias = aba_mod.articulated_inertias(model, ws.S, I6)
     # free dynamics (ABA sharing the articulated inertias)
-    vel, vJ = kin.body_velocities(model, ws, v)
-    c = spatial.motion_cross(vel, vJ)
-    pA = spatial.force_cross(vel, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vel))
+    _, c, pA = aba_mod.velocity_terms(model, ws, v)
     a0 = kin.gravity_acceleration(model, dt)
     qdd0 = aba_mod.aba_passes(
         model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None], inertias
