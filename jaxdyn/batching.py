@@ -162,10 +162,6 @@ def rule_batch_size() -> int:
     return _INSIDE.batch
 
 
-def _is_array(x) -> bool:
-    return isinstance(x, (jax.Array, jax.core.Tracer))
-
-
 def _float_like(x) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
@@ -239,18 +235,21 @@ def batched(fn, words):
     numbers one sample keeps live (e.g. ``4 nv^2`` for the derivative algorithms; 0: no
     automatic chunks), from which :func:`chunk_size_for` picks the chunk.
 
-    JAX array leaves of the arguments (``jax.Array``, tracers) are the rule's operands; every
-    other leaf (names, indices, flags, Python numbers, numpy constants) stays static. Called
-    outside any trace, ``fn`` runs as is. Derivatives are ``fn``'s own (a ``custom_jvp`` whose
-    rule is ``jax.jvp`` of ``fn`` in the tangents that are not symbolically zero).
+    Traced leaves of the arguments are the rule's operands; every other leaf (names, indices,
+    flags, Python numbers, numpy constants, and arrays whose values are known at trace time,
+    such as the parameters of a model closed over by ``jax.jit``) stays static, so that the
+    algorithms can compute the model's constant products in numpy
+    (:func:`jaxdyn.algorithms.kinematics.take_rows`). Called outside any trace, ``fn`` runs as
+    is. Derivatives are ``fn``'s own (a ``custom_jvp`` whose rule is ``jax.jvp`` of ``fn`` in
+    the tangents that are not symbolically zero).
     """
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        dyn = [i for i, x in enumerate(leaves) if _is_array(x)]
-        if _INSIDE.active or not any(isinstance(leaves[i], jax.core.Tracer) for i in dyn):
+        dyn = [i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer)]
+        if _INSIDE.active or not dyn:
             return fn(*args, **kwargs)
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
         # the rule may trace fn later (vmap of a loop batches the loop's body after tracing

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxdyn
+from jaxdyn import robots
 
 from oracle import REFERENCES, RTOL_ID, assert_close, random_states, robot_case, scaled_error
 
@@ -87,6 +88,34 @@ def test_vmap_over_model_parameters():
     ref = case.jx(0)["rnea"]
     for k, c in enumerate(scales):
         assert_close(tau[k], c * ref, RTOL_ID, err_msg=f"inertia scale {c}")
+
+
+def test_model_constant_or_traced_argument():
+    """A model closed over by ``jit`` has parameters known at trace time, and the kinematics
+    compute its constant products (one-DoF joints' ``Xtree`` products, the support chain's
+    rows) in numpy; passed as an argument, the same products are traced. Both agree, in
+    float64 and float32, on a tree of revolute, prismatic and spherical joints with generic
+    axes and a floating base."""
+    m = jaxdyn.load_urdf(
+        robots.random_urdf(7, seed=1, joint_types=("revolute", "prismatic", "spherical")),
+        floating_base=True,
+    )
+    frame = m.frame_names[-1]
+
+    def f(model, q, v):
+        pl = jaxdyn.frame_placement(model, q, frame)
+        return jaxdyn.rnea(model, q, v, v), jaxdyn.jacobian(model, q, frame), pl.R, pl.p
+
+    q = jaxdyn.random_configuration(m, jax.random.PRNGKey(3))
+    v = jax.random.normal(jax.random.PRNGKey(4), (m.nv,))
+    for dt, rtol in ((np.float64, 1e-13), (np.float32, 1e-5)):
+        qd, vd = np.asarray(q, dt), np.asarray(v, dt)
+        md = m.astype(dt)
+        constant = jax.jit(lambda q, v, md=md: f(md, q, v))(qd, vd)
+        traced = jax.jit(f)(md, qd, vd)
+        for a, b in zip(constant, traced):
+            assert a.dtype == dt
+            assert_close(a, b, rtol, err_msg=str(dt))
 
 
 # --------------------------------------------------------------------------- float32

@@ -60,14 +60,26 @@ def _local(kind, XR, Xp, axis, qs):
     ``Xp (n, 3)``), one-DoF screws ``axis (n, 6)`` (unused otherwise) and configurations
     ``qs (n, nq_kind)``, as :func:`local_placements` describes."""
     if kind == joints.ONE_DOF:
-        K = spatial.skew(axis[:, :3])
-        XK = spatial.mm(XR, K)
-        XK2 = spatial.mm(XK, K)
+        XRc, axc = _concrete(XR), _concrete(axis)
+        if XRc is not None and axc is not None:
+            # the model's products computed here, once: XLA did not fold them, and at batch 1
+            # their kernel was one more for the runtime to run beside the others
+            K = np.zeros((len(axc), 3, 3), axc.dtype)
+            K[:, 0, 1], K[:, 0, 2], K[:, 1, 2] = -axc[:, 2], axc[:, 1], -axc[:, 0]
+            K = K - np.swapaxes(K, 1, 2)
+            XK = XRc @ K
+            XK, XK2 = jnp.asarray(XK, XR.dtype), jnp.asarray(XK @ K, XR.dtype)
+            lin = jnp.asarray(np.einsum("nij,nj->ni", XRc, axc[:, 3:]), XR.dtype)
+        else:
+            K = spatial.skew(axis[:, :3])
+            XK = spatial.mm(XR, K)
+            XK2 = spatial.mm(XK, K)
+            lin = spatial.mv(XR, axis[:, 3:])
         ang = qs[:, 0]
         s, c = spatial.sincos(ang)
         c1 = 1 - c
         R = XR + s[:, None, None] * XK + c1[:, None, None] * XK2
-        return R, Xp + ang[:, None] * spatial.mv(XR, axis[:, 3:])
+        return R, Xp + ang[:, None] * lin
     RJ, pJ = joints.joint_transform(kind, qs, None)
     return spatial.mm(XR, RJ), spatial.mv(XR, pJ) + Xp
 
@@ -79,14 +91,16 @@ def local_placements(model, q):
     skew matrix of the joint's rotation axis, zero for prismatic joints) makes ``liMi`` affine in
     ``sin q`` and ``1 - cos q``: ``R = Xtree_R + sin(q) Xtree_R K + (1 - cos q) Xtree_R K^2`` and
     ``p = Xtree_p + q Xtree_R l`` (``l`` the translation axis). The two products of
-    ``Xtree_R`` depend on the model alone (XLA folds them when the model is a constant), so each
+    ``Xtree_R`` depend on the model alone (computed in numpy when the model is known at trace
+    time: XLA did not fold them, and ran them as a kernel of their own on every call), so each
     joint costs 18 multiply-adds instead of a rotation and a 3x3 product (rnea, crba, aba,
     minv 1-5 % faster under ``vmap``: ``benchmarks/RESULTS.md``, "Design measurements").
     """
     Rs, ps = [], []
     for kind, b0, b1, v0, v1, qs in _kind_runs_q(model, q):
-        axis = model.dof_axis[v0:v1] if kind == joints.ONE_DOF else None
-        R, p = _local(kind, model.Xtree_R[b0:b1], model.Xtree_p[b0:b1], axis, qs)
+        axis = take_rows(model.dof_axis, range(v0, v1)) if kind == joints.ONE_DOF else None
+        XR, Xp = (take_rows(x, range(b0, b1)) for x in (model.Xtree_R, model.Xtree_p))
+        R, p = _local(kind, XR, Xp, axis, qs)
         Rs.append(R)
         ps.append(p)
     if len(Rs) == 1:
@@ -123,12 +137,28 @@ def support_chain(topo, b: int) -> tuple:
     return tuple(reversed(chain))
 
 
+def _concrete(x):
+    """``x`` as a numpy array when its value is known at trace time (a model array closed
+    over by ``jit``), else ``None`` (a traced argument)."""
+    if x is None or isinstance(x, jax.core.Tracer):
+        return None
+    return np.asarray(x)
+
+
 def take_rows(x, idx):
-    """``x[idx]`` for a static index list, as one gather. Assembled from slices (runs of
-    consecutive indices) and a concatenate instead, it was as fast under ``jax.vmap``, but at
-    batch 1 the slices were separate XLA kernels that the runtime ran concurrently, handing
-    them to other threads (talos_full arm ``frame_velocity`` 24 us per call against 9)."""
-    return x[np.asarray(idx, np.int64)]
+    """``x[idx]`` for a static index list, as one gather (a numpy array where ``x`` is known at
+    trace time; ``x`` itself or one slice where the indices are consecutive). Assembled from
+    slices (runs of consecutive indices) and a concatenate instead, it was as fast under
+    ``jax.vmap``, but at batch 1 the slices were separate XLA kernels that the runtime ran
+    concurrently, handing them to other threads (talos_full arm ``frame_velocity`` 24 us per
+    call against 9)."""
+    idx = np.asarray(idx, np.int64)
+    xc = _concrete(x)
+    if xc is not None:
+        return xc[idx]  # numpy: stays known at trace time
+    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+        return x if len(idx) == len(x) else x[int(idx[0]) : int(idx[0]) + len(idx)]
+    return x[idx]
 
 
 def chain_placements(model, q, b: int) -> Placements:
