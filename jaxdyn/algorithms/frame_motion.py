@@ -49,7 +49,7 @@ def _prepare(fn, model, q, frame, reference, **vectors):
     vs = {k: _checks.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
     model, q, dtype = kin._prepare(model, fn, q, *vs.values())
     b = int(model.topo.frame_parent[f])
-    if model.nb == 0 or b < 0:
+    if b < 0:
         return None, dtype
     S, idx, R, p = frame_chain(model, q, f)
     return (model, S, idx, R, p, [x.astype(dtype) for x in vs.values()]), dtype

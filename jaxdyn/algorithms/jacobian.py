@@ -100,7 +100,7 @@ def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     model, q, dtype = kin._prepare(model, "jacobian", q)
     t = model.topo
     b = int(t.frame_parent[f])
-    if model.nb == 0 or b < 0:  # no moving body, or a frame fixed to the world
+    if b < 0:  # a frame fixed to the world (every frame of a model without moving bodies)
         return jnp.zeros((6, model.nv), dtype)
     S, idx, R, p = frame_chain(model, q, f)
     if reference == "world":
