@@ -139,8 +139,10 @@ def support_chain(topo, b: int) -> tuple:
 
 def _concrete(x):
     """``x`` as a numpy array when its value is known at trace time (a model array closed
-    over by ``jit``), else ``None`` (a traced argument)."""
+    over by ``jit``), else ``None`` (a traced argument, or an array spread over processes)."""
     if x is None or isinstance(x, jax.core.Tracer):
+        return None
+    if not getattr(x, "is_fully_addressable", True):
         return None
     return np.asarray(x)
 
