@@ -62,14 +62,14 @@ def _local(kind, XR, Xp, axis, qs):
     if kind == joints.ONE_DOF:
         XRc, axc = _concrete(XR), _concrete(axis)
         if XRc is not None and axc is not None:
-            # the model's products computed here, once: XLA did not fold them, and at batch 1
-            # their kernel was one more for the runtime to run beside the others
-            K = np.zeros((len(axc), 3, 3), axc.dtype)
-            K[:, 0, 1], K[:, 0, 2], K[:, 1, 2] = -axc[:, 2], axc[:, 1], -axc[:, 0]
-            K = K - np.swapaxes(K, 1, 2)
-            XK = XRc @ K
-            XK, XK2 = jnp.asarray(XK, XR.dtype), jnp.asarray(XK @ K, XR.dtype)
-            lin = jnp.asarray(np.einsum("nij,nj->ni", XRc, axc[:, 3:]), XR.dtype)
+            # the model's products computed here, in numpy (XLA did not fold them, and at
+            # batch 1 their kernel was one more for the runtime to run beside the others;
+            # jax.ensure_compile_time_eval made first calls 1.25x slower): a row m of Xtree_R
+            # times skew(k) is m x k
+            k = axc[:, None, :3]
+            XK = np.cross(XRc, k)
+            XK, XK2 = jnp.asarray(XK, XR.dtype), jnp.asarray(np.cross(XK, k), XR.dtype)
+            lin = jnp.asarray((XRc @ axc[:, 3:, None])[..., 0], XR.dtype)
         else:
             K = spatial.skew(axis[:, :3])
             XK = spatial.mm(XR, K)
