@@ -223,20 +223,36 @@ def materialize(*xs):
     (seen on ABA's forward sweep, 2026-11-27; stacking it with a copy of itself does store it,
     at twice the bytes, and was no faster there). Nor is an array stacked with a constant
     (Minv's unit torques): XLA folds that stack away too; ``materialize(x, x)[0]`` stores ``x``
-    (the backward sweep of :func:`jaxdyn.algorithms.aba.sweeps`).
+    (the backward sweep of :func:`jaxdyn.algorithms.aba.sweeps`). Arrays of different shapes
+    must share their first and last dimensions (``R (n, 3, 3)`` and ``p (n, 3)``).
     """
-    if jax.default_backend() != "cpu":
+    same = all(x.shape == xs[0].shape for x in xs)
+    ends = {(x.shape[0], x.shape[-1]) if x.ndim >= 2 else None for x in xs}
+    if not same and (len(ends) > 1 or None in ends):
+        raise ValueError(
+            "materialize: arrays of different shapes must share their first and last "
+            f"dimensions, got {[x.shape for x in xs]}"
+        )
+    if jax.default_backend() != "cpu" or any(x.size == 0 for x in xs):
         return xs
-    if all(x.shape == xs[0].shape for x in xs):
+    if same:
         st = jnp.stack(xs)
         st = jax.lax.dynamic_update_slice(jnp.zeros_like(st), st, (0,) * st.ndim)
         return tuple(st[i] for i in range(len(xs)))
-    flat = jnp.concatenate([x.reshape(-1) for x in xs])
-    flat = jax.lax.dynamic_update_slice(jnp.zeros_like(flat), flat, (0,))
+    # Arrays of different shapes are stored as the stack of their rows ``x[:, j, :]`` of one
+    # common shape ``(n, w)``, the rows of a rotation ``R (n, 3, 3)`` beside ``p (n, 3)``. A
+    # flat concatenation of them would be a no-op under ``vmap``: the batched update of a 1-D
+    # array needs no layout change, and XLA removed it together with the store (RNEA's local
+    # placements were recomputed in every consumer: solo12 ``rnea`` under ``jax.vmap`` 1.29
+    # against 0.87 us per sample at B = 1024, ``benchmarks/RESULTS.md``, "Design measurements").
+    n, w = xs[0].shape[0], xs[0].shape[-1]
+    rows = [x.reshape(n, -1, w) for x in xs]
+    st = materialize(*(r[:, j] for r in rows for j in range(r.shape[1])))
     out, i = [], 0
-    for x in xs:
-        out.append(flat[i : i + x.size].reshape(x.shape))
-        i += x.size
+    for x, r in zip(xs, rows):
+        k = r.shape[1]
+        out.append(jnp.stack(st[i : i + k], 1).reshape(x.shape))
+        i += k
     return tuple(out)
 
 

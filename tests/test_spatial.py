@@ -73,3 +73,36 @@ def test_sincos_derivatives_and_other_types():
     np.testing.assert_allclose(np.imag(c) / h, -np.sin(0.7), rtol=1e-15)
     s, c = spatial.sincos(jnp.arange(3))
     np.testing.assert_allclose(s, np.sin(np.arange(3)), rtol=1e-6)
+
+
+def _kernels_computing(f, x, op):
+    """How many computations of ``jax.jit(jax.vmap(f))``'s compiled program evaluate ``op``."""
+    text = jax.jit(jax.vmap(f)).lower(x).compile().as_text()
+    heads = [i for i, line in enumerate(text.split("\n")) if line[:1] in "%E" and "{" in line]
+    lines = text.split("\n")
+    bodies = ["\n".join(lines[a:b]) for a, b in zip(heads, heads[1:] + [len(lines)])]
+    return sum(f" {op}(" in b for b in bodies)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="materialize is a no-op off the CPU")
+def test_materialize_stores_once_under_vmap():
+    """:func:`jaxdyn.spatial.materialize` leaves values unchanged and, under ``jax.vmap``, makes
+    XLA compute its arguments in one kernel instead of inside each consumer; also for arrays of
+    different shapes (a rotation and a position), whose flat concatenation XLA once removed."""
+
+    def parts(x):
+        return jnp.sin(x[:, :9].reshape(-1, 3, 3)), jnp.cos(x[:, 9:])
+
+    def use(R, p):  # two consumers of R: XLA fuses an unstored R into both
+        return jnp.concatenate([(R @ p[..., None])[..., 0], 2 * R[:, 0]], -1)
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 4, 12)))
+    stored = lambda y: use(*spatial.materialize(*parts(y)))  # noqa: E731
+    pair = lambda y: use(spatial.materialize(*2 * parts(y)[:1])[0], parts(y)[1])  # noqa: E731
+    plain = lambda y: use(*parts(y))  # noqa: E731
+    np.testing.assert_array_equal(jax.vmap(stored)(x), jax.vmap(plain)(x))
+    assert _kernels_computing(plain, x, "sine") > 1  # the control: XLA does duplicate it
+    assert _kernels_computing(stored, x, "sine") == 1
+    assert _kernels_computing(pair, x, "sine") == 1
+    with pytest.raises(ValueError, match="first and last dimensions"):
+        spatial.materialize(jnp.zeros((3, 3)), jnp.zeros(3))
