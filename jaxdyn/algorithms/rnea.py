@@ -78,12 +78,15 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     inertias and motion subspaces are the model's, constant. The world form
     (:func:`rnea_world`) needs the world placements, motion subspaces and inertias first,
     which the other algorithms share but RNEA alone does not: under ``jax.vmap`` at B = 1024
-    (float64) the body form took 0.83x the world form's time on solo12 and 1.00x on talos_full
-    (float32 0.85x / 1.02x), with ``tau = S^T F`` as six multiply-adds rather than a reduce,
-    which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design measurements").
+    (float64) the body form took 0.56x the world form's time on solo12 and 0.71x on talos_full
+    (float32 0.56x / 0.64x; 0.83x / 1.00x before its local placements were really stored, see
+    :func:`jaxdyn.spatial.materialize`), with ``tau = S^T F`` as six multiply-adds rather than
+    a reduce, which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design
+    measurements").
     """
     t = model.topo
     dtype = qd.dtype
+    # stored once: every level's motion and force transforms read them (spatial.materialize)
     R, p = spatial.materialize(*kin.local_placements(model, q))
     S = model.dof_axis
     vJ = tree.dofs_to_bodies(t, S * qd[:, None])
