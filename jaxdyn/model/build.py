@@ -220,7 +220,7 @@ def build_model(
             c = R @ np.asarray(inert.xyz, float) + p
             Ic = R @ Ri @ np.asarray(inert.inertia, float) @ Ri.T @ R.T
             m = float(inert.mass)
-            C = _skew(c)
+            C = skew(c)
             terms = (m * c, Ic - m * C @ C)
         if not all(_finite(x) for x in terms):
             with np.errstate(over="ignore"):
@@ -233,11 +233,7 @@ def build_model(
         m_acc[bi] += m
         h_acc[bi] += terms[0]
         I_acc[bi] += terms[1]
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
-        inertia = np.array(
-            [I_acc[i] + m_acc[i] * _skew(com[i]) @ _skew(com[i]) for i in range(nb)], float
-        ).reshape(nb, 3, 3)
+    com, inertia = inertias_about_com(m_acc, h_acc, I_acc)
     for bi in range(nb):
         if not (_finite(m_acc[bi]) and _finite(com[bi]) and _finite(inertia[bi])):
             names = ", ".join(f'<link name="{n}">' for n in body_links[bi])
@@ -389,5 +385,19 @@ def _warn_massless(robot, strict, order, bodies, parent, kind, mass, inertia, fl
     warn(msg)
 
 
-def _skew(w):
-    return np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+def skew(w):
+    """``[w]x`` of a 3-vector in numpy (model building and numpy references): ``skew(w) @ x``
+    is ``np.cross(w, x)``."""
+    return np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+
+
+def inertias_about_com(m_acc, h_acc, I_acc):
+    """Each body's centre of mass and rotational inertia about it, ``(com (nb, 3), Ic (nb, 3,
+    3))``, from its accumulated mass, first moment ``h = m c`` and rotational inertia ``I``
+    about its origin (``Ic = I + m [c]x [c]x``); a massless body's centre is its origin.
+    Overflow is left to the caller's finiteness checks."""
+    nb = len(m_acc)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
+        Ic = [I_acc[i] + m_acc[i] * skew(com[i]) @ skew(com[i]) for i in range(nb)]
+    return com, np.array(Ic, float).reshape(nb, 3, 3)

@@ -108,7 +108,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from .build import depth_order
+from .build import depth_order, inertias_about_com, skew
 from .model import Model, make_topology
 
 __all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
@@ -297,10 +297,6 @@ def _trans(p):
 
 
 _IDENT = (np.eye(3), np.zeros(3))
-
-
-def _skew(w):
-    return np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
 
 
 # MuJoCo's compiler marks a frame that coincides with its body's frame (or inertial frame) up
@@ -623,14 +619,11 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         Ri = R @ Rin
         c = R @ pin_ + p
         Ic = Ri @ np.diag(np.array(m.body_inertia[i], float)) @ Ri.T
-        C = _skew(c)
+        C = skew(c)
         m_acc[bi] += mass
         h_acc[bi] += mass * c
         I_acc[bi] += Ic - mass * C @ C
-    com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
-    inertia = np.array(
-        [I_acc[i] + m_acc[i] * _skew(com[i]) @ _skew(com[i]) for i in range(nb)], float
-    ).reshape(nb, 3, 3)
+    com, inertia = inertias_about_com(m_acc, h_acc, I_acc)
 
     # ------------------------------------------------------------ frames
     frame_names, frame_parent, frame_R, frame_p = [], [], [], []

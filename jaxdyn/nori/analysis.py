@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.build import skew
 from . import assembly as asm
 from .structure import QDD, A, var_size
 
@@ -150,10 +151,6 @@ def sample_states(system, model, n_random=3, seed=0, neutral=False):
     return states
 
 
-def _skew(w):
-    return np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
-
-
 def _quat_rot(qt):
     w, x, y, z = qt
     return np.array(
@@ -167,8 +164,8 @@ def _quat_rot(qt):
 
 def _crm(v):
     out = np.zeros((6, 6))
-    out[:3, :3] = out[3:, 3:] = _skew(v[:3])
-    out[3:, :3] = _skew(v[3:])
+    out[:3, :3] = out[3:, 3:] = skew(v[:3])
+    out[3:, :3] = skew(v[3:])
     return out
 
 
@@ -192,7 +189,7 @@ def numpy_quantities(model, q, v):
         k, q0, v0, n = int(t.kind[b]), int(t.q_start[b]), int(t.v_start[b]), int(t.nv_j[b])
         if k == joints.ONE_DOF:
             a, th = axis[v0], q[q0]
-            K = _skew(a[:3])
+            K = skew(a[:3])
             RJ = np.eye(3) + np.sin(th) * K + (1 - np.cos(th)) * K @ K
             pJ = a[3:] * th
         elif k == joints.SPHERICAL:
@@ -203,8 +200,8 @@ def numpy_quantities(model, q, v):
         p[b] = Xtree_R[b] @ pJ + Xtree_p[b]
         E = R[b].T
         X[b, :3, :3] = X[b, 3:, 3:] = E
-        X[b, 3:, :3] = _skew(-E @ p[b]) @ E
-        C = _skew(com[b])
+        X[b, 3:, :3] = skew(-E @ p[b]) @ E
+        C = skew(com[b])
         Ib[b, :3, :3] = inertia[b] + mass[b] * C @ C.T
         Ib[b, :3, 3:] = mass[b] * C
         Ib[b, 3:, :3] = mass[b] * C.T
@@ -235,11 +232,11 @@ def numpy_assemble(system, model, q, v, values):
             E = fR[f].T
             M = np.zeros((6, 6))
             M[:3, :3] = M[3:, 3:] = E
-            M[:3, 3:] = -E @ _skew(fp[f])
+            M[:3, 3:] = -E @ skew(fp[f])
             return M[list(comps)]
         f = rg.data[0]
         if key == "acc":
-            return fR[f].T @ np.concatenate([-_skew(fp[f]), np.eye(3)], 1)
+            return fR[f].T @ np.concatenate([-skew(fp[f]), np.eye(3)], 1)
         return np.concatenate([fR[f].T, np.zeros((3, 3))], 1)
 
     D = np.zeros((system.n_rows, system.n_vars))
