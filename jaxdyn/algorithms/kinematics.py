@@ -172,9 +172,15 @@ def chain_placements(model, q, b: int) -> Placements:
 
     The local placements of the chain (:func:`local_placements`' forms) are computed together,
     one vectorised expression per joint kind, then composed one body at a time down the chain
-    (Featherstone 2008, Alg. 4.1 restricted to one path). XLA makes each step a kernel of its
-    own; storing the steps explicitly (:func:`jaxdyn.spatial.materialize`) changed neither the
-    program nor the times. Computed body by body, the independent local placements were
+    (Featherstone 2008, Alg. 4.1 restricted to one path), each step stored once
+    (:func:`jaxdyn.spatial.materialize`): unstored, XLA recomputed the earlier steps inside
+    every consumer of a later one, most of all in derivatives. Float64, us per sample under
+    ``jax.vmap`` (B = 256) / per call at batch 1, before / after: the trajopt
+    ``FramePlacement`` residual's ``jax.jacfwd`` talos_full gripper 39.5 / 24.3 and 55.6 /
+    27.6, arm7 2.98 / 2.27 and 17.3 / 9.1; arm7 ``jacobian`` 0.46 / 0.23 batched; talos_full
+    ``jacobian`` 0.45 / 0.48 (``benchmarks/RESULTS.md``, "Design measurements"). (Until
+    2026-11-28 ``materialize`` stored nothing for a rotation beside a position, and this was
+    measured as no change.) Computed body by body, the independent local placements were
     separate XLA kernels that the runtime dispatched to other threads: batch-1 latency 25 us
     instead of 8-10 on talos_full's leg (:func:`take_rows`).
     """
@@ -195,7 +201,7 @@ def chain_placements(model, q, b: int) -> Placements:
     for k in chain:
         R, p = local[k]
         if Rs:  # compose with the parent's world placement
-            R, p = spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1]
+            R, p = spatial.materialize(spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1])
         Rs.append(R)
         ps.append(p)
     return Placements(jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0))
