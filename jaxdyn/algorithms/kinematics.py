@@ -121,8 +121,8 @@ def body_placements(model, q):
             Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
             Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
         # not stored per level (spatial.materialize): XLA recomputes the earlier levels'
-        # products inside the later ones, and storing each level's rows was slower still on
-        # talos_full (B = 1024: crba 1.11x, aba 1.10x, minv 1.06x; solo12 0.93-0.97x)
+        # products inside the later ones, yet storing each level was slower on talos_full
+        # (B = 1024: crba 1.11x, aba 1.10x, minv 1.06x; solo12 0.93-0.97x)
         return (Rl, pl), (Rl, pl)
 
     R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
