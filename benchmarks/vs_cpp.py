@@ -14,7 +14,9 @@ Pinocchio's loop on the same core). For each robot:
   rule of jaxdyn's public functions evaluates it in cache-sized chunks on the CPU
   (:mod:`jaxdyn.batching`) -- and, for comparison, with that rule switched off
   (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch);
-* batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) and its number of XLA kernels;
+* batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) with the model as an argument
+  and closed over (``jax.jit(lambda q: f(model, q))``, where its arrays are constants that
+  the kinematics fold at trace time), and the number of XLA kernels of the first;
 * the arithmetic: flops per sample from XLA's cost analysis of the traced (unoptimised)
   batched program, the rate it achieves (GFLOP/s) and the share of this core's measured
   float64/float32 peak (a large single-threaded matrix product). The optimised program's count
@@ -172,6 +174,11 @@ def bench_robot(name, dtypes, B, latency, log):
                 _first_call(j1, (model, *one))
                 row["b1_ns"] = timed(j1, (model, *one)) * 1e9
                 row["b1_kernels"] = _kernels(j1.lower(model, *one).compile())
+                # the model closed over (what a user's jax.jit(lambda q: f(model, q)) compiles):
+                # its arrays are constants, which jaxdyn's kinematics fold at trace time
+                jc = jax.jit(lambda *a, f=f: f(model, *a))
+                _first_call(jc, one)
+                row["b1c_ns"] = timed(jc, one) * 1e9
             rows.append(row)
             log(
                 f"[{name}] {dtype} {alg}: rule {row['rule_ns'] / 1e3:.2f} us, plain "
@@ -265,13 +272,15 @@ def render(results, B, peaks, args) -> str:
                 "Batch-1 latency, `jax.jit(f)` per call, float64 (target for talos_full aba: "
                 "<= 5x Pinocchio):",
                 "",
-                "| algorithm | Pinocchio us | jaxdyn us | ratio | XLA kernels |",
-                "|---|---:|---:|---:|---:|",
+                "| algorithm | Pinocchio us | jaxdyn us | ratio | model closed over us | ratio "
+                "| XLA kernels |",
+                "|---|---:|---:|---:|---:|---:|---:|",
             ]
             for r in lat:
                 lines.append(
                     f"| {r['alg']} | {(r['pin_ns'] or float('nan')) / 1e3:.2f} "
                     f"| {r['b1_ns'] / 1e3:.2f} | {_r(r['b1_ns'], r['pin_ns'])} "
+                    f"| {r['b1c_ns'] / 1e3:.2f} | {_r(r['b1c_ns'], r['pin_ns'])} "
                     f"| {r['b1_kernels']} |"
                 )
         lines.append("")
