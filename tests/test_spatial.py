@@ -77,9 +77,8 @@ def test_sincos_derivatives_and_other_types():
 
 def _kernels_computing(f, x, op):
     """How many computations of ``jax.jit(jax.vmap(f))``'s compiled program evaluate ``op``."""
-    text = jax.jit(jax.vmap(f)).lower(x).compile().as_text()
-    heads = [i for i, line in enumerate(text.split("\n")) if line[:1] in "%E" and "{" in line]
-    lines = text.split("\n")
+    lines = jax.jit(jax.vmap(f)).lower(x).compile().as_text().split("\n")
+    heads = [i for i, line in enumerate(lines) if line[:1] in "%E" and "{" in line]
     bodies = ["\n".join(lines[a:b]) for a, b in zip(heads, heads[1:] + [len(lines)])]
     return sum(f" {op}(" in b for b in bodies)
 

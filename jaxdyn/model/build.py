@@ -233,7 +233,8 @@ def build_model(
         m_acc[bi] += m
         h_acc[bi] += terms[0]
         I_acc[bi] += terms[1]
-    com, inertia = inertias_about_com(m_acc, h_acc, I_acc)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked just below
+        com, inertia = inertias_about_com(m_acc, h_acc, I_acc)
     for bi in range(nb):
         if not (_finite(m_acc[bi]) and _finite(com[bi]) and _finite(inertia[bi])):
             names = ", ".join(f'<link name="{n}">' for n in body_links[bi])
@@ -394,10 +395,8 @@ def skew(w):
 def inertias_about_com(m_acc, h_acc, I_acc):
     """Each body's centre of mass and rotational inertia about it, ``(com (nb, 3), Ic (nb, 3,
     3))``, from its accumulated mass, first moment ``h = m c`` and rotational inertia ``I``
-    about its origin (``Ic = I + m [c]x [c]x``); a massless body's centre is its origin.
-    Overflow is left to the caller's finiteness checks."""
+    about its origin (``Ic = I + m [c]x [c]x``); a massless body's centre is its origin."""
     nb = len(m_acc)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
-        Ic = [I_acc[i] + m_acc[i] * skew(com[i]) @ skew(com[i]) for i in range(nb)]
+    com = np.where(m_acc[:, None] > 0, h_acc / np.where(m_acc > 0, m_acc, 1.0)[:, None], 0.0)
+    Ic = [I_acc[i] + m_acc[i] * skew(com[i]) @ skew(com[i]) for i in range(nb)]
     return com, np.array(Ic, float).reshape(nb, 3, 3)
