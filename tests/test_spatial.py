@@ -1,5 +1,7 @@
 """Spatial-algebra primitives with an implementation of their own: :func:`jaxdyn.spatial.sincos`
-(the polynomial sine and cosine of the joint transforms) against numpy's ``sin`` / ``cos``."""
+(the polynomial sine and cosine of the joint transforms) against numpy's ``sin`` / ``cos``, and
+:func:`jaxdyn.spatial.materialize` (computed once under ``jax.vmap``, in XLA's compiled program)
+with the algorithms whose speed rests on it."""
 
 from __future__ import annotations
 
@@ -105,3 +107,36 @@ def test_materialize_stores_once_under_vmap():
     assert _kernels_computing(pair, x, "sine") == 1
     with pytest.raises(ValueError, match="first and last dimensions"):
         spatial.materialize(jnp.zeros((3, 3)), jnp.zeros(3))
+
+
+def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
+    """The callers whose speed rests on :func:`jaxdyn.spatial.materialize` (tested above) still
+    call it on what they must not recompute: RNEA's body form (the public ``rnea`` under
+    ``jax.vmap``) on its local placements, and :func:`jaxdyn.algorithms.kinematics.chain_placements`
+    on each composed step of a single frame's chain. Traced only (``jax.make_jaxpr``)."""
+    import jaxdyn
+    from jaxdyn.algorithms import kinematics, rnea
+
+    model = solo12.model
+    calls = []
+    real = spatial.materialize
+
+    def spy(*xs):
+        calls.append(tuple(x.shape for x in xs))
+        return real(*xs)
+
+    qs = jnp.zeros((rnea.LOCAL_MIN_BATCH, model.nq)).at[:, 3].set(1.0)
+    vs = jnp.zeros((rnea.LOCAL_MIN_BATCH, model.nv))
+
+    def trace_rnea():  # a new function each time: no trace cache answers for it
+        jax.make_jaxpr(jax.vmap(lambda q, v: jaxdyn.rnea(model, q, v, v)))(qs, vs)
+
+    trace_rnea()  # as if an earlier test had traced it
+    monkeypatch.setattr(spatial, "materialize", spy)
+    trace_rnea()
+    assert ((model.nb, 3, 3), (model.nb, 3)) in calls
+    calls.clear()
+    foot = max(range(model.nb), key=lambda b: len(kinematics.support_chain(model.topo, b)))
+    depth = len(kinematics.support_chain(model.topo, foot))
+    jax.make_jaxpr(lambda q: kinematics.chain_placements(model, q, foot))(qs[0])
+    assert calls.count(((1, 3, 3), (1, 3))) == depth - 1 > 0
