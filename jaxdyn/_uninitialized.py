@@ -23,6 +23,17 @@ otherwise:
 * on other platforms than the CPU, under ``jax.export`` (a serialized program must not name a
   handler that only this process registered), when run op by op (no ``jit``), and where no
   compiler or no ``jax.ffi`` is available (:func:`status` says why).
+
+The same handler **stores** arrays (:func:`store`, behind :func:`jaxdyn.spatial.store`): a call
+of it whose results alias its operands computes nothing and copies nothing, yet XLA cannot fuse
+the operands' producers through it, so they are computed once into buffers of their own instead
+of inside every consumer. Only under ``jax.vmap`` (a batched call; a single evaluation leaves
+the arrays to XLA, where an extra kernel costs more than it saves) and on the CPU; not with the
+switch off (``jaxdyn.config.update("ffi_stores", False)``, ``JAXDYN_FFI_STORES=0``), under
+``jax.export``, in a program that XLA partitions over several devices (``jax.sharding``: the
+partitioner would gather the batch to call the handler on the whole), nor with
+:func:`jaxdyn.config.fused_cpu_loops` (XLA does not fuse a loop that holds a custom call).
+Elsewhere the arrays pass through unchanged.
 """
 
 from __future__ import annotations
@@ -41,11 +52,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import mlir
+from jax.interpreters import batching, mlir
 
 from . import config
 
 TARGET = "jaxdyn_uninitialized"
+#: the same handler under the name of the stores (:func:`store`), so that programs say which
+STORE_TARGET = "jaxdyn_store"
 SOURCE = Path(__file__).with_name("_uninitialized.c")
 
 _lock = threading.Lock()
@@ -117,7 +130,8 @@ def _register() -> None:
     if not hasattr(jax, "ffi") or not hasattr(jax.ffi, "include_dir"):
         raise RuntimeError(f"jax {jax.__version__} has no jax.ffi")
     lib = ctypes.CDLL(str(build()))
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
+    for target in (TARGET, STORE_TARGET):
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
     _state["lib"] = lib  # kept loaded for the life of the process
 
 
@@ -176,3 +190,80 @@ def uninitialized(shape, dtype, fill: int = 0):
     return uninitialized_p.bind(
         shape=tuple(int(s) for s in shape), dtype=np.dtype(dtype), fill=int(fill), use=use
     )
+
+
+# ------------------------------------------------------------------------------------- stores
+
+
+def _stores_on() -> bool:
+    return bool(config.get("ffi_stores")) and not config.fused_cpu_loops_enabled()
+
+
+stored_p = jax.extend.core.Primitive("jaxdyn_store")
+stored_p.multiple_results = True
+stored_p.def_impl(lambda *xs, batched: list(xs))
+stored_p.def_abstract_eval(lambda *xs, batched: list(xs))
+
+
+def _store_batch(args, dims, *, batched):
+    return stored_p.bind(*args, batched=True), list(dims)
+
+
+def _store_jvp(primals, tangents, *, batched):
+    # the identity: tangents pass through (a store of their own would be a second call that
+    # autodiff's linear transposition would have to know about)
+    return stored_p.bind(*primals, batched=batched), list(tangents)
+
+
+def _store_transpose(cts, *xs, batched):
+    # the identity's transpose (a store applied to a tangent, as in an analytic derivative
+    # rule whose tangent computation reuses a stored algorithm): cotangents pass through
+    return list(cts)
+
+
+batching.primitive_batchers[stored_p] = _store_batch
+jax.interpreters.ad.primitive_jvps[stored_p] = _store_jvp
+jax.interpreters.ad.primitive_transposes[stored_p] = _store_transpose
+
+
+def _lower_identity(ctx, *xs, batched):
+    return list(xs)
+
+
+def _one_device(ctx) -> bool:
+    """Whether the program being lowered is partitioned by hand or not at all: XLA's SPMD
+    partitioner knows nothing of the handler and would gather a batch split over several
+    devices to call it on the whole."""
+    ac = ctx.module_context.axis_context
+    n = getattr(ac, "num_devices", None)
+    if n is not None:
+        return n == 1
+    mesh, manual = getattr(ac, "mesh", None), getattr(ac, "manual_axes", None)
+    if mesh is not None and manual is not None:
+        return set(mesh.axis_names) <= set(manual)
+    return True
+
+
+def _lower_store_cpu(ctx, *xs, batched):
+    if (
+        batched
+        and not ctx.module_context.lowering_parameters.for_export
+        and _one_device(ctx)
+        and available()
+    ):
+        aliases = {i: i for i in range(len(xs))}
+        return jax.ffi.ffi_lowering(STORE_TARGET, operand_output_aliases=aliases)(ctx, *xs)
+    return list(xs)
+
+
+mlir.register_lowering(stored_p, _lower_identity)
+mlir.register_lowering(stored_p, _lower_store_cpu, platform="cpu")
+
+
+def store(*xs):
+    """The arrays ``xs``, unchanged, each computed into a buffer of its own under ``jax.vmap`` on
+    the CPU (see the module docstring); ``None`` where the handler is unavailable or the
+    switch is off, so that the caller can store them another way."""
+    if not xs or not _stores_on() or not available():
+        return None
+    return tuple(stored_p.bind(*xs, batched=False))

@@ -35,6 +35,12 @@ name                       environment variable              default   effect
                                                                        (a no-op XLA FFI handler
                                                                        compiled at first use, see
                                                                        :mod:`jaxdyn._uninitialized`)
+``ffi_stores``             ``JAXDYN_FFI_STORES``             ``True``  under ``jax.vmap`` on the
+                                                                       CPU, arrays that algorithms
+                                                                       must not recompute are kept
+                                                                       by a call of that handler
+                                                                       (:func:`jaxdyn.spatial.store`)
+                                                                       instead of a copy
 =========================  ================================  ========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
@@ -131,6 +137,7 @@ SWITCHES = {
     "unroll_max": ("JAXDYN_UNROLL_MAX", 3, _nonneg_int),
     "vmap_chunk": ("JAXDYN_VMAP_CHUNK", -1, _chunk),
     "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
+    "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
 }
 
 

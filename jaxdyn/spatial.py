@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _uninitialized
 from . import config as _config
 
 # ----------------------------------------------------------------------------- 3D
@@ -201,7 +202,7 @@ def sincos(x):
     x = jnp.asarray(x)
     if np.dtype(x.dtype) not in _SINCOS:
         return jnp.sin(x), jnp.cos(x)
-    return materialize(*_sincos_poly(x))
+    return store(*_sincos_poly(x))
 
 
 def materialize(*xs):
@@ -254,6 +255,34 @@ def materialize(*xs):
         out.append(jnp.stack(st[i : i + k], 1).reshape(x.shape))
         i += k
     return tuple(out)
+
+
+def store(*xs, copy: bool = True):
+    """The arrays ``xs`` (one dtype), computed once into buffers of their own under
+    ``jax.vmap`` on the CPU, like :func:`materialize` but without its copy: a call of a no-op
+    XLA FFI handler whose results alias its operands (:mod:`jaxdyn._uninitialized`), through
+    which XLA cannot fuse their producers. :func:`materialize` stores them (through a
+    transposing copy) where the handler is unavailable or the switch ``ffi_stores`` is off,
+    unless ``copy=False`` (then they are returned as they are: for the arrays whose copy cost
+    more than it saved); a single evaluation (no ``vmap``) and other platforms leave them to
+    XLA. One array alone is stored too (:func:`materialize` stacks it with a copy of itself).
+    Values and derivatives are unchanged.
+
+    Stores that cost nothing but a call made storing pay where the copy did not: each level of
+    the body placements, the world inertias and motion subspaces, each level of
+    :func:`~jaxdyn.model.tree.backward_accumulate` (talos_full CRBA 0.91x), besides the sine
+    and cosine of the joint angles (:func:`sincos`, solo12 0.85-0.95x on every algorithm),
+    RNEA's local placements and Minv's backward sweep, which :func:`materialize` stored before.
+    ABA's forward sweep keeps the copy (1.04x slower this way on talos_full), and stores of the
+    6 x 6 world inertias or of :func:`~jaxdyn.model.tree.forward_accumulate`'s levels changed
+    nothing (``benchmarks/RESULTS.md``, "Design measurements").
+    """
+    out = _uninitialized.store(*xs) if all(x.size for x in xs) else None
+    if out is not None:
+        return out
+    if not copy:
+        return xs
+    return (materialize(xs[0], xs[0])[0],) if len(xs) == 1 else materialize(*xs)
 
 
 def rodrigues(axis, angle):

@@ -109,21 +109,74 @@ def test_materialize_stores_once_under_vmap():
         spatial.materialize(jnp.zeros((3, 3)), jnp.zeros(3))
 
 
+def test_store_under_vmap_by_a_call():
+    """:func:`jaxdyn.spatial.store` leaves values and derivatives unchanged and, under
+    ``jax.vmap`` on the CPU, computes its arguments in one kernel by a call of the no-op handler
+    (no copy); a single evaluation and ``jax.export`` have no call; the switch ``ffi_stores``
+    off (or no handler), it stores by :func:`~jaxdyn.spatial.materialize`'s copy, or not at all
+    with ``copy=False``."""
+    from jax import export
+
+    import jaxdyn
+    from jaxdyn import _uninitialized as U
+
+    def parts(x):
+        return jnp.sin(x[:, :9].reshape(-1, 3, 3)), jnp.cos(x[:, 9:])
+
+    def use(R, p):
+        return jnp.concatenate([(R @ p[..., None])[..., 0], 2 * R[:, 0]], -1)
+
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((64, 4, 12)))
+    stored = lambda y: use(*spatial.store(*parts(y)))  # noqa: E731
+    loose = lambda y: use(*spatial.store(*parts(y), copy=False))  # noqa: E731
+    plain = lambda y: use(*parts(y))  # noqa: E731
+    call = 'custom_call_target="jaxdyn_store"'
+
+    def hlo(f, *a):
+        return jax.jit(f).lower(*a).compile().as_text()
+
+    ref = jax.vmap(plain)(x)
+    np.testing.assert_allclose(jax.jit(jax.vmap(stored))(x), ref, rtol=1e-15, atol=1e-15)
+    g = jax.grad(lambda y: jnp.sum(jax.vmap(stored)(y) ** 2))(x)
+    g0 = jax.grad(lambda y: jnp.sum(jax.vmap(plain)(y) ** 2))(x)
+    np.testing.assert_allclose(g, g0, rtol=1e-14, atol=1e-14)
+    # applied to a tangent (an analytic derivative rule's own computation): its transpose
+    lin = jax.linear_transpose(jax.vmap(lambda y: spatial.store(2.0 * y)[0]), x)
+    np.testing.assert_array_equal(lin(jnp.ones_like(x))[0], 2.0 * np.ones(x.shape))
+    assert call not in hlo(stored, x[0])  # a single evaluation: left to XLA
+    exp = export.export(jax.jit(jax.vmap(stored)))(x)
+    assert "jaxdyn_store" not in exp.mlir_module().split("loc(")[0]
+    np.testing.assert_allclose(exp.call(x), ref, rtol=1e-15, atol=1e-15)
+    if U.available():
+        assert hlo(jax.vmap(stored), x).count(call) == 1
+        assert _kernels_computing(stored, x, "sine") == 1
+        assert _kernels_computing(loose, x, "sine") == 1
+    with jaxdyn.config.override(ffi_stores=False):
+        assert call not in hlo(jax.vmap(stored), x)
+        assert _kernels_computing(stored, x, "sine") == 1  # materialize's copy
+        assert _kernels_computing(loose, x, "sine") > 1  # not stored
+        np.testing.assert_allclose(jax.vmap(stored)(x), ref, rtol=1e-15, atol=1e-15)
+
+
 def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
-    """The callers whose speed rests on :func:`jaxdyn.spatial.materialize` (tested above) still
-    call it on what they must not recompute: RNEA's body form (the public ``rnea`` under
-    ``jax.vmap``) on its local placements, and :func:`jaxdyn.algorithms.kinematics.chain_placements`
-    on each composed step of a single frame's chain. Traced only (``jax.make_jaxpr``)."""
+    """The callers whose speed rests on :func:`jaxdyn.spatial.store` or
+    :func:`~jaxdyn.spatial.materialize` (tested above) still call them on what they must not
+    recompute: RNEA's body form (the public ``rnea`` under ``jax.vmap``) on its local
+    placements, the world state on its inertias and motion subspaces (CRBA under ``jax.vmap``),
+    and :func:`jaxdyn.algorithms.kinematics.chain_placements` on each composed step of a single
+    frame's chain. Traced only (``jax.make_jaxpr``)."""
     import jaxdyn
     from jaxdyn.algorithms import kinematics, rnea
 
     model = solo12.model
     calls = []
-    real = spatial.materialize
 
-    def spy(*xs):
-        calls.append(tuple(x.shape for x in xs))
-        return real(*xs)
+    def spy(real):
+        def call(*xs, **kw):
+            calls.append(tuple(x.shape for x in xs))
+            return real(*xs, **kw)
+
+        return call
 
     qs = jnp.zeros((rnea.LOCAL_MIN_BATCH, model.nq)).at[:, 3].set(1.0)
     vs = jnp.zeros((rnea.LOCAL_MIN_BATCH, model.nv))
@@ -132,9 +185,13 @@ def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
         jax.make_jaxpr(jax.vmap(lambda q, v: jaxdyn.rnea(model, q, v, v)))(qs, vs)
 
     trace_rnea()  # as if an earlier test had traced it
-    monkeypatch.setattr(spatial, "materialize", spy)
+    monkeypatch.setattr(spatial, "materialize", spy(spatial.materialize))
+    monkeypatch.setattr(spatial, "store", spy(spatial.store))
     trace_rnea()
     assert ((model.nb, 3, 3), (model.nb, 3)) in calls
+    calls.clear()
+    jax.make_jaxpr(jax.vmap(lambda q: jaxdyn.crba(model, q)))(qs)
+    assert ((model.nb, 3), (model.nb, 3, 3)) in calls and ((model.nv, 6),) in calls  # c, Ic; S
     calls.clear()
     foot = max(range(model.nb), key=lambda b: len(kinematics.support_chain(model.topo, b)))
     depth = len(kinematics.support_chain(model.topo, foot))

@@ -149,14 +149,14 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                 tg = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
                 if pg.shape[-1] > 1:
                     # several right-hand sides (Minv): S^T p as six multiply-adds on the rows
-                    # of p, instead of a small batched dot per level, and u stored once (with
-                    # a copy of itself: one array alone is not stored, and stacked with the
-                    # constant unit torques it was not stored either; see
-                    # spatial.materialize). Unstored, the product is recomputed per row of p
-                    # (Minv 1.8x slower). talos_full minv 7-9 % faster at B = 1024
-                    # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
+                    # of p, instead of a small batched dot per level, and u stored once
+                    # (spatial.store). Unstored, the product is recomputed per row of p (Minv
+                    # 1.8x slower); stored by materialize's copy (with a copy of itself: one
+                    # array alone is not stored, nor stacked with the constant unit torques)
+                    # talos_full minv 7-9 % faster, by the FFI store another 4-5 % (RESULTS.md,
+                    # "Design measurements"); ABA's single column keeps the dot.
                     u = tg - mm(Sg, pg, unroll=True)
-                    u = spatial.materialize(u, u)[0]
+                    u = spatial.store(u)[0]
                 else:
                     u = tg - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))

@@ -51,7 +51,7 @@ def subspace_force_rows(model, ws, Ic):
     # float64, float32 0.99x). The rows are stacked again below: returning the stored stack
     # itself changed XLA's fusions and ran 1.1-1.4x slower.
     S6 = jnp.stack(w + v, 0)
-    S6 = spatial.materialize(S6, S6)[0]
+    S6 = spatial.store(S6)[0]
     w, v = list(S6[:3]), list(S6[3:])
     m, h = d[0], list(d[1:4])
     hv, hw = spatial.cross_rows(h, v), spatial.cross_rows(h, w)
@@ -73,7 +73,7 @@ def crba_world(model, ws):
     measurements").
     """
     t = model.topo
-    St, Ft = spatial.materialize(*subspace_force_rows(model, ws, composite_inertias(model, ws)))
+    St, Ft = spatial.store(*subspace_force_rows(model, ws, composite_inertias(model, ws)))
     anc = t.dof_ancestor  # lower: oS_r^T F_c, upper: F_r^T oS_c
     M = jnp.where(anc, spatial.outer_sum(St, Ft), jnp.where(anc.T, spatial.outer_sum(Ft, St), 0))
     if model.armature is not None:

@@ -120,9 +120,11 @@ def body_placements(model, q):
         if prev is not None:
             Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
             Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
-        # not stored per level (spatial.materialize): XLA recomputes the earlier levels'
-        # products inside the later ones, yet storing each level was slower on talos_full
-        # (B = 1024: crba 1.11x, aba 1.10x, minv 1.06x; solo12 0.93-0.97x)
+        # each level stored (spatial.store), else XLA recomputes the earlier levels' products
+        # inside the later ones: solo12 crba / aba / minv 0.88-0.92x at B = 1024, talos_full
+        # unchanged. Not by materialize's copy, which was slower on talos_full (crba 1.11x,
+        # aba 1.10x, minv 1.06x)
+        Rl, pl = spatial.store(Rl, pl, copy=False)
         return (Rl, pl), (Rl, pl)
 
     R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
@@ -340,6 +342,10 @@ def world_state_from_placements(model, R, p) -> WorldState:
     S = spatial.act_motion(Rd, pd, model.dof_axis)
     c = spatial.mv(R, model.com) + p
     Ic = spatial.mm(spatial.mm(R, model.inertia), jnp.swapaxes(R, -1, -2))
+    # stored (spatial.store), not recomputed by each consumer: ABA 0.81x / 0.84x (solo12 /
+    # talos_full, B = 1024) for c and Ic, another 0.96x for S; Minv 0.93-0.98x, 0.95-0.96x
+    c, Ic = spatial.store(c, Ic, copy=False)
+    (S,) = spatial.store(S, copy=False)
     return WorldState(R, p, S, model.mass, c, Ic)
 
 

@@ -87,7 +87,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     t = model.topo
     dtype = qd.dtype
     # stored once: every level's motion and force transforms read them (spatial.materialize)
-    R, p = spatial.materialize(*kin.local_placements(model, q))
+    R, p = spatial.store(*kin.local_placements(model, q))
     S = model.dof_axis
     vJ = tree.dofs_to_bodies(t, S * qd[:, None])
     aS = tree.dofs_to_bodies(t, S * qdd[:, None])

@@ -5,7 +5,9 @@ over several devices (GPUs of a node, TPU cores, or the CPU's virtual devices), 
 batched inputs on a one-axis :class:`jax.sharding.Mesh` with a ``NamedSharding`` that splits the
 leading axis, and ``jax.jit`` the vmapped function: XLA partitions the program so that every
 device steps its slice of the batch (computation follows the data; nothing is gathered on one
-device). Results equal the one-device run, bit for bit on CPU.
+device). Results equal the one-device run to rounding on CPU (until 2026-11-28 bit for bit: a
+partitioned program leaves out the stores of :func:`jaxdyn.spatial.store`, which change how
+XLA fuses, and so rounds, the one-device run).
 
 Multi-host (several machines): call ``jax.distributed.initialize()`` in every process first;
 ``jax.devices()`` then lists every device of the cluster and :func:`batch_mesh` spans them all
