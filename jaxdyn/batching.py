@@ -125,7 +125,7 @@ def chunk_size_for(words: int, axis_size: int, itemsize: int = 8) -> int | None:
     ``vmap_chunk = 0``, for small working sets (automatic size) and when the batch fits in one
     chunk."""
     setting = config.get("vmap_chunk")
-    if setting == 0 or jax.default_backend() != "cpu":
+    if setting == 0 or _INSIDE.unchunked or jax.default_backend() != "cpu":
         return None
     c = auto_chunk(words, itemsize) if setting < 0 else int(setting)
     return None if c is None or axis_size <= c else c
@@ -135,6 +135,7 @@ class _Inside(threading.local):
     active = False
     batch = 0  # the batch size while a batching rule traces its function, else 0
     unchecked = False  # jaxdyn._checks.unchecked(): value checks left out of the trace
+    unchunked = False  # unchunked(): plain vmap, for programs partitioned over devices
 
 
 _INSIDE = _Inside()
@@ -151,6 +152,16 @@ def _inside(**state):
     finally:
         for k, v in prev.items():
             setattr(_INSIDE, k, v)
+
+
+@contextlib.contextmanager
+def unchunked():
+    """Batching rules traced inside this block evaluate plain ``jax.vmap``, without the chunk
+    loop. For programs that XLA partitions over several devices (``jax.sharding``): the
+    partitioner cannot split a loop over chunks of the batch and gathers the whole batch on
+    every device instead (:func:`jaxdyn.sim.sharded_vmap` traces under it)."""
+    with _inside(unchunked=True):
+        yield
 
 
 def rule_batch_size() -> int:

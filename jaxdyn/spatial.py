@@ -226,6 +226,8 @@ def materialize(*xs):
     (Minv's unit torques): XLA folds that stack away too; ``materialize(x, x)[0]`` stores ``x``
     (the backward sweep of :func:`jaxdyn.algorithms.aba.sweeps`). Arrays of different shapes
     must share their first and last dimensions (``R (n, 3, 3)`` and ``p (n, 3)``).
+    :func:`store` stores without the copy where jaxdyn's no-op FFI handler is available, and
+    falls back to this.
     """
     same = all(x.shape == xs[0].shape for x in xs)
     ends = {(x.shape[0], x.shape[-1]) if x.ndim >= 2 else None for x in xs}

@@ -333,6 +333,17 @@ with jaxdyn.config.override(vmap_chunk=0):
     assert "all-gather" not in g.lower(qs).compile().as_text()
     np.testing.assert_allclose(g(qs), jax.jit(jax.vmap(crba))(q0), rtol=1e-13, atol=1e-13)
     assert "jaxdyn_store" in jax.jit(jax.vmap(crba)).lower(q0).compile().as_text()
+# a batch large enough for the batching rule's chunk loop, which the partitioner would gather
+# (the control: a plain jit of vmap on the sharded arrays does)
+step = lambda q, u: sim.step(m, sim.State(q, jnp.zeros(2)), u, cfg).q
+qb = jax.random.uniform(jax.random.PRNGKey(2), (1024, 2), minval=-1, maxval=1)
+qbs, ubs = sim.shard_batch((qb, jnp.ones((1024, 2))), mesh)
+assert "all-gather" not in sim.sharded_vmap(step, mesh).lower(qbs, ubs).compile().as_text()
+assert "all-gather" in jax.jit(jax.vmap(step)).lower(qbs, ubs).compile().as_text()
+np.testing.assert_allclose(
+    sim.sharded_vmap(step, mesh)(qbs, ubs), jax.jit(jax.vmap(step))(qb, jnp.ones((1024, 2))),
+    rtol=1e-13, atol=1e-13,
+)
 print("OK")
 """
 
@@ -340,8 +351,8 @@ print("OK")
 def test_sharded_batch_equals_one_device():
     """A batch split over 4 (virtual CPU) devices with jax.sharding gives the one-device
     result (to rounding: the one-device run has stores that a partitioned program leaves
-    out); each device holds a quarter of the batch, and a batched jaxdyn algorithm is
-    partitioned without gathering the batch."""
+    out); each device holds a quarter of the batch, and a batched jaxdyn algorithm or
+    simulation step is partitioned without gathering the batch (no store, no chunk loop)."""
     import os
     import subprocess
     import sys

@@ -152,9 +152,9 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     # of p, instead of a small batched dot per level, and u stored once
                     # (spatial.store). Unstored, the product is recomputed per row of p (Minv
                     # 1.8x slower); stored by materialize's copy (with a copy of itself: one
-                    # array alone is not stored, nor stacked with the constant unit torques)
-                    # talos_full minv 7-9 % faster, by the FFI store another 4-5 % (RESULTS.md,
-                    # "Design measurements"); ABA's single column keeps the dot.
+                    # array alone is not stored, nor stacked with the constant unit torques),
+                    # talos_full minv was 7-9 % faster, by the FFI call another 4-5 %
+                    # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
                     u = tg - mm(Sg, pg, unroll=True)
                     u = spatial.store(u)[0]
                 else:

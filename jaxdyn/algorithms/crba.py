@@ -37,8 +37,7 @@ def subspace_force_rows(model, ws, Ic):
     ``Ic`` 13), which XLA fuses into the kernel, instead of ``(nb, 3, 3)`` blocks copied per
     coordinate: CRBA under ``jax.vmap`` at B = 1024 8-17 % faster in float32, float64 within
     noise; batch 1 3-9 % faster (``benchmarks/RESULTS.md``, "Design measurements"). The
-    subspace rows are stored (:func:`jaxdyn.spatial.materialize`) before the force rows use
-    them.
+    subspace rows are stored (:func:`jaxdyn.spatial.store`) before the force rows use them.
     """
     t = model.topo
     R, p, d = (tree.bodies_to_dofs(t, x.T, axis=-1) for x in (ws.R.reshape(t.nb, 9), ws.p, Ic))

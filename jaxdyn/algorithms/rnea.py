@@ -86,7 +86,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     """
     t = model.topo
     dtype = qd.dtype
-    # stored once: every level's motion and force transforms read them (spatial.materialize)
+    # stored once: every level's motion and force transforms read them (spatial.store)
     R, p = spatial.store(*kin.local_placements(model, q))
     S = model.dof_axis
     vJ = tree.dofs_to_bodies(t, S * qd[:, None])

@@ -5,9 +5,10 @@ over several devices (GPUs of a node, TPU cores, or the CPU's virtual devices), 
 batched inputs on a one-axis :class:`jax.sharding.Mesh` with a ``NamedSharding`` that splits the
 leading axis, and ``jax.jit`` the vmapped function: XLA partitions the program so that every
 device steps its slice of the batch (computation follows the data; nothing is gathered on one
-device). Results equal the one-device run to rounding on CPU (until 2026-11-28 bit for bit: a
-partitioned program leaves out the stores of :func:`jaxdyn.spatial.store`, which change how
-XLA fuses, and so rounds, the one-device run).
+device: :func:`sharded_vmap` turns off the chunk loop of jaxdyn's batching rule, which the
+partitioner would gather). Results equal the one-device run to rounding on CPU (until
+2026-11-28 bit for bit: a partitioned program leaves out the stores of
+:func:`jaxdyn.spatial.store`, which change how XLA fuses, and so rounds, the one-device run).
 
 Multi-host (several machines): call ``jax.distributed.initialize()`` in every process first;
 ``jax.devices()`` then lists every device of the cluster and :func:`batch_mesh` spans them all
@@ -16,10 +17,14 @@ Multi-host (several machines): call ``jax.distributed.initialize()`` in every pr
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from .. import batching
 
 __all__ = ["batch_mesh", "batch_sharding", "shard_batch", "sharded_vmap"]
 
@@ -56,6 +61,18 @@ def shard_batch(tree, mesh: Mesh | None = None):
 
 def sharded_vmap(fn, mesh: Mesh | None = None, in_axes=0):
     """``jax.jit(jax.vmap(fn, in_axes))`` whose batched outputs are split over ``mesh`` like
-    its batched inputs (pass them through :func:`shard_batch`)."""
+    its batched inputs (pass them through :func:`shard_batch`).
+
+    jaxdyn's functions under ``jax.vmap`` on the CPU run their batch in a loop over chunks
+    (:mod:`jaxdyn.batching`), which XLA's partitioner cannot split: it gathers the whole batch
+    on every device and each device computes all of it. ``fn`` is traced here with that loop
+    off (:func:`jaxdyn.batching.unchunked`); a ``jax.jit(jax.vmap(...))`` of your own on
+    sharded CPU arrays wants ``jaxdyn.config.update("vmap_chunk", 0)`` or the same block."""
     mesh = batch_mesh() if mesh is None else mesh
-    return jax.jit(jax.vmap(fn, in_axes=in_axes), out_shardings=batch_sharding(mesh))
+
+    @functools.wraps(fn)
+    def plain(*args):
+        with batching.unchunked():
+            return fn(*args)
+
+    return jax.jit(jax.vmap(plain, in_axes=in_axes), out_shardings=batch_sharding(mesh))
