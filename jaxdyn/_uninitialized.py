@@ -270,6 +270,6 @@ def store(*xs):
     """The arrays ``xs``, unchanged, each computed into a buffer of its own under ``jax.vmap`` on
     the CPU (see the module docstring); ``None`` where the handler is unavailable or the
     switch is off, so that the caller can store them another way."""
-    if not xs or not _stores_on() or not available():
-        return None
+    if not xs or jax.default_backend() != "cpu" or not _stores_on() or not available():
+        return None  # (other backends: no handler compiled for a call they would not make)
     return tuple(stored_p.bind(*xs, batched=False))
