@@ -52,7 +52,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from . import config
 
@@ -214,7 +214,7 @@ def _store_jvp(primals, tangents, *, batched):
     # passed through unstored, jax.vmap(jax.jacfwd(crba)) ran 2.1x slower on solo12, minv's
     # 1.8x on talos_full
     tangents = list(tangents)
-    live = [i for i, t in enumerate(tangents) if type(t) is not jax.interpreters.ad.Zero]
+    live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
     if live:
         for i, t in zip(live, stored_p.bind(*[tangents[i] for i in live], batched=batched)):
             tangents[i] = t
@@ -228,8 +228,8 @@ def _store_transpose(cts, *xs, batched):
 
 
 batching.primitive_batchers[stored_p] = _store_batch
-jax.interpreters.ad.primitive_jvps[stored_p] = _store_jvp
-jax.interpreters.ad.primitive_transposes[stored_p] = _store_transpose
+ad.primitive_jvps[stored_p] = _store_jvp
+ad.primitive_transposes[stored_p] = _store_transpose
 
 
 def _lower_identity(ctx, *xs, batched):

@@ -264,8 +264,8 @@ def batched(fn, words):
             return fn(*args, **kwargs)
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
         # the rule may trace fn later (vmap of a loop batches the loop's body after tracing
-        # it), so the caller's choice of value checks travels with the call
-        unchecked = _INSIDE.unchecked
+        # it), so the caller's choices of value checks and chunks travel with the call
+        unchecked, unchunked = _INSIDE.unchecked, _INSIDE.unchunked
 
         def call(*xs):
             full = list(leaves)
@@ -285,7 +285,8 @@ def batched(fn, words):
                 ),
                 default=8,
             )
-            chunk = chunk_size_for(words(model, itemsize), axis_size, itemsize)
+            with _inside(unchunked=unchunked):
+                chunk = chunk_size_for(words(model, itemsize), axis_size, itemsize)
             with _inside(batch=axis_size):
                 out = _chunked_vmap(call, axis_size, list(in_batched), xs, chunk)
             return out, jax.tree_util.tree_map(lambda _: True, out)
