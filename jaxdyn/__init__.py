@@ -16,6 +16,8 @@ model types. Global switches are in :mod:`jaxdyn.config`.
 
 __version__ = "0.1.0"
 
+from . import _versions as _versions  # first: refuses a JAX older than jaxdyn needs
+
 from . import config as config
 from ._checks import CheckError as CheckError
 from ._checks import JaxdynWarning as JaxdynWarning

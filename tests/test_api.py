@@ -46,6 +46,28 @@ def test_all_names_bound_once():
     assert public <= set(jaxdyn.__all__), sorted(public - set(jaxdyn.__all__))
 
 
+def test_jax_version_floor():
+    """jaxdyn refuses an older JAX at import, with the bound pyproject.toml gives pip."""
+    import re
+    import subprocess
+    import sys
+
+    from jaxdyn import _versions
+
+    text = (Path(jaxdyn.__file__).parents[1] / "pyproject.toml").read_text()
+    for pkg in ("jax", "jaxlib"):
+        (bound,) = re.findall(rf'"{pkg}>=([0-9.]+)"', text)
+        assert _versions.release(bound)[:2] == _versions.MIN_JAX, (pkg, bound)
+    assert _versions.release(jax.__version__)[:2] >= _versions.MIN_JAX
+    for ok in ("0.10.0", "0.10.3.dev20261101", "1.0", "local-build"):
+        _versions.check("jax", ok)
+    with pytest.raises(ImportError, match=r"jaxlib >= 0\.10, found jaxlib 0\.9\.1"):
+        _versions.check("jaxlib", "0.9.1")
+    code = "import jax; jax.__version__ = '0.7.2'; import jaxdyn"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0 and "jaxdyn needs jax >= 0.10, found jax 0.7.2" in out.stderr
+
+
 def test_bound_objects():
     """The analytic-derivative rnea / aba, and the URDF(+) loader."""
     assert jaxdyn.rnea is jaxdyn.derivatives.rnea and jaxdyn.aba is jaxdyn.derivatives.aba

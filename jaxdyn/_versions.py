@@ -1,0 +1,41 @@
+"""The oldest JAX jaxdyn runs on, checked when jaxdyn is imported (this module is its first
+import).
+
+``pyproject.toml`` states the same bound for pip (``tests/test_api.py`` keeps the two equal);
+the check here is for installs that bypass it (``pip install --no-deps``, a checkout on
+``PYTHONPATH``): an older JAX lacks APIs jaxdyn uses (``jax.extend.core.Primitive``,
+``jax.ffi``) and would fail somewhere inside a trace with a message that names neither.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jaxlib
+
+#: the oldest ``(major, minor)`` release line of jax and jaxlib jaxdyn is tested with
+MIN_JAX = (0, 10)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string: ``"0.10.2.dev20261101"`` ->
+    ``(0, 10, 2)``; ``()`` when it starts with no number."""
+    m = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()
+
+
+def check(package: str, version: str) -> None:
+    """Raise ``ImportError`` naming ``package``, its ``version`` and the bound when the version
+    is older than :data:`MIN_JAX` (an unparsable version passes: a local build)."""
+    found = release(version)
+    if found and found[:2] < MIN_JAX:
+        need = ".".join(map(str, MIN_JAX))
+        raise ImportError(
+            f"jaxdyn needs {package} >= {need}, found {package} {version}: "
+            f"pip install --upgrade 'jax>={need}' 'jaxlib>={need}'"
+        )
+
+
+check("jax", jax.__version__)
+check("jaxlib", jaxlib.__version__)
