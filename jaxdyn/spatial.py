@@ -227,7 +227,9 @@ def materialize(*xs):
     (the backward sweep of :func:`jaxdyn.algorithms.aba.sweeps`). Arrays of different shapes
     must share their first and last dimensions (``R (n, 3, 3)`` and ``p (n, 3)``).
     :func:`store` stores without the copy where jaxdyn's no-op FFI handler is available, and
-    falls back to this.
+    falls back to this. The copy is XLA's to keep: the XLA of jaxlib 0.10 keeps it, that of
+    jaxlib 0.6.2 (the oldest jaxdyn supports, Python 3.10's newest) removes it and stores
+    nothing, so there only :func:`store`'s call stores (``tests/test_spatial.py``).
     """
     same = all(x.shape == xs[0].shape for x in xs)
     ends = {(x.shape[0], x.shape[-1]) if x.ndim >= 2 else None for x in xs}

@@ -587,6 +587,19 @@ def _jaxprs_in_params(params):
     return fn(params)
 
 
+jaxprs_in_params = _jaxprs_in_params
+
+
+def enable_x64(flag: bool):
+    """``jax.enable_x64(flag)``, a context manager (``jax.experimental``'s on JAX releases
+    before it moved: jax 0.6.2, the oldest jaxdyn supports)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(flag)
+    from jax import experimental
+
+    return experimental.enable_x64() if flag else experimental.disable_x64()
+
+
 def callbacks(jaxpr, inside_loop=False):
     """Names of the callback primitives (equinox's error_if) of a jaxpr: ``(outside any
     loop, inside a scan / while body)``."""

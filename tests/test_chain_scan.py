@@ -22,7 +22,7 @@ import jaxdyn
 from jaxdyn import robots
 from jaxdyn.model import tree
 
-from oracle import RTOL64, assert_close, case_from_urdf
+from oracle import RTOL64, assert_close, case_from_urdf, jaxprs_in_params
 
 KEYS = (
     "rnea",
@@ -148,11 +148,7 @@ def test_scan_equals_unrolled_and_grad(monkeypatch):
 
 def _eqn_count(jaxpr):
     """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies, custom rules) included."""
-    from jax.extend import core as jcore
-
-    return sum(
-        1 + sum(_eqn_count(sub) for sub in jcore.jaxprs_in_params(e.params)) for e in jaxpr.eqns
-    )
+    return sum(1 + sum(_eqn_count(sub) for sub in jaxprs_in_params(e.params)) for e in jaxpr.eqns)
 
 
 def _long_chain(n):

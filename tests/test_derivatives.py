@@ -678,8 +678,12 @@ def test_method_argument():
     # program XLA may fuse, and round, the two copies differently)
     model, q, v, _, tau, _ = _inputs(get_case("small_float"))
     assert D.fd.resolve_method("auto", model.nv) == "dmm"
-    jaxprs = {
-        m: str(jax.make_jaxpr(lambda q: D.aba_derivatives(model, q, v, tau, method=m))(q))
+    jaxprs = {  # without object addresses (older JAX prints some of the rules' functions)
+        m: re.sub(
+            r" at 0x[0-9a-f]+",
+            "",
+            str(jax.make_jaxpr(lambda q: D.aba_derivatives(model, q, v, tau, method=m))(q)),
+        )
         for m in ("auto", "dmm", "aza")
     }
     assert jaxprs["auto"] == jaxprs["dmm"] != jaxprs["aza"]

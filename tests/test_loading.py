@@ -19,7 +19,7 @@ from jaxdyn.interop.pinocchio import Converter
 from jaxdyn.model import urdf as U
 from jaxdyn.model.urdf import parse_urdf, project_inertia
 
-from oracle import RTOL64, assert_close, sym_upper
+from oracle import RTOL64, assert_close, enable_x64, sym_upper
 
 
 def _inertial(mass, I, xyz="0 0 0"):
@@ -216,7 +216,7 @@ def test_float32_range_names_the_element():
         _link("arm", _inertial(1e39, BIG)),
         _joint("j", "base", "arm"),
     )
-    with jax.enable_x64(False):
+    with enable_x64(False):
         with pytest.raises(
             ValueError,
             match=r'<link name="arm"> <inertial>: mass .*float32.*'
@@ -234,7 +234,7 @@ def test_gravity_must_be_finite():
 # ------------------------------------------------------------------ float64 after loading
 def test_float64_after_loading_in_float32_is_refused_with_the_fix():
     xml = _two_links(BIG)
-    with jax.enable_x64(False):
+    with enable_x64(False):
         m32 = jaxdyn.load_urdf(xml)
     assert m32.mass.dtype == jnp.float32 and m32.x32_load
     q64 = np.zeros(m32.nq)

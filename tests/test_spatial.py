@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 import pytest
 
-from jaxdyn import spatial
+from jaxdyn import _versions, spatial
+
+#: whether this jaxlib's XLA keeps :func:`jaxdyn.spatial.materialize`'s copy (that of jaxlib
+#: 0.10 does; that of 0.6.2, the oldest jaxdyn supports, removes it: nothing is stored)
+MATERIALIZE_STORES = _versions.release(jaxlib.__version__) >= (0, 10)
 
 _sincos = jax.jit(spatial.sincos)
 
@@ -102,9 +107,10 @@ def test_materialize_stores_once_under_vmap():
     pair = lambda y: use(spatial.materialize(*2 * parts(y)[:1])[0], parts(y)[1])  # noqa: E731
     plain = lambda y: use(*parts(y))  # noqa: E731
     np.testing.assert_array_equal(jax.vmap(stored)(x), jax.vmap(plain)(x))
-    assert _kernels_computing(plain, x, "sine") > 1  # the control: XLA does duplicate it
-    assert _kernels_computing(stored, x, "sine") == 1
-    assert _kernels_computing(pair, x, "sine") == 1
+    dup = _kernels_computing(plain, x, "sine")
+    assert dup > 1  # the control: XLA does duplicate it
+    for f in (stored, pair):  # stored once; never more kernels than unstored on any jaxlib
+        assert _kernels_computing(f, x, "sine") == (1 if MATERIALIZE_STORES else dup)
     with pytest.raises(ValueError, match="first and last dimensions"):
         spatial.materialize(jnp.zeros((3, 3)), jnp.zeros(3))
 
@@ -162,7 +168,8 @@ def test_store_under_vmap_by_a_call():
         assert _kernels_computing(loose, x, "sine") == 1
     with jaxdyn.config.override(ffi_stores=False):
         assert call not in hlo(jax.vmap(stored), x)
-        assert _kernels_computing(stored, x, "sine") == 1  # materialize's copy
+        once = 1 if MATERIALIZE_STORES else _kernels_computing(plain, x, "sine")
+        assert _kernels_computing(stored, x, "sine") == once  # materialize's copy
         assert _kernels_computing(loose, x, "sine") > 1  # not stored
         np.testing.assert_allclose(jax.vmap(stored)(x), ref, rtol=1e-15, atol=1e-15)
 
