@@ -147,8 +147,13 @@ def test_scan_equals_unrolled_and_grad(monkeypatch):
 
 
 def _eqn_count(jaxpr):
-    """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies, custom rules) included."""
-    return sum(1 + sum(_eqn_count(sub) for sub in jaxprs_in_params(e.params)) for e in jaxpr.eqns)
+    """Equations of a jaxpr and their operands, those of its sub-jaxprs (jit, scan bodies,
+    custom rules) included: operands too, as an operation taking one per level (Minv's unit
+    torques once joined by ``jnp.concatenate``) is one equation whatever the chain's length."""
+    return sum(
+        1 + len(e.invars) + sum(_eqn_count(sub) for sub in jaxprs_in_params(e.params))
+        for e in jaxpr.eqns
+    )
 
 
 def _long_chain(n):

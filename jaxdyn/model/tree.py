@@ -82,6 +82,15 @@ def segments(topo):
     return _segments(topo, int(MIN_SCAN_RUN))
 
 
+def _concat_levels(*xs):
+    """Levels' values joined on their leading axis: in numpy when they all are numpy (constants
+    such as Minv's unit torques, one per level: one constant in the trace, where
+    ``jnp.concatenate`` traced an operation taking one operand per level of a long chain)."""
+    if all(isinstance(x, np.ndarray) for x in xs):
+        return np.concatenate(xs, 0)
+    return jnp.concatenate(xs, 0)
+
+
 class LevelSeq:
     """Per-level results of a pass: ``seq[li]`` is level ``li``'s value (a pytree).
 
@@ -144,7 +153,7 @@ class LevelSeq:
             li = end
         if len(pieces) == 1:
             return pieces[0]
-        return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, 0), *pieces)
+        return jax.tree_util.tree_map(_concat_levels, *pieces)
 
     def flat(self):
         """Concatenation over all levels, in order, of per-level values whose leading axis runs
