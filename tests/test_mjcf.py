@@ -606,6 +606,32 @@ def test_bad_input():
     assert set(FEATURES) >= {"tendon", "fluid", "equality", "geom", "actuator"}
 
 
+def test_float32_range_names_the_element():
+    """With float64 disabled, a value MuJoCo compiled that float32 cannot hold is refused at load
+    with its element named (it was cast to inf: NaN in the mass matrix), as ``load_urdf``
+    does; infinite joint ranges (no limit) stay."""
+    from oracle import enable_x64
+
+    def robot(mass="1", lim="-1 1", armature="0"):
+        return (
+            '<mujoco><worldbody><body name="b1"><joint name="j1" type="hinge" axis="0 0 1"/>'
+            f'<geom type="sphere" size="0.1" mass="{mass}"/><body name="b2" pos="0 0 1">'
+            f'<joint name="j2" type="hinge" limited="true" range="{lim}" armature="{armature}"/>'
+            '<geom type="sphere" size="0.1" mass="1"/></body></body></worldbody></mujoco>'
+        )
+
+    with enable_x64(False):
+        assert load_mjcf(robot()).model.mass.dtype == jnp.float32
+        with pytest.raises(ValueError, match=r'<body name="b1">: mass 1e\+39 .*float32.*x64'):
+            load_mjcf(robot(mass="1e39"))
+        with pytest.raises(ValueError, match=r'<joint name="j2" type="hinge">: q_upper 1.75e\+39'):
+            load_mjcf(robot(lim="-1 1e41"))  # degrees
+        with pytest.raises(ValueError, match=r'<joint name="j2" type="hinge">: armature'):
+            load_mjcf(robot(armature="1e39"))
+    M = crba(load_mjcf(robot(mass="1e39")).model, jnp.zeros(2))  # float64 holds it
+    assert M.dtype == jnp.float64 and np.all(np.isfinite(np.asarray(M)))
+
+
 def test_load_dispatch(tmp_path):
     path = tmp_path / "m.xml"
     path.write_text(FEATURES_XML)

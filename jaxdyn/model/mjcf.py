@@ -727,11 +727,39 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         gravity=gravity,
         **props,
     )
-    dtype = jax.dtypes.canonicalize_dtype(np.float64)
-    leaves = {k: jnp.asarray(np.asarray(x, float).astype(dtype)) for k, x in params.items()}
     armature = arm[dof_mj]
     if np.any(armature):
-        leaves["armature"] = jnp.asarray(armature.astype(dtype))
+        params["armature"] = armature
+
+    def element(k, i):  # the MJCF element behind entry i of the parameter k
+        if k in ("Xtree_R", "Xtree_p", "mass", "com", "inertia"):
+            return f'<body name="{bodies[order[i]]["name"]}">'
+        if k in ("q_lower", "q_upper"):
+            b = int(np.searchsorted(topo.q_start, i, side="right")) - 1
+            return jnt_el(bodies[order[b]]["mj_joint"])
+        if k in ("frame_R", "frame_p"):
+            return f"frame {frame_names[i]!r}"
+        if k == "gravity":
+            return "<option gravity>"
+        return jnt_el(int(m.dof_jntid[dof_mj[i]]))  # per velocity coordinate
+
+    # in the working dtype (float32 unless jax_enable_x64), with the element named where a
+    # value MuJoCo compiled (in float64) does not fit, as load_urdf does
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    leaves = {}
+    for k, x in params.items():
+        x = np.asarray(x, float)
+        with np.errstate(over="ignore"):
+            y = x.astype(dtype)
+        over = np.isfinite(x) & ~np.isfinite(y)
+        if np.any(over):
+            i = int(np.argwhere(over)[0][0]) if over.ndim else 0
+            issues.hard(
+                f"{element(k, i)}: {k} {float(np.max(np.abs(x[over]))):.3g} is not representable "
+                f"in {dtype.name} (largest {np.finfo(dtype).max:.3g}); enable float64 first: "
+                'jax.config.update("jax_enable_x64", True)'
+            )
+        leaves[k] = jnp.asarray(y)
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
     # ------------------------------------------------------------ contacts, constraints
