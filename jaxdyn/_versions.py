@@ -15,8 +15,7 @@ import jax
 import jaxlib
 
 #: the oldest release of jax and jaxlib jaxdyn is tested with: CI's Python 3.10 lane gets 0.6.2
-#: (JAX's newest for Python 3.10) and runs the quick subset on it; the whole suite runs on the
-#: newest JAX
+#: (JAX's newest for Python 3.10) and runs the default suite on it, as on the newest JAX
 MIN_JAX = (0, 6, 2)
 
 
