@@ -579,15 +579,12 @@ def tree_id(params) -> str:
     return f"n{params[0]}-s{params[1]}-{'float' if params[2] else 'fixed'}"
 
 
-def _jaxprs_in_params(params):
+def jaxprs_in_params(params):
     import jax.extend
 
     core = getattr(jax.extend, "core", None)
     fn = getattr(core, "jaxprs_in_params", None) or jax.core.jaxprs_in_params
     return fn(params)
-
-
-jaxprs_in_params = _jaxprs_in_params
 
 
 def enable_x64(flag: bool):
@@ -609,7 +606,7 @@ def callbacks(jaxpr, inside_loop=False):
         if "callback" in name:
             (ins if inside_loop else out).append(name)
         loop = inside_loop or name in ("scan", "while")
-        for sub in _jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             o, i = callbacks(sub, loop)
             out += o
             ins += i

@@ -74,6 +74,36 @@ def _finite(x) -> bool:
     return bool(np.all(np.isfinite(x)))
 
 
+def cast_params(params: dict, dtype, element, unbounded: tuple = ()) -> dict:
+    """The model parameters ``params`` (numpy) as JAX arrays of ``dtype`` (float32 unless
+    ``jax_enable_x64``). A value that is not finite in ``dtype`` raises ``ValueError`` naming
+    ``element(k, i)``, the file's element behind entry ``i`` of parameter ``k`` (a value
+    ``dtype`` cannot hold would become inf, and the dynamics NaN), except the infinite entries
+    of the parameters named in ``unbounded`` (no limit: MJCF's joint ranges). Shared by the
+    URDF and MJCF loaders."""
+    leaves = {}
+    for k, x in params.items():
+        x = np.asarray(x, float)
+        with np.errstate(over="ignore"):
+            y = x.astype(dtype)
+        over = ~np.isfinite(y)
+        if k in unbounded:
+            over &= ~np.isinf(x)
+        if np.any(over):
+            i = int(np.argwhere(over)[0][0]) if over.ndim else 0
+            raise ValueError(
+                f"{element(k, i)}: {k} {float(np.max(np.abs(x[over]))):.3g} is not "
+                f"representable in {dtype.name} (largest {np.finfo(dtype).max:.3g})"
+                + (
+                    '; enable float64 first: jax.config.update("jax_enable_x64", True)'
+                    if dtype != np.float64
+                    else ""
+                )
+            )
+        leaves[k] = jnp.asarray(y)
+    return leaves
+
+
 def _overflow(where: str, what: str) -> ValueError:
     return ValueError(
         f"{where}: {what} are not finite (the numbers of the file overflow double precision "
@@ -289,23 +319,9 @@ def build_model(
         gravity=g,
     )
     dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless jax_enable_x64
-    leaves = {}
-    for k, x in params.items():
-        with np.errstate(over="ignore"):
-            y = np.asarray(x, dtype)
-        if not _finite(y):
-            i = int(np.argwhere(~np.isfinite(y))[0][0]) if y.ndim else 0
-            raise ValueError(
-                f"URDF {_element(k, i, order, bodies, body_links, frame_names)}: {k} "
-                f"{float(np.max(np.abs(x))):.3g} is not representable in {dtype.name} "
-                f"(largest {np.finfo(dtype).max:.3g})"
-                + (
-                    '; enable float64 first: jax.config.update("jax_enable_x64", True)'
-                    if dtype != np.float64
-                    else ""
-                )
-            )
-        leaves[k] = jnp.asarray(y)
+    leaves = cast_params(
+        params, dtype, lambda k, i: "URDF " + _element(k, i, order, bodies, body_links, frame_names)
+    )
     for k, x in _joint_properties(bodies, order).items():
         leaves[k] = jnp.asarray(np.asarray(x, dtype))
     return Model(**leaves, topo=topo, x32_load=dtype != np.float64)

@@ -108,7 +108,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from .build import depth_order, inertias_about_com, skew
+from .build import cast_params, depth_order, inertias_about_com, skew
 from .model import Model, make_topology
 
 __all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
@@ -497,8 +497,11 @@ class _Issues:
     def add(self, key, msg):
         (self.dropped if key in self.ignore else self.errors).append((key, msg))
 
+    def prefixed(self, msg):
+        return f"load_mjcf: {self.label}: {msg}"
+
     def hard(self, msg):
-        raise ValueError(f"load_mjcf: {self.label}: {msg}")
+        raise ValueError(self.prefixed(msg))
 
     def raise_if_any(self):
         if not self.errors:
@@ -746,20 +749,9 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     # in the working dtype (float32 unless jax_enable_x64), with the element named where a
     # value MuJoCo compiled (in float64) does not fit, as load_urdf does
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
-    leaves = {}
-    for k, x in params.items():
-        x = np.asarray(x, float)
-        with np.errstate(over="ignore"):
-            y = x.astype(dtype)
-        over = np.isfinite(x) & ~np.isfinite(y)
-        if np.any(over):
-            i = int(np.argwhere(over)[0][0]) if over.ndim else 0
-            issues.hard(
-                f"{element(k, i)}: {k} {float(np.max(np.abs(x[over]))):.3g} is not representable "
-                f"in {dtype.name} (largest {np.finfo(dtype).max:.3g}); enable float64 first: "
-                'jax.config.update("jax_enable_x64", True)'
-            )
-        leaves[k] = jnp.asarray(y)
+    leaves = cast_params(
+        params, dtype, lambda k, i: issues.prefixed(element(k, i)), unbounded=tuple(props)
+    )
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
     # ------------------------------------------------------------ contacts, constraints
