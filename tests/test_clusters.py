@@ -18,6 +18,8 @@ import jaxdyn
 from jaxdyn import clusters as C
 from jaxdyn.clusters import robots
 
+from oracle import enable_x64
+
 B = 2  # states per robot
 
 # robot -> end effectors (frames, optionally with a point offset)
@@ -649,6 +651,25 @@ def test_urdf_plus_errors():
         C.load_urdf_plus(chain.replace('<ratio value="6.0"/>', '<ratio value="six"/>', 1))
     with pytest.raises(ValueError, match="unsupported coupling type"):
         C.load_urdf_plus(chain.replace('type="rolling"', 'type="sliding"', 1))
+
+
+def test_urdf_plus_float32_range_names_the_coupling():
+    """A gear ratio beyond float32's range, loaded in float32, is refused naming the coupling
+    (it made the cluster's velocity map infinite, and the dynamics NaN); fine in float64."""
+    chain = robots.path("revolute_rotor_chain").read_text()
+    bad = chain.replace('<ratio value="6.0"/>', '<ratio value="1e39"/>', 1)
+    with enable_x64(False):
+        with pytest.raises(
+            ValueError,
+            match=r'URDF\+ <coupling name="transmission1"> \(velocity map, from the ratios\): '
+            r"G 1e\+39 is not representable in float32.*jax_enable_x64",
+        ):
+            C.load_urdf_plus(bad)
+        m32 = C.load_urdf_plus(chain)  # the file as shipped loads in float32
+        assert all(np.isfinite(np.asarray(v)).all() for p in m32.params for v in p.values())
+    m = C.load_urdf_plus(bad)
+    assert np.asarray(m.params[0]["G"]).dtype == np.float64
+    assert np.max(np.abs(np.asarray(m.params[0]["G"]))) == 1e39
 
 
 def test_outside_parents_in_two_clusters_is_an_error():

@@ -66,6 +66,7 @@ import numpy as np
 
 from .. import joints
 from ..model import Model, build_model
+from ..model import build as build_mod
 from ..model.model import Group as TreeGroup
 from ..model.model import Level, Topology, make_topology
 from ..model.urdf import URDFRobot, parse_urdf
@@ -669,6 +670,23 @@ class _TemplateTuple(tuple):
 _STATIC_ITEM_KEYS = ("idx", "body_p", "dof_p", "idx_p", "body_s", "dof_s", "idx_s")
 
 
+def _leaf_element(infos, cs):
+    """``element(k, i)`` for :func:`jaxdyn.model.build.cast_params` over a group's stacked
+    leaves: the file's elements behind cluster ``cs[i]`` and what its leaf ``k`` is (a gear
+    ratio beyond float32's range becomes an infinite ``G``, and the dynamics NaN)."""
+    what = {
+        "G": "velocity map, from the ratios",
+        "off": "offset, from the ratios",
+        "qref": "reference configuration",
+    }
+
+    def element(k, i):
+        item = k.split("_", 1)[1] if k.startswith("it") and "_" in k else k
+        return f"{infos[cs[i]]['where']} ({what.get(k, 'constraint parameter ' + item)})"
+
+    return element
+
+
 def _item_template_and_params(it: _Item, local, ctx):
     """Template + per-cluster params (unstacked) of one item inside a cluster."""
     if it.type == "lin":
@@ -896,6 +914,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
     its = sorted(its, key=lambda it: min(local_body[b] for b in it.J))
     cname = "+".join(it.name for it in its)
     where = "; ".join(it.where for it in its)
+    info["where"] = where  # the file's elements, for the float32 range check of the leaves
     # flags: URDF attribute, overridden by the specifications
     flags = [flags_urdf.get(b) for b in bodies]
     scale = np.ones(nvs)
@@ -1153,7 +1172,7 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
             **arrays,
         )
         groups.append(g)
-        params.append({k: jnp.asarray(v, dt) for k, v in leaves.items()})
+        params.append(build_mod.cast_params(leaves, np.dtype(dt), _leaf_element(infos, cs)))
         for ci, c in enumerate(cs):
             inf = infos[c]
             q_names += inf["q_names"]
