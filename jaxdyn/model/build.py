@@ -8,6 +8,8 @@ Pinocchio); otherwise the root link is the world.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,6 +133,58 @@ def depth_order(bodies) -> tuple[list, dict]:
     return order, new_index
 
 
+class SortedTree(NamedTuple):
+    """The bodies of a loader in depth order (:func:`depth_order`) and their arrays."""
+
+    order: list  # old indices, in the new order
+    new_index: dict  # old index -> new index
+    parent: np.ndarray  # (nb,) new parent indices, -1 for the world
+    kind: np.ndarray  # (nb,) joint kinds
+    Xtree_R: np.ndarray  # (nb, 3, 3)
+    Xtree_p: np.ndarray  # (nb, 3)
+
+    def remap(self, b: int) -> int:
+        """New index of old body ``b`` (-1, the world, stays -1)."""
+        return -1 if b < 0 else self.new_index[b]
+
+
+def sort_tree(bodies) -> SortedTree:
+    """:func:`depth_order` of the bodies (dicts with ``parent``, ``kind`` and ``X = (R, p)``,
+    the joint's placement in the parent), with the topology and placement arrays in that
+    order. Shared by the URDF and MJCF loaders."""
+    order, new_index = depth_order(bodies)
+    nb = len(bodies)
+    parent = np.array(
+        [-1 if bodies[o]["parent"] < 0 else new_index[bodies[o]["parent"]] for o in order], np.int64
+    )
+    kind = np.array([bodies[o]["kind"] for o in order], np.int64)
+    Xtree_R = np.array([bodies[o]["X"][0] for o in order], float).reshape(nb, 3, 3)
+    Xtree_p = np.array([bodies[o]["X"][1] for o in order], float).reshape(nb, 3)
+    return SortedTree(order, new_index, parent, kind, Xtree_R, Xtree_p)
+
+
+def model_params(
+    tree: SortedTree, dof_axis, mass, com, inertia, frame_R, frame_p, gravity, **more
+) -> dict:
+    """The parameter arrays of a :class:`~jaxdyn.model.model.Model` (numpy, float64) in the
+    order of ``tree``, the frames' placements as ``(nf, 3, 3)`` / ``(nf, 3)``; ``more``: the
+    optional ones (joint properties, armature). Shared by the URDF and MJCF loaders, which
+    then cast them (:func:`cast_params`)."""
+    nf = len(frame_R)
+    return dict(
+        Xtree_R=tree.Xtree_R,
+        Xtree_p=tree.Xtree_p,
+        dof_axis=np.array(dof_axis, float).reshape(-1, 6),
+        mass=mass,
+        com=com,
+        inertia=inertia,
+        frame_R=np.array(frame_R, float).reshape(nf, 3, 3),
+        frame_p=np.array(frame_p, float).reshape(nf, 3),
+        gravity=gravity,
+        **more,
+    )
+
+
 def build_model(
     robot: URDFRobot,
     floating_base: bool = False,
@@ -213,17 +267,10 @@ def build_model(
         stack.append(iter(children[j.child]))
     # no moving joint and a fixed base: a zero-DoF model (nq = nv = nb = 0), every link a frame
 
-    order, new_index = depth_order(bodies)
+    tree = sort_tree(bodies)
+    order, new_index, parent, kind = tree.order, tree.new_index, tree.parent, tree.kind
+    remap = tree.remap
     nb = len(bodies)
-
-    def remap(b):
-        return -1 if b < 0 else new_index[b]
-
-    parent = np.array([remap(bodies[o]["parent"]) for o in order], np.int64)
-    kind = np.array([bodies[o]["kind"] for o in order], np.int64)
-
-    Xtree_R = np.array([bodies[o]["X"][0] for o in order], float).reshape(nb, 3, 3)
-    Xtree_p = np.array([bodies[o]["X"][1] for o in order], float).reshape(nb, 3)
     dof_axis = []
     for o in order:
         b = bodies[o]
@@ -231,7 +278,6 @@ def build_model(
             dof_axis.append(b["axis"])
         else:
             dof_axis.extend(np.eye(6)[: joints.NV[b["kind"]]])
-    dof_axis = np.array(dof_axis, float).reshape(-1, 6)
 
     # inertias: accumulate (m, h, Ibar) of every link in its body's frame
     m_acc = np.zeros(nb)
@@ -306,18 +352,7 @@ def build_model(
         floating_base=floating_base,
         root_name=root,
     )
-    nf = len(frame_names)
-    params = dict(
-        Xtree_R=Xtree_R,
-        Xtree_p=Xtree_p,
-        dof_axis=dof_axis,
-        mass=m_acc,
-        com=com,
-        inertia=inertia,
-        frame_R=np.array(frame_R, float).reshape(nf, 3, 3),
-        frame_p=np.array(frame_p, float).reshape(nf, 3),
-        gravity=g,
-    )
+    params = model_params(tree, dof_axis, m_acc, com, inertia, frame_R, frame_p, g)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless jax_enable_x64
     leaves = cast_params(
         params, dtype, lambda k, i: "URDF " + _element(k, i, order, bodies, body_links, frame_names)

@@ -108,7 +108,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from .build import cast_params, depth_order, inertias_about_com, skew
+from .build import cast_params, inertias_about_com, model_params, skew, sort_tree
 from .model import Model, make_topology
 
 __all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
@@ -584,16 +584,10 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         place[i] = (pb, Xb)
 
     # ------------------------------------------------------------ depth sort (as build.py)
-    order, new_index = depth_order(bodies)
+    tree = sort_tree(bodies)
+    order, new_index, parent, kind = tree.order, tree.new_index, tree.parent, tree.kind
+    remap = tree.remap
     nb = len(bodies)
-
-    def remap(b):
-        return -1 if b < 0 else new_index[b]
-
-    parent = np.array([remap(bodies[o]["parent"]) for o in order], np.int64)
-    kind = np.array([bodies[o]["kind"] for o in order], np.int64)
-    Xtree_R = np.array([bodies[o]["X"][0] for o in order], float).reshape(nb, 3, 3)
-    Xtree_p = np.array([bodies[o]["X"][1] for o in order], float).reshape(nb, 3)
     dof_axis, dof_mj = [], []  # per jaxdyn velocity coordinate: axis, MuJoCo dof
     for o in order:
         b = bodies[o]
@@ -607,7 +601,6 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         else:  # jaxdyn [ω; v] against MuJoCo [v; ω]
             dof_axis.extend(np.eye(6))
             dof_mj += [adr + 3, adr + 4, adr + 5, adr, adr + 1, adr + 2]
-    dof_axis = np.array(dof_axis, float).reshape(-1, 6)
     dof_mj = np.array(dof_mj, np.int64)
 
     # ------------------------------------------------------------ inertias
@@ -717,19 +710,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         floating_base=bool(single_free_root),
         root_name=body_names[0],
     )
-    nf = len(frame_names)
-    params = dict(
-        Xtree_R=Xtree_R,
-        Xtree_p=Xtree_p,
-        dof_axis=dof_axis,
-        mass=m_acc,
-        com=com,
-        inertia=inertia,
-        frame_R=np.array(frame_R, float).reshape(nf, 3, 3),
-        frame_p=np.array(frame_p, float).reshape(nf, 3),
-        gravity=gravity,
-        **props,
-    )
+    params = model_params(tree, dof_axis, m_acc, com, inertia, frame_R, frame_p, gravity, **props)
     armature = arm[dof_mj]
     if np.any(armature):
         params["armature"] = armature
