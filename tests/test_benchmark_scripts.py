@@ -62,3 +62,30 @@ def test_benchmarks_run_on_one_core():
     assert run(env=env).stdout.split() == ["1", "True"]
     n = len(os.sched_getaffinity(0))
     assert run(env=dict(env, JAXDYN_BENCH_ALL_CORES="1")).stdout.split() == [str(n), "True"]
+
+
+def test_kernel_profile_places_kernels_and_samples():
+    """benchmarks/kernel_profile.py's matching (no perf needed): kernels are found in memory by
+    byte windows that occur once, despite bytes that relocation changed, and samples are
+    charged to the kernel whose code holds them."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import kernel_profile as kp
+    finally:
+        sys.path.remove(str(BENCH))
+    import collections
+    import random
+
+    rng = random.Random(0)
+    a = bytes(rng.randrange(256) for _ in range(300))
+    b = bytes(rng.randrange(256) for _ in range(200))
+    filler = bytes(rng.randrange(256) for _ in range(1000))
+    moved = bytearray(a)
+    moved[0:8] = b"\x00" * 8  # a relocated address in the first window: the next one places it
+    memory = filler[:100] + bytes(moved) + filler[100:400] + b + filler[400:]
+    base = 0x7F0000000000
+    spans = kp.locate({"a": a, "b": b, "absent": bytes(range(64))}, [(base, memory)])
+    assert spans == {"a": (base + 100, base + 400), "b": (base + 700, base + 900)}
+    ips = collections.Counter({base + 100: 2, base + 399: 1, base + 750: 5, base + 50: 7})
+    per, lost = kp.attribute(ips, spans)
+    assert per == {"a": 3, "b": 5} and lost == 7
