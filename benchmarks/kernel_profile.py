@@ -23,6 +23,7 @@ root) and ``objcopy`` (binutils).
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import glob
 import os
@@ -50,35 +51,38 @@ ARGS = {  # the batched arguments after the model, by algorithm
 }
 
 
-def locate(kernels: dict, blobs: list, window: int = 24, tries: int = 12) -> dict:
-    """``{name: (start, end)}``: where each kernel's code (``kernels[name]``, the bytes of its
-    object file's text section) lies in the memory ``blobs`` (``(address, bytes)`` pairs).
+def locate(kernels: dict, blobs: list, window: int = 24, tries: int = 16) -> dict:
+    """``{name: [(start, end), ...]}``: where each kernel's code (``kernels[name]``, the bytes of
+    its object file's text section) lies in the memory ``blobs`` (``(address, bytes)`` pairs).
     Relocated instructions differ between file and memory, so the code is found by windows of
     ``window`` bytes taken at ``tries`` offsets: the first window that occurs exactly once
-    places the kernel. Kernels not found are left out."""
+    places the kernel; where none does (the same kernel compiled into two programs), the
+    window with the fewest places gives them all. Kernels not found are left out."""
     out = {}
     for name, code in kernels.items():
         n = len(code)
+        best = None
         for off in range(0, max(1, n - window), max(1, n // tries)):
             w = code[off : off + window]
             hits = []
             for lo, blob in blobs:
                 i = blob.find(w)
-                while i >= 0 and len(hits) < 2:
+                while i >= 0 and len(hits) < 8:
                     hits.append(lo + i - off)
                     i = blob.find(w, i + 1)
+            if hits and (best is None or len(hits) < len(best)):
+                best = hits
             if len(hits) == 1:
-                out[name] = (hits[0], hits[0] + n)
                 break
+        if best:
+            out[name] = [(h, h + n) for h in best]
     return out
 
 
 def attribute(ips: collections.Counter, spans: dict) -> tuple[collections.Counter, int]:
     """Samples per kernel from sample counts per address, and the count found in no kernel."""
-    bounds = sorted((s, e, k) for k, (s, e) in spans.items())
+    bounds = sorted((s, e, k) for k, places in spans.items() for s, e in places)
     starts = [s for s, _, _ in bounds]
-    import bisect
-
     per, lost = collections.Counter(), 0
     for ip, c in ips.items():
         i = bisect.bisect_right(starts, ip) - 1

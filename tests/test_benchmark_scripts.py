@@ -85,7 +85,10 @@ def test_kernel_profile_places_kernels_and_samples():
     memory = filler[:100] + bytes(moved) + filler[100:400] + b + filler[400:]
     base = 0x7F0000000000
     spans = kp.locate({"a": a, "b": b, "absent": bytes(range(64))}, [(base, memory)])
-    assert spans == {"a": (base + 100, base + 400), "b": (base + 700, base + 900)}
+    assert spans == {"a": [(base + 100, base + 400)], "b": [(base + 700, base + 900)]}
+    # the same kernel in two programs: both places
+    twice = kp.locate({"b": b}, [(base, memory), (2 * base, b)])
+    assert twice == {"b": [(base + 700, base + 900), (2 * base, 2 * base + 200)]}
     ips = collections.Counter({base + 100: 2, base + 399: 1, base + 750: 5, base + 50: 7})
     per, lost = kp.attribute(ips, spans)
     assert per == {"a": 3, "b": 5} and lost == 7
