@@ -226,6 +226,34 @@ def test_float32_range_names_the_element():
     assert jaxdyn.load_urdf(xml).mass.dtype == jnp.float64  # fine in float64
 
 
+def test_float32_range_names_the_joint_property():
+    """Joint properties go through the same range check as the other parameters (a damping
+    beyond float32's range made the dynamics NaN); a missing <limit> (infinite bounds) is
+    not an overflow."""
+    bad = _robot(
+        _link("base", _inertial(1.0, BIG)),
+        _link("arm", _inertial(1.0, BIG)),
+        _joint("j", "base", "arm", extra='<dynamics damping="1e39" friction="0"/>'),
+    )
+    with enable_x64(False):
+        with pytest.raises(
+            ValueError,
+            match=r'URDF <joint name="j"> <dynamics damping>: damping 1e\+39 .*float32',
+        ):
+            jaxdyn.load_urdf(bad)
+        unlimited = jaxdyn.load_urdf(
+            _robot(
+                _link("base", _inertial(1.0, BIG)),
+                _link("arm", _inertial(1.0, BIG)),
+                '<joint name="j" type="revolute"><parent link="base"/><child link="arm"/>'
+                '<axis xyz="0 1 0"/><dynamics damping="0.5" friction="0"/></joint>',
+            )
+        )
+        assert np.isinf(np.asarray(unlimited.q_lower)).all()
+        assert np.asarray(unlimited.damping).tolist() == [0.5]
+    assert jaxdyn.load_urdf(bad).damping.dtype == jnp.float64  # fine in float64
+
+
 def test_gravity_must_be_finite():
     with pytest.raises(ValueError, match="gravity must be 3 finite numbers"):
         jaxdyn.load_urdf(_two_links(BIG), gravity=(0, 0, np.nan))

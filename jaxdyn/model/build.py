@@ -352,14 +352,27 @@ def build_model(
         floating_base=floating_base,
         root_name=root,
     )
-    params = model_params(tree, dof_axis, m_acc, com, inertia, frame_R, frame_p, g)
+    props = _joint_properties(bodies, order)
+    params = model_params(tree, dof_axis, m_acc, com, inertia, frame_R, frame_p, g, **props)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless jax_enable_x64
     leaves = cast_params(
-        params, dtype, lambda k, i: "URDF " + _element(k, i, order, bodies, body_links, frame_names)
+        params,
+        dtype,
+        lambda k, i: "URDF " + _element(k, i, order, bodies, body_links, frame_names, topo),
+        unbounded=tuple(props),  # no <limit>: infinite bounds
     )
-    for k, x in _joint_properties(bodies, order).items():
-        leaves[k] = jnp.asarray(np.asarray(x, dtype))
     return Model(**leaves, topo=topo, x32_load=dtype != np.float64)
+
+
+#: the URDF element of each joint property (:func:`_joint_properties`)
+_PROPERTY_ELEMENT = {
+    "q_lower": "<limit lower>",
+    "q_upper": "<limit upper>",
+    "effort_limit": "<limit effort>",
+    "velocity_limit": "<limit velocity>",
+    "damping": "<dynamics damping>",
+    "friction": "<dynamics friction>",
+}
 
 
 def _joint_properties(bodies, order) -> dict:
@@ -392,10 +405,14 @@ def _joint_properties(bodies, order) -> dict:
     )
 
 
-def _element(leaf, i, order, bodies, body_links, frame_names) -> str:
+def _element(leaf, i, order, bodies, body_links, frame_names, topo) -> str:
     """The URDF element behind entry ``i`` of the parameter ``leaf``."""
     if leaf in ("Xtree_R", "Xtree_p"):
         return f'<joint name="{bodies[order[i]]["joint"]}"> <origin>'
+    if leaf in _PROPERTY_ELEMENT:  # per configuration or velocity coordinate
+        start = topo.q_start if leaf in ("q_lower", "q_upper") else topo.v_start
+        b = int(np.searchsorted(start, i, side="right")) - 1
+        return f'<joint name="{bodies[order[b]]["joint"]}"> {_PROPERTY_ELEMENT[leaf]}'
     if leaf in ("mass", "com", "inertia"):
         return " ".join(f'<link name="{n}">' for n in body_links[i]) + " <inertial>"
     if leaf in ("frame_R", "frame_p"):
