@@ -8,17 +8,19 @@ installed ``pin`` wheel and times the algorithms the way a C++ user calls them: 
 ``pinocchio::Data``, a loop over pre-drawn random states, no Python in the loop.
 
 What is timed (per call, single thread, Pinocchio's default conventions): ``rnea``, ``crba``
-(upper triangle of M only, as Pinocchio computes it), ``aba``, ``minv`` (``computeMinverse``,
-upper triangle only), ``rnea_derivatives`` (``computeRNEADerivatives``), ``aba_derivatives``
-(``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``), ``jacobians``
-(``computeJointJacobians``), ``ccrba`` (centroidal momentum matrix, momentum and centre of
-mass), ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
+(upper triangle of M only, as Pinocchio computes it), ``crba_full`` (``crba``, then the strictly
+lower triangle copied from the upper one, the idiom Pinocchio documents: the full symmetric
+``M`` that jaxdyn's ``crba`` returns), ``aba``, ``minv`` (``computeMinverse``, upper triangle
+only), ``minv_full`` (mirrored likewise), ``rnea_derivatives`` (``computeRNEADerivatives``),
+``aba_derivatives`` (``computeABADerivatives``), ``fk`` (``forwardKinematics(model, data, q)``),
+``jacobians`` (``computeJointJacobians``), ``ccrba`` (centroidal momentum matrix, momentum and
+centre of mass), ``centroidal_bias`` (``computeCentroidalMomentumTimeVariation`` at zero
 acceleration), ``coriolis`` (``computeCoriolisMatrix``), ``frame_velocity`` /
 ``frame_acceleration`` (``forwardKinematics`` with ``v`` / ``v, a`` and ``getFrameVelocity`` /
 ``getFrameClassicalAcceleration`` of the model's last frame, named in ``notes["frame"]``, in
-``LOCAL_WORLD_ALIGNED``). Each loops cyclically over
-``n_states`` random states; the inner count is calibrated so that one repeat lasts at least
-``min_time``; the best and the median of ``repeats`` repeats are reported in ns per call.
+``LOCAL_WORLD_ALIGNED``). Each loops cyclically over ``n_states`` random states; the inner count
+is calibrated so that one repeat lasts at least ``min_time``; the best and the median of
+``repeats`` repeats are reported in ns per call.
 
 How it is built (:func:`build`): ``c++ -O3 -march=native -DNDEBUG -std=c++17`` with the compile
 definitions that Pinocchio's CMake package exports (read from
@@ -95,8 +97,10 @@ BUILD_DIR = HERE / "pinocchio_cpp" / "build"
 ALGORITHMS = (
     "rnea",
     "crba",
+    "crba_full",
     "aba",
     "minv",
+    "minv_full",
     "rnea_derivatives",
     "aba_derivatives",
     "fk",
@@ -366,6 +370,9 @@ def time_python_fallback(
         "crba": (pin.crba, lambda s: (s[0],)),
         "aba": (pin.aba, lambda s: (s[0], s[1], s[3])),
         "minv": (pin.computeMinverse, lambda s: (s[0],)),
+        # the bindings mirror already (notes below): the same calls
+        "crba_full": (pin.crba, lambda s: (s[0],)),
+        "minv_full": (pin.computeMinverse, lambda s: (s[0],)),
         "rnea_derivatives": (pin.computeRNEADerivatives, lambda s: (s[0], s[1], s[2])),
         "aba_derivatives": (pin.computeABADerivatives, lambda s: (s[0], s[1], s[3])),
         "fk": (pin.forwardKinematics, lambda s: (s[0],)),
@@ -422,6 +429,8 @@ def time_python_fallback(
         "notes": {
             "crba": "full symmetric M (the bindings copy the upper triangle to the lower)",
             "minv": "full symmetric M^-1 (the bindings copy the upper triangle to the lower)",
+            "crba_full": "full symmetric M (the same call as crba)",
+            "minv_full": "full symmetric M^-1 (the same call as minv)",
             "frame": model.frames[fid].name,
         },
         "ns_per_call": ns_per_call,

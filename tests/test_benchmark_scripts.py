@@ -92,3 +92,29 @@ def test_kernel_profile_places_kernels_and_samples():
     ips = collections.Counter({base + 100: 2, base + 399: 1, base + 750: 5, base + 50: 7})
     per, lost = kp.attribute(ips, spans)
     assert per == {"a": 3, "b": 5} and lost == 7
+
+
+def test_vs_cpp_reports_the_full_matrix_ratio():
+    """benchmarks/vs_cpp.py's table: crba and minv are compared with Pinocchio's call (upper
+    triangle) and, in the *full* column, with that call plus the mirror to the full symmetric
+    matrix jaxdyn returns; the other rows have no such column."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import vs_cpp
+    finally:
+        sys.path.remove(str(BENCH))
+    import argparse
+
+    def row(alg, pin, full, rule):
+        return {
+            "robot": "r", "dtype": "float64", "alg": alg, "pin_ns": pin, "pin_full_ns": full,
+            "rule_ns": rule, "plain_ns": rule, "chunk": 16, "flops": 1e3,
+            "rule_compile_s": 1.0, "plain_compile_s": 1.0,
+        }  # fmt: skip
+
+    rows = [row("crba", 2000.0, 2500.0, 3000.0), row("rnea", 1000.0, None, 500.0)]
+    args = argparse.Namespace(runs=1, no_mallopt=False)
+    text = vs_cpp.render({"r": ({"source": "c++"}, rows)}, 1024, {"float64": 100.0}, args)
+    lines = {ln.split("|")[2].strip(): ln for ln in text.splitlines() if ln.startswith("| float")}
+    assert "| 1.50 | 1.20 (2.50) |" in lines["crba"] and "MISS" in lines["crba"]
+    assert "| 0.50 | - |" in lines["rnea"] and "PASS" in lines["rnea"]

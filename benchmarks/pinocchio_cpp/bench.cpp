@@ -13,8 +13,11 @@
 // Algorithms (all single-threaded, default conventions, one shared pinocchio::Data):
 //   rnea              pinocchio::rnea(model, data, q, v, a)
 //   crba              pinocchio::crba(model, data, q)          upper triangle of M only
+//   crba_full         crba, then the strictly lower triangle mirrored from the upper one
+//                     (Pinocchio's documented idiom): the full symmetric M jaxdyn returns
 //   aba               pinocchio::aba(model, data, q, v, tau)
 //   minv              pinocchio::computeMinverse(model, data, q) upper triangle of M^-1 only
+//   minv_full         computeMinverse, then mirrored as crba_full
 //   rnea_derivatives  pinocchio::computeRNEADerivatives(model, data, q, v, a)
 //   aba_derivatives   pinocchio::computeABADerivatives(model, data, q, v, tau)
 //   fk                pinocchio::forwardKinematics(model, data, q)
@@ -249,6 +252,14 @@ namespace
       pinocchio::crba(model, data, s.q[i]);
       doNotOptimize(data.M(0, 0));
     });
+    // crba / computeMinverse then the mirror Pinocchio documents for a full symmetric matrix
+    // (what jaxdyn's crba and minv return): the like-for-like cost
+    record("crba_full", [&](std::size_t i) {
+      pinocchio::crba(model, data, s.q[i]);
+      data.M.triangularView<Eigen::StrictlyLower>() =
+        data.M.transpose().triangularView<Eigen::StrictlyLower>();
+      doNotOptimize(data.M(model.nv - 1, 0));
+    });
     record("aba", [&](std::size_t i) {
       pinocchio::aba(model, data, s.q[i], s.v[i], s.tau[i]);
       doNotOptimize(data.ddq[0]);
@@ -256,6 +267,12 @@ namespace
     record("minv", [&](std::size_t i) {
       pinocchio::computeMinverse(model, data, s.q[i]);
       doNotOptimize(data.Minv(0, 0));
+    });
+    record("minv_full", [&](std::size_t i) {
+      pinocchio::computeMinverse(model, data, s.q[i]);
+      data.Minv.triangularView<Eigen::StrictlyLower>() =
+        data.Minv.transpose().triangularView<Eigen::StrictlyLower>();
+      doNotOptimize(data.Minv(model.nv - 1, 0));
     });
     record("rnea_derivatives", [&](std::size_t i) {
       pinocchio::computeRNEADerivatives(model, data, s.q[i], s.v[i], s.a[i]);
@@ -310,6 +327,10 @@ namespace
               << jsonString("upper triangle of M only (Pinocchio's crba leaves the strictly "
                             "lower triangle unset)")
               << ", \"minv\": " << jsonString("upper triangle of M^-1 only")
+              << ", \"crba_full\": "
+              << jsonString("full symmetric M (crba, then the strictly lower triangle mirrored)")
+              << ", \"minv_full\": "
+              << jsonString("full symmetric M^-1 (computeMinverse, then mirrored)")
               << ", \"frame\": " << jsonString(model.frames[fid].name)
               << "}, \"ns_per_call\": {" << times.str() << "}}\n";
     return 0;
