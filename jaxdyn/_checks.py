@@ -1,28 +1,33 @@
-"""Argument checks: types and shapes at trace time (always), values under jit via
-``equinox.error_if``.
+"""Argument checks: types and shapes at trace time (always), values under jit (jaxdyn's XLA
+FFI check on the CPU, ``equinox.error_if`` elsewhere).
 
 * **Types and shapes** raise at trace time: ``TypeError`` for a wrong model type (a
   :class:`jaxdyn.clusters.ClusterModel` given to a tree algorithm names the cluster function to
   use instead), ``ValueError`` naming the function, the argument and the expected size.
-* **Values** (unit quaternions in ``q``, finite damping ...) are checked by
-  ``equinox.error_if`` inside the traced program (:func:`error_if`). They can be switched off
-  with ``jaxdyn.config.update("value_checks", False)`` (or :func:`set_value_checks`, or
-  ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; equinox's own ``EQX_ON_ERROR``
-  setting applies as well. Loops keep them out where they can (a check is an XLA custom call:
-  a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`, and a GPU makes a
-  host round trip for it): ``jaxdyn.sim.rollout`` checks before and after its loop, and the
-  trajectory optimisers' ``ContactDynamics`` guards its inputs itself and traces the
-  constrained solve under :func:`unchecked`.
+* **Values** (unit quaternions in ``q``, finite damping ...) are checked inside the traced program
+  (:func:`error_if`): on the CPU by a call of jaxdyn's own XLA FFI handler, which fails the program
+  with the check's message and, unlike a host callback, lets JAX's persistent compilation cache keep
+  the program; elsewhere by ``equinox.error_if``. They can be switched off with
+  ``jaxdyn.config.update("value_checks", False)`` (or :func:`set_value_checks`, or
+  ``JAXDYN_VALUE_CHECKS=0``) for the last bit of speed; setting equinox's ``EQX_ON_ERROR`` (``nan``,
+  ``breakpoint``, ``off``) makes them ``equinox.error_if`` with that behaviour. Loops keep them out
+  where they can (a check is an XLA custom call: a loop holding one is not fused by
+  :func:`jaxdyn.config.fused_cpu_loops`, and a GPU makes a host round trip for it):
+  ``jaxdyn.sim.rollout`` checks before and after its loop, and the trajectory optimisers'
+  ``ContactDynamics`` guards its inputs itself and traces the constrained solve under
+  :func:`unchecked`.
 
 How a failed value check reads. A public jaxdyn function called outside ``jit`` raises
 :class:`CheckError` whose message *is* the check's message (one line, e.g.
 ``crba: a quaternion in q is not of unit norm (tolerance 0.001)``); so does a function compiled
-with :func:`jit` (``jax.jit`` plus this translation). Under a plain ``jax.jit`` the error is
-raised by XLA at the call of the compiled function, as ``jax.errors.JaxRuntimeError`` (or
-``ValueError`` from the cached executable) whose text starts with XLA's ``INTERNAL:
-CpuCallback error`` and a traceback, the message coming last: jaxdyn cannot change that text,
-but it drops the second copy of that traceback that JAX logs on stderr
-(``jax.pure_callback failed``) for its own checks, so the message is the last line printed.
+with :func:`jit` (``jax.jit`` plus this translation; both wait for the result). Under a plain
+``jax.jit`` on the CPU, XLA reports the failure when the result is used (JAX dispatches
+asynchronously: ``block_until_ready``, ``np.asarray``, a later computation on it) as
+``jax.errors.JaxRuntimeError`` (or ``ValueError`` from the cached executable) reading
+``INVALID_ARGUMENT: <message>``. Where the check is ``equinox.error_if`` (GPUs, programs
+partitioned over devices), XLA raises at the call with ``INTERNAL: CpuCallback error``, a
+traceback, and the message last; jaxdyn drops the second copy of that traceback that JAX logs
+on stderr (``jax.pure_callback failed``) for its own checks.
 
 Warnings at load time (lenient loading of real-world URDFs, see :mod:`jaxdyn.model.urdf`) use
 :class:`JaxdynWarning`.
@@ -41,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import batching, config
+from . import _uninitialized, batching, config
 
 __all__ = [
     "CheckError",
@@ -88,7 +93,7 @@ def warn(msg: str) -> None:
     warnings.warn(msg, JaxdynWarning, stacklevel=level)
 
 
-#: every message passed to ``equinox.error_if`` by jaxdyn (to recognise its errors)
+#: every message of jaxdyn's value checks (:func:`error_if`; to recognise its errors)
 _MESSAGES: set = set()
 
 
@@ -118,35 +123,65 @@ def unchecked():
 
 
 def error_if(x, pred, msg: str):
-    """``equinox.error_if(x, pred, msg)`` when value checks are on (:mod:`jaxdyn.config`) and
-    not left out (:func:`unchecked`), ``x`` otherwise. Every jaxdyn value check goes through
-    here."""
+    """``x`` (an array or a pytree of them), failing the program with ``msg`` where any entry
+    of ``pred`` is true, when value checks are on (:mod:`jaxdyn.config`) and not left out
+    (:func:`unchecked`); ``x`` otherwise. Every jaxdyn value check goes through here.
+
+    On the CPU the check is a call of jaxdyn's own XLA FFI handler
+    (:func:`jaxdyn._uninitialized.check`), not ``equinox.error_if``'s host callback: JAX's
+    persistent compilation cache refuses programs that hold host callbacks, so with
+    ``equinox.error_if`` no program with value checks was ever cached (talos_full
+    ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.6 s from the cache).
+    Elsewhere (GPUs, ``jax.export``, programs partitioned over devices, among them those
+    traced under :func:`jaxdyn.batching.unchunked`, no C compiler), under JAX's
+    transformations called outside ``jit`` (``jax.vmap(jaxdyn.rnea)(...)``: their call cannot
+    wait for the result, and equinox's check fails at the call), and with equinox's
+    ``EQX_ON_ERROR`` set to anything but ``raise``, ``equinox.error_if``."""
     if not value_checks_enabled():
         return x
     _MESSAGES.add(msg)
-    return eqx.error_if(x, pred, msg)
+    if (
+        os.environ.get("EQX_ON_ERROR", "raise") != "raise"
+        or batching._INSIDE.unchunked  # traced for a partitioned program (sim.sharded_vmap)
+        or batching._INSIDE.eqx_checks  # an eager transformation (_eager_jit)
+        or not _uninitialized.check_available()
+    ):
+        return eqx.error_if(x, pred, msg)
+    leaves, tree = jax.tree_util.tree_flatten(x)
+    leaves = [jnp.asarray(v) for v in leaves]
+    return jax.tree_util.tree_unflatten(tree, _uninitialized.check(leaves, pred, msg))
 
 
 # ----------------------------------------------------------------------------- error display
 def _jaxdyn_message(exc) -> str | None:
-    """The jaxdyn check message behind ``exc`` (an equinox / XLA runtime error), or None."""
+    """The jaxdyn check message behind ``exc`` (an XLA runtime error raised by jaxdyn's check
+    handler, ``INVALID_ARGUMENT: <message>``, or an equinox error), or None."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else ""
+    # XLA's text ends with the message: "INVALID_ARGUMENT: <message>" (JAX 0.10),
+    # "INVALID_ARGUMENT: Buffer Definition Event: <message>" (JAX 0.6)
+    found = [m for m in _MESSAGES if first.endswith(": " + m) or first == m]
+    if found:
+        return max(found, key=len)
     from equinox import _jit as eqx_jit  # where equinox smuggles the message out of XLA
 
     info = getattr(eqx_jit, "last_error_info", None)
     msg = info[0] if info else None
-    if msg in _MESSAGES and msg in str(exc):
+    if msg in _MESSAGES and msg in text:
         return msg
     return None
 
 
 def _translate(fn):
-    """Call ``fn``; a failed jaxdyn value check is re-raised as :class:`CheckError` whose
-    message is the check's message alone."""
+    """Call ``fn`` and wait for its result; a failed jaxdyn value check is re-raised as
+    :class:`CheckError` whose message is the check's message alone. (XLA reports a failed
+    check of jaxdyn's handler when the result is ready, not at the call: JAX dispatches
+    asynchronously.)"""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            return jax.block_until_ready(fn(*args, **kwargs))
         except CheckError:
             raise
         except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError, ValueError) as e:
@@ -381,8 +416,8 @@ def _eager_jit(fn):
     eager call (each operation compiled) and 0.19 s per call after; compiled as one program,
     2.2 s and 0.2-0.4 ms."""
 
-    @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-    def run(treedef, static, checks, *dyn):
+    @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+    def run(treedef, static, checks, traced, *dyn):
         it = iter(dyn)
         leaves = [
             next(it)
@@ -393,7 +428,10 @@ def _eager_jit(fn):
             for s in static
         ]
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-        return fn(*args, **kwargs)
+        # under an eager transformation (traced leaves) the call cannot wait for its result,
+        # so its checks are equinox's, which fail at the call (error_if)
+        with batching._inside(eqx_checks=traced):
+            return fn(*args, **kwargs)
 
     def call(leaves, treedef):
         # None marks an array; static leaves are typed: 1 and True are equal keys, but not
@@ -424,15 +462,19 @@ def _eager_jit(fn):
                 if len(floats) >= EAGER_FLOAT_KEYS:
                     return _OP_BY_OP
                 floats.add(static)
-        return run(treedef, static, value_checks_enabled(), *dyn)
+        traced = any(isinstance(x, jax.core.Tracer) for x in dyn)
+        return run(treedef, static, value_checks_enabled(), traced, *dyn)
 
     return call
 
 
 def jit(fun=None, **jit_kwargs):
     """``jax.jit`` whose failed jaxdyn value checks raise :class:`CheckError` with the check's
-    message as the whole text (instead of XLA's ``INTERNAL: CpuCallback error ...`` and a
-    traceback). Same arguments as ``jax.jit``; usable as ``@jaxdyn.jit`` or
+    message as the whole text (instead of XLA's ``INVALID_ARGUMENT: <message>``, or
+    ``INTERNAL: CpuCallback error ...`` and a traceback where the check is
+    ``equinox.error_if``), at the call: it waits for the result (``jax.block_until_ready``),
+    where ``jax.jit`` returns at once and XLA reports the failure when the result is used.
+    Same arguments as ``jax.jit``; usable as ``@jaxdyn.jit`` or
     ``jaxdyn.jit(f, static_argnums=...)``. The compiled function is the one ``jax.jit`` makes
     (``.lower`` and ``.trace`` are forwarded)."""
     if fun is None:

@@ -39,6 +39,7 @@ Elsewhere the arrays pass through unchanged.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shlex
@@ -59,6 +60,8 @@ from . import config
 TARGET = "jaxdyn_uninitialized"
 #: the same handler under the name of the stores (:func:`store`), so that programs say which
 STORE_TARGET = "jaxdyn_store"
+#: the value checks' handler (:func:`check`)
+CHECK_TARGET = "jaxdyn_check"
 SOURCE = Path(__file__).with_name("_uninitialized.c")
 
 _lock = threading.Lock()
@@ -132,6 +135,7 @@ def _register() -> None:
     lib = ctypes.CDLL(str(build()))
     for target in (TARGET, STORE_TARGET):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
+    jax.ffi.register_ffi_target(CHECK_TARGET, jax.ffi.pycapsule(lib.jaxdyn_check), "cpu")
     _state["lib"] = lib  # kept loaded for the life of the process
 
 
@@ -273,3 +277,87 @@ def store(*xs):
     if not xs or jax.default_backend() != "cpu" or not _stores_on() or not available():
         return None  # (other backends: no handler compiled for a call they would not make)
     return tuple(stored_p.bind(*xs, batched=False))
+
+
+# ------------------------------------------------------------------------------------- checks
+
+
+def _check_eqx(*xs, message):
+    """The check by ``equinox.error_if`` (a host callback): the fallback of :func:`check`."""
+    import equinox as eqx
+
+    return list(eqx.error_if(list(xs[:-1]), xs[-1], message))
+
+
+check_p = jax.extend.core.Primitive("jaxdyn_check")
+check_p.multiple_results = True
+
+
+def _check_impl(*xs, message):
+    # called eagerly (outside jit), the primitive runs as a compiled program of its own, so
+    # that the check fails the same way as inside one; with jit disabled, in Python
+    if jax.config.jax_disable_jit:
+        if np.any(np.asarray(xs[-1])):
+            raise ValueError(message)
+        return list(xs[:-1])
+    return jax.jit(lambda *a: check_p.bind(*a, message=message))(*xs)
+
+
+check_p.def_impl(_check_impl)
+check_p.def_abstract_eval(lambda *xs, message: list(xs[:-1]))
+
+
+def _check_batch(args, dims, *, message):
+    # one predicate for the whole batch: the program fails where any sample fails (as
+    # equinox's batched error_if)
+    *xs, pred = args
+    return check_p.bind(*xs, jnp.any(pred), message=message), list(dims[:-1])
+
+
+def _check_jvp(primals, tangents, *, message):
+    # the primal is checked; tangents pass through (the check is the identity on values)
+    return check_p.bind(*primals, message=message), list(tangents[:-1])
+
+
+batching.primitive_batchers[check_p] = _check_batch
+ad.primitive_jvps[check_p] = _check_jvp
+
+
+def _lower_check_eqx(ctx, *xs, message):
+    return mlir.lower_fun(functools.partial(_check_eqx, message=message), True)(ctx, *xs)
+
+
+def _lower_check_cpu(ctx, *xs, message):
+    if ctx.module_context.lowering_parameters.for_export or not _one_device(ctx) or not available():
+        return _lower_check_eqx(ctx, *xs, message=message)
+    # the arrays pass through the call (its results alias them), so they are computed once
+    # before it, as they were before equinox's conditional; a call that read the predicate
+    # alone and let the arrays fuse into their consumers was 1-6 % slower on rnea and crba
+    # under jax.vmap (B = 1024; talos_full aba 2-3 % faster). It has a side effect (failing
+    # the program), so XLA keeps it. (XLA's partitioner requires a sharding of such a call,
+    # which JAX sets for its own callbacks by internal means: a partitioned program takes
+    # equinox's error_if.)
+    aliases = {i: i for i in range(len(xs) - 1)}
+    lower = jax.ffi.ffi_lowering(CHECK_TARGET, operand_output_aliases=aliases, has_side_effect=True)
+    return lower(ctx, *xs, message=message)
+
+
+mlir.register_lowering(check_p, _lower_check_eqx)
+mlir.register_lowering(check_p, _lower_check_cpu, platform="cpu")
+
+
+def check_available() -> bool:
+    """Whether :func:`check` is a call of jaxdyn's handler (the CPU, the handler compiled)."""
+    return jax.default_backend() == "cpu" and available()
+
+
+def check(xs, pred, message: str):
+    """The arrays ``xs`` (a list), unchanged, checked: the program fails with ``message``
+    (XLA raises it as ``INVALID_ARGUMENT: <message>`` when the result is ready) where any
+    entry of the boolean ``pred`` is true. A call of jaxdyn's handler (``jaxdyn_check``) on
+    the CPU; a program holding it has no host callback, so JAX's persistent compilation cache
+    keeps it. Use where :func:`check_available`; under ``jax.export`` (a handler of this
+    process only), in programs partitioned over several devices and on other platforms it is
+    lowered as ``equinox.error_if``."""
+    pred = jnp.any(jnp.asarray(pred, jnp.bool_))
+    return check_p.bind(*xs, pred, message=str(message))

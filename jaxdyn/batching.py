@@ -135,6 +135,9 @@ class _Inside(threading.local):
     active = False
     batch = 0  # the batch size while a batching rule traces its function, else 0
     unchecked = False  # jaxdyn._checks.unchecked(): value checks left out of the trace
+    # value checks by equinox.error_if, which fail at the call (jaxdyn._checks._eager_jit, for
+    # eager transformations, whose results cannot be waited for inside the call)
+    eqx_checks = False
     unchunked = False  # unchunked(): plain vmap, for programs partitioned over devices
 
 
@@ -265,7 +268,7 @@ def batched(fn, words):
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
         # the rule may trace fn later (vmap of a loop batches the loop's body after tracing
         # it), so the caller's choices of value checks and chunks travel with the call
-        unchecked, unchunked = _INSIDE.unchecked, _INSIDE.unchunked
+        unchecked, unchunked, eqx_checks = _INSIDE.unchecked, _INSIDE.unchunked, _INSIDE.eqx_checks
 
         def call(*xs):
             full = list(leaves)
@@ -273,7 +276,7 @@ def batched(fn, words):
                 full[i] = x
             a, k = jax.tree_util.tree_unflatten(treedef, full)
             # public functions called by fn run as plain code
-            with _inside(active=True, unchecked=unchecked):
+            with _inside(active=True, unchecked=unchecked, eqx_checks=eqx_checks):
                 return fn(*a, **k)
 
         def rule(axis_size, in_batched, *xs):

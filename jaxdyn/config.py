@@ -3,12 +3,11 @@
 =========================  ================================  ========  =============================
 name                       environment variable              default   effect
 =========================  ================================  ========  =============================
-``value_checks``           ``JAXDYN_VALUE_CHECKS``           ``True``  ``equinox.error_if`` value
-                                                                       checks under ``jit`` (unit,
-                                                                       finite quaternions in ``q``;
-                                                                       traced ``damping``; finite
-                                                                       constraint forces); see
-                                                                       :mod:`jaxdyn._checks`
+``value_checks``           ``JAXDYN_VALUE_CHECKS``           ``True``  value checks under ``jit``
+                                                                       (unit, finite quaternions in
+                                                                       ``q``; traced ``damping``;
+                                                                       finite constraint forces);
+                                                                       see :mod:`jaxdyn._checks`
 ``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``   ``True``  ``jaxdyn.rnea`` /
                                                                        ``jaxdyn.aba`` differentiate
                                                                        by their analytic

@@ -598,12 +598,13 @@ def enable_x64(flag: bool):
 
 
 def callbacks(jaxpr, inside_loop=False):
-    """Names of the callback primitives (equinox's error_if) of a jaxpr: ``(outside any
-    loop, inside a scan / while body)``."""
+    """Names of the value checks of a jaxpr (jaxdyn's ``jaxdyn_check`` primitive, or the
+    callbacks of ``equinox.error_if`` where that is the check): ``(outside any loop, inside a
+    scan / while body)``."""
     out, ins = [], []
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        if "callback" in name:
+        if "callback" in name or name == "jaxdyn_check":
             (ins if inside_loop else out).append(name)
         loop = inside_loop or name in ("scan", "while")
         for sub in jaxprs_in_params(eqn.params):

@@ -1,12 +1,16 @@
 """Errors: wrong shapes, non-unit quaternions, unknown frames, bad URDF input.
 
 Shape errors are raised at trace time (before any computation), so these tests are cheap; the
-quaternion check is an ``equinox.error_if`` evaluated at run time.
+quaternion check is a value check evaluated at run time (jaxdyn's XLA FFI check on the CPU,
+``equinox.error_if`` where that is unavailable).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 
 import equinox as eqx
 import jax
@@ -19,10 +23,11 @@ import jaxdyn
 from oracle import assert_close, robot_case
 
 QUAT_MSG = "a quaternion in q is not of unit norm"
-#: What an ``equinox.error_if`` raised inside ``jax.jit`` looks like to the caller: the first
-#: (traced) call raises ``jax.errors.JaxRuntimeError``; later calls of the cached executable
-#: go through jax's C++ dispatch, which raises ``ValueError("INTERNAL: CpuCallback error...")``
-#: with the same message (JAX 0.10 / equinox 0.13 behaviour, not jaxdyn's).
+#: What a failed value check inside ``jax.jit`` looks like to the caller: the first (traced)
+#: call raises ``jax.errors.JaxRuntimeError``; later calls of the cached executable go through
+#: jax's C++ dispatch, which may raise ``ValueError`` with the same message (``INVALID_ARGUMENT:
+#: <message>`` from jaxdyn's check, ``INTERNAL: CpuCallback error...`` from equinox's; JAX 0.10
+#: behaviour, not jaxdyn's).
 JIT_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
 
 
@@ -375,6 +380,89 @@ def test_error_message_is_the_first_line(quad, caplog):
     assert not [r for r in caplog.records if "pure_callback failed" in r.getMessage()]
 
 
+def _handler_checks() -> bool:
+    from jaxdyn import _uninitialized
+
+    return _uninitialized.check_available()
+
+
+def test_value_check_is_a_handler_call_without_host_callbacks(quad):
+    """On the CPU (handler compiled) a value check is a call of jaxdyn's FFI handler: the
+    program holds no host callback, and a failure reads ``INVALID_ARGUMENT: <message>`` when
+    the result is used. Without the handler it is equinox.error_if's callback."""
+    m, s = quad
+    f = jax.jit(lambda m, q: jaxdyn.rnea(m, q, s["v"], s["a"]))
+    text = f.lower(m, s["q"]).as_text()
+    want = f"rnea: {QUAT_MSG} (tolerance 0.001) or not finite"
+    with pytest.raises(JIT_ERRORS) as e:
+        jax.block_until_ready(f(m, _bad_quaternion(s["q"])))
+    if _handler_checks():
+        assert "jaxdyn_check" in text and "callback" not in text
+        # JAX 0.6 puts "Buffer Definition Event: " before the message
+        line = _first_line(e.value)
+        assert line.startswith("INVALID_ARGUMENT: ") and line.endswith(f": {want}"), line
+    else:
+        assert "callback" in text and want in str(e.value)
+
+
+def test_value_checks_fall_back_to_equinox(quad, monkeypatch):
+    """Where jaxdyn's handler cannot serve (no compiler, another platform), the same checks are
+    equinox.error_if's, with the same message; under jax.vmap one bad sample fails the call."""
+    from jaxdyn import _uninitialized
+
+    monkeypatch.setattr(_uninitialized, "check_available", lambda: False)
+    m, s = quad
+    f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(m, q)))
+    qs = np.stack([s["q"], _bad_quaternion(s["q"])])
+    assert "callback" in f.lower(qs).as_text()
+    with pytest.raises(JIT_ERRORS, match=f"crba: {QUAT_MSG}"):
+        jax.block_until_ready(f(qs))
+    assert np.all(np.isfinite(f(qs[:1])))
+
+
+def test_value_check_with_jit_disabled(quad):
+    """Under jax.disable_jit() the check runs in Python and a failure is a CheckError."""
+    m, s = quad
+    with jax.disable_jit():
+        assert np.all(np.isfinite(jaxdyn.center_of_mass(m, s["q"])))
+        with pytest.raises(jaxdyn.CheckError, match=f"center_of_mass: {QUAT_MSG}"):
+            jaxdyn.center_of_mass(m, _bad_quaternion(s["q"]))
+
+
+_CACHED = """
+import os, sys
+import jax
+import jaxdyn
+from jaxdyn import robots
+m = robots.load("quad12")
+q = jaxdyn.neutral_configuration(m)
+jax.block_until_ready(jax.jit(lambda q: jaxdyn.crba(m, q))(q))
+print(jaxdyn._checks.value_checks_enabled(), sorted(os.listdir(sys.argv[1])))
+"""
+
+
+def test_programs_with_value_checks_enter_the_persistent_cache(tmp_path):
+    """JAX's persistent compilation cache refuses programs holding host callbacks (equinox's
+    error_if); with jaxdyn's handler a program with value checks is written to it."""
+    import os
+
+    env = dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PLATFORMS="cpu",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_CACHED), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    checks, files = r.stdout.strip().split(" ", 1)
+    assert checks == "True"
+    cached = "jit__lambda" in files
+    assert cached == _handler_checks(), files
+
+
 def test_jit_wrapper_passes_other_errors_through():
     with pytest.raises(ValueError, match="not a jaxdyn message"):
         jaxdyn.jit(lambda x: (_ for _ in ()).throw(ValueError("not a jaxdyn message")))(1.0)
@@ -496,8 +584,8 @@ def test_constrained_aba_damping_and_redundant_constraints(quad):
 
 
 def test_value_checks_follow_the_switch(quad):
-    """Every value check is an equinox.error_if (a callback in the traced program) only while
-    jaxdyn.config's value_checks is on."""
+    """Every value check is in the traced program (jaxdyn's check primitive on the CPU, else
+    equinox.error_if's callback) only while jaxdyn.config's value_checks is on."""
     m, s = quad
     cs = (jaxdyn.Connect("FL_FOOT"),)
 
@@ -506,7 +594,7 @@ def test_value_checks_follow_the_switch(quad):
 
     def callbacks():
         text = str(jax.make_jaxpr(f)(s["q"], 1e-8))
-        return text.count("pure_callback")
+        return text.count("jaxdyn_check") + text.count("pure_callback")
 
     assert callbacks() >= 3  # quaternion, damping, constraint forces
     with jaxdyn.config.override(value_checks=False):

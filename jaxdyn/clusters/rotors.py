@@ -22,22 +22,22 @@ its rate (``G_r`` its row of ``G``) and ``v_p`` / ``omega_p`` / ``a_p`` its pare
   ``[J_r (w_dd_r s_r + w_r omega_p x s_r); 0]``, and its joint torque to
   ``J_r (s_r . alpha_p + w_dd_r)``, i.e. ``tau_k += Ue^T a_p`` besides the armature (C-RNEA).
 
-:func:`fold_rotors` decides, once and from the model's values, which rotors qualify and records
-a static :class:`RotorFold` plan in the topology (:func:`jaxdyn.clusters.build` and
+:func:`fold_rotors` decides, once and from the model's values, which rotors qualify and records a
+static :class:`RotorFold` plan in the topology (:func:`jaxdyn.clusters.build` and
 :func:`jaxdyn.clusters.load_urdf_plus` apply it by default; ``fold_rotors=False`` keeps the
 spanning-tree algorithms). The algorithms then take the folded path whenever the plan is there,
 whatever the call (eager, jitted with the model closed over or as an argument, vmapped over the
 model's parameters): the choice depends on static data only. The folded parameters (composite
 inertias, ``J_r``, ``s_r``, ``G_r``, the armature) are computed at every call from the model's
-leaves (:func:`folded_model`), so derivatives with respect to the model flow through them;
-they are exact as long as the rotors stay axisymmetric, which is checked at every call under
-``equinox.error_if`` (value checks on, :mod:`jaxdyn.config`): derivatives with respect to a
+leaves (:func:`folded_model`), so derivatives with respect to the model flow through them; they are
+exact as long as the rotors stay axisymmetric, which is checked at every call by a value check
+(:func:`jaxdyn._checks.error_if`, on with :mod:`jaxdyn.config`): derivatives with respect to a
 rotor's inertia are those within the axisymmetric family. The link tree is rebuilt from the
-original's constraint specifications: the rotors and the specs naming them are dropped, the
-links of each transmission cluster kept together, implicit loops (Tello's differentials) kept
-as they are. Rotors that are not axisymmetric (JVRC-1's, for one), models whose link tree would
-pick other independent coordinates, calls with external forces and end effectors on rotors
-take the general paths.
+original's constraint specifications: the rotors and the specs naming them are dropped, the links of
+each transmission cluster kept together, implicit loops (Tello's differentials) kept as they are.
+Rotors that are not axisymmetric (JVRC-1's, for one), models whose link tree would pick other
+independent coordinates, calls with external forces and end effectors on rotors take the general
+paths.
 """
 
 from __future__ import annotations

@@ -5,15 +5,14 @@ Reference: Chignoli et al. (T-RO 2024), §II-B: implicit constraints ``phi(q) = 
 ``qdot = G ydot``, ``qdd = G ydd + g`` (``g = Gdot ydot``), and the implicit -> explicit
 conversion ``G = P [I; -K_d^-1 K_i]``, ``g = P [0; K_d^-1 k]`` (eq. (8)).
 
-Value check of ``q``: the spanning coordinates of implicit (loop) clusters must satisfy
-``phi(q) = 0``. Every function that maps a cluster position to the spanning tree (the
-algorithms, :func:`spanning_state`, ...) checks ``|phi_i| <= tol * s`` under
-``equinox.error_if`` (switched off with ``jaxdyn.config.update("value_checks", False)``), with
-``s`` the cluster's residual scale (the largest row sum of ``|K|`` at the build-time
-configuration: how much ``phi`` changes for a unit change of the coordinates, so that
-``phi / s`` is about the distance to the constraint manifold in radians, or metres for
-prismatic joints) and ``tol = max(1e-6, 1000 eps)`` (:func:`loop_tolerance`: ``1e-6`` in
-float64, ``1.2e-4`` in float32).
+Value check of ``q``: the spanning coordinates of implicit (loop) clusters must satisfy ``phi(q) =
+0``. Every function that maps a cluster position to the spanning tree (the algorithms,
+:func:`spanning_state`, ...) checks ``|phi_i| <= tol * s`` by a value check
+(:func:`jaxdyn._checks.error_if`, switched off with ``jaxdyn.config.update("value_checks",
+False)``), with ``s`` the cluster's residual scale (the largest row sum of ``|K|`` at the build-time
+configuration: how much ``phi`` changes for a unit change of the coordinates, so that ``phi / s`` is
+about the distance to the constraint manifold in radians, or metres for prismatic joints) and ``tol
+= max(1e-6, 1000 eps)`` (:func:`loop_tolerance`: ``1e-6`` in float64, ``1.2e-4`` in float32).
 """
 
 from __future__ import annotations

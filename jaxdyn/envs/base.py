@@ -24,11 +24,11 @@ wrappers take jaxdyn environments unchanged. Without it, equivalent classes defi
 their place (:data:`HAS_BRAX` says which): ``State`` is a dataclass registered as a pytree with
 a ``replace`` method.
 
-Input checks: an action of the wrong shape raises ``ValueError`` naming ``action`` when the
-step is traced; a non-finite action is caught under ``jit`` by ``equinox.error_if`` (jaxdyn's
-value checks, :mod:`jaxdyn.config`). A step that would leave the simulation non-finite or
-faster than :attr:`SimEnv.divergence_speed` (it diverged) keeps the previous physics state
-and ends the episode (``done = 1``, ``metrics["diverged"] = 1``), so a training run resets
+Input checks: an action of the wrong shape raises ``ValueError`` naming ``action`` when the step is
+traced; a non-finite action is caught under ``jit`` by jaxdyn's value checks
+(:func:`jaxdyn._checks.error_if`, :mod:`jaxdyn.config`). A step that would leave the simulation
+non-finite or faster than :attr:`SimEnv.divergence_speed` (it diverged) keeps the previous physics
+state and ends the episode (``done = 1``, ``metrics["diverged"] = 1``), so a training run resets
 that environment instead of stopping.
 """
 
@@ -204,8 +204,8 @@ def check_rng(owner: str, rng):
 
 def check_action(owner: str, action, size: int):
     """``action`` as a float array of shape ``(size,)``: a wrong shape raises ``ValueError``
-    naming ``action`` (at trace time); a non-finite entry is an ``equinox.error_if`` under jit
-    when jaxdyn's value checks are on."""
+    naming ``action`` (at trace time); a non-finite entry fails a value check under jit when
+    jaxdyn's value checks are on."""
     action = jnp.asarray(action)
     if action.shape != (size,):
         extra = ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -89,7 +88,7 @@ def spec_offsets(system):
 def check_values(fn, system, values, dtype=None):
     """Shape-check the values of the knowns and sensors (a sequence aligned with
     ``system.specs``, or a dict keyed by spec or label); NaN checks: eager ``ValueError``,
-    traced ``equinox.error_if`` (switch: ``jaxdyn.config`` ``value_checks``)."""
+    traced value checks (:func:`nan_check`; switch: ``jaxdyn.config`` ``value_checks``)."""
     specs = system.specs
     if isinstance(values, dict):
         out = []
@@ -120,9 +119,10 @@ def check_values(fn, system, values, dtype=None):
 
 
 def nan_check(fn, arrs, specs):
-    """Non-finite values: ``ValueError`` naming the quantity for concrete values; one
-    ``equinox.branched_error_if`` for traced ones (message naming the first bad quantity),
-    when ``jaxdyn.config`` ``value_checks`` is on."""
+    """Non-finite values: ``ValueError`` naming the quantity for concrete values; for traced
+    ones a value check per quantity (:func:`jaxdyn._checks.error_if`) of which only the first
+    bad quantity's fails (its message names it), when ``jaxdyn.config`` ``value_checks`` is
+    on."""
     traced = [isinstance(y, jax.core.Tracer) for y in arrs]
     for s, y, tr in zip(specs, arrs, traced):
         if not tr and not np.all(np.isfinite(np.asarray(y))):
@@ -131,15 +131,11 @@ def nan_check(fn, arrs, specs):
     if not idx or not _checks.value_checks_enabled():
         return arrs
     bad = jnp.stack([~jnp.all(jnp.isfinite(arrs[i])) for i in idx])
-    msgs = tuple(f"{fn}: the value of {specs[i].label} is not finite (NaN or inf)" for i in idx)
     first = jnp.argmax(bad)
-    flat = jnp.concatenate([jnp.reshape(arrs[i], (-1,)) for i in idx])
-    flat = eqx.branched_error_if(flat, jnp.any(bad), first, msgs)
-    out, k = list(arrs), 0
-    for i in idx:
-        size = int(np.prod(arrs[i].shape))
-        out[i] = flat[k : k + size].reshape(arrs[i].shape)
-        k += size
+    out = list(arrs)
+    for k, i in enumerate(idx):
+        msg = f"{fn}: the value of {specs[i].label} is not finite (NaN or inf)"
+        out[i] = _checks.error_if(arrs[i], bad[k] & (first == k), msg)
     return out
 
 

@@ -107,7 +107,7 @@ def constrained_aba(
       :func:`jaxdyn.constraints.constraint_error` (``kp != 0`` needs targets).
     - ``damping``: ``μ >= 0`` added to the Delassus diagonal (finite; a NaN or negative value
       is refused). Redundant constraints need ``damping > 0``: with 0 the system is singular
-      and, with value checks on, an ``equinox.error_if`` reports it (NaN otherwise).
+      and, with value checks on, a value check reports it (NaN otherwise).
     - ``targets``: per-constraint targets overriding the constraints' ``target`` fields.
     - ``method``: Delassus algorithm (see :func:`jaxdyn.delassus`).
 
