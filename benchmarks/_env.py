@@ -97,7 +97,10 @@ def reuse_freed_buffers() -> bool:
 
 def write_section(path, section: str) -> None:
     """Put ``section`` (markdown starting with its ``## heading`` line) into the results file
-    ``path``: it replaces the section of that heading (up to the next ``## ``) or is appended."""
+    ``path``: it replaces the section of that heading (up to the next ``## ``) or is appended.
+    Subsections (``### ``) of the old section whose headings the new one does not have (the
+    runs of earlier sessions recorded under it, another machine's tables) are kept, after the
+    new section."""
     from pathlib import Path
 
     path = Path(path)
@@ -114,7 +117,16 @@ def write_section(path, section: str) -> None:
         end = next(
             (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
         )
-        out = lines[:start] + new + lines[end:]
+        own = {ln.strip() for ln in new if ln.startswith("### ")}
+        kept, keep = [], False
+        for ln in lines[start + 1 : end]:
+            if ln.startswith("### "):
+                keep = ln.strip() not in own
+            if keep:
+                kept.append(ln)
+        if kept and new[-1].strip():
+            new.append("")
+        out = lines[:start] + new + kept + lines[end:]
     path.write_text("\n".join(out).rstrip() + "\n")
 
 

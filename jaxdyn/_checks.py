@@ -131,7 +131,7 @@ def error_if(x, pred, msg: str):
     (:func:`jaxdyn._uninitialized.check`), not ``equinox.error_if``'s host callback: JAX's
     persistent compilation cache refuses programs that hold host callbacks, so with
     ``equinox.error_if`` no program with value checks was ever cached (talos_full
-    ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.6 s from the cache).
+    ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
     Elsewhere (GPUs, ``jax.export``, programs partitioned over devices, among them those
     traced under :func:`jaxdyn.batching.unchunked`, no C compiler), under JAX's
     transformations called outside ``jit`` (``jax.vmap(jaxdyn.rnea)(...)``: their call cannot

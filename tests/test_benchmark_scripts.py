@@ -118,3 +118,25 @@ def test_vs_cpp_reports_the_full_matrix_ratio():
     lines = {ln.split("|")[2].strip(): ln for ln in text.splitlines() if ln.startswith("| float")}
     assert "| 1.50 | 1.20 (2.50) |" in lines["crba"] and "MISS" in lines["crba"]
     assert "| 0.50 | - |" in lines["rnea"] and "PASS" in lines["rnea"]
+
+
+def test_write_section_keeps_earlier_subsections(tmp_path):
+    """benchmarks/_env.write_section replaces a section's tables but keeps the subsections of
+    earlier runs recorded under it (a rerun of vs_cpp.py wiped them once)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _env import write_section
+    finally:
+        sys.path.remove(str(BENCH))
+    p = tmp_path / "R.md"
+    p.write_text(
+        "# R\n\n## A\n\nold intro\n\n### solo12\n\nold table\n\n### Stop 1\n\nkept\n\n## B\n\nb\n"
+    )
+    write_section(p, "## A\n\nnew intro\n\n### solo12\n\nnew table\n")
+    text = p.read_text()
+    assert "old" not in text and "new intro" in text and "new table" in text
+    assert (
+        text.index("new table") < text.index("### Stop 1") < text.index("kept") < text.index("## B")
+    )
+    write_section(p, "## C\n\nc\n")
+    assert p.read_text().rstrip().endswith("## C\n\nc")
