@@ -34,6 +34,13 @@ switch off (``jaxdyn.config.update("ffi_stores", False)``, ``JAXDYN_FFI_STORES=0
 partitioner would gather the batch to call the handler on the whole), nor with
 :func:`jaxdyn.config.fused_cpu_loops` (XLA does not fuse a loop that holds a custom call).
 Elsewhere the arrays pass through unchanged.
+
+A second handler of the same library **checks** values (:func:`check`, behind
+:func:`jaxdyn._checks.error_if`): a call whose last operand is a predicate fails the program
+with its ``message`` attribute where the predicate is true (XLA raises ``INVALID_ARGUMENT:
+<message>``), and otherwise passes its other operands through (its results alias them). Unlike
+``equinox.error_if``'s host callback it lets JAX's persistent compilation cache keep the
+program. Not under ``jax.export`` nor in partitioned programs (``equinox.error_if`` there).
 """
 
 from __future__ import annotations
