@@ -261,13 +261,17 @@ def _one_device(ctx) -> bool:
     return True
 
 
+def _handler_call(ctx) -> bool:
+    """Whether the program being lowered may call a handler whose results alias its operands
+    (stores, checks): not under ``jax.export`` (a handler of this process only), not in a
+    program XLA partitions (:func:`_one_device`), and the handler available."""
+    return (
+        not ctx.module_context.lowering_parameters.for_export and _one_device(ctx) and available()
+    )
+
+
 def _lower_store_cpu(ctx, *xs, batched):
-    if (
-        batched
-        and not ctx.module_context.lowering_parameters.for_export
-        and _one_device(ctx)
-        and available()
-    ):
+    if batched and _handler_call(ctx):
         aliases = {i: i for i in range(len(xs))}
         return jax.ffi.ffi_lowering(STORE_TARGET, operand_output_aliases=aliases)(ctx, *xs)
     return list(xs)
@@ -335,7 +339,7 @@ def _lower_check_eqx(ctx, *xs, message):
 
 
 def _lower_check_cpu(ctx, *xs, message):
-    if ctx.module_context.lowering_parameters.for_export or not _one_device(ctx) or not available():
+    if not _handler_call(ctx):
         return _lower_check_eqx(ctx, *xs, message=message)
     # the arrays pass through the call (its results alias them), so they are computed once
     # before it, as they were before equinox's conditional; a call that read the predicate
