@@ -132,7 +132,7 @@ def error_if(x, pred, msg: str):
     persistent compilation cache refuses programs that hold host callbacks, so with
     ``equinox.error_if`` no program with value checks was ever cached (talos_full
     ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
-    Elsewhere (GPUs, ``jax.export``, programs partitioned over devices, among them those
+    Elsewhere (GPUs, ``jax.export``, programs XLA partitions over devices, among them those
     traced under :func:`jaxdyn.batching.unchunked`, no C compiler), under JAX's
     transformations called outside ``jit`` (``jax.vmap(jaxdyn.rnea)(...)``: their call cannot
     wait for the result, and equinox's check fails at the call), and with equinox's
@@ -142,7 +142,7 @@ def error_if(x, pred, msg: str):
     _MESSAGES.add(msg)
     if (
         os.environ.get("EQX_ON_ERROR", "raise") != "raise"
-        or batching._INSIDE.unchunked  # traced for a partitioned program (sim.sharded_vmap)
+        or batching._INSIDE.unchunked  # traced for a program XLA partitions
         or batching._INSIDE.eqx_checks  # an eager transformation (_eager_jit)
         or not _uninitialized.check_available()
     ):

@@ -171,9 +171,20 @@ def _fill(shape, dtype, fill):
 
 uninitialized_p = jax.extend.core.Primitive("jaxdyn_uninitialized")
 uninitialized_p.def_impl(lambda *, shape, dtype, fill, use: _fill(shape, dtype, fill))
-uninitialized_p.def_abstract_eval(
-    lambda *, shape, dtype, fill, use: jax.core.ShapedArray(shape, dtype)
-)
+
+
+def _replicated(shape, dtype):
+    """The abstract value of a new array, replicated over the mesh in context like
+    ``jnp.zeros``' (under ``jax.set_mesh`` with explicit axes its sharding names that mesh;
+    the chunk loop's ``dynamic_update_slice`` requires the buffer's and the chunk's to agree)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return jax.core.ShapedArray(shape, dtype)
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding)
+
+
+uninitialized_p.def_abstract_eval(lambda *, shape, dtype, fill, use: _replicated(shape, dtype))
 
 
 def _lower_fill(ctx, *, shape, dtype, fill, use):

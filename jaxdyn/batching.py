@@ -22,6 +22,11 @@ chooses it from the model's size; ``0`` turns the rule off).
 
 :func:`vmap` is the explicit form, for functions of your own: ``jaxdyn.vmap(f, chunk_size=32)``.
 
+Several devices: a batch sharded over ``Explicit`` mesh axes (``jax.make_mesh``'s default in
+recent JAX, under ``jax.set_mesh``) is evaluated per shard (``jax.shard_map``, each device's
+chunk loop on its own samples); for ``Auto`` axes use :func:`jaxdyn.sim.sharded_vmap`, as XLA's
+partitioner would gather the chunk loop's batch onto every device.
+
 Differentiation: the rule is a ``custom_jvp`` around a ``custom_vmap``; derivatives are those
 of the function itself (its own analytic rules included), and ``jax.vmap`` of a derivative
 (``jax.vmap(jax.jacfwd(jaxdyn.rnea, argnums=1))``) batches the derivative computation as
@@ -160,9 +165,11 @@ def _inside(**state):
 @contextlib.contextmanager
 def unchunked():
     """Batching rules traced inside this block evaluate plain ``jax.vmap``, without the chunk
-    loop. For programs that XLA partitions over several devices (``jax.sharding``): the
-    partitioner cannot split a loop over chunks of the batch and gathers the whole batch on
-    every device instead (:func:`jaxdyn.sim.sharded_vmap` traces under it)."""
+    loop. For a ``jax.jit(jax.vmap(...))`` that XLA partitions over several devices (arrays
+    sharded over ``Auto`` mesh axes): the partitioner cannot split a loop over chunks of the
+    batch and gathers the whole batch on every device instead. :func:`jaxdyn.sim.sharded_vmap`
+    (``jax.shard_map``, the chunk loop on each device's samples) needs none of this, nor do
+    batches sharded over ``Explicit`` axes (the rule splits them itself)."""
     with _inside(unchunked=True):
         yield
 
@@ -243,6 +250,46 @@ def _map_chunks(body, xs, n, size, axis_size):
     return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
 
 
+def _explicit_batch_split(xs, in_batched):
+    """``(mesh, axes, n)`` where explicit sharding (``jax.sharding.AxisType.Explicit``, the
+    default of ``jax.make_mesh`` since JAX 0.7) splits the batch of the batched operands over
+    the mesh axes ``axes`` (``n`` shards), else ``None`` (one device, or ``Auto`` axes, whose
+    shardings the trace does not see)."""
+    for x, b in zip(xs, in_batched):
+        sharding = getattr(jax.typeof(x), "sharding", None) if b else None
+        spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+        if not spec or spec[0] is None or mesh is None:
+            continue
+        axes = (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        if axes and all(str(types.get(a)).endswith("Explicit") for a in axes):
+            return mesh, axes, int(np.prod([mesh.shape[a] for a in axes]))
+    return None
+
+
+def _per_shard(run, xs, in_batched, split):
+    """``run`` (the batch's evaluation) on each device's shard of an explicitly sharded batch,
+    by ``jax.shard_map`` over the batch's mesh axes: every device runs the chunk loop on its
+    own samples and writes its own shard of the outputs, as one device would. Without it
+    ``jax.vmap`` broadcasts the algorithms' unbatched constants (zeros, unit vectors) unsharded
+    beside sharded operands, which explicit sharding refuses (``ShardingTypeError: All
+    operands should have the same sharding``); and value checks run on each shard alone, with
+    no reduction across devices."""
+    mesh, axes, _ = split
+    spec = jax.sharding.PartitionSpec(axes)
+    in_specs = tuple(spec if b else jax.sharding.PartitionSpec() for b in in_batched)
+    return shard_map(run, mesh, in_specs, spec, axis_names=set(axes))(*xs)
+
+
+def shard_map(f, mesh, in_specs, out_specs, axis_names=None):
+    """``jax.shard_map`` without its replication checks (jaxdyn's own primitives have no rules
+    for them), manual over ``axis_names`` (default: every axis of ``mesh``)."""
+    kw = {} if axis_names is None else {"axis_names": set(axis_names)}
+    return jax.shard_map(
+        f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, **kw
+    )
+
+
 def batched(fn, words):
     """Give ``fn(model, ...)`` a batching rule that evaluates ``jax.vmap(fn)`` in cache-sized
     chunks on the CPU (see the module docstring); ``words(model, itemsize)`` estimates the
@@ -288,10 +335,16 @@ def batched(fn, words):
                 ),
                 default=8,
             )
+            split = _explicit_batch_split(xs, in_batched)
+            local = axis_size if split is None else axis_size // split[2]
             with _inside(unchunked=unchunked):
-                chunk = chunk_size_for(words(model, itemsize), axis_size, itemsize)
-            with _inside(batch=axis_size):
-                out = _chunked_vmap(call, axis_size, list(in_batched), xs, chunk)
+                chunk = chunk_size_for(words(model, itemsize), local, itemsize)
+
+            def run(*ys):
+                with _inside(batch=local):
+                    return _chunked_vmap(call, local, list(in_batched), ys, chunk)
+
+            out = run(*xs) if split is None else _per_shard(run, xs, in_batched, split)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         call.__name__ = call.__qualname__ = f"{fn.__name__}_batched"

@@ -3,12 +3,11 @@
 The simulator's functions are unbatched; a batch is ``jax.vmap`` of them. To spread a batch
 over several devices (GPUs of a node, TPU cores, or the CPU's virtual devices), place the
 batched inputs on a one-axis :class:`jax.sharding.Mesh` with a ``NamedSharding`` that splits the
-leading axis, and ``jax.jit`` the vmapped function: XLA partitions the program so that every
-device steps its slice of the batch (computation follows the data; nothing is gathered on one
-device: :func:`sharded_vmap` turns off the chunk loop of jaxdyn's batching rule, which the
-partitioner would gather). Results equal the one-device run to rounding on CPU (until
-2026-11-28 bit for bit: a partitioned program leaves out the stores of
-:func:`jaxdyn.spatial.store`, which change how XLA fuses, and so rounds, the one-device run).
+leading axis, and evaluate the vmapped function with :func:`sharded_vmap`: every device steps
+its slice of the batch with the one-device program (``jax.shard_map``; nothing is gathered on
+one device, and jaxdyn's batching rule runs its chunk loop on each device's samples). Under
+``jax.set_mesh`` with ``Explicit`` mesh axes (the default of ``jax.make_mesh`` in recent JAX) a
+plain ``jax.jit(jax.vmap(...))`` of jaxdyn's functions splits the batch the same way.
 
 Multi-host (several machines): call ``jax.distributed.initialize()`` in every process first;
 ``jax.devices()`` then lists every device of the cluster and :func:`batch_mesh` spans them all
@@ -37,9 +36,15 @@ def batch_mesh(devices=None) -> Mesh:
     return Mesh(np.asarray(devices), (AXIS,))
 
 
+def _batch_spec(mesh: Mesh) -> P:
+    names = tuple(mesh.axis_names)
+    return P(names if len(names) > 1 else names[0])
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Split the leading (batch) axis over the mesh; every other axis replicated."""
-    return NamedSharding(mesh, P(AXIS))
+    """Split the leading (batch) axis over the mesh (all its axes); every other axis
+    replicated."""
+    return NamedSharding(mesh, _batch_spec(mesh))
 
 
 def shard_batch(tree, mesh: Mesh | None = None):
@@ -60,19 +65,32 @@ def shard_batch(tree, mesh: Mesh | None = None):
 
 
 def sharded_vmap(fn, mesh: Mesh | None = None, in_axes=0):
-    """``jax.jit(jax.vmap(fn, in_axes))`` whose batched outputs are split over ``mesh`` like
-    its batched inputs (pass them through :func:`shard_batch`).
+    """``jax.jit(jax.vmap(fn, in_axes))`` with the batch split over ``mesh`` (pass the batched
+    inputs through :func:`shard_batch`): each device evaluates ``jax.vmap(fn)`` on its own
+    samples (``jax.shard_map`` over the mesh's axes) and holds its shard of the outputs.
 
-    jaxdyn's functions under ``jax.vmap`` on the CPU run their batch in a loop over chunks
-    (:mod:`jaxdyn.batching`), which XLA's partitioner cannot split: it gathers the whole batch
-    on every device and each device computes all of it. ``fn`` is traced here with that loop
-    off (:func:`jaxdyn.batching.unchunked`); a ``jax.jit(jax.vmap(...))`` of your own on
-    sharded CPU arrays wants ``jaxdyn.config.update("vmap_chunk", 0)`` or the same block."""
+    ``in_axes``: ``0`` (batched) or ``None`` (the same value on every device), or a tuple of
+    those, one per positional argument. Each device's program is the one-device program on its
+    share of the batch: jaxdyn's batching rule evaluates it in cache-sized chunks on the CPU,
+    and value checks (:mod:`jaxdyn.config`) look at that device's samples only, so a failed
+    check ends the call with its message as on one device. (A plain ``jax.jit(jax.vmap(fn))``
+    on arrays sharded over ``Auto`` mesh axes leaves the split to XLA's partitioner, which
+    cannot split the chunk loop and gathers the whole batch on every device; with
+    ``Explicit`` axes, the default of ``jax.make_mesh`` in recent JAX, jaxdyn's functions split
+    the batch as here by themselves.)"""
     mesh = batch_mesh() if mesh is None else mesh
+    spec = _batch_spec(mesh)
 
     @functools.wraps(fn)
-    def plain(*args):
-        with batching.unchunked():
-            return fn(*args)
+    def per_device(*args):
+        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args) or any(a not in (0, None) for a in axes):
+            raise ValueError(
+                f"sharded_vmap: in_axes must be 0, None or a tuple of those with one entry per "
+                f"argument ({len(args)}), got {in_axes!r}"
+            )
+        in_specs = tuple(spec if a == 0 else P() for a in axes)
+        local = jax.vmap(fn, in_axes=tuple(axes))
+        return batching.shard_map(local, mesh, in_specs, spec)(*args)
 
-    return jax.jit(jax.vmap(plain, in_axes=in_axes), out_shardings=batch_sharding(mesh))
+    return jax.jit(per_device)

@@ -844,15 +844,6 @@ def solve_batch(
 # ----------------------------------------------------------------------------- across devices
 
 
-def _shard_map(f, mesh, in_specs, out_specs):
-    """``jax.shard_map`` without replication checks (``jax.experimental`` before jax 0.7)."""
-    if hasattr(jax, "shard_map"):
-        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    from jax.experimental.shard_map import shard_map  # pragma: no cover - old jax
-
-    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
-
-
 @eqx.filter_jit
 def _solve_sharded(
     arrays, static_tree, ddp, params, mesh, per_device, *, max_iter, derivatives, verbose
@@ -872,7 +863,7 @@ def _solve_sharded(
         args = (eqx.combine(arrs, static_tree), tags)
         return jax.lax.map(one, args) if per_device == "map" else jax.vmap(one)(args)
 
-    return _shard_map(local, mesh, P(mesh.axis_names[0]), P(mesh.axis_names[0]))(arrays)
+    return batching.shard_map(local, mesh, P(mesh.axis_names[0]), P(mesh.axis_names[0]))(arrays)
 
 
 def solve_sharded(
