@@ -267,6 +267,22 @@ def _explicit_batch_split(xs, in_batched):
     return None
 
 
+def _off_explicit_mesh(x):
+    """A concrete array (not traced: a model closed over) that lives on a mesh with
+    ``Explicit`` axes, as a numpy array; anything else as it is. Arrays created under
+    ``jax.set_mesh`` (a model loaded there) are replicated on that mesh, and ``jax.shard_map``
+    refuses to close over them (:func:`_per_shard`, :func:`jaxdyn.sim.sharded_vmap`: "Closing
+    over inputs to shard_map where the input is sharded on `Explicit` axes is not
+    implemented"); as numpy they are constants like any other."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
+        return x
+    mesh = getattr(x.sharding, "mesh", None)
+    types = getattr(mesh, "axis_types", ())
+    if any(str(t).endswith("Explicit") for t in types) and x.is_fully_addressable:
+        return np.asarray(x)
+    return x
+
+
 def _per_shard(run, xs, in_batched, split):
     """``run`` (the batch's evaluation) on each device's shard of an explicitly sharded batch,
     by ``jax.shard_map`` over the batch's mesh axes: every device runs the chunk loop on its
@@ -312,6 +328,7 @@ def batched(fn, words):
         dyn = [i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer)]
         if _INSIDE.active or not dyn:
             return fn(*args, **kwargs)
+        leaves = [_off_explicit_mesh(x) for x in leaves]
         model = sig.bind(*args, **kwargs).arguments.get(next(iter(sig.parameters)))
         # the rule may trace fn later (vmap of a loop batches the loop's body after tracing
         # it), so the caller's choices of value checks and chunks travel with the call

@@ -382,6 +382,15 @@ for fn, args in (
             # for scatter under explicit sharding); the chunk loop's buffers are replicated
             for x, y in zip(jax.tree.leaves(h(*args)), jax.tree.leaves(ref)):
                 np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * float(jnp.abs(y).max()))
+# a model loaded under the mesh (its arrays replicated on it, which jax.shard_map refuses to
+# close over): the same, and through sim.sharded_vmap
+ref = jax.jit(jax.vmap(crba))(q)
+with use(emesh):
+    quad_here = robots.load("quad12")
+    crba_here = lambda q: jaxdyn.crba(quad_here, q)
+    qe = jax.device_put(q, NamedSharding(emesh, P("b")))
+    for h in (jax.jit(jax.vmap(crba_here)), sim.sharded_vmap(crba_here, emesh)):
+        np.testing.assert_allclose(h(qe), ref, rtol=1e-12, atol=1e-15)
 print("OK")
 """
 
