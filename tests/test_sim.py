@@ -391,6 +391,9 @@ with use(emesh):
     qe = jax.device_put(q, NamedSharding(emesh, P("b")))
     for h in (jax.jit(jax.vmap(crba_here)), sim.sharded_vmap(crba_here, emesh)):
         np.testing.assert_allclose(h(qe), ref, rtol=1e-12, atol=1e-15)
+    # a rollout (a plain jit of vmap of it fails under explicit sharding)
+    put = lambda x: jax.device_put(x, NamedSharding(emesh, P("b")))
+    np.testing.assert_array_equal(sim.sharded_vmap(f, emesh)(put(q0), put(U)), one)
 print("OK")
 """
 
