@@ -91,23 +91,28 @@ def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
 
     @functools.wraps(fun)
     def wrapped(*args):
-        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-        if len(axes) != len(args):
-            raise ValueError(
-                f"jaxdyn.vmap: in_axes has {len(axes)} entries for {len(args)} arguments"
-            )
-        for ax in axes:
-            if ax not in (0, None):
-                raise ValueError("jaxdyn.vmap: in_axes entries must be 0 or None")
+        axes = batch_axes("jaxdyn.vmap", in_axes, len(args))
         in_batched = [ax == 0 for ax in axes]
         leaves = jax.tree_util.tree_leaves([a for a, b in zip(args, in_batched) if b])
         if not leaves:  # nothing to batch over: jax.vmap's own error
-            return jax.vmap(fun, in_axes=tuple(axes))(*args)
+            return jax.vmap(fun, in_axes=axes)(*args)
         n = leaves[0].shape[0]
         with _inside(batch=n):
             return _chunked_vmap(fun, n, in_batched, args, chunk_size if n > chunk_size else None)
 
     return wrapped
+
+
+def batch_axes(who: str, in_axes, nargs: int) -> tuple:
+    """``in_axes`` (``0``, ``None`` or a tuple of those) as one entry per positional argument,
+    for :func:`vmap` and :func:`jaxdyn.sim.sharded_vmap`; ``ValueError`` naming ``who``."""
+    axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * nargs
+    if len(axes) != nargs:
+        raise ValueError(f"{who}: in_axes has {len(axes)} entries for {nargs} arguments")
+    for ax in axes:
+        if ax not in (0, None):
+            raise ValueError(f"{who}: in_axes entries must be 0 or None")
+    return axes
 
 
 # ----------------------------------------------------------------------------- batching rule
@@ -250,6 +255,9 @@ def _map_chunks(body, xs, n, size, axis_size):
     return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
 
 
+_EXPLICIT = jax.sharding.AxisType.Explicit
+
+
 def _explicit_batch_split(xs, in_batched):
     """``(mesh, axes, n)`` where explicit sharding (``jax.sharding.AxisType.Explicit``, the
     default of ``jax.make_mesh`` since JAX 0.7) splits the batch of the batched operands over
@@ -262,7 +270,7 @@ def _explicit_batch_split(xs, in_batched):
             continue
         axes = (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
         types = dict(zip(mesh.axis_names, mesh.axis_types))
-        if axes and all(str(types.get(a)).endswith("Explicit") for a in axes):
+        if axes and all(types.get(a) == _EXPLICIT for a in axes):
             return mesh, axes, int(np.prod([mesh.shape[a] for a in axes]))
     return None
 
@@ -277,8 +285,7 @@ def _off_explicit_mesh(x):
     if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
         return x
     mesh = getattr(x.sharding, "mesh", None)
-    types = getattr(mesh, "axis_types", ())
-    if any(str(t).endswith("Explicit") for t in types) and x.is_fully_addressable:
+    if _EXPLICIT in getattr(mesh, "axis_types", ()) and x.is_fully_addressable:
         return np.asarray(x)
     return x
 

@@ -83,14 +83,9 @@ def sharded_vmap(fn, mesh: Mesh | None = None, in_axes=0):
 
     @functools.wraps(fn)
     def per_device(*args):
-        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-        if len(axes) != len(args) or any(a not in (0, None) for a in axes):
-            raise ValueError(
-                f"sharded_vmap: in_axes must be 0, None or a tuple of those with one entry per "
-                f"argument ({len(args)}), got {in_axes!r}"
-            )
+        axes = batching.batch_axes("sharded_vmap", in_axes, len(args))
         in_specs = tuple(spec if a == 0 else P() for a in axes)
-        local = jax.vmap(fn, in_axes=tuple(axes))
+        local = jax.vmap(fn, in_axes=axes)
         return batching.shard_map(local, mesh, in_specs, spec)(*args)
 
     return jax.jit(per_device)
