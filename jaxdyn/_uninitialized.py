@@ -61,6 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import PartitionSpec as P
 
 from . import config
 
@@ -329,11 +330,54 @@ check_p.def_impl(_check_impl)
 check_p.def_abstract_eval(lambda *xs, message: list(xs[:-1]))
 
 
+def explicit_split(xs, dims):
+    """``(mesh, axes, n)`` where explicit sharding (``jax.sharding.AxisType.Explicit``, the
+    default of ``jax.make_mesh`` since JAX 0.7) splits the batch of the operands ``xs``
+    (batched along ``dims``, ``None`` for unbatched ones) over the mesh axes ``axes`` (``n``
+    shards), else ``None`` (one device, or ``Auto`` axes, whose shardings the trace does not
+    see). The first batched operand whose batch is split decides."""
+    for x, d in zip(xs, dims):
+        sharding = getattr(jax.typeof(x), "sharding", None) if d is not None else None
+        spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+        if not spec or len(spec) <= d or spec[d] is None or mesh is None:
+            continue
+        axes = (spec[d],) if isinstance(spec[d], str) else tuple(spec[d])
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        if axes and all(types.get(a) == _EXPLICIT for a in axes):
+            return mesh, axes, int(np.prod([mesh.shape[a] for a in axes]))
+    return None
+
+
+_EXPLICIT = jax.sharding.AxisType.Explicit
+
+
 def _check_batch(args, dims, *, message):
     # one predicate for the whole batch: the program fails where any sample fails (as
     # equinox's batched error_if)
     *xs, pred = args
-    return check_p.bind(*xs, jnp.any(pred), message=message), list(dims[:-1])
+    split = explicit_split(args, dims)
+    if split is None:
+        return check_p.bind(*xs, jnp.any(pred), message=message), list(dims[:-1])
+    # a batch split over Explicit mesh axes: each device checks its own samples with the
+    # handler (a program partitioned by XLA would take equinox's callback, which runs on one
+    # device: the partitioner gathered the checked arrays onto it, and a failed check there
+    # left the other devices waiting at their next collective)
+    mesh, axes, _ = split
+    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+    specs = tuple(P() if d is None else P(axes) for d in dims)
+
+    def local(*a):
+        return tuple(check_p.bind(*a[:-1], jnp.any(a[-1]), message=message))
+
+    out = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=specs,
+        out_specs=specs[:-1],
+        axis_names=set(axes),
+        check_vma=False,
+    )(*moved)
+    return list(out), [None if d is None else 0 for d in dims[:-1]]
 
 
 def _check_jvp(primals, tangents, *, message):

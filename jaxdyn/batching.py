@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import config
-from ._uninitialized import uninitialized
+from ._uninitialized import explicit_split, uninitialized
 
 DEFAULT_CHUNK = 32
 
@@ -259,20 +259,10 @@ _EXPLICIT = jax.sharding.AxisType.Explicit
 
 
 def _explicit_batch_split(xs, in_batched):
-    """``(mesh, axes, n)`` where explicit sharding (``jax.sharding.AxisType.Explicit``, the
-    default of ``jax.make_mesh`` since JAX 0.7) splits the batch of the batched operands over
-    the mesh axes ``axes`` (``n`` shards), else ``None`` (one device, or ``Auto`` axes, whose
-    shardings the trace does not see)."""
-    for x, b in zip(xs, in_batched):
-        sharding = getattr(jax.typeof(x), "sharding", None) if b else None
-        spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
-        if not spec or spec[0] is None or mesh is None:
-            continue
-        axes = (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
-        types = dict(zip(mesh.axis_names, mesh.axis_types))
-        if axes and all(types.get(a) == _EXPLICIT for a in axes):
-            return mesh, axes, int(np.prod([mesh.shape[a] for a in axes]))
-    return None
+    """``(mesh, axes, n)`` where explicit sharding splits the batch (leading axis) of the
+    batched operands over the mesh axes ``axes`` (``n`` shards), else ``None``
+    (:func:`jaxdyn._uninitialized.explicit_split`)."""
+    return explicit_split(xs, [0 if b else None for b in in_batched])
 
 
 def _off_explicit_mesh(x):

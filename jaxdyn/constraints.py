@@ -508,7 +508,7 @@ def log3(R):
     never takes the square root of zero (whose derivative is infinite)."""
     tr = jnp.trace(R, axis1=-2, axis2=-1)
     c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
-    vee = jnp.stack(
+    vee = spatial.stack(
         [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
     )  # 2 sin(t) axis
     s2 = jnp.sum(vee * vee, -1) / 4  # sin(t)^2
@@ -560,7 +560,7 @@ def _target_arrays(fn, constraints, lay, targets, dtype):
                 )
         Rs.append(R)
         ps.append(p)
-    return jnp.stack(Rs), jnp.stack(ps)
+    return spatial.stack(Rs), spatial.stack(ps)
 
 
 def error_from_placements(lay, pl: Placements, Rt, pt):

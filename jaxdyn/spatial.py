@@ -23,6 +23,60 @@ import numpy as np
 from . import _uninitialized
 from . import config as _config
 
+# ----------------------------------------------------------------------------- sharding
+_EXPLICIT = jax.sharding.AxisType.Explicit
+
+
+def explicit_context() -> bool:
+    """Whether the trace runs under a mesh with ``Explicit`` axes (``jax.set_mesh`` of a
+    ``jax.make_mesh``, whose default axis type that is since JAX 0.7), where every array's
+    type carries its sharding."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return _EXPLICIT in tuple(getattr(mesh, "axis_types", ()) or ())
+
+
+def on_mesh(x):
+    """``x``, replicated over the mesh in context when that mesh has ``Explicit`` axes and
+    ``x`` lives on no mesh (a constant made inside a traced function, such as
+    ``jnp.asarray([0.0, 0.0, 1.0])``); ``x`` itself otherwise.
+
+    Such a constant is typed as living on no mesh at all, and where ``jax.vmap`` must broadcast
+    it beside an operand whose batch is split over the mesh (a concatenation, a loop's carry)
+    JAX 0.10 fails ("Resource axis ... is not found in mesh: ()"); replicated on the mesh, it
+    is broadcast with the batch's sharding."""
+    if not explicit_context():
+        return x
+    x = jnp.asarray(x)
+    mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+    reshard = getattr(jax.sharding, "reshard", None)
+    if reshard is None or mesh is None or not mesh.empty:
+        return x
+    return reshard(x, jax.sharding.PartitionSpec())
+
+
+def stack(arrays, axis: int = 0):
+    """``jnp.stack(arrays, axis)``, also under ``jax.vmap`` with the batch split over
+    ``Explicit`` mesh axes. There JAX 0.10's ``stack`` primitive broadcasts an unbatched
+    operand (a zero beside batched entries, as in :func:`skew`) without the batch's sharding
+    and fails (``ShardingTypeError: All operands should have the same sharding``); under such
+    a mesh the arrays are joined as a concatenation along a new axis, whose rule keeps the
+    sharding. Elsewhere it is ``jnp.stack`` (one primitive: a smaller trace)."""
+    if not explicit_context():
+        return jnp.stack(arrays, axis)
+    arrays = [on_mesh(jnp.asarray(a)) for a in arrays]
+    axis = axis + arrays[0].ndim + 1 if axis < 0 else axis
+    return jnp.concatenate([jnp.expand_dims(a, axis) for a in arrays], axis)
+
+
+def concatenate(arrays, axis: int = 0):
+    """``jnp.concatenate(arrays, axis)`` where some arrays may be constants made inside the
+    traced function: under a mesh with ``Explicit`` axes they are replicated over it first
+    (:func:`on_mesh`); elsewhere ``jnp.concatenate``."""
+    if not explicit_context():
+        return jnp.concatenate(arrays, axis)
+    return jnp.concatenate([on_mesh(a) for a in arrays], axis)
+
+
 # ----------------------------------------------------------------------------- 3D
 
 
@@ -30,9 +84,7 @@ def skew(w):
     """``skew(w) @ x == cross(w, x)``; ``w`` is ``(..., 3)``, returns ``(..., 3, 3)``."""
     x, y, z = unstack(w)
     o = jnp.zeros_like(x)
-    return jnp.stack(
-        [jnp.stack([o, -z, y], -1), jnp.stack([z, o, -x], -1), jnp.stack([-y, x, o], -1)], -2
-    )
+    return stack([stack([o, -z, y], -1), stack([z, o, -x], -1), stack([-y, x, o], -1)], -2)
 
 
 def cross_rows(a, b):
@@ -43,7 +95,7 @@ def cross_rows(a, b):
 
 def cross(a, b):
     """Cross product on the last axis, written out (works for complex inputs)."""
-    return jnp.stack(cross_rows(unstack(a), unstack(b)), -1)
+    return stack(cross_rows(unstack(a), unstack(b)), -1)
 
 
 def _entry(x, i, axis):
@@ -241,7 +293,7 @@ def materialize(*xs):
     if jax.default_backend() != "cpu" or any(x.size == 0 for x in xs):
         return xs
     if same:
-        st = jnp.stack(xs)
+        st = stack(xs)
         st = jax.lax.dynamic_update_slice(jnp.zeros_like(st), st, (0,) * st.ndim)
         return tuple(st[i] for i in range(len(xs)))
     # Arrays of different shapes are stored as the stack of their rows ``x[:, j, :]`` of one
@@ -256,7 +308,7 @@ def materialize(*xs):
     out, i = [], 0
     for x, r in zip(xs, rows):
         k = r.shape[1]
-        out.append(jnp.stack(st[i : i + k], 1).reshape(x.shape))
+        out.append(stack(st[i : i + k], 1).reshape(x.shape))
         i += k
     return tuple(out)
 
@@ -302,11 +354,11 @@ def rodrigues(axis, angle):
     d = 1 - c1 * (x * x + y * y + z * z)
     xy, xz, yz = c1 * x * y, c1 * x * z, c1 * y * z
     sx, sy, sz = s * x, s * y, s * z
-    return jnp.stack(
+    return stack(
         [
-            jnp.stack([d + c1 * x * x, xy - sz, xz + sy], -1),
-            jnp.stack([xy + sz, d + c1 * y * y, yz - sx], -1),
-            jnp.stack([xz - sy, yz + sx, d + c1 * z * z], -1),
+            stack([d + c1 * x * x, xy - sz, xz + sy], -1),
+            stack([xy + sz, d + c1 * y * y, yz - sx], -1),
+            stack([xz - sy, yz + sx, d + c1 * z * z], -1),
         ],
         -2,
     )
@@ -318,11 +370,11 @@ def quat_to_rot(quat):
     xx, yy, zz = x * x, y * y, z * z
     xy, xz, yz = x * y, x * z, y * z
     wx, wy, wz = w * x, w * y, w * z
-    return jnp.stack(
+    return stack(
         [
-            jnp.stack([1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)], -1),
-            jnp.stack([2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)], -1),
-            jnp.stack([2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)], -1),
+            stack([1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)], -1),
+            stack([2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)], -1),
+            stack([2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)], -1),
         ],
         -2,
     )
@@ -481,9 +533,7 @@ def inertia_matrix(mass, h, Ibar):
     """
     H = skew(h)
     o = jnp.zeros_like(mass)
-    M = jnp.stack(
-        [jnp.stack([mass, o, o], -1), jnp.stack([o, mass, o], -1), jnp.stack([o, o, mass], -1)], -2
-    )
+    M = stack([stack([mass, o, o], -1), stack([o, mass, o], -1), stack([o, o, mass], -1)], -2)
     top = jnp.concatenate([Ibar, H], -1)
     bot = jnp.concatenate([-H, M], -1)
     return jnp.concatenate([top, bot], -2)
@@ -533,7 +583,7 @@ def inv3(A):
     det = a * co[0] + b * co[3] + c * co[6]
     inv_det = 1 / det
     return (
-        jnp.stack([jnp.stack(co[0:3], -1), jnp.stack(co[3:6], -1), jnp.stack(co[6:9], -1)], -2)
+        stack([stack(co[0:3], -1), stack(co[3:6], -1), stack(co[6:9], -1)], -2)
         * inv_det[..., None, None]
     )
 

@@ -54,7 +54,7 @@ def _to_com(f, G):
     ``[n - G x f_lin; f_lin]``."""
     n, lin = list(f[:3]), list(f[3:])
     Gxf = spatial.cross_rows(list(G), lin)
-    return jnp.stack([n[i] - Gxf[i] for i in range(3)] + lin, 0)
+    return spatial.stack([n[i] - Gxf[i] for i in range(3)] + lin, 0)
 
 
 def _com(ws):

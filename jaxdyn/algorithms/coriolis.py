@@ -45,12 +45,12 @@ def sym6(M):
     (m00, m01, m02), (_, m11, m12), (_, _, m22) = (
         spatial.unstack(r) for r in spatial.unstack(M, -2)
     )
-    return jnp.stack([m00, m11, m22, m01, m02, m12], -1)
+    return spatial.stack([m00, m11, m22, m01, m02, m12], -1)
 
 
 def sym_mv(s, x):
     """Symmetric matrix (as :func:`sym6`) times vectors ``x (..., 3)``."""
-    return jnp.stack(_sym_rows(spatial.unstack(s), spatial.unstack(x)), -1)
+    return spatial.stack(_sym_rows(spatial.unstack(s), spatial.unstack(x)), -1)
 
 
 def body_coriolis_terms(mass, h, Ibar, v):
@@ -170,7 +170,7 @@ def coriolis_world(model, ws, v):
     ISd = _inertia_rows(m, h, Ib, Sdw, Sdl)
     G = [ISd[i] + 0.5 * (Kx[i] - Yx[i]) for i in range(6)]  # IC dS + 1/2 BC oS
     F = _inertia_rows(m, h, Ib, Sw, Sl) + [-0.5 * (Yx[i] + Kx[i]) for i in range(6)]
-    P = jnp.stack(F + G + Sdw + Sdl + Sw + Sl, 0)  # (30, nv)
+    P = spatial.stack(F + G + Sdw + Sdl + Sw + Sl, 0)  # (30, nv)
     P = spatial.materialize(P, P)[0]
     upper = spatial.outer_sum(P[24:], P[12:18])  # [r, c] = oS_r . G_c
     lower = spatial.outer_sum(P[:12], P[18:])  # [r, c] = F_r . [dS_c; oS_c]

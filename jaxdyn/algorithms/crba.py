@@ -49,14 +49,14 @@ def subspace_force_rows(model, ws, Ic):
     # twelve rows recomputed w and v (solo12 CRBA under jax.vmap 0.93x, talos_full 0.965x in
     # float64, float32 0.99x). The rows are stacked again below: returning the stored stack
     # itself changed XLA's fusions and ran 1.1-1.4x slower.
-    S6 = jnp.stack(w + v, 0)
+    S6 = spatial.stack(w + v, 0)
     S6 = spatial.store(S6)[0]
     w, v = list(S6[:3]), list(S6[3:])
     m, h = d[0], list(d[1:4])
     hv, hw = spatial.cross_rows(h, v), spatial.cross_rows(h, w)
     Fa = [sum(d[4 + 3 * i + j] * w[j] for j in range(3)) + hv[i] for i in range(3)]
     Fl = [m * v[i] - hw[i] for i in range(3)]
-    return jnp.stack(w + v, 0), jnp.stack(Fa + Fl, 0)
+    return spatial.stack(w + v, 0), spatial.stack(Fa + Fl, 0)
 
 
 def crba_world(model, ws):

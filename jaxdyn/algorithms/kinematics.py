@@ -311,11 +311,11 @@ def com_to_origin(mass, c, Ic):
     x, y, z = spatial.unstack(c)
     mx, my, mz = mass * x, mass * y, mass * z
     xx, yy, zz, xy, xz, yz = mx * x, my * y, mz * z, mx * y, mx * z, my * z
-    return Ic + jnp.stack(
+    return Ic + spatial.stack(
         [
-            jnp.stack([yy + zz, -xy, -xz], -1),
-            jnp.stack([-xy, xx + zz, -yz], -1),
-            jnp.stack([-xz, -yz, xx + yy], -1),
+            spatial.stack([yy + zz, -xy, -xz], -1),
+            spatial.stack([-xy, xx + zz, -yz], -1),
+            spatial.stack([-xz, -yz, xx + yy], -1),
         ],
         -2,
     )

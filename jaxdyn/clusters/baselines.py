@@ -160,7 +160,7 @@ def ee_jacobians(model: ClusterModel, ws, ees, dt):
     for (_, b, _, _), Xe in zip(ees, X):
         mask = jnp.asarray(t.body_dof_support[b], dt)
         Js.append(Xe @ (ws.S.T * mask[None]))
-    return jnp.stack(Js)
+    return spatial.stack(Js)
 
 
 @_checks.eager_jit

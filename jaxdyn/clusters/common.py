@@ -71,7 +71,8 @@ def inv_spd(D):
         a, b, d = D[..., 0, 0], D[..., 0, 1], D[..., 1, 1]
         det = a * d - b * b
         return (
-            jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-b, a], -1)], -2) / det[..., None, None]
+            spatial.stack([spatial.stack([d, -b], -1), spatial.stack([-b, a], -1)], -2)
+            / det[..., None, None]
         )
     return jnp.linalg.inv(D)
 
@@ -551,4 +552,4 @@ def ee_transforms(model, ws, ees, dt):
         Rt = R.T
         Z = jnp.zeros((3, 3), dt)
         Xs.append(jnp.block([[Rt, Z], [-Rt @ spatial.skew(p), Rt]]))
-    return jnp.stack(Xs)
+    return spatial.stack(Xs)

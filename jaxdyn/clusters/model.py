@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import joints
+from .. import joints, spatial
 from ..model import Model, build_model
 from ..model import build as build_mod
 from ..model.model import Group as TreeGroup
@@ -1254,7 +1254,7 @@ def with_armature(model: ClusterModel, armature) -> ClusterModel:
         if all(a is None for a in arm):
             params.append(prm)
             continue
-        R = jnp.stack(
+        R = spatial.stack(
             [
                 jnp.zeros((g.ny, g.ny), dt) if a is None else jnp.asarray(a, dt).reshape(g.ny, g.ny)
                 for a in arm

@@ -397,7 +397,7 @@ def folded_model(model: ClusterModel):
     J = jnp.einsum("ri,rij,rj->r", a, I_r, a)  # axial moment alpha + beta
     axis = spatial.mv(tr.Xtree_R[rb], a)  # in the parent frame
     zero = jnp.zeros(f.links.nv, dt)
-    W = jnp.stack(
+    W = spatial.stack(
         [
             zero.at[cols].set(model.params[gi]["G"][c, d])
             for gi, c, d, cols in zip(f.rotor_group, f.rotor_cluster, f.rotor_row, f.rotor_cols)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
+from .. import spatial
+
 __all__ = [
     "Coupling",
     "Mimic",
@@ -266,7 +268,7 @@ def tello_hip_differential_phi(q, N=6.0):
             + 3021 / 160000
         )
 
-    return jnp.stack([one(y1, 1.0), one(y2, -1.0)])
+    return spatial.stack([one(y1, 1.0), one(y2, -1.0)])
 
 
 def tello_knee_ankle_differential_phi(q, N=6.0):
@@ -286,4 +288,4 @@ def tello_knee_ankle_differential_phi(q, N=6.0):
         + 163349 / 6250000
     )
     phi2 = l1 - y2 / 2 - y1 / 2
-    return jnp.stack([phi1, phi2])
+    return spatial.stack([phi1, phi2])

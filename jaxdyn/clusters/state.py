@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, joints
+from .. import _checks, joints, spatial
 from .._precision import full_precision
 from ..algorithms import configuration as tree_configuration
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, require_cluster_model
@@ -111,7 +111,8 @@ def small_inv(A):
         a, b, c, d = A[..., 0, 0], A[..., 0, 1], A[..., 1, 0], A[..., 1, 1]
         det = a * d - b * c
         return (
-            jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None, None]
+            spatial.stack([spatial.stack([d, -b], -1), spatial.stack([-c, a], -1)], -2)
+            / det[..., None, None]
         )
     return jnp.linalg.inv(A)
 
@@ -157,7 +158,7 @@ def check_loops(fn, model, gss, residuals):
     idx = [g.index for g, _ in residuals]
     checked = _checks.error_if(
         tuple(gss[i].qs for i in idx),
-        jnp.any(jnp.stack(bad)),
+        jnp.any(spatial.stack(bad)),
         f"{fn}: q violates the loop constraints of cluster(s) {names} (|phi| above "
         f"{tol:g} x the loop's scale): project q onto the constraints with "
         "jaxdyn.clusters.project_configuration",

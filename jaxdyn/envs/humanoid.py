@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import robots
+from .. import robots, spatial
 from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from ..algorithms.minv import minv
@@ -186,7 +186,7 @@ class HumanoidStand(SimEnv):
         n = self.init_noise
         joints = self.default_pose + jax.random.uniform(rng, (self.n_joints,), minval=-n, maxval=n)
         base = jnp.asarray([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0])
-        ps = self.pipeline_init(jnp.concatenate([base, joints]), jnp.zeros(self.sys.model.nv))
+        ps = self.pipeline_init(spatial.concatenate([base, joints]), jnp.zeros(self.sys.model.nv))
         dtype = ps.q.dtype
         zero = jnp.zeros((), dtype)
         last = jnp.zeros(self.n_joints, dtype)

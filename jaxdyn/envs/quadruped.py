@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import robots
+from .. import robots, spatial
 from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
@@ -22,17 +22,19 @@ FEET = tuple(f"{leg}_FOOT" for leg in LEGS)
 def quat_to_matrix(quat):
     """Rotation matrix of a unit quaternion ``[w, x, y, z]`` (jaxdyn's scalar-first order)."""
     w, x, y, z = quat[0], quat[1], quat[2], quat[3]
-    return jnp.stack(
+    return spatial.stack(
         [
-            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
-            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
-            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
+            spatial.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
+            spatial.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
+            spatial.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
         ]
     )
 
 
 def _yaw_quat(yaw):
-    return jnp.stack([jnp.cos(yaw / 2), jnp.zeros_like(yaw), jnp.zeros_like(yaw), jnp.sin(yaw / 2)])
+    return spatial.stack(
+        [jnp.cos(yaw / 2), jnp.zeros_like(yaw), jnp.zeros_like(yaw), jnp.sin(yaw / 2)]
+    )
 
 
 class Quadruped(SimEnv):

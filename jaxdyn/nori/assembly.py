@@ -130,7 +130,7 @@ def nan_check(fn, arrs, specs):
     idx = [i for i, tr in enumerate(traced) if tr]
     if not idx or not _checks.value_checks_enabled():
         return arrs
-    bad = jnp.stack([~jnp.all(jnp.isfinite(arrs[i])) for i in idx])
+    bad = spatial.stack([~jnp.all(jnp.isfinite(arrs[i])) for i in idx])
     first = jnp.argmax(bad)
     out = list(arrs)
     for k, i in enumerate(idx):

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
+from .. import spatial
 from .._precision import full_precision
 from ..model import tree
 from . import assembly as asm
@@ -173,7 +174,7 @@ def estimate(
             g[f"y{k}"] = walk.take(ry, ridx)
             g[f"w{k}"] = walk.take(wy, ridx)
             if any(c not in ("I", "-I") for _, c in rg.terms):
-                cs = jnp.stack([coefs[int(b), k] for b in flat])
+                cs = spatial.stack([coefs[int(b), k] for b in flat])
                 g[f"C{k}"] = cs.reshape(np.shape(idx) + cs.shape[1:])
         return g
 

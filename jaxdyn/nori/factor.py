@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks
+from .. import _checks, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import assembly as asm
@@ -150,7 +150,7 @@ def solve(system, model, q, v, values) -> Solution:
             ridx = np.stack([asm.row_index(system, int(b), k) for b in flat_idx.reshape(-1)])
             g[f"y{k}"] = tk(ry, ridx.reshape(flat_idx.shape + (rg.m,)))
             if any(c not in ("I", "-I") for _, c in rg.terms):
-                cs = jnp.stack([coefs[int(b), k] for b in flat_idx.reshape(-1)])
+                cs = spatial.stack([coefs[int(b), k] for b in flat_idx.reshape(-1)])
                 g[f"C{k}"] = cs.reshape(flat_idx.shape + cs.shape[1:])
         return g
 

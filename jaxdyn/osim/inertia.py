@@ -56,7 +56,7 @@ def world_inertias_packed(ws):
     e[2, 3], e[2, 4], e[2, 5] = -my, mx, o
     e[3, 3], e[4, 4], e[5, 5] = m, m, m
     e[3, 4], e[3, 5], e[4, 5] = o, o, o
-    return jnp.stack([e[int(i), int(j)] for i, j in zip(_IU, _JU)], -1)
+    return spatial.stack([e[int(i), int(j)] for i, j in zip(_IU, _JU)], -1)
 
 
 def articulated_inertias_packed(model, S, I21):
@@ -81,7 +81,7 @@ def articulated_inertias_packed(model, S, I21):
             if k == 1:
                 s = Sg[:, 0]
                 # U = IA s, written on the packed entries (36 products, one fusion)
-                U1 = jnp.stack(
+                U1 = spatial.stack(
                     [sum(IAg[:, PACK[i, j]] * s[:, j] for j in range(6)) for i in range(6)], -1
                 )
                 d = jnp.sum(s * U1, -1)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import config
+from .. import config, spatial
 
 
 def segment_sum(values, index: np.ndarray, num_segments: int):
@@ -30,7 +30,7 @@ def segment_sum(values, index: np.ndarray, num_segments: int):
         for i in members:
             row = row + values[int(i)]
         rows.append(row)
-    return jnp.stack(rows)
+    return spatial.stack(rows)
 
 
 def add_at(x, index: np.ndarray, values):

@@ -244,7 +244,7 @@ def _solve_fixed(G, u, mu, iterations, newton):
     nc = n // 3
     dtype = u.dtype
     Gb = G.reshape(nc, 3, nc, 3)
-    diag = jnp.stack([Gb[i, :, i, :] for i in range(nc)])  # (nc, 3, 3)
+    diag = spatial.stack([Gb[i, :, i, :] for i in range(nc)])  # (nc, 3, 3)
     rho = 1.0 / jnp.trace(diag, axis1=-2, axis2=-1)  # scalar step per contact (any > 0)
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     step = 1.0 / (1.02 * _power_max(G))

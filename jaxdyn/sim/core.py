@@ -200,7 +200,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     n = frames.normal
     t1, t2 = C.tangent_basis(n)
-    basis = jnp.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
+    basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     MinvJT = solve(Jc.T)  # (nv, 3 nc)
@@ -537,7 +537,8 @@ def rollout(
         q0 = _checks.error_if(
             q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
         )
-    state = State(q0, v0, jnp.asarray(state.t, dtype))
+    # (a time made here is a constant: on_mesh gives it the mesh of a batch split over it)
+    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)))
     track = checks and policy is not None  # a policy's controls: a flag carried by the loop
 
     def body(carry, u):
@@ -551,7 +552,7 @@ def rollout(
 
     if checkpoint == "step":
         body = jax.checkpoint(body)
-    init = (state, jnp.asarray(False)) if track else state
+    init = (state, spatial.on_mesh(jnp.asarray(False))) if track else state
     if checkpoint != "sqrt":
         end, traj = jax.lax.scan(body, init, xs, length=T)
         return _checked(traj, end[1] if track else None) if checks else traj

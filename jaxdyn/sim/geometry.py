@@ -245,7 +245,7 @@ def contact_set(model, geoms) -> ContactSet:
         raise ValueError(f"contact_set: contact names must be unique, repeated: {dup}")
     dtype = model.frame_p.dtype
     return ContactSet(
-        pos=jnp.stack(pos).astype(dtype),
+        pos=spatial.stack(pos).astype(dtype),
         radius=jnp.asarray(radius, dtype),
         body=tuple(int(b) for b in bodies),
         names=tuple(names),
@@ -315,7 +315,7 @@ class Heightfield(eqx.Module):
         dzdx = ((h10 - h00) * (1 - fy) + (h11 - h01) * fy) / self.spacing[0].astype(dtype)
         dzdy = ((h01 - h00) * (1 - fx) + (h11 - h10) * fx) / self.spacing[1].astype(dtype)
         dzdx, dzdy = jnp.where(inside_x, dzdx, 0.0), jnp.where(inside_y, dzdy, 0.0)
-        n = jnp.stack([-dzdx, -dzdy, jnp.ones_like(dzdx)], -1)
+        n = spatial.stack([-dzdx, -dzdy, jnp.ones_like(dzdx)], -1)
         n = n / jnp.sqrt(jnp.sum(n * n, -1, keepdims=True))
         return (x[..., 2] - z) * n[..., 2], n
 

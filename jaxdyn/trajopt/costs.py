@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.energy import center_of_mass
 from . import lie
@@ -49,7 +50,7 @@ def _frame_pose(model, q, frame):
 def log3_matrix(R):
     """Rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``):
     ``θ / (2 sin θ) (R - R^T)^vee`` with a Taylor series near ``θ = 0``."""
-    w = 0.5 * jnp.stack([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    w = 0.5 * spatial.stack([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
     s2 = jnp.sum(w * w)
     c = 0.5 * (jnp.trace(R) - 1.0)
     small = s2 < 1e-12
