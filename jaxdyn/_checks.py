@@ -133,7 +133,8 @@ def error_if(x, pred, msg: str):
     ``equinox.error_if`` no program with value checks was ever cached (talos_full
     ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
     Elsewhere (GPUs, ``jax.export``, programs XLA partitions over devices, among them those
-    traced under :func:`jaxdyn.batching.unchunked`, no C compiler), under JAX's
+    traced under :func:`jaxdyn.batching.unchunked`, but not a batch split over ``Explicit``
+    mesh axes, which each device checks with the handler; no C compiler), under JAX's
     transformations called outside ``jit`` (``jax.vmap(jaxdyn.rnea)(...)``: their call cannot
     wait for the result, and equinox's check fails at the call), and with equinox's
     ``EQX_ON_ERROR`` set to anything but ``raise``, ``equinox.error_if``."""

@@ -40,7 +40,9 @@ A second handler of the same library **checks** values (:func:`check`, behind
 with its ``message`` attribute where the predicate is true (XLA raises ``INVALID_ARGUMENT:
 <message>``), and otherwise passes its other operands through (its results alias them). Unlike
 ``equinox.error_if``'s host callback it lets JAX's persistent compilation cache keep the
-program. Not under ``jax.export`` nor in partitioned programs (``equinox.error_if`` there).
+program. Not under ``jax.export`` nor in partitioned programs (``equinox.error_if`` there),
+except for a batch split over ``Explicit`` mesh axes: its check runs on each device's samples
+(``jax.shard_map`` around the call, in the check's batching rule).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ leading axis, and evaluate the vmapped function with :func:`sharded_vmap`: every
 its slice of the batch with the one-device program (``jax.shard_map``; nothing is gathered on
 one device, and jaxdyn's batching rule runs its chunk loop on each device's samples). Under
 ``jax.set_mesh`` with ``Explicit`` mesh axes (the default of ``jax.make_mesh`` in recent JAX) a
-plain ``jax.jit(jax.vmap(...))`` of jaxdyn's functions splits the batch the same way.
+plain ``jax.jit(jax.vmap(...))`` of jaxdyn's functions splits the batch the same way (the
+batching rule's algorithms per shard; rollouts, environments and the rest keep the batch split,
+their value checks per shard: :func:`jaxdyn.spatial.stack`, :func:`jaxdyn.spatial.on_mesh`).
 
 Multi-host (several machines): call ``jax.distributed.initialize()`` in every process first;
 ``jax.devices()`` then lists every device of the cluster and :func:`batch_mesh` spans them all
