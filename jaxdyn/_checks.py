@@ -247,10 +247,20 @@ def _kinematics(model, itemsize):
 #: kinematics, energy and constraint-kinematics functions take chunks sized by the number of
 #: bodies and frames (:func:`_kinematics`);
 #: ``integrate`` / ``difference`` (elementwise on ``q``) stay one ``vmap``.
+def _crba_words(model, itemsize):
+    """CRBA's chunks: none where its C kernel computes the batch (it keeps a block of samples
+    in the cache itself), else as the other ``nv x nv`` algorithms."""
+    from .algorithms import crba
+
+    if crba.kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return _nv2(model, itemsize)
+
+
 BATCHED = {
     "rnea": lambda m, _: 48 * m.nb,
     "aba": lambda m, _: 36 * m.nb,
-    "crba": _nv2,
+    "crba": lambda m, itemsize: _crba_words(m, itemsize),
     "coriolis_matrix": _nv2,
     "minv": _nv2,
     "rnea_derivatives": lambda m, _: 4 * m.nv * m.nv,

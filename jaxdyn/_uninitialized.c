@@ -67,3 +67,99 @@ XLA_FFI_Error* jaxdyn_check(XLA_FFI_CallFrame* frame) {
   args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
   return frame->api->XLA_FFI_Error_Create(&args);
 }
+
+/* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
+ * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), each body's first motion axis
+ * (nb, 6), mass (nb), com (nb, 3), inertia (nb, 9), armature (nv), all of one floating type,
+ * and the topology as int32: nb, nq, nv, n1, npairs, then kind, parent, q_start, v_start,
+ * one_dof (index into sin / cos, or -1) per body, then the pairs (r <= c, r supporting c) as
+ * npairs rows and npairs columns. Result: M (..., nv, nv). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KIND_ONE_DOF 0
+#define KIND_SPHERICAL 1
+#define KIND_FREE 2
+
+typedef struct {
+  int nb, nq, nv, n1, npairs;
+  const int32_t *kind, *parent, *q_start, *v_start, *one_dof, *pair_r, *pair_c;
+} crba_topo;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+#define REAL double
+#define ITYPE int64_t
+#define LANES 8
+#define PIO4_1 7.85398125648498535156E-1
+#define PIO4_2 3.77489470793079817668E-8
+#define PIO4_3 2.69515142907905952645E-15
+#define SUFFIX f64
+#include "_crba_kernel.h"
+#undef REAL
+#undef ITYPE
+#undef LANES
+#undef SUFFIX
+#undef PIO4_1
+#undef PIO4_2
+#undef PIO4_3
+#define REAL float
+#define ITYPE int32_t
+#define LANES 16
+#define PIO4_1 0.78515625f
+#define PIO4_2 2.4187564849853515625e-4f
+#define PIO4_3 3.77489497744594108e-8f
+#define SUFFIX f32
+#include "_crba_kernel.h"
+#undef REAL
+#undef ITYPE
+#undef LANES
+#undef SUFFIX
+#undef PIO4_1
+#undef PIO4_2
+#undef PIO4_3
+
+static XLA_FFI_Error* ffi_error(XLA_FFI_CallFrame* frame, const char* message) {
+  XLA_FFI_Error_Create_Args args;
+  memset(&args, 0, sizeof args);
+  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  args.message = message;
+  args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
+  return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
+  if (metadata_call(frame))
+    return NULL;
+  if (frame->args.size != 9 || frame->rets.size != 1)
+    return ffi_error(frame, "jaxdyn_crba: expected 9 operands and 1 result");
+  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
+  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  const int32_t* tp = (const int32_t*)a[8]->data;
+  crba_topo t;
+  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.n1 = tp[3], t.npairs = tp[4];
+  t.kind = tp + 5;
+  t.parent = t.kind + t.nb;
+  t.q_start = t.parent + t.nb;
+  t.v_start = t.q_start + t.nb;
+  t.one_dof = t.v_start + t.nb;
+  t.pair_r = t.one_dof + t.nb;
+  t.pair_c = t.pair_r + t.npairs;
+  int64_t B = 1;
+  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
+    B *= a[0]->dims[i];
+  int failed;
+  if (a[0]->dtype == XLA_FFI_DataType_F64)
+    failed = crba_run_f64(&t, B, a[0]->data, a[1]->data, a[2]->data, a[3]->data, a[4]->data,
+                          a[5]->data, a[6]->data, a[7]->data, out->data);
+  else if (a[0]->dtype == XLA_FFI_DataType_F32)
+    failed = crba_run_f32(&t, B, a[0]->data, a[1]->data, a[2]->data, a[3]->data, a[4]->data,
+                          a[5]->data, a[6]->data, a[7]->data, out->data);
+  else
+    return ffi_error(frame, "jaxdyn_crba: float32 or float64 operands expected");
+  return failed ? ffi_error(frame, "jaxdyn_crba: out of memory") : NULL;
+}

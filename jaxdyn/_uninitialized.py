@@ -73,6 +73,10 @@ STORE_TARGET = "jaxdyn_store"
 #: the value checks' handler (:func:`check`)
 CHECK_TARGET = "jaxdyn_check"
 SOURCE = Path(__file__).with_name("_uninitialized.c")
+#: the CPU kernel of :func:`jaxdyn.algorithms.crba.crba_kernel`, included by ``SOURCE``
+HEADERS = (Path(__file__).with_name("_crba_kernel.h"),)
+#: the CRBA kernel's target (:func:`jaxdyn.algorithms.crba.crba_kernel`)
+CRBA_TARGET = "jaxdyn_crba"
 
 _lock = threading.Lock()
 _state = {"tried": False, "ok": False, "why": "not tried yet", "lib": None}
@@ -101,7 +105,11 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
         raise RuntimeError(f"no C compiler: {cc!r} is not on PATH (set CC)")
     exe = [exe, *words[1:]]
     key = hashlib.sha256(
-        SOURCE.read_bytes() + header.read_bytes() + " ".join(exe).encode() + sys.platform.encode()
+        SOURCE.read_bytes()
+        + b"".join(h.read_bytes() for h in HEADERS)
+        + header.read_bytes()
+        + " ".join(exe).encode()
+        + sys.platform.encode()
     ).hexdigest()[:16]
     name = f"uninitialized-{key}.so"
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
@@ -126,7 +134,8 @@ def _temp_dir() -> Path:
 
 def _compile(exe, include, tmp, lib):
     try:
-        cmd = [*exe, "-O2", "-shared", "-fPIC", "-I", str(include), str(SOURCE), "-o", tmp]
+        cmd = [*exe, "-O3", "-shared", "-fPIC", "-I", str(include), "-I", str(SOURCE.parent)]
+        cmd += [str(SOURCE), "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{(r.stderr or r.stdout)[-2000:]}")
@@ -146,6 +155,7 @@ def _register() -> None:
     for target in (TARGET, STORE_TARGET):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
     jax.ffi.register_ffi_target(CHECK_TARGET, jax.ffi.pycapsule(lib.jaxdyn_check), "cpu")
+    jax.ffi.register_ffi_target(CRBA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_crba), "cpu")
     _state["lib"] = lib  # kept loaded for the life of the process
 
 

@@ -40,6 +40,12 @@ name                       environment variable              default   effect
                                                                        by a call of that handler
                                                                        (:func:`jaxdyn.spatial.store`)
                                                                        instead of a copy
+``cpu_kernels``            ``JAXDYN_CPU_KERNELS``            ``True``  on the CPU, ``crba`` computes
+                                                                       ``M`` in one call of jaxdyn's
+                                                                       C kernel (compiled at first
+                                                                       use with that handler,
+                                                                       :func:`jaxdyn.algorithms.crba.crba_kernel`);
+                                                                       ``False``: XLA's code alone
 =========================  ================================  ========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
@@ -137,6 +143,7 @@ SWITCHES = {
     "vmap_chunk": ("JAXDYN_VMAP_CHUNK", -1, _chunk),
     "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
     "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
+    "cpu_kernels": ("JAXDYN_CPU_KERNELS", True, _bool),
 }
 
 

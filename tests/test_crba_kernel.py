@@ -1,0 +1,137 @@
+"""``jaxdyn.crba`` on the CPU by its C kernel (:func:`jaxdyn.algorithms.crba.crba_kernel`)
+against XLA's CRBA (:func:`jaxdyn.algorithms.crba.crba_world`, the code every other backend
+runs; Pinocchio's CRBA is the oracle of both in ``test_pinocchio.py`` and ``test_armature.py``,
+which now run through the kernel too).
+
+Every joint kind (a random tree with free, spherical, revolute and prismatic joints, massless
+bodies and armature), several roots (baxter), a floating humanoid (talos_full); float64 to
+1e-13 and float32 to 1e-5 of the largest entry; batches that fill no whole block of vector
+lanes, nested ``vmap``, a single evaluation, the model closed over or passed in; angles far
+from zero (the kernel's own sine and cosine); derivatives (XLA's); a batch of models; the
+program holding the kernel's call, and ``jax.export`` not holding it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import _uninitialized, robots
+from jaxdyn.algorithms import crba as C
+from jaxdyn.algorithms import kinematics as kin
+
+from oracle import RANDOM_ALL_KINDS, all_kinds_tree
+
+
+def _xla(model, q):
+    """XLA's CRBA of one sample (what crba computes without the kernel)."""
+    model, q, _ = kin._prepare(model, "crba", q)
+    return C.crba_world(model, kin.world_state(model, q, centered=True))
+
+
+def _states(model, n, seed, scale=1.0, dtype=jnp.float64):
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    q = jax.vmap(lambda k: jaxdyn.random_configuration(model, k))(keys)
+    if scale != 1.0:  # large angles on the one-DoF joints (quaternions untouched)
+        one = model.topo.q_start[model.topo.kind == 0]
+        q = q.at[:, one].multiply(scale)
+    return q.astype(dtype)
+
+
+@pytest.fixture(scope="module")
+def models():
+    tree = all_kinds_tree(RANDOM_ALL_KINDS[2]).model
+    arm = np.random.default_rng(3).uniform(0.01, 0.5, tree.nv)
+    return {
+        "all_kinds": tree.with_armature(arm),
+        "baxter": robots.load("baxter"),
+        "humanoid": robots.load("talos_full"),
+    }
+
+
+def _close(got, ref, tol):
+    got, ref = np.asarray(got), np.asarray(ref)
+    scale = max(1.0, float(np.abs(ref).max()))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale)
+
+
+def test_kernel_is_compiled():
+    # CI and every machine with a C compiler run the kernel; without one crba falls back to
+    # XLA's code (the status says why), which this suite would then test in its place
+    assert _uninitialized.available(), _uninitialized.status()
+
+
+@pytest.mark.parametrize("name", ["all_kinds", "baxter", "humanoid"])
+def test_kernel_equals_xla(models, name):
+    model = models[name]
+    kinds = set(model.topo.kind.tolist())
+    if name == "all_kinds":
+        assert kinds == {0, 1, 2} and model.armature is not None
+        assert np.abs(np.asarray(model.dof_axis)[:, 3:]).sum() > 0  # prismatic joints
+    if name == "baxter":
+        assert int(np.sum(model.topo.parent < 0)) > 1  # several roots
+    q = _states(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
+    f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
+    assert C.kernel_usable(model, q.dtype)
+    assert "@" + _uninitialized.CRBA_TARGET in f.lower(q).as_text()  # its custom call
+    ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
+    _close(f(q), ref, 1e-13)
+    # the model passed in (its leaves operands of the call) instead of closed over
+    g = jax.jit(jax.vmap(jaxdyn.crba, in_axes=(None, 0)))
+    _close(g(model, q), ref, 1e-13)
+    # float32: 16 lanes
+    q32 = q.astype(jnp.float32)
+    _close(f(q32), ref, 2e-5)
+    # a single evaluation, eagerly (one sample: one partial block)
+    _close(jaxdyn.crba(model, q[5]), ref[5], 1e-13)
+    if name == "humanoid":  # talos_full
+        # nested vmap (batch axes (3, 4) flattened by the kernel) and a batch on axis 1
+        q34 = q[:12].reshape(3, 4, -1)
+        h = jax.jit(jax.vmap(jax.vmap(lambda q: jaxdyn.crba(model, q))))
+        _close(h(q34), ref[:12].reshape(3, 4, model.nv, model.nv), 1e-13)
+        k = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q), in_axes=1))
+        _close(k(q[:8].T), ref[:8], 1e-13)
+        # angles far from zero: the kernel's sine and cosine against XLA's
+        qb = _states(model, 16, 1, scale=300.0)
+        _close(f(qb), jax.jit(jax.vmap(lambda q: _xla(model, q)))(qb), 1e-12)
+
+
+def test_kernel_derivatives_batch_of_models_export_checks(models):
+    model = models["all_kinds"]
+    q = _states(model, 8, 2)
+    # derivatives are XLA's CRBA's: equal to differentiating XLA's code
+    jk = jax.jit(jax.vmap(jax.jacfwd(lambda q: jaxdyn.crba(model, q))))(q)
+    jx = jax.jit(jax.vmap(jax.jacfwd(lambda q: _xla(model, q))))(q)
+    _close(jk, jx, 1e-12)
+    loss = lambda m, q: jnp.sum(jaxdyn.crba(m, q) ** 2)  # noqa: E731
+    gk = jax.jit(jax.grad(loss))(model, q[0])
+    gx = jax.jit(jax.grad(lambda m, q: jnp.sum(_xla(m, q) ** 2)))(model, q[0])
+    for a, b in zip(jax.tree.leaves(gk), jax.tree.leaves(gx)):
+        _close(a, b, 1e-12)
+    # a batch of models (domain randomisation): XLA's code, batched
+    masses = model.mass[None] * jnp.linspace(0.5, 1.5, 8)[:, None]
+    ms = jax.tree.map(lambda *x: jnp.stack(x), *[_with_mass(model, m) for m in masses])
+    got = jax.jit(jax.vmap(jaxdyn.crba))(ms, q)
+    for i in range(8):
+        _close(got[i], _xla(_with_mass(model, masses[i]), q[i]), 1e-13)
+    # jax.export: a serialized program must not name this process's handler
+    # (value checks are host callbacks there, which jax.export refuses: left out)
+    with jaxdyn._checks.unchecked():
+        f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
+        exported = jax.export.export(f)(q)
+    assert "@" + _uninitialized.CRBA_TARGET not in exported.mlir_module()
+    _close(exported.call(q), f(q), 1e-13)
+    # value checks still run before the kernel
+    talos = models["humanoid"]
+    qt = _states(talos, 8, 3).at[5, 3].set(2.0)
+    with pytest.raises(Exception, match="crba: a quaternion in q is not of unit norm"):
+        jaxdyn.jit(jax.vmap(lambda q: jaxdyn.crba(talos, q)))(qt)
+
+
+def _with_mass(model, mass):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda m: m.mass, model, mass)
