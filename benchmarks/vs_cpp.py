@@ -13,7 +13,9 @@ Pinocchio's loop on the same core). For each robot:
 * jaxdyn per sample at batch ``B`` (default 1024) under ``jax.jit(jax.vmap(f))`` -- the batching
   rule of jaxdyn's public functions evaluates it in cache-sized chunks on the CPU
   (:mod:`jaxdyn.batching`) -- and, for comparison, with that rule switched off
-  (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch);
+  (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch); for crba,
+  computed on the CPU by jaxdyn's C kernel (``cpu_kernels``), the comparison is XLA's code for
+  the same algorithm (``cpu_kernels=False``);
 * batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) with the model as an argument
   and closed over (``jax.jit(lambda q: f(model, q))``, where its arrays are constants that
   the kinematics fold at trace time), and the number of XLA kernels of the first;
@@ -45,6 +47,8 @@ import _env  # noqa: E402
 from _env import cpu_name, reuse_freed_buffers, single_threaded, timed, write_section  # noqa: E402
 
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
+#: algorithms computed by a C kernel of jaxdyn's on the CPU (``cpu_kernels``)
+KERNELS = ("crba",)
 #: algorithms whose Pinocchio result is one triangle; ``<alg>_full`` times it mirrored
 FULL = ("crba", "minv")
 #: issue targets: ratio to Pinocchio C++ per sample at B = 1024, float64
@@ -137,6 +141,7 @@ def bench_robot(name, dtypes, B, latency, log):
     import jaxdyn
     from jaxdyn import robots
     from jaxdyn._checks import BATCHED
+    from jaxdyn.algorithms import crba as crba_mod
     from jaxdyn.batching import chunk_size_for
 
     path, fb = robots.resolve(name)
@@ -159,16 +164,24 @@ def bench_robot(name, dtypes, B, latency, log):
             row["chunk"] = (
                 None if words is None else chunk_size_for(words(model, itemsize), B, itemsize)
             )
-            # functions without a batching rule: "rule" and "plain" are the same program
-            for key, chunk in (("rule", -1), ("plain", 0)) if words else (("rule", -1),):
-                with jaxdyn.config.override(vmap_chunk=chunk):
+            # functions without a batching rule: "rule" and "plain" are the same program; where
+            # jaxdyn's C kernel computes the batch (crba on the CPU), "plain" is XLA's code
+            row["kernel"] = alg in KERNELS and crba_mod.kernel_usable(model, dtype)
+            variants = (("rule", -1, True), ("plain", 0, True)) if words else (("rule", -1, True),)
+            if row["kernel"]:
+                variants = (("rule", -1, True), ("plain", -1, False))
+            for key, chunk, kernels in variants:
+                with jaxdyn.config.override(vmap_chunk=chunk, cpu_kernels=kernels):
                     # timed through the jitted function (C++ dispatch), not the Compiled object,
                     # whose Python call path alone costs about 0.2 ms
                     jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
                     row[f"{key}_compile_s"] = _first_call(jf, (model, *args))
                     row[f"{key}_ns"] = timed(jf, (model, *args)) / B * 1e9
-                    if key == "plain":  # XLA counts a loop body once: flops of the loop-free one
+                    if key == "plain" and not row["kernel"]:
+                        # XLA counts a loop body once: flops of the loop-free one
                         _set_flops(row, jf, (model, *args), B)
+            if row["kernel"]:  # XLA's cost analysis does not see inside the kernel
+                row["flops"] = row["flops_compiled"] = float("nan")
             if not words:
                 # no rule: the program is already loop-free
                 row["plain_ns"], row["plain_compile_s"] = row["rule_ns"], row["rule_compile_s"]
@@ -220,7 +233,11 @@ def render(results, B, peaks, args) -> str:
         f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
         "*rule*: jaxdyn's batching rule (the default: chunked on the CPU, chunk size in the "
         "table, sized for the core's private L2 cache), *plain*: the rule switched off "
-        "(`vmap_chunk=0`, one vmap over the whole batch). "
+        "(`vmap_chunk=0`, one vmap over the whole batch). crba on the CPU is jaxdyn's C "
+        "kernel (`cpu_kernels`, the default): *rule* is the kernel (one call for the batch, "
+        "chunk 'none'), *plain* XLA's code for the same algorithm (`cpu_kernels=False`, in "
+        "its rule's chunks), and flops '-' (XLA's cost analysis does not see inside the "
+        "kernel). "
         "Ratios are jaxdyn time / Pinocchio time per call (< 1: jaxdyn faster); the issue's "
         "targets are <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives) in float64. "
         "Pinocchio's crba and minv fill the upper triangle only; jaxdyn returns the full "
@@ -267,7 +284,8 @@ def render(results, B, peaks, args) -> str:
             ratio = r["rule_ns"] / pin_ns if pin_ns else None
             tgt = TARGETS[r["alg"]]
             mark = "-" if ratio is None else ("PASS" if ratio <= tgt else "MISS")
-            gf = r["flops"] / r["rule_ns"] if r["rule_ns"] else float("nan")
+            nan = float("nan")
+            gf = r["flops"] / r["rule_ns"] if r["rule_ns"] else nan
             pk = peaks.get(r["dtype"])
             lines.append(
                 f"| {r['dtype']} | {r['alg']} | {(pin_ns or float('nan')) / 1e3:.2f} "
@@ -275,8 +293,12 @@ def render(results, B, peaks, args) -> str:
                 f"| {_full(r)} | {r['plain_ns'] / 1e3:.2f} | {_r(r['plain_ns'], pin_ns)} "
                 f"| {r['chunk'] or 'none'} "
                 f"| <= {tgt} {mark if r['dtype'] == 'float64' else ''} "
-                f"| {r['flops']:.0f} | {gf:.2f} | {100 * gf / pk if pk else float('nan'):.0f} "
-                f"| {r['rule_compile_s']:.1f} / {r['plain_compile_s']:.1f} |"
+                + (
+                    "| - | - | - "
+                    if r.get("kernel")
+                    else f"| {r['flops']:.0f} | {gf:.2f} | {100 * gf / pk if pk else nan:.0f} "
+                )
+                + f"| {r['rule_compile_s']:.1f} / {r['plain_compile_s']:.1f} |"
             )
         lat = [r for r in rows if "b1_ns" in r]
         if lat:

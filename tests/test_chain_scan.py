@@ -163,6 +163,7 @@ def _long_chain(n):
 def _chain_fns(model):
     """Every level pass of the unclustered algorithms, behind one ``(q, v)`` signature."""
     from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.algorithms.crba import crba_world
     from jaxdyn.osim import inertia as osi
 
     def packed(q):
@@ -180,7 +181,8 @@ def _chain_fns(model):
     return {
         "forward_kinematics": lambda q, v: jaxdyn.forward_kinematics(model, q),
         "rnea": lambda q, v: jaxdyn.rnea(model, q, v, v),
-        "crba": lambda q, v: jaxdyn.crba(model, q),
+        # XLA's CRBA (jaxdyn.crba runs its C kernel on the CPU, one call whatever the chain)
+        "crba": lambda q, v: crba_world(model, kin.world_state(model, q, centered=True)),
         "aba": lambda q, v: jaxdyn.aba(model, q, v, v),
         "minv": lambda q, v: jaxdyn.minv(model, q),
         "aza": aza,

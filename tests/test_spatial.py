@@ -206,7 +206,11 @@ def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
     trace_rnea()
     assert ((model.nb, 3, 3), (model.nb, 3)) in calls
     calls.clear()
-    jax.make_jaxpr(jax.vmap(lambda q: jaxdyn.crba(model, q)))(qs)
+    # XLA's CRBA (jaxdyn.crba itself runs jaxdyn's C kernel on the CPU: test_crba_kernel.py)
+    from jaxdyn.algorithms import crba
+
+    ws = lambda q: kinematics.world_state(model, q, centered=True)  # noqa: E731
+    jax.make_jaxpr(jax.vmap(lambda q: crba.crba_world(model, ws(q))))(qs)
     assert ((model.nb, 3), (model.nb, 3, 3)) in calls and ((model.nv, 6),) in calls  # c, Ic; S
     calls.clear()
     foot = max(range(model.nb), key=lambda b: len(kinematics.support_chain(model.topo, b)))
