@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import export
 
 import jaxdyn
 from jaxdyn import _uninitialized, robots
@@ -121,7 +122,7 @@ def test_kernel_derivatives_batch_of_models_export_checks(models):
     # (value checks are host callbacks there, which jax.export refuses: left out)
     with jaxdyn._checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
-        exported = jax.export.export(f)(q)
+        exported = export.export(f)(q)
     assert "@" + _uninitialized.CRBA_TARGET not in exported.mlir_module()
     _close(exported.call(q), f(q), 1e-13)
     # value checks still run before the kernel
