@@ -71,9 +71,9 @@ XLA_FFI_Error* jaxdyn_check(XLA_FFI_CallFrame* frame) {
 /* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
  * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), each body's first motion axis
  * (nb, 6), mass (nb), com (nb, 3), inertia (nb, 9), armature (nv), all of one floating type,
- * and the topology as int32: nb, nq, nv, n1, npairs, then kind, parent, q_start, v_start,
- * one_dof (index into sin / cos, or -1) per body, then the pairs (r <= c, r supporting c) as
- * npairs rows and npairs columns. Result: M (..., nv, nv). */
+ * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
+ * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
+ * Result: M (..., nv, nv). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -82,8 +82,8 @@ XLA_FFI_Error* jaxdyn_check(XLA_FFI_CallFrame* frame) {
 #define KIND_FREE 2
 
 typedef struct {
-  int nb, nq, nv, n1, npairs;
-  const int32_t *kind, *parent, *q_start, *v_start, *one_dof, *pair_r, *pair_c;
+  int nb, nq, nv, npairs;
+  const int32_t *kind, *parent, *q_start, *v_start, *pair_r, *pair_c;
 } crba_topo;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -141,13 +141,12 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
   const int32_t* tp = (const int32_t*)a[8]->data;
   crba_topo t;
-  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.n1 = tp[3], t.npairs = tp[4];
-  t.kind = tp + 5;
+  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = tp[3];
+  t.kind = tp + 4;
   t.parent = t.kind + t.nb;
   t.q_start = t.parent + t.nb;
   t.v_start = t.q_start + t.nb;
-  t.one_dof = t.v_start + t.nb;
-  t.pair_r = t.one_dof + t.nb;
+  t.pair_r = t.v_start + t.nb;
   t.pair_c = t.pair_r + t.npairs;
   int64_t B = 1;
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)

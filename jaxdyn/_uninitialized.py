@@ -43,6 +43,12 @@ with its ``message`` attribute where the predicate is true (XLA raises ``INVALID
 program. Not under ``jax.export`` nor in partitioned programs (``equinox.error_if`` there),
 except for a batch split over ``Explicit`` mesh axes: its check runs on each device's samples
 (``jax.shard_map`` around the call, in the check's batching rule).
+
+The library also holds jaxdyn's CPU kernels, written in C where XLA's code stays slower than
+Pinocchio's C++ however it is arranged: ``jaxdyn_crba`` (``_crba_kernel.h``, one sample per
+vector lane; :func:`jaxdyn.algorithms.crba.crba_kernel`, the switch ``cpu_kernels``). The
+library is compiled with ``-O3``; the kernels carry target clones for AVX-512 and AVX2 (GCC on
+x86-64), chosen when the library loads, so a cached library runs on any x86-64 CPU.
 """
 
 from __future__ import annotations

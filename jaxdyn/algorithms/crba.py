@@ -3,7 +3,9 @@
 Reference: Featherstone 2008, Alg. 6.2 (CRBA). In ground coordinates the composite inertia of a
 subtree is a plain sum, ``oIc_i = sum_{j in subtree(i)} oI_j``, and
 ``M[r, c] = oS_r^T oIc_{body(c)} oS_c`` for every coordinate ``r`` on the support of ``c``
-(Featherstone eq. 6.19): six broadcast multiply-adds over ``nv x nv``, masked.
+(Featherstone eq. 6.19): six broadcast multiply-adds over ``nv x nv``, masked (XLA's code,
+:func:`crba_world`). On the CPU the same algorithm runs as a C kernel (:func:`crba_kernel`,
+``jaxdyn/_crba_kernel.h``) that computes only the supporting pairs, one sample per vector lane.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from .. import _checks, _uninitialized, joints, spatial
+from .. import _checks, _uninitialized, spatial
 from .. import config as _config
 from .._precision import full_precision
 from ..model import tree
@@ -107,12 +109,8 @@ def kernel_usable(model, dtype) -> bool:
 def _kernel_topology(topo) -> np.ndarray:
     """The kernel's int32 topology operand (see ``jaxdyn_crba`` in ``_uninitialized.c``)."""
     t = topo
-    one = np.full(t.nb, -1, np.int64)
-    idx = np.nonzero(t.kind == joints.ONE_DOF)[0]
-    one[idx] = np.arange(len(idx))
     r, c = np.nonzero(np.triu(t.dof_ancestor))  # r <= c, r's body supports c's
-    head = [t.nb, t.nq, t.nv, len(idx), len(r)]
-    parts = [head, t.kind, t.parent, t.q_start, t.v_start, one, r, c]
+    parts = [[t.nb, t.nq, t.nv, len(r)], t.kind, t.parent, t.q_start, t.v_start, r, c]
     return np.concatenate([np.asarray(x, np.int64) for x in parts]).astype(np.int32)
 
 
@@ -227,7 +225,9 @@ def crba(model, q):
     semi-definite with massless moving subtrees, see :func:`jaxdyn.load_urdf`), with
     ``model.armature`` on the diagonal when set.
 
-    Reference: Featherstone 2008, Alg. 6.2 (CRBA), in world coordinates.
+    Reference: Featherstone 2008, Alg. 6.2 (CRBA), in world coordinates. On the CPU computed
+    by jaxdyn's C kernel (:func:`crba_kernel`; the switch ``cpu_kernels``), elsewhere and for
+    derivatives by XLA's code (:func:`crba_world`).
     """
     model, q, dtype = kin._prepare(model, "crba", q)
     if model.nb == 0:
