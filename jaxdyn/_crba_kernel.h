@@ -1,5 +1,7 @@
 /* One precision of jaxdyn_crba (see _uninitialized.c), included once per element type with
- * REAL (double, float), VEC (a GCC vector of LANES of them) and SUFFIX defined.
+ * REAL (double, float), ITYPE (the integer of its width), LANES (samples per vector: a vector
+ * of 64 bytes), PIO4_1..3 (pi / 4 in three parts for REAL's argument reduction) and SUFFIX
+ * (of the function names) defined; it undefines them at its end.
  *
  * CRBA in world coordinates (Featherstone 2008, Alg. 6.2; jaxdyn/algorithms/crba.py): body
  * placements from the root out, each body's inertia about the world origin, composite inertias
@@ -228,6 +230,14 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
 
 #undef BLOCK
 #undef RUN
+/* the includer's parameters, so that it can include this again with others */
+#undef REAL
+#undef ITYPE
+#undef LANES
+#undef SUFFIX
+#undef PIO4_1
+#undef PIO4_2
+#undef PIO4_3
 #undef VEC
 #undef IVEC
 #undef SINCOS

@@ -31,6 +31,15 @@ static int metadata_call(XLA_FFI_CallFrame* frame) {
   return 0;
 }
 
+static XLA_FFI_Error* ffi_error(XLA_FFI_CallFrame* frame, const char* message) {
+  XLA_FFI_Error_Create_Args args;
+  memset(&args, 0, sizeof args);
+  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  args.message = message; /* copied by XLA */
+  args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
+  return frame->api->XLA_FFI_Error_Create(&args);
+}
+
 XLA_FFI_Error* jaxdyn_uninitialized(XLA_FFI_CallFrame* frame) {
   metadata_call(frame);
   return NULL; /* success: nothing to do */
@@ -60,12 +69,7 @@ XLA_FFI_Error* jaxdyn_check(XLA_FFI_CallFrame* frame) {
       message[len] = 0;
     }
   }
-  XLA_FFI_Error_Create_Args args;
-  memset(&args, 0, sizeof args);
-  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
-  args.message = message; /* copied by XLA */
-  args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
-  return frame->api->XLA_FFI_Error_Create(&args);
+  return ffi_error(frame, message);
 }
 
 /* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
@@ -100,13 +104,6 @@ typedef struct {
 #define PIO4_3 2.69515142907905952645E-15
 #define SUFFIX f64
 #include "_crba_kernel.h"
-#undef REAL
-#undef ITYPE
-#undef LANES
-#undef SUFFIX
-#undef PIO4_1
-#undef PIO4_2
-#undef PIO4_3
 #define REAL float
 #define ITYPE int32_t
 #define LANES 16
@@ -115,22 +112,6 @@ typedef struct {
 #define PIO4_3 3.77489497744594108e-8f
 #define SUFFIX f32
 #include "_crba_kernel.h"
-#undef REAL
-#undef ITYPE
-#undef LANES
-#undef SUFFIX
-#undef PIO4_1
-#undef PIO4_2
-#undef PIO4_3
-
-static XLA_FFI_Error* ffi_error(XLA_FFI_CallFrame* frame, const char* message) {
-  XLA_FFI_Error_Create_Args args;
-  memset(&args, 0, sizeof args);
-  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
-  args.message = message;
-  args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
-  return frame->api->XLA_FFI_Error_Create(&args);
-}
 
 XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   if (metadata_call(frame))
