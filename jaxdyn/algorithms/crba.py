@@ -170,9 +170,17 @@ def _crba_batch(args, dims, *, tree_def):
 
 
 def _crba_jvp(primals, tangents, *, tree_def):
-    # derivatives are XLA's CRBA's (the kernel computes the same function)
-    tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-    return jax.jvp(functools.partial(_xla, tree_def), tuple(primals), tangents)
+    # derivatives are XLA's CRBA's (the kernel computes the same function), in the operands
+    # whose tangents are not symbolically zero only (a model closed over has none)
+    live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
+
+    def f(*xs):
+        full = list(primals)
+        for i, x in zip(live, xs):
+            full[i] = x
+        return _xla(tree_def, *full)
+
+    return jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
 
 
 def _lower_xla(ctx, *args, tree_def):
