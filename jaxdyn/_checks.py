@@ -260,7 +260,7 @@ def _crba_words(model, itemsize):
 BATCHED = {
     "rnea": lambda m, _: 48 * m.nb,
     "aba": lambda m, _: 36 * m.nb,
-    "crba": lambda m, itemsize: _crba_words(m, itemsize),
+    "crba": _crba_words,
     "coriolis_matrix": _nv2,
     "minv": _nv2,
     "rnea_derivatives": lambda m, _: 4 * m.nv * m.nv,

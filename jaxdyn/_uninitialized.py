@@ -78,6 +78,9 @@ TARGET = "jaxdyn_uninitialized"
 STORE_TARGET = "jaxdyn_store"
 #: the value checks' handler (:func:`check`)
 CHECK_TARGET = "jaxdyn_check"
+#: the mesh axis type under which every array's type carries its sharding (``jax.make_mesh``'s
+#: default since JAX 0.7)
+EXPLICIT = jax.sharding.AxisType.Explicit
 SOURCE = Path(__file__).with_name("_uninitialized.c")
 #: the CPU kernel of :func:`jaxdyn.algorithms.crba.crba_kernel`, included by ``SOURCE``
 HEADERS = (Path(__file__).with_name("_crba_kernel.h"),)
@@ -361,12 +364,18 @@ def explicit_split(xs, dims):
             continue
         axes = (spec[d],) if isinstance(spec[d], str) else tuple(spec[d])
         types = dict(zip(mesh.axis_names, mesh.axis_types))
-        if axes and all(types.get(a) == _EXPLICIT for a in axes):
+        if axes and all(types.get(a) == EXPLICIT for a in axes):
             return mesh, axes, int(np.prod([mesh.shape[a] for a in axes]))
     return None
 
 
-_EXPLICIT = jax.sharding.AxisType.Explicit
+def shard_map(f, mesh, in_specs, out_specs, axis_names=None):
+    """``jax.shard_map`` without its replication checks (jaxdyn's own primitives have no rules
+    for them), manual over ``axis_names`` (default: every axis of ``mesh``)."""
+    kw = {} if axis_names is None else {"axis_names": set(axis_names)}
+    return jax.shard_map(
+        f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, **kw
+    )
 
 
 def _check_batch(args, dims, *, message):
@@ -387,14 +396,7 @@ def _check_batch(args, dims, *, message):
     def local(*a):
         return tuple(check_p.bind(*a[:-1], jnp.any(a[-1]), message=message))
 
-    out = jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=specs,
-        out_specs=specs[:-1],
-        axis_names=set(axes),
-        check_vma=False,
-    )(*moved)
+    out = shard_map(local, mesh, specs, specs[:-1], axis_names=axes)(*moved)
     return list(out), [None if d is None else 0 for d in dims[:-1]]
 
 

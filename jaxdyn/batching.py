@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import config
-from ._uninitialized import explicit_split, uninitialized
+from ._uninitialized import EXPLICIT, explicit_split, shard_map, uninitialized
 
 DEFAULT_CHUNK = 32
 
@@ -255,9 +255,6 @@ def _map_chunks(body, xs, n, size, axis_size):
     return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
 
 
-_EXPLICIT = jax.sharding.AxisType.Explicit
-
-
 def _explicit_batch_split(xs, in_batched):
     """``(mesh, axes, n)`` where explicit sharding splits the batch (leading axis) of the
     batched operands over the mesh axes ``axes`` (``n`` shards), else ``None``
@@ -275,7 +272,7 @@ def _off_explicit_mesh(x):
     if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
         return x
     mesh = getattr(x.sharding, "mesh", None)
-    if _EXPLICIT in getattr(mesh, "axis_types", ()) and x.is_fully_addressable:
+    if EXPLICIT in getattr(mesh, "axis_types", ()) and x.is_fully_addressable:
         return np.asarray(x)
     return x
 
@@ -292,15 +289,6 @@ def _per_shard(run, xs, in_batched, split):
     spec = jax.sharding.PartitionSpec(axes)
     in_specs = tuple(spec if b else jax.sharding.PartitionSpec() for b in in_batched)
     return shard_map(run, mesh, in_specs, spec, axis_names=set(axes))(*xs)
-
-
-def shard_map(f, mesh, in_specs, out_specs, axis_names=None):
-    """``jax.shard_map`` without its replication checks (jaxdyn's own primitives have no rules
-    for them), manual over ``axis_names`` (default: every axis of ``mesh``)."""
-    kw = {} if axis_names is None else {"axis_names": set(axis_names)}
-    return jax.shard_map(
-        f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, **kw
-    )
 
 
 def batched(fn, words):

@@ -23,16 +23,14 @@ import numpy as np
 from . import _uninitialized
 from . import config as _config
 
+
 # ----------------------------------------------------------------------------- sharding
-_EXPLICIT = jax.sharding.AxisType.Explicit
-
-
 def explicit_context() -> bool:
     """Whether the trace runs under a mesh with ``Explicit`` axes (``jax.set_mesh`` of a
     ``jax.make_mesh``, whose default axis type that is since JAX 0.7), where every array's
     type carries its sharding."""
     mesh = jax.sharding.get_abstract_mesh()
-    return _EXPLICIT in tuple(getattr(mesh, "axis_types", ()) or ())
+    return _uninitialized.EXPLICIT in tuple(getattr(mesh, "axis_types", ()) or ())
 
 
 def on_mesh(x):
