@@ -52,6 +52,27 @@ static inline __attribute__((always_inline)) void SINCOS(VEC x, VEC* s, VEC* c) 
   *c = SEL(flip, -ca, ca);
 }
 
+#define CONSTANTS CAT(one_dof_constants_, SUFFIX)
+
+/* the one-DoF joints' products of the model alone, the same for every sample (21 numbers per
+   body: A K, A K^2 and A l, with A = Xtree_R, K = [a]x and [a; l] the joint's axis) */
+static void CONSTANTS(const crba_topo* t, const REAL* XR, const REAL* axis, REAL* cst) {
+  for (int i = 0; i < t->nb; ++i) {
+    if (t->kind[i] != KIND_ONE_DOF) continue;
+    const REAL *A = XR + 9 * i, *a = axis + 6 * i;
+    const REAL K[9] = {0, -a[2], a[1], a[2], 0, -a[0], -a[1], a[0], 0};
+    REAL *AK = cst + 21 * i, *AK2 = AK + 9, *Al = AK + 18;
+    for (int r = 0; r < 3; ++r)
+      for (int cc = 0; cc < 3; ++cc)
+        AK[3 * r + cc] = A[3 * r] * K[cc] + A[3 * r + 1] * K[3 + cc] + A[3 * r + 2] * K[6 + cc];
+    for (int r = 0; r < 3; ++r) {
+      for (int cc = 0; cc < 3; ++cc)
+        AK2[3 * r + cc] = AK[3 * r] * K[cc] + AK[3 * r + 1] * K[3 + cc] + AK[3 * r + 2] * K[6 + cc];
+      Al[r] = A[3 * r] * a[3] + A[3 * r + 1] * a[4] + A[3 * r + 2] * a[5];
+    }
+  }
+}
+
 /* the workspace of one block, in VEC units */
 static size_t CAT(workspace_, SUFFIX)(const crba_topo* t) {
   return (size_t)t->nb * (9 + 3 + 3 + 6 + 1) + (size_t)t->nv * 12 + (size_t)t->nq;
@@ -59,8 +80,8 @@ static size_t CAT(workspace_, SUFFIX)(const crba_topo* t) {
 
 /* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample) */
 CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
-                  const REAL* com, const REAL* inertia, const REAL* armature, REAL* out,
-                  int64_t b0, int n, VEC* ws) {
+                  const REAL* com, const REAL* inertia, const REAL* armature, const REAL* cst,
+                  REAL* out, int64_t b0, int n, VEC* ws) {
   const int nb = t->nb, nq = t->nq, nv = t->nv;
   VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
   VEC *S = m + nb, *F = S + 6 * nv, *qv = F + 6 * nv;
@@ -74,26 +95,14 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
     const int k = t->kind[i], par = t->parent[i], qs = t->q_start[i];
     VEC Rl[9], pl[3];
     if (k == KIND_ONE_DOF) {
-      /* XJ = (rodrigues(a, q), l q): R = A (1 + s K + (1 - c) K^2), p = pt + A l q */
-      const REAL* a = axis + 6 * i;
-      const REAL K[9] = {0, -a[2], a[1], a[2], 0, -a[0], -a[1], a[0], 0};
-      REAL AK[9], AK2[9];
-      for (int r = 0; r < 3; ++r)
-        for (int cc = 0; cc < 3; ++cc) {
-          AK[3 * r + cc] = A[3 * r] * K[cc] + A[3 * r + 1] * K[3 + cc] + A[3 * r + 2] * K[6 + cc];
-        }
-      for (int r = 0; r < 3; ++r)
-        for (int cc = 0; cc < 3; ++cc) {
-          AK2[3 * r + cc] = AK[3 * r] * K[cc] + AK[3 * r + 1] * K[3 + cc] + AK[3 * r + 2] * K[6 + cc];
-        }
+      /* XJ = (rodrigues(a, q), l q): R = A (1 + s K + (1 - c) K^2), p = pt + A l q, with
+         A K, A K^2 and A l from CONSTANTS */
+      const REAL *AK = cst + 21 * i, *AK2 = AK + 9, *Al = AK + 18;
       VEC th = qv[qs], sn, cs;
       SINCOS(th, &sn, &cs);
       const VEC c1 = 1 - cs;
       for (int e = 0; e < 9; ++e) Rl[e] = A[e] + sn * AK[e] + c1 * AK2[e];
-      for (int r = 0; r < 3; ++r) {
-        REAL Al = A[3 * r] * a[3] + A[3 * r + 1] * a[4] + A[3 * r + 2] * a[5];
-        pl[r] = pt[r] + Al * th;
-      }
+      for (int r = 0; r < 3; ++r) pl[r] = pt[r] + Al[r] * th;
     } else {
       /* spherical: q = quaternion; free: q = (position, quaternion) */
       const int o = k == KIND_FREE ? 3 : 0;
@@ -219,12 +228,19 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
                const REAL* com, const REAL* inertia, const REAL* armature, REAL* out) {
   size_t bytes = CAT(workspace_, SUFFIX)(t) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (ws == NULL) return 1;
+  REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);
+  if (ws == NULL || cst == NULL) {
+    free(ws);
+    free(cst);
+    return 1;
+  }
+  CONSTANTS(t, XR, axis, cst);
   for (int64_t b = 0; b < B; b += LANES) {
     const int n = B - b < LANES ? (int)(B - b) : LANES;
-    BLOCK(t, q, XR, Xp, axis, mass, com, inertia, armature, out, b, n, ws);
+    BLOCK(t, q, XR, Xp, axis, mass, com, inertia, armature, cst, out, b, n, ws);
   }
   free(ws);
+  free(cst);
   return 0;
 }
 
@@ -241,6 +257,7 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
 #undef VEC
 #undef IVEC
 #undef SINCOS
+#undef CONSTANTS
 #undef SEL
 #undef CAT
 #undef CAT2
