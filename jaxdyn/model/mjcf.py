@@ -632,6 +632,9 @@ class _Files:
                 )
                 what = f" ({pname}={prefix!r})" if prefix else ""
                 data, _ = self.read(el, attr, [model_dir], prefix, strip, what)
+                if attr == "file" and el.get("name") is None and el.tag != "flexcomp":
+                    # MuJoCo names an unnamed asset after its file: keep that name
+                    el.set("name", os.path.splitext(os.path.basename(el.get(attr)))[0])
                 key = self._key(el.get(attr))
                 self.vfs[key] = data
                 el.set(attr, key)
