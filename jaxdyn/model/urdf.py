@@ -438,6 +438,9 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
         if ael.get("xyz") is None:
             raise ValueError(f"{where} <axis>: missing xyz attribute")
         a = _numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
+        big = float(np.max(np.abs(a)))
+        if big > 0.0:  # scaled first: the norm of (0, 0, 1e200) overflowed to inf, axis 0
+            a = a / big
         norm = float(np.linalg.norm(a))
         if norm > 0.0:
             axis = a / norm
