@@ -6,6 +6,15 @@
 and then reads the compiled ``mjModel``. ``mujoco`` is an optional dependency
 (``pip install 'jaxdyn[mjcf]'``); it is imported only when an MJCF file is loaded.
 
+Model files are untrusted input (as for :mod:`jaxdyn.model.urdf`): unless ``trusted=True``,
+jaxdyn expands the ``<include>`` elements and reads the files a model names itself, only from
+inside the model file's directory, and MuJoCo compiles the result from memory, so no file
+outside is opened; DOCTYPE declarations and sizes that keep MuJoCo's compiler busy for minutes
+(:data:`MAX_BODIES`, :data:`MAX_NESTING`, :data:`MAX_ELEMENTS`, :data:`MAX_KEYS`,
+:data:`MAX_SIZE`) are refused before it runs. The compiled values jaxdyn reads are then checked
+by element (NaN, inf, beyond :data:`jaxdyn.model.build.MAGNITUDE_BOUND`, a timestep that is not
+positive). The threat model is in ``docs/mjcf.md`` ("Untrusted files").
+
 How the compiled MuJoCo quantities map to jaxdyn's:
 
 =======================================  ======================================================
@@ -292,7 +301,9 @@ class MJCFModel(NamedTuple):
 
 # ------------------------------------------------------------------------------- geometry
 def _quat_to_mat(q):
-    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
+    q = np.asarray(q, float)
+    with np.errstate(all="ignore"):  # a zero quaternion gives NaN, refused by the callers
+        w, x, y, z = q / np.linalg.norm(q)
     return np.array(
         [
             [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
@@ -1509,21 +1520,30 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         if b1 < 0:  # the moving side first
             f1, f2, off1, off2, rot1, rot2, X1, X2 = f2, f1, off2, off1, rot2, rot1, X2, X1
         Rt, pt = X2
-        target_p = Rt @ off2 + pt
-        if typ == _EQ_CONNECT:
-            c = Connect(
-                f1, reference="local_world_aligned", offset=off1, target=target_p, name=names[e]
-            )
-        else:
-            # constraint frame (off1, rot1) on frame1 == X2 * (off2, rot2) in the world
-            c = Weld(
-                f1,
-                reference="local_world_aligned",
-                offset=off1,
-                rotation=rot1,
-                target=(Rt @ rot2, target_p),
-                name=names[e],
-            )
+        with np.errstate(all="ignore"):
+            target_p = Rt @ off2 + pt
+            target_R = Rt @ rot2
+        try:
+            if typ == _EQ_CONNECT:
+                c = Connect(
+                    f1,
+                    reference="local_world_aligned",
+                    offset=off1,
+                    target=target_p,
+                    name=names[e],
+                )
+            else:
+                # constraint frame (off1, rot1) on frame1 == X2 * (off2, rot2) in the world
+                c = Weld(
+                    f1,
+                    reference="local_world_aligned",
+                    offset=off1,
+                    rotation=rot1,
+                    target=(target_R, target_p),
+                    name=names[e],
+                )
+        except ValueError as err:  # the constructor's check, with the element named
+            issues.hard(f"{el}: {err}")
         out.append(c)
         active.append(bool(m.eq_active0[e]))
     return tuple(out), tuple(active)
@@ -1547,8 +1567,8 @@ def load(source, **kwargs):
     ``<robot>``: URDF or URDF+ (:func:`jaxdyn.load_urdf`: a :class:`jaxdyn.Model`, or a
     :class:`jaxdyn.clusters.ClusterModel` for a file with loop tags); ``<mujoco>``: MJCF
     (:func:`jaxdyn.load_mjcf`, returning its ``.model``; call ``load_mjcf`` for the contacts,
-    constraints and actuators). ``kwargs`` go to that loader. ``source``: a path or the XML
-    text.
+    constraints and actuators). ``kwargs`` go to that loader (``trusted=True``: MJCF only).
+    ``source``: a path or the XML text.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load: source must be a path or XML text, got {type(source).__name__}")
