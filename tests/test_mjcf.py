@@ -1007,6 +1007,14 @@ VALUES = {
         r'<equality><weld name="w">: data',
     ),
     "range nan": (_values_xml(joint='limited="true" range="0 nan"'), J + ": range nan"),
+    "axis overflow": (  # found by fuzzing: MuJoCo's normalisation gives a zero axis
+        _values_xml(joint='axis="1e200 1 1"'),
+        J + r": axis \[0.0, 0.0, 0.0\] after MuJoCo's normalisation",
+    ),
+    "quat overflow": (
+        _values_xml().replace('pos="0 0 0"', 'quat="1e200 0 0 1"'),
+        r'<body name="b">: quat \[0.0, 0.0, 0.0, 0.0\] after',
+    ),
 }
 
 

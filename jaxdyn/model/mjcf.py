@@ -1169,6 +1169,13 @@ _CHECKED = (
     ("key", "key_qvel", "qvel", True),
     ("eq", "eq_data", "data (anchor / relpose)", True),
 )
+#: unit vectors and quaternions of the compiled model: (object, field, attribute)
+_UNIT = (
+    ("jnt", "jnt_axis", "axis"),
+    ("body", "body_quat", "quat"),
+    ("body", "body_iquat", "<inertial quat>"),
+    ("site", "site_quat", "quat"),
+)
 _COUNT = {
     "body": "nbody",
     "jnt": "njnt",
@@ -1216,6 +1223,24 @@ def _check_values(m, dtype, issues, body_names, jnt_el):
             tag = obj
         return f'<{tag} name="{names[obj][i]}">'
 
+    # MuJoCo normalises axes and quaternions, silently to zero where the squares overflow
+    # (axis="1e200 1 1"): a joint that does not move, NaN dynamics
+    for obj, field, attr in _UNIT:
+        n = getattr(m, _COUNT[obj])
+        if n == 0:
+            continue
+        x = np.asarray(getattr(m, field), float).reshape(n, -1)
+        with np.errstate(all="ignore"):
+            norm = np.sqrt(np.sum(x * x, axis=1))
+        bad = np.nonzero(~(np.abs(norm - 1.0) <= 1e-6))[0]
+        if obj == "jnt":
+            bad = [j for j in bad if int(m.jnt_type[j]) in (_HINGE, _SLIDE)]
+        if len(bad):
+            i = int(bad[0])
+            issues.hard(
+                f"{element(obj, i)}: {attr} {x[i].tolist()} after MuJoCo's normalisation (its "
+                "components overflow or underflow when squared): write it with moderate numbers"
+            )
     for obj, field, attr, bounded in _CHECKED:
         n = getattr(m, _COUNT[obj])
         x = getattr(m, field, None)
