@@ -879,6 +879,16 @@ def test_inside_files_load_as_mujoco_reads_them(tmp_path):
         np.testing.assert_array_equal(getattr(r.mj_model, f), getattr(ref, f), err_msg=f)
 
 
+def test_model_directory_through_a_symlink(tmp_path):
+    """A model reached through a symbolic link to its directory reads the files inside that
+    directory (the check compares resolved paths)."""
+    (tmp_path / "real" / "parts").mkdir(parents=True)
+    (tmp_path / "real" / "parts" / "body.xml").write_text(f"<mujoco>{BODY}</mujoco>")
+    (tmp_path / "real" / "m.xml").write_text('<mujoco><include file="parts/body.xml"/></mujoco>')
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    assert load_mjcf(tmp_path / "link" / "m.xml").model.nv == 1
+
+
 def test_not_a_regular_file_inside(tmp_path):
     """A FIFO (or device) inside the directory is refused by kind, not opened."""
     path = tmp_path / "m.xml"

@@ -66,7 +66,8 @@ def load_urdf(
     Parameters are stored in the default float dtype: with ``jax_enable_x64`` off they are
     rounded to float32 (the model remembers it and refuses float64 inputs later: enable x64
     before loading). Numbers whose products overflow (e.g. ``xyz="1e200 0 0"``) raise naming
-    the element.
+    the element, and so does any parameter beyond :data:`MAGNITUDE_BOUND` (1e50 in float64,
+    1e6 in float32; joint limits excepted), within which ``rnea`` and ``aba`` cannot overflow.
     """
     robot = parse_urdf(source, strict=strict)
     return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)

@@ -549,9 +549,10 @@ class _Files:
     outside the directory is opened: a path that leaves it (absolute, ``..``, a symbolic link,
     ``meshdir`` / ``texturedir`` / ``assetdir``) is refused before any read."""
 
-    def __init__(self, label, root, user_assets):
+    def __init__(self, label, root, user_assets, root_given=None):
         self.label = label
         self.root = root  # realpath of the model's directory; None for XML text
+        self.root_given = root_given or root  # the directory as the path names it
         self.user = dict(user_assets or {})
         self.vfs = {}
         self.seen = set()  # files included or attached (MuJoCo refuses a second include)
@@ -588,7 +589,8 @@ class _Files:
         cands = []
         for d in dict.fromkeys(dirs):
             p = os.path.normpath(os.path.join(d, prefix, value))
-            if not _inside(p, self.root) or not _inside(os.path.realpath(p), self.root):
+            lexical = _inside(p, self.root_given) or _inside(p, self.root)
+            if not lexical or not _inside(os.path.realpath(p), self.root):
                 raise self.err(
                     f"{where}: refers to a file outside the model's directory {self.root!r}; "
                     "it was not read (an untrusted model reads only files inside its own "
@@ -774,7 +776,7 @@ def _self_contained(source, assets):
             raise ValueError(f"load_mjcf: {label}: cannot read the file: {e.strerror}") from None
         model_dir = os.path.dirname(os.path.abspath(path))
         root_dir = os.path.realpath(model_dir)
-    files = _Files(label, root_dir, assets)
+    files = _Files(label, root_dir, assets, model_dir)
     root = files.parse(data, "")
     files.model(root, model_dir)
     xml = ET.tostring(root, encoding="unicode")
