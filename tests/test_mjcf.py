@@ -930,6 +930,10 @@ SIZES = {
     "nkey": (f'<mujoco><size nkey="100000000"/>{BODY}</mujoco>', r"<size nkey='100000000'>"),
     "memory": (f'<mujoco><size memory="64G"/>{BODY}</mujoco>', r"<size memory='64G'>"),
     "njmax": (f'<mujoco><size njmax="1e9"/>{BODY}</mujoco>', r"<size njmax='1e9'>"),
+    "nuser_body": (
+        f'<mujoco><size nuser_body="1000000"/>{BODY}</mujoco>',
+        r"<size nuser_body='1000000'>: more than 1000",
+    ),
     "bodies": (
         "<mujoco><worldbody>" + '<body><geom size=".1"/></body>' * 2001 + "</worldbody></mujoco>",
         "2001 bodies",

@@ -501,8 +501,10 @@ MAX_NESTING = 400
 MAX_ELEMENTS = 200_000
 MAX_KEYS = 10_000
 #: Largest values of ``<size>`` attributes in an untrusted file (``memory`` in bytes, with
-#: MuJoCo's K / M / G ... suffixes); any other ``<size>`` attribute: :data:`MAX_SIZE_OTHER`.
+#: MuJoCo's K / M / G ... suffixes); ``nuser_*`` (numbers per object): :data:`MAX_SIZE_USER`;
+#: any other ``<size>`` attribute: :data:`MAX_SIZE_OTHER`.
 MAX_SIZE = {"memory": 2**30, "nstack": 2**27, "nkey": MAX_KEYS}
+MAX_SIZE_USER = 1000
 MAX_SIZE_OTHER = 10**6
 _MAX_SUBMODELS = 16  # nesting of <model file> sub-models
 _SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
@@ -742,7 +744,8 @@ class _Files:
             )
         for el in root.iter("size"):
             for attr, text in el.attrib.items():
-                lim = MAX_SIZE.get(attr, MAX_SIZE_OTHER)
+                other = MAX_SIZE_USER if attr.startswith("nuser_") else MAX_SIZE_OTHER
+                lim = MAX_SIZE.get(attr, other)
                 v = _size_value(text)
                 if v is not None and v > lim:
                     raise self.err(
