@@ -889,6 +889,38 @@ def test_model_directory_through_a_symlink(tmp_path):
     assert load_mjcf(tmp_path / "link" / "m.xml").model.nv == 1
 
 
+def test_urdf_through_mujoco_untrusted(tmp_path):
+    """A URDF compiled by MuJoCo takes the same route: its ``<mesh filename>`` is read by
+    jaxdyn (MuJoCo's default ``strippath`` for URDF: the file name, in the model's directory);
+    with ``strippath="false"`` one outside is refused unread."""
+    urdf = robots.resolve("arm7")[0]
+    assert load_mjcf(urdf).model.nv == load_mjcf(urdf, trusted=True).model.nv == 7
+    (tmp_path / "model").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "model" / "tet.obj").write_text(TET_OBJ)
+    link = (
+        '<link name="{0}"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" '
+        'iyy="1" iyz="0" izz="1"/></inertial><visual><geometry><mesh filename="{1}"/>'
+        "</geometry></visual></link>"
+    )
+    (tmp_path / "out" / "tet.obj").write_text(TET_OBJ)
+    outside = str(tmp_path / "out" / "tet.obj")
+    for mesh, ok in (("package://robot/meshes/tet.obj", True), (outside, False)):
+        path = tmp_path / "model" / "r.urdf"
+        keep = "" if ok else '<mujoco><compiler strippath="false"/></mujoco>'
+        path.write_text(
+            '<robot name="r">' + keep + link.format("base", mesh) + link.format("arm", mesh)
+            + '<joint name="j" type="revolute"><parent link="base"/><child link="arm"/>'
+            '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>'
+            "</robot>"
+        )  # fmt: skip
+        if ok:
+            assert load_mjcf(path, ignore="geom").model.nv == 1
+            continue
+        with pytest.raises(ValueError, match="outside the model's directory"):
+            load_mjcf(path, ignore="geom")
+
+
 def test_not_a_regular_file_inside(tmp_path):
     """A FIFO (or device) inside the directory is refused by kind, not opened."""
     path = tmp_path / "m.xml"
