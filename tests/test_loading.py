@@ -209,6 +209,56 @@ def test_overflowing_numbers_name_the_element():
         jaxdyn.load_urdf(chain)
 
 
+@pytest.mark.parametrize(
+    "link, joint, match",
+    [
+        (_inertial(1.7e308, BIG), "0 0 0.1", r'<link name="arm"> <inertial>: mass 1.7e\+308'),
+        (_inertial(1.0, (1e200, 0, 0, 1e200, 0, 1e200)), "0 0 0.1", r"inertia 1e\+200"),
+        (_inertial(1.0, BIG), "1e308 0 0", r'<joint name="j"> <origin>: Xtree_p 1e\+308'),
+        (_inertial(1e60, BIG), "0 0 0.1", r"mass 1e\+60 exceeds 1e\+50.*float64"),
+    ],
+)
+def test_finite_but_huge_numbers_name_the_element(link, joint, match):
+    """Finite numbers whose products overflow in the algorithms (mass 1.7e308, inertia 1e200,
+    xyz 1e308 loaded and gave NaN dynamics) are refused beyond the magnitude bound, naming the
+    element; a model within it has finite dynamics."""
+    xml = _robot(
+        _link("base", _inertial(1.0, BIG)),
+        _link("arm", link),
+        _joint("j", "base", "arm", xyz=joint),
+    )
+    with pytest.raises(ValueError, match=match):
+        jaxdyn.load_urdf(xml)
+
+
+def test_magnitude_bound_keeps_the_dynamics_finite():
+    """At the bound (1e50 in float64: masses, lengths and inertias together) ``rnea`` and
+    ``aba`` at rest under gravity are finite; in float32 the bound is 1e6."""
+    from jaxdyn.model.build import MAGNITUDE_BOUND
+
+    b = MAGNITUDE_BOUND["float64"]
+    xml = _robot(
+        _link("base", _inertial(1.0, BIG)),
+        _link("arm", _inertial(b, (b, 0, 0, b, 0, b), xyz=f"{b / 2} 0 0")),
+        _link("hand", _inertial(b, (b, 0, 0, b, 0, b), xyz=f"0 {b / 2} 0")),
+        _joint("j", "base", "arm", xyz=f"0 0 {b / 2}"),
+        _joint("k", "arm", "hand", xyz=f"{b / 2} 0 0", axis="1 0 0"),
+    )
+    m = jaxdyn.load_urdf(xml, gravity=(0, 0, -b))
+    z = jnp.zeros(m.nv)
+    assert np.isfinite(np.asarray(jaxdyn.rnea(m, z, z, z))).all()
+    assert np.isfinite(np.asarray(jaxdyn.aba(m, z, z, z))).all()
+    heavy = _robot(
+        _link("base", _inertial(1.0, BIG)),
+        _link("arm", _inertial(2e6, BIG)),
+        _joint("j", "base", "arm"),
+    )
+    with enable_x64(False):
+        with pytest.raises(ValueError, match=r"mass 2e\+06 exceeds 1e\+06.*float32.*x64"):
+            jaxdyn.load_urdf(heavy)
+    assert jaxdyn.load_urdf(heavy).nv == 1
+
+
 def test_float32_range_names_the_element():
     """With float64 disabled, parameters beyond float32's range are refused at load."""
     xml = _robot(

@@ -689,6 +689,450 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+# --------------------------------------------------------------------------- untrusted files
+# Issue 51: an MJCF file opens nothing outside its directory unless trusted=True; its numbers
+# and sizes are checked, by element, before they reach MuJoCo's compiler or the dynamics.
+TOKEN = "JAXDYN_OUTSIDE_TOKEN_7f3a"
+TET_OBJ = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
+BODY = '<worldbody><body name="b"><joint name="j"/><geom size=".1"/></body></worldbody>'
+
+
+class _Watched:
+    """A FIFO standing for a file outside the model's directory. Whoever opens it for reading
+    (Python or MuJoCo's C code) blocks until a writer comes: a thread polls it with
+    non-blocking writes (which fail while nobody reads), so an open is detected, served
+    ``payload`` (the token) and released instead of hanging the test."""
+
+    def __init__(self, path, payload):
+        import threading
+
+        self.path, self.payload, self.opened = str(path), payload.encode(), False
+        os.mkfifo(self.path)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import time
+
+        while not self.stop.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader
+                time.sleep(0.001)
+                continue
+            self.opened = True
+            try:
+                os.write(fd, self.payload)
+            finally:
+                os.close(fd)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+
+
+def _outside_secret(kind):
+    body = f'<body name="{TOKEN}"><joint/><geom size=".1"/></body>'
+    if kind == "xml":
+        return f"<mujoco><worldbody>{body}</worldbody></mujoco>"
+    return TOKEN  # a mesh / texture / height field that is not one
+
+
+# (name, main file, outside file name): {out} is the outside directory, relative or absolute
+OUTSIDE = {
+    "include ..": ('<mujoco><include file="../out/secret.xml"/></mujoco>', "secret.xml"),
+    "include absolute": ('<mujoco><include file="{out}/secret.xml"/></mujoco>', "secret.xml"),
+    "include symlink": ('<mujoco><include file="link.xml"/></mujoco>', "secret.xml"),
+    "include nested": ('<mujoco><include file="sub/inner.xml"/></mujoco>', "secret.xml"),
+    "model/attach": (
+        '<mujoco><asset><model name="s" file="../out/secret.xml"/></asset>'
+        '<worldbody><attach model="s" prefix="p-"/></worldbody></mujoco>',
+        "secret.xml",
+    ),
+    "meshdir": (
+        f'<mujoco><compiler meshdir="../out"/><asset><mesh name="m" file="tet.obj"/></asset>'
+        f"{BODY}</mujoco>",
+        "tet.obj",
+    ),
+    "assetdir absolute": (
+        f'<mujoco><compiler assetdir="{{out}}"/><asset><mesh name="m" file="tet.obj"/></asset>'
+        f"{BODY}</mujoco>",
+        "tet.obj",
+    ),
+    "mesh absolute": (
+        f'<mujoco><asset><mesh name="m" file="{{out}}/tet.obj"/></asset>{BODY}</mujoco>',
+        "tet.obj",
+    ),
+    "texturedir": (
+        '<mujoco><compiler texturedir="../out"/><asset><texture name="t" type="2d" '
+        f'file="t.png"/></asset>{BODY}</mujoco>',
+        "t.png",
+    ),
+    "hfield": (
+        '<mujoco><asset><hfield name="h" file="../out/h.png" size="1 1 1 1"/></asset>'
+        f"{BODY}</mujoco>",
+        "h.png",
+    ),
+}
+
+
+@pytest.mark.parametrize("case_", sorted(OUTSIDE))
+def test_outside_file_refused_unread(tmp_path, case_):
+    """Every route by which an MJCF file names another file (``<include>``, ``<model>``,
+    ``meshdir`` / ``texturedir`` / ``assetdir``, absolute mesh / texture / height-field paths,
+    a symbolic link) is refused when it leaves the model's directory, with a message that
+    names the element and echoes nothing of the outside file, which is never opened (it is a
+    FIFO: an open by MuJoCo's C code would be seen)."""
+    main, name = OUTSIDE[case_]
+    model, out = tmp_path / "model", tmp_path / "out"
+    (model / "sub").mkdir(parents=True)
+    out.mkdir()
+    (model / "sub" / "inner.xml").write_text(
+        '<mujoco><include file="../../out/secret.xml"/></mujoco>'
+    )
+    os.symlink(out / "secret.xml", model / "link.xml")
+    path = model / "main.xml"
+    path.write_text(main.replace("{out}", str(out)))
+    watch = _Watched(out / name, _outside_secret("xml" if name.endswith(".xml") else "file"))
+    try:
+        with pytest.raises(ValueError) as e:
+            load_mjcf(path)
+    finally:
+        watch.close()
+    msg = str(e.value)
+    assert "outside the model's directory" in msg and "trusted=True" in msg, msg
+    assert TOKEN not in msg, msg
+    assert not watch.opened, f"{case_}: the outside file was opened"
+
+
+def test_system_files_refused_unread(tmp_path):
+    """``/etc/passwd`` and ``/proc/self/environ`` are refused by path, nothing of them in the
+    message."""
+    env = os.environ.get("PATH", "")
+    for target in ("/etc/passwd", "/proc/self/environ"):
+        path = tmp_path / "m.xml"
+        path.write_text(f'<mujoco><include file="{target}"/></mujoco>')
+        with pytest.raises(ValueError, match=f"<include file='{target}'>: refers to a file "
+                           "outside") as e:  # fmt: skip
+            load_mjcf(path)
+        assert "root:" not in str(e.value) and (not env or env not in str(e.value))
+
+
+def test_trusted_opts_in(tmp_path):
+    """``trusted=True`` hands the file to MuJoCo as it is: the include outside loads."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "out" / "body.xml").write_text(f"<mujoco>{BODY}</mujoco>")
+    path = tmp_path / "model" / "main.xml"
+    path.write_text('<mujoco><include file="../out/body.xml"/></mujoco>')
+    with pytest.raises(ValueError, match="outside the model's directory"):
+        load_mjcf(path)
+    assert load_mjcf(path, trusted=True).model.nv == 1
+    assert jaxdyn.load(path, trusted=True).nv == 1
+    with pytest.raises(TypeError, match="trusted must be True or False"):
+        load_mjcf(path, trusted="yes")
+
+
+def test_xml_text_reads_no_file(tmp_path, monkeypatch):
+    """MJCF text has no directory: its files come from ``assets=`` only (MuJoCo read them
+    relative to the working directory)."""
+    (tmp_path / "body.xml").write_text(f"<mujoco>{BODY}</mujoco>")
+    monkeypatch.chdir(tmp_path)
+    text = '<mujoco><include file="body.xml"/></mujoco>'
+    with pytest.raises(ValueError, match=r"<include file='body.xml'>: not in assets="):
+        load_mjcf(text)
+    assert load_mjcf(text, assets={"body.xml": (tmp_path / "body.xml").read_bytes()}).model.nv
+    assert load_mjcf(text, trusted=True).model.nv == 1
+
+
+def test_inside_files_load_as_mujoco_reads_them(tmp_path):
+    """Files inside the directory (includes in a subdirectory and their own includes, a
+    ``meshdir`` mesh with its default name, a sub-model attached) give the model MuJoCo's own
+    ``from_xml_path`` compiles, which jaxdyn's route reads in memory."""
+    (tmp_path / "parts" / "more").mkdir(parents=True)
+    (tmp_path / "meshes").mkdir()
+    (tmp_path / "meshes" / "tet.obj").write_text(TET_OBJ)
+    (tmp_path / "parts" / "arm.xml").write_text(
+        '<mujoco><include file="more/hand.xml"/><worldbody><body name="arm" pos="1 0 0">'
+        '<joint name="a"/><geom type="mesh" mesh="tet" density="500"/></body></worldbody>'
+        "</mujoco>"
+    )
+    (tmp_path / "parts" / "more" / "hand.xml").write_text(
+        '<mujoco><worldbody><body name="hand"><joint name="h" type="slide"/>'
+        '<geom size=".1" mass="2"/></body></worldbody></mujoco>'
+    )
+    (tmp_path / "parts" / "tool.xml").write_text(
+        '<mujoco><worldbody><body name="tool"><joint name="t"/><geom size=".2 .1" '
+        'type="capsule"/></body></worldbody></mujoco>'
+    )
+    path = tmp_path / "main.xml"
+    path.write_text(
+        '<mujoco><compiler meshdir="meshes"/><asset><mesh file="tet.obj"/>'
+        '<model name="tool" file="parts/tool.xml"/></asset><include file="parts/arm.xml"/>'
+        '<worldbody><attach model="tool" prefix="t-"/></worldbody></mujoco>'
+    )
+    r = load_mjcf(path, ignore="geom")
+    ref = mujoco.MjModel.from_xml_path(str(path))
+    assert r.mj_model.nbody == ref.nbody == 4 and r.model.nv == 3
+    for f in ("body_mass", "body_inertia", "body_ipos", "body_iquat", "mesh_vertnum"):
+        np.testing.assert_array_equal(getattr(r.mj_model, f), getattr(ref, f), err_msg=f)
+
+
+def test_model_directory_through_a_symlink(tmp_path):
+    """A model reached through a symbolic link to its directory reads the files inside that
+    directory (the check compares resolved paths)."""
+    (tmp_path / "real" / "parts").mkdir(parents=True)
+    (tmp_path / "real" / "parts" / "body.xml").write_text(f"<mujoco>{BODY}</mujoco>")
+    (tmp_path / "real" / "m.xml").write_text('<mujoco><include file="parts/body.xml"/></mujoco>')
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    assert load_mjcf(tmp_path / "link" / "m.xml").model.nv == 1
+
+
+def test_urdf_through_mujoco_untrusted(tmp_path):
+    """A URDF compiled by MuJoCo takes the same route: its ``<mesh filename>`` is read by
+    jaxdyn (MuJoCo's default ``strippath`` for URDF: the file name, in the model's directory);
+    with ``strippath="false"`` one outside is refused unread."""
+    urdf = robots.resolve("arm7")[0]
+    assert load_mjcf(urdf).model.nv == load_mjcf(urdf, trusted=True).model.nv == 7
+    (tmp_path / "model").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "model" / "tet.obj").write_text(TET_OBJ)
+    link = (
+        '<link name="{0}"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" '
+        'iyy="1" iyz="0" izz="1"/></inertial><visual><geometry><mesh filename="{1}"/>'
+        "</geometry></visual></link>"
+    )
+    (tmp_path / "out" / "tet.obj").write_text(TET_OBJ)
+    outside = str(tmp_path / "out" / "tet.obj")
+    for mesh, ok in (("package://robot/meshes/tet.obj", True), (outside, False)):
+        path = tmp_path / "model" / "r.urdf"
+        keep = "" if ok else '<mujoco><compiler strippath="false"/></mujoco>'
+        path.write_text(
+            '<robot name="r">' + keep + link.format("base", mesh) + link.format("arm", mesh)
+            + '<joint name="j" type="revolute"><parent link="base"/><child link="arm"/>'
+            '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>'
+            "</robot>"
+        )  # fmt: skip
+        if ok:
+            assert load_mjcf(path, ignore="geom").model.nv == 1
+            continue
+        with pytest.raises(ValueError, match="outside the model's directory"):
+            load_mjcf(path, ignore="geom")
+
+
+def test_not_a_regular_file_inside(tmp_path):
+    """A FIFO (or device) inside the directory is refused by kind, not opened."""
+    path = tmp_path / "m.xml"
+    path.write_text('<mujoco><include file="fifo.xml"/></mujoco>')
+    watch = _Watched(tmp_path / "fifo.xml", f"<mujoco>{BODY}</mujoco>")
+    try:
+        with pytest.raises(ValueError, match="fifo.xml'>: not a regular file"):
+            load_mjcf(path)
+    finally:
+        watch.close()
+    assert not watch.opened
+
+
+def test_doctype_refused(tmp_path):
+    path = tmp_path / "m.xml"
+    path.write_text('<!DOCTYPE m [<!ENTITY e SYSTEM "/etc/passwd">]><mujoco model="&e;"/>')
+    with pytest.raises(ValueError, match="DOCTYPE/entity declarations are not allowed"):
+        load_mjcf(path)
+
+
+def _no_compile(monkeypatch):
+    """Make MuJoCo's compiler fail the test if it is reached."""
+
+    def boom(*a, **k):
+        raise AssertionError("MuJoCo's compiler ran on a file that should be refused first")
+
+    monkeypatch.setattr(mujoco.MjModel, "from_xml_string", staticmethod(boom))
+    monkeypatch.setattr(mujoco.MjModel, "from_xml_path", staticmethod(boom))
+
+
+def _include_chain(tmp_path, n):
+    for i in range(n):
+        (tmp_path / f"c{i}.xml").write_text(f'<mujoco><include file="c{i + 1}.xml"/></mujoco>')
+    (tmp_path / f"c{n}.xml").write_text(f"<mujoco>{BODY}</mujoco>")
+    return tmp_path / "c0.xml"
+
+
+SIZES = {
+    "nkey": (f'<mujoco><size nkey="100000000"/>{BODY}</mujoco>', r"<size nkey='100000000'>"),
+    "memory": (f'<mujoco><size memory="64G"/>{BODY}</mujoco>', r"<size memory='64G'>"),
+    "njmax": (f'<mujoco><size njmax="1e9"/>{BODY}</mujoco>', r"<size njmax='1e9'>"),
+    "nuser_body": (
+        f'<mujoco><size nuser_body="1000000"/>{BODY}</mujoco>',
+        r"<size nuser_body='1000000'>: more than 1000",
+    ),
+    "bodies": (
+        "<mujoco><worldbody>" + '<body><geom size=".1"/></body>' * 2001 + "</worldbody></mujoco>",
+        "2001 bodies",
+    ),
+    "replicate": (
+        '<mujoco><worldbody><replicate count="100" offset="1 0 0"><replicate count="1000" '
+        'offset="0 1 0"><body><joint/><geom size=".1"/></body></replicate></replicate>'
+        "</worldbody></mujoco>",
+        "100000 bodies",
+    ),
+    "keys": (
+        f"<mujoco>{BODY}<keyframe>" + "<key/>" * 10001 + "</keyframe></mujoco>",
+        "10001 keyframes",
+    ),
+    "nesting": (
+        "<mujoco><worldbody>" + "<body>" * 401 + "</body>" * 401 + "</worldbody></mujoco>",
+        "nested deeper than 400",
+    ),
+    "include chain": (None, "nested deeper than 400"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(SIZES))
+def test_absurd_sizes_refused_before_compiling(tmp_path, monkeypatch, what):
+    """Sizes that keep MuJoCo's compiler busy for minutes or exhaust memory (10^4 bodies,
+    ``nkey`` 10^8, a chain of includes past the nesting MuJoCo allows inline) are refused,
+    naming the element, before the compiler runs; ``trusted=True`` lifts the limits."""
+    text, match = SIZES[what]
+    if text is None:
+        path = _include_chain(tmp_path, 400)
+    else:
+        path = tmp_path / "m.xml"
+        path.write_text(text)
+    with monkeypatch.context() as mp:
+        _no_compile(mp)
+        with pytest.raises(ValueError, match=match) as e:
+            load_mjcf(path)
+    assert "trusted=True lifts" in str(e.value)
+    if what == "include chain":  # within the limit: loads
+        (tmp_path / "ok").mkdir()
+        assert load_mjcf(_include_chain(tmp_path / "ok", 100)).model.nv == 1
+    elif what == "nesting":
+        ok = text.replace("<body>" * 401, "<body>" * 300).replace("</body>" * 401, "</body>" * 300)
+        assert load_mjcf(ok).model.nv == 0
+
+
+def _values_xml(pos="0 0 0", joint="", geom='mass="1"', option="", extra=""):
+    return (
+        f'<mujoco><option {option}/><worldbody><body name="b" pos="{pos}"><joint name="j" '
+        f'{joint}/><geom size=".1" {geom}/></body></worldbody>{extra}</mujoco>'
+    )
+
+
+J = r'<joint name="j" type="hinge">'
+VALUES = {
+    "body pos": (_values_xml(pos="1e300 0 0"), r'<body name="b">: pos 1e\+300 exceeds 1e\+50'),
+    "gravity": (_values_xml(option='gravity="0 0 1e308"'), r"<option gravity>: gravity 1e\+308"),
+    "armature": (_values_xml(joint='armature="1e300"'), J + r": armature 1e\+300 exceeds"),
+    "mass": (_values_xml(geom='mass="1e60"'), r'<body name="b">: mass 1e\+60 exceeds'),
+    "damping inf": (_values_xml(joint='damping="inf"'), J + ": damping inf is not a finite"),
+    "frictionloss nan": (_values_xml(joint='frictionloss="nan"'), J + ": frictionloss nan"),
+    "kp nan": (
+        _values_xml(extra='<actuator><position name="p" joint="j" kp="nan"/></actuator>'),
+        r'<actuator name="p">: gain \(gainprm\) nan',
+    ),
+    "gear inf": (
+        _values_xml(extra='<actuator><motor name="m" joint="j" gear="inf"/></actuator>'),
+        r'<actuator name="m">: gear inf',
+    ),
+    "keyframe nan": (
+        _values_xml(extra='<keyframe><key name="k" qpos="nan"/></keyframe>'),
+        r'<key name="k">: qpos nan',
+    ),
+    "timestep 0": (_values_xml(option='timestep="0"'), r"<option timestep=0.0>: .*positive"),
+    "timestep -1": (_values_xml(option='timestep="-1"'), r"<option timestep=-1.0>"),
+    "timestep nan": (_values_xml(option='timestep="nan"'), r"<option timestep=nan>"),
+    "connect nan": (
+        _values_xml(extra='<equality><connect name="c" body1="b" anchor="nan 0 0"/></equality>'),
+        r'<equality><connect name="c">: data \(anchor / relpose\) nan',
+    ),
+    "weld nan": (
+        _values_xml(
+            extra='<equality><weld name="w" body1="b" relpose="0 0 0 nan 0 0 0"/></equality>'
+        ),
+        r'<equality><weld name="w">: data',
+    ),
+    "range nan": (_values_xml(joint='limited="true" range="0 nan"'), J + ": range nan"),
+    "axis overflow": (  # found by fuzzing: MuJoCo's normalisation gives a zero axis
+        _values_xml(joint='axis="1e200 1 1"'),
+        J + r": axis \[0.0, 0.0, 0.0\] after MuJoCo's normalisation",
+    ),
+    "quat overflow": (
+        _values_xml().replace('pos="0 0 0"', 'quat="1e200 0 0 1"'),
+        r'<body name="b">: quat \[0.0, 0.0, 0.0, 0.0\] after',
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(VALUES))
+def test_values_checked_by_element(what):
+    """Values MuJoCo's compiler lets through (NaN, inf, finite numbers whose products overflow,
+    a timestep that is not positive) are refused naming the element: they gave NaN dynamics,
+    NaN actuator gains, keyframes and constraints, or a NaN step."""
+    xml, match = VALUES[what]
+    with pytest.raises(ValueError, match=match):
+        load_mjcf(xml)
+
+
+def test_values_bound_float32():
+    """float32 models take parameters up to 1e6 (products of six stay finite): mass 3e38
+    (representable in float32) gave NaN dynamics; float64 takes it."""
+    from oracle import enable_x64
+
+    with enable_x64(False):
+        with pytest.raises(
+            ValueError, match=r'<body name="b">: mass 3e\+38 exceeds 1e\+06.*float32.*x64'
+        ):
+            load_mjcf(_values_xml(geom='mass="3e38"'))
+    r = load_mjcf(_values_xml(geom='mass="3e38"'))
+    assert np.isfinite(np.asarray(rnea(r.model, r.q0, 0 * r.q0, 0 * r.q0))).all()
+
+
+def test_names_not_utf8(tmp_path):
+    """A name that is not UTF-8: a ValueError naming the place (was a bare
+    UnicodeDecodeError); through ``trusted=True`` MuJoCo's model names the object."""
+    path = tmp_path / "m.xml"
+    path.write_bytes(b'<mujoco><worldbody><body name="b\xe9"><joint/><geom size=".1"/></body>'
+                     b"</worldbody></mujoco>")  # fmt: skip
+    with pytest.raises(ValueError, match=r"m.xml: malformed XML at line 1, column 33"):
+        load_mjcf(path)
+    with pytest.raises(ValueError, match=r"name of MuJoCo body #1 .*is not UTF-8"):
+        load_mjcf(path, trusted=True)
+
+
+def test_ignore_type_named():
+    with pytest.raises(TypeError, match=r"ignore must be a key .*got 5"):
+        load_mjcf(_mjcf(), ignore=5)
+    with pytest.raises(TypeError, match="assets must be a dict"):
+        load_mjcf(_mjcf(), assets=[b"x"])
+
+
+@pytest.mark.slow
+def test_shipped_mjcf_self_contained():
+    """Every shipped model MuJoCo compiles from its path compiles identically from jaxdyn's
+    self-contained copy (includes expanded, files read in memory): same bodies, inertias,
+    geoms, meshes, textures, height fields, ranges and keyframes."""
+    from jaxdyn.model.mjcf import _self_contained
+
+    fields = (
+        *("body_mass", "body_inertia", "body_pos", "body_quat", "body_ipos", "geom_size"),
+        *("geom_pos", "mesh_vertnum", "tex_height", "hfield_nrow", "jnt_range", "key_qpos"),
+    )
+    n = 0
+    for p in shipped_mjcf_files():
+        try:
+            ref = mujoco.MjModel.from_xml_path(p)
+        except ValueError:
+            continue
+        xml, vfs, _, _ = _self_contained(p, None)
+        m = mujoco.MjModel.from_xml_string(xml, vfs)
+        assert (m.nbody, m.nq, m.ngeom) == (ref.nbody, ref.nq, ref.ngeom), p
+        for f in fields:
+            np.testing.assert_array_equal(getattr(m, f), getattr(ref, f), err_msg=f"{p}: {f}")
+        n += 1
+    assert n > 20
+
+
 # --------------------------------------------------------------------------- slow sweeps
 def shipped_mjcf_files():
     files = []

@@ -138,6 +138,18 @@ def test_axis_normalised_and_origin():
     np.testing.assert_allclose(r.joints[0].rpy, [0, 0, math.pi / 2])
 
 
+@pytest.mark.parametrize(
+    "xyz, unit", [("0 0 1e200", [0, 0, 1]), ("3e-300 4e-300 0", [0.6, 0.8, 0])]
+)
+def test_axis_normalised_without_overflow(xyz, unit):
+    """Found by fuzzing: the norm of ``0 0 1e200`` overflowed to inf and the axis silently
+    became zero (a prismatic joint that did not move: NaN in aba); subnormal axes keep their
+    direction (their squares underflowed: a "zero axis" error)."""
+    assert ARM.count('<axis xyz="0 0 2"/>') == 1
+    r = parse_urdf(ARM.replace('<axis xyz="0 0 2"/>', f'<axis xyz="{xyz}"/>'))
+    np.testing.assert_allclose(r.joints[0].axis, unit, rtol=1e-15)
+
+
 def test_mimic():
     r = parse_urdf(ARM)
     assert r.joints[2].mimic == ("elbow", 2.0, 0.5)

@@ -66,7 +66,8 @@ def load_urdf(
     Parameters are stored in the default float dtype: with ``jax_enable_x64`` off they are
     rounded to float32 (the model remembers it and refuses float64 inputs later: enable x64
     before loading). Numbers whose products overflow (e.g. ``xyz="1e200 0 0"``) raise naming
-    the element.
+    the element, and so does any parameter beyond :data:`MAGNITUDE_BOUND` (1e50 in float64,
+    1e6 in float32; joint limits excepted), within which ``rnea`` and ``aba`` cannot overflow.
     """
     robot = parse_urdf(source, strict=strict)
     return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)
@@ -76,14 +77,41 @@ def _finite(x) -> bool:
     return bool(np.all(np.isfinite(x)))
 
 
-def cast_params(params: dict, dtype, element, unbounded: tuple = ()) -> dict:
+#: The largest magnitude of a model parameter (length, mass, inertia, armature, damping,
+#: friction, gravity) that the URDF and MJCF loaders accept, per working dtype. The algorithms
+#: multiply up to six of them (ABA's ``U D^-1 U^T`` is of order ``m^2 L^4``): with every
+#: parameter within the bound, ``(1e50)^6 = 1e300`` stays inside float64's range and
+#: ``(1e6)^6 = 1e36`` inside float32's, so ``rnea`` / ``aba`` of a loaded model cannot
+#: overflow into NaN through the size of its numbers. Joint limits (``q_lower``, ``q_upper``,
+#: ``effort_limit``, ``velocity_limit``) are not bounded (infinite means no limit).
+MAGNITUDE_BOUND = {"float64": 1e50, "float32": 1e6}
+
+#: the joint properties that may be infinite or beyond :data:`MAGNITUDE_BOUND` (no limit)
+LIMITS = ("q_lower", "q_upper", "effort_limit", "velocity_limit")
+
+
+def magnitude_bound(dtype) -> float:
+    """:data:`MAGNITUDE_BOUND` of the working ``dtype`` (float64's for anything wider)."""
+    return MAGNITUDE_BOUND.get(np.dtype(dtype).name, MAGNITUDE_BOUND["float64"])
+
+
+def x64_hint(dtype) -> str:
+    """The fix for a value float32 cannot take ("" in float64)."""
+    if np.dtype(dtype) == np.float64:
+        return ""
+    return '; enable float64 first: jax.config.update("jax_enable_x64", True)'
+
+
+def cast_params(params: dict, dtype, element, unbounded: tuple = (), bounded: bool = False) -> dict:
     """The model parameters ``params`` (numpy) as JAX arrays of ``dtype`` (float32 unless
     ``jax_enable_x64``). A value that is not finite in ``dtype`` raises ``ValueError`` naming
     ``element(k, i)``, the file's element behind entry ``i`` of parameter ``k`` (a value
     ``dtype`` cannot hold would become inf, and the dynamics NaN), except the infinite entries
-    of the parameters named in ``unbounded`` (no limit: MJCF's joint ranges). Shared by the
-    URDF and MJCF loaders."""
+    of the parameters named in ``unbounded`` (no limit: joint ranges). With ``bounded`` a
+    finite value beyond :func:`magnitude_bound` (whose products overflow in the algorithms)
+    is refused the same way, except in ``unbounded``. Shared by the URDF and MJCF loaders."""
     leaves = {}
+    bound = magnitude_bound(dtype)
     for k, x in params.items():
         x = np.asarray(x, float)
         with np.errstate(over="ignore"):
@@ -91,19 +119,33 @@ def cast_params(params: dict, dtype, element, unbounded: tuple = ()) -> dict:
         over = ~np.isfinite(y)
         if k in unbounded:
             over &= ~np.isinf(x)
+        elif bounded:
+            big = np.isfinite(y) & (np.abs(x) > bound)
+            if np.any(big) and not np.any(over):
+                i = int(np.argwhere(big)[0][0]) if big.ndim else 0
+                raise ValueError(
+                    f"{element(k, i)}: {too_big(k, float(np.max(np.abs(x[big]))), dtype)}"
+                )
         if np.any(over):
             i = int(np.argwhere(over)[0][0]) if over.ndim else 0
-            raise ValueError(
-                f"{element(k, i)}: {k} {float(np.max(np.abs(x[over]))):.3g} is not "
-                f"representable in {dtype.name} (largest {np.finfo(dtype).max:.3g})"
-                + (
-                    '; enable float64 first: jax.config.update("jax_enable_x64", True)'
-                    if dtype != np.float64
-                    else ""
-                )
+            v = float(np.max(np.abs(x[over])))
+            what = (
+                "is not finite"
+                if not np.isfinite(v)
+                else f"is not representable in {dtype.name} (largest {np.finfo(dtype).max:.3g})"
             )
+            raise ValueError(f"{element(k, i)}: {k} {v:.3g} {what}" + x64_hint(dtype))
         leaves[k] = jnp.asarray(y)
     return leaves
+
+
+def too_big(what: str, value: float, dtype) -> str:
+    """The message of a finite parameter beyond :func:`magnitude_bound`."""
+    return (
+        f"{what} {value:.3g} exceeds {magnitude_bound(dtype):g}, the largest magnitude jaxdyn "
+        f"accepts in a {np.dtype(dtype).name} model (products of such numbers overflow in the "
+        "dynamics algorithms: check the units)" + x64_hint(dtype)
+    )
 
 
 def _overflow(where: str, what: str) -> ValueError:
@@ -359,7 +401,8 @@ def build_model(
         params,
         dtype,
         lambda k, i: "URDF " + _element(k, i, order, bodies, body_links, frame_names, topo),
-        unbounded=tuple(props),  # no <limit>: infinite bounds
+        unbounded=LIMITS,  # no <limit>: infinite bounds
+        bounded=True,
     )
     return Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 

@@ -6,6 +6,15 @@
 and then reads the compiled ``mjModel``. ``mujoco`` is an optional dependency
 (``pip install 'jaxdyn[mjcf]'``); it is imported only when an MJCF file is loaded.
 
+Model files are untrusted input (as for :mod:`jaxdyn.model.urdf`): unless ``trusted=True``,
+jaxdyn expands the ``<include>`` elements and reads the files a model names itself, only from
+inside the model file's directory, and MuJoCo compiles the result from memory, so no file
+outside is opened; DOCTYPE declarations and sizes that keep MuJoCo's compiler busy for minutes
+(:data:`MAX_BODIES`, :data:`MAX_NESTING`, :data:`MAX_ELEMENTS`, :data:`MAX_KEYS`,
+:data:`MAX_SIZE`) are refused before it runs. The compiled values jaxdyn reads are then checked
+by element (NaN, inf, beyond :data:`jaxdyn.model.build.MAGNITUDE_BOUND`, a timestep that is not
+positive). The threat model is in ``docs/mjcf.md`` ("Untrusted files").
+
 How the compiled MuJoCo quantities map to jaxdyn's:
 
 =======================================  ======================================================
@@ -108,10 +117,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from .build import cast_params, inertias_about_com, model_params, skew, sort_tree
+from .build import (
+    LIMITS,
+    cast_params,
+    inertias_about_com,
+    magnitude_bound,
+    model_params,
+    skew,
+    sort_tree,
+    too_big,
+)
 from .model import Model, make_topology
 
-__all__ = ["Actuator", "MJCFModel", "FEATURES", "load_mjcf", "load", "mujoco_names"]
+__all__ = [
+    "Actuator",
+    "MJCFModel",
+    "FEATURES",
+    "MAX_BODIES",
+    "MAX_ELEMENTS",
+    "MAX_KEYS",
+    "MAX_NESTING",
+    "MAX_SIZE",
+    "load_mjcf",
+    "load",
+    "mujoco_names",
+]
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
@@ -271,7 +301,9 @@ class MJCFModel(NamedTuple):
 
 # ------------------------------------------------------------------------------- geometry
 def _quat_to_mat(q):
-    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
+    q = np.asarray(q, float)
+    with np.errstate(all="ignore"):  # a zero quaternion gives NaN, refused by the callers
+        w, x, y, z = q / np.linalg.norm(q)
     return np.array(
         [
             [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
@@ -342,6 +374,17 @@ def _get(m, name, n):
 
 
 # ------------------------------------------------------------------------------- names
+def _decode(raw: bytes, objtype: str, i: int) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"load_mjcf: the name of MuJoCo {objtype} #{i} (0-based) is not UTF-8 text "
+            f"({e.reason} at byte {e.start}: {raw[max(e.start - 8, 0) : e.end + 8]!r}); "
+            "MJCF files are UTF-8 (or declare their encoding)"
+        ) from None
+
+
 def mujoco_names(mj_model, objtype: str) -> list:
     """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
     ``"actuator"``, ``"eq"``, ``"key"``) as jaxdyn uses them: unnamed ones are
@@ -358,7 +401,7 @@ def mujoco_names(mj_model, objtype: str) -> list:
     }[objtype]
     adr = getattr(mj_model, f"name_{objtype}adr")
     raw = bytes(mj_model.names)
-    names = [raw[int(adr[i]) :].split(b"\0", 1)[0].decode() for i in range(n)]
+    names = [_decode(raw[int(adr[i]) :].split(b"\0", 1)[0], objtype, i) for i in range(n)]
     taken = set(names)
     out = []
     for i, s in enumerate(names):
@@ -382,15 +425,16 @@ def _is_xml_text(source) -> bool:
     return isinstance(source, str) and source.lstrip().startswith("<")
 
 
-def _compile(mujoco, source, assets):
-    """``(mjModel, label, xml)``: the compiled model, a label for messages, and what to scan
-    for composite elements (a path, XML text, or ``None``)."""
+def _compile(mujoco, source, assets, trusted=True):
+    """``(mjModel, label, composites)``: the compiled model, a label for messages, and the
+    ``<composite>`` / ``<flexcomp>`` elements of the file. An untrusted path or text is made
+    self-contained first (:class:`_Files`); a trusted one goes to MuJoCo as it is."""
     if isinstance(source, mujoco.MjModel):
-        return source, f"<MjModel {_model_name(source, '<MjModel>')!r}>", None
+        return source, f"<MjModel {_model_name(source, '<MjModel>')!r}>", []
     if isinstance(source, mujoco.MjSpec):
         label = "<MjSpec>"
         try:
-            return source.compile(), label, None
+            return source.compile(), label, []
         except ValueError as e:
             raise ValueError(f"load_mjcf: {label}: MuJoCo's compiler: {e}") from None
     if not isinstance(source, (str, os.PathLike)):
@@ -399,16 +443,23 @@ def _compile(mujoco, source, assets):
             f"got {type(source).__name__}"
         )
     label = _source_label(source)
+    if not trusted:
+        xml, vfs, label, composites = _self_contained(source, assets)
+        try:
+            return mujoco.MjModel.from_xml_string(xml, vfs), label, composites
+        except ValueError as e:
+            msg = str(e).strip().replace("\n", "; ")
+            raise ValueError(f"load_mjcf: {label}: MuJoCo's compiler: {msg}") from None
     try:
         if _is_xml_text(source):
             m = mujoco.MjModel.from_xml_string(source, assets or {})
-            return m, label, source
+            return m, label, _composite_elements(source)
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"load_mjcf: no such file: {path!r}")
         if assets:
-            return mujoco.MjModel.from_xml_path(path, assets), label, path
-        return mujoco.MjModel.from_xml_path(path), label, path
+            return mujoco.MjModel.from_xml_path(path, assets), label, _composite_elements(path)
+        return mujoco.MjModel.from_xml_path(path), label, _composite_elements(path)
     except ValueError as e:
         msg = str(e).strip().replace("\n", "; ")
         raise ValueError(f"load_mjcf: {label}: MuJoCo's compiler: {msg}") from None
@@ -439,12 +490,311 @@ def _composite_elements(xml, seen=None) -> list:
     return found
 
 
+# ------------------------------------------------------------------------------- untrusted files
+#: Limits on an MJCF file loaded without ``trusted=True``, checked on the tree with every
+#: ``<include>`` expanded, before MuJoCo's compiler runs: bodies (``<replicate>``,
+#: ``<composite>`` / ``<flexcomp>`` counts and attached sub-models included; MuJoCo's compile
+#: time grows with their square: about a second for 2000 flat bodies, minutes for 10^4),
+#: element nesting (an ``<include>`` counts as one level), elements, keyframes.
+MAX_BODIES = 2000
+MAX_NESTING = 400
+MAX_ELEMENTS = 200_000
+MAX_KEYS = 10_000
+#: Largest values of ``<size>`` attributes in an untrusted file (``memory`` in bytes, with
+#: MuJoCo's K / M / G ... suffixes); ``nuser_*`` (numbers per object): :data:`MAX_SIZE_USER`;
+#: any other ``<size>`` attribute: :data:`MAX_SIZE_OTHER`.
+MAX_SIZE = {"memory": 2**30, "nstack": 2**27, "nkey": MAX_KEYS}
+MAX_SIZE_USER = 1000
+MAX_SIZE_OTHER = 10**6
+_MAX_SUBMODELS = 16  # nesting of <model file> sub-models
+_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # different drives
+        return False
+
+
+def _size_value(text: str):
+    """A ``<size>`` attribute as a number (``memory="100M"``: bytes), or None if unreadable
+    (MuJoCo's compiler reports it)."""
+    t = text.strip()
+    mult = 1
+    if t and t[-1].upper() in _SUFFIX:
+        t, mult = t[:-1], _SUFFIX[t[-1].upper()]
+    try:
+        return float(t) * mult
+    except ValueError:
+        return None
+
+
+def _count(text, default=1) -> int:
+    """The product of the integers of a ``count`` attribute (``None``: ``default``)."""
+    if text is None:
+        return default
+    n = 1
+    for part in text.split():
+        try:
+            n *= max(int(float(part)), 1)
+        except (ValueError, OverflowError):
+            return default
+    return n
+
+
+class _Files:
+    """An MJCF file made self-contained for MuJoCo's compiler: every ``<include>`` expanded,
+    every file an element names (meshes, textures, height fields, skins, sub-models) read by
+    jaxdyn from inside the model's directory (or taken from ``assets=``) and handed to MuJoCo
+    in its virtual file system under a new name, so that MuJoCo opens no file itself. Nothing
+    outside the directory is opened: a path that leaves it (absolute, ``..``, a symbolic link,
+    ``meshdir`` / ``texturedir`` / ``assetdir``) is refused before any read."""
+
+    def __init__(self, label, root, user_assets, root_given=None):
+        self.label = label
+        self.root = root  # realpath of the model's directory; None for XML text
+        self.root_given = root_given or root  # the directory as the path names it
+        self.user = dict(user_assets or {})
+        self.vfs = {}
+        self.seen = set()  # files included or attached (MuJoCo refuses a second include)
+        self.composites = []
+
+    def err(self, msg):
+        return ValueError(f"load_mjcf: {self.label}: {msg}")
+
+    def _key(self, name):
+        base = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(name))
+        key = f"jaxdyn{len(self.vfs)}_{base}"
+        return key
+
+    def read(self, el, attr, dirs, prefix="", strip=False, what=""):
+        """``(bytes, identity)`` of the file ``el`` names in ``attr``: from ``assets=``, else
+        from disk inside the model's directory (``dirs``: where to look, ``prefix``: a
+        ``meshdir`` / ``texturedir``)."""
+        value = el.get(attr)
+        where = f"<{el.tag} {attr}={value!r}>{what}"
+        if value is None or not value.strip():
+            raise self.err(f"<{el.tag} {attr}>: empty file name")
+        if strip:
+            value = os.path.basename(value)
+        rel = os.path.normpath(os.path.join(prefix, value)) if prefix else value
+        for key in dict.fromkeys((rel, value, rel.replace(os.sep, "/"))):
+            if key in self.user:
+                data = self.user[key]
+                return (data.encode() if isinstance(data, str) else bytes(data)), ("asset", key)
+        if self.root is None:
+            raise self.err(
+                f"{where}: not in assets= (an untrusted MJCF text reads no file from disk: pass "
+                "the file in assets=, load the model by its path, or pass trusted=True)"
+            )
+        cands = []
+        for d in dict.fromkeys(dirs):
+            p = os.path.normpath(os.path.join(d, prefix, value))
+            lexical = _inside(p, self.root_given) or _inside(p, self.root)
+            if not lexical or not _inside(os.path.realpath(p), self.root):
+                raise self.err(
+                    f"{where}: refers to a file outside the model's directory {self.root!r}; "
+                    "it was not read (an untrusted model reads only files inside its own "
+                    "directory: pass trusted=True to load a file you trust)"
+                )
+            cands.append(os.path.realpath(p))
+        for p in cands:
+            if os.path.isfile(p):
+                try:
+                    with open(p, "rb") as f:
+                        return f.read(), ("file", p)
+                except OSError as e:
+                    raise self.err(f"{where}: cannot read the file: {e.strerror}") from None
+        if any(os.path.exists(p) for p in cands):
+            raise self.err(f"{where}: not a regular file")
+        raise self.err(f"{where}: no such file in the model's directory (or assets=)")
+
+    def parse(self, data, where):
+        from .urdf import _read_xml
+
+        kind = f"load_mjcf: {self.label}" + (f": {where}" if where else "")
+        return _read_xml(bytes(data), kind=kind)
+
+    def model(self, root, model_dir, depth=0):
+        """Make ``root`` (a parsed MJCF or URDF file whose includes resolve from ``model_dir``)
+        self-contained, in place; returns its number of bodies. Refuses what the limits
+        above refuse."""
+        if depth > _MAX_SUBMODELS:
+            raise self.err(f"sub-models (<model file>) nested deeper than {_MAX_SUBMODELS}")
+        self._includes(root, model_dir)
+        # compiler directories: MuJoCo applies them to the whole model wherever they appear
+        dirs = {}
+        strip = root.tag == "robot"  # MuJoCo's default strippath: true for URDF only
+        for c in root.iter("compiler"):
+            for a in ("meshdir", "texturedir", "assetdir"):
+                if c.get(a) is not None:
+                    dirs[a] = c.attrib.pop(a)
+            if c.get("strippath") is not None:
+                strip = c.get("strippath").strip().lower() == "true"
+        meshdir = dirs.get("meshdir", dirs.get("assetdir", ""))
+        texturedir = dirs.get("texturedir", dirs.get("assetdir", ""))
+        submodels = {}
+        for el in root.iter():
+            for attr in [a for a in el.attrib if a.startswith("file")]:
+                if attr == "filename" and root.tag != "robot":
+                    continue
+                if el.tag == "model" and attr == "file":
+                    submodels[el.get("name")] = self._submodel(el, model_dir, depth)
+                    continue
+                prefix, pname = (
+                    (texturedir, "texturedir") if el.tag == "texture" else (meshdir, "meshdir")
+                )
+                what = f" ({pname}={prefix!r})" if prefix else ""
+                data, _ = self.read(el, attr, [model_dir], prefix, strip, what)
+                if attr == "file" and el.get("name") is None and el.tag != "flexcomp":
+                    # MuJoCo names an unnamed asset after its file: keep that name
+                    el.set("name", os.path.splitext(os.path.basename(el.get(attr)))[0])
+                key = self._key(el.get(attr))
+                self.vfs[key] = data
+                el.set(attr, key)
+        return self._check_sizes(root, submodels)
+
+    def _includes(self, root, model_dir):
+        """Expand every ``<include>`` in place (iteratively: any depth of include chains)."""
+        level, here = {root: 0}, {root: model_dir}
+        n = 0
+        stack = [root]
+        while stack:
+            el = stack.pop()
+            i = 0
+            while i < len(el):
+                c = el[i]
+                lc = level.setdefault(c, level[el] + 1)
+                hc = here.setdefault(c, here[el])
+                n += 1
+                if lc > MAX_NESTING:
+                    raise self.err(
+                        f"<{c.tag}>: elements nested deeper than {MAX_NESTING} levels (an "
+                        "<include> counts as one; trusted=True lifts the limit)"
+                    )
+                if n > MAX_ELEMENTS:
+                    raise self.err(
+                        f"more than {MAX_ELEMENTS} elements (includes expanded; trusted=True "
+                        "lifts the limit)"
+                    )
+                if c.tag != "include":
+                    stack.append(c)
+                    i += 1
+                    continue
+                data, ident = self.read(c, "file", [model_dir, hc] if hc else [model_dir])
+                where = f"<include file={c.get('file')!r}>"
+                if ident in self.seen:
+                    raise self.err(f"{where}: the file is included more than once")
+                self.seen.add(ident)
+                sub = self.parse(data, where)
+                if sub.tag != "mujoco":
+                    raise self.err(
+                        f"{where}: the included file's root element is <{sub.tag}>, "
+                        "expected <mujoco>"
+                    )
+                sub_dir = os.path.dirname(ident[1]) if ident[0] == "file" else hc
+                kids = list(sub)
+                for k in kids:  # the included <mujoco> is one more level
+                    level[k], here[k] = lc + 1, sub_dir
+                el[i : i + 1] = kids
+
+    def _submodel(self, el, model_dir, depth):
+        """A ``<model file>`` made self-contained and put in the virtual file system."""
+        where = f"<model file={el.get('file')!r}>"
+        data, ident = self.read(el, "file", [model_dir])
+        if ident in self.seen:
+            raise self.err(f"{where}: the file is included more than once")
+        self.seen.add(ident)
+        sub = self.parse(data, where)
+        sub_dir = os.path.dirname(ident[1]) if ident[0] == "file" else model_dir
+        nbody = self.model(sub, sub_dir, depth + 1)
+        key = self._key(el.get("file"))
+        self.vfs[key] = ET.tostring(sub, encoding="unicode").encode()
+        el.set("file", key)
+        return nbody
+
+    def _check_sizes(self, root, submodels) -> int:
+        bodies = keys = 0
+        stack = [(root, 1)]
+        while stack:
+            el, mult = stack.pop()
+            for c in el:
+                m = mult
+                if c.tag == "replicate":
+                    m = min(mult * _count(c.get("count")), 10**18)
+                elif c.tag == "body":
+                    bodies += mult
+                elif c.tag in ("composite", "flexcomp"):
+                    bodies += mult * _count(c.get("count"), 0)
+                    prefix = c.get("prefix") or c.get("name") or ""
+                    self.composites.append(
+                        f"<{c.tag} type={c.get('type')!r} prefix/name={prefix!r}>"
+                    )
+                elif c.tag == "key":
+                    keys += mult
+                elif c.tag == "attach":
+                    bodies += mult * submodels.get(c.get("model"), 0)
+                stack.append((c, m))
+        if bodies > MAX_BODIES:
+            raise self.err(
+                f"{bodies} bodies (replicates, composites and attached models counted): more "
+                f"than {MAX_BODIES}, the limit for an untrusted file (MuJoCo's compile time "
+                "grows with the square of the number of bodies; trusted=True lifts the limit)"
+            )
+        for el in root.iter("size"):
+            for attr, text in el.attrib.items():
+                other = MAX_SIZE_USER if attr.startswith("nuser_") else MAX_SIZE_OTHER
+                lim = MAX_SIZE.get(attr, other)
+                v = _size_value(text)
+                if v is not None and v > lim:
+                    raise self.err(
+                        f"<size {attr}={text!r}>: more than {lim}, the limit for an untrusted "
+                        "file (trusted=True lifts it)"
+                    )
+                if attr == "nkey" and v is not None:
+                    keys = max(keys, v)
+        if keys > MAX_KEYS:
+            raise self.err(
+                f"{int(keys)} keyframes: more than {MAX_KEYS}, the limit for an untrusted file "
+                "(trusted=True lifts it)"
+            )
+        return bodies
+
+
+def _self_contained(source, assets):
+    """``(xml text, virtual files, label, composite elements)`` of an untrusted MJCF path or
+    text (:class:`_Files`)."""
+    label = _source_label(source)
+    if _is_xml_text(source):
+        data, model_dir, root_dir = source.encode(), None, None
+    else:
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"load_mjcf: no such file: {path!r}")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ValueError(f"load_mjcf: {label}: cannot read the file: {e.strerror}") from None
+        model_dir = os.path.dirname(os.path.abspath(path))
+        root_dir = os.path.realpath(model_dir)
+    files = _Files(label, root_dir, assets, model_dir)
+    root = files.parse(data, "")
+    files.model(root, model_dir)
+    xml = ET.tostring(root, encoding="unicode")
+    vfs = dict(files.user)
+    vfs.update(files.vfs)
+    return xml, vfs, label, files.composites
+
+
 # ------------------------------------------------------------------------------- loading
 def load_mjcf(
     source,
     *,
     ignore=(),
     assets: dict | None = None,
+    trusted: bool = False,
 ) -> MJCFModel:
     """Load an MJCF model (a MuJoCo XML file; also a URDF MuJoCo can compile) through
     MuJoCo's compiler.
@@ -455,6 +805,17 @@ def load_mjcf(
     - ``ignore``: keys of :data:`FEATURES` to drop instead of refusing (see the module
       docstring); ``"all"`` drops every ignorable feature.
     - ``assets``: ``{filename: bytes}`` for meshes and includes of XML text (MuJoCo's VFS).
+    - ``trusted``: ``False`` (default) treats a path or text as untrusted: jaxdyn expands its
+      ``<include>`` elements and reads the files it names (meshes, textures, height fields,
+      skins, ``<model>`` sub-models) itself, only from inside the model file's directory
+      (XML text: only from ``assets``), and MuJoCo's compiler gets them in memory, so no file
+      outside is opened; a path leaving the directory (absolute, ``..``, a symbolic link, a
+      ``meshdir`` / ``texturedir`` / ``assetdir`` outside) is refused without being read, as
+      are sizes beyond :data:`MAX_BODIES`, :data:`MAX_NESTING`, :data:`MAX_ELEMENTS`,
+      :data:`MAX_KEYS` and :data:`MAX_SIZE` and DOCTYPE / entity declarations. ``True``
+      hands the file to MuJoCo as it is (any path it names is opened; no size limits). A
+      ``MjSpec`` or ``MjModel`` was read by the caller already. Value checks apply either way:
+      see ``docs/mjcf.md`` ("Untrusted files").
 
     **Returns:** an :class:`MJCFModel` (``.model`` is the :class:`jaxdyn.Model`). Its
     parameters are stored in the default float dtype, as :func:`jaxdyn.load_urdf`'s: enable
@@ -466,18 +827,31 @@ def load_mjcf(
     """
     mujoco = _import_mujoco()
     keys = _check_ignore(ignore)
-    m, label, xml = _compile(mujoco, source, assets)
+    if not isinstance(trusted, bool):
+        raise TypeError(f"load_mjcf: trusted must be True or False, got {trusted!r}")
+    if assets is not None and not isinstance(assets, dict):
+        raise TypeError(
+            f"load_mjcf: assets must be a dict {{filename: bytes}}, got {type(assets).__name__}"
+        )
+    m, label, composites = _compile(mujoco, source, assets, trusted)
     issues = _Issues(label, keys)
-    if xml is not None:
-        for el in _composite_elements(xml):
-            issues.add("composite", f"{el}: composite bodies")
+    for el in composites:
+        issues.add("composite", f"{el}: composite bodies")
     return _build(mujoco, m, label, issues)
 
 
 def _check_ignore(ignore) -> frozenset:
     if isinstance(ignore, str):
         ignore = tuple(FEATURES) if ignore == "all" else (ignore,)
-    keys = frozenset(ignore)
+    try:
+        keys = frozenset(ignore)
+    except TypeError:
+        keys = None
+    if keys is None or not all(isinstance(k, str) for k in keys):
+        raise TypeError(
+            "load_mjcf: ignore must be a key of jaxdyn.model.mjcf.FEATURES, 'all', or a "
+            f"tuple of keys; got {ignore!r}"
+        )
     bad = sorted(keys - set(FEATURES))
     if bad:
         raise ValueError(
@@ -536,6 +910,9 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     def jnt_el(j):
         return f'<joint name="{jnt_names[j]}" type="{_JNT_NAME[int(m.jnt_type[j])]}">'
+
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless jax_enable_x64
+    _check_values(m, dtype, issues, body_names, jnt_el)
 
     # ------------------------------------------------------------ tree: one body per joint
     place = {0: (-1, _IDENT)}  # MuJoCo body -> (jaxdyn dfs body or -1, MuJoCo frame in it)
@@ -727,11 +1104,10 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
             return "<option gravity>"
         return jnt_el(int(m.dof_jntid[dof_mj[i]]))  # per velocity coordinate
 
-    # in the working dtype (float32 unless jax_enable_x64), with the element named where a
-    # value MuJoCo compiled (in float64) does not fit, as load_urdf does
-    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    # in the working dtype, with the element named where a value MuJoCo compiled (in
+    # float64) does not fit or is beyond the magnitude bound, as load_urdf does
     leaves = cast_params(
-        params, dtype, lambda k, i: issues.prefixed(element(k, i)), unbounded=tuple(props)
+        params, dtype, lambda k, i: issues.prefixed(element(k, i)), unbounded=LIMITS, bounded=True
     )
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
@@ -768,9 +1144,134 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     )
 
 
+#: the compiled values jaxdyn reads, checked before use: (object, field, attribute, bounded);
+#: ``bounded`` False: a limit (infinite allowed, no magnitude bound; NaN refused)
+_CHECKED = (
+    ("body", "body_pos", "pos", True),
+    ("body", "body_quat", "quat", True),
+    ("body", "body_ipos", "<inertial pos>", True),
+    ("body", "body_iquat", "<inertial quat>", True),
+    ("body", "body_mass", "mass", True),
+    ("body", "body_inertia", "inertia", True),
+    ("jnt", "jnt_pos", "pos", True),
+    ("jnt", "jnt_axis", "axis", True),
+    ("jnt", "jnt_range", "range", False),
+    ("jnt", "jnt_actfrcrange", "actuatorfrcrange", False),
+    ("dof", "dof_armature", "armature", True),
+    ("dof", "dof_damping", "damping", True),
+    ("dof", "dof_frictionloss", "frictionloss", True),
+    ("qpos", "qpos0", "ref (qpos0)", True),
+    ("site", "site_pos", "pos", True),
+    ("site", "site_quat", "quat", True),
+    ("actuator", "actuator_gear", "gear", True),
+    ("actuator", "actuator_gainprm", "gain (gainprm)", True),
+    ("actuator", "actuator_biasprm", "bias (biasprm)", True),
+    ("actuator", "actuator_ctrlrange", "ctrlrange", False),
+    ("actuator", "actuator_forcerange", "forcerange", False),
+    ("actuator", "actuator_armature", "armature", True),
+    ("actuator", "actuator_damping", "damping", True),
+    ("key", "key_qpos", "qpos", True),
+    ("key", "key_qvel", "qvel", True),
+    ("eq", "eq_data", "data (anchor / relpose)", True),
+)
+#: unit vectors and quaternions of the compiled model: (object, field, attribute)
+_UNIT = (
+    ("jnt", "jnt_axis", "axis"),
+    ("body", "body_quat", "quat"),
+    ("body", "body_iquat", "<inertial quat>"),
+    ("site", "site_quat", "quat"),
+)
+_COUNT = {
+    "body": "nbody",
+    "jnt": "njnt",
+    "dof": "nv",
+    "qpos": "nq",
+    "site": "nsite",
+    "actuator": "nu",
+    "key": "nkey",
+    "eq": "neq",
+}
+
+
+def _check_values(m, dtype, issues, body_names, jnt_el):
+    """Refuse, naming the element, a NaN among the compiled values jaxdyn reads, an infinite or
+    beyond-:func:`~jaxdyn.model.build.magnitude_bound` one outside the limits, and a timestep
+    that is not a positive finite number (MuJoCo's compiler lets them through; the dynamics
+    would be NaN)."""
+    bound = magnitude_bound(dtype)
+    ts = float(m.opt.timestep)
+    if not (np.isfinite(ts) and 0 < ts <= bound):
+        issues.hard(f"<option timestep={ts!r}>: the timestep must be a positive finite number")
+    g = np.asarray(m.opt.gravity, float)
+    if not np.all(np.isfinite(g)) or np.max(np.abs(g)) > bound:
+        v = float(np.max(np.abs(g)))
+        what = "gravity is not finite" if not np.isfinite(v) else too_big("gravity", v, dtype)
+        issues.hard(f"<option gravity>: {what}")
+    names = {}
+
+    def element(obj, i):
+        if obj == "body":
+            return f'<body name="{body_names[i]}">'
+        if obj == "jnt":
+            return jnt_el(i)
+        if obj == "dof":
+            return jnt_el(int(m.dof_jntid[i]))
+        if obj == "qpos":
+            j = int(np.searchsorted(np.asarray(m.jnt_qposadr), i, side="right")) - 1
+            return jnt_el(j)
+        if obj not in names:
+            names[obj] = mujoco_names(m, obj)
+        if obj == "eq":
+            typ = int(m.eq_type[i])
+            tag = f"equality><{_EQ_NAMES[typ] if typ < len(_EQ_NAMES) else typ}"
+        else:
+            tag = obj
+        return f'<{tag} name="{names[obj][i]}">'
+
+    # MuJoCo normalises axes and quaternions, silently to zero where the squares overflow
+    # (axis="1e200 1 1"): a joint that does not move, NaN dynamics
+    for obj, field, attr in _UNIT:
+        n = getattr(m, _COUNT[obj])
+        if n == 0:
+            continue
+        x = np.asarray(getattr(m, field), float).reshape(n, -1)
+        with np.errstate(all="ignore"):
+            norm = np.sqrt(np.sum(x * x, axis=1))
+        bad = np.nonzero(~(np.abs(norm - 1.0) <= 1e-6))[0]
+        if obj == "jnt":
+            bad = [j for j in bad if int(m.jnt_type[j]) in (_HINGE, _SLIDE)]
+        if len(bad):
+            i = int(bad[0])
+            issues.hard(
+                f"{element(obj, i)}: {attr} {x[i].tolist()} after MuJoCo's normalisation (its "
+                "components overflow or underflow when squared): write it with moderate numbers"
+            )
+    for obj, field, attr, bounded in _CHECKED:
+        n = getattr(m, _COUNT[obj])
+        x = getattr(m, field, None)
+        if x is None or n == 0:
+            continue
+        x = np.asarray(x, float).reshape(n, -1)
+        if field == "eq_data":  # connect: anchor1, anchor2; weld: + relpose (10 numbers)
+            x = x[:, :10]
+        bad = np.isnan(x) if not bounded else ~np.isfinite(x)
+        big = np.zeros_like(bad) if not bounded else np.isfinite(x) & (np.abs(x) > bound)
+        for kind, mask in (("nan", bad), ("big", big)):
+            rows = np.nonzero(np.any(mask, axis=1))[0]
+            if len(rows):
+                i = int(rows[0])
+                v = float(x[i][mask[i]][0])
+                msg = (
+                    f"{attr} {v} is not a finite number"
+                    if kind == "nan"
+                    else too_big(attr, abs(v), dtype)
+                )
+                issues.hard(f"{element(obj, i)}: {msg}")
+
+
 def _model_name(m, label):
     raw = bytes(m.names)
-    name = raw[: raw.find(b"\0")].decode() if raw else ""
+    name = _decode(raw[: raw.find(b"\0")], "model", 0) if raw else ""
     if name:
         return name
     return os.path.splitext(os.path.basename(label))[0] if not label.startswith("<") else "mjcf"
@@ -1049,21 +1550,30 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         if b1 < 0:  # the moving side first
             f1, f2, off1, off2, rot1, rot2, X1, X2 = f2, f1, off2, off1, rot2, rot1, X2, X1
         Rt, pt = X2
-        target_p = Rt @ off2 + pt
-        if typ == _EQ_CONNECT:
-            c = Connect(
-                f1, reference="local_world_aligned", offset=off1, target=target_p, name=names[e]
-            )
-        else:
-            # constraint frame (off1, rot1) on frame1 == X2 * (off2, rot2) in the world
-            c = Weld(
-                f1,
-                reference="local_world_aligned",
-                offset=off1,
-                rotation=rot1,
-                target=(Rt @ rot2, target_p),
-                name=names[e],
-            )
+        with np.errstate(all="ignore"):
+            target_p = Rt @ off2 + pt
+            target_R = Rt @ rot2
+        try:
+            if typ == _EQ_CONNECT:
+                c = Connect(
+                    f1,
+                    reference="local_world_aligned",
+                    offset=off1,
+                    target=target_p,
+                    name=names[e],
+                )
+            else:
+                # constraint frame (off1, rot1) on frame1 == X2 * (off2, rot2) in the world
+                c = Weld(
+                    f1,
+                    reference="local_world_aligned",
+                    offset=off1,
+                    rotation=rot1,
+                    target=(target_R, target_p),
+                    name=names[e],
+                )
+        except ValueError as err:  # the constructor's check, with the element named
+            issues.hard(f"{el}: {err}")
         out.append(c)
         active.append(bool(m.eq_active0[e]))
     return tuple(out), tuple(active)
@@ -1087,8 +1597,8 @@ def load(source, **kwargs):
     ``<robot>``: URDF or URDF+ (:func:`jaxdyn.load_urdf`: a :class:`jaxdyn.Model`, or a
     :class:`jaxdyn.clusters.ClusterModel` for a file with loop tags); ``<mujoco>``: MJCF
     (:func:`jaxdyn.load_mjcf`, returning its ``.model``; call ``load_mjcf`` for the contacts,
-    constraints and actuators). ``kwargs`` go to that loader. ``source``: a path or the XML
-    text.
+    constraints and actuators). ``kwargs`` go to that loader (``trusted=True``: MJCF only).
+    ``source``: a path or the XML text.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load: source must be a path or XML text, got {type(source).__name__}")

@@ -237,12 +237,15 @@ def _name(el: ET.Element, index: int) -> str:
 
 
 # --------------------------------------------------------------------------- security / XML
-def _refuse(*_args):
-    raise ValueError("URDF: DOCTYPE/entity declarations are not allowed (untrusted model file)")
+def _read_xml(source, kind: str = "URDF") -> ET.Element:
+    """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element.
+    ``kind`` begins the error messages (``"URDF"``; the MJCF loader names the file)."""
 
+    def _refuse(*_args):
+        raise ValueError(
+            f"{kind}: DOCTYPE/entity declarations are not allowed (untrusted model file)"
+        )
 
-def _read_xml(source) -> ET.Element:
-    """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element."""
     lead = ""  # leading whitespace stripped from XML text (an <?xml?> must come first)
     if isinstance(source, (bytes, bytearray)):
         data = bytes(source)
@@ -254,7 +257,7 @@ def _read_xml(source) -> ET.Element:
             with open(source, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise ValueError(f"URDF: cannot read file {os.fspath(source)!r}: {e}") from e
+            raise ValueError(f"{kind}: cannot read file {os.fspath(source)!r}: {e}") from e
     else:
         raise TypeError(
             f"parse_urdf: expected a path, XML str or bytes, got {type(source).__name__}"
@@ -273,7 +276,7 @@ def _read_xml(source) -> ET.Element:
         if line == 1:
             col += len(lead) - lead.rfind("\n") - 1
         return ValueError(
-            f"URDF: malformed XML at line {line + lead.count(chr(10))}, column {col + 1}: {why}"
+            f"{kind}: malformed XML at line {line + lead.count(chr(10))}, column {col + 1}: {why}"
         )
 
     try:
@@ -435,6 +438,9 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
         if ael.get("xyz") is None:
             raise ValueError(f"{where} <axis>: missing xyz attribute")
         a = _numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
+        big = float(np.max(np.abs(a)))
+        if big > 0.0:  # scaled first: the norm of (0, 0, 1e200) overflowed to inf, axis 0
+            a = a / big
         norm = float(np.linalg.norm(a))
         if norm > 0.0:
             axis = a / norm
