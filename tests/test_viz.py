@@ -1,0 +1,281 @@
+"""jaxdyn.viz: offline frames against stored reference images, videos, URDF visual geometry,
+the HTML export in headless Chromium, the ``render`` / ``sim`` / ``view`` commands.
+
+Reference images (``tests/data/viz/*.png``, low resolution) come from MuJoCo's renderer on
+Mesa's llvmpipe (EGL). After a deliberate change of what is drawn, regenerate them with
+
+    JAXDYN_VIZ_REGEN=1 python -m pytest tests/test_viz.py -k reference -n 0
+
+and look at the new images before committing them. The comparison tolerates small
+rasterisation differences (other Mesa versions): mean absolute difference below 3 levels and
+fewer than 2 % of the pixels off by more than 48 levels.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdyn import robots, sim, viz
+
+DATA = Path(__file__).parent / "data" / "viz"
+W, H = 96, 72
+FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
+
+
+def _compare(name: str, img: np.ndarray, regen=True):
+    """``img`` against ``DATA/name.png`` (written first with JAXDYN_VIZ_REGEN=1, unless
+    ``regen`` is false)."""
+    from PIL import Image
+
+    path = DATA / f"{name}.png"
+    if regen and os.environ.get("JAXDYN_VIZ_REGEN"):
+        DATA.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(path)
+    assert path.exists(), f"no reference image {path}: regenerate (module docstring)"
+    ref = np.asarray(Image.open(path).convert("RGB"))
+    assert ref.shape == img.shape, (ref.shape, img.shape)
+    return _difference(img, ref)
+
+
+def _difference(a, b):
+    d = np.abs(a.astype(int) - b.astype(int)).max(-1)
+    return float(d.mean()), float(np.mean(d > 48))
+
+
+def _close(diff):
+    return diff[0] < 3.0 and diff[1] < 0.02
+
+
+@pytest.fixture(scope="module")
+def quad():
+    m = robots.load("quad12")
+    cs = sim.contact_set(m, [sim.Sphere(f, 0.02) for f in FEET])
+    scene = viz.Scene.from_model(m, contacts=cs)
+    r = viz.Renderer(scene, W, H)
+    yield scene, r
+    r.close()
+
+
+def _standing(scene):
+    q = scene.nominal_q()
+    q[7:] = np.tile([0.0, 0.7, -1.4], 4)
+    q[2] = 0.0
+    R, p = viz.frame_poses(scene.model, q[None])
+    foot = [scene.model.frame_index(f) for f in FEET]
+    q[2] = -float(p[0, foot, 2].min()) + 0.02  # feet (radius 0.02) on the ground
+    return q
+
+
+def test_reference_quad12_standing(quad):
+    scene, r = quad
+    q = _standing(scene)
+    img = r.render(q[None], viz.Camera(azimuth=120, elevation=-25))[0]
+    assert _close(_compare("quad12_standing", img)), _compare("quad12_standing", img)
+    # the comparison sees a pose change: one knee bent further is out of tolerance
+    q2 = q.copy()
+    q2[7 + 2] = -0.4
+    img2 = r.render(q2[None], viz.Camera(azimuth=120, elevation=-25))[0]
+    assert not _close(_compare("quad12_standing", img2, regen=False))
+
+
+def test_reference_contact_forces(quad):
+    """Contact forces of quad12 standing drawn as red arrows at its feet."""
+    scene, r = quad
+    q = _standing(scene)
+    f = np.zeros((1, 4, 3))
+    f[0, :, 2] = 20.0  # 20 N up at each foot
+    cam = viz.Camera(azimuth=90, elevation=-5)
+    img = r.render(q[None], cam, forces=f)[0]
+    plain = r.render(q[None], cam)[0]
+    red = (img[..., 0] > 150) & (img[..., 1] < 80) & (img[..., 2] < 80)
+    assert red.sum() > 20 and not ((plain[..., 0] > 150) & (plain[..., 1] < 80)).any()
+    assert _close(_compare("quad12_forces", img))
+
+
+def test_reference_meshes_batch_heightfield():
+    """solo12's STL meshes (example-robot-data), a batch of 4 on a grid, on a heightfield."""
+    hf = sim.Heightfield(
+        0.05 * np.sin(np.linspace(0, 6, 24))[:, None] * np.ones(24),
+        spacing=(0.25, 0.25),
+        origin=(-3.0, -3.0),
+    )
+    scene = viz.Scene.load("solo12", terrain=hf)
+    assert sum(g.kind == "mesh" for g in scene.geoms) >= 9
+    q = np.stack([scene.nominal_q()] * 4)
+    q[:, 2] += 0.1
+    q[1, 7:] = np.tile([0.0, 0.8, -1.6], 4)
+    img = viz.render(scene, q[:, None], width=W, height=H)
+    assert img.shape == (1, H, W, 3)
+    assert _close(_compare("solo12_batch_hfield", img[0]))
+
+
+def test_reference_mjcf(tmp_path):
+    """An MJCF model: its geoms (capsules, a box, an ellipsoid), colours and ground plane."""
+    xml = tmp_path / "m.xml"
+    xml.write_text(
+        textwrap.dedent("""
+        <mujoco>
+          <worldbody>
+            <geom type="plane" size="5 5 .1"/>
+            <body name="torso" pos="0 0 .6">
+              <freejoint/>
+              <geom type="box" size=".2 .1 .05" rgba=".2 .6 .9 1"/>
+              <body name="leg" pos=".2 0 0">
+                <joint name="hip" axis="0 1 0"/>
+                <geom type="capsule" fromto="0 0 0 0 0 -.4" size=".03" rgba=".9 .3 .2 1"/>
+                <geom type="ellipsoid" pos="0 0 -.45" size=".06 .04 .03" rgba=".2 .8 .3 1"/>
+              </body>
+            </body>
+          </worldbody>
+        </mujoco>""")
+    )
+    scene = viz.Scene.load(xml)
+    assert sorted(g.kind for g in scene.geoms) == ["box", "capsule", "ellipsoid"]
+    q = scene.nominal_q()
+    q[7] = 0.6
+    img = viz.render(scene, q[None], width=W, height=H, camera=viz.Camera(azimuth=90))
+    assert _close(_compare("mjcf_leg", img[0]))
+
+
+def test_follow_camera_tracks_base(quad):
+    """A base moving along x stays at the image centre with the follow camera, leaves it with
+    a fixed one."""
+    scene, r = quad
+    q = np.stack([_standing(scene)] * 2)
+    q[1, 0] = 0.3
+    follow = r.render(q, viz.Camera(azimuth=90, elevation=-10))
+    fixed = r.render(q, viz.Camera(follow=None, azimuth=90, elevation=-10))
+    c = [_robot_centre(f) for f in (*follow, *fixed)]
+    assert np.abs(c[0] - c[1]).max() < 1.0  # pixels
+    assert abs(c[3][1] - c[2][1]) > 10  # moved sideways in the fixed camera's image
+
+
+def _robot_centre(img):
+    """Mean pixel (row, column) of the robot's orange."""
+    r, g, b = (img[..., k].astype(int) for k in range(3))
+    mask = (r > 150) & (r - b > 80) & (g > 60) & (g < r - 30)
+    assert mask.sum() > 30
+    return np.argwhere(mask).mean(0)
+
+
+def test_render_errors(quad):
+    scene, r = quad
+    with pytest.raises(ValueError, match=r"expected \(T, nq\)"):
+        r.render(np.zeros((2, 5)))
+    with pytest.raises(ValueError, match="even"):
+        viz.Renderer(scene, 95, 72)
+    bare = viz.Scene.from_model(scene.model)
+    with pytest.raises(ValueError, match="contacts"):
+        viz.render(bare, scene.nominal_q()[None], width=W, height=H, contact_points=True)
+
+
+def test_videos(tmp_path):
+    import imageio.v2 as imageio
+    from PIL import Image
+
+    frames = np.zeros((5, 48, 64, 3), np.uint8)
+    frames[:, :, :, 0] = np.arange(5)[:, None, None] * 50
+    mp4 = viz.save_video(frames, tmp_path / "a.mp4", fps=10)
+    got = np.stack(imageio.mimread(mp4))
+    assert got.shape == frames.shape
+    assert np.abs(got[..., 0].astype(int) - frames[..., 0]).max() < 12
+    gif = Image.open(viz.save_video(frames, tmp_path / "a.gif", fps=10))
+    assert gif.n_frames == 5 and gif.size == (64, 48)
+    with pytest.raises(ValueError, match="unknown video type"):
+        viz.save_video(frames, tmp_path / "a.avi")
+    with pytest.raises(ValueError, match="uint8"):
+        viz.save_video(frames.astype(float), tmp_path / "a.mp4")
+
+
+# ------------------------------------------------------------------------ URDF geometry
+def _stl_binary(path, tris):
+    tris = np.asarray(tris, np.float32)
+    rec = np.zeros(len(tris), [("n", "<f4", 3), ("v", "<f4", (3, 3)), ("a", "<u2")])
+    rec["v"] = tris
+    path.write_bytes(b"\0" * 80 + np.uint32(len(tris)).tobytes() + rec.tobytes())
+
+
+def test_urdf_visuals_and_meshes(tmp_path):
+    tri = [[[0, 0, 0], [1, 0, 0], [0, 1, 0]], [[0, 0, 0], [0, 1, 0], [0, 0, 1]]]
+    pkg = tmp_path / "mypkg"
+    (pkg / "meshes").mkdir(parents=True)
+    (pkg / "urdf").mkdir()
+    _stl_binary(pkg / "meshes" / "a.stl", tri)
+    (pkg / "meshes" / "b.obj").write_text("v 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nf 1 2 3 4\n")
+    (pkg / "meshes" / "c.stl").write_text(
+        "solid x\nfacet normal 0 0 1\nouter loop\nvertex 0 0 0\nvertex 1 0 0\nvertex 0 1 0\n"
+        "endloop\nendfacet\nendsolid x\n"
+    )
+    (tmp_path / "secret.stl").write_bytes(b"")
+    urdf = pkg / "urdf" / "r.urdf"
+    inertial = '<inertial><mass value="1"/><inertia ixx=".1" iyy=".1" izz=".1" ixy="0" ixz="0" iyz="0"/></inertial>'  # noqa: E501
+    urdf.write_text(f"""<robot name="r">
+      <material name="blue"><color rgba="0 0 1 1"/></material>
+      <link name="base">{inertial}
+        <visual><geometry><box size="0.2 0.4 0.6"/></geometry><material name="blue"/></visual>
+        <visual><origin xyz="0 0 1"/><geometry><mesh filename="package://mypkg/meshes/a.stl"
+          scale="2 2 2"/></geometry></visual>
+        <visual><geometry><mesh filename="../meshes/b.obj"/></geometry></visual>
+        <visual><geometry><mesh filename="package://mypkg/meshes/c.stl"/></geometry></visual>
+        <visual><geometry><mesh filename="../../secret.stl"/></geometry></visual>
+        <visual><geometry><mesh filename="package://mypkg/../secret.stl"/></geometry></visual>
+      </link>
+      <link name="arm">{inertial}
+        <collision><geometry><cylinder radius="0.1" length="0.5"/></geometry></collision>
+      </link>
+      <joint name="j" type="revolute"><parent link="base"/><child link="arm"/>
+        <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+    </robot>""")
+    # relative paths stay in the URDF's directory, package:// paths in their package
+    with pytest.warns(UserWarning, match=r"3 mesh\(es\).*b.obj.*secret.stl.*secret.stl"):
+        scene = viz.Scene.load(urdf)
+    kinds = [g.kind for g in scene.geoms]
+    assert kinds == ["box", "mesh", "mesh", "cylinder"]
+    box, a, c, cyl = scene.geoms
+    assert box.size == (0.1, 0.2, 0.3) and box.rgba == (0, 0, 1, 1)
+    assert np.allclose(a.vertices, 2 * np.reshape(tri, (-1, 3))) and a.p[2] == 1
+    assert c.vertices.shape == (3, 3)
+    assert cyl.size == (0.1, 0.25)
+    assert model_frame(scene, cyl) == "arm"
+    # reading outside is an opt-in (then only the empty secret.stl fails to parse)
+    with pytest.warns(UserWarning, match=r"2 mesh\(es\).*secret.stl: not a binary or ASCII"):
+        scene = viz.Scene.load(urdf, allow_outside=True)
+    b = scene.geoms[2]
+    assert b.faces.tolist() == [[0, 1, 2], [0, 2, 3]]
+
+
+def model_frame(scene, g):
+    return scene.model.frame_names[g.frame]
+
+
+def test_import_jaxdyn_stays_light():
+    code = (
+        "import sys, jaxdyn; assert 'jaxdyn.viz' not in sys.modules, 'viz'; "
+        "assert 'mujoco' not in sys.modules, 'mujoco'; import jaxdyn.viz; "
+        "assert 'mujoco' not in sys.modules, 'viz imports mujoco'"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_frame_poses_match_forward_kinematics(quad):
+    scene, _ = quad
+    q = _standing(scene)
+    R, p = viz.frame_poses(scene.model, q[None])
+    fk = jax.jit(lambda q: __import__("jaxdyn").forward_kinematics(scene.model, q))(q)
+    np.testing.assert_allclose(p[0], np.asarray(fk.frame.p), atol=1e-12)
+    with pytest.raises(ValueError, match="expected"):
+        viz.frame_poses(scene.model, np.zeros((3, 4)))
