@@ -279,3 +279,93 @@ def test_frame_poses_match_forward_kinematics(quad):
     np.testing.assert_allclose(p[0], np.asarray(fk.frame.p), atol=1e-12)
     with pytest.raises(ValueError, match="expected"):
         viz.frame_poses(scene.model, np.zeros((3, 4)))
+
+
+# ------------------------------------------------------------------------ HTML in Chromium
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--enable-logging=stderr", "--v=0",
+)  # fmt: skip
+
+
+def _chromium():
+    import shutil
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        msg = "chromium not installed (Debian: apt-get install -y chromium; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+def _browse(url, tmp_path, size=(480, 360), what="--screenshot"):
+    """Run headless Chromium on ``url``: ``(screenshot array or DOM text, console lines)``."""
+    from PIL import Image
+
+    profile = tmp_path / f"profile{len(list(tmp_path.iterdir()))}"
+    args = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+            f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=3000"]  # fmt: skip
+    shot = tmp_path / "shot.png"
+    args += [f"--screenshot={shot}"] if what == "--screenshot" else ["--dump-dom"]
+    r = subprocess.run(args + [url], capture_output=True, text=True, timeout=120)
+    console = [
+        line for line in r.stderr.splitlines()
+        if ":CONSOLE" in line and "GL Driver Message" not in line  # (WebGL performance notes)
+    ]  # fmt: skip
+    if what == "--screenshot":
+        assert shot.exists(), r.stderr[-2000:]
+        return np.asarray(Image.open(shot).convert("RGB")), console
+    return r.stdout, console
+
+
+def _project(point, cam, size):
+    """Pixel (column, row) of a world point through the page's camera (viewer.js)."""
+    az, el = np.radians(cam["azimuth"]), np.radians(cam["elevation"])
+    fwd = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+    target = np.asarray(cam["target"], float)
+    eye = target - cam["distance"] * fwd
+    s = np.cross(fwd, [0, 0, 1.0])
+    s /= np.linalg.norm(s)
+    u = np.cross(s, fwd)
+    d = np.asarray(point) - eye
+    f = 1 / np.tan(np.radians(cam["fov"]) / 2)
+    x, y = f / (size[0] / size[1]) * (d @ s) / (d @ fwd), f * (d @ u) / (d @ fwd)
+    return (x + 1) / 2 * size[0], (1 - y) / 2 * size[1]
+
+
+def test_html_export_in_chromium(quad, tmp_path):
+    """The exported page loads in headless Chromium without console errors, its status says
+    ready, and a screenshot of a known pose has robot pixels where the robot stands (the
+    projection of its hips through the page's camera), none far from it."""
+    scene, _ = quad
+    q = _standing(scene)
+    q[0] = 0.5  # the robot stands right of the camera's target
+    cam = {"target": [0, 0, 0.2], "azimuth": 90.0, "elevation": -15.0, "distance": 2.0,
+           "fov": 45.0, "follow": False}  # fmt: skip
+    qs = np.stack([q, q])
+    qs[1, 0] = -0.5
+    page = tmp_path / "quad.html"
+    viz.export_html(scene, qs, page, dt=0.1, camera=cam)
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing fetched: opens offline
+    dom, console = _browse(page.as_uri(), tmp_path, what="--dump-dom")
+    assert console == [], console
+    assert 'data-state="ready"' in dom, dom[-1500:]
+    img, console = _browse(page.as_uri(), tmp_path)
+    assert console == [], console
+    hips = [
+        scene.model.frame_index(n) for n in scene.model.frame_names if n.endswith(("_KFE", "_HFE"))
+    ]
+    R, p = viz.frame_poses(scene.model, q[None])
+    r, g, b = (img[..., k].astype(int) for k in range(3))
+    orange = (r > 150) & (r - b > 80) & (g < r - 30)
+    size = (img.shape[1], img.shape[0])
+    for h in hips:
+        col, row = _project(p[0, h], cam, size)
+        win = orange[int(row) - 6 : int(row) + 7, int(col) - 6 : int(col) + 7]
+        assert win.any(), (scene.model.frame_names[h], col, row)
+    col0, _ = _project([-0.5, 0, 0.2], cam, size)  # where the robot is at step 1, not step 0
+    assert not orange[:, : int(col0) + 20].any()
