@@ -177,6 +177,7 @@ def test_render_errors(quad):
         viz.render(bare, scene.nominal_q()[None], width=W, height=H, contact_points=True)
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # (imageio runs ffmpeg)
 def test_videos(tmp_path):
     import imageio.v2 as imageio
     from PIL import Image
@@ -187,8 +188,8 @@ def test_videos(tmp_path):
     got = np.stack(imageio.mimread(mp4))
     assert got.shape == frames.shape
     assert np.abs(got[..., 0].astype(int) - frames[..., 0]).max() < 12
-    gif = Image.open(viz.save_video(frames, tmp_path / "a.gif", fps=10))
-    assert gif.n_frames == 5 and gif.size == (64, 48)
+    with Image.open(viz.save_video(frames, tmp_path / "a.gif", fps=10)) as gif:
+        assert gif.n_frames == 5 and gif.size == (64, 48)
     with pytest.raises(ValueError, match="unknown video type"):
         viz.save_video(frames, tmp_path / "a.avi")
     with pytest.raises(ValueError, match="uint8"):
@@ -301,24 +302,23 @@ def _chromium():
     return exe
 
 
-def _browse(url, tmp_path, size=(480, 360), what="--screenshot"):
-    """Run headless Chromium on ``url``: ``(screenshot array or DOM text, console lines)``."""
+def _browse(url, tmp_path, size=(480, 360)):
+    """Headless Chromium on ``url``: ``(screenshot, DOM after the scripts ran, console
+    lines)``."""
     from PIL import Image
 
-    profile = tmp_path / f"profile{len(list(tmp_path.iterdir()))}"
-    args = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-            f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=3000"]  # fmt: skip
-    shot = tmp_path / "shot.png"
-    args += [f"--screenshot={shot}"] if what == "--screenshot" else ["--dump-dom"]
+    n = len(list(tmp_path.glob("profile*")))
+    shot = tmp_path / f"shot{n}.png"
+    args = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / f'profile{n}'}",
+            f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=3000",
+            f"--screenshot={shot}", "--dump-dom"]  # fmt: skip
     r = subprocess.run(args + [url], capture_output=True, text=True, timeout=120)
     console = [
         line for line in r.stderr.splitlines()
         if ":CONSOLE" in line and "GL Driver Message" not in line  # (WebGL performance notes)
     ]  # fmt: skip
-    if what == "--screenshot":
-        assert shot.exists(), r.stderr[-2000:]
-        return np.asarray(Image.open(shot).convert("RGB")), console
-    return r.stdout, console
+    assert shot.exists(), r.stderr[-2000:]
+    return np.asarray(Image.open(shot).convert("RGB")), r.stdout, console
 
 
 def _project(point, cam, size):
@@ -351,11 +351,9 @@ def test_html_export_in_chromium(quad, tmp_path):
     viz.export_html(scene, qs, page, dt=0.1, camera=cam)
     text = page.read_text()
     assert "http://" not in text and "https://" not in text  # nothing fetched: opens offline
-    dom, console = _browse(page.as_uri(), tmp_path, what="--dump-dom")
+    img, dom, console = _browse(page.as_uri(), tmp_path)
     assert console == [], console
     assert 'data-state="ready"' in dom, dom[-1500:]
-    img, console = _browse(page.as_uri(), tmp_path)
-    assert console == [], console
     hips = [
         scene.model.frame_index(n) for n in scene.model.frame_names if n.endswith(("_KFE", "_HFE"))
     ]
@@ -369,3 +367,110 @@ def test_html_export_in_chromium(quad, tmp_path):
         assert win.any(), (scene.model.frame_names[h], col, row)
     col0, _ = _project([-0.5, 0, 0.2], cam, size)  # where the robot is at step 1, not step 0
     assert not orange[:, : int(col0) + 20].any()
+
+
+# ------------------------------------------------------------------------ command line
+def _cli(capsys, *argv):
+    from jaxdyn import cli
+
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_render(tmp_path, capsys):
+    from PIL import Image
+
+    m = robots.load("arm7")
+    q = np.zeros((4, m.nq))
+    q[:, 1] = np.linspace(0, 1.2, 4)
+    np.savez(tmp_path / "t.npz", q=q, dt=0.5)
+    for out in ("a.gif", "a.html"):  # (.mp4: test_videos)
+        rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / out,
+                          "--width", 64, "--height", 48, "--fps", 2)  # fmt: skip
+        assert rc == 0, err
+        assert (tmp_path / out).stat().st_size > 0
+        if out.endswith(".gif"):
+            assert "rendering frames 4/4" in err  # progress
+    with Image.open(tmp_path / "a.gif") as gif:
+        assert gif.n_frames == 4 and gif.size == (64, 48)
+    assert 'id="jaxdyn-data"' in (tmp_path / "a.html").read_text()
+    # user errors: one line, status 2
+    np.savez(tmp_path / "bad.npz", q=np.zeros((3, 5)))
+    np.savez(tmp_path / "none.npz", x=np.zeros(3))
+    for args, msg in [
+        (("arm7", tmp_path / "bad.npz", "-o", tmp_path / "b.mp4"), r"expected \(T, nq\)"),
+        (("arm7", tmp_path / "none.npz", "-o", tmp_path / "b.mp4"), "no array 'q'"),
+        (("arm7", tmp_path / "t.npz", "-o", tmp_path / "b.avi"), "unknown output type"),
+        (("nosuchrobot", tmp_path / "t.npz", "-o", tmp_path / "b.mp4"), "nosuchrobot"),
+    ]:
+        rc, o, err = _cli(capsys, "render", *args)
+        assert rc == 2 and re_search(msg, err) and err.count("\n") == 1, err
+
+
+def re_search(pattern, text):
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def test_cli_sim(tmp_path, capsys):
+    """``jaxdyn sim``: arm7 released limp under gravity, filmed and saved; the saved trajectory
+    is a rollout (the shoulder falls) and renders again with ``jaxdyn render``."""
+    rc, out, err = _cli(capsys, "sim", "arm7", "--seconds", 0.1, "--dt", 0.01, "--limp",
+                        "-o", tmp_path / "fall.gif", "--width", 64, "--height", 48,
+                        "--save", tmp_path / "fall.npz", "--fps", 20, "--no-forces")  # fmt: skip
+    assert rc == 0, err
+    assert "simulating arm7" in err and "wrote" in out
+    z = np.load(tmp_path / "fall.npz")
+    assert z["q"].shape == (10, 7) and float(z["dt"]) == 0.01
+    assert np.abs(z["q"][-1]).max() > 1e-3  # it moved
+    from PIL import Image
+
+    with Image.open(tmp_path / "fall.gif") as gif:
+        assert gif.n_frames == 3  # steps 0, 5 and the last
+    rc, out, err = _cli(capsys, "sim", "arm7", "--seconds", 0, "-o", tmp_path / "x.mp4")
+    assert rc == 2 and "--seconds" in err
+
+
+def test_cli_view(tmp_path):
+    """``jaxdyn view`` serves the page (one slider per joint, ready in Chromium) and computes
+    placements on ``POST /fk`` with jaxdyn's forward kinematics."""
+    import json
+    import urllib.request
+
+    root = Path(__file__).parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxdyn", "view", "arm7", "--port", "0"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() else "")
+        url = line.split()[2]
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert '"live":{' in page
+        m = robots.load("arm7")
+        q = np.linspace(-1, 1, m.nq)
+        req = urllib.request.Request(
+            url + "fk", json.dumps({"q": q.tolist()}).encode(), {"Content-Type": "application/json"}
+        )
+        poses = json.loads(urllib.request.urlopen(req, timeout=30).read())["poses"]
+        got = np.frombuffer(__import__("base64").b64decode(poses), "<f4").reshape(-1, 12)
+        scene = viz.Scene.load("arm7")
+        bodies = sorted({g.frame for g in scene.geoms if g.frame >= 0})
+        R, p = viz.frame_poses(m, q[None])
+        np.testing.assert_allclose(got[:, 9:], p[0, bodies], atol=1e-5)
+        bad = urllib.request.Request(url + "fk", b'{"q": [1, 2]}')
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(bad, timeout=30)
+        assert e.value.code == 400 and "7 finite numbers" in e.value.read().decode()
+        img, dom, console = _browse(url, tmp_path)
+        assert console == [] and 'data-state="ready"' in dom, (console, dom[-800:])
+        assert dom.count("data-joint=") == m.nq
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -54,6 +54,7 @@ def drop(
     dt: float = 2e-3,
     hold: bool = True,
     contacts=None,
+    forces: bool = True,
 ):
     """Simulate ``scene.model`` dropped from ``height`` metres above standing on the ground
     (floating base) or released from its nominal pose (fixed base), with compliant contact on
@@ -61,7 +62,8 @@ def drop(
 
     ``hold``: joint position servos (PD, gains scaled with the mass) keep the nominal posture;
     otherwise the robot falls limp. Returns ``(q (T, nq), forces (T, nc, 3), scene)``: the
-    configurations every ``dt``, the contact forces and the scene with the contact set used."""
+    configurations every ``dt``, the contact forces (``None`` with ``forces=False``) and
+    the scene with the contact set used."""
     import jax
     import jax.numpy as jnp
 
@@ -90,6 +92,9 @@ def drop(
     dtype = np.asarray(model.Xtree_p).dtype
     s0 = sim.State(jnp.asarray(q0, dtype), jnp.zeros(model.nv, dtype), 0.0)
     traj = jax.jit(lambda s: sim.rollout(model, s, policy=lambda st: ref, n_steps=n, cfg=cfg))(s0)
+    if not forces:
+        out = Scene(model, scene.geoms, terrain=scene.terrain, contacts=contacts, name=scene.name)
+        return np.asarray(traj.q, float), None, out
     forces = jax.jit(jax.vmap(lambda q, v: sim.contact_forces(model, sim.State(q, v), ref, cfg)))(
         traj.q, traj.v
     )

@@ -48,16 +48,16 @@ class Progress:
         if not self.enabled:
             return
         now = time.perf_counter()
-        if i + 1 < self.n and now - self.last < 0.2:
+        done = i + 1 >= self.n
+        tty = sys.stderr.isatty()
+        if not done and now - self.last < (0.2 if tty else 2.0):
             return
         self.last = now
-        end = "\n" if i + 1 >= self.n else ""
-        print(
-            f"\r{self.label} {i + 1}/{self.n} ({now - self.t0:.1f} s)",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
+        msg = f"{self.label} {i + 1}/{self.n} ({now - self.t0:.1f} s)"
+        if tty:
+            print("\r" + msg, end="\n" if done else "", file=sys.stderr, flush=True)
+        else:
+            print(msg, file=sys.stderr, flush=True)
 
 
 _KIND = {

@@ -554,17 +554,26 @@ def _geom_points(g: Geom, R, p):
     return loc @ R[g.frame].T + p[g.frame]
 
 
-_FK_CACHE: dict = {}
+_FK = None
+
+
+def _fk():
+    global _FK
+    if _FK is None:
+        import jax
+
+        from ..algorithms.kinematics import forward_kinematics
+
+        # the model is an argument: one compilation per topology and dtype, shared by every
+        # load of the same robot
+        _FK = jax.jit(jax.vmap(lambda m, q: forward_kinematics(m, q).frame, in_axes=(None, 0)))
+    return _FK
 
 
 def frame_poses(model, qs):
     """World placements of every frame for configurations ``qs (T, nq)``: ``R (T, nf, 3, 3)``
     and ``p (T, nf, 3)`` as numpy arrays (jaxdyn's :func:`~jaxdyn.forward_kinematics`,
-    compiled once per model)."""
-    import jax
-
-    from ..algorithms.kinematics import forward_kinematics
-
+    compiled once per topology)."""
     model = getattr(model, "model", model)
     qs = np.asarray(qs)
     if qs.ndim == 1:
@@ -574,11 +583,5 @@ def frame_poses(model, qs):
             f"frame_poses: q has shape {qs.shape}, expected (T, nq) with nq={model.nq} for "
             f"{model.name!r}"
         )
-    key = id(model)
-    fn = _FK_CACHE.get(key)
-    if fn is None or fn[0] is not model:
-        fn = (model, jax.jit(jax.vmap(lambda q: forward_kinematics(model, q).frame)))
-        _FK_CACHE.clear()
-        _FK_CACHE[key] = fn
-    out = fn[1](qs.astype(np.asarray(model.Xtree_p).dtype))
+    out = _fk()(model, qs.astype(np.asarray(model.Xtree_p).dtype))
     return np.asarray(out.R, float), np.asarray(out.p, float)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
@@ -49,15 +50,15 @@ def save_video(frames, path, fps: float = 30.0) -> str:
         if H % 2 or W % 2:  # yuv420p needs even sizes
             frames = frames[:, : H - H % 2, : W - W % 2]
         codec = "libvpx-vp9" if ext == ".webm" else "libx264"
-        with imageio.get_writer(
-            path,
-            fps=fps,
-            codec=codec,
-            macro_block_size=1,
-            pixelformat="yuv420p",
-            ffmpeg_log_level="error",
-        ) as w:
-            for f in frames:
-                w.append_data(f)
+        with warnings.catch_warnings():  # (ffmpeg is a subprocess: JAX's note about fork)
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            _write_ffmpeg(imageio, path, frames, fps, codec)
         return path
     raise ValueError(f"save_video: {path!r}: unknown video type {ext!r} (use .mp4 or .gif)")
+
+
+def _write_ffmpeg(imageio, path, frames, fps, codec):
+    kw = dict(fps=fps, codec=codec, macro_block_size=1, pixelformat="yuv420p")
+    with imageio.get_writer(path, ffmpeg_log_level="error", **kw) as w:
+        for f in frames:
+            w.append_data(f)
