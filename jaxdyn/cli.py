@@ -437,29 +437,17 @@ def _viz_trajectory(path, model):
 
 
 def _viz_write(scene, q, dt, out, args, forces=None):
-    """Write ``q`` (every ``dt`` s) to ``out``: a video (.mp4, .gif), a page (.html) or an
-    image of the first step (.png); frames resampled to ``args.fps``."""
-    import numpy as np
-
+    """Write ``q`` (every ``dt`` s) to ``out`` (:func:`jaxdyn.viz.save_rollout`)."""
     from . import viz
 
-    ext = os.path.splitext(out)[1].lower()
-    if ext == ".html":
-        viz.export_html(scene, q, out, dt=dt)
-        return
-    if ext not in (".mp4", ".gif", ".png"):
-        raise UserError(f"-o {out}: unknown output type {ext!r} (.mp4, .gif, .html or .png)")
-    T = q.shape[-2]
-    stride = max(1, int(round(1.0 / (args.fps * dt)))) if ext != ".png" else T
-    idx = np.arange(0, T, stride)
-    if ext != ".png" and idx[-1] != T - 1:
-        idx = np.append(idx, T - 1)
-    qs = q[..., idx, :]
-    fs = None if forces is None or not args.forces else forces[..., idx, :, :]
+    fs = forces if args.forces else None
     try:
-        frames = viz.render(
+        viz.save_rollout(
             scene,
-            qs,
+            q,
+            out,
+            dt=dt,
+            fps=args.fps,
             width=args.width,
             height=args.height,
             camera=viz.Camera(follow=None if args.fixed_camera else "base"),
@@ -469,13 +457,9 @@ def _viz_write(scene, q, dt, out, args, forces=None):
         )
     except ImportError as e:
         raise UserError(_one_line(e)) from None
-    if ext == ".png":
-        from PIL import Image
-
-        Image.fromarray(frames[0]).save(out)
-    else:
-        viz.save_video(frames, out, fps=1.0 / (stride * dt))
-    print(f"wrote {out} ({len(frames)} frames, {args.width}x{args.height})")
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+    print(f"wrote {out}")
 
 
 def _cmd_render(args) -> int:

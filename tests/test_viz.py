@@ -155,7 +155,7 @@ def test_follow_camera_tracks_base(quad):
     fixed = r.render(q, viz.Camera(follow=None, azimuth=90, elevation=-10))
     c = [_robot_centre(f) for f in (*follow, *fixed)]
     assert np.abs(c[0] - c[1]).max() < 1.0  # pixels
-    assert abs(c[3][1] - c[2][1]) > 10  # moved sideways in the fixed camera's image
+    assert abs(c[3][1] - c[2][1]) > 5  # moved sideways in the fixed camera's image
 
 
 def _robot_centre(img):
@@ -474,3 +474,25 @@ def test_cli_view(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.slow  # (compiling the environment's step: a minute on 2 busy cores)
+def test_env_rollout_and_save_rollout(tmp_path):
+    """A policy driving an environment, filmed: the configurations are the environment's
+    (the first is reset's), the scene carries its contact spheres, and the video is written."""
+    from jaxdyn import envs
+
+    env = envs.Quadruped(n_frames=1)
+    qs, s0 = viz.env_rollout(env, lambda obs, key: jax.numpy.zeros(env.action_size), 3)
+    assert qs.shape == (4, env.model.nq)
+    np.testing.assert_allclose(qs[0], np.asarray(s0.pipeline_state.q))
+    scene = viz.Scene.from_env(env)
+    assert sum(g.name.startswith("contact/") for g in scene.geoms) == 4
+    out = viz.save_rollout(scene, qs, tmp_path / "q.gif", dt=env.dt, fps=1 / env.dt,
+                           width=64, height=48)  # fmt: skip
+    from PIL import Image
+
+    with Image.open(out) as gif:
+        assert gif.n_frames == 4
+    with pytest.raises(ValueError, match="unknown output type"):
+        viz.save_rollout(scene, qs, tmp_path / "q.avi", dt=env.dt)

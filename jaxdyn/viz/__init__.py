@@ -6,7 +6,8 @@ viewer with joint sliders (``jaxdyn view``). Not imported by ``import jaxdyn``.
 - :func:`render` / :class:`Renderer` (:mod:`jaxdyn.viz.renderer`): numpy frames through
   MuJoCo's headless OpenGL renderer (EGL / OSMesa), a camera that follows the base, contact
   points and forces, batches on a grid;
-- :func:`save_video`: MP4 (imageio-ffmpeg) or GIF (Pillow);
+- :func:`save_video`: MP4 (imageio-ffmpeg) or GIF (Pillow); :func:`save_rollout`: a
+  trajectory to a video / page / image; :func:`env_rollout`: an environment under a policy;
 - :func:`export_html` (:mod:`jaxdyn.viz.html`): one HTML file, WebGL, opens offline, time
   slider; :func:`serve` (:mod:`jaxdyn.viz.server`): the same page with joint sliders.
 
@@ -26,6 +27,10 @@ def __getattr__(name):  # the renderers import MuJoCo / the server on first use
         from . import html as _h
 
         return getattr(_h, name)
+    if name in ("env_rollout", "save_rollout"):
+        from . import record as _rec
+
+        return getattr(_rec, name)
     if name == "serve":
         from . import server as _s
 
@@ -41,7 +46,9 @@ __all__ = [
     "export_html",
     "frame_poses",
     "read_mesh",
+    "env_rollout",
     "render",
+    "save_rollout",
     "save_video",
     "serve",
 ]

@@ -156,6 +156,11 @@ def scene_data(
     R, p = frame_poses(model, qs.reshape(B * T, -1))
     poses = np.concatenate([R[:, bodies].reshape(B * T, len(bodies), 9), p[:, bodies]], -1)
     extent = float(max(np.max(hi - lo), 0.1)) if parts else 1.0
+    if not model.floating_base and bodies:  # a fixed camera: the whole trajectory in view
+        pts = p[:, bodies].reshape(-1, 3)
+        tlo, thi = pts.min(0), pts.max(0)
+        lo, hi = np.minimum(lo, tlo), np.maximum(hi, thi)
+        extent = max(extent, float(np.max(thi - tlo)) + 0.6 * extent)
     cols = int(np.ceil(np.sqrt(B)))
     sp = spacing if spacing is not None else 1.5 * extent
     idx = np.arange(B)

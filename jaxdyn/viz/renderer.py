@@ -295,19 +295,23 @@ class Renderer:
         cam = mj.MjvCamera()
         cam.type = mj.mjtCamera.mjCAMERA_FREE
         grid = float(np.max(np.ptp(self.offsets, 0))) if self.n_robots > 1 else 0.0
-        cam.distance = camera.distance or (2.2 * self.extent + 1.2 * grid)
-        cam.azimuth, cam.elevation = camera.azimuth, camera.elevation
         model = self.scene.model
         follow = camera.follow
         if follow == "base" and not model.floating_base:
-            follow = None  # a fixed-base robot: frame its nominal pose
+            follow = None  # a fixed-base robot: a fixed camera
         f = _follow_frame(model, follow)
+        extent = self.extent
         if camera.lookat is not None:
             cam.lookat[:] = camera.lookat
         elif f is not None:  # the frame's motion, the nominal pose's centre of geometry
             cam.lookat[:] = (p_all[:, t, f] + self.offsets).mean(0) + self.center0 - self.p0[f]
-        else:
-            cam.lookat[:] = self.center0 + self.offsets.mean(0)
+        else:  # the whole trajectory in view: the drawn frames' box over all steps
+            pts = p_all[:, :, self.bodies].reshape(-1, 3)
+            lo, hi = pts.min(0), pts.max(0)
+            cam.lookat[:] = (lo + hi) / 2 + self.offsets.mean(0)
+            extent = max(extent, float(np.max(hi - lo)) + 0.6 * extent)
+        cam.distance = camera.distance or (2.2 * extent + 1.2 * grid)
+        cam.azimuth, cam.elevation = camera.azimuth, camera.elevation
         return cam
 
     def render(

@@ -199,10 +199,58 @@ def _rpy(rpy):
     )
 
 
+def _urdf_geom(
+    el, k, lname, frame, materials, fname, urdf_dir, package_dirs, allow_outside, errors
+):
+    """One ``<visual>`` / ``<collision>`` element as a :class:`Geom`; a mesh that cannot be
+    read appends its message to ``errors`` and gives ``None``."""
+    what = f"link {lname!r} <{el.tag}> {k}"
+    o = el.find("origin")
+    R, p = np.eye(3), np.zeros(3)
+    if o is not None:
+        R = _rpy(_floats(o.get("rpy", "0 0 0"), 3, f"{what} <origin rpy>"))
+        p = _floats(o.get("xyz", "0 0 0"), 3, f"{what} <origin xyz>")
+    rgba = ROBOT_RGBA if el.tag == "visual" else (0.7, 0.7, 0.72, 1.0)
+    mat = el.find("material")
+    if mat is not None:
+        c = mat.find("color")
+        if c is not None:
+            rgba = tuple(_floats(c.get("rgba"), 4, f"{what} <material><color>"))
+        elif mat.get("name") in materials:
+            rgba = tuple(materials[mat.get("name")])
+    g = el.find("geometry")
+    shape = g[0] if g is not None and len(g) else None
+    if shape is None:
+        raise ValueError(f"URDF {fname}: {what} has no <geometry>")
+    common = dict(frame=frame, R=R, p=p, rgba=rgba, name=f"{lname}/{el.tag}{k}")
+    if shape.tag == "box":
+        s = _floats(shape.get("size"), 3, f"{what} <box size>")
+        return Geom(kind="box", size=s / 2, **common)
+    if shape.tag == "sphere":
+        r = _floats(shape.get("radius"), 1, f"{what} <sphere radius>")
+        return Geom(kind="sphere", size=r, **common)
+    if shape.tag in ("cylinder", "capsule"):
+        r = _floats(shape.get("radius"), 1, f"{what} <{shape.tag} radius>")[0]
+        h = _floats(shape.get("length"), 1, f"{what} <{shape.tag} length>")[0]
+        return Geom(kind=shape.tag, size=(r, h / 2), **common)
+    if shape.tag == "mesh":
+        fn = shape.get("filename") or ""
+        scale = _floats(shape.get("scale", "1 1 1"), 3, f"{what} <mesh scale>")
+        try:
+            path = resolve_mesh(fn, urdf_dir, package_dirs, allow_outside)
+            v, f = read_mesh(path)
+        except (ValueError, ImportError, OSError) as e:
+            errors.append(str(e))
+            return None
+        return Geom(kind="mesh", size=(1.0,), vertices=v * scale, faces=f, **common)
+    raise ValueError(f"URDF {fname}: {what}: unknown geometry <{shape.tag}>")
+
+
 def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
-    """:class:`Geom` of a URDF's ``<visual>`` elements (``<collision>`` for links without
-    one) on ``model``'s frames (link names). Meshes that cannot be read are skipped with one
-    warning naming them."""
+    """:class:`Geom` of a URDF's ``<visual>`` elements on ``model``'s frames (link names); a
+    link's ``<collision>`` elements instead where it has no visual or a visual mesh that cannot
+    be read (e.g. COLLADA without trimesh). Meshes left unread are skipped with one warning
+    naming them."""
     source = Path(source)
     root = ET.parse(source).getroot()
     urdf_dir = source.resolve().parent
@@ -217,49 +265,25 @@ def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
         lname = link.get("name")
         if lname not in frames:
             continue
-        els = link.findall("visual") or link.findall("collision")
-        for k, el in enumerate(els):
-            what = f"link {lname!r} <{el.tag}> {k}"
-            o = el.find("origin")
-            R, p = np.eye(3), np.zeros(3)
-            if o is not None:
-                R = _rpy(_floats(o.get("rpy", "0 0 0"), 3, f"{what} <origin rpy>"))
-                p = _floats(o.get("xyz", "0 0 0"), 3, f"{what} <origin xyz>")
-            rgba = ROBOT_RGBA
-            mat = el.find("material")
-            if mat is not None:
-                c = mat.find("color")
-                if c is not None:
-                    rgba = tuple(_floats(c.get("rgba"), 4, f"{what} <material><color>"))
-                elif mat.get("name") in materials:
-                    rgba = tuple(materials[mat.get("name")])
-            g = el.find("geometry")
-            shape = g[0] if g is not None and len(g) else None
-            if shape is None:
-                raise ValueError(f"URDF {source.name}: {what} has no <geometry>")
-            common = dict(frame=frames[lname], R=R, p=p, rgba=rgba, name=f"{lname}/{k}")
-            if shape.tag == "box":
-                s = _floats(shape.get("size"), 3, f"{what} <box size>")
-                geoms.append(Geom(kind="box", size=s / 2, **common))
-            elif shape.tag == "sphere":
-                r = _floats(shape.get("radius"), 1, f"{what} <sphere radius>")
-                geoms.append(Geom(kind="sphere", size=r, **common))
-            elif shape.tag in ("cylinder", "capsule"):
-                r = _floats(shape.get("radius"), 1, f"{what} <{shape.tag} radius>")[0]
-                h = _floats(shape.get("length"), 1, f"{what} <{shape.tag} length>")[0]
-                geoms.append(Geom(kind=shape.tag, size=(r, h / 2), **common))
-            elif shape.tag == "mesh":
-                fn = shape.get("filename") or ""
-                scale = _floats(shape.get("scale", "1 1 1"), 3, f"{what} <mesh scale>")
-                try:
-                    path = resolve_mesh(fn, urdf_dir, package_dirs, allow_outside)
-                    v, f = read_mesh(path)
-                except (ValueError, ImportError, OSError) as e:
-                    skipped.append(f"{lname}: {e}")
-                    continue
-                geoms.append(Geom(kind="mesh", size=(1.0,), vertices=v * scale, faces=f, **common))
-            else:
-                raise ValueError(f"URDF {source.name}: {what}: unknown geometry <{shape.tag}>")
+
+        def parse(tag):
+            errs, out = [], []
+            for k, el in enumerate(link.findall(tag)):
+                g = _urdf_geom(el, k, lname, frames[lname], materials, source.name, urdf_dir,
+                               package_dirs, allow_outside, errs)  # fmt: skip
+                if g is not None:
+                    out.append(g)
+            return out, errs
+
+        got, errors = parse("visual")
+        if errors or not got:  # collision shapes where visual meshes fail (or there are none)
+            c_got, c_errors = parse("collision")
+            if c_got and not c_errors:
+                got, errors = c_got, []
+            elif not got:
+                got, errors = c_got, errors + c_errors
+        geoms += got
+        skipped += [f"{lname}: {e}" for e in errors]
     if skipped:
         warnings.warn(
             f"jaxdyn.viz: {len(skipped)} mesh(es) of {source.name} not drawn: "
