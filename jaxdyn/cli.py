@@ -513,8 +513,6 @@ def _cmd_view(args) -> int:
     q, dt = None, args.dt or 0.02
     if args.trajectory:
         q, dt_file, _ = _viz_trajectory(args.trajectory, scene.model)
-        if q.ndim == 3:
-            q = q[0]
         dt = args.dt or dt_file or dt
     try:
         server = serve(scene, q, dt=dt, host=args.host, port=args.port, block=False)

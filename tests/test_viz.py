@@ -158,10 +158,15 @@ def test_follow_camera_tracks_base(quad):
     assert abs(c[3][1] - c[2][1]) > 5  # moved sideways in the fixed camera's image
 
 
+def _orange(img):
+    """Pixels of the robot's orange."""
+    r, g, b = (img[..., k].astype(int) for k in range(3))
+    return (r > 150) & (r - b > 80) & (g > 60) & (g < r - 30)
+
+
 def _robot_centre(img):
     """Mean pixel (row, column) of the robot's orange."""
-    r, g, b = (img[..., k].astype(int) for k in range(3))
-    mask = (r > 150) & (r - b > 80) & (g > 60) & (g < r - 30)
+    mask = _orange(img)
     assert mask.sum() > 30
     return np.argwhere(mask).mean(0)
 
@@ -496,3 +501,48 @@ def test_env_rollout_and_save_rollout(tmp_path):
         assert gif.n_frames == 4
     with pytest.raises(ValueError, match="unknown output type"):
         viz.save_rollout(scene, qs, tmp_path / "q.avi", dt=env.dt)
+
+
+def test_view_sliders_pose_the_robot(tmp_path):
+    """The served page at ``#q=...`` (the sliders' path: POST /fk, jaxdyn's kinematics) shows
+    what the exported page shows for that configuration, and not the nominal pose."""
+    scene = viz.Scene.load("arm7")
+    cam = {
+        "target": [0.5, 0, 0.4],
+        "azimuth": 90.0,
+        "elevation": -10.0,
+        "distance": 2.5,
+        "follow": False,
+    }  # the arm left of the centre, clear of the sliders; fmt: skip
+    q = np.zeros(scene.model.nq)
+    q[1], q[3] = 1.0, -1.2
+    srv = viz.serve(scene, block=False, camera=cam)
+    try:
+        moved, dom, console = _browse(srv.url + "#q=" + ",".join(map(str, q)), tmp_path)
+        assert console == [] and 'data-state="ready"' in dom, (console, dom[-800:])
+        assert 'data-joint="' in dom
+        nominal, _, _ = _browse(srv.url, tmp_path)
+    finally:
+        srv.shutdown()
+    page = tmp_path / "arm.html"
+    viz.export_html(scene, q[None], page, camera=cam)
+    exported, _, console = _browse(page.as_uri(), tmp_path)
+    # the side panel of sliders covers the same part of both served pages; compare the rest
+    left = slice(0, int(0.45 * moved.shape[1]))
+    assert _close(_difference(moved[:, left], exported[:, left]))
+    m, e, n = (_orange(x[:, left]) for x in (moved, exported, nominal))
+    iou = lambda a, b: (a & b).sum() / max((a | b).sum(), 1)
+    assert m.sum() > 40 and iou(m, e) > 0.8 and iou(m, n) < 0.3, (iou(m, e), iou(m, n))
+
+
+def test_render_after_another_library_imported_mujoco():
+    """Brax imports MuJoCo before jaxdyn.viz can choose its headless back-end: without a
+    display, jaxdyn's renderer still gets an EGL context (MuJoCo's default would be GLFW)."""
+    code = (
+        "import mujoco, mujoco.rendering.classic.renderer; from jaxdyn import viz; "
+        "f = viz.render('arm7', [[0.0] * 7], width=64, height=48); assert f.std() > 5"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).parent.parent)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -24,14 +24,37 @@ from .scene import Scene, _geom_points, frame_poses
 __all__ = ["Camera", "Renderer", "render", "mujoco_scene"]
 
 
+_HEADLESS_EGL = False  # MUJOCO_GL=egl set here (no display, the user chose no back-end)
+
+
 def _import_mujoco():
-    if "mujoco" not in sys.modules and not os.environ.get("MUJOCO_GL"):
-        if not os.environ.get("DISPLAY") and sys.platform.startswith("linux"):
-            os.environ["MUJOCO_GL"] = "egl"
+    """``mujoco``, with an OpenGL back-end that works without a display: ``MUJOCO_GL=egl``
+    unless the user set ``MUJOCO_GL`` or a display exists. When another library imported
+    MuJoCo first (Brax does), its GLFW default is replaced by EGL for jaxdyn's renderers."""
+    global _HEADLESS_EGL
+    headless = sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    if headless and not os.environ.get("MUJOCO_GL"):
+        os.environ["MUJOCO_GL"] = "egl"
+        _HEADLESS_EGL = True
     try:
         import mujoco
     except ImportError:
         raise ImportError("jaxdyn.viz rendering needs MuJoCo: pip install 'jaxdyn[viz]'") from None
+    if _HEADLESS_EGL:
+        import importlib
+
+        for name in ("mujoco.rendering.classic.gl_context", "mujoco.gl_context"):
+            mod = sys.modules.get(name)
+            if mod is None:
+                continue
+            cls = getattr(mod, "GLContext", None)
+            if cls is None or "egl" not in getattr(cls, "__module__", ""):
+                try:
+                    mod.GLContext = importlib.import_module("mujoco.egl").GLContext
+                except (ImportError, AttributeError) as e:  # pragma: no cover
+                    raise ImportError(f"jaxdyn.viz: no EGL for headless rendering: {e}") from None
     return mujoco
 
 

@@ -93,12 +93,16 @@ def serve(
     port: int = 0,
     block: bool = True,
     title=None,
+    camera=None,
 ):
     """Serve the viewer of ``scene`` (a :class:`Scene` or anything :meth:`Scene.load` takes)
-    with joint sliders, showing ``qs (T, nq)`` if given (else the nominal configuration).
+    with joint sliders, showing ``qs (T, nq)`` or a batch ``(B, T, nq)`` if given (else the
+    nominal configuration). The sliders start at the first configuration and move the first
+    robot at the shown step; ``URL#q=q0,q1,...`` opens the page at that configuration.
 
     ``port=0`` picks a free port. Prints nothing; returns the server (``server.url`` is the
-    page's address) after ``serve_forever`` ends when ``block``, at once otherwise (the server
+    page's address; ``camera`` as :func:`~jaxdyn.viz.export_html`'s) after ``serve_forever``
+    ends when ``block``, at once otherwise (the server
     then runs in a daemon thread: ``server.shutdown()`` stops it)."""
     if not isinstance(scene, Scene):
         scene = Scene.load(scene)
@@ -106,16 +110,17 @@ def serve(
     if qs is None:
         qs = scene.nominal_q()[None]
     qs = np.asarray(qs, float)
-    if qs.ndim != 2:
-        raise ValueError(f"serve: qs must be (T, nq), got shape {qs.shape}")
-    data = scene_data(scene, qs, dt, title)
+    if qs.ndim not in (2, 3):
+        raise ValueError(f"serve: qs must be (T, nq) or (B, T, nq), got shape {qs.shape}")
+    data = scene_data(scene, qs, dt, title, camera)
     bodies = sorted({g.frame for g in scene.geoms if g.frame >= 0})
-    data["live"] = {"q": qs[0].tolist(), "joints": slider_joints(model), "endpoint": "/fk"}
+    q0 = qs.reshape(-1, qs.shape[-1])[0]  # the sliders move the first robot
+    data["live"] = {"q": q0.tolist(), "joints": slider_joints(model), "endpoint": "/fk"}
     page = html_page(data).encode("utf-8")
     server = ThreadingHTTPServer((host, int(port)), _handler(page, model, bodies))
     shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
     server.url = f"http://{shown}:{server.server_address[1]}/"
-    frame_poses(model, qs[:1])  # compile the endpoint's kinematics before the first request
+    frame_poses(model, q0[None])  # compile the endpoint's kinematics before the first request
     if block:
         try:
             server.serve_forever()

@@ -264,6 +264,15 @@
       pending = false;
       if (again) { again = false; update(); }
     }
+    // a pose in the address: #q=0.1,0.2,... (all nq values) sets the sliders
+    const m = /[#&]q=([^&]*)/.exec(location.hash);
+    if (m) {
+      const v = m[1].split(",").map(Number);
+      if (v.length !== q.length || v.some((x) => !Number.isFinite(x)))
+        throw new Error("#q= needs " + q.length + " numbers");
+      v.forEach((x, i) => { q[i] = x; });
+      update();
+    }
     for (const jt of D.live.joints) {
       const lab = document.createElement("label");
       const val = document.createElement("span");
