@@ -263,18 +263,21 @@ def model_frame(scene, g):
 
 
 def test_import_jaxdyn_stays_light():
+    """``import jaxdyn`` imports neither jaxdyn.viz nor MuJoCo, ``import jaxdyn.viz`` not
+    MuJoCo. And when another library imported MuJoCo first (Brax does), before jaxdyn.viz
+    could choose a headless back-end, rendering without a display still gets an EGL context
+    (MuJoCo's default there is GLFW, which fails)."""
     code = (
         "import sys, jaxdyn; assert 'jaxdyn.viz' not in sys.modules, 'viz'; "
         "assert 'mujoco' not in sys.modules, 'mujoco'; import jaxdyn.viz; "
-        "assert 'mujoco' not in sys.modules, 'viz imports mujoco'"
+        "assert 'mujoco' not in sys.modules, 'viz imports mujoco'; "
+        "import mujoco, mujoco.rendering.classic.renderer; from jaxdyn import viz; "
+        "f = viz.render('arm7', [[0.0] * 7], width=64, height=48); assert f.std() > 5"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-    )
-    assert r.returncode == 0, r.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).parent.parent)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_frame_poses_match_forward_kinematics(quad):
@@ -533,16 +536,3 @@ def test_view_sliders_pose_the_robot(tmp_path):
     m, e, n = (_orange(x[:, left]) for x in (moved, exported, nominal))
     iou = lambda a, b: (a & b).sum() / max((a | b).sum(), 1)
     assert m.sum() > 40 and iou(m, e) > 0.8 and iou(m, n) < 0.3, (iou(m, e), iou(m, n))
-
-
-def test_render_after_another_library_imported_mujoco():
-    """Brax imports MuJoCo before jaxdyn.viz can choose its headless back-end: without a
-    display, jaxdyn's renderer still gets an EGL context (MuJoCo's default would be GLFW)."""
-    code = (
-        "import mujoco, mujoco.rendering.classic.renderer; from jaxdyn import viz; "
-        "f = viz.render('arm7', [[0.0] * 7], width=64, height=48); assert f.std() > 5"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=Path(__file__).parent.parent)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]

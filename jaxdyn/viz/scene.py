@@ -394,6 +394,17 @@ def stick_geoms(model, radius: float | None = None) -> list:
         if n in t.body_names and int(t.frame_parent[i]) == t.body_names.index(n):
             body_frame.setdefault(t.body_names.index(n), i)
     geoms = []
+    root = getattr(t, "root_name", None)
+    if not model.floating_base and root in model.frame_names:  # the welded root link
+        f = list(model.frame_names).index(root)
+        if int(t.frame_parent[f]) < 0:
+            Rf, pf = np.asarray(model.frame_R[f], float), np.asarray(model.frame_p[f], float)
+            for c in range(t.nb):
+                if int(t.parent[c]) < 0:
+                    g = _capsule_between(f, Rf.T @ -pf, Rf.T @ (Xp[c] - pf), r, ROBOT_RGBA,
+                                         f"{root}/{c}")  # fmt: skip
+                    if g is not None:
+                        geoms.append(g)
     for b in range(t.nb):
         f = body_frame.get(b)
         if f is None:
