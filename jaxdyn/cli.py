@@ -455,9 +455,7 @@ def _viz_write(scene, q, dt, out, args, forces=None):
             contact_points=args.contacts and fs is None,
             progress=True,
         )
-    except ImportError as e:
-        raise UserError(_one_line(e)) from None
-    except ValueError as e:
+    except (ImportError, ValueError, RuntimeError) as e:  # (RuntimeError: no OpenGL)
         raise UserError(_one_line(e)) from None
     print(f"wrote {out}")
 

@@ -301,7 +301,15 @@ class Renderer:
         floor = max(20.0, 2 * sp * cols)
         self.mj_model, self.bodies = mujoco_scene(scene, self.n_robots, self.offsets, floor)
         self.mj_data = mujoco.MjData(self.mj_model)
-        self._r = mujoco.Renderer(self.mj_model, self.height, self.width)
+        try:
+            self._r = mujoco.Renderer(self.mj_model, self.height, self.width)
+        except Exception as e:  # MuJoCo raises several kinds (FatalError, RuntimeError, ...)
+            gl = os.environ.get("MUJOCO_GL", "(unset)")
+            raise RuntimeError(
+                f"jaxdyn.viz: no OpenGL context for MuJoCo's renderer (MUJOCO_GL={gl}): {e}. "
+                "Without a display use EGL (Debian: apt-get install libegl1 libgl1) or "
+                "MUJOCO_GL=osmesa (apt-get install libosmesa6)."
+            ) from None
         self._opt = mujoco.MjvOption()
 
     def close(self):
