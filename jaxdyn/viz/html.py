@@ -125,7 +125,7 @@ def scene_data(
 ) -> dict:
     """The JSON the page reads: meshes, per-frame placements ``(B, T, nbodies, 12)``
     (row-major ``R`` then ``p``), grid offsets, time step, camera."""
-    qs = np.asarray(qs, float)
+    qs = scene.tree_q(qs)
     if qs.ndim == 1:
         qs = qs[None]
     if qs.ndim == 2:

@@ -364,7 +364,7 @@ class Renderer:
         contacts is a quarter of its size)."""
         mj = self.mujoco
         camera = camera or Camera()
-        qs = np.asarray(qs, float)
+        qs = self.scene.tree_q(qs)
         if qs.ndim == 2:
             qs = qs[None]
         if qs.ndim != 3 or qs.shape[0] != self.n_robots:

@@ -471,16 +471,47 @@ class Scene:
       :class:`jaxdyn.sim.Heightfield` or ``None`` (no ground);
     - ``contacts``: a :class:`jaxdyn.sim.ContactSet` (its spheres' centres are where contact
       points and forces are drawn) or ``None``.
+
+    A :class:`jaxdyn.clusters.ClusterModel` (URDF+: loops, couplings) is drawn through its
+    spanning tree (``scene.model`` is ``cluster.tree``, ``scene.cluster`` the cluster model);
+    trajectories are then given as cluster positions (``cluster.nq`` per step) and mapped by
+    :func:`jaxdyn.clusters.spanning_configuration` (:meth:`tree_q`).
     """
+
+    def tree_q(self, qs):
+        """``qs (..., nq)`` as the spanning tree's configurations: cluster positions mapped by
+        :func:`jaxdyn.clusters.spanning_configuration` for a cluster scene, unchanged
+        otherwise."""
+        qs = np.asarray(qs, float)
+        if self.cluster is None:
+            return qs
+        if qs.shape[-1] != self.cluster.nq:
+            raise ValueError(
+                f"Scene {self.name!r}: q has {qs.shape[-1]} entries per step, "
+                f"expected the cluster position's {self.cluster.nq}"
+            )
+        import jax
+
+        from ..clusters import spanning_configuration
+
+        flat = qs.reshape(-1, qs.shape[-1])
+        dtype = np.asarray(self.model.Xtree_p).dtype
+        out = jax.jit(jax.vmap(lambda q: spanning_configuration(self.cluster, q)))(
+            flat.astype(dtype)
+        )
+        return np.asarray(out, float).reshape(qs.shape[:-1] + (self.model.nq,))
 
     model: object
     geoms: list
     terrain: object = "plane"
     contacts: object = None
     name: str = ""
+    cluster: object = None
 
     def __post_init__(self):
         model = getattr(self.model, "model", self.model)
+        if hasattr(model, "tree") and hasattr(model, "params"):  # a ClusterModel (URDF+)
+            self.cluster, model = model, model.tree
         self.model = model
         if isinstance(self.terrain, str) and self.terrain == "plane":
             from ..sim.geometry import Plane
@@ -543,6 +574,14 @@ class Scene:
             return cls(model, geoms, terrain=terrain, contacts=contacts)
         path, default_fb = robots.resolve(s)
         fb = default_fb if floating_base is None else floating_base
+        text = Path(path).read_text(errors="replace")
+        if "<coupling" in text or "<loop" in text:  # URDF+ (jaxdyn.clusters)
+            from ..clusters import load_urdf_plus
+
+            cluster = load_urdf_plus(str(path), floating_base=fb)
+            tree = cluster.tree
+            geoms = urdf_geoms(tree, path, package_dirs, allow_outside) or stick_geoms(tree)
+            return cls(cluster, geoms, terrain=terrain, contacts=contacts)
         model = robots.load(str(path), floating_base=fb)
         geoms = urdf_geoms(model, path, package_dirs, allow_outside)
         if not geoms:
