@@ -462,7 +462,7 @@ def _viz_write(scene, q, dt, out, args, forces=None):
 
 def _cmd_render(args) -> int:
     scene = _viz_scene(args)
-    q, dt, forces = _viz_trajectory(args.trajectory, scene.model)
+    q, dt, forces = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
     dt = args.dt or dt or 0.02
     _viz_write(scene, q, dt, args.output, args, forces)
     return 0
@@ -510,7 +510,7 @@ def _cmd_view(args) -> int:
     scene = _viz_scene(args)
     q, dt = None, args.dt or 0.02
     if args.trajectory:
-        q, dt_file, _ = _viz_trajectory(args.trajectory, scene.model)
+        q, dt_file, _ = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
         dt = args.dt or dt_file or dt
     try:
         server = serve(scene, q, dt=dt, host=args.host, port=args.port, block=False)

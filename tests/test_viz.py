@@ -538,6 +538,7 @@ def test_view_sliders_pose_the_robot(tmp_path):
     assert m.sum() > 40 and iou(m, e) > 0.8 and iou(m, n) < 0.3, (iou(m, e), iou(m, n))
 
 
+@pytest.mark.slow  # (compiles the cluster model's configuration maps)
 def test_urdf_plus_cluster_scene():
     """A URDF+ model (a four-bar loop): drawn through its spanning tree, trajectories given as
     cluster positions and mapped by spanning_configuration."""

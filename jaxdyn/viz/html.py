@@ -121,11 +121,18 @@ def _terrain(terrain):
 
 
 def scene_data(
-    scene: Scene, qs, dt: float, title: str | None = None, camera=None, spacing=None
+    scene: Scene,
+    qs,
+    dt: float,
+    title: str | None = None,
+    camera=None,
+    spacing=None,
+    tree: bool = False,
 ) -> dict:
     """The JSON the page reads: meshes, per-frame placements ``(B, T, nbodies, 12)``
-    (row-major ``R`` then ``p``), grid offsets, time step, camera."""
-    qs = scene.tree_q(qs)
+    (row-major ``R`` then ``p``), grid offsets, time step, camera. ``tree``: ``qs`` are
+    already spanning-tree configurations (of a cluster scene)."""
+    qs = np.asarray(qs, float) if tree else scene.tree_q(qs)
     if qs.ndim == 1:
         qs = qs[None]
     if qs.ndim == 2:

@@ -107,12 +107,10 @@ def serve(
     if not isinstance(scene, Scene):
         scene = Scene.load(scene)
     model = scene.model
-    if qs is None:
-        qs = scene.nominal_q()[None]
-    qs = np.asarray(qs, float)
+    qs = scene.nominal_q()[None] if qs is None else scene.tree_q(qs)  # (spanning tree's q)
     if qs.ndim not in (2, 3):
         raise ValueError(f"serve: qs must be (T, nq) or (B, T, nq), got shape {qs.shape}")
-    data = scene_data(scene, qs, dt, title, camera)
+    data = scene_data(scene, qs, dt, title, camera, tree=True)
     bodies = sorted({g.frame for g in scene.geoms if g.frame >= 0})
     q0 = qs.reshape(-1, qs.shape[-1])[0]  # the sliders move the first robot
     data["live"] = {"q": q0.tolist(), "joints": slider_joints(model), "endpoint": "/fk"}
