@@ -464,6 +464,19 @@ def _cmd_render(args) -> int:
     scene = _viz_scene(args)
     q, dt, forces = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
     dt = args.dt or dt or 0.02
+    if args.forces:
+        if forces is None:
+            raise UserError(f"--forces: {args.trajectory} has no array 'forces'")
+        if scene.contacts is None:  # the contact boxes of `jaxdyn sim` (same geometry)
+            from .viz.drop import contacts_from_geometry
+
+            scene.contacts = contacts_from_geometry(scene)
+        nc = scene.contacts.n
+        if forces.shape[-2:] != (nc, 3) or forces.shape[:-2] != q.shape[:-1]:
+            raise UserError(
+                f"{args.trajectory}: forces has shape {forces.shape}, expected "
+                f"{q.shape[:-1] + (nc, 3)} (the model's {nc} contact spheres)"
+            )
     _viz_write(scene, q, dt, args.output, args, forces)
     return 0
 

@@ -402,6 +402,13 @@ def test_cli_render(tmp_path, capsys):
             assert "rendering frames 4/4" in err  # progress
     with Image.open(tmp_path / "a.gif") as gif:
         assert gif.n_frames == 4 and gif.size == (64, 48)
+    np.savez(tmp_path / "batch.npz", q=np.stack([q, -q]), dt=0.5)  # two robots side by side
+    rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "batch.npz", "-o",
+                      tmp_path / "b.png", "--width", 64, "--height", 48)  # fmt: skip
+    assert rc == 0, err
+    rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / "c.png",
+                      "--forces")  # fmt: skip
+    assert rc == 2 and "no array 'forces'" in err
     assert 'id="jaxdyn-data"' in (tmp_path / "a.html").read_text()
     # user errors: one line, status 2
     np.savez(tmp_path / "bad.npz", q=np.zeros((3, 5)))
