@@ -15,9 +15,11 @@ Configurations:
   randomisation of link masses and friction.
 
 The learning curve (evaluation return and forward speed against environment steps) is saved as
-``examples/figures/quadruped_ppo.png`` (``--out`` to change).
+``examples/figures/quadruped_ppo.png`` (``--out`` to change), and a video of the trained
+policy walking (``jaxdyn.viz``, MuJoCo's headless renderer) beside it as
+``quadruped_ppo.mp4`` (``--video`` to change, ``--video ''`` for none).
 
-Run: ``pip install '.[rl,examples]' && python examples/train_quadruped_ppo.py [--full]``
+Run: ``pip install '.[rl]' && python examples/train_quadruped_ppo.py [--full]``
 """
 
 from __future__ import annotations
@@ -77,6 +79,20 @@ FULL = dict(
 )
 
 
+def film(env, inference_fn, path, seconds=4.0):
+    """A video of ``inference_fn`` (Brax's ``(obs, key) -> (action, extras)``) driving ``env``
+    for ``seconds``, the camera following the base."""
+    try:
+        from jaxdyn import viz
+
+        qs, _ = viz.env_rollout(env, lambda o, k: inference_fn(o, k)[0], int(seconds / env.dt))
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        viz.save_rollout(viz.Scene.from_env(env), qs, path, dt=env.dt, progress=True)
+        print(f"policy video: {path}")
+    except ImportError as e:
+        print(f"no policy video ({e}; pip install '.[rl]')")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the GPU configuration")
@@ -87,7 +103,10 @@ def main(argv=None):
             os.path.dirname(os.path.abspath(__file__)), "figures", "quadruped_ppo.png"
         ),
     )
+    parser.add_argument("--video", default=None, help="policy video (.mp4 / .gif / .html)")
     args = parser.parse_args(argv)
+    if args.video is None:
+        args.video = os.path.splitext(args.out)[0] + ".mp4"
     cfg = dict(FULL if args.full else SMALL)
     hidden = cfg.pop("hidden")
     randomize = cfg.pop("randomize")
@@ -125,7 +144,7 @@ def main(argv=None):
             flush=True,
         )
 
-    ppo.train(
+    make_policy, params, _ = ppo.train(
         environment=env,
         wrap_env_fn=jaxdyn.envs.wrap,
         randomization_fn=randomization_fn,
@@ -163,7 +182,9 @@ def main(argv=None):
         fig.savefig(args.out, dpi=120)
         print(f"learning curve: {args.out}")
     except ImportError:
-        print("matplotlib not installed: no learning curve plot")
+        print("matplotlib not installed: no learning curve plot (pip install '.[rl]')")
+    if args.video:
+        film(env, make_policy(params, deterministic=True), args.video)
 
     # the check: training improved the policy clearly
     margin = 0.2 * abs(ret[0]) + 10.0

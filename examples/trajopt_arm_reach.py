@@ -36,6 +36,8 @@ from jaxdyn import robots  # noqa: E402
 from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
 
+from _outputs import save_solution  # noqa: E402
+
 FIG = Path(__file__).resolve().parent / "figures" / "trajopt_arm_reach.png"
 DT, T = 0.01, 100
 RADIUS, CLEARANCE = 0.10, 0.03
@@ -104,6 +106,22 @@ def main(verbose=False):
     assert err < 1e-2, f"target missed by {err} m"
     assert clearance > CLEARANCE - 5e-3, f"clearance {clearance} m"
     assert naive_clearance < 0, "the obstacle does not block the naive motion"
+
+    def scene():  # the arm, the obstacle (red) and the target (green)
+        from jaxdyn import viz
+
+        sc = viz.Scene.from_model(model)
+        sc.geoms.append(
+            viz.Geom(-1, "sphere", (RADIUS,), p=np.asarray(c), rgba=(0.9, 0.2, 0.2, 0.5))
+        )
+        sc.geoms.append(
+            viz.Geom(-1, "sphere", (0.02,), p=np.asarray(target), rgba=(0.2, 0.8, 0.3, 1))
+        )
+        return sc
+
+    save_solution(
+        scene, res, "trajopt_arm_reach", DT, "arm7 reach around a sphere: cost per iteration"
+    )
 
     try:
         import matplotlib

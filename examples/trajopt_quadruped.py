@@ -36,6 +36,8 @@ from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
 from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics  # noqa: E402
 
+from _outputs import save_solution  # noqa: E402
+
 FIG = Path(__file__).resolve().parent / "figures" / "trajopt_quadruped.png"
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 DT, T = 0.02, 50
@@ -103,6 +105,13 @@ def main(verbose=False):
     print(f"base target error {1e3 * err:.2f} mm; largest foot drift {1e3 * drift:.2f} mm")
     assert err < 5e-3, f"base missed its target by {err} m"
     assert drift < 5e-3, f"feet drifted by {drift} m"
+
+    def scene():
+        from jaxdyn import viz
+
+        return viz.Scene.from_model(model)
+
+    save_solution(scene, res, "trajopt_quadruped", DT, "quad12, feet held: cost per iteration")
 
     try:
         import matplotlib

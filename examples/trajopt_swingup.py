@@ -12,7 +12,8 @@ analytic derivatives of :func:`jaxdyn.trajopt.dynamics.step_derivatives` (FDSVA 
 the integrate Jacobians) and with ``derivatives="autodiff"`` (forward-mode autodiff of the
 plain step). Prints iterations, solve time, compile time and final cost of each, checks that
 both converged to the same trajectory, that the torques respect the bounds and that the
-pendulum ends upright, and saves ``examples/figures/trajopt_swingup.png`` (angles and torques).
+pendulum ends upright, and saves ``examples/figures/trajopt_swingup.png`` (angles and torques),
+``trajopt_swingup_cost.png`` (cost per iteration) and ``trajopt_swingup.mp4`` (the motion).
 
 Run: ``python examples/trajopt_swingup.py [--verbose]``; a minute or two on a laptop CPU,
 mostly compilation.
@@ -33,6 +34,8 @@ import jaxdyn  # noqa: E402
 from jaxdyn import robots  # noqa: E402
 from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
+
+from _outputs import save_solution  # noqa: E402
 
 FIG = Path(__file__).resolve().parent / "figures" / "trajopt_swingup.png"
 DT, T, BOUND = 0.01, 150, 0.6
@@ -107,6 +110,16 @@ def main(verbose=False):
     assert final_error < 1e-2, f"not upright at the end: |x_T - goal| = {final_error}"
     print(f"final state error {final_error:.2e}; torques at the bound {100 * saturated:.0f}% "
           f"of the time; both derivative modes agree")  # fmt: skip
+
+    def scene():  # the pendulum hangs below its base: no ground drawn
+        from jaxdyn import viz
+
+        try:
+            return viz.Scene.load("double_pendulum", terrain=None)
+        except (ValueError, OSError):  # example-robot-data missing: a stick figure
+            return viz.Scene.from_model(model, terrain=None)
+
+    save_solution(scene, a, "trajopt_swingup", DT, "double-pendulum swing-up: cost per iteration")
 
     try:
         import matplotlib

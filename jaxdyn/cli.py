@@ -6,6 +6,9 @@ Subcommands::
     jaxdyn demo [--batch N] [--dtype float32|float64]
                                                  # batched ABA / RNEA / CRBA on the bundled robots
     jaxdyn bench ...                             # benchmarks (see ``jaxdyn bench --help``)
+    jaxdyn render MODEL TRAJ.npz -o out.mp4      # film a trajectory (.mp4 .gif .html .png)
+    jaxdyn sim MODEL --seconds 2 -o fall.mp4     # drop the robot on the ground and film it
+    jaxdyn view MODEL [TRAJ.npz]                 # browser viewer with joint sliders (prints URL)
 
 ``jaxdyn bench`` runs the repository's harness (``benchmarks/harness.py``: jaxdyn against
 Pinocchio and MJX, PASS/MISS targets) when jaxdyn runs from a checkout, and otherwise (an
@@ -390,6 +393,248 @@ def _bench_run(a, algs) -> None:
         )
 
 
+# --------------------------------------------------------------------------- viz: render, sim, view
+# (jaxdyn.viz; imported only by these commands)
+_MODEL_HELP = "URDF path, MJCF file (.xml), bundled robot (arm7, quad12) or example-robot-data name"
+
+
+def _viz_scene(args):
+    try:
+        from .viz import Scene
+    except ImportError as e:  # pragma: no cover - numpy-only parts; MuJoCo is checked later
+        raise UserError(f"{_one_line(e)} (pip install 'jaxdyn[viz]')") from None
+    try:
+        return Scene.load(
+            args.model, floating_base=args.floating_base, allow_outside=args.allow_outside
+        )
+    except (ValueError, TypeError, OSError) as e:
+        raise UserError(_one_line(e)) from None
+
+
+def _viz_trajectory(path, model):
+    """``(q (T, nq) or (B, T, nq), dt or None, forces or None)`` from a ``.npz`` file with
+    ``q`` (also ``qs``), optional ``dt`` and ``forces``."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            key = "q" if "q" in z else "qs" if "qs" in z else None
+            if key is None:
+                raise UserError(f"{path}: no array 'q' (T, nq) in the file; it has {sorted(z)}")
+            q = np.asarray(z[key], float)
+            dt = float(z["dt"]) if "dt" in z else None
+            forces = np.asarray(z["forces"], float) if "forces" in z else None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: {_one_line(e)}") from None
+    if q.ndim not in (2, 3) or q.shape[-1] != model.nq:
+        raise UserError(
+            f"{path}: q has shape {q.shape}, expected (T, nq) or (B, T, nq) with "
+            f"nq={model.nq} for {model.name!r}"
+        )
+    if not np.all(np.isfinite(q)):
+        raise UserError(f"{path}: q has non-finite entries")
+    return q, dt, forces
+
+
+def _viz_write(scene, q, dt, out, args, forces=None):
+    """Write ``q`` (every ``dt`` s) to ``out`` (:func:`jaxdyn.viz.save_rollout`)."""
+    from . import viz
+
+    fs = forces if args.forces else None
+    try:
+        viz.save_rollout(
+            scene,
+            q,
+            out,
+            dt=dt,
+            fps=args.fps,
+            width=args.width,
+            height=args.height,
+            camera=viz.Camera(follow=None if args.fixed_camera else "base"),
+            forces=fs,
+            contact_points=args.contacts and fs is None,
+            progress=True,
+        )
+    except (ImportError, ValueError, RuntimeError) as e:  # (RuntimeError: no OpenGL)
+        raise UserError(_one_line(e)) from None
+    print(f"wrote {out}")
+
+
+def _cmd_render(args) -> int:
+    scene = _viz_scene(args)
+    q, dt, forces = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
+    dt = args.dt or dt or 0.02
+    if args.forces:
+        if forces is None:
+            raise UserError(f"--forces: {args.trajectory} has no array 'forces'")
+        if scene.contacts is None:  # the contact boxes of `jaxdyn sim` (same geometry)
+            from .viz.drop import contacts_from_geometry
+
+            scene.contacts = contacts_from_geometry(scene)
+        nc = scene.contacts.n
+        if forces.shape[-2:] != (nc, 3) or forces.shape[:-2] != q.shape[:-1]:
+            raise UserError(
+                f"{args.trajectory}: forces has shape {forces.shape}, expected "
+                f"{q.shape[:-1] + (nc, 3)} (the model's {nc} contact spheres)"
+            )
+    _viz_write(scene, q, dt, args.output, args, forces)
+    return 0
+
+
+def _cmd_sim(args) -> int:
+    import numpy as np
+
+    from .viz.drop import drop
+
+    if not args.seconds > 0:
+        raise UserError(f"--seconds must be > 0, got {args.seconds}")
+    scene = _viz_scene(args)
+    n = int(round(args.seconds / args.dt))
+    print(
+        f"simulating {scene.model.name}: {args.seconds} s, {n} steps of {args.dt} s "
+        "(compiling first)",
+        file=sys.stderr,
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    try:
+        q, forces, scene = drop(
+            scene,
+            args.seconds,
+            height=args.drop_height,
+            dt=args.dt,
+            hold=not args.limp,
+            forces=args.forces,
+        )
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+    print(f"simulated in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    if args.save:
+        extra = {} if forces is None else {"forces": forces}
+        np.savez(args.save, q=q, dt=args.dt, **extra)
+        print(f"wrote {args.save} (q {q.shape}, dt{', forces' if extra else ''})")
+    _viz_write(scene, q, args.dt, args.output, args, forces)
+    return 0
+
+
+def _cmd_view(args) -> int:
+    from .viz.server import serve
+
+    scene = _viz_scene(args)
+    q, dt = None, args.dt or 0.02
+    if args.trajectory:
+        q, dt_file, _ = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
+        dt = args.dt or dt_file or dt
+    try:
+        server = serve(scene, q, dt=dt, host=args.host, port=args.port, block=False)
+    except OSError as e:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {_one_line(e)}") from None
+    print(f"jaxdyn view: {server.url}  (Ctrl-C to stop)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+        return 0
+
+
+def _add_viz_parsers(sub) -> None:
+    def model_args(p):
+        p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+        g = p.add_mutually_exclusive_group()
+        g.add_argument(
+            "--floating",
+            dest="floating_base",
+            action="store_const",
+            const=True,
+            default=None,
+            help="attach the root link by a free joint",
+        )
+        g.add_argument(
+            "--fixed",
+            dest="floating_base",
+            action="store_const",
+            const=False,
+            help="weld the root link to the world",
+        )
+        p.add_argument(
+            "--allow-outside",
+            action="store_true",
+            help="let a URDF read meshes outside its directory / package",
+        )
+
+    def output_args(p):
+        p.add_argument(
+            "-o",
+            "--output",
+            required=True,
+            metavar="OUT",
+            help="output: .mp4, .gif, .html (the viewer page) or .png (first step)",
+        )
+        p.add_argument("--width", type=int, default=640, help="frame width (default 640)")
+        p.add_argument("--height", type=int, default=480, help="frame height (default 480)")
+        p.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
+        p.add_argument("--fixed-camera", action="store_true", help="do not follow the base")
+        p.add_argument(
+            "--contacts", action="store_true", help="mark the contact points touching the ground"
+        )
+
+    pr = sub.add_parser(
+        "render",
+        help="render a trajectory (.npz) to a video, page or image",
+        description="Render the configurations q (T, nq) of TRAJ.npz "
+        "(optional dt, forces) of MODEL to a video, an HTML page or a PNG.",
+    )
+    model_args(pr)
+    pr.add_argument("trajectory", metavar="TRAJ.npz", help="npz with q (T, nq), optional dt")
+    output_args(pr)
+    pr.add_argument(
+        "--dt",
+        type=float,
+        default=None,
+        help="time step of q (default: the file's dt, else 0.02 s)",
+    )
+    pr.add_argument("--forces", action="store_true", help="draw the file's contact forces")
+    pr.set_defaults(func=_cmd_render)
+
+    ps = sub.add_parser(
+        "sim",
+        help="drop the robot on the ground and film it",
+        description="Simulate MODEL dropped on the ground with compliant "
+        "contact (PD servos holding its nominal pose, or --limp) and film it.",
+    )
+    model_args(ps)
+    ps.add_argument("--seconds", type=float, default=2.0, help="simulated time (default 2)")
+    ps.add_argument("--dt", type=float, default=2e-3, help="time step (default 0.002 s)")
+    ps.add_argument(
+        "--drop-height",
+        dest="drop_height",
+        type=float,
+        default=0.3,
+        help="metres above standing (default 0.3)",
+    )
+    ps.add_argument("--limp", action="store_true", help="no servos: the robot falls limp")
+    ps.add_argument("--save", metavar="TRAJ.npz", help="also save q, dt (and the forces)")
+    ps.add_argument(
+        "--no-forces", dest="forces", action="store_false", help="do not draw the contact forces"
+    )
+    output_args(ps)
+    ps.set_defaults(func=_cmd_sim)
+
+    pv = sub.add_parser(
+        "view",
+        help="serve the browser viewer (joint sliders, time slider)",
+        description="Serve MODEL (and TRAJ.npz) in the browser viewer; "
+        "prints the URL. Sliders move the joints (jaxdyn computes the poses).",
+    )
+    model_args(pv)
+    pv.add_argument("trajectory", metavar="TRAJ.npz", nargs="?", help="optional trajectory")
+    pv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    pv.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    pv.add_argument("--dt", type=float, default=None, help="time step of the trajectory")
+    pv.set_defaults(func=_cmd_view)
+
+
 # --------------------------------------------------------------------------- parser
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -450,6 +695,8 @@ def _parser() -> argparse.ArgumentParser:
         help="floating-point type (default float32)",
     )
     pd.set_defaults(func=_cmd_demo)
+
+    _add_viz_parsers(sub)
 
     sub.add_parser(
         "bench",

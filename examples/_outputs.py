@@ -1,0 +1,51 @@
+"""What the trajectory-optimisation examples save besides their figure: a video of the solution
+(``jaxdyn.viz``, MuJoCo's headless renderer; ``pip install '.[viz]'``) and the cost per
+solver iteration (matplotlib)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FIGURES = Path(__file__).resolve().parent / "figures"
+
+
+def save_solution(scene, res, name, dt, title=""):
+    """``figures/<name>.mp4``: ``res.xs``' configurations; ``figures/<name>_cost.png``: the
+    cost after each FDDP iteration (``res.log["cost"]``). ``scene``: a
+    :class:`jaxdyn.viz.Scene`, or a callable building one (called only when jaxdyn.viz's
+    dependencies are installed)."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    try:
+        from jaxdyn import viz
+
+        if callable(scene):
+            scene = scene()
+        xs = np.asarray(res.xs)
+        video = FIGURES / f"{name}.mp4"
+        viz.save_rollout(scene, xs[:, : scene.model.nq], video, dt=dt, progress=True)
+        print(f"saved {video}")
+    except ImportError as e:
+        print(f"no video ({e}; pip install '.[viz]')")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no cost plot")
+        return
+    cost = np.asarray(res.log["cost"], float)
+    cost = cost[np.isfinite(cost)]
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.semilogy(np.arange(1, len(cost) + 1), cost, "o-", ms=3)
+    ax.set_xlabel("FDDP iteration")
+    ax.set_ylabel("cost")
+    ax.set_title(title or f"{name}: cost per iteration", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path = FIGURES / f"{name}_cost.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"saved {path}")
