@@ -265,6 +265,37 @@ def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
     assert float(res.cost) > float(free.cost)
 
 
+#: Random double-pendulum problems (start, goal, control bounds; horizon 40) on which jaxdyn's
+#: box-FDDP left Crocoddyl's path: it accepted, from a feasible iterate, trial steps whose
+#: expected change was negative (Crocoddyl accepts those only while gaps remain, "do not re-open
+#: gaps once feasibility has been achieved"). Measured before the fix, jaxdyn / Crocoddyl:
+#: costs 1764.5 / 1505.6 (both 53 iterations), 2.06723 (198) / 2.06678 (57), 399.94 (max_iter) /
+#: 399.28 (34), 1867.07 (max_iter) / 1866.97 (40), 1.31557 (115) / 1.31447 (127).
+SPLIT_PATHS = (
+    ((-1.434, 0.48), (0.96, -0.731), (0.2659, 1.7247)),
+    ((0.101, -2.414), (0.388, 0.869), (0.8308, 2.3765)),
+    ((-2.046, -0.093), (-0.389, 0.387), (0.5594, 0.1136)),
+    ((1.14, -0.377), (-0.263, 0.654), (0.2901, 0.5891)),
+    ((2.735, 2.525), (0.675, 0.552), (1.2006, 0.7283)),
+)
+
+
+def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
+    """Box-FDDP takes Crocoddyl's iterations on problems where an acceptance rule differed
+    (same iteration count, cost to 1e-9); the compiled program of the other bounded problems
+    (test_box_fddp_matches_crocoddyl)."""
+    case, model = pendulum
+    nv = model.nv
+    for i, (a, g, b) in enumerate(SPLIT_PATHS):
+        problem = _problem(model, _states(nv, a), _states(nv, g), bounds=jnp.asarray(b))
+        res = ddp.fddp(problem, max_iter=200)
+        solver, _, us = _crocoddyl_solve(case, problem, box=True, th_stop=5e-5)
+        assert int(res.status) == 0, (i, res.message())
+        assert int(res.iterations) == solver.iter + 1, (i, int(res.iterations), solver.iter)
+        np.testing.assert_allclose(float(res.cost), solver.cost, rtol=1e-9, err_msg=str(i))
+        oracle.assert_close(np.asarray(res.us), us, 1e-6, f"us of problem {i}")
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     _, model = pendulum
     nv = model.nv

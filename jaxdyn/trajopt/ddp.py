@@ -232,53 +232,98 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
 # ----------------------------------------------------------------------------- box QP
 
 
-def box_qp(H, g, lower, upper, x0=None, iterations: int = 30, tol: float = 1e-12):
-    """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` by projected Newton
-    (Tassa, Mansard & Todorov, ICRA 2014, Alg. 1): Newton steps on the free set (coordinates
-    not at a bound pushed outward by the gradient) with a projected Armijo line search, a
-    at most ``iterations`` steps, stopping when a step moves ``x`` by less than ``tol``.
-    Returns ``(x, free (n,) bool, L)`` with
-    ``L`` the Cholesky factor of ``H`` restricted to the free set (identity elsewhere).
+def box_qp(H, g, lower, upper, x0=None, iterations=None, tol: float = 1e-12):
+    """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` (``H`` symmetric positive
+    definite) by a primal active-set method (Nocedal & Wright, "Numerical Optimization",
+    2nd ed., Alg. 16.3, for the box constraints of Tassa, Mansard & Todorov, "Control-limited
+    differential dynamic programming", ICRA 2014).
+
+    From ``x0`` clipped into the box (zeros by default), the working set ``W`` holds the
+    coordinates fixed at a bound (at the start: those on a bound whose gradient pushes
+    outward). Each iteration takes the Newton step ``p_F = -H_FF^-1 (H x + g)_F`` on the free
+    set ``F``: when a free coordinate would leave the box the step stops at the first bound
+    met and that coordinate joins ``W``; otherwise the full step reaches the minimum on the
+    face, and the KKT conditions are checked there: a coordinate of ``W`` whose multiplier
+    has the wrong sign (a gradient pointing into the box) leaves ``W`` (the most negative
+    one), and if there is none, the projected gradient ``x - clip(x - (H x + g))`` is zero
+    (to ``tol`` relative to the gradient's scale) and ``x`` is the optimum. The cost falls at
+    every step and no working set repeats, so the method stops at the optimum after finitely
+    many steps (at most ``iterations``, default ``10 + 4 n``; a ``lax.while_loop``, so it is
+    jit- and vmap-compatible). Crocoddyl's ``BoxQP`` (projected Newton with a projected
+    Armijo search, the same as this function before) stalls above the optimum on badly
+    scaled ``H`` when a free coordinate sits close to its bound.
+
+    Returns ``(x, free (n,) bool, L)`` with ``free`` the coordinates not held at a bound by
+    the gradient (Crocoddyl's ``free_idx``: not ``x = lower`` with a positive gradient or
+    ``x = upper`` with a negative one) and ``L`` the Cholesky factor of ``H`` restricted to
+    ``free`` (identity elsewhere).
     """
     n = H.shape[-1]
-    x = jnp.zeros_like(g) if x0 is None else x0
-    x = jnp.clip(x, lower, upper)
-    eye = jnp.eye(n, dtype=H.dtype)
-    steps = 0.5 ** jnp.arange(10, dtype=H.dtype)
-
-    def f(x):
-        return 0.5 * x @ H @ x + g @ x
-
-    def free_set(x):
-        grad = g + H @ x
-        clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
-        return ~clamped, grad
+    dtype = H.dtype
+    x = jnp.zeros_like(g) if x0 is None else jnp.asarray(x0, dtype)
+    x = jnp.minimum(jnp.maximum(x, lower), upper)
+    eye = jnp.eye(n, dtype=dtype)
+    max_it = 10 + 4 * n if iterations is None else iterations
+    fixed = lower >= upper  # equal bounds: never free
 
     def factor(free):
         m = free[:, None] & free[None, :]
         return _linalg.cholesky(jnp.where(m, H, eye))
 
-    def it(_, x):
-        free, grad = free_set(x)
-        L = factor(free)
-        d = -_linalg.cho_solve(L, jnp.where(free, grad, 0.0))
-        d = jnp.where(free, d, 0.0)
-        trial = jnp.clip(x[None] + steps[:, None] * d[None], lower, upper)
-        fx = f(x)
-        ft = jax.vmap(f)(trial)
-        ok = ft - fx <= 0.1 * (trial - x[None]) @ grad
-        i = jnp.argmax(ok)
-        return jnp.where(jnp.any(ok), trial[i], x)
+    def scale(grad, x):
+        return (
+            jnp.max(jnp.abs(grad))
+            + jnp.max(jnp.abs(g))
+            + jnp.max(jnp.abs(H)) * (1.0 + jnp.max(jnp.abs(x)))
+        )
+
+    grad = g + H @ x
+    w_lo = fixed | ((x <= lower) & (grad > 0))
+    w_hi = ~w_lo & (x >= upper) & (grad < 0)
 
     def cond(c):
-        return (c[0] < iterations) & c[2]
+        return (c["it"] < max_it) & ~c["done"]
 
     def body(c):
-        xn = it(None, c[1])
-        return c[0] + 1, xn, jnp.max(jnp.abs(xn - c[1])) > tol
+        x, w_lo, w_hi = c["x"], c["w_lo"], c["w_hi"]
+        free = ~(w_lo | w_hi)
+        grad = g + H @ x
+        p = -_linalg.cho_solve(factor(free), jnp.where(free, grad, 0.0))
+        p = jnp.where(free, p, 0.0)
+        # the step to the first bound met by a free coordinate
+        ratio = jnp.where(
+            free & (p < 0),
+            (lower - x) / jnp.where(p < 0, p, -1.0),
+            jnp.where(free & (p > 0), (upper - x) / jnp.where(p > 0, p, 1.0), jnp.inf),
+        )
+        ratio = jnp.maximum(ratio, 0.0)
+        j = jnp.argmin(ratio)
+        blocked = ratio[j] < 1.0
+        alpha = jnp.where(blocked, ratio[j], 1.0)
+        xn = jnp.minimum(jnp.maximum(x + alpha * p, lower), upper)
+        hit = blocked & (jnp.arange(n) == j)
+        xn = jnp.where(hit & (p < 0), lower, jnp.where(hit & (p > 0), upper, xn))
+        w_lo_n = w_lo | (hit & (p < 0))
+        w_hi_n = w_hi | (hit & (p > 0))
+        # at the minimum on the face (a full step): the multipliers of the working set
+        gn = g + H @ xn
+        lam = jnp.where(w_lo_n & ~fixed, gn, jnp.where(w_hi_n & ~fixed, -gn, jnp.inf))
+        k = jnp.argmin(lam)
+        tol_k = tol * scale(gn, xn)
+        release = ~blocked & (lam[k] < -tol_k)
+        drop = release & (jnp.arange(n) == k)
+        w_lo_n, w_hi_n = w_lo_n & ~drop, w_hi_n & ~drop
+        pg = xn - jnp.minimum(jnp.maximum(xn - gn, lower), upper)
+        done = ~blocked & ~release & (jnp.max(jnp.abs(pg)) <= 1e3 * tol_k)
+        return dict(it=c["it"] + 1, x=xn, w_lo=w_lo_n, w_hi=w_hi_n, done=done)
 
-    _, x, _ = jax.lax.while_loop(cond, body, (0, x, jnp.asarray(True)))
-    free, _ = free_set(x)
+    c = jax.lax.while_loop(
+        cond, body, dict(it=jnp.asarray(0), x=x, w_lo=w_lo, w_hi=w_hi, done=jnp.asarray(False))
+    )
+    x = c["x"]
+    grad = g + H @ x
+    clamped = fixed | ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
+    free = ~clamped
     return x, free, factor(free)
 
 
@@ -298,9 +343,11 @@ def _spd_solve_fn(A, B):
 _spd_solve = batching.batched(_spd_solve_fn, lambda A, itemsize: 0)
 
 
-def _backward(problem, D, fs, us, reg, feasible):
+def _backward(problem, D, fs, us, reg, feasible, k_prev):
     """Riccati recursion with gaps (Mastalli et al. 2020, Eq. 7-9; Crocoddyl's
-    ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``."""
+    ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``. ``k_prev``: the
+    feedforward gains of the previous backward pass, from which each knot's box QP starts
+    (Crocoddyl's ``SolverBoxFDDP::computeGains`` passes ``k_[t]`` as the QP's initial guess)."""
     ndx = fs.shape[-1]
     eye = jnp.eye(ndx, dtype=fs.dtype)
     fs = jnp.where(feasible, 0.0, fs)
@@ -314,7 +361,7 @@ def _backward(problem, D, fs, us, reg, feasible):
 
     def body(carry, inp):
         Vx, Vxx = carry
-        Fx, Fu, lx, lu, lxx, lxu, luu, f, u = inp
+        Fx, Fu, lx, lu, lxx, lxu, luu, f, u, kp = inp
         # [Fx Fu]^T [Vxx Vx] and then [Fx Fu]^T Vxx [Fx Fu]: two products instead of six (at
         # batch 1 each product is an XLA kernel of its own, and kernels bound the time)
         F = jnp.concatenate([Fx, Fu], 1)
@@ -329,7 +376,7 @@ def _backward(problem, D, fs, us, reg, feasible):
             return sol[:, 0], sol[:, 1:], Qu
 
         def clamped():
-            dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u)
+            dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u, kp)
             K = jnp.where(free[:, None], _linalg.cho_solve(L, Qxu.T), 0.0)
             return -dlt, K, jnp.where(free, Qu, 0.0)
 
@@ -347,7 +394,7 @@ def _backward(problem, D, fs, us, reg, feasible):
         Vx = Vx + Vxx @ f
         return (Vx, Vxx), (k, K, Qu, Quuk, Vx, Vxx)
 
-    inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us)
+    inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us, k_prev)
     _, (k, K, Qu, Quuk, Vx, Vxx) = jax.lax.scan(body, (VxT, VxxT), inp, reverse=True)
     Vx = jnp.concatenate([Vx, VxT[None]], 0)
     Vxx = jnp.concatenate([Vxx, VxxT[None]], 0)
@@ -442,6 +489,7 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
         D=D0,
         fs=fs0,
         need_diff=jnp.asarray(True),
+        k=jnp.zeros_like(us),
         feasible=ddp,
         was_feasible=jnp.asarray(False),
         reg=jnp.asarray(params["reg_init"], dtype),
@@ -474,7 +522,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
     calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
     back = functools.partial(_backward, problem)
     B0, _ = _zeros_like_shapes(
-        jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp)
+        jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp, state["k"])
     )
     stop_at = max_iter if n_iter is None else jnp.minimum(state["it"] + n_iter, max_iter)
 
@@ -496,7 +544,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
 
         def bw_body(c):
             reg = jnp.where(c[3], c[0], jnp.minimum(c[0] * reg_factor, reg_max))
-            B, ok = back(D, fs, s["us"], reg, feasible)
+            B, ok = back(D, fs, s["us"], reg, feasible, s["k"])
             return reg, B, ok, jnp.asarray(False)
 
         reg, B, ok, _ = jax.lax.while_loop(
@@ -528,10 +576,13 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             # wild trial, which the comparison without abs let through)
             flat = jnp.abs(d0) < th_grad
             acc_ddp = (dvexp >= 0) & (flat | (~feasible) | (dV > th_acceptstep * dvexp))
+            # a step that may raise the cost only while gaps remain (Crocoddyl >= 2.0: "do not
+            # re-open gaps once feasibility has been achieved"); from a feasible iterate the
+            # box QP's clamped controls can make the model dvexp negative
             acc_fddp = jnp.where(
                 dvexp >= 0,
                 flat | (dV > th_acceptstep * dvexp),
-                dV > th_acceptnegstep * dvexp,
+                (~feasible) & (dV > th_acceptnegstep * dvexp),
             )
             acc = jnp.where(ddp, acc_ddp, acc_fddp) & fin
             return dict(
@@ -594,6 +645,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             D=D,
             fs=fs,
             need_diff=acc,
+            k=jnp.where(ok, B["k"], s["k"]),
             feasible=feasible_n,
             was_feasible=was_feasible,
             reg=reg_n,
