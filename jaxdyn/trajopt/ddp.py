@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
+from . import costs as _costs
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
 
@@ -116,6 +117,9 @@ class Problem(eqx.Module):
     u_lower: jax.Array | None = None
     u_upper: jax.Array | None = None
 
+    def __check_init__(self):
+        _check_problem(self)
+
     @property
     def nu(self) -> int:
         return self.dynamics.nu(self.model)
@@ -134,6 +138,63 @@ class Problem(eqx.Module):
         return eqx.tree_at(
             lambda p: (p.u_lower, p.u_upper), self, (lo, hi), is_leaf=lambda x: x is None
         )
+
+
+def _concrete(x):
+    """``x`` as a numpy array, or ``None`` when it is traced (its values unknown)."""
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(x)):
+        return None
+    return np.asarray(x)
+
+
+def _check_problem(p):
+    """Shapes and values of a :class:`Problem` at construction (``ValueError`` naming the
+    argument and what it must be). Values are checked where they are known: a problem built
+    under ``jax.jit`` or ``jax.vmap`` has its shapes checked only (``jax.tree.map`` and
+    ``eqx.tree_at`` build problems without checking them)."""
+    where = "Problem"
+    T = p.horizon
+    if isinstance(T, (bool, np.bool_)) or not isinstance(T, (int, np.integer)) or T < 1:
+        raise ValueError(f"{where}: horizon must be an integer >= 1, got {T!r}")
+    model = p.model
+    if not hasattr(p.dynamics, "nu"):
+        raise TypeError(
+            f"{where}: dynamics must be a FreeDynamics or a ContactDynamics, got "
+            f"{type(p.dynamics).__name__}"
+        )
+    nx, nu = model.nq + model.nv, p.nu
+    if np.shape(p.x0) != (nx,):
+        raise ValueError(
+            f"{where}: x0 has shape {tuple(np.shape(p.x0))}, expected (nq + nv,) = ({nx},) "
+            f"for {model.name!r}"
+        )
+    if np.shape(p.dt) != ():
+        raise ValueError(f"{where}: dt has shape {tuple(np.shape(p.dt))}, expected a scalar")
+    dt = _concrete(p.dt)
+    if dt is not None and not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"{where}: dt must be a finite time step > 0, got {float(dt)!r}")
+    for name in ("u_lower", "u_upper"):
+        b = getattr(p, name)
+        if b is not None and np.shape(b) != (nu,):
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(np.shape(b))}, expected (nu,) = ({nu},)"
+            )
+        c = None if b is None else _concrete(b)
+        if c is not None and np.any(np.isnan(c)):
+            raise ValueError(
+                f"{where}: {name} has NaN entries {np.nonzero(np.isnan(c))[0].tolist()} "
+                "(use -inf / inf for an unbounded control)"
+            )
+    lo = None if p.u_lower is None else _concrete(p.u_lower)
+    hi = None if p.u_upper is None else _concrete(p.u_upper)
+    if lo is not None and hi is not None and np.any(lo > hi):
+        i = np.nonzero(lo > hi)[0]
+        raise ValueError(
+            f"{where}: u_lower > u_upper for controls {i.tolist()} (u_lower {lo[i].tolist()}, "
+            f"u_upper {hi[i].tolist()}); each lower bound must be <= its upper bound"
+        )
+    for name, cost, terminal in (("running", p.running, False), ("terminal", p.terminal, True)):
+        _costs.check_cost(cost, model, nu, terminal, f"{where}: {name}")
 
 
 def _boxed(problem):
