@@ -15,9 +15,9 @@
   defects) reaching FDDP's optimum with its ``O(1/ρ)`` error; ``gradient_shooting`` (Adam)
   decreasing the cost towards FDDP's, within the control bounds.
 
-The models carry armature: Crocoddyl 3.2.1 with Pinocchio 4.1 computes the free dynamics
-without gravity on its zero-armature path (its derivatives include gravity), see
-:mod:`jaxdyn.interop.crocoddyl`.
+The models carry armature (``to_crocoddyl`` sets it in any case: Crocoddyl 3.2.1 with pin
+4.1.0 computes the free dynamics without gravity when no armature is set, see
+:mod:`jaxdyn.interop.crocoddyl` and ``test_to_crocoddyl_without_armature``).
 """
 
 from __future__ import annotations
@@ -170,6 +170,31 @@ def test_step_derivatives_crocoddyl(derivative_case):
     Fu = control_to_pin(problem, conv, P @ out["Fu"])
     oracle.assert_close(Fx, data.Fx, 1e-10, "Fx vs Crocoddyl")
     oracle.assert_close(Fu, data.Fu, 1e-10, "Fu vs Crocoddyl")
+
+
+def test_to_crocoddyl_without_armature():
+    """``to_crocoddyl`` of a model without armature sets a zero armature: the crocoddyl 3.2.1
+    wheel with pin 4.1.0 computes the free dynamics without gravity when none is set (UR5 at
+    rest: zero acceleration against Pinocchio's 28.7 rad/s^2). The running model's step is
+    semi-implicit Euler on Pinocchio's ABA (no JAX program: numpy and Crocoddyl only)."""
+    case = oracle.robot_case("ur5")
+    model, pm, conv = case.model, case.pin_model, case.conv
+    assert model.armature is None or not np.any(np.asarray(model.armature))
+    nq, nv = model.nq, model.nv
+    x0 = np.concatenate([np.asarray(case.states[0]["q"]), np.zeros(nv)])
+    cost = C.Cost((C.Term(C.StateRegularization(jnp.asarray(x0)), 1.0),))
+    problem = ddp.Problem(model, jnp.asarray(x0), cost, cost, DT, 1)
+    cp, x0p = to_crocoddyl(problem, pm, conv)
+    running, data = cp.runningModels[0], cp.runningDatas[0]
+    rng = np.random.default_rng(0)
+    for u in (np.zeros(nv), rng.standard_normal(nv)):
+        running.calc(data, x0p, u)
+        q, v = x0p[:nq], x0p[nq:]
+        a = pin.aba(pm, pm.createData(), q, v, u)
+        assert np.max(np.abs(a)) > 1.0  # gravity acts
+        v1 = v + DT * a
+        ref = np.concatenate([pin.integrate(pm, q, DT * v1), v1])
+        oracle.assert_close(np.asarray(data.xnext), ref, 1e-12, "Crocoddyl step vs ABA")
 
 
 # ----------------------------------------------------------------------------- solvers
