@@ -15,12 +15,15 @@ variants, jit-compiled and batched with ``jax.vmap``.
   ICINCO 2004; Crocoddyl's ``SolverDDP``): a feasible rollout of the initial controls, the
   same backward pass without gaps, Armijo-type acceptance.
 * **Box controls** ``u_lower <= u <= u_upper``: the control QP of each backward step is solved
-  with bounds by projected Newton, the feedback gains restricted to the free controls and the
-  rollout clamps the controls (Tassa, Mansard & Todorov, "Control-limited differential dynamic
-  programming", ICRA 2014, Alg. 1 and Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box
-  QP is solved from feasible iterates only (Newton gains and clamping before), the gradient
-  ``Q_u`` of clamped controls is zeroed in the expected improvement, and ``th_stop`` defaults to
-  ``5e-5``.
+  with bounds (:func:`box_qp`, to its optimum by a primal active-set method), the feedback
+  gains restricted to the free controls and the rollout clamps the controls (Tassa, Mansard &
+  Todorov, "Control-limited differential dynamic programming", ICRA 2014, Alg. 1 and
+  Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box QP is solved from feasible iterates
+  only (Newton gains and clamping before), starting from the knot's feedforward gain of the
+  previous iteration, the gradient ``Q_u`` of clamped controls is zeroed in the expected
+  improvement, and ``th_stop`` defaults to ``5e-5``. A trial step whose model ``ΔJ(α)`` is
+  negative is accepted only from an infeasible iterate (Crocoddyl: gaps, once closed, are not
+  re-opened).
 
 Regularisation ``μ`` is added to ``Q_uu`` and ``V_xx`` and updated as Crocoddyl does (x10
 after a failed backward pass or a step ``α <= 0.01``, /10 after ``α > 0.5``, within
