@@ -67,7 +67,8 @@ def random_qps(seed, count):
     return out
 
 
-_solve = jax.jit(jax.vmap(lambda H, q, lo, hi, x0: box_qp(H, q, lo, hi, x0)))
+_one = jax.jit(lambda H, q, lo, hi, x0: box_qp(H, q, lo, hi, x0))
+_solve = jax.jit(jax.vmap(_one))
 
 
 def _check(H, q, lo, hi, x, free, L, label):
@@ -94,8 +95,8 @@ def test_box_qp_issue_example():
     q = np.array([415.43, -717.15])
     lo = np.array([-0.01808, -0.28227])
     hi = np.array([1.18192, 0.31773])
-    for x0 in (None, np.zeros(2)):
-        x, free, L = map(np.asarray, box_qp(H, q, lo, hi, x0))
+    for x0 in (np.zeros(2), np.array([0.5, 0.0])):
+        x, free, L = map(np.asarray, _one(H, q, lo, hi, x0))
         _check(H, q, lo, hi, x, free, L, f"issue example, x0={x0}")
         assert x[0] == lo[0] and not free[0] and free[1]
         np.testing.assert_allclose(_objective(H, q, x), -1.9905251378328601, rtol=1e-12)
@@ -134,7 +135,7 @@ def test_box_qp_special_boxes(lo, hi):
     H = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, -0.2], [0.5, -0.2, 2.0]])
     q = np.array([1.0, -2.0, 3.0])
     lo, hi = np.asarray(lo), np.asarray(hi)
-    x, free, L = map(np.asarray, box_qp(H, q, lo, hi, np.array([5.0, -5.0, 0.3])))
+    x, free, L = map(np.asarray, _one(H, q, lo, hi, np.array([5.0, -5.0, 0.3])))
     _check(H, q, lo, hi, x, free, L, f"{lo} {hi}")
     if np.all(np.isinf(lo)):
         np.testing.assert_allclose(x, np.linalg.solve(H, -q), rtol=1e-13)
@@ -149,6 +150,6 @@ def test_box_qp_jit_vmap_shapes():
     H, q, lo, hi, x0 = (jnp.asarray(np.stack(a)) for a in zip(*group))
     xb, fb, _ = _solve(H, q, lo, hi, x0)
     for i in range(len(group)):
-        x1, f1, _ = box_qp(H[i], q[i], lo[i], hi[i], x0[i])
+        x1, f1, _ = _one(H[i], q[i], lo[i], hi[i], x0[i])
         np.testing.assert_allclose(np.asarray(xb[i]), np.asarray(x1), rtol=1e-13, atol=1e-15)
         np.testing.assert_array_equal(np.asarray(fb[i]), np.asarray(f1))
