@@ -7,7 +7,7 @@ limited to ``|u| <= 0.6`` N m, too weak to lift it directly: it has to swing. Co
 ``1/2 |x ⊖ x_goal|²_W + 1/2 10^-2 |u|²`` (times dt), terminal ``1/2 10^3 |x_T ⊖ x_goal|²``.
 
 Solved twice by :func:`jaxdyn.trajopt.fddp` (feasibility-driven DDP, Mastalli et al. 2020;
-the control bounds by the projected-Newton box QP of Tassa, Mansard & Todorov 2014): with the
+the control bounds by box-FDDP, Tassa, Mansard & Todorov 2014): with the
 analytic derivatives of :func:`jaxdyn.trajopt.dynamics.step_derivatives` (FDSVA partials and
 the integrate Jacobians) and with ``derivatives="autodiff"`` (forward-mode autodiff of the
 plain step). Prints iterations, solve time, compile time and final cost of each, checks that

@@ -15,9 +15,9 @@
   defects) reaching FDDP's optimum with its ``O(1/ρ)`` error; ``gradient_shooting`` (Adam)
   decreasing the cost towards FDDP's, within the control bounds.
 
-The models carry armature: Crocoddyl 3.2.1 with Pinocchio 4.1 computes the free dynamics
-without gravity on its zero-armature path (its derivatives include gravity), see
-:mod:`jaxdyn.interop.crocoddyl`.
+The models carry armature (``to_crocoddyl`` sets it in any case: Crocoddyl 3.2.1 with pin
+4.1.0 computes the free dynamics without gravity when no armature is set, see
+:mod:`jaxdyn.interop.crocoddyl` and ``test_to_crocoddyl_without_armature``).
 """
 
 from __future__ import annotations
@@ -172,6 +172,31 @@ def test_step_derivatives_crocoddyl(derivative_case):
     oracle.assert_close(Fu, data.Fu, 1e-10, "Fu vs Crocoddyl")
 
 
+def test_to_crocoddyl_without_armature():
+    """``to_crocoddyl`` of a model without armature sets a zero armature: the crocoddyl 3.2.1
+    wheel with pin 4.1.0 computes the free dynamics without gravity when none is set (UR5 at
+    rest: zero acceleration against Pinocchio's 28.7 rad/s^2). The running model's step is
+    semi-implicit Euler on Pinocchio's ABA (no JAX program: numpy and Crocoddyl only)."""
+    case = oracle.robot_case("ur5")
+    model, pm, conv = case.model, case.pin_model, case.conv
+    assert model.armature is None or not np.any(np.asarray(model.armature))
+    nq, nv = model.nq, model.nv
+    x0 = np.concatenate([np.asarray(case.states[0]["q"]), np.zeros(nv)])
+    cost = C.Cost((C.Term(C.StateRegularization(jnp.asarray(x0)), 1.0),))
+    problem = ddp.Problem(model, jnp.asarray(x0), cost, cost, DT, 1)
+    cp, x0p = to_crocoddyl(problem, pm, conv)
+    running, data = cp.runningModels[0], cp.runningDatas[0]
+    rng = np.random.default_rng(0)
+    for u in (np.zeros(nv), rng.standard_normal(nv)):
+        running.calc(data, x0p, u)
+        q, v = x0p[:nq], x0p[nq:]
+        a = pin.aba(pm, pm.createData(), q, v, u)
+        assert np.max(np.abs(a)) > 1.0  # gravity acts
+        v1 = v + DT * a
+        ref = np.concatenate([pin.integrate(pm, q, DT * v1), v1])
+        oracle.assert_close(np.asarray(data.xnext), ref, 1e-12, "Crocoddyl step vs ABA")
+
+
 # ----------------------------------------------------------------------------- solvers
 
 HORIZON = 40
@@ -263,6 +288,37 @@ def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
     np.testing.assert_allclose(float(res.cost), solver.cost, rtol=1e-6)
     oracle.assert_close(us, us_c, 1e-4, "us (box)")
     assert float(res.cost) > float(free.cost)
+
+
+#: Random double-pendulum problems (start, goal, control bounds; horizon 40) on which jaxdyn's
+#: box-FDDP left Crocoddyl's path: it accepted, from a feasible iterate, trial steps whose
+#: expected change was negative (Crocoddyl accepts those only while gaps remain, "do not re-open
+#: gaps once feasibility has been achieved"). Measured before the fix, jaxdyn / Crocoddyl:
+#: costs 1764.5 / 1505.6 (both 53 iterations), 2.06723 (198) / 2.06678 (57), 399.94 (max_iter) /
+#: 399.28 (34), 1867.07 (max_iter) / 1866.97 (40), 1.31557 (115) / 1.31447 (127).
+SPLIT_PATHS = (
+    ((-1.434, 0.48), (0.96, -0.731), (0.2659, 1.7247)),
+    ((0.101, -2.414), (0.388, 0.869), (0.8308, 2.3765)),
+    ((-2.046, -0.093), (-0.389, 0.387), (0.5594, 0.1136)),
+    ((1.14, -0.377), (-0.263, 0.654), (0.2901, 0.5891)),
+    ((2.735, 2.525), (0.675, 0.552), (1.2006, 0.7283)),
+)
+
+
+def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
+    """Box-FDDP takes Crocoddyl's iterations on problems where an acceptance rule differed
+    (same iteration count, cost to 1e-9); the compiled program of the other bounded problems
+    (test_box_fddp_matches_crocoddyl)."""
+    case, model = pendulum
+    nv = model.nv
+    for i, (a, g, b) in enumerate(SPLIT_PATHS):
+        problem = _problem(model, _states(nv, a), _states(nv, g), bounds=jnp.asarray(b))
+        res = ddp.fddp(problem, max_iter=200)
+        solver, _, us = _crocoddyl_solve(case, problem, box=True, th_stop=5e-5)
+        assert int(res.status) == 0, (i, res.message())
+        assert int(res.iterations) == solver.iter + 1, (i, int(res.iterations), solver.iter)
+        np.testing.assert_allclose(float(res.cost), solver.cost, rtol=1e-9, err_msg=str(i))
+        oracle.assert_close(np.asarray(res.us), us, 1e-6, f"us of problem {i}")
 
 
 def test_vmap_equals_one_by_one(pendulum, fddp_solution):

@@ -7,14 +7,14 @@ costs ``CostModelResidual`` with ``ActivationModelWeightedQuad`` (the weights of
 :class:`~jaxdyn.trajopt.costs.Term`), states, controls, weights and bounds permuted to
 Pinocchio's joint order by :class:`jaxdyn.interop.pinocchio.Converter`.
 
-The model's armature is passed to the differential model (Crocoddyl 3.2 with Pinocchio 4.1
-computes the free dynamics without gravity when the armature is zero, while its derivatives
-include gravity; a model with armature takes Crocoddyl's ``M^-1`` path, which agrees with
-Pinocchio's ABA). :func:`to_crocoddyl` therefore requires ``model.armature``.
+The differential models' armature is always set, to the model's or to zeros: the crocoddyl
+3.2.1 wheel paired with ``pin`` / ``libpinocchio`` 4.1.0 computes the free dynamics without
+gravity when no armature is set (its derivatives include gravity), and gives Pinocchio's ABA
+once an armature, zero included, is set.
 
 Only state and control residuals are converted: with the same library pair, Crocoddyl's
-frame residuals (``ResidualModelFrameTranslation``, ...) read Pinocchio's data inconsistently
-(zero costs, "index of the Joint is outside the bounds", segmentation faults).
+``ResidualModelFrameTranslation`` and ``ResidualModelFrameRotation`` return wrong values
+(zero costs) and crash in ``calcDiff`` (segmentation faults).
 """
 
 from __future__ import annotations
@@ -110,18 +110,14 @@ def to_crocoddyl(problem, pin_model, conv):
     model = problem.model
     if not isinstance(problem.dynamics, FreeDynamics):
         raise NotImplementedError("to_crocoddyl: FreeDynamics only")
-    if model.armature is None:
-        raise ValueError(
-            "to_crocoddyl: give the model armature (model.with_armature(...)); see the module "
-            "docstring"
-        )
     state = crocoddyl.StateMultibody(pin_model)
     if problem.dynamics.actuation is None:
         actuation = crocoddyl.ActuationModelFull(state)
     else:
         actuation = crocoddyl.ActuationModelFloatingBase(state)
     nu = actuation.nu
-    armature = _vec(conv.v_to_pin(np.asarray(model.armature, float) * np.ones(model.nv)))
+    arm = 0.0 if model.armature is None else np.asarray(model.armature, float)
+    armature = _vec(conv.v_to_pin(arm * np.ones(model.nv)))  # always set: module docstring
     dt = float(problem.dt)
 
     def dam(cost):

@@ -201,3 +201,74 @@ class Cost(eqx.Module):
             return l, lx, None, lxx, None, None
         Ru = jax.jacfwd(lambda d: res(zx, d))(du0)
         return l, lx, Ru.T @ wr, lxx, WRx.T @ Ru, Ru.T @ (w[:, None] * Ru)
+
+
+# ----------------------------------------------------------------------------- shape checks
+
+
+def _shape_error(where, name, x, expected, why=""):
+    return ValueError(f"{where}: {name} has shape {tuple(np.shape(x))}, expected {expected}{why}")
+
+
+def _want(where, name, x, shape, expected):
+    if np.shape(x) != shape:
+        raise _shape_error(where, name, x, expected)
+
+
+def residual_size(residual, model, nu, terminal, where):
+    """The length of ``residual``'s vector on ``model`` with ``nu`` controls, its arrays'
+    shapes checked (``ValueError`` naming the residual, the field and the expected shape);
+    ``None`` for a residual type jaxdyn does not know (not checked)."""
+    nx, nv = model.nq + model.nv, model.nv
+    name = type(residual).__name__
+    if isinstance(residual, StateRegularization):
+        _want(where, f"{name}.reference", residual.reference, (nx,), f"(nq + nv,) = ({nx},)")
+        return 2 * nv
+    if isinstance(residual, ControlRegularization):
+        if terminal:
+            raise ValueError(f"{where}: ControlRegularization in a terminal cost (no control)")
+        _want(where, f"{name}.reference", residual.reference, (nu,), f"(nu,) = ({nu},)")
+        return nu
+    if isinstance(residual, (FrameTranslation, CenterOfMass)):
+        if not isinstance(residual, CenterOfMass):
+            model.frame_index(residual.frame)
+        _want(where, f"{name}.reference", residual.reference, (3,), "(3,)")
+        return 3
+    if isinstance(residual, FramePlacement):
+        model.frame_index(residual.frame)
+        _want(where, f"{name}.rotation", residual.rotation, (3, 3), "(3, 3)")
+        _want(where, f"{name}.translation", residual.translation, (3,), "(3,)")
+        return 6
+    if isinstance(residual, SphereAvoidance):
+        model.frame_index(residual.frame)
+        _want(where, f"{name}.center", residual.center, (3,), "(3,)")
+        _want(where, f"{name}.radius", residual.radius, (), "() (a scalar)")
+        return 1
+    if isinstance(residual, JointLimits):
+        n = len(residual.indices)
+        bad = [i for i in residual.indices if not 0 <= int(i) < model.nq]
+        if bad:
+            raise ValueError(f"{where}: JointLimits.indices {bad} outside [0, nq = {model.nq})")
+        _want(where, f"{name}.lower", residual.lower, (n,), f"(len(indices),) = ({n},)")
+        _want(where, f"{name}.upper", residual.upper, (n,), f"(len(indices),) = ({n},)")
+        return n
+    return None
+
+
+def check_cost(cost, model, nu, terminal, where):
+    """Check the terms of a :class:`Cost` of a problem (:func:`residual_size` and the weights:
+    a scalar or one per residual component)."""
+    if not isinstance(cost, Cost):
+        raise TypeError(f"{where}: expected a Cost, got {type(cost).__name__}")
+    for i, term in enumerate(cost.terms):
+        if not isinstance(term, Term):
+            raise TypeError(f"{where}: terms[{i}] is a {type(term).__name__}, expected a Term")
+        label = f"{where}.terms[{i}]"
+        size = residual_size(term.residual, model, nu, terminal, label)
+        if size is not None and np.shape(term.weight) not in ((), (size,)):
+            raise _shape_error(
+                label,
+                f"weight of {type(term.residual).__name__}",
+                term.weight,
+                f"() or ({size},) (one weight per residual component)",
+            )

@@ -15,12 +15,15 @@ variants, jit-compiled and batched with ``jax.vmap``.
   ICINCO 2004; Crocoddyl's ``SolverDDP``): a feasible rollout of the initial controls, the
   same backward pass without gaps, Armijo-type acceptance.
 * **Box controls** ``u_lower <= u <= u_upper``: the control QP of each backward step is solved
-  with bounds by projected Newton, the feedback gains restricted to the free controls and the
-  rollout clamps the controls (Tassa, Mansard & Todorov, "Control-limited differential dynamic
-  programming", ICRA 2014, Alg. 1 and Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box
-  QP is solved from feasible iterates only (Newton gains and clamping before), the gradient
-  ``Q_u`` of clamped controls is zeroed in the expected improvement, and ``th_stop`` defaults to
-  ``5e-5``.
+  with bounds (:func:`box_qp`, to its optimum by a primal active-set method), the feedback
+  gains restricted to the free controls and the rollout clamps the controls (Tassa, Mansard &
+  Todorov, "Control-limited differential dynamic programming", ICRA 2014, Alg. 1 and
+  Sec. III-B). As Crocoddyl's ``SolverBoxFDDP``, the box QP is solved from feasible iterates
+  only (Newton gains and clamping before), starting from the knot's feedforward gain of the
+  previous iteration, the gradient ``Q_u`` of clamped controls is zeroed in the expected
+  improvement, and ``th_stop`` defaults to ``5e-5``. A trial step whose model ``ΔJ(α)`` is
+  negative is accepted only from an infeasible iterate (Crocoddyl: gaps, once closed, are not
+  re-opened).
 
 Regularisation ``μ`` is added to ``Q_uu`` and ``V_xx`` and updated as Crocoddyl does (x10
 after a failed backward pass or a step ``α <= 0.01``, /10 after ``α > 0.5``, within
@@ -52,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
+from . import costs as _costs
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
 
@@ -116,6 +120,9 @@ class Problem(eqx.Module):
     u_lower: jax.Array | None = None
     u_upper: jax.Array | None = None
 
+    def __check_init__(self):
+        _check_problem(self)
+
     @property
     def nu(self) -> int:
         return self.dynamics.nu(self.model)
@@ -134,6 +141,63 @@ class Problem(eqx.Module):
         return eqx.tree_at(
             lambda p: (p.u_lower, p.u_upper), self, (lo, hi), is_leaf=lambda x: x is None
         )
+
+
+def _concrete(x):
+    """``x`` as a numpy array, or ``None`` when it is traced (its values unknown)."""
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(x)):
+        return None
+    return np.asarray(x)
+
+
+def _check_problem(p):
+    """Shapes and values of a :class:`Problem` at construction (``ValueError`` naming the
+    argument and what it must be). Values are checked where they are known: a problem built
+    under ``jax.jit`` or ``jax.vmap`` has its shapes checked only (``jax.tree.map`` and
+    ``eqx.tree_at`` build problems without checking them)."""
+    where = "Problem"
+    T = p.horizon
+    if isinstance(T, (bool, np.bool_)) or not isinstance(T, (int, np.integer)) or T < 1:
+        raise ValueError(f"{where}: horizon must be an integer >= 1, got {T!r}")
+    model = p.model
+    if not hasattr(p.dynamics, "nu"):
+        raise TypeError(
+            f"{where}: dynamics must be a FreeDynamics or a ContactDynamics, got "
+            f"{type(p.dynamics).__name__}"
+        )
+    nx, nu = model.nq + model.nv, p.nu
+    if np.shape(p.x0) != (nx,):
+        raise ValueError(
+            f"{where}: x0 has shape {tuple(np.shape(p.x0))}, expected (nq + nv,) = ({nx},) "
+            f"for {model.name!r}"
+        )
+    if np.shape(p.dt) != ():
+        raise ValueError(f"{where}: dt has shape {tuple(np.shape(p.dt))}, expected a scalar")
+    dt = _concrete(p.dt)
+    if dt is not None and not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"{where}: dt must be a finite time step > 0, got {float(dt)!r}")
+    for name in ("u_lower", "u_upper"):
+        b = getattr(p, name)
+        if b is not None and np.shape(b) != (nu,):
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(np.shape(b))}, expected (nu,) = ({nu},)"
+            )
+        c = None if b is None else _concrete(b)
+        if c is not None and np.any(np.isnan(c)):
+            raise ValueError(
+                f"{where}: {name} has NaN entries {np.nonzero(np.isnan(c))[0].tolist()} "
+                "(use -inf / inf for an unbounded control)"
+            )
+    lo = None if p.u_lower is None else _concrete(p.u_lower)
+    hi = None if p.u_upper is None else _concrete(p.u_upper)
+    if lo is not None and hi is not None and np.any(lo > hi):
+        i = np.nonzero(lo > hi)[0]
+        raise ValueError(
+            f"{where}: u_lower > u_upper for controls {i.tolist()} (u_lower {lo[i].tolist()}, "
+            f"u_upper {hi[i].tolist()}); each lower bound must be <= its upper bound"
+        )
+    for name, cost, terminal in (("running", p.running, False), ("terminal", p.terminal, True)):
+        _costs.check_cost(cost, model, nu, terminal, f"{where}: {name}")
 
 
 def _boxed(problem):
@@ -232,53 +296,98 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
 # ----------------------------------------------------------------------------- box QP
 
 
-def box_qp(H, g, lower, upper, x0=None, iterations: int = 30, tol: float = 1e-12):
-    """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` by projected Newton
-    (Tassa, Mansard & Todorov, ICRA 2014, Alg. 1): Newton steps on the free set (coordinates
-    not at a bound pushed outward by the gradient) with a projected Armijo line search, a
-    at most ``iterations`` steps, stopping when a step moves ``x`` by less than ``tol``.
-    Returns ``(x, free (n,) bool, L)`` with
-    ``L`` the Cholesky factor of ``H`` restricted to the free set (identity elsewhere).
+def box_qp(H, g, lower, upper, x0=None, iterations=None, tol: float = 1e-12):
+    """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` (``H`` symmetric positive
+    definite) by a primal active-set method (Nocedal & Wright, "Numerical Optimization",
+    2nd ed., Alg. 16.3, for the box constraints of Tassa, Mansard & Todorov, "Control-limited
+    differential dynamic programming", ICRA 2014).
+
+    From ``x0`` clipped into the box (zeros by default), the working set ``W`` holds the
+    coordinates fixed at a bound (at the start: those on a bound whose gradient pushes
+    outward). Each iteration takes the Newton step ``p_F = -H_FF^-1 (H x + g)_F`` on the free
+    set ``F``: when a free coordinate would leave the box the step stops at the first bound
+    met and that coordinate joins ``W``; otherwise the full step reaches the minimum on the
+    face, and the KKT conditions are checked there: a coordinate of ``W`` whose multiplier
+    has the wrong sign (a gradient pointing into the box) leaves ``W`` (the most negative
+    one), and if there is none, the projected gradient ``x - clip(x - (H x + g))`` is zero
+    (to ``tol`` relative to the gradient's scale) and ``x`` is the optimum. The cost falls at
+    every step and no working set repeats, so the method stops at the optimum after finitely
+    many steps (at most ``iterations``, default ``10 + 4 n``; a ``lax.while_loop``, so it is
+    jit- and vmap-compatible). Crocoddyl's ``BoxQP`` (projected Newton with a projected
+    Armijo search, the same as this function before) stalls above the optimum on badly
+    scaled ``H`` when a free coordinate sits close to its bound.
+
+    Returns ``(x, free (n,) bool, L)`` with ``free`` the coordinates not held at a bound by
+    the gradient (Crocoddyl's ``free_idx``: not ``x = lower`` with a positive gradient or
+    ``x = upper`` with a negative one) and ``L`` the Cholesky factor of ``H`` restricted to
+    ``free`` (identity elsewhere).
     """
     n = H.shape[-1]
-    x = jnp.zeros_like(g) if x0 is None else x0
-    x = jnp.clip(x, lower, upper)
-    eye = jnp.eye(n, dtype=H.dtype)
-    steps = 0.5 ** jnp.arange(10, dtype=H.dtype)
-
-    def f(x):
-        return 0.5 * x @ H @ x + g @ x
-
-    def free_set(x):
-        grad = g + H @ x
-        clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
-        return ~clamped, grad
+    dtype = H.dtype
+    x = jnp.zeros_like(g) if x0 is None else jnp.asarray(x0, dtype)
+    x = jnp.minimum(jnp.maximum(x, lower), upper)
+    eye = jnp.eye(n, dtype=dtype)
+    max_it = 10 + 4 * n if iterations is None else iterations
+    fixed = lower >= upper  # equal bounds: never free
 
     def factor(free):
         m = free[:, None] & free[None, :]
         return _linalg.cholesky(jnp.where(m, H, eye))
 
-    def it(_, x):
-        free, grad = free_set(x)
-        L = factor(free)
-        d = -_linalg.cho_solve(L, jnp.where(free, grad, 0.0))
-        d = jnp.where(free, d, 0.0)
-        trial = jnp.clip(x[None] + steps[:, None] * d[None], lower, upper)
-        fx = f(x)
-        ft = jax.vmap(f)(trial)
-        ok = ft - fx <= 0.1 * (trial - x[None]) @ grad
-        i = jnp.argmax(ok)
-        return jnp.where(jnp.any(ok), trial[i], x)
+    def scale(grad, x):
+        return (
+            jnp.max(jnp.abs(grad))
+            + jnp.max(jnp.abs(g))
+            + jnp.max(jnp.abs(H)) * (1.0 + jnp.max(jnp.abs(x)))
+        )
+
+    grad = g + H @ x
+    w_lo = fixed | ((x <= lower) & (grad > 0))
+    w_hi = ~w_lo & (x >= upper) & (grad < 0)
 
     def cond(c):
-        return (c[0] < iterations) & c[2]
+        return (c["it"] < max_it) & ~c["done"]
 
     def body(c):
-        xn = it(None, c[1])
-        return c[0] + 1, xn, jnp.max(jnp.abs(xn - c[1])) > tol
+        x, w_lo, w_hi = c["x"], c["w_lo"], c["w_hi"]
+        free = ~(w_lo | w_hi)
+        grad = g + H @ x
+        p = -_linalg.cho_solve(factor(free), jnp.where(free, grad, 0.0))
+        p = jnp.where(free, p, 0.0)
+        # the step to the first bound met by a free coordinate
+        ratio = jnp.where(
+            free & (p < 0),
+            (lower - x) / jnp.where(p < 0, p, -1.0),
+            jnp.where(free & (p > 0), (upper - x) / jnp.where(p > 0, p, 1.0), jnp.inf),
+        )
+        ratio = jnp.maximum(ratio, 0.0)
+        j = jnp.argmin(ratio)
+        blocked = ratio[j] < 1.0
+        alpha = jnp.where(blocked, ratio[j], 1.0)
+        xn = jnp.minimum(jnp.maximum(x + alpha * p, lower), upper)
+        hit = blocked & (jnp.arange(n) == j)
+        xn = jnp.where(hit & (p < 0), lower, jnp.where(hit & (p > 0), upper, xn))
+        w_lo_n = w_lo | (hit & (p < 0))
+        w_hi_n = w_hi | (hit & (p > 0))
+        # at the minimum on the face (a full step): the multipliers of the working set
+        gn = g + H @ xn
+        lam = jnp.where(w_lo_n & ~fixed, gn, jnp.where(w_hi_n & ~fixed, -gn, jnp.inf))
+        k = jnp.argmin(lam)
+        tol_k = tol * scale(gn, xn)
+        release = ~blocked & (lam[k] < -tol_k)
+        drop = release & (jnp.arange(n) == k)
+        w_lo_n, w_hi_n = w_lo_n & ~drop, w_hi_n & ~drop
+        pg = xn - jnp.minimum(jnp.maximum(xn - gn, lower), upper)
+        done = ~blocked & ~release & (jnp.max(jnp.abs(pg)) <= 1e3 * tol_k)
+        return dict(it=c["it"] + 1, x=xn, w_lo=w_lo_n, w_hi=w_hi_n, done=done)
 
-    _, x, _ = jax.lax.while_loop(cond, body, (0, x, jnp.asarray(True)))
-    free, _ = free_set(x)
+    c = jax.lax.while_loop(
+        cond, body, dict(it=jnp.asarray(0), x=x, w_lo=w_lo, w_hi=w_hi, done=jnp.asarray(False))
+    )
+    x = c["x"]
+    grad = g + H @ x
+    clamped = fixed | ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
+    free = ~clamped
     return x, free, factor(free)
 
 
@@ -298,9 +407,11 @@ def _spd_solve_fn(A, B):
 _spd_solve = batching.batched(_spd_solve_fn, lambda A, itemsize: 0)
 
 
-def _backward(problem, D, fs, us, reg, feasible):
+def _backward(problem, D, fs, us, reg, feasible, k_prev):
     """Riccati recursion with gaps (Mastalli et al. 2020, Eq. 7-9; Crocoddyl's
-    ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``."""
+    ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``. ``k_prev``: the
+    feedforward gains of the previous backward pass, from which each knot's box QP starts
+    (Crocoddyl's ``SolverBoxFDDP::computeGains`` passes ``k_[t]`` as the QP's initial guess)."""
     ndx = fs.shape[-1]
     eye = jnp.eye(ndx, dtype=fs.dtype)
     fs = jnp.where(feasible, 0.0, fs)
@@ -314,7 +425,7 @@ def _backward(problem, D, fs, us, reg, feasible):
 
     def body(carry, inp):
         Vx, Vxx = carry
-        Fx, Fu, lx, lu, lxx, lxu, luu, f, u = inp
+        Fx, Fu, lx, lu, lxx, lxu, luu, f, u, kp = inp
         # [Fx Fu]^T [Vxx Vx] and then [Fx Fu]^T Vxx [Fx Fu]: two products instead of six (at
         # batch 1 each product is an XLA kernel of its own, and kernels bound the time)
         F = jnp.concatenate([Fx, Fu], 1)
@@ -329,7 +440,7 @@ def _backward(problem, D, fs, us, reg, feasible):
             return sol[:, 0], sol[:, 1:], Qu
 
         def clamped():
-            dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u)
+            dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u, kp)
             K = jnp.where(free[:, None], _linalg.cho_solve(L, Qxu.T), 0.0)
             return -dlt, K, jnp.where(free, Qu, 0.0)
 
@@ -347,7 +458,7 @@ def _backward(problem, D, fs, us, reg, feasible):
         Vx = Vx + Vxx @ f
         return (Vx, Vxx), (k, K, Qu, Quuk, Vx, Vxx)
 
-    inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us)
+    inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us, k_prev)
     _, (k, K, Qu, Quuk, Vx, Vxx) = jax.lax.scan(body, (VxT, VxxT), inp, reverse=True)
     Vx = jnp.concatenate([Vx, VxT[None]], 0)
     Vxx = jnp.concatenate([Vxx, VxxT[None]], 0)
@@ -442,6 +553,7 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
         D=D0,
         fs=fs0,
         need_diff=jnp.asarray(True),
+        k=jnp.zeros_like(us),
         feasible=ddp,
         was_feasible=jnp.asarray(False),
         reg=jnp.asarray(params["reg_init"], dtype),
@@ -474,7 +586,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
     calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
     back = functools.partial(_backward, problem)
     B0, _ = _zeros_like_shapes(
-        jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp)
+        jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp, state["k"])
     )
     stop_at = max_iter if n_iter is None else jnp.minimum(state["it"] + n_iter, max_iter)
 
@@ -496,7 +608,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
 
         def bw_body(c):
             reg = jnp.where(c[3], c[0], jnp.minimum(c[0] * reg_factor, reg_max))
-            B, ok = back(D, fs, s["us"], reg, feasible)
+            B, ok = back(D, fs, s["us"], reg, feasible, s["k"])
             return reg, B, ok, jnp.asarray(False)
 
         reg, B, ok, _ = jax.lax.while_loop(
@@ -528,10 +640,13 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             # wild trial, which the comparison without abs let through)
             flat = jnp.abs(d0) < th_grad
             acc_ddp = (dvexp >= 0) & (flat | (~feasible) | (dV > th_acceptstep * dvexp))
+            # a step that may raise the cost only while gaps remain (Crocoddyl >= 2.0: "do not
+            # re-open gaps once feasibility has been achieved"); from a feasible iterate the
+            # box QP's clamped controls can make the model dvexp negative
             acc_fddp = jnp.where(
                 dvexp >= 0,
                 flat | (dV > th_acceptstep * dvexp),
-                dV > th_acceptnegstep * dvexp,
+                (~feasible) & (dV > th_acceptnegstep * dvexp),
             )
             acc = jnp.where(ddp, acc_ddp, acc_fddp) & fin
             return dict(
@@ -594,6 +709,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             D=D,
             fs=fs,
             need_diff=acc,
+            k=jnp.where(ok, B["k"], s["k"]),
             feasible=feasible_n,
             was_feasible=was_feasible,
             reg=reg_n,

@@ -1,0 +1,131 @@
+"""Bad trajectory problems are refused at construction (issue 51 item 5, issue 52): each case
+used to be accepted and either "converged" to a wrong answer (a control pinned outside its
+bound, a negative cost, a 3-vector reference broadcast against a 4-state), ended with "the
+regularisation reached its maximum", or failed deep inside JAX ("sub got incompatible
+shapes"). Now ``Problem(...)`` raises ``ValueError`` naming the argument and the expected
+shape or range. No compilation: these tests only build problems."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdyn import robots
+from jaxdyn.trajopt import costs as C
+from jaxdyn.trajopt import ddp
+
+
+@pytest.fixture(scope="module")
+def model():
+    return robots.load("double_pendulum").with_armature(0.01)
+
+
+def _costs(goal=None, u_ref=None, weight=1e-1, frame=None):
+    goal = jnp.zeros(4) if goal is None else goal
+    u_ref = jnp.zeros(2) if u_ref is None else u_ref
+    terms = [C.Term(C.StateRegularization(goal), weight), C.Term(C.ControlRegularization(u_ref))]
+    if frame is not None:
+        terms.append(C.Term(frame, 1.0))
+    return C.Cost(tuple(terms)), C.Cost((C.Term(C.StateRegularization(jnp.zeros(4)), 1e2),))
+
+
+def _problem(model, **kw):
+    args = dict(
+        model=model,
+        x0=jnp.array([np.pi, 0.0, 0.0, 0.0]),
+        running=_costs()[0],
+        terminal=_costs()[1],
+        dt=0.01,
+        horizon=10,
+    )
+    args.update(kw)
+    return ddp.Problem(**args)
+
+
+def test_valid_problem_builds(model):
+    p = _problem(model, u_lower=-jnp.ones(2), u_upper=jnp.ones(2))
+    assert p.nu == 2
+    # equal bounds (a control fixed) and infinite ones are fine
+    _problem(model, u_lower=jnp.array([0.5, -jnp.inf]), u_upper=jnp.array([0.5, jnp.inf]))
+    # built under vmap: shapes checked on the members, values unknown there
+    x0s = jnp.zeros((3, 4))
+    batch = jax.vmap(lambda x: _problem(model, x0=x))(x0s)
+    assert batch.x0.shape == (3, 4)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(u_lower=jnp.array([0.5, -1.0]), u_upper=jnp.array([0.2, 1.0])),
+         r"u_lower > u_upper for controls \[0\]"),
+        (dict(u_lower=jnp.ones(2), u_upper=-jnp.ones(2)),
+         r"u_lower > u_upper for controls \[0, 1\]"),
+        (dict(u_lower=jnp.array([jnp.nan, -1.0]), u_upper=jnp.ones(2)),
+         r"u_lower has NaN entries \[0\]"),
+        (dict(u_upper=jnp.array([1.0, jnp.nan])), r"u_upper has NaN entries \[1\]"),
+        (dict(u_lower=-jnp.ones(3), u_upper=jnp.ones(3)),
+         r"u_lower has shape \(3,\), expected \(nu,\) = \(2,\)"),
+        (dict(u_upper=jnp.ones(1)), r"u_upper has shape \(1,\), expected \(nu,\) = \(2,\)"),
+        (dict(dt=-0.01), r"dt must be a finite time step > 0, got -0.01"),
+        (dict(dt=0.0), r"dt must be a finite time step > 0"),
+        (dict(dt=jnp.nan), r"dt must be a finite time step > 0"),
+        (dict(dt=jnp.ones(2) * 0.01), r"dt has shape \(2,\), expected a scalar"),
+        (dict(horizon=-1), r"horizon must be an integer >= 1, got -1"),
+        (dict(horizon=0), r"horizon must be an integer >= 1, got 0"),
+        (dict(horizon=2.5), r"horizon must be an integer >= 1, got 2.5"),
+        (dict(x0=jnp.zeros(3)), r"x0 has shape \(3,\), expected \(nq \+ nv,\) = \(4,\)"),
+        (dict(x0=jnp.zeros((2, 4))), r"x0 has shape \(2, 4\), expected \(nq \+ nv,\) = \(4,\)"),
+    ],
+)  # fmt: skip
+def test_bad_problem_arguments(model, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _problem(model, **kw)
+
+
+@pytest.mark.parametrize(
+    "costs, match",
+    [
+        (dict(goal=jnp.zeros(3)),
+         r"running.terms\[0\]: StateRegularization.reference has shape \(3,\), expected "
+         r"\(nq \+ nv,\) = \(4,\)"),
+        (dict(u_ref=jnp.zeros(3)),
+         r"running.terms\[1\]: ControlRegularization.reference has shape \(3,\), expected "
+         r"\(nu,\) = \(2,\)"),
+        (dict(weight=jnp.ones(3)),
+         r"running.terms\[0\]: weight of StateRegularization has shape \(3,\), expected \(\) or "
+         r"\(4,\)"),
+        (dict(frame=C.FrameTranslation("link2", jnp.zeros(2))),
+         r"running.terms\[2\]: FrameTranslation.reference has shape \(2,\), expected \(3,\)"),
+        (dict(frame=C.FramePlacement("link2", jnp.eye(3), jnp.zeros(1))),
+         r"running.terms\[2\]: FramePlacement.translation has shape \(1,\), expected \(3,\)"),
+        (dict(frame=C.FramePlacement("link2", jnp.eye(2), jnp.zeros(3))),
+         r"FramePlacement.rotation has shape \(2, 2\), expected \(3, 3\)"),
+        (dict(frame=C.CenterOfMass(jnp.zeros(4))),
+         r"CenterOfMass.reference has shape \(4,\), expected \(3,\)"),
+        (dict(frame=C.SphereAvoidance("link2", jnp.zeros(2), 0.1)),
+         r"SphereAvoidance.center has shape \(2,\), expected \(3,\)"),
+        (dict(frame=C.JointLimits((0, 1), jnp.zeros(1), jnp.ones(2))),
+         r"JointLimits.lower has shape \(1,\), expected \(len\(indices\),\) = \(2,\)"),
+        (dict(frame=C.JointLimits((0, 5), jnp.zeros(2), jnp.ones(2))),
+         r"JointLimits.indices \[5\] outside \[0, nq = 2\)"),
+    ],
+)  # fmt: skip
+def test_bad_cost_shapes(model, costs, match):
+    running, terminal = _costs(**costs)
+    with pytest.raises(ValueError, match=match):
+        _problem(model, running=running, terminal=terminal)
+
+
+def test_bad_terminal_cost_and_frame(model):
+    running, _ = _costs()
+    with pytest.raises(
+        ValueError, match=r"terminal.terms\[1\]: ControlRegularization in a terminal"
+    ):
+        _problem(model, terminal=running)
+    running, terminal = _costs(frame=C.FrameTranslation("no_such_frame", jnp.zeros(3)))
+    with pytest.raises((ValueError, KeyError), match="no_such_frame"):
+        _problem(model, running=running, terminal=terminal)
+    with pytest.raises(TypeError, match="expected a Cost"):
+        _problem(model, running=(C.Term(C.StateRegularization(jnp.zeros(4))),))
