@@ -285,6 +285,98 @@ def test_box_on_plane_rests_on_corners(box):
     assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
 
 
+BOX_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <geom type="plane" size="5 5 .1" friction="{mu} 0.005 0.0001"/>
+  <body name="box" pos="0 0 0.1"><freejoint/>
+    <geom type="box" size="0.2 0.15 0.1" mass="2" friction="{mu} 0.005 0.0001"/></body>
+</worldbody></mujoco>"""
+
+INCLINE = np.radians(20.0)  # below the friction angle atan(0.5) = 26.6 degrees: the box sticks
+
+
+@pytest.fixture(scope="module")
+def mjcf_box():
+    """A free 0.4 x 0.3 x 0.2 m box of 2 kg (its 8 corners), ``load_mjcf`` of the MJCF above,
+    and one jitted 400-step rollout with the configuration as an argument."""
+    loaded = jaxdyn.load_mjcf(BOX_MJCF.format(mu=0.5))
+    model = loaded.model
+    cs = sim.contact_set(model, loaded.contacts)
+    run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((400, 0)), cfg=cfg))
+    return model, cs, run
+
+
+def _box_case(model, cs, case, contact):
+    """The initial state and configuration of a box resting flat on the floor (``"rest"``),
+    resting on a 20 degree incline (``"incline"``) or sliding at 2 m/s (``"slide"``)."""
+    q0 = jaxdyn.neutral_configuration(model).at[2].set(0.1)
+    v0 = jnp.zeros(6)
+    terrain = sim.Plane()
+    if case == "incline":
+        n = np.array([np.sin(INCLINE), 0.0, np.cos(INCLINE)])
+        terrain = sim.Plane(n)
+        quat = [np.cos(INCLINE / 2), 0.0, np.sin(INCLINE / 2), 0.0]  # body z along n
+        q0 = q0.at[:3].set(jnp.asarray(0.1 * n)).at[3:7].set(jnp.asarray(quat))
+    if case == "slide":
+        v0 = v0.at[3].set(2.0)
+    cfg = sim.SimConfig(
+        dt=2e-3, contact=contact, contacts=cs, terrain=terrain, actuator=sim.Torque(dofs=())
+    )
+    return sim.State(q0, v0), cfg
+
+
+def test_delassus_bound_never_below_the_largest_eigenvalue():
+    """The APGD step ``1 / L`` needs ``L >= lambda_max(G)``. For a 2 kg box's 8 corners, box
+    flat (an independent ``G = J M^-1 J^T`` from the rigid-body point Jacobians) the largest
+    eigenvalue is 12, and power iteration from the all-ones vector, orthogonal to its
+    eigenvector, returned 4: the step was 3 times past its stable limit and the resting box
+    spun up and blew up. The bound is checked against numpy's eigvalsh there and on random
+    PSD matrices, and is within 1.5 times the eigenvalue on the box."""
+    inertia = np.diag([0.3**2 + 0.2**2, 0.4**2 + 0.2**2, 0.4**2 + 0.3**2]) * 2.0 / 12
+    rows = []
+    for c in [
+        (sx * 0.2, sy * 0.15, sz * 0.1) for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)
+    ]:
+        # u = v + w x c = [-[c], 1] [w; v]; rows [n, t1, t2] = [z, x, y]
+        P = np.hstack([-np.cross(np.eye(3), np.asarray(c)), np.eye(3)])
+        rows += [P[2], P[0], P[1]]
+    J = np.asarray(rows)
+    M = np.zeros((6, 6))
+    M[:3, :3], M[3:, 3:] = inertia, 2.0 * np.eye(3)
+    G = J @ np.linalg.solve(M, J.T)
+    G = G + np.diag(1e-6 * np.diag(G))  # the solver's regularisation
+    lam = np.linalg.eigvalsh(G)[-1]
+    L = float(sim.contact.lambda_max_bound(jnp.asarray(G)))
+    assert lam <= L <= 1.5 * lam, (lam, L)
+    rng = np.random.default_rng(0)
+    for n, r in [(24, 6), (30, 30), (12, 2), (9, 9)]:
+        A = rng.standard_normal((n, r))
+        A = A @ A.T
+        if n == 9:
+            A = np.kron(np.eye(3), A[:3, :3])  # block diagonal (separate bodies)
+        lam = np.linalg.eigvalsh(A)[-1]
+        assert lam * (1 - 1e-12) <= float(sim.contact.lambda_max_bound(jnp.asarray(A)))
+
+
+@pytest.mark.parametrize("case", ["rest", "incline", "slide"])
+def test_constraint_box_on_its_face(mjcf_box, case):
+    """The default ``Constraint()`` on a box's 8 corners (4 redundant contacts on its bottom
+    face): at rest on the floor it stays at rest (it spun at 6-12 rad/s after 10 ms and was NaN
+    after a few hundred steps), on a 20 degree incline below its friction angle it sticks
+    (NaN from step 4), and sliding at 2 m/s it stays finite (NaN at step 207)."""
+    model, cs, run = mjcf_box
+    s0, cfg = _box_case(model, cs, case, sim.Constraint(friction=0.5))
+    tr = run(s0, cfg)
+    q, v = np.asarray(tr.q), np.asarray(tr.v)
+    assert np.all(np.isfinite(q)) and np.all(np.isfinite(v))
+    assert np.abs(v[:, :3]).max() < 1e-3  # no spin
+    if case in ("rest", "incline"):
+        assert np.abs(v).max() < 1e-6, np.abs(v).max()
+        assert np.abs(q[-1, :3] - q[0, :3]).max() < 1e-6, q[-1, :3] - q[0, :3]
+    else:  # mu g = 4.9 m/s^2 stops it after 0.41 s (200 steps), 0.41 m further
+        np.testing.assert_allclose(q[-1, 0], 2.0**2 / (2 * 0.5 * 9.81), rtol=0.02)
+        assert np.abs(v[-1]).max() < 1e-6
+
+
 # ------------------------------------------------------------------------------ batching
 
 
