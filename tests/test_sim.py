@@ -377,6 +377,63 @@ def test_constraint_box_on_its_face(mjcf_box, case):
         assert np.abs(v[-1]).max() < 1e-6
 
 
+def _mujoco_slide(cone):
+    """MuJoCo C on the same scene (its default Euler, 2 ms): the box settled for 1 s, then
+    sliding at 2 m/s for 400 steps; the height above the settled one and x, vx per step."""
+    mujoco = pytest.importorskip("mujoco")
+    xml = BOX_MJCF.format(mu=0.5).replace("<option ", f'<option cone="{cone}" ')
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    for _ in range(500):
+        mujoco.mj_step(m, d)
+    z0 = d.qpos[2]
+    d.qvel[:] = 0.0
+    d.qvel[0] = 2.0
+    out = []
+    for _ in range(400):
+        mujoco.mj_step(m, d)
+        out.append((d.qpos[2] - z0, d.qpos[0], d.qvel[0]))
+    return np.asarray(out)
+
+
+def test_constraint_sliding_box_stays_on_the_ground(mjcf_box):
+    """A box sliding at 2 m/s on its face (mu = 0.5) stays on the ground and decelerates at
+    mu g, as Coulomb's law and MuJoCo C have it. Anitescu's convex relaxation
+    (``Constraint(relaxed=True)``) gives a sliding contact the normal velocity ``mu |v_t|``:
+    one 2 ms step at 2 m/s left the box rising at 0.796 m/s = mu |v_t| and cut vx to 1.59 m/s
+    (the normal impulse that makes the lift carries a friction impulse 40 times mu m g dt), and
+    the box hopped 33 mm. De Saxce's correction (the default) removes that velocity.
+
+    Tolerances: the first step's velocity change is mu g dt (0.00981 m/s) to 1e-5 and its
+    normal velocity below 1e-6 m/s (the regularisation 1e-6 diag G softens the contact); the
+    hop stays below 0.1 mm (MuJoCo's soft contact: 1.5 mm pyramidal, 2.3 mm elliptic); the
+    stopping distance is within 1 % of MuJoCo's (0.406 m; continuous Coulomb:
+    v^2 / (2 mu g) = 0.408 m) and the box stops after ceil(2 / (mu g dt)) steps
+    (MuJoCo's soft contact loses 0.09 m/s in the first step, hops, then slips at about mu g:
+    it stops 13 steps later over the same distance)."""
+    model, cs, run = mjcf_box
+    s0, cfg = _box_case(model, cs, "slide", sim.Constraint(friction=0.5))
+    tr = run(s0, cfg)
+    z, x, vx, vz = (np.asarray(a) for a in (tr.q[:, 2] - 0.1, tr.q[:, 0], tr.v[:, 3], tr.v[:, 5]))
+    dt, mu_g = 2e-3, 0.5 * 9.81
+    np.testing.assert_allclose(2.0 - vx[0], mu_g * dt, rtol=1e-5)
+    assert abs(vz[0]) < 1e-6, vz[0]
+    assert np.abs(z).max() < 1e-4, np.abs(z).max()
+    stop = int(np.argmax(np.abs(vx) < 1e-6))
+    assert stop > 0
+    for cone in ("pyramidal", "elliptic"):
+        mj = _mujoco_slide(cone)
+        assert mj[:, 0].max() > 1e-3  # MuJoCo lifts a little (the bound above is not loose)
+        np.testing.assert_allclose(x[-1], mj[-1, 1], rtol=0.01)
+    np.testing.assert_allclose(x[-1], 2.0**2 / (2 * mu_g), rtol=0.01)
+    assert stop + 1 == int(np.ceil(2.0 / (mu_g * dt)))  # vx falls mu g dt per step
+    # the relaxation, as documented: rises at mu |v_t| in the first step
+    s0, cfg = _box_case(model, cs, "slide", sim.Constraint(friction=0.5, relaxed=True))
+    tr = run(s0, cfg)
+    np.testing.assert_allclose(float(tr.v[0, 5]), 0.5 * float(tr.v[0, 3]), rtol=1e-5)
+    assert float(jnp.max(tr.q[:, 2])) - 0.1 > 0.03
+
+
 # ------------------------------------------------------------------------------ batching
 
 
@@ -668,9 +725,11 @@ def test_implicit_compliant_rollout_gradient_in_contact():
     np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-4)
 
 
-def test_cone_solver_implicit_gradient():
+@pytest.mark.parametrize("coulomb", [False, True])
+def test_cone_solver_implicit_gradient(coulomb):
     """Implicit differentiation of the cone complementarity solver matches central
-    differences of the (converged) solver."""
+    differences of the (converged) solver, for Anitescu's relaxation and for Coulomb's law
+    (De Saxce's correction: both contacts slide, at zero normal velocity)."""
     rng = np.random.default_rng(3)
     A = rng.standard_normal((6, 6))
     G = jnp.asarray(A @ A.T + 0.5 * np.eye(6))
@@ -678,10 +737,21 @@ def test_cone_solver_implicit_gradient():
 
     @jax.jit
     def f(G, u, mu):
-        return jnp.sum(jnp.sin(sim.solve_cone_complementarity(G, u, mu, iterations=400)))
+        lam = sim.solve_cone_complementarity(G, u, mu, iterations=400, coulomb=coulomb)
+        return jnp.sum(jnp.sin(lam))
 
-    lam = jax.jit(sim.solve_cone_complementarity, static_argnums=3)(G, u, 0.6, 400)
+    solve = jax.jit(sim.solve_cone_complementarity, static_argnums=3, static_argnames="coulomb")
+    lam = solve(G, u, 0.6, 400, coulomb=coulomb)
     r = (G @ lam.reshape(-1) + u).reshape(2, 3)
+    if coulomb:  # sliding (lam on the cone's surface, opposing r_t) at zero normal velocity
+        np.testing.assert_allclose(np.asarray(r[:, 0]), 0.0, atol=1e-12)
+        assert float(jnp.min(jnp.linalg.norm(r[:, 1:], axis=1))) > 1e-2
+        np.testing.assert_allclose(
+            np.asarray(jnp.sum(lam[:, 1:] * r[:, 1:], 1)),
+            -0.6 * np.asarray(lam[:, 0] * jnp.linalg.norm(r[:, 1:], axis=1)),
+            rtol=1e-9,
+        )
+        r = r.at[:, 0].add(0.6 * jnp.linalg.norm(r[:, 1:], axis=1))  # De Saxce's velocity
     # cone complementarity: lam in K, r in the dual cone K* = {mu |r_t| <= r_n}, lam . r = 0
     assert bool(jnp.all(jnp.linalg.norm(lam[:, 1:], axis=1) <= 0.6 * lam[:, 0] + 1e-12))
     assert bool(jnp.all(0.6 * jnp.linalg.norm(r[:, 1:], axis=1) <= r[:, 0] + 1e-12))
@@ -692,6 +762,10 @@ def test_cone_solver_implicit_gradient():
     du = jnp.asarray(rng.standard_normal(6))
     fd = (f(G, u + eps * du, 0.6) - f(G, u - eps * du, 0.6)) / (2 * eps)
     np.testing.assert_allclose(float(gu @ du), float(fd), rtol=1e-5)
+    dG = jnp.asarray(rng.standard_normal((6, 6)))
+    dG = dG + dG.T
+    fd = (f(G + eps * dG, u, 0.6) - f(G - eps * dG, u, 0.6)) / (2 * eps)
+    np.testing.assert_allclose(float(jnp.sum(gG * dG)), float(fd), rtol=1e-5)
     fdm = (f(G, u, 0.6 + eps) - f(G, u, 0.6 - eps)) / (2 * eps)
     np.testing.assert_allclose(float(gmu), float(fdm), rtol=1e-5, atol=1e-9)
 
