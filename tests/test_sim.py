@@ -823,6 +823,89 @@ def test_divergence_raises_a_clear_error(pendulum):
     assert not np.all(np.isfinite(np.asarray(s1.v)))
 
 
+def test_huge_step_is_reported(box, pendulum):
+    """A step far beyond what the integrator resolves returns finite but meaningless states
+    (the base of quad12 4.4 km below the ground at dt = 0.5); the rollout reports it
+    (:data:`jaxdyn.sim.core.DIVERGED_JUMP`) before any state overflows: the box dropped 0.2 m
+    onto the default ``Compliant`` at dt = 0.5 (2 m deep after one step, then 188 m/s up and
+    444 m high after six), and the pendulum's explicit PD damping at 5 ms (the speed grows
+    ~100-fold per step). Fast but resolved motion does not trip it: the pendulum kicked from
+    rest by a torque step (to 90 rad/s in 60 steps), a box spinning at 100 rad/s and flying at
+    300 m/s."""
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    cfg = sim.SimConfig(dt=0.5, contact=sim.Compliant(), contacts=cs, actuator=sim.Torque(dofs=()))
+    s0 = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.3), jnp.zeros(6))
+    run = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((6, 0)), cfg=cfg))
+    with jaxdyn.config.override(value_checks=False):
+        tr = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((6, 0)), cfg=cfg))(s0)
+    assert np.all(np.isfinite(np.asarray(tr.q))) and float(tr.q[-1, 2]) > 100  # meaningless
+    with pytest.raises(Exception, match="a step changed the velocity far more than dt"):
+        run(s0).q.block_until_ready()
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", actuator=sim.PD(0.0, 1e5), limits=None)
+    s0 = sim.State(jnp.array([0.3, -0.2]), jnp.array([0.5, 0.0]))
+    with pytest.raises(jaxdyn.CheckError, match="cfg.dt is beyond the stability limit"):
+        sim.rollout(pendulum, s0, jnp.zeros((4, 2)), cfg=cfg)
+    # resolved: a torque step, then a fast spin
+    cfg = sim.SimConfig(dt=2e-3, integrator="euler", limits=None)
+    u = jnp.zeros((60, 2)).at[1:].set(jnp.array([400.0, -100.0]))
+    tr = sim.rollout(pendulum, sim.State(jnp.zeros(2), jnp.zeros(2)), u, cfg=cfg)
+    assert float(jnp.max(jnp.abs(tr.v))) > 90
+    spin = sim.SimConfig(dt=2e-3, integrator="euler", actuator=sim.Torque(dofs=()), limits=None)
+    v0 = jnp.array([100.0, 0.0, 1.0, 300.0, 0.0, 0.0])  # 0.2 rad and 0.6 m per step
+    tr = sim.rollout(
+        box, sim.State(jaxdyn.neutral_configuration(box), v0), jnp.zeros((20, 0)), cfg=spin
+    )
+    assert float(jnp.max(jnp.abs(tr.v))) > 299
+
+
+def test_bad_parameters_are_named(box, pendulum):
+    """A bad contact, actuator or terrain parameter is reported as itself, not as a diverged
+    integration ("cfg.dt is beyond the stability limit"): at construction by a ValueError
+    naming the argument, traced (set with eqx.tree_at inside jit) by a value check naming it;
+    a traced ``dt = inf`` fails the step's check (only ``dt > 0`` was tested: NaN states).
+    Eager calls raise jaxdyn.CheckError (they raised JaxRuntimeError)."""
+    for make, msg in [
+        (lambda: sim.Compliant(stiffness=float("nan")), "Compliant: stiffness must be finite"),
+        (lambda: sim.Compliant(stiffness=-1.0), r"Compliant: stiffness must be finite and > 0"),
+        (lambda: sim.Compliant(friction=-0.1), r"Compliant: friction must be finite and >= 0"),
+        (lambda: sim.Constraint(friction=float("inf")), "Constraint: friction must be finite"),
+        (lambda: sim.Constraint(iterations=0), "Constraint: iterations must be an integer >= 1"),
+        (lambda: sim.Plane(height=float("nan")), "Plane: height must be finite"),
+        (lambda: sim.PD(kp=float("nan")), r"PD: kp must be finite and >= 0"),
+        (lambda: sim.JointLimits(damping=-1.0), "JointLimits: damping must be finite"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            make()
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    base = sim.SimConfig(contact=sim.Compliant(), contacts=cs, actuator=sim.PD(dofs=()))
+    s0 = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1), jnp.zeros(6))
+    run = jaxdyn.jit(lambda s, c: sim.rollout(box, s, jnp.zeros((3, 0)), cfg=c))
+    one = jaxdyn.jit(lambda s, c: sim.step(box, s, jnp.zeros(0), c))
+    for where, value, msg in [
+        (lambda c: c.contact.stiffness, jnp.nan, "cfg.contact.stiffness must be finite and > 0"),
+        (lambda c: c.contact.stiffness, -1.0, "cfg.contact.stiffness must be finite and > 0"),
+        (lambda c: c.terrain.height, jnp.nan, "cfg.terrain.height must be finite"),
+        (lambda c: c.actuator.kp, jnp.nan, "cfg.actuator.kp must be finite and >= 0"),
+        (lambda c: c.dt, jnp.inf, "cfg.dt must be finite and > 0"),
+    ]:
+        cfg = eqx.tree_at(where, base, jnp.asarray(value), is_leaf=lambda x: x is None)
+        with pytest.raises(jaxdyn.CheckError, match="^rollout: " + msg):
+            run(s0, cfg)
+        with pytest.raises(jaxdyn.CheckError, match="^step: " + msg):
+            one(s0, cfg)
+    # a number set without the constructor is checked when the step is traced
+    cfg = eqx.tree_at(lambda c: c.contact.friction, base, float("nan"))
+    with pytest.raises(ValueError, match="step: cfg.contact.friction must be finite"):
+        sim.step(box, s0, jnp.zeros(0), cfg)
+    # eagerly: CheckError, the check's message alone
+    cfg = sim.SimConfig(limits=None)
+    bad = sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
+    with pytest.raises(jaxdyn.CheckError, match="^step: the state has a non-finite entry"):
+        sim.step(pendulum, bad, jnp.zeros(2), cfg)
+    with pytest.raises(jaxdyn.CheckError, match="^rollout: the state has a non-finite entry"):
+        sim.rollout(pendulum, bad, jnp.zeros((2, 2)), cfg=cfg)
+
+
 def test_rollout_checks_outside_its_loop(pendulum):
     """A rollout checks its initial state and controls before its loop and the divergence and
     a policy's controls after it: the loop holds no check (an XLA custom call, which keeps

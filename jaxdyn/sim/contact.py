@@ -59,7 +59,7 @@ import numpy as np
 
 from .. import _linalg as linalg
 from .. import spatial
-from . import _scatter
+from . import _params, _scatter
 
 __all__ = [
     "Compliant",
@@ -138,6 +138,17 @@ class Compliant(eqx.Module):
     slip: float = 0.01
     smoothing: float = 1e-4
 
+    _RULES = (
+        ("stiffness", 0.0, True),
+        ("damping", 0.0, False),
+        ("friction", 0.0, False),
+        ("slip", 0.0, True),
+        ("smoothing", 0.0, True),
+    )
+
+    def __check_init__(self):
+        _params.check_module(self)
+
     def gains(self, model, dtype):
         m = jnp.sum(model.mass).astype(dtype)
         k = m * 9.81 / 5e-3 if self.stiffness is None else jnp.asarray(self.stiffness, dtype)
@@ -189,6 +200,15 @@ class Constraint(eqx.Module):
     baumgarte: float = 0.2
     regularization: float = 1e-6
     relaxed: bool = eqx.field(static=True, default=False)
+
+    _RULES = (("friction", 0.0, False), ("baumgarte", 0.0, False), ("regularization", 0.0, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        for name, least in (("iterations", 1), ("newton", 0)):
+            n = getattr(self, name)
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
+                raise ValueError(f"Constraint: {name} must be an integer >= {least}, got {n!r}")
 
 
 def tangent_basis(n):
