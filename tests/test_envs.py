@@ -131,6 +131,24 @@ def test_bad_input(reacher, reacher_fns):
         envs.AutoResetWrapper(envs.VmapWrapper(reacher), pool_size=0)
 
 
+def test_step_names_a_wrong_state(reacher, reacher_fns):
+    """``env.step`` given something else than the State of ``reset`` / ``step`` says what it
+    expects (it raised AttributeError for ``None`` or the simulator's state and KeyError for an
+    ``info`` without the task's key)."""
+    reset, _ = reacher_fns
+    s = jax.tree_util.tree_map(lambda x: x[0], reset(keys(1)))
+    a = jnp.zeros(reacher.action_size)
+    with pytest.raises(TypeError, match=r"Reacher.step: state must be the environment State.*None"):
+        reacher.step(None, a)
+    with pytest.raises(TypeError, match="simulator's state, the environment State's pipeline"):
+        reacher.step(s.pipeline_state, a)
+    with pytest.raises(TypeError, match=r"state.pipeline_state must be a jaxdyn.sim.State"):
+        reacher.step(s.replace(pipeline_state=s.obs), a)
+    with pytest.raises(ValueError, match=r"Reacher.step: state.info has no 'target'"):
+        reacher.step(s.replace(info={}), a)
+    assert np.isfinite(float(reacher.step(s, a).reward))  # the check passes a good state
+
+
 # ------------------------------------------------------------------------------ wrappers
 
 

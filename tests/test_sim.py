@@ -285,6 +285,155 @@ def test_box_on_plane_rests_on_corners(box):
     assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
 
 
+BOX_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <geom type="plane" size="5 5 .1" friction="{mu} 0.005 0.0001"/>
+  <body name="box" pos="0 0 0.1"><freejoint/>
+    <geom type="box" size="0.2 0.15 0.1" mass="2" friction="{mu} 0.005 0.0001"/></body>
+</worldbody></mujoco>"""
+
+INCLINE = np.radians(20.0)  # below the friction angle atan(0.5) = 26.6 degrees: the box sticks
+
+
+@pytest.fixture(scope="module")
+def mjcf_box():
+    """A free 0.4 x 0.3 x 0.2 m box of 2 kg (its 8 corners), ``load_mjcf`` of the MJCF above,
+    and one jitted 400-step rollout with the configuration as an argument."""
+    loaded = jaxdyn.load_mjcf(BOX_MJCF.format(mu=0.5))
+    model = loaded.model
+    cs = sim.contact_set(model, loaded.contacts)
+    run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((400, 0)), cfg=cfg))
+    return model, cs, run
+
+
+def _box_case(model, cs, case, contact):
+    """The initial state and configuration of a box resting flat on the floor (``"rest"``),
+    resting on a 20 degree incline (``"incline"``) or sliding at 2 m/s (``"slide"``)."""
+    q0 = jaxdyn.neutral_configuration(model).at[2].set(0.1)
+    v0 = jnp.zeros(6)
+    terrain = sim.Plane()
+    if case == "incline":
+        n = np.array([np.sin(INCLINE), 0.0, np.cos(INCLINE)])
+        terrain = sim.Plane(n)
+        quat = [np.cos(INCLINE / 2), 0.0, np.sin(INCLINE / 2), 0.0]  # body z along n
+        q0 = q0.at[:3].set(jnp.asarray(0.1 * n)).at[3:7].set(jnp.asarray(quat))
+    if case == "slide":
+        v0 = v0.at[3].set(2.0)
+    cfg = sim.SimConfig(
+        dt=2e-3, contact=contact, contacts=cs, terrain=terrain, actuator=sim.Torque(dofs=())
+    )
+    return sim.State(q0, v0), cfg
+
+
+def test_delassus_bound_never_below_the_largest_eigenvalue():
+    """The APGD step ``1 / L`` needs ``L >= lambda_max(G)``. For a 2 kg box's 8 corners, box
+    flat (an independent ``G = J M^-1 J^T`` from the rigid-body point Jacobians) the largest
+    eigenvalue is 12, and power iteration from the all-ones vector, orthogonal to its
+    eigenvector, returned 4: the step was 3 times past its stable limit and the resting box
+    spun up and blew up. The bound is checked against numpy's eigvalsh there and on random
+    PSD matrices, and is within 1.5 times the eigenvalue on the box."""
+    inertia = np.diag([0.3**2 + 0.2**2, 0.4**2 + 0.2**2, 0.4**2 + 0.3**2]) * 2.0 / 12
+    rows = []
+    for c in [
+        (sx * 0.2, sy * 0.15, sz * 0.1) for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)
+    ]:
+        # u = v + w x c = [-[c], 1] [w; v]; rows [n, t1, t2] = [z, x, y]
+        P = np.hstack([-np.cross(np.eye(3), np.asarray(c)), np.eye(3)])
+        rows += [P[2], P[0], P[1]]
+    J = np.asarray(rows)
+    M = np.zeros((6, 6))
+    M[:3, :3], M[3:, 3:] = inertia, 2.0 * np.eye(3)
+    G = J @ np.linalg.solve(M, J.T)
+    G = G + np.diag(1e-6 * np.diag(G))  # the solver's regularisation
+    lam = np.linalg.eigvalsh(G)[-1]
+    L = float(sim.contact.lambda_max_bound(jnp.asarray(G)))
+    assert lam <= L <= 1.5 * lam, (lam, L)
+    rng = np.random.default_rng(0)
+    for n, r in [(24, 6), (30, 30), (12, 2), (9, 9)]:
+        A = rng.standard_normal((n, r))
+        A = A @ A.T
+        if n == 9:
+            A = np.kron(np.eye(3), A[:3, :3])  # block diagonal (separate bodies)
+        lam = np.linalg.eigvalsh(A)[-1]
+        assert lam * (1 - 1e-12) <= float(sim.contact.lambda_max_bound(jnp.asarray(A)))
+
+
+@pytest.mark.parametrize("case", ["rest", "incline", "slide"])
+def test_constraint_box_on_its_face(mjcf_box, case):
+    """The default ``Constraint()`` on a box's 8 corners (4 redundant contacts on its bottom
+    face): at rest on the floor it stays at rest (it spun at 6-12 rad/s after 10 ms and was NaN
+    after a few hundred steps), on a 20 degree incline below its friction angle it sticks
+    (NaN from step 4), and sliding at 2 m/s it stays finite (NaN at step 207)."""
+    model, cs, run = mjcf_box
+    s0, cfg = _box_case(model, cs, case, sim.Constraint(friction=0.5))
+    tr = run(s0, cfg)
+    q, v = np.asarray(tr.q), np.asarray(tr.v)
+    assert np.all(np.isfinite(q)) and np.all(np.isfinite(v))
+    assert np.abs(v[:, :3]).max() < 1e-3  # no spin
+    if case in ("rest", "incline"):
+        assert np.abs(v).max() < 1e-6, np.abs(v).max()
+        assert np.abs(q[-1, :3] - q[0, :3]).max() < 1e-6, q[-1, :3] - q[0, :3]
+    else:  # mu g = 4.9 m/s^2 stops it after 0.41 s (200 steps), 0.41 m further
+        np.testing.assert_allclose(q[-1, 0], 2.0**2 / (2 * 0.5 * 9.81), rtol=0.02)
+        assert np.abs(v[-1]).max() < 1e-6
+
+
+def _mujoco_slide(cone):
+    """MuJoCo C on the same scene (its default Euler, 2 ms): the box settled for 1 s, then
+    sliding at 2 m/s for 400 steps; the height above the settled one and x, vx per step."""
+    mujoco = pytest.importorskip("mujoco")
+    xml = BOX_MJCF.format(mu=0.5).replace("<option ", f'<option cone="{cone}" ')
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    for _ in range(500):
+        mujoco.mj_step(m, d)
+    z0 = d.qpos[2]
+    d.qvel[:] = 0.0
+    d.qvel[0] = 2.0
+    out = []
+    for _ in range(400):
+        mujoco.mj_step(m, d)
+        out.append((d.qpos[2] - z0, d.qpos[0], d.qvel[0]))
+    return np.asarray(out)
+
+
+def test_constraint_sliding_box_stays_on_the_ground(mjcf_box):
+    """A box sliding at 2 m/s on its face (mu = 0.5) stays on the ground and decelerates at
+    mu g, as Coulomb's law and MuJoCo C have it. Anitescu's convex relaxation
+    (``Constraint(relaxed=True)``) gives a sliding contact the normal velocity ``mu |v_t|``:
+    one 2 ms step at 2 m/s left the box rising at 0.796 m/s = mu |v_t| and cut vx to 1.59 m/s
+    (the normal impulse that makes the lift carries a friction impulse 40 times mu m g dt), and
+    the box hopped 33 mm. De Saxce's correction (the default) removes that velocity.
+
+    Tolerances: the first step's velocity change is mu g dt (0.00981 m/s) to 1e-5 and its
+    normal velocity below 1e-6 m/s (the regularisation 1e-6 diag G softens the contact); the
+    hop stays below 0.1 mm (MuJoCo's soft contact: 1.5 mm pyramidal, 2.3 mm elliptic); the
+    stopping distance is within 1 % of MuJoCo's (0.406 m; continuous Coulomb:
+    v^2 / (2 mu g) = 0.408 m) and the box stops after ceil(2 / (mu g dt)) steps
+    (MuJoCo's soft contact loses 0.09 m/s in the first step, hops, then slips at about mu g:
+    it stops 13 steps later over the same distance)."""
+    model, cs, run = mjcf_box
+    s0, cfg = _box_case(model, cs, "slide", sim.Constraint(friction=0.5))
+    tr = run(s0, cfg)
+    z, x, vx, vz = (np.asarray(a) for a in (tr.q[:, 2] - 0.1, tr.q[:, 0], tr.v[:, 3], tr.v[:, 5]))
+    dt, mu_g = 2e-3, 0.5 * 9.81
+    np.testing.assert_allclose(2.0 - vx[0], mu_g * dt, rtol=1e-5)
+    assert abs(vz[0]) < 1e-6, vz[0]
+    assert np.abs(z).max() < 1e-4, np.abs(z).max()
+    stop = int(np.argmax(np.abs(vx) < 1e-6))
+    assert stop > 0
+    for cone in ("pyramidal", "elliptic"):
+        mj = _mujoco_slide(cone)
+        assert mj[:, 0].max() > 1e-3  # MuJoCo lifts a little (the bound above is not loose)
+        np.testing.assert_allclose(x[-1], mj[-1, 1], rtol=0.01)
+    np.testing.assert_allclose(x[-1], 2.0**2 / (2 * mu_g), rtol=0.01)
+    assert stop + 1 == int(np.ceil(2.0 / (mu_g * dt)))  # vx falls mu g dt per step
+    # the relaxation, as documented: rises at mu |v_t| in the first step
+    s0, cfg = _box_case(model, cs, "slide", sim.Constraint(friction=0.5, relaxed=True))
+    tr = run(s0, cfg)
+    np.testing.assert_allclose(float(tr.v[0, 5]), 0.5 * float(tr.v[0, 3]), rtol=1e-5)
+    assert float(jnp.max(tr.q[:, 2])) - 0.1 > 0.03
+
+
 # ------------------------------------------------------------------------------ batching
 
 
@@ -576,9 +725,39 @@ def test_implicit_compliant_rollout_gradient_in_contact():
     np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-4)
 
 
-def test_cone_solver_implicit_gradient():
+@pytest.mark.slow
+def test_constraint_gradient_through_a_long_slide(box):
+    """Reverse mode through 200 steps (0.4 s) of a box pushed across the floor (30 N against
+    mu m g = 19.6 N: sliding on four corners the whole time) with the default ``Constraint()``
+    (Coulomb's law, De Saxce's fixed point differentiated implicitly) matches central
+    differences to 1e-6 (measured 1.7e-7; the relaxed formulation, whose box hops, was 27 %
+    off here)."""
+    corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
+    cs = sim.contact_set(box, [sim.Point("box", c) for c in corners])
+    cfg = sim.SimConfig(
+        dt=2e-3, contact=sim.Constraint(), contacts=cs, actuator=sim.Torque(dofs=tuple(range(6)))
+    )
+    rest = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1), jnp.zeros(6))
+
+    def loss(w):
+        tr = sim.rollout(box, rest, jnp.broadcast_to(w, (200, 6)), cfg=cfg)
+        return tr.q[-1, 2] + jnp.sum(tr.q[-1, :2] ** 2) + jnp.sum(tr.v[-1] ** 2) + tr.q[-1, 5]
+
+    vg = jax.jit(jax.value_and_grad(loss))
+    d = jnp.asarray(np.random.default_rng(1).standard_normal(6))
+    w = jnp.array([0.0, 0.0, 1.0, 30.0, 5.0, 0.0])
+    _, g = vg(w)
+    eps = 1e-5
+    fd = (vg(w + eps * d)[0] - vg(w - eps * d)[0]) / (2 * eps)
+    np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-6)
+    assert abs(float(fd)) > 0.1
+
+
+@pytest.mark.parametrize("coulomb", [False, True])
+def test_cone_solver_implicit_gradient(coulomb):
     """Implicit differentiation of the cone complementarity solver matches central
-    differences of the (converged) solver."""
+    differences of the (converged) solver, for Anitescu's relaxation and for Coulomb's law
+    (De Saxce's correction: both contacts slide, at zero normal velocity)."""
     rng = np.random.default_rng(3)
     A = rng.standard_normal((6, 6))
     G = jnp.asarray(A @ A.T + 0.5 * np.eye(6))
@@ -586,10 +765,21 @@ def test_cone_solver_implicit_gradient():
 
     @jax.jit
     def f(G, u, mu):
-        return jnp.sum(jnp.sin(sim.solve_cone_complementarity(G, u, mu, iterations=400)))
+        lam = sim.solve_cone_complementarity(G, u, mu, iterations=400, coulomb=coulomb)
+        return jnp.sum(jnp.sin(lam))
 
-    lam = jax.jit(sim.solve_cone_complementarity, static_argnums=3)(G, u, 0.6, 400)
+    solve = jax.jit(sim.solve_cone_complementarity, static_argnums=3, static_argnames="coulomb")
+    lam = solve(G, u, 0.6, 400, coulomb=coulomb)
     r = (G @ lam.reshape(-1) + u).reshape(2, 3)
+    if coulomb:  # sliding (lam on the cone's surface, opposing r_t) at zero normal velocity
+        np.testing.assert_allclose(np.asarray(r[:, 0]), 0.0, atol=1e-12)
+        assert float(jnp.min(jnp.linalg.norm(r[:, 1:], axis=1))) > 1e-2
+        np.testing.assert_allclose(
+            np.asarray(jnp.sum(lam[:, 1:] * r[:, 1:], 1)),
+            -0.6 * np.asarray(lam[:, 0] * jnp.linalg.norm(r[:, 1:], axis=1)),
+            rtol=1e-9,
+        )
+        r = r.at[:, 0].add(0.6 * jnp.linalg.norm(r[:, 1:], axis=1))  # De Saxce's velocity
     # cone complementarity: lam in K, r in the dual cone K* = {mu |r_t| <= r_n}, lam . r = 0
     assert bool(jnp.all(jnp.linalg.norm(lam[:, 1:], axis=1) <= 0.6 * lam[:, 0] + 1e-12))
     assert bool(jnp.all(0.6 * jnp.linalg.norm(r[:, 1:], axis=1) <= r[:, 0] + 1e-12))
@@ -600,6 +790,10 @@ def test_cone_solver_implicit_gradient():
     du = jnp.asarray(rng.standard_normal(6))
     fd = (f(G, u + eps * du, 0.6) - f(G, u - eps * du, 0.6)) / (2 * eps)
     np.testing.assert_allclose(float(gu @ du), float(fd), rtol=1e-5)
+    dG = jnp.asarray(rng.standard_normal((6, 6)))
+    dG = dG + dG.T
+    fd = (f(G + eps * dG, u, 0.6) - f(G - eps * dG, u, 0.6)) / (2 * eps)
+    np.testing.assert_allclose(float(jnp.sum(gG * dG)), float(fd), rtol=1e-5)
     fdm = (f(G, u, 0.6 + eps) - f(G, u, 0.6 - eps)) / (2 * eps)
     np.testing.assert_allclose(float(gmu), float(fdm), rtol=1e-5, atol=1e-9)
 
@@ -655,6 +849,89 @@ def test_divergence_raises_a_clear_error(pendulum):
     s = sim.State(jnp.array([0.3, -0.2]), jnp.array([1e200, -1e200]))
     s1 = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(s)
     assert not np.all(np.isfinite(np.asarray(s1.v)))
+
+
+def test_huge_step_is_reported(box, pendulum):
+    """A step far beyond what the integrator resolves returns finite but meaningless states
+    (the base of quad12 4.4 km below the ground at dt = 0.5); the rollout reports it
+    (:data:`jaxdyn.sim.core.DIVERGED_JUMP`) before any state overflows: the box dropped 0.2 m
+    onto the default ``Compliant`` at dt = 0.5 (2 m deep after one step, then 188 m/s up and
+    444 m high after six), and the pendulum's explicit PD damping at 5 ms (the speed grows
+    ~100-fold per step). Fast but resolved motion does not trip it: the pendulum kicked from
+    rest by a torque step (to 90 rad/s in 60 steps), a box spinning at 100 rad/s and flying at
+    300 m/s."""
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    cfg = sim.SimConfig(dt=0.5, contact=sim.Compliant(), contacts=cs, actuator=sim.Torque(dofs=()))
+    s0 = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.3), jnp.zeros(6))
+    run = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((6, 0)), cfg=cfg))
+    with jaxdyn.config.override(value_checks=False):
+        tr = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((6, 0)), cfg=cfg))(s0)
+    assert np.all(np.isfinite(np.asarray(tr.q))) and float(tr.q[-1, 2]) > 100  # meaningless
+    with pytest.raises(Exception, match="a step changed the velocity far more than dt"):
+        run(s0).q.block_until_ready()
+    cfg = sim.SimConfig(dt=5e-3, integrator="euler", actuator=sim.PD(0.0, 1e5), limits=None)
+    s0 = sim.State(jnp.array([0.3, -0.2]), jnp.array([0.5, 0.0]))
+    with pytest.raises(jaxdyn.CheckError, match="cfg.dt is beyond the stability limit"):
+        sim.rollout(pendulum, s0, jnp.zeros((4, 2)), cfg=cfg)
+    # resolved: a torque step, then a fast spin
+    cfg = sim.SimConfig(dt=2e-3, integrator="euler", limits=None)
+    u = jnp.zeros((60, 2)).at[1:].set(jnp.array([400.0, -100.0]))
+    tr = sim.rollout(pendulum, sim.State(jnp.zeros(2), jnp.zeros(2)), u, cfg=cfg)
+    assert float(jnp.max(jnp.abs(tr.v))) > 90
+    spin = sim.SimConfig(dt=2e-3, integrator="euler", actuator=sim.Torque(dofs=()), limits=None)
+    v0 = jnp.array([100.0, 0.0, 1.0, 300.0, 0.0, 0.0])  # 0.2 rad and 0.6 m per step
+    tr = sim.rollout(
+        box, sim.State(jaxdyn.neutral_configuration(box), v0), jnp.zeros((20, 0)), cfg=spin
+    )
+    assert float(jnp.max(jnp.abs(tr.v))) > 299
+
+
+def test_bad_parameters_are_named(box, pendulum):
+    """A bad contact, actuator or terrain parameter is reported as itself, not as a diverged
+    integration ("cfg.dt is beyond the stability limit"): at construction by a ValueError
+    naming the argument, traced (set with eqx.tree_at inside jit) by a value check naming it;
+    a traced ``dt = inf`` fails the step's check (only ``dt > 0`` was tested: NaN states).
+    Eager calls raise jaxdyn.CheckError (they raised JaxRuntimeError)."""
+    for make, msg in [
+        (lambda: sim.Compliant(stiffness=float("nan")), "Compliant: stiffness must be finite"),
+        (lambda: sim.Compliant(stiffness=-1.0), r"Compliant: stiffness must be finite and > 0"),
+        (lambda: sim.Compliant(friction=-0.1), r"Compliant: friction must be finite and >= 0"),
+        (lambda: sim.Constraint(friction=float("inf")), "Constraint: friction must be finite"),
+        (lambda: sim.Constraint(iterations=0), "Constraint: iterations must be an integer >= 1"),
+        (lambda: sim.Plane(height=float("nan")), "Plane: height must be finite"),
+        (lambda: sim.PD(kp=float("nan")), r"PD: kp must be finite and >= 0"),
+        (lambda: sim.JointLimits(damping=-1.0), "JointLimits: damping must be finite"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            make()
+    cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
+    base = sim.SimConfig(contact=sim.Compliant(), contacts=cs, actuator=sim.PD(dofs=()))
+    s0 = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1), jnp.zeros(6))
+    run = jaxdyn.jit(lambda s, c: sim.rollout(box, s, jnp.zeros((3, 0)), cfg=c))
+    one = jaxdyn.jit(lambda s, c: sim.step(box, s, jnp.zeros(0), c))
+    for where, value, msg in [
+        (lambda c: c.contact.stiffness, jnp.nan, "cfg.contact.stiffness must be finite and > 0"),
+        (lambda c: c.contact.stiffness, -1.0, "cfg.contact.stiffness must be finite and > 0"),
+        (lambda c: c.terrain.height, jnp.nan, "cfg.terrain.height must be finite"),
+        (lambda c: c.actuator.kp, jnp.nan, "cfg.actuator.kp must be finite and >= 0"),
+        (lambda c: c.dt, jnp.inf, "cfg.dt must be finite and > 0"),
+    ]:
+        cfg = eqx.tree_at(where, base, jnp.asarray(value), is_leaf=lambda x: x is None)
+        with pytest.raises(jaxdyn.CheckError, match="^rollout: " + msg):
+            run(s0, cfg)
+        with pytest.raises(jaxdyn.CheckError, match="^step: " + msg):
+            one(s0, cfg)
+    # a number set without the constructor is checked when the step is traced
+    cfg = eqx.tree_at(lambda c: c.contact.friction, base, float("nan"))
+    with pytest.raises(ValueError, match="step: cfg.contact.friction must be finite"):
+        sim.step(box, s0, jnp.zeros(0), cfg)
+    # eagerly: CheckError, the check's message alone
+    cfg = sim.SimConfig(limits=None)
+    bad = sim.State(jnp.array([jnp.nan, 0.0]), jnp.zeros(2))
+    with pytest.raises(jaxdyn.CheckError, match="^step: the state has a non-finite entry"):
+        sim.step(pendulum, bad, jnp.zeros(2), cfg)
+    with pytest.raises(jaxdyn.CheckError, match="^rollout: the state has a non-finite entry"):
+        sim.rollout(pendulum, bad, jnp.zeros((2, 2)), cfg=cfg)
 
 
 def test_rollout_checks_outside_its_loop(pendulum):

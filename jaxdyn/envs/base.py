@@ -62,6 +62,7 @@ __all__ = [
     "Wrapper",
     "check_action",
     "check_rng",
+    "check_state",
 ]
 
 if HAS_BRAX:
@@ -224,6 +225,43 @@ def check_action(owner: str, action, size: int):
     )
 
 
+_STATE_FIELDS = ("pipeline_state", "obs", "reward", "done", "metrics", "info")
+
+
+def check_state(owner: str, state, info_keys=()):
+    """``state`` as ``step`` expects it: an environment :class:`State` (from ``reset`` or
+    ``step``: ``pipeline_state``, ``obs``, ``reward``, ``done``, ``metrics``, ``info``) whose
+    ``pipeline_state`` is a :class:`jaxdyn.sim.State` and whose ``info`` holds ``info_keys``;
+    raises ``TypeError`` (a wrong kind of state: ``None``, the simulator's state, ...) or
+    ``ValueError`` (an ``info`` without a key the task keeps there) naming ``state``."""
+    if not all(hasattr(state, f) for f in _STATE_FIELDS):
+        kind = "None" if state is None else f"{type(state).__module__}.{type(state).__qualname__}"
+        hint = ""
+        if isinstance(state, _sim.State):
+            hint = (
+                ": that is the simulator's state, the environment State's pipeline_state; "
+                "pass the State that reset or step returned"
+            )
+        raise TypeError(
+            f"{owner}.step: state must be the environment State returned by reset or step "
+            f"(fields {', '.join(_STATE_FIELDS)}), got {kind}{hint}"
+        )
+    if not isinstance(state.pipeline_state, _sim.State):
+        raise TypeError(
+            f"{owner}.step: state.pipeline_state must be a jaxdyn.sim.State, got "
+            f"{type(state.pipeline_state).__name__}"
+        )
+    info = state.info
+    missing = [k for k in info_keys if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise ValueError(
+            f"{owner}.step: state.info has no {', '.join(map(repr, missing))} (this task keeps "
+            f"{', '.join(map(repr, info_keys))} there): pass the State that this environment's "
+            "reset or step returned"
+        )
+    return state
+
+
 class SimEnv(Env):
     """Base class of the jaxdyn tasks: a :class:`System` stepped by :func:`jaxdyn.sim.step`,
     the counterpart of Brax's ``PipelineEnv``.
@@ -234,8 +272,9 @@ class SimEnv(Env):
 
     Subclasses implement ``reset``, ``step`` and ``action_size`` with the helpers
     :meth:`pipeline_init`, :meth:`pipeline_step` (one control period, divergence guarded),
-    :meth:`check_action` and :meth:`check_rng`. The physics reads ``self.sys`` when traced, so
-    swapping ``sys`` (as Brax's ``DomainRandomizationVmapWrapper`` does) changes the dynamics.
+    :meth:`check_state`, :meth:`check_action` and :meth:`check_rng`. The physics reads
+    ``self.sys`` when traced, so swapping ``sys`` (as Brax's ``DomainRandomizationVmapWrapper``
+    does) changes the dynamics.
     """
 
     #: a velocity coordinate faster than this (rad/s or m/s) counts as a diverged simulation
@@ -283,6 +322,9 @@ class SimEnv(Env):
 
     def check_action(self, action):
         return check_action(type(self).__name__, action, self.action_size)
+
+    def check_state(self, state, info_keys=()):
+        return check_state(type(self).__name__, state, info_keys)
 
     def pipeline_init(self, q, v) -> _sim.State:
         """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype."""

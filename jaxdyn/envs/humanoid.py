@@ -194,6 +194,7 @@ class HumanoidStand(SimEnv):
         return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
 
     def step(self, state: State, action) -> State:
+        self.check_state(state)
         action = jnp.clip(self.check_action(action), -1.0, 1.0)
         ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
         up = quat_to_matrix(ps.q[3:7])[2, 2]

@@ -189,6 +189,7 @@ class Quadruped(SimEnv):
         return State(ps, self.observe(ps, last), zero, zero, metrics, info)
 
     def step(self, state: State, action) -> State:
+        self.check_state(state)
         action = self.check_action(action)
         action = jnp.clip(action, -1.0, 1.0)
         ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))

@@ -189,6 +189,7 @@ class Reacher(SimEnv):
         return State(ps, self.observe(ps, target), zero, zero, metrics, {"target": target})
 
     def step(self, state: State, action) -> State:
+        self.check_state(state, ("target",))
         action = self.check_action(action)
         ctrl = self.control(action)
         target = state.info["target"]

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from . import _scatter
+from . import _params, _scatter
 
 __all__ = ["JointLimits", "PD", "Torque", "actuated_dofs", "joint_properties", "passive_forces"]
 
@@ -71,6 +71,11 @@ class Torque(eqx.Module):
     gear: float = 1.0
     dofs: tuple | None = eqx.field(static=True, default=None)
 
+    _RULES = (("gear", None, False),)
+
+    def __check_init__(self):
+        _params.check_module(self)
+
     def size(self, model) -> int:
         return len(actuated_dofs(model, self.dofs))
 
@@ -89,6 +94,11 @@ class PD(eqx.Module):
     kp: float = 50.0
     kd: float = 1.0
     dofs: tuple | None = eqx.field(static=True, default=None)
+
+    _RULES = (("kp", 0.0, False), ("kd", 0.0, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
 
     def size(self, model) -> int:
         return len(actuated_dofs(model, self.dofs))
@@ -112,6 +122,11 @@ class JointLimits(eqx.Module):
     stiffness: float = 1e3
     damping: float = 10.0
     smoothing: float = 1e-3
+
+    _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False), ("smoothing", 0.0, True))
+
+    def __check_init__(self):
+        _params.check_module(self)
 
 
 def joint_properties(model):

@@ -41,6 +41,7 @@ Reverse mode through long rollouts: ``rollout(..., checkpoint=None | "step" | "s
 
 from __future__ import annotations
 
+import functools
 import math
 
 import equinox as eqx
@@ -60,7 +61,7 @@ from ..algorithms.aba import (
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
-from . import _scatter
+from . import _params, _scatter
 from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
 from .geometry import TERRAINS, ContactSet, Plane
@@ -401,8 +402,7 @@ def _check_state(fn, model, state, ctrl, cfg):
         ctrl = _checks.error_if(
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
         )
-        dt = jnp.asarray(cfg.dt)
-        q = _checks.error_if(q, ~(dt > 0), f"{fn}: cfg.dt must be > 0")
+    q = _params.check_config(fn, cfg, q)
     return q, v, ctrl, dtype
 
 
@@ -414,6 +414,45 @@ DIVERGED = (
     "limit damping -- needs dt * d < 2 * the joint's apparent inertia); use "
     "integrator='implicit', a smaller dt or more substeps"
 )
+
+
+#: the value check of a rollout whose velocity jumped beyond what a step resolves
+DIVERGED_JUMP = (
+    "rollout: the integration diverged (a step changed the velocity far more than dt can "
+    "resolve: the speed max|v| grew tenfold in two consecutive steps or a hundredfold in one, "
+    "or, with compliant contact, a coordinate came back ten times faster; the states are finite "
+    "but meaningless): cfg.dt is beyond the stability limit; use a smaller dt or more substeps"
+)
+
+
+def _jumped(v0, vs, compliant):
+    """Whether the velocities ``v0 (nv,)``, ``vs (T, nv)`` of a rollout jumped beyond what its
+    steps resolve (rates in rad/s or m/s, ``s = max |v|``):
+
+    * ``s`` grew more than tenfold (``s_k > 10 (s_{k-1} + 0.1)``) in two consecutive steps: a
+      growth rate of ``ln 10 / dt`` or more, the instability of a step past its stability limit
+      (a bounded force from rest makes ``s`` grow linearly, ``s_k = k a dt``; an impact or a
+      control's jump, once);
+    * ``s`` grew more than a hundredfold in one step (``s_k > 100 (s_{k-1} + 1)``);
+    * with ``compliant`` contact, a coordinate moving faster than 1 reversed and came back more
+      than ten times faster (``-v_k,i / v_{k-1,i} > 10``): a restitution above 10, as when
+      the contact's spring is crossed within one step (a box dropped 0.2 m onto the default
+      ``Compliant`` at ``dt = 0.5``: 2 m deep, then 188 m/s up). Not with constraint contact,
+      whose impulses dissipate: a plastic impact on a foot legitimately throws the leg's
+      joints from rest to tens of rad/s in one step, both ways.
+
+    Legitimate motion can in principle trip the last two (a light limb's servo reversing it at
+    5000 rad/s^2 for one 2 ms step); switch value checks off there."""
+    v = jnp.concatenate([v0[None], vs])
+    s = jnp.max(jnp.abs(v), axis=-1)
+    grow = s[1:] > 10.0 * (s[:-1] + 0.1)
+    twice = jnp.any(grow[1:] & grow[:-1])
+    leap = jnp.any(s[1:] > 100.0 * (s[:-1] + 1.0))
+    if not compliant:
+        return twice | leap
+    prev, nxt = v[:-1], v[1:]
+    bounce = (prev * nxt < 0) & (jnp.abs(prev) > 1.0) & (jnp.abs(nxt) > 10.0 * jnp.abs(prev))
+    return twice | leap | jnp.any(bounce)
 
 
 @full_precision
@@ -455,7 +494,10 @@ def _step_words(model, itemsize):
     return 64 * model.nb + model.nv * model.nv
 
 
-step = batching.batched(step, _step_words)
+#: eagerly (no ``jax.jit``), a failed value check raises :class:`jaxdyn.CheckError`
+step = functools.wraps(step)(
+    _checks._dispatch(batching.batched(step, _step_words), step, compile_eagerly=False)
+)
 
 
 @full_precision
@@ -469,6 +511,11 @@ def contact_forces(model, state: State, ctrl, cfg: SimConfig):
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
     return _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
+
+
+contact_forces = functools.wraps(contact_forces)(
+    _checks._dispatch(contact_forces, compile_eagerly=False)
+)
 
 
 CHECKPOINTS = (None, "step", "sqrt")
@@ -496,7 +543,14 @@ def rollout(
     With value checks on (:mod:`jaxdyn.config`), a non-finite or malformed initial state or
     open-loop control raises before the loop, a policy's non-finite control and a step that
     turns the finite state into a non-finite one (:data:`DIVERGED`: the integration went
-    unstable; it names the remedies) raise once the loop has run, instead of a NaN trajectory.
+    unstable; it names the remedies) raise once the loop has run, instead of a NaN trajectory;
+    so does a trajectory whose velocity jumped beyond what its steps resolve
+    (:data:`DIVERGED_JUMP`, criteria in :func:`_jumped`: the speed growing tenfold per step, a
+    hundredfold in one, or with compliant contact a coordinate bouncing back ten times
+    faster): an instability that
+    has not overflowed yet (quad12 at ``dt = 0.5``: the base 627 m up after five steps), or a
+    contact crossed within one step. Called outside ``jax.jit``, a failed check raises
+    :class:`jaxdyn.CheckError`.
     The loop itself holds no check (a check is an XLA custom call, which keeps fused CPU loops,
     :func:`jaxdyn.config.fused_cpu_loops`, from compiling the rollout into one kernel).
 
@@ -555,7 +609,7 @@ def rollout(
     init = (state, spatial.on_mesh(jnp.asarray(False))) if track else state
     if checkpoint != "sqrt":
         end, traj = jax.lax.scan(body, init, xs, length=T)
-        return _checked(traj, end[1] if track else None) if checks else traj
+        return _checked(traj, v0, end[1] if track else None, cfg) if checks else traj
 
     k = max(1, math.isqrt(T - 1) + 1 if T > 1 else 1)
     nblk, rest = divmod(T, k)
@@ -573,14 +627,21 @@ def rollout(
     if rest:
         end, tail = jax.lax.scan(body, end, split(xs, nblk * k, T), length=rest)
         traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
-    return _checked(traj, end[1] if track else None) if checks else traj
+    return _checked(traj, v0, end[1] if track else None, cfg) if checks else traj
 
 
-def _checked(traj: State, bad_ctrl) -> State:
+rollout = functools.wraps(rollout)(_checks._dispatch(rollout, compile_eagerly=False))
+
+
+def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
     """A rollout's checks after its loop: a policy's non-finite control, then :data:`DIVERGED`
-    (the initial state was finite, so a non-finite state came from a step)."""
+    (the initial state was finite, so a non-finite state came from a step), then
+    :data:`DIVERGED_JUMP` (:func:`_jumped`)."""
     q = traj.q
     if bad_ctrl is not None:
         q = _checks.error_if(q, bad_ctrl, "rollout: the policy returned a non-finite control")
     bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(traj.v)))
-    return State(_checks.error_if(q, bad, DIVERGED), traj.v, traj.t)
+    q = _checks.error_if(q, bad, DIVERGED)
+    jumped = _jumped(v0, traj.v, isinstance(cfg.contact, C.Compliant))
+    q = _checks.error_if(q, jumped, DIVERGED_JUMP)
+    return State(q, traj.v, traj.t)

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import spatial
 from ..model.urdf import rpy_to_matrix
+from . import _params
 
 __all__ = [
     "Box",
@@ -265,7 +266,10 @@ class Plane(eqx.Module):
         if n.shape != (3,) or not np.all(np.isfinite(n)) or np.linalg.norm(n) == 0:
             raise ValueError(f"Plane: normal must be 3 finite numbers, not all zero; got {normal}")
         self.normal = n / np.linalg.norm(n)
+        _params.check_number("Plane", "height", height)
         self.height = np.asarray(float(height))
+
+    _RULES = (("height", None, False),)
 
     def query(self, x):
         """Signed distance of points ``x (..., 3)`` to the surface and the surface normal."""
