@@ -213,6 +213,7 @@ def case_ppo():
         unroll_length=4,
         num_updates_per_batch=1,
         num_evals=2,
+        run_evals=False,  # (Brax evaluates on process 0 only: see docs/distributed.md)
         wrap_env_fn=envs.wrap,
         network_factory=functools.partial(
             ppo_networks.make_ppo_networks,
@@ -324,3 +325,37 @@ def test_ppo_across_processes():
     over the 4 devices); a ``num_envs`` not divisible by the devices raises on both."""
     for out in _launch("ppo"):
         assert "ALL OK" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+SLEEPER = """
+import os, sys, time
+if os.environ["JAXDYN_PROCESS_ID"] == "1":
+    sys.exit("process 1: a value check failed (" + os.environ["JAXDYN_COORDINATOR"] + ")")
+time.sleep(120)
+"""
+
+
+def test_launcher_ends_the_others(tmp_path, capsys):
+    """The launcher (no JAX): when process 1 fails, process 0 (which would wait 120 s) is ended
+    at once and the failure's message is reported; the command line exits with its status."""
+    import time
+
+    from jaxdyn.distributed import LaunchError, launch
+    from jaxdyn.distributed.__main__ import _cli
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    t = time.monotonic()
+    with pytest.raises(LaunchError, match="process 1 of 2 failed") as e:
+        launch([script], 2, timeout=100)
+    assert time.monotonic() - t < 30
+    assert "process 1: a value check failed (127.0.0.1:" in str(e.value)
+    assert e.value.results[0].returncode != 0 and e.value.results[1].returncode == 1
+    assert _cli(["-n", "2", str(script)]) == 1
+    assert "process 1 of 2 failed" in capsys.readouterr().err
+    # every process finishing: their outputs in process order; a run past the timeout is ended
+    script.write_text("import os; print('hello from', os.environ['JAXDYN_PROCESS_ID'])")
+    assert [r.stdout for r in launch([script], 3)] == [f"hello from {i}\n" for i in range(3)]
+    script.write_text("import time; time.sleep(60)")
+    with pytest.raises(LaunchError, match="did not finish within 1"):
+        launch([script], 2, timeout=1)

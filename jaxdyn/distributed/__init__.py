@@ -33,7 +33,7 @@ What is here (the recipe and the checks are in ``docs/distributed.md``):
 from __future__ import annotations
 
 from ._apps import load, rollout, save, solve_sharded, train_ppo
-from ._launch import free_port, launch, main
+from ._launch import LaunchError, free_port, launch, main
 from ._runtime import (
     ENV_COORDINATOR,
     ENV_LOCAL_CPU_DEVICES,
@@ -53,6 +53,7 @@ __all__ = [
     "ENV_LOCAL_CPU_DEVICES",
     "ENV_NUM_PROCESSES",
     "ENV_PROCESS_ID",
+    "LaunchError",
     "assert_same",
     "check_batch",
     "fingerprint",

@@ -185,7 +185,12 @@ def train_ppo(environment, **ppo_options):
     one raises on every process). ``ppo_options``: ``ppo.train``'s (``num_envs`` a multiple of
     the number of devices; its ``save_checkpoint_path`` / ``restore_checkpoint_path`` save and
     restore the policy with Orbax). Returns ``ppo.train``'s ``(make_policy, params,
-    metrics)``, the same on every process."""
+    metrics)``, the same on every process.
+
+    Brax evaluates the policy on process 0 only, while the others go on into the next training
+    step and wait there: on CPUs, Gloo gives up on a collective that a process has not joined
+    within 30 s, so an evaluation that compiles or runs longer ends the run. Pass
+    ``run_evals=False`` there (and evaluate separately, e.g. after training)."""
     from brax.training.agents.ppo import train as ppo
 
     from .. import envs

@@ -110,6 +110,25 @@ def fingerprint(tree) -> bytes:
     return h.digest()
 
 
+#: how long a process waits at :func:`_barrier` for the others (seconds)
+BARRIER_TIMEOUT_S = 3600
+_BARRIERS = [0]
+
+
+def _barrier() -> None:
+    """Wait until every process is here (the coordination service's barrier, whose timeout is
+    :data:`BARRIER_TIMEOUT_S`), so that the collective that follows starts on every process at
+    once: on CPUs, Gloo gives up on a collective that a process has not joined within 30 s
+    (one process still computing or compiling), and reports that instead of the cause."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None or jax.process_count() == 1:
+        return
+    _BARRIERS[0] += 1
+    client.wait_at_barrier(f"jaxdyn-{_BARRIERS[0]}", int(BARRIER_TIMEOUT_S * 1000))
+
+
 def _allgather_host(values) -> np.ndarray:
     """Every process's 1-D int32 ``values``, stacked ``(process_count, n)``, on every process."""
     values = np.asarray(values, np.int32)
@@ -117,6 +136,7 @@ def _allgather_host(values) -> np.ndarray:
         return values[None]
     from jax.experimental import multihost_utils
 
+    _barrier()
     return np.asarray(multihost_utils.process_allgather(values))
 
 
@@ -193,12 +213,14 @@ def gather(tree):
 
     This process's shards are waited for first: a value check that failed on one of its
     devices raises its message here (the failed shards would otherwise never join the
-    collective, and the other processes would wait for them until Gloo's timeout)."""
+    collective, and the other processes would wait for them until Gloo's timeout); then every
+    process (a barrier), so that a process slower to get here does not exceed Gloo's."""
     tree = jax.block_until_ready(tree)
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(np.asarray, tree)
     from jax.experimental import multihost_utils
 
+    _barrier()
     return jax.tree_util.tree_map(
         lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)), tree
     )
