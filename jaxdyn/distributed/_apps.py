@@ -60,12 +60,25 @@ def load(path, like):
 # ----------------------------------------------------------------------------- rollouts
 
 
+_ROLLOUTS: list = []  # (model, cfg, policy, n_steps, mesh, compiled function), newest last
+
+
 def _rollout_fn(model, cfg, policy, n_steps, mesh):
+    """The sharded rollout of these objects, built once: a new ``sharded_vmap`` is a new
+    ``jax.jit`` and would compile again at every call (the objects are kept, so their ids
+    stay theirs)."""
+    for m, c, p, n, me, fn in _ROLLOUTS:
+        if m is model and c is cfg and p is policy and n == n_steps and me == mesh:
+            return fn
     if policy is None:
-        return sim.sharded_vmap(lambda s, u: sim.rollout(model, s, u, cfg=cfg), mesh)
-    return sim.sharded_vmap(
-        lambda s: sim.rollout(model, s, cfg=cfg, policy=policy, n_steps=n_steps), mesh
-    )
+        fn = sim.sharded_vmap(lambda s, u: sim.rollout(model, s, u, cfg=cfg), mesh)
+    else:
+        fn = sim.sharded_vmap(
+            lambda s: sim.rollout(model, s, cfg=cfg, policy=policy, n_steps=n_steps), mesh
+        )
+    _ROLLOUTS.append((model, cfg, policy, n_steps, mesh, fn))
+    del _ROLLOUTS[:-8]
+    return fn
 
 
 def rollout(
