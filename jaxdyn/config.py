@@ -79,6 +79,21 @@ value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after
 one quad12 simulation step 7.2 -> 3.9 us, against 8.8 us for MuJoCo C
 (``benchmarks/sim_one.py``).
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
+
+**Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
+points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
+``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``
+(:func:`compilation_cache_path`), so that a program compiled by one process is read back by the
+next. Not where the user set JAX's own (``jax_compilation_cache_dir``,
+``JAX_COMPILATION_CACHE_DIR``: never overridden), nor with ``JAXDYN_COMPILATION_CACHE=0``;
+:func:`compilation_cache` switches it, :func:`compilation_cache_dir` says where it is.
+JAX's cache keys hold the program (value checks on and off are different programs), the
+versions, the backend and the XLA flags; programs calling jaxdyn's FFI handlers are kept too
+(the handlers are registered when the program is traced, before a cached executable runs).
+
+**Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): one line on
+the ``jaxdyn`` logger per slower compile of a program holding jaxdyn functions
+(:mod:`jaxdyn._progress`).
 """
 
 from __future__ import annotations
