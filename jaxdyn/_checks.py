@@ -450,7 +450,7 @@ def _eager_jit(fn):
         with batching._inside(eqx_checks=traced):
             return fn(*args, **kwargs)
 
-    run.__name__ = run.__qualname__ = name  # the name JAX's logs and jaxdyn's compile log give
+    # named run in JAX's logs (tests/test_api.py counts them); jaxdyn's compile log names fn
     run = jax.jit(run, static_argnums=(0, 1, 2, 3))
 
     def call(leaves, treedef):

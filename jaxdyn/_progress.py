@@ -88,7 +88,11 @@ def _listener(event: str, duration: float, **kwargs) -> None:
             return
         logger.warning(
             "jaxdyn: compiled %s [%s] in %.1f s (trace %.1f s, lowering %.1f s, XLA %.1f s)",
-            name if name.startswith("jit(") else f"jit({name})",
+            "an eager call"
+            if name == "run"
+            else name
+            if name.startswith("jit(")
+            else f"jit({name})",
             _what(notes),
             total,
             trace,
