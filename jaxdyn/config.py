@@ -90,6 +90,8 @@ next. Not where the user set JAX's own (``jax_compilation_cache_dir``,
 JAX's cache keys hold the program (value checks on and off are different programs), the
 versions, the backend and the XLA flags; programs calling jaxdyn's FFI handlers are kept too
 (the handlers are registered when the program is traced, before a cached executable runs).
+The directory is not bounded in size (JAX's eviction needs the ``filelock`` package, which
+jaxdyn does not require): delete it, or the subdirectories of older versions, at will.
 
 **Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): one line on
 the ``jaxdyn`` logger per slower compile of a program holding jaxdyn functions
