@@ -131,6 +131,7 @@ def measure_runs(examples, demo: bool, timeout: float) -> list:
             env = _child_env(cache)
             cold = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
             warm = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
+            cold["timeout"] = warm["timeout"] = timeout
             rows.append((label, cold, warm))
             print(label, _cell(cold), _cell(warm), flush=True)
             shutil.rmtree(cache, ignore_errors=True)
@@ -277,8 +278,6 @@ def main(argv=None) -> int:
         if missing:
             p.error(f"--examples: not in examples/: {', '.join(missing)}")
     runs = measure_runs(examples, not a.no_demo, a.timeout) if examples or not a.no_demo else []
-    for _, cold, warm in runs:
-        cold["timeout"] = warm["timeout"] = a.timeout
     compiles = [] if a.no_compile_table else _compiles_in_child(a)
     section = render(runs, compiles, _meta(a))
     print(section)
