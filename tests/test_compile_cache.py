@@ -173,9 +173,13 @@ def test_compile_log_line(caplog):
             _progress._listener(_progress._COMPILE, 5.0, fun_name="other")  # no jaxdyn notes
             _progress.note("rnea")
             _progress._listener(_progress._COMPILE, 0.5, fun_name="fast")  # under 1 s
+            _progress.note("crba")
+            _progress._listener(_progress._COMPILE, 1.5, fun_name="jit(run)")  # eager call
         assert [r.getMessage() for r in caplog.records] == [
             "jaxdyn: compiled jit(step) [aba for a batch of 1024, crba] in 2.8 s "
-            "(trace 0.5 s, lowering 0.3 s, XLA 2.0 s)"
+            "(trace 0.5 s, lowering 0.3 s, XLA 2.0 s)",
+            "jaxdyn: compiled an eager call [crba] in 1.5 s (trace 0.0 s, lowering 0.0 s, "
+            "XLA 1.5 s)",
         ]
         config.compile_log(None)
         assert _progress.threshold() is None
