@@ -96,6 +96,9 @@ from . import sim as sim
 # Trajectory optimisation (issue #12): FDDP / iLQR / box-FDDP with analytic step Jacobians.
 from . import trajopt as trajopt
 
+# JAX's persistent compilation cache in jaxdyn's directory, unless switched off (jaxdyn.config)
+config._cache_from_env()
+
 __all__ = [
     "Centroidal",
     "CheckError",

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _uninitialized, batching, config
+from . import _progress, _uninitialized, batching, config
 
 __all__ = [
     "CheckError",
@@ -344,8 +344,12 @@ def _dispatch(fn, plain=None, compile_eagerly: bool = True):
             out = compiled(leaves, treedef)
             if out is not _OP_BY_OP:
                 return out
-        return fn(*args, **kwargs) if traced else translated(*args, **kwargs)
+        if traced:
+            _progress.note(name)
+            return fn(*args, **kwargs)
+        return translated(*args, **kwargs)
 
+    name = getattr(plain if plain is not None else fn, "__name__", "a jaxdyn function")
     return run
 
 
@@ -427,8 +431,10 @@ def _eager_jit(fn):
     eager call (each operation compiled) and 0.19 s per call after; compiled as one program,
     2.2 s and 0.2-0.4 ms."""
 
-    @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+    name = getattr(fn, "__name__", "run")
+
     def run(treedef, static, checks, traced, *dyn):
+        _progress.note(name)
         it = iter(dyn)
         leaves = [
             next(it)
@@ -443,6 +449,9 @@ def _eager_jit(fn):
         # so its checks are equinox's, which fail at the call (error_if)
         with batching._inside(eqx_checks=traced):
             return fn(*args, **kwargs)
+
+    # named run in JAX's logs (tests/test_api.py counts them); jaxdyn's compile log names fn
+    run = jax.jit(run, static_argnums=(0, 1, 2, 3))
 
     def call(leaves, treedef):
         # None marks an array; static leaves are typed: 1 and True are equal keys, but not

@@ -46,7 +46,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from . import config
+from . import _progress, config
 from ._uninitialized import EXPLICIT, explicit_split, shard_map, uninitialized
 
 DEFAULT_CHUNK = 32
@@ -329,6 +329,7 @@ def batched(fn, words):
                 return fn(*a, **k)
 
         def rule(axis_size, in_batched, *xs):
+            _progress.note(fn.__name__, axis_size)
             itemsize = max(
                 (
                     jnp.result_type(x).itemsize

@@ -79,6 +79,23 @@ value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after
 one quad12 simulation step 7.2 -> 3.9 us, against 8.8 us for MuJoCo C
 (``benchmarks/sim_one.py``).
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
+
+**Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
+points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
+``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``
+(:func:`compilation_cache_path`), so that a program compiled by one process is read back by the
+next. Not where the user set JAX's own (``jax_compilation_cache_dir``,
+``JAX_COMPILATION_CACHE_DIR``: never overridden), nor with ``JAXDYN_COMPILATION_CACHE=0``;
+:func:`compilation_cache` switches it, :func:`compilation_cache_dir` says where it is.
+JAX's cache keys hold the program (value checks on and off are different programs), the
+versions, the backend and the XLA flags; programs calling jaxdyn's FFI handlers are kept too
+(the handlers are registered when the program is traced, before a cached executable runs).
+The directory is not bounded in size (JAX's eviction needs the ``filelock`` package, which
+jaxdyn does not require): delete it, or the subdirectories of older versions, at will.
+
+**Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): one line on
+the ``jaxdyn`` logger per slower compile of a program holding jaxdyn functions
+(:mod:`jaxdyn._progress`).
 """
 
 from __future__ import annotations
@@ -93,6 +110,10 @@ __all__ = [
     "SWITCHES",
     "fused_cpu_loops",
     "fused_cpu_loops_enabled",
+    "compilation_cache",
+    "compilation_cache_dir",
+    "compilation_cache_path",
+    "compile_log",
 ]
 
 _FALSE = ("0", "false", "no", "off")
@@ -319,3 +340,145 @@ if _bool("JAXDYN_FUSED_CPU_LOOPS", os.environ.get("JAXDYN_FUSED_CPU_LOOPS", "0")
         import warnings
 
         warnings.warn(f"JAXDYN_FUSED_CPU_LOOPS=1 ignored: {e}", RuntimeWarning, stacklevel=2)
+
+
+# ----------------------------------------------------------------------------- compilation cache
+#: environment variable switching jaxdyn's default persistent compilation cache off (``0``)
+CACHE_ENV = "JAXDYN_COMPILATION_CACHE"
+#: programs whose XLA compile is shorter than this (seconds) are not written to the cache
+#: (JAX's own default is 1 s; jaxdyn's eager calls take 0.1-1 s each, and reading one back
+#: costs milliseconds). ``python -m jaxdyn demo`` started warm: 10.1 s at 0.5 (10 entries),
+#: 7.8 s at 0.1 (13 entries), 7.7 s at 0 (39 entries, JAX's op-by-op programs too)
+CACHE_MIN_COMPILE_SECS = 0.1
+
+#: what :func:`compilation_cache` set: the directory, and the previous minimum compile time
+_cache_state: dict = {"dir": None, "min_secs": None}
+
+
+def _cache_root():
+    """``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn`` (the
+    convention of :func:`jaxdyn._uninitialized.cache_dir`)."""
+    from pathlib import Path
+
+    env = os.environ.get("JAXDYN_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxdyn"
+
+
+def compilation_cache_path():
+    """The directory jaxdyn gives JAX's persistent compilation cache: ``xla/`` under jaxdyn's
+    cache directory (:func:`_cache_root`), one subdirectory per jaxdyn, jax and jaxlib version
+    (JAX's keys name the versions too; the subdirectories keep an upgrade's stale entries
+    apart, to be deleted as a whole)."""
+    import jax
+    import jaxlib
+
+    from . import __version__
+
+    name = f"jaxdyn-{__version__}_jax-{jax.__version__}_jaxlib-{jaxlib.__version__}"
+    return _cache_root() / "xla" / name
+
+
+def _user_cache_dir() -> bool:
+    """Whether the user configured JAX's cache directory (or switched the cache off) other than
+    through jaxdyn."""
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return True
+    current = jax.config.jax_compilation_cache_dir
+    if current is not None and str(current) != str(_cache_state["dir"]):
+        return True
+    return not jax.config.jax_enable_compilation_cache
+
+
+def _reset_jax_cache() -> None:
+    """Let JAX read its cache settings again at the next compile (it reads them once per
+    process; a compile before jaxdyn was imported would otherwise keep the cache off)."""
+    try:
+        from jax._src import compilation_cache as cc
+
+        cc.reset_cache()
+    except Exception:  # a private API: a JAX without it keeps its first reading
+        pass
+
+
+def compilation_cache(enabled: bool = True):
+    """Use (or stop using) JAX's persistent compilation cache in jaxdyn's directory
+    (:func:`compilation_cache_path`), so that a program compiled by one process is read back by
+    the next instead of compiled again. On by default when jaxdyn is imported, unless
+    ``JAXDYN_COMPILATION_CACHE=0``, the user set JAX's own cache directory
+    (``jax.config.update("jax_compilation_cache_dir", ...)`` or ``JAX_COMPILATION_CACHE_DIR``:
+    never overridden) or switched JAX's cache off, or the directory cannot be written.
+    Programs compiling in under :data:`CACHE_MIN_COMPILE_SECS` are not written (unless the user
+    set ``jax_persistent_cache_min_compile_time_secs``). Returns the directory in use, or
+    ``None`` where jaxdyn does not set one. ``compilation_cache(False)`` undoes what jaxdyn set
+    (a directory of the user's stays)."""
+    import jax
+
+    if not enabled:
+        if _cache_state["dir"] is not None:
+            if str(jax.config.jax_compilation_cache_dir) == str(_cache_state["dir"]):
+                jax.config.update("jax_compilation_cache_dir", None)
+            if _cache_state["min_secs"] is not None:
+                jax.config.update(
+                    "jax_persistent_cache_min_compile_time_secs", _cache_state["min_secs"]
+                )
+            _cache_state.update(dir=None, min_secs=None)
+            _reset_jax_cache()
+        return None
+    if _cache_state["dir"] is not None:
+        return _cache_state["dir"]
+    if _user_cache_dir():
+        return None
+    path = compilation_cache_path()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK | os.X_OK):
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    min_secs = jax.config.jax_persistent_cache_min_compile_time_secs
+    if min_secs == 1.0 and not os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECS)
+        _cache_state["min_secs"] = min_secs
+    _cache_state["dir"] = str(path)
+    _reset_jax_cache()
+    return _cache_state["dir"]
+
+
+def compilation_cache_dir():
+    """The directory jaxdyn set for JAX's persistent compilation cache, or ``None``
+    (:func:`compilation_cache`)."""
+    return _cache_state["dir"]
+
+
+def _cache_from_env() -> None:
+    """At import: :func:`compilation_cache` unless ``JAXDYN_COMPILATION_CACHE`` is false."""
+    if _bool(CACHE_ENV, os.environ.get(CACHE_ENV, "1") or "1"):
+        compilation_cache(True)
+
+
+# ----------------------------------------------------------------------------- compile log
+#: environment variable: seconds above which a compile is reported (``0``: never)
+COMPILE_LOG_ENV = "JAXDYN_COMPILE_LOG"
+
+
+def compile_log(seconds: float | None = 2.0) -> None:
+    """Report each compile of a program holding jaxdyn functions that takes longer than
+    ``seconds`` (tracing, lowering and XLA together) in one line on the ``jaxdyn`` logger, at
+    level ``WARNING`` so that it shows without any logging set up (:mod:`jaxdyn._progress`);
+    ``None`` or ``0``: never. Default 2 s, or ``JAXDYN_COMPILE_LOG`` at import. Silence it
+    with this function or ``logging.getLogger("jaxdyn").setLevel(logging.ERROR)``."""
+    from . import _progress
+
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0
+    ):
+        raise ValueError(
+            f"jaxdyn.config.compile_log: seconds must be a number >= 0 or None, got {seconds!r}"
+        )
+    _progress.set_threshold(seconds if seconds else None)

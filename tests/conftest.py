@@ -21,7 +21,12 @@ import ctypes.util
 import gc
 import os
 
-from jaxdyn.config import _xla_accepts  # imports JAX, which starts no backend yet
+# the suite writes nothing into the user's compilation cache (~/.cache/jaxdyn/xla) and prints no
+# compile-time lines; tests/test_compile_cache.py turns both on in subprocesses of its own
+os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
+os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
+
+from jaxdyn.config import _xla_accepts  # noqa: E402  (imports JAX, which starts no backend yet)
 
 #: compile-time flags of the test run (see the module docstring), in the order they are added
 FAST_COMPILE_FLAGS = (

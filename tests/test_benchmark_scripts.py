@@ -140,3 +140,38 @@ def test_write_section_keeps_earlier_subsections(tmp_path):
     )
     write_section(p, "## C\n\nc\n")
     assert p.read_text().rstrip().endswith("## C\n\nc")
+
+
+def test_first_result_script(tmp_path):
+    """benchmarks/first_result.py: a run's first stdout line and exit are timed, a run past its
+    timeout is stopped, the section's tables are rendered and written (no jaxdyn program runs
+    here: the measured commands are tiny Python processes)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import first_result
+    finally:
+        sys.path.remove(str(BENCH))
+    code = "import sys, time; print('a', flush=True); time.sleep(0.3); sys.exit(3)"
+    r = first_result.timed_run([sys.executable, "-c", code], timeout=60)
+    assert r["first"] is not None and r["total"] >= r["first"] + 0.25 and r["rc"] == 3
+    r = first_result.timed_run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert r["first"] is None and r["total"] is None
+    cold = {"first": 5.04, "total": 12.0, "rc": 0, "timeout": 300}
+    warm = {"first": 1.0, "total": None, "rc": -9, "timeout": 300}
+    meta = {
+        "date": "D",
+        "machine": "M",
+        "versions": "V",
+        "note": "loaded",
+        "robot": "R",
+        "batch": 8,
+    }
+    times = {"trace": 1.0, "lower": 0.5, "compile": 9.0, "warm": 0.3}
+    text = first_result.render([("python -m jaxdyn demo", cold, warm)], [("aba", times)], meta)
+    assert "| python -m jaxdyn demo | 5.0 | 12.0 | 1.0 | > 300 |" in text
+    assert "| aba | 1.0 | 0.5 | 9.0 | 0.3 |" in text and "\nloaded\n" in text
+    out = tmp_path / "R.md"
+    first_result.main(["--examples", "none", "--no-demo", "--no-compile-table", "--out", str(out)])
+    assert out.read_text().startswith("# jaxdyn benchmark results\n\n## Time to first result\n")
+    with pytest.raises(SystemExit):
+        first_result.main(["--examples", "nope.py", "--out", str(out)])

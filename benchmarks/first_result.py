@@ -1,0 +1,313 @@
+"""Time to first result: each example and ``python -m jaxdyn demo`` in fresh processes, with a
+cold and a warm persistent compilation cache, and the compile times of the core algorithms.
+
+* **Runs.** Each command starts in a new interpreter with ``JAXDYN_CACHE_DIR`` pointing at a
+  new temporary directory (cold: nothing compiled, jaxdyn's C handler included), then again
+  with the same directory (warm: JAX's persistent cache holds what the first run compiled, see
+  :func:`jaxdyn.config.compilation_cache`). Reported: seconds from the start of the process to
+  its first line on stdout (the first useful output) and to its exit. A run still going after
+  ``--timeout`` seconds is stopped (its total reads ``> timeout``); the long training examples
+  get short options (:data:`QUICK`).
+* **Compile table.** ``jax.jit(jax.vmap(f))`` on one robot (default talos_full, batch 1024,
+  float64) for rnea, crba, aba and aba_derivatives, with the phases apart through
+  ``jax.stages``: ``.trace()`` (Python tracing to a jaxpr), ``.lower()`` (StableHLO) and
+  ``.compile()`` (XLA), then ``.compile()`` again after ``jax.clear_caches()`` with the
+  persistent cache warm (a read of the cache instead of XLA).
+
+Writes its section ("Time to first result") to ``benchmarks/RESULTS.md`` with the machine,
+versions and date. ``--note`` adds a line (e.g. that the machine was shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from _env import cpu_name, write_section  # noqa: E402
+
+#: options that make the long examples short (``{tmp}``: a temporary directory for their
+#: figures, so that a benchmark run leaves the repository's figures alone)
+QUICK = {
+    "train_reacher_apg.py": ["--iterations", "3", "--out", "{tmp}/reacher_apg.png"],
+    "train_quadruped_ppo.py": ["--out", "{tmp}/quadruped_ppo.png"],
+}
+
+#: the algorithms of the compile table
+TABLE = ("rnea", "crba", "aba", "aba_derivatives")
+
+
+def timed_run(cmd, env=None, cwd=None, timeout: float = 300.0) -> dict:
+    """Run ``cmd``; return ``first`` (seconds to its first stdout line, ``None`` if none),
+    ``total`` (seconds to its exit, ``None`` when stopped at ``timeout``), ``rc`` and the
+    last lines of its stderr (``err``)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    killed = threading.Event()
+
+    def stop():
+        killed.set()
+        p.kill()
+
+    timer = threading.Timer(timeout, stop)
+    timer.start()
+    err: list = []
+    reader = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
+    reader.start()
+    first = None
+    try:
+        for _line in p.stdout:
+            if first is None:
+                first = time.perf_counter() - t0
+        p.wait()
+    finally:
+        timer.cancel()
+    total = time.perf_counter() - t0
+    reader.join(timeout=5)
+    return {
+        "first": first,
+        "total": None if killed.is_set() else total,
+        "rc": p.returncode,
+        "err": "".join(err[-3:]).strip(),
+    }
+
+
+def _commands(examples, demo: bool, tmp: str):
+    out = []
+    for name in examples:
+        extra = [a.format(tmp=tmp) for a in QUICK.get(name, [])]
+        out.append(
+            (f"examples/{name}" + (" (quick)" if extra else ""), ["examples/" + name, *extra])
+        )
+    if demo:
+        out.append(("python -m jaxdyn demo", ["-m", "jaxdyn", "demo"]))
+    return out
+
+
+def _child_env(cache: str) -> dict:
+    """The environment of a measured child: jaxdyn of this checkout (``PYTHONPATH``: a script
+    in ``examples/`` would otherwise import an installed one), its cache in ``cache``, no
+    cache directory of the user's."""
+    path = os.environ.get("PYTHONPATH", "")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ""),
+        JAXDYN_CACHE_DIR=cache,
+        JAXDYN_COMPILATION_CACHE="1",
+        MPLBACKEND="Agg",
+        PYTHONUNBUFFERED="1",
+    )
+    for k in ("JAX_COMPILATION_CACHE_DIR", "JAXDYN_COMPILE_LOG"):
+        env.pop(k, None)
+    return env
+
+
+def measure_runs(examples, demo: bool, timeout: float) -> list:
+    """Cold and warm runs of each command (see the module docstring)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="jaxdyn-first-result-") as tmp:
+        for label, args in _commands(examples, demo, tmp):
+            cache = tempfile.mkdtemp(dir=tmp)
+            env = _child_env(cache)
+            cold = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
+            warm = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
+            cold["timeout"] = warm["timeout"] = timeout
+            rows.append((label, cold, warm))
+            print(label, _cell(cold), _cell(warm), flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
+    return rows
+
+
+def measure_compiles(robot: str, batch: int) -> list:
+    """Trace / lower / XLA compile / compile from a warm cache of ``jax.jit(jax.vmap(f))``."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdyn
+    from jaxdyn import robots
+
+    jax.config.update("jax_enable_x64", True)
+    m = robots.load(robot)
+    keys = jax.random.split(jax.random.PRNGKey(0), batch)
+    q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(m, k)))(keys)
+    v = jnp.linspace(-1.0, 1.0, batch * m.nv).reshape(batch, m.nv)
+    fns = {
+        "rnea": (lambda q, v: jaxdyn.rnea(m, q, v, v), (q, v)),
+        "crba": (lambda q: jaxdyn.crba(m, q), (q,)),
+        "aba": (lambda q, v: jaxdyn.aba(m, q, v, v), (q, v)),
+        "aba_derivatives": (lambda q, v: jaxdyn.aba_derivatives(m, q, v, v), (q, v)),
+    }
+    rows = []
+    for name in TABLE:
+        f, args = fns[name]
+        times = {}
+        for phase in ("cold", "warm"):
+            jax.clear_caches()
+            jf = jax.jit(jax.vmap(f))
+            t0 = time.perf_counter()
+            traced = jf.trace(*args)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            t2 = time.perf_counter()
+            compiled = lowered.compile()
+            t3 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            if phase == "cold":
+                times.update(trace=t1 - t0, lower=t2 - t1, compile=t3 - t2)
+            else:
+                times["warm"] = t3 - t2
+        rows.append((name, times))
+        print(name, {k: round(t, 2) for k, t in times.items()}, flush=True)
+    return rows
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _cell(r) -> tuple:
+    total = f"> {r.get('timeout', 0):.0f}" if r["total"] is None else _s(r["total"])
+    if r["total"] is not None and r["rc"] != 0:
+        total += f" (exit {r['rc']})"
+    return _s(r["first"]), total
+
+
+def render(runs, compiles, meta: dict) -> str:
+    """The markdown section (see the module docstring)."""
+    lines = [
+        "## Time to first result",
+        "",
+        f"{meta['date']}; {meta['machine']}; {meta['versions']}. "
+        "`python benchmarks/first_result.py`: each command in a fresh process, cold (new "
+        "`JAXDYN_CACHE_DIR`: nothing compiled) then warm (the same directory: JAX's "
+        "persistent compilation cache filled by the cold run). Seconds from the process's start "
+        "to its first line on stdout and to its exit.",
+    ]
+    if meta.get("note"):
+        lines += ["", meta["note"]]
+    if runs:
+        lines += [
+            "",
+            "| command | cold: first line | cold: total | warm: first line | warm: total |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for label, cold, warm in runs:
+            lines.append(f"| {label} | " + " | ".join(_cell(cold) + _cell(warm)) + " |")
+    if compiles:
+        lines += [
+            "",
+            f"Compile times of `jax.jit(jax.vmap(f))`, {meta['robot']}, batch {meta['batch']}, "
+            "float64 (seconds; `jax.stages`: `.trace()`, `.lower()`, `.compile()`; the last "
+            "column is `.compile()` again after `jax.clear_caches()`, read from the persistent "
+            "cache):",
+            "",
+            "| function | trace | lower | XLA compile | compile, warm cache |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, t in compiles:
+            lines.append(
+                f"| {name} | {_s(t['trace'])} | {_s(t['lower'])} | {_s(t['compile'])} | "
+                f"{_s(t.get('warm'))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _meta(a) -> dict:
+    import jax
+    import jaxlib
+
+    import jaxdyn
+
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()}",
+        "versions": f"Python {platform.python_version()}, jax {jax.__version__}, "
+        f"jaxlib {jaxlib.__version__}, jaxdyn {jaxdyn.__version__}",
+        "note": a.note,
+        "robot": a.robot,
+        "batch": a.batch,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/first_result.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--examples",
+        default="all",
+        help="comma-separated file names in examples/ ('all'; 'none' for no example)",
+    )
+    p.add_argument("--no-demo", action="store_true", help="skip `python -m jaxdyn demo`")
+    p.add_argument("--no-compile-table", action="store_true")
+    p.add_argument("--robot", default="talos_full", help="robot of the compile table")
+    p.add_argument("--batch", type=int, default=1024, help="batch of the compile table")
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds per run before it is stopped"
+    )
+    p.add_argument("--note", default="", help="a line added under the section's heading")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    a = p.parse_args(argv)
+    if a.examples == "all":
+        examples = sorted(x.name for x in (ROOT / "examples").glob("*.py"))
+    elif a.examples in ("", "none"):
+        examples = []
+    else:
+        examples = [x.strip() for x in a.examples.split(",") if x.strip()]
+        missing = [x for x in examples if not (ROOT / "examples" / x).is_file()]
+        if missing:
+            p.error(f"--examples: not in examples/: {', '.join(missing)}")
+    runs = measure_runs(examples, not a.no_demo, a.timeout) if examples or not a.no_demo else []
+    compiles = [] if a.no_compile_table else _compiles_in_child(a)
+    section = render(runs, compiles, _meta(a))
+    print(section)
+    write_section(a.out, section)
+    return 0
+
+
+def _compiles_in_child(a) -> list:
+    """:func:`measure_compiles` in a fresh process with its own persistent cache directory (so
+    that the cold column compiles and the warm one reads what it wrote)."""
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="jaxdyn-compile-table-") as cache:
+        env = dict(_child_env(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+        code = (
+            "import json, sys; sys.path.insert(0, sys.argv[1]); import first_result as f; "
+            "print('JSON ' + json.dumps(f.measure_compiles(sys.argv[2], int(sys.argv[3]))))"
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code, str(HERE), a.robot, str(a.batch)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"compile table failed:\n{r.stderr[-3000:]}")
+        line = [x for x in r.stdout.splitlines() if x.startswith("JSON ")][-1]
+        return [tuple(x) for x in json.loads(line[5:])]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
