@@ -22,12 +22,15 @@ no data-dependent control flow.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
 from .. import spatial
+from .._checks import JaxdynWarning
 from .._precision import full_precision
 from ..model import tree
 from . import assembly as asm
@@ -114,10 +117,8 @@ def _slots(lvl, child, gslice):
 def check_weights(fn, dynamics_std, stds):
     """Warn (:class:`jaxdyn.JaxdynWarning`) where the standard deviations span more than
     :data:`STD_SPREAD_WARN`."""
-    import warnings
-
-    from .._checks import JaxdynWarning
-
+    if isinstance(dynamics_std, jax.core.Tracer):  # a traced std: the sensors' alone
+        dynamics_std = stds[:1] if stds.size else np.ones(1)
     all_std = np.concatenate([np.atleast_1d(np.asarray(dynamics_std, np.float64)), stds])
     if not np.all(all_std > 0) or not np.all(np.isfinite(all_std)):
         raise ValueError(f"{fn}: standard deviations must be positive and finite")
