@@ -440,3 +440,92 @@ def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm):
     _close(jax.jit(lambda q: jaxdyn.minv(m, q))(q[0]), jaxdyn.minv(m, q[0], method="sweeps"), 1e-11)
     with pytest.raises(ValueError, match="method"):
         jaxdyn.minv(m, q[0], method="lu")
+
+
+# --------------------------------------------------------------- issue 51, item 1 (h-algos)
+def _heavy(m, field, body):
+    """``m`` with body ``body``'s mass or rotational inertia set to 1e30: a valid, extremely
+    ill-conditioned mass matrix."""
+    import equinox as eqx
+
+    val = getattr(m, field)
+    big = 1e30 * (jnp.eye(3) if field == "inertia" else 1.0)
+    return eqx.tree_at(lambda m: getattr(m, field), m, val.at[body].set(big))
+
+
+@pytest.mark.parametrize(
+    "name, field, body, pin_rtol",
+    [
+        pytest.param("hextilt", "inertia", 1, 1e-12, id="floating-inertia"),
+        pytest.param("arm7", "inertia", 2, 1e-12, id="fixed-inertia", marks=pytest.mark.slow),
+        pytest.param("arm7", "mass", 4, None, id="fixed-mass"),
+    ],
+)
+def test_aba_auto_finite_where_sweeps_are_on_ill_conditioned_mass_matrix(
+    name, field, body, pin_rtol
+):
+    """Issue 51, item 1: ``aba(method="auto")`` evaluated alone takes the dense Cholesky route
+    on these deep float64 trees; it returned NaN where the sweeps, ``jax.vmap(aba)`` and
+    Pinocchio are finite (inertia 1e30 on a floating-base robot: free fall, 9.81; mass 1e30
+    on a fixed base: ~1e16). The dense answer is now kept only where its factorisation is
+    trustworthy (``dense_reliable``), else the sweeps' answer is returned: an automatic choice
+    of method changes the speed, not whether the answer is finite. ``minv`` likewise. Where
+    the problem is still well posed (a huge rotational inertia), the answer is Pinocchio's;
+    with a mass of 1e30 both are finite but agree on no digit (``pin_rtol`` None)."""
+    import pinocchio as pin
+
+    from jaxdyn.algorithms import aba as A
+    from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
+
+    m = _heavy(robots.load(name), field, body)
+    assert len(m.topo.levels) >= A.DENSE_MIN_LEVELS and m.nv <= A.DENSE_MAX_NV
+    q, z = jaxdyn.neutral_configuration(m), jnp.zeros(m.nv)
+    pm = build_pinocchio_model(m)
+    conv = Converter(m, pm)
+    ref = conv.v_from_pin(
+        pin.aba(pm, pm.createData(), conv.q_to_pin(np.asarray(q)), np.zeros(m.nv), np.zeros(m.nv))
+    )
+    assert np.all(np.isfinite(ref))
+    sweeps = np.asarray(jaxdyn.aba(m, q, z, z, method="sweeps"))
+    batched = np.asarray(jax.vmap(lambda q: jaxdyn.aba(m, q, z, z))(q[None])[0])
+    assert np.all(np.isfinite(sweeps)) and np.all(np.isfinite(batched))
+    # the dense route on its own still breaks down: the guard is what is tested
+    assert not np.all(np.isfinite(np.asarray(jaxdyn.aba(m, q, z, z, method="dense"))))
+    got = np.asarray(jaxdyn.aba(m, q, z, z))
+    assert np.all(np.isfinite(got)), got
+    # the same sweeps, compiled in another program: equal up to this matrix's conditioning
+    np.testing.assert_allclose(got, sweeps, rtol=1e-6, atol=1e-6 * np.abs(sweeps).max())
+    if pin_rtol is not None:
+        _close(got, ref, pin_rtol)
+    if name != "arm7" or field != "mass":
+        return
+    mi = np.asarray(jaxdyn.minv(m, q))
+    ms = np.asarray(jaxdyn.minv(m, q, method="sweeps"))
+    assert np.all(np.isfinite(ms)) and np.all(np.isfinite(mi))
+    np.testing.assert_allclose(mi, ms, rtol=1e-6, atol=1e-6 * np.abs(ms).max())
+
+
+@pytest.mark.slow
+def test_aba_auto_keeps_the_dense_route_on_well_conditioned_robots(arm):
+    """The guard of item 1 does not fall back on ordinary robots: ``dense_reliable`` holds at
+    random configurations of arm7 and panda (else ``method="auto"`` would pay for the sweeps
+    after the dense solve), and auto equals the dense answer there."""
+    from jaxdyn.algorithms import aba as A
+    from jaxdyn.algorithms import kinematics as kin
+
+    m, q, v = arm
+    panda = robots.load("panda")
+    qp = jax.vmap(lambda k: jaxdyn.random_configuration(panda, k))(
+        jax.random.split(jax.random.PRNGKey(7), 8)
+    )
+
+    def reliable(model, q):
+        ws = kin.world_state(model, q, centered=True)
+        M, L = A.dense_factor(model, ws)
+        return A.dense_reliable(M, L, jnp.zeros(model.nv, M.dtype))
+
+    assert bool(jnp.all(jax.vmap(lambda q: reliable(m, q))(q)))
+    assert bool(jnp.all(jax.vmap(lambda q: reliable(panda, q))(qp)))
+    auto = jax.jit(lambda q, v: jaxdyn.aba(m, q, v, v))(q[0], v[0])
+    dense = jax.jit(lambda q, v: jaxdyn.aba(m, q, v, v, method="dense"))(q[0], v[0])
+    _close(auto, dense, 1e-14)

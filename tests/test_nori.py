@@ -699,3 +699,101 @@ def test_nan_under_jit():
         jax.block_until_ready(jax.jit(f)(bad))
     with jaxdyn.config.override(value_checks=False):
         assert np.any(np.isnan(np.asarray(jax.jit(f)(bad))))
+
+
+# ------------------------------------------------------ issue 51, items 4 and 6 (h-algos)
+
+
+def _massless_tip(name="arm7"):
+    """``name`` with its last body massless and inertia-free: a singular mass matrix."""
+    import equinox as eqx
+
+    m = robots.load(name)
+    m = eqx.tree_at(lambda m: m.mass, m, m.mass.at[-1].set(0.0))
+    return eqx.tree_at(lambda m: m.inertia, m, m.inertia.at[-1].set(0.0))
+
+
+def test_eager_value_checks_raise_check_error():
+    """Issue 51, item 4 (nori's part): eager ``nori.solve`` / ``estimate`` /
+    ``forward_dynamics`` value checks (here a quaternion not of unit norm) raise jaxdyn's
+    documented ``CheckError`` naming the function, not XLA's ``JaxRuntimeError``."""
+    model = robots.load("quad12")
+    q = np.array(jaxdyn.neutral_configuration(model))
+    q[3:7] = [2.0, 0.0, 0.0, 0.0]
+    z = np.zeros(model.nv)
+    fe = np.zeros((model.nb, 6))
+    sfd = nori.build(model, nori.forward_dynamics_knowns(), check=False)
+    calls = {
+        "nori.solve": lambda: nori.solve(sfd, model, q, z, (z, fe)),
+        "nori.estimate": lambda: nori.estimate(sfd, model, q, z, (z, fe)),
+        "nori.solve ": lambda: nori.forward_dynamics(model, q, z, z),
+    }
+    for name, call in calls.items():
+        with pytest.raises(jaxdyn.CheckError, match=rf"^{name.strip()}: a quaternion in q"):
+            call()
+
+
+def test_singular_state_named_by_checks_and_all_nan():
+    """Issue 51, item 6: a state at which the system is singular (a massless moving tip in
+    forward dynamics; the slippery chain with parallel feet, built for a generic pose) gave a
+    mix of finite values and NaN / inf, without a message. With value checks on, eager
+    ``solve`` / ``estimate`` raise a ``CheckError`` saying so; ``forward_dynamics`` returns all
+    NaN, as ``jaxdyn.aba`` does on the same singular mass matrix."""
+    model = _massless_tip()
+    q = np.asarray(jaxdyn.neutral_configuration(model))
+    z = np.zeros(model.nv)
+    fe = np.zeros((model.nb, 6))
+    assert np.all(np.isnan(np.asarray(jaxdyn.aba(model, q, z, z))))
+    qdd = np.asarray(nori.forward_dynamics(model, q, z, z))
+    assert np.all(np.isnan(qdd)), qdd
+    sfd = nori.build(model, nori.forward_dynamics_knowns(), check=False)
+    with pytest.raises(jaxdyn.CheckError, match="nori.solve: the system is singular at this"):
+        nori.solve(sfd, model, q, z, (z, fe))
+    chain, ends, mid, known, sensors = slippery_chain(3)
+    qg, v, tau, w, values = slippery_data(chain, mid, 0)
+    system = nori.build(chain, known, sensors, check_states=[qg])
+    # jaxdyn.jit: one compiled program for both states, its failed checks as CheckError
+    f = jaxdyn.jit(lambda q: nori.estimate(system, chain, q, v, values).tau)
+    assert_close(f(qg), tau, 1e-8, "well-posed state")
+    q0 = np.asarray(jaxdyn.neutral_configuration(chain))
+    with pytest.raises(jaxdyn.CheckError, match="nori.estimate: the system is singular"):
+        f(q0)
+
+
+def test_estimate_warns_on_numerically_singular_weights():
+    """Issue 51, item 6: standard deviations spanning more than ``STD_SPREAD_WARN`` make the
+    weighted normal equations numerically singular; the estimate used to degrade silently."""
+    model = jaxdyn.load_urdf(chain_urdf(3, seed=2))
+    rng = np.random.default_rng(3)
+    q, v, a = rng.normal(size=(3, model.nv))
+    tau = joint_torques(model, body_frame_rnea(model, q, v, a)[1])
+    system = nori.build(
+        model, [nori.ExternalWrench()], [nori.JointAcceleration(), nori.JointTorque()]
+    )
+    y = (np.zeros((model.nb, 6)), a, tau)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = nori.estimate(system, model, q, v, y, dynamics_std=1e-3)
+    assert_close(est.tau, tau, 1e-9, "estimate")
+    with pytest.warns(jaxdyn.JaxdynWarning, match="numerically singular"):
+        nori.estimate(system, model, q, v, y, dynamics_std=1e-7)
+    # weights that make the normal equations singular: the warning, then the failed check
+    with pytest.warns(jaxdyn.JaxdynWarning, match="numerically singular"):
+        with pytest.raises(jaxdyn.CheckError, match="weights make the normal equations"):
+            nori.estimate(system, model, q, v, y, dynamics_std=1e-9)
+
+
+def test_singular_state_all_nan_with_checks_off():
+    """With value checks off, a singular state gives a solution that is all NaN (it was a mix
+    of finite values and NaN / -inf). Last in the module: switching the checks clears JAX's
+    caches."""
+    model = _massless_tip()
+    q = np.asarray(jaxdyn.neutral_configuration(model))
+    z = np.zeros(model.nv)
+    sfd = nori.build(model, nori.forward_dynamics_knowns(), check=False)
+    with jaxdyn.config.override(value_checks=False):
+        sol = nori.solve(sfd, model, q, z, (z, np.zeros((model.nb, 6))))
+    for x in sol:
+        assert np.all(np.isnan(np.asarray(x))), sol

@@ -12,6 +12,7 @@ code reuses it.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
@@ -38,6 +39,17 @@ from .rnea import check_f_ext, external_forces_world, rnea_world
 DENSE_MIN_LEVELS = 5
 #: largest ``nv`` of the dense path
 DENSE_MAX_NV = 64
+#: ``method="auto"`` keeps the dense answer only where the factorisation is trustworthy
+#: (:func:`dense_reliable`): every Cholesky pivot ``L_ii^2`` at least this fraction of ``M_ii``
+#: (at most ``-log10`` of it digits cancelled in the elimination) ...
+DENSE_PIVOT_TOL = 1e-8
+#: ... and the smallest diagonal entry of ``M`` at least this fraction of the largest (CRBA's
+#: world-frame sums round each entry to about ``eps`` times the largest composite inertia's
+#: scale, so a much smaller diagonal entry has few correct digits). Elsewhere (an ill-conditioned
+#: or singular ``M``) it takes the sweeps' answer, the one ``jax.vmap(aba)`` gives: the choice
+#: of method changes the speed, never whether the answer is finite. The bundled robots stay far
+#: inside both bounds at random configurations.
+DENSE_DIAG_SPREAD_TOL = 1e-12
 METHODS = ("auto", "sweeps", "dense")
 
 
@@ -273,20 +285,57 @@ def use_dense(method, model, dtype) -> bool:
     )
 
 
-def forward_dynamics_dense(model, ws, qd, tau, f_ext=None):
-    """``qdd = M^-1 (tau - b)`` with ``M`` by CRBA, the bias ``b = rnea(q, v, 0, f_ext)`` and a
-    LAPACK Cholesky factorisation (NaN where ``M`` is singular, as the sweeps give)."""
+def dense_factor(model, ws):
+    """``(M, L)``: the mass matrix by CRBA and its lower LAPACK Cholesky factor (NaN where
+    ``M`` is not numerically positive definite)."""
     M = crba_world(model, ws)
+    return M, jsl.cho_factor(M, lower=True)[0]
+
+
+def _min_min_max(a, b):
+    return jnp.minimum(a[0], b[0]), jnp.minimum(a[1], b[1]), jnp.maximum(a[2], b[2])
+
+
+def dense_reliable(M, L, x):
+    """Whether a dense Cholesky solve ``x`` with ``M = L L^T`` is trustworthy (a boolean
+    scalar): ``x`` finite, every pivot ``L_ii^2 > DENSE_PIVOT_TOL M_ii`` (the pivots of the
+    Jacobi-scaled ``D^-1/2 M D^-1/2``, which bound how much each elimination step cancelled;
+    Cholesky's rounding is invariant under that scaling, so this ratio and not ``M``'s raw
+    scale decides) and ``min M_ii > DENSE_DIAG_SPREAD_TOL max M_ii``. One variadic reduction
+    (each separate reduction is two XLA:CPU kernels on the single-call path)."""
+    d = jnp.diagonal(M)
+    x = x.reshape(d.shape[0], -1)
+    # NaN where a pivot or an entry of x is not finite (0 * inf = NaN), caught by the compare
+    r = jnp.diagonal(L) ** 2 / d + jnp.sum(0 * x, -1)
+    inf = jnp.array(jnp.inf, d.dtype)
+    lo, dmin, dmax = jax.lax.reduce((r, d, d), (inf, inf, -inf), _min_min_max, (0,))
+    return (lo > DENSE_PIVOT_TOL) & (dmin > DENSE_DIAG_SPREAD_TOL * dmax)
+
+
+def forward_dynamics_dense(model, ws, qd, tau, f_ext=None, guarded=False):
+    """``qdd = M^-1 (tau - b)`` with ``M`` by CRBA, the bias ``b = rnea(q, v, 0, f_ext)`` and a
+    LAPACK Cholesky factorisation (NaN where ``M`` is singular, as the sweeps give).
+
+    ``guarded`` (``method="auto"``): where the factorisation is not trustworthy
+    (:func:`dense_reliable`) or the answer not finite, the ABA sweeps' answer instead
+    (``lax.cond``: the sweeps run only then)."""
+    M, L = dense_factor(model, ws)
     b = rnea_world(model, ws, qd, jnp.zeros_like(qd), f_ext)[0]
-    return jsl.cho_solve(jsl.cho_factor(M, lower=True), tau - b)
+    qdd = jsl.cho_solve((L, True), tau - b)
+    if not guarded:
+        return qdd
+    ok = dense_reliable(M, L, qdd)
+    return jax.lax.cond(
+        ok, lambda: qdd, lambda: aba_world(model, ws, qd, tau, f_ext)[0].astype(qdd.dtype)
+    )
 
 
 def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
     """``qdd`` (no input checks) by the ABA sweeps or, where :func:`use_dense`, by
-    :func:`forward_dynamics_dense`."""
+    :func:`forward_dynamics_dense` (guarded for ``"auto"``)."""
     ws = kin.world_state(model, q, centered=True)
     if use_dense(method, model, ws.S.dtype):
-        return forward_dynamics_dense(model, ws, qd, tau, f_ext)
+        return forward_dynamics_dense(model, ws, qd, tau, f_ext, guarded=method == "auto")
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
@@ -303,7 +352,10 @@ def aba(model, q, v, tau, f_ext=None, method="auto"):
     ``method``: ``"sweeps"`` the ABA's three passes; ``"dense"`` CRBA, RNEA and a Cholesky
     solve; ``"auto"`` (default) the dense form for a single float64 evaluation on a deep tree,
     where it has fewer XLA kernels and runs about twice as fast (:data:`DENSE_MIN_LEVELS`),
-    the sweeps otherwise (under ``jax.vmap``, for derivatives, in float32).
+    the sweeps otherwise (under ``jax.vmap``, for derivatives, in float32). ``"auto"`` falls
+    back to the sweeps where the Cholesky factorisation is not trustworthy (an ill-conditioned
+    ``M``: :data:`DENSE_PIVOT_TOL`), so that it is finite wherever ``"sweeps"`` is;
+    ``"dense"`` alone may return NaN on such matrices.
 
     **Returns:** joint accelerations ``(nv,)``. Where the mass matrix is singular (moving
     joints whose subtrees carry no mass and no armature; :func:`jaxdyn.load_urdf` warns), the

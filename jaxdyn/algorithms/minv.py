@@ -7,6 +7,7 @@ torques, sharing one articulated-inertia pass; no mass matrix is formed or facto
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -19,11 +20,12 @@ from .aba import (
     articulated_inertias,
     check_method,
     column_widths,
+    dense_factor,
+    dense_reliable,
     sweeps,
     use_dense,
     world_inertia_matrices,
 )
-from .crba import crba_world
 
 
 def minv_world(model, ws, inertias=None):
@@ -64,12 +66,18 @@ def minv_world(model, ws, inertias=None):
     return jnp.where(keep, upper, upper.T)
 
 
-def minv_dense(model, ws):
+def minv_dense(model, ws, guarded=False):
     """``M^-1`` by CRBA and a LAPACK Cholesky solve (symmetrised; NaN where ``M`` is
-    singular)."""
-    M = crba_world(model, ws)
-    X = jsl.cho_solve(jsl.cho_factor(M, lower=True), jnp.eye(model.nv, dtype=M.dtype))
-    return 0.5 * (X + X.T)
+    singular). ``guarded`` (``method="auto"``): :func:`minv_world` instead where the
+    factorisation is not trustworthy (:func:`~jaxdyn.algorithms.aba.dense_reliable`) or the
+    inverse not finite."""
+    M, L = dense_factor(model, ws)
+    X = jsl.cho_solve((L, True), jnp.eye(model.nv, dtype=M.dtype))
+    X = 0.5 * (X + X.T)
+    if not guarded:
+        return X
+    ok = dense_reliable(M, L, X)
+    return jax.lax.cond(ok, lambda: X, lambda: minv_world(model, ws).astype(X.dtype))
 
 
 @_checks.public("minv")
@@ -85,7 +93,8 @@ def minv(model, q, method="auto"):
     CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
     form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels:
     talos_full ``jax.jit(minv)`` 68 -> 37 us per call, panda 59 -> 44; the sweeps under
-    ``jax.vmap``, for derivatives and in float32).
+    ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
+    factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 
     **Returns:** ``M(q)^-1`` ``(nv, nv)`` (armature included); NaN where ``M`` is singular
     (massless moving subtrees without armature), as Pinocchio.
@@ -96,5 +105,5 @@ def minv(model, q, method="auto"):
         return jnp.zeros((0, 0), dtype)
     ws = kin.world_state(model, q, centered=True)
     if use_dense(method, model, dtype):
-        return minv_dense(model, ws)
+        return minv_dense(model, ws, guarded=method == "auto")
     return minv_world(model, ws)

@@ -22,23 +22,33 @@ no data-dependent control flow.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
 from .. import spatial
+from .._checks import JaxdynWarning
 from .._precision import full_precision
 from ..model import tree
 from . import assembly as asm
 from . import walk
-from .factor import Solution, _block, _dof_index, prepare
+from .factor import Solution, _block, _dof_index, eager_checks, finish, prepare
 from .structure import FX, QDD, TAU, A, F, var_size
 
 #: default standard deviation of the Newton-Euler rows and of the knowns (exact up to it)
 DYNAMICS_STD = 1e-3
 #: default standard deviation of a sensor without ``std``
 SENSOR_STD = 1.0
+#: :func:`estimate` warns where the largest standard deviation exceeds the smallest by more
+#: than this factor: the weights (their squared inverses) then span more than ``1e10``, and
+#: the normal equations, which square the rows' condition number on top of it, are
+#: numerically singular in float64 (solo12 with contacts, consistent noise-free data:
+#: ``dynamics_std = 1e-3`` against sensors of ``std = 1`` is exact to ~1e-10; ``1e-7`` is off
+#: by 10 % and ``1e-9`` gives NaN)
+STD_SPREAD_WARN = 1e5
 
 _OWN_E = (A, TAU, FX, QDD)
 
@@ -104,6 +114,29 @@ def _slots(lvl, child, gslice):
     return out
 
 
+def check_weights(fn, dynamics_std, stds):
+    """Warn (:class:`jaxdyn.JaxdynWarning`) where the standard deviations span more than
+    :data:`STD_SPREAD_WARN`."""
+    if isinstance(dynamics_std, jax.core.Tracer):  # a traced std: the sensors' alone
+        dynamics_std = stds[:1] if stds.size else np.ones(1)
+    all_std = np.concatenate([np.atleast_1d(np.asarray(dynamics_std, np.float64)), stds])
+    if not np.all(all_std > 0) or not np.all(np.isfinite(all_std)):
+        raise ValueError(f"{fn}: standard deviations must be positive and finite")
+    spread = float(all_std.max() / all_std.min())
+    if spread > STD_SPREAD_WARN:
+        warnings.warn(
+            f"{fn}: the standard deviations span a factor {spread:.1e} (smallest "
+            f"{all_std.min():.1e}, largest {all_std.max():.1e}): the weighted normal "
+            f"equations are numerically singular (their condition number grows with the "
+            f"square of that factor) and the estimate may be inaccurate or NaN without "
+            f"further notice; keep the factor below {STD_SPREAD_WARN:.0e} (e.g. a larger "
+            f"dynamics_std: exact, consistent data are fitted exactly whatever the weights)",
+            JaxdynWarning,
+            stacklevel=4,
+        )
+
+
+@eager_checks
 @full_precision
 def estimate(
     system,
@@ -125,14 +158,20 @@ def estimate(
     of the sensors without their own ``std``; ``prior_std``: ``None`` (no prior: the system
     must be well-posed) or the standard deviation of a zero-mean prior on every variable.
 
-    **Returns:** :class:`jaxdyn.nori.Solution`.
+    **Returns:** :class:`jaxdyn.nori.Solution`. Where the standard deviations span more than
+    :data:`STD_SPREAD_WARN` (the weighted normal equations are then numerically singular) a
+    :class:`jaxdyn.JaxdynWarning`. Where the system is singular at this state (not among
+    :func:`jaxdyn.nori.build`'s ``check_states``), with value checks on a
+    :class:`jaxdyn.CheckError` saying so, else all NaN (as :func:`jaxdyn.nori.solve`).
     """
     fn = "nori.estimate"
     model, Q, ry, dtype = prepare(fn, system, model, q, v, values)
+    stds = _stds(system, dtype, dynamics_std, known_std, sensor_std)
+    check_weights(fn, dynamics_std, stds)
     t = system.topo
     nb = system.nb
     parent = np.asarray(t.parent)
-    wy = jnp.asarray(1.0 / _stds(system, dtype, dynamics_std, known_std, sensor_std) ** 2, dtype)
+    wy = jnp.asarray(1.0 / stds**2, dtype)
     w_dyn = jnp.asarray(1.0 / dynamics_std**2, dtype)
     prior = None if prior_std is None else jnp.asarray(1.0 / prior_std**2, dtype)
     Xa0 = Q.X @ Q.a0
@@ -287,7 +326,7 @@ def estimate(
     fx = walk.collect(system, outs, lambda x: x[FX])
     tau = walk.collect(system, outs, lambda x: x[TAU], per_dof=True)
     qdd = walk.collect(system, outs, lambda x: x[QDD], per_dof=True)
-    return Solution(a, f, tau, fx, qdd)
+    return finish(fn, Solution(a, f, tau, fx, qdd))
 
 
 def _front_rows(system, b0, n, kmax, off, fs, root, g, dtype, w_dyn):

@@ -20,6 +20,7 @@ through.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -73,6 +74,39 @@ def _dof_index(system, idx):
     return np.asarray(t.v_start)[idx][..., None] + np.arange(n)
 
 
+def eager_checks(fn):
+    """Decorator: called eagerly, ``fn``'s failed value checks raise
+    :class:`jaxdyn.CheckError` with the check's message (as jaxdyn's other public functions),
+    not XLA's ``JaxRuntimeError``; under a trace it runs as is."""
+    return functools.wraps(fn)(_checks._dispatch(fn, compile_eagerly=False))
+
+
+def singular_message(fn):
+    extra = (
+        ", or the standard deviations' weights make the normal equations numerically singular"
+        if fn == "nori.estimate"
+        else ""
+    )
+    return (
+        f"{fn}: the system is singular at this state (q, v){extra}: a pivot of its "
+        f"factorisation is zero or the solution is not finite, so the dynamic variables are "
+        f"not determined (build checks well-posedness only at its check_states); with value "
+        f"checks off the whole solution is NaN"
+    )
+
+
+def finish(fn, sol, check=True):
+    """The whole solution NaN where any of it is not finite (a singular system at this state:
+    the inputs are finite, checked), as :func:`jaxdyn.aba` on a singular mass matrix; with
+    ``check`` and value checks on, a value check naming the cause instead."""
+    leaves = jax.tree_util.tree_leaves(sol)
+    bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+    if check and _checks.value_checks_enabled():
+        bad = _checks.error_if(bad, bad, singular_message(fn))
+    return Solution(*(jnp.where(bad, jnp.nan, x) for x in sol))
+
+
+@eager_checks
 @full_precision
 def solve(system, model, q, v, values) -> Solution:
     """Solve the square system ``D(q, v) d = r`` of ``system`` by the tree LU.
@@ -81,8 +115,16 @@ def solve(system, model, q, v, values) -> Solution:
     ``q (nq,)``, ``v (nv,)``; ``values``: the values ``y`` of the knowns and sensors, a
     sequence aligned with ``system.specs`` (or a dict keyed by spec or label).
 
-    **Returns:** :class:`Solution`.
+    **Returns:** :class:`Solution`. Where the system is singular at this state (e.g. a
+    moving subtree without mass in forward dynamics, or a pose at which sensors lose a
+    quantity that :func:`jaxdyn.nori.build` checked only at its ``check_states``): with value
+    checks on (:func:`jaxdyn.set_value_checks`) a :class:`jaxdyn.CheckError` saying so
+    (under ``jax.jit`` where the result is used), else all NaN.
     """
+    return _solve(system, model, q, v, values)
+
+
+def _solve(system, model, q, v, values, check=True):
     fn = "nori.solve"
     if not system.square:
         raise ValueError(
@@ -207,7 +249,7 @@ def solve(system, model, q, v, values) -> Solution:
     fx = walk.collect(system, outs, lambda x: x[FX])
     tau = walk.collect(system, outs, lambda x: x[TAU], per_dof=True)
     qdd = walk.collect(system, outs, lambda x: x[QDD], per_dof=True)
-    return Solution(a, f, tau, fx, qdd)
+    return finish(fn, Solution(a, f, tau, fx, qdd), check)
 
 
 def spatial_mm_t(X, K):
