@@ -47,3 +47,14 @@ def test_readme_block(i):
     finally:
         namespace.clear()
         jax.clear_caches()  # the blocks share nothing: free their programs before the next one
+
+
+def test_mjcf_block_needs_only_the_mjcf_extra():
+    """Issue 55: the MJCF example runs after ``pip install '.[mjcf]'`` (MuJoCo), without
+    packages that extra does not install (it used dm_control's files)."""
+    import sys
+
+    (code,) = [c for h, c in BLOCKS if h.startswith("MJCF")]
+    imported = set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", code, re.M))
+    allowed = {"jaxdyn", "jax", "numpy", "scipy", "equinox", "mujoco"}
+    assert imported <= allowed | set(sys.stdlib_module_names), imported
