@@ -111,7 +111,6 @@ def main(argv=None):
     hidden = cfg.pop("hidden")
     randomize = cfg.pop("randomize")
 
-    jaxdyn.envs.brax_compat()  # Brax 0.14 on JAX >= 0.10
     env = jaxdyn.envs.Quadruped()
     print(
         f"{type(env).__name__}: obs {env.observation_size}, actions {env.action_size}, "

@@ -163,8 +163,6 @@ def main(argv=None):
     if args.brax:
         from brax.training.agents.apg import train as apg
 
-        jaxdyn.envs.brax_compat()  # Brax 0.14 on JAX >= 0.10
-
         brax_curve = []
         tb = time.time()
 

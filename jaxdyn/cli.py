@@ -13,7 +13,8 @@ Subcommands::
 ``jaxdyn bench`` runs the repository's harness (``benchmarks/harness.py``: jaxdyn against
 Pinocchio and MJX, PASS/MISS targets) when jaxdyn runs from a checkout, and otherwise (an
 installed package, or ``--standalone``) times jaxdyn alone: ``jax.jit(jax.vmap(f))`` per sample
-and its compile time, on a bundled robot.
+and its compile time, on bundled robots. The options README lists (``--quick``, ``--robots``,
+``--algorithms``, ``--batches``, ``--dtypes``, ``--repeats``, ``--out``) work in both modes.
 
 ``ROBOT`` is a URDF file path, a bundled robot (``arm7``, ``quad12``) or an example-robot-data
 name (``ur5``, ``panda``, ``solo12``, ... ; needs ``pip install example-robot-data``).
@@ -289,6 +290,37 @@ def _cmd_bench(rest) -> int:
 
 
 _STANDALONE_ALGS = ("rnea", "crba", "aba", "minv")
+_DTYPES = ("float32", "float64")
+#: ``--quick``: a smoke run of a few seconds (explicit options override each entry)
+_QUICK = {
+    "robots": ["arm7"],
+    "algorithms": ["rnea", "aba"],
+    "batches": [64],
+    "dtypes": ["float64"],
+    "repeats": 3,
+}
+_DEFAULTS = {
+    "robots": ["quad12"],
+    "algorithms": list(_STANDALONE_ALGS),
+    "batches": [1024],
+    "dtypes": ["float32"],
+    "repeats": 5,
+}
+
+
+def _csv(what: str, conv=str):
+    """argparse type: a comma-separated list of ``what``, each converted by ``conv``."""
+
+    def parse(text: str) -> list:
+        try:
+            items = [conv(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {what} list {text!r}") from None
+        if not items:
+            raise argparse.ArgumentTypeError(f"empty list of {what}s")
+        return items
+
+    return parse
 
 
 def _bench_parser() -> argparse.ArgumentParser:
@@ -297,28 +329,57 @@ def _bench_parser() -> argparse.ArgumentParser:
         description="Time jaxdyn alone: per-sample time of jax.jit(jax.vmap(f)) and its compile "
         "time, for f in rnea / crba / aba / minv. (From a checkout of the repository "
         "this command runs the full harness of benchmarks/harness.py instead, with "
-        "Pinocchio and MJX; --standalone forces this mode.)",
+        "Pinocchio and MJX; --standalone forces this mode.) The options of both modes "
+        "that README lists (--quick, --robots, --algorithms, --batches, --dtypes, --repeats, "
+        "--out) mean the same in both.",
     )
     p.add_argument(
+        "--robots",
         "--robot",
-        default="quad12",
-        metavar="ROBOT",
-        help="bundled robot (arm7, quad12), URDF path or example-robot-data name (default quad12)",
+        dest="robots",
+        type=_csv("robot"),
+        default=None,
+        metavar="LIST",
+        help="comma-separated bundled robots (arm7, quad12), URDF paths or example-robot-data "
+        "names (default quad12)",
     )
     p.add_argument(
         "--algorithms",
-        default=",".join(_STANDALONE_ALGS),
+        "--algs",
+        dest="algorithms",
+        type=_csv("algorithm"),
+        default=None,
         metavar="LIST",
         help=f"comma-separated subset of {','.join(_STANDALONE_ALGS)} (default all)",
     )
-    p.add_argument("--batch", type=int, default=1024, metavar="N", help="batch size (default 1024)")
     p.add_argument(
-        "--dtype",
-        choices=("float32", "float64"),
-        default="float32",
-        help="floating-point type (default float32)",
+        "--batches",
+        "--batch",
+        dest="batches",
+        type=_csv("batch", conv=int),
+        default=None,
+        metavar="N[,N...]",
+        help="batch sizes (default 1024)",
     )
-    p.add_argument("--repeats", type=int, default=5, help="timed calls, median (default 5)")
+    p.add_argument(
+        "--dtypes",
+        "--dtype",
+        dest="dtypes",
+        type=_csv("dtype"),
+        default=None,
+        metavar="float32|float64[,...]",
+        help="floating-point types (default float32)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed calls, their median (default 5)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (a few seconds): arm7, rnea+aba, batch 64, float64, 3 repeats; "
+        "explicit options override",
+    )
+    p.add_argument("--out", default=None, metavar="FILE", help="write a Markdown report to FILE")
     return p
 
 
@@ -327,40 +388,56 @@ def _bench_standalone(argv) -> int:
         a = _bench_parser().parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    algs = [x.strip() for x in a.algorithms.split(",") if x.strip()]
-    bad = [x for x in algs if x not in _STANDALONE_ALGS]
-    if bad or not algs:
-        raise UserError(
-            f"--algorithms: unknown {', '.join(bad) or '(empty)'}; "
-            f"choose from {', '.join(_STANDALONE_ALGS)}"
-        )
-    if a.batch < 1 or a.repeats < 1:
-        raise UserError("--batch and --repeats must be >= 1")
+    preset = _QUICK if a.quick else _DEFAULTS
+    opts = {k: preset[k] if getattr(a, k) is None else getattr(a, k) for k in _DEFAULTS}
+    for name, choices in (("algorithms", _STANDALONE_ALGS), ("dtypes", _DTYPES)):
+        bad = [x for x in opts[name] if x not in choices]
+        if bad:
+            raise UserError(f"--{name}: unknown {', '.join(bad)}; choose from {', '.join(choices)}")
+    if any(b < 1 for b in opts["batches"]) or opts["repeats"] < 1:
+        raise UserError("--batches and --repeats must be >= 1")
+    if a.out is not None:
+        from pathlib import Path
+
+        parent = Path(a.out).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise UserError(f"--out {a.out}: the folder {parent} does not exist")
+    models = {r: _load(r, None)[1] for r in opts["robots"]}  # unknown robots before any timing
 
     import jax
 
-    x64 = a.dtype == "float64"
+    x64 = "float64" in opts["dtypes"]
     previous = bool(jax.config.jax_enable_x64)
     try:
         if x64 and not previous:
             jax.config.update("jax_enable_x64", True)
-        _bench_run(a, algs)
+        rows = [
+            row
+            for r in opts["robots"]
+            for dtype in opts["dtypes"]
+            for batch in opts["batches"]
+            for row in _bench_run(models[r], opts["algorithms"], batch, dtype, opts["repeats"])
+        ]
     finally:
         if x64 and not previous:
             jax.config.update("jax_enable_x64", False)
+    if a.out is not None:
+        with open(os.path.expanduser(a.out), "w") as f:
+            f.write(_bench_markdown(rows, ["jaxdyn", "bench"] + list(argv)))
+        print(f"wrote {a.out}", file=sys.stderr)
     return 0
 
 
-def _bench_run(a, algs) -> None:
+def _bench_run(model, algs, B: int, dtype: str, repeats: int) -> list[dict]:
+    """Time ``jit(vmap(f))`` of each of ``algs`` on ``model`` at batch ``B``; print a line per
+    algorithm and return the rows of the report."""
     import jax
     import jax.numpy as jnp
 
     import jaxdyn
 
-    _, model = _load(a.robot, None)
-    dtype = jnp.dtype(a.dtype)
+    dtype = jnp.dtype(dtype)
     model = model.astype(dtype)
-    B = a.batch
     kq, kv, kt = jax.random.split(jax.random.PRNGKey(0), 3)
     q = jax.jit(jax.vmap(lambda k: jaxdyn.random_configuration(model, k, dtype=dtype)))(
         jax.random.split(kq, B)
@@ -378,6 +455,7 @@ def _bench_run(a, algs) -> None:
         f"jaxdyn bench (jaxdyn alone): {model.name}, batch {B}, {dtype.name}, device "
         f"{jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
     )
+    rows = []
     for alg in algs:
         f, xs = calls[alg]
         axes = (None,) + (0,) * len(xs)
@@ -386,11 +464,54 @@ def _bench_run(a, algs) -> None:
         compiled = jf.lower(model, *xs).compile()
         ct = time.perf_counter() - t
         jax.block_until_ready(compiled(model, *xs))  # warm-up
-        rt = _timeit(compiled, model, *xs, repeat=a.repeats)
+        rt = _timeit(compiled, model, *xs, repeat=repeats)
         print(
             f"  {alg:<5} compile {ct:6.2f} s   run {_fmt_time(rt):>9} / batch "
             f"= {_fmt_time(rt / B):>9} / sample"
         )
+        rows.append(
+            dict(
+                robot=model.name,
+                nq=model.nq,
+                nv=model.nv,
+                dtype=dtype.name,
+                batch=B,
+                algorithm=alg,
+                compile_s=ct,
+                batch_s=rt,
+                device=jax.devices()[0].platform,
+            )
+        )
+    return rows
+
+
+def _bench_markdown(rows, argv) -> str:
+    """The ``--out`` report: how it was run, then one table row per timing."""
+    import platform
+
+    import jax
+
+    from . import __version__
+
+    lines = [
+        "# jaxdyn bench (jaxdyn alone)",
+        "",
+        f"`{' '.join(argv)}`: jaxdyn {__version__}, JAX {jax.__version__}, Python "
+        f"{platform.python_version()}, device {rows[0]['device'] if rows else '-'}, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}. Per-sample time of "
+        "`jax.jit(jax.vmap(f))` (median of the timed calls, after a warm-up) and its compile "
+        "time.",
+        "",
+        "| robot | nq / nv | dtype | batch | algorithm | compile | per batch | per sample |",
+        "|---|---|---|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['robot']} | {r['nq']} / {r['nv']} | {r['dtype']} | {r['batch']} | "
+            f"{r['algorithm']} | {r['compile_s']:.2f} s | {_fmt_time(r['batch_s'])} | "
+            f"{_fmt_time(r['batch_s'] / r['batch'])} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- viz: render, sim, view

@@ -61,7 +61,7 @@ def fingers_urdf(n_fingers: int, n_links: int) -> str:
             out.append(
                 f'<link name="{name}"><inertial><origin xyz="{c[0]} {c[1]} {c[2]}"/>'
                 f'<mass value="{m}"/><inertia ixx="0.002" ixy="0.0001" ixz="0" '
-                f'iyy="0.003" iyz="0" izz="0.001"/></inertial></link>'
+                f'iyy="0.003" iyz="0" izz="0.0015"/></inertial></link>'
             )
             out.append(
                 f'<joint name="j_{name}" type="revolute"><parent link="{parent}"/>'

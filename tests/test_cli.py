@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,7 +147,7 @@ def test_bench_harness_from_checkout(capsys):
     assert rc == 0
     assert "usage: jaxdyn bench" in out
     assert "--no-mjx" in out and "Pinocchio" in out  # harness options
-    assert "--robot ROBOT" not in out
+    assert "--robots LIST" not in out
 
 
 def test_bench_standalone(monkeypatch, capsys):
@@ -154,7 +155,7 @@ def test_bench_standalone(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_harness_dir", lambda: None)
     rc, out, _ = _run(capsys, "bench", "--help")
     assert rc == 0 and "usage: jaxdyn bench" in out
-    assert "--robot ROBOT" in out and "--no-mjx" not in out
+    assert "--robots LIST" in out and "--no-mjx" not in out
     rc, out, err = _run(
         capsys,
         "bench",
@@ -191,4 +192,85 @@ def test_bench_standalone_flag(capsys):
     """``--standalone`` selects jaxdyn-alone timing from a checkout too."""
     assert cli._harness_dir() is not None
     rc, out, _ = _run(capsys, "bench", "--standalone", "--help")
-    assert rc == 0 and "--robot ROBOT" in out and "--no-mjx" not in out
+    assert rc == 0 and "--robots LIST" in out and "--no-mjx" not in out
+
+
+def test_bench_installed_package(tmp_path):
+    """Issue 55: ``jaxdyn bench`` as ``pip install .`` gives it (the wheel holds the ``jaxdyn``
+    package only, no ``benchmarks/``) honours the options README lists: ``--quick``,
+    ``--robots``, ``--out`` and the rest. Run in a process that imports a copy of the package
+    from a folder without ``benchmarks/`` (and not this checkout)."""
+    import shutil
+
+    pkg = shutil.copytree(
+        Path(jaxdyn.__file__).parent,
+        tmp_path / "site" / "jaxdyn",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    out = tmp_path / "report.md"
+    code = (
+        "import sys, jaxdyn, jaxdyn.cli as c; "
+        f"assert jaxdyn.__file__.startswith({str(pkg)!r}), jaxdyn.__file__; "
+        "assert c._harness_dir() is None; "
+        "assert not any(p.endswith('benchmarks') for p in sys.path), sys.path; "
+        "sys.exit(c.main(sys.argv[1:]))"
+    )
+    argv = ["bench", "--quick", "--robots", "arm7", "--algorithms", "rnea", "--batches", "2"]
+    r = subprocess.run(
+        [sys.executable, "-c", code, *argv, "--repeats", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path / "site",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "batch 2, float64" in r.stdout  # --quick's dtype, the explicit batch
+    assert re.search(r"^\s+rnea\s+compile .* / sample$", r.stdout, re.M), r.stdout
+    assert not re.search(r"^\s+aba\s", r.stdout, re.M)  # --algorithms overrides --quick's
+    report = out.read_text()
+    assert "| arm7 | 7 / 7 | float64 | 2 | rnea |" in report, report
+    assert f"wrote {out}" in r.stderr
+
+    r = subprocess.run(
+        [sys.executable, "-c", code, "bench", "--robots", "arm7", "--nope"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path / "site",
+    )
+    assert r.returncode == 2 and "unrecognized arguments: --nope" in r.stderr
+
+
+def test_bench_standalone_quick_and_lists(monkeypatch, capsys):
+    """``--quick`` presets (overridden by explicit options), comma lists of robots, batches
+    and dtypes, and usage errors for bad lists and an --out in a missing folder."""
+    monkeypatch.setattr(cli, "_harness_dir", lambda: None)
+    a = cli._bench_parser().parse_args(["--quick", "--robot", "quad12,arm7", "--dtype", "float32"])
+    assert (a.robots, a.dtypes, a.batches, a.quick) == (["quad12", "arm7"], ["float32"], None, True)
+    rc, _, err = _run(capsys, "bench", "--batches", "4,x")
+    assert rc == 2 and "invalid batch list" in err
+    rc, _, err = _run(capsys, "bench", "--dtypes", "float16")
+    assert rc == 2 and err.startswith("error: --dtypes") and "float16" in err
+    rc, out, err = _run(capsys, "bench", "--quick", "--out", "/no/such/folder/r.md")
+    assert rc == 2 and out == "" and err.startswith("error: --out") and err.count("\n") == 1
+    rc, out, err = _run(capsys, "bench", "--robots", "arm7,no_such_robot_xyz")
+    assert rc == 2 and out == "" and "no_such_robot_xyz" in err
+
+
+def test_readme_bench_options_are_honoured():
+    """Every ``jaxdyn bench`` option of README's Command line section exists in the installed
+    package's parser and in the checkout's harness."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"^## Command line\n+```\n(.*?)^```", text, re.M | re.S).group(1)
+    bench = block[block.index("jaxdyn bench") :]
+    flags = set(re.findall(r"--[a-z][a-z-]*", bench)) - {"--standalone", "--help"}
+    assert {"--quick", "--robots", "--out"} <= flags, flags
+    installed = cli._bench_parser()._option_string_actions
+    assert flags <= set(installed), flags - set(installed)
+    sys.path.insert(0, str(cli._harness_dir()))
+    try:
+        import harness
+    finally:
+        sys.path.pop(0)
+    in_harness = harness._parser("jaxdyn bench")._option_string_actions
+    assert flags <= set(in_harness), flags - set(in_harness)

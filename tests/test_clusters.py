@@ -360,7 +360,7 @@ MIMIC_URDF = """<robot name="gripper">
   <link name="f1"><inertial><mass value="0.2"/><origin xyz="0 0.02 0.05"/>
     <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.001" iyz="0" izz="0.0005"/></inertial></link>
   <link name="f2"><inertial><mass value="0.3"/><origin xyz="0 -0.02 0.05"/>
-    <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.002" iyz="0" izz="0.0005"/></inertial></link>
+    <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.0015" iyz="0" izz="0.0006"/></inertial></link>
   <link name="tip"><inertial><mass value="0.1"/><origin xyz="0 0 0.03"/>
     <inertia ixx="0.0005" ixy="0" ixz="0" iyy="0.0005" iyz="0" izz="0.0002"/></inertial></link>
   <joint name="wrist" type="revolute"><parent link="base"/><child link="palm"/>

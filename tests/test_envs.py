@@ -270,19 +270,48 @@ def test_brax_compat():
     assert envs.brax_compat() == [] or installed  # idempotent
 
 
+def test_brax_compat_applied_on_import():
+    """Issue 55: with Brax installed, ``import jaxdyn.envs`` makes Brax's trainers' use of
+    ``jax.device_put_replicated`` work without an explicit :func:`envs.brax_compat` (a fresh
+    process; Brax's own helper, which its PPO/APG/SAC trainers call). On a JAX that removed the
+    name, the same process without the import gets JAX's ``AttributeError``."""
+    need_brax()
+    code = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp
+        from brax.training import pmap
+        removed = not hasattr(jax, "device_put_replicated")
+        if removed:
+            try:
+                pmap.bcast_local_devices({"a": jnp.ones(3)})
+                raise SystemExit("expected JAX's AttributeError")
+            except AttributeError:
+                pass
+        import jaxdyn.envs
+        x = pmap.bcast_local_devices({"a": jnp.arange(3.0)})
+        assert x["a"].shape == (1, 3) and jnp.all(x["a"][0] == jnp.arange(3.0))
+        print("compat ok", removed)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "compat ok" in out.stdout
+
+
 # ------------------------------------------------------------------------------ training
 
 
 @pytest.mark.slow
 def test_tiny_ppo_runs_end_to_end(reacher):
     """brax.training.agents.ppo.train on the reacher with jaxdyn's wrappers and domain
-    randomisation: a few iterations with tiny networks, finite metrics and parameters. (Slow:
-    PPO compiles the environment step into its training and its evaluation programs.)"""
+    randomisation, as a user runs it (no explicit brax_compat): a few iterations with tiny
+    networks, finite metrics and parameters. (Slow: PPO compiles the environment step into its
+    training and its evaluation programs.)"""
     need_brax()
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo
 
-    envs.brax_compat()
+    # no envs.brax_compat() call: importing jaxdyn.envs applied it (issue 55)
     seen = []
     make_policy, params, metrics = ppo.train(
         environment=reacher,

@@ -254,3 +254,44 @@ def test_repaired_robots_warn_and_name_the_links():
     ):
         m = jaxdyn.load_urdf(str(ERD / rel))
         assert (m.nq, m.nv) == (0, 0), rel
+
+
+# --------------------------------------------------------------------------- names
+#: example-robot-data names whose loader disagrees with the name, kept as jaxdyn had them
+#: (see :data:`jaxdyn.robots.EXAMPLE_ROBOT_DATA`)
+NAMES_KEPT = {"ur3", "so100", "so101", "iris", "human"}
+
+
+def test_example_robot_data_names_are_accepted():
+    """Issue 55: every name ``example_robot_data.load`` accepts is a name of ``robots.load``
+    for the same file and base (or refused, saying why and what to load instead)."""
+    from example_robot_data import robots_loader
+
+    names = set(robots_loader.ROBOTS)
+    assert "talos" in names and len(names) >= 60
+    for name in sorted(names - NAMES_KEPT - set(robots.EXAMPLE_ROBOT_DATA_UNSUPPORTED)):
+        loader = robots_loader.ROBOTS[name]
+        assert loader.urdf_filename, name
+        rel = f"{loader.path}/{loader.urdf_subpath}/{loader.urdf_filename}"
+        assert robots.resolve(name) == (ERD / rel, bool(loader.free_flyer)), name
+    assert NAMES_KEPT | set(robots.EXAMPLE_ROBOT_DATA_UNSUPPORTED) <= names
+    with pytest.raises(ValueError, match=r"'talos_legs': .*locking .* load 'talos'"):
+        robots.load("talos_legs")
+    with pytest.raises(ValueError, match=r"'cassie': .*SDF"):
+        robots.resolve("cassie")
+    with pytest.raises(ValueError, match=r"unknown robot 'talo'.*'talos'.*'talos_full'"):
+        robots.resolve("talo")
+
+
+def test_talos_alias_is_example_robot_datas_talos():
+    """``robots.load("talos")`` is the model of ``example_robot_data.load("talos")``."""
+    import example_robot_data
+
+    ref = example_robot_data.load("talos").model
+    model = robots.load("talos")
+    assert (model.nq, model.nv, model.floating_base) == (ref.nq, ref.nv, True)
+    assert sorted(model.joint_names) == sorted(ref.names[1:])  # universe first in Pinocchio
+    np.testing.assert_allclose(
+        float(np.sum(np.asarray(model.mass))), sum(i.mass for i in ref.inertias), rtol=1e-12
+    )
+    assert robots.resolve("talos") == robots.resolve("talos_reduced")

@@ -5,10 +5,13 @@ with a small batch (compile time is the same, the run is shorter)."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import jax
 import pytest
+
+import jaxdyn
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SUBSTITUTIONS = {"B = 4096\n": "B = 8\n"}
@@ -43,7 +46,20 @@ def test_readme_block(i):
         code = code.replace(old, new)
     namespace = {"__name__": f"readme_block_{i}"}
     try:
-        exec(compile(code, f"README.md block {i} ({heading})", "exec"), namespace)
+        with warnings.catch_warnings():  # a reader would see them: README's data load clean
+            warnings.simplefilter("error", jaxdyn.JaxdynWarning)
+            exec(compile(code, f"README.md block {i} ({heading})", "exec"), namespace)
     finally:
         namespace.clear()
         jax.clear_caches()  # the blocks share nothing: free their programs before the next one
+
+
+def test_mjcf_block_needs_only_the_mjcf_extra():
+    """Issue 55: the MJCF example runs after ``pip install '.[mjcf]'`` (MuJoCo), without
+    packages that extra does not install (it used dm_control's files)."""
+    import sys
+
+    (code,) = [c for h, c in BLOCKS if h.startswith("MJCF")]
+    imported = set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", code, re.M))
+    allowed = {"jaxdyn", "jax", "numpy", "scipy", "equinox", "mujoco"}
+    assert imported <= allowed | set(sys.stdlib_module_names), imported

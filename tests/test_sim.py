@@ -813,13 +813,14 @@ def test_bad_input(quad, pendulum):
         sim.SimConfig(integrator="rk4", contact=sim.Constraint(), contacts=cs)
     with pytest.raises(ValueError, match="no contacts"):
         sim.SimConfig(contact=sim.Compliant())
-    massless = jaxdyn.load_urdf(
-        PENDULUM.replace(
-            "</robot>",
-            '<link name="tip"/><joint name="j3" type="revolute">'
-            '<parent link="l2"/><child link="tip"/><axis xyz="1 0 0"/></joint></robot>',
+    with pytest.warns(jaxdyn.JaxdynWarning, match=r"moving joints \['j3'\] carry subtrees"):
+        massless = jaxdyn.load_urdf(
+            PENDULUM.replace(
+                "</robot>",
+                '<link name="tip"/><joint name="j3" type="revolute">'
+                '<parent link="l2"/><child link="tip"/><axis xyz="1 0 0"/></joint></robot>',
+            )
         )
-    )
     with pytest.raises(ValueError, match="massless body 'tip'"):
         sim.contact_set(massless, [sim.Sphere("tip", 0.01)])
     cfg = sim.SimConfig(limits=None)

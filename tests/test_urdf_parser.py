@@ -32,7 +32,7 @@ ARM = """<?xml version="1.0"?>
     <inertial>
       <origin xyz="0 0 0.1" rpy="0.1 0.2 0.3"/>
       <mass value="2.5"/>
-      <inertia ixx="1" ixy="0.1" ixz="0.2" iyy="2" iyz="0.3" izz="3"/>
+      <inertia ixx="2" ixy="0.1" ixz="0.2" iyy="2.5" iyz="0.3" izz="3"/>
     </inertial>
     <visual><geometry><box size="1 1 1"/></geometry></visual>
     <collision><geometry><box size="1 1 1"/></geometry></collision>
@@ -98,7 +98,7 @@ def test_inertial_values_and_symmetric_fill():
     assert inert.mass == 2.5
     np.testing.assert_allclose(inert.xyz, [0, 0, 0.1])
     np.testing.assert_allclose(inert.rpy, [0.1, 0.2, 0.3])
-    expected = np.array([[1, 0.1, 0.2], [0.1, 2, 0.3], [0.2, 0.3, 3]])
+    expected = np.array([[2, 0.1, 0.2], [0.1, 2.5, 0.3], [0.2, 0.3, 3]])
     np.testing.assert_array_equal(inert.inertia, expected)
     np.testing.assert_array_equal(inert.inertia, inert.inertia.T)
     assert inert.inertia.shape == (3, 3)

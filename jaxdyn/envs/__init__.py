@@ -8,8 +8,10 @@ Tasks (:func:`make` by name):
 * ``"humanoid_stand"`` -- :class:`HumanoidStand`: a humanoid keeps standing.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
-Brax's own and ``brax.training`` trains these environments unchanged (on JAX >= 0.10 call
-:func:`brax_compat` first: Brax 0.14 still uses a function JAX removed).
+Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
+``jax.device_put_replicated``, which JAX 0.10 removed: importing this package with Brax
+installed applies :func:`brax_compat`, which defines that one name on a JAX that lacks it (and
+changes nothing on a JAX that has it).
 """
 
 from .actuators import CompensatedTorque as CompensatedTorque
@@ -30,6 +32,9 @@ from .wrappers import EpisodeWrapper as EpisodeWrapper
 from .wrappers import VmapWrapper as VmapWrapper
 from .wrappers import domain_randomization as domain_randomization
 from .wrappers import wrap as wrap
+
+if HAS_BRAX:  # Brax's trainers then run on this JAX (see jaxdyn.envs.compat)
+    brax_compat()
 
 ENVIRONMENTS = {
     "reacher": Reacher,

@@ -6,6 +6,14 @@ Brax 0.14 (the current release) calls ``jax.device_put_replicated``, which JAX 0
 :func:`brax_compat` installs the drop-in replacement from JAX's pmap migration guide
 (``jax.device_put`` of the stacked value with a ``NamedSharding`` over the devices) when, and
 only when, the name is missing. Nothing is changed on a JAX that still has it.
+
+``import jaxdyn.envs`` calls it when Brax is installed, so users of these environments never
+meet the ``AttributeError``. What that changes, besides Brax's trainers running: the module
+``jax`` gains the attribute ``device_put_replicated`` (this replacement), so any code in the
+process that calls it gets the stacked, sharded value instead of JAX's ``AttributeError``
+(its result is a ``jax.Array`` over the same devices, as JAX's own function returned), and a
+``hasattr(jax, "device_put_replicated")`` test says ``True``. Code that imports Brax's trainers
+without ``jaxdyn.envs`` calls :func:`brax_compat` itself (it is idempotent).
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ def _device_put_replicated(x, devices):
 
 def brax_compat() -> list:
     """Make Brax's trainers run on this JAX; returns the names installed (empty if none was
-    needed). Call it once before ``brax.training.agents.*.train``."""
+    needed). ``import jaxdyn.envs`` calls it when Brax is installed; calling it again does
+    nothing."""
     installed = []
     try:
         jax.device_put_replicated  # noqa: B018 - the attribute access is the test

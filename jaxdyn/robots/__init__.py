@@ -26,6 +26,7 @@ __all__ = [
     "BUNDLED",
     "DATA_DIR",
     "EXAMPLE_ROBOT_DATA",
+    "EXAMPLE_ROBOT_DATA_UNSUPPORTED",
     "available",
     "example_robot_data_dir",
     "load",
@@ -42,7 +43,12 @@ BUNDLED: dict[str, tuple[Path, bool]] = {
 }
 
 #: name -> (URDF path relative to ``share/example-robot-data/robots``, default floating_base)
-#: Every path was checked against example-robot-data 6.0.0 (cmeel wheel).
+#: Every path was checked against example-robot-data 6.0.0 (cmeel wheel). Every name of
+#: ``example_robot_data.load`` is here with the loader's file and free flyer (5.0.0), except
+#: :data:`EXAMPLE_ROBOT_DATA_UNSUPPORTED` and five whose loaders disagree with their names:
+#: ``ur3`` (5.0.0's loader reads ur5_robot.urdf), ``so100`` / ``so101`` (arms, which the loader
+#: puts on a free flyer), ``iris`` (the loader reads the rotorless iris_simple.urdf), and
+#: ``human``, whose loader also turns its free flyer 90 degrees about x.
 EXAMPLE_ROBOT_DATA: dict[str, tuple[str, bool]] = {
     # --- fixed-base manipulators and toy systems ---
     "ur3": ("ur_description/urdf/ur3_robot.urdf", False),
@@ -101,6 +107,43 @@ EXAMPLE_ROBOT_DATA: dict[str, tuple[str, bool]] = {
     "iris": ("iris_description/robots/iris.urdf", True),
     "hextilt": ("hextilt_description/urdf/hextilt_flying_arm_5.urdf", True),
     "borinot": ("borinot_description/urdf/borinot_flying_arm_2.urdf", True),
+    # --- the other names of ``example_robot_data.load`` (its ``ROBOTS``), same file and base ---
+    "talos": ("talos_data/robots/talos_reduced.urdf", True),  # = talos_reduced
+    "talos_box": ("talos_data/robots/talos_reduced_box.urdf", True),
+    "talos_full_box": ("talos_data/robots/talos_full_v2_box.urdf", True),
+    "ur3_gripper": ("ur_description/urdf/ur3_gripper.urdf", False),
+    "ur3_limited": ("ur_description/urdf/ur3_joint_limited_robot.urdf", False),
+    "ur5_limited": ("ur_description/urdf/ur5_joint_limited_robot.urdf", False),
+    "ur10_limited": ("ur_description/urdf/ur10_joint_limited_robot.urdf", False),
+    "panda_collision": ("panda_description/urdf/panda_collision.urdf", False),
+    "tiago": ("tiago_description/robots/tiago.urdf", False),
+    "tiago_dual": ("tiago_description/robots/tiago_dual.urdf", False),
+    "tiago_pro": ("tiago_pro_description/robots/tiago_pro.urdf", False),
+    "pr2": ("pr2_description/urdf/pr2.urdf", True),
+    "bravo7_gripper": ("bravo7_description/urdf/bravo7_gripper.urdf", False),
+    "bravo7_no_ee": ("bravo7_description/urdf/bravo7_no_ee.urdf", False),
+    "bluevolta_bravo7_gripper": ("bluevolta_description/urdf/bluevolta_bravo7_gripper.urdf", True),
+    "bluevolta_bravo7_no_ee": ("bluevolta_description/urdf/bluevolta_bravo7_no_ee.urdf", True),
+    "falcon_bravo7_gripper": ("falcon_description/urdf/falcon_bravo7_gripper.urdf", True),
+    "falcon_bravo7_no_ee": ("falcon_description/urdf/falcon_bravo7_no_ee.urdf", True),
+    "alex_nub_hands": ("alex_description/urdf/alex_nub_hands.urdf", False),
+    "alex_psyonic_hands": ("alex_description/urdf/alex_psyonic_hands.urdf", False),
+    "alex_sake_hands": ("alex_description/urdf/alex_sake_hands.urdf", False),
+    "alexander": ("alexander_description/urdf/alexander_v1.lowerBodyOnly.urdf", True),
+    "g1_with_hands": ("g1_description/urdf/g1_29dof_with_hand_rev_1_0.urdf", True),
+    "simple_humanoid_classical": (
+        "simple_humanoid_description/urdf/simple_humanoid_classical.urdf",
+        True,
+    ),
+}
+
+#: Names ``example_robot_data.load`` knows that name no URDF file jaxdyn could load as is:
+#: name -> why, and what to load instead (the error of :func:`resolve`).
+EXAMPLE_ROBOT_DATA_UNSUPPORTED: dict[str, str] = {
+    "talos_legs": "example-robot-data builds it in Pinocchio from talos_reduced.urdf by locking "
+    "the upper body's joints (no URDF file); load 'talos' (talos_reduced.urdf) instead",
+    "cassie": "example-robot-data loads it from an SDF file (cassie.sdf), which jaxdyn does not "
+    "read; jaxdyn loads URDF and MJCF files",
 }
 
 _ERD_SUBDIR = Path("share") / "example-robot-data" / "robots"
@@ -174,6 +217,8 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, bool]:
     if isinstance(name_or_path, str) and name_or_path in BUNDLED:
         path, fb = BUNDLED[name_or_path]
         return Path(path), fb
+    if isinstance(name_or_path, str) and name_or_path in EXAMPLE_ROBOT_DATA_UNSUPPORTED:
+        raise ValueError(f"robot {name_or_path!r}: {EXAMPLE_ROBOT_DATA_UNSUPPORTED[name_or_path]}")
     if isinstance(name_or_path, str) and name_or_path in EXAMPLE_ROBOT_DATA:
         rel, fb = EXAMPLE_ROBOT_DATA[name_or_path]
         root = example_robot_data_dir()
