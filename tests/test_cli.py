@@ -262,7 +262,8 @@ def test_readme_bench_options_are_honoured():
     package's parser and in the checkout's harness."""
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     block = re.search(r"^## Command line\n+```\n(.*?)^```", text, re.M | re.S).group(1)
-    bench = block[block.index("jaxdyn bench") :]
+    # the bench lines: those starting with "jaxdyn bench" and their indented continuations
+    bench = "\n".join(re.findall(r"^jaxdyn bench.*(?:\n {2,}.*)*", block, re.M))
     flags = set(re.findall(r"--[a-z][a-z-]*", bench)) - {"--standalone", "--help"}
     assert {"--quick", "--robots", "--out"} <= flags, flags
     installed = cli._bench_parser()._option_string_actions
