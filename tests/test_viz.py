@@ -258,6 +258,76 @@ def test_urdf_visuals_and_meshes(tmp_path):
     assert b.faces.tolist() == [[0, 1, 2], [0, 2, 3]]
 
 
+def test_urdf_collada_visuals():
+    """ur5's COLLADA (.dae) visual meshes (trimesh + pycollada) are drawn, not its collision
+    shapes: each is the .dae file's mesh, finer than the STL collision mesh of the same link and
+    within 5 mm of its bounding box."""
+    import warnings
+    import xml.etree.ElementTree as ET
+
+    from jaxdyn.viz.scene import read_mesh, resolve_mesh
+
+    path, _ = robots.resolve("ur5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mesh left unread
+        scene = viz.Scene.load("ur5")
+    by_link = {g.name.split("/")[0]: g for g in scene.geoms}
+    urdf_dir = Path(path).resolve().parent
+    checked = 0
+    for link in ET.parse(path).getroot().findall("link"):
+        vis = link.find("visual/geometry/mesh")
+        col = link.find("collision/geometry/mesh")
+        if vis is None or not vis.get("filename").endswith(".dae"):
+            continue
+        g = by_link[link.get("name")]
+        assert g.kind == "mesh" and g.name.endswith("/visual0"), g.name
+        v_dae, _ = read_mesh(resolve_mesh(vis.get("filename"), urdf_dir))
+        assert np.array_equal(g.vertices, v_dae)
+        v_stl, _ = read_mesh(resolve_mesh(col.get("filename"), urdf_dir))
+        assert len(g.vertices) > len(v_stl) > 8  # finer than the collision mesh and a box
+        assert np.abs(g.vertices.min(0) - v_stl.min(0)).max() < 5e-3
+        assert np.abs(g.vertices.max(0) - v_stl.max(0)).max() < 5e-3
+        checked += 1
+    assert checked == 7
+    cam = viz.Camera(lookat=(0.0, 0.0, 0.4), distance=2.0)
+    q = scene.nominal_q()[None]
+    img = viz.render(scene, q, width=W, height=H, camera=cam)[0]
+    speck = viz.Geom(-1, "sphere", (0.01,), p=(0.0, 0.0, -5.0))  # out of view
+    empty = viz.render(viz.Scene(scene.model, [speck]), q, width=W, height=H, camera=cam)[0]
+    assert _difference(img, empty)[1] > 0.02  # the arm covers part of the frame
+
+
+def test_unreadable_meshes_are_named(tmp_path, monkeypatch):
+    """A visual mesh that cannot be read falls back to the link's collision shape, and the
+    warning names the file: a format nothing reads, a malformed .dae, a .dae without
+    pycollada."""
+    (tmp_path / "a.3ds").write_text("junk")
+    (tmp_path / "b.dae").write_text("junk")
+    inertial = '<inertial><mass value="1"/><inertia ixx=".1" iyy=".1" izz=".1" ixy="0" ixz="0" iyz="0"/></inertial>'  # noqa: E501
+    links = "".join(
+        f"""<link name="{n}">{inertial}
+          <visual><geometry><mesh filename="{n}"/></geometry></visual>
+          <collision><geometry><sphere radius="0.1"/></geometry></collision></link>"""
+        for n in ("a.3ds", "b.dae")
+    )
+    urdf = tmp_path / "r.urdf"
+    urdf.write_text(f"""<robot name="r">{links}
+      <joint name="j" type="revolute"><parent link="a.3ds"/><child link="b.dae"/>
+        <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+    </robot>""")
+    with pytest.warns(UserWarning) as rec:
+        scene = viz.Scene.load(urdf)
+    msg = str(rec[0].message)
+    assert "2 mesh(es) of r.urdf" in msg
+    assert f"{tmp_path / 'a.3ds'}: unsupported mesh format '.3ds'" in msg
+    assert f"{tmp_path / 'b.dae'}: not a readable .dae mesh" in msg
+    assert msg.count("(collision shapes drawn instead)") == 2
+    assert [g.kind for g in scene.geoms] == ["sphere", "sphere"]
+    monkeypatch.setitem(sys.modules, "collada", None)  # pycollada not installed
+    with pytest.warns(UserWarning, match=r"b\.dae: COLLADA \(\.dae\) meshes need pycollada"):
+        viz.Scene.load(urdf)
+
+
 def model_frame(scene, g):
     return scene.model.frame_names[g.frame]
 

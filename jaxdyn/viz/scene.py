@@ -9,8 +9,9 @@ the browser viewer) draw the same scene, posed by :func:`frame_poses` (jaxdyn's
 Where the geometry comes from (:meth:`Scene.load`):
 
 * URDF: each link's ``<visual>`` elements (``<collision>`` where a link has no visual): box,
-  cylinder, sphere and mesh (STL and OBJ read here; other formats, e.g. COLLADA ``.dae``, through
-  ``trimesh`` when it is installed, otherwise skipped with a warning naming them). ``package://``
+  cylinder, sphere and mesh (STL and OBJ read here; COLLADA ``.dae`` and other formats through
+  ``trimesh`` and ``pycollada``, the ``viz`` extra; a mesh that cannot be read is skipped, the
+  link drawn with its collision shapes, and one warning names the files). ``package://``
   names are looked up as a directory of that name among the URDF's ancestors or
   ``package_dirs``; a mesh path that leaves its package (or, for a relative path, the URDF's
   directory) is refused unless ``allow_outside=True``;
@@ -116,9 +117,12 @@ def _read_obj(path: Path):
 
 def read_mesh(path):
     """``(vertices (n, 3), faces (m, 3))`` of a triangle mesh file: STL (binary or ASCII) and
-    OBJ here, other formats (COLLADA ``.dae``, ...) through ``trimesh`` if installed.
-    ``ImportError`` for a format this installation cannot read, ``ValueError`` for a file
-    that is not what its suffix says."""
+    OBJ here, COLLADA ``.dae`` (through ``pycollada``) and the other formats ``trimesh`` reads
+    through ``trimesh`` (the ``viz`` extra). A COLLADA file's node transforms and ``<unit>``
+    (metres) are applied, its ``<up_axis>`` is not (as in URDF tools).
+    ``ImportError`` naming the file when ``trimesh`` (or, for ``.dae``, ``pycollada``) is not
+    installed, ``ValueError`` naming the file for a format nothing here reads or a file that is
+    not what its suffix says."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".stl":
@@ -129,13 +133,31 @@ def read_mesh(path):
         import trimesh
     except ImportError:
         raise ImportError(
-            f"{path.name}: {suffix} meshes need trimesh (pip install trimesh pycollada)"
+            f"{path}: {suffix or 'suffix-less'} meshes need trimesh "
+            "(pip install 'jaxdyn[viz]', or trimesh pycollada)"
         ) from None
+    if suffix == ".dae":
+        try:
+            import collada  # noqa: F401  (trimesh's COLLADA reader)
+        except ImportError:
+            raise ImportError(
+                f"{path}: COLLADA (.dae) meshes need pycollada (pip install 'jaxdyn[viz]')"
+            ) from None
+    if suffix[1:] not in trimesh.available_formats():
+        raise ValueError(
+            f"{path}: unsupported mesh format {suffix or '(no suffix)'!r} "
+            "(STL, OBJ, COLLADA .dae, PLY, GLB/GLTF, OFF are read)"
+        )
     try:
         m = trimesh.load(str(path), force="mesh")
-    except Exception as e:  # trimesh raises many kinds (missing pycollada among them)
-        raise ImportError(f"{path.name}: trimesh could not read it: {e}") from None
-    return np.asarray(m.vertices, np.float64), np.asarray(m.faces, np.int64)
+    except Exception as e:  # trimesh and pycollada raise many kinds
+        raise ValueError(f"{path}: not a readable {suffix} mesh: {e}") from None
+    if suffix == ".dae" and m.units not in (None, "meters"):  # COLLADA <unit meter=...>
+        m.convert_units("meters")
+    v, f = np.asarray(m.vertices, np.float64), np.asarray(m.faces, np.int64)
+    if len(v) == 0 or len(f) == 0:
+        raise ValueError(f"{path}: no triangles in the {suffix} mesh")
+    return v, f
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -249,8 +271,8 @@ def _urdf_geom(
 def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
     """:class:`Geom` of a URDF's ``<visual>`` elements on ``model``'s frames (link names); a
     link's ``<collision>`` elements instead where it has no visual or a visual mesh that cannot
-    be read (e.g. COLLADA without trimesh). Meshes left unread are skipped with one warning
-    naming them."""
+    be read (e.g. COLLADA without pycollada). One warning names every mesh file left unread,
+    including those whose link is drawn with its collision shapes instead."""
     source = Path(source)
     root = ET.parse(source).getroot()
     urdf_dir = source.resolve().parent
@@ -279,7 +301,9 @@ def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
         if errors or not got:  # collision shapes where visual meshes fail (or there are none)
             c_got, c_errors = parse("collision")
             if c_got and not c_errors:
-                got, errors = c_got, []
+                if errors:
+                    errors = [f"{e} (collision shapes drawn instead)" for e in errors]
+                got = c_got
             elif not got:
                 got, errors = c_got, errors + c_errors
         geoms += got
