@@ -145,6 +145,53 @@ def test_reference_mjcf(tmp_path):
     assert _close(_compare("mjcf_leg", img[0]))
 
 
+def test_mjcf_heightfield_drawn(tmp_path):
+    """An MJCF heightfield (elevation given inline) is drawn as terrain: a mesh whose points are
+    where MuJoCo's ray casting finds the heightfield, red pixels where the frame without it shows
+    only the sky."""
+    import mujoco
+
+    xml = tmp_path / "h.xml"
+    xml.write_text(
+        textwrap.dedent("""
+        <mujoco>
+          <asset>
+            <hfield name="h" nrow="3" ncol="4" size="1 .8 .3 .05"
+                    elevation="0 1 2 3  1 2 3 2  0 0 1 3"/>
+          </asset>
+          <worldbody>
+            <geom type="hfield" hfield="h" pos=".2 -.1 .05" euler="0 0 20" rgba=".9 .1 .1 1"/>
+            <body name="ball" pos="5 0 .5"><freejoint/><geom type="sphere" size=".1"/></body>
+          </worldbody>
+        </mujoco>""")
+    )
+    scene = viz.Scene.load(xml)
+    assert scene.terrain is None  # the heightfield is the ground: no plane added
+    (hf,) = [g for g in scene.geoms if g.frame == -1]
+    assert hf.kind == "mesh" and hf.vertices.shape == (12, 3) and len(hf.faces) == 12
+    pts = hf.vertices @ hf.R.T + hf.p
+    m = mujoco.MjModel.from_xml_path(str(xml))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    for x in pts:  # each grid point lies on the surface MuJoCo collides with
+        geom = np.array([-1], np.int32)
+        start = x + 1e-7 * (hf.p - x) + [0, 0, 2.0]  # (a hair inside the edge)
+        dist = mujoco.mj_ray(m, d, start, np.array([0, 0, -1.0]), None, 1, -1, geom)
+        assert geom[0] == 0 and abs(2.0 - dist) < 1e-6, (x, dist)
+    assert np.ptp(pts[:, 2]) > 0.29  # the elevation's 0.3 m relief
+    cam = viz.Camera(lookat=(0.2, -0.1, 0.0), distance=4.0, elevation=-89.0)
+    q = scene.nominal_q()[None]
+    img = viz.render(scene, q, width=W, height=H, camera=cam)[0]
+    rest = viz.Scene(scene.model, [g for g in scene.geoms if g is not hf], terrain=None)
+    sky = viz.render(rest, q, width=W, height=H, camera=cam)[0]
+    rgb = lambda a: [a[..., k].astype(int) for k in range(3)]  # noqa: E731
+    red = lambda a: (rgb(a)[0] > 90) & (rgb(a)[0] > 2 * rgb(a)[2])  # noqa: E731
+    terrain = red(img)
+    assert not red(sky).any()
+    assert terrain[H // 3 : 2 * H // 3, W // 3 : 2 * W // 3].mean() > 0.5  # (the ball in front)
+    assert 0.1 < terrain.mean() < 0.9
+
+
 def test_follow_camera_tracks_base(quad):
     """A base moving along x stays at the image centre with the follow camera, leaves it with
     a fixed one."""

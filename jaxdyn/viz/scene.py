@@ -15,8 +15,9 @@ Where the geometry comes from (:meth:`Scene.load`):
   names are looked up as a directory of that name among the URDF's ancestors or
   ``package_dirs``; a mesh path that leaves its package (or, for a relative path, the URDF's
   directory) is refused unless ``allow_outside=True``;
-* MJCF (``.xml``, :func:`jaxdyn.load_mjcf`): the compiled model's geoms (primitives and meshes)
-  and its ground plane;
+* MJCF (``.xml``, :func:`jaxdyn.load_mjcf`): the compiled model's geoms (primitives, meshes and
+  heightfields, the latter as meshes of their surface) and its ground plane (no plane is added
+  to a model with a heightfield and none);
 * a bare :class:`jaxdyn.Model` (or a URDF without visuals, such as the bundled ``arm7`` and
   ``quad12``): a stick figure, capsules from each body's joint to its children's joints and a
   sphere at each joint, plus the contact spheres when a contact set is given.
@@ -329,9 +330,29 @@ def _quat_mat(q):
     )
 
 
+def hfield_mesh(mj_model, k):
+    """``(vertices, faces)`` of the top surface of a compiled MuJoCo model's heightfield ``k``
+    in its geom's frame: MuJoCo's convention, grid point ``(row, col)`` at
+    ``x = (2 col / (ncol - 1) - 1) size[0]``, ``y = (2 row / (nrow - 1) - 1) size[1]``,
+    ``z = data[row, col] size[2]`` (``data`` normalised to ``[0, 1]`` by the compiler)."""
+    nrow, ncol = int(mj_model.hfield_nrow[k]), int(mj_model.hfield_ncol[k])
+    a = int(mj_model.hfield_adr[k])
+    data = np.array(mj_model.hfield_data[a : a + nrow * ncol], float).reshape(nrow, ncol)
+    sx, sy, sz = (float(x) for x in mj_model.hfield_size[k][:3])
+    X, Y = np.meshgrid(np.linspace(-sx, sx, ncol), np.linspace(-sy, sy, nrow))
+    v = np.stack([X, Y, data * sz], -1).reshape(-1, 3)
+    i = (np.arange(nrow - 1)[:, None] * ncol + np.arange(ncol - 1)).reshape(-1)
+    # counter-clockwise seen from +z: (r, c), (r, c+1), (r+1, c+1) and (r, c), (r+1, c+1), (r+1, c)
+    f = np.concatenate(
+        [np.stack([i, i + 1, i + ncol + 1], 1), np.stack([i, i + ncol + 1, i + ncol], 1)]
+    )
+    return v, f
+
+
 def mjcf_geoms(model, mj_model) -> list:
-    """:class:`Geom` of a compiled MuJoCo model's geoms (planes and heightfields left out:
-    the scene's terrain draws the ground) on ``model``'s frames (body names)."""
+    """:class:`Geom` of a compiled MuJoCo model's geoms on ``model``'s frames (body names):
+    heightfields as meshes of their surface (:func:`hfield_mesh`), planes left out (the scene's
+    terrain draws the ground)."""
     import mujoco
 
     from ..model.mjcf import mujoco_names
@@ -346,6 +367,7 @@ def mjcf_geoms(model, mj_model) -> list:
         int(T.mjGEOM_CAPSULE): "capsule",
         int(T.mjGEOM_ELLIPSOID): "ellipsoid",
         int(T.mjGEOM_MESH): "mesh",
+        int(T.mjGEOM_HFIELD): "hfield",
     }
     geoms = []
     for g in range(mj_model.ngeom):
@@ -368,6 +390,9 @@ def mjcf_geoms(model, mj_model) -> list:
                 faces=np.array(mj_model.mesh_face[f0 : f0 + nf], np.int64),
             )
             size = (1.0,)
+        elif kind == "hfield":
+            v, f = hfield_mesh(mj_model, int(mj_model.geom_dataid[g]))
+            kind, size, extra = "mesh", (1.0,), dict(vertices=v, faces=f)
         rgba = np.array(mj_model.geom_rgba[g], float)
         mat = int(mj_model.geom_matid[g])
         if mat >= 0:
@@ -592,7 +617,11 @@ class Scene:
             if contacts is None and mj.contacts:
                 contacts = sim.contact_set(model, mj.contacts)
             if isinstance(terrain, str) and terrain == "plane":
-                terrain = mj.terrain if mj.terrain is not None else sim.Plane()
+                import mujoco
+
+                hfield = int(mujoco.mjtGeom.mjGEOM_HFIELD) in set(mj.mj_model.geom_type.tolist())
+                # the model's ground plane; none added under a heightfield (it is the ground)
+                terrain = mj.terrain if mj.terrain is not None or hfield else sim.Plane()
             if not geoms:
                 geoms = stick_geoms(model)
             return cls(model, geoms, terrain=terrain, contacts=contacts)
@@ -629,7 +658,8 @@ class Scene:
                 q[int(t.q_start[b])] = 1.0
         if model.floating_base:
             R, p = frame_poses(model, q[None])
-            lo = min(float(np.min(_geom_points(g, R[0], p[0])[:, 2])) for g in self.geoms)
+            moving = [g for g in self.geoms if g.frame >= 0] or self.geoms  # not the world's
+            lo = min(float(np.min(_geom_points(g, R[0], p[0])[:, 2])) for g in moving)
             q[2] -= lo
         return q
 
