@@ -554,6 +554,7 @@ def test_cli_sim(tmp_path, capsys):
                         "--save", tmp_path / "fall.npz", "--fps", 20, "--no-forces")  # fmt: skip
     assert rc == 0, err
     assert "simulating arm7" in err and "wrote" in out
+    assert "simulating steps 10/10" in err and "rendering frames 3/3" in err  # progress
     z = np.load(tmp_path / "fall.npz")
     assert z["q"].shape == (10, 7) and float(z["dt"]) == 0.01
     assert np.abs(z["q"][-1]).max() > 1e-3  # it moved
