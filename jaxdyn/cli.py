@@ -626,6 +626,7 @@ def _cmd_sim(args) -> int:
             dt=args.dt,
             hold=not args.limp,
             forces=args.forces,
+            progress=True,
         )
     except ValueError as e:
         raise UserError(_one_line(e)) from None

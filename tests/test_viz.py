@@ -145,6 +145,53 @@ def test_reference_mjcf(tmp_path):
     assert _close(_compare("mjcf_leg", img[0]))
 
 
+def test_mjcf_heightfield_drawn(tmp_path):
+    """An MJCF heightfield (elevation given inline) is drawn as terrain: a mesh whose points are
+    where MuJoCo's ray casting finds the heightfield, red pixels where the frame without it shows
+    only the sky."""
+    import mujoco
+
+    xml = tmp_path / "h.xml"
+    xml.write_text(
+        textwrap.dedent("""
+        <mujoco>
+          <asset>
+            <hfield name="h" nrow="3" ncol="4" size="1 .8 .3 .05"
+                    elevation="0 1 2 3  1 2 3 2  0 0 1 3"/>
+          </asset>
+          <worldbody>
+            <geom type="hfield" hfield="h" pos=".2 -.1 .05" euler="0 0 20" rgba=".9 .1 .1 1"/>
+            <body name="ball" pos="5 0 .5"><freejoint/><geom type="sphere" size=".1"/></body>
+          </worldbody>
+        </mujoco>""")
+    )
+    scene = viz.Scene.load(xml)
+    assert scene.terrain is None  # the heightfield is the ground: no plane added
+    (hf,) = [g for g in scene.geoms if g.frame == -1]
+    assert hf.kind == "mesh" and hf.vertices.shape == (12, 3) and len(hf.faces) == 12
+    pts = hf.vertices @ hf.R.T + hf.p
+    m = mujoco.MjModel.from_xml_path(str(xml))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    for x in pts:  # each grid point lies on the surface MuJoCo collides with
+        geom = np.array([-1], np.int32)
+        start = x + 1e-7 * (hf.p - x) + [0, 0, 2.0]  # (a hair inside the edge)
+        dist = mujoco.mj_ray(m, d, start, np.array([0, 0, -1.0]), None, 1, -1, geom)
+        assert geom[0] == 0 and abs(2.0 - dist) < 1e-6, (x, dist)
+    assert np.ptp(pts[:, 2]) > 0.29  # the elevation's 0.3 m relief
+    cam = viz.Camera(lookat=(0.2, -0.1, 0.0), distance=4.0, elevation=-89.0)
+    q = scene.nominal_q()[None]
+    img = viz.render(scene, q, width=W, height=H, camera=cam)[0]
+    rest = viz.Scene(scene.model, [g for g in scene.geoms if g is not hf], terrain=None)
+    sky = viz.render(rest, q, width=W, height=H, camera=cam)[0]
+    rgb = lambda a: [a[..., k].astype(int) for k in range(3)]  # noqa: E731
+    red = lambda a: (rgb(a)[0] > 90) & (rgb(a)[0] > 2 * rgb(a)[2])  # noqa: E731
+    terrain = red(img)
+    assert not red(sky).any()
+    assert terrain[H // 3 : 2 * H // 3, W // 3 : 2 * W // 3].mean() > 0.5  # (the ball in front)
+    assert 0.1 < terrain.mean() < 0.9
+
+
 def test_follow_camera_tracks_base(quad):
     """A base moving along x stays at the image centre with the follow camera, leaves it with
     a fixed one."""
@@ -256,6 +303,76 @@ def test_urdf_visuals_and_meshes(tmp_path):
         scene = viz.Scene.load(urdf, allow_outside=True)
     b = scene.geoms[2]
     assert b.faces.tolist() == [[0, 1, 2], [0, 2, 3]]
+
+
+def test_urdf_collada_visuals():
+    """ur5's COLLADA (.dae) visual meshes (trimesh + pycollada) are drawn, not its collision
+    shapes: each is the .dae file's mesh, finer than the STL collision mesh of the same link and
+    within 5 mm of its bounding box."""
+    import warnings
+    import xml.etree.ElementTree as ET
+
+    from jaxdyn.viz.scene import read_mesh, resolve_mesh
+
+    path, _ = robots.resolve("ur5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mesh left unread
+        scene = viz.Scene.load("ur5")
+    by_link = {g.name.split("/")[0]: g for g in scene.geoms}
+    urdf_dir = Path(path).resolve().parent
+    checked = 0
+    for link in ET.parse(path).getroot().findall("link"):
+        vis = link.find("visual/geometry/mesh")
+        col = link.find("collision/geometry/mesh")
+        if vis is None or not vis.get("filename").endswith(".dae"):
+            continue
+        g = by_link[link.get("name")]
+        assert g.kind == "mesh" and g.name.endswith("/visual0"), g.name
+        v_dae, _ = read_mesh(resolve_mesh(vis.get("filename"), urdf_dir))
+        assert np.array_equal(g.vertices, v_dae)
+        v_stl, _ = read_mesh(resolve_mesh(col.get("filename"), urdf_dir))
+        assert len(g.vertices) > len(v_stl) > 8  # finer than the collision mesh and a box
+        assert np.abs(g.vertices.min(0) - v_stl.min(0)).max() < 5e-3
+        assert np.abs(g.vertices.max(0) - v_stl.max(0)).max() < 5e-3
+        checked += 1
+    assert checked == 7
+    cam = viz.Camera(lookat=(0.0, 0.0, 0.4), distance=2.0)
+    q = scene.nominal_q()[None]
+    img = viz.render(scene, q, width=W, height=H, camera=cam)[0]
+    speck = viz.Geom(-1, "sphere", (0.01,), p=(0.0, 0.0, -5.0))  # out of view
+    empty = viz.render(viz.Scene(scene.model, [speck]), q, width=W, height=H, camera=cam)[0]
+    assert _difference(img, empty)[1] > 0.02  # the arm covers part of the frame
+
+
+def test_unreadable_meshes_are_named(tmp_path, monkeypatch):
+    """A visual mesh that cannot be read falls back to the link's collision shape, and the
+    warning names the file: a format nothing reads, a malformed .dae, a .dae without
+    pycollada."""
+    (tmp_path / "a.3ds").write_text("junk")
+    (tmp_path / "b.dae").write_text("junk")
+    inertial = '<inertial><mass value="1"/><inertia ixx=".1" iyy=".1" izz=".1" ixy="0" ixz="0" iyz="0"/></inertial>'  # noqa: E501
+    links = "".join(
+        f"""<link name="{n}">{inertial}
+          <visual><geometry><mesh filename="{n}"/></geometry></visual>
+          <collision><geometry><sphere radius="0.1"/></geometry></collision></link>"""
+        for n in ("a.3ds", "b.dae")
+    )
+    urdf = tmp_path / "r.urdf"
+    urdf.write_text(f"""<robot name="r">{links}
+      <joint name="j" type="revolute"><parent link="a.3ds"/><child link="b.dae"/>
+        <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+    </robot>""")
+    with pytest.warns(UserWarning) as rec:
+        scene = viz.Scene.load(urdf)
+    msg = str(rec[0].message)
+    assert "2 mesh(es) of r.urdf" in msg
+    assert f"{tmp_path / 'a.3ds'}: unsupported mesh format '.3ds'" in msg
+    assert f"{tmp_path / 'b.dae'}: not a readable .dae mesh" in msg
+    assert msg.count("(collision shapes drawn instead)") == 2
+    assert [g.kind for g in scene.geoms] == ["sphere", "sphere"]
+    monkeypatch.setitem(sys.modules, "collada", None)  # pycollada not installed
+    with pytest.warns(UserWarning, match=r"b\.dae: COLLADA \(\.dae\) meshes need pycollada"):
+        viz.Scene.load(urdf)
 
 
 def model_frame(scene, g):
@@ -437,6 +554,7 @@ def test_cli_sim(tmp_path, capsys):
                         "--save", tmp_path / "fall.npz", "--fps", 20, "--no-forces")  # fmt: skip
     assert rc == 0, err
     assert "simulating arm7" in err and "wrote" in out
+    assert "simulating steps 10/10" in err and "rendering frames 3/3" in err  # progress
     z = np.load(tmp_path / "fall.npz")
     assert z["q"].shape == (10, 7) and float(z["dt"]) == 0.01
     assert np.abs(z["q"][-1]).max() > 1e-3  # it moved

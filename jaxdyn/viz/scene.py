@@ -9,13 +9,15 @@ the browser viewer) draw the same scene, posed by :func:`frame_poses` (jaxdyn's
 Where the geometry comes from (:meth:`Scene.load`):
 
 * URDF: each link's ``<visual>`` elements (``<collision>`` where a link has no visual): box,
-  cylinder, sphere and mesh (STL and OBJ read here; other formats, e.g. COLLADA ``.dae``, through
-  ``trimesh`` when it is installed, otherwise skipped with a warning naming them). ``package://``
+  cylinder, sphere and mesh (STL and OBJ read here; COLLADA ``.dae`` and other formats through
+  ``trimesh`` and ``pycollada``, the ``viz`` extra; a mesh that cannot be read is skipped, the
+  link drawn with its collision shapes, and one warning names the files). ``package://``
   names are looked up as a directory of that name among the URDF's ancestors or
   ``package_dirs``; a mesh path that leaves its package (or, for a relative path, the URDF's
   directory) is refused unless ``allow_outside=True``;
-* MJCF (``.xml``, :func:`jaxdyn.load_mjcf`): the compiled model's geoms (primitives and meshes)
-  and its ground plane;
+* MJCF (``.xml``, :func:`jaxdyn.load_mjcf`): the compiled model's geoms (primitives, meshes and
+  heightfields, the latter as meshes of their surface) and its ground plane (no plane is added
+  to a model with a heightfield and none);
 * a bare :class:`jaxdyn.Model` (or a URDF without visuals, such as the bundled ``arm7`` and
   ``quad12``): a stick figure, capsules from each body's joint to its children's joints and a
   sphere at each joint, plus the contact spheres when a contact set is given.
@@ -116,9 +118,12 @@ def _read_obj(path: Path):
 
 def read_mesh(path):
     """``(vertices (n, 3), faces (m, 3))`` of a triangle mesh file: STL (binary or ASCII) and
-    OBJ here, other formats (COLLADA ``.dae``, ...) through ``trimesh`` if installed.
-    ``ImportError`` for a format this installation cannot read, ``ValueError`` for a file
-    that is not what its suffix says."""
+    OBJ here, COLLADA ``.dae`` (through ``pycollada``) and the other formats ``trimesh`` reads
+    through ``trimesh`` (the ``viz`` extra). A COLLADA file's node transforms and ``<unit>``
+    (metres) are applied, its ``<up_axis>`` is not (as in URDF tools).
+    ``ImportError`` naming the file when ``trimesh`` (or, for ``.dae``, ``pycollada``) is not
+    installed, ``ValueError`` naming the file for a format nothing here reads or a file that is
+    not what its suffix says."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".stl":
@@ -129,13 +134,31 @@ def read_mesh(path):
         import trimesh
     except ImportError:
         raise ImportError(
-            f"{path.name}: {suffix} meshes need trimesh (pip install trimesh pycollada)"
+            f"{path}: {suffix or 'suffix-less'} meshes need trimesh "
+            "(pip install 'jaxdyn[viz]', or trimesh pycollada)"
         ) from None
+    if suffix == ".dae":
+        try:
+            import collada  # noqa: F401  (trimesh's COLLADA reader)
+        except ImportError:
+            raise ImportError(
+                f"{path}: COLLADA (.dae) meshes need pycollada (pip install 'jaxdyn[viz]')"
+            ) from None
+    if suffix[1:] not in trimesh.available_formats():
+        raise ValueError(
+            f"{path}: unsupported mesh format {suffix or '(no suffix)'!r} "
+            "(STL, OBJ, COLLADA .dae, PLY, GLB/GLTF, OFF are read)"
+        )
     try:
         m = trimesh.load(str(path), force="mesh")
-    except Exception as e:  # trimesh raises many kinds (missing pycollada among them)
-        raise ImportError(f"{path.name}: trimesh could not read it: {e}") from None
-    return np.asarray(m.vertices, np.float64), np.asarray(m.faces, np.int64)
+    except Exception as e:  # trimesh and pycollada raise many kinds
+        raise ValueError(f"{path}: not a readable {suffix} mesh: {e}") from None
+    if suffix == ".dae" and m.units not in (None, "meters"):  # COLLADA <unit meter=...>
+        m.convert_units("meters")
+    v, f = np.asarray(m.vertices, np.float64), np.asarray(m.faces, np.int64)
+    if len(v) == 0 or len(f) == 0:
+        raise ValueError(f"{path}: no triangles in the {suffix} mesh")
+    return v, f
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -249,8 +272,8 @@ def _urdf_geom(
 def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
     """:class:`Geom` of a URDF's ``<visual>`` elements on ``model``'s frames (link names); a
     link's ``<collision>`` elements instead where it has no visual or a visual mesh that cannot
-    be read (e.g. COLLADA without trimesh). Meshes left unread are skipped with one warning
-    naming them."""
+    be read (e.g. COLLADA without pycollada). One warning names every mesh file left unread,
+    including those whose link is drawn with its collision shapes instead."""
     source = Path(source)
     root = ET.parse(source).getroot()
     urdf_dir = source.resolve().parent
@@ -279,7 +302,9 @@ def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
         if errors or not got:  # collision shapes where visual meshes fail (or there are none)
             c_got, c_errors = parse("collision")
             if c_got and not c_errors:
-                got, errors = c_got, []
+                if errors:
+                    errors = [f"{e} (collision shapes drawn instead)" for e in errors]
+                got = c_got
             elif not got:
                 got, errors = c_got, errors + c_errors
         geoms += got
@@ -305,9 +330,29 @@ def _quat_mat(q):
     )
 
 
+def hfield_mesh(mj_model, k):
+    """``(vertices, faces)`` of the top surface of a compiled MuJoCo model's heightfield ``k``
+    in its geom's frame: MuJoCo's convention, grid point ``(row, col)`` at
+    ``x = (2 col / (ncol - 1) - 1) size[0]``, ``y = (2 row / (nrow - 1) - 1) size[1]``,
+    ``z = data[row, col] size[2]`` (``data`` normalised to ``[0, 1]`` by the compiler)."""
+    nrow, ncol = int(mj_model.hfield_nrow[k]), int(mj_model.hfield_ncol[k])
+    a = int(mj_model.hfield_adr[k])
+    data = np.array(mj_model.hfield_data[a : a + nrow * ncol], float).reshape(nrow, ncol)
+    sx, sy, sz = (float(x) for x in mj_model.hfield_size[k][:3])
+    X, Y = np.meshgrid(np.linspace(-sx, sx, ncol), np.linspace(-sy, sy, nrow))
+    v = np.stack([X, Y, data * sz], -1).reshape(-1, 3)
+    i = (np.arange(nrow - 1)[:, None] * ncol + np.arange(ncol - 1)).reshape(-1)
+    # counter-clockwise seen from +z: (r, c), (r, c+1), (r+1, c+1) and (r, c), (r+1, c+1), (r+1, c)
+    f = np.concatenate(
+        [np.stack([i, i + 1, i + ncol + 1], 1), np.stack([i, i + ncol + 1, i + ncol], 1)]
+    )
+    return v, f
+
+
 def mjcf_geoms(model, mj_model) -> list:
-    """:class:`Geom` of a compiled MuJoCo model's geoms (planes and heightfields left out:
-    the scene's terrain draws the ground) on ``model``'s frames (body names)."""
+    """:class:`Geom` of a compiled MuJoCo model's geoms on ``model``'s frames (body names):
+    heightfields as meshes of their surface (:func:`hfield_mesh`), planes left out (the scene's
+    terrain draws the ground)."""
     import mujoco
 
     from ..model.mjcf import mujoco_names
@@ -322,6 +367,7 @@ def mjcf_geoms(model, mj_model) -> list:
         int(T.mjGEOM_CAPSULE): "capsule",
         int(T.mjGEOM_ELLIPSOID): "ellipsoid",
         int(T.mjGEOM_MESH): "mesh",
+        int(T.mjGEOM_HFIELD): "hfield",
     }
     geoms = []
     for g in range(mj_model.ngeom):
@@ -344,6 +390,9 @@ def mjcf_geoms(model, mj_model) -> list:
                 faces=np.array(mj_model.mesh_face[f0 : f0 + nf], np.int64),
             )
             size = (1.0,)
+        elif kind == "hfield":
+            v, f = hfield_mesh(mj_model, int(mj_model.geom_dataid[g]))
+            kind, size, extra = "mesh", (1.0,), dict(vertices=v, faces=f)
         rgba = np.array(mj_model.geom_rgba[g], float)
         mat = int(mj_model.geom_matid[g])
         if mat >= 0:
@@ -568,7 +617,11 @@ class Scene:
             if contacts is None and mj.contacts:
                 contacts = sim.contact_set(model, mj.contacts)
             if isinstance(terrain, str) and terrain == "plane":
-                terrain = mj.terrain if mj.terrain is not None else sim.Plane()
+                import mujoco
+
+                hfield = int(mujoco.mjtGeom.mjGEOM_HFIELD) in set(mj.mj_model.geom_type.tolist())
+                # the model's ground plane; none added under a heightfield (it is the ground)
+                terrain = mj.terrain if mj.terrain is not None or hfield else sim.Plane()
             if not geoms:
                 geoms = stick_geoms(model)
             return cls(model, geoms, terrain=terrain, contacts=contacts)
@@ -605,7 +658,8 @@ class Scene:
                 q[int(t.q_start[b])] = 1.0
         if model.floating_base:
             R, p = frame_poses(model, q[None])
-            lo = min(float(np.min(_geom_points(g, R[0], p[0])[:, 2])) for g in self.geoms)
+            moving = [g for g in self.geoms if g.frame >= 0] or self.geoms  # not the world's
+            lo = min(float(np.min(_geom_points(g, R[0], p[0])[:, 2])) for g in moving)
             q[2] -= lo
         return q
 
