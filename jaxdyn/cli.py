@@ -660,25 +660,30 @@ def _cmd_view(args) -> int:
         return 0
 
 
+def _add_base_flags(p) -> None:
+    """``--floating`` / ``--fixed`` (``floating_base``: None keeps the file's or robot's own)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--floating",
+        dest="floating_base",
+        action="store_const",
+        const=True,
+        default=None,
+        help="attach the root link by a free joint (root_joint)",
+    )
+    g.add_argument(
+        "--fixed",
+        dest="floating_base",
+        action="store_const",
+        const=False,
+        help="weld the root link to the world",
+    )
+
+
 def _add_viz_parsers(sub) -> None:
     def model_args(p):
         p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
-        g = p.add_mutually_exclusive_group()
-        g.add_argument(
-            "--floating",
-            dest="floating_base",
-            action="store_const",
-            const=True,
-            default=None,
-            help="attach the root link by a free joint",
-        )
-        g.add_argument(
-            "--fixed",
-            dest="floating_base",
-            action="store_const",
-            const=False,
-            help="weld the root link to the world",
-        )
+        _add_base_flags(p)
         p.add_argument(
             "--allow-outside",
             action="store_true",
@@ -779,22 +784,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ROBOT",
         help="URDF path, bundled robot (arm7, quad12) or example-robot-data name",
     )
-    g = pi.add_mutually_exclusive_group()
-    g.add_argument(
-        "--floating",
-        dest="floating_base",
-        action="store_const",
-        const=True,
-        default=None,
-        help="attach the root link by a free joint (root_joint)",
-    )
-    g.add_argument(
-        "--fixed",
-        dest="floating_base",
-        action="store_const",
-        const=False,
-        help="weld the root link to the world",
-    )
+    _add_base_flags(pi)
     pi.set_defaults(func=_cmd_info)
 
     pd = sub.add_parser(
