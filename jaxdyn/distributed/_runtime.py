@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import re
 
@@ -72,13 +73,11 @@ def initialize(
             "initialize: call it before anything runs on a device (JAX's backends have started "
             f"and their settings can no longer change): {e}"
         ) from None
-    jax.distributed.initialize(
-        coordinator_address,
-        num_processes,
-        process_id,
-        initialization_timeout=initialization_timeout,
-        heartbeat_timeout_seconds=heartbeat_timeout_seconds,
-    )
+    kwargs = {"initialization_timeout": initialization_timeout}
+    # heartbeat_timeout_seconds: JAX >= 0.7 (JAX 0.6's heartbeat is fixed)
+    if "heartbeat_timeout_seconds" in inspect.signature(jax.distributed.initialize).parameters:
+        kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_seconds
+    jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
 
 
 def global_mesh(devices=None):
