@@ -312,6 +312,12 @@ def dense_reliable(M, L, x):
     return (lo > DENSE_PIVOT_TOL) & (dmin > DENSE_DIAG_SPREAD_TOL * dmax)
 
 
+def guard_dense(M, L, x, fallback):
+    """``x`` (a dense Cholesky result with ``M = L L^T``) where :func:`dense_reliable`, else
+    ``fallback()`` (``lax.cond``: the fallback runs only then), in ``x``'s dtype."""
+    return jax.lax.cond(dense_reliable(M, L, x), lambda: x, lambda: fallback().astype(x.dtype))
+
+
 def forward_dynamics_dense(model, ws, qd, tau, f_ext=None, guarded=False):
     """``qdd = M^-1 (tau - b)`` with ``M`` by CRBA, the bias ``b = rnea(q, v, 0, f_ext)`` and a
     LAPACK Cholesky factorisation (NaN where ``M`` is singular, as the sweeps give).
@@ -324,10 +330,7 @@ def forward_dynamics_dense(model, ws, qd, tau, f_ext=None, guarded=False):
     qdd = jsl.cho_solve((L, True), tau - b)
     if not guarded:
         return qdd
-    ok = dense_reliable(M, L, qdd)
-    return jax.lax.cond(
-        ok, lambda: qdd, lambda: aba_world(model, ws, qd, tau, f_ext)[0].astype(qdd.dtype)
-    )
+    return guard_dense(M, L, qdd, lambda: aba_world(model, ws, qd, tau, f_ext)[0])
 
 
 def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):

@@ -7,7 +7,6 @@ torques, sharing one articulated-inertia pass; no mass matrix is formed or facto
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -21,7 +20,7 @@ from .aba import (
     check_method,
     column_widths,
     dense_factor,
-    dense_reliable,
+    guard_dense,
     sweeps,
     use_dense,
     world_inertia_matrices,
@@ -69,15 +68,14 @@ def minv_world(model, ws, inertias=None):
 def minv_dense(model, ws, guarded=False):
     """``M^-1`` by CRBA and a LAPACK Cholesky solve (symmetrised; NaN where ``M`` is
     singular). ``guarded`` (``method="auto"``): :func:`minv_world` instead where the
-    factorisation is not trustworthy (:func:`~jaxdyn.algorithms.aba.dense_reliable`) or the
+    factorisation is not trustworthy (:func:`~jaxdyn.algorithms.aba.guard_dense`) or the
     inverse not finite."""
     M, L = dense_factor(model, ws)
     X = jsl.cho_solve((L, True), jnp.eye(model.nv, dtype=M.dtype))
     X = 0.5 * (X + X.T)
     if not guarded:
         return X
-    ok = dense_reliable(M, L, X)
-    return jax.lax.cond(ok, lambda: X, lambda: minv_world(model, ws).astype(X.dtype))
+    return guard_dense(M, L, X, lambda: minv_world(model, ws))
 
 
 @_checks.public("minv")
