@@ -221,105 +221,37 @@ def _eager(leaves) -> bool:
     return True
 
 
-def _nv2(model, itemsize):
-    return model.nv * model.nv
-
-
-def _kinematics(model, itemsize):
-    """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
-    119 frames), 128 (:data:`jaxdyn.batching.CHUNK_MAX`) on solo12 (13, 33); none (one
-    ``vmap``) below 40 bodies and frames.
-    Measured at B = 1024, float64, against one ``vmap``: talos_full 1.3-1.9x faster for the
-    seven kinematics and energy functions and 1.3-1.5x for the constraint kinematics, solo12
-    1.1-1.3x (``forward_kinematics`` 6 % slower, its frames' output dominating), arm7 (7
-    bodies, 19 frames) 6-11 % slower in chunks of 256 (``benchmarks/RESULTS.md``, "Design
-    measurements")."""
-    n = model.nb + len(model.frame_names)
-    return 5 * n if n >= 40 else 0
-
-
-#: public functions whose ``jax.vmap`` is evaluated in cache-sized chunks on the CPU
-#: (:func:`jaxdyn.batching.batched`), with an estimate of the numbers one sample keeps live
-#: (``words(model, itemsize)``), from which the chunk size is chosen
-#: (:func:`jaxdyn.batching.auto_chunk`): ``nv x nv`` matrices for the passes that carry them,
-#: ABA's 6x6 articulated inertias and RNEA's transforms, velocities, accelerations and forces
-#: per body. In float32 too (chunks were as fast or faster: ``batching.CHUNK_BYTES``). The
-#: kinematics, energy and constraint-kinematics functions take chunks sized by the number of
-#: bodies and frames (:func:`_kinematics`);
-#: ``integrate`` / ``difference`` (elementwise on ``q``) stay one ``vmap``.
-def _crba_words(model, itemsize):
-    """CRBA's chunks: none where its C kernel computes the batch (it keeps a block of samples
-    in the cache itself), else as the other ``nv x nv`` algorithms."""
-    from .algorithms import crba
-
-    if crba.kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
-        return 0
-    return _nv2(model, itemsize)
-
-
-BATCHED = {
-    "rnea": lambda m, _: 48 * m.nb,
-    "aba": lambda m, _: 36 * m.nb,
-    "crba": _crba_words,
-    "coriolis_matrix": _nv2,
-    "minv": _nv2,
-    "rnea_derivatives": lambda m, _: 4 * m.nv * m.nv,
-    "aba_derivatives": lambda m, _: 4 * m.nv * m.nv,
-    "delassus": _nv2,
-    "constrained_aba": _nv2,
-    "input_matrix": _nv2,
-    **{
-        name: _kinematics
-        for name in (
-            "forward_kinematics",
-            "frame_placement",
-            "frame_velocity",
-            "frame_acceleration",
-            "jacobian",
-            "joint_jacobians",
-            "center_of_mass",
-            "center_of_mass_jacobian",
-            "centroidal_momentum",
-            "centroidal_momentum_matrix",
-            "centroidal_momentum_bias",
-            "centroidal_dynamics",
-            "kinetic_energy",
-            "potential_energy",
-            "constraint_placements",
-            "constraint_jacobian",
-            "constraint_velocity",
-            "constraint_drift",
-            "constraint_error",
-        )
-    },
-}
-
-
-def public(name: str):
+def public(name: str, words=None, eager: bool | None = None):
     """Decorator of jaxdyn's public functions ``f(model, ...)``.
 
     * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
       the cluster function for a :class:`jaxdyn.clusters.ClusterModel`);
     * called outside any trace (eagerly), or under transformations evaluated eagerly
-      (:func:`_eager`: ``jax.jacfwd``, ``jax.grad``, ``jax.vmap`` outside ``jax.jit``), the
-      functions of :data:`EAGER_JIT` run as one compiled program (:func:`_eager_jit`; the
+      (:func:`_eager`: ``jax.jacfwd``, ``jax.grad``, ``jax.vmap`` outside ``jax.jit``), a
+      function with ``eager`` (default: those with ``words``; functions returning arrays, or
+      named tuples of them, alone) runs as one compiled program (:func:`_eager_jit`; the
       transformation then applies to it), and a failed value check raises
       :class:`CheckError` with the check's message; under a staging trace (``jax.jit``, a
       loop body) the function runs as is (the error surfaces where the compiled program
       runs, see the module docstring);
-    * for the functions of :data:`BATCHED`, ``jax.vmap`` on the CPU evaluates the batch in
-      cache-sized chunks (:func:`jaxdyn.batching.batched`).
+    * ``words`` is the function's chunk policy, declared next to it: with it, ``jax.vmap``
+      on the CPU evaluates the batch in cache-sized chunks (:func:`jaxdyn.batching.batched`),
+      ``words(model, itemsize)`` estimating the numbers one sample keeps live, from which the
+      chunk size is chosen (:func:`jaxdyn.batching.auto_chunk`; ``0``: one ``vmap``). The
+      wrapper keeps it as ``chunk_words`` (``None`` without).
     """
+    compile_eagerly = words is not None if eager is None else eager
 
     def decorate(fn):
-        chunked = batching.batched(fn, BATCHED[name]) if name in BATCHED else fn
-        run = _dispatch(chunked, fn, name in EAGER_JIT)
+        chunked = batching.batched(fn, words) if words is not None else fn
+        run = _dispatch(chunked, fn, compile_eagerly)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             check_model(name, args[0] if args else kwargs.get("model"))
             return run(*args, **kwargs)
 
+        wrapper.chunk_words = words
         return wrapper
 
     return decorate
@@ -361,10 +293,6 @@ def eager_jit(fn):
     compiles."""
     return functools.wraps(fn)(_dispatch(fn))
 
-
-#: public functions that, called eagerly, run as one compiled program (:func:`_eager_jit`):
-#: those returning arrays (or named tuples of arrays) alone
-EAGER_JIT = frozenset(BATCHED) | {"integrate", "difference", "bias_forces", "gravity_forces"}
 
 _OP_BY_OP = object()
 #: marks a leaf of an eager call given as its static part and arrays (``eager_split()``)

@@ -12,9 +12,9 @@ batch 1024 on one core it made ``aba`` and ``minv`` about 2x faster per sample, 
 Pinocchio C++"). The L3 cache is shared with whatever else runs on the machine, so chunks are
 sized for the private cache (:data:`CHUNK_BYTES`).
 
-Users should not have to know this, so the public functions listed in
-``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
-``jax.custom_batching.custom_vmap``): the plain
+Users should not have to know this, so the public functions that declare a chunk policy
+(``words=`` of ``jaxdyn._checks.public``, next to each function) carry a **batching rule**
+(:func:`batched`, built on ``jax.custom_batching.custom_vmap``): the plain
 ``jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))`` runs the chunked evaluation on the
 CPU. On GPUs and TPUs, where a whole batch is one wide kernel, the rule is a plain ``vmap``.
 The switch ``jaxdyn.config.update("vmap_chunk", n)`` sets the chunk size (``-1``, the default,
@@ -382,3 +382,24 @@ def batched(fn, words):
         return cj(*[leaves[i] for i in dyn])
 
     return wrapper
+
+
+# ----------------------------------------------------------------------------- chunk policies
+# Shared by several public functions (``words=`` of ``jaxdyn._checks.public``; each function
+# declares its own, these or a formula of its own): the numbers one sample keeps live, from
+# which :func:`auto_chunk` sizes the chunks. In float32 too (chunks were as fast or faster:
+# :data:`CHUNK_BYTES`).
+def nv2_words(model, itemsize) -> int:
+    """An ``nv x nv`` matrix per sample: the passes that carry one (CRBA, ``M^-1``, the
+    Coriolis matrix, the Delassus matrix, constrained dynamics, the input matrix)."""
+    return model.nv * model.nv
+
+
+def kinematics_words(model, itemsize) -> int:
+    """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
+    119 frames), 128 (:data:`CHUNK_MAX`) on solo12 (13, 33); none (one ``vmap``) below 40
+    bodies and frames. The kinematics, energy, centroidal and constraint-kinematics
+    functions. Measured against one ``vmap`` (``benchmarks/RESULTS.md``, "Design
+    measurements"): faster on talos_full and solo12, slower on arm7 (7 bodies, 19 frames)."""
+    n = model.nb + len(model.frame_names)
+    return 5 * n if n >= 40 else 0

@@ -375,7 +375,7 @@ def compilation_cache_path():
     import jax
     import jaxlib
 
-    from . import __version__
+    from ._versions import __version__
 
     name = f"jaxdyn-{__version__}_jax-{jax.__version__}_jaxlib-{jaxlib.__version__}"
     return _cache_root() / "xla" / name

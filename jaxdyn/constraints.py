@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, spatial
+from . import _checks, batching, spatial
 from ._precision import full_precision
 from .algorithms import kinematics as kin
 from .model import tree
@@ -413,7 +413,7 @@ def jacobian_from_rows(model, ws, lay, K):
     return jnp.where(jnp.asarray(mask), K @ ws.S.T, 0)
 
 
-@_checks.public("constraint_jacobian")
+@_checks.public("constraint_jacobian", words=batching.kinematics_words)
 @full_precision
 def constraint_jacobian(model, q, constraints):
     """Constraint Jacobian ``J (m, nv)``: rows of the constraints in the order given, each in
@@ -478,7 +478,7 @@ def kinematic_terms(model, ws, v, lay, pl: Placements):
     return y, drift
 
 
-@_checks.public("constraint_velocity")
+@_checks.public("constraint_velocity", words=batching.kinematics_words)
 def constraint_velocity(model, q, v, constraints):
     """Constraint velocity ``J v`` ``(m,)``."""
     fn = "constraint_velocity"
@@ -489,7 +489,7 @@ def constraint_velocity(model, q, v, constraints):
     return kinematic_terms(model, ws, v.astype(dt), lay, placements_from_state(model, ws, lay))[0]
 
 
-@_checks.public("constraint_drift")
+@_checks.public("constraint_drift", words=batching.kinematics_words)
 def constraint_drift(model, q, v, constraints):
     """``Jdot v`` ``(m,)``: the constraint acceleration at ``qdd = 0`` (no gravity), so that
     the constraint acceleration is ``J qdd + Jdot v`` (conventions in the module docstring)."""
@@ -575,7 +575,7 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     return jnp.concatenate([log3(rel), dp], -1).reshape(-1)[lay.row_flat]
 
 
-@_checks.public("constraint_error")
+@_checks.public("constraint_error", words=batching.kinematics_words)
 def constraint_error(model, q, constraints, targets=None):
     """Position-level constraint error ``(m,)`` with respect to the targets (see
     :func:`error_from_placements`); its time derivative is ``J v`` to first order."""
@@ -587,7 +587,7 @@ def constraint_error(model, q, constraints, targets=None):
     return error_from_placements(lay, placements_from_state(model, ws, lay), Rt, pt)
 
 
-@_checks.public("constraint_placements")
+@_checks.public("constraint_placements", words=batching.kinematics_words)
 def constraint_placements(model, q, constraints) -> Placements:
     """World placement ``(R (nc,3,3), p (nc,3))`` of every constraint frame / point."""
     fn = "constraint_placements"

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from . import _checks, joints
+from . import _checks, batching, joints
 from . import constraints as cons
 from ._precision import full_precision
 from .algorithms import aba as aba_mod
@@ -224,7 +224,7 @@ def _dense(model, ws, v, B):
     return sol[:, 0], sol[:, 1:]
 
 
-@_checks.public("input_matrix")
+@_checks.public("input_matrix", words=batching.nv2_words)
 @full_precision
 def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
     """Free accelerations and inertia-weighted input matrix: ``qdd = qdd0 + Bhat u``.

@@ -74,7 +74,7 @@ def test_jax_version_floor():
 def test_bound_objects():
     """The analytic-derivative rnea / aba, and the URDF(+) loader."""
     assert jaxdyn.rnea is jaxdyn.derivatives.rnea and jaxdyn.aba is jaxdyn.derivatives.aba
-    assert jaxdyn.load_urdf is C.urdfplus.load_urdf
+    assert jaxdyn.load_urdf is jaxdyn.io.load_urdf
     assert not hasattr(jaxdyn, "load_cluster_urdf")
     assert isinstance(jaxdyn.load_urdf(str(crobots.path("four_bar"))), C.ClusterModel)
     assert isinstance(jaxdyn.load_urdf(str(robots.resolve("arm7")[0])), jaxdyn.Model)

@@ -243,8 +243,9 @@ _KINEMATICS = (
     + ["integrate"],
 )
 def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
-    """The functions of ``_checks.BATCHED`` run chunked under plain ``jax.vmap`` (a chunk
-    loop in the program) with the results of one ``vmap``; the others stay one ``vmap``."""
+    """The functions that declare a chunk policy (``chunk_words``) run chunked under plain
+    ``jax.vmap`` (a chunk loop in the program) with the results of one ``vmap``; the others
+    stay one ``vmap``."""
     m, q, v = quad
     cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
     cs_t = (
@@ -289,8 +290,9 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)
     assert not loop_plain
-    assert (name in jaxdyn._checks.BATCHED) == (name != "integrate")
-    assert loop_chunked == (name in jaxdyn._checks.BATCHED)
+    public = getattr(jaxdyn, name, None) or getattr(jaxdyn.constraints, name)
+    assert (public.chunk_words is not None) == (name != "integrate")
+    assert loop_chunked == (public.chunk_words is not None)
     _close(chunked, plain)
 
 

@@ -342,10 +342,18 @@ def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
-@_checks.public("aba")
+def chunk_words(model, itemsize) -> int:
+    """ABA's chunk policy (``words=`` of its public wrappers): the 6x6 articulated inertias
+    of every body, per sample."""
+    return 36 * model.nb
+
+
+@_checks.public("aba", words=chunk_words)
 @full_precision
-def aba(model, q, v, tau, f_ext=None, method="auto"):
-    """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
+def aba_plain(model, q, v, tau, f_ext=None, method="auto"):
+    """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i``, without
+    analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.aba`` is this with
+    them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
     Reference: Featherstone 2008, Alg. 7.1 (ABA), in world coordinates.
 

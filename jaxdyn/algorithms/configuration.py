@@ -59,7 +59,7 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
     )
 
 
-@_checks.public("integrate")
+@_checks.public("integrate", eager=True)
 @full_precision
 def integrate(model, q, v):
     """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
@@ -70,7 +70,7 @@ def integrate(model, q, v):
     return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype), widths=("q", "v"))
 
 
-@_checks.public("difference")
+@_checks.public("difference", eager=True)
 @full_precision
 def difference(model, q0, q1):
     """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""

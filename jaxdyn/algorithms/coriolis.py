@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -178,7 +178,7 @@ def coriolis_world(model, ws, v):
     return jnp.where(anc, upper, jnp.where(anc.T, lower, 0))
 
 
-@_checks.public("coriolis_matrix")
+@_checks.public("coriolis_matrix", words=batching.nv2_words)
 @full_precision
 def coriolis_matrix(model, q, v):
     """Coriolis matrix ``C(q, v)`` (``nv x nv``): ``C v = rnea(q, v, 0) - g(q)`` (the Coriolis and

@@ -226,7 +226,16 @@ def crba_kernel(model, q):
     return crba_p.bind(q, *leaves, tree_def=tree_def)
 
 
-@_checks.public("crba")
+def chunk_words(model, itemsize) -> int:
+    """CRBA's chunk policy (``words=`` of :func:`crba`): none where its C kernel computes the
+    batch (it keeps a block of samples in the cache itself), else an ``nv x nv`` matrix per
+    sample, as the other algorithms that carry one."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return model.nv * model.nv
+
+
+@_checks.public("crba", words=chunk_words)
 @full_precision
 def crba(model, q):
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks
+from .. import _checks, batching
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
 
 
-@_checks.public("center_of_mass")
+@_checks.public("center_of_mass", words=batching.kinematics_words)
 @full_precision
 def center_of_mass(model, q):
     """Position of the whole robot's centre of mass in the world, ``(3,)``: the moving bodies'
@@ -27,7 +27,7 @@ def center_of_mass(model, q):
     return tree.sum_rows(ws.h) / jnp.sum(ws.mass)
 
 
-@_checks.public("kinetic_energy")
+@_checks.public("kinetic_energy", words=batching.kinematics_words)
 @full_precision
 def kinetic_energy(model, q, v):
     """``T = 1/2 v^T M(q) v``, summed over bodies (plus ``1/2 sum armature v^2``)."""
@@ -44,7 +44,7 @@ def kinetic_energy(model, q, v):
     return T
 
 
-@_checks.public("potential_energy")
+@_checks.public("potential_energy", words=batching.kinematics_words)
 @full_precision
 def potential_energy(model, q):
     """Gravitational potential energy ``U = -sum_i m_i g . c_i``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import _checks, batching, spatial
 from .._precision import full_precision
 from . import kinematics as kin
 
@@ -30,7 +30,7 @@ def frame_argument(fn, model, frame, reference) -> int:
     return model.frame_index(frame)
 
 
-@_checks.public("joint_jacobians")
+@_checks.public("joint_jacobians", words=batching.kinematics_words)
 @full_precision
 def joint_jacobians(model, q):
     """Motion subspace of every coordinate at the world origin, ``(6, nv)`` (Pinocchio's
@@ -81,7 +81,7 @@ def spread_columns(cols, idx, nv):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 1)
 
 
-@_checks.public("jacobian")
+@_checks.public("jacobian", words=batching.kinematics_words)
 @full_precision
 def jacobian(model, q, frame, reference: str = "local_world_aligned"):
     """Jacobian of a frame's spatial velocity ``[ω; v]`` with respect to ``v``, ``(6, nv)``.

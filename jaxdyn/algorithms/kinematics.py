@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, joints, spatial
+from .. import _checks, batching, joints, spatial
 from .._precision import full_precision
 from ..model import tree
 
@@ -249,7 +249,7 @@ def frame_placements(model, body: Placements) -> Placements:
     return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
-@_checks.public("forward_kinematics")
+@_checks.public("forward_kinematics", words=batching.kinematics_words)
 @full_precision
 def forward_kinematics(model, q) -> Kinematics:
     """World placements of all bodies and frames.
@@ -266,7 +266,7 @@ def forward_kinematics(model, q) -> Kinematics:
     return Kinematics(body, frame_placements(model, body))
 
 
-@_checks.public("frame_placement")
+@_checks.public("frame_placement", words=batching.kinematics_words)
 @full_precision
 def frame_placement(model, q, frame) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index), from the placements

@@ -4,7 +4,7 @@ Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1): :func:`rnea_local` in 
 coordinates, :func:`rnea_world` written in ground coordinates (Featherstone 2008 §5.3; the
 form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1), on the world state the other
 algorithms share (ABA's bias forces, the simulator, the cluster baselines, the IIM);
-:func:`joint_forces` picks one of them for the public :func:`rnea`.
+:func:`joint_forces` picks one of them for :func:`jaxdyn.rnea` (and :func:`rnea_plain`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
 
 def rnea_local(model, q, qd, qdd, f_ext=None):
     """RNEA in body coordinates (Featherstone 2008, Alg. 5.1 / Table 5.1), the form of the
-    public :func:`rnea` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
+    public ``rnea`` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
     body velocities, accelerations and subtree forces in each body's own frame, ``f_ext
     (nb, 6)`` in body coordinates too.
 
@@ -125,6 +125,12 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     return tau, v, a, F
 
 
+def chunk_words(model, itemsize) -> int:
+    """RNEA's chunk policy (``words=`` of its public wrappers): the transforms, velocities,
+    accelerations and forces of every body, per sample."""
+    return 48 * model.nb
+
+
 #: smallest batch (of a batching rule, ``jax.vmap`` of the public functions) for which
 #: :func:`joint_forces` takes the body form; single evaluations take the world form, which
 #: XLA compiles to fewer kernels (``jax.jit(rnea)`` per call, float64: solo12 33 us against
@@ -141,10 +147,12 @@ def joint_forces(model, q, qd, qdd, f_ext=None):
     return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
 
 
-@_checks.public("rnea")
+@_checks.public("rnea", words=chunk_words)
 @full_precision
-def rnea(model, q, v, a, f_ext=None):
-    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
+def rnea_plain(model, q, v, a, f_ext=None):
+    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, without
+    analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.rnea`` is this with
+    them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
     Reference: Featherstone 2008, Alg. 5.1 (RNEA), in body coordinates under ``jax.vmap``
     (:func:`rnea_local`) and in world coordinates otherwise (:func:`joint_forces`).
@@ -168,21 +176,21 @@ def rnea(model, q, v, a, f_ext=None):
     return joint_forces(model, q, v.astype(dtype), a.astype(dtype), f_ext)
 
 
-@_checks.public("bias_forces")
+@_checks.public("bias_forces", eager=True)
 @full_precision
 def bias_forces(model, q, v):
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
     q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
     dtype = _checks.common_dtype(q, v, model=model)
-    return rnea(model, q, v, jnp.zeros(model.nv, dtype))
+    return rnea_plain(model, q, v, jnp.zeros(model.nv, dtype))
 
 
-@_checks.public("gravity_forces")
+@_checks.public("gravity_forces", eager=True)
 @full_precision
 def gravity_forces(model, q):
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
     q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
     dtype = _checks.common_dtype(q, model=model)
     z = jnp.zeros(model.nv, dtype)
-    return rnea(model, q, z, z)
+    return rnea_plain(model, q, z, z)

@@ -20,9 +20,8 @@ by :func:`jaxdyn.model.urdf.parse_urdf`, which refuses DTDs/entities; its unknow
 from __future__ import annotations
 
 from ..model import urdf as _urdf
-from ..model.build import build_model
 from . import spec as S
-from .model import ClusterModel, build_clusters, check_floating_joints
+from .model import ClusterModel, build_clusters
 from .rotors import fold_rotors as _fold_rotors
 
 _COUPLING_TYPES = ("rolling",)
@@ -195,14 +194,12 @@ def load_urdf_plus(
     element (e.g. ``URDF+ <coupling name="knee">: missing <ratio>``).
     """
     robot = _urdf.parse_urdf(source, strict=strict)  # validates, refuses DTDs
-    return _build_plus(
-        robot, source, constraints, floating_base, gravity, name, fold_rotors, strict
-    )
+    return build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict)
 
 
-def _build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
+def build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
     """The cluster model of a parsed URDF+ file (its extra tags read from ``source``)."""
-    cons, independent = parse_extras(robot, _urdf._read_xml(source))
+    cons, independent = parse_extras(robot, _urdf.read_xml(source))
     return build(
         robot,
         tuple(cons) + tuple(constraints),
@@ -213,41 +210,3 @@ def _build_plus(robot, source, constraints, floating_base, gravity, name, fold_r
         fold_rotors=fold_rotors,
         strict=strict,
     )
-
-
-def load_urdf(
-    source,
-    floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
-    clusters: bool | None = None,
-    fold_rotors: bool = True,
-    strict: bool | None = None,
-):
-    """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
-
-    **Arguments:**
-
-    - ``source``, ``floating_base``, ``gravity``: as :func:`jaxdyn.model.load_urdf`. A file
-      whose root link carries its own ``floating`` joint refuses ``floating_base=True``
-      (``ValueError`` naming the joint: two stacked free joints give a singular mass matrix).
-    - ``clusters``: ``None`` (default): a file with URDF+ ``<coupling>`` or ``<loop>`` tags
-      gives a :class:`~jaxdyn.clusters.ClusterModel` (its cluster tree, for
-      :func:`jaxdyn.crnea` / :func:`jaxdyn.caba` / :func:`jaxdyn.cefpa`), any other file a
-      plain :class:`~jaxdyn.Model`; ``True``: always the cluster model (``<mimic>`` joints
-      then become linear couplings); ``False``: always the plain spanning-tree
-      :class:`~jaxdyn.Model` (loop tags and ``<mimic>`` ignored, as Pinocchio's default).
-    - ``fold_rotors``: for a cluster model, as :func:`jaxdyn.clusters.build`.
-    - ``strict``: as :func:`jaxdyn.model.load_urdf` (``None``: lenient, with a
-      :class:`jaxdyn.JaxdynWarning` per repaired element; ``True``: errors; ``False``: also
-      repair physically invalid inertias).
-
-    **Returns:** a :class:`~jaxdyn.Model` or a :class:`~jaxdyn.clusters.ClusterModel` (see
-    ``clusters``). Malformed input raises ``ValueError`` naming the element at fault.
-    """
-    robot = _urdf.parse_urdf(source, strict=strict)  # parsed once: each warning is given once
-    check_floating_joints(robot, floating_base)
-    if clusters is None:
-        clusters = any(el.tag in ("coupling", "loop") for el in robot.extra)
-    if clusters:
-        return _build_plus(robot, source, (), floating_base, gravity, None, fold_rotors, strict)
-    return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)

@@ -35,7 +35,7 @@ from ..algorithms.aba import (
 )
 from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
-from .idsva import idsva_world
+from .idsva import chunk_words, idsva_world
 
 #: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Set from the
 #: DMM / AZA sweep over serial chains of ``benchmarks/derivatives.py`` (``benchmarks/RESULTS.md``,
@@ -117,7 +117,7 @@ def _prepare_fd(fn, model, q, v, tau, f_ext):
     return model, q, v.astype(dtype), tau.astype(dtype), f_ext
 
 
-@_checks.public("aba_derivatives")
+@_checks.public("aba_derivatives", words=chunk_words)
 @full_precision
 def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
     """Partial derivatives of forward dynamics ``qdd = aba(q, v, tau, f_ext)`` (FDSVA).

@@ -226,7 +226,13 @@ def _prepare_id(fn, model, q, v, a, f_ext):
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
-@_checks.public("rnea_derivatives")
+def chunk_words(model, itemsize) -> int:
+    """The derivatives' chunk policy (``words=`` of ``rnea_derivatives`` and
+    ``aba_derivatives``): four ``nv x nv`` partials per sample."""
+    return 4 * model.nv * model.nv
+
+
+@_checks.public("rnea_derivatives", words=chunk_words)
 @full_precision
 def rnea_derivatives(model, q, v, a, f_ext=None):
     """Partial derivatives of inverse dynamics ``tau = rnea(q, v, a, f_ext)`` by IDSVA.

@@ -180,7 +180,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
-@_checks.public("rnea")
+@_checks.public("rnea", words=_rnea.chunk_words)
 @full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
@@ -190,12 +190,12 @@ def rnea(model, q, v, a, f_ext=None):
     derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
     Algorithm 1, Eqs. 30, 32.
 
-    Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea`; every JAX transform
+    Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea_plain`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
     module docstring for the tangent conventions and :func:`set_analytic_derivatives`.
     """
     if not config.get("analytic_derivatives"):
-        return _rnea.rnea(model, q, v, a, f_ext)
+        return _rnea.rnea_plain(model, q, v, a, f_ext)
     model, q, v, a, f_ext = _prepare_id("rnea", model, q, v, a, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, v.dtype)
@@ -249,7 +249,7 @@ def _aba_jvp(method, primals, tangents):
 _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 
-@_checks.public("aba")
+@_checks.public("aba", words=_aba.chunk_words)
 @full_precision
 def aba(model, q, v, tau, f_ext=None, method="auto"):
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
@@ -262,11 +262,11 @@ def aba(model, q, v, tau, f_ext=None, method="auto"):
 
     Same arguments (``method``: ``"auto"``, ``"sweeps"`` or ``"dense"``, the primal's
     algorithm; derivatives always come from the sweeps) and result as
-    :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
+    :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
     """
     _aba.check_method("aba", method)
     if not config.get("analytic_derivatives"):
-        return _aba.aba(model, q, v, tau, f_ext, method=method)
+        return _aba.aba_plain(model, q, v, tau, f_ext, method=method)
     model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, v.dtype)

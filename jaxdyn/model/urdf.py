@@ -237,7 +237,7 @@ def _name(el: ET.Element, index: int) -> str:
 
 
 # --------------------------------------------------------------------------- security / XML
-def _read_xml(source, kind: str = "URDF") -> ET.Element:
+def read_xml(source, kind: str = "URDF") -> ET.Element:
     """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element.
     ``kind`` begins the error messages (``"URDF"``; the MJCF loader names the file)."""
 
@@ -543,7 +543,7 @@ def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
     docstring for the table).
     """
     _check_strict(strict)
-    root_el = _read_xml(source)
+    root_el = read_xml(source)
     if root_el.tag != "robot":
         raise ValueError(f"URDF: root element is <{root_el.tag}>, expected <robot>")
     rname = root_el.get("name")

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _linalg
+from .. import _checks, _linalg, batching
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import aba as aba_mod
@@ -82,7 +82,7 @@ def row_accelerations(model, ws, lay, K, qdd):
     return jnp.sum(K * aq[lay.row_body], -1)
 
 
-@_checks.public("constrained_aba")
+@_checks.public("constrained_aba", words=batching.nv2_words)
 @full_precision
 def constrained_aba(
     model,

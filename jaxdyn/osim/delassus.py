@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-from .. import _checks
+from .. import _checks, batching
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
@@ -65,7 +65,7 @@ def delassus_world(model, ws, lay, K, method="pv_osimr", inertias=None):
     return delassus_efpa(model, ws, inertias, K, row_plan(topo, constraints))
 
 
-@_checks.public("delassus")
+@_checks.public("delassus", words=batching.nv2_words)
 @full_precision
 def delassus(model, q, constraints, method: str = "pv_osimr"):
     """Delassus matrix ``Λ^-1 = J M(q)^-1 J^T`` of a set of constraints, ``(m, m)``.

@@ -37,6 +37,7 @@ from .. import _checks, batching, config
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
+from ..algorithms.aba import chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
@@ -71,7 +72,7 @@ def _input_jacobian(B, M):
 #: loop over the batch, invokes the rule and keeps the sweeps; so do fused CPU loops
 #: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). No
 #: value checks: a diverged trial state of a solver must give NaN, not an error.
-_free_acceleration = batching.batched(aba_solve, _checks.BATCHED["aba"])
+_free_acceleration = batching.batched(aba_solve, aba_chunk_words)
 
 
 class FreeDynamics(eqx.Module):
