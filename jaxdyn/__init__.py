@@ -19,10 +19,10 @@ from . import _versions as _versions  # first: refuses a JAX older than jaxdyn n
 from ._versions import __version__ as __version__
 
 from . import config as config
-from ._checks import CheckError as CheckError
-from ._checks import JaxdynWarning as JaxdynWarning
-from ._checks import jit as jit
-from ._checks import set_value_checks as set_value_checks
+from .eager import jit as jit
+from .errors import CheckError as CheckError
+from .errors import JaxdynWarning as JaxdynWarning
+from .value_checks import set_value_checks as set_value_checks
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
 from .algorithms.centroidal import Centroidal as Centroidal

@@ -89,7 +89,7 @@ def _listener(event: str, duration: float, **kwargs) -> None:
         logger.warning(
             "jaxdyn: compiled %s [%s] in %.1f s (trace %.1f s, lowering %.1f s, XLA %.1f s)",
             "an eager call"
-            if name in ("run", "jit(run)")  # jaxdyn._checks._eager_jit's programs
+            if name in ("run", "jit(run)")  # jaxdyn.eager.compiled's programs
             else name
             if name.startswith("jit(")
             else f"jit({name})",

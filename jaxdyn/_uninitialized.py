@@ -36,7 +36,7 @@ partitioner would gather the batch to call the handler on the whole), nor with
 Elsewhere the arrays pass through unchanged.
 
 A second handler of the same library **checks** values (:func:`check`, behind
-:func:`jaxdyn._checks.error_if`): a call whose last operand is a predicate fails the program
+:func:`jaxdyn.value_checks.error_if`): a call whose last operand is a predicate fails the program
 with its ``message`` attribute where the predicate is true (XLA raises ``INVALID_ARGUMENT:
 <message>``), and otherwise passes its other operands through (its results alias them). Unlike
 ``equinox.error_if``'s host callback it lets JAX's persistent compilation cache keep the

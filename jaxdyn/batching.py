@@ -13,7 +13,7 @@ Pinocchio C++"). The L3 cache is shared with whatever else runs on the machine, 
 sized for the private cache (:data:`CHUNK_BYTES`).
 
 Users should not have to know this, so the public functions that declare a chunk policy
-(``words=`` of ``jaxdyn._checks.public``, next to each function) carry a **batching rule**
+(``words=`` of ``jaxdyn.shell.public``, next to each function) carry a **batching rule**
 (:func:`batched`, built on ``jax.custom_batching.custom_vmap``): the plain
 ``jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))`` runs the chunked evaluation on the
 CPU. On GPUs and TPUs, where a whole batch is one wide kernel, the rule is a plain ``vmap``.
@@ -144,8 +144,8 @@ def chunk_size_for(words: int, axis_size: int, itemsize: int = 8) -> int | None:
 class _Inside(threading.local):
     active = False
     batch = 0  # the batch size while a batching rule traces its function, else 0
-    unchecked = False  # jaxdyn._checks.unchecked(): value checks left out of the trace
-    # value checks by equinox.error_if, which fail at the call (jaxdyn._checks._eager_jit, for
+    unchecked = False  # jaxdyn.value_checks.unchecked(): value checks left out of the trace
+    # value checks by equinox.error_if, which fail at the call (jaxdyn.eager.compiled, for
     # eager transformations, whose results cannot be waited for inside the call)
     eqx_checks = False
     unchunked = False  # unchunked(): plain vmap, for programs partitioned over devices
@@ -385,7 +385,7 @@ def batched(fn, words):
 
 
 # ----------------------------------------------------------------------------- chunk policies
-# Shared by several public functions (``words=`` of ``jaxdyn._checks.public``; each function
+# Shared by several public functions (``words=`` of ``jaxdyn.shell.public``; each function
 # declares its own, these or a formula of its own): the numbers one sample keeps live, from
 # which :func:`auto_chunk` sizes the chunks. In float32 too (chunks were as fast or faster:
 # :data:`CHUNK_BYTES`).

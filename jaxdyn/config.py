@@ -7,7 +7,7 @@ name                       environment variable              default   effect
                                                                        (unit, finite quaternions in
                                                                        ``q``; traced ``damping``;
                                                                        finite constraint forces);
-                                                                       see :mod:`jaxdyn._checks`
+                                                                       :mod:`jaxdyn.value_checks`
 ``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``   ``True``  ``jaxdyn.rnea`` /
                                                                        ``jaxdyn.aba`` differentiate
                                                                        by their analytic
@@ -282,12 +282,12 @@ def fused_cpu_loops(max_bytes: int = 1 << 30) -> None:
         raise ValueError(
             f"jaxdyn.config.fused_cpu_loops: max_bytes must be a positive int, got {max_bytes!r}"
         )
-    from jax._src import xla_bridge
+    from .backend.internals import backends_are_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
     if " ".join(flags.split()) == _with_loop_option(flags, max_bytes):
         return  # already set (a child process inherits its parent's XLA_FLAGS)
-    if xla_bridge.backends_are_initialized():
+    if backends_are_initialized():
         raise RuntimeError(
             "jaxdyn.config.fused_cpu_loops: JAX's backends are already running, so new XLA "
             "flags would be ignored; call it (or set JAXDYN_FUSED_CPU_LOOPS=1) before the "
@@ -397,12 +397,9 @@ def _user_cache_dir() -> bool:
 def _reset_jax_cache() -> None:
     """Let JAX read its cache settings again at the next compile (it reads them once per
     process; a compile before jaxdyn was imported would otherwise keep the cache off)."""
-    try:
-        from jax._src import compilation_cache as cc
+    from .backend.internals import reset_compilation_cache
 
-        cc.reset_cache()
-    except Exception:  # a private API: a JAX without it keeps its first reading
-        pass
+    reset_compilation_cache()
 
 
 def compilation_cache(enabled: bool = True):

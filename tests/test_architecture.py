@@ -32,14 +32,18 @@ LAYERS = [
         "jaxdyn.config",
         "jaxdyn._progress",
         "jaxdyn._precision",
+        "jaxdyn.errors",
+        "jaxdyn.backend",
         "jaxdyn._uninitialized",
     ),
     # 1: batching rules, dense linear algebra, the value checks and eager compilation
-    ("jaxdyn.batching", "jaxdyn._linalg", "jaxdyn._checks"),
+    ("jaxdyn.batching", "jaxdyn._linalg", "jaxdyn.value_checks", "jaxdyn.eager"),
     ("jaxdyn.spatial",),
     ("jaxdyn.joints",),
     # model, and the map between a model and MuJoCo's (joints only)
     ("jaxdyn.model", "jaxdyn.interop.mujoco"),
+    # the public shell: the decorator of the public functions, input checks (prepare)
+    ("jaxdyn.shell", "jaxdyn._checks"),
     ("jaxdyn.algorithms",),
     (
         "jaxdyn.derivatives",
@@ -68,12 +72,13 @@ LAYERS = [
 ]
 
 #: Imports allowed to run against the layer order, each with its reason.
-ALLOWED_UPWARD = {
-    # the value checks' quaternion test needs the joint kinds and the model type (until the
-    # input checks move into their own module above the model)
-    ("jaxdyn._checks", "jaxdyn.joints"): "quaternion indices (moves with the input checks)",
-    ("jaxdyn._checks", "jaxdyn.model.model"): "model type check (moves with the input checks)",
-}
+ALLOWED_UPWARD: dict = {}
+
+#: modules kept for code written against former names; no module of jaxdyn imports them
+COMPAT_MODULES = ("jaxdyn._checks",)
+
+#: the one place where JAX's and equinox's internals may be used (``jaxdyn/backend``)
+INTERNALS = ("jax._src", "equinox._jit", "equinox._")
 
 
 def _layer_of(module: str) -> int:
@@ -234,6 +239,7 @@ def test_no_private_names_across_packages():
 def test_no_old_paths_inside():
     """No module of jaxdyn imports a name through its old (compatibility) path."""
     old = set(_compat.MODULES) | {f"{m}.{n}" for m, n in (*_compat.NAMES, *_compat.DEPRECATED)}
+    old |= set(COMPAT_MODULES)
     bad = [
         f"{m}:{line} imports {src if name is None else f'{src}.{name}'}"
         for m, src, name, line in IMPORTS
@@ -293,3 +299,21 @@ def test_single_public_names():
     assert jaxdyn.load is jaxdyn.io.load and jaxdyn.load_mjcf is jaxdyn.io.load_mjcf
     assert "rnea" not in vars(rnea_mod) and "aba" not in vars(aba_mod)
     assert jaxdyn.rnea is jaxdyn.derivatives.rnea and jaxdyn.aba is jaxdyn.derivatives.aba
+
+
+def test_internals_in_one_place():
+    """``jax._src`` and equinox's private modules only in ``jaxdyn/backend`` (guarded there)."""
+    bad = []
+    for module, path in MODULES.items():
+        if module.startswith("jaxdyn.backend"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for n in names:
+                if n.startswith(INTERNALS):
+                    bad.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {n}")
+    assert not bad, bad

@@ -120,7 +120,7 @@ def test_kernel_derivatives_batch_of_models_export_checks(models):
         _close(got[i], _xla(_with_mass(model, masses[i]), q[i]), 1e-13)
     # jax.export: a serialized program must not name this process's handler
     # (value checks are host callbacks there, which jax.export refuses: left out)
-    with jaxdyn._checks.unchecked():
+    with jaxdyn.value_checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
         exported = export.export(f)(q)
     assert "@" + _uninitialized.CRBA_TARGET not in exported.mlir_module()

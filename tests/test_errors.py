@@ -437,7 +437,7 @@ from jaxdyn import robots
 m = robots.load("quad12")
 q = jaxdyn.neutral_configuration(m)
 jax.block_until_ready(jax.jit(lambda q: jaxdyn.crba(m, q))(q))
-print(jaxdyn._checks.value_checks_enabled(), sorted(os.listdir(sys.argv[1])))
+print(jaxdyn.value_checks.enabled(), sorted(os.listdir(sys.argv[1])))
 """
 
 

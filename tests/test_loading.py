@@ -71,7 +71,7 @@ def _recorded(fn, *args, **kwargs):
 
 def test_warning_class_is_exported():
     assert issubclass(jaxdyn.JaxdynWarning, UserWarning)
-    assert jaxdyn.JaxdynWarning is jaxdyn._checks.JaxdynWarning
+    assert jaxdyn.JaxdynWarning is jaxdyn.errors.JaxdynWarning
 
 
 # ------------------------------------------------------------------ inertia eigenvalues

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-from .. import _checks, batching, joints, spatial
+from .. import batching, joints, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from ..spatial import mm
@@ -348,7 +348,7 @@ def chunk_words(model, itemsize) -> int:
     return 36 * model.nb
 
 
-@_checks.public("aba", words=chunk_words)
+@shell.public("aba", words=chunk_words)
 @full_precision
 def aba_plain(model, q, v, tau, f_ext=None, method="auto"):
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i``, without
@@ -374,10 +374,10 @@ def aba_plain(model, q, v, tau, f_ext=None, method="auto"):
     """
     fn = "aba"
     check_method(fn, method)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = shell.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, tau, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, batching, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -97,8 +97,8 @@ def _prepare(fn, model, q, v=None):
     algorithms' ``centered`` state: the momentum about ``G`` does not depend on the origin,
     and a distant one costs precision), with that origin ``(3,)`` in the world."""
     if v is not None:
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dtype = kin._prepare(model, fn, q, *(() if v is None else (v,)))
+        v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dtype = shell.prepare(model, fn, q, *(() if v is None else (v,)))
     if model.nb == 0:
         return model, None, None, v, dtype
     R, p = kin.body_placements(model, q)
@@ -115,7 +115,7 @@ def _one(fn, part, model, q, v):
     return part(model, ws, v, _com(ws)[0])
 
 
-@_checks.public("centroidal_momentum", words=batching.kinematics_words)
+@shell.public("centroidal_momentum", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum(model, q, v):
     """Centroidal momentum ``h_G = [k_G; l]`` ``(6,)``: the angular momentum about the centre
@@ -127,7 +127,7 @@ def centroidal_momentum(model, q, v):
     return _one("centroidal_momentum", _momentum, model, q, v)
 
 
-@_checks.public("centroidal_momentum_matrix", words=batching.kinematics_words)
+@shell.public("centroidal_momentum_matrix", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum_matrix(model, q):
     """Centroidal momentum matrix ``A_G`` ``(6, nv)``, ``h_G = A_G v`` (Orin et al. 2013;
@@ -144,7 +144,7 @@ def centroidal_momentum_matrix(model, q):
     return _matrix(model, ws, G)
 
 
-@_checks.public("center_of_mass_jacobian", words=batching.kinematics_words)
+@shell.public("center_of_mass_jacobian", words=batching.kinematics_words)
 @full_precision
 def center_of_mass_jacobian(model, q):
     """Jacobian of the centre of mass ``J_com`` ``(3, nv)``, world axes: ``d/dt com = J_com v``
@@ -168,7 +168,7 @@ def center_of_mass_jacobian(model, q):
     return lin.T / jnp.sum(ws.mass)
 
 
-@_checks.public("centroidal_momentum_bias", words=batching.kinematics_words)
+@shell.public("centroidal_momentum_bias", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum_bias(model, q, v):
     """``Adot_G v`` ``(6,)``: the rate of the centroidal momentum at zero joint acceleration,
@@ -181,7 +181,7 @@ def centroidal_momentum_bias(model, q, v):
     return _one("centroidal_momentum_bias", _bias, model, q, v)
 
 
-@_checks.public("centroidal_dynamics", words=batching.kinematics_words)
+@shell.public("centroidal_dynamics", words=batching.kinematics_words)
 @full_precision
 def centroidal_dynamics(model, q, v) -> Centroidal:
     """All centroidal quantities from one world state: :class:`Centroidal` with ``A`` (the

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, batching, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -178,7 +178,7 @@ def coriolis_world(model, ws, v):
     return jnp.where(anc, upper, jnp.where(anc.T, lower, 0))
 
 
-@_checks.public("coriolis_matrix", words=batching.nv2_words)
+@shell.public("coriolis_matrix", words=batching.nv2_words)
 @full_precision
 def coriolis_matrix(model, q, v):
     """Coriolis matrix ``C(q, v)`` (``nv x nv``): ``C v = rnea(q, v, 0) - g(q)`` (the Coriolis and
@@ -191,8 +191,8 @@ def coriolis_matrix(model, q, v):
     factor of Singh, Russell and Wensing 2022, Eq. 28; see :mod:`jaxdyn.algorithms.coriolis`.
     """
     fn = "coriolis_matrix"
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dtype = kin._prepare(model, fn, q, v)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dtype = shell.prepare(model, fn, q, v)
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
     return coriolis_world(model, kin.world_state(model, q, centered=True), v.astype(dtype))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from .. import _checks, _uninitialized, spatial
+from .. import _uninitialized, shell, spatial
 from .. import config as _config
 from .._precision import full_precision
 from ..model import tree
@@ -205,7 +205,7 @@ mlir.register_lowering(crba_p, _lower_cpu, platform="cpu")
 
 
 def crba_kernel(model, q):
-    """``M(q)`` of the prepared ``q`` (:func:`jaxdyn.algorithms.kinematics._prepare`) by
+    """``M(q)`` of the prepared ``q`` (:func:`jaxdyn.shell.prepare`) by
     jaxdyn's C kernel on the CPU: the same algorithm as :func:`crba_world` (world placements
     from the root out, each body's inertia about the world origin, composite inertias summed
     from the leaves in, ``M[r, c] = oS_r^T oIc oS_c`` for every coordinate ``r`` supporting
@@ -235,7 +235,7 @@ def chunk_words(model, itemsize) -> int:
     return model.nv * model.nv
 
 
-@_checks.public("crba", words=chunk_words)
+@shell.public("crba", words=chunk_words)
 @full_precision
 def crba(model, q):
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only
@@ -246,7 +246,7 @@ def crba(model, q):
     by jaxdyn's C kernel (:func:`crba_kernel`; the switch ``cpu_kernels``), elsewhere and for
     derivatives by XLA's code (:func:`crba_world`).
     """
-    model, q, dtype = kin._prepare(model, "crba", q)
+    model, q, dtype = shell.prepare(model, "crba", q)
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
     if kernel_usable(model, dtype):

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, batching, joints, spatial
+from .. import batching, joints, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 
@@ -225,17 +225,8 @@ def frame_pose(model, q, f: int) -> Placements:
     return frame_in_chain(model, chain_placements(model, q, b), f)
 
 
-def _prepare(model, fn, q, *others):
-    """Check the model's type, shape-check ``q``, choose the working dtype of the inputs
-    (integer / boolean inputs take the model's float dtype), refuse float64 with a model whose
-    parameters were rounded to float32 at load time, check and normalise the quaternions of
-    ``q`` (:func:`jaxdyn._checks.check_quaternions`) and cast the model to the dtype."""
-    _checks.check_model(fn, model)
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q, *others, model=model)
-    _checks.check_model_dtype(fn, model, dtype)
-    q = _checks.check_quaternions(fn, model, q.astype(dtype))
-    return model.astype(dtype), q, dtype
+#: the former name of :func:`jaxdyn.shell.prepare` (for code written against it)
+_prepare = shell.prepare
 
 
 def frame_placements(model, body: Placements) -> Placements:
@@ -249,7 +240,7 @@ def frame_placements(model, body: Placements) -> Placements:
     return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
-@_checks.public("forward_kinematics", words=batching.kinematics_words)
+@shell.public("forward_kinematics", words=batching.kinematics_words)
 @full_precision
 def forward_kinematics(model, q) -> Kinematics:
     """World placements of all bodies and frames.
@@ -261,12 +252,12 @@ def forward_kinematics(model, q) -> Kinematics:
     **Returns:** :class:`Kinematics` with ``body.R (nb,3,3)``, ``body.p (nb,3)``,
     ``frame.R (nf,3,3)``, ``frame.p (nf,3)``; frame order is ``model.frame_names``.
     """
-    model, q, _ = _prepare(model, "forward_kinematics", q)
+    model, q, _ = shell.prepare(model, "forward_kinematics", q)
     body = body_placements(model, q)
     return Kinematics(body, frame_placements(model, body))
 
 
-@_checks.public("frame_placement", words=batching.kinematics_words)
+@shell.public("frame_placement", words=batching.kinematics_words)
 @full_precision
 def frame_placement(model, q, frame) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index), from the placements
@@ -277,7 +268,7 @@ def frame_placement(model, q, frame) -> Placements:
             f"model.frame_names, got {type(frame).__name__} {frame!r}"
         )
     f = model.frame_index(frame)
-    model, q, _ = _prepare(model, "frame_placement", q)
+    model, q, _ = shell.prepare(model, "frame_placement", q)
     return frame_pose(model, q, f)
 
 

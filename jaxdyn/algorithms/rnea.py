@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, batching, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -26,7 +26,7 @@ def check_f_ext(fn, model, f_ext, dtype=None):
     """``f_ext`` (an array or nested sequence) as an ``(nb, 6)`` array, cast to ``dtype``."""
     if f_ext is None:
         return None
-    f = _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
+    f = shell.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
     return f if dtype is None else f.astype(dtype)
 
 
@@ -147,7 +147,7 @@ def joint_forces(model, q, qd, qdd, f_ext=None):
     return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
 
 
-@_checks.public("rnea", words=chunk_words)
+@shell.public("rnea", words=chunk_words)
 @full_precision
 def rnea_plain(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, without
@@ -166,31 +166,31 @@ def rnea_plain(model, q, v, a, f_ext=None):
     **Returns:** ``tau (nv,)`` (with ``model.armature * a`` added when armature is set).
     """
     fn = "rnea"
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    a = shell.as_array(fn, "a", a, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, a, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
     return joint_forces(model, q, v.astype(dtype), a.astype(dtype), f_ext)
 
 
-@_checks.public("bias_forces", eager=True)
+@shell.public("bias_forces", eager=True)
 @full_precision
 def bias_forces(model, q, v):
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
-    q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
-    v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
-    dtype = _checks.common_dtype(q, v, model=model)
+    q = shell.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
+    v = shell.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
+    dtype = shell.common_dtype(q, v, model=model)
     return rnea_plain(model, q, v, jnp.zeros(model.nv, dtype))
 
 
-@_checks.public("gravity_forces", eager=True)
+@shell.public("gravity_forces", eager=True)
 @full_precision
 def gravity_forces(model, q):
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
-    q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q, model=model)
+    q = shell.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
+    dtype = shell.common_dtype(q, model=model)
     z = jnp.zeros(model.nv, dtype)
     return rnea_plain(model, q, z, z)

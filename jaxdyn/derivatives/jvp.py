@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import _checks, config, joints, spatial
+from .. import config, joints, shell, spatial
 from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
@@ -180,7 +180,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
-@_checks.public("rnea", words=_rnea.chunk_words)
+@shell.public("rnea", words=_rnea.chunk_words)
 @full_precision
 def rnea(model, q, v, a, f_ext=None):
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
@@ -249,7 +249,7 @@ def _aba_jvp(method, primals, tangents):
 _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 
-@_checks.public("aba", words=_aba.chunk_words)
+@shell.public("aba", words=_aba.chunk_words)
 @full_precision
 def aba(model, q, v, tau, f_ext=None, method="auto"):
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with

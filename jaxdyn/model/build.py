@@ -453,7 +453,7 @@ def _warn_massless(robot, strict, order, bodies, parent, kind, mass, inertia, fl
     )
     if strict is True:
         raise ValueError(msg + "; strict=True makes this an error")
-    from .._checks import warn
+    from ..errors import warn
 
     warn(msg)
 

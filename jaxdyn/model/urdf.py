@@ -149,7 +149,7 @@ def rpy_to_matrix(rpy) -> np.ndarray:
 
 
 def _warn(msg: str) -> None:
-    from .._checks import warn
+    from ..errors import warn
 
     warn(msg)
 

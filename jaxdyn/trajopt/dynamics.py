@@ -33,7 +33,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, batching, config
+from .. import batching, config, shell, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
@@ -142,7 +142,7 @@ class ContactDynamics(eqx.Module):
         ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
         qs = jnp.where(ok, q, _neutral(model, q.dtype))
         vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
-        with _checks.unchecked():
+        with value_checks.unchecked():
             a = constrained_aba(
                 model,
                 qs,
@@ -248,9 +248,9 @@ def _check(fn, model, x, u, dt, dynamics):
             f"{fn}: dynamics must be a FreeDynamics or a ContactDynamics, got "
             f"{type(dynamics).__name__}"
         )
-    x = _checks.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
-    u = _checks.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
-    dtype = _checks.common_dtype(x, u, dt, model=model)
+    x = shell.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
+    u = shell.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
+    dtype = shell.common_dtype(x, u, dt, model=model)
     return model.astype(dtype), x.astype(dtype), u.astype(dtype), jnp.asarray(dt, dtype), dynamics
 
 
