@@ -800,7 +800,7 @@ def _check_ignore(ignore) -> frozenset:
         keys = None
     if keys is None or not all(isinstance(k, str) for k in keys):
         raise TypeError(
-            "load_mjcf: ignore must be a key of jaxdyn.model.mjcf.FEATURES, 'all', or a "
+            "load_mjcf: ignore must be a key of jaxdyn.io.mjcf.FEATURES, 'all', or a "
             f"tuple of keys; got {ignore!r}"
         )
     bad = sorted(keys - set(FEATURES))
