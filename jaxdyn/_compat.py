@@ -4,7 +4,8 @@ each one, and that no module of jaxdyn itself uses them).
 Installed by ``jaxdyn/__init__.py`` once every subpackage is imported: the aliases are set from
 the top, so no layer imports the one above it to offer them.
 
-* :data:`MODULES`: ``jaxdyn.model.mjcf`` is :mod:`jaxdyn.io.mjcf` (the same module object).
+* :data:`MODULES`: ``jaxdyn.model.mjcf`` is :mod:`jaxdyn.io.mjcf`, ``jaxdyn._uninitialized``
+  is :mod:`jaxdyn.backend.ffi` (the same module objects).
 * :data:`NAMES`: ``jaxdyn.clusters.urdfplus.load_urdf`` is :func:`jaxdyn.load_urdf`.
 * :data:`DEPRECATED` (a ``DeprecationWarning`` when the old name is looked up):
 
@@ -23,7 +24,7 @@ import sys
 import warnings
 
 #: old module path -> new module path (the same module object under both names)
-MODULES = {"jaxdyn.model.mjcf": "jaxdyn.io.mjcf"}
+MODULES = {"jaxdyn.model.mjcf": "jaxdyn.io.mjcf", "jaxdyn._uninitialized": "jaxdyn.backend.ffi"}
 
 #: (old module, name) -> dotted path of the object kept under the old path as is
 NAMES = {("jaxdyn.clusters.urdfplus", "load_urdf"): "jaxdyn.io.urdf.load_urdf"}

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _progress, config
-from ._uninitialized import EXPLICIT, explicit_split, shard_map, uninitialized
+from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
 
 DEFAULT_CHUNK = 32
 
@@ -227,7 +227,7 @@ def _map_chunks(body, xs, n, size, axis_size):
     chunk ``i`` at ``min(i * size, axis_size - size)``, its outputs stacked along the batch.
 
     A ``fori_loop`` carries one buffer per output and updates one chunk in place; every entry
-    is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn._uninitialized`:
+    is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn.backend.ffi`:
     the fill was 5-15 % of ``crba``, ``minv`` and the derivatives on talos_full), else each
     filled with a different constant; ``body`` is traced once, to a
     jaxpr, as ``lax.map`` does. Against ``lax.map`` over the batch reshaped into chunks:
@@ -258,7 +258,7 @@ def _map_chunks(body, xs, n, size, axis_size):
 def _explicit_batch_split(xs, in_batched):
     """``(mesh, axes, n)`` where explicit sharding splits the batch (leading axis) of the
     batched operands over the mesh axes ``axes`` (``n`` shards), else ``None``
-    (:func:`jaxdyn._uninitialized.explicit_split`)."""
+    (:func:`jaxdyn.backend.ffi.explicit_split`)."""
     return explicit_split(xs, [0 if b else None for b in in_batched])
 
 

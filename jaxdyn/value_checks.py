@@ -1,7 +1,7 @@
 """Value checks inside traced programs: unit quaternions in ``q``, finite damping, ... .
 
 Every value check of jaxdyn goes through :func:`error_if`: on the CPU a call of jaxdyn's own
-XLA FFI handler (:func:`jaxdyn._uninitialized.check`), which fails the program with the check's
+XLA FFI handler (:func:`jaxdyn.backend.ffi.check`), which fails the program with the check's
 message and, unlike a host callback, lets JAX's persistent compilation cache keep the program;
 elsewhere ``equinox.error_if``. They can be switched off with
 ``jaxdyn.config.update("value_checks", False)`` (or :func:`set_value_checks`, or
@@ -35,8 +35,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _uninitialized, batching, config
-from .backend import internals
+from . import batching, config
+from .backend import ffi, internals
 
 __all__ = ["enabled", "error_if", "message_of", "set_value_checks", "unchecked"]
 
@@ -75,7 +75,7 @@ def error_if(x, pred, msg: str):
     (:func:`unchecked`); ``x`` otherwise. Every jaxdyn value check goes through here.
 
     On the CPU the check is a call of jaxdyn's own XLA FFI handler
-    (:func:`jaxdyn._uninitialized.check`), not ``equinox.error_if``'s host callback: JAX's
+    (:func:`jaxdyn.backend.ffi.check`), not ``equinox.error_if``'s host callback: JAX's
     persistent compilation cache refuses programs that hold host callbacks, so with
     ``equinox.error_if`` no program with value checks was ever cached (talos_full
     ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
@@ -92,12 +92,12 @@ def error_if(x, pred, msg: str):
         os.environ.get("EQX_ON_ERROR", "raise") != "raise"
         or batching._INSIDE.unchunked  # traced for a program XLA partitions
         or batching._INSIDE.eqx_checks  # an eager transformation (jaxdyn.eager)
-        or not _uninitialized.check_available()
+        or not ffi.check_available()
     ):
         return eqx.error_if(x, pred, msg)
     leaves, tree = jax.tree_util.tree_flatten(x)
     leaves = [jnp.asarray(v) for v in leaves]
-    return jax.tree_util.tree_unflatten(tree, _uninitialized.check(leaves, pred, msg))
+    return jax.tree_util.tree_unflatten(tree, ffi.check(leaves, pred, msg))
 
 
 def message_of(exc) -> str | None:

@@ -34,7 +34,6 @@ LAYERS = [
         "jaxdyn._precision",
         "jaxdyn.errors",
         "jaxdyn.backend",
-        "jaxdyn._uninitialized",
     ),
     # 1: batching rules, dense linear algebra, the value checks and eager compilation
     ("jaxdyn.batching", "jaxdyn._linalg", "jaxdyn.value_checks", "jaxdyn.eager"),
@@ -245,7 +244,26 @@ def test_no_old_paths_inside():
         for m, src, name, line in IMPORTS
         if src in old or (name is not None and f"{src}.{name}" in old)
     ]
+    for module, path in MODULES.items():
+        if module in ("jaxdyn._compat", *COMPAT_MODULES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                dotted = _dotted(node)
+                if dotted and any(dotted == o or dotted.startswith(o + ".") for o in old):
+                    bad.append(f"{module}:{node.lineno} uses {dotted}")
     assert not bad, bad
+
+
+def _dotted(node) -> str | None:
+    """``a.b.c`` of an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
 
 
 @pytest.mark.parametrize("old", sorted(_compat.MODULES))

@@ -93,7 +93,7 @@ _UNINIT_CALL = 'custom_call_target="jaxdyn_uninitialized"'
 
 def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
     """On the CPU the chunk loop's output buffers come from a no-op XLA FFI call
-    (``jaxdyn._uninitialized``) instead of a fill: one call per output (two outputs of one shape
+    (``jaxdyn.backend.ffi``) instead of a fill: one call per output (two outputs of one shape
     stay two buffers), results equal to the filled buffers' and to one ``vmap``; the switch
     off, under ``jax.export`` and for other platforms the buffers are filled (no call in the
     program); a missing or failing compiler is an error that names it."""
@@ -101,7 +101,7 @@ def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
 
     from jax import export
 
-    from jaxdyn import _uninitialized as U
+    from jaxdyn.backend import ffi as U
 
     m, q, v = quad
 

@@ -124,7 +124,7 @@ def test_store_under_vmap_by_a_call():
     from jax import export
 
     import jaxdyn
-    from jaxdyn import _uninitialized as U
+    from jaxdyn.backend import ffi as U
 
     def parts(x):
         return jnp.sin(x[:, :9].reshape(-1, 3, 3)), jnp.cos(x[:, 9:])

@@ -18,6 +18,7 @@ import jax.scipy.linalg as jsl
 
 from .. import batching, joints, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
@@ -81,7 +82,7 @@ def articulated_inertias(model, S, I6):
                 # otherwise recompute it per column (Minv 2.3x slower). Against the dot, B =
                 # 1024, float64 and float32: aba 5-6 % faster, minv 0-7 %, aba_derivatives
                 # 1-5 % (RESULTS.md, "Design measurements").
-                U1, s1 = spatial.materialize(spatial.mv(IAg, s1, unroll=True), s1)
+                U1, s1 = fusion.materialize(spatial.mv(IAg, s1, unroll=True), s1)
                 D = jnp.sum(s1 * U1, -1)
                 Dinv = 1 / (D if ag is None else D + ag[:, 0])
                 U = U1[..., None]
@@ -168,7 +169,7 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     # talos_full minv was 7-9 % faster, by the FFI call another 4-5 %
                     # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
                     u = tg - mm(Sg, pg, unroll=True)
-                    u = spatial.store(u)[0]
+                    u = fusion.store(u)[0]
                 else:
                     u = tg - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))

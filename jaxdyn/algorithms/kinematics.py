@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import batching, joints, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 
 
@@ -124,7 +125,7 @@ def body_placements(model, q):
         # inside the later ones: solo12 crba / aba / minv 0.88-0.92x at B = 1024, talos_full
         # unchanged. Not by materialize's copy, which was slower on talos_full (crba 1.11x,
         # aba 1.10x, minv 1.06x)
-        Rl, pl = spatial.store(Rl, pl, copy=False)
+        Rl, pl = fusion.store(Rl, pl, copy=False)
         return (Rl, pl), (Rl, pl)
 
     R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
@@ -175,7 +176,7 @@ def chain_placements(model, q, b: int) -> Placements:
     The local placements of the chain (:func:`local_placements`' forms) are computed together,
     one vectorised expression per joint kind, then composed one body at a time down the chain
     (Featherstone 2008, Alg. 4.1 restricted to one path), each step stored once
-    (:func:`jaxdyn.spatial.materialize`): unstored, XLA recomputed the earlier steps inside
+    (:func:`jaxdyn.backend.fusion.materialize`): unstored, XLA recomputed the earlier steps inside
     every consumer of a later one, most of all in derivatives. Float64, us per sample under
     ``jax.vmap`` (B = 256) / per call at batch 1, before / after: the trajopt
     ``FramePlacement`` residual's ``jax.jacfwd`` talos_full gripper 39.5 / 24.3 and 55.6 /
@@ -203,7 +204,7 @@ def chain_placements(model, q, b: int) -> Placements:
     for k in chain:
         R, p = local[k]
         if Rs:  # compose with the parent's world placement
-            R, p = spatial.materialize(spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1])
+            R, p = fusion.materialize(spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1])
         Rs.append(R)
         ps.append(p)
     return Placements(jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0))
@@ -336,8 +337,8 @@ def world_state_from_placements(model, R, p) -> WorldState:
     # stored (spatial.store), not recomputed by each consumer: ABA 0.81x / 0.84x (solo12 /
     # talos_full, B = 1024) for c and Ic, another 0.96x for S; Minv 0.93-0.98x, 0.95-0.96x
     # (two calls: all three in one made CRBA 1.15x / 1.08x slower)
-    c, Ic = spatial.store(c, Ic, copy=False)
-    (S,) = spatial.store(S, copy=False)
+    c, Ic = fusion.store(c, Ic, copy=False)
+    (S,) = fusion.store(S, copy=False)
     return WorldState(R, p, S, model.mass, c, Ic)
 
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .. import batching, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 from . import kinematics as kin
 
@@ -50,7 +51,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
         vp = tree.gather_parent(None if prev is None else prev[0], lvl, zero)
         ap = tree.gather_parent(None if prev is None else prev[1], lvl, a0)
         cur = (vp + vJl, ap + aSl + spatial.motion_cross(vp, vJl))
-        cur = spatial.materialize(*cur)  # once, not in every consumer (spatial.materialize)
+        cur = fusion.materialize(*cur)  # once, not in every consumer (spatial.materialize)
         return cur, cur
 
     v, a = tree.forward_pass(t, step, (("body", vJ), ("body", aS)))[1].flat()
@@ -80,14 +81,14 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     which the other algorithms share but RNEA alone does not: under ``jax.vmap`` at B = 1024
     (float64) the body form took 0.56x the world form's time on solo12 and 0.71x on talos_full
     (float32 0.56x / 0.64x; 0.83x / 1.00x before its local placements were really stored, see
-    :func:`jaxdyn.spatial.materialize`), with ``tau = S^T F`` as six multiply-adds rather than
-    a reduce, which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design
+    :func:`jaxdyn.backend.fusion.materialize`), with ``tau = S^T F`` as six multiply-adds rather
+    than a reduce, which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design
     measurements").
     """
     t = model.topo
     dtype = qd.dtype
     # stored once: every level's motion and force transforms read them (spatial.store)
-    R, p = spatial.store(*kin.local_placements(model, q))
+    R, p = fusion.store(*kin.local_placements(model, q))
     S = model.dof_axis
     vJ = tree.dofs_to_bodies(t, S * qd[:, None])
     aS = tree.dofs_to_bodies(t, S * qdd[:, None])
@@ -102,7 +103,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
         vl = vJl
         if prev is not None:
             vl = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero)) + vl
-        cur = spatial.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
+        cur = fusion.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
         return cur, cur
 
     inputs = (("body", R), ("body", p), ("body", vJ), ("body", aS))
