@@ -518,7 +518,7 @@ def log3(R):
     return factor[..., None] * vee
 
 
-def _target_arrays(fn, constraints, lay, targets, dtype):
+def target_arrays(fn, constraints, lay, targets, dtype):
     """Per-constraint target rotation (nc,3,3) and position (nc,3) from the constraints'
     ``target`` fields, overridden by ``targets[i]`` where given."""
     nc = lay.nc
@@ -583,7 +583,7 @@ def constraint_error(model, q, constraints, targets=None):
     constraints, lay = get_layout(fn, model, constraints)
     model, q, dt = shell.prepare(model, fn, q)
     ws = kin.world_state(model, q)
-    Rt, pt = _target_arrays(fn, constraints, lay, targets, dt)
+    Rt, pt = target_arrays(fn, constraints, lay, targets, dt)
     return error_from_placements(lay, placements_from_state(model, ws, lay), Rt, pt)
 
 

@@ -232,7 +232,49 @@ def test_no_private_names_across_packages():
             and _top(src) != _top(module)
         ):
             bad.append(f"{where}: {module} imports the private module {src}")
+    # ``module._name`` on a module imported from another subpackage
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        alias = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for m, src, name, _ in _resolve_from(module, node):
+                    if name is None:
+                        alias[m] = src
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in alias
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and _sub(alias[node.value.id]) != _sub(module)
+            ):
+                where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                bad.append(f"{where}: {module} uses {alias[node.value.id]}.{node.attr}")
     assert not bad, "private names imported across packages:\n" + "\n".join(sorted(bad))
+
+
+def _sub(module: str) -> str:
+    """The subpackage of a module (``jaxdyn.clusters``), or ``jaxdyn`` for the modules at the
+    top (``jaxdyn.batching``: the package's own shared internals)."""
+    top = _top(module)
+    return top if top in MODULES and MODULES[top].name == "__init__.py" else "jaxdyn"
+
+
+def _resolve_from(module: str, node):
+    """``(local name, module, None)`` for each submodule a ``from ... import`` binds."""
+    pkg = _package(module)
+    if node.level:
+        base = pkg.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        src = ".".join(base + ([node.module] if node.module else []))
+    else:
+        src = node.module or ""
+    for a in node.names:
+        sub = f"{src}.{a.name}"
+        if sub in MODULES:
+            yield a.asname or a.name, sub, None, node.lineno
 
 
 def test_no_old_paths_inside():

@@ -43,9 +43,11 @@ def _link_child(el, tag, where, with_origin):
             raise ValueError(f"{where} <{tag}>: more than one <origin>")
         if o:
             if o[0].get("rpy") is not None:
-                _urdf._numbers(o[0].get("rpy"), 3, f"{where} <{tag}> <origin rpy>")
+                _urdf.parse_numbers(o[0].get("rpy"), 3, f"{where} <{tag}> <origin rpy>")
             if o[0].get("xyz") is not None:
-                xyz = tuple(_urdf._numbers(o[0].get("xyz"), 3, f"{where} <{tag}> <origin xyz>"))
+                xyz = tuple(
+                    _urdf.parse_numbers(o[0].get("xyz"), 3, f"{where} <{tag}> <origin xyz>")
+                )
     return link, xyz
 
 
@@ -79,7 +81,7 @@ def parse_extras(robot, xml_root):
                 raise ValueError(f"{where}: expected exactly one <ratio>, found {len(r)}")
             if r[0].get("value") is None:
                 raise ValueError(f"{where} <ratio>: missing value attribute")
-            ratio = float(_urdf._numbers(r[0].get("value"), 1, f"{where} <ratio value>")[0])
+            ratio = float(_urdf.parse_numbers(r[0].get("value"), 1, f"{where} <ratio value>")[0])
             if ratio == 0.0:
                 raise ValueError(f"{where} <ratio>: zero ratio")
             constraints.append(S.Coupling(pred, succ, ratio, name))
@@ -94,7 +96,7 @@ def parse_extras(robot, xml_root):
             if len(ax) > 1:
                 raise ValueError(f"{where}: more than one <axis>")
             if ax and ax[0].get("xyz") is not None:
-                _urdf._numbers(ax[0].get("xyz"), 3, f"{where} <axis xyz>")
+                _urdf.parse_numbers(ax[0].get("xyz"), 3, f"{where} <axis xyz>")
             constraints.append(S.PointLoop(pred, succ, xp, xs, name))
     for j in robot.joints:
         if j.mimic is not None:

@@ -134,7 +134,7 @@ def constrained_aba(
     v, tau = v.astype(dt), tau.astype(dt)
     use_kp = baumgarte is not None and _static_scalar(kp) != 0.0
     if use_kp:  # validate the targets before any computation
-        Rt, pt = cons._target_arrays(fn, constraints, lay, targets, dt)
+        Rt, pt = cons.target_arrays(fn, constraints, lay, targets, dt)
     ws = kin.world_state(model, q)
     pl = cons.placements_from_state(model, ws, lay)
     K = cons.rows_from_placements(lay, pl)
