@@ -16,8 +16,8 @@ written against the former names.
 """
 
 from .eager import EAGER_FLOAT_KEYS as EAGER_FLOAT_KEYS
-from .eager import compiled as _eager_jit  # noqa: F401
-from .eager import dispatch as _dispatch  # noqa: F401
+from .eager import compiled as _eager_jit
+from .eager import dispatch as _dispatch
 from .eager import eager_jit as eager_jit
 from .eager import jit as jit
 from .errors import CheckError as CheckError
@@ -31,6 +31,30 @@ from .shell import common_dtype as common_dtype
 from .shell import default_float as default_float
 from .shell import public as public
 from .shell import quaternion_indices as quaternion_indices
+from .value_checks import enabled as value_checks_enabled
 from .value_checks import error_if as error_if
 from .value_checks import set_value_checks as set_value_checks
 from .value_checks import unchecked as unchecked
+
+__all__ = [
+    "EAGER_FLOAT_KEYS",
+    "CheckError",
+    "JaxdynWarning",
+    "_dispatch",
+    "_eager_jit",
+    "as_array",
+    "check_model",
+    "check_model_dtype",
+    "check_quaternions",
+    "common_dtype",
+    "default_float",
+    "eager_jit",
+    "error_if",
+    "jit",
+    "public",
+    "quaternion_indices",
+    "set_value_checks",
+    "unchecked",
+    "value_checks_enabled",
+    "warn",
+]

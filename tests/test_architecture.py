@@ -377,3 +377,15 @@ def test_internals_in_one_place():
                 if n.startswith(INTERNALS):
                     bad.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {n}")
     assert not bad, bad
+
+
+def test_former_checks_names():
+    """``jaxdyn._checks`` (split by job) still offers the names code used from it."""
+    from jaxdyn import _checks, eager, errors, shell, value_checks
+
+    assert _checks.value_checks_enabled is value_checks.enabled
+    assert _checks.error_if is value_checks.error_if and _checks.unchecked is value_checks.unchecked
+    assert _checks.public is shell.public and _checks.as_array is shell.as_array
+    assert _checks.eager_jit is eager.eager_jit and _checks._eager_jit is eager.compiled
+    assert _checks.CheckError is errors.CheckError is jaxdyn.CheckError
+    assert all(hasattr(_checks, n) for n in _checks.__all__)
