@@ -530,6 +530,11 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
     return roots[0]
 
 
+# former private names (code written against them, e.g. in other branches)
+_read_xml = read_xml
+_numbers = parse_numbers
+
+
 def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
     """Parse a URDF model.
 
