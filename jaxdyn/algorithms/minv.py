@@ -89,8 +89,8 @@ def minv(model, q, method="auto"):
 
     **Arguments:** ``q (nq,)``; ``method``: ``"sweeps"`` the ABA passes above, ``"dense"``
     CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
-    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels:
-    talos_full ``jax.jit(minv)`` 68 -> 37 us per call, panda 59 -> 44; the sweeps under
+    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels and
+    is faster; the sweeps under
     ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
     factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 

@@ -39,7 +39,7 @@ from .idsva import idsva_world
 
 #: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Set from the
 #: DMM / AZA sweep over serial chains of ``benchmarks/derivatives.py`` (``benchmarks/RESULTS.md``,
-#: "Derivatives" and "Design measurements"): AZA was not faster than DMM at the larger sizes
+#: "Derivatives"; ``docs/design-measurements.md``): AZA was not faster than DMM at the larger sizes
 #: of the sweep (DMM's ``nv^3`` product is one fat kernel, AZA's sweeps are many small ones),
 #: so the switch lies beyond the sweep.
 AZA_MIN_NV = 128

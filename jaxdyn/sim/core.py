@@ -489,8 +489,8 @@ def _step_words(model, itemsize):
     """Numbers one sample of :func:`step` keeps live, roughly: the 6x6 (articulated) inertias
     and a few 6-vectors per body, and the ``nv x nv`` blocks of the contact and implicit terms.
     For :func:`jaxdyn.batching.batched`: under ``jax.vmap`` on the CPU a large batch of steps
-    runs in chunks (quad12, float32: chunks of 1024 at B = 8192 took 4.3 us per step against
-    5.9 as one vmap, 3.7 against 4.6 at B = 1024; talos_full at B = 1024: 9.2 against 10.1)."""
+    runs in chunks, faster than one ``vmap`` on quad12 and talos_full
+    (``docs/design-measurements.md``)."""
     return 64 * model.nb + model.nv * model.nv
 
 
