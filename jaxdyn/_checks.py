@@ -40,6 +40,8 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import equinox as eqx
 import jax
@@ -292,7 +294,11 @@ BATCHED = {
 }
 
 
-def public(name: str):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def public(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator of jaxdyn's public functions ``f(model, ...)``.
 
     * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
@@ -308,7 +314,7 @@ def public(name: str):
       cache-sized chunks (:func:`jaxdyn.batching.batched`).
     """
 
-    def decorate(fn):
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         chunked = batching.batched(fn, BATCHED[name]) if name in BATCHED else fn
         run = _dispatch(chunked, fn, name in EAGER_JIT)
 
@@ -350,7 +356,7 @@ def _dispatch(fn, plain=None, compile_eagerly: bool = True):
     return run
 
 
-def eager_jit(fn):
+def eager_jit(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: ``fn`` (returning arrays) runs as one compiled program when called eagerly,
     and under a staging trace as is (:func:`public` without the model check and batching
     rule; the cluster algorithms, their state maps and baselines). README block "Kinematic
@@ -484,7 +490,7 @@ def _eager_jit(fn):
     return call
 
 
-def jit(fun=None, **jit_kwargs):
+def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit`` whose failed jaxdyn value checks raise :class:`CheckError` with the check's
     message as the whole text (instead of XLA's ``INVALID_ARGUMENT: <message>``, or
     ``INTERNAL: CpuCallback error ...`` and a traceback where the check is

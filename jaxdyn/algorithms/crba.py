@@ -11,6 +11,7 @@ subtree is a plain sum, ``oIc_i = sum_{j in subtree(i)} oI_j``, and
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.extend
@@ -23,6 +24,12 @@ from .. import config as _config
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def composite_inertias(model, ws):
@@ -225,7 +232,7 @@ def crba_kernel(model, q):
 
 @_checks.public("crba")
 @full_precision
-def crba(model, q):
+def crba(model: Model, q: ArrayLike) -> Array:
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only
     semi-definite with massless moving subtrees, see :func:`jaxdyn.load_urdf`), with
     ``model.armature`` on the diagonal when set.

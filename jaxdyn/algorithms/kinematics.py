@@ -9,7 +9,7 @@ transforms.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,11 @@ import numpy as np
 from .. import _checks, joints, spatial
 from .._precision import full_precision
 from ..model import tree
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 class Placements(NamedTuple):
@@ -245,7 +250,7 @@ def frame_placements(model, body: Placements) -> Placements:
 
 @_checks.public("forward_kinematics")
 @full_precision
-def forward_kinematics(model, q) -> Kinematics:
+def forward_kinematics(model: Model, q: ArrayLike) -> Kinematics:
     """World placements of all bodies and frames.
 
     Reference: Featherstone 2008, Alg. 4.1 (one outward pass, here vectorised per depth level).
@@ -262,7 +267,7 @@ def forward_kinematics(model, q) -> Kinematics:
 
 @_checks.public("frame_placement")
 @full_precision
-def frame_placement(model, q, frame) -> Placements:
+def frame_placement(model: Model, q: ArrayLike, frame: str | int) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index), from the placements
     of the frame's supporting bodies only (:func:`chain_placements`)."""
     if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):

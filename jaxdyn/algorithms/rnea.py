@@ -9,12 +9,20 @@ algorithms share (ABA's bias forces, the simulator, the cluster baselines, the I
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def external_forces_world(model, ws, f_ext):
@@ -167,7 +175,7 @@ def rnea(model, q, v, a, f_ext=None):
 
 @_checks.public("bias_forces")
 @full_precision
-def bias_forces(model, q, v):
+def bias_forces(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
     q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
@@ -177,7 +185,7 @@ def bias_forces(model, q, v):
 
 @_checks.public("gravity_forces")
 @full_precision
-def gravity_forces(model, q):
+def gravity_forces(model: Model, q: ArrayLike) -> Array:
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
     q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
     dtype = _checks.common_dtype(q, model=model)

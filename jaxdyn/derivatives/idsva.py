@@ -32,6 +32,8 @@ Derivatives with respect to ``q`` are taken in the tangent space of :func:`jaxdy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks, spatial
@@ -40,6 +42,12 @@ from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def forward_accumulate_with_parent(topo, incr, root):
@@ -221,7 +229,13 @@ def _prepare_id(fn, model, q, v, a, f_ext):
 
 @_checks.public("rnea_derivatives")
 @full_precision
-def rnea_derivatives(model, q, v, a, f_ext=None):
+def rnea_derivatives(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    a: ArrayLike,
+    f_ext: ArrayLike | None = None,
+) -> tuple[Array, Array, Array]:
     """Partial derivatives of inverse dynamics ``tau = rnea(q, v, a, f_ext)`` by IDSVA.
 
     Reference: Singh, Russell & Wensing 2022, "Efficient Analytical Derivatives of Rigid-Body
