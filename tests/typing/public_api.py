@@ -54,3 +54,30 @@ def use(model: jaxdyn.Model) -> None:
     inputs = jaxdyn.Inputs("all", tuple(cs))
     assert_type(jaxdyn.build_input_matrix(model, q, inputs), Array)
     assert_type(jaxdyn.input_matrix(model, q, v, inputs), InputMatrix)
+
+
+def use_sim(model: jaxdyn.Model) -> None:
+    from jaxdyn import sim
+
+    feet = [sim.Sphere(f, 0.02) for f in ("FL_FOOT", "FR_FOOT")]
+    cfg = sim.SimConfig(dt=2e-3, contacts=sim.contact_set(model, feet))
+    s0 = sim.State(jaxdyn.neutral_configuration(model), jnp.zeros(model.nv), jnp.zeros(()))
+    ctrl = jnp.zeros(model.nv - 6)
+    assert_type(sim.step(model, s0, ctrl, cfg), sim.State)
+    assert_type(sim.rollout(model, s0, ctrl[None], cfg=cfg), sim.State)
+    assert_type(sim.rollout(model, s0, cfg=cfg, policy=lambda s: ctrl, n_steps=3), sim.State)
+    assert_type(sim.contact_forces(model, s0, ctrl, cfg), Array)
+
+
+def use_trajopt(model: jaxdyn.Model) -> None:
+    from jaxdyn import trajopt as to
+
+    x0 = jnp.zeros(model.nq + model.nv)
+    u = jnp.zeros(model.nv)
+    running = to.Cost((to.Term(to.StateRegularization(x0), 1e-1),))
+    problem = to.Problem(model, x0, running, running, dt=0.01, horizon=10)
+    assert_type(to.step(model, x0, u, 0.01), Array)
+    assert_type(to.step_derivatives(model, x0, u, 0.01), tuple[Array, Array, Array])
+    assert_type(to.fddp(problem), to.Result)
+    assert_type(to.ilqr(problem), to.Result)
+    assert_type(to.rollout(problem, jnp.zeros((10, model.nv))), Array)
