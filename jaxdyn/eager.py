@@ -14,6 +14,8 @@ for those that do.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import equinox as eqx
 import jax
@@ -106,7 +108,11 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
     return run
 
 
-def eager_jit(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def eager_jit(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: ``fn`` (returning arrays) runs as one compiled program when called eagerly,
     and under a staging trace as is (:func:`jaxdyn.shell.public` without the model check and
     batching rule; the cluster algorithms, their state maps and baselines). README block "Kinematic
@@ -145,8 +151,8 @@ def _static_ok(x) -> bool:
 
 #: how many distinct float values (:func:`_static_ok`) an eager function compiles for one
 #: model and set of other arguments before further values run op by op. A float option that
-#: stays the same from call to call (``constrained_aba(..., damping=1e-8)`` in the README:
-#: 12.8 s at its first call op by op, each operation compiled, and 0.1 s per call after) then
+#: stays the same from call to call (``constrained_aba(..., damping=1e-8)`` of
+#: docs/operational-space.md, which op by op compiles each operation at its first call) then
 #: costs one compile; floats that change at every call (a loop over Python numbers) cost a
 #: few compiles, about what the first op-by-op call costs, and then run op by op as they did.
 EAGER_FLOAT_KEYS = 4
@@ -176,10 +182,9 @@ def compiled(fn):
     and :data:`EAGER_FLOAT_KEYS` other values of them were compiled already for the same
     model and other arguments; the caller then runs ``fn`` op by op.
 
-    Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
-    12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
-    eager call (each operation compiled) and 0.19 s per call after; compiled as one program,
-    2.2 s and 0.2-0.4 ms."""
+    Run op by op, an algorithm dispatches hundreds of small XLA programs (each operation
+    compiled at its first call); compiled as one program, its first call compiles once and
+    the next ones dispatch it like a jitted function."""
 
     name = getattr(fn, "__name__", "run")
 
@@ -238,7 +243,7 @@ def compiled(fn):
     return call
 
 
-def jit(fun=None, **jit_kwargs):
+def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit`` whose failed jaxdyn value checks raise :class:`jaxdyn.CheckError` with the
     check's message as the whole text (instead of XLA's ``INVALID_ARGUMENT: <message>``, or
     ``INTERNAL: CpuCallback error ...`` and a traceback where the check is

@@ -16,6 +16,8 @@ algorithm, declared by :func:`public` next to the function.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +39,13 @@ __all__ = [
 ]
 
 
-def public(name: str, words=None, eager: bool | None = None):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def public(
+    name: str, words: Callable | None = None, eager: bool | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator of jaxdyn's public functions ``f(model, ...)``.
 
     * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
@@ -58,7 +66,7 @@ def public(name: str, words=None, eager: bool | None = None):
     """
     compile_eagerly = words is not None if eager is None else eager
 
-    def decorate(fn):
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         chunked = batching.batched(fn, words) if words is not None else fn
         run = eager_layer.dispatch(chunked, fn, compile_eagerly)
 

@@ -64,10 +64,9 @@ def unstack(x, axis: int = -1):
     The algorithms' small helpers (:func:`mm`, :func:`mv`, :func:`cross`, :func:`inv3`, ...)
     take entries apart thousands of times per trace, and the size of the trace sets the time
     to trace, lower and compile: one program holding ``aba`` under ``jax.jvp``, ``jacfwd``,
-    ``jacrev``, ``grad`` and ``vmap`` (the derivative tests' program) went from 53.8k to 37.3k
-    primitives with these two helpers, its lowering from 8.4 to 6.0 s and XLA's compile from
-    15.2 to 13.8 s; the compiled code runs as fast as before (B = 1024, float64, the six
-    benchmarked algorithms on solo12 and talos_full, 2026-11-27). numpy inputs stay numpy.
+    ``jacrev``, ``grad`` and ``vmap`` (the derivative tests' program) has about a third fewer
+    primitives with these two helpers, and lowers and compiles faster; the compiled code runs
+    as fast as before (``docs/design-measurements.md``). numpy inputs stay numpy.
     """
     if isinstance(x, np.ndarray):
         return list(np.moveaxis(x, axis, 0))
@@ -81,7 +80,7 @@ def outer_sum(A, B):
     such shapes was a YNNPACK kernel of its own (CRBA, the Coriolis matrix). The factors
     should be stored (:func:`materialize`) unless they are cheap: XLA recomputes a fused
     producer for every entry of the result (IDSVA's products, whose factors it fused, ran
-    1.4-1.8x slower this way than as batched ``dot`` products)."""
+    slower this way than as batched ``dot`` products)."""
     return mm(A.T, B, unroll=True)
 
 
@@ -91,7 +90,7 @@ def mm(A, B, unroll: bool = False):
 
     Each term is an elementwise broadcast product, so XLA fuses the whole product into its
     neighbours; under ``vmap`` on the CPU this beat a batched ``dot`` of 3x3 or 6x6 blocks
-    (``benchmarks/RESULTS.md``, "Design measurements"). Contractions longer than the
+    (``docs/design-measurements.md``). Contractions longer than the
     ``unroll_max`` switch of :mod:`jaxdyn.config` use ``jnp.matmul``, unless ``unroll`` (for
     products whose result the caller stores, where a chain of fused 6-term products would be
     recomputed per consumer element: see :func:`jaxdyn.algorithms.aba.articulated_inertias`).

@@ -77,8 +77,8 @@ def error_if(x, pred, msg: str):
     On the CPU the check is a call of jaxdyn's own XLA FFI handler
     (:func:`jaxdyn.backend.ffi.check`), not ``equinox.error_if``'s host callback: JAX's
     persistent compilation cache refuses programs that hold host callbacks, so with
-    ``equinox.error_if`` no program with value checks was ever cached (talos_full
-    ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
+    ``equinox.error_if`` no program with value checks was ever cached (every first call in a
+    new process compiled again, several times as long as a read from the cache).
     Elsewhere (GPUs, ``jax.export``, programs XLA partitions over devices, among them those
     traced under :func:`jaxdyn.batching.unchunked`, but not a batch split over ``Explicit``
     mesh axes, which each device checks with the handler; no C compiler), under JAX's

@@ -32,6 +32,8 @@ under a translation of the world origin, so it is computed, as CRBA, at the base
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import batching, shell, spatial
@@ -39,6 +41,12 @@ from .._precision import full_precision
 from ..backend import fusion
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def sym6(M):
@@ -181,7 +189,7 @@ def coriolis_world(model, ws, v):
 
 @shell.public("coriolis_matrix", words=batching.nv2_words)
 @full_precision
-def coriolis_matrix(model, q, v):
+def coriolis_matrix(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis matrix ``C(q, v)`` (``nv x nv``): ``C v = rnea(q, v, 0) - g(q)`` (the Coriolis and
     centrifugal forces, :func:`jaxdyn.bias_forces` minus :func:`jaxdyn.gravity_forces`) and
     ``dM/dt = C + C^T`` along the motion (``dM/dt - 2 C`` skew-symmetric). ``C`` is the

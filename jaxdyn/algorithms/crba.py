@@ -11,6 +11,8 @@ computes only the supporting pairs, one sample per vector lane.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import shell, spatial
@@ -20,6 +22,12 @@ from ..backend import fusion
 from ..backend.crba_kernel import kernel_usable as kernel_usable
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def composite_inertias(model, ws):
@@ -41,8 +49,8 @@ def subspace_force_rows(model, ws, Ic):
     transposing ``ws.S``, whose transposing copy cost more than the whole computation. The
     body quantities are read as component rows too (``R`` as 9 rows of ``nb``, ``p`` 3,
     ``Ic`` 13), which XLA fuses into the kernel, instead of ``(nb, 3, 3)`` blocks copied per
-    coordinate: CRBA under ``jax.vmap`` at B = 1024 8-17 % faster in float32, float64 within
-    noise; batch 1 3-9 % faster (``benchmarks/RESULTS.md``, "Design measurements"). The
+    coordinate: faster under ``jax.vmap`` in float32 and at batch 1, float64 within noise
+    (``docs/design-measurements.md``). The
     subspace rows are stored (:func:`jaxdyn.backend.fusion.store`) before the force rows use them.
     """
     t = model.topo
@@ -52,9 +60,8 @@ def subspace_force_rows(model, ws, Ic):
     u = [sum(R[3 * i + j] * axT[3 + j] for j in range(3)) for i in range(3)]
     v = [ui + ci for ui, ci in zip(u, spatial.cross_rows(list(p), w))]
     # stored before the forces read them: fused into the force rows' kernel, each of its
-    # twelve rows recomputed w and v (solo12 CRBA under jax.vmap 0.93x, talos_full 0.965x in
-    # float64, float32 0.99x). The rows are stacked again below: returning the stored stack
-    # itself changed XLA's fusions and ran 1.1-1.4x slower.
+    # twelve rows recomputed w and v (slower under jax.vmap). The rows are stacked again
+    # below: returning the stored stack itself changed XLA's fusions and ran slower.
     S6 = spatial.stack(w + v, 0)
     S6 = fusion.store(S6)[0]
     w, v = list(S6[:3]), list(S6[3:])
@@ -73,9 +80,8 @@ def crba_world(model, ws):
     broadcast multiply-adds over ``(nv, nv)`` on the component rows of
     :func:`subspace_force_rows`, which XLA fuses with the masks into the kernel that writes
     ``M``. Against a batched ``oS F^T`` product (a YNNPACK kernel after a transposing copy of
-    ``F``) and the masked transpose, under ``jax.vmap`` at B = 1024 on solo12 and talos_full:
-    8-13 % faster in float64, 17-25 % in float32 (``benchmarks/RESULTS.md``, "Design
-    measurements").
+    ``F``) and the masked transpose, faster under ``jax.vmap`` on solo12 and talos_full in
+    float64 and float32 (``docs/design-measurements.md``).
     """
     t = model.topo
     St, Ft = fusion.store(*subspace_force_rows(model, ws, composite_inertias(model, ws)))
@@ -109,7 +115,7 @@ def chunk_words(model, itemsize) -> int:
 
 @shell.public("crba", words=chunk_words)
 @full_precision
-def crba(model, q):
+def crba(model: Model, q: ArrayLike) -> Array:
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only
     semi-definite with massless moving subtrees, see :func:`jaxdyn.load_urdf`), with
     ``model.armature`` on the diagonal when set.

@@ -151,10 +151,9 @@ def crba_kernel(model, q, xla):
     ``c``), written in C (``_crba_kernel.h``) with one sample per vector lane (8 in float64,
     16 in float32), computing only the entries that are not structurally zero and writing each
     once into both triangles. XLA's code for this algorithm is bound by the instructions per
-    entry of its dense ``nv x nv`` product and by one kernel per level of the tree: at batch
-    1024 on one core (AMD EPYC, Zen 4) it took 3.6 us per sample on talos_full against
-    Pinocchio's 3.1 (``benchmarks/RESULTS.md``, "Design measurements"); the kernel takes
-    about 1 us.
+    entry of its dense ``nv x nv`` product and by one kernel per level of the tree, and
+    stayed slower than Pinocchio's C++ on talos_full however it was arranged; the kernel is
+    several times faster (``docs/design-measurements.md``; ``benchmarks/vs_cpp.py``).
 
     A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
     XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code);

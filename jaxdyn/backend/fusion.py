@@ -112,14 +112,14 @@ def materialize(*xs):
 
     XLA fuses cheap elementwise producers into each of their consumers, and a fused kernel
     evaluates its expression per output element: the 30-odd operations of :func:`sincos`
-    feeding the nine entries of a rotation matrix ran nine times per angle (``rodrigues`` on
-    solo12's 12 joints at batch 1024 took 0.29 us per sample instead of 0.09). A
+    feeding the nine entries of a rotation matrix ran nine times per angle (``rodrigues``
+    took about three times as long). A
     ``dynamic_update_slice`` of their stack into zeros is not fused into the consumers, so it
     stores them once (``optimization_barrier`` is dropped on the CPU and does not do this).
     What XLA keeps is a copy into another layout: under ``jax.vmap`` (batch leading) the
     batched update becomes a scatter that XLA rewrites into a transposing copy; with the batch
     as the trailing axis the whole-array update was simplified away and nothing was stored
-    (``benchmarks/RESULTS.md``, "Design measurements", stop 39).
+    (``docs/design-measurements.md``).
     Values and derivatives are unchanged. A no-op off the CPU (a GPU recomputes cheaply and
     pays for every extra kernel). Give it two or more arrays: the stack of a single array is a
     reshape, which XLA removes together with the update, so one array alone is not stored
@@ -150,8 +150,8 @@ def materialize(*xs):
     # common shape ``(n, w)``, the rows of a rotation ``R (n, 3, 3)`` beside ``p (n, 3)``. A
     # flat concatenation of them would be a no-op under ``vmap``: the batched update of a 1-D
     # array needs no layout change, and XLA removed it together with the store (RNEA's local
-    # placements were recomputed in every consumer: solo12 ``rnea`` under ``jax.vmap`` 1.29
-    # against 0.87 us per sample at B = 1024, ``benchmarks/RESULTS.md``, "Design measurements").
+    # placements were recomputed in every consumer, and solo12's batched ``rnea`` was slower:
+    # docs/design-measurements.md).
     n, w = xs[0].shape[0], xs[0].shape[-1]
     rows = [x.reshape(n, -1, w) for x in xs]
     st = materialize(*(r[:, j] for r in rows for j in range(r.shape[1])))
@@ -176,12 +176,12 @@ def store(*xs, copy: bool = True):
 
     Stores that cost nothing but a call made storing pay where the copy did not: each level of
     the body placements, the world inertias and motion subspaces, each level of
-    :func:`~jaxdyn.model.tree.backward_accumulate` (talos_full CRBA 0.91x), besides the sine
-    and cosine of the joint angles (:func:`sincos`, solo12 0.85-0.95x on every algorithm),
-    RNEA's local placements and Minv's backward sweep, which :func:`materialize` stored before.
-    ABA's forward sweep keeps the copy (1.04x slower this way on talos_full), and stores of the
-    6 x 6 world inertias or of :func:`~jaxdyn.model.tree.forward_accumulate`'s levels changed
-    nothing (``benchmarks/RESULTS.md``, "Design measurements").
+    :func:`~jaxdyn.model.tree.backward_accumulate`, besides the sine and cosine of the joint
+    angles (:func:`sincos`), RNEA's local placements and Minv's backward sweep, which
+    :func:`materialize` stored before. ABA's forward sweep keeps the copy (slower this way on
+    talos_full), and stores of the 6 x 6 world inertias or of
+    :func:`~jaxdyn.model.tree.forward_accumulate`'s levels changed nothing
+    (``docs/design-measurements.md``).
     """
     out = ffi.store(*xs) if all(x.size for x in xs) else None
     if out is not None:
