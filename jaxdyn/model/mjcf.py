@@ -1185,7 +1185,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain = (), None
-    if not dis("mjDSBL_CONTACT"):
+    if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
         contacts, terrain = _contacts(m, issues, place, body_names, geom_names)
     constraints, active = (), ()
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
