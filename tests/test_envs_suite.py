@@ -7,7 +7,8 @@ jaxdyn's states follow to 1e-9 (float64) over 25 control steps; observations are
 MuJoCo's ``xmat`` / ``site_xpos`` / ``qvel`` and rewards with ``dm_control.utils.rewards``
 (dm_control's own ``tolerance``) as Playground's tasks define them; MuJoCo's ``mj_step``
 leaves ``xmat`` / ``site_xpos`` at the state before its integration, as ``mjx.step`` does for
-Playground. The sparse variants' rollouts and a short Brax PPO run on ``cartpole_balance`` are ``slow``.
+Playground. The sparse variants' rollouts and a short Brax PPO run on ``cartpole_balance``
+are ``slow``.
 """
 
 from __future__ import annotations
