@@ -56,6 +56,14 @@ actuators, ``jnt_actfrcrange``            ``effort_limit`` (bound on the actuato
                                           unactuated), and :class:`Actuator` records
 (none)                                    ``velocity_limit`` = ``inf``
 ``opt.gravity``                           ``gravity`` (zero with ``<flag gravity="disable">``)
+``opt.timestep``, ``opt.integrator``      ``MJCFModel.timestep``, ``MJCFModel.integrator``
+                                          (:meth:`MJCFModel.sim_config`)
+hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFModel.springs``)
+``qpos_spring``
+fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
+                                          (``MJCFModel.tendons``)
+actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
+transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
                                           ``"world"``), every site (``"site:<name>"`` where a
                                           body has that name), every joint at its anchor (where
