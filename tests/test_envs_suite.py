@@ -7,8 +7,8 @@ jaxdyn's states follow to 1e-9 (float64) over 25 control steps; observations are
 MuJoCo's ``xmat`` / ``site_xpos`` / ``qvel`` and rewards with ``dm_control.utils.rewards``
 (dm_control's own ``tolerance``) as Playground's tasks define them; MuJoCo's ``mj_step``
 leaves ``xmat`` / ``site_xpos`` at the state before its integration, as ``mjx.step`` does for
-Playground. The sparse variants' rollouts and a short Brax PPO run on ``cartpole_balance``
-are ``slow``.
+Playground. The default set steps ``cartpole_swingup`` and ``reacher_easy``; the other tasks'
+rollouts and a short Brax PPO run on ``cartpole_balance`` are ``slow``.
 """
 
 from __future__ import annotations
@@ -66,14 +66,29 @@ def _acrobot(d, m, action, sparse=False):
     return obs, tol(dist, (0, radius), margin=0.0 if sparse else 1.0)
 
 
+def _reacher(d, m, action):
+    tol = _dm_rewards().tolerance
+    t, f = m.geom("target").id, m.geom("finger").id
+    delta = d.geom_xpos[t, :2] - d.geom_xpos[f, :2]
+    radii = m.geom_size[t, 0] + m.geom_size[f, 0]  # the model's target: reacher_easy's
+    return np.concatenate([d.qpos, delta, d.qvel]), tol(np.linalg.norm(delta), (0, radii))
+
+
 CASES = {
+    "reacher_easy": _reacher,
     "cartpole_swingup": _cartpole,
     "cartpole_balance_sparse": lambda d, m, a: _cartpole(d, m, a, sparse=True),
     "pendulum_swingup": _pendulum,
     "acrobot_swingup": _acrobot,
     "acrobot_swingup_sparse": lambda d, m, a: _acrobot(d, m, a, sparse=True),
 }
-SLOW_CASES = ("cartpole_balance_sparse", "acrobot_swingup_sparse")
+#: in the default set: one task with one simulator step per control step, one with four
+SLOW_CASES = (
+    "cartpole_balance_sparse",
+    "acrobot_swingup",
+    "acrobot_swingup_sparse",
+    "pendulum_swingup",
+)
 
 
 @pytest.fixture(
@@ -98,6 +113,8 @@ def test_follows_mujoco(task):
     mujoco.mj_forward(m, d)
     obs, _ = CASES[name](d, m, np.zeros(env.action_size))
     np.testing.assert_allclose(s.obs, obs, atol=1e-12)
+    if "target" in s.info:  # Playground moves the mocap target after its reset's forward
+        d.mocap_pos[0, :2] = np.asarray(s.info["target"])
     n_sub = env.n_frames
     actions = 1.5 * np.sin(0.7 * np.arange(STEPS))[:, None] * np.ones(env.action_size)
     moved = 0.0
@@ -155,6 +172,8 @@ def test_registered_and_batched():
         "pendulum_swingup",
         "acrobot_swingup",
         "acrobot_swingup_sparse",
+        "reacher_easy",
+        "reacher_hard",
     ]
     assert set(names) <= set(envs.ENVIRONMENTS)
     env = envs.make("acrobot_swingup_sparse")

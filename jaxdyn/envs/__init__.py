@@ -10,7 +10,7 @@ Tasks (:func:`make` by name):
   (:mod:`jaxdyn.envs.dm_control_suite`, MJCF models stepped by :mod:`jaxdyn.sim`; need
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
-  ``"acrobot_swingup_sparse"``.
+  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -31,6 +31,7 @@ from .compat import brax_compat as brax_compat
 from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
+from .dm_control_suite import SuiteReacher as SuiteReacher
 from .humanoid import HumanoidStand as HumanoidStand
 from .quadruped import Quadruped as Quadruped
 from .reacher import Reacher as Reacher
@@ -56,6 +57,8 @@ ENVIRONMENTS = {
     "pendulum_swingup": PendulumSwingup,
     "acrobot_swingup": AcrobotSwingup,
     "acrobot_swingup_sparse": lambda **kw: AcrobotSwingup(sparse=True, **kw),
+    "reacher_easy": SuiteReacher,
+    "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
 }
 
 
@@ -85,6 +88,7 @@ __all__ = [
     "ServoPD",
     "SimEnv",
     "State",
+    "SuiteReacher",
     "System",
     "VmapWrapper",
     "Wrapper",

@@ -19,11 +19,14 @@ Tasks (Tassa et al., "DeepMind Control Suite", 2018):
 * :class:`CartpoleBalance` (``swing_up``, ``sparse``): ``cartpole_balance``,
   ``cartpole_balance_sparse``, ``cartpole_swingup``, ``cartpole_swingup_sparse``;
 * :class:`PendulumSwingup`: ``pendulum_swingup``;
-* :class:`AcrobotSwingup` (``sparse``): ``acrobot_swingup``, ``acrobot_swingup_sparse``.
+* :class:`AcrobotSwingup` (``sparse``): ``acrobot_swingup``, ``acrobot_swingup_sparse``;
+* :class:`SuiteReacher` (``target_size``): ``reacher_easy``, ``reacher_hard`` (dm_control's
+  two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
-are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` spring-damper, not MuJoCo's limit
-constraint (``solreflimit``), so a cart driven into the end of its rail rebounds differently;
+and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
+:class:`jaxdyn.sim.JointLimits` spring-damper, not MuJoCo's limit constraint (``solreflimit``),
+so a cart driven into the end of its rail or a wrist into its stop rebounds differently;
 away from the limits the physics follows MuJoCo C to rounding. The model needs ``mujoco``
 (``pip install 'jaxdyn[mjcf]'``) to be compiled when the environment is built.
 """
@@ -41,7 +44,14 @@ from ..algorithms.kinematics import forward_kinematics
 from .base import SimEnv, State
 from .rewards import tolerance
 
-__all__ = ["XML_DIR", "SuiteEnv", "CartpoleBalance", "PendulumSwingup", "AcrobotSwingup"]
+__all__ = [
+    "XML_DIR",
+    "SuiteEnv",
+    "CartpoleBalance",
+    "PendulumSwingup",
+    "AcrobotSwingup",
+    "SuiteReacher",
+]
 
 #: the bundled models
 XML_DIR = os.path.join(os.path.dirname(__file__), "xmls", "dm_control_suite")
@@ -53,6 +63,8 @@ class SuiteEnv(SimEnv):
     ``action`` is MuJoCo's ``ctrl`` (clamped to ``ctrlrange`` by the actuator)."""
 
     xml: str = ""
+    #: ``ignore=`` of :func:`jaxdyn.load_mjcf` for the bundled model
+    ignore: tuple = ()
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float):
         from ..model.mjcf import load_mjcf
@@ -62,7 +74,7 @@ class SuiteEnv(SimEnv):
             raise ValueError(
                 f"{type(self).__name__}: ctrl_dt={ctrl_dt} must be a multiple of sim_dt={sim_dt}"
             )
-        scene = load_mjcf(os.path.join(XML_DIR, self.xml))
+        scene = load_mjcf(os.path.join(XML_DIR, self.xml), ignore=self.ignore)
         self.scene = scene
         super().__init__(scene.model, scene.sim_config(dt=sim_dt), n_frames=n)
         t = scene.model.topo
@@ -279,3 +291,75 @@ class AcrobotSwingup(SuiteEnv):
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {"distance": zero, "diverged": zero}
         return State(ps, self.observe(ps, ps.q), zero, zero, metrics, {"rng": rng})
+
+
+class SuiteReacher(SuiteEnv):
+    """Two-link planar reacher (dm_control ``reacher``; Playground ``ReacherEasy`` /
+    ``ReacherHard``): motors (``gear=0.05``, ``ctrl`` in ``[-1, 1]``) on the shoulder and the
+    wrist (limited to 160 degrees) bring the fingertip to a target in the plane.
+
+    **Observation (6):** ``qpos`` (2), target minus fingertip in the plane (2), ``qvel`` (2).
+    **Reward:** ``tolerance(|target - fingertip|, (0, target_size + 0.01))`` (the fingertip's
+    radius 0.01). **Reset:** shoulder ``~ U(-pi, pi)``, wrist ``~ U`` over its range, at rest;
+    the target at radius ``~ U(0.05, 0.2)``, angle ``~ U(0, 2 pi)``, in ``info["target"]`` (a
+    mocap body in Playground's model, fixed here: the target only enters the observation and
+    the reward). As in Playground, the observation at reset still sees the target at the
+    model's origin (Playground moves the mocap body after ``mjx.forward``).
+    **Periods:** control 0.02 s, simulation 0.005 s.
+    """
+
+    xml = "reacher.xml"
+    ignore = ("mocap",)
+    BIG_TARGET, SMALL_TARGET = 0.05, 0.015
+
+    def __init__(self, target_size: float = BIG_TARGET, *, ctrl_dt=0.02, sim_dt=0.005):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        m = self.scene.mj_model
+        self.target_size = float(target_size)
+        self.radii = self.target_size + float(m.geom_size[m.geom("finger").id, 0])
+        w = m.joint("wrist").id
+        self.wrist_range = tuple(float(x) for x in m.jnt_range[w])
+
+    def observe(self, ps, qk, target):
+        _, p = self.frames(qk, ["finger"])
+        return jnp.concatenate([ps.q, target - p[0, :2], ps.v])
+
+    def reward(self, ps, qk, target):
+        _, p = self.frames(qk, ["finger"])
+        dist = jnp.linalg.norm(target - p[0, :2])
+        return tolerance(dist, (0.0, self.radii)), {"distance": dist}
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2, r3, r4 = jax.random.split(rng, 5)
+        lo, hi = self.wrist_range
+        qpos = jnp.stack(
+            [
+                jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi),
+                jax.random.uniform(r2, (), minval=lo, maxval=hi),
+            ]
+        )
+        ps = self.pipeline_init(qpos, jnp.zeros(self.sys.model.nv))
+        angle = jax.random.uniform(r3, ()) * 2 * jnp.pi
+        radius = jax.random.uniform(r4, (), minval=0.05, maxval=0.2)
+        target = (radius * jnp.stack([jnp.sin(angle), jnp.cos(angle)])).astype(ps.q.dtype)
+        zero = jnp.zeros((), ps.q.dtype)
+        obs = self.observe(ps, ps.q, jnp.zeros(2, ps.q.dtype))  # Playground: the model's target
+        metrics = {"distance": zero, "diverged": zero}
+        return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
+
+    def step(self, state: State, action) -> State:
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        target = state.info["target"]
+        ps, qk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, qk, target)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, qk, target),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics, "diverged": done},
+        )
