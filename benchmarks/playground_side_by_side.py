@@ -137,6 +137,32 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
     )
 
 
+def check(task: str, n_steps: int, seed: int) -> dict:
+    """Both environments from the same key under the same actions: the largest differences of
+    the observations and rewards over ``n_steps`` control steps (Playground's float32 MJX
+    against jaxdyn's port in the default dtype)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    made, why = playground_env(task)
+    if made is None:
+        return dict(missing=why)
+    pg = made[0]
+    jd = jaxdyn_env(task)[0]
+    key = jax.random.PRNGKey(seed)
+    a, b = jax.jit(pg.reset)(key), jax.jit(jd.reset)(key)
+    step_a, step_b = jax.jit(pg.step), jax.jit(jd.step)
+    d_obs = [float(np.abs(np.asarray(a.obs) - np.asarray(b.obs)).max())]
+    d_rew = []
+    for k in range(n_steps):
+        u = jnp.full((jd.action_size,), 0.8 * np.sin(0.3 * k), jnp.float32)
+        a, b = step_a(a, u), step_b(b, u)
+        d_obs.append(float(np.abs(np.asarray(a.obs) - np.asarray(b.obs)).max()))
+        d_rew.append(abs(float(a.reward) - float(b.reward)))
+    return dict(steps=n_steps, max_obs_diff=max(d_obs), max_reward_diff=max(d_rew))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole_balance")
@@ -152,8 +178,20 @@ def main(argv=None) -> int:
     p.add_argument("--threshold", type=float, default=700.0, help="episode return")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument(
+        "--check",
+        type=int,
+        metavar="N",
+        help="only compare the two environments over N control steps from one key",
+    )
     args = p.parse_args(argv)
+    if args.check:
+        print(json.dumps(check(args.task, args.check, args.seed)))
+        return 0
 
+    from jaxdyn.envs import brax_compat
+
+    brax_compat()  # Brax 0.14's trainers on this JAX (both backends train through them)
     cfg = ppo_config(args.task, args)
     print(f"task {args.task}, PPO config: {json.dumps(cfg)}", flush=True)
     results, missing = [], []
