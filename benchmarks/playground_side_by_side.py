@@ -39,6 +39,8 @@ TASKS = {
     "pendulum_swingup": "PendulumSwingup",
     "acrobot_swingup": "AcrobotSwingup",
     "acrobot_swingup_sparse": "AcrobotSwingupSparse",
+    "reacher_easy": "ReacherEasy",
+    "reacher_hard": "ReacherHard",
 }
 
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
