@@ -163,7 +163,8 @@ def test_tolerance_is_dm_controls(sigmoid):
 
 def test_registered_and_batched():
     """Every suite task is registered by name, resets and steps under ``jax.vmap`` with the
-    contract's shapes and keeps its metric keys."""
+    contract's shapes (traced, not run: the rollouts above run them) and keeps its metric
+    keys."""
     names = [
         "cartpole_balance",
         "cartpole_balance_sparse",
@@ -179,8 +180,8 @@ def test_registered_and_batched():
     env = envs.make("acrobot_swingup_sparse")
     assert env.sparse and (env.observation_size, env.action_size) == (6, 1)
     keys = jax.random.split(jax.random.PRNGKey(1), 4)
-    s = jax.jit(jax.vmap(env.reset))(keys)
-    s1 = jax.jit(jax.vmap(env.step))(s, jnp.zeros((4, 1)))
+    s = jax.eval_shape(jax.vmap(env.reset), keys)  # shapes only: no compilation
+    s1 = jax.eval_shape(jax.vmap(env.step), s, jnp.zeros((4, 1)))
     assert s1.obs.shape == (4, 6) and s1.reward.shape == (4,)
     assert set(s1.metrics) == set(s.metrics)
     assert envs.make("pendulum_swingup").dt == pytest.approx(0.02)
