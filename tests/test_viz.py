@@ -98,6 +98,11 @@ def test_reference_contact_forces(quad):
     red = (img[..., 0] > 150) & (img[..., 1] < 80) & (img[..., 2] < 80)
     assert red.sum() > 20 and not ((plain[..., 0] > 150) & (plain[..., 1] < 80)).any()
     assert _close(_compare("quad12_forces", img))
+    # contact points: red balls at the touching feet (the feet of the standing pose)
+    balls = r.render(q[None], cam, contact_points=True)[0]
+    red_balls = (balls[..., 0] > 150) & (balls[..., 1] < 80) & (balls[..., 2] < 80)
+    rows = np.nonzero(red_balls)[0]
+    assert len(rows) > 3 and rows.min() > np.nonzero(_orange(plain))[0].mean()  # low down
 
 
 def test_reference_meshes_batch_heightfield():
@@ -492,6 +497,59 @@ def test_html_export_in_chromium(quad, tmp_path):
         assert win.any(), (scene.model.frame_names[h], col, row)
     col0, _ = _project([-0.5, 0, 0.2], cam, size)  # where the robot is at step 1, not step 0
     assert not orange[:, : int(col0) + 20].any()
+
+
+def _red(img):
+    """Pixels of the contact markers' red (neither the robot's orange nor the floor)."""
+    r, g, b = (img[..., k].astype(int) for k in range(3))
+    return (r > 110) & (g < 60) & (b < 60) & (r > 2.5 * g)
+
+
+def test_html_contacts_and_forces_in_chromium(quad, tmp_path):
+    """Contact forces drawn as red arrows in the exported page: red pixels along each foot's
+    arrow (its contact point to the point plus the scaled force, projected through the page's
+    camera), none at a step whose forces are zero (opened with ``#t=1``: the time slider's
+    step); ``contact_points=True`` marks the touching feet with red balls instead."""
+    scene, _ = quad
+    q = _standing(scene)
+    cam = {"target": [0, 0, 0.15], "azimuth": 90.0, "elevation": -5.0, "distance": 1.6,
+           "fov": 45.0, "follow": False}  # fmt: skip
+    qs = np.stack([q, q])
+    f = np.zeros((2, 4, 3))
+    f[0, :, 2] = 20.0  # 20 N up at each foot at step 0, nothing at step 1
+    scale = 0.006  # m/N: 12 cm arrows
+    viz.export_html(scene, qs, tmp_path / "f.html", camera=cam, forces=f, force_scale=scale)
+    viz.export_html(scene, qs, tmp_path / "c.html", camera=cam, contact_points=True)
+    shots = {}
+    for name, url in [("forces", "f.html"), ("none", "f.html#t=1"), ("balls", "c.html")]:
+        img, dom, console = _browse((tmp_path / url.split("#")[0]).as_uri() + url[6:], tmp_path)
+        assert console == [] and 'data-state="ready"' in dom, (name, console, dom[-800:])
+        shots[name] = img
+        if os.environ.get("JAXDYN_VIZ_SHOTS"):  # to look at them
+            from PIL import Image
+
+            Image.fromarray(img).save(Path(os.environ["JAXDYN_VIZ_SHOTS"]) / f"{name}.png")
+    size = (shots["forces"].shape[1], shots["forces"].shape[0])
+    R, p = viz.frame_poses(scene.model, q[None])
+    marks = viz.scene.contact_marks(scene, R[None], p[None])
+    touching = marks["touching"][0, 0]
+    assert touching.sum() >= 2  # (the lowest feet; the others a few mm up)
+    red = _red(shots["forces"])
+    for x in marks["point"][0, 0]:
+        for s in (0.3, 0.6, 0.9):  # along the arrow
+            col, row = _project(x + s * scale * np.array([0, 0, 20.0]), cam, size)
+            assert red[int(row) - 3 : int(row) + 4, int(col) - 3 : int(col) + 4].any(), (x, s)
+    assert not _red(shots["none"]).any()
+    balls = _red(shots["balls"])
+    for x in marks["point"][0, 0, touching]:
+        col, row = _project(x, cam, size)
+        assert balls[int(row) - 4 : int(row) + 5, int(col) - 4 : int(col) + 5].any(), x
+    assert balls.sum() < red.sum()  # balls, not arrows
+    with pytest.raises(ValueError, match=r"export_html: forces has shape \(2, 3, 3\)"):
+        viz.export_html(scene, qs, forces=np.zeros((2, 3, 3)))
+    bare = viz.Scene.from_model(scene.model)
+    with pytest.raises(ValueError, match="export_html: contact points or forces need"):
+        viz.export_html(bare, qs, contact_points=True)
 
 
 # ------------------------------------------------------------------------ command line

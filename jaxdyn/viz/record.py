@@ -54,7 +54,8 @@ def save_rollout(
     """Write configurations ``qs (T, nq)`` (or a batch ``(B, T, nq)``), ``dt`` seconds apart,
     to ``path``: ``.mp4`` / ``.gif`` (rendered, resampled to ``fps``: every
     ``round(1 / (fps dt))``-th step and the last), ``.html`` (:func:`export_html`, every step)
-    or ``.png`` (the first step). ``forces``: contact forces ``(T, nc, 3)`` drawn as arrows.
+    or ``.png`` (the first step). ``forces``: contact forces ``(T, nc, 3)`` drawn as arrows,
+    ``contact_points``: the contacts touching the terrain marked (in videos and pages alike).
     Returns ``path``."""
     from .html import export_html
     from .renderer import Camera, render
@@ -65,8 +66,8 @@ def save_rollout(
     qs = np.asarray(qs, float)
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".html":
-        export_html(scene, qs, path, dt=dt)
+    if ext == ".html":  # every step, with the contacts asked for
+        export_html(scene, qs, path, dt=dt, forces=forces, contact_points=contact_points)
         return path
     if ext not in (".mp4", ".gif", ".png"):
         raise ValueError(
