@@ -667,6 +667,41 @@ def test_cli_view(tmp_path):
         proc.wait(timeout=30)
 
 
+def test_view_batch_and_time_slider(tmp_path):
+    """The served viewer of a batch trajectory (two arm7s, three steps): one slider per joint,
+    a time slider over the three steps, both robots drawn side by side; opened at ``#t=2`` (the
+    time slider's step) each robot's hand stands where step 2 puts it, not where step 0 does,
+    and the joint sliders show the first robot's configuration at step 2."""
+    scene = viz.Scene.load("arm7")
+    qs = np.zeros((2, 3, scene.model.nq))
+    qs[0, 2, [1, 3]] = 1.0, -1.2
+    qs[1, 2, [0, 1, 3]] = 0.8, 0.6, -0.6
+    cam = {"target": [0.0, 0, 0.5], "azimuth": 90.0, "elevation": -10.0, "distance": 3.4,
+           "fov": 45.0, "follow": False}  # fmt: skip
+    size = (960, 420)  # (the sliders' panel on the right)
+    srv = viz.serve(scene, qs, dt=0.1, block=False, camera=cam)
+    try:
+        img, dom, console = _browse(srv.url + "#t=2", tmp_path, size=size)
+    finally:
+        srv.shutdown()
+    assert console == [] and 'data-state="ready"' in dom, (console, dom[-800:])
+    assert dom.count("data-joint=") == scene.model.nq
+    assert re_search(r'id="time"[^>]*max="2"', dom) or re_search(r'max="2"[^>]*id="time"', dom)
+    assert "arm7: 2 x 3 steps" in dom
+    # the joint sliders show the first robot at the shown step (joint2 = 1 at step 2)
+    assert "joint2<span> 1.000</span>" in dom and "joint4<span> -1.200</span>" in dom, dom
+    offsets = viz.html.scene_data(scene, qs, 0.1, camera=cam)["offsets"]
+    R, p = viz.frame_poses(scene.model, qs.reshape(6, -1))
+    hand = scene.model.frame_index("hand")
+    orange = _orange(img)
+    for b in range(2):
+        at = lambda t: _project(p[3 * b + t, hand] + offsets[b], cam, size)  # noqa: B023
+        col, row = at(2)
+        assert orange[int(row) - 5 : int(row) + 6, int(col) - 5 : int(col) + 6].any(), (b, col)
+        col, row = at(0)
+        assert not orange[int(row) - 2 : int(row) + 3, int(col) - 2 : int(col) + 3].any(), b
+
+
 @pytest.mark.slow  # (compiling the environment's step: a minute on 2 busy cores)
 def test_env_rollout_and_save_rollout(tmp_path):
     """A policy driving an environment, filmed: the configurations are the environment's

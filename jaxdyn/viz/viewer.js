@@ -140,6 +140,7 @@
 
   // ------------------------------------------------------------------ state and controls
   const cam = Object.assign({}, D.camera);
+  let onStep = null; // the joint sliders follow the first robot along the trajectory
   let t = 0, playing = false, speed = 1, last = null, pan = [0, 0, 0];
   const timeEl = document.getElementById("time"), clockEl = document.getElementById("clock");
   const playEl = document.getElementById("play"), followEl = document.getElementById("follow");
@@ -206,6 +207,7 @@
     }
     const step = Math.max(0, Math.min(T - 1, Math.floor(t)));
     timeEl.value = String(step);
+    if (onStep) onStep(step);
     clockEl.textContent = (step * D.dt).toFixed(3) + " s";
     playEl.innerHTML = playing ? "&#10074;&#10074;" : "&#9654;";
     const az = cam.azimuth * Math.PI / 180, el = cam.elevation * Math.PI / 180;
@@ -296,7 +298,11 @@
   if (D.live) {
     const side = document.getElementById("side");
     side.style.display = "block";
-    const q = D.live.q.slice();
+    // the first robot's configuration at each step (the sliders' values; their edits kept)
+    const Q = D.live.qs ? D.live.qs.map((r) => r.slice()) : [D.live.q.slice()];
+    let shown = Math.max(0, Math.min(Q.length - 1, Math.floor(t)));
+    let q = Q[shown];
+    const inputs = [];
     let pending = false, again = false;
     async function update() {
       if (pending) { again = true; return; }
@@ -307,8 +313,7 @@
         const j = await r.json();
         if (j.error) throw new Error(j.error);
         const one = decode(j.poses, Float32Array);
-        const step = Math.max(0, Math.min(T - 1, Math.floor(t)));
-        poses.set(one, pose(0, step, 0));
+        poses.set(one, pose(0, shown, 0));
         draw();
       } catch (e) { fail(String(e.message || e)); }
       pending = false;
@@ -333,9 +338,17 @@
       inp.addEventListener("input", () => {
         q[jt.index] = Number(inp.value); val.textContent = " " + q[jt.index].toFixed(3); update();
       });
+      inputs.push([jt, inp, val]);
       lab.append(jt.name, val, inp);
       side.append(lab);
     }
+    onStep = (step) => {
+      if (step === shown || step >= Q.length || pending) return;
+      shown = step; q = Q[step];
+      for (const [jt, inp, val] of inputs) {
+        inp.value = q[jt.index]; val.textContent = " " + Number(q[jt.index]).toFixed(3);
+      }
+    };
   }
 
   draw();
