@@ -545,6 +545,9 @@ def test_html_contacts_and_forces_in_chromium(quad, tmp_path):
         col, row = _project(x, cam, size)
         assert balls[int(row) - 4 : int(row) + 5, int(col) - 4 : int(col) + 5].any(), x
     assert balls.sum() < red.sum()  # balls, not arrows
+    # save_rollout's page (jaxdyn render -o x.html --forces) carries them too
+    viz.save_rollout(scene, qs, tmp_path / "s.html", dt=0.1, forces=f)
+    assert '"marks":{"n":4,' in (tmp_path / "s.html").read_text()
     with pytest.raises(ValueError, match=r"export_html: forces has shape \(2, 3, 3\)"):
         viz.export_html(scene, qs, forces=np.zeros((2, 3, 3)))
     bare = viz.Scene.from_model(scene.model)
