@@ -210,6 +210,23 @@ def test_follow_camera_tracks_base(quad):
     assert abs(c[3][1] - c[2][1]) > 5  # moved sideways in the fixed camera's image
 
 
+def test_fixed_camera_frames_the_trajectory():
+    """A fixed-base robot's default camera holds its geometry at every step of the trajectory
+    (not only its joints): the double pendulum's meshes swinging up, drawn over all frames,
+    centred in the image."""
+    scene = viz.Scene.load("double_pendulum", terrain=None)
+    q = np.stack([np.linspace(0.3, 1.4, 3), np.linspace(-0.2, -0.6, 3)], 1)
+    img = viz.render(scene, q, width=W, height=H)
+    speck = viz.Geom(-1, "sphere", (0.001,), p=(0.0, 0.0, -50.0))  # out of view: the sky
+    sky = viz.render(viz.Scene(scene.model, [speck], terrain=None), q[:1], width=W, height=H)
+    drawn = (np.abs(img.astype(int) - sky.astype(int)).max(-1) > 30).any(0)
+    rows, cols = np.nonzero(drawn)
+    assert len(rows) > 30
+    assert rows.min() > 0 and cols.min() > 0 and rows.max() < H - 1 and cols.max() < W - 1
+    centre = np.array([(rows.min() + rows.max()) / 2 / H, (cols.min() + cols.max()) / 2 / W])
+    assert np.all(np.abs(centre - 0.5) < 0.15), centre
+
+
 def _orange(img):
     """Pixels of the robot's orange."""
     r, g, b = (img[..., k].astype(int) for k in range(3))

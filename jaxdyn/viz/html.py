@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .scene import Scene, frame_poses
+from .scene import Scene, frame_poses, trajectory_box
 
 __all__ = ["export_html", "html_page", "tessellate"]
 
@@ -209,10 +209,9 @@ def scene_data(
     poses = np.concatenate([R[:, bodies].reshape(B * T, len(bodies), 9), p[:, bodies]], -1)
     extent = float(max(np.max(hi - lo), 0.1)) if parts else 1.0
     if not model.floating_base and bodies:  # a fixed camera: the whole trajectory in view
-        pts = p[:, bodies].reshape(-1, 3)
-        tlo, thi = pts.min(0), pts.max(0)
+        tlo, thi = trajectory_box(scene, R, p)
         lo, hi = np.minimum(lo, tlo), np.maximum(hi, thi)
-        extent = max(extent, float(np.max(thi - tlo)) + 0.6 * extent)
+        extent = max(extent, float(np.max(thi - tlo)))
     cols = int(np.ceil(np.sqrt(B)))
     sp = spacing if spacing is not None else 1.5 * extent
     idx = np.arange(B)

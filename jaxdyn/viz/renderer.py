@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from .scene import Scene, _geom_points, contact_marks, frame_poses
+from .scene import Scene, _geom_points, contact_marks, frame_poses, trajectory_box
 
 __all__ = ["Camera", "Renderer", "render", "mujoco_scene"]
 
@@ -321,7 +321,7 @@ class Renderer:
     def __exit__(self, *a):
         self.close()
 
-    def _camera(self, camera: Camera, p_all, t):
+    def _camera(self, camera: Camera, R_all, p_all, t):
         mj = self.mujoco
         cam = mj.MjvCamera()
         cam.type = mj.mjtCamera.mjCAMERA_FREE
@@ -336,11 +336,15 @@ class Renderer:
             cam.lookat[:] = camera.lookat
         elif f is not None:  # the frame's motion, the nominal pose's centre of geometry
             cam.lookat[:] = (p_all[:, t, f] + self.offsets).mean(0) + self.center0 - self.p0[f]
-        else:  # the whole trajectory in view: the drawn frames' box over all steps
-            pts = p_all[:, :, self.bodies].reshape(-1, 3)
-            lo, hi = pts.min(0), pts.max(0)
+        else:  # the whole trajectory in view: the box of the geometry over all steps
+            if self._box is None:
+                n = R_all.shape[0] * R_all.shape[1]
+                self._box = trajectory_box(
+                    self.scene, R_all.reshape(n, *R_all.shape[2:]), p_all.reshape(n, -1, 3)
+                )
+            lo, hi = self._box
             cam.lookat[:] = (lo + hi) / 2 + self.offsets.mean(0)
-            extent = max(extent, float(np.max(hi - lo)) + 0.6 * extent)
+            extent = max(extent, float(np.max(hi - lo)))
         cam.distance = camera.distance or (2.2 * extent + 1.2 * grid)
         cam.azimuth, cam.elevation = camera.azimuth, camera.elevation
         return cam
@@ -376,6 +380,7 @@ class Renderer:
         R, p = frame_poses(self.scene.model, qs.reshape(B * T, nq))
         R = R.reshape(B, T, *R.shape[1:])
         p = p.reshape(B, T, *p.shape[1:])
+        self._box = None  # (the fixed camera's framing of this trajectory)
         marks = None
         if contact_points or forces is not None:
             marks = self._contact_marks(R, p, forces, force_scale)
@@ -394,7 +399,7 @@ class Renderer:
                 d.mocap_quat[b * nbod : (b + 1) * nbod] = quats[b, t]
             mj.mj_kinematics(self.mj_model, d)
             mj.mj_camlight(self.mj_model, d)
-            self._r.update_scene(d, camera=self._camera(camera, p, t), scene_option=self._opt)
+            self._r.update_scene(d, camera=self._camera(camera, R, p, t), scene_option=self._opt)
             if marks is not None:
                 self._draw_marks(marks, t)
             out[t] = self._r.render()

@@ -682,6 +682,36 @@ def _geom_points(g: Geom, R, p):
     return loc @ R[g.frame].T + p[g.frame]
 
 
+def _local_corners(g: Geom):
+    """The 8 corners of a box holding the geom, in its frame's coordinates."""
+    if g.kind == "mesh":
+        v = np.asarray(g.vertices, float)
+        loc = np.array(np.meshgrid(*zip(v.min(0), v.max(0)))).reshape(3, -1).T
+    else:
+        loc = _geom_points(Geom(-1, g.kind, g.size), None, None)
+    return loc @ np.asarray(g.R, float).T + np.asarray(g.p, float)
+
+
+def trajectory_box(scene, R, p, max_steps: int = 64):
+    """``(lo, hi)``: a box holding every geom of ``scene`` at every step of the placements
+    ``R (N, nf, 3, 3)``, ``p (N, nf, 3)`` (:func:`frame_poses`; at most ``max_steps`` steps,
+    evenly spread), for framing a fixed camera on a whole trajectory."""
+    N = R.shape[0]
+    idx = np.unique(np.linspace(0, N - 1, min(N, max_steps)).round().astype(int))
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    for g in scene.geoms:
+        loc = _local_corners(g)
+        if g.frame < 0:
+            w = loc
+        else:
+            w = np.einsum("nij,kj->nki", R[idx, g.frame], loc) + p[idx, g.frame][:, None]
+            w = w.reshape(-1, 3)
+        lo, hi = np.minimum(lo, w.min(0)), np.maximum(hi, w.max(0))
+    if not np.all(np.isfinite(lo)):
+        lo = hi = np.zeros(3)
+    return lo, hi
+
+
 def contact_marks(scene, R, p, forces=None, force_scale=None, extent=1.0, who="render"):
     """What both renderers draw for contacts, from the frames' placements ``R (B, T, nf, 3,
     3)``, ``p (B, T, nf, 3)`` (:func:`frame_poses`, reshaped): a dict of ``point (B, T, nc,
