@@ -562,9 +562,17 @@ def test_html_contacts_and_forces_in_chromium(quad, tmp_path):
         col, row = _project(x, cam, size)
         assert balls[int(row) - 4 : int(row) + 5, int(col) - 4 : int(col) + 5].any(), x
     assert balls.sum() < red.sum()  # balls, not arrows
-    # save_rollout's page (jaxdyn render -o x.html --forces) carries them too
+    # save_rollout's page (jaxdyn render -o x.html --forces) and the served one carry them too
     viz.save_rollout(scene, qs, tmp_path / "s.html", dt=0.1, forces=f)
     assert '"marks":{"n":4,' in (tmp_path / "s.html").read_text()
+    srv = viz.serve(scene, qs, block=False, contact_points=True)
+    try:
+        import urllib.request
+
+        page = urllib.request.urlopen(srv.url, timeout=30).read().decode()
+        assert '"marks":{"n":4,' in page and '"vectors":null' in page
+    finally:
+        srv.shutdown()
     with pytest.raises(ValueError, match=r"export_html: forces has shape \(2, 3, 3\)"):
         viz.export_html(scene, qs, forces=np.zeros((2, 3, 3)))
     bare = viz.Scene.from_model(scene.model)
@@ -604,6 +612,10 @@ def test_cli_render(tmp_path, capsys):
     rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / "c.png",
                       "--forces")  # fmt: skip
     assert rc == 2 and "no array 'forces'" in err
+    # --contacts on a model without a contact set: the contact boxes of `jaxdyn sim`
+    rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / "c.png",
+                      "--contacts", "--width", 64, "--height", 48)  # fmt: skip
+    assert rc == 0 and (tmp_path / "c.png").exists(), err
     assert 'id="jaxdyn-data"' in (tmp_path / "a.html").read_text()
     # user errors: one line, status 2
     np.savez(tmp_path / "bad.npz", q=np.zeros((3, 5)))
