@@ -29,6 +29,8 @@ def save_solution(scene, res, name, dt, title="", others=None):
         print(f"saved {video}")
     except ImportError as e:
         print(f"no video ({e}; pip install '.[viz]')")
+    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
+        print(f"no video: {e}")
     try:
         import matplotlib
 

@@ -66,6 +66,8 @@ def film(env, params, path, seconds=2.0):
         print(f"policy video: {path}")
     except ImportError as e:
         print(f"no policy video ({e}; pip install '.[rl]')")
+    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
+        print(f"no policy video: {e}")
 
 
 def main(argv=None):
