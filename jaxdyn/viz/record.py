@@ -22,7 +22,7 @@ def env_rollout(env, policy, n_steps: int, seed: int = 0):
     key = jax.random.PRNGKey(seed)
 
     @jax.jit
-    def run(key):
+    def env_rollout(key):  # (named for the compile log; "run" is jaxdyn's eager calls')
         k0, k1 = jax.random.split(key)
         s0 = env.reset(k0)
 
@@ -33,7 +33,7 @@ def env_rollout(env, policy, n_steps: int, seed: int = 0):
         _, qs = jax.lax.scan(body, s0, jax.random.split(k1, n_steps))
         return jax.numpy.concatenate([s0.pipeline_state.q[None], qs]), s0
 
-    qs, s0 = run(key)
+    qs, s0 = env_rollout(key)
     return np.asarray(qs, float), s0
 
 
