@@ -553,6 +553,25 @@ def test_solve_batch_verbose(pendulum, capfd):
     _check_batch_log(lines, iterations)
 
 
+def test_fddp_verbose_every_n(fddp_solution, capfd):
+    """fddp's progress: silent by default; ``verbose=3`` prints the header, then iterations
+    0, 3, 6, ... and the last (the same solve: same iterations and cost)."""
+    problem, res = fddp_solution
+    jax.block_until_ready(ddp.fddp(problem, max_iter=200))
+    jax.effects_barrier()
+    assert capfd.readouterr().out == ""
+    r = ddp.fddp(problem, max_iter=200, verbose=3)
+    jax.effects_barrier()
+    lines = capfd.readouterr().out.splitlines()
+    n = int(res.iterations)
+    assert int(r.iterations) == n and float(r.cost) == float(res.cost)
+    assert lines[0].split() == ["iter", "cost", "stop", "step", "reg", "gap"], lines
+    its = [int(line.split()[0]) for line in lines[1:]]
+    assert its == sorted(set(range(0, n, 3)) | {n - 1}), (its, n)
+    with pytest.raises(ValueError, match="verbose must be"):
+        ddp.fddp(problem, verbose=-1)
+
+
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):
     problem, res = fddp_solution
     r = ddp.ilqr(problem, max_iter=200)
