@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-def version_problem():
+def version_problem() -> str | None:
     """``None`` when the installed crocoddyl and Pinocchio binaries agree, else a sentence
     saying which parts of Crocoddyl fail and which versions to install (module docstring)."""
     import crocoddyl
