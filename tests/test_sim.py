@@ -577,7 +577,7 @@ print("OK")
 """
 
 
-@pytest.mark.slow  # a 4-device subprocess; test_distributed checks sharded rollouts across processes
+@pytest.mark.slow  # a 4-device subprocess; test_distributed shards rollouts across processes
 def test_sharded_batch_equals_one_device():
     """A batch split over 4 (virtual CPU) devices by ``sim.sharded_vmap`` gives the
     one-device result (bit for bit for the pendulum's rollout and step): each device holds a
@@ -661,7 +661,7 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
     [
         ("compliant", "implicit"),
         ("constraint", "implicit"),
-        # the explicit integrator's contact gradient: test_rollout_gradient_matches_finite_differences
+        # explicit integrator: test_rollout_gradient_matches_finite_differences
         pytest.param("compliant", "euler", marks=pytest.mark.slow),
     ],
 )
