@@ -237,6 +237,9 @@ class MJCFModel(NamedTuple):
       frames, one per collision geom that touches the terrain (compile them with
       ``jaxdyn.sim.contact_set(model, contacts)``);
     - ``terrain``: the ground plane (:class:`jaxdyn.sim.Plane`) or ``None``;
+    - ``geoms``: a :class:`jaxdyn.sim.Geoms` of every other pair of collision geoms that may
+      touch (bodies against bodies, static world geometry, shapes the primitives above do not
+      have), or ``None``; :meth:`sim_config` puts the three in a ``SimConfig``;
     - ``constraints``: :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` of the equality
       constraints, with ``constraint_active`` (MuJoCo's ``eq_active0``) beside them;
     - ``actuators``: :class:`Actuator` records in MuJoCo's actuator (``ctrl``) order;
@@ -251,6 +254,7 @@ class MJCFModel(NamedTuple):
     model: Model
     contacts: tuple
     terrain: object
+    geoms: object
     constraints: tuple
     constraint_active: tuple
     actuators: tuple
@@ -266,6 +270,23 @@ class MJCFModel(NamedTuple):
         from ..interop.mujoco import Converter
 
         return Converter(self.model, self.mj_model)
+
+    def sim_config(self, contact=None, **kwargs):
+        """A :class:`jaxdyn.sim.SimConfig` with every contact of the file: the primitives
+        against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``);
+        ``contact``: the contact model (default :class:`jaxdyn.sim.Constraint`); ``dt``
+        defaults to ``timestep``; other keywords go to ``SimConfig``."""
+        from ..sim import Constraint, Plane, SimConfig, contact_set
+
+        kwargs.setdefault("dt", self.timestep)
+        has = bool(self.contacts) or self.geoms is not None
+        if has:
+            kwargs.setdefault("contact", Constraint() if contact is None else contact)
+            if self.contacts:
+                kwargs.setdefault("contacts", contact_set(self.model, self.contacts))
+                kwargs.setdefault("terrain", self.terrain if self.terrain else Plane())
+            kwargs.setdefault("geoms", self.geoms)
+        return SimConfig(**kwargs)
 
     def sim_actuator(self):
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
@@ -1112,9 +1133,11 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
     # ------------------------------------------------------------ contacts, constraints
-    contacts, terrain = (), None
+    contacts, terrain, geoms = (), None, None
     if not dis("mjDSBL_CONTACT"):
-        contacts, terrain = _contacts(m, issues, place, body_names, geom_names)
+        contacts, terrain, geoms = _contacts(
+            m, issues, place, body_names, geom_names, remap, dis("mjDSBL_FILTERPARENT")
+        )
     constraints, active = (), ()
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
         constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
@@ -1132,6 +1155,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         model=model,
         contacts=contacts,
         terrain=terrain,
+        geoms=geoms,
         constraints=constraints,
         constraint_active=active,
         actuators=actuators,
@@ -1433,9 +1457,30 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _contacts(m, issues, place, body_names, geom_names):
-    """Contact primitives on moving bodies that touch the terrain, and the terrain plane."""
+def _filtered(m, g1, g2, filterparent_off) -> bool:
+    """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
+    ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
+    (welded bodies) unless the parent is the world or ``filterparent`` is disabled;
+    ``contype`` / ``conaffinity``; an ``<exclude>`` of their bodies."""
+    b1, b2 = int(m.geom_bodyid[g1]), int(m.geom_bodyid[g2])
+    w1, w2 = int(m.body_weldid[b1]), int(m.body_weldid[b2])
+    if w1 == w2:
+        return True
+    pw1 = int(m.body_weldid[int(m.body_parentid[w1])])
+    pw2 = int(m.body_weldid[int(m.body_parentid[w2])])
+    if not filterparent_off and w1 != 0 and w2 != 0 and (w1 == pw2 or w2 == pw1):
+        return True
+    return not _can_collide(m, g1, g2) or _excluded(m, b1, b2)
+
+
+def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=False):
+    """Contact primitives on moving bodies that touch the ground plane (exactly as their
+    spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
+    terrain, and a :class:`jaxdyn.sim.Geoms` of every other pair MuJoCo's filters let
+    collide."""
+    from ..sim import collision
     from ..sim.geometry import Box, Capsule, Plane, Sphere
+    from ..sim.geoms import Geoms
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -1444,16 +1489,11 @@ def _contacts(m, issues, place, body_names, geom_names):
     def el(g):
         return f'<geom name="{geom_names[g]}" type="{_GEOM_NAMES[int(m.geom_type[g])]}">'
 
+    def listed(gs):
+        more = f" ... ({len(gs)} in all)" if len(gs) > 6 else ""
+        return ", ".join(el(g) for g in gs[:6]) + more
+
     planes = [g for g in static if int(m.geom_type[g]) == _PLANE]
-    others = [g for g in static if int(m.geom_type[g]) != _PLANE] + planes[1:]
-    if others:
-        els = ", ".join(el(g) for g in others[:6])
-        more = f" ... ({len(others)} in all)" if len(others) > 6 else ""
-        issues.add(
-            "geom",
-            f"{els}{more}: static collision geometry other than one ground plane "
-            "(jaxdyn.sim has one terrain)",
-        )
     terrain, ground = None, None
     if planes:
         ground = planes[0]
@@ -1461,12 +1501,10 @@ def _contacts(m, issues, place, body_names, geom_names):
         R, p = _compose(T, _local_frame(m, "geom", ground))
         n = R[:, 2]
         terrain = Plane(normal=n, height=float(n @ p))
-    prims, bad = [], []
+    prims, as_prim = [], set()
     for g in moving:
-        if ground is not None:
-            bg, b0 = int(m.geom_bodyid[g]), int(m.geom_bodyid[ground])
-            if not _can_collide(m, g, ground) or _excluded(m, bg, b0):
-                continue
+        if ground is None or _filtered(m, ground, g, filterparent_off):
+            continue
         typ = int(m.geom_type[g])
         frame = body_names[int(m.geom_bodyid[g])]
         R, pg = _local_frame(m, "geom", g)
@@ -1488,16 +1526,67 @@ def _contacts(m, issues, place, body_names, geom_names):
         elif typ == _BOX:
             prims.append(Box(frame, tuple(2 * size), pos=pos, rotation=R, name=geom_names[g]))
         else:
-            bad.append(g)
-    if bad:
-        els = ", ".join(el(g) for g in bad[:6])
-        more = f" ... ({len(bad)} in all)" if len(bad) > 6 else ""
+            continue
+        as_prim.add(g)
+
+    # every other pair MuJoCo's broad phase lets through
+    pairs, unsupported, condim = [], {}, []
+    for i, g1 in enumerate(collide):
+        for g2 in collide[i + 1 :]:
+            if _filtered(m, g1, g2, filterparent_off):
+                continue
+            if ground in (g1, g2) and (g2 if g1 == ground else g1) in as_prim:
+                continue
+            a, b = (g1, g2) if int(m.geom_type[g1]) <= int(m.geom_type[g2]) else (g2, g1)
+            key = (_GEOM_NAMES[int(m.geom_type[a])], _GEOM_NAMES[int(m.geom_type[b])])
+            if key not in collision.PAIRS:
+                unsupported.setdefault(key, []).append((a, b))
+                continue
+            pairs.append((a, b))
+    for key, ps in unsupported.items():
+        ex = ", ".join(f"{el(a)}-{el(b)}" for a, b in ps[:3])
+        more = f" ... ({len(ps)} in all)" if len(ps) > 3 else ""
         issues.add(
             "geom",
-            f"{els}{more}: contact shapes jaxdyn.sim does not have (it has sphere, capsule, box "
-            "and a ground plane)",
+            f"{ex}{more}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts "
+            f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
-    return tuple(prims), terrain
+    used = sorted({g for pr in pairs for g in pr})
+    for g in used:
+        if int(m.geom_condim[g]) not in (1, 3):
+            condim.append(g)
+    if condim:
+        issues.add(
+            "geom",
+            f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+            "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
+        )
+    if not pairs:
+        return tuple(prims), terrain, None
+    index = {g: k for k, g in enumerate(used)}
+    body, rot, pos = [], [], []
+    for g in used:
+        b, T = place[int(m.geom_bodyid[g])]
+        R, p = _compose(T, _local_frame(m, "geom", g))
+        body.append(int(remap(b)) if b >= 0 else -1)
+        rot.append(R)
+        pos.append(p)
+    types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
+    rbound = np.array([float(m.geom_rbound[g]) for g in used])
+    rbound[np.array([t == "plane" for t in types])] = np.inf
+    geoms = Geoms(
+        size=np.array([m.geom_size[g] for g in used], float),
+        pos=np.asarray(pos, float),
+        rot=np.asarray(rot, float),
+        friction=np.array([float(m.geom_friction[g][0]) for g in used]),
+        rbound=rbound,
+        body=tuple(body),
+        type=types,
+        condim=tuple(int(m.geom_condim[g]) for g in used),
+        names=tuple(geom_names[g] for g in used),
+        pairs=tuple((index[a], index[b]) for a, b in pairs),
+    )
+    return tuple(prims), terrain, geoms
 
 
 def _equalities(mujoco, m, issues, place, body_names, site_frames):
