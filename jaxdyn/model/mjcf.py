@@ -1147,6 +1147,8 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    if geoms is not None:
+        _warn_penetrating(mujoco, m, label, geoms, geom_names)
     keyframes = {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -1455,6 +1457,32 @@ def _excluded(m, b1, b2) -> bool:
     sig = {int(s) for s in np.asarray(m.exclude_signature).ravel()}
     lo, hi = min(b1, b2), max(b1, b2)
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
+
+
+def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
+    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    deep = {}
+    for c in d.contact[: d.ncon]:
+        key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
+        if key in pairs and c.dist < -depth:
+            deep[key] = max(deep.get(key, 0.0), -float(c.dist))
+    if deep:
+        import warnings
+
+        listed = ", ".join(
+            "-".join(repr(n) for n in sorted(k)) + f" ({v * 1e3:.3g} mm)"
+            for k, v in list(deep.items())[:6]
+        )
+        more = f" ... ({len(deep)} in all)" if len(deep) > 6 else ""
+        warnings.warn(
+            f"load_mjcf: {label}: geoms interpenetrate at qpos0: {listed}{more}; the contact "
+            "solver pushes them apart in the first steps",
+            stacklevel=4,
+        )
 
 
 def _filtered(m, g1, g2, filterparent_off) -> bool:
