@@ -64,6 +64,10 @@ sphere / capsule / box geoms              :class:`jaxdyn.sim.Sphere` / ``Capsule
                                           the body's frame (capsule ``length = 2 size[1]``, box
                                           ``size = 2 size``), the ones that collide with:
 plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
+every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (``geoms``):
+(MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
+exclude, parent-child)                    against the plane the primitives do not have;
+                                          friction ``max``, condim 1 / 3 (docs/collision.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
@@ -87,9 +91,9 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ``"ball_limit"``  range (cone) limits of ball joints
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
                   joint, activation dynamics, muscle / PID / user gains, delays
-``"geom"``        collision geometry jaxdyn.sim cannot use: other shapes (mesh, cylinder,
-                  ellipsoid, hfield, sdf) that touch the terrain, static obstacles other than
-                  one ground plane, planes on moving bodies, explicit ``<contact><pair>``
+``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
+                  phase in :mod:`jaxdyn.sim.collision`, condim 4 / 6 on a pair's geom
+                  (torsional / rolling friction), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -101,9 +105,9 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
 refuses both), tendon armature.
 
-jaxdyn.sim contacts are primitives against the terrain only: collisions between the robot's
-own geoms (MuJoCo's self-collisions) are not modelled; contact softness (``solref``,
-``solimp``), condim and per-geom friction are not read.
+Contact softness (``solref``, ``solimp``), ``margin`` and ``gap`` are not read; per-geom
+friction and condim are read for the geom pairs, not for the primitives against the terrain.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
