@@ -20,7 +20,7 @@ class Scene:
     """Two geoms (geom 1 of type ``t1``, geom 2 of type ``t2``), each on its own free body (a
     plane sits on the world body and is moved through ``geom_pos``/``geom_quat``)."""
 
-    def __init__(self, t1, size1, t2, size2, margin=0.0, meshes=(), multiccd=False):
+    def __init__(self, t1, size1, t2, size2, margin=0.0, meshes=(), multiccd=None):
         import mujoco
 
         self.mujoco = mujoco
@@ -33,7 +33,9 @@ class Scene:
         mk = iter(mesh_names)
         g1 = _geom_xml(t1, size1, "g1", margin, next(mk) if t1 == "mesh" else None)
         g2 = _geom_xml(t2, size2, "g2", 0.0, next(mk) if t2 == "mesh" else None)
-        flag = '<flag multiccd="enable"/>' if multiccd else ""
+        flag = {None: "", True: '<flag multiccd="enable"/>', False: '<flag multiccd="disable"/>'}[
+            multiccd
+        ]
         b1 = g1 if t1 == "plane" else f'<body name="b1"><freejoint/>{g1}</body>'
         b2 = f'<body name="b2"><freejoint/>{g2}</body>'
         xml = (
@@ -41,9 +43,15 @@ class Scene:
             f"<worldbody>{b1}{b2}</worldbody></mujoco>"
         )
         self.m = mujoco.MjModel.from_xml_string(xml)
-        self.m.opt.ccd_tolerance = 1e-10
+        self.m.opt.ccd_tolerance = 1e-12
+        self.m.opt.ccd_iterations = 2000
         self.d = mujoco.MjData(self.m)
         self.plane = t1 == "plane"
+        #: mesh vertices in their geom's frame as MuJoCo stores them (re-centred, re-oriented)
+        self.mesh_vertices = [
+            np.array(self.m.mesh_vert[a : a + n])
+            for a, n in zip(self.m.mesh_vertadr, self.m.mesh_vertnum, strict=True)
+        ]
 
     def __call__(self, pos1, quat1, pos2, quat2):
         """Contacts (dist (n,), pos (n, 3), normal (n, 3)) and the geoms' world poses."""
@@ -76,3 +84,30 @@ class Scene:
 def random_quats(rng, n):
     q = rng.normal(size=(n, 4))
     return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+def sat_depth(va, vb, edges_a=None, edges_b=None):
+    """Brute-force separating-axis oracle for two convex point sets (world vertices (n, 3)):
+    the largest support-based separation over all face normals of both hulls and all cross
+    products of hull edge pairs, and its axis (pointing from a to b). For overlapping convex
+    polytopes it is minus the penetration depth (the Minkowski difference's nearest face)."""
+    from scipy.spatial import ConvexHull
+
+    axes = []
+    edges = []
+    for v in (va, vb):
+        h = ConvexHull(v)
+        axes.append(h.equations[:, :3])
+        e = set()
+        for s in h.simplices:
+            for i in range(3):
+                a, b = sorted((int(s[i]), int(s[(i + 1) % 3])))
+                e.add((a, b))
+        edges.append(np.array([v[b] - v[a] for a, b in e]))
+    cr = np.cross(edges[0][:, None, :], edges[1][None, :, :]).reshape(-1, 3)
+    ln = np.linalg.norm(cr, axis=1)
+    cr = cr[ln > 1e-9] / ln[ln > 1e-9, None]
+    u = np.concatenate([axes[0], -axes[1], cr, -cr])
+    sep = (vb @ u.T).min(axis=0) - (va @ u.T).max(axis=0)
+    i = np.argmax(sep)
+    return sep[i], u[i]

@@ -55,7 +55,10 @@ __all__ = [
     "NO_CONTACT",
     "PAIRS",
     "Contact",
+    "Hull",
+    "box_hull",
     "collide",
+    "hull_from_points",
 ]
 
 #: MuJoCo's ``mjtGeom`` numbering (``mjGEOM_PLANE`` = 0, ...): pairs are ordered by it
@@ -135,7 +138,7 @@ def _mask(c, valid):
 
 
 def _cast(*xs):
-    dt = jnp.result_type(*[jnp.asarray(x) for x in xs if not hasattr(x, "faces")])
+    dt = jnp.result_type(*[jnp.asarray(x) for x in xs if not isinstance(x, Hull)])
     if not jnp.issubdtype(dt, jnp.floating):
         dt = jnp.result_type(float)
     return dt
@@ -322,6 +325,420 @@ def collide_sphere_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     return _contact(dist, pos2 + mat2 @ pos_loc, mat2 @ n_loc)
 
 
+def _point_box(p, h, pos2, mat2):
+    """Signed distance from the point ``p`` (world) to the box ``h`` at (pos2, mat2)."""
+    c = mat2.T @ (p - pos2)
+    q = jnp.clip(c, -h, h)
+    return jnp.where(jnp.any(jnp.abs(c) > h), _safe_norm(q - c), jnp.max(jnp.abs(c) - h))
+
+
+def _min_on_segment(sdf, c, axis, iters=64):
+    """``t`` in [-1, 1] minimising the convex function ``sdf(c + t axis)`` (golden-section
+    search, Kiefer 1953; a signed distance to a convex set is convex along a line). The search
+    sees no gradient: by the envelope theorem the gradient of the minimum is that of ``sdf`` at
+    the minimiser."""
+    c, axis = jax.lax.stop_gradient(c), jax.lax.stop_gradient(axis)
+    g = (np.sqrt(5.0) - 1) / 2
+    one = jnp.ones((), c.dtype)
+
+    def body(_, ab):
+        a, b = ab
+        x1, x2 = b - g * (b - a), a + g * (b - a)
+        left = sdf(c + x1 * axis) < sdf(c + x2 * axis)
+        return jnp.where(left, a, x1), jnp.where(left, x2, b)
+
+    a, b = jax.lax.fori_loop(0, iters, body, (-one, one))
+    ts = jnp.stack([(a + b) / 2, -one, one])
+    vals = jax.vmap(lambda t: sdf(c + t * axis))(ts)
+    return ts[jnp.argmin(vals)]
+
+
+def _end_slots(contact_at, t, tol=1e-6):
+    """The segment's two end spheres as extra slots (dropped where the deepest slot is at that
+    end, so that no contact is given twice)."""
+    ends = [contact_at(jnp.asarray(s, t.dtype)) for s in (1.0, -1.0)]
+    ends[0] = _mask(ends[0], t < 1 - tol)
+    ends[1] = _mask(ends[1], t > -1 + tol)
+    return ends
+
+
+def collide_capsule_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Capsule - box: 3 slots. Slot 0: the point of the capsule's segment nearest the box
+    (deepest when it touches: the minimum of the box's signed distance along the segment,
+    golden-section search) as a sphere - box contact; slots 1, 2: the segment's end spheres
+    against the box (so that a capsule lying on a face rests on both ends), dropped where they
+    repeat slot 0. MuJoCo's ``mjc_CapsuleBox`` returns the same deepest contact (where the
+    segment does not enter the box) and a heuristic second point."""
+    h = size2[:3]
+    axis = mat1[:, 2] * size1[1]
+    t = _min_on_segment(lambda p: _point_box(p, h, pos2, mat2), pos1, axis)
+
+    def at(s):
+        return collide_sphere_box(size1, pos1 + s * axis, mat1, size2, pos2, mat2)
+
+    return _concat(at(t), *_end_slots(at, t))
+
+
+# ------------------------------------------------------------------------------ cylinders
+
+
+def _sphere_cylinder(c, r, mat1, size2, pos2, mat2):
+    """Exact sphere (centre c, radius r) - cylinder contact (closest point of the solid
+    cylinder; centre inside: the nearest of side and caps)."""
+    rc, h = size2[0], size2[1]
+    q = mat2.T @ (c - pos2)
+    rho = _safe_norm(q[:2])
+    radial = _normalize(q[:2], jnp.array([1.0, 0.0], q.dtype))
+    inside = (rho < rc) & (jnp.abs(q[2]) < h)
+    # outside: the closest point of the solid cylinder
+    cl = jnp.concatenate([radial * jnp.minimum(rho, rc), jnp.clip(q[2:], -h, h)])
+    d = cl - q
+    dn = _safe_norm(d)
+    # inside: nearest of the side (normal radial) and the caps (normal +-z)
+    side_depth, cap_depth = rc - rho, h - jnp.abs(q[2])
+    sz = jnp.where(q[2] >= 0, 1.0, -1.0)
+    n_side = jnp.concatenate([-radial, jnp.zeros(1, q.dtype)])
+    n_cap = jnp.array([0.0, 0.0, 1.0], q.dtype) * -sz
+    use_side = side_depth < cap_depth
+    n_in = jnp.where(use_side, n_side, n_cap)
+    dist_in = -jnp.minimum(side_depth, cap_depth) - r
+    n_loc = jnp.where(inside, n_in, _normalize(d, n_in))
+    dist = jnp.where(inside, dist_in, dn - r)
+    pos_loc = q + n_loc * (r + dist / 2)
+    return _contact(dist, pos2 + mat2 @ pos_loc, mat2 @ n_loc)
+
+
+def _point_cylinder(p, size2, pos2, mat2):
+    return _sphere_cylinder(p, 0.0, None, size2, pos2, mat2).dist[0]
+
+
+def collide_sphere_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Sphere - cylinder: 1 contact, exact (closest point of the solid cylinder, Ericson 5.1)."""
+    return _sphere_cylinder(pos1, size1[0], mat1, size2, pos2, mat2)
+
+
+def collide_capsule_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Capsule - cylinder: 3 slots as :func:`collide_capsule_box`: the segment point nearest the
+    cylinder (exact signed distance minimised along the segment) and the two end spheres."""
+    axis = mat1[:, 2] * size1[1]
+    t = _min_on_segment(lambda p: _point_cylinder(p, size2, pos2, mat2), pos1, axis)
+
+    def at(s):
+        return _sphere_cylinder(pos1 + s * axis, size1[0], mat1, size2, pos2, mat2)
+
+    return _concat(at(t), *_end_slots(at, t))
+
+
+# ------------------------------------------------------------------------------ convex polytopes
+
+
+class Hull(NamedTuple):
+    """A convex polytope in geom coordinates (a pytree of arrays; build it with
+    :func:`hull_from_points` or :func:`box_hull`):
+
+    * ``vertices`` (V, 3) and the outward unit ``normals`` (F, 3) of its faces;
+    * ``faces`` (F, P) int: each face's vertices counter-clockwise about its normal, padded to P
+      by repeating the last one;
+    * ``edges`` (E, 2) int and ``edge_faces`` (E, 2) int: each edge's end vertices and its two
+      faces.
+    """
+
+    vertices: jax.Array
+    normals: jax.Array
+    faces: jax.Array
+    edges: jax.Array
+    edge_faces: jax.Array
+
+
+def hull_from_points(points, tol=1e-9):
+    """The convex hull of ``points`` (N, 3) as a :class:`Hull`, coplanar facets merged into
+    polygons (scipy's Qhull; a box mesh gives 6 quadrilaterals, not 12 triangles). Static numpy
+    arrays: the topology is fixed at compile time."""
+    from scipy.spatial import ConvexHull
+
+    pts = np.asarray(points, float).reshape(-1, 3)
+    if pts.shape[0] < 4 or not np.all(np.isfinite(pts)):
+        raise ValueError(f"hull_from_points: need >= 4 finite points (N, 3), got {pts.shape}")
+    h = ConvexHull(pts)
+    scale = max(float(np.ptp(pts, axis=0).max()), 1e-300)
+    keep = np.asarray(h.vertices)
+    remap = {int(v): k for k, v in enumerate(keep)}
+    verts = pts[keep]
+    # group the triangles of one plane
+    groups = []
+    for s_idx, eq in enumerate(h.equations):
+        for g in groups:
+            if np.abs(g[0][:3] - eq[:3]).max() < tol * 10 and abs(g[0][3] - eq[3]) < tol * scale:
+                g[1].update(int(v) for v in h.simplices[s_idx])
+                break
+        else:
+            groups.append((eq, set(int(v) for v in h.simplices[s_idx])))
+    normals, faces = [], []
+    for eq, vs in groups:
+        n = eq[:3] / np.linalg.norm(eq[:3])
+        idx = np.array(sorted(vs))
+        p = pts[idx]
+        c = p.mean(axis=0)
+        u = p[0] - c
+        u = u / np.linalg.norm(u)
+        w = np.cross(n, u)
+        ang = np.arctan2((p - c) @ w, (p - c) @ u)
+        order = [remap[int(k)] for k in idx[np.argsort(ang)]]  # counter-clockwise about n
+        normals.append(n)
+        faces.append(order)
+    pmax = max(len(f) for f in faces)
+    face_arr = np.array([f + [f[-1]] * (pmax - len(f)) for f in faces], dtype=np.int32)
+    edge_map = {}
+    for fi, f in enumerate(faces):
+        for a, b in zip(f, f[1:] + f[:1], strict=True):
+            edge_map.setdefault((min(a, b), max(a, b)), []).append(fi)
+    bad = [e for e, fs in edge_map.items() if len(fs) != 2]
+    if bad:
+        raise ValueError(f"hull_from_points: hull edges {bad[:3]} do not join two faces")
+    edges = np.array(list(edge_map), dtype=np.int32)
+    edge_faces = np.array(list(edge_map.values()), dtype=np.int32)
+    return Hull(verts, np.array(normals), face_arr, edges, edge_faces)
+
+
+_UNIT_BOX = hull_from_points(_BOX_SIGNS)
+
+
+def box_hull(size):
+    """The box of half-sizes ``size`` (3,) as a :class:`Hull` (vertices scale with ``size``,
+    differentiably)."""
+    size = jnp.asarray(size)
+    return _UNIT_BOX._replace(vertices=jnp.asarray(_UNIT_BOX.vertices, size.dtype) * size[:3])
+
+
+def _jnp_hull(h):
+    return Hull(*(jnp.asarray(x) for x in h))
+
+
+def _world(hull, pos, mat):
+    v = jnp.asarray(hull.vertices, pos.dtype) @ mat.T + pos
+    n = jnp.asarray(hull.normals, pos.dtype) @ mat.T
+    return v, n
+
+
+def _select(pts, d, valid, k):
+    """``k`` of the candidate contacts: the deepest, then farthest-point sampling (each next
+    point the farthest from those chosen), which keeps the corners of a contact patch. Returns
+    indices (k,) and whether each slot holds a distinct valid point."""
+    scale = jnp.max(jnp.where(valid[:, None], jnp.abs(pts), 0.0)) + 1.0
+    tiny = (1e3 * _eps(pts) * scale) ** 2
+    i0 = jnp.argmin(jnp.where(valid, d, jnp.inf))
+    idx, ok = [i0], [jnp.any(valid)]
+    mind = jnp.where(valid, _dot(pts - pts[i0], pts - pts[i0]), -1.0)
+    for _ in range(k - 1):
+        i = jnp.argmax(mind)
+        idx.append(i)
+        ok.append(mind[i] > tiny)
+        mind = jnp.minimum(mind, _dot(pts - pts[i], pts - pts[i]))
+    return jnp.stack(idx), jnp.stack(ok)
+
+
+def _face_manifold(vR, nR, facesR, f, vI, nI, facesI, margin, k, tol):
+    """Contacts of the incident face of polytope I on the reference face ``f`` of polytope R:
+    the incident polygon clipped by the reference face's side planes (Sutherland-Hodgman,
+    Ericson 8.3.4), written order-free as its possible vertices: incident vertices inside the
+    reference prism, reference vertices inside the incident prism (projected onto the incident
+    face) and crossings of their edges. Returns points on I's surface, their signed distances to
+    the reference plane and the reference normal."""
+    n = nR[f]
+    ref = vR[facesR[f]]  # (P, 3)
+    g = jnp.argmin(nI @ n)  # the incident face: the most anti-parallel
+    m = nI[g]
+    inc = vI[facesI[g]]  # (Q, 3)
+    r0 = ref[0]
+    re = jnp.roll(ref, -1, axis=0) - ref
+    rs = jnp.cross(re, n)  # outward side-plane normals of the reference face (P, 3)
+    ie = jnp.roll(inc, -1, axis=0) - inc
+    # side planes of the incident face projected along n (counter-clockwise about m ~ -n)
+    is_ = jnp.cross(n, ie)
+
+    def inside_ref(x):  # x (..., 3) -> (...)
+        s = jnp.einsum("pk,...pk->...p", rs, x[..., None, :] - ref)
+        return jnp.all(s <= tol * _safe_norm(rs), axis=-1)
+
+    # incident vertices in the reference prism
+    ok_q = inside_ref(inc)
+    # reference vertices inside the projected incident face, moved along n onto its plane
+    s_r = jnp.einsum("qk,pqk->pq", is_, ref[:, None, :] - inc[None])
+    ok_r = jnp.all(s_r <= tol * _safe_norm(is_), axis=-1)
+    lam = _safe_div((inc[0] - ref) @ m, _dot(m, n))
+    p_r = ref + lam[:, None] * n
+    ok_r = ok_r & (jnp.abs(_dot(m, n)) > 1e-6)
+    # crossings of incident edges with reference side planes
+    den = rs @ ie.T  # (P, Q)
+    t = _safe_div(jnp.einsum("pk,pqk->pq", rs, ref[:, None, :] - inc[None]), den)
+    x = inc[None] + t[..., None] * ie[None]  # (P, Q, 3)
+    ok_x = (t >= 0) & (t <= 1) & (jnp.abs(den) > tol) & inside_ref(x)
+    pts = jnp.concatenate([inc, p_r, x.reshape(-1, 3)])
+    d = (pts - r0) @ n
+    inside = jnp.concatenate([ok_q, ok_r, ok_x.reshape(-1)])
+    dmin = jnp.min(jnp.where(inside, d, jnp.inf))
+    valid = inside & ((d <= margin) | (d <= dmin + tol))
+    idx, ok = _select(pts, d, valid, k)
+    return pts[idx], d[idx], ok, n
+
+
+def _polytope_polytope(hA, posA, matA, hB, posB, matB, margin, k):
+    """Separating-axis test between two convex polytopes (Gottschalk et al. 1996; Ericson 5.2.1)
+    on the face normals of both and the cross products of edge pairs that make a face of the
+    Minkowski difference (Gregorius 2013, so that each edge axis is a supporting one). The axis
+    of least penetration (largest separation; faces preferred on ties) gives either a face
+    contact (up to ``k`` points, :func:`_face_manifold`) or one edge-edge contact at the closest
+    points of the two edges."""
+    hA, hB = _jnp_hull(hA), _jnp_hull(hB)
+    vA, nA = _world(hA, posA, matA)
+    vB, nB = _world(hB, posB, matB)
+    cA, cB = jnp.mean(vA, axis=0), jnp.mean(vB, axis=0)
+    scale = jnp.maximum(jnp.max(jnp.abs(vA - cA)), jnp.max(jnp.abs(vB - cB)))
+    tol = 1e3 * _eps(vA) * scale
+    # face axes: separation of B from face f of A, and of A from face f of B
+    offA = _dot(nA, vA[hA.faces[:, 0]])
+    sepA = jnp.min(nA @ vB.T, axis=1) - offA
+    offB = _dot(nB, vB[hB.faces[:, 0]])
+    sepB = jnp.min(nB @ vA.T, axis=1) - offB
+    # edge axes
+    a0, a1 = vA[hA.edges[:, 0]], vA[hA.edges[:, 1]]
+    b0, b1 = vB[hB.edges[:, 0]], vB[hB.edges[:, 1]]
+    eA, eB = a1 - a0, b1 - b0
+    na, nb = nA[hA.edge_faces[:, 0]], nA[hA.edge_faces[:, 1]]
+    nc, nd = -nB[hB.edge_faces[:, 0]], -nB[hB.edge_faces[:, 1]]
+    bxa = jnp.cross(nb, na)
+    dxc = jnp.cross(nd, nc)
+    cba = nc @ bxa.T  # (EB, EA)
+    dba = nd @ bxa.T
+    adc = na @ dxc.T  # (EA, EB)
+    bdc = nb @ dxc.T
+    mink = (cba.T * dba.T < 0) & (adc * bdc < 0) & (cba.T * bdc > 0)
+    ax = jnp.cross(eA[:, None, :], eB[None, :, :])  # (EA, EB, 3)
+    la = _safe_norm(ax)
+    lref = _safe_norm(eA)[:, None] * _safe_norm(eB)[None, :]
+    nonpar = la > 1e-6 * lref
+    u = _safe_div(ax, la[..., None])
+    u = jnp.where((_dot(u, a0[:, None, :] - cA) < 0)[..., None], -u, u)
+    sepE = _dot(u, b0[None] - a0[:, None])
+    sepE = jnp.where(mink & nonpar, sepE, -NO_CONTACT)
+    fA, fB = jnp.argmax(sepA), jnp.argmax(sepB)
+    sA, sB = sepA[fA], sepB[fB]
+    iE = jnp.argmax(sepE.reshape(-1))
+    sE = sepE.reshape(-1)[iE]
+    ia, ib = iE // sepE.shape[1], iE % sepE.shape[1]
+    use_edge = sE > jnp.maximum(sA, sB) + tol
+    ref_a = sA >= sB - tol
+
+    # face contacts, reference face on A or on B
+    pa, da, oka, n_a = _face_manifold(vA, nA, hA.faces, fA, vB, nB, hB.faces, margin, k, tol)
+    pb, db, okb, n_b = _face_manifold(vB, nB, hB.faces, fB, vA, nA, hA.faces, margin, k, tol)
+    face_pts = jnp.where(ref_a, pa - n_a * (da / 2)[:, None], pb - n_b * (db / 2)[:, None])
+    face_d = jnp.where(ref_a, da, db)
+    face_ok = jnp.where(ref_a, oka, okb)
+    face_n = jnp.where(ref_a, n_a, -n_b)
+    # edge contact
+    q1, q2, _, _ = _segment_segment(
+        (a0[ia] + a1[ia]) / 2, eA[ia] / 2, (b0[ib] + b1[ib]) / 2, eB[ib] / 2
+    )
+    edge_pos = (q1 + q2) / 2
+    first = jnp.arange(k) == 0
+    dist = jnp.where(use_edge, jnp.where(first, sE, NO_CONTACT), face_d)
+    ok = jnp.where(use_edge, first, face_ok)
+    pos = jnp.where(use_edge, jnp.broadcast_to(edge_pos, (k, 3)), face_pts)
+    normal = jnp.broadcast_to(jnp.where(use_edge, u[ia, ib], face_n), (k, 3))
+    return _mask(Contact(dist, pos, normal), ok)
+
+
+def _as_hull(x):
+    if isinstance(x, Hull):
+        return x
+    raise TypeError(f"a mesh geom is described by a Hull (hull_from_points), got {type(x)}")
+
+
+def collide_box_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Box - box: 8 slots, by the separating-axis test (15 axes; Gottschalk et al. 1996) with a
+    clipped face-face manifold (a box resting flat on another gets the corners of the overlap
+    polygon, up to 8) or one edge-edge contact; see :func:`_polytope_polytope`."""
+    return _polytope_polytope(box_hull(size1), pos1, mat1, box_hull(size2), pos2, mat2, margin, 8)
+
+
+def collide_box_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Box - convex mesh (``size2`` a :class:`Hull`): 8 slots, as :func:`collide_box_box`."""
+    return _polytope_polytope(box_hull(size1), pos1, mat1, _as_hull(size2), pos2, mat2, margin, 8)
+
+
+def collide_mesh_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Convex mesh - convex mesh (``size1``, ``size2`` :class:`Hull` s): 8 slots, separating
+    axes on the hulls with a clipped face manifold (:func:`_polytope_polytope`)."""
+    h1, h2 = _as_hull(size1), _as_hull(size2)
+    return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
+
+
+def collide_plane_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Plane - convex mesh: 4 slots: the deepest vertex, then the vertices within ``margin`` of
+    the plane chosen by farthest-point sampling (a face lying on the plane gets its corners)."""
+    hull = _jnp_hull(_as_hull(size2))
+    n = mat1[:, 2]
+    v, _ = _world(hull, pos2, mat2)
+    d = (v - pos1) @ n
+    valid = (d <= margin) | (d <= jnp.min(d))
+    idx, ok = _select(v, d, valid, 4)
+    pos = v[idx] - n * (d[idx] / 2)[:, None]
+    return _mask(Contact(d[idx], pos, jnp.broadcast_to(n, (4, 3))), ok)
+
+
+def _point_hull(p, hull, pos, mat):
+    """Signed distance from ``p`` to the hull and the hull's closest surface point: outside,
+    the nearest point of its faces (each face: the projection if inside the polygon, else the
+    nearest point of its edges); inside, the face of least depth."""
+    hull = _jnp_hull(hull)
+    v, nrm = _world(hull, pos, mat)
+    poly = v[hull.faces]  # (F, P, 3)
+    plane = _dot(nrm, p - poly[:, 0])  # (F,)
+    proj = p - plane[:, None] * nrm
+    e = jnp.roll(poly, -1, axis=1) - poly
+    side = jnp.cross(e, nrm[:, None, :])
+    ins = jnp.all(_dot(side, proj[:, None, :] - poly) <= 0, axis=1)
+    t = jnp.clip(_safe_div(_dot(p - poly, e), _dot(e, e)), 0.0, 1.0)
+    on_e = poly + t[..., None] * e  # (F, P, 3)
+    de = _dot(on_e - p, on_e - p)
+    j = jnp.argmin(de, axis=1)
+    on_edge = jnp.take_along_axis(on_e, j[:, None, None], axis=1)[:, 0]
+    cl = jnp.where(ins[:, None], proj, on_edge)  # (F, 3)
+    d2 = _dot(cl - p, cl - p)
+    fo = jnp.argmin(d2)
+    fi = jnp.argmax(plane)
+    inside = plane[fi] <= 0
+    dist = jnp.where(inside, plane[fi], _safe_norm(cl[fo] - p))
+    closest = jnp.where(inside, proj[fi], cl[fo])
+    return dist, closest, jnp.where(inside, -nrm[fi], _normalize(cl[fo] - p, -nrm[fi]))
+
+
+def _sphere_hull(c, r, hull, pos, mat):
+    dist, _, n = _point_hull(c, hull, pos, mat)
+    dist = dist - r
+    return _contact(dist, c + n * (r + dist / 2), n)
+
+
+def collide_sphere_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Sphere - convex mesh: 1 contact, exact (nearest point of the hull's faces; centre inside:
+    the face of least depth)."""
+    return _sphere_hull(pos1, size1[0], _as_hull(size2), pos2, mat2)
+
+
+def collide_capsule_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Capsule - convex mesh: 3 slots as :func:`collide_capsule_box` (the segment point nearest
+    the hull and the two end spheres)."""
+    hull = _as_hull(size2)
+    axis = mat1[:, 2] * size1[1]
+    t = _min_on_segment(lambda p: _point_hull(p, hull, pos2, mat2)[0], pos1, axis)
+
+    def at(s):
+        return _sphere_hull(pos1 + s * axis, size1[0], hull, pos2, mat2)
+
+    return _concat(at(t), *_end_slots(at, t))
+
+
 # ------------------------------------------------------------------------------ dispatch
 
 _NAMES = {v: k for k, v in GEOM_TYPES.items()}
@@ -335,8 +752,17 @@ PAIRS = {
     ("plane", "box"): collide_plane_box,
     ("sphere", "sphere"): collide_sphere_sphere,
     ("sphere", "capsule"): collide_sphere_capsule,
+    ("sphere", "cylinder"): collide_sphere_cylinder,
     ("sphere", "box"): collide_sphere_box,
     ("capsule", "capsule"): collide_capsule_capsule,
+    ("capsule", "cylinder"): collide_capsule_cylinder,
+    ("capsule", "box"): collide_capsule_box,
+    ("plane", "mesh"): collide_plane_mesh,
+    ("sphere", "mesh"): collide_sphere_mesh,
+    ("capsule", "mesh"): collide_capsule_mesh,
+    ("box", "box"): collide_box_box,
+    ("box", "mesh"): collide_box_mesh,
+    ("mesh", "mesh"): collide_mesh_mesh,
 }
 
 #: number of contact slots each pair returns, by (type 1, type 2) names
@@ -348,8 +774,17 @@ NCON = {
     ("plane", "box"): 4,
     ("sphere", "sphere"): 1,
     ("sphere", "capsule"): 1,
+    ("sphere", "cylinder"): 1,
     ("sphere", "box"): 1,
     ("capsule", "capsule"): 2,
+    ("capsule", "cylinder"): 3,
+    ("capsule", "box"): 3,
+    ("plane", "mesh"): 4,
+    ("sphere", "mesh"): 1,
+    ("capsule", "mesh"): 3,
+    ("box", "box"): 8,
+    ("box", "mesh"): 8,
+    ("mesh", "mesh"): 8,
 }
 
 
@@ -380,7 +815,7 @@ def collide(type1, type2, size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     dt = _cast(size1, pos1, mat1, size2, pos2, mat2)
 
     def conv(x):
-        return x if hasattr(x, "faces") else jnp.asarray(x, dt)
+        return x if isinstance(x, Hull) else jnp.asarray(x, dt)
 
     args = [conv(x) for x in (size1, pos1, mat1, size2, pos2, mat2)]
     return fn(*args, margin=margin)
