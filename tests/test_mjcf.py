@@ -564,11 +564,8 @@ def test_unsupported_features_named():
             '"mu"',
         ),
         (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase
-            _mjcf(
-                body='<geom name="obst" type="mesh" mesh="tet" pos="1 0 0"/>',
-                extra='<asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/></asset>',
-            ),
-            '"obst" type="mesh"',
+            _mjcf(body='<geom name="obst" type="ellipsoid" size=".1 .2 .3" pos="1 0 0"/>'),
+            '"obst" type="ellipsoid"',
         ),
         (
             _mjcf(body='<body name="bb"><joint type="ball"/><geom size=".1"/></body>').replace(

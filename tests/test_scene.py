@@ -197,22 +197,12 @@ def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
     </worldbody></mujoco>"""
     with pytest.warns(UserWarning, match=r"'ga'-'gb' \(50 mm\)"):
         jaxdyn.load_mjcf(xml)
-    bad = (
-        xml.replace(
-            'type="sphere" size="0.1"/></body>\n      <body name="b"',
-            'type="sphere" size="0.1"/></body>\n      <body name="b"',
-        )
-        .replace(
-            '<geom name="gb" type="sphere" size="0.1"/>', '<geom name="gb" type="mesh" mesh="m"/>'
-        )
-        .replace(
-            "<worldbody>",
-            '<asset><mesh name="m" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/></asset><worldbody>',
-        )
+    bad = xml.replace(
+        '<geom name="gb" type="sphere" size="0.1"/>',
+        '<geom name="gb" type="ellipsoid" size="0.1 0.05 0.05"/>',
     )
-    with pytest.raises(
-        ValueError, match=r'<geom name="ga" type="sphere">-<geom name="gb" type="mesh">'
-    ):
+    match = r'<geom name="ga" type="sphere">-<geom name="gb" type="ellipsoid">: jaxdyn.sim has no'
+    with pytest.raises(ValueError, match=match):
         jaxdyn.load_mjcf(bad)
     assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms is None
 
@@ -271,3 +261,138 @@ def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     eps = 1e-6
     fd = (vg(v0 + eps * d)[0] - vg(v0 - eps * d)[0]) / (2 * eps)
     np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-4)
+
+
+STACK_MJCF = """<mujoco><option timestep="0.002"/>
+<asset><mesh name="cube" vertex="-.05 -.05 -.05  .05 -.05 -.05  -.05 .05 -.05  .05 .05 -.05
+  -.05 -.05 .05  .05 -.05 .05  -.05 .05 .05  .05 .05 .05"/></asset>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1"/>
+  <geom name="table" type="box" size="0.4 0.4 0.05" pos="0 0 0.05" contype="7" conaffinity="7"
+    friction="0.5 0.005 0.0001"/>
+  <body name="box1" pos="-0.15 0 0.2"><freejoint/>
+    <geom name="box1" type="box" size="0.1 0.1 0.1" mass="2" friction="0.5 0.005 0.0001"/></body>
+  <body name="box2" pos="-0.13 0.01 0.36"><freejoint/>
+    <geom name="box2" type="box" size="0.08 0.07 0.06" mass="1"/></body>
+  <body name="rod" pos="0.2 -0.2 0.13" euler="0 90 0"><freejoint/>
+    <geom name="rod" type="capsule" size="0.03 0.1" mass="0.5" contype="2" conaffinity="2"/></body>
+  <body name="die" pos="0.2 0.2 0.15"><freejoint/>
+    <geom name="die" type="mesh" mesh="cube" mass="0.3" contype="4" conaffinity="4"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.fixture(scope="module")
+def stack_scene():
+    loaded = jaxdyn.load_mjcf(STACK_MJCF)
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3), actuator=sim.Torque(dofs=()))
+    model = loaded.model
+    run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((REST_STEPS, 0)), cfg=cfg))
+    return loaded, cfg, run
+
+
+@pytest.mark.slow
+def test_stack_box_capsule_mesh_rest_like_mujoco(stack_scene):
+    """A stack of three boxes (a static table, a box on it, a smaller box on that: box-box
+    face contacts, 4 of 8 slots each), a capsule lying on the table (capsule-box) and a convex
+    mesh cube on it (box-mesh, its convex hull) come to rest at MuJoCo C's heights within 1 mm
+    and at the geometric heights within 1e-6 m, without drift (1e-6 m over 200 steps)."""
+    loaded, cfg, run = stack_scene
+    assert set(loaded.geoms.type) == {"box", "capsule", "mesh"}
+    tr = run(sim.State(loaded.q0, jnp.zeros(loaded.model.nv)), cfg)
+    z = np.asarray(tr.q[:, 2::7])
+    ref = _mujoco_heights(STACK_MJCF, REST_STEPS)
+    np.testing.assert_allclose(z[-1], ref[-1], atol=1e-3)
+    np.testing.assert_allclose(z[-1], [0.2, 0.36, 0.13, 0.15], atol=1e-6)
+    assert np.abs(z[-1] - z[-200]).max() < 1e-6, z[-1] - z[-200]
+    assert np.abs(np.asarray(tr.v[-1])).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_box_sliding_on_a_box_stops_where_coulomb_says(stack_scene):
+    """The lower box pushed along the table at 1 m/s (friction max(0.5, 0.5) on box-box; the
+    upper box rides along, its friction of 1 holding it): it stops after ``v^2 / (2 mu g)``
+    (0.102 m) within 2 %, as MuJoCo C's does within 5 % (soft contact)."""
+    loaded, cfg, run = stack_scene
+    v0 = jnp.zeros(loaded.model.nv).at[3].set(1.0).at[9].set(1.0)  # box1, box2: vx (body axes)
+    tr = run(sim.State(loaded.q0, v0), cfg)
+    x = np.asarray(tr.q[:, 0])
+    d = x[-1] - x[0]
+    np.testing.assert_allclose(d, 1.0 / (2 * 0.5 * 9.81), rtol=2e-2)
+    m = mujoco.MjModel.from_xml_string(STACK_MJCF)
+    dm = mujoco.MjData(m)
+    dm.qvel[0] = dm.qvel[6] = 1.0
+    for _ in range(REST_STEPS):
+        mujoco.mj_step(m, dm)
+    np.testing.assert_allclose(dm.qpos[0] - (-0.15), 1.0 / (2 * 0.5 * 9.81), rtol=5e-2)
+
+
+CHAIN_URDF = """<robot name="chain">
+  <link name="base"><collision><geometry><box size="0.4 0.4 0.1"/></geometry></collision></link>
+  <link name="l1"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01"
+      ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.2"/><geometry><capsule radius="0.05" length="0.3"/></geometry>
+    </collision></link>
+  <link name="l2"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01"
+      ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.2"/><geometry><sphere radius="0.06"/></geometry></collision>
+  </link>
+  <link name="tool"><collision><origin xyz="0 0 0.3"/><geometry><mesh filename="cube.obj"/>
+    </geometry></collision></link>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="l1"/><origin xyz="0 0 0.05"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="j2" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0 0 0.4"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="t" type="fixed"><parent link="l2"/><child link="tool"/></joint>
+</robot>"""
+CUBE_OBJ = "\n".join(
+    [f"v {x} {y} {z}" for x in (-0.05, 0.05) for y in (-0.05, 0.05) for z in (-0.05, 0.05)]
+    + ["v 0 0 0"]  # a vertex inside: not convex as a vertex set
+    + ["f 1 2 4", "f 1 4 3", "f 5 7 8", "f 5 8 6", "f 1 5 6", "f 1 6 2"]
+    + ["f 3 4 8", "f 3 8 7", "f 1 3 7", "f 1 7 5", "f 2 6 8", "f 2 8 4"]
+)
+
+
+def test_urdf_collision_geoms(tmp_path):
+    """URDF ``<collision>`` elements as geoms: a base box fixed to the world (a world geom), a
+    capsule, a sphere and an OBJ mesh (its convex hull; a warning names it, as a vertex lies
+    inside) on a link welded to the sphere's. Adjacent links are skipped (base-l1, l1-l2 and
+    l1-tool: the tool is welded to l2), geoms of one body too (l2-tool); ``allow`` brings an
+    adjacent pair back, ``deny`` removes one. The contact of the folded arm's sphere with the
+    base box has MuJoCo's depth (the geometry by hand)."""
+    (tmp_path / "chain.urdf").write_text(CHAIN_URDF)
+    (tmp_path / "cube.obj").write_text(CUBE_OBJ)
+    model = jaxdyn.load_urdf(str(tmp_path / "chain.urdf"))
+    with pytest.warns(UserWarning, match=r"link 'tool' <collision> 0 \(cube.obj\): .*not convex"):
+        g = sim.urdf_geoms(model, tmp_path / "chain.urdf")
+    assert g.type == ("box", "capsule", "sphere", "mesh") and g.body[0] == -1
+    assert _name_pairs(g.names, g.pairs) == {
+        frozenset(("base/collision0", "l2/collision0")),
+        frozenset(("base/collision0", "tool/collision0")),
+    }
+    assert np.asarray(g.hulls.value[3].vertices).shape == (8, 3)
+    with pytest.warns(UserWarning, match="not convex"):
+        g2 = sim.urdf_geoms(
+            model, tmp_path / "chain.urdf", allow=[("base", "l1")], deny=[("base", "tool")]
+        )
+    assert _name_pairs(g2.names, g2.pairs) == {
+        frozenset(("base/collision0", "l2/collision0")),
+        frozenset(("base/collision0", "l1/collision0")),
+    }
+    # folded: l1 at 90 + 5.7 deg about y points along +x and slightly down, l2 folds back by a
+    # further 174.3 deg, along -x: the sphere's centre at (0.4 cos 0.1 - 0.2, 0,
+    # 0.05 - 0.4 sin 0.1), just inside the base box (half-sizes 0.2 0.2 0.05 at the origin),
+    # 2 mm from its +x face: 62 mm deep along +x
+    from jaxdyn.algorithms import kinematics as kin
+
+    q = jnp.array([np.pi / 2 + 0.1, np.pi - 0.1])
+    ws = kin.world_state(model, q)
+    fr = jax.jit(lambda ws: g2.frames(ws, jnp.zeros(3), jnp.zeros((model.nb, 6))))(ws)
+    R, p = g2.world_poses(ws, jnp.zeros(3))
+    c = np.array([0.4 * np.cos(0.1) - 0.2, 0.0, 0.05 - 0.4 * np.sin(0.1)])
+    np.testing.assert_allclose(np.asarray(p[2]), c, atol=1e-12)
+    h = np.array([0.2, 0.2, 0.05])
+    depth = -np.min(h - np.abs(c)) - 0.06
+    # the sphere-box pair's slot (force +f on the arm's l2), after base-capsule's 3
+    k = [i for i, b in enumerate(fr.body) if b == g2.body[2]][0]
+    np.testing.assert_allclose(float(fr.distance[k]), depth, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(fr.normal[k]), [1.0, 0.0, 0.0], atol=1e-9)

@@ -1489,6 +1489,33 @@ def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
         )
 
 
+def _mesh_hull(m, g, element):
+    """The convex hull (:func:`jaxdyn.sim.collision.hull_from_points`, scipy's Qhull) of the
+    mesh of geom ``g``, in the geom's frame (MuJoCo's compiled vertices); MuJoCo collides a mesh
+    as its convex hull too: a non-convex one gets a warning naming it."""
+    import warnings
+
+    from ..sim.collision import hull_from_points
+
+    k = int(m.geom_dataid[g])
+    a, n = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
+    verts = np.array(m.mesh_vert[a : a + n], float)
+    hull = hull_from_points(verts)
+    # a vertex farther than 1e-6 of the size inside the hull: the mesh is not convex
+    scale = float(np.ptp(verts, axis=0).max())
+    hv = np.asarray(hull.vertices, float)
+    d = verts @ np.asarray(hull.normals, float).T - np.max(
+        hv @ np.asarray(hull.normals, float).T, axis=0
+    )
+    if np.any(d.max(axis=1) < -1e-6 * scale):
+        warnings.warn(
+            f"load_mjcf: {element}: the mesh is not convex; it collides as its convex hull (as "
+            "in MuJoCo)",
+            stacklevel=5,
+        )
+    return hull
+
+
 def _filtered(m, g1, g2, filterparent_off) -> bool:
     """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
     ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
@@ -1512,7 +1539,7 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
     collide."""
     from ..sim import collision
     from ..sim.geometry import Box, Capsule, Plane, Sphere
-    from ..sim.geoms import Geoms
+    from ..sim.geoms import Geoms, Static
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -1604,6 +1631,10 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
         rot.append(R)
         pos.append(p)
     types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
+    hulls = {}
+    for k, g in enumerate(used):
+        if types[k] == "mesh":
+            hulls[k] = _mesh_hull(m, g, el(g))
     rbound = np.array([float(m.geom_rbound[g]) for g in used])
     rbound[np.array([t == "plane" for t in types])] = np.inf
     geoms = Geoms(
@@ -1617,6 +1648,7 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
         condim=tuple(int(m.geom_condim[g]) for g in used),
         names=tuple(geom_names[g] for g in used),
         pairs=tuple((index[a], index[b]) for a, b in pairs),
+        hulls=Static(hulls) if hulls else None,
     )
     return tuple(prims), terrain, geoms
 
