@@ -67,7 +67,7 @@ plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
 every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (``geoms``):
 (MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
 exclude, parent-child)                    against the plane the primitives do not have;
-                                          friction ``max``, condim 1 / 3 (docs/collision.md)
+                                          friction ``max``, condim 1 / 3 (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
