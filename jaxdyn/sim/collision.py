@@ -195,7 +195,8 @@ def collide_plane_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     (exactly MuJoCo's ``mjc_PlaneBox``: corners ``dist`` apart from the plane; a box resting flat
     gets its 4 bottom corners)."""
     n = mat1[:, 2]
-    corners = (_BOX_SIGNS * size2[:3]) @ mat2.T  # (8, 3) relative to the box centre
+    # (8, 3) corners relative to the box centre
+    corners = (jnp.asarray(_BOX_SIGNS, size2.dtype) * size2[:3]) @ mat2.T
     ldist = corners @ n
     _, idx = jax.lax.top_k(-ldist, 4)
     c = corners[idx]
@@ -225,7 +226,7 @@ def collide_plane_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     d1 = dist0 + prj + prjvec
     d2 = dist0 - prj + prjvec
     d3 = dist0 + prj - prjvec / 2
-    side = _normalize(_cross(vec, axis), mat2[:, 1]) * (r * np.sqrt(3.0) / 2)
+    side = _normalize(_cross(vec, axis), mat2[:, 1]) * (r * float(np.sqrt(3.0)) / 2)
     p1 = pos2 + vec + axis
     p2 = pos2 + vec - axis
     p3 = pos2 + side + axis - vec / 2
@@ -358,7 +359,7 @@ def _min_on_segment(sdf, c, axis, iters=64):
     sees no gradient: by the envelope theorem the gradient of the minimum is that of ``sdf`` at
     the minimiser."""
     c, axis = jax.lax.stop_gradient(c), jax.lax.stop_gradient(axis)
-    g = (np.sqrt(5.0) - 1) / 2
+    g = float(np.sqrt(5.0) - 1) / 2
     one = jnp.ones((), c.dtype)
 
     def body(_, ab):
