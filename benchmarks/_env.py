@@ -95,39 +95,74 @@ def reuse_freed_buffers() -> bool:
         return False
 
 
+RESULTS_TITLE = "# jaxdyn benchmark results"
+RESULTS_PREAMBLE = (
+    "Written by `python benchmarks/run_all.py` (one section per benchmark; "
+    "`python benchmarks/run_all.py --list` names the script of each). Every section is the "
+    "latest run of its benchmark and says the machine, the versions and the date it was "
+    "taken; earlier runs are in the file's git history. How the numbers are taken: "
+    "`benchmarks/README.md`."
+)
+
+
+def _sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """``text`` split into the lines before the first ``## `` heading and the sections
+    ``(heading, lines)``, each from its ``## `` line to the next one."""
+    head, sections = [], []
+    for ln in text.splitlines():
+        if ln.startswith("## "):
+            sections.append((ln.strip(), [ln]))
+        elif sections:
+            sections[-1][1].append(ln)
+        else:
+            head.append(ln)
+    return head, sections
+
+
+def _join(head: list[str], sections) -> str:
+    parts = ["\n".join(head).strip("\n")] + ["\n".join(lines).strip("\n") for _, lines in sections]
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
 def write_section(path, section: str) -> None:
     """Put ``section`` (markdown starting with its ``## heading`` line) into the results file
-    ``path``: it replaces the section of that heading (up to the next ``## ``) or is appended.
-    Subsections (``### ``) of the old section whose headings the new one does not have (the
-    runs of earlier sessions recorded under it, another machine's tables) are kept, after the
-    new section."""
+    ``path``: it replaces the whole section of that heading (up to the next ``## ``), so the
+    file holds the latest run of each benchmark (earlier ones are in git), or it is appended.
+    The shared writer of every benchmark script (``benchmarks/run_all.py`` runs them all and
+    then orders the file with :func:`arrange`)."""
     from pathlib import Path
 
     path = Path(path)
     heading = section.lstrip("\n").split("\n", 1)[0].strip()
     if not heading.startswith("## "):
         raise ValueError(f"write_section: the section must start with a '## ' heading: {heading!r}")
-    text = path.read_text() if path.exists() else "# jaxdyn benchmark results\n"
-    lines = text.splitlines()
-    new = section.strip("\n").splitlines() + [""]
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == heading), None)
-    if start is None:
-        out = lines + ([""] if lines and lines[-1].strip() else []) + new
+    new = section.strip("\n").splitlines()
+    if any(ln.startswith("## ") for ln in new[1:]):
+        raise ValueError(f"write_section: {heading!r}: one '## ' section at a time")
+    text = path.read_text() if path.exists() else RESULTS_TITLE + "\n"
+    head, sections = _sections(text)
+    for k, (h, _) in enumerate(sections):
+        if h == heading:
+            sections[k] = (heading, new)
+            break
     else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        own = {ln.strip() for ln in new if ln.startswith("### ")}
-        kept, keep = [], False
-        for ln in lines[start + 1 : end]:
-            if ln.startswith("### "):
-                keep = ln.strip() not in own
-            if keep:
-                kept.append(ln)
-        if kept and new[-1].strip():
-            new.append("")
-        out = lines[:start] + new + kept + lines[end:]
-    path.write_text("\n".join(out).rstrip() + "\n")
+        sections.append((heading, new))
+    path.write_text(_join(head, sections))
+
+
+def arrange(path, order: list[str]) -> list[str]:
+    """Give the results file ``path`` its title and preamble (:data:`RESULTS_PREAMBLE`) and
+    put its sections in ``order`` (``## `` headings); sections not in ``order`` follow, in
+    their order. Returns their headings (no benchmark writes them any more)."""
+    from pathlib import Path
+
+    path = Path(path)
+    _, sections = _sections(path.read_text() if path.exists() else "")
+    rank = {h: k for k, h in enumerate(order)}
+    known = sorted((s for s in sections if s[0] in rank), key=lambda s: rank[s[0]])
+    others = [s for s in sections if s[0] not in rank]
+    path.write_text(_join([RESULTS_TITLE, "", RESULTS_PREAMBLE], known + others))
+    return [h for h, _ in others]
 
 
 def cpu_name() -> str:

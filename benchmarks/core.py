@@ -1,7 +1,9 @@
-"""Full benchmark matrix of jaxdyn against Pinocchio and MJX; writes benchmarks/RESULTS.md.
+"""Full benchmark matrix of jaxdyn against Pinocchio and MJX; writes its section ("Core
+algorithms against Pinocchio and MJX") of benchmarks/RESULTS.md.
 
     python benchmarks/core.py                 # full matrix (about 15-25 min on 2 cores)
-    python benchmarks/core.py --dtypes float64 --out /tmp/r.md   # any `jaxdyn bench` option
+    python benchmarks/core.py --results FILE  # the section into another results file
+    python benchmarks/core.py --dtypes float64 --out /tmp/r.md   # the report alone, whole
 
 Robots solo12, talos_full (floating base) and panda (fixed-base arm); rnea, crba, aba, minv;
 batches 1 (unbatched jit latency), 64, 1024, 8192; float64 and float32; Pinocchio per call; MJX
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         "--mjx-batches",
         "1024",
     ]
+    results = HERE / "RESULTS.md"
+    if "--results" in argv:  # the results file to merge into (benchmarks/run_all.py --out)
+        k = argv.index("--results")
+        results = Path(argv[k + 1])
+        del argv[k : k + 2]
     merge = not any(a == "--out" or a.startswith("--out=") for a in argv)
     if merge:  # write the core report to a temporary file, then merge it into RESULTS.md
         import tempfile
@@ -48,23 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     # later options win in argparse, so user arguments override the defaults
     rc = bench.main(defaults + argv, prog="python benchmarks/core.py")
     if merge and tmp.exists():
-        merge_into(tmp.read_text(), HERE / "RESULTS.md")
+        from _env import write_section
+
+        write_section(results, core_section(tmp.read_text()))
     return rc
 
 
-def merge_into(core: str, out: Path):
-    """``out`` = the core report followed by the sections of ``out`` that other scripts wrote
-    (``## `` headings the core report does not have: Delassus, IIM, derivatives, clusters, GPU)."""
-    own = {line.rstrip() for line in core.splitlines() if line.startswith("## ")}
-    keep, cur = [], None
-    for line in out.read_text().splitlines(keepends=True) if out.exists() else []:
-        if line.startswith("## "):
-            cur = None if line.rstrip() in own else []
-            if cur is not None:
-                keep.append(cur)
-        if cur is not None:
-            cur.append(line)
-    out.write_text(core.rstrip("\n") + "\n\n" + "".join("".join(c) for c in keep))
+SECTION = "## Core algorithms against Pinocchio and MJX"
+
+
+def core_section(report: str) -> str:
+    """The harness's report (``# `` title, machine lines, ``## `` tables) as one section of
+    the results file: :data:`SECTION`, the machine lines, and its headings one level down."""
+    lines = report.strip("\n").splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    lines = ["#" + ln if ln.startswith("##") else ln for ln in lines]
+    return "\n".join([SECTION, "", "Written by `python benchmarks/core.py`.", *lines]) + "\n"
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ def main():
     ap.add_argument("--local", action="store_true", help="one process over its own devices")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the results file")
     args = ap.parse_args()
     if args.worker:
         from jaxdyn import distributed as dist
@@ -153,7 +154,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        _env.write_section(HERE / "RESULTS.md", text)
+        _env.write_section(args.out, text)
 
 
 if __name__ == "__main__":

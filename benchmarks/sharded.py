@@ -49,6 +49,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--devices", type=int, default=None, help="default: one per allowed core")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the results file")
     args = ap.parse_args(argv)
     try:
         cores = len(os.sched_getaffinity(0))
@@ -125,7 +126,7 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        _env.write_section(HERE / "RESULTS.md", text)
+        _env.write_section(args.out, text)
 
 
 if __name__ == "__main__":

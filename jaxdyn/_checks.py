@@ -40,6 +40,8 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import equinox as eqx
 import jax
@@ -130,8 +132,8 @@ def error_if(x, pred, msg: str):
     On the CPU the check is a call of jaxdyn's own XLA FFI handler
     (:func:`jaxdyn._uninitialized.check`), not ``equinox.error_if``'s host callback: JAX's
     persistent compilation cache refuses programs that hold host callbacks, so with
-    ``equinox.error_if`` no program with value checks was ever cached (talos_full
-    ``jit(vmap(aba))``: 4.0 s at every first call in a new process, 0.7 s from the cache).
+    ``equinox.error_if`` no program with value checks was ever cached (every first call in a
+    new process compiled again, several times as long as a read from the cache).
     Elsewhere (GPUs, ``jax.export``, programs XLA partitions over devices, among them those
     traced under :func:`jaxdyn.batching.unchunked`, but not a batch split over ``Explicit``
     mesh axes, which each device checks with the handler; no C compiler), under JAX's
@@ -228,12 +230,9 @@ def _nv2(model, itemsize):
 def _kinematics(model, itemsize):
     """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
     119 frames), 128 (:data:`jaxdyn.batching.CHUNK_MAX`) on solo12 (13, 33); none (one
-    ``vmap``) below 40 bodies and frames.
-    Measured at B = 1024, float64, against one ``vmap``: talos_full 1.3-1.9x faster for the
-    seven kinematics and energy functions and 1.3-1.5x for the constraint kinematics, solo12
-    1.1-1.3x (``forward_kinematics`` 6 % slower, its frames' output dominating), arm7 (7
-    bodies, 19 frames) 6-11 % slower in chunks of 256 (``benchmarks/RESULTS.md``, "Design
-    measurements")."""
+    ``vmap``) below 40 bodies and frames: chunks made the kinematics, energy and constraint
+    functions faster on talos_full and solo12 and slower on arm7 (7 bodies, 19 frames;
+    ``docs/design-measurements.md``)."""
     n = model.nb + len(model.frame_names)
     return 5 * n if n >= 40 else 0
 
@@ -295,7 +294,11 @@ BATCHED = {
 }
 
 
-def public(name: str):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def public(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator of jaxdyn's public functions ``f(model, ...)``.
 
     * the model must be a :class:`jaxdyn.Model` (:func:`check_model`: a ``TypeError`` naming
@@ -311,7 +314,7 @@ def public(name: str):
       cache-sized chunks (:func:`jaxdyn.batching.batched`).
     """
 
-    def decorate(fn):
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         chunked = batching.batched(fn, BATCHED[name]) if name in BATCHED else fn
         run = _dispatch(chunked, fn, name in EAGER_JIT)
 
@@ -353,7 +356,7 @@ def _dispatch(fn, plain=None, compile_eagerly: bool = True):
     return run
 
 
-def eager_jit(fn):
+def eager_jit(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: ``fn`` (returning arrays) runs as one compiled program when called eagerly,
     and under a staging trace as is (:func:`public` without the model check and batching
     rule; the cluster algorithms, their state maps and baselines). README block "Kinematic
@@ -395,8 +398,8 @@ def _static_ok(x) -> bool:
 
 #: how many distinct float values (:func:`_static_ok`) an eager function compiles for one
 #: model and set of other arguments before further values run op by op. A float option that
-#: stays the same from call to call (``constrained_aba(..., damping=1e-8)`` in the README:
-#: 12.8 s at its first call op by op, each operation compiled, and 0.1 s per call after) then
+#: stays the same from call to call (``constrained_aba(..., damping=1e-8)`` of
+#: docs/operational-space.md, which op by op compiles each operation at its first call) then
 #: costs one compile; floats that change at every call (a loop over Python numbers) cost a
 #: few compiles, about what the first op-by-op call costs, and then run op by op as they did.
 EAGER_FLOAT_KEYS = 4
@@ -426,10 +429,9 @@ def _eager_jit(fn):
     and :data:`EAGER_FLOAT_KEYS` other values of them were compiled already for the same
     model and other arguments; the caller then runs ``fn`` op by op.
 
-    Run op by op, an algorithm dispatches hundreds of small XLA programs: ``aba`` on the
-    12-joint quadruped ``quad12`` (float32, XLA's default flags) took 10.6 s at its first
-    eager call (each operation compiled) and 0.19 s per call after; compiled as one program,
-    2.2 s and 0.2-0.4 ms."""
+    Run op by op, an algorithm dispatches hundreds of small XLA programs (each operation
+    compiled at its first call); compiled as one program, its first call compiles once and
+    the next ones dispatch it like a jitted function."""
 
     name = getattr(fn, "__name__", "run")
 
@@ -488,7 +490,7 @@ def _eager_jit(fn):
     return call
 
 
-def jit(fun=None, **jit_kwargs):
+def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit`` whose failed jaxdyn value checks raise :class:`CheckError` with the check's
     message as the whole text (instead of XLA's ``INVALID_ARGUMENT: <message>``, or
     ``INTERNAL: CpuCallback error ...`` and a traceback where the check is

@@ -12,14 +12,19 @@ to let the accelerator choose.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import jax
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: precision of matrix products inside jaxdyn's public functions (see the module docstring)
 PRECISION = "highest"
 
 
-def full_precision(fn):
+def full_precision(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: trace ``fn`` under ``jax.default_matmul_precision(PRECISION)``."""
 
     @functools.wraps(fn)

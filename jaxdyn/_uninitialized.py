@@ -4,10 +4,9 @@
 the whole batch, and every entry of those buffers is written by some chunk. XLA has no way to
 make a buffer without writing it (``lax.empty`` is a fill of zeros on the CPU; its uninitialized
 ``AllocateBuffer`` exists on GPUs and TPUs only), so the loop began by filling each buffer with a
-constant: a pass over the whole output before the loop, as long as writing the output itself.
-For ``nv x nv`` outputs it was 5-15 % of the batched call (talos_full, float64, B = 1024:
-``crba`` 0.86x, ``minv`` 0.94x, ``rnea_derivatives`` 0.90x, ``aba_derivatives`` 0.95x without
-it; ``benchmarks/RESULTS.md``, "Design measurements").
+constant: a pass over the whole output before the loop, as long as writing the output itself,
+a noticeable share of the batched call for ``nv x nv`` outputs
+(``docs/design-measurements.md``).
 
 :func:`uninitialized` makes the buffer with an XLA FFI custom call whose handler does nothing
 (``_uninitialized.c``, a dozen lines of C): XLA allocates its result and leaves it as it is.
@@ -255,8 +254,7 @@ def _store_batch(args, dims, *, batched):
 
 def _store_jvp(primals, tangents, *, batched):
     # the tangents are stored too, by a call of their own (linear: its transpose is below);
-    # passed through unstored, jax.vmap(jax.jacfwd(crba)) ran 2.1x slower on solo12, minv's
-    # 1.8x on talos_full
+    # passed through unstored, jax.vmap(jax.jacfwd(crba)) and minv's ran about twice as slow
     tangents = list(tangents)
     live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
     if live:
@@ -418,8 +416,8 @@ def _lower_check_cpu(ctx, *xs, message):
         return _lower_check_eqx(ctx, *xs, message=message)
     # the arrays pass through the call (its results alias them), so they are computed once
     # before it, as they were before equinox's conditional; a call that read the predicate
-    # alone and let the arrays fuse into their consumers was 1-6 % slower on rnea and crba
-    # under jax.vmap (B = 1024; talos_full aba 2-3 % faster). It has a side effect (failing
+    # alone and let the arrays fuse into their consumers was slower on rnea and crba under
+    # jax.vmap. It has a side effect (failing
     # the program), so XLA keeps it. (XLA's partitioner requires a sharding of such a call,
     # which JAX sets for its own callbacks by internal means: a partitioned program takes
     # equinox's error_if.)

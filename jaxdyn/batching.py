@@ -5,12 +5,11 @@ batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, f
 caches, and the run becomes bound by the memory traffic between XLA's kernels (and, with
 glibc's default allocator, by page faults: buffers that large are mapped afresh on every call).
 Evaluating the same vectorised code on chunks of a few dozen samples at a time (a loop
-over chunks, a ``vmap`` inside each) keeps the intermediates in a core's private L2 cache: at
-batch 1024 on one core it made ``aba`` and ``minv`` about 2x faster per sample, ``rnea`` and
-``crba`` 1.3-2x and the analytic derivatives 2-4x, on a 12-joint quadruped and on a
-50-coordinate humanoid alike (``benchmarks/RESULTS.md``, section "Plain jax.vmap against
-Pinocchio C++"). The L3 cache is shared with whatever else runs on the machine, so chunks are
-sized for the private cache (:data:`CHUNK_BYTES`).
+over chunks, a ``vmap`` inside each) keeps the intermediates in a core's private L2 cache,
+which makes every batched algorithm faster per sample on a CPU, on a 12-joint quadruped and on
+a 50-coordinate humanoid alike (``benchmarks/vs_cpp.py``; ``docs/performance.md``). The L3
+cache is shared with whatever else runs on the machine, so chunks are sized for the private
+cache (:data:`CHUNK_BYTES`).
 
 Users should not have to know this, so the public functions listed in
 ``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
@@ -55,15 +54,13 @@ DEFAULT_CHUNK = 32
 #: the AMD EPYC (Zen 4) the benchmarks ran on; ``words`` estimates undercount XLA's temporaries,
 #: hence about a third of it). Chunks sized for the private cache won on every algorithm and
 #: both robots when the shared L3 was busy (as on a machine running many environments); on a
-#: quiet machine larger chunks can be faster (talos_full aba 1.4x in chunks of 256 in an early
-#: calibration). The measurements by chunk size are in ``benchmarks/RESULTS.md``, "Design
-#: measurements" (``CHUNK_BYTES``).
+#: quiet machine larger chunks can be faster. The measurements by chunk size are in
+#: ``docs/design-measurements.md`` (``CHUNK_BYTES``).
 CHUNK_BYTES = 384 << 10
-#: bounds of the automatic chunk size: a chunk runs the function's kernels once (about 0.1-0.3
-#: us each, a few hundred for ABA on a humanoid), so chunks below 16 samples pay that cost on
-#: too few samples; above 128 no algorithm was faster and ABA was 1.25x slower on solo12
-#: (float32, whose chunks by bytes were 256: 4.8 against 3.8 us per sample in chunks of 128,
-#: ``benchmarks/RESULTS.md``, "Design measurements")
+#: bounds of the automatic chunk size: a chunk runs the function's kernels once (a few hundred
+#: for ABA on a humanoid), so chunks below 16 samples pay that cost on too few samples; above
+#: 128 no algorithm was faster and ABA was slower on solo12 (float32, whose chunks by bytes
+#: were 256; ``docs/design-measurements.md``)
 CHUNK_MIN, CHUNK_MAX = 16, 128
 
 
@@ -228,17 +225,15 @@ def _map_chunks(body, xs, n, size, axis_size):
 
     A ``fori_loop`` carries one buffer per output and updates one chunk in place; every entry
     is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn._uninitialized`:
-    the fill was 5-15 % of ``crba``, ``minv`` and the derivatives on talos_full), else each
+    the fill costs time on ``crba``, ``minv`` and the derivatives), else each
     filled with a different constant; ``body`` is traced once, to a
     jaxpr, as ``lax.map`` does. Against ``lax.map`` over the batch reshaped into chunks:
     ``lax.map`` fills its stacked outputs with zeros, and XLA merges the fills of outputs of
-    one shape into one broadcast and copies it per output (``rnea_derivatives`` 0.96x,
-    ``aba_derivatives`` 0.98x here, talos_full, float64, B = 1024); and a batch that the
+    one shape into one broadcast and copies it per output (slower here); and a batch that the
     chunks do not divide was padded with copies of its last sample, then the stacked outputs
-    sliced back, which made the chunk loop up to 2x slower (talos_full at B = 1000:
-    ``rnea_derivatives`` 81 us per sample against 40 at B = 1024). The last chunk now
-    overlaps the one before it instead (``dynamic_slice`` and ``dynamic_update_slice`` clamp
-    its start). Results bitwise equal (``benchmarks/RESULTS.md``, "Design measurements").
+    sliced back, which made the chunk loop up to twice as slow. The last chunk now overlaps
+    the one before it instead (``dynamic_slice`` and ``dynamic_update_slice`` clamp its
+    start). Results bitwise equal (``docs/design-measurements.md``).
     """
     first = jax.tree_util.tree_map(lambda x: x[:size], xs)
     closed, shapes = jax.make_jaxpr(body, return_shape=True)(first)

@@ -66,18 +66,17 @@ The older entry points :func:`jaxdyn.set_value_checks`,
 
 **Fused CPU loops** (opt-in, process-wide, before JAX starts its CPU backend):
 :func:`fused_cpu_loops` or ``JAXDYN_FUSED_CPU_LOOPS=1`` in the environment. XLA:CPU runs a
-``lax.scan`` as one small kernel call per operation per step (about 0.1-0.2 us each), which
-bounds one trajectory-optimisation problem's knot loops; with these flags it compiles a small
-loop (at most ``max_bytes`` accessed) into a single kernel. arm7 FDDP: 15.8 -> 9.9 ms per solve
-on one EPYC core, 0.79x Crocoddyl's time per iteration (``benchmarks/RESULTS.md``); compile
-time about 2x. The flags also turn off XLA's YNNPACK fusions (a loop holding one is not fused)
-and cap the instruction set at AVX2 (AVX-512 code for a fused DDP backward pass took over 20 GB
-to compile, jaxlib 0.10.2), so large batched programs in the same process may be slower.
+``lax.scan`` as one small kernel call per operation per step, which bounds one
+trajectory-optimisation problem's knot loops; with these flags it compiles a small loop (at
+most ``max_bytes`` accessed) into a single kernel, which makes one FDDP solve faster and its
+compile longer (``docs/trajopt.md``, "Fused CPU loops"; ``benchmarks/trajopt.py``). The flags
+also turn off XLA's YNNPACK fusions (a loop holding one is not fused) and cap the instruction
+set at AVX2 (AVX-512 code for a fused DDP backward pass took too much memory to compile,
+jaxlib 0.10.2), so large batched programs in the same process may be slower.
 jaxdyn's trajectory-optimisation knots then avoid LAPACK calls, ``constrained_aba`` too, and
 ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop holding a custom call or a scatter;
 value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after its loop):
-one quad12 simulation step 7.2 -> 3.9 us, against 8.8 us for MuJoCo C
-(``benchmarks/sim_one.py``).
+``benchmarks/sim_one.py`` times one robot's rollout against MuJoCo C.
 :func:`fused_cpu_loops_enabled` says whether the flags are set.
 
 **Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
@@ -346,9 +345,9 @@ if _bool("JAXDYN_FUSED_CPU_LOOPS", os.environ.get("JAXDYN_FUSED_CPU_LOOPS", "0")
 #: environment variable switching jaxdyn's default persistent compilation cache off (``0``)
 CACHE_ENV = "JAXDYN_COMPILATION_CACHE"
 #: programs whose XLA compile is shorter than this (seconds) are not written to the cache
-#: (JAX's own default is 1 s; jaxdyn's eager calls take 0.1-1 s each, and reading one back
-#: costs milliseconds). ``python -m jaxdyn demo`` started warm: 10.1 s at 0.5 (10 entries),
-#: 7.8 s at 0.1 (13 entries), 7.7 s at 0 (39 entries, JAX's op-by-op programs too)
+#: (JAX's own default is 1 s; jaxdyn's eager calls take less, and reading one back costs
+#: milliseconds): a warm ``python -m jaxdyn demo`` starts faster at 0.1 than at 0.5, and 0
+#: adds JAX's op-by-op programs for nothing (``docs/design-measurements.md``)
 CACHE_MIN_COMPILE_SECS = 0.1
 
 #: what :func:`compilation_cache` set: the directory, and the previous minimum compile time

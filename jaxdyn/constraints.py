@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,15 @@ from . import _checks, spatial
 from ._precision import full_precision
 from .algorithms import kinematics as kin
 from .model import tree
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .model.model import Model
+
 
 __all__ = [
     "Weld",
@@ -415,7 +424,7 @@ def jacobian_from_rows(model, ws, lay, K):
 
 @_checks.public("constraint_jacobian")
 @full_precision
-def constraint_jacobian(model, q, constraints):
+def constraint_jacobian(model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]) -> Array:
     """Constraint Jacobian ``J (m, nv)``: rows of the constraints in the order given, each in
     jaxdyn's ``[angular; linear]`` order in its constraint frame (3D connect: linear only).
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +45,13 @@ from .algorithms import aba as aba_mod
 from .algorithms import kinematics as kin
 from .algorithms.crba import crba_world
 from .algorithms.rnea import rnea_world
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .model.model import Model
+
 
 __all__ = ["Inputs", "InputMatrix", "build_input_matrix", "input_matrix", "METHODS"]
 
@@ -159,7 +166,7 @@ def _dense_B(model, ws, il: _InputLayout):
 
 
 @_checks.public("build_input_matrix")
-def build_input_matrix(model, q, inputs: Inputs):
+def build_input_matrix(model: Model, q: ArrayLike, inputs: Inputs) -> Array:
     """``B = [J_a^T, J_t^T]`` ``(nv, nu)`` of :class:`Inputs` (generalised forces per input)."""
     fn = "build_input_matrix"
     if not isinstance(inputs, Inputs):
@@ -226,7 +233,13 @@ def _dense(model, ws, v, B):
 
 @_checks.public("input_matrix")
 @full_precision
-def input_matrix(model, q, v, B, method: str = "iim") -> InputMatrix:
+def input_matrix(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    B: ArrayLike | Inputs,
+    method: str = "iim",
+) -> InputMatrix:
     """Free accelerations and inertia-weighted input matrix: ``qdd = qdd0 + Bhat u``.
 
     **Arguments:**

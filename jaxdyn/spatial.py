@@ -111,10 +111,9 @@ def unstack(x, axis: int = -1):
     The algorithms' small helpers (:func:`mm`, :func:`mv`, :func:`cross`, :func:`inv3`, ...)
     take entries apart thousands of times per trace, and the size of the trace sets the time
     to trace, lower and compile: one program holding ``aba`` under ``jax.jvp``, ``jacfwd``,
-    ``jacrev``, ``grad`` and ``vmap`` (the derivative tests' program) went from 53.8k to 37.3k
-    primitives with these two helpers, its lowering from 8.4 to 6.0 s and XLA's compile from
-    15.2 to 13.8 s; the compiled code runs as fast as before (B = 1024, float64, the six
-    benchmarked algorithms on solo12 and talos_full, 2026-11-27). numpy inputs stay numpy.
+    ``jacrev``, ``grad`` and ``vmap`` (the derivative tests' program) has about a third fewer
+    primitives with these two helpers, and lowers and compiles faster; the compiled code runs
+    as fast as before (``docs/design-measurements.md``). numpy inputs stay numpy.
     """
     if isinstance(x, np.ndarray):
         return list(np.moveaxis(x, axis, 0))
@@ -128,7 +127,7 @@ def outer_sum(A, B):
     such shapes was a YNNPACK kernel of its own (CRBA, the Coriolis matrix). The factors
     should be stored (:func:`materialize`) unless they are cheap: XLA recomputes a fused
     producer for every entry of the result (IDSVA's products, whose factors it fused, ran
-    1.4-1.8x slower this way than as batched ``dot`` products)."""
+    slower this way than as batched ``dot`` products)."""
     return mm(A.T, B, unroll=True)
 
 
@@ -138,7 +137,7 @@ def mm(A, B, unroll: bool = False):
 
     Each term is an elementwise broadcast product, so XLA fuses the whole product into its
     neighbours; under ``vmap`` on the CPU this beat a batched ``dot`` of 3x3 or 6x6 blocks
-    (``benchmarks/RESULTS.md``, "Design measurements"). Contractions longer than the
+    (``docs/design-measurements.md``). Contractions longer than the
     ``unroll_max`` switch of :mod:`jaxdyn.config` use ``jnp.matmul``, unless ``unroll`` (for
     products whose result the caller stores, where a chain of fused 6-term products would be
     recomputed per consumer element: see :func:`jaxdyn.algorithms.aba.articulated_inertias`).
@@ -260,14 +259,14 @@ def materialize(*xs):
 
     XLA fuses cheap elementwise producers into each of their consumers, and a fused kernel
     evaluates its expression per output element: the 30-odd operations of :func:`sincos`
-    feeding the nine entries of a rotation matrix ran nine times per angle (``rodrigues`` on
-    solo12's 12 joints at batch 1024 took 0.29 us per sample instead of 0.09). A
+    feeding the nine entries of a rotation matrix ran nine times per angle (``rodrigues``
+    took about three times as long). A
     ``dynamic_update_slice`` of their stack into zeros is not fused into the consumers, so it
     stores them once (``optimization_barrier`` is dropped on the CPU and does not do this).
     What XLA keeps is a copy into another layout: under ``jax.vmap`` (batch leading) the
     batched update becomes a scatter that XLA rewrites into a transposing copy; with the batch
     as the trailing axis the whole-array update was simplified away and nothing was stored
-    (``benchmarks/RESULTS.md``, "Design measurements", stop 39).
+    (``docs/design-measurements.md``).
     Values and derivatives are unchanged. A no-op off the CPU (a GPU recomputes cheaply and
     pays for every extra kernel). Give it two or more arrays: the stack of a single array is a
     reshape, which XLA removes together with the update, so one array alone is not stored
@@ -298,8 +297,8 @@ def materialize(*xs):
     # common shape ``(n, w)``, the rows of a rotation ``R (n, 3, 3)`` beside ``p (n, 3)``. A
     # flat concatenation of them would be a no-op under ``vmap``: the batched update of a 1-D
     # array needs no layout change, and XLA removed it together with the store (RNEA's local
-    # placements were recomputed in every consumer: solo12 ``rnea`` under ``jax.vmap`` 1.29
-    # against 0.87 us per sample at B = 1024, ``benchmarks/RESULTS.md``, "Design measurements").
+    # placements were recomputed in every consumer, and solo12's batched ``rnea`` was slower:
+    # docs/design-measurements.md).
     n, w = xs[0].shape[0], xs[0].shape[-1]
     rows = [x.reshape(n, -1, w) for x in xs]
     st = materialize(*(r[:, j] for r in rows for j in range(r.shape[1])))
@@ -324,12 +323,12 @@ def store(*xs, copy: bool = True):
 
     Stores that cost nothing but a call made storing pay where the copy did not: each level of
     the body placements, the world inertias and motion subspaces, each level of
-    :func:`~jaxdyn.model.tree.backward_accumulate` (talos_full CRBA 0.91x), besides the sine
-    and cosine of the joint angles (:func:`sincos`, solo12 0.85-0.95x on every algorithm),
-    RNEA's local placements and Minv's backward sweep, which :func:`materialize` stored before.
-    ABA's forward sweep keeps the copy (1.04x slower this way on talos_full), and stores of the
-    6 x 6 world inertias or of :func:`~jaxdyn.model.tree.forward_accumulate`'s levels changed
-    nothing (``benchmarks/RESULTS.md``, "Design measurements").
+    :func:`~jaxdyn.model.tree.backward_accumulate`, besides the sine and cosine of the joint
+    angles (:func:`sincos`), RNEA's local placements and Minv's backward sweep, which
+    :func:`materialize` stored before. ABA's forward sweep keeps the copy (slower this way on
+    talos_full), and stores of the 6 x 6 world inertias or of
+    :func:`~jaxdyn.model.tree.forward_accumulate`'s levels changed nothing
+    (``docs/design-measurements.md``).
     """
     out = _uninitialized.store(*xs) if all(x.size for x in xs) else None
     if out is not None:

@@ -83,41 +83,6 @@ SLOW_ROBOTS = frozenset(
 )
 
 
-#: Tests (node ids without the ``tests/`` prefix) in the slow set because a cheaper test of the
-#: default run checks the same code: each entry names what covers it.
-SLOW_TESTS = (
-    # custom_jvp rules vs plain autodiff: test_derivatives_match_references[quad12-ad] compares
-    # the same partials, test_jacfwd_jacrev_grad the rules under every transform
-    "test_derivatives.py::test_jvp_matches_plain_autodiff",
-    "test_derivatives.py::test_hessian_matches_plain_autodiff",
-    "test_derivatives.py::test_radial_quaternion_tangent_is_ignored",
-    "test_derivatives.py::test_model_parameter_gradients[aba]",  # [rnea] stays
-    "test_derivatives.py::test_jacfwd_jacrev_grad[rnea]",  # [aba] stays (same rule machinery)
-    "test_osim.py::test_delassus_gradient",  # reverse mode of the same sweeps: test_iwim's gradient
-    "test_transforms.py::test_derivatives",  # test_derivatives.py
-    "test_transforms.py::test_float32_agrees_with_float64[arm7]",  # [quad12] stays
-    "test_identities.py::test_crba_equals_rnea_columns[tree-all-kinds]",  # [quad12] stays
-    "test_clusters.py::test_approximate_models",
-    # scanned vs unrolled chain: test_long_chain_scan_equals_unrolled (every pass, 10 links)
-    "test_chain_scan.py::test_scan_equals_unrolled_and_grad",
-    # random trees against Pinocchio: the smallest fixed / floating ones of each kind stay
-    "test_pinocchio.py::test_random_urdf_tree[n12-s7-float]",
-    "test_pinocchio.py::test_random_urdf_tree[n25-s10-fixed]",
-    "test_pinocchio.py::test_random_urdf_tree[n6-s5-float]",
-    "test_pinocchio.py::test_random_tree_spherical_free[n12-s23-float]",
-    "test_pinocchio.py::test_random_tree_spherical_free[n3-s26-fixed]",
-    # Delassus cases: solo12 and the other random trees stay (talos cases: see _slow_param)
-    "test_osim.py::test_delassus_methods_against_reference[tree_c_random]",
-    # ABA on spherical / free joints anywhere: test_pinocchio's
-    # test_random_tree_spherical_free[n5-s21-float] compares it with Pinocchio (19 s)
-    "test_identities.py::test_aba_solves_the_equations_of_motion[tree-all-kinds]",
-    # scanned chains: chain12_fixed and fingers3x9 stay against Pinocchio (9 s)
-    "test_chain_scan.py::test_scanned_chain_against_pinocchio[spherical10_float]",
-    # the batch solve: test_solve_batch_equals_vmap; this one checks its printed lines (10 s)
-    "test_trajopt.py::test_solve_batch_verbose",
-)
-
-
 def _slow_param(v) -> bool:
     """A parameter naming a robot of :data:`SLOW_ROBOTS` or a case built on talos."""
     return isinstance(v, str) and (v in SLOW_ROBOTS or v.startswith("talos"))
@@ -125,14 +90,11 @@ def _slow_param(v) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark the parametrized cases of :data:`SLOW_ROBOTS` and the tests of :data:`SLOW_TESTS`
-    slow (before ``-m`` selects)."""
+    """Mark the parametrized cases of :data:`SLOW_ROBOTS` slow (before ``-m`` selects): the
+    robot tier is one policy for every test file; single tests carry their own slow mark."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        nodeid = item.nodeid.removeprefix("tests/")
-        if any(nodeid.startswith(t) for t in SLOW_TESTS) or (
-            callspec is not None and any(_slow_param(v) for v in callspec.params.values())
-        ):
+        if callspec is not None and any(_slow_param(v) for v in callspec.params.values()):
             item.add_marker(pytest.mark.slow)
 
 

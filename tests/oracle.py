@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
+import pytest
 
 import jaxdyn
 from jaxdyn import _checks, robots
@@ -573,6 +574,20 @@ def all_kinds_tree(params) -> Case:
         massless_prob=0.15,
         branching=0.6,
     )
+
+
+def slow_params(values, slow, ids=str) -> list:
+    """``values`` as pytest parameters named by ``ids``; those whose name is in ``slow`` carry
+    the slow mark (they run only in ``-m slow``, where a cheaper case of the default run checks
+    the same code)."""
+    out = []
+    for v in values:
+        name = ids(v)
+        marks = (pytest.mark.slow,) if name in slow else ()
+        out.append(pytest.param(v, marks=marks, id=name))
+    missing = set(slow) - {ids(v) for v in values}
+    assert not missing, f"slow_params: no such case {sorted(missing)}"
+    return out
 
 
 def tree_id(params) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,26 +121,73 @@ def test_vs_cpp_reports_the_full_matrix_ratio():
     assert "| 0.50 | - |" in lines["rnea"] and "PASS" in lines["rnea"]
 
 
-def test_write_section_keeps_earlier_subsections(tmp_path):
-    """benchmarks/_env.write_section replaces a section's tables but keeps the subsections of
-    earlier runs recorded under it (a rerun of vs_cpp.py wiped them once)."""
+def _bench_module(name):
     sys.path.insert(0, str(BENCH))
     try:
-        from _env import write_section
+        return __import__(name)
     finally:
         sys.path.remove(str(BENCH))
+
+
+def test_write_section_replaces_the_whole_section(tmp_path):
+    """benchmarks/_env.write_section, the writer every benchmark shares: a section is the latest
+    run of its benchmark, replaced whole (earlier runs live in git, not in the file); the other
+    sections stay as they are; a new one is appended; one ``## `` section per call."""
+    write_section = _bench_module("_env").write_section
     p = tmp_path / "R.md"
     p.write_text(
-        "# R\n\n## A\n\nold intro\n\n### solo12\n\nold table\n\n### Stop 1\n\nkept\n\n## B\n\nb\n"
+        "# R\n\n## A\n\nold intro\n\n### solo12\n\nold table\n\n"
+        "### Stop 1\n\nold run\n\n## B\n\nb\n"
     )
     write_section(p, "## A\n\nnew intro\n\n### solo12\n\nnew table\n")
-    text = p.read_text()
-    assert "old" not in text and "new intro" in text and "new table" in text
-    assert (
-        text.index("new table") < text.index("### Stop 1") < text.index("kept") < text.index("## B")
-    )
+    assert p.read_text() == "# R\n\n## A\n\nnew intro\n\n### solo12\n\nnew table\n\n## B\n\nb\n"
     write_section(p, "## C\n\nc\n")
-    assert p.read_text().rstrip().endswith("## C\n\nc")
+    assert p.read_text().endswith("## B\n\nb\n\n## C\n\nc\n")
+    with pytest.raises(ValueError, match="one '## ' section"):
+        write_section(p, "## D\n\nd\n\n## E\n")
+    with pytest.raises(ValueError, match="must start with a '## ' heading"):
+        write_section(p, "### D\n")
+
+
+def test_run_all_writes_the_results_file(tmp_path):
+    """benchmarks/run_all.py runs a (tiny) benchmark script, which writes its section into the
+    results file named by --out through the shared writer, then puts the file in order: title
+    and preamble, sections in the registry's order, sections no benchmark writes at the end."""
+    run_all = _bench_module("run_all")
+    out = tmp_path / "R.md"
+    out.write_text(
+        "# old title\n\nold preamble\n\n## Unknown\n\nu\n\n## Time to first result\n\n"
+        "old table\n\n### Stop 3\n\nold run\n\n## Derivatives\n\nd\n"
+    )
+    tiny = "--examples none --no-demo --no-compile-table --note tiny-run"
+    rc = run_all.main(["first_result", "--out", str(out), "--with", f"first_result={tiny}"])
+    assert rc == 0
+    text = out.read_text()
+    assert text.startswith(
+        _bench_module("_env").RESULTS_TITLE + "\n\nWritten by `python benchmarks/run_all.py`"
+    )
+    headings = [ln for ln in text.splitlines() if ln.startswith("## ")]
+    assert headings == ["## Derivatives", "## Time to first result", "## Unknown"], headings
+    assert "tiny-run" in text and "old table" not in text and "Stop 3" not in text
+    assert "old preamble" not in text and "\nd\n" in text and "\nu\n" in text
+    with pytest.raises(SystemExit):
+        run_all.main(["no_such_benchmark", "--out", str(out)])
+
+
+def test_results_file_is_one_section_per_benchmark():
+    """benchmarks/RESULTS.md as run_all.py leaves it: every ``## `` section belongs to a
+    benchmark of the registry (and appears once), in the registry's order, after the title and
+    preamble; no per-session logs."""
+    run_all, env = _bench_module("run_all"), _bench_module("_env")
+    text = (BENCH / "RESULTS.md").read_text()
+    head, sections = env._sections(text)
+    assert "\n".join(head).strip() == f"{env.RESULTS_TITLE}\n\n{env.RESULTS_PREAMBLE}"
+    headings = [h for h, _ in sections]
+    assert set(headings) <= set(run_all.ORDER), set(headings) - set(run_all.ORDER)
+    assert headings == sorted(headings, key=run_all.ORDER.index)
+    assert not re.search(r"^#+ .*\b[Ss]top \d+", text, re.M)
+    for b in run_all.BENCHMARKS:
+        assert (BENCH / f"{b.name}.py").is_file(), b.name
 
 
 def test_first_result_script(tmp_path):

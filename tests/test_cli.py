@@ -258,10 +258,14 @@ def test_bench_standalone_quick_and_lists(monkeypatch, capsys):
 
 
 def test_readme_bench_options_are_honoured():
-    """Every ``jaxdyn bench`` option of README's Command line section exists in the installed
-    package's parser and in the checkout's harness."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"^## Command line\n+```\n(.*?)^```", text, re.M | re.S).group(1)
+    """Every ``jaxdyn bench`` option of the Command line sections of README.md and
+    docs/getting-started.md exists in the installed package's parser and in the checkout's
+    harness."""
+    root = Path(__file__).resolve().parent.parent
+    block = "\n".join(
+        re.search(r"^## Command line\n+```\n(.*?)^```", p.read_text(), re.M | re.S).group(1)
+        for p in (root / "README.md", root / "docs" / "getting-started.md")
+    )
     # the bench lines: those starting with "jaxdyn bench" and their indented continuations
     bench = "\n".join(re.findall(r"^jaxdyn bench.*(?:\n {2,}.*)*", block, re.M))
     flags = set(re.findall(r"--[a-z][a-z-]*", bench)) - {"--standalone", "--help"}

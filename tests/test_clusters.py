@@ -479,6 +479,7 @@ def test_load_urdf_reads_urdf_plus():
 # ----------------------------------------------------------------------------- approximations
 
 
+@pytest.mark.slow
 def test_approximate_models():
     m = model_of("mit_humanoid_leg")
     (q,), (v,), (a,), _ = _states(m, 4, batch=1)

@@ -473,6 +473,7 @@ def _tol(fn):
 TRANSFORM_CASE = "small_float"
 
 
+@pytest.mark.slow  # test_derivatives_match_references[quad12-ad] compares the same partials
 @pytest.mark.parametrize("fn", ["rnea", "aba"])
 def test_jvp_matches_plain_autodiff(fn):
     """``jax.jvp`` (under ``jit``) through the rule vs through the plain algorithm with every
@@ -500,7 +501,11 @@ def test_jvp_matches_plain_autodiff(fn):
     assert_close(out["vmap_jvp_mine"][0], Dv @ x3, tol, err_msg=f"{name}: vmap(jvp) of {fn}")
 
 
-@pytest.mark.parametrize("fn", ["rnea", "aba"])
+@pytest.mark.parametrize(
+    # [rnea] in the slow set: the same custom_jvp rule machinery as [aba]
+    "fn",
+    [pytest.param("rnea", marks=pytest.mark.slow), "aba"],
+)
 def test_jacfwd_jacrev_grad(fn):
     """``jacfwd`` and ``jacrev`` through ``integrate`` equal the analytic partials, and
     ``grad`` of a scalar equals their transpose applied to its outer derivative."""
@@ -542,6 +547,7 @@ def _hessian(model, q, v, x3, fn, through_integrate, which):
     return jax.hessian(s)(x0)
 
 
+@pytest.mark.slow  # test_jacfwd_jacrev_grad checks the rules under every transform
 @pytest.mark.parametrize("name, fn", HESSIAN_CASES)
 def test_hessian_matches_plain_autodiff(name, fn):
     """``jax.hessian`` of a scalar of the output differentiates the rule (plain autodiff of
@@ -555,7 +561,11 @@ def test_hessian_matches_plain_autodiff(name, fn):
     assert_close(H1, H0, 1e-10, err_msg=f"{name}: hessian of {fn}")
 
 
-@pytest.mark.parametrize("fn", ["rnea", "aba"])
+@pytest.mark.parametrize(
+    # [aba] in the slow set: reverse mode through the same sweeps as [rnea]
+    "fn",
+    ["rnea", pytest.param("aba", marks=pytest.mark.slow)],
+)
 def test_model_parameter_gradients(fn):
     """Tangents of the model's leaves fall back to autodiff of the plain algorithm: the
     gradient with respect to the whole model (masses, inertias, placements, axes, gravity),
@@ -655,6 +665,7 @@ def small_checks():
     return _TRANSFORM_CACHE["small"]
 
 
+@pytest.mark.slow  # the custom_jvp rules' tangent handling: test_jacfwd_jacrev_grad[aba]
 def test_radial_quaternion_tangent_is_ignored():
     """Documented convention: the rule differentiates the dynamics of the normalised
     quaternion, so a tangent along ``Q`` itself has no effect."""

@@ -27,6 +27,7 @@ from oracle import (
     all_kinds_tree,
     assert_close,
     robot_case,
+    slow_params,
     urdf_tree,
 )
 
@@ -46,7 +47,7 @@ def _case(name):
     return CASES[name]()
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds",)))  # [quad12] stays
 def test_crba_equals_rnea_columns(name):
     """``M[:, i] = rnea(q, 0, e_i) - rnea(q, 0, 0)`` and M is symmetric."""
     case = _case(name)
@@ -57,7 +58,9 @@ def test_crba_equals_rnea_columns(name):
         assert_close(r["crba"], r["crba"].T, 1e-13, err_msg=f"{name} state {i}: M symmetric")
 
 
-@pytest.mark.parametrize("name", PD_CASES)
+# [tree-all-kinds] slow: test_pinocchio's test_random_tree_spherical_free[n5-s21-float] compares
+# ABA on spherical / free joints anywhere with Pinocchio
+@pytest.mark.parametrize("name", slow_params(PD_CASES, ("tree-all-kinds",)))
 def test_aba_solves_the_equations_of_motion(name):
     """``aba = M^-1 (tau - b)`` and with external forces ``M^-1 (tau - b_f)``, where the bias
     ``b_f = rnea(q, v, a, f_ext) - M a`` comes from RNEA."""

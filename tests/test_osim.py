@@ -40,7 +40,7 @@ from jaxdyn.constraints import (
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 from jaxdyn.osim import METHODS, constrained_aba, delassus
 
-from oracle import assert_close, sym_upper
+from oracle import assert_close, slow_params, sym_upper
 
 RTOL = 1e-10
 NSTATES = 2
@@ -482,7 +482,8 @@ def pin_delassus(case, cs, q):
 
 
 # =========================================================================== tests
-@pytest.mark.parametrize("name", list(CASES))
+# [tree_c_random] slow: solo12 and the other random trees stay (talos cases: the robot tier)
+@pytest.mark.parametrize("name", slow_params(CASES, ("tree_c_random",)))
 def test_delassus_methods_against_reference(name):
     """Every method (and ``constraint_jacobian``) against ``J M^-1 J^T`` from Pinocchio's
     joint Jacobians and CRBA."""
@@ -741,6 +742,7 @@ def test_constrained_aba_against_pinocchio(name):
         assert_close(np.asarray(out.lam), lam, tol, err_msg=f"{name} state {i}: lambda vs pin")
 
 
+@pytest.mark.slow  # reverse mode of the same sweeps: test_iwim's gradient test
 def test_delassus_gradient():
     """``jax.grad`` through PV-OSIMr, PV-OSIM, EFPA and LTL equals the dense method's."""
     model = get_model("tree_grad")

@@ -30,6 +30,7 @@ from oracle import (
     assert_close,
     pin_model_from_urdf,
     robot_case,
+    slow_params,
     sym_upper,
     tree_id,
     urdf_joints,
@@ -159,7 +160,11 @@ def _compare_all(case):
 
 
 # =========================================================================== random URDF trees
-@pytest.mark.parametrize("params", RANDOM_URDF, ids=tree_id)
+@pytest.mark.parametrize(
+    # the smallest fixed / floating trees of each kind stay in the default run
+    "params",
+    slow_params(RANDOM_URDF, ("n12-s7-float", "n25-s10-fixed", "n6-s5-float"), ids=tree_id),
+)
 def test_random_urdf_tree(params):
     case = urdf_tree(params)
     _compare_all(case)
@@ -200,7 +205,9 @@ def test_random_urdf_trees_cover_the_hard_cases():
 
 
 # ================================================================ random trees, all joint kinds
-@pytest.mark.parametrize("params", RANDOM_ALL_KINDS, ids=tree_id)
+@pytest.mark.parametrize(
+    "params", slow_params(RANDOM_ALL_KINDS, ("n12-s23-float", "n3-s26-fixed"), ids=tree_id)
+)
 def test_random_tree_spherical_free(params):
     """Spherical and free joints anywhere in the tree (Pinocchio model written from the URDF
     text by ``oracle.pin_model_from_urdf``, since URDF has no spherical joint)."""

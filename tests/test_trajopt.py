@@ -532,6 +532,7 @@ def _check_batch_log(lines, iterations):
     assert sorted({int(r[0]) for r in rows}) == list(range(len(iterations))), lines
 
 
+@pytest.mark.slow  # its printed lines; test_solve_batch_equals_vmap checks the batch solve
 def test_solve_batch_verbose(pendulum, capfd):
     """solve_batch(verbose=True) names each problem on its lines, through the compaction of
     the batch (four problems, the last from large controls: compacted to it alone)."""

@@ -143,7 +143,7 @@ def _float32_errors(case, state):
     return r32, r64
 
 
-@pytest.mark.parametrize("robot", ["arm7", "quad12"])
+@pytest.mark.parametrize("robot", [pytest.param("arm7", marks=pytest.mark.slow), "quad12"])
 def test_float32_agrees_with_float64(robot):
     """float32 inputs (the model is cast automatically) give float32 results within RTOL32
     of the float64 ones, for every quantity of the Pinocchio comparison."""
@@ -270,6 +270,7 @@ def _derivatives(model, q, v, a, tau, w):
     }
 
 
+@pytest.mark.slow  # the same derivatives as test_derivatives.py, through the transforms
 def test_derivatives():
     """jacfwd / jacrev / grad through rnea and aba (q in the tangent space, ``q ⊕ e``), on
     quad12 (free flyer and revolute joints; one robot only: this program is the slowest of

@@ -27,15 +27,11 @@ from .rnea import check_f_ext, external_forces_world, rnea_world
 #: ``aba(..., method="auto")`` evaluated alone (not under ``jax.vmap``, not differentiated), in
 #: float64, on a tree at least this many levels deep and with at most :data:`DENSE_MAX_NV`
 #: coordinates, solves ``M qdd = tau - b`` with CRBA, RNEA and one LAPACK Cholesky instead of
-#: the ABA sweeps: a single evaluation is bound by its number of XLA kernels (~0.3 us each),
-#: and the dense form needs fewer of them on deep trees. Batch-1 latency of ``jax.jit(aba)``,
-#: us, sweeps / dense (2026-11-26, 2-core AMD EPYC, float64): talos_full (12 levels) 93 / 39,
-#: romeo 82 / 43, talos_reduced 62 / 32, g1 62 / 30, baxter 55 / 25, panda 48 / 20, arm7
-#: 51 / 38, ur5 (6 levels) 44 / 40; shallow trees lose a little (solo12, 4 levels: 18.7 /
-#: 19.5; solo8 16.9 / 17.8). Batched, the sweeps stay much faster (a LAPACK call is a loop
-#: over the batch), and ``M``'s ``O(nv^3)`` factorisation loses to ABA's ``O(nv)`` on long
-#: chains, hence the bounds. Agreement with Pinocchio is the same (talos_full, relative:
-#: sweeps 2.2e-13, dense 3.0e-13).
+#: the ABA sweeps: a single evaluation is bound by its number of XLA kernels, and the dense
+#: form needs fewer of them on deep trees (faster from 5 levels on, a little slower on
+#: shallow trees: ``docs/design-measurements.md``). Batched, the sweeps stay much faster (a
+#: LAPACK call is a loop over the batch), and ``M``'s ``O(nv^3)`` factorisation loses to
+#: ABA's ``O(nv)`` on long chains, hence the bounds. Agreement with Pinocchio is the same.
 DENSE_MIN_LEVELS = 5
 #: largest ``nv`` of the dense path
 DENSE_MAX_NV = 64
@@ -78,9 +74,8 @@ def articulated_inertias(model, S, I6):
                 s1 = Sg[:, 0]
                 # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``),
                 # stored once: the sweeps read U on every right-hand side, and XLA would
-                # otherwise recompute it per column (Minv 2.3x slower). Against the dot, B =
-                # 1024, float64 and float32: aba 5-6 % faster, minv 0-7 %, aba_derivatives
-                # 1-5 % (RESULTS.md, "Design measurements").
+                # otherwise recompute it per column (Minv much slower). Faster than the dot
+                # under jax.vmap (docs/design-measurements.md).
                 U1, s1 = spatial.materialize(spatial.mv(IAg, s1, unroll=True), s1)
                 D = jnp.sum(s1 * U1, -1)
                 Dinv = 1 / (D if ag is None else D + ag[:, 0])
@@ -163,10 +158,10 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     # several right-hand sides (Minv): S^T p as six multiply-adds on the rows
                     # of p, instead of a small batched dot per level, and u stored once
                     # (spatial.store). Unstored, the product is recomputed per row of p (Minv
-                    # 1.8x slower); stored by materialize's copy (with a copy of itself: one
+                    # much slower); stored by materialize's copy (with a copy of itself: one
                     # array alone is not stored, nor stacked with the constant unit torques),
-                    # talos_full minv was 7-9 % faster, by the FFI call another 4-5 %
-                    # (RESULTS.md, "Design measurements"); ABA's single column keeps the dot.
+                    # minv got faster, by the FFI call faster still
+                    # (docs/design-measurements.md); ABA's single column keeps the dot.
                     u = tg - mm(Sg, pg, unroll=True)
                     u = spatial.store(u)[0]
                 else:

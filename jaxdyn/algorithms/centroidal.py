@@ -26,7 +26,7 @@ Pinocchio. The bodies are the moving ones (a fixed base's root link belongs to t
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,12 @@ from ..model import tree
 from . import kinematics as kin
 from .crba import composite_inertias, subspace_force_rows
 from .rnea import rnea_world
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 class Centroidal(NamedTuple):
@@ -117,7 +123,7 @@ def _one(fn, part, model, q, v):
 
 @_checks.public("centroidal_momentum")
 @full_precision
-def centroidal_momentum(model, q, v):
+def centroidal_momentum(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Centroidal momentum ``h_G = [k_G; l]`` ``(6,)``: the angular momentum about the centre
     of mass and the linear momentum, world axes (Orin et al. 2013): the bodies' momenta
     ``oI_i ov_i`` summed and moved to the centre of mass.
@@ -129,7 +135,7 @@ def centroidal_momentum(model, q, v):
 
 @_checks.public("centroidal_momentum_matrix")
 @full_precision
-def centroidal_momentum_matrix(model, q):
+def centroidal_momentum_matrix(model: Model, q: ArrayLike) -> Array:
     """Centroidal momentum matrix ``A_G`` ``(6, nv)``, ``h_G = A_G v`` (Orin et al. 2013;
     Pinocchio's ``ccrba`` / ``computeCentroidalMap`` with the row halves swapped):
     CRBA's composite forces ``oIc oS`` moved to the centre of mass.
@@ -146,7 +152,7 @@ def centroidal_momentum_matrix(model, q):
 
 @_checks.public("center_of_mass_jacobian")
 @full_precision
-def center_of_mass_jacobian(model, q):
+def center_of_mass_jacobian(model: Model, q: ArrayLike) -> Array:
     """Jacobian of the centre of mass ``J_com`` ``(3, nv)``, world axes: ``d/dt com = J_com v``
     (Pinocchio's ``jacobianCenterOfMass``; the linear rows of ``A_G`` over the mass). Column
     ``c`` is ``(m_C oS_lin - h_C x oS_ang) / m`` with the mass ``m_C`` and first moment ``h_C``
@@ -170,7 +176,7 @@ def center_of_mass_jacobian(model, q):
 
 @_checks.public("centroidal_momentum_bias")
 @full_precision
-def centroidal_momentum_bias(model, q, v):
+def centroidal_momentum_bias(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``Adot_G v`` ``(6,)``: the rate of the centroidal momentum at zero joint acceleration,
     so that ``d/dt h_G = A_G a + Adot_G v`` (Orin et al. 2013; Pinocchio's
     ``computeCentroidalMomentumTimeVariation`` at ``a = 0``). Gravity is not included (it is
@@ -183,7 +189,7 @@ def centroidal_momentum_bias(model, q, v):
 
 @_checks.public("centroidal_dynamics")
 @full_precision
-def centroidal_dynamics(model, q, v) -> Centroidal:
+def centroidal_dynamics(model: Model, q: ArrayLike, v: ArrayLike) -> Centroidal:
     """All centroidal quantities from one world state: :class:`Centroidal` with ``A`` (the
     matrix ``A_G``), ``bias`` (``Adot_G v``), ``momentum`` (``h_G``), ``com`` (the centre of
     mass in the world, as :func:`jaxdyn.center_of_mass`) and ``mass``.

@@ -7,12 +7,20 @@ inverse, ``integrate(q0, difference(q0, q1)) == q1``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 
 from .. import _checks, joints
 from .._precision import full_precision
 from ..model import tree
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def _by_runs(model, fn, *arrays, widths):
@@ -61,7 +69,7 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
 
 @_checks.public("integrate")
 @full_precision
-def integrate(model, q, v):
+def integrate(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
     time (right increment, as Pinocchio's ``integrate``)."""
     q = _checks.as_array("integrate", "q", q, (("nq", model.nq),), model)
@@ -72,7 +80,7 @@ def integrate(model, q, v):
 
 @_checks.public("difference")
 @full_precision
-def difference(model, q0, q1):
+def difference(model: Model, q0: ArrayLike, q1: ArrayLike) -> Array:
     """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""
     q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)
     q1 = _checks.as_array("difference", "q1", q1, (("nq", model.nq),), model)

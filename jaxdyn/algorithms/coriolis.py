@@ -32,12 +32,20 @@ under a translation of the world origin, so it is computed, as CRBA, at the base
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def sym6(M):
@@ -180,7 +188,7 @@ def coriolis_world(model, ws, v):
 
 @_checks.public("coriolis_matrix")
 @full_precision
-def coriolis_matrix(model, q, v):
+def coriolis_matrix(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis matrix ``C(q, v)`` (``nv x nv``): ``C v = rnea(q, v, 0) - g(q)`` (the Coriolis and
     centrifugal forces, :func:`jaxdyn.bias_forces` minus :func:`jaxdyn.gravity_forces`) and
     ``dM/dt = C + C^T`` along the motion (``dM/dt - 2 C`` skew-symmetric). ``C`` is the

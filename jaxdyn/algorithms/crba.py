@@ -11,6 +11,7 @@ subtree is a plain sum, ``oIc_i = sum_{j in subtree(i)} oI_j``, and
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.extend
@@ -23,6 +24,12 @@ from .. import config as _config
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def composite_inertias(model, ws):
@@ -44,8 +51,8 @@ def subspace_force_rows(model, ws, Ic):
     transposing ``ws.S``, whose transposing copy cost more than the whole computation. The
     body quantities are read as component rows too (``R`` as 9 rows of ``nb``, ``p`` 3,
     ``Ic`` 13), which XLA fuses into the kernel, instead of ``(nb, 3, 3)`` blocks copied per
-    coordinate: CRBA under ``jax.vmap`` at B = 1024 8-17 % faster in float32, float64 within
-    noise; batch 1 3-9 % faster (``benchmarks/RESULTS.md``, "Design measurements"). The
+    coordinate: faster under ``jax.vmap`` in float32 and at batch 1, float64 within noise
+    (``docs/design-measurements.md``). The
     subspace rows are stored (:func:`jaxdyn.spatial.store`) before the force rows use them.
     """
     t = model.topo
@@ -55,9 +62,8 @@ def subspace_force_rows(model, ws, Ic):
     u = [sum(R[3 * i + j] * axT[3 + j] for j in range(3)) for i in range(3)]
     v = [ui + ci for ui, ci in zip(u, spatial.cross_rows(list(p), w))]
     # stored before the forces read them: fused into the force rows' kernel, each of its
-    # twelve rows recomputed w and v (solo12 CRBA under jax.vmap 0.93x, talos_full 0.965x in
-    # float64, float32 0.99x). The rows are stacked again below: returning the stored stack
-    # itself changed XLA's fusions and ran 1.1-1.4x slower.
+    # twelve rows recomputed w and v (slower under jax.vmap). The rows are stacked again
+    # below: returning the stored stack itself changed XLA's fusions and ran slower.
     S6 = spatial.stack(w + v, 0)
     S6 = spatial.store(S6)[0]
     w, v = list(S6[:3]), list(S6[3:])
@@ -76,9 +82,8 @@ def crba_world(model, ws):
     broadcast multiply-adds over ``(nv, nv)`` on the component rows of
     :func:`subspace_force_rows`, which XLA fuses with the masks into the kernel that writes
     ``M``. Against a batched ``oS F^T`` product (a YNNPACK kernel after a transposing copy of
-    ``F``) and the masked transpose, under ``jax.vmap`` at B = 1024 on solo12 and talos_full:
-    8-13 % faster in float64, 17-25 % in float32 (``benchmarks/RESULTS.md``, "Design
-    measurements").
+    ``F``) and the masked transpose, faster under ``jax.vmap`` on solo12 and talos_full in
+    float64 and float32 (``docs/design-measurements.md``).
     """
     t = model.topo
     St, Ft = spatial.store(*subspace_force_rows(model, ws, composite_inertias(model, ws)))
@@ -212,10 +217,9 @@ def crba_kernel(model, q):
     ``c``), written in C (``_crba_kernel.h``) with one sample per vector lane (8 in float64,
     16 in float32), computing only the entries that are not structurally zero and writing each
     once into both triangles. XLA's code for this algorithm is bound by the instructions per
-    entry of its dense ``nv x nv`` product and by one kernel per level of the tree: at batch
-    1024 on one core (AMD EPYC, Zen 4) it took 3.6 us per sample on talos_full against
-    Pinocchio's 3.1 (``benchmarks/RESULTS.md``, "Design measurements"); the kernel takes
-    about 1 us.
+    entry of its dense ``nv x nv`` product and by one kernel per level of the tree, and
+    stayed slower than Pinocchio's C++ on talos_full however it was arranged; the kernel is
+    several times faster (``docs/design-measurements.md``; ``benchmarks/vs_cpp.py``).
 
     A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
     XLA's code); its derivatives are those of :func:`crba_world` (``jax.jvp`` of XLA's code);
@@ -228,7 +232,7 @@ def crba_kernel(model, q):
 
 @_checks.public("crba")
 @full_precision
-def crba(model, q):
+def crba(model: Model, q: ArrayLike) -> Array:
     """Joint-space inertia matrix ``M(q)`` (``nv x nv``, symmetric positive definite; only
     semi-definite with massless moving subtrees, see :func:`jaxdyn.load_urdf`), with
     ``model.armature`` on the diagonal when set.

@@ -6,6 +6,8 @@ Reference: Featherstone 2008 §2.13 (spatial inertia) and eq. 2.66 (kinetic ener
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks
@@ -13,10 +15,16 @@ from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
 
 @_checks.public("center_of_mass")
 @full_precision
-def center_of_mass(model, q):
+def center_of_mass(model: Model, q: ArrayLike) -> Array:
     """Position of the whole robot's centre of mass in the world, ``(3,)``: the moving bodies'
     (a fixed base's root link is part of the world). NaN when they carry no mass (e.g. a
     zero-DoF fixed-base model), as Pinocchio's ``centerOfMass``."""
@@ -29,7 +37,7 @@ def center_of_mass(model, q):
 
 @_checks.public("kinetic_energy")
 @full_precision
-def kinetic_energy(model, q, v):
+def kinetic_energy(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``T = 1/2 v^T M(q) v``, summed over bodies (plus ``1/2 sum armature v^2``)."""
     v = _checks.as_array("kinetic_energy", "v", v, (("nv", model.nv),), model)
     model, q, dtype = kin._prepare(model, "kinetic_energy", q, v)
@@ -46,7 +54,7 @@ def kinetic_energy(model, q, v):
 
 @_checks.public("potential_energy")
 @full_precision
-def potential_energy(model, q):
+def potential_energy(model: Model, q: ArrayLike) -> Array:
     """Gravitational potential energy ``U = -sum_i m_i g . c_i``."""
     model, q, dtype = kin._prepare(model, "potential_energy", q)
     if model.nb == 0:

@@ -20,6 +20,8 @@ axes for ``"local"``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -28,6 +30,12 @@ from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
 from .jacobian import frame_argument, frame_chain
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def _express(m, R, p, reference):
@@ -70,7 +78,13 @@ def _body_sums(model, idx, x):
 
 @_checks.public("frame_velocity")
 @full_precision
-def frame_velocity(model, q, v, frame, reference: str = "local"):
+def frame_velocity(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    frame: str | int,
+    reference: str = "local",
+) -> Array:
     """Spatial velocity ``[ω; v]`` ``(6,)`` of a frame (Pinocchio's ``getFrameVelocity``):
     equal to ``jacobian(model, q, frame, reference) @ v``.
 
@@ -88,7 +102,15 @@ def frame_velocity(model, q, v, frame, reference: str = "local"):
 
 @_checks.public("frame_acceleration")
 @full_precision
-def frame_acceleration(model, q, v, a, frame, reference: str = "local", classical: bool = False):
+def frame_acceleration(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    a: ArrayLike,
+    frame: str | int,
+    reference: str = "local",
+    classical: bool = False,
+) -> Array:
     """Acceleration of a frame ``(6,)`` at joint velocities ``v`` and accelerations ``a``
     (no gravity): the spatial acceleration ``[dω/dt; a]`` (Pinocchio's
     ``getFrameAcceleration``), or with ``classical=True`` the classical one

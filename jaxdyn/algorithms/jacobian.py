@@ -7,12 +7,21 @@ joints, transformed to a common frame); reference frames as Pinocchio's ``LOCAL`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, spatial
 from .._precision import full_precision
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
 
 REFERENCES = ("local", "world", "local_world_aligned")
 
@@ -32,7 +41,7 @@ def frame_argument(fn, model, frame, reference) -> int:
 
 @_checks.public("joint_jacobians")
 @full_precision
-def joint_jacobians(model, q):
+def joint_jacobians(model: Model, q: ArrayLike) -> Array:
     """Motion subspace of every coordinate at the world origin, ``(6, nv)`` (Pinocchio's
     ``computeJointJacobians`` in ``WORLD``)."""
     model, q, dtype = kin._prepare(model, "joint_jacobians", q)
@@ -83,7 +92,12 @@ def spread_columns(cols, idx, nv):
 
 @_checks.public("jacobian")
 @full_precision
-def jacobian(model, q, frame, reference: str = "local_world_aligned"):
+def jacobian(
+    model: Model,
+    q: ArrayLike,
+    frame: str | int,
+    reference: str = "local_world_aligned",
+) -> Array:
     """Jacobian of a frame's spatial velocity ``[ω; v]`` with respect to ``v``, ``(6, nv)``.
 
     Only the frame's supporting bodies are placed

@@ -9,7 +9,7 @@ transforms.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,11 @@ import numpy as np
 from .. import _checks, joints, spatial
 from .._precision import full_precision
 from ..model import tree
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 class Placements(NamedTuple):
@@ -64,7 +69,7 @@ def _local(kind, XR, Xp, axis, qs):
         if XRc is not None and axc is not None:
             # the model's products computed here, in numpy (XLA did not fold them, and at
             # batch 1 their kernel was one more for the runtime to run beside the others;
-            # jax.ensure_compile_time_eval made first calls 1.25x slower): a row m of Xtree_R
+            # jax.ensure_compile_time_eval made first calls slower): a row m of Xtree_R
             # times skew(k) is m x k
             k = axc[:, None, :3]
             XK = np.cross(XRc, k)
@@ -94,7 +99,7 @@ def local_placements(model, q):
     ``Xtree_R`` depend on the model alone (computed in numpy when the model is known at trace
     time: XLA did not fold them, and ran them as a kernel of their own on every call), so each
     joint costs 18 multiply-adds instead of a rotation and a 3x3 product (rnea, crba, aba,
-    minv 1-5 % faster under ``vmap``: ``benchmarks/RESULTS.md``, "Design measurements").
+    minv faster under ``vmap``: ``docs/design-measurements.md``).
     """
     Rs, ps = [], []
     for kind, b0, b1, v0, v1, qs in _kind_runs_q(model, q):
@@ -121,9 +126,8 @@ def body_placements(model, q):
             Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
             Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
         # each level stored (spatial.store), else XLA recomputes the earlier levels' products
-        # inside the later ones: solo12 crba / aba / minv 0.88-0.92x at B = 1024, talos_full
-        # unchanged. Not by materialize's copy, which was slower on talos_full (crba 1.11x,
-        # aba 1.10x, minv 1.06x)
+        # inside the later ones (slower on solo12, talos_full unchanged). Not by
+        # materialize's copy, which was slower on talos_full
         Rl, pl = spatial.store(Rl, pl, copy=False)
         return (Rl, pl), (Rl, pl)
 
@@ -156,8 +160,7 @@ def take_rows(x, idx):
     trace time; ``x`` itself or one slice where the indices are consecutive). Assembled from
     slices (runs of consecutive indices) and a concatenate instead, it was as fast under
     ``jax.vmap``, but at batch 1 the slices were separate XLA kernels that the runtime ran
-    concurrently, handing them to other threads (talos_full arm ``frame_velocity`` 24 us per
-    call against 9)."""
+    concurrently, handing them to other threads (several times the latency)."""
     idx = np.asarray(idx, np.int64)
     xc = _concrete(x)
     if xc is not None:
@@ -176,15 +179,11 @@ def chain_placements(model, q, b: int) -> Placements:
     one vectorised expression per joint kind, then composed one body at a time down the chain
     (Featherstone 2008, Alg. 4.1 restricted to one path), each step stored once
     (:func:`jaxdyn.spatial.materialize`): unstored, XLA recomputed the earlier steps inside
-    every consumer of a later one, most of all in derivatives. Float64, us per sample under
-    ``jax.vmap`` (B = 256) / per call at batch 1, before / after: the trajopt
-    ``FramePlacement`` residual's ``jax.jacfwd`` talos_full gripper 39.5 / 24.3 and 55.6 /
-    27.6, arm7 2.98 / 2.27 and 17.3 / 9.1; arm7 ``jacobian`` 0.46 / 0.23 batched; talos_full
-    ``jacobian`` 0.45 / 0.48 (``benchmarks/RESULTS.md``, "Design measurements"). (Until
-    2026-11-28 ``materialize`` stored nothing for a rotation beside a position, and this was
-    measured as no change.) Computed body by body, the independent local placements were
-    separate XLA kernels that the runtime dispatched to other threads: batch-1 latency 25 us
-    instead of 8-10 on talos_full's leg (:func:`take_rows`).
+    every consumer of a later one, most of all in derivatives (the trajopt ``FramePlacement``
+    residual's ``jax.jacfwd`` and arm7's ``jacobian`` got faster, batched and at batch 1;
+    ``docs/design-measurements.md``). Computed body by body, the independent local placements
+    were separate XLA kernels that the runtime dispatched to other threads, at several times
+    the batch-1 latency (:func:`take_rows`).
     """
     t = model.topo
     chain = support_chain(t, b)
@@ -251,7 +250,7 @@ def frame_placements(model, body: Placements) -> Placements:
 
 @_checks.public("forward_kinematics")
 @full_precision
-def forward_kinematics(model, q) -> Kinematics:
+def forward_kinematics(model: Model, q: ArrayLike) -> Kinematics:
     """World placements of all bodies and frames.
 
     Reference: Featherstone 2008, Alg. 4.1 (one outward pass, here vectorised per depth level).
@@ -268,7 +267,7 @@ def forward_kinematics(model, q) -> Kinematics:
 
 @_checks.public("frame_placement")
 @full_precision
-def frame_placement(model, q, frame) -> Placements:
+def frame_placement(model: Model, q: ArrayLike, frame: str | int) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index), from the placements
     of the frame's supporting bodies only (:func:`chain_placements`)."""
     if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
@@ -342,9 +341,8 @@ def world_state_from_placements(model, R, p) -> WorldState:
     S = spatial.act_motion(Rd, pd, model.dof_axis)
     c = spatial.mv(R, model.com) + p
     Ic = spatial.mm(spatial.mm(R, model.inertia), jnp.swapaxes(R, -1, -2))
-    # stored (spatial.store), not recomputed by each consumer: ABA 0.81x / 0.84x (solo12 /
-    # talos_full, B = 1024) for c and Ic, another 0.96x for S; Minv 0.93-0.98x, 0.95-0.96x
-    # (two calls: all three in one made CRBA 1.15x / 1.08x slower)
+    # stored (spatial.store), not recomputed by each consumer: ABA and Minv faster (two
+    # calls: all three in one made CRBA slower)
     c, Ic = spatial.store(c, Ic, copy=False)
     (S,) = spatial.store(S, copy=False)
     return WorldState(R, p, S, model.mass, c, Ic)

@@ -7,6 +7,8 @@ torques, sharing one articulated-inertia pass; no mass matrix is formed or facto
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -25,6 +27,12 @@ from .aba import (
     use_dense,
     world_inertia_matrices,
 )
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def minv_world(model, ws, inertias=None):
@@ -80,7 +88,7 @@ def minv_dense(model, ws, guarded=False):
 
 @_checks.public("minv")
 @full_precision
-def minv(model, q, method="auto"):
+def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
 
     Reference: Carpentier 2018, "Analytical inverse of the joint space inertia matrix"
@@ -89,8 +97,8 @@ def minv(model, q, method="auto"):
 
     **Arguments:** ``q (nq,)``; ``method``: ``"sweeps"`` the ABA passes above, ``"dense"``
     CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
-    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels:
-    talos_full ``jax.jit(minv)`` 68 -> 37 us per call, panda 59 -> 44; the sweeps under
+    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels and
+    is faster; the sweeps under
     ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
     factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 

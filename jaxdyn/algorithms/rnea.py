@@ -9,12 +9,20 @@ algorithms share (ABA's bias forces, the simulator, the cluster baselines, the I
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks, batching, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def external_forces_world(model, ws, f_ext):
@@ -77,12 +85,10 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     qd_i``, the root's ``a_0 = -g``) and the subtree forces back (``F_p += iX_p^T F_i``); the
     inertias and motion subspaces are the model's, constant. The world form
     (:func:`rnea_world`) needs the world placements, motion subspaces and inertias first,
-    which the other algorithms share but RNEA alone does not: under ``jax.vmap`` at B = 1024
-    (float64) the body form took 0.56x the world form's time on solo12 and 0.71x on talos_full
-    (float32 0.56x / 0.64x; 0.83x / 1.00x before its local placements were really stored, see
-    :func:`jaxdyn.spatial.materialize`), with ``tau = S^T F`` as six multiply-adds rather than
-    a reduce, which XLA:CPU hands to YNNPACK (``benchmarks/RESULTS.md``, "Design
-    measurements").
+    which the other algorithms share but RNEA alone does not: under ``jax.vmap`` the body
+    form is the faster one on solo12 and talos_full (once its local placements are really
+    stored, see :func:`jaxdyn.spatial.materialize`), with ``tau = S^T F`` as six multiply-adds
+    rather than a reduce, which XLA:CPU hands to YNNPACK (``docs/design-measurements.md``).
     """
     t = model.topo
     dtype = qd.dtype
@@ -127,8 +133,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
 
 #: smallest batch (of a batching rule, ``jax.vmap`` of the public functions) for which
 #: :func:`joint_forces` takes the body form; single evaluations take the world form, which
-#: XLA compiles to fewer kernels (``jax.jit(rnea)`` per call, float64: solo12 33 us against
-#: 37, talos_full 46 against 58 in the body form)
+#: XLA compiles to fewer kernels (faster per ``jax.jit(rnea)`` call)
 LOCAL_MIN_BATCH = 64
 
 
@@ -170,7 +175,7 @@ def rnea(model, q, v, a, f_ext=None):
 
 @_checks.public("bias_forces")
 @full_precision
-def bias_forces(model, q, v):
+def bias_forces(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
     q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
     v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
@@ -180,7 +185,7 @@ def bias_forces(model, q, v):
 
 @_checks.public("gravity_forces")
 @full_precision
-def gravity_forces(model, q):
+def gravity_forces(model: Model, q: ArrayLike) -> Array:
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
     q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
     dtype = _checks.common_dtype(q, model=model)

@@ -18,7 +18,7 @@ about the distance to the constraint manifold in radians, or metres for prismati
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,12 @@ from .. import _checks, joints, spatial
 from .._precision import full_precision
 from ..algorithms import configuration as tree_configuration
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, require_cluster_model
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..model.model import Model
 
 #: relative tolerance of the loop-constraint residual of ``q`` in float64 (see the module doc)
 LOOP_TOL = 1e-6
@@ -391,7 +397,7 @@ def project_configuration(model: ClusterModel, q, iters: int = 30):
     return jnp.concatenate(parts)
 
 
-def neutral_configuration(model, dtype=None):
+def neutral_configuration(model: Model | ClusterModel, dtype: DTypeLike | None = None) -> Array:
     """The neutral configuration ``(nq,)`` of a model (``jaxdyn.neutral_configuration``).
 
     - :class:`~jaxdyn.Model`: zero angles, identity quaternions, origin
@@ -416,7 +422,9 @@ def neutral_configuration(model, dtype=None):
     return jnp.concatenate([p.reshape(-1) for p in parts])
 
 
-def random_configuration(model, key, *args, **kwargs):
+def random_configuration(
+    model: Model | ClusterModel, key: ArrayLike, *args: Any, **kwargs: Any
+) -> Array:
     """A random configuration ``(nq,)`` of a model, from the PRNG key ``key``
     (``jaxdyn.random_configuration``).
 

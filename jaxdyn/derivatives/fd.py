@@ -21,6 +21,8 @@ The paper reports the AZA/DMM crossover between ``n = 50`` and ``450`` depending
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks
@@ -37,9 +39,16 @@ from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from .idsva import idsva_world
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
+
 #: ``method="auto"`` uses AZA from this many velocity coordinates on, DMM below. Set from the
 #: DMM / AZA sweep over serial chains of ``benchmarks/derivatives.py`` (``benchmarks/RESULTS.md``,
-#: "Derivatives" and "Design measurements"): AZA was not faster than DMM at the larger sizes
+#: "Derivatives"; ``docs/design-measurements.md``): AZA was not faster than DMM at the larger sizes
 #: of the sweep (DMM's ``nv^3`` product is one fat kernel, AZA's sweeps are many small ones),
 #: so the switch lies beyond the sweep.
 AZA_MIN_NV = 128
@@ -119,7 +128,14 @@ def _prepare_fd(fn, model, q, v, tau, f_ext):
 
 @_checks.public("aba_derivatives")
 @full_precision
-def aba_derivatives(model, q, v, tau, f_ext=None, method="auto"):
+def aba_derivatives(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    tau: ArrayLike,
+    f_ext: ArrayLike | None = None,
+    method: str = "auto",
+) -> tuple[Array, Array, Array]:
     """Partial derivatives of forward dynamics ``qdd = aba(q, v, tau, f_ext)`` (FDSVA).
 
     Reference: Singh, Russell & Wensing 2022, §IV-E, Eq. 5 (``-M^-1`` times the IDSVA

@@ -32,6 +32,8 @@ Derivatives with respect to ``q`` are taken in the tangent space of :func:`jaxdy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import _checks, spatial
@@ -41,6 +43,12 @@ from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_a
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
 
 def forward_accumulate_with_parent(topo, incr, root):
     """:func:`jaxdyn.model.tree.forward_accumulate` that also returns each body's parent value
@@ -49,12 +57,8 @@ def forward_accumulate_with_parent(topo, incr, root):
 
 
 #: number of row blocks of :func:`masked_products` (at most; whole depth levels per block).
-#: One block is fastest both for a single evaluation (fewer kernels: talos_full's
-#: ``rnea_derivatives`` at batch 1 took 44 us with one block, 82 with two) and under
-#: ``jax.vmap`` (float64, B = 1024, us per sample with 1 / 2 / 3 / 4 blocks, 2026-11-28:
-#: talos_full ``rnea_derivatives`` 18.4 / 18.8-19.5 / 19.2-19.7 / 20.2-20.6,
-#: ``aba_derivatives`` 33.7-34.6 / 34.4-34.8 / 35.4-36.1 / 38.9-39.0; solo12
-#: ``rnea_derivatives`` 5.3-5.5 / 5.4-5.8 / 5.5-6.1 / 6.0).
+#: One block is fastest both for a single evaluation (fewer kernels) and under ``jax.vmap``
+#: (``docs/design-measurements.md``).
 PRODUCT_BLOCKS = 1
 
 
@@ -95,11 +99,8 @@ def masked_products(topo, lower, uppers):
     outputs sharing a left factor are computed by one matrix product per row block, under
     ``jax.vmap`` too: there, broadcast multiply-adds on component-major factors
     (:func:`jaxdyn.spatial.outer_sum`, as CRBA's products), which XLA fuses with the masks and
-    with the factors' own computation into the kernels that write the outputs, were 1.4-1.8x
-    slower (talos_full ``rnea_derivatives`` 32.7 against 18.6 us per sample at B = 1024,
-    ``aba_derivatives`` 48 against 34.5; solo12 6.9 / 5.7 and 9.4 / 7.6; 2026-11-28; an
-    earlier, degraded phase of the same machine had measured them 5-7 % faster:
-    ``benchmarks/RESULTS.md``, "Design measurements").
+    with the factors' own computation into the kernels that write the outputs, were slower
+    on solo12 and talos_full (``docs/design-measurements.md``).
     """
     anc = topo.dof_ancestor  # anc[r, c]: body(r) is ancestor-or-self of body(c)
     same = topo.dof_body[:, None] == topo.dof_body[None, :]
@@ -228,7 +229,13 @@ def _prepare_id(fn, model, q, v, a, f_ext):
 
 @_checks.public("rnea_derivatives")
 @full_precision
-def rnea_derivatives(model, q, v, a, f_ext=None):
+def rnea_derivatives(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    a: ArrayLike,
+    f_ext: ArrayLike | None = None,
+) -> tuple[Array, Array, Array]:
     """Partial derivatives of inverse dynamics ``tau = rnea(q, v, a, f_ext)`` by IDSVA.
 
     Reference: Singh, Russell & Wensing 2022, "Efficient Analytical Derivatives of Rigid-Body

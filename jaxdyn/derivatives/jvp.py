@@ -35,6 +35,7 @@ switch of :mod:`jaxdyn.config`, a change clears JAX's caches so jitted functions
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +51,12 @@ from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
 from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 
 def set_analytic_derivatives(enabled: bool) -> None:
@@ -182,7 +189,13 @@ _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 @_checks.public("rnea")
 @full_precision
-def rnea(model, q, v, a, f_ext=None):
+def rnea(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    a: ArrayLike,
+    f_ext: ArrayLike | None = None,
+) -> Array:
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
     derivatives.
 
@@ -251,7 +264,14 @@ _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 @_checks.public("aba")
 @full_precision
-def aba(model, q, v, tau, f_ext=None, method="auto"):
+def aba(
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    tau: ArrayLike,
+    f_ext: ArrayLike | None = None,
+    method: str = "auto",
+) -> Array:
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
     analytic derivatives.
 

@@ -326,8 +326,8 @@ def _sum_strided(x, c0, m, k):
 def sum_rows(x):
     """``jnp.sum(x, 0)`` as the slice adds of :func:`_sum_strided` (as the parent sums use),
     which XLA fuses into the producers; a reduce over the bodies axis could become a YNNPACK
-    reduction kernel of its own (talos_full ``center_of_mass`` under ``jax.vmap`` in chunks of
-    32: 1.7 against 0.75 us per sample, ``benchmarks/RESULTS.md``, "Design measurements")."""
+    reduction kernel of its own, twice as slow (talos_full ``center_of_mass`` under
+    ``jax.vmap``; ``docs/design-measurements.md``)."""
     if x.shape[0] == 0:
         return jnp.zeros(x.shape[1:], x.dtype)
     return _sum_strided(x, 0, 1, x.shape[0])[0]
@@ -341,10 +341,9 @@ def sum_into_parents(x, level, n_parent):
     slices, reshapes and sums, concatenated: they fuse with their producers and consumers.
     Against the product with the ``(n_parent, n)`` incidence matrix used before (one dot
     kernel, with the batch axis moved behind the body axis under ``jax.vmap``), with
-    :func:`gather_parent`'s slices too, talos_full, float64, ``jax.vmap`` at B = 1024, us per
-    sample: minv 17.4 -> 13.9, aba 8.4 -> 7.4, crba 5.5 -> 5.0, aba_derivatives 47 -> 42,
-    rnea_derivatives 24.0 -> 22.7; single evaluations 4-8 % faster (fewer kernels); solo12
-    (levels of one parent or one child each) unchanged. Parent maps that are not contiguous
+    :func:`gather_parent`'s slices too, every algorithm got faster on talos_full, batched and
+    single evaluations (fewer kernels); solo12 (levels of one parent or one child each)
+    unchanged (``docs/design-measurements.md``). Parent maps that are not contiguous
     (children of mixed joint kinds, cluster views) keep the incidence product; a scatter-add
     would be a serial loop on XLA:CPU.
     """
@@ -352,9 +351,8 @@ def sum_into_parents(x, level, n_parent):
     if _is_identity(idx, n_parent):
         return x
     # slabs of at least a 6x6 block per child: explicit adds of (strided) slices, which fuse
-    # with the neighbours; a reduce over the children axis became a YNNPACK reduction kernel
-    # (minv on talos_full 13.7 -> 12.7 us per sample, solo12 2.35 -> 2.27; RNEA's 6-vectors
-    # were 5 % faster as a reduce on solo12)
+    # with the neighbours; a reduce over the children axis became a slower YNNPACK reduction
+    # kernel (RNEA's 6-vectors were faster as a reduce on solo12)
     adds = int(np.prod(x.shape[1:])) >= 36
     if n_parent == 1:
         return _sum_strided(x, 0, 1, level.n) if adds else jnp.sum(x, 0, keepdims=True)
@@ -429,7 +427,7 @@ def backward_accumulate(topo, x):
         cur = inp[0]
         if below is not None:
             cur = cur + sum_into_parents(below, child, lvl.n)
-        # each level stored (spatial.store): talos_full CRBA's composite inertias 0.91x
+        # each level stored (spatial.store): faster composite inertias in CRBA
         (cur,) = spatial.store(cur, copy=False)
         return cur, cur
 

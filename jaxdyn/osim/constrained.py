@@ -14,7 +14,7 @@ final ``M^-1 J^T λ`` pass, which applies the constraint forces as link forces (
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,14 @@ from ..algorithms import aba as aba_mod
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .delassus import check_method, delassus_world
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax.typing import ArrayLike
+
+    from ..constraints import Connect, Weld
+    from ..model.model import Model
 
 
 class ConstrainedDynamics(NamedTuple):
@@ -85,14 +93,14 @@ def row_accelerations(model, ws, lay, K, qdd):
 @_checks.public("constrained_aba")
 @full_precision
 def constrained_aba(
-    model,
-    q,
-    v,
-    tau,
-    constraints,
-    baumgarte=None,
-    damping=0.0,
-    targets=None,
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    tau: ArrayLike,
+    constraints: Sequence[Weld | Connect],
+    baumgarte: tuple[float, float] | None = None,
+    damping: float = 0.0,
+    targets: ArrayLike | None = None,
     method: str = "pv_osimr",
 ) -> ConstrainedDynamics:
     """Constrained forward dynamics for bilateral constraints.

@@ -16,6 +16,8 @@ plans are built once per ``(model.topo, constraints)`` and cached.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
@@ -31,6 +33,16 @@ from .pv_osim import delassus_pv_osim
 from .pv_osimr import delassus_pv_osimr
 from .pv_osimr import plan as osimr_plan
 from .rows import row_plan
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..constraints import Connect, Weld
+    from ..model.model import Model
+
 
 METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 
@@ -67,7 +79,12 @@ def delassus_world(model, ws, lay, K, method="pv_osimr", inertias=None):
 
 @_checks.public("delassus")
 @full_precision
-def delassus(model, q, constraints, method: str = "pv_osimr"):
+def delassus(
+    model: Model,
+    q: ArrayLike,
+    constraints: Sequence[Weld | Connect],
+    method: str = "pv_osimr",
+) -> Array:
     """Delassus matrix ``Λ^-1 = J M(q)^-1 J^T`` of a set of constraints, ``(m, m)``.
 
     **Arguments:**

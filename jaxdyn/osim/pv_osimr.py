@@ -30,7 +30,7 @@ The sweeps, level-vectorised (a Python loop over the static depth levels / chain
 4. assembly (lines 17-20, eq. 17): ``Λ^-1[r, s] = c_r^{cca} · ^0Ω_{cca} c_s^{cca}`` with
    ``cca`` the closest common ancestor of the two constrained links.
 
-Layout of steps 3-4, chosen by measurement on XLA:CPU (``benchmarks/RESULTS.md``): the
+Layout of steps 3-4, chosen by measurement on XLA:CPU (``docs/design-measurements.md``): the
 chains are walked by N-depth, deepest first, with all ``m`` rows carried in constraint order
 (a row is zero until the N-depth of its own link), and at each N-depth the whole Gram block
 ``C F^T`` (``F = ^0Ω_node c``) is one small dot, of which the entries whose ``cca`` sits at
@@ -39,14 +39,13 @@ flops (``T``: the number of N-depths on the chains, independent of the number of
 the flat cost in the stem length of the paper's Fig. 3 is kept) instead of the
 ``m (m + 1) / 2`` pair products of eq. (17), but it has no scalar gathers: gathering the
 chain vectors per pair, and the assembled triangle into the matrix, was measured to make
-PV-OSIMr slower than PV-OSIM on every talos_full case (``benchmarks/RESULTS.md``, "Design
-measurements").
+PV-OSIMr slower than PV-OSIM on every talos_full case.
 Above ``PAIR_M`` rows the assembly switches back to those exact pair products (one gather
 per pair, then the mirrored triangle), where the ``O(m^2 T)`` Gram blocks would dominate the
 flop count (the scaling mechanism with 7-10 branches, m = 84-120). Likewise the node tables
 are built by concatenation and block gathers (not scatters), and only the segment tops are
-read from the per-level sweep blocks. Against PV-OSIM (``benchmarks/RESULTS.md``, "Delassus"
-and "Design measurements"): on par on the talos_full cases and hands (b), (c), slower on the
+read from the per-level sweep blocks. Against PV-OSIM (``benchmarks/RESULTS.md``,
+"Delassus (PV-OSIMr)"): on par on the talos_full cases and hands (b), (c), slower on the
 fixed hand alone (a) and on (d) (m = 42, four N-depths: the Gram blocks and the rows carried
 at every depth cost more than PV-OSIM's per-level updates).
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -66,6 +67,15 @@ from . import contact as C
 from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
 from .geometry import TERRAINS, ContactSet, Plane
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
+
 __all__ = ["State", "SimConfig", "step", "rollout", "contact_forces"]
 
 INTEGRATORS = ("euler", "rk4", "implicit")
@@ -78,7 +88,7 @@ class State(eqx.Module):
     v: jnp.ndarray
     t: jnp.ndarray
 
-    def __init__(self, q, v, t=0.0):
+    def __init__(self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0) -> None:
         self.q = jnp.asarray(q)
         self.v = jnp.asarray(v)
         self.t = jnp.asarray(t, dtype=self.v.dtype if hasattr(self.v, "dtype") else None)
@@ -456,7 +466,7 @@ def _jumped(v0, vs, compliant):
 
 
 @full_precision
-def step(model, state: State, ctrl, cfg: SimConfig) -> State:
+def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
     """Advance ``state`` by one control period ``cfg.dt`` under the control ``ctrl``.
 
     **Arguments:** ``model`` (:class:`jaxdyn.Model`); ``state``
@@ -489,8 +499,8 @@ def _step_words(model, itemsize):
     """Numbers one sample of :func:`step` keeps live, roughly: the 6x6 (articulated) inertias
     and a few 6-vectors per body, and the ``nv x nv`` blocks of the contact and implicit terms.
     For :func:`jaxdyn.batching.batched`: under ``jax.vmap`` on the CPU a large batch of steps
-    runs in chunks (quad12, float32: chunks of 1024 at B = 8192 took 4.3 us per step against
-    5.9 as one vmap, 3.7 against 4.6 at B = 1024; talos_full at B = 1024: 9.2 against 10.1)."""
+    runs in chunks, faster than one ``vmap`` on quad12 and talos_full
+    (``docs/design-measurements.md``)."""
     return 64 * model.nb + model.nv * model.nv
 
 
@@ -501,7 +511,7 @@ step = functools.wraps(step)(
 
 
 @full_precision
-def contact_forces(model, state: State, ctrl, cfg: SimConfig):
+def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> Array:
     """Contact forces ``(nc, 3)`` (world axes, one row per contact sphere of ``cfg.contacts``)
     acting during the first integrator step from ``state`` under ``ctrl``: the compliant
     model's forces at ``state``, or the constraint model's impulses divided by the step."""
@@ -522,15 +532,15 @@ CHECKPOINTS = (None, "step", "sqrt")
 
 
 def rollout(
-    model,
+    model: Model,
     state: State,
-    controls=None,
+    controls: ArrayLike | None = None,
     *,
     cfg: SimConfig,
-    policy=None,
+    policy: Callable[[State], ArrayLike] | None = None,
     n_steps: int | None = None,
     checkpoint: str | None = None,
-):
+) -> State:
     """Simulate ``n_steps`` control periods in one ``lax.scan``.
 
     Give either ``controls (T, nu)`` (open loop) or ``policy(state) -> ctrl`` with ``n_steps``

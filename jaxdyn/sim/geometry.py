@@ -19,6 +19,7 @@ heights, bilinear in between, the normal from its gradient).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -27,6 +28,12 @@ import numpy as np
 from .. import spatial
 from ..model.urdf import rpy_to_matrix
 from . import _params
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..model.model import Model
+
 
 __all__ = [
     "Box",
@@ -191,7 +198,7 @@ class ContactSet(eqx.Module):
         return np.asarray(self.body, np.int64)
 
 
-def contact_set(model, geoms) -> ContactSet:
+def contact_set(model: Model, geoms: Sequence[Sphere | Point | Box | Capsule]) -> ContactSet:
     """Compile contact primitives (:class:`Sphere`, :class:`Point`, :class:`Box`,
     :class:`Capsule`) on ``model``'s frames into a :class:`ContactSet`.
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -58,6 +59,14 @@ from .. import _linalg, batching
 from . import costs as _costs
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
 
 __all__ = [
     "Problem",
@@ -250,7 +259,7 @@ def _stage_value(problem, x, u):
     return problem.dt * problem.running.value(problem.model, x, u)
 
 
-def rollout(problem: Problem, us, x0=None):
+def rollout(problem: Problem, us: ArrayLike, x0: ArrayLike | None = None) -> Array:
     """States ``(T+1, nx)`` of the controls ``us (T, nu)`` from ``x0`` (``problem.x0``)."""
     x0 = problem.x0 if x0 is None else x0
 
@@ -262,7 +271,7 @@ def rollout(problem: Problem, us, x0=None):
     return jnp.concatenate([x0[None], xs], 0)
 
 
-def trajectory_cost(problem: Problem, xs, us):
+def trajectory_cost(problem: Problem, xs: ArrayLike, us: ArrayLike) -> Array:
     """``Σ_t dt l(x_t, u_t) + l_T(x_T)``."""
     run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
     return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
@@ -296,7 +305,15 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
 # ----------------------------------------------------------------------------- box QP
 
 
-def box_qp(H, g, lower, upper, x0=None, iterations=None, tol: float = 1e-12):
+def box_qp(
+    H: ArrayLike,
+    g: ArrayLike,
+    lower: ArrayLike,
+    upper: ArrayLike,
+    x0: ArrayLike | None = None,
+    iterations: int | None = None,
+    tol: float = 1e-12,
+) -> tuple[Array, Array, Array]:
     """``min_x 1/2 x^T H x + g^T x`` s.t. ``lower <= x <= upper`` (``H`` symmetric positive
     definite) by a primal active-set method (Nocedal & Wright, "Numerical Optimization",
     2nd ed., Alg. 16.3, for the box constraints of Tassa, Mansard & Todorov, "Control-limited
@@ -800,7 +817,12 @@ def _initial(problem, xs, us):
     return xs, us
 
 
-def fddp(problem: Problem, xs=None, us=None, **options) -> Result:
+def fddp(
+    problem: Problem,
+    xs: ArrayLike | None = None,
+    us: ArrayLike | None = None,
+    **options: Any,
+) -> Result:
     """Feasibility-driven DDP (Mastalli et al., ICRA 2020; Crocoddyl's ``SolverFDDP``, and
     ``SolverBoxFDDP`` when the problem has control bounds).
 
@@ -826,7 +848,7 @@ def fddp(problem: Problem, xs=None, us=None, **options) -> Result:
     return _solve(problem, xs, us, jnp.asarray(False), params, **static)
 
 
-def ilqr(problem: Problem, us=None, **options) -> Result:
+def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Result:
     """iLQR / DDP with Gauss-Newton Hessians (Li & Todorov, ICINCO 2004; Crocoddyl's
     ``SolverDDP``, box-DDP of Tassa, Mansard & Todorov 2014 with control bounds): the initial
     controls ``us`` are rolled out from ``x0`` and every iterate stays feasible. Options as
@@ -881,14 +903,14 @@ def _batch_x0(fn, problems, solver):
 
 def solve_batch(
     problems: Problem,
-    xs=None,
-    us=None,
+    xs: ArrayLike | None = None,
+    us: ArrayLike | None = None,
     *,
     solver: str = "fddp",
     round_iters: int = 10,
     min_batch: int = 16,
     schedule: list | None = None,
-    **options,
+    **options: Any,
 ) -> Result:
     """Solve a batch of problems, compacting the batch as its members converge.
 
@@ -984,13 +1006,13 @@ def _solve_sharded(
 
 def solve_sharded(
     problems: Problem,
-    xs=None,
-    us=None,
+    xs: ArrayLike | None = None,
+    us: ArrayLike | None = None,
     *,
     solver: str = "fddp",
-    devices=None,
+    devices: Sequence[jax.Device] | None = None,
     per_device: str | None = None,
-    **options,
+    **options: Any,
 ) -> Result:
     """Solve a batch of problems split across devices (``jax.shard_map``), each device solving
     its share one problem after another (``per_device="map"``) or as one ``vmap``-ed batch

@@ -29,6 +29,8 @@ autodiff of :func:`step_plain` for those leaves only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,13 @@ from ..derivatives.fd import aba_derivatives_world
 from ..derivatives.jvp import is_zero_tangent
 from ..osim.constrained import constrained_aba
 from . import lie
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
 
 __all__ = [
     "ContactDynamics",
@@ -185,7 +194,13 @@ def _split(model, x):
     return x[: model.nq], x[model.nq :]
 
 
-def step_plain(model, x, u, dt, dynamics=None):
+def step_plain(
+    model: Model,
+    x: ArrayLike,
+    u: ArrayLike,
+    dt: ArrayLike,
+    dynamics: FreeDynamics | ContactDynamics | None = None,
+) -> Array:
     """One semi-implicit Euler step ``x' = (q ⊕ dt v', v')``, ``v' = v + dt a`` with plain
     JAX operations (autodiff differentiates it op by op; :func:`step` is the same function
     with the analytic ``custom_jvp`` rule)."""
@@ -254,7 +269,14 @@ def _check(fn, model, x, u, dt, dynamics):
 
 
 @full_precision
-def step_derivatives(model, x, u, dt, dynamics=None, derivatives: str = "analytic"):
+def step_derivatives(
+    model: Model,
+    x: ArrayLike,
+    u: ArrayLike,
+    dt: ArrayLike,
+    dynamics: FreeDynamics | ContactDynamics | None = None,
+    derivatives: str = "analytic",
+) -> tuple[Array, Array, Array]:
     """Jacobians of one discrete step in the tangent space (Crocoddyl's ``Fx``, ``Fu``).
 
     **Arguments:**
@@ -332,7 +354,13 @@ _step_cj.defjvp(_step_jvp, symbolic_zeros=True)
 
 
 @full_precision
-def step(model, x, u, dt, dynamics=None):
+def step(
+    model: Model,
+    x: ArrayLike,
+    u: ArrayLike,
+    dt: ArrayLike,
+    dynamics: FreeDynamics | ContactDynamics | None = None,
+) -> Array:
     """One semi-implicit Euler step on the manifold, ``x' = (q ⊕ dt v', v')`` with
     ``v' = v + dt FD(q, v, B u)``, differentiable through the analytic Jacobians of
     :func:`step_derivatives` (a ``jax.custom_jvp`` rule; see the module docstring).
