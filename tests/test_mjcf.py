@@ -564,8 +564,12 @@ def test_unsupported_features_named():
             '"mu"',
         ),
         (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase
-            _mjcf(body='<geom name="obst" type="ellipsoid" size=".1 .2 .3" pos="1 0 0"/>'),
-            '"obst" type="ellipsoid"',
+            _mjcf(
+                body='<geom name="obst" type="hfield" hfield="h" pos="1 0 0"/>',
+                extra='<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" '
+                'elevation="0 0 0 0"/></asset>',
+            ),
+            '"obst" type="hfield"',
         ),
         (
             _mjcf(body='<body name="bb"><joint type="ball"/><geom size=".1"/></body>').replace(

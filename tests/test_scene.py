@@ -189,8 +189,8 @@ def test_compliant_box_sticks_on_incline_like_mujoco():
 
 def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
     """Two free spheres loaded 5 cm into each other: a warning naming the pair; a pair the
-    narrow phase does not have is refused by name (never dropped), loaded without contact
-    geometry with ``ignore=('geom',)``."""
+    narrow phase does not have (a heightfield geom against a sphere) is refused by name (never
+    dropped), loaded without it with ``ignore=('geom',)``."""
     xml = """<mujoco><worldbody>
       <body name="a" pos="0 0 1"><freejoint/><geom name="ga" type="sphere" size="0.1"/></body>
       <body name="b" pos="0.15 0 1"><freejoint/><geom name="gb" type="sphere" size="0.1"/></body>
@@ -198,13 +198,14 @@ def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
     with pytest.warns(UserWarning, match=r"'ga'-'gb' \(50 mm\)"):
         jaxdyn.load_mjcf(xml)
     bad = xml.replace(
-        '<geom name="gb" type="sphere" size="0.1"/>',
-        '<geom name="gb" type="ellipsoid" size="0.1 0.05 0.05"/>',
-    )
-    match = r'<geom name="ga" type="sphere">-<geom name="gb" type="ellipsoid">: jaxdyn.sim has no'
+        "<worldbody>",
+        '<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" elevation="0 0 0 0"/>'
+        '</asset><worldbody><geom name="hf" type="hfield" hfield="h"/>',
+    ).replace('pos="0.15 0 1"', 'pos="0.5 0 1"')
+    match = r'<geom name="hf" type="hfield">-<geom name="ga" type="sphere">.*jaxdyn.sim has no'
     with pytest.raises(ValueError, match=match):
         jaxdyn.load_mjcf(bad)
-    assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms is None
+    assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms.names == ("ga", "gb")
 
 
 @pytest.fixture(scope="module")
