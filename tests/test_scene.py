@@ -245,8 +245,10 @@ def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     gradient of the cone complementarity, to 1e-4 relative)."""
     loaded, cfg = drop_scene
     model = loaded.model
-    if kind == "compliant":
-        cfg = loaded.sim_config(contact=sim.Compliant(), actuator=sim.Torque(dofs=()))
+    # the implicit-function gradient is the exact solution's: converged by 3 Newton steps (with
+    # 100 APGD steps alone the stack's solve is 0.2 % off in this derivative)
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(newton=3)
+    cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
     q0 = loaded.q0
 
     def loss(v_ball):
