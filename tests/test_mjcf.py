@@ -563,7 +563,14 @@ def test_unsupported_features_named():
             _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="filter"/></actuator>'),
             '"mu"',
         ),
-        (_mjcf(body='<geom name="obst" type="box" size=".1 .1 .1" pos="1 0 0"/>'), '"obst"'),
+        (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase
+            _mjcf(
+                body='<geom name="obst" type="hfield" hfield="h" pos="1 0 0"/>',
+                extra='<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" '
+                'elevation="0 0 0 0"/></asset>',
+            ),
+            '"obst" type="hfield"',
+        ),
         (
             _mjcf(body='<body name="bb"><joint type="ball"/><geom size=".1"/></body>').replace(
                 '<joint type="ball"/>', '<joint name="bj" type="ball" range="0 1"/>'

@@ -72,6 +72,10 @@ sphere / capsule / box geoms              :class:`jaxdyn.sim.Sphere` / ``Capsule
                                           the body's frame (capsule ``length = 2 size[1]``, box
                                           ``size = 2 size``), the ones that collide with:
 plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
+every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (``geoms``):
+(MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
+exclude, parent-child)                    against the plane the primitives do not have;
+                                          friction ``max``, condim 1 / 3 (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
@@ -100,9 +104,9 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
                   joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
                   user gains, delays
-``"geom"``        collision geometry jaxdyn.sim cannot use: other shapes (mesh, cylinder,
-                  ellipsoid, hfield, sdf) that touch the terrain, static obstacles other than
-                  one ground plane, planes on moving bodies, explicit ``<contact><pair>``
+``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
+                  phase in :mod:`jaxdyn.sim.collision`, condim 4 / 6 on a pair's geom
+                  (torsional / rolling friction), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -114,9 +118,9 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
 refuses both), tendon armature.
 
-jaxdyn.sim contacts are primitives against the terrain only: collisions between the robot's
-own geoms (MuJoCo's self-collisions) are not modelled; contact softness (``solref``,
-``solimp``), condim and per-geom friction are not read.
+Contact softness (``solref``, ``solimp``), ``margin`` and ``gap`` are not read; per-geom
+friction and condim are read for the geom pairs, not for the primitives against the terrain.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -256,6 +260,9 @@ class MJCFModel(NamedTuple):
       frames, one per collision geom that touches the terrain (compile them with
       ``jaxdyn.sim.contact_set(model, contacts)``);
     - ``terrain``: the ground plane (:class:`jaxdyn.sim.Plane`) or ``None``;
+    - ``geoms``: a :class:`jaxdyn.sim.Geoms` of every other pair of collision geoms that may
+      touch (bodies against bodies, static world geometry, shapes the primitives above do not
+      have), or ``None``; :meth:`sim_config` puts the three in a ``SimConfig``;
     - ``constraints``: :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` of the equality
       constraints, with ``constraint_active`` (MuJoCo's ``eq_active0``) beside them;
     - ``actuators``: :class:`Actuator` records in MuJoCo's actuator (``ctrl``) order;
@@ -276,6 +283,7 @@ class MJCFModel(NamedTuple):
     model: Model
     contacts: tuple
     terrain: object
+    geoms: object
     constraints: tuple
     constraint_active: tuple
     actuators: tuple
@@ -333,14 +341,18 @@ class MJCFModel(NamedTuple):
             "all motors or all gear-1 position servos do"
         )
 
-    def sim_config(self, *, ignore=(), **overrides):
-        """The :class:`jaxdyn.sim.SimConfig` that steps the scene as MuJoCo does (contact-free
-        parts): ``dt = opt.timestep``, ``integrator`` from ``opt.integrator`` (``Euler``:
+    def sim_config(self, contact=None, *, ignore=(), **overrides):
+        """The :class:`jaxdyn.sim.SimConfig` that steps the scene as MuJoCo does:
+        ``dt = opt.timestep``, ``integrator`` from ``opt.integrator`` (``Euler``:
         ``"implicit_damping"``, or ``"euler"`` with ``eulerdamp`` off or no damping;
         ``RK4``: ``"rk4"``; ``implicitfast``: ``"implicit"``), ``actuator`` =
         :attr:`gain_bias` (every actuator, ``ctrl`` in MuJoCo's order; no actuator: an empty
-        :class:`jaxdyn.sim.Torque`), ``springs``, ``tendons``, gravity in the model. Contact
-        stays off (pass ``contact=``, ``contacts=``, ``terrain=`` in ``overrides``); joint and
+        :class:`jaxdyn.sim.Torque`), ``springs``, ``tendons``, gravity in the model.
+
+        ``contact``: the contact model (:class:`jaxdyn.sim.Constraint` or
+        :class:`jaxdyn.sim.Compliant`) that every contact of the file then uses: the primitives
+        against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``); the
+        default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader.
 
@@ -372,6 +384,14 @@ class MJCFModel(NamedTuple):
             springs=self.springs,
             tendons=self.tendons,
         )
+        if contact is not None and (self.contacts or self.geoms is not None):
+            from ..sim import Plane, contact_set
+
+            kw["contact"] = contact
+            if self.contacts:
+                kw["contacts"] = contact_set(self.model, self.contacts)
+                kw["terrain"] = self.terrain if self.terrain else Plane()
+            kw["geoms"] = self.geoms
         kw.update(overrides)
         return SimConfig(**kw)
 
@@ -1192,9 +1212,11 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
 
     # ------------------------------------------------------------ contacts, constraints
-    contacts, terrain = (), None
+    contacts, terrain, geoms = (), None, None
     if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
-        contacts, terrain = _contacts(m, issues, place, body_names, geom_names)
+        contacts, terrain, geoms = _contacts(
+            m, issues, place, body_names, geom_names, remap, dis("mjDSBL_FILTERPARENT")
+        )
     constraints, active = (), ()
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
         constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
@@ -1213,6 +1235,8 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    if geoms is not None:
+        _warn_penetrating(mujoco, m, label, geoms, geom_names)
     keyframes = {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -1221,6 +1245,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         model=model,
         contacts=contacts,
         terrain=terrain,
+        geoms=geoms,
         constraints=constraints,
         constraint_active=active,
         actuators=actuators,
@@ -1696,9 +1721,83 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _contacts(m, issues, place, body_names, geom_names):
-    """Contact primitives on moving bodies that touch the terrain, and the terrain plane."""
+def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
+    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    deep = {}
+    for c in d.contact[: d.ncon]:
+        key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
+        if key in pairs and c.dist < -depth:
+            deep[key] = max(deep.get(key, 0.0), -float(c.dist))
+    if deep:
+        import warnings
+
+        listed = ", ".join(
+            "-".join(repr(n) for n in sorted(k)) + f" ({v * 1e3:.3g} mm)"
+            for k, v in list(deep.items())[:6]
+        )
+        more = f" ... ({len(deep)} in all)" if len(deep) > 6 else ""
+        warnings.warn(
+            f"load_mjcf: {label}: geoms interpenetrate at qpos0: {listed}{more}; the contact "
+            "solver pushes them apart in the first steps",
+            stacklevel=4,
+        )
+
+
+def _mesh_hull(m, g, element):
+    """The convex hull (:func:`jaxdyn.sim.collision.hull_from_points`, scipy's Qhull) of the
+    mesh of geom ``g``, in the geom's frame (MuJoCo's compiled vertices); MuJoCo collides a mesh
+    as its convex hull too: a non-convex one gets a warning naming it."""
+    import warnings
+
+    from ..sim.collision import hull_from_points
+
+    k = int(m.geom_dataid[g])
+    a, n = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
+    verts = np.array(m.mesh_vert[a : a + n], float)
+    hull = hull_from_points(verts)
+    # a vertex farther than 1e-6 of the size inside the hull: the mesh is not convex
+    scale = float(np.ptp(verts, axis=0).max())
+    hv = np.asarray(hull.vertices, float)
+    d = verts @ np.asarray(hull.normals, float).T - np.max(
+        hv @ np.asarray(hull.normals, float).T, axis=0
+    )
+    if np.any(d.max(axis=1) < -1e-6 * scale):
+        warnings.warn(
+            f"load_mjcf: {element}: the mesh is not convex; it collides as its convex hull (as "
+            "in MuJoCo)",
+            stacklevel=5,
+        )
+    return hull
+
+
+def _filtered(m, g1, g2, filterparent_off) -> bool:
+    """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
+    ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
+    (welded bodies) unless the parent is the world or ``filterparent`` is disabled;
+    ``contype`` / ``conaffinity``; an ``<exclude>`` of their bodies."""
+    b1, b2 = int(m.geom_bodyid[g1]), int(m.geom_bodyid[g2])
+    w1, w2 = int(m.body_weldid[b1]), int(m.body_weldid[b2])
+    if w1 == w2:
+        return True
+    pw1 = int(m.body_weldid[int(m.body_parentid[w1])])
+    pw2 = int(m.body_weldid[int(m.body_parentid[w2])])
+    if not filterparent_off and w1 != 0 and w2 != 0 and (w1 == pw2 or w2 == pw1):
+        return True
+    return not _can_collide(m, g1, g2) or _excluded(m, b1, b2)
+
+
+def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=False):
+    """Contact primitives on moving bodies that touch the ground plane (exactly as their
+    spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
+    terrain, and a :class:`jaxdyn.sim.Geoms` of every other pair MuJoCo's filters let
+    collide."""
+    from ..sim import collision
     from ..sim.geometry import Box, Capsule, Plane, Sphere
+    from ..sim.geoms import Geoms, Static
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -1707,16 +1806,11 @@ def _contacts(m, issues, place, body_names, geom_names):
     def el(g):
         return f'<geom name="{geom_names[g]}" type="{_GEOM_NAMES[int(m.geom_type[g])]}">'
 
+    def listed(gs):
+        more = f" ... ({len(gs)} in all)" if len(gs) > 6 else ""
+        return ", ".join(el(g) for g in gs[:6]) + more
+
     planes = [g for g in static if int(m.geom_type[g]) == _PLANE]
-    others = [g for g in static if int(m.geom_type[g]) != _PLANE] + planes[1:]
-    if others:
-        els = ", ".join(el(g) for g in others[:6])
-        more = f" ... ({len(others)} in all)" if len(others) > 6 else ""
-        issues.add(
-            "geom",
-            f"{els}{more}: static collision geometry other than one ground plane "
-            "(jaxdyn.sim has one terrain)",
-        )
     terrain, ground = None, None
     if planes:
         ground = planes[0]
@@ -1724,12 +1818,10 @@ def _contacts(m, issues, place, body_names, geom_names):
         R, p = _compose(T, _local_frame(m, "geom", ground))
         n = R[:, 2]
         terrain = Plane(normal=n, height=float(n @ p))
-    prims, bad = [], []
+    prims, as_prim = [], set()
     for g in moving:
-        if ground is not None:
-            bg, b0 = int(m.geom_bodyid[g]), int(m.geom_bodyid[ground])
-            if not _can_collide(m, g, ground) or _excluded(m, bg, b0):
-                continue
+        if ground is None or _filtered(m, ground, g, filterparent_off):
+            continue
         typ = int(m.geom_type[g])
         frame = body_names[int(m.geom_bodyid[g])]
         R, pg = _local_frame(m, "geom", g)
@@ -1751,16 +1843,72 @@ def _contacts(m, issues, place, body_names, geom_names):
         elif typ == _BOX:
             prims.append(Box(frame, tuple(2 * size), pos=pos, rotation=R, name=geom_names[g]))
         else:
-            bad.append(g)
-    if bad:
-        els = ", ".join(el(g) for g in bad[:6])
-        more = f" ... ({len(bad)} in all)" if len(bad) > 6 else ""
+            continue
+        as_prim.add(g)
+
+    # every other pair MuJoCo's broad phase lets through
+    pairs, unsupported, condim = [], {}, []
+    for i, g1 in enumerate(collide):
+        for g2 in collide[i + 1 :]:
+            if _filtered(m, g1, g2, filterparent_off):
+                continue
+            if ground in (g1, g2) and (g2 if g1 == ground else g1) in as_prim:
+                continue
+            a, b = (g1, g2) if int(m.geom_type[g1]) <= int(m.geom_type[g2]) else (g2, g1)
+            key = (_GEOM_NAMES[int(m.geom_type[a])], _GEOM_NAMES[int(m.geom_type[b])])
+            if key not in collision.PAIRS:
+                unsupported.setdefault(key, []).append((a, b))
+                continue
+            pairs.append((a, b))
+    for key, ps in unsupported.items():
+        ex = ", ".join(f"{el(a)}-{el(b)}" for a, b in ps[:3])
+        more = f" ... ({len(ps)} in all)" if len(ps) > 3 else ""
         issues.add(
             "geom",
-            f"{els}{more}: contact shapes jaxdyn.sim does not have (it has sphere, capsule, box "
-            "and a ground plane)",
+            f"{ex}{more}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts "
+            f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
-    return tuple(prims), terrain
+    used = sorted({g for pr in pairs for g in pr})
+    for g in used:
+        if int(m.geom_condim[g]) not in (1, 3):
+            condim.append(g)
+    if condim:
+        issues.add(
+            "geom",
+            f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+            "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
+        )
+    if not pairs:
+        return tuple(prims), terrain, None
+    index = {g: k for k, g in enumerate(used)}
+    body, rot, pos = [], [], []
+    for g in used:
+        b, T = place[int(m.geom_bodyid[g])]
+        R, p = _compose(T, _local_frame(m, "geom", g))
+        body.append(int(remap(b)) if b >= 0 else -1)
+        rot.append(R)
+        pos.append(p)
+    types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
+    hulls = {}
+    for k, g in enumerate(used):
+        if types[k] == "mesh":
+            hulls[k] = _mesh_hull(m, g, el(g))
+    rbound = np.array([float(m.geom_rbound[g]) for g in used])
+    rbound[np.array([t == "plane" for t in types])] = np.inf
+    geoms = Geoms(
+        size=np.array([m.geom_size[g] for g in used], float),
+        pos=np.asarray(pos, float),
+        rot=np.asarray(rot, float),
+        friction=np.array([float(m.geom_friction[g][0]) for g in used]),
+        rbound=rbound,
+        body=tuple(body),
+        type=types,
+        condim=tuple(int(m.geom_condim[g]) for g in used),
+        names=tuple(geom_names[g] for g in used),
+        pairs=tuple((index[a], index[b]) for a, b in pairs),
+        hulls=Static(hulls) if hulls else None,
+    )
+    return tuple(prims), terrain, geoms
 
 
 def _equalities(mujoco, m, issues, place, body_names, site_frames):

@@ -4,6 +4,9 @@
 * contact geometry on frames (:class:`Sphere`, :class:`Point`, :class:`Box`, :class:`Capsule`,
   compiled by :func:`contact_set`) against a :class:`Plane` or a :class:`Heightfield`
   (:mod:`jaxdyn.sim.geometry`);
+* collision geoms on any bodies and the pairs that may touch, :class:`Geoms` (from MJCF:
+  ``load_mjcf(...).geoms``; from URDF: :func:`urdf_geoms`), through the narrow phase of
+  :mod:`jaxdyn.sim.collision` (:mod:`jaxdyn.sim.geoms`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
 * actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
   :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
@@ -35,6 +38,8 @@ from .geometry import Plane as Plane
 from .geometry import Point as Point
 from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
+from .geoms import Geoms as Geoms
+from .geoms import urdf_geoms as urdf_geoms
 from .sharding import batch_mesh as batch_mesh
 from .sharding import shard_batch as shard_batch
 from .sharding import sharded_vmap as sharded_vmap
@@ -48,6 +53,7 @@ __all__ = [
     "ContactSet",
     "FixedTendons",
     "GainBias",
+    "Geoms",
     "Heightfield",
     "JointLimits",
     "Plane",
@@ -66,4 +72,5 @@ __all__ = [
     "rollout",
     "solve_cone_complementarity",
     "step",
+    "urdf_geoms",
 ]

@@ -68,7 +68,7 @@ from ..algorithms.aba import (
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
-from . import _params, _scatter
+from . import _params
 from . import contact as C
 from .actuators import (
     FixedTendons,
@@ -139,6 +139,7 @@ class SimConfig(eqx.Module):
     contact: object = None
     contacts: ContactSet | None = None
     terrain: object = Plane()
+    geoms: object = None
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
     tendons: FixedTendons | None = None
@@ -159,10 +160,18 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: contact must be None, Compliant or Constraint, got {self.contact!r}"
             )
-        if self.contact is not None and self.contacts is None:
+        if self.contact is not None and self.contacts is None and self.geoms is None:
             raise ValueError(
                 "SimConfig: contact model given but no contacts: pass "
-                "contacts=jaxdyn.sim.contact_set(model, [Sphere(...), ...])"
+                "contacts=jaxdyn.sim.contact_set(model, [Sphere(...), ...]) or geoms (a "
+                "jaxdyn.sim.Geoms, e.g. load_mjcf(...).geoms)"
+            )
+        from .geoms import Geoms
+
+        if self.geoms is not None and not isinstance(self.geoms, Geoms):
+            raise TypeError(
+                f"SimConfig: geoms must be a jaxdyn.sim.Geoms or None, got "
+                f"{type(self.geoms).__name__}"
             )
         if self.springs is not None and not isinstance(self.springs, Springs):
             raise TypeError(f"SimConfig: springs must be None or Springs, got {self.springs!r}")
@@ -198,10 +207,18 @@ def _world(model, q):
 
 def _contact_kinematics(model, cfg, ws, origin, v):
     vb, _ = kin.body_velocities(model, ws, v)
-    frames = None
+    return vb, _frames(cfg, ws, origin, vb)
+
+
+def _frames(cfg, ws, origin, vb):
+    """Every contact of the step: the spheres of ``cfg.contacts`` against the terrain, then the
+    slots of the geom pairs of ``cfg.geoms`` (``None`` without either)."""
+    parts = []
     if cfg.contacts is not None:
-        frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
-    return vb, frames
+        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain))
+    if cfg.geoms is not None:
+        parts.append(cfg.geoms.frames(ws, origin, vb))
+    return C.concat_frames(parts) if parts else None
 
 
 def _ext_forces(model, cfg, ws, frames):
@@ -209,9 +226,9 @@ def _ext_forces(model, cfg, ws, frames):
     ``(nc, 3)`` (world axes); ``(None, None)`` otherwise."""
     if not isinstance(cfg.contact, C.Compliant):
         return None, None
-    k, c = cfg.contact.gains(model, ws.p.dtype)
+    k, c = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
     f = C.compliant_forces(cfg.contact, k, c, frames)
-    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    W = C.contact_wrenches(ws, frames, frames.point, f)
     return spatial.act_inv_force(ws.R, ws.p, W), f
 
 
@@ -285,7 +302,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
     n = frames.normal
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
-    J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
+    J = C.point_jacobian(model, ws, frames, frames.point)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     MinvJT = solve(Jc.T)  # (nv, 3 nc)
     G = Jc @ MinvJT
@@ -374,29 +391,40 @@ def _contact_inertias(model, cfg, ws, frames, h):
     friction without the transition-aware line search of Castro et al. 2020 (TAMSI, IEEE
     RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
     ``v``); its larger viscosity only slows a sliding contact's transients."""
-    k, c = cfg.contact.gains(model, frames.distance.dtype)
+    dtype = frames.distance.dtype
+    k, c = cfg.contact.gains(model, dtype, frames.body, frames.other)
+    mu = jnp.broadcast_to(C._friction(cfg.contact, frames, dtype), frames.distance.shape)
     slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
 
-    def force(dist, normal, point, vel, vel0):
+    def force(dist, normal, point, vel, vel0, ki, ci, mui):
         # the friction term's normal force and slip speed at vel0 (the step's velocity),
         # constants for the Jacobian in vel but not for derivatives in q (a stop_gradient here
         # cut the configuration derivative of K, and reverse-mode rollouts were 40 % off)
-        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None])
-        fn0 = C.compliant_forces(cfg.contact, k, c, at0) @ normal
+        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None], mui[None])
+        fn0 = C.compliant_forces(cfg.contact, ki, ci, at0) @ normal
         vt0 = vel0 - (vel0 @ normal) * normal
         s0 = jnp.sqrt(vt0 @ vt0 + slip2)[None]
-        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0, friction_speed=s0)[0]
+        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None], mui[None])
+        return C.compliant_forces(cfg.contact, ki, ci, one, friction_normal=fn0, friction_speed=s0)[
+            0
+        ]
 
     K = -jax.vmap(jax.jacfwd(force, argnums=3))(
-        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity
+        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity, k, c, mu
     )  # (nc, 3, 3)
     K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
     X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
     P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
     Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
-    nb = ws.R.shape[0]
-    return _scatter.segment_sum(Ic, cfg.contacts.body_index, nb)
+    # a contact between two moving bodies couples them (h (J_A - J_B)^T K (J_A - J_B)), which
+    # point inertias cannot hold: each body gets twice its own block, a majorant of the coupled
+    # term (2 (J_A^T K J_A + J_B^T K J_B) - (J_A - J_B)^T K (J_A - J_B) = (J_A + J_B)^T K
+    # (J_A + J_B) >= 0), so the step stays implicit-stable and only slows the relative motion's
+    # transients; against the world the block is exact
+    two = np.where(frames.other_index >= 0, 2.0, 1.0)
+    if np.any(two > 1):
+        Ic = Ic * jnp.asarray(two, Ic.dtype)[:, None, None]
+    return C._bodies_sum(Ic, frames, ws.R.shape[0], sign_other=1.0)
 
 
 def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
@@ -412,10 +440,10 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     the bias ``C`` of the true inertias (no separate RNEA pass)."""
     ws, origin = _world(model, q)
     vb, vJ = kin.body_velocities(model, ws, v)
-    frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
-    k, c_gain = cfg.contact.gains(model, ws.p.dtype)
+    frames = _frames(cfg, ws, origin, vb)
+    k, c_gain = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
-    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    W = C.contact_wrenches(ws, frames, frames.point, f)
     tau = _controls(model, cfg, props, q, v, ctrl)
     Ic = _contact_inertias(model, cfg, ws, frames, h)
     c = spatial.motion_cross(vb, vJ)
