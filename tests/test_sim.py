@@ -577,6 +577,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow  # a 4-device subprocess; test_distributed shards rollouts across processes
 def test_sharded_batch_equals_one_device():
     """A batch split over 4 (virtual CPU) devices by ``sim.sharded_vmap`` gives the
     one-device result (bit for bit for the pendulum's rollout and step): each device holds a
@@ -657,7 +658,12 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
 
 @pytest.mark.parametrize(
     "kind, integrator",
-    [("compliant", "implicit"), ("constraint", "implicit"), ("compliant", "euler")],
+    [
+        ("compliant", "implicit"),
+        ("constraint", "implicit"),
+        # explicit integrator: test_rollout_gradient_matches_finite_differences
+        pytest.param("compliant", "euler", marks=pytest.mark.slow),
+    ],
 )
 def test_gradients_finite_at_rest_contact(box, kind, integrator):
     """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,

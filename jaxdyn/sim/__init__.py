@@ -5,14 +5,18 @@
   compiled by :func:`contact_set`) against a :class:`Plane` or a :class:`Heightfield`
   (:mod:`jaxdyn.sim.geometry`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
-* actuators :class:`Torque`, :class:`PD` and :class:`JointLimits`
+* actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
+  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
   (:mod:`jaxdyn.sim.actuators`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
 
 from .actuators import PD as PD
+from .actuators import FixedTendons as FixedTendons
+from .actuators import GainBias as GainBias
 from .actuators import JointLimits as JointLimits
+from .actuators import Springs as Springs
 from .actuators import Torque as Torque
 from .actuators import joint_properties as joint_properties
 from .contact import Compliant as Compliant
@@ -42,11 +46,14 @@ __all__ = [
     "Compliant",
     "Constraint",
     "ContactSet",
+    "FixedTendons",
+    "GainBias",
     "Heightfield",
     "JointLimits",
     "Plane",
     "Point",
     "SimConfig",
+    "Springs",
     "Sphere",
     "State",
     "batch_mesh",
