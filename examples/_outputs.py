@@ -11,9 +11,10 @@ import numpy as np
 FIGURES = Path(__file__).resolve().parent / "figures"
 
 
-def save_solution(scene, res, name, dt, title=""):
+def save_solution(scene, res, name, dt, title="", others=None):
     """``figures/<name>.mp4``: ``res.xs``' configurations; ``figures/<name>_cost.png``: the
-    cost after each FDDP iteration (``res.log["cost"]``). ``scene``: a
+    cost after each FDDP iteration (``res.log["cost"]``), and ``others`` (``{label: costs per
+    iteration}``, another solver's) on the same axes. ``scene``: a
     :class:`jaxdyn.viz.Scene`, or a callable building one (called only when jaxdyn.viz's
     dependencies are installed)."""
     FIGURES.mkdir(parents=True, exist_ok=True)
@@ -28,6 +29,8 @@ def save_solution(scene, res, name, dt, title=""):
         print(f"saved {video}")
     except ImportError as e:
         print(f"no video ({e}; pip install '.[viz]')")
+    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
+        print(f"no video: {e}")
     try:
         import matplotlib
 
@@ -39,8 +42,16 @@ def save_solution(scene, res, name, dt, title=""):
     cost = np.asarray(res.log["cost"], float)
     cost = cost[np.isfinite(cost)]
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    ax.semilogy(np.arange(1, len(cost) + 1), cost, "o-", ms=3)
-    ax.set_xlabel("FDDP iteration")
+    ax.semilogy(np.arange(1, len(cost) + 1), cost, "o-", ms=3, label="FDDP")
+    for label, c in (others or {}).items():
+        c = np.asarray(c, float)
+        ax.semilogy(np.arange(1, len(c) + 1), c, "-", lw=1, label=label)
+    if others:
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("iteration")
+    if not others:
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_ylabel("cost")
     ax.set_title(title or f"{name}: cost per iteration", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)

@@ -17,7 +17,8 @@ to change, ``--video ''`` for none; needs ``pip install '.[viz]'``).
 same environment, for comparison.
 
 Run: ``python examples/train_reacher_apg.py`` (most of the wall time is the compilation of
-the gradient of the rollout).
+the gradient of the rollout; ``--iterations 2 --horizon 5`` for a quick look at the outputs,
+without the check).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def film(env, params, path, seconds=2.0):
         print(f"policy video: {path}")
     except ImportError as e:
         print(f"no policy video ({e}; pip install '.[rl]')")
+    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
+        print(f"no policy video: {e}")
 
 
 def main(argv=None):
@@ -220,6 +223,9 @@ def main(argv=None):
         film(env, params, args.video)
 
     assert np.isfinite(curve).all()
+    if args.iterations < 120:
+        print(f"--iterations {args.iterations}: below the default 120, no check")
+        return curve
     assert final1 < final0 / 3, (final0, final1)
     assert ret1 > ret0, (ret0, ret1)
     print(f"OK: final distance {100 * final0:.1f} cm -> {100 * final1:.1f} cm")

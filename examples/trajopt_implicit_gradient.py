@@ -8,7 +8,9 @@ masses and the initial state comes from
 :func:`jaxdyn.trajopt.implicit.solve_differentiable` (implicit function theorem on
 ``∇_U J = 0``: one conjugate-gradient solve with Hessian-vector products, no differentiation
 through the solver's iterations) and is checked against central finite differences of
-re-solved problems.
+re-solved problems. Saves ``examples/figures/trajopt_implicit_gradient.mp4`` (the optimal
+motion whose effort is differentiated) and ``trajopt_implicit_gradient_cost.png`` (FDDP's cost
+per iteration).
 
 Run: ``python examples/trajopt_implicit_gradient.py``; a few minutes on a laptop CPU, mostly
 compilation.
@@ -21,11 +23,13 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from trajopt_swingup import load  # noqa: E402
+from trajopt_swingup import load, scene  # noqa: E402
 
 from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
 from jaxdyn.trajopt.implicit import solve_differentiable  # noqa: E402
+
+from _outputs import save_solution  # noqa: E402
 
 
 def main():
@@ -72,6 +76,14 @@ def main():
     )
     print(f"max difference {err:.2e} (relative {err / scale:.1e})")
     assert err / scale < 1e-6, "implicit gradient disagrees with finite differences"
+    res = ddp.fddp(problem, th_stop=1e-20, max_iter=200)  # the solution differentiated above
+    save_solution(
+        lambda: scene(model),
+        res,
+        "trajopt_implicit_gradient",
+        float(problem.dt),
+        "double pendulum, the solution differentiated: cost per iteration",
+    )
 
 
 if __name__ == "__main__":

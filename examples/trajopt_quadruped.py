@@ -5,8 +5,8 @@ The bundled quad12 (floating base, 12 actuated joints; ``solo12`` from example-r
 not used so that the example runs without it) stands with bent knees; each foot is attached to
 its initial position by a 3D point constraint (:class:`jaxdyn.Connect`, Baumgarte
 stabilisation), the dynamics are :class:`jaxdyn.trajopt.ContactDynamics` (jaxdyn's
-constrained forward dynamics, derivatives by forward-mode autodiff) with an unactuated base.
-In 1 s (50 Euler steps of 20 ms) the base must move 6 cm down and 4 cm sideways and stop
+constrained forward dynamics, derivatives by the implicit function theorem) with an unactuated
+base. In 1 s (50 Euler steps of 20 ms) the base must move 6 cm down and 4 cm sideways and stop
 there. Running cost: posture and velocity regularisation, small torques; terminal: base
 position (weight 10^4) and velocity.
 

@@ -62,6 +62,17 @@ def load():
         return jaxdyn.load_urdf(TWO_LINKS)
 
 
+def scene(model):
+    """The double pendulum to film (``jaxdyn.viz``): its meshes, or a stick figure of
+    ``model``; it hangs below its base, so no ground is drawn."""
+    from jaxdyn import viz
+
+    try:
+        return viz.Scene.load("double_pendulum", terrain=None)
+    except (ValueError, OSError):  # example-robot-data missing: a stick figure
+        return viz.Scene.from_model(model, terrain=None)
+
+
 def main(verbose=False):
     model = load().with_armature(0.01)
     goal = jnp.zeros(4)
@@ -111,15 +122,13 @@ def main(verbose=False):
     print(f"final state error {final_error:.2e}; torques at the bound {100 * saturated:.0f}% "
           f"of the time; both derivative modes agree")  # fmt: skip
 
-    def scene():  # the pendulum hangs below its base: no ground drawn
-        from jaxdyn import viz
-
-        try:
-            return viz.Scene.load("double_pendulum", terrain=None)
-        except (ValueError, OSError):  # example-robot-data missing: a stick figure
-            return viz.Scene.from_model(model, terrain=None)
-
-    save_solution(scene, a, "trajopt_swingup", DT, "double-pendulum swing-up: cost per iteration")
+    save_solution(
+        lambda: scene(model),
+        a,
+        "trajopt_swingup",
+        DT,
+        "double-pendulum swing-up: cost per iteration",
+    )
 
     try:
         import matplotlib

@@ -11,7 +11,13 @@ goes to the ``jaxdyn`` logger at level ``WARNING``::
     jaxdyn: compiled jit(step) [aba for a batch of 1024] in 3.4 s (trace 0.3 s,
     lowering 0.2 s, XLA 2.9 s)
 
-Programs that hold no jaxdyn function are not reported. The threshold is 2 s by default,
+While a long compile runs, a line says so first: when XLA has worked on a program for as long
+as makes the compile exceed the threshold (at least half the threshold), a timer thread logs ::
+
+    jaxdyn: compiling jit(step) [aba for a batch of 1024]...
+
+and the line above follows when it is done. Programs that hold no jaxdyn function are not
+reported. The threshold is 2 s by default,
 ``JAXDYN_COMPILE_LOG`` (seconds, ``0`` never) at import, :func:`jaxdyn.config.compile_log`
 after; ``logging.getLogger("jaxdyn").setLevel(logging.ERROR)`` silences it too.
 """
@@ -37,6 +43,7 @@ class _State(threading.local):
         self.notes: dict = {}  # jaxdyn function name -> set of batch sizes
         self.trace = 0.0
         self.lower = 0.0
+        self.timer = None  # announces the XLA compile in progress (threading.Timer)
 
 
 _state = _State()
@@ -73,12 +80,40 @@ def _what(notes: dict) -> str:
     return ", ".join(parts)
 
 
+def _label(name: str) -> str:
+    if name in ("run", "jit(run)"):  # jaxdyn.eager.compiled's programs
+        return "an eager call"
+    return name if name.startswith("jit(") else f"jit({name})"
+
+
+def _cancel() -> None:
+    if _state.timer is not None:
+        _state.timer.cancel()
+        _state.timer = None
+
+
+def _announce(label: str, what: str) -> None:
+    logger.warning("jaxdyn: compiling %s [%s]...", label, what)
+
+
 def _listener(event: str, duration: float, **kwargs) -> None:
     if event == _TRACE:
+        _cancel()  # (a lowering that was never compiled: jit(...).lower())
         _state.trace += duration
     elif event == _LOWER:
         _state.lower += duration
+        secs = _threshold["secs"]
+        _cancel()
+        if secs is not None and _state.notes:
+            # XLA's compile starts now in this thread; say so if it outlasts the threshold
+            delay = max(secs - _state.trace - _state.lower, 0.5 * secs)
+            label = _label(str(kwargs.get("fun_name") or "a program"))
+            timer = threading.Timer(delay, _announce, (label, _what(_state.notes)))
+            timer.daemon = True
+            _state.timer = timer
+            timer.start()
     elif event == _COMPILE:
+        _cancel()
         notes, trace, lower = _state.notes, _state.trace, _state.lower
         _state.notes, _state.trace, _state.lower = {}, 0.0, 0.0
         name = str(kwargs.get("fun_name") or "a program")
@@ -88,11 +123,7 @@ def _listener(event: str, duration: float, **kwargs) -> None:
             return
         logger.warning(
             "jaxdyn: compiled %s [%s] in %.1f s (trace %.1f s, lowering %.1f s, XLA %.1f s)",
-            "an eager call"
-            if name in ("run", "jit(run)")  # jaxdyn.eager.compiled's programs
-            else name
-            if name.startswith("jit(")
-            else f"jit({name})",
+            _label(name),
             _what(notes),
             total,
             trace,

@@ -585,21 +585,28 @@ def _cmd_render(args) -> int:
     scene = _viz_scene(args)
     q, dt, forces = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
     dt = args.dt or dt or 0.02
-    if args.forces:
-        if forces is None:
-            raise UserError(f"--forces: {args.trajectory} has no array 'forces'")
-        if scene.contacts is None:  # the contact boxes of `jaxdyn sim` (same geometry)
-            from .viz.drop import contacts_from_geometry
-
-            scene.contacts = contacts_from_geometry(scene)
-        nc = scene.contacts.n
-        if forces.shape[-2:] != (nc, 3) or forces.shape[:-2] != q.shape[:-1]:
-            raise UserError(
-                f"{args.trajectory}: forces has shape {forces.shape}, expected "
-                f"{q.shape[:-1] + (nc, 3)} (the model's {nc} contact spheres)"
-            )
+    _viz_forces(args, scene, q, forces)
     _viz_write(scene, q, dt, args.output, args, forces)
     return 0
+
+
+def _viz_forces(args, scene, q, forces) -> None:
+    """Check ``--forces`` / ``--contacts`` against the trajectory file; give ``scene`` the
+    contact spheres that ``jaxdyn sim`` uses when it has none."""
+    if not (args.forces or args.contacts):
+        return
+    if args.forces and forces is None:
+        raise UserError(f"--forces: {args.trajectory} has no array 'forces'")
+    if scene.contacts is None:  # the contact boxes of `jaxdyn sim` (same geometry)
+        from .viz.drop import contacts_from_geometry
+
+        scene.contacts = contacts_from_geometry(scene)
+    nc = scene.contacts.n
+    if args.forces and (forces.shape[-2:] != (nc, 3) or forces.shape[:-2] != q.shape[:-1]):
+        raise UserError(
+            f"{args.trajectory}: forces has shape {forces.shape}, expected "
+            f"{q.shape[:-1] + (nc, 3)} (the model's {nc} contact spheres)"
+        )
 
 
 def _cmd_sim(args) -> int:
@@ -643,14 +650,28 @@ def _cmd_view(args) -> int:
     from .viz.server import serve
 
     scene = _viz_scene(args)
-    q, dt = None, args.dt or 0.02
+    q, dt, forces = None, args.dt or 0.02, None
     if args.trajectory:
-        q, dt_file, _ = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
+        q, dt_file, forces = _viz_trajectory(args.trajectory, scene.cluster or scene.model)
         dt = args.dt or dt_file or dt
+    elif args.forces:
+        raise UserError("--forces needs a trajectory file with its forces (TRAJ.npz)")
+    _viz_forces(args, scene, q, forces)
     try:
-        server = serve(scene, q, dt=dt, host=args.host, port=args.port, block=False)
+        server = serve(
+            scene,
+            q,
+            dt=dt,
+            host=args.host,
+            port=args.port,
+            block=False,
+            forces=forces if args.forces else None,
+            contact_points=args.contacts and not args.forces,
+        )
     except OSError as e:
         raise UserError(f"cannot listen on {args.host}:{args.port}: {_one_line(e)}") from None
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
     print(f"jaxdyn view: {server.url}  (Ctrl-C to stop)", flush=True)
     try:
         while True:
@@ -759,6 +780,10 @@ def _add_viz_parsers(sub) -> None:
     pv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
     pv.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     pv.add_argument("--dt", type=float, default=None, help="time step of the trajectory")
+    pv.add_argument("--forces", action="store_true", help="draw the file's contact forces")
+    pv.add_argument(
+        "--contacts", action="store_true", help="mark the contact points touching the ground"
+    )
     pv.set_defaults(func=_cmd_view)
 
 

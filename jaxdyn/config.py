@@ -92,9 +92,9 @@ versions, the backend and the XLA flags; programs calling jaxdyn's FFI handlers 
 The directory is not bounded in size (JAX's eviction needs the ``filelock`` package, which
 jaxdyn does not require): delete it, or the subdirectories of older versions, at will.
 
-**Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): one line on
-the ``jaxdyn`` logger per slower compile of a program holding jaxdyn functions
-(:mod:`jaxdyn._progress`).
+**Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): a line on
+the ``jaxdyn`` logger while a slower compile of a program holding jaxdyn functions runs
+("compiling ... for a batch of B...") and one when it is done (:mod:`jaxdyn._progress`).
 """
 
 from __future__ import annotations
@@ -371,7 +371,8 @@ COMPILE_LOG_ENV = "JAXDYN_COMPILE_LOG"
 
 def compile_log(seconds: float | None = 2.0) -> None:
     """Report each compile of a program holding jaxdyn functions that takes longer than
-    ``seconds`` (tracing, lowering and XLA together) in one line on the ``jaxdyn`` logger, at
+    ``seconds`` (tracing, lowering and XLA together) on the ``jaxdyn`` logger (a line while XLA
+    works on it, one with the times when done), at
     level ``WARNING`` so that it shows without any logging set up (:mod:`jaxdyn._progress`);
     ``None`` or ``0``: never. Default 2 s, or ``JAXDYN_COMPILE_LOG`` at import. Silence it
     with this function or ``logging.getLogger("jaxdyn").setLevel(logging.ERROR)``."""

@@ -572,16 +572,36 @@ def target_arrays(fn, constraints, lay, targets, dtype):
     return spatial.stack(Rs), spatial.stack(ps)
 
 
+def _se3_log_translation(w, t):
+    """Linear part ``V(w)^-1 t`` of ``log6`` of the placement ``(exp(w), t)`` (Pinocchio's
+    ``log6``; ``V`` the left Jacobian of SO(3)): ``t - w x t / 2 + c(θ) w x (w x t)`` with
+    ``c = (1 - (θ/2) cot(θ/2)) / θ^2`` (a Taylor series for small ``θ``)."""
+    th2 = jnp.sum(w * w, -1)
+    small = th2 < 1e-4
+    th = jnp.sqrt(jnp.where(small, 1.0, th2))
+    half = 0.5 * th
+    c_big = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / jnp.where(small, 1.0, th2)
+    c = jnp.where(small, 1.0 / 12 + th2 / 720 + th2 * th2 / 30240, c_big)
+    wt = spatial.cross(w, t)
+    return t - 0.5 * wt + c[..., None] * spatial.cross(w, wt)
+
+
 def error_from_placements(lay, pl: Placements, Rt, pt):
-    """Position-level error rows: connect ``A (p - p*)``; weld ``[log3(R*^T R); R^T (p - p*)]``
-    (local) or ``[log3(R R*^T); p - p*]`` (world-aligned)."""
+    """Position-level error rows: connect ``A (p - p*)`` (``A`` the row axes); weld
+    ``log6(M*^-1 M)`` (Pinocchio's, as Crocoddyl's ``ContactModel6D``; jaxdyn's
+    ``[angular; linear]`` order) in the frame's axes (local) or rotated to world axes
+    (world-aligned): ``[w; V(w)^-1 R*^T (p - p*)]`` with ``w = log3(R*^T R)``."""
     A = _axes(lay, pl.R)
-    dp = spatial.mv(A, pl.p - pt)
+    dp = spatial.mv(A, pl.p - pt)  # connect rows
     Rtt = jnp.swapaxes(Rt, -1, -2)
-    rel = jnp.where(
-        jnp.asarray(lay.local)[:, None, None], spatial.mm(Rtt, pl.R), spatial.mm(pl.R, Rtt)
-    )
-    return jnp.concatenate([log3(rel), dp], -1).reshape(-1)[lay.row_flat]
+    w = log3(spatial.mm(Rtt, pl.R))
+    lin = _se3_log_translation(w, spatial.mv(Rtt, pl.p - pt))
+    local = jnp.asarray(lay.local)[:, None]
+    w = jnp.where(local, w, spatial.mv(pl.R, w))
+    lin = jnp.where(local, lin, spatial.mv(pl.R, lin))
+    is_weld = jnp.asarray(lay.dim == 6)[:, None]
+    lin = jnp.where(is_weld, lin, dp)
+    return jnp.concatenate([w, lin], -1).reshape(-1)[lay.row_flat]
 
 
 @shell.public("constraint_error", words=batching.kinematics_words)

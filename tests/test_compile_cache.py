@@ -157,6 +157,44 @@ def test_cache_never_overrides_the_user(tmp_path, monkeypatch, restore_jax_cache
     assert jax.config.jax_compilation_cache_dir is None
 
 
+def test_compile_announced_while_it_runs(caplog):
+    """A compile that outlasts the threshold is announced while XLA works on it ("compiling X
+    for a batch of B..."), from a timer started when lowering ends; the line with the times
+    follows. One that ends first is not announced; nor is a program without jaxdyn functions."""
+    import threading
+
+    old = _progress.threshold()
+    try:
+        config.compile_log(0.05)
+        with caplog.at_level(logging.WARNING, logger="jaxdyn"):
+            _progress._listener(_progress._TRACE, 0.01, fun_name="other")
+            _progress._listener(_progress._LOWER, 0.01, fun_name="jit(other)")  # no notes
+            assert _progress._state.timer is None
+            _progress._listener(_progress._COMPILE, 0.01, fun_name="jit(other)")
+            _progress.note("aba", 64)
+            _progress._listener(_progress._TRACE, 0.01, fun_name="step")
+            _progress._listener(_progress._LOWER, 0.01, fun_name="jit(step)")
+            timer = _progress._state.timer
+            assert isinstance(timer, threading.Timer)
+            timer.join(30)  # "XLA" still compiling when the timer fires
+            assert [r.getMessage() for r in caplog.records] == [
+                "jaxdyn: compiling jit(step) [aba for a batch of 64]..."
+            ]
+            _progress._listener(_progress._COMPILE, 0.2, fun_name="jit(step)")
+            _progress.note("crba", 8)
+            _progress._listener(_progress._LOWER, 0.01, fun_name="jit(fast)")
+            fast = _progress._state.timer
+            _progress._listener(_progress._COMPILE, 0.01, fun_name="jit(fast)")  # done first
+            fast.join(30)
+        assert [r.getMessage() for r in caplog.records] == [
+            "jaxdyn: compiling jit(step) [aba for a batch of 64]...",
+            "jaxdyn: compiled jit(step) [aba for a batch of 64] in 0.2 s (trace 0.0 s, "
+            "lowering 0.0 s, XLA 0.2 s)",
+        ]
+    finally:
+        _progress.set_threshold(old)
+
+
 def test_compile_log_line(caplog):
     """The line names the jit, the jaxdyn functions with their batch, and the phases; programs
     without jaxdyn functions and compiles under the threshold say nothing."""

@@ -47,7 +47,8 @@ def _case(name):
     return CASES[name]()
 
 
-@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds",)))  # [quad12] stays
+# [quad12] stays; test_pinocchio compares crba and rnea of arm7 and solo12 with Pinocchio's
+@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds", "arm7", "solo12")))
 def test_crba_equals_rnea_columns(name):
     """``M[:, i] = rnea(q, 0, e_i) - rnea(q, 0, 0)`` and M is symmetric."""
     case = _case(name)
@@ -85,7 +86,8 @@ def test_aba_solves_the_equations_of_motion(name):
         )
 
 
-@pytest.mark.parametrize("name", PD_CASES)
+# [tree-all-kinds] slow: test_pinocchio's random all-kinds trees compare minv with Pinocchio
+@pytest.mark.parametrize("name", slow_params(PD_CASES, ("tree-all-kinds",)))
 def test_minv_inverts_crba(name):
     case = _case(name)
     for i in range(len(case.states)):

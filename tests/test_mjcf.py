@@ -539,9 +539,9 @@ def _mjcf(body="", extra="", option=""):
 
 def test_unsupported_features_named():
     xml = _mjcf(
-        extra='<tendon><fixed name="tnd"><joint joint="j" coef="1"/></fixed></tendon>',
+        extra='<tendon><spatial name="tnd"><site site="s1"/><site site="s0"/></spatial></tendon>',
         option='density="1.2"',
-    )
+    ).replace("<worldbody>", '<worldbody><site name="s0" pos="0 0 1"/>')
     with pytest.raises(ValueError) as e:
         load_mjcf(xml)
     msg = str(e.value)
@@ -559,12 +559,19 @@ def test_unsupported_features_named():
         (_mjcf(body='<body name="g" gravcomp="1"><joint/><geom size=".1"/></body>'), "gravcomp"),
         (_mjcf(body='<body name="k" mocap="true"><geom size=".1"/></body>'), "mocap"),
         (_mjcf(extra='<equality><joint joint1="j"/></equality>'), "joint constraints"),
-        (_mjcf(extra='<actuator><motor name="mt" tendon="x"/></actuator>'), "tendon"),
+        (_mjcf(extra='<actuator><motor name="mt" tendon="x"/></actuator>'), '"mt".*spatial'),
         (
             _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="filter"/></actuator>'),
             '"mu"',
         ),
-        (_mjcf(body='<geom name="obst" type="box" size=".1 .1 .1" pos="1 0 0"/>'), '"obst"'),
+        (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase
+            _mjcf(
+                body='<geom name="obst" type="hfield" hfield="h" pos="1 0 0"/>',
+                extra='<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" '
+                'elevation="0 0 0 0"/></asset>',
+            ),
+            '"obst" type="hfield"',
+        ),
         (
             _mjcf(body='<body name="bb"><joint type="ball"/><geom size=".1"/></body>').replace(
                 '<joint type="ball"/>', '<joint name="bj" type="ball" range="0 1"/>'
@@ -574,11 +581,12 @@ def test_unsupported_features_named():
     ],
 )
 def test_unsupported_feature_errors(xml, match):
-    if "tendon=" in xml:
+    if "tendon=" in xml:  # a spatial tendon (a fixed one is honoured)
         xml = xml.replace(
             "<actuator>",
-            '<tendon><fixed name="x"><joint joint="j" coef="1"/></fixed></tendon><actuator>',
-        )
+            '<tendon><spatial name="x"><site site="s1"/><site site="s0"/></spatial></tendon>'
+            "<actuator>",
+        ).replace("<worldbody>", '<worldbody><site name="s0" pos="0 0 1"/>')
     with pytest.raises(ValueError, match=match):
         load_mjcf(xml)
     load_mjcf(xml, ignore="all")  # the rigid-body model still loads

@@ -637,6 +637,39 @@ def test_drift_velocity_and_error():
     assert res["links"][0].shape == (9, 6)  # FL_FOOT weld + connect
 
 
+def test_weld_error_is_log6():
+    """The Baumgarte position error of a weld is Pinocchio's ``log6(M*^-1 M)`` (as Crocoddyl's
+    ``ContactModel6D``), in the frame's axes or rotated to world axes; a connect's is
+    ``A (p - p*)``. Targets from a configuration 0.3 rad away, so that the error is far from
+    its first-order part (the former ``[log3; R^T (p - p*)]`` differs from log6 by 1e-3 here)."""
+    key = "solo12"
+    model, cs = get_model(key), case_constraints(CHECK)
+    st = states(key)
+    q, v = st["q"][0], st["v"][0]
+    pm, conv = pin_built(key)
+    q_t = conv.q_from_pin(pin.integrate(pm, conv.q_to_pin(q), conv.v_to_pin(0.3 * v)))
+    tgt = reference_placements(key, q_t, cs)
+    err = np.asarray(jax.jit(lambda q: constraint_error(model, q, cs, tgt))(jnp.asarray(q)))
+    # each constraint frame's world placement at q (a weld on the connect's point gives its axes)
+    now = reference_placements(
+        key, q, tuple(Weld(c.frame, c.reference, c.offset, c.rotation) for c in cs)
+    )
+    rows, gap = [], 0.0
+    for c, t, (R, p) in zip(cs, tgt, now):
+        A = R.T if c.reference == "local" else np.eye(3)  # row axes
+        if c.dim == 6:
+            rel = pin.log6(pin.SE3(t[0], t[1]).actInv(pin.SE3(R, p)))
+            w, lin = rel.angular, rel.linear
+            if c.reference != "local":
+                w, lin = R @ w, R @ lin
+            rows.append(np.concatenate([w, lin]))
+            gap = max(gap, np.max(np.abs(lin - A @ (p - t[1]))))
+        else:
+            rows.append(A @ (p - np.asarray(t)))
+    assert_close(err, np.concatenate(rows), RTOL, err_msg="constraint_error vs pin.log6")
+    assert gap > 1e-4  # the test tells log6 from the decoupled error
+
+
 # ------------------------------------------------------------------- constrained dynamics
 def _kkt(key, q, v, tau, J, drift, damping, rhs_extra):
     """Solve ``[[M, -J^T], [J, μ 1]] [qdd; λ] = [tau - h; a* - Jdot v]``; also returns the

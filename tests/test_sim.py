@@ -577,6 +577,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow  # a 4-device subprocess; test_distributed shards rollouts across processes
 def test_sharded_batch_equals_one_device():
     """A batch split over 4 (virtual CPU) devices by ``sim.sharded_vmap`` gives the
     one-device result (bit for bit for the pendulum's rollout and step): each device holds a
@@ -657,7 +658,12 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
 
 @pytest.mark.parametrize(
     "kind, integrator",
-    [("compliant", "implicit"), ("constraint", "implicit"), ("compliant", "euler")],
+    [
+        ("compliant", "implicit"),
+        ("constraint", "implicit"),
+        # explicit integrator: test_rollout_gradient_matches_finite_differences
+        pytest.param("compliant", "euler", marks=pytest.mark.slow),
+    ],
 )
 def test_gradients_finite_at_rest_contact(box, kind, integrator):
     """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,
@@ -923,7 +929,9 @@ def test_bad_parameters_are_named(box, pendulum):
         with pytest.raises(jaxdyn.CheckError, match="^step: " + msg):
             one(s0, cfg)
     # a number set without the constructor is checked when the step is traced
-    cfg = eqx.tree_at(lambda c: c.contact.friction, base, float("nan"))
+    cfg = eqx.tree_at(
+        lambda c: c.contact.friction, base, float("nan"), is_leaf=lambda x: x is None
+    )
     with pytest.raises(ValueError, match="step: cfg.contact.friction must be finite"):
         sim.step(box, s0, jnp.zeros(0), cfg)
     # eagerly: CheckError, the check's message alone

@@ -339,7 +339,12 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     ddp.check(res_b)
 
 
-def test_solve_batch_equals_vmap(pendulum, fddp_solution):
+@pytest.mark.parametrize(
+    # [ilqr] slow: the rounds and compaction are the solver-independent part [fddp] checks
+    "solver",
+    ["fddp", pytest.param("ilqr", marks=pytest.mark.slow)],
+)
+def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
     """solve_batch's rounds and compaction (and solve_sharded's lax.map over one device) leave
     every member's iterations as jax.vmap(fddp) has them (and as ilqr's): same iteration
     counts, costs and trajectories, in the problems' order, a bad member reported in its place.
@@ -359,35 +364,32 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution):
     warm[5] = False  # the cold member
     xs = jnp.where(warm[:, None, None], sol.xs, jnp.broadcast_to(base.x0, sol.xs.shape))
     us = jnp.where(warm[:, None, None], sol.us, 0.0)
-    for solver in ("fddp", "ilqr"):
-        if solver == "fddp":
-            ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
-        else:
-            ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
-        schedule = []
-        res = ddp.solve_batch(
-            batch, xs, us, solver=solver, max_iter=200, round_iters=1, min_batch=1,
-            schedule=schedule,
-        )  # fmt: skip
-        # FDDP: the batch was compacted (8 -> at most 2 members) before the slowest member
-        # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
-        if solver == "fddp":
-            assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
-            # solve_sharded on this process's one device: one problem after another
-            rs = ddp.solve_sharded(batch, xs, us, max_iter=200)
-            np.testing.assert_array_equal(np.asarray(rs.status), np.asarray(ref.status))
-            np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
-            np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
-        assert schedule[-1][1] == 0
-        np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
-        assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
-        np.testing.assert_array_equal(np.asarray(res.iterations), np.asarray(ref.iterations))
-        np.testing.assert_allclose(np.asarray(res.cost), np.asarray(ref.cost), rtol=1e-12)
-        oracle.assert_close(np.asarray(res.us), np.asarray(ref.us), 1e-10, f"us ({solver})")
-        # the logs too (NaN after each member's last iteration)
-        np.testing.assert_allclose(
-            np.asarray(res.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10
-        )
+    if solver == "fddp":
+        ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
+    else:
+        ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
+    schedule = []
+    res = ddp.solve_batch(
+        batch, xs, us, solver=solver, max_iter=200, round_iters=1, min_batch=1,
+        schedule=schedule,
+    )  # fmt: skip
+    # FDDP: the batch was compacted (8 -> at most 2 members) before the slowest member
+    # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
+    if solver == "fddp":
+        assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
+        # solve_sharded on this process's one device: one problem after another
+        rs = ddp.solve_sharded(batch, xs, us, max_iter=200)
+        np.testing.assert_array_equal(np.asarray(rs.status), np.asarray(ref.status))
+        np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
+        np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
+    assert schedule[-1][1] == 0
+    np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
+    assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
+    np.testing.assert_array_equal(np.asarray(res.iterations), np.asarray(ref.iterations))
+    np.testing.assert_allclose(np.asarray(res.cost), np.asarray(ref.cost), rtol=1e-12)
+    oracle.assert_close(np.asarray(res.us), np.asarray(ref.us), 1e-10, f"us ({solver})")
+    # the logs too (NaN after each member's last iteration)
+    np.testing.assert_allclose(np.asarray(res.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10)
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_batch(problems[0])
     with pytest.raises(ValueError, match="solver must be"):
@@ -479,6 +481,7 @@ print(json.dumps(dict(
 """
 
 
+@pytest.mark.slow  # opt-in flag; test_sim's test_fused_loops_step_has_no_scatter covers its use
 def test_fused_cpu_loops_solve(fddp_solution):
     """JAXDYN_FUSED_CPU_LOOPS=1 in a fresh process with two CPU devices: XLA compiles the
     solver's loops into single kernels (xla_cpu_small_call in the program, no custom call left)
@@ -551,6 +554,25 @@ def test_solve_batch_verbose(pendulum, capfd):
     iterations = np.asarray(res.iterations).tolist()
     assert min(size for size, _ in schedule) == 1, (schedule, iterations)
     _check_batch_log(lines, iterations)
+
+
+def test_fddp_verbose_every_n(fddp_solution, capfd):
+    """fddp's progress: silent by default; ``verbose=3`` prints the header, then iterations
+    0, 3, 6, ... and the last (the same solve: same iterations and cost)."""
+    problem, res = fddp_solution
+    jax.block_until_ready(ddp.fddp(problem, max_iter=200))
+    jax.effects_barrier()
+    assert capfd.readouterr().out == ""
+    r = ddp.fddp(problem, max_iter=200, verbose=3)
+    jax.effects_barrier()
+    lines = capfd.readouterr().out.splitlines()
+    n = int(res.iterations)
+    assert int(r.iterations) == n and float(r.cost) == float(res.cost)
+    assert lines[0].split() == ["iter", "cost", "stop", "step", "reg", "gap"], lines
+    its = [int(line.split()[0]) for line in lines[1:]]
+    assert its == sorted(set(range(0, n, 3)) | {n - 1}), (its, n)
+    with pytest.raises(ValueError, match="verbose must be"):
+        ddp.fddp(problem, verbose=-1)
 
 
 def test_ilqr_reaches_fddp_optimum(pendulum, fddp_solution):

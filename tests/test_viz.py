@@ -98,6 +98,11 @@ def test_reference_contact_forces(quad):
     red = (img[..., 0] > 150) & (img[..., 1] < 80) & (img[..., 2] < 80)
     assert red.sum() > 20 and not ((plain[..., 0] > 150) & (plain[..., 1] < 80)).any()
     assert _close(_compare("quad12_forces", img))
+    # contact points: red balls at the touching feet (the feet of the standing pose)
+    balls = r.render(q[None], cam, contact_points=True)[0]
+    red_balls = (balls[..., 0] > 150) & (balls[..., 1] < 80) & (balls[..., 2] < 80)
+    rows = np.nonzero(red_balls)[0]
+    assert len(rows) > 3 and rows.min() > np.nonzero(_orange(plain))[0].mean()  # low down
 
 
 def test_reference_meshes_batch_heightfield():
@@ -203,6 +208,23 @@ def test_follow_camera_tracks_base(quad):
     c = [_robot_centre(f) for f in (*follow, *fixed)]
     assert np.abs(c[0] - c[1]).max() < 1.0  # pixels
     assert abs(c[3][1] - c[2][1]) > 5  # moved sideways in the fixed camera's image
+
+
+def test_fixed_camera_frames_the_trajectory():
+    """A fixed-base robot's default camera holds its geometry at every step of the trajectory
+    (not only its joints): the double pendulum's meshes swinging up, drawn over all frames,
+    centred in the image."""
+    scene = viz.Scene.load("double_pendulum", terrain=None)
+    q = np.stack([np.linspace(0.3, 1.4, 3), np.linspace(-0.2, -0.6, 3)], 1)
+    img = viz.render(scene, q, width=W, height=H)
+    speck = viz.Geom(-1, "sphere", (0.001,), p=(0.0, 0.0, -50.0))  # out of view: the sky
+    sky = viz.render(viz.Scene(scene.model, [speck], terrain=None), q[:1], width=W, height=H)
+    drawn = (np.abs(img.astype(int) - sky.astype(int)).max(-1) > 30).any(0)
+    rows, cols = np.nonzero(drawn)
+    assert len(rows) > 30
+    assert rows.min() > 0 and cols.min() > 0 and rows.max() < H - 1 and cols.max() < W - 1
+    centre = np.array([(rows.min() + rows.max()) / 2 / H, (cols.min() + cols.max()) / 2 / W])
+    assert np.all(np.abs(centre - 0.5) < 0.15), centre
 
 
 def _orange(img):
@@ -494,6 +516,70 @@ def test_html_export_in_chromium(quad, tmp_path):
     assert not orange[:, : int(col0) + 20].any()
 
 
+def _red(img):
+    """Pixels of the contact markers' red (neither the robot's orange nor the floor)."""
+    r, g, b = (img[..., k].astype(int) for k in range(3))
+    return (r > 110) & (g < 60) & (b < 60) & (r > 2.5 * g)
+
+
+def test_html_contacts_and_forces_in_chromium(quad, tmp_path):
+    """Contact forces drawn as red arrows in the exported page: red pixels along each foot's
+    arrow (its contact point to the point plus the scaled force, projected through the page's
+    camera), none at a step whose forces are zero (opened with ``#t=1``: the time slider's
+    step); ``contact_points=True`` marks the touching feet with red balls instead."""
+    scene, _ = quad
+    q = _standing(scene)
+    cam = {"target": [0, 0, 0.15], "azimuth": 90.0, "elevation": -5.0, "distance": 1.6,
+           "fov": 45.0, "follow": False}  # fmt: skip
+    qs = np.stack([q, q])
+    f = np.zeros((2, 4, 3))
+    f[0, :, 2] = 20.0  # 20 N up at each foot at step 0, nothing at step 1
+    scale = 0.006  # m/N: 12 cm arrows
+    viz.export_html(scene, qs, tmp_path / "f.html", camera=cam, forces=f, force_scale=scale)
+    viz.export_html(scene, qs, tmp_path / "c.html", camera=cam, contact_points=True)
+    shots = {}
+    for name, url in [("forces", "f.html"), ("none", "f.html#t=1"), ("balls", "c.html")]:
+        img, dom, console = _browse((tmp_path / url.split("#")[0]).as_uri() + url[6:], tmp_path)
+        assert console == [] and 'data-state="ready"' in dom, (name, console, dom[-800:])
+        shots[name] = img
+        if os.environ.get("JAXDYN_VIZ_SHOTS"):  # to look at them
+            from PIL import Image
+
+            Image.fromarray(img).save(Path(os.environ["JAXDYN_VIZ_SHOTS"]) / f"{name}.png")
+    size = (shots["forces"].shape[1], shots["forces"].shape[0])
+    R, p = viz.frame_poses(scene.model, q[None])
+    marks = viz.scene.contact_marks(scene, R[None], p[None])
+    touching = marks["touching"][0, 0]
+    assert touching.sum() >= 2  # (the lowest feet; the others a few mm up)
+    red = _red(shots["forces"])
+    for x in marks["point"][0, 0]:
+        for s in (0.3, 0.6, 0.9):  # along the arrow
+            col, row = _project(x + s * scale * np.array([0, 0, 20.0]), cam, size)
+            assert red[int(row) - 3 : int(row) + 4, int(col) - 3 : int(col) + 4].any(), (x, s)
+    assert not _red(shots["none"]).any()
+    balls = _red(shots["balls"])
+    for x in marks["point"][0, 0, touching]:
+        col, row = _project(x, cam, size)
+        assert balls[int(row) - 4 : int(row) + 5, int(col) - 4 : int(col) + 5].any(), x
+    assert balls.sum() < red.sum()  # balls, not arrows
+    # save_rollout's page (jaxdyn render -o x.html --forces) and the served one carry them too
+    viz.save_rollout(scene, qs, tmp_path / "s.html", dt=0.1, forces=f)
+    assert '"marks":{"n":4,' in (tmp_path / "s.html").read_text()
+    srv = viz.serve(scene, qs, block=False, contact_points=True)
+    try:
+        import urllib.request
+
+        page = urllib.request.urlopen(srv.url, timeout=30).read().decode()
+        assert '"marks":{"n":4,' in page and '"vectors":null' in page
+    finally:
+        srv.shutdown()
+    with pytest.raises(ValueError, match=r"export_html: forces has shape \(2, 3, 3\)"):
+        viz.export_html(scene, qs, forces=np.zeros((2, 3, 3)))
+    bare = viz.Scene.from_model(scene.model)
+    with pytest.raises(ValueError, match="export_html: contact points or forces need"):
+        viz.export_html(bare, qs, contact_points=True)
+
+
 # ------------------------------------------------------------------------ command line
 def _cli(capsys, *argv):
     from jaxdyn import cli
@@ -526,6 +612,10 @@ def test_cli_render(tmp_path, capsys):
     rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / "c.png",
                       "--forces")  # fmt: skip
     assert rc == 2 and "no array 'forces'" in err
+    # --contacts on a model without a contact set: the contact boxes of `jaxdyn sim`
+    rc, o, err = _cli(capsys, "render", "arm7", tmp_path / "t.npz", "-o", tmp_path / "c.png",
+                      "--contacts", "--width", 64, "--height", 48)  # fmt: skip
+    assert rc == 0 and (tmp_path / "c.png").exists(), err
     assert 'id="jaxdyn-data"' in (tmp_path / "a.html").read_text()
     # user errors: one line, status 2
     np.savez(tmp_path / "bad.npz", q=np.zeros((3, 5)))
@@ -607,6 +697,41 @@ def test_cli_view(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_view_batch_and_time_slider(tmp_path):
+    """The served viewer of a batch trajectory (two arm7s, three steps): one slider per joint,
+    a time slider over the three steps, both robots drawn side by side; opened at ``#t=2`` (the
+    time slider's step) each robot's hand stands where step 2 puts it, not where step 0 does,
+    and the joint sliders show the first robot's configuration at step 2."""
+    scene = viz.Scene.load("arm7")
+    qs = np.zeros((2, 3, scene.model.nq))
+    qs[0, 2, [1, 3]] = 1.0, -1.2
+    qs[1, 2, [0, 1, 3]] = 0.8, 0.6, -0.6
+    cam = {"target": [0.0, 0, 0.5], "azimuth": 90.0, "elevation": -10.0, "distance": 3.4,
+           "fov": 45.0, "follow": False}  # fmt: skip
+    size = (960, 420)  # (the sliders' panel on the right)
+    srv = viz.serve(scene, qs, dt=0.1, block=False, camera=cam)
+    try:
+        img, dom, console = _browse(srv.url + "#t=2", tmp_path, size=size)
+    finally:
+        srv.shutdown()
+    assert console == [] and 'data-state="ready"' in dom, (console, dom[-800:])
+    assert dom.count("data-joint=") == scene.model.nq
+    assert re_search(r'id="time"[^>]*max="2"', dom) or re_search(r'max="2"[^>]*id="time"', dom)
+    assert "arm7: 2 x 3 steps" in dom
+    # the joint sliders show the first robot at the shown step (joint2 = 1 at step 2)
+    assert "joint2<span> 1.000</span>" in dom and "joint4<span> -1.200</span>" in dom, dom
+    offsets = viz.html.scene_data(scene, qs, 0.1, camera=cam)["offsets"]
+    R, p = viz.frame_poses(scene.model, qs.reshape(6, -1))
+    hand = scene.model.frame_index("hand")
+    orange = _orange(img)
+    for b in range(2):
+        at = lambda t: _project(p[3 * b + t, hand] + offsets[b], cam, size)  # noqa: B023
+        col, row = at(2)
+        assert orange[int(row) - 5 : int(row) + 6, int(col) - 5 : int(col) + 6].any(), (b, col)
+        col, row = at(0)
+        assert not orange[int(row) - 2 : int(row) + 3, int(col) - 2 : int(col) + 3].any(), b
 
 
 @pytest.mark.slow  # (compiling the environment's step: a minute on 2 busy cores)

@@ -5,7 +5,12 @@ Tasks (:func:`make` by name):
 
 * ``"reacher"`` -- :class:`Reacher`: a 7-DoF arm (``arm7`` or ``panda``) reaches a random target;
 * ``"quadruped"`` -- :class:`Quadruped`: ``quad12`` walks forward; ``"quadruped_stand"``: stands;
-* ``"humanoid_stand"`` -- :class:`HumanoidStand`: a humanoid keeps standing.
+* ``"humanoid_stand"`` -- :class:`HumanoidStand`: a humanoid keeps standing;
+* DeepMind Control Suite tasks as MuJoCo Playground defines them
+  (:mod:`jaxdyn.envs.dm_control_suite`, MJCF models stepped by :mod:`jaxdyn.sim`; need
+  ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
+  ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
+  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -23,6 +28,10 @@ from .base import State as State
 from .base import System as System
 from .base import Wrapper as Wrapper
 from .compat import brax_compat as brax_compat
+from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
+from .dm_control_suite import CartpoleBalance as CartpoleBalance
+from .dm_control_suite import PendulumSwingup as PendulumSwingup
+from .dm_control_suite import SuiteReacher as SuiteReacher
 from .humanoid import HumanoidStand as HumanoidStand
 from .quadruped import Quadruped as Quadruped
 from .reacher import Reacher as Reacher
@@ -41,6 +50,15 @@ ENVIRONMENTS = {
     "quadruped": Quadruped,
     "quadruped_stand": lambda **kw: Quadruped(**{"forward_weight": 0.0, **kw}),
     "humanoid_stand": HumanoidStand,
+    "cartpole_balance": CartpoleBalance,
+    "cartpole_balance_sparse": lambda **kw: CartpoleBalance(sparse=True, **kw),
+    "cartpole_swingup": lambda **kw: CartpoleBalance(swing_up=True, **kw),
+    "cartpole_swingup_sparse": lambda **kw: CartpoleBalance(swing_up=True, sparse=True, **kw),
+    "pendulum_swingup": PendulumSwingup,
+    "acrobot_swingup": AcrobotSwingup,
+    "acrobot_swingup_sparse": lambda **kw: AcrobotSwingup(sparse=True, **kw),
+    "reacher_easy": SuiteReacher,
+    "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
 }
 
 
@@ -56,17 +74,21 @@ def make(name: str, **kwargs):
 __all__ = [
     "ENVIRONMENTS",
     "HAS_BRAX",
+    "AcrobotSwingup",
     "AutoResetWrapper",
+    "CartpoleBalance",
     "CompensatedTorque",
     "DomainRandomizationVmapWrapper",
     "Env",
     "EpisodeWrapper",
     "HumanoidStand",
+    "PendulumSwingup",
     "Quadruped",
     "Reacher",
     "ServoPD",
     "SimEnv",
     "State",
+    "SuiteReacher",
     "System",
     "VmapWrapper",
     "Wrapper",

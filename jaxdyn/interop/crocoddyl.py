@@ -1,27 +1,73 @@
 """A :class:`jaxdyn.trajopt.Problem` as a Crocoddyl ``ShootingProblem`` (for comparisons).
 
 Crocoddyl and Pinocchio are imported lazily (optional dependencies). The problem is rebuilt
-node by node: ``DifferentialActionModelFreeFwdDynamics`` (``ActuationModelFull`` or
-``ActuationModelFloatingBase``) inside ``IntegratedActionModelEuler`` of the same ``dt``,
-costs ``CostModelResidual`` with ``ActivationModelWeightedQuad`` (the weights of each
-:class:`~jaxdyn.trajopt.costs.Term`), states, controls, weights and bounds permuted to
-Pinocchio's joint order by :class:`jaxdyn.interop.pinocchio.Converter`.
+node by node inside ``IntegratedActionModelEuler`` of the same ``dt``:
 
-The differential models' armature is always set, to the model's or to zeros: the crocoddyl
-3.2.1 wheel paired with ``pin`` / ``libpinocchio`` 4.1.0 computes the free dynamics without
-gravity when no armature is set (its derivatives include gravity), and gives Pinocchio's ABA
-once an armature, zero included, is set.
+* :class:`~jaxdyn.trajopt.FreeDynamics` -> ``DifferentialActionModelFreeFwdDynamics``;
+  :class:`~jaxdyn.trajopt.ContactDynamics` -> ``DifferentialActionModelContactFwdDynamics``
+  (``JMinvJt_damping`` = its ``damping``) with one contact per constraint:
+  :class:`~jaxdyn.Connect` -> ``ContactModel3D``, :class:`~jaxdyn.Weld` -> ``ContactModel6D``,
+  ``reference`` -> ``LOCAL`` / ``LOCAL_WORLD_ALIGNED``, the constraint's ``target`` -> ``xref``
+  / ``pref`` (the origin / identity without one), ``baumgarte (kp, kd)`` -> ``gains``. Each
+  contact sits on an operational frame added to a copy of the Pinocchio model at the
+  constraint frame (the jaxdyn frame composed with the constraint's ``offset`` and
+  ``rotation``); the conventions agree (:mod:`jaxdyn.constraints`: classical acceleration of a
+  point, spatial acceleration of a welded frame, Baumgarte error ``log6`` of a weld);
+* actuation ``ActuationModelFull`` or ``ActuationModelFloatingBase``;
+* costs ``CostModelResidual`` with ``ActivationModelWeightedQuad`` (the weights of each
+  :class:`~jaxdyn.trajopt.costs.Term`): ``StateRegularization`` -> ``ResidualModelState``,
+  ``ControlRegularization`` -> ``ResidualModelControl``, ``CenterOfMass`` ->
+  ``ResidualModelCoMPosition``, ``FrameTranslation`` -> ``ResidualModelFrameTranslation``,
+  ``FramePlacement`` -> ``ResidualModelFrameRotation`` and ``ResidualModelFrameTranslation``
+  (its two halves);
 
-Only state and control residuals are converted: with the same library pair, Crocoddyl's
-``ResidualModelFrameTranslation`` and ``ResidualModelFrameRotation`` return wrong values
-(zero costs) and crash in ``calcDiff`` (segmentation faults).
+states, controls, weights and bounds permuted to Pinocchio's joint order by
+:class:`jaxdyn.interop.pinocchio.Converter`.
+
+Versions: the crocoddyl 3.2.1 wheel is built against ``pin`` / ``libpinocchio`` 4.0.0. Beside
+4.1.0 (what pip picks for it unpinned) its free dynamics lack gravity when no armature is set
+(an armature, zero included, gives Pinocchio's ABA: the differential models' armature is
+therefore always set, to the model's or to zeros), and its contact dynamics and the
+``calcDiff`` of the frame and centre-of-mass residuals crash the process (segmentation
+faults). :func:`to_crocoddyl` refuses those parts with a ``RuntimeError`` naming the pair to
+install (:func:`version_problem`); the ``test`` extra pins ``pin==4.0.0 libpinocchio==4.0.0``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["to_crocoddyl", "state_to_pin", "control_to_pin", "state_from_pin", "control_from_pin"]
+__all__ = [
+    "to_crocoddyl",
+    "version_problem",
+    "state_to_pin",
+    "control_to_pin",
+    "state_from_pin",
+    "control_from_pin",
+]
+
+
+def version_problem() -> str | None:
+    """``None`` when the installed crocoddyl and Pinocchio binaries agree, else a sentence
+    saying which parts of Crocoddyl fail and which versions to install (module docstring)."""
+    import crocoddyl
+    import pinocchio as pin
+
+    cv, pv = str(crocoddyl.__version__), str(pin.__version__)
+    if cv == "3.2.1" and not pv.startswith("4.0."):
+        return (
+            f"crocoddyl {cv} with pinocchio {pv}: the crocoddyl 3.2.1 wheel is built against "
+            "pinocchio 4.0.0; beside another pinocchio its contact dynamics and the calcDiff "
+            "of its frame and centre-of-mass residuals crash the process. Install "
+            "pin==4.0.0 libpinocchio==4.0.0 (jaxdyn's test extra)"
+        )
+    return None
+
+
+def _require_versions(what):
+    msg = version_problem()
+    if msg is not None:
+        raise RuntimeError(f"to_crocoddyl: {what} refused: {msg}")
 
 
 def _u_perm(problem, conv):
@@ -74,44 +120,152 @@ def _tangent_to_pin(conv, w):
     return np.concatenate([conv.v_to_pin(w[:nv]), conv.v_to_pin(w[nv:])])
 
 
-def _cost_model(state, problem, conv, cost, nu, pin_model):
+class _Frames:
+    """Operational frames added to a copy of the Pinocchio model (on demand, once per jaxdyn
+    frame or constraint) at jaxdyn's placements, so that Crocoddyl's frame ids address
+    exactly jaxdyn's frames and constraint points, whatever Pinocchio names its frames."""
+
+    def __init__(self, model, pin_model, conv):
+        import pinocchio as pin
+
+        self.model, self.conv = model, conv
+        self.pin_model = pin.Model(pin_model)
+        self._ids = {}
+
+    def add(self, key, body, placement):
+        import pinocchio as pin
+
+        if key not in self._ids:
+            jid = self.conv.pin_joint_ids[int(body)]
+            frame = pin.Frame(f"jaxdyn_{key}", jid, 0, placement, pin.FrameType.OP_FRAME)
+            self._ids[key] = self.pin_model.addFrame(frame, False)
+        return self._ids[key]
+
+    def frame(self, name):
+        import pinocchio as pin
+
+        m = self.model
+        f = m.frame_index(name)
+        body = int(m.topo.frame_parent[f])
+        R, p = np.asarray(m.frame_R)[f], np.asarray(m.frame_p)[f]
+        return self.add(f"frame_{f}", body, pin.SE3(R, p))
+
+
+def _cost_model(state, problem, conv, cost, nu, frames):
     import crocoddyl
 
     from ..trajopt import costs as C
 
     model = problem.model
     out = crocoddyl.CostModelSum(state, nu)
+
+    def add(label, res, w):
+        act = crocoddyl.ActivationModelWeightedQuad(_vec(w))
+        out.addCost(label, crocoddyl.CostModelResidual(state, act, res), 1.0)
+
     for i, term in enumerate(cost.terms):
         r = term.residual
+        label = f"{type(r).__name__}_{i}"
         if isinstance(r, C.StateRegularization):
-            dim = 2 * model.nv
             res = crocoddyl.ResidualModelState(state, _vec(state_to_pin(conv, r.reference)), nu)
-            w = _tangent_to_pin(conv, np.broadcast_to(np.asarray(term.weight, float), dim))
+            w = np.broadcast_to(np.asarray(term.weight, float), 2 * model.nv)
+            add(label, res, _tangent_to_pin(conv, w))
         elif isinstance(r, C.ControlRegularization):
-            dim = nu
             res = crocoddyl.ResidualModelControl(
                 state, _vec(control_to_pin(problem, conv, r.reference))
             )
-            w = control_to_pin(problem, conv, np.broadcast_to(np.asarray(term.weight, float), dim))
+            w = control_to_pin(problem, conv, np.broadcast_to(np.asarray(term.weight, float), nu))
+            add(label, res, w)
+        elif isinstance(r, C.CenterOfMass):
+            _require_versions("ResidualModelCoMPosition")
+            res = crocoddyl.ResidualModelCoMPosition(state, _vec(r.reference), nu)
+            add(label, res, np.broadcast_to(np.asarray(term.weight, float), 3))
+        elif isinstance(r, C.FrameTranslation):
+            _require_versions("ResidualModelFrameTranslation")
+            fid = frames.frame(r.frame)
+            res = crocoddyl.ResidualModelFrameTranslation(state, fid, _vec(r.reference), nu)
+            add(label, res, np.broadcast_to(np.asarray(term.weight, float), 3))
+        elif isinstance(r, C.FramePlacement):
+            _require_versions("ResidualModelFrameRotation / FrameTranslation")
+            fid = frames.frame(r.frame)
+            w = np.broadcast_to(np.asarray(term.weight, float), 6)
+            rot = crocoddyl.ResidualModelFrameRotation(
+                state, fid, np.array(r.rotation, np.float64), nu
+            )
+            add(label + "_rotation", rot, w[:3])
+            tr = crocoddyl.ResidualModelFrameTranslation(state, fid, _vec(r.translation), nu)
+            add(label + "_translation", tr, w[3:])
         else:
             raise NotImplementedError(f"to_crocoddyl: no Crocoddyl residual for {type(r).__name__}")
-        act = crocoddyl.ActivationModelWeightedQuad(_vec(w))
-        out.addCost(f"{type(r).__name__}_{i}", crocoddyl.CostModelResidual(state, act, res), 1.0)
+    return out
+
+
+def _contact_specs(dynamics, frames):
+    """``(frame id, constraint, Pinocchio reference)`` of each constraint of a
+    ``ContactDynamics``, its frame added to ``frames`` (module docstring)."""
+    import pinocchio as pin
+
+    from ..constraints import check_constraints, layout
+
+    _require_versions("DifferentialActionModelContactFwdDynamics")
+    model = frames.model
+    cs = check_constraints("to_crocoddyl", dynamics.constraints)
+    lay = layout(model.topo, cs)
+    fR, fp = np.asarray(model.frame_R), np.asarray(model.frame_p)
+    out = []
+    for i, c in enumerate(cs):
+        f = int(lay.frame[i])
+        placement = pin.SE3(fR[f], fp[f]) * pin.SE3(lay.R_off[i], lay.p_off[i])
+        fid = frames.add(f"constraint_{i}", lay.body[i], placement)
+        ref = pin.ReferenceFrame.LOCAL if lay.local[i] else pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        out.append((fid, c, ref))
+    return out
+
+
+def _contacts(state, dynamics, specs, nu):
+    """``ContactModelMultiple`` of a ``ContactDynamics`` (module docstring)."""
+    import crocoddyl
+    import pinocchio as pin
+
+    gains = np.zeros(2) if dynamics.baumgarte is None else np.array(dynamics.baumgarte, float)
+    out = crocoddyl.ContactModelMultiple(state, nu)
+    for i, (fid, c, ref) in enumerate(specs):
+        if c.dim == 6:
+            R, p = (np.eye(3), np.zeros(3)) if c.target is None else c.target
+            target = pin.SE3(np.array(R, np.float64), _vec(p))
+            contact = crocoddyl.ContactModel6D(state, fid, target, ref, nu, _vec(gains))
+        else:
+            target = np.zeros(3) if c.target is None else c.target
+            contact = crocoddyl.ContactModel3D(state, fid, _vec(target), ref, nu, _vec(gains))
+        out.addContact(f"{c.kind}_{i}", contact)
     return out
 
 
 def to_crocoddyl(problem, pin_model, conv):
-    """``(crocoddyl.ShootingProblem, x0_pin)`` of a free-dynamics ``problem``; controls
-    bounds, if any, are set on the differential models (``SolverBoxFDDP`` reads them)."""
+    """``(crocoddyl.ShootingProblem, x0_pin)`` of ``problem`` (free or contact dynamics; the
+    conversions in the module docstring); control bounds, if any, are set on the differential
+    models (``SolverBoxFDDP`` reads them). ``RuntimeError`` for the parts the installed
+    crocoddyl / Pinocchio pair computes wrongly (:func:`version_problem`),
+    ``NotImplementedError`` for a residual or an actuation Crocoddyl has no counterpart of."""
     import crocoddyl
 
-    from ..trajopt.dynamics import FreeDynamics
+    from ..trajopt.dynamics import ContactDynamics, FreeDynamics
 
     model = problem.model
-    if not isinstance(problem.dynamics, FreeDynamics):
-        raise NotImplementedError("to_crocoddyl: FreeDynamics only")
-    state = crocoddyl.StateMultibody(pin_model)
-    if problem.dynamics.actuation is None:
+    dynamics = problem.dynamics
+    if not isinstance(dynamics, (FreeDynamics, ContactDynamics)):
+        raise NotImplementedError("to_crocoddyl: FreeDynamics or ContactDynamics only")
+    _u_perm(problem, conv)  # actuation check first
+    frames = _Frames(model, pin_model, conv)
+    contact = isinstance(dynamics, ContactDynamics)
+    # every frame is added to the copy before the state is built on it
+    specs = _contact_specs(dynamics, frames) if contact else None
+    for cost in (problem.running, problem.terminal):
+        for term in cost.terms:
+            if hasattr(term.residual, "frame"):
+                frames.frame(term.residual.frame)
+    state = crocoddyl.StateMultibody(frames.pin_model)
+    if dynamics.actuation is None:
         actuation = crocoddyl.ActuationModelFull(state)
     else:
         actuation = crocoddyl.ActuationModelFloatingBase(state)
@@ -121,7 +275,18 @@ def to_crocoddyl(problem, pin_model, conv):
     dt = float(problem.dt)
 
     def dam(cost):
-        d = crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, cost)
+        costs = _cost_model(state, problem, conv, cost, nu, frames)
+        if contact:
+            d = crocoddyl.DifferentialActionModelContactFwdDynamics(
+                state,
+                actuation,
+                _contacts(state, dynamics, specs, nu),
+                costs,
+                float(dynamics.damping),
+                False,
+            )
+        else:
+            d = crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, costs)
         d.armature = armature
         if problem.u_lower is not None:
             d.u_lb = _vec(control_to_pin(problem, conv, problem.u_lower))
@@ -129,11 +294,7 @@ def to_crocoddyl(problem, pin_model, conv):
             d.u_ub = _vec(control_to_pin(problem, conv, problem.u_upper))
         return d
 
-    running = crocoddyl.IntegratedActionModelEuler(
-        dam(_cost_model(state, problem, conv, problem.running, nu, pin_model)), dt
-    )
-    terminal = crocoddyl.IntegratedActionModelEuler(
-        dam(_cost_model(state, problem, conv, problem.terminal, nu, pin_model)), 0.0
-    )
+    running = crocoddyl.IntegratedActionModelEuler(dam(problem.running), dt)
+    terminal = crocoddyl.IntegratedActionModelEuler(dam(problem.terminal), 0.0)
     x0 = _vec(state_to_pin(conv, problem.x0))
     return crocoddyl.ShootingProblem(x0, [running] * problem.horizon, terminal), x0

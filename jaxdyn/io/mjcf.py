@@ -56,6 +56,14 @@ actuators, ``jnt_actfrcrange``            ``effort_limit`` (bound on the actuato
                                           unactuated), and :class:`Actuator` records
 (none)                                    ``velocity_limit`` = ``inf``
 ``opt.gravity``                           ``gravity`` (zero with ``<flag gravity="disable">``)
+``opt.timestep``, ``opt.integrator``      ``MJCFModel.timestep``, ``MJCFModel.integrator``
+                                          (:meth:`MJCFModel.sim_config`)
+hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFModel.springs``)
+``qpos_spring``
+fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
+                                          (``MJCFModel.tendons``)
+actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
+transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
                                           ``"world"``), every site (``"site:<name>"`` where a
                                           body has that name), every joint at its anchor (where
@@ -64,6 +72,10 @@ sphere / capsule / box geoms              :class:`jaxdyn.sim.Sphere` / ``Capsule
                                           the body's frame (capsule ``length = 2 size[1]``, box
                                           ``size = 2 size``), the ones that collide with:
 plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
+every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (``geoms``):
+(MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
+exclude, parent-child)                    against the plane the primitives do not have;
+                                          friction ``max``, condim 1 / 3 (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
@@ -77,19 +89,24 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ================  ============================================================================
 ``ignore`` key    feature
 ================  ============================================================================
-``"tendon"``      tendons (their passive, limit and actuator forces; tendon armature changes the
-                  mass matrix and is always an error)
-``"fluid"``       fluid forces (``<option density / viscosity>``)
-``"passive"``     joint springs (``stiffness``, ``springref``), polynomial damping, plasticity
+``"tendon"``      spatial tendons (through sites, wrapping), tendon ``frictionloss``, polynomial
+                  tendon stiffness / damping (their passive, limit and actuator forces; tendon
+                  armature changes the mass matrix and is always an error). Fixed tendons are
+                  honoured (:class:`jaxdyn.sim.FixedTendons`)
+``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
+``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
+                  (hinge / slide ``stiffness`` with ``springref`` is honoured:
+                  :class:`jaxdyn.sim.Springs`)
 ``"gravcomp"``    gravity compensation of bodies (``gravcomp``)
 ``"equality"``    equality constraints other than connect / weld to the world (joint, tendon,
                   flex, distance; connect / weld between two moving bodies: loop closures)
 ``"ball_limit"``  range (cone) limits of ball joints
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
-                  joint, activation dynamics, muscle / PID / user gains, delays
-``"geom"``        collision geometry jaxdyn.sim cannot use: other shapes (mesh, cylinder,
-                  ellipsoid, hfield, sdf) that touch the terrain, static obstacles other than
-                  one ground plane, planes on moving bodies, explicit ``<contact><pair>``
+                  joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
+                  user gains, delays
+``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
+                  phase in :mod:`jaxdyn.sim.collision`, condim 4 / 6 on a pair's geom
+                  (torsional / rolling friction), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -101,9 +118,9 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
 refuses both), tendon armature.
 
-jaxdyn.sim contacts are primitives against the terrain only: collisions between the robot's
-own geoms (MuJoCo's self-collisions) are not modelled; contact softness (``solref``,
-``solimp``), condim and per-geom friction are not read.
+Contact softness (``solref``, ``solimp``), ``margin`` and ``gap`` are not read; per-geom
+friction and condim are read for the geom pairs, not for the primitives against the terrain.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -149,9 +166,9 @@ __all__ = [
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
-    "tendon": "tendons",
-    "fluid": "fluid forces",
-    "passive": "joint springs, polynomial damping and plasticity",
+    "tendon": "spatial tendons, tendon friction and polynomial tendon forces",
+    "fluid": "fluid forces and wind",
+    "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
     "equality": "equality constraints jaxdyn cannot express",
     "ball_limit": "ball joint range limits",
@@ -187,7 +204,8 @@ _PLANE, _SPHERE, _CAPSULE, _BOX = 0, 2, 3, 6
 _OBJ_SITE = 6
 _EQ_CONNECT, _EQ_WELD = 0, 1
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
-_TRN_JOINT, _TRN_JOINTINPARENT = 0, 1
+_TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
+_WRAP_JOINT = 1
 _TRN_NAMES = ("joint", "jointinparent", "slidercrank", "tendon", "site", "body", "so3")
 
 
@@ -205,9 +223,12 @@ class Actuator(NamedTuple):
     (``q`` and ``v`` the joint's coordinate: jaxdyn's ``q`` equals MuJoCo's ``qpos``).
     ``kind``: ``"motor"`` (no bias), ``"position"`` (``bias = (0, -kp, -kv)``, ``gain = kp``),
     ``"velocity"`` (``bias = (0, 0, -kv)``, ``gain = kv``) or ``"affine"`` (any other
-    ``gaintype="fixed"``, ``biastype="affine"`` actuator). ``actuator_armature`` and
-    ``actuator_damping`` are folded into the model's ``armature`` and ``damping``
-    (times ``gear^2``).
+    ``biastype="affine"`` actuator, or ``gaintype="affine"``: ``gainprm`` holds its three
+    gain coefficients, the force's gain being ``gainprm[0] + gainprm[1] L + gainprm[2] Ldot``).
+    An actuator on a fixed tendon has ``tendon`` (its name), ``joint = None`` and ``dof = -1``:
+    :class:`jaxdyn.sim.GainBias` (``MJCFModel.gain_bias``) applies every actuator exactly.
+    ``actuator_armature`` and ``actuator_damping`` are folded into the model's ``armature``
+    and ``damping`` (times ``gear^2``).
     """
 
     name: str
@@ -219,6 +240,8 @@ class Actuator(NamedTuple):
     bias: tuple
     ctrlrange: tuple | None
     forcerange: tuple | None
+    tendon: str | None = None
+    gainprm: tuple = ()
 
 
 class MJCFModel(NamedTuple):
@@ -229,6 +252,9 @@ class MJCFModel(NamedTuple):
       frames, one per collision geom that touches the terrain (compile them with
       ``jaxdyn.sim.contact_set(model, contacts)``);
     - ``terrain``: the ground plane (:class:`jaxdyn.sim.Plane`) or ``None``;
+    - ``geoms``: a :class:`jaxdyn.sim.Geoms` of every other pair of collision geoms that may
+      touch (bodies against bodies, static world geometry, shapes the primitives above do not
+      have), or ``None``; :meth:`sim_config` puts the three in a ``SimConfig``;
     - ``constraints``: :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` of the equality
       constraints, with ``constraint_active`` (MuJoCo's ``eq_active0``) beside them;
     - ``actuators``: :class:`Actuator` records in MuJoCo's actuator (``ctrl``) order;
@@ -237,12 +263,19 @@ class MJCFModel(NamedTuple):
     - ``timestep``: ``opt.timestep``;
     - ``ignored``: the messages of the features dropped through ``ignore=``;
     - ``site_frames``: MuJoCo site name -> jaxdyn frame name;
-    - ``mj_model``: the compiled ``mujoco.MjModel`` (for :meth:`converter` and as an oracle).
+    - ``mj_model``: the compiled ``mujoco.MjModel`` (for :meth:`converter` and as an oracle);
+    - ``springs``, ``tendons``, ``gain_bias``: the scene's :class:`jaxdyn.sim.Springs` (hinge /
+      slide ``stiffness`` about ``springref``), :class:`jaxdyn.sim.FixedTendons` and
+      :class:`jaxdyn.sim.GainBias` (every actuator, ``ctrl`` in MuJoCo's order), ``None``
+      where the scene has none; ``integrator``: jaxdyn's integrator for ``opt.integrator``;
+      ``sim_issues``: ``(key, message)`` of what :meth:`sim_config` refuses (an integrator
+      jaxdyn.sim does not have, equality constraints it does not enforce).
     """
 
     model: Model
     contacts: tuple
     terrain: object
+    geoms: object
     constraints: tuple
     constraint_active: tuple
     actuators: tuple
@@ -252,6 +285,11 @@ class MJCFModel(NamedTuple):
     ignored: tuple
     site_frames: dict
     mj_model: object
+    springs: object = None
+    tendons: object = None
+    gain_bias: object = None
+    integrator: str = "implicit"
+    sim_issues: tuple = ()
 
     def converter(self):
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -274,6 +312,11 @@ class MJCFModel(NamedTuple):
         acts = self.actuators
         if not acts:
             raise ValueError("sim_actuator: the model has no actuators")
+        if any(a.tendon is not None for a in acts):
+            raise ValueError(
+                "sim_actuator: actuators on tendons have no Torque / PD equivalent; use "
+                "sim_config() (jaxdyn.sim.GainBias)"
+            )
         dofs = tuple(a.dof for a in acts)
         if len(set(dofs)) != len(dofs):
             raise ValueError("sim_actuator: several actuators drive one coordinate")
@@ -289,6 +332,60 @@ class MJCFModel(NamedTuple):
             f"{sorted({a.gear for a in acts})}) have no single jaxdyn.sim equivalent; only "
             "all motors or all gear-1 position servos do"
         )
+
+    def sim_config(self, contact=None, *, ignore=(), **overrides):
+        """The :class:`jaxdyn.sim.SimConfig` that steps the scene as MuJoCo does:
+        ``dt = opt.timestep``, ``integrator`` from ``opt.integrator`` (``Euler``:
+        ``"implicit_damping"``, or ``"euler"`` with ``eulerdamp`` off or no damping;
+        ``RK4``: ``"rk4"``; ``implicitfast``: ``"implicit"``), ``actuator`` =
+        :attr:`gain_bias` (every actuator, ``ctrl`` in MuJoCo's order; no actuator: an empty
+        :class:`jaxdyn.sim.Torque`), ``springs``, ``tendons``, gravity in the model.
+
+        ``contact``: the contact model (:class:`jaxdyn.sim.Constraint` or
+        :class:`jaxdyn.sim.Compliant`) that every contact of the file then uses: the primitives
+        against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``); the
+        default ``None`` leaves contact off. Joint and
+        tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
+        constraint with ``solreflimit``), as with every loader.
+
+        Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
+        ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
+        ``implicitfast``), ``"equality"`` (equality constraints, which jaxdyn.sim does not
+        enforce)."""
+        from ..sim.actuators import Torque
+        from ..sim.core import SimConfig
+
+        keys = set((ignore,) if isinstance(ignore, str) else ignore)
+        bad = sorted(keys - {"integrator", "equality"})
+        if bad:
+            raise ValueError(
+                f"sim_config: unknown ignore keys {bad}; known: ['equality', 'integrator']"
+            )
+        errors = [(k, msg) for k, msg in self.sim_issues if k not in keys]
+        if errors:
+            lines = "\n".join(f"  [{k}] {msg}" for k, msg in errors)
+            ks = tuple(sorted({k for k, _ in errors}))
+            raise ValueError(
+                f"sim_config: {self.model.name}: jaxdyn.sim cannot honour:\n{lines}\n"
+                f"pass ignore={ks!r} to simulate without them"
+            )
+        kw = dict(
+            dt=self.timestep,
+            integrator=self.integrator,
+            actuator=self.gain_bias if self.gain_bias is not None else Torque(dofs=()),
+            springs=self.springs,
+            tendons=self.tendons,
+        )
+        if contact is not None and (self.contacts or self.geoms is not None):
+            from ..sim import Plane, contact_set
+
+            kw["contact"] = contact
+            if self.contacts:
+                kw["contacts"] = contact_set(self.model, self.contacts)
+                kw["terrain"] = self.terrain if self.terrain else Plane()
+            kw["geoms"] = self.geoms
+        kw.update(overrides)
+        return SimConfig(**kw)
 
 
 # ------------------------------------------------------------------------------- geometry
@@ -983,7 +1080,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     # ------------------------------------------------------------ actuators
     arm = np.array(m.dof_armature, float).copy()
     damp = np.array(m.dof_damping, float).copy() if not dis("mjDSBL_DAMPER") else np.zeros(m.nv)
-    actuators, effort = _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis)
+    actuators, effort, act_rows = _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis)
 
     # ------------------------------------------------------------ joint properties
     nv = len(dof_mj)
@@ -1062,19 +1159,35 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     )
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
+    springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
+    integrator, sim_issues = _integrator(mujoco, m, damp, dis)
+
     # ------------------------------------------------------------ contacts, constraints
-    contacts, terrain = (), None
-    if not dis("mjDSBL_CONTACT"):
-        contacts, terrain = _contacts(m, issues, place, body_names, geom_names)
+    contacts, terrain, geoms = (), None, None
+    if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
+        contacts, terrain, geoms = _contacts(
+            m, issues, place, body_names, geom_names, remap, dis("mjDSBL_FILTERPARENT")
+        )
     constraints, active = (), ()
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
         constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
     issues.raise_if_any()
+    for c, on in zip(constraints, active):
+        sim_issues.append(
+            (
+                "equality",
+                f'<equality name="{c.name}">: jaxdyn.sim does not enforce equality constraints '
+                f"({'active' if on else 'inactive'} at the start); ignored, the body moves "
+                "freely",
+            )
+        )
 
     from ..interop.mujoco import Converter
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    if geoms is not None:
+        _warn_penetrating(mujoco, m, label, geoms, geom_names)
     keyframes = {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -1083,6 +1196,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         model=model,
         contacts=contacts,
         terrain=terrain,
+        geoms=geoms,
         constraints=constraints,
         constraint_active=active,
         actuators=actuators,
@@ -1092,7 +1206,35 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         ignored=tuple(f"[{k}] {msg}" for k, msg in issues.dropped),
         site_frames=site_frames,
         mj_model=m,
+        springs=springs,
+        tendons=tendons,
+        gain_bias=gain_bias,
+        integrator=integrator,
+        sim_issues=tuple(sim_issues),
     )
+
+
+def _integrator(mujoco, m, damp, dis):
+    """jaxdyn's integrator for MuJoCo's ``opt.integrator``, and the sim-only issues."""
+    I = mujoco.mjtIntegrator
+    itg = int(m.opt.integrator)
+    if itg == int(I.mjINT_EULER):
+        if not dis("mjDSBL_EULERDAMP") and np.any(damp > 0):
+            return "implicit_damping", []
+        return "euler", []
+    if itg == int(I.mjINT_RK4):
+        return "rk4", []
+    if itg == int(I.mjINT_IMPLICITFAST):
+        return "implicit", []
+    name = {int(I.mjINT_IMPLICIT): "implicit"}.get(itg, str(itg))
+    return "implicit", [
+        (
+            "integrator",
+            f'<option integrator="{name}">: MuJoCo\'s integrator {name!r} (also implicit in the '
+            "Coriolis / centrifugal forces) has no jaxdyn.sim equivalent; ignored, jaxdyn's "
+            "'implicit' (MuJoCo's implicitfast) steps the model",
+        )
+    ]
 
 
 #: the compiled values jaxdyn reads, checked before use: (object, field, attribute, bounded);
@@ -1238,9 +1380,27 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
                 "J^T a J to the mass matrix, which jaxdyn's tree algorithms cannot represent"
             )
         tnames = mujoco_names(m, "tendon")
-        names = ", ".join(f'"{t}"' for t in tnames[:6])
-        more = f" ... ({m.ntendon} in all)" if m.ntendon > 6 else ""
-        issues.add("tendon", f"<tendon> {names}{more}: tendon forces")
+        for t in range(m.ntendon):
+            el = f'<tendon name="{tnames[t]}">'
+            if not _fixed_tendon(m, t):
+                issues.add(
+                    "tendon",
+                    f"{el}: a spatial tendon (through sites / wrapping): jaxdyn.sim has fixed "
+                    "tendons only; ignored, its passive, limit and actuator forces are dropped",
+                )
+                continue
+            probs = []
+            if m.tendon_frictionloss[t] != 0 and not dis("mjDSBL_FRICTIONLOSS"):
+                probs.append("frictionloss")
+            for name in ("tendon_stiffnesspoly", "tendon_dampingpoly"):
+                if np.any(_get(m, name, m.ntendon)[t]):
+                    probs.append(name.split("_")[1])
+            if probs:
+                issues.add(
+                    "tendon",
+                    f"{el}: {', '.join(probs)} (jaxdyn.sim: linear tendon springs and damping "
+                    "only); ignored, these forces are dropped",
+                )
     if m.nflex:
         issues.add("flex", f"<flex>: {m.nflex} flex(es) (deformable bodies)")
     if m.nplugin:
@@ -1251,6 +1411,11 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         issues.add(
             "fluid",
             f"<option density={m.opt.density:g} viscosity={m.opt.viscosity:g}>: fluid forces",
+        )
+    elif np.any(np.asarray(m.opt.wind) != 0):
+        issues.add(
+            "fluid",
+            "<option wind>: wind (acts through fluid forces; jaxdyn.sim has none); ignored",
         )
     grav = np.nonzero(np.asarray(m.body_gravcomp))[0]
     if len(grav):
@@ -1263,7 +1428,9 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
     passive = []
     if not dis("mjDSBL_SPRING"):
         for j in range(m.njnt):
-            if m.jnt_stiffness[j] != 0 or np.any(_get(m, "jnt_stiffnesspoly", m.njnt)[j]):
+            if np.any(_get(m, "jnt_stiffnesspoly", m.njnt)[j]):
+                passive.append(f"{jnt_el(j)} polynomial stiffness")
+            elif m.jnt_stiffness[j] != 0 and int(m.jnt_type[j]) in (_FREE, _BALL):
                 passive.append(f"{jnt_el(j)} stiffness={m.jnt_stiffness[j]:g}")
         if getattr(m, "nplastic", 0):
             passive.append(f"plasticity ({m.nplastic} state variables)")
@@ -1274,8 +1441,9 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         more = f" ... ({len(passive)} in all)" if len(passive) > 4 else ""
         issues.add(
             "passive",
-            "; ".join(passive[:4]) + more + ": joint springs / nonlinear passive forces "
-            "(jaxdyn.sim applies linear damping and friction only)",
+            "; ".join(passive[:4]) + more + ": springs of ball / free joints or nonlinear "
+            "passive forces (jaxdyn.sim: linear springs on hinge / slide joints, linear damping, "
+            "friction); ignored, these forces are dropped",
         )
     if not dis("mjDSBL_LIMIT"):
         balls = [j for j in range(m.njnt) if m.jnt_type[j] == _BALL and m.jnt_limited[j]]
@@ -1284,28 +1452,55 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
             issues.add("ball_limit", f"{els}: range (cone) limits of ball joints")
 
 
+def _fixed_tendon(m, t) -> bool:
+    """Whether tendon ``t`` is fixed: every wrap a hinge or slide joint."""
+    a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    return all(
+        int(m.wrap_type[w]) == _WRAP_JOINT
+        and int(m.jnt_type[int(m.wrap_objid[w])]) in (_HINGE, _SLIDE)
+        for w in range(a, a + n)
+    )
+
+
+def _tendon_row(m, t) -> np.ndarray:
+    """A fixed tendon's coefficients over MuJoCo's dofs ``(nv,)``."""
+    row = np.zeros(m.nv)
+    a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    for w in range(a, a + n):
+        row[int(m.jnt_dofadr[int(m.wrap_objid[w])])] += float(m.wrap_prm[w])
+    return row
+
+
 def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
-    """Actuator records, and the per-MuJoCo-dof effort bound; folds actuator armature and
-    damping into ``arm`` / ``damp`` (in place)."""
+    """Actuator records, the per-MuJoCo-dof effort bound, and each kept actuator's row of
+    :class:`jaxdyn.sim.GainBias` (moment over MuJoCo's dofs, gain, bias, ranges); folds
+    actuator armature and damping into ``arm`` / ``damp`` (in place)."""
     names = mujoco_names(m, "actuator")
+    tnames = mujoco_names(m, "tendon")
     inv = np.full(m.nv, -1, np.int64)
     inv[dof_mj] = np.arange(len(dof_mj))
     bound = np.zeros(m.nv)
     actuated = np.zeros(m.nv, bool)
-    out = []
+    out, rows = [], []
     for u in range(m.nu):
         el = f'<actuator name="{names[u]}">'
         trn, jid = int(m.actuator_trntype[u]), int(m.actuator_trnid[u, 0])
+        tendon = trn == _TRN_TENDON
         problems = []
-        if trn not in (_TRN_JOINT, _TRN_JOINTINPARENT):
+        if tendon:
+            if not _fixed_tendon(m, jid):
+                problems.append(f'transmission on the spatial tendon "{tnames[jid]}"')
+            if _get(m, "actuator_armature", m.nu)[u] or _get(m, "actuator_damping", m.nu)[u]:
+                problems.append("armature / damping on a tendon transmission")
+        elif trn not in (_TRN_JOINT, _TRN_JOINTINPARENT):
             tn = _TRN_NAMES[trn] if trn < len(_TRN_NAMES) else str(trn)
             problems.append(f"transmission {tn!r}")
         elif int(m.jnt_type[jid]) not in (_HINGE, _SLIDE):
             problems.append(f"transmission on the {_JNT_NAME[int(m.jnt_type[jid])]} joint")
         if int(m.actuator_dyntype[u]) != 0:
             problems.append("activation dynamics (dyntype)")
-        if int(m.actuator_gaintype[u]) != 0:
-            problems.append("a gain other than fixed (gaintype)")
+        if int(m.actuator_gaintype[u]) not in (0, 1):
+            problems.append("a gain other than fixed or affine (gaintype)")
         if int(m.actuator_biastype[u]) not in (0, 1):
             problems.append("a bias other than affine (biastype)")
         if (
@@ -1318,14 +1513,16 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
         if m.actuator_plugin[u] >= 0:
             problems.append("a plugin")
         if problems:
-            issues.add("actuator", f"{el}: {', '.join(problems)}")
+            issues.add(
+                "actuator",
+                f"{el}: {', '.join(problems)}; ignored, the actuator applies no force",
+            )
             continue
         gear = float(m.actuator_gear[u, 0])
-        d = int(m.jnt_dofadr[jid])
-        arm[d] += gear * gear * float(_get(m, "actuator_armature", m.nu)[u])
-        if not dis("mjDSBL_DAMPER"):
-            damp[d] += gear * gear * float(_get(m, "actuator_damping", m.nu)[u])
-        gain = float(m.actuator_gainprm[u, 0])
+        gainprm = np.array(m.actuator_gainprm[u, :3], float)
+        if int(m.actuator_gaintype[u]) == 0:
+            gainprm[1:] = 0.0
+        gain = float(gainprm[0])
         bias = tuple(float(x) for x in m.actuator_biasprm[u, :3])
         if int(m.actuator_biastype[u]) == 0:
             kind_, bias = "motor", (0.0, 0.0, 0.0)
@@ -1335,6 +1532,8 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             kind_ = "velocity"
         else:
             kind_ = "affine"
+        if np.any(gainprm[1:]):
+            kind_ = "affine"
         ctrl = (
             tuple(float(x) for x in m.actuator_ctrlrange[u]) if m.actuator_ctrllimited[u] else None
         )
@@ -1343,24 +1542,49 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             if m.actuator_forcelimited[u]
             else None
         )
-        b = np.inf
-        if frc is not None:
-            b = abs(gear) * max(abs(frc[0]), abs(frc[1]))
-        if kind_ == "motor" and ctrl is not None:
-            b = min(b, abs(gear * gain) * max(abs(ctrl[0]), abs(ctrl[1])))
-        bound[d] += b
-        actuated[d] = True
+        if tendon:  # no bound on the joints it moves (beyond jnt_actfrcrange)
+            moment = gear * _tendon_row(m, jid)
+            joint, dof = None, -1
+            bound[moment != 0] = np.inf
+            actuated[moment != 0] = True
+        else:
+            d = int(m.jnt_dofadr[jid])
+            moment = np.zeros(m.nv)
+            moment[d] = gear
+            joint, dof = jnt_names[jid], int(inv[d])
+            arm[d] += gear * gear * float(_get(m, "actuator_armature", m.nu)[u])
+            if not dis("mjDSBL_DAMPER"):
+                damp[d] += gear * gear * float(_get(m, "actuator_damping", m.nu)[u])
+            b = np.inf
+            if frc is not None:
+                b = abs(gear) * max(abs(frc[0]), abs(frc[1]))
+            if kind_ == "motor" and ctrl is not None:
+                b = min(b, abs(gear * gain) * max(abs(ctrl[0]), abs(ctrl[1])))
+            bound[d] += b
+            actuated[d] = True
+        clamp = ctrl is not None and not dis("mjDSBL_CLAMPCTRL")
+        rows.append(
+            dict(
+                moment=moment,
+                gain=np.zeros(3) if dis("mjDSBL_ACTUATION") else gainprm,
+                bias=np.zeros(3) if dis("mjDSBL_ACTUATION") else np.array(bias),
+                ctrl=ctrl if clamp else (-np.inf, np.inf),
+                force=frc if frc is not None else (-np.inf, np.inf),
+            )
+        )
         out.append(
             Actuator(
                 name=names[u],
-                joint=jnt_names[jid],
-                dof=int(inv[d]),
+                joint=joint,
+                dof=dof,
                 kind=kind_,
                 gear=gear,
                 gain=gain,
                 bias=bias,
                 ctrlrange=ctrl,
                 forcerange=frc,
+                tendon=tnames[jid] if tendon else None,
+                gainprm=tuple(float(x) for x in gainprm),
             )
         )
     effort = np.where(actuated, bound, np.inf)
@@ -1368,7 +1592,71 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
         if m.jnt_actfrclimited[j] and int(m.jnt_type[j]) in (_HINGE, _SLIDE):
             d = int(m.jnt_dofadr[j])
             effort[d] = min(effort[d], float(np.max(np.abs(m.jnt_actfrcrange[j]))))
-    return tuple(out), effort
+    return tuple(out), effort, rows
+
+
+def _scene(m, rows, dof_mj, dis, dtype):
+    """The :mod:`jaxdyn.sim` elements of the MuJoCo scene: joint :class:`Springs`,
+    :class:`FixedTendons` and the :class:`GainBias` actuator (each ``None`` where empty), in
+    jaxdyn's velocity coordinates."""
+    from ..sim.actuators import FixedTendons, GainBias, Springs
+
+    inv = np.full(m.nv, -1, np.int64)
+    inv[dof_mj] = np.arange(len(dof_mj))
+
+    def columns(mats):  # jaxdyn dofs touched by the rows (sorted), and the rows on them
+        used = sorted({int(inv[d]) for mat in mats for d in np.nonzero(mat)[0]})
+        mj = [int(dof_mj[k]) for k in used]
+        return tuple(used), [np.asarray(mat)[mj] for mat in mats]
+
+    def arr(x):
+        return jnp.asarray(np.asarray(x, float), dtype)
+
+    springs = None
+    if not dis("mjDSBL_SPRING"):
+        js = [
+            j
+            for j in range(m.njnt)
+            if m.jnt_stiffness[j] != 0 and int(m.jnt_type[j]) in (_HINGE, _SLIDE)
+        ]
+        if js:
+            order = sorted(js, key=lambda j: int(inv[int(m.jnt_dofadr[j])]))
+            springs = Springs(
+                stiffness=arr([m.jnt_stiffness[j] for j in order]),
+                springref=arr([m.qpos_spring[int(m.jnt_qposadr[j])] for j in order]),
+                dofs=tuple(int(inv[int(m.jnt_dofadr[j])]) for j in order),
+            )
+    tendons = None
+    fixed = [t for t in range(m.ntendon) if _fixed_tendon(m, t)]
+    if fixed:
+        dofs, coef = columns([_tendon_row(m, t) for t in fixed])
+        k = 0.0 if dis("mjDSBL_SPRING") else 1.0
+        b = 0.0 if dis("mjDSBL_DAMPER") else 1.0
+        lim = [bool(m.tendon_limited[t]) and not dis("mjDSBL_LIMIT") for t in fixed]
+        tendons = FixedTendons(
+            coef=arr(coef),
+            stiffness=arr([k * m.tendon_stiffness[t] for t in fixed]),
+            lower_spring=arr([m.tendon_lengthspring[t, 0] for t in fixed]),
+            upper_spring=arr([m.tendon_lengthspring[t, 1] for t in fixed]),
+            damping=arr([b * m.tendon_damping[t] for t in fixed]),
+            lower=arr([m.tendon_range[t, 0] if lt else -np.inf for t, lt in zip(fixed, lim)]),
+            upper=arr([m.tendon_range[t, 1] if lt else np.inf for t, lt in zip(fixed, lim)]),
+            dofs=dofs,
+        )
+    gain_bias = None
+    if rows:
+        dofs, moment = columns([r["moment"] for r in rows])
+        gain_bias = GainBias(
+            moment=arr(np.reshape(moment, (len(rows), len(dofs)))),
+            gain=arr([r["gain"] for r in rows]),
+            bias=arr([r["bias"] for r in rows]),
+            ctrl_lower=arr([r["ctrl"][0] for r in rows]),
+            ctrl_upper=arr([r["ctrl"][1] for r in rows]),
+            force_lower=arr([r["force"][0] for r in rows]),
+            force_upper=arr([r["force"][1] for r in rows]),
+            dofs=dofs,
+        )
+    return springs, tendons, gain_bias
 
 
 def _can_collide(m, g1, g2) -> bool:
@@ -1384,9 +1672,83 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _contacts(m, issues, place, body_names, geom_names):
-    """Contact primitives on moving bodies that touch the terrain, and the terrain plane."""
+def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
+    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    deep = {}
+    for c in d.contact[: d.ncon]:
+        key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
+        if key in pairs and c.dist < -depth:
+            deep[key] = max(deep.get(key, 0.0), -float(c.dist))
+    if deep:
+        import warnings
+
+        listed = ", ".join(
+            "-".join(repr(n) for n in sorted(k)) + f" ({v * 1e3:.3g} mm)"
+            for k, v in list(deep.items())[:6]
+        )
+        more = f" ... ({len(deep)} in all)" if len(deep) > 6 else ""
+        warnings.warn(
+            f"load_mjcf: {label}: geoms interpenetrate at qpos0: {listed}{more}; the contact "
+            "solver pushes them apart in the first steps",
+            stacklevel=4,
+        )
+
+
+def _mesh_hull(m, g, element):
+    """The convex hull (:func:`jaxdyn.sim.collision.hull_from_points`, scipy's Qhull) of the
+    mesh of geom ``g``, in the geom's frame (MuJoCo's compiled vertices); MuJoCo collides a mesh
+    as its convex hull too: a non-convex one gets a warning naming it."""
+    import warnings
+
+    from ..sim.collision import hull_from_points
+
+    k = int(m.geom_dataid[g])
+    a, n = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
+    verts = np.array(m.mesh_vert[a : a + n], float)
+    hull = hull_from_points(verts)
+    # a vertex farther than 1e-6 of the size inside the hull: the mesh is not convex
+    scale = float(np.ptp(verts, axis=0).max())
+    hv = np.asarray(hull.vertices, float)
+    d = verts @ np.asarray(hull.normals, float).T - np.max(
+        hv @ np.asarray(hull.normals, float).T, axis=0
+    )
+    if np.any(d.max(axis=1) < -1e-6 * scale):
+        warnings.warn(
+            f"load_mjcf: {element}: the mesh is not convex; it collides as its convex hull (as "
+            "in MuJoCo)",
+            stacklevel=5,
+        )
+    return hull
+
+
+def _filtered(m, g1, g2, filterparent_off) -> bool:
+    """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
+    ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
+    (welded bodies) unless the parent is the world or ``filterparent`` is disabled;
+    ``contype`` / ``conaffinity``; an ``<exclude>`` of their bodies."""
+    b1, b2 = int(m.geom_bodyid[g1]), int(m.geom_bodyid[g2])
+    w1, w2 = int(m.body_weldid[b1]), int(m.body_weldid[b2])
+    if w1 == w2:
+        return True
+    pw1 = int(m.body_weldid[int(m.body_parentid[w1])])
+    pw2 = int(m.body_weldid[int(m.body_parentid[w2])])
+    if not filterparent_off and w1 != 0 and w2 != 0 and (w1 == pw2 or w2 == pw1):
+        return True
+    return not _can_collide(m, g1, g2) or _excluded(m, b1, b2)
+
+
+def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=False):
+    """Contact primitives on moving bodies that touch the ground plane (exactly as their
+    spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
+    terrain, and a :class:`jaxdyn.sim.Geoms` of every other pair MuJoCo's filters let
+    collide."""
+    from ..sim import collision
     from ..sim.geometry import Box, Capsule, Plane, Sphere
+    from ..sim.geoms import Geoms, Static
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -1395,16 +1757,11 @@ def _contacts(m, issues, place, body_names, geom_names):
     def el(g):
         return f'<geom name="{geom_names[g]}" type="{_GEOM_NAMES[int(m.geom_type[g])]}">'
 
+    def listed(gs):
+        more = f" ... ({len(gs)} in all)" if len(gs) > 6 else ""
+        return ", ".join(el(g) for g in gs[:6]) + more
+
     planes = [g for g in static if int(m.geom_type[g]) == _PLANE]
-    others = [g for g in static if int(m.geom_type[g]) != _PLANE] + planes[1:]
-    if others:
-        els = ", ".join(el(g) for g in others[:6])
-        more = f" ... ({len(others)} in all)" if len(others) > 6 else ""
-        issues.add(
-            "geom",
-            f"{els}{more}: static collision geometry other than one ground plane "
-            "(jaxdyn.sim has one terrain)",
-        )
     terrain, ground = None, None
     if planes:
         ground = planes[0]
@@ -1412,12 +1769,10 @@ def _contacts(m, issues, place, body_names, geom_names):
         R, p = _compose(T, _local_frame(m, "geom", ground))
         n = R[:, 2]
         terrain = Plane(normal=n, height=float(n @ p))
-    prims, bad = [], []
+    prims, as_prim = [], set()
     for g in moving:
-        if ground is not None:
-            bg, b0 = int(m.geom_bodyid[g]), int(m.geom_bodyid[ground])
-            if not _can_collide(m, g, ground) or _excluded(m, bg, b0):
-                continue
+        if ground is None or _filtered(m, ground, g, filterparent_off):
+            continue
         typ = int(m.geom_type[g])
         frame = body_names[int(m.geom_bodyid[g])]
         R, pg = _local_frame(m, "geom", g)
@@ -1439,16 +1794,72 @@ def _contacts(m, issues, place, body_names, geom_names):
         elif typ == _BOX:
             prims.append(Box(frame, tuple(2 * size), pos=pos, rotation=R, name=geom_names[g]))
         else:
-            bad.append(g)
-    if bad:
-        els = ", ".join(el(g) for g in bad[:6])
-        more = f" ... ({len(bad)} in all)" if len(bad) > 6 else ""
+            continue
+        as_prim.add(g)
+
+    # every other pair MuJoCo's broad phase lets through
+    pairs, unsupported, condim = [], {}, []
+    for i, g1 in enumerate(collide):
+        for g2 in collide[i + 1 :]:
+            if _filtered(m, g1, g2, filterparent_off):
+                continue
+            if ground in (g1, g2) and (g2 if g1 == ground else g1) in as_prim:
+                continue
+            a, b = (g1, g2) if int(m.geom_type[g1]) <= int(m.geom_type[g2]) else (g2, g1)
+            key = (_GEOM_NAMES[int(m.geom_type[a])], _GEOM_NAMES[int(m.geom_type[b])])
+            if key not in collision.PAIRS:
+                unsupported.setdefault(key, []).append((a, b))
+                continue
+            pairs.append((a, b))
+    for key, ps in unsupported.items():
+        ex = ", ".join(f"{el(a)}-{el(b)}" for a, b in ps[:3])
+        more = f" ... ({len(ps)} in all)" if len(ps) > 3 else ""
         issues.add(
             "geom",
-            f"{els}{more}: contact shapes jaxdyn.sim does not have (it has sphere, capsule, box "
-            "and a ground plane)",
+            f"{ex}{more}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts "
+            f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
-    return tuple(prims), terrain
+    used = sorted({g for pr in pairs for g in pr})
+    for g in used:
+        if int(m.geom_condim[g]) not in (1, 3):
+            condim.append(g)
+    if condim:
+        issues.add(
+            "geom",
+            f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+            "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
+        )
+    if not pairs:
+        return tuple(prims), terrain, None
+    index = {g: k for k, g in enumerate(used)}
+    body, rot, pos = [], [], []
+    for g in used:
+        b, T = place[int(m.geom_bodyid[g])]
+        R, p = _compose(T, _local_frame(m, "geom", g))
+        body.append(int(remap(b)) if b >= 0 else -1)
+        rot.append(R)
+        pos.append(p)
+    types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
+    hulls = {}
+    for k, g in enumerate(used):
+        if types[k] == "mesh":
+            hulls[k] = _mesh_hull(m, g, el(g))
+    rbound = np.array([float(m.geom_rbound[g]) for g in used])
+    rbound[np.array([t == "plane" for t in types])] = np.inf
+    geoms = Geoms(
+        size=np.array([m.geom_size[g] for g in used], float),
+        pos=np.asarray(pos, float),
+        rot=np.asarray(rot, float),
+        friction=np.array([float(m.geom_friction[g][0]) for g in used]),
+        rbound=rbound,
+        body=tuple(body),
+        type=types,
+        condim=tuple(int(m.geom_condim[g]) for g in used),
+        names=tuple(geom_names[g] for g in used),
+        pairs=tuple((index[a], index[b]) for a, b in pairs),
+        hulls=Static(hulls) if hulls else None,
+    )
+    return tuple(prims), terrain, geoms
 
 
 def _equalities(mujoco, m, issues, place, body_names, site_frames):

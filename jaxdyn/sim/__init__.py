@@ -4,15 +4,22 @@
 * contact geometry on frames (:class:`Sphere`, :class:`Point`, :class:`Box`, :class:`Capsule`,
   compiled by :func:`contact_set`) against a :class:`Plane` or a :class:`Heightfield`
   (:mod:`jaxdyn.sim.geometry`);
+* collision geoms on any bodies and the pairs that may touch, :class:`Geoms` (from MJCF:
+  ``load_mjcf(...).geoms``; from URDF: :func:`urdf_geoms`), through the narrow phase of
+  :mod:`jaxdyn.sim.collision` (:mod:`jaxdyn.sim.geoms`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
-* actuators :class:`Torque`, :class:`PD` and :class:`JointLimits`
+* actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
+  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
   (:mod:`jaxdyn.sim.actuators`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
 
 from .actuators import PD as PD
+from .actuators import FixedTendons as FixedTendons
+from .actuators import GainBias as GainBias
 from .actuators import JointLimits as JointLimits
+from .actuators import Springs as Springs
 from .actuators import Torque as Torque
 from .actuators import joint_properties as joint_properties
 from .contact import Compliant as Compliant
@@ -31,6 +38,8 @@ from .geometry import Plane as Plane
 from .geometry import Point as Point
 from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
+from .geoms import Geoms as Geoms
+from .geoms import urdf_geoms as urdf_geoms
 from .sharding import batch_mesh as batch_mesh
 from .sharding import shard_batch as shard_batch
 from .sharding import sharded_vmap as sharded_vmap
@@ -42,11 +51,15 @@ __all__ = [
     "Compliant",
     "Constraint",
     "ContactSet",
+    "FixedTendons",
+    "GainBias",
+    "Geoms",
     "Heightfield",
     "JointLimits",
     "Plane",
     "Point",
     "SimConfig",
+    "Springs",
     "Sphere",
     "State",
     "batch_mesh",
@@ -59,4 +72,5 @@ __all__ = [
     "rollout",
     "solve_cone_complementarity",
     "step",
+    "urdf_geoms",
 ]

@@ -57,6 +57,8 @@ def check_config(fn: str, cfg, x):
         ("cfg.actuator", cfg.actuator),
         ("cfg.limits", cfg.limits),
         ("cfg.terrain", cfg.terrain),
+        ("cfg.springs", getattr(cfg, "springs", None)),
+        ("cfg.tendons", getattr(cfg, "tendons", None)),
     ]
     checks = value_checks.enabled()
     items = [("cfg.dt", cfg.dt, 0.0, True)]

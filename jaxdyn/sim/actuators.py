@@ -20,7 +20,17 @@ import numpy as np
 from .. import joints
 from . import _params, _scatter
 
-__all__ = ["JointLimits", "PD", "Torque", "actuated_dofs", "joint_properties", "passive_forces"]
+__all__ = [
+    "FixedTendons",
+    "GainBias",
+    "JointLimits",
+    "PD",
+    "Springs",
+    "Torque",
+    "actuated_dofs",
+    "joint_properties",
+    "passive_forces",
+]
 
 
 def actuated_dofs(model, dofs=None) -> np.ndarray:
@@ -183,3 +193,211 @@ def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
     gate = (below + above) / (below + above + eps)
     f = limits.stiffness * (below - above) - limits.damping * gate * v[idx]
     return _scatter.add_at(tau, idx, f)
+
+
+# ------------------------------------------------------------------ MuJoCo's scene elements
+
+
+def _one_dof_coords(model, dofs):
+    """``(v indices, q indices)`` of the static one-DoF coordinates ``dofs``."""
+    idx = np.asarray(dofs, np.int64).reshape(-1)
+    return idx, dof_positions(model, idx)
+
+
+def _check_matrix(owner, name, value, rows, cols):
+    if value is None or isinstance(value, jax.core.Tracer):
+        return
+    shape = np.shape(value)
+    if len(shape) != 2 or (rows is not None and shape[0] != rows) or shape[1] != cols:
+        want = f"({rows if rows is not None else 'n'}, {cols})"
+        raise ValueError(f"{owner}: {name} has shape {shape}, expected {want} (one column per dof)")
+
+
+class Springs(eqx.Module):
+    """Joint springs on one-DoF joints (MuJoCo's joint ``stiffness`` and ``springref``):
+    ``tau[dofs] += -stiffness (q - springref)``, ``stiffness`` and ``springref`` one per entry
+    of ``dofs`` (static velocity coordinates of hinge or slide joints; jaxdyn's ``q`` of such a
+    joint is MuJoCo's ``qpos``)."""
+
+    stiffness: jnp.ndarray
+    springref: jnp.ndarray
+    dofs: tuple = eqx.field(static=True)
+
+    _RULES = (("stiffness", 0.0, False), ("springref", None, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        for name in ("stiffness", "springref"):
+            value = getattr(self, name)
+            if not isinstance(value, jax.core.Tracer) and np.shape(value) not in (
+                (),
+                (len(self.dofs),),
+            ):
+                raise ValueError(
+                    f"Springs: {name} has shape {np.shape(value)}, expected ({len(self.dofs)},) "
+                    "(one per entry of dofs) or a scalar"
+                )
+
+    def forces(self, model, q, v):
+        idx, qidx = _one_dof_coords(model, self.dofs)
+        dtype = v.dtype
+        k = jnp.asarray(self.stiffness, dtype)
+        tau = -k * (q[qidx] - jnp.asarray(self.springref, dtype))
+        return _scatter.add_at(jnp.zeros(model.nv, dtype), idx, tau)
+
+
+class FixedTendons(eqx.Module):
+    """Fixed tendons (MuJoCo's ``<tendon><fixed>``): lengths ``L = coef q[dofs]`` (``coef
+    (nt, k)``, one column per static one-DoF coordinate of ``dofs``), velocities
+    ``Ldot = coef v[dofs]``, and their passive forces, applied as ``tau[dofs] += coef^T f``:
+
+    * a spring with a dead band (MuJoCo's ``springlength``, two values):
+      ``f = -stiffness (L - lower_spring)`` below ``lower_spring``,
+      ``-stiffness (L - upper_spring)`` above ``upper_spring``, zero between;
+    * viscous damping ``f = -damping Ldot``;
+    * length limits ``[lower, upper]`` (``-inf`` / ``inf`` where none), as the joint limits:
+      the one-sided smooth spring-damper of the configuration's :class:`JointLimits` (MuJoCo:
+      a constraint with its own ``solreflimit``).
+
+    Their velocity terms couple the coordinates (``coef^T diag(damping) coef``): the
+    ``"implicit"`` integrator treats them exactly (a low-rank update of its ABA solve)."""
+
+    coef: jnp.ndarray
+    stiffness: jnp.ndarray
+    lower_spring: jnp.ndarray
+    upper_spring: jnp.ndarray
+    damping: jnp.ndarray
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    dofs: tuple = eqx.field(static=True)
+
+    _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False), ("coef", None, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        _check_matrix("FixedTendons", "coef", self.coef, None, len(self.dofs))
+
+    def size(self) -> int:
+        return int(np.shape(self.coef)[0])
+
+    def lengths(self, model, q, v):
+        """``(L, Ldot)`` ``(nt,)`` each."""
+        idx, qidx = _one_dof_coords(model, self.dofs)
+        coef = jnp.asarray(self.coef, v.dtype)
+        return coef @ q[qidx], coef @ v[idx]
+
+    def _tendon_forces(self, model, limits, L, Ld):
+        dtype = L.dtype
+        k = jnp.asarray(self.stiffness, dtype)
+        lo_s, hi_s = jnp.asarray(self.lower_spring, dtype), jnp.asarray(self.upper_spring, dtype)
+        f = -k * (jnp.minimum(L - lo_s, 0.0) + jnp.maximum(L - hi_s, 0.0))
+        f = f - jnp.asarray(self.damping, dtype) * Ld
+        if limits is not None:
+            f = f + _limit_forces(limits, L, Ld, self.lower, self.upper)
+        return f
+
+    def forces(self, model, limits, q, v):
+        L, Ld = self.lengths(model, q, v)
+        f = self._tendon_forces(model, limits, L, Ld)
+        idx, _ = _one_dof_coords(model, self.dofs)
+        tau = jnp.asarray(self.coef, v.dtype).T @ f
+        return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, tau)
+
+    def velocity_factors(self, model, limits, q, v):
+        """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T``."""
+        L, Ld = self.lengths(model, q, v)
+        _, c = jax.jvp(
+            lambda ld: self._tendon_forces(model, limits, L, ld), (Ld,), (jnp.ones_like(Ld),)
+        )
+        idx, _ = _one_dof_coords(model, self.dofs)
+        U = _scatter.add_at(
+            jnp.zeros((model.nv, self.size()), v.dtype), idx, jnp.asarray(self.coef, v.dtype).T
+        )
+        return U, -c
+
+
+def _limit_forces(limits, x, xd, lower, upper):
+    """The one-sided smooth spring-damper of :class:`JointLimits` on coordinates ``x``."""
+    dtype = x.dtype
+    lo, hi = jnp.asarray(lower, dtype), jnp.asarray(upper, dtype)
+    eps = jnp.asarray(limits.smoothing, dtype)
+    below = jnp.where(jnp.isfinite(lo), eps * jax.nn.softplus((lo - x) / eps), 0.0)
+    above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((x - hi) / eps), 0.0)
+    gate = (below + above) / (below + above + eps)
+    return limits.stiffness * (below - above) - limits.damping * gate * xd
+
+
+class GainBias(eqx.Module):
+    """MuJoCo's actuators of the gain / bias family (``motor``, ``position``, ``velocity``,
+    ``general`` with ``gaintype`` fixed or affine and ``biastype`` none or affine), on joint or
+    fixed-tendon transmissions, without activation dynamics (MuJoCo's ``mj_fwdActuation``,
+    ``dyntype="none"``)::
+
+        c     = clip(ctrl, ctrl_lower, ctrl_upper)
+        L, Ld = moment q[dofs], moment v[dofs]             # actuator lengths, velocities
+        force = (gain0 + gain1 L + gain2 Ld) c + bias0 + bias1 L + bias2 Ld
+        force = clip(force, force_lower, force_upper)
+        tau[dofs] += moment^T force
+
+    ``moment (nu, k)``: one row per actuator (``gear`` on its joint's column, or ``gear`` times
+    the tendon's coefficients), one column per static one-DoF coordinate of ``dofs``;
+    ``gain``, ``bias`` ``(nu, 3)``; the ranges ``(nu,)`` (``-inf`` / ``inf`` where
+    unlimited). ``ctrl`` has ``nu`` entries, in MuJoCo's actuator order. Velocity terms
+    (``gain2 c + bias2``) enter the ``"implicit"`` integrator exactly (a low-rank update of its
+    solve), as MuJoCo's ``implicitfast``."""
+
+    moment: jnp.ndarray
+    gain: jnp.ndarray
+    bias: jnp.ndarray
+    ctrl_lower: jnp.ndarray
+    ctrl_upper: jnp.ndarray
+    force_lower: jnp.ndarray
+    force_upper: jnp.ndarray
+    dofs: tuple = eqx.field(static=True)
+
+    _RULES = (("moment", None, False), ("gain", None, False), ("bias", None, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        _check_matrix("GainBias", "moment", self.moment, None, len(self.dofs))
+        nu = int(np.shape(self.moment)[0])
+        for name in ("gain", "bias"):
+            _check_matrix("GainBias", name, getattr(self, name), nu, 3)
+
+    def size(self, model) -> int:
+        return int(np.shape(self.moment)[0])
+
+    def velocity_gain(self, model, dtype):  # the coupled velocity terms: velocity_factors
+        return jnp.zeros(model.nv, dtype)
+
+    def _force(self, c, L, Ld):
+        dtype = L.dtype
+        g, b = jnp.asarray(self.gain, dtype), jnp.asarray(self.bias, dtype)
+        f = (g[:, 0] + g[:, 1] * L + g[:, 2] * Ld) * c + b[:, 0] + b[:, 1] * L + b[:, 2] * Ld
+        return jnp.clip(
+            f, jnp.asarray(self.force_lower, dtype), jnp.asarray(self.force_upper, dtype)
+        )
+
+    def _parts(self, model, q, v, ctrl):
+        idx, qidx = _one_dof_coords(model, self.dofs)
+        dtype = v.dtype
+        mom = jnp.asarray(self.moment, dtype)
+        c = jnp.clip(ctrl, jnp.asarray(self.ctrl_lower, dtype), jnp.asarray(self.ctrl_upper, dtype))
+        return idx, mom, c, mom @ q[qidx], mom @ v[idx]
+
+    def forces(self, model, q, v, ctrl):
+        """The actuator forces ``(nu,)`` (MuJoCo's ``actuator_force``)."""
+        _, _, c, L, Ld = self._parts(model, q, v, ctrl)
+        return self._force(c, L, Ld)
+
+    def torques(self, model, q, v, ctrl):
+        idx, mom, c, L, Ld = self._parts(model, q, v, ctrl)
+        tau = mom.T @ self._force(c, L, Ld)
+        return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, tau)
+
+    def velocity_factors(self, model, q, v, ctrl):
+        """``(U (nv, nu), c (nu,))`` with ``-d tau / d v = U diag(c) U^T``."""
+        idx, mom, c, L, Ld = self._parts(model, q, v, ctrl)
+        _, dfd = jax.jvp(lambda ld: self._force(c, L, ld), (Ld,), (jnp.ones_like(Ld),))
+        U = _scatter.add_at(jnp.zeros((model.nv, mom.shape[0]), v.dtype), idx, mom.T)
+        return U, -dfd

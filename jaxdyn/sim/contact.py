@@ -74,25 +74,63 @@ __all__ = [
 
 class ContactFrames(eqx.Module):
     """Per-contact kinematics (arrays ``(nc, ...)``, world axes; positions relative to the
-    origin of the world state they were computed from)."""
+    origin of the world state they were computed from).
+
+    A contact acts between ``body`` (static, one per contact), which receives the force ``+f``,
+    and ``other`` (static; ``-1``: the world, the terrain), which receives ``-f``; ``normal``
+    points from ``other`` to ``body`` and ``velocity`` is the velocity of ``body``'s point at
+    ``point`` relative to ``other``'s. ``friction (nc,)``: each contact's Coulomb coefficient
+    (``None``: the contact model's)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
     point: jnp.ndarray  # (nc, 3) contact point x = c - r n
     velocity: jnp.ndarray  # (nc, 3) velocity of the body point at x
+    friction: jnp.ndarray | None = None
+    body: tuple = eqx.field(static=True, default=())
+    other: tuple = eqx.field(static=True, default=())
 
     def split_velocity(self):
         vn = jnp.sum(self.velocity * self.normal, -1)
         return vn, self.velocity - vn[:, None] * self.normal
 
+    @property
+    def body_index(self) -> np.ndarray:
+        return np.asarray(self.body, np.int64)
 
-def contact_frames(ws, origin, body_velocity, cs, terrain) -> ContactFrames:
+    @property
+    def other_index(self) -> np.ndarray:
+        return np.asarray(self.other, np.int64)
+
+
+def concat_frames(parts):
+    """One :class:`ContactFrames` of the contacts of ``parts`` (in order)."""
+    parts = [p for p in parts if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    cat = lambda xs: jnp.concatenate(xs, 0)  # noqa: E731
+    fr = None
+    if any(p.friction is not None for p in parts):
+        fr = cat([jnp.ones_like(p.distance) if p.friction is None else p.friction for p in parts])
+    return ContactFrames(
+        cat([p.distance for p in parts]),
+        cat([p.normal for p in parts]),
+        cat([p.point for p in parts]),
+        cat([p.velocity for p in parts]),
+        fr,
+        sum((p.body for p in parts), ()),
+        sum((p.other for p in parts), ()),
+    )
+
+
+def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> ContactFrames:
     """Contact kinematics from a world state.
 
     ``ws``: :class:`~jaxdyn.algorithms.kinematics.WorldState` (positions relative to
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
-    :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`.
+    :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
+    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``).
     """
     b = cs.body_index
     R, p = ws.R[b], ws.p[b]
@@ -103,26 +141,48 @@ def contact_frames(ws, origin, body_velocity, cs, terrain) -> ContactFrames:
     x = centre - radius[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
-    return ContactFrames(dist - radius, n, x, vel)
+    fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
+    return ContactFrames(dist - radius, n, x, vel, fr, tuple(cs.body), (-1,) * len(cs.body))
 
 
-def contact_wrenches(ws, cs, point, force):
+def _bodies_sum(values, frames, nb, sign_other=-1.0, scale_other=None):
+    """Per-body sums ``(nb, ...)`` of per-contact ``values (nc, ...)``: ``+values`` on each
+    contact's ``body``, ``sign_other * values`` on its ``other`` (the world's share dropped)."""
+    body, other = frames.body_index, frames.other_index
+    moving = other >= 0
+    if not np.any(moving):
+        return _scatter.segment_sum(values, body, nb)
+    vo = values[np.nonzero(moving)[0]] * sign_other
+    idx = np.concatenate([body, other[moving]])
+    return _scatter.segment_sum(jnp.concatenate([values, vo], 0), idx, nb)
+
+
+def contact_wrenches(ws, frames, point, force):
     """Per-body spatial forces at the world-state origin ``(nb, 6)`` from point forces
-    ``force (nc, 3)`` (world axes) applied at ``point (nc, 3)``."""
+    ``force (nc, 3)`` (world axes) applied at ``point (nc, 3)``: ``+force`` on each contact's
+    ``body``, ``-force`` on its ``other``."""
     w = jnp.concatenate([spatial.cross(point, force), force], -1)
-    return _scatter.segment_sum(w, cs.body_index, ws.R.shape[0])
+    return _bodies_sum(w, frames, ws.R.shape[0])
 
 
 # ------------------------------------------------------------------------------- compliant
 class Compliant(eqx.Module):
     """Compliant contact: smooth spring-damper normal force, regularised Coulomb friction.
 
-    - ``stiffness`` (N/m per contact) and ``damping`` (N s/m per contact): ``None`` derives them
-      from the model's total mass ``m``: ``k = m g / 5 mm`` (the whole weight on one contact
-      sinks 5 mm) and ``c = 2 sqrt(k m) / 4`` (a quarter of critical damping for the whole
-      robot on one contact: about critical when four feet share the load).
-    - ``friction``: Coulomb coefficient ``mu``.
-    - ``slip`` (m/s): regularisation speed of friction ``vs``.
+    - ``stiffness`` (N/m per contact) and ``damping`` (N s/m per contact): ``None`` (default)
+      derives them per contact, as MuJoCo's ``solref = (timeconst, dampratio)`` does, from the
+      mass ``m`` the contact pushes: ``k = m / (timeconst dampratio)^2``,
+      ``c = 2 m / timeconst`` (critically damped at ``dampratio = 1``: a 50 rad/s mass-spring
+      on the contact at the default ``timeconst = 0.02``). ``m`` is the mass of the body tree
+      the contact moves (the whole robot for a foot: its weight, not its limb's, rests on it;
+      one object of a scene for that object), the reduced mass ``m1 m2 / (m1 + m2)`` of the two
+      trees of a contact between bodies. Given numbers apply to every contact.
+    - ``friction``: Coulomb coefficient ``mu`` of every contact; ``None`` (default): each
+      contact's own (the geoms' of :class:`~jaxdyn.sim.geoms.Geoms`, combined as MuJoCo does;
+      1 for the spheres of a :class:`~jaxdyn.sim.geometry.ContactSet`).
+    - ``slip`` (m/s): regularisation speed of friction ``vs``: a contact loaded below its
+      friction limit creeps at a speed of order ``vs`` (a box on a 20 degree incline with
+      ``mu = 0.5``: ``1.06 vs``; MuJoCo C's soft friction creeps at 1.8 mm/s there).
     - ``smoothing`` (m): softplus width ``eps`` of the penetration.
 
     The damping and, above all, the friction's viscosity ``mu fn / vs`` at low slip are stiff
@@ -134,9 +194,11 @@ class Compliant(eqx.Module):
 
     stiffness: float | None = None
     damping: float | None = None
-    friction: float = 1.0
-    slip: float = 0.01
+    friction: float | None = None
+    slip: float = 1e-3
     smoothing: float = 1e-4
+    timeconst: float = 0.02
+    dampratio: float = 1.0
 
     _RULES = (
         ("stiffness", 0.0, True),
@@ -144,16 +206,65 @@ class Compliant(eqx.Module):
         ("friction", 0.0, False),
         ("slip", 0.0, True),
         ("smoothing", 0.0, True),
+        ("timeconst", 0.0, True),
+        ("dampratio", 0.0, True),
     )
 
     def __check_init__(self):
         _params.check_module(self)
 
-    def gains(self, model, dtype):
-        m = jnp.sum(model.mass).astype(dtype)
-        k = m * 9.81 / 5e-3 if self.stiffness is None else jnp.asarray(self.stiffness, dtype)
-        c = 0.5 * jnp.sqrt(k * m) if self.damping is None else jnp.asarray(self.damping, dtype)
-        return k, c
+    def gains(self, model, dtype, body=None, other=None):
+        """Stiffness and damping: scalars for the model's total mass (``body=None``), or one per
+        contact ``(nc,)`` for contacts on the bodies ``body`` (static ints), each against
+        ``other`` (static ints, ``-1`` the world; ``None``: all against the world)."""
+        if body is None:
+            m = jnp.sum(model.mass).astype(dtype)
+        else:
+            m = contact_mass(model, body, other).astype(dtype)
+        tc = jnp.asarray(self.timeconst, dtype)
+        k = m / (tc * self.dampratio) ** 2 if self.stiffness is None else self.stiffness
+        c = 2.0 * m / tc if self.damping is None else self.damping
+        shape = jnp.shape(m)
+        return (
+            jnp.broadcast_to(jnp.asarray(k, dtype), shape),
+            jnp.broadcast_to(jnp.asarray(c, dtype), shape),
+        )
+
+
+def tree_roots(topo) -> np.ndarray:
+    """The root body (``parent < 0``) of every body's tree, ``(nb,)`` static."""
+    root = np.arange(topo.nb)
+    for b in range(topo.nb):
+        p = int(topo.parent[b])
+        if p >= 0:
+            root[b] = root[p]
+    return root
+
+
+def contact_mass(model, body, other=None):
+    """Mass each contact pushes ``(nc,)``: the mass of the tree of ``body`` (static ints), or
+    the reduced mass ``m1 m2 / (m1 + m2)`` with the tree of ``other`` where ``other >= 0``
+    (``-1``: the world, infinitely heavy)."""
+    t = model.topo
+    root = tree_roots(t)
+    tm = _scatter.segment_sum(model.mass, root, t.nb)[root]  # (nb,) tree masses
+    m = tm[np.asarray(body, np.int64)]
+    if other is None:
+        return m
+    other = np.asarray(other, np.int64)
+    mo = tm[np.maximum(other, 0)]
+    moving = jnp.asarray(other >= 0)
+    return jnp.where(moving, m * mo / jnp.where(moving, m + mo, 1.0), m)
+
+
+def _friction(contact, frames, dtype):
+    """Each contact's Coulomb coefficient: the contact model's if it gives one, else the
+    frames' (the geoms'), else 1."""
+    if contact.friction is not None:
+        return jnp.asarray(contact.friction, dtype)
+    if frames.friction is not None:
+        return frames.friction.astype(dtype)
+    return jnp.asarray(1.0, dtype)
 
 
 def compliant_forces(
@@ -176,7 +287,8 @@ def compliant_forces(
     vs2 = jnp.asarray(contact.slip, dtype) ** 2
     fn_t = fn if friction_normal is None else friction_normal
     s = jnp.sqrt(jnp.sum(vt * vt, -1) + vs2) if friction_speed is None else friction_speed
-    ft = -(contact.friction * fn_t / s)[:, None] * vt
+    mu = _friction(contact, frames, dtype)
+    ft = -(mu * fn_t / s)[:, None] * vt
     return fn[:, None] * frames.normal + ft
 
 
@@ -184,7 +296,8 @@ def compliant_forces(
 class Constraint(eqx.Module):
     """Constraint-based contact solved on the Delassus matrix (see the module docstring).
 
-    - ``friction``: Coulomb coefficient ``mu``.
+    - ``friction``: Coulomb coefficient ``mu`` of every contact; ``None`` (default): each
+      contact's own (as :class:`Compliant`).
     - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
       steps after them (static; see :func:`solve_cone_complementarity`).
     - ``baumgarte``: fraction of a penetration removed per step.
@@ -194,7 +307,7 @@ class Constraint(eqx.Module):
       normal velocity ``mu |v_t|`` per step (see the module docstring).
     """
 
-    friction: float = 1.0
+    friction: float | None = None
     iterations: int = eqx.field(static=True, default=100)
     newton: int = eqx.field(static=True, default=0)
     baumgarte: float = 0.2
@@ -375,13 +488,21 @@ def solve_cone_complementarity(
     return _solve(G, u, jnp.asarray(mu, u.dtype), int(iterations), int(newton), bool(coulomb))
 
 
-def point_jacobian(model, ws, cs, point):
-    """Linear-velocity Jacobians of the contact points, world axes: ``(nc, 3, nv)``."""
+def point_jacobian(model, ws, frames, point):
+    """Linear-velocity Jacobians of the contact points, world axes: ``(nc, 3, nv)``: the
+    velocity of ``frames.body``'s point relative to ``frames.other``'s, ``J_body(p) -
+    J_other(p)`` (the world's is zero; the dofs both bodies hang from cancel)."""
     t = model.topo
-    supp = np.asarray(t.body_dof_support)[cs.body_index]  # (nc, nv) dof r moves the contact's body
+    supp = np.asarray(t.body_dof_support, np.int64)
+    other = frames.other_index
+    w = supp[frames.body_index] - np.where((other >= 0)[:, None], supp[np.maximum(other, 0)], 0)
     S = ws.S  # (nv, 6) at the world-state origin
     lin = S[None, :, 3:] + spatial.cross(S[None, :, :3], point[:, None, :])  # (nc, nv, 3)
-    J = jnp.where(jnp.asarray(supp)[..., None], lin, 0.0)
+    J = (
+        jnp.asarray(w, lin.dtype)[..., None] * lin
+        if np.any(w < 0)
+        else (jnp.where(jnp.asarray(w > 0)[..., None], lin, 0.0))
+    )
     return jnp.swapaxes(J, 1, 2)
 
 
@@ -398,5 +519,10 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
     return solve_cone_complementarity(
-        Gr, u, contact.friction, contact.iterations, contact.newton, coulomb=not contact.relaxed
+        Gr,
+        u,
+        _friction(contact, frames, dtype),
+        contact.iterations,
+        contact.newton,
+        coulomb=not contact.relaxed,
     )

@@ -27,7 +27,13 @@ through :func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
 * ``"implicit"`` -- implicit in the velocity-proportional joint forces, like MuJoCo's
   ``implicitfast``: ``v' = v + h (M + h D)^-1 (tau - C - D v)`` with ``D`` the joint damping plus
   the actuators' velocity gains (plus ``J^T K J`` with compliant contact, as in ``"euler"``),
-  then ``q' = q ⊕ h v'``. Stable for any damping.
+  then ``q' = q ⊕ h v'``. Stable for any damping. Velocity terms that couple coordinates
+  (fixed tendons' damping, :class:`~jaxdyn.sim.actuators.GainBias` on tendons) enter ``D``
+  exactly, as a low-rank update of the ABA solve (:func:`_low_rank_solve`).
+* ``"implicit_damping"`` -- semi-implicit Euler implicit in the joint damping only,
+  ``v' = v + h (M + h diag(damping))^-1 (tau - C)``: MuJoCo's ``Euler`` integrator (with its
+  ``eulerdamp`` flag on, MuJoCo's default; with ``eulerdamp`` off MuJoCo's ``Euler`` is
+  ``"euler"`` here). Compliant contact forces are explicit in it.
 
 Contact (``cfg.contact``): ``None``, :class:`~jaxdyn.sim.contact.Compliant` (forces inside
 every integrator) or :class:`~jaxdyn.sim.contact.Constraint` (velocity-level impulses: with
@@ -62,9 +68,17 @@ from ..algorithms.aba import (
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
-from . import _params, _scatter
+from . import _params
 from . import contact as C
-from .actuators import JointLimits, Torque, clip_effort, joint_properties, passive_forces
+from .actuators import (
+    FixedTendons,
+    JointLimits,
+    Springs,
+    Torque,
+    clip_effort,
+    joint_properties,
+    passive_forces,
+)
 from .geometry import TERRAINS, ContactSet, Plane
 
 if TYPE_CHECKING:
@@ -78,7 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = ["State", "SimConfig", "step", "rollout", "contact_forces"]
 
-INTEGRATORS = ("euler", "rk4", "implicit")
+INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
 
 class State(eqx.Module):
@@ -98,7 +112,8 @@ class SimConfig(eqx.Module):
     """How to step a model.
 
     - ``dt``: control period (s); ``substeps``: integrator steps per control period (static).
-    - ``integrator``: ``"implicit"`` (default), ``"euler"`` or ``"rk4"`` (static; see the
+    - ``integrator``: ``"implicit"`` (default), ``"euler"``, ``"rk4"`` or
+      ``"implicit_damping"`` (static; see the
       module docs). The default is the one that stays stable with position servos on light
       limbs at 1-5 ms steps, where the explicit joint forces of ``"euler"`` are not (quad12's
       ``PD(20, 0.5)`` at 2 ms, talos_full's ``PD(500, 5)`` at 1 ms), as MuJoCo recommends
@@ -111,7 +126,10 @@ class SimConfig(eqx.Module):
       ``terrain``: :class:`~jaxdyn.sim.geometry.Plane` (default ``z = 0``) or
       :class:`~jaxdyn.sim.geometry.Heightfield`.
     - ``limits``: :class:`~jaxdyn.sim.actuators.JointLimits` (default) or ``None`` to ignore
-      the model's joint limits.
+      the model's joint limits (and the tendons' length limits).
+    - ``springs``: :class:`~jaxdyn.sim.actuators.Springs` (joint springs) or ``None``;
+      ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``
+      (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
     """
 
     dt: float = 2e-3
@@ -121,7 +139,10 @@ class SimConfig(eqx.Module):
     contact: object = None
     contacts: ContactSet | None = None
     terrain: object = Plane()
+    geoms: object = None
     limits: JointLimits | None = JointLimits()
+    springs: Springs | None = None
+    tendons: FixedTendons | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -139,10 +160,24 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: contact must be None, Compliant or Constraint, got {self.contact!r}"
             )
-        if self.contact is not None and self.contacts is None:
+        if self.contact is not None and self.contacts is None and self.geoms is None:
             raise ValueError(
                 "SimConfig: contact model given but no contacts: pass "
-                "contacts=jaxdyn.sim.contact_set(model, [Sphere(...), ...])"
+                "contacts=jaxdyn.sim.contact_set(model, [Sphere(...), ...]) or geoms (a "
+                "jaxdyn.sim.Geoms, e.g. load_mjcf(...).geoms)"
+            )
+        from .geoms import Geoms
+
+        if self.geoms is not None and not isinstance(self.geoms, Geoms):
+            raise TypeError(
+                f"SimConfig: geoms must be a jaxdyn.sim.Geoms or None, got "
+                f"{type(self.geoms).__name__}"
+            )
+        if self.springs is not None and not isinstance(self.springs, Springs):
+            raise TypeError(f"SimConfig: springs must be None or Springs, got {self.springs!r}")
+        if self.tendons is not None and not isinstance(self.tendons, FixedTendons):
+            raise TypeError(
+                f"SimConfig: tendons must be None or FixedTendons, got {self.tendons!r}"
             )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
@@ -172,10 +207,18 @@ def _world(model, q):
 
 def _contact_kinematics(model, cfg, ws, origin, v):
     vb, _ = kin.body_velocities(model, ws, v)
-    frames = None
+    return vb, _frames(cfg, ws, origin, vb)
+
+
+def _frames(cfg, ws, origin, vb):
+    """Every contact of the step: the spheres of ``cfg.contacts`` against the terrain, then the
+    slots of the geom pairs of ``cfg.geoms`` (``None`` without either)."""
+    parts = []
     if cfg.contacts is not None:
-        frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
-    return vb, frames
+        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain))
+    if cfg.geoms is not None:
+        parts.append(cfg.geoms.frames(ws, origin, vb))
+    return C.concat_frames(parts) if parts else None
 
 
 def _ext_forces(model, cfg, ws, frames):
@@ -183,16 +226,63 @@ def _ext_forces(model, cfg, ws, frames):
     ``(nc, 3)`` (world axes); ``(None, None)`` otherwise."""
     if not isinstance(cfg.contact, C.Compliant):
         return None, None
-    k, c = cfg.contact.gains(model, ws.p.dtype)
+    k, c = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
     f = C.compliant_forces(cfg.contact, k, c, frames)
-    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    W = C.contact_wrenches(ws, frames, frames.point, f)
     return spatial.act_inv_force(ws.R, ws.p, W), f
 
 
-def _controls(model, cfg, props, q, v, ctrl):
-    tau = cfg.actuator.torques(model, q, v, ctrl)
-    tau = clip_effort(tau, props["effort"].astype(v.dtype))
-    return tau + passive_forces(model, props, cfg.limits, q, v)
+def _coupled(cfg) -> bool:
+    """Whether the actuator's velocity terms couple coordinates (``velocity_factors``)."""
+    return hasattr(cfg.actuator, "velocity_factors")
+
+
+def _controls(model, cfg, props, q, v, ctrl, coupled=True):
+    """Joint forces: actuators (clipped to the effort limits), passive forces, springs,
+    tendons. ``coupled=False`` leaves out the terms whose velocity derivative is not diagonal
+    (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
+    :func:`_velocity_factors` instead."""
+    passive = passive_forces(model, props, cfg.limits, q, v)
+    if coupled or not _coupled(cfg):
+        tau = cfg.actuator.torques(model, q, v, ctrl)
+        tau = clip_effort(tau, props["effort"].astype(v.dtype)) + passive
+    else:
+        tau = passive
+    if cfg.springs is not None:
+        tau = tau + cfg.springs.forces(model, q, v)
+    if coupled and cfg.tendons is not None:
+        tau = tau + cfg.tendons.forces(model, cfg.limits, q, v)
+    return tau
+
+
+def _velocity_factors(model, cfg, q, v, ctrl):
+    """``(U (nv, r), c (r,))``: the coupled velocity derivative ``-d tau / d v = U diag(c) U^T``
+    of the tendons and of an actuator with ``velocity_factors``, or ``None``. (The actuator's
+    effort clip is not differentiated here: MuJoCo's ``forcerange`` is the actuator's own.)"""
+    parts = []
+    if _coupled(cfg):
+        parts.append(cfg.actuator.velocity_factors(model, q, v, ctrl))
+    if cfg.tendons is not None:
+        parts.append(cfg.tendons.velocity_factors(model, cfg.limits, q, v))
+    if not parts:
+        return None
+    U = jnp.concatenate([u for u, _ in parts], axis=1)
+    return U, jnp.concatenate([c for _, c in parts])
+
+
+def _low_rank_solve(solve, U, c, h):
+    """``R -> (A + h U diag(c) U^T)^-1 R`` from ``solve = A^-1`` (push-through form of the
+    Sherman-Morrison-Woodbury identity, valid for any ``c``, zeros included):
+    ``A^-1 R - A^-1 U (I + h diag(c) U^T A^-1 U)^-1 h diag(c) U^T A^-1 R``."""
+    AU = solve(U)
+    hc = (h * c)[:, None]
+    S = jnp.eye(U.shape[1], dtype=U.dtype) + hc * (U.T @ AU)
+
+    def solve2(R):
+        AR = solve(R)
+        return AR - AU @ jnp.linalg.solve(S, hc * (U.T @ AR))
+
+    return solve2
 
 
 def _acceleration(model, cfg, props, q, v, ctrl):
@@ -212,7 +302,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
     n = frames.normal
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
-    J = C.point_jacobian(model, ws, cfg.contacts, frames.point)  # (nc, 3, nv)
+    J = C.point_jacobian(model, ws, frames, frames.point)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     MinvJT = solve(Jc.T)  # (nv, 3 nc)
     G = Jc @ MinvJT
@@ -245,10 +335,19 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
+    elif cfg.integrator == "implicit_damping":  # M + h diag(damping): MuJoCo's Euler
+        arm = h * props["damping"].astype(v.dtype)
+        arm = arm if model.armature is None else model.armature + arm
+        m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     inertias = articulated_inertias(m_eff, ws.S, I6)
 
     def solve(R):
         return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
+
+    if cfg.integrator == "implicit":
+        factors = _velocity_factors(model, cfg, q, v, ctrl)
+        if factors is not None:
+            solve = _low_rank_solve(solve, *factors, h)
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     if constraint:
@@ -262,7 +361,9 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
     contact's velocity Jacobian as a point inertia on its body (:func:`_contact_inertias`), so
     that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n)."""
     ones = jnp.ones_like(v)
-    _, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
+    _, dtau = jax.jvp(
+        lambda vv: _controls(model, cfg, props, q, vv, ctrl, coupled=False), (v,), (ones,)
+    )
     arm = -h * dtau if model.armature is None else model.armature - h * dtau
     m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     if not isinstance(cfg.contact, C.Compliant):
@@ -290,29 +391,40 @@ def _contact_inertias(model, cfg, ws, frames, h):
     friction without the transition-aware line search of Castro et al. 2020 (TAMSI, IEEE
     RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
     ``v``); its larger viscosity only slows a sliding contact's transients."""
-    k, c = cfg.contact.gains(model, frames.distance.dtype)
+    dtype = frames.distance.dtype
+    k, c = cfg.contact.gains(model, dtype, frames.body, frames.other)
+    mu = jnp.broadcast_to(C._friction(cfg.contact, frames, dtype), frames.distance.shape)
     slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
 
-    def force(dist, normal, point, vel, vel0):
+    def force(dist, normal, point, vel, vel0, ki, ci, mui):
         # the friction term's normal force and slip speed at vel0 (the step's velocity),
         # constants for the Jacobian in vel but not for derivatives in q (a stop_gradient here
         # cut the configuration derivative of K, and reverse-mode rollouts were 40 % off)
-        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None])
-        fn0 = C.compliant_forces(cfg.contact, k, c, at0) @ normal
+        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None], mui[None])
+        fn0 = C.compliant_forces(cfg.contact, ki, ci, at0) @ normal
         vt0 = vel0 - (vel0 @ normal) * normal
         s0 = jnp.sqrt(vt0 @ vt0 + slip2)[None]
-        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None])
-        return C.compliant_forces(cfg.contact, k, c, one, friction_normal=fn0, friction_speed=s0)[0]
+        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None], mui[None])
+        return C.compliant_forces(cfg.contact, ki, ci, one, friction_normal=fn0, friction_speed=s0)[
+            0
+        ]
 
     K = -jax.vmap(jax.jacfwd(force, argnums=3))(
-        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity
+        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity, k, c, mu
     )  # (nc, 3, 3)
     K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
     X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
     P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
     Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
-    nb = ws.R.shape[0]
-    return _scatter.segment_sum(Ic, cfg.contacts.body_index, nb)
+    # a contact between two moving bodies couples them (h (J_A - J_B)^T K (J_A - J_B)), which
+    # point inertias cannot hold: each body gets twice its own block, a majorant of the coupled
+    # term (2 (J_A^T K J_A + J_B^T K J_B) - (J_A - J_B)^T K (J_A - J_B) = (J_A + J_B)^T K
+    # (J_A + J_B) >= 0), so the step stays implicit-stable and only slows the relative motion's
+    # transients; against the world the block is exact
+    two = np.where(frames.other_index >= 0, 2.0, 1.0)
+    if np.any(two > 1):
+        Ic = Ic * jnp.asarray(two, Ic.dtype)[:, None, None]
+    return C._bodies_sum(Ic, frames, ws.R.shape[0], sign_other=1.0)
 
 
 def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
@@ -328,10 +440,10 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     the bias ``C`` of the true inertias (no separate RNEA pass)."""
     ws, origin = _world(model, q)
     vb, vJ = kin.body_velocities(model, ws, v)
-    frames = C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain)
-    k, c_gain = cfg.contact.gains(model, ws.p.dtype)
+    frames = _frames(cfg, ws, origin, vb)
+    k, c_gain = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
-    W = C.contact_wrenches(ws, cfg.contacts, frames.point, f)
+    W = C.contact_wrenches(ws, frames, frames.point, f)
     tau = _controls(model, cfg, props, q, v, ctrl)
     Ic = _contact_inertias(model, cfg, ws, frames, h)
     c = spatial.motion_cross(vb, vJ)

@@ -712,9 +712,12 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
         log["gap"] = log["gap"].at[it].set(gap)
         if verbose:
             # under vmap the body runs for every member while one runs: ``cond(s)`` tells
-            # the stopped ones, which print nothing
+            # the stopped ones, which print nothing; ``verbose = N``: every N-th iteration
+            # and the last
+            last = (status != _RUNNING) | (it + 1 >= max_iter)
+            live = cond(s) & ((it % verbose == 0) | last) if verbose > 1 else cond(s)
             jax.debug.callback(
-                _log_line, cond(s), s["tag"], it, cost_n, stop, alpha, reg, gap, ordered=False
+                _log_line, live, s["tag"], it, cost_n, stop, alpha, reg, gap, ordered=False
             )
         status = jnp.where((status == _RUNNING) & (it + 1 >= max_iter), 1, status)
         return dict(
@@ -794,6 +797,15 @@ def _options(kw, dtype):
             f"derivatives must be 'analytic' or 'autodiff', got {opts['derivatives']!r}"
         )
     static = {k: opts.pop(k) for k in _STATIC}
+    v = static["verbose"]
+    if isinstance(v, bool) or v is None:
+        static["verbose"] = int(bool(v))
+    elif isinstance(v, (int, np.integer)) and v >= 0:
+        static["verbose"] = int(v)
+    else:
+        raise ValueError(
+            f"verbose must be True/False or an int N >= 0 (a line every N iterations), got {v!r}"
+        )
     # (unbounded, bounded): Crocoddyl's SolverFDDP and SolverBoxFDDP defaults
     th = opts.pop("th_stop")
     opts["th_stop"], opts["th_stop_box"] = (1e-9, 5e-5) if th is None else (th, th)
@@ -836,7 +848,8 @@ def fddp(
     ``th_grad=1e-12``,
     ``derivatives="analytic"|"autodiff"`` (dynamics Jacobians of
     :func:`~jaxdyn.trajopt.dynamics.step_derivatives`), ``verbose`` (print one line per
-    iteration through ``jax.debug.callback``; under ``jax.vmap`` the members' lines
+    iteration through ``jax.debug.callback``, ``verbose=N`` every N-th iteration and the
+    last; under ``jax.vmap`` the members' lines
     interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index).
 
     Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works.

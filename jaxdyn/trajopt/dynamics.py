@@ -17,8 +17,9 @@ forward-dynamics partials ``(a_q, a_v, a_u)``::
 
 ``a_q, a_v, a_tau = M^-1`` come from :func:`jaxdyn.aba_derivatives` (FDSVA: Singh, Russell &
 Wensing 2022) for :class:`FreeDynamics`; :class:`ContactDynamics` (bilateral constraints
-through :func:`jaxdyn.constrained_aba`) differentiates its acceleration by forward-mode
-autodiff in the tangent space.
+through :func:`jaxdyn.constrained_aba`) differentiates the constrained equations (the
+implicit function theorem: forward-mode autodiff of inverse dynamics and of the constraint
+kinematics, one Delassus solve), as Crocoddyl's contact dynamics.
 
 :func:`step` carries a ``jax.custom_jvp`` rule built on :func:`step_derivatives`, so
 ``jax.jvp`` / ``jax.jacfwd`` / ``jax.grad`` of anything built on it use the analytic Jacobians
@@ -35,12 +36,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import batching, config, shell, value_checks
+from .. import _linalg, batching, config, shell, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
 from ..algorithms.aba import chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
+from ..algorithms.crba import crba_world
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
 from ..derivatives.jvp import is_zero_tangent
@@ -131,7 +133,8 @@ class ContactDynamics(eqx.Module):
     - ``baumgarte``: ``None`` or ``(kp, kd)`` stabilisation gains; ``damping``: Delassus
       regularisation (needed for redundant constraints).
 
-    The partials are forward-mode autodiff of the constrained solve in the tangent space.
+    The partials come from the implicit function theorem on the constrained equations
+    (:meth:`derivatives`), as Crocoddyl's.
     """
 
     constraints: tuple = eqx.field(static=True)
@@ -142,7 +145,8 @@ class ContactDynamics(eqx.Module):
     def nu(self, model) -> int:
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
-    def acceleration(self, model, q, v, u):
+    def _solve(self, model, q, v, u):
+        """``(a, λ)`` of the constrained solve (NaN at a non-finite state, see below)."""
         # Guard: a diverged trial state of a solver must give NaN, not an error, so the solve
         # runs at a finite state, without its value checks (the solvers' loops then hold no
         # custom call: fused CPU loops apply, and a GPU makes no host round trip per knot); a
@@ -152,7 +156,7 @@ class ContactDynamics(eqx.Module):
         qs = jnp.where(ok, q, _neutral(model, q.dtype))
         vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
         with value_checks.unchecked():
-            a = constrained_aba(
+            out = constrained_aba(
                 model,
                 qs,
                 vs,
@@ -160,22 +164,75 @@ class ContactDynamics(eqx.Module):
                 self.constraints,
                 baumgarte=self.baumgarte,
                 damping=self.damping,
-            ).qdd
-        return jnp.where(ok, a, jnp.nan)
+            )
+        return jnp.where(ok, out.qdd, jnp.nan), jnp.where(ok, out.lam, jnp.nan)
+
+    def acceleration(self, model, q, v, u):
+        return self._solve(model, q, v, u)[0]
 
     def derivatives(self, model, q, v, u):
-        def f(dq, vv, uu):
-            return self.acceleration(model, integrate(model, q, dq), vv, uu)
+        """``(a, a_q, a_v, a_u)`` by the implicit function theorem on the constrained
+        equations (as Crocoddyl's ``DifferentialActionModelContactFwdDynamics.calcDiff``)::
 
-        zero = jnp.zeros(model.nv, q.dtype)
-        a, jac = jax.linearize(f, zero, v, u)
-        eye_v = jnp.eye(model.nv, dtype=q.dtype)
-        eye_u = jnp.eye(u.shape[0], dtype=q.dtype)
-        z_v, z_u = jnp.zeros_like(v), jnp.zeros_like(u)
-        a_q = jax.vmap(lambda d: jac(d, z_v, z_u), out_axes=1)(eye_v)
-        a_v = jax.vmap(lambda d: jac(zero, d, z_u), out_axes=1)(eye_v)
-        a_u = jax.vmap(lambda d: jac(zero, z_v, d), out_axes=1)(eye_u)
-        return a, a_q, a_v, a_u
+            ID(q, v, a) - J(q)^T λ = B u,     J(q) a + γ(q, v) + μ λ = 0
+
+        (``ID`` inverse dynamics, ``γ`` the drift ``Jdot v`` plus the Baumgarte terms, ``μ``
+        the damping): with ``R_x``, ``g_x`` the partials of the two left-hand sides at fixed
+        ``(a, λ)`` (forward-mode autodiff of RNEA and of the constraint kinematics, in the
+        tangent space) and ``D = J M^-1 J^T + μ``::
+
+            dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
+
+        Only the two residuals are differentiated, never the Delassus solve itself."""
+        from ..algorithms.rnea import rnea
+        from ..constraints import (
+            constraint_drift,
+            constraint_error,
+            constraint_jacobian,
+            constraint_velocity,
+        )
+
+        nv = model.nv
+        a, lam = self._solve(model, q, v, u)
+        cs, bg = self.constraints, self.baumgarte
+
+        def residuals(dq, vv):
+            qq = integrate(model, q, dq)
+            with value_checks.unchecked():
+                J = constraint_jacobian(model, qq, cs)
+                r = rnea(model, qq, vv, a) - J.T @ lam
+                g = J @ a + constraint_drift(model, qq, vv, cs)
+                if bg is not None:
+                    kp, kd = bg
+                    g = g + kd * constraint_velocity(model, qq, vv, cs)
+                    if _static_nonzero(kp):
+                        g = g + kp * constraint_error(model, qq, cs)
+            return r, g
+
+        zero = jnp.zeros(nv, q.dtype)
+        (R_q, R_v), (g_q, g_v) = jax.jacfwd(residuals, (0, 1))(zero, v)
+        with value_checks.unchecked():
+            ws = kin.world_state(model, q)
+            M = crba_world(model, ws)
+            J = constraint_jacobian(model, q, cs)
+        B = jnp.eye(nv, dtype=q.dtype) if self.actuation is None else self.actuation
+        # right-hand sides for (q, v, u) at once: ID's partials (-B for u) and γ's (0 for u)
+        R = jnp.concatenate([R_q, R_v, -B.astype(q.dtype)], 1)
+        g = jnp.concatenate([g_q, g_v, jnp.zeros((J.shape[0], B.shape[1]), q.dtype)], 1)
+        MinvR = _linalg.spd_solve(M, R)
+        MinvJt = _linalg.spd_solve(M, J.T)
+        D = J @ MinvJt + jnp.asarray(self.damping, q.dtype) * jnp.eye(J.shape[0], dtype=q.dtype)
+        dlam = _linalg.spd_solve(D, J @ MinvR - g)
+        da = MinvJt @ dlam - MinvR
+        return a, da[:, :nv], da[:, nv : 2 * nv], da[:, 2 * nv :]
+
+
+def _static_nonzero(x):
+    """Whether a gain is not a static zero (a traced gain counts as non-zero)."""
+    try:
+        return float(x) != 0.0
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return True
 
 
 def _neutral(model, dtype):

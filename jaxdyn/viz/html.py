@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .scene import Scene, frame_poses
+from .scene import Scene, frame_poses, trajectory_box
 
 __all__ = ["export_html", "html_page", "tessellate"]
 
@@ -89,6 +89,48 @@ def tessellate(g):
     return np.asarray(v, float) @ g.R.T + g.p, np.asarray(f, np.int64)
 
 
+def _cone(n=18):
+    """A unit cone along +z: base radius 1 at z = 0, apex at z = 1."""
+    ang = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    v = np.concatenate([np.c_[np.cos(ang), np.sin(ang), np.zeros(n)], [[0, 0, 1], [0, 0, 0]]])
+    f = []
+    for j in range(n):
+        k = (j + 1) % n
+        f += [[j, k, n], [k, j, n + 1]]
+    return v, np.array(f)
+
+
+def _marks(scene, R, p, forces, contact_points, force_scale, extent):
+    """The page's contact markers (:func:`~jaxdyn.viz.scene.contact_marks`): per step and
+    contact, a point and the arrow of its force (metres, already scaled) or ``None``, which
+    ones to draw, and the unit meshes (sphere, arrow shaft, arrow head) that draw them."""
+    from .scene import contact_marks
+
+    if not contact_points and forces is None:
+        return None
+    mk = contact_marks(scene, R, p, forces, force_scale, extent, who="export_html")
+    if mk["forces"] is None:
+        vectors, show = None, mk["touching"]
+    else:
+        vectors = mk["forces"] * mk["scale"]
+        show = np.linalg.norm(vectors, axis=-1) >= 1e-4
+    sphere, shaft, head = _sphere(), _tube(1.0, 0.5, caps=True), _cone()
+    shaft = (shaft[0] + [0, 0, 0.5], shaft[1])  # z from 0 to 1
+    mesh = lambda vf: {"positions": _b64(vf[0], "<f4"), "indices": _b64(vf[1], "<u4")}
+    return {
+        "n": int(mk["point"].shape[2]),
+        "points": _b64(mk["point"], "<f4"),
+        "vectors": None if vectors is None else _b64(vectors, "<f4"),
+        "show": _b64(show, "u1"),
+        "radius": float(mk["radius"]),
+        "width": float(mk["width"]),
+        "color": [0.9, 0.1, 0.1, 1.0],
+        "sphere": mesh(sphere),
+        "shaft": mesh(shaft),
+        "head": mesh(head),
+    }
+
+
 def _terrain(terrain):
     from ..sim.geometry import Heightfield, Plane
 
@@ -128,10 +170,13 @@ def scene_data(
     camera=None,
     spacing=None,
     tree: bool = False,
+    forces=None,
+    contact_points: bool = False,
+    force_scale=None,
 ) -> dict:
     """The JSON the page reads: meshes, per-frame placements ``(B, T, nbodies, 12)``
-    (row-major ``R`` then ``p``), grid offsets, time step, camera. ``tree``: ``qs`` are
-    already spanning-tree configurations (of a cluster scene)."""
+    (row-major ``R`` then ``p``), grid offsets, time step, camera, contact markers. ``tree``:
+    ``qs`` are already spanning-tree configurations (of a cluster scene)."""
     qs = np.asarray(qs, float) if tree else scene.tree_q(qs)
     if qs.ndim == 1:
         qs = qs[None]
@@ -164,10 +209,9 @@ def scene_data(
     poses = np.concatenate([R[:, bodies].reshape(B * T, len(bodies), 9), p[:, bodies]], -1)
     extent = float(max(np.max(hi - lo), 0.1)) if parts else 1.0
     if not model.floating_base and bodies:  # a fixed camera: the whole trajectory in view
-        pts = p[:, bodies].reshape(-1, 3)
-        tlo, thi = pts.min(0), pts.max(0)
+        tlo, thi = trajectory_box(scene, R, p)
         lo, hi = np.minimum(lo, tlo), np.maximum(hi, thi)
-        extent = max(extent, float(np.max(thi - tlo)) + 0.6 * extent)
+        extent = max(extent, float(np.max(thi - tlo)))
     cols = int(np.ceil(np.sqrt(B)))
     sp = spacing if spacing is not None else 1.5 * extent
     idx = np.arange(B)
@@ -183,6 +227,15 @@ def scene_data(
         "follow": bool(model.floating_base),
     }
     cam.update(camera or {})
+    marks = _marks(
+        scene,
+        R.reshape(B, T, *R.shape[1:]),
+        p.reshape(B, T, *p.shape[1:]),
+        forces,
+        contact_points,
+        force_scale,
+        extent,
+    )
     return {
         "title": title or scene.name,
         "nbodies": len(bodies),
@@ -198,6 +251,7 @@ def scene_data(
         "extent": extent,
         "terrain": _terrain(scene.terrain),
         "camera": cam,
+        "marks": marks,
         "live": None,
     }
 
@@ -211,17 +265,42 @@ def html_page(data: dict) -> str:
 
 
 def export_html(
-    scene, qs, path=None, *, dt: float = 0.02, title=None, camera=None, spacing=None
+    scene,
+    qs,
+    path=None,
+    *,
+    dt: float = 0.02,
+    title=None,
+    camera=None,
+    spacing=None,
+    forces=None,
+    contact_points: bool = False,
+    force_scale=None,
 ) -> str:
     """A self-contained HTML page showing ``scene`` (a :class:`Scene` or anything
     :meth:`Scene.load` takes) along ``qs (T, nq)`` (a batch ``(B, T, nq)``: ``B`` robots on a
     grid), ``dt`` seconds apart. ``camera``: ``{"azimuth", "elevation", "distance", "fov",
-    "follow", "target"}`` overrides. Writes it to ``path`` if given; returns the HTML."""
+    "follow", "target"}`` overrides. ``contact_points`` / ``forces (T, nc, 3)`` (world axes;
+    ``force_scale`` metres per newton) draw the contacts as the offline renderer does
+    (:meth:`~jaxdyn.viz.Renderer.render`): red balls where ``scene.contacts`` touch the
+    terrain, or red arrows of the forces, at every step. Writes it to ``path`` if given;
+    returns the HTML."""
     if not isinstance(scene, Scene):
         scene = Scene.load(scene)
     if not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"export_html: dt must be > 0, got {dt}")
-    page = html_page(scene_data(scene, qs, dt, title, camera, spacing))
+    data = scene_data(
+        scene,
+        qs,
+        dt,
+        title,
+        camera,
+        spacing,
+        forces=forces,
+        contact_points=contact_points,
+        force_scale=force_scale,
+    )
+    page = html_page(data)
     if path is not None:
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             f.write(page)

@@ -22,7 +22,7 @@ def env_rollout(env, policy, n_steps: int, seed: int = 0):
     key = jax.random.PRNGKey(seed)
 
     @jax.jit
-    def run(key):
+    def env_rollout(key):  # (named for the compile log; "run" is jaxdyn's eager calls')
         k0, k1 = jax.random.split(key)
         s0 = env.reset(k0)
 
@@ -33,7 +33,7 @@ def env_rollout(env, policy, n_steps: int, seed: int = 0):
         _, qs = jax.lax.scan(body, s0, jax.random.split(k1, n_steps))
         return jax.numpy.concatenate([s0.pipeline_state.q[None], qs]), s0
 
-    qs, s0 = run(key)
+    qs, s0 = env_rollout(key)
     return np.asarray(qs, float), s0
 
 
@@ -54,7 +54,8 @@ def save_rollout(
     """Write configurations ``qs (T, nq)`` (or a batch ``(B, T, nq)``), ``dt`` seconds apart,
     to ``path``: ``.mp4`` / ``.gif`` (rendered, resampled to ``fps``: every
     ``round(1 / (fps dt))``-th step and the last), ``.html`` (:func:`export_html`, every step)
-    or ``.png`` (the first step). ``forces``: contact forces ``(T, nc, 3)`` drawn as arrows.
+    or ``.png`` (the first step). ``forces``: contact forces ``(T, nc, 3)`` drawn as arrows,
+    ``contact_points``: the contacts touching the terrain marked (in videos and pages alike).
     Returns ``path``."""
     from .html import export_html
     from .renderer import Camera, render
@@ -65,8 +66,8 @@ def save_rollout(
     qs = np.asarray(qs, float)
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".html":
-        export_html(scene, qs, path, dt=dt)
+    if ext == ".html":  # every step, with the contacts asked for
+        export_html(scene, qs, path, dt=dt, forces=forces, contact_points=contact_points)
         return path
     if ext not in (".mp4", ".gif", ".png"):
         raise ValueError(

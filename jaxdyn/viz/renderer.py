@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from .scene import Scene, _geom_points, frame_poses
+from .scene import Scene, _geom_points, contact_marks, frame_poses, trajectory_box
 
 __all__ = ["Camera", "Renderer", "render", "mujoco_scene"]
 
@@ -321,7 +321,7 @@ class Renderer:
     def __exit__(self, *a):
         self.close()
 
-    def _camera(self, camera: Camera, p_all, t):
+    def _camera(self, camera: Camera, R_all, p_all, t):
         mj = self.mujoco
         cam = mj.MjvCamera()
         cam.type = mj.mjtCamera.mjCAMERA_FREE
@@ -336,11 +336,15 @@ class Renderer:
             cam.lookat[:] = camera.lookat
         elif f is not None:  # the frame's motion, the nominal pose's centre of geometry
             cam.lookat[:] = (p_all[:, t, f] + self.offsets).mean(0) + self.center0 - self.p0[f]
-        else:  # the whole trajectory in view: the drawn frames' box over all steps
-            pts = p_all[:, :, self.bodies].reshape(-1, 3)
-            lo, hi = pts.min(0), pts.max(0)
+        else:  # the whole trajectory in view: the box of the geometry over all steps
+            if self._box is None:
+                n = R_all.shape[0] * R_all.shape[1]
+                self._box = trajectory_box(
+                    self.scene, R_all.reshape(n, *R_all.shape[2:]), p_all.reshape(n, -1, 3)
+                )
+            lo, hi = self._box
             cam.lookat[:] = (lo + hi) / 2 + self.offsets.mean(0)
-            extent = max(extent, float(np.max(hi - lo)) + 0.6 * extent)
+            extent = max(extent, float(np.max(hi - lo)))
         cam.distance = camera.distance or (2.2 * extent + 1.2 * grid)
         cam.azimuth, cam.elevation = camera.azimuth, camera.elevation
         return cam
@@ -376,6 +380,7 @@ class Renderer:
         R, p = frame_poses(self.scene.model, qs.reshape(B * T, nq))
         R = R.reshape(B, T, *R.shape[1:])
         p = p.reshape(B, T, *p.shape[1:])
+        self._box = None  # (the fixed camera's framing of this trajectory)
         marks = None
         if contact_points or forces is not None:
             marks = self._contact_marks(R, p, forces, force_scale)
@@ -394,7 +399,7 @@ class Renderer:
                 d.mocap_quat[b * nbod : (b + 1) * nbod] = quats[b, t]
             mj.mj_kinematics(self.mj_model, d)
             mj.mj_camlight(self.mj_model, d)
-            self._r.update_scene(d, camera=self._camera(camera, p, t), scene_option=self._opt)
+            self._r.update_scene(d, camera=self._camera(camera, R, p, t), scene_option=self._opt)
             if marks is not None:
                 self._draw_marks(marks, t)
             out[t] = self._r.render()
@@ -403,57 +408,9 @@ class Renderer:
 
     # ------------------------------------------------------------------ contacts
     def _contact_marks(self, R, p, forces, force_scale):
-        import jax.numpy as jnp
-
-        cs = self.scene.contacts
-        if cs is None:
-            raise ValueError(
-                "render: contact points or forces need scene.contacts (a "
-                "jaxdyn.sim.ContactSet: Scene(..., contacts=...))"
-            )
-        model = self.scene.model
-        t = model.topo
-        body_frame = [list(model.frame_names).index(n) for n in t.body_names]
-        bi = np.asarray(cs.body_index)
-        fr = np.array([body_frame[b] for b in bi])
-        pos = np.asarray(cs.pos, float)
-        rad = np.asarray(cs.radius, float)
-        # sphere centres: the contact set's positions are in body coordinates
-        Rb, pb = R[:, :, fr], p[:, :, fr]
-        Fp = np.asarray(model.frame_p, float)[fr]
-        FR = np.asarray(model.frame_R, float)[fr]
-        # body placement from the body frame's placement: X_body = X_frame * inv(X_frame_in_b)
-        Rbody = Rb @ np.swapaxes(FR, -1, -2)
-        pbody = pb - np.einsum("btkij,kj->btki", Rbody, Fp)
-        c = np.einsum("btkij,kj->btki", Rbody, pos) + pbody
-        terrain = self.scene.terrain
-        if terrain is None:
-            from ..sim.geometry import Plane
-
-            terrain = Plane()
-        dist, n = terrain.query(jnp.asarray(c))
-        dist, n = np.asarray(dist, float), np.asarray(n, float)
-        point = c - rad[:, None] * n
-        touching = dist - rad < 1e-3
-        if forces is not None:
-            forces = np.asarray(forces, float)
-            if forces.ndim == 3:
-                forces = forces[None]
-            if forces.shape != c.shape:
-                raise ValueError(
-                    f"render: forces has shape {forces.shape}, expected "
-                    f"(T, nc, 3) = {c.shape[1:]} (or with n_robots first)"
-                )
-            if force_scale is None:
-                w = float(np.sum(np.asarray(model.mass))) * 9.81 / 4
-                force_scale = 0.25 * self.extent / max(w, 1e-9)
-        return dict(
-            point=point + self.offsets[:, None, None],
-            touching=touching,
-            forces=forces,
-            scale=force_scale,
-            radius=0.02 * self.extent,
-        )
+        marks = contact_marks(self.scene, R, p, forces, force_scale, self.extent)
+        marks["point"] = marks["point"] + self.offsets[:, None, None]
+        return marks
 
     def _draw_marks(self, marks, t):
         mj = self.mujoco
@@ -491,7 +448,7 @@ class Renderer:
                     np.array([0.9, 0.1, 0.1, 1.0], np.float32),
                 )
                 mj.mjv_connector(
-                    g, mj.mjtGeom.mjGEOM_ARROW, 0.5 * marks["radius"], x, x + f * marks["scale"]
+                    g, mj.mjtGeom.mjGEOM_ARROW, marks["width"], x, x + f * marks["scale"]
                 )
                 scn.ngeom += 1
 

@@ -682,6 +682,99 @@ def _geom_points(g: Geom, R, p):
     return loc @ R[g.frame].T + p[g.frame]
 
 
+def _local_corners(g: Geom):
+    """The 8 corners of a box holding the geom, in its frame's coordinates."""
+    if g.kind == "mesh":
+        v = np.asarray(g.vertices, float)
+        loc = np.array(np.meshgrid(*zip(v.min(0), v.max(0)))).reshape(3, -1).T
+    else:
+        loc = _geom_points(Geom(-1, g.kind, g.size), None, None)
+    return loc @ np.asarray(g.R, float).T + np.asarray(g.p, float)
+
+
+def trajectory_box(scene, R, p, max_steps: int = 64):
+    """``(lo, hi)``: a box holding every geom of ``scene`` at every step of the placements
+    ``R (N, nf, 3, 3)``, ``p (N, nf, 3)`` (:func:`frame_poses`; at most ``max_steps`` steps,
+    evenly spread), for framing a fixed camera on a whole trajectory."""
+    N = R.shape[0]
+    idx = np.unique(np.linspace(0, N - 1, min(N, max_steps)).round().astype(int))
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    for g in scene.geoms:
+        loc = _local_corners(g)
+        if g.frame < 0:
+            w = loc
+        else:
+            w = np.einsum("nij,kj->nki", R[idx, g.frame], loc) + p[idx, g.frame][:, None]
+            w = w.reshape(-1, 3)
+        lo, hi = np.minimum(lo, w.min(0)), np.maximum(hi, w.max(0))
+    if not np.all(np.isfinite(lo)):
+        lo = hi = np.zeros(3)
+    return lo, hi
+
+
+def contact_marks(scene, R, p, forces=None, force_scale=None, extent=1.0, who="render"):
+    """What both renderers draw for contacts, from the frames' placements ``R (B, T, nf, 3,
+    3)``, ``p (B, T, nf, 3)`` (:func:`frame_poses`, reshaped): a dict of ``point (B, T, nc,
+    3)`` (each contact sphere's lowest point along the terrain's normal: where it touches),
+    ``touching (B, T, nc)`` (the sphere within 1 mm of the terrain), ``forces (B, T, nc, 3)``
+    (world axes, or ``None``), ``scale`` (metres per newton of an arrow; default: the model's
+    weight shared by four contacts is a quarter of ``extent``), ``radius`` (of a ball marking
+    a touching contact) and ``width`` (an arrow's shaft radius).
+    ``forces``: ``(T, nc, 3)`` or ``(B, T, nc, 3)``."""
+    import jax.numpy as jnp
+
+    cs = scene.contacts
+    if cs is None:
+        raise ValueError(
+            f"{who}: contact points or forces need scene.contacts (a "
+            "jaxdyn.sim.ContactSet: Scene(..., contacts=...))"
+        )
+    model = scene.model
+    body_frame = [list(model.frame_names).index(n) for n in model.topo.body_names]
+    fr = np.array([body_frame[b] for b in np.asarray(cs.body_index)], dtype=int)
+    pos = np.asarray(cs.pos, float)
+    rad = np.asarray(cs.radius, float)
+    # the contact set's sphere centres are in body coordinates; the body's placement from its
+    # frame's: X_body = X_frame * inv(X_frame_in_body)
+    Rb, pb = R[:, :, fr], p[:, :, fr]
+    Fp = np.asarray(model.frame_p, float)[fr]
+    FR = np.asarray(model.frame_R, float)[fr]
+    Rbody = Rb @ np.swapaxes(FR, -1, -2)
+    pbody = pb - np.einsum("btkij,kj->btki", Rbody, Fp)
+    c = np.einsum("btkij,kj->btki", Rbody, pos) + pbody
+    terrain = scene.terrain
+    if terrain is None:
+        from ..sim.geometry import Plane
+
+        terrain = Plane()
+    dist, n = terrain.query(jnp.asarray(c))
+    dist, n = np.asarray(dist, float), np.asarray(n, float)
+    if forces is not None:
+        forces = np.asarray(forces, float)
+        given = forces.shape
+        if forces.ndim == 3:
+            forces = forces[None]
+        if forces.shape != c.shape:
+            raise ValueError(
+                f"{who}: forces has shape {given}, expected "
+                f"(T, nc, 3) = {c.shape[1:]} (or with the batch first)"
+            )
+        if not np.all(np.isfinite(forces)):
+            raise ValueError(f"{who}: forces has non-finite entries")
+        if force_scale is None:
+            w = float(np.sum(np.asarray(model.mass))) * 9.81 / 4
+            force_scale = 0.25 * extent / max(w, 1e-9)
+    return dict(
+        point=c - rad[:, None] * n,
+        touching=dist - rad < 1e-3,
+        forces=forces,
+        scale=force_scale,
+        # a ball wider than the contact spheres (their lower half is under the ground)
+        radius=max(0.02 * extent, 1.5 * float(rad.max(initial=0.0))),
+        width=0.01 * extent,
+    )
+
+
 _FK = None
 
 

@@ -94,12 +94,17 @@ def serve(
     block: bool = True,
     title=None,
     camera=None,
+    forces=None,
+    contact_points: bool = False,
 ):
     """Serve the viewer of ``scene`` (a :class:`Scene` or anything :meth:`Scene.load` takes)
     with joint sliders, showing ``qs (T, nq)`` or a batch ``(B, T, nq)`` if given (else the
-    nominal configuration). The sliders start at the first configuration and move the first
-    robot at the shown step; ``URL#q=q0,q1,...`` opens the page at that configuration.
+    nominal configuration). The sliders show the first robot's configuration at the shown step
+    (the time slider's) and move it there; ``URL#t=k`` opens the page at step ``k``,
+    ``URL#q=q0,q1,...`` with that configuration.
 
+    ``forces`` / ``contact_points``: the contacts drawn along the trajectory, as
+    :func:`~jaxdyn.viz.export_html` draws them (the sliders do not move them).
     ``port=0`` picks a free port. Prints nothing; returns the server (``server.url`` is the
     page's address; ``camera`` as :func:`~jaxdyn.viz.export_html`'s) after ``serve_forever``
     ends when ``block``, at once otherwise (the server
@@ -110,10 +115,17 @@ def serve(
     qs = scene.nominal_q()[None] if qs is None else scene.tree_q(qs)  # (spanning tree's q)
     if qs.ndim not in (2, 3):
         raise ValueError(f"serve: qs must be (T, nq) or (B, T, nq), got shape {qs.shape}")
-    data = scene_data(scene, qs, dt, title, camera, tree=True)
+    data = scene_data(
+        scene, qs, dt, title, camera, tree=True, forces=forces, contact_points=contact_points
+    )
     bodies = sorted({g.frame for g in scene.geoms if g.frame >= 0})
     q0 = qs.reshape(-1, qs.shape[-1])[0]  # the sliders move the first robot
-    data["live"] = {"q": q0.tolist(), "joints": slider_joints(model), "endpoint": "/fk"}
+    data["live"] = {
+        "q": q0.tolist(),
+        "qs": qs.reshape(-1, *qs.shape[-2:])[0].tolist(),  # the first robot's, every step
+        "joints": slider_joints(model),
+        "endpoint": "/fk",
+    }
     page = html_page(data).encode("utf-8")
     server = ThreadingHTTPServer((host, int(port)), _handler(page, model, bodies))
     shown = "127.0.0.1" if host in ("", "0.0.0.0") else host

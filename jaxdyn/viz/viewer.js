@@ -100,6 +100,15 @@
     ground = mesh(decode(D.terrain.positions, Float32Array), decode(D.terrain.indices, Uint32Array));
   }
 
+  // contact markers: a ball where a contact touches, or an arrow of its force (jaxdyn.viz.html)
+  let marks = null;
+  if (D.marks) {
+    const K = D.marks, um = (m) => mesh(decode(m.positions, Float32Array), decode(m.indices, Uint32Array));
+    marks = { n: K.n, points: decode(K.points, Float32Array), show: decode(K.show, Uint8Array),
+      vectors: K.vectors ? decode(K.vectors, Float32Array) : null, radius: K.radius, width: K.width,
+      color: K.color, sphere: um(K.sphere), shaft: um(K.shaft), head: um(K.head) };
+  }
+
   // ------------------------------------------------------------------ small linear algebra
   function cross(a, b) { return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]; }
   function norm(a) { return Math.hypot(a[0], a[1], a[2]); }
@@ -131,10 +140,14 @@
 
   // ------------------------------------------------------------------ state and controls
   const cam = Object.assign({}, D.camera);
+  let onStep = null; // the joint sliders follow the first robot along the trajectory
   let t = 0, playing = false, speed = 1, last = null, pan = [0, 0, 0];
   const timeEl = document.getElementById("time"), clockEl = document.getElementById("clock");
   const playEl = document.getElementById("play"), followEl = document.getElementById("follow");
   timeEl.max = String(T - 1);
+  // a step in the address (#t=12) opens the page there
+  const tm = /[#&]t=(\d+)/.exec(location.hash);
+  if (tm) t = Math.min(T - 1, Number(tm[1]));
   followEl.checked = !!cam.follow;
   if (T <= 1) { playEl.disabled = true; timeEl.disabled = true; }
   timeEl.addEventListener("input", () => { t = Number(timeEl.value); playing = false; draw(); });
@@ -194,6 +207,7 @@
     }
     const step = Math.max(0, Math.min(T - 1, Math.floor(t)));
     timeEl.value = String(step);
+    if (onStep) onStep(step);
     clockEl.textContent = (step * D.dt).toFixed(3) + " s";
     playEl.innerHTML = playing ? "&#10074;&#10074;" : "&#9654;";
     const az = cam.azimuth * Math.PI / 180, el = cam.elevation * Math.PI / 180;
@@ -239,14 +253,56 @@
         gl.drawElements(gl.TRIANGLES, p.count, gl.UNSIGNED_INT, 0);
       }
     }
+    if (marks) drawMarks(step, M);
     gl.bindVertexArray(null);
+  }
+
+  // M (column-major) = [x y z] * diag(sx, sy, sz) placed at o, z along unit direction d
+  function placeAlong(M, o, d, sxy, sz) {
+    const a = Math.abs(d[0]) < 0.9 ? [1, 0, 0] : [0, 1, 0];
+    let x = cross(d, a); x = scale(x, 1 / norm(x));
+    const y = cross(d, x);
+    M.set([x[0] * sxy, x[1] * sxy, x[2] * sxy, 0, y[0] * sxy, y[1] * sxy, y[2] * sxy, 0,
+      d[0] * sz, d[1] * sz, d[2] * sz, 0, o[0], o[1], o[2], 1]);
+  }
+  function drawOne(m, M) {
+    gl.uniformMatrix4fv(U.model, false, M);
+    gl.bindVertexArray(m.vao);
+    gl.drawElements(gl.TRIANGLES, m.count, gl.UNSIGNED_INT, 0);
+  }
+  function drawMarks(step, M) {
+    const K = marks, r = K.radius, w = K.width;
+    gl.uniform4fv(U.color, K.color);
+    for (let b = 0; b < B; b++) {
+      const off = D.offsets[b];
+      for (let k = 0; k < K.n; k++) {
+        const i = (b * T + step) * K.n + k;
+        if (!K.show[i]) continue;
+        const o = add([K.points[3 * i], K.points[3 * i + 1], K.points[3 * i + 2]], off);
+        if (!K.vectors) {
+          placeAlong(M, o, [0, 0, 1], r, r);
+          drawOne(K.sphere, M);
+          continue;
+        }
+        const v = [K.vectors[3 * i], K.vectors[3 * i + 1], K.vectors[3 * i + 2]];
+        const L = norm(v), d = scale(v, 1 / L), hl = Math.min(0.4 * L, 6 * w);
+        placeAlong(M, o, d, w, L - hl);
+        drawOne(K.shaft, M);
+        placeAlong(M, add(o, scale(d, L - hl)), d, 2 * w, hl);
+        drawOne(K.head, M);
+      }
+    }
   }
 
   // ------------------------------------------------------------------ live joint sliders
   if (D.live) {
     const side = document.getElementById("side");
     side.style.display = "block";
-    const q = D.live.q.slice();
+    // the first robot's configuration at each step (the sliders' values; their edits kept)
+    const Q = D.live.qs ? D.live.qs.map((r) => r.slice()) : [D.live.q.slice()];
+    let shown = Math.max(0, Math.min(Q.length - 1, Math.floor(t)));
+    let q = Q[shown];
+    const inputs = [];
     let pending = false, again = false;
     async function update() {
       if (pending) { again = true; return; }
@@ -257,8 +313,7 @@
         const j = await r.json();
         if (j.error) throw new Error(j.error);
         const one = decode(j.poses, Float32Array);
-        const step = Math.max(0, Math.min(T - 1, Math.floor(t)));
-        poses.set(one, pose(0, step, 0));
+        poses.set(one, pose(0, shown, 0));
         draw();
       } catch (e) { fail(String(e.message || e)); }
       pending = false;
@@ -283,9 +338,17 @@
       inp.addEventListener("input", () => {
         q[jt.index] = Number(inp.value); val.textContent = " " + q[jt.index].toFixed(3); update();
       });
+      inputs.push([jt, inp, val]);
       lab.append(jt.name, val, inp);
       side.append(lab);
     }
+    onStep = (step) => {
+      if (step === shown || step >= Q.length || pending) return;
+      shown = step; q = Q[step];
+      for (const [jt, inp, val] of inputs) {
+        inp.value = q[jt.index]; val.textContent = " " + Number(q[jt.index]).toFixed(3);
+      }
+    };
   }
 
   draw();

@@ -1,0 +1,356 @@
+"""Collision geoms on a model's bodies, the pairs of them that may touch, and their contacts.
+
+A :class:`Geoms` table holds every collision geom of a scene: the body it moves with (static;
+``-1`` for the world: tables, walls, the floor), its type (static, MuJoCo's names: ``plane``,
+``sphere``, ``capsule``, ``ellipsoid``, ``cylinder``, ``box``), its size in MuJoCo's
+``geom_size`` layout, its pose in the body's frame and its friction (array leaves:
+differentiable, batchable for domain randomisation), and the pairs of geoms that may touch.
+
+Broad phase: the pairs are fixed when the table is built, from the model file's filters
+(:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``,
+geoms of one body or of a parent and its child never collide unless the parent is the world),
+so the step's program has a fixed shape under ``jax.jit`` and ``jax.vmap``; at run time a pair
+whose bounding spheres (MuJoCo's ``geom_rbound``) are apart is masked. Narrow phase: the pair
+functions of :mod:`jaxdyn.sim.collision` (MuJoCo's conventions: a fixed number of slots per
+pair type, ``dist < 0`` a penetration, the normal from geom 1 to geom 2, unused slots far
+apart).
+
+Each slot becomes a contact between two bodies (:class:`~jaxdyn.sim.contact.ContactFrames`):
+the force ``+f`` on the body of geom 2 and ``-f`` on geom 1's (the world's share dropped), at
+MuJoCo's contact point (midway between the surfaces), with the friction of the pair combined as
+MuJoCo does (the larger of the two geoms'; ``condim = 1``, the larger of the two, is
+frictionless).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import spatial
+from .contact import ContactFrames
+
+__all__ = ["Geoms", "GEOM_TYPES", "urdf_geoms"]
+
+#: geom types of the pipeline, in MuJoCo's ``mjtGeom`` order (pairs are ordered by it)
+GEOM_TYPES = ("plane", "hfield", "sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
+
+
+class Static:
+    """A static value of a pytree compared by identity (hulls' numpy arrays are not hashable)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+def _order(t1, t2):
+    return GEOM_TYPES.index(t1) <= GEOM_TYPES.index(t2)
+
+
+class Geoms(eqx.Module):
+    """Collision geoms and their pairs (see the module docstring).
+
+    Array leaves ``(ng, ...)``: ``size (ng, 3)`` (MuJoCo's ``geom_size``: sphere ``[r]``,
+    capsule / cylinder ``[r, half-length]``, box / ellipsoid half-sizes), ``pos (ng, 3)`` and
+    ``rot (ng, 3, 3)`` (the geom's frame in its body's, columns its axes), ``friction (ng,)``,
+    ``rbound (ng,)`` (bounding-sphere radius about ``pos``; ``inf`` for planes).
+
+    Static: ``body`` (jaxdyn body index, ``-1`` the world), ``type`` (names of
+    :data:`GEOM_TYPES`), ``condim``, ``names``, ``pairs`` (``(g1, g2)`` with geom 1 first
+    in MuJoCo's type order) and ``hulls`` (a :class:`Static` holding a dict geom ->
+    :class:`jaxdyn.sim.collision.Hull` in geom coordinates, for the ``mesh`` geoms).
+    """
+
+    size: jnp.ndarray
+    pos: jnp.ndarray
+    rot: jnp.ndarray
+    friction: jnp.ndarray
+    rbound: jnp.ndarray
+    body: tuple = eqx.field(static=True)
+    type: tuple = eqx.field(static=True)
+    condim: tuple = eqx.field(static=True)
+    names: tuple = eqx.field(static=True)
+    pairs: tuple = eqx.field(static=True)
+    hulls: Static | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        ng = len(self.names)
+        for name, n in (("body", ng), ("type", ng), ("condim", ng)):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Geoms: {name} has {len(getattr(self, name))} entries, not {ng}")
+        for t in self.type:
+            if t not in GEOM_TYPES:
+                raise ValueError(f"Geoms: unknown geom type {t!r}; known: {GEOM_TYPES}")
+        for g1, g2 in self.pairs:
+            if not (0 <= g1 < ng and 0 <= g2 < ng) or g1 == g2:
+                raise ValueError(f"Geoms: bad pair {(g1, g2)} of {ng} geoms")
+            if not _order(self.type[g1], self.type[g2]):
+                raise ValueError(
+                    f"Geoms: pair {self.names[g1]!r}-{self.names[g2]!r} not in MuJoCo's type "
+                    f"order ({self.type[g1]} after {self.type[g2]})"
+                )
+            if self.body[g1] == self.body[g2]:
+                raise ValueError(
+                    f"Geoms: pair {self.names[g1]!r}-{self.names[g2]!r} is on one body"
+                )
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    def groups(self):
+        """The pairs grouped by type: ``[((t1, t2), g1 (k,), g2 (k,)), ...]`` (static)."""
+        out = {}
+        for g1, g2 in self.pairs:
+            out.setdefault((self.type[g1], self.type[g2]), []).append((g1, g2))
+        return [
+            (key, np.asarray([a for a, _ in v]), np.asarray([b for _, b in v]))
+            for key, v in out.items()
+        ]
+
+    def world_poses(self, ws, origin):
+        """Rotations ``(ng, 3, 3)`` and positions ``(ng, 3)`` of the geoms in the world-state
+        frame (world axes, positions relative to ``origin``)."""
+        body = np.asarray(self.body, np.int64)
+        world = body < 0
+        dtype = ws.p.dtype
+        rot, pos = self.rot.astype(dtype), self.pos.astype(dtype)
+        Rb = ws.R[np.maximum(body, 0)]
+        pb = ws.p[np.maximum(body, 0)]
+        if np.any(world):
+            w = jnp.asarray(world)
+            Rb = jnp.where(w[:, None, None], jnp.eye(3, dtype=dtype), Rb)
+            pb = jnp.where(w[:, None], -origin, pb)
+        return Rb @ rot, spatial.mv(Rb, pos) + pb
+
+    def frames(self, ws, origin, body_velocity) -> ContactFrames:
+        """The contacts of every pair's slots as :class:`ContactFrames` (slots without a
+        contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance)."""
+        from . import collision
+
+        R, p = self.world_poses(ws, origin)
+        dtype = p.dtype
+        size = self.size.astype(dtype)
+        rb = self.rbound.astype(dtype)
+        fr = self.friction.astype(dtype)
+        parts = []
+        hulls = {} if self.hulls is None else self.hulls.value
+        for (t1, t2), i1, i2 in self.groups():
+            if "mesh" in (t1, t2):  # one call per pair: hulls differ in their sizes
+                cs = []
+                for a, b in zip(i1, i2, strict=True):
+                    s1 = hulls[int(a)] if t1 == "mesh" else size[a]
+                    s2 = hulls[int(b)] if t2 == "mesh" else size[b]
+                    cs.append(collision.collide(t1, t2, s1, p[a], R[a], s2, p[b], R[b]))
+                c = collision.Contact(*(jnp.stack(x) for x in zip(*cs, strict=True)))
+            else:
+                c = jax.vmap(
+                    lambda s1, p1, m1, s2, p2, m2, t1=t1, t2=t2: collision.collide(
+                        t1, t2, s1, p1, m1, s2, p2, m2
+                    )
+                )(size[i1], p[i1], R[i1], size[i2], p[i2], R[i2])
+            k = c.dist.shape[1]
+            gap = jnp.sqrt(jnp.sum((p[i1] - p[i2]) ** 2, -1)) - rb[i1] - rb[i2]
+            far = jnp.where(jnp.isfinite(gap), gap > 0, False)  # planes: never apart
+            dist = jnp.where(far[:, None], jnp.asarray(collision.NO_CONTACT, dtype), c.dist)
+            b1 = np.asarray(self.body, np.int64)[i1]
+            b2 = np.asarray(self.body, np.int64)[i2]
+            # the force +f goes to a moving body: where geom 2 is the world's, the pair is
+            # seen from geom 1 (normal reversed)
+            flip = b2 < 0
+            sign = jnp.asarray(np.where(flip, -1.0, 1.0), dtype)[:, None, None]
+            body = np.where(flip, b1, b2)
+            other = np.where(flip, b2, b1)
+            mu = jnp.maximum(fr[i1], fr[i2])
+            cond = np.maximum(np.asarray(self.condim)[i1], np.asarray(self.condim)[i2])
+            mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
+            parts.append(
+                (
+                    dist.reshape(-1),
+                    (sign * c.normal).reshape(-1, 3),
+                    c.pos.reshape(-1, 3),
+                    jnp.repeat(mu, k),
+                    np.repeat(body, k),
+                    np.repeat(other, k),
+                )
+            )
+        dist = jnp.concatenate([x[0] for x in parts])
+        normal = jnp.concatenate([x[1] for x in parts])
+        point = jnp.concatenate([x[2] for x in parts])
+        mu = jnp.concatenate([x[3] for x in parts])
+        body = np.concatenate([x[4] for x in parts])
+        other = np.concatenate([x[5] for x in parts])
+
+        def vel(b):
+            vb = body_velocity[np.maximum(b, 0)]
+            v = vb[:, 3:] + spatial.cross(vb[:, :3], point)
+            return jnp.where(jnp.asarray(b >= 0)[:, None], v, 0.0) if np.any(b < 0) else v
+
+        velocity = vel(body) - vel(other)
+        return ContactFrames(
+            dist,
+            normal,
+            point,
+            velocity,
+            mu,
+            tuple(int(b) for b in body),
+            tuple(int(b) for b in other),
+        )
+
+
+# ------------------------------------------------------------------------------------ URDF
+def _urdf_floats(text, n, what):
+    try:
+        a = np.array([float(x) for x in (text or "").split()])
+    except ValueError:
+        raise ValueError(f"{what}: not numbers: {text!r}") from None
+    if a.shape != (n,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{what}: expected {n} finite numbers, got {text!r}")
+    return a
+
+
+def urdf_geoms(
+    model, source, *, allow=(), deny=(), package_dirs=(), allow_outside=False, friction=1.0
+) -> Geoms | None:
+    """The ``<collision>`` elements of a URDF file as :class:`Geoms` on ``model``'s links
+    (``model`` loaded from the same file), with the pairs that may touch: geoms on different
+    bodies, except bodies adjacent in the tree (a joint between them: a parent and its child)
+    and the link pairs of ``deny``; ``allow``: link pairs that collide even though adjacent.
+    ``None`` when no pair remains.
+
+    Shapes: ``sphere``, ``box``, ``cylinder``, ``capsule`` and ``mesh`` (its convex hull, scipy's
+    Qhull; STL and OBJ read directly, other formats through ``trimesh``, the ``viz`` extra; a
+    non-convex mesh gets a warning naming it; mesh paths as :func:`jaxdyn.viz.scene
+    .resolve_mesh`: inside the URDF's directory or package unless ``allow_outside``). A pair of
+    shapes without a narrow phase raises ``ValueError`` naming the two elements.
+    ``friction``: every geom's Coulomb coefficient (URDF has none)."""
+    import warnings
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    from ..model.urdf import rpy_to_matrix
+    from ..viz.scene import read_mesh, resolve_mesh
+    from . import collision
+
+    source = Path(source)
+    root = ET.parse(source).getroot()
+    urdf_dir = source.resolve().parent
+    t = model.topo
+    frames = {n: i for i, n in enumerate(model.frame_names)}
+    body, types, sizes, rots, poss, names, links, hulls = [], [], [], [], [], [], [], {}
+    for link in root.findall("link"):
+        lname = link.get("name")
+        if lname not in frames:
+            raise ValueError(f"urdf_geoms: link {lname!r} of {source.name} is not in the model")
+        f = frames[lname]
+        b = int(t.frame_parent[f])
+        Rf, pf = np.asarray(model.frame_R[f], float), np.asarray(model.frame_p[f], float)
+        for k, el in enumerate(link.findall("collision")):
+            what = f"link {lname!r} <collision> {k}"
+            o = el.find("origin")
+            R, p = np.eye(3), np.zeros(3)
+            if o is not None:
+                R = np.asarray(rpy_to_matrix(_urdf_floats(o.get("rpy", "0 0 0"), 3, what)))
+                p = _urdf_floats(o.get("xyz", "0 0 0"), 3, what)
+            g = el.find("geometry")
+            shape = g[0] if g is not None and len(g) else None
+            if shape is None:
+                raise ValueError(f"urdf_geoms: {source.name}: {what} has no <geometry>")
+            size = np.zeros(3)
+            if shape.tag == "sphere":
+                size[0] = _urdf_floats(shape.get("radius"), 1, f"{what} <sphere radius>")[0]
+            elif shape.tag == "box":
+                size[:] = _urdf_floats(shape.get("size"), 3, f"{what} <box size>") / 2
+            elif shape.tag in ("cylinder", "capsule"):
+                size[0] = _urdf_floats(shape.get("radius"), 1, f"{what} radius")[0]
+                size[1] = _urdf_floats(shape.get("length"), 1, f"{what} length")[0] / 2
+            elif shape.tag == "mesh":
+                scale = _urdf_floats(shape.get("scale", "1 1 1"), 3, f"{what} <mesh scale>")
+                path = resolve_mesh(
+                    shape.get("filename") or "", urdf_dir, package_dirs, allow_outside
+                )
+                verts = read_mesh(path)[0] * scale
+                hull = collision.hull_from_points(verts)
+                if not _convex(verts, hull):
+                    warnings.warn(
+                        f"urdf_geoms: {what} ({path.name}): the mesh is not convex; it "
+                        "collides as its convex hull",
+                        stacklevel=2,
+                    )
+                hulls[len(names)] = hull
+                size[:] = np.ptp(np.asarray(hull.vertices), axis=0) / 2
+            else:
+                raise ValueError(f"urdf_geoms: {source.name}: {what}: unknown <{shape.tag}>")
+            body.append(b)
+            types.append(shape.tag)
+            sizes.append(size)
+            rots.append(Rf @ R)
+            poss.append(Rf @ p + pf)
+            names.append(f"{lname}/collision{k}")
+            links.append(lname)
+    allow_s = {frozenset(p) for p in allow}
+    deny_s = {frozenset(p) for p in deny}
+    pairs, bad = [], []
+    for i in range(len(names)):
+        for j in range(i + 1, len(names)):
+            bi, bj = body[i], body[j]
+            key = frozenset((links[i], links[j]))
+            if bi == bj or key in deny_s:
+                continue
+            adjacent = (bi >= 0 and int(t.parent[bi]) == bj) or (
+                bj >= 0 and int(t.parent[bj]) == bi
+            )
+            if adjacent and key not in allow_s:
+                continue
+            a, c = (i, j) if _order(types[i], types[j]) else (j, i)
+            if (types[a], types[c]) not in collision.PAIRS:
+                bad.append(f"{names[a]} ({types[a]})-{names[c]} ({types[c]})")
+                continue
+            pairs.append((a, c))
+    if bad:
+        raise ValueError(
+            f"urdf_geoms: {source.name}: no narrow phase for {', '.join(bad[:6])}"
+            + (f" ... ({len(bad)} in all)" if len(bad) > 6 else "")
+            + "; deny=[(link1, link2), ...] skips a pair"
+        )
+    if not pairs:
+        return None
+    rb = []
+    for k, ty in enumerate(types):
+        s = sizes[k]
+        rb.append(
+            {"sphere": s[0], "capsule": s[0] + s[1], "cylinder": np.hypot(s[0], s[1])}.get(
+                ty, float(np.linalg.norm(s))
+            )
+            if ty != "mesh"
+            else float(np.max(np.linalg.norm(np.asarray(hulls[k].vertices), axis=1)))
+        )
+    return Geoms(
+        size=np.asarray(sizes),
+        pos=np.asarray(poss),
+        rot=np.asarray(rots),
+        friction=np.full(len(names), float(friction)),
+        rbound=np.asarray(rb, float),
+        body=tuple(body),
+        type=tuple(types),
+        condim=(3,) * len(names),
+        names=tuple(names),
+        pairs=tuple(pairs),
+        hulls=Static(hulls) if hulls else None,
+    )
+
+
+def _convex(verts, hull, rtol=1e-6) -> bool:
+    """Whether every vertex lies on the surface of ``hull`` (none strictly inside)."""
+    n = np.asarray(hull.normals, float)
+    off = np.max(np.asarray(hull.vertices, float) @ n.T, axis=0)
+    scale = float(np.ptp(verts, axis=0).max())
+    return bool(np.all((verts @ n.T - off).max(axis=1) >= -rtol * scale))

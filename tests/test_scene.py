@@ -1,0 +1,400 @@
+"""Contact between any bodies (issue 56): collision geoms from MJCF files, MuJoCo's pair
+filters, body-body contacts in both contact models, checked against MuJoCo C on the same
+scenes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdyn
+from jaxdyn import sim
+
+mujoco = pytest.importorskip("mujoco")
+
+FILTER_MJCF = """<mujoco><option timestep="0.002"/>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1"/>
+  <geom name="wall" type="sphere" size="0.3" pos="0 0 0.1"/>
+  <geom name="ghost" type="sphere" size="0.3" pos="0 0 0.1" contype="0" conaffinity="0"/>
+  <body name="a" pos="0 0 0.1"><freejoint/>
+    <geom name="a0" type="sphere" size="0.2" mass="1"/>
+    <geom name="a1" type="capsule" size="0.1 0.1" mass="1"/>
+    <body name="b"><joint type="hinge" axis="0 0 1"/>
+      <geom name="b0" type="sphere" size="0.2" mass="1"/>
+      <body name="c"><joint type="hinge" axis="0 1 0"/>
+        <geom name="c0" type="capsule" size="0.1 0.1" mass="1"/>
+        <geom name="c1" type="sphere" size="0.2" mass="1" contype="2" conaffinity="2"/>
+      </body>
+    </body>
+  </body>
+  <body name="d" pos="0 0 0.1"><freejoint/>
+    <geom name="d0" type="sphere" size="0.2" mass="1"/>
+    <geom name="d1" type="sphere" size="0.15" mass="1" contype="2" conaffinity="0"/>
+  </body>
+  <body name="e" pos="0 0 0.1"><freejoint/><geom name="e0" type="capsule" size="0.1 0.1" mass="1"/>
+  </body>
+</worldbody>
+<contact><exclude body1="d" body2="e"/></contact>
+</mujoco>"""
+
+
+def _name_pairs(names, pairs):
+    return {frozenset((names[a], names[b])) for a, b in pairs}
+
+
+def test_pairs_follow_mujoco_filters():
+    """The pairs of a loaded MJCF (primitives against the ground plane and the geom pairs) are
+    exactly those MuJoCo's collision detection finds when every geom overlaps every other:
+    contype / conaffinity, an ``<exclude>``, geoms of one body, a parent and its child (b-a,
+    c-b) skipped, a grandchild (c-a) and the world's children kept, two static geoms never."""
+    loaded = jaxdyn.load_mjcf(FILTER_MJCF)
+    m = loaded.mj_model
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    names = jaxdyn.model.mjcf.mujoco_names(m, "geom")
+    expected = {frozenset((names[c.geom1], names[c.geom2])) for c in d.contact[: d.ncon]}
+    got = _name_pairs(loaded.geoms.names, loaded.geoms.pairs)
+    got |= {frozenset(("floor", p.name)) for p in loaded.contacts}
+    assert got == expected, sorted(map(sorted, got ^ expected))
+    assert frozenset(("c0", "a0")) in got and frozenset(("b0", "a0")) not in got
+    body = dict(zip(loaded.geoms.names, loaded.geoms.body, strict=True))
+    assert body["wall"] == -1 and body["a0"] != body["c0"]
+
+
+REST_MJCF = """<mujoco><option timestep="0.002"/>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1" friction="0.5 0.005 0.0001"/>
+  <geom name="table" type="box" size="0.3 0.3 0.05" pos="0 0 0.05" contype="2" conaffinity="2"/>
+  <body name="ball" pos="0 0 0.15"><freejoint/>
+    <geom name="ball" type="sphere" size="0.05" mass="0.5" contype="3" conaffinity="3"/></body>
+  <body name="crate" pos="1 0 0.1"><freejoint/>
+    <geom name="crate" type="box" size="0.1 0.1 0.1" mass="2"/></body>
+  <body name="top" pos="1.02 0.01 0.25"><freejoint/>
+    <geom name="top" type="sphere" size="0.05" mass="0.5"/></body>
+</worldbody></mujoco>"""
+REST_STEPS = 400
+
+
+@pytest.fixture(scope="module")
+def rest_scene():
+    """A ball on a static table, a free crate on the floor with a ball on it: the loaded model,
+    its Constraint configuration and one jitted rollout of ``REST_STEPS`` steps."""
+    loaded = jaxdyn.load_mjcf(REST_MJCF)
+    # 3 Newton steps after the APGD: with the default 100 APGD steps alone the stack (a ball on
+    # the crate on the floor) is solved to a residual that leaves the crate 40 um deep and
+    # tilted, and the ball rolls off at 0.3 mm/s (400 steps: 0.5 um, 26 um/s)
+    contact = sim.Constraint(newton=3)
+    cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
+    model = loaded.model
+    run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((REST_STEPS, 0)), cfg=cfg))
+    return loaded, cfg, run
+
+
+def _mujoco_heights(xml, steps):
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    out = []
+    for _ in range(steps):
+        mujoco.mj_step(m, d)
+        out.append(d.qpos[2::7].copy())
+    return np.asarray(out)
+
+
+@pytest.mark.slow
+def test_resting_bodies_match_mujoco(rest_scene):
+    """Resting contact between bodies, ``Constraint`` against MuJoCo C: a ball on a static
+    table (sphere-box against the world), a crate on the floor (its corners against the plane)
+    and a ball on the crate (sphere-box between two free bodies) stay at MuJoCo's heights
+    within 1 mm (MuJoCo's soft contacts sink 0.1-0.4 mm; jaxdyn's hard ones within 1e-8 m of
+    the geometric heights) and do not drift (below 1e-6 m over the last 200 steps); the bodies
+    stay at rest (speeds below 1e-5)."""
+    loaded, cfg, run = rest_scene
+    model = loaded.model
+    tr = run(sim.State(loaded.q0, jnp.zeros(model.nv)), cfg)
+    z = np.asarray(tr.q[:, 2::7])
+    ref = _mujoco_heights(REST_MJCF, REST_STEPS)
+    np.testing.assert_allclose(z[-1], ref[-1], atol=1e-3)
+    np.testing.assert_allclose(z[-1], [0.15, 0.1, 0.25], atol=1e-8)
+    assert np.abs(z[-1] - z[-200]).max() < 1e-6, z[-1] - z[-200]
+    assert np.abs(np.asarray(tr.v[-1])).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_body_contacts_without_the_pipeline_fall_through(rest_scene):
+    """The same scene without its geom pairs (``geoms=None``): the balls fall through the table
+    and the crate, so the test above depends on the body-body contacts."""
+    loaded, cfg, run = rest_scene
+    bare = sim.SimConfig(
+        dt=cfg.dt, contact=cfg.contact, contacts=cfg.contacts, actuator=cfg.actuator
+    )
+    tr = run(sim.State(loaded.q0, jnp.zeros(loaded.model.nv)), bare)
+    z = np.asarray(tr.q[-1, 2::7])
+    assert z[0] < 0.1 and z[2] < 0.2  # through the table and the crate
+
+
+BALL_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <geom type="plane" size="5 5 .1"/>
+  <body name="ball" pos="0 0 0.4"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>
+</worldbody></mujoco>"""
+
+
+def test_compliant_impact_depth_near_mujoco():
+    """A 0.1 m ball dropped from 0.4 m onto the default ``Compliant``: its deepest sink at
+    impact is within 25 % of MuJoCo C's (17.7 mm; jaxdyn 21.8 mm: both are a critically damped
+    50 rad/s spring on the ball's mass, MuJoCo's impedance 0.9-0.95 also removes 90 % of
+    gravity inside the contact); the old default (stiffness from 5 mm of static sink, a quarter
+    of critical damping) sank 43.6 mm. At rest it sinks ``g timeconst^2`` (3.9 mm)."""
+    loaded = jaxdyn.load_mjcf(BALL_MJCF)
+    cfg = loaded.sim_config(contact=sim.Compliant(), actuator=sim.Torque(dofs=()))
+    tr = sim.rollout(loaded.model, sim.State(loaded.q0, jnp.zeros(6)), jnp.zeros((300, 0)), cfg=cfg)
+    z = np.asarray(tr.q[:, 2])
+    ref = _mujoco_heights(BALL_MJCF, 300)[:, 0]
+    sink, ref_sink = 0.1 - z.min(), 0.1 - ref.min()
+    assert abs(sink - ref_sink) < 0.25 * ref_sink, (sink, ref_sink)
+    np.testing.assert_allclose(0.1 - z[-1], 9.81 * 0.02**2, rtol=1e-3)
+
+
+INCLINE = np.radians(20.0)
+INCLINE_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <geom type="plane" size="5 5 .1" zaxis="{s} 0 {c}" friction="0.5 0.005 0.0001"/>
+  <body name="box" pos="{x} 0 {z}" zaxis="{s} 0 {c}"><freejoint/>
+    <geom type="box" size="0.2 0.15 0.1" mass="2" friction="0.5 0.005 0.0001"/></body>
+</worldbody></mujoco>""".format(
+    s=np.sin(INCLINE), c=np.cos(INCLINE), x=0.1 * np.sin(INCLINE), z=0.1 * np.cos(INCLINE)
+)
+
+
+@pytest.mark.slow
+def test_compliant_box_sticks_on_incline_like_mujoco():
+    """A box on a 20 degree incline below its friction angle (26.6 degrees): the default
+    ``Compliant`` (regularised friction, ``slip = 1e-3``) creeps at 1.06 mm/s, no faster than
+    MuJoCo C's soft friction (1.8 mm/s, pyramidal cones); the old ``slip = 1e-2`` crept
+    10.6 mm/s. Measured from 0.5 s to 1 s (after settling)."""
+    loaded = jaxdyn.load_mjcf(INCLINE_MJCF)
+    cfg = loaded.sim_config(contact=sim.Compliant(), actuator=sim.Torque(dofs=()))
+    tr = sim.rollout(loaded.model, sim.State(loaded.q0, jnp.zeros(6)), jnp.zeros((500, 0)), cfg=cfg)
+    q = np.asarray(tr.q)
+    rate = np.linalg.norm(q[-1, :3] - q[249, :3]) / 0.5
+    m = mujoco.MjModel.from_xml_string(INCLINE_MJCF)
+    d = mujoco.MjData(m)
+    xs = []
+    for _ in range(500):
+        mujoco.mj_step(m, d)
+        xs.append(d.qpos[:3].copy())
+    ref = np.linalg.norm(xs[-1] - xs[249]) / 0.5
+    assert rate < ref and rate < 1.5e-3, (rate, ref)
+    assert rate > 0  # regularised friction: it creeps, slowly
+
+
+def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
+    """Two free spheres loaded 5 cm into each other: a warning naming the pair; a pair the
+    narrow phase does not have (a heightfield geom against a sphere) is refused by name (never
+    dropped), loaded without it with ``ignore=('geom',)``."""
+    xml = """<mujoco><worldbody>
+      <body name="a" pos="0 0 1"><freejoint/><geom name="ga" type="sphere" size="0.1"/></body>
+      <body name="b" pos="0.15 0 1"><freejoint/><geom name="gb" type="sphere" size="0.1"/></body>
+    </worldbody></mujoco>"""
+    with pytest.warns(UserWarning, match=r"'ga'-'gb' \(50 mm\)"):
+        jaxdyn.load_mjcf(xml)
+    bad = xml.replace(
+        "<worldbody>",
+        '<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" elevation="0 0 0 0"/>'
+        '</asset><worldbody><geom name="hf" type="hfield" hfield="h"/>',
+    ).replace('pos="0.15 0 1"', 'pos="0.5 0 1"')
+    match = r'<geom name="hf" type="hfield">-<geom name="ga" type="sphere">.*jaxdyn.sim has no'
+    with pytest.raises(ValueError, match=match):
+        jaxdyn.load_mjcf(bad)
+    assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms.names == ("ga", "gb")
+
+
+@pytest.fixture(scope="module")
+def drop_scene():
+    """A ball dropped onto a free crate resting on the floor (sphere-box between bodies, the
+    crate's corners against the plane), ``Constraint``."""
+    xml = REST_MJCF.replace('pos="1.02 0.01 0.25"', 'pos="1.02 0.01 0.27"')
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(contact=sim.Constraint(), actuator=sim.Torque(dofs=()))
+    return loaded, cfg
+
+
+def test_scene_steps_under_jit_vmap(drop_scene):
+    """Several free bodies and static geometry step in one ``jax.jit(jax.vmap(step))``: a batch
+    of four states equals the four steps taken one by one (to 1e-12)."""
+    loaded, cfg = drop_scene
+    model = loaded.model
+    rng = np.random.default_rng(0)
+    v = jnp.asarray(rng.standard_normal((4, model.nv)) * 0.5)
+    q = jnp.broadcast_to(loaded.q0, (4, model.nq))
+    one = jax.jit(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg))
+    many = jax.jit(jax.vmap(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg)))
+    out = many(q, v)
+    for i in range(4):
+        s = one(q[i], v[i])
+        np.testing.assert_allclose(np.asarray(out.q[i]), np.asarray(s.q), atol=1e-12)
+        np.testing.assert_allclose(np.asarray(out.v[i]), np.asarray(s.v), atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["constraint", "compliant"])
+def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
+    """Reverse mode through 40 steps of a ball thrown onto a free crate resting on the floor
+    (the ball lands on the crate at step ~20: body-body impact, then sliding contact; the
+    crate's four corners on the floor throughout): finite, and the directional derivative in
+    the ball's initial velocity matches central differences (Constraint: the implicit-function
+    gradient of the cone complementarity, to 1e-4 relative)."""
+    loaded, cfg = drop_scene
+    model = loaded.model
+    # the implicit-function gradient is the exact solution's: converged by 3 Newton steps (with
+    # 100 APGD steps alone the stack's solve is 0.2 % off in this derivative)
+    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(newton=3)
+    cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
+    q0 = loaded.q0
+
+    def loss(v_ball):
+        v = jnp.zeros(model.nv).at[12:18].set(v_ball)
+        tr = sim.rollout(model, sim.State(q0, v), jnp.zeros((40, 0)), cfg=cfg)
+        return jnp.sum(tr.q[-1, 7:10] ** 2) + jnp.sum(tr.q[-1, 14:17] ** 2) + tr.v[-1, 15]
+
+    vg = jax.jit(jax.value_and_grad(loss))
+    v0 = jnp.array([0.3, -0.2, 0.1, 0.4, 0.1, -0.5])
+    val, g = vg(v0)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.max(jnp.abs(g))) > 1e-3
+    d = jnp.asarray(np.random.default_rng(2).standard_normal(6))
+    eps = 1e-6
+    fd = (vg(v0 + eps * d)[0] - vg(v0 - eps * d)[0]) / (2 * eps)
+    np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-4)
+
+
+STACK_MJCF = """<mujoco><option timestep="0.002"/>
+<asset><mesh name="cube" vertex="-.05 -.05 -.05  .05 -.05 -.05  -.05 .05 -.05  .05 .05 -.05
+  -.05 -.05 .05  .05 -.05 .05  -.05 .05 .05  .05 .05 .05"/></asset>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1"/>
+  <geom name="table" type="box" size="0.4 0.4 0.05" pos="0 0 0.05" contype="7" conaffinity="7"
+    friction="0.5 0.005 0.0001"/>
+  <body name="box1" pos="-0.15 0 0.2"><freejoint/>
+    <geom name="box1" type="box" size="0.1 0.1 0.1" mass="2" friction="0.5 0.005 0.0001"/></body>
+  <body name="box2" pos="-0.13 0.01 0.36"><freejoint/>
+    <geom name="box2" type="box" size="0.08 0.07 0.06" mass="1"/></body>
+  <body name="rod" pos="0.2 -0.2 0.13" euler="0 90 0"><freejoint/>
+    <geom name="rod" type="capsule" size="0.03 0.1" mass="0.5" contype="2" conaffinity="2"/></body>
+  <body name="die" pos="0.2 0.2 0.15"><freejoint/>
+    <geom name="die" type="mesh" mesh="cube" mass="0.3" contype="4" conaffinity="4"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.fixture(scope="module")
+def stack_scene():
+    loaded = jaxdyn.load_mjcf(STACK_MJCF)
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3), actuator=sim.Torque(dofs=()))
+    model = loaded.model
+    run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((REST_STEPS, 0)), cfg=cfg))
+    return loaded, cfg, run
+
+
+@pytest.mark.slow
+def test_stack_box_capsule_mesh_rest_like_mujoco(stack_scene):
+    """A stack of three boxes (a static table, a box on it, a smaller box on that: box-box
+    face contacts, 4 of 8 slots each), a capsule lying on the table (capsule-box) and a convex
+    mesh cube on it (box-mesh, its convex hull) come to rest at MuJoCo C's heights within 1 mm
+    and at the geometric heights within 1e-6 m, without drift (1e-6 m over 200 steps)."""
+    loaded, cfg, run = stack_scene
+    assert set(loaded.geoms.type) == {"box", "capsule", "mesh"}
+    tr = run(sim.State(loaded.q0, jnp.zeros(loaded.model.nv)), cfg)
+    z = np.asarray(tr.q[:, 2::7])
+    ref = _mujoco_heights(STACK_MJCF, REST_STEPS)
+    np.testing.assert_allclose(z[-1], ref[-1], atol=1e-3)
+    np.testing.assert_allclose(z[-1], [0.2, 0.36, 0.13, 0.15], atol=1e-6)
+    assert np.abs(z[-1] - z[-200]).max() < 1e-6, z[-1] - z[-200]
+    assert np.abs(np.asarray(tr.v[-1])).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_box_sliding_on_a_box_stops_where_coulomb_says(stack_scene):
+    """The lower box pushed along the table at 1 m/s (friction max(0.5, 0.5) on box-box; the
+    upper box rides along, its friction of 1 holding it): it stops after ``v^2 / (2 mu g)``
+    (0.102 m) within 2 %, as MuJoCo C's does within 5 % (soft contact)."""
+    loaded, cfg, run = stack_scene
+    v0 = jnp.zeros(loaded.model.nv).at[3].set(1.0).at[9].set(1.0)  # box1, box2: vx (body axes)
+    tr = run(sim.State(loaded.q0, v0), cfg)
+    d = float(tr.q[-1, 0] - loaded.q0[0])
+    np.testing.assert_allclose(d, 1.0 / (2 * 0.5 * 9.81), rtol=2e-2)
+    m = mujoco.MjModel.from_xml_string(STACK_MJCF)
+    dm = mujoco.MjData(m)
+    dm.qvel[0] = dm.qvel[6] = 1.0
+    for _ in range(REST_STEPS):
+        mujoco.mj_step(m, dm)
+    np.testing.assert_allclose(dm.qpos[0] - (-0.15), 1.0 / (2 * 0.5 * 9.81), rtol=5e-2)
+
+
+CHAIN_URDF = """<robot name="chain">
+  <link name="base"><collision><geometry><box size="0.4 0.4 0.1"/></geometry></collision></link>
+  <link name="l1"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01"
+      ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.2"/><geometry><capsule radius="0.05" length="0.3"/></geometry>
+    </collision></link>
+  <link name="l2"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01"
+      ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.2"/><geometry><sphere radius="0.06"/></geometry></collision>
+  </link>
+  <link name="tool"><collision><origin xyz="0 0 0.3"/><geometry><mesh filename="cube.obj"/>
+    </geometry></collision></link>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="l1"/><origin xyz="0 0 0.05"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="j2" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0 0 0.4"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="t" type="fixed"><parent link="l2"/><child link="tool"/></joint>
+</robot>"""
+CUBE_OBJ = "\n".join(
+    [f"v {x} {y} {z}" for x in (-0.05, 0.05) for y in (-0.05, 0.05) for z in (-0.05, 0.05)]
+    + ["v 0 0 0"]  # a vertex inside: not convex as a vertex set
+    + ["f 1 2 4", "f 1 4 3", "f 5 7 8", "f 5 8 6", "f 1 5 6", "f 1 6 2"]
+    + ["f 3 4 8", "f 3 8 7", "f 1 3 7", "f 1 7 5", "f 2 6 8", "f 2 8 4"]
+)
+
+
+def test_urdf_collision_geoms(tmp_path):
+    """URDF ``<collision>`` elements as geoms: a base box fixed to the world (a world geom), a
+    capsule, a sphere and an OBJ mesh (its convex hull; a warning names it, as a vertex lies
+    inside) on a link welded to the sphere's. Adjacent links are skipped (base-l1, l1-l2 and
+    l1-tool: the tool is welded to l2), geoms of one body too (l2-tool); ``allow`` brings an
+    adjacent pair back, ``deny`` removes one. The contact of the folded arm's sphere with the
+    base box has MuJoCo's depth (the geometry by hand)."""
+    (tmp_path / "chain.urdf").write_text(CHAIN_URDF)
+    (tmp_path / "cube.obj").write_text(CUBE_OBJ)
+    model = jaxdyn.load_urdf(str(tmp_path / "chain.urdf"))
+    with pytest.warns(UserWarning, match=r"link 'tool' <collision> 0 \(cube.obj\): .*not convex"):
+        g = sim.urdf_geoms(model, tmp_path / "chain.urdf")
+    assert g.type == ("box", "capsule", "sphere", "mesh") and g.body[0] == -1
+    assert _name_pairs(g.names, g.pairs) == {
+        frozenset(("base/collision0", "l2/collision0")),
+        frozenset(("base/collision0", "tool/collision0")),
+    }
+    assert np.asarray(g.hulls.value[3].vertices).shape == (8, 3)
+    with pytest.warns(UserWarning, match="not convex"):
+        g2 = sim.urdf_geoms(
+            model, tmp_path / "chain.urdf", allow=[("base", "l1")], deny=[("base", "tool")]
+        )
+    assert _name_pairs(g2.names, g2.pairs) == {
+        frozenset(("base/collision0", "l2/collision0")),
+        frozenset(("base/collision0", "l1/collision0")),
+    }
+    # folded: l1 at 90 + 5.7 deg about y points along +x and slightly down, l2 folds back by a
+    # further 174.3 deg, along -x: the sphere's centre at (0.4 cos 0.1 - 0.2, 0,
+    # 0.05 - 0.4 sin 0.1), just inside the base box (half-sizes 0.2 0.2 0.05 at the origin),
+    # 2 mm from its +x face: 62 mm deep along +x
+    from jaxdyn.algorithms import kinematics as kin
+
+    q = jnp.array([np.pi / 2 + 0.1, np.pi - 0.1])
+    ws = kin.world_state(model, q)
+    fr = jax.jit(lambda ws: g2.frames(ws, jnp.zeros(3), jnp.zeros((model.nb, 6))))(ws)
+    R, p = g2.world_poses(ws, jnp.zeros(3))
+    c = np.array([0.4 * np.cos(0.1) - 0.2, 0.0, 0.05 - 0.4 * np.sin(0.1)])
+    np.testing.assert_allclose(np.asarray(p[2]), c, atol=1e-12)
+    h = np.array([0.2, 0.2, 0.05])
+    depth = -np.min(h - np.abs(c)) - 0.06
+    # the sphere-box pair's slot (force +f on the arm's l2), after base-capsule's 3
+    k = [i for i, b in enumerate(fr.body) if b == g2.body[2]][0]
+    np.testing.assert_allclose(float(fr.distance[k]), depth, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(fr.normal[k]), [1.0, 0.0, 0.0], atol=1e-9)
