@@ -162,6 +162,11 @@ class Weld:
     - ``target``: world placement ``(R (3x3), p (3,))`` the frame is welded to; only needed for
       the position part of Baumgarte stabilisation (:func:`jaxdyn.constrained_aba`).
     - ``name``: label used in error messages (defaults to ``weld(<frame>)``).
+    - ``error``: the position-level error of Baumgarte stabilisation (:func:`constraint_error`):
+      ``"log6"`` (default) Pinocchio's ``log6(M*^-1 M)``, as Crocoddyl's ``ContactModel6D``;
+      ``"decoupled"`` the rotation vector of the relative rotation beside the position
+      difference, as MuJoCo's weld equality (what :func:`jaxdyn.load_mjcf` creates). The two
+      agree to first order; they differ where the frame is far from its target.
 
     Rows (6): ``[angular; linear]`` velocity of the constraint frame, in ``reference`` axes.
     """
@@ -172,6 +177,7 @@ class Weld:
     rotation: tuple | None = None
     target: tuple | None = None
     name: str | None = None
+    error: str = "log6"
 
     dim = 6
     kind = "weld"
@@ -185,6 +191,8 @@ class Weld:
         object.__setattr__(self, "frame", _check_frame(label, self.frame))
         object.__setattr__(self, "reference", _check_reference(label, self.reference))
         object.__setattr__(self, "offset", _vec3(label, "offset", self.offset))
+        if self.error not in ("log6", "decoupled"):
+            raise ValueError(f"{label}: error must be 'log6' or 'decoupled', got {self.error!r}")
         if self.rotation is not None:
             object.__setattr__(self, "rotation", _rot(label, "rotation", self.rotation))
         if self.target is not None:
@@ -272,6 +280,7 @@ class ConstraintLayout:
         self.body = np.zeros(nc, np.int64)
         self.dim = np.zeros(nc, np.int64)
         self.local = np.zeros(nc, bool)
+        self.log6 = np.zeros(nc, bool)  # welds whose error is log6 (else decoupled)
         self.R_off = np.zeros((nc, 3, 3))
         self.p_off = np.zeros((nc, 3))
         for i, c in enumerate(constraints):
@@ -285,6 +294,7 @@ class ConstraintLayout:
                 )
             self.frame[i], self.body[i], self.dim[i] = f, b, c.dim
             self.local[i] = c.reference == "local"
+            self.log6[i] = c.dim == 6 and getattr(c, "error", "log6") == "log6"
             self.R_off[i] = np.eye(3) if c.rotation is None else np.asarray(c.rotation)
             self.p_off[i] = np.asarray(c.offset)
         self.row0 = np.concatenate([[0], np.cumsum(self.dim)[:-1]]).astype(np.int64)
@@ -587,21 +597,34 @@ def _se3_log_translation(w, t):
 
 
 def error_from_placements(lay, pl: Placements, Rt, pt):
-    """Position-level error rows: connect ``A (p - p*)`` (``A`` the row axes); weld
-    ``log6(M*^-1 M)`` (Pinocchio's, as Crocoddyl's ``ContactModel6D``; jaxdyn's
-    ``[angular; linear]`` order) in the frame's axes (local) or rotated to world axes
-    (world-aligned): ``[w; V(w)^-1 R*^T (p - p*)]`` with ``w = log3(R*^T R)``."""
+    """Position-level error rows: connect ``A (p - p*)`` (``A`` the row axes); weld with
+    ``error="log6"``: ``log6(M*^-1 M)`` (Pinocchio's, as Crocoddyl's ``ContactModel6D``;
+    jaxdyn's ``[angular; linear]`` order) in the frame's axes (local) or rotated to world axes
+    (world-aligned): ``[w; V(w)^-1 R*^T (p - p*)]`` with ``w = log3(R*^T R)``; weld with
+    ``error="decoupled"`` (MuJoCo's weld): ``[log3(R*^T R); R^T (p - p*)]`` (local) or
+    ``[log3(R R*^T); p - p*]`` (world-aligned)."""
     A = _axes(lay, pl.R)
-    dp = spatial.mv(A, pl.p - pt)  # connect rows
+    dp = spatial.mv(A, pl.p - pt)  # connect rows, and the decoupled welds' linear rows
     Rtt = jnp.swapaxes(Rt, -1, -2)
-    w = log3(spatial.mm(Rtt, pl.R))
-    lin = _se3_log_translation(w, spatial.mv(Rtt, pl.p - pt))
     local = jnp.asarray(lay.local)[:, None]
-    w = jnp.where(local, w, spatial.mv(pl.R, w))
-    lin = jnp.where(local, lin, spatial.mv(pl.R, lin))
+    rows = []
+    if lay.log6.any():
+        w = log3(spatial.mm(Rtt, pl.R))
+        lin = _se3_log_translation(w, spatial.mv(Rtt, pl.p - pt))
+        w = jnp.where(local, w, spatial.mv(pl.R, w))
+        lin = jnp.where(local, lin, spatial.mv(pl.R, lin))
+        rows.append(jnp.concatenate([w, lin], -1))
+    if not lay.log6.all():
+        rel = jnp.where(local[..., None], spatial.mm(Rtt, pl.R), spatial.mm(pl.R, Rtt))
+        rows.append(jnp.concatenate([log3(rel), dp], -1))
+    if len(rows) == 2:
+        is_log6 = jnp.asarray(lay.log6)[:, None]
+        err = jnp.where(is_log6, rows[0], rows[1])
+    else:
+        err = rows[0]
     is_weld = jnp.asarray(lay.dim == 6)[:, None]
-    lin = jnp.where(is_weld, lin, dp)
-    return jnp.concatenate([w, lin], -1).reshape(-1)[lay.row_flat]
+    err = jnp.concatenate([err[:, :3], jnp.where(is_weld, err[:, 3:], dp)], -1)
+    return err.reshape(-1)[lay.row_flat]
 
 
 @shell.public("constraint_error", words=batching.kinematics_words)

@@ -580,6 +580,7 @@ def test_unsupported_features_named():
         ),
     ],
 )
+@pytest.mark.filterwarnings("ignore:.*geoms interpenetrate at qpos0")  # overlapping test geoms
 def test_unsupported_feature_errors(xml, match):
     if "tendon=" in xml:  # a spatial tendon (a fixed one is honoured)
         xml = xml.replace(
@@ -855,6 +856,7 @@ def test_xml_text_reads_no_file(tmp_path, monkeypatch):
     assert load_mjcf(text, trusted=True).model.nv == 1
 
 
+@pytest.mark.filterwarnings("ignore:.*geoms interpenetrate at qpos0")  # overlapping test geoms
 def test_inside_files_load_as_mujoco_reads_them(tmp_path):
     """Files inside the directory (includes in a subdirectory and their own includes, a
     ``meshdir`` mesh with its default name, a sub-model attached) give the model MuJoCo's own

@@ -245,6 +245,7 @@ def _one(body="", extra="", option="", joint=""):
         ),
     ],
 )
+@pytest.mark.filterwarnings("ignore:.*geoms interpenetrate at qpos0")  # overlapping test geoms
 def test_refused_by_name(xml, key, match):
     with pytest.raises(ValueError, match=match):
         load_mjcf(xml)

@@ -893,3 +893,26 @@ def test_constrained_aba_fused_loops_route(monkeypatch):
     assert float(jnp.max(jnp.abs(ref.lam))) > 1.0
     assert_close(np.asarray(out.qdd), np.asarray(ref.qdd), 1e-10, err_msg="qdd")
     assert_close(np.asarray(out.lam), np.asarray(ref.lam), 1e-10, err_msg="lam")
+
+
+def test_weld_error_choice():
+    """``Weld(error=...)``: the decoupled error (MuJoCo's weld, what load_mjcf builds) is
+    ``[log3(R*^T R); R^T (p - p*)]`` in local axes; a weld list mixing both conventions gives
+    each its own rows; an unknown name is refused."""
+    key = "solo12"
+    model, q = get_model(key), jnp.asarray(states(key)["q"][0])
+    R = np.asarray(_rot(1))
+    tgt = (R, np.array([0.1, -0.2, 0.3]))
+    log6 = Weld("FL_FOOT", "local", target=tgt)
+    dec = Weld("FL_FOOT", "local", target=tgt, error="decoupled")
+    e6 = np.asarray(constraint_error(model, q, (log6,)))
+    ed = np.asarray(constraint_error(model, q, (dec,)))
+    ((Rn, pn),) = reference_placements(key, q, (Weld("FL_FOOT", "local"),))
+    w = pin.log3(R.T @ Rn)
+    assert_close(ed, np.concatenate([w, Rn.T @ (pn - tgt[1])]), RTOL, err_msg="decoupled")
+    assert_close(e6[:3], w, RTOL, err_msg="log6 angular part")
+    assert np.max(np.abs(e6[3:] - ed[3:])) > 1e-4  # the two linear parts differ here
+    both = np.asarray(constraint_error(model, q, (dec, log6)))
+    assert_close(both, np.concatenate([ed, e6]), RTOL, err_msg="mixed")
+    with pytest.raises(ValueError, match="error must be 'log6' or 'decoupled'"):
+        Weld("FL_FOOT", error="mujoco")

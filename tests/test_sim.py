@@ -929,9 +929,7 @@ def test_bad_parameters_are_named(box, pendulum):
         with pytest.raises(jaxdyn.CheckError, match="^step: " + msg):
             one(s0, cfg)
     # a number set without the constructor is checked when the step is traced
-    cfg = eqx.tree_at(
-        lambda c: c.contact.friction, base, float("nan"), is_leaf=lambda x: x is None
-    )
+    cfg = eqx.tree_at(lambda c: c.contact.friction, base, float("nan"), is_leaf=lambda x: x is None)
     with pytest.raises(ValueError, match="step: cfg.contact.friction must be finite"):
         sim.step(box, s0, jnp.zeros(0), cfg)
     # eagerly: CheckError, the check's message alone

@@ -231,6 +231,11 @@ def _contacts(state, dynamics, specs, nu):
     out = crocoddyl.ContactModelMultiple(state, nu)
     for i, (fid, c, ref) in enumerate(specs):
         if c.dim == 6:
+            if getattr(c, "error", "log6") != "log6" and gains[0] != 0:
+                raise ValueError(
+                    f"to_crocoddyl: {c.label} has error={c.error!r}; Crocoddyl's "
+                    "ContactModel6D stabilises with log6: use Weld(..., error='log6')"
+                )
             R, p = (np.eye(3), np.zeros(3)) if c.target is None else c.target
             target = pin.SE3(np.array(R, np.float64), _vec(p))
             contact = crocoddyl.ContactModel6D(state, fid, target, ref, nu, _vec(gains))

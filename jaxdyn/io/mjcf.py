@@ -1933,6 +1933,7 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
                     rotation=rot1,
                     target=(target_R, target_p),
                     name=names[e],
+                    error="decoupled",  # MuJoCo's weld error
                 )
         except ValueError as err:  # the constructor's check, with the element named
             issues.hard(f"{el}: {err}")
