@@ -58,7 +58,7 @@ import jaxdyn  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 from jaxdyn import clusters as C  # noqa: E402
-from jaxdyn.algorithms.aba import aba as plain_aba  # noqa: E402
+from jaxdyn.algorithms.aba import aba_plain as plain_aba  # noqa: E402
 from jaxdyn.clusters import robots  # noqa: E402
 
 #: robot -> end effectors for the OSIM table (feet, and hands for the humanoids)

@@ -7,7 +7,7 @@ Per-sample time of
   and ``jaxdyn.aba_derivatives`` (FDSVA: IDSVA at the ABA solution, then ``-M^-1`` by DMM or
   AZA, ``method="auto"``);
 * **jacfwd** / **jacrev** -- ``jax.jacfwd`` / ``jax.jacrev`` of the *plain* algorithms
-  (``jaxdyn.algorithms.rnea.rnea`` / ``aba.aba``) in ``(δ, v, a|tau)`` with
+  (``jaxdyn.algorithms.rnea.rnea_plain`` / ``aba.aba_plain``) in ``(δ, v, a|tau)`` with
   ``q = integrate(q0, δ)``, i.e. the same ``nv x nv`` partials by autodiff;
 * **Pinocchio** -- ``pin.computeRNEADerivatives`` / ``pin.computeABADerivatives`` called from
   Python in a loop over pre-converted states (float64 only; the float32 rows are compared with
@@ -61,8 +61,8 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxdyn  # noqa: E402
 from jaxdyn import robots  # noqa: E402
-from jaxdyn.algorithms.aba import aba as aba_plain  # noqa: E402
-from jaxdyn.algorithms.rnea import rnea as rnea_plain  # noqa: E402
+from jaxdyn.algorithms.aba import aba_plain  # noqa: E402
+from jaxdyn.algorithms.rnea import rnea_plain  # noqa: E402
 from jaxdyn.derivatives import fd as fd_module  # noqa: E402
 
 CHUNK = 8  # jaxdyn.vmap chunk (--chunk); 8 was fastest for talos_full ID at B=1024 (4..64)

@@ -157,7 +157,7 @@ def run_clusters(robots, batches, dtypes, repeats, log, json_out=None):
 
     jax.config.update("jax_enable_x64", True)
     from jaxdyn import clusters as C
-    from jaxdyn.algorithms.aba import aba as plain_aba
+    from jaxdyn.algorithms.aba import aba_plain as plain_aba
     from jaxdyn.clusters import robots as crobots
 
     import harness as bench

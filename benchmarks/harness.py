@@ -783,7 +783,7 @@ def run(
 
     if value_checks is not None:
         jaxdyn.set_value_checks(bool(value_checks))
-    from jaxdyn import _checks
+    from jaxdyn import value_checks as checks_mod
 
     robots, algorithms = list(robots), list(algorithms)
     batches = sorted({int(b) for b in batches})
@@ -794,7 +794,7 @@ def run(
     res: dict = {
         "env": environment(),
         "threads": threads,
-        "value_checks": _checks.value_checks_enabled(),
+        "value_checks": checks_mod.enabled(),
         "command": command,
         "config": {
             "robots": robots,

@@ -140,7 +140,6 @@ def bench_robot(name, dtypes, B, latency, log):
 
     import jaxdyn
     from jaxdyn import robots
-    from jaxdyn._checks import BATCHED
     from jaxdyn.algorithms import crba as crba_mod
     from jaxdyn.batching import chunk_size_for
 
@@ -159,7 +158,7 @@ def bench_robot(name, dtypes, B, latency, log):
             args = tuple(st[k] for k in names)
             row = {"robot": name, "dtype": dtype, "alg": alg, "pin_ns": pin_ns.get(alg)}
             row["pin_full_ns"] = full_ns.get(alg)
-            words = BATCHED.get(alg)
+            words = getattr(jaxdyn, alg).chunk_words
             itemsize = 8 if dtype == "float64" else 4
             row["chunk"] = (
                 None if words is None else chunk_size_for(words(model, itemsize), B, itemsize)

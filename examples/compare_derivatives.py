@@ -28,8 +28,8 @@ import numpy as np  # noqa: E402
 
 import jaxdyn  # noqa: E402
 from jaxdyn import robots  # noqa: E402
-from jaxdyn.algorithms.aba import aba as aba_plain  # noqa: E402
-from jaxdyn.algorithms.rnea import rnea as rnea_plain  # noqa: E402
+from jaxdyn.algorithms.aba import aba_plain  # noqa: E402
+from jaxdyn.algorithms.rnea import rnea_plain  # noqa: E402
 
 name = sys.argv[1] if len(sys.argv) > 1 else "solo12"
 png = sys.argv[2] if len(sys.argv) > 2 else "compare_derivatives.png"

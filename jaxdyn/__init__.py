@@ -5,24 +5,24 @@ Spatial vectors are ``[angular; linear]`` (Featherstone). A floating base has
 
 Every public name is bound once. ``jaxdyn.rnea`` / ``jaxdyn.aba`` are the algorithms with
 analytic ``custom_jvp`` rules (:mod:`jaxdyn.derivatives`; the plain ones are
-``jaxdyn.algorithms.rnea.rnea`` / ``jaxdyn.algorithms.aba.aba``); ``jaxdyn.load_urdf`` reads
-URDF and URDF+ files (:func:`jaxdyn.clusters.urdfplus.load_urdf`: a file with loop tags gives a
-:class:`jaxdyn.clusters.ClusterModel`, any other a :class:`Model`);
+``jaxdyn.algorithms.rnea.rnea_plain`` / ``jaxdyn.algorithms.aba.aba_plain``); the loaders are
+:mod:`jaxdyn.io`'s:
+``jaxdyn.load_urdf`` reads URDF and URDF+ files (:func:`jaxdyn.io.load_urdf`: a file with loop
+tags gives a :class:`jaxdyn.clusters.ClusterModel`, any other a :class:`Model`);
 ``jaxdyn.load_mjcf`` reads MJCF (MuJoCo XML) through MuJoCo's compiler
-(:mod:`jaxdyn.model.mjcf`, ``pip install 'jaxdyn[mjcf]'``) and ``jaxdyn.load`` picks the loader
+(:mod:`jaxdyn.io.mjcf`, ``pip install 'jaxdyn[mjcf]'``) and ``jaxdyn.load`` picks the loader
 from the file's root element; ``random_configuration`` / ``neutral_configuration`` accept both
 model types. Global switches are in :mod:`jaxdyn.config`.
 """
 
-__version__ = "0.1.0"
-
 from . import _versions as _versions  # first: refuses a JAX older than jaxdyn needs
+from ._versions import __version__ as __version__
 
 from . import config as config
-from ._checks import CheckError as CheckError
-from ._checks import JaxdynWarning as JaxdynWarning
-from ._checks import jit as jit
-from ._checks import set_value_checks as set_value_checks
+from .eager import jit as jit
+from .errors import CheckError as CheckError
+from .errors import JaxdynWarning as JaxdynWarning
+from .value_checks import set_value_checks as set_value_checks
 from .algorithms.configuration import difference as difference
 from .algorithms.configuration import integrate as integrate
 from .algorithms.centroidal import Centroidal as Centroidal
@@ -74,16 +74,18 @@ from . import clusters as clusters
 from .clusters import caba as caba
 from .clusters import cefpa as cefpa
 from .clusters import crnea as crnea
-from .clusters.urdfplus import load_urdf as load_urdf
 
 # Functions taking a Model or a ClusterModel.
 from ._api import neutral_configuration as neutral_configuration
 from ._api import random_configuration as random_configuration
 
-# MJCF models through MuJoCo's compiler (issue #14; needs the optional ``mujoco`` package, imported
-# only when an MJCF file is loaded), and a loader dispatching on the file's root element.
-from .model.mjcf import load as load
-from .model.mjcf import load_mjcf as load_mjcf
+# Loaders (jaxdyn.io, above the models they build): URDF / URDF+, MJCF through MuJoCo's compiler
+# (issue #14; needs the optional ``mujoco`` package, imported only when an MJCF file is loaded),
+# and a loader dispatching on the file's root element.
+from . import io as io
+from .io import load as load
+from .io import load_mjcf as load_mjcf
+from .io import load_urdf as load_urdf
 
 # Nori's sparse-matrix dynamics (issue #13): inverse, forward dynamics and estimation as one
 # sparse linear system, orderings optimised offline.
@@ -98,6 +100,11 @@ from . import trajopt as trajopt
 
 # JAX's persistent compilation cache in jaxdyn's directory, unless switched off (jaxdyn.config)
 config._cache_from_env()
+
+# Old import paths of names that moved (jaxdyn.model.mjcf, jaxdyn.model.load_urdf, ...)
+from . import _compat  # noqa: E402
+
+_compat.install()
 
 __all__ = [
     "Centroidal",
@@ -138,6 +145,7 @@ __all__ = [
     "input_matrix",
     "integrate",
     "jacobian",
+    "io",
     "jit",
     "joint_jacobians",
     "kinetic_energy",

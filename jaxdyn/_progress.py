@@ -81,7 +81,7 @@ def _what(notes: dict) -> str:
 
 
 def _label(name: str) -> str:
-    if name in ("run", "jit(run)"):  # jaxdyn._checks._eager_jit's programs
+    if name in ("run", "jit(run)"):  # jaxdyn.eager.compiled's programs
         return "an eager call"
     return name if name.startswith("jit(") else f"jit({name})"
 

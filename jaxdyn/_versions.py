@@ -14,6 +14,9 @@ import re
 import jax
 import jaxlib
 
+#: jaxdyn's own version (``jaxdyn.__version__``; pyproject.toml states it too)
+__version__ = "0.1.0"
+
 #: the oldest release of jax and jaxlib jaxdyn is tested with: CI's Python 3.10 lane gets 0.6.2
 #: (JAX's newest for Python 3.10) and runs the default suite on it, as on the newest JAX
 MIN_JAX = (0, 6, 2)

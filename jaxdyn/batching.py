@@ -11,9 +11,9 @@ a 50-coordinate humanoid alike (``benchmarks/vs_cpp.py``; ``docs/performance.md`
 cache is shared with whatever else runs on the machine, so chunks are sized for the private
 cache (:data:`CHUNK_BYTES`).
 
-Users should not have to know this, so the public functions listed in
-``jaxdyn._checks.BATCHED`` carry a **batching rule** (:func:`batched`, built on
-``jax.custom_batching.custom_vmap``): the plain
+Users should not have to know this, so the public functions that declare a chunk policy
+(``words=`` of ``jaxdyn.shell.public``, next to each function) carry a **batching rule**
+(:func:`batched`, built on ``jax.custom_batching.custom_vmap``): the plain
 ``jax.jit(jax.vmap(jaxdyn.aba, in_axes=(None, 0, 0, 0)))`` runs the chunked evaluation on the
 CPU. On GPUs and TPUs, where a whole batch is one wide kernel, the rule is a plain ``vmap``.
 The switch ``jaxdyn.config.update("vmap_chunk", n)`` sets the chunk size (``-1``, the default,
@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _progress, config
-from ._uninitialized import EXPLICIT, explicit_split, shard_map, uninitialized
+from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
 
 DEFAULT_CHUNK = 32
 
@@ -141,8 +141,8 @@ def chunk_size_for(words: int, axis_size: int, itemsize: int = 8) -> int | None:
 class _Inside(threading.local):
     active = False
     batch = 0  # the batch size while a batching rule traces its function, else 0
-    unchecked = False  # jaxdyn._checks.unchecked(): value checks left out of the trace
-    # value checks by equinox.error_if, which fail at the call (jaxdyn._checks._eager_jit, for
+    unchecked = False  # jaxdyn.value_checks.unchecked(): value checks left out of the trace
+    # value checks by equinox.error_if, which fail at the call (jaxdyn.eager.compiled, for
     # eager transformations, whose results cannot be waited for inside the call)
     eqx_checks = False
     unchunked = False  # unchunked(): plain vmap, for programs partitioned over devices
@@ -224,7 +224,7 @@ def _map_chunks(body, xs, n, size, axis_size):
     chunk ``i`` at ``min(i * size, axis_size - size)``, its outputs stacked along the batch.
 
     A ``fori_loop`` carries one buffer per output and updates one chunk in place; every entry
-    is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn._uninitialized`:
+    is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn.backend.ffi`:
     the fill costs time on ``crba``, ``minv`` and the derivatives), else each
     filled with a different constant; ``body`` is traced once, to a
     jaxpr, as ``lax.map`` does. Against ``lax.map`` over the batch reshaped into chunks:
@@ -253,7 +253,7 @@ def _map_chunks(body, xs, n, size, axis_size):
 def _explicit_batch_split(xs, in_batched):
     """``(mesh, axes, n)`` where explicit sharding splits the batch (leading axis) of the
     batched operands over the mesh axes ``axes`` (``n`` shards), else ``None``
-    (:func:`jaxdyn._uninitialized.explicit_split`)."""
+    (:func:`jaxdyn.backend.ffi.explicit_split`)."""
     return explicit_split(xs, [0 if b else None for b in in_batched])
 
 
@@ -377,3 +377,24 @@ def batched(fn, words):
         return cj(*[leaves[i] for i in dyn])
 
     return wrapper
+
+
+# ----------------------------------------------------------------------------- chunk policies
+# Shared by several public functions (``words=`` of ``jaxdyn.shell.public``; each function
+# declares its own, these or a formula of its own): the numbers one sample keeps live, from
+# which :func:`auto_chunk` sizes the chunks. In float32 too (chunks were as fast or faster:
+# :data:`CHUNK_BYTES`).
+def nv2_words(model, itemsize) -> int:
+    """An ``nv x nv`` matrix per sample: the passes that carry one (CRBA, ``M^-1``, the
+    Coriolis matrix, the Delassus matrix, constrained dynamics, the input matrix)."""
+    return model.nv * model.nv
+
+
+def kinematics_words(model, itemsize) -> int:
+    """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
+    119 frames), 128 (:data:`CHUNK_MAX`) on solo12 (13, 33); none (one ``vmap``) below 40
+    bodies and frames. The kinematics, energy, centroidal and constraint-kinematics
+    functions: chunks made them faster on talos_full and solo12 and slower on arm7 (7 bodies,
+    19 frames; ``docs/design-measurements.md``)."""
+    n = model.nb + len(model.frame_names)
+    return 5 * n if n >= 40 else 0

@@ -7,7 +7,7 @@ name                       environment variable              default   effect
                                                                        (unit, finite quaternions in
                                                                        ``q``; traced ``damping``;
                                                                        finite constraint forces);
-                                                                       see :mod:`jaxdyn._checks`
+                                                                       :mod:`jaxdyn.value_checks`
 ``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``   ``True``  ``jaxdyn.rnea`` /
                                                                        ``jaxdyn.aba`` differentiate
                                                                        by their analytic
@@ -33,12 +33,12 @@ name                       environment variable              default   effect
                                                                        on the CPU instead of filled
                                                                        (a no-op XLA FFI handler
                                                                        compiled at first use, see
-                                                                       :mod:`jaxdyn._uninitialized`)
+                                                                       :mod:`jaxdyn.backend.ffi`)
 ``ffi_stores``             ``JAXDYN_FFI_STORES``             ``True``  under ``jax.vmap`` on the
                                                                        CPU, arrays that algorithms
                                                                        must not recompute are kept
                                                                        by a call of that handler
-                                                                       (:func:`jaxdyn.spatial.store`)
+                                                                       (:func:`jaxdyn.backend.fusion.store`)
                                                                        instead of a copy
 ``cpu_kernels``            ``JAXDYN_CPU_KERNELS``            ``True``  on the CPU, ``crba`` computes
                                                                        ``M`` in one call of jaxdyn's
@@ -227,110 +227,16 @@ def override(**switches):
 
 
 # ----------------------------------------------------------------------------- fused CPU loops
+# XLA:CPU's flags for fused loops (jaxdyn.backend.xla_flags); the switch is this module's
+from .backend import xla_flags as _xla_flags  # noqa: E402
+from .backend.xla_flags import FUSED_LOOP_FLAGS as FUSED_LOOP_FLAGS  # noqa: E402
+from .backend.xla_flags import fused_cpu_loops as fused_cpu_loops  # noqa: E402
+from .backend.xla_flags import fused_cpu_loops_enabled as fused_cpu_loops_enabled  # noqa: E402
 
-#: XLA option (in ``--xla_backend_extra_options``) that compiles a while loop accessing fewer
-#: bytes than its value into one kernel (XLA:CPU's ``SmallWhileLoopHoistingPass``)
-_LOOP_OPTION = "xla_cpu_small_while_loop_byte_threshold"
-_EXTRA = "--xla_backend_extra_options="
-#: flags that keep the loops fusable (no YNNPACK custom fusions inside) and their code
-#: generation bounded (AVX2; see the module docstring)
-FUSED_LOOP_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=", "--xla_cpu_max_isa=AVX2")
-
-
-def _with_loop_option(flags: str, max_bytes: int) -> str:
-    """``flags`` (an ``XLA_FLAGS`` string) with the loop threshold set to ``max_bytes`` (merged
-    into an existing ``--xla_backend_extra_options``) and :data:`FUSED_LOOP_FLAGS` added."""
-    words, found = [], False
-    for w in flags.split():
-        if w.startswith(_EXTRA):
-            opts = [o for o in w[len(_EXTRA) :].split(",") if o and not o.startswith(_LOOP_OPTION)]
-            w = _EXTRA + ",".join(opts + [f"{_LOOP_OPTION}={max_bytes}"])
-            found = True
-        words.append(w)
-    new = [] if found else [f"{_EXTRA}{_LOOP_OPTION}={max_bytes}"]
-    for f in FUSED_LOOP_FLAGS:
-        name = f.split("=")[0] + "="
-        if not any(w.startswith(name) for w in words):
-            new.append(f)
-    # in front: XLA stops reading XLA_FLAGS at the first word that is not a --flag
-    return " ".join(new + words)
-
-
-def _loop_bytes(flags: str) -> int:
-    """The loop threshold set in ``flags`` (0: none)."""
-    out = 0
-    for w in flags.split():
-        if w.startswith(_EXTRA):
-            for o in w[len(_EXTRA) :].split(","):
-                if o.startswith(_LOOP_OPTION + "="):
-                    try:
-                        out = int(o.split("=", 1)[1])
-                    except ValueError:
-                        out = 0
-    return out
-
-
-def fused_cpu_loops(max_bytes: int = 1 << 30) -> None:
-    """Ask XLA:CPU to compile each loop accessing fewer than ``max_bytes`` bytes (XLA's cost
-    estimate, summed over the iterations: an FDDP knot scan of arm7 with 100 knots counts
-    about 100 MB) into one kernel (see the module docstring): adds the flags to
-    ``XLA_FLAGS`` (nothing to do when they are there already). Must run before JAX starts its
-    CPU backend (before the first array is made); raises ``RuntimeError`` after. Through
-    ``JAXDYN_FUSED_CPU_LOOPS=1`` at import, a backend already running gives a warning."""
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
-        raise ValueError(
-            f"jaxdyn.config.fused_cpu_loops: max_bytes must be a positive int, got {max_bytes!r}"
-        )
-    from jax._src import xla_bridge
-
-    flags = os.environ.get("XLA_FLAGS", "")
-    if " ".join(flags.split()) == _with_loop_option(flags, max_bytes):
-        return  # already set (a child process inherits its parent's XLA_FLAGS)
-    if xla_bridge.backends_are_initialized():
-        raise RuntimeError(
-            "jaxdyn.config.fused_cpu_loops: JAX's backends are already running, so new XLA "
-            "flags would be ignored; call it (or set JAXDYN_FUSED_CPU_LOOPS=1) before the "
-            "first JAX array is created"
-        )
-    flags = _with_loop_option(flags, max_bytes)
-    if not _xla_accepts(flags):
-        raise RuntimeError(
-            "jaxdyn.config.fused_cpu_loops: this jaxlib's CPU backend does not start with "
-            f"XLA_FLAGS={flags!r} (a flag it does not know aborts the process); fused loops "
-            "were written for jaxlib 0.10"
-        )
-    os.environ["XLA_FLAGS"] = flags
-
-
-def _xla_accepts(flags: str) -> bool:
-    """Whether a fresh process starts JAX's CPU backend with ``XLA_FLAGS=flags`` (XLA aborts a
-    process on a flag it does not know, so the flags are tried in a child first)."""
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", JAXDYN_FUSED_CPU_LOOPS="0")
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", "import jax; jax.devices()"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
-
-
-def fused_cpu_loops_enabled() -> bool:
-    """Whether ``XLA_FLAGS`` asks XLA:CPU to fuse small loops (:func:`fused_cpu_loops`) and the
-    default backend is the CPU: trajectory optimisation then keeps its knot loops free of
-    LAPACK calls. Read when a function is traced."""
-    if _loop_bytes(os.environ.get("XLA_FLAGS", "")) <= 0:
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu"
-
+# their former private names here (tests/conftest.py, tests/test_config.py)
+_with_loop_option = _xla_flags.with_loop_option
+_loop_bytes = _xla_flags.loop_bytes
+_xla_accepts = _xla_flags.xla_accepts
 
 if _bool("JAXDYN_FUSED_CPU_LOOPS", os.environ.get("JAXDYN_FUSED_CPU_LOOPS", "0") or "0"):
     try:
@@ -356,7 +262,7 @@ _cache_state: dict = {"dir": None, "min_secs": None}
 
 def _cache_root():
     """``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn`` (the
-    convention of :func:`jaxdyn._uninitialized.cache_dir`)."""
+    convention of :func:`jaxdyn.backend.ffi.cache_dir`)."""
     from pathlib import Path
 
     env = os.environ.get("JAXDYN_CACHE_DIR")
@@ -374,7 +280,7 @@ def compilation_cache_path():
     import jax
     import jaxlib
 
-    from . import __version__
+    from ._versions import __version__
 
     name = f"jaxdyn-{__version__}_jax-{jax.__version__}_jaxlib-{jaxlib.__version__}"
     return _cache_root() / "xla" / name
@@ -396,12 +302,9 @@ def _user_cache_dir() -> bool:
 def _reset_jax_cache() -> None:
     """Let JAX read its cache settings again at the next compile (it reads them once per
     process; a compile before jaxdyn was imported would otherwise keep the cache off)."""
-    try:
-        from jax._src import compilation_cache as cc
+    from .backend.internals import reset_compilation_cache
 
-        cc.reset_cache()
-    except Exception:  # a private API: a JAX without it keeps its first reading
-        pass
+    reset_compilation_cache()
 
 
 def compilation_cache(enabled: bool = True):

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, spatial
+from . import batching, shell, spatial
 from ._precision import full_precision
 from .algorithms import kinematics as kin
 from .model import tree
@@ -125,7 +125,7 @@ def _check_reference(name, reference):
 
 def _without_target(self) -> bool:
     """``eager_static()`` of :class:`Weld` and :class:`Connect`: whether an eager call may
-    compile the constraint into its program (a key of ``jaxdyn._checks._eager_jit``): its
+    compile the constraint into its program (a key of ``jaxdyn.eager.compiled``): its
     geometry alone, no ``target`` (targets change along a trajectory: a program per value
     would compile at every step; see :func:`_split_target`)."""
     return self.target is None
@@ -135,7 +135,7 @@ def _split_target(self):
     """``eager_split()`` of :class:`Weld` and :class:`Connect` with a target: the description
     without it (static, part of the eager program's key) and the target's numbers as arrays
     (the program's operands), so an eager call along a trajectory compiles once, not per
-    target value (``jaxdyn._checks._eager_jit``; :func:`_join_target` puts them back)."""
+    target value (``jaxdyn.eager.compiled``; :func:`_join_target` puts them back)."""
     parts = self.target if self.dim == 6 else (self.target,)
     return dataclasses.replace(self, target=None), tuple(np.asarray(x) for x in parts)
 
@@ -414,13 +414,13 @@ def rows_from_placements(lay, pl: Placements):
     return K6.reshape(-1, 6)[lay.row_flat]
 
 
-@_checks.public("constraint_rows")
+@shell.public("constraint_rows")
 def constraint_rows(model, q, constraints):
     """Rows ``K (m, 6)`` of all constraints: ``J qdd`` rows act on world-origin spatial
     accelerations of the constrained bodies, ``y_r = K[r] · a_{body(r)}``; also returns the
     body of each row (numpy, static)."""
     constraints, lay = get_layout("constraint_rows", model, constraints)
-    model, q, _ = kin._prepare(model, "constraint_rows", q)
+    model, q, _ = shell.prepare(model, "constraint_rows", q)
     ws = kin.world_state(model, q)
     return rows_from_placements(lay, placements_from_state(model, ws, lay)), lay.row_body
 
@@ -432,7 +432,7 @@ def jacobian_from_rows(model, ws, lay, K):
     return jnp.where(jnp.asarray(mask), K @ ws.S.T, 0)
 
 
-@_checks.public("constraint_jacobian")
+@shell.public("constraint_jacobian", words=batching.kinematics_words)
 @full_precision
 def constraint_jacobian(model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]) -> Array:
     """Constraint Jacobian ``J (m, nv)``: rows of the constraints in the order given, each in
@@ -443,13 +443,13 @@ def constraint_jacobian(model: Model, q: ArrayLike, constraints: Sequence[Weld |
     """
     fn = "constraint_jacobian"
     constraints, lay = get_layout(fn, model, constraints)
-    model, q, _ = kin._prepare(model, fn, q)
+    model, q, _ = shell.prepare(model, fn, q)
     ws = kin.world_state(model, q)
     K = rows_from_placements(lay, placements_from_state(model, ws, lay))
     return jacobian_from_rows(model, ws, lay, K)
 
 
-@_checks.public("link_constraint_matrices")
+@shell.public("link_constraint_matrices")
 def link_constraint_matrices(model, q, constraints):
     """Per-link constraint matrices ``K_i`` (PV-OSIMr paper, eq. 3).
 
@@ -497,25 +497,25 @@ def kinematic_terms(model, ws, v, lay, pl: Placements):
     return y, drift
 
 
-@_checks.public("constraint_velocity")
+@shell.public("constraint_velocity", words=batching.kinematics_words)
 def constraint_velocity(model, q, v, constraints):
     """Constraint velocity ``J v`` ``(m,)``."""
     fn = "constraint_velocity"
     constraints, lay = get_layout(fn, model, constraints)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dt = kin._prepare(model, fn, q, v)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dt = shell.prepare(model, fn, q, v)
     ws = kin.world_state(model, q)
     return kinematic_terms(model, ws, v.astype(dt), lay, placements_from_state(model, ws, lay))[0]
 
 
-@_checks.public("constraint_drift")
+@shell.public("constraint_drift", words=batching.kinematics_words)
 def constraint_drift(model, q, v, constraints):
     """``Jdot v`` ``(m,)``: the constraint acceleration at ``qdd = 0`` (no gravity), so that
     the constraint acceleration is ``J qdd + Jdot v`` (conventions in the module docstring)."""
     fn = "constraint_drift"
     constraints, lay = get_layout(fn, model, constraints)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dt = kin._prepare(model, fn, q, v)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dt = shell.prepare(model, fn, q, v)
     ws = kin.world_state(model, q)
     return kinematic_terms(model, ws, v.astype(dt), lay, placements_from_state(model, ws, lay))[1]
 
@@ -537,7 +537,7 @@ def log3(R):
     return factor[..., None] * vee
 
 
-def _target_arrays(fn, constraints, lay, targets, dtype):
+def target_arrays(fn, constraints, lay, targets, dtype):
     """Per-constraint target rotation (nc,3,3) and position (nc,3) from the constraints'
     ``target`` fields, overridden by ``targets[i]`` where given."""
     nc = lay.nc
@@ -627,22 +627,22 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     return err.reshape(-1)[lay.row_flat]
 
 
-@_checks.public("constraint_error")
+@shell.public("constraint_error", words=batching.kinematics_words)
 def constraint_error(model, q, constraints, targets=None):
     """Position-level constraint error ``(m,)`` with respect to the targets (see
     :func:`error_from_placements`); its time derivative is ``J v`` to first order."""
     fn = "constraint_error"
     constraints, lay = get_layout(fn, model, constraints)
-    model, q, dt = kin._prepare(model, fn, q)
+    model, q, dt = shell.prepare(model, fn, q)
     ws = kin.world_state(model, q)
-    Rt, pt = _target_arrays(fn, constraints, lay, targets, dt)
+    Rt, pt = target_arrays(fn, constraints, lay, targets, dt)
     return error_from_placements(lay, placements_from_state(model, ws, lay), Rt, pt)
 
 
-@_checks.public("constraint_placements")
+@shell.public("constraint_placements", words=batching.kinematics_words)
 def constraint_placements(model, q, constraints) -> Placements:
     """World placement ``(R (nc,3,3), p (nc,3))`` of every constraint frame / point."""
     fn = "constraint_placements"
     constraints, lay = get_layout(fn, model, constraints)
-    model, q, _ = kin._prepare(model, fn, q)
+    model, q, _ = shell.prepare(model, fn, q)
     return placements_from_state(model, kin.world_state(model, q), lay)

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from . import _checks, joints
+from . import batching, joints, shell
 from . import constraints as cons
 from ._precision import full_precision
 from .algorithms import aba as aba_mod
@@ -165,14 +165,14 @@ def _dense_B(model, ws, il: _InputLayout):
     return cols[0] if len(cols) == 1 else jnp.concatenate(cols, 1)
 
 
-@_checks.public("build_input_matrix")
+@shell.public("build_input_matrix")
 def build_input_matrix(model: Model, q: ArrayLike, inputs: Inputs) -> Array:
     """``B = [J_a^T, J_t^T]`` ``(nv, nu)`` of :class:`Inputs` (generalised forces per input)."""
     fn = "build_input_matrix"
     if not isinstance(inputs, Inputs):
         raise ValueError(f"{fn}: inputs must be a jaxdyn.Inputs, got {type(inputs).__name__}")
     il = _input_layout(model.topo, inputs)
-    model, q, _ = kin._prepare(model, fn, q)
+    model, q, _ = shell.prepare(model, fn, q)
     return _dense_B(model, kin.world_state(model, q), il)
 
 
@@ -231,7 +231,7 @@ def _dense(model, ws, v, B):
     return sol[:, 0], sol[:, 1:]
 
 
-@_checks.public("input_matrix")
+@shell.public("input_matrix", words=batching.nv2_words)
 @full_precision
 def input_matrix(
     model: Model,
@@ -255,11 +255,11 @@ def input_matrix(
     fn = "input_matrix"
     if method not in METHODS:
         raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     il = None
     if isinstance(B, Inputs):
         il = _input_layout(model.topo, B)
-        model, q, dt = kin._prepare(model, fn, q, v)
+        model, q, dt = shell.prepare(model, fn, q, v)
     else:
         if isinstance(B, (cons.Weld, cons.Connect)) or (
             isinstance(B, (tuple, list)) and B and isinstance(B[0], cons.CONSTRAINT_TYPES)
@@ -274,7 +274,7 @@ def input_matrix(
                 f"{fn}: B has shape {tuple(B.shape)}, expected (nv, nu)=("
                 f"{model.nv}, nu) with nu >= 1 for {model.name!r}"
             )
-        model, q, dt = kin._prepare(model, fn, q, v, B)
+        model, q, dt = shell.prepare(model, fn, q, v, B)
         B = B.astype(dt)
     v = v.astype(dt)
     if model.nb == 0:  # zero-DoF model (an (0, nu) input matrix)

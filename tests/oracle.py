@@ -25,7 +25,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks, robots
+from jaxdyn import robots, value_checks
 from jaxdyn.algorithms.rnea import LOCAL_MIN_BATCH
 from jaxdyn.interop.pinocchio import Converter
 
@@ -257,7 +257,7 @@ class Case:
     # ----------------------------------------------------------------- jaxdyn side
     def all_fn(self):
         """The jitted ``f(model, q, v, a, tau, f_ext) -> dict`` of every compared quantity,
-        traced without value checks (``_checks.unchecked``: trace time only, JAX's caches
+        traced without value checks (``value_checks.unchecked``: trace time only, JAX's caches
         untouched): the quaternion-norm ``error_if`` of each of its dozens of calls doubled the
         compile time of such programs (a random tree's 10.3 against 5.3 s), and the checks are
         tested by themselves (test_errors, test_config); the quaternions are normalised
@@ -265,7 +265,7 @@ class Case:
         frames = self.jac_frames
 
         def unchecked(*args):
-            with _checks.unchecked():
+            with value_checks.unchecked():
                 return _jaxdyn_all(*args, frames=frames)
 
         return self.jit("all", unchecked)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks, robots
 from jaxdyn import clusters as C
+from jaxdyn import eager, robots, value_checks
 from jaxdyn.algorithms import configuration as plain
 from jaxdyn.clusters import robots as crobots
 
@@ -74,7 +74,7 @@ def test_jax_version_floor():
 def test_bound_objects():
     """The analytic-derivative rnea / aba, and the URDF(+) loader."""
     assert jaxdyn.rnea is jaxdyn.derivatives.rnea and jaxdyn.aba is jaxdyn.derivatives.aba
-    assert jaxdyn.load_urdf is C.urdfplus.load_urdf
+    assert jaxdyn.load_urdf is jaxdyn.io.load_urdf
     assert not hasattr(jaxdyn, "load_cluster_urdf")
     assert isinstance(jaxdyn.load_urdf(str(crobots.path("four_bar"))), C.ClusterModel)
     assert isinstance(jaxdyn.load_urdf(str(robots.resolve("arm7")[0])), jaxdyn.Model)
@@ -237,9 +237,9 @@ def test_eager_cluster_algorithms_run_one_compiled_program():
 def test_eager_calls_static_arguments_and_checks():
     """Non-array arguments of an eager call (frame names and indices, options) are given to
     the function as they are, and typed (``1`` and ``True`` are different frames); the value
-    checks follow ``_checks.unchecked`` (which the trajectory optimisers use); constraint
+    checks follow ``value_checks.unchecked`` (which the trajectory optimisers use); constraint
     descriptions without targets are static too, and so are floats (up to
-    ``_checks.EAGER_FLOAT_KEYS`` distinct values); a description's target is an operand of
+    ``eager.EAGER_FLOAT_KEYS`` distinct values); a description's target is an operand of
     the program (one compile for every target value)."""
     model = robots.load("quad12")
     q = np.asarray(jaxdyn.neutral_configuration(model))
@@ -256,7 +256,7 @@ def test_eager_calls_static_arguments_and_checks():
     bad[3:7] *= 2.0
     with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion in q is not of unit norm"):
         jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
-    with _checks.unchecked():
+    with value_checks.unchecked():
         assert np.all(np.isfinite(jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))))
     with pytest.raises(jaxdyn.CheckError, match="aba: a quaternion"):
         jaxdyn.aba(model, bad, np.zeros(model.nv), np.zeros(model.nv))
@@ -303,11 +303,11 @@ def test_eager_calls_static_arguments_and_checks():
 def test_eager_calls_with_floats(monkeypatch):
     """Floats in an eager call (a gain, the numbers of a list) are part of the compiled
     program's key: one compile for a value used again (the README's ``damping=1e-8``: 13 s op
-    by op at its first call), and after ``_checks.EAGER_FLOAT_KEYS`` distinct values (per model
+    by op at its first call), and after ``eager.EAGER_FLOAT_KEYS`` distinct values (per model
     and other arguments) further values run op by op instead of compiling at every call; the
     results are ``jax.jit``'s."""
-    monkeypatch.setattr(_checks, "EAGER_FLOAT_KEYS", 2)
-    monkeypatch.setattr(_checks, "_FLOAT_KEYS", {})  # earlier tests' keys do not count
+    monkeypatch.setattr(eager, "EAGER_FLOAT_KEYS", 2)
+    monkeypatch.setattr(eager, "_FLOAT_KEYS", {})  # earlier tests' keys do not count
     model = robots.load("arm7")
     lists = [[0.1 * (i + k) for i in range(model.nq)] for k in range(3)]
     z = np.zeros(model.nv)

@@ -93,7 +93,7 @@ _UNINIT_CALL = 'custom_call_target="jaxdyn_uninitialized"'
 
 def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
     """On the CPU the chunk loop's output buffers come from a no-op XLA FFI call
-    (``jaxdyn._uninitialized``) instead of a fill: one call per output (two outputs of one shape
+    (``jaxdyn.backend.ffi``) instead of a fill: one call per output (two outputs of one shape
     stay two buffers), results equal to the filled buffers' and to one ``vmap``; the switch
     off, under ``jax.export`` and for other platforms the buffers are filled (no call in the
     program); a missing or failing compiler is an error that names it."""
@@ -101,7 +101,7 @@ def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
 
     from jax import export
 
-    from jaxdyn import _uninitialized as U
+    from jaxdyn.backend import ffi as U
 
     m, q, v = quad
 
@@ -243,8 +243,9 @@ _KINEMATICS = (
     + ["integrate"],
 )
 def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
-    """The functions of ``_checks.BATCHED`` run chunked under plain ``jax.vmap`` (a chunk
-    loop in the program) with the results of one ``vmap``; the others stay one ``vmap``."""
+    """The functions that declare a chunk policy (``chunk_words``) run chunked under plain
+    ``jax.vmap`` (a chunk loop in the program) with the results of one ``vmap``; the others
+    stay one ``vmap``."""
     m, q, v = quad
     cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
     cs_t = (
@@ -289,8 +290,9 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
     fn, axes = fns[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)
     assert not loop_plain
-    assert (name in jaxdyn._checks.BATCHED) == (name != "integrate")
-    assert loop_chunked == (name in jaxdyn._checks.BATCHED)
+    public = getattr(jaxdyn, name, None) or getattr(jaxdyn.constraints, name)
+    assert (public.chunk_words is not None) == (name != "integrate")
+    assert loop_chunked == (public.chunk_words is not None)
     _close(chunked, plain)
 
 

@@ -61,7 +61,7 @@ def test_value_checks_rule(small):
     assert np.all(np.isfinite(com(bad)))  # retraced without the check
     assert traces == [True, False]
     jaxdyn.set_value_checks(True)  # old entry point, same rule
-    assert config.get("value_checks") and jaxdyn._checks.value_checks_enabled()
+    assert config.get("value_checks") and jaxdyn.value_checks.enabled()
     with pytest.raises(
         (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="center_of_mass"
     ):

@@ -1,4 +1,4 @@
-"""``jaxdyn.crba`` on the CPU by its C kernel (:func:`jaxdyn.algorithms.crba.crba_kernel`)
+"""``jaxdyn.crba`` on the CPU by its C kernel (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 against XLA's CRBA (:func:`jaxdyn.algorithms.crba.crba_world`, the code every other backend
 runs; Pinocchio's CRBA is the oracle of both in ``test_pinocchio.py`` and ``test_armature.py``,
 which now run through the kernel too).
@@ -20,9 +20,10 @@ import pytest
 from jax import export
 
 import jaxdyn
-from jaxdyn import _uninitialized, robots
+from jaxdyn import robots
 from jaxdyn.algorithms import crba as C
 from jaxdyn.algorithms import kinematics as kin
+from jaxdyn.backend import ffi
 
 from oracle import RANDOM_ALL_KINDS, all_kinds_tree
 
@@ -62,7 +63,7 @@ def _close(got, ref, tol):
 def test_kernel_is_compiled():
     # CI and every machine with a C compiler run the kernel; without one crba falls back to
     # XLA's code (the status says why), which this suite would then test in its place
-    assert _uninitialized.available(), _uninitialized.status()
+    assert ffi.available(), ffi.status()
 
 
 @pytest.mark.parametrize("name", ["all_kinds", "baxter", "humanoid"])
@@ -77,7 +78,7 @@ def test_kernel_equals_xla(models, name):
     q = _states(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
     f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
     assert C.kernel_usable(model, q.dtype)
-    assert "@" + _uninitialized.CRBA_TARGET in f.lower(q).as_text()  # its custom call
+    assert "@" + ffi.CRBA_TARGET in f.lower(q).as_text()  # its custom call
     ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
     _close(f(q), ref, 1e-13)
     # the model passed in (its leaves operands of the call) instead of closed over
@@ -120,10 +121,10 @@ def test_kernel_derivatives_batch_of_models_export_checks(models):
         _close(got[i], _xla(_with_mass(model, masses[i]), q[i]), 1e-13)
     # jax.export: a serialized program must not name this process's handler
     # (value checks are host callbacks there, which jax.export refuses: left out)
-    with jaxdyn._checks.unchecked():
+    with jaxdyn.value_checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
         exported = export.export(f)(q)
-    assert "@" + _uninitialized.CRBA_TARGET not in exported.mlir_module()
+    assert "@" + ffi.CRBA_TARGET not in exported.mlir_module()
     _close(exported.call(q), f(q), 1e-13)
     # value checks still run before the kernel
     talos = models["humanoid"]

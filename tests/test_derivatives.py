@@ -33,10 +33,10 @@ import jaxdyn
 from jaxdyn import _checks, joints, robots
 from jaxdyn import derivatives as D
 from jaxdyn.algorithms import kinematics as kin
-from jaxdyn.algorithms.aba import aba as aba_plain
+from jaxdyn.algorithms.aba import aba_plain
 from jaxdyn.algorithms.crba import crba as crba_plain
 from jaxdyn.algorithms.minv import minv_world
-from jaxdyn.algorithms.rnea import rnea as rnea_plain
+from jaxdyn.algorithms.rnea import rnea_plain
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 
 from oracle import assert_close, random_states, robot_case, sym_upper

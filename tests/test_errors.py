@@ -381,9 +381,9 @@ def test_error_message_is_the_first_line(quad, caplog):
 
 
 def _handler_checks() -> bool:
-    from jaxdyn import _uninitialized
+    from jaxdyn.backend import ffi
 
-    return _uninitialized.check_available()
+    return ffi.check_available()
 
 
 def test_value_check_is_a_handler_call_without_host_callbacks(quad):
@@ -408,9 +408,9 @@ def test_value_check_is_a_handler_call_without_host_callbacks(quad):
 def test_value_checks_fall_back_to_equinox(quad, monkeypatch):
     """Where jaxdyn's handler cannot serve (no compiler, another platform), the same checks are
     equinox.error_if's, with the same message; under jax.vmap one bad sample fails the call."""
-    from jaxdyn import _uninitialized
+    from jaxdyn.backend import ffi
 
-    monkeypatch.setattr(_uninitialized, "check_available", lambda: False)
+    monkeypatch.setattr(ffi, "check_available", lambda: False)
     m, s = quad
     f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(m, q)))
     qs = np.stack([s["q"], _bad_quaternion(s["q"])])
@@ -437,7 +437,7 @@ from jaxdyn import robots
 m = robots.load("quad12")
 q = jaxdyn.neutral_configuration(m)
 jax.block_until_ready(jax.jit(lambda q: jaxdyn.crba(m, q))(q))
-print(jaxdyn._checks.value_checks_enabled(), sorted(os.listdir(sys.argv[1])))
+print(jaxdyn.value_checks.enabled(), sorted(os.listdir(sys.argv[1])))
 """
 
 

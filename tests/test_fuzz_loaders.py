@@ -200,7 +200,7 @@ def _mjcf_property(xml, x32=False):
 
 
 def _mjcf_property_in_dtype(xml):
-    from jaxdyn.model.mjcf import load_mjcf
+    from jaxdyn.io.mjcf import load_mjcf
 
     try:
         r = load_mjcf(xml)

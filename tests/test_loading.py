@@ -71,7 +71,7 @@ def _recorded(fn, *args, **kwargs):
 
 def test_warning_class_is_exported():
     assert issubclass(jaxdyn.JaxdynWarning, UserWarning)
-    assert jaxdyn.JaxdynWarning is jaxdyn._checks.JaxdynWarning
+    assert jaxdyn.JaxdynWarning is jaxdyn.errors.JaxdynWarning
 
 
 # ------------------------------------------------------------------ inertia eigenvalues
@@ -177,7 +177,7 @@ def test_mimic_missing_joint_dropped():
     m, w = _recorded(jaxdyn.load_urdf, MIMIC)
     assert isinstance(m, jaxdyn.Model) and m.nv == 2 and len(w) == 1
     with pytest.raises(ValueError, match="joint 'index_q1' does not exist"):
-        jaxdyn.model.load_urdf(MIMIC, strict=True)
+        jaxdyn.load_urdf(MIMIC, strict=True)
 
 
 # ------------------------------------------------------------------ overflow, non-finite
@@ -371,7 +371,7 @@ def test_massless_subtree_warns_naming_the_joints():
     msg = str(w[0].message)
     assert "['finger_joint', 'slide']" in msg and "with_armature" in msg and "NaN" in msg
     with pytest.raises(ValueError, match=r"moving joints \['finger_joint', 'slide'\]"):
-        jaxdyn.model.load_urdf(MASSLESS, strict=True)
+        jaxdyn.load_urdf(MASSLESS, strict=True)
     # a prismatic joint needs mass; rotational inertia is enough for a revolute one
     xml = MASSLESS.replace('<link name="tip"></link>', _link("tip", _inertial(0.0, BIG)))
     xml = xml.replace('<link name="finger"></link>', _link("finger", _inertial(0.0, BIG)))

@@ -37,13 +37,14 @@ import numpy as np  # noqa: E402
 
 import jaxdyn  # noqa: E402
 from jaxdyn import robots  # noqa: E402
-from jaxdyn.algorithms.aba import aba  # noqa: E402
+from jaxdyn.algorithms.aba import aba_plain as aba  # noqa: E402
 from jaxdyn.algorithms.crba import crba  # noqa: E402
 from jaxdyn.algorithms.kinematics import forward_kinematics  # noqa: E402
-from jaxdyn.algorithms.rnea import bias_forces, gravity_forces, rnea  # noqa: E402
+from jaxdyn.algorithms.rnea import bias_forces, gravity_forces  # noqa: E402
+from jaxdyn.algorithms.rnea import rnea_plain as rnea  # noqa: E402
 from jaxdyn.constraints import constraint_error, constraint_jacobian  # noqa: E402
 from jaxdyn.interop.mujoco import Converter, mujoco_model_from_urdf  # noqa: E402
-from jaxdyn.model.mjcf import FEATURES, load_mjcf  # noqa: E402
+from jaxdyn.io.mjcf import FEATURES, load_mjcf  # noqa: E402
 from jaxdyn.sim import contact_set  # noqa: E402
 from jaxdyn.sim.geometry import Box, Capsule, Sphere  # noqa: E402
 
@@ -1122,7 +1123,7 @@ def test_shipped_mjcf_self_contained():
     """Every shipped model MuJoCo compiles from its path compiles identically from jaxdyn's
     self-contained copy (includes expanded, files read in memory): same bodies, inertias,
     geoms, meshes, textures, height fields, ranges and keyframes."""
-    from jaxdyn.model.mjcf import _self_contained
+    from jaxdyn.io.mjcf import _self_contained
 
     fields = (
         *("body_mass", "body_inertia", "body_pos", "body_quat", "body_ipos", "geom_size"),

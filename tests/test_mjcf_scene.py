@@ -24,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxdyn import sim  # noqa: E402
-from jaxdyn.model.mjcf import load_mjcf  # noqa: E402
+from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
 from jaxdyn.sim.actuators import joint_properties  # noqa: E402
 
 TOL = 1e-9
@@ -175,7 +175,7 @@ def test_implicit_low_rank_solve_is_exact(scene):
     ``(M + h (D + U diag(c) U^T)) dv = h (tau - C)`` with ``D`` the diagonal terms and
     ``U diag(c) U^T`` the coupled ones (finite differences of the forces give ``-dtau/dv``)."""
     from jaxdyn.algorithms.crba import crba
-    from jaxdyn.algorithms.rnea import rnea
+    from jaxdyn.algorithms.rnea import rnea_plain as rnea
     from jaxdyn.sim import core
 
     r, d, conv, q, v = scene

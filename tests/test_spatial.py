@@ -124,7 +124,7 @@ def test_store_under_vmap_by_a_call():
     from jax import export
 
     import jaxdyn
-    from jaxdyn import _uninitialized as U
+    from jaxdyn.backend import ffi as U
 
     def parts(x):
         return jnp.sin(x[:, :9].reshape(-1, 3, 3)), jnp.cos(x[:, 9:])
@@ -175,14 +175,15 @@ def test_store_under_vmap_by_a_call():
 
 
 def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
-    """The callers whose speed rests on :func:`jaxdyn.spatial.store` or
-    :func:`~jaxdyn.spatial.materialize` (tested above) still call them on what they must not
+    """The callers whose speed rests on :func:`jaxdyn.backend.fusion.store` or
+    :func:`~jaxdyn.backend.fusion.materialize` (tested above) still call them on what they must not
     recompute: RNEA's body form (the public ``rnea`` under ``jax.vmap``) on its local
     placements, the world state on its inertias and motion subspaces (CRBA under ``jax.vmap``),
     and :func:`jaxdyn.algorithms.kinematics.chain_placements` on each composed step of a single
     frame's chain. Traced only (``jax.make_jaxpr``)."""
     import jaxdyn
     from jaxdyn.algorithms import kinematics, rnea
+    from jaxdyn.backend import fusion
 
     model = solo12.model
     calls = []
@@ -201,8 +202,8 @@ def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
         jax.make_jaxpr(jax.vmap(lambda q, v: jaxdyn.rnea(model, q, v, v)))(qs, vs)
 
     trace_rnea()  # as if an earlier test had traced it
-    monkeypatch.setattr(spatial, "materialize", spy(spatial.materialize))
-    monkeypatch.setattr(spatial, "store", spy(spatial.store))
+    monkeypatch.setattr(fusion, "materialize", spy(fusion.materialize))
+    monkeypatch.setattr(fusion, "store", spy(fusion.store))
     trace_rnea()
     assert ((model.nb, 3, 3), (model.nb, 3)) in calls
     calls.clear()

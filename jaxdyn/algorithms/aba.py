@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-from .. import _checks, batching, joints, spatial
+from .. import batching, joints, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
@@ -76,7 +77,7 @@ def articulated_inertias(model, S, I6):
                 # stored once: the sweeps read U on every right-hand side, and XLA would
                 # otherwise recompute it per column (Minv much slower). Faster than the dot
                 # under jax.vmap (docs/design-measurements.md).
-                U1, s1 = spatial.materialize(spatial.mv(IAg, s1, unroll=True), s1)
+                U1, s1 = fusion.materialize(spatial.mv(IAg, s1, unroll=True), s1)
                 D = jnp.sum(s1 * U1, -1)
                 Dinv = 1 / (D if ag is None else D + ag[:, 0])
                 U = U1[..., None]
@@ -163,7 +164,7 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     # minv got faster, by the FFI call faster still
                     # (docs/design-measurements.md); ABA's single column keeps the dot.
                     u = tg - mm(Sg, pg, unroll=True)
-                    u = spatial.store(u)[0]
+                    u = fusion.store(u)[0]
                 else:
                     u = tg - mm(Sg, pg)
                 pa_g = pg + mm(U, mm(Dinv, u))
@@ -337,10 +338,18 @@ def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
-@_checks.public("aba")
+def chunk_words(model, itemsize) -> int:
+    """ABA's chunk policy (``words=`` of its public wrappers): the 6x6 articulated inertias
+    of every body, per sample."""
+    return 36 * model.nb
+
+
+@shell.public("aba", words=chunk_words)
 @full_precision
-def aba(model, q, v, tau, f_ext=None, method="auto"):
-    """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``.
+def aba_plain(model, q, v, tau, f_ext=None, method="auto"):
+    """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i``, without
+    analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.aba`` is this with
+    them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
     Reference: Featherstone 2008, Alg. 7.1 (ABA), in world coordinates.
 
@@ -361,10 +370,10 @@ def aba(model, q, v, tau, f_ext=None, method="auto"):
     """
     fn = "aba"
     check_method(fn, method)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = shell.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, tau, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)

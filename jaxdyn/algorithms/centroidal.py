@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -103,8 +103,8 @@ def _prepare(fn, model, q, v=None):
     algorithms' ``centered`` state: the momentum about ``G`` does not depend on the origin,
     and a distant one costs precision), with that origin ``(3,)`` in the world."""
     if v is not None:
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dtype = kin._prepare(model, fn, q, *(() if v is None else (v,)))
+        v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dtype = shell.prepare(model, fn, q, *(() if v is None else (v,)))
     if model.nb == 0:
         return model, None, None, v, dtype
     R, p = kin.body_placements(model, q)
@@ -121,7 +121,7 @@ def _one(fn, part, model, q, v):
     return part(model, ws, v, _com(ws)[0])
 
 
-@_checks.public("centroidal_momentum")
+@shell.public("centroidal_momentum", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Centroidal momentum ``h_G = [k_G; l]`` ``(6,)``: the angular momentum about the centre
@@ -133,7 +133,7 @@ def centroidal_momentum(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     return _one("centroidal_momentum", _momentum, model, q, v)
 
 
-@_checks.public("centroidal_momentum_matrix")
+@shell.public("centroidal_momentum_matrix", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum_matrix(model: Model, q: ArrayLike) -> Array:
     """Centroidal momentum matrix ``A_G`` ``(6, nv)``, ``h_G = A_G v`` (Orin et al. 2013;
@@ -150,7 +150,7 @@ def centroidal_momentum_matrix(model: Model, q: ArrayLike) -> Array:
     return _matrix(model, ws, G)
 
 
-@_checks.public("center_of_mass_jacobian")
+@shell.public("center_of_mass_jacobian", words=batching.kinematics_words)
 @full_precision
 def center_of_mass_jacobian(model: Model, q: ArrayLike) -> Array:
     """Jacobian of the centre of mass ``J_com`` ``(3, nv)``, world axes: ``d/dt com = J_com v``
@@ -174,7 +174,7 @@ def center_of_mass_jacobian(model: Model, q: ArrayLike) -> Array:
     return lin.T / jnp.sum(ws.mass)
 
 
-@_checks.public("centroidal_momentum_bias")
+@shell.public("centroidal_momentum_bias", words=batching.kinematics_words)
 @full_precision
 def centroidal_momentum_bias(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``Adot_G v`` ``(6,)``: the rate of the centroidal momentum at zero joint acceleration,
@@ -187,7 +187,7 @@ def centroidal_momentum_bias(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     return _one("centroidal_momentum_bias", _bias, model, q, v)
 
 
-@_checks.public("centroidal_dynamics")
+@shell.public("centroidal_dynamics", words=batching.kinematics_words)
 @full_precision
 def centroidal_dynamics(model: Model, q: ArrayLike, v: ArrayLike) -> Centroidal:
     """All centroidal quantities from one world state: :class:`Centroidal` with ``A`` (the

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, joints
+from .. import joints, shell
 from .._precision import full_precision
 from ..model import tree
 
@@ -67,22 +67,22 @@ def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
     )
 
 
-@_checks.public("integrate")
+@shell.public("integrate", eager=True)
 @full_precision
 def integrate(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``q ⊕ v``: the configuration reached from ``q`` by moving with velocity ``v`` for unit
     time (right increment, as Pinocchio's ``integrate``)."""
-    q = _checks.as_array("integrate", "q", q, (("nq", model.nq),), model)
-    v = _checks.as_array("integrate", "v", v, (("nv", model.nv),), model)
-    dtype = _checks.common_dtype(q, v, model=model)
+    q = shell.as_array("integrate", "q", q, (("nq", model.nq),), model)
+    v = shell.as_array("integrate", "v", v, (("nv", model.nv),), model)
+    dtype = shell.common_dtype(q, v, model=model)
     return _by_runs(model, joints.integrate, q.astype(dtype), v.astype(dtype), widths=("q", "v"))
 
 
-@_checks.public("difference")
+@shell.public("difference", eager=True)
 @full_precision
 def difference(model: Model, q0: ArrayLike, q1: ArrayLike) -> Array:
     """``q1 ⊖ q0``: the velocity ``v (nv,)`` with ``integrate(q0, v) == q1``."""
-    q0 = _checks.as_array("difference", "q0", q0, (("nq", model.nq),), model)
-    q1 = _checks.as_array("difference", "q1", q1, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q0, q1, model=model)
+    q0 = shell.as_array("difference", "q0", q0, (("nq", model.nq),), model)
+    q1 = shell.as_array("difference", "q1", q1, (("nq", model.nq),), model)
+    dtype = shell.common_dtype(q0, q1, model=model)
     return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype), widths=("q", "q"))

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 from . import kinematics as kin
 
@@ -144,7 +145,7 @@ def coriolis_world(model, ws, v):
 
     The per-coordinate factors are computed component-major (one row of ``nv`` numbers per
     spatial component, as :func:`jaxdyn.algorithms.crba.subspace_force_rows`) and stored
-    (:func:`jaxdyn.spatial.materialize`) before the products read them: fused into the kernel
+    (:func:`jaxdyn.backend.fusion.materialize`) before the products read them: fused into the kernel
     that writes ``C``, XLA recomputed them per entry (talos_full under ``jax.vmap``, B = 1024,
     us per sample: 15.0 with the factors fused, 10.1 stored in the transposed ``(nv, 6)`` form,
     8.7 computed and stored component-major; solo12 3.9 / 3.3 / 2.9).
@@ -179,14 +180,14 @@ def coriolis_world(model, ws, v):
     G = [ISd[i] + 0.5 * (Kx[i] - Yx[i]) for i in range(6)]  # IC dS + 1/2 BC oS
     F = _inertia_rows(m, h, Ib, Sw, Sl) + [-0.5 * (Yx[i] + Kx[i]) for i in range(6)]
     P = spatial.stack(F + G + Sdw + Sdl + Sw + Sl, 0)  # (30, nv)
-    P = spatial.materialize(P, P)[0]
+    P = fusion.materialize(P, P)[0]
     upper = spatial.outer_sum(P[24:], P[12:18])  # [r, c] = oS_r . G_c
     lower = spatial.outer_sum(P[:12], P[18:])  # [r, c] = F_r . [dS_c; oS_c]
     anc = t.dof_ancestor
     return jnp.where(anc, upper, jnp.where(anc.T, lower, 0))
 
 
-@_checks.public("coriolis_matrix")
+@shell.public("coriolis_matrix", words=batching.nv2_words)
 @full_precision
 def coriolis_matrix(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis matrix ``C(q, v)`` (``nv x nv``): ``C v = rnea(q, v, 0) - g(q)`` (the Coriolis and
@@ -199,8 +200,8 @@ def coriolis_matrix(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     factor of Singh, Russell and Wensing 2022, Eq. 28; see :mod:`jaxdyn.algorithms.coriolis`.
     """
     fn = "coriolis_matrix"
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    model, q, dtype = kin._prepare(model, fn, q, v)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    model, q, dtype = shell.prepare(model, fn, q, v)
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
     return coriolis_world(model, kin.world_state(model, q, centered=True), v.astype(dtype))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import _checks
+from .. import batching, shell
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -22,25 +22,25 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 
-@_checks.public("center_of_mass")
+@shell.public("center_of_mass", words=batching.kinematics_words)
 @full_precision
 def center_of_mass(model: Model, q: ArrayLike) -> Array:
     """Position of the whole robot's centre of mass in the world, ``(3,)``: the moving bodies'
     (a fixed base's root link is part of the world). NaN when they carry no mass (e.g. a
     zero-DoF fixed-base model), as Pinocchio's ``centerOfMass``."""
-    model, q, dtype = kin._prepare(model, "center_of_mass", q)
+    model, q, dtype = shell.prepare(model, "center_of_mass", q)
     if model.nb == 0:
         return jnp.full(3, jnp.nan, dtype)
     ws = kin.world_state(model, q)
     return tree.sum_rows(ws.h) / jnp.sum(ws.mass)
 
 
-@_checks.public("kinetic_energy")
+@shell.public("kinetic_energy", words=batching.kinematics_words)
 @full_precision
 def kinetic_energy(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """``T = 1/2 v^T M(q) v``, summed over bodies (plus ``1/2 sum armature v^2``)."""
-    v = _checks.as_array("kinetic_energy", "v", v, (("nv", model.nv),), model)
-    model, q, dtype = kin._prepare(model, "kinetic_energy", q, v)
+    v = shell.as_array("kinetic_energy", "v", v, (("nv", model.nv),), model)
+    model, q, dtype = shell.prepare(model, "kinetic_energy", q, v)
     if model.nb == 0:
         return jnp.zeros((), dtype)
     v = v.astype(dtype)
@@ -52,11 +52,11 @@ def kinetic_energy(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     return T
 
 
-@_checks.public("potential_energy")
+@shell.public("potential_energy", words=batching.kinematics_words)
 @full_precision
 def potential_energy(model: Model, q: ArrayLike) -> Array:
     """Gravitational potential energy ``U = -sum_i m_i g . c_i``."""
-    model, q, dtype = kin._prepare(model, "potential_energy", q)
+    model, q, dtype = shell.prepare(model, "potential_energy", q)
     if model.nb == 0:
         return jnp.zeros((), dtype)
     ws = kin.world_state(model, q)

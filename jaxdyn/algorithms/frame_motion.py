@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -54,8 +54,8 @@ def _prepare(fn, model, q, frame, reference, **vectors):
     (:func:`~jaxdyn.algorithms.jacobian.frame_chain`), or ``None`` and the dtype when the frame
     cannot move (no moving body, or fixed to the world)."""
     f = frame_argument(fn, model, frame, reference)
-    vs = {k: _checks.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
-    model, q, dtype = kin._prepare(model, fn, q, *vs.values())
+    vs = {k: shell.as_array(fn, k, x, (("nv", model.nv),), model) for k, x in vectors.items()}
+    model, q, dtype = shell.prepare(model, fn, q, *vs.values())
     b = int(model.topo.frame_parent[f])
     if b < 0:
         return None, dtype
@@ -76,7 +76,7 @@ def _body_sums(model, idx, x):
     return jnp.concatenate(parts, 0)
 
 
-@_checks.public("frame_velocity")
+@shell.public("frame_velocity", words=batching.kinematics_words)
 @full_precision
 def frame_velocity(
     model: Model,
@@ -100,7 +100,7 @@ def frame_velocity(
     return _express(tree.sum_rows(S * kin.take_rows(v, idx)[:, None]), R, p, reference)
 
 
-@_checks.public("frame_acceleration")
+@shell.public("frame_acceleration", words=batching.kinematics_words)
 @full_precision
 def frame_acceleration(
     model: Model,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from . import kinematics as kin
 
@@ -39,12 +39,12 @@ def frame_argument(fn, model, frame, reference) -> int:
     return model.frame_index(frame)
 
 
-@_checks.public("joint_jacobians")
+@shell.public("joint_jacobians", words=batching.kinematics_words)
 @full_precision
 def joint_jacobians(model: Model, q: ArrayLike) -> Array:
     """Motion subspace of every coordinate at the world origin, ``(6, nv)`` (Pinocchio's
     ``computeJointJacobians`` in ``WORLD``)."""
-    model, q, dtype = kin._prepare(model, "joint_jacobians", q)
+    model, q, dtype = shell.prepare(model, "joint_jacobians", q)
     if model.nb == 0:
         return jnp.zeros((6, 0), dtype)
     return kin.world_state(model, q).S.T
@@ -90,7 +90,7 @@ def spread_columns(cols, idx, nv):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 1)
 
 
-@_checks.public("jacobian")
+@shell.public("jacobian", words=batching.kinematics_words)
 @full_precision
 def jacobian(
     model: Model,
@@ -111,7 +111,7 @@ def jacobian(
       the world origin) or ``"local_world_aligned"`` (world axes, at the frame origin).
     """
     f = frame_argument("jacobian", model, frame, reference)
-    model, q, dtype = kin._prepare(model, "jacobian", q)
+    model, q, dtype = shell.prepare(model, "jacobian", q)
     t = model.topo
     b = int(t.frame_parent[f])
     if b < 0:  # a frame fixed to the world (every frame of a model without moving bodies)

@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, joints, spatial
+from .. import batching, joints, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def body_placements(model, q):
         # each level stored (spatial.store), else XLA recomputes the earlier levels' products
         # inside the later ones (slower on solo12, talos_full unchanged). Not by
         # materialize's copy, which was slower on talos_full
-        Rl, pl = spatial.store(Rl, pl, copy=False)
+        Rl, pl = fusion.store(Rl, pl, copy=False)
         return (Rl, pl), (Rl, pl)
 
     R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
@@ -178,7 +179,7 @@ def chain_placements(model, q, b: int) -> Placements:
     The local placements of the chain (:func:`local_placements`' forms) are computed together,
     one vectorised expression per joint kind, then composed one body at a time down the chain
     (Featherstone 2008, Alg. 4.1 restricted to one path), each step stored once
-    (:func:`jaxdyn.spatial.materialize`): unstored, XLA recomputed the earlier steps inside
+    (:func:`jaxdyn.backend.fusion.materialize`): unstored, XLA recomputed the earlier steps inside
     every consumer of a later one, most of all in derivatives (the trajopt ``FramePlacement``
     residual's ``jax.jacfwd`` and arm7's ``jacobian`` got faster, batched and at batch 1;
     ``docs/design-measurements.md``). Computed body by body, the independent local placements
@@ -202,7 +203,7 @@ def chain_placements(model, q, b: int) -> Placements:
     for k in chain:
         R, p = local[k]
         if Rs:  # compose with the parent's world placement
-            R, p = spatial.materialize(spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1])
+            R, p = fusion.materialize(spatial.mm(Rs[-1], R), spatial.mv(Rs[-1], p) + ps[-1])
         Rs.append(R)
         ps.append(p)
     return Placements(jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0))
@@ -224,17 +225,8 @@ def frame_pose(model, q, f: int) -> Placements:
     return frame_in_chain(model, chain_placements(model, q, b), f)
 
 
-def _prepare(model, fn, q, *others):
-    """Check the model's type, shape-check ``q``, choose the working dtype of the inputs
-    (integer / boolean inputs take the model's float dtype), refuse float64 with a model whose
-    parameters were rounded to float32 at load time, check and normalise the quaternions of
-    ``q`` (:func:`jaxdyn._checks.check_quaternions`) and cast the model to the dtype."""
-    _checks.check_model(fn, model)
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q, *others, model=model)
-    _checks.check_model_dtype(fn, model, dtype)
-    q = _checks.check_quaternions(fn, model, q.astype(dtype))
-    return model.astype(dtype), q, dtype
+#: the former name of :func:`jaxdyn.shell.prepare` (for code written against it)
+_prepare = shell.prepare
 
 
 def frame_placements(model, body: Placements) -> Placements:
@@ -248,7 +240,7 @@ def frame_placements(model, body: Placements) -> Placements:
     return Placements(spatial.mm(Rp, model.frame_R), spatial.mv(Rp, model.frame_p) + pp)
 
 
-@_checks.public("forward_kinematics")
+@shell.public("forward_kinematics", words=batching.kinematics_words)
 @full_precision
 def forward_kinematics(model: Model, q: ArrayLike) -> Kinematics:
     """World placements of all bodies and frames.
@@ -260,12 +252,12 @@ def forward_kinematics(model: Model, q: ArrayLike) -> Kinematics:
     **Returns:** :class:`Kinematics` with ``body.R (nb,3,3)``, ``body.p (nb,3)``,
     ``frame.R (nf,3,3)``, ``frame.p (nf,3)``; frame order is ``model.frame_names``.
     """
-    model, q, _ = _prepare(model, "forward_kinematics", q)
+    model, q, _ = shell.prepare(model, "forward_kinematics", q)
     body = body_placements(model, q)
     return Kinematics(body, frame_placements(model, body))
 
 
-@_checks.public("frame_placement")
+@shell.public("frame_placement", words=batching.kinematics_words)
 @full_precision
 def frame_placement(model: Model, q: ArrayLike, frame: str | int) -> Placements:
     """World placement ``(R (3,3), p (3,))`` of one frame (name or index), from the placements
@@ -276,7 +268,7 @@ def frame_placement(model: Model, q: ArrayLike, frame: str | int) -> Placements:
             f"model.frame_names, got {type(frame).__name__} {frame!r}"
         )
     f = model.frame_index(frame)
-    model, q, _ = _prepare(model, "frame_placement", q)
+    model, q, _ = shell.prepare(model, "frame_placement", q)
     return frame_pose(model, q, f)
 
 
@@ -343,8 +335,8 @@ def world_state_from_placements(model, R, p) -> WorldState:
     Ic = spatial.mm(spatial.mm(R, model.inertia), jnp.swapaxes(R, -1, -2))
     # stored (spatial.store), not recomputed by each consumer: ABA and Minv faster (two
     # calls: all three in one made CRBA slower)
-    c, Ic = spatial.store(c, Ic, copy=False)
-    (S,) = spatial.store(S, copy=False)
+    c, Ic = fusion.store(c, Ic, copy=False)
+    (S,) = fusion.store(S, copy=False)
     return WorldState(R, p, S, model.mass, c, Ic)
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .. import _checks
+from .. import batching, shell
 from .._precision import full_precision
 from ..model import tree
 from . import kinematics as kin
@@ -86,7 +86,7 @@ def minv_dense(model, ws, guarded=False):
     return guard_dense(M, L, X, lambda: minv_world(model, ws))
 
 
-@_checks.public("minv")
+@shell.public("minv", words=batching.nv2_words)
 @full_precision
 def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
@@ -106,7 +106,7 @@ def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     (massless moving subtrees without armature), as Pinocchio.
     """
     check_method("minv", method)
-    model, q, dtype = kin._prepare(model, "minv", q)
+    model, q, dtype = shell.prepare(model, "minv", q)
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
     ws = kin.world_state(model, q, centered=True)

@@ -4,7 +4,7 @@ Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1): :func:`rnea_local` in 
 coordinates, :func:`rnea_world` written in ground coordinates (Featherstone 2008 §5.3; the
 form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1), on the world state the other
 algorithms share (ABA's bias forces, the simulator, the cluster baselines, the IIM);
-:func:`joint_forces` picks one of them for the public :func:`rnea`.
+:func:`joint_forces` picks one of them for :func:`jaxdyn.rnea` (and :func:`rnea_plain`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import _checks, batching, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
+from ..backend import fusion
 from ..model import tree
 from . import kinematics as kin
 
@@ -34,7 +35,7 @@ def check_f_ext(fn, model, f_ext, dtype=None):
     """``f_ext`` (an array or nested sequence) as an ``(nb, 6)`` array, cast to ``dtype``."""
     if f_ext is None:
         return None
-    f = _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
+    f = shell.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
     return f if dtype is None else f.astype(dtype)
 
 
@@ -58,7 +59,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
         vp = tree.gather_parent(None if prev is None else prev[0], lvl, zero)
         ap = tree.gather_parent(None if prev is None else prev[1], lvl, a0)
         cur = (vp + vJl, ap + aSl + spatial.motion_cross(vp, vJl))
-        cur = spatial.materialize(*cur)  # once, not in every consumer (spatial.materialize)
+        cur = fusion.materialize(*cur)  # once, not in every consumer (spatial.materialize)
         return cur, cur
 
     v, a = tree.forward_pass(t, step, (("body", vJ), ("body", aS)))[1].flat()
@@ -76,7 +77,7 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
 
 def rnea_local(model, q, qd, qdd, f_ext=None):
     """RNEA in body coordinates (Featherstone 2008, Alg. 5.1 / Table 5.1), the form of the
-    public :func:`rnea` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
+    public ``rnea`` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
     body velocities, accelerations and subtree forces in each body's own frame, ``f_ext
     (nb, 6)`` in body coordinates too.
 
@@ -87,13 +88,14 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     (:func:`rnea_world`) needs the world placements, motion subspaces and inertias first,
     which the other algorithms share but RNEA alone does not: under ``jax.vmap`` the body
     form is the faster one on solo12 and talos_full (once its local placements are really
-    stored, see :func:`jaxdyn.spatial.materialize`), with ``tau = S^T F`` as six multiply-adds
-    rather than a reduce, which XLA:CPU hands to YNNPACK (``docs/design-measurements.md``).
+    stored, see :func:`jaxdyn.backend.fusion.materialize`), with ``tau = S^T F`` as six
+    multiply-adds rather than a reduce, which XLA:CPU hands to YNNPACK
+    (``docs/design-measurements.md``).
     """
     t = model.topo
     dtype = qd.dtype
     # stored once: every level's motion and force transforms read them (spatial.store)
-    R, p = spatial.store(*kin.local_placements(model, q))
+    R, p = fusion.store(*kin.local_placements(model, q))
     S = model.dof_axis
     vJ = tree.dofs_to_bodies(t, S * qd[:, None])
     aS = tree.dofs_to_bodies(t, S * qdd[:, None])
@@ -108,7 +110,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
         vl = vJl
         if prev is not None:
             vl = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero)) + vl
-        cur = spatial.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
+        cur = fusion.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
         return cur, cur
 
     inputs = (("body", R), ("body", p), ("body", vJ), ("body", aS))
@@ -131,6 +133,12 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     return tau, v, a, F
 
 
+def chunk_words(model, itemsize) -> int:
+    """RNEA's chunk policy (``words=`` of its public wrappers): the transforms, velocities,
+    accelerations and forces of every body, per sample."""
+    return 48 * model.nb
+
+
 #: smallest batch (of a batching rule, ``jax.vmap`` of the public functions) for which
 #: :func:`joint_forces` takes the body form; single evaluations take the world form, which
 #: XLA compiles to fewer kernels (faster per ``jax.jit(rnea)`` call)
@@ -146,10 +154,12 @@ def joint_forces(model, q, qd, qdd, f_ext=None):
     return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
 
 
-@_checks.public("rnea")
+@shell.public("rnea", words=chunk_words)
 @full_precision
-def rnea(model, q, v, a, f_ext=None):
-    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``.
+def rnea_plain(model, q, v, a, f_ext=None):
+    """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, without
+    analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.rnea`` is this with
+    them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
     Reference: Featherstone 2008, Alg. 5.1 (RNEA), in body coordinates under ``jax.vmap``
     (:func:`rnea_local`) and in world coordinates otherwise (:func:`joint_forces`).
@@ -163,31 +173,31 @@ def rnea(model, q, v, a, f_ext=None):
     **Returns:** ``tau (nv,)`` (with ``model.armature * a`` added when armature is set).
     """
     fn = "rnea"
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    a = shell.as_array(fn, "a", a, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, a, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, dtype)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
     return joint_forces(model, q, v.astype(dtype), a.astype(dtype), f_ext)
 
 
-@_checks.public("bias_forces")
+@shell.public("bias_forces", eager=True)
 @full_precision
 def bias_forces(model: Model, q: ArrayLike, v: ArrayLike) -> Array:
     """Coriolis, centrifugal and gravity forces ``C(q, v) v + g(q)`` (= ``rnea(q, v, 0)``)."""
-    q = _checks.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
-    v = _checks.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
-    dtype = _checks.common_dtype(q, v, model=model)
-    return rnea(model, q, v, jnp.zeros(model.nv, dtype))
+    q = shell.as_array("bias_forces", "q", q, (("nq", model.nq),), model)
+    v = shell.as_array("bias_forces", "v", v, (("nv", model.nv),), model)
+    dtype = shell.common_dtype(q, v, model=model)
+    return rnea_plain(model, q, v, jnp.zeros(model.nv, dtype))
 
 
-@_checks.public("gravity_forces")
+@shell.public("gravity_forces", eager=True)
 @full_precision
 def gravity_forces(model: Model, q: ArrayLike) -> Array:
     """Generalised gravity ``g(q)`` (= ``rnea(q, 0, 0)``)."""
-    q = _checks.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
-    dtype = _checks.common_dtype(q, model=model)
+    q = shell.as_array("gravity_forces", "q", q, (("nq", model.nq),), model)
+    dtype = shell.common_dtype(q, model=model)
     z = jnp.zeros(model.nv, dtype)
-    return rnea(model, q, z, z)
+    return rnea_plain(model, q, z, z)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import eager, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.crba import crba_world
@@ -80,7 +80,7 @@ def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
     return model, q, v, x, f_ext, dt, qs, qd, G, gv, ws
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def projected_rnea(model: ClusterModel, q, v, a, f_ext=None):
     """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
@@ -99,7 +99,7 @@ def _H_C(model, ws, qd, f_ext, G, gv, dt):
     return M, C
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Projection-method forward dynamics: Cholesky solve of
@@ -117,7 +117,7 @@ def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
     return jax.scipy.linalg.cho_solve(cf, rhs)
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
     """Lagrange-multiplier forward dynamics with the implicit constraint Jacobian ``K``
@@ -163,7 +163,7 @@ def ee_jacobians(model: ClusterModel, ws, ees, dt):
     return spatial.stack(Js)
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def projected_osim(model: ClusterModel, q, end_effectors):
     """Inverse OSIM by projection: ``Λ^-1 = (J G) (G^T H G)^-1 (J G)^T`` (same frames as

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import eager, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
@@ -44,7 +44,7 @@ from .state import group_y
 __all__ = ["caba"]
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def caba(model: ClusterModel, q, v, tau, f_ext=None):
     """Cluster-based forward dynamics (C-ABA): ``a = H^-1 (tau - C)`` in independent

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import eager, spatial
 from .._precision import full_precision
 from ..algorithms.aba import world_inertia_matrices
 from ..model import tree
@@ -53,7 +53,7 @@ from .rotors import rotor_terms, setup_folded
 __all__ = ["cefpa", "cefpa_general"]
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def cefpa(model: ClusterModel, q, end_effectors):
     """Inverse operational-space inertia matrix ``Λ^-1 = J H^-1 J^T`` of end effectors, by the

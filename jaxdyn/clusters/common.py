@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import shell, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import world_inertia_matrices
 from ..model import tree
@@ -110,7 +110,7 @@ def check_f_ext(fn, model, f_ext):
     """Shape-check the external forces ``(nb, 6)`` on the spanning-tree bodies (or None)."""
     if f_ext is None:
         return None
-    return _checks.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
+    return shell.as_array(fn, "f_ext", f_ext, (("nb", model.nb), ("6", 6)), model)
 
 
 class Setup(NamedTuple):
@@ -133,20 +133,20 @@ def setup(model, fn, q, v=None, x=None, xname=None, f_ext=None, alternative=None
     implicit clusters) and compute the world state. ``x`` is the third input (``a`` or ``tau``,
     named ``xname``)."""
     require_cluster_model(fn, model, alternative)
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    q = shell.as_array(fn, "q", q, (("nq", model.nq),), model)
     if v is not None:
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+        v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     if x is not None:
-        x = _checks.as_array(fn, xname, x, (("nv", model.nv),), model)
+        x = shell.as_array(fn, xname, x, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    dt = _checks.common_dtype(q, v, x, f_ext, model=model.tree)
-    _checks.check_model_dtype(fn, model.tree, dt)
+    dt = shell.common_dtype(q, v, x, f_ext, model=model.tree)
+    shell.check_model_dtype(fn, model.tree, dt)
     model = model.astype(dt)
     cast = lambda a: None if a is None else a.astype(dt)
     q, v, x, f_ext = cast(q), cast(v), cast(x), cast(f_ext)
     gss = all_group_states(model, q, v, check=fn)
     qs = assemble_spanning(model, gss, "qs")
-    qs = _checks.check_quaternions(fn, model.tree, qs)
+    qs = shell.check_quaternions(fn, model.tree, qs)
     ws = kin.world_state(model.tree, qs)
     fw = None if f_ext is None else spatial.act_force(ws.R, ws.p, f_ext)
     return Setup(model, gss, ws, v, x, fw, dt)

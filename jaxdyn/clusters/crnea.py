@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import eager, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..model import tree
@@ -39,7 +39,7 @@ from .state import group_y
 __all__ = ["crnea"]
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def crnea(model: ClusterModel, q, v, a, f_ext=None):
     """Cluster-based inverse dynamics (C-RNEA): ``tau = H(q) a + C(q, v)`` in independent

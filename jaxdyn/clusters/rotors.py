@@ -31,7 +31,7 @@ model's parameters): the choice depends on static data only. The folded paramete
 inertias, ``J_r``, ``s_r``, ``G_r``, the armature) are computed at every call from the model's
 leaves (:func:`folded_model`), so derivatives with respect to the model flow through them; they are
 exact as long as the rotors stay axisymmetric, which is checked at every call by a value check
-(:func:`jaxdyn._checks.error_if`, on with :mod:`jaxdyn.config`): derivatives with respect to a
+(:func:`jaxdyn.value_checks.error_if`, on with :mod:`jaxdyn.config`): derivatives with respect to a
 rotor's inertia are those within the axisymmetric family. The link tree is rebuilt from the
 original's constraint specifications: the rotors and the specs naming them are dropped, the links of
 each transmission cluster kept together, implicit loops (Tello's differentials) kept as they are.
@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, joints, spatial
+from .. import joints, shell, spatial, value_checks
 from ..model.model import Topology
 from . import spec as S
 from .common import setup
@@ -351,10 +351,10 @@ def folded_model(model: ClusterModel):
     rb = f.rotor_body
     a6 = tr.dof_axis[f.rotor_dof]
     m_r, c_r, I_r = tr.mass[rb], tr.com[rb], tr.inertia[rb]
-    if _checks.value_checks_enabled() and not jnp.issubdtype(dt, jnp.complexfloating):
+    if value_checks.enabled() and not jnp.issubdtype(dt, jnp.complexfloating):
         bad = _rotor_check(dt, a6, c_r, I_r)
         names = [tr.topo.body_names[b] for b in rb]
-        m_r = _checks.error_if(
+        m_r = value_checks.error_if(
             m_r,
             bad,
             f"{model.name}: a rotor carried by its parent (jaxdyn.clusters.fold_rotors) is no "
@@ -465,13 +465,13 @@ def setup_folded(model: ClusterModel, fn, q, v=None, x=None, xname=None, alterna
     ``v`` order map back by ``[model.topo.fold.vi_inv]``."""
     require_cluster_model(fn, model, alternative)
     f = model.topo.fold
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    q = shell.as_array(fn, "q", q, (("nq", model.nq),), model)
     if v is not None:
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+        v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     if x is not None:
-        x = _checks.as_array(fn, xname, x, (("nv", model.nv),), model)
-    dt = _checks.common_dtype(q, v, x, model=model.tree)
-    _checks.check_model_dtype(fn, model.tree, dt)
+        x = shell.as_array(fn, xname, x, (("nv", model.nv),), model)
+    dt = shell.common_dtype(q, v, x, model=model.tree)
+    shell.check_model_dtype(fn, model.tree, dt)
     fm, rot = folded_model(model.astype(dt))
     take = lambda y, i: None if y is None else y[i]
     s = setup(fm, fn, q[f.qi], take(v, f.vi), take(x, f.vi), xname)

@@ -8,7 +8,7 @@ conversion ``G = P [I; -K_d^-1 K_i]``, ``g = P [0; K_d^-1 k]`` (eq. (8)).
 Value check of ``q``: the spanning coordinates of implicit (loop) clusters must satisfy ``phi(q) =
 0``. Every function that maps a cluster position to the spanning tree (the algorithms,
 :func:`spanning_state`, ...) checks ``|phi_i| <= tol * s`` by a value check
-(:func:`jaxdyn._checks.error_if`, switched off with ``jaxdyn.config.update("value_checks",
+(:func:`jaxdyn.value_checks.error_if`, switched off with ``jaxdyn.config.update("value_checks",
 False)``), with ``s`` the cluster's residual scale (the largest row sum of ``|K|`` at the build-time
 configuration: how much ``phi`` changes for a unit change of the coordinates, so that ``phi / s`` is
 about the distance to the constraint manifold in radians, or metres for prismatic joints) and ``tol
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, joints, spatial
+from .. import eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import configuration as tree_configuration
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, require_cluster_model
@@ -150,7 +150,7 @@ def check_loops(fn, model, gss, residuals):
     """``error_if`` (value checks on) the loop residual of an implicit cluster exceeds the
     tolerance (module docstring): one check for all of them. ``residuals``: ``(group, phi (nc,
     m))`` pairs; returns ``gss`` with the checked positions of those groups."""
-    if not residuals or not _checks.value_checks_enabled():
+    if not residuals or not value_checks.enabled():
         return gss
     dt = residuals[0][1].dtype
     if jnp.issubdtype(dt, jnp.complexfloating):
@@ -162,7 +162,7 @@ def check_loops(fn, model, gss, residuals):
         bad.append(jnp.any(~(jnp.abs(ph) <= jnp.asarray(tol * scale, dt))))
         names += list(model.topo.cluster_names[g.cl0 : g.cl0 + g.nc])
     idx = [g.index for g, _ in residuals]
-    checked = _checks.error_if(
+    checked = value_checks.error_if(
         tuple(gss[i].qs for i in idx),
         jnp.any(spatial.stack(bad)),
         f"{fn}: q violates the loop constraints of cluster(s) {names} (|phi| above "
@@ -263,21 +263,21 @@ def spanning_G(model, gss, dtype):
 def prepare(model, fn, q, v=None, a=None, alternative=None):
     """Check the model's type and the shapes of ``q``, ``v``, ``a``; cast the model and the
     inputs to their common floating dtype (integer inputs take the model's; float64 inputs with
-    a model loaded under float32 are refused, as in :mod:`jaxdyn._checks`). Returns
+    a model loaded under float32 are refused, as in :mod:`jaxdyn.shell`). Returns
     ``(model, q, v, a, dtype)``."""
     require_cluster_model(fn, model, alternative)
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
+    q = shell.as_array(fn, "q", q, (("nq", model.nq),), model)
     if v is not None:
-        v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+        v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     if a is not None:
-        a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
-    dt = _checks.common_dtype(q, v, a, model=model.tree)
-    _checks.check_model_dtype(fn, model.tree, dt)
+        a = shell.as_array(fn, "a", a, (("nv", model.nv),), model)
+    dt = shell.common_dtype(q, v, a, model=model.tree)
+    shell.check_model_dtype(fn, model.tree, dt)
     cast = lambda x: None if x is None else x.astype(dt)
     return model.astype(dt), cast(q), cast(v), cast(a), dt
 
 
-@_checks.eager_jit
+@eager.eager_jit
 def spanning_configuration(model: ClusterModel, q):
     """Spanning-tree configuration ``q_tree`` (``model.tree`` order) of a cluster position."""
     fn = "spanning_configuration"
@@ -285,7 +285,7 @@ def spanning_configuration(model: ClusterModel, q):
     return assemble_spanning(model, all_group_states(model, q, check=fn), "qs")
 
 
-@_checks.eager_jit
+@eager.eager_jit
 def spanning_state(model: ClusterModel, q, v=None, a=None) -> SpanningState:
     """Map an independent state to the spanning tree: ``q_tree``, ``qdot = G v``,
     ``qdd = G a + g`` and the dense ``G``, ``g`` (paper eqs. (6)-(8)).
@@ -316,7 +316,7 @@ def _linear_left_null(G, dep):
     return jnp.swapaxes(Q, -1, -2)
 
 
-@_checks.eager_jit
+@eager.eager_jit
 @full_precision
 def loop_constraints(model: ClusterModel, q, v=None):
     """Implicit form of all loop constraints on the spanning tree: ``(phi, K, k)`` with
@@ -382,7 +382,7 @@ def _newton_dependent(model, g, qc, iters):
     return jax.lax.fori_loop(0, iters, step, qc)
 
 
-@_checks.eager_jit
+@eager.eager_jit
 def project_configuration(model: ClusterModel, q, iters: int = 30):
     """Newton projection onto the constraint manifold: the dependent coordinates of every
     implicit cluster are solved for at fixed independent coordinates (``iters`` Newton steps,

@@ -20,9 +20,8 @@ by :func:`jaxdyn.model.urdf.parse_urdf`, which refuses DTDs/entities; its unknow
 from __future__ import annotations
 
 from ..model import urdf as _urdf
-from ..model.build import build_model
 from . import spec as S
-from .model import ClusterModel, build_clusters, check_floating_joints
+from .model import ClusterModel, build_clusters
 from .rotors import fold_rotors as _fold_rotors
 
 _COUPLING_TYPES = ("rolling",)
@@ -44,9 +43,11 @@ def _link_child(el, tag, where, with_origin):
             raise ValueError(f"{where} <{tag}>: more than one <origin>")
         if o:
             if o[0].get("rpy") is not None:
-                _urdf._numbers(o[0].get("rpy"), 3, f"{where} <{tag}> <origin rpy>")
+                _urdf.parse_numbers(o[0].get("rpy"), 3, f"{where} <{tag}> <origin rpy>")
             if o[0].get("xyz") is not None:
-                xyz = tuple(_urdf._numbers(o[0].get("xyz"), 3, f"{where} <{tag}> <origin xyz>"))
+                xyz = tuple(
+                    _urdf.parse_numbers(o[0].get("xyz"), 3, f"{where} <{tag}> <origin xyz>")
+                )
     return link, xyz
 
 
@@ -80,7 +81,7 @@ def parse_extras(robot, xml_root):
                 raise ValueError(f"{where}: expected exactly one <ratio>, found {len(r)}")
             if r[0].get("value") is None:
                 raise ValueError(f"{where} <ratio>: missing value attribute")
-            ratio = float(_urdf._numbers(r[0].get("value"), 1, f"{where} <ratio value>")[0])
+            ratio = float(_urdf.parse_numbers(r[0].get("value"), 1, f"{where} <ratio value>")[0])
             if ratio == 0.0:
                 raise ValueError(f"{where} <ratio>: zero ratio")
             constraints.append(S.Coupling(pred, succ, ratio, name))
@@ -95,7 +96,7 @@ def parse_extras(robot, xml_root):
             if len(ax) > 1:
                 raise ValueError(f"{where}: more than one <axis>")
             if ax and ax[0].get("xyz") is not None:
-                _urdf._numbers(ax[0].get("xyz"), 3, f"{where} <axis xyz>")
+                _urdf.parse_numbers(ax[0].get("xyz"), 3, f"{where} <axis xyz>")
             constraints.append(S.PointLoop(pred, succ, xp, xs, name))
     for j in robot.joints:
         if j.mimic is not None:
@@ -195,14 +196,12 @@ def load_urdf_plus(
     element (e.g. ``URDF+ <coupling name="knee">: missing <ratio>``).
     """
     robot = _urdf.parse_urdf(source, strict=strict)  # validates, refuses DTDs
-    return _build_plus(
-        robot, source, constraints, floating_base, gravity, name, fold_rotors, strict
-    )
+    return build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict)
 
 
-def _build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
+def build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
     """The cluster model of a parsed URDF+ file (its extra tags read from ``source``)."""
-    cons, independent = parse_extras(robot, _urdf._read_xml(source))
+    cons, independent = parse_extras(robot, _urdf.read_xml(source))
     return build(
         robot,
         tuple(cons) + tuple(constraints),
@@ -213,41 +212,3 @@ def _build_plus(robot, source, constraints, floating_base, gravity, name, fold_r
         fold_rotors=fold_rotors,
         strict=strict,
     )
-
-
-def load_urdf(
-    source,
-    floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
-    clusters: bool | None = None,
-    fold_rotors: bool = True,
-    strict: bool | None = None,
-):
-    """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
-
-    **Arguments:**
-
-    - ``source``, ``floating_base``, ``gravity``: as :func:`jaxdyn.model.load_urdf`. A file
-      whose root link carries its own ``floating`` joint refuses ``floating_base=True``
-      (``ValueError`` naming the joint: two stacked free joints give a singular mass matrix).
-    - ``clusters``: ``None`` (default): a file with URDF+ ``<coupling>`` or ``<loop>`` tags
-      gives a :class:`~jaxdyn.clusters.ClusterModel` (its cluster tree, for
-      :func:`jaxdyn.crnea` / :func:`jaxdyn.caba` / :func:`jaxdyn.cefpa`), any other file a
-      plain :class:`~jaxdyn.Model`; ``True``: always the cluster model (``<mimic>`` joints
-      then become linear couplings); ``False``: always the plain spanning-tree
-      :class:`~jaxdyn.Model` (loop tags and ``<mimic>`` ignored, as Pinocchio's default).
-    - ``fold_rotors``: for a cluster model, as :func:`jaxdyn.clusters.build`.
-    - ``strict``: as :func:`jaxdyn.model.load_urdf` (``None``: lenient, with a
-      :class:`jaxdyn.JaxdynWarning` per repaired element; ``True``: errors; ``False``: also
-      repair physically invalid inertias).
-
-    **Returns:** a :class:`~jaxdyn.Model` or a :class:`~jaxdyn.clusters.ClusterModel` (see
-    ``clusters``). Malformed input raises ``ValueError`` naming the element at fault.
-    """
-    robot = _urdf.parse_urdf(source, strict=strict)  # parsed once: each warning is given once
-    check_floating_joints(robot, floating_base)
-    if clusters is None:
-        clusters = any(el.tag in ("coupling", "loop") for el in robot.extra)
-    if clusters:
-        return _build_plus(robot, source, (), floating_base, gravity, None, fold_rotors, strict)
-    return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)

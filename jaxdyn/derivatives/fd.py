@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import _checks
+from .. import shell
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
@@ -37,7 +37,7 @@ from ..algorithms.aba import (
 )
 from ..algorithms.minv import minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
-from .idsva import idsva_world
+from .idsva import chunk_words, idsva_world
 
 if TYPE_CHECKING:
     from jax import Array
@@ -117,16 +117,16 @@ def aba_derivatives_world(model, ws, qd, tau, f_ext=None, method="auto"):
 
 
 def _prepare_fd(fn, model, q, v, tau, f_ext):
-    _checks.check_model(fn, model)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    shell.check_model(fn, model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = shell.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, tau, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, tau, f_ext)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
     return model, q, v.astype(dtype), tau.astype(dtype), f_ext
 
 
-@_checks.public("aba_derivatives")
+@shell.public("aba_derivatives", words=chunk_words)
 @full_precision
 def aba_derivatives(
     model: Model,
@@ -155,7 +155,7 @@ def aba_derivatives(
     (armature included). NaN where ``M`` is singular (massless moving subtrees without
     armature), as :func:`jaxdyn.aba`.
     """
-    _checks.check_model("aba_derivatives", model)
+    shell.check_model("aba_derivatives", model)
     method = resolve_method(method, model.nv)
     model, q, v, tau, f_ext = _prepare_fd("aba_derivatives", model, q, v, tau, f_ext)
     if model.nb == 0:

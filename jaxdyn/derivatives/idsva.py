@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import _checks, spatial
+from .. import shell, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
@@ -218,16 +218,22 @@ def rnea_derivatives_world(model, ws, qd, qdd, f_ext=None):
 
 
 def _prepare_id(fn, model, q, v, a, f_ext):
-    _checks.check_model(fn, model)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    a = _checks.as_array(fn, "a", a, (("nv", model.nv),), model)
+    shell.check_model(fn, model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    a = shell.as_array(fn, "a", a, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
-    model, q, dtype = kin._prepare(model, fn, q, v, a, f_ext)
+    model, q, dtype = shell.prepare(model, fn, q, v, a, f_ext)
     f_ext = None if f_ext is None else f_ext.astype(dtype)
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
-@_checks.public("rnea_derivatives")
+def chunk_words(model, itemsize) -> int:
+    """The derivatives' chunk policy (``words=`` of ``rnea_derivatives`` and
+    ``aba_derivatives``): four ``nv x nv`` partials per sample."""
+    return 4 * model.nv * model.nv
+
+
+@shell.public("rnea_derivatives", words=chunk_words)
 @full_precision
 def rnea_derivatives(
     model: Model,

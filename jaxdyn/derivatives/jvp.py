@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import _checks, config, joints, spatial
+from .. import config, joints, shell, spatial
 from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
@@ -187,7 +187,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
-@_checks.public("rnea")
+@shell.public("rnea", words=_rnea.chunk_words)
 @full_precision
 def rnea(
     model: Model,
@@ -203,12 +203,12 @@ def rnea(
     derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
     Algorithm 1, Eqs. 30, 32.
 
-    Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea`; every JAX transform
+    Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea_plain`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
     module docstring for the tangent conventions and :func:`set_analytic_derivatives`.
     """
     if not config.get("analytic_derivatives"):
-        return _rnea.rnea(model, q, v, a, f_ext)
+        return _rnea.rnea_plain(model, q, v, a, f_ext)
     model, q, v, a, f_ext = _prepare_id("rnea", model, q, v, a, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, v.dtype)
@@ -262,7 +262,7 @@ def _aba_jvp(method, primals, tangents):
 _aba_cj.defjvp(_aba_jvp, symbolic_zeros=True)
 
 
-@_checks.public("aba")
+@shell.public("aba", words=_aba.chunk_words)
 @full_precision
 def aba(
     model: Model,
@@ -282,11 +282,11 @@ def aba(
 
     Same arguments (``method``: ``"auto"``, ``"sweeps"`` or ``"dense"``, the primal's
     algorithm; derivatives always come from the sweeps) and result as
-    :func:`jaxdyn.algorithms.aba.aba`; see :func:`rnea`.
+    :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
     """
     _aba.check_method("aba", method)
     if not config.get("analytic_derivatives"):
-        return _aba.aba(model, q, v, tau, f_ext, method=method)
+        return _aba.aba_plain(model, q, v, tau, f_ext, method=method)
     model, q, v, tau, f_ext = _prepare_fd("aba", model, q, v, tau, f_ext)
     if model.nb == 0:
         return jnp.zeros(0, v.dtype)

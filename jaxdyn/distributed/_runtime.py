@@ -119,9 +119,9 @@ def _barrier() -> None:
     :data:`BARRIER_TIMEOUT_S`), so that the collective that follows starts on every process at
     once: on CPUs, Gloo gives up on a collective that a process has not joined within 30 s
     (one process still computing or compiling), and reports that instead of the cause."""
-    from jax._src import distributed
+    from ..backend.internals import distributed_client
 
-    client = distributed.global_state.client
+    client = distributed_client()
     if client is None or jax.process_count() == 1:
         return
     _BARRIERS[0] += 1

@@ -26,7 +26,7 @@ a ``replace`` method.
 
 Input checks: an action of the wrong shape raises ``ValueError`` naming ``action`` when the step is
 traced; a non-finite action is caught under ``jit`` by jaxdyn's value checks
-(:func:`jaxdyn._checks.error_if`, :mod:`jaxdyn.config`). A step that would leave the simulation
+(:func:`jaxdyn.value_checks.error_if`, :mod:`jaxdyn.config`). A step that would leave the simulation
 non-finite or faster than :attr:`SimEnv.divergence_speed` (it diverged) keeps the previous physics
 state and ends the episode (``done = 1``, ``metrics["diverged"] = 1``), so a training run resets
 that environment instead of stopping.
@@ -42,8 +42,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks
 from .. import sim as _sim
+from .. import value_checks
 
 try:  # Brax is optional (the ``rl`` extra)
     from brax.envs import base as _brax_base
@@ -218,7 +218,7 @@ def check_action(owner: str, action, size: int):
         )
     if not jnp.issubdtype(action.dtype, jnp.floating):
         action = action.astype(jnp.float32)
-    return _checks.error_if(
+    return value_checks.error_if(
         action,
         ~jnp.all(jnp.isfinite(action)),
         f"{owner}.step: action has a non-finite entry (NaN or inf)",

@@ -67,7 +67,7 @@ class SuiteEnv(SimEnv):
     ignore: tuple = ()
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float):
-        from ..model.mjcf import load_mjcf
+        from ..io.mjcf import load_mjcf
 
         n = int(round(ctrl_dt / sim_dt))
         if n < 1 or abs(n * sim_dt - ctrl_dt) > 1e-12 * ctrl_dt:

@@ -17,7 +17,7 @@ import numpy as np
 from .. import robots
 from .. import sim as _sim
 from ..algorithms.kinematics import frame_placement
-from ..model.build import load_urdf
+from ..io.urdf import load_urdf
 from .actuators import CompensatedTorque
 from .base import SimEnv, State
 

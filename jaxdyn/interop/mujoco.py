@@ -53,9 +53,66 @@ def _quat_to_mat(xp, q):
     )
 
 
+#: how to install what :func:`import_mujoco` needs
+MJCF_HINT = "pip install 'jaxdyn[mjcf]'"
+
+
+def import_mujoco():
+    """The ``mujoco`` module (MuJoCo's compiler, an optional dependency), or ``ImportError``
+    saying how to install it."""
+    try:
+        import mujoco
+    except ImportError as e:
+        raise ImportError(
+            f"loading MJCF needs MuJoCo's compiler (the mujoco package): {MJCF_HINT}"
+        ) from e
+    return mujoco
+
+
+# ------------------------------------------------------------------------------- names
+def decode_name(raw: bytes, objtype: str, i: int) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"load_mjcf: the name of MuJoCo {objtype} #{i} (0-based) is not UTF-8 text "
+            f"({e.reason} at byte {e.start}: {raw[max(e.start - 8, 0) : e.end + 8]!r}); "
+            "MJCF files are UTF-8 (or declare their encoding)"
+        ) from None
+
+
+def mujoco_names(mj_model, objtype: str) -> list:
+    """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
+    ``"actuator"``, ``"eq"``, ``"key"``) as jaxdyn uses them: unnamed ones are
+    ``"<objtype><id>"`` (made unique)."""
+    n = {
+        "body": mj_model.nbody,
+        "jnt": mj_model.njnt,
+        "site": mj_model.nsite,
+        "geom": mj_model.ngeom,
+        "actuator": mj_model.nu,
+        "eq": mj_model.neq,
+        "key": mj_model.nkey,
+        "tendon": mj_model.ntendon,
+    }[objtype]
+    adr = getattr(mj_model, f"name_{objtype}adr")
+    raw = bytes(mj_model.names)
+    names = [decode_name(raw[int(adr[i]) :].split(b"\0", 1)[0], objtype, i) for i in range(n)]
+    taken = set(names)
+    out = []
+    for i, s in enumerate(names):
+        if not s:
+            s = f"{objtype}{i}"
+            while s in taken:
+                s += "_"
+            taken.add(s)
+        out.append(s)
+    return out
+
+
 class Converter:
     """Converter between a jaxdyn ``model`` (a :class:`jaxdyn.Model` or an
-    :class:`~jaxdyn.model.mjcf.MJCFModel`) and a compiled ``mujoco.MjModel`` of the same robot.
+    :class:`~jaxdyn.io.mjcf.MJCFModel`) and a compiled ``mujoco.MjModel`` of the same robot.
 
     Joints are matched by name (unnamed MuJoCo joints are ``jnt<id>``, as
     :func:`jaxdyn.load_mjcf` names them). Attributes: ``q_index`` (``q = qpos[q_index]``),
@@ -64,8 +121,6 @@ class Converter:
     """
 
     def __init__(self, model, mj_model):
-        from ..model.mjcf import mujoco_names
-
         model = getattr(model, "model", model)
         t = model.topo
         self.model, self.mj_model = model, mj_model
@@ -220,9 +275,7 @@ def mujoco_model_from_urdf(source, floating_base: bool = False):
     import os
     import xml.etree.ElementTree as ET
 
-    from ..model.mjcf import _import_mujoco
-
-    mujoco = _import_mujoco()
+    mujoco = import_mujoco()
     text = source if isinstance(source, str) and source.lstrip().startswith("<") else None
     label = "<URDF string>" if text is not None else os.fspath(source)
     if text is None:

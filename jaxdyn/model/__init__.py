@@ -2,6 +2,5 @@
 
 from .build import ROOT_JOINT as ROOT_JOINT
 from .build import build_model as build_model
-from .build import load_urdf as load_urdf
 from .model import Model as Model
 from .model import Topology as Topology

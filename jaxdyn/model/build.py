@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import joints
 from .model import Model, make_topology
-from .urdf import URDFRobot, _check_strict, parse_urdf, rpy_to_matrix
+from .urdf import URDFRobot, _check_strict, rpy_to_matrix
 
 _KIND = {
     "revolute": joints.ONE_DOF,
@@ -32,45 +32,6 @@ ROOT_JOINT = "root_joint"
 def _compose(A, B):
     (RA, pA), (RB, pB) = A, B
     return RA @ RB, RA @ pB + pA
-
-
-def load_urdf(
-    source, floating_base: bool = False, gravity=(0.0, 0.0, -9.81), strict: bool | None = None
-) -> Model:
-    """Load a URDF file (path) or URDF XML text into a :class:`Model`.
-
-    **Arguments:**
-
-    - ``source``: path to a ``.urdf`` file, or the XML text itself.
-    - ``floating_base``: attach the root link to the world by a free joint ``root_joint`` with
-      ``q = [x, y, z, qw, qx, qy, qz]`` and ``v = [ω; v]`` in base coordinates.
-    - ``gravity``: world gravity vector.
-    - ``strict``: ``None`` (default): load every file Pinocchio loads, with a
-      :class:`jaxdyn.JaxdynWarning` naming each element repaired, dropped or suspicious
-      (rounding-size negative inertia eigenvalues clipped, ``<mimic>`` naming a missing joint
-      dropped, inertias violating the triangle inequality, moving joints whose subtrees carry
-      no mass); ``True``: each of those is an error; ``False``: also repair inertias that are
-      not physically valid (nearest valid inertia, with a warning). See
-      :mod:`jaxdyn.model.urdf` for the table.
-
-    **Returns:** the compiled :class:`Model`. Malformed input raises ``ValueError`` naming the
-    URDF element at fault. A fixed-base file without moving joints gives a zero-DoF model
-    (``nq = nv = 0``; its frames still have placements, the algorithms return empty arrays).
-
-    Massless subtrees: a moving joint whose subtree carries no mass (and, for a revolute or
-    spherical joint, no rotational inertia) makes the mass matrix singular. The model loads
-    with a warning naming the joints; ``crba`` and ``rnea`` are fine, while ``aba``, ``minv``,
-    ``aba_derivatives`` and the Delassus matrix return NaN (no finite answer exists, as in
-    Pinocchio). The usual fix is armature: ``model.with_armature(1e-6)`` (or per coordinate).
-
-    Parameters are stored in the default float dtype: with ``jax_enable_x64`` off they are
-    rounded to float32 (the model remembers it and refuses float64 inputs later: enable x64
-    before loading). Numbers whose products overflow (e.g. ``xyz="1e200 0 0"``) raise naming
-    the element, and so does any parameter beyond :data:`MAGNITUDE_BOUND` (1e50 in float64,
-    1e6 in float32; joint limits excepted), within which ``rnea`` and ``aba`` cannot overflow.
-    """
-    robot = parse_urdf(source, strict=strict)
-    return build_model(robot, floating_base=floating_base, gravity=gravity, strict=strict)
 
 
 def _finite(x) -> bool:
@@ -233,7 +194,7 @@ def build_model(
     gravity=(0.0, 0.0, -9.81),
     strict: bool | None = None,
 ) -> Model:
-    """Compile a parsed :class:`URDFRobot` (see :func:`load_urdf`)."""
+    """Compile a parsed :class:`URDFRobot` (see :func:`jaxdyn.load_urdf`)."""
     _check_strict(strict)
     g = np.asarray(gravity, float)
     if g.shape != (3,) or not _finite(g):
@@ -492,7 +453,7 @@ def _warn_massless(robot, strict, order, bodies, parent, kind, mass, inertia, fl
     )
     if strict is True:
         raise ValueError(msg + "; strict=True makes this an error")
-    from .._checks import warn
+    from ..errors import warn
 
     warn(msg)
 

@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import joints, spatial
+from .. import joints
+from ..backend import fusion
 
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
 #: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
@@ -428,7 +429,7 @@ def backward_accumulate(topo, x):
         if below is not None:
             cur = cur + sum_into_parents(below, child, lvl.n)
         # each level stored (spatial.store): faster composite inertias in CRBA
-        (cur,) = spatial.store(cur, copy=False)
+        (cur,) = fusion.store(cur, copy=False)
         return cur, cur
 
     return backward_pass(topo, step, (("body", x),))[1].flat()

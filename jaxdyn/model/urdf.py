@@ -149,7 +149,7 @@ def rpy_to_matrix(rpy) -> np.ndarray:
 
 
 def _warn(msg: str) -> None:
-    from .._checks import warn
+    from ..errors import warn
 
     warn(msg)
 
@@ -184,7 +184,7 @@ def project_inertia(inertia) -> np.ndarray:
     return 0.5 * (out + out.T)
 
 
-def _numbers(text: str, n: int, where: str) -> np.ndarray:
+def parse_numbers(text: str, n: int, where: str) -> np.ndarray:
     """Parse exactly ``n`` finite whitespace-separated numbers from ``text``."""
     parts = text.split()
     if len(parts) != n:
@@ -219,9 +219,9 @@ def _origin(el: ET.Element, where: str) -> tuple[np.ndarray, np.ndarray]:
     xyz, rpy = np.zeros(3), np.zeros(3)
     if o is not None:
         if o.get("xyz") is not None:
-            xyz = _numbers(o.get("xyz"), 3, f"{where} <origin xyz>")
+            xyz = parse_numbers(o.get("xyz"), 3, f"{where} <origin xyz>")
         if o.get("rpy") is not None:
-            rpy = _numbers(o.get("rpy"), 3, f"{where} <origin rpy>")
+            rpy = parse_numbers(o.get("rpy"), 3, f"{where} <origin rpy>")
     return xyz, rpy
 
 
@@ -237,7 +237,7 @@ def _name(el: ET.Element, index: int) -> str:
 
 
 # --------------------------------------------------------------------------- security / XML
-def _read_xml(source, kind: str = "URDF") -> ET.Element:
+def read_xml(source, kind: str = "URDF") -> ET.Element:
     """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element.
     ``kind`` begins the error messages (``"URDF"``; the MJCF loader names the file)."""
 
@@ -304,7 +304,7 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
         raise ValueError(f"{where}: missing <mass>")
     if mel.get("value") is None:
         raise ValueError(f"{where} <mass>: missing value attribute")
-    mass = float(_numbers(mel.get("value"), 1, f"{where} <mass value>")[0]) + 0.0
+    mass = float(parse_numbers(mel.get("value"), 1, f"{where} <mass value>")[0]) + 0.0
     if mass < 0.0:
         raise ValueError(f"{where}: negative mass {mass}")
     inertia = np.zeros((3, 3))
@@ -314,7 +314,7 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
         for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
             if nel.get(k) is None:
                 raise ValueError(f"{where} <inertia>: missing {k} attribute")
-            comps[k] = float(_numbers(nel.get(k), 1, f"{where} <inertia {k}>")[0])
+            comps[k] = float(parse_numbers(nel.get(k), 1, f"{where} <inertia {k}>")[0])
         inertia = np.array(
             [
                 [comps["ixx"], comps["ixy"], comps["ixz"]],
@@ -437,7 +437,7 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
     if ael is not None:
         if ael.get("xyz") is None:
             raise ValueError(f"{where} <axis>: missing xyz attribute")
-        a = _numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
+        a = parse_numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
         big = float(np.max(np.abs(a)))
         if big > 0.0:  # scaled first: the norm of (0, 0, 1e200) overflowed to inf, axis 0
             a = a / big
@@ -453,8 +453,8 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
         target = mel.get("joint")
         if target is None or not target.strip():
             raise ValueError(f"{where} <mimic>: missing joint attribute")
-        mult = float(_numbers(mel.get("multiplier", "1"), 1, f"{where} <mimic multiplier>")[0])
-        off = float(_numbers(mel.get("offset", "0"), 1, f"{where} <mimic offset>")[0])
+        mult = float(parse_numbers(mel.get("multiplier", "1"), 1, f"{where} <mimic multiplier>")[0])
+        off = float(parse_numbers(mel.get("offset", "0"), 1, f"{where} <mimic offset>")[0])
         mimic = (target, mult, off)
     limit = None
     lel = _one(el, "limit", where)
@@ -462,7 +462,7 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
 
         def attr(key, default):
             v = lel.get(key)
-            return default if v is None else float(_numbers(v, 1, f"{where} <limit {key}>")[0])
+            return default if v is None else float(parse_numbers(v, 1, f"{where} <limit {key}>")[0])
 
         inf = float("inf")
         lower, upper = attr("lower", -inf), attr("upper", inf)
@@ -482,7 +482,7 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
         vals = []
         for key in ("damping", "friction"):
             v = del_.get(key)
-            x = 0.0 if v is None else float(_numbers(v, 1, f"{where} <dynamics {key}>")[0])
+            x = 0.0 if v is None else float(parse_numbers(v, 1, f"{where} <dynamics {key}>")[0])
             if x < 0:
                 _warn(f"{where} <dynamics>: negative {key} {x}; its absolute value is used")
                 x = abs(x)
@@ -530,6 +530,11 @@ def _find_root(links: list[URDFLink], joints: list[URDFJoint]) -> str:
     return roots[0]
 
 
+# former private names (code written against them, e.g. in other branches)
+_read_xml = read_xml
+_numbers = parse_numbers
+
+
 def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
     """Parse a URDF model.
 
@@ -543,7 +548,7 @@ def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
     docstring for the table).
     """
     _check_strict(strict)
-    root_el = _read_xml(source)
+    root_el = read_xml(source)
     if root_el.tag != "robot":
         raise ValueError(f"URDF: root element is <{root_el.tag}>, expected <robot>")
     rname = root_el.get("name")

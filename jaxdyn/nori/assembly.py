@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import shell, spatial, value_checks
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .structure import FX, QDD, TAU, A, F, var_size
@@ -120,7 +120,7 @@ def check_values(fn, system, values, dtype=None):
 
 def nan_check(fn, arrs, specs):
     """Non-finite values: ``ValueError`` naming the quantity for concrete values; for traced
-    ones a value check per quantity (:func:`jaxdyn._checks.error_if`) of which only the first
+    ones a value check per quantity (:func:`jaxdyn.value_checks.error_if`) of which only the first
     bad quantity's fails (its message names it), when ``jaxdyn.config`` ``value_checks`` is
     on."""
     traced = [isinstance(y, jax.core.Tracer) for y in arrs]
@@ -128,14 +128,14 @@ def nan_check(fn, arrs, specs):
         if not tr and not np.all(np.isfinite(np.asarray(y))):
             raise ValueError(f"{fn}: the value of {s.label} is not finite (NaN or inf)")
     idx = [i for i, tr in enumerate(traced) if tr]
-    if not idx or not _checks.value_checks_enabled():
+    if not idx or not value_checks.enabled():
         return arrs
     bad = spatial.stack([~jnp.all(jnp.isfinite(arrs[i])) for i in idx])
     first = jnp.argmax(bad)
     out = list(arrs)
     for k, i in enumerate(idx):
         msg = f"{fn}: the value of {specs[i].label} is not finite (NaN or inf)"
-        out[i] = _checks.error_if(arrs[i], bad[k] & (first == k), msg)
+        out[i] = value_checks.error_if(arrs[i], bad[k] & (first == k), msg)
     return out
 
 
@@ -281,7 +281,7 @@ def assemble(system, model, q, v, values):
     ``[Ra, Rf, Rt, knowns and sensors of the body]``. The oracle of the sparse solvers, the
     dense baseline of the benchmarks and the matrix of the rank checks."""
     arrs = check_values("nori.assemble", system, values)
-    dtype = _checks.common_dtype(q, v, *arrs)
+    dtype = shell.common_dtype(q, v, *arrs)
     model = model.astype(dtype)
     q, v = jnp.asarray(q, dtype), jnp.asarray(v, dtype)
     Q = quantities(model, q, v)

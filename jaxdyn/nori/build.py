@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks
+from .. import shell
 from . import analysis
 from .factor import _solve, eager_checks, solve
 from .sensors import ExternalWrench, JointAcceleration, JointTorque
@@ -48,7 +48,7 @@ def build(
     **Returns:** a :class:`~jaxdyn.nori.structure.NoriSystem`; ``system.square`` tells whether
     :func:`jaxdyn.nori.solve` (tree LU) applies, otherwise use :func:`jaxdyn.nori.estimate`.
     """
-    _checks.as_array("nori.build", "mass", model.mass, (("nb", model.nb),), model)
+    shell.as_array("nori.build", "mass", model.mass, (("nb", model.nb),), model)
     system = make_system(model, known, sensors, name=name)
     if check:
         rng = np.random.default_rng(0)

@@ -30,8 +30,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from .. import spatial
-from .._checks import JaxdynWarning
 from .._precision import full_precision
+from ..errors import JaxdynWarning
 from ..model import tree
 from . import assembly as asm
 from . import walk

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, spatial
+from .. import eager, shell, spatial, value_checks
 from .._precision import full_precision
 from ..model import tree
 from . import assembly as asm
@@ -56,11 +56,11 @@ def prepare(fn, system, model, q, v, values):
             f"{fn}: the model's armature (None or not) differs from the model the system was "
             f"built for; rebuild it"
         )
-    q = _checks.as_array(fn, "q", q, (("nq", model.nq),), model)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
+    q = shell.as_array(fn, "q", q, (("nq", model.nq),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     arrs = asm.check_values(fn, system, values)
-    dtype = _checks.common_dtype(q, v, *arrs)
-    q = _checks.check_quaternions(fn, model, q.astype(dtype))
+    dtype = shell.common_dtype(q, v, *arrs)
+    q = shell.check_quaternions(fn, model, q.astype(dtype))
     arrs = asm.nan_check(fn, [y.astype(dtype) for y in arrs], system.specs)
     model = model.astype(dtype)
     Q = asm.quantities(model, q, v.astype(dtype))
@@ -78,7 +78,7 @@ def eager_checks(fn):
     """Decorator: called eagerly, ``fn``'s failed value checks raise
     :class:`jaxdyn.CheckError` with the check's message (as jaxdyn's other public functions),
     not XLA's ``JaxRuntimeError``; under a trace it runs as is."""
-    return functools.wraps(fn)(_checks._dispatch(fn, compile_eagerly=False))
+    return functools.wraps(fn)(eager.dispatch(fn, compile_eagerly=False))
 
 
 def singular_message(fn):
@@ -101,8 +101,8 @@ def finish(fn, sol, check=True):
     ``check`` and value checks on, a value check naming the cause instead."""
     leaves = jax.tree_util.tree_leaves(sol)
     bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
-    if check and _checks.value_checks_enabled():
-        bad = _checks.error_if(bad, bad, singular_message(fn))
+    if check and value_checks.enabled():
+        bad = value_checks.error_if(bad, bad, singular_message(fn))
     return Solution(*(jnp.where(bad, jnp.nan, x) for x in sol))
 
 

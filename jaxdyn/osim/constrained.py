@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _linalg
+from .. import _linalg, batching, shell, value_checks
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import aba as aba_mod
@@ -69,7 +69,7 @@ def _nonneg(fn, name, x):
         raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(a.shape)}")
     if not isinstance(a, jax.core.Tracer):
         return _nonneg(fn, name, np.asarray(a))
-    return _checks.error_if(
+    return value_checks.error_if(
         a, ~(jnp.isfinite(a) & (a >= 0)), f"{fn}: {name} must be >= 0 and finite"
     )
 
@@ -90,7 +90,7 @@ def row_accelerations(model, ws, lay, K, qdd):
     return jnp.sum(K * aq[lay.row_body], -1)
 
 
-@_checks.public("constrained_aba")
+@shell.public("constrained_aba", words=batching.nv2_words)
 @full_precision
 def constrained_aba(
     model: Model,
@@ -125,8 +125,8 @@ def constrained_aba(
     fn = "constrained_aba"
     check_method(fn, method)
     constraints, lay = cons.get_layout(fn, model, constraints)
-    v = _checks.as_array(fn, "v", v, (("nv", model.nv),), model)
-    tau = _checks.as_array(fn, "tau", tau, (("nv", model.nv),), model)
+    v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
+    tau = shell.as_array(fn, "tau", tau, (("nv", model.nv),), model)
     kp = kd = None
     if baumgarte is not None:
         try:
@@ -138,11 +138,11 @@ def constrained_aba(
         kp = _nonneg(fn, "baumgarte kp", kp)
         kd = _nonneg(fn, "baumgarte kd", kd)
     damping = _nonneg(fn, "damping", damping)
-    model, q, dt = kin._prepare(model, fn, q, v, tau)
+    model, q, dt = shell.prepare(model, fn, q, v, tau)
     v, tau = v.astype(dt), tau.astype(dt)
     use_kp = baumgarte is not None and _static_scalar(kp) != 0.0
     if use_kp:  # validate the targets before any computation
-        Rt, pt = cons._target_arrays(fn, constraints, lay, targets, dt)
+        Rt, pt = cons.target_arrays(fn, constraints, lay, targets, dt)
     ws = kin.world_state(model, q)
     pl = cons.placements_from_state(model, ws, lay)
     K = cons.rows_from_placements(lay, pl)
@@ -163,7 +163,7 @@ def constrained_aba(
             rhs = rhs - jnp.asarray(kp, dt) * cons.error_from_placements(lay, pl, Rt, pt)
     A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
     lam = _linalg.spd_solve(A, rhs)  # no LAPACK call with fused CPU loops
-    lam = _checks.error_if(
+    lam = value_checks.error_if(
         lam,
         ~jnp.all(jnp.isfinite(lam)),
         f"{fn}: the constraint forces are not finite: the Delassus matrix J M^-1 J^T + "

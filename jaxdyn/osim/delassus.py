@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-from .. import _checks
+from .. import batching, shell
 from .. import constraints as cons
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
@@ -77,7 +77,7 @@ def delassus_world(model, ws, lay, K, method="pv_osimr", inertias=None):
     return delassus_efpa(model, ws, inertias, K, row_plan(topo, constraints))
 
 
-@_checks.public("delassus")
+@shell.public("delassus", words=batching.nv2_words)
 @full_precision
 def delassus(
     model: Model,
@@ -101,7 +101,7 @@ def delassus(
     fn = "delassus"
     check_method(fn, method)
     _, lay = cons.get_layout(fn, model, constraints)
-    model, q, _ = kin._prepare(model, fn, q)
+    model, q, _ = shell.prepare(model, fn, q)
     ws = kin.world_state(model, q)
     K = cons.rows_from_placements(lay, cons.placements_from_state(model, ws, lay))
     return delassus_world(model, ws, lay, K, method)

@@ -257,8 +257,8 @@ def load(
 
     ``floating_base=None`` uses the robot's default (see :func:`resolve`). ``strict`` (``True``:
     refuse what the default loads with a warning; ``False``: also repair invalid inertias; see
-    :func:`jaxdyn.model.load_urdf`) loads the plain :class:`jaxdyn.Model` of the file (URDF+
-    loop tags ignored); ``None`` (default) is :func:`jaxdyn.load_urdf`'s lenient policy.
+    :func:`jaxdyn.load_urdf`) loads the plain :class:`jaxdyn.Model` of the file (``clusters=False``:
+    URDF+ loop tags ignored); ``None`` (default) is :func:`jaxdyn.load_urdf`'s lenient policy.
     """
     path, fb = resolve(name_or_path)
     if floating_base is None:
@@ -266,7 +266,8 @@ def load(
     import jaxdyn  # lazy: keeps this module importable without JAX
 
     if strict is not None:
-        return jaxdyn.model.load_urdf(str(path), floating_base=bool(floating_base), strict=strict)
+        fb = bool(floating_base)
+        return jaxdyn.load_urdf(str(path), floating_base=fb, clusters=False, strict=strict)
     return jaxdyn.load_urdf(str(path), floating_base=bool(floating_base))
 
 

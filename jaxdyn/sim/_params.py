@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks
+from .. import value_checks
 
 
 def check_module(module):
@@ -60,7 +60,7 @@ def check_config(fn: str, cfg, x):
         ("cfg.springs", getattr(cfg, "springs", None)),
         ("cfg.tendons", getattr(cfg, "tendons", None)),
     ]
-    checks = _checks.value_checks_enabled()
+    checks = value_checks.enabled()
     items = [("cfg.dt", cfg.dt, 0.0, True)]
     for prefix, obj in parts:
         for name, lo, strict in getattr(type(obj), "_RULES", ()):
@@ -77,5 +77,7 @@ def check_config(fn: str, cfg, x):
         bad = ~jnp.isfinite(v)
         if lo is not None:
             bad = bad | ((v <= lo) if strict else (v < lo))
-        x = _checks.error_if(x, jnp.any(bad), f"{fn}: {label} must be {_requirement(lo, strict)}")
+        x = value_checks.error_if(
+            x, jnp.any(bad), f"{fn}: {label} must be {_requirement(lo, strict)}"
+        )
     return x

@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, batching, spatial
+from .. import batching, eager, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
@@ -509,19 +509,19 @@ def _rk4(model, cfg, props, q, v, ctrl, h):
 def _check_state(fn, model, state, ctrl, cfg):
     if not isinstance(state, State):
         raise TypeError(f"{fn}: state must be a jaxdyn.sim.State, got {type(state).__name__}")
-    q = _checks.as_array(fn, "state.q", state.q, (("nq", model.nq),), model)
-    v = _checks.as_array(fn, "state.v", state.v, (("nv", model.nv),), model)
+    q = shell.as_array(fn, "state.q", state.q, (("nq", model.nq),), model)
+    v = shell.as_array(fn, "state.v", state.v, (("nv", model.nv),), model)
     nu = cfg.actuator.size(model)
-    ctrl = _checks.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
-    dtype = _checks.common_dtype(q, v, ctrl, model.mass)
+    ctrl = shell.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
+    dtype = shell.common_dtype(q, v, ctrl, model.mass)
     q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
-    q = _checks.check_quaternions(fn, model, q)
-    if _checks.value_checks_enabled():
+    q = shell.check_quaternions(fn, model, q)
+    if value_checks.enabled():
         bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
-        q = _checks.error_if(
+        q = value_checks.error_if(
             q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)"
         )
-        ctrl = _checks.error_if(
+        ctrl = value_checks.error_if(
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
         )
     q = _params.check_config(fn, cfg, q)
@@ -618,7 +618,7 @@ def _step_words(model, itemsize):
 
 #: eagerly (no ``jax.jit``), a failed value check raises :class:`jaxdyn.CheckError`
 step = functools.wraps(step)(
-    _checks._dispatch(batching.batched(step, _step_words), step, compile_eagerly=False)
+    eager.dispatch(batching.batched(step, _step_words), step, compile_eagerly=False)
 )
 
 
@@ -636,7 +636,7 @@ def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) 
 
 
 contact_forces = functools.wraps(contact_forces)(
-    _checks._dispatch(contact_forces, compile_eagerly=False)
+    eager.dispatch(contact_forces, compile_eagerly=False)
 )
 
 
@@ -704,13 +704,13 @@ def rollout(
 
     # the initial state (and open-loop controls) checked once, before the loop, and cast to
     # the dtype the steps return (the scan's carry)
-    checks = _checks.value_checks_enabled()
+    checks = value_checks.enabled()
     ctrl0 = (
         xs[0] if xs is not None else jnp.zeros(cfg.actuator.size(model), jnp.asarray(state.q).dtype)
     )
     q0, v0, _, dtype = _check_state("rollout", model, state, ctrl0, cfg)
     if checks and xs is not None:
-        q0 = _checks.error_if(
+        q0 = value_checks.error_if(
             q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
         )
     # (a time made here is a constant: on_mesh gives it the mesh of a batch split over it)
@@ -720,7 +720,7 @@ def rollout(
     def body(carry, u):
         s, bad = carry if track else (carry, None)
         ctrl = policy(s) if policy is not None else u
-        with _checks.unchecked():  # checked before and after the loop
+        with value_checks.unchecked():  # checked before and after the loop
             s1 = step(model, s, ctrl, cfg)
         if track:
             return (s1, bad | ~jnp.all(jnp.isfinite(ctrl))), s1
@@ -752,7 +752,7 @@ def rollout(
     return _checked(traj, v0, end[1] if track else None, cfg) if checks else traj
 
 
-rollout = functools.wraps(rollout)(_checks._dispatch(rollout, compile_eagerly=False))
+rollout = functools.wraps(rollout)(eager.dispatch(rollout, compile_eagerly=False))
 
 
 def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
@@ -761,9 +761,9 @@ def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
     :data:`DIVERGED_JUMP` (:func:`_jumped`)."""
     q = traj.q
     if bad_ctrl is not None:
-        q = _checks.error_if(q, bad_ctrl, "rollout: the policy returned a non-finite control")
+        q = value_checks.error_if(q, bad_ctrl, "rollout: the policy returned a non-finite control")
     bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(traj.v)))
-    q = _checks.error_if(q, bad, DIVERGED)
+    q = value_checks.error_if(q, bad, DIVERGED)
     jumped = _jumped(v0, traj.v, isinstance(cfg.contact, C.Compliant))
-    q = _checks.error_if(q, jumped, DIVERGED_JUMP)
+    q = value_checks.error_if(q, jumped, DIVERGED_JUMP)
     return State(q, traj.v, traj.t)

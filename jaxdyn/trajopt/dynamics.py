@@ -36,10 +36,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks, _linalg, batching, config
+from .. import _linalg, batching, config, shell, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
+from ..algorithms.aba import chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
 from ..derivatives import configuration_tangent
@@ -82,7 +83,7 @@ def _input_jacobian(B, M):
 #: loop over the batch, invokes the rule and keeps the sweeps; so do fused CPU loops
 #: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). No
 #: value checks: a diverged trial state of a solver must give NaN, not an error.
-_free_acceleration = batching.batched(aba_solve, _checks.BATCHED["aba"])
+_free_acceleration = batching.batched(aba_solve, aba_chunk_words)
 
 
 class FreeDynamics(eqx.Module):
@@ -154,7 +155,7 @@ class ContactDynamics(eqx.Module):
         ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
         qs = jnp.where(ok, q, _neutral(model, q.dtype))
         vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
-        with _checks.unchecked():
+        with value_checks.unchecked():
             out = constrained_aba(
                 model,
                 qs,
@@ -183,7 +184,7 @@ class ContactDynamics(eqx.Module):
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
         Only the two residuals are differentiated, never the Delassus solve itself."""
-        from ..algorithms.rnea import rnea
+        from ..algorithms.rnea import rnea_plain as rnea
         from ..constraints import (
             constraint_drift,
             constraint_error,
@@ -197,7 +198,7 @@ class ContactDynamics(eqx.Module):
 
         def residuals(dq, vv):
             qq = integrate(model, q, dq)
-            with _checks.unchecked():
+            with value_checks.unchecked():
                 J = constraint_jacobian(model, qq, cs)
                 r = rnea(model, qq, vv, a) - J.T @ lam
                 g = J @ a + constraint_drift(model, qq, vv, cs)
@@ -210,7 +211,7 @@ class ContactDynamics(eqx.Module):
 
         zero = jnp.zeros(nv, q.dtype)
         (R_q, R_v), (g_q, g_v) = jax.jacfwd(residuals, (0, 1))(zero, v)
-        with _checks.unchecked():
+        with value_checks.unchecked():
             ws = kin.world_state(model, q)
             M = crba_world(model, ws)
             J = constraint_jacobian(model, q, cs)
@@ -319,9 +320,9 @@ def _check(fn, model, x, u, dt, dynamics):
             f"{fn}: dynamics must be a FreeDynamics or a ContactDynamics, got "
             f"{type(dynamics).__name__}"
         )
-    x = _checks.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
-    u = _checks.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
-    dtype = _checks.common_dtype(x, u, dt, model=model)
+    x = shell.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
+    u = shell.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
+    dtype = shell.common_dtype(x, u, dt, model=model)
     return model.astype(dtype), x.astype(dtype), u.astype(dtype), jnp.asarray(dt, dtype), dynamics
 
 

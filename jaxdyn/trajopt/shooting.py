@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _checks
+from .. import value_checks
 from .ddp import _boxed, trajectory_cost
 from .dynamics import step, step_plain
 from .lie import state_difference, state_integrate
@@ -124,7 +124,7 @@ def multiple_shooting(problem, xs=None, us=None, *, penalties=(1e2, 1e4, 1e6, 1e
     xs_ref = jnp.broadcast_to(problem.x0, (T + 1, nx)) if xs is None else xs
     us = jnp.zeros((T, nu), dtype) if us is None else us
     if problem.u_lower is not None or problem.u_upper is not None:
-        us = _checks.error_if(
+        us = value_checks.error_if(
             us,
             _boxed(problem),
             "multiple_shooting: the problem has finite control bounds (u_lower / u_upper), "

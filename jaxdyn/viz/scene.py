@@ -355,7 +355,7 @@ def mjcf_geoms(model, mj_model) -> list:
     terrain draws the ground)."""
     import mujoco
 
-    from ..model.mjcf import mujoco_names
+    from ..io.mjcf import mujoco_names
 
     bodies = mujoco_names(mj_model, "body")
     frames = {n: i for i, n in enumerate(model.frame_names)}
@@ -609,7 +609,7 @@ class Scene:
         s = os.fspath(source)
         if s.lower().endswith(".xml"):
             from .. import sim
-            from ..model.mjcf import load_mjcf
+            from ..io.mjcf import load_mjcf
 
             mj = load_mjcf(s, ignore="all")
             model = mj.model

@@ -23,19 +23,19 @@ otherwise:
   handler that only this process registered), when run op by op (no ``jit``), and where no
   compiler or no ``jax.ffi`` is available (:func:`status` says why).
 
-The same handler **stores** arrays (:func:`store`, behind :func:`jaxdyn.spatial.store`): a call
-of it whose results alias its operands computes nothing and copies nothing, yet XLA cannot fuse
-the operands' producers through it, so they are computed once into buffers of their own instead
-of inside every consumer. Only under ``jax.vmap`` (a batched call; a single evaluation leaves
-the arrays to XLA, where an extra kernel costs more than it saves) and on the CPU; not with the
-switch off (``jaxdyn.config.update("ffi_stores", False)``, ``JAXDYN_FFI_STORES=0``), under
-``jax.export``, in a program that XLA partitions over several devices (``jax.sharding``: the
-partitioner would gather the batch to call the handler on the whole), nor with
-:func:`jaxdyn.config.fused_cpu_loops` (XLA does not fuse a loop that holds a custom call).
-Elsewhere the arrays pass through unchanged.
+The same handler **stores** arrays (:func:`store`, behind :func:`jaxdyn.backend.fusion.store`):
+a call of it whose results alias its operands computes nothing and copies nothing, yet XLA
+cannot fuse the operands' producers through it, so they are computed once into buffers of their
+own instead of inside every consumer. Only under ``jax.vmap`` (a batched call; a single
+evaluation leaves the arrays to XLA, where an extra kernel costs more than it saves) and on the
+CPU; not with the switch off (``jaxdyn.config.update("ffi_stores", False)``,
+``JAXDYN_FFI_STORES=0``), under ``jax.export``, in a program that XLA partitions over several
+devices (``jax.sharding``: the partitioner would gather the batch to call the handler on the
+whole), nor with :func:`jaxdyn.config.fused_cpu_loops` (XLA does not fuse a loop that holds a
+custom call). Elsewhere the arrays pass through unchanged.
 
 A second handler of the same library **checks** values (:func:`check`, behind
-:func:`jaxdyn._checks.error_if`): a call whose last operand is a predicate fails the program
+:func:`jaxdyn.value_checks.error_if`): a call whose last operand is a predicate fails the program
 with its ``message`` attribute where the predicate is true (XLA raises ``INVALID_ARGUMENT:
 <message>``), and otherwise passes its other operands through (its results alias them). Unlike
 ``equinox.error_if``'s host callback it lets JAX's persistent compilation cache keep the
@@ -45,7 +45,7 @@ except for a batch split over ``Explicit`` mesh axes: its check runs on each dev
 
 The library also holds jaxdyn's CPU kernels, written in C where XLA's code stays slower than
 Pinocchio's C++ however it is arranged: ``jaxdyn_crba`` (``_crba_kernel.h``, one sample per
-vector lane; :func:`jaxdyn.algorithms.crba.crba_kernel`, the switch ``cpu_kernels``). The
+vector lane; :func:`jaxdyn.backend.crba_kernel.crba_kernel`, the switch ``cpu_kernels``). The
 library is compiled with ``-O3``; the kernels carry target clones for AVX-512 and AVX2 (GCC on
 x86-64), chosen when the library loads, so a cached library runs on any x86-64 CPU.
 """
@@ -70,7 +70,7 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec as P
 
-from . import config
+from .. import config
 
 TARGET = "jaxdyn_uninitialized"
 #: the same handler under the name of the stores (:func:`store`), so that programs say which
@@ -81,9 +81,9 @@ CHECK_TARGET = "jaxdyn_check"
 #: default since JAX 0.7)
 EXPLICIT = jax.sharding.AxisType.Explicit
 SOURCE = Path(__file__).with_name("_uninitialized.c")
-#: the CPU kernel of :func:`jaxdyn.algorithms.crba.crba_kernel`, included by ``SOURCE``
+#: the CPU kernel of :func:`jaxdyn.backend.crba_kernel.crba_kernel`, included by ``SOURCE``
 HEADERS = (Path(__file__).with_name("_crba_kernel.h"),)
-#: the CRBA kernel's target (:func:`jaxdyn.algorithms.crba.crba_kernel`)
+#: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 CRBA_TARGET = "jaxdyn_crba"
 
 _lock = threading.Lock()

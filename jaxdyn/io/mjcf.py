@@ -134,7 +134,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
-from .build import (
+from ..interop.mujoco import MJCF_HINT as MJCF_HINT
+from ..interop.mujoco import decode_name
+from ..interop.mujoco import import_mujoco as _import_mujoco
+from ..interop.mujoco import mujoco_names as mujoco_names
+from ..model.build import (
     LIMITS,
     cast_params,
     inertias_about_com,
@@ -144,7 +148,7 @@ from .build import (
     sort_tree,
     too_big,
 )
-from .model import Model, make_topology
+from ..model.model import Model, make_topology
 
 __all__ = [
     "Actuator",
@@ -203,18 +207,6 @@ _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstra
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
 _WRAP_JOINT = 1
 _TRN_NAMES = ("joint", "jointinparent", "slidercrank", "tendon", "site", "body", "so3")
-
-MJCF_HINT = "pip install 'jaxdyn[mjcf]'"
-
-
-def _import_mujoco():
-    try:
-        import mujoco
-    except ImportError as e:
-        raise ImportError(
-            f"loading MJCF needs MuJoCo's compiler (the mujoco package): {MJCF_HINT}"
-        ) from e
-    return mujoco
 
 
 class Actuator(NamedTuple):
@@ -470,47 +462,6 @@ def _get(m, name, n):
     return np.zeros(n) if x is None else np.asarray(x)
 
 
-# ------------------------------------------------------------------------------- names
-def _decode(raw: bytes, objtype: str, i: int) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"load_mjcf: the name of MuJoCo {objtype} #{i} (0-based) is not UTF-8 text "
-            f"({e.reason} at byte {e.start}: {raw[max(e.start - 8, 0) : e.end + 8]!r}); "
-            "MJCF files are UTF-8 (or declare their encoding)"
-        ) from None
-
-
-def mujoco_names(mj_model, objtype: str) -> list:
-    """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
-    ``"actuator"``, ``"eq"``, ``"key"``) as jaxdyn uses them: unnamed ones are
-    ``"<objtype><id>"`` (made unique)."""
-    n = {
-        "body": mj_model.nbody,
-        "jnt": mj_model.njnt,
-        "site": mj_model.nsite,
-        "geom": mj_model.ngeom,
-        "actuator": mj_model.nu,
-        "eq": mj_model.neq,
-        "key": mj_model.nkey,
-        "tendon": mj_model.ntendon,
-    }[objtype]
-    adr = getattr(mj_model, f"name_{objtype}adr")
-    raw = bytes(mj_model.names)
-    names = [_decode(raw[int(adr[i]) :].split(b"\0", 1)[0], objtype, i) for i in range(n)]
-    taken = set(names)
-    out = []
-    for i, s in enumerate(names):
-        if not s:
-            s = f"{objtype}{i}"
-            while s in taken:
-                s += "_"
-            taken.add(s)
-        out.append(s)
-    return out
-
-
 # ------------------------------------------------------------------------------- compiling
 def _source_label(source) -> str:
     if isinstance(source, (str, os.PathLike)) and not _is_xml_text(source):
@@ -708,10 +659,10 @@ class _Files:
         raise self.err(f"{where}: no such file in the model's directory (or assets=)")
 
     def parse(self, data, where):
-        from .urdf import _read_xml
+        from ..model.urdf import read_xml
 
         kind = f"load_mjcf: {self.label}" + (f": {where}" if where else "")
-        return _read_xml(bytes(data), kind=kind)
+        return read_xml(bytes(data), kind=kind)
 
     def model(self, root, model_dir, depth=0):
         """Make ``root`` (a parsed MJCF or URDF file whose includes resolve from ``model_dir``)
@@ -946,7 +897,7 @@ def _check_ignore(ignore) -> frozenset:
         keys = None
     if keys is None or not all(isinstance(k, str) for k in keys):
         raise TypeError(
-            "load_mjcf: ignore must be a key of jaxdyn.model.mjcf.FEATURES, 'all', or a "
+            "load_mjcf: ignore must be a key of jaxdyn.io.mjcf.FEATURES, 'all', or a "
             f"tuple of keys; got {ignore!r}"
         )
     bad = sorted(keys - set(FEATURES))
@@ -1413,7 +1364,7 @@ def _check_values(m, dtype, issues, body_names, jnt_el):
 
 def _model_name(m, label):
     raw = bytes(m.names)
-    name = _decode(raw[: raw.find(b"\0")], "model", 0) if raw else ""
+    name = decode_name(raw[: raw.find(b"\0")], "model", 0) if raw else ""
     if name:
         return name
     return os.path.splitext(os.path.basename(label))[0] if not label.startswith("<") else "mjcf"
@@ -2018,7 +1969,7 @@ def load(source, **kwargs):
         raise FileNotFoundError(f"load: no such file: {os.fspath(source)!r}")
     tag = _root_tag(source)
     if tag == "robot":
-        from ..clusters.urdfplus import load_urdf
+        from .urdf import load_urdf
 
         return load_urdf(source, **kwargs)
     if tag == "mujoco":

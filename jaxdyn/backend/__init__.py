@@ -1,0 +1,34 @@
+"""jaxdyn's backend: everything specific to XLA on the CPU, and JAX's internals, in one place.
+
+The algorithms are written as the papers write them; where the backend matters they say so in
+one word (``fusion.store(...)``, ``crba_kernel(...)``, ``spatial.sincos``), and this package
+does the rest. Its contract with the layers above:
+
+* **Same values, same derivatives.** Every function here returns what the plain JAX expression
+  it stands for returns (to rounding), and its derivatives are that expression's; only how
+  XLA:CPU computes it changes. Off the CPU, under ``jax.export``, in programs XLA partitions
+  over devices, or with a switch of :mod:`jaxdyn.config` off (``ffi_stores``,
+  ``uninitialized_outputs``, ``cpu_kernels``), each one falls back to the plain expression.
+* **Nothing above is imported here** (``tests/test_architecture.py``): the backend takes what
+  it needs as arguments (the CRBA kernel takes the caller's XLA form of the algorithm as its
+  fallback).
+* **It may fail to build, never to import.** The C handlers and kernels are compiled at first
+  use by the system's C compiler; without one, :func:`jaxdyn.backend.ffi.status` says why and
+  everything runs on the fallbacks.
+
+Modules:
+
+* :mod:`.ffi`: jaxdyn's XLA FFI library (``_uninitialized.c``, ``_crba_kernel.h``; built and
+  loaded at first use): uninitialized output buffers for the chunk loop, stores, the value
+  check's handler, the CRBA kernel's target, ``shard_map`` / ``Explicit`` mesh helpers.
+* :mod:`.fusion`: what steers XLA:CPU's fusion and vectorisation: :func:`~.fusion.store`,
+  :func:`~.fusion.materialize`, :func:`~.fusion.sincos` (re-exported by :mod:`jaxdyn.spatial`).
+* :mod:`.sharding`: array joins that keep a batch's ``Explicit`` sharding (``stack``,
+  ``concatenate``, ``on_mesh``; re-exported by :mod:`jaxdyn.spatial`).
+* :mod:`.crba_kernel`: the JAX primitive over the C CRBA kernel.
+* :mod:`.xla_flags`: XLA:CPU's flags for fused loops (:func:`jaxdyn.config.fused_cpu_loops`).
+* :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
+
+Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a
+batch, a user-facing policy) and the switches of :mod:`jaxdyn.config`.
+"""

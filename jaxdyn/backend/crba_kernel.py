@@ -1,0 +1,164 @@
+"""CRBA as a C kernel on the CPU (``jaxdyn_crba`` in ``_uninitialized.c``, the algorithm in
+``_crba_kernel.h``): a JAX primitive whose CPU lowering calls the kernel, and whose other
+lowerings, batches of models and derivatives use the caller's XLA form of the same algorithm
+(:func:`jaxdyn.algorithms.crba.crba_world`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import ad, batching, mlir
+
+from .. import config
+from . import ffi
+
+
+def kernel_usable(model, dtype) -> bool:
+    """Whether :func:`crba` computes ``M`` by :func:`crba_kernel`: on the CPU (the default
+    backend), with the switch ``cpu_kernels`` on, float32 or float64, and jaxdyn's C handlers
+    compiled (:func:`jaxdyn.backend.ffi.available`)."""
+    return (
+        bool(config.get("cpu_kernels"))
+        and jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
+        and model.nb > 0
+        and jax.default_backend() == "cpu"
+        and ffi.available()
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_topology(topo) -> np.ndarray:
+    """The kernel's int32 topology operand (see ``jaxdyn_crba`` in ``ffi.c``)."""
+    t = topo
+    r, c = np.nonzero(np.triu(t.dof_ancestor))  # r <= c, r's body supports c's
+    parts = [[t.nb, t.nq, t.nv, len(r)], t.kind, t.parent, t.q_start, t.v_start, r, c]
+    return np.concatenate([np.asarray(x, np.int64) for x in parts]).astype(np.int32)
+
+
+def _over_batch(f, q, *rest):
+    """``f(q, *rest)`` for ``q`` with any leading batch axes (``rest`` unbatched)."""
+    for _ in range(q.ndim - 1):
+        f = jax.vmap(f, in_axes=(0,) + (None,) * len(rest))
+    return f(q, *rest)
+
+
+def _xla(tree_def, xla, q, *leaves):
+    """The caller's XLA CRBA ``xla(model, q)`` of the prepared ``q`` (any leading batch
+    axes)."""
+    model = jax.tree_util.tree_unflatten(tree_def, leaves)
+    return _over_batch(lambda qq: xla(model, qq), q)
+
+
+def _first_rows(x, idx):
+    """``x[idx]`` for static indices: ``x`` itself or a slice where they are consecutive."""
+    idx = np.asarray(idx, np.int64)
+    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+        return x if len(idx) == len(x) else x[int(idx[0]) : int(idx[0]) + len(idx)]
+    return x[idx]
+
+
+def _kernel_call(tree_def, q, *leaves):
+    """The call of the C kernel ``jaxdyn_crba`` (any leading batch axes of ``q``)."""
+    model = jax.tree_util.tree_unflatten(tree_def, leaves)
+    t, dt = model.topo, q.dtype
+    arm = model.armature if model.armature is not None else jnp.zeros(t.nv, dt)
+    axis = _first_rows(model.dof_axis, t.v_start)  # each body's first motion axis
+    ops = (
+        q,
+        model.Xtree_R.reshape(t.nb, 9),
+        model.Xtree_p,
+        axis,
+        model.mass,
+        model.com,
+        model.inertia.reshape(t.nb, 9),
+        arm,
+    )
+    out = jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv, t.nv), dt)
+    call = jax.ffi.ffi_call(ffi.CRBA_TARGET, out)
+    return call(*(x.astype(dt) for x in ops), jnp.asarray(_kernel_topology(t)))
+
+
+crba_p = jax.extend.core.Primitive("jaxdyn_crba")
+
+
+def _crba_abstract(q, *leaves, tree_def, xla):
+    model = jax.tree_util.tree_unflatten(tree_def, leaves)
+    return jax.core.ShapedArray(q.shape[:-1] + (model.nv, model.nv), q.dtype)
+
+
+def _crba_impl(q, *leaves, tree_def, xla):
+    return jax.jit(lambda *a: crba_p.bind(*a, tree_def=tree_def, xla=xla))(q, *leaves)
+
+
+def _crba_batch(args, dims, *, tree_def, xla):
+    q, *leaves = args
+    if any(d is not None for d in dims[1:]):  # a batch of models: XLA's code, batched
+        axes = tuple(dims)
+        return jax.vmap(functools.partial(_xla, tree_def, xla), in_axes=axes)(*args), 0
+    q = jnp.moveaxis(q, dims[0], 0)
+    return crba_p.bind(q, *leaves, tree_def=tree_def, xla=xla), 0
+
+
+def _crba_jvp(primals, tangents, *, tree_def, xla):
+    # derivatives are XLA's CRBA's (the kernel computes the same function), in the operands
+    # whose tangents are not symbolically zero only (a model closed over has none)
+    live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
+
+    def f(*xs):
+        full = list(primals)
+        for i, x in zip(live, xs):
+            full[i] = x
+        return _xla(tree_def, xla, *full)
+
+    return jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
+
+
+def _lower_xla(ctx, *args, tree_def, xla):
+    return mlir.lower_fun(functools.partial(_xla, tree_def, xla), multiple_results=False)(
+        ctx, *args
+    )
+
+
+def _lower_cpu(ctx, *args, tree_def, xla):
+    # the kernel where the program may call jaxdyn's handlers (not under jax.export, not in a
+    # program XLA partitions over devices), else XLA's code
+    if not ffi._handler_call(ctx):
+        return _lower_xla(ctx, *args, tree_def=tree_def, xla=xla)
+    call = functools.partial(_kernel_call, tree_def)
+    return mlir.lower_fun(call, multiple_results=False)(ctx, *args)
+
+
+crba_p.def_impl(_crba_impl)
+crba_p.def_abstract_eval(_crba_abstract)
+batching.primitive_batchers[crba_p] = _crba_batch
+ad.primitive_jvps[crba_p] = _crba_jvp
+mlir.register_lowering(crba_p, _lower_xla)
+mlir.register_lowering(crba_p, _lower_cpu, platform="cpu")
+
+
+def crba_kernel(model, q, xla):
+    """``M(q)`` of the prepared ``q`` (:func:`jaxdyn.shell.prepare`) by
+    jaxdyn's C kernel on the CPU, ``xla(model, q)`` (the algorithm in XLA,
+    :func:`jaxdyn.algorithms.crba.crba_world`) where the kernel cannot run and for derivatives.
+    The kernel is the same algorithm as ``crba_world`` (world placements
+    from the root out, each body's inertia about the world origin, composite inertias summed
+    from the leaves in, ``M[r, c] = oS_r^T oIc oS_c`` for every coordinate ``r`` supporting
+    ``c``), written in C (``_crba_kernel.h``) with one sample per vector lane (8 in float64,
+    16 in float32), computing only the entries that are not structurally zero and writing each
+    once into both triangles. XLA's code for this algorithm is bound by the instructions per
+    entry of its dense ``nv x nv`` product and by one kernel per level of the tree, and
+    stayed slower than Pinocchio's C++ on talos_full however it was arranged; the kernel is
+    several times faster (``docs/design-measurements.md``; ``benchmarks/vs_cpp.py``).
+
+    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
+    XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code);
+    under ``jax.export``, in programs that XLA partitions over several devices and on other
+    backends it is lowered as XLA's code.
+    """
+    leaves, tree_def = jax.tree_util.tree_flatten(model)
+    return crba_p.bind(q, *leaves, tree_def=tree_def, xla=xla)

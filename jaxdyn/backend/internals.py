@@ -1,0 +1,60 @@
+"""JAX's and equinox's internal APIs that jaxdyn uses: the one place outside their public
+APIs, each use guarded (a JAX or equinox without it degrades to a documented default instead of
+failing at import).
+
+* :data:`STAGING_TRACE`: JAX's staging trace (``jit``, scan bodies, ``make_jaxpr``,
+  ``checkpoint``), to tell a transformation evaluated eagerly from one being staged
+  (:func:`jaxdyn.eager.is_eager`); ``None`` without it (every traced call then runs as is).
+* :func:`equinox_error_message`: the message equinox passes out of XLA for a failed
+  ``equinox.error_if`` (to raise :class:`jaxdyn.CheckError` with it).
+* :func:`backends_are_initialized`: whether JAX started its backends (XLA flags set later are
+  ignored: :func:`jaxdyn.config.fused_cpu_loops`).
+* :func:`reset_compilation_cache`: let JAX read its persistent-cache settings again.
+* :func:`distributed_client`: the coordination service's client (its barrier).
+* :data:`CALLBACK_LOGGER`: the logger on which JAX reports a failed host callback.
+"""
+
+from __future__ import annotations
+
+try:
+    from jax._src.interpreters.partial_eval import DynamicJaxprTrace as STAGING_TRACE
+except ImportError:  # pragma: no cover - a JAX without it: every traced call runs as is
+    STAGING_TRACE = None
+
+#: the logger of JAX's host callbacks (``jax.pure_callback failed`` with a traceback)
+CALLBACK_LOGGER = "jax._src.callback"
+
+
+def equinox_error_message() -> str | None:
+    """The message of the last failed ``equinox.error_if`` (where equinox keeps it to pass it
+    out of XLA), or None."""
+    try:
+        from equinox import _jit as eqx_jit
+    except ImportError:  # pragma: no cover - an equinox without it
+        return None
+    info = getattr(eqx_jit, "last_error_info", None)
+    return info[0] if info else None
+
+
+def backends_are_initialized() -> bool:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def reset_compilation_cache() -> None:
+    """JAX reads its cache settings once per process; this makes it read them again at the
+    next compile. A JAX without the API keeps its first reading."""
+    try:
+        from jax._src import compilation_cache as cc
+
+        cc.reset_cache()
+    except Exception:  # a private API
+        pass
+
+
+def distributed_client():
+    """The client of JAX's coordination service (``None`` before ``jax.distributed``)."""
+    from jax._src import distributed
+
+    return distributed.global_state.client

@@ -1,0 +1,111 @@
+"""XLA:CPU's flags for fused loops (:func:`jaxdyn.config.fused_cpu_loops`, whose docstring
+and :mod:`jaxdyn.config`'s say why): compiling each small while loop into one kernel, written
+into ``XLA_FLAGS`` before JAX starts its CPU backend.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .internals import backends_are_initialized
+
+#: XLA option (in ``--xla_backend_extra_options``) that compiles a while loop accessing fewer
+#: bytes than its value into one kernel (XLA:CPU's ``SmallWhileLoopHoistingPass``)
+_LOOP_OPTION = "xla_cpu_small_while_loop_byte_threshold"
+_EXTRA = "--xla_backend_extra_options="
+#: flags that keep the loops fusable (no YNNPACK custom fusions inside) and their code
+#: generation bounded (AVX2; see the module docstring)
+FUSED_LOOP_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=", "--xla_cpu_max_isa=AVX2")
+
+
+def with_loop_option(flags: str, max_bytes: int) -> str:
+    """``flags`` (an ``XLA_FLAGS`` string) with the loop threshold set to ``max_bytes`` (merged
+    into an existing ``--xla_backend_extra_options``) and :data:`FUSED_LOOP_FLAGS` added."""
+    words, found = [], False
+    for w in flags.split():
+        if w.startswith(_EXTRA):
+            opts = [o for o in w[len(_EXTRA) :].split(",") if o and not o.startswith(_LOOP_OPTION)]
+            w = _EXTRA + ",".join(opts + [f"{_LOOP_OPTION}={max_bytes}"])
+            found = True
+        words.append(w)
+    new = [] if found else [f"{_EXTRA}{_LOOP_OPTION}={max_bytes}"]
+    for f in FUSED_LOOP_FLAGS:
+        name = f.split("=")[0] + "="
+        if not any(w.startswith(name) for w in words):
+            new.append(f)
+    # in front: XLA stops reading XLA_FLAGS at the first word that is not a --flag
+    return " ".join(new + words)
+
+
+def loop_bytes(flags: str) -> int:
+    """The loop threshold set in ``flags`` (0: none)."""
+    out = 0
+    for w in flags.split():
+        if w.startswith(_EXTRA):
+            for o in w[len(_EXTRA) :].split(","):
+                if o.startswith(_LOOP_OPTION + "="):
+                    try:
+                        out = int(o.split("=", 1)[1])
+                    except ValueError:
+                        out = 0
+    return out
+
+
+def fused_cpu_loops(max_bytes: int = 1 << 30) -> None:
+    """Ask XLA:CPU to compile each loop accessing fewer than ``max_bytes`` bytes (XLA's cost
+    estimate, summed over the iterations: an FDDP knot scan of arm7 with 100 knots counts
+    about 100 MB) into one kernel (see the module docstring): adds the flags to
+    ``XLA_FLAGS`` (nothing to do when they are there already). Must run before JAX starts its
+    CPU backend (before the first array is made); raises ``RuntimeError`` after. Through
+    ``JAXDYN_FUSED_CPU_LOOPS=1`` at import, a backend already running gives a warning."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(
+            f"jaxdyn.config.fused_cpu_loops: max_bytes must be a positive int, got {max_bytes!r}"
+        )
+    flags = os.environ.get("XLA_FLAGS", "")
+    if " ".join(flags.split()) == with_loop_option(flags, max_bytes):
+        return  # already set (a child process inherits its parent's XLA_FLAGS)
+    if backends_are_initialized():
+        raise RuntimeError(
+            "jaxdyn.config.fused_cpu_loops: JAX's backends are already running, so new XLA "
+            "flags would be ignored; call it (or set JAXDYN_FUSED_CPU_LOOPS=1) before the "
+            "first JAX array is created"
+        )
+    flags = with_loop_option(flags, max_bytes)
+    if not xla_accepts(flags):
+        raise RuntimeError(
+            "jaxdyn.config.fused_cpu_loops: this jaxlib's CPU backend does not start with "
+            f"XLA_FLAGS={flags!r} (a flag it does not know aborts the process); fused loops "
+            "were written for jaxlib 0.10"
+        )
+    os.environ["XLA_FLAGS"] = flags
+
+
+def xla_accepts(flags: str) -> bool:
+    """Whether a fresh process starts JAX's CPU backend with ``XLA_FLAGS=flags`` (XLA aborts a
+    process on a flag it does not know, so the flags are tried in a child first)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", JAXDYN_FUSED_CPU_LOOPS="0")
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.devices()"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def fused_cpu_loops_enabled() -> bool:
+    """Whether ``XLA_FLAGS`` asks XLA:CPU to fuse small loops (:func:`fused_cpu_loops`) and the
+    default backend is the CPU: trajectory optimisation then keeps its knot loops free of
+    LAPACK calls. Read when a function is traced."""
+    if loop_bytes(os.environ.get("XLA_FLAGS", "")) <= 0:
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
