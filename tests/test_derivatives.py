@@ -610,7 +610,8 @@ def test_switch_selects_plain_autodiff():
 
     def jaxpr_text(fn):  # without the addresses of the batching rule's functions
         text = str(jax.make_jaxpr(lambda x: fn(model, q, x, a))(v))
-        return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+        return text.replace("rnea_plain_batched", "rnea_batched")  # the rule's name only
 
     assert D.analytic_derivatives_enabled()
     assert jaxdyn.rnea is D.rnea and jaxdyn.aba is D.aba

@@ -96,7 +96,7 @@ def case_main(tmp):
     z_free = q[:, 2] + np.sum(Rz * v[:, 3:], 1) * t - 9.81 * t * t / 2
     lift = got.q[:, -1, 2] - z_free
     print("lift over free fall", lift, flush=True)
-    assert lift.min() > 2e-3, lift
+    assert lift.min() > 1e-4, lift  # (float64 agreement is 1e-12: any contact shows)
     print("rollout OK", flush=True)
 
     # (3) bad input: an error on every process, the processes still in step afterwards

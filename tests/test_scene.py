@@ -43,6 +43,7 @@ def _name_pairs(names, pairs):
     return {frozenset((names[a], names[b])) for a, b in pairs}
 
 
+@pytest.mark.filterwarnings("ignore:.*geoms interpenetrate at qpos0")  # every geom overlaps
 def test_pairs_follow_mujoco_filters():
     """The pairs of a loaded MJCF (primitives against the ground plane and the geom pairs) are
     exactly those MuJoCo's collision detection finds when every geom overlaps every other:

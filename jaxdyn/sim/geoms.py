@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial
+from ..model.urdf import parse_numbers
 from .contact import ContactFrames
 
 __all__ = ["Geoms", "GEOM_TYPES", "urdf_geoms"]
@@ -208,13 +209,8 @@ class Geoms(eqx.Module):
 
 # ------------------------------------------------------------------------------------ URDF
 def _urdf_floats(text, n, what):
-    try:
-        a = np.array([float(x) for x in (text or "").split()])
-    except ValueError:
-        raise ValueError(f"{what}: not numbers: {text!r}") from None
-    if a.shape != (n,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{what}: expected {n} finite numbers, got {text!r}")
-    return a
+    """``n`` finite numbers of a URDF attribute (``what`` names it in the error)."""
+    return parse_numbers(text or "", n, what)
 
 
 def urdf_geoms(

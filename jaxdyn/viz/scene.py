@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model.urdf import parse_numbers
+
 __all__ = ["Geom", "Scene", "frame_poses", "read_mesh"]
 
 KINDS = ("box", "sphere", "cylinder", "capsule", "ellipsoid", "mesh")
@@ -201,13 +203,8 @@ def resolve_mesh(filename: str, urdf_dir: Path, package_dirs=(), allow_outside=F
 
 # ----------------------------------------------------------------------------- URDF
 def _floats(text, n, what):
-    try:
-        a = np.array([float(x) for x in (text or "").split()])
-    except ValueError:
-        raise ValueError(f"{what}: not numbers: {text!r}") from None
-    if a.shape != (n,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{what}: expected {n} finite numbers, got {text!r}")
-    return a
+    """``n`` finite numbers of a URDF attribute (``what`` names it in the error)."""
+    return parse_numbers(text or "", n, what)
 
 
 def _rpy(rpy):
