@@ -395,40 +395,28 @@ def _fns(fn):
     return (D.rnea, rnea_plain) if fn == "rnea" else (D.aba, aba_plain)
 
 
-@functools.partial(jax.jit, static_argnames="fn")
-def _transforms(model, q, v, x3, f_ext, tangents, fn):
-    """Everything the transform tests compare, in one compile per (system, function)."""
+@functools.partial(jax.jit, static_argnames=("fn", "part"))
+def _transforms(model, q, v, x3, f_ext, tangents, fn, part):
+    """What the transform tests compare, in one compile per (system, function, part): ``"jac"``
+    (jacfwd, jacrev, grad) or ``"jvp"`` (jvp and vmap against the plain algorithm)."""
     mine, plain = _fns(fn)
+    out = {}
+    if fn == "rnea":
+        out["analytic"] = D.rnea_derivatives(model, q, v, x3, f_ext)
+    else:
+        out["analytic"] = D.aba_derivatives(model, q, v, x3, f_ext)
+    if part == "jac":
+        return _transforms_jac(model, q, v, x3, f_ext, mine, out)
     dq, dv, d3, dfe = tangents
     primals = (q, v, x3, f_ext)
     tq = _q_tangent(model, q, dq)
     tans = (tq, dv, d3, dfe)
-    out = {}
     out["y_mine"], out["t_mine"] = jax.jvp(lambda *x: mine(model, *x), primals, tans)
     out["y_plain"], out["t_plain"] = jax.jvp(lambda *x: plain(model, *x), primals, tans)
     for k in range(4):  # one argument at a time: symbolic-zero tangents for the others
         out[f"t_mine_{k}"] = jax.jvp(
             lambda x: mine(model, *primals[:k], x, *primals[k + 1 :]), (primals[k],), (tans[k],)
         )[1]
-    z = jnp.zeros(model.nv)
-
-    def f(d, v_, x_):
-        return mine(model, jaxdyn.integrate(model, q, d), v_, x_, f_ext)
-
-    out["jacfwd"] = jax.jacfwd(f, argnums=(0, 1, 2))(z, v, x3)
-    out["jacrev"] = jax.jacrev(f, argnums=(0, 1, 2))(z, v, x3)
-    if fn == "rnea":
-        out["analytic"] = D.rnea_derivatives(model, q, v, x3, f_ext)
-    else:
-        out["analytic"] = D.aba_derivatives(model, q, v, x3, f_ext)
-    # grad of a scalar, in every argument (the q gradient pulled back through integrate)
-    w = jnp.linspace(0.5, 1.5, model.nv)
-
-    def loss(d, v_, x_, fe):
-        return jnp.sum(w * jnp.sin(mine(model, jaxdyn.integrate(model, q, d), v_, x_, fe)))
-
-    out["grad"] = jax.grad(loss, argnums=(0, 1, 2, 3))(z, v, x3, f_ext)
-    out["y"] = mine(model, q, v, x3, f_ext)
     # vmap over states, of the function and of its jvp
     qs = jnp.stack([q, jaxdyn.integrate(model, q, 0.3 * jnp.ones(model.nv))])
     vs, x3s = jnp.stack([v, -v]), jnp.stack([x3, 2 * x3])
@@ -441,11 +429,30 @@ def _transforms(model, q, v, x3, f_ext, tangents, fn):
     return out
 
 
+def _transforms_jac(model, q, v, x3, f_ext, mine, out):
+    z = jnp.zeros(model.nv)
+
+    def f(d, v_, x_):
+        return mine(model, jaxdyn.integrate(model, q, d), v_, x_, f_ext)
+
+    out["jacfwd"] = jax.jacfwd(f, argnums=(0, 1, 2))(z, v, x3)
+    out["jacrev"] = jax.jacrev(f, argnums=(0, 1, 2))(z, v, x3)
+    # grad of a scalar, in every argument (the q gradient pulled back through integrate)
+    w = jnp.linspace(0.5, 1.5, model.nv)
+
+    def loss(d, v_, x_, fe):
+        return jnp.sum(w * jnp.sin(mine(model, jaxdyn.integrate(model, q, d), v_, x_, fe)))
+
+    out["grad"] = jax.grad(loss, argnums=(0, 1, 2, 3))(z, v, x3, f_ext)
+    out["y"] = mine(model, q, v, x3, f_ext)
+    return out
+
+
 _TRANSFORM_CACHE = {}
 
 
-def transforms(name, fn):
-    key = (name, fn)
+def transforms(name, fn, part):
+    key = (name, fn, part)
     if key not in _TRANSFORM_CACHE:
         case = get_case(name)
         model, q, v, a, tau, f_ext = _inputs(case)
@@ -458,7 +465,7 @@ def transforms(name, fn):
         )
         x3 = a if fn == "rnea" else tau
         with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
-            out = _transforms(model, q, v, x3, f_ext, tangents, fn=fn)
+            out = _transforms(model, q, v, x3, f_ext, tangents, fn=fn, part=part)
         out["tangents"], out["x3"] = tangents, x3
         _TRANSFORM_CACHE[key] = jax.tree_util.tree_map(np.asarray, out)
     return _TRANSFORM_CACHE[key]
@@ -481,7 +488,7 @@ def test_jvp_matches_plain_autodiff(fn):
     (symbolic-zero tangents for the others) vs the analytic partials; ``vmap`` of the function
     and of its jvp."""
     name = TRANSFORM_CASE
-    out = transforms(name, fn)
+    out = transforms(name, fn, "jvp")
     tol = _tol(fn)
     assert_close(out["y_mine"], out["y_plain"], 1e-13, err_msg="primal")
     assert_close(out["t_mine"], out["t_plain"], tol, err_msg=f"{name}: jvp of {fn}")
@@ -510,7 +517,7 @@ def test_jacfwd_jacrev_grad(fn):
     """``jacfwd`` and ``jacrev`` through ``integrate`` equal the analytic partials, and
     ``grad`` of a scalar equals their transpose applied to its outer derivative."""
     name = TRANSFORM_CASE
-    out = transforms(name, fn)
+    out = transforms(name, fn, "jac")
     want = out["analytic"]
     tol = _tol(fn)
     for jac in ("jacfwd", "jacrev"):

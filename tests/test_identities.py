@@ -100,7 +100,8 @@ def test_minv_inverts_crba(name):
             assert_close(X, X.T, 1e-12, err_msg=f"{name} {i}: {key} symmetric")
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# [tree-all-kinds] slow: test_pinocchio's random all-kinds trees compare the bias and energy
+@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds",)))
 def test_bias_and_kinetic_energy(name):
     """``rnea(q, v, 0) = rnea(q, v, a) - M a`` and ``T = v^T M v / 2 > 0``."""
     case = _case(name)
