@@ -43,12 +43,21 @@ CASES["tree-chain25"] = lambda: urdf_tree(RANDOM_URDF[5])
 PD_CASES = [c for c in CASES if c not in SINGULAR_M]
 
 
+#: cases whose identities run only in the slow set: test_pinocchio compares the dynamics of arm7
+#: and solo12 with Pinocchio's, test_random_tree_spherical_free those of an all-kinds tree; every
+#: case here is one compile of every algorithm, and quad12 carries the identities by default
+SLOW_CASES = ("tree-all-kinds", "arm7", "solo12")
+
+
+def _params(names):
+    return slow_params(names, [n for n in SLOW_CASES if n in names])
+
+
 def _case(name):
     return CASES[name]()
 
 
-# [quad12] stays; test_pinocchio compares crba and rnea of arm7 and solo12 with Pinocchio's
-@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds", "arm7", "solo12")))
+@pytest.mark.parametrize("name", _params(list(CASES)))
 def test_crba_equals_rnea_columns(name):
     """``M[:, i] = rnea(q, 0, e_i) - rnea(q, 0, 0)`` and M is symmetric."""
     case = _case(name)
@@ -59,9 +68,7 @@ def test_crba_equals_rnea_columns(name):
         assert_close(r["crba"], r["crba"].T, 1e-13, err_msg=f"{name} state {i}: M symmetric")
 
 
-# [tree-all-kinds] slow: test_pinocchio's test_random_tree_spherical_free[n5-s21-float] compares
-# ABA on spherical / free joints anywhere with Pinocchio
-@pytest.mark.parametrize("name", slow_params(PD_CASES, ("tree-all-kinds",)))
+@pytest.mark.parametrize("name", _params(PD_CASES))
 def test_aba_solves_the_equations_of_motion(name):
     """``aba = M^-1 (tau - b)`` and with external forces ``M^-1 (tau - b_f)``, where the bias
     ``b_f = rnea(q, v, a, f_ext) - M a`` comes from RNEA."""
@@ -86,8 +93,7 @@ def test_aba_solves_the_equations_of_motion(name):
         )
 
 
-# [tree-all-kinds] slow: test_pinocchio's random all-kinds trees compare minv with Pinocchio
-@pytest.mark.parametrize("name", slow_params(PD_CASES, ("tree-all-kinds",)))
+@pytest.mark.parametrize("name", _params(PD_CASES))
 def test_minv_inverts_crba(name):
     case = _case(name)
     for i in range(len(case.states)):
@@ -100,8 +106,7 @@ def test_minv_inverts_crba(name):
             assert_close(X, X.T, 1e-12, err_msg=f"{name} {i}: {key} symmetric")
 
 
-# [tree-all-kinds] slow: test_pinocchio's random all-kinds trees compare the bias and energy
-@pytest.mark.parametrize("name", slow_params(CASES, ("tree-all-kinds",)))
+@pytest.mark.parametrize("name", _params(list(CASES)))
 def test_bias_and_kinetic_energy(name):
     """``rnea(q, v, 0) = rnea(q, v, a) - M a`` and ``T = v^T M v / 2 > 0``."""
     case = _case(name)
@@ -113,7 +118,7 @@ def test_bias_and_kinetic_energy(name):
         assert r["ke"] > 0
 
 
-@pytest.mark.parametrize("name", ["arm7", "quad12"])
+@pytest.mark.parametrize("name", _params(["arm7", "quad12"]))
 def test_bias_forces_and_gravity_forces(name):
     """The public ``bias_forces(q, v)`` and ``gravity_forces(q)`` equal RNEA at ``a = 0`` and
     at ``v = a = 0`` (which the Pinocchio comparison checks on every robot)."""
@@ -162,7 +167,7 @@ def _tangent_derivatives(model, q, v):
     return dU, dT
 
 
-@pytest.mark.parametrize("name", ["quad12", "tree-all-kinds"])
+@pytest.mark.parametrize("name", _params(["quad12", "tree-all-kinds"]))
 def test_gravity_is_the_potential_energy_gradient(name):
     """``g(q) = dU/de (q ⊕ e)`` at ``e = 0`` (the tangent convention of ``integrate`` is dual to
     RNEA's generalised forces, free and spherical joints included) and ``dT/dv = M v``."""

@@ -976,6 +976,7 @@ def test_rollout_checks_outside_its_loop(pendulum):
     assert np.all(np.isfinite(np.asarray(ok.q)))
 
 
+@pytest.mark.slow  # opt-in flag; test_osim's test_constrained_aba_fused_loops_route covers its use
 def test_fused_loops_step_has_no_scatter(quad, monkeypatch):
     """With fused CPU loops (jaxdyn.config.fused_cpu_loops) the step sums contact wrenches,
     contact stiffness and joint torques onto bodies and joints without scatters (XLA:CPU does

@@ -481,7 +481,7 @@ print(json.dumps(dict(
 """
 
 
-@pytest.mark.slow  # opt-in flag; test_sim's test_fused_loops_step_has_no_scatter covers its use
+@pytest.mark.slow  # opt-in flag; test_osim's test_constrained_aba_fused_loops_route covers its use
 def test_fused_cpu_loops_solve(fddp_solution):
     """JAXDYN_FUSED_CPU_LOOPS=1 in a fresh process with two CPU devices: XLA compiles the
     solver's loops into single kernels (xla_cpu_small_call in the program, no custom call left)
