@@ -582,20 +582,6 @@ def target_arrays(fn, constraints, lay, targets, dtype):
     return spatial.stack(Rs), spatial.stack(ps)
 
 
-def _se3_log_translation(w, t):
-    """Linear part ``V(w)^-1 t`` of ``log6`` of the placement ``(exp(w), t)`` (Pinocchio's
-    ``log6``; ``V`` the left Jacobian of SO(3)): ``t - w x t / 2 + c(θ) w x (w x t)`` with
-    ``c = (1 - (θ/2) cot(θ/2)) / θ^2`` (a Taylor series for small ``θ``)."""
-    th2 = jnp.sum(w * w, -1)
-    small = th2 < 1e-4
-    th = jnp.sqrt(jnp.where(small, 1.0, th2))
-    half = 0.5 * th
-    c_big = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / jnp.where(small, 1.0, th2)
-    c = jnp.where(small, 1.0 / 12 + th2 / 720 + th2 * th2 / 30240, c_big)
-    wt = spatial.cross(w, t)
-    return t - 0.5 * wt + c[..., None] * spatial.cross(w, wt)
-
-
 def error_from_placements(lay, pl: Placements, Rt, pt):
     """Position-level error rows: connect ``A (p - p*)`` (``A`` the row axes); weld with
     ``error="log6"``: ``log6(M*^-1 M)`` (Pinocchio's, as Crocoddyl's ``ContactModel6D``;
@@ -610,7 +596,7 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     rows = []
     if lay.log6.any():
         w = log3(spatial.mm(Rtt, pl.R))
-        lin = _se3_log_translation(w, spatial.mv(Rtt, pl.p - pt))
+        lin = spatial.mv(spatial.left_jacobian_so3_inv(w), spatial.mv(Rtt, pl.p - pt))
         w = jnp.where(local, w, spatial.mv(pl.R, w))
         lin = jnp.where(local, lin, spatial.mv(pl.R, lin))
         rows.append(jnp.concatenate([w, lin], -1))
