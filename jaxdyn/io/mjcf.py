@@ -78,6 +78,8 @@ exclude, parent-child)                    against the plane the primitives do no
                                           friction ``max``, condim 1 / 3 (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
+``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
+equalities (loop closures included)       MuJoCo's soft constraints, ``solref``, ``solimp``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
 =======================================  ======================================================
 
@@ -98,8 +100,8 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
                   :class:`jaxdyn.sim.Springs`)
 ``"gravcomp"``    gravity compensation of bodies (``gravcomp``)
-``"equality"``    equality constraints other than connect / weld to the world (joint, tendon,
-                  flex, distance; connect / weld between two moving bodies: loop closures)
+``"equality"``    tendon and flex equality constraints (connect, weld and joint equalities
+                  are honoured: :class:`jaxdyn.sim.Equalities`)
 ``"ball_limit"``  range (cone) limits of ball joints
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
                   joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
@@ -202,7 +204,7 @@ _GEOM_NAMES = (
 )
 _PLANE, _SPHERE, _CAPSULE, _BOX = 0, 2, 3, 6
 _OBJ_SITE = 6
-_EQ_CONNECT, _EQ_WELD = 0, 1
+_EQ_CONNECT, _EQ_WELD, _EQ_JOINT = 0, 1, 2
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
 _WRAP_JOINT = 1
@@ -269,7 +271,12 @@ class MJCFModel(NamedTuple):
       :class:`jaxdyn.sim.GainBias` (every actuator, ``ctrl`` in MuJoCo's order), ``None``
       where the scene has none; ``integrator``: jaxdyn's integrator for ``opt.integrator``;
       ``sim_issues``: ``(key, message)`` of what :meth:`sim_config` refuses (an integrator
-      jaxdyn.sim does not have, equality constraints it does not enforce).
+      jaxdyn.sim does not have);
+    - ``equalities``: every connect / weld / joint equality constraint of the scene (loop
+      closures and joint couplings included; inactive ones with ``active = 0``) as a
+      :class:`jaxdyn.sim.Equalities` for :mod:`jaxdyn.sim` (``None`` without any).
+      ``constraints`` holds only those a :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` can
+      express (a frame attached to the world), for the constrained-dynamics algorithms.
     """
 
     model: Model
@@ -290,6 +297,7 @@ class MJCFModel(NamedTuple):
     gain_bias: object = None
     integrator: str = "implicit"
     sim_issues: tuple = ()
+    equalities: object = None
 
     def converter(self):
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -348,10 +356,13 @@ class MJCFModel(NamedTuple):
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader.
 
+        ``equalities``: the scene's connect / weld / joint equality constraints
+        (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
+        leaves them out.
+
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
-        ``implicitfast``), ``"equality"`` (equality constraints, which jaxdyn.sim does not
-        enforce)."""
+        ``implicitfast``)."""
         from ..sim.actuators import Torque
         from ..sim.core import SimConfig
 
@@ -375,6 +386,7 @@ class MJCFModel(NamedTuple):
             actuator=self.gain_bias if self.gain_bias is not None else Torque(dofs=()),
             springs=self.springs,
             tendons=self.tendons,
+            equalities=None if "equality" in keys else self.equalities,
         )
         if contact is not None and (self.contacts or self.geoms is not None):
             from ..sim import Plane, contact_set
@@ -1168,19 +1180,21 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         contacts, terrain, geoms = _contacts(
             m, issues, place, body_names, geom_names, remap, dis("mjDSBL_FILTERPARENT")
         )
-    constraints, active = (), ()
+    constraints, active, equalities = (), (), None
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
         constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
+        joint_q = {}
+        for j, b in joint_body.items():
+            if int(m.jnt_type[j]) in (_HINGE, _SLIDE):
+                joint_q[j] = int(topo.q_start[int(remap(b))])
+        for e in range(m.neq):
+            if int(m.eq_type[e]) == _EQ_JOINT:
+                for o in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
+                    if o >= 0 and o not in joint_q:  # pragma: no cover - MuJoCo refuses these
+                        issues.hard(f"{jnt_el(o)}: a joint equality on a ball or free joint")
+        issues.raise_if_any()
+        equalities = _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype)
     issues.raise_if_any()
-    for c, on in zip(constraints, active):
-        sim_issues.append(
-            (
-                "equality",
-                f'<equality name="{c.name}">: jaxdyn.sim does not enforce equality constraints '
-                f"({'active' if on else 'inactive'} at the start); ignored, the body moves "
-                "freely",
-            )
-        )
 
     from ..interop.mujoco import Converter
 
@@ -1211,6 +1225,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         gain_bias=gain_bias,
         integrator=integrator,
         sim_issues=tuple(sim_issues),
+        equalities=equalities,
     )
 
 
@@ -1864,7 +1879,9 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
 
 def _equalities(mujoco, m, issues, place, body_names, site_frames):
     """``connect`` / ``weld`` constraints between a moving and a static body as jaxdyn
-    constraints with world targets."""
+    constraints with world targets (for :func:`jaxdyn.constrained_aba` and the other
+    constrained algorithms); loop closures and joint couplings are left to
+    :func:`_sim_equalities`. Tendon, flex and distance equalities are refused."""
     from ..constraints import Connect, Weld
 
     names = mujoco_names(m, "eq")
@@ -1874,8 +1891,10 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         typ = int(m.eq_type[e])
         tname = _EQ_NAMES[typ] if typ < len(_EQ_NAMES) else str(typ)
         el = f'<equality><{tname} name="{names[e]}">'
-        if typ not in (_EQ_CONNECT, _EQ_WELD):
+        if typ not in (_EQ_CONNECT, _EQ_WELD, _EQ_JOINT):
             issues.add("equality", f"{el}: {tname} constraints")
+            continue
+        if typ == _EQ_JOINT:
             continue
         o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
         data = np.array(m.eq_data[e], float)
@@ -1901,12 +1920,7 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
                 off1, rot1 = data[3:6], _quat_to_mat(data[6:10])
                 off2, rot2 = data[0:3], np.eye(3)
         if b1 >= 0 and b2 >= 0:
-            issues.add(
-                "equality",
-                f"{el}: between two moving bodies ({f1!r}, {f2!r}): a loop closure (jaxdyn's "
-                "Connect / Weld attach a frame to the world)",
-            )
-            continue
+            continue  # a loop closure: jaxdyn.sim's Equalities only
         if b1 < 0 and b2 < 0:
             continue  # both fixed to the world: no effect on the motion
         if b1 < 0:  # the moving side first
@@ -1940,6 +1954,110 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         out.append(c)
         active.append(bool(m.eq_active0[e]))
     return tuple(out), tuple(active)
+
+
+def _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype):
+    """The scene's connect / weld / joint equalities as :class:`jaxdyn.sim.Equalities` (MuJoCo's
+    soft constraints, with their ``solref``, ``solimp``, ``eq_active0`` and the inverse weights
+    of ``efc_diagApprox``), or ``None``. ``joint_q``: MuJoCo joint -> jaxdyn ``q`` index."""
+    from ..sim.equality import Equalities
+
+    rows = []
+    for e in range(m.neq):
+        typ = int(m.eq_type[e])
+        if typ not in (_EQ_CONNECT, _EQ_WELD, _EQ_JOINT):
+            continue
+        o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+        data = np.array(m.eq_data[e], float)
+        solref = np.array(m.eq_solref[e], float)
+        if (solref[0] > 0) != (solref[1] > 0):  # MuJoCo: mixed formats -> the default
+            solref = np.array([0.02, 1.0])
+        imp = np.array(m.eq_solimp[e], float)
+        imp[[0, 1, 3]] = np.clip(imp[[0, 1, 3]], 1e-4, 0.9999)  # mjMINIMP, mjMAXIMP
+        imp[2], imp[4] = max(0.0, imp[2]), max(1.0, imp[4])
+        row = dict(
+            kind=_EQ_NAMES[typ],
+            body1=-1,
+            body2=-1,
+            point1=np.zeros(3),
+            point2=np.zeros(3),
+            rot1=np.eye(3),
+            rot2=np.eye(3),
+            torquescale=1.0,
+            ref1=0.0,
+            ref2=0.0,
+            polycoef=np.zeros(5),
+            solref=solref,
+            solimp=imp,
+            active=float(bool(m.eq_active0[e])),
+        )
+        if typ == _EQ_JOINT:
+            row["body1"] = joint_q[o1]
+            row["ref1"] = float(m.qpos0[m.jnt_qposadr[o1]])
+            row["polycoef"] = data[:5]
+            w = float(m.dof_invweight0[m.jnt_dofadr[o1]])
+            if o2 >= 0:
+                row["body2"] = joint_q[o2]
+                row["ref2"] = float(m.qpos0[m.jnt_qposadr[o2]])
+                w += float(m.dof_invweight0[m.jnt_dofadr[o2]])
+            row["diag"] = [w]
+            rows.append(row)
+            continue
+        site = int(m.eq_objtype[e]) == _OBJ_SITE
+        sides, mj_bodies = [], []
+        for j, o in enumerate((o1, o2)):
+            mb = int(m.site_bodyid[o]) if site else o
+            b, T = place[mb]
+            if site:
+                X, off, rel = _compose(T, _local_frame(m, "site", o)), np.zeros(3), np.eye(3)
+            elif typ == _EQ_CONNECT:
+                X, off, rel = T, data[3 * j : 3 * j + 3], np.eye(3)
+            else:  # weld: point1 = body1 * data[3:6], point2 = body2 * data[0:3]
+                X, off = T, data[3 - 3 * j : 6 - 3 * j]
+                rel = _quat_to_mat(data[6:10]) if j == 0 else np.eye(3)
+            R, p = X
+            sides.append((int(remap(b)) if b >= 0 else -1, R @ off + p, R @ rel))
+            mj_bodies.append(mb)
+        if sides[0][0] < 0 and sides[1][0] < 0:
+            continue  # both fixed to the world: no effect on the motion
+        (row["body1"], row["point1"], row["rot1"]), (row["body2"], row["point2"], row["rot2"]) = (
+            sides
+        )
+        iw = np.asarray(m.body_invweight0, float).reshape(-1, 2)
+        t = iw[mj_bodies[0], 0] + iw[mj_bodies[1], 0]
+        if typ == _EQ_CONNECT:
+            row["diag"] = [t] * 3
+        else:
+            r = iw[mj_bodies[0], 1] + iw[mj_bodies[1], 1]
+            row["diag"] = [t] * 3 + [r] * 3
+            row["torquescale"] = float(data[10])
+        rows.append(row)
+    if not rows:
+        return None
+
+    def arr(key):
+        return jnp.asarray(np.asarray([r[key] for r in rows], float), dtype)
+
+    return Equalities(
+        point1=arr("point1"),
+        point2=arr("point2"),
+        rot1=arr("rot1"),
+        rot2=arr("rot2"),
+        torquescale=arr("torquescale"),
+        ref1=arr("ref1"),
+        ref2=arr("ref2"),
+        polycoef=arr("polycoef"),
+        solref=arr("solref"),
+        solimp=arr("solimp"),
+        diag=jnp.asarray(np.concatenate([r["diag"] for r in rows]), dtype),
+        active=arr("active"),
+        kind=tuple(r["kind"] for r in rows),
+        body1=tuple(int(r["body1"]) for r in rows),
+        body2=tuple(int(r["body2"]) for r in rows),
+        refsafe=not dis("mjDSBL_REFSAFE"),
+        # MuJoCo 4 takes the connect / weld rows' Jdot v into aref (3.x did not)
+        with_drift=int(str(mujoco.__version__).split(".")[0]) >= 4,
+    )
 
 
 # ------------------------------------------------------------------------------- dispatch

@@ -11,6 +11,8 @@
 * actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
   :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
   (:mod:`jaxdyn.sim.actuators`);
+* MuJoCo's equality constraints (connect, weld, joint) as soft constraints,
+  :class:`Equalities` (:mod:`jaxdyn.sim.equality`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
@@ -25,6 +27,7 @@ from .actuators import joint_properties as joint_properties
 from .contact import Compliant as Compliant
 from .contact import Constraint as Constraint
 from .contact import solve_cone_complementarity as solve_cone_complementarity
+from .equality import Equalities as Equalities
 from .core import SimConfig as SimConfig
 from .core import State as State
 from .core import contact_forces as contact_forces
@@ -51,6 +54,7 @@ __all__ = [
     "Compliant",
     "Constraint",
     "ContactSet",
+    "Equalities",
     "FixedTendons",
     "GainBias",
     "Geoms",

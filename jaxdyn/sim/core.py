@@ -79,6 +79,7 @@ from .actuators import (
     joint_properties,
     passive_forces,
 )
+from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class SimConfig(eqx.Module):
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
     tendons: FixedTendons | None = None
+    equalities: Equalities | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -178,6 +180,10 @@ class SimConfig(eqx.Module):
         if self.tendons is not None and not isinstance(self.tendons, FixedTendons):
             raise TypeError(
                 f"SimConfig: tendons must be None or FixedTendons, got {self.tendons!r}"
+            )
+        if self.equalities is not None and not isinstance(self.equalities, Equalities):
+            raise TypeError(
+                f"SimConfig: equalities must be None or Equalities, got {self.equalities!r}"
             )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
@@ -285,14 +291,33 @@ def _low_rank_solve(solve, U, c, h):
     return solve2
 
 
-def _acceleration(model, cfg, props, q, v, ctrl):
+def _acceleration(model, cfg, props, q, v, ctrl, h):
     """Joint accelerations (ABA, armature included) with compliant contact or none, and the
     contact forces."""
     ws, origin = _world(model, q)
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
+    if cfg.equalities is not None:
+        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
     return aba_world(model, ws, v, tau, f_ext)[0], f
+
+
+def _equality_force(model, cfg, ws, q, v, rhs, h):
+    """The generalised force ``J^T f`` of MuJoCo's soft equality constraints
+    (:mod:`jaxdyn.sim.equality`) from the unconstrained ``rhs = tau - C`` (contact forces
+    included): computed with the plain mass matrix, as MuJoCo's ``qfrc_constraint``, and
+    added to the step's forces by every integrator (explicitly)."""
+    inertias = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
+
+    def a0_solve(X):
+        R = jnp.concatenate([rhs[:, None], X], 1)
+        out = aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias)[0]
+        return out[:, 0], out[:, 1:]
+
+    f, J = cfg.equalities.forces(model, q, v, a0_solve, h)
+    return J.T @ f
 
 
 def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
@@ -322,7 +347,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
         else:
-            a, f = _acceleration(model, cfg, props, q, v, ctrl)
+            a, f = _acceleration(model, cfg, props, q, v, ctrl, h)
         v1 = v + h * a
         return integrate(model, q, h * v1), v1, f
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
@@ -332,6 +357,8 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
     bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+    if cfg.equalities is not None:
+        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
@@ -445,6 +472,10 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
     W = C.contact_wrenches(ws, frames, frames.point, f)
     tau = _controls(model, cfg, props, q, v, ctrl)
+    if cfg.equalities is not None:
+        f_ext = spatial.act_inv_force(ws.R, ws.p, W)
+        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
     Ic = _contact_inertias(model, cfg, ws, frames, h)
     c = spatial.motion_cross(vb, vJ)
     a0 = kin.gravity_acceleration(model, ws.p.dtype)
@@ -484,8 +515,8 @@ def _dexpinv(model, xi, v):
 
 
 def _rk4(model, cfg, props, q, v, ctrl, h):
-    f = lambda qq, vv: _acceleration(model, cfg, props, qq, vv, ctrl)[0]
-    a1, force = _acceleration(model, cfg, props, q, v, ctrl)
+    f = lambda qq, vv: _acceleration(model, cfg, props, qq, vv, ctrl, h)[0]
+    a1, force = _acceleration(model, cfg, props, q, v, ctrl, h)
     x1 = v
     xi = 0.5 * h * x1
     v2 = v + 0.5 * h * a1
