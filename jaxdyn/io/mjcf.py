@@ -104,7 +104,8 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   are honoured: :class:`jaxdyn.sim.Equalities`)
 ``"ball_limit"``  range (cone) limits of ball joints
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
-                  joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
+                  joint or a fixed tendon, activation dynamics other than integrator / filter
+                  / filterexact (muscle, user), muscle / PID /
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision`, condim 4 / 6 on a pair's geom
@@ -208,6 +209,17 @@ _EQ_CONNECT, _EQ_WELD, _EQ_JOINT = 0, 1, 2
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
 _WRAP_JOINT = 1
+_DYN_NAMES = ("none", "integrator", "filter", "filterexact")
+_GB_FIELDS = (
+    "moment",
+    "gain",
+    "bias",
+    "ctrl_lower",
+    "ctrl_upper",
+    "force_lower",
+    "force_upper",
+    "dofs",
+)
 _TRN_NAMES = ("joint", "jointinparent", "slidercrank", "tendon", "site", "body", "so3")
 
 
@@ -244,6 +256,7 @@ class Actuator(NamedTuple):
     forcerange: tuple | None
     tendon: str | None = None
     gainprm: tuple = ()
+    dyntype: str = "none"
 
 
 class MJCFModel(NamedTuple):
@@ -324,6 +337,11 @@ class MJCFModel(NamedTuple):
             raise ValueError(
                 "sim_actuator: actuators on tendons have no Torque / PD equivalent; use "
                 "sim_config() (jaxdyn.sim.GainBias)"
+            )
+        if any(a.dyntype != "none" for a in acts):
+            raise ValueError(
+                "sim_actuator: actuators with activation dynamics (dyntype) have no Torque / PD "
+                "equivalent; use sim_config() (jaxdyn.sim.GainBias)"
             )
         dofs = tuple(a.dof for a in acts)
         if len(set(dofs)) != len(dofs):
@@ -1512,8 +1530,11 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             problems.append(f"transmission {tn!r}")
         elif int(m.jnt_type[jid]) not in (_HINGE, _SLIDE):
             problems.append(f"transmission on the {_JNT_NAME[int(m.jnt_type[jid])]} joint")
-        if int(m.actuator_dyntype[u]) != 0:
-            problems.append("activation dynamics (dyntype)")
+        dyn = int(m.actuator_dyntype[u])
+        if dyn not in (0, 1, 2, 3):
+            problems.append("activation dynamics other than integrator / filter (dyntype)")
+        elif dyn and int(_get(m, "actuator_actnum", m.nu)[u]) != 1:  # pragma: no cover
+            problems.append("more than one activation (actdim)")
         if int(m.actuator_gaintype[u]) not in (0, 1):
             problems.append("a gain other than fixed or affine (gaintype)")
         if int(m.actuator_biastype[u]) not in (0, 1):
@@ -1573,7 +1594,7 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             b = np.inf
             if frc is not None:
                 b = abs(gear) * max(abs(frc[0]), abs(frc[1]))
-            if kind_ == "motor" and ctrl is not None:
+            if kind_ == "motor" and ctrl is not None and not dyn:
                 b = min(b, abs(gear * gain) * max(abs(ctrl[0]), abs(ctrl[1])))
             bound[d] += b
             actuated[d] = True
@@ -1585,6 +1606,14 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
                 bias=np.zeros(3) if dis("mjDSBL_ACTUATION") else np.array(bias),
                 ctrl=ctrl if clamp else (-np.inf, np.inf),
                 force=frc if frc is not None else (-np.inf, np.inf),
+                dyn=_DYN_NAMES[dyn],
+                dynprm=float(m.actuator_dynprm[u, 0]),
+                act=(
+                    tuple(float(x) for x in m.actuator_actrange[u])
+                    if m.actuator_actlimited[u]
+                    else (-np.inf, np.inf)
+                ),
+                actearly=bool(_get(m, "actuator_actearly", m.nu)[u]),
             )
         )
         out.append(
@@ -1600,6 +1629,7 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
                 forcerange=frc,
                 tendon=tnames[jid] if tendon else None,
                 gainprm=tuple(float(x) for x in gainprm),
+                dyntype=_DYN_NAMES[dyn],
             )
         )
     effort = np.where(actuated, bound, np.inf)
@@ -1671,6 +1701,15 @@ def _scene(m, rows, dof_mj, dis, dtype):
             force_upper=arr([r["force"][1] for r in rows]),
             dofs=dofs,
         )
+        if any(r["dyn"] != "none" for r in rows):
+            gain_bias = GainBias(
+                **{k: getattr(gain_bias, k) for k in _GB_FIELDS},
+                dyn=tuple(r["dyn"] for r in rows),
+                dynprm=arr([r["dynprm"] for r in rows]),
+                act_lower=arr([r["act"][0] for r in rows]),
+                act_upper=arr([r["act"][1] for r in rows]),
+                actearly=tuple(r["actearly"] for r in rows),
+            )
     return springs, tendons, gain_bias
 
 

@@ -97,16 +97,22 @@ INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
 
 class State(eqx.Module):
-    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t``."""
+    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t`` and the
+    actuators' activations ``act (na,)`` (``None`` where the actuator has none:
+    :meth:`jaxdyn.sim.GainBias.act_size`)."""
 
     q: jnp.ndarray
     v: jnp.ndarray
     t: jnp.ndarray
+    act: jnp.ndarray | None = None
 
-    def __init__(self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0) -> None:
+    def __init__(
+        self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0, act: ArrayLike | None = None
+    ) -> None:
         self.q = jnp.asarray(q)
         self.v = jnp.asarray(v)
         self.t = jnp.asarray(t, dtype=self.v.dtype if hasattr(self.v, "dtype") else None)
+        self.act = None if act is None else jnp.asarray(act)
 
 
 class SimConfig(eqx.Module):
@@ -153,6 +159,12 @@ class SimConfig(eqx.Module):
             )
         if not isinstance(self.substeps, int) or self.substeps < 1:
             raise ValueError(f"SimConfig: substeps must be an integer >= 1, got {self.substeps!r}")
+        if _act_size(self) and self.integrator == "rk4":
+            raise ValueError(
+                "SimConfig: actuators with activation dynamics are stepped as MuJoCo's Euler / "
+                "implicitfast advance them; use integrator='euler', 'implicit' or "
+                "'implicit_damping', not 'rk4'"
+            )
         if isinstance(self.contact, C.Constraint) and self.integrator == "rk4":
             raise ValueError(
                 "SimConfig: Constraint contact is velocity-level (impulses per step); use "
@@ -198,6 +210,21 @@ class SimConfig(eqx.Module):
 
 
 # ------------------------------------------------------------------------------- dynamics
+
+
+def _act_size(cfg) -> int:
+    """Number of activations of ``cfg.actuator`` (0 without activation dynamics)."""
+    size = getattr(cfg.actuator, "act_size", None)
+    return int(size()) if size is not None else 0
+
+
+def _driven(cfg, ctrl, act, h):
+    """``(cfg, ctrl)`` of one integrator step: with activation dynamics the actuator driven by
+    its inputs (:meth:`jaxdyn.sim.GainBias.inputs`) at ``act``; otherwise as given."""
+    if not _act_size(cfg):
+        return cfg, ctrl
+    u = cfg.actuator.inputs(ctrl, act, h)
+    return eqx.tree_at(lambda c: c.actuator, cfg, cfg.actuator.driven()), u
 
 
 def _world(model, q):
@@ -556,7 +583,16 @@ def _check_state(fn, model, state, ctrl, cfg):
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
         )
     q = _params.check_config(fn, cfg, q)
-    return q, v, ctrl, dtype
+    na = _act_size(cfg)
+    act = None
+    if na:
+        if state.act is None:
+            raise ValueError(
+                f"{fn}: the actuator has {na} activation(s) (activation dynamics): give "
+                "state.act (na,), e.g. State(q, v, act=jnp.zeros(na))"
+            )
+        act = shell.as_array(fn, "state.act", state.act, (("na", na),), model).astype(dtype)
+    return q, v, ctrl, dtype, act
 
 
 #: the value check of a rollout step that turned a finite state into a non-finite one
@@ -623,19 +659,27 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
     :data:`DIVERGED` there.
     """
-    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
+    q, v, ctrl, dtype, act = _check_state("step", model, state, ctrl, cfg)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+
+    def one(q, v, act):
+        cfg1, u = _driven(cfg, ctrl, act, h)
+        q, v, _ = _substep(model, cfg1, props, q, v, u, h)
+        if act is not None:  # after the step, as MuJoCo's mj_advance
+            act = cfg.actuator.next_act(ctrl, act, h)
+        return q, v, act
+
     if cfg.substeps == 1:
-        q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
+        q, v, act = one(q, v, act)
     else:  # one traced substep, scanned (compile time independent of the count)
 
         def sub(carry, _):
-            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
+            return one(*carry), None
 
-        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
-    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
+        (q, v, act), _ = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
+    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype), act)
 
 
 def _step_words(model, itemsize):
@@ -660,9 +704,10 @@ def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) 
     model's forces at ``state``, or the constraint model's impulses divided by the step."""
     if cfg.contact is None:
         raise ValueError("contact_forces: cfg.contact is None (no contact model)")
-    q, v, ctrl, dtype = _check_state("contact_forces", model, state, ctrl, cfg)
+    q, v, ctrl, dtype, act = _check_state("contact_forces", model, state, ctrl, cfg)
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+    cfg, ctrl = _driven(cfg, ctrl, act, h)
     return _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
 
 
@@ -739,13 +784,13 @@ def rollout(
     ctrl0 = (
         xs[0] if xs is not None else jnp.zeros(cfg.actuator.size(model), jnp.asarray(state.q).dtype)
     )
-    q0, v0, _, dtype = _check_state("rollout", model, state, ctrl0, cfg)
+    q0, v0, _, dtype, act0 = _check_state("rollout", model, state, ctrl0, cfg)
     if checks and xs is not None:
         q0 = value_checks.error_if(
             q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
         )
     # (a time made here is a constant: on_mesh gives it the mesh of a batch split over it)
-    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)))
+    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)), act0)
     track = checks and policy is not None  # a policy's controls: a flag carried by the loop
 
     def body(carry, u):
@@ -797,4 +842,4 @@ def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
     q = value_checks.error_if(q, bad, DIVERGED)
     jumped = _jumped(v0, traj.v, isinstance(cfg.contact, C.Compliant))
     q = value_checks.error_if(q, jumped, DIVERGED_JUMP)
-    return State(q, traj.v, traj.t)
+    return State(q, traj.v, traj.t, traj.act)
