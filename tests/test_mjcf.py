@@ -558,10 +558,16 @@ def test_unsupported_features_named():
     [
         (_mjcf(body='<body name="g" gravcomp="1"><joint/><geom size=".1"/></body>'), "gravcomp"),
         (_mjcf(body='<body name="k" mocap="true"><geom size=".1"/></body>'), "mocap"),
-        (_mjcf(extra='<equality><joint joint1="j"/></equality>'), "joint constraints"),
+        (
+            _mjcf(
+                extra='<tendon><fixed name="tf"><joint joint="j" coef="1"/></fixed></tendon>'
+                '<equality><tendon tendon1="tf"/></equality>'
+            ),
+            "tendon constraints",
+        ),
         (_mjcf(extra='<actuator><motor name="mt" tendon="x"/></actuator>'), '"mt".*spatial'),
         (
-            _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="filter"/></actuator>'),
+            _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="muscle"/></actuator>'),
             '"mu"',
         ),
         (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase

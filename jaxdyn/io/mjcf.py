@@ -333,15 +333,15 @@ class MJCFModel(NamedTuple):
         acts = self.actuators
         if not acts:
             raise ValueError("sim_actuator: the model has no actuators")
-        if any(a.tendon is not None for a in acts):
-            raise ValueError(
-                "sim_actuator: actuators on tendons have no Torque / PD equivalent; use "
-                "sim_config() (jaxdyn.sim.GainBias)"
-            )
         if any(a.dyntype != "none" for a in acts):
             raise ValueError(
                 "sim_actuator: actuators with activation dynamics (dyntype) have no Torque / PD "
                 "equivalent; use sim_config() (jaxdyn.sim.GainBias)"
+            )
+        if any(a.tendon is not None for a in acts):
+            raise ValueError(
+                "sim_actuator: actuators on tendons have no Torque / PD equivalent; use "
+                "sim_config() (jaxdyn.sim.GainBias)"
             )
         dofs = tuple(a.dof for a in acts)
         if len(set(dofs)) != len(dofs):

@@ -27,12 +27,12 @@ from .actuators import joint_properties as joint_properties
 from .contact import Compliant as Compliant
 from .contact import Constraint as Constraint
 from .contact import solve_cone_complementarity as solve_cone_complementarity
-from .equality import Equalities as Equalities
 from .core import SimConfig as SimConfig
 from .core import State as State
 from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
+from .equality import Equalities as Equalities
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
 from .geometry import ContactSet as ContactSet

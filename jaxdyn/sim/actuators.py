@@ -396,9 +396,7 @@ class GainBias(eqx.Module):
             if value is None:
                 raise ValueError(f"GainBias: activation dynamics need {name} (one per actuator)")
             if not isinstance(value, jax.core.Tracer) and np.shape(value) != (nu,):
-                raise ValueError(
-                    f"GainBias: {name} has shape {np.shape(value)}, expected ({nu},)"
-                )
+                raise ValueError(f"GainBias: {name} has shape {np.shape(value)}, expected ({nu},)")
         if not isinstance(self.dynprm, jax.core.Tracer):
             tau = np.asarray(self.dynprm, float)[self._stateful()]
             if not np.all(np.isfinite(tau)) or np.any(tau < 0):

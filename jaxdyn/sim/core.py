@@ -327,11 +327,11 @@ def _acceleration(model, cfg, props, q, v, ctrl, h):
     tau = _controls(model, cfg, props, q, v, ctrl)
     if cfg.equalities is not None:
         bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
-        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     return aba_world(model, ws, v, tau, f_ext)[0], f
 
 
-def _equality_force(model, cfg, ws, q, v, rhs, h):
+def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     """The generalised force ``J^T f`` of MuJoCo's soft equality constraints
     (:mod:`jaxdyn.sim.equality`) from the unconstrained ``rhs = tau - C`` (contact forces
     included): computed with the plain mass matrix, as MuJoCo's ``qfrc_constraint``, and
@@ -343,7 +343,7 @@ def _equality_force(model, cfg, ws, q, v, rhs, h):
         out = aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias)[0]
         return out[:, 0], out[:, 1:]
 
-    f, J = cfg.equalities.forces(model, q, v, a0_solve, h)
+    f, J = cfg.equalities.forces(model, ws, origin, q, v, a0_solve, h)
     return J.T @ f
 
 
@@ -385,7 +385,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     tau = _controls(model, cfg, props, q, v, ctrl)
     bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
     if cfg.equalities is not None:
-        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
@@ -502,7 +502,7 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     if cfg.equalities is not None:
         f_ext = spatial.act_inv_force(ws.R, ws.p, W)
         bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
-        tau = tau + _equality_force(model, cfg, ws, q, v, tau - bias, h)
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     Ic = _contact_inertias(model, cfg, ws, frames, h)
     c = spatial.motion_cross(vb, vJ)
     a0 = kin.gravity_acceleration(model, ws.p.dtype)

@@ -46,8 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.configuration import integrate
+from ..model import tree
 
 __all__ = ["Equalities"]
 
@@ -192,6 +194,78 @@ class Equalities(eqx.Module):
         body = np.concatenate([np.full(_ROWS[k], k != "joint") for k in self.kind])
         return jnp.where(body, jdv, 0.0)
 
+    def kinematics(self, model, ws, origin, q, v):
+        """``(r, J, Jdot v)`` from the step's world state ``ws`` (centred at ``origin``, the
+        floating base's position) and ``v``, in O(rows nv): the rows of :meth:`residual`,
+        :meth:`jacobian` and :meth:`drift` from the bodies' world motion subspaces, spatial
+        velocities and bias accelerations (Featherstone 2008, sec. 4.2 / 5.3), the weld's
+        rotation rows by the quaternion kinematics ``d qQ / dt = (0, u) qQ / 2`` of
+        ``qQ = quat(R2^T R1)``, ``u = R2^T (w1 - w2)`` (MuJoCo's rotation Jacobian)."""
+        t = model.topo
+        dtype = v.dtype
+        nv = model.nv
+        if any(k != "joint" for k in self.kind) and model.nb:
+            vb, vJ = kin.body_velocities(model, ws, v)
+            ab = tree.forward_accumulate(
+                t, spatial.motion_cross(vb, vJ), jnp.zeros(6, dtype)
+            )  # body accelerations at zero qdd, no gravity
+            supp = np.asarray(t.body_dof_support, bool)
+            S = ws.S
+        rs, Js, ds = [], [], []
+        for i, kind in enumerate(self.kind):
+            if kind == "joint":
+                c = jnp.asarray(self.polycoef[i], dtype)
+                r = q[self.body1[i]] - self.ref1[i] - c[0]
+                J = jnp.zeros(nv, dtype).at[_q_to_v(t, self.body1[i])].set(1.0)
+                if self.body2[i] >= 0:
+                    x = q[self.body2[i]] - self.ref2[i]
+                    r = r - x * (c[1] + x * (c[2] + x * (c[3] + x * c[4])))
+                    deriv = c[1] + x * (2 * c[2] + x * (3 * c[3] + x * 4 * c[4]))
+                    J = J.at[_q_to_v(t, self.body2[i])].add(-deriv)
+                rs.append(r[None])
+                Js.append(J[None])
+                ds.append(jnp.zeros(1, dtype))  # MuJoCo: no Jdot v on joint rows
+                continue
+            sides = []
+            for b, P, Rl in (
+                (self.body1[i], self.point1[i], self.rot1[i]),
+                (self.body2[i], self.point2[i], self.rot2[i]),
+            ):
+                P, Rl = jnp.asarray(P, dtype), jnp.asarray(Rl, dtype)
+                if b < 0:
+                    z3, zJ = jnp.zeros(3, dtype), jnp.zeros((3, nv), dtype)
+                    sides.append((P - origin, Rl, zJ, zJ, z3, z3, z3, z3))
+                    continue
+                Pw, Rw = ws.R[b] @ P + ws.p[b], ws.R[b] @ Rl
+                m = jnp.asarray(supp[b])[:, None]
+                Jw = jnp.where(m, S[:, :3], 0.0).T
+                Jp = jnp.where(m, S[:, 3:] + spatial.cross(S[:, :3], Pw), 0.0).T
+                w, vo = vb[b, :3], vb[b, 3:]
+                al, ao = ab[b, :3], ab[b, 3:]
+                vp = vo + spatial.cross(w, Pw)
+                ap = ao + spatial.cross(al, Pw) + spatial.cross(w, vp)
+                sides.append((Pw, Rw, Jp, Jw, w, vp, al, ap))
+            (p1, R1, Jp1, Jw1, w1, _, al1, a1), (p2, R2, Jp2, Jw2, w2, _, al2, a2) = sides
+            rs.append(p1 - p2)
+            Js.append(Jp1 - Jp2)
+            ds.append(a1 - a2)
+            if kind == "weld":
+                ts = jnp.asarray(self.torquescale[i], dtype)
+                Q = R2.T @ R1
+                qw = 0.5 * jnp.sqrt(jnp.maximum(1 + jnp.trace(Q), _MINVAL))
+                x = jnp.stack([Q[2, 1] - Q[1, 2], Q[0, 2] - Q[2, 0], Q[1, 0] - Q[0, 1]]) / (4 * qw)
+                eye = jnp.eye(3, dtype=dtype)
+                E = 0.5 * ts * (qw * eye - spatial.skew(x))
+                u = R2.T @ (w1 - w2)
+                udot = R2.T @ (al1 - al2 - spatial.cross(w2, w1 - w2))
+                wdot = -0.5 * (u @ x)
+                xdot = 0.5 * (qw * u + spatial.cross(u, x))
+                Edot = 0.5 * ts * (wdot * eye - spatial.skew(xdot))
+                rs.append(ts * x)
+                Js.append(E @ (R2.T @ (Jw1 - Jw2)))
+                ds.append(Edot @ u + E @ udot)
+        return jnp.concatenate(rs), jnp.concatenate(Js), jnp.concatenate(ds)
+
     # ------------------------------------------------------------------ soft constraint
     def _row_params(self, r, h):
         """Per row: ``k``, ``b``, ``imp`` (``mj_makeImpedance``)."""
@@ -225,15 +299,20 @@ class Equalities(eqx.Module):
             imps.append(jnp.full(n, imp))
         return jnp.concatenate(ks), jnp.concatenate(bs), jnp.concatenate(imps)
 
-    def forces(self, model, q, v, a0_solve, h):
+    def forces(self, model, ws, origin, q, v, a0_solve, h):
         """The constraint rows' forces ``f (rows,)`` and ``J (rows, nv)``: ``tau_eq = J^T f``.
 
-        ``a0_solve(X (nv, k)) -> (a0 (nv,), M^-1 X)``: the unconstrained acceleration and the
-        mass matrix's inverse applied to ``X`` (one set of ABA sweeps)."""
+        ``ws``, ``origin``: the step's (centred) world state and its origin
+        (:meth:`kinematics`); ``a0_solve(X (nv, k)) -> (a0 (nv,), M^-1 X)``: the
+        unconstrained acceleration and the mass matrix's inverse applied to ``X`` (one set of
+        ABA sweeps)."""
         dtype = v.dtype
-        r, J = self.jacobian(model, q)
+        r, J, jdv = self.kinematics(model, ws, origin, q, v)
         on = jnp.concatenate(
-            [jnp.full(_ROWS[k], jnp.asarray(self.active[i], dtype)) for i, k in enumerate(self.kind)]
+            [
+                jnp.full(_ROWS[k], jnp.asarray(self.active[i], dtype))
+                for i, k in enumerate(self.kind)
+            ]
         )
         J = J * on[:, None]
         r = r * on
@@ -244,9 +323,15 @@ class Equalities(eqx.Module):
         Rreg = jnp.maximum(_MINVAL, (1 - imp) * diag / imp)
         aref = -b * (J @ v) - k * imp * r
         if self.with_drift:
-            aref = aref - on * self.drift(model, q, v)
+            aref = aref - on * jdv
         f = jnp.linalg.solve(A + jnp.diag(Rreg), aref - J @ a0)
         return f, J
+
+
+def _q_to_v(topo, qi: int) -> int:
+    """The velocity coordinate of the one-DoF joint whose position is ``q[qi]``."""
+    b = int(np.nonzero(np.asarray(topo.q_start) == qi)[0][0])
+    return int(topo.v_start[b])
 
 
 def _safe_norm(x):
@@ -272,9 +357,7 @@ def _impedance(solimp, pos):
     lin = power == 1
     a = 1 / mid ** (power - 1)
     bb = 1 / (1 - mid) ** (power - 1)
-    y = jnp.where(
-        lin, xc, jnp.where(xc <= mid, a * xc**power, 1 - bb * (1 - xc) ** power)
-    )
+    y = jnp.where(lin, xc, jnp.where(xc <= mid, a * xc**power, 1 - bb * (1 - xc) ** power))
     y = jnp.where(x >= 1, 1.0, jnp.where(x <= 0, 0.0, y))
     imp = d0 + y * (d1 - d0)
     return jnp.where(flat, 0.5 * (d0 + d1), imp)
