@@ -376,5 +376,13 @@ def test_sim_config_equalities():
     assert len(r.constraints) == 1 and r.constraints[0].kind == "weld"  # the box to the world
     with pytest.raises(TypeError, match="SimConfig: equalities must be None or Equalities"):
         sim.SimConfig(equalities=3)
+    bad = dataclasses.replace(r.equalities, body2=(-1, -1, 99, 0))  # joint 2: q index 99
+    ws, origin = core._world(r.model, jnp.asarray(r.q0))
+    v = jnp.zeros(r.model.nv)
+    with pytest.raises(ValueError, match=r"constraint 2 \(joint\): body2=99 is not the q index"):
+        bad.kinematics(r.model, ws, origin, jnp.asarray(r.q0), v)
+    bad = dataclasses.replace(r.equalities, body1=(40, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"constraint 0 \(connect\): body1=40 is not a body"):
+        bad.kinematics(r.model, ws, origin, jnp.asarray(r.q0), v)
     with pytest.raises(ValueError, match=r"Equalities: diag has shape \(3,\), expected \(16,\)"):
         eqx.tree_at(lambda e: e.diag, r.equalities, jnp.ones(3)).__check_init__()

@@ -8,7 +8,7 @@ dynamics with contacts and constraints", ICRA; MuJoCo's ``mj_instantiateEquality
 and a Jacobian ``J`` (``d r / dt = J v``), and the constraint force ``f`` is the one of the
 *soft* constraint
 
-    aref = -b (J v) - k imp r,          (A + R) f = aref - J a0,        tau_eq = J^T f,
+    aref = -b (J v) - k imp r - Jdot v,     (A + R) f = aref - J a0,     tau_eq = J^T f,
 
 with ``a0 = M^-1 (tau - C)`` the unconstrained acceleration, ``A = J M^-1 J^T`` (the Delassus
 matrix), ``R = (1 - imp) / imp * diagApprox`` the regularisation, and from ``solref =
@@ -18,7 +18,9 @@ and ``solimp = (dmin, dmax, width, mid, power)``: ``b = 2 / (dmax timeconst)``, 
 dmax^2``, ``b = damping / dmax``) and ``imp`` MuJoCo's impedance of the violation (the norm of
 the constraint's rows for connect and weld). Without other constraint rows this is the
 minimiser of MuJoCo's convex problem, which its solvers reach exactly for a quadratic cost, so
-the forces agree with MuJoCo's to rounding. ``diagApprox`` is MuJoCo's approximation of
+the forces agree with MuJoCo's to rounding. ``Jdot v`` (the constraint acceleration at
+``a = 0``) is MuJoCo 4's term on the connect / weld rows (3.x leaves it out:
+``with_drift=False``; neither has it on joint rows). ``diagApprox`` is MuJoCo's approximation of
 ``diag(A)`` from the inverse weights at ``qpos0`` (``body_invweight0``, ``dof_invweight0``):
 constant rows of :attr:`Equalities.diag`.
 
@@ -35,8 +37,11 @@ world:
 * joint: ``q1 - ref1 - c0 - (c1 x + c2 x^2 + c3 x^3 + c4 x^4)`` with ``x = q2 - ref2``, or
   ``q1 - ref1 - c0`` without a second joint (1 row).
 
-The Jacobians are the exact derivatives of these residuals along ``q ⊕ dv`` (forward-mode
-autodiff of the kinematics), which are MuJoCo's ``efc_J``.
+The Jacobians are the exact derivatives of these residuals along ``q ⊕ dv`` (MuJoCo's
+``efc_J``): :meth:`Equalities.kinematics` forms them, and ``Jdot v``, in O(rows nv) from the
+step's motion subspaces, body velocities and bias accelerations; :meth:`Equalities.jacobian`
+and :meth:`Equalities.drift` are the forward-mode derivatives of :meth:`Equalities.residual`,
+a second algorithm (slower to compile) that the tests compare them with.
 """
 
 from __future__ import annotations
@@ -128,6 +133,19 @@ class Equalities(eqx.Module):
             if not np.all(np.isfinite(np.asarray(value, float))):
                 raise ValueError(f"Equalities: {name} must be finite")
 
+    def check_model(self, model):
+        """Raise ``ValueError`` if a body or joint index does not exist in ``model`` (static)."""
+        t = model.topo
+        for i, kind in enumerate(self.kind):
+            for side, b in (("body1", self.body1[i]), ("body2", self.body2[i])):
+                if kind != "joint" and not -1 <= b < t.nb:
+                    raise ValueError(
+                        f"Equalities: constraint {i} ({kind}): {side}={b} is not a body of "
+                        f"{model.name!r} (nb={t.nb}) or -1 (the world)"
+                    )
+                if kind == "joint" and (b >= 0 or side == "body1"):
+                    _q_to_v(t, b, f"Equalities: constraint {i} (joint): {side}")
+
     @property
     def rows(self) -> int:
         """Number of constraint rows (3 per connect, 6 per weld, 1 per joint constraint)."""
@@ -201,6 +219,7 @@ class Equalities(eqx.Module):
         velocities and bias accelerations (Featherstone 2008, sec. 4.2 / 5.3), the weld's
         rotation rows by the quaternion kinematics ``d qQ / dt = (0, u) qQ / 2`` of
         ``qQ = quat(R2^T R1)``, ``u = R2^T (w1 - w2)`` (MuJoCo's rotation Jacobian)."""
+        self.check_model(model)
         t = model.topo
         dtype = v.dtype
         nv = model.nv
@@ -328,10 +347,14 @@ class Equalities(eqx.Module):
         return f, J
 
 
-def _q_to_v(topo, qi: int) -> int:
+def _q_to_v(topo, qi: int, what: str = "Equalities: joint") -> int:
     """The velocity coordinate of the one-DoF joint whose position is ``q[qi]``."""
-    b = int(np.nonzero(np.asarray(topo.q_start) == qi)[0][0])
-    return int(topo.v_start[b])
+    from .. import joints
+
+    hit = np.nonzero(np.asarray(topo.q_start) == qi)[0]
+    if not len(hit) or int(topo.kind[int(hit[0])]) != joints.ONE_DOF:
+        raise ValueError(f"{what}={qi} is not the q index of a hinge or slide joint")
+    return int(topo.v_start[int(hit[0])])
 
 
 def _safe_norm(x):
