@@ -386,3 +386,26 @@ def test_sim_config_equalities():
         bad.kinematics(r.model, ws, origin, jnp.asarray(r.q0), v)
     with pytest.raises(ValueError, match=r"Equalities: diag has shape \(3,\), expected \(16,\)"):
         eqx.tree_at(lambda e: e.diag, r.equalities, jnp.ones(3)).__check_init__()
+
+
+@pytest.mark.slow  # the forward rows: test_equality_force_matches_mujoco
+def test_rollout_gradient_through_equalities():
+    """Reverse mode through 20 steps of the floating scene, starting with every constraint
+    satisfied (zero residual norms: the impedance's norm has a safe derivative there), against
+    central differences."""
+    r = load_mjcf(FLOATING)
+    cfg = r.sim_config()
+
+    def loss(v0):
+        traj = sim.rollout(r.model, sim.State(jnp.asarray(r.q0), v0), jnp.zeros((20, 0)), cfg=cfg)
+        return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.v[-1] ** 2)
+
+    v0 = jnp.zeros(r.model.nv)
+    g = jax.jit(jax.grad(loss))(v0)
+    f = jax.jit(loss)
+    assert bool(jnp.all(jnp.isfinite(g)))
+    eps = 1e-3
+    for k in (0, 4, 7):
+        e = jnp.zeros(r.model.nv).at[k].set(eps)
+        fd = (f(v0 + e) - f(v0 - e)) / (2 * eps)
+        assert float(g[k]) == pytest.approx(float(fd), rel=1e-6, abs=1e-6)
