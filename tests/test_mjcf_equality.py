@@ -409,3 +409,46 @@ def test_rollout_gradient_through_equalities():
         e = jnp.zeros(r.model.nv).at[k].set(eps)
         fd = (f(v0 + e) - f(v0 - e)) / (2 * eps)
         assert float(g[k]) == pytest.approx(float(fd), rel=1e-6, abs=1e-6)
+
+
+SPATIAL = """<mujoco model="sp"><option timestep="0.002"><flag contact="disable"/></option>
+<worldbody><site name="w0" pos="0.3 0 0.2"/>
+ <body name="a"><joint name="h1" axis="0 1 0" damping="0.1"/>
+   <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.03" mass="1"/>
+   <site name="s1" pos="0.25 0 0.05"/>
+   <body name="b" pos="0.5 0 0"><joint name="h2" axis="1 0 0"/>
+     <geom type="capsule" fromto="0 0 0 0 0 -0.4" size="0.03" mass="1"/>
+     <site name="s2" pos="0.05 0 -0.3"/></body></body>
+</worldbody>
+<tendon><spatial name="t" stiffness="40" damping="2" springlength="0.5 0.6"><site site="w0"/>
+  <site site="s1"/><site site="s2"/></spatial>
+  <spatial name="t2" damping="1"><site site="w0"/><site site="s2"/></spatial></tendon></mujoco>"""
+
+
+def test_spatial_tendons_follow_mujoco():
+    """Straight spatial tendons through sites (a dead-band spring over three sites, a damper
+    from the world): lengths and velocities are MuJoCo's ``ten_length`` / ``ten_velocity`` and
+    1 s of MuJoCo's Euler agrees to 1e-9."""
+    r = load_mjcf(SPATIAL)
+    assert r.spatial_tendons.paths == ((0, 1, 2), (0, 2)) and r.tendons is None
+    m = r.mj_model
+    d = mujoco.MjData(m)
+    d.qpos[:] = [0.3, 0.5]
+    d.qvel[:] = [1.0, -2.0]
+    mujoco.mj_forward(m, d)
+    conv = r.converter()
+    q = jnp.asarray(conv.q_from_mujoco(np.array(d.qpos)))
+    v = jnp.asarray(conv.v_from_mujoco(q, np.array(d.qvel)))
+    L, Ld = r.spatial_tendons.lengths(r.model, q, v)
+    np.testing.assert_allclose(L, d.ten_length, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(Ld, d.ten_velocity, rtol=0, atol=1e-12)
+    cfg = r.sim_config()
+    step = jax.jit(lambda s: sim.step(r.model, s, jnp.zeros(0), cfg))
+    s, err = sim.State(q, v), 0.0
+    for _ in range(500):
+        mujoco.mj_step(m, d)
+        s = step(s)
+        err = max(err, np.abs(conv.q_to_mujoco(np.asarray(s.q)) - d.qpos).max())
+    assert err < TOL and abs(d.qpos[0] - 0.3) > 0.3
+    with pytest.raises(ValueError, match=r"SpatialTendons: path 0 must list at least two"):
+        dataclasses.replace(r.spatial_tendons, paths=((0,), (0, 2)))

@@ -215,8 +215,10 @@ def _one(body="", extra="", option="", joint=""):
     [
         (
             _one(
-                extra='<tendon><spatial name="sp"><site site="s0"/><site site="s1"/></spatial>'
-                "</tendon>"
+                body='<geom name="wr" type="sphere" size="0.05" pos="0.05 0 0.5" contype="0" '
+                'conaffinity="0"/>',
+                extra='<tendon><spatial name="sp"><site site="s0"/><geom geom="wr"/>'
+                '<site site="s1"/></spatial></tendon>',
             ),  # fmt: skip
             "tendon",
             r'<tendon name="sp">: a spatial tendon .* ignored, its passive',

@@ -62,6 +62,8 @@ hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFMod
 ``qpos_spring``
 fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
                                           (``MJCFModel.tendons``)
+spatial tendons through sites (straight)  :class:`jaxdyn.sim.SpatialTendons`
+                                          (``MJCFModel.spatial_tendons``)
 actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
 transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
@@ -91,10 +93,12 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ================  ============================================================================
 ``ignore`` key    feature
 ================  ============================================================================
-``"tendon"``      spatial tendons (through sites, wrapping), tendon ``frictionloss``, polynomial
-                  tendon stiffness / damping (their passive, limit and actuator forces; tendon
-                  armature changes the mass matrix and is always an error). Fixed tendons are
-                  honoured (:class:`jaxdyn.sim.FixedTendons`)
+``"tendon"``      spatial tendons wrapping around geoms or over pulleys, tendon
+                  ``frictionloss``, polynomial tendon stiffness / damping (their passive, limit
+                  and actuator forces; tendon armature changes the mass matrix and is always an
+                  error). Fixed tendons and straight spatial tendons through sites are honoured
+                  (:class:`jaxdyn.sim.FixedTendons`, :class:`jaxdyn.sim.SpatialTendons`; an
+                  actuator on a spatial tendon is refused under ``"actuator"``)
 ``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
 ``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
@@ -169,7 +173,7 @@ __all__ = [
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
-    "tendon": "spatial tendons, tendon friction and polynomial tendon forces",
+    "tendon": "wrapping spatial tendons, tendon friction and polynomial tendon forces",
     "fluid": "fluid forces and wind",
     "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
@@ -208,7 +212,7 @@ _OBJ_SITE = 6
 _EQ_CONNECT, _EQ_WELD, _EQ_JOINT = 0, 1, 2
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
-_WRAP_JOINT = 1
+_WRAP_JOINT, _WRAP_SITE = 1, 3
 _DYN_NAMES = ("none", "integrator", "filter", "filterexact")
 _GB_FIELDS = (
     "moment",
@@ -311,6 +315,7 @@ class MJCFModel(NamedTuple):
     integrator: str = "implicit"
     sim_issues: tuple = ()
     equalities: object = None
+    spatial_tendons: object = None
 
     def converter(self):
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -404,6 +409,7 @@ class MJCFModel(NamedTuple):
             actuator=self.gain_bias if self.gain_bias is not None else Torque(dofs=()),
             springs=self.springs,
             tendons=self.tendons,
+            spatial_tendons=self.spatial_tendons,
             equalities=None if "equality" in keys else self.equalities,
         )
         if contact is not None and (self.contacts or self.geoms is not None):
@@ -1190,6 +1196,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
+    spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
 
     # ------------------------------------------------------------ contacts, constraints
@@ -1244,6 +1251,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         integrator=integrator,
         sim_issues=tuple(sim_issues),
         equalities=equalities,
+        spatial_tendons=spatial_tendons,
     )
 
 
@@ -1415,11 +1423,12 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         tnames = mujoco_names(m, "tendon")
         for t in range(m.ntendon):
             el = f'<tendon name="{tnames[t]}">'
-            if not _fixed_tendon(m, t):
+            if not _fixed_tendon(m, t) and not _site_tendon(m, t):
                 issues.add(
                     "tendon",
-                    f"{el}: a spatial tendon (through sites / wrapping): jaxdyn.sim has fixed "
-                    "tendons only; ignored, its passive, limit and actuator forces are dropped",
+                    f"{el}: a spatial tendon wrapping around geoms or over pulleys: jaxdyn.sim "
+                    "has fixed tendons and straight spatial tendons through sites only; "
+                    "ignored, its passive, limit and actuator forces are dropped",
                 )
                 continue
             probs = []
@@ -1493,6 +1502,13 @@ def _fixed_tendon(m, t) -> bool:
         and int(m.jnt_type[int(m.wrap_objid[w])]) in (_HINGE, _SLIDE)
         for w in range(a, a + n)
     )
+
+
+def _site_tendon(m, t) -> bool:
+    """Whether tendon ``t`` is a straight spatial tendon: every wrap a site (no geom, no
+    pulley)."""
+    a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    return n >= 2 and all(int(m.wrap_type[w]) == _WRAP_SITE for w in range(a, a + n))
 
 
 def _tendon_row(m, t) -> np.ndarray:
@@ -1711,6 +1727,50 @@ def _scene(m, rows, dof_mj, dis, dtype):
                 actearly=tuple(r["actearly"] for r in rows),
             )
     return springs, tendons, gain_bias
+
+
+def _spatial_tendons(m, place, remap, dis, dtype):
+    """The straight spatial tendons (through sites only) as :class:`jaxdyn.sim.SpatialTendons`
+    (``None`` without any)."""
+    from ..sim.actuators import SpatialTendons
+
+    ts = [t for t in range(m.ntendon) if _site_tendon(m, t)]
+    if not ts:
+        return None
+    sites, paths = [], []
+    for t in ts:
+        a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+        path = []
+        for w in range(a, a + n):
+            s = int(m.wrap_objid[w])
+            if s not in sites:
+                sites.append(s)
+            path.append(sites.index(s))
+        paths.append(tuple(path))
+    bodies, points = [], []
+    for s in sites:
+        b, T = place[int(m.site_bodyid[s])]
+        R, p = _compose(T, _local_frame(m, "site", s))
+        bodies.append(int(remap(b)) if b >= 0 else -1)
+        points.append(p)
+    k = 0.0 if dis("mjDSBL_SPRING") else 1.0
+    c = 0.0 if dis("mjDSBL_DAMPER") else 1.0
+    lim = [bool(m.tendon_limited[t]) and not dis("mjDSBL_LIMIT") for t in ts]
+
+    def arr(x):
+        return jnp.asarray(np.asarray(x, float), dtype)
+
+    return SpatialTendons(
+        points=arr(points),
+        stiffness=arr([k * m.tendon_stiffness[t] for t in ts]),
+        lower_spring=arr([m.tendon_lengthspring[t, 0] for t in ts]),
+        upper_spring=arr([m.tendon_lengthspring[t, 1] for t in ts]),
+        damping=arr([c * m.tendon_damping[t] for t in ts]),
+        lower=arr([m.tendon_range[t, 0] if lt else -np.inf for t, lt in zip(ts, lim)]),
+        upper=arr([m.tendon_range[t, 1] if lt else np.inf for t, lt in zip(ts, lim)]),
+        bodies=tuple(bodies),
+        paths=tuple(paths),
+    )
 
 
 def _can_collide(m, g1, g2) -> bool:

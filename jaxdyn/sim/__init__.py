@@ -9,7 +9,8 @@
   :mod:`jaxdyn.sim.collision` (:mod:`jaxdyn.sim.geoms`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
 * actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
-  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
+  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`,
+  :class:`SpatialTendons`
   (:mod:`jaxdyn.sim.actuators`);
 * MuJoCo's equality constraints (connect, weld, joint) as soft constraints,
   :class:`Equalities` (:mod:`jaxdyn.sim.equality`);
@@ -21,6 +22,7 @@ from .actuators import PD as PD
 from .actuators import FixedTendons as FixedTendons
 from .actuators import GainBias as GainBias
 from .actuators import JointLimits as JointLimits
+from .actuators import SpatialTendons as SpatialTendons
 from .actuators import Springs as Springs
 from .actuators import Torque as Torque
 from .actuators import joint_properties as joint_properties
@@ -63,6 +65,7 @@ __all__ = [
     "Plane",
     "Point",
     "SimConfig",
+    "SpatialTendons",
     "Springs",
     "Sphere",
     "State",

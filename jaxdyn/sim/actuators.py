@@ -26,6 +26,7 @@ __all__ = [
     "GainBias",
     "JointLimits",
     "PD",
+    "SpatialTendons",
     "Springs",
     "Torque",
     "actuated_dofs",
@@ -315,6 +316,101 @@ class FixedTendons(eqx.Module):
             jnp.zeros((model.nv, self.size()), v.dtype), idx, jnp.asarray(self.coef, v.dtype).T
         )
         return U, -c
+
+
+class SpatialTendons(eqx.Module):
+    """MuJoCo's spatial tendons on straight paths through sites (``<tendon><spatial>`` with
+    ``<site>`` elements only; wrapping around geoms and pulleys are not modelled): length
+    ``L = sum_k |p_{k+1} - p_k|`` over the path's consecutive sites, ``Ldot = J v`` with
+    ``J = sum_k u_k^T (J_{k+1} - J_k)`` (``u_k`` the unit segment directions, ``J_k`` the
+    sites' point Jacobians), and the passive forces of :class:`FixedTendons` (dead-band spring,
+    damping, length limits), applied as ``tau += J^T f``.
+
+    ``points (ns, 3)``: the sites in their bodies' frames (world coordinates for a site on
+    the world); static ``bodies`` (jaxdyn body of each site, ``-1``: the world) and ``paths``
+    (per tendon, the indices of its sites in order); ``stiffness``, ``lower_spring``,
+    ``upper_spring``, ``damping``, ``lower``, ``upper`` ``(nt,)`` as in :class:`FixedTendons`.
+    Their damping couples the coordinates through ``J``: ``"implicit"`` treats it exactly."""
+
+    points: jnp.ndarray
+    stiffness: jnp.ndarray
+    lower_spring: jnp.ndarray
+    upper_spring: jnp.ndarray
+    damping: jnp.ndarray
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    bodies: tuple = eqx.field(static=True)
+    paths: tuple = eqx.field(static=True)
+
+    _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        ns = len(self.bodies)
+        if not isinstance(self.points, jax.core.Tracer) and np.shape(self.points) != (ns, 3):
+            raise ValueError(
+                f"SpatialTendons: points has shape {np.shape(self.points)}, expected ({ns}, 3)"
+            )
+        for k, path in enumerate(self.paths):
+            if len(path) < 2 or any(not 0 <= i < ns for i in path):
+                raise ValueError(
+                    f"SpatialTendons: path {k} must list at least two site indices in [0, {ns})"
+                )
+
+    def size(self) -> int:
+        return len(self.paths)
+
+    def jacobian(self, model, q):
+        """``(L (nt,), J (nt, nv))``."""
+        from ..algorithms import kinematics as kin
+
+        dtype = q.dtype
+        t = model.topo
+        ws = kin.world_state(model, q)
+        supp = np.asarray(t.body_dof_support, bool)
+        P = jnp.asarray(self.points, dtype)
+        pts, jacs = [], []
+        for i, b in enumerate(self.bodies):
+            if b < 0:
+                pts.append(P[i])
+                jacs.append(jnp.zeros((3, model.nv), dtype))
+                continue
+            p = ws.R[b] @ P[i] + ws.p[b]
+            lin = ws.S[:, 3:] + jnp.cross(ws.S[:, :3], p)
+            pts.append(p)
+            jacs.append(jnp.where(jnp.asarray(supp[b])[:, None], lin, 0.0).T)
+        Ls, Js = [], []
+        for path in self.paths:
+            L = jnp.zeros((), dtype)
+            J = jnp.zeros(model.nv, dtype)
+            for a, b in zip(path[:-1], path[1:]):
+                d = pts[b] - pts[a]
+                n = jnp.sqrt(d @ d)
+                L = L + n
+                J = J + (d / n) @ (jacs[b] - jacs[a])
+            Ls.append(L)
+            Js.append(J)
+        return jnp.stack(Ls), jnp.stack(Js)
+
+    def lengths(self, model, q, v):
+        """``(L, Ldot)`` ``(nt,)`` each."""
+        L, J = self.jacobian(model, q)
+        return L, J @ v
+
+    def forces(self, model, limits, q, v):
+        L, J = self.jacobian(model, q)
+        return J.T @ FixedTendons._tendon_forces(self, model, limits, L, J @ v)
+
+    def velocity_factors(self, model, limits, q, v):
+        """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T`` (``U = J^T``)."""
+        L, J = self.jacobian(model, q)
+        Ld = J @ v
+        _, c = jax.jvp(
+            lambda ld: FixedTendons._tendon_forces(self, model, limits, L, ld),
+            (Ld,),
+            (jnp.ones_like(Ld),),
+        )
+        return J.T, -c
 
 
 def _limit_forces(limits, x, xd, lower, upper):

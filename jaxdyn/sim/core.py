@@ -73,6 +73,7 @@ from . import contact as C
 from .actuators import (
     FixedTendons,
     JointLimits,
+    SpatialTendons,
     Springs,
     Torque,
     clip_effort,
@@ -135,7 +136,10 @@ class SimConfig(eqx.Module):
     - ``limits``: :class:`~jaxdyn.sim.actuators.JointLimits` (default) or ``None`` to ignore
       the model's joint limits (and the tendons' length limits).
     - ``springs``: :class:`~jaxdyn.sim.actuators.Springs` (joint springs) or ``None``;
-      ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``
+      ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``;
+      ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (straight paths
+      through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
+      (MuJoCo's equality constraints) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
     """
 
@@ -150,6 +154,7 @@ class SimConfig(eqx.Module):
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
     tendons: FixedTendons | None = None
+    spatial_tendons: SpatialTendons | None = None
     equalities: Equalities | None = None
 
     def __check_init__(self):
@@ -192,6 +197,13 @@ class SimConfig(eqx.Module):
         if self.tendons is not None and not isinstance(self.tendons, FixedTendons):
             raise TypeError(
                 f"SimConfig: tendons must be None or FixedTendons, got {self.tendons!r}"
+            )
+        if self.spatial_tendons is not None and not isinstance(
+            self.spatial_tendons, SpatialTendons
+        ):
+            raise TypeError(
+                f"SimConfig: spatial_tendons must be None or SpatialTendons, got "
+                f"{self.spatial_tendons!r}"
             )
         if self.equalities is not None and not isinstance(self.equalities, Equalities):
             raise TypeError(
@@ -285,6 +297,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
         tau = tau + cfg.springs.forces(model, q, v)
     if coupled and cfg.tendons is not None:
         tau = tau + cfg.tendons.forces(model, cfg.limits, q, v)
+    if coupled and cfg.spatial_tendons is not None:
+        tau = tau + cfg.spatial_tendons.forces(model, cfg.limits, q, v)
     return tau
 
 
@@ -297,6 +311,8 @@ def _velocity_factors(model, cfg, q, v, ctrl):
         parts.append(cfg.actuator.velocity_factors(model, q, v, ctrl))
     if cfg.tendons is not None:
         parts.append(cfg.tendons.velocity_factors(model, cfg.limits, q, v))
+    if cfg.spatial_tendons is not None:
+        parts.append(cfg.spatial_tendons.velocity_factors(model, cfg.limits, q, v))
     if not parts:
         return None
     U = jnp.concatenate([u for u, _ in parts], axis=1)
