@@ -190,8 +190,8 @@ def test_compliant_box_sticks_on_incline_like_mujoco():
 
 def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
     """Two free spheres loaded 5 cm into each other: a warning naming the pair; a pair the
-    narrow phase does not have (a heightfield geom against a sphere) is refused by name (never
-    dropped), loaded without it with ``ignore=('geom',)``."""
+    narrow phase does not have (a heightfield against a heightfield, as in MuJoCo) is refused
+    by name (never dropped), loaded without it with ``ignore=('geom',)``."""
     xml = """<mujoco><worldbody>
       <body name="a" pos="0 0 1"><freejoint/><geom name="ga" type="sphere" size="0.1"/></body>
       <body name="b" pos="0.15 0 1"><freejoint/><geom name="gb" type="sphere" size="0.1"/></body>
@@ -203,10 +203,17 @@ def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
         '<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" elevation="0 0 0 0"/>'
         '</asset><worldbody><geom name="hf" type="hfield" hfield="h"/>',
     ).replace('pos="0.15 0 1"', 'pos="0.5 0 1"')
-    match = r'<geom name="hf" type="hfield">-<geom name="ga" type="sphere">.*jaxdyn.sim has no'
+    bad = bad.replace(
+        'size="0.1"/></body>',
+        'size="0.1"/><geom name="hh" type="hfield" hfield="h" pos="0 0 0.5"/></body>',
+        1,
+    )
+    match = r'<geom name="hf" type="hfield">-<geom name="hh" type="hfield">.*jaxdyn.sim has no'
     with pytest.raises(ValueError, match=match):
         jaxdyn.load_mjcf(bad)
-    assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms.names == ("ga", "gb")
+    geoms = jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms
+    pairs = {(geoms.names[a], geoms.names[b]) for a, b in geoms.pairs}
+    assert pairs == {("hf", "ga"), ("hf", "gb"), ("ga", "gb"), ("hh", "gb")}
 
 
 @pytest.fixture(scope="module")
@@ -399,3 +406,132 @@ def test_urdf_collision_geoms(tmp_path):
     k = [i for i, b in enumerate(fr.body) if b == g2.body[2]][0]
     np.testing.assert_allclose(float(fr.distance[k]), depth, atol=1e-9)
     np.testing.assert_allclose(np.asarray(fr.normal[k]), [1.0, 0.0, 0.0], atol=1e-9)
+
+
+# ------------------------------------------------------------------------------ heightfields
+HF_ELEV = np.array(
+    [
+        [0.0, 0.2, 0.5, 0.1, 0.0, 0.3],
+        [0.4, 1.0, 1.0, 1.0, 0.2, 0.0],
+        [0.1, 1.0, 1.0, 1.0, 0.6, 0.1],
+        [0.3, 1.0, 1.0, 1.0, 0.0, 0.5],
+        [0.0, 0.4, 0.1, 0.7, 0.2, 0.0],
+    ]
+)
+HF_MJCF = f"""<mujoco><option timestep="0.002"/><asset>
+  <hfield name="h" nrow="5" ncol="6" size="0.5 0.4 0.1 0.05"
+    elevation="{" ".join(map(str, HF_ELEV.ravel()))}"/></asset>
+<worldbody><geom name="hf" type="hfield" hfield="h" euler="0 0 5"/>
+  <body name="ball" pos="-0.1 0 0.3"><freejoint/><geom name="ball" size="0.05" mass="1"/></body>
+  <body name="pebble" pos="0.3 -0.2 0.2"><freejoint/><geom name="pebble" size="0.03"/></body>
+</worldbody></mujoco>"""
+
+
+def _frames_fn(loaded):
+    """Contact frames of ``loaded.geoms`` at a configuration (jitted)."""
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.sim.core import _world
+
+    def f(q):
+        ws, origin = _world(loaded.model, q)
+        vb, _ = kin.body_velocities(loaded.model, ws, jnp.zeros(loaded.model.nv))
+        return loaded.geoms.frames(ws, origin, vb)
+
+    return jax.jit(f)
+
+
+def test_hfield_geoms_load_and_match_mujoco():
+    """An MJCF ``hfield`` geom (elevation inline) loads as a geom of ``loaded.geoms`` with
+    MuJoCo's heights (normalised data times the elevation, rows from +y down); at random
+    poses of the two balls the contacts of each pair have MuJoCo's deepest distance
+    (mj_collision, EPA converged: to 1e-8)."""
+    loaded = jaxdyn.load_mjcf(HF_MJCF)
+    g = loaded.geoms
+    assert g.type == ("hfield", "sphere", "sphere") and not loaded.contacts
+    names = {(g.names[a], g.names[b]) for a, b in g.pairs}
+    assert names == {("hf", "ball"), ("hf", "pebble"), ("ball", "pebble")}
+    hf = g.hulls.value[0]
+    # MuJoCo's layout: the first row given is the last (+y) grid row; data stored in float32
+    np.testing.assert_allclose(np.asarray(hf.heights), np.flipud(HF_ELEV) * 0.1, atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(HF_MJCF)
+    m.opt.ccd_tolerance, m.opt.ccd_iterations = 1e-12, 2000  # EPA converged
+    d = mujoco.MjData(m)
+    frames = _frames_fn(loaded)
+    rng = np.random.default_rng(4)
+    hits = 0
+    for _ in range(8):
+        q = np.array(loaded.q0)
+        q[0:3] = [rng.uniform(-0.4, 0.4), rng.uniform(-0.3, 0.3), rng.uniform(0.02, 0.14)]
+        q[7:10] = [rng.uniform(-0.4, 0.4), rng.uniform(-0.3, 0.3), rng.uniform(0.0, 0.12)]
+        d.qpos[:] = q  # jaxdyn's q is MuJoCo's qpos
+        mujoco.mj_forward(m, d)
+        fr = frames(jnp.asarray(q))
+        dist = np.asarray(fr.distance)
+        other = np.asarray(fr.other)
+        body = np.asarray(fr.body)
+        for bname in ("ball", "pebble"):
+            gid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, bname)
+            mj = [c.dist for c in d.contact[: d.ncon] if {c.geom1, c.geom2} == {0, gid}]
+            b = loaded.model.topo.body_names.index(bname)
+            mine = dist[(other == -1) & (body == b)]
+            if mj:
+                hits += 1
+                assert abs(mine.min() - min(mj)) < 1e-8, (bname, mine, mj)
+            else:
+                assert mine.min() > -1e-10
+    assert hits >= 6
+
+
+def _png_gray(path, img):
+    """Write ``img`` (rows, cols) uint8 as a greyscale PNG (zlib, no dependency)."""
+    import struct
+    import zlib
+
+    def chunk(tag, data):
+        c = struct.pack(">I", len(data)) + tag + data
+        return c + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    rows, cols = img.shape
+    raw = b"".join(b"\x00" + bytes(r) for r in img.astype(np.uint8))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", cols, rows, 8, 0, 0, 0, 0))
+    path.write_bytes(png + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_hfield_from_png_inside_the_model_directory(tmp_path):
+    """An ``hfield`` read from a PNG file next to the model (the untrusted loader hands it to
+    MuJoCo itself, reading nothing outside the directory): heights are the grey levels,
+    normalised to [0, 1] and scaled by the elevation, the image's top row at +y (MuJoCo's
+    convention). A path that leaves the directory is refused (see test_mjcf)."""
+    img = np.array([[0, 50, 100, 150], [200, 250, 10, 20], [30, 40, 60, 255]])
+    _png_gray(tmp_path / "terrain.png", img)
+    (tmp_path / "scene.xml").write_text(
+        '<mujoco><asset><hfield name="t" file="terrain.png" size="1 1 0.4 0.1"/></asset>'
+        '<worldbody><geom type="hfield" hfield="t"/><body pos="0 0 1"><freejoint/>'
+        '<geom size="0.1"/></body></worldbody></mujoco>'
+    )
+    hf = jaxdyn.load_mjcf(tmp_path / "scene.xml").geoms.hulls.value[0]
+    want = np.flipud(img) / 255.0 * 0.4
+    np.testing.assert_allclose(np.asarray(hf.heights), want, atol=1e-6)
+
+
+@pytest.mark.slow  # 40 s of compile; default: test_hfield_geoms_load_and_match_mujoco
+def test_ball_dropped_on_hfield_rests_at_the_surface():
+    """A ball dropped from 0.3 m onto the plateau of a bumpy heightfield (``Constraint``,
+    3 Newton steps): comes to rest with its bottom on the surface (plateau 0.1 m) to 1e-8 m;
+    MuJoCo C's soft contact within 1 mm of it."""
+    xml = HF_MJCF.replace('euler="0 0 5"', "").replace('pos="0.3 -0.2 0.2"', 'pos="0.3 -0.2 0.5"')
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    model = loaded.model
+    n = 600
+    tr = jax.jit(
+        lambda q: sim.rollout(model, sim.State(q, jnp.zeros(model.nv)), jnp.zeros((n, 0)), cfg=cfg)
+    )(loaded.q0)
+    z = np.asarray(tr.q[:, 2])
+    assert z.min() > 0.15 - 1e-3  # no tunnelling
+    np.testing.assert_allclose(z[-100:], 0.15, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(tr.q[-1, :2]), [-0.1, 0.0], atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_step(m, d, n)
+    assert abs(d.qpos[2] - 0.15) < 1e-3

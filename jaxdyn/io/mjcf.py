@@ -1725,6 +1725,20 @@ def _mesh_hull(m, g, element):
     return hull
 
 
+def _hfield(m, g, reach):
+    """The :class:`jaxdyn.sim.collision.HField` of heightfield geom ``g`` (MuJoCo's compiled
+    ``hfield_data``, normalised to [0, 1], times the elevation ``size[2]``), its pairs' window
+    sized for a geom of bounding radius ``reach``."""
+    from ..sim.collision import hfield
+
+    h = int(m.geom_dataid[g])
+    nrow, ncol = int(m.hfield_nrow[h]), int(m.hfield_ncol[h])
+    a = int(m.hfield_adr[h])
+    size = np.array(m.hfield_size[h], float)
+    data = np.array(m.hfield_data[a : a + nrow * ncol], float).reshape(nrow, ncol)
+    return hfield(data * size[2], size, reach)
+
+
 def _filtered(m, g1, g2, filterparent_off) -> bool:
     """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
     ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
@@ -1844,8 +1858,12 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
     for k, g in enumerate(used):
         if types[k] == "mesh":
             hulls[k] = _mesh_hull(m, g, el(g))
+        elif types[k] == "hfield":
+            partners = [b if a == g else a for a, b in pairs if g in (a, b)]
+            reach = max(float(m.geom_rbound[o]) for o in partners)
+            hulls[k] = _hfield(m, g, reach)
     rbound = np.array([float(m.geom_rbound[g]) for g in used])
-    rbound[np.array([t == "plane" for t in types])] = np.inf
+    rbound[np.array([t in ("plane", "hfield") for t in types])] = np.inf
     geoms = Geoms(
         size=np.array([m.geom_size[g] for g in used], float),
         pos=np.asarray(pos, float),

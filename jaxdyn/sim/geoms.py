@@ -67,7 +67,9 @@ class Geoms(eqx.Module):
     Static: ``body`` (jaxdyn body index, ``-1`` the world), ``type`` (names of
     :data:`GEOM_TYPES`), ``condim``, ``names``, ``pairs`` (``(g1, g2)`` with geom 1 first
     in MuJoCo's type order) and ``hulls`` (a :class:`Static` holding a dict geom ->
-    :class:`jaxdyn.sim.collision.Hull` in geom coordinates, for the ``mesh`` geoms).
+    :class:`jaxdyn.sim.collision.Hull` in geom coordinates, for the ``mesh`` geoms, and ->
+    :class:`jaxdyn.sim.collision.HField` for the ``hfield`` geoms; their ``rbound`` is
+    ``inf``).
     """
 
     size: jnp.ndarray
@@ -145,10 +147,24 @@ class Geoms(eqx.Module):
         parts = []
         hulls = {} if self.hulls is None else self.hulls.value
         for (t1, t2), i1, i2 in self.groups():
-            if "mesh" in (t1, t2):  # one call per pair: hulls differ in their sizes
+            if t1 == "hfield" and t2 != "mesh":  # one call per heightfield, partners batched
+                order = np.argsort(i1, kind="stable")
+                i1, i2 = i1[order], i2[order]
+                cs = []
+                for a in dict.fromkeys(i1.tolist()):
+                    b = i2[i1 == a]
+                    cs.append(
+                        jax.vmap(
+                            lambda s2, p2, m2, a=a, t2=t2: collision.collide(
+                                "hfield", t2, hulls[a], p[a], R[a], s2, p2, m2
+                            )
+                        )(size[b], p[b], R[b])
+                    )
+                c = collision.Contact(*(jnp.concatenate(x) for x in zip(*cs, strict=True)))
+            elif {"mesh", "hfield"} & {t1, t2}:  # one call per pair: hulls differ in sizes
                 cs = []
                 for a, b in zip(i1, i2, strict=True):
-                    s1 = hulls[int(a)] if t1 == "mesh" else size[a]
+                    s1 = hulls[int(a)] if t1 in ("mesh", "hfield") else size[a]
                     s2 = hulls[int(b)] if t2 == "mesh" else size[b]
                     cs.append(collision.collide(t1, t2, s1, p[a], R[a], s2, p[b], R[b]))
                 c = collision.Contact(*(jnp.stack(x) for x in zip(*cs, strict=True)))
