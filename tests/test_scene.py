@@ -2,6 +2,8 @@
 filters, body-body contacts in both contact models, checked against MuJoCo C on the same
 scenes."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -535,3 +537,184 @@ def test_ball_dropped_on_hfield_rests_at_the_surface():
     d = mujoco.MjData(m)
     mujoco.mj_step(m, d, n)
     assert abs(d.qpos[2] - 0.15) < 1e-3
+
+
+# ------------------------------------------------------------------------ contact parameters
+PARAM_MJCF = """<mujoco><option timestep="0.002"/>
+<default><default class="soft"><geom solref="0.03 0.8" solmix="3"/></default></default>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1" margin="0.004"/>
+  <body name="a" pos="0 0 0.3"><freejoint/>
+    <geom name="a" size="0.1" margin="0.02" gap="0.01" mass="1"/></body>
+  <body name="b" pos="0.3 0 0.3"><freejoint/>
+    <geom name="b" size="0.05" margin="0.01" class="soft" mass="0.5"/></body>
+  <body name="c" pos="-0.3 0 0.3"><freejoint/>
+    <geom name="c" type="box" size="0.05 0.06 0.04" solref="0.05 1.2" mass="0.5"/></body>
+</worldbody></mujoco>"""
+
+
+def test_margin_gap_solref_match_mujoco():
+    """Per-geom ``margin`` / ``solref`` / ``solmix`` (a ``<default>`` class too), against
+    MuJoCo 4.0's contacts at random poses: every pair MuJoCo reports has jaxdyn's distance
+    ``dist - margin`` (the two geoms' margins summed: MuJoCo's ``dist - includemargin``, to
+    1e-12), acting (``< 0``) exactly where MuJoCo's contact is not excluded (MuJoCo's ``gap``
+    only adds excluded contacts up to ``margin + gap``), and MuJoCo's mixed ``solref``; no
+    other pair is closer than its margin. Geoms with contact parameters against the ground
+    are geom pairs, not primitives."""
+    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    assert not loaded.contacts and loaded.geoms.margin is not None
+    m = mujoco.MjModel.from_xml_string(PARAM_MJCF)
+    d = mujoco.MjData(m)
+    frames = _frames_fn(loaded)
+    names = loaded.model.topo.body_names
+    rng = np.random.default_rng(7)
+    seen = {"act": 0, "gap": 0}
+    for _ in range(12):
+        q = np.array(loaded.q0)
+        for k in range(3):
+            q[7 * k : 7 * k + 3] = rng.uniform(-0.12, 0.12, 3) * [1, 1, 0] + [
+                0.14 * (k - 1),
+                0,
+                0.06 + 0.05 * rng.uniform(),
+            ]
+            qq = rng.normal(size=4)
+            q[7 * k + 3 : 7 * k + 7] = qq / np.linalg.norm(qq)
+        d.qpos[:] = q
+        mujoco.mj_forward(m, d)
+        fr = frames(jnp.asarray(q))
+        dist, sref = np.asarray(fr.distance), np.asarray(fr.solref)
+        body, other = np.asarray(fr.body), np.asarray(fr.other)
+        mj = {}
+        for c in d.contact[: d.ncon]:
+            key = frozenset(int(m.geom_bodyid[g]) - 1 for g in (c.geom1, c.geom2))
+            mj.setdefault(key, []).append(c)
+        for key in {frozenset((int(b), int(o))) for b, o in zip(body, other, strict=True)}:
+            sel = np.array([frozenset((b, o)) == key for b, o in zip(body, other, strict=True)])
+            mine = dist[sel]
+            if key not in mj:
+                assert mine.min() > 0, ([names[b] for b in key if b >= 0], mine.min())
+                continue
+            cs = mj[key]
+            active = any(not c.exclude for c in cs)
+            seen["act" if active else "gap"] += 1
+            if not active:  # in the gap: no force in MuJoCo, none in jaxdyn (may be masked)
+                assert mine.min() > 0
+                continue
+            want = min(c.dist - c.includemargin for c in cs)
+            assert abs(mine.min() - want) < 1e-12, (key, mine.min(), want)
+            np.testing.assert_allclose(sref[sel][0], cs[0].solref, atol=1e-15)
+    assert seen["act"] > 5 and seen["gap"] >= 1
+
+
+def test_solref_gives_compliant_gains_and_constraint_baumgarte():
+    """Each contact's mixed ``solref`` (``ContactFrames.solref``) sets ``Compliant``'s
+    per-contact gains ``k = m / (timeconst dampratio)^2``, ``c = 2 m / timeconst`` (a number
+    given to ``Compliant`` overrides it) and ``Constraint``'s Baumgarte fraction
+    ``dt / timeconst`` (the impulse that removes a resting penetration ``d`` with a unit
+    Delassus matrix is ``-beta d / dt``)."""
+    from jaxdyn.sim.contact import contact_mass, solve_contact_impulses
+
+    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    q = np.array(loaded.q0)
+    q[2], q[9], q[16] = 0.09, 0.04, 0.03  # every ball into the floor
+    fr = _frames_fn(loaded)(jnp.asarray(q))
+    sref = np.asarray(fr.solref)
+    model = loaded.model
+    m = np.asarray(contact_mass(model, fr.body, fr.other))
+    k, c = sim.Compliant().gains(model, jnp.float64, fr.body, fr.other, fr.solref)
+    np.testing.assert_allclose(np.asarray(k), m / (sref[:, 0] * sref[:, 1]) ** 2, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(c), 2 * m / sref[:, 0], rtol=1e-14)
+    assert len(set(np.round(sref[:, 0], 12))) == 3  # three different mixes
+    k2, _ = sim.Compliant(timeconst=0.05).gains(model, jnp.float64, fr.body, fr.other, fr.solref)
+    np.testing.assert_allclose(np.asarray(k2), m / (0.05 * sref[:, 1]) ** 2, rtol=1e-14)
+    hit = np.asarray(fr.distance) < 0
+    n = int(hit.sum())
+    sub = type(fr)(
+        fr.distance[hit], fr.normal[hit], fr.point[hit], fr.velocity[hit], None,
+        tuple(np.asarray(fr.body)[hit]), tuple(np.asarray(fr.other)[hit]), solref=fr.solref[hit],
+    )  # fmt: skip
+    dt = 0.002
+    lam = solve_contact_impulses(
+        sim.Constraint(iterations=3), jnp.eye(3 * n), sub, jnp.zeros((n, 3)), dt
+    )
+    beta = dt / sref[hit, 0]
+    np.testing.assert_allclose(
+        np.asarray(lam[:, 0]), -beta * np.asarray(fr.distance)[hit] / dt, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "attr, key",
+    [('solimp="0.8 0.9 0.01"', "solimp"), ('solref="-1000 -10"', "solref")],
+)
+def test_unhonoured_contact_parameters_refused_by_sim_config(attr, key):
+    """``solimp`` off MuJoCo's default (an impedance jaxdyn's contact models do not have) and
+    ``solref`` in the direct (negative) form: ``sim_config`` refuses them naming the geom and
+    the key; ``ignore=(key,)`` simulates without them."""
+    xml = PARAM_MJCF.replace('<geom name="b" size="0.05"', f'<geom name="b" {attr} size="0.05"')
+    loaded = jaxdyn.load_mjcf(xml)
+    with pytest.raises(ValueError, match=rf'\[{key}\] <geom name="b" type="sphere">'):
+        loaded.sim_config(contact=sim.Compliant())
+    cfg = loaded.sim_config(contact=sim.Compliant(), ignore=(key,))
+    assert cfg.geoms is loaded.geoms
+
+
+@pytest.mark.slow  # 30 s of compile; default: test_margin_gap_solref_match_mujoco
+def test_ball_with_margin_rests_at_the_margin():
+    """A ball with ``margin="0.01"`` dropped on the floor (``Constraint``, 3 Newton steps):
+    rests 1 cm above it (MuJoCo's contact acts below the margin), to 1e-8 m; MuJoCo C's ball
+    within 1 mm of that height."""
+    xml = """<mujoco><option timestep="0.002"/><worldbody>
+      <geom name="floor" type="plane" size="5 5 .1"/>
+      <body name="a" pos="0 0 0.2"><freejoint/><geom name="a" size="0.1" margin="0.01"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    assert not loaded.contacts  # a geom pair: it carries its margin
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    model = loaded.model
+    tr = jax.jit(
+        lambda q: sim.rollout(model, sim.State(q, jnp.zeros(6)), jnp.zeros((400, 0)), cfg=cfg)
+    )(loaded.q0)
+    np.testing.assert_allclose(np.asarray(tr.q[-50:, 2]), 0.11, atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_step(m, d, 400)
+    assert abs(d.qpos[2] - 0.11) < 1e-3
+
+
+@pytest.mark.slow  # 70 s of compile (161 geom pairs); default: test_margin_gap_solref_match_mujoco
+def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
+    """dm_control's humanoid (20 capsules and spheres on 16 bodies, self-collision on: 161
+    geom pairs after MuJoCo's filters, the floor included) falls limp for 1.5 s from ``qpos0``
+    (its ``solref`` 0.015 per contact, ``solimp`` refused by name and ignored; ``Compliant``,
+    the ``"implicit"`` integrator at its 5 ms step), beside MuJoCo C: no geom pair of either
+    interpenetrates deeper than 15 mm (jaxdyn 9.6 mm, MuJoCo 12.2 mm over the first second),
+    limbs touch each other and the floor, and the fall ends low."""
+    import dm_control
+
+    path = str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
+    loaded = jaxdyn.load_mjcf(path)
+    assert loaded.geoms.n == 20 and len(loaded.geoms.pairs) == 161
+    with pytest.raises(ValueError, match="solimp"):
+        loaded.sim_config(contact=sim.Compliant())
+    cfg = loaded.sim_config(contact=sim.Compliant(), ignore=("solimp",), integrator="implicit")
+    model, n = loaded.model, 300
+    ctrl = jnp.zeros((n, len(loaded.actuators)))
+    tr = jax.jit(lambda q: sim.rollout(model, sim.State(q, jnp.zeros(model.nv)), ctrl, cfg=cfg))(
+        loaded.q0
+    )
+    dist = np.asarray(jax.jit(jax.vmap(_frames_fn(loaded)))(tr.q).distance)  # (n, slots)
+    fr = _frames_fn(loaded)(loaded.q0)
+    floor = np.asarray(fr.other) < 0
+    worst = -dist.min()
+    assert worst < 0.015, worst
+    assert dist[:, ~floor].min() < 0 and dist[:, floor].min() < 0  # self and floor contacts
+    assert float(tr.q[-1, 2]) < 0.6  # the torso came down
+    m = mujoco.MjModel.from_xml_path(path)
+    d = mujoco.MjData(m)
+    worst_mj = 0.0
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        if d.ncon:
+            worst_mj = max(worst_mj, -min(c.dist for c in d.contact[: d.ncon]))
+    assert worst_mj < 0.015, worst_mj
