@@ -688,7 +688,7 @@ def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
     geom pairs after MuJoCo's filters, the floor included) falls limp for 1.5 s from ``qpos0``
     (its ``solref`` 0.015 per contact, ``solimp`` refused by name and ignored; ``Compliant``,
     the ``"implicit"`` integrator at its 5 ms step), beside MuJoCo C: no geom pair of either
-    interpenetrates deeper than 15 mm (jaxdyn 9.6 mm, MuJoCo 12.2 mm over the first second),
+    interpenetrates deeper than 15 mm (deepest: jaxdyn 9.6 mm, MuJoCo 12.2 mm),
     limbs touch each other and the floor, and the fall ends low."""
     import dm_control
 

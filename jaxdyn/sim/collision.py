@@ -13,6 +13,7 @@ ellipsoid   ``[a, b, c]``                  semi-axes along the columns of ``mat`
 cylinder    ``[r, h]``                     radius ``r``, half-length ``h`` along ``mat[:, 2]``
 box         ``[hx, hy, hz]``               half-sizes along the columns of ``mat``
 mesh        a :class:`Hull`                convex hull (vertices in geom coordinates)
+hfield      an :class:`HField`             heightfield: MuJoCo's triangular prisms of a grid
 ==========  =============================  ===================================================
 
 A pair function ``collide_<t1>_<t2>(size1, pos1, mat1, size2, pos2, mat2, margin=0.0)`` returns
@@ -38,7 +39,9 @@ Methods: closest points of segments and boxes (C. Ericson, *Real-Time Collision 
 M. Lin, D. Manocha, "OBBTree", SIGGRAPH 1996; Ericson ch. 4.4 and 5.2.1) with edge-edge axes
 pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis test between
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
-reference face (Sutherland-Hodgman, Ericson ch. 8.3).
+reference face (Sutherland-Hodgman, Ericson ch. 8.3). Heightfields are MuJoCo's
+(``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
+polytope for the pair functions above.
 """
 
 from __future__ import annotations
