@@ -553,7 +553,13 @@ PARAM_MJCF = """<mujoco><option timestep="0.002"/>
 </worldbody></mujoco>"""
 
 
-def test_margin_gap_solref_match_mujoco():
+@pytest.fixture(scope="module")
+def param_scene():
+    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    return loaded, _frames_fn(loaded)
+
+
+def test_margin_gap_solref_match_mujoco(param_scene):
     """Per-geom ``margin`` / ``solref`` / ``solmix`` (a ``<default>`` class too), against
     MuJoCo 4.0's contacts at random poses: every pair MuJoCo reports has jaxdyn's distance
     ``dist - margin`` (the two geoms' margins summed: MuJoCo's ``dist - includemargin``, to
@@ -561,11 +567,10 @@ def test_margin_gap_solref_match_mujoco():
     only adds excluded contacts up to ``margin + gap``), and MuJoCo's mixed ``solref``; no
     other pair is closer than its margin. Geoms with contact parameters against the ground
     are geom pairs, not primitives."""
-    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    loaded, frames = param_scene
     assert not loaded.contacts and loaded.geoms.margin is not None
     m = mujoco.MjModel.from_xml_string(PARAM_MJCF)
     d = mujoco.MjData(m)
-    frames = _frames_fn(loaded)
     names = loaded.model.topo.body_names
     rng = np.random.default_rng(7)
     seen = {"act": 0, "gap": 0}
@@ -606,7 +611,7 @@ def test_margin_gap_solref_match_mujoco():
     assert seen["act"] > 5 and seen["gap"] >= 1
 
 
-def test_solref_gives_compliant_gains_and_constraint_baumgarte():
+def test_solref_gives_compliant_gains_and_constraint_baumgarte(param_scene):
     """Each contact's mixed ``solref`` (``ContactFrames.solref``) sets ``Compliant``'s
     per-contact gains ``k = m / (timeconst dampratio)^2``, ``c = 2 m / timeconst`` (a number
     given to ``Compliant`` overrides it) and ``Constraint``'s Baumgarte fraction
@@ -614,10 +619,10 @@ def test_solref_gives_compliant_gains_and_constraint_baumgarte():
     Delassus matrix is ``-beta d / dt``)."""
     from jaxdyn.sim.contact import contact_mass, solve_contact_impulses
 
-    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    loaded, frames = param_scene
     q = np.array(loaded.q0)
     q[2], q[9], q[16] = 0.09, 0.04, 0.03  # every ball into the floor
-    fr = _frames_fn(loaded)(jnp.asarray(q))
+    fr = frames(jnp.asarray(q))
     sref = np.asarray(fr.solref)
     model = loaded.model
     m = np.asarray(contact_mass(model, fr.body, fr.other))
