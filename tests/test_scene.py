@@ -662,6 +662,7 @@ def test_unhonoured_contact_parameters_refused_by_sim_config(attr, key):
         loaded.sim_config(contact=sim.Compliant())
     cfg = loaded.sim_config(contact=sim.Compliant(), ignore=(key,))
     assert cfg.geoms is loaded.geoms
+    assert loaded.sim_config().contact is None  # without contact: nothing to refuse
 
 
 @pytest.mark.slow  # 30 s of compile; default: test_margin_gap_solref_match_mujoco
@@ -723,3 +724,22 @@ def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
         if d.ncon:
             worst_mj = max(worst_mj, -min(c.dist for c in d.contact[: d.ncon]))
     assert worst_mj < 0.015, worst_mj
+
+
+def test_override_flag_sets_every_pair_margin_and_solref():
+    """``<option o_margin o_solref><flag override="enable"/>``: every pair's margin and solref
+    are the option's (MuJoCo's ``mj_assignMargin`` / ``mj_assignRef``), whatever the geoms
+    say: jaxdyn's distance is MuJoCo's ``dist - includemargin`` and its solref MuJoCo's."""
+    xml = """<mujoco><option o_margin="0.03" o_solref="0.04 0.7"><flag override="enable"/>
+      </option><worldbody><geom name="floor" type="plane" size="5 5 .1" margin="0.1"/>
+      <body name="a" pos="0 0 0.12"><freejoint/><geom name="a" size="0.1" solref="0.01 2"/>
+      </body></worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    fr = _frames_fn(loaded)(loaded.q0)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    c = d.contact[0]
+    assert d.ncon == 1 and abs(c.includemargin - 0.03) < 1e-15
+    np.testing.assert_allclose(float(fr.distance.min()), c.dist - c.includemargin, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fr.solref)[0], c.solref, atol=1e-15)

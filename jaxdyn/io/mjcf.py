@@ -361,8 +361,9 @@ class MJCFModel(NamedTuple):
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
         ``implicitfast``), ``"equality"`` (equality constraints, which jaxdyn.sim does not
-        enforce), ``"solimp"`` (a colliding geom's ``solimp`` off MuJoCo's default: the contact
-        models have no impedance), ``"solref"`` (``solref`` in the direct, negative form).
+        enforce), and with a contact model ``"solimp"`` (a colliding geom's ``solimp`` off
+        MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref`` in
+        the direct, negative form).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -379,7 +380,12 @@ class MJCFModel(NamedTuple):
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        errors = [(k, msg) for k, msg in self.sim_issues if k not in keys]
+        contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        errors = [
+            (k, msg)
+            for k, msg in self.sim_issues
+            if k not in keys and (contact is not None or k not in contact_keys)
+        ]
         if errors:
             lines = "\n".join(f"  [{k}] {msg}" for k, msg in errors)
             ks = tuple(sorted({k for k, _ in errors}))
@@ -1793,8 +1799,8 @@ def _contact_params(m):
     solref = np.array(m.geom_solref, float).reshape(-1, 2)
     solmix = np.array(m.geom_solmix, float).reshape(-1)
     solimp = np.array(m.geom_solimp, float).reshape(-1, 5)
-    if int(m.opt.enableflags) & _ENBL_OVERRIDE:
-        margin[:] = float(m.opt.o_margin)
+    if int(m.opt.enableflags) & _ENBL_OVERRIDE:  # a pair's margin is o_margin: half each
+        margin[:] = 0.5 * float(m.opt.o_margin)
         solref[:] = np.array(m.opt.o_solref, float)
         solimp[:] = np.array(m.opt.o_solimp, float)
     return margin, solref, solmix, solimp
