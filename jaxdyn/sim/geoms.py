@@ -2,9 +2,10 @@
 
 A :class:`Geoms` table holds every collision geom of a scene: the body it moves with (static;
 ``-1`` for the world: tables, walls, the floor), its type (static, MuJoCo's names: ``plane``,
-``sphere``, ``capsule``, ``ellipsoid``, ``cylinder``, ``box``), its size in MuJoCo's
-``geom_size`` layout, its pose in the body's frame and its friction (array leaves:
-differentiable, batchable for domain randomisation), and the pairs of geoms that may touch.
+``hfield``, ``sphere``, ``capsule``, ``ellipsoid``, ``cylinder``, ``box``, ``mesh``), its size
+in MuJoCo's ``geom_size`` layout, its pose in the body's frame, its friction and contact
+parameters (``margin``, ``solref``; array leaves: differentiable, batchable for domain
+randomisation), and the pairs of geoms that may touch.
 
 Broad phase: the pairs are fixed when the table is built, from the model file's filters
 (:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``,
