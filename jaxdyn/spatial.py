@@ -364,7 +364,8 @@ def inv3(A):
 
 
 def inv_spd(D):
-    """Inverse of small symmetric positive definite ``(..., k, k)`` matrices, ``k`` in 1, 3, 6.
+    """Inverse of small symmetric positive definite ``(..., k, k)`` matrices: closed forms for
+    ``k`` in 1, 2, 3, 6, ``jnp.linalg.inv`` otherwise.
 
     ``k = 6`` uses the 3x3 block Schur complement. Written out so that XLA fuses it (a LAPACK
     call per joint would dominate compile and run time) and so that it stays analytic.
@@ -372,6 +373,10 @@ def inv_spd(D):
     k = D.shape[-1]
     if k == 1:
         return 1 / D
+    if k == 2:
+        a, b, d = D[..., 0, 0], D[..., 0, 1], D[..., 1, 1]
+        det = a * d - b * b
+        return stack([stack([d, -b], -1), stack([-b, a], -1)], -2) / det[..., None, None]
     if k == 3:
         return inv3(D)
     if k == 6:
@@ -390,3 +395,24 @@ def inv_spd(D):
             -2,
         )
     return jnp.linalg.inv(D)
+
+
+# ----------------------------------------------------------------------------- packed symmetric
+
+#: ``(iu, ju)``: row and column of each entry of a packed symmetric 6x6 (its upper triangle)
+TRIU_SYMMETRIC = np.triu_indices(6)
+#: ``PACK_SYMMETRIC[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in its packed
+#: ``(21,)`` vector
+PACK_SYMMETRIC = np.zeros((6, 6), np.int64)
+PACK_SYMMETRIC[TRIU_SYMMETRIC] = np.arange(21)
+PACK_SYMMETRIC[TRIU_SYMMETRIC[::-1]] = np.arange(21)
+
+
+def pack_symmetric(A):
+    """Upper triangle ``(..., 21)`` of symmetric ``(..., 6, 6)`` matrices (spatial inertias)."""
+    return A[..., TRIU_SYMMETRIC[0], TRIU_SYMMETRIC[1]]
+
+
+def unpack_symmetric(a):
+    """Symmetric ``(..., 6, 6)`` from the packed ``(..., 21)`` of :func:`pack_symmetric`."""
+    return a[..., PACK_SYMMETRIC]
