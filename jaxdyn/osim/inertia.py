@@ -6,10 +6,10 @@ upper triangle ``(..., 21)``: the world-frame body inertias are written directly
 from ``(m, c, Ic)``, children are summed into parents (by static gathers,
 :func:`jaxdyn.model.tree.sum_into_parents_gathered`) and ``Ia = IA - U D^-1 U^T`` is updated
 on 21 entries instead of 36 (the pass is :func:`jaxdyn.algorithms.aba.articulated_pass`, its
-step :func:`jaxdyn.algorithms.aba.articulated_body_step`, on the packed form). On XLA:CPU the pass is bound by the memory traffic between the
-small kernels of each level rather than by arithmetic, so the smaller operands are the lever;
-the arithmetic is unchanged. The levels are walked by :func:`jaxdyn.model.tree.backward_pass`
-(long serial runs by one ``lax.scan``).
+step :func:`jaxdyn.algorithms.aba.articulated_body_step`, on the packed form). On XLA:CPU the
+pass is bound by the memory traffic between the small kernels of each level rather than by
+arithmetic, so the smaller operands are the lever; the arithmetic is unchanged. The levels are
+walked by :func:`jaxdyn.model.tree.backward_pass` (long serial runs by one ``lax.scan``).
 
 Returns the ``(Us, Dinvs)`` that PV-OSIMr, PV-OSIM and EFPA use (``U = IA S^T`` ``(n, 6, k)``,
 ``D^-1`` ``(n, k, k)`` per level and joint group), plus ``None`` for the projected inertias,
