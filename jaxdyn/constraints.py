@@ -55,6 +55,7 @@ from . import batching, shell, spatial
 from ._precision import full_precision
 from .algorithms import kinematics as kin
 from .model import tree
+from .spatial import log3
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -518,23 +519,6 @@ def constraint_drift(model, q, v, constraints):
     model, q, dt = shell.prepare(model, fn, q, v)
     ws = kin.world_state(model, q)
     return kinematic_terms(model, ws, v.astype(dt), lay, placements_from_state(model, ws, lay))[1]
-
-
-def log3(R):
-    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π.
-
-    Differentiable at the identity too: the small-angle branch uses ``t^2 ~ sin(t)^2`` and
-    never takes the square root of zero (whose derivative is infinite)."""
-    tr = jnp.trace(R, axis1=-2, axis2=-1)
-    c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
-    vee = spatial.stack(
-        [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
-    )  # 2 sin(t) axis
-    s2 = jnp.sum(vee * vee, -1) / 4  # sin(t)^2
-    small = s2 < 1e-12
-    s = jnp.sqrt(jnp.where(small, 1.0, s2))
-    factor = jnp.where(small, 0.5 + s2 / 12, jnp.arctan2(s, c) / (2 * s))
-    return factor[..., None] * vee
 
 
 def target_arrays(fn, constraints, lay, targets, dtype):

@@ -211,6 +211,23 @@ def log3_quat(q):
     return factor[..., None] * v
 
 
+def log3(R):
+    """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π.
+
+    Differentiable at the identity too: the small-angle branch uses ``t^2 ~ sin(t)^2`` and
+    never takes the square root of zero (whose derivative is infinite)."""
+    tr = jnp.trace(R, axis1=-2, axis2=-1)
+    c = jnp.clip((tr - 1) / 2, -1.0, 1.0)
+    vee = stack(
+        [R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1
+    )  # 2 sin(t) axis
+    s2 = jnp.sum(vee * vee, -1) / 4  # sin(t)^2
+    small = s2 < 1e-12
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    factor = jnp.where(small, 0.5 + s2 / 12, jnp.arctan2(s, c) / (2 * s))
+    return factor[..., None] * vee
+
+
 def left_jacobian_so3(w):
     """SO(3) left Jacobian ``V(w) = I + b [w] + c [w]^2`` used by the SE(3) exponential."""
     theta2 = jnp.sum(w * w, -1)
@@ -230,6 +247,115 @@ def left_jacobian_so3_inv(w):
     K = skew(w)
     eye = jnp.eye(3, dtype=K.dtype)
     return eye - 0.5 * K + d[..., None, None] * mm(K, K)
+
+
+# ----------------------------------------------------------------------------- SO(3) / SE(3)
+# right Jacobians (the tangent maps of ``integrate`` / ``difference``: jaxdyn.trajopt.lie)
+
+_JR_SMALL = 0.5  # theta^2 below which the Taylor series are used
+
+
+def _jr_series(theta2, coefs):
+    out = jnp.zeros_like(theta2) + coefs[-1]
+    for c in coefs[-2::-1]:
+        out = out * theta2 + c
+    return out
+
+
+# Taylor coefficients in theta^2 of b, c, e, c2, c3 (see _jr_coefficients), constant terms first.
+_B = (1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800, -1 / 479001600, 1 / 87178291200)
+_C = (1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800, -1 / 6227020800, 1 / 1307674368000)
+_E = (1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160, 691 / 1307674368000, 1 / 74724249600)
+_C2 = (
+    1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001600, -1 / 87178291200,
+    1 / 20922789888000,
+)  # fmt: skip
+_C3 = (
+    1 / 120, -1 / 2520, 1 / 120960, -1 / 9979200, 1 / 1245404160, -1 / 217945728000,
+    1 / 50812489728000,
+)  # fmt: skip
+
+
+def _jr_coefficients(theta2):
+    """``b = (1-cos)/θ²``, ``c = (θ-sin)/θ³``, ``e = 1/θ² - (1+cos)/(2θ sin)``,
+    ``c2 = (θ²+2cos-2)/(2θ⁴)``, ``c3 = (2θ-3sin+θcos)/(2θ⁵)`` of ``θ = sqrt(theta2)``."""
+    small = jnp.real(theta2) < _JR_SMALL
+    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
+    t = jnp.sqrt(t2)
+    s, co = jnp.sin(t), jnp.cos(t)
+    b = jnp.where(small, _jr_series(theta2, _B), (1 - co) / t2)
+    c = jnp.where(small, _jr_series(theta2, _C), (t - s) / (t2 * t))
+    e = jnp.where(small, _jr_series(theta2, _E), 1 / t2 - (1 + co) / (2 * t * s))
+    c2 = jnp.where(small, _jr_series(theta2, _C2), (t2 + 2 * co - 2) / (2 * t2 * t2))
+    c3 = jnp.where(small, _jr_series(theta2, _C3), (2 * t - 3 * s + t * co) / (2 * t2 * t2 * t))
+    return b, c, e, c2, c3
+
+
+def _eye3(shape, dtype):
+    return jnp.broadcast_to(jnp.eye(3, dtype=dtype), shape + (3, 3))
+
+
+def so3_right_jacobian(w):
+    """``Jr(ω) = I - b [ω] + c [ω]^2`` of SO(3), ``w (..., 3) -> (..., 3, 3)``."""
+    b, c, *_ = _jr_coefficients(jnp.sum(w * w, -1))
+    K = skew(w)
+    return _eye3(w.shape[:-1], w.dtype) - b[..., None, None] * K + c[..., None, None] * (K @ K)
+
+
+def so3_right_jacobian_inv(w):
+    """``Jr(ω)^-1 = I + [ω]/2 + e [ω]^2`` of SO(3)."""
+    _, _, e, _, _ = _jr_coefficients(jnp.sum(w * w, -1))
+    K = skew(w)
+    return _eye3(w.shape[:-1], w.dtype) + 0.5 * K + e[..., None, None] * (K @ K)
+
+
+def _qr(w, v):
+    """Lower-left block of the SE(3) right Jacobian (Barfoot's ``Q(ρ, φ)`` at ``(-v, -ω)``)."""
+    theta2 = jnp.sum(w * w, -1)
+    _, c1, _, c2, c3 = _jr_coefficients(theta2)
+    W, V = skew(w), skew(v)
+    WV, VW = W @ V, V @ W
+    WVW = WV @ W
+    c1, c2, c3 = (x[..., None, None] for x in (c1, c2, c3))
+    return (
+        -0.5 * V
+        + c1 * (WV + VW - WVW)
+        + c2 * (-(W @ WV) - VW @ W + 3 * WVW)
+        + c3 * (WVW @ W + W @ WVW)
+    )
+
+
+def se3_right_jacobian(xi):
+    """SE(3) right Jacobian ``Jr(ξ)``, ``ξ = [ω; v] (..., 6) -> (..., 6, 6)``:
+    ``[[Jr(ω), 0], [Qr(ω, v), Jr(ω)]]`` (rows and columns ``[angular; linear]``)."""
+    w, v = xi[..., :3], xi[..., 3:]
+    J = so3_right_jacobian(w)
+    Q = _qr(w, v)
+    Z = jnp.zeros_like(J)
+    return jnp.concatenate([jnp.concatenate([J, Z], -1), jnp.concatenate([Q, J], -1)], -2)
+
+
+def se3_right_jacobian_inv(xi):
+    """``Jr(ξ)^-1 = [[Jr(ω)^-1, 0], [-Jr(ω)^-1 Qr Jr(ω)^-1, Jr(ω)^-1]]``."""
+    w, v = xi[..., :3], xi[..., 3:]
+    Ji = so3_right_jacobian_inv(w)
+    Q = _qr(w, v)
+    Z = jnp.zeros_like(Ji)
+    return jnp.concatenate(
+        [jnp.concatenate([Ji, Z], -1), jnp.concatenate([-(Ji @ Q @ Ji), Ji], -1)], -2
+    )
+
+
+def se3_ad_inv_exp(xi):
+    """``Ad(exp(ξ)^-1) = [[R^T, 0], [-R^T [p], R^T]]`` with ``exp(ξ) = (R, p)``."""
+    w, v = xi[..., :3], xi[..., 3:]
+    R = quat_to_rot(exp3_quat(w))
+    p = mv(left_jacobian_so3(w), v)
+    Rt = jnp.swapaxes(R, -1, -2)
+    Z = jnp.zeros_like(R)
+    return jnp.concatenate(
+        [jnp.concatenate([Rt, Z], -1), jnp.concatenate([-(Rt @ skew(p)), Rt], -1)], -2
+    )
 
 
 # ----------------------------------------------------------------------------- SE(3)
@@ -364,7 +490,8 @@ def inv3(A):
 
 
 def inv_spd(D):
-    """Inverse of small symmetric positive definite ``(..., k, k)`` matrices, ``k`` in 1, 3, 6.
+    """Inverse of small symmetric positive definite ``(..., k, k)`` matrices: closed forms for
+    ``k`` in 1, 2, 3, 6, ``jnp.linalg.inv`` otherwise.
 
     ``k = 6`` uses the 3x3 block Schur complement. Written out so that XLA fuses it (a LAPACK
     call per joint would dominate compile and run time) and so that it stays analytic.
@@ -372,6 +499,10 @@ def inv_spd(D):
     k = D.shape[-1]
     if k == 1:
         return 1 / D
+    if k == 2:
+        a, b, d = D[..., 0, 0], D[..., 0, 1], D[..., 1, 1]
+        det = a * d - b * b
+        return stack([stack([d, -b], -1), stack([-b, a], -1)], -2) / det[..., None, None]
     if k == 3:
         return inv3(D)
     if k == 6:
@@ -390,3 +521,24 @@ def inv_spd(D):
             -2,
         )
     return jnp.linalg.inv(D)
+
+
+# ----------------------------------------------------------------------------- packed symmetric
+
+#: ``(iu, ju)``: row and column of each entry of a packed symmetric 6x6 (its upper triangle)
+TRIU_SYMMETRIC = np.triu_indices(6)
+#: ``PACK_SYMMETRIC[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in its packed
+#: ``(21,)`` vector
+PACK_SYMMETRIC = np.zeros((6, 6), np.int64)
+PACK_SYMMETRIC[TRIU_SYMMETRIC] = np.arange(21)
+PACK_SYMMETRIC[TRIU_SYMMETRIC[::-1]] = np.arange(21)
+
+
+def pack_symmetric(A):
+    """Upper triangle ``(..., 21)`` of symmetric ``(..., 6, 6)`` matrices (spatial inertias)."""
+    return A[..., TRIU_SYMMETRIC[0], TRIU_SYMMETRIC[1]]
+
+
+def unpack_symmetric(a):
+    """Symmetric ``(..., 6, 6)`` from the packed ``(..., 21)`` of :func:`pack_symmetric`."""
+    return a[..., PACK_SYMMETRIC]

@@ -50,58 +50,174 @@ DENSE_DIAG_SPREAD_TOL = 1e-12
 METHODS = ("auto", "sweeps", "dense")
 
 
+def articulated_body_step(
+    IA, S, armature=None, *, free=False, project=True, store=False, bodies=False
+):
+    """The articulated-body step across a joint (Featherstone 2008, Alg. 7.1 / RBDA Table 7.1,
+    eqs. 7.25-7.34): from the articulated inertia ``IA`` of the joint's successor and the
+    joint's motion subspace ``S``::
+
+        U = IA S,    D = S^T U,    D^-1,    Ia = IA - U D^-1 U^T
+
+    ``Ia`` is the part of ``IA`` transmitted across the joint to its predecessor. Every joint
+    of a batch at once (ABA, the Delassus algorithms, and C-ABA / C-EFPA, where ``S`` is a
+    cluster's ``S_k`` and ``D`` its ``ny x ny`` block).
+
+    - ``IA (..., 6, 6)``, or the packed upper triangle ``(..., 21)``
+      (:func:`jaxdyn.spatial.pack_symmetric`; then ``Ia`` is packed too).
+    - ``S (..., 6, k)``: the motion subspace's columns (jaxdyn stores ``S^T``, ``(nv, 6)``).
+    - ``armature``: ``(..., k)`` added to the diagonal of ``D`` (rotor inertia, as
+      Pinocchio's ``armature``), ``(..., k, k)`` added to ``D`` (a cluster's reflected rotor
+      inertia), or ``None``.
+    - ``free``: ``S`` spans all of R^6 (a free joint): without armature nothing of the inertia
+      crosses the joint, and ``Ia`` is an exact zero (not the rounding residue of ``IA - IA``,
+      large in world coordinates).
+    - ``project=False``: ``Ia`` is not formed (``None``).
+    - ``bodies``: ``IA (..., n, 6, 6)`` and ``S (..., n, 6, k)`` are the blocks of the ``n``
+      bodies of a cluster whose articulated inertia is block diagonal (Chignoli et al., T-RO
+      2024, C-ABA): ``U (..., n, 6, k)`` per body, ``D = sum_i S_i^T U_i``; ``Ia`` is then
+      the caller's (:func:`project_articulated_inertia` on what the cluster hands on).
+    - ``store``: ``U`` is computed once into a buffer of its own
+      (:func:`jaxdyn.backend.fusion.materialize`), for callers that read it on many
+      right-hand sides (one-DoF joints; a backend hint, values unchanged).
+
+    ``k == 1`` takes elementwise forms (one fused kernel instead of batched dots; not with
+    ``bodies``). Returns
+    ``(U (..., 6, k), D^-1 (..., k, k), Ia)``.
+    """
+    packed = IA.shape[-1] == 21
+    k = S.shape[-1]
+    if k == 1 and not bodies:
+        s = S[..., 0]
+        if packed:  # U = IA s on the packed entries (36 products, one fusion)
+            P = spatial.PACK_SYMMETRIC
+            U1 = spatial.stack(
+                [sum(IA[..., P[i, j]] * s[..., j] for j in range(6)) for i in range(6)], -1
+            )
+        else:
+            # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``)
+            U1 = spatial.mv(IA, s, unroll=True)
+        if store:
+            U1, s = fusion.materialize(U1, s)
+        D = jnp.sum(s * U1, -1)
+        if armature is not None:
+            D = D + armature.reshape(D.shape)
+        dinv = 1 / D
+        U, Dinv = U1[..., None], dinv[..., None, None]
+        if not project:
+            Ia = None
+        elif packed:
+            iu, ju = spatial.TRIU_SYMMETRIC
+            Ia = IA - U1[..., iu] * (U1 * dinv[..., None])[..., ju]
+        else:
+            Ia = IA - U * (Dinv * U1[..., None, :])
+        return U, Dinv, Ia
+    IAf = spatial.unpack_symmetric(IA) if packed else IA
+    U = mm(IAf, S)  # (..., 6, k)
+    D = mm(jnp.swapaxes(S, -1, -2), U)
+    if bodies:
+        D = _sum_bodies(D)
+    if armature is not None:
+        if armature.ndim == D.ndim:
+            D = D + armature
+        else:
+            D = D + armature[..., None] * jnp.eye(k, dtype=D.dtype)
+    Dinv = spatial.inv_spd(D)
+    if not project or bodies:
+        Ia = None
+    elif free and armature is None:
+        Ia = jnp.zeros_like(IA)
+    else:
+        Ia = project_articulated_inertia(IAf, U, Dinv)
+        if packed:
+            Ia = spatial.pack_symmetric(Ia)
+    return U, Dinv, Ia
+
+
+def _sum_bodies(x):
+    """Sum over the body axis ``-3`` of ``(..., n, a, b)`` (unrolled)."""
+    out = x[..., 0, :, :]
+    for i in range(1, x.shape[-3]):
+        out = out + x[..., i, :, :]
+    return out
+
+
+def project_articulated_inertia(IA, U, Dinv):
+    """``Ia = IA - U D^-1 U^T`` (Featherstone 2008, eq. 7.34; :func:`articulated_body_step`):
+    ``IA (..., 6, 6)``, ``U (..., 6, k)``, ``D^-1 (..., k, k)``."""
+    if U.shape[-1] == 1:
+        return IA - U * (Dinv * jnp.swapaxes(U, -1, -2))
+    return IA - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2))
+
+
+def articulated_bias_force(pA, U, Dinv, u, Ia=None, c=None):
+    """``pa = pA + Ia c + U D^-1 u`` (Featherstone 2008, Alg. 7.1 / RBDA Table 7.1, pass 2):
+    the bias force transmitted across a joint to its predecessor, with ``u = tau - S^T pA``.
+
+    ``U``, ``D^-1`` (and ``Ia``) from :func:`articulated_body_step`; ``pA (..., 6, r)`` or
+    ``None`` (zero), ``u (..., k, r)``, ``c (..., 6, r)`` velocity-product acceleration or
+    ``None``; with ``u (..., k)``, vectors throughout (``pA``, ``c`` ``(..., 6)``)."""
+    vec = u.ndim == Dinv.ndim - 1
+    prod = spatial.mv if vec else mm
+    pa = prod(U, prod(Dinv, u))
+    if pA is not None:
+        pa = pA + pa
+    if c is not None:
+        pa = pa + prod(Ia, c)
+    return pa
+
+
 def articulated_inertias(model, S, I6):
     """Backward pass on the inertias only (they depend on ``q`` alone).
 
     ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias; the model's
     armature (``model.armature``, if set) is added to ``D = S^T U`` (as Pinocchio does).
     Returns per level and group ``U``, ``D^-1`` and the projected inertia
-    ``Ia = IA - U D^-1 U^T`` (Featherstone eq. 7.34): three
+    ``Ia = IA - U D^-1 U^T`` (:func:`articulated_body_step`): three
     :class:`~jaxdyn.model.tree.LevelSeq`, indexed ``Us[level][group]``.
     """
+    return articulated_pass(model, S, I6)
+
+
+def articulated_pass(model, S, IA0, return_ia=True):
+    """The articulated-inertia pass (Featherstone 2008, Alg. 7.1, pass 2, inertias only), walked
+    by :func:`jaxdyn.model.tree.backward_pass`: per level, children's ``Ia`` summed into their
+    parents and :func:`articulated_body_step` per joint group. ``IA0`` the world body
+    inertias, ``(nb, 6, 6)`` or packed ``(nb, 21)`` (then ``Ia`` packed). Returns the
+    :class:`~jaxdyn.model.tree.LevelSeq` of ``U``, ``D^-1`` and ``Ia`` (``None`` unless
+    ``return_ia``)."""
     arm = model.armature
+    packed = IA0.shape[-1] == 21
 
     def step(lvl, child, below, inp):
         I6l, Sl, arml = inp
-        IA = I6l if below is None else I6l + tree.sum_into_parents(below, child, lvl.n)
+        if below is None:
+            IA = I6l
+        elif packed:
+            IA = I6l + tree.sum_into_parents_gathered(below, child, lvl.n)
+        else:
+            IA = I6l + tree.sum_into_parents(below, child, lvl.n)
         b0, v0 = lvl.b0, tree.level_v0(lvl)
         Ug, Dg, Ia = [], [], []
         for g in lvl.groups:
             k = joints.NV[g.kind]
-            Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - b0 : g.b1 - b0]
+            Sg = Sl[g.v0 - v0 : g.v1 - v0]
+            # S's columns (a reshape alone where k = 1)
+            Sg = Sg.reshape(g.n, 6, 1) if k == 1 else jnp.swapaxes(Sg.reshape(g.n, k, 6), -1, -2)
             ag = None if arml is None else arml[g.v0 - v0 : g.v1 - v0].reshape(g.n, k)
-            if k == 1:  # elementwise forms: one fused kernel instead of batched dots
-                s1 = Sg[:, 0]
-                # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``),
-                # stored once: the sweeps read U on every right-hand side, and XLA would
-                # otherwise recompute it per column (Minv much slower). Faster than the dot
-                # under jax.vmap (docs/design-measurements.md).
-                U1, s1 = fusion.materialize(spatial.mv(IAg, s1, unroll=True), s1)
-                D = jnp.sum(s1 * U1, -1)
-                Dinv = 1 / (D if ag is None else D + ag[:, 0])
-                U = U1[..., None]
-                Dinv = Dinv[:, None, None]
-                Ia.append(IAg - U * (Dinv * U1[:, None, :]))
-            else:
-                U = mm(IAg, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
-                D = mm(Sg, U)
-                if ag is not None:
-                    D = D + ag[:, :, None] * jnp.eye(k, dtype=D.dtype)
-                Dinv = spatial.inv_spd(D)
-                if g.kind == joints.FREE and ag is None:
-                    # S is invertible: nothing of the inertia crosses a free joint. Exact zero
-                    # instead of the rounding residue of IA - IA (large in world coordinates).
-                    Ia.append(jnp.zeros_like(IAg))
-                else:
-                    Ia.append(IAg - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2)))
+            # U is read on every right-hand side of the sweeps: stored once (Minv much slower
+            # when XLA recomputes it per column; docs/design-measurements.md)
+            U, Dinv, Iag = articulated_body_step(
+                IA[g.b0 - b0 : g.b1 - b0], Sg, ag, free=g.kind == joints.FREE, store=not packed
+            )
             Ug.append(U)
             Dg.append(Dinv)
+            Ia.append(Iag)
         below = Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)
-        return below, (tuple(Ug), tuple(Dg), tuple(Ia))
+        return below, (tuple(Ug), tuple(Dg), tuple(Ia) if return_ia else None)
 
-    out = tree.backward_pass(model.topo, step, (("body", I6), ("dof", S), ("dof", arm)))[1]
-    return out.field(0), out.field(1), out.field(2)
+    out = tree.backward_pass(model.topo, step, (("body", IA0), ("dof", S), ("dof", arm)))[1]
+    return out.field(0), out.field(1), out.field(2) if return_ia else None
 
 
 def column_widths(topo):
@@ -148,9 +264,9 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
             k = joints.NV[g.kind]
             s = slice(g.b0 - b0, g.b1 - b0)
             U, Dinv = U_l[gi], D_l[gi]
+            pg = None
             if p is None:
                 u = taul[g.v0 - v0 : g.v1 - v0].reshape((g.n, k) + taul.shape[1:])
-                pa_g = mm(U, mm(Dinv, u))
             else:
                 Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
                 pg = p[s]
@@ -167,11 +283,11 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
                     u = fusion.store(u)[0]
                 else:
                     u = tg - mm(Sg, pg)
-                pa_g = pg + mm(U, mm(Dinv, u))
             ug.append(u)
-            if cl is not None:
-                pa_g = pa_g + mm(Ia_l[gi], cl[s, :, None])
-            pa.append(pa_g)
+            c_g = None if cl is None else cl[s, :, None]
+            pa.append(
+                articulated_bias_force(pg, U, Dinv, u, None if c_g is None else Ia_l[gi], c_g)
+            )
         return (pa[0] if len(pa) == 1 else jnp.concatenate(pa, 0)), tuple(ug)
 
     _, us = tree.backward_pass(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from .. import joints, shell
+from .. import joints, shell, spatial
 from .._precision import full_precision
 from ..model import tree
 
@@ -86,3 +86,29 @@ def difference(model: Model, q0: ArrayLike, q1: ArrayLike) -> Array:
     q1 = shell.as_array("difference", "q1", q1, (("nq", model.nq),), model)
     dtype = shell.common_dtype(q0, q1, model=model)
     return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype), widths=("q", "q"))
+
+
+def lie_bracket(model, xi, y):
+    """``ad_xi y`` per joint for free (SE(3), ``[w; v]``) and spherical (SO(3)) joints; zero for
+    one-DoF joints (the Lie bracket of the configuration group of each joint); ``xi``, ``y``
+    ``(nv,)``."""
+    t = model.topo
+    out = []
+    for kind, _, _, v0, v1 in tree.kind_runs(t):
+        x, z = xi[v0:v1], y[v0:v1]
+        if kind == joints.ONE_DOF:
+            out.append(jnp.zeros_like(z))
+        elif kind == joints.SPHERICAL:
+            x3, z3 = x.reshape(-1, 3), z.reshape(-1, 3)
+            out.append(spatial.cross(x3, z3).reshape(-1))
+        else:
+            x6, z6 = x.reshape(-1, 6), z.reshape(-1, 6)
+            out.append(spatial.motion_cross(x6, z6).reshape(-1))
+    return out[0] if len(out) == 1 else jnp.concatenate(out)
+
+
+def dexp_inv(model, xi, v):
+    """``dexp^-1_{-xi}(v) = v + ad_xi v / 2 + ad_xi^2 v / 12 + O(|xi|^4)`` (:func:`lie_bracket`;
+    enough for an RK4 step on the configuration manifold, Munthe-Kaas)."""
+    a1 = lie_bracket(model, xi, v)
+    return v + 0.5 * a1 + lie_bracket(model, xi, a1) / 12.0

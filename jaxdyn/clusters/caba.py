@@ -24,7 +24,12 @@ import jax.numpy as jnp
 from .. import eager, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import world_inertia_matrices
+from ..algorithms.aba import (
+    articulated_bias_force,
+    articulated_body_step,
+    project_articulated_inertia,
+    world_inertia_matrices,
+)
 from ..model import tree
 from .common import (
     all_single_output,
@@ -32,7 +37,6 @@ from .common import (
     cluster_view,
     fast_kinematics,
     forward_kinematics,
-    inv_spd,
     receivers_of,
     setup,
     sum_bodies,
@@ -145,36 +149,32 @@ def _caba_single_output(s, rotors=None):
             sl = slice(g.b0 - lvl.b0, g.b1 - lvl.b0)
             IA = IAl[sl].reshape(g.nc, g.nbc, 6, 6)
             pA = pAl[sl].reshape(g.nc, g.nbc, 6)
-            # Y = IA [S c]: U = IA S and IA c in one product; U^T c = S^T (IA c) (IA symmetric)
-            Y = spatial.mm(IA, jnp.concatenate([Sk, cg[..., None]], -1))
-            U, pc = Y[..., : g.ny], pA + Y[..., g.ny]
-            # Z = S^T [U, pA + IA c]: D and the bias projection in one product
-            Z = sum_bodies(
-                spatial.mm(jnp.swapaxes(Sk, -1, -2), jnp.concatenate([U, pc[..., None]], -1))
-            )
-            D = Z[..., : g.ny]
+            # U = IA S per body, D = sum_i S_i^T U_i
             prm = model.params[g.index]
-            if "armature" in prm:
-                D = D + prm["armature"]
-            Dinv = inv_spd(D)
+            U, Dinv, _ = articulated_body_step(IA, Sk, prm.get("armature"), bodies=True)
+            # pA + IA c, and u - U^T c = tau - S^T (pA + IA c) (IA symmetric)
+            pc = pA + spatial.mv(IA, cg)
+            uc = group_y(g, tau) - sum_bodies(spatial.mv(jnp.swapaxes(Sk, -1, -2), pc))
             Ub = sum_bodies(U)  # (nc, 6, ny)
             rt = None if rterms is None else rterms[g.index]
             if rt is not None:  # rotors carried by the parent (exact terms)
                 Ub = Ub + rt[0]
-            # w = D^-1 (u - U^T c), u = tau - S^T pA
-            wv = spatial.mv(Dinv, group_y(g, tau) - Z[..., g.ny])  # (nc, ny)
-            Ubs[g.index], Dinvs[g.index], ws_[g.index] = Ub, Dinv, wv
+            Ubs[g.index], Dinvs[g.index], ws_[g.index] = Ub, Dinv, uc
             if li > 0:
-                UbD = spatial.mm(Ub, Dinv)
-                hI.append(sum_bodies(IA) - spatial.mm(UbD, jnp.swapaxes(Ub, -1, -2)))
-                hp.append(sum_bodies(pc) + spatial.mv(Ub, wv) + (0 if rt is None else rt[1]))
+                # what the cluster hands to its output body: sum_i IA_i - Ub D^-1 Ub^T and
+                # sum_i (pA_i + IA_i c_i) + Ub D^-1 (u - U^T c)
+                hI.append(project_articulated_inertia(sum_bodies(IA), Ub, Dinv))
+                hp.append(
+                    articulated_bias_force(sum_bodies(pc), Ub, Dinv, uc)
+                    + (0 if rt is None else rt[1])
+                )
         if li == 0:
             return None, None
         return (jnp.concatenate(hI, 0), jnp.concatenate(hp, 0)), None
 
     tree.backward_pass(t, backward, (("body", I6), ("body", bias)))
-    # forward: ydd = D^-1 (u - U^T (a_out + c)) = w - D^-1 Ub^T a_out, and the accelerations of
-    # the bodies the next level hangs from (its receivers)
+    # forward: ydd = D^-1 (u - U^T (a_out + c)) = D^-1 (uc - Ub^T a_out), and the accelerations
+    # of the bodies the next level hangs from (its receivers)
     a0 = kin.gravity_acceleration(model.tree, dt)
     nl = len(t.levels)
     ydds = [None] * ng
@@ -184,9 +184,9 @@ def _caba_single_output(s, rotors=None):
         parts = []
         recv = receivers_of(t, li)
         for g in lvl.groups:
-            Ub, Dinv, wv = Ubs[g.index], Dinvs[g.index], ws_[g.index]
+            Ub, Dinv, uc = Ubs[g.index], Dinvs[g.index], ws_[g.index]
             aout = tree.gather_parent(prev, cluster_view(t, li, g.index, True), a0)  # (nc, 6)
-            ydd = wv - spatial.mv(Dinv, spatial.mv(jnp.swapaxes(Ub, -1, -2), aout))
+            ydd = spatial.mv(Dinv, uc - spatial.mv(jnp.swapaxes(Ub, -1, -2), aout))
             ydds[g.index] = ydd.reshape(-1)
             if li + 1 < nl:
                 lb = g.b0 - lvl.b0

@@ -33,7 +33,11 @@ import numpy as np
 
 from .. import eager, spatial
 from .._precision import full_precision
-from ..algorithms.aba import world_inertia_matrices
+from ..algorithms.aba import (
+    articulated_body_step,
+    project_articulated_inertia,
+    world_inertia_matrices,
+)
 from ..model import tree
 from .common import (
     all_single_output,
@@ -42,7 +46,6 @@ from .common import (
     ee_transforms,
     forward_kinematics,
     group_S,
-    inv_spd,
     resolve_end_effectors,
     setup,
     sum_bodies,
@@ -201,19 +204,13 @@ def _cefpa_single_output(s, ees, rotors=None):
         for g in lvl.groups:
             Sk = group_S(model, g, s.gss[g.index], ws.S[g.dof], dt)  # (nc, nbc, 6, ny)
             IA = IAl[g.b0 - lvl.b0 : g.b1 - lvl.b0].reshape(g.nc, g.nbc, 6, 6)
-            U = spatial.mm(IA, Sk)
-            D = sum_bodies(spatial.mm(jnp.swapaxes(Sk, -1, -2), U))
             prm = model.params[g.index]
-            if "armature" in prm:
-                D = D + prm["armature"]
-            Dinv = inv_spd(D)
+            U, Dinv, _ = articulated_body_step(IA, Sk, prm.get("armature"), bodies=True)
             Ub = sum_bodies(U)  # (nc, 6, ny)
             if rterms is not None and rterms[g.index] is not None:
                 Ub = Ub + rterms[g.index][0]
             if li > 0:
-                hI.append(
-                    sum_bodies(IA) - spatial.mm(spatial.mm(Ub, Dinv), jnp.swapaxes(Ub, -1, -2))
-                )
+                hI.append(project_articulated_inertia(sum_bodies(IA), Ub, Dinv))
             mem = members[g.index]
             if mem is None:
                 continue

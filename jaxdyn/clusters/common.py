@@ -32,7 +32,12 @@ import numpy as np
 
 from .. import shell, spatial
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import world_inertia_matrices
+from ..algorithms.aba import (
+    articulated_bias_force,
+    articulated_body_step,
+    project_articulated_inertia,
+    world_inertia_matrices,
+)
 from ..model import tree
 from ..model.model import Level
 from .model import LINEAR, ClusterModel, require_cluster_model
@@ -62,19 +67,8 @@ __all__ = [
 ]
 
 
-def inv_spd(D):
-    """Inverse of small symmetric positive definite matrices (closed forms up to 3x3, 6x6)."""
-    k = D.shape[-1]
-    if k in (1, 3, 6):
-        return spatial.inv_spd(D)
-    if k == 2:
-        a, b, d = D[..., 0, 0], D[..., 0, 1], D[..., 1, 1]
-        det = a * d - b * b
-        return (
-            spatial.stack([spatial.stack([d, -b], -1), spatial.stack([-b, a], -1)], -2)
-            / det[..., None, None]
-        )
-    return jnp.linalg.inv(D)
+#: inverse of the small ``D`` blocks (closed forms up to 3x3, 6x6)
+inv_spd = spatial.inv_spd
 
 
 def sum_terms(terms):
@@ -440,34 +434,26 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
             dense = g.index in dense_set
             S4 = gk.S  # (nc, n, 6, ny)
             Sm = S4.reshape(g.nc, 6 * n, g.ny)
-            if dense:
+            arm = prm.get("armature")
+            if dense:  # the full 6n x 6n articulated inertia
                 IA = _block_diag(IAd, g, dt)
                 IA = IA + _from_blocks(below_f[g.index], g)
-                U = IA @ Sm
+                U, Dinv, _ = articulated_body_step(IA, Sm, arm, project=False)
                 U4 = U.reshape(g.nc, n, 6, g.ny)
-            else:
-                U4 = IAd @ S4  # (nc, n, 6, ny)
+            else:  # block diagonal: per body
+                U4, Dinv, _ = articulated_body_step(IAd, S4, arm, bodies=True)  # (nc, n, 6, ny)
                 U = U4.reshape(g.nc, 6 * n, g.ny)
-            D = jnp.einsum("cixy,cixz->cyz", S4, U4)
-            if "armature" in prm:
-                D = D + prm["armature"]
-            Dinv = inv_spd(D)
             Us[g.index], Dinvs[g.index] = U, Dinv
             # articulated inertia handed to the parent
             if li > 0:
                 if single_output(g):
                     Ub = U4.sum(1)  # (nc, 6, ny)
                     base = IA.reshape(g.nc, n, 6, n, 6).sum((1, 3)) if dense else IAd.sum(1)
-                    if g.ny == 1:
-                        red = Ub * jnp.swapaxes(Ub, -1, -2) * Dinv
-                    else:
-                        red = Ub @ Dinv @ jnp.swapaxes(Ub, -1, -2)
-                    dparts.append((g, base - red))
+                    dparts.append((g, project_articulated_inertia(base, Ub, Dinv)))
                 else:
                     if not dense:
                         IA = _block_diag(IAd, g, dt)
-                    Ia = IA - U @ Dinv @ jnp.swapaxes(U, -1, -2)
-                    fparts.append((g, _to_blocks(Ia, g)))
+                    fparts.append((g, _to_blocks(project_articulated_inertia(IA, U, Dinv), g)))
             if bias is not None:
                 pA = bl[s]
                 if addp is not None:
@@ -475,12 +461,12 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
                 pA = pA.reshape(g.nc, 6 * n)
                 c = gk.c.reshape(g.nc, 6 * n)
                 u = group_y(g, tau) - jnp.einsum("cky,ck->cy", Sm, pA)
-                w = jnp.einsum("cyz,cz->cy", Dinv, u - jnp.einsum("cky,ck->cy", U, c))
                 if dense:
                     Ic = jnp.einsum("ckl,cl->ck", IA, c)
                 else:
                     Ic = jnp.einsum("cixy,ciy->cix", IAd, gk.c).reshape(g.nc, 6 * n)
-                pa = pA + Ic + jnp.einsum("cky,cy->ck", U, w)
+                # pa = pA + Ia c + U D^-1 u with Ia c = IA c - U D^-1 U^T c (Ia not formed)
+                pa = articulated_bias_force(pA + Ic, U, Dinv, u - jnp.einsum("cky,ck->cy", U, c))
                 us[g.index] = u
                 pparts.append(pa.reshape(-1, 6))
         if li == 0:

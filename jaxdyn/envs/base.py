@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import sim as _sim
-from .. import value_checks
+from .. import spatial, value_checks
 
 try:  # Brax is optional (the ``rl`` extra)
     from brax.envs import base as _brax_base
@@ -355,3 +355,96 @@ class SimEnv(Env):
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, pipeline_state)
         return nxt, bad
+
+
+def quat_to_matrix(quat):
+    """Rotation matrix of a unit quaternion ``[w, x, y, z]`` (jaxdyn's scalar-first order):
+    :func:`jaxdyn.spatial.quat_to_rot`."""
+    return spatial.quat_to_rot(quat)
+
+
+class LeggedEnv(SimEnv):
+    """The body shared by the floating-base tasks under joint position servos
+    (:class:`~jaxdyn.envs.quadruped.Quadruped`, :class:`~jaxdyn.envs.humanoid.HumanoidStand`).
+
+    An action (one per actuated joint, model joint order) is clipped to ``[-1, 1]`` and sets
+    the servo targets ``default_pose + action_scale * action``. The observation is the base
+    height, (if :attr:`observe_position`) the base's horizontal position, the gravity direction
+    in base axes, the base's angular and linear velocity in base axes, the joint angles minus
+    the default pose, the joint velocities / 10 and the previous action (``info``'s
+    ``last_action``). ``metrics["diverged"]`` is 1 after a diverged step, which ends the
+    episode.
+
+    A subclass sets ``n_joints``, ``default_pose`` and ``action_scale`` and implements
+    :meth:`initial_pipeline` (the physics state after ``reset``), :meth:`initial_metrics` and
+    :meth:`reward` (reward, whether the robot fell, metrics).
+    """
+
+    #: the observation holds the base's horizontal position
+    observe_position: bool = False
+    n_joints: int
+    default_pose: Any
+    action_scale: float
+
+    @property
+    def action_size(self) -> int:
+        return self.n_joints
+
+    def control(self, action):
+        """PD targets from an action (clipped to ``[-1, 1]``)."""
+        return self.default_pose + self.action_scale * jnp.clip(action, -1.0, 1.0)
+
+    def observe(self, ps: _sim.State, last_action):
+        R = quat_to_matrix(ps.q[3:7])
+        gravity = R.T @ jnp.asarray([0.0, 0.0, -1.0], ps.q.dtype)
+        return jnp.concatenate(
+            [ps.q[2:3]]
+            + ([ps.q[:2]] if self.observe_position else [])
+            + [
+                gravity,
+                ps.v[:3],
+                ps.v[3:6],
+                ps.q[7:] - self.default_pose,
+                0.1 * ps.v[6:],
+                last_action,
+            ]
+        )
+
+    @abc.abstractmethod
+    def initial_pipeline(self, rng) -> _sim.State:
+        """The physics state after ``reset`` (:meth:`SimEnv.pipeline_init`)."""
+
+    @abc.abstractmethod
+    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+        """``reset``'s metrics (without ``diverged``)."""
+
+    @abc.abstractmethod
+    def reward(self, ps: _sim.State, action) -> tuple:
+        """``(reward, fell, metrics)`` after a step to ``ps`` under the clipped ``action``
+        (metrics without ``diverged``)."""
+
+    def reset(self, rng) -> State:
+        ps = self.initial_pipeline(self.check_rng(rng))
+        dtype = ps.q.dtype
+        zero = jnp.zeros((), dtype)
+        last = jnp.zeros(self.n_joints, dtype)
+        metrics = {**self.initial_metrics(ps, dtype), "diverged": zero}
+        return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
+
+    def step(self, state: State, action) -> State:
+        self.check_state(state)
+        action = jnp.clip(self.check_action(action), -1.0, 1.0)
+        ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
+        reward, fell, metrics = self.reward(ps, action)
+        done = (fell | bad).astype(reward.dtype)
+        metrics = {**metrics, "diverged": bad.astype(reward.dtype)}
+        info = dict(state.info)
+        info["last_action"] = action
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, action),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics},
+            info=info,
+        )

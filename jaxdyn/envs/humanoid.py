@@ -14,8 +14,7 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from ..algorithms.minv import minv
 from .actuators import ServoPD
-from .base import SimEnv, State
-from .quadruped import quat_to_matrix
+from .base import LeggedEnv, quat_to_matrix
 
 __all__ = ["HumanoidStand", "HUMANOIDS"]
 
@@ -50,7 +49,7 @@ def _by_pattern(names, table, default=0.0):
     return out
 
 
-class HumanoidStand(SimEnv):
+class HumanoidStand(LeggedEnv):
     """Keep a humanoid (Unitree G1) standing.
 
     **Dynamics:** floating base, four contact spheres under each sole (the robot's URDF
@@ -77,6 +76,8 @@ class HumanoidStand(SimEnv):
     **Termination** (``done = 1``): pelvis below ``min_height_ratio * z0``, ``u_z <
     min_upright``, or a diverged simulation.
     """
+
+    observe_position = True
 
     def __init__(
         self,
@@ -158,45 +159,16 @@ class HumanoidStand(SimEnv):
         self.min_upright = float(min_upright)
         self.init_noise = float(init_noise)
 
-    @property
-    def action_size(self) -> int:
-        return self.n_joints
-
-    def control(self, action):
-        return self.default_pose + self.action_scale * jnp.clip(action, -1.0, 1.0)
-
-    def observe(self, ps: _sim.State, last_action):
-        R = quat_to_matrix(ps.q[3:7])
-        gravity = R.T @ jnp.asarray([0.0, 0.0, -1.0], ps.q.dtype)
-        return jnp.concatenate(
-            [
-                ps.q[2:3],
-                ps.q[:2],
-                gravity,
-                ps.v[:3],
-                ps.v[3:6],
-                ps.q[7:] - self.default_pose,
-                0.1 * ps.v[6:],
-                last_action,
-            ]
-        )
-
-    def reset(self, rng) -> State:
-        rng = self.check_rng(rng)
+    def initial_pipeline(self, rng) -> _sim.State:
         n = self.init_noise
         joints = self.default_pose + jax.random.uniform(rng, (self.n_joints,), minval=-n, maxval=n)
         base = jnp.asarray([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0])
-        ps = self.pipeline_init(spatial.concatenate([base, joints]), jnp.zeros(self.sys.model.nv))
-        dtype = ps.q.dtype
-        zero = jnp.zeros((), dtype)
-        last = jnp.zeros(self.n_joints, dtype)
-        metrics = {"height": ps.q[2], "upright": jnp.ones((), dtype), "diverged": zero}
-        return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
+        return self.pipeline_init(spatial.concatenate([base, joints]), jnp.zeros(self.sys.model.nv))
 
-    def step(self, state: State, action) -> State:
-        self.check_state(state)
-        action = jnp.clip(self.check_action(action), -1.0, 1.0)
-        ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
+    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+        return {"height": ps.q[2], "upright": jnp.ones((), dtype)}
+
+    def reward(self, ps: _sim.State, action) -> tuple:
         up = quat_to_matrix(ps.q[3:7])[2, 2]
         z = ps.q[2]
         reward = (
@@ -207,15 +179,4 @@ class HumanoidStand(SimEnv):
             - self.ctrl_cost * jnp.sum(action * action)
         )
         fell = (z < self.min_height_ratio * self.stand_height) | (up < self.min_upright)
-        done = (fell | bad).astype(reward.dtype)
-        metrics = {"height": z, "upright": up, "diverged": bad.astype(reward.dtype)}
-        info = dict(state.info)
-        info["last_action"] = action
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, action),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics},
-            info=info,
-        )
+        return reward, fell, {"height": z, "upright": up}

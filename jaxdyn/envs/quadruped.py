@@ -11,24 +11,12 @@ from .. import robots, spatial
 from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
-from .base import SimEnv, State
+from .base import LeggedEnv, quat_to_matrix
 
 __all__ = ["Quadruped", "quat_to_matrix"]
 
 LEGS = ("FL", "FR", "HL", "HR")
 FEET = tuple(f"{leg}_FOOT" for leg in LEGS)
-
-
-def quat_to_matrix(quat):
-    """Rotation matrix of a unit quaternion ``[w, x, y, z]`` (jaxdyn's scalar-first order)."""
-    w, x, y, z = quat[0], quat[1], quat[2], quat[3]
-    return spatial.stack(
-        [
-            spatial.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
-            spatial.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
-            spatial.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
-        ]
-    )
 
 
 def _yaw_quat(yaw):
@@ -37,7 +25,7 @@ def _yaw_quat(yaw):
     )
 
 
-class Quadruped(SimEnv):
+class Quadruped(LeggedEnv):
     """A 12-DoF quadruped on flat ground: walk forward (``forward_weight > 0``) or stand
     (``forward_weight = 0``).
 
@@ -116,6 +104,7 @@ class Quadruped(SimEnv):
             contacts=cs,
         )
         super().__init__(model, cfg, n_frames)
+        self.n_joints = 12
         # joint order of q[7:]: set each joint from its name's suffix (HAA, HFE, KFE)
         pose = np.zeros(12, np.float32)
         for name in model.joint_names[1:]:
@@ -141,37 +130,13 @@ class Quadruped(SimEnv):
         base = jnp.concatenate([jnp.asarray([0.0, 0.0, height]), _yaw_quat(jnp.asarray(yaw))])
         return jnp.concatenate([base, jnp.asarray(joints)])
 
-    @property
-    def action_size(self) -> int:
-        return 12
-
-    def control(self, action):
-        """PD targets from an action (clipped to ``[-1, 1]``)."""
-        return self.default_pose + self.action_scale * jnp.clip(action, -1.0, 1.0)
-
     def _kinematics(self, ps):
         R = quat_to_matrix(ps.q[3:7])
         vel = R @ ps.v[3:6]  # world-axes linear velocity of the base origin
         heading = R[:2, 0] / jnp.sqrt(jnp.sum(R[:2, 0] ** 2) + 1e-12)
         return R, heading @ vel[:2], R[2, 2]
 
-    def observe(self, ps: _sim.State, last_action):
-        R = quat_to_matrix(ps.q[3:7])
-        gravity = R.T @ jnp.asarray([0.0, 0.0, -1.0], ps.q.dtype)
-        return jnp.concatenate(
-            [
-                ps.q[2:3],
-                gravity,
-                ps.v[:3],
-                ps.v[3:6],
-                ps.q[7:] - self.default_pose,
-                0.1 * ps.v[6:],
-                last_action,
-            ]
-        )
-
-    def reset(self, rng) -> State:
-        rng = self.check_rng(rng)
+    def initial_pipeline(self, rng) -> _sim.State:
         k_j, k_h, k_y, k_v = jax.random.split(rng, 4)
         n = self.init_noise
         joints = self.default_pose + jax.random.uniform(k_j, (12,), minval=-n, maxval=n)
@@ -179,20 +144,13 @@ class Quadruped(SimEnv):
         yaw = jax.random.uniform(k_y, (), minval=-0.2, maxval=0.2)
         q = self._stand_configuration(height, yaw, joints)
         v = jnp.zeros(18).at[:6].set(jax.random.uniform(k_v, (6,), minval=-0.1, maxval=0.1))
-        ps = self.pipeline_init(q, v)
-        dtype = ps.q.dtype
-        zero = jnp.zeros((), dtype)
-        last = jnp.zeros(12, dtype)
-        _, fwd, up = self._kinematics(ps)
-        metrics = {"forward_velocity": fwd, "upright": up, "height": ps.q[2], "diverged": zero}
-        info = {"last_action": last}
-        return State(ps, self.observe(ps, last), zero, zero, metrics, info)
+        return self.pipeline_init(q, v)
 
-    def step(self, state: State, action) -> State:
-        self.check_state(state)
-        action = self.check_action(action)
-        action = jnp.clip(action, -1.0, 1.0)
-        ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
+    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+        _, fwd, up = self._kinematics(ps)
+        return {"forward_velocity": fwd, "upright": up, "height": ps.q[2]}
+
+    def reward(self, ps: _sim.State, action) -> tuple:
         _, fwd, up = self._kinematics(ps)
         speed = jnp.clip(fwd, -self.max_speed, self.max_speed)
         reward = (
@@ -202,20 +160,4 @@ class Quadruped(SimEnv):
             - self.ctrl_cost * jnp.sum(action * action)
         )
         fell = (ps.q[2] < self.min_height) | (up < self.min_upright)
-        done = (fell | bad).astype(reward.dtype)
-        metrics = {
-            "forward_velocity": fwd,
-            "upright": up,
-            "height": ps.q[2],
-            "diverged": bad.astype(reward.dtype),
-        }
-        info = dict(state.info)
-        info["last_action"] = action
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, action),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics},
-            info=info,
-        )
+        return reward, fell, {"forward_velocity": fwd, "upright": up, "height": ps.q[2]}

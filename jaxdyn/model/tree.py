@@ -56,17 +56,19 @@ def _signature(level):
 
 
 @functools.lru_cache(maxsize=256)
-def _segments(topo, min_run: int):
-    levels = topo.levels
-    nl, segs, la = len(levels), [], 0
+def run_partition(signatures: tuple, parents: tuple, min_run: int) -> tuple:
+    """Partition of levels into ``(la, lb)`` ranges from their hashable ``signatures`` and
+    ``parents`` (each level's ``parent_local`` as a tuple): a run joins consecutive levels of
+    one signature whose parent maps (after the run's first level) agree, and is kept whole
+    when at least ``max(min_run, 2)`` long, split into single levels otherwise. Shared by
+    :func:`segments` and :func:`jaxdyn.nori.structure.segments`."""
+    nl, segs, la = len(signatures), [], 0
     while la < nl:
-        sig, lb = _signature(levels[la]), la + 1
+        lb = la + 1
         while (
             lb < nl
-            and _signature(levels[lb]) == sig
-            and (
-                lb == la + 1 or np.array_equal(levels[lb].parent_local, levels[la + 1].parent_local)
-            )
+            and signatures[lb] == signatures[la]
+            and (lb == la + 1 or parents[lb] == parents[la + 1])
         ):
             lb += 1
         if lb - la >= max(min_run, 2):
@@ -75,6 +77,16 @@ def _segments(topo, min_run: int):
             segs.extend((li, li + 1) for li in range(la, lb))
         la = lb
     return tuple(segs)
+
+
+@functools.lru_cache(maxsize=256)
+def _segments(topo, min_run: int):
+    levels = topo.levels
+    return run_partition(
+        tuple(_signature(lv) for lv in levels),
+        tuple(tuple(int(x) for x in lv.parent_local) for lv in levels),
+        min_run,
+    )
 
 
 def segments(topo):

@@ -37,7 +37,6 @@ well-posed system goes to the weighted least-squares estimator (:mod:`jaxdyn.nor
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -466,26 +465,6 @@ def _level_sig(lvl):
     return (lvl.n, tuple((s, g0 - lvl.b0, g1 - lvl.b0) for s, g0, g1 in lvl.groups))
 
 
-@functools.lru_cache(maxsize=64)
-def _segments_cached(levels_sig, parents, min_run):
-    nl = len(levels_sig)
-    segs, la = [], 0
-    while la < nl:
-        lb = la + 1
-        while (
-            lb < nl
-            and levels_sig[lb] == levels_sig[la]
-            and (lb == la + 1 or parents[lb] == parents[la + 1])
-        ):
-            lb += 1
-        if lb - la >= max(min_run, 2):
-            segs.append((la, lb))
-        else:
-            segs.extend((li, li + 1) for li in range(la, lb))
-        la = lb
-    return tuple(segs)
-
-
 def segments(system):
     """Partition of the levels into single levels and scanned runs (as
     :func:`jaxdyn.model.tree.segments`, with the body signatures in the level signature)."""
@@ -493,4 +472,4 @@ def segments(system):
 
     sigs = tuple(_level_sig(l) for l in system.levels)
     parents = tuple(tuple(int(x) for x in l.parent_local) for l in system.levels)
-    return _segments_cached(sigs, parents, int(tree.MIN_SCAN_RUN))
+    return tree.run_partition(sigs, parents, int(tree.MIN_SCAN_RUN))

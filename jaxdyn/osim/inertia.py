@@ -5,10 +5,11 @@ Same pass as :func:`jaxdyn.algorithms.aba.articulated_inertias` (Featherstone 20
 upper triangle ``(..., 21)``: the world-frame body inertias are written directly in that form
 from ``(m, c, Ic)``, children are summed into parents (by static gathers,
 :func:`jaxdyn.model.tree.sum_into_parents_gathered`) and ``Ia = IA - U D^-1 U^T`` is updated
-on 21 entries instead of 36. On XLA:CPU the pass is bound by the memory traffic between the
-small kernels of each level rather than by arithmetic, so the smaller operands are the lever;
-the arithmetic is unchanged. The levels are walked by :func:`jaxdyn.model.tree.backward_pass`
-(long serial runs by one ``lax.scan``).
+on 21 entries instead of 36 (the pass is :func:`jaxdyn.algorithms.aba.articulated_pass`, its
+step :func:`jaxdyn.algorithms.aba.articulated_body_step`, on the packed form). On XLA:CPU the
+pass is bound by the memory traffic between the small kernels of each level rather than by
+arithmetic, so the smaller operands are the lever; the arithmetic is unchanged. The levels are
+walked by :func:`jaxdyn.model.tree.backward_pass` (long serial runs by one ``lax.scan``).
 
 Returns the ``(Us, Dinvs)`` that PV-OSIMr, PV-OSIM and EFPA use (``U = IA S^T`` ``(n, 6, k)``,
 ``D^-1`` ``(n, k, k)`` per level and joint group), plus ``None`` for the projected inertias,
@@ -18,26 +19,15 @@ which the Delassus algorithms do not need.
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 
-from .. import joints, spatial
-from ..model import tree
+from .. import spatial
+from ..algorithms.aba import articulated_pass
 
-_IU, _JU = np.triu_indices(6)
+_IU, _JU = spatial.TRIU_SYMMETRIC
 #: ``PACK[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in the packed vector
-PACK = np.zeros((6, 6), np.int64)
-PACK[_IU, _JU] = np.arange(21)
-PACK[_JU, _IU] = np.arange(21)
-
-
-def pack(A):
-    """Upper triangle ``(..., 21)`` of symmetric ``(..., 6, 6)`` matrices."""
-    return A[..., _IU, _JU]
-
-
-def unpack(a):
-    """Symmetric ``(..., 6, 6)`` from the packed ``(..., 21)``."""
-    return a[..., PACK]
+PACK = spatial.PACK_SYMMETRIC
+pack = spatial.pack_symmetric
+unpack = spatial.unpack_symmetric
 
 
 def world_inertias_packed(ws):
@@ -62,47 +52,8 @@ def world_inertias_packed(ws):
 def articulated_inertias_packed(model, S, I21):
     """Backward articulated-inertia pass on packed inertias; returns ``(Us, Dinvs, None)``.
 
-    ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`.
+    ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`:
+    :func:`jaxdyn.algorithms.aba.articulated_pass` on the packed form (its step,
+    :func:`jaxdyn.algorithms.aba.articulated_body_step`, updates ``Ia`` on 21 entries).
     """
-
-    arm = model.armature
-
-    def step(lvl, child, below, inp):
-        IA, Sl, arml = inp
-        if below is not None:
-            IA = IA + tree.sum_into_parents_gathered(below, child, lvl.n)
-        b0, v0 = lvl.b0, tree.level_v0(lvl)
-        Ug, Dg, Ia = [], [], []
-        for g in lvl.groups:
-            k = joints.NV[g.kind]
-            Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
-            IAg = IA[g.b0 - b0 : g.b1 - b0]
-            ag = None if arml is None else arml[g.v0 - v0 : g.v1 - v0].reshape(g.n, k)
-            if k == 1:
-                s = Sg[:, 0]
-                # U = IA s, written on the packed entries (36 products, one fusion)
-                U1 = spatial.stack(
-                    [sum(IAg[:, PACK[i, j]] * s[:, j] for j in range(6)) for i in range(6)], -1
-                )
-                d = jnp.sum(s * U1, -1)
-                dinv = 1 / (d if ag is None else d + ag[:, 0])
-                V = U1 * dinv[:, None]
-                Ia.append(IAg - U1[:, _IU] * V[:, _JU])
-                U, Dinv = U1[..., None], dinv[:, None, None]
-            else:
-                IAf = unpack(IAg)
-                U = spatial.mm(IAf, jnp.swapaxes(Sg, -1, -2))  # (n, 6, k)
-                D = spatial.mm(Sg, U)
-                if ag is not None:  # armature on the joint's coordinates
-                    D = D + ag[:, :, None] * jnp.eye(k, dtype=D.dtype)
-                Dinv = spatial.inv_spd(D)
-                if g.kind == joints.FREE and ag is None:  # nothing crosses (exact zero)
-                    Ia.append(jnp.zeros_like(IAg))
-                else:
-                    Ia.append(pack(IAf - spatial.mm(spatial.mm(U, Dinv), jnp.swapaxes(U, -1, -2))))
-            Ug.append(U)
-            Dg.append(Dinv)
-        return (Ia[0] if len(Ia) == 1 else jnp.concatenate(Ia, 0)), (tuple(Ug), tuple(Dg))
-
-    out = tree.backward_pass(model.topo, step, (("body", I21), ("dof", S), ("dof", arm)))[1]
-    return out.field(0), out.field(1), None
+    return articulated_pass(model, S, I21, return_ia=False)

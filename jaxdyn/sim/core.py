@@ -65,6 +65,7 @@ from ..algorithms.aba import (
     articulated_inertias,
     world_inertia_matrices,
 )
+from ..algorithms.configuration import dexp_inv as _dexpinv
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
@@ -528,33 +529,6 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     I6 = world_inertia_matrices(ws) + Ic
     qdd, _ = aba_passes(model, ws.S, I6, pA[..., None], c, tau[:, None], a0[:, None])
     return qdd[:, 0], f
-
-
-def _ad(model, xi, y):
-    """``ad_xi y`` per joint for free (SE(3), ``[w; v]``) and spherical (SO(3)) joints; zero for
-    one-DoF joints (the Lie bracket of the configuration group of each joint)."""
-    from .. import joints
-    from ..model import tree
-
-    t = model.topo
-    out = []
-    for kind, _, _, v0, v1 in tree.kind_runs(t):
-        x, z = xi[v0:v1], y[v0:v1]
-        if kind == joints.ONE_DOF:
-            out.append(jnp.zeros_like(z))
-        elif kind == joints.SPHERICAL:
-            x3, z3 = x.reshape(-1, 3), z.reshape(-1, 3)
-            out.append(spatial.cross(x3, z3).reshape(-1))
-        else:
-            x6, z6 = x.reshape(-1, 6), z.reshape(-1, 6)
-            out.append(spatial.motion_cross(x6, z6).reshape(-1))
-    return out[0] if len(out) == 1 else jnp.concatenate(out)
-
-
-def _dexpinv(model, xi, v):
-    """``dexp^-1_{-xi}(v) = v + ad_xi v / 2 + ad_xi^2 v / 12 + O(|xi|^4)`` (enough for RK4)."""
-    a1 = _ad(model, xi, v)
-    return v + 0.5 * a1 + _ad(model, xi, a1) / 12.0
 
 
 def _rk4(model, cfg, props, q, v, ctrl, h):

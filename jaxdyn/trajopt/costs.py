@@ -47,16 +47,8 @@ def _frame_pose(model, q, frame):
     return kin.frame_pose(model, q, model.frame_index(frame))
 
 
-def log3_matrix(R):
-    """Rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``):
-    ``θ / (2 sin θ) (R - R^T)^vee`` with a Taylor series near ``θ = 0``."""
-    w = 0.5 * spatial.stack([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    s2 = jnp.sum(w * w)
-    c = 0.5 * (jnp.trace(R) - 1.0)
-    small = s2 < 1e-12
-    s = jnp.sqrt(jnp.where(small, 1.0, s2))
-    factor = jnp.where(small, 1.0 + s2 / 6.0, jnp.arctan2(s, c) / s)
-    return factor * w
+#: rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``)
+log3_matrix = spatial.log3
 
 
 class StateRegularization(eqx.Module):

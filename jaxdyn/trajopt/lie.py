@@ -23,9 +23,11 @@ Every derivative with respect to a configuration is taken in the tangent space o
   and the same two formulas as SO(3) for ``difference`` with the SE(3) ``Jr``. ``Qr`` is
   Barfoot's ``Q`` at ``(-v, -ω)`` (Barfoot, *State Estimation for Robotics*, 2017, eq. 7.86;
   Sola, Deray & Atchuthan, *A micro Lie theory for state estimation in robotics*, 2018,
-  App. D). The scalar coefficients switch to Taylor series below ``θ^2 = 0.5`` (terms to
-  ``θ^12``, truncation below ``1e-15``), and every branch test reads the real part, so the
-  functions stay analytic for complex-step inputs.
+  App. D). The SO(3) / SE(3) Jacobians are :mod:`jaxdyn.spatial`'s
+  (:func:`~jaxdyn.spatial.so3_right_jacobian` and its kin): their scalar coefficients switch
+  to Taylor series below ``θ^2 = 0.5`` (terms to ``θ^12``, truncation below ``1e-15``), and
+  every branch test reads the real part, so the functions stay analytic for complex-step
+  inputs.
 
 Ambient tangents (``nq`` entries: quaternion components, positions in the parent frame) map to
 the tangent space by :func:`jaxdyn.derivatives.configuration_tangent` and back by
@@ -41,6 +43,12 @@ from .. import joints, spatial
 from .._precision import full_precision
 from ..derivatives import configuration_tangent
 from ..model import tree
+from ..spatial import (
+    se3_right_jacobian,
+    se3_right_jacobian_inv,
+    so3_right_jacobian,
+    so3_right_jacobian_inv,
+)
 
 __all__ = [
     "difference_jacobians",
@@ -54,116 +62,6 @@ __all__ = [
     "tangent_to_ambient",
     "configuration_tangent",
 ]
-
-_SMALL = 0.5  # theta^2 below which the Taylor series are used
-
-
-def _series(theta2, coefs):
-    out = jnp.zeros_like(theta2) + coefs[-1]
-    for c in coefs[-2::-1]:
-        out = out * theta2 + c
-    return out
-
-
-# Taylor coefficients in theta^2 of b, c, e, c2, c3 (see _coefficients), constant terms first.
-_B = (1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800, -1 / 479001600, 1 / 87178291200)
-_C = (1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800, -1 / 6227020800, 1 / 1307674368000)
-_E = (1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160, 691 / 1307674368000, 1 / 74724249600)
-_C2 = (
-    1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001600, -1 / 87178291200,
-    1 / 20922789888000,
-)  # fmt: skip
-_C3 = (
-    1 / 120, -1 / 2520, 1 / 120960, -1 / 9979200, 1 / 1245404160, -1 / 217945728000,
-    1 / 50812489728000,
-)  # fmt: skip
-
-
-def _coefficients(theta2):
-    """``b = (1-cos)/θ²``, ``c = (θ-sin)/θ³``, ``e = 1/θ² - (1+cos)/(2θ sin)``,
-    ``c2 = (θ²+2cos-2)/(2θ⁴)``, ``c3 = (2θ-3sin+θcos)/(2θ⁵)`` of ``θ = sqrt(theta2)``."""
-    small = jnp.real(theta2) < _SMALL
-    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
-    t = jnp.sqrt(t2)
-    s, co = jnp.sin(t), jnp.cos(t)
-    b = jnp.where(small, _series(theta2, _B), (1 - co) / t2)
-    c = jnp.where(small, _series(theta2, _C), (t - s) / (t2 * t))
-    e = jnp.where(small, _series(theta2, _E), 1 / t2 - (1 + co) / (2 * t * s))
-    c2 = jnp.where(small, _series(theta2, _C2), (t2 + 2 * co - 2) / (2 * t2 * t2))
-    c3 = jnp.where(small, _series(theta2, _C3), (2 * t - 3 * s + t * co) / (2 * t2 * t2 * t))
-    return b, c, e, c2, c3
-
-
-def _eye(shape, dtype):
-    return jnp.broadcast_to(jnp.eye(3, dtype=dtype), shape + (3, 3))
-
-
-def so3_right_jacobian(w):
-    """``Jr(ω) = I - b [ω] + c [ω]^2`` of SO(3), ``w (..., 3) -> (..., 3, 3)``."""
-    b, c, *_ = _coefficients(jnp.sum(w * w, -1))
-    K = spatial.skew(w)
-    return _eye(w.shape[:-1], w.dtype) - b[..., None, None] * K + c[..., None, None] * (K @ K)
-
-
-def so3_right_jacobian_inv(w):
-    """``Jr(ω)^-1 = I + [ω]/2 + e [ω]^2`` of SO(3)."""
-    _, _, e, _, _ = _coefficients(jnp.sum(w * w, -1))
-    K = spatial.skew(w)
-    return _eye(w.shape[:-1], w.dtype) + 0.5 * K + e[..., None, None] * (K @ K)
-
-
-def _qr(w, v):
-    """Lower-left block of the SE(3) right Jacobian (Barfoot's ``Q(ρ, φ)`` at ``(-v, -ω)``)."""
-    theta2 = jnp.sum(w * w, -1)
-    _, c1, _, c2, c3 = _coefficients(theta2)
-    W, V = spatial.skew(w), spatial.skew(v)
-    WV, VW = W @ V, V @ W
-    WVW = WV @ W
-    c1, c2, c3 = (x[..., None, None] for x in (c1, c2, c3))
-    return (
-        -0.5 * V
-        + c1 * (WV + VW - WVW)
-        + c2 * (-(W @ WV) - VW @ W + 3 * WVW)
-        + c3 * (WVW @ W + W @ WVW)
-    )
-
-
-def se3_right_jacobian(xi):
-    """SE(3) right Jacobian ``Jr(ξ)``, ``ξ = [ω; v] (..., 6) -> (..., 6, 6)``:
-    ``[[Jr(ω), 0], [Qr(ω, v), Jr(ω)]]`` (rows and columns ``[angular; linear]``)."""
-    w, v = xi[..., :3], xi[..., 3:]
-    J = so3_right_jacobian(w)
-    Q = _qr(w, v)
-    Z = jnp.zeros_like(J)
-    return jnp.concatenate([jnp.concatenate([J, Z], -1), jnp.concatenate([Q, J], -1)], -2)
-
-
-def se3_right_jacobian_inv(xi):
-    """``Jr(ξ)^-1 = [[Jr(ω)^-1, 0], [-Jr(ω)^-1 Qr Jr(ω)^-1, Jr(ω)^-1]]``."""
-    w, v = xi[..., :3], xi[..., 3:]
-    Ji = so3_right_jacobian_inv(w)
-    Q = _qr(w, v)
-    Z = jnp.zeros_like(Ji)
-    return jnp.concatenate(
-        [jnp.concatenate([Ji, Z], -1), jnp.concatenate([-(Ji @ Q @ Ji), Ji], -1)], -2
-    )
-
-
-def _rot(w):
-    return spatial.quat_to_rot(spatial.exp3_quat(w))
-
-
-def _se3_ad_inv_exp(xi):
-    """``Ad(exp(ξ)^-1) = [[R^T, 0], [-R^T [p], R^T]]`` with ``exp(ξ) = (R, p)``."""
-    w, v = xi[..., :3], xi[..., 3:]
-    R = _rot(w)
-    p = spatial.mv(spatial.left_jacobian_so3(w), v)
-    Rt = jnp.swapaxes(R, -1, -2)
-    Z = jnp.zeros_like(R)
-    return jnp.concatenate(
-        [jnp.concatenate([Rt, Z], -1), jnp.concatenate([-(Rt @ spatial.skew(p)), Rt], -1)], -2
-    )
-
 
 # ----------------------------------------------------------------------------- assembly
 
@@ -222,10 +120,10 @@ def integrate_jacobians(model, q, v):
             Jq.append(None)
             Jv.append(None)
         elif kind == joints.SPHERICAL:
-            Jq.append(jnp.swapaxes(_rot(vs), -1, -2))
+            Jq.append(jnp.swapaxes(spatial.quat_to_rot(spatial.exp3_quat(vs)), -1, -2))
             Jv.append(so3_right_jacobian(vs))
         else:
-            Jq.append(_se3_ad_inv_exp(vs))
+            Jq.append(spatial.se3_ad_inv_exp(vs))
             Jv.append(se3_right_jacobian(vs))
     return _block_diag(model, Jq, dtype), _block_diag(model, Jv, dtype)
 
