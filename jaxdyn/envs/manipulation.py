@@ -78,7 +78,7 @@ class PushCube(SimEnv):
     ``clip(home + action_scale * action, lower, upper)``, ``action`` clipped to ``[-1, 1]``,
     one per arm joint.
 
-    **Observation** (36): arm joint angles minus ``home`` (7), arm joint velocities / 10 (7),
+    **Observation** (38): arm joint angles minus ``home`` (7), arm joint velocities / 10 (7),
     pusher position (3), cube position (3), the cube's rotation as the first two columns of its
     rotation matrix (6; continuous, unlike a quaternion), cube linear velocity in the world (3),
     target (3: on the table, ``z`` the cube's resting height), cube minus pusher (3), target
@@ -139,13 +139,16 @@ class PushCube(SimEnv):
             model.joint_index(j)  # raises for an unknown joint
         for f in ("tip", "cube"):
             model.frame_index(f)
-        if contact == "compliant":
+        if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
+            cm = contact
+        elif contact == "compliant":
             cm = _sim.Compliant()
         elif contact == "constraint":
             cm = _sim.Constraint()
         else:
             raise ValueError(
-                f"PushCube: contact must be 'compliant' or 'constraint', got {contact!r}"
+                "PushCube: contact must be 'compliant', 'constraint' or a jaxdyn.sim.Compliant / "
+                f"Constraint, got {contact!r}"
             )
         actuator = CompensatedServo(kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS)
         cfg = scene.sim_config(contact=cm, actuator=actuator, dt=dt / n_frames)
