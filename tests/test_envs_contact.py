@@ -49,7 +49,7 @@ def push_configuration(env, arm, cube_pos, cube_quat):
 def test_registry():
     assert isinstance(envs.make("push_cube", push_weight=2.0), envs.PushCube)
     assert envs.ENVIRONMENTS["quadruped_getup"] is envs.QuadrupedGetup
-    with pytest.raises(ValueError, match="contact must be 'compliant' or 'constraint'"):
+    with pytest.raises(ValueError, match="contact must be 'compliant', 'constraint' or a"):
         envs.PushCube(contact="soft")
 
 
@@ -62,7 +62,7 @@ def test_push_scene_pairs(push):
     assert pairs == {("cube", "pusher")}
     assert sorted(cfg.contacts.names) == sorted(["pusher"] + [f"cube[{k}]" for k in range(8)])
     assert push.action_size == 7 and push.observation_size == 38
-    assert m.nv == 13 and isinstance(cfg.contact, sim.Compliant)
+    assert m.nv == 13 and isinstance(cfg.contact, sim.Constraint)
 
 
 def test_push_reward_by_hand(push):
@@ -212,10 +212,10 @@ def test_pusher_moves_the_cube(push, push_fns):
         ps = push.pipeline_init(q, np.zeros(push.sys.model.nv))
         states.append(reset0.replace(pipeline_state=ps))
     s = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *states, *states)  # batch of 4
-    # servo targets (joint2, joint4, joint6) putting the pusher at (0.3, 0, 0.035), then at
-    # (0.5, 0, 0.035) (inverse kinematics of the scene, hand pointing down)
-    down = jnp.asarray([0.0, 0.25, 0.0, -0.069, 0.0, -0.156, 0.0])
-    sweep = jnp.asarray([0.0, 0.526, 0.0, -0.922, 0.0, 0.707, 0.0])
+    # servo targets (joint2, joint4, joint6) putting the pusher at (0.3, 0, 0.045), then at
+    # (0.5, 0, 0.045), 2 cm above the table (inverse kinematics of the scene, hand down)
+    down = jnp.asarray([0.0, 0.194, 0.0, -0.051, 0.0, -0.124, 0.0])
+    sweep = jnp.asarray([0.0, 0.485, 0.0, -0.907, 0.0, 0.727, 0.0])
     x0 = np.asarray(s.pipeline_state.q[:, push.cube_q][:, 0])
     depth = []
     for k in range(40):

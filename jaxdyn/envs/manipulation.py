@@ -72,8 +72,11 @@ class PushCube(SimEnv):
     the pusher against the table, the pusher against the cube (friction 0.6); the arm's links
     are visual only.
 
-    **Dynamics:** compliant contact (default; ``contact="constraint"``: the complementarity
-    model), implicit integrator, simulator step ``dt / n_frames``. Joint position servos over
+    **Dynamics:** hard contact (default, ``contact="constraint"``: the complementarity model
+    :class:`jaxdyn.sim.Constraint`; ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
+    spring-damper model, whose default stiffness, scaled by the cube's mass, lets the stiff
+    servos drive the pusher centimetres into the cube), implicit integrator, simulator step
+    ``dt / n_frames``. Joint position servos over
     gravity compensation (:class:`CompensatedServo`, gains ``kp``, ``kd``, effort-limited) track
     ``clip(home + action_scale * action, lower, upper)``, ``action`` clipped to ``[-1, 1]``,
     one per arm joint.
@@ -110,7 +113,7 @@ class PushCube(SimEnv):
     def __init__(
         self,
         *,
-        contact: str = "compliant",
+        contact="constraint",
         dt: float = 0.04,
         n_frames: int = 8,
         kp: tuple | float = (200.0, 200.0, 100.0, 100.0, 30.0, 30.0, 10.0),
