@@ -46,8 +46,8 @@ def push_configuration(env, arm, cube_pos, cube_quat):
 # ----------------------------------------------------------------------------- default tests
 
 
-def test_registry():
-    assert isinstance(envs.make("push_cube", push_weight=2.0), envs.PushCube)
+def test_registry(push):
+    assert type(push) is envs.PushCube and envs.ENVIRONMENTS["push_cube"] is envs.PushCube
     assert envs.ENVIRONMENTS["quadruped_getup"] is envs.QuadrupedGetup
     with pytest.raises(ValueError, match="contact must be 'compliant', 'constraint' or a"):
         envs.PushCube(contact="soft")
@@ -61,7 +61,7 @@ def test_push_scene_pairs(push):
     pairs = {tuple(sorted((g.names[a], g.names[b]))) for a, b in g.pairs}
     assert pairs == {("cube", "pusher")}
     assert sorted(cfg.contacts.names) == sorted(["pusher"] + [f"cube[{k}]" for k in range(8)])
-    assert push.action_size == 7 and push.observation_size == 38
+    assert push.action_size == 7  # (the observation's size: the slow contract test)
     assert m.nv == 13 and isinstance(cfg.contact, sim.Constraint)
 
 
@@ -113,7 +113,7 @@ def test_push_control_within_limits(push):
 def test_getup_collision_geometry(getup):
     """quad12's collision geometry: a thigh capsule runs from the hip joint to the knee joint
     (its end spheres at the two joints' origins), the feet are spheres on the foot frames, and
-    the standing height is Quadruped's (feet on the ground at the default pose)."""
+    the standing height is the feet's depth below the base at the default pose."""
     m, cs = getup.sys.model, getup.sys.cfg.contacts
     assert cs.n == 8 + 4 * 3  # trunk corners; per leg: two thigh end spheres and the foot
     for leg in ("FL", "HR"):
@@ -123,7 +123,9 @@ def test_getup_collision_geometry(getup):
         knee = np.asarray(m.Xtree_p[m.body_names.index(f"{leg}_LOWER_LEG")])
         got = sorted(map(tuple, np.asarray(cs.pos)[ends].round(6)))
         assert got == sorted([(0.0, 0.0, 0.0), tuple(knee.round(6))])
-    assert getup.stand_height == pytest.approx(envs.Quadruped().stand_height, abs=1e-6)
+    # standing on the feet at the default pose (hip 0.7, knee -1.4 rad): thigh and shank, 0.16 m
+    # each, at 0.7 rad from the vertical, plus the foot radius
+    assert getup.stand_height == pytest.approx(0.32 * np.cos(0.7) + 0.02, abs=1e-6)
 
 
 def test_getup_reward_by_hand(getup):

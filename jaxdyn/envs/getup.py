@@ -62,8 +62,9 @@ class QuadrupedGetup(SimEnv):
     side, its nose) and must stand up, on whole-body contact with the ground.
 
     **Dynamics:** floating base; the trunk (a box), thighs (capsules) and feet (spheres) of
-    :func:`quad12_collision` against the ground plane, compliant contact (default;
-    ``contact="constraint"``: the complementarity model); joint position servos
+    :func:`quad12_collision` against the ground plane, compliant contact (default,
+    friction ``friction``; ``contact="constraint"``: the complementarity model; or a
+    :class:`jaxdyn.sim.Compliant` / :class:`~jaxdyn.sim.Constraint`); joint position servos
     (:class:`~jaxdyn.envs.actuators.ServoPD`, effort-limited to the URDF's 2.7 N m) tracking
     ``default_pose + action_scale * action`` (``action`` clipped to ``[-1, 1]``, model joint
     order; ``action_scale`` per joint kind ``(HAA, HFE, KFE)``, rad; targets clipped to the
@@ -100,7 +101,7 @@ class QuadrupedGetup(SimEnv):
     def __init__(
         self,
         *,
-        contact: str = "compliant",
+        contact="compliant",
         dt: float = 0.02,
         n_frames: int = 4,
         kp: float = 6.0,
@@ -126,13 +127,16 @@ class QuadrupedGetup(SimEnv):
             )
         prims = quad12_collision(model)
         cs = _sim.contact_set(model, prims)
-        if contact == "compliant":
+        if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
+            cm = contact
+        elif contact == "compliant":
             cm = _sim.Compliant(friction=friction, slip=0.05)
         elif contact == "constraint":
             cm = _sim.Constraint(friction=friction)
         else:
             raise ValueError(
-                f"QuadrupedGetup: contact must be 'compliant' or 'constraint', got {contact!r}"
+                "QuadrupedGetup: contact must be 'compliant', 'constraint' or a "
+                f"jaxdyn.sim.Compliant / Constraint, got {contact!r}"
             )
         cfg = _sim.SimConfig(
             dt=dt / n_frames,

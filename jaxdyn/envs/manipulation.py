@@ -136,12 +136,6 @@ class PushCube(SimEnv):
     ):
         from ..io.mjcf import load_mjcf
 
-        scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
-        model = scene.model
-        for j in (*ARM_JOINTS, "cube"):
-            model.joint_index(j)  # raises for an unknown joint
-        for f in ("tip", "cube"):
-            model.frame_index(f)
         if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
             cm = contact
         elif contact == "compliant":
@@ -153,6 +147,12 @@ class PushCube(SimEnv):
                 "PushCube: contact must be 'compliant', 'constraint' or a jaxdyn.sim.Compliant / "
                 f"Constraint, got {contact!r}"
             )
+        scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
+        model = scene.model
+        for j in (*ARM_JOINTS, "cube"):
+            model.joint_index(j)  # raises for an unknown joint
+        for f in ("tip", "cube"):
+            model.frame_index(f)
         actuator = CompensatedServo(kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS)
         cfg = scene.sim_config(contact=cm, actuator=actuator, dt=dt / n_frames)
         super().__init__(model, cfg, n_frames)
