@@ -6,10 +6,13 @@ the robot starts lying in a random orientation, its trunk (a box), thighs (capsu
 standing height (counted as much as the trunk is upright) and a bonus while standing.
 ``brax.training.agents.ppo.train`` trains it unchanged, with jaxdyn's training wrappers.
 
-Default configuration (small, for a CPU): 128 environments, 150-step episodes (3 s), 64x64
-networks. The learning curve (evaluation return, mean uprightness and the fraction of time
-standing) is saved as ``examples/figures/quadruped_getup_ppo.png`` (``--out``), a video of the
-trained policy beside it as ``quadruped_getup_ppo.mp4`` (``--video``; ``--video ''`` for none).
+Default configuration (small, for a CPU): 128 environments, 300k environment steps in
+150-step episodes (3 s), 64x64 networks; compilation takes a large part of the wall time. The
+return, the mean uprightness and the time spent standing rise as the policy learns to roll over
+from its back and side; a reliable get-up takes millions of steps. The learning curve
+(evaluation return, mean uprightness and the fraction of time standing) is saved as
+``examples/figures/quadruped_getup_ppo.png`` (``--out``), a video of the trained policy beside
+it as ``quadruped_getup_ppo.mp4`` (``--video``; ``--video ''`` for none).
 
 Run: ``pip install '.[rl]' && python examples/train_quadruped_getup_ppo.py [--timesteps N]``.
 """
@@ -21,7 +24,7 @@ import _ppo
 import jaxdyn.envs
 
 CONFIG = dict(
-    num_timesteps=1_000_000,
+    num_timesteps=300_000,
     num_evals=6,
     episode_length=150,
     num_envs=128,
