@@ -41,7 +41,7 @@ def quad12_collision(model, *, foot_radius=0.02, leg_radius=0.02, trunk=(0.44, 0
       a capsule touches at an end sphere, and its knee end is inside the thigh's, so the shank
       is its foot sphere (:class:`jaxdyn.sim.Sphere` on ``<leg>_FOOT``).
 
-    Returns the primitives (24 contact points); limbs do not collide with each other.
+    Returns the primitives (20 contact points); limbs do not collide with each other.
     """
     prims = [_sim.Box("base_link", trunk, name="trunk")]
     for leg in LEGS:
