@@ -70,14 +70,15 @@ class PushCube(SimEnv):
     a sphere pusher of radius 0.025 m at its tip (site ``tip``); a free cube of side
     ``2 * half`` = 0.08 m, 0.2 kg; the table top is the plane ``z = 0``. Collision: the cube and
     the pusher against the table, the pusher against the cube (friction 0.6); the arm's links
-    are visual only.
+    are visual only. ``xml``: another scene with the same names (hinges ``joint1`` ..
+    ``joint7``, free joint and box geom ``cube``, site ``tip``).
 
     **Dynamics:** hard contact (default, ``contact="constraint"``: the complementarity model
     :class:`jaxdyn.sim.Constraint`; ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
     spring-damper model, whose default stiffness, scaled by the cube's mass, lets the stiff
     servos drive the pusher centimetres into the cube), implicit integrator, simulator step
-    ``dt / n_frames``. Joint position servos over
-    gravity compensation (:class:`CompensatedServo`, gains ``kp``, ``kd``, effort-limited) track
+    ``dt / n_frames``. Joint position servos over gravity compensation
+    (:class:`CompensatedServo`, gains ``kp``, ``kd``, effort-limited) track
     ``clip(home + action_scale * action, lower, upper)``, ``action`` clipped to ``[-1, 1]``,
     one per arm joint.
 
