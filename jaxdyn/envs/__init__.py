@@ -6,6 +6,11 @@ Tasks (:func:`make` by name):
 * ``"reacher"`` -- :class:`Reacher`: a 7-DoF arm (``arm7`` or ``panda``) reaches a random target;
 * ``"quadruped"`` -- :class:`Quadruped`: ``quad12`` walks forward; ``"quadruped_stand"``: stands;
 * ``"humanoid_stand"`` -- :class:`HumanoidStand`: a humanoid keeps standing;
+* ``"push_cube"`` -- :class:`PushCube`: a 7-DoF arm pushes a free cube across a table to a
+  target (contact between two moving bodies; :mod:`jaxdyn.envs.manipulation`, needs
+  ``mujoco`` for its MJCF scene);
+* ``"quadruped_getup"`` -- :class:`QuadrupedGetup`: ``quad12`` gets up from a fall, trunk and
+  legs in contact with the ground (:mod:`jaxdyn.envs.getup`);
 * DeepMind Control Suite tasks as MuJoCo Playground defines them
   (:mod:`jaxdyn.envs.dm_control_suite`, MJCF models stepped by :mod:`jaxdyn.sim`; need
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
@@ -32,7 +37,9 @@ from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
 from .dm_control_suite import SuiteReacher as SuiteReacher
+from .getup import QuadrupedGetup as QuadrupedGetup
 from .humanoid import HumanoidStand as HumanoidStand
+from .manipulation import PushCube as PushCube
 from .quadruped import Quadruped as Quadruped
 from .reacher import Reacher as Reacher
 from .wrappers import AutoResetWrapper as AutoResetWrapper
@@ -50,6 +57,8 @@ ENVIRONMENTS = {
     "quadruped": Quadruped,
     "quadruped_stand": lambda **kw: Quadruped(**{"forward_weight": 0.0, **kw}),
     "humanoid_stand": HumanoidStand,
+    "push_cube": PushCube,
+    "quadruped_getup": QuadrupedGetup,
     "cartpole_balance": CartpoleBalance,
     "cartpole_balance_sparse": lambda **kw: CartpoleBalance(sparse=True, **kw),
     "cartpole_swingup": lambda **kw: CartpoleBalance(swing_up=True, **kw),
@@ -83,7 +92,9 @@ __all__ = [
     "EpisodeWrapper",
     "HumanoidStand",
     "PendulumSwingup",
+    "PushCube",
     "Quadruped",
+    "QuadrupedGetup",
     "Reacher",
     "ServoPD",
     "SimEnv",
