@@ -1,6 +1,6 @@
-"""DeepMind Control Suite tasks without body-body contact, as MuJoCo Playground defines them
-(``mujoco_playground._src.dm_control_suite``): the same MJCF models (bundled, Apache-2.0,
-``xmls/dm_control_suite/README.md``), loaded by :func:`jaxdyn.load_mjcf` and stepped by
+"""DeepMind Control Suite tasks as MuJoCo Playground defines them
+(``mujoco_playground._src.dm_control_suite``, ported from dm_control's ``dm_control.suite``):
+the same MJCF models (bundled, Apache-2.0, ``xmls/dm_control_suite/README.md``), loaded by :func:`jaxdyn.load_mjcf` and stepped by
 :mod:`jaxdyn.sim` with :meth:`~jaxdyn.model.mjcf.MJCFModel.sim_config` (MuJoCo's ``Euler``
 with ``eulerdamp`` off is jaxdyn's ``"euler"``), and the same control and simulation periods,
 observations, rewards (:func:`jaxdyn.envs.rewards.tolerance`), resets (the same PRNG key
@@ -21,7 +21,26 @@ Tasks (Tassa et al., "DeepMind Control Suite", 2018):
 * :class:`PendulumSwingup`: ``pendulum_swingup``;
 * :class:`AcrobotSwingup` (``sparse``): ``acrobot_swingup``, ``acrobot_swingup_sparse``;
 * :class:`SuiteReacher` (``target_size``): ``reacher_easy``, ``reacher_hard`` (dm_control's
-  two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task).
+  two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task);
+
+with contact (:class:`ContactSuiteEnv`: dm_control's models, every contact the file declares
+under :class:`jaxdyn.sim.Constraint`):
+
+* :class:`CheetahRun`: ``cheetah_run``;
+* :class:`WalkerMove` (``move_speed``): ``walker_stand``, ``walker_walk``, ``walker_run``;
+* :class:`HopperTask` (``hopping``): ``hopper_stand``, ``hopper_hop``;
+* :class:`FingerSpin`: ``finger_spin``.
+
+Their observations and rewards are dm_control's task functions (``get_observation``,
+``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
+``subtreelinvel``, joint sensors, ``touch``), with Playground's timing above; ``qpos`` and
+``qvel`` in observations are in MuJoCo's joint order (jaxdyn orders a branching tree's joints
+by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft constraints
+(``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
+trajectories through a contact part from MuJoCo's while falls and rest states agree
+(``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
+Not ported: finger ``turn_easy`` / ``turn_hard`` (dm_control moves the target site in the model
+at each reset; to do: the target in ``info`` as :class:`SuiteReacher` keeps it).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth

@@ -1,0 +1,239 @@
+"""DeepMind Control Suite tasks with contact (:mod:`jaxdyn.envs.dm_control_suite`: cheetah,
+walker, hopper, finger) against dm_control and MuJoCo C.
+
+Oracles:
+
+* observations and rewards: dm_control's own task code (``dm_control.suite.<domain>``'s
+  ``get_observation`` / ``get_reward``) on a MuJoCo state, against the environment's functions of
+  the same state (joint order mapped by :class:`jaxdyn.interop.mujoco.Converter`): equal to
+  rounding, on states without contact (where MuJoCo's touch sensors read 0) in the default set;
+  the touch sensors themselves (jaxdyn's contact forces, not MuJoCo's soft-constraint ones) in
+  the slow set, by which sensor reads a contact;
+* physics: rollouts from MuJoCo's initial state under a fixed open-loop control, jaxdyn's
+  ``env.step`` against ``mj_step``: the bodies fall and come to rest at the same heights
+  (slow: each task's step is a compile of the contact pipeline of a minute or more on a loaded
+  2-core machine).
+
+dm_control 1.0.50's index table (``mjbindings.sizes``) names MuJoCo fields that the installed
+MuJoCo dropped; the ``dm`` fixture removes those names from the table before building
+dm_control's ``Physics`` (nothing else is changed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+mujoco = pytest.importorskip("mujoco")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxdyn import envs, sim  # noqa: E402
+
+#: domain -> (jaxdyn task per dm_control task)
+DOMAINS = {
+    "cheetah": {"run": "cheetah_run"},
+    "walker": {"stand": "walker_stand", "walk": "walker_walk", "run": "walker_run"},
+    "hopper": {"stand": "hopper_stand", "hop": "hopper_hop"},
+    "finger": {"spin": "finger_spin"},
+}
+
+
+@pytest.fixture(scope="module")
+def dm():
+    """``load(domain, task)``: dm_control's environment (after a reset), whose ``physics`` and
+    ``task`` are the oracles."""
+    os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control: no renderer (none is used)
+    pytest.importorskip("dm_control")
+    from dm_control.mujoco.wrapper.mjbindings import sizes
+
+    m = mujoco.MjModel.from_xml_string("<mujoco/>")
+    for struct, obj in (("mjmodel", m), ("mjdata", mujoco.MjData(m))):
+        for field in [f for f in sizes.array_sizes[struct] if not hasattr(obj, f)]:
+            del sizes.array_sizes[struct][field]
+    from dm_control import suite
+
+    def load(domain, task):
+        env = suite.load(domain, task, task_kwargs={"random": 0})
+        env.reset()
+        return env
+
+    return load
+
+
+def _dm_eval(env, q, v, a):
+    """dm_control's observation (flattened in its order) and reward at ``(qpos, qvel)`` under
+    ``ctrl = a``; MuJoCo's contact count there."""
+    ph = env.physics
+    with ph.reset_context():
+        ph.data.qpos[:], ph.data.qvel[:], ph.data.ctrl[:] = q, v, a
+    obs = np.concatenate([np.ravel(x) for x in env.task.get_observation(ph).values()])
+    return obs, float(env.task.get_reward(ph)), int(ph.data.ncon)
+
+
+def _contact_free_states(env, rng, n, lift, spread):
+    """``n`` random ``(qpos, qvel, ctrl)`` without contact in MuJoCo: joints uniform in their
+    ranges shrunk by ``spread`` about 0 (hinges without one in ``[-pi, pi]``), the root
+    ``lift`` m up, moving forward (the
+    root's x slide at 4 m/s more: the speed rewards are not all 0)."""
+    m = env.physics.model
+    ph = env.physics
+    out = []
+    while len(out) < n:
+        lo, hi = m.jnt_range[:, 0].copy(), m.jnt_range[:, 1].copy()
+        free = m.jnt_limited == 0
+        lo[free], hi[free] = -np.pi, np.pi
+        q = rng.uniform(lo, hi) * np.where(free, 1.0, spread)
+        slide = m.jnt_type == mujoco.mjtJoint.mjJNT_SLIDE
+        q[slide] = 0.3 * rng.standard_normal(slide.sum())
+        if lift:
+            q[m.joint("rootz").qposadr[0]] += lift
+        v, a = rng.standard_normal(m.nv), rng.uniform(-1.3, 1.3, m.nu)
+        if "rootx" in [m.joint(j).name for j in range(m.njnt)]:
+            v[m.joint("rootx").dofadr[0]] += 4.0
+        with ph.reset_context():
+            ph.data.qpos[:] = q
+        if ph.data.ncon == 0:
+            out.append((q, v, a))
+    return out
+
+
+@pytest.mark.parametrize("domain", sorted(DOMAINS))
+def test_functions_match_dm_control(domain, dm):
+    """Observation and reward of every task of the domain, as functions of a state and an
+    action, against dm_control's ``get_observation`` / ``get_reward`` on the same MuJoCo
+    state (contact-free: the touch sensors read 0 in both), to rounding; and the reward
+    actually varies over the states (the comparison is not between constants)."""
+    tasks = DOMAINS[domain]
+    made = {t: envs.make(name) for t, name in tasks.items()}
+    first = next(iter(made.values()))
+
+    @jax.jit
+    def evaluate(q, v, a):
+        pk = sim.State(q, v)
+        s = first.state_sensors(pk)
+        if first.touch_sites:
+            s["touch"] = jnp.zeros(len(first.touch_sites), q.dtype)
+        obs = first.observe(pk, s)
+        return obs, {t: e.reward(pk, s, a)[0] for t, e in made.items()}
+
+    rng = np.random.default_rng(5)
+    refs = {t: dm(domain, t) for t in tasks}
+    lift, spread = {
+        "cheetah": (0.5, 1.0),
+        "walker": (0.4, 0.3),
+        "hopper": (0.6, 0.3),
+        "finger": (0.0, 1.0),
+    }[domain]
+    rewards = []
+    for q, v, a in _contact_free_states(next(iter(refs.values())), rng, 4, lift, spread):
+        obs, rew = evaluate(jnp.asarray(first.q_of(q)), jnp.asarray(first.q_of(v)), jnp.asarray(a))
+        for t, ref in refs.items():
+            want_obs, want_rew, ncon = _dm_eval(ref, q, v, a)
+            assert ncon == 0
+            np.testing.assert_allclose(obs, want_obs, atol=1e-12, rtol=0)
+            assert float(rew[t]) == pytest.approx(want_rew, abs=1e-12)
+            rewards.append(want_rew)
+    assert np.ptp(rewards) > 1e-3 or domain == "finger"  # finger spin: a sparse reward
+
+
+def test_finger_spin_reward_is_dm_controls(dm):
+    """Finger spin's sparse reward on both sides of ``-15`` rad/s (dm_control's threshold)."""
+    env, ref = envs.make("finger_spin"), dm("finger", "spin")
+    q = np.zeros(3)
+    for w in (-16.0, -14.0):
+        v = np.array([0.0, 0.0, w])
+        pk = sim.State(jnp.asarray(env.q_of(q)), jnp.asarray(env.q_of(v)))
+        got = env.reward(pk, env.state_sensors(pk), jnp.zeros(2))[0]
+        assert float(got) == _dm_eval(ref, q, v, np.zeros(2))[1] == float(w <= -15)
+
+
+def test_registered_and_batched():
+    """The contact tasks are registered by name (which name is which variant:
+    ``test_functions_match_dm_control``); ``reset`` traces under ``jax.vmap`` and ``step`` with
+    the contract's shapes and the same metric keys (shapes only, no compilation; the slow
+    rollouts step a batch)."""
+    names = [
+        "cheetah_run",
+        "walker_stand",
+        "walker_walk",
+        "walker_run",
+        "hopper_stand",
+        "hopper_hop",
+        "finger_spin",
+    ]
+    assert set(names) <= set(envs.ENVIRONMENTS)
+    env = envs.make("walker_walk")
+    assert env.dt == pytest.approx(0.025) and env.n_frames == 10
+    s = jax.eval_shape(jax.vmap(env.reset), jax.random.split(jax.random.PRNGKey(1), 3))
+    assert s.obs.shape == (3, 24)
+    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), s)
+    s1 = jax.eval_shape(env.step, one, jnp.zeros(6))
+    assert s1.obs.shape == (24,) and s1.reward.shape == ()
+    assert set(s1.metrics) == set(s.metrics)
+
+
+def test_contacts_loaded_explicitly():
+    """The bundled files load with nothing dropped (no ``ignore=``: every colliding geom is
+    simulated, as the loader's primitives against the floor or its geom pairs), under
+    :class:`jaxdyn.sim.Constraint`, with MuJoCo's friction against the floor (the larger of
+    the two geoms'), which the loader leaves to the contact model for the primitives."""
+    for name in ("cheetah_run", "walker_walk", "hopper_hop", "finger_spin"):
+        env = envs.make(name)
+        assert env.scene.ignored == () and env.ignore == ()
+        cfg = env.sys.cfg
+        assert isinstance(cfg.contact, sim.Constraint) and cfg.contacts is not None
+        m = env.scene.mj_model
+        plane = int(mujoco.mjtGeom.mjGEOM_PLANE)
+        floor = [g for g in range(m.ngeom) if int(m.geom_type[g]) == plane][0]
+        prims = [c.name for c in env.scene.contacts]
+        mu = {max(m.geom_friction[m.geom(p).id, 0], m.geom_friction[floor, 0]) for p in prims}
+        assert len(mu) == 1
+        assert (cfg.contact.friction or 1.0) == pytest.approx(mu.pop()), name
+
+
+# ----------------------------------------------------------------------------- slow: physics
+#: task -> (seconds, control, what reaches the same value)
+ROLLOUTS = {
+    "cheetah_run": (1.0, 0.0),
+    "walker_stand": (1.5, 0.5),
+    "hopper_stand": (1.0, 0.0),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ROLLOUTS))
+def rollout(request):
+    name = request.param
+    kw = {"settle_steps": 0} if name == "cheetah_run" else {}
+    env = envs.make(name, **kw)
+    return name, env, jax.jit(env.step)
+
+
+@pytest.mark.slow
+def test_falls_and_rests_like_mujoco(rollout):
+    """From MuJoCo's initial pose (``qpos0``, at rest) under a constant control: the body falls
+    and comes to rest on the floor in both, the torso (root slide z) within 1 cm of MuJoCo's
+    height and at rest (speeds below 0.05), after 1 s (cheetah, hopper) or 1.5 s (walker: it
+    starts balanced upright and tips over)."""
+    name, env, step = rollout
+    seconds, u = ROLLOUTS[name]
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    ps = env.pipeline_init(env.q_of(d.qpos.copy()), env.q_of(d.qvel.copy()))
+    s = env.episode_start(jax.random.PRNGKey(0), ps)
+    a = np.full(m.nu, u)
+    d.ctrl[:] = a
+    z = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "rootz")]
+    z0 = float(d.qpos[z[0]])
+    for _ in range(int(round(seconds / env.dt))):
+        s = step(s, jnp.asarray(a))
+        mujoco.mj_step(m, d, env.n_frames)
+    q, v = env.qpos(np.asarray(s.pipeline_state.q)), env.qpos(np.asarray(s.pipeline_state.v))
+    assert float(s.done) == 0.0
+    assert q[z[0]] < z0 - 0.05 and d.qpos[z[0]] < z0 - 0.05  # both fell
+    assert abs(q[z[0]] - d.qpos[z[0]]) < 0.01
+    assert np.abs(v).max() < 0.05 and np.abs(d.qvel).max() < 0.05  # both at rest
