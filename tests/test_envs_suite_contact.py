@@ -106,7 +106,8 @@ def test_functions_match_dm_control(domain, dm):
     """Observation and reward of every task of the domain, as functions of a state and an
     action, against dm_control's ``get_observation`` / ``get_reward`` on the same MuJoCo
     state (contact-free: the touch sensors read 0 in both), to rounding; and the reward
-    actually varies over the states (the comparison is not between constants)."""
+    actually varies over the states (the comparison is not between constants; finger spin's
+    sparse reward: hinge velocities of -16 and -14 rad/s added)."""
     tasks = DOMAINS[domain]
     made = {t: envs.make(name) for t, name in tasks.items()}
     first = next(iter(made.values()))
@@ -129,7 +130,10 @@ def test_functions_match_dm_control(domain, dm):
         "finger": (0.0, 1.0),
     }[domain]
     rewards = []
-    for q, v, a in _contact_free_states(next(iter(refs.values())), rng, 4, lift, spread):
+    states = _contact_free_states(next(iter(refs.values())), rng, 4, lift, spread)
+    if domain == "finger":  # the sparse reward on both sides of -15 rad/s
+        states += [(q, v * [0, 0, 1] + [0, 0, w], a) for (q, v, a), w in zip(states, (-16, -14))]
+    for q, v, a in states:
         obs, rew = evaluate(jnp.asarray(first.q_of(q)), jnp.asarray(first.q_of(v)), jnp.asarray(a))
         for t, ref in refs.items():
             want_obs, want_rew, ncon = _dm_eval(ref, q, v, a)
@@ -137,18 +141,7 @@ def test_functions_match_dm_control(domain, dm):
             np.testing.assert_allclose(obs, want_obs, atol=1e-12, rtol=0)
             assert float(rew[t]) == pytest.approx(want_rew, abs=1e-12)
             rewards.append(want_rew)
-    assert np.ptp(rewards) > 1e-3 or domain == "finger"  # finger spin: a sparse reward
-
-
-def test_finger_spin_reward_is_dm_controls(dm):
-    """Finger spin's sparse reward on both sides of ``-15`` rad/s (dm_control's threshold)."""
-    env, ref = envs.make("finger_spin"), dm("finger", "spin")
-    q = np.zeros(3)
-    for w in (-16.0, -14.0):
-        v = np.array([0.0, 0.0, w])
-        pk = sim.State(jnp.asarray(env.q_of(q)), jnp.asarray(env.q_of(v)))
-        got = env.reward(pk, env.state_sensors(pk), jnp.zeros(2))[0]
-        assert float(got) == _dm_eval(ref, q, v, np.zeros(2))[1] == float(w <= -15)
+    assert np.ptp(rewards) > 1e-3
 
 
 def test_registered_and_batched():
@@ -237,3 +230,50 @@ def test_falls_and_rests_like_mujoco(rollout):
     assert q[z[0]] < z0 - 0.05 and d.qpos[z[0]] < z0 - 0.05  # both fell
     assert abs(q[z[0]] - d.qpos[z[0]]) < 0.01
     assert np.abs(v).max() < 0.05 and np.abs(d.qvel).max() < 0.05  # both at rest
+
+
+@pytest.mark.slow
+def test_hopper_touch_sensors_read_the_contacts():
+    """The hopper's touch sensors (MuJoCo's ``<touch>`` on the toe and heel sites) against
+    MuJoCo's ``sensordata`` at the same states: the foot pressed 1 mm into the floor flat, on
+    its toe and on its heel (ankle +-0.3 rad). The same sensors read a contact (MuJoCo's soft
+    contact and jaxdyn's constraint impulse give different magnitudes) and the other reads 0.
+    (The default ``test_functions_match_dm_control`` covers the contact-free readings.)"""
+    env = envs.make("hopper_stand")
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    touch = jax.jit(env.touch)
+    floor = m.geom("floor").id
+    ids = [m.sensor(s).adr[0] for s in env.touch_sites]
+    patterns = []
+    for ankle in (0.0, 0.3, -0.3):
+        d.qpos[:] = 0.0
+        d.qpos[m.joint("ankle").qposadr[0]] = ankle
+        for _ in range(3):  # lower the hopper until the foot's deepest point is 1 mm in
+            mujoco.mj_forward(m, d)
+            foot = [m.geom("foot").id]
+            dist = mujoco.mj_geomDistance(m, d, floor, foot[0], 1.0, None)
+            d.qpos[m.joint("rootz").qposadr[0]] -= dist + 1e-3
+        mujoco.mj_forward(m, d)
+        want = np.asarray(d.sensordata[ids])
+        pk = sim.State(jnp.asarray(env.q_of(d.qpos.copy())), jnp.zeros(m.nv))
+        got = np.asarray(touch(pk, jnp.zeros(m.nu)))
+        assert np.array_equal(got > 1e-6, want > 1e-6), (ankle, got, want)
+        patterns.append(tuple(want > 1e-6))
+    assert patterns == [(True, True), (True, False), (False, True)]
+
+
+@pytest.mark.slow
+def test_finger_reset_is_collision_free():
+    """``finger_spin``'s reset (dm_control: redraw until nothing touches): every state of a
+    batch is free of contact in MuJoCo, inside the joint ranges."""
+    env = envs.make("finger_spin")
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), 64))
+    lo, hi = m.jnt_range[:2, 0], m.jnt_range[:2, 1]
+    for q in np.asarray(s.pipeline_state.q):
+        d.qpos[:] = env.qpos(q)
+        mujoco.mj_forward(m, d)
+        assert d.ncon == 0
+        assert np.all(lo <= d.qpos[:2]) and np.all(d.qpos[:2] <= hi)

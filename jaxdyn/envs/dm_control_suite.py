@@ -1,11 +1,12 @@
 """DeepMind Control Suite tasks as MuJoCo Playground defines them
 (``mujoco_playground._src.dm_control_suite``, ported from dm_control's ``dm_control.suite``):
-the same MJCF models (bundled, Apache-2.0, ``xmls/dm_control_suite/README.md``), loaded by :func:`jaxdyn.load_mjcf` and stepped by
-:mod:`jaxdyn.sim` with :meth:`~jaxdyn.model.mjcf.MJCFModel.sim_config` (MuJoCo's ``Euler``
-with ``eulerdamp`` off is jaxdyn's ``"euler"``), and the same control and simulation periods,
-observations, rewards (:func:`jaxdyn.envs.rewards.tolerance`), resets (the same PRNG key
-splits, so one key gives Playground's initial state) and termination (``done`` only when the
-simulation diverges; episodes end by time limit, 1000 control steps in Playground).
+the same MJCF models (bundled, Apache-2.0, ``xmls/dm_control_suite/README.md``), loaded by
+:func:`jaxdyn.load_mjcf` and stepped by :mod:`jaxdyn.sim` with
+:meth:`~jaxdyn.model.mjcf.MJCFModel.sim_config` (MuJoCo's ``Euler`` with ``eulerdamp`` off
+is jaxdyn's ``"euler"``), and the same control and simulation periods, observations, rewards
+(:func:`jaxdyn.envs.rewards.tolerance`), resets (the same PRNG key splits, so one key gives
+Playground's initial state) and termination (``done`` only when the simulation diverges;
+episodes end by time limit, 1000 control steps in Playground).
 
 Playground's observations and rewards read ``qpos`` / ``qvel`` after the control step but the
 derived quantities (``xmat``, ``site_xpos``) of ``mjx.step``, which computes them *before* its
