@@ -189,47 +189,68 @@ def test_contacts_loaded_explicitly():
 
 
 # ----------------------------------------------------------------------------- slow: physics
-#: task -> (seconds, control, what reaches the same value)
+#: task -> (seconds, constant control)
 ROLLOUTS = {
     "cheetah_run": (1.0, 0.0),
     "walker_stand": (1.5, 0.5),
     "hopper_stand": (1.0, 0.0),
+    "finger_spin": (1.0, (1.0, 0.0)),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(ROLLOUTS))
 def rollout(request):
+    """A task's environment and its step over a batch (two copies of one state)."""
     name = request.param
     kw = {"settle_steps": 0} if name == "cheetah_run" else {}
     env = envs.make(name, **kw)
-    return name, env, jax.jit(env.step)
+    return name, env, jax.jit(jax.vmap(env.step))
 
 
-@pytest.mark.slow
-def test_falls_and_rests_like_mujoco(rollout):
-    """From MuJoCo's initial pose (``qpos0``, at rest) under a constant control: the body falls
-    and comes to rest on the floor in both, the torso (root slide z) within 1 cm of MuJoCo's
-    height and at rest (speeds below 0.05), after 1 s (cheetah, hopper) or 1.5 s (walker: it
-    starts balanced upright and tips over)."""
-    name, env, step = rollout
-    seconds, u = ROLLOUTS[name]
+def _run(env, step, seconds, u):
+    """MuJoCo C from the model's initial pose (``qpos0``, at rest; the task's hinge damping
+    for the finger) under the constant control ``u``, and jaxdyn's batched ``step`` from the
+    same state: the final ``(qpos, qvel)`` of both, jaxdyn's in MuJoCo's joint order."""
     m = env.scene.mj_model
+    if hasattr(env, "HINGE_DAMPING"):
+        m.dof_damping[m.joint("hinge").dofadr[0]] = env.HINGE_DAMPING
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
     ps = env.pipeline_init(env.q_of(d.qpos.copy()), env.q_of(d.qvel.copy()))
     s = env.episode_start(jax.random.PRNGKey(0), ps)
-    a = np.full(m.nu, u)
+    s = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), s)
+    a = np.broadcast_to(np.asarray(u, float), (m.nu,)).copy()
     d.ctrl[:] = a
-    z = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "rootz")]
-    z0 = float(d.qpos[z[0]])
     for _ in range(int(round(seconds / env.dt))):
-        s = step(s, jnp.asarray(a))
+        s = step(s, jnp.asarray(np.stack([a, a])))
         mujoco.mj_step(m, d, env.n_frames)
-    q, v = env.qpos(np.asarray(s.pipeline_state.q)), env.qpos(np.asarray(s.pipeline_state.v))
-    assert float(s.done) == 0.0
-    assert q[z[0]] < z0 - 0.05 and d.qpos[z[0]] < z0 - 0.05  # both fell
-    assert abs(q[z[0]] - d.qpos[z[0]]) < 0.01
-    assert np.abs(v).max() < 0.05 and np.abs(d.qvel).max() < 0.05  # both at rest
+    q, v = np.asarray(s.pipeline_state.q), np.asarray(s.pipeline_state.v)
+    assert np.array_equal(q[0], q[1]) and float(s.done.max()) == 0.0
+    return env.qpos(q[0]), env.qpos(v[0]), d.qpos.copy(), d.qvel.copy()
+
+
+@pytest.mark.slow
+def test_outcome_like_mujoco(rollout):
+    """From MuJoCo's initial pose under a constant control, jaxdyn's batched ``step`` against
+    MuJoCo C: cheetah, walker and hopper fall and come to rest on the floor (speeds below
+    0.05), the torso (root slide z) within 1 cm of MuJoCo's height, after 1 s (1.5 s for the
+    walker, which starts balanced upright and tips over); the finger, driven at its proximal
+    joint, hits the spinner and spins it the same way (negative, dm_control's rewarded
+    direction, by more than half a turn in 1 s) and rests at its joint limit as in MuJoCo."""
+    name, env, step = rollout
+    seconds, u = ROLLOUTS[name]
+    m = env.scene.mj_model
+    q, v, q_mj, v_mj = _run(env, step, seconds, u)
+    if name == "finger_spin":
+        hinge = m.joint("hinge").qposadr[0]
+        assert q[hinge] < -np.pi / 2 and q_mj[hinge] < -np.pi / 2
+        assert abs(q[0] - q_mj[0]) < 0.05  # the proximal joint at its limit in both
+        return
+    z = m.joint("rootz").qposadr[0]
+    z0 = float(m.qpos0[z])
+    assert q[z] < z0 - 0.05 and q_mj[z] < z0 - 0.05  # both fell
+    assert abs(q[z] - q_mj[z]) < 0.01
+    assert np.abs(v).max() < 0.05 and np.abs(v_mj).max() < 0.05  # both at rest
 
 
 @pytest.mark.slow

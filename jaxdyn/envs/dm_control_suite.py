@@ -96,6 +96,8 @@ class SuiteEnv(SimEnv):
     #: the contact model of every contact of the file (``None``: contact off, as the
     #: contact-free models disable it)
     contact = None
+    #: the integrator (``None``: the file's, :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`)
+    integrator = None
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float):
         from ..io.mjcf import load_mjcf
@@ -121,7 +123,8 @@ class SuiteEnv(SimEnv):
                 f"{type(self).__name__}: {self.xml} is not a chain in MuJoCo's joint order"
             )
         model = self.adjust_model(scene.model)
-        super().__init__(model, scene.sim_config(self.contact, dt=sim_dt), n_frames=n)
+        kw = {} if self.integrator is None else {"integrator": self.integrator}
+        super().__init__(model, scene.sim_config(self.contact, dt=sim_dt, **kw), n_frames=n)
 
     #: whether the task reads ``q`` / ``v`` as ``qpos`` / ``qvel`` (a chain: the same order)
     mujoco_order = True
@@ -764,9 +767,15 @@ class FingerSpin(ContactSuiteEnv):
     the hinge ``~ U(-pi, pi)`` (Playground's draw); as dm_control, a draw whose bodies touch is
     replaced by the first of ``reset_tries - 1`` further draws that do not (all kinematics, in
     one batch). **Periods:** control 0.02 s, simulation 0.01 s (dm_control's).
+
+    Integrator: jaxdyn's ``"implicit"`` (MuJoCo's ``implicitfast``, Playground's choice for its
+    finger), not the file's ``Euler``: the finger's light links against jaxdyn's smooth joint
+    limits (:class:`jaxdyn.sim.JointLimits`, whose damping only ``"implicit"`` integrates
+    implicitly) chatter at their stops at 0.01 s under ``Euler``.
     """
 
     xml = "finger.xml"
+    integrator = "implicit"
     touch_sites = ("touchtop", "touchbottom")
     SPIN_VELOCITY = 15.0
     HINGE_DAMPING = 0.03
