@@ -38,7 +38,11 @@ DOMAINS = {
     "cheetah": {"run": "cheetah_run"},
     "walker": {"stand": "walker_stand", "walk": "walker_walk", "run": "walker_run"},
     "hopper": {"stand": "hopper_stand", "hop": "hopper_hop"},
-    "finger": {"spin": "finger_spin"},
+    "finger": {
+        "spin": "finger_spin",
+        "turn_easy": "finger_turn_easy",
+        "turn_hard": "finger_turn_hard",
+    },
 }
 
 
@@ -106,11 +110,19 @@ def test_functions_match_dm_control(domain, dm):
     """Observation and reward of every task of the domain, as functions of a state and an
     action, against dm_control's ``get_observation`` / ``get_reward`` on the same MuJoCo
     state (contact-free: the touch sensors read 0 in both), to rounding; and the reward
-    actually varies over the states (the comparison is not between constants; finger spin's
-    sparse reward: hinge velocities of -16 and -14 rad/s added)."""
+    actually varies over the states (the comparison is not between constants). Finger: the
+    sparse rewards on both sides of their thresholds (hinge velocities of -16 and -14 rad/s;
+    the spinner turned to put its tip on the turn tasks' targets, which dm_control's reset drew
+    and which jaxdyn's tasks take from ``info``)."""
     tasks = DOMAINS[domain]
     made = {t: envs.make(name) for t, name in tasks.items()}
     first = next(iter(made.values()))
+    refs = {t: dm(domain, t) for t in tasks}
+    targets = {
+        t: jnp.asarray(refs[t].physics.model.ptr.site("target").pos[[0, 2]])
+        for t in tasks
+        if t.startswith("turn")
+    }
 
     @jax.jit
     def evaluate(q, v, a):
@@ -118,30 +130,45 @@ def test_functions_match_dm_control(domain, dm):
         s = first.state_sensors(pk)
         if first.touch_sites:
             s["touch"] = jnp.zeros(len(first.touch_sites), q.dtype)
-        obs = first.observe(pk, s)
-        return obs, {t: e.reward(pk, s, a)[0] for t, e in made.items()}
+        out = {}
+        for t, e in made.items():
+            st = {**s, "target": targets[t]} if t in targets else s
+            out[t] = e.observe(pk, st), e.reward(pk, st, a)[0]
+        return out
 
     rng = np.random.default_rng(5)
-    refs = {t: dm(domain, t) for t in tasks}
     lift, spread = {
         "cheetah": (0.5, 1.0),
         "walker": (0.4, 0.3),
         "hopper": (0.6, 0.3),
         "finger": (0.0, 1.0),
     }[domain]
-    rewards = []
     states = _contact_free_states(next(iter(refs.values())), rng, 4, lift, spread)
-    if domain == "finger":  # the sparse reward on both sides of -15 rad/s
+    if domain == "finger":
         states += [(q, v * [0, 0, 1] + [0, 0, w], a) for (q, v, a), w in zip(states, (-16, -14))]
+        for t in targets:  # the hinge angle that puts the tip nearest the target
+            ph = refs[t].physics
+            q, v, a = states[0]
+
+            def dist(angle, ph=ph, q=q):
+                with ph.reset_context():
+                    ph.data.qpos[:] = [q[0], q[1], angle]
+                return ph.dist_to_target()
+
+            angles = np.linspace(-np.pi, np.pi, 721)
+            best = angles[np.argmin([dist(x) for x in angles])]
+            states.append((np.array([q[0], q[1], best]), v, a))
+    rewards = {t: [] for t in tasks}
     for q, v, a in states:
-        obs, rew = evaluate(jnp.asarray(first.q_of(q)), jnp.asarray(first.q_of(v)), jnp.asarray(a))
+        got = evaluate(jnp.asarray(first.q_of(q)), jnp.asarray(first.q_of(v)), jnp.asarray(a))
         for t, ref in refs.items():
             want_obs, want_rew, ncon = _dm_eval(ref, q, v, a)
             assert ncon == 0
-            np.testing.assert_allclose(obs, want_obs, atol=1e-12, rtol=0)
-            assert float(rew[t]) == pytest.approx(want_rew, abs=1e-12)
-            rewards.append(want_rew)
-    assert np.ptp(rewards) > 1e-3
+            np.testing.assert_allclose(got[t][0], want_obs, atol=1e-12, rtol=0)
+            assert float(got[t][1]) == pytest.approx(want_rew, abs=1e-12)
+            rewards[t].append(want_rew)
+    for t in tasks:
+        assert np.ptp(rewards[t]) > 1e-3, t
 
 
 def test_registered_and_batched():
@@ -157,6 +184,8 @@ def test_registered_and_batched():
         "hopper_stand",
         "hopper_hop",
         "finger_spin",
+        "finger_turn_easy",
+        "finger_turn_hard",
     ]
     assert set(names) <= set(envs.ENVIRONMENTS)
     env = envs.make("walker_walk")

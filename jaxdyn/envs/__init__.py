@@ -12,7 +12,8 @@ Tasks (:func:`make` by name):
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
   ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``; with contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
-  ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``.
+  ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
+  ``"finger_turn_hard"``.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -34,6 +35,7 @@ from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import CheetahRun as CheetahRun
 from .dm_control_suite import FingerSpin as FingerSpin
+from .dm_control_suite import FingerTurn as FingerTurn
 from .dm_control_suite import HopperTask as HopperTask
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
 from .dm_control_suite import SuiteReacher as SuiteReacher
@@ -72,6 +74,8 @@ ENVIRONMENTS = {
     "hopper_stand": HopperTask,
     "hopper_hop": lambda **kw: HopperTask(hopping=True, **kw),
     "finger_spin": FingerSpin,
+    "finger_turn_easy": FingerTurn,
+    "finger_turn_hard": lambda **kw: FingerTurn(FingerTurn.HARD_TARGET, **kw),
 }
 
 
@@ -96,6 +100,7 @@ __all__ = [
     "Env",
     "EpisodeWrapper",
     "FingerSpin",
+    "FingerTurn",
     "HopperTask",
     "HumanoidStand",
     "PendulumSwingup",

@@ -30,7 +30,8 @@ under :class:`jaxdyn.sim.Constraint`):
 * :class:`CheetahRun`: ``cheetah_run``;
 * :class:`WalkerMove` (``move_speed``): ``walker_stand``, ``walker_walk``, ``walker_run``;
 * :class:`HopperTask` (``hopping``): ``hopper_stand``, ``hopper_hop``;
-* :class:`FingerSpin`: ``finger_spin``.
+* :class:`FingerSpin`: ``finger_spin``; :class:`FingerTurn` (``target_radius``):
+  ``finger_turn_easy``, ``finger_turn_hard``.
 
 Their observations and rewards are dm_control's task functions (``get_observation``,
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
@@ -40,8 +41,6 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-Not ported: finger ``turn_easy`` / ``turn_hard`` (dm_control moves the target site in the model
-at each reset; to do: the target in ``info`` as :class:`SuiteReacher` keeps it).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
@@ -79,6 +78,7 @@ __all__ = [
     "WalkerMove",
     "HopperTask",
     "FingerSpin",
+    "FingerTurn",
 ]
 
 #: the bundled models
@@ -778,6 +778,7 @@ class FingerSpin(ContactSuiteEnv):
     integrator = "implicit"
     touch_sites = ("touchtop", "touchbottom")
     SPIN_VELOCITY = 15.0
+    #: the hinge's damping in the task (``None``: the file's)
     HINGE_DAMPING = 0.03
 
     def __init__(self, *, ctrl_dt=0.02, sim_dt=0.01, reset_tries: int = 16):
@@ -787,6 +788,8 @@ class FingerSpin(ContactSuiteEnv):
         self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
 
     def adjust_model(self, model):
+        if self.HINGE_DAMPING is None:
+            return model
         import equinox as eqx
 
         m = self.scene.mj_model
@@ -799,6 +802,7 @@ class FingerSpin(ContactSuiteEnv):
         return {
             "position": self.qpos(pk.q)[:2],
             "tip": (p[0] - p[1])[jnp.array([0, 2])],
+            "spinner": p[1][jnp.array([0, 2])],
             "hinge_velocity": self.qpos(pk.v)[2],
         }
 
@@ -810,10 +814,8 @@ class FingerSpin(ContactSuiteEnv):
     def reward(self, ps, sensors, action):
         return (sensors["hinge_velocity"] <= -self.SPIN_VELOCITY).astype(ps.q.dtype), {}
 
-    def reset(self, rng) -> State:
-        rng = self.check_rng(rng)
-        rng, r1 = jax.random.split(rng, 2)
-        r1, r2 = jax.random.split(r1, 2)
+    def draw_pose(self, r1, r2):
+        """The reset's configuration (jaxdyn's order) from the keys of the first draw."""
         lo, hi = self.lowers, self.uppers
 
         def draw(a, b):
@@ -822,12 +824,11 @@ class FingerSpin(ContactSuiteEnv):
                 [fingers, jax.random.uniform(b, (1,), minval=-jnp.pi, maxval=jnp.pi)]
             )
 
-        qs = [draw(r1, r2)]
+        qs = draw(r1, r2)[None]
         if self.reset_tries > 1:
-            more = jax.random.split(jax.random.fold_in(r1, 1), (self.reset_tries - 1, 2))
-            qs = jnp.concatenate([jnp.stack(qs), jax.vmap(draw)(more[:, 0], more[:, 1])])
-        else:
-            qs = jnp.stack(qs)
+            n = self.reset_tries - 1
+            more = jax.random.split(jax.random.fold_in(r1, 1), 2 * n)
+            qs = jnp.concatenate([qs, jax.vmap(draw)(more[:n], more[n:])])
         qs = self.q_of(qs.astype(self.sys.model.mass.dtype))
         zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
 
@@ -835,5 +836,78 @@ class FingerSpin(ContactSuiteEnv):
             return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
 
         ok = jax.vmap(free)(qs)
-        qpos = qs[jnp.argmax(ok)]  # the first free draw (the first draw if none is)
-        return self.episode_start(rng, self.pipeline_init(qpos, zero_v))
+        return qs[jnp.argmax(ok)]  # the first free draw (the first draw if none is)
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        r1, r2 = jax.random.split(r1, 2)
+        q = self.draw_pose(r1, r2)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)))
+
+
+class FingerTurn(FingerSpin):
+    """Finger turn (dm_control ``finger.turn_easy`` / ``turn_hard``; Playground
+    ``FingerTurnEasy`` / ``FingerTurnHard``): turn the spinner until its tip is inside a target
+    of radius ``target_radius`` (0.07 easy, 0.03 hard) on the tip's circle (the file's hinge
+    damping).
+
+    **Observation (12):** those of :class:`FingerSpin` (9), the target relative to the hinge in
+    the plane (2), the tip's signed distance to the target's surface (1). **Reward:**
+    ``distance <= 0``. **Reset:** as :class:`FingerSpin` (Playground's key splits) and the
+    target's angle ``~ U(-pi, pi)`` on the circle of radius ``size(cap1).sum()`` about the
+    hinge, kept in ``info["target"]`` (its world ``x``, ``z``; dm_control moves a site of the
+    model, Playground a mocap body).
+    """
+
+    HINGE_DAMPING = None
+    EASY_TARGET, HARD_TARGET = 0.07, 0.03
+
+    def __init__(self, target_radius: float = EASY_TARGET, **kw):
+        super().__init__(**kw)
+        m = self.scene.mj_model
+        self.target_radius = float(target_radius)
+        self.radius = float(np.sum(m.geom_size[m.geom("cap1").id]))
+        self.hinge = np.asarray(m.body_pos[m.body("spinner").id], float)[[0, 2]]
+
+    def observe(self, ps, sensors):
+        to_target = sensors["target"] - sensors["spinner"]
+        dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
+        return jnp.concatenate([super().observe(ps, sensors), to_target, dist[None]])
+
+    def reward(self, ps, sensors, action):
+        to_target = sensors["target"] - sensors["spinner"]
+        dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
+        return (dist <= 0).astype(ps.q.dtype), {}
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2 = jax.random.split(rng, 3)
+        r1, r3 = jax.random.split(r1, 2)
+        q = self.draw_pose(r1, r3)
+        angle = jax.random.uniform(r2, minval=-jnp.pi, maxval=jnp.pi)
+        target = self.hinge + self.radius * jnp.stack([jnp.sin(angle), jnp.cos(angle)])
+        ps = self.pipeline_init(q, jnp.zeros_like(q))
+        target = target.astype(ps.q.dtype)
+        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
+        sensors["target"] = target
+        zero = jnp.zeros((), ps.q.dtype)
+        obs = self.observe(ps, sensors)
+        return State(ps, obs, zero, zero, {"diverged": zero}, {"rng": rng, "target": target})
+
+    def step(self, state: State, action) -> State:
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        sensors = self.sensors(pk, action)
+        sensors["target"] = state.info["target"]
+        reward, _ = self.reward(ps, sensors, action)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, sensors),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, "diverged": done},
+        )
