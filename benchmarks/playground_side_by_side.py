@@ -48,6 +48,8 @@ TASKS = {
     "hopper_stand": "HopperStand",
     "hopper_hop": "HopperHop",
     "finger_spin": "FingerSpin",
+    "finger_turn_easy": "FingerTurnEasy",
+    "finger_turn_hard": "FingerTurnHard",
 }
 
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
@@ -152,7 +154,7 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     against jaxdyn's port in the default dtype). The tasks with contact diverge after the first
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
-    (``walker_*``: the torso's height, not its ``zz``; ``finger_spin``: dm_control's model, with
+    (``walker_*``: the torso's height, not its ``zz``; ``finger_*``: dm_control's model, with
     its touch sensors and colliding decorations, at dm_control's 0.01 s step)."""
     import jax
     import jax.numpy as jnp

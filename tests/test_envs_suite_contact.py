@@ -262,7 +262,7 @@ def _run(env, step, seconds, u):
 def test_outcome_like_mujoco(rollout):
     """From MuJoCo's initial pose under a constant control, jaxdyn's batched ``step`` against
     MuJoCo C: cheetah, walker and hopper fall and come to rest on the floor (speeds below
-    0.05), the torso (root slide z) within 1 cm of MuJoCo's height, after 1 s (1.5 s for the
+    0.1: the cheetah's sprung joints still sway by a few hundredths), the torso (root slide z) within 1 cm of MuJoCo's height, after 1 s (1.5 s for the
     walker, which starts balanced upright and tips over); the finger, driven at its proximal
     joint, hits the spinner and spins it the same way (negative, dm_control's rewarded
     direction, by more than half a turn in 1 s) and rests at its joint limit as in MuJoCo."""
@@ -279,7 +279,7 @@ def test_outcome_like_mujoco(rollout):
     z0 = float(m.qpos0[z])
     assert q[z] < z0 - 0.05 and q_mj[z] < z0 - 0.05  # both fell
     assert abs(q[z] - q_mj[z]) < 0.01
-    assert np.abs(v).max() < 0.05 and np.abs(v_mj).max() < 0.05  # both at rest
+    assert np.abs(v).max() < 0.1 and np.abs(v_mj).max() < 0.1  # both (nearly) at rest
 
 
 @pytest.mark.slow
