@@ -334,3 +334,24 @@ def test_finger_reset_is_collision_free():
         mujoco.mj_forward(m, d)
         assert d.ncon == 0
         assert np.all(lo <= d.qpos[:2]) and np.all(d.qpos[:2] <= hi)
+
+
+@pytest.mark.slow
+def test_brax_ppo_smoke_with_contact():
+    """brax.training's PPO trains ``walker_stand`` (contact with the floor) unchanged for a few
+    iterations (the contact-free counterpart: ``test_envs_suite.test_brax_ppo_smoke``)."""
+    ppo = pytest.importorskip("brax.training.agents.ppo.train")
+    env = envs.make("walker_stand")
+    _, _, metrics = ppo.train(
+        environment=env,
+        num_timesteps=1024,
+        episode_length=20,
+        num_envs=8,
+        batch_size=8,
+        num_minibatches=2,
+        unroll_length=4,
+        num_updates_per_batch=1,
+        num_evals=2,
+        seed=0,
+    )
+    assert np.isfinite(float(metrics["eval/episode_reward"]))
