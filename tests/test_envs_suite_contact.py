@@ -268,10 +268,11 @@ def test_outcome_like_mujoco(rollout):
     MuJoCo C: cheetah, walker and hopper fall and their torsos come to rest on the floor (root
     speeds below 0.05; the limbs are not checked: the cheetah's sprung joints still sway, and
     the hopper's waist and ankle creep at 1-3 rad/s while it lies on the floor, which MuJoCo's
-    do not: a finding left open, see the module docs), the torso (root slide z) within 1 cm of MuJoCo's height, after 1 s (1.5 s for the
-    walker, which starts balanced upright and tips over); the finger, driven at its proximal
-    joint, hits the spinner and spins it the same way (negative, dm_control's rewarded
-    direction, by more than half a turn in 1 s) and rests at its joint limit as in MuJoCo."""
+    do not: a finding left open, see the module docs), the torso (root slide z) within 1 cm of
+    MuJoCo's height, after 1 s (1.5 s for the walker, which starts balanced upright and tips
+    over); the finger, driven at its proximal joint, hits the spinner and turns it the same way
+    (negative, dm_control's rewarded direction, by more than a quarter turn in 1 s) and rests
+    at its joint limit as in MuJoCo."""
     name, env, step = rollout
     seconds, u = ROLLOUTS[name]
     m = env.scene.mj_model
