@@ -293,8 +293,10 @@ def test_outcome_like_mujoco(rollout):
 @pytest.mark.slow
 def test_hopper_touch_sensors_read_the_contacts():
     """The hopper's touch sensors (MuJoCo's ``<touch>`` on the toe and heel sites) against
-    MuJoCo's ``sensordata`` at the same states: the foot pressed 1 mm into the floor flat, on
-    its toe and on its heel (ankle +-0.3 rad). The same sensors read a contact (MuJoCo's soft
+    MuJoCo's ``sensordata`` at the same states: the foot 1 mm into the floor, landing at
+    0.5 m/s, flat, on its toe and on its heel (ankle +-0.3 rad; at rest, a single contact under
+    a pivoting body may rightly carry no force in jaxdyn's hard contact while MuJoCo's soft one
+    pushes on its penetration). The same sensors read a contact (MuJoCo's soft
     contact and jaxdyn's constraint impulse give different magnitudes) and the other reads 0.
     (The default ``test_functions_match_dm_control`` covers the contact-free readings.)"""
     env = envs.make("hopper_stand")
@@ -312,9 +314,11 @@ def test_hopper_touch_sensors_read_the_contacts():
             foot = [m.geom("foot").id]
             dist = mujoco.mj_geomDistance(m, d, floor, foot[0], 1.0, None)
             d.qpos[m.joint("rootz").qposadr[0]] -= dist + 1e-3
+        d.qvel[:] = 0.0
+        d.qvel[m.joint("rootz").dofadr[0]] = -0.5  # landing: each contact must push
         mujoco.mj_forward(m, d)
         want = np.asarray(d.sensordata[ids])
-        pk = sim.State(jnp.asarray(env.q_of(d.qpos.copy())), jnp.zeros(m.nv))
+        pk = sim.State(jnp.asarray(env.q_of(d.qpos.copy())), jnp.asarray(env.q_of(d.qvel.copy())))
         got = np.asarray(touch(pk, jnp.zeros(m.nu)))
         assert np.array_equal(got > 1e-6, want > 1e-6), (ankle, got, want)
         patterns.append(tuple(want > 1e-6))
