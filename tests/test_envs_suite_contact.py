@@ -14,10 +14,6 @@ Oracles:
   (slow: each task's step is a compile of the contact pipeline of a minute or more on a loaded
   2-core machine).
 
-Open finding (not hidden by the checks, which look at the torso): lying on the floor after its
-fall, jaxdyn's hopper's waist and ankle keep creeping at 1-3 rad/s (Euler or implicit,
-``Constraint`` with or without Newton steps), where MuJoCo's come to rest.
-
 dm_control 1.0.50's index table (``mjbindings.sizes``) names MuJoCo fields that the installed
 MuJoCo dropped; the ``dm`` fixture removes those names from the table before building
 dm_control's ``Physics`` (nothing else is changed).
@@ -226,7 +222,7 @@ def test_contacts_loaded_explicitly():
 ROLLOUTS = {
     "cheetah_run": (1.0, 0.0),
     "walker_stand": (1.5, 0.5),
-    "hopper_stand": (1.0, 0.0),
+    "hopper_stand": (2.0, 0.0),
     "finger_spin": (1.0, (1.0, 0.0)),
 }
 
@@ -265,12 +261,11 @@ def _run(env, step, seconds, u):
 @pytest.mark.slow
 def test_outcome_like_mujoco(rollout):
     """From MuJoCo's initial pose under a constant control, jaxdyn's batched ``step`` against
-    MuJoCo C: cheetah, walker and hopper fall and their torsos come to rest on the floor (root
-    speeds below 0.05; the limbs are not checked: the cheetah's sprung joints still sway, and
-    the hopper's waist and ankle creep at 1-3 rad/s while it lies on the floor, which MuJoCo's
-    do not: a finding left open, see the module docs), the torso (root slide z) within 1 cm of
-    MuJoCo's height, after 1 s (1.5 s for the walker, which starts balanced upright and tips
-    over); the finger, driven at its proximal joint, hits the spinner and turns it the same way
+    MuJoCo C: cheetah, walker and hopper fall and come to rest on the floor (every speed below
+    0.1: the cheetah's sprung joints still sway by a few hundredths), the torso (root slide z)
+    within 1 cm of MuJoCo's height, after 1 s (cheetah), 1.5 s (walker, which starts balanced
+    upright and tips over) or 2 s (hopper: at 1 s both still settle, jaxdyn's limbs by up to
+    3 rad/s, MuJoCo's torso by 0.08 rad/s); the finger, driven at its proximal joint, hits the spinner and turns it the same way
     (negative, dm_control's rewarded direction, by more than a quarter turn in 1 s) and rests
     at its joint limit as in MuJoCo."""
     name, env, step = rollout
@@ -286,8 +281,7 @@ def test_outcome_like_mujoco(rollout):
     z0 = float(m.qpos0[z])
     assert q[z] < z0 - 0.05 and q_mj[z] < z0 - 0.05  # both fell
     assert abs(q[z] - q_mj[z]) < 0.01
-    root = [m.joint(j).dofadr[0] for j in ("rootx", "rootz", "rooty")]
-    assert np.abs(v[root]).max() < 0.05 and np.abs(v_mj[root]).max() < 0.05  # the torso rests
+    assert np.abs(v).max() < 0.1 and np.abs(v_mj).max() < 0.1  # both (nearly) at rest
 
 
 @pytest.mark.slow
