@@ -265,9 +265,9 @@ def test_outcome_like_mujoco(rollout):
     0.1: the cheetah's sprung joints still sway by a few hundredths), the torso (root slide z)
     within 1 cm of MuJoCo's height, after 1 s (cheetah), 1.5 s (walker, which starts balanced
     upright and tips over) or 2 s (hopper: at 1 s both still settle, jaxdyn's limbs by up to
-    3 rad/s, MuJoCo's torso by 0.08 rad/s); the finger, driven at its proximal joint, hits the spinner and turns it the same way
-    (negative, dm_control's rewarded direction, by more than a quarter turn in 1 s) and rests
-    at its joint limit as in MuJoCo."""
+    3 rad/s, MuJoCo's torso by 0.08 rad/s); the finger, driven at its proximal joint, hits the
+    spinner and turns it the same way (negative, dm_control's rewarded direction, by more than
+    a quarter turn in 1 s) and rests at its joint limit as in MuJoCo."""
     name, env, step = rollout
     seconds, u = ROLLOUTS[name]
     m = env.scene.mj_model
