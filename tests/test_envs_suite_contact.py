@@ -200,12 +200,15 @@ def test_registered_and_batched():
 
 def test_contacts_loaded_explicitly():
     """The bundled files load with nothing dropped (no ``ignore=``: every colliding geom is
-    simulated, as the loader's primitives against the floor or its geom pairs), under
+    simulated, as the loader's primitives against the floor or its geom pairs; the finger's
+    ``solimp`` is ignored by name in ``sim_config``, with its reason), under
     :class:`jaxdyn.sim.Constraint`, with MuJoCo's friction against the floor (the larger of
     the two geoms'), which the loader leaves to the contact model for the primitives."""
     for name in ("cheetah_run", "walker_walk", "hopper_hop", "finger_spin"):
         env = envs.make(name)
         assert env.scene.ignored == () and env.ignore == ()
+        # the finger's solimp (MuJoCo's impedance), refused by name without it
+        assert env.sim_ignore == (("solimp",) if name.startswith("finger") else ())
         cfg = env.sys.cfg
         assert isinstance(cfg.contact, sim.Constraint) and cfg.contacts is not None
         m = env.scene.mj_model

@@ -99,6 +99,9 @@ class SuiteEnv(SimEnv):
     contact = None
     #: the integrator (``None``: the file's, :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`)
     integrator = None
+    #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
+    #: task's docstring)
+    sim_ignore: tuple = ()
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float):
         from ..io.mjcf import load_mjcf
@@ -125,7 +128,8 @@ class SuiteEnv(SimEnv):
             )
         model = self.adjust_model(scene.model)
         kw = {} if self.integrator is None else {"integrator": self.integrator}
-        super().__init__(model, scene.sim_config(self.contact, dt=sim_dt, **kw), n_frames=n)
+        cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
+        super().__init__(model, cfg, n_frames=n)
 
     #: whether the task reads ``q`` / ``v`` as ``qpos`` / ``qvel`` (a chain: the same order)
     mujoco_order = True
@@ -773,10 +777,15 @@ class FingerSpin(ContactSuiteEnv):
     finger), not the file's ``Euler``: the finger's light links against jaxdyn's smooth joint
     limits (:class:`jaxdyn.sim.JointLimits`, whose damping only ``"implicit"`` integrates
     implicitly) chatter at their stops at 0.01 s under ``Euler``.
+
+    Loaded with ``sim_config(ignore=("solimp",))``: the file's geoms set ``solimp="0 0.9
+    0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its soft contacts), which
+    :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart for.
     """
 
     xml = "finger.xml"
     integrator = "implicit"
+    sim_ignore = ("solimp",)
     touch_sites = ("touchtop", "touchbottom")
     SPIN_VELOCITY = 15.0
     #: the hinge's damping in the task (``None``: the file's)
