@@ -41,7 +41,7 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-After a fall the hopper's limbs settle more slowly than MuJoCo's (at rest within 2 s).
+After a fall the hopper's limbs settle more slowly than MuJoCo's (by 0.2 rad/s after 2 s).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
