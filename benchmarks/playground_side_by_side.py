@@ -41,6 +41,15 @@ TASKS = {
     "acrobot_swingup_sparse": "AcrobotSwingupSparse",
     "reacher_easy": "ReacherEasy",
     "reacher_hard": "ReacherHard",
+    "cheetah_run": "CheetahRun",
+    "walker_stand": "WalkerStand",
+    "walker_walk": "WalkerWalk",
+    "walker_run": "WalkerRun",
+    "hopper_stand": "HopperStand",
+    "hopper_hop": "HopperHop",
+    "finger_spin": "FingerSpin",
+    "finger_turn_easy": "FingerTurnEasy",
+    "finger_turn_hard": "FingerTurnHard",
 }
 
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
@@ -142,7 +151,11 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
 def check(task: str, n_steps: int, seed: int) -> dict:
     """Both environments from the same key under the same actions: the largest differences of
     the observations and rewards over ``n_steps`` control steps (Playground's float32 MJX
-    against jaxdyn's port in the default dtype)."""
+    against jaxdyn's port in the default dtype). The tasks with contact diverge after the first
+    contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
+    where the port follows dm_control rather than Playground the observations differ by design
+    (``walker_*``: the torso's height, not its ``zz``; ``finger_*``: dm_control's model, with
+    its touch sensors and colliding decorations, at dm_control's 0.01 s step)."""
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -15,7 +15,10 @@ Tasks (:func:`make` by name):
   (:mod:`jaxdyn.envs.dm_control_suite`, MJCF models stepped by :mod:`jaxdyn.sim`; need
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
-  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``.
+  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``; with contact:
+  ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
+  ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
+  ``"finger_turn_hard"``.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -35,8 +38,13 @@ from .base import Wrapper as Wrapper
 from .compat import brax_compat as brax_compat
 from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
+from .dm_control_suite import CheetahRun as CheetahRun
+from .dm_control_suite import FingerSpin as FingerSpin
+from .dm_control_suite import FingerTurn as FingerTurn
+from .dm_control_suite import HopperTask as HopperTask
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
 from .dm_control_suite import SuiteReacher as SuiteReacher
+from .dm_control_suite import WalkerMove as WalkerMove
 from .getup import QuadrupedGetup as QuadrupedGetup
 from .humanoid import HumanoidStand as HumanoidStand
 from .manipulation import PushCube as PushCube
@@ -68,6 +76,15 @@ ENVIRONMENTS = {
     "acrobot_swingup_sparse": lambda **kw: AcrobotSwingup(sparse=True, **kw),
     "reacher_easy": SuiteReacher,
     "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
+    "cheetah_run": CheetahRun,
+    "walker_stand": WalkerMove,
+    "walker_walk": lambda **kw: WalkerMove(WalkerMove.WALK_SPEED, **kw),
+    "walker_run": lambda **kw: WalkerMove(WalkerMove.RUN_SPEED, **kw),
+    "hopper_stand": HopperTask,
+    "hopper_hop": lambda **kw: HopperTask(hopping=True, **kw),
+    "finger_spin": FingerSpin,
+    "finger_turn_easy": FingerTurn,
+    "finger_turn_hard": lambda **kw: FingerTurn(FingerTurn.HARD_TARGET, **kw),
 }
 
 
@@ -86,10 +103,14 @@ __all__ = [
     "AcrobotSwingup",
     "AutoResetWrapper",
     "CartpoleBalance",
+    "CheetahRun",
     "CompensatedTorque",
     "DomainRandomizationVmapWrapper",
     "Env",
     "EpisodeWrapper",
+    "FingerSpin",
+    "FingerTurn",
+    "HopperTask",
     "HumanoidStand",
     "PendulumSwingup",
     "PushCube",
@@ -102,6 +123,7 @@ __all__ = [
     "SuiteReacher",
     "System",
     "VmapWrapper",
+    "WalkerMove",
     "Wrapper",
     "brax_compat",
     "domain_randomization",

@@ -1,11 +1,12 @@
-"""DeepMind Control Suite tasks without body-body contact, as MuJoCo Playground defines them
-(``mujoco_playground._src.dm_control_suite``): the same MJCF models (bundled, Apache-2.0,
-``xmls/dm_control_suite/README.md``), loaded by :func:`jaxdyn.load_mjcf` and stepped by
-:mod:`jaxdyn.sim` with :meth:`~jaxdyn.model.mjcf.MJCFModel.sim_config` (MuJoCo's ``Euler``
-with ``eulerdamp`` off is jaxdyn's ``"euler"``), and the same control and simulation periods,
-observations, rewards (:func:`jaxdyn.envs.rewards.tolerance`), resets (the same PRNG key
-splits, so one key gives Playground's initial state) and termination (``done`` only when the
-simulation diverges; episodes end by time limit, 1000 control steps in Playground).
+"""DeepMind Control Suite tasks as MuJoCo Playground defines them
+(``mujoco_playground._src.dm_control_suite``, ported from dm_control's ``dm_control.suite``):
+the same MJCF models (bundled, Apache-2.0, ``xmls/dm_control_suite/README.md``), loaded by
+:func:`jaxdyn.load_mjcf` and stepped by :mod:`jaxdyn.sim` with
+:meth:`~jaxdyn.model.mjcf.MJCFModel.sim_config` (MuJoCo's ``Euler`` with ``eulerdamp`` off
+is jaxdyn's ``"euler"``), and the same control and simulation periods, observations, rewards
+(:func:`jaxdyn.envs.rewards.tolerance`), resets (the same PRNG key splits, so one key gives
+Playground's initial state) and termination (``done`` only when the simulation diverges;
+episodes end by time limit, 1000 control steps in Playground).
 
 Playground's observations and rewards read ``qpos`` / ``qvel`` after the control step but the
 derived quantities (``xmat``, ``site_xpos``) of ``mjx.step``, which computes them *before* its
@@ -21,7 +22,26 @@ Tasks (Tassa et al., "DeepMind Control Suite", 2018):
 * :class:`PendulumSwingup`: ``pendulum_swingup``;
 * :class:`AcrobotSwingup` (``sparse``): ``acrobot_swingup``, ``acrobot_swingup_sparse``;
 * :class:`SuiteReacher` (``target_size``): ``reacher_easy``, ``reacher_hard`` (dm_control's
-  two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task).
+  two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task);
+
+with contact (:class:`ContactSuiteEnv`: dm_control's models, every contact the file declares
+under :class:`jaxdyn.sim.Constraint`):
+
+* :class:`CheetahRun`: ``cheetah_run``;
+* :class:`WalkerMove` (``move_speed``): ``walker_stand``, ``walker_walk``, ``walker_run``;
+* :class:`HopperTask` (``hopping``): ``hopper_stand``, ``hopper_hop``;
+* :class:`FingerSpin`: ``finger_spin``; :class:`FingerTurn` (``target_radius``):
+  ``finger_turn_easy``, ``finger_turn_hard``.
+
+Their observations and rewards are dm_control's task functions (``get_observation``,
+``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
+``subtreelinvel``, joint sensors, ``touch``), with Playground's timing above; ``qpos`` and
+``qvel`` in observations are in MuJoCo's joint order (jaxdyn orders a branching tree's joints
+by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft constraints
+(``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
+trajectories through a contact part from MuJoCo's while falls and rest states agree
+(``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
+After a fall the hopper's limbs settle more slowly than MuJoCo's (by 0.2 rad/s after 2 s).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
@@ -40,7 +60,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import sim as _sim
-from ..algorithms.kinematics import forward_kinematics
+from ..algorithms.centroidal import center_of_mass_jacobian
+from ..algorithms.kinematics import body_velocities, forward_kinematics, world_state
+from ..interop.mujoco import Converter
+from ..sim.contact import concat_frames, contact_frames
 from .base import SimEnv, State
 from .rewards import tolerance
 
@@ -51,6 +74,12 @@ __all__ = [
     "PendulumSwingup",
     "AcrobotSwingup",
     "SuiteReacher",
+    "ContactSuiteEnv",
+    "CheetahRun",
+    "WalkerMove",
+    "HopperTask",
+    "FingerSpin",
+    "FingerTurn",
 ]
 
 #: the bundled models
@@ -65,6 +94,14 @@ class SuiteEnv(SimEnv):
     xml: str = ""
     #: ``ignore=`` of :func:`jaxdyn.load_mjcf` for the bundled model
     ignore: tuple = ()
+    #: the contact model of every contact of the file (``None``: contact off, as the
+    #: contact-free models disable it)
+    contact = None
+    #: the integrator (``None``: the file's, :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`)
+    integrator = None
+    #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
+    #: task's docstring)
+    sim_ignore: tuple = ()
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float):
         from ..io.mjcf import load_mjcf
@@ -76,13 +113,38 @@ class SuiteEnv(SimEnv):
             )
         scene = load_mjcf(os.path.join(XML_DIR, self.xml), ignore=self.ignore)
         self.scene = scene
-        super().__init__(scene.model, scene.sim_config(dt=sim_dt), n_frames=n)
-        t = scene.model.topo
-        # these models are chains of one-DoF joints in MuJoCo's order: q = qpos, v = qvel
-        if scene.model.nq != scene.mj_model.nq or list(t.joint_names) != [
-            scene.mj_model.joint(j).name for j in range(scene.mj_model.njnt)
-        ]:  # pragma: no cover - a property of the bundled files
-            raise ValueError(f"{type(self).__name__}: unexpected joint layout in {self.xml}")
+        m = scene.mj_model
+        # one-DoF joints (q and v have the same layout); jaxdyn orders a branching tree's joints
+        # by depth: q = qpos[from_mujoco], qpos = q[to_mujoco]
+        if not (scene.model.nq == scene.model.nv == m.nq == m.nv == m.njnt):
+            raise ValueError(  # pragma: no cover - a property of the bundled files
+                f"{type(self).__name__}: unexpected joint layout in {self.xml}"
+            )
+        self.from_mujoco = Converter(scene.model, m).q_index
+        self.to_mujoco = np.argsort(self.from_mujoco)
+        if self.mujoco_order and np.any(self.from_mujoco != np.arange(m.nq)):
+            raise ValueError(  # pragma: no cover - a property of the bundled files
+                f"{type(self).__name__}: {self.xml} is not a chain in MuJoCo's joint order"
+            )
+        model = self.adjust_model(scene.model)
+        kw = {} if self.integrator is None else {"integrator": self.integrator}
+        cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
+        super().__init__(model, cfg, n_frames=n)
+
+    #: whether the task reads ``q`` / ``v`` as ``qpos`` / ``qvel`` (a chain: the same order)
+    mujoco_order = True
+
+    def qpos(self, q):
+        """MuJoCo's ``qpos`` (or ``qvel``, the same layout here) of jaxdyn's ``q`` (``v``)."""
+        return q[..., self.to_mujoco]
+
+    def q_of(self, qpos):
+        """jaxdyn's ``q`` (or ``v``) of MuJoCo's ``qpos`` (``qvel``)."""
+        return qpos[..., self.from_mujoco]
+
+    def adjust_model(self, model):
+        """The model the task simulates (the task's changes to the file's, if any)."""
+        return model
 
     @property
     def action_size(self) -> int:
@@ -96,8 +158,9 @@ class SuiteEnv(SimEnv):
         return fk.R[idx], fk.p[idx]
 
     def advance(self, ps, ctrl):
-        """One control period (as :meth:`SimEnv.pipeline_step`) and the configuration at the
-        start of its last simulator step: ``(next_state, qk, diverged)``."""
+        """One control period (as :meth:`SimEnv.pipeline_step`) and the state at the start of
+        its last simulator step: ``(next_state, pk, diverged)`` (``pk.q`` is the ``qk`` of the
+        module docs)."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
@@ -106,24 +169,25 @@ class SuiteEnv(SimEnv):
             n = _sim.step(model, s, ctrl, cfg)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            return (n, s.q, ok & good), None
+            return (n, s, ok & good), None
 
-        init = (ps, ps.q, jnp.asarray(True))
-        (nxt, qk, ok), _ = jax.lax.scan(frame, init, None, length=self.n_frames)
+        init = (ps, ps, jnp.asarray(True))
+        (nxt, pk, ok), _ = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
-        return nxt, jnp.where(bad, ps.q, qk), bad
+        pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
+        return nxt, pk, bad
 
     def step(self, state: State, action) -> State:
         self.check_state(state)
         action = self.check_action(action)
-        ps, qk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, qk, action)
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, pk.q, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
         return state.replace(
             pipeline_state=ps,
-            obs=self.observe(ps, qk),
+            obs=self.observe(ps, pk.q),
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
@@ -352,14 +416,508 @@ class SuiteReacher(SuiteEnv):
         self.check_state(state, ("target",))
         action = self.check_action(action)
         target = state.info["target"]
-        ps, qk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, qk, target)
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, pk.q, target)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
         return state.replace(
             pipeline_state=ps,
-            obs=self.observe(ps, qk, target),
+            obs=self.observe(ps, pk.q, target),
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
+        )
+
+
+# ---------------------------------------------------------------------- tasks with contact
+class ContactSuiteEnv(SuiteEnv):
+    """A suite task whose model touches the floor or other bodies: every contact the file
+    declares (the loader's primitives against the floor plane and its geom pairs, with MuJoCo's
+    filters and friction) under :attr:`contact`, jaxdyn's :class:`~jaxdyn.sim.Constraint`
+    (Coulomb's law on the Delassus matrix; MuJoCo solves soft constraints, so contact
+    transients differ while rest states agree).
+
+    Observations and rewards are functions of the state reached ``ps`` and of the
+    :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
+    ``xipos``, ``subtreelinvel``, ``touch``) of the state ``pk`` at the start of the last
+    simulator step under the action (see the module docs: Playground's ``mjx.step``)."""
+
+    contact = _sim.Constraint()
+    mujoco_order = False
+    #: MuJoCo ``<touch>`` sensors of the observation, by site name
+    touch_sites: tuple = ()
+    #: the metric keys of :meth:`reward` (the same after ``reset`` and ``step``)
+    metric_keys: tuple = ()
+
+    def __init__(self, *, ctrl_dt: float, sim_dt: float):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        m, model = self.scene.mj_model, self.sys.model
+        self.touch_frames = [self.scene.site_frames[s] for s in self.touch_sites]
+        parent = model.topo.frame_parent
+        self.touch_bodies = [int(parent[model.frame_index(f)]) for f in self.touch_frames]
+        sizes = []
+        for s in self.touch_sites:
+            i = m.site(s).id
+            kind = int(m.site_type[i])
+            size = np.asarray(m.site_size[i], float)
+            if kind == _mujoco_geom("sphere"):
+                size = np.full(3, size[0])
+            elif kind != _mujoco_geom("ellipsoid"):  # pragma: no cover - the bundled files
+                raise ValueError(
+                    f"{type(self).__name__}: touch site {s!r} is not a sphere or an ellipsoid"
+                )
+            sizes.append(size)
+        self.touch_sizes = np.asarray(sizes).reshape(-1, 3)
+
+    # -- MuJoCo's derived quantities and sensors, as functions of a state
+    def subtree_linvel(self, ps):
+        """MuJoCo's ``subtreelinvel`` of the root body (the whole model: these models have one
+        tree): the velocity of the centre of mass, world axes."""
+        return center_of_mass_jacobian(self.sys.model, ps.q) @ ps.v
+
+    def com_positions(self, q, names):
+        """MuJoCo's ``xipos``: world positions ``(k, 3)`` of the named bodies' centres of mass."""
+        m = self.scene.mj_model
+        ipos = np.asarray([m.body_ipos[m.body(n).id] for n in names])
+        R, p = self.frames(q, names)
+        return jnp.einsum("kij,kj->ki", R, ipos) + p
+
+    def contact_frames(self, ps):
+        """Every contact of the step at ``ps`` (:class:`jaxdyn.sim.contact.ContactFrames`, in
+        the order of :func:`jaxdyn.sim.contact_forces`)."""
+        model, cfg = self.sys.model, self.sys.cfg
+        ws = world_state(model, ps.q)  # no floating base: the world state is not centred
+        vb, _ = body_velocities(model, ws, ps.v)
+        zero = jnp.zeros(3, ws.p.dtype)
+        parts = []
+        if cfg.contacts is not None:
+            parts.append(contact_frames(ws, zero, vb, cfg.contacts, cfg.terrain))
+        if cfg.geoms is not None:
+            parts.append(cfg.geoms.frames(ws, zero, vb))
+        return concat_frames(parts)
+
+    def touch(self, ps, ctrl):
+        """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
+        contacts on the site's body whose point lies in the site's volume, summed (the forces of
+        the first simulator step from ``ps`` under ``ctrl``, :func:`jaxdyn.sim.contact_forces`:
+        jaxdyn's contact forces, not MuJoCo's soft-constraint ones)."""
+        model, cfg = self.sys.model, self.sys.cfg
+        fr = self.contact_frames(ps)
+        f = _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
+        fn = jnp.maximum(jnp.sum(f * fr.normal, -1), 0.0)
+        body, other = np.asarray(fr.body), np.asarray(fr.other)
+        R, p = self.frames(ps.q, self.touch_frames)
+        out = []
+        for k, b in enumerate(self.touch_bodies):
+            on = (body == b) | (other == b)
+            local = jnp.einsum("ji,cj->ci", R[k], fr.point - p[k]) / self.touch_sizes[k]
+            inside = jnp.sum(local * local, -1) <= 1.0
+            out.append(jnp.sum(jnp.where(on & inside, fn, 0.0)))
+        return jnp.stack(out)
+
+    def sensors(self, pk, action) -> dict:
+        """The quantities of :meth:`observe` and :meth:`reward` at the state ``pk`` under
+        ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``."""
+        out = self.state_sensors(pk)
+        if self.touch_sites:
+            out["touch"] = self.touch(pk, action)
+        return out
+
+    def state_sensors(self, pk) -> dict:
+        """The quantities of :meth:`sensors` that are functions of the state alone."""
+        raise NotImplementedError
+
+    # -- the environment
+    def episode_start(self, rng, ps) -> State:
+        """The :class:`State` of a reset to ``ps`` (sensors under a zero action)."""
+        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
+        zero = jnp.zeros((), ps.q.dtype)
+        metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
+        return State(ps, self.observe(ps, sensors), zero, zero, metrics, {"rng": rng})
+
+    def step(self, state: State, action) -> State:
+        self.check_state(state)
+        action = self.check_action(action)
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        sensors = self.sensors(pk, action)
+        reward, metrics = self.reward(ps, sensors, action)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, sensors),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics, "diverged": done},
+        )
+
+    def joint_ranges(self, joints):
+        """``(lower, upper)`` of MuJoCo joints ``joints`` (a slice of ``jnt_range``)."""
+        r = np.asarray(self.scene.mj_model.jnt_range[joints], float)
+        return r[:, 0], r[:, 1]
+
+
+def _mujoco_geom(name: str) -> int:
+    """MuJoCo's ``mjtGeom`` value of a geom type."""
+    import mujoco
+
+    return int(getattr(mujoco.mjtGeom, f"mjGEOM_{name.upper()}"))
+
+
+class CheetahRun(ContactSuiteEnv):
+    """Half-cheetah running (dm_control ``cheetah``; Playground ``CheetahRun``): a planar
+    cheetah (root slides x, z and hinge, six actuated joints with springs), rewarded for
+    forward speed.
+
+    **Observation (17):** ``qpos[1:]`` (8), ``qvel`` (9). **Reward:**
+    ``tolerance(speed, (10, inf), margin=10, value_at_margin=0, sigmoid="linear")``, ``speed``
+    the ``subtreelinvel`` of the torso along x. **Reset:** the limited joints uniform in their
+    ranges, then ``settle_steps`` (200) simulator steps at zero control (dm_control's
+    stabilisation), time back to 0. **Periods:** 0.01 s both. Contact: the bodies against the
+    floor (friction 1, the floor's) and against each other (0.4).
+    """
+
+    xml = "cheetah.xml"
+    RUN_SPEED = 10.0
+
+    def __init__(self, *, ctrl_dt=0.01, sim_dt=0.01, settle_steps: int = 200):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.settle_steps = int(settle_steps)
+        self.lowers, self.uppers = self.joint_ranges(slice(3, None))
+
+    def state_sensors(self, pk):
+        return {"speed": self.subtree_linvel(pk)[0]}
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate([self.qpos(ps.q)[1:], self.qpos(ps.v)])
+
+    def reward(self, ps, sensors, action):
+        speed = sensors["speed"]
+        r = tolerance(
+            speed,
+            (self.RUN_SPEED, float("inf")),
+            margin=self.RUN_SPEED,
+            value_at_margin=0,
+            sigmoid="linear",
+        )
+        return r, {"speed": speed}
+
+    metric_keys = ("speed",)
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        nq = self.sys.model.nq
+        lo, hi = self.lowers, self.uppers
+        qpos = jnp.zeros(nq).at[3:].set(jax.random.uniform(r1, (nq - 3,), minval=lo, maxval=hi))
+        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
+        if self.settle_steps:
+            model, cfg = self.sys.model, self.sys.cfg
+            ctrl = jnp.zeros(self.action_size, ps.q.dtype)
+
+            def settle(s, _):
+                return _sim.step(model, s, ctrl, cfg), None
+
+            ps, _ = jax.lax.scan(settle, ps, None, length=self.settle_steps)
+            ps = self.pipeline_init(ps.q, ps.v)  # time back to 0
+        return self.episode_start(rng, ps)
+
+
+class WalkerMove(ContactSuiteEnv):
+    """Planar walker (dm_control ``walker``; Playground ``WalkerStand`` / ``WalkerWalk`` /
+    ``WalkerRun``): a torso and two three-link legs (root slides z, x and hinge), standing up
+    (``move_speed = 0``) or moving forward at ``move_speed`` (1: walk, 8: run).
+
+    **Observation (24):** the ``xx`` and ``xz`` of every body's ``xmat`` (14), the torso's
+    height (``xpos`` z, as dm_control; Playground's port reads the torso's ``zz`` there), ``qvel``
+    (9). **Reward:** ``stand = (3 standing + upright) / 4`` with
+    ``standing = tolerance(height, (1.2, inf), margin=0.6)``, ``upright = (1 + zz) / 2``;
+    moving: ``stand (5 move + 1) / 6``, ``move = tolerance(speed, (s, inf), margin=s / 2,
+    value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel`` along x.
+    **Reset:** root angle ``~ U(-pi, pi)``, the limited joints uniform in their ranges, at rest.
+    **Periods:** control 0.025 s, simulation 0.0025 s. Contact: the bodies against the floor
+    (friction 0.7; the bodies do not collide with each other).
+    """
+
+    xml = "walker.xml"
+    contact = _sim.Constraint(friction=0.7)
+    STAND_HEIGHT = 1.2
+    WALK_SPEED, RUN_SPEED = 1.0, 8.0
+    metric_keys = ("reward/standing", "reward/upright", "reward/stand", "reward/move")
+
+    def __init__(self, move_speed: float = 0.0, *, ctrl_dt=0.025, sim_dt=0.0025):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.move_speed = float(move_speed)
+        self.lowers, self.uppers = self.joint_ranges(slice(3, None))
+        m = self.scene.mj_model
+        self.bodies = [m.body(i).name for i in range(1, m.nbody)]
+
+    def state_sensors(self, pk):
+        R, p = self.frames(pk.q, self.bodies)
+        return {
+            "orientations": jnp.stack([R[:, 0, 0], R[:, 0, 2]], -1).reshape(-1),
+            "height": p[0, 2],
+            "upright": R[0, 2, 2],
+            "speed": self.subtree_linvel(pk)[0],
+        }
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate([sensors["orientations"], sensors["height"][None], self.qpos(ps.v)])
+
+    def reward(self, ps, sensors, action):
+        h = self.STAND_HEIGHT
+        standing = tolerance(sensors["height"], (h, float("inf")), margin=h / 2)
+        upright = (1 + sensors["upright"]) / 2
+        stand = (3 * standing + upright) / 4
+        move = jnp.zeros_like(stand)
+        reward = stand
+        if self.move_speed != 0:
+            s = self.move_speed
+            move = tolerance(
+                sensors["speed"],
+                (s, float("inf")),
+                margin=s / 2,
+                value_at_margin=0.5,
+                sigmoid="linear",
+            )
+            reward = stand * (5 * move + 1) / 6
+        parts = dict(standing=standing, upright=upright, stand=stand, move=move)
+        return reward, {f"reward/{k}": v for k, v in parts.items()}
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2 = jax.random.split(rng, 3)
+        nq = self.sys.model.nq
+        qpos = jnp.zeros(nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
+        qpos = qpos.at[3:].set(
+            jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
+        )
+        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
+        return self.episode_start(rng, ps)
+
+
+class HopperTask(ContactSuiteEnv):
+    """Planar one-legged hopper (dm_control ``hopper``; Playground ``HopperStand`` /
+    ``HopperHop``): standing (``hopping=False``) or hopping forward.
+
+    **Observation (15):** ``qpos[1:]`` (6), ``qvel`` (7), ``log1p`` of the toe and heel
+    ``touch`` sensors (2; :meth:`ContactSuiteEnv.touch`). **Reward:**
+    ``standing = tolerance(height, (0.6, 2))``, ``height`` the torso's centre of mass above the
+    foot's (``xipos`` z); stand: ``standing (4 + mean(tolerance(action, margin=1,
+    value_at_margin=0, sigmoid="quadratic"))) / 5``; hop: ``standing * tolerance(speed, (2,
+    inf), margin=1, value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel``.
+    **Reset:** root angle ``~ U(-pi, pi)``, the limited joints uniform in their ranges, at rest.
+    **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
+    against each other (friction 1).
+    """
+
+    xml = "hopper.xml"
+    touch_sites = ("touch_toe", "touch_heel")
+    STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
+
+    def __init__(self, hopping: bool = False, *, ctrl_dt=0.02, sim_dt=0.005):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.hopping = bool(hopping)
+        self.metric_keys = (
+            ("reward/standing", "reward/hopping")
+            if self.hopping
+            else ("reward/standing", "reward/small_control")
+        )
+        self.lowers, self.uppers = self.joint_ranges(slice(3, None))
+
+    def state_sensors(self, pk):
+        z = self.com_positions(pk.q, ["torso", "foot"])[:, 2]
+        return {"height": z[0] - z[1], "speed": self.subtree_linvel(pk)[0]}
+
+    def observe(self, ps, sensors):
+        q, v = self.qpos(ps.q), self.qpos(ps.v)
+        return jnp.concatenate([q[1:], v, jnp.log1p(sensors["touch"])])
+
+    def reward(self, ps, sensors, action):
+        standing = tolerance(sensors["height"], (self.STAND_HEIGHT, 2.0))
+        if self.hopping:
+            hopping = tolerance(
+                sensors["speed"],
+                (self.HOP_SPEED, float("inf")),
+                margin=self.HOP_SPEED / 2,
+                value_at_margin=0.5,
+                sigmoid="linear",
+            )
+            return standing * hopping, {"reward/standing": standing, "reward/hopping": hopping}
+        small = tolerance(action, margin=1, value_at_margin=0, sigmoid="quadratic")
+        small = (jnp.mean(small) + 4) / 5
+        return standing * small, {"reward/standing": standing, "reward/small_control": small}
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2 = jax.random.split(rng, 3)
+        nq = self.sys.model.nq
+        qpos = jnp.zeros(nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
+        qpos = qpos.at[3:].set(
+            jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
+        )
+        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
+        return self.episode_start(rng, ps)
+
+
+class FingerSpin(ContactSuiteEnv):
+    """Finger spin (dm_control ``finger.spin``; Playground ``FingerSpin``): a two-link planar
+    finger (``ctrl`` in ``[-1, 1]``, gears 30 and 15) flicks a free-spinning body on a hinge
+    (``frictionloss`` 0.1: jaxdyn's smooth Coulomb friction; damping 0.03, the task's), without
+    gravity; rewarded while the body spins at ``-15`` rad/s or faster.
+
+    **Observation (9):** the finger's ``qpos`` (2), the spinner's tip relative to its hinge
+    in the plane (2), ``qvel`` (3), ``log1p`` of the ``touchtop`` / ``touchbottom`` sensors (2).
+    **Reward:** ``hinge velocity <= -15``. **Reset:** the finger's joints uniform in their ranges,
+    the hinge ``~ U(-pi, pi)`` (Playground's draw); as dm_control, a draw whose bodies touch is
+    replaced by the first of ``reset_tries - 1`` further draws that do not (all kinematics, in
+    one batch). **Periods:** control 0.02 s, simulation 0.01 s (dm_control's).
+
+    Integrator: jaxdyn's ``"implicit"`` (MuJoCo's ``implicitfast``, Playground's choice for its
+    finger), not the file's ``Euler``: the finger's light links against jaxdyn's smooth joint
+    limits (:class:`jaxdyn.sim.JointLimits`, whose damping only ``"implicit"`` integrates
+    implicitly) chatter at their stops at 0.01 s under ``Euler``.
+
+    Loaded with ``sim_config(ignore=("solimp",))``: the file's geoms set ``solimp="0 0.9
+    0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its soft contacts), which
+    :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart for.
+    """
+
+    xml = "finger.xml"
+    integrator = "implicit"
+    sim_ignore = ("solimp",)
+    touch_sites = ("touchtop", "touchbottom")
+    SPIN_VELOCITY = 15.0
+    #: the hinge's damping in the task (``None``: the file's)
+    HINGE_DAMPING = 0.03
+
+    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.01, reset_tries: int = 16):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.reset_tries = int(reset_tries)
+        self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
+        self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
+
+    def adjust_model(self, model):
+        if self.HINGE_DAMPING is None:
+            return model
+        import equinox as eqx
+
+        m = self.scene.mj_model
+        dof = int(self.to_mujoco[m.jnt_dofadr[m.joint("hinge").id]])
+        damping = jnp.asarray(model.damping).at[dof].set(self.HINGE_DAMPING)
+        return eqx.tree_at(lambda x: x.damping, model, damping)
+
+    def state_sensors(self, pk):
+        _, p = self.frames(pk.q, self.tip_frames)
+        return {
+            "position": self.qpos(pk.q)[:2],
+            "tip": (p[0] - p[1])[jnp.array([0, 2])],
+            "spinner": p[1][jnp.array([0, 2])],
+            "hinge_velocity": self.qpos(pk.v)[2],
+        }
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate(
+            [sensors["position"], sensors["tip"], self.qpos(ps.v), jnp.log1p(sensors["touch"])]
+        )
+
+    def reward(self, ps, sensors, action):
+        return (sensors["hinge_velocity"] <= -self.SPIN_VELOCITY).astype(ps.q.dtype), {}
+
+    def draw_pose(self, r1, r2):
+        """The reset's configuration (jaxdyn's order) from the keys of the first draw."""
+        lo, hi = self.lowers, self.uppers
+
+        def draw(a, b):
+            fingers = jax.random.uniform(a, (2,), minval=lo, maxval=hi)
+            return jnp.concatenate(
+                [fingers, jax.random.uniform(b, (1,), minval=-jnp.pi, maxval=jnp.pi)]
+            )
+
+        qs = draw(r1, r2)[None]
+        if self.reset_tries > 1:
+            n = self.reset_tries - 1
+            more = jax.random.split(jax.random.fold_in(r1, 1), 2 * n)
+            qs = jnp.concatenate([qs, jax.vmap(draw)(more[:n], more[n:])])
+        qs = self.q_of(qs.astype(self.sys.model.mass.dtype))
+        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
+
+        def free(q):
+            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
+
+        ok = jax.vmap(free)(qs)
+        return qs[jnp.argmax(ok)]  # the first free draw (the first draw if none is)
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        r1, r2 = jax.random.split(r1, 2)
+        q = self.draw_pose(r1, r2)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)))
+
+
+class FingerTurn(FingerSpin):
+    """Finger turn (dm_control ``finger.turn_easy`` / ``turn_hard``; Playground
+    ``FingerTurnEasy`` / ``FingerTurnHard``): turn the spinner until its tip is inside a target
+    of radius ``target_radius`` (0.07 easy, 0.03 hard) on the tip's circle (the file's hinge
+    damping).
+
+    **Observation (12):** those of :class:`FingerSpin` (9), the target relative to the hinge in
+    the plane (2), the tip's signed distance to the target's surface (1). **Reward:**
+    ``distance <= 0``. **Reset:** as :class:`FingerSpin` (Playground's key splits) and the
+    target's angle ``~ U(-pi, pi)`` on the circle of radius ``size(cap1).sum()`` about the
+    hinge, kept in ``info["target"]`` (its world ``x``, ``z``; dm_control moves a site of the
+    model, Playground a mocap body).
+    """
+
+    HINGE_DAMPING = None
+    EASY_TARGET, HARD_TARGET = 0.07, 0.03
+
+    def __init__(self, target_radius: float = EASY_TARGET, **kw):
+        super().__init__(**kw)
+        m = self.scene.mj_model
+        self.target_radius = float(target_radius)
+        self.radius = float(np.sum(m.geom_size[m.geom("cap1").id]))
+        self.hinge = np.asarray(m.body_pos[m.body("spinner").id], float)[[0, 2]]
+
+    def observe(self, ps, sensors):
+        to_target = sensors["target"] - sensors["spinner"]
+        dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
+        return jnp.concatenate([super().observe(ps, sensors), to_target, dist[None]])
+
+    def reward(self, ps, sensors, action):
+        to_target = sensors["target"] - sensors["spinner"]
+        dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
+        return (dist <= 0).astype(ps.q.dtype), {}
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2 = jax.random.split(rng, 3)
+        r1, r3 = jax.random.split(r1, 2)
+        q = self.draw_pose(r1, r3)
+        angle = jax.random.uniform(r2, minval=-jnp.pi, maxval=jnp.pi)
+        target = self.hinge + self.radius * jnp.stack([jnp.sin(angle), jnp.cos(angle)])
+        ps = self.pipeline_init(q, jnp.zeros_like(q))
+        target = target.astype(ps.q.dtype)
+        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
+        sensors["target"] = target
+        zero = jnp.zeros((), ps.q.dtype)
+        obs = self.observe(ps, sensors)
+        return State(ps, obs, zero, zero, {"diverged": zero}, {"rng": rng, "target": target})
+
+    def step(self, state: State, action) -> State:
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        sensors = self.sensors(pk, action)
+        sensors["target"] = state.info["target"]
+        reward, _ = self.reward(ps, sensors, action)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, sensors),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, "diverged": done},
         )

@@ -1,0 +1,364 @@
+"""DeepMind Control Suite tasks with contact (:mod:`jaxdyn.envs.dm_control_suite`: cheetah,
+walker, hopper, finger) against dm_control and MuJoCo C.
+
+Oracles:
+
+* observations and rewards: dm_control's own task code (``dm_control.suite.<domain>``'s
+  ``get_observation`` / ``get_reward``) on a MuJoCo state, against the environment's functions of
+  the same state (joint order mapped by :class:`jaxdyn.interop.mujoco.Converter`): equal to
+  rounding, on states without contact (where MuJoCo's touch sensors read 0) in the default set;
+  the touch sensors themselves (jaxdyn's contact forces, not MuJoCo's soft-constraint ones) in
+  the slow set, by which sensor reads a contact;
+* physics: rollouts from MuJoCo's initial state under a fixed open-loop control, jaxdyn's
+  ``env.step`` against ``mj_step``: the bodies fall and come to rest at the same heights
+  (slow: each task's step is a compile of the contact pipeline of a minute or more on a loaded
+  2-core machine).
+
+dm_control 1.0.50's index table (``mjbindings.sizes``) names MuJoCo fields that the installed
+MuJoCo dropped; the ``dm`` fixture removes those names from the table before building
+dm_control's ``Physics`` (nothing else is changed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+mujoco = pytest.importorskip("mujoco")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxdyn import envs, sim  # noqa: E402
+
+#: domain -> (jaxdyn task per dm_control task)
+DOMAINS = {
+    "cheetah": {"run": "cheetah_run"},
+    "walker": {"stand": "walker_stand", "walk": "walker_walk", "run": "walker_run"},
+    "hopper": {"stand": "hopper_stand", "hop": "hopper_hop"},
+    "finger": {
+        "spin": "finger_spin",
+        "turn_easy": "finger_turn_easy",
+        "turn_hard": "finger_turn_hard",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def dm():
+    """``load(domain, task)``: dm_control's environment (after a reset), whose ``physics`` and
+    ``task`` are the oracles."""
+    os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control: no renderer (none is used)
+    pytest.importorskip("dm_control")
+    from dm_control.mujoco.wrapper.mjbindings import sizes
+
+    m = mujoco.MjModel.from_xml_string("<mujoco/>")
+    for struct, obj in (("mjmodel", m), ("mjdata", mujoco.MjData(m))):
+        for field in [f for f in sizes.array_sizes[struct] if not hasattr(obj, f)]:
+            del sizes.array_sizes[struct][field]
+    from dm_control import suite
+
+    def load(domain, task):
+        env = suite.load(domain, task, task_kwargs={"random": 0})
+        env.reset()
+        return env
+
+    return load
+
+
+def _dm_eval(env, q, v, a):
+    """dm_control's observation (flattened in its order) and reward at ``(qpos, qvel)`` under
+    ``ctrl = a``; MuJoCo's contact count there."""
+    ph = env.physics
+    with ph.reset_context():
+        ph.data.qpos[:], ph.data.qvel[:], ph.data.ctrl[:] = q, v, a
+    obs = np.concatenate([np.ravel(x) for x in env.task.get_observation(ph).values()])
+    return obs, float(env.task.get_reward(ph)), int(ph.data.ncon)
+
+
+def _contact_free_states(env, rng, n, lift, spread):
+    """``n`` random ``(qpos, qvel, ctrl)`` without contact in MuJoCo: joints uniform in their
+    ranges shrunk by ``spread`` about 0 (hinges without one in ``[-pi, pi]``), the root
+    ``lift`` m up, moving forward (the
+    root's x slide at 4 m/s more: the speed rewards are not all 0)."""
+    m = env.physics.model
+    ph = env.physics
+    out = []
+    while len(out) < n:
+        lo, hi = m.jnt_range[:, 0].copy(), m.jnt_range[:, 1].copy()
+        free = m.jnt_limited == 0
+        lo[free], hi[free] = -np.pi, np.pi
+        q = rng.uniform(lo, hi) * np.where(free, 1.0, spread)
+        slide = m.jnt_type == mujoco.mjtJoint.mjJNT_SLIDE
+        q[slide] = 0.3 * rng.standard_normal(slide.sum())
+        if lift:
+            q[m.joint("rootz").qposadr[0]] += lift
+        v, a = rng.standard_normal(m.nv), rng.uniform(-1.3, 1.3, m.nu)
+        if "rootx" in [m.joint(j).name for j in range(m.njnt)]:
+            v[m.joint("rootx").dofadr[0]] += 4.0
+        with ph.reset_context():
+            ph.data.qpos[:] = q
+        if ph.data.ncon == 0:
+            out.append((q, v, a))
+    return out
+
+
+@pytest.mark.parametrize("domain", sorted(DOMAINS))
+def test_functions_match_dm_control(domain, dm):
+    """Observation and reward of every task of the domain, as functions of a state and an
+    action, against dm_control's ``get_observation`` / ``get_reward`` on the same MuJoCo
+    state (contact-free: the touch sensors read 0 in both), to rounding; and the reward
+    actually varies over the states (the comparison is not between constants). Finger: the
+    sparse rewards on both sides of their thresholds (hinge velocities of -16 and -14 rad/s;
+    the spinner turned to put its tip on the turn tasks' targets, which dm_control's reset drew
+    and which jaxdyn's tasks take from ``info``)."""
+    tasks = DOMAINS[domain]
+    made = {t: envs.make(name) for t, name in tasks.items()}
+    first = next(iter(made.values()))
+    refs = {t: dm(domain, t) for t in tasks}
+    targets = {
+        t: jnp.asarray(refs[t].physics.model.ptr.site("target").pos[[0, 2]])
+        for t in tasks
+        if t.startswith("turn")
+    }
+
+    @jax.jit
+    def evaluate(q, v, a):
+        pk = sim.State(q, v)
+        s = first.state_sensors(pk)
+        if first.touch_sites:
+            s["touch"] = jnp.zeros(len(first.touch_sites), q.dtype)
+        out = {}
+        for t, e in made.items():
+            st = {**s, "target": targets[t]} if t in targets else s
+            out[t] = e.observe(pk, st), e.reward(pk, st, a)[0]
+        return out
+
+    rng = np.random.default_rng(5)
+    lift, spread = {
+        "cheetah": (0.5, 1.0),
+        "walker": (0.4, 0.3),
+        "hopper": (0.6, 0.3),
+        "finger": (0.0, 1.0),
+    }[domain]
+    states = _contact_free_states(next(iter(refs.values())), rng, 4, lift, spread)
+    if domain == "finger":
+        states += [(q, v * [0, 0, 1] + [0, 0, w], a) for (q, v, a), w in zip(states, (-16, -14))]
+        for t in targets:  # the hinge angle that puts the tip nearest the target
+            ph = refs[t].physics
+            q, v, a = states[0]
+
+            def dist(angle, ph=ph, q=q):
+                with ph.reset_context():
+                    ph.data.qpos[:] = [q[0], q[1], angle]
+                return ph.dist_to_target()
+
+            angles = np.linspace(-np.pi, np.pi, 721)
+            best = angles[np.argmin([dist(x) for x in angles])]
+            states.append((np.array([q[0], q[1], best]), v, a))
+    rewards = {t: [] for t in tasks}
+    for q, v, a in states:
+        got = evaluate(jnp.asarray(first.q_of(q)), jnp.asarray(first.q_of(v)), jnp.asarray(a))
+        for t, ref in refs.items():
+            want_obs, want_rew, ncon = _dm_eval(ref, q, v, a)
+            assert ncon == 0
+            np.testing.assert_allclose(got[t][0], want_obs, atol=1e-12, rtol=0)
+            assert float(got[t][1]) == pytest.approx(want_rew, abs=1e-12)
+            rewards[t].append(want_rew)
+    for t in tasks:
+        assert np.ptp(rewards[t]) > 1e-3, t
+
+
+def test_registered_and_batched():
+    """The contact tasks are registered by name (which name is which variant:
+    ``test_functions_match_dm_control``); ``reset`` traces under ``jax.vmap`` and ``step`` with
+    the contract's shapes and the same metric keys (shapes only, no compilation; the slow
+    rollouts step a batch)."""
+    names = [
+        "cheetah_run",
+        "walker_stand",
+        "walker_walk",
+        "walker_run",
+        "hopper_stand",
+        "hopper_hop",
+        "finger_spin",
+        "finger_turn_easy",
+        "finger_turn_hard",
+    ]
+    assert set(names) <= set(envs.ENVIRONMENTS)
+    env = envs.make("walker_walk")
+    assert env.dt == pytest.approx(0.025) and env.n_frames == 10
+    s = jax.eval_shape(jax.vmap(env.reset), jax.random.split(jax.random.PRNGKey(1), 3))
+    assert s.obs.shape == (3, 24)
+    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), s)
+    s1 = jax.eval_shape(env.step, one, jnp.zeros(6))
+    assert s1.obs.shape == (24,) and s1.reward.shape == ()
+    assert set(s1.metrics) == set(s.metrics)
+
+
+def test_contacts_loaded_explicitly():
+    """The bundled files load with nothing dropped (no ``ignore=``: every colliding geom is
+    simulated, as the loader's primitives against the floor or its geom pairs; the finger's
+    ``solimp`` is ignored by name in ``sim_config``, with its reason), under
+    :class:`jaxdyn.sim.Constraint`, with MuJoCo's friction against the floor (the larger of
+    the two geoms'), which the loader leaves to the contact model for the primitives."""
+    for name in ("cheetah_run", "walker_walk", "hopper_hop", "finger_spin"):
+        env = envs.make(name)
+        assert env.scene.ignored == () and env.ignore == ()
+        # the finger's solimp (MuJoCo's impedance), refused by name without it
+        assert env.sim_ignore == (("solimp",) if name.startswith("finger") else ())
+        cfg = env.sys.cfg
+        assert isinstance(cfg.contact, sim.Constraint) and cfg.contacts is not None
+        m = env.scene.mj_model
+        plane = int(mujoco.mjtGeom.mjGEOM_PLANE)
+        floor = [g for g in range(m.ngeom) if int(m.geom_type[g]) == plane][0]
+        prims = [c.name for c in env.scene.contacts]
+        mu = {max(m.geom_friction[m.geom(p).id, 0], m.geom_friction[floor, 0]) for p in prims}
+        assert len(mu) == 1
+        assert (cfg.contact.friction or 1.0) == pytest.approx(mu.pop()), name
+
+
+# ----------------------------------------------------------------------------- slow: physics
+#: task -> (seconds, constant control)
+ROLLOUTS = {
+    "cheetah_run": (2.0, 0.0),
+    "walker_stand": (1.5, 0.5),
+    "hopper_stand": (2.0, 0.0),
+    "finger_spin": (1.0, (1.0, 0.0)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ROLLOUTS))
+def rollout(request):
+    """A task's environment and its step over a batch (two copies of one state)."""
+    name = request.param
+    kw = {"settle_steps": 0} if name == "cheetah_run" else {}
+    env = envs.make(name, **kw)
+    return name, env, jax.jit(jax.vmap(env.step))
+
+
+def _run(env, step, seconds, u):
+    """MuJoCo C from the model's initial pose (``qpos0``, at rest; the task's hinge damping
+    for the finger) under the constant control ``u``, and jaxdyn's batched ``step`` from the
+    same state: the final ``(qpos, qvel)`` of both, jaxdyn's in MuJoCo's joint order."""
+    m = env.scene.mj_model
+    if hasattr(env, "HINGE_DAMPING"):
+        m.dof_damping[m.joint("hinge").dofadr[0]] = env.HINGE_DAMPING
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    ps = env.pipeline_init(env.q_of(d.qpos.copy()), env.q_of(d.qvel.copy()))
+    s = env.episode_start(jax.random.PRNGKey(0), ps)
+    s = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), s)
+    a = np.broadcast_to(np.asarray(u, float), (m.nu,)).copy()
+    d.ctrl[:] = a
+    for _ in range(int(round(seconds / env.dt))):
+        s = step(s, jnp.asarray(np.stack([a, a])))
+        mujoco.mj_step(m, d, env.n_frames)
+    q, v = np.asarray(s.pipeline_state.q), np.asarray(s.pipeline_state.v)
+    assert np.array_equal(q[0], q[1]) and float(s.done.max()) == 0.0
+    return env.qpos(q[0]), env.qpos(v[0]), d.qpos.copy(), d.qvel.copy()
+
+
+@pytest.mark.slow
+def test_outcome_like_mujoco(rollout):
+    """From MuJoCo's initial pose under a constant control, jaxdyn's batched ``step`` against
+    MuJoCo C: cheetah, walker and hopper fall and come to rest on the floor (the torso's speeds
+    below 0.05, every speed below 0.1, but for jaxdyn's hopper, whose limbs settle slowly:
+    0.5), the torso (root slide z) within 1 cm of MuJoCo's height, after 2 s (cheetah, hopper:
+    at 1 s both still settle, the cheetah's sprung feet by 0.07 (jaxdyn) and 0.14 rad/s
+    (MuJoCo), the hopper's limbs by up to 3 rad/s (jaxdyn), its torso by 0.08 rad/s (MuJoCo))
+    or 1.5 s (walker, which starts balanced upright and tips over); the finger, driven at its
+    proximal joint, hits the spinner and turns it the same way (negative, dm_control's
+    rewarded direction, by more than a quarter turn in 1 s) and rests at its joint limit as in
+    MuJoCo."""
+    name, env, step = rollout
+    seconds, u = ROLLOUTS[name]
+    m = env.scene.mj_model
+    q, v, q_mj, v_mj = _run(env, step, seconds, u)
+    if name == "finger_spin":
+        hinge = m.joint("hinge").qposadr[0]
+        assert q[hinge] < -np.pi / 2 and q_mj[hinge] < -np.pi / 2
+        assert abs(q[0] - q_mj[0]) < 0.05  # the proximal joint at its limit in both
+        return
+    z = m.joint("rootz").qposadr[0]
+    z0 = float(m.qpos0[z])
+    assert q[z] < z0 - 0.05 and q_mj[z] < z0 - 0.05  # both fell
+    assert abs(q[z] - q_mj[z]) < 0.01
+    root = [m.joint(j).dofadr[0] for j in ("rootx", "rootz", "rooty")]
+    assert np.abs(v[root]).max() < 0.05 and np.abs(v_mj[root]).max() < 0.05  # the torso rests
+    limbs = 0.5 if name == "hopper_stand" else 0.1  # jaxdyn's hopper's limbs settle slowly
+    assert np.abs(v).max() < limbs and np.abs(v_mj).max() < 0.1
+
+
+@pytest.mark.slow
+def test_hopper_touch_sensors_read_the_contacts():
+    """The hopper's touch sensors (MuJoCo's ``<touch>`` on the toe and heel sites) against
+    MuJoCo's ``sensordata`` at the same states: the foot 1 mm into the floor, landing at
+    0.5 m/s, flat, on its toe and on its heel (ankle +-0.3 rad; at rest, a single contact under
+    a pivoting body may rightly carry no force in jaxdyn's hard contact while MuJoCo's soft one
+    pushes on its penetration). The same sensors read a contact (MuJoCo's soft
+    contact and jaxdyn's constraint impulse give different magnitudes) and the other reads 0.
+    (The default ``test_functions_match_dm_control`` covers the contact-free readings.)"""
+    env = envs.make("hopper_stand")
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    touch = jax.jit(env.touch)
+    floor = m.geom("floor").id
+    ids = [m.sensor(s).adr[0] for s in env.touch_sites]
+    patterns = []
+    for ankle in (0.0, 0.3, -0.3):
+        d.qpos[:] = 0.0
+        d.qpos[m.joint("ankle").qposadr[0]] = ankle
+        for _ in range(3):  # lower the hopper until the foot's deepest point is 1 mm in
+            mujoco.mj_forward(m, d)
+            foot = [m.geom("foot").id]
+            dist = mujoco.mj_geomDistance(m, d, floor, foot[0], 1.0, None)
+            d.qpos[m.joint("rootz").qposadr[0]] -= dist + 1e-3
+        d.qvel[:] = 0.0
+        d.qvel[m.joint("rootz").dofadr[0]] = -0.5  # landing: each contact must push
+        mujoco.mj_forward(m, d)
+        want = np.asarray(d.sensordata[ids])
+        pk = sim.State(jnp.asarray(env.q_of(d.qpos.copy())), jnp.asarray(env.q_of(d.qvel.copy())))
+        got = np.asarray(touch(pk, jnp.zeros(m.nu)))
+        assert np.array_equal(got > 1e-6, want > 1e-6), (ankle, got, want)
+        patterns.append(tuple(want > 1e-6))
+    assert patterns == [(True, True), (True, False), (False, True)]
+
+
+@pytest.mark.slow
+def test_finger_reset_is_collision_free():
+    """``finger_spin``'s reset (dm_control: redraw until nothing touches): every state of a
+    batch is free of contact in MuJoCo, inside the joint ranges."""
+    env = envs.make("finger_spin")
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), 64))
+    lo, hi = m.jnt_range[:2, 0], m.jnt_range[:2, 1]
+    for q in np.asarray(s.pipeline_state.q):
+        d.qpos[:] = env.qpos(q)
+        mujoco.mj_forward(m, d)
+        assert d.ncon == 0
+        assert np.all(lo <= d.qpos[:2]) and np.all(d.qpos[:2] <= hi)
+
+
+@pytest.mark.slow
+def test_brax_ppo_smoke_with_contact():
+    """brax.training's PPO trains ``walker_stand`` (contact with the floor) unchanged for a few
+    iterations (the contact-free counterpart: ``test_envs_suite.test_brax_ppo_smoke``)."""
+    ppo = pytest.importorskip("brax.training.agents.ppo.train")
+    env = envs.make("walker_stand")
+    _, _, metrics = ppo.train(
+        environment=env,
+        num_timesteps=1024,
+        episode_length=20,
+        num_envs=8,
+        batch_size=8,
+        num_minibatches=2,
+        unroll_length=4,
+        num_updates_per_batch=1,
+        num_evals=2,
+        seed=0,
+    )
+    assert np.isfinite(float(metrics["eval/episode_reward"]))
