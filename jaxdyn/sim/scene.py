@@ -394,7 +394,10 @@ class Robot:
     :class:`~jaxdyn.sim.geoms.Geoms` on ``model``'s bodies; its pairs are the robot's own
     pairs) or ``urdf`` (the URDF file ``model`` was loaded from: its ``<collision>`` elements
     through :func:`~jaxdyn.sim.geoms.urdf_geoms` with ``allow``, ``deny``, ``package_dirs``,
-    ``allow_outside`` and ``friction``: adjacent links skipped).
+    ``allow_outside`` and ``friction``: adjacent links skipped), and ``contacts``: contact
+    primitives on its frames (:class:`~jaxdyn.sim.geometry.Sphere`, ``Point``, ``Box``,
+    ``Capsule``, e.g. a quadruped's feet), which become geoms of the same shapes (no pairs
+    among the robot's own geoms).
 
     ``name`` (default: the model's) prefixes its joints, bodies and frames in the scene
     (``"arm/joint1"``). ``pos`` / ``quat`` (or ``rot``): the base pose in the world (a fixed
@@ -404,6 +407,7 @@ class Robot:
     model: Model
     geoms: Geoms | None = None
     urdf: object = None
+    contacts: tuple = ()
     name: str | None = None
     pos: object = (0.0, 0.0, 0.0)
     quat: object = None
@@ -451,6 +455,17 @@ class Robot:
                 )
             if any(b >= self.model.nb for b in geoms.body):
                 raise ValueError(f"{owner}: geoms are on bodies the model does not have")
+        from .geometry import PRIMITIVES
+
+        prims = (self.contacts,) if isinstance(self.contacts, PRIMITIVES) else self.contacts
+        prims = tuple(prims)
+        for c in prims:
+            if not isinstance(c, PRIMITIVES):
+                raise TypeError(
+                    f"{owner}: contacts must be Sphere, Point, Box or Capsule, got {c!r}"
+                )
+            self.model.frame_index(c.frame)  # an unknown frame: ValueError naming it
+        object.__setattr__(self, "contacts", prims)
         R = _rotation(owner, self.quat, self.rot)
         p = _array(owner, "pos", self.pos, (3,), "(3,)")
         nq = self.model.nq
@@ -577,6 +592,10 @@ class Scene:
                     )
                 )
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
+        for r in robots:
+            R, p, _ = r._pose
+            for k, c in enumerate(r.contacts):
+                gs.append(_primitive_geom(r, k, c, self.body[r.name], R, p))
         for o in objects:
             geom = o._geom[0]
             gs.append(
@@ -710,23 +729,8 @@ class Scene:
         )
 
     def _warn_penetrating(self, depth=1e-4):
-        """Warn about the pairs interpenetrating deeper than ``depth`` at ``q0``
-        (:func:`penetration`, numpy: no compilation)."""
-        if not self._pairs:
-            return
-        from ..algorithms.kinematics import body_placements
-
-        R, p = body_placements(self.model, self.q0)
-        R, p = np.asarray(R, float), np.asarray(p, float)
-        deep = {}
-        for a, b in self._pairs:
-            ga, gb = self._gs[a], self._gs[b]
-            (Ra, pa), (Rb, pb) = _pose(ga, R, p), _pose(gb, R, p)
-            if np.isfinite(ga.rbound) and np.linalg.norm(pa - pb) > ga.rbound + gb.rbound:
-                continue
-            d = penetration(_support_of(ga, Ra, pa), _support_of(gb, Rb, pb))
-            if d > depth:
-                deep[(ga.name, gb.name)] = d
+        """Warn about the pairs interpenetrating deeper than ``depth`` at ``q0``."""
+        deep = {k: d for k, d in self.penetrations(near=depth).items() if d > depth}
         if deep:
             listed = ", ".join(
                 f"{a!r}-{b!r} ({v * 1e3:.3g} mm)" for (a, b), v in list(deep.items())[:6]
@@ -739,6 +743,30 @@ class Scene:
             )
 
     # ------------------------------------------------------------------ public
+    def penetrations(self, q=None, near=None) -> dict:
+        """``{(geom 1, geom 2): depth}`` of every pair that may touch (the ground's
+        primitives included) at ``q`` (default :attr:`q0`): ``depth > 0`` an
+        interpenetration, ``< 0`` the gap. Numpy (:func:`penetration` of the shapes' support
+        functions): independent of the narrow phase, no compilation. ``near``: only the pairs
+        whose bounding spheres are closer than ``near`` apart (the others are left out)."""
+        q = (
+            self.q0
+            if q is None
+            else _array(
+                "Scene.penetrations", "q", q, (self.model.nq,), f"(nq,) = ({self.model.nq},)"
+            )
+        )
+        R, p = _placements(self.model, q)
+        out = {}
+        for a, b in self._pairs:
+            ga, gb = self._gs[a], self._gs[b]
+            (Ra, pa), (Rb, pb) = _pose(ga, R, p), _pose(gb, R, p)
+            if near is not None and np.isfinite(ga.rbound) and np.isfinite(gb.rbound):
+                if np.linalg.norm(pa - pb) > ga.rbound + gb.rbound + near:
+                    continue
+            out[(ga.name, gb.name)] = penetration(_support_of(ga, Ra, pa), _support_of(gb, Rb, pb))
+        return out
+
     def joints(self, part) -> tuple:
         """The moving joints of a part (a robot's, in the scene's names; free joints left
         out): ``Torque(dofs=scene.joints("arm"))`` drives that robot only."""
@@ -793,6 +821,36 @@ class Scene:
             f"objects={[o.name for o in self.objects]}, world={[w.name for w in self.world]}, "
             f"nq={self.model.nq}, pairs={len(self._pairs)})"
         )
+
+
+def _placements(model, q):
+    """World placements ``R (nb, 3, 3)``, ``p (nb, 3)`` of the bodies at ``q`` in numpy (the
+    joint transforms of :func:`jaxdyn.joints.joint_transform`; no compilation at build time)."""
+    from .. import joints as J
+
+    t = model.topo
+    XR, Xp = np.asarray(model.Xtree_R, float), np.asarray(model.Xtree_p, float)
+    axis = np.asarray(model.dof_axis, float)
+    R, p = np.zeros((t.nb, 3, 3)), np.zeros((t.nb, 3))
+    for b in range(t.nb):
+        k, qb = int(t.kind[b]), q[t.q_start[b] : t.q_start[b] + t.nq_j[b]]
+        if k == J.ONE_DOF:
+            a = axis[t.v_start[b]]
+            w = a[:3]
+            K = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+            RJ = np.eye(3) + np.sin(qb[0]) * K + (1 - np.cos(qb[0])) * K @ K
+            pJ = a[3:] * qb[0]
+        elif k == J.SPHERICAL:
+            RJ, pJ = _rotation("q", qb, None), np.zeros(3)
+        else:
+            RJ, pJ = _rotation("q", qb[3:], None), qb[:3]
+        Rl, pl = XR[b] @ RJ, XR[b] @ pJ + Xp[b]
+        par = int(t.parent[b])
+        if par < 0:
+            R[b], p[b] = Rl, pl
+        else:
+            R[b], p[b] = R[par] @ Rl, R[par] @ pl + p[par]
+    return R, p
 
 
 def _pose(g, R, p):
@@ -882,6 +940,48 @@ def penetration(ha, hb, k=4000) -> float:
     return best
 
 
+def _primitive_geom(r, k, c, bmap, Rb, pb):
+    """A contact primitive of robot ``r`` on a frame as a scene geom."""
+    from .geometry import Box, Capsule, Sphere
+
+    m = r.model
+    f = m.frame_index(c.frame)
+    b = int(m.topo.frame_parent[f])
+    Rf, pf = np.asarray(m.frame_R[f], float), np.asarray(m.frame_p[f], float)
+    pos = np.asarray(c.pos, float)
+    rot = np.asarray(c.rotation, float) if isinstance(c, (Box, Capsule)) else np.eye(3)
+    size = np.zeros(3)
+    if isinstance(c, Box):
+        typ, size[:] = "box", np.asarray(c.size) / 2
+        rb = float(np.linalg.norm(size))
+    elif isinstance(c, Capsule):
+        typ, size[:2] = "capsule", (c.radius, c.length / 2)
+        rb = c.radius + c.length / 2
+    else:
+        typ = "sphere"
+        size[0] = c.radius if isinstance(c, Sphere) else 0.0
+        rb = size[0]
+    R, p = Rf @ rot, Rf @ pos + pf
+    if b < 0:
+        R, p = Rb @ R, Rb @ p + pb
+    fname = m.frame_names[f]
+    name = f"{r.name}/{c.name if c.name is not None else f'{fname}/{typ}{k}'}"
+    return _G(
+        name,
+        r.name,
+        f"{r.name}/{fname}",
+        -1 if b < 0 else int(bmap[b]),
+        typ,
+        size,
+        R,
+        p,
+        r.friction,
+        3,
+        None,
+        float(rb),
+    )
+
+
 def _as_robot(r):
     if isinstance(r, Model):
         return Robot(r)
@@ -916,11 +1016,13 @@ def _ordered(t1, t2):
 
 
 def _plane_frame(n):
-    """A rotation whose z axis is ``n``."""
-    a = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
-    x = np.cross(a, n)
-    x /= np.linalg.norm(x)
-    return np.column_stack([x, np.cross(n, x), n])
+    """The smallest rotation taking the z axis to ``n`` (the identity for the floor)."""
+    z = np.array([0.0, 0.0, 1.0])
+    c, a = float(z @ n), np.cross(z, n)
+    if c < -1 + 1e-12:
+        return np.diag([1.0, -1.0, -1.0])
+    K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    return np.eye(3) + K + K @ K / (1 + c)
 
 
 def _deny(deny, gs):
