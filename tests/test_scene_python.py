@@ -327,7 +327,7 @@ def test_two_robots_step_in_one_jit_vmap(arm):
     vb = np.zeros((3, model.nv))
     vb[1:, scene.v_index["ball"][3:]] = [0.0, 3.0, 0.0]  # thrown at the upper link (+y)
     vb[2, scene.v_index["quad"][5]] = 0.5
-    s = scene.state(np.broadcast_to(scene.q0, (3, model.nq)), vb)
+    s = scene.state(v=vb)  # q0 broadcast to the batch
     f = jax.jit(jax.vmap(lambda s: sim.rollout(model, s, jnp.zeros((40, nu)), cfg=cfg)))
     tr = f(s)
     qa = np.asarray(tr.q[:, -1][:, scene.q_index["arm"]])

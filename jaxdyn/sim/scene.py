@@ -777,9 +777,28 @@ class Scene:
 
         return tuple(t.joint_names[b] for b in sorted(self.body[part]) if int(t.kind[b]) != J.FREE)
 
+    def shapes(self) -> tuple:
+        """Every collision geom of the scene, for drawing and inspection: ``(name, frame, type,
+        size, R, p, vertices)`` with ``frame`` the model frame it is fixed to (``None``: the
+        world), ``size`` in MuJoCo's ``geom_size`` layout (half sizes), ``R``, ``p`` its pose
+        in the frame, ``vertices`` a mesh's hull vertices (``None`` otherwise). The ground
+        plane is left out (:attr:`terrain`)."""
+        out = []
+        for g in self._gs:
+            if g.type == "plane":
+                continue
+            frame, R, p = None, g.R, g.p
+            if g.body >= 0:
+                frame, Rf, pf = self._body_frame(g.body)
+                R, p = Rf.T @ g.R, Rf.T @ (g.p - pf)
+            verts = None if g.hull is None else np.asarray(g.hull.vertices, float)
+            out.append((g.name, frame, g.type, tuple(g.size), R, p, verts))
+        return tuple(out)
+
     def state(self, q=None, v=None):
         """A :class:`~jaxdyn.sim.core.State` at ``q`` / ``v`` (default :attr:`q0` /
-        :attr:`v0`)."""
+        :attr:`v0`); batched (``(B, nq)``, ``(B, nv)``, either broadcast against the other)
+        for ``jax.vmap``, with a time ``t`` of the batch's shape."""
         import jax.numpy as jnp
 
         from .core import State
@@ -794,7 +813,10 @@ class Scene:
                     f"(the scene's n{what})"
                 )
         dtype = model.mass.dtype
-        return State(jnp.asarray(q, dtype), jnp.asarray(v, dtype))
+        batch = np.broadcast_shapes(np.shape(q)[:-1], np.shape(v)[:-1])
+        q = jnp.broadcast_to(jnp.asarray(q, dtype), batch + (model.nq,))
+        v = jnp.broadcast_to(jnp.asarray(v, dtype), batch + (model.nv,))
+        return State(q, v, jnp.zeros(batch, dtype))
 
     def sim_config(self, contact=None, **overrides):
         """A :class:`~jaxdyn.sim.core.SimConfig` of the scene: ``contact`` (a
