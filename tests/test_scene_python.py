@@ -381,3 +381,34 @@ def test_box_rests_on_table_beside_a_robot(arm):
     for _ in range(REST_STEPS):
         mujoco.mj_step(m, d)
     np.testing.assert_allclose(zc[-1], d.qpos[4], atol=1e-3)  # qpos: 2 hinges, then the crate
+
+
+def test_base_pose_places_fixed_and_floating_robots(arm):
+    """A fixed base at ``pos`` / ``quat`` and a floating base started there (composed with the
+    pose in its ``q``): every body of each robot in the scene is the robot's own body moved by
+    the base pose, at a random configuration (numpy forward kinematics of both models)."""
+    from jaxdyn.sim.scene import _placements, _rotation
+
+    quad = robots.load("quad12")
+    rng = np.random.default_rng(0)
+    qq = np.concatenate([[0.1, -0.2, 0.3], [0.9, 0.1, -0.2, 0.3], rng.uniform(-1, 1, 12)])
+    qq[3:7] /= np.linalg.norm(qq[3:7])
+    pose = dict(pos=(1.0, 2.0, 0.5), quat=(0.8, 0.2, -0.1, 0.4))
+    scene = sim.Scene(
+        sim.Robot(arm, name="arm", **pose),
+        sim.Robot(quad, name="quad", q=qq, **pose),
+        objects=[sim.FreeSphere("ball", 0.1, pos=(0, 0, 1))],
+    )
+    Rb, pb = _rotation("", pose["quat"], None), np.asarray(pose["pos"])
+    qa = rng.uniform(-1, 1, 2)
+    q = scene.q0.copy()
+    q[scene.q_index["arm"]] = qa
+    Rs, ps = _placements(scene.model, q)
+    for name, model, qm in (("arm", arm, qa), ("quad", quad, qq)):
+        R, p = _placements(model, qm)
+        b = scene.body[name]
+        np.testing.assert_allclose(Rs[b], Rb @ R, atol=1e-12)
+        np.testing.assert_allclose(ps[b], p @ Rb.T + pb, atol=1e-12)
+    f = scene.model.frame_index("arm/base_link")  # a world frame of the fixed base
+    np.testing.assert_allclose(np.asarray(scene.model.frame_R[f]), Rb, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(scene.model.frame_p[f]), pb, atol=1e-12)

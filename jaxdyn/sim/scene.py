@@ -469,10 +469,15 @@ class Robot:
         R = _rotation(owner, self.quat, self.rot)
         p = _array(owner, "pos", self.pos, (3,), "(3,)")
         nq = self.model.nq
-        if self.q is None:
-            from ..algorithms.configuration import neutral_configuration
+        if self.q is None:  # neutral: zero angles, identity quaternions (numpy: no compile)
+            from .. import joints as J
 
-            q = np.asarray(neutral_configuration(self.model), float)
+            t = self.model.topo
+            q = np.zeros(nq)
+            for b in range(t.nb):
+                k = int(t.kind[b])
+                if k != J.ONE_DOF:
+                    q[int(t.q_start[b]) + (3 if k == J.FREE else 0)] = 1.0
         else:
             q = _array(owner, "q", self.q, (nq,), f"(nq,) = ({nq},), the model's own layout")
         object.__setattr__(self, "_pose", (R, p, q))
@@ -544,15 +549,19 @@ class Scene:
         self.robots, self.objects, self.world = tuple(robots), tuple(objects), tuple(world)
 
         # ---------------------------------------------------------- initial state
+        from .. import joints as J
+
         q0, v0 = np.zeros(model.nq), np.zeros(model.nv)
         for r in robots:
             R, p, q = r._pose
             q = q.copy()
             t = r.model.topo
-            if t.nb and t.floating_base:  # the floating base's pose, composed with q's
-                Rq = _rotation(f"Robot {r.name!r}", q[3:7], None)
-                q[:3] = R @ q[:3] + p
-                q[3:7] = _quat(R @ Rq)
+            for b in range(t.nb):  # free joints on the world: the base pose composed with q's
+                if int(t.parent[b]) < 0 and int(t.kind[b]) == J.FREE:
+                    i = int(t.q_start[b])
+                    Rq = _rotation(f"Robot {r.name!r}: q", q[i + 3 : i + 7], None)
+                    q[i : i + 3] = R @ q[i : i + 3] + p
+                    q[i + 3 : i + 7] = _quat(R @ Rq)
             q0[self.q_index[r.name]] = q
         for o in objects:
             _, R, p, *_rest = o._geom
