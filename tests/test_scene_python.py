@@ -96,7 +96,9 @@ def _names(names, pairs):
 
 def test_scene_is_the_handwritten_mjcf(built):
     """The scene built in Python and its MJCF written by hand (``load_mjcf``): one model with
-    the same joints in the same order, the same reference configuration, the same geoms (bodies,
+    the same joints in the same order, the same dynamics parameters (placements, axes, masses,
+    centres of mass and inertias: the free objects' from their densities), the same reference
+    configuration, the same geoms (bodies,
     poses in their bodies, sizes, bounding radii), the same pairs (MuJoCo's filters: the
     robot's adjacent links skipped, two static geoms never, the ground's spheres, capsules and
     boxes as primitives, the cylinders against it as pairs) and the same primitives."""
@@ -105,6 +107,9 @@ def test_scene_is_the_handwritten_mjcf(built):
     assert m.joint_names == ml.joint_names
     assert m.joint_names[:2] == ("arm/joint1", "crate")  # depth-sorted: the parts interleave
     np.testing.assert_allclose(scene.q0, np.asarray(loaded.q0), atol=1e-12)
+    for f in ("Xtree_R", "Xtree_p", "dof_axis", "mass", "com", "inertia", "gravity"):
+        a, b = np.asarray(getattr(m, f)), np.asarray(getattr(ml, f))
+        np.testing.assert_allclose(a, b, atol=1e-12, err_msg=f)  # every dynamics parameter
     g, gl = scene.geoms, loaded.geoms
     assert _names(g.names, g.pairs) == _names(gl.names, gl.pairs)
     assert frozenset(("arm/base_link/collision0", "arm/link2/collision0")) in _names(
@@ -134,6 +139,7 @@ def test_scene_is_the_handwritten_mjcf(built):
     assert scene.terrain is not None and float(scene.terrain.height) == 0.0
 
 
+@pytest.mark.slow  # the same parameters as load_mjcf's model: test_scene_is_the_handwritten_mjcf
 def test_scene_dynamics_match_mujoco(built):
     """Mass matrix and bias forces (RNEA) of the scene's model (the robot's links, the free
     objects' masses and inertias from their densities: box, sphere, capsule, cylinder) equal

@@ -578,9 +578,11 @@ class Scene:
             R, p, _ = r._pose
             off = len(gs)
             bmap = self.body[r.name]
+            grot, gpos, gsize = (np.asarray(x, float) for x in (g.rot, g.pos, g.size))
+            gfr, grb = np.asarray(g.friction, float), np.asarray(g.rbound, float)
             for k in range(g.n):
                 b = int(g.body[k])
-                gR, gp = np.asarray(g.rot[k], float), np.asarray(g.pos[k], float)
+                gR, gp = grot[k], gpos[k]
                 if b < 0:
                     gR, gp = R @ gR, R @ gp + p
                 link = g.names[k].split("/")[0]
@@ -591,13 +593,13 @@ class Scene:
                         f"{r.name}/{link}",
                         -1 if b < 0 else int(bmap[b]),
                         g.type[k],
-                        g.size[k],
+                        gsize[k],
                         gR,
                         gp,
-                        float(g.friction[k]),
+                        float(gfr[k]),
                         int(g.condim[k]),
                         None if g.hulls is None else g.hulls.value.get(k),
-                        float(g.rbound[k]),
+                        float(grb[k]),
                     )
                 )
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
@@ -730,12 +732,10 @@ class Scene:
     def _body_frame(self, b):
         """A frame on moving body ``b``: its name and placement in the body."""
         t = self.model.topo
+        if not hasattr(self, "_frames_np"):  # numpy once (indexing JAX arrays compiles)
+            self._frames_np = (np.asarray(self.model.frame_R), np.asarray(self.model.frame_p))
         f = int(np.nonzero(t.frame_parent == b)[0][0])
-        return (
-            t.frame_names[f],
-            np.asarray(self.model.frame_R[f], float),
-            np.asarray(self.model.frame_p[f], float),
-        )
+        return t.frame_names[f], self._frames_np[0][f], self._frames_np[1][f]
 
     def _warn_penetrating(self, depth=1e-4):
         """Warn about the pairs interpenetrating deeper than ``depth`` at ``q0``."""
@@ -904,7 +904,7 @@ def _support_of(g, R, p):
         return lambda n: n @ p + np.abs(n @ a) + s[0]
     if t == "box":
         h = lambda n: n @ p + np.abs(n @ R) @ s  # noqa: E731
-        h.axes = R.T  # face normals: where a polytope pair's minimum may sit
+        h.axes = h.edges = R.T  # face normals and edge directions (the separating axes)
         return h
     if t == "ellipsoid":
         return lambda n: n @ p + np.linalg.norm((n @ R) * s, axis=1)
@@ -919,6 +919,8 @@ def _support_of(g, R, p):
     V = np.asarray(g.hull.vertices, float) @ R.T + p  # a mesh: its hull's vertices
     h = lambda n: np.max(n @ V.T, axis=1)  # noqa: E731
     h.axes = np.asarray(g.hull.normals, float) @ R.T
+    e = np.asarray(g.hull.vertices, float)[np.asarray(g.hull.edges)]
+    h.edges = (e[:, 1] - e[:, 0]) @ R.T
     return h
 
 
@@ -931,13 +933,15 @@ def _sphere_points(k):
     return np.column_stack([r * np.cos(phi), r * np.sin(phi), z])
 
 
-def penetration(ha, hb, k=4000) -> float:
+def penetration(ha, hb, k=2000) -> float:
     """Penetration depth of two convex sets given by their support functions (> 0: they
     overlap by that much; < 0: apart by that distance): ``min_{|n| = 1} h_a(n) + h_b(-n)``,
     the support function of the Minkowski difference ``A - B`` at its minimum (the distance of
-    the origin to its boundary), over ``k`` directions refined by Nelder-Mead. Independent of
-    the narrow phase of :mod:`jaxdyn.sim.collision` (numpy only); a plane ``ha`` /
-    ``hb`` (``("plane", normal, offset)``): ``offset - min_B n . x``."""
+    the origin to its boundary). Two polytopes (boxes, hulls): over their face normals and the
+    cross products of their edge directions, where the minimum lies (the separating axis
+    theorem); otherwise over ``k`` directions refined by Nelder-Mead. Independent of the
+    narrow phase of :mod:`jaxdyn.sim.collision` (numpy only); a plane ``ha`` / ``hb``
+    (``("plane", normal, offset)``): ``offset - min_B n . x``."""
     if isinstance(ha, tuple):
         ha, hb = hb, ha
     if isinstance(hb, tuple):
@@ -945,19 +949,22 @@ def penetration(ha, hb, k=4000) -> float:
         return float(off + ha(-n[None])[0])
     from scipy.optimize import minimize
 
-    axes = [_sphere_points(k)]
+    poly = hasattr(ha, "axes") and hasattr(hb, "axes")
+    axes = [] if poly else [_sphere_points(k)]
     for h in (ha, hb):
         if hasattr(h, "axes"):
             axes += [h.axes, -h.axes]
-    if hasattr(ha, "axes") and hasattr(hb, "axes") and len(ha.axes) * len(hb.axes) <= 400:
-        c = np.cross(ha.axes[:, None], hb.axes[None]).reshape(-1, 3)  # edge-edge axes
+    if poly:
+        c = np.cross(ha.edges[:, None], hb.edges[None]).reshape(-1, 3)  # edge-edge axes
         c = c[np.linalg.norm(c, axis=1) > 1e-9]
         c /= np.linalg.norm(c, axis=1, keepdims=True)
         axes += [c, -c]
     dirs = np.concatenate(axes)
     f = ha(dirs) + hb(-dirs)
-    best = np.inf
-    for i in np.argsort(f)[:3]:
+    if poly:
+        return float(f.min())
+    best = float(f.min())
+    for i in np.argsort(f)[:2]:
         n0 = dirs[i]
         x0 = np.array([np.arccos(np.clip(n0[2], -1, 1)), np.arctan2(n0[1], n0[0])])
 
@@ -966,8 +973,8 @@ def penetration(ha, hb, k=4000) -> float:
             n = np.array([[st * np.cos(x[1]), st * np.sin(x[1]), np.cos(x[0])]])
             return float(ha(n)[0] + hb(-n)[0])
 
-        r = minimize(g, x0, method="Nelder-Mead", options=dict(xatol=1e-10, fatol=1e-12))
-        best = min(best, float(r.fun), float(f[i]))
+        r = minimize(g, x0, method="Nelder-Mead", options=dict(xatol=1e-9, fatol=1e-12))
+        best = min(best, float(r.fun))
     return best
 
 
@@ -978,7 +985,7 @@ def _primitive_geom(r, k, c, bmap, Rb, pb):
     m = r.model
     f = m.frame_index(c.frame)
     b = int(m.topo.frame_parent[f])
-    Rf, pf = np.asarray(m.frame_R[f], float), np.asarray(m.frame_p[f], float)
+    Rf, pf = np.asarray(m.frame_R, float)[f], np.asarray(m.frame_p, float)[f]
     pos = np.asarray(c.pos, float)
     rot = np.asarray(c.rotation, float) if isinstance(c, (Box, Capsule)) else np.eye(3)
     size = np.zeros(3)
