@@ -64,6 +64,11 @@ BENCHMARKS = (
     Benchmark("nori", ("## Nori sparse dynamics",), "Nori's sparse dynamics"),
     Benchmark("mjcf", ("## MJCF humanoid",), "an MJCF humanoid against MuJoCo C and MJX"),
     Benchmark(
+        "collision",
+        ("## Collision pipeline: a self-colliding humanoid",),
+        "Geoms.frames of dm_control's humanoid (161 geom pairs) against MuJoCo C's mj_collision",
+    ),
+    Benchmark(
         "sim",
         (
             "## Simulation",

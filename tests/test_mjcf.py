@@ -564,13 +564,13 @@ def test_unsupported_features_named():
             _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="filter"/></actuator>'),
             '"mu"',
         ),
-        (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a shape without a narrow phase
-            _mjcf(
+        (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a pair without a narrow phase
+            _mjcf(  # (heightfield - heightfield: MuJoCo has none either)
                 body='<geom name="obst" type="hfield" hfield="h" pos="1 0 0"/>',
                 extra='<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" '
                 'elevation="0 0 0 0"/></asset>',
-            ),
-            '"obst" type="hfield"',
+            ).replace('<geom size="0.1"/>', '<geom name="hb" type="hfield" hfield="h"/>'),
+            '"obst" type="hfield".*"hb" type="hfield"',
         ),
         (
             _mjcf(body='<body name="bb"><joint type="ball"/><geom size=".1"/></body>').replace(

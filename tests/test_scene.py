@@ -2,6 +2,8 @@
 filters, body-body contacts in both contact models, checked against MuJoCo C on the same
 scenes."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -190,8 +192,8 @@ def test_compliant_box_sticks_on_incline_like_mujoco():
 
 def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
     """Two free spheres loaded 5 cm into each other: a warning naming the pair; a pair the
-    narrow phase does not have (a heightfield geom against a sphere) is refused by name (never
-    dropped), loaded without it with ``ignore=('geom',)``."""
+    narrow phase does not have (a heightfield against a heightfield, as in MuJoCo) is refused
+    by name (never dropped), loaded without it with ``ignore=('geom',)``."""
     xml = """<mujoco><worldbody>
       <body name="a" pos="0 0 1"><freejoint/><geom name="ga" type="sphere" size="0.1"/></body>
       <body name="b" pos="0.15 0 1"><freejoint/><geom name="gb" type="sphere" size="0.1"/></body>
@@ -203,10 +205,17 @@ def test_interpenetrating_start_warns_and_unsupported_pair_is_refused():
         '<asset><hfield name="h" nrow="2" ncol="2" size="1 1 .1 .05" elevation="0 0 0 0"/>'
         '</asset><worldbody><geom name="hf" type="hfield" hfield="h"/>',
     ).replace('pos="0.15 0 1"', 'pos="0.5 0 1"')
-    match = r'<geom name="hf" type="hfield">-<geom name="ga" type="sphere">.*jaxdyn.sim has no'
+    bad = bad.replace(
+        'size="0.1"/></body>',
+        'size="0.1"/><geom name="hh" type="hfield" hfield="h" pos="0 0 0.5"/></body>',
+        1,
+    )
+    match = r'<geom name="hf" type="hfield">-<geom name="hh" type="hfield">.*jaxdyn.sim has no'
     with pytest.raises(ValueError, match=match):
         jaxdyn.load_mjcf(bad)
-    assert jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms.names == ("ga", "gb")
+    geoms = jaxdyn.load_mjcf(bad, ignore=("geom",)).geoms
+    pairs = {(geoms.names[a], geoms.names[b]) for a, b in geoms.pairs}
+    assert pairs == {("hf", "ga"), ("hf", "gb"), ("ga", "gb"), ("hh", "gb")}
 
 
 @pytest.fixture(scope="module")
@@ -399,3 +408,338 @@ def test_urdf_collision_geoms(tmp_path):
     k = [i for i, b in enumerate(fr.body) if b == g2.body[2]][0]
     np.testing.assert_allclose(float(fr.distance[k]), depth, atol=1e-9)
     np.testing.assert_allclose(np.asarray(fr.normal[k]), [1.0, 0.0, 0.0], atol=1e-9)
+
+
+# ------------------------------------------------------------------------------ heightfields
+HF_ELEV = np.array(
+    [
+        [0.0, 0.2, 0.5, 0.1, 0.0, 0.3],
+        [0.4, 1.0, 1.0, 1.0, 0.2, 0.0],
+        [0.1, 1.0, 1.0, 1.0, 0.6, 0.1],
+        [0.3, 1.0, 1.0, 1.0, 0.0, 0.5],
+        [0.0, 0.4, 0.1, 0.7, 0.2, 0.0],
+    ]
+)
+HF_MJCF = f"""<mujoco><option timestep="0.002"/><asset>
+  <hfield name="h" nrow="5" ncol="6" size="0.5 0.4 0.1 0.05"
+    elevation="{" ".join(map(str, HF_ELEV.ravel()))}"/></asset>
+<worldbody><geom name="hf" type="hfield" hfield="h" euler="0 0 5"/>
+  <body name="ball" pos="-0.1 0 0.3"><freejoint/><geom name="ball" size="0.05" mass="1"/></body>
+  <body name="pebble" pos="0.3 -0.2 0.2"><freejoint/><geom name="pebble" size="0.03"/></body>
+</worldbody></mujoco>"""
+
+
+def _frames_fn(loaded):
+    """Contact frames of ``loaded.geoms`` at a configuration (jitted)."""
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.sim.core import _world
+
+    def f(q):
+        ws, origin = _world(loaded.model, q)
+        vb, _ = kin.body_velocities(loaded.model, ws, jnp.zeros(loaded.model.nv))
+        return loaded.geoms.frames(ws, origin, vb)
+
+    return jax.jit(f)
+
+
+def test_hfield_geoms_load_and_match_mujoco():
+    """An MJCF ``hfield`` geom (elevation inline) loads as a geom of ``loaded.geoms`` with
+    MuJoCo's heights (normalised data times the elevation, rows from +y down); at random
+    poses of the two balls the contacts of each pair have MuJoCo's deepest distance
+    (mj_collision, EPA converged: to 1e-8)."""
+    loaded = jaxdyn.load_mjcf(HF_MJCF)
+    g = loaded.geoms
+    assert g.type == ("hfield", "sphere", "sphere") and not loaded.contacts
+    names = {(g.names[a], g.names[b]) for a, b in g.pairs}
+    assert names == {("hf", "ball"), ("hf", "pebble"), ("ball", "pebble")}
+    hf = g.hulls.value[0]
+    # MuJoCo's layout: the first row given is the last (+y) grid row; data stored in float32
+    np.testing.assert_allclose(np.asarray(hf.heights), np.flipud(HF_ELEV) * 0.1, atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(HF_MJCF)
+    m.opt.ccd_tolerance, m.opt.ccd_iterations = 1e-12, 2000  # EPA converged
+    d = mujoco.MjData(m)
+    frames = _frames_fn(loaded)
+    rng = np.random.default_rng(4)
+    hits = 0
+    for _ in range(8):
+        q = np.array(loaded.q0)
+        q[0:3] = [rng.uniform(-0.4, 0.4), rng.uniform(-0.3, 0.3), rng.uniform(0.02, 0.14)]
+        q[7:10] = [rng.uniform(-0.4, 0.4), rng.uniform(-0.3, 0.3), rng.uniform(0.0, 0.12)]
+        d.qpos[:] = q  # jaxdyn's q is MuJoCo's qpos
+        mujoco.mj_forward(m, d)
+        fr = frames(jnp.asarray(q))
+        dist = np.asarray(fr.distance)
+        other = np.asarray(fr.other)
+        body = np.asarray(fr.body)
+        for bname in ("ball", "pebble"):
+            gid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, bname)
+            mj = [c.dist for c in d.contact[: d.ncon] if {c.geom1, c.geom2} == {0, gid}]
+            b = loaded.model.topo.body_names.index(bname)
+            mine = dist[(other == -1) & (body == b)]
+            if mj:
+                hits += 1
+                assert abs(mine.min() - min(mj)) < 1e-8, (bname, mine, mj)
+            else:
+                assert mine.min() > -1e-10
+    assert hits >= 6
+
+
+def _png_gray(path, img):
+    """Write ``img`` (rows, cols) uint8 as a greyscale PNG (zlib, no dependency)."""
+    import struct
+    import zlib
+
+    def chunk(tag, data):
+        c = struct.pack(">I", len(data)) + tag + data
+        return c + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    rows, cols = img.shape
+    raw = b"".join(b"\x00" + bytes(r) for r in img.astype(np.uint8))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", cols, rows, 8, 0, 0, 0, 0))
+    path.write_bytes(png + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_hfield_from_png_inside_the_model_directory(tmp_path):
+    """An ``hfield`` read from a PNG file next to the model (the untrusted loader hands it to
+    MuJoCo itself, reading nothing outside the directory): heights are the grey levels,
+    normalised to [0, 1] and scaled by the elevation, the image's top row at +y (MuJoCo's
+    convention). A path that leaves the directory is refused (see test_mjcf)."""
+    img = np.array([[0, 50, 100, 150], [200, 250, 10, 20], [30, 40, 60, 255]])
+    _png_gray(tmp_path / "terrain.png", img)
+    (tmp_path / "scene.xml").write_text(
+        '<mujoco><asset><hfield name="t" file="terrain.png" size="1 1 0.4 0.1"/></asset>'
+        '<worldbody><geom type="hfield" hfield="t"/><body pos="0 0 1"><freejoint/>'
+        '<geom size="0.1"/></body></worldbody></mujoco>'
+    )
+    hf = jaxdyn.load_mjcf(tmp_path / "scene.xml").geoms.hulls.value[0]
+    want = np.flipud(img) / 255.0 * 0.4
+    np.testing.assert_allclose(np.asarray(hf.heights), want, atol=1e-6)
+
+
+@pytest.mark.slow  # 40 s of compile; default: test_hfield_geoms_load_and_match_mujoco
+def test_ball_dropped_on_hfield_rests_at_the_surface():
+    """A ball dropped from 0.3 m onto the plateau of a bumpy heightfield (``Constraint``,
+    3 Newton steps): comes to rest with its bottom on the surface (plateau 0.1 m) to 1e-8 m;
+    MuJoCo C's soft contact within 1 mm of it."""
+    xml = HF_MJCF.replace('euler="0 0 5"', "").replace('pos="0.3 -0.2 0.2"', 'pos="0.3 -0.2 0.5"')
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    model = loaded.model
+    n = 600
+    tr = jax.jit(
+        lambda q: sim.rollout(model, sim.State(q, jnp.zeros(model.nv)), jnp.zeros((n, 0)), cfg=cfg)
+    )(loaded.q0)
+    z = np.asarray(tr.q[:, 2])
+    assert z.min() > 0.15 - 1e-3  # no tunnelling
+    np.testing.assert_allclose(z[-100:], 0.15, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(tr.q[-1, :2]), [-0.1, 0.0], atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_step(m, d, n)
+    assert abs(d.qpos[2] - 0.15) < 1e-3
+
+
+# ------------------------------------------------------------------------ contact parameters
+PARAM_MJCF = """<mujoco><option timestep="0.002"/>
+<default><default class="soft"><geom solref="0.03 0.8" solmix="3"/></default></default>
+<worldbody>
+  <geom name="floor" type="plane" size="5 5 .1" margin="0.004"/>
+  <body name="a" pos="0 0 0.3"><freejoint/>
+    <geom name="a" size="0.1" margin="0.02" gap="0.01" mass="1"/></body>
+  <body name="b" pos="0.3 0 0.3"><freejoint/>
+    <geom name="b" size="0.05" margin="0.01" class="soft" mass="0.5"/></body>
+  <body name="c" pos="-0.3 0 0.3"><freejoint/>
+    <geom name="c" type="box" size="0.05 0.06 0.04" solref="0.05 1.2" mass="0.5"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.fixture(scope="module")
+def param_scene():
+    loaded = jaxdyn.load_mjcf(PARAM_MJCF)
+    return loaded, _frames_fn(loaded)
+
+
+def test_margin_gap_solref_match_mujoco(param_scene):
+    """Per-geom ``margin`` / ``solref`` / ``solmix`` (a ``<default>`` class too), against
+    MuJoCo 4.0's contacts at random poses: every pair MuJoCo reports has jaxdyn's distance
+    ``dist - margin`` (the two geoms' margins summed: MuJoCo's ``dist - includemargin``, to
+    1e-12), acting (``< 0``) exactly where MuJoCo's contact is not excluded (MuJoCo's ``gap``
+    only adds excluded contacts up to ``margin + gap``), and MuJoCo's mixed ``solref``; no
+    other pair is closer than its margin. Geoms with contact parameters against the ground
+    are geom pairs, not primitives."""
+    loaded, frames = param_scene
+    assert not loaded.contacts and loaded.geoms.margin is not None
+    m = mujoco.MjModel.from_xml_string(PARAM_MJCF)
+    d = mujoco.MjData(m)
+    names = loaded.model.topo.body_names
+    rng = np.random.default_rng(7)
+    seen = {"act": 0, "gap": 0}
+    for _ in range(12):
+        q = np.array(loaded.q0)
+        for k in range(3):
+            q[7 * k : 7 * k + 3] = rng.uniform(-0.12, 0.12, 3) * [1, 1, 0] + [
+                0.14 * (k - 1),
+                0,
+                0.06 + 0.05 * rng.uniform(),
+            ]
+            qq = rng.normal(size=4)
+            q[7 * k + 3 : 7 * k + 7] = qq / np.linalg.norm(qq)
+        d.qpos[:] = q
+        mujoco.mj_forward(m, d)
+        fr = frames(jnp.asarray(q))
+        dist, sref = np.asarray(fr.distance), np.asarray(fr.solref)
+        body, other = np.asarray(fr.body), np.asarray(fr.other)
+        mj = {}
+        for c in d.contact[: d.ncon]:
+            key = frozenset(int(m.geom_bodyid[g]) - 1 for g in (c.geom1, c.geom2))
+            mj.setdefault(key, []).append(c)
+        for key in {frozenset((int(b), int(o))) for b, o in zip(body, other, strict=True)}:
+            sel = np.array([frozenset((b, o)) == key for b, o in zip(body, other, strict=True)])
+            mine = dist[sel]
+            if key not in mj:
+                assert mine.min() > 0, ([names[b] for b in key if b >= 0], mine.min())
+                continue
+            cs = mj[key]
+            active = any(not c.exclude for c in cs)
+            seen["act" if active else "gap"] += 1
+            if not active:  # in the gap: no force in MuJoCo, none in jaxdyn (may be masked)
+                assert mine.min() > 0
+                continue
+            want = min(c.dist - c.includemargin for c in cs)
+            assert abs(mine.min() - want) < 1e-12, (key, mine.min(), want)
+            np.testing.assert_allclose(sref[sel][0], cs[0].solref, atol=1e-15)
+    assert seen["act"] > 5 and seen["gap"] >= 1
+
+
+def test_solref_gives_compliant_gains_and_constraint_baumgarte(param_scene):
+    """Each contact's mixed ``solref`` (``ContactFrames.solref``) sets ``Compliant``'s
+    per-contact gains ``k = m / (timeconst dampratio)^2``, ``c = 2 m / timeconst`` (a number
+    given to ``Compliant`` overrides it) and ``Constraint``'s Baumgarte fraction
+    ``dt / timeconst`` (the impulse that removes a resting penetration ``d`` with a unit
+    Delassus matrix is ``-beta d / dt``)."""
+    from jaxdyn.sim.contact import contact_mass, solve_contact_impulses
+
+    loaded, frames = param_scene
+    q = np.array(loaded.q0)
+    q[2], q[9], q[16] = 0.09, 0.04, 0.03  # every ball into the floor
+    fr = frames(jnp.asarray(q))
+    sref = np.asarray(fr.solref)
+    model = loaded.model
+    m = np.asarray(contact_mass(model, fr.body, fr.other))
+    k, c = sim.Compliant().gains(model, jnp.float64, fr.body, fr.other, fr.solref)
+    np.testing.assert_allclose(np.asarray(k), m / (sref[:, 0] * sref[:, 1]) ** 2, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(c), 2 * m / sref[:, 0], rtol=1e-14)
+    assert len(set(np.round(sref[:, 0], 12))) == 3  # three different mixes
+    k2, _ = sim.Compliant(timeconst=0.05).gains(model, jnp.float64, fr.body, fr.other, fr.solref)
+    np.testing.assert_allclose(np.asarray(k2), m / (0.05 * sref[:, 1]) ** 2, rtol=1e-14)
+    hit = np.asarray(fr.distance) < 0
+    n = int(hit.sum())
+    sub = type(fr)(
+        fr.distance[hit], fr.normal[hit], fr.point[hit], fr.velocity[hit], None,
+        tuple(np.asarray(fr.body)[hit]), tuple(np.asarray(fr.other)[hit]), solref=fr.solref[hit],
+    )  # fmt: skip
+    dt = 0.002
+    lam = solve_contact_impulses(
+        sim.Constraint(iterations=3), jnp.eye(3 * n), sub, jnp.zeros((n, 3)), dt
+    )
+    beta = dt / sref[hit, 0]
+    np.testing.assert_allclose(
+        np.asarray(lam[:, 0]), -beta * np.asarray(fr.distance)[hit] / dt, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "attr, key",
+    [('solimp="0.8 0.9 0.01"', "solimp"), ('solref="-1000 -10"', "solref")],
+)
+def test_unhonoured_contact_parameters_refused_by_sim_config(attr, key):
+    """``solimp`` off MuJoCo's default (an impedance jaxdyn's contact models do not have) and
+    ``solref`` in the direct (negative) form: ``sim_config`` refuses them naming the geom and
+    the key; ``ignore=(key,)`` simulates without them."""
+    xml = PARAM_MJCF.replace('<geom name="b" size="0.05"', f'<geom name="b" {attr} size="0.05"')
+    loaded = jaxdyn.load_mjcf(xml)
+    with pytest.raises(ValueError, match=rf'\[{key}\] <geom name="b" type="sphere">'):
+        loaded.sim_config(contact=sim.Compliant())
+    cfg = loaded.sim_config(contact=sim.Compliant(), ignore=(key,))
+    assert cfg.geoms is loaded.geoms
+    assert loaded.sim_config().contact is None  # without contact: nothing to refuse
+
+
+@pytest.mark.slow  # 30 s of compile; default: test_margin_gap_solref_match_mujoco
+def test_ball_with_margin_rests_at_the_margin():
+    """A ball with ``margin="0.01"`` dropped on the floor (``Constraint``, 3 Newton steps):
+    rests 1 cm above it (MuJoCo's contact acts below the margin), to 1e-8 m; MuJoCo C's ball
+    within 1 mm of that height."""
+    xml = """<mujoco><option timestep="0.002"/><worldbody>
+      <geom name="floor" type="plane" size="5 5 .1"/>
+      <body name="a" pos="0 0 0.2"><freejoint/><geom name="a" size="0.1" margin="0.01"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    assert not loaded.contacts  # a geom pair: it carries its margin
+    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    model = loaded.model
+    tr = jax.jit(
+        lambda q: sim.rollout(model, sim.State(q, jnp.zeros(6)), jnp.zeros((400, 0)), cfg=cfg)
+    )(loaded.q0)
+    np.testing.assert_allclose(np.asarray(tr.q[-50:, 2]), 0.11, atol=1e-8)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_step(m, d, 400)
+    assert abs(d.qpos[2] - 0.11) < 1e-3
+
+
+@pytest.mark.slow  # 70 s of compile (161 geom pairs); default: test_margin_gap_solref_match_mujoco
+def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
+    """dm_control's humanoid (20 capsules and spheres on 16 bodies, self-collision on: 161
+    geom pairs after MuJoCo's filters, the floor included) falls limp for 1.5 s from ``qpos0``
+    (its ``solref`` 0.015 per contact, ``solimp`` refused by name and ignored; ``Compliant``,
+    the ``"implicit"`` integrator at its 5 ms step), beside MuJoCo C: no geom pair of either
+    interpenetrates deeper than 15 mm (deepest: jaxdyn 9.6 mm, MuJoCo 12.2 mm),
+    limbs touch each other and the floor, and the fall ends low."""
+    import dm_control
+
+    path = str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
+    loaded = jaxdyn.load_mjcf(path)
+    assert loaded.geoms.n == 20 and len(loaded.geoms.pairs) == 161
+    with pytest.raises(ValueError, match="solimp"):
+        loaded.sim_config(contact=sim.Compliant())
+    cfg = loaded.sim_config(contact=sim.Compliant(), ignore=("solimp",), integrator="implicit")
+    model, n = loaded.model, 300
+    ctrl = jnp.zeros((n, len(loaded.actuators)))
+    tr = jax.jit(lambda q: sim.rollout(model, sim.State(q, jnp.zeros(model.nv)), ctrl, cfg=cfg))(
+        loaded.q0
+    )
+    dist = np.asarray(jax.jit(jax.vmap(_frames_fn(loaded)))(tr.q).distance)  # (n, slots)
+    fr = _frames_fn(loaded)(loaded.q0)
+    floor = np.asarray(fr.other) < 0
+    worst = -dist.min()
+    assert worst < 0.015, worst
+    assert dist[:, ~floor].min() < 0 and dist[:, floor].min() < 0  # self and floor contacts
+    assert float(tr.q[-1, 2]) < 0.6  # the torso came down
+    m = mujoco.MjModel.from_xml_path(path)
+    d = mujoco.MjData(m)
+    worst_mj = 0.0
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        if d.ncon:
+            worst_mj = max(worst_mj, -min(c.dist for c in d.contact[: d.ncon]))
+    assert worst_mj < 0.015, worst_mj
+
+
+def test_override_flag_sets_every_pair_margin_and_solref():
+    """``<option o_margin o_solref><flag override="enable"/>``: every pair's margin and solref
+    are the option's (MuJoCo's ``mj_assignMargin`` / ``mj_assignRef``), whatever the geoms
+    say: jaxdyn's distance is MuJoCo's ``dist - includemargin`` and its solref MuJoCo's."""
+    xml = """<mujoco><option o_margin="0.03" o_solref="0.04 0.7"><flag override="enable"/>
+      </option><worldbody><geom name="floor" type="plane" size="5 5 .1" margin="0.1"/>
+      <body name="a" pos="0 0 0.12"><freejoint/><geom name="a" size="0.1" solref="0.01 2"/>
+      </body></worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    fr = _frames_fn(loaded)(loaded.q0)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    c = d.contact[0]
+    assert d.ncon == 1 and abs(c.includemargin - 0.03) < 1e-15
+    np.testing.assert_allclose(float(fr.distance.min()), c.dist - c.includemargin, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fr.solref)[0], c.solref, atol=1e-15)

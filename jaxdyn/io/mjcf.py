@@ -74,8 +74,10 @@ sphere / capsule / box geoms              :class:`jaxdyn.sim.Sphere` / ``Capsule
 plane geom fixed to the world             the terrain :class:`jaxdyn.sim.Plane`
 every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (``geoms``):
 (MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
-exclude, parent-child)                    against the plane the primitives do not have;
-                                          friction ``max``, condim 1 / 3 (docs/scenes.md)
+exclude, parent-child)                    against the plane the primitives do not have,
+                                          heightfields (``hfield``, inline or PNG);
+                                          friction ``max``, condim 1 / 3, margin, solref
+                                          (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
@@ -105,7 +107,8 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
-                  phase in :mod:`jaxdyn.sim.collision`, condim 4 / 6 on a pair's geom
+                  phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
+                  heightfield: MuJoCo has none either), condim 4 / 6 on a pair's geom
                   (torsional / rolling friction), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
@@ -118,9 +121,16 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
 refuses both), tendon armature.
 
-Contact softness (``solref``, ``solimp``), ``margin`` and ``gap`` are not read; per-geom
-friction and condim are read for the geom pairs, not for the primitives against the terrain.
-Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
+Contact parameters of the geoms (``<default>`` classes and ``<option override>`` included):
+``margin`` (a pair's contact acts below the sum of its geoms' margins, as MuJoCo 4.0) and
+``solref`` (mixed per pair with ``solmix``; :class:`jaxdyn.sim.Compliant`'s time constant and
+damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeconst``) are
+honoured (a geom whose pair with the ground plane has them is a geom of ``geoms``, not a
+primitive); ``gap`` only adds MuJoCo contacts that carry no force; ``solimp`` off MuJoCo's
+default and ``solref`` in its direct (negative) form are refused by
+:meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``). Per-geom friction and
+condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
+interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -351,17 +361,31 @@ class MJCFModel(NamedTuple):
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
         ``implicitfast``), ``"equality"`` (equality constraints, which jaxdyn.sim does not
-        enforce)."""
+        enforce), and with a contact model ``"solimp"`` (a colliding geom's ``solimp`` off
+        MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref`` in
+        the direct, negative form).
+
+        Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
+        MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
+        (mixed per pair with ``solmix``) are honoured (:class:`jaxdyn.sim.Geoms`): by
+        :class:`jaxdyn.sim.Compliant` as its ``(timeconst, dampratio)`` and by
+        :class:`jaxdyn.sim.Constraint` as its Baumgarte fraction ``dt / timeconst``, unless the
+        contact model is given its own (``Compliant(timeconst=...)``,
+        ``Constraint(baumgarte=...)``)."""
         from ..sim.actuators import Torque
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        bad = sorted(keys - {"integrator", "equality"})
+        known = ["equality", "integrator", "solimp", "solref"]
+        bad = sorted(keys - set(known))
         if bad:
-            raise ValueError(
-                f"sim_config: unknown ignore keys {bad}; known: ['equality', 'integrator']"
-            )
-        errors = [(k, msg) for k, msg in self.sim_issues if k not in keys]
+            raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
+        contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        errors = [
+            (k, msg)
+            for k, msg in self.sim_issues
+            if k not in keys and (contact is not None or k not in contact_keys)
+        ]
         if errors:
             lines = "\n".join(f"  [{k}] {msg}" for k, msg in errors)
             ks = tuple(sorted({k for k, _ in errors}))
@@ -1166,7 +1190,14 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     contacts, terrain, geoms = (), None, None
     if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
         contacts, terrain, geoms = _contacts(
-            m, issues, place, body_names, geom_names, remap, dis("mjDSBL_FILTERPARENT")
+            m,
+            issues,
+            place,
+            body_names,
+            geom_names,
+            remap,
+            dis("mjDSBL_FILTERPARENT"),
+            sim_issues,
         )
     constraints, active = (), ()
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
@@ -1725,6 +1756,20 @@ def _mesh_hull(m, g, element):
     return hull
 
 
+def _hfield(m, g, reach):
+    """The :class:`jaxdyn.sim.collision.HField` of heightfield geom ``g`` (MuJoCo's compiled
+    ``hfield_data``, normalised to [0, 1], times the elevation ``size[2]``), its pairs' window
+    sized for a geom of bounding radius ``reach``."""
+    from ..sim.collision import hfield
+
+    h = int(m.geom_dataid[g])
+    nrow, ncol = int(m.hfield_nrow[h]), int(m.hfield_ncol[h])
+    a = int(m.hfield_adr[h])
+    size = np.array(m.hfield_size[h], float)
+    data = np.array(m.hfield_data[a : a + nrow * ncol], float).reshape(nrow, ncol)
+    return hfield(data * size[2], size, reach)
+
+
 def _filtered(m, g1, g2, filterparent_off) -> bool:
     """Whether MuJoCo's broad phase never lets geoms ``g1``, ``g2`` collide (MuJoCo's
     ``mj_collision`` / MJX ``geom_pairs``): geoms of one welded body; a parent and its child
@@ -1741,14 +1786,47 @@ def _filtered(m, g1, g2, filterparent_off) -> bool:
     return not _can_collide(m, g1, g2) or _excluded(m, b1, b2)
 
 
-def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=False):
+_DEFAULT_SOLREF = (0.02, 1.0)
+_DEFAULT_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
+_ENBL_OVERRIDE = 1  # mjENBL_OVERRIDE
+
+
+def _contact_params(m):
+    """Per-geom ``margin``, ``solref``, ``solmix``, ``solimp`` (numpy, ``(ngeom, ...)``),
+    with ``<option o_margin / o_solref / o_solimp>`` where ``<flag override>`` is on (MuJoCo's
+    ``mj_collideGeoms``: they replace the pair's values)."""
+    margin = np.array(m.geom_margin, float).reshape(-1)
+    solref = np.array(m.geom_solref, float).reshape(-1, 2)
+    solmix = np.array(m.geom_solmix, float).reshape(-1)
+    solimp = np.array(m.geom_solimp, float).reshape(-1, 5)
+    if int(m.opt.enableflags) & _ENBL_OVERRIDE:  # a pair's margin is o_margin: half each
+        margin[:] = 0.5 * float(m.opt.o_margin)
+        solref[:] = np.array(m.opt.o_solref, float)
+        solimp[:] = np.array(m.opt.o_solimp, float)
+    return margin, solref, solmix, solimp
+
+
+def _contacts(
+    m, issues, place, body_names, geom_names, remap, filterparent_off=False, sim_issues=None
+):
     """Contact primitives on moving bodies that touch the ground plane (exactly as their
     spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
     terrain, and a :class:`jaxdyn.sim.Geoms` of every other pair MuJoCo's filters let
-    collide."""
+    collide (with the geoms' ``margin``, ``solref``, ``solmix``; a geom whose pair
+    with the ground has any of them off MuJoCo's defaults is a geom of that pair, not a
+    primitive). What :meth:`MJCFModel.sim_config` cannot honour goes to ``sim_issues``:
+    ``solimp`` off MuJoCo's default, ``solref`` in its direct (negative) form."""
     from ..sim import collision
     from ..sim.geometry import Box, Capsule, Plane, Sphere
     from ..sim.geoms import Geoms, Static
+
+    sim_issues = [] if sim_issues is None else sim_issues
+    margin, solref, solmix, solimp = _contact_params(m)
+    direct = [g for g in range(m.ngeom) if np.any(solref[g] <= 0)]
+    solref[direct] = _DEFAULT_SOLREF  # used only where sim_config(ignore=("solref",))
+
+    def plain(g):  # default contact parameters (gap: no force, nothing to honour)
+        return margin[g] == 0 and np.all(solref[g] == _DEFAULT_SOLREF)
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -1773,6 +1851,8 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
     for g in moving:
         if ground is None or _filtered(m, ground, g, filterparent_off):
             continue
+        if not (plain(g) and plain(ground)):
+            continue  # a pair of geoms: it carries its contact parameters
         typ = int(m.geom_type[g])
         frame = body_names[int(m.geom_bodyid[g])]
         R, pg = _local_frame(m, "geom", g)
@@ -1829,6 +1909,29 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
             f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
             "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
         )
+    touching = sorted(set(used) | ({ground} if prims else set()) | as_prim)
+    soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
+    if soft:
+        vals = sorted({tuple(float(x) for x in solimp[g]) for g in soft})[:3]
+        sim_issues.append(
+            (
+                "solimp",
+                f"{listed(soft)}: solimp {', '.join(' '.join(f'{x:g}' for x in v) for v in vals)}"
+                " (MuJoCo's impedance, a penetration-dependent softness): jaxdyn's contact "
+                "models have none (Compliant: a spring-damper from solref; Constraint: its "
+                "regularization); ignored, the contacts keep their solref only",
+            )
+        )
+    direct = [g for g in direct if g in touching]
+    if direct:
+        sim_issues.append(
+            (
+                "solref",
+                f"{listed(direct)}: solref in the direct form (negative: -stiffness, -damping): "
+                "jaxdyn's contact models take solref as (timeconst, dampratio); ignored, these "
+                "geoms get MuJoCo's default (0.02, 1)",
+            )
+        )
     if not pairs:
         return tuple(prims), terrain, None
     index = {g: k for k, g in enumerate(used)}
@@ -1844,8 +1947,12 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
     for k, g in enumerate(used):
         if types[k] == "mesh":
             hulls[k] = _mesh_hull(m, g, el(g))
+        elif types[k] == "hfield":
+            partners = [b if a == g else a for a, b in pairs if g in (a, b)]
+            reach = max(float(m.geom_rbound[o]) + margin[o] + margin[g] for o in partners)
+            hulls[k] = _hfield(m, g, reach)
     rbound = np.array([float(m.geom_rbound[g]) for g in used])
-    rbound[np.array([t == "plane" for t in types])] = np.inf
+    rbound[np.array([t in ("plane", "hfield") for t in types])] = np.inf
     geoms = Geoms(
         size=np.array([m.geom_size[g] for g in used], float),
         pos=np.asarray(pos, float),
@@ -1858,6 +1965,9 @@ def _contacts(m, issues, place, body_names, geom_names, remap, filterparent_off=
         names=tuple(geom_names[g] for g in used),
         pairs=tuple((index[a], index[b]) for a, b in pairs),
         hulls=Static(hulls) if hulls else None,
+        margin=margin[used] if np.any(margin[used] != 0) else None,
+        solref=solref[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
+        solmix=solmix[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
     )
     return tuple(prims), terrain, geoms
 

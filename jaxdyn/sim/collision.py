@@ -13,6 +13,7 @@ ellipsoid   ``[a, b, c]``                  semi-axes along the columns of ``mat`
 cylinder    ``[r, h]``                     radius ``r``, half-length ``h`` along ``mat[:, 2]``
 box         ``[hx, hy, hz]``               half-sizes along the columns of ``mat``
 mesh        a :class:`Hull`                convex hull (vertices in geom coordinates)
+hfield      an :class:`HField`             heightfield: MuJoCo's triangular prisms of a grid
 ==========  =============================  ===================================================
 
 A pair function ``collide_<t1>_<t2>(size1, pos1, mat1, size2, pos2, mat2, margin=0.0)`` returns
@@ -38,7 +39,9 @@ Methods: closest points of segments and boxes (C. Ericson, *Real-Time Collision 
 M. Lin, D. Manocha, "OBBTree", SIGGRAPH 1996; Ericson ch. 4.4 and 5.2.1) with edge-edge axes
 pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis test between
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
-reference face (Sutherland-Hodgman, Ericson ch. 8.3).
+reference face (Sutherland-Hodgman, Ericson ch. 8.3). Heightfields are MuJoCo's
+(``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
+polytope for the pair functions above.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import numpy as np
 
 __all__ = [
     "GEOM_TYPES",
+    "HField",
     "NCON",
     "NO_CONTACT",
     "PAIRS",
@@ -60,6 +64,8 @@ __all__ = [
     "collide",
     "cylinder_hull",
     "ellipsoid_hull",
+    "hfield",
+    "hfield_prism_contacts",
     "hull_from_points",
 ]
 
@@ -158,7 +164,7 @@ def _mask(c, valid):
 
 
 def _cast(*xs):
-    dt = jnp.result_type(*[jnp.asarray(x) for x in xs if not isinstance(x, Hull)])
+    dt = jnp.result_type(*[jnp.asarray(x) for x in xs if not isinstance(x, (Hull, HField))])
     if not jnp.issubdtype(dt, jnp.floating):
         dt = jnp.result_type(float)
     return dt
@@ -935,6 +941,178 @@ def collide_capsule_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     return collide_capsule_mesh(size1, pos1, mat1, ellipsoid_hull(size2), pos2, mat2, margin)
 
 
+# ------------------------------------------------------------------------------ heightfields
+
+
+@jax.tree_util.register_pytree_node_class
+class HField:
+    """A heightfield geom's data, MuJoCo's layout: ``heights`` (nrow, ncol), the elevation in
+    metres (MuJoCo's normalised ``hfield_data`` times ``size[2]``) of the grid point at
+    ``x = -size[0] + 2 size[0] c / (ncol - 1)``, ``y = -size[1] + 2 size[1] r / (nrow - 1)``
+    (row ``r``, column ``c``, geom coordinates); ``size`` (4,) MuJoCo's ``hfield_size``
+    ``[radius_x, radius_y, elevation_z, base_z]`` (the solid reaches down to ``-base_z``).
+
+    ``window = (rows, cols)`` (static): the number of grid cells about the other geom's centre
+    that a pair examines; :func:`hfield` sizes it from the largest distance ``reach`` of the
+    other geom's surface from its centre (its bounding-sphere radius plus the margin), so that
+    every cell under the geom is in the window. A pytree: ``heights`` and ``size`` are
+    differentiable leaves."""
+
+    def __init__(self, heights, size, window):
+        self.heights, self.size, self.window = heights, size, tuple(int(w) for w in window)
+
+    def tree_flatten(self):
+        return (self.heights, self.size), self.window
+
+    @classmethod
+    def tree_unflatten(cls, window, leaves):
+        return cls(*leaves, window)
+
+    def __repr__(self):
+        return f"HField(shape={np.shape(self.heights)}, window={self.window})"
+
+
+def hfield(heights, size, reach):
+    """An :class:`HField` of ``heights`` (nrow, ncol) in metres and MuJoCo's ``size`` (4,)
+    whose pairs see every cell within ``reach`` (metres, static) of the other geom's centre."""
+    h = np.asarray(heights, float)
+    s = np.asarray(size, float).reshape(-1)
+    if h.ndim != 2 or min(h.shape) < 2 or not np.all(np.isfinite(h)):
+        raise ValueError(f"hfield: heights must be a finite (nrow, ncol) grid, >= 2 x 2; {h.shape}")
+    if s.shape != (4,) or not np.all(np.isfinite(s)) or np.any(s[[0, 1, 3]] <= 0):
+        raise ValueError(f"hfield: size must be [rx, ry, elevation, base], rx, ry, base > 0; {s}")
+    reach = float(reach)
+    if not np.isfinite(reach) or reach < 0:
+        raise ValueError(f"hfield: reach must be finite and >= 0, got {reach}")
+    nrow, ncol = h.shape
+    dx, dy = 2 * s[0] / (ncol - 1), 2 * s[1] / (nrow - 1)
+    cols = min(ncol - 1, int(np.ceil(2 * reach / dx)) + 1)
+    rows = min(nrow - 1, int(np.ceil(2 * reach / dy)) + 1)
+    return HField(h, s, (rows, cols))
+
+
+def _prism_topology():
+    """Faces, edges and edge faces of the prism over a triangle ``(p0, p1, p2)``
+    (counter-clockwise in x-y), vertices ``[p0, p1, p2]`` at the base, then the same three at
+    the top: a :func:`hull_from_points` of a reference prism, renumbered."""
+    ref = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [0, 1, 1]], float)
+    h = hull_from_points(ref)
+    idx = [int(np.argmin(np.abs(ref - v).sum(1))) for v in np.asarray(h.vertices)]
+    remap = np.asarray(idx)
+    return remap[np.asarray(h.faces)], remap[np.asarray(h.edges)], np.asarray(h.edge_faces)
+
+
+_PRISM_FACES, _PRISM_EDGES, _PRISM_EDGE_FACES = _prism_topology()
+
+
+def _prism_hull(v):
+    """The :class:`Hull` of a prism with vertices ``v`` (6, 3) laid out as
+    :func:`_prism_topology` (normals from the vertices: its top follows the heights)."""
+    f = _PRISM_FACES
+    n = _cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])
+    n = _normalize(n, jnp.array([0.0, 0.0, 1.0], v.dtype))
+    return Hull(v, n, f, _PRISM_EDGES, _PRISM_EDGE_FACES)
+
+
+def hfield_prisms(hf, centre):
+    """Vertices ``(2 rows cols, 6, 3)`` (geom coordinates) of the triangular prisms of the
+    :class:`HField` ``hf`` in its window about ``centre`` (3,) (the other geom's centre in the
+    heightfield's coordinates): each cell between grid columns ``c, c+1`` and rows ``r, r+1``
+    is cut along the diagonal from ``(c, r)`` to ``(c+1, r+1)`` into two triangles, each the top
+    of a prism whose base is at ``-size[3]``, as MuJoCo's ``mjc_ConvexHField``."""
+    heights = jnp.asarray(hf.heights)
+    size = jnp.asarray(hf.size, centre.dtype)
+    nrow, ncol = heights.shape
+    rows, cols = hf.window
+    dx = 2 * size[0] / (ncol - 1)
+    dy = 2 * size[1] / (nrow - 1)
+    # the window's first cell: centred on the geom, kept inside the grid
+    c0 = jnp.floor((centre[0] + size[0]) / dx - cols / 2 + 0.5)
+    r0 = jnp.floor((centre[1] + size[1]) / dy - rows / 2 + 0.5)
+    c0 = jnp.clip(c0, 0, ncol - 1 - cols).astype(jnp.int32)
+    r0 = jnp.clip(r0, 0, nrow - 1 - rows).astype(jnp.int32)
+    h = jax.lax.dynamic_slice(heights.astype(centre.dtype), (r0, c0), (rows + 1, cols + 1))
+    x = (c0 + jnp.arange(cols + 1)).astype(centre.dtype) * dx - size[0]
+    y = (r0 + jnp.arange(rows + 1)).astype(centre.dtype) * dy - size[1]
+    X, Y = jnp.meshgrid(x, y)  # (rows + 1, cols + 1), [r, c]
+    P = jnp.stack([X, Y, h], -1)
+
+    def corner(dr, dc):
+        return P[dr : dr + rows, dc : dc + cols].reshape(-1, 3)
+
+    p00, p10, p01, p11 = corner(0, 0), corner(0, 1), corner(1, 0), corner(1, 1)
+    # counter-clockwise in x-y: (c, r+1), (c, r), (c+1, r+1) and (c, r), (c+1, r), (c+1, r+1)
+    tri = jnp.concatenate([jnp.stack([p01, p00, p11], 1), jnp.stack([p00, p10, p11], 1)])
+    base = tri.at[..., 2].set(-size[3])
+    return jnp.concatenate([base, tri], 1)
+
+
+def hfield_prism_contacts(t2, hf, pos1, mat1, size2, pos2, mat2, margin=0.0):
+    """Contacts ``(prisms, k)`` of geom 2 (``t2``: sphere, capsule, ellipsoid, cylinder, box or
+    mesh) with every prism of the window of the heightfield ``hf`` (at ``pos1``, ``mat1``),
+    normals from the heightfield to geom 2: a sphere the exact closest point of each prism
+    (``k = 1``), a capsule as :func:`collide_capsule_mesh` (``k = 3``), the others separating
+    axes on polytopes with a clipped face manifold (:func:`_polytope_polytope`, ``k = 4``)."""
+    prisms = hfield_prisms(hf, mat1.T @ (pos2 - pos1))
+
+    def one(v):
+        hull = _prism_hull(v)
+        if t2 == "sphere":
+            return _flip(_sphere_hull(pos2, size2[0], hull, pos1, mat1))
+        if t2 == "capsule":
+            return _flip(collide_capsule_mesh(size2, pos2, mat2, hull, pos1, mat1, margin))
+        h2 = _shape_hull(t2, size2)
+        return _polytope_polytope(hull, pos1, mat1, h2, pos2, mat2, margin, 4)
+
+    return jax.vmap(one)(prisms)
+
+
+#: contact slots of a heightfield pair after the prisms' contacts are reduced
+HFIELD_SLOTS = {"sphere": 4, "capsule": 6}
+HFIELD_SLOTS_POLYTOPE = 8
+
+
+def _hfield_pair(t2):
+    k = HFIELD_SLOTS.get(t2, HFIELD_SLOTS_POLYTOPE)
+
+    def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+        if not isinstance(size1, HField):
+            raise TypeError(f"a heightfield geom is described by an HField (hfield), got {size1}")
+        c = hfield_prism_contacts(t2, size1, pos1, mat1, size2, pos2, mat2, margin)
+        d, p, n = c.dist.reshape(-1), c.pos.reshape(-1, 3), c.normal.reshape(-1, 3)
+        dmin = jnp.min(d)
+        valid = (d < NO_CONTACT / 2) & ((d <= margin) | (d <= dmin))
+        idx, ok = _select(p, d, valid, min(k, d.shape[0]))
+        out = _mask(Contact(d[idx], p[idx], n[idx]), ok)
+        if idx.shape[0] < k:  # a window of fewer candidates than slots: pad
+            pad = k - idx.shape[0]
+            out = _concat(
+                out,
+                Contact(
+                    jnp.full((pad,), NO_CONTACT, d.dtype),
+                    jnp.zeros((pad, 3), d.dtype),
+                    jnp.zeros((pad, 3), d.dtype),
+                ),
+            )
+        return out
+
+    fn.__name__ = f"collide_hfield_{t2}"
+    fn.__doc__ = (
+        f"Heightfield (``size1`` an :class:`HField`) - {t2}: {k} slots, the deepest contact of "
+        "the prisms of the window (:func:`hfield_prism_contacts`), then farthest-point sampling "
+        "of the others within ``margin`` (:func:`_select`)."
+    )
+    return fn
+
+
+collide_hfield_sphere = _hfield_pair("sphere")
+collide_hfield_capsule = _hfield_pair("capsule")
+collide_hfield_ellipsoid = _hfield_pair("ellipsoid")
+collide_hfield_cylinder = _hfield_pair("cylinder")
+collide_hfield_box = _hfield_pair("box")
+collide_hfield_mesh = _hfield_pair("mesh")
+
+
 # ------------------------------------------------------------------------------ dispatch
 
 _NAMES = {v: k for k, v in GEOM_TYPES.items()}
@@ -968,6 +1146,12 @@ PAIRS = {
     ("cylinder", "cylinder"): collide_cylinder_cylinder,
     ("cylinder", "box"): collide_cylinder_box,
     ("cylinder", "mesh"): collide_cylinder_mesh,
+    ("hfield", "sphere"): collide_hfield_sphere,
+    ("hfield", "capsule"): collide_hfield_capsule,
+    ("hfield", "ellipsoid"): collide_hfield_ellipsoid,
+    ("hfield", "cylinder"): collide_hfield_cylinder,
+    ("hfield", "box"): collide_hfield_box,
+    ("hfield", "mesh"): collide_hfield_mesh,
 }
 
 #: number of contact slots each pair returns, by (type 1, type 2) names
@@ -999,6 +1183,10 @@ NCON = {
     ("cylinder", "cylinder"): 8,
     ("cylinder", "box"): 8,
     ("cylinder", "mesh"): 8,
+    **{
+        ("hfield", t): HFIELD_SLOTS.get(t, HFIELD_SLOTS_POLYTOPE)
+        for t in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
+    },
 }
 
 
@@ -1029,7 +1217,7 @@ def collide(type1, type2, size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     dt = _cast(size1, pos1, mat1, size2, pos2, mat2)
 
     def conv(x):
-        return x if isinstance(x, Hull) else jnp.asarray(x, dt)
+        return x if isinstance(x, (Hull, HField)) else jnp.asarray(x, dt)
 
     args = [conv(x) for x in (size1, pos1, mat1, size2, pos2, mat2)]
     return fn(*args, margin=margin)

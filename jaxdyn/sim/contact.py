@@ -80,7 +80,9 @@ class ContactFrames(eqx.Module):
     and ``other`` (static; ``-1``: the world, the terrain), which receives ``-f``; ``normal``
     points from ``other`` to ``body`` and ``velocity`` is the velocity of ``body``'s point at
     ``point`` relative to ``other``'s. ``friction (nc,)``: each contact's Coulomb coefficient
-    (``None``: the contact model's)."""
+    (``None``: the contact model's); ``solref (nc, 2)``: each contact's MuJoCo ``solref``
+    ``(timeconst, dampratio)`` (``None``: the contact model's; see :class:`Compliant`,
+    :class:`Constraint`)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -89,6 +91,7 @@ class ContactFrames(eqx.Module):
     friction: jnp.ndarray | None = None
     body: tuple = eqx.field(static=True, default=())
     other: tuple = eqx.field(static=True, default=())
+    solref: jnp.ndarray | None = None
 
     def split_velocity(self):
         vn = jnp.sum(self.velocity * self.normal, -1)
@@ -103,6 +106,15 @@ class ContactFrames(eqx.Module):
         return np.asarray(self.other, np.int64)
 
 
+#: MuJoCo's default ``solref``: the contact models' time constant and damping ratio where neither
+#: they nor the contacts give one
+DEFAULT_TIMECONST = 0.02
+DEFAULT_DAMPRATIO = 1.0
+#: :class:`Constraint`'s fraction of a penetration removed per step where neither it nor the
+#: contacts give one
+DEFAULT_BAUMGARTE = 0.2
+
+
 def concat_frames(parts):
     """One :class:`ContactFrames` of the contacts of ``parts`` (in order)."""
     parts = [p for p in parts if p is not None]
@@ -112,6 +124,17 @@ def concat_frames(parts):
     fr = None
     if any(p.friction is not None for p in parts):
         fr = cat([jnp.ones_like(p.distance) if p.friction is None else p.friction for p in parts])
+    sr = None
+    if any(p.solref is not None for p in parts):  # MuJoCo's default where a part has none
+        default = np.array([DEFAULT_TIMECONST, DEFAULT_DAMPRATIO])
+        sr = cat(
+            [
+                jnp.broadcast_to(jnp.asarray(default, p.distance.dtype), (p.distance.shape[0], 2))
+                if p.solref is None
+                else p.solref
+                for p in parts
+            ]
+        )
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -120,6 +143,7 @@ def concat_frames(parts):
         fr,
         sum((p.body for p in parts), ()),
         sum((p.other for p in parts), ()),
+        solref=sr,
     )
 
 
@@ -173,7 +197,10 @@ class Compliant(eqx.Module):
       derives them per contact, as MuJoCo's ``solref = (timeconst, dampratio)`` does, from the
       mass ``m`` the contact pushes: ``k = m / (timeconst dampratio)^2``,
       ``c = 2 m / timeconst`` (critically damped at ``dampratio = 1``: a 50 rad/s mass-spring
-      on the contact at the default ``timeconst = 0.02``). ``m`` is the mass of the body tree
+      on the contact at ``timeconst = 0.02``). ``timeconst`` / ``dampratio``: ``None``
+      (default) takes each contact's ``solref`` (:attr:`ContactFrames.solref`: an MJCF file's
+      geoms, mixed per pair as MuJoCo does), else MuJoCo's default ``(0.02, 1)``; a number
+      applies to every contact. ``m`` is the mass of the body tree
       the contact moves (the whole robot for a foot: its weight, not its limb's, rests on it;
       one object of a scene for that object), the reduced mass ``m1 m2 / (m1 + m2)`` of the two
       trees of a contact between bodies. Given numbers apply to every contact.
@@ -197,8 +224,8 @@ class Compliant(eqx.Module):
     friction: float | None = None
     slip: float = 1e-3
     smoothing: float = 1e-4
-    timeconst: float = 0.02
-    dampratio: float = 1.0
+    timeconst: float | None = None
+    dampratio: float | None = None
 
     _RULES = (
         ("stiffness", 0.0, True),
@@ -213,18 +240,25 @@ class Compliant(eqx.Module):
     def __check_init__(self):
         _params.check_module(self)
 
-    def gains(self, model, dtype, body=None, other=None):
+    def gains(self, model, dtype, body=None, other=None, solref=None):
         """Stiffness and damping: scalars for the model's total mass (``body=None``), or one per
         contact ``(nc,)`` for contacts on the bodies ``body`` (static ints), each against
-        ``other`` (static ints, ``-1`` the world; ``None``: all against the world)."""
+        ``other`` (static ints, ``-1`` the world; ``None``: all against the world), with the
+        contacts' ``solref (nc, 2)`` where ``timeconst`` / ``dampratio`` are ``None``."""
         if body is None:
             m = jnp.sum(model.mass).astype(dtype)
         else:
             m = contact_mass(model, body, other).astype(dtype)
-        tc = jnp.asarray(self.timeconst, dtype)
-        k = m / (tc * self.dampratio) ** 2 if self.stiffness is None else self.stiffness
+        tc, dr = self.timeconst, self.dampratio
+        if solref is not None and body is not None:
+            solref = jnp.asarray(solref, dtype)
+            tc = solref[:, 0] if tc is None else tc
+            dr = solref[:, 1] if dr is None else dr
+        tc = jnp.asarray(DEFAULT_TIMECONST if tc is None else tc, dtype)
+        dr = jnp.asarray(DEFAULT_DAMPRATIO if dr is None else dr, dtype)
+        k = m / (tc * dr) ** 2 if self.stiffness is None else self.stiffness
         c = 2.0 * m / tc if self.damping is None else self.damping
-        shape = jnp.shape(m)
+        shape = jnp.broadcast_shapes(jnp.shape(m), jnp.shape(tc), jnp.shape(dr))
         return (
             jnp.broadcast_to(jnp.asarray(k, dtype), shape),
             jnp.broadcast_to(jnp.asarray(c, dtype), shape),
@@ -300,7 +334,10 @@ class Constraint(eqx.Module):
       contact's own (as :class:`Compliant`).
     - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
       steps after them (static; see :func:`solve_cone_complementarity`).
-    - ``baumgarte``: fraction of a penetration removed per step.
+    - ``baumgarte``: fraction of a penetration removed per step; ``None`` (default): each
+      contact's from its ``solref`` (:attr:`ContactFrames.solref`, an MJCF file's geoms),
+      ``min(1, dt / timeconst)`` (the penetration then decays with MuJoCo's time constant;
+      ``dampratio`` has no counterpart in a velocity-level correction), else 0.2.
     - ``regularization``: ``r`` of ``R = r diag(G)`` (soft contact).
     - ``relaxed`` (static): ``False`` (default) solves Coulomb's law (De Saxce's correction);
       ``True`` Anitescu's convex relaxation, whose sliding contacts leave the ground at the
@@ -310,7 +347,7 @@ class Constraint(eqx.Module):
     friction: float | None = None
     iterations: int = eqx.field(static=True, default=100)
     newton: int = eqx.field(static=True, default=0)
-    baumgarte: float = 0.2
+    baumgarte: float | None = None
     regularization: float = 1e-6
     relaxed: bool = eqx.field(static=True, default=False)
 
@@ -514,7 +551,12 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
     """
     dtype = G.dtype
     d = frames.distance
-    beta = jnp.asarray(contact.baumgarte, dtype)
+    if contact.baumgarte is not None:
+        beta = jnp.asarray(contact.baumgarte, dtype)
+    elif frames.solref is not None:
+        beta = jnp.minimum(1.0, dt / jnp.asarray(frames.solref[:, 0], dtype))
+    else:
+        beta = jnp.asarray(DEFAULT_BAUMGARTE, dtype)
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)

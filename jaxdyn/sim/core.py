@@ -226,7 +226,7 @@ def _ext_forces(model, cfg, ws, frames):
     ``(nc, 3)`` (world axes); ``(None, None)`` otherwise."""
     if not isinstance(cfg.contact, C.Compliant):
         return None, None
-    k, c = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
+    k, c = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other, frames.solref)
     f = C.compliant_forces(cfg.contact, k, c, frames)
     W = C.contact_wrenches(ws, frames, frames.point, f)
     return spatial.act_inv_force(ws.R, ws.p, W), f
@@ -392,7 +392,7 @@ def _contact_inertias(model, cfg, ws, frames, h):
     RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
     ``v``); its larger viscosity only slows a sliding contact's transients."""
     dtype = frames.distance.dtype
-    k, c = cfg.contact.gains(model, dtype, frames.body, frames.other)
+    k, c = cfg.contact.gains(model, dtype, frames.body, frames.other, frames.solref)
     mu = jnp.broadcast_to(C._friction(cfg.contact, frames, dtype), frames.distance.shape)
     slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
 
@@ -441,7 +441,7 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     ws, origin = _world(model, q)
     vb, vJ = kin.body_velocities(model, ws, v)
     frames = _frames(cfg, ws, origin, vb)
-    k, c_gain = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other)
+    k, c_gain = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other, frames.solref)
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
     W = C.contact_wrenches(ws, frames, frames.point, f)
     tau = _controls(model, cfg, props, q, v, ctrl)

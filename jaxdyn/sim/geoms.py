@@ -2,9 +2,10 @@
 
 A :class:`Geoms` table holds every collision geom of a scene: the body it moves with (static;
 ``-1`` for the world: tables, walls, the floor), its type (static, MuJoCo's names: ``plane``,
-``sphere``, ``capsule``, ``ellipsoid``, ``cylinder``, ``box``), its size in MuJoCo's
-``geom_size`` layout, its pose in the body's frame and its friction (array leaves:
-differentiable, batchable for domain randomisation), and the pairs of geoms that may touch.
+``hfield``, ``sphere``, ``capsule``, ``ellipsoid``, ``cylinder``, ``box``, ``mesh``), its size
+in MuJoCo's ``geom_size`` layout, its pose in the body's frame, its friction and contact
+parameters (``margin``, ``solref``; array leaves: differentiable, batchable for domain
+randomisation), and the pairs of geoms that may touch.
 
 Broad phase: the pairs are fixed when the table is built, from the model file's filters
 (:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``,
@@ -67,7 +68,17 @@ class Geoms(eqx.Module):
     Static: ``body`` (jaxdyn body index, ``-1`` the world), ``type`` (names of
     :data:`GEOM_TYPES`), ``condim``, ``names``, ``pairs`` (``(g1, g2)`` with geom 1 first
     in MuJoCo's type order) and ``hulls`` (a :class:`Static` holding a dict geom ->
-    :class:`jaxdyn.sim.collision.Hull` in geom coordinates, for the ``mesh`` geoms).
+    :class:`jaxdyn.sim.collision.Hull` in geom coordinates, for the ``mesh`` geoms, and ->
+    :class:`jaxdyn.sim.collision.HField` for the ``hfield`` geoms; their ``rbound`` is
+    ``inf``).
+
+    Contact parameters (array leaves, ``None``: MuJoCo's defaults), combined per pair as
+    MuJoCo 4.0's ``mj_collideGeoms`` does: ``margin (ng,)`` (the pair's: the sum of the two
+    geoms'; a slot's ``distance`` is reported as ``dist - margin``, so that the contact acts
+    from ``dist < margin`` and rests at that distance, MuJoCo's ``includemargin``; MuJoCo's
+    ``gap`` only adds contacts beyond the margin that never carry a force); ``solref (ng, 2)``
+    (``timeconst, dampratio``) mixed with the weights ``solmix (ng,)`` (``w1 / (w1 + w2)``),
+    given to the contact models per contact (:attr:`ContactFrames.solref`).
     """
 
     size: jnp.ndarray
@@ -81,12 +92,21 @@ class Geoms(eqx.Module):
     names: tuple = eqx.field(static=True)
     pairs: tuple = eqx.field(static=True)
     hulls: Static | None = eqx.field(static=True, default=None)
+    margin: jnp.ndarray | None = None
+    solref: jnp.ndarray | None = None
+    solmix: jnp.ndarray | None = None
 
     def __check_init__(self):
         ng = len(self.names)
         for name, n in (("body", ng), ("type", ng), ("condim", ng)):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Geoms: {name} has {len(getattr(self, name))} entries, not {ng}")
+        for name, shape in (("margin", (ng,)), ("solref", (ng, 2))):
+            x = getattr(self, name)
+            if x is not None and np.shape(x) != shape:
+                raise ValueError(f"Geoms: {name} has shape {np.shape(x)}, expected {shape}")
+        if self.solmix is not None and np.shape(self.solmix) != (ng,):
+            raise ValueError(f"Geoms: solmix has shape {np.shape(self.solmix)}, expected {(ng,)}")
         for t in self.type:
             if t not in GEOM_TYPES:
                 raise ValueError(f"Geoms: unknown geom type {t!r}; known: {GEOM_TYPES}")
@@ -142,26 +162,50 @@ class Geoms(eqx.Module):
         size = self.size.astype(dtype)
         rb = self.rbound.astype(dtype)
         fr = self.friction.astype(dtype)
+        zero = jnp.zeros(self.n, dtype)
+        margin = zero if self.margin is None else jnp.asarray(self.margin, dtype)
         parts = []
         hulls = {} if self.hulls is None else self.hulls.value
         for (t1, t2), i1, i2 in self.groups():
-            if "mesh" in (t1, t2):  # one call per pair: hulls differ in their sizes
+            if t1 == "hfield" and t2 != "mesh":  # one call per heightfield, partners batched
+                order = np.argsort(i1, kind="stable")
+                i1, i2 = i1[order], i2[order]
+            mg = margin[i1] + margin[i2]  # MuJoCo: the sum of the two
+            if t1 == "hfield" and t2 != "mesh":
                 cs = []
-                for a, b in zip(i1, i2, strict=True):
-                    s1 = hulls[int(a)] if t1 == "mesh" else size[a]
+                for a in dict.fromkeys(i1.tolist()):
+                    sel = i1 == a
+                    b = i2[sel]
+                    cs.append(
+                        jax.vmap(
+                            lambda s2, p2, m2, mgi, a=a, t2=t2: collision.collide(
+                                "hfield", t2, hulls[a], p[a], R[a], s2, p2, m2, margin=mgi
+                            )
+                        )(size[b], p[b], R[b], mg[np.nonzero(sel)[0]])
+                    )
+                c = collision.Contact(*(jnp.concatenate(x) for x in zip(*cs, strict=True)))
+            elif {"mesh", "hfield"} & {t1, t2}:  # one call per pair: hulls differ in sizes
+                cs = []
+                for j, (a, b) in enumerate(zip(i1, i2, strict=True)):
+                    s1 = hulls[int(a)] if t1 in ("mesh", "hfield") else size[a]
                     s2 = hulls[int(b)] if t2 == "mesh" else size[b]
-                    cs.append(collision.collide(t1, t2, s1, p[a], R[a], s2, p[b], R[b]))
+                    cs.append(
+                        collision.collide(t1, t2, s1, p[a], R[a], s2, p[b], R[b], margin=mg[j])
+                    )
                 c = collision.Contact(*(jnp.stack(x) for x in zip(*cs, strict=True)))
             else:
                 c = jax.vmap(
-                    lambda s1, p1, m1, s2, p2, m2, t1=t1, t2=t2: collision.collide(
-                        t1, t2, s1, p1, m1, s2, p2, m2
+                    lambda s1, p1, m1, s2, p2, m2, mgi, t1=t1, t2=t2: collision.collide(
+                        t1, t2, s1, p1, m1, s2, p2, m2, margin=mgi
                     )
-                )(size[i1], p[i1], R[i1], size[i2], p[i2], R[i2])
+                )(size[i1], p[i1], R[i1], size[i2], p[i2], R[i2], mg)
             k = c.dist.shape[1]
-            gap = jnp.sqrt(jnp.sum((p[i1] - p[i2]) ** 2, -1)) - rb[i1] - rb[i2]
-            far = jnp.where(jnp.isfinite(gap), gap > 0, False)  # planes: never apart
-            dist = jnp.where(far[:, None], jnp.asarray(collision.NO_CONTACT, dtype), c.dist)
+            apart = jnp.sqrt(jnp.sum((p[i1] - p[i2]) ** 2, -1)) - rb[i1] - rb[i2] - mg
+            far = jnp.where(jnp.isfinite(apart), apart > 0, False)  # planes: never apart
+            # the contact acts below the margin (MuJoCo's includemargin): distances from there
+            dist = jnp.where(
+                far[:, None], jnp.asarray(collision.NO_CONTACT, dtype), c.dist - mg[:, None]
+            )
             b1 = np.asarray(self.body, np.int64)[i1]
             b2 = np.asarray(self.body, np.int64)[i2]
             # the force +f goes to a moving body: where geom 2 is the world's, the pair is
@@ -173,6 +217,19 @@ class Geoms(eqx.Module):
             mu = jnp.maximum(fr[i1], fr[i2])
             cond = np.maximum(np.asarray(self.condim)[i1], np.asarray(self.condim)[i2])
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
+            if self.solref is None:
+                sr = None
+            else:  # MuJoCo's mix: weights solmix1 / (solmix1 + solmix2) (0.5 when both 0)
+                sref = jnp.asarray(self.solref, dtype)
+                w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
+                w1, w2 = w[i1].astype(dtype), w[i2].astype(dtype)
+                tiny = 1e-15
+                mix = jnp.where(
+                    (w1 >= tiny) & (w2 >= tiny),
+                    w1 / jnp.where((w1 >= tiny) & (w2 >= tiny), w1 + w2, 1.0),
+                    jnp.where(w1 < tiny, jnp.where(w2 < tiny, 0.5, 0.0), 1.0),
+                )[:, None]
+                sr = jnp.repeat(mix * sref[i1] + (1 - mix) * sref[i2], k, axis=0)
             parts.append(
                 (
                     dist.reshape(-1),
@@ -181,6 +238,7 @@ class Geoms(eqx.Module):
                     jnp.repeat(mu, k),
                     np.repeat(body, k),
                     np.repeat(other, k),
+                    sr,
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])
@@ -196,6 +254,7 @@ class Geoms(eqx.Module):
             return jnp.where(jnp.asarray(b >= 0)[:, None], v, 0.0) if np.any(b < 0) else v
 
         velocity = vel(body) - vel(other)
+        solref = None if self.solref is None else jnp.concatenate([x[6] for x in parts])
         return ContactFrames(
             dist,
             normal,
@@ -204,6 +263,7 @@ class Geoms(eqx.Module):
             mu,
             tuple(int(b) for b in body),
             tuple(int(b) for b in other),
+            solref=solref,
         )
 
 
