@@ -419,3 +419,26 @@ def test_base_pose_places_fixed_and_floating_robots(arm):
     f = scene.model.frame_index("arm/base_link")  # a world frame of the fixed base
     np.testing.assert_allclose(np.asarray(scene.model.frame_R[f]), Rb, atol=1e-12)
     np.testing.assert_allclose(np.asarray(scene.model.frame_p[f]), pb, atol=1e-12)
+
+
+def test_mjcf_robot_keeps_its_contact_parameters():
+    """A robot loaded from MJCF (``load_mjcf``: its model and geoms) keeps its geoms'
+    ``margin``, ``solref`` and ``solmix`` in the scene; the scene's own objects take MuJoCo's
+    defaults (margin 0, solref (0.02, 1), solmix 1), so the pairs mix them as MuJoCo would."""
+    xml = """<mujoco><worldbody>
+      <body name="a" pos="0 0 1"><freejoint/>
+        <geom name="ga" type="sphere" size="0.1" margin="0.01" solref="0.05 1" solmix="2"/></body>
+      <body name="b" pos="1 0 1"><freejoint/><geom name="gb" type="capsule" size="0.1 0.1"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    scene = sim.Scene(
+        sim.Robot(loaded.model, geoms=loaded.geoms, name="m", q=loaded.q0),  # q0: its qpos0
+        objects=[sim.FreeSphere("ball", 0.05, pos=(0, 1, 1))],
+    )
+    g = scene.geoms
+    k = {n: i for i, n in enumerate(g.names)}
+    assert frozenset(("m/ga", "ball")) in _names(g.names, g.pairs)
+    np.testing.assert_allclose(np.asarray(g.margin)[[k["m/ga"], k["ball"]]], [0.01, 0.0])
+    np.testing.assert_allclose(np.asarray(g.solref)[k["m/ga"]], [0.05, 1.0])
+    np.testing.assert_allclose(np.asarray(g.solref)[k["ball"]], [0.02, 1.0])
+    np.testing.assert_allclose(np.asarray(g.solmix)[[k["m/ga"], k["ball"]]], [2.0, 1.0])

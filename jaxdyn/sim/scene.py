@@ -402,7 +402,8 @@ class Robot:
     ``name`` (default: the model's) prefixes its joints, bodies and frames in the scene
     (``"arm/joint1"``). ``pos`` / ``quat`` (or ``rot``): the base pose in the world (a fixed
     base: where the root link is fixed; a floating base: its initial pose, set in ``q``).
-    ``q (nq,)``: the initial configuration in the model's own layout (default: neutral)."""
+    ``q (nq,)``: the initial configuration in the model's own layout (default: neutral; an
+    MJCF robot: ``q=load_mjcf(...).q0``, its ``qpos0``)."""
 
     model: Model
     geoms: Geoms | None = None
@@ -491,6 +492,7 @@ class _G:
         self.name, self.part, self.link, self.body = name, part, link, body
         self.type, self.size, self.R, self.p = typ, np.asarray(size, float), R, p
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
+        self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
 
 
 class Scene:
@@ -602,6 +604,9 @@ class Scene:
                         float(grb[k]),
                     )
                 )
+                for f in ("margin", "solref", "solmix"):  # an MJCF robot's contact parameters
+                    if getattr(g, f) is not None:
+                        setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
         for r in robots:
             R, p, _ = r._pose
@@ -1085,7 +1090,16 @@ def _table(gs, pairs):
     used = sorted({k for pr in pairs for k in pr})
     index = {k: i for i, k in enumerate(used)}
     hulls = {index[k]: gs[k].hull for k in used if gs[k].type == "mesh"}
+    extra = {}
+    if any(gs[k].margin != 0 for k in used):
+        extra["margin"] = np.array([gs[k].margin for k in used], float)
+    if any(gs[k].solref is not None or gs[k].solmix != 1 for k in used):
+        extra["solref"] = np.array(
+            [(0.02, 1.0) if gs[k].solref is None else gs[k].solref for k in used], float
+        )
+        extra["solmix"] = np.array([gs[k].solmix for k in used], float)
     return Geoms(
+        **extra,
         size=np.array([gs[k].size for k in used], float),
         pos=np.array([gs[k].p for k in used], float),
         rot=np.array([gs[k].R for k in used], float),
