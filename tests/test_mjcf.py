@@ -539,9 +539,14 @@ def _mjcf(body="", extra="", option=""):
 
 def test_unsupported_features_named():
     xml = _mjcf(
-        extra='<tendon><spatial name="tnd"><site site="s1"/><site site="s0"/></spatial></tendon>',
+        extra='<tendon><spatial name="tnd"><site site="s1"/><geom geom="wr"/><site site="s0"/>'
+        "</spatial></tendon>",
         option='density="1.2"',
-    ).replace("<worldbody>", '<worldbody><site name="s0" pos="0 0 1"/>')
+    ).replace(
+        "<worldbody>",
+        '<worldbody><site name="s0" pos="0 0 1"/><geom name="wr" type="sphere" size="0.05" '
+        'pos="0.05 0 0.5" contype="0" conaffinity="0"/>',
+    )  # a spatial tendon wrapping around a sphere (straight ones are honoured)
     with pytest.raises(ValueError) as e:
         load_mjcf(xml)
     msg = str(e.value)
@@ -558,10 +563,16 @@ def test_unsupported_features_named():
     [
         (_mjcf(body='<body name="g" gravcomp="1"><joint/><geom size=".1"/></body>'), "gravcomp"),
         (_mjcf(body='<body name="k" mocap="true"><geom size=".1"/></body>'), "mocap"),
-        (_mjcf(extra='<equality><joint joint1="j"/></equality>'), "joint constraints"),
+        (
+            _mjcf(
+                extra='<tendon><fixed name="tf"><joint joint="j" coef="1"/></fixed></tendon>'
+                '<equality><tendon tendon1="tf"/></equality>'
+            ),
+            "tendon constraints",
+        ),
         (_mjcf(extra='<actuator><motor name="mt" tendon="x"/></actuator>'), '"mt".*spatial'),
         (
-            _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="filter"/></actuator>'),
+            _mjcf(extra='<actuator><general name="mu" joint="j" dyntype="muscle"/></actuator>'),
             '"mu"',
         ),
         (  # static geometry loads (a pair of jaxdyn.sim.Geoms); a pair without a narrow phase

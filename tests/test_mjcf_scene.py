@@ -215,8 +215,10 @@ def _one(body="", extra="", option="", joint=""):
     [
         (
             _one(
-                extra='<tendon><spatial name="sp"><site site="s0"/><site site="s1"/></spatial>'
-                "</tendon>"
+                body='<geom name="wr" type="sphere" size="0.05" pos="0.05 0 0.5" contype="0" '
+                'conaffinity="0"/>',
+                extra='<tendon><spatial name="sp"><site site="s0"/><geom geom="wr"/>'
+                '<site site="s1"/></spatial></tendon>',
             ),  # fmt: skip
             "tendon",
             r'<tendon name="sp">: a spatial tendon .* ignored, its passive',
@@ -238,8 +240,9 @@ def _one(body="", extra="", option="", joint=""):
             r'<joint name="bj" type="ball"> stiffness=3: springs of ball',
         ),
         (_one(option='wind="1 0 0"'), "fluid", r"<option wind>: wind"),
+        (_one(option='viscosity="0.1"'), "fluid", r"<option density=0 viscosity=0.1>: fluid"),
         (
-            _one(extra='<actuator><general name="ig" joint="j" dyntype="integrator"/></actuator>'),
+            _one(extra='<actuator><general name="ig" joint="j" dyntype="muscle"/></actuator>'),
             "actuator",
             r'<actuator name="ig">: activation dynamics .*ignored, the actuator applies no force',
         ),
@@ -264,17 +267,17 @@ def test_honoured_features_load():
 
 
 def test_sim_config_refusals():
-    """MuJoCo's full ``implicit`` integrator and equality constraints are named by
-    ``sim_config`` and accepted with ``ignore=``; flags turn features off as in MuJoCo."""
+    """MuJoCo's full ``implicit`` integrator is named by ``sim_config`` and accepted with
+    ``ignore=``; equality constraints are honoured (``ignore="equality"`` leaves them out:
+    tests/test_mjcf_equality.py); flags turn features off as in MuJoCo."""
     r = load_mjcf(_one(option='integrator="implicit"'))
     with pytest.raises(ValueError, match=r'\[integrator\] <option integrator="implicit">'):
         r.sim_config()
     assert r.sim_config(ignore="integrator").integrator == "implicit"
     weld = _one(extra='<equality><weld name="w" body1="b"/></equality>')
     r = load_mjcf(weld)
-    with pytest.raises(ValueError, match=r'\[equality\] <equality name="w">: jaxdyn.sim does not'):
-        r.sim_config()
-    r.sim_config(ignore=("equality",))
+    assert r.sim_config().equalities.kind == ("weld",)
+    assert r.sim_config(ignore=("equality",)).equalities is None
     with pytest.raises(ValueError, match="unknown ignore keys"):
         r.sim_config(ignore=("nope",))
     off = load_mjcf(

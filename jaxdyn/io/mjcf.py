@@ -62,6 +62,8 @@ hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFMod
 ``qpos_spring``
 fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
                                           (``MJCFModel.tendons``)
+spatial tendons through sites (straight)  :class:`jaxdyn.sim.SpatialTendons`
+                                          (``MJCFModel.spatial_tendons``)
 actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
 transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
@@ -80,6 +82,8 @@ exclude, parent-child)                    against the plane the primitives do no
                                           (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
+``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
+equalities (loop closures included)       MuJoCo's soft constraints, ``solref``, ``solimp``)
 ``qpos0``, keyframes                      ``MJCFModel.q0``, ``MJCFModel.keyframes``
 =======================================  ======================================================
 
@@ -91,20 +95,23 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ================  ============================================================================
 ``ignore`` key    feature
 ================  ============================================================================
-``"tendon"``      spatial tendons (through sites, wrapping), tendon ``frictionloss``, polynomial
-                  tendon stiffness / damping (their passive, limit and actuator forces; tendon
-                  armature changes the mass matrix and is always an error). Fixed tendons are
-                  honoured (:class:`jaxdyn.sim.FixedTendons`)
+``"tendon"``      spatial tendons wrapping around geoms or over pulleys, tendon
+                  ``frictionloss``, polynomial tendon stiffness / damping (their passive, limit
+                  and actuator forces; tendon armature changes the mass matrix and is always an
+                  error). Fixed tendons and straight spatial tendons through sites are honoured
+                  (:class:`jaxdyn.sim.FixedTendons`, :class:`jaxdyn.sim.SpatialTendons`; an
+                  actuator on a spatial tendon is refused under ``"actuator"``)
 ``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
 ``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
                   :class:`jaxdyn.sim.Springs`)
 ``"gravcomp"``    gravity compensation of bodies (``gravcomp``)
-``"equality"``    equality constraints other than connect / weld to the world (joint, tendon,
-                  flex, distance; connect / weld between two moving bodies: loop closures)
+``"equality"``    tendon and flex equality constraints (connect, weld and joint equalities
+                  are honoured: :class:`jaxdyn.sim.Equalities`)
 ``"ball_limit"``  range (cone) limits of ball joints
 ``"actuator"``    actuators jaxdyn does not model: transmissions other than a hinge / slide
-                  joint or a fixed tendon, activation dynamics (``dyntype``), muscle / PID /
+                  joint or a fixed tendon, activation dynamics other than integrator / filter
+                  / filterexact (muscle, user), muscle / PID /
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
@@ -176,7 +183,7 @@ __all__ = [
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
-    "tendon": "spatial tendons, tendon friction and polynomial tendon forces",
+    "tendon": "wrapping spatial tendons, tendon friction and polynomial tendon forces",
     "fluid": "fluid forces and wind",
     "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
@@ -212,10 +219,21 @@ _GEOM_NAMES = (
 )
 _PLANE, _SPHERE, _CAPSULE, _BOX = 0, 2, 3, 6
 _OBJ_SITE = 6
-_EQ_CONNECT, _EQ_WELD = 0, 1
+_EQ_CONNECT, _EQ_WELD, _EQ_JOINT = 0, 1, 2
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
-_WRAP_JOINT = 1
+_WRAP_JOINT, _WRAP_SITE = 1, 3
+_DYN_NAMES = ("none", "integrator", "filter", "filterexact")
+_GB_FIELDS = (
+    "moment",
+    "gain",
+    "bias",
+    "ctrl_lower",
+    "ctrl_upper",
+    "force_lower",
+    "force_upper",
+    "dofs",
+)
 _TRN_NAMES = ("joint", "jointinparent", "slidercrank", "tendon", "site", "body", "so3")
 
 
@@ -252,6 +270,7 @@ class Actuator(NamedTuple):
     forcerange: tuple | None
     tendon: str | None = None
     gainprm: tuple = ()
+    dyntype: str = "none"
 
 
 class MJCFModel(NamedTuple):
@@ -279,7 +298,12 @@ class MJCFModel(NamedTuple):
       :class:`jaxdyn.sim.GainBias` (every actuator, ``ctrl`` in MuJoCo's order), ``None``
       where the scene has none; ``integrator``: jaxdyn's integrator for ``opt.integrator``;
       ``sim_issues``: ``(key, message)`` of what :meth:`sim_config` refuses (an integrator
-      jaxdyn.sim does not have, equality constraints it does not enforce).
+      jaxdyn.sim does not have);
+    - ``equalities``: every connect / weld / joint equality constraint of the scene (loop
+      closures and joint couplings included; inactive ones with ``active = 0``) as a
+      :class:`jaxdyn.sim.Equalities` for :mod:`jaxdyn.sim` (``None`` without any).
+      ``constraints`` holds only those a :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld` can
+      express (a frame attached to the world), for the constrained-dynamics algorithms.
     """
 
     model: Model
@@ -300,6 +324,8 @@ class MJCFModel(NamedTuple):
     gain_bias: object = None
     integrator: str = "implicit"
     sim_issues: tuple = ()
+    equalities: object = None
+    spatial_tendons: object = None
 
     def converter(self):
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -322,6 +348,11 @@ class MJCFModel(NamedTuple):
         acts = self.actuators
         if not acts:
             raise ValueError("sim_actuator: the model has no actuators")
+        if any(a.dyntype != "none" for a in acts):
+            raise ValueError(
+                "sim_actuator: actuators with activation dynamics (dyntype) have no Torque / PD "
+                "equivalent; use sim_config() (jaxdyn.sim.GainBias)"
+            )
         if any(a.tendon is not None for a in acts):
             raise ValueError(
                 "sim_actuator: actuators on tendons have no Torque / PD equivalent; use "
@@ -358,12 +389,15 @@ class MJCFModel(NamedTuple):
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader.
 
+        ``equalities``: the scene's connect / weld / joint equality constraints
+        (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
+        leaves them out.
+
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
-        ``implicitfast``), ``"equality"`` (equality constraints, which jaxdyn.sim does not
-        enforce), and with a contact model ``"solimp"`` (a colliding geom's ``solimp`` off
-        MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref`` in
-        the direct, negative form).
+        ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
+        off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
+        in the direct, negative form).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -399,6 +433,8 @@ class MJCFModel(NamedTuple):
             actuator=self.gain_bias if self.gain_bias is not None else Torque(dofs=()),
             springs=self.springs,
             tendons=self.tendons,
+            spatial_tendons=self.spatial_tendons,
+            equalities=None if "equality" in keys else self.equalities,
         )
         if contact is not None and (self.contacts or self.geoms is not None):
             from ..sim import Plane, contact_set
@@ -1184,6 +1220,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     model = Model(**leaves, topo=topo, x32_load=dtype != np.float64)
 
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
+    spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
 
     # ------------------------------------------------------------ contacts, constraints
@@ -1199,19 +1236,21 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
             dis("mjDSBL_FILTERPARENT"),
             sim_issues,
         )
-    constraints, active = (), ()
+    constraints, active, equalities = (), (), None
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
         constraints, active = _equalities(mujoco, m, issues, place, body_names, site_frames)
+        joint_q = {}
+        for j, b in joint_body.items():
+            if int(m.jnt_type[j]) in (_HINGE, _SLIDE):
+                joint_q[j] = int(topo.q_start[int(remap(b))])
+        for e in range(m.neq):
+            if int(m.eq_type[e]) == _EQ_JOINT:
+                for o in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
+                    if o >= 0 and o not in joint_q:  # pragma: no cover - MuJoCo refuses these
+                        issues.hard(f"{jnt_el(o)}: a joint equality on a ball or free joint")
+        issues.raise_if_any()
+        equalities = _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype)
     issues.raise_if_any()
-    for c, on in zip(constraints, active):
-        sim_issues.append(
-            (
-                "equality",
-                f'<equality name="{c.name}">: jaxdyn.sim does not enforce equality constraints '
-                f"({'active' if on else 'inactive'} at the start); ignored, the body moves "
-                "freely",
-            )
-        )
 
     from ..interop.mujoco import Converter
 
@@ -1242,6 +1281,8 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         gain_bias=gain_bias,
         integrator=integrator,
         sim_issues=tuple(sim_issues),
+        equalities=equalities,
+        spatial_tendons=spatial_tendons,
     )
 
 
@@ -1413,11 +1454,12 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         tnames = mujoco_names(m, "tendon")
         for t in range(m.ntendon):
             el = f'<tendon name="{tnames[t]}">'
-            if not _fixed_tendon(m, t):
+            if not _fixed_tendon(m, t) and not _site_tendon(m, t):
                 issues.add(
                     "tendon",
-                    f"{el}: a spatial tendon (through sites / wrapping): jaxdyn.sim has fixed "
-                    "tendons only; ignored, its passive, limit and actuator forces are dropped",
+                    f"{el}: a spatial tendon wrapping around geoms or over pulleys: jaxdyn.sim "
+                    "has fixed tendons and straight spatial tendons through sites only; "
+                    "ignored, its passive, limit and actuator forces are dropped",
                 )
                 continue
             probs = []
@@ -1493,6 +1535,13 @@ def _fixed_tendon(m, t) -> bool:
     )
 
 
+def _site_tendon(m, t) -> bool:
+    """Whether tendon ``t`` is a straight spatial tendon: every wrap a site (no geom, no
+    pulley)."""
+    a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    return n >= 2 and all(int(m.wrap_type[w]) == _WRAP_SITE for w in range(a, a + n))
+
+
 def _tendon_row(m, t) -> np.ndarray:
     """A fixed tendon's coefficients over MuJoCo's dofs ``(nv,)``."""
     row = np.zeros(m.nv)
@@ -1528,8 +1577,11 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             problems.append(f"transmission {tn!r}")
         elif int(m.jnt_type[jid]) not in (_HINGE, _SLIDE):
             problems.append(f"transmission on the {_JNT_NAME[int(m.jnt_type[jid])]} joint")
-        if int(m.actuator_dyntype[u]) != 0:
-            problems.append("activation dynamics (dyntype)")
+        dyn = int(m.actuator_dyntype[u])
+        if dyn not in (0, 1, 2, 3):
+            problems.append("activation dynamics other than integrator / filter (dyntype)")
+        elif dyn and int(_get(m, "actuator_actnum", m.nu)[u]) != 1:  # pragma: no cover
+            problems.append("more than one activation (actdim)")
         if int(m.actuator_gaintype[u]) not in (0, 1):
             problems.append("a gain other than fixed or affine (gaintype)")
         if int(m.actuator_biastype[u]) not in (0, 1):
@@ -1589,7 +1641,7 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
             b = np.inf
             if frc is not None:
                 b = abs(gear) * max(abs(frc[0]), abs(frc[1]))
-            if kind_ == "motor" and ctrl is not None:
+            if kind_ == "motor" and ctrl is not None and not dyn:
                 b = min(b, abs(gear * gain) * max(abs(ctrl[0]), abs(ctrl[1])))
             bound[d] += b
             actuated[d] = True
@@ -1601,6 +1653,14 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
                 bias=np.zeros(3) if dis("mjDSBL_ACTUATION") else np.array(bias),
                 ctrl=ctrl if clamp else (-np.inf, np.inf),
                 force=frc if frc is not None else (-np.inf, np.inf),
+                dyn=_DYN_NAMES[dyn],
+                dynprm=float(m.actuator_dynprm[u, 0]),
+                act=(
+                    tuple(float(x) for x in m.actuator_actrange[u])
+                    if m.actuator_actlimited[u]
+                    else (-np.inf, np.inf)
+                ),
+                actearly=bool(_get(m, "actuator_actearly", m.nu)[u]),
             )
         )
         out.append(
@@ -1616,6 +1676,7 @@ def _actuators(mujoco, m, issues, jnt_names, arm, damp, dof_mj, dis):
                 forcerange=frc,
                 tendon=tnames[jid] if tendon else None,
                 gainprm=tuple(float(x) for x in gainprm),
+                dyntype=_DYN_NAMES[dyn],
             )
         )
     effort = np.where(actuated, bound, np.inf)
@@ -1687,7 +1748,60 @@ def _scene(m, rows, dof_mj, dis, dtype):
             force_upper=arr([r["force"][1] for r in rows]),
             dofs=dofs,
         )
+        if any(r["dyn"] != "none" for r in rows):
+            gain_bias = GainBias(
+                **{k: getattr(gain_bias, k) for k in _GB_FIELDS},
+                dyn=tuple(r["dyn"] for r in rows),
+                dynprm=arr([r["dynprm"] for r in rows]),
+                act_lower=arr([r["act"][0] for r in rows]),
+                act_upper=arr([r["act"][1] for r in rows]),
+                actearly=tuple(r["actearly"] for r in rows),
+            )
     return springs, tendons, gain_bias
+
+
+def _spatial_tendons(m, place, remap, dis, dtype):
+    """The straight spatial tendons (through sites only) as :class:`jaxdyn.sim.SpatialTendons`
+    (``None`` without any)."""
+    from ..sim.actuators import SpatialTendons
+
+    ts = [t for t in range(m.ntendon) if _site_tendon(m, t)]
+    if not ts:
+        return None
+    sites, paths = [], []
+    for t in ts:
+        a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
+        path = []
+        for w in range(a, a + n):
+            s = int(m.wrap_objid[w])
+            if s not in sites:
+                sites.append(s)
+            path.append(sites.index(s))
+        paths.append(tuple(path))
+    bodies, points = [], []
+    for s in sites:
+        b, T = place[int(m.site_bodyid[s])]
+        R, p = _compose(T, _local_frame(m, "site", s))
+        bodies.append(int(remap(b)) if b >= 0 else -1)
+        points.append(p)
+    k = 0.0 if dis("mjDSBL_SPRING") else 1.0
+    c = 0.0 if dis("mjDSBL_DAMPER") else 1.0
+    lim = [bool(m.tendon_limited[t]) and not dis("mjDSBL_LIMIT") for t in ts]
+
+    def arr(x):
+        return jnp.asarray(np.asarray(x, float), dtype)
+
+    return SpatialTendons(
+        points=arr(points),
+        stiffness=arr([k * m.tendon_stiffness[t] for t in ts]),
+        lower_spring=arr([m.tendon_lengthspring[t, 0] for t in ts]),
+        upper_spring=arr([m.tendon_lengthspring[t, 1] for t in ts]),
+        damping=arr([c * m.tendon_damping[t] for t in ts]),
+        lower=arr([m.tendon_range[t, 0] if lt else -np.inf for t, lt in zip(ts, lim)]),
+        upper=arr([m.tendon_range[t, 1] if lt else np.inf for t, lt in zip(ts, lim)]),
+        bodies=tuple(bodies),
+        paths=tuple(paths),
+    )
 
 
 def _can_collide(m, g1, g2) -> bool:
@@ -1974,7 +2088,9 @@ def _contacts(
 
 def _equalities(mujoco, m, issues, place, body_names, site_frames):
     """``connect`` / ``weld`` constraints between a moving and a static body as jaxdyn
-    constraints with world targets."""
+    constraints with world targets (for :func:`jaxdyn.constrained_aba` and the other
+    constrained algorithms); loop closures and joint couplings are left to
+    :func:`_sim_equalities`. Tendon, flex and distance equalities are refused."""
     from ..constraints import Connect, Weld
 
     names = mujoco_names(m, "eq")
@@ -1984,8 +2100,10 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         typ = int(m.eq_type[e])
         tname = _EQ_NAMES[typ] if typ < len(_EQ_NAMES) else str(typ)
         el = f'<equality><{tname} name="{names[e]}">'
-        if typ not in (_EQ_CONNECT, _EQ_WELD):
+        if typ not in (_EQ_CONNECT, _EQ_WELD, _EQ_JOINT):
             issues.add("equality", f"{el}: {tname} constraints")
+            continue
+        if typ == _EQ_JOINT:
             continue
         o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
         data = np.array(m.eq_data[e], float)
@@ -2011,12 +2129,7 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
                 off1, rot1 = data[3:6], _quat_to_mat(data[6:10])
                 off2, rot2 = data[0:3], np.eye(3)
         if b1 >= 0 and b2 >= 0:
-            issues.add(
-                "equality",
-                f"{el}: between two moving bodies ({f1!r}, {f2!r}): a loop closure (jaxdyn's "
-                "Connect / Weld attach a frame to the world)",
-            )
-            continue
+            continue  # a loop closure: jaxdyn.sim's Equalities only
         if b1 < 0 and b2 < 0:
             continue  # both fixed to the world: no effect on the motion
         if b1 < 0:  # the moving side first
@@ -2050,6 +2163,110 @@ def _equalities(mujoco, m, issues, place, body_names, site_frames):
         out.append(c)
         active.append(bool(m.eq_active0[e]))
     return tuple(out), tuple(active)
+
+
+def _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype):
+    """The scene's connect / weld / joint equalities as :class:`jaxdyn.sim.Equalities` (MuJoCo's
+    soft constraints, with their ``solref``, ``solimp``, ``eq_active0`` and the inverse weights
+    of ``efc_diagApprox``), or ``None``. ``joint_q``: MuJoCo joint -> jaxdyn ``q`` index."""
+    from ..sim.equality import Equalities
+
+    rows = []
+    for e in range(m.neq):
+        typ = int(m.eq_type[e])
+        if typ not in (_EQ_CONNECT, _EQ_WELD, _EQ_JOINT):
+            continue
+        o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+        data = np.array(m.eq_data[e], float)
+        solref = np.array(m.eq_solref[e], float)
+        if (solref[0] > 0) != (solref[1] > 0):  # MuJoCo: mixed formats -> the default
+            solref = np.array([0.02, 1.0])
+        imp = np.array(m.eq_solimp[e], float)
+        imp[[0, 1, 3]] = np.clip(imp[[0, 1, 3]], 1e-4, 0.9999)  # mjMINIMP, mjMAXIMP
+        imp[2], imp[4] = max(0.0, imp[2]), max(1.0, imp[4])
+        row = dict(
+            kind=_EQ_NAMES[typ],
+            body1=-1,
+            body2=-1,
+            point1=np.zeros(3),
+            point2=np.zeros(3),
+            rot1=np.eye(3),
+            rot2=np.eye(3),
+            torquescale=1.0,
+            ref1=0.0,
+            ref2=0.0,
+            polycoef=np.zeros(5),
+            solref=solref,
+            solimp=imp,
+            active=float(bool(m.eq_active0[e])),
+        )
+        if typ == _EQ_JOINT:
+            row["body1"] = joint_q[o1]
+            row["ref1"] = float(m.qpos0[m.jnt_qposadr[o1]])
+            row["polycoef"] = data[:5]
+            w = float(m.dof_invweight0[m.jnt_dofadr[o1]])
+            if o2 >= 0:
+                row["body2"] = joint_q[o2]
+                row["ref2"] = float(m.qpos0[m.jnt_qposadr[o2]])
+                w += float(m.dof_invweight0[m.jnt_dofadr[o2]])
+            row["diag"] = [w]
+            rows.append(row)
+            continue
+        site = int(m.eq_objtype[e]) == _OBJ_SITE
+        sides, mj_bodies = [], []
+        for j, o in enumerate((o1, o2)):
+            mb = int(m.site_bodyid[o]) if site else o
+            b, T = place[mb]
+            if site:
+                X, off, rel = _compose(T, _local_frame(m, "site", o)), np.zeros(3), np.eye(3)
+            elif typ == _EQ_CONNECT:
+                X, off, rel = T, data[3 * j : 3 * j + 3], np.eye(3)
+            else:  # weld: point1 = body1 * data[3:6], point2 = body2 * data[0:3]
+                X, off = T, data[3 - 3 * j : 6 - 3 * j]
+                rel = _quat_to_mat(data[6:10]) if j == 0 else np.eye(3)
+            R, p = X
+            sides.append((int(remap(b)) if b >= 0 else -1, R @ off + p, R @ rel))
+            mj_bodies.append(mb)
+        if sides[0][0] < 0 and sides[1][0] < 0:
+            continue  # both fixed to the world: no effect on the motion
+        (row["body1"], row["point1"], row["rot1"]), (row["body2"], row["point2"], row["rot2"]) = (
+            sides
+        )
+        iw = np.asarray(m.body_invweight0, float).reshape(-1, 2)
+        t = iw[mj_bodies[0], 0] + iw[mj_bodies[1], 0]
+        if typ == _EQ_CONNECT:
+            row["diag"] = [t] * 3
+        else:
+            r = iw[mj_bodies[0], 1] + iw[mj_bodies[1], 1]
+            row["diag"] = [t] * 3 + [r] * 3
+            row["torquescale"] = float(data[10])
+        rows.append(row)
+    if not rows:
+        return None
+
+    def arr(key):
+        return jnp.asarray(np.asarray([r[key] for r in rows], float), dtype)
+
+    return Equalities(
+        point1=arr("point1"),
+        point2=arr("point2"),
+        rot1=arr("rot1"),
+        rot2=arr("rot2"),
+        torquescale=arr("torquescale"),
+        ref1=arr("ref1"),
+        ref2=arr("ref2"),
+        polycoef=arr("polycoef"),
+        solref=arr("solref"),
+        solimp=arr("solimp"),
+        diag=jnp.asarray(np.concatenate([r["diag"] for r in rows]), dtype),
+        active=arr("active"),
+        kind=tuple(r["kind"] for r in rows),
+        body1=tuple(int(r["body1"]) for r in rows),
+        body2=tuple(int(r["body2"]) for r in rows),
+        refsafe=not dis("mjDSBL_REFSAFE"),
+        # MuJoCo 4 takes the connect / weld rows' Jdot v into aref (3.x did not)
+        with_drift=int(str(mujoco.__version__).split(".")[0]) >= 4,
+    )
 
 
 # ------------------------------------------------------------------------------- dispatch

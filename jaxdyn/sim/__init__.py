@@ -12,8 +12,11 @@
   (:class:`Ground`, :class:`StaticGeom`, :func:`StaticBox`) as one model (:mod:`jaxdyn.sim.scene`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
 * actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
-  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`
+  :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`,
+  :class:`SpatialTendons`
   (:mod:`jaxdyn.sim.actuators`);
+* MuJoCo's equality constraints (connect, weld, joint) as soft constraints,
+  :class:`Equalities` (:mod:`jaxdyn.sim.equality`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
@@ -22,6 +25,7 @@ from .actuators import PD as PD
 from .actuators import FixedTendons as FixedTendons
 from .actuators import GainBias as GainBias
 from .actuators import JointLimits as JointLimits
+from .actuators import SpatialTendons as SpatialTendons
 from .actuators import Springs as Springs
 from .actuators import Torque as Torque
 from .actuators import joint_properties as joint_properties
@@ -33,6 +37,7 @@ from .core import State as State
 from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
+from .equality import Equalities as Equalities
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
 from .geometry import ContactSet as ContactSet
@@ -65,6 +70,7 @@ __all__ = [
     "Compliant",
     "Constraint",
     "ContactSet",
+    "Equalities",
     "FixedTendons",
     "FreeBox",
     "FreeCapsule",
@@ -82,6 +88,7 @@ __all__ = [
     "Robot",
     "Scene",
     "SimConfig",
+    "SpatialTendons",
     "Springs",
     "Sphere",
     "State",

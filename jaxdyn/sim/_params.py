@@ -59,6 +59,7 @@ def check_config(fn: str, cfg, x):
         ("cfg.terrain", cfg.terrain),
         ("cfg.springs", getattr(cfg, "springs", None)),
         ("cfg.tendons", getattr(cfg, "tendons", None)),
+        ("cfg.spatial_tendons", getattr(cfg, "spatial_tendons", None)),
     ]
     checks = value_checks.enabled()
     items = [("cfg.dt", cfg.dt, 0.0, True)]

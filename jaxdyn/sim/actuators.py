@@ -21,10 +21,12 @@ from .. import joints
 from . import _params, _scatter
 
 __all__ = [
+    "DYNTYPES",
     "FixedTendons",
     "GainBias",
     "JointLimits",
     "PD",
+    "SpatialTendons",
     "Springs",
     "Torque",
     "actuated_dofs",
@@ -316,6 +318,101 @@ class FixedTendons(eqx.Module):
         return U, -c
 
 
+class SpatialTendons(eqx.Module):
+    """MuJoCo's spatial tendons on straight paths through sites (``<tendon><spatial>`` with
+    ``<site>`` elements only; wrapping around geoms and pulleys are not modelled): length
+    ``L = sum_k |p_{k+1} - p_k|`` over the path's consecutive sites, ``Ldot = J v`` with
+    ``J = sum_k u_k^T (J_{k+1} - J_k)`` (``u_k`` the unit segment directions, ``J_k`` the
+    sites' point Jacobians), and the passive forces of :class:`FixedTendons` (dead-band spring,
+    damping, length limits), applied as ``tau += J^T f``.
+
+    ``points (ns, 3)``: the sites in their bodies' frames (world coordinates for a site on
+    the world); static ``bodies`` (jaxdyn body of each site, ``-1``: the world) and ``paths``
+    (per tendon, the indices of its sites in order); ``stiffness``, ``lower_spring``,
+    ``upper_spring``, ``damping``, ``lower``, ``upper`` ``(nt,)`` as in :class:`FixedTendons`.
+    Their damping couples the coordinates through ``J``: ``"implicit"`` treats it exactly."""
+
+    points: jnp.ndarray
+    stiffness: jnp.ndarray
+    lower_spring: jnp.ndarray
+    upper_spring: jnp.ndarray
+    damping: jnp.ndarray
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    bodies: tuple = eqx.field(static=True)
+    paths: tuple = eqx.field(static=True)
+
+    _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False))
+
+    def __check_init__(self):
+        _params.check_module(self)
+        ns = len(self.bodies)
+        if not isinstance(self.points, jax.core.Tracer) and np.shape(self.points) != (ns, 3):
+            raise ValueError(
+                f"SpatialTendons: points has shape {np.shape(self.points)}, expected ({ns}, 3)"
+            )
+        for k, path in enumerate(self.paths):
+            if len(path) < 2 or any(not 0 <= i < ns for i in path):
+                raise ValueError(
+                    f"SpatialTendons: path {k} must list at least two site indices in [0, {ns})"
+                )
+
+    def size(self) -> int:
+        return len(self.paths)
+
+    def jacobian(self, model, q):
+        """``(L (nt,), J (nt, nv))``."""
+        from ..algorithms import kinematics as kin
+
+        dtype = q.dtype
+        t = model.topo
+        ws = kin.world_state(model, q)
+        supp = np.asarray(t.body_dof_support, bool)
+        P = jnp.asarray(self.points, dtype)
+        pts, jacs = [], []
+        for i, b in enumerate(self.bodies):
+            if b < 0:
+                pts.append(P[i])
+                jacs.append(jnp.zeros((3, model.nv), dtype))
+                continue
+            p = ws.R[b] @ P[i] + ws.p[b]
+            lin = ws.S[:, 3:] + jnp.cross(ws.S[:, :3], p)
+            pts.append(p)
+            jacs.append(jnp.where(jnp.asarray(supp[b])[:, None], lin, 0.0).T)
+        Ls, Js = [], []
+        for path in self.paths:
+            L = jnp.zeros((), dtype)
+            J = jnp.zeros(model.nv, dtype)
+            for a, b in zip(path[:-1], path[1:]):
+                d = pts[b] - pts[a]
+                n = jnp.sqrt(d @ d)
+                L = L + n
+                J = J + (d / n) @ (jacs[b] - jacs[a])
+            Ls.append(L)
+            Js.append(J)
+        return jnp.stack(Ls), jnp.stack(Js)
+
+    def lengths(self, model, q, v):
+        """``(L, Ldot)`` ``(nt,)`` each."""
+        L, J = self.jacobian(model, q)
+        return L, J @ v
+
+    def forces(self, model, limits, q, v):
+        L, J = self.jacobian(model, q)
+        return J.T @ FixedTendons._tendon_forces(self, model, limits, L, J @ v)
+
+    def velocity_factors(self, model, limits, q, v):
+        """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T`` (``U = J^T``)."""
+        L, J = self.jacobian(model, q)
+        Ld = J @ v
+        _, c = jax.jvp(
+            lambda ld: FixedTendons._tendon_forces(self, model, limits, L, ld),
+            (Ld,),
+            (jnp.ones_like(Ld),),
+        )
+        return J.T, -c
+
+
 def _limit_forces(limits, x, xd, lower, upper):
     """The one-sided smooth spring-damper of :class:`JointLimits` on coordinates ``x``."""
     dtype = x.dtype
@@ -327,11 +424,14 @@ def _limit_forces(limits, x, xd, lower, upper):
     return limits.stiffness * (below - above) - limits.damping * gate * xd
 
 
+DYNTYPES = ("none", "integrator", "filter", "filterexact")
+
+
 class GainBias(eqx.Module):
     """MuJoCo's actuators of the gain / bias family (``motor``, ``position``, ``velocity``,
     ``general`` with ``gaintype`` fixed or affine and ``biastype`` none or affine), on joint or
-    fixed-tendon transmissions, without activation dynamics (MuJoCo's ``mj_fwdActuation``,
-    ``dyntype="none"``)::
+    fixed-tendon transmissions, with MuJoCo's activation dynamics ``none``, ``integrator``,
+    ``filter`` or ``filterexact`` (MuJoCo's ``mj_fwdActuation``)::
 
         c     = clip(ctrl, ctrl_lower, ctrl_upper)
         L, Ld = moment q[dofs], moment v[dofs]             # actuator lengths, velocities
@@ -344,7 +444,18 @@ class GainBias(eqx.Module):
     ``gain``, ``bias`` ``(nu, 3)``; the ranges ``(nu,)`` (``-inf`` / ``inf`` where
     unlimited). ``ctrl`` has ``nu`` entries, in MuJoCo's actuator order. Velocity terms
     (``gain2 c + bias2``) enter the ``"implicit"`` integrator exactly (a low-rank update of its
-    solve), as MuJoCo's ``implicitfast``."""
+    solve), as MuJoCo's ``implicitfast``.
+
+    Activation dynamics (``dyn``, static, one of :data:`DYNTYPES` per actuator; ``()``: none):
+    an actuator with dynamics has an activation ``act`` (:attr:`jaxdyn.sim.State.act`, one
+    entry per such actuator in actuator order, MuJoCo's ``act``) that replaces ``c`` in the
+    force, ``act_dot = c`` (``integrator``) or ``(c - act) / dynprm`` (``filter``,
+    ``filterexact``), advanced by each integrator step ``h`` as MuJoCo's ``mj_advance``:
+    ``act' = act + h act_dot`` (``filterexact``: ``act + act_dot dynprm (1 - exp(-h /
+    dynprm))``), clipped to ``[act_lower, act_upper]`` (MuJoCo's ``actrange`` where
+    ``actlimited``; ``-inf`` / ``inf`` otherwise). With ``actearly`` (static, per actuator)
+    the force uses ``act'`` instead of ``act`` (no one-step delay). ``dynprm``, ``act_lower``,
+    ``act_upper`` ``(nu,)``: entries of actuators without dynamics are ignored."""
 
     moment: jnp.ndarray
     gain: jnp.ndarray
@@ -354,6 +465,11 @@ class GainBias(eqx.Module):
     force_lower: jnp.ndarray
     force_upper: jnp.ndarray
     dofs: tuple = eqx.field(static=True)
+    dynprm: jnp.ndarray | None = None
+    act_lower: jnp.ndarray | None = None
+    act_upper: jnp.ndarray | None = None
+    dyn: tuple = eqx.field(static=True, default=())
+    actearly: tuple = eqx.field(static=True, default=())
 
     _RULES = (("moment", None, False), ("gain", None, False), ("bias", None, False))
 
@@ -363,9 +479,84 @@ class GainBias(eqx.Module):
         nu = int(np.shape(self.moment)[0])
         for name in ("gain", "bias"):
             _check_matrix("GainBias", name, getattr(self, name), nu, 3)
+        if not self.dyn:
+            return
+        if len(self.dyn) != nu or any(d not in DYNTYPES for d in self.dyn):
+            raise ValueError(
+                f"GainBias: dyn must hold one of {DYNTYPES} per actuator ({nu}), got {self.dyn!r}"
+            )
+        if self.actearly and len(self.actearly) != nu:
+            raise ValueError(f"GainBias: actearly needs one entry per actuator ({nu})")
+        for name in ("dynprm", "act_lower", "act_upper"):
+            value = getattr(self, name)
+            if value is None:
+                raise ValueError(f"GainBias: activation dynamics need {name} (one per actuator)")
+            if not isinstance(value, jax.core.Tracer) and np.shape(value) != (nu,):
+                raise ValueError(f"GainBias: {name} has shape {np.shape(value)}, expected ({nu},)")
+        if not isinstance(self.dynprm, jax.core.Tracer):
+            tau = np.asarray(self.dynprm, float)[self._stateful()]
+            if not np.all(np.isfinite(tau)) or np.any(tau < 0):
+                raise ValueError("GainBias: dynprm (time constants) must be finite and >= 0")
 
     def size(self, model) -> int:
         return int(np.shape(self.moment)[0])
+
+    # ---------------------------------------------------------------- activation dynamics
+    def _stateful(self) -> np.ndarray:
+        """Static indices of the actuators with an activation."""
+        return np.asarray([i for i, d in enumerate(self.dyn) if d != "none"], np.int64)
+
+    def act_size(self) -> int:
+        """Number of activations (MuJoCo's ``na``)."""
+        return len(self._stateful())
+
+    def _clip_ctrl(self, ctrl):
+        dtype = ctrl.dtype
+        return jnp.clip(
+            ctrl, jnp.asarray(self.ctrl_lower, dtype), jnp.asarray(self.ctrl_upper, dtype)
+        )
+
+    def next_act(self, ctrl, act, h):
+        """The activations after one integrator step ``h`` (MuJoCo's ``mj_nextActivation``)."""
+        idx = self._stateful()
+        dtype = act.dtype
+        c = self._clip_ctrl(ctrl)[idx]
+        tau = jnp.maximum(jnp.asarray(self.dynprm, dtype)[idx], 1e-15)  # mjMINVAL
+        integ = np.asarray([self.dyn[i] == "integrator" for i in idx])
+        exact = np.asarray([self.dyn[i] == "filterexact" for i in idx])
+        act_dot = jnp.where(integ, c, (c - act) / tau)
+        step = jnp.where(exact, tau * -jnp.expm1(-h / tau), h)
+        lo = jnp.asarray(self.act_lower, dtype)[idx]
+        hi = jnp.asarray(self.act_upper, dtype)[idx]
+        return jnp.clip(act + act_dot * step, lo, hi)
+
+    def inputs(self, ctrl, act, h):
+        """What multiplies each actuator's gain during a step from ``act``: the clamped
+        control, or the activation (``act'`` with ``actearly``)."""
+        c = self._clip_ctrl(ctrl)
+        idx = self._stateful()
+        if not len(idx):
+            return c
+        x = act
+        early = np.asarray([bool(self.actearly[i]) if self.actearly else False for i in idx])
+        if early.any():
+            x = jnp.where(early, self.next_act(ctrl, act, h), act)
+        return c.at[idx].set(x)
+
+    def driven(self):
+        """This actuator driven by :meth:`inputs` directly (no clamp, no dynamics): what a step
+        applies once the inputs are known."""
+        inf = np.full(np.shape(self.ctrl_lower), np.inf)
+        return GainBias(
+            moment=self.moment,
+            gain=self.gain,
+            bias=self.bias,
+            ctrl_lower=-inf,
+            ctrl_upper=inf,
+            force_lower=self.force_lower,
+            force_upper=self.force_upper,
+            dofs=self.dofs,
+        )
 
     def velocity_gain(self, model, dtype):  # the coupled velocity terms: velocity_factors
         return jnp.zeros(model.nv, dtype)
@@ -385,8 +576,16 @@ class GainBias(eqx.Module):
         c = jnp.clip(ctrl, jnp.asarray(self.ctrl_lower, dtype), jnp.asarray(self.ctrl_upper, dtype))
         return idx, mom, c, mom @ q[qidx], mom @ v[idx]
 
-    def forces(self, model, q, v, ctrl):
-        """The actuator forces ``(nu,)`` (MuJoCo's ``actuator_force``)."""
+    def forces(self, model, q, v, ctrl, act=None, h=None):
+        """The actuator forces ``(nu,)`` (MuJoCo's ``actuator_force``); with activation
+        dynamics at the activations ``act`` (and the step ``h`` where ``actearly``)."""
+        if self.act_size():
+            if act is None or (h is None and any(self.actearly)):
+                raise ValueError(
+                    "GainBias.forces: actuators with activation dynamics need act (and h with "
+                    "actearly)"
+                )
+            return self.driven().forces(model, q, v, self.inputs(ctrl, act, h))
         _, _, c, L, Ld = self._parts(model, q, v, ctrl)
         return self._force(c, L, Ld)
 

@@ -73,12 +73,14 @@ from . import contact as C
 from .actuators import (
     FixedTendons,
     JointLimits,
+    SpatialTendons,
     Springs,
     Torque,
     clip_effort,
     joint_properties,
     passive_forces,
 )
+from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
 
 if TYPE_CHECKING:
@@ -96,16 +98,22 @@ INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
 
 class State(eqx.Module):
-    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t``."""
+    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t`` and the
+    actuators' activations ``act (na,)`` (``None`` where the actuator has none:
+    :meth:`jaxdyn.sim.GainBias.act_size`)."""
 
     q: jnp.ndarray
     v: jnp.ndarray
     t: jnp.ndarray
+    act: jnp.ndarray | None = None
 
-    def __init__(self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0) -> None:
+    def __init__(
+        self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0, act: ArrayLike | None = None
+    ) -> None:
         self.q = jnp.asarray(q)
         self.v = jnp.asarray(v)
         self.t = jnp.asarray(t, dtype=self.v.dtype if hasattr(self.v, "dtype") else None)
+        self.act = None if act is None else jnp.asarray(act)
 
 
 class SimConfig(eqx.Module):
@@ -128,7 +136,10 @@ class SimConfig(eqx.Module):
     - ``limits``: :class:`~jaxdyn.sim.actuators.JointLimits` (default) or ``None`` to ignore
       the model's joint limits (and the tendons' length limits).
     - ``springs``: :class:`~jaxdyn.sim.actuators.Springs` (joint springs) or ``None``;
-      ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``
+      ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``;
+      ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (straight paths
+      through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
+      (MuJoCo's equality constraints) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
     """
 
@@ -143,6 +154,8 @@ class SimConfig(eqx.Module):
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
     tendons: FixedTendons | None = None
+    spatial_tendons: SpatialTendons | None = None
+    equalities: Equalities | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -151,6 +164,12 @@ class SimConfig(eqx.Module):
             )
         if not isinstance(self.substeps, int) or self.substeps < 1:
             raise ValueError(f"SimConfig: substeps must be an integer >= 1, got {self.substeps!r}")
+        if _act_size(self) and self.integrator == "rk4":
+            raise ValueError(
+                "SimConfig: actuators with activation dynamics are stepped as MuJoCo's Euler / "
+                "implicitfast advance them; use integrator='euler', 'implicit' or "
+                "'implicit_damping', not 'rk4'"
+            )
         if isinstance(self.contact, C.Constraint) and self.integrator == "rk4":
             raise ValueError(
                 "SimConfig: Constraint contact is velocity-level (impulses per step); use "
@@ -179,6 +198,17 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: tendons must be None or FixedTendons, got {self.tendons!r}"
             )
+        if self.spatial_tendons is not None and not isinstance(
+            self.spatial_tendons, SpatialTendons
+        ):
+            raise TypeError(
+                f"SimConfig: spatial_tendons must be None or SpatialTendons, got "
+                f"{self.spatial_tendons!r}"
+            )
+        if self.equalities is not None and not isinstance(self.equalities, Equalities):
+            raise TypeError(
+                f"SimConfig: equalities must be None or Equalities, got {self.equalities!r}"
+            )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -192,6 +222,21 @@ class SimConfig(eqx.Module):
 
 
 # ------------------------------------------------------------------------------- dynamics
+
+
+def _act_size(cfg) -> int:
+    """Number of activations of ``cfg.actuator`` (0 without activation dynamics)."""
+    size = getattr(cfg.actuator, "act_size", None)
+    return int(size()) if size is not None else 0
+
+
+def _driven(cfg, ctrl, act, h):
+    """``(cfg, ctrl)`` of one integrator step: with activation dynamics the actuator driven by
+    its inputs (:meth:`jaxdyn.sim.GainBias.inputs`) at ``act``; otherwise as given."""
+    if not _act_size(cfg):
+        return cfg, ctrl
+    u = cfg.actuator.inputs(ctrl, act, h)
+    return eqx.tree_at(lambda c: c.actuator, cfg, cfg.actuator.driven()), u
 
 
 def _world(model, q):
@@ -252,6 +297,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
         tau = tau + cfg.springs.forces(model, q, v)
     if coupled and cfg.tendons is not None:
         tau = tau + cfg.tendons.forces(model, cfg.limits, q, v)
+    if coupled and cfg.spatial_tendons is not None:
+        tau = tau + cfg.spatial_tendons.forces(model, cfg.limits, q, v)
     return tau
 
 
@@ -264,6 +311,8 @@ def _velocity_factors(model, cfg, q, v, ctrl):
         parts.append(cfg.actuator.velocity_factors(model, q, v, ctrl))
     if cfg.tendons is not None:
         parts.append(cfg.tendons.velocity_factors(model, cfg.limits, q, v))
+    if cfg.spatial_tendons is not None:
+        parts.append(cfg.spatial_tendons.velocity_factors(model, cfg.limits, q, v))
     if not parts:
         return None
     U = jnp.concatenate([u for u, _ in parts], axis=1)
@@ -285,14 +334,33 @@ def _low_rank_solve(solve, U, c, h):
     return solve2
 
 
-def _acceleration(model, cfg, props, q, v, ctrl):
+def _acceleration(model, cfg, props, q, v, ctrl, h):
     """Joint accelerations (ABA, armature included) with compliant contact or none, and the
     contact forces."""
     ws, origin = _world(model, q)
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
+    if cfg.equalities is not None:
+        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     return aba_world(model, ws, v, tau, f_ext)[0], f
+
+
+def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
+    """The generalised force ``J^T f`` of MuJoCo's soft equality constraints
+    (:mod:`jaxdyn.sim.equality`) from the unconstrained ``rhs = tau - C`` (contact forces
+    included): computed with the plain mass matrix, as MuJoCo's ``qfrc_constraint``, and
+    added to the step's forces by every integrator (explicitly)."""
+    inertias = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
+
+    def a0_solve(X):
+        R = jnp.concatenate([rhs[:, None], X], 1)
+        out = aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias)[0]
+        return out[:, 0], out[:, 1:]
+
+    f, J = cfg.equalities.forces(model, ws, origin, q, v, a0_solve, h)
+    return J.T @ f
 
 
 def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
@@ -322,7 +390,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
         else:
-            a, f = _acceleration(model, cfg, props, q, v, ctrl)
+            a, f = _acceleration(model, cfg, props, q, v, ctrl, h)
         v1 = v + h * a
         return integrate(model, q, h * v1), v1, f
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
@@ -332,6 +400,8 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
     bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+    if cfg.equalities is not None:
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
@@ -445,6 +515,10 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
     W = C.contact_wrenches(ws, frames, frames.point, f)
     tau = _controls(model, cfg, props, q, v, ctrl)
+    if cfg.equalities is not None:
+        f_ext = spatial.act_inv_force(ws.R, ws.p, W)
+        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+        tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     Ic = _contact_inertias(model, cfg, ws, frames, h)
     c = spatial.motion_cross(vb, vJ)
     a0 = kin.gravity_acceleration(model, ws.p.dtype)
@@ -484,8 +558,8 @@ def _dexpinv(model, xi, v):
 
 
 def _rk4(model, cfg, props, q, v, ctrl, h):
-    f = lambda qq, vv: _acceleration(model, cfg, props, qq, vv, ctrl)[0]
-    a1, force = _acceleration(model, cfg, props, q, v, ctrl)
+    f = lambda qq, vv: _acceleration(model, cfg, props, qq, vv, ctrl, h)[0]
+    a1, force = _acceleration(model, cfg, props, q, v, ctrl, h)
     x1 = v
     xi = 0.5 * h * x1
     v2 = v + 0.5 * h * a1
@@ -525,7 +599,16 @@ def _check_state(fn, model, state, ctrl, cfg):
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
         )
     q = _params.check_config(fn, cfg, q)
-    return q, v, ctrl, dtype
+    na = _act_size(cfg)
+    act = None
+    if na:
+        if state.act is None:
+            raise ValueError(
+                f"{fn}: the actuator has {na} activation(s) (activation dynamics): give "
+                "state.act (na,), e.g. State(q, v, act=jnp.zeros(na))"
+            )
+        act = shell.as_array(fn, "state.act", state.act, (("na", na),), model).astype(dtype)
+    return q, v, ctrl, dtype, act
 
 
 #: the value check of a rollout step that turned a finite state into a non-finite one
@@ -592,19 +675,27 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
     :data:`DIVERGED` there.
     """
-    q, v, ctrl, dtype = _check_state("step", model, state, ctrl, cfg)
+    q, v, ctrl, dtype, act = _check_state("step", model, state, ctrl, cfg)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+
+    def one(q, v, act):
+        cfg1, u = _driven(cfg, ctrl, act, h)
+        q, v, _ = _substep(model, cfg1, props, q, v, u, h)
+        if act is not None:  # after the step, as MuJoCo's mj_advance
+            act = cfg.actuator.next_act(ctrl, act, h)
+        return q, v, act
+
     if cfg.substeps == 1:
-        q, v, _ = _substep(model, cfg, props, q, v, ctrl, h)
+        q, v, act = one(q, v, act)
     else:  # one traced substep, scanned (compile time independent of the count)
 
         def sub(carry, _):
-            return _substep(model, cfg, props, *carry, ctrl, h)[:2], None
+            return one(*carry), None
 
-        (q, v), _ = jax.lax.scan(sub, (q, v), None, length=cfg.substeps)
-    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype))
+        (q, v, act), _ = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
+    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype), act)
 
 
 def _step_words(model, itemsize):
@@ -629,9 +720,10 @@ def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) 
     model's forces at ``state``, or the constraint model's impulses divided by the step."""
     if cfg.contact is None:
         raise ValueError("contact_forces: cfg.contact is None (no contact model)")
-    q, v, ctrl, dtype = _check_state("contact_forces", model, state, ctrl, cfg)
+    q, v, ctrl, dtype, act = _check_state("contact_forces", model, state, ctrl, cfg)
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+    cfg, ctrl = _driven(cfg, ctrl, act, h)
     return _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
 
 
@@ -708,13 +800,13 @@ def rollout(
     ctrl0 = (
         xs[0] if xs is not None else jnp.zeros(cfg.actuator.size(model), jnp.asarray(state.q).dtype)
     )
-    q0, v0, _, dtype = _check_state("rollout", model, state, ctrl0, cfg)
+    q0, v0, _, dtype, act0 = _check_state("rollout", model, state, ctrl0, cfg)
     if checks and xs is not None:
         q0 = value_checks.error_if(
             q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
         )
     # (a time made here is a constant: on_mesh gives it the mesh of a batch split over it)
-    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)))
+    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)), act0)
     track = checks and policy is not None  # a policy's controls: a flag carried by the loop
 
     def body(carry, u):
@@ -766,4 +858,4 @@ def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
     q = value_checks.error_if(q, bad, DIVERGED)
     jumped = _jumped(v0, traj.v, isinstance(cfg.contact, C.Compliant))
     q = value_checks.error_if(q, jumped, DIVERGED_JUMP)
-    return State(q, traj.v, traj.t)
+    return State(q, traj.v, traj.t, traj.act)
