@@ -60,3 +60,55 @@ def save_solution(scene, res, name, dt, title="", others=None):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     print(f"saved {path}")
+
+
+def save_scene_rollout(scene, qs, name, dt, curves, ylabel="", title=""):
+    """``figures/<name>.mp4``: the configurations ``qs (T, nq)`` of a :class:`jaxdyn.sim.Scene`
+    (its collision shapes drawn, on the model's stick figure); ``figures/<name>.png``:
+    ``curves`` (``{label: values (T,)}``) against time."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    try:
+        from jaxdyn import viz
+
+        geoms = viz.scene.stick_geoms(scene.model)
+        for gname, frame, kind, size, R, p, verts in scene.shapes():
+            f = -1 if frame is None else scene.model.frame_index(frame)
+            if kind == "mesh":  # its hull, as triangles
+                from scipy.spatial import ConvexHull
+
+                hull = ConvexHull(verts)
+                g = viz.Geom(f, "mesh", (1.0,), R, p, vertices=verts, faces=hull.simplices)
+            else:
+                n = {"sphere": 1, "capsule": 2, "cylinder": 2}.get(kind, 3)
+                g = viz.Geom(f, kind, size[:n], R, p, rgba=(0.3, 0.6, 0.9, 1.0), name=gname)
+            geoms.append(g)
+        vscene = viz.Scene(scene.model, geoms, terrain=scene.terrain)
+        video = FIGURES / f"{name}.mp4"
+        viz.save_rollout(vscene, np.asarray(qs), video, dt=dt, progress=True)
+        print(f"saved {video}")
+    except ImportError as e:
+        print(f"no video ({e}; pip install '.[viz]')")
+    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
+        print(f"no video: {e}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for label, y in curves.items():
+        y = np.asarray(y, float)
+        ax.plot(np.arange(len(y)) * dt, y, label=label)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.set_title(title or name, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = FIGURES / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"saved {path}")

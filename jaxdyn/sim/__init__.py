@@ -7,6 +7,9 @@
 * collision geoms on any bodies and the pairs that may touch, :class:`Geoms` (from MJCF:
   ``load_mjcf(...).geoms``; from URDF: :func:`urdf_geoms`), through the narrow phase of
   :mod:`jaxdyn.sim.collision` (:mod:`jaxdyn.sim.geoms`);
+* scenes composed in Python: :class:`Scene` of :class:`Robot` s, free objects
+  (:class:`FreeObject`, :func:`FreeBox`, :func:`FreeSphere`, ...) and static geometry
+  (:class:`Ground`, :class:`StaticGeom`, :func:`StaticBox`) as one model (:mod:`jaxdyn.sim.scene`);
 * contact models :class:`Compliant` and :class:`Constraint` (:mod:`jaxdyn.sim.contact`);
 * actuators :class:`Torque`, :class:`PD`, MuJoCo's gain / bias family :class:`GainBias`, and
   :class:`JointLimits`, joint :class:`Springs`, :class:`FixedTendons`,
@@ -45,6 +48,17 @@ from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
 from .geoms import Geoms as Geoms
 from .geoms import urdf_geoms as urdf_geoms
+from .scene import FreeBox as FreeBox
+from .scene import FreeCapsule as FreeCapsule
+from .scene import FreeCylinder as FreeCylinder
+from .scene import FreeMesh as FreeMesh
+from .scene import FreeObject as FreeObject
+from .scene import FreeSphere as FreeSphere
+from .scene import Ground as Ground
+from .scene import Robot as Robot
+from .scene import Scene as Scene
+from .scene import StaticBox as StaticBox
+from .scene import StaticGeom as StaticGeom
 from .sharding import batch_mesh as batch_mesh
 from .sharding import shard_batch as shard_batch
 from .sharding import sharded_vmap as sharded_vmap
@@ -58,17 +72,28 @@ __all__ = [
     "ContactSet",
     "Equalities",
     "FixedTendons",
+    "FreeBox",
+    "FreeCapsule",
+    "FreeCylinder",
+    "FreeMesh",
+    "FreeObject",
+    "FreeSphere",
     "GainBias",
     "Geoms",
+    "Ground",
     "Heightfield",
     "JointLimits",
     "Plane",
     "Point",
+    "Robot",
+    "Scene",
     "SimConfig",
     "SpatialTendons",
     "Springs",
     "Sphere",
     "State",
+    "StaticBox",
+    "StaticGeom",
     "batch_mesh",
     "shard_batch",
     "sharded_vmap",

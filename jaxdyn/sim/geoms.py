@@ -274,13 +274,22 @@ def _urdf_floats(text, n, what):
 
 
 def urdf_geoms(
-    model, source, *, allow=(), deny=(), package_dirs=(), allow_outside=False, friction=1.0
+    model,
+    source,
+    *,
+    allow=(),
+    deny=(),
+    package_dirs=(),
+    allow_outside=False,
+    friction=1.0,
+    keep_unpaired=False,
 ) -> Geoms | None:
     """The ``<collision>`` elements of a URDF file as :class:`Geoms` on ``model``'s links
     (``model`` loaded from the same file), with the pairs that may touch: geoms on different
     bodies, except bodies adjacent in the tree (a joint between them: a parent and its child)
     and the link pairs of ``deny``; ``allow``: link pairs that collide even though adjacent.
-    ``None`` when no pair remains.
+    ``None`` when no pair remains (with ``keep_unpaired``: the geoms without a pair, for
+    :class:`jaxdyn.sim.Scene`, which pairs them with the other parts'; ``None`` without geoms).
 
     Shapes: ``sphere``, ``box``, ``cylinder``, ``capsule`` and ``mesh`` (its convex hull, scipy's
     Qhull; STL and OBJ read directly, other formats through ``trimesh``, the ``viz`` extra; a
@@ -377,7 +386,7 @@ def urdf_geoms(
             + (f" ... ({len(bad)} in all)" if len(bad) > 6 else "")
             + "; deny=[(link1, link2), ...] skips a pair"
         )
-    if not pairs:
+    if not names or not (pairs or keep_unpaired):
         return None
     rb = []
     for k, ty in enumerate(types):
