@@ -19,10 +19,10 @@ dmax^2``, ``b = damping / dmax``) and ``imp`` MuJoCo's impedance of the violatio
 the constraint's rows for connect and weld). Without other constraint rows this is the
 minimiser of MuJoCo's convex problem, which its solvers reach exactly for a quadratic cost, so
 the forces agree with MuJoCo's to rounding. ``Jdot v`` (the constraint acceleration at
-``a = 0``) is MuJoCo 4's term on the connect / weld rows (3.x leaves it out:
-``with_drift=False``; neither has it on joint rows). ``diagApprox`` is MuJoCo's approximation of
-``diag(A)`` from the inverse weights at ``qpos0`` (``body_invweight0``, ``dof_invweight0``):
-constant rows of :attr:`Equalities.diag`.
+``a = 0``) is the term MuJoCo 3.7.0 and later put on the connect / weld rows (older
+releases leave it out: ``with_drift=False``; none has it on joint rows). ``diagApprox`` is
+MuJoCo's approximation of ``diag(A)`` from the inverse weights at ``qpos0``
+(``body_invweight0``, ``dof_invweight0``): constant rows of :attr:`Equalities.diag`.
 
 ``tau_eq`` enters the step as a force, at every evaluation of the accelerations (each RK4
 stage), computed with the plain mass matrix as MuJoCo's ``qfrc_constraint``: the implicit
