@@ -1517,7 +1517,8 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         if getattr(m, "nplastic", 0):
             passive.append(f"plasticity ({m.nplastic} state variables)")
     if not dis("mjDSBL_DAMPER"):
-        poly = np.asarray(_get(m, "dof_dampingpoly", m.nv)).reshape(m.nv, -1)
+        poly = np.asarray(_get(m, "dof_dampingpoly", m.nv))
+        poly = poly[:, None] if poly.ndim == 1 else poly  # (nv,) zeros without the field
         for d in np.nonzero(np.any(poly != 0, axis=-1))[0]:
             passive.append(f"{jnt_el(int(m.dof_jntid[d]))} polynomial damping")
     if passive:
