@@ -233,9 +233,10 @@ def test_equality_force_matches_mujoco(fb_scene):
 def test_drift_version_cutoff(version, drift):
     """``Jdot v`` on connect / weld rows from MuJoCo 3.7.0 on (its commit 412cee2, "Add Jdot
     correction for connect and weld constraints"; checked by hand against mujoco 3.6.0 and
-    3.7.0 wheels with test_equalities_follow_mujoco): the loader compares release numbers, not
-    strings or the major version alone. test_equality_force_matches_mujoco checks the installed
-    MuJoCo's setting."""
+    3.7.0 wheels with test_equalities_follow_mujoco and test_equality_force_matches_mujoco, the
+    latter also covering the free-joint coordinates of ``J a0`` without the term): the loader
+    compares release numbers, not strings or the major version alone. Those two tests check
+    the installed MuJoCo's setting."""
     from types import SimpleNamespace
 
     from jaxdyn.io.mjcf import _mujoco_has_jdotv
