@@ -225,6 +225,25 @@ def test_equality_force_matches_mujoco(fb_scene):
     assert np.abs(d.qfrc_constraint).max() == 0.0
 
 
+@pytest.mark.parametrize(
+    "version, drift",
+    [("3.1.0", False), ("3.6.0", False), ("3.7.0", True), ("3.10.0", True), ("3.17.0", True)]
+    + [("4.0.0", True), ("3.7.0.dev20260414", True), ("local", True)],
+)
+def test_drift_version_cutoff(version, drift):
+    """``Jdot v`` on connect / weld rows from MuJoCo 3.7.0 on (its commit 412cee2, "Add Jdot
+    correction for connect and weld constraints"; checked by hand against mujoco 3.6.0 and
+    3.7.0 wheels with test_equalities_follow_mujoco and test_equality_force_matches_mujoco, the
+    latter also covering the free-joint coordinates of ``J a0`` without the term): the loader
+    compares release numbers, not strings or the major version alone. Those two tests check
+    the installed MuJoCo's setting."""
+    from types import SimpleNamespace
+
+    from jaxdyn.io.mjcf import _mujoco_has_jdotv
+
+    assert _mujoco_has_jdotv(SimpleNamespace(__version__=version)) is drift
+
+
 @pytest.mark.slow  # test_equality_force_matches_mujoco checks the same rows against MuJoCo
 @pytest.mark.parametrize("which", ["eq", "floating"])
 def test_kinematics_against_autodiff(which):

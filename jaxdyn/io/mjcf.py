@@ -151,6 +151,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+from .._versions import release
 from ..interop.mujoco import MJCF_HINT as MJCF_HINT
 from ..interop.mujoco import decode_name
 from ..interop.mujoco import import_mujoco as _import_mujoco
@@ -513,6 +514,14 @@ def _local_frame(m, objtype, k):
     if sf == _SF_INERTIAROT:
         return _inertial_frame(m, body)[0], pos
     return _quat_to_mat(quat), pos
+
+
+def _mujoco_has_jdotv(mujoco) -> bool:
+    """Whether this MuJoCo subtracts ``Jdot v`` from the reference acceleration of connect and
+    weld rows (``mj_Jdotv`` in ``mj_referenceConstraint``): from MuJoCo 3.7.0 on; an
+    unparsable version (a local build) is taken as a new one."""
+    found = release(str(mujoco.__version__))
+    return not found or found >= (3, 7)
 
 
 def _get(m, name, n):
@@ -1508,7 +1517,9 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         if getattr(m, "nplastic", 0):
             passive.append(f"plasticity ({m.nplastic} state variables)")
     if not dis("mjDSBL_DAMPER"):
-        for d in np.nonzero(np.any(np.asarray(_get(m, "dof_dampingpoly", m.nv)) != 0, axis=-1))[0]:
+        poly = np.asarray(_get(m, "dof_dampingpoly", m.nv))
+        poly = poly[:, None] if poly.ndim == 1 else poly  # (nv,) zeros without the field
+        for d in np.nonzero(np.any(poly != 0, axis=-1))[0]:
             passive.append(f"{jnt_el(int(m.dof_jntid[d]))} polynomial damping")
     if passive:
         more = f" ... ({len(passive)} in all)" if len(passive) > 4 else ""
@@ -2264,8 +2275,9 @@ def _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype):
         body1=tuple(int(r["body1"]) for r in rows),
         body2=tuple(int(r["body2"]) for r in rows),
         refsafe=not dis("mjDSBL_REFSAFE"),
-        # MuJoCo 4 takes the connect / weld rows' Jdot v into aref (3.x did not)
-        with_drift=int(str(mujoco.__version__).split(".")[0]) >= 4,
+        # MuJoCo >= 3.7.0 takes the connect / weld rows' Jdot v into aref (its changelog;
+        # commit 412cee2 "Add Jdot correction for connect and weld constraints")
+        with_drift=_mujoco_has_jdotv(mujoco),
     )
 
 

@@ -19,10 +19,12 @@ dmax^2``, ``b = damping / dmax``) and ``imp`` MuJoCo's impedance of the violatio
 the constraint's rows for connect and weld). Without other constraint rows this is the
 minimiser of MuJoCo's convex problem, which its solvers reach exactly for a quadratic cost, so
 the forces agree with MuJoCo's to rounding. ``Jdot v`` (the constraint acceleration at
-``a = 0``) is MuJoCo 4's term on the connect / weld rows (3.x leaves it out:
-``with_drift=False``; neither has it on joint rows). ``diagApprox`` is MuJoCo's approximation of
-``diag(A)`` from the inverse weights at ``qpos0`` (``body_invweight0``, ``dof_invweight0``):
-constant rows of :attr:`Equalities.diag`.
+``a = 0``) is the term MuJoCo 3.7.0 and later put on the connect / weld rows (none has it
+on joint rows). Older releases leave it out (``with_drift=False``), which makes ``J a0``
+depend on the velocity coordinates: there jaxdyn takes it in MuJoCo's (a free joint's linear
+velocity in world axes: ``J (a0 + c)``, ``c = w x v_b`` on its linear rows). ``diagApprox`` is
+MuJoCo's approximation of ``diag(A)`` from the inverse weights at ``qpos0``
+(``body_invweight0``, ``dof_invweight0``): constant rows of :attr:`Equalities.diag`.
 
 ``tau_eq`` enters the step as a force, at every evaluation of the accelerations (each RK4
 stage), computed with the plain mass matrix as MuJoCo's ``qfrc_constraint``: the implicit
@@ -343,8 +345,27 @@ class Equalities(eqx.Module):
         aref = -b * (J @ v) - k * imp * r
         if self.with_drift:
             aref = aref - on * jdv
+        else:  # J a0 in MuJoCo's coordinates: J (a0 + c), c its free joints' convective term
+            aref = aref - J @ _free_joint_convection(model.topo, v)
         f = jnp.linalg.solve(A + jnp.diag(Rreg), aref - J @ a0)
         return f, J
+
+
+def _free_joint_convection(topo, v):
+    """``c (nv,)``: ``w x v_b`` on each free joint's linear velocity coordinates, zero
+    elsewhere. MuJoCo's free-joint linear velocity is the body origin's in world axes,
+    jaxdyn's in the body's, so MuJoCo's acceleration of the same motion is ``T (a + c)``
+    (``jaxdyn.interop.mujoco.Converter``). Without ``Jdot v`` in ``aref`` (MuJoCo before 3.7)
+    the force depends on the coordinates through ``J a0``: MuJoCo's is jaxdyn's ``J (a0 + c)``
+    (``J`` maps jaxdyn's ``v``)."""
+    from .. import joints
+
+    c = jnp.zeros_like(v)
+    for b in range(topo.nb):
+        if int(topo.kind[b]) == joints.FREE:
+            v0 = int(topo.v_start[b])
+            c = c.at[v0 + 3 : v0 + 6].set(spatial.cross(v[v0 : v0 + 3], v[v0 + 3 : v0 + 6]))
+    return c
 
 
 def _q_to_v(topo, qi: int, what: str = "Equalities: joint") -> int:
