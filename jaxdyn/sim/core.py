@@ -471,12 +471,13 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
-    bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
+    zero = jnp.zeros_like(v)
     if cfg.equalities is not None:
+        bias = rnea_world(model, ws, v, zero, f_ext)[0]
         tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
+    # the bias C - M t of the free joints' parent-axes linear velocities (_transport)
     t = _transport(model, v)
-    if t is not None:  # the bias C - M t of the free joints' parent-axes linear velocities
-        bias = rnea_world(model, ws, v, -t, f_ext)[0]
+    bias = rnea_world(model, ws, v, zero if t is None else -t, f_ext)[0]
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
