@@ -39,6 +39,12 @@ from oracle import (
 
 STATES = (0, 1)
 PD_ROBOTS = tuple(r for r in ROBOTS if r not in SINGULAR_M)
+#: the named robots of the default run: arm7 (fixed base) and quad12 (floating base); solo12
+#: (example-robot-data's file, floating base: one more compile of every algorithm) is in the
+#: slow set here -- its model is compared with Pinocchio's by the default tests of test_model,
+#: test_configuration, test_joint_properties and its derivatives by test_derivatives
+NAMED = [pytest.param(r, marks=pytest.mark.slow) if r == "solo12" else r for r in ROBOTS]
+PD_NAMED = [pytest.param(r, marks=pytest.mark.slow) if r == "solo12" else r for r in PD_ROBOTS]
 
 DYNAMICS_KEYS = ("rnea", "rnea_fext", "rnea_fext_world", "bias", "gravity", "crba")
 FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv", "minv_sweeps", "minv_dense")
@@ -86,7 +92,7 @@ def _compare_jacobians(case, i, rtol=RTOL64):
 
 # =========================================================================== named robots
 @pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", ROBOTS, indirect=True)
+@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
 def test_inverse_dynamics_and_mass_matrix(robot_case, i):
     """RNEA at (v, a) without / with external forces, at (v, 0) (bias forces, against
     ``pin.rnea``) and at (0, 0) (against ``pin.computeGeneralizedGravity``), in its body form
@@ -95,7 +101,7 @@ def test_inverse_dynamics_and_mass_matrix(robot_case, i):
 
 
 @pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", PD_ROBOTS, indirect=True)
+@pytest.mark.parametrize("robot_case", PD_NAMED, indirect=True)
 def test_forward_dynamics_and_minv(robot_case, i):
     """ABA without / with external forces and the analytic inverse of M."""
     _compare(robot_case, i, FORWARD_KEYS)
@@ -124,14 +130,14 @@ def test_singular_mass_matrix(robot_case):
 
 
 @pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", ROBOTS, indirect=True)
+@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
 def test_kinematics_com_energy(robot_case, i):
     """Body placements (oMi), centre of mass, kinetic / potential energy, joint Jacobians."""
     _compare(robot_case, i, KINEMATIC_KEYS)
 
 
 @pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", ROBOTS, indirect=True)
+@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
 def test_frame_placements(robot_case, i):
     """Every frame (URDF link or joint) present in both models, compared by name."""
     case = robot_case
@@ -141,7 +147,7 @@ def test_frame_placements(robot_case, i):
 
 
 @pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", ROBOTS, indirect=True)
+@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
 def test_frame_jacobians(robot_case, i):
     """Frame Jacobians in LOCAL, WORLD and LOCAL_WORLD_ALIGNED (end effectors, feet, a middle
     link and the root link) and ``frame_placement``."""
@@ -163,7 +169,10 @@ def _compare_all(case):
 @pytest.mark.parametrize(
     # the smallest fixed / floating trees of each kind stay in the default run
     "params",
-    slow_params(RANDOM_URDF, ("n12-s7-float", "n25-s10-fixed", "n6-s5-float"), ids=tree_id),
+    # (n3-s3-float: the spherical/free tree n5-s21-float of the next test is the floating one)
+    slow_params(
+        RANDOM_URDF, ("n12-s7-float", "n25-s10-fixed", "n6-s5-float", "n3-s3-float"), ids=tree_id
+    ),
 )
 def test_random_urdf_tree(params):
     case = urdf_tree(params)

@@ -723,7 +723,8 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
 @pytest.mark.parametrize(
     "kind, integrator",
     [
-        ("compliant", "implicit"),
+        # compliant + implicit in contact: test_implicit_compliant_rollout_gradient_in_contact
+        pytest.param("compliant", "implicit", marks=pytest.mark.slow),
         ("constraint", "implicit"),
         # explicit integrator: test_rollout_gradient_matches_finite_differences
         pytest.param("compliant", "euler", marks=pytest.mark.slow),

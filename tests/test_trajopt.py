@@ -345,7 +345,7 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     ["fddp", pytest.param("ilqr", marks=pytest.mark.slow)],
 )
 def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
-    """solve_batch's rounds and compaction (and solve_sharded's lax.map over one device) leave
+    """solve_batch's rounds and compaction leave
     every member's iterations as jax.vmap(fddp) has them (and as ilqr's): same iteration
     counts, costs and trajectories, in the problems' order, a bad member reported in its place.
     Six members start from the fixture's optimum of a nearby problem (a couple of iterations),
@@ -377,11 +377,6 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
     # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
     if solver == "fddp":
         assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
-        # solve_sharded on this process's one device: one problem after another
-        rs = ddp.solve_sharded(batch, xs, us, max_iter=200)
-        np.testing.assert_array_equal(np.asarray(rs.status), np.asarray(ref.status))
-        np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
-        np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
     assert schedule[-1][1] == 0
     np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
     assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
@@ -400,6 +395,30 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
         ddp.solve_sharded(batch, per_device="pmap")
     with pytest.raises(ValueError, match="us must have the batch size 8 first"):
         ddp.solve_sharded(batch, us=us[:3])
+
+
+@pytest.mark.slow  # a third compile of the solver (the 4-device test_distributed one: slow too)
+def test_solve_sharded_on_one_device_equals_vmap(pendulum, fddp_solution):
+    """solve_sharded on this process's one device (one problem after another, a lax.map) has
+    jax.vmap(fddp)'s statuses, iterations and costs, a bad member included."""
+    _, model = pendulum
+    nv = model.nv
+    _, sol = fddp_solution
+    rng = np.random.default_rng(4)
+    problems = [
+        _problem(model, _states(nv, X0 + 0.01 * rng.standard_normal(2)), _states(nv, GOAL))
+        for _ in range(3)
+    ]
+    problems.insert(1, _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL)))
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    xs = jnp.broadcast_to(sol.xs, (4,) + sol.xs.shape)
+    us = jnp.broadcast_to(sol.us, (4,) + sol.us.shape)
+    ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
+    rs = ddp.solve_sharded(batch, xs, us, max_iter=200)
+    np.testing.assert_array_equal(np.asarray(rs.status), np.asarray(ref.status))
+    assert int(rs.status[1]) >= 2
+    np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
+    np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
 
 
 def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
