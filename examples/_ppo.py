@@ -23,6 +23,26 @@ import jaxdyn.envs
 
 FIGURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures")
 
+#: the contact tasks' PPO configuration (``ppo.train``'s keywords, plus ``hidden``: the layer
+#: sizes); each example overrides what its task needs (the episode length)
+CONFIG = dict(
+    num_timesteps=300_000,
+    num_evals=6,
+    episode_length=100,
+    num_envs=128,
+    num_eval_envs=64,
+    batch_size=128,
+    num_minibatches=4,
+    unroll_length=10,
+    num_updates_per_batch=4,
+    learning_rate=1e-3,
+    entropy_cost=1e-2,
+    discounting=0.97,
+    reward_scaling=1.0,
+    normalize_observations=True,
+    hidden=(64, 64),
+)
+
 
 def parser(doc, name):
     """The examples' command line: ``--timesteps``, ``--seed``, ``--out``, ``--video``."""

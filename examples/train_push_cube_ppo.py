@@ -25,23 +25,7 @@ import _ppo
 
 import jaxdyn.envs
 
-CONFIG = dict(
-    num_timesteps=300_000,
-    num_evals=6,
-    episode_length=100,
-    num_envs=128,
-    num_eval_envs=64,
-    batch_size=128,
-    num_minibatches=4,
-    unroll_length=10,
-    num_updates_per_batch=4,
-    learning_rate=1e-3,
-    entropy_cost=1e-2,
-    discounting=0.97,
-    reward_scaling=1.0,
-    normalize_observations=True,
-    hidden=(64, 64),
-)
+CONFIG = dict(_ppo.CONFIG, episode_length=100)
 
 
 def main(argv=None):

@@ -291,6 +291,7 @@ def test_two_processes_equal_one(tmp_path):
         assert "ALL OK" in out.stdout, out.stdout + out.stderr[-3000:]
 
 
+@pytest.mark.slow  # a third pair of JAX processes; test_two_processes_equal_one launches the pair
 def test_value_check_ends_every_process():
     """A value check failing on process 1's devices ends both processes with its message
     (process 0 was waiting for process 1 in a collective) well within the timeout."""

@@ -636,7 +636,8 @@ def test_solref_gives_compliant_gains_and_constraint_baumgarte(param_scene):
     n = int(hit.sum())
     sub = type(fr)(
         fr.distance[hit], fr.normal[hit], fr.point[hit], fr.velocity[hit], None,
-        tuple(np.asarray(fr.body)[hit]), tuple(np.asarray(fr.other)[hit]), solref=fr.solref[hit],
+        tuple(int(b) for b in np.asarray(fr.body)[hit]),
+        tuple(int(o) for o in np.asarray(fr.other)[hit]), solref=fr.solref[hit],
     )  # fmt: skip
     dt = 0.002
     lam = solve_contact_impulses(
