@@ -3,7 +3,7 @@
 :class:`jaxdyn.sim.PD` and :class:`jaxdyn.sim.Torque`.
 
 * :class:`ServoPD` -- joint position servos with an effort limit: ``tau = clip(kp (ctrl - q) -
-  kd v, -effort, effort)``.
+  kd v, -effort, effort)``, optionally over gravity compensation (``gravity=True``).
 * :class:`CompensatedTorque` -- torque control on top of gravity compensation and viscous
   damping, as a torque-controlled arm's interface: ``tau = gear ctrl - damping v + g(q)``.
 
@@ -25,12 +25,16 @@ __all__ = ["CompensatedTorque", "ServoPD"]
 class ServoPD(eqx.Module):
     """Position servos on one-DoF joints: ``tau = clip(kp (ctrl - q) - kd v, -effort,
     effort)``; ``kp``, ``kd``, ``effort`` scalars or one per actuated coordinate; ``dofs``
-    (static): joint names or velocity indices, default every coordinate but a floating base's."""
+    (static): joint names or velocity indices, default every coordinate but a floating base's.
+    ``gravity`` (static): servos over gravity compensation, as a position-controlled arm:
+    ``tau = clip(kp (ctrl - q) - kd v + g(q), -effort, effort)``, ``g`` the generalised gravity
+    (:func:`jaxdyn.gravity_forces`)."""
 
     kp: float = 5.0
     kd: float = 0.1
     effort: float = jnp.inf
     dofs: tuple | None = eqx.field(static=True, default=None)
+    gravity: bool = eqx.field(static=True, default=False)
 
     def size(self, model) -> int:
         return len(actuated_dofs(model, self.dofs))
@@ -45,6 +49,8 @@ class ServoPD(eqx.Module):
         qi = q[dof_positions(model, idx)]
         dtype = v.dtype
         tau = jnp.asarray(self.kp, dtype) * (ctrl - qi) - jnp.asarray(self.kd, dtype) * v[idx]
+        if self.gravity:
+            tau = tau + gravity_forces(model, q)[idx]
         effort = jnp.asarray(self.effort, dtype)
         tau = jnp.clip(tau, -effort, effort)
         return jnp.zeros(model.nv, dtype).at[idx].set(tau)

@@ -181,6 +181,23 @@ def _is_key_array(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def contact_model(owner: str, contact, compliant, constraint):
+    """``contact`` as a contact model: a :class:`jaxdyn.sim.Compliant` /
+    :class:`jaxdyn.sim.Constraint` as given, ``"compliant"`` / ``"constraint"`` as
+    ``compliant()`` / ``constraint()`` (the task's defaults); anything else a ``ValueError``
+    naming ``owner``."""
+    if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
+        return contact
+    if contact == "compliant":
+        return compliant()
+    if contact == "constraint":
+        return constraint()
+    raise ValueError(
+        f"{owner}: contact must be 'compliant', 'constraint' or a jaxdyn.sim.Compliant / "
+        f"Constraint, got {contact!r}"
+    )
+
+
 def check_rng(owner: str, rng):
     """One PRNG key: a raw ``uint32 (2,)`` key or a typed key of shape ``()``; raises
     ``ValueError`` naming ``rng`` otherwise (a batch of keys needs ``jax.vmap``)."""

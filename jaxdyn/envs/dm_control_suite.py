@@ -556,6 +556,20 @@ class ContactSuiteEnv(SuiteEnv):
         r = np.asarray(self.scene.mj_model.jnt_range[joints], float)
         return r[:, 0], r[:, 1]
 
+    def planar_reset(self, rng) -> State:
+        """dm_control's reset of a planar body (walker, hopper): the root's rotation (``qpos[2]``)
+        uniform in ``[-pi, pi]``, the joints after it uniform in ``lowers`` .. ``uppers``, at
+        rest."""
+        rng = self.check_rng(rng)
+        rng, r1, r2 = jax.random.split(rng, 3)
+        nq = self.sys.model.nq
+        qpos = jnp.zeros(nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
+        qpos = qpos.at[3:].set(
+            jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
+        )
+        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
+        return self.episode_start(rng, ps)
+
 
 def _mujoco_geom(name: str) -> int:
     """MuJoCo's ``mjtGeom`` value of a geom type."""
@@ -685,15 +699,7 @@ class WalkerMove(ContactSuiteEnv):
         return reward, {f"reward/{k}": v for k, v in parts.items()}
 
     def reset(self, rng) -> State:
-        rng = self.check_rng(rng)
-        rng, r1, r2 = jax.random.split(rng, 3)
-        nq = self.sys.model.nq
-        qpos = jnp.zeros(nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
-        qpos = qpos.at[3:].set(
-            jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
-        )
-        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
-        return self.episode_start(rng, ps)
+        return self.planar_reset(rng)
 
 
 class HopperTask(ContactSuiteEnv):
@@ -749,15 +755,7 @@ class HopperTask(ContactSuiteEnv):
         return standing * small, {"reward/standing": standing, "reward/small_control": small}
 
     def reset(self, rng) -> State:
-        rng = self.check_rng(rng)
-        rng, r1, r2 = jax.random.split(rng, 3)
-        nq = self.sys.model.nq
-        qpos = jnp.zeros(nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
-        qpos = qpos.at[3:].set(
-            jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
-        )
-        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
-        return self.episode_start(rng, ps)
+        return self.planar_reset(rng)
 
 
 class FingerSpin(ContactSuiteEnv):

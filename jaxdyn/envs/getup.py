@@ -11,7 +11,7 @@ from .. import robots, spatial
 from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
-from .base import SimEnv, State
+from .base import SimEnv, State, contact_model
 
 __all__ = ["QuadrupedGetup", "quad12_collision"]
 
@@ -127,17 +127,12 @@ class QuadrupedGetup(SimEnv):
             )
         prims = quad12_collision(model)
         cs = _sim.contact_set(model, prims)
-        if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
-            cm = contact
-        elif contact == "compliant":
-            cm = _sim.Compliant(friction=friction, slip=0.05)
-        elif contact == "constraint":
-            cm = _sim.Constraint(friction=friction)
-        else:
-            raise ValueError(
-                "QuadrupedGetup: contact must be 'compliant', 'constraint' or a "
-                f"jaxdyn.sim.Compliant / Constraint, got {contact!r}"
-            )
+        cm = contact_model(
+            "QuadrupedGetup",
+            contact,
+            lambda: _sim.Compliant(friction=friction, slip=0.05),
+            lambda: _sim.Constraint(friction=friction),
+        )
         cfg = _sim.SimConfig(
             dt=dt / n_frames,
             integrator="implicit",

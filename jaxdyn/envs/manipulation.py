@@ -12,54 +12,21 @@ from __future__ import annotations
 
 import os
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
-from ..algorithms.rnea import gravity_forces
-from ..sim.actuators import actuated_dofs, dof_positions
-from .base import SimEnv, State
+from .actuators import ServoPD
+from .base import SimEnv, State, contact_model
 
-__all__ = ["PUSH_CUBE_XML", "CompensatedServo", "PushCube"]
+__all__ = ["PUSH_CUBE_XML", "PushCube"]
 
 #: the bundled scene
 PUSH_CUBE_XML = os.path.join(os.path.dirname(__file__), "xmls", "push_cube.xml")
 
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
-
-
-class CompensatedServo(eqx.Module):
-    """Joint position servos over gravity compensation, as a position-controlled arm:
-    ``tau = clip(kp (ctrl - q) - kd v + g(q), -effort, effort)`` on the coordinates ``dofs``
-    (static: joint names or velocity indices), ``g`` the generalised gravity
-    (:func:`jaxdyn.gravity_forces`); ``kp``, ``kd``, ``effort`` scalars or one per actuated
-    coordinate. The implicit integrator takes ``kd`` implicitly (:meth:`velocity_gain`)."""
-
-    kp: float = 100.0
-    kd: float = 10.0
-    effort: float = jnp.inf
-    dofs: tuple | None = eqx.field(static=True, default=None)
-
-    def size(self, model) -> int:
-        return len(actuated_dofs(model, self.dofs))
-
-    def velocity_gain(self, model, dtype):
-        idx = actuated_dofs(model, self.dofs)
-        kd = jnp.broadcast_to(jnp.asarray(self.kd, dtype), (len(idx),))
-        return jnp.zeros(model.nv, dtype).at[idx].set(kd)
-
-    def torques(self, model, q, v, ctrl):
-        idx = actuated_dofs(model, self.dofs)
-        dtype = v.dtype
-        qi = q[dof_positions(model, idx)]
-        g = gravity_forces(model, q)[idx]
-        tau = jnp.asarray(self.kp, dtype) * (ctrl - qi) - jnp.asarray(self.kd, dtype) * v[idx]
-        effort = jnp.asarray(self.effort, dtype)
-        tau = jnp.clip(tau + g, -effort, effort)
-        return jnp.zeros(model.nv, dtype).at[idx].set(tau)
 
 
 class PushCube(SimEnv):
@@ -78,7 +45,8 @@ class PushCube(SimEnv):
     spring-damper model, whose default stiffness, scaled by the cube's mass, lets the stiff
     servos drive the pusher centimetres into the cube), implicit integrator, simulator step
     ``dt / n_frames``. Joint position servos over gravity compensation
-    (:class:`CompensatedServo`, gains ``kp``, ``kd``, effort-limited) track
+    (:class:`~jaxdyn.envs.actuators.ServoPD` with ``gravity=True``, gains ``kp``, ``kd``,
+    effort-limited) track
     ``clip(home + action_scale * action, lower, upper)``, ``action`` clipped to ``[-1, 1]``,
     one per arm joint.
 
@@ -137,24 +105,16 @@ class PushCube(SimEnv):
     ):
         from ..io.mjcf import load_mjcf
 
-        if isinstance(contact, (_sim.Compliant, _sim.Constraint)):
-            cm = contact
-        elif contact == "compliant":
-            cm = _sim.Compliant()
-        elif contact == "constraint":
-            cm = _sim.Constraint()
-        else:
-            raise ValueError(
-                "PushCube: contact must be 'compliant', 'constraint' or a jaxdyn.sim.Compliant / "
-                f"Constraint, got {contact!r}"
-            )
+        cm = contact_model("PushCube", contact, _sim.Compliant, _sim.Constraint)
         scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
         model = scene.model
         for j in (*ARM_JOINTS, "cube"):
             model.joint_index(j)  # raises for an unknown joint
         for f in ("tip", "cube"):
             model.frame_index(f)
-        actuator = CompensatedServo(kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS)
+        actuator = ServoPD(
+            kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS, gravity=True
+        )
         cfg = scene.sim_config(contact=cm, actuator=actuator, dt=dt / n_frames)
         super().__init__(model, cfg, n_frames)
         self.scene = scene
