@@ -11,33 +11,50 @@ import numpy as np
 FIGURES = Path(__file__).resolve().parent / "figures"
 
 
-def save_solution(scene, res, name, dt, title="", others=None):
-    """``figures/<name>.mp4``: ``res.xs``' configurations; ``figures/<name>_cost.png``: the
-    cost after each FDDP iteration (``res.log["cost"]``), and ``others`` (``{label: costs per
-    iteration}``, another solver's) on the same axes. ``scene``: a
-    :class:`jaxdyn.viz.Scene`, or a callable building one (called only when jaxdyn.viz's
-    dependencies are installed)."""
+def _save_video(build, name, dt):
+    """``figures/<name>.mp4`` of ``build(viz) -> (viz scene, configurations (T, nq))``; a
+    printed reason instead where jaxdyn.viz's dependencies or OpenGL are missing."""
     FIGURES.mkdir(parents=True, exist_ok=True)
     try:
         from jaxdyn import viz
 
-        if callable(scene):
-            scene = scene()
-        xs = np.asarray(res.xs)
+        vscene, qs = build(viz)
         video = FIGURES / f"{name}.mp4"
-        viz.save_rollout(scene, xs[:, : scene.model.nq], video, dt=dt, progress=True)
+        viz.save_rollout(vscene, qs, video, dt=dt, progress=True)
         print(f"saved {video}")
     except ImportError as e:
         print(f"no video ({e}; pip install '.[viz]')")
     except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
         print(f"no video: {e}")
+
+
+def _pyplot(what):
+    """matplotlib's pyplot on the Agg backend, or ``None`` (printed: no ``what``)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib missing: no cost plot")
+        print(f"matplotlib missing: no {what}")
+        return None
+    return plt
+
+
+def save_solution(scene, res, name, dt, title="", others=None):
+    """``figures/<name>.mp4``: ``res.xs``' configurations; ``figures/<name>_cost.png``: the
+    cost after each FDDP iteration (``res.log["cost"]``), and ``others`` (``{label: costs per
+    iteration}``, another solver's) on the same axes. ``scene``: a
+    :class:`jaxdyn.viz.Scene`, or a callable building one (called only when jaxdyn.viz's
+    dependencies are installed)."""
+
+    def build(viz):
+        vscene = scene() if callable(scene) else scene
+        return vscene, np.asarray(res.xs)[:, : vscene.model.nq]
+
+    _save_video(build, name, dt)
+    plt = _pyplot("cost plot")
+    if plt is None:
         return
     cost = np.asarray(res.log["cost"], float)
     cost = cost[np.isfinite(cost)]
@@ -66,10 +83,8 @@ def save_scene_rollout(scene, qs, name, dt, curves, ylabel="", title=""):
     """``figures/<name>.mp4``: the configurations ``qs (T, nq)`` of a :class:`jaxdyn.sim.Scene`
     (its collision shapes drawn, on the model's stick figure); ``figures/<name>.png``:
     ``curves`` (``{label: values (T,)}``) against time."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    try:
-        from jaxdyn import viz
 
+    def build(viz):
         geoms = viz.scene.stick_geoms(scene.model)
         for gname, frame, kind, size, R, p, verts in scene.shapes():
             f = -1 if frame is None else scene.model.frame_index(frame)
@@ -82,21 +97,11 @@ def save_scene_rollout(scene, qs, name, dt, curves, ylabel="", title=""):
                 n = {"sphere": 1, "capsule": 2, "cylinder": 2}.get(kind, 3)
                 g = viz.Geom(f, kind, size[:n], R, p, rgba=(0.3, 0.6, 0.9, 1.0), name=gname)
             geoms.append(g)
-        vscene = viz.Scene(scene.model, geoms, terrain=scene.terrain)
-        video = FIGURES / f"{name}.mp4"
-        viz.save_rollout(vscene, np.asarray(qs), video, dt=dt, progress=True)
-        print(f"saved {video}")
-    except ImportError as e:
-        print(f"no video ({e}; pip install '.[viz]')")
-    except RuntimeError as e:  # no OpenGL (EGL / OSMesa) on this machine: see docs/viz.md
-        print(f"no video: {e}")
-    try:
-        import matplotlib
+        return viz.Scene(scene.model, geoms, terrain=scene.terrain), np.asarray(qs)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    _save_video(build, name, dt)
+    plt = _pyplot("plot")
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for label, y in curves.items():
