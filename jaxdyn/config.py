@@ -46,6 +46,15 @@ name                       environment variable              default   effect
                                                                        use with that handler,
                                                                        :func:`jaxdyn.algorithms.crba.crba_kernel`);
                                                                        ``False``: XLA's code alone
+``trajopt_fused_loops``    ``JAXDYN_TRAJOPT_FUSED_LOOPS``    ``True``  on the CPU, a trajectory-
+                                                                       optimisation solve called
+                                                                       with concrete arrays
+                                                                       (``fddp``, ``ilqr``) is
+                                                                       compiled into one XLA kernel
+                                                                       (:mod:`jaxdyn.backend.fused_programs`,
+                                                                       ``docs/trajopt.md``);
+                                                                       ``False``: one kernel per
+                                                                       operation and knot
 =========================  ================================  ========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
@@ -164,6 +173,7 @@ SWITCHES = {
     "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
     "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
     "cpu_kernels": ("JAXDYN_CPU_KERNELS", True, _bool),
+    "trajopt_fused_loops": ("JAXDYN_TRAJOPT_FUSED_LOOPS", True, _bool),
 }
 
 

@@ -274,6 +274,45 @@ def test_fddp_matches_crocoddyl(pendulum, fddp_solution):
     )
 
 
+def test_fddp_default_program_is_one_kernel(fddp_solution, monkeypatch):
+    """On the CPU, ``fddp`` called with arrays (the fixture's solve) runs the fused program of
+    jaxdyn.backend.fused_programs: the solve is one call tagged ``xla_cpu_small_call`` (XLA:CPU
+    emits it as one kernel; test_config's test_fused_program_is_one_kernel compiles a small one),
+    compiled with the per-program options. Its result equals the unfused program's (one kernel
+    per operation and knot, LAPACK in the backward pass): test_fddp_verbose_every_n (``verbose``
+    runs unfused). The compiled solver's HLO: test_fused_solver_hlo (slow)."""
+    problem, _ = fddp_solution
+    args, static = _solve_args(problem)
+    fused = ddp._solve_fused
+    assert fused.usable(jax.tree.leaves(args))
+    assert fused.program._cache_size() >= 1  # the fixture's fddp compiled (and ran) it
+    assert 'xla_cpu_small_call = "true"' in fused.lower(*args, **static).as_text()
+    # inside a caller's jit the arrays are tracers (the caller's program, compiled with the
+    # caller's options: unfused); the switch off: unfused
+    seen = []
+    jax.jit(lambda a: seen.append(fused.usable([a])) or a)(args[1])
+    assert seen == [False]
+    monkeypatch.setitem(jaxdyn.config._values, "trajopt_fused_loops", False)  # no cache clear
+    assert not fused.usable(jax.tree.leaves(args))
+
+
+def _solve_args(problem, **options):
+    xs, us = ddp._initial(problem, None, None)
+    params, static = ddp._options({"max_iter": 200, **options}, xs.dtype)
+    return (problem.with_bounds(), xs, us, jnp.asarray(False), params), static
+
+
+@pytest.mark.slow  # a second compile of the fused solver; test_fddp_default_program_is_one_kernel
+def test_fused_solver_hlo(fddp_solution):
+    """The fused solver's compiled HLO: the tagged call, no custom call (LAPACK, FFI) and no
+    YNNPACK fusion (neither compiles inside one kernel)."""
+    problem, _ = fddp_solution
+    args, static = _solve_args(problem)
+    hlo = ddp._solve_fused.lower(*args, **static).compile().as_text()
+    small = [ln for ln in hlo.splitlines() if " call(" in ln and "xla_cpu_small_call" in ln]
+    assert small and "custom-call(" not in hlo and "ynn" not in hlo, hlo[:3000]
+
+
 def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
     case, model = pendulum
     _, free = fddp_solution
@@ -577,7 +616,9 @@ def test_solve_batch_verbose(pendulum, capfd):
 
 def test_fddp_verbose_every_n(fddp_solution, capfd):
     """fddp's progress: silent by default; ``verbose=3`` prints the header, then iterations
-    0, 3, 6, ... and the last (the same solve: same iterations and cost)."""
+    0, 3, 6, ... and the last (the same solve: same iterations and cost). ``verbose`` runs the
+    unfused program (a host callback cannot sit in one kernel), the fixture's the fused one
+    (test_fddp_default_program_is_one_kernel): equal to rounding, iteration by iteration."""
     problem, res = fddp_solution
     jax.block_until_ready(ddp.fddp(problem, max_iter=200))
     jax.effects_barrier()
@@ -586,7 +627,14 @@ def test_fddp_verbose_every_n(fddp_solution, capfd):
     jax.effects_barrier()
     lines = capfd.readouterr().out.splitlines()
     n = int(res.iterations)
-    assert int(r.iterations) == n and float(r.cost) == float(res.cost)
+    assert int(r.iterations) == n
+    np.testing.assert_allclose(float(r.cost), float(res.cost), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(r.us), np.asarray(res.us), rtol=1e-9, atol=1e-10)
+    # the first iterate is infeasible and ill-conditioned: LAPACK's Cholesky and the unrolled
+    # one round differently there (3e-11), not after
+    log, log_fused = np.asarray(r.log["cost"])[:n], np.asarray(res.log["cost"])[:n]
+    np.testing.assert_allclose(log, log_fused, rtol=1e-9)
+    np.testing.assert_allclose(log[1:], log_fused[1:], rtol=1e-12)
     assert lines[0].split() == ["iter", "cost", "stop", "step", "reg", "gap"], lines
     its = [int(line.split()[0]) for line in lines[1:]]
     assert its == sorted(set(range(0, n, 3)) | {n - 1}), (its, n)
