@@ -86,7 +86,9 @@ jaxdyn's trajectory-optimisation knots then avoid LAPACK calls, ``constrained_ab
 ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop holding a custom call or a scatter;
 value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after its loop):
 ``benchmarks/sim_one.py`` times one robot's rollout against MuJoCo C.
-:func:`fused_cpu_loops_enabled` says whether the flags are set.
+:func:`fused_cpu_loops_enabled` says whether the flags are set. Without them, one
+trajectory-optimisation solve called with arrays on the CPU is still compiled into one kernel,
+per program (switch ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`).
 
 **Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
 points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
