@@ -89,7 +89,12 @@ XML_DIR = os.path.join(os.path.dirname(__file__), "xmls", "dm_control_suite")
 class SuiteEnv(SimEnv):
     """A suite task on a bundled MJCF model: ``ctrl_dt`` control period in
     ``ctrl_dt / sim_dt`` simulator steps of ``sim_dt`` (Playground's ``n_substeps``);
-    ``action`` is MuJoCo's ``ctrl`` (clamped to ``ctrlrange`` by the actuator)."""
+    ``action`` is MuJoCo's ``ctrl`` (clamped to ``ctrlrange`` by the actuator).
+
+    Actuators with activation dynamics (``dyntype`` ``filter``, ``filterexact``,
+    ``integrator``: :class:`jaxdyn.sim.GainBias`) keep their activations in the simulator
+    state's ``act`` (MuJoCo's ``act``), carried through ``reset`` (zeros, or a keyframe's
+    ``act``: :meth:`keyframe_state`) and every ``step``."""
 
     xml: str = ""
     #: ``ignore=`` of :func:`jaxdyn.load_mjcf` for the bundled model
@@ -145,6 +150,18 @@ class SuiteEnv(SimEnv):
     def adjust_model(self, model):
         """The model the task simulates (the task's changes to the file's, if any)."""
         return model
+
+    def keyframe_state(self, name: str) -> _sim.State:
+        """The simulator state of the file's ``<key name=...>`` at time 0: its ``qpos``,
+        ``qvel`` and, with activation dynamics, ``act`` (MuJoCo's ``mj_resetDataKeyframe``)."""
+        if name not in self.scene.keyframes:
+            raise ValueError(
+                f"{type(self).__name__}: {self.xml} has no keyframe {name!r}; it has "
+                f"{sorted(self.scene.keyframes)}"
+            )
+        q, v = self.scene.keyframes[name]
+        act = self.scene.keyframe_act.get(name) if self.act_size else None
+        return self.pipeline_init(q, v, act)
 
     @property
     def action_size(self) -> int:
@@ -633,7 +650,7 @@ class CheetahRun(ContactSuiteEnv):
                 return _sim.step(model, s, ctrl, cfg), None
 
             ps, _ = jax.lax.scan(settle, ps, None, length=self.settle_steps)
-            ps = self.pipeline_init(ps.q, ps.v)  # time back to 0
+            ps = self.pipeline_init(ps.q, ps.v, ps.act)  # time back to 0
         return self.episode_start(rng, ps)
 
 
