@@ -1,9 +1,10 @@
 """More DeepMind Control Suite machinery and tasks (:mod:`jaxdyn.envs.dm_control_suite`)
 against MuJoCo C and dm_control: activation states (``State.act``) carried by the suite
-environments.
+environments; ``ball_in_cup_catch``.
 
-Oracles: MuJoCo C (``mj_step``) on the same MJCF from the same keyframe under the same
-controls.
+Oracles: MuJoCo C (``mj_step``) on the same MJCF from the same state under the same controls;
+dm_control's task functions (``get_observation``, ``get_reward``) on the same MuJoCo states
+(the ``dm`` fixture of ``test_envs_suite_contact``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxdyn import envs, sim  # noqa: E402
 from jaxdyn.envs import dm_control_suite as suite  # noqa: E402
+
+# dm_control's environments (the fixture patches dm_control's index table for this MuJoCo)
+from test_envs_suite_contact import _dm_eval, dm  # noqa: E402, F401
 
 # ------------------------------------------------------------------ activation states (act)
 #: two hinges under a first-order filter (``filter``), its exact discretisation
@@ -107,3 +112,133 @@ def test_activation_state_carried_like_mujoco(act_task):
         env.keyframe_state("home")
     with pytest.raises(ValueError, match=r"act has shape \(2,\), expected \(act_size,\)=\(3,\)"):
         env.pipeline_init(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2))
+
+
+# ---------------------------------------------------------------------------- ball in cup
+@pytest.fixture(scope="module")
+def bic():
+    """``ball_in_cup_catch`` and its observation / reward as a compiled function of a state."""
+    env = envs.make("ball_in_cup_catch")
+
+    @jax.jit
+    def evaluate(q, v, a):
+        pk = sim.State(q, v)
+        s = env.state_sensors(pk)
+        return env.observe(pk, s), env.reward(pk, s, a)[0]
+
+    return env, evaluate
+
+
+def test_ball_in_cup_functions_match_dm_control(bic, dm):
+    """``ball_in_cup_catch``'s observation (``qpos``, ``qvel`` in MuJoCo's order) and reward
+    (``in_target``) as functions of a state, against dm_control's ``get_observation`` /
+    ``get_reward`` on the same MuJoCo state, to 1e-12: random states (the ball anywhere within
+    the string's reach, the cup displaced), and the ball put just inside and just outside the
+    target box along x and z (the reward is 1 on some states and 0 on others)."""
+    env, evaluate = bic
+    ref = dm("ball_in_cup", "catch")
+    rng = np.random.default_rng(3)
+    states = []
+    for _ in range(4):
+        cup = rng.uniform(-0.2, 0.2, 2)
+        states.append((np.r_[cup, rng.uniform(-0.25, 0.25), rng.uniform(0.0, 0.4)], None))
+    lim = 0.05 - 0.025  # the target's half size minus the ball's radius
+    for dx, dz in ((0, 0), (lim - 1e-3, 0), (lim + 1e-3, 0), (0, lim - 1e-3), (0, -lim - 1e-3)):
+        cup = rng.uniform(-0.1, 0.1, 2)  # ball world = (0, 0.2) + qpos; target = (0, 0.55) + cup
+        states.append((np.r_[cup, cup[0] + dx, cup[1] + 0.35 + dz], None))
+    rewards = []
+    for q, _ in states:
+        v, a = rng.standard_normal(4), rng.uniform(-1.3, 1.3, 2)
+        got_obs, got_rew = evaluate(jnp.asarray(env.q_of(q)), jnp.asarray(env.q_of(v)), a)
+        want_obs, want_rew, _ = _dm_eval(ref, q, v, a)
+        np.testing.assert_allclose(got_obs, want_obs, atol=1e-12, rtol=0)
+        assert float(got_rew) == want_rew
+        rewards.append(want_rew)
+    assert rewards[4:] == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert env.dt == pytest.approx(0.02) and env.n_frames == 10
+    assert env.scene.ignored == () and env.sys.cfg.spatial_tendons is not None
+
+
+# slow: a compile of the contact step (the default test above covers the observation and the
+# reward; test_activation_state_carried_like_mujoco, SuiteEnv.advance)
+#: scenario -> (MuJoCo qpos, qvel, control of step k, control steps)
+BIC_ROLLOUTS = {
+    # dropped into the cup: it rests there (reward 1 at the end)
+    "rest": ([0.0, 0.0, 0.0, 0.35], [0.0, 0.0, 0.0, 0.0], lambda k: (0.0, 0.0), 50),
+    # thrown up against the cup's underside: it bounces off and hangs below on the string
+    "bounce": ([0.0, 0.0, 0.0, 0.1], [0.0, 0.0, 0.0, 2.0], lambda k: (0.0, 0.0), 50),
+    # released to the side: it swings on the taut string
+    "swing": ([0.0, 0.0, 0.25, 0.15], [0.0, 0.0, 0.0, 0.0], lambda k: (0.0, 0.0), 100),
+    # the cup jerked up and sideways, then released; the cup whirled
+    "jerk": ([0.0] * 4, [0.0] * 4, lambda k: (1.0, -1.0) if k < 10 else (0.0, 0.0), 100),
+    "whirl": ([0.0] * 4, [0.0] * 4, lambda k: (np.sin(0.6 * k), np.cos(0.6 * k)), 100),
+}
+
+
+@pytest.mark.slow
+def test_ball_in_cup_outcome_like_mujoco(bic):
+    """From the same state under the same controls, jaxdyn's ``ball_in_cup_catch`` against
+    MuJoCo C (``mj_step``, dm_control's model and periods): the string holds the ball (its
+    length, :class:`jaxdyn.sim.SpatialTendons`, never exceeds the 0.3 m limit by more than
+    5 mm after a control step; MuJoCo's soft limit lets it stretch by up to 2 cm in these
+    runs); the dropped ball rests in the cup (reward 1 over the last 10 steps in both, the
+    same position to 5 mm); the thrown ball bounces off the cup's underside (its vertical
+    speed reverses within one control step of MuJoCo's, it never enters the target) and hangs
+    below the cup at the end in both (to 1 cm); after the swing and the jerk the ball hangs at
+    MuJoCo's position to 2 cm."""
+    env, _ = bic
+    m = env.scene.mj_model
+    step = jax.jit(env.step)
+    length = jax.jit(lambda q: env.sys.cfg.spatial_tendons.jacobian(env.sys.model, q)[0][0])
+    target, ball = m.site("target").id, m.body("ball").id
+    for name, (qpos, qvel, control, n) in BIC_ROLLOUTS.items():
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        ps = env.pipeline_init(env.q_of(np.asarray(qpos)), env.q_of(np.asarray(qvel)))
+        s = env.episode_start(jax.random.PRNGKey(0), ps)
+        lengths, rewards, vz = [], [], []
+        for k in range(n):
+            u = np.asarray(control(k), float)
+            s = step(s, jnp.asarray(u))
+            d.ctrl[:] = u
+            mujoco.mj_step(m, d, env.n_frames)
+            rel = np.abs(d.site_xpos[target, [0, 2]] - d.xpos[ball, [0, 2]])
+            rewards.append((float(s.reward), float(np.all(rel < 0.025))))
+            lengths.append((float(length(s.pipeline_state.q)), float(d.ten_length[0])))
+            vz.append((float(env.qpos(s.pipeline_state.v)[3]), float(d.qvel[3])))
+        q = np.asarray(env.qpos(s.pipeline_state.q))
+        lengths, rewards, vz = np.asarray(lengths), np.asarray(rewards), np.asarray(vz)
+        assert float(s.done) == 0.0, name
+        assert lengths[:, 0].max() < 0.3 + 5e-3, name
+        assert lengths[:, 1].max() < 0.3 + 2.5e-2, name
+        if name == "rest":
+            assert np.all(rewards[-10:] == 1.0)
+            np.testing.assert_allclose(q, d.qpos, atol=5e-3)
+        elif name == "bounce":
+            assert np.all(rewards == 0.0)
+            down = np.argmax(vz < 0.5, axis=0)  # the first step after the hit
+            assert abs(int(down[0]) - int(down[1])) <= 1 and down[0] > 0
+            assert q[3] < 0.0 and d.qpos[3] < 0.0  # hangs below the cup (ball_z < 0)
+            np.testing.assert_allclose(q, d.qpos, atol=1e-2)
+        elif name in ("swing", "jerk"):
+            np.testing.assert_allclose(q, d.qpos, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_ball_in_cup_reset_is_collision_free():
+    """``ball_in_cup_catch``'s reset (dm_control: redraw until nothing touches): every state of
+    a batch is free of contact in MuJoCo, the ball in dm_control's ranges, the cup at rest at
+    its origin (the default ``test_ball_in_cup_functions_match_dm_control`` covers the
+    observation of a state)."""
+    env = envs.make("ball_in_cup_catch")
+    m = env.scene.mj_model
+    d = mujoco.MjData(m)
+    s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), 64))
+    obs = np.asarray(s.obs)
+    np.testing.assert_array_equal(obs[:, [0, 1, 4, 5, 6, 7]], 0.0)
+    assert np.all(np.abs(obs[:, 2]) <= 0.2) and np.all((obs[:, 3] >= 0.2) & (obs[:, 3] <= 0.5))
+    for q in np.asarray(s.pipeline_state.q):
+        d.qpos[:] = env.qpos(q)
+        mujoco.mj_forward(m, d)
+        assert d.ncon == 0

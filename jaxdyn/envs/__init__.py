@@ -18,7 +18,7 @@ Tasks (:func:`make` by name):
   ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``; with contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
   ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
-  ``"finger_turn_hard"``.
+  ``"finger_turn_hard"``, ``"ball_in_cup_catch"``.
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -37,6 +37,7 @@ from .base import System as System
 from .base import Wrapper as Wrapper
 from .compat import brax_compat as brax_compat
 from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
+from .dm_control_suite import BallInCup as BallInCup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import CheetahRun as CheetahRun
 from .dm_control_suite import FingerSpin as FingerSpin
@@ -85,6 +86,7 @@ ENVIRONMENTS = {
     "finger_spin": FingerSpin,
     "finger_turn_easy": FingerTurn,
     "finger_turn_hard": lambda **kw: FingerTurn(FingerTurn.HARD_TARGET, **kw),
+    "ball_in_cup_catch": BallInCup,
 }
 
 
@@ -102,6 +104,7 @@ __all__ = [
     "HAS_BRAX",
     "AcrobotSwingup",
     "AutoResetWrapper",
+    "BallInCup",
     "CartpoleBalance",
     "CheetahRun",
     "CompensatedTorque",

@@ -31,7 +31,8 @@ under :class:`jaxdyn.sim.Constraint`):
 * :class:`WalkerMove` (``move_speed``): ``walker_stand``, ``walker_walk``, ``walker_run``;
 * :class:`HopperTask` (``hopping``): ``hopper_stand``, ``hopper_hop``;
 * :class:`FingerSpin`: ``finger_spin``; :class:`FingerTurn` (``target_radius``):
-  ``finger_turn_easy``, ``finger_turn_hard``.
+  ``finger_turn_easy``, ``finger_turn_hard``;
+* :class:`BallInCup`: ``ball_in_cup_catch`` (a string: a spatial tendon with a length limit).
 
 Their observations and rewards are dm_control's task functions (``get_observation``,
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
@@ -80,6 +81,7 @@ __all__ = [
     "HopperTask",
     "FingerSpin",
     "FingerTurn",
+    "BallInCup",
 ]
 
 #: the bundled models
@@ -936,3 +938,84 @@ class FingerTurn(FingerSpin):
             done=done,
             metrics={**state.metrics, "diverged": done},
         )
+
+
+class BallInCup(ContactSuiteEnv):
+    """Ball in cup (dm_control ``ball_in_cup.catch``; Playground ``BallInCup``): a cup on two
+    slide joints (``x``, ``z``; springs of 20 N/m, damping 3) driven by motors (``gear=5``,
+    ``ctrl`` in ``[-1, 1]``), a ball hanging from it on a string (a spatial tendon between
+    the ``ball`` and ``cup`` sites, length limited to 0.3 m); swing the ball into the cup.
+
+    **Observation (8):** ``qpos`` (4), ``qvel`` (4), MuJoCo's joint order (``cup_x``,
+    ``cup_z``, ``ball_x``, ``ball_z``). **Reward:** dm_control's ``in_target``, 1 when the
+    ball's centre (``xpos``) is inside the ``target`` box site shrunk by the ball's radius in
+    ``x`` and ``z``, else 0. **Reset:** ``ball_x ~ U(-0.2, 0.2)``, ``ball_z ~ U(0.2, 0.5)``,
+    the cup at its origin, at rest; as dm_control, a draw whose ball touches the cup is
+    replaced by the first of ``reset_tries - 1`` further draws that does not (one batch).
+    **Periods:** control 0.02 s, simulation 0.002 s (dm_control's; the file's ``Euler``
+    with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball against the five
+    capsules of the cup and the floor (friction 1).
+
+    The string's length limit is MuJoCo's ``tendon`` limit, a soft constraint there
+    (``solreflimit``); here it is the smooth spring-damper of :class:`jaxdyn.sim.JointLimits`
+    on the tendon's length (:class:`jaxdyn.sim.SpatialTendons`), with :attr:`string_limits`
+    (stiffness 1e4 N/m, damping 30 N s/m, stiffer than the default's for this 65 g ball), so
+    a taut string stretches by millimetres and a jerk on it rebounds differently from
+    MuJoCo's (``tests/test_envs_suite_more.py``).
+    """
+
+    xml = "ball_in_cup.xml"
+    #: the string's limit (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
+    string_limits = _sim.JointLimits(stiffness=1e4, damping=30.0)
+    metric_keys = ()
+
+    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.002, reset_tries: int = 16):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        import equinox as eqx
+
+        self.sys = eqx.tree_at(lambda s: s.cfg.limits, self.sys, self.string_limits)
+        self.reset_tries = int(reset_tries)
+        m = self.scene.mj_model
+        t = m.site("target").id
+        self.half_size = np.asarray(m.site_size[t, [0, 2]], float)
+        self.ball_radius = float(m.geom_size[m.geom("ball").id, 0])
+        self.target_frames = [self.scene.site_frames["target"], "ball"]
+
+    def state_sensors(self, pk):
+        _, p = self.frames(pk.q, self.target_frames)
+        return {"ball_to_target": (p[0] - p[1])[jnp.array([0, 2])]}
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate([self.qpos(ps.q), self.qpos(ps.v)])
+
+    def reward(self, ps, sensors, action):
+        inside = jnp.abs(sensors["ball_to_target"]) < self.half_size - self.ball_radius
+        return jnp.all(inside).astype(ps.q.dtype), {}
+
+    def draw_pose(self, rng):
+        """The reset's configuration (jaxdyn's order): the first draw of the ball's position
+        whose ball touches nothing (the first draw if none is free)."""
+
+        def draw(key):
+            r1, r2 = jax.random.split(key)
+            x = jax.random.uniform(r1, (), minval=-0.2, maxval=0.2)
+            z = jax.random.uniform(r2, (), minval=0.2, maxval=0.5)
+            return self.q_of(jnp.stack([0.0, 0.0, x, z]))
+
+        keys = rng[None]
+        if self.reset_tries > 1:
+            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
+            keys = jnp.concatenate([keys, more])
+        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
+        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
+
+        def free(q):
+            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
+
+        return qs[jnp.argmax(jax.vmap(free)(qs))]
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        q = self.draw_pose(r1)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)))
