@@ -332,3 +332,34 @@ def test_humanoid_reset_is_collision_free():
         np.testing.assert_allclose(d.qpos[:3], m.qpos0[:3], atol=1e-15)
         assert np.linalg.norm(d.qpos[3:7]) == pytest.approx(1.0) and np.all(d.qpos[3:7] >= 0)
         assert np.all(lo <= d.qpos[7:]) and np.all(d.qpos[7:] <= hi)
+
+
+@pytest.mark.slow
+def test_humanoid_falls_like_mujoco():
+    """From the model's standing pose (``qpos0``) at rest under zero control, jaxdyn's
+    ``dm_humanoid_stand`` against MuJoCo C for 2 s (80 control steps): the humanoid falls in
+    both (the stand reward from above 0.9 at the first step to 0 at the end), and lies on the
+    floor with the torso (root) and the head at MuJoCo's heights to 1.5 cm and 1 cm (measured:
+    0.3 and 0.5 cm at 2 s; on the way down the two part by up to 10 cm, contact transients:
+    jaxdyn's hard contact against MuJoCo's soft one). (Slow: the step compiles the contact
+    solve of 161 geom pairs, a minute or more; the default
+    ``test_humanoid_functions_match_dm_control`` covers the observation and the reward.)"""
+    env = envs.make("dm_humanoid_stand")
+    m = env.scene.mj_model
+    step = jax.jit(env.step)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    ps = env.pipeline_init(env.q_of(d.qpos.copy()), jnp.zeros(m.nv))
+    s = env.episode_start(jax.random.PRNGKey(0), ps)
+    a = np.zeros(m.nu)
+    rewards = []
+    for _ in range(80):
+        s = step(s, jnp.asarray(a))
+        mujoco.mj_step(m, d, env.n_frames)
+        rewards.append(float(s.reward))
+    q = np.asarray(env.qpos(s.pipeline_state.q))
+    assert float(s.done) == 0.0
+    assert rewards[0] > 0.9 and rewards[-1] < 1e-3
+    assert q[2] < 0.5 and d.qpos[2] < 0.5  # both fell
+    assert abs(q[2] - d.qpos[2]) < 1.5e-2
+    assert abs(float(s.obs[21]) - d.xpos[m.body("head").id, 2]) < 1e-2
