@@ -974,10 +974,11 @@ class BallInCup(ContactSuiteEnv):
     ball's centre (``xpos``) is inside the ``target`` box site shrunk by the ball's radius in
     ``x`` and ``z``, else 0. **Reset:** ``ball_x ~ U(-0.2, 0.2)``, ``ball_z ~ U(0.2, 0.5)``,
     the cup at its origin, at rest; as dm_control, a draw whose ball touches the cup is
-    replaced by the first of ``reset_tries - 1`` further draws that does not (one batch).
-    **Periods:** control 0.02 s, simulation 0.002 s (dm_control's; the file's ``Euler``
-    with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball against the five
-    capsules of the cup and the floor (friction 1).
+    replaced by the first of ``reset_tries - 1`` further draws that does not (one batch;
+    Playground's port resets to ``qpos0``, the ball hanging below the cup).
+    **Periods:** control 0.02 s, simulation 0.002 s (dm_control's and Playground's; the
+    file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
+    against the five capsules of the cup and the floor (friction 1).
 
     The string's length limit is MuJoCo's ``tendon`` limit, a soft constraint there
     (``solreflimit``); here it is the smooth spring-damper of :class:`jaxdyn.sim.JointLimits`
@@ -1064,8 +1065,10 @@ class SuiteHumanoid(ContactSuiteEnv):
     **Reset:** dm_control's ``randomize_limited_and_rotational_joints``: the root at the
     model's position, its quaternion ``U(0, 1)^4`` normalised (dm_control's draw), the limited
     hinges uniform in their ranges, at rest; a draw whose bodies touch anything is replaced by
-    the first of ``reset_tries - 1`` further draws that does not (one batch).
-    **Periods:** control 0.025 s, simulation 0.005 s (dm_control's). Contact: every pair the
+    the first of ``reset_tries - 1`` further draws that does not (one batch; Playground's port
+    resets to ``qpos0``, standing). **Metrics:** ``reward/standing``, ``upright``, ``stand``,
+    ``small_control``, ``move`` (Playground's). **Periods:** control 0.025 s, simulation
+    0.005 s (dm_control's and Playground's). Contact: every pair the
     file declares, with the floor and between the bodies, under
     :class:`jaxdyn.sim.Constraint`; the geoms' ``solimp`` is ignored by name
     (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
@@ -1079,6 +1082,7 @@ class SuiteHumanoid(ContactSuiteEnv):
     metric_keys = (
         "reward/standing",
         "reward/upright",
+        "reward/stand",
         "reward/small_control",
         "reward/move",
     )
@@ -1141,8 +1145,11 @@ class SuiteHumanoid(ContactSuiteEnv):
                 speed, (s, float("inf")), margin=s, value_at_margin=0, sigmoid="linear"
             )
             move = (5 * move + 1) / 6
-        parts = dict(standing=standing, upright=upright, small_control=small_control, move=move)
-        reward = small_control * standing * upright * move
+        stand = standing * upright
+        parts = dict(
+            standing=standing, upright=upright, stand=stand, small_control=small_control, move=move
+        )
+        reward = small_control * stand * move
         return reward, {f"reward/{k}": v for k, v in parts.items()}
 
     def draw_pose(self, rng):
