@@ -1,6 +1,6 @@
 """Type-checked use of jaxdyn's public API (not a test module: pyright checks it, see
 ``[tool.pyright]`` in pyproject.toml and .ci/run). Each ``assert_type`` holds only while the
-public functions keep their annotations through jaxdyn's decorators (``jaxdyn._checks.public``,
+public functions keep their annotations through jaxdyn's decorators (``jaxdyn.shell.public``,
 ``jaxdyn._precision.full_precision``): a decorator that erased them would leave ``Unknown``."""
 
 from __future__ import annotations
