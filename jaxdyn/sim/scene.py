@@ -493,6 +493,7 @@ class _G:
         self.type, self.size, self.R, self.p = typ, np.asarray(size, float), R, p
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
         self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
+        self.priority = 0
 
 
 class Scene:
@@ -607,6 +608,8 @@ class Scene:
                 for f in ("margin", "solref", "solmix"):  # an MJCF robot's contact parameters
                     if getattr(g, f) is not None:
                         setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
+                if g.priority is not None:
+                    gs[-1].priority = int(g.priority[k])
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
         for r in robots:
             R, p, _ = r._pose
@@ -1098,6 +1101,8 @@ def _table(gs, pairs):
             [(0.02, 1.0) if gs[k].solref is None else gs[k].solref for k in used], float
         )
         extra["solmix"] = np.array([gs[k].solmix for k in used], float)
+    if len({gs[k].priority for k in used}) > 1:
+        extra["priority"] = tuple(gs[k].priority for k in used)
     return Geoms(
         **extra,
         size=np.array([gs[k].size for k in used], float),
