@@ -504,7 +504,10 @@ class Scene:
     ``objects`` :class:`FreeObject`, ``world`` :class:`Ground` (one at most) and
     :class:`StaticGeom`. ``deny``: pairs ``(a, b)`` that never collide, each a part's name
     (every geom of the robot / object), ``"robot/link"`` (the geoms of that link) or a geom's
-    full name (``"robot/link/collision0"``, ``"crate"``). ``gravity``: the scene's (default:
+    full name (``"robot/link/collision0"``, ``"crate"``). ``allow``: pairs ``(a, b)`` named
+    the same way that collide although a robot's own geoms skip them (adjacent links, pairs its
+    ``sim.Geoms`` leaves out); never geoms of one body or two static geoms; ``deny`` wins
+    where both name a pair. ``gravity``: the scene's (default:
     the robots', which must agree; else ``-9.81 z``).
 
     Attributes: ``model`` (one :class:`~jaxdyn.Model`; names ``part/name``, a free object's
@@ -518,7 +521,9 @@ class Scene:
     pair and the depth (as :func:`jaxdyn.load_mjcf`).
     """
 
-    def __init__(self, *robots, objects=(), world=(), deny=(), name="scene", gravity=None):
+    def __init__(
+        self, *robots, objects=(), world=(), deny=(), allow=(), name="scene", gravity=None
+    ):
         robots = [r if isinstance(r, Robot) else _as_robot(r) for r in robots]
         objects, world = _listed("objects", objects), _listed("world", world)
         for o in objects:
@@ -673,12 +678,12 @@ class Scene:
                     np.inf,
                 )
             )
-        deny_s = _deny(deny, gs)
+        deny_s, allow_s = _named_pairs("deny", deny, gs), _named_pairs("allow", allow, gs)
 
-        def denied(a, b):
+        def named(pairs_s, a, b):
             ka = {gs[a].part, gs[a].link, gs[a].name}
             kb = {gs[b].part, gs[b].link, gs[b].name}
-            return any((x, y) in deny_s or (y, x) in deny_s for x in ka for y in kb)
+            return any((x, y) in pairs_s or (y, x) in pairs_s for x in ka for y in kb)
 
         own = {frozenset(pr) for pr in self_pairs}
         pairs = []
@@ -687,9 +692,9 @@ class Scene:
                 gi, gj = gs[i], gs[j]
                 if gi.body == gj.body or (gi.body < 0 and gj.body < 0):
                     continue
-                if gi.part == gj.part and frozenset((i, j)) not in own:
+                if gi.part == gj.part and frozenset((i, j)) not in own and not named(allow_s, i, j):
                     continue
-                if denied(i, j):
+                if named(deny_s, i, j):
                     continue
                 pairs.append((i, j) if _ordered(gi.type, gj.type) else (j, i))
 
@@ -1071,16 +1076,18 @@ def _plane_frame(n):
     return np.eye(3) + K + K @ K / (1 + c)
 
 
-def _deny(deny, gs):
+def _named_pairs(what, pairs, gs):
+    """``deny`` / ``allow`` (``what``) as a set of name pairs, each name a part, link or geom
+    of ``gs``; anything else a ``ValueError`` naming ``what``."""
     keys = {k for g in gs for k in (g.part, g.link, g.name)}
     out = set()
-    for pr in deny:
+    for pr in pairs:
         if isinstance(pr, str) or len(pr) != 2:
-            raise ValueError(f"Scene: deny entries must be pairs (a, b), got {pr!r}")
+            raise ValueError(f"Scene: {what} entries must be pairs (a, b), got {pr!r}")
         for k in pr:
             if k not in keys:
                 raise ValueError(
-                    f"Scene: deny names {k!r}, which is no part, link or geom of the scene"
+                    f"Scene: {what} names {k!r}, which is no part, link or geom of the scene"
                 )
         out.add(tuple(pr))
     return out
