@@ -428,13 +428,16 @@ def keep_other_scenes(text, out, infos):
     if not old:
         return text
     lines = text.splitlines()
-    kept, note = [], None
+    kept, note, sane = [], None, ""
     for ln in old:
         cells = [c.strip() for c in ln.split("|")]
         if ln.startswith("| ") and len(cells) > 2 and cells[1] not in infos and cells[1] != "scene":
             kept.append(ln)
         if ln.startswith("Machine: "):
             note = ln
+        m = re.match(r"Sanity: the rollout's batch \((B = \d+)\) after (\d+) steps", ln)
+        if m:
+            sane = f" (its sanity rows: {m.group(1)}, {m.group(2)} steps)"
     if not kept:
         return text
     tables = [i for i, ln in enumerate(lines) if ln.startswith("|---")]
@@ -455,7 +458,9 @@ def keep_other_scenes(text, out, infos):
     if t and note:
         i = next(k for k, ln in enumerate(out_lines) if ln.startswith("Machine: "))
         scenes = sorted({ln.split("|")[1].strip() for ln in kept})
-        out_lines[i] += f" The rows of {', '.join(scenes)} are from an earlier run: {note[9:]}"
+        out_lines[i] += (
+            f" The rows of {', '.join(scenes)} are from an earlier run{sane}: {note[9:]}"
+        )
     return "\n".join(out_lines)
 
 
