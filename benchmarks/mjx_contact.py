@@ -2,7 +2,8 @@
 (issue 56): the same MJCF file loaded by :func:`jaxdyn.load_mjcf` and by ``mujoco.mjx``.
 
 Usage: ``python benchmarks/mjx_contact.py [--batches 16] [--rollout-batch 16] [--T 10]
-[--sanity-steps 200] [--scenes humanoid,push_cube,quadruped] [--out benchmarks/RESULTS.md]``
+[--sanity-steps 200] [--scenes push_cube,quadruped,humanoid] [--engines "jaxdyn Constraint,MJX"]
+[--out benchmarks/RESULTS.md]``
 
 Scenes (``SCENES``):
 
@@ -343,7 +344,8 @@ def section(rows, sanity, infos, args, load0) -> str:
         "reported apart); MJX: `mjx.step` with the file's solver and integrator. `step`: "
         "`jax.jit(jax.vmap(step))` over B environments; `rollout`: `lax.scan` over T steps "
         "inside it (the final state kept). Steps/s count environment steps (B per step call, "
-        "B T per rollout call); compile: the first call, seconds.",
+        "B T per rollout call); compile: the first call, seconds. Batches stay small: MJX's "
+        "vmapped step deadlocks from B = 256 with this jaxlib on the CPU (`benchmarks/sim.py`).",
         "",
         "| scene | geoms | pairs | nv | dt | MuJoCo solver / integrator |",
         "|---|---|---|---|---|---|",
