@@ -317,11 +317,20 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
                     sanity.append((name, e, float(z.mean()), float(z.min()), float(z.max()),
                                    float(nc.mean()), ok))  # fmt: skip
                     log(f"{name:9s} {e:18s} {sc.body} z {z.mean():.4f} contacts {nc.mean():.1f}")
-    solver = str(sc.m.opt.solver).split(".")[-1].replace("mjSOL_", "")
-    integrator = str(sc.m.opt.integrator).split(".")[-1].replace("mjINT_", "")
+    solver, integrator = _solver_integrator(sc.m.opt.solver, sc.m.opt.integrator)
     info = dict(geoms=sc.m.ngeom, pairs=sc.n_pairs, nv=sc.m.nv, dt=sc.m.opt.timestep,
                 body=sc.body, solver=solver, integrator=integrator)  # fmt: skip
     return rows, sanity, info
+
+
+def _solver_integrator(solver, integrator):
+    """MuJoCo's solver and integrator names (``NEWTON``, ``IMPLICITFAST``) of their codes."""
+    import mujoco
+
+    return (
+        mujoco.mjtSolver(int(solver)).name.replace("mjSOL_", ""),
+        mujoco.mjtIntegrator(int(integrator)).name.replace("mjINT_", ""),
+    )
 
 
 def section(rows, sanity, infos, args, load0) -> str:
@@ -434,6 +443,9 @@ def keep_other_scenes(text, out, infos):
     for ln in old:
         cells = [c.strip() for c in ln.split("|")]
         if ln.startswith("| ") and len(cells) > 2 and cells[1] not in infos and cells[1] != "scene":
+            codes = re.fullmatch(r"(\d+) / (\d+)", cells[-2])  # a first run printed the codes
+            if codes:
+                ln = ln.replace(cells[-2], " / ".join(_solver_integrator(*codes.groups())))
             kept.append(ln)
         if ln.startswith("Machine: "):
             note = ln
