@@ -74,6 +74,12 @@ BENCHMARKS = (
         "Geoms.frames of dm_control's humanoid (161 geom pairs) against MuJoCo C's mj_collision",
     ),
     Benchmark(
+        "mjx_contact",
+        ("## Contact scenes against MJX",),
+        "jaxdyn.sim and MJX stepping the same contact-rich MJCF scenes (humanoid, arm + cube, "
+        "quadruped)",
+    ),
+    Benchmark(
         "sim",
         (
             "## Simulation",

@@ -140,6 +140,22 @@ class QuadrupedGetup(SimEnv):
             raise ValueError(
                 f"QuadrupedGetup: needs quad12 (floating base, 12 joints), got {model}"
             )
+        need = ["base_link"] + [f"{leg}_{part}" for leg in LEGS
+                                for part in ("UPPER_LEG", "LOWER_LEG", "FOOT")]  # fmt: skip
+        lacking = [n for n in need if n not in model.frame_names]
+        lacking += [f"body {leg}_LOWER_LEG" for leg in LEGS
+                    if f"{leg}_LOWER_LEG" in model.frame_names
+                    and f"{leg}_LOWER_LEG" not in model.body_names]  # fmt: skip
+        lacking += [
+            f"joint {j!r} (names end in _HAA, _HFE or _KFE)"
+            for j in model.joint_names[1:]
+            if j.split("_")[-1] not in ("HAA", "HFE", "KFE")
+        ]
+        if lacking:
+            raise ValueError(
+                f"QuadrupedGetup: needs quad12's link and joint names; the model {model.name!r} "
+                f"lacks or misnames: {', '.join(lacking)}"
+            )
         prims = quad12_collision(model)
         cs = _sim.contact_set(model, prims)
         cm = contact_model(

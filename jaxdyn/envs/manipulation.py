@@ -43,7 +43,8 @@ class PushCube(SimEnv):
     ``2 * half`` = 0.08 m, 0.2 kg; the table top is the plane ``z = 0``. Collision: the cube and
     the pusher against the table, the pusher against the cube (friction 0.6); the arm's links
     are visual only. ``xml``: another scene with the same names (hinges ``joint1`` ..
-    ``joint7``, free joint and box geom ``cube``, site ``tip``).
+    ``joint7``, free joint and box geom ``cube``, site ``tip``; a scene lacking any is
+    refused with a ``ValueError`` naming each missing one).
 
     **Dynamics:** hard contact (default, ``contact="constraint"``: the complementarity model
     :class:`jaxdyn.sim.Constraint`; ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
@@ -113,10 +114,7 @@ class PushCube(SimEnv):
         cm = contact_model("PushCube", contact, _sim.Compliant, _sim.Constraint)
         scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
         model = scene.model
-        for j in (*ARM_JOINTS, "cube"):
-            model.joint_index(j)  # raises for an unknown joint
-        for f in ("tip", "cube"):
-            model.frame_index(f)
+        self.half = 0.5 * _check_scene(scene, "the bundled scene" if xml is None else xml)
         actuator = ServoPD(
             kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS, gravity=True
         )
@@ -134,8 +132,6 @@ class PushCube(SimEnv):
         self.lower = np.asarray(model.q_lower, np.float32)[self.arm_q]
         self.upper = np.asarray(model.q_upper, np.float32)[self.arm_q]
         self.action_scale = np.broadcast_to(np.asarray(action_scale, np.float32), (7,)).copy()
-        self.half = float(scene.contacts[[c.name for c in scene.contacts].index("cube")].size[0])
-        self.half *= 0.5
         self.cube_x, self.cube_y = tuple(cube_x), tuple(cube_y)
         self.target_x, self.target_y = tuple(target_x), tuple(target_y)
         self.reach_weight = float(reach_weight)
@@ -261,6 +257,45 @@ class PushCube(SimEnv):
             done=done,
             metrics={**state.metrics, **metrics},
         )
+
+
+def _check_scene(scene, source) -> float:
+    """The names :class:`PushCube` needs in a scene (hinges ``joint1`` .. ``joint7``, a free
+    joint and a body ``cube``, a site ``tip``, a colliding box geom ``cube``: a primitive
+    against the table or a geom of a pair), all checked at once; returns the cube's full side.
+    Raises a ``ValueError`` naming ``source`` and every missing name."""
+    model = scene.model
+    missing = []
+    joints = list(model.joint_names)
+    width = {j: model.q_slice(j).stop - model.q_slice(j).start for j in joints}
+    for j in ARM_JOINTS:
+        if width.get(j) != 1:
+            missing.append(f"a hinge joint {j!r}")
+    if width.get("cube") != 7:
+        missing.append("a free joint 'cube' (on the cube's body)")
+    if "cube" not in model.frame_names:
+        missing.append("a body 'cube'")
+    if "tip" not in model.frame_names:
+        missing.append("a site 'tip' (the pusher's centre)")
+    side = None
+    for c in scene.contacts:
+        if c.name == "cube" and hasattr(c, "size"):  # a sim.Box primitive (full sides)
+            side = float(c.size[0])
+    g = scene.geoms
+    if side is None and g is not None and "cube" in g.names:
+        k = g.names.index("cube")
+        if g.type[k] == "box":
+            side = 2.0 * float(np.asarray(g.size)[k][0])  # MuJoCo's half-sizes
+    if side is None:
+        missing.append("a colliding box geom 'cube'")
+    if missing:
+        geoms = [c.name for c in scene.contacts] + ([] if g is None else list(g.names))
+        raise ValueError(
+            f"PushCube: {source} lacks {'; '.join(missing)}. The scene needs hinges "
+            f"{', '.join(ARM_JOINTS)}, a free body 'cube' (free joint and box geom of that name) "
+            f"and a site 'tip'; it has joints {joints} and colliding geoms {geoms}"
+        )
+    return side
 
 
 def _arr(x):
