@@ -53,6 +53,11 @@ BENCHMARKS = (
         "jax.jit(jax.vmap(f)) against Pinocchio's C++, with the derivatives",
     ),
     Benchmark(
+        "batch1",
+        ("## Batch-1 latency against Pinocchio C++",),
+        "one robot at a time: jit and eager calls, JAX's dispatch floor, async and sync dispatch",
+    ),
+    Benchmark(
         "centroidal",
         ("## Centroidal dynamics, frame motion and the Coriolis matrix against Pinocchio C++",),
         "centroidal, frame-motion and Coriolis functions against Pinocchio's C++",
@@ -67,6 +72,12 @@ BENCHMARKS = (
         "collision",
         ("## Collision pipeline: a self-colliding humanoid",),
         "Geoms.frames of dm_control's humanoid (161 geom pairs) against MuJoCo C's mj_collision",
+    ),
+    Benchmark(
+        "mjx_contact",
+        ("## Contact scenes against MJX",),
+        "jaxdyn.sim and MJX stepping the same contact-rich MJCF scenes (humanoid, arm + cube, "
+        "quadruped)",
     ),
     Benchmark(
         "sim",

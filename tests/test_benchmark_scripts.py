@@ -223,3 +223,57 @@ def test_first_result_script(tmp_path):
     assert out.read_text().startswith("# jaxdyn benchmark results\n\n## Time to first result\n")
     with pytest.raises(SystemExit):
         first_result.main(["--examples", "nope.py", "--out", str(out)])
+
+
+def test_mjx_contact_scene_and_table(tmp_path):
+    """benchmarks/mjx_contact.py's pieces, without compiling a step: the quadruped scene it
+    writes as MJCF has QuadrupedGetup's collision geometry (trunk box, thigh capsules, foot
+    spheres: the same primitives, robot against floor only) and 12 position servos, loads in
+    jaxdyn and MJX; the section's table gives each jaxdyn row its ratio to MJX's steps/s at the
+    same scene, call and batch, and says the machine was shared."""
+    pytest.importorskip("mujoco")
+    import argparse
+
+    import numpy as np
+
+    import jaxdyn
+    from jaxdyn import robots
+    from jaxdyn.envs.getup import quad12_collision
+
+    mc = _bench_module("mjx_contact")
+    xml = mc.quadruped_xml()
+    loaded = jaxdyn.load_mjcf(xml)
+    want = {p.name: p for p in quad12_collision(robots.load("quad12"))}
+    got = {p.name: p for p in loaded.contacts}
+    assert set(got) == set(want) and loaded.geoms is None  # no pair but robot-floor
+    for n, p in want.items():
+        assert type(got[n]) is type(p), n
+        assert got[n].frame == p.frame, n  # (MjSpec.to_xml rounds the capsules' quat: 1e-7)
+        np.testing.assert_allclose([(*c, r) for c, r in got[n].spheres()],
+                                   [(*c, r) for c, r in p.spheres()], atol=1e-6)  # fmt: skip
+    assert len(loaded.actuators) == 12
+    from mujoco import mjx
+
+    mjx.put_model(__import__("mujoco").MjModel.from_xml_string(xml))
+    rows = [
+        ("s", "jaxdyn Constraint", "step", 4, 10.0, 400.0, 9.0, 1.0),
+        ("s", "MJX", "step", 4, 40.0, 100.0, 30.0, 2.0),
+    ]
+    sanity = [("s", "MJX", 0.5, 0.4, 0.6, 3.0, True), ("s", "jaxdyn Constraint", 0, 0, 0, 0, 0)]
+    infos = {"s": dict(geoms=3, pairs=2, nv=6, dt=0.002, body="b", solver="NEWTON",
+                       integrator="EULER")}  # fmt: skip
+    args = argparse.Namespace(rollout_batch=4, sanity_steps=20, T=10)
+    text = mc.section(rows, sanity, infos, args, 3.0)
+    assert text.startswith(mc.SECTION + "\n") and "shared with other work and loaded" in text
+    assert "| s | jaxdyn Constraint | step | 4 | 400 | 10.0 | 9.0 | 4.00x | 1.0 |" in text
+    assert "| s | MJX | b | 0.5000 |" in text and "| s | jaxdyn Constraint | b | diverged |" in text
+    # a later run of another scene keeps this one's rows in each table
+    out = tmp_path / "R.md"
+    _bench_module("_env").write_section(out, text)
+    rows_t = [("t", *r[1:]) for r in rows]
+    text_t = mc.section(rows_t, [("t", *sanity[0][1:])], {"t": infos["s"]}, args, 3.0)
+    both = mc.keep_other_scenes(text_t, out, {"t": infos["s"]})
+    for table in both.split("\n\n"):
+        if table.startswith("| scene"):
+            assert "\n| s |" in table and "\n| t |" in table, table
+    assert "The rows of s are from an earlier run" in both

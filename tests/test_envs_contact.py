@@ -12,6 +12,8 @@ are ``slow``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -283,3 +285,37 @@ def test_ppo_iterations_finite(name):
     assert len(seen) >= 2 and np.all(np.isfinite(seen)), seen
     leaves = jax.tree_util.tree_leaves(params)
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
+
+
+def test_push_cube_custom_scene_names_what_it_lacks():
+    """``PushCube(xml=...)``: a scene without the names the task reads is refused with one
+    error naming each missing one (here the cube renamed ``block``, the site ``tip`` gone),
+    not a bare ``list.index`` error; a cube whose geom is a geom pair (its own ``solref``:
+    not a primitive against the table) is found there, with the same side."""
+    src = Path(envs.manipulation.PUSH_CUBE_XML).read_text()
+    renamed = src.replace('"cube"', '"block"').replace('<site name="tip" pos="0 0 0.11"/>', "")
+    with pytest.raises(ValueError) as e:
+        envs.PushCube(xml=renamed)
+    msg = str(e.value)
+    for want in ("free joint 'cube'", "body 'cube'", "site 'tip'", "box geom 'cube'", "block"):
+        assert want in msg, (want, msg)
+    paired = src.replace('type="box" size="0.04 0.04 0.04"', 'type="box" size="0.04 0.04 0.04" '
+                         'solref="0.01 1"')  # fmt: skip
+    assert paired != src
+    env = envs.PushCube(xml=paired)
+    assert "cube" in env.sys.cfg.geoms.names and env.half == pytest.approx(0.04)
+
+
+def test_getup_model_names_what_it_lacks():
+    """``QuadrupedGetup(model=...)``: an 18-DoF floating-base model without quad12's link and
+    joint names (here the shanks renamed) is refused naming them, not a bare ``list.index``
+    error."""
+    from jaxdyn import load_urdf, robots
+
+    path, _ = robots.resolve("quad12")
+    text = Path(path).read_text().replace("_LOWER_LEG", "_SHANK").replace("_KFE", "_KNEE")
+    model = load_urdf(text, floating_base=True)
+    assert model.nv == 18
+    with pytest.raises(ValueError, match="lacks or misnames: FL_LOWER_LEG") as e:
+        envs.QuadrupedGetup(model=model)
+    assert "'FL_KNEE'" in str(e.value)

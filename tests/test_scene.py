@@ -55,7 +55,7 @@ def test_pairs_follow_mujoco_filters():
     m = loaded.mj_model
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    names = jaxdyn.model.mjcf.mujoco_names(m, "geom")
+    names = jaxdyn.io.mjcf.mujoco_names(m, "geom")
     expected = {frozenset((names[c.geom1], names[c.geom2])) for c in d.contact[: d.ncon]}
     got = _name_pairs(loaded.geoms.names, loaded.geoms.pairs)
     got |= {frozenset(("floor", p.name)) for p in loaded.contacts}
@@ -725,6 +725,52 @@ def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
         if d.ncon:
             worst_mj = max(worst_mj, -min(c.dist for c in d.contact[: d.ncon]))
     assert worst_mj < 0.015, worst_mj
+
+
+PRIORITY_MJCF = """<mujoco><worldbody>
+  <geom name="floor" type="plane" size="5 5 .1" friction="0.3" solref="0.05 1.5" priority="1"/>
+  <body name="a" pos="0 0 0.099"><freejoint/>
+    <geom name="a" size="0.1" friction="0.9" solref="0.01 0.5" condim="1"/></body>
+  <body name="b" pos="1 0 0.099"><freejoint/>
+    <geom name="b" size="0.1" friction="0.9" solref="0.01 0.5" condim="1" priority="2"/></body>
+  <body name="c" pos="2 0 0.099"><freejoint/>
+    <geom name="c" size="0.1" friction="0.9" solref="0.01 0.5" solmix="3" priority="1"/></body>
+  <body name="d" pos="2 0 0.298"><freejoint/>
+    <geom name="d" size="0.1" friction="0.5" solref="0.03 0.9" priority="3"/></body>
+</worldbody></mujoco>"""
+
+
+def test_geom_priority_picks_the_pairs_parameters_as_mujoco():
+    """MJCF geom ``priority``: a pair whose geoms' priorities differ takes friction, condim
+    and solref from the geom of higher priority (the floor's 0.3 and solref for ``a``, whose
+    own condim 1 is overridden; ``b``'s condim 1 makes its floor contact frictionless; ``d``
+    gives its pair with ``c`` its own friction 0.5, below ``c``'s 0.9); equal priorities
+    combine (``c`` on the floor: friction max, solref mixed by solmix 3:1). Each contact's
+    friction and solref equal MuJoCo's ``mj_collision`` contacts (``friction[0]``, 0 where
+    the contact's ``dim`` is 1)."""
+    with pytest.warns(UserWarning, match="interpenetrate"):  # resting 1 mm deep
+        loaded = jaxdyn.load_mjcf(PRIORITY_MJCF)
+    assert not loaded.contacts and loaded.geoms.priority is not None
+    fr = _frames_fn(loaded)(loaded.q0)
+    m = mujoco.MjModel.from_xml_string(PRIORITY_MJCF)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    assert d.ncon == 4
+    dist, mu, sref = (np.asarray(x) for x in (fr.distance, fr.friction, fr.solref))
+    for c in d.contact[: d.ncon]:
+        key = {int(m.geom_bodyid[g]) - 1 for g in (c.geom1, c.geom2)}
+        sel = np.array([{b, o} == key for b, o in zip(fr.body, fr.other, strict=True)])
+        sel &= dist < 0
+        assert sel.any(), key
+        want_mu = c.friction[0] if c.dim > 1 else 0.0
+        np.testing.assert_allclose(mu[sel], want_mu, atol=1e-15)
+        np.testing.assert_allclose(sref[sel], np.broadcast_to(c.solref, sref[sel].shape),
+                                   atol=1e-15)  # fmt: skip
+    # the four cases above are the four MuJoCo answers
+    got = sorted((float(c.friction[0]) * (c.dim > 1), *map(float, c.solref))
+                 for c in d.contact[: d.ncon])  # fmt: skip
+    np.testing.assert_allclose(got, [(0.0, 0.01, 0.5), (0.3, 0.05, 1.5), (0.5, 0.03, 0.9),
+                                     (0.9, 0.02, 0.75)], atol=1e-12)  # fmt: skip
 
 
 def test_override_flag_sets_every_pair_margin_and_solref():

@@ -189,7 +189,7 @@ def test_start_interpenetration_warns_with_mujoco_depths(built):
     m = loaded.mj_model
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    names = jaxdyn.model.mjcf.mujoco_names(m, "geom")
+    names = jaxdyn.io.mjcf.mujoco_names(m, "geom")
     ref = {}
     for con in d.contact[: d.ncon]:
         key = frozenset((names[con.geom1], names[con.geom2]))
@@ -304,6 +304,30 @@ def test_deny_and_parts(arm):
     assert full.joints("arm") == ("arm/joint1", "arm/joint2") and full.joints("ball") == ()
     assert full.model.nq == 9 and len(full.q_index["ball"]) == 7
     np.testing.assert_allclose(full.q0[full.q_index["ball"]], [0, 0, 1, 1, 0, 0, 0])
+
+
+def test_allow_brings_back_a_robots_skipped_pairs(arm):
+    """``allow`` adds pairs a robot's own geoms skip (adjacent links: the pendulum's two moving
+    links, and its first link with the fixed base, which overlap: warned) and nothing else;
+    ``deny`` wins over it;
+    an ``allow`` naming nothing is refused by name."""
+    robot = sim.Robot(arm, urdf=ARM, name="arm", pos=(0.5, 0, 0.5))
+    kw = dict(objects=[sim.FreeSphere("ball", 0.05, pos=(0, 0, 1))])
+    g = sim.Scene(robot, **kw).geoms
+    full = _names(g.names, g.pairs)
+    links = ("arm/link1", "arm/link2")
+    with pytest.warns(UserWarning, match="base_link/collision0'-'arm/link1"):  # they overlap
+        allowed = sim.Scene(robot, allow=[links, ("arm/base_link", "arm/link1")], **kw).geoms
+    g1, g2, g0 = "arm/link1/collision0", "arm/link2/collision0", "arm/base_link/collision0"
+    assert frozenset((g1, g2)) not in full and frozenset((g0, g1)) not in full
+    assert _names(allowed.names, allowed.pairs) == full | {frozenset((g1, g2)),
+                                                           frozenset((g0, g1))}  # fmt: skip
+    both = sim.Scene(robot, allow=[links], deny=[(g1, g2)], **kw).geoms
+    assert _names(both.names, both.pairs) == full
+    with pytest.raises(ValueError, match=r"allow names 'arm/link9'"):
+        sim.Scene(robot, allow=[("arm/link1", "arm/link9")], **kw)
+    with pytest.raises(ValueError, match=r"allow entries must be pairs"):
+        sim.Scene(robot, allow=["arm/link1"], **kw)
 
 
 QUAD_FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")

@@ -11,6 +11,7 @@ axes ``z y z y z y z``, a round pusher at its tip, an 8 cm cube), loaded by
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,10 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
 from .base import SimEnv, State, contact_model
+
+if TYPE_CHECKING:
+    from jax import Array
+
 
 __all__ = ["PUSH_CUBE_XML", "PushCube"]
 
@@ -38,7 +43,8 @@ class PushCube(SimEnv):
     ``2 * half`` = 0.08 m, 0.2 kg; the table top is the plane ``z = 0``. Collision: the cube and
     the pusher against the table, the pusher against the cube (friction 0.6); the arm's links
     are visual only. ``xml``: another scene with the same names (hinges ``joint1`` ..
-    ``joint7``, free joint and box geom ``cube``, site ``tip``).
+    ``joint7``, free joint and box geom ``cube``, site ``tip``; a scene lacking any is
+    refused with a ``ValueError`` naming each missing one).
 
     **Dynamics:** hard contact (default, ``contact="constraint"``: the complementarity model
     :class:`jaxdyn.sim.Constraint`; ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
@@ -82,7 +88,7 @@ class PushCube(SimEnv):
     def __init__(
         self,
         *,
-        contact="constraint",
+        contact: str | _sim.Compliant | _sim.Constraint = "constraint",
         dt: float = 0.04,
         n_frames: int = 8,
         kp: tuple | float = (200.0, 200.0, 100.0, 100.0, 30.0, 30.0, 10.0),
@@ -102,16 +108,13 @@ class PushCube(SimEnv):
         init_noise: float = 0.05,
         table_half: float = 1.0,
         xml: str | None = None,
-    ):
+    ) -> None:
         from ..io.mjcf import load_mjcf
 
         cm = contact_model("PushCube", contact, _sim.Compliant, _sim.Constraint)
         scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
         model = scene.model
-        for j in (*ARM_JOINTS, "cube"):
-            model.joint_index(j)  # raises for an unknown joint
-        for f in ("tip", "cube"):
-            model.frame_index(f)
+        self.half = 0.5 * _check_scene(scene, "the bundled scene" if xml is None else xml)
         actuator = ServoPD(
             kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS, gravity=True
         )
@@ -129,8 +132,6 @@ class PushCube(SimEnv):
         self.lower = np.asarray(model.q_lower, np.float32)[self.arm_q]
         self.upper = np.asarray(model.q_upper, np.float32)[self.arm_q]
         self.action_scale = np.broadcast_to(np.asarray(action_scale, np.float32), (7,)).copy()
-        self.half = float(scene.contacts[[c.name for c in scene.contacts].index("cube")].size[0])
-        self.half *= 0.5
         self.cube_x, self.cube_y = tuple(cube_x), tuple(cube_y)
         self.target_x, self.target_y = tuple(target_x), tuple(target_y)
         self.reach_weight = float(reach_weight)
@@ -146,24 +147,24 @@ class PushCube(SimEnv):
         return 7
 
     # -- pieces
-    def control(self, action):
+    def control(self, action: Array) -> Array:
         """Servo targets from an action (clipped to ``[-1, 1]``), within the joint ranges."""
         a = jnp.clip(action, -1.0, 1.0)
         return jnp.clip(self.home + self.action_scale * a, self.lower, self.upper)
 
-    def positions(self, q):
+    def positions(self, q: Array) -> tuple[Array, Array, Array]:
         """World positions of the pusher and of the cube's centre, and the cube's rotation:
         ``(p_tip (3,), p_cube (3,), R_cube (3, 3))``."""
         fk = forward_kinematics(self.sys.model, q).frame
         tip, cube = self._frames
         return fk.p[tip], q[self.cube_q][:3], fk.R[cube]
 
-    def distances(self, q, target):
+    def distances(self, q: Array, target: Array) -> tuple[Array, Array]:
         """``(d_reach, d_push)``: cube to pusher, cube to target (m)."""
         tip, cube, _ = self.positions(q)
         return jnp.linalg.norm(cube - tip), jnp.linalg.norm(cube - target)
 
-    def reward(self, q, target, action):
+    def reward(self, q: Array, target: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         """``(reward, metrics)`` at the configuration ``q`` after ``action`` (the docstring's
         formula)."""
         d_reach, d_push = self.distances(q, target)
@@ -177,7 +178,7 @@ class PushCube(SimEnv):
         metrics = {"reach_distance": d_reach, "push_distance": d_push, "success": success}
         return reward, metrics
 
-    def observe(self, ps: _sim.State, target):
+    def observe(self, ps: _sim.State, target: Array) -> Array:
         q, v = ps.q, ps.v
         tip, cube, R = self.positions(q)
         cube_vel = R @ v[self.cube_v][3:6]  # free joint: v = [w_body; R^T v_world]
@@ -196,7 +197,9 @@ class PushCube(SimEnv):
             ]
         )
 
-    def initial_configuration(self, arm, cube_xy, cube_yaw):
+    def initial_configuration(
+        self, arm: Array | np.ndarray, cube_xy: Array | np.ndarray, cube_yaw: Array | np.ndarray
+    ) -> Array:
         """The configuration with the arm at ``arm`` (7) and the cube resting on the table at
         ``cube_xy`` turned by ``cube_yaw`` about the vertical."""
         q = jnp.zeros(self.sys.model.nq)
@@ -213,7 +216,7 @@ class PushCube(SimEnv):
         return q.at[self.cube_q].set(jnp.concatenate([pos, quat]))
 
     # -- contract
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         k_a, k_cx, k_cy, k_yaw, k_tx, k_ty = jax.random.split(rng, 6)
         n = self.init_noise
@@ -236,7 +239,7 @@ class PushCube(SimEnv):
         metrics = {**metrics, "diverged": zero}
         return State(ps, self.observe(ps, target), zero, zero, metrics, {"target": target})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         action = jnp.clip(action, -1.0, 1.0)
@@ -254,6 +257,45 @@ class PushCube(SimEnv):
             done=done,
             metrics={**state.metrics, **metrics},
         )
+
+
+def _check_scene(scene, source) -> float:
+    """The names :class:`PushCube` needs in a scene (hinges ``joint1`` .. ``joint7``, a free
+    joint and a body ``cube``, a site ``tip``, a colliding box geom ``cube``: a primitive
+    against the table or a geom of a pair), all checked at once; returns the cube's full side.
+    Raises a ``ValueError`` naming ``source`` and every missing name."""
+    model = scene.model
+    missing = []
+    joints = list(model.joint_names)
+    width = {j: model.q_slice(j).stop - model.q_slice(j).start for j in joints}
+    for j in ARM_JOINTS:
+        if width.get(j) != 1:
+            missing.append(f"a hinge joint {j!r}")
+    if width.get("cube") != 7:
+        missing.append("a free joint 'cube' (on the cube's body)")
+    if "cube" not in model.frame_names:
+        missing.append("a body 'cube'")
+    if "tip" not in model.frame_names:
+        missing.append("a site 'tip' (the pusher's centre)")
+    side = None
+    for c in scene.contacts:
+        if c.name == "cube" and hasattr(c, "size"):  # a sim.Box primitive (full sides)
+            side = float(c.size[0])
+    g = scene.geoms
+    if side is None and g is not None and "cube" in g.names:
+        k = g.names.index("cube")
+        if g.type[k] == "box":
+            side = 2.0 * float(np.asarray(g.size)[k][0])  # MuJoCo's half-sizes
+    if side is None:
+        missing.append("a colliding box geom 'cube'")
+    if missing:
+        geoms = [c.name for c in scene.contacts] + ([] if g is None else list(g.names))
+        raise ValueError(
+            f"PushCube: {source} lacks {'; '.join(missing)}. The scene needs hinges "
+            f"{', '.join(ARM_JOINTS)}, a free body 'cube' (free joint and box geom of that name) "
+            f"and a site 'tip'; it has joints {joints} and colliding geoms {geoms}"
+        )
+    return side
 
 
 def _arr(x):

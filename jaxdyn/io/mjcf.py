@@ -78,8 +78,8 @@ every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (`
 (MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
 exclude, parent-child)                    against the plane the primitives do not have,
                                           heightfields (``hfield``, inline or PNG);
-                                          friction ``max``, condim 1 / 3, margin, solref
-                                          (docs/scenes.md)
+                                          friction ``max``, condim 1 / 3, margin, solref,
+                                          ``priority`` (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
@@ -2074,6 +2074,7 @@ def _contacts(
         rot.append(R)
         pos.append(p)
     types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
+    prio = [int(m.geom_priority[g]) for g in used]  # MuJoCo's geom priority
     hulls = {}
     for k, g in enumerate(used):
         if types[k] == "mesh":
@@ -2099,6 +2100,7 @@ def _contacts(
         margin=margin[used] if np.any(margin[used] != 0) else None,
         solref=solref[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
         solmix=solmix[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
+        priority=tuple(int(x) for x in prio) if len(set(prio)) > 1 else None,
     )
     return tuple(prims), terrain, geoms
 

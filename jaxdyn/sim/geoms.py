@@ -79,6 +79,11 @@ class Geoms(eqx.Module):
     ``gap`` only adds contacts beyond the margin that never carry a force); ``solref (ng, 2)``
     (``timeconst, dampratio``) mixed with the weights ``solmix (ng,)`` (``w1 / (w1 + w2)``),
     given to the contact models per contact (:attr:`ContactFrames.solref`).
+
+    ``priority`` (static, ``(ng,)`` ints; ``None``: all 0): MuJoCo's geom ``priority``. A pair
+    whose geoms' priorities differ takes its friction, condim and solref from the geom of
+    higher priority instead of combining them (``mj_contactParam``: no ``max``, no
+    ``solmix``); equal priorities combine as above.
     """
 
     size: jnp.ndarray
@@ -95,9 +100,12 @@ class Geoms(eqx.Module):
     margin: jnp.ndarray | None = None
     solref: jnp.ndarray | None = None
     solmix: jnp.ndarray | None = None
+    priority: tuple | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         ng = len(self.names)
+        if self.priority is not None and len(self.priority) != ng:
+            raise ValueError(f"Geoms: priority has {len(self.priority)} entries, not {ng}")
         for name, n in (("body", ng), ("type", ng), ("condim", ng)):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Geoms: {name} has {len(getattr(self, name))} entries, not {ng}")
@@ -214,8 +222,13 @@ class Geoms(eqx.Module):
             sign = jnp.asarray(np.where(flip, -1.0, 1.0), dtype)[:, None, None]
             body = np.where(flip, b1, b2)
             other = np.where(flip, b2, b1)
-            mu = jnp.maximum(fr[i1], fr[i2])
-            cond = np.maximum(np.asarray(self.condim)[i1], np.asarray(self.condim)[i2])
+            # MuJoCo's mj_contactParam: the geom of higher priority gives the pair's
+            # parameters; equal priorities combine them (friction and condim: the max)
+            pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
+            first, second = pr[i1] > pr[i2], pr[i2] > pr[i1]
+            cd1, cd2 = np.asarray(self.condim)[i1], np.asarray(self.condim)[i2]
+            mu = jnp.where(first, fr[i1], jnp.where(second, fr[i2], jnp.maximum(fr[i1], fr[i2])))
+            cond = np.where(first, cd1, np.where(second, cd2, np.maximum(cd1, cd2)))
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             if self.solref is None:
                 sr = None
@@ -228,7 +241,8 @@ class Geoms(eqx.Module):
                     (w1 >= tiny) & (w2 >= tiny),
                     w1 / jnp.where((w1 >= tiny) & (w2 >= tiny), w1 + w2, 1.0),
                     jnp.where(w1 < tiny, jnp.where(w2 < tiny, 0.5, 0.0), 1.0),
-                )[:, None]
+                )
+                mix = jnp.where(first, 1.0, jnp.where(second, 0.0, mix))[:, None]
                 sr = jnp.repeat(mix * sref[i1] + (1 - mix) * sref[i2], k, axis=0)
             parts.append(
                 (

@@ -493,6 +493,7 @@ class _G:
         self.type, self.size, self.R, self.p = typ, np.asarray(size, float), R, p
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
         self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
+        self.priority = 0
 
 
 class Scene:
@@ -503,7 +504,10 @@ class Scene:
     ``objects`` :class:`FreeObject`, ``world`` :class:`Ground` (one at most) and
     :class:`StaticGeom`. ``deny``: pairs ``(a, b)`` that never collide, each a part's name
     (every geom of the robot / object), ``"robot/link"`` (the geoms of that link) or a geom's
-    full name (``"robot/link/collision0"``, ``"crate"``). ``gravity``: the scene's (default:
+    full name (``"robot/link/collision0"``, ``"crate"``). ``allow``: pairs ``(a, b)`` named
+    the same way that collide although a robot's own geoms skip them (adjacent links, pairs its
+    ``sim.Geoms`` leaves out); never geoms of one body or two static geoms; ``deny`` wins
+    where both name a pair. ``gravity``: the scene's (default:
     the robots', which must agree; else ``-9.81 z``).
 
     Attributes: ``model`` (one :class:`~jaxdyn.Model`; names ``part/name``, a free object's
@@ -517,7 +521,9 @@ class Scene:
     pair and the depth (as :func:`jaxdyn.load_mjcf`).
     """
 
-    def __init__(self, *robots, objects=(), world=(), deny=(), name="scene", gravity=None):
+    def __init__(
+        self, *robots, objects=(), world=(), deny=(), allow=(), name="scene", gravity=None
+    ):
         robots = [r if isinstance(r, Robot) else _as_robot(r) for r in robots]
         objects, world = _listed("objects", objects), _listed("world", world)
         for o in objects:
@@ -607,6 +613,8 @@ class Scene:
                 for f in ("margin", "solref", "solmix"):  # an MJCF robot's contact parameters
                     if getattr(g, f) is not None:
                         setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
+                if g.priority is not None:
+                    gs[-1].priority = int(g.priority[k])
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
         for r in robots:
             R, p, _ = r._pose
@@ -670,12 +678,12 @@ class Scene:
                     np.inf,
                 )
             )
-        deny_s = _deny(deny, gs)
+        deny_s, allow_s = _named_pairs("deny", deny, gs), _named_pairs("allow", allow, gs)
 
-        def denied(a, b):
+        def named(pairs_s, a, b):
             ka = {gs[a].part, gs[a].link, gs[a].name}
             kb = {gs[b].part, gs[b].link, gs[b].name}
-            return any((x, y) in deny_s or (y, x) in deny_s for x in ka for y in kb)
+            return any((x, y) in pairs_s or (y, x) in pairs_s for x in ka for y in kb)
 
         own = {frozenset(pr) for pr in self_pairs}
         pairs = []
@@ -684,9 +692,9 @@ class Scene:
                 gi, gj = gs[i], gs[j]
                 if gi.body == gj.body or (gi.body < 0 and gj.body < 0):
                     continue
-                if gi.part == gj.part and frozenset((i, j)) not in own:
+                if gi.part == gj.part and frozenset((i, j)) not in own and not named(allow_s, i, j):
                     continue
-                if denied(i, j):
+                if named(deny_s, i, j):
                     continue
                 pairs.append((i, j) if _ordered(gi.type, gj.type) else (j, i))
 
@@ -1068,16 +1076,18 @@ def _plane_frame(n):
     return np.eye(3) + K + K @ K / (1 + c)
 
 
-def _deny(deny, gs):
+def _named_pairs(what, pairs, gs):
+    """``deny`` / ``allow`` (``what``) as a set of name pairs, each name a part, link or geom
+    of ``gs``; anything else a ``ValueError`` naming ``what``."""
     keys = {k for g in gs for k in (g.part, g.link, g.name)}
     out = set()
-    for pr in deny:
+    for pr in pairs:
         if isinstance(pr, str) or len(pr) != 2:
-            raise ValueError(f"Scene: deny entries must be pairs (a, b), got {pr!r}")
+            raise ValueError(f"Scene: {what} entries must be pairs (a, b), got {pr!r}")
         for k in pr:
             if k not in keys:
                 raise ValueError(
-                    f"Scene: deny names {k!r}, which is no part, link or geom of the scene"
+                    f"Scene: {what} names {k!r}, which is no part, link or geom of the scene"
                 )
         out.add(tuple(pr))
     return out
@@ -1098,6 +1108,8 @@ def _table(gs, pairs):
             [(0.02, 1.0) if gs[k].solref is None else gs[k].solref for k in used], float
         )
         extra["solmix"] = np.array([gs[k].solmix for k in used], float)
+    if len({gs[k].priority for k in used}) > 1:
+        extra["priority"] = tuple(gs[k].priority for k in used)
     return Geoms(
         **extra,
         size=np.array([gs[k].size for k in used], float),

@@ -1,0 +1,482 @@
+"""Contact-rich MJCF scenes stepped by jaxdyn.sim and by MJX, side by side in one process
+(issue 56): the same MJCF file loaded by :func:`jaxdyn.load_mjcf` and by ``mujoco.mjx``.
+
+Usage: ``python benchmarks/mjx_contact.py [--batches 16] [--rollout-batch 16] [--T 10]
+[--sanity-steps 200] [--scenes push_cube,quadruped,humanoid] [--engines "jaxdyn Constraint,MJX"]
+[--out benchmarks/RESULTS.md]``
+
+Scenes (``SCENES``):
+
+* ``humanoid``: dm_control's humanoid (``suite/humanoid.xml``: 20 capsules and spheres,
+  self-collision on, 161 geom pairs after MuJoCo's filters), falling limp from ``qpos0`` with
+  its joints perturbed by 0.01 rad; its ``solimp`` is ignored by jaxdyn
+  (``sim_config(ignore=("solimp",))``; jaxdyn's contact models have no impedance);
+* ``push_cube``: jaxdyn's arm + cube scene (``jaxdyn/envs/xmls/push_cube.xml``: the pusher
+  against the cube and both against the table), the arm at ``PushCube.HOME``, no actuators
+  (the arm sags onto the table and the cube);
+* ``quadruped``: quad12 on the ground with the collision geometry of
+  :class:`jaxdyn.envs.QuadrupedGetup` (a trunk box, four thigh capsules and four foot spheres
+  against a floor plane; limbs do not collide with each other), written as MJCF by
+  :func:`quadruped_xml` (quad12's URDF through MuJoCo's compiler), standing on position
+  servos (kp 20, kv 0.5) from 1 cm above its standing height.
+
+For each scene and batch size ``B``: ``jax.jit(jax.vmap(step))`` of one step, and a rollout
+(``lax.scan`` over ``T`` steps inside ``jax.jit(jax.vmap(...))``, only the final state kept),
+for jaxdyn with ``sim.Constraint`` (hard contact, the fidelity of MJX's Newton solver) and
+``sim.Compliant`` (reported apart), and MJX (``mjx.step``, the file's own solver and
+integrator), float32, zero controls. Compile seconds (first call) are separate; the compiled
+functions are then timed interleaved (engine after engine, ``--repeats`` rounds, median per
+call, wall and process CPU time). Sanity: the rollout repeated to ``--sanity-steps`` steps;
+the height of a body (torso / cube / base) and the number of touching contacts
+(jaxdyn: contact slots closer than ``TOUCH``; MJX: ``contact.dist < TOUCH``) in both engines.
+
+MJX's vmapped step deadlocks at B >= 256 on the CPU with jaxlib 0.10.2
+(:func:`benchmarks.sim.bench_mjx`): keep batches below that. Everything single-threaded
+(``_env.single_threaded``). Writes ``## Contact scenes against MJX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxdyn
+from jaxdyn import sim
+
+import _env
+from _env import cpu_name, write_section
+
+HERE = Path(__file__).resolve().parent
+SECTION = "## Contact scenes against MJX"
+QUAD_DT, QUAD_KP, QUAD_KD, QUAD_STAND = 0.005, 20.0, 0.5, 0.34
+TOUCH = 1e-3  #: a contact within 1 mm counts as touching in the sanity check (m)
+
+
+def humanoid_path() -> str:
+    import dm_control
+
+    return str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
+
+
+def push_cube_path() -> str:
+    from jaxdyn.envs.manipulation import PUSH_CUBE_XML
+
+    return PUSH_CUBE_XML
+
+
+def quadruped_xml() -> str:
+    """quad12 on a floor as MJCF: its URDF through MuJoCo's compiler (static links kept as
+    bodies, the URDF's visual and collision elements dropped), a free joint, the collision
+    geometry of :func:`jaxdyn.envs.getup.quad12_collision` as geoms (robot ``contype 1
+    conaffinity 0``, floor ``contype 0 conaffinity 1``: robot against floor only), position
+    servos on the 12 hinges; ``implicitfast`` at 5 ms."""
+    import mujoco
+
+    from jaxdyn import robots
+    from jaxdyn.envs.getup import quad12_collision
+
+    path, _ = robots.resolve("quad12")
+    xml = Path(path).read_text()
+    xml = re.sub(r"<(visual|collision)\b.*?</\1>", "", xml, flags=re.S)
+    xml = re.sub(
+        r"(<robot\b[^>]*>)",
+        r'\1<mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
+        xml,
+        count=1,
+    )
+    spec = mujoco.MjSpec.from_string(xml)
+    spec.modelname = "quad12_ground"
+    spec.option.timestep = QUAD_DT
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    spec.body("base_link").add_freejoint()
+    fr = [0.8, 0.005, 0.0001]
+    spec.worldbody.add_geom(
+        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[10, 10, 0.1], friction=fr,
+        contype=0, conaffinity=1,
+    )  # fmt: skip
+    model = robots.load("quad12")
+    for p in quad12_collision(model):
+        body = p.frame if isinstance(p.frame, str) else model.frame_names[p.frame]
+        kw = dict(name=p.name, pos=list(p.pos), contype=1, conaffinity=0, friction=fr)
+        if isinstance(p, sim.Sphere):
+            kw.update(type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[p.radius, 0, 0])
+        elif isinstance(p, sim.Box):
+            kw.update(type=mujoco.mjtGeom.mjGEOM_BOX, size=list(0.5 * np.asarray(p.size)))
+        else:  # Capsule along its rotation's z axis
+            kw.update(type=mujoco.mjtGeom.mjGEOM_CAPSULE, size=[p.radius, 0.5 * p.length, 0])
+        if not isinstance(p, sim.Sphere):
+            w, x, y, z = _rot_to_quat(np.asarray(p.rotation))
+            kw["quat"] = [w, x, y, z]
+        spec.body(body).add_geom(**kw)
+    for j in spec.joints:
+        if j.type == mujoco.mjtJoint.mjJNT_HINGE:
+            spec.add_actuator(
+                name=j.name, trntype=mujoco.mjtTrn.mjTRN_JOINT, target=j.name,
+                gaintype=mujoco.mjtGain.mjGAIN_FIXED, gainprm=[QUAD_KP] + [0] * 9,
+                biastype=mujoco.mjtBias.mjBIAS_AFFINE,
+                biasprm=[0, -QUAD_KP, -QUAD_KD] + [0] * 7,
+            )  # fmt: skip
+    spec.compile()
+    return spec.to_xml()
+
+
+def _rot_to_quat(R):
+    import mujoco
+
+    q = np.zeros(4)
+    mujoco.mju_mat2Quat(q, np.ascontiguousarray(R, float).ravel())
+    return q
+
+
+#: scene -> (MJCF source, body whose height the sanity check reports, jaxdyn sim_config ignore)
+SCENES = {
+    "humanoid": (humanoid_path, "torso", ("solimp",)),
+    "push_cube": (push_cube_path, "cube", ()),
+    "quadruped": (quadruped_xml, "base_link", ()),
+}
+
+
+def initial_qpos(m, q0, B, scene, key=0):
+    """``B`` MuJoCo configurations: ``q0`` (``push_cube``: the arm at ``PushCube.HOME``; the
+    quadruped 1 cm above standing) with the hinge joints perturbed by 0.01 rad (uniform)."""
+    import mujoco
+
+    q0 = np.array(q0, float)
+    if scene == "push_cube":
+        from jaxdyn.envs.manipulation import PushCube
+
+        for i, a in enumerate(PushCube.HOME):
+            q0[m.jnt_qposadr[m.joint(f"joint{i + 1}").id]] = a
+    if scene == "quadruped":
+        q0[2] = QUAD_STAND + 0.01
+    hinge = [
+        m.jnt_qposadr[j] for j in range(m.njnt) if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE
+    ]
+    rng = np.random.default_rng(key)
+    qs = np.repeat(q0[None], B, 0)
+    qs[:, hinge] += rng.uniform(-0.01, 0.01, (B, len(hinge)))
+    return qs
+
+
+class Scene:
+    """One scene in both engines: the loaded jaxdyn scene, the MuJoCo model and MJX's."""
+
+    def __init__(self, name):
+        import mujoco
+        from mujoco import mjx
+
+        src, self.body, self.ignore = SCENES[name]
+        self.name, self.src = name, src()
+        self.loaded = jaxdyn.load_mjcf(self.src)
+        self.m = (
+            mujoco.MjModel.from_xml_path(self.src)
+            if os.path.exists(self.src)
+            else mujoco.MjModel.from_xml_string(self.src)
+        )
+        self.mx = mjx.put_model(self.m)
+        self.conv = self.loaded.converter()
+        self.nu = self.m.nu
+        g = self.loaded.geoms
+        self.n_pairs = (len(g.pairs) if g is not None else 0) + len(self.loaded.contacts)
+
+    def cfg(self, contact):
+        return self.loaded.sim_config(contact=contact, ignore=self.ignore)
+
+    def jaxdyn_states(self, qpos):
+        q = np.stack([np.asarray(self.conv.q_from_mujoco(x)) for x in qpos])
+        q = jnp.asarray(q, jnp.float32)
+        return sim.State(q, jnp.zeros((len(q), self.loaded.model.nv), q.dtype), jnp.zeros(len(q)))
+
+    def mjx_states(self, qpos):
+        import mujoco
+        from mujoco import mjx
+
+        dx = mjx.put_data(self.m, mujoco.MjData(self.m))
+        qp = jnp.asarray(qpos, jnp.float32)
+        return jax.vmap(lambda q: dx.replace(qpos=q))(qp)
+
+    # -- the functions timed
+    def jaxdyn_fns(self, contact, T):
+        model, cfg = self.loaded.model, self.cfg(contact)
+        u = jnp.zeros(self.nu, jnp.float32)
+
+        def step(s):
+            return sim.step(model, s, u, cfg)
+
+        def roll(s):
+            return jax.lax.scan(lambda s, _: (step(s), None), s, None, length=T)[0]
+
+        return jax.jit(jax.vmap(step)), jax.jit(jax.vmap(roll))
+
+    def mjx_fns(self, T):
+        from mujoco import mjx
+
+        mx = self.mx
+
+        def step(d):
+            return mjx.step(mx, d)
+
+        def roll(d):
+            return jax.lax.scan(lambda d, _: (step(d), None), d, None, length=T)[0]
+
+        return jax.jit(jax.vmap(step)), jax.jit(jax.vmap(roll))
+
+    # -- what the sanity check reads
+    def jaxdyn_probe(self, states):
+        """``(height of self.body (B,), touching contacts (B,))`` of jaxdyn states."""
+        from jaxdyn.algorithms.kinematics import forward_kinematics
+        from jaxdyn.sim.core import _contact_kinematics, _world
+
+        model, cfg = self.loaded.model, self.cfg(sim.Constraint())
+        k = model.body_names.index(self.body)
+
+        def one(q):
+            z = forward_kinematics(model, q).body.p[k, 2]
+            ws, origin = _world(model, q)
+            _, frames = _contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv, q.dtype))
+            return z, jnp.sum(frames.distance < TOUCH)
+
+        return jax.jit(jax.vmap(one))(states.q)
+
+    def mjx_probe(self, d):
+        k = self.m.body(self.body).id
+        contact = d._impl.contact if hasattr(d, "_impl") else d.contact  # MJX 3.3+: _impl
+        return d.xpos[:, k, 2], jnp.sum(contact.dist < TOUCH, axis=-1)
+
+
+def compile_time(fn, arg):
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(arg))
+    return time.perf_counter() - t0, out
+
+
+def interleaved(cases, repeats=5, min_time=0.1):
+    """Median seconds per call (wall, process CPU) of each ``name: (fn, arg)``, the names
+    timed in turn within each of ``repeats`` rounds (a loaded machine slows all alike)."""
+    wall = {k: [] for k in cases}
+    cpu = {k: [] for k in cases}
+    for _ in range(repeats):
+        for k, (fn, arg) in cases.items():
+            n, t0, c0 = 0, time.perf_counter(), time.process_time()
+            while True:
+                jax.block_until_ready(fn(arg))
+                n += 1
+                if time.perf_counter() - t0 >= min_time:
+                    break
+            wall[k].append((time.perf_counter() - t0) / n)
+            cpu[k].append((time.process_time() - c0) / n)
+    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in cases}
+
+
+ENGINES = {
+    "jaxdyn Constraint": lambda sc, T: sc.jaxdyn_fns(sim.Constraint(), T),
+    "jaxdyn Compliant": lambda sc, T: sc.jaxdyn_fns(sim.Compliant(), T),
+    "MJX": lambda sc, T: sc.mjx_fns(T),
+}
+
+
+def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=None, log=print):
+    """Rows ``(scene, engine, kind, B, us per env-step, env-steps/s, CPU us per env-step,
+    compile s)`` and the sanity rows ``(scene, engine, height mean, height min/max, contacts
+    mean)`` of one scene."""
+    sc = Scene(name)
+    fns = {e: make(sc, T) for e, make in ENGINES.items() if engines is None or e in engines}
+    rows, sanity = [], []
+    for kind, Bs in (("step", batches), (f"rollout T={T}", [rollout_batch])):
+        for B in Bs:
+            qpos = initial_qpos(sc.m, sc.m.qpos0, B, name)
+            arg = {"jaxdyn": sc.jaxdyn_states(qpos), "MJX": sc.mjx_states(qpos)}
+            cases, tc = {}, {}
+            for e, (step, roll) in fns.items():
+                fn = step if kind == "step" else roll
+                a = arg["MJX" if e == "MJX" else "jaxdyn"]
+                tc[e], _ = compile_time(fn, a)
+                log(f"{name:9s} {e:18s} {kind:12s} B={B:4d} compile {tc[e]:6.1f} s")
+                cases[e] = (fn, a)
+            n = B * (1 if kind == "step" else T)
+            for e, (w, c) in interleaved(cases, repeats).items():
+                rows.append((name, e, kind, B, w / n * 1e6, n / w, c / n * 1e6, tc[e]))
+                log(f"{name:9s} {e:18s} {kind:12s} B={B:4d} {n / w:10.0f} steps/s")
+            if kind != "step":  # the sanity check on the rollout's batch
+                for e, (fn, a) in cases.items():
+                    s = a
+                    for _ in range(max(1, sanity_steps // T)):
+                        s = fn(s)
+                    z, nc = sc.mjx_probe(s) if e == "MJX" else sc.jaxdyn_probe(s)
+                    z, nc = np.asarray(z), np.asarray(nc)
+                    ok = bool(np.all(np.isfinite(z)))
+                    sanity.append((name, e, float(z.mean()), float(z.min()), float(z.max()),
+                                   float(nc.mean()), ok))  # fmt: skip
+                    log(f"{name:9s} {e:18s} {sc.body} z {z.mean():.4f} contacts {nc.mean():.1f}")
+    solver, integrator = _solver_integrator(sc.m.opt.solver, sc.m.opt.integrator)
+    info = dict(geoms=sc.m.ngeom, pairs=sc.n_pairs, nv=sc.m.nv, dt=sc.m.opt.timestep,
+                body=sc.body, solver=solver, integrator=integrator)  # fmt: skip
+    return rows, sanity, info
+
+
+def _solver_integrator(solver, integrator):
+    """MuJoCo's solver and integrator names (``NEWTON``, ``IMPLICITFAST``) of their codes."""
+    import mujoco
+
+    return (
+        mujoco.mjtSolver(int(solver)).name.replace("mjSOL_", ""),
+        mujoco.mjtIntegrator(int(integrator)).name.replace("mjINT_", ""),
+    )
+
+
+def section(rows, sanity, infos, args, load0) -> str:
+    import mujoco
+
+    lines = [
+        SECTION,
+        "",
+        f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
+        f"{mujoco.__version__} (MJX's JAX implementation); float32, single-threaded XLA "
+        f"({_env.threading_note()}); run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
+        f"`python benchmarks/mjx_contact.py`. The machine was shared with other work and "
+        f"loaded (load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        f"on {os.cpu_count()} cores): wall times are inflated and noisy; the engines were "
+        "timed interleaved in one process (median of rounds), so their ratios hold better "
+        "than the absolute numbers, and the CPU column is process CPU time.",
+        "",
+        "The same MJCF file in both engines, zero controls. jaxdyn: `sim.step` with the file's "
+        "`sim_config` (`Constraint`: hard contact, MJX's fidelity; `Compliant`: spring-damper, "
+        "reported apart); MJX: `mjx.step` with the file's solver and integrator. `step`: "
+        "`jax.jit(jax.vmap(step))` over B environments; `rollout`: `lax.scan` over T steps "
+        "inside it (the final state kept). Steps/s count environment steps (B per step call, "
+        "B T per rollout call); compile: the first call, seconds. Batches stay small: MJX's "
+        "vmapped step deadlocks from B = 256 with this jaxlib on the CPU (`benchmarks/sim.py`).",
+        "",
+        "| scene | geoms | pairs | nv | dt | MuJoCo solver / integrator |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, i in infos.items():
+        lines.append(f"| {n} | {i['geoms']} | {i['pairs']} | {i['nv']} | {i['dt']:g} | "
+                     f"{i['solver']} / {i['integrator']} |")  # fmt: skip
+    lines += [
+        "",
+        "| scene | engine | call | B | steps/s | us per env-step | CPU us per env-step | "
+        "vs MJX | compile (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    mjx = {(r[0], r[2], r[3]): r[5] for r in rows if r[1] == "MJX"}
+    for r in rows:
+        ratio = "" if r[1] == "MJX" else f"{r[5] / mjx[(r[0], r[2], r[3])]:.2f}x"
+        lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[5]:,.0f} | {r[4]:.1f} | "
+                     f"{r[6]:.1f} | {ratio} | {r[7]:.1f} |")  # fmt: skip
+    lines += [
+        "",
+        f"Sanity: the rollout's batch (B = {args.rollout_batch}) after "
+        f"{max(1, args.sanity_steps // args.T) * args.T} steps from the same states in both "
+        "engines: the height of a body (m; mean, min-max over the batch) and the contacts "
+        f"touching (closer than {TOUCH * 1e3:g} mm: jaxdyn's contact slots, MJX's contacts; "
+        "the two engines' contact sets differ in number: a sphere on a box face, a box on the "
+        "floor), mean per environment.",
+        "",
+        "| scene | engine | body | height (m) | min - max | contacts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sanity:
+        z = f"{s[2]:.4f}" if s[6] else "diverged"
+        lines.append(f"| {s[0]} | {s[1]} | {infos[s[0]]['body']} | {z} | {s[3]:.4f} - "
+                     f"{s[4]:.4f} | {s[5]:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenes", default="push_cube,quadruped,humanoid")
+    ap.add_argument("--batches", default="16", help="batch sizes of the step (below 256)")
+    ap.add_argument("--rollout-batch", type=int, default=16)
+    ap.add_argument("--T", type=int, default=10, help="steps per rollout call")
+    ap.add_argument("--sanity-steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"a comma-separated subset of {', '.join(ENGINES)} (MJX is the ratios' reference)",
+    )
+    ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    args = ap.parse_args(argv)
+    _env.single_threaded()  # before JAX's backend starts (its first computation)
+    load0 = os.getloadavg()[0]
+    batches = [int(b) for b in args.batches.split(",")]
+    engines = args.engines.split(",")
+    if "MJX" not in engines or set(engines) - set(ENGINES):
+        ap.error(f"--engines: a subset of {', '.join(ENGINES)} with MJX, got {args.engines!r}")
+    rows, sanity, infos = [], [], {}
+    for name in args.scenes.split(","):
+        r, s, i = run_scene(name, batches, args.rollout_batch, args.T, args.sanity_steps,
+                            args.repeats, engines)  # fmt: skip
+        rows += r
+        sanity += s
+        infos[name] = i
+        text = section(rows, sanity, infos, args, load0)
+        if args.out:  # after each scene: a long run's finished scenes are kept
+            write_section(args.out, keep_other_scenes(text, args.out, infos))
+    print(text)
+
+
+def keep_other_scenes(text, out, infos):
+    """``text`` with the table rows of the scenes it does not have taken from the section
+    already in ``out`` (``--scenes humanoid`` replaces the humanoid's rows only), each table's
+    kept rows after this run's, and a note naming the runs."""
+    from _env import _sections
+
+    path = Path(out)
+    if not path.exists():
+        return text
+    old = dict(_sections(path.read_text())[1]).get(SECTION)
+    if not old:
+        return text
+    lines = text.splitlines()
+    kept, note, sane = [], None, ""
+    for ln in old:
+        cells = [c.strip() for c in ln.split("|")]
+        if ln.startswith("| ") and len(cells) > 2 and cells[1] not in infos and cells[1] != "scene":
+            codes = re.fullmatch(r"(\d+) / (\d+)", cells[-2])  # a first run printed the codes
+            if codes:
+                ln = ln.replace(cells[-2], " / ".join(_solver_integrator(*codes.groups())))
+            kept.append(ln)
+        if ln.startswith("Machine: "):
+            note = ln
+        m = re.match(r"Sanity: the rollout's batch \((B = \d+)\) after (\d+) steps", ln)
+        if m:
+            sane = f" (its sanity rows: {m.group(1)}, {m.group(2)} steps)"
+    if not kept:
+        return text
+    tables = [i for i, ln in enumerate(lines) if ln.startswith("|---")]
+    out_lines, t = list(lines), 0
+    for start in reversed(tables):  # after the last row of each table
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("| "):
+            end += 1
+        ncol = lines[start].count("|")
+        rows = [ln for ln in kept if ln.count("|") == ncol and ln not in out_lines]
+        # the three tables have 7, 10 and 7 columns: the sanity and scene tables by content
+        if start == tables[0]:
+            rows = [ln for ln in rows if "/" in ln.split("|")[-2]]
+        elif start == tables[-1]:
+            rows = [ln for ln in rows if "/" not in ln.split("|")[-2]]
+        out_lines[end:end] = rows
+        t += len(rows)
+    if t and note:
+        i = next(k for k, ln in enumerate(out_lines) if ln.startswith("Machine: "))
+        scenes = sorted({ln.split("|")[1].strip() for ln in kept})
+        out_lines[i] += (
+            f" The rows of {', '.join(scenes)} are from an earlier run{sane}: {note[9:]}"
+        )
+    return "\n".join(out_lines)
+
+
+if __name__ == "__main__":
+    main()
