@@ -100,15 +100,18 @@ def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
     return _timed_solves(lambda: compiled(problem), repeats, time.perf_counter() - t0)
 
 
-def jaxdyn_default(problem, repeats=3):
-    """``jaxdyn.trajopt.fddp(problem)`` called as a user calls it first (arrays, no ``jax.jit``
-    of one's own, a fresh process's settings): on the CPU the solve compiled into one kernel
-    (``jaxdyn.config`` switch ``trajopt_fused_loops``). Compile time: the first call's time less
-    a solve's."""
-    t0 = time.perf_counter()
-    jax.block_until_ready(ddp.fddp(problem, max_iter=MAX_ITER))
-    first = time.perf_counter() - t0
-    r = _timed_solves(lambda: ddp.fddp(problem, max_iter=MAX_ITER), repeats, 0.0)
+def jaxdyn_fused(problem, repeats=3):
+    """``jaxdyn.trajopt.fddp(problem)`` called with arrays (no ``jax.jit`` of one's own) with
+    the ``jaxdyn.config`` switch ``trajopt_fused_loops`` on: on the CPU the solve compiled into
+    one kernel, per program (off by default). Compile time: the first call's time less a
+    solve's."""
+    import jaxdyn
+
+    with jaxdyn.config.override(trajopt_fused_loops=True):
+        t0 = time.perf_counter()
+        jax.block_until_ready(ddp.fddp(problem, max_iter=MAX_ITER))
+        first = time.perf_counter() - t0
+        r = _timed_solves(lambda: ddp.fddp(problem, max_iter=MAX_ITER), repeats, 0.0)
     r["compile"] = first - r["time"]
     return r
 
@@ -148,10 +151,10 @@ def optax_baseline(problem, steps=500, lr=0.1):
     return dict(time=t, compile=first - t, iters=steps, cost=final, lr=lr)
 
 
-#: the row of ``fddp(problem)`` called directly (:func:`jaxdyn_default`); the other modes are
-#: ``jax.jit(lambda p: fddp(p, derivatives=mode))``, which compiles the caller's program
-#: (one kernel per operation and knot)
-DEFAULT = "analytic, default settings (fddp(problem))"
+#: the row of ``fddp(problem)`` with the switch ``trajopt_fused_loops`` on
+#: (:func:`jaxdyn_fused`); the other modes are ``jax.jit(lambda p: fddp(p, derivatives=mode))``
+#: in default settings, which compiles the caller's program (one kernel per operation and knot)
+DEFAULT = "analytic, trajopt_fused_loops on (fddp(problem))"
 
 
 def single(name, T, seed, modes=(DEFAULT, "analytic", "autodiff"), baseline=True):
@@ -168,7 +171,7 @@ def single(name, T, seed, modes=(DEFAULT, "analytic", "autodiff"), baseline=True
     cro = crocoddyl_solve(problem, pm, conv)
     rows = []
     for mode in modes:
-        jx = jaxdyn_default(problem) if mode == DEFAULT else jaxdyn_solve(problem, mode)
+        jx = jaxdyn_fused(problem) if mode == DEFAULT else jaxdyn_solve(problem, mode)
         assert int(jx["status"]) == 0, f"{name} {mode}: status {int(jx['status'])}"
         rel = abs(float(jx["cost"]) - cro["cost"]) / abs(cro["cost"])
         assert rel < RTOL, f"{name} {mode}: cost {float(jx['cost'])} vs Crocoddyl {cro['cost']}"
@@ -285,13 +288,12 @@ def main(argv=None):
         "initial guess x0 repeated and zero controls, `th_stop = 1e-9`; armature 0.01 (see "
         "`jaxdyn/interop/crocoddyl.py`). Crocoddyl: `SolverFDDP` (C++), best of 3 solves. "
         "jaxdyn: `jaxdyn.trajopt.fddp` jit-compiled, best of 3 solves after compilation "
-        "(compile time separate): the default-settings row calls `fddp(problem)` directly, as "
-        "a user does first, in this process's default settings (on the CPU the solve is "
-        "compiled into one XLA kernel, `jaxdyn.config` switch `trajopt_fused_loops`; its "
-        "compile time is the first call's less a solve's); the other jaxdyn rows wrap it in "
-        "`jax.jit(lambda p: fddp(p, derivatives=...))`, the caller's own program, compiled "
-        "one kernel per operation and knot. Iterations: iterations performed (Crocoddyl's "
-        "`iter + 1`). "
+        "(compile time separate): the `trajopt_fused_loops` row calls `fddp(problem)` directly "
+        "with that `jaxdyn.config` switch on (off by default: on the CPU the solve is then "
+        "compiled into one XLA kernel; its compile time is the first call's less a solve's); "
+        "the other jaxdyn rows wrap it in `jax.jit(lambda p: fddp(p, derivatives=...))` in "
+        "default settings, compiled one kernel per operation and knot. Iterations: iterations "
+        "performed (Crocoddyl's `iter + 1`). "
         f"Final costs agree to the stated relative difference (asserted < {RTOL:g}). The "
         "optax row is the first-order baseline (`jaxdyn.trajopt.gradient_shooting`: Adam on "
         "the single-shooting cost, reverse mode through the analytic step), a fixed number of "

@@ -32,6 +32,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
+from jaxdyn.backend import fused_programs
 from jaxdyn.derivatives import configuration_tangent
 from jaxdyn.interop.crocoddyl import (
     control_from_pin,
@@ -242,6 +243,17 @@ X0 = (0.3, -0.2)
 GOAL = (1.4, -0.6)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fused_solves():
+    """This module's solves called with arrays run the fused program (``jaxdyn.config`` switch
+    ``trajopt_fused_loops``, off by default: about twice the compile time): the comparisons with
+    Crocoddyl below check it, test_fddp_verbose_every_n against the unfused program; the
+    switch's default (off) and the small fused program: test_config.py. On a jaxlib that cannot
+    compile it (``fused_programs.supported()``) the switch changes nothing."""
+    with jaxdyn.config.override(trajopt_fused_loops=True):
+        yield
+
+
 @pytest.fixture(scope="module")
 def fddp_solution(pendulum):
     _, model = pendulum
@@ -274,7 +286,7 @@ def test_fddp_matches_crocoddyl(pendulum, fddp_solution):
     )
 
 
-def test_fddp_default_program_is_one_kernel(fddp_solution, monkeypatch):
+def test_fddp_fused_program_is_one_kernel(fddp_solution, monkeypatch):
     """On the CPU, ``fddp`` called with arrays (the fixture's solve) runs the fused program of
     jaxdyn.backend.fused_programs: the solve is one call tagged ``xla_cpu_small_call`` (XLA:CPU
     emits it as one kernel; test_config's test_fused_program_is_one_kernel compiles a small one),
@@ -284,6 +296,9 @@ def test_fddp_default_program_is_one_kernel(fddp_solution, monkeypatch):
     problem, _ = fddp_solution
     args, static = _solve_args(problem)
     fused = ddp._solve_fused
+    if not fused_programs.supported():  # an older jaxlib: the unfused program, switch or not
+        assert not fused.usable(jax.tree.leaves(args))
+        return
     assert fused.usable(jax.tree.leaves(args))
     assert fused.program._cache_size() >= 1  # the fixture's fddp compiled (and ran) it
     assert 'xla_cpu_small_call = "true"' in fused.lower(*args, **static).as_text()
@@ -302,7 +317,7 @@ def _solve_args(problem, **options):
     return (problem.with_bounds(), xs, us, jnp.asarray(False), params), static
 
 
-@pytest.mark.slow  # a second compile of the fused solver; test_fddp_default_program_is_one_kernel
+@pytest.mark.slow  # a second compile of the fused solver; test_fddp_fused_program_is_one_kernel
 def test_fused_solver_hlo(fddp_solution):
     """The fused solver's compiled HLO: the tagged call, no custom call (LAPACK, FFI) and no
     YNNPACK fusion (neither compiles inside one kernel)."""
@@ -618,7 +633,7 @@ def test_fddp_verbose_every_n(fddp_solution, capfd):
     """fddp's progress: silent by default; ``verbose=3`` prints the header, then iterations
     0, 3, 6, ... and the last (the same solve: same iterations and cost). ``verbose`` runs the
     unfused program (a host callback cannot sit in one kernel), the fixture's the fused one
-    (test_fddp_default_program_is_one_kernel): equal to rounding, iteration by iteration."""
+    (test_fddp_fused_program_is_one_kernel): equal to rounding, iteration by iteration."""
     problem, res = fddp_solution
     jax.block_until_ready(ddp.fddp(problem, max_iter=200))
     jax.effects_barrier()

@@ -45,6 +45,23 @@ COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_max_isa
 SMALL_CALL = {"xla_cpu_small_call": "true", "inlineable": "false"}
 
 
+def supported() -> bool:
+    """Whether this jaxlib compiles the fused program: written for and tested on jaxlib 0.10
+    (older XLA:CPU has no ``xla_cpu_experimental_ynn_fusion_type`` option: "No such compile
+    option"), with ``jax.experimental.xla_metadata``."""
+    import jaxlib
+
+    try:
+        from jax.experimental import xla_metadata  # noqa: F401
+    except ImportError:
+        return False
+    try:
+        major, minor = (int(x) for x in jaxlib.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (0, 10)
+
+
 def _split(args):
     import equinox as eqx
     import jax
@@ -70,12 +87,13 @@ class FusedJit:
 
     def __init__(self, fn, fallback, switch: str):
         import jax
-        from jax.experimental.xla_metadata import set_xla_metadata
 
         self.fn, self.fallback, self.switch = fn, fallback, switch
         self.refused: set = set()  # static parts whose fused program XLA refused
 
         def program(static, dyn):
+            from jax.experimental.xla_metadata import set_xla_metadata
+
             def body(d):
                 a, k = _merge(d, static)
                 return self.fn(*a, **k)
@@ -91,7 +109,7 @@ class FusedJit:
 
         from .. import config
 
-        if not config.get(self.switch) or xla_flags.loop_bytes_set():
+        if not config.get(self.switch) or xla_flags.loop_bytes_set() or not supported():
             return False
         if jax.default_backend() != "cpu":
             return False
@@ -112,7 +130,11 @@ class FusedJit:
         try:
             return self.program(static, dyn)
         except jax.errors.JaxRuntimeError as e:
-            if not str(e).startswith("UNIMPLEMENTED"):
+            msg = str(e)
+            if not (
+                msg.startswith("UNIMPLEMENTED")
+                or msg.startswith("INVALID_ARGUMENT: No such compile option")
+            ):
                 raise
             self.refused.add(static)
             warnings.warn(
