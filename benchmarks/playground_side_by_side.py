@@ -99,6 +99,9 @@ def ppo_config(task: str, args) -> dict:
             num_evals=args.num_evals,
             episode_length=args.episode_length,
             num_eval_envs=args.num_eval_envs,
+            # Brax runs num_resets_per_eval training steps at least per evaluation: Playground's
+            # 10 would multiply a CPU budget (timesteps rounded up to evals x 10 x batches)
+            num_resets_per_eval=args.resets_per_eval,
         )
     return cfg
 
@@ -321,9 +324,13 @@ def report(paths, out: str, note: str = "") -> str:
         "",
         "`python benchmarks/playground_side_by_side.py` (issue 48): Brax PPO with Playground's "
         "configuration for the suite (`dm_control_suite_params.brax_ppo_config`: learning rate, "
-        "discount, entropy, reward scaling, unroll 30, observation normalisation, resets per "
-        'eval) cut to CPU-sized budgets, on Playground\'s MJX environment (`impl="jax"`) and '
-        "on jaxdyn's port, one process per task (MJX first), seed 0, one seed. **The budgets are "
+        "discount, entropy, reward scaling, unroll 30, observation normalisation) cut to "
+        "CPU-sized budgets (and one reset per evaluation: Brax runs at least "
+        "`num_resets_per_eval` training steps per evaluation, and Playground's 10 would round "
+        'a CPU budget up tenfold), on Playground\'s MJX environment (`impl="jax"`) and '
+        "on jaxdyn's port, seed 0, one seed; each backend in its own process, the two (and the "
+        "other tasks' runs) at the same time on the same machine, so that both see the same "
+        "load. **The budgets are "
         "far below Playground's published ones** (60 M environment steps, 2048 environments, "
         "batch 1024): the returns say whether both learn the same task at the start, not where "
         "they end. Return: mean episode return of the evaluation episodes (1000 control steps). "
@@ -336,7 +343,15 @@ def report(paths, out: str, note: str = "") -> str:
         "| final return | s to threshold | total s | CPU s | env steps/s |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    merged = {}  # one row group per task (``--backend mjx`` and ``jaxdyn`` runs together)
     for d in runs:
+        m = merged.setdefault(d["task"], dict(d, results=[], missing=[]))
+        if d["config"] != m["config"]:
+            raise ValueError(f"report: {d['task']}: the runs' PPO configurations differ")
+        m["results"] += d["results"]
+        m["missing"] += d.get("missing", [])
+    for d in merged.values():
+        d["results"].sort(key=lambda r: r["backend"] != "mjx")
         c = d["config"]
         shape = (
             f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
@@ -344,8 +359,9 @@ def report(paths, out: str, note: str = "") -> str:
         )
         for r in d["results"]:
             st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
+            steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
             lines.append(
-                f"| {d['task']} | {c['num_timesteps']:,} | {shape} | {d['threshold']:g} "
+                f"| {d['task']} | {steps:,} | {shape} | {d['threshold']:g} "
                 f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
                 f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
                 f"| {r['total_seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} "
@@ -404,6 +420,12 @@ def main(argv=None) -> int:
     p.add_argument("--num-evals", type=int, default=5)
     p.add_argument("--episode-length", type=int, default=1000)
     p.add_argument("--num-eval-envs", type=int, default=16, help="episodes per evaluation")
+    p.add_argument(
+        "--resets-per-eval",
+        type=int,
+        default=1,
+        help="Brax's num_resets_per_eval without --full (Playground's: 10)",
+    )
     p.add_argument("--threshold", type=float, help="episode return (default: THRESHOLDS, else 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
