@@ -50,6 +50,10 @@ TASKS = {
     "finger_spin": "FingerSpin",
     "finger_turn_easy": "FingerTurnEasy",
     "finger_turn_hard": "FingerTurnHard",
+    "ball_in_cup_catch": "BallInCup",
+    "dm_humanoid_stand": "HumanoidStand",
+    "dm_humanoid_walk": "HumanoidWalk",
+    "dm_humanoid_run": "HumanoidRun",
 }
 
 #: the return threshold of "wall-clock to threshold" (``--threshold`` overrides): 700 for the
@@ -167,8 +171,9 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     against jaxdyn's port in the default dtype). The tasks with contact diverge after the first
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
-    (``finger_*``: dm_control's model, with
-    its touch sensors and colliding decorations, at dm_control's 0.01 s step)."""
+    (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
+    dm_control's 0.01 s step; ``ball_in_cup_catch`` and ``dm_humanoid_*`` reset as dm_control,
+    to random states, where Playground's reset to ``qpos0``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -240,7 +245,8 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
 
     def jd_fns(qpos, qvel, action):
         dt = jd.sys.model.mass.dtype
-        ps = jd.pipeline_init(jd.q_of(qpos.astype(dt)), jd.q_of(qvel.astype(dt)))
+        q = jd.q_of(qpos.astype(dt))
+        ps = jd.pipeline_init(q, jd.v_of(q, qvel.astype(dt)))
         a = action.astype(dt)
         if isinstance(jd, ContactSuiteEnv):
             sensors = jd.sensors(ps, a)
