@@ -1,4 +1,4 @@
-"""What the Brax PPO examples on the contact tasks share (``train_push_cube_ppo.py``,
+"""What the Brax PPO examples share (``train_quadruped_ppo.py``, ``train_push_cube_ppo.py``,
 ``train_quadruped_getup_ppo.py``): the training run with its printed progress, the learning
 curve (matplotlib) and a video of the trained policy (``jaxdyn.viz``, MuJoCo's headless
 renderer)."""

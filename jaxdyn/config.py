@@ -101,6 +101,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 __all__ = [
     "get",
@@ -193,13 +198,13 @@ def _known(fn, name):
         )
 
 
-def get(name: str):
+def get(name: str) -> Any:
     """Current value of the switch ``name``."""
     _known("get", name)
     return _values[name]
 
 
-def update(name: str, value) -> None:
+def update(name: str, value: Any) -> None:
     """Set the switch ``name`` to ``value``; a change clears JAX's caches (see the module)."""
     _known("update", name)
     value = SWITCHES[name][2](name, value)
@@ -211,7 +216,7 @@ def update(name: str, value) -> None:
 
 
 @contextlib.contextmanager
-def override(**switches):
+def override(**switches: Any) -> Iterator[None]:
     """Set switches for the duration of a ``with`` block, restoring them afterwards (each
     change, in and out, follows the rule of :func:`update`)."""
     for name in switches:
@@ -233,7 +238,7 @@ from .backend.xla_flags import FUSED_LOOP_FLAGS as FUSED_LOOP_FLAGS  # noqa: E40
 from .backend.xla_flags import fused_cpu_loops as fused_cpu_loops  # noqa: E402
 from .backend.xla_flags import fused_cpu_loops_enabled as fused_cpu_loops_enabled  # noqa: E402
 
-# their former private names here (tests/conftest.py, tests/test_config.py)
+# their former private names here (code written against them)
 _with_loop_option = _xla_flags.with_loop_option
 _loop_bytes = _xla_flags.loop_bytes
 _xla_accepts = _xla_flags.xla_accepts
@@ -272,7 +277,7 @@ def _cache_root():
     return Path(base) / "jaxdyn"
 
 
-def compilation_cache_path():
+def compilation_cache_path() -> Path:
     """The directory jaxdyn gives JAX's persistent compilation cache: ``xla/`` under jaxdyn's
     cache directory (:func:`_cache_root`), one subdirectory per jaxdyn, jax and jaxlib version
     (JAX's keys name the versions too; the subdirectories keep an upgrade's stale entries
@@ -307,7 +312,7 @@ def _reset_jax_cache() -> None:
     reset_compilation_cache()
 
 
-def compilation_cache(enabled: bool = True):
+def compilation_cache(enabled: bool = True) -> str | None:
     """Use (or stop using) JAX's persistent compilation cache in jaxdyn's directory
     (:func:`compilation_cache_path`), so that a program compiled by one process is read back by
     the next instead of compiled again. On by default when jaxdyn is imported, unless
@@ -352,7 +357,7 @@ def compilation_cache(enabled: bool = True):
     return _cache_state["dir"]
 
 
-def compilation_cache_dir():
+def compilation_cache_dir() -> str | None:
     """The directory jaxdyn set for JAX's persistent compilation cache, or ``None``
     (:func:`compilation_cache`)."""
     return _cache_state["dir"]

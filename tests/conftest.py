@@ -26,7 +26,7 @@ import os
 os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
 
-from jaxdyn.config import _xla_accepts  # noqa: E402  (imports JAX, which starts no backend yet)
+from jaxdyn.backend.xla_flags import xla_accepts  # noqa: E402  (imports JAX, which starts no backend yet)
 
 #: compile-time flags of the test run (see the module docstring), in the order they are added
 FAST_COMPILE_FLAGS = (
@@ -42,10 +42,10 @@ def _add_fast_compile_flags():
     missing = [f for f in FAST_COMPILE_FLAGS if f.split("=")[0] not in flags]
     if not missing or os.environ.get("JAXDYN_TEST_XLA_PROBED"):
         return
-    if _xla_accepts(" ".join([flags] + missing).strip()):
+    if xla_accepts(" ".join([flags] + missing).strip()):
         accepted = missing
     else:  # keep what this jaxlib knows, one flag at a time
-        accepted = [f for f in missing if _xla_accepts(f"{flags} {f}".strip())]
+        accepted = [f for f in missing if xla_accepts(f"{flags} {f}".strip())]
     os.environ["XLA_FLAGS"] = " ".join([flags] + accepted).strip()
     os.environ["JAXDYN_TEST_XLA_PROBED"] = "1"
 

@@ -18,7 +18,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks
+from jaxdyn import value_checks
 
 from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, far_from_origin
 
@@ -61,7 +61,7 @@ def _check(case, i=0):
     s = case.states[i]
     q = far_from_origin(m, jnp.asarray(s["q"]))
     v, a = jnp.asarray(s["v"]), jnp.asarray(s["a"])
-    with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
+    with value_checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
         out = _everything(m, q, v, a)
     cd = out["cd"]
     pd = pm.createData()

@@ -17,6 +17,7 @@ import pytest
 import jaxdyn
 from jaxdyn import config, robots, spatial
 from jaxdyn import derivatives as D
+from jaxdyn.backend import xla_flags
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +170,13 @@ def test_fused_cpu_loops_flags():
     merged into an existing --xla_backend_extra_options, a threshold replaced, the ISA and
     YNNPACK flags not repeated; and the call refused once JAX's backend runs (as here)."""
     opt = "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold="
-    out = config._with_loop_option("--xla_cpu_multi_thread_eigen=false intra_op=1", 100)
+    out = xla_flags.with_loop_option("--xla_cpu_multi_thread_eigen=false intra_op=1", 100)
     words = out.split()
     assert words[0] == opt + "100"
     assert words[-2:] == ["--xla_cpu_multi_thread_eigen=false", "intra_op=1"]
     assert set(config.FUSED_LOOP_FLAGS) <= set(words[:3])
-    assert config._loop_bytes(out) == 100 and config._loop_bytes("--a=1 b") == 0
-    merged = config._with_loop_option(
+    assert xla_flags.loop_bytes(out) == 100 and xla_flags.loop_bytes("--a=1 b") == 0
+    merged = xla_flags.with_loop_option(
         "--xla_backend_extra_options=foo,xla_cpu_small_while_loop_byte_threshold=5 "
         "--xla_cpu_max_isa=SSE4_2",
         7,
@@ -184,14 +185,14 @@ def test_fused_cpu_loops_flags():
         merged.split()
     )
     assert merged.count("xla_cpu_max_isa") == 1 and "SSE4_2" in merged
-    assert config._loop_bytes(merged) == 7
+    assert xla_flags.loop_bytes(merged) == 7
     jnp.zeros(1).block_until_ready()  # the backend runs
     with pytest.raises(RuntimeError, match="already running"):
         config.fused_cpu_loops()
     # the flags already in XLA_FLAGS (a child process of a fused one): nothing to do, no probe
     old = os.environ.get("XLA_FLAGS")
     try:
-        os.environ["XLA_FLAGS"] = config._with_loop_option("", 1 << 30)
+        os.environ["XLA_FLAGS"] = xla_flags.with_loop_option("", 1 << 30)
         config.fused_cpu_loops()
     finally:
         if old is None:

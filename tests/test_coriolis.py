@@ -18,7 +18,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks
+from jaxdyn import value_checks
 
 from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, far_from_origin
 
@@ -47,7 +47,7 @@ def _check(case, i=0):
     m, pm, c = case.model, case.pin_model, case.conv
     s = case.states[i]
     q, v = far_from_origin(m, jnp.asarray(s["q"])), jnp.asarray(s["v"])
-    with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
+    with value_checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
         out = _everything(m, q, v)
     C = out["C"]
     ref = pin.computeCoriolisMatrix(

@@ -20,7 +20,7 @@ import pytest
 from jax import export
 
 import jaxdyn
-from jaxdyn import robots
+from jaxdyn import robots, shell
 from jaxdyn.algorithms import crba as C
 from jaxdyn.algorithms import kinematics as kin
 from jaxdyn.backend import ffi
@@ -30,7 +30,7 @@ from oracle import RANDOM_ALL_KINDS, all_kinds_tree
 
 def _xla(model, q):
     """XLA's CRBA of one sample (what crba computes without the kernel)."""
-    model, q, _ = kin._prepare(model, "crba", q)
+    model, q, _ = shell.prepare(model, "crba", q)
     return C.crba_world(model, kin.world_state(model, q, centered=True))
 
 

@@ -30,8 +30,8 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks, joints, robots
 from jaxdyn import derivatives as D
+from jaxdyn import joints, robots, value_checks
 from jaxdyn.algorithms import kinematics as kin
 from jaxdyn.algorithms.aba import aba_plain
 from jaxdyn.algorithms.crba import crba as crba_plain
@@ -465,7 +465,7 @@ def transforms(name, fn, part):
             jnp.asarray(rng.normal(size=f_ext.shape)),
         )
         x3 = a if fn == "rnea" else tau
-        with _checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
+        with value_checks.unchecked():  # value checks: tested elsewhere; they doubled the compile
             out = _transforms(model, q, v, x3, f_ext, tangents, fn=fn, part=part)
         out["tangents"], out["x3"] = tangents, x3
         _TRANSFORM_CACHE[key] = jax.tree_util.tree_map(np.asarray, out)

@@ -190,38 +190,22 @@ def case_trajopt():
 
 def case_ppo():
     """Brax PPO on the reacher over the 4 devices of the 2 processes (a tiny budget)."""
-    import functools
-
     import jax
 
     from jaxdyn import distributed as dist
     from jaxdyn import envs
 
-    dist.initialize()
-    from brax.training.agents.ppo import networks as ppo_networks
+    from _tiny_ppo import tiny_ppo_kwargs
 
+    dist.initialize()
     env = envs.make("reacher")
     seen = []
     _, params, _ = dist.train_ppo(
         env,
-        num_timesteps=2 * 8 * 4 * 2,
-        episode_length=8,
-        num_envs=8,
-        num_eval_envs=4,
-        batch_size=8,
-        num_minibatches=2,
-        unroll_length=4,
-        num_updates_per_batch=1,
-        num_evals=2,
-        run_evals=False,  # (Brax evaluates on process 0 only: see docs/distributed.md)
-        wrap_env_fn=envs.wrap,
-        network_factory=functools.partial(
-            ppo_networks.make_ppo_networks,
-            policy_hidden_layer_sizes=(8,),
-            value_hidden_layer_sizes=(8,),
+        **tiny_ppo_kwargs(
+            run_evals=False,  # (Brax evaluates on process 0 only: see docs/distributed.md)
+            progress_fn=lambda step, m: seen.append(step),
         ),
-        progress_fn=lambda step, m: seen.append(step),
-        seed=1,
     )
     leaves = jax.tree_util.tree_leaves(params)
     assert leaves and all(np.isfinite(np.asarray(x)).all() for x in leaves)

@@ -23,6 +23,8 @@ import pytest
 import jaxdyn
 from jaxdyn import envs
 
+from _tiny_ppo import TINY_PPO, tiny_ppo_kwargs
+
 B = 4  # batch of environments in the wrapper tests
 
 
@@ -308,33 +310,18 @@ def test_tiny_ppo_runs_end_to_end(reacher):
     networks, finite metrics and parameters. (Slow: PPO compiles the environment step into its
     training and its evaluation programs.)"""
     need_brax()
-    from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo
 
     # no envs.brax_compat() call: importing jaxdyn.envs applied it (issue 55)
     seen = []
     make_policy, params, metrics = ppo.train(
         environment=reacher,
-        num_timesteps=2 * 8 * 4 * 2,
-        episode_length=8,
-        num_envs=8,
-        num_eval_envs=4,
-        batch_size=8,
-        num_minibatches=2,
-        unroll_length=4,
-        num_updates_per_batch=1,
-        num_evals=2,
-        wrap_env_fn=envs.wrap,
-        randomization_fn=envs.domain_randomization(mass_scale=(0.9, 1.1), friction=None),
-        network_factory=functools.partial(
-            ppo_networks.make_ppo_networks,
-            policy_hidden_layer_sizes=(8,),
-            value_hidden_layer_sizes=(8,),
+        **tiny_ppo_kwargs(
+            randomization_fn=envs.domain_randomization(mass_scale=(0.9, 1.1), friction=None),
+            progress_fn=lambda step, m: seen.append((step, m)),
         ),
-        progress_fn=lambda step, m: seen.append((step, m)),
-        seed=1,
     )
-    assert len(seen) == 2 and seen[-1][0] >= 2 * 8 * 4 * 2
+    assert len(seen) == 2 and seen[-1][0] >= TINY_PPO["num_timesteps"]
     for _, m in seen:
         assert np.isfinite(float(m["eval/episode_reward"]))
         assert float(m["eval/episode_reward"]) < 0  # minus distances

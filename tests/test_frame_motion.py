@@ -18,7 +18,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import _checks
+from jaxdyn import value_checks
 
 from oracle import RANDOM_ALL_KINDS, REFERENCES, RTOL64, all_kinds_tree, assert_close
 
@@ -58,7 +58,7 @@ def _check(case, i=0):
     q, v, a = (jnp.asarray(s[k]) for k in ("q", "v", "a"))
     frames = tuple(case.jac_frames)
     # the value checks (tested elsewhere) would double this program's compile time
-    with _checks.unchecked():
+    with value_checks.unchecked():
         out = jax.jit(_everything, static_argnums=4)(m, q, v, a, frames)
     pd = pm.createData()
     qp, vp, ap = c.q_to_pin(np.asarray(q)), c.v_to_pin(np.asarray(v)), c.v_to_pin(np.asarray(a))

@@ -28,7 +28,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn import robots
+from jaxdyn import robots, shell
 from jaxdyn.constraints import (
     Connect,
     Weld,
@@ -293,7 +293,7 @@ def _all_delassus(model, q, cs):
     from jaxdyn.osim.inertia import articulated_inertias_packed, world_inertias_packed
 
     lay = C.layout(model.topo, cs)
-    model, q, _ = kin._prepare(model, "test", q)
+    model, q, _ = shell.prepare(model, "test", q)
     ws = kin.world_state(model, q)
     K = C.rows_from_placements(lay, C.placements_from_state(model, ws, lay))
     # the packed articulated-inertia pass that jaxdyn.delassus uses

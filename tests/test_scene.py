@@ -55,7 +55,7 @@ def test_pairs_follow_mujoco_filters():
     m = loaded.mj_model
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    names = jaxdyn.model.mjcf.mujoco_names(m, "geom")
+    names = jaxdyn.io.mjcf.mujoco_names(m, "geom")
     expected = {frozenset((names[c.geom1], names[c.geom2])) for c in d.contact[: d.ncon]}
     got = _name_pairs(loaded.geoms.names, loaded.geoms.pairs)
     got |= {frozenset(("floor", p.name)) for p in loaded.contacts}

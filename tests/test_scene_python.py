@@ -189,7 +189,7 @@ def test_start_interpenetration_warns_with_mujoco_depths(built):
     m = loaded.mj_model
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    names = jaxdyn.model.mjcf.mujoco_names(m, "geom")
+    names = jaxdyn.io.mjcf.mujoco_names(m, "geom")
     ref = {}
     for con in d.contact[: d.ncon]:
         key = frozenset((names[con.geom1], names[con.geom2]))

@@ -20,6 +20,8 @@ are benchmarked against):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +51,12 @@ from .state import (
     spanning_g,
 )
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .common import EndEffectors
+
 APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
 
 
@@ -66,7 +74,9 @@ def _armature_dense(model, dt):
     return R
 
 
-def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
+def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None) -> tuple[Any, ...]:
+    """``(model, q, v, x, f_ext, dtype, q_tree, qdot_tree, G, g, world state)`` (``x`` and
+    ``f_ext`` None where not given)."""
     model, q, v, x, dt = prepare(model, fn, q, v, x)
     f_ext = check_f_ext(fn, model, f_ext)
     if f_ext is not None:
@@ -82,7 +92,9 @@ def _spanning(model, fn, q, v, x=None, xname="a", f_ext=None):
 
 @eager.eager_jit
 @full_precision
-def projected_rnea(model: ClusterModel, q, v, a, f_ext=None):
+def projected_rnea(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
     model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(
         model, "projected_rnea", q, v, a, "a", f_ext
@@ -101,7 +113,9 @@ def _H_C(model, ws, qd, f_ext, G, gv, dt):
 
 @eager.eager_jit
 @full_precision
-def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
+def projection_fd(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Projection-method forward dynamics: Cholesky solve of
     ``(G^T H G) a = tau - G^T (C + H g)`` (paper eq. (12))."""
     model, q, v, tau, f_ext, dt, qs, qd, G, gv, ws = _spanning(
@@ -119,7 +133,9 @@ def projection_fd(model: ClusterModel, q, v, tau, f_ext=None):
 
 @eager.eager_jit
 @full_precision
-def lagrange_fd(model: ClusterModel, q, v, tau, f_ext=None):
+def lagrange_fd(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Lagrange-multiplier forward dynamics with the implicit constraint Jacobian ``K``
     (paper eq. (11)): ``H qdd = tau_q - C + K^T lambda``, ``K qdd = k``, with
     ``tau_q = E^T tau`` (``E`` the constant left inverse of ``G`` that picks the independent
@@ -165,7 +181,7 @@ def ee_jacobians(model: ClusterModel, ws, ees, dt):
 
 @eager.eager_jit
 @full_precision
-def projected_osim(model: ClusterModel, q, end_effectors):
+def projected_osim(model: ClusterModel, q: ArrayLike, end_effectors: EndEffectors) -> Array:
     """Inverse OSIM by projection: ``Λ^-1 = (J G) (G^T H G)^-1 (J G)^T`` (same frames as
     :func:`~jaxdyn.clusters.cefpa`)."""
     require_cluster_model("projected_osim", model)
@@ -282,7 +298,9 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
     return with_armature(approx, armature)
 
 
-def approximate_state(model: ClusterModel, approx: ClusterModel, q, v=None):
+def approximate_state(
+    model: ClusterModel, approx: ClusterModel, q: ArrayLike, v: ArrayLike | None = None
+) -> Array | tuple[Array, Array]:
     """Cluster state of ``model`` -> state of ``approx`` (:func:`approximate_model`), by
     coordinate names (the approximate model keeps the independent coordinates)."""
     require_cluster_model("approximate_state", model)

@@ -19,6 +19,8 @@ loops every cluster is one joint and C-ABA is ABA (Featherstone 2008, Alg. 7.1).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import eager, spatial
@@ -45,12 +47,18 @@ from .model import ClusterModel, require_cluster_model
 from .rotors import rotor_terms, setup_folded
 from .state import group_y
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
 __all__ = ["caba"]
 
 
 @eager.eager_jit
 @full_precision
-def caba(model: ClusterModel, q, v, tau, f_ext=None):
+def caba(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Cluster-based forward dynamics (C-ABA): ``a = H^-1 (tau - C)`` in independent
     coordinates.
 

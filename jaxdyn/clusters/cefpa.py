@@ -27,6 +27,8 @@ models take the dense per-body form (:func:`cefpa_general`). Level walks go thro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,12 +55,18 @@ from .common import (
 from .model import ClusterModel, require_cluster_model
 from .rotors import rotor_terms, setup_folded
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .common import EndEffectors
+
 __all__ = ["cefpa", "cefpa_general"]
 
 
 @eager.eager_jit
 @full_precision
-def cefpa(model: ClusterModel, q, end_effectors):
+def cefpa(model: ClusterModel, q: ArrayLike, end_effectors: EndEffectors) -> Array:
     """Inverse operational-space inertia matrix ``Λ^-1 = J H^-1 J^T`` of end effectors, by the
     cluster-based extended force propagator algorithm (C-EFPA).
 

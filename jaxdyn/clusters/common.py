@@ -24,7 +24,8 @@ then take that leaner form (:func:`fast_kinematics`, :func:`cluster_view`).
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,10 @@ from ..model import tree
 from ..model.model import Level
 from .model import LINEAR, ClusterModel, require_cluster_model
 from .state import all_group_states, assemble_spanning, group_y
+
+# End effectors of the operational-space functions (C-EFPA, projected OSIM): one frame (name or
+# index) or a sequence of frames / ``(frame, xyz offset (3,))`` pairs.
+EndEffectors = str | int | Sequence[str | int | tuple[str | int, Any]]
 
 __all__ = [
     "GroupKinematics",
@@ -497,7 +502,9 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
 # ----------------------------------------------------------------------------- end effectors
 
 
-def resolve_end_effectors(model: ClusterModel, end_effectors, fn="cefpa"):
+def resolve_end_effectors(
+    model: ClusterModel, end_effectors: EndEffectors, fn: str = "cefpa"
+) -> list[tuple[str | int, int, int, np.ndarray]]:
     """``[(name, body, frame, xyz (3,))]`` for frames / ``(frame, xyz)`` pairs."""
     tree_ = model.tree
     out = []

@@ -18,6 +18,8 @@ loops every cluster is one joint and C-RNEA is RNEA (Featherstone 2008, Alg. 5.1
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import eager, spatial
@@ -36,12 +38,18 @@ from .model import ClusterModel, require_cluster_model
 from .rotors import rotor_terms, setup_folded
 from .state import group_y
 
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
 __all__ = ["crnea"]
 
 
 @eager.eager_jit
 @full_precision
-def crnea(model: ClusterModel, q, v, a, f_ext=None):
+def crnea(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Cluster-based inverse dynamics (C-RNEA): ``tau = H(q) a + C(q, v)`` in independent
     coordinates (``tau = G^T tau_tree`` of the spanning tree).
 

@@ -57,7 +57,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -71,6 +73,10 @@ from ..model.model import Group as TreeGroup
 from ..model.model import Level, Topology, make_topology
 from ..model.urdf import URDFRobot, parse_urdf
 from . import spec as S
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike, DTypeLike
+
 
 TREE, LINEAR, IMPLICIT = "tree", "linear", "implicit"
 
@@ -308,7 +314,36 @@ class ClusterTopology:
     for the value check of ``q``).
     """
 
-    def __init__(self, **fields):
+    # the fields (set once, by keyword, in __init__)
+    name: str
+    G_left_inverse: np.ndarray  # (nv, nv_tree): E with E G = 1 (picks independent coordinates)
+    levels: tuple[Level, ...]
+    groups: tuple[Group, ...]
+    n_clusters: int
+    nq: int
+    nv: int
+    q_names: tuple[str, ...]
+    v_names: tuple[str, ...]
+    cluster_names: tuple[str, ...]
+    cluster_group: tuple[int, ...]
+    cluster_bodies: tuple[tuple[int, ...], ...]
+    cluster_parent: np.ndarray
+    cluster_level: np.ndarray
+    body_cluster: np.ndarray
+    body_level_index: np.ndarray
+    level_b0: np.ndarray
+    body_order: np.ndarray
+    span_q_src: np.ndarray
+    span_v_src: np.ndarray
+    constraints: tuple
+    has_loops: bool
+    # the rotor-folding plan (jaxdyn.clusters.fold_rotors): a jaxdyn.clusters.rotors.RotorFold
+    # or None (not imported here: rotors imports this module)
+    fold: Any
+    _digest: str
+    _fields: tuple[str, ...]
+
+    def __init__(self, **fields: Any) -> None:
         for k, v in fields.items():
             object.__setattr__(self, k, v)
         object.__setattr__(self, "_digest", digest(*(fields[k] for k in sorted(fields))))
@@ -356,7 +391,7 @@ class ClusterModel(eqx.Module):
     topo: ClusterTopology = eqx.field(static=True)
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.topo.name
 
     @property
@@ -400,7 +435,7 @@ class ClusterModel(eqx.Module):
         return self.topo.cluster_names
 
     @property
-    def gravity(self):
+    def gravity(self) -> jax.Array:
         return self.tree.gravity
 
     @property
@@ -409,11 +444,11 @@ class ClusterModel(eqx.Module):
         (:func:`jaxdyn.clusters.fold_rotors`)."""
         return self.topo.fold is not None
 
-    def group_params(self, g) -> dict:
+    def group_params(self, g: Group | int) -> dict:
         """The parameter leaves of group ``g`` (a :class:`Group` or its index)."""
         return self.params[g if isinstance(g, int) else g.index]
 
-    def astype(self, dtype) -> ClusterModel:
+    def astype(self, dtype: DTypeLike) -> ClusterModel:
         """The same model with every parameter leaf cast to ``dtype``."""
         params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self.params)
         return ClusterModel(self.tree.astype(dtype), params, self.topo)
@@ -1238,7 +1273,7 @@ def _assemble(tree, ctx, order, new_of, clusters, cpar, cdepth, infos, name, con
     return ClusterModel(tree, tuple(params), topo)
 
 
-def with_armature(model: ClusterModel, armature) -> ClusterModel:
+def with_armature(model: ClusterModel, armature: Sequence[ArrayLike | None]) -> ClusterModel:
     """The same model with a constant joint-space inertia ``R_k`` added per cluster
     (``armature[c]``: ``(ny_c, ny_c)``, or ``None``): ``tau += R ydd`` in C-RNEA, ``D_k += R_k``
     in C-ABA / C-EFPA. This is the reflected-inertia ("approximate") model of the paper's §IX-B

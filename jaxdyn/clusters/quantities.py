@@ -9,6 +9,8 @@ placements: ``^{b}X_{o(b)} = ^{b}X_0 \\, ^{0}X_{o(b)}``, ``X_R(i, j) = ^{b_i}X_{
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -16,6 +18,9 @@ from .. import spatial
 from ..algorithms import kinematics as kin
 from .model import ClusterModel
 from .state import all_group_states, assemble_spanning, prepare
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
 
 
 def _X_from_world(R, p):
@@ -35,7 +40,9 @@ def _X_to_world(R, p):
     )
 
 
-def cluster_quantities(model: ClusterModel, q, v=None):
+def cluster_quantities(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike | None = None
+) -> list[dict[str, Any]]:
     """Local-frame cluster quantities of every cluster, in cluster order.
 
     Returns a list of dicts with ``bodies`` (spanning-tree body indices), ``output_bodies``

@@ -19,13 +19,17 @@ Specifications are frozen dataclasses (hashable), so they can sit in static mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial
+
+if TYPE_CHECKING:
+    from jax import Array
 
 __all__ = [
     "Coupling",
@@ -202,10 +206,16 @@ class Cluster:
         object.__setattr__(self, "links", _tuple(self.links, "links", f"Cluster {self.name!r}"))
 
 
+# One constraint specification, as :func:`jaxdyn.clusters.build` takes them.
+ConstraintSpec = Coupling | Mimic | LinearConstraint | PointLoop | ImplicitConstraint | Cluster
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
-def geared_transmission(link_joint: str, rotor_joint: str, ratio: float, name=None):
+def geared_transmission(
+    link_joint: str, rotor_joint: str, ratio: float, name: str | None = None
+) -> LinearConstraint:
     """Geared transmission / rotor (grbda ``RevoluteWithRotor``): ``q_rotor = ratio q_link``,
     ``G = [1; ratio]``, ``K = [ratio, -1]`` (paper §VII, Fig. 1)."""
     return LinearConstraint(
@@ -216,7 +226,13 @@ def geared_transmission(link_joint: str, rotor_joint: str, ratio: float, name=No
     )
 
 
-def belt_transmission(link_joints, rotor_joints, gear_ratios, belt_ratios, name=None):
+def belt_transmission(
+    link_joints: Sequence[str],
+    rotor_joints: Sequence[str],
+    gear_ratios: Sequence[float],
+    belt_ratios: Sequence[Sequence[float]],
+    name: str | None = None,
+) -> LinearConstraint:
     """Parallel belt transmission (grbda ``RevolutePairWithRotor`` / ``RevoluteTripleWithRotor``).
 
     Links ``l_1 -> l_2 -> ...`` in series, rotors ``r_i`` on the body that carries ``l_1``:
@@ -247,7 +263,7 @@ def belt_transmission(link_joints, rotor_joints, gear_ratios, belt_ratios, name=
 # ----------------------------------------------------------------------------- Tello
 
 
-def tello_hip_differential_phi(q, N=6.0):
+def tello_hip_differential_phi(q: Array, N: float = 6.0) -> Array:
     """Tello hip differential, ``q = (q_rotor1, q_rotor2, q_gimbal, q_thigh)`` (pre-gearbox rotor
     angles, then link angles); ``y = q_rotor / N``. From grbda
     ``scripts/matlab/derive_tello_hip_differential.m`` (the MATLAB form)."""
@@ -271,7 +287,7 @@ def tello_hip_differential_phi(q, N=6.0):
     return spatial.stack([one(y1, 1.0), one(y2, -1.0)])
 
 
-def tello_knee_ankle_differential_phi(q, N=6.0):
+def tello_knee_ankle_differential_phi(q: Array, N: float = 6.0) -> Array:
     """Tello knee-ankle differential, ``q = (q_rotor1, q_rotor2, q_shin, q_foot)``; from grbda
     ``scripts/matlab/derive_tello_knee_ankle_differential.m``."""
     y1, y2 = q[0] / N, q[1] / N

@@ -260,7 +260,14 @@ def spanning_G(model, gss, dtype):
     return G
 
 
-def prepare(model, fn, q, v=None, a=None, alternative=None):
+def prepare(
+    model: ClusterModel,
+    fn: str,
+    q: ArrayLike,
+    v: ArrayLike | None = None,
+    a: ArrayLike | None = None,
+    alternative: str | None = None,
+) -> tuple[ClusterModel, Array, Array | None, Array | None, DTypeLike]:
     """Check the model's type and the shapes of ``q``, ``v``, ``a``; cast the model and the
     inputs to their common floating dtype (integer inputs take the model's; float64 inputs with
     a model loaded under float32 are refused, as in :mod:`jaxdyn.shell`). Returns
@@ -273,12 +280,14 @@ def prepare(model, fn, q, v=None, a=None, alternative=None):
         a = shell.as_array(fn, "a", a, (("nv", model.nv),), model)
     dt = shell.common_dtype(q, v, a, model=model.tree)
     shell.check_model_dtype(fn, model.tree, dt)
-    cast = lambda x: None if x is None else x.astype(dt)
-    return model.astype(dt), cast(q), cast(v), cast(a), dt
+    q = q.astype(dt)
+    v = None if v is None else v.astype(dt)
+    a = None if a is None else a.astype(dt)
+    return model.astype(dt), q, v, a, dt
 
 
 @eager.eager_jit
-def spanning_configuration(model: ClusterModel, q):
+def spanning_configuration(model: ClusterModel, q: ArrayLike) -> Array:
     """Spanning-tree configuration ``q_tree`` (``model.tree`` order) of a cluster position."""
     fn = "spanning_configuration"
     model, q, _, _, dt = prepare(model, fn, q)
@@ -286,7 +295,9 @@ def spanning_configuration(model: ClusterModel, q):
 
 
 @eager.eager_jit
-def spanning_state(model: ClusterModel, q, v=None, a=None) -> SpanningState:
+def spanning_state(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike | None = None, a: ArrayLike | None = None
+) -> SpanningState:
     """Map an independent state to the spanning tree: ``q_tree``, ``qdot = G v``,
     ``qdd = G a + g`` and the dense ``G``, ``g`` (paper eqs. (6)-(8)).
 
@@ -318,7 +329,9 @@ def _linear_left_null(G, dep):
 
 @eager.eager_jit
 @full_precision
-def loop_constraints(model: ClusterModel, q, v=None):
+def loop_constraints(
+    model: ClusterModel, q: ArrayLike, v: ArrayLike | None = None
+) -> tuple[Array, Array, Array]:
     """Implicit form of all loop constraints on the spanning tree: ``(phi, K, k)`` with
     ``phi (m,)`` (zero at valid states), ``K = dphi/dq (m, nv_tree)`` block-diagonal over
     clusters (explicit clusters contribute an orthonormal basis of the left null space of their
@@ -383,7 +396,7 @@ def _newton_dependent(model, g, qc, iters):
 
 
 @eager.eager_jit
-def project_configuration(model: ClusterModel, q, iters: int = 30):
+def project_configuration(model: ClusterModel, q: ArrayLike, iters: int = 30) -> Array:
     """Newton projection onto the constraint manifold: the dependent coordinates of every
     implicit cluster are solved for at fixed independent coordinates (``iters`` Newton steps,
     quadratic convergence from a nearby guess). Explicit clusters are unchanged."""

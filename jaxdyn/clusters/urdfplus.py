@@ -19,10 +19,18 @@ by :func:`jaxdyn.model.urdf.parse_urdf`, which refuses DTDs/entities; its unknow
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
 from ..model import urdf as _urdf
 from . import spec as S
 from .model import ClusterModel, build_clusters
 from .rotors import fold_rotors as _fold_rotors
+
+if TYPE_CHECKING:
+    from ..model import Model
+    from ..model.urdf import URDFRobot
 
 _COUPLING_TYPES = ("rolling",)
 _LOOP_TYPES = ("revolute",)
@@ -117,13 +125,13 @@ def parse_extras(robot, xml_root):
 
 
 def build(
-    source,
-    constraints=(),
+    source: str | os.PathLike | URDFRobot | Model,
+    constraints: Sequence[S.ConstraintSpec] = (),
     *,
-    floating_base=False,
-    gravity=(0.0, 0.0, -9.81),
-    independent=None,
-    name=None,
+    floating_base: bool = False,
+    gravity: Sequence[float] = (0.0, 0.0, -9.81),
+    independent: Mapping[str, bool] | None = None,
+    name: str | None = None,
     fold_rotors: bool = True,
     strict: bool | None = None,
 ) -> ClusterModel:
@@ -167,11 +175,11 @@ def build(
 
 
 def load_urdf_plus(
-    source,
+    source: str | os.PathLike,
     floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
-    constraints=(),
-    name=None,
+    gravity: Sequence[float] = (0.0, 0.0, -9.81),
+    constraints: Sequence[S.ConstraintSpec] = (),
+    name: str | None = None,
     fold_rotors: bool = True,
     strict: bool | None = None,
 ) -> ClusterModel:

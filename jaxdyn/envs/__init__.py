@@ -29,6 +29,8 @@ installed applies :func:`brax_compat`, which defines that one name on a JAX that
 changes nothing on a JAX that has it).
 """
 
+from typing import Any
+
 from .actuators import CompensatedTorque as CompensatedTorque
 from .actuators import ServoPD as ServoPD
 from .base import HAS_BRAX as HAS_BRAX
@@ -96,7 +98,7 @@ ENVIRONMENTS = {
 }
 
 
-def make(name: str, **kwargs):
+def make(name: str, **kwargs: Any) -> Env:
     """The environment ``name`` (a key of :data:`ENVIRONMENTS`) built with ``kwargs``."""
     if name not in ENVIRONMENTS:
         raise ValueError(

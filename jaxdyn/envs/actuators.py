@@ -13,11 +13,19 @@ integrator treats their velocity terms implicitly (it differentiates ``torques``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax.numpy as jnp
 
 from ..algorithms.rnea import gravity_forces
 from ..sim.actuators import actuated_dofs, dof_positions
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
+
+    from ..model.model import Model
 
 __all__ = ["CompensatedTorque", "ServoPD"]
 
@@ -30,21 +38,21 @@ class ServoPD(eqx.Module):
     ``tau = clip(kp (ctrl - q) - kd v + g(q), -effort, effort)``, ``g`` the generalised gravity
     (:func:`jaxdyn.gravity_forces`)."""
 
-    kp: float = 5.0
-    kd: float = 0.1
-    effort: float = jnp.inf
+    kp: float | Array = 5.0
+    kd: float | Array = 0.1
+    effort: float | Array = jnp.inf
     dofs: tuple | None = eqx.field(static=True, default=None)
     gravity: bool = eqx.field(static=True, default=False)
 
-    def size(self, model) -> int:
+    def size(self, model: Model) -> int:
         return len(actuated_dofs(model, self.dofs))
 
-    def velocity_gain(self, model, dtype):
+    def velocity_gain(self, model: Model, dtype: DTypeLike) -> Array:
         idx = actuated_dofs(model, self.dofs)
         kd = jnp.broadcast_to(jnp.asarray(self.kd, dtype), (len(idx),))
         return jnp.zeros(model.nv, dtype).at[idx].set(kd)
 
-    def torques(self, model, q, v, ctrl):
+    def torques(self, model: Model, q: Array, v: Array, ctrl: Array) -> Array:
         idx = actuated_dofs(model, self.dofs)
         qi = q[dof_positions(model, idx)]
         dtype = v.dtype
@@ -61,19 +69,19 @@ class CompensatedTorque(eqx.Module):
     g(q)[dofs]`` with ``g`` the generalised gravity (:func:`jaxdyn.gravity_forces`); ``gear``,
     ``damping`` scalars or one per actuated coordinate."""
 
-    gear: float = 1.0
-    damping: float = 0.0
+    gear: float | Array = 1.0
+    damping: float | Array = 0.0
     dofs: tuple | None = eqx.field(static=True, default=None)
 
-    def size(self, model) -> int:
+    def size(self, model: Model) -> int:
         return len(actuated_dofs(model, self.dofs))
 
-    def velocity_gain(self, model, dtype):
+    def velocity_gain(self, model: Model, dtype: DTypeLike) -> Array:
         idx = actuated_dofs(model, self.dofs)
         d = jnp.broadcast_to(jnp.asarray(self.damping, dtype), (len(idx),))
         return jnp.zeros(model.nv, dtype).at[idx].set(d)
 
-    def torques(self, model, q, v, ctrl):
+    def torques(self, model: Model, q: Array, v: Array, ctrl: Array) -> Array:
         idx = actuated_dofs(model, self.dofs)
         dtype = v.dtype
         g = gravity_forces(model, q)[idx]

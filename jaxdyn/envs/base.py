@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -44,6 +44,15 @@ import jax.numpy as jnp
 
 from .. import sim as _sim
 from .. import spatial, value_checks
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..model.model import Model
+
 
 try:  # Brax is optional (the ``rl`` extra)
     from brax.envs import base as _brax_base
@@ -83,10 +92,10 @@ else:
         metrics: dict = dataclasses.field(default_factory=dict)
         info: dict = dataclasses.field(default_factory=dict)
 
-        def replace(self, **changes) -> State:
+        def replace(self, **changes: Any) -> State:
             return dataclasses.replace(self, **changes)
 
-        def tree_flatten(self):
+        def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
             return (
                 self.pipeline_state,
                 self.obs,
@@ -97,23 +106,23 @@ else:
             ), None
 
         @classmethod
-        def tree_unflatten(cls, aux, children):
+        def tree_unflatten(cls, aux: Any, children: Any) -> State:
             return cls(*children)
 
     class Env(abc.ABC):
         """Interface for training and inference (that of ``brax.envs.base.Env``)."""
 
         @abc.abstractmethod
-        def reset(self, rng) -> State:
+        def reset(self, rng: Array) -> State:
             """Resets the environment to an initial state."""
 
         @abc.abstractmethod
-        def step(self, state: State, action) -> State:
+        def step(self, state: State, action: ArrayLike) -> State:
             """Runs one control period."""
 
         @property
         @abc.abstractmethod
-        def observation_size(self):
+        def observation_size(self) -> int:
             """Size of the observation vector."""
 
         @property
@@ -133,17 +142,17 @@ else:
     class Wrapper(Env):
         """Wraps an environment; attributes it does not define are the wrapped env's."""
 
-        def __init__(self, env: Env):
+        def __init__(self, env: Env) -> None:
             self.env = env
 
-        def reset(self, rng) -> State:
+        def reset(self, rng: Array) -> State:
             return self.env.reset(rng)
 
-        def step(self, state: State, action) -> State:
+        def step(self, state: State, action: ArrayLike) -> State:
             return self.env.step(state, action)
 
         @property
-        def observation_size(self):
+        def observation_size(self) -> int:
             return self.env.observation_size
 
         @property
@@ -181,7 +190,9 @@ def _is_key_array(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def contact_model(owner: str, contact, compliant, constraint):
+def contact_model(
+    owner: str, contact: str | _sim.Compliant | _sim.Constraint, compliant, constraint
+):
     """``contact`` as a contact model: a :class:`jaxdyn.sim.Compliant` /
     :class:`jaxdyn.sim.Constraint` as given, ``"compliant"`` / ``"constraint"`` as
     ``compliant()`` / ``constraint()`` (the task's defaults); anything else a ``ValueError``
@@ -198,7 +209,7 @@ def contact_model(owner: str, contact, compliant, constraint):
     )
 
 
-def check_rng(owner: str, rng):
+def check_rng(owner: str, rng: Any) -> Array:
     """One PRNG key: a raw ``uint32 (2,)`` key or a typed key of shape ``()``; raises
     ``ValueError`` naming ``rng`` otherwise (a batch of keys needs ``jax.vmap``)."""
     if _is_key_array(rng):
@@ -220,7 +231,7 @@ def check_rng(owner: str, rng):
     return rng
 
 
-def check_action(owner: str, action, size: int):
+def check_action(owner: str, action: Any, size: int) -> Array:
     """``action`` as a float array of shape ``(size,)``: a wrong shape raises ``ValueError``
     naming ``action`` (at trace time); a non-finite entry fails a value check under jit when
     jaxdyn's value checks are on."""
@@ -245,7 +256,7 @@ def check_action(owner: str, action, size: int):
 _STATE_FIELDS = ("pipeline_state", "obs", "reward", "done", "metrics", "info")
 
 
-def check_state(owner: str, state, info_keys=()):
+def check_state(owner: str, state: Any, info_keys: Sequence[str] = ()) -> None:
     """``state`` as ``step`` expects it: an environment :class:`State` (from ``reset`` or
     ``step``: ``pipeline_state``, ``obs``, ``reward``, ``done``, ``metrics``, ``info``) whose
     ``pipeline_state`` is a :class:`jaxdyn.sim.State` and whose ``info`` holds ``info_keys``;
@@ -297,7 +308,7 @@ class SimEnv(Env):
     #: a velocity coordinate faster than this (rad/s or m/s) counts as a diverged simulation
     divergence_speed: float = 1e3
 
-    def __init__(self, model, cfg: _sim.SimConfig, n_frames: int = 1):
+    def __init__(self, model: Model, cfg: _sim.SimConfig, n_frames: int = 1) -> None:
         if not isinstance(cfg, _sim.SimConfig):
             raise TypeError(f"{type(self).__name__}: cfg must be a jaxdyn.sim.SimConfig")
         if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
@@ -308,7 +319,7 @@ class SimEnv(Env):
 
     # -- the system
     @property
-    def model(self):
+    def model(self) -> Model:
         """The :class:`jaxdyn.Model` being simulated (``self.sys.model``)."""
         return self.sys.model
 
@@ -318,7 +329,7 @@ class SimEnv(Env):
         return self.sys.cfg
 
     @property
-    def dt(self):
+    def dt(self) -> float:
         """Control period (s) of one ``step``: ``n_frames * cfg.dt``."""
         return self.sys.cfg.dt * self.n_frames
 
@@ -334,13 +345,13 @@ class SimEnv(Env):
         return self._obs_size
 
     # -- helpers for subclasses
-    def check_rng(self, rng):
+    def check_rng(self, rng: ArrayLike) -> Array:
         return check_rng(type(self).__name__, rng)
 
-    def check_action(self, action):
+    def check_action(self, action: ArrayLike) -> Array:
         return check_action(type(self).__name__, action, self.action_size)
 
-    def check_state(self, state, info_keys=()):
+    def check_state(self, state: Any, info_keys: Sequence[str] = ()) -> None:
         return check_state(type(self).__name__, state, info_keys)
 
     @property
@@ -350,7 +361,7 @@ class SimEnv(Env):
         size = getattr(self.sys.cfg.actuator, "act_size", None)
         return int(size()) if size is not None else 0
 
-    def pipeline_init(self, q, v, act=None) -> _sim.State:
+    def pipeline_init(self, q: Array, v: Array, act: Array | None = None) -> _sim.State:
         """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype; with activation
         dynamics (:attr:`act_size` > 0) it carries ``act`` (``(act_size,)``; zeros when not
         given, MuJoCo's reset), which :meth:`pipeline_step` advances with ``q`` and ``v``."""
@@ -374,7 +385,7 @@ class SimEnv(Env):
         q, v = jnp.asarray(q, dtype), jnp.asarray(v, dtype)
         return _sim.State(q, v, jnp.zeros((), dtype), act)
 
-    def pipeline_step(self, pipeline_state: _sim.State, ctrl):
+    def pipeline_step(self, pipeline_state: _sim.State, ctrl: Array) -> tuple[_sim.State, Array]:
         """One control period (``n_frames`` simulator steps) under ``ctrl``.
 
         **Returns:** ``(next_state, diverged)``: where the period produced a non-finite state or a
@@ -433,11 +444,11 @@ class LeggedEnv(SimEnv):
     def action_size(self) -> int:
         return self.n_joints
 
-    def control(self, action):
+    def control(self, action: Array) -> Array:
         """PD targets from an action (clipped to ``[-1, 1]``)."""
         return self.default_pose + self.action_scale * jnp.clip(action, -1.0, 1.0)
 
-    def observe(self, ps: _sim.State, last_action):
+    def observe(self, ps: _sim.State, last_action: Array) -> Array:
         R = quat_to_matrix(ps.q[3:7])
         gravity = R.T @ jnp.asarray([0.0, 0.0, -1.0], ps.q.dtype)
         return jnp.concatenate(
@@ -454,19 +465,19 @@ class LeggedEnv(SimEnv):
         )
 
     @abc.abstractmethod
-    def initial_pipeline(self, rng) -> _sim.State:
+    def initial_pipeline(self, rng: Array) -> _sim.State:
         """The physics state after ``reset`` (:meth:`SimEnv.pipeline_init`)."""
 
     @abc.abstractmethod
-    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+    def initial_metrics(self, ps: _sim.State, dtype: DTypeLike) -> dict:
         """``reset``'s metrics (without ``diverged``)."""
 
     @abc.abstractmethod
-    def reward(self, ps: _sim.State, action) -> tuple:
+    def reward(self, ps: _sim.State, action: Array) -> tuple:
         """``(reward, fell, metrics)`` after a step to ``ps`` under the clipped ``action``
         (metrics without ``diverged``)."""
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         ps = self.initial_pipeline(self.check_rng(rng))
         dtype = ps.q.dtype
         zero = jnp.zeros((), dtype)
@@ -474,7 +485,7 @@ class LeggedEnv(SimEnv):
         metrics = {**self.initial_metrics(ps, dtype), "diverged": zero}
         return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = jnp.clip(self.check_action(action), -1.0, 1.0)
         ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))

@@ -58,6 +58,7 @@ away from the limits the physics follows MuJoCo C to rounding. The model needs `
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +71,15 @@ from ..interop.mujoco import Converter
 from ..sim.contact import concat_frames, contact_frames
 from .base import SimEnv, State
 from .rewards import tolerance
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from jax import Array
+
+    from ..model.model import Model
+    from ..sim.contact import ContactFrames
 
 __all__ = [
     "XML_DIR",
@@ -114,7 +124,7 @@ class SuiteEnv(SimEnv):
     #: task's docstring)
     sim_ignore: tuple = ()
 
-    def __init__(self, *, ctrl_dt: float, sim_dt: float):
+    def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         from ..io.mjcf import load_mjcf
 
         n = int(round(ctrl_dt / sim_dt))
@@ -150,29 +160,29 @@ class SuiteEnv(SimEnv):
     #: whether the model's root is a free joint (:meth:`qvel` maps velocities)
     free_root = False
 
-    def qpos(self, q):
+    def qpos(self, q: Array) -> Array:
         """MuJoCo's ``qpos`` (or, without a free root, ``qvel``: the same layout) of jaxdyn's
         ``q`` (``v``)."""
         return q[..., self.to_mujoco]
 
-    def q_of(self, qpos):
+    def q_of(self, qpos: Array) -> Array:
         """jaxdyn's ``q`` (or, without a free root, ``v``) of MuJoCo's ``qpos`` (``qvel``)."""
         return qpos[..., self.from_mujoco]
 
-    def qvel(self, q, v):
+    def qvel(self, q: Array, v: Array) -> Array:
         """MuJoCo's ``qvel`` of jaxdyn's ``v`` at ``q`` (a free root's linear velocity in world
         axes: :meth:`jaxdyn.interop.mujoco.Converter.v_to_mujoco`)."""
         if not self.free_root:
             return self.qpos(v)
         return self.converter.v_to_mujoco(q, v)
 
-    def v_of(self, q, qvel):
+    def v_of(self, q: Array, qvel: Array) -> Array:
         """jaxdyn's ``v`` at ``q`` of MuJoCo's ``qvel``."""
         if not self.free_root:
             return self.q_of(qvel)
         return self.converter.v_from_mujoco(q, qvel)
 
-    def adjust_model(self, model):
+    def adjust_model(self, model: Model) -> Model:
         """The model the task simulates (the task's changes to the file's, if any)."""
         return model
 
@@ -192,14 +202,14 @@ class SuiteEnv(SimEnv):
     def action_size(self) -> int:
         return self.sys.cfg.actuator.size(self.sys.model)
 
-    def frames(self, q, names):
+    def frames(self, q: Array, names: Sequence[str]) -> tuple[Array, Array]:
         """World rotations ``(k, 3, 3)`` and positions ``(k, 3)`` of the named frames (bodies:
         MuJoCo's ``xmat`` / ``xpos``; sites by their frame name)."""
         fk = forward_kinematics(self.sys.model, q).frame
         idx = np.asarray([self.sys.model.frame_index(n) for n in names])
         return fk.R[idx], fk.p[idx]
 
-    def advance(self, ps, ctrl):
+    def advance(self, ps: _sim.State, ctrl: Array) -> tuple[_sim.State, _sim.State, Array]:
         """One control period (as :meth:`SimEnv.pipeline_step`) and the state at the start of
         its last simulator step: ``(next_state, pk, diverged)`` (``pk.q`` is the ``qk`` of the
         module docs)."""
@@ -220,7 +230,7 @@ class SuiteEnv(SimEnv):
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
         return nxt, pk, bad
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
         ps, pk, bad = self.advance(state.pipeline_state, action)
@@ -257,7 +267,14 @@ class CartpoleBalance(SuiteEnv):
     CART_RANGE = (-0.25, 0.25)
     ANGLE_COSINE_RANGE = (0.995, 1.0)
 
-    def __init__(self, swing_up: bool = False, sparse: bool = False, *, ctrl_dt=0.01, sim_dt=0.01):
+    def __init__(
+        self,
+        swing_up: bool = False,
+        sparse: bool = False,
+        *,
+        ctrl_dt: float = 0.01,
+        sim_dt: float = 0.01,
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.swing_up, self.sparse = bool(swing_up), bool(sparse)
 
@@ -272,11 +289,11 @@ class CartpoleBalance(SuiteEnv):
         qpos = jnp.zeros(nq).at[0].set(jax.random.uniform(r1, (), minval=-0.1, maxval=0.1))
         return qpos.at[1:].set(jax.random.uniform(r2, (nq - 1,), minval=-0.034, maxval=0.034))
 
-    def observe(self, ps, qk):
+    def observe(self, ps: _sim.State, qk: Array) -> Array:
         R, _ = self.frames(qk, ["pole_1"])
         return jnp.concatenate([ps.q[:1], R[:, 2, 2], R[:, 0, 2], ps.v])
 
-    def reward(self, ps, qk, action):
+    def reward(self, ps: _sim.State, qk: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         """``(reward, metrics)`` of the state ``ps`` reached under ``action`` (``qk``: the
         configuration of the derived quantities, see the module docs)."""
         R, _ = self.frames(qk, ["pole_1"])
@@ -312,7 +329,7 @@ class CartpoleBalance(SuiteEnv):
         "reward/angle_in_bounds",
     )
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         model = self.sys.model
         qpos = self._qpos(rng, model.nq)
@@ -336,18 +353,18 @@ class PendulumSwingup(SuiteEnv):
     xml = "pendulum.xml"
     COSINE_BOUND = float(np.cos(np.deg2rad(8)))
 
-    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.01):
+    def __init__(self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.01) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
 
-    def observe(self, ps, qk):
+    def observe(self, ps: _sim.State, qk: Array) -> Array:
         R, _ = self.frames(qk, ["pole"])
         return jnp.stack([R[0, 0, 2], R[0, 2, 2], ps.v[0]])
 
-    def reward(self, ps, qk, action):
+    def reward(self, ps: _sim.State, qk: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         R, _ = self.frames(qk, ["pole"])
         return tolerance(R[0, 2, 2], (self.COSINE_BOUND, 1.0)), {}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng)
         qpos = jnp.zeros(self.sys.model.nq).at[0].set(jax.random.uniform(r1) * jnp.pi)
@@ -368,27 +385,29 @@ class AcrobotSwingup(SuiteEnv):
 
     xml = "acrobot.xml"
 
-    def __init__(self, sparse: bool = False, *, ctrl_dt=0.01, sim_dt=0.01):
+    def __init__(
+        self, sparse: bool = False, *, ctrl_dt: float = 0.01, sim_dt: float = 0.01
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.sparse = bool(sparse)
         m = self.scene.mj_model
         self.target_radius = float(m.site_size[m.site("target").id, 0])
         self.site_names = [self.scene.site_frames["target"], self.scene.site_frames["tip"]]
 
-    def observe(self, ps, qk):
+    def observe(self, ps: _sim.State, qk: Array) -> Array:
         R, _ = self.frames(qk, ["upper_arm", "lower_arm"])
         return jnp.concatenate([R[:, 0, 2], R[:, 2, 2], ps.v])
 
-    def distance(self, q):
+    def distance(self, q: Array) -> Array:
         _, p = self.frames(q, self.site_names)
         return jnp.linalg.norm(p[0] - p[1])
 
-    def reward(self, ps, qk, action):
+    def reward(self, ps: _sim.State, qk: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         dist = self.distance(qk)
         margin = 0.0 if self.sparse else 1.0
         return tolerance(dist, (0.0, self.target_radius), margin=margin), {"distance": dist}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         nq = self.sys.model.nq
@@ -418,7 +437,9 @@ class SuiteReacher(SuiteEnv):
     ignore = ("mocap",)
     BIG_TARGET, SMALL_TARGET = 0.05, 0.015
 
-    def __init__(self, target_size: float = BIG_TARGET, *, ctrl_dt=0.02, sim_dt=0.005):
+    def __init__(
+        self, target_size: float = BIG_TARGET, *, ctrl_dt: float = 0.02, sim_dt: float = 0.005
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m = self.scene.mj_model
         self.target_size = float(target_size)
@@ -426,16 +447,16 @@ class SuiteReacher(SuiteEnv):
         w = m.joint("wrist").id
         self.wrist_range = tuple(float(x) for x in m.jnt_range[w])
 
-    def observe(self, ps, qk, target):
+    def observe(self, ps: _sim.State, qk: Array, target: Array) -> Array:
         _, p = self.frames(qk, ["finger"])
         return jnp.concatenate([ps.q, target - p[0, :2], ps.v])
 
-    def reward(self, ps, qk, target):
+    def reward(self, ps: _sim.State, qk: Array, target: Array) -> tuple[Array, dict[str, Array]]:
         _, p = self.frames(qk, ["finger"])
         dist = jnp.linalg.norm(target - p[0, :2])
         return tolerance(dist, (0.0, self.radii)), {"distance": dist}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1, r2, r3, r4 = jax.random.split(rng, 5)
         lo, hi = self.wrist_range
@@ -454,7 +475,7 @@ class SuiteReacher(SuiteEnv):
         metrics = {"distance": zero, "diverged": zero}
         return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         target = state.info["target"]
@@ -491,7 +512,7 @@ class ContactSuiteEnv(SuiteEnv):
     #: the metric keys of :meth:`reward` (the same after ``reset`` and ``step``)
     metric_keys: tuple = ()
 
-    def __init__(self, *, ctrl_dt: float, sim_dt: float):
+    def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m, model = self.scene.mj_model, self.sys.model
         self.touch_frames = [self.scene.site_frames[s] for s in self.touch_sites]
@@ -512,19 +533,19 @@ class ContactSuiteEnv(SuiteEnv):
         self.touch_sizes = np.asarray(sizes).reshape(-1, 3)
 
     # -- MuJoCo's derived quantities and sensors, as functions of a state
-    def subtree_linvel(self, ps):
+    def subtree_linvel(self, ps: _sim.State) -> Array:
         """MuJoCo's ``subtreelinvel`` of the root body (the whole model: these models have one
         tree): the velocity of the centre of mass, world axes."""
         return center_of_mass_jacobian(self.sys.model, ps.q) @ ps.v
 
-    def com_positions(self, q, names):
+    def com_positions(self, q: Array, names: Sequence[str]) -> Array:
         """MuJoCo's ``xipos``: world positions ``(k, 3)`` of the named bodies' centres of mass."""
         m = self.scene.mj_model
         ipos = np.asarray([m.body_ipos[m.body(n).id] for n in names])
         R, p = self.frames(q, names)
         return jnp.einsum("kij,kj->ki", R, ipos) + p
 
-    def contact_frames(self, ps):
+    def contact_frames(self, ps: _sim.State) -> ContactFrames:
         """Every contact of the step at ``ps`` (:class:`jaxdyn.sim.contact.ContactFrames`, in
         the order of :func:`jaxdyn.sim.contact_forces`)."""
         model, cfg = self.sys.model, self.sys.cfg
@@ -538,7 +559,7 @@ class ContactSuiteEnv(SuiteEnv):
             parts.append(cfg.geoms.frames(ws, zero, vb))
         return concat_frames(parts)
 
-    def touch(self, ps, ctrl):
+    def touch(self, ps: _sim.State, ctrl: Array) -> Array:
         """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
         contacts on the site's body whose point lies in the site's volume, summed (the forces of
         the first simulator step from ``ps`` under ``ctrl``, :func:`jaxdyn.sim.contact_forces`:
@@ -557,7 +578,7 @@ class ContactSuiteEnv(SuiteEnv):
             out.append(jnp.sum(jnp.where(on & inside, fn, 0.0)))
         return jnp.stack(out)
 
-    def sensors(self, pk, action) -> dict:
+    def sensors(self, pk: _sim.State, action: Array) -> dict:
         """The quantities of :meth:`observe` and :meth:`reward` at the state ``pk`` under
         ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``."""
         out = self.state_sensors(pk)
@@ -565,19 +586,19 @@ class ContactSuiteEnv(SuiteEnv):
             out["touch"] = self.touch(pk, action)
         return out
 
-    def state_sensors(self, pk) -> dict:
+    def state_sensors(self, pk: _sim.State) -> dict:
         """The quantities of :meth:`sensors` that are functions of the state alone."""
         raise NotImplementedError
 
     # -- the environment
-    def episode_start(self, rng, ps) -> State:
+    def episode_start(self, rng: Array, ps: _sim.State) -> State:
         """The :class:`State` of a reset to ``ps`` (sensors under a zero action)."""
         sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
         return State(ps, self.observe(ps, sensors), zero, zero, metrics, {"rng": rng})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
         ps, pk, bad = self.advance(state.pipeline_state, action)
@@ -593,12 +614,12 @@ class ContactSuiteEnv(SuiteEnv):
             metrics={**state.metrics, **metrics, "diverged": done},
         )
 
-    def joint_ranges(self, joints):
+    def joint_ranges(self, joints: slice | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` of MuJoCo joints ``joints`` (a slice of ``jnt_range``)."""
         r = np.asarray(self.scene.mj_model.jnt_range[joints], float)
         return r[:, 0], r[:, 1]
 
-    def planar_reset(self, rng) -> State:
+    def planar_reset(self, rng: Array) -> State:
         """dm_control's reset of a planar body (walker, hopper): the root's rotation (``qpos[2]``)
         uniform in ``[-pi, pi]``, the joints after it uniform in ``lowers`` .. ``uppers``, at
         rest."""
@@ -636,18 +657,22 @@ class CheetahRun(ContactSuiteEnv):
     xml = "cheetah.xml"
     RUN_SPEED = 10.0
 
-    def __init__(self, *, ctrl_dt=0.01, sim_dt=0.01, settle_steps: int = 200):
+    def __init__(
+        self, *, ctrl_dt: float = 0.01, sim_dt: float = 0.01, settle_steps: int = 200
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         return {"speed": self.subtree_linvel(pk)[0]}
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         return jnp.concatenate([self.qpos(ps.q)[1:], self.qpos(ps.v)])
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         speed = sensors["speed"]
         r = tolerance(
             speed,
@@ -660,7 +685,7 @@ class CheetahRun(ContactSuiteEnv):
 
     metric_keys = ("speed",)
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         nq = self.sys.model.nq
@@ -704,8 +729,13 @@ class WalkerMove(ContactSuiteEnv):
     metric_keys = ("reward/standing", "reward/upright", "reward/stand", "reward/move")
 
     def __init__(
-        self, move_speed: float = 0.0, *, ctrl_dt=0.025, sim_dt=0.0025, height_obs: str = "z"
-    ):
+        self,
+        move_speed: float = 0.0,
+        *,
+        ctrl_dt: float = 0.025,
+        sim_dt: float = 0.0025,
+        height_obs: str = "z",
+    ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
                 f"WalkerMove: height_obs must be 'z' (dm_control: the torso's height) or 'zz' "
@@ -718,7 +748,7 @@ class WalkerMove(ContactSuiteEnv):
         m = self.scene.mj_model
         self.bodies = [m.body(i).name for i in range(1, m.nbody)]
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         R, p = self.frames(pk.q, self.bodies)
         return {
             "orientations": jnp.stack([R[:, 0, 0], R[:, 0, 2]], -1).reshape(-1),
@@ -727,11 +757,13 @@ class WalkerMove(ContactSuiteEnv):
             "speed": self.subtree_linvel(pk)[0],
         }
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         h = sensors["upright"] if self.height_obs == "zz" else sensors["height"]
         return jnp.concatenate([sensors["orientations"], h[None], self.qpos(ps.v)])
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         h = self.STAND_HEIGHT
         standing = tolerance(sensors["height"], (h, float("inf")), margin=h / 2)
         upright = (1 + sensors["upright"]) / 2
@@ -751,7 +783,7 @@ class WalkerMove(ContactSuiteEnv):
         parts = dict(standing=standing, upright=upright, stand=stand, move=move)
         return reward, {f"reward/{k}": v for k, v in parts.items()}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         return self.planar_reset(rng)
 
 
@@ -774,7 +806,9 @@ class HopperTask(ContactSuiteEnv):
     touch_sites = ("touch_toe", "touch_heel")
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
 
-    def __init__(self, hopping: bool = False, *, ctrl_dt=0.02, sim_dt=0.005):
+    def __init__(
+        self, hopping: bool = False, *, ctrl_dt: float = 0.02, sim_dt: float = 0.005
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.hopping = bool(hopping)
         self.metric_keys = (
@@ -784,15 +818,17 @@ class HopperTask(ContactSuiteEnv):
         )
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         z = self.com_positions(pk.q, ["torso", "foot"])[:, 2]
         return {"height": z[0] - z[1], "speed": self.subtree_linvel(pk)[0]}
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         q, v = self.qpos(ps.q), self.qpos(ps.v)
         return jnp.concatenate([q[1:], v, jnp.log1p(sensors["touch"])])
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         standing = tolerance(sensors["height"], (self.STAND_HEIGHT, 2.0))
         if self.hopping:
             hopping = tolerance(
@@ -807,7 +843,7 @@ class HopperTask(ContactSuiteEnv):
         small = (jnp.mean(small) + 4) / 5
         return standing * small, {"reward/standing": standing, "reward/small_control": small}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         return self.planar_reset(rng)
 
 
@@ -842,13 +878,15 @@ class FingerSpin(ContactSuiteEnv):
     #: the hinge's damping in the task (``None``: the file's)
     HINGE_DAMPING = 0.03
 
-    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.01, reset_tries: int = 16):
+    def __init__(
+        self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.01, reset_tries: int = 16
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.reset_tries = int(reset_tries)
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
         self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
 
-    def adjust_model(self, model):
+    def adjust_model(self, model: Model) -> Model:
         if self.HINGE_DAMPING is None:
             return model
         import equinox as eqx
@@ -858,7 +896,7 @@ class FingerSpin(ContactSuiteEnv):
         damping = jnp.asarray(model.damping).at[dof].set(self.HINGE_DAMPING)
         return eqx.tree_at(lambda x: x.damping, model, damping)
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         _, p = self.frames(pk.q, self.tip_frames)
         return {
             "position": self.qpos(pk.q)[:2],
@@ -867,15 +905,17 @@ class FingerSpin(ContactSuiteEnv):
             "hinge_velocity": self.qpos(pk.v)[2],
         }
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         return jnp.concatenate(
             [sensors["position"], sensors["tip"], self.qpos(ps.v), jnp.log1p(sensors["touch"])]
         )
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         return (sensors["hinge_velocity"] <= -self.SPIN_VELOCITY).astype(ps.q.dtype), {}
 
-    def draw_pose(self, r1, r2):
+    def draw_pose(self, r1: Array, r2: Array) -> Array:
         """The reset's configuration (jaxdyn's order) from the keys of the first draw."""
         lo, hi = self.lowers, self.uppers
 
@@ -899,7 +939,7 @@ class FingerSpin(ContactSuiteEnv):
         ok = jax.vmap(free)(qs)
         return qs[jnp.argmax(ok)]  # the first free draw (the first draw if none is)
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         r1, r2 = jax.random.split(r1, 2)
@@ -924,24 +964,26 @@ class FingerTurn(FingerSpin):
     HINGE_DAMPING = None
     EASY_TARGET, HARD_TARGET = 0.07, 0.03
 
-    def __init__(self, target_radius: float = EASY_TARGET, **kw):
+    def __init__(self, target_radius: float = EASY_TARGET, **kw: Any) -> None:
         super().__init__(**kw)
         m = self.scene.mj_model
         self.target_radius = float(target_radius)
         self.radius = float(np.sum(m.geom_size[m.geom("cap1").id]))
         self.hinge = np.asarray(m.body_pos[m.body("spinner").id], float)[[0, 2]]
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         to_target = sensors["target"] - sensors["spinner"]
         dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
         return jnp.concatenate([super().observe(ps, sensors), to_target, dist[None]])
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         to_target = sensors["target"] - sensors["spinner"]
         dist = jnp.linalg.norm(to_target - sensors["tip"]) - self.target_radius
         return (dist <= 0).astype(ps.q.dtype), {}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1, r2 = jax.random.split(rng, 3)
         r1, r3 = jax.random.split(r1, 2)
@@ -956,7 +998,7 @@ class FingerTurn(FingerSpin):
         obs = self.observe(ps, sensors)
         return State(ps, obs, zero, zero, {"diverged": zero}, {"rng": rng, "target": target})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         ps, pk, bad = self.advance(state.pipeline_state, action)
@@ -1004,7 +1046,9 @@ class BallInCup(ContactSuiteEnv):
     string_limits = _sim.JointLimits()
     metric_keys = ()
 
-    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.002, reset_tries: int = 16):
+    def __init__(
+        self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.002, reset_tries: int = 16
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         import equinox as eqx
 
@@ -1016,18 +1060,20 @@ class BallInCup(ContactSuiteEnv):
         self.ball_radius = float(m.geom_size[m.geom("ball").id, 0])
         self.target_frames = [self.scene.site_frames["target"], "ball"]
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         _, p = self.frames(pk.q, self.target_frames)
         return {"ball_to_target": (p[0] - p[1])[jnp.array([0, 2])]}
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         return jnp.concatenate([self.qpos(ps.q), self.qpos(ps.v)])
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         inside = jnp.abs(sensors["ball_to_target"]) < self.half_size - self.ball_radius
         return jnp.all(inside).astype(ps.q.dtype), {}
 
-    def draw_pose(self, rng):
+    def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw of the ball's position
         whose ball touches nothing (the first draw if none is free)."""
 
@@ -1049,7 +1095,7 @@ class BallInCup(ContactSuiteEnv):
 
         return qs[jnp.argmax(jax.vmap(free)(qs))]
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         q = self.draw_pose(r1)
@@ -1099,7 +1145,14 @@ class SuiteHumanoid(ContactSuiteEnv):
     )
     EXTREMITIES = ("left_hand", "left_foot", "right_hand", "right_foot")
 
-    def __init__(self, move_speed: float = 0.0, *, ctrl_dt=0.025, sim_dt=0.005, reset_tries=8):
+    def __init__(
+        self,
+        move_speed: float = 0.0,
+        *,
+        ctrl_dt: float = 0.025,
+        sim_dt: float = 0.005,
+        reset_tries: int = 8,
+    ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.move_speed = float(move_speed)
         self.reset_tries = int(reset_tries)
@@ -1111,7 +1164,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         self.uppers = np.where(free, np.pi, hi)
         self.qpos0 = np.asarray(m.qpos0, float)
 
-    def state_sensors(self, pk):
+    def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
         names = ["torso", "head", *self.EXTREMITIES]
         R, p = self.frames(pk.q, names)
         ext = jnp.einsum("kj,ji->ki", p[2:] - p[0], R[0])  # (p - p_torso) @ R_torso
@@ -1122,7 +1175,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             "com_velocity": self.subtree_linvel(pk),
         }
 
-    def observe(self, ps, sensors):
+    def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
         return jnp.concatenate(
             [
                 self.qpos(ps.q)[7:],
@@ -1134,7 +1187,9 @@ class SuiteHumanoid(ContactSuiteEnv):
             ]
         )
 
-    def reward(self, ps, sensors, action):
+    def reward(
+        self, ps: _sim.State, sensors: dict[str, Array], action: Array
+    ) -> tuple[Array, dict[str, Array]]:
         h = self.STAND_HEIGHT
         standing = tolerance(sensors["head_height"], (h, float("inf")), margin=h / 4)
         upright = tolerance(
@@ -1163,7 +1218,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         reward = small_control * stand * move
         return reward, {f"reward/{k}": v for k, v in parts.items()}
 
-    def draw_pose(self, rng):
+    def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw whose bodies touch
         nothing (the first draw if none is free)."""
         lo, hi = self.lowers, self.uppers
@@ -1188,7 +1243,7 @@ class SuiteHumanoid(ContactSuiteEnv):
 
         return qs[jnp.argmax(jax.vmap(free)(qs))]
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         q = self.draw_pose(r1)

@@ -3,6 +3,8 @@ its feet) touching the ground."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,11 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
 from .base import SimEnv, State, contact_model
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from ..model.model import Model
 
 __all__ = ["QuadrupedGetup", "quad12_collision"]
 
@@ -30,7 +37,13 @@ def _capsule(frame, a, b, radius, name):
     )
 
 
-def quad12_collision(model, *, foot_radius=0.02, leg_radius=0.02, trunk=(0.44, 0.16, 0.08)):
+def quad12_collision(
+    model: Model,
+    *,
+    foot_radius: float = 0.02,
+    leg_radius: float = 0.02,
+    trunk: tuple[float, float, float] = (0.44, 0.16, 0.08),
+) -> list[_sim.Box | _sim.Capsule | _sim.Sphere]:
     """Collision geometry of ``quad12`` (its URDF has none), for contact with the ground:
 
     * the trunk: a :class:`jaxdyn.sim.Box` of full sides ``trunk`` on ``base_link`` (between
@@ -43,7 +56,9 @@ def quad12_collision(model, *, foot_radius=0.02, leg_radius=0.02, trunk=(0.44, 0
 
     Returns the primitives (20 contact points); limbs do not collide with each other.
     """
-    prims = [_sim.Box("base_link", trunk, name="trunk")]
+    prims: list[_sim.Box | _sim.Capsule | _sim.Sphere] = [
+        _sim.Box("base_link", trunk, name="trunk")
+    ]
     for leg in LEGS:
         # the knee joint's origin in thigh coordinates (the shank's joint placement)
         knee = np.asarray(model.Xtree_p[model.body_names.index(f"{leg}_LOWER_LEG")], float)
@@ -101,7 +116,7 @@ class QuadrupedGetup(SimEnv):
     def __init__(
         self,
         *,
-        contact="compliant",
+        contact: str | _sim.Compliant | _sim.Constraint = "compliant",
         dt: float = 0.02,
         n_frames: int = 4,
         kp: float = 6.0,
@@ -118,8 +133,8 @@ class QuadrupedGetup(SimEnv):
         joint_noise: float = 0.5,
         drop_height: float = 0.05,
         fall_fraction: float = 0.8,
-        model=None,
-    ):
+        model: Model | None = None,
+    ) -> None:
         model = robots.load("quad12") if model is None else model
         if not model.topo.floating_base or model.nv != 18:
             raise ValueError(
@@ -166,12 +181,12 @@ class QuadrupedGetup(SimEnv):
     def action_size(self) -> int:
         return 12
 
-    def control(self, action):
+    def control(self, action: Array) -> Array:
         """PD targets from an action (clipped to ``[-1, 1]``), within the joint limits."""
         a = jnp.clip(action, -1.0, 1.0)
         return jnp.clip(self.default_pose + self.action_scale * a, self.lower, self.upper)
 
-    def lowest_point(self, q):
+    def lowest_point(self, q: Array) -> Array:
         """Height of the lowest point of the collision geometry at ``q`` (m; < 0 below the
         ground)."""
         cs = self.sys.cfg.contacts
@@ -180,12 +195,12 @@ class QuadrupedGetup(SimEnv):
         z = jnp.einsum("nj,nj->n", body.R[b][:, 2, :], cs.pos.astype(q.dtype)) + body.p[b][:, 2]
         return jnp.min(z - cs.radius.astype(q.dtype))
 
-    def base_frame(self, q):
+    def base_frame(self, q: Array) -> tuple[Array, Array]:
         """The base's rotation (columns: its axes in the world) and ``u_z``."""
         R = spatial.quat_to_rot(q[3:7])
         return R, R[2, 2]
 
-    def observe(self, ps: _sim.State, last_action):
+    def observe(self, ps: _sim.State, last_action: Array) -> Array:
         R, _ = self.base_frame(ps.q)
         gravity = R.T @ jnp.asarray([0.0, 0.0, -1.0], ps.q.dtype)
         return jnp.concatenate(
@@ -200,7 +215,7 @@ class QuadrupedGetup(SimEnv):
             ]
         )
 
-    def reward(self, q, action):
+    def reward(self, q: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         """``(reward, metrics)`` at the configuration ``q`` after ``action`` (the docstring's
         formula)."""
         _, up = self.base_frame(q)
@@ -219,7 +234,7 @@ class QuadrupedGetup(SimEnv):
         )
         return reward, {"upright": up, "height": z, "standing": standing}
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         k_rot, k_fall, k_yaw, k_j, k_h = jax.random.split(rng, 5)
         # a uniformly random rotation (a normalised Gaussian 4-vector), or upright with a yaw
@@ -243,7 +258,7 @@ class QuadrupedGetup(SimEnv):
         metrics = {**metrics, "diverged": zero}
         return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("last_action",))
         action = self.check_action(action)
         action = jnp.clip(action, -1.0, 1.0)

@@ -4,6 +4,7 @@ balance on flat ground under joint position servos."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,12 @@ from ..algorithms.kinematics import forward_kinematics
 from ..algorithms.minv import minv
 from .actuators import ServoPD
 from .base import LeggedEnv, quat_to_matrix
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
+
+    from ..model.model import Model
 
 __all__ = ["HumanoidStand", "HUMANOIDS"]
 
@@ -96,8 +103,8 @@ class HumanoidStand(LeggedEnv):
         min_height_ratio: float = 0.7,
         min_upright: float = 0.7,
         init_noise: float = 0.05,
-        model=None,
-    ):
+        model: Model | None = None,
+    ) -> None:
         spec = HUMANOIDS.get(robot)
         if spec is None:
             raise ValueError(
@@ -159,16 +166,16 @@ class HumanoidStand(LeggedEnv):
         self.min_upright = float(min_upright)
         self.init_noise = float(init_noise)
 
-    def initial_pipeline(self, rng) -> _sim.State:
+    def initial_pipeline(self, rng: Array) -> _sim.State:
         n = self.init_noise
         joints = self.default_pose + jax.random.uniform(rng, (self.n_joints,), minval=-n, maxval=n)
         base = jnp.asarray([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0])
         return self.pipeline_init(spatial.concatenate([base, joints]), jnp.zeros(self.sys.model.nv))
 
-    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+    def initial_metrics(self, ps: _sim.State, dtype: DTypeLike) -> dict:
         return {"height": ps.q[2], "upright": jnp.ones((), dtype)}
 
-    def reward(self, ps: _sim.State, action) -> tuple:
+    def reward(self, ps: _sim.State, action: Array) -> tuple:
         up = quat_to_matrix(ps.q[3:7])[2, 2]
         z = ps.q[2]
         reward = (

@@ -11,6 +11,7 @@ axes ``z y z y z y z``, a round pusher at its tip, an 8 cm cube), loaded by
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,10 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
 from .base import SimEnv, State, contact_model
+
+if TYPE_CHECKING:
+    from jax import Array
+
 
 __all__ = ["PUSH_CUBE_XML", "PushCube"]
 
@@ -82,7 +87,7 @@ class PushCube(SimEnv):
     def __init__(
         self,
         *,
-        contact="constraint",
+        contact: str | _sim.Compliant | _sim.Constraint = "constraint",
         dt: float = 0.04,
         n_frames: int = 8,
         kp: tuple | float = (200.0, 200.0, 100.0, 100.0, 30.0, 30.0, 10.0),
@@ -102,7 +107,7 @@ class PushCube(SimEnv):
         init_noise: float = 0.05,
         table_half: float = 1.0,
         xml: str | None = None,
-    ):
+    ) -> None:
         from ..io.mjcf import load_mjcf
 
         cm = contact_model("PushCube", contact, _sim.Compliant, _sim.Constraint)
@@ -146,24 +151,24 @@ class PushCube(SimEnv):
         return 7
 
     # -- pieces
-    def control(self, action):
+    def control(self, action: Array) -> Array:
         """Servo targets from an action (clipped to ``[-1, 1]``), within the joint ranges."""
         a = jnp.clip(action, -1.0, 1.0)
         return jnp.clip(self.home + self.action_scale * a, self.lower, self.upper)
 
-    def positions(self, q):
+    def positions(self, q: Array) -> tuple[Array, Array, Array]:
         """World positions of the pusher and of the cube's centre, and the cube's rotation:
         ``(p_tip (3,), p_cube (3,), R_cube (3, 3))``."""
         fk = forward_kinematics(self.sys.model, q).frame
         tip, cube = self._frames
         return fk.p[tip], q[self.cube_q][:3], fk.R[cube]
 
-    def distances(self, q, target):
+    def distances(self, q: Array, target: Array) -> tuple[Array, Array]:
         """``(d_reach, d_push)``: cube to pusher, cube to target (m)."""
         tip, cube, _ = self.positions(q)
         return jnp.linalg.norm(cube - tip), jnp.linalg.norm(cube - target)
 
-    def reward(self, q, target, action):
+    def reward(self, q: Array, target: Array, action: Array) -> tuple[Array, dict[str, Array]]:
         """``(reward, metrics)`` at the configuration ``q`` after ``action`` (the docstring's
         formula)."""
         d_reach, d_push = self.distances(q, target)
@@ -177,7 +182,7 @@ class PushCube(SimEnv):
         metrics = {"reach_distance": d_reach, "push_distance": d_push, "success": success}
         return reward, metrics
 
-    def observe(self, ps: _sim.State, target):
+    def observe(self, ps: _sim.State, target: Array) -> Array:
         q, v = ps.q, ps.v
         tip, cube, R = self.positions(q)
         cube_vel = R @ v[self.cube_v][3:6]  # free joint: v = [w_body; R^T v_world]
@@ -196,7 +201,9 @@ class PushCube(SimEnv):
             ]
         )
 
-    def initial_configuration(self, arm, cube_xy, cube_yaw):
+    def initial_configuration(
+        self, arm: Array | np.ndarray, cube_xy: Array | np.ndarray, cube_yaw: Array | np.ndarray
+    ) -> Array:
         """The configuration with the arm at ``arm`` (7) and the cube resting on the table at
         ``cube_xy`` turned by ``cube_yaw`` about the vertical."""
         q = jnp.zeros(self.sys.model.nq)
@@ -213,7 +220,7 @@ class PushCube(SimEnv):
         return q.at[self.cube_q].set(jnp.concatenate([pos, quat]))
 
     # -- contract
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         k_a, k_cx, k_cy, k_yaw, k_tx, k_ty = jax.random.split(rng, 6)
         n = self.init_noise
@@ -236,7 +243,7 @@ class PushCube(SimEnv):
         metrics = {**metrics, "diverged": zero}
         return State(ps, self.observe(ps, target), zero, zero, metrics, {"target": target})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         action = jnp.clip(action, -1.0, 1.0)

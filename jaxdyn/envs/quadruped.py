@@ -3,6 +3,8 @@ walking forward on the ground under joint position servos."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,12 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
 from .base import LeggedEnv, quat_to_matrix
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
+
+    from ..model.model import Model
 
 __all__ = ["Quadruped", "quat_to_matrix"]
 
@@ -78,8 +86,8 @@ class Quadruped(LeggedEnv):
         min_height: float = 0.12,
         min_upright: float = 0.5,
         init_noise: float = 0.1,
-        model=None,
-    ):
+        model: Model | None = None,
+    ) -> None:
         model = robots.load(robot) if model is None else model
         if not model.topo.floating_base or model.nv != 18:
             raise ValueError(f"Quadruped: needs a floating-base 12-DoF quadruped, got {model}")
@@ -136,7 +144,7 @@ class Quadruped(LeggedEnv):
         heading = R[:2, 0] / jnp.sqrt(jnp.sum(R[:2, 0] ** 2) + 1e-12)
         return R, heading @ vel[:2], R[2, 2]
 
-    def initial_pipeline(self, rng) -> _sim.State:
+    def initial_pipeline(self, rng: Array) -> _sim.State:
         k_j, k_h, k_y, k_v = jax.random.split(rng, 4)
         n = self.init_noise
         joints = self.default_pose + jax.random.uniform(k_j, (12,), minval=-n, maxval=n)
@@ -146,11 +154,11 @@ class Quadruped(LeggedEnv):
         v = jnp.zeros(18).at[:6].set(jax.random.uniform(k_v, (6,), minval=-0.1, maxval=0.1))
         return self.pipeline_init(q, v)
 
-    def initial_metrics(self, ps: _sim.State, dtype) -> dict:
+    def initial_metrics(self, ps: _sim.State, dtype: DTypeLike) -> dict:
         _, fwd, up = self._kinematics(ps)
         return {"forward_velocity": fwd, "upright": up, "height": ps.q[2]}
 
-    def reward(self, ps: _sim.State, action) -> tuple:
+    def reward(self, ps: _sim.State, action: Array) -> tuple:
         _, fwd, up = self._kinematics(ps)
         speed = jnp.clip(fwd, -self.max_speed, self.max_speed)
         reward = (

@@ -9,6 +9,7 @@ URDF is defined here), which is also the cheapest to compile.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,12 @@ from ..algorithms.kinematics import frame_placement
 from ..io.urdf import load_urdf
 from .actuators import CompensatedTorque
 from .base import SimEnv, State
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
 
 __all__ = ["ARMS", "Reacher", "load_arm"]
 
@@ -122,8 +129,8 @@ class Reacher(SimEnv):
         init_noise: float = 0.1,
         target_spread: float | None = None,
         ctrl_cost: float = 0.0,
-        model=None,
-    ):
+        model: Model | None = None,
+    ) -> None:
         spec = ARMS.get(robot)
         if spec is None:
             raise ValueError(f"Reacher: robot must be one of {sorted(ARMS)}, got {robot!r}")
@@ -154,22 +161,22 @@ class Reacher(SimEnv):
         return self.n_joints
 
     # -- pieces, also used by examples/train_reacher_apg.py through jaxdyn.sim.rollout
-    def end_effector(self, q):
+    def end_effector(self, q: ArrayLike) -> Array:
         """World position of the end effector ``(3,)``."""
         return frame_placement(self.sys.model, q, self.ee_frame).p
 
-    def observe(self, ps: _sim.State, target):
+    def observe(self, ps: _sim.State, target: Array) -> Array:
         ee = self.end_effector(ps.q)
         return jnp.concatenate([ps.q - self.home, ps.v, ee, target, target - ee])
 
-    def control(self, action):
+    def control(self, action: Array) -> Array:
         """Actuator command from an action (clipped to ``[-1, 1]``)."""
         return jnp.clip(action, -1.0, 1.0)
 
-    def distance(self, q, target):
+    def distance(self, q: ArrayLike, target: Array) -> Array:
         return jnp.linalg.norm(self.end_effector(q) - target)
 
-    def sample_target(self, rng):
+    def sample_target(self, rng: Array) -> Array:
         dq = jax.random.uniform(
             rng, (self.n_joints,), minval=-self.target_spread, maxval=self.target_spread
         )
@@ -177,7 +184,7 @@ class Reacher(SimEnv):
         return self.end_effector(q)
 
     # -- contract
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         k_q, k_t = jax.random.split(rng)
         noise = self.init_noise
@@ -188,7 +195,7 @@ class Reacher(SimEnv):
         metrics = {"distance": self.distance(ps.q, target), "diverged": zero}
         return State(ps, self.observe(ps, target), zero, zero, metrics, {"target": target})
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         ctrl = self.control(action)

@@ -24,12 +24,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .base import State, Wrapper
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .base import Env, System
 
 __all__ = [
     "AutoResetWrapper",
@@ -58,12 +65,12 @@ BOOKKEEPING = frozenset(
 
 
 def wrap(
-    env,
+    env: Env,
     episode_length: int = 1000,
     action_repeat: int = 1,
     randomization_fn: Callable | None = None,
     pool_size: int = 16,
-):
+) -> Wrapper:
     """The training wrapper stack: :class:`VmapWrapper` (or
     :class:`DomainRandomizationVmapWrapper` with ``randomization_fn``), :class:`EpisodeWrapper`,
     :class:`AutoResetWrapper` with ``pool_size`` initial states per environment.
@@ -84,16 +91,16 @@ class VmapWrapper(Wrapper):
     """Batches an environment: ``reset(keys (B, 2))``, ``step(states, actions (B, n))``; with
     ``batch_size``, ``reset`` takes one key and splits it."""
 
-    def __init__(self, env, batch_size: int | None = None):
+    def __init__(self, env: Env, batch_size: int | None = None) -> None:
         super().__init__(env)
         self.batch_size = batch_size
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         if self.batch_size is not None:
             rng = jax.random.split(rng, self.batch_size)
         return jax.vmap(self.env.reset)(rng)
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: ArrayLike) -> State:
         return jax.vmap(self.env.step)(state, action)
 
 
@@ -102,7 +109,7 @@ class EpisodeWrapper(Wrapper):
     when the time limit, not the task, ended it), repeats each action ``action_repeat`` times
     (rewards summed) and accumulates ``info["episode_metrics"]`` (Brax's semantics)."""
 
-    def __init__(self, env, episode_length: int, action_repeat: int = 1):
+    def __init__(self, env: Env, episode_length: int, action_repeat: int = 1) -> None:
         super().__init__(env)
         if int(episode_length) < 1 or int(action_repeat) < 1:
             raise ValueError(
@@ -112,7 +119,7 @@ class EpisodeWrapper(Wrapper):
         self.episode_length = int(episode_length)
         self.action_repeat = int(action_repeat)
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         state = self.env.reset(rng)
         zeros = jnp.zeros_like(state.reward)
         info = dict(state.info)
@@ -124,7 +131,7 @@ class EpisodeWrapper(Wrapper):
         info["episode_metrics"] = em
         return state.replace(info=info)
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: ArrayLike) -> State:
         def f(s, _):
             ns = self.env.step(s, action)
             return ns, ns.reward
@@ -161,7 +168,7 @@ class AutoResetWrapper(Wrapper):
     drawn when the batch is reset (see the module docstring); works on a batched environment
     (``done`` of shape ``(B,)``) or an unbatched one (``done`` scalar)."""
 
-    def __init__(self, env, pool_size: int = 16):
+    def __init__(self, env: Env, pool_size: int = 16) -> None:
         super().__init__(env)
         if int(pool_size) < 1:
             raise ValueError(f"AutoResetWrapper: pool_size must be >= 1, got {pool_size}")
@@ -173,7 +180,7 @@ class AutoResetWrapper(Wrapper):
             self._task_keys = _task_info_keys(self.env)
         return self._task_keys
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         state = self.env.reset(rng)
         batched = state.done.ndim == 1
         split = lambda k: jax.random.split(k, self.pool_size + 1)
@@ -193,7 +200,7 @@ class AutoResetWrapper(Wrapper):
         info["reset_rng"] = own
         return state.replace(info=info)
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: ArrayLike) -> State:
         info = dict(state.info)
         if "steps" in info:
             info["steps"] = jnp.where(state.done, jnp.zeros_like(info["steps"]), info["steps"])
@@ -228,7 +235,7 @@ class DomainRandomizationVmapWrapper(Wrapper):
     ``(sys_batch, keys or states)`` with ``in_axes`` for the systems (Brax's wrapper; the
     unwrapped environment's ``sys`` is swapped while the batched functions are traced)."""
 
-    def __init__(self, env, randomization_fn: Callable):
+    def __init__(self, env: Env, randomization_fn: Callable) -> None:
         super().__init__(env)
         self._sys_v, self._in_axes = randomization_fn(self.env.unwrapped.sys)
 
@@ -242,14 +249,14 @@ class DomainRandomizationVmapWrapper(Wrapper):
         finally:
             env.sys = old
 
-    def reset(self, rng) -> State:
+    def reset(self, rng: Array) -> State:
         def reset(sys, key):
             with self._with_sys(sys) as e:
                 return e.reset(key)
 
         return jax.vmap(reset, in_axes=(self._in_axes, 0))(self._sys_v, rng)
 
-    def step(self, state: State, action) -> State:
+    def step(self, state: State, action: ArrayLike) -> State:
         def step(sys, s, a):
             with self._with_sys(sys) as e:
                 return e.step(s, a)
@@ -267,7 +274,7 @@ def domain_randomization(
     friction: tuple | None = (0.5, 1.25),
     stiffness_scale: tuple | None = None,
     gain_scale: tuple | None = None,
-):
+) -> Callable[[System, Array], tuple[System, Any]]:
     """A ``randomization_fn(sys, rng) -> (sys_batch, in_axes)`` for
     :func:`wrap` / :class:`DomainRandomizationVmapWrapper` and Brax's trainers
     (``ppo.train(..., randomization_fn=...)``), one system per key of ``rng (B, 2)``:

@@ -28,12 +28,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..model.build import skew
 from . import assembly as asm
 from .structure import QDD, A, var_size
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..model.model import Model
+    from .structure import NoriSystem
 
 SCIPY_ORDERINGS = ("NATURAL", "MMD_ATA", "MMD_AT_PLUS_A", "COLAMD")
 
@@ -50,7 +57,7 @@ class OrderingStats:
     factor_flops: int
     solve_flops: int
 
-    def row(self):
+    def row(self) -> str:
         return (
             f"| {self.name} | {self.nnz_D} | {self.nnz_L + self.nnz_U} | {self.fill} | "
             f"{self.factor_flops} | {self.solve_flops} |"
@@ -71,11 +78,11 @@ class Analysis:
     numerical_ranks: tuple = ()
     front_sizes: tuple = ()
 
-    def best_scipy(self):
+    def best_scipy(self) -> OrderingStats | None:
         cands = [s for k, s in self.orderings.items() if k != "tree"]
         return min(cands, key=lambda s: (s.fill, s.factor_flops)) if cands else None
 
-    def table(self):
+    def table(self) -> str:
         head = "| ordering | nnz(D) | nnz(L+U) | fill | factor flops | solve flops |\n"
         head += "| --- | ---: | ---: | ---: | ---: | ---: |\n"
         return head + "\n".join(s.row() for s in self.orderings.values())
@@ -534,7 +541,13 @@ def check_well_posed(system, model, states, neutral_first=False):
     return srank, tuple(ranks)
 
 
-def analyze(system, model, orderings=SCIPY_ORDERINGS, n_samples=3, seed=0):
+def analyze(
+    system: NoriSystem,
+    model: Model,
+    orderings: Sequence[str] = SCIPY_ORDERINGS,
+    n_samples: int = 3,
+    seed: int = 0,
+) -> Analysis:
     """The offline report: worst-case pattern, orderings (square systems), Property 1 check,
     structural rank. Returns an :class:`Analysis` (also stored as ``system.analysis``)."""
     pat = worst_case_pattern(system, model, n_samples, seed)

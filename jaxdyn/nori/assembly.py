@@ -9,7 +9,8 @@ sensors, as one right-hand-side vector over all their rows.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,17 @@ from .. import shell, spatial, value_checks
 from ..algorithms import kinematics as kin
 from ..model import tree
 from .structure import FX, QDD, TAU, A, F, var_size
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from .structure import NoriSystem
+
+# The values ``y`` of a system's knowns and sensors: a sequence aligned with ``system.specs``, or
+# a mapping keyed by spec or label.
+Values = Sequence[Any] | Mapping[Any, Any]
 
 
 class Quantities(NamedTuple):
@@ -275,7 +287,9 @@ def dense_layout(system):
     return lay
 
 
-def assemble(system, model, q, v, values):
+def assemble(
+    system: NoriSystem, model: Model, q: ArrayLike, v: ArrayLike, values: Values
+) -> tuple[Array, Array]:
     """Dense ``D (n_rows, n_vars)`` and ``r (n_rows,)`` with ``D d = r`` (paper eq. 17 with
     ``r = -b``); columns body-major ``[a, f, tau, fx, qdd]`` per body, rows body-major
     ``[Ra, Rf, Rt, knowns and sensors of the body]``. The oracle of the sparse solvers, the

@@ -7,6 +7,8 @@ does numeric elimination in the static order.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -16,17 +18,27 @@ from .factor import _solve, eager_checks, solve
 from .sensors import ExternalWrench, JointAcceleration, JointTorque
 from .structure import make_system
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from .sensors import _Spec
+    from .structure import NoriSystem
+
 
 def build(
-    model,
-    known=(),
-    sensors=(),
+    model: Model,
+    known: Sequence[_Spec] = (),
+    sensors: Sequence[_Spec] = (),
     *,
-    check=True,
-    check_states=None,
-    analyze=False,
-    name=None,
-):
+    check: bool = True,
+    check_states: Sequence[ArrayLike | tuple[ArrayLike, ArrayLike]] | None = None,
+    analyze: bool = False,
+    name: str | None = None,
+) -> NoriSystem:
     """Assemble the structure of ``D(q, v) d = r`` for ``model`` with the given knowns and
     sensors, choose the static ordering, and check that the problem is well posed.
 
@@ -99,7 +111,9 @@ def standard_system(model, which):
 
 
 @eager_checks
-def inverse_dynamics(model, q, v, a, f_ext=None):
+def inverse_dynamics(
+    model: Model, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Inverse dynamics through the sparse system (paper §IV): ``tau (nv,)``, equal to
     :func:`jaxdyn.rnea` (same arguments: ``f_ext (nb, 6)`` body-frame wrenches or ``None``).
 
@@ -110,7 +124,9 @@ def inverse_dynamics(model, q, v, a, f_ext=None):
 
 
 @eager_checks
-def forward_dynamics(model, q, v, tau, f_ext=None):
+def forward_dynamics(
+    model: Model, q: ArrayLike, v: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Forward dynamics through the sparse system (paper §V-D): ``qdd (nv,)``, equal to
     :func:`jaxdyn.aba` (same arguments); all NaN where the mass matrix is singular, as
     :func:`jaxdyn.aba`."""

@@ -23,6 +23,7 @@ no data-dependent control flow.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,13 @@ from . import assembly as asm
 from . import walk
 from .factor import Solution, _block, _dof_index, eager_checks, finish, prepare
 from .structure import FX, QDD, TAU, A, F, var_size
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from .assembly import Values
+    from .structure import NoriSystem
 
 #: default standard deviation of the Newton-Euler rows and of the knowns (exact up to it)
 DYNAMICS_STD = 1e-3
@@ -139,16 +147,16 @@ def check_weights(fn, dynamics_std, stds):
 @eager_checks
 @full_precision
 def estimate(
-    system,
-    model,
-    q,
-    v,
-    values,
+    system: NoriSystem,
+    model: Model,
+    q: ArrayLike,
+    v: ArrayLike,
+    values: Values,
     *,
-    dynamics_std=DYNAMICS_STD,
-    known_std=DYNAMICS_STD,
-    sensor_std=SENSOR_STD,
-    prior_std=None,
+    dynamics_std: float = DYNAMICS_STD,
+    known_std: float = DYNAMICS_STD,
+    sensor_std: float = SENSOR_STD,
+    prior_std: float | None = None,
 ) -> Solution:
     """MAP / weighted least-squares estimate of all dynamic variables (module docstring).
 

@@ -21,7 +21,8 @@ through.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,13 @@ from . import assembly as asm
 from . import blocks as B
 from . import walk
 from .structure import FX, QDD, TAU, A, F, var_size
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from .assembly import Values
+    from .structure import NoriSystem
 
 
 class Solution(NamedTuple):
@@ -74,7 +82,11 @@ def _dof_index(system, idx):
     return np.asarray(t.v_start)[idx][..., None] + np.arange(n)
 
 
-def eager_checks(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def eager_checks(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: called eagerly, ``fn``'s failed value checks raise
     :class:`jaxdyn.CheckError` with the check's message (as jaxdyn's other public functions),
     not XLA's ``JaxRuntimeError``; under a trace it runs as is."""
@@ -108,7 +120,7 @@ def finish(fn, sol, check=True):
 
 @eager_checks
 @full_precision
-def solve(system, model, q, v, values) -> Solution:
+def solve(system: NoriSystem, model: Model, q: ArrayLike, v: ArrayLike, values: Values) -> Solution:
     """Solve the square system ``D(q, v) d = r`` of ``system`` by the tree LU.
 
     **Arguments:** ``system`` from :func:`jaxdyn.nori.build` (``system.square``);

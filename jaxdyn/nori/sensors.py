@@ -33,8 +33,12 @@ class                  rows (``y`` shape)            measured quantity
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "COMPONENTS",
@@ -190,7 +194,9 @@ class ExternalWrench(_Spec):
         object.__setattr__(self, "std", _std(self.label, self.std))
 
 
-def LoadCells(frame, std=None, name=None) -> ExternalWrench:
+def LoadCells(
+    frame: str | int, std: float | tuple | None = None, name: str | None = None
+) -> ExternalWrench:
     """Load cells under a foot (paper §VI, eq. 19): the normal force and the two in-plane
     torques ``y = (nx, ny, fz)`` of the external wrench at ``frame`` (``z`` normal to the
     sole). Four load cells give exactly these three numbers."""
@@ -265,13 +271,13 @@ class Gyroscope(_Spec):
         object.__setattr__(self, "std", _std(self.label, self.std))
 
 
-def inverse_dynamics_knowns():
+def inverse_dynamics_knowns() -> tuple[JointAcceleration, ExternalWrench]:
     """The knowns of inverse dynamics (paper eq. 7-9): every ``qdd_i`` and every ``f^x_i``.
     Values ``(qdd (nv,), f_ext (nb, 6))``."""
     return (JointAcceleration(), ExternalWrench())
 
 
-def forward_dynamics_knowns():
+def forward_dynamics_knowns() -> tuple[JointTorque, ExternalWrench]:
     """The knowns of forward dynamics (paper eq. 13, 15): every ``tau_i`` and every ``f^x_i``.
     Values ``(tau (nv,), f_ext (nb, 6))``."""
     return (JointTorque(), ExternalWrench())

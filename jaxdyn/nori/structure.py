@@ -38,12 +38,16 @@ well-posed system goes to the weighted least-squares estimator (:mod:`jaxdyn.nor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import joints
 from . import blocks as B
 from .sensors import COMPONENTS, _Spec
+
+if TYPE_CHECKING:
+    from ..model.model import Topology
 
 A, F, TAU, FX, QDD = range(5)
 VAR_NAMES = ("a", "f", "tau", "fx", "qdd")
@@ -108,7 +112,42 @@ class NoriSystem:
     :mod:`jaxdyn.nori.analysis`).
     """
 
-    def __init__(self, **kw):
+    # the fields (set by keyword in __init__, by make_system; the checks and the analysis of
+    # jaxdyn.nori.build add theirs)
+    name: str
+    topo: Topology
+    nb: int
+    nv: int
+    specs: tuple[_Spec, ...]
+    n_known: int
+    yshapes: tuple[tuple[int, ...], ...]
+    rows: tuple[tuple[RowGroup, ...], ...]
+    children: tuple[tuple[int, ...], ...]
+    armature: bool
+    peeled: np.ndarray
+    peel_row: np.ndarray
+    pstat: tuple
+    local: tuple
+    square: bool
+    square_reason: str | None
+    sig_of: np.ndarray
+    sig_info: dict
+    sig_rep: dict
+    order: np.ndarray
+    rank: np.ndarray
+    levels: tuple[NLevel, ...]
+    plans: dict
+    col_off: np.ndarray
+    row_off: np.ndarray
+    rg_off: tuple
+    n_vars: int
+    n_rows: int
+    analysis: Any  # a jaxdyn.nori.analysis.Analysis or None (analysis imports this module)
+    structural_rank: int
+    numerical_ranks: tuple
+    _dense_layout: dict  # cached by jaxdyn.nori.assembly.dense_layout
+
+    def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)
 
     def __repr__(self):
@@ -119,7 +158,7 @@ class NoriSystem:
         )
 
     # ---------------------------------------------------------------- labels
-    def var_label(self, b, var, k=None):
+    def var_label(self, b: int, var: int, k: int | None = None) -> str:
         t = self.topo
         n = int(t.nv_j[b])
         if var in (TAU, QDD):
@@ -128,7 +167,7 @@ class NoriSystem:
         name = f"{VAR_NAMES[var]}[{t.body_names[b]}]"
         return name if k is None else f"{name}.{COMPONENTS[k]}"
 
-    def column_labels(self):
+    def column_labels(self) -> list[str]:
         """One label per scalar unknown, in the dense (body-major) column order."""
         out = []
         for b in range(self.nb):

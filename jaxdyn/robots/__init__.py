@@ -19,8 +19,12 @@ import os
 import site
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "BUNDLED",
@@ -357,7 +361,7 @@ def random_urdf(
     n_bodies: int,
     seed: int,
     *,
-    joint_types=("revolute", "prismatic", "continuous"),
+    joint_types: Sequence[str] = ("revolute", "prismatic", "continuous"),
     p_fixed: float = 0.15,
     branching: float = 0.5,
     massless_prob: float = 0.1,

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .renderer import Progress
 from .scene import Scene, _geom_points
 
+if TYPE_CHECKING:
+    from ..sim.geometry import ContactSet
+    from .scene import Scene
+
 __all__ = ["contacts_from_geometry", "drop"]
 
 
-def contacts_from_geometry(scene: Scene, max_boxes: int = 64):
+def contacts_from_geometry(scene: Scene, max_boxes: int = 64) -> ContactSet:
     """A :class:`jaxdyn.sim.ContactSet` of the scene's drawn geometry: each frame's geometry
     bounded by a box (its 8 corners touch the ground), for frames on moving bodies with mass."""
     from .. import sim
@@ -54,10 +60,10 @@ def drop(
     height: float = 0.3,
     dt: float = 2e-3,
     hold: bool = True,
-    contacts=None,
+    contacts: ContactSet | None = None,
     forces: bool = True,
-    progress=None,
-):
+    progress: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, Scene]:
     """Simulate ``scene.model`` dropped from ``height`` metres above standing on the ground
     (floating base) or released from its nominal pose (fixed base), with compliant contact on
     ``contacts`` (default: the scene's contact set, else :func:`contacts_from_geometry`).

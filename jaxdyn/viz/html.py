@@ -17,10 +17,18 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .scene import Scene, frame_poses, trajectory_box
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from jax.typing import ArrayLike
+
+    from .scene import Geom, Scene
 
 __all__ = ["export_html", "html_page", "tessellate"]
 
@@ -61,7 +69,7 @@ def _tube(r, h, n=18, caps=True):
     return v, np.array(f)
 
 
-def tessellate(g):
+def tessellate(g: Geom) -> tuple[np.ndarray, np.ndarray]:
     """``(vertices (n, 3), faces (m, 3))`` of a :class:`~jaxdyn.viz.scene.Geom` in its
     frame's coordinates (the geom's placement applied)."""
     if g.kind == "box":
@@ -164,15 +172,15 @@ def _terrain(terrain):
 
 def scene_data(
     scene: Scene,
-    qs,
+    qs: ArrayLike,
     dt: float,
     title: str | None = None,
-    camera=None,
-    spacing=None,
+    camera: Any = None,
+    spacing: float | None = None,
     tree: bool = False,
-    forces=None,
+    forces: ArrayLike | None = None,
     contact_points: bool = False,
-    force_scale=None,
+    force_scale: float | None = None,
 ) -> dict:
     """The JSON the page reads: meshes, per-frame placements ``(B, T, nbodies, 12)``
     (row-major ``R`` then ``p``), grid offsets, time step, camera, contact markers. ``tree``:
@@ -265,17 +273,17 @@ def html_page(data: dict) -> str:
 
 
 def export_html(
-    scene,
-    qs,
-    path=None,
+    scene: Scene | str | os.PathLike,
+    qs: ArrayLike,
+    path: str | os.PathLike | None = None,
     *,
     dt: float = 0.02,
-    title=None,
-    camera=None,
-    spacing=None,
-    forces=None,
+    title: str | None = None,
+    camera: Any = None,
+    spacing: float | None = None,
+    forces: ArrayLike | None = None,
     contact_points: bool = False,
-    force_scale=None,
+    force_scale: float | None = None,
 ) -> str:
     """A self-contained HTML page showing ``scene`` (a :class:`Scene` or anything
     :meth:`Scene.load` takes) along ``qs (T, nq)`` (a batch ``(B, T, nq)``: ``B`` robots on a

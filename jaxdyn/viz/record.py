@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .scene import Scene
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from .scene import Scene
+
 __all__ = ["env_rollout", "save_rollout"]
 
 
-def env_rollout(env, policy, n_steps: int, seed: int = 0):
+def env_rollout(
+    env: Any, policy: Callable[[Array, Array], Array], n_steps: int, seed: int = 0
+) -> tuple[np.ndarray, Any]:
     """Run ``policy(obs, key) -> action`` on a :mod:`jaxdyn.envs` environment (or any Brax
     environment whose ``pipeline_state`` has ``q``) for ``n_steps`` control steps from
     ``env.reset(PRNGKey(seed))``, in one ``lax.scan``. Returns ``(q (n_steps + 1, nq), state0)``:
@@ -38,18 +50,18 @@ def env_rollout(env, policy, n_steps: int, seed: int = 0):
 
 
 def save_rollout(
-    scene,
-    qs,
-    path,
+    scene: Scene | str | os.PathLike,
+    qs: ArrayLike,
+    path: str | os.PathLike,
     *,
     dt: float,
     fps: float = 30.0,
     width: int = 640,
     height: int = 480,
-    camera=None,
-    forces=None,
-    contact_points=False,
-    progress=None,
+    camera: Any = None,
+    forces: ArrayLike | None = None,
+    contact_points: bool = False,
+    progress: bool | None = None,
 ) -> str:
     """Write configurations ``qs (T, nq)`` (or a batch ``(B, T, nq)``), ``dt`` seconds apart,
     to ``path``: ``.mp4`` / ``.gif`` (rendered, resampled to ``fps``: every

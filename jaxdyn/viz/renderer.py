@@ -16,10 +16,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .scene import Scene, _geom_points, contact_marks, frame_poses, trajectory_box
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from jax.typing import ArrayLike
+
+    from .scene import Scene
 
 __all__ = ["Camera", "Renderer", "render", "mujoco_scene"]
 
@@ -62,7 +70,7 @@ class Progress:
     """A one-line progress report on stderr (``label i/n``), updated at most 5 times a
     second; silent when ``enabled`` is false."""
 
-    def __init__(self, label: str, n: int, enabled: bool | None = None):
+    def __init__(self, label: str, n: int, enabled: bool | None = None) -> None:
         self.label, self.n = label, n
         self.enabled = sys.stderr.isatty() if enabled is None else bool(enabled)
         self.t0 = self.last = time.perf_counter()
@@ -102,7 +110,12 @@ def _mat_quat(R):
     return q
 
 
-def mujoco_scene(scene: Scene, n_robots: int = 1, offsets=None, floor_size=None):
+def mujoco_scene(
+    scene: Scene,
+    n_robots: int = 1,
+    offsets: ArrayLike | None = None,
+    floor_size: float | None = None,
+) -> tuple[Any, list]:
     """``(mujoco.MjModel, bodies)``: the scene as a MuJoCo model of mocap bodies, ``bodies``
     the drawn frames (mocap body ``k`` of robot ``r`` is ``r * len(bodies) + k``)."""
     mujoco = _import_mujoco()
@@ -252,7 +265,14 @@ class Camera:
     - ``lookat``: a fixed target point (overrides ``follow``).
     """
 
-    def __init__(self, follow="base", distance=None, azimuth=135.0, elevation=-20.0, lookat=None):
+    def __init__(
+        self,
+        follow: str | None = "base",
+        distance: float | None = None,
+        azimuth: float = 135.0,
+        elevation: float = -20.0,
+        lookat: ArrayLike | None = None,
+    ) -> None:
         self.follow, self.distance = follow, distance
         self.azimuth, self.elevation, self.lookat = azimuth, elevation, lookat
 
@@ -274,7 +294,14 @@ class Renderer:
     ``n_robots`` copies laid out on a grid ``spacing`` metres apart (a batch of rollouts).
     """
 
-    def __init__(self, scene: Scene, width=640, height=480, n_robots=1, spacing=None):
+    def __init__(
+        self,
+        scene: Scene,
+        width: int = 640,
+        height: int = 480,
+        n_robots: int = 1,
+        spacing: float | None = None,
+    ) -> None:
         self.mujoco = mujoco = _import_mujoco()
         self.scene = scene
         self.width, self.height = int(width), int(height)
@@ -312,7 +339,7 @@ class Renderer:
             ) from None
         self._opt = mujoco.MjvOption()
 
-    def close(self):
+    def close(self) -> None:
         self._r.close()
 
     def __enter__(self):
@@ -351,13 +378,13 @@ class Renderer:
 
     def render(
         self,
-        qs,
+        qs: ArrayLike,
         camera: Camera | None = None,
-        contact_points=False,
-        forces=None,
-        force_scale=None,
-        progress=None,
-    ):
+        contact_points: bool = False,
+        forces: ArrayLike | None = None,
+        force_scale: float | None = None,
+        progress: bool | None = None,
+    ) -> np.ndarray:
         """Frames ``(T, height, width, 3) uint8`` of configurations ``qs (T, nq)``, or
         ``(n_robots, T, nq)`` for a batch.
 
@@ -454,18 +481,18 @@ class Renderer:
 
 
 def render(
-    scene,
-    qs,
+    scene: Scene | str | os.PathLike,
+    qs: ArrayLike,
     *,
-    width=640,
-    height=480,
+    width: int = 640,
+    height: int = 480,
     camera: Camera | None = None,
-    contact_points=False,
-    forces=None,
-    force_scale=None,
-    spacing=None,
-    progress=None,
-):
+    contact_points: bool = False,
+    forces: ArrayLike | None = None,
+    force_scale: float | None = None,
+    spacing: float | None = None,
+    progress: bool | None = None,
+) -> np.ndarray:
     """Frames ``(T, height, width, 3) uint8`` of ``scene`` (a :class:`Scene`, or anything
     :meth:`Scene.load` takes) posed at ``qs (T, nq)``; a batch ``(B, T, nq)`` is drawn as
     ``B`` robots on a grid. See :meth:`Renderer.render` for contacts and forces."""

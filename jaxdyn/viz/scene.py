@@ -30,10 +30,21 @@ import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..model.urdf import parse_numbers
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from jax.typing import ArrayLike
+
+    from ..clusters.model import ClusterModel
+    from ..model.model import Model
+    from ..sim.geometry import ContactSet
 
 __all__ = ["Geom", "Scene", "frame_poses", "read_mesh"]
 
@@ -118,7 +129,7 @@ def _read_obj(path: Path):
     return np.asarray(verts, np.float64), np.asarray(faces, np.int64)
 
 
-def read_mesh(path):
+def read_mesh(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """``(vertices (n, 3), faces (m, 3))`` of a triangle mesh file: STL (binary or ASCII) and
     OBJ here, COLLADA ``.dae`` (through ``pycollada``) and the other formats ``trimesh`` reads
     through ``trimesh`` (the ``viz`` extra). A COLLADA file's node transforms and ``<unit>``
@@ -171,7 +182,12 @@ def _within(path: Path, root: Path) -> bool:
         return False
 
 
-def resolve_mesh(filename: str, urdf_dir: Path, package_dirs=(), allow_outside=False) -> Path:
+def resolve_mesh(
+    filename: str,
+    urdf_dir: Path,
+    package_dirs: Sequence[str | os.PathLike] = (),
+    allow_outside: bool = False,
+) -> Path:
     """The file a URDF's ``<mesh filename>`` names (see the module docstring); ``ValueError``
     if it cannot be found or leaves its package / the URDF's directory."""
     if filename.startswith("package://"):
@@ -266,7 +282,12 @@ def _urdf_geom(
     raise ValueError(f"URDF {fname}: {what}: unknown geometry <{shape.tag}>")
 
 
-def urdf_geoms(model, source, package_dirs=(), allow_outside=False) -> list:
+def urdf_geoms(
+    model,
+    source: str | os.PathLike,
+    package_dirs: Sequence[str | os.PathLike] = (),
+    allow_outside: bool = False,
+) -> list:
     """:class:`Geom` of a URDF's ``<visual>`` elements on ``model``'s frames (link names); a
     link's ``<collision>`` elements instead where it has no visual or a visual mesh that cannot
     be read (e.g. COLLADA without pycollada). One warning names every mesh file left unread,
@@ -479,7 +500,7 @@ def stick_geoms(model, radius: float | None = None) -> list:
     return geoms
 
 
-def contact_geoms(model, contacts, rgba=CONTACT_RGBA) -> list:
+def contact_geoms(model, contacts: ContactSet | None, rgba=CONTACT_RGBA) -> list:
     """Spheres of a :class:`jaxdyn.sim.ContactSet` (points drawn as small spheres)."""
     body_frame = {}
     t = model.topo
@@ -524,7 +545,7 @@ class Scene:
     :func:`jaxdyn.clusters.spanning_configuration` (:meth:`tree_q`).
     """
 
-    def tree_q(self, qs):
+    def tree_q(self, qs: ArrayLike) -> np.ndarray:
         """``qs (..., nq)`` as the spanning tree's configurations: cluster positions mapped by
         :func:`jaxdyn.clusters.spanning_configuration` for a cluster scene, unchanged
         otherwise."""
@@ -547,12 +568,12 @@ class Scene:
         )
         return np.asarray(out, float).reshape(qs.shape[:-1] + (self.model.nq,))
 
-    model: object
+    model: Model  # (a ClusterModel given here becomes ``cluster``, its tree ``model``)
     geoms: list
-    terrain: object = "plane"
-    contacts: object = None
+    terrain: Any = "plane"
+    contacts: ContactSet | None = None
     name: str = ""
-    cluster: object = None
+    cluster: ClusterModel | None = None
 
     def __post_init__(self):
         model = getattr(self.model, "model", self.model)
@@ -571,7 +592,14 @@ class Scene:
                 raise ValueError(f"Scene: geom {g.name!r} on frame {g.frame}, model has {nf}")
 
     @classmethod
-    def from_model(cls, model, *, contacts=None, terrain="plane", stick_radius=None):
+    def from_model(
+        cls,
+        model: Model | ClusterModel,
+        *,
+        contacts: ContactSet | None = None,
+        terrain: Any = "plane",
+        stick_radius: float | None = None,
+    ) -> Scene:
         """A stick figure of ``model`` (:func:`stick_geoms`) and its contact spheres."""
         model = getattr(model, "model", model)
         geoms = stick_geoms(model, stick_radius)
@@ -580,7 +608,7 @@ class Scene:
         return cls(model, geoms, terrain=terrain, contacts=contacts)
 
     @classmethod
-    def from_env(cls, env, **kw):
+    def from_env(cls, env: Any, **kw: Any) -> Scene:
         """The model, contact spheres and terrain of a :mod:`jaxdyn.envs` environment."""
         env = getattr(env, "unwrapped", env)
         cfg = env.cfg
@@ -589,14 +617,14 @@ class Scene:
     @classmethod
     def load(
         cls,
-        source,
+        source: str | os.PathLike,
         *,
-        floating_base=None,
-        package_dirs=(),
-        allow_outside=False,
-        contacts=None,
-        terrain="plane",
-    ):
+        floating_base: bool | None = None,
+        package_dirs: Sequence[str | os.PathLike] = (),
+        allow_outside: bool = False,
+        contacts: ContactSet | None = None,
+        terrain: Any = "plane",
+    ) -> Scene:
         """Load a model and its geometry: a URDF path, a bundled or example-robot-data name
         (:func:`jaxdyn.robots.resolve`) or an MJCF file (``.xml``, :func:`jaxdyn.load_mjcf`,
         its collision geoms becoming the contact set and its ground the terrain). A model
@@ -640,7 +668,7 @@ class Scene:
                 geoms += contact_geoms(model, contacts)
         return cls(model, geoms, terrain=terrain, contacts=contacts)
 
-    def nominal_q(self):
+    def nominal_q(self) -> np.ndarray:
         """A configuration to show: zeros, with an identity quaternion and the base lifted so
         that its lowest geometry touches the ground for a floating base."""
         model = self.model
@@ -709,7 +737,15 @@ def trajectory_box(scene, R, p, max_steps: int = 64):
     return lo, hi
 
 
-def contact_marks(scene, R, p, forces=None, force_scale=None, extent=1.0, who="render"):
+def contact_marks(
+    scene,
+    R,
+    p,
+    forces: ArrayLike | None = None,
+    force_scale: float | None = None,
+    extent=1.0,
+    who="render",
+):
     """What both renderers draw for contacts, from the frames' placements ``R (B, T, nf, 3,
     3)``, ``p (B, T, nf, 3)`` (:func:`frame_poses`, reshaped): a dict of ``point (B, T, nc,
     3)`` (each contact sphere's lowest point along the terrain's normal: where it touches),
@@ -788,18 +824,18 @@ def _fk():
     return _FK
 
 
-def frame_poses(model, qs):
+def frame_poses(model: Model | Scene, qs: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """World placements of every frame for configurations ``qs (T, nq)``: ``R (T, nf, 3, 3)``
     and ``p (T, nf, 3)`` as numpy arrays (jaxdyn's :func:`~jaxdyn.forward_kinematics`,
     compiled once per topology)."""
-    model = getattr(model, "model", model)
+    tree: Model = getattr(model, "model", model)  # a Scene's model
     qs = np.asarray(qs)
     if qs.ndim == 1:
         qs = qs[None]
-    if qs.ndim != 2 or qs.shape[1] != model.nq:
+    if qs.ndim != 2 or qs.shape[1] != tree.nq:
         raise ValueError(
-            f"frame_poses: q has shape {qs.shape}, expected (T, nq) with nq={model.nq} for "
-            f"{model.name!r}"
+            f"frame_poses: q has shape {qs.shape}, expected (T, nq) with nq={tree.nq} for "
+            f"{tree.name!r}"
         )
-    out = _fk()(model, qs.astype(np.asarray(model.Xtree_p).dtype))
+    out = _fk()(tree, qs.astype(np.asarray(tree.Xtree_p).dtype))
     return np.asarray(out.R, float), np.asarray(out.p, float)

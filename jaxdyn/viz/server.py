@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,10 +23,24 @@ from .. import joints
 from .html import html_page, scene_data
 from .scene import Scene, frame_poses
 
+if TYPE_CHECKING:
+    from typing import Any
+
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from .scene import Scene
+
 __all__ = ["serve", "slider_joints"]
 
 
-def slider_joints(model) -> list:
+class ViewerServer(ThreadingHTTPServer):
+    """The viewer's HTTP server (:func:`serve`): ``url`` is the page's address."""
+
+    url: str = ""
+
+
+def slider_joints(model: Model) -> list:
     """``[{name, index, lo, hi}]``: the one-DoF joints' ``q`` index and slider range (the
     model's limits; otherwise ``[-pi, pi]`` for a revolute joint, ``[-1, 1]`` m for a
     prismatic one)."""
@@ -85,18 +101,18 @@ def _handler(page: bytes, model, bodies):
 
 
 def serve(
-    scene,
-    qs=None,
+    scene: Scene | str | os.PathLike,
+    qs: ArrayLike | None = None,
     *,
     dt: float = 0.02,
     host: str = "127.0.0.1",
     port: int = 0,
     block: bool = True,
-    title=None,
-    camera=None,
-    forces=None,
+    title: str | None = None,
+    camera: Any = None,
+    forces: ArrayLike | None = None,
     contact_points: bool = False,
-):
+) -> ViewerServer:
     """Serve the viewer of ``scene`` (a :class:`Scene` or anything :meth:`Scene.load` takes)
     with joint sliders, showing ``qs (T, nq)`` or a batch ``(B, T, nq)`` if given (else the
     nominal configuration). The sliders show the first robot's configuration at the shown step
@@ -127,7 +143,7 @@ def serve(
         "endpoint": "/fk",
     }
     page = html_page(data).encode("utf-8")
-    server = ThreadingHTTPServer((host, int(port)), _handler(page, model, bodies))
+    server = ViewerServer((host, int(port)), _handler(page, model, bodies))
     shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
     server.url = f"http://{shown}:{server.server_address[1]}/"
     frame_poses(model, q0[None])  # compile the endpoint's kinematics before the first request

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
 
 __all__ = ["save_video"]
 
 
-def save_video(frames, path, fps: float = 30.0) -> str:
+def save_video(frames: ArrayLike, path: str | os.PathLike, fps: float = 30.0) -> str:
     """Write ``frames (T, H, W, 3) uint8`` to ``path``: ``.mp4`` (H.264, yuv420p: plays in
     browsers and players; needs ``imageio`` and ``imageio-ffmpeg``, which ships its own ffmpeg)
     or ``.gif`` (needs Pillow). Returns ``path``."""

@@ -1,6 +1,6 @@
 """Type-checked use of jaxdyn's public API (not a test module: pyright checks it, see
 ``[tool.pyright]`` in pyproject.toml and .ci/run). Each ``assert_type`` holds only while the
-public functions keep their annotations through jaxdyn's decorators (``jaxdyn._checks.public``,
+public functions keep their annotations through jaxdyn's decorators (``jaxdyn.shell.public``,
 ``jaxdyn._precision.full_precision``): a decorator that erased them would leave ``Unknown``."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing_extensions import assert_type
 
 import jaxdyn
 from jaxdyn.algorithms.kinematics import Kinematics, Placements
+from jaxdyn.clusters import ClusterModel
 from jaxdyn.iwim import InputMatrix
 from jaxdyn.osim.constrained import ConstrainedDynamics
 
@@ -81,3 +82,41 @@ def use_trajopt(model: jaxdyn.Model) -> None:
     assert_type(to.fddp(problem), to.Result)
     assert_type(to.ilqr(problem), to.Result)
     assert_type(to.rollout(problem, jnp.zeros((10, model.nv))), Array)
+
+
+def use_clusters(model: ClusterModel) -> None:
+    from jaxdyn import clusters
+
+    q = jnp.zeros(model.nq)
+    v = jnp.zeros(model.nv)
+    assert_type(clusters.crnea(model, q, v, v), Array)
+    assert_type(clusters.caba(model, q, v, v), Array)
+    assert_type(clusters.cefpa(model, q, ["tip"]), Array)
+    assert_type(clusters.projected_rnea(model, q, v, v), Array)
+    assert_type(clusters.spanning_state(model, q, v), clusters.SpanningState)
+    assert_type(clusters.loop_constraints(model, q, v), tuple[Array, Array, Array])
+    assert_type(clusters.project_configuration(model, q), Array)
+
+
+def use_nori(model: jaxdyn.Model) -> None:
+    from jaxdyn import nori
+
+    q = jaxdyn.neutral_configuration(model)
+    v = jnp.zeros(model.nv)
+    assert_type(nori.inverse_dynamics(model, q, v, v), Array)
+    assert_type(nori.forward_dynamics(model, q, v, v), Array)
+    system = nori.build(model, nori.inverse_dynamics_knowns())
+    assert_type(system, nori.NoriSystem)
+    values = (v, jnp.zeros((model.nb, 6)))
+    assert_type(nori.solve(system, model, q, v, values), nori.Solution)
+    assert_type(nori.assemble(system, model, q, v, values), tuple[Array, Array])
+
+
+def use_envs() -> None:
+    from jaxdyn import envs
+
+    env = envs.make("reacher")
+    assert_type(env, envs.Env)
+    s = env.reset(jax.random.PRNGKey(0))
+    assert_type(env.step(s, jnp.zeros(env.action_size)), envs.State)
+    assert_type(envs.wrap(env, episode_length=10), envs.Wrapper)
