@@ -50,6 +50,10 @@ TASKS = {
     "finger_spin": "FingerSpin",
     "finger_turn_easy": "FingerTurnEasy",
     "finger_turn_hard": "FingerTurnHard",
+    "ball_in_cup_catch": "BallInCup",
+    "dm_humanoid_stand": "HumanoidStand",
+    "dm_humanoid_walk": "HumanoidWalk",
+    "dm_humanoid_run": "HumanoidRun",
 }
 
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
@@ -155,7 +159,9 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
     (``walker_*``: the torso's height, not its ``zz``; ``finger_*``: dm_control's model, with
-    its touch sensors and colliding decorations, at dm_control's 0.01 s step)."""
+    its touch sensors and colliding decorations, at dm_control's 0.01 s step; ``ball_in_cup_catch``
+    and ``dm_humanoid_*`` reset as dm_control, to random states, where Playground's reset to
+    ``qpos0``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -53,6 +53,11 @@ BENCHMARKS = (
         "jax.jit(jax.vmap(f)) against Pinocchio's C++, with the derivatives",
     ),
     Benchmark(
+        "batch1",
+        ("## Batch-1 latency against Pinocchio C++",),
+        "one robot at a time: jit and eager calls, JAX's dispatch floor, async and sync dispatch",
+    ),
+    Benchmark(
         "centroidal",
         ("## Centroidal dynamics, frame motion and the Coriolis matrix against Pinocchio C++",),
         "centroidal, frame-motion and Coriolis functions against Pinocchio's C++",

@@ -90,6 +90,14 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
 
     def run(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if (
+            program is not None
+            and set(map(type, leaves)) == _ARRAYS
+            and not jax.config.jax_disable_jit
+        ):
+            # the common eager call, concrete JAX arrays only (a model and its inputs):
+            # straight to the compiled program (no tracers, no static leaves to sort out)
+            return program(leaves, treedef, True)
         traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
         if (
             program is not None
@@ -123,6 +131,12 @@ def eager_jit(fn: Callable[P, R]) -> Callable[P, R]:
 
 #: what :func:`compiled` returns for a call it cannot compile (the caller runs it op by op)
 OP_BY_OP = object()
+#: the leaf types of an eager call whose leaves are all concrete JAX arrays (:func:`dispatch`'s
+#: fast path, which skips the per-leaf sorting of :func:`compiled`: at batch 1 that sorting
+#: was a large part of an eager call's time)
+_ARRAYS = {internals.ARRAY_TYPE}
+#: the static part of such a call, per number of leaves (all arrays: ``None`` each)
+_NONES: dict[int, tuple] = {}
 #: marks a leaf of an eager call given as its static part and arrays (``eager_split()``)
 _SPLIT = object()
 
@@ -208,7 +222,12 @@ def compiled(fn):
     # named run in JAX's logs (tests/test_api.py counts them); jaxdyn's compile log names fn
     run = jax.jit(run, static_argnums=(0, 1, 2, 3))
 
-    def call(leaves, treedef):
+    def call(leaves, treedef, arrays_only=False):
+        if arrays_only:  # every leaf a concrete JAX array (dispatch checked): all dynamic
+            static = _NONES.get(len(leaves))
+            if static is None:
+                static = _NONES.setdefault(len(leaves), (None,) * len(leaves))
+            return run(treedef, static, value_checks.enabled(), False, *leaves)
         # None marks an array; static leaves are typed: 1 and True are equal keys, but not
         # the same argument; a split leaf (a constraint with a target) is its static part and
         # the number of arrays it passes

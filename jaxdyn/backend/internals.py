@@ -12,6 +12,9 @@ failing at import).
 * :func:`reset_compilation_cache`: let JAX read its persistent-cache settings again.
 * :func:`distributed_client`: the coordination service's client (its barrier).
 * :data:`CALLBACK_LOGGER`: the logger on which JAX reports a failed host callback.
+* :data:`ARRAY_TYPE`: the class of JAX's concrete arrays (an eager call whose leaves are all
+  of it takes :func:`jaxdyn.eager.dispatch`'s fast path); ``None`` without it (every eager
+  call then sorts its leaves one by one).
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ try:
     from jax._src.interpreters.partial_eval import DynamicJaxprTrace as STAGING_TRACE
 except ImportError:  # pragma: no cover - a JAX without it: every traced call runs as is
     STAGING_TRACE = None
+
+try:
+    from jax._src.array import ArrayImpl as ARRAY_TYPE
+except ImportError:  # pragma: no cover - a JAX without it: no fast path for eager calls
+    ARRAY_TYPE = None
 
 #: the logger of JAX's host callbacks (``jax.pure_callback failed`` with a traceback)
 CALLBACK_LOGGER = "jax._src.callback"

@@ -18,7 +18,9 @@ Tasks (:func:`make` by name):
   ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``; with contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
   ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
-  ``"finger_turn_hard"``.
+  ``"finger_turn_hard"``, ``"ball_in_cup_catch"``, ``"dm_humanoid_stand"``,
+  ``"dm_humanoid_walk"``, ``"dm_humanoid_run"`` (dm_control's humanoid; ``"humanoid_stand"``
+  is the G1 task above).
 
 Brax is optional: with it installed (``pip install 'jaxdyn[rl]'``) the contract classes are
 Brax's own and ``brax.training`` trains these environments unchanged. Brax 0.14's trainers call
@@ -37,12 +39,14 @@ from .base import System as System
 from .base import Wrapper as Wrapper
 from .compat import brax_compat as brax_compat
 from .dm_control_suite import AcrobotSwingup as AcrobotSwingup
+from .dm_control_suite import BallInCup as BallInCup
 from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import CheetahRun as CheetahRun
 from .dm_control_suite import FingerSpin as FingerSpin
 from .dm_control_suite import FingerTurn as FingerTurn
 from .dm_control_suite import HopperTask as HopperTask
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
+from .dm_control_suite import SuiteHumanoid as SuiteHumanoid
 from .dm_control_suite import SuiteReacher as SuiteReacher
 from .dm_control_suite import WalkerMove as WalkerMove
 from .getup import QuadrupedGetup as QuadrupedGetup
@@ -85,6 +89,10 @@ ENVIRONMENTS = {
     "finger_spin": FingerSpin,
     "finger_turn_easy": FingerTurn,
     "finger_turn_hard": lambda **kw: FingerTurn(FingerTurn.HARD_TARGET, **kw),
+    "ball_in_cup_catch": BallInCup,
+    "dm_humanoid_stand": SuiteHumanoid,
+    "dm_humanoid_walk": lambda **kw: SuiteHumanoid(SuiteHumanoid.WALK_SPEED, **kw),
+    "dm_humanoid_run": lambda **kw: SuiteHumanoid(SuiteHumanoid.RUN_SPEED, **kw),
 }
 
 
@@ -102,6 +110,7 @@ __all__ = [
     "HAS_BRAX",
     "AcrobotSwingup",
     "AutoResetWrapper",
+    "BallInCup",
     "CartpoleBalance",
     "CheetahRun",
     "CompensatedTorque",
@@ -120,6 +129,7 @@ __all__ = [
     "ServoPD",
     "SimEnv",
     "State",
+    "SuiteHumanoid",
     "SuiteReacher",
     "System",
     "VmapWrapper",

@@ -343,10 +343,36 @@ class SimEnv(Env):
     def check_state(self, state, info_keys=()):
         return check_state(type(self).__name__, state, info_keys)
 
-    def pipeline_init(self, q, v) -> _sim.State:
-        """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype."""
+    @property
+    def act_size(self) -> int:
+        """Number of actuator activations (MuJoCo's ``na``: :attr:`jaxdyn.sim.State.act` of
+        an actuator with activation dynamics, :class:`jaxdyn.sim.GainBias`; 0 without)."""
+        size = getattr(self.sys.cfg.actuator, "act_size", None)
+        return int(size()) if size is not None else 0
+
+    def pipeline_init(self, q, v, act=None) -> _sim.State:
+        """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype; with activation
+        dynamics (:attr:`act_size` > 0) it carries ``act`` (``(act_size,)``; zeros when not
+        given, MuJoCo's reset), which :meth:`pipeline_step` advances with ``q`` and ``v``."""
         dtype = self.sys.model.mass.dtype
-        return _sim.State(jnp.asarray(q, dtype), jnp.asarray(v, dtype), jnp.zeros((), dtype))
+        na = self.act_size
+        if na == 0:
+            if act is not None and jnp.size(act):
+                raise ValueError(
+                    f"{type(self).__name__}: act given, but the actuator has no activations"
+                )
+            act = None
+        elif act is None:
+            act = jnp.zeros(na, dtype)
+        else:
+            act = jnp.asarray(act, dtype)
+            if act.shape != (na,):
+                raise ValueError(
+                    f"{type(self).__name__}: act has shape {tuple(act.shape)}, expected "
+                    f"(act_size,)=({na},)"
+                )
+        q, v = jnp.asarray(q, dtype), jnp.asarray(v, dtype)
+        return _sim.State(q, v, jnp.zeros((), dtype), act)
 
     def pipeline_step(self, pipeline_state: _sim.State, ctrl):
         """One control period (``n_frames`` simulator steps) under ``ctrl``.

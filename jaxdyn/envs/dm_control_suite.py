@@ -31,7 +31,11 @@ under :class:`jaxdyn.sim.Constraint`):
 * :class:`WalkerMove` (``move_speed``): ``walker_stand``, ``walker_walk``, ``walker_run``;
 * :class:`HopperTask` (``hopping``): ``hopper_stand``, ``hopper_hop``;
 * :class:`FingerSpin`: ``finger_spin``; :class:`FingerTurn` (``target_radius``):
-  ``finger_turn_easy``, ``finger_turn_hard``.
+  ``finger_turn_easy``, ``finger_turn_hard``;
+* :class:`BallInCup`: ``ball_in_cup_catch`` (a string: a spatial tendon with a length limit);
+* :class:`SuiteHumanoid` (``move_speed``): ``dm_humanoid_stand``, ``dm_humanoid_walk``,
+  ``dm_humanoid_run`` (dm_control's 21-joint humanoid on a free root; ``humanoid_stand`` is
+  jaxdyn's own Unitree G1 task, :class:`~jaxdyn.envs.HumanoidStand`).
 
 Their observations and rewards are dm_control's task functions (``get_observation``,
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
@@ -80,6 +84,8 @@ __all__ = [
     "HopperTask",
     "FingerSpin",
     "FingerTurn",
+    "BallInCup",
+    "SuiteHumanoid",
 ]
 
 #: the bundled models
@@ -89,7 +95,12 @@ XML_DIR = os.path.join(os.path.dirname(__file__), "xmls", "dm_control_suite")
 class SuiteEnv(SimEnv):
     """A suite task on a bundled MJCF model: ``ctrl_dt`` control period in
     ``ctrl_dt / sim_dt`` simulator steps of ``sim_dt`` (Playground's ``n_substeps``);
-    ``action`` is MuJoCo's ``ctrl`` (clamped to ``ctrlrange`` by the actuator)."""
+    ``action`` is MuJoCo's ``ctrl`` (clamped to ``ctrlrange`` by the actuator).
+
+    Actuators with activation dynamics (``dyntype`` ``filter``, ``filterexact``,
+    ``integrator``: :class:`jaxdyn.sim.GainBias`) keep their activations in the simulator
+    state's ``act`` (MuJoCo's ``act``), carried through ``reset`` (zeros, or a keyframe's
+    ``act``: :meth:`keyframe_state`) and every ``step``."""
 
     xml: str = ""
     #: ``ignore=`` of :func:`jaxdyn.load_mjcf` for the bundled model
@@ -114,13 +125,16 @@ class SuiteEnv(SimEnv):
         scene = load_mjcf(os.path.join(XML_DIR, self.xml), ignore=self.ignore)
         self.scene = scene
         m = scene.mj_model
-        # one-DoF joints (q and v have the same layout); jaxdyn orders a branching tree's joints
-        # by depth: q = qpos[from_mujoco], qpos = q[to_mujoco]
-        if not (scene.model.nq == scene.model.nv == m.nq == m.nv == m.njnt):
+        # one-DoF joints (q and v have the same layout) or a free root (q is qpos reordered,
+        # v maps to qvel through the free joint's rotation: qvel); jaxdyn orders a branching
+        # tree's joints by depth: q = qpos[from_mujoco], qpos = q[to_mujoco]
+        one_dof = scene.model.nq == scene.model.nv == m.nq == m.nv == m.njnt
+        if not (one_dof or self.free_root):
             raise ValueError(  # pragma: no cover - a property of the bundled files
                 f"{type(self).__name__}: unexpected joint layout in {self.xml}"
             )
-        self.from_mujoco = Converter(scene.model, m).q_index
+        self.converter = Converter(scene.model, m)
+        self.from_mujoco = self.converter.q_index
         self.to_mujoco = np.argsort(self.from_mujoco)
         if self.mujoco_order and np.any(self.from_mujoco != np.arange(m.nq)):
             raise ValueError(  # pragma: no cover - a property of the bundled files
@@ -133,18 +147,46 @@ class SuiteEnv(SimEnv):
 
     #: whether the task reads ``q`` / ``v`` as ``qpos`` / ``qvel`` (a chain: the same order)
     mujoco_order = True
+    #: whether the model's root is a free joint (:meth:`qvel` maps velocities)
+    free_root = False
 
     def qpos(self, q):
-        """MuJoCo's ``qpos`` (or ``qvel``, the same layout here) of jaxdyn's ``q`` (``v``)."""
+        """MuJoCo's ``qpos`` (or, without a free root, ``qvel``: the same layout) of jaxdyn's
+        ``q`` (``v``)."""
         return q[..., self.to_mujoco]
 
     def q_of(self, qpos):
-        """jaxdyn's ``q`` (or ``v``) of MuJoCo's ``qpos`` (``qvel``)."""
+        """jaxdyn's ``q`` (or, without a free root, ``v``) of MuJoCo's ``qpos`` (``qvel``)."""
         return qpos[..., self.from_mujoco]
+
+    def qvel(self, q, v):
+        """MuJoCo's ``qvel`` of jaxdyn's ``v`` at ``q`` (a free root's linear velocity in world
+        axes: :meth:`jaxdyn.interop.mujoco.Converter.v_to_mujoco`)."""
+        if not self.free_root:
+            return self.qpos(v)
+        return self.converter.v_to_mujoco(q, v)
+
+    def v_of(self, q, qvel):
+        """jaxdyn's ``v`` at ``q`` of MuJoCo's ``qvel``."""
+        if not self.free_root:
+            return self.q_of(qvel)
+        return self.converter.v_from_mujoco(q, qvel)
 
     def adjust_model(self, model):
         """The model the task simulates (the task's changes to the file's, if any)."""
         return model
+
+    def keyframe_state(self, name: str) -> _sim.State:
+        """The simulator state of the file's ``<key name=...>`` at time 0: its ``qpos``,
+        ``qvel`` and, with activation dynamics, ``act`` (MuJoCo's ``mj_resetDataKeyframe``)."""
+        if name not in self.scene.keyframes:
+            raise ValueError(
+                f"{type(self).__name__}: {self.xml} has no keyframe {name!r}; it has "
+                f"{sorted(self.scene.keyframes)}"
+            )
+        q, v = self.scene.keyframes[name]
+        act = self.scene.keyframe_act.get(name) if self.act_size else None
+        return self.pipeline_init(q, v, act)
 
     @property
     def action_size(self) -> int:
@@ -633,7 +675,7 @@ class CheetahRun(ContactSuiteEnv):
                 return _sim.step(model, s, ctrl, cfg), None
 
             ps, _ = jax.lax.scan(settle, ps, None, length=self.settle_steps)
-            ps = self.pipeline_init(ps.q, ps.v)  # time back to 0
+            ps = self.pipeline_init(ps.q, ps.v, ps.act)  # time back to 0
         return self.episode_start(rng, ps)
 
 
@@ -919,3 +961,224 @@ class FingerTurn(FingerSpin):
             done=done,
             metrics={**state.metrics, "diverged": done},
         )
+
+
+class BallInCup(ContactSuiteEnv):
+    """Ball in cup (dm_control ``ball_in_cup.catch``; Playground ``BallInCup``): a cup on two
+    slide joints (``x``, ``z``; springs of 20 N/m, damping 3) driven by motors (``gear=5``,
+    ``ctrl`` in ``[-1, 1]``), a ball hanging from it on a string (a spatial tendon between
+    the ``ball`` and ``cup`` sites, length limited to 0.3 m); swing the ball into the cup.
+
+    **Observation (8):** ``qpos`` (4), ``qvel`` (4), MuJoCo's joint order (``cup_x``,
+    ``cup_z``, ``ball_x``, ``ball_z``). **Reward:** dm_control's ``in_target``, 1 when the
+    ball's centre (``xpos``) is inside the ``target`` box site shrunk by the ball's radius in
+    ``x`` and ``z``, else 0. **Reset:** ``ball_x ~ U(-0.2, 0.2)``, ``ball_z ~ U(0.2, 0.5)``,
+    the cup at its origin, at rest; as dm_control, a draw whose ball touches the cup is
+    replaced by the first of ``reset_tries - 1`` further draws that does not (one batch;
+    Playground's port resets to ``qpos0``, the ball hanging below the cup).
+    **Periods:** control 0.02 s, simulation 0.002 s (dm_control's and Playground's; the
+    file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
+    against the five capsules of the cup and the floor (friction 1).
+
+    The string's length limit is MuJoCo's ``tendon`` limit, a soft constraint there
+    (``solreflimit``); here it is the smooth spring-damper of :class:`jaxdyn.sim.JointLimits`
+    on the tendon's length (:class:`jaxdyn.sim.SpatialTendons`), :attr:`string_limits`
+    (the default 1e3 N/m, 10 N s/m): a taut string stretches by a few millimetres (up to 6 mm
+    when the cup is whirled, where MuJoCo's soft limit stretches by 2 cm), and a jerk on it
+    rebounds differently from MuJoCo's (``tests/test_envs_suite_more.py``).
+    """
+
+    xml = "ball_in_cup.xml"
+    #: the string's limit (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
+    string_limits = _sim.JointLimits()
+    metric_keys = ()
+
+    def __init__(self, *, ctrl_dt=0.02, sim_dt=0.002, reset_tries: int = 16):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        import equinox as eqx
+
+        self.sys = eqx.tree_at(lambda s: s.cfg.limits, self.sys, self.string_limits)
+        self.reset_tries = int(reset_tries)
+        m = self.scene.mj_model
+        t = m.site("target").id
+        self.half_size = np.asarray(m.site_size[t, [0, 2]], float)
+        self.ball_radius = float(m.geom_size[m.geom("ball").id, 0])
+        self.target_frames = [self.scene.site_frames["target"], "ball"]
+
+    def state_sensors(self, pk):
+        _, p = self.frames(pk.q, self.target_frames)
+        return {"ball_to_target": (p[0] - p[1])[jnp.array([0, 2])]}
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate([self.qpos(ps.q), self.qpos(ps.v)])
+
+    def reward(self, ps, sensors, action):
+        inside = jnp.abs(sensors["ball_to_target"]) < self.half_size - self.ball_radius
+        return jnp.all(inside).astype(ps.q.dtype), {}
+
+    def draw_pose(self, rng):
+        """The reset's configuration (jaxdyn's order): the first draw of the ball's position
+        whose ball touches nothing (the first draw if none is free)."""
+
+        def draw(key):
+            r1, r2 = jax.random.split(key)
+            x = jax.random.uniform(r1, (), minval=-0.2, maxval=0.2)
+            z = jax.random.uniform(r2, (), minval=0.2, maxval=0.5)
+            return self.q_of(jnp.stack([0.0, 0.0, x, z]))
+
+        keys = rng[None]
+        if self.reset_tries > 1:
+            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
+            keys = jnp.concatenate([keys, more])
+        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
+        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
+
+        def free(q):
+            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
+
+        return qs[jnp.argmax(jax.vmap(free)(qs))]
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        q = self.draw_pose(r1)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)))
+
+
+class SuiteHumanoid(ContactSuiteEnv):
+    """Humanoid (dm_control ``humanoid``: ``stand``, ``walk``, ``run``; Playground
+    ``HumanoidStand`` / ``HumanoidWalk`` / ``HumanoidRun``): a 21-joint humanoid on a free
+    root, motors (``ctrl`` in ``[-1, 1]``), standing up (``move_speed = 0``) or moving at
+    ``move_speed`` (1: walk, 10: run) in any horizontal direction.
+
+    **Observation (67):** the joint angles (``qpos[7:]``, 21), the head's height (``xpos``
+    z), the hands and feet relative to the torso in its axes (12), the torso's z row of
+    ``xmat`` (``zx``, ``zy``, ``zz``), the centre of mass velocity (the ``torso_subtreelinvel``
+    sensor, world axes), ``qvel`` (27, MuJoCo's: the root's linear velocity in world axes).
+    **Reward:** ``small_control * standing * upright * move`` with
+    ``standing = tolerance(head height, (1.4, inf), margin=0.35)``,
+    ``upright = tolerance(zz, (0.9, inf), sigmoid="linear", margin=1.9, value_at_margin=0)``,
+    ``small_control = (4 + mean(tolerance(action, margin=1, value_at_margin=0,
+    sigmoid="quadratic"))) / 5``; ``move`` for standing ``mean(tolerance(com velocity xy,
+    margin=2))``, moving ``(5 tolerance(|com velocity xy|, (s, inf), margin=s,
+    value_at_margin=0, sigmoid="linear") + 1) / 6``.
+    **Reset:** dm_control's ``randomize_limited_and_rotational_joints``: the root at the
+    model's position, its quaternion ``U(0, 1)^4`` normalised (dm_control's draw), the limited
+    hinges uniform in their ranges, at rest; a draw whose bodies touch anything is replaced by
+    the first of ``reset_tries - 1`` further draws that does not (one batch; Playground's port
+    resets to ``qpos0``, standing). **Metrics:** ``reward/standing``, ``upright``, ``stand``,
+    ``small_control``, ``move`` (Playground's). **Periods:** control 0.025 s, simulation
+    0.005 s (dm_control's and Playground's). Contact: every pair the
+    file declares, with the floor and between the bodies, under
+    :class:`jaxdyn.sim.Constraint`; the geoms' ``solimp`` is ignored by name
+    (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
+    """
+
+    xml = "humanoid.xml"
+    free_root = True
+    sim_ignore = ("solimp",)
+    STAND_HEIGHT = 1.4
+    WALK_SPEED, RUN_SPEED = 1.0, 10.0
+    metric_keys = (
+        "reward/standing",
+        "reward/upright",
+        "reward/stand",
+        "reward/small_control",
+        "reward/move",
+    )
+    EXTREMITIES = ("left_hand", "left_foot", "right_hand", "right_foot")
+
+    def __init__(self, move_speed: float = 0.0, *, ctrl_dt=0.025, sim_dt=0.005, reset_tries=8):
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.move_speed = float(move_speed)
+        self.reset_tries = int(reset_tries)
+        m = self.scene.mj_model
+        hinges = np.arange(1, m.njnt)  # after the free root
+        lo, hi = np.asarray(m.jnt_range[hinges], float).T
+        free = ~np.asarray(m.jnt_limited[hinges], bool)
+        self.lowers = np.where(free, -np.pi, lo)
+        self.uppers = np.where(free, np.pi, hi)
+        self.qpos0 = np.asarray(m.qpos0, float)
+
+    def state_sensors(self, pk):
+        names = ["torso", "head", *self.EXTREMITIES]
+        R, p = self.frames(pk.q, names)
+        ext = jnp.einsum("kj,ji->ki", p[2:] - p[0], R[0])  # (p - p_torso) @ R_torso
+        return {
+            "head_height": p[1, 2],
+            "extremities": ext.reshape(-1),
+            "torso_vertical": R[0, 2, :],
+            "com_velocity": self.subtree_linvel(pk),
+        }
+
+    def observe(self, ps, sensors):
+        return jnp.concatenate(
+            [
+                self.qpos(ps.q)[7:],
+                sensors["head_height"][None],
+                sensors["extremities"],
+                sensors["torso_vertical"],
+                sensors["com_velocity"],
+                self.qvel(ps.q, ps.v),
+            ]
+        )
+
+    def reward(self, ps, sensors, action):
+        h = self.STAND_HEIGHT
+        standing = tolerance(sensors["head_height"], (h, float("inf")), margin=h / 4)
+        upright = tolerance(
+            sensors["torso_vertical"][2],
+            (0.9, float("inf")),
+            sigmoid="linear",
+            margin=1.9,
+            value_at_margin=0,
+        )
+        small = tolerance(action, margin=1, value_at_margin=0, sigmoid="quadratic")
+        small_control = (4 + jnp.mean(small)) / 5
+        vxy = sensors["com_velocity"][:2]
+        if self.move_speed == 0:
+            move = jnp.mean(tolerance(vxy, margin=2))
+        else:
+            s = self.move_speed
+            speed = jnp.sqrt(jnp.sum(vxy * vxy))
+            move = tolerance(
+                speed, (s, float("inf")), margin=s, value_at_margin=0, sigmoid="linear"
+            )
+            move = (5 * move + 1) / 6
+        stand = standing * upright
+        parts = dict(
+            standing=standing, upright=upright, stand=stand, small_control=small_control, move=move
+        )
+        reward = small_control * stand * move
+        return reward, {f"reward/{k}": v for k, v in parts.items()}
+
+    def draw_pose(self, rng):
+        """The reset's configuration (jaxdyn's order): the first draw whose bodies touch
+        nothing (the first draw if none is free)."""
+        lo, hi = self.lowers, self.uppers
+        qpos0 = jnp.asarray(self.qpos0)
+
+        def draw(key):
+            r1, r2 = jax.random.split(key)
+            quat = jax.random.uniform(r1, (4,))
+            quat = quat / jnp.linalg.norm(quat)
+            hinges = jax.random.uniform(r2, lo.shape, minval=lo, maxval=hi)
+            return self.q_of(jnp.concatenate([qpos0[:3], quat, hinges]))
+
+        keys = rng[None]
+        if self.reset_tries > 1:
+            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
+            keys = jnp.concatenate([keys, more])
+        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
+        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
+
+        def free(q):
+            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
+
+        return qs[jnp.argmax(jax.vmap(free)(qs))]
+
+    def reset(self, rng) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        q = self.draw_pose(r1)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros(self.sys.model.nv)))

@@ -290,6 +290,9 @@ class MJCFModel(NamedTuple):
     - ``actuators``: :class:`Actuator` records in MuJoCo's actuator (``ctrl``) order;
     - ``q0``: MuJoCo's ``qpos0`` (the reference configuration) as a jaxdyn ``q``;
     - ``keyframes``: ``{name: (q, v)}`` from ``<keyframe>`` in jaxdyn's layout;
+      ``keyframe_act``: ``{name: act}``, each keyframe's activations (MuJoCo's ``key_act``,
+      ``(na,)`` in actuator order: :attr:`jaxdyn.sim.State.act` of :attr:`gain_bias`; empty
+      arrays without activation dynamics);
     - ``timestep``: ``opt.timestep``;
     - ``ignored``: the messages of the features dropped through ``ignore=``;
     - ``site_frames``: MuJoCo site name -> jaxdyn frame name;
@@ -327,6 +330,7 @@ class MJCFModel(NamedTuple):
     sim_issues: tuple = ()
     equalities: object = None
     spatial_tendons: object = None
+    keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
     def converter(self):
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -1267,10 +1271,11 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
     if geoms is not None:
         _warn_penetrating(mujoco, m, label, geoms, geom_names)
-    keyframes = {}
+    keyframes, keyframe_act = {}, {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
         keyframes[name] = (qk, conv.v_from_mujoco(qk, np.array(m.key_qvel[k], float)))
+        keyframe_act[name] = np.array(m.key_act[k], float).reshape(m.na)
     return MJCFModel(
         model=model,
         contacts=contacts,
@@ -1281,6 +1286,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         actuators=actuators,
         q0=q0,
         keyframes=keyframes,
+        keyframe_act=keyframe_act,
         timestep=float(m.opt.timestep),
         ignored=tuple(f"[{k}] {msg}" for k, msg in issues.dropped),
         site_frames=site_frames,

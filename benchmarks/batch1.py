@@ -1,0 +1,205 @@
+"""Batch-1 latency of jaxdyn's algorithms against Pinocchio's C++, with JAX's dispatch floor.
+
+    python benchmarks/batch1.py                        # solo12, talos_full
+    python benchmarks/batch1.py --robots solo12 --rounds 5 --out /tmp/r.md
+
+One robot at a time (no ``vmap``), float64, one pinned core on both sides (as
+``benchmarks/vs_cpp.py``). Every call waits for its result (``jax.block_until_ready``), as a
+control loop does. Per robot, in one process per dispatch mode of JAX's CPU client (the mode
+is fixed when JAX starts its backend, so the two cannot share a process):
+
+* *async*: JAX's default (``jax_cpu_enable_async_dispatch``): a program XLA counts at over
+  1000 flops is handed to a worker thread, and the caller waits for it;
+* *sync*: ``jax.config.update("jax_cpu_enable_async_dispatch", False)``: every program runs on
+  the calling thread.
+
+Rows: the *floor*, a jitted identity with the same arguments (``q, v, a`` with the model
+closed over; the model passed as an argument, as ``jax.jit(jaxdyn.rnea)(model, ...)``); each
+algorithm jitted with the model passed and closed over (``jax.jit(lambda q, v, a: f(model,
+q, v, a))``); and the eager call ``f(model, q, v, a)`` (jaxdyn compiles it once and dispatches
+it: :mod:`jaxdyn.eager`). Kernels: the operations of the optimised program's entry
+computation other than parameters, constants, bitcasts and tuples (what XLA:CPU's runtime
+launches; its loop-free programs at batch 1). Times are medians over ``--rounds`` rounds that
+interleave every row; wall time (``time.perf_counter``) and the process's CPU time
+(``time.process_time``, which on a loaded machine is the steadier of the two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _env import cpu_name, single_threaded, write_section  # noqa: E402
+
+ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
+#: eager calls are timed for these (the others compile the same way)
+EAGER = ("rnea", "aba")
+HEADING = "## Batch-1 latency against Pinocchio C++"
+
+
+def _args(alg, st):
+    return (st["q"],) if alg in ("crba", "minv") else (st["q"], st["v"], st["a"])
+
+
+def _kernels(compiled) -> int:
+    text = compiled.as_text()
+    entry = text.split("ENTRY", 1)[1].split("\n}", 1)[0] if "ENTRY" in text else text
+    skip = ("parameter(", " constant(", " bitcast(", " tuple(", " get-tuple-element(")
+    return sum(1 for ln in entry.splitlines() if " = " in ln and not any(k in ln for k in skip))
+
+
+def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
+    """The rows of one robot in this process (``sync``: JAX's dispatch made synchronous)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_cpu_enable_async_dispatch", not sync)
+    import jaxdyn
+    from jaxdyn import robots
+
+    model = robots.load(robot)
+    key = jax.random.PRNGKey(0)
+    st = {
+        "q": jaxdyn.random_configuration(model, key),
+        "v": jax.random.normal(jax.random.PRNGKey(1), (model.nv,)),
+        "a": jax.random.normal(jax.random.PRNGKey(2), (model.nv,)),
+    }
+    rows = [
+        ("floor", "identity, closed over", jax.jit(lambda q, v, a: q), _args("rnea", st), None),
+        (
+            "floor",
+            "identity, model passed",
+            jax.jit(lambda m, q, v, a: q),
+            (model, *_args("rnea", st)),
+            None,
+        ),
+    ]
+    for alg in ALGS:
+        f = getattr(jaxdyn, alg)
+        args = _args(alg, st)
+        jp = jax.jit(f)
+        jc = jax.jit(lambda *x, f=f: f(model, *x))
+        rows.append((alg, "passed", jp, (model, *args), jp.lower(model, *args).compile()))
+        rows.append((alg, "closed over", jc, args, None))
+        if alg in EAGER:
+            rows.append((alg, "eager", f, (model, *args), None))
+    times = {(r[0], r[1]): {"wall": [], "cpu": []} for r in rows}
+    for _, _, fn, args, _ in rows:
+        jax.block_until_ready(fn(*args))
+    for _ in range(rounds):
+        for alg, how, fn, args, _ in rows:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                jax.block_until_ready(fn(*args))
+            times[(alg, how)]["wall"].append((time.perf_counter() - t0) / calls * 1e6)
+            times[(alg, how)]["cpu"].append((time.process_time() - c0) / calls * 1e6)
+    out = {}
+    for alg, how, _, _, compiled in rows:
+        t = times[(alg, how)]
+        out[f"{alg}|{how}"] = {
+            "wall_us": statistics.median(t["wall"]),
+            "cpu_us": statistics.median(t["cpu"]),
+            "kernels": None if compiled is None else _kernels(compiled),
+        }
+    return out
+
+
+def _pinocchio(robot: str) -> dict:
+    import pinocchio_cpp
+
+    from jaxdyn import robots
+
+    path, fb = robots.resolve(robot)
+    pin = pinocchio_cpp.time_pinocchio(str(path), fb)
+    return {a: pin["ns_per_call"][a]["best"] / 1e3 for a in ALGS if a in pin["ns_per_call"]}
+
+
+def render(results: dict, args) -> str:
+    import jax
+
+    import jaxdyn
+
+    lines = [
+        HEADING,
+        "",
+        f"`python benchmarks/batch1.py` on {cpu_name()}, one pinned core, jax {jax.__version__}, "
+        f"jaxdyn {jaxdyn.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{args.note}",
+        "",
+        "One robot at a time, float64, every call waiting for its result. us per call, median "
+        f"of {args.rounds} interleaved rounds; *async*: JAX's default dispatch, *sync*: "
+        '`jax.config.update("jax_cpu_enable_async_dispatch", False)` (one process each). '
+        "Ratio: jaxdyn wall time / Pinocchio C++ (the issue's target <= 2). *floor*: a jitted "
+        "identity with the same arguments. Kernels: the optimised program's entry operations "
+        "(model passed).",
+    ]
+    for robot, res in results.items():
+        pin = res["pinocchio"]
+        lines += [
+            "",
+            f"### {robot}",
+            "",
+            "| function | call | Pinocchio us | async wall us | ratio | sync wall us | ratio "
+            "| async CPU us | sync CPU us | kernels |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for key, a in res["async"].items():
+            s = res["sync"].get(key, {})
+            alg, how = key.split("|")
+            p = pin.get(alg)
+
+            def ratio(x, p=p):
+                return "-" if p is None or x is None else f"{x / p:.1f}"
+
+            lines.append(
+                f"| {alg} | {how} | {'-' if p is None else f'{p:.2f}'} "
+                f"| {a['wall_us']:.1f} | {ratio(a['wall_us'])} "
+                f"| {s.get('wall_us', float('nan')):.1f} | {ratio(s.get('wall_us'))} "
+                f"| {a['cpu_us']:.1f} | {s.get('cpu_us', float('nan')):.1f} "
+                f"| {'-' if a['kernels'] is None else a['kernels']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/batch1.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--robots", default="solo12,talos_full")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=300, help="calls per row and round")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    p.add_argument("--note", default="", help="a line about the machine (load, sharing)")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # robot,mode: one measurement as JSON
+    a = p.parse_args(argv)
+    single_threaded()
+    if a.child:
+        robot, mode = a.child.split(",")
+        print(json.dumps(measure(robot, mode == "sync", a.rounds, a.calls)))
+        return 0
+    results = {}
+    for robot in a.robots.split(","):
+        res = {"pinocchio": _pinocchio(robot)}
+        for mode in ("async", "sync"):
+            cmd = [sys.executable, __file__, "--child", f"{robot},{mode}"]
+            cmd += ["--rounds", str(a.rounds), "--calls", str(a.calls)]
+            r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            res[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+            print(f"[{robot}] {mode} done", flush=True)
+        results[robot] = res
+    section = render(results, a)
+    print(section)
+    write_section(a.out, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
