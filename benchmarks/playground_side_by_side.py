@@ -56,6 +56,11 @@ TASKS = {
     "dm_humanoid_run": "HumanoidRun",
 }
 
+#: the return threshold of "wall-clock to threshold" (``--threshold`` overrides): 700 for the
+#: cart-pole (Playground's PPO ends near 1000 on balance), 100 elsewhere (a low bar that the
+#: CPU-sized budgets can reach; Playground's published runs go far beyond it)
+THRESHOLDS = {"cartpole_balance": 700.0, "cartpole_balance_sparse": 700.0}
+
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
 #: dm_control_suite_params.py, playground 0.2.0), used when Playground is not installed
 PLAYGROUND_PPO = dict(
@@ -97,8 +102,11 @@ def ppo_config(task: str, args) -> dict:
             num_updates_per_batch=args.updates_per_batch,
             num_evals=args.num_evals,
             episode_length=args.episode_length,
+            num_eval_envs=args.num_eval_envs,
+            # Brax runs num_resets_per_eval training steps at least per evaluation: Playground's
+            # 10 would multiply a CPU budget (timesteps rounded up to evals x 10 x batches)
+            num_resets_per_eval=args.resets_per_eval,
         )
-    cfg.pop("num_resets_per_eval", None)  # not an argument of brax 0.14's ppo.train
     return cfg
 
 
@@ -113,16 +121,20 @@ def playground_env(task: str):
 
 
 def jaxdyn_env(task: str):
+    """jaxdyn's port; the walker with Playground's observation (``height_obs="zz"``: the
+    torso's ``zz`` where dm_control, jaxdyn's default, observes its height), so that both
+    backends train on the same observation."""
     from jaxdyn import envs
 
-    return envs.make(task), None  # Brax's own training wrappers
+    kw = {"height_obs": "zz"} if task.startswith("walker") else {}
+    return envs.make(task, **kw), None  # Brax's own training wrappers
 
 
 def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) -> dict:
     from brax.training.agents.ppo import train as ppo
 
     evals = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
 
     def progress(step, metrics):
         evals.append(
@@ -139,15 +151,16 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
     if wrap_fn is not None:
         kw["wrap_env_fn"] = wrap_fn
     ppo.train(**kw)
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
     reached = [e for e in evals if e["reward"] >= threshold]
-    sps = [e["sps"] for e in evals if e["sps"] == e["sps"]]
+    sps = sorted(e["sps"] for e in evals if e["sps"] == e["sps"])
     return dict(
         backend=backend,
         final_return=evals[-1]["reward"] if evals else float("nan"),
         seconds_to_threshold=reached[0]["time"] if reached else None,
         total_seconds=total,
-        env_steps_per_second=max(sps) if sps else None,
+        cpu_seconds=cpu,
+        env_steps_per_second=sps[len(sps) // 2] if sps else None,
         evals=evals,
     )
 
@@ -158,10 +171,9 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     against jaxdyn's port in the default dtype). The tasks with contact diverge after the first
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
-    (``walker_*``: the torso's height, not its ``zz``; ``finger_*``: dm_control's model, with
-    its touch sensors and colliding decorations, at dm_control's 0.01 s step; ``ball_in_cup_catch``
-    and ``dm_humanoid_*`` reset as dm_control, to random states, where Playground's reset to
-    ``qpos0``)."""
+    (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
+    dm_control's 0.01 s step; ``ball_in_cup_catch`` and ``dm_humanoid_*`` reset as dm_control,
+    to random states, where Playground's reset to ``qpos0``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -184,6 +196,223 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     return dict(steps=n_steps, max_obs_diff=max(d_obs), max_reward_diff=max(d_rew))
 
 
+#: observation entries that differ by design, per task: (slice, why)
+#: (the walker's height entry, dm_control's torso z where Playground reads the torso's zz,
+#: is compared on Playground's definition: :func:`jaxdyn_env` passes ``height_obs="zz"``)
+OBS_BY_DESIGN = {
+    "hopper_stand": (slice(13, 15), "touch: jaxdyn's hard-contact forces, not MuJoCo's soft ones"),
+    "hopper_hop": (slice(13, 15), "touch: jaxdyn's hard-contact forces, not MuJoCo's soft ones"),
+}
+
+
+def compare_states(task: str, n_steps: int, seed: int) -> dict:
+    """Observation and reward of both environments as functions of the SAME physical state:
+    states along a Playground rollout (from one key, the open-loop actions of :func:`check`),
+    each given to Playground's ``_get_obs`` / ``_get_reward`` (after ``mjx.forward``, which
+    computes the sensors) and to jaxdyn's ``observe`` / ``reward`` (at ``q, v`` converted from
+    ``qpos, qvel``). Unlike :func:`check` this does not depend on the two simulators following
+    the same trajectory through contact. The entries of :data:`OBS_BY_DESIGN` are reported
+    apart. Tasks whose reward reads a target (reacher, finger) are left to :func:`check`."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from mujoco import mjx
+
+    made, why = playground_env(task)
+    if made is None:
+        return dict(missing=why)
+    pg = made[0]
+    jd = jaxdyn_env(task)[0]
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, SuiteReacher
+
+    if isinstance(jd, SuiteReacher) or task.startswith("finger"):
+        return dict(skipped="the reward reads the target of the episode's info; see --check")
+    from mujoco_playground._src import mjx_env
+
+    def pg_fns(qpos, qvel, action):
+        data = mjx_env.make_data(
+            pg.mj_model,
+            qpos=qpos,
+            qvel=qvel,
+            ctrl=action,
+            impl=pg.mjx_model.impl.value,
+            naconmax=pg._config.naconmax,
+            njmax=pg._config.njmax,
+        )
+        data = mjx.forward(pg.mjx_model, data)
+        metrics = {}
+        return pg._get_obs(data, {}), pg._get_reward(data, action, {}, metrics)
+
+    def jd_fns(qpos, qvel, action):
+        dt = jd.sys.model.mass.dtype
+        q = jd.q_of(qpos.astype(dt))
+        ps = jd.pipeline_init(q, jd.v_of(q, qvel.astype(dt)))
+        a = action.astype(dt)
+        if isinstance(jd, ContactSuiteEnv):
+            sensors = jd.sensors(ps, a)
+            return jd.observe(ps, sensors), jd.reward(ps, sensors, a)[0]
+        return jd.observe(ps, ps.q), jd.reward(ps, ps.q, a)[0]
+
+    pg_fns, jd_fns = jax.jit(pg_fns), jax.jit(jd_fns)
+    state = jax.jit(pg.reset)(jax.random.PRNGKey(seed))
+    step = jax.jit(pg.step)
+    design = OBS_BY_DESIGN.get(task)
+    keep = np.ones(jd.observation_size, bool)
+    if design is not None:
+        keep[design[0]] = False
+    d_obs, d_design, d_rew, r_pg = [], [], [], []
+    for k in range(n_steps):
+        u = jnp.full((jd.action_size,), 0.8 * np.sin(0.3 * k), jnp.float32)
+        qpos, qvel = state.data.qpos, state.data.qvel
+        oa, ra = (np.asarray(x, float) for x in pg_fns(qpos, qvel, u))
+        ob, rb = (np.asarray(x, float) for x in jd_fns(qpos, qvel, u))
+        if oa.shape != ob.shape:
+            return dict(obs_size=(oa.shape, ob.shape))
+        d = np.abs(oa - ob)
+        d_obs.append(float(d[keep].max()))
+        d_design.append(float(d[~keep].max()) if design is not None else 0.0)
+        d_rew.append(abs(float(ra) - float(rb)))
+        r_pg.append(float(ra))
+        state = step(state, u)
+    out = dict(
+        states=n_steps,
+        obs_size=int(jd.observation_size),
+        max_obs_diff=max(d_obs),
+        max_reward_diff=max(d_rew),
+        reward_range=[min(r_pg), max(r_pg)],
+    )
+    if design is not None:
+        out["by_design"] = dict(
+            entries=[design[0].start, design[0].stop], why=design[1], max_diff=max(d_design)
+        )
+    return out
+
+
+SECTION = "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)"
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    names = ("jax", "jaxlib", "mujoco", "mujoco-mjx", "brax", "playground")
+    out = []
+    for n in names:
+        try:
+            out.append(f"{n} {metadata.version(n)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{n} not installed")
+    return ", ".join(out)
+
+
+def report(paths, out: str, note: str = "") -> str:
+    """The RESULTS.md section of the runs' JSON files (``--out`` of a training run, or of
+    ``--compare-states``): one table of the training runs, one of the state comparisons, the
+    machine, the versions and the date; written into ``out`` (:func:`_env.write_section`)."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    from _env import cpu_name, write_section
+
+    runs, comps = [], []
+    for p in paths:
+        d = json.loads(Path(p).read_text())
+        (runs if "results" in d else comps).append(d)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
+    ).stdout.strip()
+    lines = [
+        SECTION,
+        "",
+        "`python benchmarks/playground_side_by_side.py` (issue 48): Brax PPO with Playground's "
+        "configuration for the suite (`dm_control_suite_params.brax_ppo_config`: learning rate, "
+        "discount, entropy, reward scaling, unroll 30, observation normalisation) cut to "
+        "CPU-sized budgets (and one reset per evaluation: Brax runs at least "
+        "`num_resets_per_eval` training steps per evaluation, and Playground's 10 would round "
+        'a CPU budget up tenfold), on Playground\'s MJX environment (`impl="jax"`) and '
+        "on jaxdyn's port, seed 0, one seed; each backend in its own process, the two (and the "
+        "other tasks' runs) at the same time on the same machine, so that both see the same "
+        "load. **The budgets are "
+        "far below Playground's published ones** (60 M environment steps, 2048 environments, "
+        "batch 1024): the returns say whether both learn the same task at the start, not where "
+        "they end. Return: mean episode return of the evaluation episodes (1000 control steps). "
+        "Time to threshold: from the start of `ppo.train` (compilation included) to the first "
+        "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only; "
+        "median over the evaluations). CPU s: process time of the whole `ppo.train` "
+        "(compilation included; less sensitive to the load than the wall-clock).",
+        "",
+        "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
+        "| final return | s to threshold | total s | CPU s | env steps/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    merged = {}  # one row group per task (``--backend mjx`` and ``jaxdyn`` runs together)
+    for d in runs:
+        m = merged.setdefault(d["task"], dict(d, results=[], missing=[]))
+        if d["config"] != m["config"]:
+            raise ValueError(f"report: {d['task']}: the runs' PPO configurations differ")
+        m["results"] += d["results"]
+        m["missing"] += d.get("missing", [])
+    for d in merged.values():
+        d["results"].sort(key=lambda r: r["backend"] != "mjx")
+        c = d["config"]
+        shape = (
+            f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
+            f"{c['num_updates_per_batch']}"
+        )
+        for r in d["results"]:
+            st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
+            steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
+            lines.append(
+                f"| {d['task']} | {steps:,} | {shape} | {d['threshold']:g} "
+                f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
+                f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
+                f"| {r['total_seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} "
+                f"| {'-' if sps is None else f'{sps:,.0f}'} |"
+            )
+        for m in d.get("missing", []):
+            lines.append(f"| {d['task']} | | | | {m} | | | | | |")
+    if comps:
+        lines += [
+            "",
+            "Observations and rewards on the same physical state (`--compare-states 100`: the "
+            "states of a 100-step Playground rollout from one key under open-loop actions, given "
+            "to Playground's `_get_obs` / `_get_reward` after `mjx.forward` and to jaxdyn's "
+            "`observe` / `reward`; largest absolute differences; Playground computes in float32, "
+            "jaxdyn in float64):",
+            "",
+            "| task | obs size | max obs diff | max reward diff | Playground's reward range "
+            "| differs by design |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for d in comps:
+            if "states" not in d:
+                lines.append(f"| {d['task']} | {d.get('skipped') or d.get('missing')} | | | | |")
+                continue
+            bd = d.get("by_design")
+            design = (
+                ""
+                if bd is None
+                else f"entries {bd['entries']}: {bd['why']} (max {bd['max_diff']:.2g})"
+            )
+            lo, hi = d["reward_range"]
+            lines.append(
+                f"| {d['task']} | {d['obs_size']} | {d['max_obs_diff']:.1e} "
+                f"| {d['max_reward_diff']:.1e} | {lo:.3f} .. {hi:.3f} | {design} |"
+            )
+    lines += [
+        "",
+        f"Machine: {cpu_name()}, {platform.machine()}, {os.cpu_count()} cores; {_versions()}; "
+        f"jaxdyn {commit}; {datetime.date.today().isoformat()}." + (f" {note}" if note else ""),
+    ]
+    text = "\n".join(lines) + "\n"
+    write_section(out, text)
+    return text
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole_balance")
@@ -196,7 +425,14 @@ def main(argv=None) -> int:
     p.add_argument("--updates-per-batch", type=int, default=4)
     p.add_argument("--num-evals", type=int, default=5)
     p.add_argument("--episode-length", type=int, default=1000)
-    p.add_argument("--threshold", type=float, default=700.0, help="episode return")
+    p.add_argument("--num-eval-envs", type=int, default=16, help="episodes per evaluation")
+    p.add_argument(
+        "--resets-per-eval",
+        type=int,
+        default=1,
+        help="Brax's num_resets_per_eval without --full (Playground's: 10)",
+    )
+    p.add_argument("--threshold", type=float, help="episode return (default: THRESHOLDS, else 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument(
@@ -205,7 +441,34 @@ def main(argv=None) -> int:
         metavar="N",
         help="only compare the two environments over N control steps from one key",
     )
+    p.add_argument(
+        "--compare-states",
+        type=int,
+        metavar="N",
+        help="only compare observations and rewards on the same N states (a Playground rollout)",
+    )
+    p.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="only write the RESULTS.md section of these runs' --out files",
+    )
+    p.add_argument("--results", default=None, help="the results file of --report")
+    p.add_argument("--note", default="", help="a sentence on the machine for --report")
     args = p.parse_args(argv)
+    if args.report:
+        from pathlib import Path
+
+        out = args.results or str(Path(__file__).resolve().parent / "RESULTS.md")
+        print(report(args.report, out, args.note))
+        return 0
+    if args.compare_states:
+        res = dict(task=args.task, **compare_states(args.task, args.compare_states, args.seed))
+        print(json.dumps(res))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump(res, f)
+        return 0
     if args.check:
         print(json.dumps(check(args.task, args.check, args.seed)))
         return 0
@@ -214,6 +477,8 @@ def main(argv=None) -> int:
 
     brax_compat()  # Brax 0.14's trainers on this JAX (both backends train through them)
     cfg = ppo_config(args.task, args)
+    if args.threshold is None:
+        args.threshold = THRESHOLDS.get(args.task, 100.0)
     print(f"task {args.task}, PPO config: {json.dumps(cfg)}", flush=True)
     results, missing = [], []
     backends = ("mjx", "jaxdyn") if args.backend == "both" else (args.backend,)
@@ -238,7 +503,16 @@ def main(argv=None) -> int:
         print(f"missing: {m}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(dict(task=args.task, config=cfg, results=results, missing=missing), f)
+            json.dump(
+                dict(
+                    task=args.task,
+                    threshold=args.threshold,
+                    config=cfg,
+                    results=results,
+                    missing=missing,
+                ),
+                f,
+            )
     return 0 if results else 1
 
 

@@ -116,6 +116,10 @@ def test_functions_match_dm_control(domain, dm):
     and which jaxdyn's tasks take from ``info``)."""
     tasks = DOMAINS[domain]
     made = {t: envs.make(name) for t, name in tasks.items()}
+    # Playground's walker observation: the torso's xmat zz at entry 14 (MuJoCo's, below)
+    playground = (
+        {"walk_zz": envs.make("walker_walk", height_obs="zz")} if domain == "walker" else {}
+    )
     first = next(iter(made.values()))
     refs = {t: dm(domain, t) for t in tasks}
     targets = {
@@ -131,7 +135,7 @@ def test_functions_match_dm_control(domain, dm):
         if first.touch_sites:
             s["touch"] = jnp.zeros(len(first.touch_sites), q.dtype)
         out = {}
-        for t, e in made.items():
+        for t, e in {**made, **playground}.items():
             st = {**s, "target": targets[t]} if t in targets else s
             out[t] = e.observe(pk, st), e.reward(pk, st, a)[0]
         return out
@@ -167,8 +171,21 @@ def test_functions_match_dm_control(domain, dm):
             np.testing.assert_allclose(got[t][0], want_obs, atol=1e-12, rtol=0)
             assert float(got[t][1]) == pytest.approx(want_rew, abs=1e-12)
             rewards[t].append(want_rew)
+            if t == "walk" and playground:
+                zz = ref.physics.named.data.xmat["torso", "zz"]
+                assert abs(zz - want_obs[14]) > 1e-3  # the state tells the two apart
+                want_obs[14] = zz
+                np.testing.assert_allclose(got["walk_zz"][0], want_obs, atol=1e-12, rtol=0)
+                assert float(got["walk_zz"][1]) == pytest.approx(want_rew, abs=1e-12)
     for t in tasks:
         assert np.ptp(rewards[t]) > 1e-3, t
+
+
+def test_walker_height_obs_refused_by_name():
+    """A ``height_obs`` other than dm_control's ``"z"`` or Playground's ``"zz"`` is refused by
+    name before the model loads (the ``"zz"`` observation: ``test_functions_match_dm_control``)."""
+    with pytest.raises(ValueError, match="height_obs must be 'z'.*got 'height'"):
+        envs.make("walker_walk", height_obs="height")
 
 
 def test_registered_and_batched():

@@ -375,15 +375,32 @@ def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
         oracle.assert_close(np.asarray(res.us), us, 1e-6, f"us of problem {i}")
 
 
+#: The batch of the vmapped FDDP tests: 8 problems, the initial guess passed in (fddp's
+#: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported and the reference of
+#: test_solve_batch_equals_vmap share one compiled program.
+BATCH = 8
+
+
+def _vmap_fddp(batch, xs=None, us=None):
+    """``jax.vmap(fddp)`` over ``batch`` from ``xs`` / ``us`` (default: each ``x0`` repeated,
+    zero controls: fddp's own initial guess, batched), ``max_iter=200``."""
+    T, nu = batch.horizon, batch.nu
+    if xs is None:
+        xs = jnp.broadcast_to(batch.x0[:, None], (batch.x0.shape[0], T + 1, batch.x0.shape[1]))
+    if us is None:
+        us = jnp.zeros((batch.x0.shape[0], T, nu), batch.x0.dtype)
+    return jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
-    x0s = [_states(nv, X0 + 0.3 * rng.standard_normal(2)) for _ in range(4)]
-    goals = [_states(nv, GOAL + 0.3 * rng.standard_normal(2)) for _ in range(4)]
+    x0s = [_states(nv, X0 + 0.3 * rng.standard_normal(2)) for _ in range(BATCH)]
+    goals = [_states(nv, GOAL + 0.3 * rng.standard_normal(2)) for _ in range(BATCH)]
     problems = [_problem(model, a, b) for a, b in zip(x0s, goals)]
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
-    res_b = jax.vmap(lambda p: ddp.fddp(p, max_iter=200))(batch)
+    res_b = _vmap_fddp(batch)
     for i, p in enumerate(problems):
         r = ddp.fddp(p, max_iter=200)
         assert int(r.status) == 0
@@ -418,8 +435,8 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
     warm[5] = False  # the cold member
     xs = jnp.where(warm[:, None, None], sol.xs, jnp.broadcast_to(base.x0, sol.xs.shape))
     us = jnp.where(warm[:, None, None], sol.us, 0.0)
-    if solver == "fddp":
-        ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
+    if solver == "fddp":  # test_vmap_equals_one_by_one's program
+        ref = _vmap_fddp(batch, xs, us)
     else:
         ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
     schedule = []
@@ -473,46 +490,6 @@ def test_solve_sharded_on_one_device_equals_vmap(pendulum, fddp_solution):
     assert int(rs.status[1]) >= 2
     np.testing.assert_array_equal(np.asarray(rs.iterations), np.asarray(ref.iterations))
     np.testing.assert_allclose(np.asarray(rs.cost), np.asarray(ref.cost), rtol=1e-12)
-
-
-def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
-    """One problem factors Q_uu with LAPACK and takes aba's dense route in its rollouts (deep
-    float64 trees); jax.vmap over problems must not (a LAPACK call under vmap loops over the
-    batch): the batching rules keep the unrolled factorisation and the ABA sweeps. Checked on
-    the traced programs (no compilation)."""
-    problem, _ = fddp_solution
-
-    def lapack(fn, *args):
-        return "cholesky" in str(jax.make_jaxpr(fn)(*args))
-
-    batch = jax.tree.map(lambda a: jnp.stack([a, a]), problem)
-    assert lapack(lambda p: ddp.fddp(p, max_iter=3), problem)
-    assert not lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)
-    case = oracle.robot_case("arm7")  # 7 levels: the dense route
-    model = case.model.with_armature(ARMATURE)
-    x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.asarray(case.states[0]["v"])])
-    u = jnp.zeros(model.nv)
-
-    def one(x, u):
-        return step_plain(model, x, u, DT)
-
-    assert lapack(one, x, u)
-    assert not lapack(jax.vmap(one), jnp.stack([x, x]), jnp.stack([u, u]))
-    # and the two routes agree
-    np.testing.assert_allclose(
-        np.asarray(jax.jit(one)(x, u)),
-        np.asarray(jax.jit(jax.vmap(one))(jnp.stack([x, x]), jnp.stack([u, u]))[0]),
-        rtol=1e-12,
-        atol=1e-12,
-    )
-    # fused CPU loops (jaxdyn.config.fused_cpu_loops): no LAPACK call in one problem's loops
-    # either (XLA does not fuse a loop holding a custom call)
-    monkeypatch.setattr(jaxdyn.config, "fused_cpu_loops_enabled", lambda: True)
-    jax.clear_caches()  # the traces above are cached (in a process the flags never change)
-    assert not lapack(lambda p: ddp.fddp(p, max_iter=3), problem)
-    assert not lapack(one, x, u)
-    monkeypatch.undo()
-    jax.clear_caches()
 
 
 _FUSED_CHILD = """
@@ -682,11 +659,11 @@ def test_bad_input_reported(pendulum, fddp_solution):
     assert int(r.status) == 2
     with pytest.raises(RuntimeError, match="status 2"):
         ddp.check(r)
-    # a bad member of a batch is named (the batch size of test_vmap_equals_one_by_one: the
-    # compiled program is shared)
-    batch = jax.tree.map(lambda *a: jnp.stack(a), problem, bad, problem, problem)
-    rb = jax.vmap(lambda p: ddp.fddp(p, max_iter=200))(batch)
-    assert np.asarray(rb.status).tolist() == [0, 2, 0, 0]
+    # a bad member of a batch is named (test_vmap_equals_one_by_one's batch: the compiled
+    # program is shared)
+    batch = jax.tree.map(lambda *a: jnp.stack(a), problem, bad, *[problem] * (BATCH - 2))
+    rb = _vmap_fddp(batch)
+    assert np.asarray(rb.status).tolist() == [0, 2] + [0] * (BATCH - 2)
     assert np.all(np.isfinite(np.asarray(rb.xs[0])))
     with pytest.raises(RuntimeError, match="problem 1 of the batch"):
         ddp.check(rb)
@@ -1012,3 +989,45 @@ def test_frame_costs_against_pinocchio(name):
         oracle.assert_close(rt, p - p_ref, 1e-12, f"{name} {f}: FrameTranslation")
         ref = np.concatenate([pin.log3(R_ref.T @ R), p - p_ref])
         oracle.assert_close(rp, ref, 1e-12, f"{name} {f}: FramePlacement")
+
+
+def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
+    """One problem factors Q_uu with LAPACK and takes aba's dense route in its rollouts (deep
+    float64 trees); jax.vmap over problems must not (a LAPACK call under vmap loops over the
+    batch): the batching rules keep the unrolled factorisation and the ABA sweeps. Checked on
+    the traced programs (no compilation). Last in this file: its ``jax.clear_caches()`` (the
+    fused-loop flag changes the traces) would make every later test compile FDDP again; the
+    solve with ``max_iter=200`` is the fixture's trace, taken from JAX's cache."""
+    problem, _ = fddp_solution
+
+    def lapack(fn, *args):
+        return "cholesky" in str(jax.make_jaxpr(fn)(*args))
+
+    batch = jax.tree.map(lambda a: jnp.stack([a, a]), problem)
+    assert lapack(lambda p: ddp.fddp(p, max_iter=200), problem)
+    assert not lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)
+    case = oracle.robot_case("arm7")  # 7 levels: the dense route
+    model = case.model.with_armature(ARMATURE)
+    x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.asarray(case.states[0]["v"])])
+    u = jnp.zeros(model.nv)
+
+    def one(x, u):
+        return step_plain(model, x, u, DT)
+
+    assert lapack(one, x, u)
+    assert not lapack(jax.vmap(one), jnp.stack([x, x]), jnp.stack([u, u]))
+    # and the two routes agree
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(one)(x, u)),
+        np.asarray(jax.jit(jax.vmap(one))(jnp.stack([x, x]), jnp.stack([u, u]))[0]),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    # fused CPU loops (jaxdyn.config.fused_cpu_loops): no LAPACK call in one problem's loops
+    # either (XLA does not fuse a loop holding a custom call)
+    monkeypatch.setattr(jaxdyn.config, "fused_cpu_loops_enabled", lambda: True)
+    jax.clear_caches()  # the traces above are cached (in a process the flags never change)
+    assert not lapack(lambda p: ddp.fddp(p, max_iter=3), problem)
+    assert not lapack(one, x, u)
+    monkeypatch.undo()
+    jax.clear_caches()

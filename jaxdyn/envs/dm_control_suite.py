@@ -710,8 +710,10 @@ class WalkerMove(ContactSuiteEnv):
     (``move_speed = 0``) or moving forward at ``move_speed`` (1: walk, 8: run).
 
     **Observation (24):** the ``xx`` and ``xz`` of every body's ``xmat`` (14), the torso's
-    height (``xpos`` z, as dm_control; Playground's port reads the torso's ``zz`` there), ``qvel``
-    (9). **Reward:** ``stand = (3 standing + upright) / 4`` with
+    height (``xpos`` z, as dm_control; ``height_obs="zz"``: the torso's ``xmat`` ``zz``, which
+    Playground's port reads there, its observation exactly), ``qvel`` (9). The reward reads the
+    height (``xpos`` z) either way, as both dm_control and Playground do.
+    **Reward:** ``stand = (3 standing + upright) / 4`` with
     ``standing = tolerance(height, (1.2, inf), margin=0.6)``, ``upright = (1 + zz) / 2``;
     moving: ``stand (5 move + 1) / 6``, ``move = tolerance(speed, (s, inf), margin=s / 2,
     value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel`` along x.
@@ -727,10 +729,21 @@ class WalkerMove(ContactSuiteEnv):
     metric_keys = ("reward/standing", "reward/upright", "reward/stand", "reward/move")
 
     def __init__(
-        self, move_speed: float = 0.0, *, ctrl_dt: float = 0.025, sim_dt: float = 0.0025
+        self,
+        move_speed: float = 0.0,
+        *,
+        ctrl_dt: float = 0.025,
+        sim_dt: float = 0.0025,
+        height_obs: str = "z",
     ) -> None:
+        if height_obs not in ("z", "zz"):
+            raise ValueError(
+                f"WalkerMove: height_obs must be 'z' (dm_control: the torso's height) or 'zz' "
+                f"(Playground: the torso's xmat zz), got {height_obs!r}"
+            )
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.move_speed = float(move_speed)
+        self.height_obs = height_obs
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
         m = self.scene.mj_model
         self.bodies = [m.body(i).name for i in range(1, m.nbody)]
@@ -745,7 +758,8 @@ class WalkerMove(ContactSuiteEnv):
         }
 
     def observe(self, ps: _sim.State, sensors: dict[str, Array]) -> Array:
-        return jnp.concatenate([sensors["orientations"], sensors["height"][None], self.qpos(ps.v)])
+        h = sensors["upright"] if self.height_obs == "zz" else sensors["height"]
+        return jnp.concatenate([sensors["orientations"], h[None], self.qpos(ps.v)])
 
     def reward(
         self, ps: _sim.State, sensors: dict[str, Array], action: Array
