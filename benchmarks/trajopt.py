@@ -100,6 +100,22 @@ def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
     return _timed_solves(lambda: compiled(problem), repeats, time.perf_counter() - t0)
 
 
+def jaxdyn_fused(problem, repeats=3):
+    """``jaxdyn.trajopt.fddp(problem)`` called with arrays (no ``jax.jit`` of one's own) with
+    the ``jaxdyn.config`` switch ``trajopt_fused_loops`` on: on the CPU the solve compiled into
+    one kernel, per program (off by default). Compile time: the first call's time less a
+    solve's."""
+    import jaxdyn
+
+    with jaxdyn.config.override(trajopt_fused_loops=True):
+        t0 = time.perf_counter()
+        jax.block_until_ready(ddp.fddp(problem, max_iter=MAX_ITER))
+        first = time.perf_counter() - t0
+        r = _timed_solves(lambda: ddp.fddp(problem, max_iter=MAX_ITER), repeats, 0.0)
+    r["compile"] = first - r["time"]
+    return r
+
+
 def _timed_solves(solve, repeats, compile_s, **extra):
     """Best of ``repeats`` calls of ``solve()`` and the last result's iterations, costs and
     statuses (one dict for every jaxdyn row)."""
@@ -135,7 +151,13 @@ def optax_baseline(problem, steps=500, lr=0.1):
     return dict(time=t, compile=first - t, iters=steps, cost=final, lr=lr)
 
 
-def single(name, T, seed, modes=("analytic", "autodiff"), baseline=True):
+#: the row of ``fddp(problem)`` with the switch ``trajopt_fused_loops`` on
+#: (:func:`jaxdyn_fused`); the other modes are ``jax.jit(lambda p: fddp(p, derivatives=mode))``
+#: in default settings, which compiles the caller's program (one kernel per operation and knot)
+DEFAULT = "analytic, trajopt_fused_loops on (fddp(problem))"
+
+
+def single(name, T, seed, modes=(DEFAULT, "analytic", "autodiff"), baseline=True):
     model, pm, conv = load(name)
     rng = np.random.default_rng(seed)
     q0 = jaxdyn.neutral_configuration(model)
@@ -149,7 +171,7 @@ def single(name, T, seed, modes=("analytic", "autodiff"), baseline=True):
     cro = crocoddyl_solve(problem, pm, conv)
     rows = []
     for mode in modes:
-        jx = jaxdyn_solve(problem, mode)
+        jx = jaxdyn_fused(problem) if mode == DEFAULT else jaxdyn_solve(problem, mode)
         assert int(jx["status"]) == 0, f"{name} {mode}: status {int(jx['status'])}"
         rel = abs(float(jx["cost"]) - cro["cost"]) / abs(cro["cost"])
         assert rel < RTOL, f"{name} {mode}: cost {float(jx['cost'])} vs Crocoddyl {cro['cost']}"
@@ -266,7 +288,12 @@ def main(argv=None):
         "initial guess x0 repeated and zero controls, `th_stop = 1e-9`; armature 0.01 (see "
         "`jaxdyn/interop/crocoddyl.py`). Crocoddyl: `SolverFDDP` (C++), best of 3 solves. "
         "jaxdyn: `jaxdyn.trajopt.fddp` jit-compiled, best of 3 solves after compilation "
-        "(compile time separate). Iterations: iterations performed (Crocoddyl's `iter + 1`). "
+        "(compile time separate): the `trajopt_fused_loops` row calls `fddp(problem)` directly "
+        "with that `jaxdyn.config` switch on (off by default: on the CPU the solve is then "
+        "compiled into one XLA kernel; its compile time is the first call's less a solve's); "
+        "the other jaxdyn rows wrap it in `jax.jit(lambda p: fddp(p, derivatives=...))` in "
+        "default settings, compiled one kernel per operation and knot. Iterations: iterations "
+        "performed (Crocoddyl's `iter + 1`). "
         f"Final costs agree to the stated relative difference (asserted < {RTOL:g}). The "
         "optax row is the first-order baseline (`jaxdyn.trajopt.gradient_shooting`: Adam on "
         "the single-shooting cost, reverse mode through the analytic step), a fixed number of "

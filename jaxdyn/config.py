@@ -1,26 +1,26 @@
 """Global switches of jaxdyn, in one place.
 
-=========================  ================================  ========  =============================
-name                       environment variable              default   effect
-=========================  ================================  ========  =============================
-``value_checks``           ``JAXDYN_VALUE_CHECKS``           ``True``  value checks under ``jit``
+=========================  ================================ =========  =============================
+name                       environment variable             default    effect
+=========================  ================================ =========  =============================
+``value_checks``           ``JAXDYN_VALUE_CHECKS``          ``True``   value checks under ``jit``
                                                                        (unit, finite quaternions in
                                                                        ``q``; traced ``damping``;
                                                                        finite constraint forces);
                                                                        :mod:`jaxdyn.value_checks`
-``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``   ``True``  ``jaxdyn.rnea`` /
+``analytic_derivatives``   ``JAXDYN_ANALYTIC_DERIVATIVES``  ``True``   ``jaxdyn.rnea`` /
                                                                        ``jaxdyn.aba`` differentiate
                                                                        by their analytic
                                                                        ``custom_jvp`` rules (IDSVA /
                                                                        FDSVA); ``False``: plain
                                                                        autodiff of the algorithms
-``unroll_max``             ``JAXDYN_UNROLL_MAX``             ``3``     small matrix products
+``unroll_max``             ``JAXDYN_UNROLL_MAX``            ``3``      small matrix products
                                                                        (:func:`jaxdyn.spatial.mm`)
                                                                        contracting at most this many
                                                                        terms are unrolled into
                                                                        broadcast products, larger
                                                                        ones use ``matmul``
-``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``             ``-1``    most samples per chunk when a
+``vmap_chunk``             ``JAXDYN_VMAP_CHUNK``            ``-1``     most samples per chunk when a
                                                                        public function runs under
                                                                        ``jax.vmap`` on the CPU
                                                                        (:mod:`jaxdyn.batching`):
@@ -28,25 +28,36 @@ name                       environment variable              default   effect
                                                                        model's size, ``0`` plain
                                                                        ``jax.vmap``, ``n > 0`` equal
                                                                        chunks of at most ``n``
-``uninitialized_outputs``  ``JAXDYN_UNINITIALIZED_OUTPUTS``  ``True``  the chunk loop's output
+``uninitialized_outputs``  ``JAXDYN_UNINITIALIZED_OUTPUTS`` ``True``   the chunk loop's output
                                                                        buffers start uninitialized
                                                                        on the CPU instead of filled
                                                                        (a no-op XLA FFI handler
                                                                        compiled at first use, see
                                                                        :mod:`jaxdyn.backend.ffi`)
-``ffi_stores``             ``JAXDYN_FFI_STORES``             ``True``  under ``jax.vmap`` on the
+``ffi_stores``             ``JAXDYN_FFI_STORES``            ``True``   under ``jax.vmap`` on the
                                                                        CPU, arrays that algorithms
                                                                        must not recompute are kept
                                                                        by a call of that handler
                                                                        (:func:`jaxdyn.backend.fusion.store`)
                                                                        instead of a copy
-``cpu_kernels``            ``JAXDYN_CPU_KERNELS``            ``True``  on the CPU, ``crba`` computes
+``cpu_kernels``            ``JAXDYN_CPU_KERNELS``           ``True``   on the CPU, ``crba`` computes
                                                                        ``M`` in one call of jaxdyn's
                                                                        C kernel (compiled at first
                                                                        use with that handler,
                                                                        :func:`jaxdyn.algorithms.crba.crba_kernel`);
                                                                        ``False``: XLA's code alone
-=========================  ================================  ========  =============================
+``trajopt_fused_loops``    ``JAXDYN_TRAJOPT_FUSED_LOOPS``   ``False``  ``True``: on the CPU, a
+                                                                       trajectory-optimisation solve
+                                                                       called with concrete arrays
+                                                                       (``fddp``, ``ilqr``) is
+                                                                       compiled into one XLA kernel
+                                                                       (jaxlib >= 0.10; about twice
+                                                                       the compile time;
+                                                                       :mod:`jaxdyn.backend.fused_programs`,
+                                                                       ``docs/trajopt.md``);
+                                                                       ``False``: one kernel per
+                                                                       operation and knot
+=========================  ================================ =========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
 ``false``, ``no``, ``off`` are false, anything else true; ``unroll_max``: an integer >= 0;
@@ -77,7 +88,10 @@ jaxdyn's trajectory-optimisation knots then avoid LAPACK calls, ``constrained_ab
 ``jaxdyn.sim`` avoids scatters (XLA does not fuse a loop holding a custom call or a scatter;
 value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after its loop):
 ``benchmarks/sim_one.py`` times one robot's rollout against MuJoCo C.
-:func:`fused_cpu_loops_enabled` says whether the flags are set.
+:func:`fused_cpu_loops_enabled` says whether the flags are set. Without them, one
+trajectory-optimisation solve called with arrays on the CPU can still be compiled into one
+kernel, per program, when asked for (switch ``trajopt_fused_loops``, off by default:
+:mod:`jaxdyn.backend.fused_programs`).
 
 **Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
 points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
@@ -169,6 +183,7 @@ SWITCHES = {
     "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
     "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
     "cpu_kernels": ("JAXDYN_CPU_KERNELS", True, _bool),
+    "trajopt_fused_loops": ("JAXDYN_TRAJOPT_FUSED_LOOPS", False, _bool),
 }
 
 

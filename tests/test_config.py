@@ -219,3 +219,57 @@ def test_fused_cpu_loops_env_after_jax_started_warns():
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["warned", "True"]
+
+
+def test_fused_program_is_one_kernel(monkeypatch):
+    """jaxdyn.backend.fused_programs: off by default (its switch ``trajopt_fused_loops``); asked
+    for, a function called with arrays compiles into one XLA:CPU
+    kernel (a call tagged ``xla_cpu_small_call``, per-program options: no YNNPACK fusion) and
+    returns what the plain function returns; traced inside a caller's jit, or with its switch
+    off, the plain function runs. XLA's default compiles the same loop as a while loop of one
+    kernel per operation (its own small-loop threshold is far below this loop's bytes)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxdyn.backend import fused_programs
+
+    calls = []
+
+    def loop(x, n):
+        def body(c, _):
+            c = jnp.tanh(c[::-1] @ jnp.ones((8, 8)) * 0.1 + c) * 0.9
+            return c, c
+
+        return jax.lax.scan(body, x, None, length=n)
+
+    def fallback(x, n):
+        calls.append("plain")
+        return jax.jit(loop, static_argnums=1)(x, n)
+
+    f = fused_programs.fused_jit(loop, fallback, "trajopt_fused_loops")
+    x = jnp.linspace(-1.0, 1.0, 8)
+    ref = jax.jit(loop, static_argnums=1)(x, 2000)
+    assert not jaxdyn.config.get("trajopt_fused_loops")  # off by default: the plain program
+    f(x, 3)
+    assert calls == ["plain"]
+    calls.clear()
+    if not fused_programs.supported():  # an older jaxlib: the plain program even when asked
+        with jaxdyn.config.override(trajopt_fused_loops=True):
+            f(x, 3)
+        assert calls == ["plain"]
+        return
+    monkeypatch.setitem(jaxdyn.config._values, "trajopt_fused_loops", True)
+    hlo = f.lower(x, 2000).compile().as_text()
+    assert any(" call(" in ln and 'xla_cpu_small_call="true"' in ln for ln in hlo.splitlines())
+    plain_hlo = jax.jit(loop, static_argnums=1).lower(x, 2000).compile().as_text()
+    assert "xla_cpu_small_call" not in plain_hlo  # the loop is too large for XLA's default
+    out = f(x, 2000)
+    assert calls == []
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14, atol=1e-15)
+    jax.jit(lambda y: f(y, 3)[0])(x)  # a tracer: the caller's program
+    assert calls == ["plain"]
+    with jaxdyn.config.override(trajopt_fused_loops=False):
+        f(x, 3)
+    assert calls == ["plain", "plain"]

@@ -32,6 +32,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
+from jaxdyn.backend import fused_programs
 from jaxdyn.derivatives import configuration_tangent
 from jaxdyn.interop.crocoddyl import (
     control_from_pin,
@@ -242,6 +243,17 @@ X0 = (0.3, -0.2)
 GOAL = (1.4, -0.6)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fused_solves():
+    """This module's solves called with arrays run the fused program (``jaxdyn.config`` switch
+    ``trajopt_fused_loops``, off by default: about twice the compile time): the comparisons with
+    Crocoddyl below check it, test_fddp_verbose_every_n against the unfused program; the
+    switch's default (off) and the small fused program: test_config.py. On a jaxlib that cannot
+    compile it (``fused_programs.supported()``) the switch changes nothing."""
+    with jaxdyn.config.override(trajopt_fused_loops=True):
+        yield
+
+
 @pytest.fixture(scope="module")
 def fddp_solution(pendulum):
     _, model = pendulum
@@ -272,6 +284,48 @@ def test_fddp_matches_crocoddyl(pendulum, fddp_solution):
         solver.cost,
         rtol=1e-12,
     )
+
+
+def test_fddp_fused_program_is_one_kernel(fddp_solution, monkeypatch):
+    """On the CPU, ``fddp`` called with arrays (the fixture's solve) runs the fused program of
+    jaxdyn.backend.fused_programs: the solve is one call tagged ``xla_cpu_small_call`` (XLA:CPU
+    emits it as one kernel; test_config's test_fused_program_is_one_kernel compiles a small one),
+    compiled with the per-program options. Its result equals the unfused program's (one kernel
+    per operation and knot, LAPACK in the backward pass): test_fddp_verbose_every_n (``verbose``
+    runs unfused). The compiled solver's HLO: test_fused_solver_hlo (slow)."""
+    problem, _ = fddp_solution
+    args, static = _solve_args(problem)
+    fused = ddp._solve_fused
+    if not fused_programs.supported():  # an older jaxlib: the unfused program, switch or not
+        assert not fused.usable(jax.tree.leaves(args))
+        return
+    assert fused.usable(jax.tree.leaves(args))
+    assert fused.program._cache_size() >= 1  # the fixture's fddp compiled (and ran) it
+    assert 'xla_cpu_small_call = "true"' in fused.lower(*args, **static).as_text()
+    # inside a caller's jit the arrays are tracers (the caller's program, compiled with the
+    # caller's options: unfused); the switch off: unfused
+    seen = []
+    jax.jit(lambda a: seen.append(fused.usable([a])) or a)(args[1])
+    assert seen == [False]
+    monkeypatch.setitem(jaxdyn.config._values, "trajopt_fused_loops", False)  # no cache clear
+    assert not fused.usable(jax.tree.leaves(args))
+
+
+def _solve_args(problem, **options):
+    xs, us = ddp._initial(problem, None, None)
+    params, static = ddp._options({"max_iter": 200, **options}, xs.dtype)
+    return (problem.with_bounds(), xs, us, jnp.asarray(False), params), static
+
+
+@pytest.mark.slow  # a second compile of the fused solver; test_fddp_fused_program_is_one_kernel
+def test_fused_solver_hlo(fddp_solution):
+    """The fused solver's compiled HLO: the tagged call, no custom call (LAPACK, FFI) and no
+    YNNPACK fusion (neither compiles inside one kernel)."""
+    problem, _ = fddp_solution
+    args, static = _solve_args(problem)
+    hlo = ddp._solve_fused.lower(*args, **static).compile().as_text()
+    small = [ln for ln in hlo.splitlines() if " call(" in ln and "xla_cpu_small_call" in ln]
+    assert small and "custom-call(" not in hlo and "ynn" not in hlo, hlo[:3000]
 
 
 def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
@@ -554,7 +608,9 @@ def test_solve_batch_verbose(pendulum, capfd):
 
 def test_fddp_verbose_every_n(fddp_solution, capfd):
     """fddp's progress: silent by default; ``verbose=3`` prints the header, then iterations
-    0, 3, 6, ... and the last (the same solve: same iterations and cost)."""
+    0, 3, 6, ... and the last (the same solve: same iterations and cost). ``verbose`` runs the
+    unfused program (a host callback cannot sit in one kernel), the fixture's the fused one
+    (test_fddp_fused_program_is_one_kernel): equal to rounding, iteration by iteration."""
     problem, res = fddp_solution
     jax.block_until_ready(ddp.fddp(problem, max_iter=200))
     jax.effects_barrier()
@@ -563,7 +619,14 @@ def test_fddp_verbose_every_n(fddp_solution, capfd):
     jax.effects_barrier()
     lines = capfd.readouterr().out.splitlines()
     n = int(res.iterations)
-    assert int(r.iterations) == n and float(r.cost) == float(res.cost)
+    assert int(r.iterations) == n
+    np.testing.assert_allclose(float(r.cost), float(res.cost), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(r.us), np.asarray(res.us), rtol=1e-9, atol=1e-10)
+    # the first iterate is infeasible and ill-conditioned: LAPACK's Cholesky and the unrolled
+    # one round differently there (3e-11), not after
+    log, log_fused = np.asarray(r.log["cost"])[:n], np.asarray(res.log["cost"])[:n]
+    np.testing.assert_allclose(log, log_fused, rtol=1e-9)
+    np.testing.assert_allclose(log[1:], log_fused[1:], rtol=1e-12)
     assert lines[0].split() == ["iter", "cost", "stop", "step", "reg", "gap"], lines
     its = [int(line.split()[0]) for line in lines[1:]]
     assert its == sorted(set(range(0, n, 3)) | {n - 1}), (its, n)

@@ -27,6 +27,9 @@ Modules:
   ``concatenate``, ``on_mesh``; re-exported by :mod:`jaxdyn.spatial`).
 * :mod:`.crba_kernel`: the JAX primitive over the C CRBA kernel.
 * :mod:`.xla_flags`: XLA:CPU's flags for fused loops (:func:`jaxdyn.config.fused_cpu_loops`).
+* :mod:`.fused_programs`: fused loops for one program (:func:`~.fused_programs.fused_jit`: a
+  call XLA:CPU compiles into one kernel, per-program compiler options; the trajectory
+  optimisation solvers' default on the CPU).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a

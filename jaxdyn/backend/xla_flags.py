@@ -5,6 +5,8 @@ into ``XLA_FLAGS`` before JAX starts its CPU backend.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 from .internals import backends_are_initialized
@@ -100,11 +102,34 @@ def xla_accepts(flags: str) -> bool:
     return r.returncode == 0
 
 
+#: set while a program compiled into one kernel (:mod:`.fused_programs`) is traced
+_FUSED_PROGRAM = contextvars.ContextVar("jaxdyn_fused_program", default=False)
+
+
+@contextlib.contextmanager
+def tracing_fused_program():
+    """While a program of :mod:`.fused_programs` is traced: :func:`fused_cpu_loops_enabled`
+    answers ``True`` (no custom call in the program)."""
+    token = _FUSED_PROGRAM.set(True)
+    try:
+        yield
+    finally:
+        _FUSED_PROGRAM.reset(token)
+
+
+def loop_bytes_set() -> bool:
+    """Whether ``XLA_FLAGS`` sets the loop threshold (:func:`fused_cpu_loops`)."""
+    return loop_bytes(os.environ.get("XLA_FLAGS", "")) > 0
+
+
 def fused_cpu_loops_enabled() -> bool:
     """Whether ``XLA_FLAGS`` asks XLA:CPU to fuse small loops (:func:`fused_cpu_loops`) and the
-    default backend is the CPU: trajectory optimisation then keeps its knot loops free of
+    default backend is the CPU, or a program compiled into one kernel is being traced
+    (:mod:`.fused_programs`): trajectory optimisation then keeps its knot loops free of
     LAPACK calls. Read when a function is traced."""
-    if loop_bytes(os.environ.get("XLA_FLAGS", "")) <= 0:
+    if _FUSED_PROGRAM.get():
+        return True
+    if not loop_bytes_set():
         return False
     import jax
 

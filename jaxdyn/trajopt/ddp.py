@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
+from ..backend import fused_programs
 from . import costs as _costs
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
@@ -756,8 +757,7 @@ def _result(s) -> Result:
     )
 
 
-@eqx.filter_jit
-def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives, verbose):
+def _solve_program(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives, verbose):
     state = _setup(
         problem, xs, us, ddp, params, max_iter=max_iter, derivatives=derivatives, tag=tag
     )
@@ -765,6 +765,22 @@ def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives
         problem, state, ddp, params, max_iter=max_iter, derivatives=derivatives, verbose=verbose
     )
     return _result(state)
+
+
+_solve_plain = eqx.filter_jit(_solve_program)
+#: one problem's solve compiled into a single XLA:CPU kernel where that program is the one
+#: compiled (a call with concrete arrays on the CPU; ``jaxdyn.config`` switch
+#: ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`), else ``_solve_plain``
+_solve_fused = fused_programs.fused_jit(_solve_program, _solve_plain, "trajopt_fused_loops")
+
+
+def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives, verbose):
+    # verbose prints through a host callback, a custom call, which a single kernel cannot hold
+    solve = _solve_plain if verbose else _solve_fused
+    return solve(
+        problem, xs, us, ddp, params, tag, max_iter=max_iter, derivatives=derivatives,
+        verbose=verbose,
+    )  # fmt: skip
 
 
 _DEFAULTS = dict(
