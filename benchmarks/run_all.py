@@ -38,6 +38,8 @@ class Benchmark:
     gpu: bool = False
     out_flag: str = "--out"  #: the option naming the results file
     args: tuple = field(default=())  #: default options
+    #: how to run it, for a benchmark run_all does not start (it needs its own environment)
+    manual: str = ""
 
 
 BENCHMARKS = (
@@ -108,6 +110,13 @@ BENCHMARKS = (
     Benchmark("distributed", ("## Rollouts across processes",), "rollouts over processes"),
     Benchmark("first_result", ("## Time to first result",), "cold and warm time to a result"),
     Benchmark(
+        "playground_side_by_side",
+        ("## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)",),
+        "Brax PPO on Playground's MJX suite tasks and jaxdyn's ports",
+        manual="Playground goes in its own environment: run the script there per task and "
+        "backend with --out JSON, then --report JSON... (its docstring, docs/environments.md)",
+    ),
+    Benchmark(
         "gpu",
         ("## GPU", "## GPU: current code on an H200, derivatives included"),
         "the algorithms against MJX on a GPU (the second section: --heading)",
@@ -159,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.list:
         for b in BENCHMARKS:
-            kind = "GPU" if b.gpu else "CPU"
+            kind = "GPU" if b.gpu else "own env" if b.manual else "CPU"
             print(f"{b.name:14} {kind}  benchmarks/{b.name}.py: {b.what}")
             for h in b.sections:
                 print(f"{'':20}{h}")
@@ -175,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; one of {', '.join(BY_NAME)}")
     from _env import arrange
 
-    names = a.names or [b.name for b in BENCHMARKS if b.gpu == a.gpu]
+    names = a.names or [b.name for b in BENCHMARKS if b.gpu == a.gpu and not b.manual]
     failed = []
     for name in [] if a.arrange else names:
         b = BY_NAME[name]
+        if b.manual:
+            print(f"== {name}: not started here. {b.manual}", flush=True)
+            continue
         cmd = command(b, a.out, extra.get(name, ""))
         print(f"== {name}: {shlex.join(cmd)}", flush=True)
         t0 = time.perf_counter()
