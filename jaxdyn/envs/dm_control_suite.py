@@ -512,6 +512,22 @@ class ContactSuiteEnv(SuiteEnv):
     #: the metric keys of :meth:`reward` (the same after ``reset`` and ``step``)
     metric_keys: tuple = ()
 
+    def first_free_draw(self, rng: Array, draw) -> Array:
+        """``draw(key)`` (a configuration in jaxdyn's order) for ``rng`` and, when
+        ``self.reset_tries > 1``, for ``reset_tries - 1`` further keys: the first whose bodies
+        touch nothing (all kinematics, one batch), the first draw if none is free."""
+        keys = rng[None]
+        if self.reset_tries > 1:
+            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
+            keys = jnp.concatenate([keys, more])
+        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
+        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
+
+        def free(q):
+            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
+
+        return qs[jnp.argmax(jax.vmap(free)(qs))]
+
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m, model = self.scene.mj_model, self.sys.model
@@ -1083,17 +1099,7 @@ class BallInCup(ContactSuiteEnv):
             z = jax.random.uniform(r2, (), minval=0.2, maxval=0.5)
             return self.q_of(jnp.stack([0.0, 0.0, x, z]))
 
-        keys = rng[None]
-        if self.reset_tries > 1:
-            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
-            keys = jnp.concatenate([keys, more])
-        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
-        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
-
-        def free(q):
-            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
-
-        return qs[jnp.argmax(jax.vmap(free)(qs))]
+        return self.first_free_draw(rng, draw)
 
     def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
@@ -1231,17 +1237,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             hinges = jax.random.uniform(r2, lo.shape, minval=lo, maxval=hi)
             return self.q_of(jnp.concatenate([qpos0[:3], quat, hinges]))
 
-        keys = rng[None]
-        if self.reset_tries > 1:
-            more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
-            keys = jnp.concatenate([keys, more])
-        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
-        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
-
-        def free(q):
-            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
-
-        return qs[jnp.argmax(jax.vmap(free)(qs))]
+        return self.first_free_draw(rng, draw)
 
     def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
