@@ -104,6 +104,22 @@ def train(env, cfg, metrics=(), title=""):
     return make_policy, params, curve
 
 
+def run(env, cfg, metrics, args, name, scene):
+    """The examples' whole run: :func:`train` ``env`` with ``cfg``, :func:`plot` the curve to
+    ``args.out`` (titled ``Brax PPO on jaxdyn <name>``, steps and seconds) and :func:`film` the
+    trained policy to ``args.video`` (default: ``args.out`` with ``.mp4``). ``metrics``: name ->
+    axis label; ``scene``: a callable returning the :class:`jaxdyn.viz.Scene`. The curve."""
+    make_policy, params, curve = train(env, cfg, tuple(metrics))
+    title = (
+        f"Brax PPO on jaxdyn {name}, {int(curve['steps'][-1]):,d} steps, "
+        f"{curve['seconds'][-1]:.0f} s"
+    )
+    plot(curve, metrics, args.out, title)
+    video = args.video if args.video is not None else args.out.rsplit(".", 1)[0] + ".mp4"
+    film(env, scene, make_policy(params, deterministic=True), video)
+    return curve
+
+
 def plot(curve, metrics, path, title):
     """The evaluation return and ``metrics`` (name -> axis label) against environment steps."""
     try:

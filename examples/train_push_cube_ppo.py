@@ -35,21 +35,13 @@ def main(argv=None):
         cfg["num_timesteps"] = args.timesteps
     env = jaxdyn.envs.make("push_cube")
     metrics = {"reach_distance": "pusher-cube distance (m)", "push_distance": "cube-target (m)"}
-    make_policy, params, curve = _ppo.train(env, cfg, tuple(metrics))
-    title = (
-        f"Brax PPO on jaxdyn PushCube, {int(curve['steps'][-1]):,d} steps, "
-        f"{curve['seconds'][-1]:.0f} s"
-    )
-    _ppo.plot(curve, metrics, args.out, title)
 
     def scene():
         from jaxdyn import viz
 
         return viz.Scene.load(jaxdyn.envs.manipulation.PUSH_CUBE_XML)
 
-    video = args.video if args.video is not None else args.out.rsplit(".", 1)[0] + ".mp4"
-    _ppo.film(env, scene, make_policy(params, deterministic=True), video)
-    return curve
+    return _ppo.run(env, cfg, metrics, args, "PushCube", scene)
 
 
 if __name__ == "__main__":

@@ -66,20 +66,14 @@ def main(argv=None):
         )
     env = jaxdyn.envs.Quadruped()
     metrics = {"forward_velocity": "mean forward speed (m/s)"}
-    make_policy, params, curve = _ppo.train(env, cfg, tuple(metrics))
-    title = (
-        f"Brax PPO on jaxdyn Quadruped (quad12), {'full' if args.full else 'small'} config, "
-        f"{int(curve['steps'][-1]):,d} steps, {curve['seconds'][-1]:.0f} s"
-    )
-    _ppo.plot(curve, metrics, args.out, title)
 
     def scene():
         from jaxdyn import viz
 
         return viz.Scene.from_env(env)
 
-    video = args.video if args.video is not None else args.out.rsplit(".", 1)[0] + ".mp4"
-    _ppo.film(env, scene, make_policy(params, deterministic=True), video)
+    name = f"Quadruped (quad12), {'full' if args.full else 'small'} config"
+    curve = _ppo.run(env, cfg, metrics, args, name, scene)
 
     if quick:
         print(f"--timesteps {args.timesteps}: below the configuration's budget, no check")
