@@ -198,3 +198,26 @@ def timed(fn, args, repeats=5, min_time=0.2):
                 break
         best = min(best, dt / n)
     return best
+
+
+def urdf_mjspec(robot: str):
+    """A bundled robot's URDF (``jaxdyn.robots.resolve``) through MuJoCo's compiler as an
+    ``mujoco.MjSpec``: static links kept as bodies, the URDF's visual and collision elements
+    dropped (the benchmarks add their own geometry)."""
+    import re
+    from pathlib import Path
+
+    import mujoco
+
+    from jaxdyn import robots
+
+    path, _ = robots.resolve(robot)
+    xml = Path(path).read_text()
+    xml = re.sub(r"<(visual|collision)\b.*?</\1>", "", xml, flags=re.S)
+    xml = re.sub(
+        r"(<robot\b[^>]*>)",
+        r'\1<mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
+        xml,
+        count=1,
+    )
+    return mujoco.MjSpec.from_string(xml)

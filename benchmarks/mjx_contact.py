@@ -84,16 +84,7 @@ def quadruped_xml() -> str:
     from jaxdyn import robots
     from jaxdyn.envs.getup import quad12_collision
 
-    path, _ = robots.resolve("quad12")
-    xml = Path(path).read_text()
-    xml = re.sub(r"<(visual|collision)\b.*?</\1>", "", xml, flags=re.S)
-    xml = re.sub(
-        r"(<robot\b[^>]*>)",
-        r'\1<mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
-        xml,
-        count=1,
-    )
-    spec = mujoco.MjSpec.from_string(xml)
+    spec = _env.urdf_mjspec("quad12")
     spec.modelname = "quad12_ground"
     spec.option.timestep = QUAD_DT
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST

@@ -152,20 +152,9 @@ def mjx_model(robot="quad12"):
     """A quadruped (quad12 or solo12) for MuJoCo: its URDF through MuJoCo's compiler (static
     links kept as bodies; the URDF's visual and collision elements dropped, solo12's name mesh
     files), a free joint, a floor, foot spheres and position servos with the same gains."""
-    import re
-
     import mujoco
 
-    path, _ = robots.resolve(robot)
-    xml = Path(path).read_text()
-    xml = re.sub(r"<(visual|collision)\b.*?</\1>", "", xml, flags=re.S)
-    xml = re.sub(
-        r"(<robot\b[^>]*>)",
-        r'\1<mujoco><compiler fusestatic="false" discardvisual="true"/></mujoco>',
-        xml,
-        count=1,
-    )
-    spec = mujoco.MjSpec.from_string(xml)
+    spec = _env.urdf_mjspec(robot)
     spec.option.timestep = DT
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     base = spec.body("base_link")
