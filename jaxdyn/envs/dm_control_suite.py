@@ -1164,7 +1164,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         self.reset_tries = int(reset_tries)
         m = self.scene.mj_model
         hinges = np.arange(1, m.njnt)  # after the free root
-        lo, hi = np.asarray(m.jnt_range[hinges], float).T
+        lo, hi = self.joint_ranges(hinges)
         free = ~np.asarray(m.jnt_limited[hinges], bool)
         self.lowers = np.where(free, -np.pi, lo)
         self.uppers = np.where(free, np.pi, hi)

@@ -14,6 +14,7 @@ from .. import sim as _sim
 from ..algorithms.kinematics import forward_kinematics
 from .actuators import ServoPD
 from .base import SimEnv, State, contact_model
+from .quadruped import JOINT_KINDS, LEGS, per_joint_kind
 
 if TYPE_CHECKING:
     from jax import Array
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 __all__ = ["QuadrupedGetup", "quad12_collision"]
-
-LEGS = ("FL", "FR", "HL", "HR")
 
 
 def _capsule(frame, a, b, radius, name):
@@ -149,7 +148,7 @@ class QuadrupedGetup(SimEnv):
         lacking += [
             f"joint {j!r} (names end in _HAA, _HFE or _KFE)"
             for j in model.joint_names[1:]
-            if j.split("_")[-1] not in ("HAA", "HFE", "KFE")
+            if j.split("_")[-1] not in JOINT_KINDS
         ]
         if lacking:
             raise ValueError(
@@ -173,11 +172,8 @@ class QuadrupedGetup(SimEnv):
         )
         super().__init__(model, cfg, n_frames)
         # joint order of q[7:]: each joint's pose and scale from its name's suffix
-        pose, scale = np.zeros(12, np.float32), np.zeros(12, np.float32)
-        for name in model.joint_names[1:]:
-            i = model.q_slice(name).start - 7
-            kind = ("HAA", "HFE", "KFE").index(name.split("_")[-1])
-            pose[i], scale[i] = default_pose[kind], action_scale[kind]
+        pose = per_joint_kind(model, default_pose)
+        scale = per_joint_kind(model, action_scale)
         self.default_pose = pose
         self.lower = np.asarray(model.q_lower, np.float32)[7:]
         self.upper = np.asarray(model.q_upper, np.float32)[7:]

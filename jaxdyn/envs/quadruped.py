@@ -16,6 +16,8 @@ from .actuators import ServoPD
 from .base import LeggedEnv, quat_to_matrix
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import DTypeLike
 
@@ -31,6 +33,19 @@ def _yaw_quat(yaw):
     return spatial.stack(
         [jnp.cos(yaw / 2), jnp.zeros_like(yaw), jnp.zeros_like(yaw), jnp.sin(yaw / 2)]
     )
+
+
+#: the joint kinds of a quad12-like leg (the suffix of each joint's name)
+JOINT_KINDS = ("HAA", "HFE", "KFE")
+
+
+def per_joint_kind(model: Model, values: Sequence[float]) -> np.ndarray:
+    """``values[k]`` (one per :data:`JOINT_KINDS`) for each joint of ``q[7:]``, in that order
+    (float32): the kind from the suffix of the joint's name."""
+    out = np.zeros(model.nq - 7, np.float32)
+    for name in model.joint_names[1:]:
+        out[model.q_slice(name).start - 7] = values[JOINT_KINDS.index(name.split("_")[-1])]
+    return out
 
 
 class Quadruped(LeggedEnv):
@@ -113,12 +128,7 @@ class Quadruped(LeggedEnv):
         )
         super().__init__(model, cfg, n_frames)
         self.n_joints = 12
-        # joint order of q[7:]: set each joint from its name's suffix (HAA, HFE, KFE)
-        pose = np.zeros(12, np.float32)
-        for name in model.joint_names[1:]:
-            i = model.q_slice(name).start - 7
-            pose[i] = default_pose[("HAA", "HFE", "KFE").index(name.split("_")[-1])]
-        self.default_pose = pose
+        self.default_pose = per_joint_kind(model, default_pose)
         q = self._stand_configuration(0.0)
         frames = np.asarray(jax.jit(forward_kinematics)(model, q).frame.p)  # jit: op by op is slow
         feet = frames[[model.frame_index(f) for f in FEET]]
