@@ -392,6 +392,19 @@ def _vmap_fddp(batch, xs=None, us=None):
     return jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
 
 
+def _nearby_batch(model, n, bad_at):
+    """``n`` problems starting within about 0.01 of ``X0`` (seed 4) and a bad one (a NaN start)
+    inserted at ``bad_at``: the list and the stacked batch."""
+    nv = model.nv
+    rng = np.random.default_rng(4)
+    problems = [
+        _problem(model, _states(nv, X0 + 0.01 * rng.standard_normal(2)), _states(nv, GOAL))
+        for _ in range(n)
+    ]
+    problems.insert(bad_at, _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL)))
+    return problems, jax.tree.map(lambda *a: jnp.stack(a), *problems)
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     _, model = pendulum
     nv = model.nv
@@ -422,15 +435,8 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
     Six members start from the fixture's optimum of a nearby problem (a couple of iterations),
     one from zero controls (more), one is bad."""
     _, model = pendulum
-    nv = model.nv
     base, sol = fddp_solution
-    rng = np.random.default_rng(4)
-    problems = [
-        _problem(model, _states(nv, X0 + 0.01 * rng.standard_normal(2)), _states(nv, GOAL))
-        for _ in range(7)
-    ]
-    problems.insert(2, _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL)))
-    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    problems, batch = _nearby_batch(model, 7, bad_at=2)
     warm = np.ones(8, bool)
     warm[5] = False  # the cold member
     xs = jnp.where(warm[:, None, None], sol.xs, jnp.broadcast_to(base.x0, sol.xs.shape))
@@ -473,15 +479,8 @@ def test_solve_sharded_on_one_device_equals_vmap(pendulum, fddp_solution):
     """solve_sharded on this process's one device (one problem after another, a lax.map) has
     jax.vmap(fddp)'s statuses, iterations and costs, a bad member included."""
     _, model = pendulum
-    nv = model.nv
     _, sol = fddp_solution
-    rng = np.random.default_rng(4)
-    problems = [
-        _problem(model, _states(nv, X0 + 0.01 * rng.standard_normal(2)), _states(nv, GOAL))
-        for _ in range(3)
-    ]
-    problems.insert(1, _problem(model, _states(nv, (np.nan, 0.0)), _states(nv, GOAL)))
-    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    _, batch = _nearby_batch(model, 3, bad_at=1)
     xs = jnp.broadcast_to(sol.xs, (4,) + sol.xs.shape)
     us = jnp.broadcast_to(sol.us, (4,) + sol.us.shape)
     ref = jax.vmap(lambda p, x, u: ddp.fddp(p, x, u, max_iter=200))(batch, xs, us)
