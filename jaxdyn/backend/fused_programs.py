@@ -34,6 +34,7 @@ rounding, the same derivatives.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 from . import xla_flags
@@ -45,6 +46,7 @@ COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_max_isa
 SMALL_CALL = {"xla_cpu_small_call": "true", "inlineable": "false"}
 
 
+@functools.cache
 def supported() -> bool:
     """Whether this jaxlib compiles the fused program: written for and tested on jaxlib 0.10
     (older XLA:CPU has no ``xla_cpu_experimental_ynn_fusion_type`` option: "No such compile
