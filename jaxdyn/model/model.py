@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -20,6 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class Group:
     v1: int
 
     @property
-    def n(self):
+    def n(self) -> int:
         return self.b1 - self.b0
 
 
@@ -49,7 +54,7 @@ class Level:
     groups: tuple
 
     @property
-    def n(self):
+    def n(self) -> int:
         return self.b1 - self.b0
 
 
@@ -269,10 +274,10 @@ class Model(eqx.Module):
         j = self._joint("v_slice", joint)
         return slice(int(self.topo.v_start[j]), int(self.topo.v_start[j] + self.topo.nv_j[j]))
 
-    def total_mass(self):
+    def total_mass(self) -> Array:
         return jnp.sum(self.mass)
 
-    def astype(self, dtype) -> Model:
+    def astype(self, dtype: DTypeLike) -> Model:
         """The same model with every parameter leaf cast to ``dtype`` (an explicit choice of
         precision: clears ``x32_load``)."""
         out = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
@@ -355,7 +360,7 @@ class Model(eqx.Module):
 
 
 def make_topology(
-    name,
+    name: str,
     parent,
     kind,
     joint_names,
@@ -365,7 +370,7 @@ def make_topology(
     floating_base,
     root_name,
     urdf_robot=None,
-):
+) -> Topology:
     """Derive every static index structure from the parent array of depth-sorted bodies."""
     parent = np.asarray(parent, dtype=np.int64)
     kind = np.asarray(kind, dtype=np.int64)

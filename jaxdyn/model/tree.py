@@ -23,6 +23,7 @@ the articulated-inertia pass and the two ABA sweeps (:mod:`jaxdyn.algorithms.aba
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,9 @@ import numpy as np
 
 from .. import joints
 from ..backend import fusion
+
+if TYPE_CHECKING:
+    from jax import Array
 
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
 #: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
@@ -140,7 +144,7 @@ class LevelSeq:
                 return jax.tree_util.tree_map(lambda x: x[li - la], t)
         raise IndexError(f"level {li} out of range")
 
-    def field(self, i):
+    def field(self, i) -> LevelSeq:
         """The per-level ``i``-th component of tuple-valued levels."""
         return LevelSeq(
             self.nl,
@@ -300,7 +304,7 @@ def _slice_plan(idx, n_parent: int, by_parent: bool):
     return pieces if pieces is not None and len(pieces) <= max(8, len(idx) // 2) else None
 
 
-def gather_parent(prev, level, root):
+def gather_parent(prev, level, root) -> Array:
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
 
     Bodies are sorted by joint kind, then parent, inside a level (``jaxdyn.model.model``), so
@@ -336,7 +340,7 @@ def _sum_strided(x, c0, m, k):
     return out
 
 
-def sum_rows(x):
+def sum_rows(x) -> Array:
     """``jnp.sum(x, 0)`` as the slice adds of :func:`_sum_strided` (as the parent sums use),
     which XLA fuses into the producers; a reduce over the bodies axis could become a YNNPACK
     reduction kernel of its own, twice as slow (talos_full ``center_of_mass`` under
@@ -346,7 +350,7 @@ def sum_rows(x):
     return _sum_strided(x, 0, 1, x.shape[0])[0]
 
 
-def sum_into_parents(x, level, n_parent):
+def sum_into_parents(x, level, n_parent: int) -> Array:
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
     Inside a level bodies are sorted by joint kind, then parent (``jaxdyn.model.model``), so
@@ -389,7 +393,7 @@ def sum_into_parents(x, level, n_parent):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def sum_into_parents_gathered(below, child_level, n_parent):
+def sum_into_parents_gathered(below, child_level, n_parent: int) -> Array | None:
     """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
     parents, for parent maps whose children are not contiguous (cluster views): a sum of
     static gathers (child slot ``k`` of every parent, a zero row where a parent has fewer
@@ -460,7 +464,7 @@ def kind_runs(topo):
     return runs
 
 
-def dofs_to_bodies(topo, x):
+def dofs_to_bodies(topo, x) -> Array:
     """Sum per-coordinate rows ``x (nv, ...)`` into their bodies, ``(nb, ...)``."""
     parts = []
     for kind, b0, b1, v0, v1 in kind_runs(topo):
@@ -470,7 +474,7 @@ def dofs_to_bodies(topo, x):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def bodies_to_dofs(topo, x, axis: int = 0):
+def bodies_to_dofs(topo, x, axis: int = 0) -> Array:
     """Repeat per-body entries of ``x`` along ``axis`` (``nb`` long) for each of the body's
     coordinates (``nv`` long): rows ``(nb, ...) -> (nv, ...)`` by default, component rows
     ``(..., nb) -> (..., nv)`` with ``axis=-1``."""
