@@ -256,7 +256,7 @@ class Connect:
         )
 
     @property
-    def rotation(self):
+    def rotation(self) -> None:
         return None
 
 

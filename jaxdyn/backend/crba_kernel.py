@@ -10,6 +10,7 @@ import functools
 from typing import TYPE_CHECKING
 
 import jax
+import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np

@@ -96,7 +96,7 @@ def _caba_general(s):
         bias = bias - s.fw[bo]
     ab = backward_articulated(model, ws, gks, dt, bias, tau)
     a0 = kin.gravity_acceleration(model.tree, dt)
-    ydds = [None] * len(t.groups)
+    ydds: list = [None] * len(t.groups)
 
     def forward(lvl, _, a_prev, inp):
         parts = []
@@ -185,7 +185,7 @@ def _caba_single_output(s, rotors=None):
     # of the bodies the next level hangs from (its receivers)
     a0 = kin.gravity_acceleration(model.tree, dt)
     nl = len(t.levels)
-    ydds = [None] * ng
+    ydds: list = [None] * ng
 
     def forward(lvl, _, prev, inp):
         li = lvl.groups[0].level

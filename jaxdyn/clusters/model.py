@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

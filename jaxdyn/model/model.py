@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,7 +25,7 @@ from .. import joints
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import DTypeLike
+    from jax.typing import ArrayLike, DTypeLike
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ class Model(eqx.Module):
                 f"{self.name}: no joint named {name!r}; joints are {list(self.joint_names)}"
             ) from None
 
-    def frame_index(self, frame) -> int:
+    def frame_index(self, frame: str | int) -> int:
         """Index of a frame given by name or index (link and joint names are frames)."""
         if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
             raise TypeError(
@@ -264,12 +265,12 @@ class Model(eqx.Module):
             )
         return int(joint)
 
-    def q_slice(self, joint) -> slice:
+    def q_slice(self, joint: str | int) -> slice:
         """The slice of ``q`` of a joint (name, or index into ``joint_names``)."""
         j = self._joint("q_slice", joint)
         return slice(int(self.topo.q_start[j]), int(self.topo.q_start[j] + self.topo.nq_j[j]))
 
-    def v_slice(self, joint) -> slice:
+    def v_slice(self, joint: str | int) -> slice:
         """The slice of ``v`` of a joint (name, or index into ``joint_names``)."""
         j = self._joint("v_slice", joint)
         return slice(int(self.topo.v_start[j]), int(self.topo.v_start[j] + self.topo.nv_j[j]))
@@ -285,7 +286,7 @@ class Model(eqx.Module):
             out = dataclasses.replace(out, x32_load=False)
         return out
 
-    def with_armature(self, armature) -> Model:
+    def with_armature(self, armature: ArrayLike) -> Model:
         """The same model with ``armature`` (a scalar for every coordinate, or ``(nv,)``, in
         ``v`` order: ``model.v_slice(name)``) added to the diagonal of the mass matrix; ``None``
         removes it. Armature must be finite and ``>= 0`` (checked when concrete).

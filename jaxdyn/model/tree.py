@@ -268,11 +268,11 @@ def _pieces(idx: tuple, n_parent: int, by_parent: bool):
     cover the children in their order (for gathers; ``k >= 1``); ``True``: the parents in
     theirs (for sums; ``k = 0`` for a childless run), or ``None`` when some parent's children
     are not contiguous."""
-    idx = np.asarray(idx, np.int64)
+    ix = np.asarray(idx, np.int64)
     if by_parent:
         runs = []
         for p in range(n_parent):
-            kids = np.nonzero(idx == p)[0]
+            kids = np.nonzero(ix == p)[0]
             k = len(kids)
             if k and kids[-1] - kids[0] != k - 1:
                 return None
@@ -284,9 +284,9 @@ def _pieces(idx: tuple, n_parent: int, by_parent: bool):
                 runs.append((p, 1, c0, k))
         return tuple(runs)
     runs, c = [], 0
-    while c < len(idx):
-        p, k = int(idx[c]), 1
-        while c + k < len(idx) and idx[c + k] == p:
+    while c < len(ix):
+        p, k = int(ix[c]), 1
+        while c + k < len(ix) and ix[c + k] == p:
             k += 1
         last = runs[-1] if runs else None
         if last and last[3] == k and last[0] + last[1] == p and last[2] + last[1] * k == c:

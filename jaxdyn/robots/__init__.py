@@ -357,7 +357,8 @@ def _random_axis(rng: np.random.Generator) -> tuple[float, float, float]:
         return _ALIGNED_AXES[int(rng.integers(len(_ALIGNED_AXES)))]
     a = rng.normal(size=3)
     a /= np.linalg.norm(a)
-    return tuple(float(x) for x in a)
+    x, y, z = (float(c) for c in a)
+    return (x, y, z)
 
 
 def _inertial_xml(rng: np.random.Generator, *, com_scale: float = 0.3) -> str:
