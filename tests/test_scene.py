@@ -229,7 +229,16 @@ def drop_scene():
     return loaded, cfg
 
 
-def test_scene_steps_under_jit_vmap(drop_scene):
+@pytest.fixture(scope="module")
+def drop_steps(drop_scene):
+    """``jax.jit(jax.vmap(step))`` of the drop scene over ``(q, v)`` for a configuration
+    (compiled once per static configuration, shared by its tests)."""
+    model = drop_scene[0].model
+    step = lambda q, v, cfg: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg)  # noqa: E731
+    return jax.jit(jax.vmap(step, in_axes=(0, 0, None)))
+
+
+def test_scene_steps_under_jit_vmap(drop_scene, drop_steps):
     """Several free bodies and static geometry step in one ``jax.jit(jax.vmap(step))``: a batch
     of four states equals the four steps taken one by one (to 1e-12)."""
     loaded, cfg = drop_scene
@@ -238,15 +247,14 @@ def test_scene_steps_under_jit_vmap(drop_scene):
     v = jnp.asarray(rng.standard_normal((4, model.nv)) * 0.5)
     q = jnp.broadcast_to(loaded.q0, (4, model.nq))
     one = jax.jit(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg))
-    many = jax.jit(jax.vmap(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg)))
-    out = many(q, v)
+    out = drop_steps(q, v, cfg)
     for i in range(4):
         s = one(q[i], v[i])
         np.testing.assert_allclose(np.asarray(out.q[i]), np.asarray(s.q), atol=1e-12)
         np.testing.assert_allclose(np.asarray(out.v[i]), np.asarray(s.v), atol=1e-12)
 
 
-def test_constraint_max_contacts_equals_the_uncapped_solve(drop_scene):
+def test_constraint_max_contacts_equals_the_uncapped_solve(drop_scene, drop_steps):
     """``Constraint(max_contacts=k)`` solves over the ``k`` closest contact slots: with ``k``
     at least the candidates that ``sim.contact_counts`` counts (fewer than the scene's slots:
     the empty slots and the pairs whose bounding spheres are apart are left out), a step from
@@ -265,12 +273,8 @@ def test_constraint_max_contacts_equals_the_uncapped_solve(drop_scene):
     k = int(cand.max())
     assert 0 < int(touch.min()) and k < slots  # the cap leaves slots out, contacts touch
 
-    def run(cfg):
-        fn = jax.vmap(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg))
-        return jax.jit(fn)(q, v)
-
-    full = run(cfg)
-    capped = run(eqx.tree_at(lambda c: c.contact, cfg, sim.Constraint(max_contacts=k)))
+    full = drop_steps(q, v, cfg)
+    capped = drop_steps(q, v, eqx.tree_at(lambda c: c.contact, cfg, sim.Constraint(max_contacts=k)))
     np.testing.assert_allclose(np.asarray(capped.q), np.asarray(full.q), rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.asarray(capped.v), np.asarray(full.v), rtol=0, atol=1e-12)
     assert float(jnp.max(jnp.abs(full.v - v))) > 1e-3  # the contacts acted
@@ -280,7 +284,7 @@ def test_constraint_max_contacts_equals_the_uncapped_solve(drop_scene):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["constraint", "compliant"])
+@pytest.mark.parametrize("kind", ["constraint", "compliant", "capped"])
 def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     """Reverse mode through 40 steps of a ball thrown onto a free crate resting on the floor
     (the ball lands on the crate at step ~20: body-body impact, then sliding contact; the
@@ -291,7 +295,13 @@ def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     model = loaded.model
     # the implicit-function gradient is the exact solution's: converged by 3 Newton steps (with
     # 100 APGD steps alone the stack's solve is 0.2 % off in this derivative)
-    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(newton=3)
+    # capped: the solve over the 8 closest slots, fewer than the scene's 12 candidates (a
+    # run-time choice of contacts: its indices carry no derivative, the chosen ones' values do)
+    contact = {
+        "compliant": sim.Compliant(),
+        "constraint": sim.Constraint(newton=3),
+        "capped": sim.Constraint(newton=3, max_contacts=8),
+    }[kind]
     cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
     q0 = loaded.q0
 
