@@ -596,6 +596,8 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     S = ws.S  # (nv, 6) at the world-state origin
     lin = S[None, :, 3:] + spatial.cross(S[None, :, :3], point[:, None, :])  # (nc, nv, 3)
     if body is not None:
+        if other is None:
+            raise ValueError("point_jacobian: body and other are given together")
         sj = jnp.asarray(supp, lin.dtype)
         w = sj[body] - jnp.where((other >= 0)[:, None], sj[jnp.maximum(other, 0)], 0.0)
         return jnp.swapaxes(w[..., None] * lin, 1, 2)
