@@ -95,6 +95,8 @@ def _caba_general(s):
     if s.fw is not None:
         bias = bias - s.fw[bo]
     ab = backward_articulated(model, ws, gks, dt, bias, tau)
+    u_all = ab.u
+    assert u_all is not None  # (given a bias, the backward pass returns u)
     a0 = kin.gravity_acceleration(model.tree, dt)
     ydds: list = [None] * len(t.groups)
 
@@ -103,7 +105,7 @@ def _caba_general(s):
         a_out = tree.gather_parent(a_prev, lvl, a0)
         for g in lvl.groups:
             gk = gks[g.index]
-            U, Dinv, u = ab.U[g.index], ab.Dinv[g.index], ab.u[g.index]
+            U, Dinv, u = ab.U[g.index], ab.Dinv[g.index], u_all[g.index]
             ap = (a_out[g.b0 - lvl.b0 : g.b1 - lvl.b0].reshape(g.nc, g.nbc, 6) + gk.c).reshape(
                 g.nc, 6 * g.nbc
             )
