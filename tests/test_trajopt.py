@@ -173,6 +173,32 @@ def test_step_derivatives_crocoddyl(derivative_case):
     oracle.assert_close(Fu, data.Fu, 1e-10, "Fu vs Crocoddyl")
 
 
+def test_block_diag_assembled_without_scatter(quad12):
+    """The tangent-space Jacobians' block diagonal (``lie._block_diag``, in the knot loops of a
+    floating-base solve) has no scatter: XLA:CPU refused the fused solve of a floating-base
+    problem over it ("Unhandled opcode for elemental IR emission: scatter"). Each block in its
+    place, zeros elsewhere, NaN and inf kept where they are (against scipy's block_diag); the
+    Jacobians' values: test_step_derivatives_crocoddyl (quad12)."""
+    import scipy.linalg
+
+    from jaxdyn.trajopt import lie
+
+    model = quad12.model
+    rng = np.random.default_rng(3)
+    blocks = []
+    for kind, b0, b1, _v0, _v1 in lie._runs(model):
+        k = jaxdyn.joints.NV[kind]
+        blocks.append(rng.standard_normal((b1 - b0, k, k)))
+    blocks[0][0, 1, 2], blocks[-1][-1, 0, 0] = np.nan, np.inf
+    ref = scipy.linalg.block_diag(*[b for run in blocks for b in run])
+    out = lie._block_diag(model, [jnp.asarray(b) for b in blocks], jnp.float64)
+    np.testing.assert_array_equal(np.asarray(out), ref)
+    ident = lie._block_diag(model, [jnp.asarray(blocks[0]), None], jnp.float64)
+    np.testing.assert_array_equal(np.asarray(ident)[6:, 6:], np.eye(model.nv - 6))
+    hlo = jax.jit(lambda b: lie._block_diag(model, b, jnp.float64)).lower(blocks).as_text()
+    assert "scatter" not in hlo
+
+
 def test_to_crocoddyl_without_armature():
     """``to_crocoddyl`` of a model without armature sets a zero armature: the crocoddyl 3.2.1
     wheel with pin 4.1.0 computes the free dynamics without gravity when none is set (UR5 at
