@@ -96,10 +96,10 @@ kernel, per program, when asked for (switch ``trajopt_fused_loops``, off by defa
 **Fast CPU compiles** (on by default, process-wide, before JAX starts its CPU backend): when
 jaxdyn is imported it adds ``--xla_cpu_use_fusion_emitters=false`` to ``XLA_FLAGS``
 (:func:`fast_cpu_compile`; :data:`jaxdyn.backend.xla_flags.FAST_COMPILE_FLAGS`): XLA:CPU then
-compiles each fusion with its elemental IR emitter instead of its MLIR fusion emitters, which
-took a quarter to a half of the CPU time of compiling ``jax.jit(jax.vmap(f))`` of the core
-algorithms on talos_full, for kernels as fast and results equal to rounding (the test suite
-has run with the same flag since it was written). Not where ``XLA_FLAGS`` sets that flag, nor
+compiles each fusion with its elemental IR emitter instead of its MLIR fusion emitters: less
+CPU time to compile ``jax.jit(jax.vmap(f))`` of the core algorithms, kernels as fast, results
+equal to rounding (``docs/design-measurements.md``, "Compile time"; the test suite has run with
+the same flag since it was written). Not where ``XLA_FLAGS`` sets that flag, nor
 with ``JAXDYN_FAST_CPU_COMPILE=0``, nor once JAX's backends run (jaxdyn imported after the
 first array was made), nor on a jaxlib it was not measured with
 (:data:`jaxdyn.backend.xla_flags.FAST_COMPILE_JAXLIB`: XLA aborts a process on a flag it does

@@ -26,9 +26,8 @@ FUSED_LOOP_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=", "--xla_cpu_max_is
 
 #: XLA flags of :func:`fast_cpu_compile`: each fusion compiled by XLA:CPU's elemental IR emitter
 #: (straight to LLVM IR) instead of its MLIR fusion emitters (an MLIR pass pipeline per fusion
-#: before LLVM's): on talos_full, ``jax.jit(jax.vmap(f))`` at batch 1024 compiled in 25-45%
-#: less CPU time (rnea, minv, the derivatives; aba 15%) with batched run times no slower and
-#: results equal to rounding (``docs/design-measurements.md``, "Compile time")
+#: before LLVM's): less compile time for the core algorithms, their batched run times no slower
+#: and results equal to rounding (``docs/design-measurements.md``, "Compile time")
 FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
 #: ``(major, minor)`` releases of jaxlib whose XLA:CPU was measured with
 #: :data:`FAST_COMPILE_FLAGS` (an ``XLA_FLAGS`` entry a jaxlib does not know aborts the process,
