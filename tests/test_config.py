@@ -221,7 +221,8 @@ def test_fast_cpu_compile_flags():
 def test_fast_cpu_compile_at_import():
     """A fresh process: importing jaxdyn puts the flag into XLA_FLAGS (on a measured jaxlib),
     ``fast_cpu_compile(False)`` takes it out before JAX starts, ``True`` puts it back; once the
-    backend runs, a change is refused (XLA read its flags) and no change is fine."""
+    backend runs, no change is fine and a change is refused (XLA read its flags; the flag is
+    put in by hand for that, so that a jaxlib without it is tested too)."""
     code = (
         "import os, jaxdyn, jax.numpy as jnp\n"
         "from jaxdyn import config\n"
@@ -231,7 +232,8 @@ def test_fast_cpu_compile_at_import():
         "config.fast_cpu_compile(True) == on)\n"
         "jnp.zeros(1).block_until_ready()\n"
         "print(config.fast_cpu_compile(True) == on)\n"
-        "try:\n    config.fast_cpu_compile(not on)\n"
+        "os.environ['XLA_FLAGS'] = x.FAST_COMPILE_FLAGS[0]\n"
+        "try:\n    config.fast_cpu_compile(False)\n"
         "except RuntimeError as e:\n    print('refused', 'already running' in str(e))\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXDYN_FAST_CPU_COMPILE")}
