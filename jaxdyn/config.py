@@ -51,8 +51,8 @@ name                       environment variable             default    effect
                                                                        called with concrete arrays
                                                                        (``fddp``, ``ilqr``) is
                                                                        compiled into one XLA kernel
-                                                                       (jaxlib >= 0.10; about twice
-                                                                       the compile time;
+                                                                       (jaxlib >= 0.10; two to three
+                                                                       times the compile time;
                                                                        :mod:`jaxdyn.backend.fused_programs`,
                                                                        ``docs/trajopt.md``);
                                                                        ``False``: one kernel per
