@@ -79,7 +79,9 @@ except (OSError, AttributeError):
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", ""):
+if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", "") and hasattr(
+    jax.config, "jax_traceback_in_locations_limit"
+):
     jax.config.update("jax_traceback_in_locations_limit", 0)  # see the module docstring
 
 import pytest  # noqa: E402
