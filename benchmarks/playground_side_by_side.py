@@ -130,10 +130,42 @@ def jaxdyn_env(task: str):
     return envs.make(task, **kw), None  # Brax's own training wrappers
 
 
+#: JAX's monitoring events of one compilation: tracing, lowering to StableHLO, XLA
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def _union_length(spans) -> float:
+    """The length of the union of the intervals ``spans``."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) -> dict:
+    """One ``ppo.train``. Besides the returns: ``compile_seconds``, the wall-clock of every
+    compilation in it (JAX's monitoring events: tracing, lowering, XLA), and, per evaluation,
+    the process CPU time, so that ``cpu_seconds_last_epoch`` (the last training epoch and its
+    evaluation, compiled before: ``num_evals`` >= 3) measures the simulator without the
+    compiler."""
+    import jax
     from brax.training.agents.ppo import train as ppo
 
     evals = []
+    spans = []  # (start, end) of each compilation event; nested traces overlap: their union
+
+    def on_event(event, duration, **_):
+        if event in COMPILE_EVENTS:
+            end = time.perf_counter()
+            spans.append((end - duration, end))
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
     t0, c0 = time.perf_counter(), time.process_time()
 
     def progress(step, metrics):
@@ -141,6 +173,7 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
             dict(
                 step=int(step),
                 time=time.perf_counter() - t0,
+                cpu=time.process_time() - c0,
                 reward=float(metrics["eval/episode_reward"]),
                 sps=float(metrics.get("training/sps", float("nan"))),
             )
@@ -150,7 +183,10 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
     kw = dict(cfg, environment=env, progress_fn=progress, seed=seed)
     if wrap_fn is not None:
         kw["wrap_env_fn"] = wrap_fn
-    ppo.train(**kw)
+    try:
+        ppo.train(**kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     reached = [e for e in evals if e["reward"] >= threshold]
     sps = sorted(e["sps"] for e in evals if e["sps"] == e["sps"])
@@ -160,6 +196,8 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
         seconds_to_threshold=reached[0]["time"] if reached else None,
         total_seconds=total,
         cpu_seconds=cpu,
+        compile_seconds=_union_length(spans),
+        cpu_seconds_last_epoch=evals[-1]["cpu"] - evals[-2]["cpu"] if len(evals) >= 3 else None,
         env_steps_per_second=sps[len(sps) // 2] if sps else None,
         evals=evals,
     )
