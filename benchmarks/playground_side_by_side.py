@@ -326,6 +326,10 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
     return out
 
 
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 SECTION = "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)"
 
 
@@ -381,11 +385,16 @@ def report(paths, out: str, note: str = "") -> str:
         "Time to threshold: from the start of `ppo.train` (compilation included) to the first "
         "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only; "
         "median over the evaluations). CPU s: process time of the whole `ppo.train` "
-        "(compilation included; less sensitive to the load than the wall-clock).",
+        "(compilation included; less sensitive to the load than the wall-clock). Compile s: "
+        "wall-clock of the compilations in it (JAX's monitoring events: tracing, lowering, "
+        "XLA; '-': not recorded). CPU s, last epoch: process time of the last training epoch "
+        "and its evaluation (everything compiled before; runs with three evaluations or "
+        "more).",
         "",
         "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
-        "| final return | s to threshold | total s | CPU s | env steps/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| final return | s to threshold | total s | CPU s | compile s | CPU s, last epoch "
+        "| env steps/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     merged = {}  # one row group per task (``--backend mjx`` and ``jaxdyn`` runs together)
     for d in runs:
@@ -409,10 +418,11 @@ def report(paths, out: str, note: str = "") -> str:
                 f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
                 f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
                 f"| {r['total_seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} "
+                f"| {_num(r.get('compile_seconds'))} | {_num(r.get('cpu_seconds_last_epoch'))} "
                 f"| {'-' if sps is None else f'{sps:,.0f}'} |"
             )
         for m in d.get("missing", []):
-            lines.append(f"| {d['task']} | | | | {m} | | | | | |")
+            lines.append(f"| {d['task']} | | | | {m} | | | | | | | |")
     if comps:
         lines += [
             "",
