@@ -45,7 +45,10 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-After a fall the hopper's limbs settle more slowly than MuJoCo's (by 0.2 rad/s after 2 s).
+The hopper's joint limits are MuJoCo's ``solreflimit`` as a per-joint spring-damper
+(:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`); after a fall its limbs still come to rest
+later than MuJoCo's (by about 0.6 s: at the landing the hard contact impulse and the explicit
+limit forces part from MuJoCo's soft contacts solved together with its limits).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
@@ -123,6 +126,10 @@ class SuiteEnv(SimEnv):
     #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
     #: task's docstring)
     sim_ignore: tuple = ()
+    #: joint limits: MuJoCo's limit constraint per joint
+    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`, ``True``) or the default
+    #: :class:`jaxdyn.sim.JointLimits` spring-damper
+    mujoco_limits = False
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         from ..io.mjcf import load_mjcf
@@ -152,6 +159,8 @@ class SuiteEnv(SimEnv):
             )
         model = self.adjust_model(scene.model)
         kw = {} if self.integrator is None else {"integrator": self.integrator}
+        if self.mujoco_limits:
+            kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)
 
@@ -815,11 +824,15 @@ class HopperTask(ContactSuiteEnv):
     inf), margin=1, value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel``.
     **Reset:** root angle ``~ U(-pi, pi)``, the limited joints uniform in their ranges, at rest.
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1).
+    against each other (friction 1). Joint limits: MuJoCo's ``solreflimit`` per joint
+    (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`: critically damped, 0.02 s); under the
+    default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
+    limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
     touch_sites = ("touch_toe", "touch_heel")
+    mujoco_limits = True
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
 
     def __init__(
