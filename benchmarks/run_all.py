@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         extra[name] = opts
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; one of {', '.join(BY_NAME)}")
+    if str(HERE) not in sys.path:  # imported as a module (the tests), not run as a script
+        sys.path.insert(0, str(HERE))
     from _env import arrange
 
     names = a.names or [b.name for b in BENCHMARKS if b.gpu == a.gpu and not b.manual]

@@ -54,10 +54,29 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 
-try:  # Brax is optional (the ``rl`` extra)
-    from brax.envs import base as _brax_base
-except ImportError:  # pragma: no cover - exercised by the no-brax test in a subprocess
-    _brax_base = None
+def _import_brax_envs_base():
+    """``brax.envs.base``, or None without Brax (the ``rl`` extra). Brax imports MuJoCo's MJX,
+    which prints ``Failed to import warp: ...`` twice where the optional NVIDIA Warp is not
+    installed (it is not needed here): those two lines are dropped, anything else printed is
+    passed on."""
+    import contextlib
+    import io
+    import sys
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            from brax.envs import base
+    except ImportError:  # pragma: no cover - exercised by the no-brax test in a subprocess
+        base = None
+    finally:
+        for line in printed.getvalue().splitlines(keepends=True):
+            if not line.startswith(("Failed to import warp:", "Failed to import mujoco_warp:")):
+                sys.stdout.write(line)
+    return base
+
+
+_brax_base = _import_brax_envs_base()
 
 #: whether :class:`Env`, :class:`Wrapper` and :class:`State` are Brax's classes
 HAS_BRAX = _brax_base is not None
