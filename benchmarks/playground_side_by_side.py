@@ -122,11 +122,16 @@ def playground_env(task: str):
 
 def jaxdyn_env(task: str):
     """jaxdyn's port; the walker with Playground's observation (``height_obs="zz"``: the
-    torso's ``zz`` where dm_control, jaxdyn's default, observes its height), so that both
-    backends train on the same observation."""
+    torso's ``zz`` where dm_control, jaxdyn's default, observes its height) and the ball in
+    cup and the humanoid with Playground's reset (``reset="qpos0"``, where dm_control,
+    jaxdyn's default, draws random poses), so that both backends train on the same task."""
     from jaxdyn import envs
 
-    kw = {"height_obs": "zz"} if task.startswith("walker") else {}
+    kw = {}
+    if task.startswith("walker"):
+        kw = {"height_obs": "zz"}
+    elif task == "ball_in_cup_catch" or task.startswith("dm_humanoid"):
+        kw = {"reset": "qpos0"}
     return envs.make(task, **kw), None  # Brax's own training wrappers
 
 
@@ -210,8 +215,7 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
     (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
-    dm_control's 0.01 s step; ``ball_in_cup_catch`` and ``dm_humanoid_*`` reset as dm_control,
-    to random states, where Playground's reset to ``qpos0``)."""
+    dm_control's 0.01 s step)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
