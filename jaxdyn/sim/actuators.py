@@ -221,14 +221,17 @@ def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((qd - hi) / eps), 0.0)
     k = limits.per_coordinate("stiffness", t.nv, idx, dtype)
     c = limits.per_coordinate("damping", t.nv, idx, dtype)
+    return _scatter.add_at(tau, idx, _spring_damper(k, c, eps, below, above, v[idx], limits))
+
+
+def _spring_damper(k, c, eps, below, above, xd, limits):
+    """The limit force of the smoothed violations ``below`` / ``above`` at the rate ``xd``."""
     if limits.one_sided:  # each side's spring-damper, pushing only
-        push_up = k * below - c * (below / (below + eps)) * v[idx]
-        push_down = k * above + c * (above / (above + eps)) * v[idx]
-        f = jnp.maximum(push_up, 0.0) - jnp.maximum(push_down, 0.0)
-    else:
-        gate = (below + above) / (below + above + eps)
-        f = k * (below - above) - c * gate * v[idx]
-    return _scatter.add_at(tau, idx, f)
+        push_up = k * below - c * (below / (below + eps)) * xd
+        push_down = k * above + c * (above / (above + eps)) * xd
+        return jnp.maximum(push_up, 0.0) - jnp.maximum(push_down, 0.0)
+    gate = (below + above) / (below + above + eps)
+    return k * (below - above) - c * gate * xd
 
 
 # ------------------------------------------------------------------ MuJoCo's scene elements
@@ -459,8 +462,8 @@ def _limit_forces(limits, x, xd, lower, upper):
     eps = jnp.asarray(limits.smoothing, dtype)
     below = jnp.where(jnp.isfinite(lo), eps * jax.nn.softplus((lo - x) / eps), 0.0)
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((x - hi) / eps), 0.0)
-    gate = (below + above) / (below + above + eps)
-    return limits.stiffness * (below - above) - limits.damping * gate * xd
+    k, c = jnp.asarray(limits.stiffness, dtype), jnp.asarray(limits.damping, dtype)
+    return _spring_damper(k, c, eps, below, above, xd, limits)
 
 
 DYNTYPES = ("none", "integrator", "filter", "filterexact")
