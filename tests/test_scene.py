@@ -4,6 +4,7 @@ scenes."""
 
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -228,7 +229,16 @@ def drop_scene():
     return loaded, cfg
 
 
-def test_scene_steps_under_jit_vmap(drop_scene):
+@pytest.fixture(scope="module")
+def drop_steps(drop_scene):
+    """``jax.jit(jax.vmap(step))`` of the drop scene over ``(q, v)`` for a configuration
+    (compiled once per static configuration, shared by its tests)."""
+    model = drop_scene[0].model
+    step = lambda q, v, cfg: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg)  # noqa: E731
+    return jax.jit(jax.vmap(step, in_axes=(0, 0, None)))
+
+
+def test_scene_steps_under_jit_vmap(drop_scene, drop_steps):
     """Several free bodies and static geometry step in one ``jax.jit(jax.vmap(step))``: a batch
     of four states equals the four steps taken one by one (to 1e-12)."""
     loaded, cfg = drop_scene
@@ -237,16 +247,44 @@ def test_scene_steps_under_jit_vmap(drop_scene):
     v = jnp.asarray(rng.standard_normal((4, model.nv)) * 0.5)
     q = jnp.broadcast_to(loaded.q0, (4, model.nq))
     one = jax.jit(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg))
-    many = jax.jit(jax.vmap(lambda q, v: sim.step(model, sim.State(q, v), jnp.zeros(0), cfg)))
-    out = many(q, v)
+    out = drop_steps(q, v, cfg)
     for i in range(4):
         s = one(q[i], v[i])
         np.testing.assert_allclose(np.asarray(out.q[i]), np.asarray(s.q), atol=1e-12)
         np.testing.assert_allclose(np.asarray(out.v[i]), np.asarray(s.v), atol=1e-12)
 
 
+def test_constraint_max_contacts_equals_the_uncapped_solve(drop_scene, drop_steps):
+    """``Constraint(max_contacts=k)`` solves over the ``k`` closest contact slots: with ``k``
+    at least the candidates that ``sim.contact_counts`` counts (fewer than the scene's slots:
+    the empty slots and the pairs whose bounding spheres are apart are left out), a step from
+    four moving states equals the uncapped solve's to 1e-12; bad caps are refused."""
+    loaded, cfg = drop_scene
+    model = loaded.model
+    rng = np.random.default_rng(1)
+    v = jnp.asarray(rng.standard_normal((4, model.nv)) * 0.5)
+    q = jnp.broadcast_to(loaded.q0, (4, model.nq))
+    cand, touch = jax.jit(jax.vmap(lambda q, v: sim.contact_counts(model, sim.State(q, v), cfg)))(
+        q, v
+    )
+    slots = jax.eval_shape(
+        lambda s: sim.contact_forces(model, s, jnp.zeros(0), cfg), sim.State(q[0], v[0])
+    ).shape[0]
+    k = int(cand.max())
+    assert 0 < int(touch.min()) and k < slots  # the cap leaves slots out, contacts touch
+
+    full = drop_steps(q, v, cfg)
+    capped = drop_steps(q, v, eqx.tree_at(lambda c: c.contact, cfg, sim.Constraint(max_contacts=k)))
+    np.testing.assert_allclose(np.asarray(capped.q), np.asarray(full.q), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(capped.v), np.asarray(full.v), rtol=0, atol=1e-12)
+    assert float(jnp.max(jnp.abs(full.v - v))) > 1e-3  # the contacts acted
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="max_contacts"):
+            sim.Constraint(max_contacts=bad)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["constraint", "compliant"])
+@pytest.mark.parametrize("kind", ["constraint", "compliant", "capped"])
 def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     """Reverse mode through 40 steps of a ball thrown onto a free crate resting on the floor
     (the ball lands on the crate at step ~20: body-body impact, then sliding contact; the
@@ -257,7 +295,13 @@ def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     model = loaded.model
     # the implicit-function gradient is the exact solution's: converged by 3 Newton steps (with
     # 100 APGD steps alone the stack's solve is 0.2 % off in this derivative)
-    contact = sim.Compliant() if kind == "compliant" else sim.Constraint(newton=3)
+    # capped: the solve over the 8 closest slots, fewer than the scene's 12 candidates (a
+    # run-time choice of contacts: its indices carry no derivative, the chosen ones' values do)
+    contact = {
+        "compliant": sim.Compliant(),
+        "constraint": sim.Constraint(newton=3),
+        "capped": sim.Constraint(newton=3, max_contacts=8),
+    }[kind]
     cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
     q0 = loaded.q0
 
@@ -725,6 +769,38 @@ def test_self_colliding_humanoid_falls_limp_without_interpenetrating():
         if d.ncon:
             worst_mj = max(worst_mj, -min(c.dist for c in d.contact[: d.ncon]))
     assert worst_mj < 0.015, worst_mj
+
+
+# 2 x 60 s of compile; default: test_constraint_max_contacts_equals_the_uncapped_solve
+@pytest.mark.slow
+def test_self_colliding_humanoid_falls_with_capped_constraint():
+    """The humanoid of the test above with ``Constraint(max_contacts=64)`` (the 64 closest of
+    its 277 contact slots): 300 steps of a limp fall from ``qpos0`` follow the uncapped
+    ``Constraint`` while no more than 64 slots hold a candidate (``sim.contact_counts``; to
+    1e-9 over the first 60 steps, in float64), and the whole fall, as the uncapped one and
+    MuJoCo's, ends low without a geom pair interpenetrating deeper than 15 mm."""
+    import dm_control
+
+    path = str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
+    loaded = jaxdyn.load_mjcf(path)
+    model, n, k = loaded.model, 300, 64
+    ctrl = jnp.zeros((n, len(loaded.actuators)))
+
+    def fall(contact, steps):
+        cfg = loaded.sim_config(contact=contact, ignore=("solimp",))
+        s = sim.State(loaded.q0, jnp.zeros(model.nv))
+        return cfg, jax.jit(lambda s: sim.rollout(model, s, ctrl[:steps], cfg=cfg))(s)
+
+    cfg, tr = fall(sim.Constraint(max_contacts=k), n)
+    _, full = fall(sim.Constraint(), 60)
+    counts = jax.vmap(lambda q, v: sim.contact_counts(model, sim.State(q, v), cfg))
+    cand = np.asarray(jax.jit(counts)(tr.q, tr.v)[0])
+    m = min(int(np.argmax(cand > k)) if np.any(cand > k) else n, 60)
+    assert m > 30, cand  # the steps after the first state of more candidates than k may differ
+    np.testing.assert_allclose(np.asarray(tr.q[:m]), np.asarray(full.q[:m]), atol=1e-9)
+    dist = np.asarray(jax.jit(jax.vmap(_frames_fn(loaded)))(tr.q).distance)
+    assert -dist.min() < 0.015, -dist.min()
+    assert float(tr.q[-1, 2]) < 0.6  # the torso came down
 
 
 PRIORITY_MJCF = """<mujoco><worldbody>

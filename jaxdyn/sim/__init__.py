@@ -34,6 +34,7 @@ from .contact import Constraint as Constraint
 from .contact import solve_cone_complementarity as solve_cone_complementarity
 from .core import SimConfig as SimConfig
 from .core import State as State
+from .core import contact_counts as contact_counts
 from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
@@ -98,6 +99,7 @@ __all__ = [
     "shard_batch",
     "sharded_vmap",
     "Torque",
+    "contact_counts",
     "contact_forces",
     "contact_set",
     "joint_properties",

@@ -60,6 +60,7 @@ import numpy as np
 from .. import _linalg as linalg
 from .. import spatial
 from . import _params, _scatter
+from .collision import NO_CONTACT
 
 __all__ = [
     "Compliant",
@@ -342,6 +343,17 @@ class Constraint(eqx.Module):
     - ``relaxed`` (static): ``False`` (default) solves Coulomb's law (De Saxce's correction);
       ``True`` Anitescu's convex relaxation, whose sliding contacts leave the ground at the
       normal velocity ``mu |v_t|`` per step (see the module docstring).
+    - ``max_contacts`` (static): ``None`` (default) solves over every contact slot of the
+      scene (every slot of every geom pair, :class:`~jaxdyn.sim.geoms.Geoms`, and every contact
+      sphere); an integer ``k`` solves over the ``k`` slots of least distance only
+      (:func:`closest_contacts`, a fixed-size top-k, as MJX caps its contacts): the Delassus
+      matrix is ``3k x 3k`` instead of ``3 nc x 3 nc``, which is what makes a scene of many
+      pairs (a self-colliding humanoid: 161 pairs, 277 slots) cheap. The result is the
+      uncapped one (to rounding) whenever at most ``k`` slots hold a candidate contact (their
+      bounding spheres overlap and the narrow phase returned a point; :func:`live_contacts`);
+      beyond that the farthest candidates are dropped, which changes the result only if one of
+      them would have carried an impulse. :func:`jaxdyn.sim.contact_counts` counts the
+      candidates of a state, to compare with ``k``.
     """
 
     friction: float | None = None
@@ -350,6 +362,7 @@ class Constraint(eqx.Module):
     baumgarte: float | None = None
     regularization: float = 1e-6
     relaxed: bool = eqx.field(static=True, default=False)
+    max_contacts: int | None = eqx.field(static=True, default=None)
 
     _RULES = (("friction", 0.0, False), ("baumgarte", 0.0, False), ("regularization", 0.0, False))
 
@@ -359,6 +372,39 @@ class Constraint(eqx.Module):
             n = getattr(self, name)
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
                 raise ValueError(f"Constraint: {name} must be an integer >= {least}, got {n!r}")
+        k = self.max_contacts
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+            raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
+
+
+def live_contacts(distance):
+    """Which contact slots hold a candidate contact (``(nc,)`` bools): all but the empty slots
+    of the narrow phase and the pairs whose bounding spheres are apart, which
+    :meth:`jaxdyn.sim.geoms.Geoms.frames` reports at ``collision.NO_CONTACT`` distance and which
+    never carry an impulse."""
+    return distance < 0.5 * NO_CONTACT
+
+
+def closest_contacts(distance, k):
+    """Indices ``(k,)`` (ascending) of the ``k`` contact slots of least ``distance (nc,)``
+    (``jax.lax.top_k``: a fixed size under ``jit`` / ``vmap``); every candidate
+    (:func:`live_contacts`) is among them when there are at most ``k``."""
+    _, idx = jax.lax.top_k(-jax.lax.stop_gradient(distance), k)
+    return jnp.sort(idx)
+
+
+def take_contacts(frames, idx):
+    """The contacts ``idx`` (traced indices) of ``frames``: their arrays gathered, with no
+    static ``body`` / ``other`` (the caller gathers ``frames.body_index[idx]``)."""
+    take = lambda x: None if x is None else x[idx]  # noqa: E731
+    return ContactFrames(
+        frames.distance[idx],
+        frames.normal[idx],
+        frames.point[idx],
+        frames.velocity[idx],
+        take(frames.friction),
+        solref=take(frames.solref),
+    )
 
 
 def tangent_basis(n):
@@ -439,22 +485,25 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
-def _solve_fixed(G, u, mu, iterations, newton, coulomb):
+def _solve_fixed(G, u, mu, live, iterations, newton, coulomb):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(G)``, only matrix-vector products
     and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
     ``mu |w_t| e_n`` (:func:`_velocity`); then ``newton`` safeguarded semismooth Newton steps on
     the fixed-point residual ``F(lam) - lam`` (a step is kept only if it lowers the
-    residual)."""
+    residual). ``live (nc,)``: 1 on the candidate contacts, 0 on the empty slots, whose
+    impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the
+    polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the same
+    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`)."""
     n = u.shape[0]
     nc = n // 3
     dtype = u.dtype
-    Gb = G.reshape(nc, 3, nc, 3)
-    diag = spatial.stack([Gb[i, :, i, :] for i in range(nc)])  # (nc, 3, 3)
-    rho = 1.0 / jnp.trace(diag, axis1=-2, axis2=-1)  # scalar step per contact (any > 0)
+    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, 3), -1)  # scalar step per contact (any > 0)
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
-    step = 1.0 / lambda_max_bound(G)
+    m = jnp.repeat(live.astype(dtype), 3)
+    L = lambda_max_bound(G * m[:, None] * m[None, :])
+    step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(G)))  # no candidates: any step
     proj = lambda x: project_cone(x.reshape(nc, 3), mu_c).reshape(-1)
 
     def apgd(carry, _):
@@ -483,16 +532,16 @@ def _solve_fixed(G, u, mu, iterations, newton, coulomb):
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
-def _solve(G, u, mu, iterations, newton, coulomb):
-    return _solve_fixed(G, u, mu, iterations, newton, coulomb)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6))
+def _solve(G, u, mu, live, iterations, newton, coulomb):
+    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb)[0]
 
 
 @_solve.defjvp
 def _solve_jvp(iterations, newton, coulomb, primals, tangents):
-    G, u, mu = primals
-    dG, du, dmu = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, iterations, newton, coulomb)
+    G, u, mu, live = primals
+    dG, du, dmu, _ = tangents
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb)
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb)
     _, rhs = jax.jvp(
         lambda G_, u_, mu_: _fixed_point_map(
@@ -506,7 +555,7 @@ def _solve_jvp(iterations, newton, coulomb, primals, tangents):
 
 
 def solve_cone_complementarity(
-    G, u, mu, iterations: int = 100, newton: int = 0, *, coulomb: bool = False
+    G, u, mu, iterations: int = 100, newton: int = 0, *, coulomb: bool = False, live=None
 ):
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -520,21 +569,31 @@ def solve_cone_complementarity(
     scalar or ``(nc,)``. ``iterations`` accelerated projected gradient steps, then ``newton``
     semismooth Newton steps: a fixed count (no data-dependent control flow, no factorisation
     unless ``newton > 0``); derivatives by implicit differentiation of the fixed point (not
-    through the iterations; one dense solve per differentiated step).
+    through the iterations; one dense solve per differentiated step). ``live (nc,)`` bools
+    (``None``: all): the contacts whose block of ``G`` bounds the step size; the others must be
+    empty slots whose impulse is 0 (:func:`live_contacts`).
     """
-    return _solve(G, u, jnp.asarray(mu, u.dtype), int(iterations), int(newton), bool(coulomb))
+    nc = u.shape[0] // 3
+    live = jnp.ones(nc, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
+    return _solve(G, u, jnp.asarray(mu, u.dtype), live, int(iterations), int(newton), bool(coulomb))
 
 
-def point_jacobian(model, ws, frames, point):
+def point_jacobian(model, ws, frames, point, body=None, other=None):
     """Linear-velocity Jacobians of the contact points, world axes: ``(nc, 3, nv)``: the
     velocity of ``frames.body``'s point relative to ``frames.other``'s, ``J_body(p) -
-    J_other(p)`` (the world's is zero; the dofs both bodies hang from cancel)."""
+    J_other(p)`` (the world's is zero; the dofs both bodies hang from cancel). ``body``,
+    ``other`` ``(nc,)``: traced body indices instead of the frames' static ones (contacts chosen
+    at run time, :func:`closest_contacts`)."""
     t = model.topo
     supp = np.asarray(t.body_dof_support, np.int64)
-    other = frames.other_index
-    w = supp[frames.body_index] - np.where((other >= 0)[:, None], supp[np.maximum(other, 0)], 0)
     S = ws.S  # (nv, 6) at the world-state origin
     lin = S[None, :, 3:] + spatial.cross(S[None, :, :3], point[:, None, :])  # (nc, nv, 3)
+    if body is not None:
+        sj = jnp.asarray(supp, lin.dtype)
+        w = sj[body] - jnp.where((other >= 0)[:, None], sj[jnp.maximum(other, 0)], 0.0)
+        return jnp.swapaxes(w[..., None] * lin, 1, 2)
+    other = frames.other_index
+    w = supp[frames.body_index] - np.where((other >= 0)[:, None], supp[np.maximum(other, 0)], 0)
     J = (
         jnp.asarray(w, lin.dtype)[..., None] * lin
         if np.any(w < 0)
@@ -567,4 +626,5 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
         contact.iterations,
         contact.newton,
         coulomb=not contact.relaxed,
+        live=live_contacts(d),
     )

@@ -102,7 +102,7 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 
-__all__ = ["State", "SimConfig", "step", "rollout", "contact_forces"]
+__all__ = ["State", "SimConfig", "step", "rollout", "contact_forces", "contact_counts"]
 
 INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
@@ -377,17 +377,26 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
     """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
     applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias)."""
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
+    nc, k = frames.distance.shape[0], cfg.contact.max_contacts
+    idx = body = other = None
+    if k is not None and k < nc:  # the k closest slots only (Constraint.max_contacts)
+        idx = C.closest_contacts(frames.distance, k)
+        body, other = jnp.asarray(frames.body_index)[idx], jnp.asarray(frames.other_index)[idx]
+        frames = C.take_contacts(frames, idx)
     n = frames.normal
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
-    J = C.point_jacobian(model, ws, frames, frames.point)  # (nc, 3, nv)
+    J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     MinvJT = solve(Jc.T)  # (nv, 3 nc)
     G = Jc @ MinvJT
     G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h)
-    return v_free + MinvJT @ lam.reshape(-1), jnp.einsum("cij,ci->cj", basis, lam) / h
+    f = jnp.einsum("cij,ci->cj", basis, lam) / h
+    if idx is not None:  # one row per slot, zero on the slots left out
+        f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
+    return v_free + MinvJT @ lam.reshape(-1), f
 
 
 def _free_runs(model):
@@ -782,6 +791,30 @@ def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) 
 contact_forces = functools.wraps(contact_forces)(
     eager.dispatch(contact_forces, compile_eagerly=False)
 )
+
+
+def contact_counts(model: Model, state: State, cfg: SimConfig) -> tuple[Array, Array]:
+    """``(candidates, touching)``: how many contact slots of ``cfg`` (its geom pairs' slots and
+    contact spheres) hold a candidate contact at ``state`` (bounding spheres overlapping and a
+    point from the narrow phase: :func:`jaxdyn.sim.contact.live_contacts`) and how many of
+    those touch (distance <= 0), as int32 scalars; ``jit`` / ``vmap``-able.
+
+    A :class:`~jaxdyn.sim.contact.Constraint` with ``max_contacts = k`` solves over the ``k``
+    closest slots: its step equals the uncapped one (to rounding) while ``candidates <= k``;
+    count along a rollout (``jax.vmap(contact_counts)`` over its states) to choose ``k`` or
+    to see how often the cap drops candidates."""
+    if cfg.contacts is None and cfg.geoms is None:
+        raise ValueError("contact_counts: cfg has no contacts (contacts / geoms are None)")
+    q = jnp.asarray(state.q)
+    v = jnp.asarray(state.v, q.dtype)
+    model = model.astype(q.dtype)
+    ws, origin = _world(model, q)
+    _, frames = _contact_kinematics(model, cfg, ws, origin, v)
+    live = C.live_contacts(frames.distance)
+    return (
+        jnp.sum(live, dtype=jnp.int32),
+        jnp.sum(live & (frames.distance <= 0), dtype=jnp.int32),
+    )
 
 
 CHECKPOINTS = (None, "step", "sqrt")
