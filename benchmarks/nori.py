@@ -483,6 +483,7 @@ def main(argv=None):
         f"- Machine: {cpu_model()}; " + env_lines()[0].split("; ", 1)[1],
         env_lines()[1],
         "- `OPENBLAS_NUM_THREADS=1`; jaxdyn value checks on.",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
     ]
     chain_ns = (2, 10) if args.quick else (2, 5, 10, 20, 30, 40, 60, 80, 100)
     cell_ns = (4, 8) if args.quick else (4, 8, 12, 16, 24, 32, 48, 64)

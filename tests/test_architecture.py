@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import warnings
 from pathlib import Path
 
@@ -497,3 +498,35 @@ def test_unannotated_list_is_current():
     known = set(UNANNOTATED.read_text().split())
     stale = sorted(known - set(_unannotated()))
     assert not stale, f"annotated or gone, remove from {UNANNOTATED.name}: {stale}"
+
+
+#: a ``for`` loop (or comprehension) over levels: its iterable names ``levels`` (a topology's,
+#: Nori's, a row plan's), the level count ``nl`` or a level partition (``segments(...)``) ...
+LEVEL_ITER = re.compile(r"\blevels\b|\bsegments\(|\bnl\b")
+#: ... whose body computes on arrays (traced: plan builders loop over levels in numpy)
+TRACED = re.compile(r"\bjnp\.|\bjax\.|\blax\.|\bmm\(|\bmv\(")
+
+
+def test_level_loops_only_in_tree():
+    """One level engine: no module but ``jaxdyn/model/tree.py`` runs its own loop over depth
+    levels at trace time; the passes go through ``tree.walk`` / ``forward_pass`` /
+    ``backward_pass`` (per-level row plans as their ``static`` values, Nori's levels through
+    ``walk``). Loops over other static structures (PV-OSIMr's N-depths, LTL's coordinate
+    depths) are not level loops of the kinematic tree and are not matched."""
+    bad = []
+    for module, path in MODULES.items():
+        if module == "jaxdyn.model.tree":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.For):
+                it = ast.unparse(node.iter)
+                body = "\n".join(ast.unparse(b) for b in node.body)
+            elif isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
+                it = " ".join(ast.unparse(g.iter) for g in node.generators)
+                parts = (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,)
+                body = " ".join(ast.unparse(p) for p in parts)
+            else:
+                continue
+            if LEVEL_ITER.search(it) and TRACED.search(body):
+                bad.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: for ... in {it}")
+    assert not bad, bad

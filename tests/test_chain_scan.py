@@ -158,6 +158,14 @@ def _eqn_count(jaxpr):
     )
 
 
+def _scan_count(jaxpr):
+    """``lax.scan`` equations of a jaxpr, those of its sub-jaxprs included."""
+    return sum(
+        (e.primitive.name == "scan") + sum(_scan_count(sub) for sub in jaxprs_in_params(e.params))
+        for e in jaxpr.eqns
+    )
+
+
 def _long_chain(n):
     return jaxdyn.load_urdf(_chain(n, 4, ("revolute", "prismatic")), floating_base=False)
 
@@ -224,30 +232,93 @@ def _sizes_unrolled(n):
     return {k: _eqn_count(jax.make_jaxpr(f)(z, z).jaxpr) for k, f in _chain_fns(model).items()}
 
 
+#: links of test_long_chain_scan_equals_unrolled's chain, scanned with ``MIN_SCAN_RUN`` lowered to
+#: it: the scanned program is the same whatever the run's length (see
+#: test_long_chain_passes_compile_to_scan), the unrolled one grows with it (the 10-link chain
+#: this test had at the default MIN_SCAN_RUN = 8 took twice its CPU time, same passes checked)
+SHORT_SCAN = 4
+
+
 def test_long_chain_scan_equals_unrolled(monkeypatch):
-    """A 10-link chain (one scanned run): every pass scanned agrees with the unrolled evaluation;
-    ``minv`` is also checked against ``inv(crba)`` and AZA against ``minv @ u`` (independent
-    routes). Each mode is one compiled program holding every pass."""
-    model = _long_chain(10)
-    assert tree.segments(model.topo) == ((0, 10),)
+    """A chain of SHORT_SCAN links (one scanned run): every pass scanned agrees with the
+    unrolled evaluation; ``minv`` is also checked against ``inv(crba)`` and AZA against
+    ``minv @ u`` (independent routes). Each mode is one compiled program holding every pass."""
+    model = _long_chain(SHORT_SCAN)
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", SHORT_SCAN)
+    assert tree.segments(model.topo) == ((0, SHORT_SCAN),)
     rng = np.random.default_rng(5)
     q = jnp.asarray(rng.uniform(-1, 1, model.nq))
     v = jnp.asarray(rng.normal(size=model.nv))
 
     def run():
+        """The passes' results and the scans in their traced program."""
         fns = _chain_fns(model)
-        out = jax.jit(lambda q, v: {k: f(q, v) for k, f in fns.items()})(q, v)
-        return jax.tree_util.tree_map(np.asarray, out)
+        traced = jax.jit(lambda q, v: {k: f(q, v) for k, f in fns.items()}).trace(q, v)
+        out = jax.tree_util.tree_map(np.asarray, traced.lower().compile()(q, v))
+        return out, _scan_count(traced.jaxpr.jaxpr)
 
-    scanned = run()
+    # the lowered MIN_SCAN_RUN takes effect: every pass scans the run
+    scans = {k: _scan_count(jax.make_jaxpr(f)(q, v).jaxpr) for k, f in _chain_fns(model).items()}
+    assert all(n > 0 for n in scans.values()), scans
+    scanned, _ = run()
     M, Minv = scanned["crba"], scanned["minv"]
     assert_close(Minv @ M, np.eye(model.nv), RTOL64, err_msg="minv @ crba")
     assert_close(scanned["aza"], Minv @ np.stack([v, 2 * v + 1], 1), RTOL64, err_msg="aza")
     monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
     assert all(lb - la == 1 for la, lb in tree.segments(model.topo))
-    unrolled = run()
+    unrolled, n_scans = run()
+    assert n_scans == 0
     for k in scanned:
         for a, b in zip(
             jax.tree_util.tree_leaves(scanned[k]), jax.tree_util.tree_leaves(unrolled[k])
         ):
             assert_close(a, b, RTOL64, err_msg=k)
+
+
+# ------------------------------------------------- Delassus row sweeps on the level engine
+
+
+def _delassus_fn(model, methods):
+    """The Delassus matrix of a connect at the chain's tip by each of ``methods``, sharing one
+    world state and packed articulated-inertia pass (``jaxdyn.osim``'s internal entry)."""
+    from jaxdyn import constraints as C
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.osim.delassus import delassus_world
+    from jaxdyn.osim.inertia import articulated_inertias_packed, world_inertias_packed
+
+    lay = C.layout(model.topo, (C.Connect(model.body_names[-1], offset=(0.01, 0.02, 0.03)),))
+
+    def f(q):
+        ws = kin.world_state(model, q)
+        K = C.rows_from_placements(lay, C.placements_from_state(model, ws, lay))
+        inertias = articulated_inertias_packed(model, ws.S, world_inertias_packed(ws))
+        return {m: delassus_world(model, ws, lay, K, m, inertias) for m in methods}
+
+    return f
+
+
+def test_delassus_row_sweeps_scan():
+    """PV-OSIM's, EFPA's and PV-OSIMr's constraint-row sweeps run on ``tree.backward_pass`` /
+    ``forward_pass`` with their per-level row plans as static values: a chain's levels above
+    the constrained tip carry the same plan and scan, so PV-OSIM's program is the same size for
+    12 and 24 links, and PV-OSIMr's and EFPA's grow only by the per-level reads of their
+    assembly (8 and 30 a level in :func:`_eqn_count`'s measure; their own unrolled loops grew
+    by 109 (PV-OSIM), 54 and 123). The scanned 12-link matrices equal the dense
+    ``J M^-1 J^T``."""
+    methods = ("pv_osim", "pv_osimr", "efpa")
+    sizes = {}
+    for n in (12, 24):
+        model = _long_chain(n)
+        z = jnp.zeros(model.nq)
+        sizes[n] = {
+            m: _eqn_count(jax.make_jaxpr(_delassus_fn(model, (m,)))(z).jaxpr) for m in methods
+        }
+    per_level = {m: (sizes[24][m] - sizes[12][m]) / 12 for m in methods}
+    assert per_level["pv_osim"] == 0, per_level
+    assert per_level["pv_osimr"] <= 12 and per_level["efpa"] <= 40, per_level
+
+    model = _long_chain(12)
+    q = jnp.asarray(np.random.default_rng(8).uniform(-1, 1, model.nq))
+    out = jax.jit(_delassus_fn(model, methods + ("dense",)))(q)
+    for m in methods:
+        assert_close(out[m], out["dense"], RTOL64, err_msg=m)

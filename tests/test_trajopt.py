@@ -22,6 +22,8 @@ The models carry armature (``to_crocoddyl`` sets it in any case: Crocoddyl 3.2.1
 
 from __future__ import annotations
 
+import warnings
+
 import crocoddyl
 import equinox as eqx
 import jax
@@ -171,6 +173,32 @@ def test_step_derivatives_crocoddyl(derivative_case):
     Fu = control_to_pin(problem, conv, P @ out["Fu"])
     oracle.assert_close(Fx, data.Fx, 1e-10, "Fx vs Crocoddyl")
     oracle.assert_close(Fu, data.Fu, 1e-10, "Fu vs Crocoddyl")
+
+
+def test_block_diag_assembled_without_scatter(quad12):
+    """The tangent-space Jacobians' block diagonal (``lie._block_diag``, in the knot loops of a
+    floating-base solve) has no scatter: XLA:CPU refused the fused solve of a floating-base
+    problem over it ("Unhandled opcode for elemental IR emission: scatter"). Each block in its
+    place, zeros elsewhere, NaN and inf kept where they are (against scipy's block_diag); the
+    Jacobians' values: test_step_derivatives_crocoddyl (quad12)."""
+    import scipy.linalg
+
+    from jaxdyn.trajopt import lie
+
+    model = quad12.model
+    rng = np.random.default_rng(3)
+    blocks = []
+    for kind, b0, b1, _v0, _v1 in lie._runs(model):
+        k = jaxdyn.joints.NV[kind]
+        blocks.append(rng.standard_normal((b1 - b0, k, k)))
+    blocks[0][0, 1, 2], blocks[-1][-1, 0, 0] = np.nan, np.inf
+    ref = scipy.linalg.block_diag(*[b for run in blocks for b in run])
+    out = lie._block_diag(model, [jnp.asarray(b) for b in blocks], jnp.float64)
+    np.testing.assert_array_equal(np.asarray(out), ref)
+    ident = lie._block_diag(model, [jnp.asarray(blocks[0]), None], jnp.float64)
+    np.testing.assert_array_equal(np.asarray(ident)[6:, 6:], np.eye(model.nv - 6))
+    hlo = jax.jit(lambda b: lie._block_diag(model, b, jnp.float64)).lower(blocks).as_text()
+    assert "scatter" not in hlo
 
 
 def test_to_crocoddyl_without_armature():
@@ -326,6 +354,45 @@ def test_fused_solver_hlo(fddp_solution):
     hlo = ddp._solve_fused.lower(*args, **static).compile().as_text()
     small = [ln for ln in hlo.splitlines() if " call(" in ln and "xla_cpu_small_call" in ln]
     assert small and "custom-call(" not in hlo and "ynn" not in hlo, hlo[:3000]
+
+
+@pytest.mark.slow  # a floating-base solve compiled fused and unfused (minutes of compile); the
+# scatter XLA refused in it: test_block_diag_assembled_without_scatter (default run)
+def test_fused_floating_base_solve(quad12):
+    """A floating-base problem (quad12 floating in space, ``FreeDynamics.floating_base``) runs
+    the fused program without XLA refusing it (no warning, nothing in ``refused``) and ends
+    where the unfused program does: same iterations, cost to 1e-12."""
+    if not fused_programs.supported():
+        pytest.skip("this jaxlib cannot compile the fused program (jaxlib < 0.10)")
+    model = quad12.model.with_armature(ARMATURE)
+    dyn = FreeDynamics.floating_base(model)
+    nv, nu = model.nv, dyn.nu(model)
+    q0 = jaxdyn.neutral_configuration(model)
+    x0 = jnp.concatenate([q0, jnp.zeros(nv)])
+    offset = 0.3 * np.cos(np.arange(nv))
+    offset[:6] = (0.1, -0.1, 0.05, 0.0, 0.0, 0.0)
+    goal = jnp.concatenate([jaxdyn.integrate(model, q0, jnp.asarray(offset)), jnp.zeros(nv)])
+    run = C.Cost(
+        (
+            C.Term(C.StateRegularization(goal), 1e-1),
+            C.Term(C.ControlRegularization(jnp.zeros(nu)), 1e-3),
+        )
+    )
+    term = C.Cost((C.Term(C.StateRegularization(goal), 1e2),))
+    problem = ddp.Problem(model, x0, run, term, DT, 10, dyn)
+    args, _ = _solve_args(problem)
+    assert ddp._solve_fused.usable(jax.tree.leaves(args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a refused compile warns
+        fused = ddp.fddp(problem, max_iter=100)
+    assert not ddp._solve_fused.refused
+    with pytest.MonkeyPatch.context() as mp:  # the unfused program (no cache clear)
+        mp.setitem(jaxdyn.config._values, "trajopt_fused_loops", False)
+        plain = ddp.fddp(problem, max_iter=100)
+    assert int(fused.status) == 0 and int(plain.status) == 0, plain.message()
+    assert int(fused.iterations) == int(plain.iterations)
+    np.testing.assert_allclose(float(fused.cost), float(plain.cost), rtol=1e-12)
+    oracle.assert_close(np.asarray(fused.xs), np.asarray(plain.xs), 1e-9, "xs")
 
 
 def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):

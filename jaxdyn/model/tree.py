@@ -11,19 +11,24 @@ longer grows with the chain's length. A run qualifies when at least :data:`MIN_S
 consecutive levels have the same bodies-per-group layout and, after its first level, the same
 ``parent_local``; shorter runs stay unrolled (XLA fuses across unrolled levels).
 
-Every level pass of the (unclustered) algorithms goes through :func:`forward_pass` /
-:func:`backward_pass`: kinematics, the velocity / acceleration accumulations of RNEA and IDSVA
-(:func:`forward_accumulate`), the composite sums of RNEA and CRBA (:func:`backward_accumulate`),
-the articulated-inertia pass and the two ABA sweeps (:mod:`jaxdyn.algorithms.aba`, which
-``minv`` and AZA call with unit / given torques) and the packed articulated inertias of
-:mod:`jaxdyn.osim.inertia`. The parent/child helpers (:func:`gather_parent`,
-:func:`sum_into_parents`, :func:`sum_into_parents_gathered`) live here too.
+The engine is :func:`walk` (the one loop over levels); :func:`forward_pass` /
+:func:`backward_pass` run it over a topology's levels. Every level pass of the (unclustered)
+algorithms goes through it: kinematics, the velocity / acceleration accumulations of RNEA and
+IDSVA (:func:`forward_accumulate`), the composite sums of RNEA and CRBA
+(:func:`backward_accumulate`), the articulated-inertia pass and the two ABA sweeps
+(:mod:`jaxdyn.algorithms.aba`, which ``minv`` and AZA call with unit / given torques), the
+packed articulated inertias of :mod:`jaxdyn.osim.inertia`, the constraint-row sweeps of
+PV-OSIM, EFPA and PV-OSIMr (:mod:`jaxdyn.osim`: their per-level row plans are the passes'
+``static`` values) and Nori's walks over its own level order (:mod:`jaxdyn.nori.walk`, which
+calls :func:`walk` with its levels and partition). The parent/child helpers
+(:func:`gather_parent`, :func:`sum_into_parents`, :func:`sum_into_parents_gathered`) live
+here too.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +38,8 @@ from .. import joints
 from ..backend import fusion
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from jax import Array
 
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
@@ -209,51 +216,118 @@ def _take(topo, spec, la, lb, stacked):
     return y.reshape((lb - la, (b - a) // (lb - la)) + y.shape[1:]) if stacked else y
 
 
-def forward_pass(topo, step, inputs, carry=None):
+def walk(
+    levels: Sequence,
+    segs: Sequence[tuple[int, int]],
+    step: Callable[[int, Any, Any], tuple[Any, Any]],
+    take: Callable[[int, int, bool], Any],
+    carry: Any = None,
+    reverse: bool = False,
+    last_single: bool = False,
+) -> tuple[Any, LevelSeq]:
+    """The level engine: ``carry, out = step(li, carry, x)`` for every level, root to leaves
+    (or leaves to root with ``reverse``); every level pass of jaxdyn runs through it.
+
+    ``levels`` are static level descriptions (only their number is used here) and ``segs``
+    their partition into ``(la, lb)`` ranges (:func:`run_partition`): single levels, unrolled,
+    and runs of identically structured levels evaluated by one ``lax.scan``.
+    ``take(la, lb, stacked)`` returns the inputs of level ``la`` (``stacked=False``) or of the
+    levels ``[la, lb)`` stacked on a new leading axis (the scan's ``xs``). ``step`` receives
+    the index of the level it computes; inside a scanned run, the index of the run's template
+    level (every level of the run has its structure): the second level of a run going out
+    (the first is evaluated alone, its carry comes from a level of another structure), the
+    first coming back (the last, deepest, is evaluated alone). ``last_single`` (outward only):
+    the last level of a run is evaluated alone too (for steps whose inputs depend on the next
+    level, which for that level lies outside the run).
+
+    Returns ``(carry, LevelSeq of out)``."""
+    out = LevelSeq(len(levels))
+
+    def single(li, carry):
+        carry, out.single[li] = step(li, carry, take(li, li + 1, False))
+        return carry
+
+    def scan(la, lb, tmpl, carry):
+        carry, ys = jax.lax.scan(
+            lambda c, x: step(tmpl, c, x), carry, take(la, lb, True), reverse=reverse
+        )
+        out.blocks.append((la, lb, ys))
+        return carry
+
+    if not reverse:
+        for la, lb in segs:
+            carry = single(la, carry)
+            end = lb - 1 if (last_single and lb - la > 1) else lb
+            if end - (la + 1) >= 1:
+                carry = scan(la + 1, end, la + 1, carry)
+            if end < lb:
+                carry = single(end, carry)
+        return carry, out
+    for la, lb in reversed(segs):
+        carry = single(lb - 1, carry)
+        if lb - la > 1:
+            carry = scan(la, lb - 1, la, carry)
+    return carry, out
+
+
+def static_key(x: object) -> object:
+    """A hashable, comparable key of a static per-level value (numbers, strings, ``None``,
+    numpy arrays, and tuples / lists / dicts of them), for :func:`run_partition`."""
+    if isinstance(x, np.ndarray):
+        return ("nd", x.shape, x.dtype.str, x.tobytes())
+    if isinstance(x, dict):
+        return ("dict",) + tuple((k, static_key(v)) for k, v in sorted(x.items()))
+    if isinstance(x, (tuple, list)):
+        return ("seq",) + tuple(static_key(v) for v in x)
+    return x
+
+
+def _topo_pass(topo, step, inputs, carry, static, reverse):
+    levels = topo.levels
+    nl = len(levels)
+    if static is None:
+        segs = segments(topo)
+    else:  # a run only where the levels' static values agree too
+        segs = run_partition(
+            tuple((_signature(lv), static_key(x)) for lv, x in zip(levels, static, strict=True)),
+            tuple(tuple(int(x) for x in lv.parent_local) for lv in levels),
+            int(MIN_SCAN_RUN),
+        )
+
+    def level_step(li, c, x):
+        child = (levels[li + 1] if li + 1 < nl else None) if reverse else None
+        if static is None:
+            return step(levels[li], child, c, x)
+        return step(levels[li], child, c, x, static[li])
+
+    def take(la, lb, stacked):
+        return tuple(_take(topo, s, la, lb, stacked) for s in inputs)
+
+    return walk(levels, segs, level_step, take, carry, reverse)
+
+
+def forward_pass(topo, step, inputs, carry=None, static=None):
     """Outward pass: ``carry, out = step(level, None, carry, level_inputs)`` from the root
-    level (``carry`` is ``None`` there) to the leaves; ``inputs`` as in :func:`_take`.
+    level (``carry`` is ``None`` there, unless given) to the leaves; ``inputs`` as in
+    :func:`_take`.
 
     Runs of identically structured levels (:func:`segments`) go through ``lax.scan``, with
-    their second level as the structural template. Returns ``(carry, LevelSeq of out)``."""
-    out = LevelSeq(len(topo.levels))
-    for la, lb in segments(topo):
-        carry, out.single[la] = step(
-            topo.levels[la], None, carry, tuple(_take(topo, s, la, la + 1, False) for s in inputs)
-        )
-        if lb - la > 1:
-            tmpl = topo.levels[la + 1]
-            carry, ys = jax.lax.scan(
-                lambda c, x, tmpl=tmpl: step(tmpl, None, c, x),
-                carry,
-                tuple(_take(topo, s, la + 1, lb, True) for s in inputs),
-            )
-            out.blocks.append((la + 1, lb, ys))
-    return carry, out
+    their second level as the structural template (:func:`walk`).
+
+    ``static``: optional per-level static values (a sequence, one per level: index plans
+    that differ from level to level, such as the constraint rows a level carries in
+    :mod:`jaxdyn.osim`); the step then receives its level's as a fifth argument, and a run
+    is scanned only where these agree (:func:`static_key`) besides the structure.
+    Returns ``(carry, LevelSeq of out)``."""
+    return _topo_pass(topo, step, inputs, carry, static, reverse=False)
 
 
-def backward_pass(topo, step, inputs, carry=None):
+def backward_pass(topo, step, inputs, carry=None, static=None):
     """Inward pass: ``carry, out = step(level, child_level, carry, level_inputs)`` from the
-    deepest level (``carry`` and ``child_level`` are ``None`` there) to the root; ``carry``
-    holds the values of ``child_level``. Runs go through ``lax.scan`` (as in
-    :func:`forward_pass`). Returns ``(carry, LevelSeq of out)``."""
-    lv, nl = topo.levels, len(topo.levels)
-    out = LevelSeq(nl)
-    for la, lb in reversed(segments(topo)):
-        last = lb - 1
-        child = lv[last + 1] if last + 1 < nl else None
-        carry, out.single[last] = step(
-            lv[last], child, carry, tuple(_take(topo, s, last, lb, False) for s in inputs)
-        )
-        if lb - la > 1:
-            lvl, ch = lv[la], lv[la + 1]
-            carry, ys = jax.lax.scan(
-                lambda c, x: step(lvl, ch, c, x),
-                carry,
-                tuple(_take(topo, s, la, last, True) for s in inputs),
-                reverse=True,
-            )
-            out.blocks.append((la, last, ys))
-    return carry, out
+    deepest level (``carry`` -- unless given -- and ``child_level`` are ``None`` there) to
+    the root; ``carry`` holds the values of ``child_level``. Runs go through ``lax.scan`` and
+    ``static`` is as in :func:`forward_pass`. Returns ``(carry, LevelSeq of out)``."""
+    return _topo_pass(topo, step, inputs, carry, static, reverse=True)
 
 
 def _is_identity(idx, n_parent):

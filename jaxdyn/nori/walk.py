@@ -4,14 +4,14 @@ Bodies are ordered by depth, then by signature (the layout of their rows), so ev
 a few contiguous groups of identically structured bodies; a step of a walk computes one level,
 each group as one vectorised expression. Runs of identical levels (serial chains) go through
 one ``lax.scan`` (:func:`jaxdyn.nori.structure.segments`), so the program does not grow with
-the chain's length. Per-level results are kept in a :class:`jaxdyn.model.tree.LevelSeq`.
+the chain's length. The walks are :func:`jaxdyn.model.tree.walk` (the level engine) over
+Nori's levels; per-level results are kept in a :class:`jaxdyn.model.tree.LevelSeq`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -48,65 +48,46 @@ def _level_in(seq, la, lb, stacked):
     return seq.stack(la, lb) if stacked else seq[la]
 
 
+def _take(system, gather, level_in):
+    return lambda la, lb, stacked: (
+        _inputs(system, (la, lb, stacked), gather),
+        _level_in(level_in, la, lb, stacked),
+    )
+
+
 def outward(system, step, gather, level_in=None, carry=None, last_single=False):
     """Root to leaves: ``carry, out = step(level, carry, group_inputs, level_input)`` with
     ``carry`` the previous level's value (``None`` at depth 0). ``gather(sig, idx)`` returns a
     group's inputs for body indices ``idx`` (``(G,)``, or ``(L, G)`` for a run).
 
     ``last_single``: the last level of a run is evaluated on its own (for steps whose inputs
-    depend on the next level, which for that level lies outside the run)."""
+    depend on the next level, which for that level lies outside the run). Walked by
+    :func:`jaxdyn.model.tree.walk`."""
     levels = system.levels
-    out = tree.LevelSeq(len(levels))
-
-    def single(li, carry):
-        carry, out.single[li] = step(
-            levels[li],
-            carry,
-            _inputs(system, (li, li + 1, False), gather),
-            _level_in(level_in, li, li + 1, False),
-        )
-        return carry
-
-    for la, lb in segments(system):
-        carry = single(la, carry)
-        end = lb - 1 if (last_single and lb - la > 1) else lb
-        if end - (la + 1) >= 1:
-            tmpl = levels[la + 1]
-            xs = (
-                _inputs(system, (la + 1, end, True), gather),
-                _level_in(level_in, la + 1, end, True),
-            )
-            carry, ys = jax.lax.scan(lambda c, x, t=tmpl: step(t, c, x[0], x[1]), carry, xs)
-            out.blocks.append((la + 1, end, ys))
-        if end < lb:
-            carry = single(end, carry)
-    return carry, out
+    return tree.walk(
+        levels,
+        segments(system),
+        lambda li, c, x: step(levels[li], c, x[0], x[1]),
+        _take(system, gather, level_in),
+        carry,
+        last_single=last_single,
+    )
 
 
 def inward(system, step, gather, level_in=None, carry=None):
     """Leaves to root: ``carry, out = step(level, child_level, carry, group_inputs,
-    level_input)``, ``carry`` holding the child level's values (``None`` at the deepest)."""
+    level_input)``, ``carry`` holding the child level's values (``None`` at the deepest).
+    Walked by :func:`jaxdyn.model.tree.walk`."""
     levels = system.levels
     nl = len(levels)
-    out = tree.LevelSeq(nl)
-    for la, lb in reversed(segments(system)):
-        last = lb - 1
-        child = levels[last + 1] if last + 1 < nl else None
-        carry, out.single[last] = step(
-            levels[last],
-            child,
-            carry,
-            _inputs(system, (last, lb, False), gather),
-            _level_in(level_in, last, lb, False),
-        )
-        if lb - la > 1:
-            lvl, ch = levels[la], levels[la + 1]
-            xs = (_inputs(system, (la, last, True), gather), _level_in(level_in, la, last, True))
-            carry, ys = jax.lax.scan(
-                lambda c, x: step(lvl, ch, c, x[0], x[1]), carry, xs, reverse=True
-            )
-            out.blocks.append((la, last, ys))
-    return carry, out
+    return tree.walk(
+        levels,
+        segments(system),
+        lambda li, c, x: step(levels[li], levels[li + 1] if li + 1 < nl else None, c, x[0], x[1]),
+        _take(system, gather, level_in),
+        carry,
+        reverse=True,
+    )
 
 
 def collect(system, seq, fn, per_dof=False) -> Array:

@@ -11,6 +11,9 @@ Decré & Swevers, "PV-OSIMr" (2024), Algorithm 2.
 * assembly (lines 11-12): ``Λ^-1[r, s] = ^{c}K_r · (^0Ω_c ^cK^T_s)`` at the closest common
   ancestor ``c`` of the two constrained links (``O(m^2)``).
 
+The two sweeps are :func:`jaxdyn.model.tree.backward_pass` / :func:`~jaxdyn.model.tree.
+forward_pass` with the per-level row plans (:mod:`jaxdyn.osim.rows`) as their static values.
+
 World coordinates: ``P_i = 1 - U_i D_i^-1 S_i``, ``P_i^T y = y - S_i^T D_i^-1 U_i^T y``; the
 "inverse inertia in each link's frame" of line 10 needs no transform here.
 """
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
+from ..model import tree
 from ..spatial import mv
 from .rows import gather_rows, level_joint_data
 
@@ -31,41 +35,46 @@ if TYPE_CHECKING:
 
 def delassus_efpa(model, ws, inertias, K, rp) -> Array:
     """Delassus matrix (constraint order); see :func:`jaxdyn.osim.pv_osim.delassus_pv_osim`."""
+    t = model.topo
     nl = len(rp.levels)
+    Us, Dinvs, _ = inertias
     Ks = K[rp.order]
     dt = K.dtype
-    C, data = [None] * nl, [None] * nl
-    c = None
-    for li in range(nl - 1, -1, -1):  # backward sweep: CEFP of every row at every level
-        info = rp.levels[li]
+
+    def back(lvl, _child, c, inp, info):  # backward sweep: CEFP of every row at every level
         ml, mn = info["m"], info["m_next"]
         if ml == 0:
-            continue
+            return c, None
         new = Ks[mn:ml]
         c = new if c is None or mn == 0 else jnp.concatenate([c, new], 0)
-        S, U, Dinv = level_joint_data(model, ws.S, inertias, li, info["kmax"])
+        S, U, Dinv = level_joint_data(lvl, inp[2], inp[0], inp[1], info["kmax"])
         S, U, Dinv = (gather_rows(x, info["local"]) for x in (S, U, Dinv))
         Y = mv(Dinv, mv(S, c))
-        C[li], data[li] = c, (S, U, Dinv, Y)
+        out = (c, (S, U, Dinv, Y))
         c = c - mv(U, Y)  # line 7
-    Om = [None] * nl
-    prev = None
-    for li in range(nl):  # second forward sweep, line 10
-        info = rp.levels[li]
+        return c, out
+
+    inputs = (("level", Us), ("level", Dinvs), ("dof", ws.S))
+    _, data = tree.backward_pass(t, back, inputs, static=rp.levels)
+
+    def fwd(_lvl, _child, prev, inp, info):  # second forward sweep, line 10
         ml = info["m"]
-        if ml == 0:
-            break
-        S, U, Dinv, Y = data[li]
+        if ml == 0:  # (and on every deeper level)
+            return prev, None
+        S, U, Dinv, Y = inp[0][1]
         St = jnp.swapaxes(S, -1, -2)
         y = mv(St, Y)  # S^T D^-1 S c
         if prev is not None:
             a = prev[:ml]
             y = y + a - mv(St, mv(Dinv, mv(jnp.swapaxes(U, -1, -2), a)))  # + P^T a
-        Om[li] = prev = y
+        return y, y
+
+    _, Om = tree.forward_pass(t, fwd, (("level", data),), static=rp.levels)
     # assembly (lines 11-12): pairs (r <= s) at the depth of their cca
+    C = [data[li] for li in range(nl)]
     zrow = jnp.zeros((1, 6), dt)
-    Cst = jnp.concatenate([x for x in C if x is not None] + [zrow], 0)
-    Ost = jnp.concatenate([x for x in Om if x is not None] + [zrow], 0)
+    Cst = jnp.concatenate([x[0] for x in C if x is not None] + [zrow], 0)
+    Ost = jnp.concatenate([Om[li] for li in range(nl) if Om[li] is not None] + [zrow], 0)
     ia, ib, sym = _pairs(rp)
     vals = jnp.sum(Cst[ia] * Ost[ib], -1)
     return vals[sym]

@@ -14,6 +14,10 @@ processed together, deepest first: ``L_kk = sqrt(H_kk)``, ``L_ki = H_ki / L_kk``
 ``H_ij -= L_ki L_kj`` for all ancestors ``j`` of ``i`` of ``k`` (one scatter-add per depth
 into the compressed rows). The back substitution ``Y L = J`` runs the same way, on the
 coordinates that support a constraint; ``Λ^-1 = Y Y^T`` sums over those coordinates only.
+
+The loops run over the depths of the *coordinate* tree (a ``k``-DoF joint spans ``k`` of them),
+not over the body levels of :mod:`jaxdyn.model.tree`'s level engine, and each depth is one
+scatter-add into the compressed rows: they stay short Python loops here.
 """
 
 from __future__ import annotations

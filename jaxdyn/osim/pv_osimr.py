@@ -9,7 +9,7 @@ articulated_inertias`) gives, for every joint ``i``, ``U_i = H^A_i S_i^T`` and `
 eq. (8) is ``P_i = 1 - U_i D_i^-1 S_i`` and needs no transform, and
 ``^{π(i)}Ω_i = S_i^T D_i^-1 S_i`` (eq. 10).
 
-The sweeps, level-vectorised (a Python loop over the static depth levels / chain steps only):
+The sweeps, level-vectorised:
 
 1. backward over the *active* links (those supporting a constraint), Alg. 3 lines 4-11: every
    link ``i`` carries the extended force propagator ``E_i = ^{π(i)}P_{d(i)}`` and the inverse
@@ -19,7 +19,10 @@ The sweeps, level-vectorised (a Python loop over the static depth levels / chain
    (line 7), and at leaf end effectors with ``K_e^T`` (``6 x m_e``) when ``m_e <= 6`` (line 4;
    with ``1`` otherwise, so several constraints on one link, e.g. four 3D points of a sole,
    still propagate at most 6 columns). Only ``6 x w`` matrices (``w <= 6``) travel, never
-   ``m``-row ones; each level is split into streams of equal width ``w``;
+   ``m``-row ones; each level is split into streams of equal width ``w``. The sweep is
+   :func:`jaxdyn.model.tree.backward_pass` with each level's stream plan as its static value
+   (the widths and restarts change from level to level: a run of levels is scanned only where
+   the plans agree);
 2. limited forward sweep over ``N`` (line 13, eq. 18):
    ``^0Ω_j = W_top + E_top^T ^0Ω_{Nanc(j)} E_top`` with ``top`` the segment's last link; a leaf
    end effector gets ``Ω_e`` the same way (in constraint space for ``K``-started segments);
@@ -49,6 +52,12 @@ read from the per-level sweep blocks. Against PV-OSIM (``benchmarks/RESULTS.md``
 fixed hand alone (a) and on (d) (m = 42, four N-depths: the Gram blocks and the rows carried
 at every depth cost more than PV-OSIM's per-level updates).
 
+Steps 2-4 walk the N-depths of the constraint tree (the branching links ``N``, at most a
+few per robot, from the static :class:`Plan`), not the model's depth levels: their short
+loops (one step per N-depth, ``T`` of them, independent of the number of links) are over
+that plan, so they do not go through :mod:`jaxdyn.model.tree`'s level engine, which walks
+the kinematic tree's levels.
+
 The rows ``k_r`` of the constraints act on world-origin spatial accelerations
 (:func:`jaxdyn.constraints.rows_from_placements`).
 """
@@ -62,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+from ..model import tree
 from ..spatial import mm, mv
 from .structure import structure as get_structure
 
@@ -333,13 +343,14 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
     eye, zero = jnp.eye(6, dtype=dt), jnp.zeros((6, 6), dt)
     t = model.topo
     nl = len(t.levels)
+
     # ------------------------------------------------------------ 1. backward sweep (l. 4-11)
-    streams = {}  # width -> list of (level, E, W), deepest first
-    prev = {}
-    for li in range(nl - 1, -1, -1):
-        lvl = t.levels[li]
+    def step(lvl, _child, prev, inp, classes):
+        Ul, Dl, Sl = inp
+        prev = {} if prev is None else prev
+        v0 = tree.level_v0(lvl)
         cur = {}
-        for cls in pl.levels[li]:
+        for cls in classes:
             w, src = cls["w"], cls["src"]
             pE, pW = prev.get(w, (None, None))
             nk = len(cls["krows"])
@@ -355,8 +366,8 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
                 g = lvl.groups[gi]
                 k = joints.NV[g.kind]
                 n = len(sel)
-                Sg = ws.S[g.v0 : g.v1].reshape(g.n, k, 6)
-                U, Dinv = Us[li][gi], Dinvs[li][gi]
+                Sg = Sl[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
+                U, Dinv = Ul[gi], Dl[gi]
                 if n != g.n:
                     Sg, U, Dinv = Sg[sel], U[sel], Dinv[sel]
                 if identity:
@@ -376,8 +387,14 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
             E = _cat(Es) if Es else None
             W = _cat(Ws)
             cur[w] = (E, W)
+        return cur, cur
+
+    inputs = (("level", Us), ("level", Dinvs), ("dof", ws.S))
+    _, sweep = tree.backward_pass(t, step, inputs, static=pl.levels)
+    streams = {}  # width -> list of (level, E, W), root first
+    for li in range(nl):
+        for w, (E, W) in sweep[li].items():
             streams.setdefault(w, []).append((li, E, W))
-        prev = cur
     # width streams in plan order (increasing level); level 0 has no E (never used). Only
     # the segment tops are read from them, by static gathers from the per-level blocks.
     Ew, Ww = {}, {}

@@ -3,7 +3,11 @@
 Constraint rows are processed as a whole per depth level: at level ``l`` every row whose
 constrained link is at depth ``>= l`` is attached to its ancestor ``b_l(r)`` on that level.
 Rows are sorted (internally) by decreasing depth of their link, so the rows present at level
-``l`` are a prefix ``[0, m_l)``. Per row the joint quantities ``S``, ``U = H^A S^T`` and
+``l`` are a prefix ``[0, m_l)``. The per-level plans (:attr:`RowPlan.levels`) are the static
+values that PV-OSIM and EFPA hand to :func:`jaxdyn.model.tree.backward_pass` /
+:func:`~jaxdyn.model.tree.forward_pass` (``static=``): their sizes change from level to
+level, so a run of levels is scanned only where the plans agree (a serial chain's levels
+above all its constrained links). Per row the joint quantities ``S``, ``U = H^A S^T`` and
 ``D^-1`` of ``b_l(r)`` are gathered (padded to the largest joint of the level when joint kinds
 mix).
 """
@@ -16,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+from ..model import tree
 from .structure import structure as get_structure
 
 
@@ -69,16 +74,16 @@ def row_plan(topo, constraints) -> RowPlan:
     return RowPlan(topo, constraints)
 
 
-def level_joint_data(model, S, inertias, li, kmax):
-    """Per-body ``S (n, kmax, 6)``, ``U (n, 6, kmax)``, ``D^-1 (n, kmax, kmax)`` of level
-    ``li`` (joints with fewer coordinates zero-padded)."""
-    Us, Dinvs, _ = inertias
-    lvl = model.topo.levels[li]
+def level_joint_data(lvl, S, Us, Dinvs, kmax):
+    """Per-body ``S (n, kmax, 6)``, ``U (n, 6, kmax)``, ``D^-1 (n, kmax, kmax)`` of the level
+    ``lvl`` from its own rows ``S (nv_l, 6)`` and its joint groups' ``U``, ``D^-1`` (joints
+    with fewer coordinates zero-padded)."""
+    v0 = tree.level_v0(lvl)
     Ss, Uu, Dd = [], [], []
     for gi, g in enumerate(lvl.groups):
         k = joints.NV[g.kind]
-        Sg = S[g.v0 : g.v1].reshape(g.n, k, 6)
-        U, Dinv = Us[li][gi], Dinvs[li][gi]
+        Sg = S[g.v0 - v0 : g.v1 - v0].reshape(g.n, k, 6)
+        U, Dinv = Us[gi], Dinvs[gi]
         if k < kmax:
             pad = kmax - k
             Sg = jnp.pad(Sg, ((0, 0), (0, pad), (0, 0)))

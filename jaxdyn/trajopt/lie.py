@@ -75,18 +75,27 @@ def _all_one_dof(model):
 
 
 def _block_diag(model, blocks, dtype):
-    """Dense ``(nv, nv)`` from per-run blocks ``(n, k, k)`` (``None``: identity for 1-DoF)."""
+    """Dense ``(nv, nv)`` from per-run blocks ``(n, k, k)`` (``None``: identity for 1-DoF).
+
+    Assembled by selects and concatenation, without a scatter: XLA:CPU does not compile a
+    scatter inside a loop fused into one kernel (``jaxdyn.backend.fused_programs``), and these
+    Jacobians sit in the knot loops of a floating-base trajectory optimisation."""
     nv = model.nv
-    out = jnp.zeros((nv, nv), dtype)
-    for (kind, b0, b1, v0, _v1), blk in zip(_runs(model), blocks):
+    runs = _runs(model)
+    if [r[3] for r in runs] != [0] + [r[4] for r in runs[:-1]] or runs[-1][4] != nv:
+        raise AssertionError(f"joint-kind runs of {model.name!r} do not tile its dofs in order")
+    rows = []
+    for (kind, b0, b1, v0, v1), blk in zip(runs, blocks):
         n, k = b1 - b0, joints.NV[kind]
-        base = v0 + k * np.arange(n)
-        rows = (base[:, None, None] + np.arange(k)[None, :, None]) + 0 * np.arange(k)
-        cols = (base[:, None, None] + np.arange(k)[None, None, :]) + 0 * rows
         if blk is None:
-            blk = jnp.broadcast_to(jnp.eye(k, dtype=dtype), (n, k, k))
-        out = out.at[rows, cols].set(blk)
-    return out
+            d = jnp.eye(n * k, dtype=dtype)
+        else:  # entry (i, a, j, b): blk[i, a, b] where i == j, else 0
+            same = np.eye(n, dtype=bool)[:, None, :, None]
+            d = jnp.where(same, jnp.asarray(blk, dtype)[:, :, None, :], 0.0)
+            d = d.reshape(n * k, n * k).astype(dtype)
+        left, right = jnp.zeros((n * k, v0), dtype), jnp.zeros((n * k, nv - v1), dtype)
+        rows.append(jnp.concatenate([left, d, right], 1))
+    return jnp.concatenate(rows, 0)
 
 
 def _pieces(model, x, width):
