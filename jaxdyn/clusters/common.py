@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,10 @@ from ..model import tree
 from ..model.model import Level
 from .model import LINEAR, ClusterModel, require_cluster_model
 from .state import all_group_states, assemble_spanning, group_y
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
 
 # End effectors of the operational-space functions (C-EFPA, projected OSIM): one frame (name or
 # index) or a sequence of frames / ``(frame, xyz offset (3,))`` pairs.
@@ -311,7 +315,17 @@ def _flat(parts):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def forward_kinematics(model, gss, ws, dt, with_velocity):
+@overload
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: Literal[True]
+) -> tuple[list[GroupKinematics], Array]: ...
+@overload
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: Literal[False]
+) -> tuple[list[GroupKinematics], None]: ...
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: bool
+) -> tuple[list[GroupKinematics], Array | None]:
     """General path: ``S_k`` per group and, with velocity, ``v`` of every body (cluster body
     order, ``v_k = X_k v_λ(k) + v_J`` accumulated by :func:`jaxdyn.model.tree.forward_accumulate`
     on the cluster levels) and ``c_k = c_J + v x v_J`` per group (paper eqs. (23), (31)).
