@@ -35,7 +35,7 @@ NQ = {ONE_DOF: 1, SPHERICAL: 4, FREE: 7}
 NV = {ONE_DOF: 1, SPHERICAL: 3, FREE: 6}
 
 
-def joint_transform(kind: int, q: Array, axis: Array) -> tuple[Array, Array]:
+def joint_transform(kind: int, q: Array, axis) -> tuple[Array, Array]:
     """Joint placement ``XJ = (R, p)`` of the child frame in the joint (predecessor) frame.
 
     ``q`` is ``(n, nq_kind)``; ``axis`` is the ``(n, 6)`` screw of one-DoF joints (unused

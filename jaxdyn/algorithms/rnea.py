@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .kinematics import WorldState
 
 
-def external_forces_world(model: Model, ws: WorldState, f_ext: Array) -> Array:
+def external_forces_world(model: Model, ws: WorldState, f_ext) -> Array:
     """Per-body spatial forces given in body coordinates, expressed at the world origin."""
     return spatial.act_force(ws.R, ws.p, f_ext)
 
@@ -47,7 +47,7 @@ def rnea_world(
     ws: WorldState,
     qd: Array,
     qdd: Array,
-    f_ext: Array | None = None,
+    f_ext=None,
     gravity: bool = True,
 ) -> tuple[Array, Array, Array, Array]:
     """World-frame RNEA on a precomputed :class:`~jaxdyn.algorithms.kinematics.WorldState`.

@@ -41,12 +41,12 @@ from ..algorithms.aba import (
 )
 from ..model import tree
 from ..model.model import Level
-from .model import LINEAR, ClusterModel, require_cluster_model
+from .model import LINEAR, ClusterModel, ClusterTopology, Group, require_cluster_model
 from .state import all_group_states, assemble_spanning, group_y
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import DTypeLike
+    from jax.typing import ArrayLike, DTypeLike
 
 # End effectors of the operational-space functions (C-EFPA, projected OSIM): one frame (name or
 # index) or a sequence of frames / ``(frame, xyz offset (3,))`` pairs.
@@ -88,7 +88,7 @@ def sum_terms(terms):
     return out
 
 
-def sum_bodies(x):
+def sum_bodies(x: Array) -> Array:
     """Sum over the cluster-body axis 1 (unrolled)."""
     return sum_terms([x[:, i] for i in range(x.shape[1])])
 
@@ -109,7 +109,7 @@ def mix(M, x):
     return sum_terms(terms)
 
 
-def check_f_ext(fn, model, f_ext):
+def check_f_ext(fn: str, model: ClusterModel, f_ext: ArrayLike | None) -> Array | None:
     """Shape-check the external forces ``(nb, 6)`` on the spanning-tree bodies (or None)."""
     if f_ext is None:
         return None
@@ -158,13 +158,13 @@ def setup(model, fn, q, v=None, x=None, xname=None, f_ext=None, alternative=None
 # ----------------------------------------------------------------------------- static structure
 
 
-def single_output(g):
+def single_output(g: Group) -> bool:
     """True if all bodies of each cluster of the group hang from one output body."""
     return bool(np.all(g.out == g.out[:, :1]))
 
 
 @functools.lru_cache(maxsize=256)
-def all_single_output(t) -> bool:
+def all_single_output(t: ClusterTopology) -> bool:
     """True if every cluster of the topology ``t`` hangs from one output body."""
     return all(single_output(g) for g in t.groups)
 
@@ -190,7 +190,9 @@ def in_cluster_ancestors(t):
 
 
 @functools.lru_cache(maxsize=1024)
-def cluster_view(t, li: int, g_index: int | None = None, receivers: bool = False) -> Level:
+def cluster_view(
+    t: ClusterTopology, li: int, g_index: int | None = None, receivers: bool = False
+) -> Level:
     """A :class:`jaxdyn.model.model.Level` over the *clusters* of level ``li`` (or of group
     ``g_index`` alone), for single-output topologies: ``parent_local[c]`` is the output body of
     cluster ``c`` in the previous level (:func:`jaxdyn.model.tree.gather_parent` gathers the
@@ -219,7 +221,7 @@ def receivers_of(t, li: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def block_incidence(t, li: int) -> np.ndarray:
+def block_incidence(t: ClusterTopology, li: int) -> np.ndarray:
     """``(T_prev, T)`` 0/1 matrix routing the ``6x6`` blocks of the articulated inertias of
     level ``li`` (in (cluster, body_i, body_j) order per group) to the blocks of their output
     bodies in level ``li - 1`` (``X_k^T Ia_k X_k`` of multi-output clusters)."""

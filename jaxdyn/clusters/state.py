@@ -130,7 +130,7 @@ def group_qc(g: Group, q: Array) -> Array:
     return q[g.q0 : g.q1].reshape(g.nc, g.nqc)
 
 
-def group_y(g: Group, v: Array) -> Array:
+def group_y(g: Group, v) -> Array:
     """The independent velocities (or accelerations, torques) of group ``g``, ``(nc, ny)``."""
     return v[g.v0 : g.v1].reshape(g.nc, g.ny)
 

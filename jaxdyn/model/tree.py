@@ -516,7 +516,7 @@ def sum_into_parents_gathered(below, child_level: Level, n_parent: int) -> Array
     return out
 
 
-def forward_accumulate(topo: Topology, incr: Array, root: Array, with_parent: bool = False) -> Any:
+def forward_accumulate(topo, incr: Array, root: Array, with_parent: bool = False) -> Any:
     """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body.
 
     With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``
