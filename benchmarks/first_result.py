@@ -9,10 +9,13 @@ cold and a warm persistent compilation cache, and the compile times of the core 
   ``--timeout`` seconds is stopped (its total reads ``> timeout``); the long training examples
   get short options (:data:`QUICK`).
 * **Compile table.** ``jax.jit(jax.vmap(f))`` on one robot (default talos_full, batch 1024,
-  float64) for rnea, crba, aba and aba_derivatives, with the phases apart through
-  ``jax.stages``: ``.trace()`` (Python tracing to a jaxpr), ``.lower()`` (StableHLO) and
-  ``.compile()`` (XLA), then ``.compile()`` again after ``jax.clear_caches()`` with the
-  persistent cache warm (a read of the cache instead of XLA).
+  float64; ``--batch 1``: ``jax.jit(f)`` on one sample) for rnea, crba, aba, minv,
+  rnea_derivatives and aba_derivatives, with the phases apart through ``jax.stages``:
+  ``.trace()`` (Python tracing to a jaxpr), ``.lower()`` (StableHLO) and ``.compile()``
+  (XLA), each as wall-clock and as the process's CPU time (``time.process_time``: what a
+  loaded machine inflates least), the number of StableHLO operations of the lowered program,
+  then ``.compile()`` again after ``jax.clear_caches()`` with the persistent cache warm (a
+  read of the cache instead of XLA).
 
 Writes its section ("Time to first result") to ``benchmarks/RESULTS.md`` with the machine,
 versions and date. ``--note`` adds a line (e.g. that the machine was shared).
@@ -46,7 +49,7 @@ QUICK = {
 }
 
 #: the algorithms of the compile table
-TABLE = ("rnea", "crba", "aba", "aba_derivatives")
+TABLE = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
 
 
 def timed_run(cmd, env=None, cwd=None, timeout: float = 300.0) -> dict:
@@ -155,30 +158,43 @@ def measure_compiles(robot: str, batch: int) -> list:
         "rnea": (lambda q, v: jaxdyn.rnea(m, q, v, v), (q, v)),
         "crba": (lambda q: jaxdyn.crba(m, q), (q,)),
         "aba": (lambda q, v: jaxdyn.aba(m, q, v, v), (q, v)),
+        "minv": (lambda q: jaxdyn.minv(m, q), (q,)),
+        "rnea_derivatives": (lambda q, v: jaxdyn.rnea_derivatives(m, q, v, v), (q, v)),
         "aba_derivatives": (lambda q, v: jaxdyn.aba_derivatives(m, q, v, v), (q, v)),
     }
     rows = []
     for name in TABLE:
         f, args = fns[name]
+        if batch == 1:
+            args = tuple(a[0] for a in args)
         times = {}
         for phase in ("cold", "warm"):
             jax.clear_caches()
-            jf = jax.jit(jax.vmap(f))
-            t0 = time.perf_counter()
+            jf = jax.jit(f if batch == 1 else jax.vmap(f))
+            t0, c0 = time.perf_counter(), time.process_time()
             traced = jf.trace(*args)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             lowered = traced.lower()
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             compiled = lowered.compile()
-            t3 = time.perf_counter()
+            t3, c3 = time.perf_counter(), time.process_time()
             jax.block_until_ready(compiled(*args))
             if phase == "cold":
                 times.update(trace=t1 - t0, lower=t2 - t1, compile=t3 - t2)
+                times.update(trace_cpu=c1 - c0, lower_cpu=c2 - c1, compile_cpu=c3 - c2)
+                times["ops"] = hlo_ops(lowered.as_text())
             else:
                 times["warm"] = t3 - t2
         rows.append((name, times))
         print(name, {k: round(t, 2) for k, t in times.items()}, flush=True)
     return rows
+
+
+def hlo_ops(text: str) -> int:
+    """Number of StableHLO operations in a lowered program's text (``.lower().as_text()``)."""
+    return sum(
+        1 for line in text.splitlines() if " = stablehlo." in line or '= "stablehlo.' in line
+    )
 
 
 def _s(x) -> str:
@@ -217,16 +233,18 @@ def render(runs, compiles, meta: dict) -> str:
         lines += [
             "",
             f"Compile times of `jax.jit(jax.vmap(f))`, {meta['robot']}, batch {meta['batch']}, "
-            "float64 (seconds; `jax.stages`: `.trace()`, `.lower()`, `.compile()`; the last "
-            "column is `.compile()` again after `jax.clear_caches()`, read from the persistent "
-            "cache):",
+            "float64 (seconds, wall-clock / CPU time of the process; `jax.stages`: `.trace()`, "
+            "`.lower()`, `.compile()`; ops: StableHLO operations of the lowered program; the "
+            "last column is `.compile()` again after `jax.clear_caches()`, read from the "
+            "persistent cache):",
             "",
-            "| function | trace | lower | XLA compile | compile, warm cache |",
-            "|---|---:|---:|---:|---:|",
+            "| function | trace | lower | XLA compile | ops | compile, warm cache |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for name, t in compiles:
+            cells = [f"{_s(t[k])} / {_s(t.get(k + '_cpu'))}" for k in ("trace", "lower", "compile")]
             lines.append(
-                f"| {name} | {_s(t['trace'])} | {_s(t['lower'])} | {_s(t['compile'])} | "
+                f"| {name} | " + " | ".join(cells) + f" | {t.get('ops', '-')} | "
                 f"{_s(t.get('warm'))} |"
             )
     return "\n".join(lines) + "\n"

@@ -122,18 +122,55 @@ def playground_env(task: str):
 
 def jaxdyn_env(task: str):
     """jaxdyn's port; the walker with Playground's observation (``height_obs="zz"``: the
-    torso's ``zz`` where dm_control, jaxdyn's default, observes its height), so that both
-    backends train on the same observation."""
+    torso's ``zz`` where dm_control, jaxdyn's default, observes its height) and the ball in
+    cup and the humanoid with Playground's reset (``reset="qpos0"``, where dm_control,
+    jaxdyn's default, draws random poses), so that both backends train on the same task."""
     from jaxdyn import envs
 
-    kw = {"height_obs": "zz"} if task.startswith("walker") else {}
+    kw = {}
+    if task.startswith("walker"):
+        kw = {"height_obs": "zz"}
+    elif task == "ball_in_cup_catch" or task.startswith("dm_humanoid"):
+        kw = {"reset": "qpos0"}
     return envs.make(task, **kw), None  # Brax's own training wrappers
 
 
+#: JAX's monitoring events of one compilation: tracing, lowering to StableHLO, XLA
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def _union_length(spans) -> float:
+    """The length of the union of the intervals ``spans``."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) -> dict:
+    """One ``ppo.train``. Besides the returns: ``compile_seconds``, the wall-clock of every
+    compilation in it (JAX's monitoring events: tracing, lowering, XLA), and, per evaluation,
+    the process CPU time, so that ``cpu_seconds_last_epoch`` (the last training epoch and its
+    evaluation, compiled before: ``num_evals`` >= 3) measures the simulator without the
+    compiler."""
+    import jax
     from brax.training.agents.ppo import train as ppo
 
     evals = []
+    spans = []  # (start, end) of each compilation event; nested traces overlap: their union
+
+    def on_event(event, duration, **_):
+        if event in COMPILE_EVENTS:
+            end = time.perf_counter()
+            spans.append((end - duration, end))
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
     t0, c0 = time.perf_counter(), time.process_time()
 
     def progress(step, metrics):
@@ -141,6 +178,7 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
             dict(
                 step=int(step),
                 time=time.perf_counter() - t0,
+                cpu=time.process_time() - c0,
                 reward=float(metrics["eval/episode_reward"]),
                 sps=float(metrics.get("training/sps", float("nan"))),
             )
@@ -150,7 +188,10 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
     kw = dict(cfg, environment=env, progress_fn=progress, seed=seed)
     if wrap_fn is not None:
         kw["wrap_env_fn"] = wrap_fn
-    ppo.train(**kw)
+    try:
+        ppo.train(**kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     reached = [e for e in evals if e["reward"] >= threshold]
     sps = sorted(e["sps"] for e in evals if e["sps"] == e["sps"])
@@ -160,6 +201,8 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
         seconds_to_threshold=reached[0]["time"] if reached else None,
         total_seconds=total,
         cpu_seconds=cpu,
+        compile_seconds=_union_length(spans),
+        cpu_seconds_last_epoch=evals[-1]["cpu"] - evals[-2]["cpu"] if len(evals) >= 3 else None,
         env_steps_per_second=sps[len(sps) // 2] if sps else None,
         evals=evals,
     )
@@ -172,8 +215,7 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
     (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
-    dm_control's 0.01 s step; ``ball_in_cup_catch`` and ``dm_humanoid_*`` reset as dm_control,
-    to random states, where Playground's reset to ``qpos0``)."""
+    dm_control's 0.01 s step)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -288,6 +330,10 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
     return out
 
 
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 SECTION = "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)"
 
 
@@ -343,11 +389,16 @@ def report(paths, out: str, note: str = "") -> str:
         "Time to threshold: from the start of `ppo.train` (compilation included) to the first "
         "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only; "
         "median over the evaluations). CPU s: process time of the whole `ppo.train` "
-        "(compilation included; less sensitive to the load than the wall-clock).",
+        "(compilation included; less sensitive to the load than the wall-clock). Compile s: "
+        "wall-clock of the compilations in it (JAX's monitoring events: tracing, lowering, "
+        "XLA; '-': not recorded). CPU s, last epoch: process time of the last training epoch "
+        "and its evaluation (everything compiled before; runs with three evaluations or "
+        "more).",
         "",
         "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
-        "| final return | s to threshold | total s | CPU s | env steps/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| final return | s to threshold | total s | CPU s | compile s | CPU s, last epoch "
+        "| env steps/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     merged = {}  # one row group per task (``--backend mjx`` and ``jaxdyn`` runs together)
     for d in runs:
@@ -371,10 +422,11 @@ def report(paths, out: str, note: str = "") -> str:
                 f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
                 f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
                 f"| {r['total_seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} "
+                f"| {_num(r.get('compile_seconds'))} | {_num(r.get('cpu_seconds_last_epoch'))} "
                 f"| {'-' if sps is None else f'{sps:,.0f}'} |"
             )
         for m in d.get("missing", []):
-            lines.append(f"| {d['task']} | | | | {m} | | | | | |")
+            lines.append(f"| {d['task']} | | | | {m} | | | | | | | |")
     if comps:
         lines += [
             "",

@@ -93,6 +93,18 @@ trajectory-optimisation solve called with arrays on the CPU can still be compile
 kernel, per program, when asked for (switch ``trajopt_fused_loops``, off by default:
 :mod:`jaxdyn.backend.fused_programs`).
 
+**Fast CPU compiles** (on by default, process-wide, before JAX starts its CPU backend): when
+jaxdyn is imported it adds ``--xla_cpu_use_fusion_emitters=false`` to ``XLA_FLAGS``
+(:func:`fast_cpu_compile`; :data:`jaxdyn.backend.xla_flags.FAST_COMPILE_FLAGS`): XLA:CPU then
+compiles each fusion with its elemental IR emitter instead of its MLIR fusion emitters: less
+CPU time to compile ``jax.jit(jax.vmap(f))`` of the core algorithms, kernels as fast, results
+equal to rounding (``docs/design-measurements.md``, "Compile time"; the test suite has run with
+the same flag since it was written). Not where ``XLA_FLAGS`` sets that flag, nor
+with ``JAXDYN_FAST_CPU_COMPILE=0``, nor once JAX's backends run (jaxdyn imported after the
+first array was made), nor on a jaxlib it was not measured with
+(:data:`jaxdyn.backend.xla_flags.FAST_COMPILE_JAXLIB`: XLA aborts a process on a flag it does
+not know). It applies to every program of the process, jaxdyn's or not.
+
 **Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
 points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
 ``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``
@@ -128,6 +140,7 @@ __all__ = [
     "SWITCHES",
     "fused_cpu_loops",
     "fused_cpu_loops_enabled",
+    "fast_cpu_compile",
     "compilation_cache",
     "compilation_cache_dir",
     "compilation_cache_path",
@@ -265,6 +278,27 @@ if _bool("JAXDYN_FUSED_CPU_LOOPS", os.environ.get("JAXDYN_FUSED_CPU_LOOPS", "0")
         import warnings
 
         warnings.warn(f"JAXDYN_FUSED_CPU_LOOPS=1 ignored: {e}", RuntimeWarning, stacklevel=2)
+
+
+# ----------------------------------------------------------------------------- fast CPU compiles
+from .backend.xla_flags import fast_cpu_compile as fast_cpu_compile  # noqa: E402
+
+#: environment variable switching :func:`fast_cpu_compile` at import off (``0``)
+FAST_COMPILE_ENV = "JAXDYN_FAST_CPU_COMPILE"
+
+
+def _fast_compile_from_env() -> None:
+    """At import: :func:`fast_cpu_compile` unless ``JAXDYN_FAST_CPU_COMPILE`` is false or JAX's
+    backends already run (then XLA has read its flags: nothing to do, nothing said)."""
+    if not _bool(FAST_COMPILE_ENV, os.environ.get(FAST_COMPILE_ENV, "1") or "1"):
+        return
+    from .backend.internals import backends_are_initialized
+
+    if not backends_are_initialized():
+        fast_cpu_compile(True)
+
+
+_fast_compile_from_env()
 
 
 # ----------------------------------------------------------------------------- compilation cache

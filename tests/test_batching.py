@@ -22,18 +22,45 @@ def quad():
     return m, q, v
 
 
-@pytest.mark.parametrize("chunk", [8, None])
-def test_chunked_vmap_equals_vmap(quad, chunk):
+def _aba(model, q, v):
+    return jaxdyn.aba(model, q, v, v)
+
+
+@pytest.fixture(scope="module")
+def aba_ref(quad):
+    """``aba`` over ``quad``'s batch as one ``jax.vmap`` (no chunk loop: ``vmap_chunk=0``),
+    compiled once for the tests below (each compiled its own copy)."""
     m, q, v = quad
-    f = lambda model, q, v: jaxdyn.aba(model, q, v, v)  # noqa: E731
-    ref = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(m, q, v)
-    out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=chunk))(m, q, v)
+    with jaxdyn.config.override(vmap_chunk=0):
+        return np.asarray(jax.jit(jax.vmap(_aba, in_axes=(None, 0, 0)))(m, q, v))
+
+
+def _crba_outputs(model, q, v):
+    """Two outputs of one shape, an integer and a boolean output (the chunk loop's buffers)."""
+    M = jaxdyn.crba(model, q)
+    return {"M": M, "M2": 2.0 * M, "i": jnp.argmax(v), "b": v > 0}
+
+
+@pytest.fixture(scope="module")
+def crba_outputs_ref(quad):
+    """:func:`_crba_outputs` over ``quad``'s batch as one ``jax.vmap``, compiled once."""
+    m, q, v = quad
+    with jaxdyn.config.override(vmap_chunk=0):
+        out = jax.jit(jax.vmap(_crba_outputs, in_axes=(None, 0, 0)))(m, q, v)
+        return jax.tree_util.tree_map(np.asarray, out)
+
+
+@pytest.mark.parametrize("chunk", [8, None])
+def test_chunked_vmap_equals_vmap(quad, aba_ref, chunk):
+    m, q, v = quad
+    ref = aba_ref
+    out = jax.jit(jaxdyn.vmap(_aba, in_axes=(None, 0, 0), chunk_size=chunk))(m, q, v)
     assert out.shape == ref.shape
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("chunk", [8, 37, 64])
-def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
+def test_chunked_vmap_pytrees_and_equal_chunks(quad, aba_ref, chunk):
     """Pytree arguments and outputs; the batch is cut into equal chunks like the batching
     rule's (37 samples in chunks of at most 8: 5 chunks of 8, the last overlapping the fourth by
     3 samples), and a batch that fits in one chunk is one vmap."""
@@ -45,8 +72,7 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
         return {"qdd": jaxdyn.aba(model, state["q"], state["v"], state["v"]), "q": state["q"]}
 
     state = {"q": q, "v": v}
-    # compiled (run op by op, the reference took 9 s of each test)
-    ref = jax.jit(jax.vmap(f, in_axes=(None, 0)))(m, state)
+    ref = {"qdd": aba_ref, "q": q}  # jax.vmap(f): one vmap of aba, q passed through
     with jaxdyn.config.override(vmap_chunk=0):  # no loops of aba's own rule in the jaxpr
         jaxpr = jax.make_jaxpr(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
     out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0), chunk_size=chunk))(m, state)
@@ -65,19 +91,10 @@ def test_chunked_vmap_pytrees_and_equal_chunks(quad, chunk):
 def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
     """The chunk loop stacks each output in a buffer of its own (two outputs of one shape, an
     integer and a boolean output; the buffers start uninitialized, or filled with different
-    constants, and every chunk overwrites its part, the overlap of the last chunk included), and
-    reverse mode goes through it."""
+    constants, and every chunk overwrites its part, the overlap of the last chunk included:
+    the outputs are compared with one vmap's in test_chunk_loop_buffers_start_uninitialized,
+    with the buffers uninitialized and filled), and reverse mode goes through it."""
     m, q, v = quad
-
-    def f(model, q, v):
-        M = jaxdyn.crba(model, q)
-        return {"M": M, "M2": 2.0 * M, "i": jnp.argmax(v), "b": v > 0}
-
-    ref = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(m, q, v)
-    out = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=8))(m, q, v)
-    for k in ref:
-        assert out[k].dtype == ref[k].dtype and out[k].shape == ref[k].shape, k
-        np.testing.assert_array_equal(out[k], ref[k], err_msg=k)
 
     def loss(vm, q, v):
         y = vm(lambda model, q, v: jaxdyn.aba(model, q, v, v), in_axes=(None, 0, 0))(m, q, v)
@@ -91,7 +108,7 @@ def test_chunk_loop_outputs_of_one_shape_dtypes_and_reverse_mode(quad):
 _UNINIT_CALL = 'custom_call_target="jaxdyn_uninitialized"'
 
 
-def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
+def test_chunk_loop_buffers_start_uninitialized(quad, crba_outputs_ref, tmp_path):
     """On the CPU the chunk loop's output buffers come from a no-op XLA FFI call
     (``jaxdyn.backend.ffi``) instead of a fill: one call per output (two outputs of one shape
     stay two buffers), results equal to the filled buffers' and to one ``vmap``; the switch
@@ -104,19 +121,17 @@ def test_chunk_loop_buffers_start_uninitialized(quad, tmp_path):
     from jaxdyn.backend import ffi as U
 
     m, q, v = quad
-
-    def f(model, q, v):
-        M = jaxdyn.crba(model, q)
-        return {"M": M, "M2": 2.0 * M, "i": jnp.argmax(v), "b": v > 0}
-
+    f = _crba_outputs
     jf = jax.jit(jaxdyn.vmap(f, in_axes=(None, 0, 0), chunk_size=8))
-    ref = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(m, q, v)
+    ref = crba_outputs_ref
     calls = []
     for on in (True, False):
         with jaxdyn.config.override(uninitialized_outputs=on):
-            calls.append(jf.lower(m, q, v).compile().as_text().count(_UNINIT_CALL))
-            out = jf(m, q, v)
+            compiled = jf.lower(m, q, v).compile()
+            calls.append(compiled.as_text().count(_UNINIT_CALL))
+            out = compiled(m, q, v)
         for k in ref:
+            assert out[k].dtype == ref[k].dtype and out[k].shape == ref[k].shape, k
             np.testing.assert_array_equal(out[k], ref[k], err_msg=k)
     if shutil.which(os.environ.get("CC") or "cc") is None:
         assert not U.available() and "no C compiler" in U.status()
@@ -227,33 +242,15 @@ _KINEMATICS = (
 ).split()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "aba",
-        "minv",
-        "crba",
-        "coriolis_matrix",
-        "rnea_derivatives",
-        "aba_derivatives",
-        "delassus",
-        "rnea",
-    ]
-    + _KINEMATICS
-    + ["integrate"],
-)
-def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
-    """The functions that declare a chunk policy (``chunk_words``) run chunked under plain
-    ``jax.vmap`` (a chunk loop in the program) with the results of one ``vmap``; the others
-    stay one ``vmap``."""
-    m, q, v = quad
+def _public_fns():
+    """name -> (``f(model, q, v)`` calling the public function, ``in_axes``)."""
     cs = (jaxdyn.Connect("FL_FOOT"), jaxdyn.Connect("HR_FOOT"))
     cs_t = (
         jaxdyn.Connect("FL_FOOT", target=(0.1, 0.0, 0.0)),
         jaxdyn.Weld("HR_FOOT", target=(np.eye(3), (0.0, 0.1, 0.0))),
     )
     C = jaxdyn.constraints
-    fns = {
+    return {
         "aba": (lambda m, q, v: jaxdyn.aba(m, q, v, v), (None, 0, 0)),
         "minv": (lambda m, q, v: jaxdyn.minv(m, q), (None, 0, None)),
         "crba": (lambda m, q, v: jaxdyn.crba(m, q), (None, 0, None)),
@@ -287,13 +284,61 @@ def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
             (None, 0, 0),
         ),
     }
-    fn, axes = fns[name]
+
+
+def _public(name):
+    return getattr(jaxdyn, name, None) or getattr(jaxdyn.constraints, name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "aba",
+        "minv",
+        "crba",
+        "coriolis_matrix",
+        "rnea_derivatives",
+        "aba_derivatives",
+        "delassus",
+        "rnea",
+    ],
+)
+def test_plain_vmap_runs_chunked_and_equals_vmap(quad, name):
+    """The functions that declare a chunk policy (``chunk_words``) run chunked under plain
+    ``jax.vmap`` (a chunk loop in the program) with the results of one ``vmap``; the others
+    stay one ``vmap`` (test_plain_vmap_of_kinematics_runs_chunked: ``integrate``)."""
+    m, q, v = quad
+    fn, axes = _public_fns()[name]
     (plain, chunked), (loop_plain, loop_chunked) = _plain_and_chunked(fn, m, q, v, in_axes=axes)
     assert not loop_plain
-    public = getattr(jaxdyn, name, None) or getattr(jaxdyn.constraints, name)
-    assert (public.chunk_words is not None) == (name != "integrate")
-    assert loop_chunked == (public.chunk_words is not None)
+    assert _public(name).chunk_words is not None
+    assert loop_chunked
     _close(chunked, plain)
+
+
+def test_plain_vmap_of_kinematics_runs_chunked(quad):
+    """test_plain_vmap_runs_chunked_and_equals_vmap for the kinematics and energy functions and
+    ``integrate``, in one program per mode (each was two compiles of its own): the chunked
+    program has one chunk loop per function with a chunk policy (``integrate``, elementwise,
+    has none), the plain one none, and the results are one ``vmap``'s."""
+    m, q, v = quad
+    fns = _public_fns()
+    names = _KINEMATICS + ["integrate"]
+    for name in names:
+        assert (_public(name).chunk_words is not None) == (name != "integrate"), name
+
+    def all_of(m, q, v):
+        # each function under its own jax.vmap with its own in_axes (as a user calls it)
+        return {k: jax.vmap(fns[k][0], in_axes=fns[k][1])(m, q, v) for k in names}
+
+    outs, whiles = [], []
+    for chunk in (0, 8):
+        with jaxdyn.config.override(vmap_chunk=chunk):
+            jf = jax.jit(all_of)
+            whiles.append(jf.lower(m, q, v).as_text().count("stablehlo.while"))
+            outs.append(jf(m, q, v))
+    assert whiles == [0, len(_KINEMATICS)], whiles
+    _close(outs[1], outs[0])
 
 
 @pytest.fixture(scope="module")
@@ -376,7 +421,7 @@ def test_chunk_size_policy():
             jaxdyn.config.update("vmap_chunk", bad)
 
 
-def test_chunks_split_the_batch_evenly(quad):
+def test_chunks_split_the_batch_evenly(quad, aba_ref):
     from jaxdyn import batching
 
     assert batching.chunk_split(1000, 64) == (16, 63, 8)
@@ -394,8 +439,7 @@ def test_chunks_split_the_batch_evenly(quad):
     # no padded batch of 3 x 13 = 39 samples: the last chunk overlaps the second (the padding
     # and the slice of the outputs back to 37 made the loop up to 2x slower)
     assert "[39," not in text.replace(" ", ""), "padded batch"
-    with jaxdyn.config.override(vmap_chunk=0):
-        _close(out, jax.jit(jax.vmap(lambda q, v: jaxdyn.aba(m, q, v, v)))(q, v))
+    _close(out, aba_ref)  # one vmap (vmap_chunk=0)
 
 
 def _has_cholesky(fn, *args):

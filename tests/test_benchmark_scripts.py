@@ -257,10 +257,13 @@ def test_first_result_script(tmp_path):
         "robot": "R",
         "batch": 8,
     }
-    times = {"trace": 1.0, "lower": 0.5, "compile": 9.0, "warm": 0.3}
+    times = {"trace": 1.0, "lower": 0.5, "compile": 9.0, "warm": 0.3, "ops": 12}
+    times.update(trace_cpu=0.9, lower_cpu=0.4, compile_cpu=4.0)
     text = first_result.render([("python -m jaxdyn demo", cold, warm)], [("aba", times)], meta)
     assert "| python -m jaxdyn demo | 5.0 | 12.0 | 1.0 | > 300 |" in text
-    assert "| aba | 1.0 | 0.5 | 9.0 | 0.3 |" in text and "\nloaded\n" in text
+    assert "| aba | 1.0 / 0.9 | 0.5 / 0.4 | 9.0 / 4.0 | 12 | 0.3 |" in text
+    assert "\nloaded\n" in text
+    assert first_result.hlo_ops('%0 = stablehlo.add %a, %b\n%1 = "stablehlo.scatter"(%0)\n') == 2
     out = tmp_path / "R.md"
     first_result.main(["--examples", "none", "--no-demo", "--no-compile-table", "--out", str(out)])
     assert out.read_text().startswith("# jaxdyn benchmark results\n\n## Time to first result\n")

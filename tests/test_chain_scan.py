@@ -158,6 +158,14 @@ def _eqn_count(jaxpr):
     )
 
 
+def _scan_count(jaxpr):
+    """``lax.scan`` equations of a jaxpr, those of its sub-jaxprs included."""
+    return sum(
+        (e.primitive.name == "scan") + sum(_scan_count(sub) for sub in jaxprs_in_params(e.params))
+        for e in jaxpr.eqns
+    )
+
+
 def _long_chain(n):
     return jaxdyn.load_urdf(_chain(n, 4, ("revolute", "prismatic")), floating_base=False)
 
@@ -224,28 +232,42 @@ def _sizes_unrolled(n):
     return {k: _eqn_count(jax.make_jaxpr(f)(z, z).jaxpr) for k, f in _chain_fns(model).items()}
 
 
+#: links of test_long_chain_scan_equals_unrolled's chain, scanned with ``MIN_SCAN_RUN`` lowered to
+#: it: the scanned program is the same whatever the run's length (see
+#: test_long_chain_passes_compile_to_scan), the unrolled one grows with it (the 10-link chain
+#: this test had at the default MIN_SCAN_RUN = 8 took twice its CPU time, same passes checked)
+SHORT_SCAN = 4
+
+
 def test_long_chain_scan_equals_unrolled(monkeypatch):
-    """A 10-link chain (one scanned run): every pass scanned agrees with the unrolled evaluation;
-    ``minv`` is also checked against ``inv(crba)`` and AZA against ``minv @ u`` (independent
-    routes). Each mode is one compiled program holding every pass."""
-    model = _long_chain(10)
-    assert tree.segments(model.topo) == ((0, 10),)
+    """A chain of SHORT_SCAN links (one scanned run): every pass scanned agrees with the
+    unrolled evaluation; ``minv`` is also checked against ``inv(crba)`` and AZA against
+    ``minv @ u`` (independent routes). Each mode is one compiled program holding every pass."""
+    model = _long_chain(SHORT_SCAN)
+    monkeypatch.setattr(tree, "MIN_SCAN_RUN", SHORT_SCAN)
+    assert tree.segments(model.topo) == ((0, SHORT_SCAN),)
     rng = np.random.default_rng(5)
     q = jnp.asarray(rng.uniform(-1, 1, model.nq))
     v = jnp.asarray(rng.normal(size=model.nv))
 
     def run():
+        """The passes' results and the scans in their traced program."""
         fns = _chain_fns(model)
-        out = jax.jit(lambda q, v: {k: f(q, v) for k, f in fns.items()})(q, v)
-        return jax.tree_util.tree_map(np.asarray, out)
+        traced = jax.jit(lambda q, v: {k: f(q, v) for k, f in fns.items()}).trace(q, v)
+        out = jax.tree_util.tree_map(np.asarray, traced.lower().compile()(q, v))
+        return out, _scan_count(traced.jaxpr.jaxpr)
 
-    scanned = run()
+    # the lowered MIN_SCAN_RUN takes effect: every pass scans the run
+    scans = {k: _scan_count(jax.make_jaxpr(f)(q, v).jaxpr) for k, f in _chain_fns(model).items()}
+    assert all(n > 0 for n in scans.values()), scans
+    scanned, _ = run()
     M, Minv = scanned["crba"], scanned["minv"]
     assert_close(Minv @ M, np.eye(model.nv), RTOL64, err_msg="minv @ crba")
     assert_close(scanned["aza"], Minv @ np.stack([v, 2 * v + 1], 1), RTOL64, err_msg="aza")
     monkeypatch.setattr(tree, "MIN_SCAN_RUN", 10**6)
     assert all(lb - la == 1 for la, lb in tree.segments(model.topo))
-    unrolled = run()
+    unrolled, n_scans = run()
+    assert n_scans == 0
     for k in scanned:
         for a, b in zip(
             jax.tree_util.tree_leaves(scanned[k]), jax.tree_util.tree_leaves(unrolled[k])

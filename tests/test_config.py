@@ -204,6 +204,46 @@ def test_fused_cpu_loops_flags():
             config.fused_cpu_loops(bad)
 
 
+def test_fast_cpu_compile_flags():
+    """The XLA flag of fast_cpu_compile: added in front of XLA_FLAGS unless the user set that
+    flag (their value wins), removed again by ``False``; a bad argument named."""
+    flag = xla_flags.FAST_COMPILE_FLAGS[0]
+    assert xla_flags.with_fast_compile("--a=1 b") == f"{flag} --a=1 b"
+    assert xla_flags.with_fast_compile(f"--a=1 {flag}") == f"--a=1 {flag}"
+    user = flag.replace("=false", "=true")
+    assert xla_flags.with_fast_compile(user) == user
+    assert xla_flags.without_fast_compile(f"{flag} --a=1") == "--a=1"
+    assert xla_flags.without_fast_compile(user) == user
+    with pytest.raises(ValueError, match="enabled must be a bool"):
+        config.fast_cpu_compile("yes")
+
+
+def test_fast_cpu_compile_at_import():
+    """A fresh process: importing jaxdyn puts the flag into XLA_FLAGS (on a measured jaxlib),
+    ``fast_cpu_compile(False)`` takes it out before JAX starts, ``True`` puts it back; once the
+    backend runs, no change is fine and a change is refused (XLA read its flags; the flag is
+    put in by hand for that, so that a jaxlib without it is tested too)."""
+    code = (
+        "import os, jaxdyn, jax.numpy as jnp\n"
+        "from jaxdyn import config\n"
+        "from jaxdyn.backend import xla_flags as x\n"
+        "on = x.fast_compile_supported()\n"
+        "print(x.fast_compile_set() == on, config.fast_cpu_compile(False), "
+        "config.fast_cpu_compile(True) == on)\n"
+        "jnp.zeros(1).block_until_ready()\n"
+        "print(config.fast_cpu_compile(True) == on)\n"
+        "os.environ['XLA_FLAGS'] = x.FAST_COMPILE_FLAGS[0]\n"
+        "try:\n    config.fast_cpu_compile(False)\n"
+        "except RuntimeError as e:\n    print('refused', 'already running' in str(e))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXDYN_FAST_CPU_COMPILE")}
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False", "True", "True", "refused", "True"]
+
+
 def test_fused_cpu_loops_env_after_jax_started_warns():
     """JAXDYN_FUSED_CPU_LOOPS=1 with JAX already running when jaxdyn is imported: a warning
     that says the flags were ignored, not an import error; the loops are not reported fused."""

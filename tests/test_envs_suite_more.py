@@ -227,6 +227,22 @@ def test_ball_in_cup_outcome_like_mujoco(bic):
             np.testing.assert_allclose(q, d.qpos, atol=2e-2)
 
 
+def test_playground_reset_qpos0():
+    """``reset="qpos0"`` (Playground's reset of ``BallInCup`` and the humanoid): the reset's
+    pose is MuJoCo's ``qpos0`` (jaxdyn's order), for any key; a bad mode is refused naming
+    ``reset``. (Model loading only: the pose is drawn before any compiled step.)"""
+    env = envs.make("ball_in_cup_catch", reset="qpos0")
+    m = env.scene.mj_model
+    for seed in (0, 1):
+        q = np.asarray(env.draw_pose(jax.random.PRNGKey(seed)))
+        np.testing.assert_array_equal(env.qpos(q), m.qpos0)
+    assert envs.make("ball_in_cup_catch").reset_mode == "random"
+    with pytest.raises(ValueError, match="BallInCup: reset must be 'random'"):
+        envs.make("ball_in_cup_catch", reset="zero")
+    with pytest.raises(ValueError, match="SuiteHumanoid: reset must be 'random'"):
+        envs.make("dm_humanoid_walk", reset="keyframe")
+
+
 @pytest.mark.slow
 def test_ball_in_cup_reset_is_collision_free():
     """``ball_in_cup_catch``'s reset (dm_control: redraw until nothing touches): every state of

@@ -309,3 +309,66 @@ def test_scene_elements_bad_input():
         sim.Springs(stiffness=np.array([1.0]), springref=np.zeros(2), dofs=(0,))
     with pytest.raises(TypeError, match="SimConfig: tendons must be None or FixedTendons"):
         sim.SimConfig(tendons=3)
+
+
+STOPS_XML = """<mujoco model="stops">
+  <option timestep="0.002"><flag contact="disable"/></option>
+  <worldbody>
+    <body name="arm">
+      <joint name="shoulder" axis="0 0 1" range="-20 20" armature="0.05" damping="0.01"/>
+      <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.03" mass="1"/>
+    </body>
+    <body name="hand" pos="0 1 0">
+      <joint name="wrist" axis="0 0 1" range="-10 30" armature="0.02" solreflimit="0.01 0.5"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.3"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_mujoco_limits_follow_mujocos_limit_constraint():
+    """:meth:`MJCFModel.mujoco_limits` (MuJoCo's ``solreflimit`` per joint, one-sided) against
+    MuJoCo C: two hinges in a horizontal plane driven into their stops at 4 and 3 rad/s (the
+    wrist with its own, underdamped ``solreflimit``), 0.2 s: the angles follow MuJoCo's
+    within 1e-3 rad, the velocities within 0.02 rad/s (measured 2e-4, 5e-3: the impedance's
+    ramp over the first millimetre of MuJoCo's ``solimp``, jaxdyn's smoothing), where the
+    default :class:`jaxdyn.sim.JointLimits` (one stiffness and damping for every joint)
+    misses by 0.1 rad and 1 rad/s.
+    Bad input: the direct ``solreflimit`` form, refused by joint name; a per-coordinate
+    array of the wrong size, refused naming the expected size."""
+    r = load_mjcf(STOPS_XML)
+    m = r.mj_model
+    limits = r.mujoco_limits()
+    assert limits.one_sided and limits.stiffness.shape == (2,)
+    T, v0 = 100, np.array([4.0, -3.0])
+
+    def rollout(limits):
+        cfg = r.sim_config(limits=limits)
+
+        def f(s, _):
+            s = sim.step(r.model, s, jnp.zeros(0), cfg)
+            return s, (s.q, s.v)
+
+        s0 = sim.State(jnp.zeros(2), jnp.asarray(v0))
+        return jax.jit(lambda s: jax.lax.scan(f, s, None, length=T)[1])(s0)
+
+    qj, vj = (np.asarray(x) for x in rollout(limits))
+    d = mujoco.MjData(m)
+    d.qvel[:] = v0
+    qm, vm = [], []
+    for _ in range(T):
+        mujoco.mj_step(m, d)
+        qm.append(d.qpos.copy())
+        vm.append(d.qvel.copy())
+    qm, vm = np.array(qm), np.array(vm)
+    assert qm[:, 0].max() > np.radians(20) and qm[:, 1].min() < np.radians(-10)  # both hit
+    assert vm[-1, 0] < -0.3 and vm[-1, 1] > 0.3  # and rebound
+    assert np.abs(qj - qm).max() < 1e-3
+    assert np.abs(vj - vm).max() < 0.02
+
+    m.jnt_solref[1] = [-100.0, -10.0]
+    with pytest.raises(ValueError, match="joint 'wrist' has solreflimit=-100 -10"):
+        r.mujoco_limits()
+    bad = r.sim_config(limits=sim.JointLimits(stiffness=jnp.ones(3), damping=1.0))
+    with pytest.raises(ValueError, match=r"JointLimits: stiffness has shape \(3,\), expected \(2,"):
+        sim.step(r.model, sim.State(jnp.zeros(2), jnp.zeros(2)), jnp.zeros(0), bad)

@@ -26,7 +26,9 @@ Modules:
 * :mod:`.sharding`: array joins that keep a batch's ``Explicit`` sharding (``stack``,
   ``concatenate``, ``on_mesh``; re-exported by :mod:`jaxdyn.spatial`).
 * :mod:`.crba_kernel`: the JAX primitive over the C CRBA kernel.
-* :mod:`.xla_flags`: XLA:CPU's flags for fused loops (:func:`jaxdyn.config.fused_cpu_loops`).
+* :mod:`.xla_flags`: XLA:CPU's process-wide flags: fused loops
+  (:func:`jaxdyn.config.fused_cpu_loops`) and fast compiles
+  (:func:`jaxdyn.config.fast_cpu_compile`).
 * :mod:`.fused_programs`: fused loops for one program (:func:`~.fused_programs.fused_jit`: a
   call XLA:CPU compiles into one kernel, per-program compiler options; the trajectory
   optimisation solvers' default on the CPU).

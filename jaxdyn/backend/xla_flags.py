@@ -1,6 +1,10 @@
-"""XLA:CPU's flags for fused loops (:func:`jaxdyn.config.fused_cpu_loops`, whose docstring
-and :mod:`jaxdyn.config`'s say why): compiling each small while loop into one kernel, written
-into ``XLA_FLAGS`` before JAX starts its CPU backend.
+"""XLA:CPU's process-wide flags, written into ``XLA_FLAGS`` before JAX starts its CPU backend
+(XLA reads them once per process):
+
+* fused loops (:func:`fused_cpu_loops`, opt-in; :mod:`jaxdyn.config`'s docstring says why):
+  compiling each small while loop into one kernel;
+* fast compiles (:func:`fast_cpu_compile`, on by default where measured): XLA:CPU compiles each
+  fusion with its elemental IR emitter instead of its MLIR fusion emitters.
 """
 
 from __future__ import annotations
@@ -18,6 +22,80 @@ _EXTRA = "--xla_backend_extra_options="
 #: flags that keep the loops fusable (no YNNPACK custom fusions inside) and their code
 #: generation bounded (AVX2; see the module docstring)
 FUSED_LOOP_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=", "--xla_cpu_max_isa=AVX2")
+
+
+#: XLA flags of :func:`fast_cpu_compile`: each fusion compiled by XLA:CPU's elemental IR emitter
+#: (straight to LLVM IR) instead of its MLIR fusion emitters (an MLIR pass pipeline per fusion
+#: before LLVM's): less compile time for the core algorithms, their batched run times no slower
+#: and results equal to rounding (``docs/design-measurements.md``, "Compile time")
+FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
+#: ``(major, minor)`` releases of jaxlib whose XLA:CPU was measured with
+#: :data:`FAST_COMPILE_FLAGS` (an ``XLA_FLAGS`` entry a jaxlib does not know aborts the process,
+#: so other releases get none)
+FAST_COMPILE_JAXLIB = ((0, 10),)
+
+
+def _flag_name(flag: str) -> str:
+    return flag.split("=")[0] + "="
+
+
+def with_fast_compile(flags: str) -> str:
+    """``flags`` (an ``XLA_FLAGS`` string) with :data:`FAST_COMPILE_FLAGS` in front, except those
+    it sets already (the user's value wins)."""
+    words = flags.split()
+    new = [f for f in FAST_COMPILE_FLAGS if not any(w.startswith(_flag_name(f)) for w in words)]
+    return " ".join(new + words)
+
+
+def without_fast_compile(flags: str) -> str:
+    """``flags`` without the exact words of :data:`FAST_COMPILE_FLAGS`."""
+    return " ".join(w for w in flags.split() if w not in FAST_COMPILE_FLAGS)
+
+
+def fast_compile_supported() -> bool:
+    """Whether this jaxlib is one of :data:`FAST_COMPILE_JAXLIB`."""
+    import jaxlib
+
+    try:
+        major, minor = (int(x) for x in jaxlib.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) in FAST_COMPILE_JAXLIB
+
+
+def fast_compile_set() -> bool:
+    """Whether ``XLA_FLAGS`` holds every word of :data:`FAST_COMPILE_FLAGS`."""
+    words = os.environ.get("XLA_FLAGS", "").split()
+    return all(f in words for f in FAST_COMPILE_FLAGS)
+
+
+def fast_cpu_compile(enabled: bool = True) -> bool:
+    """Ask XLA:CPU to compile each fusion with its elemental IR emitter (:data:`FAST_COMPILE_FLAGS`:
+    less compile time for the same kernels' speed, see there), or stop asking (``False``:
+    removes what this added). jaxdyn calls it when imported unless
+    ``JAXDYN_FAST_CPU_COMPILE=0``. Applies to every program the process compiles afterwards;
+    must run before JAX starts its CPU backend (before the first array is made): raises
+    ``RuntimeError`` after, as when the flags would change. A flag the user set in
+    ``XLA_FLAGS`` stays as set; a jaxlib outside :data:`FAST_COMPILE_JAXLIB` gets nothing.
+    Returns whether ``XLA_FLAGS`` now holds the flags."""
+    if not isinstance(enabled, bool):
+        raise ValueError(f"jaxdyn.config.fast_cpu_compile: enabled must be a bool, got {enabled!r}")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if enabled and fast_compile_supported():
+        new = with_fast_compile(flags)
+    elif not enabled:
+        new = without_fast_compile(flags)
+    else:
+        new = flags
+    if " ".join(new.split()) != " ".join(flags.split()):
+        if backends_are_initialized():
+            raise RuntimeError(
+                "jaxdyn.config.fast_cpu_compile: JAX's backends are already running, so new XLA "
+                "flags would be ignored; call it (or set JAXDYN_FAST_CPU_COMPILE) before the "
+                "first JAX array is created"
+            )
+        os.environ["XLA_FLAGS"] = new
+    return fast_compile_set()
 
 
 def with_loop_option(flags: str, max_bytes: int) -> str:

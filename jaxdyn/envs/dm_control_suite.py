@@ -45,7 +45,10 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-After a fall the hopper's limbs settle more slowly than MuJoCo's (by 0.2 rad/s after 2 s).
+The hopper's joint limits are MuJoCo's ``solreflimit`` as a per-joint spring-damper
+(:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`); after a fall its limbs still come to rest
+later than MuJoCo's (by about 0.6 s: at the landing the hard contact impulse and the explicit
+limit forces part from MuJoCo's soft contacts solved together with its limits).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
@@ -123,6 +126,10 @@ class SuiteEnv(SimEnv):
     #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
     #: task's docstring)
     sim_ignore: tuple = ()
+    #: joint limits: MuJoCo's limit constraint per joint
+    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`, ``True``) or the default
+    #: :class:`jaxdyn.sim.JointLimits` spring-damper
+    mujoco_limits = False
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         from ..io.mjcf import load_mjcf
@@ -152,6 +159,8 @@ class SuiteEnv(SimEnv):
             )
         model = self.adjust_model(scene.model)
         kw = {} if self.integrator is None else {"integrator": self.integrator}
+        if self.mujoco_limits:
+            kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)
 
@@ -512,6 +521,24 @@ class ContactSuiteEnv(SuiteEnv):
     #: the metric keys of :meth:`reward` (the same after ``reset`` and ``step``)
     metric_keys: tuple = ()
 
+    #: ``"random"``: dm_control's randomised reset; ``"qpos0"``: the model's ``qpos0`` at
+    #: rest, Playground's reset of the tasks that take it (:class:`BallInCup`,
+    #: :class:`SuiteHumanoid`)
+    reset_mode = "random"
+
+    def set_reset_mode(self, reset: str) -> None:
+        """Check and keep the ``reset=`` argument of a task that offers Playground's reset."""
+        if reset not in ("random", "qpos0"):
+            raise ValueError(
+                f"{type(self).__name__}: reset must be 'random' (dm_control's) or 'qpos0' "
+                f"(Playground's), got {reset!r}"
+            )
+        self.reset_mode = reset
+
+    def qpos0_pose(self) -> Array:
+        """The model's ``qpos0`` in jaxdyn's order."""
+        return self.q_of(jnp.asarray(self.scene.mj_model.qpos0, self.sys.model.mass.dtype))
+
     def first_free_draw(self, rng: Array, draw) -> Array:
         """``draw(key)`` (a configuration in jaxdyn's order) for ``rng`` and, when
         ``self.reset_tries > 1``, for ``reset_tries - 1`` further keys: the first whose bodies
@@ -815,11 +842,15 @@ class HopperTask(ContactSuiteEnv):
     inf), margin=1, value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel``.
     **Reset:** root angle ``~ U(-pi, pi)``, the limited joints uniform in their ranges, at rest.
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1).
+    against each other (friction 1). Joint limits: MuJoCo's ``solreflimit`` per joint
+    (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`: critically damped, 0.02 s); under the
+    default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
+    limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
     touch_sites = ("touch_toe", "touch_heel")
+    mujoco_limits = True
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
 
     def __init__(
@@ -1044,7 +1075,7 @@ class BallInCup(ContactSuiteEnv):
     ``x`` and ``z``, else 0. **Reset:** ``ball_x ~ U(-0.2, 0.2)``, ``ball_z ~ U(0.2, 0.5)``,
     the cup at its origin, at rest; as dm_control, a draw whose ball touches the cup is
     replaced by the first of ``reset_tries - 1`` further draws that does not (one batch;
-    Playground's port resets to ``qpos0``, the ball hanging below the cup).
+    Playground's port resets to ``qpos0``, the ball hanging below the cup: ``reset="qpos0"``).
     **Periods:** control 0.02 s, simulation 0.002 s (dm_control's and Playground's; the
     file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
     against the five capsules of the cup and the floor (friction 1).
@@ -1063,9 +1094,15 @@ class BallInCup(ContactSuiteEnv):
     metric_keys = ()
 
     def __init__(
-        self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.002, reset_tries: int = 16
+        self,
+        *,
+        ctrl_dt: float = 0.02,
+        sim_dt: float = 0.002,
+        reset_tries: int = 16,
+        reset: str = "random",
     ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.set_reset_mode(reset)
         import equinox as eqx
 
         self.sys = eqx.tree_at(lambda s: s.cfg.limits, self.sys, self.string_limits)
@@ -1091,7 +1128,10 @@ class BallInCup(ContactSuiteEnv):
 
     def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw of the ball's position
-        whose ball touches nothing (the first draw if none is free)."""
+        whose ball touches nothing (the first draw if none is free); ``qpos0`` with
+        ``reset="qpos0"``."""
+        if self.reset_mode == "qpos0":
+            return self.qpos0_pose()
 
         def draw(key):
             r1, r2 = jax.random.split(key)
@@ -1129,16 +1169,23 @@ class SuiteHumanoid(ContactSuiteEnv):
     model's position, its quaternion ``U(0, 1)^4`` normalised (dm_control's draw), the limited
     hinges uniform in their ranges, at rest; a draw whose bodies touch anything is replaced by
     the first of ``reset_tries - 1`` further draws that does not (one batch; Playground's port
-    resets to ``qpos0``, standing). **Metrics:** ``reward/standing``, ``upright``, ``stand``,
-    ``small_control``, ``move`` (Playground's). **Periods:** control 0.025 s, simulation
-    0.005 s (dm_control's and Playground's). Contact: every pair the
+    resets to ``qpos0``, standing: ``reset="qpos0"``). **Metrics:** ``reward/standing``,
+    ``upright``, ``stand``, ``small_control``, ``move`` (Playground's). **Periods:** control
+    0.025 s, simulation 0.005 s (dm_control's and Playground's). Contact: every pair the
     file declares, with the floor and between the bodies, under
-    :class:`jaxdyn.sim.Constraint`; the geoms' ``solimp`` is ignored by name
-    (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
+    :class:`jaxdyn.sim.Constraint` solved over the :attr:`MAX_CONTACTS` closest contact slots
+    (``Constraint(max_contacts=...)``: the file's 161 pairs give 277 slots, of which a fall
+    from standing holds at most about 70 candidates, so the capped solve equals the uncapped
+    one there; the cap makes a step many times cheaper); the geoms' ``solimp`` is ignored by
+    name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
     """
 
     xml = "humanoid.xml"
     free_root = True
+    #: contact slots the constraint solve keeps (the closest; ``jaxdyn.sim.contact_counts``
+    #: counts a state's candidates)
+    MAX_CONTACTS = 80
+    contact = _sim.Constraint(max_contacts=MAX_CONTACTS)
     sim_ignore = ("solimp",)
     STAND_HEIGHT = 1.4
     WALK_SPEED, RUN_SPEED = 1.0, 10.0
@@ -1158,8 +1205,10 @@ class SuiteHumanoid(ContactSuiteEnv):
         ctrl_dt: float = 0.025,
         sim_dt: float = 0.005,
         reset_tries: int = 8,
+        reset: str = "random",
     ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        self.set_reset_mode(reset)
         self.move_speed = float(move_speed)
         self.reset_tries = int(reset_tries)
         m = self.scene.mj_model
@@ -1226,7 +1275,9 @@ class SuiteHumanoid(ContactSuiteEnv):
 
     def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw whose bodies touch
-        nothing (the first draw if none is free)."""
+        nothing (the first draw if none is free); ``qpos0`` with ``reset="qpos0"``."""
+        if self.reset_mode == "qpos0":
+            return self.qpos0_pose()
         lo, hi = self.lowers, self.uppers
         qpos0 = jnp.asarray(self.qpos0)
 

@@ -338,6 +338,61 @@ class MJCFModel(NamedTuple):
 
         return Converter(self.model, self.mj_model)
 
+    def mujoco_limits(self, smoothing: float = 1e-5):
+        """MuJoCo's joint-limit constraint as a :class:`jaxdyn.sim.JointLimits` per coordinate
+        (for :meth:`sim_config`'s ``limits=``): a limit violated by ``r`` with ``solreflimit
+        = (timeconst, dampratio)`` makes MuJoCo's constrained acceleration ``d aref + (1 - d)
+        a0`` with ``aref = -b rdot - k d r``, ``b = 2 / (dmax timeconst)``, ``k = 1 / (dmax^2
+        timeconst^2 dampratio^2)`` (MuJoCo's documentation, Computation: soft constraints);
+        at the impedance ``d = dmax`` the limit's own part is the damped spring ``rddot = -(2 /
+        timeconst) rdot - r / (timeconst dampratio)^2``, critically damped at MuJoCo's
+        default ``dampratio = 1``. Per coordinate it becomes a joint force with MuJoCo's
+        effective inertia ``1 / dof_invweight0`` (the one its constraint regulariser uses):
+        ``stiffness = 1 / (invweight0 (timeconst dampratio)^2)``, ``damping = 2 / (invweight0
+        timeconst)``. ``timeconst`` is at least two timesteps (MuJoCo's ``refsafe``, unless
+        disabled). Left out: the share ``(1 - d) a0`` of the unconstrained acceleration that
+        MuJoCo's soft limit lets through, the variation of the effective inertia away from
+        ``qpos0``, and the coupling with the contacts that MuJoCo solves in one problem with
+        the limits. One-sided as MuJoCo's (``JointLimits.one_sided``: a limit pushes, never
+        holds a joint that leaves it). ``smoothing``: :class:`jaxdyn.sim.JointLimits`'
+        smoothing, small (MuJoCo's limit is sharp; the damper acts on a violation ``r`` with
+        the weight ``r / (r + smoothing)``).
+
+        Refused with a ``ValueError`` naming the joint: ``solreflimit`` in the direct,
+        negative form. Only hinge and slide joints are limited by :mod:`jaxdyn.sim`; the
+        entries of other coordinates are 0."""
+        from ..sim.actuators import JointLimits
+
+        m = self.mj_model
+        names = mujoco_names(m, "jnt")
+        v_index = self.converter().v_index
+        refsafe = not (int(m.opt.disableflags) & int(_import_mujoco().mjtDisableBit.mjDSBL_REFSAFE))
+        k = np.zeros(self.model.nv)
+        c = np.zeros(self.model.nv)
+        for i, dof in enumerate(v_index):
+            j = int(m.dof_jntid[dof])
+            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
+                continue
+            timeconst, dampratio = (float(x) for x in m.jnt_solref[j])
+            if timeconst <= 0 or dampratio <= 0:
+                raise ValueError(
+                    f"mujoco_limits: joint {names[j]!r} has solreflimit={timeconst:g} "
+                    f"{dampratio:g} (the direct, negative form); only (timeconst, dampratio) "
+                    "is mapped"
+                )
+            if refsafe:
+                timeconst = max(timeconst, 2.0 * float(m.opt.timestep))
+            w = float(m.dof_invweight0[dof])
+            k[i] = 1.0 / (w * (timeconst * dampratio) ** 2)
+            c[i] = 2.0 / (w * timeconst)
+        dtype = self.model.mass.dtype
+        return JointLimits(
+            stiffness=jnp.asarray(k, dtype),
+            damping=jnp.asarray(c, dtype),
+            smoothing=smoothing,
+            one_sided=True,
+        )
+
     def sim_actuator(self):
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
         MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per

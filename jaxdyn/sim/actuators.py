@@ -129,16 +129,43 @@ class PD(eqx.Module):
 
 class JointLimits(eqx.Module):
     """Joint position limits as a one-sided smooth spring-damper (N m/rad, N m s/rad; N/m,
-    N s/m for prismatic joints), active outside the model's ``[lower, upper]``."""
+    N s/m for prismatic joints), active outside the model's ``[lower, upper]``.
 
-    stiffness: float = 1e3
-    damping: float = 10.0
+    ``stiffness`` and ``damping`` are one value for every joint, or arrays ``(nv,)``, one per
+    velocity coordinate (the entries of one-DoF joints are used): MuJoCo's limit constraint
+    scaled by each joint's effective inertia, :meth:`jaxdyn.io.mjcf.MJCFModel.mujoco_limits`.
+    Tendon length limits take the scalar form only."""
+
+    stiffness: float | jnp.ndarray = 1e3
+    damping: float | jnp.ndarray = 10.0
     smoothing: float = 1e-3
+    #: whether a limit only pushes (MuJoCo's limit force is one-sided: a joint leaving its
+    #: limit is not held back by the damper); ``False``: the spring-damper pulls too
+    one_sided: bool = eqx.field(default=False, static=True)
 
     _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False), ("smoothing", 0.0, True))
 
     def __check_init__(self):
         _params.check_module(self)
+        for name in ("stiffness", "damping"):
+            if np.ndim(getattr(self, name)) > 1:
+                raise ValueError(
+                    f"JointLimits: {name} has shape {np.shape(getattr(self, name))}, expected "
+                    "a number or (nv,) (one per velocity coordinate)"
+                )
+
+    def per_coordinate(self, name: str, nv: int, idx, dtype):
+        """``stiffness`` or ``damping`` at the velocity coordinates ``idx`` of a model with
+        ``nv`` of them."""
+        value = jnp.asarray(getattr(self, name), dtype)
+        if value.ndim == 0:
+            return value
+        if value.shape != (nv,):
+            raise ValueError(
+                f"JointLimits: {name} has shape {value.shape}, expected ({nv},) (one per "
+                "velocity coordinate of the model) or a number"
+            )
+        return value[idx]
 
 
 def joint_properties(model):
@@ -192,9 +219,19 @@ def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
     eps = jnp.asarray(limits.smoothing, dtype)
     below = jnp.where(jnp.isfinite(lo), eps * jax.nn.softplus((lo - qd) / eps), 0.0)
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((qd - hi) / eps), 0.0)
+    k = limits.per_coordinate("stiffness", t.nv, idx, dtype)
+    c = limits.per_coordinate("damping", t.nv, idx, dtype)
+    return _scatter.add_at(tau, idx, _spring_damper(k, c, eps, below, above, v[idx], limits))
+
+
+def _spring_damper(k, c, eps, below, above, xd, limits):
+    """The limit force of the smoothed violations ``below`` / ``above`` at the rate ``xd``."""
+    if limits.one_sided:  # each side's spring-damper, pushing only
+        push_up = k * below - c * (below / (below + eps)) * xd
+        push_down = k * above + c * (above / (above + eps)) * xd
+        return jnp.maximum(push_up, 0.0) - jnp.maximum(push_down, 0.0)
     gate = (below + above) / (below + above + eps)
-    f = limits.stiffness * (below - above) - limits.damping * gate * v[idx]
-    return _scatter.add_at(tau, idx, f)
+    return k * (below - above) - c * gate * xd
 
 
 # ------------------------------------------------------------------ MuJoCo's scene elements
@@ -415,13 +452,18 @@ class SpatialTendons(eqx.Module):
 
 def _limit_forces(limits, x, xd, lower, upper):
     """The one-sided smooth spring-damper of :class:`JointLimits` on coordinates ``x``."""
+    if np.ndim(limits.stiffness) or np.ndim(limits.damping):
+        raise ValueError(
+            "JointLimits: stiffness and damping per velocity coordinate (arrays) do not apply "
+            "to tendon length limits; give numbers"
+        )
     dtype = x.dtype
     lo, hi = jnp.asarray(lower, dtype), jnp.asarray(upper, dtype)
     eps = jnp.asarray(limits.smoothing, dtype)
     below = jnp.where(jnp.isfinite(lo), eps * jax.nn.softplus((lo - x) / eps), 0.0)
     above = jnp.where(jnp.isfinite(hi), eps * jax.nn.softplus((x - hi) / eps), 0.0)
-    gate = (below + above) / (below + above + eps)
-    return limits.stiffness * (below - above) - limits.damping * gate * xd
+    k, c = jnp.asarray(limits.stiffness, dtype), jnp.asarray(limits.damping, dtype)
+    return _spring_damper(k, c, eps, below, above, xd, limits)
 
 
 DYNTYPES = ("none", "integrator", "filter", "filterexact")
