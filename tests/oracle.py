@@ -147,6 +147,15 @@ def sym_upper(M):
 # every quantity of a case comes from one compiled function (``Case.jx``, cached on the case for
 # the session), so the files that compare parts of it compile it once per process
 
+#: the test files of these sweeps: under pytest-xdist one worker runs them all (the scheduler in
+#: tests/conftest.py), so each robot's function compiles once per run, not once per worker
+SHARED_WORKER_FILES = (
+    "test_rnea.py",
+    "test_crba.py",
+    "test_aba.py",
+    "test_kinematics.py",
+    "test_pinocchio.py",
+)
 #: the random states of a case compared with Pinocchio
 STATES = (0, 1)
 #: the named robots of the Pinocchio sweeps: arm7 (fixed base) and quad12 (floating base) by

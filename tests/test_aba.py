@@ -24,11 +24,12 @@ from oracle import (
     compare,
     identity_case,
     identity_params,
+    robot_params,
 )
 
-#: the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
-#: compiled function per robot (``oracle.Case.jx``): under ``-n`` they run in one worker
-pytestmark = pytest.mark.xdist_group("oracle_sweeps")
+# the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
+# compiled function per robot (``oracle.Case.jx``): under ``-n`` one worker runs them all
+# (``oracle.SHARED_WORKER_FILES``)
 
 
 @pytest.mark.parametrize("i", STATES)
@@ -38,7 +39,7 @@ def test_forward_dynamics_and_minv(robot_case, i):
     compare(robot_case, i, FORWARD_KEYS)
 
 
-@pytest.mark.parametrize("robot_case", SINGULAR_M, indirect=True)
+@pytest.mark.parametrize("robot_case", robot_params(*SINGULAR_M), indirect=True)
 def test_singular_mass_matrix(robot_case):
     """Romeo's massless finger chains make M singular: Pinocchio's ABA is NaN and M's smallest
     eigenvalue vanishes; jaxdyn must not return a finite wrong acceleration."""

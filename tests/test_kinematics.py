@@ -31,9 +31,9 @@ from oracle import (
     identity_params,
 )
 
-#: the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
-#: compiled function per robot (``oracle.Case.jx``): under ``-n`` they run in one worker
-pytestmark = pytest.mark.xdist_group("oracle_sweeps")
+# the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
+# compiled function per robot (``oracle.Case.jx``): under ``-n`` one worker runs them all
+# (``oracle.SHARED_WORKER_FILES``)
 
 
 @pytest.mark.parametrize("i", STATES)

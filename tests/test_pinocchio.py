@@ -39,6 +39,7 @@ from oracle import (
     compare_jacobians,
     pin_model_from_urdf,
     robot_case,
+    robot_params,
     slow_params,
     sym_upper,
     tree_id,
@@ -46,9 +47,9 @@ from oracle import (
     urdf_tree,
 )
 
-#: the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
-#: compiled function per robot (``oracle.Case.jx``): under ``-n`` they run in one worker
-pytestmark = pytest.mark.xdist_group("oracle_sweeps")
+# the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
+# compiled function per robot (``oracle.Case.jx``): under ``-n`` one worker runs them all
+# (``oracle.SHARED_WORKER_FILES``)
 
 
 def _compare_all(case):
@@ -239,7 +240,9 @@ def _pin_random_q(case, rng):
     return pin.integrate(pm, pin.neutral(pm), 2.0 * rng.normal(size=pm.nv))
 
 
-@pytest.mark.parametrize("robot_case", ["arm7", "quad12", "talos_reduced"], indirect=True)
+@pytest.mark.parametrize(
+    "robot_case", robot_params("arm7", "quad12", "talos_reduced"), indirect=True
+)
 def test_converter_round_trips(robot_case):
     case, c = robot_case, robot_case.conv
     rng = np.random.default_rng(0)

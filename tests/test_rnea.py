@@ -34,9 +34,9 @@ from oracle import (
     robot_case,
 )
 
-#: the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
-#: compiled function per robot (``oracle.Case.jx``): under ``-n`` they run in one worker
-pytestmark = pytest.mark.xdist_group("oracle_sweeps")
+# the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
+# compiled function per robot (``oracle.Case.jx``): under ``-n`` one worker runs them all
+# (``oracle.SHARED_WORKER_FILES``)
 
 #: Identities through automatic differentiation against finite differences: central
 #: differences with step h have truncation error ~h^2 and rounding error ~eps/h.
