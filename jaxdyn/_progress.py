@@ -43,7 +43,8 @@ class _State(threading.local):
         self.notes: dict = {}  # jaxdyn function name -> set of batch sizes
         self.trace = 0.0
         self.lower = 0.0
-        self.timer = None  # announces the XLA compile in progress (threading.Timer)
+        # announces the XLA compile in progress
+        self.timer: threading.Timer | None = None
 
 
 _state = _State()
@@ -96,7 +97,8 @@ def _announce(label: str, what: str) -> None:
     logger.warning("jaxdyn: compiling %s [%s]...", label, what)
 
 
-def _listener(event: str, duration: float, **kwargs) -> None:
+def _listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
+    duration = duration_secs
     if event == _TRACE:
         _cancel()  # (a lowering that was never compiled: jit(...).lower())
         _state.trace += duration

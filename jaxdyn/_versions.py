@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import jax
-import jaxlib
+import jaxlib.version
 
 #: jaxdyn's own version (``jaxdyn.__version__``; pyproject.toml states it too)
 __version__ = "0.1.0"
@@ -42,4 +42,4 @@ def check(package: str, version: str) -> None:
 
 
 check("jax", jax.__version__)
-check("jaxlib", jaxlib.__version__)
+check("jaxlib", jaxlib.version.__version__)

@@ -39,8 +39,11 @@ import contextlib
 import functools
 import inspect
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import jax
+import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +67,9 @@ CHUNK_BYTES = 384 << 10
 CHUNK_MIN, CHUNK_MAX = 16, 128
 
 
-def vmap(fun, in_axes=0, chunk_size: int | None = DEFAULT_CHUNK):
+def vmap(
+    fun: Callable[..., Any], in_axes: int | tuple | None = 0, chunk_size: int | None = DEFAULT_CHUNK
+) -> Callable[..., Any]:
     """Like ``jax.vmap(fun, in_axes)`` with ``out_axes=0``, evaluated in chunks of at most
     ``chunk_size`` samples: the same equal chunks as the batching rule of jaxdyn's own functions
     (``ceil(B / chunk_size)`` chunks, the last one overlapping the one before it where they do

@@ -256,7 +256,7 @@ class Connect:
         )
 
     @property
-    def rotation(self):
+    def rotation(self) -> None:
         return None
 
 
@@ -416,7 +416,7 @@ def rows_from_placements(lay, pl: Placements):
 
 
 @shell.public("constraint_rows")
-def constraint_rows(model, q, constraints):
+def constraint_rows(model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]):
     """Rows ``K (m, 6)`` of all constraints: ``J qdd`` rows act on world-origin spatial
     accelerations of the constrained bodies, ``y_r = K[r] · a_{body(r)}``; also returns the
     body of each row (numpy, static)."""
@@ -451,7 +451,9 @@ def constraint_jacobian(model: Model, q: ArrayLike, constraints: Sequence[Weld |
 
 
 @shell.public("link_constraint_matrices")
-def link_constraint_matrices(model, q, constraints):
+def link_constraint_matrices(
+    model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]
+) -> tuple[tuple[int, ...], tuple[Array, ...]]:
     """Per-link constraint matrices ``K_i`` (PV-OSIMr paper, eq. 3).
 
     **Returns:** ``(links, K)``: ``links`` a tuple of body indices (each constrained body once,
@@ -499,7 +501,9 @@ def kinematic_terms(model, ws, v, lay, pl: Placements):
 
 
 @shell.public("constraint_velocity", words=batching.kinematics_words)
-def constraint_velocity(model, q, v, constraints):
+def constraint_velocity(
+    model: Model, q: ArrayLike, v: ArrayLike, constraints: Sequence[Weld | Connect]
+) -> Array:
     """Constraint velocity ``J v`` ``(m,)``."""
     fn = "constraint_velocity"
     constraints, lay = get_layout(fn, model, constraints)
@@ -510,7 +514,9 @@ def constraint_velocity(model, q, v, constraints):
 
 
 @shell.public("constraint_drift", words=batching.kinematics_words)
-def constraint_drift(model, q, v, constraints):
+def constraint_drift(
+    model: Model, q: ArrayLike, v: ArrayLike, constraints: Sequence[Weld | Connect]
+) -> Array:
     """``Jdot v`` ``(m,)``: the constraint acceleration at ``qdd = 0`` (no gravity), so that
     the constraint acceleration is ``J qdd + Jdot v`` (conventions in the module docstring)."""
     fn = "constraint_drift"
@@ -598,7 +604,9 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
 
 
 @shell.public("constraint_error", words=batching.kinematics_words)
-def constraint_error(model, q, constraints, targets=None):
+def constraint_error(
+    model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect], targets=None
+) -> Array:
     """Position-level constraint error ``(m,)`` with respect to the targets (see
     :func:`error_from_placements`); its time derivative is ``J v`` to first order."""
     fn = "constraint_error"
@@ -610,7 +618,9 @@ def constraint_error(model, q, constraints, targets=None):
 
 
 @shell.public("constraint_placements", words=batching.kinematics_words)
-def constraint_placements(model, q, constraints) -> Placements:
+def constraint_placements(
+    model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]
+) -> Placements:
     """World placement ``(R (nc,3,3), p (nc,3))`` of every constraint frame / point."""
     fn = "constraint_placements"
     constraints, lay = get_layout(fn, model, constraints)

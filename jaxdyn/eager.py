@@ -19,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import equinox as eqx
 import jax
+import jax.core
 import numpy as np
 
 from . import _progress, batching, value_checks
@@ -93,7 +94,7 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
         if (
             program is not None
             and set(map(type, leaves)) == _ARRAYS
-            and not jax.config.jax_disable_jit
+            and not getattr(jax.config, "jax_disable_jit")  # noqa: B009 (set at run time)
         ):
             # the common eager call, concrete JAX arrays only (a model and its inputs):
             # straight to the compiled program (no tracers, no static leaves to sort out)
@@ -101,7 +102,7 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
         traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
         if (
             program is not None
-            and not jax.config.jax_disable_jit
+            and not getattr(jax.config, "jax_disable_jit")  # noqa: B009 (set at run time)
             and (not traced or is_eager(leaves))
         ):
             out = program(leaves, treedef)

@@ -278,7 +278,8 @@ def input_matrix(
         B = B.astype(dt)
     v = v.astype(dt)
     if model.nb == 0:  # zero-DoF model (an (0, nu) input matrix)
-        return InputMatrix(jnp.zeros(0, dt), jnp.zeros((0, B.shape[1]), dt))
+        nu = _input_layout(model.topo, B).nu if isinstance(B, Inputs) else B.shape[1]
+        return InputMatrix(jnp.zeros(0, dt), jnp.zeros((0, nu), dt))
     ws = kin.world_state(model, q)
     if method == "iim":
         return InputMatrix(*_iim(model, ws, v, B if il is None else None, il))

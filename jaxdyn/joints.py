@@ -16,9 +16,15 @@ SO(3)), as Pinocchio's ``integrate`` does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from . import spatial
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 ONE_DOF = 0
 SPHERICAL = 1
@@ -29,7 +35,7 @@ NQ = {ONE_DOF: 1, SPHERICAL: 4, FREE: 7}
 NV = {ONE_DOF: 1, SPHERICAL: 3, FREE: 6}
 
 
-def joint_transform(kind, q, axis):
+def joint_transform(kind, q: Array, axis):
     """Joint placement ``XJ = (R, p)`` of the child frame in the joint (predecessor) frame.
 
     ``q`` is ``(n, nq_kind)``; ``axis`` is the ``(n, 6)`` screw of one-DoF joints (unused
@@ -47,7 +53,7 @@ def joint_transform(kind, q, axis):
     raise ValueError(f"unknown joint kind {kind}")
 
 
-def neutral(kind, n, dtype):
+def neutral(kind, n, dtype: DTypeLike) -> Array:
     """Neutral configuration of ``n`` joints, ``(n, nq_kind)``."""
     if kind == ONE_DOF:
         return jnp.zeros((n, 1), dtype)
@@ -60,7 +66,7 @@ def _normalize(quat):
     return quat / jnp.sqrt(jnp.sum(quat * quat, -1, keepdims=True))
 
 
-def integrate(kind, q, v):
+def integrate(kind, q: Array, v: Array) -> Array:
     """``q ⊕ v`` for ``n`` joints: ``q (n, nq)``, ``v (n, nv)``."""
     if kind == ONE_DOF:
         return q + v
@@ -74,7 +80,7 @@ def integrate(kind, q, v):
     return jnp.concatenate([p, _normalize(spatial.quat_mul(quat, spatial.exp3_quat(w)))], -1)
 
 
-def difference(kind, q0, q1):
+def difference(kind, q0: Array, q1: Array) -> Array:
     """``q1 ⊖ q0``: the ``v`` with ``integrate(q0, v) == q1``."""
     if kind == ONE_DOF:
         return q1 - q0
@@ -88,7 +94,7 @@ def difference(kind, q0, q1):
     return jnp.concatenate([w, vl], -1)
 
 
-def random(kind, key, n, lower, upper, dtype):
+def random(kind, key: ArrayLike, n, lower, upper, dtype: DTypeLike) -> Array:
     """Random configurations: uniform in ``[lower, upper]`` for one-DoF joints and free-joint
     positions, uniform on SO(3) for rotations."""
     import jax

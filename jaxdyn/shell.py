@@ -75,7 +75,7 @@ def public(
             check_model(name, args[0] if args else kwargs.get("model"))
             return run(*args, **kwargs)
 
-        wrapper.chunk_words = words
+        wrapper.__dict__["chunk_words"] = words  # (an attribute of the function object)
         return wrapper
 
     return decorate

@@ -111,7 +111,7 @@ def message_of(exc) -> str | None:
     if found:
         return max(found, key=len)
     msg = internals.equinox_error_message()  # where equinox passes the message out of XLA
-    if msg in _MESSAGES and msg in text:
+    if msg is not None and msg in _MESSAGES and msg in text:
         return msg
     return None
 

@@ -400,6 +400,106 @@ def test_former_checks_names():
     assert all(hasattr(_checks, n) for n in _checks.__all__)
 
 
+# ---------------------------------------------------------------- annotations of the public API
+
+#: The public functions and methods still without full annotations (``module:qualname``), one a
+#: line: a list that may only shrink (test_unannotated_list_is_current fails on an entry that
+#: has gained its annotations or no longer exists, so the entry must go with the fix).
+UNANNOTATED = Path(__file__).parent / "data" / "unannotated_public.txt"
+
+
+def _private(module: str) -> bool:
+    return any(p.startswith("_") for p in module.split("."))
+
+
+def _reexported_from_private() -> dict:
+    """``defining module -> names`` that a public package re-exports from a private module
+    (``jaxdyn.distributed``'s ``from ._runtime import ...``)."""
+    out: dict = {}
+    for module, path in MODULES.items():
+        if path.name != "__init__.py" or _private(module):
+            continue
+        for name, src in _reexports(module).items():
+            if _private(src):
+                out.setdefault(src, set()).add(name)
+    return out
+
+
+def _missing_annotations(fn, method: bool) -> list:
+    a = fn.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
+    if method and not static and params:
+        params = params[1:]  # self / cls
+    params += [p for p in (a.vararg, a.kwarg) if p is not None]
+    missing = [p.arg for p in params if p.annotation is None]
+    if fn.returns is None:
+        missing.append("return")
+    return missing
+
+
+def _dunder_all(tree: ast.Module) -> set | None:
+    """The names of a module's literal ``__all__``, or None without one."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def _unannotated() -> dict:
+    """``module:qualname -> [unannotated parameters, "return"]`` of the public functions (a
+    public module's non-underscore functions, or those of its ``__all__``; those a public package
+    re-exports from a private module) and of the public methods (non-underscore, ``__init__``,
+    ``__call__``) of their classes, read from the source."""
+    fns = (ast.FunctionDef, ast.AsyncFunctionDef)
+    private_exports = _reexported_from_private()
+    out = {}
+    for module, path in sorted(MODULES.items()):
+        if module.endswith("__main__"):
+            continue
+        tree = ast.parse(path.read_text())
+        if _private(module):
+            wanted = private_exports.get(module, set())
+        else:
+            wanted = _dunder_all(tree)  # None: every non-underscore name
+        for node in tree.body:
+            public = not node.name.startswith("_") if isinstance(node, (*fns, ast.ClassDef)) else 0
+            if not public or (wanted is not None and node.name not in wanted):
+                continue
+            if isinstance(node, fns):
+                if missing := _missing_annotations(node, method=False):
+                    out[f"{module}:{node.name}"] = missing
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if not isinstance(item, fns):
+                        continue
+                    if item.name.startswith("_") and item.name not in ("__init__", "__call__"):
+                        continue
+                    if missing := _missing_annotations(item, method=True):
+                        out[f"{module}:{node.name}.{item.name}"] = missing
+    return out
+
+
+def test_public_functions_are_annotated():
+    """Every public function and method annotates its parameters and its return (pyright and
+    users' type checkers see ``Unknown`` otherwise), except the listed gaps."""
+    known = set(UNANNOTATED.read_text().split())
+    new = {k: v for k, v in _unannotated().items() if k not in known}
+    assert not new, "public functions without annotations (parameters / return):\n" + "\n".join(
+        f"  {k}: {', '.join(v)}" for k, v in sorted(new.items())
+    )
+
+
+def test_unannotated_list_is_current():
+    """Each entry of the list of gaps is still a gap: a function annotated since (or gone)
+    leaves the list."""
+    known = set(UNANNOTATED.read_text().split())
+    stale = sorted(known - set(_unannotated()))
+    assert not stale, f"annotated or gone, remove from {UNANNOTATED.name}: {stale}"
+
+
 #: a ``for`` loop (or comprehension) over levels: its iterable names ``levels`` (a topology's,
 #: Nori's, a row plan's), the level count ``nl`` or a level partition (``segments(...)``) ...
 LEVEL_ITER = re.compile(r"\blevels\b|\bsegments\(|\bnl\b")

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 REFERENCES = ("local", "world", "local_world_aligned")
 
 
-def frame_argument(fn, model, frame, reference) -> int:
+def frame_argument(fn, model: Model, frame: str | int, reference: str) -> int:
     """The index of ``frame`` (a name or an index into ``model.frame_names``), with
     ``reference`` checked against :data:`REFERENCES`; errors name ``fn``."""
     if not isinstance(reference, str) or reference not in REFERENCES:
@@ -50,7 +50,7 @@ def joint_jacobians(model: Model, q: ArrayLike) -> Array:
     return kin.world_state(model, q).S.T
 
 
-def chain_subspaces(model, chain, placements):
+def chain_subspaces(model: Model, chain, placements):
     """World motion subspaces ``(d, 6)`` of the coordinates of the bodies ``chain`` (placed
     by ``placements``, as :func:`jaxdyn.algorithms.kinematics.chain_placements` returns
     them) and those coordinates' indices (ascending: bodies are sorted by depth)."""
@@ -62,7 +62,7 @@ def chain_subspaces(model, chain, placements):
     return spatial.act_motion(R, p, kin.take_rows(model.dof_axis, idx)), idx
 
 
-def frame_chain(model, q, f: int):
+def frame_chain(model: Model, q: ArrayLike, f: int):
     """What the single-frame functions need of a moving frame ``f``: ``(S, idx, R, p)``, the
     world motion subspaces ``S (d, 6)`` of its supporting coordinates ``idx`` and the frame's
     world placement, from its supporting bodies only."""
@@ -72,7 +72,7 @@ def frame_chain(model, q, f: int):
     return (S, idx, *kin.frame_in_chain(model, pl, f))
 
 
-def spread_columns(cols, idx, nv):
+def spread_columns(cols, idx, nv) -> Array:
     """``(6, nv)`` with ``cols (d, 6)`` as the columns ``idx`` (ascending) and zeros
     elsewhere, assembled from contiguous runs (no scatter)."""
     dt = cols.dtype

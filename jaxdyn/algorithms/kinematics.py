@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

@@ -7,8 +7,10 @@ lowerings, batches of models and derivatives use the caller's XLA form of the sa
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
+import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
@@ -17,8 +19,11 @@ from jax.interpreters import ad, batching, mlir
 from .. import config
 from . import ffi
 
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike, DTypeLike
 
-def kernel_usable(model, dtype) -> bool:
+
+def kernel_usable(model, dtype: DTypeLike) -> bool:
     """Whether :func:`crba` computes ``M`` by :func:`crba_kernel`: on the CPU (the default
     backend), with the switch ``cpu_kernels`` on, float32 or float64, and jaxdyn's C handlers
     compiled (:func:`jaxdyn.backend.ffi.available`)."""
@@ -141,7 +146,7 @@ mlir.register_lowering(crba_p, _lower_xla)
 mlir.register_lowering(crba_p, _lower_cpu, platform="cpu")
 
 
-def crba_kernel(model, q, xla):
+def crba_kernel(model, q: ArrayLike, xla):
     """``M(q)`` of the prepared ``q`` (:func:`jaxdyn.shell.prepare`) by
     jaxdyn's C kernel on the CPU, ``xla(model, q)`` (the algorithm in XLA,
     :func:`jaxdyn.algorithms.crba.crba_world`) where the kernel cannot run and for derivatives.

@@ -63,14 +63,20 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jax
+import jax.core
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec as P
 
 from .. import config
+
+if TYPE_CHECKING:
+    from jax import Array
 
 TARGET = "jaxdyn_uninitialized"
 #: the same handler under the name of the stores (:func:`store`), so that programs say which
@@ -312,7 +318,7 @@ mlir.register_lowering(stored_p, _lower_identity)
 mlir.register_lowering(stored_p, _lower_store_cpu, platform="cpu")
 
 
-def store(*xs):
+def store(*xs: Array) -> tuple[Array, ...] | None:
     """The arrays ``xs``, unchanged, each computed into a buffer of its own under ``jax.vmap`` on
     the CPU (see the module docstring); ``None`` where the handler is unavailable or the
     switch is off, so that the caller can store them another way."""
@@ -338,7 +344,8 @@ check_p.multiple_results = True
 def _check_impl(*xs, message):
     # called eagerly (outside jit), the primitive runs as a compiled program of its own, so
     # that the check fails the same way as inside one; with jit disabled, in Python
-    if jax.config.jax_disable_jit:
+    # (a flag with a context manager: an attribute set at run time, unknown to type checkers)
+    if getattr(jax.config, "jax_disable_jit"):  # noqa: B009
         if np.any(np.asarray(xs[-1])):
             raise ValueError(message)
         return list(xs[:-1])
@@ -358,7 +365,7 @@ def explicit_split(xs, dims):
     for x, d in zip(xs, dims):
         sharding = getattr(jax.typeof(x), "sharding", None) if d is not None else None
         spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
-        if not spec or len(spec) <= d or spec[d] is None or mesh is None:
+        if d is None or not spec or len(spec) <= d or spec[d] is None or mesh is None:
             continue
         axes = (spec[d],) if isinstance(spec[d], str) else tuple(spec[d])
         types = dict(zip(mesh.axis_names, mesh.axis_types))

@@ -51,14 +51,14 @@ def supported() -> bool:
     """Whether this jaxlib compiles the fused program: written for and tested on jaxlib 0.10
     (older XLA:CPU has no ``xla_cpu_experimental_ynn_fusion_type`` option: "No such compile
     option"), with ``jax.experimental.xla_metadata``."""
-    import jaxlib
+    import jaxlib.version
 
     try:
         from jax.experimental import xla_metadata  # noqa: F401
     except ImportError:
         return False
     try:
-        major, minor = (int(x) for x in jaxlib.__version__.split(".")[:2])
+        major, minor = (int(x) for x in jaxlib.version.__version__.split(".")[:2])
     except ValueError:
         return False
     return (major, minor) >= (0, 10)
@@ -108,6 +108,7 @@ class FusedJit:
     def usable(self, dyn) -> bool:
         """Whether this call compiles the fused program (see the module)."""
         import jax
+        import jax.core
 
         from .. import config
 

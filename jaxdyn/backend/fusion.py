@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,10 @@ import numpy as np
 
 from . import ffi
 from .sharding import stack
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike
 
 #: pi / 2 to 120 digits, split below into parts whose products with the quadrant are exact
 _HALF_PI = Fraction(
@@ -89,7 +94,7 @@ def _sincos_poly_jvp(primals, tangents):
     return (s, c), (c * dx, -s * dx)
 
 
-def sincos(x):
+def sincos(x: ArrayLike) -> tuple[Array, Array]:
     """``(sin(x), cos(x))`` with one shared range reduction, as vectorisable arithmetic.
 
     XLA:CPU evaluates ``jnp.sin`` / ``jnp.cos`` element by element (in float64 about 4-8 times
@@ -104,10 +109,11 @@ def sincos(x):
     x = jnp.asarray(x)
     if np.dtype(x.dtype) not in _SINCOS:
         return jnp.sin(x), jnp.cos(x)
-    return store(*_sincos_poly(x))
+    s, c = store(*_sincos_poly(x))
+    return s, c
 
 
-def materialize(*xs):
+def materialize(*xs: Array) -> tuple[Array, ...]:
     """The arrays ``xs`` (one dtype), computed once into a buffer of their own.
 
     XLA fuses cheap elementwise producers into each of their consumers, and a fused kernel
@@ -163,7 +169,7 @@ def materialize(*xs):
     return tuple(out)
 
 
-def store(*xs, copy: bool = True):
+def store(*xs: Array, copy: bool = True) -> tuple[Array, ...]:
     """The arrays ``xs`` (one dtype), computed once into buffers of their own under
     ``jax.vmap`` on the CPU, like :func:`materialize` but without its copy: a call of a no-op
     XLA FFI handler whose results alias its operands (:mod:`jaxdyn.backend.ffi`), through

@@ -5,10 +5,15 @@ Elsewhere each function is the plain ``jnp`` one. Re-exported by :mod:`jaxdyn.sp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 
 from .ffi import EXPLICIT
+
+if TYPE_CHECKING:
+    from jax import Array
 
 
 def explicit_context() -> bool:
@@ -38,7 +43,7 @@ def on_mesh(x):
     return reshard(x, jax.sharding.PartitionSpec())
 
 
-def stack(arrays, axis: int = 0):
+def stack(arrays, axis: int = 0) -> Array:
     """``jnp.stack(arrays, axis)``, also under ``jax.vmap`` with the batch split over
     ``Explicit`` mesh axes. There JAX 0.10's ``stack`` primitive broadcasts an unbatched
     operand (a zero beside batched entries, as in :func:`skew`) without the batch's sharding
@@ -52,7 +57,7 @@ def stack(arrays, axis: int = 0):
     return jnp.concatenate([jnp.expand_dims(a, axis) for a in arrays], axis)
 
 
-def concatenate(arrays, axis: int = 0):
+def concatenate(arrays, axis: int = 0) -> Array:
     """``jnp.concatenate(arrays, axis)`` where some arrays may be constants made inside the
     traced function: under a mesh with ``Explicit`` axes they are replicated over it first
     (:func:`on_mesh`); elsewhere ``jnp.concatenate``."""

@@ -54,10 +54,10 @@ def without_fast_compile(flags: str) -> str:
 
 def fast_compile_supported() -> bool:
     """Whether this jaxlib is one of :data:`FAST_COMPILE_JAXLIB`."""
-    import jaxlib
+    import jaxlib.version
 
     try:
-        major, minor = (int(x) for x in jaxlib.__version__.split(".")[:2])
+        major, minor = (int(x) for x in jaxlib.version.__version__.split(".")[:2])
     except ValueError:
         return False
     return (major, minor) in FAST_COMPILE_JAXLIB

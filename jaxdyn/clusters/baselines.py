@@ -168,7 +168,7 @@ def lagrange_fd(
     return E @ (qdd - gv)
 
 
-def ee_jacobians(model: ClusterModel, ws, ees, dt):
+def ee_jacobians(model: ClusterModel, ws, ees, dt) -> Array:
     """Spanning-tree Jacobians ``(m, 6, nv_tree)`` of end effectors, in their frames."""
     t = model.tree.topo
     X = ee_transforms(model, ws, ees, dt)

@@ -95,15 +95,17 @@ def _caba_general(s):
     if s.fw is not None:
         bias = bias - s.fw[bo]
     ab = backward_articulated(model, ws, gks, dt, bias, tau)
+    u_all = ab.u
+    assert u_all is not None  # (given a bias, the backward pass returns u)
     a0 = kin.gravity_acceleration(model.tree, dt)
-    ydds = [None] * len(t.groups)
+    ydds: list = [None] * len(t.groups)
 
     def forward(lvl, _, a_prev, inp):
         parts = []
         a_out = tree.gather_parent(a_prev, lvl, a0)
         for g in lvl.groups:
             gk = gks[g.index]
-            U, Dinv, u = ab.U[g.index], ab.Dinv[g.index], ab.u[g.index]
+            U, Dinv, u = ab.U[g.index], ab.Dinv[g.index], u_all[g.index]
             ap = (a_out[g.b0 - lvl.b0 : g.b1 - lvl.b0].reshape(g.nc, g.nbc, 6) + gk.c).reshape(
                 g.nc, 6 * g.nbc
             )
@@ -185,7 +187,7 @@ def _caba_single_output(s, rotors=None):
     # of the bodies the next level hangs from (its receivers)
     a0 = kin.gravity_acceleration(model.tree, dt)
     nl = len(t.levels)
-    ydds = [None] * ng
+    ydds: list = [None] * ng
 
     def forward(lvl, _, prev, inp):
         li = lvl.groups[0].level

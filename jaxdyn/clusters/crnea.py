@@ -125,7 +125,7 @@ def _crnea_single_output(s, rotors=None):
     v_t, Ss, cs = fast_kinematics(model, s.gss, ws, dt)
     rterms = None if rotors is None else rotor_terms(rotors[0], rotors[1], ws, v_t, v, dt, a)
     a0 = kin.gravity_acceleration(model.tree, dt)
-    aouts = [None] * len(t.groups)
+    aouts: list = [None] * len(t.groups)
 
     def forward(lvl, _, prev, inp):
         parts = []
@@ -139,7 +139,7 @@ def _crnea_single_output(s, rotors=None):
 
     a_all = tree.forward_pass(t, forward, ())[1].flat()
     f = _forces(ws, bo, a_all, v_t[bo], s.fw)
-    taus = [None] * len(t.groups)
+    taus: list = [None] * len(t.groups)
 
     def backward(lvl, child, below, inp):
         li = lvl.groups[0].level

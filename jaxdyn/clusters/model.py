@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -75,6 +76,7 @@ from ..model.urdf import URDFRobot, parse_urdf
 from . import spec as S
 
 if TYPE_CHECKING:
+    from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
 
@@ -114,7 +116,7 @@ def _digest_update(h, x):
         h.update(b"R" + type(x).__name__.encode() + repr(x).encode())
 
 
-def digest(*xs) -> str:
+def digest(*xs: ArrayLike | None) -> str:
     """SHA-256 of the content of ``xs`` (see :class:`ClusterTopology`)."""
     h = hashlib.sha256()
     for x in xs:
@@ -141,7 +143,7 @@ class PointItem:
         return ("point", self.Lp, self.Ls, self.rows)
 
     @property
-    def r(self):
+    def r(self) -> int:
         return len(self.rows)
 
     @staticmethod
@@ -158,7 +160,7 @@ class PointItem:
             p = jnp.dot(XR[j], p) + Xp[j]
         return p
 
-    def data(self, tree, static, leaves, pre):
+    def data(self, tree: Model, static, leaves, pre):
         out = {}
         for side in ("p", "s"):
             b = static[pre + "body_" + side]  # (nc, L) spanning body indices
@@ -202,7 +204,7 @@ class LinItem:
     def key(self):
         return ("lin", self.nidx, self.r)
 
-    def data(self, tree, static, leaves, pre):
+    def data(self, tree: Model, static, leaves, pre):
         return {"idx": static[pre + "idx"], "K": leaves[pre + "K"], "k0": leaves[pre + "k0"]}
 
     def phi(self, qc, d):
@@ -224,10 +226,10 @@ class FnItem:
     def key(self):
         return ("fn", self.fn, self.nidx, self.r)
 
-    def data(self, tree, static, leaves, pre):
+    def data(self, tree: Model, static, leaves, pre):
         return {"idx": static[pre + "idx"]}
 
-    def phi(self, qc, d):
+    def phi(self, qc, d) -> Array:
         return jnp.asarray(self.fn(qc[d["idx"]]), qc.dtype).reshape(-1)
 
 
@@ -296,7 +298,7 @@ class Group(TreeGroup):
     items: tuple = ()  # ((template, prefix), ...) for implicit groups
 
     @property
-    def T(self):
+    def T(self) -> int:
         """Number of (cluster, body, body) inertia blocks."""
         return self.nc * self.nbc * self.nbc
 
@@ -479,7 +481,7 @@ class ClusterModel(eqx.Module):
         return "\n".join(lines)
 
 
-def require_cluster_model(fn: str, model, alternative: str | None = None) -> None:
+def require_cluster_model(fn: str, model: ClusterModel, alternative: str | None = None) -> None:
     """``TypeError`` unless ``model`` is a :class:`ClusterModel`; a plain
     :class:`jaxdyn.Model` gets the name of the tree function to use (``alternative``)."""
     if isinstance(model, ClusterModel):
@@ -777,10 +779,10 @@ def build_clusters(
     source,
     constraints=(),
     *,
-    floating_base=False,
+    floating_base: bool = False,
     gravity=(0.0, 0.0, -9.81),
     independent=None,
-    name=None,
+    name: str | None = None,
     strict=None,
 ) -> ClusterModel:
     """Compile a spanning tree and constraint specifications into a :class:`ClusterModel`

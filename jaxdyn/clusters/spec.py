@@ -97,7 +97,7 @@ class LinearConstraint:
     """
 
     joints: tuple
-    K: tuple
+    K: tuple | np.ndarray  # a tuple of rows once built
     k0: tuple | None = None
     dependent: tuple | None = None
     name: str | None = None
@@ -166,7 +166,7 @@ class ImplicitConstraint:
     joints: tuple
     phi: Callable
     independent: tuple
-    scale: tuple | None = None  # ((joint, s), ...)
+    scale: tuple | dict | None = None  # ((joint, s), ...) once built; or {joint: s}
     name: str | None = None
 
     def __post_init__(self):

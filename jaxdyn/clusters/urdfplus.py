@@ -207,7 +207,16 @@ def load_urdf_plus(
     return build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict)
 
 
-def build_plus(robot, source, constraints, floating_base, gravity, name, fold_rotors, strict):
+def build_plus(
+    robot,
+    source,
+    constraints,
+    floating_base: bool,
+    gravity: Sequence[float],
+    name: str | None,
+    fold_rotors: bool,
+    strict: bool | None,
+) -> ClusterModel:
     """The cluster model of a parsed URDF+ file (its extra tags read from ``source``)."""
     cons, independent = parse_extras(robot, _urdf.read_xml(source))
     return build(

@@ -62,7 +62,7 @@ def forward_accumulate_with_parent(topo, incr, root):
 PRODUCT_BLOCKS = 1
 
 
-def dof_blocks(topo, nblocks=None):
+def dof_blocks(topo, nblocks=None) -> list[int]:
     """Split the coordinates into at most ``nblocks`` contiguous runs of whole depth levels
     with about equal numbers of coordinates: boundaries ``[0, e_1, ..., nv]``.
 
@@ -146,7 +146,7 @@ def masked_products(topo, lower, uppers):
     return out
 
 
-def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
+def idsva_world(model: Model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     """RNEA and IDSVA on a world state.
 
     Reference: Singh, Russell & Wensing 2022, Algorithm 1 (forward pass, lines 1-11: ``v, a``,
@@ -211,7 +211,7 @@ def idsva_world(model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
     return tau, dtau_dq, dtau_dv, M
 
 
-def rnea_derivatives_world(model, ws, qd, qdd, f_ext=None):
+def rnea_derivatives_world(model: Model, ws, qd, qdd, f_ext: ArrayLike | None = None):
     """RNEA and IDSVA on a world state: ``(tau, dtau_dq, dtau_dv, M)``."""
     fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
     return idsva_world(model, ws, qd, qdd, fw)
@@ -227,7 +227,7 @@ def _prepare_id(fn, model, q, v, a, f_ext):
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
-def chunk_words(model, itemsize) -> int:
+def chunk_words(model: Model, itemsize) -> int:
     """The derivatives' chunk policy (``words=`` of ``rnea_derivatives`` and
     ``aba_derivatives``): four ``nv x nv`` partials per sample."""
     return 4 * model.nv * model.nv
@@ -264,7 +264,7 @@ def rnea_derivatives(
     return rnea_derivatives_world(model, ws, v, a, f_ext)[1:]
 
 
-def fext_tau_tangent(model, ws, df_ext):
+def fext_tau_tangent(model: Model, ws, df_ext) -> Array:
     """Directional derivative of ``rnea`` in the external forces: ``-sum_b J_b^T df_b``.
 
     Linear in ``df_ext (nb, 6)`` (body-frame forces); the placements come from ``ws``.

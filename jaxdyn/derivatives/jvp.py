@@ -92,7 +92,7 @@ def is_zero_tangent(t) -> bool:
     return t is None or isinstance(t, SymbolicZero)
 
 
-def configuration_tangent(model, q, dq):
+def configuration_tangent(model: Model, q: Array, dq) -> Array:
     """Map an ambient tangent ``dq (nq,)`` at ``q`` to the tangent space of
     :func:`jaxdyn.integrate` (``nv``): the ``δ`` with ``d/dε integrate(q, ε δ) = dq`` for every
     ``dq`` tangent to the unit-quaternion spheres.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -19,6 +20,9 @@ from ._runtime import (
     local_part,
     to_global,
 )
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
 
 # ----------------------------------------------------------------------------- checkpoints
 
@@ -173,7 +177,7 @@ def rollout(
 # ----------------------------------------------------------------------------- trajopt
 
 
-def solve_sharded(problems, xs=None, us=None, **options):
+def solve_sharded(problems, xs: ArrayLike | None = None, us: ArrayLike | None = None, **options):
     """:func:`jaxdyn.trajopt.solve_sharded` over every device of every process: every process
     passes the whole batch of problems (the same on each: :func:`assert_same`), each device
     solves its share, and every process gets the whole :class:`jaxdyn.trajopt.Result` back as

@@ -6,6 +6,7 @@ import hashlib
 import inspect
 import os
 import re
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -73,7 +74,7 @@ def initialize(
             "initialize: call it before anything runs on a device (JAX's backends have started "
             f"and their settings can no longer change): {e}"
         ) from None
-    kwargs = {"initialization_timeout": initialization_timeout}
+    kwargs: dict[str, Any] = {"initialization_timeout": initialization_timeout}
     # heartbeat_timeout_seconds: JAX >= 0.7 (JAX 0.6's heartbeat is fixed)
     if "heartbeat_timeout_seconds" in inspect.signature(jax.distributed.initialize).parameters:
         kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_seconds

@@ -295,6 +295,7 @@ def _check_scene(scene, source) -> float:
             f"{', '.join(ARM_JOINTS)}, a free body 'cube' (free joint and box geom of that name) "
             f"and a site 'tip'; it has joints {joints} and colliding geoms {geoms}"
         )
+    assert side is not None  # (else named missing above)
     return side
 
 

@@ -9,8 +9,13 @@ smoothly outside it), written with ``jax.numpy`` as MuJoCo Playground's port
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    from jax import Array
 
 __all__ = ["SIGMOIDS", "tolerance"]
 
@@ -71,7 +76,7 @@ def tolerance(
     margin: float = 0.0,
     sigmoid: str = "gaussian",
     value_at_margin: float = 0.1,
-):
+) -> Array:
     """1 where ``bounds[0] <= x <= bounds[1]``; outside, with ``margin > 0``,
     ``sigmoid(d / margin)`` of the distance ``d`` to the nearest bound (``value_at_margin`` at
     ``d = margin``), with ``margin = 0`` zero. Elementwise on ``x``; ``bounds``, ``margin``,

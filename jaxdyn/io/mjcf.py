@@ -144,7 +144,8 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -167,6 +168,15 @@ from ..model.build import (
     too_big,
 )
 from ..model.model import Model, make_topology
+
+if TYPE_CHECKING:
+    import mujoco
+
+    from ..clusters.model import ClusterModel
+    from ..interop.mujoco import Converter
+    from ..sim.actuators import PD, JointLimits, Torque
+    from ..sim.contact import Compliant, Constraint
+    from ..sim.core import SimConfig
 
 __all__ = [
     "Actuator",
@@ -332,13 +342,13 @@ class MJCFModel(NamedTuple):
     spatial_tendons: object = None
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
-    def converter(self):
+    def converter(self) -> Converter:
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
         from ..interop.mujoco import Converter
 
         return Converter(self.model, self.mj_model)
 
-    def mujoco_limits(self, smoothing: float = 1e-5):
+    def mujoco_limits(self, smoothing: float = 1e-5) -> JointLimits:
         """MuJoCo's joint-limit constraint as a :class:`jaxdyn.sim.JointLimits` per coordinate
         (for :meth:`sim_config`'s ``limits=``): a limit violated by ``r`` with ``solreflimit
         = (timeconst, dampratio)`` makes MuJoCo's constrained acceleration ``d aref + (1 - d)
@@ -393,7 +403,7 @@ class MJCFModel(NamedTuple):
             one_sided=True,
         )
 
-    def sim_actuator(self):
+    def sim_actuator(self) -> Torque | PD:
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
         MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per
         coordinate), :class:`jaxdyn.sim.PD` when all are position servos with ``gear = 1``.
@@ -434,7 +444,13 @@ class MJCFModel(NamedTuple):
             "all motors or all gear-1 position servos do"
         )
 
-    def sim_config(self, contact=None, *, ignore=(), **overrides):
+    def sim_config(
+        self,
+        contact: Compliant | Constraint | None = None,
+        *,
+        ignore: str | Iterable[str] = (),
+        **overrides: Any,
+    ) -> SimConfig:
         """The :class:`jaxdyn.sim.SimConfig` that steps the scene as MuJoCo does:
         ``dt = opt.timestep``, ``integrator`` from ``opt.integrator`` (``Euler``:
         ``"implicit_damping"``, or ``"euler"`` with ``eulerdamp`` off or no damping;
@@ -966,9 +982,9 @@ def _self_contained(source, assets):
 
 # ------------------------------------------------------------------------------- loading
 def load_mjcf(
-    source,
+    source: str | os.PathLike | mujoco.MjSpec | mujoco.MjModel,
     *,
-    ignore=(),
+    ignore: str | Iterable[str] = (),
     assets: dict | None = None,
     trusted: bool = False,
 ) -> MJCFModel:
@@ -2356,7 +2372,7 @@ def _root_tag(source) -> str:
     raise ValueError(f"load: {_source_label(source)}: empty file")  # pragma: no cover
 
 
-def load(source, **kwargs):
+def load(source: str | os.PathLike, **kwargs: Any) -> Model | ClusterModel:
     """Load a robot file, dispatching on its root element.
 
     ``<robot>``: URDF or URDF+ (:func:`jaxdyn.load_urdf`: a :class:`jaxdyn.Model`, or a

@@ -8,22 +8,53 @@ DTDs / entities) and compiled by the model layer that fits it: the spanning tree
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, overload
+
 from ..clusters.model import check_floating_joints
 from ..clusters.urdfplus import build_plus
 from ..model.build import build_model
 from ..model.urdf import parse_urdf
 
+if TYPE_CHECKING:
+    from ..clusters.model import ClusterModel
+    from ..model.model import Model
+
 __all__ = ["load_urdf"]
 
 
+@overload
 def load_urdf(
-    source,
+    source: str | os.PathLike,
+    floating_base: bool = ...,
+    gravity: Sequence[float] = ...,
+    *,
+    clusters: Literal[False],
+    fold_rotors: bool = ...,
+    strict: bool | None = ...,
+) -> Model: ...
+
+
+@overload
+def load_urdf(
+    source: str | os.PathLike,
+    floating_base: bool = ...,
+    gravity: Sequence[float] = ...,
+    clusters: bool | None = ...,
+    fold_rotors: bool = ...,
+    strict: bool | None = ...,
+) -> Model | ClusterModel: ...
+
+
+def load_urdf(
+    source: str | os.PathLike,
     floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
+    gravity: Sequence[float] = (0.0, 0.0, -9.81),
     clusters: bool | None = None,
     fold_rotors: bool = True,
     strict: bool | None = None,
-):
+) -> Model | ClusterModel:
     """Load a URDF or URDF+ file (path) or XML text: ``jaxdyn.load_urdf``.
 
     **Arguments:**

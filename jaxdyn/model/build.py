@@ -8,6 +8,7 @@ Pinocchio); otherwise the root link is the world.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -191,7 +192,7 @@ def model_params(
 def build_model(
     robot: URDFRobot,
     floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
+    gravity: Sequence[float] = (0.0, 0.0, -9.81),
     strict: bool | None = None,
 ) -> Model:
     """Compile a parsed :class:`URDFRobot` (see :func:`jaxdyn.load_urdf`)."""

@@ -13,13 +13,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ class Group:
     v1: int
 
     @property
-    def n(self):
+    def n(self) -> int:
         return self.b1 - self.b0
 
 
@@ -49,7 +55,7 @@ class Level:
     groups: tuple
 
     @property
-    def n(self):
+    def n(self) -> int:
         return self.b1 - self.b0
 
 
@@ -223,7 +229,7 @@ class Model(eqx.Module):
                 f"{self.name}: no joint named {name!r}; joints are {list(self.joint_names)}"
             ) from None
 
-    def frame_index(self, frame) -> int:
+    def frame_index(self, frame: str | int) -> int:
         """Index of a frame given by name or index (link and joint names are frames)."""
         if isinstance(frame, (bool, np.bool_)) or not isinstance(frame, (str, int, np.integer)):
             raise TypeError(
@@ -259,20 +265,20 @@ class Model(eqx.Module):
             )
         return int(joint)
 
-    def q_slice(self, joint) -> slice:
+    def q_slice(self, joint: str | int) -> slice:
         """The slice of ``q`` of a joint (name, or index into ``joint_names``)."""
         j = self._joint("q_slice", joint)
         return slice(int(self.topo.q_start[j]), int(self.topo.q_start[j] + self.topo.nq_j[j]))
 
-    def v_slice(self, joint) -> slice:
+    def v_slice(self, joint: str | int) -> slice:
         """The slice of ``v`` of a joint (name, or index into ``joint_names``)."""
         j = self._joint("v_slice", joint)
         return slice(int(self.topo.v_start[j]), int(self.topo.v_start[j] + self.topo.nv_j[j]))
 
-    def total_mass(self):
+    def total_mass(self) -> Array:
         return jnp.sum(self.mass)
 
-    def astype(self, dtype) -> Model:
+    def astype(self, dtype: DTypeLike) -> Model:
         """The same model with every parameter leaf cast to ``dtype`` (an explicit choice of
         precision: clears ``x32_load``)."""
         out = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), self)
@@ -280,7 +286,7 @@ class Model(eqx.Module):
             out = dataclasses.replace(out, x32_load=False)
         return out
 
-    def with_armature(self, armature) -> Model:
+    def with_armature(self, armature: ArrayLike) -> Model:
         """The same model with ``armature`` (a scalar for every coordinate, or ``(nv,)``, in
         ``v`` order: ``model.v_slice(name)``) added to the diagonal of the mass matrix; ``None``
         removes it. Armature must be finite and ``>= 0`` (checked when concrete).
@@ -355,7 +361,7 @@ class Model(eqx.Module):
 
 
 def make_topology(
-    name,
+    name: str,
     parent,
     kind,
     joint_names,
@@ -365,7 +371,7 @@ def make_topology(
     floating_base,
     root_name,
     urdf_robot=None,
-):
+) -> Topology:
     """Derive every static index structure from the parent array of depth-sorted bodies."""
     parent = np.asarray(parent, dtype=np.int64)
     kind = np.asarray(kind, dtype=np.int64)

@@ -28,6 +28,7 @@ here too.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,11 @@ import numpy as np
 
 from .. import joints
 from ..backend import fusion
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from jax import Array
 
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
 #: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
@@ -145,7 +151,7 @@ class LevelSeq:
                 return jax.tree_util.tree_map(lambda x: x[li - la], t)
         raise IndexError(f"level {li} out of range")
 
-    def field(self, i):
+    def field(self, i) -> LevelSeq:
         """The per-level ``i``-th component of tuple-valued levels."""
         return LevelSeq(
             self.nl,
@@ -210,7 +216,15 @@ def _take(topo, spec, la, lb, stacked):
     return y.reshape((lb - la, (b - a) // (lb - la)) + y.shape[1:]) if stacked else y
 
 
-def walk(levels, segs, step, take, carry=None, reverse=False, last_single=False):
+def walk(
+    levels: Sequence,
+    segs: Sequence[tuple[int, int]],
+    step: Callable[[int, Any, Any], tuple[Any, Any]],
+    take: Callable[[int, int, bool], Any],
+    carry: Any = None,
+    reverse: bool = False,
+    last_single: bool = False,
+) -> tuple[Any, LevelSeq]:
     """The level engine: ``carry, out = step(li, carry, x)`` for every level, root to leaves
     (or leaves to root with ``reverse``); every level pass of jaxdyn runs through it.
 
@@ -256,7 +270,7 @@ def walk(levels, segs, step, take, carry=None, reverse=False, last_single=False)
     return carry, out
 
 
-def static_key(x):
+def static_key(x: object) -> object:
     """A hashable, comparable key of a static per-level value (numbers, strings, ``None``,
     numpy arrays, and tuples / lists / dicts of them), for :func:`run_partition`."""
     if isinstance(x, np.ndarray):
@@ -328,11 +342,11 @@ def _pieces(idx: tuple, n_parent: int, by_parent: bool):
     cover the children in their order (for gathers; ``k >= 1``); ``True``: the parents in
     theirs (for sums; ``k = 0`` for a childless run), or ``None`` when some parent's children
     are not contiguous."""
-    idx = np.asarray(idx, np.int64)
+    ix = np.asarray(idx, np.int64)
     if by_parent:
         runs = []
         for p in range(n_parent):
-            kids = np.nonzero(idx == p)[0]
+            kids = np.nonzero(ix == p)[0]
             k = len(kids)
             if k and kids[-1] - kids[0] != k - 1:
                 return None
@@ -344,9 +358,9 @@ def _pieces(idx: tuple, n_parent: int, by_parent: bool):
                 runs.append((p, 1, c0, k))
         return tuple(runs)
     runs, c = [], 0
-    while c < len(idx):
-        p, k = int(idx[c]), 1
-        while c + k < len(idx) and idx[c + k] == p:
+    while c < len(ix):
+        p, k = int(ix[c]), 1
+        while c + k < len(ix) and ix[c + k] == p:
             k += 1
         last = runs[-1] if runs else None
         if last and last[3] == k and last[0] + last[1] == p and last[2] + last[1] * k == c:
@@ -364,7 +378,7 @@ def _slice_plan(idx, n_parent: int, by_parent: bool):
     return pieces if pieces is not None and len(pieces) <= max(8, len(idx) // 2) else None
 
 
-def gather_parent(prev, level, root):
+def gather_parent(prev, level, root) -> Array:
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
 
     Bodies are sorted by joint kind, then parent, inside a level (``jaxdyn.model.model``), so
@@ -400,7 +414,7 @@ def _sum_strided(x, c0, m, k):
     return out
 
 
-def sum_rows(x):
+def sum_rows(x) -> Array:
     """``jnp.sum(x, 0)`` as the slice adds of :func:`_sum_strided` (as the parent sums use),
     which XLA fuses into the producers; a reduce over the bodies axis could become a YNNPACK
     reduction kernel of its own, twice as slow (talos_full ``center_of_mass`` under
@@ -410,7 +424,7 @@ def sum_rows(x):
     return _sum_strided(x, 0, 1, x.shape[0])[0]
 
 
-def sum_into_parents(x, level, n_parent):
+def sum_into_parents(x, level, n_parent: int) -> Array:
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
     Inside a level bodies are sorted by joint kind, then parent (``jaxdyn.model.model``), so
@@ -453,7 +467,7 @@ def sum_into_parents(x, level, n_parent):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def sum_into_parents_gathered(below, child_level, n_parent):
+def sum_into_parents_gathered(below, child_level, n_parent: int) -> Array | None:
     """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
     parents, for parent maps whose children are not contiguous (cluster views): a sum of
     static gathers (child slot ``k`` of every parent, a zero row where a parent has fewer
@@ -524,7 +538,7 @@ def kind_runs(topo):
     return runs
 
 
-def dofs_to_bodies(topo, x):
+def dofs_to_bodies(topo, x) -> Array:
     """Sum per-coordinate rows ``x (nv, ...)`` into their bodies, ``(nb, ...)``."""
     parts = []
     for kind, b0, b1, v0, v1 in kind_runs(topo):
@@ -534,7 +548,7 @@ def dofs_to_bodies(topo, x):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def bodies_to_dofs(topo, x, axis: int = 0):
+def bodies_to_dofs(topo, x, axis: int = 0) -> Array:
     """Repeat per-body entries of ``x`` along ``axis`` (``nb`` long) for each of the body's
     coordinates (``nv`` long): rows ``(nb, ...) -> (nv, ...)`` by default, component rows
     ``(..., nb) -> (..., nv)`` with ``axis=-1``."""

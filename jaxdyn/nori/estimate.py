@@ -26,6 +26,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np

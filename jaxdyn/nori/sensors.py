@@ -104,8 +104,9 @@ class _Spec:
 
     @property
     def label(self) -> str:
-        if getattr(self, "name", None):
-            return self.name
+        name = getattr(self, "name", None)
+        if name:
+            return name
         args = ", ".join(
             f"{k}={getattr(self, k)!r}"
             for k in self._label_fields

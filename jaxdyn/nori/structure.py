@@ -76,7 +76,7 @@ class RowGroup:
             tuple((v, c if c in ("I", "-I") else "D") for v, c in self.terms),
         )
 
-    def coef(self, var):
+    def coef(self, var: int):
         for v, c in self.terms:
             if v == var:
                 return c
@@ -94,7 +94,7 @@ class NLevel:
     groups: tuple
 
     @property
-    def n(self):
+    def n(self) -> int:
         return self.b1 - self.b0
 
 
@@ -178,7 +178,7 @@ class NoriSystem:
         return out
 
 
-def var_size(var, n):
+def var_size(var: int, n):
     return n if var in (TAU, QDD) else 6
 
 
@@ -277,7 +277,7 @@ def spec_rows(model, spec, si):
     raise ValueError(f"nori.build: unknown quantity {spec!r}")  # pragma: no cover
 
 
-def dynamics_rows(t, b, armature):
+def dynamics_rows(t, b: int, armature) -> list[RowGroup]:
     """The three Newton-Euler row groups of body ``b`` (eq. 3)."""
     kind = int(t.kind[b])
     n = int(t.nv_j[b])
@@ -306,7 +306,7 @@ def _check_specs(what, specs):
     return specs
 
 
-def make_system(model, known=(), sensors=(), name=None):
+def make_system(model, known=(), sensors=(), name=None) -> NoriSystem:
     """Rows, peeling, signatures, level plan and local pivot plans (no numerical checks)."""
     known = _check_specs("known", known)
     sensors = _check_specs("sensors", sensors)

@@ -10,11 +10,16 @@ Nori's levels; per-level results are kept in a :class:`jaxdyn.model.tree.LevelSe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
 from ..model import tree
 from .structure import segments
+
+if TYPE_CHECKING:
+    from jax import Array
 
 
 def group_bodies(system, li, gi):
@@ -85,7 +90,7 @@ def inward(system, step, gather, level_in=None, carry=None):
     )
 
 
-def collect(system, seq, fn, per_dof=False):
+def collect(system, seq, fn, per_dof=False) -> Array:
     """Gather a per-body output of every group into one array in jaxdyn order.
 
     ``fn(group_output)`` returns ``(G, ...)`` per group (``(L, G, ...)`` inside runs).

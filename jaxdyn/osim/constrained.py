@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,6 +32,7 @@ from .delassus import check_method, delassus_world
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from jax import Array
     from jax.typing import ArrayLike
 
     from ..constraints import Connect, Weld
@@ -74,14 +76,14 @@ def _nonneg(fn, name, x):
     )
 
 
-def link_forces(model, lay, K, lam):
+def link_forces(model: Model, lay, K, lam):
     """World-origin spatial forces ``(nb, 6)`` of the constraint forces ``K^T λ`` per body."""
     P = np.zeros((model.nb, lay.m))
     P[lay.row_body, np.arange(lay.m)] = 1.0
     return jnp.asarray(P, K.dtype) @ (K * lam[:, None])
 
 
-def row_accelerations(model, ws, lay, K, qdd):
+def row_accelerations(model: Model, ws, lay, K, qdd) -> Array:
     """``J qdd`` from the rows: ``k_r · sum_{j in support(body r)} S_j qdd_j``."""
     t = model.topo
     aq = tree.forward_accumulate(

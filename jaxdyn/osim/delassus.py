@@ -47,12 +47,12 @@ if TYPE_CHECKING:
 METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 
 
-def check_method(fn, method):
+def check_method(fn, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
 
 
-def delassus_dense(model, ws, K, lay):
+def delassus_dense(model: Model, ws, K, lay) -> Array:
     M = crba_world(model, ws)
     J = cons.jacobian_from_rows(model, ws, lay, K)
     L = jnp.linalg.cholesky(M)
@@ -60,7 +60,7 @@ def delassus_dense(model, ws, K, lay):
     return Z.T @ Z
 
 
-def delassus_world(model, ws, lay, K, method="pv_osimr", inertias=None):
+def delassus_world(model: Model, ws, lay, K, method: str = "pv_osimr", inertias=None) -> Array:
     """Delassus matrix from a world state and the constraint rows ``K`` (internal entry); the
     plans are keyed by the layout's descriptions (their geometry, without targets)."""
     topo, constraints = model.topo, lay.constraints

@@ -20,6 +20,8 @@ World coordinates: ``P_i = 1 - U_i D_i^-1 S_i``, ``P_i^T y = y - S_i^T D_i^-1 U_
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,8 +29,11 @@ from ..model import tree
 from ..spatial import mv
 from .rows import gather_rows, level_joint_data
 
+if TYPE_CHECKING:
+    from jax import Array
 
-def delassus_efpa(model, ws, inertias, K, rp):
+
+def delassus_efpa(model, ws, inertias, K, rp) -> Array:
     """Delassus matrix (constraint order); see :func:`jaxdyn.osim.pv_osim.delassus_pv_osim`."""
     t = model.topo
     nl = len(rp.levels)

@@ -18,10 +18,15 @@ which the Delassus algorithms do not need.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from .. import spatial
 from ..algorithms.aba import articulated_pass
+
+if TYPE_CHECKING:
+    from jax import Array
 
 _IU, _JU = spatial.TRIU_SYMMETRIC
 #: ``PACK[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in the packed vector
@@ -30,7 +35,7 @@ pack = spatial.pack_symmetric
 unpack = spatial.unpack_symmetric
 
 
-def world_inertias_packed(ws):
+def world_inertias_packed(ws) -> Array:
     """Packed world-origin spatial inertias ``[[Ibar, [h]x], [[h]x^T, m 1]]``, ``(nb, 21)``."""
     m, c, Ic = ws.mass, ws.c, ws.Ic
     x, y, z = spatial.unstack(c)

@@ -23,6 +23,7 @@ scatter-add into the compressed rows: they stay short Python loops here.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +31,9 @@ import numpy as np
 from .. import constraints as cons
 from ..algorithms.crba import crba_world
 from .structure import structure as get_structure
+
+if TYPE_CHECKING:
+    from jax import Array
 
 
 def dof_tree(topo):
@@ -80,11 +84,11 @@ def ltl_plan(topo, constraints) -> LTLPlan:
     return LTLPlan(topo, constraints)
 
 
-def ltl_factor(M, lp: LTLPlan):
+def ltl_factor(M: Array, lp: LTLPlan) -> list[tuple[Array, Array]]:
     """Sparse ``M = L^T L``: per coordinate depth ``d``, ``(diag (n_d,), rows (n_d, d))`` with
     ``rows[:, j] = L[k, anc_j(k)]`` (RBDA Table 6.3, all coordinates of one depth at once)."""
     A = jnp.where(jnp.asarray(lp.mask), M[np.arange(M.shape[0])[:, None], lp.anc], 0)
-    out = [None] * lp.D
+    out: list = [None] * lp.D
     for d in range(lp.D - 1, -1, -1):
         a = A[lp.K[d]]
         diag = jnp.sqrt(a[:, d])
@@ -101,7 +105,7 @@ def ltl_factor(M, lp: LTLPlan):
     return out
 
 
-def delassus_ltl(model, ws, K, lay, lp: LTLPlan):
+def delassus_ltl(model, ws, K, lay, lp: LTLPlan) -> Array:
     """``Λ^-1 = Y Y^T`` with ``Y = J L^-1`` (PV-OSIMr paper, eqs. 4-6)."""
     M = crba_world(model, ws)
     J = cons.jacobian_from_rows(model, ws, lay, K)

@@ -19,11 +19,16 @@ per-level row plans as its static values.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from ..model import tree
 from ..spatial import mv
 from .rows import gather_rows, level_joint_data
+
+if TYPE_CHECKING:
+    from jax import Array
 
 
 def _outer(Y, X):
@@ -34,7 +39,7 @@ def _outer(Y, X):
     return out
 
 
-def delassus_pv_osim(model, ws, inertias, K, rp):
+def delassus_pv_osim(model, ws, inertias, K, rp) -> Array:
     """Delassus matrix (constraint order) from a world state, articulated inertias and the
     constraint rows ``K (m, 6)``; ``rp`` is the :class:`~jaxdyn.osim.rows.RowPlan`."""
     m = rp.m

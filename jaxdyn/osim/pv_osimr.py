@@ -65,6 +65,7 @@ The rows ``k_r`` of the constraints act on world-origin spatial accelerations
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -73,6 +74,9 @@ from .. import joints
 from ..model import tree
 from ..spatial import mm, mv
 from .structure import structure as get_structure
+
+if TYPE_CHECKING:
+    from jax import Array
 
 #: above this many rows the assembly gathers the m (m + 1) / 2 pairs of eq. (17) instead of
 #: forming a dense Gram block per N-depth (O(m^2 T) flops)
@@ -328,7 +332,7 @@ def _cat(xs):
     return xs[0] if len(xs) == 1 else jnp.concatenate(xs, 0)
 
 
-def delassus_pv_osimr(model, ws, inertias, K, pl: Plan):
+def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
     """Delassus matrix from a world state, articulated inertias and constraint rows ``K``.
 
     ``inertias`` is :func:`jaxdyn.algorithms.aba.articulated_inertias`' result; ``K (m, 6)``

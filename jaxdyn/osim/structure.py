@@ -95,7 +95,7 @@ class Structure:
                 return b
         return -1
 
-    def chain(self, b):
+    def chain(self, b) -> list[int]:
         """Node chain of end effector ``b``: ``b``, ``Nanc(b)``, ``Nanc(Nanc(b))``, ..."""
         out = [int(b)]
         a = self.nanc[b]

@@ -19,12 +19,15 @@ import os
 import site
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from ..clusters.model import ClusterModel
+    from ..model.model import Model
 
 __all__ = [
     "BUNDLED",
@@ -252,11 +255,27 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[Path, bool]:
     )
 
 
+@overload
+def load(
+    name_or_path: str | os.PathLike, floating_base: bool | None = ..., *, strict: bool
+) -> Model: ...
+
+
+@overload
+def load(name_or_path: str | os.PathLike, floating_base: bool | None, strict: bool) -> Model: ...
+
+
+@overload
+def load(
+    name_or_path: str | os.PathLike, floating_base: bool | None = ..., strict: None = ...
+) -> Model | ClusterModel: ...
+
+
 def load(
     name_or_path: str | os.PathLike,
     floating_base: bool | None = None,
     strict: bool | None = None,
-):
+) -> Model | ClusterModel:
     """Resolve ``name_or_path`` and parse it with :func:`jaxdyn.load_urdf`.
 
     ``floating_base=None`` uses the robot's default (see :func:`resolve`). ``strict`` (``True``:
@@ -338,7 +357,8 @@ def _random_axis(rng: np.random.Generator) -> tuple[float, float, float]:
         return _ALIGNED_AXES[int(rng.integers(len(_ALIGNED_AXES)))]
     a = rng.normal(size=3)
     a /= np.linalg.norm(a)
-    return tuple(float(x) for x in a)
+    x, y, z = (float(c) for c in a)
+    return (x, y, z)
 
 
 def _inertial_xml(rng: np.random.Generator, *, com_scale: float = 0.3) -> str:

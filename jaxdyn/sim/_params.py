@@ -8,6 +8,7 @@ stiffness is not reported as a diverged integration."""
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

@@ -12,13 +12,20 @@ damper ``k_l pen - c_l v`` outside ``[lower, upper]`` (:class:`JointLimits`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
 from . import _params, _scatter
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "DYNTYPES",
@@ -154,7 +161,7 @@ class JointLimits(eqx.Module):
                     "a number or (nv,) (one per velocity coordinate)"
                 )
 
-    def per_coordinate(self, name: str, nv: int, idx, dtype):
+    def per_coordinate(self, name: str, nv: int, idx: ArrayLike, dtype: DTypeLike) -> Array:
         """``stiffness`` or ``damping`` at the velocity coordinates ``idx`` of a model with
         ``nv`` of them."""
         value = jnp.asarray(getattr(self, name), dtype)

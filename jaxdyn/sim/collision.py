@@ -529,7 +529,7 @@ class Hull(NamedTuple):
     edge_faces: jax.Array
 
 
-def hull_from_points(points, tol=1e-9):
+def hull_from_points(points, tol=1e-9) -> Hull:
     """The convex hull of ``points`` (N, 3) as a :class:`Hull`, coplanar facets merged into
     polygons (scipy's Qhull; a box mesh gives 6 quadrilaterals, not 12 triangles). Static numpy
     arrays: the topology is fixed at compile time."""
@@ -582,7 +582,7 @@ def hull_from_points(points, tol=1e-9):
 _UNIT_BOX = hull_from_points(_BOX_SIGNS)
 
 
-def box_hull(size):
+def box_hull(size) -> Hull:
     """The box of half-sizes ``size`` (3,) as a :class:`Hull` (vertices scale with ``size``,
     differentiably)."""
     size = jnp.asarray(size)
@@ -878,7 +878,7 @@ _UNIT_CYLINDER = _unit_cylinder(CYLINDER_SIDES)
 _UNIT_SPHERE = hull_from_points(_unit_sphere_points())
 
 
-def cylinder_hull(size, sides=None):
+def cylinder_hull(size, sides=None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
     a :class:`Hull` scaled differentiably by ``size``."""
     size = jnp.asarray(size)
@@ -887,7 +887,7 @@ def cylinder_hull(size, sides=None):
     return u._replace(vertices=jnp.asarray(u.vertices, size.dtype) * scale)
 
 
-def ellipsoid_hull(size):
+def ellipsoid_hull(size) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
     recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid."""
@@ -972,7 +972,7 @@ class HField:
         return f"HField(shape={np.shape(self.heights)}, window={self.window})"
 
 
-def hfield(heights, size, reach):
+def hfield(heights, size, reach) -> HField:
     """An :class:`HField` of ``heights`` (nrow, ncol) in metres and MuJoCo's ``size`` (4,)
     whose pairs see every cell within ``reach`` (metres, static) of the other geom's centre."""
     h = np.asarray(heights, float)
@@ -1047,7 +1047,7 @@ def hfield_prisms(hf, centre):
     return jnp.concatenate([base, tri], 1)
 
 
-def hfield_prism_contacts(t2, hf, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def hfield_prism_contacts(t2, hf, pos1, mat1, size2, pos2, mat2, margin=0.0) -> Contact:
     """Contacts ``(prisms, k)`` of geom 2 (``t2``: sphere, capsule, ellipsoid, cylinder, box or
     mesh) with every prism of the window of the heightfield ``hf`` (at ``pos1``, ``mat1``),
     normals from the heightfield to geom 2: a sphere the exact closest point of each prism
@@ -1201,7 +1201,7 @@ def _type_name(t, what):
     )
 
 
-def collide(type1, type2, size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide(type1, type2, size1, pos1, mat1, size2, pos2, mat2, margin=0.0) -> Contact:
     """Contacts between geom 1 of ``type1`` and geom 2 of ``type2`` (static: names or MuJoCo
     ``mjtGeom`` numbers) with the pair function of :data:`PAIRS`; returns :data:`NCON` slots.
 

@@ -51,6 +51,7 @@ taken through the iterations but by implicit differentiation of the fixed point:
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -61,6 +62,10 @@ from .. import _linalg as linalg
 from .. import spatial
 from . import _params, _scatter
 from .collision import NO_CONTACT
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import DTypeLike
 
 __all__ = [
     "Compliant",
@@ -94,7 +99,7 @@ class ContactFrames(eqx.Module):
     other: tuple = eqx.field(static=True, default=())
     solref: jnp.ndarray | None = None
 
-    def split_velocity(self):
+    def split_velocity(self) -> tuple[Array, Array]:
         vn = jnp.sum(self.velocity * self.normal, -1)
         return vn, self.velocity - vn[:, None] * self.normal
 
@@ -241,7 +246,9 @@ class Compliant(eqx.Module):
     def __check_init__(self):
         _params.check_module(self)
 
-    def gains(self, model, dtype, body=None, other=None, solref=None):
+    def gains(
+        self, model, dtype: DTypeLike, body=None, other=None, solref=None
+    ) -> tuple[Array, Array]:
         """Stiffness and damping: scalars for the model's total mass (``body=None``), or one per
         contact ``(nc,)`` for contacts on the bodies ``body`` (static ints), each against
         ``other`` (static ints, ``-1`` the world; ``None``: all against the world), with the
@@ -419,7 +426,7 @@ def tangent_basis(n):
     return t1, spatial.cross(n, t1)
 
 
-def project_cone(lam, mu):
+def project_cone(lam, mu) -> Array:
     """Euclidean projection of ``lam (..., 3) = [lam_n, lam_t1, lam_t2]`` onto the second-order
     cone ``|lam_t| <= mu lam_n``."""
     ln, lt = lam[..., 0], lam[..., 1:]
@@ -589,6 +596,8 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     S = ws.S  # (nv, 6) at the world-state origin
     lin = S[None, :, 3:] + spatial.cross(S[None, :, :3], point[:, None, :])  # (nc, nv, 3)
     if body is not None:
+        if other is None:
+            raise ValueError("point_jacobian: body and other are given together")
         sj = jnp.asarray(supp, lin.dtype)
         w = sj[body] - jnp.where((other >= 0)[:, None], sj[jnp.maximum(other, 0)], 0.0)
         return jnp.swapaxes(w[..., None] * lin, 1, 2)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

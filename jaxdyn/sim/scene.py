@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from ..model.compose import BodyPart, ModelPart, compose
 from ..model.model import Model
 from . import collision
 from .geoms import Geoms, Static, urdf_geoms
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
 
 __all__ = [
     "FreeBox",
@@ -765,7 +769,7 @@ class Scene:
             )
 
     # ------------------------------------------------------------------ public
-    def penetrations(self, q=None, near=None) -> dict:
+    def penetrations(self, q: ArrayLike | None = None, near=None) -> dict:
         """``{(geom 1, geom 2): depth}`` of every pair that may touch (the ground's
         primitives included) at ``q`` (default :attr:`q0`): ``depth > 0`` an
         interpenetration, ``< 0`` the gap. Numpy (:func:`penetration` of the shapes' support
@@ -817,7 +821,7 @@ class Scene:
             out.append((g.name, frame, g.type, tuple(g.size), R, p, verts))
         return tuple(out)
 
-    def state(self, q=None, v=None):
+    def state(self, q: ArrayLike | None = None, v: ArrayLike | None = None):
         """A :class:`~jaxdyn.sim.core.State` at ``q`` / ``v`` (default :attr:`q0` /
         :attr:`v0`); batched (``(B, nq)``, ``(B, nv)``, either broadcast against the other)
         for ``jax.vmap``, with a time ``t`` of the batch's shape."""

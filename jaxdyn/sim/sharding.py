@@ -40,7 +40,7 @@ def batch_mesh(devices=None) -> Mesh:
 
 def _batch_spec(mesh: Mesh) -> P:
     names = tuple(mesh.axis_names)
-    return P(names if len(names) > 1 else names[0])
+    return P(names) if len(names) > 1 else P(*names)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

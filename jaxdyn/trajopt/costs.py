@@ -19,6 +19,8 @@ Running costs are multiplied by ``dt`` in the solvers (Crocoddyl's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -28,6 +30,11 @@ from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.energy import center_of_mass
 from . import lie
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from ..model.model import Model
 
 __all__ = [
     "CenterOfMass",
@@ -56,7 +63,7 @@ class StateRegularization(eqx.Module):
 
     reference: jax.Array
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         return lie.state_difference(model, self.reference, x)
 
 
@@ -65,7 +72,7 @@ class ControlRegularization(eqx.Module):
 
     reference: jax.Array
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         if u is None:
             raise ValueError("ControlRegularization: a terminal cost has no control")
         return u - self.reference
@@ -77,7 +84,7 @@ class FrameTranslation(eqx.Module):
     frame: str = eqx.field(static=True)
     reference: jax.Array
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         _, p = _frame_pose(model, x[: model.nq], self.frame)
         return p - self.reference
 
@@ -91,7 +98,7 @@ class FramePlacement(eqx.Module):
     rotation: jax.Array
     translation: jax.Array
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         R, p = _frame_pose(model, x[: model.nq], self.frame)
         return jnp.concatenate([log3_matrix(self.rotation.T @ R), p - self.translation])
 
@@ -101,7 +108,7 @@ class CenterOfMass(eqx.Module):
 
     reference: jax.Array
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         return center_of_mass(model, x[: model.nq]) - self.reference
 
 
@@ -113,7 +120,7 @@ class SphereAvoidance(eqx.Module):
     center: jax.Array
     radius: jax.Array | float
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         _, p = _frame_pose(model, x[: model.nq], self.frame)
         d = p - self.center
         dist = jnp.sqrt(jnp.maximum(jnp.sum(d * d), 1e-24))
@@ -130,7 +137,7 @@ class JointLimits(eqx.Module):
     upper: jax.Array
 
     @staticmethod
-    def from_model(model, margin=0.0):
+    def from_model(model: Model, margin: float = 0.0) -> JointLimits:
         lo, hi = model.q_lower, model.q_upper
         if lo is None or hi is None:
             raise ValueError(f"JointLimits.from_model: {model.name!r} has no position limits")
@@ -140,7 +147,7 @@ class JointLimits(eqx.Module):
             idx, jnp.asarray(lo[list(idx)] + margin), jnp.asarray(hi[list(idx)] - margin)
         )
 
-    def __call__(self, model, x, u):
+    def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         q = x[jnp.asarray(self.indices, dtype=jnp.int32)]
         return jnp.maximum(q - self.upper, 0.0) + jnp.minimum(q - self.lower, 0.0)
 
@@ -158,7 +165,7 @@ class Cost(eqx.Module):
 
     terms: tuple
 
-    def residual(self, model, x, u):
+    def residual(self, model: Model, x: Array, u: Array | None) -> tuple[Array, Array]:
         rs, ws = [], []
         for t in self.terms:
             r = t.residual(model, x, u)
@@ -166,12 +173,14 @@ class Cost(eqx.Module):
             ws.append(jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape))
         return jnp.concatenate(rs), jnp.concatenate(ws)
 
-    def value(self, model, x, u=None):
+    def value(self, model: Model, x: Array, u: Array | None = None) -> Array:
         """``1/2 r^T W r``."""
         r, w = self.residual(model, x, u)
         return 0.5 * jnp.sum(w * r * r)
 
-    def derivatives(self, model, x, u=None):
+    def derivatives(
+        self, model: Model, x: Array, u: Array | None = None
+    ) -> tuple[Array, Array, Array | None, Array, Array | None, Array | None]:
         """``(l, l_x, l_u, l_xx, l_xu, l_uu)`` with Gauss-Newton Hessians in the tangent space
         (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
         ndx = 2 * model.nv

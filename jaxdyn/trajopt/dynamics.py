@@ -51,7 +51,7 @@ from . import lie
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
 
@@ -98,7 +98,7 @@ class FreeDynamics(eqx.Module):
     actuation: jax.Array | None = None
 
     @staticmethod
-    def floating_base(model, dtype=None):
+    def floating_base(model: Model, dtype: DTypeLike | None = None) -> FreeDynamics:
         """``B = [0; I]`` of a floating-base model (``nu = nv - 6``)."""
         if not model.topo.floating_base:
             raise ValueError(
@@ -109,14 +109,16 @@ class FreeDynamics(eqx.Module):
         dtype = dtype or model.mass.dtype
         return FreeDynamics(jnp.eye(nv, dtype=dtype)[:, 6:])
 
-    def nu(self, model) -> int:
+    def nu(self, model: Model) -> int:
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
-    def acceleration(self, model, q, v, u):
+    def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
         method = "sweeps" if config.fused_cpu_loops_enabled() else "auto"
         return _free_acceleration(model, q, v, _torque(self.actuation, u), None, method)
 
-    def derivatives(self, model, q, v, u):
+    def derivatives(
+        self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike
+    ) -> tuple[Array, Array, Array, Array]:
         """``(a, a_q, a_v, a_u)``: FDSVA partials (Singh, Russell & Wensing 2022, Eq. 5)."""
         ws = kin.world_state(model, q, centered=True)
         a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, _torque(self.actuation, u))
@@ -142,7 +144,7 @@ class ContactDynamics(eqx.Module):
     baumgarte: tuple | None = None
     damping: float = 0.0
 
-    def nu(self, model) -> int:
+    def nu(self, model: Model) -> int:
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def _solve(self, model, q, v, u):
@@ -167,10 +169,12 @@ class ContactDynamics(eqx.Module):
             )
         return jnp.where(ok, out.qdd, jnp.nan), jnp.where(ok, out.lam, jnp.nan)
 
-    def acceleration(self, model, q, v, u):
+    def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
         return self._solve(model, q, v, u)[0]
 
-    def derivatives(self, model, q, v, u):
+    def derivatives(
+        self, model: Model, q: Array, v: Array, u: Array
+    ) -> tuple[Array, Array, Array, Array]:
         """``(a, a_q, a_v, a_u)`` by the implicit function theorem on the constrained
         equations (as Crocoddyl's ``DifferentialActionModelContactFwdDynamics.calcDiff``)::
 

@@ -14,11 +14,20 @@ viewer with joint sliders (``jaxdyn view``). Not imported by ``import jaxdyn``.
 Install the rendering dependencies with ``pip install 'jaxdyn[viz]'``; see docs/viz.md.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .scene import Geom, Scene, frame_poses, read_mesh
 from .video import save_video
 
+if TYPE_CHECKING:  # (imported on first use, below; named here for type checkers)
+    from .html import export_html
+    from .html import html_page as html_page
+    from .record import env_rollout, save_rollout
+    from .renderer import Camera, Renderer, render
+    from .server import serve
 
-def __getattr__(name):  # the renderers import MuJoCo / the server on first use
+
+def __getattr__(name: str) -> Any:  # the renderers import MuJoCo / the server on first use
     if name in ("render", "Renderer", "Camera"):
         from . import renderer as _r
 

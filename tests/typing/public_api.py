@@ -120,3 +120,23 @@ def use_envs() -> None:
     s = env.reset(jax.random.PRNGKey(0))
     assert_type(env.step(s, jnp.zeros(env.action_size)), envs.State)
     assert_type(envs.wrap(env, episode_length=10), envs.Wrapper)
+
+
+def use_loaders(path: str) -> None:
+    """The loaders' overloads: ``clusters=False`` / ``strict=`` give a plain Model."""
+    import jaxdyn.robots
+    from jaxdyn.trajopt import Cost, StateRegularization, Term
+
+    assert_type(jaxdyn.load_urdf(path, clusters=False), jaxdyn.Model)
+    assert_type(jaxdyn.load_urdf(path), "jaxdyn.Model | ClusterModel")
+    assert_type(jaxdyn.robots.load("double_pendulum", strict=True), jaxdyn.Model)
+    assert_type(jaxdyn.robots.load("double_pendulum", None, False), jaxdyn.Model)
+    assert_type(jaxdyn.robots.load("double_pendulum"), "jaxdyn.Model | ClusterModel")
+    assert_type(jaxdyn.load(path), "jaxdyn.Model | ClusterModel")
+    mj = jaxdyn.load_mjcf(path)
+    model = mj.model
+    assert_type(model.frame_index("tip"), int)
+    assert_type(model.q_slice(0), slice)
+    x = jnp.zeros(2 * model.nq)
+    cost = Cost((Term(StateRegularization(x)),))
+    assert_type(cost.value(model, x), Array)
