@@ -100,7 +100,9 @@ RESULTS_PREAMBLE = (
     "Written by `python benchmarks/run_all.py` (one section per benchmark; "
     "`python benchmarks/run_all.py --list` names the script of each). Every section is the "
     "latest run of its benchmark and says the machine, the versions and the date it was "
-    "taken; earlier runs are in the file's git history. How the numbers are taken: "
+    "taken (the GPU section keeps, labelled with its card and date, what only a run on "
+    "another card measured); earlier runs are in the file's git history. How the numbers are "
+    "taken: "
     "`benchmarks/README.md`."
 )
 

@@ -5,6 +5,10 @@ robots, states drawn the same way, at batch sizes up to 65536, float32 and float
     python benchmarks/gpu.py --json /tmp/gpu.json            # on the GPU machine
     python benchmarks/gpu.py --from-json /tmp/gpu.json       # render the "## GPU" section
 
+The current section: ``--from-json`` of the files in ``benchmarks/gpu_runs/`` (1-4: an H100,
+14-15: an H200, in that order), the last card's runs first (see
+:func:`render`).
+
 Each cell is ``jax.jit(jax.vmap(f))`` on device-resident inputs (``jax.jit(f)`` at B=1), timed
 by jaxdyn's benchmark harness (``benchmarks/harness.py``: warm-up, then the median of repeats,
 each ending in ``block_until_ready``). Plain ``jax.vmap``: the cache-sized chunks of
@@ -298,7 +302,55 @@ def _t(rec):
 
 
 def render(results: list[dict], heading: str = "GPU") -> str:
-    """The ``## <heading>`` section from one or more result files (merged; later ones win)."""
+    """The ``## <heading>`` section from one or more result files, one section for every card.
+
+    The runs on the card of the last file are merged (later ones win per cell) into the
+    section's tables; the runs on each other card follow, merged the same way, under
+    ``### Earlier runs on <card>`` (their own machine, versions and dates; their tables one
+    heading level down): the cells the current card has not measured (MJX, the kinematic
+    loops, other robots) stay in the one section, labelled with the card and date they come
+    from.
+    """
+    by_device: dict[str, list[dict]] = {}
+    for res in results:
+        by_device.setdefault(res["device"], []).append(res)
+    current = by_device.pop(results[-1]["device"])
+    text = _render_runs(current, heading)
+    for device, runs in by_device.items():
+        sub = _render_runs(runs, heading, notes=False).splitlines()
+        dates = sorted({r["env"]["date"][:10] for r in runs})
+        only = _measured_only_in(runs, current)
+        sub[0] = f"### Earlier runs on {device.removeprefix('gpu: ')} ({', '.join(dates)})" + (
+            f": {_and(only)} measured there only" if only else ""
+        )
+        sub = [f"#{ln}" if ln.startswith("### GPU") else ln for ln in sub]
+        text = text.rstrip("\n") + "\n\n" + "\n".join(sub).rstrip("\n") + "\n"
+    return text
+
+
+def _and(words: list[str]) -> str:
+    return " and ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
+
+
+def _measured_only_in(runs: list[dict], current: list[dict]) -> list[str]:
+    """What ``runs`` measured and ``current`` did not: MJX, robots, the kinematic loops."""
+
+    def kinds(rs):
+        return (
+            any(r["mjx"] for r in rs),
+            {x["robot"] for r in rs for x in r["jaxdyn"]},
+            any(r.get("clusters") for r in rs),
+        )
+
+    (mjx, robots, clusters), (mjx_now, robots_now, clusters_now) = kinds(runs), kinds(current)
+    out = ["MJX"] if mjx and not mjx_now else []
+    out += sorted(robots - robots_now)
+    return out + (["the kinematic loops"] if clusters and not clusters_now else [])
+
+
+def _render_runs(results: list[dict], heading: str, notes: bool = True) -> str:
+    """The section's text for runs on one card (merged; later ones win); ``notes``: with the
+    paragraphs on what the tables measure (once per section)."""
     import harness as bench
 
     jd, mj, robots = {}, {}, {}
@@ -322,20 +374,23 @@ def render(results: list[dict], heading: str = "GPU") -> str:
         "Command: `python benchmarks/gpu.py` (see its docstring); "
         f"total {sum(r.get('total_s', 0) for r in results) / 60:.1f} min.",
         "",
-        "Per-sample time in microseconds (wall time of one batched call / B; B=1 is the "
-        "latency of one unbatched `jit(f)` call, launch overhead included). Every jaxdyn "
-        "output is compared with jaxdyn float64 on the CPU backend (max relative error over "
-        f"{bench.N_CHECK} samples, all batch sizes). MJX rows: `jit(vmap(f))` on the same "
-        "URDF (see the MJX section above for what each function computes); the ratio is MJX "
-        "time / jaxdyn time for the matching algorithm at the same B (> 1: jaxdyn faster).",
-        "",
-        "Matrix products: JAX's default float32 precision lets the GPU use TF32; the first "
-        "run measured float32 errors of 4e-4 (crba) to 1e-3 (talos aba) against 1e-7 at full "
-        "precision, so jaxdyn's public functions now trace their products at "
-        "`Precision.HIGHEST` (`jaxdyn._precision`; tests/test_precision.py). Float64 is not "
-        "affected.",
-        "",
     ]
+    if notes:
+        L += [
+            "Per-sample time in microseconds (wall time of one batched call / B; B=1 is the "
+            "latency of one unbatched `jit(f)` call, launch overhead included). Every jaxdyn "
+            "output is compared with jaxdyn float64 on the CPU backend (max relative error over "
+            f"{bench.N_CHECK} samples, all batch sizes). MJX rows: `jit(vmap(f))` on the same "
+            "URDF (see the MJX section above for what each function computes); the ratio is MJX "
+            "time / jaxdyn time for the matching algorithm at the same B (> 1: jaxdyn faster).",
+            "",
+            "Matrix products: JAX's default float32 precision lets the GPU use TF32; the first "
+            "run measured float32 errors of 4e-4 (crba) to 1e-3 (talos aba) against 1e-7 at full "
+            "precision, so jaxdyn's public functions now trace their products at "
+            "`Precision.HIGHEST` (`jaxdyn._precision`; tests/test_precision.py). Float64 is not "
+            "affected.",
+            "",
+        ]
     if len(results) > 1:
         L += ["Runs merged here (a later run's cell replaces an earlier one's):", ""]
         for i, r in enumerate(results, 1):
@@ -430,12 +485,6 @@ def main(argv=None):
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", nargs="+", help="render these result files instead of running")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
-    p.add_argument(
-        "--heading",
-        default="GPU",
-        help="the results section to write (another heading keeps the '## GPU' tables, e.g. "
-        "for a run on another kind of GPU)",
-    )
     a = p.parse_args(argv)
     if a.from_json:
         results = [json.loads(Path(f).read_text()) for f in a.from_json]
@@ -461,7 +510,7 @@ def main(argv=None):
                 a.json,
             )
             results = [res]
-    section = render(results, a.heading)
+    section = render(results)
     print(section)
     if a.out:
         write_section(a.out, section)

@@ -118,8 +118,8 @@ BENCHMARKS = (
     ),
     Benchmark(
         "gpu",
-        ("## GPU", "## GPU: current code on an H200, derivatives included"),
-        "the algorithms against MJX on a GPU (the second section: --heading)",
+        ("## GPU",),
+        "the algorithms against MJX on a GPU (runs on other cards folded in: gpu.py's render)",
         gpu=True,
     ),
     Benchmark("sim_gpu", ("## Simulation on a GPU",), "steps with contact on a GPU", gpu=True),

@@ -525,24 +525,29 @@ def host_section(path) -> str:
     large batches (jaxlib 0.10.2 deadlocks on MJX's step from B = 256, see :func:`bench_mjx`;
     0.11.2 does not). Produced on the GPU machine's host CPU with ``JAX_PLATFORMS=cpu``::
 
-        import _env, json; _env.single_threaded(); _env.reuse_freed_buffers()
+        import _env, json, time; _env.single_threaded(); _env.reuse_freed_buffers()
         import jax, sim as S
         rows = S.bench_jaxdyn([64, 1024, 8192], "float32", "quad12",
                               cases=("compliant, implicit", "compliant, euler"))
         for B in (64, 1024, 8192):
             rows += S.bench_mjx([B], "float32", timeout=70)
-        json.dump(dict(cpu=_env.cpu_name(), jax=jax.__version__, rows=rows), open(path, "w"))
+        date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        json.dump(dict(cpu=_env.cpu_name(), jax=jax.__version__, date=date, rows=rows),
+                  open(path, "w"))
     """
     import json
 
     d = json.loads(Path(path).read_text())
+    if "date" not in d:
+        raise ValueError(f"{path}: no 'date' (when the run was taken): add it to the JSON")
     rows = [tuple(r) for r in d["rows"]]
     mjx = {r[2]: r[4] for r in rows if r[0] == "MJX" and np.isfinite(r[4])}
     body = [
         HOST_TITLE,
         "",
         f"{d['cpu']} (the GPU machine's host, {d.get('cores', 16)} cores, one thread used: "
-        f"single-threaded XLA), jax {d['jax']}, float32, `benchmarks/sim.py`'s quad12 cases "
+        f"single-threaded XLA), jax {d['jax']}, float32, run {d['date']}, "
+        "`benchmarks/sim.py`'s quad12 cases "
         "(see `host_section` there); MJX's child processes as in the table above. On this "
         "repository's machine (jax 0.10.2) MJX deadlocks from B = 256; with jax 0.11.2 it "
         f"runs, so this table gives the side-by-side at B = 1024 and 8192 (`{Path(path).name}`"

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import re
 
-import jax
-import jaxlib.version
-
 #: jaxdyn's own version (``jaxdyn.__version__``; pyproject.toml states it too)
 __version__ = "0.1.0"
 
@@ -41,5 +38,14 @@ def check(package: str, version: str) -> None:
         )
 
 
-check("jax", jax.__version__)
-check("jaxlib", jaxlib.version.__version__)
+def _check_installed() -> None:
+    """jaxlib first, before ``import jax`` (whose own check of jaxlib would speak first)."""
+    import jaxlib.version
+
+    check("jaxlib", jaxlib.version.__version__)
+    import jax
+
+    check("jax", jax.__version__)
+
+
+_check_installed()

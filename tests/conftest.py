@@ -88,30 +88,25 @@ import pytest  # noqa: E402
 
 import oracle  # noqa: E402  (tests/ is on sys.path: pytest's rootdir conftest)
 
-#: Robots whose parametrized cases run only in the slow set (``-m slow``): every robot is a
-#: separate XLA compile of each algorithm. The default run keeps the bundled arm7 (fixed base)
-#: and quad12 (floating base), example-robot-data's solo12 (a file parsed by Pinocchio too) and
-#: the random trees (every joint kind); the slow set adds the rest of example-robot-data and
-#: the variants of a few module-local case lists (a 25-link random chain, more IIM inputs).
-SLOW_ROBOTS = frozenset(
-    ("ur5", "panda", "anymal", "hyq", "talos_reduced", "talos_full", "romeo", "double_pendulum")
-    + ("tree-chain25", "hand_tips", "quad12_mixed", "pendulum_full")
-)
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (``addopts``), except that the files of
+    :data:`oracle.SHARED_WORKER_FILES` run in one worker together: every test file runs in one
+    worker (its module fixtures compile once), and the oracle sweeps share one compiled
+    function per robot (``oracle.Case.jx``, cached for the session in each worker)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
 
-def _slow_param(v) -> bool:
-    """A parameter naming a robot of :data:`SLOW_ROBOTS` or a case built on talos."""
-    return isinstance(v, str) and (v in SLOW_ROBOTS or v.startswith("talos"))
+    class LoadFileShared(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return (
+                "oracle sweeps" if path.rsplit("/", 1)[-1] in oracle.SHARED_WORKER_FILES else path
+            )
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Mark the parametrized cases of :data:`SLOW_ROBOTS` slow (before ``-m`` selects): the
-    robot tier is one policy for every test file; single tests carry their own slow mark."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and any(_slow_param(v) for v in callspec.params.values()):
-            item.add_marker(pytest.mark.slow)
+    return LoadFileShared(config, log)
 
 
 @pytest.fixture(scope="session")

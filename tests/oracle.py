@@ -52,6 +52,35 @@ ROBOTS = (
 #: Robots whose joint-space inertia matrix is singular (massless finger chains).
 SINGULAR_M = ("romeo",)
 
+#: Robots whose parametrized cases run only in the slow set (``-m slow``): every robot is a
+#: separate XLA compile of each algorithm. The default run keeps the bundled arm7 (fixed base)
+#: and quad12 (floating base), example-robot-data's solo12 (a file parsed by Pinocchio too) and
+#: the random trees (every joint kind); the slow set adds the rest of example-robot-data and
+#: the variants of a few module-local case lists (a 25-link random chain, more IIM inputs).
+#: Every case built on talos (``talos_*``) is slow as well.
+SLOW_ROBOTS = frozenset(
+    ("ur5", "panda", "anymal", "hyq", "talos_reduced", "talos_full", "romeo", "double_pendulum")
+    + ("tree-chain25", "hand_tips", "quad12_mixed", "pendulum_full")
+)
+
+
+def is_slow_robot(name) -> bool:
+    """``name`` is in :data:`SLOW_ROBOTS` or names a case built on talos."""
+    return isinstance(name, str) and (name in SLOW_ROBOTS or name.startswith("talos"))
+
+
+def robot_params(*names, slow=()):
+    """Parameters for ``@pytest.mark.parametrize`` over robot names (or case names): the robots
+    of the slow tier (:func:`is_slow_robot`) and those named in ``slow`` carry
+    ``pytest.mark.slow``, the others are the plain names (test ids are the names either way)."""
+    unknown = set(slow) - set(names)
+    assert not unknown, f"robot_params: slow names not among the names: {sorted(unknown)}"
+    return [
+        pytest.param(n, marks=pytest.mark.slow) if is_slow_robot(n) or n in slow else n
+        for n in names
+    ]
+
+
 #: Frames whose Jacobians are compared: end effectors / feet, hands, an intermediate link or
 #: joint, the root link (ur5, arm7: attached to the world, a zero Jacobian; quad12: the free
 #: flyer's body). Every frame's placement is compared anyway (``frame_R``, ``frame_p``).
@@ -111,6 +140,77 @@ def sym_upper(M):
     """Pinocchio fills only the upper triangle of ``M`` and ``M^-1``."""
     M = np.asarray(M)
     return np.triu(M) + np.triu(M, 1).T
+
+
+# --------------------------------------------------------------------------- oracle sweeps
+# shared by the Pinocchio comparisons of test_rnea, test_aba, test_kinematics and test_pinocchio:
+# every quantity of a case comes from one compiled function (``Case.jx``, cached on the case for
+# the session), so the files that compare parts of it compile it once per process
+
+#: the test files of these sweeps: under pytest-xdist one worker runs them all (the scheduler in
+#: tests/conftest.py), so each robot's function compiles once per run, not once per worker
+SHARED_WORKER_FILES = (
+    "test_rnea.py",
+    "test_crba.py",
+    "test_aba.py",
+    "test_kinematics.py",
+    "test_pinocchio.py",
+)
+#: the random states of a case compared with Pinocchio
+STATES = (0, 1)
+#: the named robots of the Pinocchio sweeps: arm7 (fixed base) and quad12 (floating base) by
+#: default; solo12 (example-robot-data's file, floating base: one more compile of every
+#: algorithm) is in the slow set here -- its model is compared with Pinocchio's by the default
+#: tests of test_model, test_configuration, test_joint_properties and its derivatives by
+#: test_derivatives
+NAMED = robot_params(*ROBOTS, slow=("solo12",))
+#: the robots of :data:`NAMED` with a positive-definite mass matrix
+PD_NAMED = robot_params(*(r for r in ROBOTS if r not in SINGULAR_M), slow=("solo12",))
+
+DYNAMICS_KEYS = ("rnea", "rnea_fext", "rnea_fext_world", "bias", "gravity", "crba")
+FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv", "minv_sweeps", "minv_dense")
+KINEMATIC_KEYS = ("com", "ke", "pe", "joint_jacobians", "body_R", "body_p")
+
+
+def compare(case, i, keys, rtol=RTOL64):
+    """jaxdyn's ``keys`` against Pinocchio's at state ``i`` of ``case``."""
+    jx, pn = case.jx(i), case.pin(i)
+    for k in keys:
+        assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: {k}")
+
+
+def compare_frames(case, i, rtol=RTOL64):
+    """Every frame present in both models, by name."""
+    jx, pn = case.jx(i), case.pin(i)
+    index = {n: f for f, n in enumerate(case.model.frame_names)}
+    assert pn["frames_R"], f"{case.name}: no frame matched"
+    for name in pn["frames_R"]:
+        f = index[name]
+        assert_close(
+            jx["frame_R"][f],
+            pn["frames_R"][name],
+            rtol,
+            err_msg=f"{case.name} state {i}: rotation of frame {name!r}",
+        )
+        assert_close(
+            jx["frame_p"][f],
+            pn["frames_p"][name],
+            rtol,
+            err_msg=f"{case.name} state {i}: position of frame {name!r}",
+        )
+
+
+def compare_jacobians(case, i, rtol=RTOL64):
+    """``frame_placement`` and the frame Jacobians in every reference of the case's frames."""
+    jx, pn = case.jx(i), case.pin(i)
+    assert case.jac_frames, case.name
+    for f in case.jac_frames:
+        for part in ("R", "p"):
+            k = f"placement/{f}/{part}"
+            assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: frame_placement {f}")
+        for ref in ("local", "world", "local_world_aligned"):
+            k = f"jac/{f}/{ref}"
+            assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: jacobian {f} {ref}")
 
 
 # --------------------------------------------------------------------------- URDF helpers
@@ -627,3 +727,33 @@ def callbacks(jaxpr, inside_loop=False):
             out += o
             ins += i
     return out, ins
+
+
+# --------------------------------------------------------------------------- identity cases
+#: Identities between jaxdyn's own algorithms (test_rnea, test_crba, test_aba, test_kinematics):
+#: float64 tolerances relative to ``max(1, max|ref|)``; those that go through an inverse of M are
+#: justified by M's condition number (at most ~1e7, talos_full: errors ~cond * eps stay below
+#: 1e-10, measured ~3e-12).
+#: robots plus random trees (spherical and inner free joints, a deep chain), built on first use
+IDENTITY_CASES = {name: (lambda name=name: robot_case(name)) for name in ROBOTS}
+IDENTITY_CASES["tree-all-kinds"] = lambda: all_kinds_tree(RANDOM_ALL_KINDS[2])
+IDENTITY_CASES["tree-chain25"] = lambda: urdf_tree(RANDOM_URDF[5])
+#: the identity cases with a positive-definite mass matrix
+PD_IDENTITY_CASES = [c for c in IDENTITY_CASES if c not in SINGULAR_M]
+
+#: identity cases that run only in the slow set (besides the slow-tier robots): the Pinocchio
+#: sweeps compare the dynamics of arm7 and solo12 with Pinocchio's, test_random_tree_spherical_free
+#: those of an all-kinds tree; every case here is one compile of every algorithm, and quad12
+#: carries the identities by default
+SLOW_IDENTITY_CASES = ("tree-all-kinds", "arm7", "solo12")
+
+
+def identity_params(names):
+    """``names`` as parameters of an identity test (slow: the slow tier and
+    :data:`SLOW_IDENTITY_CASES`)."""
+    names = list(names)
+    return robot_params(*names, slow=[n for n in SLOW_IDENTITY_CASES if n in names])
+
+
+def identity_case(name) -> Case:
+    return IDENTITY_CASES[name]()

@@ -188,6 +188,49 @@ def test_results_file_is_one_section_per_benchmark():
     assert not re.search(r"^#+ .*\b[Ss]top \d+", text, re.M)
     for b in run_all.BENCHMARKS:
         assert (BENCH / f"{b.name}.py").is_file(), b.name
+    undated = [h for h, body in sections if not re.search(r"\b20\d\d-\d\d-\d\d\b", "\n".join(body))]
+    assert not undated, f"sections that name no date: {undated}"
+
+
+#: the runs behind RESULTS.md's GPU section, in the order gpu.py --from-json reads them
+GPU_RUNS = (
+    "1_jaxdyn_f32_f64_default_precision.json",
+    "2_mjx_f64.json",
+    "3_jaxdyn_mjx_f32.json",
+    "4_clusters_f32.json",
+    "14_jaxdyn_h200_f32_f64.json",
+    "15_derivatives_h200_f32_f64.json",
+)
+
+
+def test_gpu_section_is_one_section_for_every_card():
+    """benchmarks/gpu.py renders runs on two cards as one ``## GPU`` section: the last card's
+    runs (the H200) in its tables, the other card's (an H100) under ``### Earlier runs on``,
+    named with its date and with what only it measured; RESULTS.md's section is that render of
+    the files in benchmarks/gpu_runs/."""
+    import json
+
+    gpu, env = _bench_module("gpu"), _bench_module("_env")
+    runs = [json.loads((BENCH / "gpu_runs" / f).read_text()) for f in GPU_RUNS]
+    sys.path.insert(0, str(BENCH))  # render imports the harness
+    try:
+        text = gpu.render(runs)
+    finally:
+        sys.path.remove(str(BENCH))
+    lines = text.splitlines()
+    assert [ln for ln in lines if ln.startswith("## ")] == ["## GPU"]
+    current, _, earlier = text.partition("\n### Earlier runs on ")
+    assert "on **gpu: NVIDIA H200**" in current and "H100" not in current
+    assert "| solo12 | aba_derivatives |" in current and "MJX" not in current.split("###")[1]
+    assert earlier.startswith(
+        "NVIDIA H100 80GB HBM3 (2026-11-22): MJX, panda and the kinematic loops measured there "
+        "only\n"
+    ), earlier[:200]
+    assert "#### GPU, float32 (us/sample)" in earlier and "\n### " not in earlier
+    assert "| panda | MJX crb (vs crba) |" in earlier
+    _, sections = env._sections((BENCH / "RESULTS.md").read_text())
+    (body,) = [b for h, b in sections if h == "## GPU"]
+    assert "\n".join(body).strip() == text.strip()
 
 
 def test_first_result_script(tmp_path):

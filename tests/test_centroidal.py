@@ -20,16 +20,19 @@ import pytest
 import jaxdyn
 from jaxdyn import value_checks
 
-from oracle import RANDOM_ALL_KINDS, RTOL64, all_kinds_tree, assert_close, far_from_origin
+from oracle import (
+    RANDOM_ALL_KINDS,
+    RTOL64,
+    all_kinds_tree,
+    assert_close,
+    far_from_origin,
+    robot_params,
+)
 
 #: the default run keeps quad12 and the fixed-base random tree (two roots, spherical and free
 #: joints); arm7, solo12, talos_full and the floating random tree are in the slow set
-ROBOTS = (
-    pytest.param("arm7", marks=pytest.mark.slow),
-    "quad12",
-    pytest.param("solo12", marks=pytest.mark.slow),
-    "talos_full",
-)
+#: (talos_full: the slow robot tier, oracle.SLOW_ROBOTS)
+ROBOTS = robot_params("arm7", "quad12", "solo12", "talos_full", slow=("arm7", "solo12"))
 
 
 @jax.jit

@@ -1,6 +1,6 @@
 """``jaxdyn.crba`` on the CPU by its C kernel (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 against XLA's CRBA (:func:`jaxdyn.algorithms.crba.crba_world`, the code every other backend
-runs; Pinocchio's CRBA is the oracle of both in ``test_pinocchio.py`` and ``test_armature.py``,
+runs; Pinocchio's CRBA is the oracle of both in ``test_rnea.py`` and ``test_armature.py``,
 which now run through the kernel too).
 
 Every joint kind (a random tree with free, spherical, revolute and prismatic joints, massless

@@ -39,7 +39,7 @@ from jaxdyn.algorithms.minv import minv_world
 from jaxdyn.algorithms.rnea import rnea_plain
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 
-from oracle import assert_close, random_states, robot_case, sym_upper
+from oracle import assert_close, random_states, robot_case, robot_params, sym_upper
 
 # --------------------------------------------------------------------------- tolerances
 #: analytic vs Pinocchio, relative to ``max(1, max|ref|)`` (ID partials; FD partials are
@@ -299,7 +299,7 @@ def pinocchio_derivatives(case, i=STATE):
 
 
 # =========================================================================== 1. Pinocchio
-@pytest.mark.parametrize("name", PIN_ROBOTS + ID_ONLY_ROBOTS + tuple(TREES))
+@pytest.mark.parametrize("name", robot_params(*PIN_ROBOTS, *ID_ONLY_ROBOTS, *TREES))
 def test_rnea_derivatives_match_pinocchio(name):
     """IDSVA vs ``computeRNEADerivatives``, with external forces."""
     case = get_case(name)
@@ -309,7 +309,7 @@ def test_rnea_derivatives_match_pinocchio(name):
         assert_close(jx[k], pn[k], RTOL_PIN_ID, err_msg=f"{name}: {k}")
 
 
-@pytest.mark.parametrize("name", PIN_ROBOTS + tuple(TREES))
+@pytest.mark.parametrize("name", robot_params(*PIN_ROBOTS, *TREES))
 def test_aba_derivatives_match_pinocchio(name):
     """FDSVA (both DMM and AZA) vs ``computeABADerivatives``, with external forces."""
     case = get_case(name)
@@ -323,7 +323,7 @@ def test_aba_derivatives_match_pinocchio(name):
 
 
 # =========================================================================== identities
-@pytest.mark.parametrize("name", PIN_ROBOTS + ID_ONLY_ROBOTS + tuple(TREES))
+@pytest.mark.parametrize("name", robot_params(*PIN_ROBOTS, *ID_ONLY_ROBOTS, *TREES))
 def test_identities(name):
     """``dtau/da = M`` (CRBA), ``dtau/dv v = 2 (rnea(q, v, 0) - rnea(q, 0, 0))`` and
     ``dqdd/dtau M = 1`` (not for :data:`ID_ONLY_ROBOTS`)."""

@@ -20,12 +20,19 @@ import pytest
 import jaxdyn
 from jaxdyn import value_checks
 
-from oracle import RANDOM_ALL_KINDS, REFERENCES, RTOL64, all_kinds_tree, assert_close
+from oracle import (
+    RANDOM_ALL_KINDS,
+    REFERENCES,
+    RTOL64,
+    all_kinds_tree,
+    assert_close,
+    robot_params,
+)
 
 #: the default run keeps arm7 (8 s: one program per robot, three frames x three references);
 #: the floating bases (quad12, talos_full) are in the slow set (their body velocities are
-#: checked in the default run by test_centroidal's momentum)
-ROBOTS = ("arm7", pytest.param("quad12", marks=pytest.mark.slow), "talos_full")
+#: checked in the default run by test_centroidal's momentum; talos_full: the slow robot tier)
+ROBOTS = robot_params("arm7", "quad12", "talos_full", slow=("quad12",))
 #: which acceleration d/dt of the velocity is, per reference
 DERIVATIVE_IS_CLASSICAL = {"local": False, "world": False, "local_world_aligned": True}
 

@@ -10,8 +10,10 @@ import pytest
 import jaxdyn
 from jaxdyn import robots
 
+from oracle import robot_params
 
-@pytest.mark.parametrize("name", ["panda", "solo12", "talos_full"])
+
+@pytest.mark.parametrize("name", robot_params("panda", "solo12", "talos_full"))
 def test_limits_match_pinocchio(name):
     path, _ = robots.resolve(name)
     model = jaxdyn.load_urdf(str(path))

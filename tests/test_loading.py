@@ -408,7 +408,7 @@ def test_massless_subtree_nan_policy_and_armature_fix(massless):
     """Without armature aba / minv / aba_derivatives are NaN (as Pinocchio); with armature
     every quantity agrees with Pinocchio given the same ``pin_model.armature``. (A zero
     armature leaf, so that one compiled function serves both; the model without the leaf is
-    checked on Romeo in test_pinocchio.py and example-robot-data's walk.)"""
+    checked on Romeo in test_aba.py and example-robot-data's walk.)"""
     m, pm, conv = massless
     rng = np.random.default_rng(0)
     q, v, a, tau = (rng.normal(size=m.nv) for _ in range(4))

@@ -20,6 +20,7 @@ from oracle import (
     ROBOTS,
     all_kinds_tree,
     robot_case,
+    robot_params,
     tree_id,
     urdf_joints,
     urdf_link_masses,
@@ -33,7 +34,7 @@ for _p in RANDOM_ALL_KINDS:
     CASES[f"tree-all-kinds-{tree_id(_p)}"] = lambda p=_p: all_kinds_tree(p)
 
 
-@pytest.fixture(params=list(CASES), scope="module")
+@pytest.fixture(params=robot_params(*CASES), scope="module")
 def case(request):
     return CASES[request.param]()
 

@@ -40,7 +40,7 @@ from jaxdyn.constraints import (
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 from jaxdyn.osim import METHODS, constrained_aba, delassus
 
-from oracle import assert_close, slow_params, sym_upper
+from oracle import assert_close, robot_params, sym_upper
 
 RTOL = 1e-10
 NSTATES = 2
@@ -483,7 +483,7 @@ def pin_delassus(case, cs, q):
 
 # =========================================================================== tests
 # [tree_c_random] slow: solo12 and the other random trees stay (talos cases: the robot tier)
-@pytest.mark.parametrize("name", slow_params(CASES, ("tree_c_random",)))
+@pytest.mark.parametrize("name", robot_params(*CASES, slow=("tree_c_random",)))
 def test_delassus_methods_against_reference(name):
     """Every method (and ``constraint_jacobian``) against ``J M^-1 J^T`` from Pinocchio's
     joint Jacobians and CRBA."""
@@ -506,7 +506,7 @@ def test_delassus_methods_against_reference(name):
 PIN_CASES = ("solo12_feet3d", "solo12_mixed", "talos_feet6d", "talos_feet4x3d", "talos_feet4x3d_wa")
 
 
-@pytest.mark.parametrize("name", PIN_CASES)
+@pytest.mark.parametrize("name", robot_params(*PIN_CASES))
 def test_delassus_against_pinocchio(name):
     key, _ = CASES[name]
     case, cs = pin_case(key), case_constraints(name)

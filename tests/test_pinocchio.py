@@ -1,6 +1,10 @@
-"""jaxdyn against Pinocchio (the independent oracle), float64, at random states.
+"""jaxdyn against Pinocchio (the independent oracle), float64: random trees through every
+algorithm, the oracle's own model builder and ``jaxdyn.interop.pinocchio``.
 
-Every comparison is ``max|jaxdyn - pinocchio| <= RTOL64 * max(1, max|pinocchio|)`` with
+The named robots are compared algorithm by algorithm in test_rnea.py (RNEA, CRBA), test_aba.py
+(ABA, Minv) and test_kinematics.py (kinematics, Jacobians, centre of mass, energies); here every
+random tree goes through all of those comparisons at once (one compile per tree). Every
+comparison is ``max|jaxdyn - pinocchio| <= RTOL64 * max(1, max|pinocchio|)`` with
 ``RTOL64 = 1e-10``. Robots: example-robot-data models and the bundled ones (both loaded by
 Pinocchio from the same URDF file), random URDF trees (Pinocchio parses the same XML) and random
 trees with spherical / free joints anywhere (URDF lacks spherical joints: Pinocchio's model is
@@ -21,15 +25,21 @@ from jaxdyn import joints
 from jaxdyn.interop.pinocchio import Converter, build_pinocchio_model
 
 from oracle import (
+    DYNAMICS_KEYS,
+    FORWARD_KEYS,
+    KINEMATIC_KEYS,
     RANDOM_ALL_KINDS,
     RANDOM_URDF,
-    ROBOTS,
     RTOL64,
-    SINGULAR_M,
+    STATES,
     all_kinds_tree,
     assert_close,
+    compare,
+    compare_frames,
+    compare_jacobians,
     pin_model_from_urdf,
     robot_case,
+    robot_params,
     slow_params,
     sym_upper,
     tree_id,
@@ -37,130 +47,18 @@ from oracle import (
     urdf_tree,
 )
 
-STATES = (0, 1)
-PD_ROBOTS = tuple(r for r in ROBOTS if r not in SINGULAR_M)
-#: the named robots of the default run: arm7 (fixed base) and quad12 (floating base); solo12
-#: (example-robot-data's file, floating base: one more compile of every algorithm) is in the
-#: slow set here -- its model is compared with Pinocchio's by the default tests of test_model,
-#: test_configuration, test_joint_properties and its derivatives by test_derivatives
-NAMED = [pytest.param(r, marks=pytest.mark.slow) if r == "solo12" else r for r in ROBOTS]
-PD_NAMED = [pytest.param(r, marks=pytest.mark.slow) if r == "solo12" else r for r in PD_ROBOTS]
-
-DYNAMICS_KEYS = ("rnea", "rnea_fext", "rnea_fext_world", "bias", "gravity", "crba")
-FORWARD_KEYS = ("aba", "aba_fext", "aba_sweeps", "aba_dense", "minv", "minv_sweeps", "minv_dense")
-KINEMATIC_KEYS = ("com", "ke", "pe", "joint_jacobians", "body_R", "body_p")
-
-
-def _compare(case, i, keys, rtol=RTOL64):
-    jx, pn = case.jx(i), case.pin(i)
-    for k in keys:
-        assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: {k}")
-
-
-def _compare_frames(case, i, rtol=RTOL64):
-    """Every frame present in both models, by name."""
-    jx, pn = case.jx(i), case.pin(i)
-    index = {n: f for f, n in enumerate(case.model.frame_names)}
-    assert pn["frames_R"], f"{case.name}: no frame matched"
-    for name in pn["frames_R"]:
-        f = index[name]
-        assert_close(
-            jx["frame_R"][f],
-            pn["frames_R"][name],
-            rtol,
-            err_msg=f"{case.name} state {i}: rotation of frame {name!r}",
-        )
-        assert_close(
-            jx["frame_p"][f],
-            pn["frames_p"][name],
-            rtol,
-            err_msg=f"{case.name} state {i}: position of frame {name!r}",
-        )
-
-
-def _compare_jacobians(case, i, rtol=RTOL64):
-    jx, pn = case.jx(i), case.pin(i)
-    assert case.jac_frames, case.name
-    for f in case.jac_frames:
-        for part in ("R", "p"):
-            k = f"placement/{f}/{part}"
-            assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: frame_placement {f}")
-        for ref in ("local", "world", "local_world_aligned"):
-            k = f"jac/{f}/{ref}"
-            assert_close(jx[k], pn[k], rtol, err_msg=f"{case.name} state {i}: jacobian {f} {ref}")
-
-
-# =========================================================================== named robots
-@pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
-def test_inverse_dynamics_and_mass_matrix(robot_case, i):
-    """RNEA at (v, a) without / with external forces, at (v, 0) (bias forces, against
-    ``pin.rnea``) and at (0, 0) (against ``pin.computeGeneralizedGravity``), in its body form
-    (a batch of 64) and with external forces in its world form (a single call); CRBA."""
-    _compare(robot_case, i, DYNAMICS_KEYS)
-
-
-@pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", PD_NAMED, indirect=True)
-def test_forward_dynamics_and_minv(robot_case, i):
-    """ABA without / with external forces and the analytic inverse of M."""
-    _compare(robot_case, i, FORWARD_KEYS)
-
-
-@pytest.mark.parametrize("robot_case", SINGULAR_M, indirect=True)
-def test_singular_mass_matrix(robot_case):
-    """Romeo's massless finger chains make M singular: Pinocchio's ABA is NaN and M's smallest
-    eigenvalue vanishes; jaxdyn must not return a finite wrong acceleration."""
-    case = robot_case
-    for i in STATES:
-        pn, jx = case.pin(i), case.jx(i)
-        assert not np.all(np.isfinite(pn["aba"])), "Pinocchio's ABA unexpectedly finite"
-        ev = np.linalg.eigvalsh(pn["crba"])
-        assert abs(ev[0]) < 1e-12 * ev[-1], f"{case.name}: M is not singular, eigenvalues {ev[:3]}"
-        ev_jx = np.linalg.eigvalsh(jx["crba"])
-        assert abs(ev_jx[0]) < 1e-12 * ev_jx[-1], f"{case.name}: jaxdyn M not singular {ev_jx[:3]}"
-        # a finite jaxdyn answer would have to solve M qdd = tau - b
-        for key in ("aba", "aba_sweeps", "aba_dense"):
-            qdd = jx[key]
-            if np.all(np.isfinite(qdd)):
-                resid = jx["crba"] @ qdd - (case.states[i]["tau"] - jx["bias"])
-                assert np.max(np.abs(resid)) < 1e-8, (
-                    f"{case.name}: finite {key} violates M qdd = tau - b"
-                )
-
-
-@pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
-def test_kinematics_com_energy(robot_case, i):
-    """Body placements (oMi), centre of mass, kinetic / potential energy, joint Jacobians."""
-    _compare(robot_case, i, KINEMATIC_KEYS)
-
-
-@pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
-def test_frame_placements(robot_case, i):
-    """Every frame (URDF link or joint) present in both models, compared by name."""
-    case = robot_case
-    _compare_frames(case, i)
-    missing = set(case.model.frame_names) - set(case.pin(i)["frames_R"])
-    assert not missing, f"{case.name}: jaxdyn frames unknown to Pinocchio: {sorted(missing)}"
-
-
-@pytest.mark.parametrize("i", STATES)
-@pytest.mark.parametrize("robot_case", NAMED, indirect=True)
-def test_frame_jacobians(robot_case, i):
-    """Frame Jacobians in LOCAL, WORLD and LOCAL_WORLD_ALIGNED (end effectors, feet, a middle
-    link and the root link) and ``frame_placement``."""
-    _compare_jacobians(robot_case, i)
+# the oracle sweeps (test_rnea, test_crba, test_aba, test_kinematics, test_pinocchio) share one
+# compiled function per robot (``oracle.Case.jx``): under ``-n`` one worker runs them all
+# (``oracle.SHARED_WORKER_FILES``)
 
 
 def _compare_all(case):
     """Dynamics, kinematics, frames and Jacobians at every state; every frame known to
     Pinocchio."""
     for i in STATES:
-        _compare(case, i, DYNAMICS_KEYS + FORWARD_KEYS + KINEMATIC_KEYS)
-        _compare_frames(case, i)
-        _compare_jacobians(case, i)
+        compare(case, i, DYNAMICS_KEYS + FORWARD_KEYS + KINEMATIC_KEYS)
+        compare_frames(case, i)
+        compare_jacobians(case, i)
     missing = set(case.model.frame_names) - set(case.pin(0)["frames_R"])
     assert not missing, f"{case.name}: frames unknown to Pinocchio: {sorted(missing)}"
 
@@ -342,7 +240,9 @@ def _pin_random_q(case, rng):
     return pin.integrate(pm, pin.neutral(pm), 2.0 * rng.normal(size=pm.nv))
 
 
-@pytest.mark.parametrize("robot_case", ["arm7", "quad12", "talos_reduced"], indirect=True)
+@pytest.mark.parametrize(
+    "robot_case", robot_params("arm7", "quad12", "talos_reduced"), indirect=True
+)
 def test_converter_round_trips(robot_case):
     case, c = robot_case, robot_case.conv
     rng = np.random.default_rng(0)

@@ -1029,7 +1029,7 @@ def test_contact_dynamics_derivatives_and_guard():
 
 
 # ------------------------------------------------------------------------------ frame costs
-@pytest.mark.parametrize("name", ["quad12", "talos_full"])
+@pytest.mark.parametrize("name", oracle.robot_params("quad12", "talos_full"))
 def test_frame_costs_against_pinocchio(name):
     """``FrameTranslation`` / ``FramePlacement`` residuals (computed on the frame's support
     chain, ``kinematics.frame_pose``) against Pinocchio's ``oMf`` and ``log3`` at a random state:
