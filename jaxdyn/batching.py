@@ -39,7 +39,7 @@ import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -105,7 +105,7 @@ def vmap(
     return wrapped
 
 
-def batch_axes(who: str, in_axes, nargs: int) -> tuple:
+def batch_axes(who: str, in_axes: int | None | tuple[int | None, ...], nargs: int) -> tuple:
     """``in_axes`` (``0``, ``None`` or a tuple of those) as one entry per positional argument,
     for :func:`vmap` and :func:`jaxdyn.sim.sharded_vmap`; ``ValueError`` naming ``who``."""
     axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * nargs
@@ -170,7 +170,7 @@ def _inside(**state):
 
 
 @contextlib.contextmanager
-def unchunked():
+def unchunked() -> Iterator[None]:
     """Batching rules traced inside this block evaluate plain ``jax.vmap``, without the chunk
     loop. For a ``jax.jit(jax.vmap(...))`` that XLA partitions over several devices (arrays
     sharded over ``Auto`` mesh axes): the partitioner cannot split a loop over chunks of the
@@ -389,13 +389,13 @@ def batched(fn, words):
 # declares its own, these or a formula of its own): the numbers one sample keeps live, from
 # which :func:`auto_chunk` sizes the chunks. In float32 too (chunks were as fast or faster:
 # :data:`CHUNK_BYTES`).
-def nv2_words(model, itemsize) -> int:
+def nv2_words(model: Any, itemsize: int) -> int:
     """An ``nv x nv`` matrix per sample: the passes that carry one (CRBA, ``M^-1``, the
     Coriolis matrix, the Delassus matrix, constrained dynamics, the input matrix)."""
     return model.nv * model.nv
 
 
-def kinematics_words(model, itemsize) -> int:
+def kinematics_words(model: Any, itemsize: int) -> int:
     """About five numbers per body and frame: chunks of 64 samples on talos_full (45 bodies,
     119 frames), 128 (:data:`CHUNK_MAX`) on solo12 (13, 33); none (one ``vmap``) below 40
     bodies and frames. The kinematics, energy, centroidal and constraint-kinematics

@@ -35,7 +35,7 @@ NQ = {ONE_DOF: 1, SPHERICAL: 4, FREE: 7}
 NV = {ONE_DOF: 1, SPHERICAL: 3, FREE: 6}
 
 
-def joint_transform(kind, q: Array, axis):
+def joint_transform(kind: int, q: Array, axis) -> tuple[Array, Array]:
     """Joint placement ``XJ = (R, p)`` of the child frame in the joint (predecessor) frame.
 
     ``q`` is ``(n, nq_kind)``; ``axis`` is the ``(n, 6)`` screw of one-DoF joints (unused
@@ -53,7 +53,7 @@ def joint_transform(kind, q: Array, axis):
     raise ValueError(f"unknown joint kind {kind}")
 
 
-def neutral(kind, n, dtype: DTypeLike) -> Array:
+def neutral(kind: int, n: int, dtype: DTypeLike) -> Array:
     """Neutral configuration of ``n`` joints, ``(n, nq_kind)``."""
     if kind == ONE_DOF:
         return jnp.zeros((n, 1), dtype)
@@ -66,7 +66,7 @@ def _normalize(quat):
     return quat / jnp.sqrt(jnp.sum(quat * quat, -1, keepdims=True))
 
 
-def integrate(kind, q: Array, v: Array) -> Array:
+def integrate(kind: int, q: Array, v: Array) -> Array:
     """``q ⊕ v`` for ``n`` joints: ``q (n, nq)``, ``v (n, nv)``."""
     if kind == ONE_DOF:
         return q + v
@@ -80,7 +80,7 @@ def integrate(kind, q: Array, v: Array) -> Array:
     return jnp.concatenate([p, _normalize(spatial.quat_mul(quat, spatial.exp3_quat(w)))], -1)
 
 
-def difference(kind, q0: Array, q1: Array) -> Array:
+def difference(kind: int, q0: Array, q1: Array) -> Array:
     """``q1 ⊖ q0``: the ``v`` with ``integrate(q0, v) == q1``."""
     if kind == ONE_DOF:
         return q1 - q0
@@ -94,7 +94,9 @@ def difference(kind, q0: Array, q1: Array) -> Array:
     return jnp.concatenate([w, vl], -1)
 
 
-def random(kind, key: ArrayLike, n, lower, upper, dtype: DTypeLike) -> Array:
+def random(
+    kind: int, key: ArrayLike, n: int, lower: ArrayLike, upper: ArrayLike, dtype: DTypeLike
+) -> Array:
     """Random configurations: uniform in ``[lower, upper]`` for one-DoF joints and free-joint
     positions, uniform on SO(3) for rotations."""
     import jax

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,9 @@ import numpy as np
 from . import batching, joints, value_checks
 from . import eager as eager_layer
 from .model.model import Model
+
+if TYPE_CHECKING:
+    from jax.typing import DTypeLike
 
 __all__ = [
     "as_array",
@@ -97,7 +100,7 @@ _CLUSTER_ALTERNATIVE = {
 }
 
 
-def check_model(fn: str, model) -> None:
+def check_model(fn: str, model: object) -> None:
     """``TypeError`` unless ``model`` is a :class:`jaxdyn.Model`; a
     :class:`jaxdyn.clusters.ClusterModel` gets the name of the cluster function to use."""
     if isinstance(model, Model):
@@ -150,7 +153,7 @@ def _is_float(dt) -> bool:
     return jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.complexfloating)
 
 
-def default_float():
+def default_float() -> np.dtype:
     """The default floating dtype: float64 with ``jax_enable_x64``, float32 otherwise."""
     return jax.dtypes.canonicalize_dtype(jnp.float64)
 
@@ -169,7 +172,7 @@ def common_dtype(*xs, model=None):
     return default_float()
 
 
-def check_model_dtype(fn, model, dtype) -> None:
+def check_model_dtype(fn: str, model: Model, dtype: DTypeLike) -> None:
     """Refuse to compute in float64 with a model loaded while float64 was disabled: its
     parameters were rounded to float32 at load time, and casting them back would silently
     lose the precision the float64 inputs ask for."""

@@ -13,6 +13,9 @@ analytic (no ``abs``/``conj``) so complex-step differentiation goes through.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,28 +31,37 @@ from .backend.sharding import explicit_context as explicit_context
 from .backend.sharding import on_mesh as on_mesh
 from .backend.sharding import stack as stack
 
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from jax import Array
+
+    #: what the functions below take: jax arrays (traced or not) or numpy arrays (numpy
+    #: inputs of :func:`unstack`, :func:`mm`, :func:`mv` stay numpy)
+    AnyArray: TypeAlias = Array | np.ndarray
+
 # ----------------------------------------------------------------------------- 3D
 
 
-def skew(w):
+def skew(w: AnyArray) -> Array:
     """``skew(w) @ x == cross(w, x)``; ``w`` is ``(..., 3)``, returns ``(..., 3, 3)``."""
     x, y, z = unstack(w)
     o = jnp.zeros_like(x)
     return stack([stack([o, -z, y], -1), stack([z, o, -x], -1), stack([-y, x, o], -1)], -2)
 
 
-def cross_rows(a, b):
+def cross_rows(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
     """Cross product of two vectors given as sequences of their three components (arrays of
     any one shape, e.g. component-major rows); returns the three components as a list."""
     return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 
 
-def cross(a, b):
+def cross(a: AnyArray, b: AnyArray) -> Array:
     """Cross product on the last axis, written out (works for complex inputs)."""
     return stack(cross_rows(unstack(a), unstack(b)), -1)
 
 
-def _entry(x, i, axis):
+def _entry(x: AnyArray, i: int, axis: int) -> Any:
     """``x``'s entry ``i`` along ``axis`` (static), keeping the axis: one ``slice``, where
     ``x[..., i, None]`` traces three primitives (:func:`mm`). numpy inputs stay numpy."""
     if isinstance(x, np.ndarray):
@@ -57,7 +69,7 @@ def _entry(x, i, axis):
     return jax.lax.slice_in_dim(x, i, i + 1, axis=axis)
 
 
-def unstack(x, axis: int = -1):
+def unstack(x: AnyArray, axis: int = -1) -> list[Array]:
     """The entries of ``x`` along ``axis``, as a list: one ``unstack`` primitive, where
     ``x[..., 0], x[..., 1], ...`` traces a slice and a squeeze per entry.
 
@@ -73,7 +85,7 @@ def unstack(x, axis: int = -1):
     return list(jnp.unstack(x, axis=axis))
 
 
-def outer_sum(A, B):
+def outer_sum(A: AnyArray, B: AnyArray) -> Array:
     """``A^T B`` for component-major ``A (K, n)`` and ``B (K, m)``, as ``K`` broadcast
     multiply-adds whatever ``K`` (:func:`mm` with ``unroll``), which XLA fuses into the kernel
     that consumes the ``(n, m)`` result; under ``jax.vmap`` on the CPU a batched ``dot`` of
@@ -84,7 +96,7 @@ def outer_sum(A, B):
     return mm(A.T, B, unroll=True)
 
 
-def mm(A, B, unroll: bool = False):
+def mm(A: AnyArray, B: AnyArray, unroll: bool = False) -> Array:
     """Batched matrix product ``A @ B`` on the trailing axes, unrolled over the (small,
     static) contracted dimension.
 
@@ -104,7 +116,7 @@ def mm(A, B, unroll: bool = False):
     return out
 
 
-def mv(A, x, unroll: bool = False):
+def mv(A: AnyArray, x, unroll: bool = False) -> Array:
     """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
     k = A.shape[-1]
     if k > _config.get("unroll_max") and not unroll:
@@ -116,7 +128,7 @@ def mv(A, x, unroll: bool = False):
     return out
 
 
-def rodrigues(axis, angle):
+def rodrigues(axis: AnyArray, angle: AnyArray) -> Array:
     """Rotation by ``angle`` about the unit ``axis`` (``(..., 3)`` and ``(...)``).
 
     ``R = I + sin(q) [a] + (1 - cos(q)) (a a^T - |a|^2 I)``, written entry by entry (faster
@@ -139,7 +151,7 @@ def rodrigues(axis, angle):
     )
 
 
-def quat_to_rot(quat):
+def quat_to_rot(quat: AnyArray) -> Array:
     """Rotation matrix of the unit quaternion ``(w, x, y, z)`` (``(..., 4)`` -> ``(..., 3, 3)``)."""
     w, x, y, z = unstack(quat)
     xx, yy, zz = x * x, y * y, z * z
@@ -155,7 +167,7 @@ def quat_to_rot(quat):
     )
 
 
-def quat_mul(a, b):
+def quat_mul(a: AnyArray, b: AnyArray) -> Array:
     """Hamilton product of scalar-first quaternions."""
     aw, av = a[..., :1], a[..., 1:]
     bw, bv = b[..., :1], b[..., 1:]
@@ -164,7 +176,7 @@ def quat_mul(a, b):
     return jnp.concatenate([w, v], -1)
 
 
-def quat_conj(q):
+def quat_conj(q: Array) -> Array:
     """Inverse of a unit quaternion."""
     return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
 
@@ -184,7 +196,7 @@ def _sinc_terms(theta2):
     return a, b, c
 
 
-def exp3_quat(w):
+def exp3_quat(w: AnyArray) -> Array:
     """Unit quaternion of the rotation vector ``w`` (``exp`` on SO(3))."""
     theta2 = jnp.sum(w * w, -1)
     small = jnp.real(theta2) < 1e-8
@@ -195,7 +207,7 @@ def exp3_quat(w):
     return jnp.concatenate([cos_half[..., None], half_sinc[..., None] * w], -1)
 
 
-def log3_quat(q):
+def log3_quat(q: AnyArray) -> Array:
     """Rotation vector of the unit quaternion ``q`` (the inverse of :func:`exp3_quat`).
 
     Uses the shortest rotation (``w >= 0`` hemisphere).
@@ -211,7 +223,7 @@ def log3_quat(q):
     return factor[..., None] * v
 
 
-def log3(R):
+def log3(R: AnyArray) -> Array:
     """Rotation vector of a rotation matrix (``exp(skew(w)) == R``), for angles below π.
 
     Differentiable at the identity too: the small-angle branch uses ``t^2 ~ sin(t)^2`` and
@@ -228,7 +240,7 @@ def log3(R):
     return factor[..., None] * vee
 
 
-def left_jacobian_so3(w):
+def left_jacobian_so3(w: AnyArray) -> Array:
     """SO(3) left Jacobian ``V(w) = I + b [w] + c [w]^2`` used by the SE(3) exponential."""
     theta2 = jnp.sum(w * w, -1)
     _, b, c = _sinc_terms(theta2)
@@ -237,7 +249,7 @@ def left_jacobian_so3(w):
     return eye + b[..., None, None] * K + c[..., None, None] * mm(K, K)
 
 
-def left_jacobian_so3_inv(w):
+def left_jacobian_so3_inv(w: AnyArray) -> Array:
     """Inverse of :func:`left_jacobian_so3`."""
     theta2 = jnp.sum(w * w, -1)
     a, b, _ = _sinc_terms(theta2)
@@ -295,14 +307,14 @@ def _eye3(shape, dtype):
     return jnp.broadcast_to(jnp.eye(3, dtype=dtype), shape + (3, 3))
 
 
-def so3_right_jacobian(w):
+def so3_right_jacobian(w: AnyArray) -> Array:
     """``Jr(ω) = I - b [ω] + c [ω]^2`` of SO(3), ``w (..., 3) -> (..., 3, 3)``."""
     b, c, *_ = _jr_coefficients(jnp.sum(w * w, -1))
     K = skew(w)
     return _eye3(w.shape[:-1], w.dtype) - b[..., None, None] * K + c[..., None, None] * (K @ K)
 
 
-def so3_right_jacobian_inv(w):
+def so3_right_jacobian_inv(w: AnyArray) -> Array:
     """``Jr(ω)^-1 = I + [ω]/2 + e [ω]^2`` of SO(3)."""
     _, _, e, _, _ = _jr_coefficients(jnp.sum(w * w, -1))
     K = skew(w)
@@ -325,7 +337,7 @@ def _qr(w, v):
     )
 
 
-def se3_right_jacobian(xi):
+def se3_right_jacobian(xi: AnyArray) -> Array:
     """SE(3) right Jacobian ``Jr(ξ)``, ``ξ = [ω; v] (..., 6) -> (..., 6, 6)``:
     ``[[Jr(ω), 0], [Qr(ω, v), Jr(ω)]]`` (rows and columns ``[angular; linear]``)."""
     w, v = xi[..., :3], xi[..., 3:]
@@ -335,7 +347,7 @@ def se3_right_jacobian(xi):
     return jnp.concatenate([jnp.concatenate([J, Z], -1), jnp.concatenate([Q, J], -1)], -2)
 
 
-def se3_right_jacobian_inv(xi):
+def se3_right_jacobian_inv(xi: AnyArray) -> Array:
     """``Jr(ξ)^-1 = [[Jr(ω)^-1, 0], [-Jr(ω)^-1 Qr Jr(ω)^-1, Jr(ω)^-1]]``."""
     w, v = xi[..., :3], xi[..., 3:]
     Ji = so3_right_jacobian_inv(w)
@@ -346,7 +358,7 @@ def se3_right_jacobian_inv(xi):
     )
 
 
-def se3_ad_inv_exp(xi):
+def se3_ad_inv_exp(xi: AnyArray) -> Array:
     """``Ad(exp(ξ)^-1) = [[R^T, 0], [-R^T [p], R^T]]`` with ``exp(ξ) = (R, p)``."""
     w, v = xi[..., :3], xi[..., 3:]
     R = quat_to_rot(exp3_quat(w))
@@ -361,12 +373,12 @@ def se3_ad_inv_exp(xi):
 # ----------------------------------------------------------------------------- SE(3)
 
 
-def se3_compose(R1, p1, R2, p2):
+def se3_compose(R1: AnyArray, p1: AnyArray, R2: AnyArray, p2: AnyArray) -> tuple[Array, Array]:
     """``(R1, p1) * (R2, p2)``."""
     return mm(R1, R2), mv(R1, p2) + p1
 
 
-def se3_inverse(R, p):
+def se3_inverse(R: AnyArray, p: AnyArray) -> tuple[Array, Array]:
     """Inverse placement."""
     Rt = jnp.swapaxes(R, -1, -2)
     return Rt, -mv(Rt, p)
@@ -375,47 +387,47 @@ def se3_inverse(R, p):
 # ----------------------------------------------------------------------------- 6D vectors
 
 
-def motion_cross(v, m):
+def motion_cross(v: AnyArray, m: AnyArray) -> Array:
     """``v x m`` (Featherstone's ``crm(v) @ m``) for 6D motion vectors."""
     w, vl = v[..., :3], v[..., 3:]
     mw, ml = m[..., :3], m[..., 3:]
     return jnp.concatenate([cross(w, mw), cross(w, ml) + cross(vl, mw)], -1)
 
 
-def force_cross(v, f):
+def force_cross(v: AnyArray, f: AnyArray) -> Array:
     """``v x* f`` (Featherstone's ``crf(v) @ f``) for a motion ``v`` and a force ``f``."""
     w, vl = v[..., :3], v[..., 3:]
     n, fl = f[..., :3], f[..., 3:]
     return jnp.concatenate([cross(w, n) + cross(vl, fl), cross(w, fl)], -1)
 
 
-def act_motion(R, p, m):
+def act_motion(R: AnyArray, p: AnyArray, m: AnyArray) -> Array:
     """Express in frame A a motion given in frame B, where ``(R, p)`` places B in A."""
     w = mv(R, m[..., :3])
     return jnp.concatenate([w, mv(R, m[..., 3:]) + cross(p, w)], -1)
 
 
-def act_force(R, p, f):
+def act_force(R: AnyArray, p: AnyArray, f: AnyArray) -> Array:
     """Express in frame A a force given in frame B, where ``(R, p)`` places B in A."""
     fl = mv(R, f[..., 3:])
     return jnp.concatenate([mv(R, f[..., :3]) + cross(p, fl), fl], -1)
 
 
-def act_inv_motion(R, p, m):
+def act_inv_motion(R: AnyArray, p: AnyArray, m: AnyArray) -> Array:
     """Express in frame B a motion given in frame A, where ``(R, p)`` places B in A."""
     Rt = jnp.swapaxes(R, -1, -2)
     w = m[..., :3]
     return jnp.concatenate([mv(Rt, w), mv(Rt, m[..., 3:] - cross(p, w))], -1)
 
 
-def act_inv_force(R, p, f):
+def act_inv_force(R: AnyArray, p: AnyArray, f: AnyArray) -> Array:
     """Express in frame B a force given in frame A, where ``(R, p)`` places B in A."""
     Rt = jnp.swapaxes(R, -1, -2)
     fl = f[..., 3:]
     return jnp.concatenate([mv(Rt, f[..., :3] - cross(p, fl)), mv(Rt, fl)], -1)
 
 
-def motion_matrix(R, p):
+def motion_matrix(R: AnyArray, p: AnyArray) -> Array:
     """Plücker matrix ``A_X_B`` (6x6) mapping B motion coordinates to A."""
     Z = jnp.zeros_like(R)
     return jnp.concatenate(
@@ -426,7 +438,7 @@ def motion_matrix(R, p):
 # ----------------------------------------------------------------------------- inertia
 
 
-def inertia_matrix(mass, h, Ibar):
+def inertia_matrix(mass: AnyArray, h: AnyArray, Ibar: AnyArray) -> Array:
     """6x6 spatial inertia ``[[Ibar, [h]x], [[h]x^T, m 1]]`` about a frame origin.
 
     ``mass`` ``(...)``, first moment ``h = m c`` ``(..., 3)``, rotational inertia about the
@@ -440,7 +452,9 @@ def inertia_matrix(mass, h, Ibar):
     return jnp.concatenate([top, bot], -2)
 
 
-def inertia_params(mass, com, I_com):
+def inertia_params(
+    mass: AnyArray, com: AnyArray, I_com: AnyArray
+) -> tuple[AnyArray, AnyArray, AnyArray]:
     """(mass, com, inertia about the COM) -> (mass, h, Ibar about the frame origin)."""
     C = skew(com)
     h = mass[..., None] * com
@@ -448,7 +462,9 @@ def inertia_params(mass, com, I_com):
     return mass, h, Ibar
 
 
-def transform_inertia_params(R, p, mass, h, Ibar):
+def transform_inertia_params(
+    R: AnyArray, p: AnyArray, mass: AnyArray, h: AnyArray, Ibar: AnyArray
+) -> tuple[AnyArray, Array, Array]:
     """Re-express inertia parameters given in frame B in frame A (``(R, p)`` places B in A)."""
     hA = mv(R, h) + mass[..., None] * p
     Rh = hA - mass[..., None] * p  # = R h
@@ -466,7 +482,7 @@ def transform_inertia_params(R, p, mass, h, Ibar):
 # ----------------------------------------------------------------------------- small inverses
 
 
-def inv3(A):
+def inv3(A: AnyArray) -> Array:
     """Inverse of ``(..., 3, 3)`` matrices by the adjugate (no pivoting; analytic, so it is safe
     for complex-step inputs; meant for the symmetric positive definite blocks of ABA)."""
     (a, b, c), (d, e, f), (g, h, i) = (unstack(r) for r in unstack(A, -2))
@@ -489,7 +505,7 @@ def inv3(A):
     )
 
 
-def inv_spd(D):
+def inv_spd(D: Array) -> Array:
     """Inverse of small symmetric positive definite ``(..., k, k)`` matrices: closed forms for
     ``k`` in 1, 2, 3, 6, ``jnp.linalg.inv`` otherwise.
 
@@ -534,11 +550,11 @@ PACK_SYMMETRIC[TRIU_SYMMETRIC] = np.arange(21)
 PACK_SYMMETRIC[TRIU_SYMMETRIC[::-1]] = np.arange(21)
 
 
-def pack_symmetric(A):
+def pack_symmetric(A: Array) -> Array:
     """Upper triangle ``(..., 21)`` of symmetric ``(..., 6, 6)`` matrices (spatial inertias)."""
     return A[..., TRIU_SYMMETRIC[0], TRIU_SYMMETRIC[1]]
 
 
-def unpack_symmetric(a):
+def unpack_symmetric(a: Array) -> Array:
     """Symmetric ``(..., 6, 6)`` from the packed ``(..., 21)`` of :func:`pack_symmetric`."""
     return a[..., PACK_SYMMETRIC]

@@ -28,6 +28,7 @@ JAX logs on stderr (``jax.pure_callback failed``) for its own checks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -60,7 +61,7 @@ def enabled() -> bool:
     return config.get("value_checks") and not batching._INSIDE.unchecked
 
 
-def unchecked():
+def unchecked() -> contextlib.AbstractContextManager[None]:
     """Trace jaxdyn functions without their value checks inside this block (trace time only;
     the switch of :mod:`jaxdyn.config` and JAX's caches are untouched; the batching rules of
     :mod:`jaxdyn.batching`, which may trace later, keep the choice). For callers that guard
@@ -100,7 +101,7 @@ def error_if(x, pred, msg: str):
     return jax.tree_util.tree_unflatten(tree, ffi.check(leaves, pred, msg))
 
 
-def message_of(exc) -> str | None:
+def message_of(exc: BaseException) -> str | None:
     """The jaxdyn check message behind ``exc`` (an XLA runtime error raised by jaxdyn's check
     handler, ``INVALID_ARGUMENT: <message>``, or an equinox error), or None."""
     text = str(exc)

@@ -12,6 +12,8 @@ code reuses it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -24,6 +26,15 @@ from ..spatial import mm
 from . import kinematics as kin
 from .crba import crba_world
 from .rnea import check_f_ext, external_forces_world, rnea_world
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..model.model import Model, Topology
+    from .kinematics import WorldState
 
 #: ``aba(..., method="auto")`` evaluated alone (not under ``jax.vmap``, not differentiated), in
 #: float64, on a tree at least this many levels deep and with at most :data:`DENSE_MAX_NV`
@@ -142,7 +153,7 @@ def _sum_bodies(x):
     return out
 
 
-def project_articulated_inertia(IA, U, Dinv):
+def project_articulated_inertia(IA: Array, U: Array, Dinv: Array) -> Array:
     """``Ia = IA - U D^-1 U^T`` (Featherstone 2008, eq. 7.34; :func:`articulated_body_step`):
     ``IA (..., 6, 6)``, ``U (..., 6, k)``, ``D^-1 (..., k, k)``."""
     if U.shape[-1] == 1:
@@ -150,7 +161,9 @@ def project_articulated_inertia(IA, U, Dinv):
     return IA - mm(mm(U, Dinv), jnp.swapaxes(U, -1, -2))
 
 
-def articulated_bias_force(pA, U, Dinv, u, Ia=None, c=None):
+def articulated_bias_force(
+    pA: Array | None, U: Array, Dinv: Array, u: Array, Ia: Any = None, c: Array | None = None
+) -> Array:
     """``pa = pA + Ia c + U D^-1 u`` (Featherstone 2008, Alg. 7.1 / RBDA Table 7.1, pass 2):
     the bias force transmitted across a joint to its predecessor, with ``u = tau - S^T pA``.
 
@@ -220,7 +233,7 @@ def articulated_pass(model, S, IA0, return_ia=True):
     return out.field(0), out.field(1), out.field(2) if return_ia else None
 
 
-def column_widths(topo):
+def column_widths(topo: Topology) -> list[int]:
     """Per level, the number of trailing columns of the unit-torque sweeps (:func:`sweeps`
     with per-level torques, :mod:`jaxdyn.algorithms.minv`): ``nv - v0`` with ``v0`` the first
     coordinate of the level's segment (:func:`jaxdyn.model.tree.segments`). An unrolled level
@@ -351,12 +364,12 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
     return sweeps(model, S, inertias, pA, c, tau, a0).flat()
 
 
-def world_inertia_matrices(ws):
+def world_inertia_matrices(ws: WorldState) -> Array:
     """``(nb, 6, 6)`` world-frame spatial inertias."""
     return spatial.inertia_matrix(ws.mass, ws.h, ws.Ibar)
 
 
-def velocity_terms(model, ws, qd):
+def velocity_terms(model: Model, ws: WorldState, qd: Array) -> tuple[Array, Array, Array]:
     """ABA's first pass (Featherstone 2008, Alg. 7.1) in world coordinates: body velocities
     ``v (nb, 6)``, velocity-product accelerations ``c = v x vJ`` and bias forces
     ``pA = v x* (I v)``, each ``(nb, 6)``."""
@@ -366,7 +379,14 @@ def velocity_terms(model, ws, qd):
     return v, c, pA
 
 
-def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
+def aba_world(
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    tau: Array,
+    f_ext: Array | None = None,
+    gravity: bool = True,
+) -> tuple[Array, Array, Array]:
     """ABA on a precomputed world state. Returns ``(qdd, a, v)``."""
     dtype = ws.S.dtype
     v, c, pA = velocity_terms(model, ws, qd)
@@ -379,12 +399,12 @@ def aba_world(model, ws, qd, tau, f_ext=None, gravity=True):
     return qdd[:, 0], a[..., 0], v
 
 
-def check_method(fn, method):
+def check_method(fn: str, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
 
 
-def use_dense(method, model, dtype) -> bool:
+def use_dense(method: str, model: Model, dtype: DTypeLike) -> bool:
     """Whether ``method`` selects the dense path: ``"dense"``, or ``"auto"`` for a float64
     evaluation alone (no batching rule, no derivative being traced) on a tree of at least
     :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV` coordinates."""
@@ -397,7 +417,7 @@ def use_dense(method, model, dtype) -> bool:
     )
 
 
-def dense_factor(model, ws):
+def dense_factor(model: Model, ws: WorldState) -> tuple[Array, Array]:
     """``(M, L)``: the mass matrix by CRBA and its lower LAPACK Cholesky factor (NaN where
     ``M`` is not numerically positive definite)."""
     M = crba_world(model, ws)
@@ -408,7 +428,7 @@ def _min_min_max(a, b):
     return jnp.minimum(a[0], b[0]), jnp.minimum(a[1], b[1]), jnp.maximum(a[2], b[2])
 
 
-def dense_reliable(M, L, x):
+def dense_reliable(M: Array, L: Array, x: Array) -> Array:
     """Whether a dense Cholesky solve ``x`` with ``M = L L^T`` is trustworthy (a boolean
     scalar): ``x`` finite, every pivot ``L_ii^2 > DENSE_PIVOT_TOL M_ii`` (the pivots of the
     Jacobi-scaled ``D^-1/2 M D^-1/2``, which bound how much each elimination step cancelled;
@@ -424,13 +444,20 @@ def dense_reliable(M, L, x):
     return (lo > DENSE_PIVOT_TOL) & (dmin > DENSE_DIAG_SPREAD_TOL * dmax)
 
 
-def guard_dense(M, L, x, fallback):
+def guard_dense(M: Array, L: Array, x: Array, fallback: Callable[[], Array]) -> Array:
     """``x`` (a dense Cholesky result with ``M = L L^T``) where :func:`dense_reliable`, else
     ``fallback()`` (``lax.cond``: the fallback runs only then), in ``x``'s dtype."""
     return jax.lax.cond(dense_reliable(M, L, x), lambda: x, lambda: fallback().astype(x.dtype))
 
 
-def forward_dynamics_dense(model, ws, qd, tau, f_ext=None, guarded=False):
+def forward_dynamics_dense(
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    tau: Array,
+    f_ext: Array | None = None,
+    guarded: bool = False,
+) -> Array:
     """``qdd = M^-1 (tau - b)`` with ``M`` by CRBA, the bias ``b = rnea(q, v, 0, f_ext)`` and a
     LAPACK Cholesky factorisation (NaN where ``M`` is singular, as the sweeps give).
 
@@ -445,7 +472,14 @@ def forward_dynamics_dense(model, ws, qd, tau, f_ext=None, guarded=False):
     return guard_dense(M, L, qdd, lambda: aba_world(model, ws, qd, tau, f_ext)[0])
 
 
-def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
+def aba_solve(
+    model: Model,
+    q: ArrayLike,
+    qd: Array,
+    tau: Array,
+    f_ext: Array | None = None,
+    method: str = "auto",
+) -> Array:
     """``qdd`` (no input checks) by the ABA sweeps or, where :func:`use_dense`, by
     :func:`forward_dynamics_dense` (guarded for ``"auto"``)."""
     ws = kin.world_state(model, q, centered=True)
@@ -454,7 +488,7 @@ def aba_solve(model, q, qd, tau, f_ext=None, method="auto"):
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
-def chunk_words(model, itemsize) -> int:
+def chunk_words(model: Model, itemsize: int) -> int:
     """ABA's chunk policy (``words=`` of its public wrappers): the 6x6 articulated inertias
     of every body, per sample."""
     return 36 * model.nb
@@ -462,7 +496,14 @@ def chunk_words(model, itemsize) -> int:
 
 @shell.public("aba", words=chunk_words)
 @full_precision
-def aba_plain(model, q, v, tau, f_ext=None, method="auto"):
+def aba_plain(
+    model: Model,
+    q: ArrayLike,
+    v,
+    tau,
+    f_ext=None,
+    method: str = "auto",
+) -> Array:
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i``, without
     analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.aba`` is this with
     them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.

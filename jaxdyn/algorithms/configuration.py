@@ -18,7 +18,7 @@ from ..model import tree
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
 
@@ -39,7 +39,7 @@ def _by_runs(model, fn, *arrays, widths):
     return jnp.concatenate(out)
 
 
-def neutral_configuration(model, dtype=None):
+def neutral_configuration(model: Model, dtype: DTypeLike | None = None) -> Array:
     """The neutral configuration (zero angles, identity quaternions, origin), ``(nq,)``."""
     dtype = dtype or jnp.zeros(()).dtype
     t = model.topo
@@ -50,7 +50,13 @@ def neutral_configuration(model, dtype=None):
     )
 
 
-def random_configuration(model, key, lower=-3.14159, upper=3.14159, dtype=None):
+def random_configuration(
+    model: Model,
+    key: ArrayLike,
+    lower: float = -3.14159,
+    upper: float = 3.14159,
+    dtype: DTypeLike | None = None,
+) -> Array:
     """A random configuration: one-DoF joints and free-joint positions uniform in
     ``[lower, upper]``, rotations uniform on SO(3)."""
     dtype = dtype or jnp.zeros(()).dtype
@@ -88,7 +94,7 @@ def difference(model: Model, q0: ArrayLike, q1: ArrayLike) -> Array:
     return _by_runs(model, joints.difference, q0.astype(dtype), q1.astype(dtype), widths=("q", "q"))
 
 
-def lie_bracket(model, xi, y):
+def lie_bracket(model: Model, xi: Array, y: Array) -> Array:
     """``ad_xi y`` per joint for free (SE(3), ``[w; v]``) and spherical (SO(3)) joints; zero for
     one-DoF joints (the Lie bracket of the configuration group of each joint); ``xi``, ``y``
     ``(nv,)``."""
@@ -107,7 +113,7 @@ def lie_bracket(model, xi, y):
     return out[0] if len(out) == 1 else jnp.concatenate(out)
 
 
-def dexp_inv(model, xi, v):
+def dexp_inv(model: Model, xi: Array, v: Array) -> Array:
     """``dexp^-1_{-xi}(v) = v + ad_xi v / 2 + ad_xi^2 v / 12 + O(|xi|^4)`` (:func:`lie_bracket`;
     enough for an RK4 step on the configuration manifold, Munthe-Kaas)."""
     a1 = lie_bracket(model, xi, v)

@@ -47,9 +47,10 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .kinematics import WorldState
 
 
-def sym6(M):
+def sym6(M: Array) -> Array:
     """Upper triangle ``(xx, yy, zz, xy, xz, yz)`` of symmetric ``(..., 3, 3)`` matrices."""
     (m00, m01, m02), (_, m11, m12), (_, _, m22) = (
         spatial.unstack(r) for r in spatial.unstack(M, -2)
@@ -57,12 +58,12 @@ def sym6(M):
     return spatial.stack([m00, m11, m22, m01, m02, m12], -1)
 
 
-def sym_mv(s, x):
+def sym_mv(s: Array, x: Array) -> Array:
     """Symmetric matrix (as :func:`sym6`) times vectors ``x (..., 3)``."""
     return spatial.stack(_sym_rows(spatial.unstack(s), spatial.unstack(x)), -1)
 
 
-def body_coriolis_terms(mass, h, Ibar, v):
+def body_coriolis_terms(mass: Array, h: Array, Ibar: Array, v: Array) -> tuple[Array, Array]:
     """Per-body parameters of the body-level Coriolis factor (Singh et al. 2022, Eq. 28, after
     Niemeyer 1990 and Echeandia & Wensing 2021), in a form that is summed over subtrees.
 
@@ -103,7 +104,7 @@ def body_coriolis_terms(mass, h, Ibar, v):
     return jnp.concatenate([sym6(Y11), y], -1), Iv
 
 
-def coriolis_apply(Y11, y, Iv, x):
+def coriolis_apply(Y11: Array, y: Array, Iv: Array, x: Array) -> tuple[Array, Array]:
     """``(B x, B^T x)`` for the composite factor given by :func:`body_coriolis_terms`' sums:
     ``B x = -Y x + x x* (I v)``, ``B^T x = -Y x - x x* (I v)``."""
     xw, xl = x[..., :3], x[..., 3:]
@@ -112,7 +113,7 @@ def coriolis_apply(Y11, y, Iv, x):
     return Kx - Yx, -Yx - Kx
 
 
-def inertia_apply(m, h, Ibar, x):
+def inertia_apply(m: Array, h: Array, Ibar: Array, x: Array) -> Array:
     """Spatial inertia about the world origin times motion vectors ``x (..., 6)``; ``Ibar``
     is ``(..., 3, 3)`` or its upper triangle ``(..., 6)`` (:func:`sym6`)."""
     w, vl = x[..., :3], x[..., 3:]
@@ -139,7 +140,7 @@ def _sym_rows(s, x):
     ]
 
 
-def coriolis_world(model, ws, v):
+def coriolis_world(model: Model, ws: WorldState, v: Array) -> Array:
     """Coriolis matrix from a world state ``ws`` (:func:`jaxdyn.algorithms.kinematics.world_state`)
     and the velocity ``v (nv,)``: the module docstring's two masked products.
 

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .kinematics import WorldState
 
 
-def composite_inertias(model, ws):
+def composite_inertias(model: Model, ws: WorldState) -> Array:
     """World composite inertias ``oIc_i = sum_{j in subtree(i)} oI_j`` as ``(nb, 13)`` rows
     ``[m, h, Ibar]`` (mass, first moment and rotational inertia about the world origin)."""
     return tree.backward_accumulate(
@@ -38,7 +39,7 @@ def composite_inertias(model, ws):
     )
 
 
-def subspace_force_rows(model, ws, Ic):
+def subspace_force_rows(model: Model, ws: WorldState, Ic: Array) -> tuple[Array, Array]:
     """``(oS^T, F^T)``, each ``(6, nv)``: the world motion subspace of every coordinate and
     ``F_c = oIc_{body(c)} oS_c``, with the composite inertias ``Ic (nb, 13)`` as
     ``[m, h, Ibar]`` rows (:func:`crba_world`).
@@ -72,7 +73,7 @@ def subspace_force_rows(model, ws, Ic):
     return spatial.stack(w + v, 0), spatial.stack(Fa + Fl, 0)
 
 
-def crba_world(model, ws):
+def crba_world(model: Model, ws: WorldState) -> Array:
     """Joint-space inertia matrix from a precomputed world state.
 
     ``M[r, c] = oS_r^T F_c`` where ``r`` supports ``c`` (and ``F_r^T oS_c`` where ``c``
@@ -97,14 +98,14 @@ def _xla_crba(model, q):
     return crba_world(model, kin.world_state(model, q, centered=True))
 
 
-def crba_kernel(model, q):
+def crba_kernel(model: Model, q: ArrayLike) -> Array:
     """``M(q)`` of the prepared ``q`` by jaxdyn's C kernel on the CPU
     (:func:`jaxdyn.backend.crba_kernel.crba_kernel`), with :func:`crba_world` where the kernel
     cannot run and for derivatives."""
     return kernel.crba_kernel(model, q, _xla_crba)
 
 
-def chunk_words(model, itemsize) -> int:
+def chunk_words(model: Model, itemsize: int) -> int:
     """CRBA's chunk policy (``words=`` of :func:`crba`): none where its C kernel computes the
     batch (it keeps a block of samples in the cache itself), else an ``nv x nv`` matrix per
     sample, as the other algorithms that carry one."""

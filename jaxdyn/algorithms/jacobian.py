@@ -17,16 +17,19 @@ from .._precision import full_precision
 from . import kinematics as kin
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .kinematics import Placements
 
 
 REFERENCES = ("local", "world", "local_world_aligned")
 
 
-def frame_argument(fn, model: Model, frame: str | int, reference: str) -> int:
+def frame_argument(fn: str, model: Model, frame: str | int, reference: str) -> int:
     """The index of ``frame`` (a name or an index into ``model.frame_names``), with
     ``reference`` checked against :data:`REFERENCES`; errors name ``fn``."""
     if not isinstance(reference, str) or reference not in REFERENCES:
@@ -50,7 +53,9 @@ def joint_jacobians(model: Model, q: ArrayLike) -> Array:
     return kin.world_state(model, q).S.T
 
 
-def chain_subspaces(model: Model, chain, placements):
+def chain_subspaces(
+    model: Model, chain: Sequence[int], placements: Placements
+) -> tuple[Array, np.ndarray]:
     """World motion subspaces ``(d, 6)`` of the coordinates of the bodies ``chain`` (placed
     by ``placements``, as :func:`jaxdyn.algorithms.kinematics.chain_placements` returns
     them) and those coordinates' indices (ascending: bodies are sorted by depth)."""
@@ -72,7 +77,7 @@ def frame_chain(model: Model, q: ArrayLike, f: int):
     return (S, idx, *kin.frame_in_chain(model, pl, f))
 
 
-def spread_columns(cols, idx, nv) -> Array:
+def spread_columns(cols: Array, idx: np.ndarray, nv: int) -> Array:
     """``(6, nv)`` with ``cols (d, 6)`` as the columns ``idx`` (ascending) and zeros
     elsewhere, assembled from contiguous runs (no scatter)."""
     dt = cols.dtype

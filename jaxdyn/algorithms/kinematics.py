@@ -22,9 +22,10 @@ from ..backend import fusion
 from ..model import tree
 
 if TYPE_CHECKING:
-    from jax.typing import ArrayLike
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
-    from ..model.model import Model
+    from ..model.model import Model, Topology
 
 
 class Placements(NamedTuple):
@@ -51,7 +52,7 @@ def _kind_runs_q(model, q):
         yield kind, b0, b1, v0, v1, q[q0 : q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
 
 
-def joint_placements(model, q):
+def joint_placements(model: Model, q) -> tuple[Array, Array]:
     """Per-body ``XJ`` as ``(R (nb,3,3), p (nb,3))`` (joint transforms of every kind)."""
     parts = []
     for kind, _, _, v0, v1, qs in _kind_runs_q(model, q):
@@ -91,7 +92,7 @@ def _local(kind, XR, Xp, axis, qs):
     return spatial.mm(XR, RJ), spatial.mv(XR, pJ) + Xp
 
 
-def local_placements(model, q):
+def local_placements(model: Model, q) -> tuple[Array, Array]:
     """Placements ``liMi = Xtree_i XJ_i`` of every body in its parent, ``(R (nb,3,3), p (nb,3))``.
 
     For one-DoF joints, Rodrigues' formula ``XJ = I + sin(q) K + (1 - cos(q)) K^2`` (``K`` the
@@ -115,7 +116,7 @@ def local_placements(model, q):
     return jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0)
 
 
-def body_placements(model, q):
+def body_placements(model: Model, q: ArrayLike) -> Placements:
     """World placements ``oMi`` of the bodies by one outward level pass (Featherstone Alg. 4.1)."""
     if model.nb == 0:  # zero-DoF model: no moving body
         dt = model.Xtree_R.dtype
@@ -137,7 +138,7 @@ def body_placements(model, q):
     return Placements(R, p)
 
 
-def support_chain(topo, b: int) -> tuple:
+def support_chain(topo: Topology, b: int) -> tuple:
     """The bodies supporting body ``b`` (its ancestors and itself), root first; ``()`` for the
     world (``b < 0``)."""
     chain = []
@@ -172,7 +173,7 @@ def take_rows(x, idx):
     return x[idx]
 
 
-def chain_placements(model, q, b: int) -> Placements:
+def chain_placements(model: Model, q, b: int) -> Placements:
     """World placements of the bodies supporting body ``b`` only (:func:`support_chain`, root
     first), ``R (d, 3, 3)``, ``p (d, 3)`` for ``d`` bodies: what a single frame needs, without
     the rest of the tree (:func:`body_placements`).
@@ -210,14 +211,14 @@ def chain_placements(model, q, b: int) -> Placements:
     return Placements(jnp.concatenate(Rs, 0), jnp.concatenate(ps, 0))
 
 
-def frame_in_chain(model, placements, f: int) -> Placements:
+def frame_in_chain(model: Model, placements: Placements, f: int) -> Placements:
     """World placement of frame ``f`` from its body's :func:`chain_placements` (the body
     last)."""
     R, p = placements.R[-1], placements.p[-1]
     return Placements(spatial.mm(R, model.frame_R[f]), spatial.mv(R, model.frame_p[f]) + p)
 
 
-def frame_pose(model, q, f: int) -> Placements:
+def frame_pose(model: Model, q: ArrayLike, f: int) -> Placements:
     """World placement of frame ``f`` (an index) from the placements of its supporting bodies
     only; no input checks (:func:`frame_placement` is the checked form)."""
     b = int(model.topo.frame_parent[f])
@@ -230,7 +231,7 @@ def frame_pose(model, q, f: int) -> Placements:
 _prepare = shell.prepare
 
 
-def frame_placements(model, body: Placements) -> Placements:
+def frame_placements(model: Model, body: Placements) -> Placements:
     """World placements of every frame from the body placements."""
     t = model.topo
     dt = body.R.dtype
@@ -287,17 +288,17 @@ class WorldState(NamedTuple):
     Ic: jax.Array  # (nb,3,3) rotational inertias about the centres of mass, world axes
 
     @property
-    def h(self):
+    def h(self) -> Array:
         """First moments ``m c`` about the world origin."""
         return self.mass[:, None] * self.c
 
     @property
-    def Ibar(self):
+    def Ibar(self) -> Array:
         """Rotational inertias about the world origin, ``Ic + m (|c|^2 1 - c c^T)``."""
         return com_to_origin(self.mass, self.c, self.Ic)
 
 
-def com_to_origin(mass, c, Ic):
+def com_to_origin(mass: Array, c: Array, Ic: Array) -> Array:
     """Rotational inertia about the origin from the one about the centre of mass ``c``."""
     # written entry by entry: the broadcast ``eye * |c|^2 - c c^T`` form ran slower under vmap
     x, y, z = spatial.unstack(c)
@@ -313,7 +314,7 @@ def com_to_origin(mass, c, Ic):
     )
 
 
-def world_state(model, q, centered: bool = False) -> WorldState:
+def world_state(model: Model, q: ArrayLike, centered: bool = False) -> WorldState:
     """Placements, world motion subspaces ``oS = oX_i S_i`` and world inertias ``oI_i``.
 
     With ``centered=True`` and a floating base, the ground frame is translated to the base's
@@ -327,7 +328,7 @@ def world_state(model, q, centered: bool = False) -> WorldState:
     return world_state_from_placements(model, R, p)
 
 
-def world_state_from_placements(model, R, p) -> WorldState:
+def world_state_from_placements(model: Model, R: Array, p: Array) -> WorldState:
     """:func:`world_state` from the body placements ``R (nb, 3, 3)``, ``p (nb, 3)``."""
     t = model.topo
     Rd, pd = tree.bodies_to_dofs(t, R), tree.bodies_to_dofs(t, p)
@@ -341,7 +342,7 @@ def world_state_from_placements(model, R, p) -> WorldState:
     return WorldState(R, p, S, model.mass, c, Ic)
 
 
-def inertia_apply(m, c, Ic, v):
+def inertia_apply(m: Array, c: Array, Ic: Array, v: Array) -> Array:
     """Spatial inertia (mass ``m``, centre of mass ``c``, inertia ``Ic`` about it, all in the
     frame of ``v``) times a motion vector ``v (..., 6)``: ``[Ic w + c x l; l]`` with the
     momentum ``l = m (v + w x c)``."""
@@ -350,18 +351,18 @@ def inertia_apply(m, c, Ic, v):
     return jnp.concatenate([spatial.mv(Ic, w) + spatial.cross(c, lin), lin], -1)
 
 
-def joint_velocities(model, ws, qd):
+def joint_velocities(model: Model, ws: WorldState, qd: Array) -> Array:
     """Per-body joint velocity ``vJ_i = oS_i qd_i`` in world coordinates, ``(nb, 6)``."""
     return tree.dofs_to_bodies(model.topo, ws.S * qd[:, None])
 
 
-def body_velocities(model, ws, qd):
+def body_velocities(model: Model, ws: WorldState, qd: Array) -> tuple[Array, Array]:
     """World-frame spatial velocities of all bodies, ``(nb, 6)``, and the joint velocities."""
     vJ = joint_velocities(model, ws, qd)
     root = jnp.zeros(6, vJ.dtype)
     return tree.forward_accumulate(model.topo, vJ, root), vJ
 
 
-def gravity_acceleration(model, dtype):
+def gravity_acceleration(model: Model, dtype: DTypeLike) -> Array:
     """The fictitious root acceleration ``a_0 = -[0; g]`` that accounts for gravity."""
     return jnp.concatenate([jnp.zeros(3, dtype), -model.gravity.astype(dtype)])

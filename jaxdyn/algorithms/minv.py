@@ -33,9 +33,14 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .kinematics import WorldState
 
 
-def minv_world(model, ws, inertias=None):
+def minv_world(
+    model: Model,
+    ws: WorldState,
+    inertias: tuple[tree.LevelSeq, tree.LevelSeq, tree.LevelSeq | None] | None = None,
+) -> Array:
     """``M^-1`` from a world state: ABA with ``nv`` unit-torque right-hand sides.
 
     Only the columns that can be nonzero are carried: with bodies sorted by depth, the subtree
@@ -73,7 +78,7 @@ def minv_world(model, ws, inertias=None):
     return jnp.where(keep, upper, upper.T)
 
 
-def minv_dense(model, ws, guarded=False):
+def minv_dense(model: Model, ws: WorldState, guarded: bool = False) -> Array:
     """``M^-1`` by CRBA and a LAPACK Cholesky solve (symmetrised; NaN where ``M`` is
     singular). ``guarded`` (``method="auto"``): :func:`minv_world` instead where the
     factorisation is not trustworthy (:func:`~jaxdyn.algorithms.aba.guard_dense`) or the

@@ -21,17 +21,20 @@ from . import kinematics as kin
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
+    from .kinematics import WorldState
 
 
-def external_forces_world(model, ws, f_ext):
+def external_forces_world(model: Model, ws: WorldState, f_ext) -> Array:
     """Per-body spatial forces given in body coordinates, expressed at the world origin."""
     return spatial.act_force(ws.R, ws.p, f_ext)
 
 
-def check_f_ext(fn, model, f_ext, dtype=None):
+def check_f_ext(
+    fn: str, model: Model, f_ext: ArrayLike | None, dtype: DTypeLike | None = None
+) -> Array | None:
     """``f_ext`` (an array or nested sequence) as an ``(nb, 6)`` array, cast to ``dtype``."""
     if f_ext is None:
         return None
@@ -39,7 +42,14 @@ def check_f_ext(fn, model, f_ext, dtype=None):
     return f if dtype is None else f.astype(dtype)
 
 
-def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
+def rnea_world(
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    qdd: Array,
+    f_ext=None,
+    gravity: bool = True,
+) -> tuple[Array, Array, Array, Array]:
     """World-frame RNEA on a precomputed :class:`~jaxdyn.algorithms.kinematics.WorldState`.
 
     Returns ``(tau, v, a, F)``: joint forces, body velocities, accelerations and the subtree
@@ -75,7 +85,9 @@ def rnea_world(model, ws, qd, qdd, f_ext=None, gravity=True):
     return tau, v, a, F
 
 
-def rnea_local(model, q, qd, qdd, f_ext=None):
+def rnea_local(
+    model: Model, q: ArrayLike, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array, Array, Array]:
     """RNEA in body coordinates (Featherstone 2008, Alg. 5.1 / Table 5.1), the form of the
     public ``rnea`` under ``jax.vmap`` (:func:`joint_forces`): ``(tau, v, a, F)`` with the
     body velocities, accelerations and subtree forces in each body's own frame, ``f_ext
@@ -133,7 +145,7 @@ def rnea_local(model, q, qd, qdd, f_ext=None):
     return tau, v, a, F
 
 
-def chunk_words(model, itemsize) -> int:
+def chunk_words(model: Model, itemsize: int) -> int:
     """RNEA's chunk policy (``words=`` of its public wrappers): the transforms, velocities,
     accelerations and forces of every body, per sample."""
     return 48 * model.nb
@@ -145,7 +157,9 @@ def chunk_words(model, itemsize) -> int:
 LOCAL_MIN_BATCH = 64
 
 
-def joint_forces(model, q, qd, qdd, f_ext=None):
+def joint_forces(
+    model: Model, q: ArrayLike, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> Array:
     """``tau`` of RNEA, in the form that is faster for how the call is evaluated: the body
     form (:func:`rnea_local`) under a batching rule of at least :data:`LOCAL_MIN_BATCH`
     samples, else the world form (:func:`rnea_world`)."""
@@ -156,7 +170,7 @@ def joint_forces(model, q, qd, qdd, f_ext=None):
 
 @shell.public("rnea", words=chunk_words)
 @full_precision
-def rnea_plain(model, q, v, a, f_ext=None):
+def rnea_plain(model: Model, q: ArrayLike, v, a, f_ext=None) -> Array:
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, without
     analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.rnea`` is this with
     them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.

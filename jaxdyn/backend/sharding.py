@@ -5,7 +5,7 @@ Elsewhere each function is the plain ``jnp`` one. Re-exported by :mod:`jaxdyn.sp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,8 @@ import jax.numpy as jnp
 from .ffi import EXPLICIT
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
 
 
@@ -43,7 +45,7 @@ def on_mesh(x):
     return reshard(x, jax.sharding.PartitionSpec())
 
 
-def stack(arrays, axis: int = 0) -> Array:
+def stack(arrays: Sequence[Any], axis: int = 0) -> Array:
     """``jnp.stack(arrays, axis)``, also under ``jax.vmap`` with the batch split over
     ``Explicit`` mesh axes. There JAX 0.10's ``stack`` primitive broadcasts an unbatched
     operand (a zero beside batched entries, as in :func:`skew`) without the batch's sharding
@@ -57,7 +59,7 @@ def stack(arrays, axis: int = 0) -> Array:
     return jnp.concatenate([jnp.expand_dims(a, axis) for a in arrays], axis)
 
 
-def concatenate(arrays, axis: int = 0) -> Array:
+def concatenate(arrays: Sequence[Any], axis: int = 0) -> Array:
     """``jnp.concatenate(arrays, axis)`` where some arrays may be constants made inside the
     traced function: under a mesh with ``Explicit`` axes they are replicated over it first
     (:func:`on_mesh`); elsewhere ``jnp.concatenate``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+from collections.abc import Iterator
 
 from .internals import backends_are_initialized
 
@@ -185,7 +186,7 @@ _FUSED_PROGRAM = contextvars.ContextVar("jaxdyn_fused_program", default=False)
 
 
 @contextlib.contextmanager
-def tracing_fused_program():
+def tracing_fused_program() -> Iterator[None]:
     """While a program of :mod:`.fused_programs` is traced: :func:`fused_cpu_loops_enabled`
     answers ``True`` (no custom call in the program)."""
     token = _FUSED_PROGRAM.set(True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +41,12 @@ from ..algorithms.aba import (
 )
 from ..model import tree
 from ..model.model import Level
-from .model import LINEAR, ClusterModel, require_cluster_model
+from .model import LINEAR, ClusterModel, ClusterTopology, Group, require_cluster_model
 from .state import all_group_states, assemble_spanning, group_y
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 # End effectors of the operational-space functions (C-EFPA, projected OSIM): one frame (name or
 # index) or a sequence of frames / ``(frame, xyz offset (3,))`` pairs.
@@ -84,7 +88,7 @@ def sum_terms(terms):
     return out
 
 
-def sum_bodies(x):
+def sum_bodies(x: Array) -> Array:
     """Sum over the cluster-body axis 1 (unrolled)."""
     return sum_terms([x[:, i] for i in range(x.shape[1])])
 
@@ -105,7 +109,7 @@ def mix(M, x):
     return sum_terms(terms)
 
 
-def check_f_ext(fn, model, f_ext):
+def check_f_ext(fn: str, model: ClusterModel, f_ext: ArrayLike | None) -> Array | None:
     """Shape-check the external forces ``(nb, 6)`` on the spanning-tree bodies (or None)."""
     if f_ext is None:
         return None
@@ -154,13 +158,13 @@ def setup(model, fn, q, v=None, x=None, xname=None, f_ext=None, alternative=None
 # ----------------------------------------------------------------------------- static structure
 
 
-def single_output(g):
+def single_output(g: Group) -> bool:
     """True if all bodies of each cluster of the group hang from one output body."""
     return bool(np.all(g.out == g.out[:, :1]))
 
 
 @functools.lru_cache(maxsize=256)
-def all_single_output(t) -> bool:
+def all_single_output(t: ClusterTopology) -> bool:
     """True if every cluster of the topology ``t`` hangs from one output body."""
     return all(single_output(g) for g in t.groups)
 
@@ -186,7 +190,9 @@ def in_cluster_ancestors(t):
 
 
 @functools.lru_cache(maxsize=1024)
-def cluster_view(t, li: int, g_index: int | None = None, receivers: bool = False) -> Level:
+def cluster_view(
+    t: ClusterTopology, li: int, g_index: int | None = None, receivers: bool = False
+) -> Level:
     """A :class:`jaxdyn.model.model.Level` over the *clusters* of level ``li`` (or of group
     ``g_index`` alone), for single-output topologies: ``parent_local[c]`` is the output body of
     cluster ``c`` in the previous level (:func:`jaxdyn.model.tree.gather_parent` gathers the
@@ -215,7 +221,7 @@ def receivers_of(t, li: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def block_incidence(t, li: int) -> np.ndarray:
+def block_incidence(t: ClusterTopology, li: int) -> np.ndarray:
     """``(T_prev, T)`` 0/1 matrix routing the ``6x6`` blocks of the articulated inertias of
     level ``li`` (in (cluster, body_i, body_j) order per group) to the blocks of their output
     bodies in level ``li - 1`` (``X_k^T Ia_k X_k`` of multi-output clusters)."""
@@ -311,7 +317,17 @@ def _flat(parts):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def forward_kinematics(model, gss, ws, dt, with_velocity):
+@overload
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: Literal[True]
+) -> tuple[list[GroupKinematics], Array]: ...
+@overload
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: Literal[False]
+) -> tuple[list[GroupKinematics], None]: ...
+def forward_kinematics(
+    model: ClusterModel, gss: Sequence[Any], ws: Any, dt: DTypeLike, with_velocity: bool
+) -> tuple[list[GroupKinematics], Array | None]:
     """General path: ``S_k`` per group and, with velocity, ``v`` of every body (cluster body
     order, ``v_k = X_k v_λ(k) + v_J`` accumulated by :func:`jaxdyn.model.tree.forward_accumulate`
     on the cluster levels) and ``c_k = c_J + v x v_J`` per group (paper eqs. (23), (31)).

@@ -139,7 +139,7 @@ class PointItem:
     leaf_keys = ("off_p", "off_s")
 
     @property
-    def key(self):
+    def key(self) -> tuple:
         return ("point", self.Lp, self.Ls, self.rows)
 
     @property
@@ -160,7 +160,7 @@ class PointItem:
             p = jnp.dot(XR[j], p) + Xp[j]
         return p
 
-    def data(self, tree: Model, static, leaves, pre):
+    def data(self, tree: Model, static: dict, leaves: dict, pre: str) -> dict:
         out = {}
         for side in ("p", "s"):
             b = static[pre + "body_" + side]  # (nc, L) spanning body indices
@@ -171,7 +171,7 @@ class PointItem:
             out["off_" + side] = leaves[pre + "off_" + side]
         return out
 
-    def phi(self, qc, d):
+    def phi(self, qc: Array, d: dict) -> Array:
         dt = qc.dtype
         pp = self._point(
             qc[d["idx_p"]],
@@ -201,13 +201,13 @@ class LinItem:
     leaf_keys = ("K", "k0")
 
     @property
-    def key(self):
+    def key(self) -> tuple:
         return ("lin", self.nidx, self.r)
 
-    def data(self, tree: Model, static, leaves, pre):
+    def data(self, tree: Model, static: dict, leaves: dict, pre: str) -> dict:
         return {"idx": static[pre + "idx"], "K": leaves[pre + "K"], "k0": leaves[pre + "k0"]}
 
-    def phi(self, qc, d):
+    def phi(self, qc: Array, d: dict) -> Array:
         return d["K"].astype(qc.dtype) @ qc[d["idx"]] - d["k0"].astype(qc.dtype)
 
 
@@ -223,13 +223,13 @@ class FnItem:
     leaf_keys = ()
 
     @property
-    def key(self):
+    def key(self) -> tuple:
         return ("fn", self.fn, self.nidx, self.r)
 
-    def data(self, tree: Model, static, leaves, pre):
+    def data(self, tree: Model, static: dict, leaves: dict, pre: str) -> dict:
         return {"idx": static[pre + "idx"]}
 
-    def phi(self, qc, d) -> Array:
+    def phi(self, qc: Array, d: dict) -> Array:
         return jnp.asarray(self.fn(qc[d["idx"]]), qc.dtype).reshape(-1)
 
 
@@ -354,7 +354,7 @@ class ClusterTopology:
     def __setattr__(self, k, v):  # pragma: no cover - immutability guard
         raise AttributeError("ClusterTopology is immutable")
 
-    def replace(self, **kw) -> ClusterTopology:
+    def replace(self, **kw: Any) -> ClusterTopology:
         return ClusterTopology(**{**{k: getattr(self, k) for k in self._fields}, **kw})
 
     def __hash__(self):
@@ -1347,7 +1347,14 @@ def _gather(x, idx):
     return jnp.asarray(np.asarray(x)[idx], x.dtype)
 
 
-def reindex_tree(tree: Model, topo: Topology, bodies, dofs, frames, **replace) -> Model:
+def reindex_tree(
+    tree: Model,
+    topo: Topology,
+    bodies: np.ndarray | Sequence[int],
+    dofs: np.ndarray | Sequence[int],
+    frames: np.ndarray | Sequence[int],
+    **replace: Any,
+) -> Model:
     """A :class:`jaxdyn.Model` on ``topo`` whose per-body / per-coordinate / per-frame leaves
     are those of ``tree`` at ``bodies`` / ``dofs`` / ``frames`` (``replace`` overrides leaves);
     other fields are copied."""

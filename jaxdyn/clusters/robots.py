@@ -17,12 +17,16 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import spec as S
 from .model import ClusterModel
 from .urdfplus import build, load_urdf_plus
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -68,7 +72,7 @@ def path(name: str) -> Path:
     return DATA_DIR / files[name]
 
 
-def load(name: str, **kw) -> ClusterModel:
+def load(name: str, **kw: Any) -> ClusterModel:
     """Load a bundled robot by name (:data:`ROBOTS`, or ``tello_legs`` / ``tello_humanoid``);
     keywords go to :func:`jaxdyn.clusters.load_urdf_plus` (e.g. ``fold_rotors=False``). The
     published inertias of :data:`TRIANGLE_AS_PUBLISHED` load without a warning."""
@@ -88,7 +92,7 @@ def load(name: str, **kw) -> ClusterModel:
     return model
 
 
-def tello(arms: bool = False, gear_ratio: float = 6.0, **kw) -> ClusterModel:
+def tello(arms: bool = False, gear_ratio: float = 6.0, **kw: Any) -> ClusterModel:
     """Tello legs (``arms=False``, fixed pelvis) or the Tello humanoid with arms (floating).
 
     Clusters per leg: hip clamp + rotor (gear ``gear_ratio``); hip differential
@@ -161,7 +165,7 @@ def transmission_chain(
     n_links: int,
     kind: str = "GT",
     seed: int | None = None,
-    gravity=(9.81, 0.0, 0.0),
+    gravity: Sequence[float] = (9.81, 0.0, 0.0),
     fold_rotors: bool = True,
 ) -> ClusterModel:
     """A serial chain of ``n_links`` planar links driven through transmissions.

@@ -27,9 +27,11 @@ import numpy as np
 from .. import eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import configuration as tree_configuration
-from .model import IMPLICIT, LINEAR, TREE, ClusterModel, require_cluster_model
+from .model import IMPLICIT, LINEAR, TREE, ClusterModel, Group, require_cluster_model
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 LOOP_TOL = 1e-6
 
 
-def loop_tolerance(dtype) -> float:
+def loop_tolerance(dtype: DTypeLike) -> float:
     """Relative tolerance of the loop residual check: ``max(LOOP_TOL, 1000 eps(dtype))``."""
     eps = float(jnp.finfo(dtype).eps)
     return max(LOOP_TOL, 1000.0 * eps)
@@ -101,14 +103,14 @@ def _with_value(phi):
     return f
 
 
-def kdot_qdot(phi, q, qd, d):
+def kdot_qdot(phi: Callable[[Array, Any], Array], q: Array, qd: Array, d: Any) -> Array:
     """``Kdot qdot = d^2/dh^2 phi(q + h qdot)`` at ``h = 0`` (a second directional derivative:
     two nested JVPs, cheaper than differentiating the Jacobian)."""
     f = lambda x: phi(x, d)
     return jax.jvp(lambda x: jax.jvp(f, (x,), (qd,))[1], (q,), (qd,))[1]
 
 
-def small_inv(A):
+def small_inv(A: Array) -> Array:
     """Inverse of small square matrices (closed form up to 2x2)."""
     k = A.shape[-1]
     if k == 1:
@@ -123,12 +125,12 @@ def small_inv(A):
     return jnp.linalg.inv(A)
 
 
-def group_qc(g, q):
+def group_qc(g: Group, q: Array) -> Array:
     """The cluster positions of group ``g``, ``(nc, nqc)``."""
     return q[g.q0 : g.q1].reshape(g.nc, g.nqc)
 
 
-def group_y(g, v):
+def group_y(g: Group, v) -> Array:
     """The independent velocities (or accelerations, torques) of group ``g``, ``(nc, ny)``."""
     return v[g.v0 : g.v1].reshape(g.nc, g.ny)
 

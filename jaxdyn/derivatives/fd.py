@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
+    from ..algorithms.kinematics import WorldState
     from ..model.model import Model
 
 
@@ -56,7 +57,7 @@ AZA_MIN_NV = 128
 METHODS = ("auto", "dmm", "aza")
 
 
-def resolve_method(method, nv):
+def resolve_method(method: str, nv: int) -> str:
     """``"dmm"`` or ``"aza"`` for ``method`` in :data:`METHODS`."""
     if method not in METHODS:
         raise ValueError(f"aba_derivatives: method must be one of {METHODS}, got {method!r}")
@@ -78,7 +79,14 @@ def aza(model, S, inertias, u):
     return sweeps(model, S, inertias, None, None, u, None).field(0).flat()
 
 
-def forward_dynamics_world(model, ws, qd, tau, f_ext=None, mass_matrix: bool = True):
+def forward_dynamics_world(
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    tau: Array,
+    f_ext: Array | None = None,
+    mass_matrix: bool = True,
+):
     """ABA sharing its articulated inertias, and IDSVA at its solution.
 
     Returns ``(qdd, dtau_dq, dtau_dv, M, inertias)`` where the partials are those of inverse
@@ -102,7 +110,14 @@ def forward_dynamics_world(model, ws, qd, tau, f_ext=None, mass_matrix: bool = T
     return qdd, dtau_dq, dtau_dv, M, inertias
 
 
-def aba_derivatives_world(model, ws, qd, tau, f_ext=None, method="auto"):
+def aba_derivatives_world(
+    model: Model,
+    ws: WorldState,
+    qd,
+    tau,
+    f_ext: Array | None = None,
+    method: str = "auto",
+) -> tuple[Array, Array, Array, Array]:
     """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``."""
     method = resolve_method(method, model.nv)
     nv = model.nv

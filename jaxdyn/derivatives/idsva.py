@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
-    from ..model.model import Model
+    from ..algorithms.kinematics import WorldState
+    from ..model.model import Model, Topology
 
 
 def forward_accumulate_with_parent(topo, incr, root):
@@ -62,7 +63,7 @@ def forward_accumulate_with_parent(topo, incr, root):
 PRODUCT_BLOCKS = 1
 
 
-def dof_blocks(topo, nblocks=None) -> list[int]:
+def dof_blocks(topo: Topology, nblocks: int | None = None) -> list[int]:
     """Split the coordinates into at most ``nblocks`` contiguous runs of whole depth levels
     with about equal numbers of coordinates: boundaries ``[0, e_1, ..., nv]``.
 
@@ -227,7 +228,7 @@ def _prepare_id(fn, model, q, v, a, f_ext):
     return model, q, v.astype(dtype), a.astype(dtype), f_ext
 
 
-def chunk_words(model: Model, itemsize) -> int:
+def chunk_words(model: Model, itemsize: int) -> int:
     """The derivatives' chunk policy (``words=`` of ``rnea_derivatives`` and
     ``aba_derivatives``): four ``nv x nv`` partials per sample."""
     return 4 * model.nv * model.nv
@@ -264,7 +265,7 @@ def rnea_derivatives(
     return rnea_derivatives_world(model, ws, v, a, f_ext)[1:]
 
 
-def fext_tau_tangent(model: Model, ws, df_ext) -> Array:
+def fext_tau_tangent(model: Model, ws: WorldState, df_ext: Array) -> Array:
     """Directional derivative of ``rnea`` in the external forces: ``-sum_b J_b^T df_b``.
 
     Linear in ``df_ext (nb, 6)`` (body-frame forces); the placements come from ``ws``.

@@ -53,6 +53,8 @@ from .fd import _prepare_fd, aza, forward_dynamics_world
 from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from jax import Array
     from jax.typing import ArrayLike
 
@@ -74,7 +76,7 @@ def analytic_derivatives_enabled() -> bool:
     return config.get("analytic_derivatives")
 
 
-def analytic_derivatives(enabled: bool):
+def analytic_derivatives(enabled: bool) -> AbstractContextManager[None]:
     """Context manager form of :func:`set_analytic_derivatives`
     (``jaxdyn.config.override(analytic_derivatives=enabled)``)::
 
@@ -87,12 +89,12 @@ def analytic_derivatives(enabled: bool):
 # ----------------------------------------------------------------------------- tangents
 
 
-def is_zero_tangent(t) -> bool:
+def is_zero_tangent(t: object) -> bool:
     """Whether a ``custom_jvp`` tangent is absent (``None`` or a ``SymbolicZero``)."""
     return t is None or isinstance(t, SymbolicZero)
 
 
-def configuration_tangent(model: Model, q: Array, dq) -> Array:
+def configuration_tangent(model: Model, q: Array, dq: Array) -> Array:
     """Map an ambient tangent ``dq (nq,)`` at ``q`` to the tangent space of
     :func:`jaxdyn.integrate` (``nv``): the ``δ`` with ``d/dε integrate(q, ε δ) = dq`` for every
     ``dq`` tangent to the unit-quaternion spheres.

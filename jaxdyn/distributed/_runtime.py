@@ -6,11 +6,13 @@ import hashlib
 import inspect
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from ..sim import sharding
 
@@ -81,7 +83,7 @@ def initialize(
     jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
 
 
-def global_mesh(devices=None):
+def global_mesh(devices: Sequence[Any] | np.ndarray | None = None) -> Mesh:
     """A one-axis mesh named ``"batch"`` over every device of every process (default), in
     process order: process ``i``'s share of a batch lies on its own devices
     (:func:`jaxdyn.sim.batch_mesh` over ``jax.devices()``)."""
@@ -94,7 +96,7 @@ def global_mesh(devices=None):
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def fingerprint(tree) -> bytes:
+def fingerprint(tree: Any) -> bytes:
     """A SHA-256 digest of ``tree``: its structure and static fields (``repr``, memory
     addresses left out) and each array leaf's dtype, shape and bytes (of an array spread over
     several processes: its dtype and shape only)."""
@@ -140,7 +142,7 @@ def _allgather_host(values) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(values))
 
 
-def assert_same(name: str, tree) -> None:
+def assert_same(name: str, tree: Any) -> None:
     """Raise ``ValueError`` on every process unless ``tree`` (a model, a configuration, a batch
     of problems, ...) is the same on every process (:func:`fingerprint`, exchanged between the
     processes). A collective: every process must call it, in the same order."""
@@ -159,7 +161,7 @@ def assert_same(name: str, tree) -> None:
     )
 
 
-def check_batch(name: str, tree, mesh=None) -> int:
+def check_batch(name: str, tree: Any, mesh: Mesh | None = None) -> int:
     """Check a process-local batch (every leaf's leading axis) against the other processes':
     the same size on every process, and a multiple of this process's devices of ``mesh``, so
     that the global batch splits evenly over every device. Raises ``ValueError`` on every
@@ -195,7 +197,7 @@ def check_batch(name: str, tree, mesh=None) -> int:
     return total
 
 
-def to_global(tree, mesh=None, name: str = "to_global"):
+def to_global(tree: Any, mesh: Mesh | None = None, name: str = "to_global") -> Any:
     """Process-local batches (leading axis) to global arrays split over ``mesh`` (default
     :func:`global_mesh`), process ``i``'s samples on its own devices
     (``jax.make_array_from_process_local_data``), after :func:`check_batch`."""
@@ -207,7 +209,7 @@ def to_global(tree, mesh=None, name: str = "to_global"):
     )
 
 
-def gather(tree):
+def gather(tree: Any) -> Any:
     """Every array of ``tree`` (global arrays split across processes, or local ones) as one
     NumPy array on every process (``process_allgather``). A collective.
 

@@ -71,8 +71,8 @@ def _sigmoid(x, value_at_1: float, sigmoid: str):
 
 
 def tolerance(
-    x,
-    bounds=(0.0, 0.0),
+    x: Array,
+    bounds: tuple[float, float] = (0.0, 0.0),
     margin: float = 0.0,
     sigmoid: str = "gaussian",
     value_at_margin: float = 0.1,

@@ -28,10 +28,20 @@ Works on numpy and JAX arrays (unbatched; ``jax.vmap`` the methods for batches).
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
+
+if TYPE_CHECKING:
+    from jax import Array
+
+
+#: a jax or a numpy array (the conversions keep the kind they are given)
+_A = TypeVar("_A", "Array", np.ndarray)
 
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 _SWAP6 = np.array([3, 4, 5, 0, 1, 2])
@@ -57,7 +67,7 @@ def _quat_to_mat(xp, q):
 MJCF_HINT = "pip install 'jaxdyn[mjcf]'"
 
 
-def import_mujoco():
+def import_mujoco() -> ModuleType:
     """The ``mujoco`` module (MuJoCo's compiler, an optional dependency), or ``ImportError``
     saying how to install it."""
     try:
@@ -81,7 +91,7 @@ def decode_name(raw: bytes, objtype: str, i: int) -> str:
         ) from None
 
 
-def mujoco_names(mj_model, objtype: str) -> list:
+def mujoco_names(mj_model: Any, objtype: str) -> list:
     """Names of MuJoCo's objects of one type (``"body"``, ``"jnt"``, ``"site"``, ``"geom"``,
     ``"actuator"``, ``"eq"``, ``"key"``) as jaxdyn uses them: unnamed ones are
     ``"<objtype><id>"`` (made unique)."""
@@ -120,7 +130,7 @@ class Converter:
     rotation).
     """
 
-    def __init__(self, model, mj_model):
+    def __init__(self, model: Any, mj_model: Any) -> None:
         model = getattr(model, "model", model)
         t = model.topo
         self.model, self.mj_model = model, mj_model
@@ -164,16 +174,16 @@ class Converter:
         self._free = tuple(free)
 
     # ------------------------------------------------------------------ configurations
-    def q_to_mujoco(self, q):
+    def q_to_mujoco(self, q: _A) -> _A:
         """jaxdyn ``q`` -> MuJoCo ``qpos`` (a reordering)."""
         return q[self._q_inv]
 
-    def q_from_mujoco(self, qpos):
+    def q_from_mujoco(self, qpos: _A) -> _A:
         """MuJoCo ``qpos`` -> jaxdyn ``q``."""
         return qpos[self.q_index]
 
     # ------------------------------------------------------------------ the velocity map
-    def velocity_map(self, q):
+    def velocity_map(self, q: _A) -> _A:
         """``T (nv, nv)`` with ``qvel = T @ v`` at jaxdyn configuration ``q``: a permutation,
         with the free joints' world rotations on their linear rows. ``T`` is orthogonal."""
         xp = _xp(q)
@@ -205,12 +215,12 @@ class Converter:
                 c = c.at[v0 + 3 : v0 + 6].set(cross)
         return c
 
-    def v_to_mujoco(self, q, v):
+    def v_to_mujoco(self, q: _A, v: _A) -> _A:
         """jaxdyn ``v`` -> MuJoCo ``qvel`` at ``q``. Also generalized forces: ``tau`` ->
         ``qfrc`` (``T`` is orthogonal)."""
         return self.velocity_map(q) @ v
 
-    def v_from_mujoco(self, q, qvel):
+    def v_from_mujoco(self, q: _A, qvel: _A) -> _A:
         """MuJoCo ``qvel`` (or ``qfrc``: ``qfrc_bias``, ``mj_rne``'s result) -> jaxdyn order and
         coordinates, at jaxdyn configuration ``q``."""
         return self.velocity_map(q).T @ qvel
@@ -218,15 +228,15 @@ class Converter:
     tau_to_mujoco = v_to_mujoco
     tau_from_mujoco = v_from_mujoco
 
-    def a_to_mujoco(self, q, v, a):
+    def a_to_mujoco(self, q: _A, v: _A, a: _A) -> _A:
         """jaxdyn acceleration ``a`` -> MuJoCo ``qacc`` (``T a + Ṫ v``)."""
         return self.velocity_map(q) @ (a + self._drift(q, v))
 
-    def a_from_mujoco(self, q, v, qacc):
+    def a_from_mujoco(self, q: _A, v: _A, qacc: _A) -> _A:
         """MuJoCo ``qacc`` -> jaxdyn ``a`` at ``(q, v)`` (jaxdyn's ``q`` and ``v``)."""
         return self.velocity_map(q).T @ qacc - self._drift(q, v)
 
-    def bias_from_mujoco(self, q, v, qfrc_bias, M_mj):
+    def bias_from_mujoco(self, q: _A, v: _A, qfrc_bias: _A, M_mj: _A) -> _A:
         """MuJoCo's ``qfrc_bias`` (with its mass matrix ``M_mj``, ``mj_fullM``) -> jaxdyn's
         ``bias_forces(model, q, v)``.
 
@@ -236,23 +246,23 @@ class Converter:
         qacc0 = self.a_to_mujoco(q, v, _xp(v).zeros_like(v))
         return self.tau_from_mujoco(q, qfrc_bias + M_mj @ qacc0)
 
-    def matrix_to_mujoco(self, q, M):
+    def matrix_to_mujoco(self, q: _A, M: _A) -> _A:
         """An ``nv x nv`` jaxdyn matrix (mass matrix, its inverse) -> MuJoCo's ``T M T^T``."""
         T = self.velocity_map(q)
         return T @ M @ T.T
 
-    def matrix_from_mujoco(self, q, M_mj):
+    def matrix_from_mujoco(self, q: _A, M_mj: _A) -> _A:
         """MuJoCo's ``nv x nv`` matrix (``mj_fullM``) -> jaxdyn's ``T^T M T``."""
         T = self.velocity_map(q)
         return T.T @ M_mj @ T
 
-    def jacobian_to_mujoco(self, q, J):
+    def jacobian_to_mujoco(self, q: _A, J: _A) -> _A:
         """A jaxdyn ``6 x nv`` Jacobian (``[angular; linear]`` rows, world axes at the point:
         ``reference="local_world_aligned"``) -> MuJoCo's stacked ``[jacp; jacr]``."""
         xp = _xp(J)
         return xp.take(J, _SWAP6, axis=0) @ self.velocity_map(q).T
 
-    def jacobian_from_mujoco(self, q, J_mj):
+    def jacobian_from_mujoco(self, q: _A, J_mj: _A) -> _A:
         """MuJoCo's stacked ``[jacp; jacr]`` (``6 x nv``) -> jaxdyn ``[angular; linear]`` rows
         (``local_world_aligned``) over jaxdyn's ``v``."""
         xp = _xp(J_mj)

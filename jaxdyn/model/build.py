@@ -9,7 +9,7 @@ Pinocchio); otherwise the root link is the world.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,12 @@ import numpy as np
 from .. import joints
 from .model import Model, make_topology
 from .urdf import URDFRobot, _check_strict, rpy_to_matrix
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy.typing as npt
+    from jax.typing import DTypeLike
 
 _KIND = {
     "revolute": joints.ONE_DOF,
@@ -52,19 +58,25 @@ MAGNITUDE_BOUND = {"float64": 1e50, "float32": 1e6}
 LIMITS = ("q_lower", "q_upper", "effort_limit", "velocity_limit")
 
 
-def magnitude_bound(dtype) -> float:
+def magnitude_bound(dtype: DTypeLike) -> float:
     """:data:`MAGNITUDE_BOUND` of the working ``dtype`` (float64's for anything wider)."""
     return MAGNITUDE_BOUND.get(np.dtype(dtype).name, MAGNITUDE_BOUND["float64"])
 
 
-def x64_hint(dtype) -> str:
+def x64_hint(dtype: DTypeLike) -> str:
     """The fix for a value float32 cannot take ("" in float64)."""
     if np.dtype(dtype) == np.float64:
         return ""
     return '; enable float64 first: jax.config.update("jax_enable_x64", True)'
 
 
-def cast_params(params: dict, dtype, element, unbounded: tuple = (), bounded: bool = False) -> dict:
+def cast_params(
+    params: dict,
+    dtype: np.dtype,
+    element: Callable[[str, int], str],
+    unbounded: tuple = (),
+    bounded: bool = False,
+) -> dict:
     """The model parameters ``params`` (numpy) as JAX arrays of ``dtype`` (float32 unless
     ``jax_enable_x64``). A value that is not finite in ``dtype`` raises ``ValueError`` naming
     ``element(k, i)``, the file's element behind entry ``i`` of parameter ``k`` (a value
@@ -101,7 +113,7 @@ def cast_params(params: dict, dtype, element, unbounded: tuple = (), bounded: bo
     return leaves
 
 
-def too_big(what: str, value: float, dtype) -> str:
+def too_big(what: str, value: float, dtype: DTypeLike) -> str:
     """The message of a finite parameter beyond :func:`magnitude_bound`."""
     return (
         f"{what} {value:.3g} exceeds {magnitude_bound(dtype):g}, the largest magnitude jaxdyn "
@@ -117,7 +129,7 @@ def _overflow(where: str, what: str) -> ValueError:
     )
 
 
-def depth_order(bodies) -> tuple[list, dict]:
+def depth_order(bodies: Sequence[dict]) -> tuple[list, dict]:
     """Order of the bodies (dicts with ``parent`` (earlier index or -1) and ``kind``): by depth,
     inside a level by (joint kind, parent's new index, given order), so that levels and kind
     groups are contiguous and parent indices are sorted. Returns the order (old indices) and
@@ -152,7 +164,7 @@ class SortedTree(NamedTuple):
         return -1 if b < 0 else self.new_index[b]
 
 
-def sort_tree(bodies) -> SortedTree:
+def sort_tree(bodies: Sequence[dict]) -> SortedTree:
     """:func:`depth_order` of the bodies (dicts with ``parent``, ``kind`` and ``X = (R, p)``,
     the joint's placement in the parent), with the topology and placement arrays in that
     order. Shared by the URDF and MJCF loaders."""
@@ -168,7 +180,15 @@ def sort_tree(bodies) -> SortedTree:
 
 
 def model_params(
-    tree: SortedTree, dof_axis, mass, com, inertia, frame_R, frame_p, gravity, **more
+    tree: SortedTree,
+    dof_axis: npt.ArrayLike,
+    mass: npt.ArrayLike,
+    com: npt.ArrayLike,
+    inertia: npt.ArrayLike,
+    frame_R: Sequence[Any] | np.ndarray,
+    frame_p: npt.ArrayLike,
+    gravity: npt.ArrayLike,
+    **more: Any,
 ) -> dict:
     """The parameter arrays of a :class:`~jaxdyn.model.model.Model` (numpy, float64) in the
     order of ``tree``, the frames' placements as ``(nf, 3, 3)`` / ``(nf, 3)``; ``more``: the
@@ -459,13 +479,15 @@ def _warn_massless(robot, strict, order, bodies, parent, kind, mass, inertia, fl
     warn(msg)
 
 
-def skew(w):
+def skew(w: Sequence[float] | np.ndarray) -> np.ndarray:
     """``[w]x`` of a 3-vector in numpy (model building and numpy references): ``skew(w) @ x``
     is ``np.cross(w, x)``."""
     return np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
 
 
-def inertias_about_com(m_acc, h_acc, I_acc):
+def inertias_about_com(
+    m_acc: np.ndarray, h_acc: np.ndarray, I_acc: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Each body's centre of mass and rotational inertia about it, ``(com (nb, 3), Ic (nb, 3,
     3))``, from its accumulated mass, first moment ``h = m c`` and rotational inertia ``I``
     about its origin (``Ic = I + m [c]x [c]x``); a massless body's centre is its origin."""

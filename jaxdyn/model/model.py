@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -24,6 +24,8 @@ import numpy as np
 from .. import joints
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
@@ -66,7 +68,7 @@ class Topology:
     contents so that two models with the same structure share compiled code.
     """
 
-    def __init__(self, **fields):
+    def __init__(self, **fields: Any) -> None:
         for k, v in fields.items():
             object.__setattr__(self, k, v)
         h = hashlib.sha256()
@@ -362,15 +364,15 @@ class Model(eqx.Module):
 
 def make_topology(
     name: str,
-    parent,
-    kind,
-    joint_names,
-    body_names,
-    frame_names,
-    frame_parent,
-    floating_base,
-    root_name,
-    urdf_robot=None,
+    parent: Sequence[int] | np.ndarray,
+    kind: Sequence[int] | np.ndarray,
+    joint_names: Sequence[str],
+    body_names: Sequence[str],
+    frame_names: Sequence[str],
+    frame_parent: Sequence[int] | np.ndarray,
+    floating_base: bool,
+    root_name: str,
+    urdf_robot: object | None = None,
 ) -> Topology:
     """Derive every static index structure from the parent array of depth-sorted bodies."""
     parent = np.asarray(parent, dtype=np.int64)

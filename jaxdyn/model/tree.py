@@ -42,18 +42,20 @@ if TYPE_CHECKING:
 
     from jax import Array
 
+    from .model import Level, Topology
+
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
 #: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
 #: with ``n >= MIN_SCAN_RUN`` compiles in a time independent of ``n``.
 MIN_SCAN_RUN = 8
 
 
-def level_v0(level) -> int:
+def level_v0(level: Level) -> int:
     """First velocity coordinate of a level."""
     return level.groups[0].v0
 
 
-def level_v1(level) -> int:
+def level_v1(level: Level) -> int:
     """One past the last velocity coordinate of a level."""
     return level.groups[-1].v1
 
@@ -100,7 +102,7 @@ def _segments(topo, min_run: int):
     )
 
 
-def segments(topo):
+def segments(topo: Topology) -> tuple:
     """Partition of the levels into ``(la, lb)`` ranges: single levels (``lb = la + 1``),
     unrolled, and runs (``lb - la >= MIN_SCAN_RUN``) evaluated with ``lax.scan``."""
     return _segments(topo, int(MIN_SCAN_RUN))
@@ -123,13 +125,18 @@ class LevelSeq:
     level slices it out (what the unrolled consumers do).
     """
 
-    def __init__(self, nl: int, single=None, blocks=None):
+    def __init__(
+        self,
+        nl: int,
+        single: dict[int, Any] | None = None,
+        blocks: list[tuple[int, int, Any]] | None = None,
+    ) -> None:
         self.nl = nl
         self.single = {} if single is None else single  # li -> tree
         self.blocks = [] if blocks is None else blocks  # (la, lb, stacked tree)
 
     @classmethod
-    def of(cls, x):
+    def of(cls, x: LevelSeq | Sequence[Any]) -> LevelSeq:
         """A :class:`LevelSeq` as is; a list/tuple with one entry per level wrapped."""
         if isinstance(x, LevelSeq):
             return x
@@ -151,7 +158,7 @@ class LevelSeq:
                 return jax.tree_util.tree_map(lambda x: x[li - la], t)
         raise IndexError(f"level {li} out of range")
 
-    def field(self, i) -> LevelSeq:
+    def field(self, i: int) -> LevelSeq:
         """The per-level ``i``-th component of tuple-valued levels."""
         return LevelSeq(
             self.nl,
@@ -159,7 +166,7 @@ class LevelSeq:
             [(a, b, t[i]) for a, b, t in self.blocks],
         )
 
-    def stack(self, la, lb):
+    def stack(self, la: int, lb: int) -> Any:
         """Levels ``[la, lb)`` stacked along a new leading axis."""
         pieces, li = [], la
         while li < lb:
@@ -179,7 +186,7 @@ class LevelSeq:
             return pieces[0]
         return jax.tree_util.tree_map(_concat_levels, *pieces)
 
-    def flat(self):
+    def flat(self) -> Any:
         """Concatenation over all levels, in order, of per-level values whose leading axis runs
         over the level's bodies (or coordinates): ``(nb, ...)`` (or ``(nv, ...)``)."""
         starts = {li: ("s", v) for li, v in self.single.items()}
@@ -306,7 +313,13 @@ def _topo_pass(topo, step, inputs, carry, static, reverse):
     return walk(levels, segs, level_step, take, carry, reverse)
 
 
-def forward_pass(topo, step, inputs, carry=None, static=None):
+def forward_pass(
+    topo: Topology,
+    step: Callable[..., tuple[Any, Any]],
+    inputs: Sequence[tuple[str, Any]],
+    carry: Any = None,
+    static: Sequence[Any] | None = None,
+) -> tuple[Any, LevelSeq]:
     """Outward pass: ``carry, out = step(level, None, carry, level_inputs)`` from the root
     level (``carry`` is ``None`` there, unless given) to the leaves; ``inputs`` as in
     :func:`_take`.
@@ -322,7 +335,13 @@ def forward_pass(topo, step, inputs, carry=None, static=None):
     return _topo_pass(topo, step, inputs, carry, static, reverse=False)
 
 
-def backward_pass(topo, step, inputs, carry=None, static=None):
+def backward_pass(
+    topo: Topology,
+    step: Callable[..., tuple[Any, Any]],
+    inputs: Sequence[tuple[str, Any]],
+    carry: Any = None,
+    static: Sequence[Any] | None = None,
+) -> tuple[Any, LevelSeq]:
     """Inward pass: ``carry, out = step(level, child_level, carry, level_inputs)`` from the
     deepest level (``carry`` -- unless given -- and ``child_level`` are ``None`` there) to
     the root; ``carry`` holds the values of ``child_level``. Runs go through ``lax.scan`` and
@@ -378,7 +397,7 @@ def _slice_plan(idx, n_parent: int, by_parent: bool):
     return pieces if pieces is not None and len(pieces) <= max(8, len(idx) // 2) else None
 
 
-def gather_parent(prev, level, root) -> Array:
+def gather_parent(prev, level: Level, root) -> Array:
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
 
     Bodies are sorted by joint kind, then parent, inside a level (``jaxdyn.model.model``), so
@@ -414,7 +433,7 @@ def _sum_strided(x, c0, m, k):
     return out
 
 
-def sum_rows(x) -> Array:
+def sum_rows(x: Array) -> Array:
     """``jnp.sum(x, 0)`` as the slice adds of :func:`_sum_strided` (as the parent sums use),
     which XLA fuses into the producers; a reduce over the bodies axis could become a YNNPACK
     reduction kernel of its own, twice as slow (talos_full ``center_of_mass`` under
@@ -424,7 +443,7 @@ def sum_rows(x) -> Array:
     return _sum_strided(x, 0, 1, x.shape[0])[0]
 
 
-def sum_into_parents(x, level, n_parent: int) -> Array:
+def sum_into_parents(x: Array, level: Level, n_parent: int) -> Array:
     """Sum the per-body ``x`` of ``level`` into the ``n_parent`` bodies of the level above.
 
     Inside a level bodies are sorted by joint kind, then parent (``jaxdyn.model.model``), so
@@ -467,7 +486,7 @@ def sum_into_parents(x, level, n_parent: int) -> Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def sum_into_parents_gathered(below, child_level, n_parent: int) -> Array | None:
+def sum_into_parents_gathered(below, child_level: Level, n_parent: int) -> Array | None:
     """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
     parents, for parent maps whose children are not contiguous (cluster views): a sum of
     static gathers (child slot ``k`` of every parent, a zero row where a parent has fewer
@@ -497,7 +516,7 @@ def sum_into_parents_gathered(below, child_level, n_parent: int) -> Array | None
     return out
 
 
-def forward_accumulate(topo, incr, root, with_parent: bool = False):
+def forward_accumulate(topo, incr: Array, root: Array, with_parent: bool = False) -> Any:
     """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body.
 
     With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``
@@ -511,7 +530,7 @@ def forward_accumulate(topo, incr, root, with_parent: bool = False):
     return forward_pass(topo, step, (("body", incr),))[1].flat()
 
 
-def backward_accumulate(topo, x):
+def backward_accumulate(topo: Topology, x: Array) -> Any:
     """``X_b = x_b + sum_{c child of b} X_c``: sums over the subtree of each body."""
 
     def step(lvl, child, below, inp):
@@ -525,7 +544,7 @@ def backward_accumulate(topo, x):
     return backward_pass(topo, step, (("body", x),))[1].flat()
 
 
-def kind_runs(topo):
+def kind_runs(topo: Topology) -> list[tuple[int, int, int, int, int]]:
     """Maximal runs of consecutive bodies sharing a joint kind: ``(kind, b0, b1, v0, v1)``."""
     runs = []
     for lvl in topo.levels:
@@ -538,7 +557,7 @@ def kind_runs(topo):
     return runs
 
 
-def dofs_to_bodies(topo, x) -> Array:
+def dofs_to_bodies(topo: Topology, x: Array) -> Array:
     """Sum per-coordinate rows ``x (nv, ...)`` into their bodies, ``(nb, ...)``."""
     parts = []
     for kind, b0, b1, v0, v1 in kind_runs(topo):
@@ -548,7 +567,7 @@ def dofs_to_bodies(topo, x) -> Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def bodies_to_dofs(topo, x, axis: int = 0) -> Array:
+def bodies_to_dofs(topo: Topology, x: Array, axis: int = 0) -> Array:
     """Repeat per-body entries of ``x`` along ``axis`` (``nb`` long) for each of the body's
     coordinates (``nv`` long): rows ``(nb, ...) -> (nv, ...)`` by default, component rows
     ``(..., nb) -> (..., nv)`` with ``axis=-1``."""

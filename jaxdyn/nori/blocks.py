@@ -13,11 +13,18 @@ of a body's rows is chosen (:func:`plan`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from jax import Array
 
 ZERO, EYE, DENSE = 0, 1, 2
 
@@ -27,26 +34,26 @@ class Blk:
 
     __slots__ = ("k", "s", "val", "r", "c")
 
-    def __init__(self, k, r, c, s=1.0, val=None):
+    def __init__(self, k: int, r, c, s: float = 1.0, val: Any = None) -> None:
         self.k, self.r, self.c, self.s, self.val = k, int(r), int(c), s, val
 
     # -------------------------------------------------------------- constructors
     @staticmethod
-    def zero(r, c):
+    def zero(r: int, c: int) -> Blk:
         return Blk(ZERO, r, c, 0.0)
 
     @staticmethod
-    def eye(n, s=1.0):
+    def eye(n: int, s: float = 1.0) -> Blk:
         return Blk(EYE, n, n, float(s))
 
     @staticmethod
-    def dense(val, r=None, c=None):
+    def dense(val: Array | None, r=None, c=None) -> Blk:
         if val is not None:
             r, c = val.shape[-2], val.shape[-1]
         return Blk(DENSE, r, c, 1.0, val)
 
     @property
-    def symbolic(self):
+    def symbolic(self) -> bool:
         return self.k == DENSE and self.val is None
 
     def __repr__(self):
@@ -69,7 +76,7 @@ def _sym(*bs):
     return any(b.k == DENSE and b.val is None for b in bs)
 
 
-def neg(A):
+def neg(A: Blk) -> Blk:
     if A.k == ZERO:
         return A
     if A.k == EYE:
@@ -77,7 +84,7 @@ def neg(A):
     return Blk.dense(None if A.val is None else -A.val, A.r, A.c)
 
 
-def mul(A, B):
+def mul(A: Blk, B: Blk) -> Blk:
     """``A @ B``."""
     if A.c != B.r:
         raise ValueError(f"block shapes {A.r}x{A.c} and {B.r}x{B.c} do not chain")
@@ -98,7 +105,7 @@ def _scale(A, s):
     return Blk.dense(None if A.val is None else s * A.val, A.r, A.c)
 
 
-def add(A, B):
+def add(A: Blk, B: Blk) -> Blk:
     """``A + B``."""
     if (A.r, A.c) != (B.r, B.c):
         raise ValueError(f"block shapes {A.r}x{A.c} and {B.r}x{B.c} differ")
@@ -119,11 +126,11 @@ def add(A, B):
     return Blk.dense(A.val + B.val)
 
 
-def sub(A, B):
+def sub(A: Blk, B: Blk) -> Blk:
     return add(A, neg(B))
 
 
-def inv(A, spd=False):
+def inv(A: Blk, spd: bool = False) -> Blk:
     """Inverse of a square block (identity: free; dense: closed forms for the symmetric
     positive definite pivots of sizes 1, 3, 6 when ``spd``, LAPACK otherwise)."""
     if A.r != A.c:
@@ -164,7 +171,7 @@ class Plan:
     spd)`` for the dense remainder solved as one block (always last).
     """
 
-    def __init__(self, steps):
+    def __init__(self, steps: Iterable[tuple]) -> None:
         self.steps = tuple(steps)
 
     def __repr__(self):
@@ -278,7 +285,7 @@ class Factor:
     pivot), their right-hand sides ``aug[(row, a)]``, and the core's solution ``core[col]``
     (a list over the augmented columns)."""
 
-    def __init__(self, U, aug, core):
+    def __init__(self, U: dict, aug: dict, core: dict) -> None:
         self.U, self.aug, self.core = U, aug, core
 
 

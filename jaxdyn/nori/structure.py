@@ -69,7 +69,7 @@ class RowGroup:
     data: tuple = ()
 
     @property
-    def sig(self):
+    def sig(self) -> tuple:
         return (
             self.kind,
             self.m,
@@ -178,7 +178,7 @@ class NoriSystem:
         return out
 
 
-def var_size(var: int, n):
+def var_size(var: int, n: int) -> int:
     return n if var in (TAU, QDD) else 6
 
 

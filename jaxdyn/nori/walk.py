@@ -10,7 +10,7 @@ Nori's levels; per-level results are kept in a :class:`jaxdyn.model.tree.LevelSe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -132,7 +132,7 @@ def collect(system, seq, fn, per_dof=False) -> Array:
     return flat[perm]
 
 
-def take(x, idx):
+def take(x: Array, idx: np.ndarray) -> Array:
     """``x[idx]`` for a static integer index array; a slice (and a reshape) when ``idx`` is a
     contiguous ascending range, which XLA fuses where a gather would not be."""
     idx = np.asarray(idx)
@@ -143,6 +143,6 @@ def take(x, idx):
     return x[idx]
 
 
-def level_slices(lvl):
+def level_slices(lvl: Any) -> list[slice]:
     """``slice`` of each group inside its level (level-local indices)."""
     return [slice(g0 - lvl.b0, g1 - lvl.b0) for _, g0, g1 in lvl.groups]

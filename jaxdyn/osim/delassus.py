@@ -40,19 +40,20 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
-    from ..constraints import Connect, Weld
+    from ..algorithms.kinematics import WorldState
+    from ..constraints import Connect, ConstraintLayout, Weld
     from ..model.model import Model
 
 
 METHODS = ("pv_osimr", "pv_osim", "efpa", "ltl", "dense")
 
 
-def check_method(fn, method: str) -> None:
+def check_method(fn: str, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"{fn}: method must be one of {METHODS}, got {method!r}")
 
 
-def delassus_dense(model: Model, ws, K, lay) -> Array:
+def delassus_dense(model: Model, ws: WorldState, K: Array, lay: ConstraintLayout) -> Array:
     M = crba_world(model, ws)
     J = cons.jacobian_from_rows(model, ws, lay, K)
     L = jnp.linalg.cholesky(M)

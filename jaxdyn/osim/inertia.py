@@ -28,6 +28,8 @@ from ..algorithms.aba import articulated_pass
 if TYPE_CHECKING:
     from jax import Array
 
+    from ..algorithms.kinematics import WorldState
+
 _IU, _JU = spatial.TRIU_SYMMETRIC
 #: ``PACK[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in the packed vector
 PACK = spatial.PACK_SYMMETRIC
@@ -35,7 +37,7 @@ pack = spatial.pack_symmetric
 unpack = spatial.unpack_symmetric
 
 
-def world_inertias_packed(ws) -> Array:
+def world_inertias_packed(ws: WorldState) -> Array:
     """Packed world-origin spatial inertias ``[[Ibar, [h]x], [[h]x^T, m 1]]``, ``(nb, 21)``."""
     m, c, Ic = ws.mass, ws.c, ws.Ic
     x, y, z = spatial.unstack(c)

@@ -33,10 +33,16 @@ from ..algorithms.crba import crba_world
 from .structure import structure as get_structure
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
 
+    from ..algorithms.kinematics import WorldState
+    from ..constraints import Connect, ConstraintLayout, Weld
+    from ..model.model import Model, Topology
 
-def dof_tree(topo):
+
+def dof_tree(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """Coordinate parents ``λ`` and depths of the coordinate tree."""
     nv = topo.nv
     lam = np.full(nv, -1, np.int64)
@@ -53,7 +59,7 @@ def dof_tree(topo):
 
 
 class LTLPlan:
-    def __init__(self, topo, constraints):
+    def __init__(self, topo: Topology, constraints: Sequence[Connect | Weld]) -> None:
         st = get_structure(topo, constraints)
         lay = st.layout
         lam, dd = dof_tree(topo)
@@ -80,7 +86,7 @@ class LTLPlan:
 
 
 @functools.lru_cache(maxsize=256)
-def ltl_plan(topo, constraints) -> LTLPlan:
+def ltl_plan(topo: Topology, constraints: Sequence[Connect | Weld]) -> LTLPlan:
     return LTLPlan(topo, constraints)
 
 
@@ -105,7 +111,9 @@ def ltl_factor(M: Array, lp: LTLPlan) -> list[tuple[Array, Array]]:
     return out
 
 
-def delassus_ltl(model, ws, K, lay, lp: LTLPlan) -> Array:
+def delassus_ltl(
+    model: Model, ws: WorldState, K: Array, lay: ConstraintLayout, lp: LTLPlan
+) -> Array:
     """``Λ^-1 = Y Y^T`` with ``Y = J L^-1`` (PV-OSIMr paper, eqs. 4-6)."""
     M = crba_world(model, ws)
     J = cons.jacobian_from_rows(model, ws, lay, K)

@@ -15,6 +15,7 @@ mix).
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -23,11 +24,19 @@ from .. import joints
 from ..model import tree
 from .structure import structure as get_structure
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+
+    from ..constraints import Connect, Weld
+    from ..model.model import Topology
+
 
 class RowPlan:
     """Static row layout per level for ``(topo, constraints)``."""
 
-    def __init__(self, topo, constraints):
+    def __init__(self, topo: Topology, constraints: Sequence[Connect | Weld]) -> None:
         st = get_structure(topo, constraints)
         lay = st.layout
         self.st = st
@@ -70,7 +79,7 @@ class RowPlan:
 
 
 @functools.lru_cache(maxsize=256)
-def row_plan(topo, constraints) -> RowPlan:
+def row_plan(topo: Topology, constraints: Sequence[Connect | Weld]) -> RowPlan:
     return RowPlan(topo, constraints)
 
 
@@ -98,7 +107,7 @@ def level_joint_data(lvl, S, Us, Dinvs, kmax):
     return cat(Ss), cat(Uu), cat(Dd)
 
 
-def gather_rows(x, local):
+def gather_rows(x: Array, local: np.ndarray) -> Array:
     if len(local) == x.shape[0] and np.all(local == np.arange(len(local))):
         return x
     return x[local]

@@ -16,16 +16,23 @@ Everything here is numpy on the static :class:`~jaxdyn.model.model.Topology`.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..constraints import layout as constraint_layout
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..constraints import Connect, Weld
+    from ..model.model import Topology
+
 
 class Structure:
     """Branching structure of ``constraints`` on ``topo`` (see the module docstring)."""
 
-    def __init__(self, topo, constraints):
+    def __init__(self, topo: Topology, constraints: Sequence[Connect | Weld]) -> None:
         lay = constraint_layout(topo, constraints)
         self.topo, self.layout = topo, lay
         nb = topo.nb
@@ -79,7 +86,7 @@ class Structure:
         self.n_depth = nd
 
     # ------------------------------------------------------------------ helpers
-    def ancestors(self, b):
+    def ancestors(self, b: int) -> list[int]:
         """``b`` and its ancestors, from ``b`` up to the root."""
         out = []
         while b >= 0:
@@ -87,7 +94,7 @@ class Structure:
             b = self.parent[b]
         return out
 
-    def cca(self, i, j):
+    def cca(self, i: int, j: int) -> int:
         """Closest common ancestor-or-self of bodies ``i`` and ``j`` (``-1``: the world)."""
         anc = set(self.ancestors(i))
         for b in self.ancestors(j):
@@ -95,7 +102,7 @@ class Structure:
                 return b
         return -1
 
-    def chain(self, b) -> list[int]:
+    def chain(self, b: int) -> list[int]:
         """Node chain of end effector ``b``: ``b``, ``Nanc(b)``, ``Nanc(Nanc(b))``, ..."""
         out = [int(b)]
         a = self.nanc[b]
@@ -106,6 +113,6 @@ class Structure:
 
 
 @functools.lru_cache(maxsize=256)
-def structure(topo, constraints) -> Structure:
+def structure(topo: Topology, constraints: Sequence[Connect | Weld]) -> Structure:
     """Cached :class:`Structure` for ``(topo, constraints)``."""
     return Structure(topo, constraints)

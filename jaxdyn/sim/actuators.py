@@ -24,8 +24,12 @@ from .. import joints
 from . import _params, _scatter
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
+
+    from ..model.model import Model
 
 __all__ = [
     "DYNTYPES",
@@ -42,7 +46,7 @@ __all__ = [
 ]
 
 
-def actuated_dofs(model, dofs=None) -> np.ndarray:
+def actuated_dofs(model: Model, dofs: Sequence[str | int] | None = None) -> np.ndarray:
     """Static indices of the actuated velocity coordinates: ``dofs`` (joint names or coordinate
     indices), or every coordinate except a floating base's six."""
     t = model.topo
@@ -95,13 +99,13 @@ class Torque(eqx.Module):
     def __check_init__(self):
         _params.check_module(self)
 
-    def size(self, model) -> int:
+    def size(self, model: Model) -> int:
         return len(actuated_dofs(model, self.dofs))
 
-    def velocity_gain(self, model, dtype):
+    def velocity_gain(self, model: Model, dtype: DTypeLike) -> Array:
         return jnp.zeros(model.nv, dtype)
 
-    def torques(self, model, q, v, ctrl):
+    def torques(self, model: Model, q: Array, v: Array, ctrl: Array) -> Array:
         idx = actuated_dofs(model, self.dofs)
         return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, self.gear * ctrl)
 
@@ -119,15 +123,15 @@ class PD(eqx.Module):
     def __check_init__(self):
         _params.check_module(self)
 
-    def size(self, model) -> int:
+    def size(self, model: Model) -> int:
         return len(actuated_dofs(model, self.dofs))
 
-    def velocity_gain(self, model, dtype):
+    def velocity_gain(self, model: Model, dtype: DTypeLike) -> Array:
         idx = actuated_dofs(model, self.dofs)
         kd = jnp.broadcast_to(jnp.asarray(self.kd, dtype), (len(idx),))
         return _scatter.add_at(jnp.zeros(model.nv, dtype), idx, kd)
 
-    def torques(self, model, q, v, ctrl):
+    def torques(self, model: Model, q: Array, v: Array, ctrl: Array) -> Array:
         idx = actuated_dofs(model, self.dofs)
         qi = q[dof_positions(model, idx)]
         tau = self.kp * (ctrl - qi) - self.kd * v[idx]
@@ -175,7 +179,7 @@ class JointLimits(eqx.Module):
         return value[idx]
 
 
-def joint_properties(model):
+def joint_properties(model: Model) -> dict[str, Array]:
     """Joint properties of the model (read from URDF ``<limit>`` / ``<dynamics>``, see
     :class:`jaxdyn.Model`), with their defaults where the model has none: ``armature``,
     ``damping``, ``friction``, ``effort``, ``velocity`` ``(nv,)`` and ``lower``, ``upper``
@@ -207,7 +211,14 @@ def clip_effort(tau, effort):
     return jnp.clip(tau, -lim, lim)
 
 
-def passive_forces(model, props, limits: JointLimits | None, q, v, slip=1e-2):
+def passive_forces(
+    model: Model,
+    props: dict[str, Array],
+    limits: JointLimits | None,
+    q: Array,
+    v: Array,
+    slip: float = 1e-2,
+) -> Array:
     """Damping, friction and joint-limit forces ``(nv,)``."""
     dtype = v.dtype
     tau = -props["damping"].astype(dtype) * v
@@ -284,7 +295,7 @@ class Springs(eqx.Module):
                     "(one per entry of dofs) or a scalar"
                 )
 
-    def forces(self, model, q, v):
+    def forces(self, model: Model, q: Array, v: Array) -> Array:
         idx, qidx = _one_dof_coords(model, self.dofs)
         dtype = v.dtype
         k = jnp.asarray(self.stiffness, dtype)
@@ -326,7 +337,7 @@ class FixedTendons(eqx.Module):
     def size(self) -> int:
         return int(np.shape(self.coef)[0])
 
-    def lengths(self, model, q, v):
+    def lengths(self, model: Model, q: Array, v: Array) -> tuple[Array, Array]:
         """``(L, Ldot)`` ``(nt,)`` each."""
         idx, qidx = _one_dof_coords(model, self.dofs)
         coef = jnp.asarray(self.coef, v.dtype)
@@ -404,7 +415,7 @@ class SpatialTendons(eqx.Module):
     def size(self) -> int:
         return len(self.paths)
 
-    def jacobian(self, model, q):
+    def jacobian(self, model: Model, q: Array) -> tuple[Array, Array]:
         """``(L (nt,), J (nt, nv))``."""
         from ..algorithms import kinematics as kin
 
@@ -436,16 +447,18 @@ class SpatialTendons(eqx.Module):
             Js.append(J)
         return jnp.stack(Ls), jnp.stack(Js)
 
-    def lengths(self, model, q, v):
+    def lengths(self, model: Model, q: Array, v: Array) -> tuple[Array, Array]:
         """``(L, Ldot)`` ``(nt,)`` each."""
         L, J = self.jacobian(model, q)
         return L, J @ v
 
-    def forces(self, model, limits, q, v):
+    def forces(self, model: Model, limits: JointLimits | None, q: Array, v: Array) -> Array:
         L, J = self.jacobian(model, q)
         return J.T @ FixedTendons._tendon_forces(self, model, limits, L, J @ v)
 
-    def velocity_factors(self, model, limits, q, v):
+    def velocity_factors(
+        self, model: Model, limits: JointLimits | None, q: Array, v: Array
+    ) -> tuple[Array, Array]:
         """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T`` (``U = J^T``)."""
         L, J = self.jacobian(model, q)
         Ld = J @ v
@@ -547,7 +560,7 @@ class GainBias(eqx.Module):
             if not np.all(np.isfinite(tau)) or np.any(tau < 0):
                 raise ValueError("GainBias: dynprm (time constants) must be finite and >= 0")
 
-    def size(self, model) -> int:
+    def size(self, model: Model) -> int:
         return int(np.shape(self.moment)[0])
 
     # ---------------------------------------------------------------- activation dynamics
@@ -607,7 +620,9 @@ class GainBias(eqx.Module):
             dofs=self.dofs,
         )
 
-    def velocity_gain(self, model, dtype):  # the coupled velocity terms: velocity_factors
+    def velocity_gain(
+        self, model: Model, dtype: DTypeLike
+    ) -> Array:  # the coupled velocity terms: velocity_factors
         return jnp.zeros(model.nv, dtype)
 
     def _force(self, c, L, Ld):
@@ -638,12 +653,14 @@ class GainBias(eqx.Module):
         _, _, c, L, Ld = self._parts(model, q, v, ctrl)
         return self._force(c, L, Ld)
 
-    def torques(self, model, q, v, ctrl):
+    def torques(self, model: Model, q: Array, v: Array, ctrl: Array) -> Array:
         idx, mom, c, L, Ld = self._parts(model, q, v, ctrl)
         tau = mom.T @ self._force(c, L, Ld)
         return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, tau)
 
-    def velocity_factors(self, model, q, v, ctrl):
+    def velocity_factors(
+        self, model: Model, q: Array, v: Array, ctrl: Array
+    ) -> tuple[Array, Array]:
         """``(U (nv, nu), c (nu,))`` with ``-d tau / d v = U diag(c) U^T``."""
         idx, mom, c, L, Ld = self._parts(model, q, v, ctrl)
         _, dfd = jax.jvp(lambda ld: self._force(c, L, ld), (Ld,), (jnp.ones_like(Ld),))

@@ -64,8 +64,12 @@ from . import _params, _scatter
 from .collision import NO_CONTACT
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
-    from jax.typing import DTypeLike
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..model.model import Model
 
 __all__ = [
     "Compliant",
@@ -247,7 +251,12 @@ class Compliant(eqx.Module):
         _params.check_module(self)
 
     def gains(
-        self, model, dtype: DTypeLike, body=None, other=None, solref=None
+        self,
+        model: Model,
+        dtype: DTypeLike,
+        body: Sequence[int] | None = None,
+        other: Sequence[int] | None = None,
+        solref: Array | None = None,
     ) -> tuple[Array, Array]:
         """Stiffness and damping: scalars for the model's total mass (``body=None``), or one per
         contact ``(nc,)`` for contacts on the bodies ``body`` (static ints), each against
@@ -426,7 +435,7 @@ def tangent_basis(n):
     return t1, spatial.cross(n, t1)
 
 
-def project_cone(lam, mu) -> Array:
+def project_cone(lam: Array, mu: ArrayLike) -> Array:
     """Euclidean projection of ``lam (..., 3) = [lam_n, lam_t1, lam_t2]`` onto the second-order
     cone ``|lam_t| <= mu lam_n``."""
     ln, lt = lam[..., 0], lam[..., 1:]

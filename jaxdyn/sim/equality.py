@@ -48,6 +48,8 @@ a second algorithm (slower to compile) that the tests compare them with.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.core
@@ -58,6 +60,11 @@ from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.configuration import integrate
 from ..model import tree
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from ..model.model import Model
 
 __all__ = ["Equalities"]
 
@@ -136,7 +143,7 @@ class Equalities(eqx.Module):
             if not np.all(np.isfinite(np.asarray(value, float))):
                 raise ValueError(f"Equalities: {name} must be finite")
 
-    def check_model(self, model):
+    def check_model(self, model: Model) -> None:
         """Raise ``ValueError`` if a body or joint index does not exist in ``model`` (static)."""
         t = model.topo
         for i, kind in enumerate(self.kind):
@@ -158,7 +165,7 @@ class Equalities(eqx.Module):
         return len(self.kind)
 
     # ------------------------------------------------------------------ residual, Jacobian
-    def residual(self, model, q):
+    def residual(self, model: Model, q: Array) -> Array:
         """The stacked residuals ``(rows,)`` at ``q`` (MuJoCo's ``efc_pos`` of the rows)."""
         dtype = q.dtype
         need = any(k != "joint" for k in self.kind)
@@ -190,7 +197,7 @@ class Equalities(eqx.Module):
                 out.append(jnp.asarray(self.torquescale[i], dtype) * _quat_im(R2.T @ R1))
         return jnp.concatenate(out)
 
-    def jacobian(self, model, q):
+    def jacobian(self, model: Model, q: Array) -> tuple[Array, Array]:
         """``(r (rows,), J (rows, nv))``: the residuals and their derivatives along
         ``q ⊕ dv`` at ``dv = 0`` (``d r / dt = J v``)."""
         zero = jnp.zeros(model.nv, q.dtype)
@@ -200,7 +207,7 @@ class Equalities(eqx.Module):
 
         return self.residual(model, q), jax.jacfwd(res)(zero)
 
-    def drift(self, model, q, v):
+    def drift(self, model: Model, q: Array, v: Array) -> Array:
         """``Jdot v (rows,)``: the second derivative of the residuals along ``q ⊕ t v`` at
         ``t = 0`` (the constraint acceleration at zero ``a``), zero on joint rows."""
         dtype = v.dtype

@@ -32,6 +32,9 @@ from . import _params
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy.typing as npt
+    from jax import Array
+
     from ..model.model import Model
 
 
@@ -85,7 +88,7 @@ class Sphere:
         object.__setattr__(self, "radius", _nonneg(label, "radius", self.radius))
         object.__setattr__(self, "pos", _vec(label, "pos", self.pos))
 
-    def spheres(self):
+    def spheres(self) -> list[tuple[tuple, float]]:
         return [(self.pos, self.radius)]
 
 
@@ -102,7 +105,7 @@ class Point:
         object.__setattr__(self, "frame", _frame(label, self.frame))
         object.__setattr__(self, "pos", _vec(label, "pos", self.pos))
 
-    def spheres(self):
+    def spheres(self) -> list[tuple[tuple, float]]:
         return [(self.pos, 0.0)]
 
 
@@ -138,7 +141,7 @@ class Box:
         R = _rotation(label, self.rpy, self.rotation)
         object.__setattr__(self, "rotation", tuple(map(tuple, R)))
 
-    def spheres(self):
+    def spheres(self) -> list[tuple[tuple, float]]:
         R, h = np.asarray(self.rotation), 0.5 * np.asarray(self.size)
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
         corners = (signs * h) @ R.T + np.asarray(self.pos)
@@ -167,7 +170,7 @@ class Capsule:
         R = _rotation(label, self.rpy, self.rotation)
         object.__setattr__(self, "rotation", tuple(map(tuple, R)))
 
-    def spheres(self):
+    def spheres(self) -> list[tuple[tuple, float]]:
         z = np.asarray(self.rotation)[:, 2] * 0.5 * self.length
         c = np.asarray(self.pos)
         return [(tuple(c - z), self.radius), (tuple(c + z), self.radius)]
@@ -268,7 +271,7 @@ class Plane(eqx.Module):
     normal: jnp.ndarray
     height: jnp.ndarray
 
-    def __init__(self, normal=(0.0, 0.0, 1.0), height=0.0):
+    def __init__(self, normal=(0.0, 0.0, 1.0), height: float = 0.0) -> None:
         n = np.asarray(normal, float).reshape(-1)
         if n.shape != (3,) or not np.all(np.isfinite(n)) or np.linalg.norm(n) == 0:
             raise ValueError(f"Plane: normal must be 3 finite numbers, not all zero; got {normal}")
@@ -278,7 +281,7 @@ class Plane(eqx.Module):
 
     _RULES = (("height", None, False),)
 
-    def query(self, x):
+    def query(self, x: Array) -> tuple[Array, Array]:
         """Signed distance of points ``x (..., 3)`` to the surface and the surface normal."""
         n = self.normal.astype(x.dtype)
         return x @ n - self.height.astype(x.dtype), jnp.broadcast_to(n, x.shape)
@@ -298,7 +301,12 @@ class Heightfield(eqx.Module):
     origin: jnp.ndarray
     spacing: jnp.ndarray
 
-    def __init__(self, heights, spacing=(0.1, 0.1), origin=(0.0, 0.0)):
+    def __init__(
+        self,
+        heights: npt.ArrayLike,
+        spacing: npt.ArrayLike = (0.1, 0.1),
+        origin: npt.ArrayLike = (0.0, 0.0),
+    ) -> None:
         h = np.asarray(heights, float)
         if h.ndim != 2 or min(h.shape) < 2 or not np.all(np.isfinite(h)):
             raise ValueError("Heightfield: heights must be a finite 2-D grid of at least 2 x 2")
@@ -309,7 +317,7 @@ class Heightfield(eqx.Module):
         self.spacing = sp
         self.origin = np.asarray(_vec("Heightfield", "origin", origin, 2))
 
-    def query(self, x):
+    def query(self, x: Array) -> tuple[Array, Array]:
         dtype = x.dtype
         h = self.heights.astype(dtype)
         nx, ny = h.shape

@@ -19,6 +19,8 @@ Multi-host (several machines): call ``jax.distributed.initialize()`` in every pr
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -32,7 +34,7 @@ __all__ = ["batch_mesh", "batch_sharding", "shard_batch", "sharded_vmap"]
 AXIS = "batch"
 
 
-def batch_mesh(devices=None) -> Mesh:
+def batch_mesh(devices: Sequence[Any] | np.ndarray | None = None) -> Mesh:
     """A one-axis mesh named ``"batch"`` over ``devices`` (default: every device)."""
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (AXIS,))
@@ -49,7 +51,7 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, _batch_spec(mesh))
 
 
-def shard_batch(tree, mesh: Mesh | None = None):
+def shard_batch(tree: Any, mesh: Mesh | None = None) -> Any:
     """Place every array of ``tree`` (leading axis = batch, divisible by the number of devices)
     on ``mesh``, split along the batch."""
     mesh = batch_mesh() if mesh is None else mesh
@@ -66,7 +68,11 @@ def shard_batch(tree, mesh: Mesh | None = None):
     return jax.tree_util.tree_map(put, tree)
 
 
-def sharded_vmap(fn, mesh: Mesh | None = None, in_axes=0):
+def sharded_vmap(
+    fn: Callable[..., Any],
+    mesh: Mesh | None = None,
+    in_axes: int | tuple[int | None, ...] | None = 0,
+) -> Callable[..., Any]:
     """``jax.jit(jax.vmap(fn, in_axes))`` with the batch split over ``mesh`` (pass the batched
     inputs through :func:`shard_batch`): each device evaluates ``jax.vmap(fn)`` on its own
     samples (``jax.shard_map`` over the mesh's axes) and holds its shard of the outputs.

@@ -36,6 +36,8 @@ the tangent space by :func:`jaxdyn.derivatives.configuration_tangent` and back b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -49,6 +51,11 @@ from ..spatial import (
     so3_right_jacobian,
     so3_right_jacobian_inv,
 )
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from ..model.model import Model
 
 __all__ = [
     "difference_jacobians",
@@ -112,7 +119,7 @@ def _pieces(model, x, width):
 
 
 @full_precision
-def integrate_jacobians(model, q, v):
+def integrate_jacobians(model: Model, q: Array, v: Array) -> tuple[Array, Array]:
     """Jacobians of ``integrate(model, q, v) = q ⊕ v`` in the tangent space:
     ``(d(q ⊕ v)/dq, d(q ⊕ v)/dv)``, each ``(nv, nv)``, block diagonal by joint.
 
@@ -146,7 +153,7 @@ def _difference_pieces(model, q0, q1):
 
 
 @full_precision
-def difference_jacobians(model, q0, q1):
+def difference_jacobians(model: Model, q0: Array, q1: Array) -> tuple[Array, Array]:
     """Jacobians of ``difference(model, q0, q1) = q1 ⊖ q0`` in the tangent spaces of ``q0``
     and ``q1``: ``(d/dq0, d/dq1)``, each ``(nv, nv)``, block diagonal by joint.
 
@@ -171,7 +178,7 @@ def difference_jacobians(model, q0, q1):
     return _block_diag(model, J0, dtype), _block_diag(model, J1, dtype)
 
 
-def tangent_to_ambient(model, q, dq):
+def tangent_to_ambient(model: Model, q: Array, dq: Array) -> Array:
     """``d/dε integrate(model, q, ε dq)`` at ``ε = 0``: a tangent-space increment ``dq (nv,)``
     as an ambient tangent ``(nq,)`` (quaternion components ``Q ⊗ (0, ω)/2``, free-joint
     positions ``R(Q) v``). Linear in ``dq``; :func:`configuration_tangent` inverts it on the
@@ -198,7 +205,7 @@ def tangent_to_ambient(model, q, dq):
 # ----------------------------------------------------------------------------- states
 
 
-def state_integrate(model, x, dx):
+def state_integrate(model: Model, x: Array, dx: Array) -> Array:
     """``x ⊕ dx`` for a state ``x = (q, v) (nq + nv,)`` and ``dx = (dq, dv) (2 nv,)``:
     ``(q ⊕ dq, v + dv)`` (Crocoddyl's ``StateMultibody::integrate``)."""
     from ..algorithms.configuration import integrate
@@ -207,7 +214,7 @@ def state_integrate(model, x, dx):
     return jnp.concatenate([integrate(model, x[:nq], dx[:nv]), x[nq:] + dx[nv:]])
 
 
-def state_difference(model, x0, x1):
+def state_difference(model: Model, x0: Array, x1: Array) -> Array:
     """``x1 ⊖ x0 = (q1 ⊖ q0, v1 - v0) (2 nv,)`` (Crocoddyl's ``StateMultibody::diff``)."""
     from ..algorithms.configuration import difference
 
