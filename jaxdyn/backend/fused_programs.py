@@ -57,11 +57,9 @@ def supported() -> bool:
         from jax.experimental import xla_metadata  # noqa: F401
     except ImportError:
         return False
-    try:
-        major, minor = (int(x) for x in jaxlib.version.__version__.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (0, 10)
+    from .._versions import release
+
+    return release(jaxlib.version.__version__)[:2] >= (0, 10)
 
 
 def _split(args):

@@ -57,11 +57,9 @@ def fast_compile_supported() -> bool:
     """Whether this jaxlib is one of :data:`FAST_COMPILE_JAXLIB`."""
     import jaxlib.version
 
-    try:
-        major, minor = (int(x) for x in jaxlib.version.__version__.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) in FAST_COMPILE_JAXLIB
+    from .._versions import release
+
+    return release(jaxlib.version.__version__)[:2] in FAST_COMPILE_JAXLIB
 
 
 def fast_compile_set() -> bool:
