@@ -93,12 +93,15 @@ def run_partition(signatures: tuple, parents: tuple, min_run: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _segments(topo, min_run: int):
+def _segments(topo, min_run: int, keys: tuple | None = None):
+    """:func:`run_partition` of ``topo``'s levels; ``keys``: one more hashable key per level
+    (:func:`static_key` of a pass's static values) that a run's levels must share too."""
     levels = topo.levels
+    signatures = tuple(_signature(lv) for lv in levels)
+    if keys is not None:
+        signatures = tuple(zip(signatures, keys, strict=True))
     return run_partition(
-        tuple(_signature(lv) for lv in levels),
-        tuple(tuple(int(x) for x in lv.parent_local) for lv in levels),
-        min_run,
+        signatures, tuple(tuple(int(x) for x in lv.parent_local) for lv in levels), min_run
     )
 
 
@@ -295,11 +298,7 @@ def _topo_pass(topo, step, inputs, carry, static, reverse):
     if static is None:
         segs = segments(topo)
     else:  # a run only where the levels' static values agree too
-        segs = run_partition(
-            tuple((_signature(lv), static_key(x)) for lv, x in zip(levels, static, strict=True)),
-            tuple(tuple(int(x) for x in lv.parent_local) for lv in levels),
-            int(MIN_SCAN_RUN),
-        )
+        segs = _segments(topo, int(MIN_SCAN_RUN), tuple(static_key(x) for x in static))
 
     def level_step(li, c, x):
         child = (levels[li + 1] if li + 1 < nl else None) if reverse else None
