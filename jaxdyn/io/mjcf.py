@@ -376,7 +376,7 @@ class MJCFModel(NamedTuple):
         m = self.mj_model
         names = mujoco_names(m, "jnt")
         v_index = self.converter().v_index
-        refsafe = not (int(m.opt.disableflags) & int(_import_mujoco().mjtDisableBit.mjDSBL_REFSAFE))
+        refsafe = not _disabled(_import_mujoco(), m, "mjDSBL_REFSAFE")
         k = np.zeros(self.model.nv)
         c = np.zeros(self.model.nv)
         for i, dof in enumerate(v_index):
@@ -1084,18 +1084,22 @@ class _Issues:
         )
 
 
+def _disabled(mujoco, m, flag: str) -> bool:
+    """Whether ``m.opt.disableflags`` holds MuJoCo's ``mjtDisableBit`` ``flag``."""
+    bit = getattr(mujoco.mjtDisableBit, flag, None)
+    if bit is None:  # MuJoCo < 3.3: one "passive" flag for springs and dampers
+        bit = mujoco.mjtDisableBit.mjDSBL_PASSIVE
+    return bool(int(m.opt.disableflags) & int(bit))
+
+
 def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     body_names = mujoco_names(m, "body")
     jnt_names = mujoco_names(m, "jnt")
     site_names = mujoco_names(m, "site")
     geom_names = mujoco_names(m, "geom")
-    disabled = int(m.opt.disableflags)
 
     def dis(flag):
-        bit = getattr(mujoco.mjtDisableBit, flag, None)
-        if bit is None:  # MuJoCo < 3.3: one "passive" flag for springs and dampers
-            bit = mujoco.mjtDisableBit.mjDSBL_PASSIVE
-        return bool(disabled & int(bit))
+        return _disabled(mujoco, m, flag)
 
     def body_el(i):
         return f'<body name="{body_names[i]}">'
