@@ -594,6 +594,13 @@ def solve_cone_complementarity(
     return _solve(G, u, jnp.asarray(mu, u.dtype), live, int(iterations), int(newton), bool(coulomb))
 
 
+def _relative_support(xp, supp, body, other):
+    """``supp[body] - supp[other]`` (``(nc, nv)``: +1 / -1 on the dofs that move only the body /
+    only the other body; ``other = -1``, the world, supports none), with ``xp`` numpy for static
+    indices or ``jax.numpy`` for traced ones."""
+    return supp[body] - xp.where((other >= 0)[:, None], supp[xp.maximum(other, 0)], 0)
+
+
 def point_jacobian(model, ws, frames, point, body=None, other=None):
     """Linear-velocity Jacobians of the contact points, world axes: ``(nc, 3, nv)``: the
     velocity of ``frames.body``'s point relative to ``frames.other``'s, ``J_body(p) -
@@ -607,11 +614,9 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     if body is not None:
         if other is None:
             raise ValueError("point_jacobian: body and other are given together")
-        sj = jnp.asarray(supp, lin.dtype)
-        w = sj[body] - jnp.where((other >= 0)[:, None], sj[jnp.maximum(other, 0)], 0.0)
+        w = _relative_support(jnp, jnp.asarray(supp, lin.dtype), body, other)
         return jnp.swapaxes(w[..., None] * lin, 1, 2)
-    other = frames.other_index
-    w = supp[frames.body_index] - np.where((other >= 0)[:, None], supp[np.maximum(other, 0)], 0)
+    w = _relative_support(np, supp, frames.body_index, frames.other_index)
     J = (
         jnp.asarray(w, lin.dtype)[..., None] * lin
         if np.any(w < 0)
