@@ -181,6 +181,16 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def dist_version(dist: str) -> str:
+    """The installed version of the distribution ``dist``, else ``"not installed"``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def timed(fn, args, repeats=5, min_time=0.2):
     """Best time per call of a compiled ``fn(*args)`` (each repeat runs >= ``min_time``).
     JAX is imported here, not at module level: :func:`single_threaded` must run first."""

@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _env import SINGLE_THREAD_FLAGS, cores_note, single_threaded
+from _env import SINGLE_THREAD_FLAGS, cores_note, dist_version, single_threaded
 
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
@@ -138,15 +138,6 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _version(dist: str) -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(dist)
-    except Exception:
-        return "not installed"
-
-
 def _git_commit() -> str:
     try:
         root = Path(__file__).resolve().parent.parent
@@ -194,16 +185,16 @@ def environment() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "jax": jax.__version__,
-        "jaxlib": _version("jaxlib"),
-        "jaxdyn": _version("jaxdyn"),
+        "jaxlib": dist_version("jaxlib"),
+        "jaxdyn": dist_version("jaxdyn"),
         "jaxdyn_commit": _git_commit(),
         "pinocchio": next(
-            (v for v in (_version("pin"), _version("pinocchio")) if v != "not installed"),
+            (v for v in (dist_version("pin"), dist_version("pinocchio")) if v != "not installed"),
             "not installed",
         ),
-        "example-robot-data": _version("example-robot-data"),
-        "mujoco": _version("mujoco"),
-        "mujoco-mjx": _version("mujoco-mjx"),
+        "example-robot-data": dist_version("example-robot-data"),
+        "mujoco": dist_version("mujoco"),
+        "mujoco-mjx": dist_version("mujoco-mjx"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "jax_backend": jax.default_backend(),
     }

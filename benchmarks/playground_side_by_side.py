@@ -338,16 +338,10 @@ SECTION = "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)"
 
 
 def _versions() -> str:
-    from importlib import metadata
+    from _env import dist_version
 
     names = ("jax", "jaxlib", "mujoco", "mujoco-mjx", "brax", "playground")
-    out = []
-    for n in names:
-        try:
-            out.append(f"{n} {metadata.version(n)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{n} not installed")
-    return ", ".join(out)
+    return ", ".join(f"{n} {dist_version(n)}" for n in names)
 
 
 def report(paths, out: str, note: str = "") -> str:
