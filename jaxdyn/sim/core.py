@@ -102,6 +102,7 @@ if TYPE_CHECKING:
 
     from ..model.model import Model
     from .actuators import PD, GainBias
+    from .geometry import Heightfield
 
 
 __all__ = ["State", "SimConfig", "step", "rollout", "contact_forces", "contact_counts"]
@@ -161,7 +162,7 @@ class SimConfig(eqx.Module):
     actuator: object = Torque()
     contact: object = None
     contacts: ContactSet | None = None
-    terrain: object = Plane()
+    terrain: Plane | Heightfield = Plane()
     geoms: object = None
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
