@@ -228,12 +228,11 @@ def _demo_robot(name: str, batch: int, dtype, n_check: int, tol: float) -> bool:
 def _cmd_demo(args) -> int:
     import jax
 
-    from .config import _jax_flag
-
     if args.batch < 1:
         raise UserError(f"--batch must be >= 1, got {args.batch}")
     x64 = args.dtype == "float64"
-    previous = bool(_jax_flag("jax_enable_x64"))
+    # JAX adds its flags to jax.config at run time: type checkers do not see them
+    previous = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     t0 = time.perf_counter()
     try:
         if x64 and not previous:
@@ -423,10 +422,9 @@ def _bench_standalone(argv) -> int:
 
     import jax
 
-    from .config import _jax_flag
-
     x64 = "float64" in opts["dtypes"]
-    previous = bool(_jax_flag("jax_enable_x64"))
+    # JAX adds its flags to jax.config at run time: type checkers do not see them
+    previous = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     try:
         if x64 and not previous:
             jax.config.update("jax_enable_x64", True)
