@@ -108,9 +108,9 @@ class Geoms(eqx.Module):
     names: tuple = eqx.field(static=True)
     pairs: tuple = eqx.field(static=True)
     hulls: Static | None = eqx.field(static=True, default=None)
-    margin: jnp.ndarray | None = None
-    solref: jnp.ndarray | None = None
-    solmix: jnp.ndarray | None = None
+    margin: jnp.ndarray | np.ndarray | None = None
+    solref: jnp.ndarray | np.ndarray | None = None
+    solmix: jnp.ndarray | np.ndarray | None = None
     priority: tuple | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
