@@ -341,6 +341,7 @@ class MJCFModel(NamedTuple):
     equalities: object = None
     spatial_tendons: object = None
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
+    ground_geom: int = -1
 
     def converter(self) -> Converter:
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -473,7 +474,13 @@ class MJCFModel(NamedTuple):
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
         ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
-        in the direct, negative form).
+        in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
+        both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
+        MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
+        ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
+        ``opt.impratio`` and the ``refsafe`` flag to the contact model; what soft contact cannot
+        honour is refused instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft
+        contact acts from ``dist < margin - gap``, jaxdyn's from ``dist < margin``).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -486,14 +493,19 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["equality", "integrator", "solimp", "solref"]
+        known = ["equality", "gap", "integrator", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
         contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        soft = bool(getattr(contact, "soft", False))
+        issues = list(self.sim_issues)
+        if soft:  # honoured by soft contact; its own refusals instead
+            issues = [(k, msg) for k, msg in issues if k not in contact_keys]
+            issues += self._soft_issues()
         errors = [
             (k, msg)
-            for k, msg in self.sim_issues
+            for k, msg in issues
             if k not in keys and (contact is not None or k not in contact_keys)
         ]
         if errors:
@@ -520,8 +532,86 @@ class MJCFModel(NamedTuple):
                 kw["contacts"] = contact_set(self.model, self.contacts)
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
+            if soft:
+                kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
         kw.update(overrides)
         return SimConfig(**kw)
+
+    def _touching(self):
+        """MuJoCo geom indices of the contact primitives, the geoms of :attr:`geoms` and the
+        ground plane (where it touches a primitive)."""
+        index = {n: g for g, n in enumerate(mujoco_names(self.mj_model, "geom"))}
+        prims = [index[p.name] for p in self.contacts]
+        used = [] if self.geoms is None else [index[n] for n in self.geoms.names]
+        ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
+        return prims, used, ground
+
+    def _soft_issues(self):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``."""
+        m = self.mj_model
+        prims, used, ground = self._touching()
+        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
+        if not gapped:
+            return []
+        names = mujoco_names(m, "geom")
+        listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
+        return [
+            (
+                "gap",
+                f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} (MuJoCo's "
+                "soft contact acts from dist < margin - gap, jaxdyn's from dist < margin); "
+                "ignored, the contacts act from their margin",
+            )
+        ]
+
+    def _soft_contact(self, contact, contacts, geoms):
+        """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
+        (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
+        contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        import equinox as eqx
+
+        from ..sim.geometry import ContactSet
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        _, solref, solmix, solimp = _contact_params(m)
+        invw = np.array(m.body_invweight0, float).reshape(-1, 2)[:, 0]
+        geom_iw = invw[np.array(m.geom_bodyid, int)]
+        prims, used, ground = self._touching()
+        out = {}
+        if geoms is not None:
+            dtype = np.asarray(geoms.size).dtype
+            out["geoms"] = eqx.tree_at(
+                lambda g: (g.solref, g.solmix, g.solimp, g.invweight),
+                geoms,
+                (
+                    solref[used].astype(dtype),
+                    solmix[used].astype(dtype),
+                    solimp[used].astype(dtype),
+                    geom_iw[used].astype(dtype),
+                ),
+                is_leaf=lambda x: x is None,
+            )
+        if contacts is not None:
+            rows_imp, rows_iw = [], []
+            for p, g in zip(self.contacts, prims, strict=True):
+                imp = solimp[g] if not ground else _pair_solimp(m, g, ground[0], solmix, solimp)
+                for _ in p.spheres():
+                    rows_imp.append(imp)
+                    rows_iw.append(geom_iw[g])
+            dtype = np.asarray(contacts.radius).dtype
+            out["contacts"] = ContactSet(
+                pos=contacts.pos,
+                radius=contacts.radius,
+                body=contacts.body,
+                names=contacts.names,
+                solimp=np.asarray(rows_imp, dtype),
+                invweight=np.asarray(rows_iw, dtype),
+            )
+        out["contact"] = eqx.tree_at(lambda c: c.impratio, contact, float(m.opt.impratio))
+        if _disabled(mujoco, m, "mjDSBL_REFSAFE") and contact.refsafe:
+            out["contact"] = eqx.tree_at(lambda c: c.refsafe, out["contact"], False)
+        return out
 
 
 # ------------------------------------------------------------------------------- geometry
@@ -1313,6 +1403,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain, geoms = (), None, None
+    info = {}
     if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
         contacts, terrain, geoms = _contacts(
             m,
@@ -1323,6 +1414,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
             remap,
             dis("mjDSBL_FILTERPARENT"),
             sim_issues,
+            info,
         )
     constraints, active, equalities = (), (), None
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
@@ -1373,6 +1465,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         sim_issues=tuple(sim_issues),
         equalities=equalities,
         spatial_tendons=spatial_tendons,
+        ground_geom=info.get("ground", -1),
     )
 
 
@@ -2012,8 +2105,30 @@ def _contact_params(m):
     return margin, solref, solmix, solimp
 
 
+def _pair_solimp(m, g1, g2, solmix, solimp):
+    """MuJoCo's ``mj_contactParam`` ``solimp`` of the geom pair ``g1``, ``g2``: the geom of
+    higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)``."""
+    p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
+    if p1 != p2:
+        return solimp[g1] if p1 > p2 else solimp[g2]
+    w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
+    if w1 >= tiny and w2 >= tiny:
+        mix = w1 / (w1 + w2)
+    else:
+        mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
+    return mix * solimp[g1] + (1 - mix) * solimp[g2]
+
+
 def _contacts(
-    m, issues, place, body_names, geom_names, remap, filterparent_off=False, sim_issues=None
+    m,
+    issues,
+    place,
+    body_names,
+    geom_names,
+    remap,
+    filterparent_off=False,
+    sim_issues=None,
+    info=None,
 ):
     """Contact primitives on moving bodies that touch the ground plane (exactly as their
     spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
@@ -2138,6 +2253,8 @@ def _contacts(
                 "geoms get MuJoCo's default (0.02, 1)",
             )
         )
+    if info is not None:
+        info["ground"] = -1 if ground is None else int(ground)
     if not pairs:
         return tuple(prims), terrain, None
     index = {g: k for k, g in enumerate(used)}
