@@ -568,6 +568,8 @@ class MJCFModel(NamedTuple):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
         (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
         contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        import dataclasses
+
         import equinox as eqx
 
         from ..sim.geometry import ContactSet
@@ -593,10 +595,13 @@ class MJCFModel(NamedTuple):
                 is_leaf=lambda x: x is None,
             )
         if contacts is not None:
-            rows_imp, rows_iw = [], []
+            rows_ref, rows_imp, rows_iw = [], [], []
             for p, g in zip(self.contacts, prims, strict=True):
-                imp = solimp[g] if not ground else _pair_solimp(m, g, ground[0], solmix, solimp)
+                ref, imp = (solref[g], solimp[g])
+                if ground:
+                    ref, imp = _pair_params(m, g, ground[0], solref, solmix, solimp)
                 for _ in p.spheres():
+                    rows_ref.append(ref)
                     rows_imp.append(imp)
                     rows_iw.append(geom_iw[g])
             dtype = np.asarray(contacts.radius).dtype
@@ -605,12 +610,14 @@ class MJCFModel(NamedTuple):
                 radius=contacts.radius,
                 body=contacts.body,
                 names=contacts.names,
+                solref=np.asarray(rows_ref, dtype),
                 solimp=np.asarray(rows_imp, dtype),
                 invweight=np.asarray(rows_iw, dtype),
             )
-        out["contact"] = eqx.tree_at(lambda c: c.impratio, contact, float(m.opt.impratio))
-        if _disabled(mujoco, m, "mjDSBL_REFSAFE") and contact.refsafe:
-            out["contact"] = eqx.tree_at(lambda c: c.refsafe, out["contact"], False)
+        refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
+        out["contact"] = dataclasses.replace(
+            contact, impratio=float(m.opt.impratio), refsafe=refsafe
+        )
         return out
 
 
@@ -2105,18 +2112,24 @@ def _contact_params(m):
     return margin, solref, solmix, solimp
 
 
-def _pair_solimp(m, g1, g2, solmix, solimp):
-    """MuJoCo's ``mj_contactParam`` ``solimp`` of the geom pair ``g1``, ``g2``: the geom of
-    higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)``."""
+def _pair_params(m, g1, g2, solref, solmix, solimp):
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``: the
+    geom of higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)`` (``solref``:
+    the elementwise minimum unless both are in the standard form)."""
     p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
     if p1 != p2:
-        return solimp[g1] if p1 > p2 else solimp[g2]
+        g = g1 if p1 > p2 else g2
+        return solref[g], solimp[g]
     w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
     if w1 >= tiny and w2 >= tiny:
         mix = w1 / (w1 + w2)
     else:
         mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
-    return mix * solimp[g1] + (1 - mix) * solimp[g2]
+    if solref[g1][0] > 0 and solref[g2][0] > 0:
+        ref = mix * solref[g1] + (1 - mix) * solref[g2]
+    else:
+        ref = np.minimum(solref[g1], solref[g2])
+    return ref, mix * solimp[g1] + (1 - mix) * solimp[g2]
 
 
 def _contacts(

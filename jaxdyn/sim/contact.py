@@ -183,14 +183,19 @@ def concat_frames(parts):
     )
 
 
-def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> ContactFrames:
+def contact_frames(
+    ws, origin, body_velocity, cs, terrain, friction=None, midpoint=False
+) -> ContactFrames:
     """Contact kinematics from a world state.
 
     ``ws``: :class:`~jaxdyn.algorithms.kinematics.WorldState` (positions relative to
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
-    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``).
+    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``); ``midpoint``: the
+    contact point midway between the sphere's surface and the terrain's (MuJoCo's
+    ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
+    :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
     """
     b = cs.body_index
     R, p = ws.R[b], ws.p[b]
@@ -198,10 +203,11 @@ def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> Con
     centre = spatial.mv(R, cs.pos.astype(dtype)) + p
     dist, n = terrain.query(centre + origin)
     radius = cs.radius.astype(dtype)
-    x = centre - radius[:, None] * n
+    x = centre - (radius + 0.5 * (dist - radius) if midpoint else radius)[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
+    sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
     iw = getattr(cs, "invweight", None)
     return ContactFrames(
@@ -212,6 +218,7 @@ def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> Con
         fr,
         tuple(cs.body),
         (-1,) * len(cs.body),
+        solref=None if sr is None else jnp.asarray(sr, dtype),
         solimp=None if si is None else jnp.asarray(si, dtype),
         invweight=None if iw is None else jnp.asarray(iw, dtype),
     )

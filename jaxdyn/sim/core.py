@@ -271,7 +271,8 @@ def _frames(cfg, ws, origin, vb):
     slots of the geom pairs of ``cfg.geoms`` (``None`` without either)."""
     parts = []
     if cfg.contacts is not None:
-        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain))
+        soft = getattr(cfg.contact, "soft", False)  # MuJoCo's contact point
+        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain, midpoint=soft))
     if cfg.geoms is not None:
         parts.append(cfg.geoms.frames(ws, origin, vb))
     return C.concat_frames(parts) if parts else None
