@@ -135,7 +135,9 @@ damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeco
 honoured (a geom whose pair with the ground plane has them is a geom of ``geoms``, not a
 primitive); ``gap`` only adds MuJoCo contacts that carry no force; ``solimp`` off MuJoCo's
 default and ``solref`` in its direct (negative) form are refused by
-:meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``). Per-geom friction and
+:meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
+model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
+touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
 condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
 interpenetrating at ``qpos0`` get a warning naming them.
 """

@@ -747,7 +747,7 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_ro
     )
 
 
-def soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
+def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     """Each contact's ``solref (nc, 2)`` and clamped ``solimp (nc, 5)`` for ``soft=True``: the
     contact model's where it gives them, else the frames', else MuJoCo's defaults."""
     nc = frames.distance.shape[0]
@@ -775,7 +775,7 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
     h = jnp.asarray(dt, dtype)
     r = frames.distance
     active = r < 0
-    solref, solimp = soft_parameters(contact, frames, dtype)
+    solref, solimp = _soft_parameters(contact, frames, dtype)
     k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
     imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
