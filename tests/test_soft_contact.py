@@ -122,9 +122,9 @@ def test_soft_contact_resting_depth_is_mujocos(soft_run):
 def test_pyramidal_cones_agree_under_normal_loads(soft_run):
     """MuJoCo's default pyramidal cone (4 edges per contact, each with ``R = 2 mu^2 (1 + mu^2)
     R_n``: on the normal one row with ``mu^2 (1 + mu^2) R_n / 2``) is the elliptic problem
-    for a contact loaded along its normal with ``mu = 1``: the dropped ball, the box and the class ball (friction 1, the larger of the pair's)
-    follow MuJoCo's pyramidal run to 1e-10 m; the sliding box does not (a pyramid's friction:
-    about 1 cm apart after 0.8 s)."""
+    for a contact loaded along its normal with ``mu = 1``: the dropped ball, the box and the
+    class ball (friction 1, the larger of the pair's) follow MuJoCo's pyramidal run to 1e-10 m;
+    the sliding box does not (a pyramid's friction: about 1 cm apart after 0.8 s)."""
     _, _, mine, _ = soft_run
     ref = _mujoco_run("pyramidal")
     for b in range(3):
