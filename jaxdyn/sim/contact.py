@@ -464,7 +464,8 @@ class Constraint(eqx.Module):
             raise ValueError(f"Constraint: soft must be True or False, got {self.soft!r}")
         for name, n in (("solref", 2), ("solimp", 5)):
             x = getattr(self, name)
-            if x is None or isinstance(x, jax.core.Tracer):
+            leaves = jax.tree_util.tree_leaves(x)
+            if x is None or any(isinstance(v, jax.core.Tracer) for v in leaves):
                 continue
             a = np.asarray(x, float)
             if a.shape != (n,) or not np.all(np.isfinite(a)):
