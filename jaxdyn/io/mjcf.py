@@ -623,9 +623,9 @@ class MJCFModel(NamedTuple):
                 radius=contacts.radius,
                 body=contacts.body,
                 names=contacts.names,
-                solref=np.asarray(rows_ref, dtype),
-                solimp=np.asarray(rows_imp, dtype),
-                invweight=np.asarray(rows_iw, dtype),
+                solref=jnp.asarray(np.asarray(rows_ref, dtype)),
+                solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
+                invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
