@@ -442,6 +442,7 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
     boxed = _boxed(problem)
     lo, hi = problem.bounds()
 
+    @jax.named_scope("riccati_step")
     def body(carry, inp):
         Vx, Vxx = carry
         Fx, Fu, lx, lu, lxx, lxu, luu, f, u, kp = inp
@@ -497,6 +498,7 @@ def _forward(problem, xs, us, B, alpha, feasible):
     fs = B["fs"]
     lo, hi = problem.bounds()
 
+    @jax.named_scope("rollout_step")
     def body(carry, inp):
         xnext, cost = carry
         x, u, k, K, f = inp
