@@ -513,31 +513,33 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
 
 def _forward(problem, xs, us, B, alpha, feasible):
     """Nonlinear rollout of the step ``alpha`` closing the gaps (Mastalli et al. 2020,
-    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``."""
+    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``.
+
+    The rollout is a ``lax.scan`` of single knots (XLA:CPU: kernels per knot bound the
+    time), so each knot stores one array ``[x u]``, applies its feedback gain as a sum of
+    products (fused with the control's clamp, where a product would be a kernel of its own),
+    and the trial's cost is evaluated after the scan, for all knots at once."""
     model = problem.model
     c = jnp.where(feasible | (alpha == 1.0), 0.0, alpha - 1.0)
     fs = B["fs"]
     lo, hi = problem.bounds()
+    nx = xs.shape[-1]
 
     @jax.named_scope("rollout_step")
-    def body(carry, inp):
-        xnext, cost = carry
+    def body(xnext, inp):
         x, u, k, K, f = inp
         xt = state_integrate(model, xnext, c * f)
-        ut = u - alpha * k - K @ state_difference(model, x, xt)
+        ut = u - alpha * k - jnp.sum(K * state_difference(model, x, xt)[None, :], 1)
         ut = jnp.minimum(jnp.maximum(ut, lo), hi)
-        cost = cost + _stage_value(problem, xt, ut)
         x1 = step_plain(model, xt, ut, problem.dt, problem.dynamics)
-        return (x1, cost), (xt, ut)
+        return x1, jnp.concatenate([xt, ut])
 
-    zero = jnp.zeros((), xs.dtype)
-    (xnext, cost), (xt, ut) = jax.lax.scan(
-        body, (problem.x0, zero), (xs[:-1], us, B["k"], B["K"], fs[:-1])
-    )
+    xnext, xu = jax.lax.scan(body, problem.x0, (xs[:-1], us, B["k"], B["K"], fs[:-1]))
     xT = state_integrate(model, xnext, c * fs[-1])
-    cost = cost + problem.terminal.value(model, xT)
-    xs_try = jnp.concatenate([xt, xT[None]], 0)
-    return xs_try, ut, cost, _bounded(cost) & _bounded(xs_try)
+    xs_try = jnp.concatenate([xu[:, :nx], xT[None]], 0)
+    us_try = xu[:, nx:]
+    cost = trajectory_cost(problem, xs_try, us_try)
+    return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try)
 
 
 # ----------------------------------------------------------------------------- solver
