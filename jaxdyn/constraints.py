@@ -416,7 +416,9 @@ def rows_from_placements(lay, pl: Placements):
 
 
 @shell.public("constraint_rows")
-def constraint_rows(model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]):
+def constraint_rows(
+    model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect]
+) -> tuple[Array, np.ndarray]:
     """Rows ``K (m, 6)`` of all constraints: ``J qdd`` rows act on world-origin spatial
     accelerations of the constrained bodies, ``y_r = K[r] · a_{body(r)}``; also returns the
     body of each row (numpy, static)."""
@@ -605,7 +607,10 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
 
 @shell.public("constraint_error", words=batching.kinematics_words)
 def constraint_error(
-    model: Model, q: ArrayLike, constraints: Sequence[Weld | Connect], targets=None
+    model: Model,
+    q: ArrayLike,
+    constraints: Sequence[Weld | Connect],
+    targets: Sequence[tuple | ArrayLike | None] | None = None,
 ) -> Array:
     """Position-level constraint error ``(m,)`` with respect to the targets (see
     :func:`error_from_placements`); its time derivative is ``J v`` to first order."""

@@ -14,7 +14,7 @@ for those that do.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar
 
 import equinox as eqx
@@ -38,14 +38,18 @@ __all__ = [
 ]
 
 
-def translate(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def translate(fn: Callable[P, R]) -> Callable[P, R]:
     """Call ``fn`` and wait for its result; a failed jaxdyn value check is re-raised as
     :class:`jaxdyn.CheckError` whose message is the check's message alone. (XLA reports a
     failed check of jaxdyn's handler when the result is ready, not at the call: JAX dispatches
     asynchronously.)"""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return jax.block_until_ready(fn(*args, **kwargs))
         except CheckError:
@@ -59,7 +63,7 @@ def translate(fn):
     return wrapper
 
 
-def is_eager(leaves) -> bool:
+def is_eager(leaves: Iterable[Any]) -> bool:
     """Whether the tracers among the arguments' ``leaves`` all come from transformations
     evaluated eagerly (``jax.jacfwd(jaxdyn.aba)(...)``, ``jax.grad``, ``jax.vmap`` called
     outside ``jax.jit``): no staging trace below any of them. Such a call runs op by op like
@@ -81,7 +85,9 @@ def is_eager(leaves) -> bool:
     return True
 
 
-def dispatch(fn, plain=None, compile_eagerly: bool = True):
+def dispatch(
+    fn: Callable[P, R], plain: Callable[P, R] | None = None, compile_eagerly: bool = True
+) -> Callable[P, R]:
     """``fn`` called as the module docstring describes: eagerly (no tracer, or tracers of
     eagerly evaluated transformations, :func:`is_eager`) through :func:`compiled` when
     ``compile_eagerly`` (else, or with leaves it cannot pass, ``plain`` op by op with failed
@@ -89,7 +95,7 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
     translated = translate(fn if plain is None else plain)
     program = translate(compiled(fn)) if compile_eagerly else None
 
-    def run(*args, **kwargs):
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         if (
             program is not None
@@ -115,10 +121,6 @@ def dispatch(fn, plain=None, compile_eagerly: bool = True):
 
     name = getattr(plain if plain is not None else fn, "__name__", "a jaxdyn function")
     return run
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def eager_jit(fn: Callable[P, R]) -> Callable[P, R]:
@@ -187,7 +189,7 @@ def _float_shape(static):
     return tuple((s[0], None) if f else s for s, f in zip(static, isfloat))
 
 
-def compiled(fn):
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` compiled with ``jax.jit`` for eager calls, its static leaves (:func:`_dynamic`)
     and the value-check switch part of the key; called with the flattened arguments
     ``(leaves, treedef)``. A leaf with ``eager_split()`` (a constraint description with a

@@ -16,8 +16,8 @@ algorithm, declared by :func:`public` next to the function.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,8 @@ from . import eager as eager_layer
 from .model.model import Model
 
 if TYPE_CHECKING:
-    from jax.typing import DTypeLike
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "as_array",
@@ -70,7 +71,8 @@ def public(
     compile_eagerly = words is not None if eager is None else eager
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        chunked = batching.batched(fn, words) if words is not None else fn
+        # (batching.batched keeps fn's signature: functools.wraps)
+        chunked = cast("Callable[P, R]", batching.batched(fn, words)) if words is not None else fn
         run = eager_layer.dispatch(chunked, fn, compile_eagerly)
 
         @functools.wraps(fn)
@@ -122,9 +124,10 @@ def check_model(fn: str, model: object) -> None:
 
 
 # ----------------------------------------------------------------------------- arrays
-def as_array(fn, name, x, shape, model):
+def as_array(fn: str, name: str, x: Any, shape: Sequence[tuple[str, int]], model: Any) -> Array:
     """Convert ``x`` (an array or a nested sequence of numbers) to an array and check its
-    shape; ``shape`` names its sizes, e.g. ``(("nq", 13),)``."""
+    shape; ``shape`` names its sizes, e.g. ``(("nq", 13),)``; ``model`` (a
+    :class:`jaxdyn.Model` or a cluster model) is named in the message."""
     try:
         x = jnp.asarray(x)
     except (TypeError, ValueError) as e:
@@ -158,13 +161,13 @@ def default_float() -> np.dtype:
     return jax.dtypes.canonicalize_dtype(jnp.float64)
 
 
-def common_dtype(*xs, model=None):
+def common_dtype(*xs: ArrayLike | None, model: Any = None) -> np.dtype:
     """The floating (or complex) dtype an algorithm runs in: the promoted dtype of the
     floating inputs; integer and boolean inputs are promoted to the model's floating dtype
     (``model`` given) or to the default float dtype (float64 under ``jax_enable_x64``), not
     to float32."""
-    xs = [x for x in xs if x is not None]
-    floats = [jnp.asarray(x).dtype for x in xs if _is_float(jnp.asarray(x).dtype)]
+    given = [x for x in xs if x is not None]
+    floats = [jnp.asarray(x).dtype for x in given if _is_float(jnp.asarray(x).dtype)]
     if floats:
         return jnp.result_type(*floats)
     if model is not None and _is_float(model.mass.dtype):
@@ -212,7 +215,7 @@ def quaternion_indices(topo):
     return idx, owner
 
 
-def check_quaternions(fn, model, q, tol=1e-3):
+def check_quaternions(fn: str, model: Model, q: Array, tol: float = 1e-3) -> Array:
     """Check and normalise the quaternions of ``q`` (spherical / free joints).
 
     :func:`jaxdyn.value_checks.error_if` (value checks on) a quaternion's squared norm
@@ -248,7 +251,9 @@ def check_quaternions(fn, model, q, tol=1e-3):
     return q * inv[owner]
 
 
-def prepare(model, fn, q, *others):
+def prepare(
+    model: Model, fn: str, q: ArrayLike, *others: ArrayLike | None
+) -> tuple[Model, Array, np.dtype]:
     """The common start of the algorithms: check the model's type, shape-check ``q``, choose
     the working dtype of the inputs (integer / boolean inputs take the model's float dtype),
     refuse float64 with a model whose parameters were rounded to float32 at load time, check

@@ -116,7 +116,7 @@ def mm(A: AnyArray, B: AnyArray, unroll: bool = False) -> Array:
     return out
 
 
-def mv(A: AnyArray, x, unroll: bool = False) -> Array:
+def mv(A: AnyArray, x: AnyArray, unroll: bool = False) -> Array:
     """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
     k = A.shape[-1]
     if k > _config.get("unroll_max") and not unroll:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from typing import TYPE_CHECKING, TypeVar
 
 import equinox as eqx
 import jax
@@ -38,6 +39,11 @@ import jax.numpy as jnp
 
 from . import batching, config
 from .backend import ffi, internals
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+_T = TypeVar("_T")
 
 __all__ = ["enabled", "error_if", "message_of", "set_value_checks", "unchecked"]
 
@@ -70,7 +76,7 @@ def unchecked() -> contextlib.AbstractContextManager[None]:
     return batching._inside(unchecked=True)
 
 
-def error_if(x, pred, msg: str):
+def error_if(x: _T, pred: ArrayLike, msg: str) -> _T:
     """``x`` (an array or a pytree of them), failing the program with ``msg`` where any entry
     of ``pred`` is true, when value checks are on (:mod:`jaxdyn.config`) and not left out
     (:func:`unchecked`); ``x`` otherwise. Every jaxdyn value check goes through here.

@@ -7,7 +7,7 @@ lowerings, batches of models and derivatives use the caller's XLA form of the sa
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.core
@@ -20,10 +20,14 @@ from .. import config
 from . import ffi
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
 
-def kernel_usable(model, dtype: DTypeLike) -> bool:
+# ``model``: a jaxdyn.Model, typed Any (the backend sits below jaxdyn.model: test_architecture)
+def kernel_usable(model: Any, dtype: DTypeLike) -> bool:
     """Whether :func:`crba` computes ``M`` by :func:`crba_kernel`: on the CPU (the default
     backend), with the switch ``cpu_kernels`` on, float32 or float64, and jaxdyn's C handlers
     compiled (:func:`jaxdyn.backend.ffi.available`)."""
@@ -146,7 +150,7 @@ mlir.register_lowering(crba_p, _lower_xla)
 mlir.register_lowering(crba_p, _lower_cpu, platform="cpu")
 
 
-def crba_kernel(model, q: ArrayLike, xla):
+def crba_kernel(model: Any, q: ArrayLike, xla: Callable[[Any, Array], Array]) -> Array:
     """``M(q)`` of the prepared ``q`` (:func:`jaxdyn.shell.prepare`) by
     jaxdyn's C kernel on the CPU, ``xla(model, q)`` (the algorithm in XLA,
     :func:`jaxdyn.algorithms.crba.crba_world`) where the kernel cannot run and for derivatives.

@@ -76,7 +76,11 @@ from jax.sharding import PartitionSpec as P
 from .. import config
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
     from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
 TARGET = "jaxdyn_uninitialized"
 #: the same handler under the name of the stores (:func:`store`), so that programs say which
@@ -230,7 +234,7 @@ mlir.register_lowering(uninitialized_p, _lower_fill)
 mlir.register_lowering(uninitialized_p, _lower_cpu, platform="cpu")
 
 
-def uninitialized(shape, dtype, fill: int = 0):
+def uninitialized(shape: Sequence[int], dtype: DTypeLike, fill: int = 0) -> Array:
     """An array of ``shape`` and ``dtype`` whose every entry the caller overwrites: left as XLA
     allocated it where the handler is available (see the module docstring), else filled with
     ``fill`` (give the outputs of one loop different values, so that XLA does not merge their
@@ -356,7 +360,9 @@ check_p.def_impl(_check_impl)
 check_p.def_abstract_eval(lambda *xs, message: list(xs[:-1]))
 
 
-def explicit_split(xs, dims):
+def explicit_split(
+    xs: Sequence[Any], dims: Sequence[int | None]
+) -> tuple[Any, tuple[str, ...], int] | None:
     """``(mesh, axes, n)`` where explicit sharding (``jax.sharding.AxisType.Explicit``, the
     default of ``jax.make_mesh`` since JAX 0.7) splits the batch of the operands ``xs``
     (batched along ``dims``, ``None`` for unbatched ones) over the mesh axes ``axes`` (``n``
@@ -374,7 +380,13 @@ def explicit_split(xs, dims):
     return None
 
 
-def shard_map(f, mesh, in_specs, out_specs, axis_names=None):
+def shard_map(
+    f: Callable[..., Any],
+    mesh: Any,
+    in_specs: Any,
+    out_specs: Any,
+    axis_names: Iterable[str] | None = None,
+) -> Callable[..., Any]:
     """``jax.shard_map`` without its replication checks (jaxdyn's own primitives have no rules
     for them), manual over ``axis_names`` (default: every axis of ``mesh``)."""
     kw = {} if axis_names is None else {"axis_names": set(axis_names)}
@@ -442,7 +454,7 @@ def check_available() -> bool:
     return jax.default_backend() == "cpu" and available()
 
 
-def check(xs, pred, message: str):
+def check(xs: Sequence[Array], pred: ArrayLike, message: str) -> list[Array]:
     """The arrays ``xs`` (a list), unchanged, checked: the program fails with ``message``
     (XLA raises it as ``INVALID_ARGUMENT: <message>`` when the result is ready) where any
     entry of the boolean ``pred`` is true. A call of jaxdyn's handler (``jaxdyn_check``) on

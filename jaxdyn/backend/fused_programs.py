@@ -36,8 +36,14 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import TYPE_CHECKING, Any
 
 from . import xla_flags
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import jax.stages
 
 #: the per-program XLA options of fused loops (the process-wide flags of
 #: :data:`.xla_flags.FUSED_LOOP_FLAGS` as ``jax.jit(..., compiler_options=...)``)
@@ -85,7 +91,7 @@ class FusedJit:
     ``equinox.filter_jit``'s: array leaves are traced, the other leaves static (hashable).
     ``switch``: the :mod:`jaxdyn.config` switch that turns the fused program on."""
 
-    def __init__(self, fn, fallback, switch: str):
+    def __init__(self, fn: Callable[..., Any], fallback: Callable[..., Any], switch: str) -> None:
         import jax
 
         self.fn, self.fallback, self.switch = fn, fallback, switch
@@ -103,7 +109,7 @@ class FusedJit:
 
         self.program = jax.jit(program, static_argnums=0, compiler_options=COMPILER_OPTIONS)
 
-    def usable(self, dyn) -> bool:
+    def usable(self, dyn: Sequence[Any]) -> bool:
         """Whether this call compiles the fused program (see the module)."""
         import jax
         import jax.core
@@ -122,7 +128,7 @@ class FusedJit:
                 return False
         return True
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import jax
 
         dyn, static = _split((args, kwargs))
@@ -147,13 +153,13 @@ class FusedJit:
             )
             return self.fallback(*args, **kwargs)
 
-    def lower(self, *args, **kwargs):
+    def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
         """The fused program lowered for ``args`` (``jax.stages.Lowered``: its ``compile()``
         and ``as_text()`` show the tagged call), whether or not a call would use it."""
         dyn, static = _split((args, kwargs))
         return self.program.lower(static, dyn)
 
 
-def fused_jit(fn, fallback, switch: str) -> FusedJit:
+def fused_jit(fn: Callable[..., Any], fallback: Callable[..., Any], switch: str) -> FusedJit:
     """:class:`FusedJit` of ``fn`` with ``fallback`` (see the module)."""
     return FusedJit(fn, fallback, switch)

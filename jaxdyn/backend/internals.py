@@ -19,6 +19,8 @@ failing at import).
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from jax._src.interpreters.partial_eval import DynamicJaxprTrace as STAGING_TRACE
 except ImportError:  # pragma: no cover - a JAX without it: every traced call runs as is
@@ -61,7 +63,7 @@ def reset_compilation_cache() -> None:
         pass
 
 
-def distributed_client():
+def distributed_client() -> Any:
     """The client of JAX's coordination service (``None`` before ``jax.distributed``)."""
     from jax._src import distributed
 

@@ -26,7 +26,7 @@ def explicit_context() -> bool:
     return EXPLICIT in tuple(getattr(mesh, "axis_types", ()) or ())
 
 
-def on_mesh(x):
+def on_mesh(x: Array) -> Array:
     """``x``, replicated over the mesh in context when that mesh has ``Explicit`` axes and
     ``x`` lives on no mesh (a constant made inside a traced function, such as
     ``jnp.asarray([0.0, 0.0, 1.0])``); ``x`` itself otherwise.

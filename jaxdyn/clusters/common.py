@@ -153,7 +153,7 @@ def setup(
     if v is not None:
         v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     if x is not None:
-        x = shell.as_array(fn, xname, x, (("nv", model.nv),), model)
+        x = shell.as_array(fn, xname or "x", x, (("nv", model.nv),), model)
     f_ext = check_f_ext(fn, model, f_ext)
     dt = shell.common_dtype(q, v, x, f_ext, model=model.tree)
     shell.check_model_dtype(fn, model.tree, dt)

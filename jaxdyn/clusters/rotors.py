@@ -494,7 +494,7 @@ def setup_folded(
     if v is not None:
         v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     if x is not None:
-        x = shell.as_array(fn, xname, x, (("nv", model.nv),), model)
+        x = shell.as_array(fn, xname or "x", x, (("nv", model.nv),), model)
     dt = shell.common_dtype(q, v, x, model=model.tree)
     shell.check_model_dtype(fn, model.tree, dt)
     fm, rot = folded_model(model.astype(dt))

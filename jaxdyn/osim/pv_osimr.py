@@ -450,6 +450,7 @@ def delassus_pv_osimr(
         if info["first"]:
             c = jnp.where(info["enter"][:, None], c0, 0)
         else:
+            assert c is not None  # set at the first level
             # eq. (19); on a K-started row (one-hot c) this is exactly a column of E_top
             c = jnp.where(info["enter"][:, None], c0, mv(Enode[info["E"]], c))
         F = mv(Omega[info["node"]], c)  # ^0Ω_node c (a column of Ω_e on a K-started leaf)

@@ -343,29 +343,19 @@ class FixedTendons(eqx.Module):
         coef = jnp.asarray(self.coef, v.dtype)
         return coef @ q[qidx], coef @ v[idx]
 
-    def _tendon_forces(self, model, limits, L, Ld):
-        dtype = L.dtype
-        k = jnp.asarray(self.stiffness, dtype)
-        lo_s, hi_s = jnp.asarray(self.lower_spring, dtype), jnp.asarray(self.upper_spring, dtype)
-        f = -k * (jnp.minimum(L - lo_s, 0.0) + jnp.maximum(L - hi_s, 0.0))
-        f = f - jnp.asarray(self.damping, dtype) * Ld
-        if limits is not None:
-            f = f + _limit_forces(limits, L, Ld, self.lower, self.upper)
-        return f
-
-    def forces(self, model, limits, q, v):
+    def forces(self, model: Model, limits: JointLimits | None, q: Array, v: Array) -> Array:
         L, Ld = self.lengths(model, q, v)
-        f = self._tendon_forces(model, limits, L, Ld)
+        f = _tendon_forces(self, limits, L, Ld)
         idx, _ = _one_dof_coords(model, self.dofs)
         tau = jnp.asarray(self.coef, v.dtype).T @ f
         return _scatter.add_at(jnp.zeros(model.nv, v.dtype), idx, tau)
 
-    def velocity_factors(self, model, limits, q, v):
+    def velocity_factors(
+        self, model: Model, limits: JointLimits | None, q: Array, v: Array
+    ) -> tuple[Array, Array]:
         """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T``."""
         L, Ld = self.lengths(model, q, v)
-        _, c = jax.jvp(
-            lambda ld: self._tendon_forces(model, limits, L, ld), (Ld,), (jnp.ones_like(Ld),)
-        )
+        _, c = jax.jvp(lambda ld: _tendon_forces(self, limits, L, ld), (Ld,), (jnp.ones_like(Ld),))
         idx, _ = _one_dof_coords(model, self.dofs)
         U = _scatter.add_at(
             jnp.zeros((model.nv, self.size()), v.dtype), idx, jnp.asarray(self.coef, v.dtype).T
@@ -454,7 +444,7 @@ class SpatialTendons(eqx.Module):
 
     def forces(self, model: Model, limits: JointLimits | None, q: Array, v: Array) -> Array:
         L, J = self.jacobian(model, q)
-        return J.T @ FixedTendons._tendon_forces(self, model, limits, L, J @ v)
+        return J.T @ _tendon_forces(self, limits, L, J @ v)
 
     def velocity_factors(
         self, model: Model, limits: JointLimits | None, q: Array, v: Array
@@ -463,11 +453,27 @@ class SpatialTendons(eqx.Module):
         L, J = self.jacobian(model, q)
         Ld = J @ v
         _, c = jax.jvp(
-            lambda ld: FixedTendons._tendon_forces(self, model, limits, L, ld),
+            lambda ld: _tendon_forces(self, limits, L, ld),
             (Ld,),
             (jnp.ones_like(Ld),),
         )
         return J.T, -c
+
+
+def _tendon_forces(
+    tendons: FixedTendons | SpatialTendons, limits: JointLimits | None, L: Array, Ld: Array
+) -> Array:
+    """A fixed or spatial tendon's passive forces ``(nt,)`` at lengths ``L`` and velocities
+    ``Ld``: the dead-band spring, damping and the length limits (:class:`FixedTendons`)."""
+    dtype = L.dtype
+    k = jnp.asarray(tendons.stiffness, dtype)
+    lo_s = jnp.asarray(tendons.lower_spring, dtype)
+    hi_s = jnp.asarray(tendons.upper_spring, dtype)
+    f = -k * (jnp.minimum(L - lo_s, 0.0) + jnp.maximum(L - hi_s, 0.0))
+    f = f - jnp.asarray(tendons.damping, dtype) * Ld
+    if limits is not None:
+        f = f + _limit_forces(limits, L, Ld, tendons.lower, tendons.upper)
+    return f
 
 
 def _limit_forces(limits, x, xd, lower, upper):
@@ -522,8 +528,8 @@ class GainBias(eqx.Module):
     moment: jnp.ndarray
     gain: jnp.ndarray
     bias: jnp.ndarray
-    ctrl_lower: jnp.ndarray
-    ctrl_upper: jnp.ndarray
+    ctrl_lower: jnp.ndarray | np.ndarray  # numpy: MJCF's ranges, driven()'s -inf / inf
+    ctrl_upper: jnp.ndarray | np.ndarray
     force_lower: jnp.ndarray
     force_upper: jnp.ndarray
     dofs: tuple = eqx.field(static=True)
@@ -578,7 +584,7 @@ class GainBias(eqx.Module):
             ctrl, jnp.asarray(self.ctrl_lower, dtype), jnp.asarray(self.ctrl_upper, dtype)
         )
 
-    def next_act(self, ctrl, act, h):
+    def next_act(self, ctrl: Array, act: Array, h: Array | float) -> Array:
         """The activations after one integrator step ``h`` (MuJoCo's ``mj_nextActivation``)."""
         idx = self._stateful()
         dtype = act.dtype
@@ -592,7 +598,7 @@ class GainBias(eqx.Module):
         hi = jnp.asarray(self.act_upper, dtype)[idx]
         return jnp.clip(act + act_dot * step, lo, hi)
 
-    def inputs(self, ctrl, act, h):
+    def inputs(self, ctrl: Array, act: Array, h: Array | float | None) -> Array:
         """What multiplies each actuator's gain during a step from ``act``: the clamped
         control, or the activation (``act'`` with ``actearly``)."""
         c = self._clip_ctrl(ctrl)
@@ -602,10 +608,11 @@ class GainBias(eqx.Module):
         x = act
         early = np.asarray([bool(self.actearly[i]) if self.actearly else False for i in idx])
         if early.any():
+            assert h is not None, "GainBias.inputs: actearly needs the step h"
             x = jnp.where(early, self.next_act(ctrl, act, h), act)
         return c.at[idx].set(x)
 
-    def driven(self):
+    def driven(self) -> GainBias:
         """This actuator driven by :meth:`inputs` directly (no clamp, no dynamics): what a step
         applies once the inputs are known."""
         inf = np.full(np.shape(self.ctrl_lower), np.inf)
@@ -640,7 +647,15 @@ class GainBias(eqx.Module):
         c = jnp.clip(ctrl, jnp.asarray(self.ctrl_lower, dtype), jnp.asarray(self.ctrl_upper, dtype))
         return idx, mom, c, mom @ q[qidx], mom @ v[idx]
 
-    def forces(self, model, q, v, ctrl, act=None, h=None):
+    def forces(
+        self,
+        model: Model,
+        q: Array,
+        v: Array,
+        ctrl: Array,
+        act: Array | None = None,
+        h: Array | float | None = None,
+    ) -> Array:
         """The actuator forces ``(nu,)`` (MuJoCo's ``actuator_force``); with activation
         dynamics at the activations ``act`` (and the step ``h`` where ``actearly``)."""
         if self.act_size():

@@ -46,11 +46,22 @@ polytope for the pair functions above.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import numpy.typing as npt
+    from jax.typing import ArrayLike
+
+    #: a geom's size: MuJoCo's ``geom_size`` entries, or a :class:`Hull` (mesh) or an
+    #: :class:`HField` (heightfield)
+    GeomSize: TypeAlias = "ArrayLike | Hull | HField"
 
 __all__ = [
     "GEOM_TYPES",
@@ -173,7 +184,7 @@ def _cast(*xs):
 # ------------------------------------------------------------------------------ plane pairs
 
 
-def collide_plane_sphere(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_sphere(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - sphere: 1 contact, exact (the sphere's lowest point)."""
     n = mat1[:, 2]
     r = size2[0]
@@ -182,7 +193,7 @@ def collide_plane_sphere(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     return _contact(dist, pos, n)
 
 
-def collide_plane_capsule(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_capsule(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - capsule: 2 contacts, the end spheres of the segment (exact: the lowest point of a
     segment is one of its ends; both are returned so that a lying capsule rests on two)."""
     seg = mat2[:, 2] * size2[1]
@@ -196,7 +207,7 @@ _BOX_SIGNS = np.array(
 )
 
 
-def collide_plane_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_box(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - box: 4 contacts, the 4 corners below the box centre along the plane normal
     (exactly MuJoCo's ``mjc_PlaneBox``: corners ``dist`` apart from the plane; a box resting flat
     gets its 4 bottom corners)."""
@@ -213,7 +224,7 @@ def collide_plane_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     return _mask(con, ld <= 0)
 
 
-def collide_plane_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - cylinder: 4 contacts as MuJoCo's ``mjc_PlaneCylinder``: the deepest rim point,
     the rim point above it on the other disk, and two more points of the near disk that make an
     equilateral triangle with the first (so a cylinder standing on a disk rests on 3 points)."""
@@ -242,7 +253,7 @@ def collide_plane_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
     return _contact(dist, pts, jnp.broadcast_to(n, (4, 3)))
 
 
-def collide_plane_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - ellipsoid: 1 contact, exact: the ellipsoid's support point along -normal,
     ``x = c - R S^2 R^T n / |S R^T n|`` (S = diag of the semi-axes)."""
     n = mat1[:, 2]
@@ -265,7 +276,7 @@ def _sphere_sphere(p1, r1, mat1, p2, r2, mat2):
     return _contact(dist, pos, n)
 
 
-def collide_sphere_sphere(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_sphere(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - sphere: 1 contact, exact (coincident centres: the normal is the cross product of
     the z axes, or x, as MuJoCo)."""
     return _sphere_sphere(pos1, size1[0], mat1, pos2, size2[0], mat2)
@@ -277,7 +288,7 @@ def _closest_on_segment(p, c, axis):
     return c + x * axis
 
 
-def collide_sphere_capsule(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_capsule(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - capsule: 1 contact, exact (closest point of the capsule's segment)."""
     q = _closest_on_segment(pos1, pos2, mat2[:, 2] * size2[1])
     return _sphere_sphere(pos1, size1[0], mat1, q, size2[0], mat2)
@@ -313,7 +324,7 @@ def _segment_segment(p1, a1, p2, a2):
     return q1, q2, parallel, (p1 - a1, p2 + xp2b * a2)
 
 
-def collide_capsule_capsule(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_capsule_capsule(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Capsule - capsule: 2 slots, exact closest points of the two segments (Ericson 5.1.9) in
     slot 0; for parallel axes a second contact from the other end of segment 1 as MuJoCo
     (``mjc_CapsuleCapsule``), otherwise slot 1 is empty."""
@@ -328,7 +339,7 @@ def collide_capsule_capsule(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
 # ------------------------------------------------------------------------------ box pairs
 
 
-def collide_sphere_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_box(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - box: 1 contact, exact. Centre outside the box: the closest point of the box
     (Ericson 5.1.4); centre inside: the nearest face, normal along its axis."""
     r = size1[0]
@@ -434,7 +445,7 @@ def _end_slots(contact_at, t, tol=1e-6):
     return ends
 
 
-def collide_capsule_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_capsule_box(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Capsule - box: 3 slots. Slot 0: the point of the capsule's segment nearest the box
     (deepest when it touches: the minimum of the box's signed distance along the segment,
     golden-section search) as a sphere - box contact; slots 1, 2: the segment's end spheres
@@ -489,12 +500,12 @@ def _point_cylinder(p, size2, pos2, mat2):
     return _sphere_cylinder(p, 0.0, None, size2, pos2, mat2).dist[0]
 
 
-def collide_sphere_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - cylinder: 1 contact, exact (closest point of the solid cylinder, Ericson 5.1)."""
     return _sphere_cylinder(pos1, size1[0], mat1, size2, pos2, mat2)
 
 
-def collide_capsule_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_capsule_cylinder(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Capsule - cylinder: 3 slots as :func:`collide_capsule_box`: the segment point nearest the
     cylinder (exact signed distance minimised along the segment) and the two end spheres."""
     axis = mat1[:, 2] * size1[1]
@@ -522,14 +533,15 @@ class Hull(NamedTuple):
       faces.
     """
 
-    vertices: jax.Array
-    normals: jax.Array
-    faces: jax.Array
-    edges: jax.Array
-    edge_faces: jax.Array
+    # numpy where static (hull_from_points: the topology fixed at compile time)
+    vertices: jax.Array | np.ndarray
+    normals: jax.Array | np.ndarray
+    faces: jax.Array | np.ndarray
+    edges: jax.Array | np.ndarray
+    edge_faces: jax.Array | np.ndarray
 
 
-def hull_from_points(points, tol=1e-9) -> Hull:
+def hull_from_points(points: npt.ArrayLike, tol: float = 1e-9) -> Hull:
     """The convex hull of ``points`` (N, 3) as a :class:`Hull`, coplanar facets merged into
     polygons (scipy's Qhull; a box mesh gives 6 quadrilaterals, not 12 triangles). Static numpy
     arrays: the topology is fixed at compile time."""
@@ -582,7 +594,7 @@ def hull_from_points(points, tol=1e-9) -> Hull:
 _UNIT_BOX = hull_from_points(_BOX_SIGNS)
 
 
-def box_hull(size) -> Hull:
+def box_hull(size: ArrayLike) -> Hull:
     """The box of half-sizes ``size`` (3,) as a :class:`Hull` (vertices scale with ``size``,
     differentiably)."""
     size = jnp.asarray(size)
@@ -719,7 +731,8 @@ def _polytope_polytope(hA, posA, matA, hB, posB, matB, margin, k):
         sel = [jnp.where(ref_a, x, y) for x, y in ((vA, vB), (nA, nB), (hA.faces, hB.faces))]
         oth = [jnp.where(ref_a, y, x) for x, y in ((vA, vB), (nA, nB), (hA.faces, hB.faces))]
         f = jnp.where(ref_a, fA, fB)
-        pr, dr, face_ok, nr = _face_manifold(*sel, f, *oth, margin, k, tol)
+        (vR, nR, facesR), (vI, nI, facesI) = sel, oth
+        pr, dr, face_ok, nr = _face_manifold(vR, nR, facesR, f, vI, nI, facesI, margin, k, tol)
         face_pts = pr - nr * (dr / 2)[:, None]
         face_d = dr
         face_n = jnp.where(ref_a, nr, -nr)
@@ -749,26 +762,26 @@ def _as_hull(x):
     raise TypeError(f"a mesh geom is described by a Hull (hull_from_points), got {type(x)}")
 
 
-def collide_box_box(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_box_box(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Box - box: 8 slots, by the separating-axis test (15 axes; Gottschalk et al. 1996) with a
     clipped face-face manifold (a box resting flat on another gets the corners of the overlap
     polygon, up to 8) or one edge-edge contact; see :func:`_polytope_polytope`."""
     return _polytope_polytope(box_hull(size1), pos1, mat1, box_hull(size2), pos2, mat2, margin, 8)
 
 
-def collide_box_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_box_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Box - convex mesh (``size2`` a :class:`Hull`): 8 slots, as :func:`collide_box_box`."""
     return _polytope_polytope(box_hull(size1), pos1, mat1, _as_hull(size2), pos2, mat2, margin, 8)
 
 
-def collide_mesh_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_mesh_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Convex mesh - convex mesh (``size1``, ``size2`` :class:`Hull` s): 8 slots, separating
     axes on the hulls with a clipped face manifold (:func:`_polytope_polytope`)."""
     h1, h2 = _as_hull(size1), _as_hull(size2)
     return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
 
 
-def collide_plane_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_plane_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Plane - convex mesh: 4 slots: the deepest vertex, then the vertices within ``margin`` of
     the plane chosen by farthest-point sampling (a face lying on the plane gets its corners)."""
     hull = _jnp_hull(_as_hull(size2))
@@ -814,13 +827,13 @@ def _sphere_hull(c, r, hull, pos, mat):
     return _contact(dist, c + n * (r + dist / 2), n)
 
 
-def collide_sphere_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - convex mesh: 1 contact, exact (nearest point of the hull's faces; centre inside:
     the face of least depth)."""
     return _sphere_hull(pos1, size1[0], _as_hull(size2), pos2, mat2)
 
 
-def collide_capsule_mesh(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_capsule_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Capsule - convex mesh: 3 slots as :func:`collide_capsule_box` (the segment point nearest
     the hull and the two end spheres)."""
     hull = _as_hull(size2)
@@ -878,7 +891,7 @@ _UNIT_CYLINDER = _unit_cylinder(CYLINDER_SIDES)
 _UNIT_SPHERE = hull_from_points(_unit_sphere_points())
 
 
-def cylinder_hull(size, sides=None) -> Hull:
+def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
     a :class:`Hull` scaled differentiably by ``size``."""
     size = jnp.asarray(size)
@@ -887,7 +900,7 @@ def cylinder_hull(size, sides=None) -> Hull:
     return u._replace(vertices=jnp.asarray(u.vertices, size.dtype) * scale)
 
 
-def ellipsoid_hull(size) -> Hull:
+def ellipsoid_hull(size: ArrayLike) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
     recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid."""
@@ -929,13 +942,15 @@ collide_cylinder_box = _hull_pair("cylinder", "box")
 collide_cylinder_mesh = _hull_pair("cylinder", "mesh")
 
 
-def collide_sphere_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_sphere_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
     """Sphere - ellipsoid: 1 contact against the ellipsoid's inscribed polytope
     (:func:`ellipsoid_hull`; approximate)."""
     return _sphere_hull(pos1, size1[0], ellipsoid_hull(size2), pos2, mat2)
 
 
-def collide_capsule_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
+def collide_capsule_ellipsoid(
+    size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0
+):
     """Capsule - ellipsoid: 3 slots against the ellipsoid's inscribed polytope
     (:func:`ellipsoid_hull`; approximate), as :func:`collide_capsule_mesh`."""
     return collide_capsule_mesh(size1, pos1, mat1, ellipsoid_hull(size2), pos2, mat2, margin)
@@ -958,21 +973,24 @@ class HField:
     every cell under the geom is in the window. A pytree: ``heights`` and ``size`` are
     differentiable leaves."""
 
-    def __init__(self, heights, size, window):
+    def __init__(
+        self, heights: jax.Array | np.ndarray, size: jax.Array | np.ndarray, window: Sequence[int]
+    ) -> None:
         self.heights, self.size, self.window = heights, size, tuple(int(w) for w in window)
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Any, Any], tuple[int, ...]]:
         return (self.heights, self.size), self.window
 
     @classmethod
-    def tree_unflatten(cls, window, leaves):
-        return cls(*leaves, window)
+    def tree_unflatten(cls, window: tuple[int, ...], leaves: Sequence[Any]) -> HField:
+        heights, size = leaves
+        return cls(heights, size, window)
 
     def __repr__(self):
         return f"HField(shape={np.shape(self.heights)}, window={self.window})"
 
 
-def hfield(heights, size, reach) -> HField:
+def hfield(heights: npt.ArrayLike, size: npt.ArrayLike, reach: float) -> HField:
     """An :class:`HField` of ``heights`` (nrow, ncol) in metres and MuJoCo's ``size`` (4,)
     whose pairs see every cell within ``reach`` (metres, static) of the other geom's centre."""
     h = np.asarray(heights, float)
@@ -1047,7 +1065,16 @@ def hfield_prisms(hf, centre):
     return jnp.concatenate([base, tri], 1)
 
 
-def hfield_prism_contacts(t2, hf, pos1, mat1, size2, pos2, mat2, margin=0.0) -> Contact:
+def hfield_prism_contacts(
+    t2: str,
+    hf: HField,
+    pos1: jax.Array,
+    mat1: jax.Array,
+    size2: jax.Array | np.ndarray | Hull,
+    pos2: jax.Array,
+    mat2: jax.Array,
+    margin: float | jax.Array = 0.0,
+) -> Contact:
     """Contacts ``(prisms, k)`` of geom 2 (``t2``: sphere, capsule, ellipsoid, cylinder, box or
     mesh) with every prism of the window of the heightfield ``hf`` (at ``pos1``, ``mat1``),
     normals from the heightfield to geom 2: a sphere the exact closest point of each prism
@@ -1118,7 +1145,7 @@ collide_hfield_mesh = _hfield_pair("mesh")
 _NAMES = {v: k for k, v in GEOM_TYPES.items()}
 
 #: pair functions by (type 1, type 2) names, type 1 <= type 2 in :data:`GEOM_TYPES`
-PAIRS = {
+PAIRS: dict[tuple[str, str], Callable[..., Contact]] = {
     ("plane", "sphere"): collide_plane_sphere,
     ("plane", "capsule"): collide_plane_capsule,
     ("plane", "ellipsoid"): collide_plane_ellipsoid,
@@ -1201,7 +1228,17 @@ def _type_name(t, what):
     )
 
 
-def collide(type1, type2, size1, pos1, mat1, size2, pos2, mat2, margin=0.0) -> Contact:
+def collide(
+    type1: str | int,
+    type2: str | int,
+    size1: GeomSize,
+    pos1: jax.Array,
+    mat1: jax.Array,
+    size2: GeomSize,
+    pos2: jax.Array,
+    mat2: jax.Array,
+    margin: float | jax.Array = 0.0,
+) -> Contact:
     """Contacts between geom 1 of ``type1`` and geom 2 of ``type2`` (static: names or MuJoCo
     ``mjtGeom`` numbers) with the pair function of :data:`PAIRS`; returns :data:`NCON` slots.
 

@@ -70,7 +70,9 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
+    from ..algorithms.kinematics import WorldState
     from ..model.model import Model
+    from .geometry import ContactSet, Heightfield, Plane
 
 __all__ = [
     "Compliant",
@@ -185,7 +187,13 @@ def concat_frames(parts):
 
 
 def contact_frames(
-    ws, origin, body_velocity, cs, terrain, friction=None, midpoint=False
+    ws: WorldState,
+    origin: Array,
+    body_velocity: Array,
+    cs: ContactSet,
+    terrain: Plane | Heightfield,
+    friction: ArrayLike | None = None,
+    midpoint: bool = False,
 ) -> ContactFrames:
     """Contact kinematics from a world state.
 
@@ -365,8 +373,13 @@ def _friction(contact, frames, dtype):
 
 
 def compliant_forces(
-    contact: Compliant, k, c, frames: ContactFrames, friction_normal=None, friction_speed=None
-):
+    contact: Compliant,
+    k: Array,
+    c: Array,
+    frames: ContactFrames,
+    friction_normal: Array | None = None,
+    friction_speed: Array | None = None,
+) -> Array:
     """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``.
 
     The implicit steps linearise these forces in the contact velocity with two quantities held
@@ -664,8 +677,15 @@ def _solve_jvp(iterations, newton, coulomb, primals, tangents):
 
 
 def solve_cone_complementarity(
-    G, u, mu, iterations: int = 100, newton: int = 0, *, coulomb: bool = False, live=None
-):
+    G: Array,
+    u: Array,
+    mu: ArrayLike,
+    iterations: int = 100,
+    newton: int = 0,
+    *,
+    coulomb: bool = False,
+    live: ArrayLike | None = None,
+) -> Array:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
     friction): the fixed point of ``lam = P_K(lam - rho (G lam + u))``, equivalently the

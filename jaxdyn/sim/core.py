@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import equinox as eqx
 import jax
@@ -101,6 +101,8 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .actuators import PD, GainBias
+    from .geometry import Heightfield
 
 
 __all__ = ["State", "SimConfig", "step", "rollout", "contact_forces", "contact_counts"]
@@ -160,7 +162,7 @@ class SimConfig(eqx.Module):
     actuator: object = Torque()
     contact: object = None
     contacts: ContactSet | None = None
-    terrain: object = Plane()
+    terrain: Plane | Heightfield = Plane()
     geoms: object = None
     limits: JointLimits | None = JointLimits()
     springs: Springs | None = None
@@ -261,12 +263,12 @@ def _world(model, q):
     return ws, spatial.mv(model.Xtree_R[0], q[q0 : q0 + 3]) + model.Xtree_p[0]
 
 
-def _contact_kinematics(model, cfg, ws, origin, v):
+def _contact_kinematics(model, cfg, ws, origin, v) -> tuple[Array, C.ContactFrames | None]:
     vb, _ = kin.body_velocities(model, ws, v)
     return vb, _frames(cfg, ws, origin, vb)
 
 
-def _frames(cfg, ws, origin, vb):
+def _frames(cfg, ws, origin, vb) -> C.ContactFrames | None:
     """Every contact of the step: the spheres of ``cfg.contacts`` against the terrain, then the
     slots of the geom pairs of ``cfg.geoms`` (``None`` without either)."""
     parts = []
@@ -380,6 +382,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
     applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias); ``v``: the velocity
     at the step's start (soft contact's reference acceleration)."""
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
+    assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
     idx = body = other = None
     if k is not None and k < nc:  # the k closest slots only (Constraint.max_contacts)
@@ -600,6 +603,7 @@ def _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h):
     ws, origin = _world(model, q)
     vb, vJ = kin.body_velocities(model, ws, v)
     frames = _frames(cfg, ws, origin, vb)
+    assert frames is not None  # a contact model has contacts (SimConfig checks)
     k, c_gain = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other, frames.solref)
     f = C.compliant_forces(cfg.contact, k, c_gain, frames)
     W = C.contact_wrenches(ws, frames, frames.point, f)
@@ -749,7 +753,8 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
         cfg1, u = _driven(cfg, ctrl, act, h)
         q, v, _ = _substep(model, cfg1, props, q, v, u, h)
         if act is not None:  # after the step, as MuJoCo's mj_advance
-            act = cfg.actuator.next_act(ctrl, act, h)
+            # (activations: a GainBias, the one actuator with act_size)
+            act = cast("GainBias", cfg.actuator).next_act(ctrl, act, h)
         return q, v, act
 
     if cfg.substeps == 1:
@@ -789,7 +794,9 @@ def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) 
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
     cfg, ctrl = _driven(cfg, ctrl, act, h)
-    return _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
+    f = _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
+    assert f is not None  # a contact model gives its forces
+    return f
 
 
 contact_forces = functools.wraps(contact_forces)(
@@ -814,6 +821,7 @@ def contact_counts(model: Model, state: State, cfg: SimConfig) -> tuple[Array, A
     model = model.astype(q.dtype)
     ws, origin = _world(model, q)
     _, frames = _contact_kinematics(model, cfg, ws, origin, v)
+    assert frames is not None  # contacts or geoms (checked above)
     live = C.live_contacts(frames.distance)
     return (
         jnp.sum(live, dtype=jnp.int32),
@@ -870,7 +878,7 @@ def rollout(
         xs = None
     else:
         controls = jnp.asarray(controls)
-        nu = cfg.actuator.size(model)
+        nu = _nu(cfg, model)
         if controls.ndim != 2 or controls.shape[1] != nu:
             raise ValueError(
                 f"rollout: controls has shape {tuple(controls.shape)}, expected (T, nu) with "
@@ -886,9 +894,7 @@ def rollout(
     # the initial state (and open-loop controls) checked once, before the loop, and cast to
     # the dtype the steps return (the scan's carry)
     checks = value_checks.enabled()
-    ctrl0 = (
-        xs[0] if xs is not None else jnp.zeros(cfg.actuator.size(model), jnp.asarray(state.q).dtype)
-    )
+    ctrl0 = xs[0] if xs is not None else jnp.zeros(_nu(cfg, model), jnp.asarray(state.q).dtype)
     q0, v0, _, dtype, act0 = _check_state("rollout", model, state, ctrl0, cfg)
     if checks and xs is not None:
         q0 = value_checks.error_if(
@@ -904,6 +910,7 @@ def rollout(
         with value_checks.unchecked():  # checked before and after the loop
             s1 = step(model, s, ctrl, cfg)
         if track:
+            assert bad is not None  # carried with the state when tracked
             return (s1, bad | ~jnp.all(jnp.isfinite(ctrl))), s1
         return s1, s1
 
@@ -912,7 +919,11 @@ def rollout(
     init = (state, spatial.on_mesh(jnp.asarray(False))) if track else state
     if checkpoint != "sqrt":
         end, traj = jax.lax.scan(body, init, xs, length=T)
-        return _checked(traj, v0, end[1] if track else None, cfg) if checks else traj
+        return (
+            _checked(traj, v0, cast("tuple[State, Array]", end)[1] if track else None, cfg)
+            if checks
+            else traj
+        )
 
     k = max(1, math.isqrt(T - 1) + 1 if T > 1 else 1)
     nblk, rest = divmod(T, k)
@@ -930,10 +941,19 @@ def rollout(
     if rest:
         end, tail = jax.lax.scan(body, end, split(xs, nblk * k, T), length=rest)
         traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
-    return _checked(traj, v0, end[1] if track else None, cfg) if checks else traj
+    return (
+        _checked(traj, v0, cast("tuple[State, Array]", end)[1] if track else None, cfg)
+        if checks
+        else traj
+    )
 
 
 rollout = functools.wraps(rollout)(eager.dispatch(rollout, compile_eagerly=False))
+
+
+def _nu(cfg: SimConfig, model: Model) -> int:
+    """The number of controls of ``cfg.actuator`` (``size(model)``: a Torque, PD, GainBias)."""
+    return cast("Torque | PD | GainBias", cfg.actuator).size(model)
 
 
 def _checked(traj: State, v0, bad_ctrl, cfg) -> State:

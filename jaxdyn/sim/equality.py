@@ -63,8 +63,12 @@ from ..model import tree
 from . import _soft
 
 if TYPE_CHECKING:
-    from jax import Array
+    from collections.abc import Callable
 
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..algorithms.kinematics import WorldState
     from ..model.model import Model
 
 __all__ = ["Equalities"]
@@ -223,7 +227,9 @@ class Equalities(eqx.Module):
         body = np.concatenate([np.full(_ROWS[k], k != "joint") for k in self.kind])
         return jnp.where(body, jdv, 0.0)
 
-    def kinematics(self, model, ws, origin, q, v):
+    def kinematics(
+        self, model: Model, ws: WorldState, origin: Array, q: Array, v: Array
+    ) -> tuple[Array, Array, Array]:
         """``(r, J, Jdot v)`` from the step's world state ``ws`` (centred at ``origin``, the
         floating base's position) and ``v``, in O(rows nv): the rows of :meth:`residual`,
         :meth:`jacobian` and :meth:`drift` from the bodies' world motion subspaces, spatial
@@ -315,7 +321,16 @@ class Equalities(eqx.Module):
             imps.append(jnp.full(n, imp))
         return jnp.concatenate(ks), jnp.concatenate(bs), jnp.concatenate(imps)
 
-    def forces(self, model, ws, origin, q, v, a0_solve, h):
+    def forces(
+        self,
+        model: Model,
+        ws: WorldState,
+        origin: Array,
+        q: Array,
+        v: Array,
+        a0_solve: Callable[[Array], tuple[Array, Array]],
+        h: ArrayLike,
+    ) -> tuple[Array, Array]:
         """The constraint rows' forces ``f (rows,)`` and ``J (rows, nv)``: ``tau_eq = J^T f``.
 
         ``ws``, ``origin``: the step's (centred) world state and its origin

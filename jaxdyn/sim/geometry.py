@@ -284,10 +284,11 @@ class Plane(eqx.Module):
     """The half-space below ``normal . x = height`` (``normal`` is normalised; default: the
     ground ``z = 0``)."""
 
-    normal: jnp.ndarray
-    height: jnp.ndarray
+    # numpy when built, jax arrays where traced (pytree leaves)
+    normal: jnp.ndarray | np.ndarray
+    height: jnp.ndarray | np.ndarray
 
-    def __init__(self, normal=(0.0, 0.0, 1.0), height: float = 0.0) -> None:
+    def __init__(self, normal: npt.ArrayLike = (0.0, 0.0, 1.0), height: float = 0.0) -> None:
         n = np.asarray(normal, float).reshape(-1)
         if n.shape != (3,) or not np.all(np.isfinite(n)) or np.linalg.norm(n) == 0:
             raise ValueError(f"Plane: normal must be 3 finite numbers, not all zero; got {normal}")
@@ -313,9 +314,10 @@ class Heightfield(eqx.Module):
     against the terrain's curvature, as in most learning simulators).
     """
 
-    heights: jnp.ndarray
-    origin: jnp.ndarray
-    spacing: jnp.ndarray
+    # numpy when built, jax arrays where traced (pytree leaves)
+    heights: jnp.ndarray | np.ndarray
+    origin: jnp.ndarray | np.ndarray
+    spacing: jnp.ndarray | np.ndarray
 
     def __init__(
         self,

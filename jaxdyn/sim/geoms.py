@@ -25,6 +25,10 @@ frictionless).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,6 +37,12 @@ import numpy as np
 from .. import spatial
 from ..model.urdf import parse_numbers
 from .contact import ContactFrames
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from ..algorithms.kinematics import WorldState
+    from ..model.model import Model
 
 __all__ = ["Geoms", "GEOM_TYPES", "urdf_geoms"]
 
@@ -148,7 +158,7 @@ class Geoms(eqx.Module):
     def n(self) -> int:
         return len(self.names)
 
-    def groups(self):
+    def groups(self) -> list[tuple[tuple[str, str], np.ndarray, np.ndarray]]:
         """The pairs grouped by type: ``[((t1, t2), g1 (k,), g2 (k,)), ...]`` (static)."""
         out = {}
         for g1, g2 in self.pairs:
@@ -158,7 +168,7 @@ class Geoms(eqx.Module):
             for key, v in out.items()
         ]
 
-    def world_poses(self, ws, origin):
+    def world_poses(self, ws: WorldState, origin: Array) -> tuple[Array, Array]:
         """Rotations ``(ng, 3, 3)`` and positions ``(ng, 3)`` of the geoms in the world-state
         frame (world axes, positions relative to ``origin``)."""
         body = np.asarray(self.body, np.int64)
@@ -173,7 +183,7 @@ class Geoms(eqx.Module):
             pb = jnp.where(w[:, None], -origin, pb)
         return Rb @ rot, spatial.mv(Rb, pos) + pb
 
-    def frames(self, ws, origin, body_velocity) -> ContactFrames:
+    def frames(self, ws: WorldState, origin: Array, body_velocity: Array) -> ContactFrames:
         """The contacts of every pair's slots as :class:`ContactFrames` (slots without a
         contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance)."""
         from . import collision
@@ -321,15 +331,15 @@ def _urdf_floats(text, n, what):
 
 
 def urdf_geoms(
-    model,
-    source,
+    model: Model,
+    source: str | os.PathLike,
     *,
-    allow=(),
-    deny=(),
-    package_dirs=(),
-    allow_outside=False,
-    friction=1.0,
-    keep_unpaired=False,
+    allow: Iterable[tuple[str, str]] = (),
+    deny: Iterable[tuple[str, str]] = (),
+    package_dirs: Sequence[str | os.PathLike] = (),
+    allow_outside: bool = False,
+    friction: float = 1.0,
+    keep_unpaired: bool = False,
 ) -> Geoms | None:
     """The ``<collision>`` elements of a URDF file as :class:`Geoms` on ``model``'s links
     (``model`` loaded from the same file), with the pairs that may touch: geoms on different

@@ -29,9 +29,11 @@ semi-axes of an ellipsoid, the vertices of a mesh (collided as their convex hull
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -41,7 +43,11 @@ from . import collision
 from .geoms import Geoms, Static, urdf_geoms
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     from jax.typing import ArrayLike
+
+    from .contact import Compliant, Constraint
+    from .core import SimConfig, State
 
 __all__ = [
     "FreeBox",
@@ -273,7 +279,7 @@ class FreeObject:
     friction: float = 1.0
     condim: int = 3
     v: object = None
-    _geom: object = field(init=False, repr=False, default=None)
+    _geom: Any = field(init=False, repr=False, default=None)  # set by __post_init__
 
     def __post_init__(self):
         owner = f"{type(self).__name__} {self.name!r}"
@@ -317,7 +323,7 @@ class StaticGeom:
     vertices: object = None
     friction: float = 1.0
     condim: int = 3
-    _geom: object = field(init=False, repr=False, default=None)
+    _geom: Any = field(init=False, repr=False, default=None)  # set by __post_init__
 
     def __post_init__(self):
         owner = f"{type(self).__name__} {self.name!r}"
@@ -337,7 +343,7 @@ class Ground:
     :func:`jaxdyn.load_mjcf`)."""
 
     height: float = 0.0
-    normal: object = (0.0, 0.0, 1.0)
+    normal: npt.ArrayLike = (0.0, 0.0, 1.0)
     name: str = "ground"
     friction: float = 1.0
 
@@ -361,32 +367,32 @@ def _friction_condim(owner, friction, condim):
         raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}")
 
 
-def FreeBox(name, size, **kw) -> FreeObject:
+def FreeBox(name: str, size: npt.ArrayLike, **kw: Any) -> FreeObject:
     """A free box of full side lengths ``size (3,)`` (:class:`FreeObject`'s keywords)."""
     return FreeObject(name, "box", size, **kw)
 
 
-def FreeSphere(name, radius, **kw) -> FreeObject:
+def FreeSphere(name: str, radius: float, **kw: Any) -> FreeObject:
     """A free sphere of ``radius`` (:class:`FreeObject`'s keywords)."""
     return FreeObject(name, "sphere", (radius,), **kw)
 
 
-def FreeCapsule(name, radius, length, **kw) -> FreeObject:
+def FreeCapsule(name: str, radius: float, length: float, **kw: Any) -> FreeObject:
     """A free capsule of ``radius`` around a segment of ``length`` along its z axis."""
     return FreeObject(name, "capsule", (radius, length), **kw)
 
 
-def FreeCylinder(name, radius, length, **kw) -> FreeObject:
+def FreeCylinder(name: str, radius: float, length: float, **kw: Any) -> FreeObject:
     """A free cylinder of ``radius`` and ``length`` along its z axis."""
     return FreeObject(name, "cylinder", (radius, length), **kw)
 
 
-def FreeMesh(name, vertices, **kw) -> FreeObject:
+def FreeMesh(name: str, vertices: npt.ArrayLike, **kw: Any) -> FreeObject:
     """A free convex mesh: the convex hull of ``vertices (n, 3)`` (body frame)."""
     return FreeObject(name, "mesh", vertices=vertices, **kw)
 
 
-def StaticBox(name, size, **kw) -> StaticGeom:
+def StaticBox(name: str, size: npt.ArrayLike, **kw: Any) -> StaticGeom:
     """A static box of full side lengths ``size (3,)`` (a table top, a wall)."""
     return StaticGeom(name, "box", size, **kw)
 
@@ -411,7 +417,7 @@ class Robot:
 
     model: Model
     geoms: Geoms | None = None
-    urdf: object = None
+    urdf: str | os.PathLike | None = None
     contacts: tuple = ()
     name: str | None = None
     pos: object = (0.0, 0.0, 0.0)
@@ -423,7 +429,7 @@ class Robot:
     package_dirs: tuple = ()
     allow_outside: bool = False
     friction: float = 1.0
-    _pose: object = field(init=False, repr=False, default=None)
+    _pose: Any = field(init=False, repr=False, default=None)  # set by __post_init__
 
     def __post_init__(self):
         if not isinstance(self.model, Model):
@@ -526,9 +532,16 @@ class Scene:
     """
 
     def __init__(
-        self, *robots, objects=(), world=(), deny=(), allow=(), name="scene", gravity=None
-    ):
-        robots = [r if isinstance(r, Robot) else _as_robot(r) for r in robots]
+        self,
+        *robots: Robot | Model,
+        objects: Iterable[FreeObject] | FreeObject = (),
+        world: Iterable[Ground | StaticGeom] | Ground | StaticGeom = (),
+        deny: Iterable[tuple[str, str]] = (),
+        allow: Iterable[tuple[str, str]] = (),
+        name: str = "scene",
+        gravity: npt.ArrayLike | None = None,
+    ) -> None:
+        robots = tuple(r if isinstance(r, Robot) else _as_robot(r) for r in robots)
         objects, world = _listed("objects", objects), _listed("world", world)
         for o in objects:
             if not isinstance(o, FreeObject):
@@ -548,12 +561,17 @@ class Scene:
                 f"Scene: one Ground at most (the terrain), got {[g.name for g in grounds]}; "
                 "walls: StaticBox"
             )
-        names = [r.name for r in robots] + [o.name for o in objects] + [w.name for w in world]
+        # (a Robot's name is a str once built)
+        names = (
+            [cast(str, r.name) for r in robots]
+            + [o.name for o in objects]
+            + [w.name for w in world]
+        )
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"Scene: part names must be unique; repeated: {dup}")
         self.name = name
-        parts = [ModelPart(r.name, r.model, r._pose[0], r._pose[1]) for r in robots]
+        parts = [ModelPart(cast(str, r.name), r.model, r._pose[0], r._pose[1]) for r in robots]
         parts += [BodyPart(o.name, o._geom[3], o._geom[4], o._geom[5]) for o in objects]
         comp = compose(parts, name=name, gravity=gravity)
         self.model = model = comp.model
@@ -769,7 +787,9 @@ class Scene:
             )
 
     # ------------------------------------------------------------------ public
-    def penetrations(self, q: ArrayLike | None = None, near=None) -> dict:
+    def penetrations(
+        self, q: ArrayLike | None = None, near: float | None = None
+    ) -> dict[tuple[str, str], float]:
         """``{(geom 1, geom 2): depth}`` of every pair that may touch (the ground's
         primitives included) at ``q`` (default :attr:`q0`): ``depth > 0`` an
         interpenetration, ``< 0`` the gap. Numpy (:func:`penetration` of the shapes' support
@@ -793,7 +813,7 @@ class Scene:
             out[(ga.name, gb.name)] = penetration(_support_of(ga, Ra, pa), _support_of(gb, Rb, pb))
         return out
 
-    def joints(self, part) -> tuple:
+    def joints(self, part: str) -> tuple[str, ...]:
         """The moving joints of a part (a robot's, in the scene's names; free joints left
         out): ``Torque(dofs=scene.joints("arm"))`` drives that robot only."""
         t = self.model.topo
@@ -821,7 +841,7 @@ class Scene:
             out.append((g.name, frame, g.type, tuple(g.size), R, p, verts))
         return tuple(out)
 
-    def state(self, q: ArrayLike | None = None, v: ArrayLike | None = None):
+    def state(self, q: ArrayLike | None = None, v: ArrayLike | None = None) -> State:
         """A :class:`~jaxdyn.sim.core.State` at ``q`` / ``v`` (default :attr:`q0` /
         :attr:`v0`); batched (``(B, nq)``, ``(B, nv)``, either broadcast against the other)
         for ``jax.vmap``, with a time ``t`` of the batch's shape."""
@@ -844,7 +864,9 @@ class Scene:
         v = jnp.broadcast_to(jnp.asarray(v, dtype), batch + (model.nv,))
         return State(q, v, jnp.zeros(batch, dtype))
 
-    def sim_config(self, contact=None, **overrides):
+    def sim_config(
+        self, contact: Compliant | Constraint | None = None, **overrides: Any
+    ) -> SimConfig:
         """A :class:`~jaxdyn.sim.core.SimConfig` of the scene: ``contact`` (a
         :class:`~jaxdyn.sim.contact.Constraint` or :class:`~jaxdyn.sim.contact.Compliant`;
         ``None``: no contact) on every pair (:attr:`geoms`) and the ground's primitives
@@ -1037,7 +1059,7 @@ def _primitive_geom(r, k, c, bmap, Rb, pb):
     )
 
 
-def _as_robot(r):
+def _as_robot(r: object) -> Robot:
     if isinstance(r, Model):
         return Robot(r)
     raise TypeError(
@@ -1057,7 +1079,7 @@ def _hint(x):
     return ""
 
 
-def _listed(what, x):
+def _listed(what: str, x: Any) -> list[Any]:
     if isinstance(x, (FreeObject, StaticGeom, Ground)):
         return [x]
     try:

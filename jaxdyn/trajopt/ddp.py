@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import equinox as eqx
 import jax
@@ -68,6 +68,10 @@ if TYPE_CHECKING:
 
     from jax import Array
     from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from ..spatial import AnyArray
+    from .dynamics import ContactDynamics
 
 
 __all__ = [
@@ -121,13 +125,13 @@ class Problem(eqx.Module):
     may carry a leading batch axis under ``jax.vmap``.
     """
 
-    model: object
+    model: Model
     x0: jax.Array
-    running: object
-    terminal: object
+    running: _costs.Cost
+    terminal: _costs.Cost
     dt: jax.Array | float
     horizon: int = eqx.field(static=True)
-    dynamics: object = FreeDynamics()
+    dynamics: FreeDynamics | ContactDynamics = FreeDynamics()
     u_lower: jax.Array | None = None
     u_upper: jax.Array | None = None
 
@@ -138,7 +142,7 @@ class Problem(eqx.Module):
     def nu(self) -> int:
         return self.dynamics.nu(self.model)
 
-    def bounds(self):
+    def bounds(self) -> tuple[Array, Array]:
         """``(lower, upper)`` arrays (``∓inf`` where unbounded)."""
         dtype = jnp.asarray(self.x0).dtype
         lo = jnp.full(self.nu, -jnp.inf, dtype) if self.u_lower is None else self.u_lower
@@ -261,7 +265,7 @@ def _stage_value(problem, x, u):
     return problem.dt * problem.running.value(problem.model, x, u)
 
 
-def rollout(problem: Problem, us: ArrayLike, x0: ArrayLike | None = None) -> Array:
+def rollout(problem: Problem, us: ArrayLike, x0: AnyArray | None = None) -> Array:
     """States ``(T+1, nx)`` of the controls ``us (T, nu)`` from ``x0`` (``problem.x0``)."""
     x0 = problem.x0 if x0 is None else x0
 
@@ -273,7 +277,7 @@ def rollout(problem: Problem, us: ArrayLike, x0: ArrayLike | None = None) -> Arr
     return jnp.concatenate([x0[None], xs], 0)
 
 
-def trajectory_cost(problem: Problem, xs: ArrayLike, us: ArrayLike) -> Array:
+def trajectory_cost(problem: Problem, xs: AnyArray, us: ArrayLike) -> Array:
     """``Σ_t dt l(x_t, u_t) + l_T(x_T)``."""
     run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
     return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
@@ -308,10 +312,10 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
 
 
 def box_qp(
-    H: ArrayLike,
-    g: ArrayLike,
-    lower: ArrayLike,
-    upper: ArrayLike,
+    H: AnyArray,
+    g: AnyArray,
+    lower: AnyArray | float,
+    upper: AnyArray | float,
     x0: ArrayLike | None = None,
     iterations: int | None = None,
     tol: float = 1e-12,
@@ -403,9 +407,9 @@ def box_qp(
     c = jax.lax.while_loop(
         cond, body, dict(it=jnp.asarray(0), x=x, w_lo=w_lo, w_hi=w_hi, done=jnp.asarray(False))
     )
-    x = c["x"]
+    x = cast("Array", c["x"])  # (the carry's dict values typed as their union)
     grad = g + H @ x
-    clamped = fixed | ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
+    clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0)) | fixed
     free = ~clamped
     return x, free, factor(free)
 
@@ -1065,7 +1069,7 @@ def solve_sharded(
     us: ArrayLike | None = None,
     *,
     solver: str = "fddp",
-    devices: Sequence[jax.Device] | None = None,
+    devices: Sequence[jax.Device] | None = None,  # pyright: ignore[reportInvalidTypeForm] (jaxlib: no stubs)
     per_device: str | None = None,
     **options: Any,
 ) -> Result:

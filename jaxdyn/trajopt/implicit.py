@@ -21,12 +21,19 @@ the gradient is that of the returned iterate, so solve to a tight ``th_stop``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .ddp import fddp
 from .shooting import shooting_cost
+
+if TYPE_CHECKING:
+    from jax import Array
+
+    from .ddp import Problem
 
 __all__ = ["solve_differentiable"]
 
@@ -61,7 +68,14 @@ def _cg(A, b, tol, maxiter):
     return x
 
 
-def solve_differentiable(problem, us_init=None, *, cg_tol=1e-12, cg_maxiter=None, **options):
+def solve_differentiable(
+    problem: Problem,
+    us_init: Array | None = None,
+    *,
+    cg_tol: float = 1e-12,
+    cg_maxiter: int | None = None,
+    **options: Any,
+) -> Array:
     """FDDP's optimal controls ``U* (T, nu)``, differentiable in the problem's array leaves
     by implicit differentiation (see the module docstring). ``options`` go to
     :func:`jaxdyn.trajopt.fddp` (e.g. ``th_stop``, ``max_iter``); the states are

@@ -11,6 +11,9 @@ controls projected onto their bounds after each step. One ``lax.scan``, jit-comp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,10 +23,16 @@ from .ddp import _boxed, trajectory_cost
 from .dynamics import step, step_plain
 from .lie import state_difference, state_integrate
 
+if TYPE_CHECKING:
+    import optax
+    from jax import Array
+
+    from .ddp import Problem
+
 __all__ = ["gradient_shooting", "multiple_shooting", "shooting_cost"]
 
 
-def shooting_cost(problem, us, analytic: bool = True):
+def shooting_cost(problem: Problem, us: Array, analytic: bool = True) -> Array:
     """``J(U)``: the cost of the rollout of ``us (T, nu)`` from ``problem.x0`` (through
     :func:`step` when ``analytic``, else :func:`step_plain`)."""
     f_step = step if analytic else step_plain
@@ -38,7 +47,13 @@ def shooting_cost(problem, us, analytic: bool = True):
 
 
 @eqx.filter_jit
-def gradient_shooting(problem, optimizer, steps: int, us=None, analytic: bool = True):
+def gradient_shooting(
+    problem: Problem,
+    optimizer: optax.GradientTransformation,
+    steps: int,
+    us: Array | None = None,
+    analytic: bool = True,
+) -> tuple[Array, Array]:
     """Minimise ``J(U)`` with ``optimizer`` (an ``optax.GradientTransformation``) for
     ``steps`` steps from ``us`` (zeros by default). Returns ``(us, costs (steps,))``, the
     costs before each step; a non-finite cost (a diverging rollout) stops the updates: the
@@ -58,7 +73,7 @@ def gradient_shooting(problem, optimizer, steps: int, us=None, analytic: bool = 
         ok = ok & jnp.isfinite(cost) & jnp.all(jnp.isfinite(g))
         last = jnp.where(ok, us, last)
         upd, new_state = optimizer.update(g, state, us)
-        new_us = jnp.clip(optax.apply_updates(us, upd), lo, hi)
+        new_us = jnp.clip(cast("Array", optax.apply_updates(us, upd)), lo, hi)
         us = jnp.where(ok, new_us, last)
         state = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_state, state)
         return (us, last, state, ok), jnp.where(ok, cost, jnp.nan)
@@ -95,8 +110,16 @@ def _multiple_shooting_residuals(z, args):
 
 
 @eqx.filter_jit
-def multiple_shooting(problem, xs=None, us=None, *, penalties=(1e2, 1e4, 1e6, 1e8),
-                      rtol=1e-10, atol=1e-10, max_steps=200):  # fmt: skip
+def multiple_shooting(
+    problem: Problem,
+    xs: Array | None = None,
+    us: Array | None = None,
+    *,
+    penalties: Sequence[float] = (1e2, 1e4, 1e6, 1e8),
+    rtol: float = 1e-10,
+    atol: float = 1e-10,
+    max_steps: int = 200,
+) -> tuple[Array, Array, dict[str, Any]]:
     """Direct multiple shooting as nonlinear least squares, solved by Levenberg-Marquardt
     (``optimistix.LevenbergMarquardt``).
 
