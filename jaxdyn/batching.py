@@ -40,7 +40,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import jax
 import jax.core
@@ -50,6 +50,9 @@ import numpy as np
 
 from . import _progress, config
 from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DEFAULT_CHUNK = 32
 
@@ -291,7 +294,7 @@ def _per_shard(run, xs, in_batched, split):
     return shard_map(run, mesh, in_specs, spec, axis_names=set(axes))(*xs)
 
 
-def batched(fn, words):
+def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P, R]:
     """Give ``fn(model, ...)`` a batching rule that evaluates ``jax.vmap(fn)`` in cache-sized
     chunks on the CPU (see the module docstring); ``words(model, itemsize)`` estimates the
     numbers one sample keeps live (e.g. ``4 nv^2`` for the derivative algorithms; 0: no
@@ -306,6 +309,7 @@ def batched(fn, words):
     the tangents that are not symbolically zero).
     """
     sig = inspect.signature(fn)
+    plain: Callable[..., Any] = fn  # called with the arguments rebuilt from leaves
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -326,7 +330,7 @@ def batched(fn, words):
             a, k = jax.tree_util.tree_unflatten(treedef, full)
             # public functions called by fn run as plain code
             with _inside(active=True, unchecked=unchecked, eqx_checks=eqx_checks):
-                return fn(*a, **k)
+                return plain(*a, **k)
 
         def rule(axis_size, in_batched, *xs):
             _progress.note(fn.__name__, axis_size)

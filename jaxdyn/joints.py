@@ -35,13 +35,14 @@ NQ = {ONE_DOF: 1, SPHERICAL: 4, FREE: 7}
 NV = {ONE_DOF: 1, SPHERICAL: 3, FREE: 6}
 
 
-def joint_transform(kind: int, q: Array, axis) -> tuple[Array, Array]:
+def joint_transform(kind: int, q: Array, axis: Array | None) -> tuple[Array, Array]:
     """Joint placement ``XJ = (R, p)`` of the child frame in the joint (predecessor) frame.
 
     ``q`` is ``(n, nq_kind)``; ``axis`` is the ``(n, 6)`` screw of one-DoF joints (unused
     otherwise). Returns ``R (n, 3, 3)``, ``p (n, 3)``.
     """
     if kind == ONE_DOF:
+        assert axis is not None, "a one-DoF joint's screw axis"
         angle = q[:, 0]
         R = spatial.rodrigues(axis[:, :3], angle)
         return R, axis[:, 3:] * angle[:, None]

@@ -114,7 +114,8 @@ class FreeDynamics(eqx.Module):
 
     def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
         method = "sweeps" if config.fused_cpu_loops_enabled() else "auto"
-        return _free_acceleration(model, q, v, _torque(self.actuation, u), None, method)
+        tau = jnp.asarray(_torque(self.actuation, u))
+        return _free_acceleration(model, q, jnp.asarray(v), tau, None, method)
 
     def derivatives(
         self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike
