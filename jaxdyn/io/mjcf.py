@@ -374,11 +374,14 @@ class MJCFModel(NamedTuple):
         effective inertia ``1 / dof_invweight0`` (the one its constraint regulariser uses):
         ``stiffness = 1 / (invweight0 (timeconst dampratio)^2)``, ``damping = 2 / (invweight0
         timeconst)``. ``timeconst`` is at least two timesteps (MuJoCo's ``refsafe``, unless
-        disabled). Left out: the share ``(1 - d) a0`` of the unconstrained acceleration that
-        MuJoCo's soft limit lets through, the variation of the effective inertia away from
-        ``qpos0``, and the coupling with the contacts that MuJoCo solves in one problem with
-        the limits. One-sided as MuJoCo's (``JointLimits.one_sided``: a limit pushes, never
-        holds a joint that leaves it). ``smoothing``: :class:`jaxdyn.sim.JointLimits`'
+        disabled). Left out: MuJoCo's limit lets only the share ``(1 - d) a0`` of the
+        unconstrained acceleration ``a0`` through, the spring-damper all of it (a force that
+        holds a joint against its stop, such as a strong actuator, pushes it about ``1 / (1 -
+        d)`` times as far past the stop as MuJoCo's limit; docs/environments.md measures it on
+        the suite's tasks), the variation of the effective inertia away from ``qpos0``, and
+        the coupling with the contacts that MuJoCo solves in one problem with the limits.
+        One-sided as MuJoCo's (``JointLimits.one_sided``: a limit pushes, never holds a joint
+        that leaves it). ``smoothing``: :class:`jaxdyn.sim.JointLimits`'
         smoothing, small (MuJoCo's limit is sharp; the damper acts on a violation ``r`` with
         the weight ``r / (r + smoothing)``).
 
