@@ -168,17 +168,19 @@ def arrange(path, order: list[str]) -> list[str]:
 
 
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    """The CPU's model name (``/proc/cpuinfo``'s ``model name``), else what ``platform``
+    knows: the processor, else the machine type (``aarch64``, where ``/proc/cpuinfo`` has no
+    model name and ``platform.processor()`` is empty), else ``"unknown CPU"``."""
     import platform
     from pathlib import Path
 
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "unknown CPU"
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def dist_version(dist: str) -> str:

@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _env import SINGLE_THREAD_FLAGS, cores_note, dist_version, single_threaded
+from _env import SINGLE_THREAD_FLAGS, cores_note, cpu_name, dist_version, single_threaded
 
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
@@ -127,17 +127,6 @@ def _backend_initialized() -> bool:
         return False
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str:
     try:
         root = Path(__file__).resolve().parent.parent
@@ -179,7 +168,7 @@ def environment() -> dict:
 
     return {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "cores_usable": affinity,
         "platform": platform.platform(),

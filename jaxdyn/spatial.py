@@ -14,7 +14,7 @@ analytic (no ``abs``/``conj``) so complex-step differentiation goes through.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -96,9 +96,21 @@ def outer_sum(A: AnyArray, B: AnyArray) -> Array:
     return mm(A.T, B, unroll=True)
 
 
-def mm(A: AnyArray, B: AnyArray, unroll: bool = False) -> Array:
+@overload  # numpy or a jax array, by the contracted size (see the docstring)
+def mm(A: np.ndarray, B: np.ndarray, unroll: bool = False) -> Any: ...
+@overload
+def mm(A: Array, B: AnyArray, unroll: bool = False) -> Array: ...
+@overload
+def mm(A: AnyArray, B: Array, unroll: bool = False) -> Array: ...
+def mm(A: AnyArray, B: AnyArray, unroll: bool = False) -> Array | np.ndarray:
     """Batched matrix product ``A @ B`` on the trailing axes, unrolled over the (small,
     static) contracted dimension.
+
+    Returns a jax array when ``A`` or ``B`` is one (every call of jaxdyn's algorithms). Two
+    numpy inputs give numpy where the product is unrolled (contracted dimension <=
+    ``unroll_max``, or ``unroll``: computed by numpy, no device transfer, as
+    :func:`unstack` keeps numpy) and a jax array where it is ``jnp.matmul``; wrap the inputs
+    in ``jnp.asarray`` for a jax array whatever the sizes.
 
     Each term is an elementwise broadcast product, so XLA fuses the whole product into its
     neighbours; under ``vmap`` on the CPU this beat a batched ``dot`` of 3x3 or 6x6 blocks
@@ -116,8 +128,13 @@ def mm(A: AnyArray, B: AnyArray, unroll: bool = False) -> Array:
     return out
 
 
-def mv(A: AnyArray, x: AnyArray, unroll: bool = False) -> Array:
-    """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`)."""
+@overload  # numpy or a jax array, by the contracted size (see mm's docstring)
+def mv(A: np.ndarray, x: np.ndarray, unroll: bool = False) -> Any: ...
+@overload
+def mv(A: AnyArray, x: AnyArray, unroll: bool = False) -> Array: ...
+def mv(A: AnyArray, x: AnyArray, unroll: bool = False) -> Array | np.ndarray:
+    """Batched matrix-vector product ``A @ x`` on the trailing axes (unrolled, see :func:`mm`;
+    the same types: numpy for two numpy inputs when unrolled, else a jax array)."""
     k = A.shape[-1]
     if k > _config.get("unroll_max") and not unroll:
         return jnp.matmul(A, x[..., None])[..., 0]

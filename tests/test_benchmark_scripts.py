@@ -323,3 +323,19 @@ def test_mjx_contact_scene_and_table(tmp_path):
         if table.startswith("| scene"):
             assert "\n| s |" in table and "\n| t |" in table, table
     assert "The rows of s are from an earlier run" in both
+
+
+def test_cpu_name_falls_back_to_the_machine_type(monkeypatch):
+    """benchmarks/_env.cpu_name, the CPU every benchmark (the harness too) records: the
+    ``model name`` of ``/proc/cpuinfo``; where there is none (aarch64) and
+    ``platform.processor()`` is empty, the machine type, not ``"unknown CPU"``."""
+    import pathlib
+    import platform
+
+    cpu_name = _bench_module("_env").cpu_name
+    monkeypatch.setattr(pathlib.Path, "read_text", lambda self, *a, **k: "processor\t: 0\n")
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert cpu_name() == "aarch64"
+    monkeypatch.setattr(pathlib.Path, "read_text", lambda self, *a, **k: "Model Name : Xeon\n")
+    assert cpu_name() == "Xeon"

@@ -149,6 +149,7 @@ def test_step_names_a_wrong_state(reacher, reacher_fns):
     with pytest.raises(ValueError, match=r"Reacher.step: state.info has no 'target'"):
         reacher.step(s.replace(info={}), a)
     assert np.isfinite(float(reacher.step(s, a).reward))  # the check passes a good state
+    assert reacher.check_state(s, ("target",)) is s  # and returns it, as annotated
 
 
 # ------------------------------------------------------------------------------ wrappers

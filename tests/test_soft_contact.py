@@ -268,3 +268,40 @@ def test_soft_contact_derivative_matches_finite_differences():
     np.testing.assert_allclose(float(dz), float(fz), rtol=1e-5)
     np.testing.assert_allclose(float(dtc), float(ft), rtol=1e-5)
     assert abs(float(dtc)) > 1e-4  # the timeconst moves the height
+
+
+def test_hard_contact_refuses_direct_solref():
+    """A configuration built for soft contact (its contacts carry the slider's direct
+    ``solref = (-20000, -150)``) with the hard ``Constraint`` or ``Compliant`` swapped in is
+    refused naming ``solref`` and ``soft=True`` (they read ``solref`` as ``(timeconst,
+    dampratio)``: a negative Baumgarte fraction / stiffness, silently): at construction
+    (``dataclasses.replace``), at the step when the constructor is bypassed (``eqx.tree_at``),
+    and by a value check when ``solref`` is traced. A contact model that reads no ``solref``
+    (``baumgarte`` given) takes the configuration."""
+    import equinox as eqx
+
+    from jaxdyn.sim import _params
+
+    loaded = jaxdyn.load_mjcf(SOFT_MJCF.format(cone="elliptic"))
+    cfg = loaded.sim_config(sim.Constraint(soft=True))
+    assert np.any(np.asarray(cfg.contacts.solref) < 0)
+    match = r"cfg.contacts.solref has an entry <= 0 .*use jaxdyn.sim.Constraint\(soft=True\)"
+    for contact in (sim.Constraint(), sim.Compliant()):
+        with pytest.raises(ValueError, match="SimConfig: " + match):
+            dataclasses.replace(cfg, contact=contact)
+    dataclasses.replace(cfg, contact=sim.Constraint(baumgarte=0.2))  # reads no solref
+    dataclasses.replace(cfg, contact=sim.Compliant(timeconst=0.02, dampratio=1.0))
+    hard = eqx.tree_at(lambda c: c.contact, cfg, sim.Constraint())
+    model = loaded.model
+    state = sim.State(jnp.asarray(loaded.q0), jnp.zeros(model.nv))
+    with pytest.raises(ValueError, match="step: " + match):
+        sim.step(model, state, jnp.zeros(0), cfg=hard)
+
+    @jaxdyn.jit
+    def checked(solref):
+        traced = eqx.tree_at(lambda c: c.contacts.solref, hard, solref)
+        return _params.check_solref("step", traced, jnp.zeros(()))
+
+    with pytest.raises(jaxdyn.CheckError, match="step: " + match):
+        checked(hard.contacts.solref)
+    checked(jnp.abs(hard.contacts.solref))  # standard (timeconst, dampratio): passes

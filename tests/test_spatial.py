@@ -218,3 +218,21 @@ def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
     depth = len(kinematics.support_chain(model.topo, foot))
     jax.make_jaxpr(lambda q: kinematics.chain_placements(model, q, foot))(qs[0])
     assert calls.count(((1, 3, 3), (1, 3))) == depth - 1 > 0
+
+
+def test_mm_mv_return_types_as_documented():
+    """:func:`spatial.mm` / :func:`spatial.mv`'s documented types (no compile): a jax input
+    gives a jax array; two numpy inputs give numpy where the product is unrolled (3 terms,
+    or ``unroll=True``) and a jax array where it is ``jnp.matmul`` (6 terms); the values are
+    ``A @ B`` either way."""
+    rng = np.random.default_rng(0)
+    A3, B3, A6, B6 = (rng.standard_normal(s) for s in ((2, 3, 3), (2, 3, 3), (6, 6), (6, 6)))
+    assert isinstance(spatial.mm(A3, B3), np.ndarray)
+    assert isinstance(spatial.mv(A3, B3[:, 0]), np.ndarray)
+    assert isinstance(spatial.mm(A6, B6, unroll=True), np.ndarray)
+    assert isinstance(spatial.mm(A6, B6), jax.Array)
+    assert isinstance(spatial.mm(A3, jnp.asarray(B3)), jax.Array)
+    assert isinstance(spatial.mv(jnp.asarray(A3), B3[:, 0]), jax.Array)
+    np.testing.assert_allclose(spatial.mm(A3, B3), A3 @ B3, rtol=1e-14)
+    np.testing.assert_allclose(spatial.mm(A6, B6), A6 @ B6, rtol=1e-12)
+    np.testing.assert_allclose(spatial.mv(A3, B3[:, 0]), (A3 @ B3[:, 0, :, None])[..., 0])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import equinox as eqx
 import jax
@@ -277,13 +277,17 @@ def check_action(owner: str, action: Any, size: int) -> Array:
 
 _STATE_FIELDS = ("pipeline_state", "obs", "reward", "done", "metrics", "info")
 
+_StateT = TypeVar("_StateT")
 
-def check_state(owner: str, state: Any, info_keys: Sequence[str] = ()) -> None:
+
+def check_state(owner: str, state: _StateT, info_keys: Sequence[str] = ()) -> _StateT:
     """``state`` as ``step`` expects it: an environment :class:`State` (from ``reset`` or
     ``step``: ``pipeline_state``, ``obs``, ``reward``, ``done``, ``metrics``, ``info``) whose
     ``pipeline_state`` is a :class:`jaxdyn.sim.State` and whose ``info`` holds ``info_keys``;
     raises ``TypeError`` (a wrong kind of state: ``None``, the simulator's state, ...) or
-    ``ValueError`` (an ``info`` without a key the task keeps there) naming ``state``."""
+    ``ValueError`` (an ``info`` without a key the task keeps there) naming ``state``. Returns
+    ``state`` itself (unchanged, like :func:`check_rng` and :func:`check_action` return what
+    they checked)."""
     if not all(hasattr(state, f) for f in _STATE_FIELDS):
         kind = "None" if state is None else f"{type(state).__module__}.{type(state).__qualname__}"
         hint = ""
@@ -296,12 +300,13 @@ def check_state(owner: str, state: Any, info_keys: Sequence[str] = ()) -> None:
             f"{owner}.step: state must be the environment State returned by reset or step "
             f"(fields {', '.join(_STATE_FIELDS)}), got {kind}{hint}"
         )
-    if not isinstance(state.pipeline_state, _sim.State):
+    fields: Any = state  # has the State fields (checked above)
+    if not isinstance(fields.pipeline_state, _sim.State):
         raise TypeError(
             f"{owner}.step: state.pipeline_state must be a jaxdyn.sim.State, got "
-            f"{type(state.pipeline_state).__name__}"
+            f"{type(fields.pipeline_state).__name__}"
         )
-    info = state.info
+    info = fields.info
     missing = [k for k in info_keys if not isinstance(info, dict) or k not in info]
     if missing:
         raise ValueError(
@@ -373,7 +378,7 @@ class SimEnv(Env):
     def check_action(self, action: ArrayLike) -> Array:
         return check_action(type(self).__name__, action, self.action_size)
 
-    def check_state(self, state: Any, info_keys: Sequence[str] = ()) -> None:
+    def check_state(self, state: _StateT, info_keys: Sequence[str] = ()) -> _StateT:
         return check_state(type(self).__name__, state, info_keys)
 
     @property

@@ -575,6 +575,14 @@ class ContactSuiteEnv(SuiteEnv):
 
         return qs[jnp.argmax(jax.vmap(free)(qs))]
 
+    def reset_pose(self, rng: Array, draw: Callable[[Array], Array]) -> Array:
+        """The reset's configuration of a task that offers Playground's reset
+        (:meth:`set_reset_mode`): :meth:`qpos0_pose` with ``reset="qpos0"``, else
+        :meth:`first_free_draw` of ``draw`` (dm_control's randomised reset)."""
+        if self.reset_mode == "qpos0":
+            return self.qpos0_pose()
+        return self.first_free_draw(rng, draw)
+
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
@@ -1153,9 +1161,7 @@ class BallInCup(ContactSuiteEnv):
     def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw of the ball's position
         whose ball touches nothing (the first draw if none is free); ``qpos0`` with
-        ``reset="qpos0"``."""
-        if self.reset_mode == "qpos0":
-            return self.qpos0_pose()
+        ``reset="qpos0"`` (:meth:`reset_pose`)."""
 
         def draw(key):
             r1, r2 = jax.random.split(key)
@@ -1163,7 +1169,7 @@ class BallInCup(ContactSuiteEnv):
             z = jax.random.uniform(r2, (), minval=0.2, maxval=0.5)
             return self.q_of(jnp.stack([0.0, 0.0, x, z]))
 
-        return self.first_free_draw(rng, draw)
+        return self.reset_pose(rng, draw)
 
     def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
@@ -1299,9 +1305,8 @@ class SuiteHumanoid(ContactSuiteEnv):
 
     def draw_pose(self, rng: Array) -> Array:
         """The reset's configuration (jaxdyn's order): the first draw whose bodies touch
-        nothing (the first draw if none is free); ``qpos0`` with ``reset="qpos0"``."""
-        if self.reset_mode == "qpos0":
-            return self.qpos0_pose()
+        nothing (the first draw if none is free); ``qpos0`` with ``reset="qpos0"``
+        (:meth:`reset_pose`)."""
         lo, hi = self.lowers, self.uppers
         qpos0 = jnp.asarray(self.qpos0)
 
@@ -1312,7 +1317,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             hinges = jax.random.uniform(r2, lo.shape, minval=lo, maxval=hi)
             return self.q_of(jnp.concatenate([qpos0[:3], quat, hinges]))
 
-        return self.first_free_draw(rng, draw)
+        return self.reset_pose(rng, draw)
 
     def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)

@@ -82,4 +82,41 @@ def check_config(fn: str, cfg, x):
         x = value_checks.error_if(
             x, jnp.any(bad), f"{fn}: {label} must be {_requirement(lo, strict)}"
         )
+    return check_solref(fn, cfg, x)
+
+
+def check_solref(fn: str, cfg, x=None):
+    """``x`` guarded against contacts' ``solref`` (``cfg.contacts`` / ``cfg.geoms``) that the
+    contact model reads as ``(timeconst, dampratio)`` (its ``_solref_columns``: the hard
+    ``Constraint`` and ``Compliant``) but that hold MuJoCo's direct form ``(-stiffness,
+    -damping)``, an entry <= 0 (only ``Constraint(soft=True)`` honours it; the others would
+    take a negative time constant: a negative Baumgarte fraction or stiffness). Concrete
+    values raise ``ValueError`` here; traced ones fail a value check with the same message
+    when value checks are on and ``x`` is given (unchecked otherwise)."""
+    columns = getattr(cfg.contact, "_solref_columns", None)
+    cols = list(columns()) if columns is not None else []
+    if not cols:
+        return x
+    model = type(cfg.contact).__name__
+    if model == "Constraint":
+        model = "Constraint(soft=False)"
+    for label, part in (("cfg.contacts", cfg.contacts), ("cfg.geoms", cfg.geoms)):
+        solref = getattr(part, "solref", None)
+        if solref is None:
+            continue
+        msg = (
+            f"{fn}: {label}.solref has an entry <= 0 or non-finite (MuJoCo's direct form "
+            f"(-stiffness, -damping)), which {model} reads as (timeconst, dampratio): use "
+            "jaxdyn.sim.Constraint(soft=True), which honours it, or positive (timeconst, "
+            "dampratio)"
+        )
+        if not isinstance(solref, jax.core.Tracer):
+            a = np.asarray(solref, float).reshape(-1, 2)[:, cols]
+            if a.size and not np.all(np.isfinite(a) & (a > 0)):
+                raise ValueError(msg)
+            continue
+        if x is None or not value_checks.enabled():
+            continue
+        v = jnp.asarray(solref).reshape(-1, 2)[:, np.asarray(cols)]
+        x = value_checks.error_if(x, ~jnp.all(jnp.isfinite(v) & (v > 0)), msg)
     return x

@@ -264,7 +264,10 @@ class Compliant(eqx.Module):
       on the contact at ``timeconst = 0.02``). ``timeconst`` / ``dampratio``: ``None``
       (default) takes each contact's ``solref`` (:attr:`ContactFrames.solref`: an MJCF file's
       geoms, mixed per pair as MuJoCo does), else MuJoCo's default ``(0.02, 1)``; a number
-      applies to every contact. ``m`` is the mass of the body tree
+      applies to every contact. A contact ``solref`` read here must be positive: MuJoCo's
+      direct form ``(-stiffness, -damping)`` is refused naming ``solref`` (use
+      ``Constraint(soft=True)``), as for :class:`Constraint`'s ``baumgarte``.
+      ``m`` is the mass of the body tree
       the contact moves (the whole robot for a foot: its weight, not its limb's, rests on it;
       one object of a scene for that object), the reduced mass ``m1 m2 / (m1 + m2)`` of the two
       trees of a contact between bodies. Given numbers apply to every contact.
@@ -303,6 +306,16 @@ class Compliant(eqx.Module):
 
     def __check_init__(self):
         _params.check_module(self)
+
+    def _solref_columns(self) -> tuple[int, ...]:
+        """The columns of the contacts' ``solref`` that :meth:`gains` reads as ``(timeconst,
+        dampratio)`` (checked positive by :func:`jaxdyn.sim._params.check_solref`)."""
+        cols = ()
+        if self.timeconst is None and (self.stiffness is None or self.damping is None):
+            cols += (0,)
+        if self.dampratio is None and self.stiffness is None:
+            cols += (1,)
+        return cols
 
     def gains(
         self,
@@ -413,7 +426,13 @@ class Constraint(eqx.Module):
     - ``baumgarte``: fraction of a penetration removed per step; ``None`` (default): each
       contact's from its ``solref`` (:attr:`ContactFrames.solref`, an MJCF file's geoms),
       ``min(1, dt / timeconst)`` (the penetration then decays with MuJoCo's time constant;
-      ``dampratio`` has no counterpart in a velocity-level correction), else 0.2.
+      ``dampratio`` has no counterpart in a velocity-level correction), else 0.2. A contact's
+      ``solref`` in MuJoCo's direct form ``(-stiffness, -damping)`` (an entry <= 0: what
+      ``sim_config(Constraint(soft=True))`` of an MJCF file may give the contacts) is refused
+      naming ``solref`` (use ``soft=True``): a ``ValueError`` from :class:`SimConfig` and
+      :func:`jaxdyn.sim.step` / ``rollout`` when the values are concrete, a value check when
+      traced (with value checks off, :func:`jaxdyn.set_value_checks`, a traced one is not
+      checked and gives a negative fraction).
     - ``regularization``: ``r`` of ``R = r diag(G)`` (soft contact).
     - ``relaxed`` (static): ``False`` (default) solves Coulomb's law (De Saxce's correction);
       ``True`` Anitescu's convex relaxation, whose sliding contacts leave the ground at the
@@ -471,6 +490,11 @@ class Constraint(eqx.Module):
         ("regularization", 0.0, False),
         ("impratio", 0.0, True),
     )
+
+    def _solref_columns(self) -> tuple[int, ...]:
+        """The columns of the contacts' ``solref`` that the hard contact reads as ``(timeconst,
+        dampratio)`` (``timeconst`` for ``baumgarte=None``; the soft contact reads either form)."""
+        return () if self.soft or self.baumgarte is not None else (0,)
 
     def __check_init__(self):
         _params.check_module(self)

@@ -232,6 +232,7 @@ class SimConfig(eqx.Module):
             dt = np.asarray(dt)
             if dt.shape == () and not (np.isfinite(dt) and dt > 0):
                 raise ValueError(f"SimConfig: dt must be finite and > 0, got {float(dt)}")
+        _params.check_solref("SimConfig", self)  # concrete solref here; step checks traced
 
 
 # ------------------------------------------------------------------------------- dynamics
