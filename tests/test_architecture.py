@@ -402,12 +402,6 @@ def test_former_checks_names():
 
 # ---------------------------------------------------------------- annotations of the public API
 
-#: The public functions and methods still without full annotations (``module:qualname``), one a
-#: line: a list that may only shrink (test_unannotated_list_is_current fails on an entry that
-#: has gained its annotations or no longer exists, so the entry must go with the fix).
-UNANNOTATED = Path(__file__).parent / "data" / "unannotated_public.txt"
-
-
 def _private(module: str) -> bool:
     return any(p.startswith("_") for p in module.split("."))
 
@@ -484,20 +478,11 @@ def _unannotated() -> dict:
 
 def test_public_functions_are_annotated():
     """Every public function and method annotates its parameters and its return (pyright and
-    users' type checkers see ``Unknown`` otherwise), except the listed gaps."""
-    known = set(UNANNOTATED.read_text().split())
-    new = {k: v for k, v in _unannotated().items() if k not in known}
-    assert not new, "public functions without annotations (parameters / return):\n" + "\n".join(
-        f"  {k}: {', '.join(v)}" for k, v in sorted(new.items())
+    users' type checkers see ``Unknown`` otherwise)."""
+    missing = _unannotated()
+    assert not missing, "public functions without annotations (parameters / return):\n" + (
+        "\n".join(f"  {k}: {', '.join(v)}" for k, v in sorted(missing.items()))
     )
-
-
-def test_unannotated_list_is_current():
-    """Each entry of the list of gaps is still a gap: a function annotated since (or gone)
-    leaves the list."""
-    known = set(UNANNOTATED.read_text().split())
-    stale = sorted(known - set(_unannotated()))
-    assert not stale, f"annotated or gone, remove from {UNANNOTATED.name}: {stale}"
 
 
 #: a ``for`` loop (or comprehension) over levels: its iterable names ``levels`` (a topology's,
