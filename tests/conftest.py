@@ -114,7 +114,7 @@ def _session_cache_dir() -> str | None:
     """The directory of the session's compilation cache (made here if the session has none
     yet), or ``None`` when ``JAXDYN_TEST_CACHE=0``."""
     global _OWN_CACHE_DIR
-    if os.environ.get(TEST_CACHE_ENV, "1") in ("0", ""):
+    if os.environ.get(TEST_CACHE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     d = os.environ.get(TEST_CACHE_DIR_ENV)
     if not d or not os.path.isdir(d):
