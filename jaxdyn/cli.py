@@ -30,6 +30,12 @@ import os
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from jax.typing import DTypeLike
 
 __all__ = ["main"]
 
@@ -86,11 +92,18 @@ def _cmd_info(args) -> int:
     import numpy as np
 
     from . import joints
+    from .clusters.model import ClusterModel
 
-    path, model = _load(args.robot, args.floating_base)
+    path, loaded = _load(args.robot, args.floating_base)
+    out = []
+    if isinstance(loaded, ClusterModel):  # a URDF+ file: its clusters, then its spanning tree
+        model = loaded.tree
+        out += [loaded.describe(), "", "spanning tree (the loops and couplings cut):"]
+    else:
+        model = loaded
     t = model.topo
     mass = np.asarray(model.mass, dtype=float)
-    out = [
+    out += [
         model.describe(),
         "",
         f"source      {path}",
@@ -218,7 +231,8 @@ def _cmd_demo(args) -> int:
     if args.batch < 1:
         raise UserError(f"--batch must be >= 1, got {args.batch}")
     x64 = args.dtype == "float64"
-    previous = bool(jax.config.jax_enable_x64)
+    # JAX adds its flags to jax.config at run time: type checkers do not see them
+    previous = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     t0 = time.perf_counter()
     try:
         if x64 and not previous:
@@ -268,6 +282,8 @@ def _cmd_bench(rest) -> int:
         if harness is None or getattr(harness, "__file__", None) != str(path):
             # by path: another module named ``harness`` on sys.path must not be picked up
             spec = importlib.util.spec_from_file_location("harness", path)
+            if spec is None or spec.loader is None:  # (a .py file has both)
+                raise UserError(f"jaxdyn bench: cannot load the benchmark harness {path}")
             harness = importlib.util.module_from_spec(spec)
             sys.modules["harness"] = harness
             try:
@@ -308,7 +324,7 @@ _DEFAULTS = {
 }
 
 
-def _csv(what: str, conv=str):
+def _csv(what: str, conv: Callable[[str], Any] = str) -> Callable[[str], list]:
     """argparse type: a comma-separated list of ``what``, each converted by ``conv``."""
 
     def parse(text: str) -> list:
@@ -407,7 +423,8 @@ def _bench_standalone(argv) -> int:
     import jax
 
     x64 = "float64" in opts["dtypes"]
-    previous = bool(jax.config.jax_enable_x64)
+    # JAX adds its flags to jax.config at run time: type checkers do not see them
+    previous = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     try:
         if x64 and not previous:
             jax.config.update("jax_enable_x64", True)
@@ -428,7 +445,7 @@ def _bench_standalone(argv) -> int:
     return 0
 
 
-def _bench_run(model, algs, B: int, dtype: str, repeats: int) -> list[dict]:
+def _bench_run(model, algs, B: int, dtype: DTypeLike, repeats: int) -> list[dict]:
     """Time ``jit(vmap(f))`` of each of ``algs`` on ``model`` at batch ``B``; print a line per
     algorithm and return the rows of the report."""
     import jax
@@ -639,7 +656,7 @@ def _cmd_sim(args) -> int:
         raise UserError(_one_line(e)) from None
     print(f"simulated in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     if args.save:
-        extra = {} if forces is None else {"forces": forces}
+        extra: dict[str, Any] = {} if forces is None else {"forces": forces}
         np.savez(args.save, q=q, dt=args.dt, **extra)
         print(f"wrote {args.save} (q {q.shape}, dt{', forces' if extra else ''})")
     _viz_write(scene, q, args.dt, args.output, args, forces)
@@ -844,7 +861,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxdyn`` command line with ``argv`` (default ``sys.argv[1:]``); return the
     exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)

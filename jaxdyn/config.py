@@ -314,6 +314,14 @@ CACHE_MIN_COMPILE_SECS = 0.1
 _cache_state: dict = {"dir": None, "min_secs": None}
 
 
+def _jax_flag(name: str) -> Any:
+    """The value of JAX's config flag ``name``: ``jax.config.<name>``, which JAX adds as an
+    attribute at run time (type checkers do not see it)."""
+    import jax
+
+    return getattr(jax.config, name)
+
+
 def _cache_root():
     """``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn`` (the
     convention of :func:`jaxdyn.backend.ffi.cache_dir`)."""
@@ -332,25 +340,23 @@ def compilation_cache_path() -> Path:
     (JAX's keys name the versions too; the subdirectories keep an upgrade's stale entries
     apart, to be deleted as a whole)."""
     import jax
-    import jaxlib
+    import jaxlib.version
 
     from ._versions import __version__
 
-    name = f"jaxdyn-{__version__}_jax-{jax.__version__}_jaxlib-{jaxlib.__version__}"
+    name = f"jaxdyn-{__version__}_jax-{jax.__version__}_jaxlib-{jaxlib.version.__version__}"
     return _cache_root() / "xla" / name
 
 
 def _user_cache_dir() -> bool:
     """Whether the user configured JAX's cache directory (or switched the cache off) other than
     through jaxdyn."""
-    import jax
-
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return True
-    current = jax.config.jax_compilation_cache_dir
+    current = _jax_flag("jax_compilation_cache_dir")
     if current is not None and str(current) != str(_cache_state["dir"]):
         return True
-    return not jax.config.jax_enable_compilation_cache
+    return not _jax_flag("jax_enable_compilation_cache")
 
 
 def _reset_jax_cache() -> None:
@@ -376,7 +382,7 @@ def compilation_cache(enabled: bool = True) -> str | None:
 
     if not enabled:
         if _cache_state["dir"] is not None:
-            if str(jax.config.jax_compilation_cache_dir) == str(_cache_state["dir"]):
+            if str(_jax_flag("jax_compilation_cache_dir")) == str(_cache_state["dir"]):
                 jax.config.update("jax_compilation_cache_dir", None)
             if _cache_state["min_secs"] is not None:
                 jax.config.update(
@@ -397,7 +403,7 @@ def compilation_cache(enabled: bool = True) -> str | None:
     if not os.access(path, os.W_OK | os.X_OK):
         return None
     jax.config.update("jax_compilation_cache_dir", str(path))
-    min_secs = jax.config.jax_persistent_cache_min_compile_time_secs
+    min_secs = _jax_flag("jax_persistent_cache_min_compile_time_secs")
     if min_secs == 1.0 and not os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECS)
         _cache_state["min_secs"] = min_secs

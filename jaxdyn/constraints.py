@@ -174,8 +174,8 @@ class Weld:
 
     frame: str | int
     reference: str = "local"
-    offset: tuple = (0.0, 0.0, 0.0)
-    rotation: tuple | None = None
+    offset: tuple | np.ndarray = (0.0, 0.0, 0.0)  # an array is stored as a tuple
+    rotation: tuple | np.ndarray | None = None
     target: tuple | None = None
     name: str | None = None
     error: str = "log6"
@@ -230,7 +230,7 @@ class Connect:
 
     frame: str | int
     reference: str = "local"
-    offset: tuple = (0.0, 0.0, 0.0)
+    offset: tuple | np.ndarray = (0.0, 0.0, 0.0)  # an array is stored as a tuple
     target: tuple | None = None
     name: str | None = None
 

@@ -12,6 +12,7 @@ import pytest
 
 import jaxdyn
 from jaxdyn import cli, robots
+from jaxdyn.clusters import ClusterModel
 
 
 def _run(capsys, *argv):
@@ -80,6 +81,23 @@ def test_info_urdf_path(tmp_path, capsys):
     np.testing.assert_allclose(
         [float(r.split()[-1]) for r in rows], np.asarray(model.mass), rtol=1e-5
     )
+
+
+def test_info_urdf_plus(capsys):
+    """A URDF+ file (loop / coupling tags) loads as a ClusterModel: ``info`` describes its
+    clusters and the table of its spanning tree (it raised AttributeError on ``model.mass``)."""
+    path = Path(jaxdyn.__file__).parent / "clusters" / "data" / "four_bar.urdf"
+    model = jaxdyn.load_urdf(str(path))
+    assert isinstance(model, ClusterModel)
+    tree = model.tree
+
+    rc, out, err = _run(capsys, "info", str(path))
+    assert rc == 0, err
+    assert model.describe() in out and tree.describe() in out
+    assert _field(out, "nq / nv") == f"{tree.nq} / {tree.nv}"
+    assert _field(out, "bodies") == str(tree.nb)
+    positions = [out.index(f"  {n}  ") for n in tree.joint_names]
+    assert positions == sorted(positions)
 
 
 def test_unknown_robot(capsys):

@@ -682,6 +682,18 @@ def test_bad_input():
         nori.solve(sfd, other, np.zeros(other.nq), np.zeros(other.nv), (np.zeros(7), fe))
 
 
+def test_no_state_to_check_is_named():
+    """An empty ``check_states`` and ``analyze(n_samples=0)`` say so (there is no sparsity
+    pattern without a state: both were an ``AttributeError`` on ``None``)."""
+    model = robots.load("arm7")
+    knowns = nori.forward_dynamics_knowns()
+    with pytest.raises(ValueError, match="check_states is empty"):
+        nori.build(model, knowns, check_states=[])
+    system = nori.build(model, knowns, check=False)
+    with pytest.raises(ValueError, match="n_samples must be at least 1, got 0"):
+        nori.analyze(system, model, n_samples=0)
+
+
 def test_nan_under_jit():
     """NaN measurements under jit: an error naming the quantity (equinox.error_if), unless
     jaxdyn.config's value_checks is off (then NaN propagates). Last in the module: switching

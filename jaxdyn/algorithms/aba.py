@@ -29,12 +29,16 @@ from .rnea import check_f_ext, external_forces_world, rnea_world
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeAlias
 
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model, Topology
     from .kinematics import WorldState
+
+    #: :func:`articulated_inertias`' ``U``, ``D^-1`` and ``Ia`` per level (``Ia`` may be None)
+    Inertias: TypeAlias = tuple[tree.LevelSeq, tree.LevelSeq, tree.LevelSeq | None]
 
 #: ``aba(..., method="auto")`` evaluated alone (not under ``jax.vmap``, not differentiated), in
 #: float64, on a tree at least this many levels deep and with at most :data:`DENSE_MAX_NV`
@@ -62,8 +66,15 @@ METHODS = ("auto", "sweeps", "dense")
 
 
 def articulated_body_step(
-    IA, S, armature=None, *, free=False, project=True, store=False, bodies=False
-):
+    IA: Array,
+    S: Array,
+    armature: Array | None = None,
+    *,
+    free: bool = False,
+    project: bool = True,
+    store: bool = False,
+    bodies: bool = False,
+) -> tuple[Array, Array, Array | None]:
     """The articulated-body step across a joint (Featherstone 2008, Alg. 7.1 / RBDA Table 7.1,
     eqs. 7.25-7.34): from the articulated inertia ``IA`` of the joint's successor and the
     joint's motion subspace ``S``::
@@ -180,7 +191,7 @@ def articulated_bias_force(
     return pa
 
 
-def articulated_inertias(model, S, I6):
+def articulated_inertias(model: Model, S: Array, I6: Array) -> Inertias:
     """Backward pass on the inertias only (they depend on ``q`` alone).
 
     ``S (nv, 6)`` world motion subspaces, ``I6 (nb, 6, 6)`` world body inertias; the model's
@@ -192,7 +203,7 @@ def articulated_inertias(model, S, I6):
     return articulated_pass(model, S, I6)
 
 
-def articulated_pass(model, S, IA0, return_ia=True):
+def articulated_pass(model: Model, S: Array, IA0: Array, return_ia: bool = True) -> Inertias:
     """The articulated-inertia pass (Featherstone 2008, Alg. 7.1, pass 2, inertias only), walked
     by :func:`jaxdyn.model.tree.backward_pass`: per level, children's ``Ia`` summed into their
     parents and :func:`articulated_body_step` per joint group. ``IA0`` the world body
@@ -246,7 +257,15 @@ def column_widths(topo: Topology) -> list[int]:
     return w
 
 
-def sweeps(model, S, inertias, pA, c, tau, a0):
+def sweeps(
+    model: Model,
+    S: Array,
+    inertias: Inertias,
+    pA: Array | None,
+    c: Array | None,
+    tau: Array | tree.LevelSeq,
+    a0: Array | None,
+) -> tree.LevelSeq:
     """The two ABA sweeps after the articulated inertias (Featherstone 2008, Alg. 7.1, passes
     2-3): articulated bias forces inwards, accelerations outwards, on ``r`` columns at once.
 
@@ -351,7 +370,16 @@ def sweeps(model, S, inertias, pA, c, tau, a0):
     )[1]
 
 
-def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
+def aba_passes(
+    model: Model,
+    S: Array,
+    I6: Array | None,
+    pA: Array | None,
+    c: Array | None,
+    tau: Array,
+    a0: Array | None,
+    inertias: Inertias | None = None,
+) -> Any:
     """ABA with ``r`` right-hand sides.
 
     ``pA (nb, 6, r)`` body bias forces or ``None`` (zero), ``c (nb, 6)`` or ``None``
@@ -360,6 +388,7 @@ def aba_passes(model, S, I6, pA, c, tau, a0, inertias=None):
     ``I6`` is not used). Returns ``(qdd (nv, r), a (nb, 6, r))``.
     """
     if inertias is None:
+        assert I6 is not None, "aba_passes: I6 is needed without precomputed inertias"
         inertias = articulated_inertias(model, S, I6)
     return sweeps(model, S, inertias, pA, c, tau, a0).flat()
 
@@ -499,9 +528,9 @@ def chunk_words(model: Model, itemsize: int) -> int:
 def aba_plain(
     model: Model,
     q: ArrayLike,
-    v,
-    tau,
-    f_ext=None,
+    v: ArrayLike,
+    tau: ArrayLike,
+    f_ext: ArrayLike | None = None,
     method: str = "auto",
 ) -> Array:
     """Forward dynamics ``a = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i``, without

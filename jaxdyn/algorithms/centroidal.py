@@ -165,6 +165,7 @@ def center_of_mass_jacobian(model: Model, q: ArrayLike) -> Array:
     model, ws, _, _, dtype = _prepare(fn, model, q)
     if model.nb == 0:
         return jnp.zeros((3, 0), dtype)
+    assert ws is not None  # nb > 0: _prepare's world state
     t = model.topo
     mh = tree.bodies_to_dofs(
         t, tree.backward_accumulate(t, jnp.concatenate([ws.mass[:, None], ws.h], -1))
@@ -197,12 +198,13 @@ def centroidal_dynamics(model: Model, q: ArrayLike, v: ArrayLike) -> Centroidal:
     **Arguments:** ``q (nq,)``, ``v (nv,)``.
     """
     fn = "centroidal_dynamics"
-    model, ws, origin, v, dtype = _prepare(fn, model, q, v)
+    model, ws, origin, vc, dtype = _prepare(fn, model, q, v)
     if model.nb == 0:
         z = jnp.zeros(6, dtype)
         return Centroidal(jnp.zeros((6, 0), dtype), z, z, jnp.full(3, jnp.nan, dtype), z[0])
+    assert ws is not None and origin is not None and vc is not None  # nb > 0: _prepare's
     G, mass = _com(ws)
-    vb, F = _rnea_pass(model, ws, v)  # one outward pass for the momentum and its rate
+    vb, F = _rnea_pass(model, ws, vc)  # one outward pass for the momentum and its rate
     return Centroidal(
         _matrix(model, ws, G), _bias_of(model, F, G), _momentum_of(ws, vb, G), G + origin, mass
     )

@@ -67,14 +67,15 @@ def chain_subspaces(
     return spatial.act_motion(R, p, kin.take_rows(model.dof_axis, idx)), idx
 
 
-def frame_chain(model: Model, q: ArrayLike, f: int):
+def frame_chain(model: Model, q: ArrayLike, f: int) -> tuple[Array, np.ndarray, Array, Array]:
     """What the single-frame functions need of a moving frame ``f``: ``(S, idx, R, p)``, the
     world motion subspaces ``S (d, 6)`` of its supporting coordinates ``idx`` and the frame's
     world placement, from its supporting bodies only."""
     b = int(model.topo.frame_parent[f])
     pl = kin.chain_placements(model, q, b)
     S, idx = chain_subspaces(model, kin.support_chain(model.topo, b), pl)
-    return (S, idx, *kin.frame_in_chain(model, pl, f))
+    R, p = kin.frame_in_chain(model, pl, f)
+    return S, idx, R, p
 
 
 def spread_columns(cols: Array, idx: np.ndarray, nv: int) -> Array:

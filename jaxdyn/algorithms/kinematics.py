@@ -9,7 +9,7 @@ transforms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import jax
 import jax.core
@@ -22,6 +22,8 @@ from ..backend import fusion
 from ..model import tree
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
@@ -42,9 +44,9 @@ class Kinematics(NamedTuple):
     frame: Placements
 
 
-def _kind_runs_q(model, q):
+def _kind_runs_q(model: Model, q: Any) -> Iterator[tuple[int, int, int, int, int, Array]]:
     """``(kind, b0, b1, v0, v1, qs)`` for each run of :func:`~jaxdyn.model.tree.kind_runs`, with
-    the run's configuration ``qs (b1 - b0, nq_kind)``."""
+    the run's configuration ``qs (b1 - b0, nq_kind)`` (``q (nq,)``: a jax or numpy array)."""
     t = model.topo
     for kind, b0, b1, v0, v1 in tree.kind_runs(t):
         nqk = joints.NQ[kind]
@@ -52,7 +54,7 @@ def _kind_runs_q(model, q):
         yield kind, b0, b1, v0, v1, q[q0 : q0 + (b1 - b0) * nqk].reshape(b1 - b0, nqk)
 
 
-def joint_placements(model: Model, q) -> tuple[Array, Array]:
+def joint_placements(model: Model, q: ArrayLike) -> tuple[Array, Array]:
     """Per-body ``XJ`` as ``(R (nb,3,3), p (nb,3))`` (joint transforms of every kind)."""
     parts = []
     for kind, _, _, v0, v1, qs in _kind_runs_q(model, q):
@@ -92,7 +94,7 @@ def _local(kind, XR, Xp, axis, qs):
     return spatial.mm(XR, RJ), spatial.mv(XR, pJ) + Xp
 
 
-def local_placements(model: Model, q) -> tuple[Array, Array]:
+def local_placements(model: Model, q: ArrayLike) -> tuple[Array, Array]:
     """Placements ``liMi = Xtree_i XJ_i`` of every body in its parent, ``(R (nb,3,3), p (nb,3))``.
 
     For one-DoF joints, Rodrigues' formula ``XJ = I + sin(q) K + (1 - cos(q)) K^2`` (``K`` the
@@ -158,7 +160,7 @@ def _concrete(x):
     return np.asarray(x)
 
 
-def take_rows(x, idx):
+def take_rows(x: ArrayLike, idx: Iterable[int] | np.ndarray) -> Any:
     """``x[idx]`` for a static index list, as one gather (a numpy array where ``x`` is known at
     trace time; ``x`` itself or one slice where the indices are consecutive). Assembled from
     slices (runs of consecutive indices) and a concatenate instead, it was as fast under
@@ -168,12 +170,13 @@ def take_rows(x, idx):
     xc = _concrete(x)
     if xc is not None:
         return xc[idx]  # numpy: stays known at trace time
+    x = cast("Array", x)  # a tracer or a jax array spread over processes (_concrete)
     if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
         return x if len(idx) == len(x) else x[int(idx[0]) : int(idx[0]) + len(idx)]
     return x[idx]
 
 
-def chain_placements(model: Model, q, b: int) -> Placements:
+def chain_placements(model: Model, q: ArrayLike, b: int) -> Placements:
     """World placements of the bodies supporting body ``b`` only (:func:`support_chain`, root
     first), ``R (d, 3, 3)``, ``p (d, 3)`` for ``d`` bodies: what a single frame needs, without
     the rest of the tree (:func:`body_placements`).

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .kinematics import WorldState
 
 
-def external_forces_world(model: Model, ws: WorldState, f_ext) -> Array:
+def external_forces_world(model: Model, ws: WorldState, f_ext: Array) -> Array:
     """Per-body spatial forces given in body coordinates, expressed at the world origin."""
     return spatial.act_force(ws.R, ws.p, f_ext)
 
@@ -47,7 +47,7 @@ def rnea_world(
     ws: WorldState,
     qd: Array,
     qdd: Array,
-    f_ext=None,
+    f_ext: Array | None = None,
     gravity: bool = True,
 ) -> tuple[Array, Array, Array, Array]:
     """World-frame RNEA on a precomputed :class:`~jaxdyn.algorithms.kinematics.WorldState`.
@@ -170,7 +170,9 @@ def joint_forces(
 
 @shell.public("rnea", words=chunk_words)
 @full_precision
-def rnea_plain(model: Model, q: ArrayLike, v, a, f_ext=None) -> Array:
+def rnea_plain(
+    model: Model, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None
+) -> Array:
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, without
     analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.rnea`` is this with
     them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.

@@ -52,10 +52,13 @@ from .state import (
 )
 
 if TYPE_CHECKING:
-    from jax import Array
-    from jax.typing import ArrayLike
+    from collections.abc import Sequence
 
-    from .common import EndEffectors
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..algorithms.kinematics import WorldState
+    from .common import EndEffector, EndEffectors
 
 APPROXIMATIONS = ("diagonal", "block_diagonal", "none")
 
@@ -96,10 +99,11 @@ def projected_rnea(
     model: ClusterModel, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None
 ) -> Array:
     """Projected inverse dynamics ``tau = G^T RNEA_tree(q, G v, G a + g)`` (paper eq. (10))."""
-    model, q, v, a, f_ext, dt, qs, qd, G, gv, ws = _spanning(
+    # fb: f_ext checked and cast (Array or None)
+    model, q, v, a, fb, dt, qs, qd, G, gv, ws = _spanning(
         model, "projected_rnea", q, v, a, "a", f_ext
     )
-    tau = rnea_world(model.tree, ws, qd, G @ a + gv, f_ext)[0]
+    tau = rnea_world(model.tree, ws, qd, G @ a + gv, fb)[0]
     out = G.T @ tau
     R = _armature_dense(model, dt)
     return out if R is None else out + R @ a
@@ -168,7 +172,9 @@ def lagrange_fd(
     return E @ (qdd - gv)
 
 
-def ee_jacobians(model: ClusterModel, ws, ees, dt) -> Array:
+def ee_jacobians(
+    model: ClusterModel, ws: WorldState, ees: Sequence[EndEffector], dt: DTypeLike
+) -> Array:
     """Spanning-tree Jacobians ``(m, 6, nv_tree)`` of end effectors, in their frames."""
     t = model.tree.topo
     X = ee_transforms(model, ws, ees, dt)
@@ -288,8 +294,11 @@ def approximate_model(model: ClusterModel, kind: str = "diagonal") -> ClusterMod
             armature.append(None)
             continue
         if kind == "diagonal":
-            ((k, pos),) = hits
+            (hit,) = hits  # one joint per cluster, a rotor's (not all hits are None)
+            assert hit is not None
+            k, pos = hit
             R = blocks[k][1]
+            assert R is not None  # blocks with R None have no hits
             armature.append(R[pos, pos].reshape(1, 1))
         else:
             ks = {h[0] for h in hits if h is not None}

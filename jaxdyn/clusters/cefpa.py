@@ -27,7 +27,7 @@ models take the dense per-body form (:func:`cefpa_general`). Level walks go thro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -56,10 +56,12 @@ from .model import ClusterModel, require_cluster_model
 from .rotors import rotor_terms, setup_folded
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import ArrayLike
 
-    from .common import EndEffectors
+    from .common import EndEffector, EndEffectors, Setup
 
 __all__ = ["cefpa", "cefpa_general"]
 
@@ -136,7 +138,7 @@ def _path_plan(t, ees):
             c = int(t.cluster_parent[c])
         paths.append(p)
     act = [[e for e in range(me) if li in paths[e]] for li in range(nl)]
-    members = [None] * len(t.groups)
+    members: list[tuple[np.ndarray, ...] | None] = [None] * len(t.groups)
     order = []
     for li, lvl in enumerate(t.levels):
         rows = {g.index: [] for g in lvl.groups}
@@ -150,7 +152,7 @@ def _path_plan(t, ees):
             if rw:
                 members[gi] = tuple(np.array(x, np.int64).reshape(-1) for x in zip(*rw))
         order.append([e for g in lvl.groups for (_, _, _, e) in rows[g.index]])
-    nxt = [None] * nl
+    nxt: list[np.ndarray | None] = [None] * nl
     for li in range(1, nl):
         pos = {e: k for k, e in enumerate(order[li])}
         nxt[li] = np.array([pos.get(e, len(order[li]) + e) for e in act[li - 1]], np.int64)
@@ -256,7 +258,7 @@ def _cefpa_single_output(s, ees, rotors=None):
 # ----------------------------------------------------------------------------- general path
 
 
-def cefpa_general(s, ees):
+def cefpa_general(s: Setup, ees: Sequence[EndEffector]) -> Array:
     """C-EFPA in the dense per-body form (any cluster tree, e.g. clusters whose bodies hang
     from several bodies of the parent cluster): force propagators ``Phi_{e,k} (6, 6 n)`` of
     every end effector on every body of each level, ``A_{k,e}`` going out, world coordinates,
@@ -278,7 +280,7 @@ def cefpa_general(s, ees):
         seeds.append(sd)
     # backward: Phi_{e, λ(k)} = Phi_{e,k} L_k X_k  (L_k = 1 - S D^-1 U^T); the body axis is
     # moved first for the tree's parent sums
-    Phis = [None] * len(t.levels)
+    Phis: list[Any] = [None] * len(t.levels)  # per level, set by the backward pass
 
     def backward(lvl, child, below, inp):
         li = lvl.groups[0].level
@@ -300,7 +302,7 @@ def cefpa_general(s, ees):
 
     tree.backward_pass(t, backward, ())
     # forward: A_{k,e} = L_k X_k A_{λ,e} + K_k Phi_{e,k}^T, (me, nb, 6, 6) per level
-    As = [None] * len(t.levels)
+    As: list[Any] = [None] * len(t.levels)  # per level, set by the forward pass
     zero = jnp.zeros((me, 6, 6), dt)
 
     def forward(lvl, _, prev, inp):
@@ -331,7 +333,7 @@ def cefpa_general(s, ees):
             chain.append(c)
             c = int(t.cluster_parent[c])
         anc.append(chain)
-    blocks = [[None] * me for _ in range(me)]
+    blocks: list[list[Any]] = [[None] * me for _ in range(me)]
     for e1 in range(me):
         for e2 in range(me):
             common = [c for c in anc[e1] if c in anc[e2]]

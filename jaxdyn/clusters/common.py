@@ -48,9 +48,13 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
+    from .state import GroupState
+
 # End effectors of the operational-space functions (C-EFPA, projected OSIM): one frame (name or
 # index) or a sequence of frames / ``(frame, xyz offset (3,))`` pairs.
 EndEffectors = str | int | Sequence[str | int | tuple[str | int, Any]]
+# One resolved end effector (:func:`resolve_end_effectors`): ``(name, body, frame, xyz (3,))``.
+EndEffector = tuple[str | int, int, int, np.ndarray]
 
 __all__ = [
     "GroupKinematics",
@@ -80,7 +84,7 @@ __all__ = [
 inv_spd = spatial.inv_spd
 
 
-def sum_terms(terms):
+def sum_terms(terms: Sequence[Any]) -> Any:
     """``terms[0] + terms[1] + ...`` (a left fold)."""
     out = terms[0]
     for x in terms[1:]:
@@ -93,7 +97,7 @@ def sum_bodies(x: Array) -> Array:
     return sum_terms([x[:, i] for i in range(x.shape[1])])
 
 
-def mix(M, x):
+def mix(M: np.ndarray, x: Array) -> Array:
     """``y[c, i] = sum_d M[c, i, d] x[c, d]`` for a static numpy ``M (nc, n, m)`` and
     ``x (nc, m, ...)``, unrolled (zero columns skipped)."""
     terms = []
@@ -121,15 +125,24 @@ class Setup(NamedTuple):
     per-group spanning states, the spanning-tree world state and the inputs."""
 
     model: ClusterModel
-    gss: list
+    gss: list[GroupState]
     ws: kin.WorldState
     v: jax.Array | None
     x: jax.Array | None
     fw: jax.Array | None  # external forces in world coordinates (nb, 6)
-    dt: object
+    dt: DTypeLike
 
 
-def setup(model, fn, q, v=None, x=None, xname=None, f_ext=None, alternative=None):
+def setup(
+    model: ClusterModel,
+    fn: str,
+    q: ArrayLike,
+    v: ArrayLike | None = None,
+    x: ArrayLike | None = None,
+    xname: str | None = None,
+    f_ext: ArrayLike | None = None,
+    alternative: str | None = None,
+) -> Setup:
     """Check the model type (``alternative``: the tree function to name for a plain
     :class:`jaxdyn.Model`) and the inputs' shapes, cast everything to the inputs' common
     floating dtype, map ``q`` (and ``v``) to the spanning tree (checking the loop residual of
@@ -145,8 +158,10 @@ def setup(model, fn, q, v=None, x=None, xname=None, f_ext=None, alternative=None
     dt = shell.common_dtype(q, v, x, f_ext, model=model.tree)
     shell.check_model_dtype(fn, model.tree, dt)
     model = model.astype(dt)
-    cast = lambda a: None if a is None else a.astype(dt)
-    q, v, x, f_ext = cast(q), cast(v), cast(x), cast(f_ext)
+    q = q.astype(dt)
+    v = None if v is None else v.astype(dt)
+    x = None if x is None else x.astype(dt)
+    f_ext = None if f_ext is None else f_ext.astype(dt)
     gss = all_group_states(model, q, v, check=fn)
     qs = assemble_spanning(model, gss, "qs")
     qs = shell.check_quaternions(fn, model.tree, qs)
@@ -175,7 +190,7 @@ def _identity_B(g):
 
 
 @functools.lru_cache(maxsize=256)
-def in_cluster_ancestors(t):
+def in_cluster_ancestors(t: ClusterTopology) -> np.ndarray | None:
     """``(nb, nb)`` 0/1 matrix (cluster body order) summing over in-cluster ancestors-or-self,
     or None when every body is its cluster's only path member (identity)."""
     if all(g.nbc == 1 or np.all(g.Ab == np.eye(g.nbc)) for g in t.groups):
@@ -277,7 +292,7 @@ def dense_groups(t) -> frozenset:
 # ----------------------------------------------------------------------------- kinematics
 
 
-def group_S(model, g, s, Sd, dt):
+def group_S(model: ClusterModel, g: Group, s: GroupState, Sd: Array, dt: DTypeLike) -> Array:
     """Cluster motion subspace per body ``(nc, nbc, 6, ny)`` = ``sum_d A[i,d] G[d,y] oS_d``
     (paper eq. (23) in world coordinates), unrolled over the spanning dofs (static zero
     coefficients skipped). ``s`` the group's spanning state, ``Sd (nc, nvs, 6)`` the world
@@ -300,6 +315,7 @@ def group_S(model, g, s, Sd, dt):
         else:
             if not np.any(A[:, :, d]) or (Gnz is not None and not np.any(Gnz[:, d])):
                 continue
+            assert s.G is not None  # W is None
             coef = jnp.asarray(A[:, :, d], dt)[:, :, None] * s.G[:, None, d, :]
         terms.append(coef[:, :, None, :] * Sd[:, None, d, :, None])
     return sum_terms(terms)
@@ -365,7 +381,9 @@ def forward_kinematics(
     return gks, v_all
 
 
-def fast_kinematics(model, gss, ws, dt):
+def fast_kinematics(
+    model: ClusterModel, gss: Sequence[GroupState], ws: kin.WorldState, dt: DTypeLike
+) -> tuple[Array, list[Array], list[Array]]:
     """Single-output path: spanning-tree velocities ``v_t`` (jaxdyn's core pass, spanning
     order) and, per group, ``S_k (nc, nbc, 6, ny)`` and ``c = c_J + v x v_J (nc, nbc, 6)``
     (paper eqs. (23), (31)): ``v x vJ`` of every body at once, summed over in-cluster ancestors
@@ -419,7 +437,14 @@ def _block_diag(IAd, g, dt):
     )
 
 
-def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
+def backward_articulated(
+    model: ClusterModel,
+    ws: kin.WorldState,
+    gks: Sequence[GroupKinematics],
+    dt: DTypeLike,
+    bias: Array | None = None,
+    tau: Array | None = None,
+) -> Articulated:
     """Backward pass of C-ABA (Chignoli et al., Algorithm 2; paper eqs. for ``U_k``, ``D_k``,
     ``u_k``, ``I^a_k``, ``p^a_k``) in the general form: articulated inertias, and bias forces
     if ``bias`` (``(nb, 6)``, cluster body order) is given, walked by
@@ -458,6 +483,7 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
             arm = prm.get("armature")
             if dense:  # the full 6n x 6n articulated inertia
                 IA = _block_diag(IAd, g, dt)
+                assert below_f is not None  # a dense group receives its children's blocks
                 IA = IA + _from_blocks(below_f[g.index], g)
                 U, Dinv, _ = articulated_body_step(IA, Sm, arm, project=False)
                 U4 = U.reshape(g.nc, n, 6, g.ny)
@@ -481,6 +507,7 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
                     pA = pA + addp[s]
                 pA = pA.reshape(g.nc, 6 * n)
                 c = gk.c.reshape(g.nc, 6 * n)
+                assert tau is not None  # given with bias
                 u = group_y(g, tau) - jnp.einsum("cky,ck->cy", Sm, pA)
                 if dense:
                     Ic = jnp.einsum("ckl,cl->ck", IA, c)
@@ -497,7 +524,7 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
         for g, x in dparts:  # single-output clusters: one 6x6 block on their output body
             y = tree.sum_into_parents(x, cluster_view(t, li, g.index), prev.n)
             d = y if d is None else d + y
-        f = None
+        f: Any = None  # the multi-output clusters' blocks: {group index: (T, 36)}
         if fparts:  # multi-output clusters: their blocks through the block incidence
             tri = block_incidence(t, li)
             cols = np.cumsum([0] + [g.T for g in lvl.groups])
@@ -520,7 +547,7 @@ def backward_articulated(model, ws, gks, dt, bias=None, tau=None):
 
 def resolve_end_effectors(
     model: ClusterModel, end_effectors: EndEffectors, fn: str = "cefpa"
-) -> list[tuple[str | int, int, int, np.ndarray]]:
+) -> list[EndEffector]:
     """``[(name, body, frame, xyz (3,))]`` for frames / ``(frame, xyz)`` pairs."""
     tree_ = model.tree
     out = []
@@ -550,7 +577,12 @@ def resolve_end_effectors(
     return out
 
 
-def ee_transforms(model, ws, ees, dt):
+def ee_transforms(
+    model: ClusterModel,
+    ws: kin.WorldState,
+    ees: Sequence[EndEffector],
+    dt: DTypeLike,
+) -> Array:
     """Motion transforms from world-origin coordinates to each end-effector frame (6x6)."""
     tree_ = model.tree
     Xs = []

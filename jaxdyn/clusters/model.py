@@ -76,6 +76,9 @@ from ..model.urdf import URDFRobot, parse_urdf
 from . import spec as S
 
 if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterable, Mapping
+
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
 
@@ -215,7 +218,7 @@ class LinItem:
 class FnItem:
     """``phi = fn(q[idx])`` for a user function."""
 
-    fn: object
+    fn: Callable[..., Any]
     nidx: int
     r: int | None
 
@@ -244,7 +247,7 @@ class _Item:
     coords: list  # bodies (one-DoF joints) in constraint-column / fn-input order
     K: np.ndarray | None = None
     k0: np.ndarray | None = None
-    fn: object = None
+    fn: Callable[..., Any] | None = None
     path_p: list = field(default_factory=list)  # bodies, NCA-exclusive -> link, top-down
     path_s: list = field(default_factory=list)
     off_p: np.ndarray | None = None
@@ -273,6 +276,7 @@ class Group(TreeGroup):
     (``leaf_keys``); ``static`` holds the structural ones (index arrays, 0/1 patterns).
     """
 
+    kind: tuple  # the static signature (a tree Group's kind is a joint kind)
     type: str
     key: tuple
     index: int
@@ -638,7 +642,7 @@ def _resolve(spec, ctx: _Ctx, flags_urdf):
         where = f"ImplicitConstraint {spec.name!r}"
         bs = ctx.one_dof_joints(spec.joints, where)
         flags = {b: (j in spec.independent) for j, b in zip(spec.joints, bs)}
-        scale = {ctx.joint_body[j]: s for j, s in spec.scale}
+        scale = {ctx.joint_body[j]: s for j, s in spec.scale or ()}  # a tuple once built
         return _Item(
             spec.name or "implicit", where, bs, "fn", bs, fn=spec.phi, flags=flags, scale=scale
         )
@@ -727,9 +731,11 @@ def _leaf_element(infos, cs):
 def _item_template_and_params(it: _Item, local, ctx):
     """Template + per-cluster params (unstacked) of one item inside a cluster."""
     if it.type == "lin":
+        assert it.K is not None  # a linear item's
         idx = np.array([local[b] for b in it.coords], np.int64)
         return LinItem(len(idx), it.K.shape[0]), {"idx": idx, "K": it.K, "k0": it.k0}
     if it.type == "fn":
+        assert it.fn is not None  # a function item's
         idx = np.array([local[b] for b in it.coords], np.int64)
         return FnItem(it.fn, len(idx), None), {"idx": idx}
     prm = {}
@@ -776,14 +782,14 @@ def check_floating_joints(robot: URDFRobot, floating_base: bool) -> None:
 
 
 def build_clusters(
-    source,
-    constraints=(),
+    source: str | os.PathLike | URDFRobot | Model,
+    constraints: Sequence[S.ConstraintSpec] = (),
     *,
     floating_base: bool = False,
-    gravity=(0.0, 0.0, -9.81),
-    independent=None,
+    gravity: Sequence[float] = (0.0, 0.0, -9.81),
+    independent: Mapping[str, bool] | None = None,
     name: str | None = None,
-    strict=None,
+    strict: bool | None = None,
 ) -> ClusterModel:
     """Compile a spanning tree and constraint specifications into a :class:`ClusterModel`
     (without rotor folding: :func:`jaxdyn.clusters.build` is this followed by
@@ -862,12 +868,13 @@ def build_clusters(
                 "parents must all lie in one cluster"
             )
         cpar.append(pcs[0])
-    cdepth = [None] * len(clusters)
+    cdepth: list[int | None] = [None] * len(clusters)
 
-    def depth_of(c):
-        if cdepth[c] is None:
-            cdepth[c] = 0 if cpar[c] < 0 else depth_of(cpar[c]) + 1
-        return cdepth[c]
+    def depth_of(c: int) -> int:
+        d = cdepth[c]
+        if d is None:
+            d = cdepth[c] = 0 if cpar[c] < 0 else depth_of(cpar[c]) + 1
+        return d
 
     for c in range(len(clusters)):
         depth_of(c)
@@ -913,7 +920,7 @@ def _compile_cluster(c, bodies, its, ctx: _Ctx, flags_urdf):
         B[i, d] = 1.0
         A[:, d] = Ab[:, i]
     jn = [t.joint_names[b] for b in bodies]
-    info = dict(
+    info: dict[str, Any] = dict(
         bodies=bodies,
         dofs=np.array(dofs),
         qidx=np.array(qidx),
@@ -1301,7 +1308,7 @@ def with_armature(model: ClusterModel, armature: Sequence[ArrayLike | None]) -> 
     return ClusterModel(model.tree, tuple(params), t)
 
 
-def drop_bodies(tree: Model, drop, name: str | None = None) -> Model:
+def drop_bodies(tree: Model, drop: Iterable[int], name: str | None = None) -> Model:
     """The spanning tree without the (leaf) bodies ``drop`` and the frames attached to them;
     the kept parameters are the leaves of ``tree`` (gathered, so traced leaves stay traced)."""
     t = tree.topo

@@ -103,6 +103,7 @@ def cluster_quantities(
                 name=t.cluster_names[g.cl0 + c],
             )
             if v is not None:
+                assert s.qd is not None  # the group states hold qd with v
                 qd = s.qd[c]
                 d.update(
                     qdot=qd, g=jnp.zeros(g.nvs, dt) if s.g is None else s.g[c], v_J=XR @ Sblk @ qd

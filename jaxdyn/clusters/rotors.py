@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -65,6 +66,13 @@ from .model import (
     reindex_tree,
     require_cluster_model,
 )
+
+if TYPE_CHECKING:
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
+
+    from ..algorithms.kinematics import WorldState
+    from .common import Setup
 
 #: relative tolerance of the axisymmetry and centre-on-axis tests (float64; at run time
 #: ``max(SYMMETRY_TOL, 64 eps)`` of the working dtype)
@@ -338,7 +346,7 @@ def _rotor_check(dt, a6, com, inertia):
 
 
 @jax.jit
-def folded_model(model: ClusterModel):
+def folded_model(model: ClusterModel) -> tuple[ClusterModel, Rotors]:
     """``(link model, Rotors)`` of a model with a fold plan: the link-tree
     :class:`ClusterModel` whose leaves are computed from ``model``'s (composite inertias of the
     parents and their rotors at angle 0, the same at every angle; the implicit loops'
@@ -419,7 +427,15 @@ def folded_model(model: ClusterModel):
     return ClusterModel(link_tree, tuple(params), f.links), Rotors(J, axis, W)
 
 
-def rotor_terms(fold: RotorFold, rot: Rotors, ws, v_t, v, dt, a=None):
+def rotor_terms(
+    fold: RotorFold,
+    rot: Rotors,
+    ws: WorldState,
+    v_t: Array | None,
+    v: Array | None,
+    dt: DTypeLike,
+    a: Array | None = None,
+) -> list[tuple[Array, Array | None] | None]:
     """Per group of the link model, the rotor terms ``(Ue (nc, 6, ny), he (nc, 6))`` added to
     ``Ub`` and to the force handed to the parent (module docstring), or None; ``he`` is None
     when ``v`` is None (no velocity terms: C-EFPA). With accelerations ``a`` (C-RNEA), ``he``
@@ -433,6 +449,7 @@ def rotor_terms(fold: RotorFold, rot: Rotors, ws, v_t, v, dt, a=None):
     if v is None:
         rows = jnp.concatenate([Js, jnp.zeros((1, 3), dt)])
     else:
+        assert v_t is not None  # given with v
         wp = jnp.concatenate([v_t[:, :3], jnp.zeros((1, 3), dt)])[f.rotor_parent]  # omega_p
         w = spatial.mv(W, v)[:, None]  # rotor rates
         n = w * spatial.cross(wp, Js)
@@ -458,7 +475,15 @@ def rotor_terms(fold: RotorFold, rot: Rotors, ws, v_t, v, dt, a=None):
     return terms
 
 
-def setup_folded(model: ClusterModel, fn, q, v=None, x=None, xname=None, alternative=None):
+def setup_folded(
+    model: ClusterModel,
+    fn: str,
+    q: ArrayLike,
+    v: ArrayLike | None = None,
+    x: ArrayLike | None = None,
+    xname: str | None = None,
+    alternative: str | None = None,
+) -> tuple[Setup, tuple[RotorFold, Rotors]]:
     """:func:`~jaxdyn.clusters.common.setup` on the link model of a model with a fold plan:
     inputs checked against ``model``, cast to their common dtype, reordered to the link
     model's coordinates. Returns ``(Setup, (RotorFold, Rotors))``; results in the link model's

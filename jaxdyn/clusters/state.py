@@ -30,7 +30,7 @@ from ..algorithms import configuration as tree_configuration
 from .model import IMPLICIT, LINEAR, TREE, ClusterModel, Group, require_cluster_model
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
@@ -68,7 +68,7 @@ class SpanningState(NamedTuple):
     g: jax.Array
 
 
-def phi_function(group):
+def phi_function(group: Group) -> Callable[[Array, Any], Array]:
     """``phi(qc, datas)`` of an implicit group (one cluster; vmap it over the group)."""
     templates = [t for t, _ in group.items]
 
@@ -78,13 +78,13 @@ def phi_function(group):
     return phi
 
 
-def item_datas(model, group):
+def item_datas(model: ClusterModel, group: Group) -> tuple[Any, ...]:
     """The per-cluster data of the constraint items of an implicit group, ``(nc, ...)``."""
     prm = model.params[group.index]
     return tuple(t.data(model.tree, group.static, prm, pre) for t, pre in group.items)
 
 
-def implicit_phi_K(model, group, qc):
+def implicit_phi_K(model: ClusterModel, group: Group, qc: Array) -> tuple[Array, Array]:
     """``phi (nc, m)`` and ``K = dphi/dq (nc, m, nvs)`` of an implicit group."""
     phi = phi_function(group)
     datas = item_datas(model, group)
@@ -130,12 +130,12 @@ def group_qc(g: Group, q: Array) -> Array:
     return q[g.q0 : g.q1].reshape(g.nc, g.nqc)
 
 
-def group_y(g: Group, v) -> Array:
+def group_y(g: Group, v: Array) -> Array:
     """The independent velocities (or accelerations, torques) of group ``g``, ``(nc, ny)``."""
     return v[g.v0 : g.v1].reshape(g.nc, g.ny)
 
 
-def linear_map(G, Gnz, y):
+def linear_map(G: Array, Gnz: np.ndarray, y: Array) -> Array:
     """``G y`` per cluster, ``G (nc, nvs, ny)``, unrolled over ``ny`` (an elementwise
     expression XLA fuses, instead of a batched dot); columns that are zero in the static
     pattern ``Gnz`` are skipped."""
@@ -148,7 +148,12 @@ def linear_map(G, Gnz, y):
     return jnp.zeros(G.shape[:2], y.dtype) if out is None else out
 
 
-def check_loops(fn, model, gss, residuals):
+def check_loops(
+    fn: str,
+    model: ClusterModel,
+    gss: list[GroupState],
+    residuals: Sequence[tuple[Group, Array]],
+) -> list[GroupState]:
     """``error_if`` (value checks on) the loop residual of an implicit cluster exceeds the
     tolerance (module docstring): one check for all of them. ``residuals``: ``(group, phi (nc,
     m))`` pairs; returns ``gss`` with the checked positions of those groups."""
@@ -177,7 +182,9 @@ def check_loops(fn, model, gss, residuals):
     return gss
 
 
-def group_state(model, g, q, v=None, with_g=True):
+def group_state(
+    model: ClusterModel, g: Group, q: Array, v: Array | None = None, with_g: bool = True
+) -> GroupState:
     """Spanning positions, velocities, ``G`` and ``g`` of one group (``q`` not checked)."""
     return _group_state(model, g, q, v, with_g)[0]
 
@@ -216,7 +223,13 @@ def _group_state(model, g, q, v, with_g):
     return GroupState(qc, qd, G, gg), ph
 
 
-def all_group_states(model, q, v=None, with_g=True, check=None):
+def all_group_states(
+    model: ClusterModel,
+    q: Array,
+    v: Array | None = None,
+    with_g: bool = True,
+    check: str | None = None,
+) -> list[GroupState]:
     """:func:`group_state` of every group, in ``topo.groups`` order. ``check``: the name of the
     calling function, to check the loop residual of the implicit clusters
     (:func:`check_loops`; None: no check)."""
@@ -229,7 +242,7 @@ def all_group_states(model, q, v=None, with_g=True, check=None):
     return gss if check is None else check_loops(check, model, gss, residuals)
 
 
-def assemble_spanning(model, gss, field):
+def assemble_spanning(model: ClusterModel, gss: Sequence[GroupState], field: str) -> Array:
     """Spanning vector (jaxdyn order) from per-group pieces of ``field`` ('qs' or 'qd')."""
     t = model.topo
     parts = [getattr(s, field).reshape(-1) for s in gss]
@@ -237,7 +250,7 @@ def assemble_spanning(model, gss, field):
     return flat[t.span_q_src if field == "qs" else t.span_v_src]
 
 
-def spanning_g(model, gss, dtype):
+def spanning_g(model: ClusterModel, gss: Sequence[GroupState], dtype: DTypeLike) -> Array:
     """Spanning ``g`` (zeros where no group has one)."""
     t = model.topo
     parts = []
@@ -247,7 +260,7 @@ def spanning_g(model, gss, dtype):
     return flat[t.span_v_src]
 
 
-def spanning_G(model, gss, dtype):
+def spanning_G(model: ClusterModel, gss: Sequence[GroupState], dtype: DTypeLike) -> Array:
     """Dense block-diagonal ``G (nv_tree, nv)``."""
     t = model.topo
     G = jnp.zeros((model.tree.nv, t.nv), dtype)
@@ -364,6 +377,7 @@ def loop_constraints(
             else:
                 phi = phi_function(g)
                 datas = item_datas(model, g)
+                assert s.qd is not None  # the group states hold qd with v
                 kk = -jax.vmap(functools.partial(kdot_qdot, phi))(s.qs, s.qd, datas)
         Kfull = jnp.zeros((g.nc, g.m, nvt), dt)
         Kfull = Kfull.at[

@@ -29,6 +29,8 @@ from .model import ClusterModel, build_clusters
 from .rotors import fold_rotors as _fold_rotors
 
 if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
     from ..model import Model
     from ..model.urdf import URDFRobot
 
@@ -59,7 +61,9 @@ def _link_child(el, tag, where, with_origin):
     return link, xyz
 
 
-def parse_extras(robot, xml_root):
+def parse_extras(
+    robot: URDFRobot, xml_root: ET.Element
+) -> tuple[list[S.ConstraintSpec], dict[str, bool]]:
     """URDF+ constraint specifications and ``independent`` flags of a parsed robot.
 
     Returns ``(constraints, independent)``."""
@@ -208,9 +212,9 @@ def load_urdf_plus(
 
 
 def build_plus(
-    robot,
-    source,
-    constraints,
+    robot: URDFRobot,
+    source: str | os.PathLike,
+    constraints: Sequence[S.ConstraintSpec],
     floating_base: bool,
     gravity: Sequence[float],
     name: str | None,

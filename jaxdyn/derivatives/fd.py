@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
+    from ..algorithms.aba import Inertias
     from ..algorithms.kinematics import WorldState
     from ..model.model import Model
 
@@ -66,7 +67,7 @@ def resolve_method(method: str, nv: int) -> str:
     return method
 
 
-def aza(model, S, inertias, u):
+def aza(model: Model, S: Array, inertias: Inertias, u: Array) -> Array:
     """``M^-1 u`` for ``u (nv, r)`` by the ABA with zero velocity, gravity and external forces.
 
     Reference: Singh, Russell & Wensing 2022, §IV-E, Eq. 34 ("AZA"); Featherstone 2008,
@@ -86,7 +87,7 @@ def forward_dynamics_world(
     tau: Array,
     f_ext: Array | None = None,
     mass_matrix: bool = True,
-):
+) -> tuple[Array, Array, Array, Array | None, Inertias]:
     """ABA sharing its articulated inertias, and IDSVA at its solution.
 
     Returns ``(qdd, dtau_dq, dtau_dv, M, inertias)`` where the partials are those of inverse
@@ -113,8 +114,8 @@ def forward_dynamics_world(
 def aba_derivatives_world(
     model: Model,
     ws: WorldState,
-    qd,
-    tau,
+    qd: Array,
+    tau: Array,
     f_ext: Array | None = None,
     method: str = "auto",
 ) -> tuple[Array, Array, Array, Array]:

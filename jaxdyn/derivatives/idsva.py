@@ -44,6 +44,8 @@ from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..model import tree
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
     from jax.typing import ArrayLike
 
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from ..model.model import Model, Topology
 
 
-def forward_accumulate_with_parent(topo, incr, root):
+def forward_accumulate_with_parent(topo: Topology, incr: Array, root: Array) -> tuple[Array, Array]:
     """:func:`jaxdyn.model.tree.forward_accumulate` that also returns each body's parent value
     (``root`` for the bodies at depth 0)."""
     return tree.forward_accumulate(topo, incr, root, with_parent=True)
@@ -83,7 +85,11 @@ def dof_blocks(topo: Topology, nblocks: int | None = None) -> list[int]:
     return edges
 
 
-def masked_products(topo, lower, uppers):
+def masked_products(
+    topo: Topology,
+    lower: tuple[Array, Sequence[Array]],
+    uppers: tuple[Array, Sequence[Array]],
+) -> list[Array]:
     """Algorithm 1's lines 17-20 (products over the subtree columns of each body) for all
     bodies at once, as dense products masked with the static ancestor pattern.
 
@@ -129,6 +135,7 @@ def masked_products(topo, lower, uppers):
                     jnp.concatenate([jnp.zeros((r1 - r0, r0), dt), row], 1) if r0 else row
                 )
                 continue
+            assert lo is not None  # k < nlo
             lok = lo[:, k * r1 : (k + 1) * r1]
             parts = [jnp.where(mask_lo[:, :r0], lok[:, :r0], zero)] if r0 else []
             parts.append(
@@ -147,7 +154,14 @@ def masked_products(topo, lower, uppers):
     return out
 
 
-def idsva_world(model: Model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool = True):
+def idsva_world(
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    qdd: Array,
+    f_ext_world: Array | None = None,
+    mass_matrix: bool = True,
+) -> tuple[Array, Array, Array, Array | None]:
     """RNEA and IDSVA on a world state.
 
     Reference: Singh, Russell & Wensing 2022, Algorithm 1 (forward pass, lines 1-11: ``v, a``,
@@ -212,10 +226,14 @@ def idsva_world(model: Model, ws, qd, qdd, f_ext_world=None, mass_matrix: bool =
     return tau, dtau_dq, dtau_dv, M
 
 
-def rnea_derivatives_world(model: Model, ws, qd, qdd, f_ext: ArrayLike | None = None):
+def rnea_derivatives_world(
+    model: Model, ws: WorldState, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array, Array, Array]:
     """RNEA and IDSVA on a world state: ``(tau, dtau_dq, dtau_dv, M)``."""
     fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
-    return idsva_world(model, ws, qd, qdd, fw)
+    tau, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw)
+    assert M is not None  # mass_matrix=True
+    return tau, dtau_dq, dtau_dv, M
 
 
 def _prepare_id(fn, model, q, v, a, f_ext):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -22,7 +23,11 @@ from ._runtime import (
 )
 
 if TYPE_CHECKING:
+    from jax.sharding import Mesh
     from jax.typing import ArrayLike
+
+    from ..model.model import Model
+    from ..trajopt.ddp import Problem, Result
 
 # ----------------------------------------------------------------------------- checkpoints
 
@@ -32,7 +37,7 @@ def _file(path) -> Path:
     return path.with_name(f"{path.name}.process{jax.process_index()}-of-{jax.process_count()}.eqx")
 
 
-def save(path, tree) -> Path:
+def save(path: str | os.PathLike, tree: Any) -> Path:
     """Write this process's share of ``tree`` (global arrays: the samples on its devices;
     anything else: as it is) to ``<path>.process<i>-of-<n>.eqx``, one file per process (no
     shared file system needed), with equinox's leaf serialisation
@@ -47,7 +52,7 @@ def save(path, tree) -> Path:
     return target
 
 
-def load(path, like):
+def load(path: str | os.PathLike, like: Any) -> Any:
     """Read what :func:`save` wrote for this process, into the structure of ``like`` (this
     process's share: its shapes and dtypes). ``FileNotFoundError`` names the file (a run
     resumed with another number of processes looks for other files)."""
@@ -86,14 +91,14 @@ def _rollout_fn(model, cfg, policy, n_steps, mesh):
 
 
 def rollout(
-    model,
+    model: Model,
     states: sim.State,
-    controls=None,
+    controls: ArrayLike | None = None,
     *,
     cfg: sim.SimConfig,
-    policy=None,
+    policy: Callable[[sim.State], ArrayLike] | None = None,
     n_steps: int | None = None,
-    mesh=None,
+    mesh: Mesh | None = None,
     checkpoint: str | os.PathLike | None = None,
     segment: int | None = None,
 ) -> sim.State:
@@ -120,18 +125,18 @@ def rollout(
     assert_same("rollout: cfg", cfg)
     if (controls is None) == (policy is None):
         raise ValueError("rollout: give exactly one of controls (B, T, nu) or policy=callable")
-    if policy is not None:
+    u = None if controls is None else np.asarray(controls)
+    if u is None:
         if n_steps is None:
             raise ValueError("rollout: a policy needs n_steps")
         T = int(n_steps)
     else:
-        controls = np.asarray(controls)
-        if controls.ndim != 3:
+        if u.ndim != 3:
             raise ValueError(
-                f"rollout: controls has shape {controls.shape}, expected (B, T, nu): this "
+                f"rollout: controls has shape {u.shape}, expected (B, T, nu): this "
                 "process's batch of open-loop controls"
             )
-        T = controls.shape[1]
+        T = u.shape[1]
     local_states = jax.tree_util.tree_map(np.asarray, states)
     if local_states.t.ndim == 0:  # one time for the whole batch
         local_states = sim.State(
@@ -139,7 +144,7 @@ def rollout(
             local_states.v,
             np.full(np.shape(local_states.q)[:1], local_states.t, local_states.t.dtype),
         )
-    batch = (local_states,) if controls is None else (local_states, controls)
+    batch = (local_states,) if u is None else (local_states, u)
     g = to_global(batch, mesh, name="rollout")
     if checkpoint is None:
         # waited for: a failed value check raises here, on the process whose devices failed it
@@ -166,7 +171,7 @@ def rollout(
             )
             piece = to_global(load(stem(k), like), mesh, name="rollout (checkpoint)")
         else:
-            args = (state,) if controls is None else (state, to_global(controls[:, a:b], mesh))
+            args = (state,) if u is None else (state, to_global(u[:, a:b], mesh))
             piece = _rollout_fn(model, cfg, policy, b - a, mesh)(*args)
             save(stem(k), piece)
         pieces.append(piece)
@@ -177,7 +182,12 @@ def rollout(
 # ----------------------------------------------------------------------------- trajopt
 
 
-def solve_sharded(problems, xs: ArrayLike | None = None, us: ArrayLike | None = None, **options):
+def solve_sharded(
+    problems: Problem,
+    xs: ArrayLike | None = None,
+    us: ArrayLike | None = None,
+    **options: Any,
+) -> Result:
     """:func:`jaxdyn.trajopt.solve_sharded` over every device of every process: every process
     passes the whole batch of problems (the same on each: :func:`assert_same`), each device
     solves its share, and every process gets the whole :class:`jaxdyn.trajopt.Result` back as
@@ -193,7 +203,7 @@ def solve_sharded(problems, xs: ArrayLike | None = None, us: ArrayLike | None = 
 # ----------------------------------------------------------------------------- PPO
 
 
-def train_ppo(environment, **ppo_options):
+def train_ppo(environment: Any, **ppo_options: Any) -> tuple[Any, Any, Any]:
     """Brax's PPO (``brax.training.agents.ppo.train``) on a jaxdyn environment, over every
     device of every process: Brax ``pmap``s its training step over each process's devices and
     averages the gradients over every device of every process (``lax.pmean`` over the cluster's

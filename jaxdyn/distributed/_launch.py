@@ -9,6 +9,8 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ._runtime import ENV_COORDINATOR, ENV_LOCAL_CPU_DEVICES, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 
@@ -24,7 +26,7 @@ class LaunchError(RuntimeError):
     """A launched process failed (or the run timed out); ``results`` holds every process's
     ``subprocess.CompletedProcess``."""
 
-    def __init__(self, message, results):
+    def __init__(self, message: str, results: Sequence[subprocess.CompletedProcess[str]]) -> None:
         super().__init__(message)
         self.results = results
 
@@ -43,16 +45,16 @@ def _stop(procs):
 
 
 def launch(
-    args,
+    args: Iterable[Any],
     n: int = 2,
     *,
     local_cpu_devices: int | None = None,
     timeout: float | None = None,
-    env: dict | None = None,
+    env: Mapping[str, str] | None = None,
     port: int | None = None,
     check: bool = True,
     echo: bool = False,
-):
+) -> list[subprocess.CompletedProcess[str]]:
     """Run ``python *args`` in ``n`` processes on this machine, joined through a coordinator
     on the loopback address (``127.0.0.1``, ``port`` or a free one): each gets
     ``$JAXDYN_COORDINATOR``, ``$JAXDYN_NUM_PROCESSES``, ``$JAXDYN_PROCESS_ID`` (and
@@ -112,7 +114,7 @@ def launch(
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)
     if check and (failed is not None or timed_out):
-        if timed_out:
+        if timed_out or failed is None:  # (failed is None only when timed out)
             msg = f"launch: the {n} processes did not finish within {timeout} s; ended them"
         else:
             msg = (
@@ -124,7 +126,7 @@ def launch(
     return results
 
 
-def main(fn, *args, **kwargs):
+def main(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` in a worker process; if it raises, print the traceback and
     end the process at once with status 1 (``os._exit``): JAX's exit handler would otherwise
     wait at ``jax.distributed``'s shutdown barrier for processes that may be waiting for this

@@ -93,7 +93,10 @@ __all__ = [
     "check_state",
 ]
 
-if HAS_BRAX:
+# Type checkers see the classes below, the interface jaxdyn's environments keep (Brax's fields
+# and methods, with ``pipeline_state`` a jaxdyn.sim.State where Brax's annotation says
+# brax.base.State, and the ``replace`` that flax's dataclass adds out of their sight).
+if not TYPE_CHECKING and HAS_BRAX:
     State = _brax_base.State
     Env = _brax_base.Env
     Wrapper = _brax_base.Wrapper
@@ -206,7 +209,7 @@ class System(eqx.Module):
 
 
 def _is_key_array(x) -> bool:
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def contact_model(
@@ -380,7 +383,7 @@ class SimEnv(Env):
         size = getattr(self.sys.cfg.actuator, "act_size", None)
         return int(size()) if size is not None else 0
 
-    def pipeline_init(self, q: Array, v: Array, act: Array | None = None) -> _sim.State:
+    def pipeline_init(self, q: ArrayLike, v: ArrayLike, act: ArrayLike | None = None) -> _sim.State:
         """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype; with activation
         dynamics (:attr:`act_size` > 0) it carries ``act`` (``(act_size,)``; zeros when not
         given, MuJoCo's reset), which :meth:`pipeline_step` advances with ``q`` and ``v``."""

@@ -61,7 +61,7 @@ away from the limits the physics follows MuJoCo C to rounding. The model needs `
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -76,13 +76,13 @@ from .base import SimEnv, State
 from .rewards import tolerance
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
 
     from jax import Array
 
     from ..model.model import Model
     from ..sim.contact import ContactFrames
+    from ..sim.geoms import Geoms
 
 __all__ = [
     "XML_DIR",
@@ -131,6 +131,13 @@ class SuiteEnv(SimEnv):
     #: :class:`jaxdyn.sim.JointLimits` spring-damper
     mujoco_limits = False
 
+    if TYPE_CHECKING:  # each task defines them, SuiteReacher and ContactSuiteEnv with their own
+        # arguments after ps (their own step calls them)
+
+        def observe(self, ps: _sim.State, *args: Any) -> Array: ...
+
+        def reward(self, ps: _sim.State, *args: Any) -> tuple[Array, dict[str, Array]]: ...
+
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         from ..io.mjcf import load_mjcf
 
@@ -141,7 +148,7 @@ class SuiteEnv(SimEnv):
             )
         scene = load_mjcf(os.path.join(XML_DIR, self.xml), ignore=self.ignore)
         self.scene = scene
-        m = scene.mj_model
+        m: Any = scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         # one-DoF joints (q and v have the same layout) or a free root (q is qpos reordered,
         # v maps to qvel through the free joint's rotation: qvel); jaxdyn orders a branching
         # tree's joints by depth: q = qpos[from_mujoco], qpos = q[to_mujoco]
@@ -158,7 +165,7 @@ class SuiteEnv(SimEnv):
                 f"{type(self).__name__}: {self.xml} is not a chain in MuJoCo's joint order"
             )
         model = self.adjust_model(scene.model)
-        kw = {} if self.integrator is None else {"integrator": self.integrator}
+        kw: dict[str, Any] = {} if self.integrator is None else {"integrator": self.integrator}
         if self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
@@ -209,7 +216,8 @@ class SuiteEnv(SimEnv):
 
     @property
     def action_size(self) -> int:
-        return self.sys.cfg.actuator.size(self.sys.model)
+        actuator: Any = self.sys.cfg.actuator  # SimConfig types it object
+        return actuator.size(self.sys.model)
 
     def frames(self, q: Array, names: Sequence[str]) -> tuple[Array, Array]:
         """World rotations ``(k, 3, 3)`` and positions ``(k, 3)`` of the named frames (bodies:
@@ -399,7 +407,7 @@ class AcrobotSwingup(SuiteEnv):
     ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         self.sparse = bool(sparse)
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         self.target_radius = float(m.site_size[m.site("target").id, 0])
         self.site_names = [self.scene.site_frames["target"], self.scene.site_frames["tip"]]
 
@@ -450,7 +458,7 @@ class SuiteReacher(SuiteEnv):
         self, target_size: float = BIG_TARGET, *, ctrl_dt: float = 0.02, sim_dt: float = 0.005
     ) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         self.target_size = float(target_size)
         self.radii = self.target_size + float(m.geom_size[m.geom("finger").id, 0])
         w = m.joint("wrist").id
@@ -525,6 +533,11 @@ class ContactSuiteEnv(SuiteEnv):
     #: rest, Playground's reset of the tasks that take it (:class:`BallInCup`,
     #: :class:`SuiteHumanoid`)
     reset_mode = "random"
+    #: the draws of :meth:`first_free_draw` (set by the tasks that use it)
+    reset_tries: int
+    #: the joint ranges of :meth:`planar_reset` (set by the tasks that use it)
+    lowers: np.ndarray
+    uppers: np.ndarray
 
     def set_reset_mode(self, reset: str) -> None:
         """Check and keep the ``reset=`` argument of a task that offers Playground's reset."""
@@ -537,9 +550,10 @@ class ContactSuiteEnv(SuiteEnv):
 
     def qpos0_pose(self) -> Array:
         """The model's ``qpos0`` in jaxdyn's order."""
-        return self.q_of(jnp.asarray(self.scene.mj_model.qpos0, self.sys.model.mass.dtype))
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        return self.q_of(jnp.asarray(m.qpos0, self.sys.model.mass.dtype))
 
-    def first_free_draw(self, rng: Array, draw) -> Array:
+    def first_free_draw(self, rng: Array, draw: Callable[[Array], Array]) -> Array:
         """``draw(key)`` (a configuration in jaxdyn's order) for ``rng`` and, when
         ``self.reset_tries > 1``, for ``reset_tries - 1`` further keys: the first whose bodies
         touch nothing (all kinematics, one batch), the first draw if none is free."""
@@ -557,7 +571,8 @@ class ContactSuiteEnv(SuiteEnv):
 
     def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
-        m, model = self.scene.mj_model, self.sys.model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        model = self.sys.model
         self.touch_frames = [self.scene.site_frames[s] for s in self.touch_sites]
         parent = model.topo.frame_parent
         self.touch_bodies = [int(parent[model.frame_index(f)]) for f in self.touch_frames]
@@ -583,7 +598,7 @@ class ContactSuiteEnv(SuiteEnv):
 
     def com_positions(self, q: Array, names: Sequence[str]) -> Array:
         """MuJoCo's ``xipos``: world positions ``(k, 3)`` of the named bodies' centres of mass."""
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         ipos = np.asarray([m.body_ipos[m.body(n).id] for n in names])
         R, p = self.frames(q, names)
         return jnp.einsum("kij,kj->ki", R, ipos) + p
@@ -599,7 +614,7 @@ class ContactSuiteEnv(SuiteEnv):
         if cfg.contacts is not None:
             parts.append(contact_frames(ws, zero, vb, cfg.contacts, cfg.terrain))
         if cfg.geoms is not None:
-            parts.append(cfg.geoms.frames(ws, zero, vb))
+            parts.append(cast("Geoms", cfg.geoms).frames(ws, zero, vb))
         return concat_frames(parts)
 
     def touch(self, ps: _sim.State, ctrl: Array) -> Array:
@@ -659,7 +674,8 @@ class ContactSuiteEnv(SuiteEnv):
 
     def joint_ranges(self, joints: slice | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` of MuJoCo joints ``joints`` (a slice of ``jnt_range``)."""
-        r = np.asarray(self.scene.mj_model.jnt_range[joints], float)
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        r = np.asarray(m.jnt_range[joints], float)
         return r[:, 0], r[:, 1]
 
     def planar_reset(self, rng: Array) -> State:
@@ -681,7 +697,9 @@ def _mujoco_geom(name: str) -> int:
     """MuJoCo's ``mjtGeom`` value of a geom type."""
     import mujoco
 
-    return int(getattr(mujoco.mjtGeom, f"mjGEOM_{name.upper()}"))
+    # mujoco's enums come from a compiled module without type stubs
+    enum = mujoco.mjtGeom  # pyright: ignore[reportAttributeAccessIssue]
+    return int(getattr(enum, f"mjGEOM_{name.upper()}"))
 
 
 class CheetahRun(ContactSuiteEnv):
@@ -788,7 +806,7 @@ class WalkerMove(ContactSuiteEnv):
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         self.bodies = [m.body(i).name for i in range(1, m.nbody)]
 
     def state_sensors(self, pk: _sim.State) -> dict[str, Array]:
@@ -938,7 +956,7 @@ class FingerSpin(ContactSuiteEnv):
             return model
         import equinox as eqx
 
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         dof = int(self.to_mujoco[m.jnt_dofadr[m.joint("hinge").id]])
         damping = jnp.asarray(model.damping).at[dof].set(self.HINGE_DAMPING)
         return eqx.tree_at(lambda x: x.damping, model, damping)
@@ -1013,7 +1031,7 @@ class FingerTurn(FingerSpin):
 
     def __init__(self, target_radius: float = EASY_TARGET, **kw: Any) -> None:
         super().__init__(**kw)
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         self.target_radius = float(target_radius)
         self.radius = float(np.sum(m.geom_size[m.geom("cap1").id]))
         self.hinge = np.asarray(m.body_pos[m.body("spinner").id], float)[[0, 2]]
@@ -1107,7 +1125,7 @@ class BallInCup(ContactSuiteEnv):
 
         self.sys = eqx.tree_at(lambda s: s.cfg.limits, self.sys, self.string_limits)
         self.reset_tries = int(reset_tries)
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         t = m.site("target").id
         self.half_size = np.asarray(m.site_size[t, [0, 2]], float)
         self.ball_radius = float(m.geom_size[m.geom("ball").id, 0])
@@ -1211,7 +1229,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)
         self.reset_tries = int(reset_tries)
-        m = self.scene.mj_model
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         hinges = np.arange(1, m.njnt)  # after the free root
         lo, hi = self.joint_ranges(hinges)
         free = ~np.asarray(m.jnt_limited[hinges], bool)

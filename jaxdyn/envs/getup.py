@@ -3,7 +3,7 @@ its feet) touching the ground."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from jax import Array
 
     from ..model.model import Model
+    from ..sim.geometry import ContactSet
 
 __all__ = ["QuadrupedGetup", "quad12_collision"]
 
@@ -32,7 +33,12 @@ def _capsule(frame, a, b, radius, name):
     x /= np.linalg.norm(x)
     R = np.stack([x, np.cross(z, x), z], axis=1)
     return _sim.Capsule(
-        frame, radius, float(np.linalg.norm(b - a)), pos=tuple((a + b) / 2), rotation=R, name=name
+        frame,
+        radius,
+        float(np.linalg.norm(b - a)),
+        pos=tuple((a + b) / 2),
+        rotation=tuple(map(tuple, R.tolist())),
+        name=name,
     )
 
 
@@ -134,7 +140,8 @@ class QuadrupedGetup(SimEnv):
         fall_fraction: float = 0.8,
         model: Model | None = None,
     ) -> None:
-        model = robots.load("quad12") if model is None else model
+        # quad12 has no kinematic loops: robots.load gives a Model
+        model = cast("Model", robots.load("quad12")) if model is None else model
         if not model.topo.floating_base or model.nv != 18:
             raise ValueError(
                 f"QuadrupedGetup: needs quad12 (floating base, 12 joints), got {model}"
@@ -201,7 +208,7 @@ class QuadrupedGetup(SimEnv):
     def lowest_point(self, q: Array) -> Array:
         """Height of the lowest point of the collision geometry at ``q`` (m; < 0 below the
         ground)."""
-        cs = self.sys.cfg.contacts
+        cs = cast("ContactSet", self.sys.cfg.contacts)  # __init__ sets them
         body = forward_kinematics(self.sys.model, q).body
         b = cs.body_index
         z = jnp.einsum("nj,nj->n", body.R[b][:, 2, :], cs.pos.astype(q.dtype)) + body.p[b][:, 2]

@@ -4,7 +4,7 @@ balance on flat ground under joint position servos."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ __all__ = ["HumanoidStand", "HUMANOIDS"]
 
 #: per robot: feet (frame, contact points in its coordinates, radius), default pose and servo
 #: stiffness by joint-name pattern (first match wins), pelvis frame
-HUMANOIDS = {
+HUMANOIDS: dict[str, dict[str, Any]] = {
     "g1": dict(
         feet={
             side: [
@@ -110,7 +110,8 @@ class HumanoidStand(LeggedEnv):
             raise ValueError(
                 f"HumanoidStand: robot must be one of {sorted(HUMANOIDS)}, got {robot!r}"
             )
-        model = robots.load(robot) if model is None else model
+        # the HUMANOIDS have no kinematic loops: robots.load gives a Model
+        model = cast("Model", robots.load(robot)) if model is None else model
         if not model.topo.floating_base:
             raise ValueError(f"HumanoidStand: needs a floating-base model, got {model}")
         n = model.nv - 6

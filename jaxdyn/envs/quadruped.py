@@ -3,7 +3,7 @@ walking forward on the ground under joint position servos."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from jax import Array
-    from jax.typing import DTypeLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
 
@@ -103,7 +103,8 @@ class Quadruped(LeggedEnv):
         init_noise: float = 0.1,
         model: Model | None = None,
     ) -> None:
-        model = robots.load(robot) if model is None else model
+        # a quadruped without kinematic loops: robots.load gives a Model
+        model = cast("Model", robots.load(robot)) if model is None else model
         if not model.topo.floating_base or model.nv != 18:
             raise ValueError(f"Quadruped: needs a floating-base 12-DoF quadruped, got {model}")
         for f in FEET:
@@ -143,7 +144,9 @@ class Quadruped(LeggedEnv):
         self.min_upright = float(min_upright)
         self.init_noise = float(init_noise)
 
-    def _stand_configuration(self, height, yaw=0.0, joints=None):
+    def _stand_configuration(
+        self, height: ArrayLike, yaw: ArrayLike = 0.0, joints: ArrayLike | None = None
+    ) -> Array:
         joints = self.default_pose if joints is None else joints
         base = jnp.concatenate([jnp.asarray([0.0, 0.0, height]), _yaw_quat(jnp.asarray(yaw))])
         return jnp.concatenate([base, jnp.asarray(joints)])

@@ -9,7 +9,7 @@ URDF is defined here), which is also the cheapest to compile.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import jax
 import jax.numpy as jnp
@@ -80,19 +80,19 @@ ARMS = {
 }
 
 
-def load_arm(robot: str):
+def load_arm(robot: str) -> Model:
     """The arm model: ``"arm7"`` (bundled), ``"panda"`` (example-robot-data, finger joints
     made fixed) or ``"planar2"``."""
     if robot not in ARMS:
         raise ValueError(f"load_arm: robot must be one of {sorted(ARMS)}, got {robot!r}")
     if robot == "arm7":
-        return robots.load("arm7")
+        return cast("Model", robots.load("arm7"))  # the ARMS are trees: Models
     if robot == "planar2":
-        return load_urdf(PLANAR2_URDF)
+        return cast("Model", load_urdf(PLANAR2_URDF))
     path, _ = robots.resolve("panda")
     text = open(path, encoding="utf-8").read()
     text = re.sub(r'(<joint\s+name="panda_finger_joint[12]"\s+type=")prismatic', r"\1fixed", text)
-    return load_urdf(text)
+    return cast("Model", load_urdf(text))
 
 
 class Reacher(SimEnv):

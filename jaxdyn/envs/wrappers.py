@@ -229,6 +229,12 @@ class AutoResetWrapper(Wrapper):
         return state.replace(pipeline_state=new["pipeline_state"], obs=new["obs"], info=info)
 
 
+def _with_system(env: Env) -> Any:
+    """The unwrapped environment, which holds the ``sys`` being randomised (a :class:`SimEnv`,
+    or Brax's ``PipelineEnv``: typed ``Any``, the attribute no part of the ``Env`` interface)."""
+    return env.unwrapped
+
+
 class DomainRandomizationVmapWrapper(Wrapper):
     """Batches an environment over a batch of systems: ``randomization_fn(env.sys)`` returns
     ``(sys_batch, in_axes)``, ``reset`` / ``step`` are ``jax.vmap``-ed over
@@ -237,11 +243,11 @@ class DomainRandomizationVmapWrapper(Wrapper):
 
     def __init__(self, env: Env, randomization_fn: Callable) -> None:
         super().__init__(env)
-        self._sys_v, self._in_axes = randomization_fn(self.env.unwrapped.sys)
+        self._sys_v, self._in_axes = randomization_fn(_with_system(self.env).sys)
 
     @contextlib.contextmanager
     def _with_sys(self, sys):
-        env = self.env.unwrapped
+        env = _with_system(self.env)
         old = env.sys
         try:
             env.sys = sys

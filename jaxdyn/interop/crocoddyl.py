@@ -35,7 +35,20 @@ install (:func:`version_problem`); the ``test`` extra pins ``pin==4.0.0 libpinoc
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
+
+from .pinocchio import _pinocchio
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..model.model import Model
+    from ..trajopt.costs import Cost
+    from ..trajopt.ddp import Problem
+    from .pinocchio import Converter
 
 __all__ = [
     "to_crocoddyl",
@@ -47,12 +60,18 @@ __all__ = [
 ]
 
 
+def _crocoddyl() -> ModuleType:
+    """``crocoddyl``, imported at call time (an optional dependency), typed as a plain module:
+    its compiled bindings ship no type stubs, so a type checker sees none of their names."""
+    import crocoddyl
+
+    return crocoddyl
+
+
 def version_problem() -> str | None:
     """``None`` when the installed crocoddyl and Pinocchio binaries agree, else a sentence
     saying which parts of Crocoddyl fail and which versions to install (module docstring)."""
-    import crocoddyl
-    import pinocchio as pin
-
+    crocoddyl, pin = _crocoddyl(), _pinocchio()
     cv, pv = str(crocoddyl.__version__), str(pin.__version__)
     if cv == "3.2.1" and not pv.startswith("4.0."):
         return (
@@ -84,7 +103,7 @@ def _u_perm(problem, conv):
     return conv.v_to_pin(tau_index)[6:]
 
 
-def state_to_pin(conv, x):
+def state_to_pin(conv: Converter, x: ArrayLike) -> np.ndarray:
     """jaxdyn state(s) ``(..., nq + nv)`` in Pinocchio's order."""
     x = np.asarray(x, np.float64)
     if x.ndim > 1:
@@ -93,7 +112,7 @@ def state_to_pin(conv, x):
     return np.concatenate([conv.q_to_pin(x[:nq]), conv.v_to_pin(x[nq:])])
 
 
-def state_from_pin(conv, x):
+def state_from_pin(conv: Converter, x: ArrayLike) -> np.ndarray:
     """Pinocchio state(s) in jaxdyn's order."""
     x = np.asarray(x, np.float64)
     if x.ndim > 1:
@@ -102,11 +121,13 @@ def state_from_pin(conv, x):
     return np.concatenate([conv.q_from_pin(x[:nq]), conv.v_from_pin(x[nq:])])
 
 
-def control_to_pin(problem, conv, u):
+def control_to_pin(problem: Problem, conv: Converter, u: ArrayLike) -> np.ndarray:
+    """jaxdyn control(s) ``(..., nu)`` in Pinocchio's (Crocoddyl's) order."""
     return np.asarray(u)[..., _u_perm(problem, conv)]
 
 
-def control_from_pin(problem, conv, u):
+def control_from_pin(problem: Problem, conv: Converter, u: ArrayLike) -> np.ndarray:
+    """Crocoddyl control(s) in jaxdyn's order."""
     return np.asarray(u)[..., np.argsort(_u_perm(problem, conv))]
 
 
@@ -126,15 +147,13 @@ class _Frames:
     exactly jaxdyn's frames and constraint points, whatever Pinocchio names its frames."""
 
     def __init__(self, model, pin_model, conv):
-        import pinocchio as pin
-
+        pin = _pinocchio()
         self.model, self.conv = model, conv
         self.pin_model = pin.Model(pin_model)
         self._ids = {}
 
     def add(self, key, body, placement):
-        import pinocchio as pin
-
+        pin = _pinocchio()
         if key not in self._ids:
             jid = self.conv.pin_joint_ids[int(body)]
             frame = pin.Frame(f"jaxdyn_{key}", jid, 0, placement, pin.FrameType.OP_FRAME)
@@ -142,8 +161,7 @@ class _Frames:
         return self._ids[key]
 
     def frame(self, name):
-        import pinocchio as pin
-
+        pin = _pinocchio()
         m = self.model
         f = m.frame_index(name)
         body = int(m.topo.frame_parent[f])
@@ -152,10 +170,9 @@ class _Frames:
 
 
 def _cost_model(state, problem, conv, cost, nu, frames):
-    import crocoddyl
-
     from ..trajopt import costs as C
 
+    crocoddyl = _crocoddyl()
     model = problem.model
     out = crocoddyl.CostModelSum(state, nu)
 
@@ -203,10 +220,9 @@ def _cost_model(state, problem, conv, cost, nu, frames):
 def _contact_specs(dynamics, frames):
     """``(frame id, constraint, Pinocchio reference)`` of each constraint of a
     ``ContactDynamics``, its frame added to ``frames`` (module docstring)."""
-    import pinocchio as pin
-
     from ..constraints import check_constraints, layout
 
+    pin = _pinocchio()
     _require_versions("DifferentialActionModelContactFwdDynamics")
     model = frames.model
     cs = check_constraints("to_crocoddyl", dynamics.constraints)
@@ -224,9 +240,7 @@ def _contact_specs(dynamics, frames):
 
 def _contacts(state, dynamics, specs, nu):
     """``ContactModelMultiple`` of a ``ContactDynamics`` (module docstring)."""
-    import crocoddyl
-    import pinocchio as pin
-
+    crocoddyl, pin = _crocoddyl(), _pinocchio()
     gains = np.zeros(2) if dynamics.baumgarte is None else np.array(dynamics.baumgarte, float)
     out = crocoddyl.ContactModelMultiple(state, nu)
     for i, (fid, c, ref) in enumerate(specs):
@@ -246,17 +260,18 @@ def _contacts(state, dynamics, specs, nu):
     return out
 
 
-def to_crocoddyl(problem, pin_model, conv):
+def to_crocoddyl(problem: Problem, pin_model: Any, conv: Converter) -> tuple[Any, np.ndarray]:
     """``(crocoddyl.ShootingProblem, x0_pin)`` of ``problem`` (free or contact dynamics; the
     conversions in the module docstring); control bounds, if any, are set on the differential
     models (``SolverBoxFDDP`` reads them). ``RuntimeError`` for the parts the installed
     crocoddyl / Pinocchio pair computes wrongly (:func:`version_problem`),
     ``NotImplementedError`` for a residual or an actuation Crocoddyl has no counterpart of."""
-    import crocoddyl
-
     from ..trajopt.dynamics import ContactDynamics, FreeDynamics
 
-    model = problem.model
+    crocoddyl = _crocoddyl()
+    # Problem declares its model and costs as ``object`` (it holds any pytree); they are a
+    # Model and Costs by construction
+    model = cast("Model", problem.model)
     dynamics = problem.dynamics
     if not isinstance(dynamics, (FreeDynamics, ContactDynamics)):
         raise NotImplementedError("to_crocoddyl: FreeDynamics or ContactDynamics only")
@@ -266,7 +281,7 @@ def to_crocoddyl(problem, pin_model, conv):
     # every frame is added to the copy before the state is built on it
     specs = _contact_specs(dynamics, frames) if contact else None
     for cost in (problem.running, problem.terminal):
-        for term in cost.terms:
+        for term in cast("Cost", cost).terms:
             if hasattr(term.residual, "frame"):
                 frames.frame(term.residual.frame)
     state = crocoddyl.StateMultibody(frames.pin_model)
@@ -281,7 +296,7 @@ def to_crocoddyl(problem, pin_model, conv):
 
     def dam(cost):
         costs = _cost_model(state, problem, conv, cost, nu, frames)
-        if contact:
+        if isinstance(dynamics, ContactDynamics):  # contact
             d = crocoddyl.DifferentialActionModelContactFwdDynamics(
                 state,
                 actuation,

@@ -28,8 +28,9 @@ Works on numpy and JAX arrays (unbatched; ``jax.vmap`` the methods for batches).
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax.numpy as jnp
 import numpy as np
@@ -40,14 +41,15 @@ if TYPE_CHECKING:
     from jax import Array
 
 
-#: a jax or a numpy array (the conversions keep the kind they are given)
+#: a jax or a numpy array (the conversions keep the kind they are given; ``cast`` where the
+#: type checker loses the kind through numpy's ``.T``)
 _A = TypeVar("_A", "Array", np.ndarray)
 
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 _SWAP6 = np.array([3, 4, 5, 0, 1, 2])
 
 
-def _xp(x):
+def _xp(x: object) -> Any:
     return np if isinstance(x, np.ndarray) else jnp
 
 
@@ -202,7 +204,7 @@ class Converter:
                 D = D.at[sl, sl].set(R)
         return xp.asarray(P, dtype=q.dtype) @ D
 
-    def _drift(self, q, v):
+    def _drift(self, q: _A, v: _A) -> _A:
         """``c`` with ``qacc = T (a + c)``: ``ω x v_b`` on each free joint's linear part."""
         xp = _xp(v)
         c = xp.zeros_like(v)
@@ -223,7 +225,7 @@ class Converter:
     def v_from_mujoco(self, q: _A, qvel: _A) -> _A:
         """MuJoCo ``qvel`` (or ``qfrc``: ``qfrc_bias``, ``mj_rne``'s result) -> jaxdyn order and
         coordinates, at jaxdyn configuration ``q``."""
-        return self.velocity_map(q).T @ qvel
+        return cast("_A", self.velocity_map(q).T @ qvel)
 
     tau_to_mujoco = v_to_mujoco
     tau_from_mujoco = v_from_mujoco
@@ -234,7 +236,7 @@ class Converter:
 
     def a_from_mujoco(self, q: _A, v: _A, qacc: _A) -> _A:
         """MuJoCo ``qacc`` -> jaxdyn ``a`` at ``(q, v)`` (jaxdyn's ``q`` and ``v``)."""
-        return self.velocity_map(q).T @ qacc - self._drift(q, v)
+        return cast("_A", self.velocity_map(q).T @ qacc - self._drift(q, v))
 
     def bias_from_mujoco(self, q: _A, v: _A, qfrc_bias: _A, M_mj: _A) -> _A:
         """MuJoCo's ``qfrc_bias`` (with its mass matrix ``M_mj``, ``mj_fullM``) -> jaxdyn's
@@ -249,12 +251,12 @@ class Converter:
     def matrix_to_mujoco(self, q: _A, M: _A) -> _A:
         """An ``nv x nv`` jaxdyn matrix (mass matrix, its inverse) -> MuJoCo's ``T M T^T``."""
         T = self.velocity_map(q)
-        return T @ M @ T.T
+        return cast("_A", T @ M @ T.T)
 
     def matrix_from_mujoco(self, q: _A, M_mj: _A) -> _A:
         """MuJoCo's ``nv x nv`` matrix (``mj_fullM``) -> jaxdyn's ``T^T M T``."""
         T = self.velocity_map(q)
-        return T.T @ M_mj @ T
+        return cast("_A", T.T @ M_mj @ T)
 
     def jacobian_to_mujoco(self, q: _A, J: _A) -> _A:
         """A jaxdyn ``6 x nv`` Jacobian (``[angular; linear]`` rows, world axes at the point:
@@ -269,7 +271,7 @@ class Converter:
         return xp.take(J_mj, _SWAP6, axis=0) @ self.velocity_map(q)
 
 
-def mujoco_model_from_urdf(source, floating_base: bool = False):
+def mujoco_model_from_urdf(source: str | os.PathLike, floating_base: bool = False) -> Any:
     """Compile a URDF with MuJoCo's URDF importer, for comparisons with :func:`jaxdyn.load_urdf`
     (and for :func:`jaxdyn.load_mjcf`).
 
@@ -282,7 +284,6 @@ def mujoco_model_from_urdf(source, floating_base: bool = False):
     positive definite, a moving body without mass) are raised as ``ValueError`` naming the
     source.
     """
-    import os
     import xml.etree.ElementTree as ET
 
     mujoco = import_mujoco()

@@ -17,16 +17,39 @@ models; the row map is :meth:`Converter.constraint_rows_to_pin`).
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..constraints import Connect, Weld
+    from ..model.model import Model
+
+#: a jax or a numpy array (the conversions keep the kind they are given)
+_A = TypeVar("_A", "Array", np.ndarray)
+
 _SWAP6 = np.array([3, 4, 5, 0, 1, 2])
 
 
-def _xp(x):
+def _xp(x: object) -> Any:
     return np if isinstance(x, np.ndarray) else jnp
+
+
+def _pinocchio() -> ModuleType:
+    """``pinocchio``, imported at call time (an optional dependency), typed as a plain module:
+    its compiled bindings ship no type stubs, so a type checker sees none of their names."""
+    import pinocchio
+
+    return pinocchio
 
 
 class Converter:
@@ -35,7 +58,7 @@ class Converter:
     Joints are matched by name; the free flyer may be named ``root_joint`` in both.
     """
 
-    def __init__(self, model, pin_model):
+    def __init__(self, model: Model, pin_model: Any) -> None:
         t = model.topo
         self.model, self.pin_model = model, pin_model
         self.nq_pin, self.nv_pin = int(pin_model.nq), int(pin_model.nv)
@@ -43,8 +66,8 @@ class Converter:
         if self.nv_pin != model.nv:
             raise ValueError(f"Converter: nv differs (jaxdyn {model.nv}, pinocchio {self.nv_pin})")
         v_to = np.full(model.nv, -1)  # v_pin[i] = v[v_to[i]]
-        q_plan = []  # (kind, ours q0, pin q0, pin nq)
-        self.pin_joint_ids = []
+        q_plan: list[tuple[int, int, int, int]] = []  # (kind, ours q0, pin q0, pin nq)
+        self.pin_joint_ids: list[int] = []
         for b in range(t.nb):
             name = t.joint_names[b]
             if name not in pin_names:
@@ -74,12 +97,12 @@ class Converter:
         self.pin_njoints = int(pin_model.njoints)
 
     # ------------------------------------------------------------------ configurations
-    def q_to_pin(self, q):
+    def q_to_pin(self, q: _A) -> _A:
         """jaxdyn ``q (nq,)`` -> Pinocchio ``q (nq_pin,)``."""
         xp = _xp(q)
         if not self._q_plan:  # zero-DoF model
             return q[:0]
-        parts = [None] * len(self._q_plan)
+        parts: list[Any] = [None] * len(self._q_plan)
         order = np.argsort([p[2] for p in self._q_plan])
         for i, (kind, q0, _, nq_pin) in enumerate(self._q_plan):
             if kind == joints.FREE:
@@ -92,7 +115,7 @@ class Converter:
                 parts[i] = q[q0 : q0 + 1]
         return xp.concatenate([parts[i] for i in order])
 
-    def q_from_pin(self, q_pin):
+    def q_from_pin(self, q_pin: _A) -> _A:
         """Pinocchio ``q (nq_pin,)`` -> jaxdyn ``q (nq,)``."""
         xp = _xp(q_pin)
         if not self._q_plan:
@@ -111,38 +134,38 @@ class Converter:
         return xp.concatenate(parts)
 
     # ------------------------------------------------------------------ tangent vectors
-    def v_to_pin(self, v, axis=-1):
+    def v_to_pin(self, v: _A, axis: int = -1) -> _A:
         """jaxdyn ``v``/``a``/``tau`` (or a matrix along ``axis``) -> Pinocchio order."""
         return _xp(v).take(v, self.v_to_pin_index, axis=axis)
 
-    def v_from_pin(self, v_pin, axis=-1):
+    def v_from_pin(self, v_pin: _A, axis: int = -1) -> _A:
         """Pinocchio ``v``/``a``/``tau`` (or a matrix along ``axis``) -> jaxdyn order."""
         return _xp(v_pin).take(v_pin, self.v_from_pin_index, axis=axis)
 
-    def matrix_to_pin(self, M):
+    def matrix_to_pin(self, M: _A) -> _A:
         """An ``nv x nv`` matrix (``M``, ``M^-1``, derivative blocks) -> Pinocchio order."""
         return self.v_to_pin(self.v_to_pin(M, axis=0), axis=1)
 
-    def matrix_from_pin(self, M_pin):
+    def matrix_from_pin(self, M_pin: _A) -> _A:
         return self.v_from_pin(self.v_from_pin(M_pin, axis=0), axis=1)
 
-    def jacobian_to_pin(self, J):
+    def jacobian_to_pin(self, J: _A) -> _A:
         """A ``6 x nv`` jaxdyn Jacobian (``[ω; v]`` rows) -> Pinocchio (``[v; ω]`` rows)."""
         return self.v_to_pin(_xp(J).take(J, _SWAP6, axis=-2), axis=-1)
 
-    def jacobian_from_pin(self, J_pin):
+    def jacobian_from_pin(self, J_pin: _A) -> _A:
         return self.v_from_pin(_xp(J_pin).take(J_pin, _SWAP6, axis=-2), axis=-1)
 
     @staticmethod
-    def motion_to_pin(m):
+    def motion_to_pin(m: _A) -> _A:
         """``[ω; v]`` -> ``[v; ω]`` (also for forces: ``[n; f]`` -> ``[f; n]``)."""
         return _xp(m).take(m, _SWAP6, axis=-1)
 
     motion_from_pin = motion_to_pin
 
-    def f_ext_to_pin(self, f_ext):
+    def f_ext_to_pin(self, f_ext: ArrayLike) -> list[Any]:
         """Per-body forces ``(nb, 6)`` in body frames -> Pinocchio's per-joint ``ForceVector``."""
-        import pinocchio as pin
+        pin = _pinocchio()
 
         f_ext = np.asarray(f_ext)
         out = [pin.Force.Zero() for _ in range(self.pin_njoints)]
@@ -152,7 +175,9 @@ class Converter:
         return out
 
     # ------------------------------------------------------------------ constraints
-    def constraint_models_to_pin(self, constraints):
+    def constraint_models_to_pin(
+        self, constraints: Weld | Connect | Sequence[Weld | Connect]
+    ) -> tuple[Any, Any]:
         """Pinocchio rigid constraint models of jaxdyn constraints (:mod:`jaxdyn.constraints`).
 
         The map, constraint by constraint (``constraints`` keep their order):
@@ -176,7 +201,7 @@ class Converter:
         **Returns:** ``(models, datas)``: ``pin.StdVec_RigidConstraintModel`` and the matching
         ``pin.StdVec_RigidConstraintData``.
         """
-        import pinocchio as pin
+        pin = _pinocchio()
 
         from ..constraints import check_constraints, layout
 
@@ -207,7 +232,9 @@ class Converter:
         return models, datas
 
     @staticmethod
-    def constraint_rows_to_pin(constraints):
+    def constraint_rows_to_pin(
+        constraints: Weld | Connect | Sequence[Weld | Connect],
+    ) -> np.ndarray:
         """Row permutation ``p`` with ``x_pin = x[p]`` for the stacked rows of ``constraints``
         (Delassus matrix: ``D_pin = D[p][:, p]``, Jacobian rows, forces ``λ``): the 6 rows of a
         weld swap their angular and linear halves, a connect's 3 rows stay."""
@@ -222,7 +249,7 @@ class Converter:
     constraint_rows_from_pin = constraint_rows_to_pin  # the permutation is an involution
 
 
-def build_pinocchio_model(model):
+def build_pinocchio_model(model: Model) -> Any:
     """A Pinocchio model with jaxdyn's bodies, joints and inertias (frames are not copied).
 
     Useful as an oracle independent of URDF parsing (e.g. for spherical joints, which URDF
@@ -230,7 +257,7 @@ def build_pinocchio_model(model):
     contiguous) and keep jaxdyn's joint names, so :class:`Converter` maps between the two.
     ``model.armature`` (if set) becomes ``pin_model.armature``.
     """
-    import pinocchio as pin
+    pin = _pinocchio()
 
     t = model.topo
     pm = pin.Model()
@@ -238,7 +265,7 @@ def build_pinocchio_model(model):
     R, p = np.asarray(model.Xtree_R), np.asarray(model.Xtree_p)
     axis = np.asarray(model.dof_axis)
     mass, com, inertia = (np.asarray(x) for x in (model.mass, model.com, model.inertia))
-    children = {b: [] for b in range(-1, t.nb)}
+    children: dict[int, list[int]] = {b: [] for b in range(-1, t.nb)}
     for b in range(t.nb):
         children[int(t.parent[b])].append(b)
     order, stack = [], list(reversed(children[-1]))

@@ -174,9 +174,20 @@ if TYPE_CHECKING:
 
     from ..clusters.model import ClusterModel
     from ..interop.mujoco import Converter
-    from ..sim.actuators import PD, JointLimits, Torque
+    from ..sim.actuators import (
+        PD,
+        FixedTendons,
+        GainBias,
+        JointLimits,
+        SpatialTendons,
+        Springs,
+        Torque,
+    )
     from ..sim.contact import Compliant, Constraint
     from ..sim.core import SimConfig
+    from ..sim.equality import Equalities
+    from ..sim.geometry import Plane
+    from ..sim.geoms import Geoms
 
 __all__ = [
     "Actuator",
@@ -271,7 +282,7 @@ class Actuator(NamedTuple):
     """
 
     name: str
-    joint: str
+    joint: str | None
     dof: int
     kind: str
     gear: float
@@ -322,8 +333,8 @@ class MJCFModel(NamedTuple):
 
     model: Model
     contacts: tuple
-    terrain: object
-    geoms: object
+    terrain: Plane | None
+    geoms: Geoms | None
     constraints: tuple
     constraint_active: tuple
     actuators: tuple
@@ -332,14 +343,14 @@ class MJCFModel(NamedTuple):
     timestep: float
     ignored: tuple
     site_frames: dict
-    mj_model: object
-    springs: object = None
-    tendons: object = None
-    gain_bias: object = None
+    mj_model: Any  # a mujoco.MjModel (MuJoCo's compiled bindings ship no type stubs)
+    springs: Springs | None = None
+    tendons: FixedTendons | None = None
+    gain_bias: GainBias | None = None
     integrator: str = "implicit"
     sim_issues: tuple = ()
-    equalities: object = None
-    spatial_tendons: object = None
+    equalities: Equalities | None = None
+    spatial_tendons: SpatialTendons | None = None
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
     def converter(self) -> Converter:
@@ -503,7 +514,7 @@ class MJCFModel(NamedTuple):
                 f"sim_config: {self.model.name}: jaxdyn.sim cannot honour:\n{lines}\n"
                 f"pass ignore={ks!r} to simulate without them"
             )
-        kw = dict(
+        kw: dict[str, Any] = dict(
             dt=self.timestep,
             integrator=self.integrator,
             actuator=self.gain_bias if self.gain_bias is not None else Torque(dofs=()),
@@ -677,8 +688,8 @@ def _composite_elements(xml, seen=None) -> list:
         if el.tag in ("composite", "flexcomp"):
             prefix = el.get("prefix") or el.get("name") or ""
             found.append(f"<{el.tag} type={el.get('type')!r} prefix/name={prefix!r}>")
-        elif el.tag == "include" and base is not None and el.get("file"):
-            found += _composite_elements(os.path.join(base, el.get("file")), seen)
+        elif el.tag == "include" and base is not None and (file := el.get("file")):
+            found += _composite_elements(os.path.join(base, file), seen)
     return found
 
 
@@ -982,7 +993,8 @@ def _self_contained(source, assets):
 
 # ------------------------------------------------------------------------------- loading
 def load_mjcf(
-    source: str | os.PathLike | mujoco.MjSpec | mujoco.MjModel,
+    # (MuJoCo's compiled bindings ship no type stubs: its classes are unknown to type checkers)
+    source: str | os.PathLike | mujoco.MjSpec | mujoco.MjModel,  # pyright: ignore[reportAttributeAccessIssue]
     *,
     ignore: str | Iterable[str] = (),
     assets: dict | None = None,
@@ -2115,7 +2127,7 @@ def _contacts(
             f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
             "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
         )
-    touching = sorted(set(used) | ({ground} if prims else set()) | as_prim)
+    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
         vals = sorted({tuple(float(x) for x in solimp[g]) for g in soft})[:3]
@@ -2278,7 +2290,7 @@ def _sim_equalities(mujoco, m, place, remap, joint_q, dis, dtype):
         imp = np.array(m.eq_solimp[e], float)
         imp[[0, 1, 3]] = np.clip(imp[[0, 1, 3]], 1e-4, 0.9999)  # mjMINIMP, mjMAXIMP
         imp[2], imp[4] = max(0.0, imp[2]), max(1.0, imp[4])
-        row = dict(
+        row: dict[str, Any] = dict(
             kind=_EQ_NAMES[typ],
             body1=-1,
             body2=-1,

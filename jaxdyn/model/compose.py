@@ -12,7 +12,7 @@ coordinates interleave in ``q`` / ``v``; :class:`Composed` holds each part's ind
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import numpy as np
@@ -20,6 +20,11 @@ import numpy as np
 from .. import joints
 from .build import LIMITS, cast_params, model_params, sort_tree
 from .model import Model, make_topology
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import ArrayLike
 
 __all__ = ["BodyPart", "Composed", "ModelPart", "compose"]
 
@@ -67,11 +72,17 @@ class Composed(NamedTuple):
     v_index: dict
 
 
-def _np(x):
-    return None if x is None else np.asarray(x, float)
+def _np(x: ArrayLike) -> np.ndarray:
+    """A float numpy copy of a model's array (the optional ones are checked for ``None`` by
+    the caller)."""
+    return np.asarray(x, float)
 
 
-def compose(parts, name: str = "scene", gravity=None) -> Composed:
+def compose(
+    parts: Sequence[ModelPart | BodyPart],
+    name: str = "scene",
+    gravity: ArrayLike | None = None,
+) -> Composed:
     """One model of the ``parts`` (:class:`ModelPart` and :class:`BodyPart`), side by side on
     the world. ``gravity``: the scene's (default: the first model part's, else ``-9.81 z``);
     model parts whose gravity differs raise ``ValueError`` naming them. Joint properties

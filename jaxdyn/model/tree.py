@@ -39,10 +39,16 @@ from ..backend import fusion
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from typing import TypeAlias
 
     from jax import Array
 
     from .model import Level, Topology
+
+    #: what the level passes walk: a :class:`~jaxdyn.model.model.Topology`, or any object with
+    #: its ``levels`` (a cluster topology of :mod:`jaxdyn.clusters`, which this layer does not
+    #: import; ``Topology``'s fields are set at run time, so no protocol describes both)
+    LevelTree: TypeAlias = Any
 
 #: Shortest run of identically structured consecutive levels evaluated by ``lax.scan``.
 #: Bundled robots (depth <= 12, varying level widths) stay fully unrolled; an ``n``-link chain
@@ -313,7 +319,7 @@ def _topo_pass(topo, step, inputs, carry, static, reverse):
 
 
 def forward_pass(
-    topo: Topology,
+    topo: LevelTree,
     step: Callable[..., tuple[Any, Any]],
     inputs: Sequence[tuple[str, Any]],
     carry: Any = None,
@@ -335,7 +341,7 @@ def forward_pass(
 
 
 def backward_pass(
-    topo: Topology,
+    topo: LevelTree,
     step: Callable[..., tuple[Any, Any]],
     inputs: Sequence[tuple[str, Any]],
     carry: Any = None,
@@ -396,7 +402,7 @@ def _slice_plan(idx, n_parent: int, by_parent: bool):
     return pieces if pieces is not None and len(pieces) <= max(8, len(idx) // 2) else None
 
 
-def gather_parent(prev, level: Level, root) -> Array:
+def gather_parent(prev: Array | None, level: Level, root: Array | None) -> Array:
     """Values of the parents of ``level``'s bodies; ``root`` (broadcast) at depth 0.
 
     Bodies are sorted by joint kind, then parent, inside a level (``jaxdyn.model.model``), so
@@ -404,6 +410,7 @@ def gather_parent(prev, level: Level, root) -> Array:
     ``jax.vmap`` these fuse into their consumers, where a gather is a kernel of its own
     (measured with :func:`sum_into_parents`)."""
     if prev is None:
+        assert root is not None, "gather_parent: a root value is needed at depth 0"
         return jnp.broadcast_to(root, (level.n,) + root.shape)
     idx = level.parent_local
     if _is_identity(idx, prev.shape[0]):
@@ -485,7 +492,7 @@ def sum_into_parents(x: Array, level: Level, n_parent: int) -> Array:
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, 0)
 
 
-def sum_into_parents_gathered(below, child_level: Level, n_parent: int) -> Array | None:
+def sum_into_parents_gathered(below: Array, child_level: Level, n_parent: int) -> Array | None:
     """Sum the rows of ``below`` (the bodies of ``child_level``) into their ``n_parent``
     parents, for parent maps whose children are not contiguous (cluster views): a sum of
     static gathers (child slot ``k`` of every parent, a zero row where a parent has fewer
@@ -515,7 +522,7 @@ def sum_into_parents_gathered(below, child_level: Level, n_parent: int) -> Array
     return out
 
 
-def forward_accumulate(topo, incr: Array, root: Array, with_parent: bool = False) -> Any:
+def forward_accumulate(topo: LevelTree, incr: Array, root: Array, with_parent: bool = False) -> Any:
     """``x_b = x_parent(b) + incr_b`` with ``x_world = root``: sums along the support of each body.
 
     With ``with_parent=True`` returns ``(x, x_parent)``, each body's parent value too (``root``

@@ -52,9 +52,13 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from xml.parsers import expat
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "URDFInertial",
@@ -128,7 +132,7 @@ class URDFRobot:
 
 
 # --------------------------------------------------------------------------- helpers
-def rpy_to_matrix(rpy) -> np.ndarray:
+def rpy_to_matrix(rpy: ArrayLike) -> np.ndarray:
     """Rotation matrix of URDF roll-pitch-yaw: ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``."""
     r, p, y = (float(v) for v in np.asarray(rpy, dtype=float).reshape(3))
     cr, sr, cp, sp, cy, sy = (
@@ -159,7 +163,7 @@ def _check_strict(strict) -> None:
         raise TypeError(f"URDF: strict must be None, True or False, got {strict!r}")
 
 
-def project_inertia(inertia) -> np.ndarray:
+def project_inertia(inertia: ArrayLike) -> np.ndarray:
     """The physically valid rotational inertia nearest to ``inertia`` (Frobenius norm).
 
     Valid means principal moments satisfying the triangle inequality ``a + b >= c`` (hence
@@ -172,7 +176,7 @@ def project_inertia(inertia) -> np.ndarray:
     lam, V = np.linalg.eigh(I)
     A = np.array([[-1.0, 1.0, 1.0], [1.0, -1.0, 1.0], [1.0, 1.0, -1.0]])  # A lam >= 0
     tol = 1e-15 * max(1.0, float(np.max(np.abs(lam))))
-    best, best_d = None, np.inf
+    best, best_d = np.zeros(3), np.inf  # replaced: mask 7 (the cone's apex 0) is feasible
     for mask in range(8):
         act = A[[k for k in range(3) if mask >> k & 1]]
         x = lam if len(act) == 0 else lam - act.T @ np.linalg.solve(act @ act.T, act @ lam)
@@ -218,10 +222,10 @@ def _origin(el: ET.Element, where: str) -> tuple[np.ndarray, np.ndarray]:
     o = _one(el, "origin", where)
     xyz, rpy = np.zeros(3), np.zeros(3)
     if o is not None:
-        if o.get("xyz") is not None:
-            xyz = parse_numbers(o.get("xyz"), 3, f"{where} <origin xyz>")
-        if o.get("rpy") is not None:
-            rpy = parse_numbers(o.get("rpy"), 3, f"{where} <origin rpy>")
+        if (text := o.get("xyz")) is not None:
+            xyz = parse_numbers(text, 3, f"{where} <origin xyz>")
+        if (text := o.get("rpy")) is not None:
+            rpy = parse_numbers(text, 3, f"{where} <origin rpy>")
     return xyz, rpy
 
 
@@ -237,7 +241,7 @@ def _name(el: ET.Element, index: int) -> str:
 
 
 # --------------------------------------------------------------------------- security / XML
-def read_xml(source, kind: str = "URDF") -> ET.Element:
+def read_xml(source: str | bytes | os.PathLike, kind: str = "URDF") -> ET.Element:
     """Load ``source`` (path, XML text or bytes), refuse DTDs, return the root Element.
     ``kind`` begins the error messages (``"URDF"``; the MJCF loader names the file)."""
 
@@ -302,9 +306,10 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
     mel = _one(iel, "mass", where)
     if mel is None:
         raise ValueError(f"{where}: missing <mass>")
-    if mel.get("value") is None:
+    value = mel.get("value")
+    if value is None:
         raise ValueError(f"{where} <mass>: missing value attribute")
-    mass = float(parse_numbers(mel.get("value"), 1, f"{where} <mass value>")[0]) + 0.0
+    mass = float(parse_numbers(value, 1, f"{where} <mass value>")[0]) + 0.0
     if mass < 0.0:
         raise ValueError(f"{where}: negative mass {mass}")
     inertia = np.zeros((3, 3))
@@ -312,9 +317,10 @@ def _parse_link(el: ET.Element, index: int) -> URDFLink:
     if nel is not None:
         comps = {}
         for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
-            if nel.get(k) is None:
+            text = nel.get(k)
+            if text is None:
                 raise ValueError(f"{where} <inertia>: missing {k} attribute")
-            comps[k] = float(parse_numbers(nel.get(k), 1, f"{where} <inertia {k}>")[0])
+            comps[k] = float(parse_numbers(text, 1, f"{where} <inertia {k}>")[0])
         inertia = np.array(
             [
                 [comps["ixx"], comps["ixy"], comps["ixz"]],
@@ -337,9 +343,10 @@ def _check_inertias(links: list[URDFLink], strict, robot_name: str = "") -> None
     tol = INERTIA_RTOL * scale
     triangle = []  # (link, principal moments, violation): one warning for the file
     for l in links:
-        if l.name not in eigs:
+        inert = l.inertial
+        if inert is None:  # (the links with an inertial are those of eigs)
             continue
-        inert, eig = l.inertial, eigs[l.name]
+        eig = eigs[l.name]
         where = f'URDF <link name="{l.name}"> <inertial> <inertia>'
         I = inert.inertia
         silent = 1e-12 * max(1.0, abs(np.trace(I)))
@@ -435,9 +442,10 @@ def _parse_joint(el: ET.Element, index: int) -> URDFJoint:
     axis = np.array([1.0, 0.0, 0.0])
     ael = _one(el, "axis", where)
     if ael is not None:
-        if ael.get("xyz") is None:
+        text = ael.get("xyz")
+        if text is None:
             raise ValueError(f"{where} <axis>: missing xyz attribute")
-        a = parse_numbers(ael.get("xyz"), 3, f"{where} <axis xyz>")
+        a = parse_numbers(text, 3, f"{where} <axis xyz>")
         big = float(np.max(np.abs(a)))
         if big > 0.0:  # scaled first: the norm of (0, 0, 1e200) overflowed to inf, axis 0
             a = a / big
@@ -535,7 +543,7 @@ _read_xml = read_xml
 _numbers = parse_numbers
 
 
-def parse_urdf(source, strict: bool | None = None) -> URDFRobot:
+def parse_urdf(source: str | bytes | os.PathLike, strict: bool | None = None) -> URDFRobot:
     """Parse a URDF model.
 
     ``source`` is a path (str or os.PathLike), XML text (a str that starts with

@@ -37,10 +37,16 @@ from . import assembly as asm
 from .structure import QDD, A, var_size
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
+    from typing import TypeAlias
+
+    from jax.typing import ArrayLike
 
     from ..model.model import Model
     from .structure import NoriSystem
+
+    #: a check state ``(q, v, values)`` (numpy)
+    State: TypeAlias = tuple[ArrayLike, ArrayLike, Sequence[ArrayLike]]
 
 SCIPY_ORDERINGS = ("NATURAL", "MMD_ATA", "MMD_AT_PLUS_A", "COLAMD")
 
@@ -109,7 +115,7 @@ class Analysis:
 # ----------------------------------------------------------------------------- states, pattern
 
 
-def random_q(model, rng, scale=1.0):
+def random_q(model: Model, rng: np.random.Generator, scale: float = 1.0) -> np.ndarray:
     """A random configuration (numpy): joint angles uniform in ``[-scale, scale]``, unit
     quaternions for spherical / free joints, free-joint positions uniform."""
     from .. import joints
@@ -131,7 +137,7 @@ def random_q(model, rng, scale=1.0):
     return q
 
 
-def neutral_q(model):
+def neutral_q(model: Model) -> np.ndarray:
     from .. import joints
 
     t = model.topo
@@ -145,7 +151,9 @@ def neutral_q(model):
     return q
 
 
-def sample_states(system, model, n_random=3, seed=0, neutral=False):
+def sample_states(
+    system: NoriSystem, model: Model, n_random: int = 3, seed: int = 0, neutral: bool = False
+) -> list[State]:
     """``(q, v, values)`` states (numpy): optionally the neutral configuration, then random
     ones."""
     rng = np.random.default_rng(seed)
@@ -176,7 +184,7 @@ def _crm(v):
     return out
 
 
-def numpy_quantities(model, q, v):
+def numpy_quantities(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
     """:func:`jaxdyn.nori.assembly.quantities` in numpy (offline checks; no compilation)."""
     from .. import joints
 
@@ -222,7 +230,9 @@ def numpy_quantities(model, q, v):
     return R, p, X, Ib, vel, c, nu, a0
 
 
-def numpy_assemble(system, model, q, v, values):
+def numpy_assemble(
+    system: NoriSystem, model: Model, q: ArrayLike, v: ArrayLike, values: Sequence[ArrayLike]
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`jaxdyn.nori.assembly.assemble` in numpy: ``(D, r)``."""
     t = system.topo
     q, v = np.asarray(q, float), np.asarray(v, float)
@@ -289,29 +299,38 @@ def numpy_assemble(system, model, q, v, values):
     return D, src[lay["rhs"]]
 
 
-def dense_matrices(system, model, states):
+def dense_matrices(
+    system: NoriSystem, model: Model, states: Iterable[State]
+) -> list[tuple[np.ndarray, np.ndarray]]:
     return [numpy_assemble(system, model, q, v, y) for q, v, y in states]
 
 
-def worst_case_pattern(system, model, n_samples=3, seed=0):
+def worst_case_pattern(
+    system: NoriSystem, model: Model, n_samples: int = 3, seed: int = 0
+) -> np.ndarray:
     """Boolean ``(n_rows, n_vars)`` pattern: non-zero at any of ``n_samples`` random states."""
+    if n_samples < 1:
+        raise ValueError(f"nori.analyze: n_samples must be at least 1, got {n_samples}")
     pat = None
     for D, _ in dense_matrices(system, model, sample_states(system, model, n_samples, seed)):
         scale = max(1.0, float(np.max(np.abs(D))))
         nz = np.abs(D) > 1e-13 * scale
         pat = nz if pat is None else pat | nz
+    assert pat is not None  # n_samples >= 1
     return pat
 
 
 # ----------------------------------------------------------------------------- orderings
 
 
-def symbolic_lu(pattern, prow, pcol):
+def symbolic_lu(
+    pattern: np.ndarray, prow: np.ndarray, pcol: np.ndarray
+) -> tuple[int, int, int, int]:
     """Fill and flops of the LU of ``pattern[prow][:, pcol]`` without pivoting."""
     from scipy.sparse import csr_matrix
 
     A = csr_matrix(pattern[np.ix_(prow, pcol)])
-    n = A.shape[0]
+    n = A.shape[0]  # pyright: ignore[reportOptionalSubscript] (scipy: shape inferred Optional)
     rows = [set(A.indices[A.indptr[i] : A.indptr[i + 1]].tolist()) for i in range(n)]
     cols = [set() for _ in range(n)]
     for i, r in enumerate(rows):
@@ -340,7 +359,7 @@ def _stats(name, nnz, nnz_L, nnz_U, fill, flops):
     return OrderingStats(name, nnz, nnz_L, nnz_U, fill, int(flops), 2 * (nnz_L + nnz_U))
 
 
-def scipy_ordering(pattern, spec, seed=0):
+def scipy_ordering(pattern: np.ndarray, spec: str, seed: int = 0) -> OrderingStats:
     """SuperLU with column ordering ``spec`` on random values with the given pattern."""
     from scipy.sparse import csc_matrix
     from scipy.sparse.linalg import splu
@@ -351,7 +370,7 @@ def scipy_ordering(pattern, spec, seed=0):
     lu = splu(A, permc_spec=spec)
     L = lu.L.tocsc()
     U = lu.U.tocsr()
-    n = A.shape[0]
+    n = A.shape[0]  # pyright: ignore[reportOptionalSubscript] (scipy: shape inferred Optional)
     Lc = np.diff(L.indptr) - 1  # below the unit diagonal
     Ur = np.diff(U.indptr) - 1  # right of the diagonal
     flops = int(np.sum(Lc * (1 + 2 * Ur)))
@@ -359,7 +378,7 @@ def scipy_ordering(pattern, spec, seed=0):
     return _stats(spec, int(A.nnz), int(L.nnz), int(U.nnz), fill, flops)
 
 
-def tree_order(system):
+def tree_order(system: NoriSystem) -> tuple[np.ndarray, np.ndarray]:
     """The static (row, column) scalar pivot sequence of the tree LU (peeling, then the local
     plans leaves to root)."""
     t = system.topo
@@ -402,7 +421,7 @@ def tree_order(system):
     return np.asarray(rows), np.asarray(cols)
 
 
-def triangularize(pattern):
+def triangularize(pattern: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray]:
     """Greedy single-entry-row elimination (see the module docstring). Returns
     ``(ok, row_order, col_order)``; with ``ok`` the permuted pattern is lower triangular."""
     from scipy.sparse import csc_matrix, csr_matrix
@@ -437,7 +456,7 @@ def triangularize(pattern):
 # ----------------------------------------------------------------------------- rank
 
 
-def structural_rank(pattern):
+def structural_rank(pattern: np.ndarray) -> int:
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import structural_rank as srank
 
@@ -457,7 +476,7 @@ def _dyn_split(system):
     return tuple(np.asarray(x, np.int64) for x in (dyn_r, spec_r, w_c, z_c))
 
 
-def unobservable(system, D, rtol=1e-9):
+def unobservable(system: NoriSystem, D: np.ndarray, rtol: float = 1e-9) -> tuple[int, list[str]]:
     """Numerical rank of ``D`` and the labels of the unknowns its null space moves.
 
     By Property 1 the Newton-Euler rows determine ``w = (a, f, tau)`` from
@@ -495,7 +514,7 @@ def unobservable(system, D, rtol=1e-9):
     return rank, [labels[j] for j in np.nonzero(weight > 1e-6 * max(1.0, weight.max()))[0]]
 
 
-def summarize_labels(labels, limit=40):
+def summarize_labels(labels: Iterable[str], limit: int = 40) -> list[str]:
     """``['fx[foot].fx', 'fx[foot].fy', ...]`` grouped as ``fx[foot] (fx, fy)``; external
     wrenches first, then joint torques and accelerations, then the link quantities."""
     prio = {"fx": 0, "tau": 1, "qdd": 2, "a": 3, "f": 4}
@@ -513,14 +532,22 @@ def summarize_labels(labels, limit=40):
     return out
 
 
-def check_well_posed(system, model, states, neutral_first=False):
+def check_well_posed(
+    system: NoriSystem, model: Model, states: Sequence[State], neutral_first: bool = False
+) -> tuple[int, tuple[int, ...]]:
     """Raise ``ValueError`` when ``[D; D_Y]`` is rank deficient (structurally, or numerically
     at one of ``states``), naming the unobservable quantities."""
+    if not states:
+        raise ValueError(
+            "nori.build: check_states is empty: give at least one configuration to check the "
+            "system at (or check=False)"
+        )
     mats = dense_matrices(system, model, states)
     pat = None
     for D, _ in mats:
         nz = D != 0
         pat = nz if pat is None else pat | nz
+    assert pat is not None  # states is not empty
     srank = structural_rank(pat)
     ranks = []
     for i, (D, _) in enumerate(mats):

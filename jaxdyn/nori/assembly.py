@@ -24,10 +24,11 @@ from .structure import FX, QDD, TAU, A, F, var_size
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
-    from .structure import NoriSystem
+    from .sensors import _Spec
+    from .structure import NoriSystem, RowGroup
 
 # The values ``y`` of a system's knowns and sensors: a sequence aligned with ``system.specs``, or
 # a mapping keyed by spec or label.
@@ -47,7 +48,7 @@ class Quantities(NamedTuple):
     a0: jax.Array  # (6,) world acceleration -a_g
 
 
-def quantities(model, q, qd) -> Quantities:
+def quantities(model: Model, q: Array, qd: Array) -> Quantities:
     t = model.topo
     RJ, pJ = kin.joint_placements(model, q)
     R = spatial.mm(model.Xtree_R, RJ)
@@ -73,7 +74,9 @@ def quantities(model, q, qd) -> Quantities:
     return Quantities(R, p, X, Ib, vel, c, nu, a0)
 
 
-def peeled_accelerations(system, model, Q, qdd_known):
+def peeled_accelerations(
+    system: NoriSystem, model: Model, Q: Quantities, qdd_known: Array
+) -> Array:
     """``a_i = X_i a_λ + S_i qdd_i + c_i`` root to leaves (forward substitution of ``Ra``, the
     first half of Property 1's triangular solve); ``qdd_known (nv,)`` holds the peeled bodies'
     joint accelerations (zeros elsewhere: those values are never used)."""
@@ -93,12 +96,14 @@ def peeled_accelerations(system, model, Q, qdd_known):
 # ----------------------------------------------------------------------------- knowns, sensors
 
 
-def spec_offsets(system):
+def spec_offsets(system: NoriSystem) -> np.ndarray:
     sizes = [int(np.prod(s)) for s in system.yshapes]
     return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
-def check_values(fn, system, values, dtype=None):
+def check_values(
+    fn: str, system: NoriSystem, values: Values, dtype: DTypeLike | None = None
+) -> list[Array]:
     """Shape-check the values of the knowns and sensors (a sequence aligned with
     ``system.specs``, or a dict keyed by spec or label); NaN checks: eager ``ValueError``,
     traced value checks (:func:`nan_check`; switch: ``jaxdyn.config`` ``value_checks``)."""
@@ -116,14 +121,14 @@ def check_values(fn, system, values, dtype=None):
         if extra:
             raise ValueError(f"{fn}: values given for quantities not in the system: {extra}")
         values = out
-    values = list(values) if isinstance(values, (list, tuple)) else None
-    if values is None or len(values) != len(specs):
+    seq = list(values) if isinstance(values, (list, tuple)) else None
+    if seq is None or len(seq) != len(specs):
         raise ValueError(
             f"{fn}: expected {len(specs)} values (one per known / sensor, in the order "
-            f"{[s.label for s in specs]}), got {values if values is None else len(values)}"
+            f"{[s.label for s in specs]}), got {seq if seq is None else len(seq)}"
         )
     arrs = []
-    for s, y, shape in zip(specs, values, system.yshapes):
+    for s, y, shape in zip(specs, seq, system.yshapes):
         y = jnp.asarray(y)
         if y.shape != tuple(shape):
             raise ValueError(f"{fn}: value of {s.label} has shape {y.shape}, expected {shape}")
@@ -131,7 +136,7 @@ def check_values(fn, system, values, dtype=None):
     return arrs
 
 
-def nan_check(fn, arrs, specs):
+def nan_check(fn: str, arrs: list[Array], specs: Sequence[_Spec]) -> list[Array]:
     """Non-finite values: ``ValueError`` naming the quantity for concrete values; for traced
     ones a value check per quantity (:func:`jaxdyn.value_checks.error_if`) of which only the first
     bad quantity's fails (its message names it), when ``jaxdyn.config`` ``value_checks`` is
@@ -163,7 +168,7 @@ def _wrench_coef(model, f, comps, dtype):
     return jnp.concatenate([top, bot], 0)[np.asarray(comps)]
 
 
-def spec_coefficient(model, rg, dtype):
+def spec_coefficient(model: Model, rg: RowGroup, dtype: DTypeLike) -> Array:
     """Dense coefficient of a spec row group (``(m, size)``)."""
     key = rg.terms[0][1]
     if key == "wrench":
@@ -178,7 +183,7 @@ def spec_coefficient(model, rg, dtype):
     raise ValueError(f"unknown coefficient {key!r}")  # pragma: no cover
 
 
-def spec_offset(model, rg, Q, b):
+def spec_offset(model: Model, rg: RowGroup, Q: Quantities, b: int) -> Array | None:
     """State-dependent offset ``e`` of a spec row group (``y = C d + e``), or None."""
     if rg.terms[0][1] != "acc":
         return None
@@ -188,7 +193,9 @@ def spec_offset(model, rg, Q, b):
     return R.T @ spatial.cross(w, vo + spatial.cross(w, r))
 
 
-def spec_rhs(system, model, Q, arrs, dtype):
+def spec_rhs(
+    system: NoriSystem, model: Model, Q: Quantities, arrs: Sequence[Array], dtype: DTypeLike
+) -> Array:
     """The right-hand side of every spec row, flat in spec order (``y - e``)."""
     flat = (
         jnp.concatenate([jnp.reshape(y, (-1,)).astype(dtype) for y in arrs])
@@ -207,7 +214,7 @@ def spec_rhs(system, model, Q, arrs, dtype):
     return flat
 
 
-def row_index(system, b, k):
+def row_index(system: NoriSystem, b: int, k: int) -> np.ndarray:
     """Indices of a spec row group's rows in the flat right-hand side of :func:`spec_rhs`."""
     rg = system.rows[b][k]
     return spec_offsets(system)[rg.spec] + np.asarray(rg.yidx, np.int64)
@@ -226,11 +233,11 @@ def _grid(r0, c0, m, n):
     return ri.ravel(), ci.ravel()
 
 
-def dense_layout(system):
+def dense_layout(system: NoriSystem) -> dict[str, Any]:
     """Static index arrays of the dense assembly, by block category (cached on the system)."""
-    lay = getattr(system, "_dense_layout", None)
-    if lay is not None:
-        return lay
+    cached = getattr(system, "_dense_layout", None)
+    if cached is not None:
+        return cached
     t = system.topo
     cats = {}
 
@@ -281,7 +288,9 @@ def dense_layout(system):
                 rhs_src.append(np.full(rg.m, 12 * system.nb))
             else:
                 rhs_src.append(12 * system.nb + 1 + row_index(system, b, k))
-    lay = {k: (np.concatenate(v[0]), np.concatenate(v[1]), v[2]) for k, v in cats.items()}
+    lay: dict[str, Any] = {
+        k: (np.concatenate(v[0]), np.concatenate(v[1]), v[2]) for k, v in cats.items()
+    }
     lay["const_vals"] = np.concatenate(const_vals) if const_vals else np.zeros(0)
     lay["rhs"] = np.concatenate(rhs_src)
     system._dense_layout = lay
@@ -325,6 +334,7 @@ def assemble(
             vals.append(jnp.swapaxes(Q.X[np.asarray(src)], -1, -2).reshape(-1))
         elif cat == "arm":
             idx = np.concatenate([np.arange(v0, v0 + n) for v0, n in src])
+            assert model.armature is not None  # "arm" entries: the system has armature
             vals.append(model.armature[idx])
         elif cat == "spec":
             vals.append(
@@ -340,14 +350,14 @@ def assemble(
     return D, src[lay["rhs"]]
 
 
-def column_index(system, b, var):
+def column_index(system: NoriSystem, b: int, var: int) -> np.ndarray:
     t = system.topo
     n = int(t.nv_j[b])
     c0 = int(system.col_off[b]) + sum(var_size(w, n) for w in range(var))
     return np.arange(c0, c0 + var_size(var, n))
 
 
-def split_solution(system, d):
+def split_solution(system: NoriSystem, d: Array) -> tuple[Array, Array, Array, Array, Array]:
     """A dense solution vector ``d (n_vars,)`` as ``(a, f, tau, fx, qdd)`` arrays."""
     t = system.topo
     per = {var: [] for var in range(5)}

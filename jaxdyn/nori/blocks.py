@@ -13,7 +13,7 @@ of a body's rows is chosen (:func:`plan`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 import jax
 import jax.numpy as jnp
@@ -22,9 +22,10 @@ import numpy as np
 from .. import spatial
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from jax import Array
+    from jax.typing import DTypeLike
 
 ZERO, EYE, DENSE = 0, 1, 2
 
@@ -34,7 +35,9 @@ class Blk:
 
     __slots__ = ("k", "s", "val", "r", "c")
 
-    def __init__(self, k: int, r, c, s: float = 1.0, val: Any = None) -> None:
+    def __init__(
+        self, k: int, r: SupportsInt, c: SupportsInt, s: float = 1.0, val: Any = None
+    ) -> None:
         self.k, self.r, self.c, self.s, self.val = k, int(r), int(c), s, val
 
     # -------------------------------------------------------------- constructors
@@ -47,9 +50,10 @@ class Blk:
         return Blk(EYE, n, n, float(s))
 
     @staticmethod
-    def dense(val: Array | None, r=None, c=None) -> Blk:
+    def dense(val: Array | None, r: SupportsInt | None = None, c: SupportsInt | None = None) -> Blk:
         if val is not None:
             r, c = val.shape[-2], val.shape[-1]
+        assert r is not None and c is not None, "Blk.dense: a symbolic block needs r and c"
         return Blk(DENSE, r, c, 1.0, val)
 
     @property
@@ -60,7 +64,7 @@ class Blk:
         kind = {ZERO: "0", EYE: f"{self.s:g}I", DENSE: "D"}[self.k]
         return f"Blk({kind}, {self.r}x{self.c})"
 
-    def materialize(self, like=None, dtype=None):
+    def materialize(self, like: Array | None = None, dtype: DTypeLike | None = None) -> Array:
         """The block as an array ``(..., r, c)`` (zeros / scaled identity made explicit)."""
         if self.k == DENSE:
             return self.val
@@ -225,7 +229,14 @@ def _structurally_nonsingular(blocks, rsz, csz):
     return structural_rank(csr_matrix(pat.astype(np.int8))) == n
 
 
-def plan(M, rows, cols, naug, spd_cores=(), label="body"):
+def plan(
+    M: Mapping[tuple[Any, Any], Blk],
+    rows: Sequence[tuple[Any, int]],
+    cols: Sequence[tuple[Any, int]],
+    naug: int,
+    spd_cores: Collection[tuple[Any, Any]] = (),
+    label: str = "body",
+) -> Plan:
     """Choose the static pivot sequence of a local system by symbolic elimination.
 
     ``M[(r, c)]``: symbolic :class:`Blk` of row group ``r`` and column group ``c``; ``rows`` /
@@ -296,7 +307,14 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def factor(plan_, M, aug, rows, cols, naug):
+def factor(
+    plan_: Plan,
+    M: Mapping[tuple[Any, Any], Blk],
+    aug: Mapping[tuple[Any, int], Blk],
+    rows: Sequence[tuple[Any, int]],
+    cols: Sequence[tuple[Any, int]],
+    naug: int,
+) -> Factor:
     """Forward elimination of a :class:`Plan` on numeric blocks (the L part; pivot rows kept
     as the U part), then the dense core solved for the augmented columns."""
     M = dict(M)
@@ -352,7 +370,13 @@ def factor(plan_, M, aug, rows, cols, naug):
     return Factor(U, Uaug, core)
 
 
-def back_substitute(plan_, fac, x_core, rhs_of_row, only=None):
+def back_substitute(
+    plan_: Plan,
+    fac: Factor,
+    x_core: Mapping[Any, Blk],
+    rhs_of_row: Callable[[Any], Blk],
+    only: Iterable[Any] | None = None,
+) -> dict[Any, Blk]:
     """Back-substitution in reverse pivot order: ``x_c = rhs(r) - sum U[r, c'] x_c'`` for each
     pivot ``(r, c)``; ``x_core[c]`` the core's solution; ``rhs_of_row(r)`` the pivot row's
     (scaled) right-hand side as a block. ``only``: the columns wanted (the dependencies are

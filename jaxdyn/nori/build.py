@@ -92,7 +92,7 @@ def build(
 _STANDARD: dict = {}
 
 
-def standard_system(model: Model, which) -> NoriSystem:
+def standard_system(model: Model, which: str) -> NoriSystem:
     """The (cached) system of inverse (``"id"``) or forward (``"fd"``) dynamics of a model's
     topology: every ``qdd`` (or ``tau``) and every ``f^x`` known."""
     key = (model.topo, getattr(model, "armature", None) is not None, which)

@@ -76,7 +76,7 @@ def _layout(n, kmax, root):
     return off, c
 
 
-def front_sizes(system):
+def front_sizes(system: NoriSystem) -> list[int]:
     """Front size of every body (jaxdyn order)."""
     t = system.topo
     out = []
@@ -123,7 +123,7 @@ def _slots(lvl, child, gslice):
     return out
 
 
-def check_weights(fn, dynamics_std, stds):
+def check_weights(fn: str, dynamics_std: ArrayLike, stds: np.ndarray) -> None:
     """Warn (:class:`jaxdyn.JaxdynWarning`) where the standard deviations span more than
     :data:`STD_SPREAD_WARN`."""
     if isinstance(dynamics_std, jax.core.Tracer):  # a traced std: the sensors' alone

@@ -21,7 +21,7 @@ through.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 import jax
@@ -37,7 +37,8 @@ from . import walk
 from .structure import FX, QDD, TAU, A, F, var_size
 
 if TYPE_CHECKING:
-    from jax.typing import ArrayLike
+    from jax import Array
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..model.model import Model
     from .assembly import Values
@@ -56,7 +57,9 @@ class Solution(NamedTuple):
     qdd: jax.Array
 
 
-def prepare(fn, system, model, q, v, values):
+def prepare(
+    fn: str, system: NoriSystem, model: Model, q: ArrayLike, v: ArrayLike, values: Values
+) -> tuple[Model, asm.Quantities, Array, DTypeLike]:
     if model.topo != system.topo:
         raise ValueError(f"{fn}: the system was built for another model ({system.topo})")
     if (getattr(model, "armature", None) is not None) != system.armature:
@@ -68,10 +71,10 @@ def prepare(fn, system, model, q, v, values):
     v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
     arrs = asm.check_values(fn, system, values)
     dtype = shell.common_dtype(q, v, *arrs)
-    q = shell.check_quaternions(fn, model, q.astype(dtype))
+    qn = shell.check_quaternions(fn, model, q.astype(dtype))
     arrs = asm.nan_check(fn, [y.astype(dtype) for y in arrs], system.specs)
     model = model.astype(dtype)
-    Q = asm.quantities(model, q, v.astype(dtype))
+    Q = asm.quantities(model, qn, v.astype(dtype))
     ry = asm.spec_rhs(system, model, Q, arrs, dtype)
     return model, Q, ry, dtype
 
@@ -93,7 +96,7 @@ def eager_checks(fn: Callable[P, R]) -> Callable[P, R]:
     return functools.wraps(fn)(eager.dispatch(fn, compile_eagerly=False))
 
 
-def singular_message(fn):
+def singular_message(fn: str) -> str:
     extra = (
         ", or the standard deviations' weights make the normal equations numerically singular"
         if fn == "nori.estimate"
@@ -107,7 +110,7 @@ def singular_message(fn):
     )
 
 
-def finish(fn, sol, check=True):
+def finish(fn: str, sol: Iterable[Array], check: bool = True) -> Solution:
     """The whole solution NaN where any of it is not finite (a singular system at this state:
     the inputs are finite, checked), as :func:`jaxdyn.aba` on a singular mass matrix; with
     ``check`` and value checks on, a value check naming the cause instead."""
@@ -226,6 +229,7 @@ def _solve(system, model, q, v, values, check=True):
             outs.append(res)
             p_out.append(jnp.einsum("gji,gj->gi", g["X"], x0f))
             if key[5] == "live":
+                assert Kf is not None  # a live body's
                 P_out.append(spatial_mm_t(g["X"], Kf))
             elif any_live:
                 P_out.append(jnp.zeros(x0f.shape[:-1] + (6, 6), dtype))
@@ -244,6 +248,7 @@ def _solve(system, model, q, v, values, check=True):
             key = system.sig_info[sig]
             peeled, pstat = key[3], key[5]
             if pstat == "live":
+                assert par is not None  # a live parent's level came first
                 x = _back_substitute(system, sig, loc, par[sl])
             else:
                 x = dict(loc["x"])
@@ -264,7 +269,7 @@ def _solve(system, model, q, v, values, check=True):
     return finish(fn, Solution(a, f, tau, fx, qdd), check)
 
 
-def spatial_mm_t(X, K):
+def spatial_mm_t(X: Array, K: Array) -> Array:
     """``X^T K`` for ``(G, 6, 6)`` blocks."""
     from .. import spatial
 

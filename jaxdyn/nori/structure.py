@@ -47,7 +47,9 @@ from . import blocks as B
 from .sensors import COMPONENTS, _Spec
 
 if TYPE_CHECKING:
-    from ..model.model import Topology
+    from collections.abc import Iterable, Sequence
+
+    from ..model.model import Model, Topology
 
 A, F, TAU, FX, QDD = range(5)
 VAR_NAMES = ("a", "f", "tau", "fx", "qdd")
@@ -76,7 +78,7 @@ class RowGroup:
             tuple((v, c if c in ("I", "-I") else "D") for v, c in self.terms),
         )
 
-    def coef(self, var: int):
+    def coef(self, var: int) -> str | None:
         for v, c in self.terms:
             if v == var:
                 return c
@@ -219,8 +221,11 @@ def _frame_is_body(model, f, b):
     return np.array_equal(R, np.eye(3)) and not np.any(p)
 
 
-def spec_rows(model, spec, si):
-    """``[(body, RowGroup), ...]`` of one spec and the shape of its value ``y``."""
+def spec_rows(
+    model: Model, spec: Any, si: int
+) -> tuple[list[tuple[int, RowGroup]], tuple[int, ...]]:
+    """``[(body, RowGroup), ...]`` of one spec (a quantity of :mod:`jaxdyn.nori.sensors`:
+    its fields depend on its ``kind``) and the shape of its value ``y``."""
     t = model.topo
     out = []
     kind = spec.kind
@@ -277,7 +282,7 @@ def spec_rows(model, spec, si):
     raise ValueError(f"nori.build: unknown quantity {spec!r}")  # pragma: no cover
 
 
-def dynamics_rows(t, b: int, armature) -> list[RowGroup]:
+def dynamics_rows(t: Topology, b: int, armature: bool) -> list[RowGroup]:
     """The three Newton-Euler row groups of body ``b`` (eq. 3)."""
     kind = int(t.kind[b])
     n = int(t.nv_j[b])
@@ -306,7 +311,12 @@ def _check_specs(what, specs):
     return specs
 
 
-def make_system(model, known=(), sensors=(), name=None) -> NoriSystem:
+def make_system(
+    model: Model,
+    known: Iterable[_Spec] = (),
+    sensors: Iterable[_Spec] = (),
+    name: str | None = None,
+) -> NoriSystem:
     """Rows, peeling, signatures, level plan and local pivot plans (no numerical checks)."""
     known = _check_specs("known", known)
     sensors = _check_specs("sensors", sensors)
@@ -470,7 +480,7 @@ def make_system(model, known=(), sensors=(), name=None) -> NoriSystem:
     )
 
 
-def symbolic_block(coef, m, size):
+def symbolic_block(coef: str, m: int, size: int) -> B.Blk:
     if coef == "I":
         return B.Blk.eye(m, 1.0)
     if coef == "-I":
@@ -478,7 +488,13 @@ def symbolic_block(coef, m, size):
     return B.Blk.dense(None, m, size)
 
 
-def local_plan(rows_b, local_b, n, live_parent, label):
+def local_plan(
+    rows_b: Sequence[RowGroup],
+    local_b: tuple[Sequence[int], Sequence[int]],
+    n: int,
+    live_parent: bool,
+    label: str,
+) -> B.Plan:
     """Static pivot plan of one body's rows in the tree LU (symbolic elimination)."""
     rkeys, cvars = local_b
     M = {}
@@ -504,7 +520,7 @@ def _level_sig(lvl):
     return (lvl.n, tuple((s, g0 - lvl.b0, g1 - lvl.b0) for s, g0, g1 in lvl.groups))
 
 
-def segments(system):
+def segments(system: NoriSystem) -> tuple:
     """Partition of the levels into single levels and scanned runs (as
     :func:`jaxdyn.model.tree.segments`, with the body signatures in the level signature)."""
     from ..model import tree

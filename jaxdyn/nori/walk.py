@@ -19,16 +19,20 @@ from ..model import tree
 from .structure import segments
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jax import Array
 
+    from .structure import NoriSystem
 
-def group_bodies(system, li, gi):
+
+def group_bodies(system: NoriSystem, li: int, gi: int) -> np.ndarray:
     """jaxdyn indices of the bodies of group ``gi`` of level ``li`` (numpy, ``(G,)``)."""
     _, g0, g1 = system.levels[li].groups[gi]
     return system.order[g0:g1]
 
 
-def stacked_bodies(system, la, lb, gi):
+def stacked_bodies(system: NoriSystem, la: int, lb: int, gi: int) -> np.ndarray:
     return np.stack([group_bodies(system, li, gi) for li in range(la, lb)])
 
 
@@ -55,7 +59,14 @@ def _take(system, gather, level_in):
     )
 
 
-def outward(system, step, gather, level_in=None, carry=None, last_single=False):
+def outward(
+    system: NoriSystem,
+    step: Callable[..., tuple[Any, Any]],
+    gather: Callable[[int, np.ndarray], Any],
+    level_in: tree.LevelSeq | None = None,
+    carry: Any = None,
+    last_single: bool = False,
+) -> tuple[Any, tree.LevelSeq]:
     """Root to leaves: ``carry, out = step(level, carry, group_inputs, level_input)`` with
     ``carry`` the previous level's value (``None`` at depth 0). ``gather(sig, idx)`` returns a
     group's inputs for body indices ``idx`` (``(G,)``, or ``(L, G)`` for a run).
@@ -74,7 +85,13 @@ def outward(system, step, gather, level_in=None, carry=None, last_single=False):
     )
 
 
-def inward(system, step, gather, level_in=None, carry=None):
+def inward(
+    system: NoriSystem,
+    step: Callable[..., tuple[Any, Any]],
+    gather: Callable[[int, np.ndarray], Any],
+    level_in: tree.LevelSeq | None = None,
+    carry: Any = None,
+) -> tuple[Any, tree.LevelSeq]:
     """Leaves to root: ``carry, out = step(level, child_level, carry, group_inputs,
     level_input)``, ``carry`` holding the child level's values (``None`` at the deepest).
     Walked by :func:`jaxdyn.model.tree.walk`."""
@@ -90,7 +107,9 @@ def inward(system, step, gather, level_in=None, carry=None):
     )
 
 
-def collect(system, seq, fn, per_dof=False) -> Array:
+def collect(
+    system: NoriSystem, seq: tree.LevelSeq, fn: Callable[[Any], Array], per_dof: bool = False
+) -> Array:
     """Gather a per-body output of every group into one array in jaxdyn order.
 
     ``fn(group_output)`` returns ``(G, ...)`` per group (``(L, G, ...)`` inside runs).

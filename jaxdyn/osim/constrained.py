@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
-    from ..constraints import Connect, Weld
+    from ..algorithms.kinematics import WorldState
+    from ..constraints import Connect, ConstraintLayout, Weld
     from ..model.model import Model
 
 
@@ -76,14 +77,16 @@ def _nonneg(fn, name, x):
     )
 
 
-def link_forces(model: Model, lay, K, lam):
+def link_forces(model: Model, lay: ConstraintLayout, K: Array, lam: Array) -> Array:
     """World-origin spatial forces ``(nb, 6)`` of the constraint forces ``K^T λ`` per body."""
     P = np.zeros((model.nb, lay.m))
     P[lay.row_body, np.arange(lay.m)] = 1.0
     return jnp.asarray(P, K.dtype) @ (K * lam[:, None])
 
 
-def row_accelerations(model: Model, ws, lay, K, qdd) -> Array:
+def row_accelerations(
+    model: Model, ws: WorldState, lay: ConstraintLayout, K: Array, qdd: Array
+) -> Array:
     """``J qdd`` from the rows: ``k_r · sum_{j in support(body r)} S_j qdd_j``."""
     t = model.topo
     aq = tree.forward_accumulate(
@@ -139,7 +142,7 @@ def constrained_aba(
             ) from None
         kp = _nonneg(fn, "baumgarte kp", kp)
         kd = _nonneg(fn, "baumgarte kd", kd)
-    damping = _nonneg(fn, "damping", damping)
+    mu = _nonneg(fn, "damping", damping)  # checked (a traced scalar under jit)
     model, q, dt = shell.prepare(model, fn, q, v, tau)
     v, tau = v.astype(dt), tau.astype(dt)
     use_kp = baumgarte is not None and _static_scalar(kp) != 0.0
@@ -163,7 +166,7 @@ def constrained_aba(
         rhs = rhs - jnp.asarray(kd, dt) * y
         if use_kp:
             rhs = rhs - jnp.asarray(kp, dt) * cons.error_from_placements(lay, pl, Rt, pt)
-    A = D + jnp.asarray(damping, dt) * jnp.eye(lay.m, dtype=dt)
+    A = D + jnp.asarray(mu, dt) * jnp.eye(lay.m, dtype=dt)
     lam = _linalg.spd_solve(A, rhs)  # no LAPACK call with fused CPU loops
     lam = value_checks.error_if(
         lam,

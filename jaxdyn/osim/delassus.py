@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from jax import Array
     from jax.typing import ArrayLike
 
+    from ..algorithms.aba import Inertias
     from ..algorithms.kinematics import WorldState
     from ..constraints import Connect, ConstraintLayout, Weld
     from ..model.model import Model
@@ -61,7 +62,14 @@ def delassus_dense(model: Model, ws: WorldState, K: Array, lay: ConstraintLayout
     return Z.T @ Z
 
 
-def delassus_world(model: Model, ws, lay, K, method: str = "pv_osimr", inertias=None) -> Array:
+def delassus_world(
+    model: Model,
+    ws: WorldState,
+    lay: ConstraintLayout,
+    K: Array,
+    method: str = "pv_osimr",
+    inertias: Inertias | None = None,
+) -> Array:
     """Delassus matrix from a world state and the constraint rows ``K`` (internal entry); the
     plans are keyed by the layout's descriptions (their geometry, without targets)."""
     topo, constraints = model.topo, lay.constraints

@@ -32,8 +32,13 @@ from .rows import gather_rows, level_joint_data
 if TYPE_CHECKING:
     from jax import Array
 
+    from ..algorithms.aba import Inertias
+    from ..algorithms.kinematics import WorldState
+    from ..model.model import Model
+    from .rows import RowPlan
 
-def delassus_efpa(model, ws, inertias, K, rp) -> Array:
+
+def delassus_efpa(model: Model, ws: WorldState, inertias: Inertias, K: Array, rp: RowPlan) -> Array:
     """Delassus matrix (constraint order); see :func:`jaxdyn.osim.pv_osim.delassus_pv_osim`."""
     t = model.topo
     nl = len(rp.levels)

@@ -28,7 +28,9 @@ from ..algorithms.aba import articulated_pass
 if TYPE_CHECKING:
     from jax import Array
 
+    from ..algorithms.aba import Inertias
     from ..algorithms.kinematics import WorldState
+    from ..model.model import Model
 
 _IU, _JU = spatial.TRIU_SYMMETRIC
 #: ``PACK[i, j]``: position of entry ``(i, j)`` of a symmetric 6x6 in the packed vector
@@ -56,7 +58,7 @@ def world_inertias_packed(ws: WorldState) -> Array:
     return spatial.stack([e[int(i), int(j)] for i, j in zip(_IU, _JU)], -1)
 
 
-def articulated_inertias_packed(model, S, I21):
+def articulated_inertias_packed(model: Model, S: Array, I21: Array) -> Inertias:
     """Backward articulated-inertia pass on packed inertias; returns ``(Us, Dinvs, None)``.
 
     ``S (nv, 6)`` world motion subspaces, ``I21 (nb, 21)`` from :func:`world_inertias_packed`:

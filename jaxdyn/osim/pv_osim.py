@@ -30,6 +30,11 @@ from .rows import gather_rows, level_joint_data
 if TYPE_CHECKING:
     from jax import Array
 
+    from ..algorithms.aba import Inertias
+    from ..algorithms.kinematics import WorldState
+    from ..model.model import Model
+    from .rows import RowPlan
+
 
 def _outer(Y, X):
     """``Y @ X^T`` for ``(m, k)`` blocks with small ``k`` (unrolled)."""
@@ -39,7 +44,9 @@ def _outer(Y, X):
     return out
 
 
-def delassus_pv_osim(model, ws, inertias, K, rp) -> Array:
+def delassus_pv_osim(
+    model: Model, ws: WorldState, inertias: Inertias, K: Array, rp: RowPlan
+) -> Array:
     """Delassus matrix (constraint order) from a world state, articulated inertias and the
     constraint rows ``K (m, 6)``; ``rp`` is the :class:`~jaxdyn.osim.rows.RowPlan`."""
     m = rp.m

@@ -76,7 +76,14 @@ from ..spatial import mm, mv
 from .structure import structure as get_structure
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jax import Array
+
+    from ..algorithms.aba import Inertias
+    from ..algorithms.kinematics import WorldState
+    from ..constraints import Connect, Weld
+    from ..model.model import Model, Topology
 
 #: above this many rows the assembly gathers the m (m + 1) / 2 pairs of eq. (17) instead of
 #: forming a dense Gram block per N-depth (O(m^2 T) flops)
@@ -86,7 +93,7 @@ PAIR_M = 64
 class Plan:
     """Static index plan of PV-OSIMr for one ``(topo, constraints)``."""
 
-    def __init__(self, topo, constraints):
+    def __init__(self, topo: Topology, constraints: Sequence[Connect | Weld]) -> None:
         st = get_structure(topo, constraints)
         lay = st.layout
         self.st = st
@@ -276,7 +283,7 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def plan(topo, constraints) -> Plan:
+def plan(topo: Topology, constraints: Sequence[Connect | Weld]) -> Plan:
     return Plan(topo, constraints)
 
 
@@ -332,7 +339,9 @@ def _cat(xs):
     return xs[0] if len(xs) == 1 else jnp.concatenate(xs, 0)
 
 
-def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
+def delassus_pv_osimr(
+    model: Model, ws: WorldState, inertias: Inertias, K: Array, pl: Plan
+) -> Array:
     """Delassus matrix from a world state, articulated inertias and constraint rows ``K``.
 
     ``inertias`` is :func:`jaxdyn.algorithms.aba.articulated_inertias`' result; ``K (m, 6)``
@@ -456,4 +465,5 @@ def delassus_pv_osimr(model, ws, inertias, K, pl: Plan) -> Array:
         Cf = jnp.concatenate(Cs + [zrow], 0)
         Ff = jnp.concatenate(Fs + [zrow], 0)
         return jnp.sum(Cf[pl.pair_a] * Ff[pl.pair_b], -1)[pl.sym]
+    assert V is not None  # set at the first level
     return jnp.where(np.triu(np.ones((m, m), bool)), V, V.T)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from jax import Array
 
     from ..constraints import Connect, Weld
-    from ..model.model import Topology
+    from ..model.model import Level, Topology
 
 
 class RowPlan:
@@ -83,7 +83,9 @@ def row_plan(topo: Topology, constraints: Sequence[Connect | Weld]) -> RowPlan:
     return RowPlan(topo, constraints)
 
 
-def level_joint_data(lvl, S, Us, Dinvs, kmax):
+def level_joint_data(
+    lvl: Level, S: Array, Us: Sequence[Array], Dinvs: Sequence[Array], kmax: int
+) -> tuple[Array, Array, Array]:
     """Per-body ``S (n, kmax, 6)``, ``U (n, 6, kmax)``, ``D^-1 (n, kmax, kmax)`` of the level
     ``lvl`` from its own rows ``S (nv_l, 6)`` and its joint groups' ``U``, ``D^-1`` (joints
     with fewer coordinates zero-padded)."""

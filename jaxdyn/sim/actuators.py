@@ -91,7 +91,7 @@ def dof_positions(model, dofs) -> np.ndarray:
 class Torque(eqx.Module):
     """Torque (force) actuators: ``tau[dofs] = gear * ctrl``."""
 
-    gear: float = 1.0
+    gear: float | Array = 1.0  # a scalar or one per actuated coordinate
     dofs: tuple | None = eqx.field(static=True, default=None)
 
     _RULES = (("gear", None, False),)
@@ -114,8 +114,8 @@ class PD(eqx.Module):
     """Joint position servos on one-DoF joints: ``tau = kp (ctrl - q) - kd v``; ``kp``, ``kd``
     scalars or one per actuated coordinate."""
 
-    kp: float = 50.0
-    kd: float = 1.0
+    kp: float | Array = 50.0
+    kd: float | Array = 1.0
     dofs: tuple | None = eqx.field(static=True, default=None)
 
     _RULES = (("kp", 0.0, False), ("kd", 0.0, False))

@@ -127,7 +127,7 @@ class Box:
     size: tuple
     pos: tuple = (0.0, 0.0, 0.0)
     rpy: tuple = (0.0, 0.0, 0.0)
-    rotation: tuple | None = None
+    rotation: tuple | np.ndarray | None = None  # a 3x3 array is stored as a tuple
     name: str | None = None
 
     def __post_init__(self):
@@ -158,7 +158,7 @@ class Capsule:
     length: float
     pos: tuple = (0.0, 0.0, 0.0)
     rpy: tuple = (0.0, 0.0, 0.0)
-    rotation: tuple | None = None
+    rotation: tuple | np.ndarray | None = None  # a 3x3 array is stored as a tuple
     name: str | None = None
 
     def __post_init__(self):

@@ -86,20 +86,21 @@ class Geoms(eqx.Module):
     ``solmix``); equal priorities combine as above.
     """
 
-    size: jnp.ndarray
-    pos: jnp.ndarray
-    rot: jnp.ndarray
-    friction: jnp.ndarray
-    rbound: jnp.ndarray
+    # numpy when built (loaders), jax arrays where traced (pytree leaves)
+    size: jnp.ndarray | np.ndarray
+    pos: jnp.ndarray | np.ndarray
+    rot: jnp.ndarray | np.ndarray
+    friction: jnp.ndarray | np.ndarray
+    rbound: jnp.ndarray | np.ndarray
     body: tuple = eqx.field(static=True)
     type: tuple = eqx.field(static=True)
     condim: tuple = eqx.field(static=True)
     names: tuple = eqx.field(static=True)
     pairs: tuple = eqx.field(static=True)
     hulls: Static | None = eqx.field(static=True, default=None)
-    margin: jnp.ndarray | None = None
-    solref: jnp.ndarray | None = None
-    solmix: jnp.ndarray | None = None
+    margin: jnp.ndarray | np.ndarray | None = None
+    solref: jnp.ndarray | np.ndarray | None = None
+    solmix: jnp.ndarray | np.ndarray | None = None
     priority: tuple | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):

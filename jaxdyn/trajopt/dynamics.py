@@ -121,7 +121,9 @@ class FreeDynamics(eqx.Module):
     ) -> tuple[Array, Array, Array, Array]:
         """``(a, a_q, a_v, a_u)``: FDSVA partials (Singh, Russell & Wensing 2022, Eq. 5)."""
         ws = kin.world_state(model, q, centered=True)
-        a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, _torque(self.actuation, u))
+        # aba_derivatives_world takes arrays (identity on jax arrays and tracers)
+        v, tau = jnp.asarray(v), jnp.asarray(_torque(self.actuation, u))
+        a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, tau)
         return a, a_q, a_v, _input_jacobian(self.actuation, Minv)
 
 

@@ -17,7 +17,7 @@ import base64
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -92,8 +92,10 @@ def tessellate(g: Geom) -> tuple[np.ndarray, np.ndarray]:
         v = np.concatenate([v1, top, bot])
         f = np.concatenate([f1, fs + len(v1), fs + len(v1) + len(s)])
     else:
-        v, inv = np.unique(np.round(g.vertices, 7), axis=0, return_inverse=True)
-        f = inv.reshape(-1)[g.faces]
+        # a mesh Geom has both (Geom.__post_init__)
+        vertices, faces = cast(np.ndarray, g.vertices), cast(np.ndarray, g.faces)
+        v, inv = np.unique(np.round(vertices, 7), axis=0, return_inverse=True)
+        f = inv.reshape(-1)[faces]
     return np.asarray(v, float) @ g.R.T + g.p, np.asarray(f, np.int64)
 
 

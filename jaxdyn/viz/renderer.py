@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,10 +36,11 @@ __all__ = ["Camera", "Renderer", "render", "mujoco_scene"]
 _HEADLESS_EGL = False  # MUJOCO_GL=egl set here (no display, the user chose no back-end)
 
 
-def _import_mujoco():
+def _import_mujoco() -> ModuleType:
     """``mujoco``, with an OpenGL back-end that works without a display: ``MUJOCO_GL=egl``
     unless the user set ``MUJOCO_GL`` or a display exists. When another library imported
-    MuJoCo first (Brax does), its GLFW default is replaced by EGL for jaxdyn's renderers."""
+    MuJoCo first (Brax does), its GLFW default is replaced by EGL for jaxdyn's renderers.
+    Typed ``ModuleType`` (its attributes ``Any``): MuJoCo's bindings ship no type stubs."""
     global _HEADLESS_EGL
     headless = sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
@@ -54,7 +56,7 @@ def _import_mujoco():
         import importlib
 
         for name in ("mujoco.rendering.classic.gl_context", "mujoco.gl_context"):
-            mod = sys.modules.get(name)
+            mod: Any = sys.modules.get(name)  # MuJoCo's GL module (no type stubs)
             if mod is None:
                 continue
             cls = getattr(mod, "GLContext", None)
@@ -106,7 +108,9 @@ def _mat_quat(R):
     import mujoco
 
     q = np.zeros(4)
-    mujoco.mju_mat2Quat(q, np.ascontiguousarray(R, float).reshape(9))
+    # MuJoCo's bindings ship no type stubs
+    mat2quat = mujoco.mju_mat2Quat  # pyright: ignore[reportAttributeAccessIssue]
+    mat2quat(q, np.ascontiguousarray(R, float).reshape(9))
     return q
 
 

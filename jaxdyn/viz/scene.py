@@ -30,7 +30,7 @@ import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -38,7 +38,6 @@ from ..model.urdf import parse_numbers
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
     from jax.typing import ArrayLike
 
@@ -163,7 +162,8 @@ def read_mesh(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
             "(STL, OBJ, COLLADA .dae, PLY, GLB/GLTF, OFF are read)"
         )
     try:
-        m = trimesh.load(str(path), force="mesh")
+        # force="mesh": a Trimesh (load's annotation lists every kind it can return)
+        m = cast("trimesh.Trimesh", trimesh.load(str(path), force="mesh"))
     except Exception as e:  # trimesh and pycollada raise many kinds
         raise ValueError(f"{path}: not a readable {suffix} mesh: {e}") from None
     if suffix == ".dae" and m.units not in (None, "meters"):  # COLLADA <unit meter=...>
@@ -258,13 +258,13 @@ def _urdf_geom(
     shape = g[0] if g is not None and len(g) else None
     if shape is None:
         raise ValueError(f"URDF {fname}: {what} has no <geometry>")
-    common = dict(frame=frame, R=R, p=p, rgba=rgba, name=f"{lname}/{el.tag}{k}")
+    common: dict[str, Any] = dict(frame=frame, R=R, p=p, rgba=rgba, name=f"{lname}/{el.tag}{k}")
     if shape.tag == "box":
         s = _floats(shape.get("size"), 3, f"{what} <box size>")
-        return Geom(kind="box", size=s / 2, **common)
+        return Geom(kind="box", size=tuple(s / 2), **common)
     if shape.tag == "sphere":
         r = _floats(shape.get("radius"), 1, f"{what} <sphere radius>")
-        return Geom(kind="sphere", size=r, **common)
+        return Geom(kind="sphere", size=tuple(r), **common)
     if shape.tag in ("cylinder", "capsule"):
         r = _floats(shape.get("radius"), 1, f"{what} <{shape.tag} radius>")[0]
         h = _floats(shape.get("length"), 1, f"{what} <{shape.tag} length>")[0]
@@ -377,7 +377,7 @@ def mjcf_geoms(model, mj_model) -> list:
 
     bodies = mujoco_names(mj_model, "body")
     frames = {n: i for i, n in enumerate(model.frame_names)}
-    T = mujoco.mjtGeom
+    T = mujoco.mjtGeom  # pyright: ignore[reportAttributeAccessIssue] (MuJoCo: no type stubs)
     kinds = {
         int(T.mjGEOM_BOX): "box",
         int(T.mjGEOM_SPHERE): "sphere",
@@ -398,7 +398,7 @@ def mjcf_geoms(model, mj_model) -> list:
             continue
         size = np.array(mj_model.geom_size[g], float)
         size = {"sphere": size[:1], "cylinder": size[:2], "capsule": size[:2]}.get(kind, size)
-        extra = {}
+        extra: dict[str, Any] = {}
         if kind == "mesh":
             k = int(mj_model.geom_dataid[g])
             v0, nv = int(mj_model.mesh_vertadr[k]), int(mj_model.mesh_vertnum[k])
@@ -419,10 +419,10 @@ def mjcf_geoms(model, mj_model) -> list:
             Geom(
                 frame=frame,
                 kind=kind,
-                size=size,
+                size=tuple(size),
                 R=_quat_mat(mj_model.geom_quat[g]),
                 p=np.array(mj_model.geom_pos[g], float),
-                rgba=rgba,
+                rgba=tuple(rgba),
                 name=f"geom{g}",
                 **extra,
             )
@@ -500,7 +500,7 @@ def stick_geoms(model, radius: float | None = None) -> list:
     return geoms
 
 
-def contact_geoms(model, contacts: ContactSet | None, rgba=CONTACT_RGBA) -> list:
+def contact_geoms(model, contacts: ContactSet, rgba=CONTACT_RGBA) -> list:
     """Spheres of a :class:`jaxdyn.sim.ContactSet` (points drawn as small spheres)."""
     body_frame = {}
     t = model.topo
@@ -563,9 +563,8 @@ class Scene:
 
         flat = qs.reshape(-1, qs.shape[-1])
         dtype = np.asarray(self.model.Xtree_p).dtype
-        out = jax.jit(jax.vmap(lambda q: spanning_configuration(self.cluster, q)))(
-            flat.astype(dtype)
-        )
+        cluster = self.cluster
+        out = jax.jit(jax.vmap(lambda q: spanning_configuration(cluster, q)))(flat.astype(dtype))
         return np.asarray(out, float).reshape(qs.shape[:-1] + (self.model.nq,))
 
     model: Model  # (a ClusterModel given here becomes ``cluster``, its tree ``model``)
@@ -576,7 +575,8 @@ class Scene:
     cluster: ClusterModel | None = None
 
     def __post_init__(self):
-        model = getattr(self.model, "model", self.model)
+        # a Model, a ClusterModel or what holds one as ``.model`` (an MJCFModel)
+        model: Any = getattr(self.model, "model", self.model)
         if hasattr(model, "tree") and hasattr(model, "params"):  # a ClusterModel (URDF+)
             self.cluster, model = model, model.tree
         self.model = model
@@ -601,11 +601,12 @@ class Scene:
         stick_radius: float | None = None,
     ) -> Scene:
         """A stick figure of ``model`` (:func:`stick_geoms`) and its contact spheres."""
-        model = getattr(model, "model", model)
-        geoms = stick_geoms(model, stick_radius)
+        # a Model or a ClusterModel (__post_init__ takes either), or what holds one as .model
+        m: Any = getattr(model, "model", model)
+        geoms = stick_geoms(m, stick_radius)
         if contacts is not None:
-            geoms += contact_geoms(model, contacts)
-        return cls(model, geoms, terrain=terrain, contacts=contacts)
+            geoms += contact_geoms(m, contacts)
+        return cls(m, geoms, terrain=terrain, contacts=contacts)
 
     @classmethod
     def from_env(cls, env: Any, **kw: Any) -> Scene:
@@ -644,7 +645,9 @@ class Scene:
             if isinstance(terrain, str) and terrain == "plane":
                 import mujoco
 
-                hfield = int(mujoco.mjtGeom.mjGEOM_HFIELD) in set(mj.mj_model.geom_type.tolist())
+                mj_model: Any = mj.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+                hfield_type = mujoco.mjtGeom.mjGEOM_HFIELD  # pyright: ignore[reportAttributeAccessIssue]
+                hfield = int(hfield_type) in set(mj_model.geom_type.tolist())
                 # the model's ground plane; none added under a heightfield (it is the ground)
                 terrain = mj.terrain if mj.terrain is not None or hfield else sim.Plane()
             if not geoms:
@@ -659,8 +662,9 @@ class Scene:
             cluster = load_urdf_plus(str(path), floating_base=fb)
             tree = cluster.tree
             geoms = urdf_geoms(tree, path, package_dirs, allow_outside) or stick_geoms(tree)
-            return cls(cluster, geoms, terrain=terrain, contacts=contacts)
-        model = robots.load(str(path), floating_base=fb)
+            return cls(tree, geoms, terrain=terrain, contacts=contacts, cluster=cluster)
+        # a Model: the URDF+ files (loops, couplings) went above
+        model = cast("Model", robots.load(str(path), floating_base=fb))
         geoms = urdf_geoms(model, path, package_dirs, allow_outside)
         if not geoms:
             geoms = stick_geoms(model)
@@ -743,9 +747,9 @@ def contact_marks(
     p,
     forces: ArrayLike | None = None,
     force_scale: float | None = None,
-    extent=1.0,
-    who="render",
-):
+    extent: float = 1.0,
+    who: str = "render",
+) -> dict[str, Any]:
     """What both renderers draw for contacts, from the frames' placements ``R (B, T, nf, 3,
     3)``, ``p (B, T, nf, 3)`` (:func:`frame_poses`, reshaped): a dict of ``point (B, T, nc,
     3)`` (each contact sphere's lowest point along the terrain's normal: where it touches),
@@ -828,7 +832,7 @@ def frame_poses(model: Model | Scene, qs: ArrayLike) -> tuple[np.ndarray, np.nda
     """World placements of every frame for configurations ``qs (T, nq)``: ``R (T, nf, 3, 3)``
     and ``p (T, nf, 3)`` as numpy arrays (jaxdyn's :func:`~jaxdyn.forward_kinematics`,
     compiled once per topology)."""
-    tree: Model = getattr(model, "model", model)  # a Scene's model
+    tree = cast("Model", getattr(model, "model", model))  # a Scene's model
     qs = np.asarray(qs)
     if qs.ndim == 1:
         qs = qs[None]
