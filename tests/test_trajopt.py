@@ -356,6 +356,63 @@ def test_fused_solver_hlo(fddp_solution):
     assert small and "custom-call(" not in hlo and "ynn" not in hlo, hlo[:3000]
 
 
+#: instructions of a compiled loop body that launch no XLA:CPU kernel
+_FREE_OPS = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}
+
+
+def _knot_kernels(hlo, scope, trips):
+    """Kernels of one trip of the ``trips``-trip while loop of a compiled HLO text whose body
+    holds the named scope ``scope`` (as benchmarks/trajopt_kernels.py counts them)."""
+    import re
+
+    comps, cur = {}, None
+    for line in hlo.splitlines():
+        if line.endswith("{") and not line.startswith(" "):
+            cur = comps.setdefault(line.removeprefix("ENTRY ").split()[0].lstrip("%"), [])
+        elif line.startswith("}"):
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    counts = []
+    for line in (ln for lines in comps.values() for ln in lines):
+        if " while(" not in line or f'"known_trip_count":{{"n":"{trips}"' not in line:
+            continue
+        body = comps[re.search(r"body=%?([\w.\-]+)", line).group(1)]
+        if any(scope in ln for ln in body):
+            ops = [re.match(r"\s*(?:ROOT )?%?[\w.\-]+ = .*? ([\w\-]+)\(", ln) for ln in body]
+            counts.append(sum(1 for m in ops if m and m.group(1) not in _FREE_OPS))
+    assert counts, f"no {trips}-trip loop holds {scope!r}"
+    return max(counts)
+
+
+def test_default_knot_kernels(fddp_solution):
+    """One knot of the default (unfused) program's rollout and Riccati recursion, counted in
+    XLA's compiled HLO (no timing): at batch 1 XLA:CPU's time is bound by the kernels per
+    knot. jaxlib 0.10.2, double pendulum: 37 and 33 kernels before the knots' outputs were
+    packed, the gains applied as fused sums of products, the trial cost moved after the
+    rollout and ``[Fx Fu]`` arranged before the recursion; 31 and 19 after. Should XLA
+    change, re-measure with ``python benchmarks/trajopt_kernels.py`` (jaxlib 0.6.2, the oldest
+    supported: 33 and 21)."""
+    import jaxlib
+
+    from jaxdyn import _versions
+
+    bound = (31, 19) if _versions.release(jaxlib.__version__) >= (0, 10) else (33, 21)
+    problem, _ = fddp_solution
+    problem = problem.with_bounds()
+    xs, us = ddp._initial(problem, None, None)
+    D, fs, _, _ = jax.jit(lambda xs, us: ddp._calc_diff(problem, xs, us))(xs, us)
+    k = jnp.zeros_like(us)
+    back = jax.jit(lambda D, fs, us, k: ddp._backward(problem, D, fs, us, 1e-9, False, k))
+    back = back.lower(D, fs, us, k).compile()
+    B, _ = back(D, fs, us, k)
+    fwd = jax.jit(lambda xs, us, B: ddp._forward(problem, xs, us, B, 0.5, False))
+    T = problem.horizon
+    rollout = _knot_kernels(fwd.lower(xs, us, B).compile().as_text(), "rollout_step", T)
+    riccati = _knot_kernels(back.as_text(), "riccati_step", T)
+    assert rollout <= bound[0] and riccati <= bound[1], (rollout, riccati, bound)
+
+
 @pytest.mark.slow  # a floating-base solve compiled fused and unfused (minutes of compile); the
 # scatter XLA refused in it: test_block_diag_assembled_without_scatter (default run)
 def test_fused_floating_base_solve(quad12):

@@ -47,8 +47,14 @@ trajectories through a contact part from MuJoCo's while falls and rest states ag
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
 The hopper's joint limits are MuJoCo's ``solreflimit`` as a per-joint spring-damper
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`); after a fall its limbs still come to rest
-later than MuJoCo's (by about 0.6 s: at the landing the hard contact impulse and the explicit
-limit forces part from MuJoCo's soft contacts solved together with its limits).
+later than MuJoCo's (``docs/environments.md`` measures by how much: at the landing the hard
+contact impulse and the explicit limit forces part from MuJoCo's soft contacts solved together
+with its limits). The cheetah,
+walker and finger keep the default :class:`jaxdyn.sim.JointLimits`: driven into their stops
+by their actuators they follow MuJoCo C no closer (cheetah) or farther (walker, finger, whose
+strong motors push the per-joint springs far past the stops: the share of the applied force
+that MuJoCo's limit constraint cancels is not part of a spring-damper) with
+:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits` (measured in ``docs/environments.md``).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth

@@ -135,7 +135,9 @@ damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeco
 honoured (a geom whose pair with the ground plane has them is a geom of ``geoms``, not a
 primitive); ``gap`` only adds MuJoCo contacts that carry no force; ``solimp`` off MuJoCo's
 default and ``solref`` in its direct (negative) form are refused by
-:meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``). Per-geom friction and
+:meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
+model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
+touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
 condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
 interpenetrating at ``qpos0`` get a warning naming them.
 """
@@ -352,6 +354,7 @@ class MJCFModel(NamedTuple):
     equalities: Equalities | None = None
     spatial_tendons: SpatialTendons | None = None
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
+    ground_geom: int = -1
 
     def converter(self) -> Converter:
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -371,11 +374,14 @@ class MJCFModel(NamedTuple):
         effective inertia ``1 / dof_invweight0`` (the one its constraint regulariser uses):
         ``stiffness = 1 / (invweight0 (timeconst dampratio)^2)``, ``damping = 2 / (invweight0
         timeconst)``. ``timeconst`` is at least two timesteps (MuJoCo's ``refsafe``, unless
-        disabled). Left out: the share ``(1 - d) a0`` of the unconstrained acceleration that
-        MuJoCo's soft limit lets through, the variation of the effective inertia away from
-        ``qpos0``, and the coupling with the contacts that MuJoCo solves in one problem with
-        the limits. One-sided as MuJoCo's (``JointLimits.one_sided``: a limit pushes, never
-        holds a joint that leaves it). ``smoothing``: :class:`jaxdyn.sim.JointLimits`'
+        disabled). Left out: MuJoCo's limit lets only the share ``(1 - d) a0`` of the
+        unconstrained acceleration ``a0`` through, the spring-damper all of it (a force that
+        holds a joint against its stop, such as a strong actuator, pushes it about ``1 / (1 -
+        d)`` times as far past the stop as MuJoCo's limit; docs/environments.md measures it on
+        the suite's tasks), the variation of the effective inertia away from ``qpos0``, and
+        the coupling with the contacts that MuJoCo solves in one problem with the limits.
+        One-sided as MuJoCo's (``JointLimits.one_sided``: a limit pushes, never holds a joint
+        that leaves it). ``smoothing``: :class:`jaxdyn.sim.JointLimits`'
         smoothing, small (MuJoCo's limit is sharp; the damper acts on a violation ``r`` with
         the weight ``r / (r + smoothing)``).
 
@@ -484,7 +490,13 @@ class MJCFModel(NamedTuple):
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
         ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
-        in the direct, negative form).
+        in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
+        both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
+        MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
+        ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
+        ``opt.impratio`` and the ``refsafe`` flag to the contact model; what soft contact cannot
+        honour is refused instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft
+        contact acts from ``dist < margin - gap``, jaxdyn's from ``dist < margin``).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -497,14 +509,19 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["equality", "integrator", "solimp", "solref"]
+        known = ["equality", "gap", "integrator", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
         contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        soft = bool(getattr(contact, "soft", False))
+        issues = list(self.sim_issues)
+        if soft:  # honoured by soft contact; its own refusals instead
+            issues = [(k, msg) for k, msg in issues if k not in contact_keys]
+            issues += self._soft_issues()
         errors = [
             (k, msg)
-            for k, msg in self.sim_issues
+            for k, msg in issues
             if k not in keys and (contact is not None or k not in contact_keys)
         ]
         if errors:
@@ -531,8 +548,93 @@ class MJCFModel(NamedTuple):
                 kw["contacts"] = contact_set(self.model, self.contacts)
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
+            if soft:
+                kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
         kw.update(overrides)
         return SimConfig(**kw)
+
+    def _touching(self):
+        """MuJoCo geom indices of the contact primitives, the geoms of :attr:`geoms` and the
+        ground plane (where it touches a primitive)."""
+        index = {n: g for g, n in enumerate(mujoco_names(self.mj_model, "geom"))}
+        prims = [index[p.name] for p in self.contacts]
+        used = [] if self.geoms is None else [index[n] for n in self.geoms.names]
+        ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
+        return prims, used, ground
+
+    def _soft_issues(self):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``."""
+        m = self.mj_model
+        prims, used, ground = self._touching()
+        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
+        if not gapped:
+            return []
+        names = mujoco_names(m, "geom")
+        listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
+        return [
+            (
+                "gap",
+                f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} (MuJoCo's "
+                "soft contact acts from dist < margin - gap, jaxdyn's from dist < margin); "
+                "ignored, the contacts act from their margin",
+            )
+        ]
+
+    def _soft_contact(self, contact, contacts, geoms):
+        """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
+        (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
+        contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        import dataclasses
+
+        import equinox as eqx
+
+        from ..sim.geometry import ContactSet
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        _, solref, solmix, solimp = _contact_params(m)
+        invw = np.array(m.body_invweight0, float).reshape(-1, 2)[:, 0]
+        geom_iw = invw[np.array(m.geom_bodyid, int)]
+        prims, used, ground = self._touching()
+        out = {}
+        if geoms is not None:
+            dtype = np.asarray(geoms.size).dtype
+            out["geoms"] = eqx.tree_at(
+                lambda g: (g.solref, g.solmix, g.solimp, g.invweight),
+                geoms,
+                (
+                    solref[used].astype(dtype),
+                    solmix[used].astype(dtype),
+                    solimp[used].astype(dtype),
+                    geom_iw[used].astype(dtype),
+                ),
+                is_leaf=lambda x: x is None,
+            )
+        if contacts is not None:
+            rows_ref, rows_imp, rows_iw = [], [], []
+            for p, g in zip(self.contacts, prims, strict=True):
+                ref, imp = (solref[g], solimp[g])
+                if ground:
+                    ref, imp = _pair_params(m, g, ground[0], solref, solmix, solimp)
+                for _ in p.spheres():
+                    rows_ref.append(ref)
+                    rows_imp.append(imp)
+                    rows_iw.append(geom_iw[g])
+            dtype = np.asarray(contacts.radius).dtype
+            out["contacts"] = ContactSet(
+                pos=contacts.pos,
+                radius=contacts.radius,
+                body=contacts.body,
+                names=contacts.names,
+                solref=jnp.asarray(np.asarray(rows_ref, dtype)),
+                solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
+                invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
+            )
+        refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
+        out["contact"] = dataclasses.replace(
+            contact, impratio=float(m.opt.impratio), refsafe=refsafe
+        )
+        return out
 
 
 # ------------------------------------------------------------------------------- geometry
@@ -1325,6 +1427,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain, geoms = (), None, None
+    info = {}
     if not dis("mjDSBL_CONTACT") and not dis("mjDSBL_CONSTRAINT"):  # no contact force either way
         contacts, terrain, geoms = _contacts(
             m,
@@ -1335,6 +1438,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
             remap,
             dis("mjDSBL_FILTERPARENT"),
             sim_issues,
+            info,
         )
     constraints, active, equalities = (), (), None
     if not dis("mjDSBL_EQUALITY") and not dis("mjDSBL_CONSTRAINT"):
@@ -1385,6 +1489,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         sim_issues=tuple(sim_issues),
         equalities=equalities,
         spatial_tendons=spatial_tendons,
+        ground_geom=info.get("ground", -1),
     )
 
 
@@ -2024,8 +2129,36 @@ def _contact_params(m):
     return margin, solref, solmix, solimp
 
 
+def _pair_params(m, g1, g2, solref, solmix, solimp):
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``: the
+    geom of higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)`` (``solref``:
+    the elementwise minimum unless both are in the standard form)."""
+    p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
+    if p1 != p2:
+        g = g1 if p1 > p2 else g2
+        return solref[g], solimp[g]
+    w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
+    if w1 >= tiny and w2 >= tiny:
+        mix = w1 / (w1 + w2)
+    else:
+        mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
+    if solref[g1][0] > 0 and solref[g2][0] > 0:
+        ref = mix * solref[g1] + (1 - mix) * solref[g2]
+    else:
+        ref = np.minimum(solref[g1], solref[g2])
+    return ref, mix * solimp[g1] + (1 - mix) * solimp[g2]
+
+
 def _contacts(
-    m, issues, place, body_names, geom_names, remap, filterparent_off=False, sim_issues=None
+    m,
+    issues,
+    place,
+    body_names,
+    geom_names,
+    remap,
+    filterparent_off=False,
+    sim_issues=None,
+    info=None,
 ):
     """Contact primitives on moving bodies that touch the ground plane (exactly as their
     spheres: :class:`jaxdyn.sim.Sphere` / ``Capsule`` / ``Box``), the ground plane as the
@@ -2150,6 +2283,8 @@ def _contacts(
                 "geoms get MuJoCo's default (0.02, 1)",
             )
         )
+    if info is not None:
+        info["ground"] = -1 if ground is None else int(ground)
     if not pairs:
         return tuple(prims), terrain, None
     index = {g: k for k, g in enumerate(used)}

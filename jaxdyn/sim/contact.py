@@ -55,12 +55,13 @@ from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg as linalg
 from .. import spatial
-from . import _params, _scatter
+from . import _params, _scatter, _soft
 from .collision import NO_CONTACT
 
 if TYPE_CHECKING:
@@ -92,7 +93,10 @@ class ContactFrames(eqx.Module):
     ``point`` relative to ``other``'s. ``friction (nc,)``: each contact's Coulomb coefficient
     (``None``: the contact model's); ``solref (nc, 2)``: each contact's MuJoCo ``solref``
     ``(timeconst, dampratio)`` (``None``: the contact model's; see :class:`Compliant`,
-    :class:`Constraint`)."""
+    :class:`Constraint`); ``solimp (nc, 5)``: each contact's MuJoCo ``solimp`` and
+    ``invweight (nc,)``: the sum of its two bodies' MuJoCo ``body_invweight0`` (translation;
+    the world's 0), the ``diagApprox`` of its rows (both used by ``Constraint(soft=True)``
+    only; ``None``: MuJoCo's default ``solimp``, and the Delassus matrix's own diagonal)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -102,6 +106,8 @@ class ContactFrames(eqx.Module):
     body: tuple = eqx.field(static=True, default=())
     other: tuple = eqx.field(static=True, default=())
     solref: jnp.ndarray | None = None
+    solimp: jnp.ndarray | None = None
+    invweight: jnp.ndarray | None = None
 
     def split_velocity(self) -> tuple[Array, Array]:
         vn = jnp.sum(self.velocity * self.normal, -1)
@@ -145,6 +151,25 @@ def concat_frames(parts):
                 for p in parts
             ]
         )
+    si = None
+    if any(p.solimp is not None for p in parts):
+        default = np.array(_soft.DEFAULT_SOLIMP)
+        si = cat(
+            [
+                jnp.broadcast_to(jnp.asarray(default, p.distance.dtype), (p.distance.shape[0], 5))
+                if p.solimp is None
+                else p.solimp
+                for p in parts
+            ]
+        )
+    iw = None
+    if any(p.invweight is not None for p in parts):  # NaN: the Delassus matrix's diagonal
+        iw = cat(
+            [
+                jnp.full_like(p.distance, jnp.nan) if p.invweight is None else p.invweight
+                for p in parts
+            ]
+        )
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -154,17 +179,24 @@ def concat_frames(parts):
         sum((p.body for p in parts), ()),
         sum((p.other for p in parts), ()),
         solref=sr,
+        solimp=si,
+        invweight=iw,
     )
 
 
-def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> ContactFrames:
+def contact_frames(
+    ws, origin, body_velocity, cs, terrain, friction=None, midpoint=False
+) -> ContactFrames:
     """Contact kinematics from a world state.
 
     ``ws``: :class:`~jaxdyn.algorithms.kinematics.WorldState` (positions relative to
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
-    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``).
+    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``); ``midpoint``: the
+    contact point midway between the sphere's surface and the terrain's (MuJoCo's
+    ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
+    :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
     """
     b = cs.body_index
     R, p = ws.R[b], ws.p[b]
@@ -172,11 +204,25 @@ def contact_frames(ws, origin, body_velocity, cs, terrain, friction=None) -> Con
     centre = spatial.mv(R, cs.pos.astype(dtype)) + p
     dist, n = terrain.query(centre + origin)
     radius = cs.radius.astype(dtype)
-    x = centre - radius[:, None] * n
+    x = centre - (radius + 0.5 * (dist - radius) if midpoint else radius)[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
-    return ContactFrames(dist - radius, n, x, vel, fr, tuple(cs.body), (-1,) * len(cs.body))
+    sr = getattr(cs, "solref", None)
+    si = getattr(cs, "solimp", None)
+    iw = getattr(cs, "invweight", None)
+    return ContactFrames(
+        dist - radius,
+        n,
+        x,
+        vel,
+        fr,
+        tuple(cs.body),
+        (-1,) * len(cs.body),
+        solref=None if sr is None else jnp.asarray(sr, dtype),
+        solimp=None if si is None else jnp.asarray(si, dtype),
+        invweight=None if iw is None else jnp.asarray(iw, dtype),
+    )
 
 
 def _bodies_sum(values, frames, nb, sign_other=-1.0, scale_other=None):
@@ -370,6 +416,27 @@ class Constraint(eqx.Module):
       beyond that the farthest candidates are dropped, which changes the result only if one of
       them would have carried an impulse. :func:`jaxdyn.sim.contact_counts` counts the
       candidates of a state, to compare with ``k``.
+    - ``soft`` (static): ``False`` (default) is the hard contact above; ``True`` is MuJoCo's
+      soft contact (Todorov 2014; MuJoCo's Computation chapter, soft constraints): each
+      touching contact (``distance < 0``: MuJoCo's ``dist < margin - gap``) is a row of
+      MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over its elliptic
+      cone, with ``aref = -b J v - k d(r) r`` on the normal, ``-b J v`` on the tangents, and
+      ``R = (1 - d) / d * diagApprox`` on all three rows (:mod:`jaxdyn.sim._soft`; ``r`` the
+      distance, ``d(r)`` the impedance of ``solimp``, ``k``, ``b`` from ``solref``;
+      ``diagApprox`` the contact's ``invweight``, :attr:`ContactFrames.invweight`, else the
+      normal row of ``A``). Taken at the velocity level (impulse ``h f`` on the step's free
+      velocity) it is MuJoCo's step where ``A = J M^-1 J^T`` is the step's (no velocity-implicit
+      joint terms: with damping, MuJoCo's solve uses ``M``, jaxdyn's ``M + h D``).
+      ``baumgarte`` and ``regularization`` are then unused; ``relaxed=True`` is MuJoCo's
+      problem (its sliding contacts lift at ``mu |v_t|`` as MuJoCo's do).
+    - ``solref``, ``solimp`` (soft only): ``None`` (default) takes each contact's
+      (:attr:`ContactFrames.solref` / ``solimp``: an MJCF file's geoms, mixed per pair as
+      MuJoCo's ``mj_contactParam``), else MuJoCo's defaults ``(0.02, 1)`` and
+      ``(0.9, 0.95, 0.001, 0.5, 2)``; given (2 and 5 numbers), they apply to every contact.
+      ``solref`` in MuJoCo's direct form ``(-stiffness, -damping)`` is honoured.
+    - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
+      normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
+    - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
     """
 
     friction: float | None = None
@@ -379,11 +446,35 @@ class Constraint(eqx.Module):
     regularization: float = 1e-6
     relaxed: bool = eqx.field(static=True, default=False)
     max_contacts: int | None = eqx.field(static=True, default=None)
+    soft: bool = eqx.field(static=True, default=False)
+    solref: jnp.ndarray | None = None
+    solimp: jnp.ndarray | None = None
+    impratio: float = 1.0
+    refsafe: bool = eqx.field(static=True, default=True)
 
-    _RULES = (("friction", 0.0, False), ("baumgarte", 0.0, False), ("regularization", 0.0, False))
+    _RULES = (
+        ("friction", 0.0, False),
+        ("baumgarte", 0.0, False),
+        ("regularization", 0.0, False),
+        ("impratio", 0.0, True),
+    )
 
     def __check_init__(self):
         _params.check_module(self)
+        if not isinstance(self.soft, bool):
+            raise ValueError(f"Constraint: soft must be True or False, got {self.soft!r}")
+        for name, n in (("solref", 2), ("solimp", 5)):
+            x = getattr(self, name)
+            leaves = jax.tree_util.tree_leaves(x)
+            if x is None or any(isinstance(v, jax.core.Tracer) for v in leaves):
+                continue
+            a = np.asarray(x, float)
+            if a.shape != (n,) or not np.all(np.isfinite(a)):
+                raise ValueError(
+                    f"Constraint: {name} must be None or {n} finite numbers, got {x!r}"
+                )
+            if not self.soft:
+                raise ValueError(f"Constraint: {name} is a parameter of soft=True contact")
         for name, least in (("iterations", 1), ("newton", 0)):
             n = getattr(self, name)
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
@@ -420,6 +511,8 @@ def take_contacts(frames, idx):
         frames.velocity[idx],
         take(frames.friction),
         solref=take(frames.solref),
+        solimp=take(frames.solimp),
+        invweight=take(frames.invweight),
     )
 
 
@@ -625,12 +718,15 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
+def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
-    ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step.
+    ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
+    ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
     Returns impulses ``(nc, 3)`` in the same rows.
     """
+    if contact.soft:
+        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -650,4 +746,59 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt):
         contact.newton,
         coulomb=not contact.relaxed,
         live=live_contacts(d),
+    )
+
+
+def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
+    """Each contact's ``solref (nc, 2)`` and clamped ``solimp (nc, 5)`` for ``soft=True``: the
+    contact model's where it gives them, else the frames', else MuJoCo's defaults."""
+    nc = frames.distance.shape[0]
+
+    def pick(own, theirs, default, n):
+        if own is not None:
+            return jnp.broadcast_to(jnp.asarray(own, dtype), (nc, n))
+        if theirs is not None:
+            return jnp.asarray(theirs, dtype)
+        return jnp.broadcast_to(jnp.asarray(default, dtype), (nc, n))
+
+    solref = pick(contact.solref, frames.solref, _soft.DEFAULT_SOLREF, 2)
+    solimp = pick(contact.solimp, frames.solimp, _soft.DEFAULT_SOLIMP, 5)
+    return solref, _soft.clamp_solimp(solimp)
+
+
+def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
+    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level: the
+    impulses ``lam = h f`` of MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 -
+    aref)`` over the cones, i.e. ``min 1/2 lam^T (A + R) lam + lam^T u`` with
+    ``u = J v_free - J v - h aref`` (``J v_free = J v + h J a0``); contacts that do not touch
+    (``distance >= 0``, MuJoCo has no row for them) and empty slots carry none."""
+    dtype = G.dtype
+    nc = frames.distance.shape[0]
+    h = jnp.asarray(dt, dtype)
+    r = frames.distance
+    active = r < 0
+    solref, solimp = _soft_parameters(contact, frames, dtype)
+    k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
+    imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
+    aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
+    aref = jnp.concatenate([aref_n[:, None], -b[:, None] * v_rows[:, 1:]], 1)
+    u = v_free_rows - v_rows - h * aref
+    # not touching: a free normal velocity that puts every iterate in the polar cone
+    u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))
+    diag_n = jnp.diagonal(G)[0::3]
+    diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
+    diag = jnp.where(jnp.isnan(diag), diag_n, diag)
+    Rn = _soft.regulariser(imp, diag)
+    ratio = jnp.asarray(contact.impratio, dtype)
+    Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
+    R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
+    mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
+    return solve_cone_complementarity(
+        G + jnp.diag(R),
+        u.reshape(-1),
+        jnp.broadcast_to(mu, (nc,)),
+        contact.iterations,
+        contact.newton,
+        coulomb=not contact.relaxed,
+        live=active,
     )

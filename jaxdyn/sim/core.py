@@ -271,7 +271,8 @@ def _frames(cfg, ws, origin, vb):
     slots of the geom pairs of ``cfg.geoms`` (``None`` without either)."""
     parts = []
     if cfg.contacts is not None:
-        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain))
+        soft = getattr(cfg.contact, "soft", False)  # MuJoCo's contact point
+        parts.append(C.contact_frames(ws, origin, vb, cfg.contacts, cfg.terrain, midpoint=soft))
     if cfg.geoms is not None:
         parts.append(cfg.geoms.frames(ws, origin, vb))
     return C.concat_frames(parts) if parts else None
@@ -374,9 +375,10 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
     """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
-    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias)."""
+    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias); ``v``: the velocity
+    at the step's start (soft contact's reference acceleration)."""
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
     idx = body = other = None
@@ -393,7 +395,8 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h):
     G = Jc @ MinvJT
     G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
-    lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h)
+    v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
+    lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows)
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
@@ -507,7 +510,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     if constraint:
-        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h)
+        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v)
     return (*_advance(model, q, v1, h), f)
 
 

@@ -60,6 +60,7 @@ from .. import spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.configuration import integrate
 from ..model import tree
+from . import _soft
 
 if TYPE_CHECKING:
     from jax import Array
@@ -70,7 +71,7 @@ __all__ = ["Equalities"]
 
 KINDS = ("connect", "weld", "joint")
 _ROWS = {"connect": 3, "weld": 6, "joint": 1}
-_MINVAL = 1e-15  # MuJoCo's mjMINVAL
+_MINVAL = _soft.MINVAL
 
 
 class Equalities(eqx.Module):
@@ -306,23 +307,9 @@ class Equalities(eqx.Module):
             ri = r[start : start + n]
             start += n
             pos = ri[0] if kind == "joint" else _safe_norm(ri)
-            solimp = jnp.asarray(self.solimp[i], dtype)
-            ref = jnp.asarray(self.solref[i], dtype)
-            standard = ref[0] > 0
-            tc = jnp.maximum(ref[0], 2 * h) if self.refsafe else ref[0]
-            tc = jnp.where(standard, tc, ref[0])
-            dmax = solimp[1]
-            k = jnp.where(
-                standard,
-                1 / jnp.maximum(_MINVAL, dmax * dmax * tc * tc * ref[1] * ref[1]),
-                -ref[0] / jnp.maximum(_MINVAL, dmax * dmax),
-            )
-            b = jnp.where(
-                ref[1] > 0,
-                2 / jnp.maximum(_MINVAL, dmax * tc),
-                -ref[1] / jnp.maximum(_MINVAL, dmax),
-            )
-            imp = _impedance(solimp, pos)
+            solimp = _soft.clamp_solimp(jnp.asarray(self.solimp[i], dtype))
+            k, b = _soft.gains(jnp.asarray(self.solref[i], dtype), solimp[1], h, self.refsafe)
+            imp = _soft.impedance(solimp, pos)
             ks.append(jnp.full(n, k))
             bs.append(jnp.full(n, b))
             imps.append(jnp.full(n, imp))
@@ -349,8 +336,8 @@ class Equalities(eqx.Module):
         A = J @ MinvJT
         k, b, imp = self._row_params(r, jnp.asarray(h, dtype))
         diag = jnp.asarray(self.diag, dtype)
-        Rreg = jnp.maximum(_MINVAL, (1 - imp) * diag / imp)
-        aref = -b * (J @ v) - k * imp * r
+        Rreg = _soft.regulariser(imp, diag)
+        aref = _soft.reference(k, b, imp, r, J @ v)
         if self.with_drift:
             aref = aref - on * jdv
         else:  # J a0 in MuJoCo's coordinates: J (a0 + c), c its free joints' convective term
@@ -397,19 +384,3 @@ def _quat_im(Q):
     ``sin(t / 2) a`` for the rotation by ``t`` about ``a``."""
     vee = jnp.stack([Q[2, 1] - Q[1, 2], Q[0, 2] - Q[2, 0], Q[1, 0] - Q[0, 1]])
     return vee / (2 * jnp.sqrt(jnp.maximum(1 + jnp.trace(Q), _MINVAL)))
-
-
-def _impedance(solimp, pos):
-    """MuJoCo's ``getimpedance`` (margin 0): ``imp`` in ``[dmin, dmax]`` of the violation
-    ``pos`` over ``width`` (``solimp = (dmin, dmax, width, mid, power)``)."""
-    d0, d1, width, mid, power = (solimp[j] for j in range(5))
-    flat = (d0 == d1) | (width <= _MINVAL)
-    x = jnp.abs(pos) / jnp.where(flat, 1.0, width)
-    xc = jnp.clip(x, 0.0, 1.0)
-    lin = power == 1
-    a = 1 / mid ** (power - 1)
-    bb = 1 / (1 - mid) ** (power - 1)
-    y = jnp.where(lin, xc, jnp.where(xc <= mid, a * xc**power, 1 - bb * (1 - xc) ** power))
-    y = jnp.where(x >= 1, 1.0, jnp.where(x <= 0, 0.0, y))
-    imp = d0 + y * (d1 - d0)
-    return jnp.where(flat, 0.5 * (d0 + d1), imp)

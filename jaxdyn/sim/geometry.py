@@ -185,12 +185,28 @@ class ContactSet(eqx.Module):
     ``body`` (static tuple, one per sphere): the moving body each sphere is fixed to;
     ``pos (nc, 3)``: centres in body coordinates; ``radius (nc,)``; ``names``: one label per
     sphere (the primitive's name, with ``[k]`` for primitives of several spheres).
+
+    ``solref (nc, 2)``, ``solimp (nc, 5)``, ``invweight (nc,)``: each sphere's MuJoCo
+    ``solref``, ``solimp`` and ``diagApprox`` (:attr:`jaxdyn.sim.contact.ContactFrames.solref`,
+    ``solimp``, ``invweight``; ``None``: the contact model's or MuJoCo's defaults, the Delassus
+    matrix's diagonal); :meth:`jaxdyn.io.mjcf.MJCFModel.sim_config` fills them from an MJCF
+    file for ``Constraint(soft=True)``.
     """
 
     pos: jnp.ndarray
     radius: jnp.ndarray
     body: tuple = eqx.field(static=True)
     names: tuple = eqx.field(static=True)
+    solref: jnp.ndarray | None = None
+    solimp: jnp.ndarray | None = None
+    invweight: jnp.ndarray | None = None
+
+    def __check_init__(self):
+        n = len(self.names)
+        for name, shape in (("solref", (n, 2)), ("solimp", (n, 5)), ("invweight", (n,))):
+            x = getattr(self, name)
+            if x is not None and np.shape(x) != shape:
+                raise ValueError(f"ContactSet: {name} has shape {np.shape(x)}, expected {shape}")
 
     @property
     def n(self) -> int:

@@ -78,7 +78,12 @@ class Geoms(eqx.Module):
     from ``dist < margin`` and rests at that distance, MuJoCo's ``includemargin``; MuJoCo's
     ``gap`` only adds contacts beyond the margin that never carry a force); ``solref (ng, 2)``
     (``timeconst, dampratio``) mixed with the weights ``solmix (ng,)`` (``w1 / (w1 + w2)``),
-    given to the contact models per contact (:attr:`ContactFrames.solref`).
+    given to the contact models per contact (:attr:`ContactFrames.solref`; two ``solref`` of
+    which one is in MuJoCo's direct, negative form combine by their elementwise minimum, as
+    MuJoCo does); ``solimp (ng, 5)`` mixed with the same weights, and ``invweight (ng,)``
+    (MuJoCo's ``body_invweight0`` translation entry of each geom's body, 0 for the world's)
+    summed per pair: what ``Constraint(soft=True)`` uses (:attr:`ContactFrames.solimp`,
+    :attr:`ContactFrames.invweight`).
 
     ``priority`` (static, ``(ng,)`` ints; ``None``: all 0): MuJoCo's geom ``priority``. A pair
     whose geoms' priorities differ takes its friction, condim and solref from the geom of
@@ -102,6 +107,8 @@ class Geoms(eqx.Module):
     solref: jnp.ndarray | np.ndarray | None = None
     solmix: jnp.ndarray | np.ndarray | None = None
     priority: tuple | None = eqx.field(static=True, default=None)
+    solimp: jnp.ndarray | None = None
+    invweight: jnp.ndarray | None = None
 
     def __check_init__(self):
         ng = len(self.names)
@@ -110,7 +117,12 @@ class Geoms(eqx.Module):
         for name, n in (("body", ng), ("type", ng), ("condim", ng)):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Geoms: {name} has {len(getattr(self, name))} entries, not {ng}")
-        for name, shape in (("margin", (ng,)), ("solref", (ng, 2))):
+        for name, shape in (
+            ("margin", (ng,)),
+            ("solref", (ng, 2)),
+            ("solimp", (ng, 5)),
+            ("invweight", (ng,)),
+        ):
             x = getattr(self, name)
             if x is not None and np.shape(x) != shape:
                 raise ValueError(f"Geoms: {name} has shape {np.shape(x)}, expected {shape}")
@@ -231,10 +243,9 @@ class Geoms(eqx.Module):
             mu = jnp.where(first, fr[i1], jnp.where(second, fr[i2], jnp.maximum(fr[i1], fr[i2])))
             cond = np.where(first, cd1, np.where(second, cd2, np.maximum(cd1, cd2)))
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
-            if self.solref is None:
-                sr = None
-            else:  # MuJoCo's mix: weights solmix1 / (solmix1 + solmix2) (0.5 when both 0)
-                sref = jnp.asarray(self.solref, dtype)
+            sr = si = iw = None
+            if self.solref is not None or self.solimp is not None:
+                # MuJoCo's mix: weights solmix1 / (solmix1 + solmix2) (0.5 when both 0)
                 w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
                 w1, w2 = w[i1].astype(dtype), w[i2].astype(dtype)
                 tiny = 1e-15
@@ -244,7 +255,22 @@ class Geoms(eqx.Module):
                     jnp.where(w1 < tiny, jnp.where(w2 < tiny, 0.5, 0.0), 1.0),
                 )
                 mix = jnp.where(first, 1.0, jnp.where(second, 0.0, mix))[:, None]
-                sr = jnp.repeat(mix * sref[i1] + (1 - mix) * sref[i2], k, axis=0)
+            if self.solref is not None:
+                sref = jnp.asarray(self.solref, dtype)
+                s1, s2 = sref[i1], sref[i2]
+                mixed = mix * s1 + (1 - mix) * s2
+                # MuJoCo: two standard solref mix, else (a direct one) the elementwise min
+                # (geoms of different priority: the higher's, as mix is then 1 or 0)
+                standard = (s1[:, :1] > 0) & (s2[:, :1] > 0)
+                same = jnp.asarray((first | second)[:, None])
+                pair = jnp.where(standard | same, mixed, jnp.minimum(s1, s2))
+                sr = jnp.repeat(pair, k, axis=0)
+            if self.solimp is not None:
+                simp = jnp.asarray(self.solimp, dtype)
+                si = jnp.repeat(mix * simp[i1] + (1 - mix) * simp[i2], k, axis=0)
+            if self.invweight is not None:
+                iwg = jnp.asarray(self.invweight, dtype)
+                iw = jnp.repeat(iwg[i1] + iwg[i2], k)
             parts.append(
                 (
                     dist.reshape(-1),
@@ -254,6 +280,8 @@ class Geoms(eqx.Module):
                     np.repeat(body, k),
                     np.repeat(other, k),
                     sr,
+                    si,
+                    iw,
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])
@@ -270,6 +298,8 @@ class Geoms(eqx.Module):
 
         velocity = vel(body) - vel(other)
         solref = None if self.solref is None else jnp.concatenate([x[6] for x in parts])
+        solimp = None if self.solimp is None else jnp.concatenate([x[7] for x in parts])
+        invweight = None if self.invweight is None else jnp.concatenate([x[8] for x in parts])
         return ContactFrames(
             dist,
             normal,
@@ -279,6 +309,8 @@ class Geoms(eqx.Module):
             tuple(int(b) for b in body),
             tuple(int(b) for b in other),
             solref=solref,
+            solimp=solimp,
+            invweight=invweight,
         )
 
 

@@ -430,57 +430,79 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
     """Riccati recursion with gaps (Mastalli et al. 2020, Eq. 7-9; Crocoddyl's
     ``SolverDDP::backwardPass``): ``(k, K, Qu, Quuk, Vx, Vxx, ok)``. ``k_prev``: the
     feedforward gains of the previous backward pass, from which each knot's box QP starts
-    (Crocoddyl's ``SolverBoxFDDP::computeGains`` passes ``k_[t]`` as the QP's initial guess)."""
+    (Crocoddyl's ``SolverBoxFDDP::computeGains`` passes ``k_[t]`` as the QP's initial guess).
+
+    One problem's recursion is a ``lax.scan`` of single knots, where XLA:CPU's time is bound
+    by the number of kernels per knot (each product, factorisation and stored output is one),
+    so the value function is carried as one array ``[V_xx V_x]``, the gains are one array
+    ``[k K]``, the matrix-vector products are sums of products (fused into the kernels around
+    them) and each knot stores one array (``[k K]``, ``Q_u``, ``Q_uu k`` and ``[V_xx V_x]``,
+    flattened). The knots' inputs stay as they are: arranging them for all knots before the
+    scan (``[Fx Fu]``, its transpose, a ``Q``-shaped cost block) saved one more kernel per
+    knot but cost more than it saved, in memory traffic."""
     ndx = fs.shape[-1]
-    eye = jnp.eye(ndx, dtype=fs.dtype)
+    dtype = fs.dtype
+    eye = jnp.eye(ndx, dtype=dtype)
     fs = jnp.where(feasible, 0.0, fs)
     VxxT = D["LxxT"] + reg * eye
     VxT = D["LxT"] + VxxT @ fs[-1]
     nu = us.shape[-1]
-    eye_u = jnp.eye(nu, dtype=fs.dtype)
     unbounded = problem.u_lower is None and problem.u_upper is None  # static
     boxed = _boxed(problem)
     lo, hi = problem.bounds()
+    eye_u = jnp.eye(nu, dtype=dtype)
 
-    def body(carry, inp):
-        Vx, Vxx = carry
+    @jax.named_scope("riccati_step")
+    def body(V, inp):
         Fx, Fu, lx, lu, lxx, lxu, luu, f, u, kp = inp
-        # [Fx Fu]^T [Vxx Vx] and then [Fx Fu]^T Vxx [Fx Fu]: two products instead of six (at
-        # batch 1 each product is an XLA kernel of its own, and kernels bound the time)
+        # [Fx Fu]^T [Vxx Vx] and then [Fx Fu]^T Vxx [Fx Fu]: two products (at batch 1 each
+        # product is an XLA kernel of its own, and kernels bound the time)
         F = jnp.concatenate([Fx, Fu], 1)
-        FV = F.T @ jnp.concatenate([Vxx, Vx[:, None]], 1)
+        FV = F.T @ V
         Q = FV[:, :ndx] @ F
         Qx, Qu = lx + FV[:ndx, ndx], lu + FV[ndx:, ndx]
         Qxx, Qxu = lxx + Q[:ndx, :ndx], lxu + Q[:ndx, ndx:]
         Quu = luu + Q[ndx:, ndx:] + reg * eye_u
 
+        # the gains as one array [k K] (Crocoddyl's k_ and K_ side by side)
         def newton():
-            sol = _spd_solve(Quu, jnp.concatenate([Qu[:, None], Qxu.T], 1))
-            return sol[:, 0], sol[:, 1:], Qu
+            return _spd_solve(Quu, jnp.concatenate([Qu[:, None], Qxu.T], 1)), Qu
 
         def clamped():
             dlt, free, L = box_qp(Quu, Qu, lo - u, hi - u, kp)
             K = jnp.where(free[:, None], _linalg.cho_solve(L, Qxu.T), 0.0)
-            return -dlt, K, jnp.where(free, Qu, 0.0)
+            return jnp.concatenate([-dlt[:, None], K], 1), jnp.where(free, Qu, 0.0)
 
         # box QP from a feasible iterate, Newton gains otherwise (SolverBoxFDDP). A problem
         # without bound arrays skips the QP statically: under vmap a traced cond becomes a
         # select that evaluates both branches, the QP's iterations included, at every knot
         if unbounded:
-            k, K, Qu = newton()
+            kK, Qu = newton()
         else:
-            k, K, Qu = jax.lax.cond(feasible & boxed, clamped, newton)
-        Quuk = Quu @ k
-        Vx = Qx + K.T @ (Quuk - 2.0 * Qu)
-        Vxx = Qxx - Qxu @ K
+            kK, Qu = jax.lax.cond(feasible & boxed, clamped, newton)
+        k, K = kK[:, 0], kK[:, 1:]
+        # the matrix-vector products as sums of products: XLA fuses those into the kernels
+        # around them, where a product is a kernel of its own
+        Quuk = jnp.sum(Quu * k[None, :], 1)
+        Vx = Qx + jnp.sum(K * (Quuk - 2.0 * Qu)[:, None], 0)
+        Vxx = Qxx - (Qxu @ kK)[:, 1:]
         Vxx = 0.5 * (Vxx + Vxx.T) + reg * eye
-        Vx = Vx + Vxx @ f
-        return (Vx, Vxx), (k, K, Qu, Quuk, Vx, Vxx)
+        Vx = Vx + jnp.sum(Vxx * f[None, :], 1)
+        V = jnp.concatenate([Vxx, Vx[:, None]], 1)
+        # one stored array per knot: [k K], Qu, Quuk and [V_xx V_x], flattened
+        out = jnp.concatenate([kK.ravel(), Qu, Quuk, V.ravel()])
+        return V, out
 
+    V = jnp.concatenate([VxxT, VxT[:, None]], 1)
     inp = (D["Fx"], D["Fu"], D["lx"], D["lu"], D["lxx"], D["lxu"], D["luu"], fs[:-1], us, k_prev)
-    _, (k, K, Qu, Quuk, Vx, Vxx) = jax.lax.scan(body, (VxT, VxxT), inp, reverse=True)
-    Vx = jnp.concatenate([Vx, VxT[None]], 0)
-    Vxx = jnp.concatenate([Vxx, VxxT[None]], 0)
+    _, out = jax.lax.scan(body, V, inp, reverse=True)
+    T, m = us.shape[0], nu * (ndx + 1)
+    kK = out[:, :m].reshape(T, nu, ndx + 1)
+    k, K = kK[..., 0], kK[..., 1:]
+    Qu, Quuk = out[:, m : m + nu], out[:, m + nu : m + 2 * nu]
+    Vs = out[:, m + 2 * nu :].reshape(T, ndx, ndx + 1)
+    Vx = jnp.concatenate([Vs[..., ndx], VxT[None]], 0)
+    Vxx = jnp.concatenate([Vs[..., :ndx], VxxT[None]], 0)
     ok = _bounded(Vx) & jnp.all(jnp.isfinite(Vxx))
     ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
     return dict(k=k, K=K, Qu=Qu, Quuk=Quuk, Vx=Vx, Vxx=Vxx, fs=fs), ok
@@ -491,30 +513,33 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
 
 def _forward(problem, xs, us, B, alpha, feasible):
     """Nonlinear rollout of the step ``alpha`` closing the gaps (Mastalli et al. 2020,
-    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``."""
+    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``.
+
+    The rollout is a ``lax.scan`` of single knots (XLA:CPU: kernels per knot bound the
+    time), so each knot stores one array ``[x u]``, applies its feedback gain as a sum of
+    products (fused with the control's clamp, where a product would be a kernel of its own),
+    and the trial's cost is evaluated after the scan, for all knots at once."""
     model = problem.model
     c = jnp.where(feasible | (alpha == 1.0), 0.0, alpha - 1.0)
     fs = B["fs"]
     lo, hi = problem.bounds()
+    nx = xs.shape[-1]
 
-    def body(carry, inp):
-        xnext, cost = carry
+    @jax.named_scope("rollout_step")
+    def body(xnext, inp):
         x, u, k, K, f = inp
         xt = state_integrate(model, xnext, c * f)
-        ut = u - alpha * k - K @ state_difference(model, x, xt)
+        ut = u - alpha * k - jnp.sum(K * state_difference(model, x, xt)[None, :], 1)
         ut = jnp.minimum(jnp.maximum(ut, lo), hi)
-        cost = cost + _stage_value(problem, xt, ut)
         x1 = step_plain(model, xt, ut, problem.dt, problem.dynamics)
-        return (x1, cost), (xt, ut)
+        return x1, jnp.concatenate([xt, ut])
 
-    zero = jnp.zeros((), xs.dtype)
-    (xnext, cost), (xt, ut) = jax.lax.scan(
-        body, (problem.x0, zero), (xs[:-1], us, B["k"], B["K"], fs[:-1])
-    )
+    xnext, xu = jax.lax.scan(body, problem.x0, (xs[:-1], us, B["k"], B["K"], fs[:-1]))
     xT = state_integrate(model, xnext, c * fs[-1])
-    cost = cost + problem.terminal.value(model, xT)
-    xs_try = jnp.concatenate([xt, xT[None]], 0)
-    return xs_try, ut, cost, _bounded(cost) & _bounded(xs_try)
+    xs_try = jnp.concatenate([xu[:, :nx], xT[None]], 0)
+    us_try = xu[:, nx:]
+    cost = trajectory_cost(problem, xs_try, us_try)
+    return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try)
 
 
 # ----------------------------------------------------------------------------- solver

@@ -1,0 +1,270 @@
+"""MuJoCo's soft contact in ``jaxdyn.sim.Constraint(soft=True)`` (issue 56): per-contact
+``solref`` / ``solimp`` from MJCF geoms (mixed per pair as MuJoCo's ``mj_contactParam``), the
+impedance's regulariser and reference acceleration in the cone problem, checked against MuJoCo C
+on the same scenes and against the closed-form resting depth."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+import jaxdyn
+from jaxdyn import sim
+from jaxdyn.sim import _soft
+from jaxdyn.sim.contact import ContactFrames, solve_contact_impulses
+
+mujoco = pytest.importorskip("mujoco")
+
+# one scene, one compile: a ball dropped from 0.3 m (default solref / solimp: a primitive
+# against the floor), a box put down on its face (its own solimp mixed with the floor's: a
+# primitive), a ball with a <default> class's solref / solimp / solmix (a geom pair with the
+# floor) and a flat box with a direct (negative) solref pushed to slide at 1 m/s; the bodies
+# collide with the floor only (contype / conaffinity: no body-body pairs to compile)
+SOFT_MJCF = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" iterations="1000"/>
+<default><default class="stiff">
+  <geom solref="0.01 0.9" solimp="0.8 0.99 0.002 0.3 3" solmix="3"/></default></default>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.5"/>
+<body name="ball" pos="0 0 0.3"><freejoint/>
+  <geom name="ball" contype="1" conaffinity="0" size="0.1" mass="2"/></body>
+<body name="box" pos="0.5 0 0.12"><freejoint/>
+  <geom name="box" contype="1" conaffinity="0" type="box" size="0.1 0.08 0.1" mass="1.5"
+        solimp="0.95 0.99 0.001 0.5 2"/></body>
+<body name="ball2" pos="-0.5 0 0.1"><freejoint/>
+  <geom name="ball2" contype="1" conaffinity="0" size="0.05" class="stiff" mass="0.5"/></body>
+<body name="slider" pos="0 0.6 0.0498"><freejoint/>
+  <geom name="slider" contype="1" conaffinity="0" type="box" size="0.1 0.1 0.05"
+        solref="-20000 -150" mass="1"/></body>
+</worldbody></mujoco>"""
+STEPS = 400
+PUSH = np.r_[np.zeros(18), 1.0, 0.3, 0.0, 0.0, 0.0, 0.0]  # the slider's MuJoCo qvel
+
+
+def _mujoco_run(cone):
+    m = mujoco.MjModel.from_xml_string(SOFT_MJCF.format(cone=cone))
+    d = mujoco.MjData(m)
+    d.qvel[:] = PUSH
+    out = []
+    for _ in range(STEPS):
+        mujoco.mj_step(m, d)
+        out.append(d.qpos.copy())
+    return np.array(out)
+
+
+@pytest.fixture(scope="module")
+def soft_run():
+    """jaxdyn's rollout of the scene (``Constraint(soft=True, relaxed=True, iterations=200)``:
+    the soft problem is well conditioned, projected gradient alone converges; Newton steps
+    triple the compile time), the file's ``implicitfast``, in MuJoCo's coordinates, and MuJoCo
+    C's, elliptic cones."""
+    loaded = jaxdyn.load_mjcf(SOFT_MJCF.format(cone="elliptic"))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    conv = loaded.converter()
+    q0 = np.asarray(loaded.q0)
+    v0 = conv.v_from_mujoco(q0, PUSH)
+    model = loaded.model
+    tr = jax.jit(lambda q, v: sim.rollout(model, sim.State(q, v), jnp.zeros((STEPS, 0)), cfg=cfg))(
+        jnp.asarray(q0), jnp.asarray(v0)
+    )
+    mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
+    return loaded, cfg, mine, _mujoco_run("elliptic")
+
+
+def _quat_gap(a, b):
+    """Largest difference of unit quaternions up to sign, ``(T, 4)`` each."""
+    s = np.sign(np.sum(a * b, -1, keepdims=True))
+    return np.abs(a - s * b).max()
+
+
+def test_soft_contact_follows_mujoco(soft_run):
+    """MuJoCo C (elliptic cones, its Newton solver at tolerance 1e-14) and jaxdyn's soft
+    contact (``relaxed=True``: MuJoCo's convex problem) on the same scene, 0.8 s: the ball's
+    drop, impact and settling, the box with its mixed ``solimp`` (primitives against the
+    floor), the ``<default>`` class's ball (a geom pair) and the sliding box with a direct
+    ``solref`` agree to 1e-10 m in position and 1e-10 in orientation at every step (seen:
+    3e-12). MuJoCo's default tolerance (1e-8) leaves its sliding box 1.5e-8 m off this
+    trajectory; the primitives' contact point is MuJoCo's, midway between the surfaces (at the
+    sphere's deepest point instead, the sliding box drifts 2e-6 m)."""
+    loaded, cfg, mine, ref = soft_run
+    assert cfg.contacts.solref is not None and cfg.geoms.solimp is not None
+    assert "ball2" in loaded.geoms.names and "slider[0]" in cfg.contacts.names
+    for b in range(4):
+        pos = slice(7 * b, 7 * b + 3)
+        np.testing.assert_allclose(mine[:, pos], ref[:, pos], atol=1e-10)
+        assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert ref[-1, 21] - ref[0, 21] > 0.003  # the slider slid
+
+
+def test_soft_contact_resting_depth_is_mujocos(soft_run):
+    """At rest, MuJoCo's soft contact holds the weight with ``R f = -k d(r) r`` (the reference
+    acceleration balances the regulariser; ``R = (1 - d) / d * diagApprox``, ``diagApprox =
+    1 / m`` for a free body), so a sphere rests at the root ``r`` of ``(1 - d(r)) g = -k d(r)^2
+    r`` and a box on its face, its weight on four corners, at the root of ``(1 - d(r)) g / 4 =
+    -k d(r)^2 r``: with MuJoCo's default ``solref`` / ``solimp`` the ball's penetration is
+    0.367 mm, the box's (``solimp`` mixed 0.925 0.97 0.001 0.5 2) 0.080 mm. jaxdyn's and MuJoCo
+    C's settle there to 1e-9 m."""
+    _, _, mine, ref = soft_run
+    g = 9.81
+
+    def depth(solimp, share):
+        k = 1 / (solimp[1] * 0.02) ** 2  # solref (0.02, 1)
+        imp = lambda r: float(_soft.impedance(jnp.asarray(solimp), r))  # noqa: E731
+        return brentq(lambda r: (1 - imp(r)) * g * share + k * imp(r) ** 2 * r, -0.01, -1e-9)
+
+    ball = depth(np.array(_soft.DEFAULT_SOLIMP), 1.0)
+    box = depth(0.5 * (np.array(_soft.DEFAULT_SOLIMP) + [0.95, 0.99, 0.001, 0.5, 2]), 0.25)
+    assert abs(ball + 3.67e-4) < 1e-6 and abs(box + 8.0e-5) < 1e-6
+    for run in (mine, ref):
+        np.testing.assert_allclose(run[-20:, 2] - 0.1, ball, atol=1e-9)
+        np.testing.assert_allclose(run[-20:, 9] - 0.1, box, atol=1e-9)
+
+
+def test_pyramidal_cones_agree_under_normal_loads(soft_run):
+    """MuJoCo's default pyramidal cone (4 edges per contact, each with ``R = 2 mu^2 (1 + mu^2)
+    R_n``: on the normal one row with ``mu^2 (1 + mu^2) R_n / 2``) is the elliptic problem
+    for a contact loaded along its normal with ``mu = 1``: the dropped ball, the box and the
+    class ball (friction 1, the larger of the pair's) follow MuJoCo's pyramidal run to 1e-10 m;
+    the sliding box does not (a pyramid's friction: about 1 cm apart after 0.8 s)."""
+    _, _, mine, _ = soft_run
+    ref = _mujoco_run("pyramidal")
+    for b in range(3):
+        pose = slice(7 * b, 7 * b + 7)
+        np.testing.assert_allclose(mine[:, pose], ref[:, pose], atol=1e-10)
+    assert np.abs(mine[:, 21:23] - ref[:, 21:23]).max() > 1e-3
+
+
+def test_soft_impulse_of_one_contact():
+    """One contact, unit Delassus matrix ``A = a I``: the soft impulse is MuJoCo's ``h f`` with
+    ``(A + R) f = aref - J a0`` row by row (inside the cone): normal ``aref = -b v_n - k d r``,
+    tangents ``-b v_t``; ``R = (1 - d) / d * diagApprox`` (the contact's ``invweight``, else
+    ``A``'s normal entry); ``Constraint(solref=..., solimp=...)`` overrides the contacts';
+    the direct ``solref (-k', -b')`` gives ``k = k' / dmax^2``, ``b = b' / dmax``; a contact at
+    ``distance >= 0`` carries nothing."""
+    h, a = 0.002, 2.0
+    v0 = jnp.asarray([[-0.01, 0.002, -0.001]])
+    vf = v0 + h * jnp.asarray([[-9.81, 0.0, 0.0]])  # J v_free = J v + h J a0
+
+    def frame(r, **kw):
+        z = jnp.zeros((1, 3))
+        return ContactFrames(jnp.asarray([r]), z, z, z, jnp.asarray([1.0]), (0,), (-1,), **kw)
+
+    def want(r, solref, solimp, diag):
+        solimp = jnp.asarray(solimp)
+        k, b = _soft.gains(jnp.asarray(solref), solimp[1], h)
+        d = _soft.impedance(solimp, r)
+        R = (1 - d) / d * diag
+        aref = np.array([-b * v0[0, 0] - k * d * r, -b * v0[0, 1], -b * v0[0, 2]])
+        return h * (aref - (vf[0] - v0[0]) / h) / (a + R)
+
+    G = a * jnp.eye(3)
+    # G + R = (a + R) I: the first projected gradient step is the solution
+    c = sim.Constraint(soft=True, iterations=3)
+    solve = jax.jit(lambda c, fr: solve_contact_impulses(c, G, fr, vf, h, v0))
+    r = -4e-4
+    lam = solve(c, frame(r))
+    np.testing.assert_allclose(lam[0], want(r, (0.02, 1.0), _soft.DEFAULT_SOLIMP, a), rtol=1e-10)
+    imp = (0.8, 0.99, 0.002, 0.3, 3.0)
+    fr = frame(r, solref=jnp.asarray([[0.01, 0.7]]), solimp=jnp.asarray([imp]))
+    fr = ContactFrames(*[getattr(fr, f) for f in ("distance", "normal", "point", "velocity")],
+                       fr.friction, (0,), (-1,), solref=fr.solref, solimp=fr.solimp,
+                       invweight=jnp.asarray([0.5]))  # fmt: skip
+    lam = solve(c, fr)
+    np.testing.assert_allclose(lam[0], want(r, (0.01, 0.7), imp, 0.5), rtol=1e-10)
+    over = sim.Constraint(soft=True, iterations=3, solref=(-3000.0, -40.0), solimp=imp)
+    lam = solve(over, fr)
+    k, b = 3000.0 / 0.99**2, 40.0 / 0.99
+    d = float(_soft.impedance(jnp.asarray(imp), r))
+    aref = np.array([-b * v0[0, 0] - k * d * r, -b * v0[0, 1], -b * v0[0, 2]])
+    np.testing.assert_allclose(
+        lam[0], h * (aref - (vf[0] - v0[0]) / h) / (a + (1 - d) / d * 0.5), rtol=1e-10
+    )
+    np.testing.assert_array_equal(solve(c, frame(1e-3)), 0.0)
+
+
+def test_soft_parameters_checked():
+    """``solref`` / ``solimp`` of the wrong size, non-finite, or given to hard contact: a
+    ``ValueError`` naming the argument."""
+    with pytest.raises(ValueError, match="Constraint: solref must be None or 2 finite"):
+        sim.Constraint(soft=True, solref=(0.02,))
+    with pytest.raises(ValueError, match="Constraint: solimp must be None or 5 finite"):
+        sim.Constraint(soft=True, solimp=(0.9, 0.95, np.nan, 0.5, 2))
+    with pytest.raises(ValueError, match="solref is a parameter of soft=True contact"):
+        sim.Constraint(solref=(0.02, 1.0))
+    with pytest.raises(ValueError, match="impratio"):
+        sim.Constraint(soft=True, impratio=0.0)
+
+
+def test_soft_contact_honours_solimp_and_refuses_gap():
+    """``sim_config`` with hard contact refuses a geom's ``solimp`` and direct ``solref`` by
+    name (``test_unhonoured_contact_parameters_refused_by_sim_config``); with
+    ``Constraint(soft=True)`` it honours them (the contacts carry them, mixed with the floor's
+    as MuJoCo's contacts do) and refuses a touching geom's ``gap`` by name instead
+    (``ignore=("gap",)`` lets it through); the file's ``impratio`` and ``refsafe`` reach the
+    contact model."""
+    xml = SOFT_MJCF.format(cone="elliptic")
+    loaded = jaxdyn.load_mjcf(xml)
+    with pytest.raises(ValueError, match=r'\[solimp\] <geom name="box"'):
+        loaded.sim_config(sim.Constraint())
+    cfg = loaded.sim_config(sim.Constraint(soft=True))
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qpos[[2, 9, 16, 23]] -= [0.2, 0.02, 0.001, 0.0]  # every body into the floor
+    mujoco.mj_forward(m, d)
+    names = list(cfg.contacts.names)
+    for c in d.contact[: d.ncon]:
+        g = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, max(c.geom1, c.geom2))
+        if g == "ball2":  # a geom pair
+            k = list(loaded.geoms.names).index(g)
+            sr = np.asarray(cfg.geoms.solref)[k]
+            assert np.asarray(cfg.geoms.invweight)[k] == m.body_invweight0[3, 0]
+            continue
+        i = next(i for i, n in enumerate(names) if n == g or n.startswith(g + "["))
+        np.testing.assert_allclose(np.asarray(cfg.contacts.solref)[i], c.solref, rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(cfg.contacts.solimp)[i], c.solimp, rtol=1e-15)
+        sr = c.solref
+    assert d.ncon >= 6 and sr is not None
+    gap = xml.replace('name="ball" contype', 'name="ball" gap="0.01" contype')
+    gap = gap.replace('cone="elliptic"', 'cone="elliptic" impratio="2"')
+    gap = gap.replace("<option ", '<option><flag refsafe="disable"/></option><option ')
+    loaded = jaxdyn.load_mjcf(gap)
+    with pytest.raises(ValueError, match=r'\[gap\] <geom name="ball">: gap'):
+        loaded.sim_config(sim.Constraint(soft=True))
+    cfg = loaded.sim_config(sim.Constraint(soft=True), ignore=("gap",))
+    assert float(cfg.contact.impratio) == 2.0 and cfg.contact.refsafe is False
+    assert loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref")).contact.soft is False
+
+
+@pytest.mark.slow  # 20 s of compile; default: test_soft_contact_follows_mujoco (the same step)
+def test_soft_contact_derivative_matches_finite_differences():
+    """Forward-mode derivative of a resting ball's height after 50 soft-contact steps (the
+    implicit differentiation of the cone problem, :func:`jaxdyn.sim.contact.solve_cone_
+    complementarity`) in its initial height and in the contacts' ``timeconst``: central
+    finite differences agree to 1e-5 (relative; seen 1.8e-6 in the height, whose derivative
+    0.0049 the contact has nearly forgotten, and 1.3e-9 in the timeconst)."""
+    xml = """<mujoco><option timestep="0.002"/><worldbody>
+      <geom name="floor" type="plane" size="5 5 .1"/>
+      <body name="a" pos="0 0 0.0998"><freejoint/><geom name="a" size="0.1" mass="2"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    model = loaded.model
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+
+    @jax.jit
+    def z_end(z0, tc):
+        c = sim.Constraint(soft=True, relaxed=True, iterations=200, solref=(tc, 1.0))
+        q = jnp.asarray(loaded.q0).at[2].set(z0)
+        s = sim.State(q, jnp.zeros(model.nv))
+        tr = sim.rollout(model, s, jnp.zeros((50, 0)), cfg=dataclasses.replace(cfg, contact=c))
+        return tr.q[-1, 2]
+
+    z0, tc = 0.0998, 0.02
+    _, dz = jax.jvp(z_end, (z0, tc), (1.0, 0.0))
+    _, dtc = jax.jvp(z_end, (z0, tc), (0.0, 1.0))
+    eps = 1e-6
+    fz = (z_end(z0 + eps, tc) - z_end(z0 - eps, tc)) / (2 * eps)
+    ft = (z_end(z0, tc + eps) - z_end(z0, tc - eps)) / (2 * eps)
+    np.testing.assert_allclose(float(dz), float(fz), rtol=1e-5)
+    np.testing.assert_allclose(float(dtc), float(ft), rtol=1e-5)
+    assert abs(float(dtc)) > 1e-4  # the timeconst moves the height
