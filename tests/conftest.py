@@ -22,6 +22,13 @@ The programs run somewhat slower and the arithmetic (IEEE, no fast-math) is unch
 this jaxlib does not know would abort the process, so each is probed once in a subprocess
 before it is used (the probe's result reaches pytest-xdist's workers through ``XLA_FLAGS``).
 Set ``JAXDYN_TEST_XLA_OPT=1`` to keep XLA's defaults.
+
+The session shares its compiled programs through JAX's persistent compilation cache in a
+temporary directory (made by the process that starts the session, handed to pytest-xdist's
+workers through ``JAXDYN_TEST_CACHE_DIR``, removed at the end; every program is written): a
+program another file, worker or earlier module compiled (the same algorithm on the same robot,
+again after ``jax.clear_caches``) is read back instead of compiled. ``JAXDYN_TEST_CACHE=0``
+switches it off; the ``no_session_cache`` fixture does for one test.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import shutil
+import tempfile
 
 # the suite writes nothing into the user's compilation cache (~/.cache/jaxdyn/xla) and prints no
 # compile-time lines; tests/test_compile_cache.py turns both on in subprocesses of its own
 os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
 
+from jaxdyn.backend.internals import reset_compilation_cache  # noqa: E402
 from jaxdyn.backend.xla_flags import xla_accepts  # noqa: E402  (imports JAX, which starts no backend yet)
 
 #: compile-time flags of the test run (see the module docstring), in the order they are added
@@ -87,6 +97,64 @@ if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", "") and hasattr(
 import pytest  # noqa: E402
 
 import oracle  # noqa: E402  (tests/ is on sys.path: pytest's rootdir conftest)
+
+# ----------------------------------------------------------------- the session's compile cache
+#: ``0`` switches the session's compilation cache off (every process compiles its own programs)
+TEST_CACHE_ENV = "JAXDYN_TEST_CACHE"
+#: the session's cache directory, made by the process that starts the session (pytest-xdist's
+#: controller, or the only process with ``-n 0``) and inherited by the workers
+TEST_CACHE_DIR_ENV = "JAXDYN_TEST_CACHE_DIR"
+#: the directory this process made (and removes when the session ends), else ``None``
+_OWN_CACHE_DIR: str | None = None
+#: JAX's minimum compile time for a cache entry, as the session found it
+_JAX_MIN_COMPILE_SECS = jax.config.jax_persistent_cache_min_compile_time_secs
+
+
+def _session_cache_dir() -> str | None:
+    """The directory of the session's compilation cache (made here if the session has none
+    yet), or ``None`` when ``JAXDYN_TEST_CACHE=0``."""
+    global _OWN_CACHE_DIR
+    if os.environ.get(TEST_CACHE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    d = os.environ.get(TEST_CACHE_DIR_ENV)
+    if not d or not os.path.isdir(d):
+        d = tempfile.mkdtemp(prefix="jaxdyn-test-xla-")
+        os.environ[TEST_CACHE_DIR_ENV] = d  # before pytest-xdist starts its workers
+        _OWN_CACHE_DIR = d
+    return d
+
+
+def use_session_cache(d: str | None) -> None:
+    """Point JAX's persistent compilation cache at ``d`` (every program written, however short
+    its compile), or switch it off (``None``)."""
+    jax.config.update("jax_compilation_cache_dir", d)
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs", 0.0 if d else _JAX_MIN_COMPILE_SECS
+    )
+    reset_compilation_cache()  # JAX reads the settings once per process otherwise
+
+
+#: the session's cache directory (``None``: off)
+SESSION_CACHE_DIR = _session_cache_dir()
+if SESSION_CACHE_DIR is not None:
+    use_session_cache(SESSION_CACHE_DIR)
+
+
+def pytest_unconfigure(config):
+    """The process that made the session's cache directory removes it."""
+    if _OWN_CACHE_DIR is not None:
+        shutil.rmtree(_OWN_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def no_session_cache():
+    """JAX's persistent compilation cache switched off for one test (as it is outside the test
+    session: what a test of jaxdyn's own cache settings starts from), then on again."""
+    use_session_cache(None)
+    try:
+        yield
+    finally:
+        use_session_cache(SESSION_CACHE_DIR)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -109,8 +109,9 @@ def test_configuration_dispatch_cluster():
     np.testing.assert_allclose(qs, ref, rtol=1e-10, atol=1e-12)
 
 
-#: backend compiles seen while ``_RECORDING`` (one listener for the process: older JAX cannot
-#: unregister one)
+#: programs XLA gave while ``_RECORDING``: compiled, or read back from the test session's
+#: persistent cache (``tests/conftest.py``; JAX's backend-compile event times both), one event
+#: per program (one listener for the process: older JAX cannot unregister one)
 _COMPILES, _RECORDING = [], []
 
 

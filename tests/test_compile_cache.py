@@ -1,8 +1,10 @@
 """JAX's persistent compilation cache in jaxdyn's directory
 (:func:`jaxdyn.config.compilation_cache`) and the compile log (:mod:`jaxdyn._progress`).
 
-The suite itself runs with both off (``tests/conftest.py``); the end-to-end test turns them on in
-two fresh processes sharing one temporary cache directory.
+The suite itself runs with both off (``tests/conftest.py``: jaxdyn's cache directory is never
+set; the session's own temporary cache, ``JAXDYN_TEST_CACHE``, is switched off around the tests
+here); the end-to-end test turns them on in two fresh processes sharing one temporary cache
+directory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 import jaxdyn
@@ -29,6 +32,7 @@ CHILD = r"""
 import json, sys
 from pathlib import Path
 import jax
+import numpy as np
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
@@ -107,8 +111,9 @@ def test_second_process_reads_the_cache(tmp_path):
 
 
 @pytest.fixture
-def restore_jax_cache():
-    """Leave JAX's cache settings as the suite has them (off) after a test."""
+def restore_jax_cache(no_session_cache):
+    """Start from JAX's cache settings as they are outside the test session (no cache directory:
+    ``tests/conftest.py``'s session cache switched off), and leave them so after a test."""
     before = (
         jax.config.jax_compilation_cache_dir,
         jax.config.jax_persistent_cache_min_compile_time_secs,
@@ -225,3 +230,39 @@ def test_compile_log_line(caplog):
             config.compile_log(-1)
     finally:
         _progress.set_threshold(old)
+
+
+#: persistent-cache hits seen while ``_RECORDING`` (one listener for the process: older JAX
+#: cannot unregister one)
+_HITS, _RECORDING = [], []
+jax.monitoring.register_event_listener(
+    lambda event, **kw: (
+        _HITS.append(event) if _RECORDING and event == "/jax/compilation_cache/cache_hits" else None
+    )
+)
+
+
+def test_session_cache_reads_programs_back():
+    """The test session's own cache (``tests/conftest.py``, a temporary directory shared by
+    pytest-xdist's workers; not jaxdyn's): a program dropped from JAX's in-memory caches, as
+    at the end of every test module, is read back from it instead of compiled again, and
+    gives the same result."""
+    import conftest
+
+    if conftest.SESSION_CACHE_DIR is None:
+        pytest.skip("the session's compilation cache is off (JAXDYN_TEST_CACHE=0)")
+    assert jax.config.jax_compilation_cache_dir == conftest.SESSION_CACHE_DIR
+    assert config.compilation_cache_dir() is None  # jaxdyn's own stays off in the tests
+    x = jax.numpy.linspace(0.0, 1.0, 7)
+    f = jax.jit(lambda x: jax.numpy.sin(x) * 3.25 + 0.0123)  # a program no other test has
+    first = f(x)
+    assert any(p.name.endswith("-cache") for p in Path(conftest.SESSION_CACHE_DIR).iterdir())
+    jax.clear_caches()
+    _HITS.clear()
+    _RECORDING[:] = [True]
+    try:
+        again = f(x)
+    finally:
+        _RECORDING[:] = []
+    assert len(_HITS) == 1, _HITS
+    np.testing.assert_array_equal(again, first)
