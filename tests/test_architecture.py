@@ -402,6 +402,7 @@ def test_former_checks_names():
 
 # ---------------------------------------------------------------- annotations of the public API
 
+
 def _private(module: str) -> bool:
     return any(p.startswith("_") for p in module.split("."))
 
