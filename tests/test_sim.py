@@ -102,6 +102,7 @@ RK4_FREE = sim.SimConfig(dt=2e-3, integrator="rk4", actuator=sim.Torque(dofs=())
 def test_rk4_energy_drift_conservative(pendulum, free_box):
     """RK4 (Munthe-Kaas on the free joint) conserves energy to 1e-6 relative over 1000 steps:
     a double pendulum and a tumbling free box (no gravity: torque-free rotation)."""
+
     def every_50(model, s, cfg):  # the states after 50, 100, ..., 1000 steps
         traj = [s := advance(model, s, cfg, 50) for _ in range(20)]
         return jnp.stack([s.q for s in traj]), jnp.stack([s.v for s in traj])
