@@ -956,12 +956,16 @@ def test_huge_step_is_reported(box, pendulum):
     # resolved: a torque step, then a fast spin
     cfg = sim.SimConfig(dt=2e-3, integrator="euler", limits=None)
     u = jnp.zeros((60, 2)).at[1:].set(jnp.array([400.0, -100.0]))
-    tr = sim.rollout(pendulum, sim.State(jnp.zeros(2), jnp.zeros(2)), u, cfg=cfg)
+    # (jitted: one program each instead of the eager rollout's op-by-op compiles around its
+    # loop; a tripped check raises when the result is read)
+    tr = jax.jit(lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg))(
+        sim.State(jnp.zeros(2), jnp.zeros(2)), u
+    )
     assert float(jnp.max(jnp.abs(tr.v))) > 90
     spin = sim.SimConfig(dt=2e-3, integrator="euler", actuator=sim.Torque(dofs=()), limits=None)
     v0 = jnp.array([100.0, 0.0, 1.0, 300.0, 0.0, 0.0])  # 0.2 rad and 0.6 m per step
-    tr = sim.rollout(
-        box, sim.State(jaxdyn.neutral_configuration(box), v0), jnp.zeros((20, 0)), cfg=spin
+    tr = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((20, 0)), cfg=spin))(
+        sim.State(jaxdyn.neutral_configuration(box), v0)
     )
     assert float(jnp.max(jnp.abs(tr.v))) > 299
 
