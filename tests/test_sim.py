@@ -53,14 +53,21 @@ def stepper(model):
     return _STEPPERS[key][1]
 
 
-def run_steps(model, s, cfg, n, u=None):
+_ADVANCE: dict = {}
+
+
+def advance(model, s, cfg, n, u=None):
+    """The state after ``n`` steps in one compiled loop per model (``n`` traced: one program for
+    every count and ``dt``, one dispatch instead of ``n``)."""
     u = jnp.zeros(cfg.actuator.size(model)) if u is None else u
-    f = stepper(model)
-    out = []
-    for _ in range(n):
-        s = f(s, u, cfg)
-        out.append(s)
-    return s, out
+    key = id(model)
+    if key not in _ADVANCE:
+
+        def run(s, u, cfg, n):
+            return jax.lax.fori_loop(0, n, lambda _, s: sim.step(model, s, u, cfg), s)
+
+        _ADVANCE[key] = (model, jax.jit(run))
+    return _ADVANCE[key][1](s, u, cfg, jnp.asarray(n))
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +102,13 @@ RK4_FREE = sim.SimConfig(dt=2e-3, integrator="rk4", actuator=sim.Torque(dofs=())
 def test_rk4_energy_drift_conservative(pendulum, free_box):
     """RK4 (Munthe-Kaas on the free joint) conserves energy to 1e-6 relative over 1000 steps:
     a double pendulum and a tumbling free box (no gravity: torque-free rotation)."""
+
+    def every_50(model, s, cfg):  # the states after 50, 100, ..., 1000 steps
+        traj = [s := advance(model, s, cfg, 50) for _ in range(20)]
+        return jnp.stack([s.q for s in traj]), jnp.stack([s.v for s in traj])
+
     s0 = sim.State(jnp.array([1.2, -0.7]), jnp.array([0.5, -1.0]))
-    _, traj = run_steps(pendulum, s0, RK4, 1000)
-    Q = jnp.stack([s.q for s in traj[::50] + traj[-1:]])
-    V = jnp.stack([s.v for s in traj[::50] + traj[-1:]])
+    Q, V = every_50(pendulum, s0, RK4)
     E = jax.jit(jax.vmap(lambda q, v: energy(pendulum, q, v)))(Q, V)
     E0 = float(energy(pendulum, s0.q, s0.v))
     assert float(jnp.max(jnp.abs(E - E0))) / (abs(E0) + 1.0) < 1e-6
@@ -106,9 +116,7 @@ def test_rk4_energy_drift_conservative(pendulum, free_box):
     bx = free_box
     qb = jaxdyn.integrate(bx, jaxdyn.neutral_configuration(bx), jnp.array([0.3, 0.2, 0.1, 0, 0, 0]))
     sb = sim.State(qb, jnp.array([3.0, 0.2, 1.0, 0.5, -0.3, 0.2]))
-    _, trb = run_steps(bx, sb, RK4_FREE, 1000)
-    Q = jnp.stack([s.q for s in trb[::50] + trb[-1:]])
-    V = jnp.stack([s.v for s in trb[::50] + trb[-1:]])
+    Q, V = every_50(bx, sb, RK4_FREE)
     Eb = jax.jit(jax.vmap(lambda q, v: jaxdyn.kinetic_energy(bx, q, v)))(Q, V)
     Eb0 = jaxdyn.kinetic_energy(bx, sb.q, sb.v)
     assert float(jnp.max(jnp.abs(Eb - Eb0))) / float(Eb0) < 1e-6
@@ -129,7 +137,7 @@ def test_rk4_fourth_order_on_free_body(free_box):
 
     def run(n):
         cfg = eqx.tree_at(lambda c: c.dt, RK4_FREE, 0.4 / n)
-        s, _ = run_steps(bx, s0, cfg, n)
+        s = advance(bx, s0, cfg, n)  # test_rk4_energy_drift_conservative's program
         return s.q, s.v
 
     qr, vr = run(400)
@@ -948,12 +956,16 @@ def test_huge_step_is_reported(box, pendulum):
     # resolved: a torque step, then a fast spin
     cfg = sim.SimConfig(dt=2e-3, integrator="euler", limits=None)
     u = jnp.zeros((60, 2)).at[1:].set(jnp.array([400.0, -100.0]))
-    tr = sim.rollout(pendulum, sim.State(jnp.zeros(2), jnp.zeros(2)), u, cfg=cfg)
+    # (jitted: one program each instead of the eager rollout's op-by-op compiles around its
+    # loop; a tripped check raises when the result is read)
+    tr = jax.jit(lambda s, u: sim.rollout(pendulum, s, u, cfg=cfg))(
+        sim.State(jnp.zeros(2), jnp.zeros(2)), u
+    )
     assert float(jnp.max(jnp.abs(tr.v))) > 90
     spin = sim.SimConfig(dt=2e-3, integrator="euler", actuator=sim.Torque(dofs=()), limits=None)
     v0 = jnp.array([100.0, 0.0, 1.0, 300.0, 0.0, 0.0])  # 0.2 rad and 0.6 m per step
-    tr = sim.rollout(
-        box, sim.State(jaxdyn.neutral_configuration(box), v0), jnp.zeros((20, 0)), cfg=spin
+    tr = jax.jit(lambda s: sim.rollout(box, s, jnp.zeros((20, 0)), cfg=spin))(
+        sim.State(jaxdyn.neutral_configuration(box), v0)
     )
     assert float(jnp.max(jnp.abs(tr.v))) > 299
 
@@ -978,6 +990,12 @@ def test_bad_parameters_are_named(box, pendulum):
             make()
     cs = sim.contact_set(box, sim.Box("box", (0.4, 0.3, 0.2)))
     base = sim.SimConfig(contact=sim.Compliant(), contacts=cs, actuator=sim.PD(dofs=()))
+    # every number the loop below replaces is an array already (a float or None replaced by an
+    # array is another program): the five bad configurations share one compile of each function
+    fields = lambda c: (c.contact.stiffness, c.terrain.height, c.actuator.kp, c.dt)  # noqa: E731
+    # (weakly typed as the loop's jnp.asarray(python float): a dtype change recompiles too)
+    good = tuple(jnp.asarray(float(x)) for x in (1e4, 0.0, base.actuator.kp, base.dt))
+    base = eqx.tree_at(fields, base, good, is_leaf=lambda x: x is None)
     s0 = sim.State(jaxdyn.neutral_configuration(box).at[2].set(0.1), jnp.zeros(6))
     run = jaxdyn.jit(lambda s, c: sim.rollout(box, s, jnp.zeros((3, 0)), cfg=c))
     one = jaxdyn.jit(lambda s, c: sim.step(box, s, jnp.zeros(0), c))
