@@ -63,7 +63,8 @@ def model_of(name):
 
 
 #: links of the transmission chains in the tests that differentiate through them
-#: (test_autodiff_matches_finite_differences_on_manifold, test_caba_with_rotors_carried_by_parents):
+#: (test_autodiff_matches_finite_differences_on_manifold, test_caba_with_rotors_carried_by_parents,
+#: test_cefpa_fast_path_matches_general):
 #: three links keep what five had (PBT: a belt pair and a geared last link; GT: a rotor carried
 #: by a link that is itself a rotor's load) and compile a quarter to a third faster
 SHORT_CHAIN = 3
@@ -196,7 +197,8 @@ FAST_EES = {
         "left_ankle_rotor",
         "right_elbow_link",
     ),
-    "gt_chain": ("link4", "rotor4", ("link2", (0.5, 0.0, 0.0))),
+    # the SHORT_CHAIN-link chain (short_model_of): the tip link and its rotor, a middle link
+    "gt_chain": ("link2", "rotor2", ("link1", (0.5, 0.0, 0.0))),
     "tello": ("left-foot", "right-thigh", "left-thigh"),
 }
 
@@ -209,7 +211,7 @@ def test_cefpa_fast_path_matches_general(name):
     from jaxdyn.clusters.cefpa import cefpa_general
     from jaxdyn.clusters.common import all_single_output, resolve_end_effectors, setup
 
-    m = model_of(name)
+    m = short_model_of(name)
     ees = FAST_EES[name]
     assert all_single_output(m.topo)
     q = _states(m, 5)[0]
