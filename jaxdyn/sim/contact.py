@@ -133,45 +133,31 @@ DEFAULT_DAMPRATIO = 1.0
 DEFAULT_BAUMGARTE = 0.2
 
 
+def _fill(parts, name: str, default) -> Array | None:
+    """The per-contact field ``name`` of ``parts`` concatenated, ``default`` (one contact's
+    value) in the rows of a part without it; ``None`` when no part has it."""
+    if all(getattr(p, name) is None for p in parts):
+        return None
+    rows = []
+    for p in parts:
+        x = getattr(p, name)
+        if x is None:
+            shape = p.distance.shape + np.shape(default)
+            x = jnp.broadcast_to(jnp.asarray(default, p.distance.dtype), shape)
+        rows.append(x)
+    return jnp.concatenate(rows, 0)
+
+
 def concat_frames(parts):
     """One :class:`ContactFrames` of the contacts of ``parts`` (in order)."""
     parts = [p for p in parts if p is not None]
     if len(parts) == 1:
         return parts[0]
     cat = lambda xs: jnp.concatenate(xs, 0)  # noqa: E731
-    fr = None
-    if any(p.friction is not None for p in parts):
-        fr = cat([jnp.ones_like(p.distance) if p.friction is None else p.friction for p in parts])
-    sr = None
-    if any(p.solref is not None for p in parts):  # MuJoCo's default where a part has none
-        default = np.array([DEFAULT_TIMECONST, DEFAULT_DAMPRATIO])
-        sr = cat(
-            [
-                jnp.broadcast_to(jnp.asarray(default, p.distance.dtype), (p.distance.shape[0], 2))
-                if p.solref is None
-                else p.solref
-                for p in parts
-            ]
-        )
-    si = None
-    if any(p.solimp is not None for p in parts):
-        default = np.array(_soft.DEFAULT_SOLIMP)
-        si = cat(
-            [
-                jnp.broadcast_to(jnp.asarray(default, p.distance.dtype), (p.distance.shape[0], 5))
-                if p.solimp is None
-                else p.solimp
-                for p in parts
-            ]
-        )
-    iw = None
-    if any(p.invweight is not None for p in parts):  # NaN: the Delassus matrix's diagonal
-        iw = cat(
-            [
-                jnp.full_like(p.distance, jnp.nan) if p.invweight is None else p.invweight
-                for p in parts
-            ]
-        )
+    fr = _fill(parts, "friction", 1.0)
+    sr = _fill(parts, "solref", np.array([DEFAULT_TIMECONST, DEFAULT_DAMPRATIO]))  # MuJoCo's
+    si = _fill(parts, "solimp", np.array(_soft.DEFAULT_SOLIMP))
+    iw = _fill(parts, "invweight", np.nan)  # NaN: the Delassus matrix's diagonal
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
