@@ -121,18 +121,115 @@ def test_soft_contact_resting_depth_is_mujocos(soft_run):
         np.testing.assert_allclose(run[-20:, 9] - 0.1, box, atol=1e-9)
 
 
-def test_pyramidal_cones_agree_under_normal_loads(soft_run):
-    """MuJoCo's default pyramidal cone (4 edges per contact, each with ``R = 2 mu^2 (1 + mu^2)
-    R_n``: on the normal one row with ``mu^2 (1 + mu^2) R_n / 2``) is the elliptic problem
-    for a contact loaded along its normal with ``mu = 1``: the dropped ball, the box and the
-    class ball (friction 1, the larger of the pair's) follow MuJoCo's pyramidal run to 1e-10 m;
-    the sliding box does not (a pyramid's friction: about 1 cm apart after 0.8 s)."""
-    _, _, mine, _ = soft_run
-    ref = _mujoco_run("pyramidal")
-    for b in range(3):
-        pose = slice(7 * b, 7 * b + 7)
-        np.testing.assert_allclose(mine[:, pose], ref[:, pose], atol=1e-10)
-    assert np.abs(mine[:, 21:23] - ref[:, 21:23]).max() > 1e-3
+def _mujoco_rows(m, d):
+    """MuJoCo's pyramidal contacts (``mj_forward`` done) in jaxdyn's rows ``[n, t1, t2]``
+    (:func:`jaxdyn.sim.contact.tangent_basis`): the contact Jacobian ``Jc (3nc, nv)`` recovered
+    from the edge rows ``J_n +- mu J_sk`` (the frictionless row of a condim-1 contact: zero
+    tangents), :class:`ContactFrames` with each contact's ``dist``, ``solref``, ``solimp``,
+    friction and ``body_invweight0``, and the impulses ``h E^T f`` of MuJoCo's edge forces."""
+    from jaxdyn.sim.contact import tangent_basis
+
+    nc, h = d.ncon, m.opt.timestep
+    n = np.array([c.frame[:3] for c in d.contact[:nc]])
+    t1, t2 = (np.asarray(t) for t in tangent_basis(jnp.asarray(n)))
+    Jc, lam, mu, iw = np.zeros((3 * nc, m.nv)), np.zeros((nc, 3)), np.zeros(nc), np.zeros(nc)
+    for i, c in enumerate(d.contact[:nc]):
+        a, f = c.efc_address, d.efc_force[c.efc_address :]
+        J = d.efc_J.reshape(-1, m.nv)[a:]
+        iw[i] = sum(m.body_invweight0[m.geom_bodyid[g], 0] for g in c.geom)
+        Jc[3 * i] = J[0] if c.dim == 1 else 0.5 * (J[0] + J[1])
+        lam[i, 0] = h * (f[0] if c.dim == 1 else f[:4].sum())
+        if c.dim == 1:
+            continue
+        mu[i] = c.friction[0]
+        s = c.frame.reshape(3, 3)[1:]
+        Js = np.stack([J[0] - J[1], J[2] - J[3]]) / (2 * mu[i])  # J_s1, J_s2
+        fs = mu[i] * np.array([f[0] - f[1], f[2] - f[3]])  # friction along s1, s2
+        for r, t in ((1, t1[i]), (2, t2[i])):
+            Jc[3 * i + r] = (s @ t) @ Js
+            lam[i, r] = h * (s @ t) @ fs
+    frames = ContactFrames(
+        jnp.asarray([c.dist for c in d.contact[:nc]]),
+        jnp.asarray(n),
+        jnp.zeros((nc, 3)),
+        jnp.zeros((nc, 3)),
+        jnp.asarray(mu),
+        (0,) * nc,
+        (-1,) * nc,
+        solref=jnp.asarray([c.solref for c in d.contact[:nc]]),
+        solimp=jnp.asarray([c.solimp for c in d.contact[:nc]]),
+        invweight=jnp.asarray(iw),
+    )
+    return Jc, frames, lam
+
+
+def test_pyramidal_impulses_are_mujocos():
+    """MuJoCo's pyramidal cone (``<option cone="pyramidal">``, its default): on the scene above
+    (step 50: the sliding box's corners mid-slide, the box and the class ball, ``condim="1"``:
+    MuJoCo's frictionless row; step 110: the ball's impact, the slider stopped), MuJoCo
+    C's edge forces (its Newton solver at tolerance 1e-14), in jaxdyn's rows, are the impulses
+    of ``Constraint(soft=True, cone="pyramidal")`` on the same Delassus matrix, free velocity,
+    distances and parameters to 1e-10 (relative to the largest): four edges ``J_n +- mu J_sk``
+    on MuJoCo's contact axes, ``aref`` with the distance on every edge, ``R = 2 mu^2 /
+    impratio (1 - d) / d (1 + mu^2) diagApprox`` (``impratio = 1.7`` here), ``f >= 0``."""
+    xml = SOFT_MJCF.format(cone="pyramidal").replace("<option ", '<option impratio="1.7" ')
+    m = mujoco.MjModel.from_xml_string(
+        xml.replace('geom name="ball2" ', 'geom name="ball2" condim="1" ')
+    )
+    d = mujoco.MjData(m)
+    d.qvel[:] = PUSH
+    c = sim.Constraint(soft=True, relaxed=True, iterations=400, cone="pyramidal", impratio=1.7)
+    solve = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))
+    seen, sliding = set(), []
+    for steps in (50, 60):
+        for _ in range(steps):
+            mujoco.mj_step(m, d)
+        mujoco.mj_forward(m, d)
+        Jc, frames, want = _mujoco_rows(m, d)
+        M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, M)  # MuJoCo >= 3.5
+        G = Jc @ np.linalg.solve(M, Jc.T)
+        v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
+        lam = solve(jnp.asarray(G), frames, (Jc @ v).reshape(-1, 3), (Jc @ d.qvel).reshape(-1, 3))
+        np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
+        seen |= {int(m.geom_bodyid[c.geom[1]]) for c in d.contact[: d.ncon]}
+        sliding.append(np.abs(d.qvel[18:20]).max() > 0.1)
+    assert seen == {1, 2, 3, 4} and sliding == [True, False]  # all touch; the slider stopped
+
+
+def test_pyramidal_coulomb_does_not_lift():
+    """Pyramidal cones with ``coulomb=True`` (``Constraint(relaxed=False)``: De Saxce's term of
+    the pyramid ``|f_s1| + |f_s2| <= mu f_n``, ``mu max_k |w_sk|``): a contact sliding along
+    its first axis ends the step at normal velocity 0 and friction ``-mu f_n`` against the
+    slip, where the convex problem (MuJoCo's) lifts it at ``w_n = mu |w_s1|``; sliding
+    obliquely, the impulse stays on the edge against the larger slip component."""
+    from jaxdyn.sim.contact import pyramid_edges, solve_cone_complementarity
+
+    G3 = np.array([[1.0, 0.2, 0.1], [0.2, 1.5, 0.05], [0.1, 0.05, 1.2]])
+    mu = 0.5
+    n = jnp.asarray([[0.0, 0.0, 1.0]])
+    E = np.asarray(pyramid_edges(n, mu))[0]  # s1 = e_y, s2 = -e_x: t1 = e_x = -s2, t2 = s1
+    Ge = E @ G3 @ E.T + 1e-3 * np.eye(4)
+
+    @jax.jit
+    def solve(u3):
+        return [
+            solve_cone_complementarity(
+                jnp.asarray(Ge), jnp.asarray(E @ u3), mu, 3000, 5, coulomb=cb, cone="pyramidal"
+            )[0]
+            for cb in (False, True)
+        ]
+
+    for u3, edge in (([-0.1, 0.0, 2.0], 1), ([-0.1, 0.7, 2.0], 1), ([-0.1, -2.0, 0.5], 3)):
+        u3 = np.asarray(u3)
+        relaxed, coulomb = (np.asarray(f) for f in solve(u3))
+        we = E @ G3 @ (E.T @ coulomb) + E @ u3 + 1e-3 * coulomb
+        hat = we + 0.5 * max(abs(we[0] - we[1]), abs(we[2] - we[3]))
+        assert coulomb.min() >= 0 and hat.min() > -1e-12 and abs(coulomb @ hat) < 1e-12
+        np.testing.assert_allclose(np.nonzero(coulomb > 1e-9)[0], [edge])
+        assert abs(0.5 * (we[edge] + we[edge ^ 1])) < 1e-9  # w_n = 0: on the ground
+        wr = E @ G3 @ (E.T @ relaxed) + E @ u3 + 1e-3 * relaxed
+        assert 0.5 * (wr[0] + wr[1]) > 0.1  # the convex problem lifts the contact
 
 
 def test_soft_impulse_of_one_contact():

@@ -509,7 +509,7 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
@@ -518,7 +518,7 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact; its own refusals instead
             issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues()
+            issues += self._soft_issues(self._soft_cone(contact))
         errors = [
             (k, msg)
             for k, msg in issues
@@ -562,23 +562,56 @@ class MJCFModel(NamedTuple):
         ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
         return prims, used, ground
 
-    def _soft_issues(self):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``."""
+    def _soft_cone(self, contact):
+        """The cone of ``Constraint(soft=True)``: the contact model's, else the file's
+        ``<option cone>`` (MuJoCo's default: pyramidal)."""
+        if contact.cone is not None:
+            return contact.cone
+        mujoco = _import_mujoco()
+        pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
+        return "pyramidal" if pyramidal else "elliptic"
+
+    def _soft_issues(self, cone):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``; with
+        pyramidal cones, a capsule on a plane (MuJoCo turns its pyramids to the capsule's axis,
+        :func:`jaxdyn.sim.contact.mujoco_tangents` gives MuJoCo's default frame)."""
         m = self.mj_model
-        prims, used, ground = self._touching()
-        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
-        if not gapped:
-            return []
         names = mujoco_names(m, "geom")
-        listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
-        return [
-            (
-                "gap",
-                f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} (MuJoCo's "
-                "soft contact acts from dist < margin - gap, jaxdyn's from dist < margin); "
-                "ignored, the contacts act from their margin",
+        prims, used, ground = self._touching()
+        out = []
+        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
+        if gapped:
+            listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
+            out.append(
+                (
+                    "gap",
+                    f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} "
+                    "(MuJoCo's soft contact acts from dist < margin - gap, jaxdyn's from "
+                    "dist < margin); ignored, the contacts act from their margin",
+                )
             )
-        ]
+        if cone == "pyramidal":
+            capsule = int(_import_mujoco().mjtGeom.mjGEOM_CAPSULE)
+            caps = {g for g in prims if ground and int(m.geom_type[g]) == capsule}
+            if self.geoms is not None:
+                index = {n: g for g, n in enumerate(names)}
+                gs = self.geoms
+                for a, b in gs.pairs:
+                    if {gs.type[a], gs.type[b]} == {"capsule", "plane"}:
+                        caps.add(index[gs.names[a if gs.type[a] == "capsule" else b]])
+            if caps:
+                listed = ", ".join(f'<geom name="{names[g]}">' for g in sorted(caps)[:6])
+                out.append(
+                    (
+                        "cone",
+                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns "
+                        "the pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's "
+                        "default contact frame); use Constraint(soft=True, cone='elliptic') "
+                        '(<option cone="elliptic">) to follow MuJoCo, or ignore: the '
+                        "pyramids keep the default frame",
+                    )
+                )
+        return out
 
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
@@ -632,7 +665,7 @@ class MJCFModel(NamedTuple):
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(
-            contact, impratio=float(m.opt.impratio), refsafe=refsafe
+            contact, impratio=float(m.opt.impratio), refsafe=refsafe, cone=self._soft_cone(contact)
         )
         return out
 
