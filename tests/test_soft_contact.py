@@ -165,16 +165,17 @@ def _mujoco_rows(m, d):
 
 def test_pyramidal_impulses_are_mujocos():
     """MuJoCo's pyramidal cone (``<option cone="pyramidal">``, its default): on the scene above
-    (step 50: the sliding box's corners mid-slide, the box and the class ball, ``condim="1"``:
-    MuJoCo's frictionless row; step 110: the ball's impact, the slider stopped), MuJoCo
-    C's edge forces (its Newton solver at tolerance 1e-14), in jaxdyn's rows, are the impulses
-    of ``Constraint(soft=True, cone="pyramidal")`` on the same Delassus matrix, free velocity,
-    distances and parameters to 1e-10 (relative to the largest): four edges ``J_n +- mu J_sk``
-    on MuJoCo's contact axes, ``aref`` with the distance on every edge, ``R = 2 mu^2 /
-    impratio (1 - d) / d (1 + mu^2) diagApprox`` (``impratio = 1.7`` here), ``f >= 0``."""
+    (step 50: the sliding box's corners mid-slide, the box and the class ball, ``condim="1"``
+    of higher ``priority``: MuJoCo's frictionless row; step 110: the ball's impact, the slider
+    stopped), MuJoCo C's edge forces (its Newton solver at tolerance 1e-14), in jaxdyn's rows,
+    are the impulses of ``Constraint(soft=True, cone="pyramidal")`` on the same Delassus
+    matrix, free velocity, distances and parameters to 1e-10 (relative to the largest): four
+    edges ``J_n +- mu J_sk`` on MuJoCo's contact axes, ``aref`` with the distance on every
+    edge, ``R = 2 mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` (``impratio = 1.7``
+    here), ``f >= 0``; a condim-1 contact is MuJoCo's frictionless row."""
     xml = SOFT_MJCF.format(cone="pyramidal").replace("<option ", '<option impratio="1.7" ')
     m = mujoco.MjModel.from_xml_string(
-        xml.replace('geom name="ball2" ', 'geom name="ball2" condim="1" ')
+        xml.replace('geom name="ball2" ', 'geom name="ball2" condim="1" priority="1" ')
     )
     d = mujoco.MjData(m)
     d.qvel[:] = PUSH
@@ -192,9 +193,60 @@ def test_pyramidal_impulses_are_mujocos():
         v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
         lam = solve(jnp.asarray(G), frames, (Jc @ v).reshape(-1, 3), (Jc @ d.qvel).reshape(-1, 3))
         np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
-        seen |= {int(m.geom_bodyid[c.geom[1]]) for c in d.contact[: d.ncon]}
+        seen |= {(int(m.geom_bodyid[c.geom[1]]), int(c.dim)) for c in d.contact[: d.ncon]}
         sliding.append(np.abs(d.qvel[18:20]).max() > 0.1)
-    assert seen == {1, 2, 3, 4} and sliding == [True, False]  # all touch; the slider stopped
+    assert seen == {
+        (1, 3),
+        (2, 3),
+        (3, 1),
+        (4, 3),
+    }  # every body touches, the class ball frictionless
+    assert sliding == [True, False]  # the slider slid, then stopped
+
+
+@pytest.mark.slow  # 20 s of compile; default: test_pyramidal_impulses_are_mujocos (the same solve)
+def test_pyramidal_rollouts_follow_mujoco():
+    """``load_mjcf`` of the scene with ``<option cone="pyramidal">`` gives
+    ``Constraint(soft=True)`` MuJoCo's pyramidal cones; jaxdyn's rollout (``relaxed=True``) and
+    MuJoCo C's agree to 1e-10 m / 1e-10 in orientation at every step of 0.8 s (seen 6e-16): the
+    dropped ball, the box at rest, the class ball and the sliding box; and with gravity tilted
+    30 degrees (azimuth 30 degrees, oblique to the pyramids' axes: the same program with another
+    ``model.gravity``), an incline on which the box sticks (it creeps 1.5 mm in 0.6 s, MuJoCo's
+    soft friction; a frictionless box would slide 1.6 m), the balls roll and the slider
+    slides."""
+    import equinox as eqx
+
+    xml = SOFT_MJCF.format(cone="pyramidal")
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    assert cfg.contact.cone == "pyramidal"
+    conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
+    v0 = jnp.asarray(conv.v_from_mujoco(q0, PUSH))
+    run = jax.jit(
+        lambda model: sim.rollout(model, sim.State(q0, v0), jnp.zeros((STEPS, 0)), cfg=cfg).q
+    )
+    th, az = np.deg2rad(30.0), np.deg2rad(30.0)
+    tilted = 9.81 * np.array([np.sin(th) * np.cos(az), np.sin(th) * np.sin(az), -np.cos(th)])
+    for g in (None, tilted):
+        m = mujoco.MjModel.from_xml_string(xml)
+        if g is not None:
+            m.opt.gravity[:] = g
+            model = eqx.tree_at(lambda x: x.gravity, model, jnp.asarray(g))
+        d = mujoco.MjData(m)
+        d.qvel[:] = PUSH
+        ref = []
+        for _ in range(STEPS):
+            mujoco.mj_step(m, d)
+            ref.append(d.qpos.copy())
+        ref = np.array(ref)
+        mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in run(model)])
+        for b in range(4):
+            pos = slice(7 * b, 7 * b + 3)
+            np.testing.assert_allclose(mine[:, pos], ref[:, pos], atol=1e-10)
+            assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert np.abs(ref[-1, 7:10] - ref[100, 7:10]).max() < 5e-3  # the box sticks (soft: creeps)
+    assert np.abs(ref[-1, 0:2] - ref[100, 0:2]).max() > 0.05  # the ball rolls
+    assert np.abs(ref[-1, 21:23] - ref[0, 21:23]).max() > 0.05  # the slider slides
 
 
 def test_pyramidal_coulomb_does_not_lift():
