@@ -191,7 +191,30 @@ def test_pyramidal_impulses_are_mujocos():
         mujoco.mj_fullM(m, d, M)  # MuJoCo >= 3.5
         G = Jc @ np.linalg.solve(M, Jc.T)
         v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
-        lam = solve(jnp.asarray(G), frames, (Jc @ v).reshape(-1, 3), (Jc @ d.qvel).reshape(-1, 3))
+        # padded to 10 slots (one program for both states): contacts apart carry nothing
+        pad = 10 - d.ncon
+        G = np.block(
+            [[G, np.zeros((len(G), 3 * pad))], [np.zeros((3 * pad, len(G))), np.eye(3 * pad)]]
+        )
+        cat = lambda x, fill: jnp.concatenate(
+            [x, jnp.broadcast_to(jnp.asarray(fill), (pad,) + x.shape[1:])]
+        )  # noqa: E731
+        frames = ContactFrames(
+            cat(frames.distance, 1.0),
+            cat(frames.normal, [0.0, 0.0, 1.0]),
+            cat(frames.point, 0.0),
+            cat(frames.velocity, 0.0),
+            cat(frames.friction, 0.5),
+            (0,) * 10,
+            (-1,) * 10,
+            solref=cat(frames.solref, _soft.DEFAULT_SOLREF),
+            solimp=cat(frames.solimp, _soft.DEFAULT_SOLIMP),
+            invweight=cat(frames.invweight, 1.0),
+        )
+        rows = lambda x: np.concatenate([(Jc @ x).reshape(-1, 3), np.ones((pad, 3))])  # noqa: E731
+        lam = solve(jnp.asarray(G), frames, rows(v), rows(d.qvel))
+        np.testing.assert_array_equal(lam[d.ncon :], 0.0)
+        lam = lam[: d.ncon]
         np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
         seen |= {(int(m.geom_bodyid[c.geom[1]]), int(c.dim)) for c in d.contact[: d.ncon]}
         sliding.append(np.abs(d.qvel[18:20]).max() > 0.1)
@@ -267,7 +290,7 @@ def test_pyramidal_coulomb_does_not_lift():
     def solve(u3):
         return [
             solve_cone_complementarity(
-                jnp.asarray(Ge), jnp.asarray(E @ u3), mu, 3000, 5, coulomb=cb, cone="pyramidal"
+                jnp.asarray(Ge), jnp.asarray(E @ u3), mu, 3000, 0, coulomb=cb, cone="pyramidal"
             )[0]
             for cb in (False, True)
         ]
@@ -343,6 +366,38 @@ def test_soft_parameters_checked():
         sim.Constraint(solref=(0.02, 1.0))
     with pytest.raises(ValueError, match="impratio"):
         sim.Constraint(soft=True, impratio=0.0)
+    with pytest.raises(ValueError, match="Constraint: cone must be None, 'elliptic' or 'pyr"):
+        sim.Constraint(soft=True, cone="pyramid")
+    with pytest.raises(ValueError, match="cone='pyramidal' is a parameter of soft=True"):
+        sim.Constraint(cone="pyramidal")
+
+
+def test_soft_contact_reads_the_files_cone():
+    """``sim_config(Constraint(soft=True))`` takes the file's ``<option cone>`` (MuJoCo's
+    default, pyramidal, where the file gives none); a cone given to ``Constraint`` is kept; with
+    pyramidal cones a capsule on the floor is refused by name (MuJoCo turns that contact's
+    pyramid to the capsule's axis), ``ignore=("cone",)`` or an elliptic cone lets it through."""
+    for cone, want in (('cone="elliptic" ', "elliptic"), ("", "pyramidal")):
+        loaded = jaxdyn.load_mjcf(SOFT_MJCF.replace('cone="{cone}" ', cone))
+        assert loaded.sim_config(sim.Constraint(soft=True)).contact.cone == want
+        for given in ("elliptic", "pyramidal"):
+            c = sim.Constraint(soft=True, cone=given)
+            assert loaded.sim_config(c).contact.cone == given
+    hard = loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))
+    assert hard.contact.cone is None  # hard contact: no cone
+    xml = SOFT_MJCF.format(cone="pyramidal").replace(
+        "</worldbody>",
+        '<body name="rod" pos="0 -0.6 0.2"><freejoint/><geom name="rod" type="capsule" '
+        'size="0.03 0.1" contype="1" conaffinity="0"/></body></worldbody>',
+    )
+    loaded = jaxdyn.load_mjcf(xml)
+    with pytest.raises(ValueError, match=r'\[cone\] <geom name="rod">: a capsule on a plane'):
+        loaded.sim_config(sim.Constraint(soft=True))
+    assert loaded.sim_config(sim.Constraint(soft=True), ignore=("cone",)).contact.cone == (
+        "pyramidal"
+    )
+    loaded.sim_config(sim.Constraint(soft=True, cone="elliptic"))
+    loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))  # hard: no pyramid
 
 
 def test_soft_contact_honours_solimp_and_refuses_gap():
