@@ -494,9 +494,12 @@ class MJCFModel(NamedTuple):
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
-        ``opt.impratio`` and the ``refsafe`` flag to the contact model; what soft contact cannot
-        honour is refused instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft
-        contact acts from ``dist < margin - gap``, jaxdyn's from ``dist < margin``).
+        ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
+        ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
+        instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
+        margin - gap``, jaxdyn's from ``dist < margin``) and ``"cone"`` (a capsule on a plane
+        under pyramidal cones: MuJoCo turns that contact's pyramid to the capsule's axis,
+        jaxdyn keeps MuJoCo's default contact axes).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -616,7 +619,8 @@ class MJCFModel(NamedTuple):
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
         (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
-        contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        contact model with ``opt.impratio``, the ``refsafe`` flag and the cone
+        (:meth:`_soft_cone`)."""
         import dataclasses
 
         import equinox as eqx

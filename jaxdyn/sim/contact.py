@@ -455,6 +455,13 @@ class Constraint(eqx.Module):
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
+    - ``cone`` (static, soft only): ``None`` (default) or ``"elliptic"``: MuJoCo's elliptic
+      cones (above); ``"pyramidal"``: MuJoCo's pyramidal cones (its default ``<option
+      cone>``; ``load_mjcf(...).sim_config`` gives the file's where ``cone`` is ``None``):
+      four edge rows ``J_n +- mu J_sk`` per contact on MuJoCo's contact axes
+      (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
+      mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
+      (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
     """
 
     friction: float | None = None
