@@ -2167,23 +2167,13 @@ def _contact_params(m):
 
 
 def _pair_params(m, g1, g2, solref, solmix, solimp):
-    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``: the
-    geom of higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)`` (``solref``:
-    the elementwise minimum unless both are in the standard form)."""
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``
+    (:func:`jaxdyn.sim.geoms.contact_param` on float64 numpy)."""
+    from ..sim.geoms import contact_param
+
     p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
-    if p1 != p2:
-        g = g1 if p1 > p2 else g2
-        return solref[g], solimp[g]
-    w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
-    if w1 >= tiny and w2 >= tiny:
-        mix = w1 / (w1 + w2)
-    else:
-        mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
-    if solref[g1][0] > 0 and solref[g2][0] > 0:
-        ref = mix * solref[g1] + (1 - mix) * solref[g2]
-    else:
-        ref = np.minimum(solref[g1], solref[g2])
-    return ref, mix * solimp[g1] + (1 - mix) * solimp[g2]
+    pair = lambda x: (x[g1], x[g2])  # noqa: E731
+    return contact_param(np, p1, p2, solmix=pair(solmix), solref=pair(solref), solimp=pair(solimp))
 
 
 def _contacts(
