@@ -277,7 +277,8 @@ def test_pyramidal_coulomb_does_not_lift():
     the pyramid ``|f_s1| + |f_s2| <= mu f_n``, ``mu max_k |w_sk|``): a contact sliding along
     its first axis ends the step at normal velocity 0 and friction ``-mu f_n`` against the
     slip, where the convex problem (MuJoCo's) lifts it at ``w_n = mu |w_s1|``; sliding
-    obliquely, the impulse stays on the edge against the larger slip component."""
+    obliquely, the impulse stays on the edge against the larger slip component. The implicit
+    derivatives of both solutions in ``u`` match central differences."""
     from jaxdyn.sim.contact import pyramid_edges, solve_cone_complementarity
 
     G3 = np.array([[1.0, 0.2, 0.1], [0.2, 1.5, 0.05], [0.1, 0.05, 1.2]])
@@ -305,6 +306,13 @@ def test_pyramidal_coulomb_does_not_lift():
         assert abs(0.5 * (we[edge] + we[edge ^ 1])) < 1e-9  # w_n = 0: on the ground
         wr = E @ G3 @ (E.T @ relaxed) + E @ u3 + 1e-3 * relaxed
         assert 0.5 * (wr[0] + wr[1]) > 0.1  # the convex problem lifts the contact
+    # implicit derivatives of both (the edge blocks' fixed point) against central differences
+    du, eps = np.array([0.3, -0.2, 0.5]), 1e-6
+    _, tangents = jax.jvp(solve, (u3,), (du,))
+    for t, hi, lo in zip(tangents, solve(u3 + eps * du), solve(u3 - eps * du), strict=True):
+        fd = (np.asarray(hi) - np.asarray(lo)) / (2 * eps)
+        np.testing.assert_allclose(t, fd, atol=1e-6 * np.abs(fd).max())
+        assert np.abs(fd).max() > 0.01
 
 
 def test_soft_impulse_of_one_contact():
