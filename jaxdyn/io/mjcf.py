@@ -2173,7 +2173,7 @@ def _pair_params(m, g1, g2, solref, solmix, solimp):
 
     p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
     pair = lambda x: (x[g1], x[g2])  # noqa: E731
-    return contact_param(np, p1, p2, solmix=pair(solmix), solref=pair(solref), solimp=pair(solimp))
+    return contact_param(np, p1, p2, pair(solmix), solref=pair(solref), solimp=pair(solimp))
 
 
 def _contacts(

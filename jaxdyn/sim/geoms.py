@@ -67,21 +67,24 @@ def _order(t1, t2):
     return GEOM_TYPES.index(t1) <= GEOM_TYPES.index(t2)
 
 
-def contact_param(xp, p1, p2, x1=None, x2=None, *, solmix=None, solref=None, solimp=None):
-    """MuJoCo's ``mj_contactParam`` for geom pairs (elementwise over pairs; one implementation
-    for :meth:`Geoms.frames`, ``xp = jax.numpy``, and the MJCF loader's float64 numpy, ``xp =
-    numpy``): the geom of higher ``priority`` (``p1``, ``p2``) gives the pair's parameters;
-    equal priorities combine them.
-
-    With ``x1``, ``x2`` (friction or condim, ``(...)``): the higher priority's, else the
-    larger. With ``solmix = (w1, w2)`` (``(...)``) and ``solref = (s1, s2)`` ``(..., 2)`` /
-    ``solimp = (i1, i2)`` ``(..., 5)`` (each ``None`` or a pair): ``(solref, solimp)`` mixed
-    with ``mix = w1 / (w1 + w2)`` (0.5 when both weights are below ``mjMINVAL``, 0 or 1 when one
-    is; 1 or 0 for the higher priority's), a ``solref`` as the elementwise minimum of the two
-    unless both are in the standard (positive) form or the priorities differ."""
+def pair_choice(xp, p1, p2, x1, x2):
+    """MuJoCo's ``mj_contactParam`` friction / condim of geom pairs (elementwise): the value of
+    the geom of higher ``priority`` (``p1``, ``p2``), the larger of the two where they are
+    equal; ``xp``: ``jax.numpy`` or ``numpy`` (see :func:`contact_param`)."""
     first, second = p1 > p2, p2 > p1
-    if x1 is not None:
-        return xp.where(first, x1, xp.where(second, x2, xp.maximum(x1, x2)))
+    return xp.where(first, x1, xp.where(second, x2, xp.maximum(x1, x2)))
+
+
+def contact_param(xp, p1, p2, solmix, solref=None, solimp=None):
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of geom pairs (elementwise over pairs;
+    one implementation for :meth:`Geoms.frames`, ``xp = jax.numpy``, and the MJCF loader's
+    float64 numpy, ``xp = numpy``): the geom of higher ``priority`` (``p1``, ``p2``) gives the
+    pair's parameters; equal priorities mix them with ``mix = w1 / (w1 + w2)`` of ``solmix =
+    (w1, w2)`` (0.5 when both weights are below ``mjMINVAL``, 0 or 1 when one is).
+    ``solref = (s1, s2)`` ``(..., 2)`` and ``solimp = (i1, i2)`` ``(..., 5)`` (``None``: not
+    computed, ``None`` returned): a ``solref`` is the elementwise minimum of the two unless
+    both are in the standard (positive) form or the priorities differ."""
+    first, second = p1 > p2, p2 > p1
     w1, w2 = xp.asarray(solmix[0]), xp.asarray(solmix[1])
     tiny = 1e-15  # MuJoCo's mjMINVAL
     both = (w1 >= tiny) & (w2 >= tiny)
@@ -278,12 +281,12 @@ class Geoms(eqx.Module):
             sign = jnp.asarray(np.where(flip, -1.0, 1.0), dtype)[:, None, None]
             body = np.where(flip, b1, b2)
             other = np.where(flip, b2, b1)
-            # MuJoCo's mj_contactParam (contact_param): friction and condim, solref, solimp
+            # MuJoCo's mj_contactParam: friction and condim (pair_choice), solref, solimp
             pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
             p1, p2 = pr[i1], pr[i2]
             cd1, cd2 = np.asarray(self.condim)[i1], np.asarray(self.condim)[i2]
-            mu = contact_param(jnp, p1, p2, fr[i1], fr[i2])
-            cond = contact_param(np, p1, p2, cd1, cd2)
+            mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
+            cond = pair_choice(np, p1, p2, cd1, cd2)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             sr = si = iw = None
             if self.solref is not None or self.solimp is not None:
@@ -295,7 +298,7 @@ class Geoms(eqx.Module):
                     jnp,
                     p1,
                     p2,
-                    solmix=(w1, w2),
+                    (w1, w2),
                     solref=None if sref is None else (sref[i1], sref[i2]),
                     solimp=None if simp is None else (simp[i1], simp[i2]),
                 )
