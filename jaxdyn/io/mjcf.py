@@ -607,11 +607,10 @@ class MJCFModel(NamedTuple):
                 out.append(
                     (
                         "cone",
-                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns "
-                        "the pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's "
-                        "default contact frame); use Constraint(soft=True, cone='elliptic') "
-                        '(<option cone="elliptic">) to follow MuJoCo, or ignore: the '
-                        "pyramids keep the default frame",
+                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns the "
+                        "pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's default "
+                        'contact axes); with <option cone="elliptic"> in the file both '
+                        "engines agree; ignored, these pyramids keep the default axes",
                     )
                 )
         return out
