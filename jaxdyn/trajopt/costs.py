@@ -204,19 +204,15 @@ class Cost(eqx.Module):
         """``(l, l_x, l_u, l_xx, l_xu, l_uu)`` with Gauss-Newton Hessians in the tangent space
         (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
         ndx = 2 * model.nv
-        nu = 0 if u is None else u.shape[-1]
-        # one linearisation of the residual at (x, u) (its primal ``r`` evaluated once), its
-        # tangent map applied to the columns of [d(x ⊕ dx)/d(dx) at 0, 0; 0, I]: R_x and R_u
-        # together (two jacfwd of the residual through x ⊕ dx and u + du traced it three times)
-        (r, w), lin = jax.linearize(lambda xx, uu: self.residual(model, xx, uu), x, u)
-        Tx = jax.jacfwd(lambda d: lie.state_integrate(model, x, d))(jnp.zeros(ndx, x.dtype))
-        tx = jnp.concatenate([Tx, jnp.zeros((x.shape[-1], nu), x.dtype)], 1)
-        if u is None:
-            R = jax.vmap(lambda t: lin(t, None)[0], in_axes=1, out_axes=1)(tx)
-        else:
-            tu = jnp.concatenate([jnp.zeros((nu, ndx), u.dtype), jnp.eye(nu, dtype=u.dtype)], 1)
-            R = jax.vmap(lambda t, s: lin(t, s)[0], in_axes=1, out_axes=1)(tx, tu)
-        Rx = R[:, :ndx]
+
+        def res(dx, du):
+            uu = None if u is None else u + du
+            return self.residual(model, lie.state_integrate(model, x, dx), uu)[0]
+
+        zx = jnp.zeros(ndx, x.dtype)
+        du0 = None if u is None else jnp.zeros_like(u)
+        r, w = self.residual(model, x, u)
+        Rx = jax.jacfwd(lambda d: res(d, du0))(zx)
         wr = w * r
         l = 0.5 * jnp.sum(wr * r)
         lx = Rx.T @ wr
@@ -224,7 +220,7 @@ class Cost(eqx.Module):
         lxx = Rx.T @ WRx
         if u is None:
             return l, lx, None, lxx, None, None
-        Ru = R[:, ndx:]
+        Ru = jax.jacfwd(lambda d: res(zx, d))(du0)
         return l, lx, Ru.T @ wr, lxx, WRx.T @ Ru, Ru.T @ (w[:, None] * Ru)
 
 
