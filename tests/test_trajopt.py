@@ -553,11 +553,12 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     ["fddp", pytest.param("ilqr", marks=pytest.mark.slow)],
 )
 def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
-    """solve_batch's rounds and compaction leave
-    every member's iterations as jax.vmap(fddp) has them (and as ilqr's): same iteration
-    counts, costs and trajectories, in the problems' order, a bad member reported in its place.
-    Six members start from the fixture's optimum of a nearby problem (a couple of iterations),
-    one from zero controls (more), one is bad."""
+    """solve_batch's rounds and compaction (``method="rounds"``), and its default on the CPU
+    (``"threads"``: one-problem solves in host threads), leave every member's iterations as
+    jax.vmap(fddp) has them (and as ilqr's): same iteration counts, costs and trajectories, in
+    the problems' order, a bad member reported in its place. Six members start from the
+    fixture's optimum of a nearby problem (a couple of iterations), one from zero controls
+    (more), one is bad."""
     _, model = pendulum
     base, sol = fddp_solution
     problems, batch = _nearby_batch(model, 7, bad_at=2)
@@ -571,25 +572,40 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
         ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
     schedule = []
     res = ddp.solve_batch(
-        batch, xs, us, solver=solver, max_iter=200, round_iters=1, min_batch=1,
-        schedule=schedule,
+        batch, xs, us, solver=solver, method="rounds", max_iter=200, round_iters=1,
+        min_batch=1, schedule=schedule,
     )  # fmt: skip
     # FDDP: the batch was compacted (8 -> at most 2 members) before the slowest member
     # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
     if solver == "fddp":
         assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
     assert schedule[-1][1] == 0
-    np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
-    assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
-    np.testing.assert_array_equal(np.asarray(res.iterations), np.asarray(ref.iterations))
-    np.testing.assert_allclose(np.asarray(res.cost), np.asarray(ref.cost), rtol=1e-12)
-    oracle.assert_close(np.asarray(res.us), np.asarray(ref.us), 1e-10, f"us ({solver})")
-    # the logs too (NaN after each member's last iteration)
-    np.testing.assert_allclose(np.asarray(res.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10)
+    # the default on the CPU: one problem after another in two host threads (schedule unused)
+    no_rounds = []
+    threads = ddp.solve_batch(
+        batch, xs, us, solver=solver, max_iter=200, threads=2, schedule=no_rounds
+    )  # fmt: skip
+    assert no_rounds == []  # no batched rounds ran
+    for how, r in (("rounds", res), ("threads", threads)):
+        np.testing.assert_array_equal(np.asarray(r.status), np.asarray(ref.status), how)
+        assert int(r.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
+        np.testing.assert_array_equal(np.asarray(r.iterations), np.asarray(ref.iterations), how)
+        np.testing.assert_allclose(np.asarray(r.cost), np.asarray(ref.cost), rtol=1e-12)
+        oracle.assert_close(np.asarray(r.us), np.asarray(ref.us), 1e-10, f"us ({solver}, {how})")
+        # the logs too (NaN after each member's last iteration)
+        np.testing.assert_allclose(
+            np.asarray(r.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10, err_msg=how
+        )
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_batch(problems[0])
     with pytest.raises(ValueError, match="solver must be"):
         ddp.solve_batch(batch, solver="newton")
+    with pytest.raises(ValueError, match="method must be 'threads' or 'rounds'"):
+        ddp.solve_batch(batch, method="pmap")
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        ddp.solve_batch(batch, threads=0)
+    with pytest.raises(ValueError, match="us must have the batch size 8 first"):
+        ddp.solve_batch(batch, us=us[:3])
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_sharded(problems[0])
     with pytest.raises(ValueError, match="per_device must be"):
@@ -719,14 +735,19 @@ def test_solve_batch_verbose(pendulum, capfd):
     us = jnp.zeros((4, HORIZON, model.nv)).at[3].set(100.0)
     schedule = []
     res = ddp.solve_batch(
-        batch, None, us, max_iter=200, verbose=True, round_iters=1, min_batch=1,
-        schedule=schedule,
+        batch, None, us, max_iter=200, verbose=True, method="rounds", round_iters=1,
+        min_batch=1, schedule=schedule,
     )  # fmt: skip
     jax.effects_barrier()
     lines = capfd.readouterr().out.splitlines()
     iterations = np.asarray(res.iterations).tolist()
     assert min(size for size, _ in schedule) == 1, (schedule, iterations)
     _check_batch_log(lines, iterations)
+    # one problem after another in two threads: each problem's lines named and whole
+    res = ddp.solve_batch(batch, None, us, max_iter=200, verbose=True, threads=2)
+    jax.effects_barrier()
+    assert np.asarray(res.iterations).tolist() == iterations
+    _check_batch_log(capfd.readouterr().out.splitlines(), iterations)
 
 
 def test_fddp_verbose_every_n(fddp_solution, capfd):
