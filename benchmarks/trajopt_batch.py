@@ -9,8 +9,10 @@ postures, seed 2) on ``--robot``, ``th_stop = 1e-9``, at most 200 iterations, fl
 Modes (jaxdyn, as a user writes them, in default settings, on every core this process may
 use):
 
-* ``vmap``: ``jax.jit(jax.vmap(fddp))(problems)``: one batched ``while_loop`` (every member
-  iterates until the slowest stops);
+* ``vmap``: ``jax.vmap(fddp)(problems)`` called with arrays: on the CPU the members one by
+  one in host threads, as ``threads``;
+* ``jit_vmap``: ``jax.jit(jax.vmap(fddp))(problems)``: one batched ``while_loop`` (every
+  member iterates until the slowest stops);
 * ``threads``: ``solve_batch(problems)``: its default on the CPU, each problem solved by the
   one-problem program (fused into one kernel) in one host thread per core;
 * ``rounds``: ``solve_batch(problems, method="rounds")``: batched rounds of 10 iterations,
@@ -46,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--horizon", type=int, default=100)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--modes", default="vmap,threads,rounds")
+    ap.add_argument("--modes", default="vmap,threads,jit_vmap,rounds")
     a = ap.parse_args(argv)
     import crocoddyl
     import equinox as eqx
@@ -90,9 +92,11 @@ def main(argv=None) -> int:
             costs.append(s.cost)
         return np.array(its), np.array(costs)
 
-    vm = jax.jit(jax.vmap(lambda p: ddp.fddp(p, max_iter=MAX_ITER)))
+    vm = jax.vmap(lambda p: ddp.fddp(p, max_iter=MAX_ITER))
+    jit_vm = jax.jit(vm)
     modes = {
         "vmap": lambda: vm(stacked),
+        "jit_vmap": lambda: jit_vm(stacked),
         "threads": lambda: ddp.solve_batch(stacked, max_iter=MAX_ITER),
         "rounds": lambda: ddp.solve_batch(stacked, method="rounds", max_iter=MAX_ITER),
     }

@@ -500,8 +500,9 @@ def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
 
 
 #: The batch of the vmapped FDDP tests: 8 problems, the initial guess passed in (fddp's
-#: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported and the reference of
-#: test_solve_batch_equals_vmap share one compiled program.
+#: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported, the reference of
+#: test_solve_batch_equals_vmap and solve_batch's threads share one compiled program (the
+#: fused one-problem solve that ``jax.vmap(fddp)`` called with arrays on the CPU runs).
 BATCH = 8
 
 
@@ -529,7 +530,10 @@ def _nearby_batch(model, n, bad_at):
     return problems, jax.tree.map(lambda *a: jnp.stack(a), *problems)
 
 
-def test_vmap_equals_one_by_one(pendulum, fddp_solution):
+def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
+    """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
+    threads, as solve_batch), inside ``jit`` as one batched while loop: both equal each
+    member's own solve."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -537,13 +541,19 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     goals = [_states(nv, GOAL + 0.3 * rng.standard_normal(2)) for _ in range(BATCH)]
     problems = [_problem(model, a, b) for a, b in zip(x0s, goals)]
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    routes, one_by_one = [], ddp._one_by_one
+    monkeypatch.setattr(ddp, "_one_by_one", lambda *a: routes.append(a[1]) or one_by_one(*a))
     res_b = _vmap_fddp(batch)
+    assert routes == [BATCH]  # one by one
+    res_j = eqx.filter_jit(_vmap_fddp)(batch)
+    assert routes == [BATCH]  # batched
     for i, p in enumerate(problems):
         r = ddp.fddp(p, max_iter=200)
         assert int(r.status) == 0
-        assert int(res_b.iterations[i]) == int(r.iterations)
-        oracle.assert_close(np.asarray(res_b.xs[i]), np.asarray(r.xs), 1e-10, f"xs[{i}]")
-        np.testing.assert_allclose(float(res_b.cost[i]), float(r.cost), rtol=1e-10)
+        for how, rb in (("vmap", res_b), ("jit(vmap)", res_j)):
+            assert int(rb.iterations[i]) == int(r.iterations), how
+            oracle.assert_close(np.asarray(rb.xs[i]), np.asarray(r.xs), 1e-10, f"{how} xs[{i}]")
+            np.testing.assert_allclose(float(rb.cost[i]), float(r.cost), rtol=1e-10)
     ddp.check(res_b)
 
 

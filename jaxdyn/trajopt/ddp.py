@@ -813,6 +813,53 @@ def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives
     )  # fmt: skip
 
 
+def _vmapped_here(tree) -> bool:
+    """Whether ``jax.vmap`` is the innermost transformation of some array of ``tree``."""
+    from ..backend.internals import BATCH_TRACER
+
+    if BATCH_TRACER is None:
+        return False
+    return any(isinstance(a, BATCH_TRACER) for a in jax.tree.leaves(tree))
+
+
+def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+    """:func:`fddp` / :func:`ilqr`'s solve. Under ``jax.vmap`` (the innermost transformation)
+    the solve is a ``jax.custom_batching.custom_vmap``: called with concrete arrays on the CPU
+    (``jax.vmap(fddp)(problems)`` outside ``jit``) the batch is solved as
+    :func:`solve_batch` does there (one problem after another, in a host thread per core),
+    everywhere else (inside ``jit``, on accelerators, with ``verbose``) by the batched
+    program, as ``jax.vmap`` of the solve."""
+    static = dict(max_iter=max_iter, derivatives=derivatives, verbose=verbose)
+    args = (problem, xs, us, ddp, params)
+    if not _vmapped_here(args):
+        return _solve(*args, **static)
+    arrays, static_tree = eqx.partition(args, eqx.is_array)
+    flat, treedef = jax.tree.flatten(arrays)
+
+    def call(*flat):
+        return _solve_plain(*eqx.combine(jax.tree.unflatten(treedef, flat), static_tree), **static)
+
+    solve = jax.custom_batching.custom_vmap(call)
+
+    @solve.def_vmap
+    def rule(axis_size, in_batched, *flat):
+        if verbose or not _on_cpu(flat):
+            axes = [0 if b else None for b in in_batched]
+            out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
+        else:
+            flat = [np.asarray(a) for a in jax.device_get(flat)]
+
+            def one(i):
+                member = [a[i] if b else a for a, b in zip(flat, in_batched)]
+                member = eqx.combine(jax.tree.unflatten(treedef, member), static_tree)
+                return _solve_fused.call(True, *member, **static)
+
+            out = _one_by_one(one, axis_size, _cpu_cores())
+        return out, jax.tree.map(lambda _: True, out)
+
+    return solve(*flat)
+
+
 _DEFAULTS = dict(
     max_iter=100,
     th_stop=None,
@@ -904,7 +951,7 @@ def fddp(
     xs, us = _initial(problem, xs, us)
     problem = problem.with_bounds()
     params, static = _options(options, xs.dtype)
-    return _solve(problem, xs, us, jnp.asarray(False), params, **static)
+    return _solve_user(problem, xs, us, jnp.asarray(False), params, **static)
 
 
 def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Result:
@@ -915,7 +962,7 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
     xs, us = _initial(problem, None, us)
     problem = problem.with_bounds()
     params, static = _options(options, xs.dtype)
-    return _solve(problem, xs, us, jnp.asarray(True), params, **static)
+    return _solve_user(problem, xs, us, jnp.asarray(True), params, **static)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -991,8 +1038,6 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
     another in each of ``threads`` host threads (XLA runs the programs concurrently and
     releases the GIL while they run). The first problem is solved before the threads start,
     so that the program is compiled once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     arrays, static_tree = eqx.partition((problems, xs, us), eqx.is_array)
     arrays = jax.tree.map(np.asarray, jax.device_get(arrays))  # one copy; numpy slices after
     B = np.shape(problems.x0)[0]
@@ -1006,6 +1051,14 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
         return _solve_fused.call(
             not verbose, p.with_bounds(), x, u, ddp, params, tag, **static
         )  # fmt: skip
+
+    return _one_by_one(one, B, threads)
+
+
+def _one_by_one(one, B, threads):
+    """``one(i)`` for ``i < B`` in ``threads`` host threads, stacked: the first before the
+    threads start, so that its program is compiled once."""
+    from concurrent.futures import ThreadPoolExecutor
 
     first = jax.block_until_ready(one(0))
     n = max(1, min(int(threads), B - 1))
