@@ -845,7 +845,9 @@ def test_fddp_rejects_diverged_trials_as_crocoddyl():
         goal = jnp.concatenate([jaxdyn.integrate(model, qa, 0.6 * n[1]), zero])
         problems.append(_problem(model, jnp.concatenate([qa, zero]), goal))
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
-    res = jax.vmap(lambda p: ddp.fddp(p, max_iter=60))(batch)
+    # jit: the batched program (called with arrays, jax.vmap(fddp) would compile the fused
+    # one-problem solve of arm7 here, a longer compile: test_vmap_equals_one_by_one covers it)
+    res = eqx.filter_jit(jax.vmap(lambda p: ddp.fddp(p, max_iter=60)))(batch)
     for i, problem in enumerate(problems):
         solver, _, us = _crocoddyl_solve(case, problem)
         assert int(res.status[i]) == 0, f"problem {WILD_REACHES[i]}: status {int(res.status[i])}"
