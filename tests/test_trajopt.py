@@ -591,11 +591,13 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
         assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
     assert schedule[-1][1] == 0
     # the default on the CPU: one problem after another in two host threads (schedule unused)
-    no_rounds = []
+    no_rounds, compiled = [], ddp._solve_fused.program._cache_size()
     threads = ddp.solve_batch(
         batch, xs, us, solver=solver, max_iter=200, threads=2, schedule=no_rounds
     )  # fmt: skip
     assert no_rounds == []  # no batched rounds ran
+    # the program of the reference's jax.vmap (one by one too): nothing compiled again
+    assert ddp._solve_fused.program._cache_size() == compiled
     for how, r in (("rounds", res), ("threads", threads)):
         np.testing.assert_array_equal(np.asarray(r.status), np.asarray(ref.status), how)
         assert int(r.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)

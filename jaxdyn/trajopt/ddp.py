@@ -850,7 +850,7 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
             flat = [np.asarray(a) for a in jax.device_get(flat)]
 
             def one(i):
-                member = [a[i] if b else a for a, b in zip(flat, in_batched)]
+                member = [np.asarray(a[i]) if b else a for a, b in zip(flat, in_batched)]
                 member = eqx.combine(jax.tree.unflatten(treedef, member), static_tree)
                 return _solve_fused.call(True, *member, **static)
 
@@ -945,7 +945,9 @@ def fddp(
     last; under ``jax.vmap`` the members' lines
     interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index).
 
-    Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works.
+    Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works (called
+    with arrays on the CPU it solves the members one by one in host threads, as
+    :func:`solve_batch`; inside ``jit`` as one batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
     xs, us = _initial(problem, xs, us)
@@ -1043,13 +1045,18 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
     B = np.shape(problems.x0)[0]
     verbose = static["verbose"]
 
+    ddp, params = jax.device_get((ddp, params))
+
     def one(i):
-        p, x, u = eqx.combine(jax.tree.map(lambda a: a[i], arrays), static_tree)
+        p, x, u = eqx.combine(jax.tree.map(lambda a: np.asarray(a[i]), arrays), static_tree)
         x, u = _initial(p, x, u)
-        # the tag (the problem's index) is traced, and only read by verbose's lines
-        tag = np.int32(i) if verbose else _UNTAGGED
+        # numpy leaves, as jax.vmap(fddp)'s members (:func:`_solve_user`): one jit signature
+        p, x, u = jax.device_get((p.with_bounds(), x, u))
+        # the tag (the problem's index, traced) is read by verbose's lines only; without it the
+        # call is jax.vmap(fddp)'s (:func:`_solve_user`): one compiled program for both
+        tag = (np.int32(i),) if verbose else ()
         return _solve_fused.call(
-            not verbose, p.with_bounds(), x, u, ddp, params, tag, **static
+            not verbose, p, x, u, ddp, params, *tag, **static
         )  # fmt: skip
 
     return _one_by_one(one, B, threads)
