@@ -187,7 +187,8 @@ def contact_frames(
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
-    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``); ``midpoint``: the
+    ``friction``: the contacts' Coulomb coefficient (scalar; ``None``: the contact set's,
+    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one); ``midpoint``: the
     contact point midway between the sphere's surface and the terrain's (MuJoCo's
     ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
     :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
@@ -201,6 +202,8 @@ def contact_frames(
     x = centre - (radius + 0.5 * (dist - radius) if midpoint else radius)[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
+    if friction is None:
+        friction = getattr(cs, "friction", None)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
