@@ -751,15 +751,44 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+def solve_residual(G, u, mu, lam, coulomb):
+    """The relative fixed-point residual of impulses ``lam (nc, 3)`` of the cone problem
+    ``(G, u (3nc,), mu)`` (:func:`solve_cone_complementarity`): ``max |F(lam) - lam|`` over
+    ``max(|lam|, |F(lam)|)`` (a scalar, 0 at the solution; about 1 when ``lam`` is far from it),
+    with ``F`` the projected step of :func:`_fixed_point_map` and ``rho`` the solver's; no
+    derivative (a diagnostic)."""
+    G, u, mu, lam = (jax.lax.stop_gradient(x) for x in (G, u, mu, lam))
+    nc = lam.shape[0]
+    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, 3), -1)
+    mu_c = jnp.broadcast_to(mu, (nc,)).astype(lam.dtype)
+    F = _fixed_point_map(lam, G, u, mu_c, rho, coulomb)
+    scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
+    tiny = jnp.finfo(lam.dtype).tiny
+    return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
+
+
+def _solved(A, u, mu, contact, live, residual):
+    """:func:`solve_cone_complementarity` with ``contact``'s settings; with ``residual`` also
+    the solve's :func:`solve_residual`."""
+    coulomb = not contact.relaxed
+    lam = solve_cone_complementarity(
+        A, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live
+    )
+    return (lam, solve_residual(A, u, mu, lam, coulomb)) if residual else lam
+
+
+def solve_contact_impulses(
+    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False
+):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
     ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
     ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
-    Returns impulses ``(nc, 3)`` in the same rows.
+    Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
+    residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
     if contact.soft:
-        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt)
+        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt, residual)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -771,15 +800,7 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_ro
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
-    return solve_cone_complementarity(
-        Gr,
-        u,
-        _friction(contact, frames, dtype),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=live_contacts(d),
-    )
+    return _solved(Gr, u, _friction(contact, frames, dtype), contact, live_contacts(d), residual)
 
 
 def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
@@ -799,7 +820,7 @@ def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     return solref, _soft.clamp_solimp(solimp)
 
 
-def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
+def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt, residual=False):
     """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level: the
     impulses ``lam = h f`` of MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 -
     aref)`` over the cones, i.e. ``min 1/2 lam^T (A + R) lam + lam^T u`` with
@@ -826,12 +847,5 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
     R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
     mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
-    return solve_cone_complementarity(
-        G + jnp.diag(R),
-        u.reshape(-1),
-        jnp.broadcast_to(mu, (nc,)),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=active,
-    )
+    mu = jnp.broadcast_to(mu, (nc,))
+    return _solved(G + jnp.diag(R), u.reshape(-1), mu, contact, active, residual)
