@@ -111,37 +111,47 @@ def test_step_info_reports_the_solve(box):
     """``sim.step_info`` reports the constraint solve: a solve stopped after 3 projected
     gradient steps leaves a residual near 1 (its impulses far from Coulomb's law), the default
     100 a small one; ``max_contacts=2`` on the box's 4 touching corners reports 2 dropped
-    contacts, ``max_contacts=4`` none, and then equals the uncapped step (to 1e-10)."""
-    loaded, run = box
-    s_full, full = run(sim.Constraint())
+    contacts (and the box sinks on the corners left out), ``max_contacts=4`` none. (The
+    capped solve equals the uncapped one while nothing is dropped:
+    test_scene.py::test_constraint_max_contacts_equals_the_uncapped_solve.)"""
+    _, run = box
     _, early = run(sim.Constraint(iterations=3))
     s2, cap2 = run(sim.Constraint(max_contacts=2))
     s4, cap4 = run(sim.Constraint(max_contacts=4))
-    assert early["contact_residual"] > 0.1 and full["contact_residual"] < 1e-6
+    assert early["contact_residual"] > 0.1 and early["contacts_dropped"] == 0
+    assert 0 < cap4["contact_residual"] < 1e-6
     assert cap2["contacts_dropped"] == 2 and cap4["contacts_dropped"] == 0
-    assert full["contacts_dropped"] == 0
-    np.testing.assert_allclose(np.asarray(s4.q), np.asarray(s_full.q), atol=1e-10)
-    assert abs(float(s2.q[2]) - float(s_full.q[2])) > 1e-5  # two corners left out: it sinks
+    assert float(s4.q[2]) - float(s2.q[2]) > 1e-5  # two corners left out: it sinks
 
 
-def test_getup_default_cap():
+def test_getup_default_cap_and_env_reports():
     """``QuadrupedGetup(contact="constraint")`` caps its solve at ``MAX_CONTACTS`` of its 20
-    contact spheres (the measurement behind the number: test_getup_cap_agrees_with_uncapped);
-    a given contact model is taken as it is."""
-    from jaxdyn.envs import QuadrupedGetup
+    contact spheres (checked against the uncapped solve: test_getup_cap_agrees_with_uncapped).
+    Its ``state.info`` carries the report, of the same dtypes after ``reset`` and ``step``
+    (traced, not compiled)."""
+    from jaxdyn import envs
 
-    env = QuadrupedGetup(contact="constraint")
-    assert env.cfg.contact.max_contacts == QuadrupedGetup.MAX_CONTACTS < env.cfg.contacts.n
+    env = envs.QuadrupedGetup(contact="constraint")
+    assert env.cfg.contact.max_contacts == envs.QuadrupedGetup.MAX_CONTACTS < env.cfg.contacts.n
+    s = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    s1 = jax.eval_shape(env.step, s, jax.ShapeDtypeStruct((12,), s.obs.dtype))
+    assert {"contact_residual", "contacts_dropped"} <= set(s.info)
+    dtypes = [jax.tree_util.tree_map(lambda x: x.dtype, x.info) for x in (s, s1)]
+    assert dtypes[0] == dtypes[1]
 
 
 @pytest.mark.slow
 def test_getup_cap_agrees_with_uncapped():
     """Slow (the default suite covers the capped solve and its report on a small scene,
-    test_step_info_reports_the_solve): ``QuadrupedGetup`` dropped from 0.3 m in random
-    orientations under random actions, 16 episodes of 1 s, float64 with converged solves
-    (``newton=3``): the capped (``MAX_CONTACTS``) and uncapped rollouts agree to 1e-6 and the
-    report says no contact was left out. (With the default 100 projected gradient steps and no
-    Newton step, the two differ by the solves' tolerance, which the falls amplify.)"""
+    test_step_info_reports_the_solve): ``QuadrupedGetup(contact="constraint")`` (float64)
+    dropped from 0.3 m in random orientations under random actions, 16 episodes of 1 s; from
+    each state of the uncapped rollout, one control step capped at ``MAX_CONTACTS`` and one
+    uncapped: the report says no contact was left out; the two agree to 1e-10 in the median
+    (seen: 8e-12), and where they differ by more than ``tol`` (1e-8, 1e-6, 1e-4) a solve
+    reports a residual above ``tol / 10`` (seen: above ``tol / 4``): the differences are the
+    solves' tolerance (100 projected gradient steps that have not converged on an impact:
+    the residual's 90th percentile is 1e-4), not the cap. Whole rollouts drift apart from
+    such differences, as falls amplify them."""
     from jaxdyn.envs import QuadrupedGetup
 
     jax.config.update("jax_enable_x64", True)
@@ -149,26 +159,33 @@ def test_getup_cap_agrees_with_uncapped():
     b, t = 16, 50
     keys = jax.random.split(jax.random.PRNGKey(0), b)
     acts = jax.random.uniform(jax.random.PRNGKey(1), (t, b, 12), minval=-1, maxval=1)
-    out = []
-    for k in (None, QuadrupedGetup.MAX_CONTACTS):
-        env = QuadrupedGetup(
-            contact=sim.Constraint(friction=0.8, newton=3, max_contacts=k),
+    envs = [
+        QuadrupedGetup(
+            contact=sim.Constraint(friction=0.8, max_contacts=k),
             fall_fraction=1.0,
             drop_height=0.3,
             model=model,
         )
+        for k in (None, QuadrupedGetup.MAX_CONTACTS)
+    ]
+    env = envs[0]
 
-        def roll(s, env=env):
-            def body(s, a):
-                s = jax.vmap(env.step)(s, a)
-                return s, (s.pipeline_state.q, s.info["contacts_dropped"])
+    def roll(s):
+        def body(s, a):
+            return jax.vmap(env.step)(s, a), s.pipeline_state
 
-            return jax.lax.scan(body, s, acts)[1]
+        return jax.lax.scan(body, s, acts)[1]
 
-        out.append(jax.jit(roll)(jax.jit(jax.vmap(env.reset))(keys)))
-    (q0, d0), (q1, d1) = out
-    assert int(d0.max()) == 0 and int(d1.max()) == 0
-    np.testing.assert_allclose(np.asarray(q1), np.asarray(q0), atol=1e-6)
+    states = jax.jit(roll)(jax.jit(jax.vmap(env.reset))(keys))
+    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[2:])), states)
+    ctrl = jax.vmap(env.control)(acts.reshape(-1, 12))
+    (s0, _, r0), (s1, _, r1) = (jax.jit(jax.vmap(e.pipeline_step_info))(flat, ctrl) for e in envs)
+    assert int(r0["contacts_dropped"].max()) == 0 and int(r1["contacts_dropped"].max()) == 0
+    dq = np.abs(np.asarray(s1.q - s0.q)).max(-1)
+    res = np.maximum(np.asarray(r0["contact_residual"]), np.asarray(r1["contact_residual"]))
+    assert np.median(dq) < 1e-10
+    for tol in (1e-8, 1e-6, 1e-4):
+        assert np.all(res[dq > tol] > tol / 10), tol
 
 
 def test_bad_contact_input_found_at_load():
