@@ -138,8 +138,10 @@ default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
 touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
-condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
-interpenetrating at ``qpos0`` get a warning naming them.
+condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
+geom pairs and for the primitives against the ground plane
+(:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -494,9 +496,12 @@ class MJCFModel(NamedTuple):
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
-        ``opt.impratio`` and the ``refsafe`` flag to the contact model; what soft contact cannot
-        honour is refused instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft
-        contact acts from ``dist < margin - gap``, jaxdyn's from ``dist < margin``).
+        ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
+        ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
+        instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
+        margin - gap``, jaxdyn's from ``dist < margin``) and ``"cone"`` (a capsule on a plane
+        under pyramidal cones: MuJoCo turns that contact's pyramid to the capsule's axis,
+        jaxdyn keeps MuJoCo's default contact axes).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -509,7 +514,7 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
@@ -518,7 +523,7 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact; its own refusals instead
             issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues()
+            issues += self._soft_issues(self._soft_cone(contact))
         errors = [
             (k, msg)
             for k, msg in issues
@@ -545,7 +550,9 @@ class MJCFModel(NamedTuple):
 
             kw["contact"] = contact
             if self.contacts:
-                kw["contacts"] = contact_set(self.model, self.contacts)
+                kw["contacts"] = contact_set(
+                    self.model, self.contacts, friction=self._primitive_friction()
+                )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
             if soft:
@@ -562,28 +569,80 @@ class MJCFModel(NamedTuple):
         ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
         return prims, used, ground
 
-    def _soft_issues(self):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``."""
+    def _primitive_friction(self):
+        """Each contact primitive's friction against the ground plane, mixed as MuJoCo's
+        ``mj_contactParam`` (:func:`jaxdyn.sim.geoms.pair_choice`): the geom of higher
+        ``priority``'s, else the larger of the two (friction and condim; condim 1 is
+        frictionless)."""
+        from ..sim.geoms import pair_choice
+
         m = self.mj_model
-        prims, used, ground = self._touching()
-        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
-        if not gapped:
-            return []
+        prims, _, ground = self._touching()
+        fr = np.array(m.geom_friction, float)[:, 0]
+        pr, cd = np.array(m.geom_priority, int), np.array(m.geom_condim, int)
+        g = np.asarray(prims, int)
+        mu, cond = fr[g], cd[g]
+        if ground:
+            o = ground[0]
+            mu = pair_choice(np, pr[g], pr[o], mu, fr[o])
+            cond = pair_choice(np, pr[g], pr[o], cond, cd[o])
+        return np.where(cond == 1, 0.0, mu).astype(float)
+
+    def _soft_cone(self, contact):
+        """The cone of ``Constraint(soft=True)``: the contact model's, else the file's
+        ``<option cone>`` (MuJoCo's default: pyramidal)."""
+        if contact.cone is not None:
+            return contact.cone
+        mujoco = _import_mujoco()
+        pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
+        return "pyramidal" if pyramidal else "elliptic"
+
+    def _soft_issues(self, cone):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``; with
+        pyramidal cones, a capsule on a plane (MuJoCo turns its pyramids to the capsule's axis,
+        :func:`jaxdyn.sim.contact.mujoco_tangents` gives MuJoCo's default frame)."""
+        m = self.mj_model
         names = mujoco_names(m, "geom")
-        listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
-        return [
-            (
-                "gap",
-                f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} (MuJoCo's "
-                "soft contact acts from dist < margin - gap, jaxdyn's from dist < margin); "
-                "ignored, the contacts act from their margin",
+        prims, used, ground = self._touching()
+        out = []
+        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
+        if gapped:
+            listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
+            out.append(
+                (
+                    "gap",
+                    f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} "
+                    "(MuJoCo's soft contact acts from dist < margin - gap, jaxdyn's from "
+                    "dist < margin); ignored, the contacts act from their margin",
+                )
             )
-        ]
+        if cone == "pyramidal":
+            capsule = int(_import_mujoco().mjtGeom.mjGEOM_CAPSULE)
+            caps = {g for g in prims if ground and int(m.geom_type[g]) == capsule}
+            if self.geoms is not None:
+                index = {n: g for g, n in enumerate(names)}
+                gs = self.geoms
+                for a, b in gs.pairs:
+                    if {gs.type[a], gs.type[b]} == {"capsule", "plane"}:
+                        caps.add(index[gs.names[a if gs.type[a] == "capsule" else b]])
+            if caps:
+                listed = ", ".join(f'<geom name="{names[g]}">' for g in sorted(caps)[:6])
+                out.append(
+                    (
+                        "cone",
+                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns the "
+                        "pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's default "
+                        'contact axes); with <option cone="elliptic"> in the file both '
+                        "engines agree; ignored, these pyramids keep the default axes",
+                    )
+                )
+        return out
 
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
         (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
-        contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        contact model with ``opt.impratio``, the ``refsafe`` flag and the cone
+        (:meth:`_soft_cone`)."""
         import dataclasses
 
         import equinox as eqx
@@ -629,10 +688,11 @@ class MJCFModel(NamedTuple):
                 solref=jnp.asarray(np.asarray(rows_ref, dtype)),
                 solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
                 invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
+                friction=contacts.friction,
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(
-            contact, impratio=float(m.opt.impratio), refsafe=refsafe
+            contact, impratio=float(m.opt.impratio), refsafe=refsafe, cone=self._soft_cone(contact)
         )
         return out
 
@@ -1460,8 +1520,13 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    pairs = set()
     if geoms is not None:
-        _warn_penetrating(mujoco, m, label, geoms, geom_names)
+        pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    if contacts and info.get("ground", -1) >= 0:  # the primitives on the ground plane
+        pairs |= {frozenset((geom_names[info["ground"]], p.name)) for p in contacts}
+    if pairs:
+        _warn_penetrating(mujoco, m, label, pairs, geom_names)
     keyframes, keyframe_act = {}, {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -2026,12 +2091,13 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
-    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
-    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+def _warn_penetrating(mujoco, m, label, pairs, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom ``pairs`` (sets of two names: the pairs of
+    :class:`jaxdyn.sim.Geoms` and the primitives with the ground plane) that interpenetrate
+    deeper than ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled
+    model)."""
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
     deep = {}
     for c in d.contact[: d.ncon]:
         key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
@@ -2130,23 +2196,13 @@ def _contact_params(m):
 
 
 def _pair_params(m, g1, g2, solref, solmix, solimp):
-    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``: the
-    geom of higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)`` (``solref``:
-    the elementwise minimum unless both are in the standard form)."""
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``
+    (:func:`jaxdyn.sim.geoms.contact_param` on float64 numpy)."""
+    from ..sim.geoms import contact_param
+
     p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
-    if p1 != p2:
-        g = g1 if p1 > p2 else g2
-        return solref[g], solimp[g]
-    w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
-    if w1 >= tiny and w2 >= tiny:
-        mix = w1 / (w1 + w2)
-    else:
-        mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
-    if solref[g1][0] > 0 and solref[g2][0] > 0:
-        ref = mix * solref[g1] + (1 - mix) * solref[g2]
-    else:
-        ref = np.minimum(solref[g1], solref[g2])
-    return ref, mix * solimp[g1] + (1 - mix) * solimp[g2]
+    pair = lambda x: (x[g1], x[g2])  # noqa: E731
+    return contact_param(np, p1, p2, pair(solmix), solref=pair(solref), solimp=pair(solimp))
 
 
 def _contacts(
@@ -2251,7 +2307,8 @@ def _contacts(
             f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
     used = sorted({g for pr in pairs for g in pr})
-    for g in used:
+    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
+    for g in touching:  # the pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
     if condim:
@@ -2260,7 +2317,6 @@ def _contacts(
             f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
             "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
         )
-    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
         vals = sorted({tuple(float(x) for x in solimp[g]) for g in soft})[:3]
