@@ -132,10 +132,12 @@ class SuiteEnv(SimEnv):
     #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
     #: task's docstring)
     sim_ignore: tuple = ()
-    #: joint limits: MuJoCo's limit constraint per joint
-    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`, ``True``) or the default
+    #: joint limits: ``"constraint"``, MuJoCo's limit constraint (soft rows solved with the
+    #: contacts, :meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`), ``True``, its
+    #: per-joint spring-damper approximation
+    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`), or ``False``, the default
     #: :class:`jaxdyn.sim.JointLimits` spring-damper
-    mujoco_limits = False
+    mujoco_limits: bool | str = False
 
     if TYPE_CHECKING:  # each task defines them, SuiteReacher and ContactSuiteEnv with their own
         # arguments after ps (their own step calls them)
@@ -172,7 +174,9 @@ class SuiteEnv(SimEnv):
             )
         model = self.adjust_model(scene.model)
         kw: dict[str, Any] = {} if self.integrator is None else {"integrator": self.integrator}
-        if self.mujoco_limits:
+        if self.mujoco_limits == "constraint":
+            kw["limits"] = "constraint"
+        elif self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)

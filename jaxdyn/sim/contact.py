@@ -755,8 +755,25 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_ro
     ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
     Returns impulses ``(nc, 3)`` in the same rows.
     """
+    Gr, u, mu, live = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    return solve_cone_complementarity(
+        Gr,
+        u,
+        mu,
+        contact.iterations,
+        contact.newton,
+        coulomb=not contact.relaxed,
+        live=live,
+    )
+
+
+def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+    """The cone problem :func:`solve_contact_impulses` solves: ``(Gr (3nc, 3nc), u (3nc,),
+    mu (nc,), live (nc,))``, ``Gr`` the Delassus matrix ``G`` plus the contact model's diagonal
+    regulariser (other rows, e.g. joint limits, :mod:`jaxdyn.sim.limits`, are appended to it
+    by the caller)."""
     if contact.soft:
-        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt)
+        return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -768,15 +785,8 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_ro
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
-    return solve_cone_complementarity(
-        Gr,
-        u,
-        _friction(contact, frames, dtype),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=live_contacts(d),
-    )
+    mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
+    return Gr, u, mu, live_contacts(d)
 
 
 def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
@@ -796,12 +806,13 @@ def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     return solref, _soft.clamp_solimp(solimp)
 
 
-def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
-    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level: the
-    impulses ``lam = h f`` of MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 -
-    aref)`` over the cones, i.e. ``min 1/2 lam^T (A + R) lam + lam^T u`` with
-    ``u = J v_free - J v - h aref`` (``J v_free = J v + h J a0``); contacts that do not touch
-    (``distance >= 0``, MuJoCo has no row for them) and empty slots carry none."""
+def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
+    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level, the
+    cone problem (:func:`contact_problem`) of the impulses ``lam = h f`` of MuJoCo's dual
+    problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over the cones, i.e.
+    ``min 1/2 lam^T (A + R) lam + lam^T u`` with ``u = J v_free - J v - h aref``
+    (``J v_free = J v + h J a0``); contacts that do not touch (``distance >= 0``, MuJoCo has
+    no row for them) and empty slots carry none."""
     dtype = G.dtype
     nc = frames.distance.shape[0]
     h = jnp.asarray(dt, dtype)
@@ -823,12 +834,4 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
     R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
     mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
-    return solve_cone_complementarity(
-        G + jnp.diag(R),
-        u.reshape(-1),
-        jnp.broadcast_to(mu, (nc,)),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=active,
-    )
+    return G + jnp.diag(R), u.reshape(-1), jnp.broadcast_to(mu, (nc,)), active

@@ -81,6 +81,7 @@ from ..algorithms.rnea import rnea_world
 from ..model import tree
 from . import _params
 from . import contact as C
+from . import limits as L
 from .actuators import (
     FixedTendons,
     JointLimits,
@@ -93,6 +94,7 @@ from .actuators import (
 )
 from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
+from .limits import LimitConstraints
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -154,6 +156,13 @@ class SimConfig(eqx.Module):
       through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
       (MuJoCo's equality constraints) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
+    - ``limit_constraints``: :class:`~jaxdyn.sim.limits.LimitConstraints` (MuJoCo's joint-limit
+      constraint: soft rows solved with the contacts of a
+      :class:`~jaxdyn.sim.contact.Constraint`, or alone) or ``None`` (default); its joints
+      are left out of ``limits``' spring-damper. Velocity-level: with ``"euler"``,
+      ``"implicit"`` and ``"implicit_damping"`` (not with ``"euler"`` and
+      :class:`~jaxdyn.sim.contact.Compliant` contact, whose forces that integrator makes
+      implicit). :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from a file.
     """
 
     dt: float = 2e-3
@@ -169,6 +178,7 @@ class SimConfig(eqx.Module):
     tendons: FixedTendons | None = None
     spatial_tendons: SpatialTendons | None = None
     equalities: Equalities | None = None
+    limit_constraints: LimitConstraints | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -222,6 +232,20 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: equalities must be None or Equalities, got {self.equalities!r}"
             )
+        if self.limit_constraints is not None:
+            if not isinstance(self.limit_constraints, LimitConstraints):
+                raise TypeError(
+                    f"SimConfig: limit_constraints must be None or LimitConstraints, got "
+                    f"{type(self.limit_constraints).__name__}"
+                )
+            if self.integrator == "rk4" or (
+                self.integrator == "euler" and isinstance(self.contact, C.Compliant)
+            ):
+                raise ValueError(
+                    "SimConfig: limit_constraints are velocity-level (impulses per step); use "
+                    "integrator='euler' (without Compliant contact), 'implicit' or "
+                    f"'implicit_damping', not {self.integrator!r}"
+                )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -302,7 +326,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
     tendons. ``coupled=False`` leaves out the terms whose velocity derivative is not diagonal
     (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
     :func:`_velocity_factors` instead."""
-    passive = passive_forces(model, props, cfg.limits, q, v)
+    skip = () if cfg.limit_constraints is None else cfg.limit_constraints.dof
+    passive = passive_forces(model, props, cfg.limits, q, v, skip=skip)
     if coupled or not _coupled(cfg):
         tau = cfg.actuator.torques(model, q, v, ctrl)
         tau = clip_effort(tau, props["effort"].astype(v.dtype)) + passive
@@ -378,10 +403,16 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
-    """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
-    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias); ``v``: the velocity
-    at the step's start (soft contact's reference acceleration)."""
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
+    """Velocity after the impulses of the constraint model's contacts and of the joint-limit
+    rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), and the contact forces
+    (``None`` without constraint contact); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
+    sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
+    soft rows' reference acceleration)."""
+    lim = cfg.limit_constraints
+    if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
+        assert lim is not None  # _substep solves constraints when either is present
+        return v_free + L.solve(lim, model, q, v, v_free, solve, h)[0], None
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
@@ -395,16 +426,20 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
-    MinvJT = solve(Jc.T)  # (nv, 3 nc)
-    G = Jc @ MinvJT
-    G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
-    lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows)
+    if lim is None:
+        MinvJT = solve(Jc.T)  # (nv, 3 nc)
+        G = Jc @ MinvJT
+        G = 0.5 * (G + G.T)
+        lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows)
+        dv = MinvJT @ lam.reshape(-1)
+    else:  # the joint-limit rows appended to the contacts' problem
+        dv, lam = L.solve(lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows)
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
-    return v_free + MinvJT @ lam.reshape(-1), f
+    return v_free + dv, f
 
 
 def _free_runs(model):
@@ -473,7 +508,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     the mean force of the impulses for constraint contact) or ``None``."""
     if cfg.integrator == "rk4":
         return _rk4(model, cfg, props, q, v, ctrl, h)
-    constraint = isinstance(cfg.contact, C.Constraint)
+    constraint = isinstance(cfg.contact, C.Constraint) or cfg.limit_constraints is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
@@ -514,7 +549,8 @@ def _substep(model, cfg, props, q, v, ctrl, h):
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     if constraint:
-        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v)
+        v1, fc = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f)
 
 
