@@ -94,7 +94,7 @@ def test_limit_constraint_follows_mujoco():
     xml = LIMITS_XML.format(flags="", contype=0)
     r = load_mjcf(xml)
     cfg = r.sim_config(limits="constraint")
-    assert cfg.limit_constraints is not None and cfg.limit_constraints.rows == 6
+    assert cfg.limit_constraints is not None and cfg.limit_constraints.rows == 3
     cfg = dataclasses.replace(cfg, limit_constraints=r.limit_constraints(iterations=400))
     m, qm, vm = _mujoco(xml)
     _check(r, m, *_jaxdyn(r, cfg), qm, vm)
@@ -122,27 +122,38 @@ def test_limit_constraint_with_soft_contact_follows_mujoco():
 
 
 def test_limit_constraints_from_mjcf():
-    """:meth:`MJCFModel.limit_constraints` holds a row per side of each limited hinge / slide
-    joint with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``
+    """:meth:`MJCFModel.limit_constraints` holds a row for each limited hinge / slide joint
+    with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``
     (:meth:`LimitConstraints.from_model` gives the same ``diag``, the diagonal of ``M^-1`` at
-    ``qpos0``); the spring-damper ``cfg.limits`` no longer acts on those joints. Honoured by
+    ``qpos0``; a joint whose range is narrower than ``2 margin`` gets a row per side); the
+    spring-damper ``cfg.limits`` no longer acts on those joints. Honoured by
     name: ``<flag limit="disable"/>`` and ``constraint="disable"`` (no rows: ``None``),
     ``refsafe="disable"``. Bad input: a wrong ``limits=`` string, a shape, a ``side``, a
-    coordinate that is not a hinge / slide joint's, ``rk4``: a ``ValueError`` naming it."""
+    coordinate that is not a hinge / slide joint's, a range narrower than ``2 margin`` in one
+    row, ``rk4``: a ``ValueError`` naming it."""
     xml = LIMITS_XML.format(flags="", contype=0)
     r = load_mjcf(xml)
     m = r.mj_model
     lim = r.limit_constraints()
-    assert lim.dof == lim.qpos == (0, 0, 1, 1, 2, 2) and lim.side == (1, -1) * 3 and lim.refsafe
-    j = np.repeat(r.converter().q_index, 2)  # MuJoCo's joint of each row (one-DoF joints)
-    np.testing.assert_array_equal(lim.limit, m.jnt_range[j, [0, 1] * 3])
+    assert lim.dof == lim.qpos == (0, 1, 2) and lim.refsafe
+    j = r.converter().q_index  # MuJoCo's joint of each row (one-DoF joints)
+    np.testing.assert_array_equal(lim.lower, m.jnt_range[j, 0])
+    np.testing.assert_array_equal(lim.upper, m.jnt_range[j, 1])
     np.testing.assert_array_equal(lim.margin, m.jnt_margin[j])
     np.testing.assert_array_equal(lim.solref, m.jnt_solref[j])
     np.testing.assert_array_equal(lim.solimp, m.jnt_solimp[j])
     np.testing.assert_array_equal(lim.diag, m.dof_invweight0[j])
-    assert lim.margin[4] == 0.02 and lim.solref[2, 0] == -5000  # elbow, slide
-    np.testing.assert_allclose(sim.LimitConstraints.from_model(r.model).diag, lim.diag, rtol=1e-12)
-    np.testing.assert_array_equal(sim.LimitConstraints.from_model(r.model).limit, lim.limit)
+    assert lim.margin[2] == 0.02 and lim.solref[1, 0] == -5000  # elbow, slide
+    own = sim.LimitConstraints.from_model(r.model)
+    np.testing.assert_allclose(own.diag, lim.diag, rtol=1e-12)
+    np.testing.assert_array_equal(own.lower, lim.lower)
+    # a range narrower than 2 margin: both sides can act at once, one row each
+    wide = sim.LimitConstraints.from_model(r.model, margin=0.06)
+    assert wide.dof == (0, 1, 1, 2)
+    np.testing.assert_array_equal(wide.lower[1:3], [-0.0505, -np.inf])
+    np.testing.assert_array_equal(wide.upper[1:3], [np.inf, 0.05])
+    with pytest.raises(ValueError, match="row 1: upper - lower = 0.1005 is below 2 margin = 0.12"):
+        dataclasses.replace(lim, margin=jnp.full(3, 0.06))
     # the spring-damper leaves the constrained joints alone
     cfg = r.sim_config(limits="constraint")
     props = joint_properties(r.model)
@@ -158,12 +169,12 @@ def test_limit_constraints_from_mjcf():
     assert safe.limit_constraints().refsafe is False
     with pytest.raises(ValueError, match="sim_config: limits must be 'constraint', 'spring'"):
         r.sim_config(limits="hard")
-    with pytest.raises(ValueError, match=r"LimitConstraints: solimp has shape \(6, 4\)"):
+    with pytest.raises(ValueError, match=r"LimitConstraints: solimp has shape \(3, 4\), expected \(3, 5\)"):
         dataclasses.replace(lim, solimp=lim.solimp[:, :4])
-    with pytest.raises(ValueError, match="LimitConstraints: side must hold"):
-        dataclasses.replace(lim, side=(1, 0) * 3)
+    with pytest.raises(ValueError, match="LimitConstraints: lower must be finite"):
+        dataclasses.replace(lim, lower=jnp.full(3, jnp.nan))
     with pytest.raises(ValueError, match="limit_constraints are velocity-level"):
         dataclasses.replace(cfg, integrator="rk4")
-    bad = dataclasses.replace(lim, qpos=(0, 0, 2, 2, 1, 1))
-    with pytest.raises(ValueError, match="row 2: dof=1, qpos=2 is not the coordinate pair"):
+    bad = dataclasses.replace(lim, qpos=(0, 2, 1))
+    with pytest.raises(ValueError, match="row 1: dof=1, qpos=2 is not the coordinate pair"):
         bad.check_model(r.model)

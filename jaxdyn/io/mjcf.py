@@ -423,15 +423,16 @@ class MJCFModel(NamedTuple):
 
     def limit_constraints(self, **static: Any) -> LimitConstraints | None:
         """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
-        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row per
-        side of every limited hinge and slide joint with the joint's range, ``margin``,
+        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row for
+        every limited hinge and slide joint (two, one per side, where its range is narrower
+        than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
         the contacts. ``None`` where the file has no limited hinge or slide joint or disables
         limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
         rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
         :class:`jaxdyn.sim.Constraint` contact)."""
-        from ..sim.limits import LimitConstraints
+        from ..sim.limits import LimitConstraints, row_bounds
 
         m = self.mj_model
         mujoco = _import_mujoco()
@@ -445,13 +446,14 @@ class MJCFModel(NamedTuple):
             if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
                 continue
             qi = int(t.q_start[int(t.dof_body[i])])
-            for side, bound in ((1, m.jnt_range[j, 0]), (-1, m.jnt_range[j, 1])):
+            lo, hi = (float(x) for x in m.jnt_range[j])
+            for lower, upper in row_bounds(lo, hi, float(m.jnt_margin[j])):
                 rows.append(
                     (
                         i,
                         qi,
-                        side,
-                        float(bound),
+                        lower,
+                        upper,
                         float(m.jnt_margin[j]),
                         np.asarray(m.jnt_solref[j], float),
                         np.asarray(m.jnt_solimp[j], float),
@@ -463,14 +465,14 @@ class MJCFModel(NamedTuple):
         dtype = self.model.mass.dtype
         arr = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float), dtype)  # noqa: E731
         return LimitConstraints(
-            limit=arr(3),
+            lower=arr(2),
+            upper=arr(3),
             margin=arr(4),
             solref=arr(5),
             solimp=arr(6),
             diag=arr(7),
             dof=tuple(r[0] for r in rows),
             qpos=tuple(r[1] for r in rows),
-            side=tuple(r[2] for r in rows),
             refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
             **static,
         )

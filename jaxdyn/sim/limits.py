@@ -5,8 +5,9 @@ MuJoCo (``mj_instantiateLimit``; Todorov 2014, "Convex and analytically-invertib
 contacts and constraints", ICRA; MuJoCo's documentation, Computation: soft constraints) gives
 every limited hinge or slide joint a row per side whose distance ``dist = q - lower`` (lower
 side, Jacobian ``+1`` on the joint's dof) or ``dist = upper - q`` (upper side, Jacobian ``-1``)
-is below the joint's ``margin``. A row with violation ``r = dist - margin`` and velocity
-``J v`` carries a force ``f >= 0`` of the soft constraint
+is below the joint's ``margin`` (jaxdyn: one row per joint, on its nearer side, the same rows
+while the range is at least ``2 margin`` wide). A row with violation ``r = dist - margin``
+and velocity ``J v`` carries a force ``f >= 0`` of the soft constraint
 
     aref = -b (J v) - k imp(r) r,      R = (1 - imp) / imp * dof_invweight0,
 
@@ -48,20 +49,22 @@ __all__ = ["LimitConstraints"]
 
 
 class LimitConstraints(eqx.Module):
-    """MuJoCo's joint-limit constraint rows (module docs), ``n`` of them: one per limited side
-    of a hinge or slide joint.
+    """MuJoCo's joint-limit constraint rows (module docs), ``n`` of them: one per limited hinge
+    or slide joint, acting on the side the joint is nearer to (MuJoCo's rows of the two sides
+    are never active together while ``upper - lower >= 2 margin``; a joint narrower than that
+    is given as two rows, one per side, with the other bound infinite).
 
-    Static: ``dof`` (the joint's velocity coordinate), ``qpos`` (its position coordinate) and
-    ``side`` (``+1``: a lower limit, ``dist = q - limit``; ``-1``: an upper one, ``dist = limit
-    - q``) per row; ``refsafe`` (MuJoCo's ``refsafe``: ``timeconst >= 2 h``); ``iterations``,
+    Static: ``dof`` (the joint's velocity coordinate) and ``qpos`` (its position coordinate)
+    per row; ``refsafe`` (MuJoCo's ``refsafe``: ``timeconst >= 2 h``); ``iterations``,
     ``newton``: the solver's steps when the configuration has no
     :class:`~jaxdyn.sim.Constraint` contact (with one, the rows are solved in its problem and
     with its settings; :func:`~jaxdyn.sim.solve_cone_complementarity`).
 
-    Arrays: ``limit (n,)`` (the bound), ``margin (n,)`` (MuJoCo's joint ``margin``: the row acts
-    from ``dist < margin``), ``solref (n, 2)`` (``solreflimit``, either form), ``solimp (n,
-    5)`` (``solimplimit``) and ``diag (n,)`` (MuJoCo's ``efc_diagApprox`` of the row:
-    ``dof_invweight0``).
+    Arrays: ``lower``, ``upper (n,)`` (the range; ``-inf`` / ``inf`` for a side without a
+    limit), ``margin (n,)`` (MuJoCo's joint ``margin``: a side acts from ``dist < margin``,
+    ``dist = q - lower`` or ``upper - q``), ``solref (n, 2)`` (``solreflimit``, either form),
+    ``solimp (n, 5)`` (``solimplimit``) and ``diag (n,)`` (MuJoCo's ``efc_diagApprox`` of the
+    row: ``dof_invweight0``).
 
     :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from an MJCF file,
     :meth:`from_model` from a model's ``q_lower`` / ``q_upper``. In a
@@ -69,44 +72,59 @@ class LimitConstraints(eqx.Module):
     ``cfg.limits`` on their joints (which still limits the other joints and the tendons) and
     need a velocity-level integrator (``"euler"``, ``"implicit"``, ``"implicit_damping"``)."""
 
-    limit: jnp.ndarray
+    lower: jnp.ndarray
+    upper: jnp.ndarray
     margin: jnp.ndarray
     solref: jnp.ndarray
     solimp: jnp.ndarray
     diag: jnp.ndarray
     dof: tuple = eqx.field(static=True)
     qpos: tuple = eqx.field(static=True)
-    side: tuple = eqx.field(static=True)
     refsafe: bool = eqx.field(static=True, default=True)
     iterations: int = eqx.field(static=True, default=100)
     newton: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
         n = len(self.dof)
-        if len(self.qpos) != n or len(self.side) != n:
+        if len(self.qpos) != n:
             raise ValueError(
-                f"LimitConstraints: dof, qpos and side need one entry per row ({n}), got "
-                f"{len(self.dof)}, {len(self.qpos)} and {len(self.side)}"
+                f"LimitConstraints: dof and qpos need one entry per row, got {len(self.dof)} "
+                f"and {len(self.qpos)}"
             )
-        if any(s not in (1, -1) for s in self.side):
-            raise ValueError(f"LimitConstraints: side must hold +1 or -1, got {self.side}")
         shapes = {
-            "limit": (n,),
+            "lower": (n,),
+            "upper": (n,),
             "margin": (n,),
             "solref": (n, 2),
             "solimp": (n, 5),
             "diag": (n,),
         }
+        concrete = True
         for name, shape in shapes.items():
             value = getattr(self, name)
             if isinstance(value, jax.core.Tracer):
+                concrete = False
                 continue
             if np.shape(value) != shape:
                 raise ValueError(
                     f"LimitConstraints: {name} has shape {np.shape(value)}, expected {shape}"
                 )
-            if not np.all(np.isfinite(np.asarray(value, float))):
+            a = np.asarray(value, float)
+            ok = ~np.isnan(a) if name in ("lower", "upper") else np.isfinite(a)
+            if not np.all(ok):
                 raise ValueError(f"LimitConstraints: {name} must be finite")
+        if concrete and n:
+            lo, hi = np.asarray(self.lower, float), np.asarray(self.upper, float)
+            margin = np.asarray(self.margin, float)
+            one = np.isfinite(lo) != np.isfinite(hi)
+            bad = np.nonzero(~one & ~(hi - lo >= 2 * margin))[0]
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(
+                    f"LimitConstraints: row {i}: upper - lower = {hi[i] - lo[i]:g} is below "
+                    f"2 margin = {2 * margin[i]:g}: both sides can act at once; give the joint "
+                    "two rows, one per side (the other bound -inf / inf)"
+                )
         for name, least in (("iterations", 1), ("newton", 0)):
             k = getattr(self, name)
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < least:
@@ -128,10 +146,11 @@ class LimitConstraints(eqx.Module):
         q0: ArrayLike | None = None,
         **static,
     ) -> LimitConstraints:
-        """A row for every finite ``q_lower`` / ``q_upper`` of the model's hinge and slide
-        joints, with one ``solref``, ``solimp`` and ``margin`` for all and ``diag`` MuJoCo's
-        ``dof_invweight0`` of a one-DoF joint, the diagonal of ``M^-1`` at ``q0`` (default: the
-        neutral configuration). ``static``: ``refsafe``, ``iterations``, ``newton``."""
+        """A row for each hinge and slide joint with a finite ``q_lower`` or ``q_upper`` (two,
+        one per side, where the range is narrower than ``2 margin``), with one ``solref``,
+        ``solimp`` and ``margin`` for all and ``diag`` MuJoCo's ``dof_invweight0`` of a one-DoF
+        joint, the diagonal of ``M^-1`` at ``q0`` (default: the neutral configuration).
+        ``static``: ``refsafe``, ``iterations``, ``newton``."""
         from ..algorithms.configuration import neutral_configuration
         from ..algorithms.crba import crba
         from .actuators import joint_properties
@@ -141,29 +160,25 @@ class LimitConstraints(eqx.Module):
         t = model.topo
         q = neutral_configuration(model) if q0 is None else jnp.asarray(q0, model.mass.dtype)
         minv = np.diag(np.linalg.inv(np.asarray(crba(model, q), float)))
-        dofs, qs, sides, limits = [], [], [], []
+        rows = []
         for b in range(t.nb):
             if int(t.kind[b]) != joints.ONE_DOF:
                 continue
             qi, vi = int(t.q_start[b]), int(t.v_start[b])
-            for side, bound in ((1, lo[qi]), (-1, hi[qi])):
-                if np.isfinite(bound):
-                    dofs.append(vi)
-                    qs.append(qi)
-                    sides.append(side)
-                    limits.append(bound)
-        n = len(dofs)
+            rows += [(vi, qi, a, z) for a, z in row_bounds(lo[qi], hi[qi], margin)]
+        n = len(rows)
         dtype = model.mass.dtype
         rep = lambda x, k: jnp.broadcast_to(jnp.asarray(x, dtype), (n, k))  # noqa: E731
+        col = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float).reshape(n), dtype)  # noqa: E731
         return cls(
-            limit=jnp.asarray(np.asarray(limits, float).reshape(n), dtype),
+            lower=col(2),
+            upper=col(3),
             margin=jnp.full(n, margin, dtype),
             solref=rep(solref, 2),
             solimp=rep(solimp, 5),
-            diag=jnp.asarray(minv[np.asarray(dofs, np.int64)].reshape(n), dtype),
-            dof=tuple(dofs),
-            qpos=tuple(qs),
-            side=tuple(sides),
+            diag=jnp.asarray(minv[np.asarray([r[0] for r in rows], np.int64)], dtype),
+            dof=tuple(r[0] for r in rows),
+            qpos=tuple(r[1] for r in rows),
             **static,
         )
 
@@ -182,36 +197,40 @@ class LimitConstraints(eqx.Module):
                     f"of a hinge or slide joint of {model.name!r}"
                 )
 
-    def distance(self, q: Array) -> Array:
-        """MuJoCo's ``efc_pos`` of the rows ``(n,)``: ``q - lower`` / ``upper - q``."""
+    def distance(self, q: Array) -> tuple[Array, Array]:
+        """``(dist, side) (n,)``: MuJoCo's ``efc_pos`` of each row's nearer side, ``q -
+        lower`` (``side = +1``, Jacobian ``+1``) or ``upper - q`` (``side = -1``)."""
         dtype = q.dtype
-        side = jnp.asarray(self.side, dtype)
-        return side * (q[np.asarray(self.qpos, np.int64)] - jnp.asarray(self.limit, dtype))
+        x = q[np.asarray(self.qpos, np.int64)]
+        below = x - jnp.asarray(self.lower, dtype)
+        above = jnp.asarray(self.upper, dtype) - x
+        lower = below <= above
+        return jnp.where(lower, below, above), jnp.where(lower, 1.0, -1.0).astype(dtype)
 
-    def jacobian(self, nv: int, dtype) -> Array:
-        """``J (n, nv)``: ``side`` on each row's dof (a constant)."""
-        J = np.zeros((self.rows, nv))
-        J[np.arange(self.rows), np.asarray(self.dof, np.int64)] = self.side
-        return jnp.asarray(J, dtype)
+    def jacobian(self, side: Array, nv: int) -> Array:
+        """``J (n, nv)``: ``side`` on each row's dof."""
+        n = self.rows
+        return jnp.zeros((n, nv), side.dtype).at[np.arange(n), np.asarray(self.dof)].set(side)
 
     def cone_rows(
         self, q: Array, v: Array, v_free: Array, h: ArrayLike
-    ) -> tuple[Array, Array, Array]:
+    ) -> tuple[Array, Array, Array, Array]:
         """The rows as frictionless contacts of the velocity-level cone problem
-        (:func:`jaxdyn.sim.contact.contact_problem`): ``(u (3n,), R (3n,), active (n,))``,
-        ``u = J v_free - J v - h aref`` on each normal row (``NO_CONTACT / h`` where the row is
-        inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is 0), 0 on
-        the tangent rows, and the regulariser ``R`` (the tangent rows': the normal's, any
-        positive value does: their Jacobian rows are 0 and ``mu = 0``)."""
+        (:func:`jaxdyn.sim.contact.contact_problem`): ``(u (3n,), R (3n,), active (n,), side
+        (n,))``, ``u = J v_free - J v - h aref`` on each normal row (``NO_CONTACT / h`` where
+        the row is inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is
+        0), 0 on the tangent rows, and the regulariser ``R`` (the tangent rows': the
+        normal's, any positive value does: their Jacobian rows are 0 and ``mu = 0``)."""
         dtype = v.dtype
         h = jnp.asarray(h, dtype)
-        side = jnp.asarray(self.side, dtype)
         dof = np.asarray(self.dof, np.int64)
-        r = self.distance(q) - jnp.asarray(self.margin, dtype)
+        dist, side = self.distance(q)
+        r = dist - jnp.asarray(self.margin, dtype)
         active = r < 0
+        r = jnp.where(active, r, 0.0)  # (an infinite bound: no row, and no inf in the algebra)
         solimp = _soft.clamp_solimp(jnp.asarray(self.solimp, dtype))
         k, b = _soft.gains(jnp.asarray(self.solref, dtype), solimp[:, 1], h, self.refsafe)
-        imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
+        imp = _soft.impedance(solimp, r)
         aref = _soft.reference(k, b, imp, r, side * v[dof])
         u = side * (v_free[dof] - v[dof]) - h * aref
         u = jnp.where(active, u, jnp.asarray(NO_CONTACT, dtype) / h)
@@ -221,7 +240,19 @@ class LimitConstraints(eqx.Module):
             jnp.stack([u, zero, zero], -1).reshape(-1),
             jnp.stack([R, R, R], -1).reshape(-1),
             active,
+            side,
         )
+
+
+def row_bounds(lo: float, hi: float, margin: float) -> list[tuple[float, float]]:
+    """``(lower, upper)`` of the rows of a joint with the range ``[lo, hi]`` (``-inf`` / ``inf``
+    where it has no bound): none, one, or one per side where both can act at once
+    (``hi - lo < 2 margin``)."""
+    if not (np.isfinite(lo) or np.isfinite(hi)):
+        return []
+    if np.isfinite(lo) and np.isfinite(hi) and hi - lo < 2 * margin:
+        return [(lo, np.inf), (-np.inf, hi)]
+    return [(lo, hi)]
 
 
 def solve(
@@ -253,8 +284,8 @@ def solve(
     dtype = v.dtype
     nv = model.nv
     n = limits.rows
-    Jl = limits.jacobian(nv, dtype)
-    u_l, R_l, live_l = limits.cone_rows(q, v, v_free, h)
+    u_l, R_l, live_l, side = limits.cone_rows(q, v, v_free, h)
+    Jl = limits.jacobian(side, nv)
     Jl3 = jnp.zeros((3 * n, nv), dtype).at[0::3].set(Jl)
     nrow = 0 if Jc is None else Jc.shape[0]
     J = Jl3 if Jc is None else jnp.concatenate([Jc, Jl3], 0)
