@@ -169,7 +169,7 @@ def test_limit_constraints_from_mjcf():
     assert safe.limit_constraints().refsafe is False
     with pytest.raises(ValueError, match="sim_config: limits must be 'constraint', 'spring'"):
         r.sim_config(limits="hard")
-    with pytest.raises(ValueError, match=r"LimitConstraints: solimp has shape \(3, 4\), expected \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"solimp has shape \(3, 4\), expected \(3, 5\)"):
         dataclasses.replace(lim, solimp=lim.solimp[:, :4])
     with pytest.raises(ValueError, match="LimitConstraints: lower must be finite"):
         dataclasses.replace(lim, lower=jnp.full(3, jnp.nan))

@@ -24,7 +24,7 @@ MuJoCo's does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -144,7 +144,7 @@ class LimitConstraints(eqx.Module):
         solimp: ArrayLike = _soft.DEFAULT_SOLIMP,
         margin: float = 0.0,
         q0: ArrayLike | None = None,
-        **static,
+        **static: Any,
     ) -> LimitConstraints:
         """A row for each hinge and slide joint with a finite ``q_lower`` or ``q_upper`` (two,
         one per side, where the range is narrower than ``2 margin``), with one ``solref``,
