@@ -140,8 +140,8 @@ class LimitConstraints(eqx.Module):
     def from_model(
         cls,
         model: Model,
-        solref: ArrayLike = _soft.DEFAULT_SOLREF,
-        solimp: ArrayLike = _soft.DEFAULT_SOLIMP,
+        solref: ArrayLike | tuple[float, ...] = _soft.DEFAULT_SOLREF,
+        solimp: ArrayLike | tuple[float, ...] = _soft.DEFAULT_SOLIMP,
         margin: float = 0.0,
         q0: ArrayLike | None = None,
         **static: Any,
