@@ -29,7 +29,7 @@ from jaxdyn.sim.actuators import joint_properties, passive_forces  # noqa: E402
 
 # the slider's box reaches the floor at s = -0.05, its lower limit is at -0.0505: with contact
 # on (contype 1) the floor's contact rows and the limit's row act on the same dof
-LIMITS_XML = """<mujoco><option timestep="0.002" cone="elliptic" tolerance="1e-14"
+LIMITS_XML = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14"
   iterations="1000">{flags}</option>
 <worldbody><geom name="floor" type="plane" size="5 5 .1"/>
 <body name="l1" pos="0 0 1"><joint name="shoulder" axis="0 1 0" range="-30 30"/>
@@ -91,7 +91,7 @@ def test_limit_constraint_follows_mujoco():
     to 0.13 rad / 11 mm past their stops (the soft limits give way under the motors). The
     spring-damper approximation :meth:`MJCFModel.mujoco_limits` misses by 0.1 rad and more
     (``test_mjcf_scene.test_mujoco_limits_follow_mujocos_limit_constraint``)."""
-    xml = LIMITS_XML.format(flags="", contype=0)
+    xml = LIMITS_XML.format(flags="", contype=0, cone="elliptic")
     r = load_mjcf(xml)
     cfg = r.sim_config(limits="constraint")
     assert cfg.limit_constraints is not None and cfg.limit_constraints.rows == 3
@@ -100,16 +100,18 @@ def test_limit_constraint_follows_mujoco():
     _check(r, m, *_jaxdyn(r, cfg), qm, vm)
 
 
-@pytest.mark.slow  # 10 s of compile; default: test_limit_constraint_follows_mujoco (the rows),
-# test_soft_contact.test_soft_contact_follows_mujoco (the contact rows)
-def test_limit_constraint_with_soft_contact_follows_mujoco():
+@pytest.mark.slow  # 10 s of compile each; default: test_limit_constraint_follows_mujoco (the
+# rows), test_soft_contact.test_soft_contact_follows_mujoco (the contact rows)
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_limit_constraint_with_soft_contact_follows_mujoco(cone):
     """The slider's box lands on the floor at its lower limit: MuJoCo's soft contact rows (four
     corners) and the limit row on the same dof, one problem (:func:`jaxdyn.sim.limits.solve`
-    appends the limit rows to :func:`jaxdyn.sim.contact.contact_problem`'s): with
-    ``Constraint(soft=True, relaxed=True, iterations=1000)`` positions agree with MuJoCo C's to
-    1e-10 at every step (seen: 5e-17; 200 iterations leave 1e-8: the corners' rows and the
-    limit's are nearly parallel)."""
-    xml = LIMITS_XML.format(flags="", contype=1)
+    appends the limit rows to :func:`jaxdyn.sim.contact.contact_problem`'s: a frictionless
+    cone beside elliptic cones, a block of edges beside pyramids): with
+    ``Constraint(soft=True, relaxed=True, iterations=1000)`` and the file's cone, positions
+    agree with MuJoCo C's to 1e-10 at every step (elliptic seen: 5e-17; 200 iterations leave
+    1e-8: the corners' rows and the limit's are nearly parallel)."""
+    xml = LIMITS_XML.format(flags="", contype=1, cone=cone)
     r = load_mjcf(xml)
     contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
     cfg = r.sim_config(contact, limits="constraint")
@@ -131,7 +133,7 @@ def test_limit_constraints_from_mjcf():
     ``refsafe="disable"``. Bad input: a wrong ``limits=`` string, a shape, a ``side``, a
     coordinate that is not a hinge / slide joint's, a range narrower than ``2 margin`` in one
     row, ``rk4``: a ``ValueError`` naming it."""
-    xml = LIMITS_XML.format(flags="", contype=0)
+    xml = LIMITS_XML.format(flags="", contype=0, cone="elliptic")
     r = load_mjcf(xml)
     m = r.mj_model
     lim = r.limit_constraints()
@@ -162,10 +164,12 @@ def test_limit_constraints_from_mjcf():
     np.testing.assert_array_equal(core._controls(r.model, cfg, props, q, v, jnp.zeros(3)), free)
     assert np.any(passive_forces(r.model, props, cfg.limits, q, v) != free)
     for flag in ('<flag limit="disable"/>', '<flag constraint="disable"/>'):
-        off = load_mjcf(LIMITS_XML.format(flags=flag, contype=0))
+        off = load_mjcf(LIMITS_XML.format(flags=flag, contype=0, cone="elliptic"))
         assert off.limit_constraints() is None
         assert off.sim_config(limits="constraint").limit_constraints is None
-    safe = load_mjcf(LIMITS_XML.format(flags='<flag refsafe="disable"/>', contype=0))
+    safe = load_mjcf(
+        LIMITS_XML.format(flags='<flag refsafe="disable"/>', contype=0, cone="elliptic")
+    )
     assert safe.limit_constraints().refsafe is False
     with pytest.raises(ValueError, match="sim_config: limits must be 'constraint', 'spring'"):
         r.sim_config(limits="hard")

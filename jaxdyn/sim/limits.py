@@ -15,11 +15,12 @@ and velocity ``J v`` carries a force ``f >= 0`` of the soft constraint
 MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over ``f >= 0`` and the
 contacts' cones, solved together with the contact rows. At the velocity level (impulses
 ``lam = h f`` on the step's free velocity, as :class:`jaxdyn.sim.Constraint` with
-``soft=True``) the row is a frictionless contact: a cone ``[n, t1, t2]`` with ``mu = 0`` whose
-tangent rows carry nothing (:meth:`LimitConstraints.cone_rows`), appended to the contact
-problem (:func:`solve`). Unlike a spring-damper (:class:`jaxdyn.sim.JointLimits`), the limit
-cancels the share ``imp`` of whatever pushes a joint into its stop (a strong actuator), as
-MuJoCo's does.
+``soft=True``; :meth:`LimitConstraints.row_problem`) the row is a block of the contact
+problem's width whose other rows carry nothing, appended to it (:func:`solve`): a frictionless
+cone ``[n, t1, t2]`` (``mu = 0``) beside second-order cones, four edges with impulses ``>= 0``
+beside MuJoCo's pyramids (``Constraint(cone="pyramidal")``). Unlike a spring-damper
+(:class:`jaxdyn.sim.JointLimits`), the limit cancels the share ``imp`` of whatever pushes a
+joint into its stop (a strong actuator), as MuJoCo's does.
 """
 
 from __future__ import annotations
@@ -212,15 +213,13 @@ class LimitConstraints(eqx.Module):
         n = self.rows
         return jnp.zeros((n, nv), side.dtype).at[np.arange(n), np.asarray(self.dof)].set(side)
 
-    def cone_rows(
+    def row_problem(
         self, q: Array, v: Array, v_free: Array, h: ArrayLike
     ) -> tuple[Array, Array, Array, Array]:
-        """The rows as frictionless contacts of the velocity-level cone problem
-        (:func:`jaxdyn.sim.contact.contact_problem`): ``(u (3n,), R (3n,), active (n,), side
-        (n,))``, ``u = J v_free - J v - h aref`` on each normal row (``NO_CONTACT / h`` where
-        the row is inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is
-        0), 0 on the tangent rows, and the regulariser ``R`` (the tangent rows': the
-        normal's, any positive value does: their Jacobian rows are 0 and ``mu = 0``)."""
+        """The rows of the velocity-level problem (:func:`solve`): ``(u, R, active, side)``,
+        each ``(n,)``: ``u = J v_free - J v - h aref`` (``NO_CONTACT / h`` where the row is
+        inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is 0), the
+        regulariser ``R``, whether the row is active and its side (:meth:`distance`)."""
         dtype = v.dtype
         h = jnp.asarray(h, dtype)
         dof = np.asarray(self.dof, np.int64)
@@ -235,13 +234,7 @@ class LimitConstraints(eqx.Module):
         u = side * (v_free[dof] - v[dof]) - h * aref
         u = jnp.where(active, u, jnp.asarray(NO_CONTACT, dtype) / h)
         R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
-        zero = jnp.zeros_like(u)
-        return (
-            jnp.stack([u, zero, zero], -1).reshape(-1),
-            jnp.stack([R, R, R], -1).reshape(-1),
-            active,
-            side,
-        )
+        return u, R, active, side
 
 
 def row_bounds(lo: float, hi: float, margin: float) -> list[tuple[float, float]]:
@@ -282,30 +275,51 @@ def solve(
     contact block, the limits' on theirs."""
     limits.check_model(model)
     dtype = v.dtype
-    nv = model.nv
     n = limits.rows
-    u_l, R_l, live_l, side = limits.cone_rows(q, v, v_free, h)
-    Jl = limits.jacobian(side, nv)
-    Jl3 = jnp.zeros((3 * n, nv), dtype).at[0::3].set(Jl)
+    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free, h)
+    Jl = limits.jacobian(side, model.nv)
     nrow = 0 if Jc is None else Jc.shape[0]
-    J = Jl3 if Jc is None else jnp.concatenate([Jc, Jl3], 0)
+    J = Jl if Jc is None else jnp.concatenate([Jc, Jl], 0)
     MinvJT = solve_minv(J.T)
     G = J @ MinvJT
     G = 0.5 * (G + G.T)
-    if contact is None:
-        Gr = G + jnp.diag(R_l)
-        u, mu, live = u_l, jnp.zeros(n, dtype), live_l
-        iterations, newton, coulomb = limits.iterations, limits.newton, False
-    else:
-        Gr_c, u_c, mu_c, live_c = C.contact_problem(
+    E = None
+    if contact is not None:
+        Gr_c, u_c, mu_c, live_c, E = C.contact_problem(
             contact, G[:nrow, :nrow], frames, rows, h, v_rows
         )
-        reg = jnp.concatenate([jnp.diagonal(Gr_c) - jnp.diagonal(G)[:nrow], R_l])
-        Gr = G + jnp.diag(reg)
-        u = jnp.concatenate([u_c, u_l])
-        mu = jnp.concatenate([mu_c.astype(dtype), jnp.zeros(n, dtype)])
+    # each limit row is a block of the contacts' width (3: a cone [n, t1, t2] with mu = 0; 4:
+    # pyramid edges, impulses >= 0) whose other rows are empty: Jacobian 0, R > 0, impulse 0
+    w = 3 if E is None else 4
+    Gcl = G[:nrow, nrow:]
+    if E is not None:  # into the pyramid's edge rows
+        nc = nrow // 3
+        Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, 3, n)).reshape(4 * nc, n)
+    Gll = jnp.zeros((n * w, n * w), dtype).at[::w, ::w].set(G[nrow:, nrow:])
+    Gll = Gll + jnp.diag(jnp.repeat(R_l, w))
+    u = jnp.zeros(n * w, dtype).at[::w].set(u_l)
+    mu = jnp.zeros(n, dtype)
+    live = live_l
+    iterations, newton, coulomb = limits.iterations, limits.newton, False
+    Gr = Gll
+    if contact is not None:
+        Gcl = jnp.zeros((Gcl.shape[0], n * w), dtype).at[:, ::w].set(Gcl)
+        Gr = jnp.block([[Gr_c, Gcl], [Gcl.T, Gll]])
+        u = jnp.concatenate([u_c, u])
+        mu = jnp.concatenate([jnp.broadcast_to(mu_c, live_c.shape).astype(dtype), mu])
         live = jnp.concatenate([jnp.asarray(live_c), live_l])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-    lam = C.solve_cone_complementarity(Gr, u, mu, iterations, newton, coulomb=coulomb, live=live)
-    dv = MinvJT @ lam.reshape(-1)
-    return dv, (None if contact is None else lam[: nrow // 3])
+    lam = C.solve_cone_complementarity(
+        Gr,
+        u,
+        mu,
+        iterations,
+        newton,
+        coulomb=coulomb,
+        live=live,
+        cone="elliptic" if E is None else "pyramidal",
+    )
+    nb = live.shape[0] - n  # contact blocks
+    lam_c = lam[:nb] if E is None else jnp.einsum("ci,cij->cj", lam[:nb], E)
+    dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam[nb:, 0]])
+    return dv, (None if contact is None else lam_c)
