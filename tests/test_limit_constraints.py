@@ -167,6 +167,10 @@ def test_limit_constraints_from_mjcf():
         off = load_mjcf(LIMITS_XML.format(flags=flag, contype=0, cone="elliptic"))
         assert off.limit_constraints() is None
         assert off.sim_config(limits="constraint").limit_constraints is None
+    off = load_mjcf(LIMITS_XML.format(flags='<flag limit="disable"/>', contype=0, cone="elliptic"))
+    none = sim.LimitConstraints.from_model(off.model)  # no limited joint: no row
+    assert none.rows == 0
+    assert core._limit_rows(off.sim_config(limit_constraints=none)) is None
     safe = load_mjcf(
         LIMITS_XML.format(flags='<flag refsafe="disable"/>', contype=0, cone="elliptic")
     )

@@ -403,13 +403,19 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
+def _limit_rows(cfg) -> LimitConstraints | None:
+    """``cfg.limit_constraints`` where it has a row (``None`` otherwise)."""
+    lim = cfg.limit_constraints
+    return lim if lim is not None and lim.rows else None
+
+
 def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), and the contact forces
     (``None`` without constraint contact); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
     sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
     soft rows' reference acceleration)."""
-    lim = cfg.limit_constraints
+    lim = _limit_rows(cfg)
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
         return v_free + L.solve(lim, model, q, v, v_free, solve, h)[0], None
@@ -508,7 +514,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     the mean force of the impulses for constraint contact) or ``None``."""
     if cfg.integrator == "rk4":
         return _rk4(model, cfg, props, q, v, ctrl, h)
-    constraint = isinstance(cfg.contact, C.Constraint) or cfg.limit_constraints is not None
+    constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
