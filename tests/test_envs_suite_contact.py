@@ -283,7 +283,8 @@ def test_outcome_like_mujoco(rollout):
     """From MuJoCo's initial pose under a constant control, jaxdyn's batched ``step`` against
     MuJoCo C: cheetah, walker and hopper fall and come to rest on the floor (the torso's speeds
     below 0.05, every speed below 0.1; the hopper's limbs did so only with MuJoCo's joint
-    limits, :meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`: under the default
+    limits, then :meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`, now the tasks' limit
+    constraint, :meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: under the default
     :class:`jaxdyn.sim.JointLimits` they still moved by 0.2 rad/s at 2 s), the torso (root
     slide z) within 1 cm of MuJoCo's height, after 2 s (cheetah, hopper:
     at 1 s both still settle, the cheetah's sprung feet by 0.07 (jaxdyn) and 0.14 rad/s
