@@ -236,22 +236,31 @@ class SuiteEnv(SimEnv):
         """One control period (as :meth:`SimEnv.pipeline_step`) and the state at the start of
         its last simulator step: ``(next_state, pk, diverged)`` (``pk.q`` is the ``qk`` of the
         module docs)."""
+        return self.advance_info(ps, ctrl)[:3]
+
+    def advance_info(
+        self, ps: _sim.State, ctrl: Array
+    ) -> tuple[_sim.State, _sim.State, Array, dict[str, Array]]:
+        """:meth:`advance` and the contact report of its frames, as
+        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
         def frame(carry, _):
             s, _, ok = carry
-            n = _sim.step(model, s, ctrl, cfg)
+            n, info = _sim.step_info(model, s, ctrl, cfg)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            return (n, s, ok & good), None
+            return (n, s, ok & good), info
 
         init = (ps, ps, jnp.asarray(True))
-        (nxt, pk, ok), _ = jax.lax.scan(frame, init, None, length=self.n_frames)
+        (nxt, pk, ok), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
-        return nxt, pk, bad
+        zeros = self.contact_info(nxt.q.dtype)
+        info = {k: jnp.max(x).astype(zeros[k].dtype) for k, x in infos.items()}
+        return nxt, pk, bad, info
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
@@ -526,7 +535,11 @@ class ContactSuiteEnv(SuiteEnv):
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
     ``xipos``, ``subtreelinvel``, ``touch``) of the state ``pk`` at the start of the last
-    simulator step under the action (see the module docs: Playground's ``mjx.step``)."""
+    simulator step under the action (see the module docs: Playground's ``mjx.step``).
+
+    ``info`` carries the constraint solve's report (``contact_residual``,
+    ``contacts_dropped``: :meth:`jaxdyn.envs.SimEnv.pipeline_step_info`) after a reset by
+    :meth:`episode_start`."""
 
     contact = _sim.Constraint()
     mujoco_order = False
@@ -668,22 +681,26 @@ class ContactSuiteEnv(SuiteEnv):
         sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
-        return State(ps, self.observe(ps, sensors), zero, zero, metrics, {"rng": rng})
+        info = {"rng": rng, **self.contact_info(ps.q.dtype)}
+        return State(ps, self.observe(ps, sensors), zero, zero, metrics, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
-        ps, pk, bad = self.advance(state.pipeline_state, action)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
         sensors = self.sensors(pk, action)
         reward, metrics = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
+        # the contact report where the reset put it (episode_start)
+        info = {**state.info, **contact} if "contacts_dropped" in state.info else state.info
         return state.replace(
             pipeline_state=ps,
             obs=self.observe(ps, sensors),
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
+            info=info,
         )
 
     def joint_ranges(self, joints: slice | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -1211,7 +1228,8 @@ class SuiteHumanoid(ContactSuiteEnv):
     :class:`jaxdyn.sim.Constraint` solved over the :attr:`MAX_CONTACTS` closest contact slots
     (``Constraint(max_contacts=...)``: the file's 161 pairs give 277 slots, of which a fall
     from standing holds at most about 70 candidates, so the capped solve equals the uncapped
-    one there; the cap makes a step many times cheaper); the geoms' ``solimp`` is ignored by
+    one there; the cap makes a step many times cheaper; ``info["contacts_dropped"]`` reports a
+    step where it left out a touching contact); the geoms' ``solimp`` is ignored by
     name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
     """
 

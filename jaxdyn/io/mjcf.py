@@ -138,8 +138,10 @@ default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
 touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
-condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
-interpenetrating at ``qpos0`` get a warning naming them.
+condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
+geom pairs and for the primitives against the ground plane
+(:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -609,7 +611,9 @@ class MJCFModel(NamedTuple):
 
             kw["contact"] = contact
             if self.contacts:
-                kw["contacts"] = contact_set(self.model, self.contacts)
+                kw["contacts"] = contact_set(
+                    self.model, self.contacts, friction=self._primitive_friction()
+                )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
             if soft:
@@ -634,6 +638,25 @@ class MJCFModel(NamedTuple):
         used = [] if self.geoms is None else [index[n] for n in self.geoms.names]
         ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
         return prims, used, ground
+
+    def _primitive_friction(self):
+        """Each contact primitive's friction against the ground plane, mixed as MuJoCo's
+        ``mj_contactParam`` (:func:`jaxdyn.sim.geoms.pair_choice`): the geom of higher
+        ``priority``'s, else the larger of the two (friction and condim; condim 1 is
+        frictionless)."""
+        from ..sim.geoms import pair_choice
+
+        m = self.mj_model
+        prims, _, ground = self._touching()
+        fr = np.array(m.geom_friction, float)[:, 0]
+        pr, cd = np.array(m.geom_priority, int), np.array(m.geom_condim, int)
+        g = np.asarray(prims, int)
+        mu, cond = fr[g], cd[g]
+        if ground:
+            o = ground[0]
+            mu = pair_choice(np, pr[g], pr[o], mu, fr[o])
+            cond = pair_choice(np, pr[g], pr[o], cond, cd[o])
+        return np.where(cond == 1, 0.0, mu).astype(float)
 
     def _soft_cone(self, contact):
         """The cone of ``Constraint(soft=True)``: the contact model's, else the file's
@@ -735,6 +758,7 @@ class MJCFModel(NamedTuple):
                 solref=jnp.asarray(np.asarray(rows_ref, dtype)),
                 solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
                 invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
+                friction=contacts.friction,
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(
@@ -1566,8 +1590,13 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    pairs = set()
     if geoms is not None:
-        _warn_penetrating(mujoco, m, label, geoms, geom_names)
+        pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    if contacts and info.get("ground", -1) >= 0:  # the primitives on the ground plane
+        pairs |= {frozenset((geom_names[info["ground"]], p.name)) for p in contacts}
+    if pairs:
+        _warn_penetrating(mujoco, m, label, pairs, geom_names)
     keyframes, keyframe_act = {}, {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -2132,12 +2161,13 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
-    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
-    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+def _warn_penetrating(mujoco, m, label, pairs, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom ``pairs`` (sets of two names: the pairs of
+    :class:`jaxdyn.sim.Geoms` and the primitives with the ground plane) that interpenetrate
+    deeper than ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled
+    model)."""
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
     deep = {}
     for c in d.contact[: d.ncon]:
         key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
@@ -2347,7 +2377,8 @@ def _contacts(
             f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
     used = sorted({g for pr in pairs for g in pr})
-    for g in used:
+    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
+    for g in touching:  # the pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
     if condim:
@@ -2356,7 +2387,6 @@ def _contacts(
             f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
             "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
         )
-    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
         vals = sorted({tuple(float(x) for x in solimp[g]) for g in soft})[:3]

@@ -39,6 +39,7 @@ from .core import contact_counts as contact_counts
 from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
+from .core import step_info as step_info
 from .equality import Equalities as Equalities
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
@@ -109,5 +110,6 @@ __all__ = [
     "rollout",
     "solve_cone_complementarity",
     "step",
+    "step_info",
     "urdf_geoms",
 ]

@@ -187,7 +187,8 @@ def contact_frames(
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
-    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``); ``midpoint``: the
+    ``friction``: the contacts' Coulomb coefficient (scalar; ``None``: the contact set's,
+    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one); ``midpoint``: the
     contact point midway between the sphere's surface and the terrain's (MuJoCo's
     ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
     :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
@@ -201,6 +202,8 @@ def contact_frames(
     x = centre - (radius + 0.5 * (dist - radius) if midpoint else radius)[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
+    if friction is None:
+        friction = getattr(cs, "friction", None)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
@@ -788,25 +791,49 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+def solve_residual(G, u, mu, lam, coulomb):
+    """The relative fixed-point residual of impulses ``lam (nc, 3)`` (or pyramid edge impulses
+    ``(nc, 4)``) of the cone problem ``(G, u, mu)`` (:func:`solve_cone_complementarity`):
+    ``max |F(lam) - lam|`` over ``max(|lam|, |F(lam)|)`` (a scalar, 0 at the solution; about 1
+    when ``lam`` is far from it),
+    with ``F`` the projected step of :func:`_fixed_point_map` and ``rho`` the solver's; no
+    derivative (a diagnostic)."""
+    G, u, mu, lam = (jax.lax.stop_gradient(x) for x in (G, u, mu, lam))
+    nc, width = lam.shape
+    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, width), -1)
+    mu_c = jnp.broadcast_to(mu, (nc,)).astype(lam.dtype)
+    F = _fixed_point_map(lam, G, u, mu_c, rho, coulomb)
+    scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
+    tiny = jnp.finfo(lam.dtype).tiny
+    return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
+
+
+def _solved(A, u, mu, contact, live, residual, cone="elliptic"):
+    """:func:`solve_cone_complementarity` with ``contact``'s settings; with ``residual`` also
+    the solve's :func:`solve_residual` (``lam (nc, 3)``, or pyramid edges ``(nc, 4)``)."""
+    coulomb = not contact.relaxed
+    lam = solve_cone_complementarity(
+        A, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
+    )
+    return (lam, solve_residual(A, u, mu, lam, coulomb)) if residual else lam
+
+
+def solve_contact_impulses(
+    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False
+):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
     ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
     ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
-    Returns impulses ``(nc, 3)`` in the same rows.
+    Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
+    residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
     Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
-    lam = solve_cone_complementarity(
-        Gr,
-        u,
-        mu,
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=live,
-        cone="elliptic" if E is None else "pyramidal",
-    )
-    return lam if E is None else jnp.einsum("ci,cij->cj", lam, E)
+    cone = "elliptic" if E is None else "pyramidal"
+    out = _solved(Gr, u, mu, contact, live, residual, cone)
+    lam, res = out if residual else (out, None)
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)
+    return (lam, res) if residual else lam
 
 
 def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):

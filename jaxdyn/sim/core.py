@@ -107,7 +107,15 @@ if TYPE_CHECKING:
     from .geometry import Heightfield
 
 
-__all__ = ["State", "SimConfig", "step", "rollout", "contact_forces", "contact_counts"]
+__all__ = [
+    "State",
+    "SimConfig",
+    "step",
+    "step_info",
+    "rollout",
+    "contact_forces",
+    "contact_counts",
+]
 
 INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
@@ -411,20 +419,27 @@ def _limit_rows(cfg) -> LimitConstraints | None:
 
 def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
-    rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), and the contact forces
-    (``None`` without constraint contact); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
+    rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
+    (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
+    residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
     sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
     soft rows' reference acceleration)."""
     lim = _limit_rows(cfg)
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
-        return v_free + L.solve(lim, model, q, v, v_free, solve, h)[0], None
+        dv, _, res = L.solve(lim, model, q, v, v_free, solve, h)
+        return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
     idx = body = other = None
+    dropped = jnp.zeros((), jnp.int32)
     if k is not None and k < nc:  # the k closest slots only (Constraint.max_contacts)
         idx = C.closest_contacts(frames.distance, k)
+        # slots that touch or close within the step at the free velocity, left out by the cap
+        vn = jnp.sum(frames.velocity * frames.normal, -1)
+        reach = C.live_contacts(frames.distance) & (frames.distance + h * jnp.minimum(vn, 0.0) <= 0)
+        dropped = jnp.sum(reach, dtype=jnp.int32) - jnp.sum(reach[idx], dtype=jnp.int32)
         body, other = jnp.asarray(frames.body_index)[idx], jnp.asarray(frames.other_index)[idx]
         frames = C.take_contacts(frames, idx)
     n = frames.normal
@@ -438,14 +453,21 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
         MinvJT = solve(Jc.T)  # (nv, 3 nc)
         G = Jc @ MinvJT
         G = 0.5 * (G + G.T)
-        lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows)
+        lam, res = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
-        dv, lam = L.solve(lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows)
+        dv, lam, res = L.solve(
+            lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows
+        )
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
-    return v_free + dv, f
+    return v_free + dv, f, _info(res, dropped)
+
+
+def _info(residual, dropped):
+    """A step's contact report (:func:`step_info`)."""
+    return {"contact_residual": residual, "contacts_dropped": dropped}
 
 
 def _free_runs(model):
@@ -510,10 +532,12 @@ def _advance(model, q, v1, h):
 
 
 def _substep(model, cfg, props, q, v, ctrl, h):
-    """One integrator step: ``(q', v', f)`` with ``f (nc, 3)`` the contact forces (world axes;
-    the mean force of the impulses for constraint contact) or ``None``."""
+    """One integrator step: ``(q', v', f, info)`` with ``f (nc, 3)`` the contact forces (world
+    axes; the mean force of the impulses for constraint contact) or ``None`` and ``info`` the
+    constraint solve's report (:func:`step_info`; zeros without one)."""
+    none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
     if cfg.integrator == "rk4":
-        return _rk4(model, cfg, props, q, v, ctrl, h)
+        return (*_rk4(model, cfg, props, q, v, ctrl, h), none)
     constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
@@ -522,7 +546,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             a, f = _acceleration(model, cfg, props, q, v, ctrl, h)
             t = _transport(model, v)
             a = a if t is None else a + t
-        return (*_advance(model, q, v + h * a, h), f)
+        return (*_advance(model, q, v + h * a, h), f, none)
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
     # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
@@ -554,10 +578,11 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             solve = _low_rank_solve(solve, *factors, h)
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
+    info = none
     if constraint:
-        v1, fc = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
-    return (*_advance(model, q, v1, h), f)
+    return (*_advance(model, q, v1, h), f, info)
 
 
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
@@ -785,30 +810,60 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
     With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
     step that diverges returns its non-finite state (callers such as
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
-    :data:`DIVERGED` there.
+    :data:`DIVERGED` there; :func:`step_info` also reports the contact solve (its residual, contacts
+    left out by ``max_contacts``).
     """
-    q, v, ctrl, dtype, act = _check_state("step", model, state, ctrl, cfg)
+    return _step("step", model, state, ctrl, cfg)[0]
+
+
+@full_precision
+def step_info(
+    model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig
+) -> tuple[State, dict[str, Array]]:
+    """:func:`step` and its contact report: ``(next_state, info)`` with
+
+    * ``info["contact_residual"]``: the largest relative fixed-point residual of the
+      :class:`~jaxdyn.sim.contact.Constraint` solves of the step's substeps
+      (:func:`jaxdyn.sim.contact.solve_residual`: 0 at the solution; a solve that has not
+      converged in its ``iterations`` / ``newton`` steps leaves a residual of order
+      ``1e-3`` and more, its impulses off by about that fraction: raise ``iterations`` or
+      ``newton``);
+    * ``info["contacts_dropped"]`` (int32): the most contact slots that ``max_contacts`` left
+      out of a substep's solve although they touch or close within the substep (distance
+      ``d + h min(v_n, 0) <= 0`` at the contact-free velocity): 0 while the capped step is
+      the uncapped one; raise ``max_contacts`` where it is not.
+
+    Both are 0 without constraint contact. The next state is :func:`step`'s (the same
+    program; under ``jit``, :func:`step` leaves the report out)."""
+    return _step("step_info", model, state, ctrl, cfg)
+
+
+def _step(fn, model, state, ctrl, cfg):
+    q, v, ctrl, dtype, act = _check_state(fn, model, state, ctrl, cfg)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
 
     def one(q, v, act):
         cfg1, u = _driven(cfg, ctrl, act, h)
-        q, v, _ = _substep(model, cfg1, props, q, v, u, h)
+        q, v, _, info = _substep(model, cfg1, props, q, v, u, h)
         if act is not None:  # after the step, as MuJoCo's mj_advance
             # (activations: a GainBias, the one actuator with act_size)
             act = cast("GainBias", cfg.actuator).next_act(ctrl, act, h)
-        return q, v, act
+        return q, v, act, info
 
     if cfg.substeps == 1:
-        q, v, act = one(q, v, act)
+        q, v, act, info = one(q, v, act)
     else:  # one traced substep, scanned (compile time independent of the count)
 
         def sub(carry, _):
-            return one(*carry), None
+            q, v, act, info = one(*carry)
+            return (q, v, act), info
 
-        (q, v, act), _ = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
-    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype), act)
+        (q, v, act), infos = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
+        info = {k: jnp.max(x) for k, x in infos.items()}
+    t = jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype)
+    return State(q, v, t, act), info
 
 
 def _step_words(model, itemsize):

@@ -261,10 +261,11 @@ def solve(
     frames=None,
     rows: Array | None = None,
     v_rows: Array | None = None,
-) -> tuple[Array, Array | None]:
+) -> tuple[Array, Array | None, Array]:
     """The step's velocity change ``dv (nv,)`` of the limit rows solved together with the
-    contacts of the constraint model ``contact`` (``None``: the limit rows alone), and the
-    contact impulses ``(nc, 3)`` (``None`` without contacts).
+    contacts of the constraint model ``contact`` (``None``: the limit rows alone), the
+    contact impulses ``(nc, 3)`` (``None`` without contacts) and the solve's relative residual
+    (:func:`jaxdyn.sim.contact.solve_residual`).
 
     ``solve_minv(X (nv, k))``: ``M_eff^-1 X`` (the step's ABA sweeps); ``v``, ``v_free``: the
     velocities at the step's start and after the constraint-free step; with ``contact``:
@@ -319,7 +320,8 @@ def solve(
         live=live,
         cone="elliptic" if E is None else "pyramidal",
     )
+    res = C.solve_residual(Gr, u, mu, lam, coulomb)
     nb = live.shape[0] - n  # contact blocks
     lam_c = lam[:nb] if E is None else jnp.einsum("ci,cij->cj", lam[:nb], E)
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam[nb:, 0]])
-    return dv, (None if contact is None else lam_c)
+    return dv, (None if contact is None else lam_c), res
