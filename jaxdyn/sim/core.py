@@ -453,7 +453,8 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
         MinvJT = solve(Jc.T)  # (nv, 3 nc)
         G = Jc @ MinvJT
         G = 0.5 * (G + G.T)
-        lam, res = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+        out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+        lam, res = cast("tuple[Array, Array]", out)
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
         dv, lam, res = L.solve(
