@@ -192,6 +192,7 @@ if TYPE_CHECKING:
     from ..sim.equality import Equalities
     from ..sim.geometry import Plane
     from ..sim.geoms import Geoms
+    from ..sim.limits import LimitConstraints
 
 __all__ = [
     "Actuator",
@@ -422,6 +423,62 @@ class MJCFModel(NamedTuple):
             one_sided=True,
         )
 
+    def limit_constraints(self, **static: Any) -> LimitConstraints | None:
+        """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
+        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row for
+        every limited hinge and slide joint (two, one per side, where its range is narrower
+        than ``2 margin``) with the joint's range, ``margin``,
+        ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
+        ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
+        the contacts. ``None`` where the file has no limited hinge or slide joint or disables
+        limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
+        rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
+        :class:`jaxdyn.sim.Constraint` contact)."""
+        from ..sim.limits import LimitConstraints, row_bounds
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        if _disabled(mujoco, m, "mjDSBL_LIMIT") or _disabled(mujoco, m, "mjDSBL_CONSTRAINT"):
+            return None
+        t = self.model.topo
+        v_index = self.converter().v_index
+        rows = []
+        for i, dof in enumerate(v_index):
+            j = int(m.dof_jntid[dof])
+            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
+                continue
+            qi = int(t.q_start[int(t.dof_body[i])])
+            lo, hi = (float(x) for x in m.jnt_range[j])
+            for lower, upper in row_bounds(lo, hi, float(m.jnt_margin[j])):
+                rows.append(
+                    (
+                        i,
+                        qi,
+                        lower,
+                        upper,
+                        float(m.jnt_margin[j]),
+                        np.asarray(m.jnt_solref[j], float),
+                        np.asarray(m.jnt_solimp[j], float),
+                        float(m.dof_invweight0[dof]),
+                    )
+                )
+        if not rows:
+            return None
+        dtype = self.model.mass.dtype
+        arr = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float), dtype)  # noqa: E731
+        return LimitConstraints(
+            lower=arr(2),
+            upper=arr(3),
+            margin=arr(4),
+            solref=arr(5),
+            solimp=arr(6),
+            diag=arr(7),
+            dof=tuple(r[0] for r in rows),
+            qpos=tuple(r[1] for r in rows),
+            refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
+            **static,
+        )
+
     def sim_actuator(self) -> Torque | PD:
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
         MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per
@@ -482,7 +539,11 @@ class MJCFModel(NamedTuple):
         against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``); the
         default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
-        constraint with ``solreflimit``), as with every loader.
+        constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
+        the hinge and slide joints' limits are then MuJoCo's limit constraint
+        (:meth:`limit_constraints`, soft rows solved with the contacts; the tendons' length
+        limits stay the spring-damper); ``limits=`` a :class:`jaxdyn.sim.JointLimits` or
+        ``None`` sets ``SimConfig.limits`` as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -557,6 +618,15 @@ class MJCFModel(NamedTuple):
             kw["geoms"] = self.geoms
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
+        if isinstance(overrides.get("limits"), str):
+            how = overrides.pop("limits")
+            if how not in ("constraint", "spring"):
+                raise ValueError(
+                    f"sim_config: limits must be 'constraint', 'spring', a JointLimits or None, "
+                    f"got {how!r}"
+                )
+            if how == "constraint":
+                kw["limit_constraints"] = self.limit_constraints()
         kw.update(overrides)
         return SimConfig(**kw)
 

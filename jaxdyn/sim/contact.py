@@ -828,8 +828,24 @@ def solve_contact_impulses(
     Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
     residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
+    Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    cone = "elliptic" if E is None else "pyramidal"
+    out = _solved(Gr, u, mu, contact, live, residual, cone)
+    lam, res = out if residual else (out, None)
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)
+    return (lam, res) if residual else lam
+
+
+def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+    """The cone problem :func:`solve_contact_impulses` solves: ``(Gr, u, mu (nc,), live (nc,),
+    E)``, ``Gr`` the Delassus matrix ``G`` plus the contact model's diagonal regulariser and
+    ``u`` the free velocities, in the rows ``[n, t1, t2]`` (``E = None``: second-order cones,
+    ``(3nc, 3nc)``, ``(3nc,)``) or in those of MuJoCo's pyramid edges (``cone="pyramidal"``:
+    ``E (nc, 4, 3)`` from :func:`pyramid_edges`, ``(4nc, 4nc)``, ``(4nc,)``; the impulses
+    ``f (nc, 4)`` act as ``E^T f``). Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are
+    appended to it by the caller."""
     if contact.soft:
-        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt, residual)
+        return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -841,7 +857,8 @@ def solve_contact_impulses(
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
-    return _solved(Gr, u, _friction(contact, frames, dtype), contact, live_contacts(d), residual)
+    mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
+    return Gr, u, mu, live_contacts(d), None
 
 
 def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
@@ -861,12 +878,13 @@ def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     return solref, _soft.clamp_solimp(solimp)
 
 
-def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt, residual=False):
-    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level: the
-    impulses ``lam = h f`` of MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 -
-    aref)`` over the cones, i.e. ``min 1/2 lam^T (A + R) lam + lam^T u`` with
-    ``u = J v_free - J v - h aref`` (``J v_free = J v + h J a0``); contacts that do not touch
-    (``distance >= 0``, MuJoCo has no row for them) and empty slots carry none."""
+def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
+    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level, the
+    cone problem (:func:`contact_problem`) of the impulses ``lam = h f`` of MuJoCo's dual
+    problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over the cones, i.e.
+    ``min 1/2 lam^T (A + R) lam + lam^T u`` with ``u = J v_free - J v - h aref``
+    (``J v_free = J v + h J a0``); contacts that do not touch (``distance >= 0``, MuJoCo has
+    no row for them) and empty slots carry none."""
     dtype = G.dtype
     nc = frames.distance.shape[0]
     h = jnp.asarray(dt, dtype)
@@ -884,14 +902,13 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt, residual=False):
     diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
     diag = jnp.where(jnp.isnan(diag), diag_n, diag)
     if contact.cone == "pyramidal":
-        return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag, residual)
+        return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
     Rn = _soft.regulariser(imp, diag)
     ratio = jnp.asarray(contact.impratio, dtype)
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
     R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
     mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
-    mu = jnp.broadcast_to(mu, (nc,))
-    return _solved(G + jnp.diag(R), u.reshape(-1), mu, contact, active, residual)
+    return G + jnp.diag(R), u.reshape(-1), jnp.broadcast_to(mu, (nc,)), active, None
 
 
 def mujoco_tangents(n):
@@ -925,15 +942,16 @@ def pyramid_edges(n, mu):
     return jnp.stack(rows, 1)
 
 
-def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag, residual=False):
-    """:func:`_soft_impulses` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
+def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
+    """:func:`_soft_problem` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
     MuJoCo's ``mj_instantiateContact``, ``mj_diagApprox``, ``mj_makeImpedance``): per contact
     four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`), each with the contact's
     distance as its violation (``aref = -b J_edge v - k d(r) r`` on every edge),
     ``diagApprox = (1 + mu^2) diagApprox_n`` and the common regulariser ``R = 2 mu_r^2
     (1 - d) / d diagApprox``, ``mu_r = mu sqrt(1 / impratio)`` (the regularised cone's
     ``mu``); impulses ``f >= 0`` per edge. A contact with ``mu = 0`` (condim 1) is MuJoCo's
-    frictionless row. Returns the rows ``[n, t1, t2]`` (``E^T f``)."""
+    frictionless row. Returns the edge rows' problem and ``E`` (the impulses ``f`` act on
+    the rows ``[n, t1, t2]`` as ``E^T f``)."""
     dtype = G.dtype
     nc = frames.distance.shape[0]
     r = frames.distance
@@ -952,8 +970,4 @@ def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag, r
     # mu = 0 (condim 1): MuJoCo's one frictionless row with R0; four equal edges with 4 R0 each
     # share its impulse equally, the same problem (MuJoCo's condim-3 pyramid would have R = 0)
     R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), 4)
-    f = _solved(Ge + jnp.diag(R), u.reshape(-1), mu, contact, active, residual, "pyramidal")
-    if residual:
-        f, res = f
-        return jnp.einsum("ci,cij->cj", f, E), res
-    return jnp.einsum("ci,cij->cj", f, E)
+    return Ge + jnp.diag(R), u.reshape(-1), mu, active, E

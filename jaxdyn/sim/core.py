@@ -81,6 +81,7 @@ from ..algorithms.rnea import rnea_world
 from ..model import tree
 from . import _params
 from . import contact as C
+from . import limits as L
 from .actuators import (
     FixedTendons,
     JointLimits,
@@ -93,6 +94,7 @@ from .actuators import (
 )
 from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
+from .limits import LimitConstraints
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -162,6 +164,13 @@ class SimConfig(eqx.Module):
       through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
       (MuJoCo's equality constraints) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
+    - ``limit_constraints``: :class:`~jaxdyn.sim.limits.LimitConstraints` (MuJoCo's joint-limit
+      constraint: soft rows solved with the contacts of a
+      :class:`~jaxdyn.sim.contact.Constraint`, or alone) or ``None`` (default); its joints
+      are left out of ``limits``' spring-damper. Velocity-level: with ``"euler"``,
+      ``"implicit"`` and ``"implicit_damping"`` (not with ``"euler"`` and
+      :class:`~jaxdyn.sim.contact.Compliant` contact, whose forces that integrator makes
+      implicit). :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from a file.
     """
 
     dt: float = 2e-3
@@ -177,6 +186,7 @@ class SimConfig(eqx.Module):
     tendons: FixedTendons | None = None
     spatial_tendons: SpatialTendons | None = None
     equalities: Equalities | None = None
+    limit_constraints: LimitConstraints | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -230,6 +240,20 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: equalities must be None or Equalities, got {self.equalities!r}"
             )
+        if self.limit_constraints is not None:
+            if not isinstance(self.limit_constraints, LimitConstraints):
+                raise TypeError(
+                    f"SimConfig: limit_constraints must be None or LimitConstraints, got "
+                    f"{type(self.limit_constraints).__name__}"
+                )
+            if self.integrator == "rk4" or (
+                self.integrator == "euler" and isinstance(self.contact, C.Compliant)
+            ):
+                raise ValueError(
+                    "SimConfig: limit_constraints are velocity-level (impulses per step); use "
+                    "integrator='euler' (without Compliant contact), 'implicit' or "
+                    f"'implicit_damping', not {self.integrator!r}"
+                )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -310,7 +334,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
     tendons. ``coupled=False`` leaves out the terms whose velocity derivative is not diagonal
     (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
     :func:`_velocity_factors` instead."""
-    passive = passive_forces(model, props, cfg.limits, q, v)
+    skip = () if cfg.limit_constraints is None else cfg.limit_constraints.dof
+    passive = passive_forces(model, props, cfg.limits, q, v, skip=skip)
     if coupled or not _coupled(cfg):
         tau = cfg.actuator.torques(model, q, v, ctrl)
         tau = clip_effort(tau, props["effort"].astype(v.dtype)) + passive
@@ -386,10 +411,24 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
-    """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
-    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias); ``v``: the velocity
-    at the step's start (soft contact's reference acceleration)."""
+def _limit_rows(cfg) -> LimitConstraints | None:
+    """``cfg.limit_constraints`` where it has a row (``None`` otherwise)."""
+    lim = cfg.limit_constraints
+    return lim if lim is not None and lim.rows else None
+
+
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
+    """Velocity after the impulses of the constraint model's contacts and of the joint-limit
+    rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
+    (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
+    residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
+    sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
+    soft rows' reference acceleration)."""
+    lim = _limit_rows(cfg)
+    if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
+        assert lim is not None  # _substep solves constraints when either is present
+        dv, _, res = L.solve(lim, model, q, v, v_free, solve, h)
+        return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
@@ -408,16 +447,23 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
-    MinvJT = solve(Jc.T)  # (nv, 3 nc)
-    G = Jc @ MinvJT
-    G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
-    lam, res = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+    if lim is None:
+        MinvJT = solve(Jc.T)  # (nv, 3 nc)
+        G = Jc @ MinvJT
+        G = 0.5 * (G + G.T)
+        out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+        lam, res = cast("tuple[Array, Array]", out)
+        dv = MinvJT @ lam.reshape(-1)
+    else:  # the joint-limit rows appended to the contacts' problem
+        dv, lam, res = L.solve(
+            lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows
+        )
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
-    return v_free + MinvJT @ lam.reshape(-1), f, _info(res, dropped)
+    return v_free + dv, f, _info(res, dropped)
 
 
 def _info(residual, dropped):
@@ -493,7 +539,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
     if cfg.integrator == "rk4":
         return (*_rk4(model, cfg, props, q, v, ctrl, h), none)
-    constraint = isinstance(cfg.contact, C.Constraint)
+    constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
@@ -535,7 +581,8 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     info = none
     if constraint:
-        v1, f, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v)
+        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info)
 
 
