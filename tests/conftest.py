@@ -45,6 +45,13 @@ import tempfile
 os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
 
+# LAPACK-backed ops (Cholesky, LU, triangular solves) run in scipy's OpenBLAS; its thread pool
+# stalls for milliseconds per call when the cores are busy (measured: a vmapped 40x40 triangular
+# solve took up to 13 ms per sample instead of 15 us on 2 loaded cores). OpenBLAS reads this when
+# it is loaded: before jaxdyn (whose import loads scipy.linalg), else it keeps one thread per core
+# in a run without pytest-xdist (whose workers inherit the variable from this process).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from jaxdyn.backend.internals import reset_compilation_cache  # noqa: E402
 from jaxdyn.backend.xla_flags import xla_accepts  # noqa: E402  (imports JAX, which starts no backend yet)
 
@@ -74,11 +81,6 @@ def _add_fast_compile_flags():
 
 if os.environ.get("JAXDYN_TEST_XLA_OPT", "0") in ("0", ""):
     _add_fast_compile_flags()
-
-# LAPACK-backed ops (Cholesky, LU, triangular solves) run in scipy's OpenBLAS; its thread pool
-# stalls for milliseconds per call when the cores are busy (measured: a vmapped 40x40 triangular
-# solve took up to 13 ms per sample instead of 15 us on 2 loaded cores).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:
     _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
