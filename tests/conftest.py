@@ -179,6 +179,16 @@ def pytest_xdist_make_scheduler(config, log):
     return LoadFileShared(config, log)
 
 
+def pytest_collection_finish(session):
+    """Move what the imports and the collection made (JAX, the test modules, their items) out
+    of the cyclic garbage collector's reach (``gc.freeze``): the full collections of the run
+    (one per module below, and Python's own) then scan only what the tests made (measured on
+    three files: their full collections took a third of the time; the objects frozen live
+    until the end of the run anyway)."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def robot_case(request):
     """``oracle.Case`` for the robot named by the (indirect) parameter, loaded once."""
