@@ -390,8 +390,17 @@ def se3_ad_inv_exp(xi: AnyArray) -> Array:
 # ----------------------------------------------------------------------------- SE(3)
 
 
-def se3_compose(R1: AnyArray, p1: AnyArray, R2: AnyArray, p2: AnyArray) -> tuple[Array, Array]:
-    """``(R1, p1) * (R2, p2)``."""
+@overload
+def se3_compose(
+    R1: np.ndarray, p1: np.ndarray, R2: np.ndarray, p2: np.ndarray
+) -> tuple[Any, Any]: ...
+@overload
+def se3_compose(R1: AnyArray, p1: AnyArray, R2: AnyArray, p2: AnyArray) -> tuple[Array, Array]: ...
+def se3_compose(
+    R1: AnyArray, p1: AnyArray, R2: AnyArray, p2: AnyArray
+) -> tuple[Array | np.ndarray, Array | np.ndarray]:
+    """``(R1, p1) * (R2, p2)`` (the types of :func:`mm`: numpy for numpy inputs, where the
+    products are unrolled; else jax arrays)."""
     return mm(R1, R2), mv(R1, p2) + p1
 
 

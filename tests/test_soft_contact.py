@@ -121,18 +121,198 @@ def test_soft_contact_resting_depth_is_mujocos(soft_run):
         np.testing.assert_allclose(run[-20:, 9] - 0.1, box, atol=1e-9)
 
 
-def test_pyramidal_cones_agree_under_normal_loads(soft_run):
-    """MuJoCo's default pyramidal cone (4 edges per contact, each with ``R = 2 mu^2 (1 + mu^2)
-    R_n``: on the normal one row with ``mu^2 (1 + mu^2) R_n / 2``) is the elliptic problem
-    for a contact loaded along its normal with ``mu = 1``: the dropped ball, the box and the
-    class ball (friction 1, the larger of the pair's) follow MuJoCo's pyramidal run to 1e-10 m;
-    the sliding box does not (a pyramid's friction: about 1 cm apart after 0.8 s)."""
-    _, _, mine, _ = soft_run
-    ref = _mujoco_run("pyramidal")
-    for b in range(3):
-        pose = slice(7 * b, 7 * b + 7)
-        np.testing.assert_allclose(mine[:, pose], ref[:, pose], atol=1e-10)
-    assert np.abs(mine[:, 21:23] - ref[:, 21:23]).max() > 1e-3
+def _mujoco_rows(m, d):
+    """MuJoCo's pyramidal contacts (``mj_forward`` done) in jaxdyn's rows ``[n, t1, t2]``
+    (:func:`jaxdyn.sim.contact.tangent_basis`): the contact Jacobian ``Jc (3nc, nv)`` recovered
+    from the edge rows ``J_n +- mu J_sk`` (the frictionless row of a condim-1 contact: zero
+    tangents), :class:`ContactFrames` with each contact's ``dist``, ``solref``, ``solimp``,
+    friction and ``body_invweight0``, and the impulses ``h E^T f`` of MuJoCo's edge forces."""
+    from jaxdyn.sim.contact import tangent_basis
+
+    nc, h = d.ncon, m.opt.timestep
+    n = np.array([c.frame[:3] for c in d.contact[:nc]])
+    t1, t2 = (np.asarray(t) for t in tangent_basis(jnp.asarray(n)))
+    Jc, lam, mu, iw = np.zeros((3 * nc, m.nv)), np.zeros((nc, 3)), np.zeros(nc), np.zeros(nc)
+    for i, c in enumerate(d.contact[:nc]):
+        a, f = c.efc_address, d.efc_force[c.efc_address :]
+        J = d.efc_J.reshape(-1, m.nv)[a:]
+        iw[i] = sum(m.body_invweight0[m.geom_bodyid[g], 0] for g in c.geom)
+        Jc[3 * i] = J[0] if c.dim == 1 else 0.5 * (J[0] + J[1])
+        lam[i, 0] = h * (f[0] if c.dim == 1 else f[:4].sum())
+        if c.dim == 1:
+            continue
+        mu[i] = c.friction[0]
+        s = c.frame.reshape(3, 3)[1:]
+        Js = np.stack([J[0] - J[1], J[2] - J[3]]) / (2 * mu[i])  # J_s1, J_s2
+        fs = mu[i] * np.array([f[0] - f[1], f[2] - f[3]])  # friction along s1, s2
+        for r, t in ((1, t1[i]), (2, t2[i])):
+            Jc[3 * i + r] = (s @ t) @ Js
+            lam[i, r] = h * (s @ t) @ fs
+    frames = ContactFrames(
+        jnp.asarray([c.dist for c in d.contact[:nc]]),
+        jnp.asarray(n),
+        jnp.zeros((nc, 3)),
+        jnp.zeros((nc, 3)),
+        jnp.asarray(mu),
+        (0,) * nc,
+        (-1,) * nc,
+        solref=jnp.asarray([c.solref for c in d.contact[:nc]]),
+        solimp=jnp.asarray([c.solimp for c in d.contact[:nc]]),
+        invweight=jnp.asarray(iw),
+    )
+    return Jc, frames, lam
+
+
+def test_pyramidal_impulses_are_mujocos():
+    """MuJoCo's pyramidal cone (``<option cone="pyramidal">``, its default): on the scene above
+    (step 50: the sliding box's corners mid-slide, the box and the class ball, ``condim="1"``
+    of higher ``priority``: MuJoCo's frictionless row; step 110: the ball's impact, the slider
+    stopped), MuJoCo C's edge forces (its Newton solver at tolerance 1e-14), in jaxdyn's rows,
+    are the impulses of ``Constraint(soft=True, cone="pyramidal")`` on the same Delassus
+    matrix, free velocity, distances and parameters to 1e-10 (relative to the largest): four
+    edges ``J_n +- mu J_sk`` on MuJoCo's contact axes, ``aref`` with the distance on every
+    edge, ``R = 2 mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` (``impratio = 1.7``
+    here), ``f >= 0``; a condim-1 contact is MuJoCo's frictionless row."""
+    xml = SOFT_MJCF.format(cone="pyramidal").replace("<option ", '<option impratio="1.7" ')
+    m = mujoco.MjModel.from_xml_string(
+        xml.replace('geom name="ball2" ', 'geom name="ball2" condim="1" priority="1" ')
+    )
+    d = mujoco.MjData(m)
+    d.qvel[:] = PUSH
+    c = sim.Constraint(soft=True, relaxed=True, iterations=400, cone="pyramidal", impratio=1.7)
+    solve = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))
+    seen, sliding = set(), []
+    for steps in (50, 60):
+        for _ in range(steps):
+            mujoco.mj_step(m, d)
+        mujoco.mj_forward(m, d)
+        Jc, frames, want = _mujoco_rows(m, d)
+        M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, M)  # MuJoCo >= 3.5
+        G = Jc @ np.linalg.solve(M, Jc.T)
+        v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
+        # padded to 10 slots (one program for both states): contacts apart carry nothing
+        pad = 10 - d.ncon
+        G = np.block(
+            [[G, np.zeros((len(G), 3 * pad))], [np.zeros((3 * pad, len(G))), np.eye(3 * pad)]]
+        )
+        cat = lambda x, fill: jnp.concatenate(
+            [x, jnp.broadcast_to(jnp.asarray(fill), (pad,) + x.shape[1:])]
+        )  # noqa: E731
+        frames = ContactFrames(
+            cat(frames.distance, 1.0),
+            cat(frames.normal, [0.0, 0.0, 1.0]),
+            cat(frames.point, 0.0),
+            cat(frames.velocity, 0.0),
+            cat(frames.friction, 0.5),
+            (0,) * 10,
+            (-1,) * 10,
+            solref=cat(frames.solref, _soft.DEFAULT_SOLREF),
+            solimp=cat(frames.solimp, _soft.DEFAULT_SOLIMP),
+            invweight=cat(frames.invweight, 1.0),
+        )
+        rows = lambda x: np.concatenate([(Jc @ x).reshape(-1, 3), np.ones((pad, 3))])  # noqa: E731
+        lam = solve(jnp.asarray(G), frames, rows(v), rows(d.qvel))
+        np.testing.assert_array_equal(lam[d.ncon :], 0.0)
+        lam = lam[: d.ncon]
+        np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
+        seen |= {(int(m.geom_bodyid[c.geom[1]]), int(c.dim)) for c in d.contact[: d.ncon]}
+        sliding.append(np.abs(d.qvel[18:20]).max() > 0.1)
+    assert seen == {
+        (1, 3),
+        (2, 3),
+        (3, 1),
+        (4, 3),
+    }  # every body touches, the class ball frictionless
+    assert sliding == [True, False]  # the slider slid, then stopped
+
+
+@pytest.mark.slow  # 20 s of compile; default: test_pyramidal_impulses_are_mujocos (the same solve)
+def test_pyramidal_rollouts_follow_mujoco():
+    """``load_mjcf`` of the scene with ``<option cone="pyramidal">`` gives
+    ``Constraint(soft=True)`` MuJoCo's pyramidal cones; jaxdyn's rollout (``relaxed=True``) and
+    MuJoCo C's agree to 1e-10 m / 1e-10 in orientation at every step of 0.8 s (seen 6e-16): the
+    dropped ball, the box at rest, the class ball and the sliding box; and with gravity tilted
+    30 degrees (azimuth 30 degrees, oblique to the pyramids' axes: the same program with another
+    ``model.gravity``), an incline on which the box sticks (it creeps 1.5 mm in 0.6 s, MuJoCo's
+    soft friction; a frictionless box would slide 1.6 m), the balls roll and the slider
+    slides."""
+    import equinox as eqx
+
+    xml = SOFT_MJCF.format(cone="pyramidal")
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    assert cfg.contact.cone == "pyramidal"
+    conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
+    v0 = jnp.asarray(conv.v_from_mujoco(q0, PUSH))
+    run = jax.jit(
+        lambda model: sim.rollout(model, sim.State(q0, v0), jnp.zeros((STEPS, 0)), cfg=cfg).q
+    )
+    th, az = np.deg2rad(30.0), np.deg2rad(30.0)
+    tilted = 9.81 * np.array([np.sin(th) * np.cos(az), np.sin(th) * np.sin(az), -np.cos(th)])
+    for g in (None, tilted):
+        m = mujoco.MjModel.from_xml_string(xml)
+        if g is not None:
+            m.opt.gravity[:] = g
+            model = eqx.tree_at(lambda x: x.gravity, model, jnp.asarray(g))
+        d = mujoco.MjData(m)
+        d.qvel[:] = PUSH
+        ref = []
+        for _ in range(STEPS):
+            mujoco.mj_step(m, d)
+            ref.append(d.qpos.copy())
+        ref = np.array(ref)
+        mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in run(model)])
+        for b in range(4):
+            pos = slice(7 * b, 7 * b + 3)
+            np.testing.assert_allclose(mine[:, pos], ref[:, pos], atol=1e-10)
+            assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert np.abs(ref[-1, 7:10] - ref[100, 7:10]).max() < 5e-3  # the box sticks (soft: creeps)
+    assert np.abs(ref[-1, 0:2] - ref[100, 0:2]).max() > 0.05  # the ball rolls
+    assert np.abs(ref[-1, 21:23] - ref[0, 21:23]).max() > 0.05  # the slider slides
+
+
+def test_pyramidal_coulomb_does_not_lift():
+    """Pyramidal cones with ``coulomb=True`` (``Constraint(relaxed=False)``: De Saxce's term of
+    the pyramid ``|f_s1| + |f_s2| <= mu f_n``, ``mu max_k |w_sk|``): a contact sliding along
+    its first axis ends the step at normal velocity 0 and friction ``-mu f_n`` against the
+    slip, where the convex problem (MuJoCo's) lifts it at ``w_n = mu |w_s1|``; sliding
+    obliquely, the impulse stays on the edge against the larger slip component. The implicit
+    derivatives of both solutions in ``u`` match central differences."""
+    from jaxdyn.sim.contact import pyramid_edges, solve_cone_complementarity
+
+    G3 = np.array([[1.0, 0.2, 0.1], [0.2, 1.5, 0.05], [0.1, 0.05, 1.2]])
+    mu = 0.5
+    n = jnp.asarray([[0.0, 0.0, 1.0]])
+    E = np.asarray(pyramid_edges(n, mu))[0]  # s1 = e_y, s2 = -e_x: t1 = e_x = -s2, t2 = s1
+    Ge = E @ G3 @ E.T + 1e-3 * np.eye(4)
+
+    @jax.jit
+    def solve(u3):
+        return [
+            solve_cone_complementarity(
+                jnp.asarray(Ge), jnp.asarray(E @ u3), mu, 3000, 0, coulomb=cb, cone="pyramidal"
+            )[0]
+            for cb in (False, True)
+        ]
+
+    for u3, edge in (([-0.1, 0.0, 2.0], 1), ([-0.1, 0.7, 2.0], 1), ([-0.1, -2.0, 0.5], 3)):
+        u3 = np.asarray(u3)
+        relaxed, coulomb = (np.asarray(f) for f in solve(u3))
+        we = E @ G3 @ (E.T @ coulomb) + E @ u3 + 1e-3 * coulomb
+        hat = we + 0.5 * max(abs(we[0] - we[1]), abs(we[2] - we[3]))
+        assert coulomb.min() >= 0 and hat.min() > -1e-12 and abs(coulomb @ hat) < 1e-12
+        np.testing.assert_allclose(np.nonzero(coulomb > 1e-9)[0], [edge])
+        assert abs(0.5 * (we[edge] + we[edge ^ 1])) < 1e-9  # w_n = 0: on the ground
+        wr = E @ G3 @ (E.T @ relaxed) + E @ u3 + 1e-3 * relaxed
+        assert 0.5 * (wr[0] + wr[1]) > 0.1  # the convex problem lifts the contact
+    # implicit derivatives of both (the edge blocks' fixed point) against central differences
+    du, eps = np.array([0.3, -0.2, 0.5]), 1e-6
+    _, tangents = jax.jvp(solve, (u3,), (du,))
+    for t, hi, lo in zip(tangents, solve(u3 + eps * du), solve(u3 - eps * du), strict=True):
+        fd = (np.asarray(hi) - np.asarray(lo)) / (2 * eps)
+        np.testing.assert_allclose(t, fd, atol=1e-6 * np.abs(fd).max())
+        assert np.abs(fd).max() > 0.01
 
 
 def test_soft_impulse_of_one_contact():
@@ -194,6 +374,38 @@ def test_soft_parameters_checked():
         sim.Constraint(solref=(0.02, 1.0))
     with pytest.raises(ValueError, match="impratio"):
         sim.Constraint(soft=True, impratio=0.0)
+    with pytest.raises(ValueError, match="Constraint: cone must be None, 'elliptic' or 'pyr"):
+        sim.Constraint(soft=True, cone="pyramid")
+    with pytest.raises(ValueError, match="cone='pyramidal' is a parameter of soft=True"):
+        sim.Constraint(cone="pyramidal")
+
+
+def test_soft_contact_reads_the_files_cone():
+    """``sim_config(Constraint(soft=True))`` takes the file's ``<option cone>`` (MuJoCo's
+    default, pyramidal, where the file gives none); a cone given to ``Constraint`` is kept; with
+    pyramidal cones a capsule on the floor is refused by name (MuJoCo turns that contact's
+    pyramid to the capsule's axis), ``ignore=("cone",)`` or an elliptic cone lets it through."""
+    for cone, want in (('cone="elliptic" ', "elliptic"), ("", "pyramidal")):
+        loaded = jaxdyn.load_mjcf(SOFT_MJCF.replace('cone="{cone}" ', cone))
+        assert loaded.sim_config(sim.Constraint(soft=True)).contact.cone == want
+        for given in ("elliptic", "pyramidal"):
+            c = sim.Constraint(soft=True, cone=given)
+            assert loaded.sim_config(c).contact.cone == given
+    hard = loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))
+    assert hard.contact.cone is None  # hard contact: no cone
+    xml = SOFT_MJCF.format(cone="pyramidal").replace(
+        "</worldbody>",
+        '<body name="rod" pos="0 -0.6 0.2"><freejoint/><geom name="rod" type="capsule" '
+        'size="0.03 0.1" contype="1" conaffinity="0"/></body></worldbody>',
+    )
+    loaded = jaxdyn.load_mjcf(xml)
+    with pytest.raises(ValueError, match=r'\[cone\] <geom name="rod">: a capsule on a plane'):
+        loaded.sim_config(sim.Constraint(soft=True))
+    assert loaded.sim_config(sim.Constraint(soft=True), ignore=("cone",)).contact.cone == (
+        "pyramidal"
+    )
+    loaded.sim_config(sim.Constraint(soft=True, cone="elliptic"))
+    loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))  # hard: no pyramid
 
 
 def test_soft_contact_honours_solimp_and_refuses_gap():

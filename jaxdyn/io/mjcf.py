@@ -494,9 +494,12 @@ class MJCFModel(NamedTuple):
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
-        ``opt.impratio`` and the ``refsafe`` flag to the contact model; what soft contact cannot
-        honour is refused instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft
-        contact acts from ``dist < margin - gap``, jaxdyn's from ``dist < margin``).
+        ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
+        ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
+        instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
+        margin - gap``, jaxdyn's from ``dist < margin``) and ``"cone"`` (a capsule on a plane
+        under pyramidal cones: MuJoCo turns that contact's pyramid to the capsule's axis,
+        jaxdyn keeps MuJoCo's default contact axes).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -509,7 +512,7 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
@@ -518,7 +521,7 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact; its own refusals instead
             issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues()
+            issues += self._soft_issues(self._soft_cone(contact))
         errors = [
             (k, msg)
             for k, msg in issues
@@ -562,28 +565,61 @@ class MJCFModel(NamedTuple):
         ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
         return prims, used, ground
 
-    def _soft_issues(self):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``."""
+    def _soft_cone(self, contact):
+        """The cone of ``Constraint(soft=True)``: the contact model's, else the file's
+        ``<option cone>`` (MuJoCo's default: pyramidal)."""
+        if contact.cone is not None:
+            return contact.cone
+        mujoco = _import_mujoco()
+        pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
+        return "pyramidal" if pyramidal else "elliptic"
+
+    def _soft_issues(self, cone):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``; with
+        pyramidal cones, a capsule on a plane (MuJoCo turns its pyramids to the capsule's axis,
+        :func:`jaxdyn.sim.contact.mujoco_tangents` gives MuJoCo's default frame)."""
         m = self.mj_model
-        prims, used, ground = self._touching()
-        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
-        if not gapped:
-            return []
         names = mujoco_names(m, "geom")
-        listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
-        return [
-            (
-                "gap",
-                f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} (MuJoCo's "
-                "soft contact acts from dist < margin - gap, jaxdyn's from dist < margin); "
-                "ignored, the contacts act from their margin",
+        prims, used, ground = self._touching()
+        out = []
+        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
+        if gapped:
+            listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
+            out.append(
+                (
+                    "gap",
+                    f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} "
+                    "(MuJoCo's soft contact acts from dist < margin - gap, jaxdyn's from "
+                    "dist < margin); ignored, the contacts act from their margin",
+                )
             )
-        ]
+        if cone == "pyramidal":
+            capsule = int(_import_mujoco().mjtGeom.mjGEOM_CAPSULE)
+            caps = {g for g in prims if ground and int(m.geom_type[g]) == capsule}
+            if self.geoms is not None:
+                index = {n: g for g, n in enumerate(names)}
+                gs = self.geoms
+                for a, b in gs.pairs:
+                    if {gs.type[a], gs.type[b]} == {"capsule", "plane"}:
+                        caps.add(index[gs.names[a if gs.type[a] == "capsule" else b]])
+            if caps:
+                listed = ", ".join(f'<geom name="{names[g]}">' for g in sorted(caps)[:6])
+                out.append(
+                    (
+                        "cone",
+                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns the "
+                        "pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's default "
+                        'contact axes); with <option cone="elliptic"> in the file both '
+                        "engines agree; ignored, these pyramids keep the default axes",
+                    )
+                )
+        return out
 
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
         (``solref`` in either form, ``solimp``, ``solmix``, ``body_invweight0``), and the
-        contact model with ``opt.impratio`` and the ``refsafe`` flag."""
+        contact model with ``opt.impratio``, the ``refsafe`` flag and the cone
+        (:meth:`_soft_cone`)."""
         import dataclasses
 
         import equinox as eqx
@@ -632,7 +668,7 @@ class MJCFModel(NamedTuple):
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(
-            contact, impratio=float(m.opt.impratio), refsafe=refsafe
+            contact, impratio=float(m.opt.impratio), refsafe=refsafe, cone=self._soft_cone(contact)
         )
         return out
 
@@ -2130,23 +2166,13 @@ def _contact_params(m):
 
 
 def _pair_params(m, g1, g2, solref, solmix, solimp):
-    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``: the
-    geom of higher priority's, else mixed with ``solmix1 / (solmix1 + solmix2)`` (``solref``:
-    the elementwise minimum unless both are in the standard form)."""
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of the geom pair ``g1``, ``g2``
+    (:func:`jaxdyn.sim.geoms.contact_param` on float64 numpy)."""
+    from ..sim.geoms import contact_param
+
     p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
-    if p1 != p2:
-        g = g1 if p1 > p2 else g2
-        return solref[g], solimp[g]
-    w1, w2, tiny = float(solmix[g1]), float(solmix[g2]), 1e-15
-    if w1 >= tiny and w2 >= tiny:
-        mix = w1 / (w1 + w2)
-    else:
-        mix = 0.5 if (w1 < tiny and w2 < tiny) else (0.0 if w1 < tiny else 1.0)
-    if solref[g1][0] > 0 and solref[g2][0] > 0:
-        ref = mix * solref[g1] + (1 - mix) * solref[g2]
-    else:
-        ref = np.minimum(solref[g1], solref[g2])
-    return ref, mix * solimp[g1] + (1 - mix) * solimp[g2]
+    pair = lambda x: (x[g1], x[g2])  # noqa: E731
+    return contact_param(np, p1, p2, pair(solmix), solref=pair(solref), solimp=pair(solimp))
 
 
 def _contacts(

@@ -455,6 +455,13 @@ class Constraint(eqx.Module):
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
+    - ``cone`` (static, soft only): ``None`` (default) or ``"elliptic"``: MuJoCo's elliptic
+      cones (above); ``"pyramidal"``: MuJoCo's pyramidal cones (its default ``<option
+      cone>``; ``load_mjcf(...).sim_config`` gives the file's where ``cone`` is ``None``):
+      four edge rows ``J_n +- mu J_sk`` per contact on MuJoCo's contact axes
+      (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
+      mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
+      (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
     """
 
     friction: float | None = None
@@ -469,6 +476,7 @@ class Constraint(eqx.Module):
     solimp: jnp.ndarray | None = None
     impratio: float = 1.0
     refsafe: bool = eqx.field(static=True, default=True)
+    cone: str | None = eqx.field(static=True, default=None)
 
     _RULES = (
         ("friction", 0.0, False),
@@ -498,6 +506,12 @@ class Constraint(eqx.Module):
                 )
             if not self.soft:
                 raise ValueError(f"Constraint: {name} is a parameter of soft=True contact")
+        if self.cone not in (None, "elliptic", "pyramidal"):
+            raise ValueError(
+                f"Constraint: cone must be None, 'elliptic' or 'pyramidal', got {self.cone!r}"
+            )
+        if self.cone == "pyramidal" and not self.soft:
+            raise ValueError("Constraint: cone='pyramidal' is a parameter of soft=True contact")
         for name, least in (("iterations", 1), ("newton", 0)):
             n = getattr(self, name)
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
@@ -575,31 +589,44 @@ def _safe_norm(x):
 
 def _velocity(lam, G, u, mu, coulomb):
     """Contact velocities ``w = G lam + u`` ``(nc, 3)``; with ``coulomb``, De Saxce's modified
-    velocity ``w + mu |w_t| e_n`` (its complementarity with the cone is Coulomb's law)."""
-    nc = lam.shape[0]
-    w = (G @ lam.reshape(-1) + u).reshape(nc, 3)
+    velocity ``w + mu |w_t| e_n`` (its complementarity with the cone is Coulomb's law). With
+    ``lam (nc, 4)``, pyramid edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]``
+    (:func:`pyramid_edges`): the edge velocities, and with ``coulomb`` De Saxce's term of the
+    pyramid ``{|f_s1| + |f_s2| <= mu f_n}``, ``mu max_k |w_sk| = max_k |w_k+ - w_k-| / 2``,
+    added to every edge."""
+    nc, m = lam.shape
+    w = (G @ lam.reshape(-1) + u).reshape(nc, m)
+    if coulomb and m == 4:
+        pair = jnp.abs(w[:, 0::2] - w[:, 1::2])
+        return w + 0.5 * jnp.max(pair, -1, keepdims=True)
     if coulomb:
         w = w.at[:, 0].add(mu * _safe_norm(w[:, 1:]))
     return w
 
 
+def _project(lam, mu):
+    """The cone projection of impulses ``lam (nc, 3)`` (:func:`project_cone`) or of pyramid
+    edge impulses ``lam (nc, 4)`` (each ``>= 0``)."""
+    return jnp.maximum(lam, 0.0) if lam.shape[-1] == 4 else project_cone(lam, mu)
+
+
 def _fixed_point_map(lam, G, u, mu, rho, coulomb=False):
-    """``F(lam) = P_K(lam - rho w(lam))`` contact by contact (``lam (nc, 3)``; ``w``:
-    :func:`_velocity`)."""
-    return project_cone(lam - rho[:, None] * _velocity(lam, G, u, mu, coulomb), mu)
+    """``F(lam) = P_K(lam - rho w(lam))`` contact by contact (``lam (nc, 3)``, or ``(nc, 4)``
+    pyramid edges; ``w``: :func:`_velocity`)."""
+    return _project(lam - rho[:, None] * _velocity(lam, G, u, mu, coulomb), mu)
 
 
 def _residual_jacobian(lam, G, u, mu, rho, coulomb=False):
-    """``F(lam) - lam`` and its Jacobian in ``lam``, ``(3nc, 3nc)`` (forward mode: ``3nc``
+    """``F(lam) - lam`` and its Jacobian in ``lam``, ``(m nc, m nc)`` (forward mode: ``m nc``
     matrix-vector products, the cone projection's and De Saxce's term's derivatives included)."""
-    nc = lam.shape[0]
+    nc, m = lam.shape
 
     def res(x):
-        x = x.reshape(nc, 3)
+        x = x.reshape(nc, m)
         return (_fixed_point_map(x, G, u, mu, rho, coulomb) - x).reshape(-1)
 
     r, J = res(lam.reshape(-1)), jax.jacfwd(res)(lam.reshape(-1))
-    return r.reshape(nc, 3), J
+    return r.reshape(nc, m), J
 
 
 def lambda_max_bound(A):
@@ -617,7 +644,7 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
-def _solve_fixed(G, u, mu, live, iterations, newton, coulomb):
+def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(G)``, only matrix-vector products
@@ -627,20 +654,22 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb):
     residual). ``live (nc,)``: 1 on the candidate contacts, 0 on the empty slots, whose
     impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the
     polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the same
-    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`)."""
+    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`). ``width``
+    (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid edges
+    (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused)."""
     n = u.shape[0]
-    nc = n // 3
+    nc = n // width
     dtype = u.dtype
-    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, 3), -1)  # scalar step per contact (any > 0)
+    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, width), -1)  # scalar step per contact (any > 0)
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
-    m = jnp.repeat(live.astype(dtype), 3)
+    m = jnp.repeat(live.astype(dtype), width)
     L = lambda_max_bound(G * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(G)))  # no candidates: any step
-    proj = lambda x: project_cone(x.reshape(nc, 3), mu_c).reshape(-1)
+    proj = lambda x: _project(x.reshape(nc, width), mu_c).reshape(-1)
 
     def apgd(carry, _):
         x, y, th = carry
-        g = _velocity(y.reshape(nc, 3), G, u, mu_c, coulomb).reshape(-1)
+        g = _velocity(y.reshape(nc, width), G, u, mu_c, coulomb).reshape(-1)
         xn = proj(y - step * g)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
@@ -649,11 +678,11 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb):
 
     zero = jnp.zeros(n, dtype)
     (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    lam = x.reshape(nc, 3)
+    lam = x.reshape(nc, width)
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb)
-        dl = linalg.lu_solve(Jr, -res.reshape(-1)).reshape(nc, 3)
+        dl = linalg.lu_solve(Jr, -res.reshape(-1)).reshape(nc, width)
         trial = lam + dl
         res_t = _fixed_point_map(trial, G, u, mu_c, rho, coulomb) - trial
         ok = (jnp.sum(res_t * res_t) < jnp.sum(res * res)) & jnp.all(jnp.isfinite(trial))
@@ -664,16 +693,16 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb):
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6))
-def _solve(G, u, mu, live, iterations, newton, coulomb):
-    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7))
+def _solve(G, u, mu, live, iterations, newton, coulomb, width):
+    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, primals, tangents):
+def _solve_jvp(iterations, newton, coulomb, width, primals, tangents):
     G, u, mu, live = primals
     dG, du, dmu, _ = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb)
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width)
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb)
     _, rhs = jax.jvp(
         lambda G_, u_, mu_: _fixed_point_map(
@@ -695,6 +724,7 @@ def solve_cone_complementarity(
     *,
     coulomb: bool = False,
     live: ArrayLike | None = None,
+    cone: str = "elliptic",
 ) -> Array:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -711,10 +741,20 @@ def solve_cone_complementarity(
     through the iterations; one dense solve per differentiated step). ``live (nc,)`` bools
     (``None``: all): the contacts whose block of ``G`` bounds the step size; the others must be
     empty slots whose impulse is 0 (:func:`live_contacts`).
+
+    ``cone="pyramidal"``: MuJoCo's pyramidal cone; ``G (4nc, 4nc)`` and ``u (4nc,)`` are in the
+    rows of the pyramid's edges (:func:`pyramid_edges`), the impulses ``lam (nc, 4) >= 0`` (one
+    per edge: the orthant is the cone, ``mu`` is in the rows and unused here) and
+    ``coulomb=True`` adds De Saxce's term of the pyramid (:func:`_velocity`).
     """
-    nc = u.shape[0] // 3
+    if cone not in ("elliptic", "pyramidal"):
+        raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
+                         f"got {cone!r}")  # fmt: skip
+    width = 4 if cone == "pyramidal" else 3
+    nc = u.shape[0] // width
     live = jnp.ones(nc, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
-    return _solve(G, u, jnp.asarray(mu, u.dtype), live, int(iterations), int(newton), bool(coulomb))
+    mu = jnp.asarray(mu, u.dtype)
+    return _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width)
 
 
 def _relative_support(xp, supp, body, other):
@@ -818,6 +858,8 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
     diag_n = jnp.diagonal(G)[0::3]
     diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
     diag = jnp.where(jnp.isnan(diag), diag_n, diag)
+    if contact.cone == "pyramidal":
+        return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
     Rn = _soft.regulariser(imp, diag)
     ratio = jnp.asarray(contact.impratio, dtype)
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
@@ -832,3 +874,74 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
         coulomb=not contact.relaxed,
         live=active,
     )
+
+
+def mujoco_tangents(n):
+    """MuJoCo's contact tangents ``(s1, s2)`` of the unit normals ``n (nc, 3)``
+    (``mju_makeFrame`` without a given tangent: ``s1`` is ``e_y``, or ``e_z`` where
+    ``|n_y| >= 0.5``, made orthogonal to ``n``; ``s2 = n x s1``): the axes of MuJoCo's
+    pyramidal cones."""
+    ey = jnp.broadcast_to(jnp.asarray([0.0, 1.0, 0.0], n.dtype), n.shape)
+    ez = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 1.0], n.dtype), n.shape)
+    a = jnp.where(((n[:, 1] < 0.5) & (n[:, 1] > -0.5))[:, None], ey, ez)
+    s1 = a - jnp.sum(n * a, -1, keepdims=True) * n
+    s1 = s1 / jnp.sqrt(jnp.sum(s1 * s1, -1, keepdims=True))
+    return s1, spatial.cross(n, s1)
+
+
+def pyramid_edges(n, mu):
+    """MuJoCo's pyramidal cone of condim 3 (``mj_instantiateContact``): ``E (nc, 4, 3)``, the
+    edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]`` (``s1``, ``s2``:
+    :func:`mujoco_tangents`; a pyramid is not symmetric about its normal, its axes are
+    MuJoCo's) in the rows ``[n, t1, t2]`` of :func:`tangent_basis`: an edge's velocity is
+    ``E w`` and its impulse ``f >= 0`` acts as ``E^T f``; ``mu`` scalar or ``(nc,)``."""
+    t1, t2 = tangent_basis(n)
+    s1, s2 = mujoco_tangents(n)
+    mu = jnp.broadcast_to(mu, n.shape[:1])
+    dot = lambda a, c: mu * jnp.sum(a * c, -1)  # noqa: E731
+    one = jnp.ones_like(mu)
+    rows = []
+    for s in (s1, s2):
+        edge = jnp.stack([one, dot(t1, s), dot(t2, s)], -1)
+        rows += [edge, edge * jnp.asarray([1.0, -1.0, -1.0], n.dtype)]
+    return jnp.stack(rows, 1)
+
+
+def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
+    """:func:`_soft_impulses` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
+    MuJoCo's ``mj_instantiateContact``, ``mj_diagApprox``, ``mj_makeImpedance``): per contact
+    four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`), each with the contact's
+    distance as its violation (``aref = -b J_edge v - k d(r) r`` on every edge),
+    ``diagApprox = (1 + mu^2) diagApprox_n`` and the common regulariser ``R = 2 mu_r^2
+    (1 - d) / d diagApprox``, ``mu_r = mu sqrt(1 / impratio)`` (the regularised cone's
+    ``mu``); impulses ``f >= 0`` per edge. A contact with ``mu = 0`` (condim 1) is MuJoCo's
+    frictionless row. Returns the rows ``[n, t1, t2]`` (``E^T f``)."""
+    dtype = G.dtype
+    nc = frames.distance.shape[0]
+    r = frames.distance
+    active = r < 0
+    mu = jnp.broadcast_to(_friction(contact, frames, dtype), (nc,))
+    E = pyramid_edges(frames.normal, mu)  # (nc, 4, 3)
+    edges = lambda x: jnp.einsum("cij,cj->ci", E, x)  # noqa: E731
+    aref = -b[:, None] * edges(v_rows) - (k * imp * r)[:, None]
+    u = edges(v_free_rows - v_rows) - h * aref
+    u = jnp.where(active[:, None], u, jnp.asarray(NO_CONTACT, dtype) / h)
+    G4 = G.reshape(nc, 3, nc, 3)
+    Ge = jnp.einsum("aij,ajbk,blk->aibl", E, G4, E).reshape(4 * nc, 4 * nc)
+    R0 = _soft.regulariser(imp, diag + mu * mu * diag)  # MuJoCo's tran + fri^2 tran
+    R1 = R0 / jnp.maximum(_soft.MINVAL, jnp.asarray(contact.impratio, dtype))
+    mu_r = mu * jnp.sqrt(R1 / R0)
+    # mu = 0 (condim 1): MuJoCo's one frictionless row with R0; four equal edges with 4 R0 each
+    # share its impulse equally, the same problem (MuJoCo's condim-3 pyramid would have R = 0)
+    R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), 4)
+    f = solve_cone_complementarity(
+        Ge + jnp.diag(R),
+        u.reshape(-1),
+        mu,
+        contact.iterations,
+        contact.newton,
+        coulomb=not contact.relaxed,
+        live=active,
+        cone="pyramidal",
+    )
+    return jnp.einsum("ci,cij->cj", f, E)

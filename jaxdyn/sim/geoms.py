@@ -67,6 +67,42 @@ def _order(t1, t2):
     return GEOM_TYPES.index(t1) <= GEOM_TYPES.index(t2)
 
 
+def pair_choice(xp, p1, p2, x1, x2):
+    """MuJoCo's ``mj_contactParam`` friction / condim of geom pairs (elementwise): the value of
+    the geom of higher ``priority`` (``p1``, ``p2``), the larger of the two where they are
+    equal; ``xp``: ``jax.numpy`` or ``numpy`` (see :func:`contact_param`)."""
+    first, second = p1 > p2, p2 > p1
+    return xp.where(first, x1, xp.where(second, x2, xp.maximum(x1, x2)))
+
+
+def contact_param(xp, p1, p2, solmix, solref=None, solimp=None):
+    """MuJoCo's ``mj_contactParam`` ``(solref, solimp)`` of geom pairs (elementwise over pairs;
+    one implementation for :meth:`Geoms.frames`, ``xp = jax.numpy``, and the MJCF loader's
+    float64 numpy, ``xp = numpy``): the geom of higher ``priority`` (``p1``, ``p2``) gives the
+    pair's parameters; equal priorities mix them with ``mix = w1 / (w1 + w2)`` of ``solmix =
+    (w1, w2)`` (0.5 when both weights are below ``mjMINVAL``, 0 or 1 when one is).
+    ``solref = (s1, s2)`` ``(..., 2)`` and ``solimp = (i1, i2)`` ``(..., 5)`` (``None``: not
+    computed, ``None`` returned): a ``solref`` is the elementwise minimum of the two unless
+    both are in the standard (positive) form or the priorities differ."""
+    first, second = p1 > p2, p2 > p1
+    w1, w2 = xp.asarray(solmix[0]), xp.asarray(solmix[1])
+    tiny = 1e-15  # MuJoCo's mjMINVAL
+    both = (w1 >= tiny) & (w2 >= tiny)
+    one = xp.where(w1 < tiny, xp.where(w2 < tiny, 0.5, 0.0), 1.0)  # a weight below tiny
+    mix = xp.where(both, w1 / xp.where(both, w1 + w2, 1.0), one)
+    mix = xp.where(first, 1.0, xp.where(second, 0.0, mix))[..., None]
+    ref = imp = None
+    if solref is not None:
+        s1, s2 = solref
+        mixed = mix * s1 + (1 - mix) * s2
+        standard = (s1[..., :1] > 0) & (s2[..., :1] > 0)
+        same = xp.asarray(first | second)[..., None]
+        ref = xp.where(standard | same, mixed, xp.minimum(s1, s2))
+    if solimp is not None:
+        imp = mix * solimp[0] + (1 - mix) * solimp[1]
+    return ref, imp
+
+
 class Geoms(eqx.Module):
     """Collision geoms and their pairs (see the module docstring).
 
@@ -245,39 +281,29 @@ class Geoms(eqx.Module):
             sign = jnp.asarray(np.where(flip, -1.0, 1.0), dtype)[:, None, None]
             body = np.where(flip, b1, b2)
             other = np.where(flip, b2, b1)
-            # MuJoCo's mj_contactParam: the geom of higher priority gives the pair's
-            # parameters; equal priorities combine them (friction and condim: the max)
+            # MuJoCo's mj_contactParam: friction and condim (pair_choice), solref, solimp
             pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
-            first, second = pr[i1] > pr[i2], pr[i2] > pr[i1]
+            p1, p2 = pr[i1], pr[i2]
             cd1, cd2 = np.asarray(self.condim)[i1], np.asarray(self.condim)[i2]
-            mu = jnp.where(first, fr[i1], jnp.where(second, fr[i2], jnp.maximum(fr[i1], fr[i2])))
-            cond = np.where(first, cd1, np.where(second, cd2, np.maximum(cd1, cd2)))
+            mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
+            cond = pair_choice(np, p1, p2, cd1, cd2)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             sr = si = iw = None
             if self.solref is not None or self.solimp is not None:
-                # MuJoCo's mix: weights solmix1 / (solmix1 + solmix2) (0.5 when both 0)
                 w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
                 w1, w2 = w[i1].astype(dtype), w[i2].astype(dtype)
-                tiny = 1e-15
-                mix = jnp.where(
-                    (w1 >= tiny) & (w2 >= tiny),
-                    w1 / jnp.where((w1 >= tiny) & (w2 >= tiny), w1 + w2, 1.0),
-                    jnp.where(w1 < tiny, jnp.where(w2 < tiny, 0.5, 0.0), 1.0),
+                sref = None if self.solref is None else jnp.asarray(self.solref, dtype)
+                simp = None if self.solimp is None else jnp.asarray(self.solimp, dtype)
+                pair, imp = contact_param(
+                    jnp,
+                    p1,
+                    p2,
+                    (w1, w2),
+                    solref=None if sref is None else (sref[i1], sref[i2]),
+                    solimp=None if simp is None else (simp[i1], simp[i2]),
                 )
-                mix = jnp.where(first, 1.0, jnp.where(second, 0.0, mix))[:, None]
-            if self.solref is not None:
-                sref = jnp.asarray(self.solref, dtype)
-                s1, s2 = sref[i1], sref[i2]
-                mixed = mix * s1 + (1 - mix) * s2
-                # MuJoCo: two standard solref mix, else (a direct one) the elementwise min
-                # (geoms of different priority: the higher's, as mix is then 1 or 0)
-                standard = (s1[:, :1] > 0) & (s2[:, :1] > 0)
-                same = jnp.asarray((first | second)[:, None])
-                pair = jnp.where(standard | same, mixed, jnp.minimum(s1, s2))
-                sr = jnp.repeat(pair, k, axis=0)
-            if self.solimp is not None:
-                simp = jnp.asarray(self.solimp, dtype)
-                si = jnp.repeat(mix * simp[i1] + (1 - mix) * simp[i2], k, axis=0)
+                sr = None if pair is None else jnp.repeat(pair, k, axis=0)
+                si = None if imp is None else jnp.repeat(imp, k, axis=0)
             if self.invweight is not None:
                 iwg = jnp.asarray(self.invweight, dtype)
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
