@@ -232,8 +232,8 @@ def solve_rounds_timed(stacked, repeats=2):
 
     def solve(schedule=None):
         return ddp.solve_batch(
-            stacked, max_iter=MAX_ITER, round_iters=ROUND_ITERS, min_batch=MIN_BATCH,
-            schedule=schedule,
+            stacked, max_iter=MAX_ITER, method="rounds", round_iters=ROUND_ITERS,
+            min_batch=MIN_BATCH, schedule=schedule,
         )  # fmt: skip
 
     schedule = []

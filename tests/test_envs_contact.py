@@ -250,6 +250,9 @@ def test_getup_contract_and_trunk_contact(getup, getup_fns):
     s = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), s, back)
     s = _run(step, s, jnp.zeros((B, 12)), 50)  # 1 s
     assert _finite(s) and not np.any(np.asarray(s.done)) and set(s.metrics) == set(back.metrics)
+    # the contact report (SimEnv.pipeline_step_info): zeros without constraint contact
+    assert {"contact_residual", "contacts_dropped"} <= set(s.info)
+    assert not np.any(np.asarray(s.info["contacts_dropped"]))
     z, up = float(s.pipeline_state.q[0, 2]), float(s.metrics["upright"][0])
     assert up < -0.99 and 0.04 - 3e-3 < z < 0.04, (z, up)
     assert np.all(np.asarray(jax.vmap(getup.lowest_point)(s.pipeline_state.q)) > -3e-3)

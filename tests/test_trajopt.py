@@ -500,8 +500,9 @@ def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
 
 
 #: The batch of the vmapped FDDP tests: 8 problems, the initial guess passed in (fddp's
-#: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported and the reference of
-#: test_solve_batch_equals_vmap share one compiled program.
+#: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported, the reference of
+#: test_solve_batch_equals_vmap and solve_batch's threads share one compiled program (the
+#: fused one-problem solve that ``jax.vmap(fddp)`` called with arrays on the CPU runs).
 BATCH = 8
 
 
@@ -529,7 +530,10 @@ def _nearby_batch(model, n, bad_at):
     return problems, jax.tree.map(lambda *a: jnp.stack(a), *problems)
 
 
-def test_vmap_equals_one_by_one(pendulum, fddp_solution):
+def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
+    """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
+    threads, as solve_batch), inside ``jit`` as one batched while loop: both equal each
+    member's own solve."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -537,13 +541,19 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     goals = [_states(nv, GOAL + 0.3 * rng.standard_normal(2)) for _ in range(BATCH)]
     problems = [_problem(model, a, b) for a, b in zip(x0s, goals)]
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    routes, one_by_one = [], ddp._one_by_one
+    monkeypatch.setattr(ddp, "_one_by_one", lambda *a: routes.append(a[1]) or one_by_one(*a))
     res_b = _vmap_fddp(batch)
+    assert routes == [BATCH]  # one by one
+    res_j = eqx.filter_jit(_vmap_fddp)(batch)
+    assert routes == [BATCH]  # batched
     for i, p in enumerate(problems):
         r = ddp.fddp(p, max_iter=200)
         assert int(r.status) == 0
-        assert int(res_b.iterations[i]) == int(r.iterations)
-        oracle.assert_close(np.asarray(res_b.xs[i]), np.asarray(r.xs), 1e-10, f"xs[{i}]")
-        np.testing.assert_allclose(float(res_b.cost[i]), float(r.cost), rtol=1e-10)
+        for how, rb in (("vmap", res_b), ("jit(vmap)", res_j)):
+            assert int(rb.iterations[i]) == int(r.iterations), how
+            oracle.assert_close(np.asarray(rb.xs[i]), np.asarray(r.xs), 1e-10, f"{how} xs[{i}]")
+            np.testing.assert_allclose(float(rb.cost[i]), float(r.cost), rtol=1e-10)
     ddp.check(res_b)
 
 
@@ -553,11 +563,12 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution):
     ["fddp", pytest.param("ilqr", marks=pytest.mark.slow)],
 )
 def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
-    """solve_batch's rounds and compaction leave
-    every member's iterations as jax.vmap(fddp) has them (and as ilqr's): same iteration
-    counts, costs and trajectories, in the problems' order, a bad member reported in its place.
-    Six members start from the fixture's optimum of a nearby problem (a couple of iterations),
-    one from zero controls (more), one is bad."""
+    """solve_batch's rounds and compaction (``method="rounds"``), and its default on the CPU
+    (``"threads"``: one-problem solves in host threads), leave every member's iterations as
+    jax.vmap(fddp) has them (and as ilqr's): same iteration counts, costs and trajectories, in
+    the problems' order, a bad member reported in its place. Six members start from the
+    fixture's optimum of a nearby problem (a couple of iterations), one from zero controls
+    (more), one is bad."""
     _, model = pendulum
     base, sol = fddp_solution
     problems, batch = _nearby_batch(model, 7, bad_at=2)
@@ -571,25 +582,42 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
         ref = jax.vmap(lambda p, u: ddp.ilqr(p, u, max_iter=200))(batch, us)
     schedule = []
     res = ddp.solve_batch(
-        batch, xs, us, solver=solver, max_iter=200, round_iters=1, min_batch=1,
-        schedule=schedule,
+        batch, xs, us, solver=solver, method="rounds", max_iter=200, round_iters=1,
+        min_batch=1, schedule=schedule,
     )  # fmt: skip
     # FDDP: the batch was compacted (8 -> at most 2 members) before the slowest member
     # stopped (iLQR needs 3 iterations from either start here: nothing to compact)
     if solver == "fddp":
         assert min(size for size, _ in schedule) <= 2, (schedule, ref.iterations)
     assert schedule[-1][1] == 0
-    np.testing.assert_array_equal(np.asarray(res.status), np.asarray(ref.status))
-    assert int(res.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
-    np.testing.assert_array_equal(np.asarray(res.iterations), np.asarray(ref.iterations))
-    np.testing.assert_allclose(np.asarray(res.cost), np.asarray(ref.cost), rtol=1e-12)
-    oracle.assert_close(np.asarray(res.us), np.asarray(ref.us), 1e-10, f"us ({solver})")
-    # the logs too (NaN after each member's last iteration)
-    np.testing.assert_allclose(np.asarray(res.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10)
+    # the default on the CPU: one problem after another in two host threads (schedule unused)
+    no_rounds, compiled = [], ddp._solve_fused.program._cache_size()
+    threads = ddp.solve_batch(
+        batch, xs, us, solver=solver, max_iter=200, threads=2, schedule=no_rounds
+    )  # fmt: skip
+    assert no_rounds == []  # no batched rounds ran
+    # the program of the reference's jax.vmap (one by one too): nothing compiled again
+    assert ddp._solve_fused.program._cache_size() == compiled
+    for how, r in (("rounds", res), ("threads", threads)):
+        np.testing.assert_array_equal(np.asarray(r.status), np.asarray(ref.status), how)
+        assert int(r.status[2]) >= 2  # (4 from a finite warm start: NaN derivatives)
+        np.testing.assert_array_equal(np.asarray(r.iterations), np.asarray(ref.iterations), how)
+        np.testing.assert_allclose(np.asarray(r.cost), np.asarray(ref.cost), rtol=1e-12)
+        oracle.assert_close(np.asarray(r.us), np.asarray(ref.us), 1e-10, f"us ({solver}, {how})")
+        # the logs too (NaN after each member's last iteration)
+        np.testing.assert_allclose(
+            np.asarray(r.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10, err_msg=how
+        )
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_batch(problems[0])
     with pytest.raises(ValueError, match="solver must be"):
         ddp.solve_batch(batch, solver="newton")
+    with pytest.raises(ValueError, match="method must be 'threads' or 'rounds'"):
+        ddp.solve_batch(batch, method="pmap")
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        ddp.solve_batch(batch, threads=0)
+    with pytest.raises(ValueError, match="us must have the batch size 8 first"):
+        ddp.solve_batch(batch, us=us[:3])
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_sharded(problems[0])
     with pytest.raises(ValueError, match="per_device must be"):
@@ -719,14 +747,19 @@ def test_solve_batch_verbose(pendulum, capfd):
     us = jnp.zeros((4, HORIZON, model.nv)).at[3].set(100.0)
     schedule = []
     res = ddp.solve_batch(
-        batch, None, us, max_iter=200, verbose=True, round_iters=1, min_batch=1,
-        schedule=schedule,
+        batch, None, us, max_iter=200, verbose=True, method="rounds", round_iters=1,
+        min_batch=1, schedule=schedule,
     )  # fmt: skip
     jax.effects_barrier()
     lines = capfd.readouterr().out.splitlines()
     iterations = np.asarray(res.iterations).tolist()
     assert min(size for size, _ in schedule) == 1, (schedule, iterations)
     _check_batch_log(lines, iterations)
+    # one problem after another in two threads: each problem's lines named and whole
+    res = ddp.solve_batch(batch, None, us, max_iter=200, verbose=True, threads=2)
+    jax.effects_barrier()
+    assert np.asarray(res.iterations).tolist() == iterations
+    _check_batch_log(capfd.readouterr().out.splitlines(), iterations)
 
 
 def test_fddp_verbose_every_n(fddp_solution, capfd):
@@ -814,7 +847,9 @@ def test_fddp_rejects_diverged_trials_as_crocoddyl():
         goal = jnp.concatenate([jaxdyn.integrate(model, qa, 0.6 * n[1]), zero])
         problems.append(_problem(model, jnp.concatenate([qa, zero]), goal))
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
-    res = jax.vmap(lambda p: ddp.fddp(p, max_iter=60))(batch)
+    # jit: the batched program (called with arrays, jax.vmap(fddp) would compile the fused
+    # one-problem solve of arm7 here, a longer compile: test_vmap_equals_one_by_one covers it)
+    res = eqx.filter_jit(jax.vmap(lambda p: ddp.fddp(p, max_iter=60)))(batch)
     for i, problem in enumerate(problems):
         solver, _, us = _crocoddyl_solve(case, problem)
         assert int(res.status[i]) == 0, f"problem {WILD_REACHES[i]}: status {int(res.status[i])}"

@@ -109,14 +109,16 @@ class FusedJit:
 
         self.program = jax.jit(program, static_argnums=0, compiler_options=COMPILER_OPTIONS)
 
-    def usable(self, dyn: Sequence[Any]) -> bool:
-        """Whether this call compiles the fused program (see the module)."""
+    def usable(self, dyn: Sequence[Any], on: bool | None = None) -> bool:
+        """Whether this call compiles the fused program (see the module); ``on``: the switch's
+        value for this call (``None``: :mod:`jaxdyn.config`'s)."""
         import jax
         import jax.core
 
         from .. import config
 
-        if not config.get(self.switch) or xla_flags.loop_bytes_set() or not supported():
+        on = config.get(self.switch) if on is None else on
+        if not on or xla_flags.loop_bytes_set() or not supported():
             return False
         if jax.default_backend() != "cpu":
             return False
@@ -129,10 +131,16 @@ class FusedJit:
         return True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(None, *args, **kwargs)
+
+    def call(self, on: bool | None, *args: Any, **kwargs: Any) -> Any:
+        """``self(*args, **kwargs)`` with the switch ``on`` for this call (``None``: as
+        :mod:`jaxdyn.config` has it): callers that know the fused program pays for itself
+        (many solves of one structure) ask for it whatever the switch's default."""
         import jax
 
         dyn, static = _split((args, kwargs))
-        if static in self.refused or not self.usable(dyn):
+        if static in self.refused or not self.usable(dyn, on):
             return self.fallback(*args, **kwargs)
         try:
             return self.program(static, dyn)

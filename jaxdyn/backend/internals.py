@@ -15,6 +15,9 @@ failing at import).
 * :data:`ARRAY_TYPE`: the class of JAX's concrete arrays (an eager call whose leaves are all
   of it takes :func:`jaxdyn.eager.dispatch`'s fast path); ``None`` without it (every eager
   call then sorts its leaves one by one).
+* :data:`BATCH_TRACER`: the class of ``jax.vmap``'s tracers (``jax.vmap(fddp)`` called with
+  arrays takes :func:`jaxdyn.trajopt.solve_batch`'s route on the CPU); ``None`` without it
+  (``jax.vmap(fddp)`` is then always the batched program).
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ try:
     from jax._src.array import ArrayImpl as ARRAY_TYPE
 except ImportError:  # pragma: no cover - a JAX without it: no fast path for eager calls
     ARRAY_TYPE = None
+
+try:
+    from jax._src.interpreters.batching import BatchTracer as BATCH_TRACER
+except ImportError:  # pragma: no cover - a JAX without it: vmap(fddp) stays batched
+    BATCH_TRACER = None
 
 #: the logger of JAX's host callbacks (``jax.pure_callback failed`` with a traceback)
 CALLBACK_LOGGER = "jax._src.callback"

@@ -419,23 +419,43 @@ class SimEnv(Env):
         speed above :attr:`divergence_speed`, ``next_state`` is ``pipeline_state`` itself and
         ``diverged`` is ``True``.
         """
+        return self.pipeline_step_info(pipeline_state, ctrl)[:2]
+
+    def pipeline_step_info(
+        self, pipeline_state: _sim.State, ctrl: Array
+    ) -> tuple[_sim.State, Array, dict[str, Array]]:
+        """:meth:`pipeline_step` and the contact report of its frames
+        (:func:`jaxdyn.sim.step_info`: ``contact_residual``, the largest of the frames',
+        and ``contacts_dropped``, the most of a frame's): ``(next_state, diverged, info)``.
+        A task puts ``info`` in its state's ``info`` (:meth:`contact_info` at reset)."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
         def frame(s, _):
-            n = _sim.step(model, s, ctrl, cfg)
+            n, info = _sim.step_info(model, s, ctrl, cfg)
             ok = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             # a diverged frame keeps its input, so the next frame's input checks pass
-            return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), n, s), ok
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), n, s), (ok, info)
 
         if self.n_frames == 1:
-            nxt, ok = frame(pipeline_state, None)
+            nxt, (ok, info) = frame(pipeline_state, None)
         else:
-            nxt, ok = jax.lax.scan(frame, pipeline_state, None, length=self.n_frames)
+            nxt, (ok, info) = jax.lax.scan(frame, pipeline_state, None, length=self.n_frames)
             ok = jnp.all(ok)
+            info = {k: jnp.max(x) for k, x in info.items()}
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, pipeline_state)
-        return nxt, bad
+        info = {k: x.astype(self.contact_info(nxt.q.dtype)[k].dtype) for k, x in info.items()}
+        return nxt, bad, info
+
+    @staticmethod
+    def contact_info(dtype: DTypeLike) -> dict[str, Array]:
+        """The contact report's entries before a first step (zeros): ``contact_residual``
+        (``dtype``) and ``contacts_dropped`` (int32); see :meth:`pipeline_step_info`."""
+        return {
+            "contact_residual": jnp.zeros((), dtype),
+            "contacts_dropped": jnp.zeros((), jnp.int32),
+        }
 
 
 def quat_to_matrix(quat):
@@ -510,16 +530,17 @@ class LeggedEnv(SimEnv):
         zero = jnp.zeros((), dtype)
         last = jnp.zeros(self.n_joints, dtype)
         metrics = {**self.initial_metrics(ps, dtype), "diverged": zero}
-        return State(ps, self.observe(ps, last), zero, zero, metrics, {"last_action": last})
+        info = {"last_action": last, **self.contact_info(dtype)}
+        return State(ps, self.observe(ps, last), zero, zero, metrics, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = jnp.clip(self.check_action(action), -1.0, 1.0)
-        ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
+        ps, bad, contact = self.pipeline_step_info(state.pipeline_state, self.control(action))
         reward, fell, metrics = self.reward(ps, action)
         done = (fell | bad).astype(reward.dtype)
         metrics = {**metrics, "diverged": bad.astype(reward.dtype)}
-        info = dict(state.info)
+        info = {**state.info, **contact}
         info["last_action"] = action
         return state.replace(
             pipeline_state=ps,

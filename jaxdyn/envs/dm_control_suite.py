@@ -45,16 +45,12 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-The hopper's joint limits are MuJoCo's ``solreflimit`` as a per-joint spring-damper
-(:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`); after a fall its limbs still come to rest
-later than MuJoCo's (``docs/environments.md`` measures by how much: at the landing the hard
-contact impulse and the explicit limit forces part from MuJoCo's soft contacts solved together
-with its limits). The cheetah,
-walker and finger keep the default :class:`jaxdyn.sim.JointLimits`: driven into their stops
-by their actuators they follow MuJoCo C no closer (cheetah) or farther (walker, finger, whose
-strong motors push the per-joint springs far past the stops: the share of the applied force
-that MuJoCo's limit constraint cancels is not part of a spring-damper) with
-:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits` (measured in ``docs/environments.md``).
+The joint limits of the cheetah, walker, hopper and finger are MuJoCo's limit constraint
+(:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
+``solimplimit``, solved with the contacts): driven into their stops by their actuators they
+follow MuJoCo C several times closer than under the default :class:`jaxdyn.sim.JointLimits`
+or its per-joint spring-damper approximation :meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`
+(measured in ``docs/environments.md``).
 
 Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
 and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
@@ -132,10 +128,12 @@ class SuiteEnv(SimEnv):
     #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` (each with its reason in the
     #: task's docstring)
     sim_ignore: tuple = ()
-    #: joint limits: MuJoCo's limit constraint per joint
-    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`, ``True``) or the default
+    #: joint limits: ``"constraint"``, MuJoCo's limit constraint (soft rows solved with the
+    #: contacts, :meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`), ``True``, its
+    #: per-joint spring-damper approximation
+    #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`), or ``False``, the default
     #: :class:`jaxdyn.sim.JointLimits` spring-damper
-    mujoco_limits = False
+    mujoco_limits: bool | str = False
 
     if TYPE_CHECKING:  # each task defines them, SuiteReacher and ContactSuiteEnv with their own
         # arguments after ps (their own step calls them)
@@ -172,7 +170,9 @@ class SuiteEnv(SimEnv):
             )
         model = self.adjust_model(scene.model)
         kw: dict[str, Any] = {} if self.integrator is None else {"integrator": self.integrator}
-        if self.mujoco_limits:
+        if self.mujoco_limits == "constraint":
+            kw["limits"] = "constraint"
+        elif self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)
@@ -236,22 +236,31 @@ class SuiteEnv(SimEnv):
         """One control period (as :meth:`SimEnv.pipeline_step`) and the state at the start of
         its last simulator step: ``(next_state, pk, diverged)`` (``pk.q`` is the ``qk`` of the
         module docs)."""
+        return self.advance_info(ps, ctrl)[:3]
+
+    def advance_info(
+        self, ps: _sim.State, ctrl: Array
+    ) -> tuple[_sim.State, _sim.State, Array, dict[str, Array]]:
+        """:meth:`advance` and the contact report of its frames, as
+        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
         def frame(carry, _):
             s, _, ok = carry
-            n = _sim.step(model, s, ctrl, cfg)
+            n, info = _sim.step_info(model, s, ctrl, cfg)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            return (n, s, ok & good), None
+            return (n, s, ok & good), info
 
         init = (ps, ps, jnp.asarray(True))
-        (nxt, pk, ok), _ = jax.lax.scan(frame, init, None, length=self.n_frames)
+        (nxt, pk, ok), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
-        return nxt, pk, bad
+        zeros = self.contact_info(nxt.q.dtype)
+        info = {k: jnp.max(x).astype(zeros[k].dtype) for k, x in infos.items()}
+        return nxt, pk, bad, info
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
@@ -526,7 +535,11 @@ class ContactSuiteEnv(SuiteEnv):
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
     ``xipos``, ``subtreelinvel``, ``touch``) of the state ``pk`` at the start of the last
-    simulator step under the action (see the module docs: Playground's ``mjx.step``)."""
+    simulator step under the action (see the module docs: Playground's ``mjx.step``).
+
+    ``info`` carries the constraint solve's report (``contact_residual``,
+    ``contacts_dropped``: :meth:`jaxdyn.envs.SimEnv.pipeline_step_info`) after a reset by
+    :meth:`episode_start`."""
 
     contact = _sim.Constraint()
     mujoco_order = False
@@ -668,22 +681,26 @@ class ContactSuiteEnv(SuiteEnv):
         sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
-        return State(ps, self.observe(ps, sensors), zero, zero, metrics, {"rng": rng})
+        info = {"rng": rng, **self.contact_info(ps.q.dtype)}
+        return State(ps, self.observe(ps, sensors), zero, zero, metrics, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
-        ps, pk, bad = self.advance(state.pipeline_state, action)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
         sensors = self.sensors(pk, action)
         reward, metrics = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
+        # the contact report where the reset put it (episode_start)
+        info = {**state.info, **contact} if "contacts_dropped" in state.info else state.info
         return state.replace(
             pipeline_state=ps,
             obs=self.observe(ps, sensors),
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
+            info=info,
         )
 
     def joint_ranges(self, joints: slice | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -730,6 +747,7 @@ class CheetahRun(ContactSuiteEnv):
     """
 
     xml = "cheetah.xml"
+    mujoco_limits = "constraint"
     RUN_SPEED = 10.0
 
     def __init__(
@@ -799,6 +817,7 @@ class WalkerMove(ContactSuiteEnv):
 
     xml = "walker.xml"
     contact = _sim.Constraint(friction=0.7)
+    mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
     WALK_SPEED, RUN_SPEED = 1.0, 8.0
     metric_keys = ("reward/standing", "reward/upright", "reward/stand", "reward/move")
@@ -874,15 +893,15 @@ class HopperTask(ContactSuiteEnv):
     inf), margin=1, value_at_margin=0.5, sigmoid="linear")`` on the torso's ``subtreelinvel``.
     **Reset:** root angle ``~ U(-pi, pi)``, the limited joints uniform in their ranges, at rest.
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1). Joint limits: MuJoCo's ``solreflimit`` per joint
-    (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`: critically damped, 0.02 s); under the
+    against each other (friction 1). Joint limits: MuJoCo's limit constraint
+    (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
     touch_sites = ("touch_toe", "touch_heel")
-    mujoco_limits = True
+    mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
 
     def __init__(
@@ -942,7 +961,9 @@ class FingerSpin(ContactSuiteEnv):
     Integrator: jaxdyn's ``"implicit"`` (MuJoCo's ``implicitfast``, Playground's choice for its
     finger), not the file's ``Euler``: the finger's light links against jaxdyn's smooth joint
     limits (:class:`jaxdyn.sim.JointLimits`, whose damping only ``"implicit"`` integrates
-    implicitly) chatter at their stops at 0.01 s under ``Euler``.
+    implicitly) chattered at their stops at 0.01 s under ``Euler``. Joint limits: MuJoCo's
+    limit constraint (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the
+    contacts).
 
     Loaded with ``sim_config(ignore=("solimp",))``: the file's geoms set ``solimp="0 0.9
     0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its soft contacts), which
@@ -951,6 +972,7 @@ class FingerSpin(ContactSuiteEnv):
 
     xml = "finger.xml"
     integrator = "implicit"
+    mujoco_limits = "constraint"
     sim_ignore = ("solimp",)
     touch_sites = ("touchtop", "touchbottom")
     SPIN_VELOCITY = 15.0
@@ -1206,7 +1228,8 @@ class SuiteHumanoid(ContactSuiteEnv):
     :class:`jaxdyn.sim.Constraint` solved over the :attr:`MAX_CONTACTS` closest contact slots
     (``Constraint(max_contacts=...)``: the file's 161 pairs give 277 slots, of which a fall
     from standing holds at most about 70 candidates, so the capped solve equals the uncapped
-    one there; the cap makes a step many times cheaper); the geoms' ``solimp`` is ignored by
+    one there; the cap makes a step many times cheaper; ``info["contacts_dropped"]`` reports a
+    step where it left out a touching contact); the geoms' ``solimp`` is ignored by
     name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
     """
 

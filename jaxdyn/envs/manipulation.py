@@ -237,14 +237,15 @@ class PushCube(SimEnv):
         zero = jnp.zeros((), dtype)
         _, metrics = self.reward(ps.q, target, jnp.zeros(7, dtype))
         metrics = {**metrics, "diverged": zero}
-        return State(ps, self.observe(ps, target), zero, zero, metrics, {"target": target})
+        info = {"target": target, **self.contact_info(dtype)}
+        return State(ps, self.observe(ps, target), zero, zero, metrics, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
         action = jnp.clip(action, -1.0, 1.0)
         target = state.info["target"]
-        ps, bad = self.pipeline_step(state.pipeline_state, self.control(action))
+        ps, bad, contact = self.pipeline_step_info(state.pipeline_state, self.control(action))
         reward, metrics = self.reward(ps.q, target, action)
         cube = ps.q[self.cube_q][:3]
         off = (jnp.max(jnp.abs(cube[:2])) > self.table_half) | (cube[2] < 0.0)
@@ -256,6 +257,7 @@ class PushCube(SimEnv):
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics},
+            info={**state.info, **contact},
         )
 
 

@@ -138,8 +138,10 @@ default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
 touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
-condim are read for the geom pairs, not for the primitives against the terrain. Geom pairs
-interpenetrating at ``qpos0`` get a warning naming them.
+condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
+geom pairs and for the primitives against the ground plane
+(:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
+Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
 from __future__ import annotations
@@ -190,6 +192,7 @@ if TYPE_CHECKING:
     from ..sim.equality import Equalities
     from ..sim.geometry import Plane
     from ..sim.geoms import Geoms
+    from ..sim.limits import LimitConstraints
 
 __all__ = [
     "Actuator",
@@ -420,6 +423,62 @@ class MJCFModel(NamedTuple):
             one_sided=True,
         )
 
+    def limit_constraints(self, **static: Any) -> LimitConstraints | None:
+        """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
+        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row for
+        every limited hinge and slide joint (two, one per side, where its range is narrower
+        than ``2 margin``) with the joint's range, ``margin``,
+        ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
+        ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
+        the contacts. ``None`` where the file has no limited hinge or slide joint or disables
+        limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
+        rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
+        :class:`jaxdyn.sim.Constraint` contact)."""
+        from ..sim.limits import LimitConstraints, row_bounds
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        if _disabled(mujoco, m, "mjDSBL_LIMIT") or _disabled(mujoco, m, "mjDSBL_CONSTRAINT"):
+            return None
+        t = self.model.topo
+        v_index = self.converter().v_index
+        rows = []
+        for i, dof in enumerate(v_index):
+            j = int(m.dof_jntid[dof])
+            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
+                continue
+            qi = int(t.q_start[int(t.dof_body[i])])
+            lo, hi = (float(x) for x in m.jnt_range[j])
+            for lower, upper in row_bounds(lo, hi, float(m.jnt_margin[j])):
+                rows.append(
+                    (
+                        i,
+                        qi,
+                        lower,
+                        upper,
+                        float(m.jnt_margin[j]),
+                        np.asarray(m.jnt_solref[j], float),
+                        np.asarray(m.jnt_solimp[j], float),
+                        float(m.dof_invweight0[dof]),
+                    )
+                )
+        if not rows:
+            return None
+        dtype = self.model.mass.dtype
+        arr = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float), dtype)  # noqa: E731
+        return LimitConstraints(
+            lower=arr(2),
+            upper=arr(3),
+            margin=arr(4),
+            solref=arr(5),
+            solimp=arr(6),
+            diag=arr(7),
+            dof=tuple(r[0] for r in rows),
+            qpos=tuple(r[1] for r in rows),
+            refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
+            **static,
+        )
+
     def sim_actuator(self) -> Torque | PD:
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
         MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per
@@ -480,7 +539,11 @@ class MJCFModel(NamedTuple):
         against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``); the
         default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
-        constraint with ``solreflimit``), as with every loader.
+        constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
+        the hinge and slide joints' limits are then MuJoCo's limit constraint
+        (:meth:`limit_constraints`, soft rows solved with the contacts; the tendons' length
+        limits stay the spring-damper); ``limits=`` a :class:`jaxdyn.sim.JointLimits` or
+        ``None`` sets ``SimConfig.limits`` as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -548,11 +611,22 @@ class MJCFModel(NamedTuple):
 
             kw["contact"] = contact
             if self.contacts:
-                kw["contacts"] = contact_set(self.model, self.contacts)
+                kw["contacts"] = contact_set(
+                    self.model, self.contacts, friction=self._primitive_friction()
+                )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
+        if isinstance(overrides.get("limits"), str):
+            how = overrides.pop("limits")
+            if how not in ("constraint", "spring"):
+                raise ValueError(
+                    f"sim_config: limits must be 'constraint', 'spring', a JointLimits or None, "
+                    f"got {how!r}"
+                )
+            if how == "constraint":
+                kw["limit_constraints"] = self.limit_constraints()
         kw.update(overrides)
         return SimConfig(**kw)
 
@@ -564,6 +638,25 @@ class MJCFModel(NamedTuple):
         used = [] if self.geoms is None else [index[n] for n in self.geoms.names]
         ground = [self.ground_geom] if prims and self.ground_geom >= 0 else []
         return prims, used, ground
+
+    def _primitive_friction(self):
+        """Each contact primitive's friction against the ground plane, mixed as MuJoCo's
+        ``mj_contactParam`` (:func:`jaxdyn.sim.geoms.pair_choice`): the geom of higher
+        ``priority``'s, else the larger of the two (friction and condim; condim 1 is
+        frictionless)."""
+        from ..sim.geoms import pair_choice
+
+        m = self.mj_model
+        prims, _, ground = self._touching()
+        fr = np.array(m.geom_friction, float)[:, 0]
+        pr, cd = np.array(m.geom_priority, int), np.array(m.geom_condim, int)
+        g = np.asarray(prims, int)
+        mu, cond = fr[g], cd[g]
+        if ground:
+            o = ground[0]
+            mu = pair_choice(np, pr[g], pr[o], mu, fr[o])
+            cond = pair_choice(np, pr[g], pr[o], cond, cd[o])
+        return np.where(cond == 1, 0.0, mu).astype(float)
 
     def _soft_cone(self, contact):
         """The cone of ``Constraint(soft=True)``: the contact model's, else the file's
@@ -665,6 +758,7 @@ class MJCFModel(NamedTuple):
                 solref=jnp.asarray(np.asarray(rows_ref, dtype)),
                 solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
                 invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
+                friction=contacts.friction,
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(
@@ -1496,8 +1590,13 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     conv = Converter(model, m)
     q0 = conv.q_from_mujoco(np.array(m.qpos0, float))
+    pairs = set()
     if geoms is not None:
-        _warn_penetrating(mujoco, m, label, geoms, geom_names)
+        pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
+    if contacts and info.get("ground", -1) >= 0:  # the primitives on the ground plane
+        pairs |= {frozenset((geom_names[info["ground"]], p.name)) for p in contacts}
+    if pairs:
+        _warn_penetrating(mujoco, m, label, pairs, geom_names)
     keyframes, keyframe_act = {}, {}
     for k, name in enumerate(mujoco_names(m, "key")):
         qk = conv.q_from_mujoco(np.array(m.key_qpos[k], float))
@@ -2062,12 +2161,13 @@ def _excluded(m, b1, b2) -> bool:
     return ((lo << 16) + hi) in sig or ((hi << 16) + lo) in sig
 
 
-def _warn_penetrating(mujoco, m, label, geoms, geom_names, depth=1e-4):
-    """Warn, naming them, about the geom pairs of ``geoms`` that interpenetrate deeper than
-    ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled model)."""
+def _warn_penetrating(mujoco, m, label, pairs, geom_names, depth=1e-4):
+    """Warn, naming them, about the geom ``pairs`` (sets of two names: the pairs of
+    :class:`jaxdyn.sim.Geoms` and the primitives with the ground plane) that interpenetrate
+    deeper than ``depth`` at ``qpos0`` (MuJoCo's own collision detection on the compiled
+    model)."""
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
-    pairs = {frozenset((geoms.names[a], geoms.names[b])) for a, b in geoms.pairs}
     deep = {}
     for c in d.contact[: d.ncon]:
         key = frozenset((geom_names[c.geom1], geom_names[c.geom2]))
@@ -2277,7 +2377,8 @@ def _contacts(
             f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
     used = sorted({g for pr in pairs for g in pr})
-    for g in used:
+    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
+    for g in touching:  # the pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
     if condim:
@@ -2286,7 +2387,6 @@ def _contacts(
             f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
             "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
         )
-    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
         vals = sorted({tuple(float(x) for x in solimp[g]) for g in soft})[:3]

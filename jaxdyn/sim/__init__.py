@@ -16,7 +16,8 @@
   :class:`SpatialTendons`
   (:mod:`jaxdyn.sim.actuators`);
 * MuJoCo's equality constraints (connect, weld, joint) as soft constraints,
-  :class:`Equalities` (:mod:`jaxdyn.sim.equality`);
+  :class:`Equalities` (:mod:`jaxdyn.sim.equality`), and its joint-limit constraint,
+  :class:`LimitConstraints` (:mod:`jaxdyn.sim.limits`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
@@ -38,6 +39,7 @@ from .core import contact_counts as contact_counts
 from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
+from .core import step_info as step_info
 from .equality import Equalities as Equalities
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
@@ -49,6 +51,7 @@ from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
 from .geoms import Geoms as Geoms
 from .geoms import urdf_geoms as urdf_geoms
+from .limits import LimitConstraints as LimitConstraints
 from .scene import FreeBox as FreeBox
 from .scene import FreeCapsule as FreeCapsule
 from .scene import FreeCylinder as FreeCylinder
@@ -84,6 +87,7 @@ __all__ = [
     "Ground",
     "Heightfield",
     "JointLimits",
+    "LimitConstraints",
     "Plane",
     "Point",
     "Robot",
@@ -106,5 +110,6 @@ __all__ = [
     "rollout",
     "solve_cone_complementarity",
     "step",
+    "step_info",
     "urdf_geoms",
 ]

@@ -218,8 +218,11 @@ def passive_forces(
     q: Array,
     v: Array,
     slip: float = 1e-2,
+    skip: tuple = (),
 ) -> Array:
-    """Damping, friction and joint-limit forces ``(nv,)``."""
+    """Damping, friction and joint-limit forces ``(nv,)``; ``skip``: velocity coordinates
+    whose limits are not applied here (constraint rows instead,
+    :class:`jaxdyn.sim.limits.LimitConstraints`)."""
     dtype = v.dtype
     tau = -props["damping"].astype(dtype) * v
     fr = props["friction"].astype(dtype)
@@ -228,6 +231,7 @@ def passive_forces(
         return tau
     t = model.topo
     one = np.asarray([int(t.kind[int(t.dof_body[d])]) == joints.ONE_DOF for d in range(t.nv)])
+    one[np.asarray(skip, np.int64)] = False
     if not one.any():
         return tau
     idx = np.nonzero(one)[0]

@@ -187,7 +187,8 @@ def contact_frames(
     ``origin``, the world position of its origin); ``body_velocity (nb, 6)``: spatial velocities
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
-    ``friction``: the contacts' Coulomb coefficient (scalar or ``None``); ``midpoint``: the
+    ``friction``: the contacts' Coulomb coefficient (scalar; ``None``: the contact set's,
+    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one); ``midpoint``: the
     contact point midway between the sphere's surface and the terrain's (MuJoCo's
     ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
     :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
@@ -201,6 +202,8 @@ def contact_frames(
     x = centre - (radius + 0.5 * (dist - radius) if midpoint else radius)[:, None] * n
     vb = body_velocity[b]
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
+    if friction is None:
+        friction = getattr(cs, "friction", None)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
@@ -788,15 +791,61 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+def solve_residual(G, u, mu, lam, coulomb):
+    """The relative fixed-point residual of impulses ``lam (nc, 3)`` (or pyramid edge impulses
+    ``(nc, 4)``) of the cone problem ``(G, u, mu)`` (:func:`solve_cone_complementarity`):
+    ``max |F(lam) - lam|`` over ``max(|lam|, |F(lam)|)`` (a scalar, 0 at the solution; about 1
+    when ``lam`` is far from it),
+    with ``F`` the projected step of :func:`_fixed_point_map` and ``rho`` the solver's; no
+    derivative (a diagnostic)."""
+    G, u, mu, lam = (jax.lax.stop_gradient(x) for x in (G, u, mu, lam))
+    nc, width = lam.shape
+    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, width), -1)
+    mu_c = jnp.broadcast_to(mu, (nc,)).astype(lam.dtype)
+    F = _fixed_point_map(lam, G, u, mu_c, rho, coulomb)
+    scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
+    tiny = jnp.finfo(lam.dtype).tiny
+    return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
+
+
+def _solved(A, u, mu, contact, live, residual, cone="elliptic"):
+    """:func:`solve_cone_complementarity` with ``contact``'s settings; with ``residual`` also
+    the solve's :func:`solve_residual` (``lam (nc, 3)``, or pyramid edges ``(nc, 4)``)."""
+    coulomb = not contact.relaxed
+    lam = solve_cone_complementarity(
+        A, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
+    )
+    return (lam, solve_residual(A, u, mu, lam, coulomb)) if residual else lam
+
+
+def solve_contact_impulses(
+    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False
+):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
     ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
     ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
-    Returns impulses ``(nc, 3)`` in the same rows.
+    Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
+    residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
+    Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    cone = "elliptic" if E is None else "pyramidal"
+    out = _solved(Gr, u, mu, contact, live, residual, cone)
+    lam, res = out if residual else (out, None)
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)
+    return (lam, res) if residual else lam
+
+
+def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
+    """The cone problem :func:`solve_contact_impulses` solves: ``(Gr, u, mu (nc,), live (nc,),
+    E)``, ``Gr`` the Delassus matrix ``G`` plus the contact model's diagonal regulariser and
+    ``u`` the free velocities, in the rows ``[n, t1, t2]`` (``E = None``: second-order cones,
+    ``(3nc, 3nc)``, ``(3nc,)``) or in those of MuJoCo's pyramid edges (``cone="pyramidal"``:
+    ``E (nc, 4, 3)`` from :func:`pyramid_edges`, ``(4nc, 4nc)``, ``(4nc,)``; the impulses
+    ``f (nc, 4)`` act as ``E^T f``). Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are
+    appended to it by the caller."""
     if contact.soft:
-        return _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt)
+        return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -808,15 +857,8 @@ def solve_contact_impulses(contact: Constraint, G, frames, v_free_rows, dt, v_ro
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
     u = v_free_rows.at[:, 0].add(b).reshape(-1)
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
-    return solve_cone_complementarity(
-        Gr,
-        u,
-        _friction(contact, frames, dtype),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=live_contacts(d),
-    )
+    mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
+    return Gr, u, mu, live_contacts(d), None
 
 
 def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
@@ -836,12 +878,13 @@ def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     return solref, _soft.clamp_solimp(solimp)
 
 
-def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
-    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level: the
-    impulses ``lam = h f`` of MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 -
-    aref)`` over the cones, i.e. ``min 1/2 lam^T (A + R) lam + lam^T u`` with
-    ``u = J v_free - J v - h aref`` (``J v_free = J v + h J a0``); contacts that do not touch
-    (``distance >= 0``, MuJoCo has no row for them) and empty slots carry none."""
+def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
+    """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level, the
+    cone problem (:func:`contact_problem`) of the impulses ``lam = h f`` of MuJoCo's dual
+    problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over the cones, i.e.
+    ``min 1/2 lam^T (A + R) lam + lam^T u`` with ``u = J v_free - J v - h aref``
+    (``J v_free = J v + h J a0``); contacts that do not touch (``distance >= 0``, MuJoCo has
+    no row for them) and empty slots carry none."""
     dtype = G.dtype
     nc = frames.distance.shape[0]
     h = jnp.asarray(dt, dtype)
@@ -865,15 +908,7 @@ def _soft_impulses(contact, G, frames, v_free_rows, v_rows, dt):
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
     R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
     mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
-    return solve_cone_complementarity(
-        G + jnp.diag(R),
-        u.reshape(-1),
-        jnp.broadcast_to(mu, (nc,)),
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=active,
-    )
+    return G + jnp.diag(R), u.reshape(-1), jnp.broadcast_to(mu, (nc,)), active, None
 
 
 def mujoco_tangents(n):
@@ -908,14 +943,15 @@ def pyramid_edges(n, mu):
 
 
 def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
-    """:func:`_soft_impulses` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
+    """:func:`_soft_problem` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
     MuJoCo's ``mj_instantiateContact``, ``mj_diagApprox``, ``mj_makeImpedance``): per contact
     four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`), each with the contact's
     distance as its violation (``aref = -b J_edge v - k d(r) r`` on every edge),
     ``diagApprox = (1 + mu^2) diagApprox_n`` and the common regulariser ``R = 2 mu_r^2
     (1 - d) / d diagApprox``, ``mu_r = mu sqrt(1 / impratio)`` (the regularised cone's
     ``mu``); impulses ``f >= 0`` per edge. A contact with ``mu = 0`` (condim 1) is MuJoCo's
-    frictionless row. Returns the rows ``[n, t1, t2]`` (``E^T f``)."""
+    frictionless row. Returns the edge rows' problem and ``E`` (the impulses ``f`` act on
+    the rows ``[n, t1, t2]`` as ``E^T f``)."""
     dtype = G.dtype
     nc = frames.distance.shape[0]
     r = frames.distance
@@ -934,14 +970,4 @@ def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     # mu = 0 (condim 1): MuJoCo's one frictionless row with R0; four equal edges with 4 R0 each
     # share its impulse equally, the same problem (MuJoCo's condim-3 pyramid would have R = 0)
     R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), 4)
-    f = solve_cone_complementarity(
-        Ge + jnp.diag(R),
-        u.reshape(-1),
-        mu,
-        contact.iterations,
-        contact.newton,
-        coulomb=not contact.relaxed,
-        live=active,
-        cone="pyramidal",
-    )
-    return jnp.einsum("ci,cij->cj", f, E)
+    return Ge + jnp.diag(R), u.reshape(-1), mu, active, E

@@ -81,6 +81,7 @@ from ..algorithms.rnea import rnea_world
 from ..model import tree
 from . import _params
 from . import contact as C
+from . import limits as L
 from .actuators import (
     FixedTendons,
     JointLimits,
@@ -93,6 +94,7 @@ from .actuators import (
 )
 from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
+from .limits import LimitConstraints
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,7 +107,15 @@ if TYPE_CHECKING:
     from .geometry import Heightfield
 
 
-__all__ = ["State", "SimConfig", "step", "rollout", "contact_forces", "contact_counts"]
+__all__ = [
+    "State",
+    "SimConfig",
+    "step",
+    "step_info",
+    "rollout",
+    "contact_forces",
+    "contact_counts",
+]
 
 INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
@@ -154,6 +164,13 @@ class SimConfig(eqx.Module):
       through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
       (MuJoCo's equality constraints) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
+    - ``limit_constraints``: :class:`~jaxdyn.sim.limits.LimitConstraints` (MuJoCo's joint-limit
+      constraint: soft rows solved with the contacts of a
+      :class:`~jaxdyn.sim.contact.Constraint`, or alone) or ``None`` (default); its joints
+      are left out of ``limits``' spring-damper. Velocity-level: with ``"euler"``,
+      ``"implicit"`` and ``"implicit_damping"`` (not with ``"euler"`` and
+      :class:`~jaxdyn.sim.contact.Compliant` contact, whose forces that integrator makes
+      implicit). :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from a file.
     """
 
     dt: float = 2e-3
@@ -169,6 +186,7 @@ class SimConfig(eqx.Module):
     tendons: FixedTendons | None = None
     spatial_tendons: SpatialTendons | None = None
     equalities: Equalities | None = None
+    limit_constraints: LimitConstraints | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -222,6 +240,20 @@ class SimConfig(eqx.Module):
             raise TypeError(
                 f"SimConfig: equalities must be None or Equalities, got {self.equalities!r}"
             )
+        if self.limit_constraints is not None:
+            if not isinstance(self.limit_constraints, LimitConstraints):
+                raise TypeError(
+                    f"SimConfig: limit_constraints must be None or LimitConstraints, got "
+                    f"{type(self.limit_constraints).__name__}"
+                )
+            if self.integrator == "rk4" or (
+                self.integrator == "euler" and isinstance(self.contact, C.Compliant)
+            ):
+                raise ValueError(
+                    "SimConfig: limit_constraints are velocity-level (impulses per step); use "
+                    "integrator='euler' (without Compliant contact), 'implicit' or "
+                    f"'implicit_damping', not {self.integrator!r}"
+                )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -302,7 +334,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
     tendons. ``coupled=False`` leaves out the terms whose velocity derivative is not diagonal
     (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
     :func:`_velocity_factors` instead."""
-    passive = passive_forces(model, props, cfg.limits, q, v)
+    skip = () if cfg.limit_constraints is None else cfg.limit_constraints.dof
+    passive = passive_forces(model, props, cfg.limits, q, v, skip=skip)
     if coupled or not _coupled(cfg):
         tau = cfg.actuator.torques(model, q, v, ctrl)
         tau = clip_effort(tau, props["effort"].astype(v.dtype)) + passive
@@ -378,16 +411,35 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
-    """Velocity after the contact impulses of the constraint model; ``solve(R (nv, r))``
-    applies ``M_eff^-1`` (ABA sweeps on the step's articulated inertias); ``v``: the velocity
-    at the step's start (soft contact's reference acceleration)."""
+def _limit_rows(cfg) -> LimitConstraints | None:
+    """``cfg.limit_constraints`` where it has a row (``None`` otherwise)."""
+    lim = cfg.limit_constraints
+    return lim if lim is not None and lim.rows else None
+
+
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
+    """Velocity after the impulses of the constraint model's contacts and of the joint-limit
+    rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
+    (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
+    residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
+    sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
+    soft rows' reference acceleration)."""
+    lim = _limit_rows(cfg)
+    if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
+        assert lim is not None  # _substep solves constraints when either is present
+        dv, _, res = L.solve(lim, model, q, v, v_free, solve, h)
+        return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
     idx = body = other = None
+    dropped = jnp.zeros((), jnp.int32)
     if k is not None and k < nc:  # the k closest slots only (Constraint.max_contacts)
         idx = C.closest_contacts(frames.distance, k)
+        # slots that touch or close within the step at the free velocity, left out by the cap
+        vn = jnp.sum(frames.velocity * frames.normal, -1)
+        reach = C.live_contacts(frames.distance) & (frames.distance + h * jnp.minimum(vn, 0.0) <= 0)
+        dropped = jnp.sum(reach, dtype=jnp.int32) - jnp.sum(reach[idx], dtype=jnp.int32)
         body, other = jnp.asarray(frames.body_index)[idx], jnp.asarray(frames.other_index)[idx]
         frames = C.take_contacts(frames, idx)
     n = frames.normal
@@ -395,16 +447,28 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v):
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
-    MinvJT = solve(Jc.T)  # (nv, 3 nc)
-    G = Jc @ MinvJT
-    G = 0.5 * (G + G.T)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
-    lam = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows)
+    if lim is None:
+        MinvJT = solve(Jc.T)  # (nv, 3 nc)
+        G = Jc @ MinvJT
+        G = 0.5 * (G + G.T)
+        out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+        lam, res = cast("tuple[Array, Array]", out)
+        dv = MinvJT @ lam.reshape(-1)
+    else:  # the joint-limit rows appended to the contacts' problem
+        dv, lam, res = L.solve(
+            lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows
+        )
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
-    return v_free + MinvJT @ lam.reshape(-1), f
+    return v_free + dv, f, _info(res, dropped)
+
+
+def _info(residual, dropped):
+    """A step's contact report (:func:`step_info`)."""
+    return {"contact_residual": residual, "contacts_dropped": dropped}
 
 
 def _free_runs(model):
@@ -469,11 +533,13 @@ def _advance(model, q, v1, h):
 
 
 def _substep(model, cfg, props, q, v, ctrl, h):
-    """One integrator step: ``(q', v', f)`` with ``f (nc, 3)`` the contact forces (world axes;
-    the mean force of the impulses for constraint contact) or ``None``."""
+    """One integrator step: ``(q', v', f, info)`` with ``f (nc, 3)`` the contact forces (world
+    axes; the mean force of the impulses for constraint contact) or ``None`` and ``info`` the
+    constraint solve's report (:func:`step_info`; zeros without one)."""
+    none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
     if cfg.integrator == "rk4":
-        return _rk4(model, cfg, props, q, v, ctrl, h)
-    constraint = isinstance(cfg.contact, C.Constraint)
+        return (*_rk4(model, cfg, props, q, v, ctrl, h), none)
+    constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
@@ -481,7 +547,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             a, f = _acceleration(model, cfg, props, q, v, ctrl, h)
             t = _transport(model, v)
             a = a if t is None else a + t
-        return (*_advance(model, q, v + h * a, h), f)
+        return (*_advance(model, q, v + h * a, h), f, none)
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
     # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
@@ -513,9 +579,11 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             solve = _low_rank_solve(solve, *factors, h)
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
+    info = none
     if constraint:
-        v1, f = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v)
-    return (*_advance(model, q, v1, h), f)
+        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
+    return (*_advance(model, q, v1, h), f, info)
 
 
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
@@ -743,30 +811,60 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
     With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
     step that diverges returns its non-finite state (callers such as
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
-    :data:`DIVERGED` there.
+    :data:`DIVERGED` there; :func:`step_info` also reports the contact solve (its residual, contacts
+    left out by ``max_contacts``).
     """
-    q, v, ctrl, dtype, act = _check_state("step", model, state, ctrl, cfg)
+    return _step("step", model, state, ctrl, cfg)[0]
+
+
+@full_precision
+def step_info(
+    model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig
+) -> tuple[State, dict[str, Array]]:
+    """:func:`step` and its contact report: ``(next_state, info)`` with
+
+    * ``info["contact_residual"]``: the largest relative fixed-point residual of the
+      :class:`~jaxdyn.sim.contact.Constraint` solves of the step's substeps
+      (:func:`jaxdyn.sim.contact.solve_residual`: 0 at the solution; a solve that has not
+      converged in its ``iterations`` / ``newton`` steps leaves a residual of order
+      ``1e-3`` and more, its impulses off by about that fraction: raise ``iterations`` or
+      ``newton``);
+    * ``info["contacts_dropped"]`` (int32): the most contact slots that ``max_contacts`` left
+      out of a substep's solve although they touch or close within the substep (distance
+      ``d + h min(v_n, 0) <= 0`` at the contact-free velocity): 0 while the capped step is
+      the uncapped one; raise ``max_contacts`` where it is not.
+
+    Both are 0 without constraint contact. The next state is :func:`step`'s (the same
+    program; under ``jit``, :func:`step` leaves the report out)."""
+    return _step("step_info", model, state, ctrl, cfg)
+
+
+def _step(fn, model, state, ctrl, cfg):
+    q, v, ctrl, dtype, act = _check_state(fn, model, state, ctrl, cfg)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
 
     def one(q, v, act):
         cfg1, u = _driven(cfg, ctrl, act, h)
-        q, v, _ = _substep(model, cfg1, props, q, v, u, h)
+        q, v, _, info = _substep(model, cfg1, props, q, v, u, h)
         if act is not None:  # after the step, as MuJoCo's mj_advance
             # (activations: a GainBias, the one actuator with act_size)
             act = cast("GainBias", cfg.actuator).next_act(ctrl, act, h)
-        return q, v, act
+        return q, v, act, info
 
     if cfg.substeps == 1:
-        q, v, act = one(q, v, act)
+        q, v, act, info = one(q, v, act)
     else:  # one traced substep, scanned (compile time independent of the count)
 
         def sub(carry, _):
-            return one(*carry), None
+            q, v, act, info = one(*carry)
+            return (q, v, act), info
 
-        (q, v, act), _ = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
-    return State(q, v, jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype), act)
+        (q, v, act), infos = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
+        info = {k: jnp.max(x) for k, x in infos.items()}
+    t = jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype)
+    return State(q, v, t, act), info
 
 
 def _step_words(model, itemsize):

@@ -186,6 +186,12 @@ class ContactSet(eqx.Module):
     ``pos (nc, 3)``: centres in body coordinates; ``radius (nc,)``; ``names``: one label per
     sphere (the primitive's name, with ``[k]`` for primitives of several spheres).
 
+    ``friction (nc,)``: each sphere's Coulomb coefficient against the terrain (MuJoCo's pair
+    mixing of the primitive's geom and the terrain's: the larger of the two, or the geom of
+    higher ``priority``'s; :meth:`jaxdyn.io.mjcf.MJCFModel.sim_config` and
+    :class:`jaxdyn.sim.Scene` fill it); ``None``: the contact model's (else 1). A contact
+    model's own ``friction`` overrides it.
+
     ``solref (nc, 2)``, ``solimp (nc, 5)``, ``invweight (nc,)``: each sphere's MuJoCo
     ``solref``, ``solimp`` and ``diagApprox`` (:attr:`jaxdyn.sim.contact.ContactFrames.solref`,
     ``solimp``, ``invweight``; ``None``: the contact model's or MuJoCo's defaults, the Delassus
@@ -200,10 +206,16 @@ class ContactSet(eqx.Module):
     solref: jnp.ndarray | None = None
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
+    friction: jnp.ndarray | None = None
 
     def __check_init__(self):
         n = len(self.names)
-        for name, shape in (("solref", (n, 2)), ("solimp", (n, 5)), ("invweight", (n,))):
+        for name, shape in (
+            ("solref", (n, 2)),
+            ("solimp", (n, 5)),
+            ("invweight", (n,)),
+            ("friction", (n,)),
+        ):
             x = getattr(self, name)
             if x is not None and np.shape(x) != shape:
                 raise ValueError(f"ContactSet: {name} has shape {np.shape(x)}, expected {shape}")
@@ -217,9 +229,18 @@ class ContactSet(eqx.Module):
         return np.asarray(self.body, np.int64)
 
 
-def contact_set(model: Model, geoms: Sequence[Sphere | Point | Box | Capsule]) -> ContactSet:
+def contact_set(
+    model: Model,
+    geoms: Sequence[Sphere | Point | Box | Capsule],
+    *,
+    friction: npt.ArrayLike | None = None,
+) -> ContactSet:
     """Compile contact primitives (:class:`Sphere`, :class:`Point`, :class:`Box`,
     :class:`Capsule`) on ``model``'s frames into a :class:`ContactSet`.
+
+    ``friction``: ``None`` (default: the contact model's), or each primitive's Coulomb
+    coefficient against the terrain (one number per primitive, ``>= 0``; given to each of its
+    spheres: :attr:`ContactSet.friction`).
 
     Raises ``ValueError`` for an unknown frame, a frame fixed to the world (it cannot move, so
     it cannot make contact) and a frame on a body that carries no mass, itself or below it (a
@@ -241,8 +262,16 @@ def contact_set(model: Model, geoms: Sequence[Sphere | Point | Box | Capsule]) -
             raise TypeError(
                 f"contact_set: expected Sphere, Point, Box or Capsule, got {type(g).__name__}"
             )
+    fr = None
+    if friction is not None:
+        fr = np.asarray(friction, float).reshape(-1)
+        if fr.shape != (len(geoms),) or not np.all(np.isfinite(fr)) or np.any(fr < 0):
+            raise ValueError(
+                f"contact_set: friction must be one finite number >= 0 per primitive "
+                f"({len(geoms)}), got {friction!r}"
+            )
     defaults = [f"{type(g).__name__}({g.frame!r})" for g in geoms]
-    bodies, pos, radius, names = [], [], [], []
+    bodies, pos, radius, names, frs = [], [], [], [], []
     for gi, g in enumerate(geoms):
         label = g.name
         if label is None:  # default labels: numbered where several primitives share a frame
@@ -267,6 +296,7 @@ def contact_set(model: Model, geoms: Sequence[Sphere | Point | Box | Capsule]) -
             pos.append(spatial.mv(Rf, jnp.asarray(c, Rf.dtype)) + pf)
             radius.append(r)
             names.append(label if len(sph) == 1 else f"{label}[{k}]")
+            frs.append(0.0 if fr is None else fr[gi])
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"contact_set: contact names must be unique, repeated: {dup}")
@@ -276,6 +306,7 @@ def contact_set(model: Model, geoms: Sequence[Sphere | Point | Box | Capsule]) -
         radius=jnp.asarray(radius, dtype),
         body=tuple(int(b) for b in bodies),
         names=tuple(names),
+        friction=None if fr is None else jnp.asarray(frs, dtype),
     )
 
 

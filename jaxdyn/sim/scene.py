@@ -260,10 +260,10 @@ class FreeObject:
     Mass properties: uniform ``density`` (kg/m^3, default 1000) over the solid (a mesh: its
     convex hull); ``mass`` scales them to that mass; ``inertia`` (``(3,)`` principal moments or
     ``(3, 3)``, about the centre of mass in body axes) and ``com (3,)`` replace them.
-    ``friction``: its Coulomb coefficient (a pair takes the larger of its two geoms'; against
-    the ground's primitives, the contact model's); ``condim`` 3 (friction) or 1
-    (frictionless). ``v``: initial velocity ``[ω; v]`` in body coordinates (jaxdyn's free
-    joint), default zero."""
+    ``friction``: its Coulomb coefficient (a pair takes the larger of its two geoms', its
+    primitives on the ground too; a contact model's own ``friction`` overrides it);
+    ``condim`` 3 (friction) or 1 (frictionless). ``v``: initial velocity ``[ω; v]`` in body
+    coordinates (jaxdyn's free joint), default zero."""
 
     name: str
     shape: str
@@ -338,9 +338,9 @@ class StaticGeom:
 @dataclass(frozen=True, eq=False)
 class Ground:
     """The ground plane ``normal . x = height`` (the scene's terrain, one at most):
-    ``friction`` of its geom pairs (cylinders, ellipsoids and meshes on it; spheres, capsules
-    and boxes touch it as primitives, with the contact model's friction, as in
-    :func:`jaxdyn.load_mjcf`)."""
+    ``friction`` mixed with each geom's on it (the larger of the two: its geom pairs,
+    cylinders, ellipsoids and meshes, and the spheres, capsules and boxes that touch it as
+    primitives, :attr:`jaxdyn.sim.ContactSet.friction`, as in :func:`jaxdyn.load_mjcf`)."""
 
     height: float = 0.0
     normal: npt.ArrayLike = (0.0, 0.0, 1.0)
@@ -721,7 +721,7 @@ class Scene:
                 pairs.append((i, j) if _ordered(gi.type, gj.type) else (j, i))
 
         # the ground: moving spheres, capsules and boxes as exact primitives (load_mjcf's way)
-        prims, as_prim = [], set()
+        prims, as_prim, prim_friction = [], set(), []
         if ground is not None:
             from .geometry import Box, Capsule, Sphere
 
@@ -751,6 +751,9 @@ class Scene:
                 else:
                     prims.append(Box(f, tuple(2 * g.size), pos=tuple(p), rotation=R, name=g.name))
                 as_prim.add((a, b))
+                # the pair's friction as Geoms mixes it: the larger, none where both condim 1
+                frictionless = g.condim == 1 and gs[gi].condim == 1
+                prim_friction.append(0.0 if frictionless else max(g.friction, gs[gi].friction))
         self._gs, self._pairs, self._prim_pairs = gs, pairs, as_prim
         pairs = [pr for pr in pairs if pr not in as_prim]
         self.geoms = _table(gs, pairs)
@@ -760,7 +763,7 @@ class Scene:
 
             self.terrain = Plane(normal=ground.normal, height=ground.height)
             if prims:
-                self.contacts = contact_set(model, prims)
+                self.contacts = contact_set(model, prims, friction=prim_friction)
         self._warn_penetrating()
 
     # ------------------------------------------------------------------ helpers

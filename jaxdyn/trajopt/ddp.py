@@ -813,6 +813,53 @@ def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives
     )  # fmt: skip
 
 
+def _vmapped_here(tree) -> bool:
+    """Whether ``jax.vmap`` is the innermost transformation of some array of ``tree``."""
+    from ..backend.internals import BATCH_TRACER
+
+    if BATCH_TRACER is None:
+        return False
+    return any(isinstance(a, BATCH_TRACER) for a in jax.tree.leaves(tree))
+
+
+def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+    """:func:`fddp` / :func:`ilqr`'s solve. Under ``jax.vmap`` (the innermost transformation)
+    the solve is a ``jax.custom_batching.custom_vmap``: called with concrete arrays on the CPU
+    (``jax.vmap(fddp)(problems)`` outside ``jit``) the batch is solved as
+    :func:`solve_batch` does there (one problem after another, in a host thread per core),
+    everywhere else (inside ``jit``, on accelerators, with ``verbose``) by the batched
+    program, as ``jax.vmap`` of the solve."""
+    static = dict(max_iter=max_iter, derivatives=derivatives, verbose=verbose)
+    args = (problem, xs, us, ddp, params)
+    if not _vmapped_here(args):
+        return _solve(*args, **static)
+    arrays, static_tree = eqx.partition(args, eqx.is_array)
+    flat, treedef = jax.tree.flatten(arrays)
+
+    def call(*flat):
+        return _solve_plain(*eqx.combine(jax.tree.unflatten(treedef, flat), static_tree), **static)
+
+    solve = jax.custom_batching.custom_vmap(call)
+
+    @solve.def_vmap
+    def rule(axis_size, in_batched, *flat):
+        if verbose or not _on_cpu(flat):
+            axes = [0 if b else None for b in in_batched]
+            out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
+        else:
+            flat = [np.asarray(a) for a in jax.device_get(flat)]
+
+            def one(i):
+                member = [np.asarray(a[i]) if b else a for a, b in zip(flat, in_batched)]
+                member = eqx.combine(jax.tree.unflatten(treedef, member), static_tree)
+                return _solve_fused.call(True, *member, **static)
+
+            out = _one_by_one(one, axis_size, _cpu_cores())
+        return out, jax.tree.map(lambda _: True, out)
+
+    return solve(*flat)
+
+
 _DEFAULTS = dict(
     max_iter=100,
     th_stop=None,
@@ -898,13 +945,15 @@ def fddp(
     last; under ``jax.vmap`` the members' lines
     interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index).
 
-    Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works.
+    Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works (called
+    with arrays on the CPU it solves the members one by one in host threads, as
+    :func:`solve_batch`; inside ``jit`` as one batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
     xs, us = _initial(problem, xs, us)
     problem = problem.with_bounds()
     params, static = _options(options, xs.dtype)
-    return _solve(problem, xs, us, jnp.asarray(False), params, **static)
+    return _solve_user(problem, xs, us, jnp.asarray(False), params, **static)
 
 
 def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Result:
@@ -915,7 +964,7 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
     xs, us = _initial(problem, None, us)
     problem = problem.with_bounds()
     params, static = _options(options, xs.dtype)
-    return _solve(problem, xs, us, jnp.asarray(True), params, **static)
+    return _solve_user(problem, xs, us, jnp.asarray(True), params, **static)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -960,38 +1009,119 @@ def _batch_x0(fn, problems, solver):
     return x0
 
 
+def _cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _on_cpu(tree) -> bool:
+    """Whether the arrays of ``tree`` are concrete and on the CPU (those of a default-backend
+    CPU process, numpy arrays included): :func:`solve_batch`'s one-by-one route applies."""
+    if jax.default_backend() != "cpu":
+        return False
+    for a in jax.tree.leaves(tree):
+        if isinstance(a, jax.core.Tracer):
+            return False
+        devices = getattr(a, "devices", None)
+        if devices is not None and any(d.platform != "cpu" for d in devices()):
+            return False
+    return True
+
+
+def _solve_threads(problems, xs, us, ddp, params, static, threads):
+    """:func:`solve_batch`'s ``method="threads"``: each problem solved by the one-problem
+    program (fused into one XLA:CPU kernel where that compiles, whatever the
+    ``trajopt_fused_loops`` switch: it is compiled once for the whole batch), one after
+    another in each of ``threads`` host threads (XLA runs the programs concurrently and
+    releases the GIL while they run). The first problem is solved before the threads start,
+    so that the program is compiled once."""
+    arrays, static_tree = eqx.partition((problems, xs, us), eqx.is_array)
+    arrays = jax.tree.map(np.asarray, jax.device_get(arrays))  # one copy; numpy slices after
+    B = np.shape(problems.x0)[0]
+    verbose = static["verbose"]
+
+    ddp, params = jax.device_get((ddp, params))
+
+    def one(i):
+        p, x, u = eqx.combine(jax.tree.map(lambda a: np.asarray(a[i]), arrays), static_tree)
+        x, u = _initial(p, x, u)
+        # numpy leaves, as jax.vmap(fddp)'s members (:func:`_solve_user`): one jit signature
+        p, x, u = jax.device_get((p.with_bounds(), x, u))
+        # the tag (the problem's index, traced) is read by verbose's lines only; without it the
+        # call is jax.vmap(fddp)'s (:func:`_solve_user`): one compiled program for both
+        tag = (np.int32(i),) if verbose else ()
+        return _solve_fused.call(
+            not verbose, p, x, u, ddp, params, *tag, **static
+        )  # fmt: skip
+
+    return _one_by_one(one, B, threads)
+
+
+def _one_by_one(one, B, threads):
+    """``one(i)`` for ``i < B`` in ``threads`` host threads, stacked: the first before the
+    threads start, so that its program is compiled once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = jax.block_until_ready(one(0))
+    n = max(1, min(int(threads), B - 1))
+    with ThreadPoolExecutor(n) as pool:
+        rest = list(pool.map(lambda i: jax.block_until_ready(one(i)), range(1, B)))
+    return jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), first, *rest)
+
+
 def solve_batch(
     problems: Problem,
     xs: ArrayLike | None = None,
     us: ArrayLike | None = None,
     *,
     solver: str = "fddp",
+    method: str | None = None,
+    threads: int | None = None,
     round_iters: int = 10,
     min_batch: int = 16,
     schedule: list | None = None,
     **options: Any,
 ) -> Result:
-    """Solve a batch of problems, compacting the batch as its members converge.
+    """Solve a batch of problems, each member iterating only as long as it needs.
 
     ``jax.vmap(fddp)`` runs one ``while_loop`` for the whole batch: every member iterates
     (masked) until the slowest one stops, so a batch of problems that need 4-13 iterations, and
-    a few that need 30, costs 30 batched iterations. Here the batch runs ``round_iters``
-    iterations at a time; after each round the members that have stopped are set aside and
-    the others are gathered into a smaller batch (a power of two, at least ``min_batch``, and
-    only once it is at most a quarter of the current one, so at most ``log_4(B / min_batch) +
-    1`` sizes are compiled; padding repeats a running member). The solver state travels
-    with each member (iterate, derivatives, regularisation, feasibility, log), so a member's
-    iterations are exactly those of an uninterrupted solve: the result equals
-    ``jax.vmap(fddp)`` (or ``ilqr``) member by member, up to rounding.
+    a few that need 30, costs 30 batched iterations. Two routes avoid that:
+
+    * ``method="threads"`` (the default on the CPU): the problems are solved one after
+      another by the one-problem program of :func:`fddp` (compiled once, into one XLA:CPU
+      kernel where XLA compiles it so, :mod:`jaxdyn.backend.fused_programs`, whatever the
+      ``trajopt_fused_loops`` switch), in ``threads`` host threads at once (default: the
+      cores this process may use), so a batch uses every core of a plain process (no
+      ``JAX_NUM_CPU_DEVICES`` needed). On the CPU a batched iteration costs about as much
+      per member as one problem's, so batching buys nothing there that one-by-one solves
+      do not.
+    * ``method="rounds"`` (the default on accelerators): the batch runs ``round_iters``
+      iterations at a time; after each round the members that have stopped are set aside and
+      the others are gathered into a smaller batch (a power of two, at least ``min_batch``,
+      and only once it is at most a quarter of the current one, so at most
+      ``log_4(B / min_batch) + 1`` sizes are compiled; padding repeats a running member).
+      The solver state travels with each member (iterate, derivatives, regularisation,
+      feasibility, log), so a member's iterations are exactly those of an uninterrupted
+      solve.
+
+    Either way the result equals ``jax.vmap(fddp)`` (or ``ilqr``) member by member, up to
+    rounding.
 
     **Arguments:** ``problems``: a :class:`Problem` whose array leaves are stacked along a
     leading axis of size ``B`` (as ``jax.vmap(make_problem)`` builds them); optional initial
     guesses ``xs (B, T+1, nx)``, ``us (B, T, nu)``; ``solver``: ``"fddp"`` or ``"ilqr"``
-    (``xs`` is then ignored: iLQR rolls out ``us``); ``schedule``: a list to which
-    ``(batch size, members running)`` is appended after every round; ``options``: those of
-    :func:`fddp` (``max_iter`` included, default 100). A host-side loop over rounds around
-    jit-compiled batched rounds (one device-to-host copy of the statuses per round): call it
-    directly, not under ``jit`` or ``vmap``.
+    (``xs`` is then ignored: iLQR rolls out ``us``); ``method``: ``"threads"`` or
+    ``"rounds"`` (default: ``"threads"`` for concrete arrays on the CPU, else ``"rounds"``);
+    ``threads``; ``round_iters``, ``min_batch`` and ``schedule`` (``"rounds"``: a list to
+    which ``(batch size, members running)`` is appended after every round); ``options``:
+    those of :func:`fddp` (``max_iter`` included, default 100). Host-side loops around
+    jit-compiled programs: call it directly, not under ``jit`` or ``vmap``.
 
     **Returns:** a batched :class:`Result` in the problems' order.
     """
@@ -1001,17 +1131,31 @@ def solve_batch(
             f"solve_batch: round_iters and min_batch must be >= 1, got {round_iters} and "
             f"{min_batch}"
         )
+    if method is None:
+        method = "threads" if _on_cpu((problems, xs, us)) else "rounds"
+    if method not in ("threads", "rounds"):
+        raise ValueError(f"solve_batch: method must be 'threads' or 'rounds', got {method!r}")
+    threads = _cpu_cores() if threads is None else threads
+    if int(threads) < 1:
+        raise ValueError(f"solve_batch: threads must be >= 1, got {threads}")
     B = x0.shape[0]
+    for name, a in (("xs", xs), ("us", us)):
+        if a is not None and jnp.shape(a)[0] != B:
+            raise ValueError(
+                f"solve_batch: {name} must have the batch size {B} first; got shape {jnp.shape(a)}"
+            )
     params, static = _options(options, x0.dtype)
     max_iter = static["max_iter"]
     ddp = jnp.asarray(solver == "ilqr")
     xs = None if solver == "ilqr" else xs
+    if static["verbose"]:
+        print(_log_header(True), flush=True)
+    if method == "threads":
+        return _solve_threads(problems, xs, us, ddp, params, static, threads)
     pb, st = _setup_batch(
         problems, xs, us, ddp, params, max_iter=max_iter, derivatives=static["derivatives"]
     )
     n_iter = jnp.asarray(int(round_iters))
-    if static["verbose"]:
-        print(_log_header(True), flush=True)
     ids, real, recorded = np.arange(B), np.ones(B, bool), np.zeros(B, bool)
     parts = []
     while True:

@@ -1,0 +1,327 @@
+"""MuJoCo's joint-limit constraint in :mod:`jaxdyn.sim`: one-sided soft constraint rows of
+hinge and slide joints, solved with the contact rows (:class:`LimitConstraints`).
+
+MuJoCo (``mj_instantiateLimit``; Todorov 2014, "Convex and analytically-invertible dynamics with
+contacts and constraints", ICRA; MuJoCo's documentation, Computation: soft constraints) gives
+every limited hinge or slide joint a row per side whose distance ``dist = q - lower`` (lower
+side, Jacobian ``+1`` on the joint's dof) or ``dist = upper - q`` (upper side, Jacobian ``-1``)
+is below the joint's ``margin`` (jaxdyn: one row per joint, on its nearer side, the same rows
+while the range is at least ``2 margin`` wide). A row with violation ``r = dist - margin``
+and velocity ``J v`` carries a force ``f >= 0`` of the soft constraint
+
+    aref = -b (J v) - k imp(r) r,      R = (1 - imp) / imp * dof_invweight0,
+
+(:mod:`jaxdyn.sim._soft`: ``k``, ``b`` of ``solreflimit``, ``imp`` of ``solimplimit``), a row of
+MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over ``f >= 0`` and the
+contacts' cones, solved together with the contact rows. At the velocity level (impulses
+``lam = h f`` on the step's free velocity, as :class:`jaxdyn.sim.Constraint` with
+``soft=True``; :meth:`LimitConstraints.row_problem`) the row is a block of the contact
+problem's width whose other rows carry nothing, appended to it (:func:`solve`): a frictionless
+cone ``[n, t1, t2]`` (``mu = 0``) beside second-order cones, four edges with impulses ``>= 0``
+beside MuJoCo's pyramids (``Constraint(cone="pyramidal")``). Unlike a spring-damper
+(:class:`jaxdyn.sim.JointLimits`), the limit cancels the share ``imp`` of whatever pushes a
+joint into its stop (a strong actuator), as MuJoCo's does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import equinox as eqx
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+
+from .. import joints
+from . import _soft
+from . import contact as C
+from .collision import NO_CONTACT
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from jax import Array
+    from jax.typing import ArrayLike
+
+    from ..model.model import Model
+
+__all__ = ["LimitConstraints"]
+
+
+class LimitConstraints(eqx.Module):
+    """MuJoCo's joint-limit constraint rows (module docs), ``n`` of them: one per limited hinge
+    or slide joint, acting on the side the joint is nearer to (MuJoCo's rows of the two sides
+    are never active together while ``upper - lower >= 2 margin``; a joint narrower than that
+    is given as two rows, one per side, with the other bound infinite).
+
+    Static: ``dof`` (the joint's velocity coordinate) and ``qpos`` (its position coordinate)
+    per row; ``refsafe`` (MuJoCo's ``refsafe``: ``timeconst >= 2 h``); ``iterations``,
+    ``newton``: the solver's steps when the configuration has no
+    :class:`~jaxdyn.sim.Constraint` contact (with one, the rows are solved in its problem and
+    with its settings; :func:`~jaxdyn.sim.solve_cone_complementarity`).
+
+    Arrays: ``lower``, ``upper (n,)`` (the range; ``-inf`` / ``inf`` for a side without a
+    limit), ``margin (n,)`` (MuJoCo's joint ``margin``: a side acts from ``dist < margin``,
+    ``dist = q - lower`` or ``upper - q``), ``solref (n, 2)`` (``solreflimit``, either form),
+    ``solimp (n, 5)`` (``solimplimit``) and ``diag (n,)`` (MuJoCo's ``efc_diagApprox`` of the
+    row: ``dof_invweight0``).
+
+    :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from an MJCF file,
+    :meth:`from_model` from a model's ``q_lower`` / ``q_upper``. In a
+    :class:`~jaxdyn.sim.SimConfig` (``limit_constraints=``) they replace the spring-damper of
+    ``cfg.limits`` on their joints (which still limits the other joints and the tendons) and
+    need a velocity-level integrator (``"euler"``, ``"implicit"``, ``"implicit_damping"``)."""
+
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    margin: jnp.ndarray
+    solref: jnp.ndarray
+    solimp: jnp.ndarray
+    diag: jnp.ndarray
+    dof: tuple = eqx.field(static=True)
+    qpos: tuple = eqx.field(static=True)
+    refsafe: bool = eqx.field(static=True, default=True)
+    iterations: int = eqx.field(static=True, default=100)
+    newton: int = eqx.field(static=True, default=0)
+
+    def __check_init__(self):
+        n = len(self.dof)
+        if len(self.qpos) != n:
+            raise ValueError(
+                f"LimitConstraints: dof and qpos need one entry per row, got {len(self.dof)} "
+                f"and {len(self.qpos)}"
+            )
+        shapes = {
+            "lower": (n,),
+            "upper": (n,),
+            "margin": (n,),
+            "solref": (n, 2),
+            "solimp": (n, 5),
+            "diag": (n,),
+        }
+        concrete = True
+        for name, shape in shapes.items():
+            value = getattr(self, name)
+            if isinstance(value, jax.core.Tracer):
+                concrete = False
+                continue
+            if np.shape(value) != shape:
+                raise ValueError(
+                    f"LimitConstraints: {name} has shape {np.shape(value)}, expected {shape}"
+                )
+            a = np.asarray(value, float)
+            ok = ~np.isnan(a) if name in ("lower", "upper") else np.isfinite(a)
+            if not np.all(ok):
+                raise ValueError(f"LimitConstraints: {name} must be finite")
+        if concrete and n:
+            lo, hi = np.asarray(self.lower, float), np.asarray(self.upper, float)
+            margin = np.asarray(self.margin, float)
+            one = np.isfinite(lo) != np.isfinite(hi)
+            bad = np.nonzero(~one & ~(hi - lo >= 2 * margin))[0]
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(
+                    f"LimitConstraints: row {i}: upper - lower = {hi[i] - lo[i]:g} is below "
+                    f"2 margin = {2 * margin[i]:g}: both sides can act at once; give the joint "
+                    "two rows, one per side (the other bound -inf / inf)"
+                )
+        for name, least in (("iterations", 1), ("newton", 0)):
+            k = getattr(self, name)
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < least:
+                raise ValueError(
+                    f"LimitConstraints: {name} must be an integer >= {least}, got {k!r}"
+                )
+
+    @property
+    def rows(self) -> int:
+        return len(self.dof)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Model,
+        solref: ArrayLike | tuple[float, ...] = _soft.DEFAULT_SOLREF,
+        solimp: ArrayLike | tuple[float, ...] = _soft.DEFAULT_SOLIMP,
+        margin: float = 0.0,
+        q0: ArrayLike | None = None,
+        **static: Any,
+    ) -> LimitConstraints:
+        """A row for each hinge and slide joint with a finite ``q_lower`` or ``q_upper`` (two,
+        one per side, where the range is narrower than ``2 margin``), with one ``solref``,
+        ``solimp`` and ``margin`` for all and ``diag`` MuJoCo's ``dof_invweight0`` of a one-DoF
+        joint, the diagonal of ``M^-1`` at ``q0`` (default: the neutral configuration).
+        ``static``: ``refsafe``, ``iterations``, ``newton``."""
+        from ..algorithms.configuration import neutral_configuration
+        from ..algorithms.crba import crba
+        from .actuators import joint_properties
+
+        props = joint_properties(model)
+        lo, hi = np.asarray(props["lower"], float), np.asarray(props["upper"], float)
+        t = model.topo
+        q = neutral_configuration(model) if q0 is None else jnp.asarray(q0, model.mass.dtype)
+        minv = np.diag(np.linalg.inv(np.asarray(crba(model, q), float)))
+        rows = []
+        for b in range(t.nb):
+            if int(t.kind[b]) != joints.ONE_DOF:
+                continue
+            qi, vi = int(t.q_start[b]), int(t.v_start[b])
+            rows += [(vi, qi, a, z) for a, z in row_bounds(lo[qi], hi[qi], margin)]
+        n = len(rows)
+        dtype = model.mass.dtype
+        rep = lambda x, k: jnp.broadcast_to(jnp.asarray(x, dtype), (n, k))  # noqa: E731
+        col = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float).reshape(n), dtype)  # noqa: E731
+        return cls(
+            lower=col(2),
+            upper=col(3),
+            margin=jnp.full(n, margin, dtype),
+            solref=rep(solref, 2),
+            solimp=rep(solimp, 5),
+            diag=jnp.asarray(minv[np.asarray([r[0] for r in rows], np.int64)], dtype),
+            dof=tuple(r[0] for r in rows),
+            qpos=tuple(r[1] for r in rows),
+            **static,
+        )
+
+    def check_model(self, model: Model) -> None:
+        """Raise ``ValueError`` if a row's ``dof`` / ``qpos`` is not the coordinate pair of a
+        hinge or slide joint of ``model`` (static)."""
+        t = model.topo
+        for i, (d, qi) in enumerate(zip(self.dof, self.qpos, strict=True)):
+            ok = 0 <= d < t.nv
+            if ok:
+                b = int(t.dof_body[d])
+                ok = int(t.kind[b]) == joints.ONE_DOF and int(t.q_start[b]) == qi
+            if not ok:
+                raise ValueError(
+                    f"LimitConstraints: row {i}: dof={d}, qpos={qi} is not the coordinate pair "
+                    f"of a hinge or slide joint of {model.name!r}"
+                )
+
+    def distance(self, q: Array) -> tuple[Array, Array]:
+        """``(dist, side) (n,)``: MuJoCo's ``efc_pos`` of each row's nearer side, ``q -
+        lower`` (``side = +1``, Jacobian ``+1``) or ``upper - q`` (``side = -1``)."""
+        dtype = q.dtype
+        x = q[np.asarray(self.qpos, np.int64)]
+        below = x - jnp.asarray(self.lower, dtype)
+        above = jnp.asarray(self.upper, dtype) - x
+        lower = below <= above
+        return jnp.where(lower, below, above), jnp.where(lower, 1.0, -1.0).astype(dtype)
+
+    def jacobian(self, side: Array, nv: int) -> Array:
+        """``J (n, nv)``: ``side`` on each row's dof."""
+        n = self.rows
+        return jnp.zeros((n, nv), side.dtype).at[np.arange(n), np.asarray(self.dof)].set(side)
+
+    def row_problem(
+        self, q: Array, v: Array, v_free: Array, h: ArrayLike
+    ) -> tuple[Array, Array, Array, Array]:
+        """The rows of the velocity-level problem (:func:`solve`): ``(u, R, active, side)``,
+        each ``(n,)``: ``u = J v_free - J v - h aref`` (``NO_CONTACT / h`` where the row is
+        inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is 0), the
+        regulariser ``R``, whether the row is active and its side (:meth:`distance`)."""
+        dtype = v.dtype
+        h = jnp.asarray(h, dtype)
+        dof = np.asarray(self.dof, np.int64)
+        dist, side = self.distance(q)
+        r = dist - jnp.asarray(self.margin, dtype)
+        active = r < 0
+        r = jnp.where(active, r, 0.0)  # (an infinite bound: no row, and no inf in the algebra)
+        solimp = _soft.clamp_solimp(jnp.asarray(self.solimp, dtype))
+        k, b = _soft.gains(jnp.asarray(self.solref, dtype), solimp[:, 1], h, self.refsafe)
+        imp = _soft.impedance(solimp, r)
+        aref = _soft.reference(k, b, imp, r, side * v[dof])
+        u = side * (v_free[dof] - v[dof]) - h * aref
+        u = jnp.where(active, u, jnp.asarray(NO_CONTACT, dtype) / h)
+        R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
+        return u, R, active, side
+
+
+def row_bounds(lo: float, hi: float, margin: float) -> list[tuple[float, float]]:
+    """``(lower, upper)`` of the rows of a joint with the range ``[lo, hi]`` (``-inf`` / ``inf``
+    where it has no bound): none, one, or one per side where both can act at once
+    (``hi - lo < 2 margin``)."""
+    if not (np.isfinite(lo) or np.isfinite(hi)):
+        return []
+    if np.isfinite(lo) and np.isfinite(hi) and hi - lo < 2 * margin:
+        return [(lo, np.inf), (-np.inf, hi)]
+    return [(lo, hi)]
+
+
+def solve(
+    limits: LimitConstraints,
+    model: Model,
+    q: Array,
+    v: Array,
+    v_free: Array,
+    solve_minv: Callable[[Array], Array],
+    h: ArrayLike,
+    contact: C.Constraint | None = None,
+    Jc: Array | None = None,
+    frames=None,
+    rows: Array | None = None,
+    v_rows: Array | None = None,
+) -> tuple[Array, Array | None, Array]:
+    """The step's velocity change ``dv (nv,)`` of the limit rows solved together with the
+    contacts of the constraint model ``contact`` (``None``: the limit rows alone), the
+    contact impulses ``(nc, 3)`` (``None`` without contacts) and the solve's relative residual
+    (:func:`jaxdyn.sim.contact.solve_residual`).
+
+    ``solve_minv(X (nv, k))``: ``M_eff^-1 X`` (the step's ABA sweeps); ``v``, ``v_free``: the
+    velocities at the step's start and after the constraint-free step; with ``contact``:
+    ``Jc (3nc, nv)`` the contact rows ``[n, t1, t2]``, ``frames`` their
+    :class:`~jaxdyn.sim.contact.ContactFrames`, ``rows (nc, 3)`` ``Jc v_free`` and ``v_rows``
+    ``Jc v`` (soft contact) as :func:`jaxdyn.sim.contact.contact_problem` takes them. One
+    problem: ``G = J M_eff^-1 J^T`` of all rows, the contact model's regulariser on the
+    contact block, the limits' on theirs."""
+    limits.check_model(model)
+    dtype = v.dtype
+    n = limits.rows
+    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free, h)
+    Jl = limits.jacobian(side, model.nv)
+    nrow = 0 if Jc is None else Jc.shape[0]
+    J = Jl if Jc is None else jnp.concatenate([Jc, Jl], 0)
+    MinvJT = solve_minv(J.T)
+    G = J @ MinvJT
+    G = 0.5 * (G + G.T)
+    E = None
+    if contact is not None:
+        Gr_c, u_c, mu_c, live_c, E = C.contact_problem(
+            contact, G[:nrow, :nrow], frames, rows, h, v_rows
+        )
+    # each limit row is a block of the contacts' width (3: a cone [n, t1, t2] with mu = 0; 4:
+    # pyramid edges, impulses >= 0) whose other rows are empty: Jacobian 0, R > 0, impulse 0
+    w = 3 if E is None else 4
+    Gcl = G[:nrow, nrow:]
+    if E is not None:  # into the pyramid's edge rows
+        nc = nrow // 3
+        Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, 3, n)).reshape(4 * nc, n)
+    Gll = jnp.zeros((n * w, n * w), dtype).at[::w, ::w].set(G[nrow:, nrow:])
+    Gll = Gll + jnp.diag(jnp.repeat(R_l, w))
+    u = jnp.zeros(n * w, dtype).at[::w].set(u_l)
+    mu = jnp.zeros(n, dtype)
+    live = live_l
+    iterations, newton, coulomb = limits.iterations, limits.newton, False
+    Gr = Gll
+    if contact is not None:
+        Gcl = jnp.zeros((Gcl.shape[0], n * w), dtype).at[:, ::w].set(Gcl)
+        Gr = jnp.block([[Gr_c, Gcl], [Gcl.T, Gll]])
+        u = jnp.concatenate([u_c, u])
+        mu = jnp.concatenate([jnp.broadcast_to(mu_c, live_c.shape).astype(dtype), mu])
+        live = jnp.concatenate([jnp.asarray(live_c), live_l])
+        iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
+    lam = C.solve_cone_complementarity(
+        Gr,
+        u,
+        mu,
+        iterations,
+        newton,
+        coulomb=coulomb,
+        live=live,
+        cone="elliptic" if E is None else "pyramidal",
+    )
+    res = C.solve_residual(Gr, u, mu, lam, coulomb)
+    nb = live.shape[0] - n  # contact blocks
+    lam_c = lam[:nb] if E is None else jnp.einsum("ci,cij->cj", lam[:nb], E)
+    dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam[nb:, 0]])
+    return dv, (None if contact is None else lam_c), res

@@ -1,0 +1,188 @@
+"""MuJoCo's joint-limit constraint in :mod:`jaxdyn.sim` (:class:`jaxdyn.sim.LimitConstraints`,
+issue 48): soft one-sided rows of the limited hinge and slide joints (``solreflimit``,
+``solimplimit``, ``margin``, ``dof_invweight0``) solved with the contact rows, from MJCF, against
+MuJoCo C.
+
+Oracle: MuJoCo's ``mj_step`` on the same file (``Euler``, elliptic cones, its Newton solver at
+tolerance 1e-14): a two-hinge arm driven by strong motors into both stops of both joints (the
+elbow with its own ``solreflimit``, ``solimplimit`` and ``margin``) and a box on a vertical
+slide (``solreflimit`` in the direct form) pushed into both ends of its range, once alone and
+once landing on the floor (soft contact rows and limit rows of the same dof, one problem).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+mujoco = pytest.importorskip("mujoco")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxdyn import sim  # noqa: E402
+from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
+from jaxdyn.sim import core  # noqa: E402
+from jaxdyn.sim.actuators import joint_properties, passive_forces  # noqa: E402
+
+# the slider's box reaches the floor at s = -0.05, its lower limit is at -0.0505: with contact
+# on (contype 1) the floor's contact rows and the limit's row act on the same dof
+LIMITS_XML = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14"
+  iterations="1000">{flags}</option>
+<worldbody><geom name="floor" type="plane" size="5 5 .1"/>
+<body name="l1" pos="0 0 1"><joint name="shoulder" axis="0 1 0" range="-30 30"/>
+  <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1" contype="0" conaffinity="0"/>
+  <body name="l2" pos="0.3 0 0"><joint name="elbow" axis="0 1 0" range="-45 20"
+      solreflimit="0.01 0.8" solimplimit="0.8 0.99 0.01 0.4 3" margin="0.02"/>
+    <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025" mass="0.6" contype="0"
+      conaffinity="0"/></body></body>
+<body name="s" pos="0 1 0.1"><joint name="slide" type="slide" axis="0 0 1" range="-0.0505 0.05"
+    solreflimit="-5000 -60"/>
+  <geom name="box" type="box" size="0.05 0.05 0.05" mass="0.5" contype="{contype}"
+    conaffinity="0"/></body>
+</worldbody>
+<actuator><motor joint="shoulder" gear="20"/><motor joint="elbow" gear="10"/>
+  <motor joint="slide" gear="10"/></actuator></mujoco>"""
+T = 250
+CTRL = np.zeros((T, 3))
+CTRL[: T // 2] = [1.0, -1.0, -1.0]  # into one stop of each joint, then the other
+CTRL[T // 2 :] = [-1.0, 1.0, 1.0]
+
+
+def _mujoco(xml):
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    qs, vs = [], []
+    for u in CTRL:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        qs.append(d.qpos.copy())
+        vs.append(d.qvel.copy())
+    return m, np.array(qs), np.array(vs)
+
+
+def _jaxdyn(r, cfg):
+    def f(s, u):
+        s = sim.step(r.model, s, u, cfg)
+        return s, (s.q, s.v)
+
+    s0 = sim.State(jnp.asarray(r.q0), jnp.zeros(r.model.nv))
+    q, v = jax.jit(lambda s, us: jax.lax.scan(f, s, us)[1])(s0, jnp.asarray(CTRL))
+    return np.asarray(q), np.asarray(v)
+
+
+def _check(r, m, q, v, qm, vm):
+    """Every step's state against MuJoCo's (one-DoF joints: ``q`` and ``v`` are ``qpos`` and
+    ``qvel`` reordered), and every limit of the three joints pushed past in MuJoCo's run."""
+    order = r.converter().q_index  # jaxdyn's joints by depth: shoulder, slide, elbow
+    q, v = q[:, np.argsort(order)], v[:, np.argsort(order)]
+    lo, hi = m.jnt_range[:, 0], m.jnt_range[:, 1]
+    assert np.all(qm.min(0) < lo) and np.all(qm.max(0) > hi)
+    np.testing.assert_allclose(q, qm, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(v, vm, atol=1e-8, rtol=0)
+
+
+def test_limit_constraint_follows_mujoco():
+    """The arm and the slider without contact (``sim_config(limits="constraint")``, the rows
+    solved alone, 400 projected gradient steps): positions agree with MuJoCo C's to 1e-10 and
+    velocities to 1e-8 at every step of 0.5 s (seen: 6e-15, 4e-13) while MuJoCo's joints go up
+    to 0.13 rad / 11 mm past their stops (the soft limits give way under the motors). The
+    spring-damper approximation :meth:`MJCFModel.mujoco_limits` misses by 0.1 rad and more
+    (``test_mjcf_scene.test_mujoco_limits_follow_mujocos_limit_constraint``)."""
+    xml = LIMITS_XML.format(flags="", contype=0, cone="elliptic")
+    r = load_mjcf(xml)
+    cfg = r.sim_config(limits="constraint")
+    assert cfg.limit_constraints is not None and cfg.limit_constraints.rows == 3
+    cfg = dataclasses.replace(cfg, limit_constraints=r.limit_constraints(iterations=400))
+    m, qm, vm = _mujoco(xml)
+    _check(r, m, *_jaxdyn(r, cfg), qm, vm)
+
+
+@pytest.mark.slow  # 10 s of compile each; default: test_limit_constraint_follows_mujoco (the
+# rows), test_soft_contact.test_soft_contact_follows_mujoco (the contact rows)
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_limit_constraint_with_soft_contact_follows_mujoco(cone):
+    """The slider's box lands on the floor at its lower limit: MuJoCo's soft contact rows (four
+    corners) and the limit row on the same dof, one problem (:func:`jaxdyn.sim.limits.solve`
+    appends the limit rows to :func:`jaxdyn.sim.contact.contact_problem`'s: a frictionless
+    cone beside elliptic cones, a block of edges beside pyramids): with
+    ``Constraint(soft=True, relaxed=True, iterations=1000)`` and the file's cone, positions
+    agree with MuJoCo C's to 1e-10 at every step (elliptic seen: 5e-17; 200 iterations leave
+    1e-8: the corners' rows and the limit's are nearly parallel)."""
+    xml = LIMITS_XML.format(flags="", contype=1, cone=cone)
+    r = load_mjcf(xml)
+    contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
+    cfg = r.sim_config(contact, limits="constraint")
+    m, qm, vm = _mujoco(xml)
+    d = mujoco.MjData(m)
+    d.qpos[:] = qm[T // 2 - 1]
+    mujoco.mj_forward(m, d)
+    assert d.ncon == 4 and d.nl >= 1  # the box on the floor and at its limit
+    _check(r, m, *_jaxdyn(r, cfg), qm, vm)
+
+
+def test_limit_constraints_from_mjcf():
+    """:meth:`MJCFModel.limit_constraints` holds a row for each limited hinge / slide joint
+    with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``
+    (:meth:`LimitConstraints.from_model` gives the same ``diag``, the diagonal of ``M^-1`` at
+    ``qpos0``; a joint whose range is narrower than ``2 margin`` gets a row per side); the
+    spring-damper ``cfg.limits`` no longer acts on those joints. Honoured by
+    name: ``<flag limit="disable"/>`` and ``constraint="disable"`` (no rows: ``None``),
+    ``refsafe="disable"``. Bad input: a wrong ``limits=`` string, a shape, a ``side``, a
+    coordinate that is not a hinge / slide joint's, a range narrower than ``2 margin`` in one
+    row, ``rk4``: a ``ValueError`` naming it."""
+    xml = LIMITS_XML.format(flags="", contype=0, cone="elliptic")
+    r = load_mjcf(xml)
+    m = r.mj_model
+    lim = r.limit_constraints()
+    assert lim.dof == lim.qpos == (0, 1, 2) and lim.refsafe
+    j = r.converter().q_index  # MuJoCo's joint of each row (one-DoF joints)
+    np.testing.assert_array_equal(lim.lower, m.jnt_range[j, 0])
+    np.testing.assert_array_equal(lim.upper, m.jnt_range[j, 1])
+    np.testing.assert_array_equal(lim.margin, m.jnt_margin[j])
+    np.testing.assert_array_equal(lim.solref, m.jnt_solref[j])
+    np.testing.assert_array_equal(lim.solimp, m.jnt_solimp[j])
+    np.testing.assert_array_equal(lim.diag, m.dof_invweight0[j])
+    assert lim.margin[2] == 0.02 and lim.solref[1, 0] == -5000  # elbow, slide
+    own = sim.LimitConstraints.from_model(r.model)
+    np.testing.assert_allclose(own.diag, lim.diag, rtol=1e-12)
+    np.testing.assert_array_equal(own.lower, lim.lower)
+    # a range narrower than 2 margin: both sides can act at once, one row each
+    wide = sim.LimitConstraints.from_model(r.model, margin=0.06)
+    assert wide.dof == (0, 1, 1, 2)
+    np.testing.assert_array_equal(wide.lower[1:3], [-0.0505, -np.inf])
+    np.testing.assert_array_equal(wide.upper[1:3], [np.inf, 0.05])
+    with pytest.raises(ValueError, match="row 1: upper - lower = 0.1005 is below 2 margin = 0.12"):
+        dataclasses.replace(lim, margin=jnp.full(3, 0.06))
+    # the spring-damper leaves the constrained joints alone
+    cfg = r.sim_config(limits="constraint")
+    props = joint_properties(r.model)
+    q, v = jnp.asarray([1.0, -1.0, 0.2]), jnp.asarray([1.0, 2.0, 3.0])
+    free = passive_forces(r.model, props, None, q, v)
+    np.testing.assert_array_equal(core._controls(r.model, cfg, props, q, v, jnp.zeros(3)), free)
+    assert np.any(passive_forces(r.model, props, cfg.limits, q, v) != free)
+    for flag in ('<flag limit="disable"/>', '<flag constraint="disable"/>'):
+        off = load_mjcf(LIMITS_XML.format(flags=flag, contype=0, cone="elliptic"))
+        assert off.limit_constraints() is None
+        assert off.sim_config(limits="constraint").limit_constraints is None
+    off = load_mjcf(LIMITS_XML.format(flags='<flag limit="disable"/>', contype=0, cone="elliptic"))
+    none = sim.LimitConstraints.from_model(off.model)  # no limited joint: no row
+    assert none.rows == 0
+    assert core._limit_rows(off.sim_config(limit_constraints=none)) is None
+    safe = load_mjcf(
+        LIMITS_XML.format(flags='<flag refsafe="disable"/>', contype=0, cone="elliptic")
+    )
+    assert safe.limit_constraints().refsafe is False
+    with pytest.raises(ValueError, match="sim_config: limits must be 'constraint', 'spring'"):
+        r.sim_config(limits="hard")
+    with pytest.raises(ValueError, match=r"solimp has shape \(3, 4\), expected \(3, 5\)"):
+        dataclasses.replace(lim, solimp=lim.solimp[:, :4])
+    with pytest.raises(ValueError, match="LimitConstraints: lower must be finite"):
+        dataclasses.replace(lim, lower=jnp.full(3, jnp.nan))
+    with pytest.raises(ValueError, match="limit_constraints are velocity-level"):
+        dataclasses.replace(cfg, integrator="rk4")
+    bad = dataclasses.replace(lim, qpos=(0, 2, 1))
+    with pytest.raises(ValueError, match="row 1: dof=1, qpos=2 is not the coordinate pair"):
+        bad.check_model(r.model)
