@@ -47,11 +47,16 @@ def main(verbose=False):
     model = robots.load("arm7").with_armature(0.01)
     nv = model.nv
     q_a = jnp.array([0.0, 0.3, 0.0, -1.5, 0.0, 1.8, 0.0])
-    ee = jax.jit(lambda q: jaxdyn.frame_placement(model, q, "ee").p)
-    target = ee(q_a.at[0].add(1.4))
-    center = ee(q_a.at[0].add(0.7))
+
+    def ee(q):
+        return jaxdyn.frame_placement(model, q, "ee").p
+
+    # target, obstacle centre and gravity compensation at the start from one compiled program
+    # (eager calls compile one program each)
+    target, center, u_g = jax.jit(
+        lambda q: (ee(q.at[0].add(1.4)), ee(q.at[0].add(0.7)), jaxdyn.gravity_forces(model, q))
+    )(q_a)
     x0 = jnp.concatenate([q_a, jnp.zeros(nv)])
-    u_g = jaxdyn.gravity_forces(model, q_a)  # gravity compensation at the start
     limits = C.JointLimits.from_model(model, margin=0.05)
     avoid = tuple(
         C.Term(C.SphereAvoidance(f, center, RADIUS + CLEARANCE), 1e4) for f in ("ee", "hand")
@@ -84,9 +89,17 @@ def main(verbose=False):
     ddp.check(res, allow_max_iter=False)
 
     xs = np.asarray(res.xs)
-    path = np.asarray(jax.vmap(ee)(jnp.asarray(xs[:, :nv])))
-    hand = np.asarray(
-        jax.vmap(lambda q: jaxdyn.frame_placement(model, q, "hand").p)(jnp.asarray(xs[:, :nv]))
+    # the naive motion, turning joint 1 alone, would drive the end effector through the sphere
+    q_naive = q_a[None] + jnp.linspace(0, 1.4, 50)[:, None] * jnp.eye(nv)[0]
+    path, hand, naive = (
+        np.asarray(p)
+        for p in jax.jit(
+            lambda qs, qn: (
+                jax.vmap(ee)(qs),
+                jax.vmap(lambda q: jaxdyn.frame_placement(model, q, "hand").p)(qs),
+                jax.vmap(ee)(qn),
+            )
+        )(jnp.asarray(xs[:, :nv]), q_naive)
     )
     c = np.asarray(center)
     clearance = (
@@ -94,8 +107,6 @@ def main(verbose=False):
         - RADIUS
     )
     err = float(np.linalg.norm(path[-1] - np.asarray(target)))
-    # the naive motion, turning joint 1 alone, would drive the end effector through the sphere
-    naive = np.asarray(jax.vmap(ee)(q_a[None] + jnp.linspace(0, 1.4, 50)[:, None] * jnp.eye(nv)[0]))
     naive_clearance = float(np.min(np.linalg.norm(naive - c, axis=1))) - RADIUS
     it = int(res.iterations)
     print(f"FDDP: {it} iterations, {solve * 1e3:.0f} ms ({solve * 1e3 / it:.1f} ms/iteration), "

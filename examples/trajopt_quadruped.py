@@ -51,14 +51,18 @@ def main(verbose=False):
     # bent knees: hips forward, knees back (every leg the same), base 30 cm up
     legs = jnp.tile(jnp.array([0.0, 0.7, -1.4]), 4)
     q0 = q0.at[7:].set(legs).at[2].set(0.30)
-    feet = {f: jaxdyn.frame_placement(model, q0, f).p for f in FEET}
+    # the frames' positions from one compiled program (one per frame when called eagerly)
+    positions = jax.jit(
+        lambda q: [jaxdyn.frame_placement(model, q, f).p for f in FEET + ("base_link",)]
+    )
+    *feet, base0 = positions(q0)
+    feet = dict(zip(FEET, feet))
     constraints = tuple(
         Connect(f, "local_world_aligned", target=tuple(float(c) for c in feet[f])) for f in FEET
     )
     B = FreeDynamics.floating_base(model).actuation
     dyn = ContactDynamics(constraints, B, baumgarte=(100.0, 20.0))
     x0 = jnp.concatenate([q0, jnp.zeros(nv)])
-    base0 = jaxdyn.frame_placement(model, q0, "base_link").p
     target = base0 + jnp.asarray(SHIFT)
     w_state = jnp.concatenate([jnp.full(nv, 1e-1), jnp.full(nv, 1.0)])
     running = C.Cost(
@@ -84,18 +88,9 @@ def main(verbose=False):
     ddp.check(res, allow_max_iter=False)
 
     qs = jnp.asarray(np.asarray(res.xs)[:, : model.nq])
-    base = np.asarray(jax.vmap(lambda q: jaxdyn.frame_placement(model, q, "base_link").p)(qs))
+    *path, base = (np.asarray(p) for p in jax.jit(jax.vmap(positions))(qs))
     drift = max(
-        float(
-            np.max(
-                np.linalg.norm(
-                    np.asarray(jax.vmap(lambda q: jaxdyn.frame_placement(model, q, f).p)(qs))
-                    - np.asarray(feet[f]),
-                    axis=1,
-                )
-            )
-        )
-        for f in FEET
+        float(np.max(np.linalg.norm(p - np.asarray(feet[f]), axis=1))) for f, p in zip(FEET, path)
     )
     err = float(np.linalg.norm(base[-1] - np.asarray(target)))
     it = int(res.iterations)

@@ -896,6 +896,38 @@ def test_cost_derivatives_gauss_newton(pendulum):
     oracle.assert_close(lxu, np.zeros((2 * nv, nv)), 1e-14, "l_xu")
 
 
+def test_cost_terms_share_support_chain(pendulum, monkeypatch):
+    """The terms of one ``Cost`` on frames of the same body share that body's support chain:
+    one chain per evaluation of the stacked residual (its value and the two ``jax.jacfwd`` of
+    ``Cost.derivatives``), not one per frame term (trace only, nothing compiled)."""
+    _, model = pendulum
+    nv = model.nv
+    calls = {"residual": 0, "chain": 0}
+
+    class Counted(eqx.Module):
+        def __call__(self, model, x, u):
+            calls["residual"] += 1
+            return x[:1] * u[:1]
+
+    chain = C.kin.chain_placements
+
+    def counted_chain(*a, **k):
+        calls["chain"] += 1
+        return chain(*a, **k)
+
+    monkeypatch.setattr(C.kin, "chain_placements", counted_chain)
+    cost = C.Cost(
+        (
+            C.Term(Counted(), 1.0),
+            C.Term(C.FrameTranslation("link2", jnp.zeros(3)), 1.0),
+            C.Term(C.SphereAvoidance("link2", jnp.zeros(3), 0.3), 1.0),
+        )
+    )
+    x, u = jnp.zeros(2 * nv), jnp.ones(nv)
+    jax.eval_shape(lambda x, u: cost.derivatives(model, x, u), x, u)
+    assert calls["chain"] == calls["residual"] > 0, calls
+
+
 # ----------------------------------------------------------------------------- implicit gradients
 #
 # The problems below are the fixtures' double pendulum (horizon 40): every FDDP solve reuses the

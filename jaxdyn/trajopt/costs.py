@@ -19,6 +19,7 @@ Running costs are multiplied by ``dt`` in the solvers (Crocoddyl's
 
 from __future__ import annotations
 
+import contextvars
 from typing import TYPE_CHECKING
 
 import equinox as eqx
@@ -49,9 +50,24 @@ __all__ = [
 ]
 
 
-def _frame_pose(model, q, frame):
-    """World placement of ``frame``: its supporting bodies only (``frame_pose``)."""
-    return kin.frame_pose(model, q, model.frame_index(frame))
+#: while :meth:`Cost.residual` runs: ``(model, x, {body: chain placements})``, so that the
+#: terms of one cost on the same body (a frame's position and a clearance around it) compute
+#: the body's support chain once (one copy in the traced program instead of one per term)
+_CHAINS = contextvars.ContextVar("jaxdyn_cost_chains", default=None)
+
+
+def _frame_pose(model, x, frame):
+    """World placement of ``frame`` at the state ``x``: its supporting bodies only
+    (``kinematics.frame_pose``), shared by the terms of one :meth:`Cost.residual`."""
+    f = model.frame_index(frame)
+    b = int(model.topo.frame_parent[f])
+    memo = _CHAINS.get()
+    if b < 0 or memo is None or memo[0] is not model or memo[1] is not x:
+        return kin.frame_pose(model, x[: model.nq], f)
+    chains = memo[2]
+    if b not in chains:
+        chains[b] = kin.chain_placements(model, x[: model.nq], b)
+    return kin.frame_in_chain(model, chains[b], f)
 
 
 #: rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``)
@@ -85,7 +101,7 @@ class FrameTranslation(eqx.Module):
     reference: jax.Array
 
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
-        _, p = _frame_pose(model, x[: model.nq], self.frame)
+        _, p = _frame_pose(model, x, self.frame)
         return p - self.reference
 
 
@@ -99,7 +115,7 @@ class FramePlacement(eqx.Module):
     translation: jax.Array
 
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
-        R, p = _frame_pose(model, x[: model.nq], self.frame)
+        R, p = _frame_pose(model, x, self.frame)
         return jnp.concatenate([log3_matrix(self.rotation.T @ R), p - self.translation])
 
 
@@ -121,7 +137,7 @@ class SphereAvoidance(eqx.Module):
     radius: jax.Array | float
 
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
-        _, p = _frame_pose(model, x[: model.nq], self.frame)
+        _, p = _frame_pose(model, x, self.frame)
         d = p - self.center
         dist = jnp.sqrt(jnp.maximum(jnp.sum(d * d), 1e-24))
         return jnp.maximum(self.radius - dist, 0.0)[None]
@@ -167,10 +183,14 @@ class Cost(eqx.Module):
 
     def residual(self, model: Model, x: Array, u: Array | None) -> tuple[Array, Array]:
         rs, ws = [], []
-        for t in self.terms:
-            r = t.residual(model, x, u)
-            rs.append(r)
-            ws.append(jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape))
+        token = _CHAINS.set((model, x, {}))
+        try:
+            for t in self.terms:
+                r = t.residual(model, x, u)
+                rs.append(r)
+                ws.append(jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape))
+        finally:
+            _CHAINS.reset(token)
         return jnp.concatenate(rs), jnp.concatenate(ws)
 
     def value(self, model: Model, x: Array, u: Array | None = None) -> Array:
