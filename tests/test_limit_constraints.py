@@ -106,8 +106,8 @@ def test_limit_constraint_follows_mujoco():
 def test_limit_constraint_with_soft_contact_follows_mujoco(cone):
     """The slider's box lands on the floor at its lower limit: MuJoCo's soft contact rows (four
     corners) and the limit row on the same dof, one problem (:func:`jaxdyn.sim.limits.solve`
-    appends the limit rows to :func:`jaxdyn.sim.contact.contact_problem`'s: a frictionless
-    cone beside elliptic cones, a block of edges beside pyramids): with
+    appends the limit rows to :func:`jaxdyn.sim.contact.contact_problem`'s as scalar rows,
+    impulse ``>= 0``, beside the elliptic cones or the pyramids' edges): with
     ``Constraint(soft=True, relaxed=True, iterations=1000)`` and the file's cone, positions
     agree with MuJoCo C's to 1e-10 at every step (elliptic seen: 5e-17; 200 iterations leave
     1e-8: the corners' rows and the limit's are nearly parallel)."""
@@ -121,6 +121,79 @@ def test_limit_constraint_with_soft_contact_follows_mujoco(cone):
     mujoco.mj_forward(m, d)
     assert d.ncon == 4 and d.nl >= 1  # the box on the floor and at its limit
     _check(r, m, *_jaxdyn(r, cfg), qm, vm)
+
+
+def _padded(G, u, nc, width, nl, pad=1.0):
+    """The problem of ``nc`` contact blocks of ``width`` rows and ``nl`` scalar rows with each
+    scalar row made a block of ``width`` whose other rows are empty (Jacobian 0, regulariser
+    ``pad``): a frictionless cone (``mu = 0``) or four edges (the formulation before scalar
+    rows; the same solution)."""
+    k, n = nc * width, nc * width + nl * width
+    slot = np.concatenate([np.arange(k), k + width * np.arange(nl)])
+    Gp = np.diag(np.full(n, pad))
+    Gp[np.ix_(slot, slot)] = G
+    up = np.zeros(n)
+    up[slot] = u
+    return Gp, up, slot
+
+
+_SLOW = pytest.mark.slow  # about 5 s of compile each; default: the relaxed elliptic case
+
+
+@pytest.mark.parametrize(
+    ("cone", "coulomb"),
+    [
+        ("elliptic", False),
+        pytest.param("elliptic", True, marks=_SLOW),
+        pytest.param("pyramidal", False, marks=_SLOW),
+        pytest.param("pyramidal", True, marks=_SLOW),
+    ],
+)
+def test_scalar_limit_rows_solve_as_padded_blocks(cone, coulomb):
+    """:func:`jaxdyn.sim.solve_cone_complementarity` with ``rows=`` (the limit rows as scalar
+    rows after the contact blocks, one row of ``G`` each) has the solution, the implicit
+    derivative (in ``u`` and ``G``) and the residual report of the same problem with each
+    scalar row padded to a cone block (relaxed and Coulomb); the relaxed derivative also
+    matches central differences."""
+    width, nc, nl = (3 if cone == "elliptic" else 4), 2, 3
+    n = nc * width + nl
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(n, n))
+    G, u = A @ A.T / n + 0.1 * np.eye(n), rng.normal(size=n)
+    u[: nc * width : width] = -1.0  # the contacts pressed (their normal rows, or edges)
+    u[nc * width :] = -2.0, -1.0, 5.0  # two limit rows pressed, one separating (impulse 0)
+    dG = rng.normal(size=(n, n))
+    dG, du = dG + dG.T, rng.normal(size=n)
+    Gp, up, slot = _padded(G, u, nc, width, nl)
+    dGp, dup, _ = _padded(dG, du, nc, width, nl, pad=0.0)
+    mu = np.array([0.6, 0.4])
+    kw = dict(iterations=300, newton=10, coulomb=coulomb, cone=cone)
+
+    def scalar(G_, u_):
+        lam, lam_l = sim.solve_cone_complementarity(G_, u_, mu, rows=nl, **kw)
+        return jnp.concatenate([lam.reshape(-1), lam_l])
+
+    def padded(G_, u_):
+        lam = sim.solve_cone_complementarity(G_, u_, np.r_[mu, np.zeros(nl)], **kw)
+        return lam.reshape(-1)[slot]
+
+    jvp = jax.jit(lambda *a: jax.jvp(scalar, a[:2], a[2:]))
+    x, dx = jvp(G, u, dG, du)
+    xp, dxp = jax.jit(lambda *a: jax.jvp(padded, a[:2], a[2:]))(Gp, up, dGp, dup)
+    np.testing.assert_allclose(x, xp, atol=1e-10)
+    np.testing.assert_allclose(dx, dxp, atol=1e-8)
+    assert float(jnp.min(x[nc * width :])) >= 0 and float(x[-1]) == 0.0
+    assert float(jnp.max(x[nc * width :])) > 0.1  # the pressed limit rows carry impulses
+    if not coulomb:  # the relaxed problem: smooth here, central differences
+        e = 1e-6
+        f = lambda s: jvp(G + s * dG, u + s * du, dG, du)[0]  # noqa: E731
+        fd = (f(e) - f(-e)) / (2 * e)
+        np.testing.assert_allclose(dx, fd, atol=1e-6)
+    lam, lam_l = x[: nc * width].reshape(nc, width), x[nc * width :]
+    res = sim.contact.solve_residual(G, u, mu, lam, coulomb, rows=lam_l)
+    assert float(res) < 1e-9
+    bad = sim.contact.solve_residual(G, u, mu, lam, coulomb, rows=lam_l + 1.0)
+    assert float(bad) > 0.1
 
 
 def test_limit_constraints_from_mjcf():

@@ -590,46 +590,62 @@ def _safe_norm(x):
     return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
 
 
-def _velocity(lam, G, u, mu, coulomb):
-    """Contact velocities ``w = G lam + u`` ``(nc, 3)``; with ``coulomb``, De Saxce's modified
-    velocity ``w + mu |w_t| e_n`` (its complementarity with the cone is Coulomb's law). With
-    ``lam (nc, 4)``, pyramid edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]``
-    (:func:`pyramid_edges`): the edge velocities, and with ``coulomb`` De Saxce's term of the
-    pyramid ``{|f_s1| + |f_s2| <= mu f_n}``, ``mu max_k |w_sk| = max_k |w_k+ - w_k-| / 2``,
-    added to every edge."""
-    nc, m = lam.shape
-    w = (G @ lam.reshape(-1) + u).reshape(nc, m)
-    if coulomb and m == 4:
-        pair = jnp.abs(w[:, 0::2] - w[:, 1::2])
-        return w + 0.5 * jnp.max(pair, -1, keepdims=True)
-    if coulomb:
-        w = w.at[:, 0].add(mu * _safe_norm(w[:, 1:]))
-    return w
+def _desaxce(w, mu, coulomb, nc, width):
+    """The velocities ``w`` (flat: ``nc`` contact blocks of ``width`` rows, then scalar rows)
+    the fixed-point map steps along: with ``coulomb``, De Saxce's modified velocity ``w + mu
+    |w_t| e_n`` of each cone ``[n, t1, t2]`` (its complementarity with the cone is Coulomb's
+    law), or on pyramid edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]``
+    (:func:`pyramid_edges`) De Saxce's term of the pyramid ``{|f_s1| + |f_s2| <= mu f_n}``,
+    ``mu max_k |w_sk| = max_k |w_k+ - w_k-| / 2``, added to every edge; the scalar rows
+    (frictionless) as they are."""
+    if not coulomb:
+        return w
+    k = nc * width
+    wc = w[:k].reshape(nc, width)
+    if width == 4:
+        pair = jnp.abs(wc[:, 0::2] - wc[:, 1::2])
+        wc = wc + 0.5 * jnp.max(pair, -1, keepdims=True)
+    else:
+        wc = wc.at[:, 0].add(mu * _safe_norm(wc[:, 1:]))
+    return jnp.concatenate([wc.reshape(-1), w[k:]])
 
 
-def _project(lam, mu):
-    """The cone projection of impulses ``lam (nc, 3)`` (:func:`project_cone`) or of pyramid
-    edge impulses ``lam (nc, 4)`` (each ``>= 0``)."""
-    return jnp.maximum(lam, 0.0) if lam.shape[-1] == 4 else project_cone(lam, mu)
+def _project_rows(x, mu, nc, width):
+    """The projection onto ``K`` of flat impulses: each contact block's cone
+    (:func:`project_cone`, or pyramid edges ``>= 0``), ``max(0, .)`` on the scalar rows."""
+    k = nc * width
+    xc = x[:k].reshape(nc, width)
+    pc = jnp.maximum(xc, 0.0) if width == 4 else project_cone(xc, mu)
+    return jnp.concatenate([pc.reshape(-1), jnp.maximum(x[k:], 0.0)])
 
 
-def _fixed_point_map(lam, G, u, mu, rho, coulomb=False):
-    """``F(lam) = P_K(lam - rho w(lam))`` contact by contact (``lam (nc, 3)``, or ``(nc, 4)``
-    pyramid edges; ``w``: :func:`_velocity`)."""
-    return _project(lam - rho[:, None] * _velocity(lam, G, u, mu, coulomb), mu)
+def _flat_map(x, G, u, mu, rho, coulomb, nc, width):
+    """The fixed-point map ``F(x) = P_K(x - rho w(x))``, ``w = G x + u`` (:func:`_desaxce`), on
+    flat impulses ``x``: ``nc`` blocks of ``width`` rows (second-order cones ``[n, t1, t2]``
+    or pyramid edges) followed by scalar one-sided rows (impulse ``>= 0``, no friction:
+    joint-limit rows); ``rho`` per row (:func:`_row_steps`)."""
+    w = _desaxce(G @ x + u, mu, coulomb, nc, width)
+    return _project_rows(x - rho * w, mu, nc, width)
 
 
-def _residual_jacobian(lam, G, u, mu, rho, coulomb=False):
-    """``F(lam) - lam`` and its Jacobian in ``lam``, ``(m nc, m nc)`` (forward mode: ``m nc``
-    matrix-vector products, the cone projection's and De Saxce's term's derivatives included)."""
-    nc, m = lam.shape
+def _residual_jacobian(lam, G, u, mu, rho, coulomb, nc, width):
+    """``F(lam) - lam`` (:func:`_flat_map`, flat ``lam``) and its Jacobian in ``lam`` (forward
+    mode: one matrix-vector product per row, the cone projection's and De Saxce's term's
+    derivatives included)."""
 
     def res(x):
-        x = x.reshape(nc, m)
-        return (_fixed_point_map(x, G, u, mu, rho, coulomb) - x).reshape(-1)
+        return _flat_map(x, G, u, mu, rho, coulomb, nc, width) - x
 
-    r, J = res(lam.reshape(-1)), jax.jacfwd(res)(lam.reshape(-1))
-    return r.reshape(nc, m), J
+    return res(lam), jax.jacfwd(res)(lam)
+
+
+def _row_steps(G, nc, width):
+    """The fixed-point map's ``rho`` per row: ``1 / trace`` of each contact's diagonal block
+    (any ``> 0``), ``1 / G_ii`` on the scalar rows after them."""
+    d = jnp.diagonal(G)
+    k = nc * width
+    rho_c = 1.0 / jnp.sum(d[:k].reshape(nc, width), -1)
+    return jnp.concatenate([jnp.repeat(rho_c, width), 1.0 / d[k:]])
 
 
 def lambda_max_bound(A):
@@ -647,47 +663,47 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
-def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3):
+def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(G)``, only matrix-vector products
     and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_velocity`); then ``newton`` safeguarded semismooth Newton steps on
+    ``mu |w_t| e_n`` (:func:`_desaxce`); then ``newton`` safeguarded semismooth Newton steps on
     the fixed-point residual ``F(lam) - lam`` (a step is kept only if it lowers the
-    residual). ``live (nc,)``: 1 on the candidate contacts, 0 on the empty slots, whose
-    impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the
-    polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the same
-    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`). ``width``
-    (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid edges
-    (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused)."""
+    residual). ``live``: 1 on the candidate contacts (and scalar rows), 0 on the empty slots,
+    whose impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in
+    the polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the
+    same whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
+    ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
+    edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
+    one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
+    flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per contact."""
     n = u.shape[0]
-    nc = n // width
+    nc = (n - nl) // width
     dtype = u.dtype
-    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, width), -1)  # scalar step per contact (any > 0)
+    rho = _row_steps(G, nc, width)
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
-    m = jnp.repeat(live.astype(dtype), width)
+    live = live.astype(dtype)
+    m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
     L = lambda_max_bound(G * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(G)))  # no candidates: any step
-    proj = lambda x: _project(x.reshape(nc, width), mu_c).reshape(-1)
 
     def apgd(carry, _):
         x, y, th = carry
-        g = _velocity(y.reshape(nc, width), G, u, mu_c, coulomb).reshape(-1)
-        xn = proj(y - step * g)
+        g = _desaxce(G @ y + u, mu_c, coulomb, nc, width)
+        xn = _project_rows(y - step * g, mu_c, nc, width)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
         yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
         return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
 
     zero = jnp.zeros(n, dtype)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    lam = x.reshape(nc, width)
+    (lam, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
 
     def newton_step(lam, _):
-        res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb)
-        dl = linalg.lu_solve(Jr, -res.reshape(-1)).reshape(nc, width)
-        trial = lam + dl
-        res_t = _fixed_point_map(trial, G, u, mu_c, rho, coulomb) - trial
+        res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
+        trial = lam + linalg.lu_solve(Jr, -res)
+        res_t = _flat_map(trial, G, u, mu_c, rho, coulomb, nc, width) - trial
         ok = (jnp.sum(res_t * res_t) < jnp.sum(res * res)) & jnp.all(jnp.isfinite(trial))
         return jnp.where(ok, trial, lam), None
 
@@ -696,26 +712,26 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3):
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7))
-def _solve(G, u, mu, live, iterations, newton, coulomb, width):
-    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _solve(G, u, mu, live, iterations, newton, coulomb, width, nl):
+    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, width, primals, tangents):
+def _solve_jvp(iterations, newton, coulomb, width, nl, primals, tangents):
     G, u, mu, live = primals
     dG, du, dmu, _ = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width)
-    _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb)
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl)
+    nc = mu_c.shape[0]
+    _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
     _, rhs = jax.jvp(
-        lambda G_, u_, mu_: _fixed_point_map(
-            lam, G_, u_, jnp.broadcast_to(mu_, mu_c.shape), rho, coulomb
+        lambda G_, u_, mu_: _flat_map(
+            lam, G_, u_, jnp.broadcast_to(mu_, mu_c.shape), rho, coulomb, nc, width
         ),
         (G, u, mu),
         (dG, du, dmu),
     )
-    dlam = linalg.lu_solve(Jr, -rhs.reshape(-1)).reshape(lam.shape)
-    return lam, dlam
+    return lam, linalg.lu_solve(Jr, -rhs)
 
 
 def solve_cone_complementarity(
@@ -728,7 +744,8 @@ def solve_cone_complementarity(
     coulomb: bool = False,
     live: ArrayLike | None = None,
     cone: str = "elliptic",
-) -> Array:
+    rows: int = 0,
+) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
     friction): the fixed point of ``lam = P_K(lam - rho (G lam + u))``, equivalently the
@@ -748,16 +765,23 @@ def solve_cone_complementarity(
     ``cone="pyramidal"``: MuJoCo's pyramidal cone; ``G (4nc, 4nc)`` and ``u (4nc,)`` are in the
     rows of the pyramid's edges (:func:`pyramid_edges`), the impulses ``lam (nc, 4) >= 0`` (one
     per edge: the orthant is the cone, ``mu`` is in the rows and unused here) and
-    ``coulomb=True`` adds De Saxce's term of the pyramid (:func:`_velocity`).
+    ``coulomb=True`` adds De Saxce's term of the pyramid (:func:`_desaxce`).
+
+    ``rows`` (static): scalar one-sided rows after the contact blocks (frictionless, impulse
+    ``>= 0``: MuJoCo's joint-limit rows), in ``G``, ``u`` and ``live`` (then ``(nc + rows,)``);
+    returns ``(lam, lam_rows (rows,))``. Each costs one row of ``G``, not a block.
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
                          f"got {cone!r}")  # fmt: skip
     width = 4 if cone == "pyramidal" else 3
-    nc = u.shape[0] // width
-    live = jnp.ones(nc, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
+    nl = int(rows)
+    nc = (u.shape[0] - nl) // width
+    live = jnp.ones(nc + nl, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
     mu = jnp.asarray(mu, u.dtype)
-    return _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width)
+    lam = _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width, nl)
+    lam_c = lam[: nc * width].reshape(nc, width)
+    return (lam_c, lam[nc * width :]) if nl else lam_c
 
 
 def _relative_support(xp, supp, body, other):
@@ -791,21 +815,22 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_residual(G, u, mu, lam, coulomb):
+def solve_residual(G, u, mu, lam, coulomb, rows=None):
     """The relative fixed-point residual of impulses ``lam (nc, 3)`` (or pyramid edge impulses
-    ``(nc, 4)``) of the cone problem ``(G, u, mu)`` (:func:`solve_cone_complementarity`):
+    ``(nc, 4)``; with ``rows (k,)``, the impulses of the scalar one-sided rows after them,
+    :func:`solve_cone_complementarity`'s ``rows``) of the cone problem ``(G, u, mu)``:
     ``max |F(lam) - lam|`` over ``max(|lam|, |F(lam)|)`` (a scalar, 0 at the solution; about 1
-    when ``lam`` is far from it),
-    with ``F`` the projected step of :func:`_fixed_point_map` and ``rho`` the solver's; no
-    derivative (a diagnostic)."""
-    G, u, mu, lam = (jax.lax.stop_gradient(x) for x in (G, u, mu, lam))
+    when ``lam`` is far from it), with ``F`` the projected step of :func:`_flat_map` and
+    ``rho`` the solver's; no derivative (a diagnostic)."""
     nc, width = lam.shape
-    rho = 1.0 / jnp.sum(jnp.diagonal(G).reshape(nc, width), -1)
-    mu_c = jnp.broadcast_to(mu, (nc,)).astype(lam.dtype)
-    F = _fixed_point_map(lam, G, u, mu_c, rho, coulomb)
-    scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
-    tiny = jnp.finfo(lam.dtype).tiny
-    return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
+    x = lam.reshape(-1) if rows is None else jnp.concatenate([lam.reshape(-1), rows])
+    G, u, mu, x = (jax.lax.stop_gradient(y) for y in (G, u, mu, x))
+    rho = _row_steps(G, nc, width)
+    mu_c = jnp.broadcast_to(mu, (nc,)).astype(x.dtype)
+    F = _flat_map(x, G, u, mu_c, rho, coulomb, nc, width)
+    scale = jnp.maximum(jnp.max(jnp.abs(x), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
+    tiny = jnp.finfo(x.dtype).tiny
+    return jnp.max(jnp.abs(F - x), initial=0.0) / jnp.maximum(scale, tiny)
 
 
 def _solved(A, u, mu, contact, live, residual, cone="elliptic"):

@@ -15,10 +15,10 @@ and velocity ``J v`` carries a force ``f >= 0`` of the soft constraint
 MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over ``f >= 0`` and the
 contacts' cones, solved together with the contact rows. At the velocity level (impulses
 ``lam = h f`` on the step's free velocity, as :class:`jaxdyn.sim.Constraint` with
-``soft=True``; :meth:`LimitConstraints.row_problem`) the row is a block of the contact
-problem's width whose other rows carry nothing, appended to it (:func:`solve`): a frictionless
-cone ``[n, t1, t2]`` (``mu = 0``) beside second-order cones, four edges with impulses ``>= 0``
-beside MuJoCo's pyramids (``Constraint(cone="pyramidal")``). Unlike a spring-damper
+``soft=True``; :meth:`LimitConstraints.row_problem`) the row is a scalar row appended to the
+contact problem (:func:`solve`), impulse ``>= 0`` without friction, beside the contacts'
+second-order cones or MuJoCo's pyramids (``Constraint(cone="pyramidal")``): one row of ``G``
+each (:func:`jaxdyn.sim.solve_cone_complementarity`'s ``rows``). Unlike a spring-damper
 (:class:`jaxdyn.sim.JointLimits`), the limit cancels the share ``imp`` of whatever pushes a
 joint into its stop (a strong actuator), as MuJoCo's does.
 """
@@ -285,43 +285,29 @@ def solve(
     G = J @ MinvJT
     G = 0.5 * (G + G.T)
     E = None
-    if contact is not None:
+    iterations, newton, coulomb, cone = limits.iterations, limits.newton, False, "elliptic"
+    if contact is None:  # the limit rows alone
+        Gr, u, mu, live = G + jnp.diag(R_l), u_l, jnp.zeros(0, dtype), live_l
+    else:
         Gr_c, u_c, mu_c, live_c, E = C.contact_problem(
             contact, G[:nrow, :nrow], frames, rows, h, v_rows
         )
-    # each limit row is a block of the contacts' width (3: a cone [n, t1, t2] with mu = 0; 4:
-    # pyramid edges, impulses >= 0) whose other rows are empty: Jacobian 0, R > 0, impulse 0
-    w = 3 if E is None else 4
-    Gcl = G[:nrow, nrow:]
-    if E is not None:  # into the pyramid's edge rows
-        nc = nrow // 3
-        Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, 3, n)).reshape(4 * nc, n)
-    Gll = jnp.zeros((n * w, n * w), dtype).at[::w, ::w].set(G[nrow:, nrow:])
-    Gll = Gll + jnp.diag(jnp.repeat(R_l, w))
-    u = jnp.zeros(n * w, dtype).at[::w].set(u_l)
-    mu = jnp.zeros(n, dtype)
-    live = live_l
-    iterations, newton, coulomb = limits.iterations, limits.newton, False
-    Gr = Gll
-    if contact is not None:
-        Gcl = jnp.zeros((Gcl.shape[0], n * w), dtype).at[:, ::w].set(Gcl)
+        # each limit row a scalar row after the contact blocks (impulse >= 0, no friction)
+        Gcl = G[:nrow, nrow:]
+        if E is not None:  # into the pyramid's edge rows
+            nc = nrow // 3
+            Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, 3, n)).reshape(4 * nc, n)
+        Gll = G[nrow:, nrow:] + jnp.diag(R_l)
         Gr = jnp.block([[Gr_c, Gcl], [Gcl.T, Gll]])
-        u = jnp.concatenate([u_c, u])
-        mu = jnp.concatenate([jnp.broadcast_to(mu_c, live_c.shape).astype(dtype), mu])
-        live = jnp.concatenate([jnp.asarray(live_c), live_l])
+        u = jnp.concatenate([u_c, u_l])
+        mu = jnp.broadcast_to(mu_c, live_c.shape).astype(dtype)
+        live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-    lam = C.solve_cone_complementarity(
-        Gr,
-        u,
-        mu,
-        iterations,
-        newton,
-        coulomb=coulomb,
-        live=live,
-        cone="elliptic" if E is None else "pyramidal",
+        cone = "elliptic" if E is None else "pyramidal"
+    lam_c, lam_l = C.solve_cone_complementarity(
+        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=n
     )
-    res = C.solve_residual(Gr, u, mu, lam, coulomb)
-    nb = live.shape[0] - n  # contact blocks
-    lam_c = lam[:nb] if E is None else jnp.einsum("ci,cij->cj", lam[:nb], E)
-    dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam[nb:, 0]])
+    res = C.solve_residual(Gr, u, mu, lam_c, coulomb, rows=lam_l)
+    lam_c = lam_c if E is None else jnp.einsum("ci,cij->cj", lam_c, E)
+    dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res
