@@ -20,7 +20,7 @@ Running costs are multiplied by ``dt`` in the solvers (Crocoddyl's
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -53,7 +53,9 @@ __all__ = [
 #: while :meth:`Cost.residual` runs: ``(model, x, {body: chain placements})``, so that the
 #: terms of one cost on the same body (a frame's position and a clearance around it) compute
 #: the body's support chain once (one copy in the traced program instead of one per term)
-_CHAINS = contextvars.ContextVar("jaxdyn_cost_chains", default=None)
+_CHAINS: contextvars.ContextVar[tuple[Any, Any, dict] | None] = contextvars.ContextVar(
+    "jaxdyn_cost_chains", default=None
+)
 
 
 def _frame_pose(model, x, frame):
