@@ -604,9 +604,10 @@ def test_solve_batch_equals_vmap(pendulum, fddp_solution, solver):
         np.testing.assert_array_equal(np.asarray(r.iterations), np.asarray(ref.iterations), how)
         np.testing.assert_allclose(np.asarray(r.cost), np.asarray(ref.cost), rtol=1e-12)
         oracle.assert_close(np.asarray(r.us), np.asarray(ref.us), 1e-10, f"us ({solver}, {how})")
-        # the logs too (NaN after each member's last iteration)
+        # the logs too (NaN after each member's last iteration; batched rounds against the
+        # reference's one-by-one programs round differently: 1.1e-10 seen on jaxlib 0.6.2)
         np.testing.assert_allclose(
-            np.asarray(r.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-10, err_msg=how
+            np.asarray(r.log["cost"]), np.asarray(ref.log["cost"]), rtol=1e-9, err_msg=how
         )
     with pytest.raises(ValueError, match="stacked along a leading axis"):
         ddp.solve_batch(problems[0])
