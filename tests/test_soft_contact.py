@@ -271,9 +271,14 @@ def test_pyramidal_capsule_on_plane_is_mujocos():
     f = d.efc_force.reshape(-1, 4)
     assert d.ncon == 4 and np.all(f.min(1) < 1e-9 * f.max(1))  # every pyramid on an edge
     conv = loaded.converter()
-    q = jnp.asarray(conv.q_from_mujoco(d.qpos))
-    ws, origin = core._world(loaded.model, q)
-    _, fr = core._contact_kinematics(loaded.model, cfg, ws, origin, jnp.zeros(loaded.model.nv))
+    model = loaded.model
+
+    @jax.jit
+    def frames_at(q):  # jaxdyn's contacts of a step, and the world position of its origin
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1], origin
+
+    fr, origin = frames_at(jnp.asarray(conv.q_from_mujoco(d.qpos)))
     live = np.asarray(fr.distance) < 0
     point = np.asarray(fr.point + origin)[live]
     s1, s2 = (np.asarray(s)[live] for s in mujoco_tangents(fr.normal, fr.tangent))
@@ -326,7 +331,7 @@ def test_mujoco_tangents_given_and_default():
     assert np.all(np.isfinite(np.asarray(g)))
 
 
-@pytest.mark.slow  # ~10 s of compile; default: test_pyramidal_capsule_on_plane_is_mujocos
+@pytest.mark.slow  # a soft rollout's compile; default: test_pyramidal_capsule_on_plane_is_mujocos
 @pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
 def test_pyramidal_capsule_rollout_follows_mujoco():
     """``load_mjcf`` of the two capsules above (MuJoCo's default pyramidal cone; no ``ignore``
