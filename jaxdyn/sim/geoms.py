@@ -221,7 +221,9 @@ class Geoms(eqx.Module):
 
     def frames(self, ws: WorldState, origin: Array, body_velocity: Array) -> ContactFrames:
         """The contacts of every pair's slots as :class:`ContactFrames` (slots without a
-        contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance)."""
+        contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance);
+        a plane - capsule pair's carry the capsule's axis as their ``tangent`` (MuJoCo's
+        ``mjc_PlaneCapsule``: the first axis of their pyramids)."""
         from . import collision
 
         R, p = self.world_poses(ws, origin)
