@@ -3,6 +3,7 @@ geometry. Checked against the same scene written as MJCF by hand (``load_mjcf``:
 model, geoms, pairs and primitives) and against MuJoCo C on that MJCF (mass matrix, bias
 forces, the contact depths at the start); stepping under ``jax.jit(jax.vmap(...))``."""
 
+import re
 import warnings
 
 import jax
@@ -276,13 +277,39 @@ def test_bad_input_is_refused_by_name(arm):
         sim.Scene(objects=[sim.Sphere("base_link", 0.1)])
     with pytest.raises(ValueError, match=r"repeated: \['crate'\]"):
         sim.Scene(objects=[sim.FreeSphere("crate", 0.1), sim.FreeBox("crate", (1, 1, 1))])
-    with pytest.raises(ValueError, match=r"deny names 'nothing'"):
+    with pytest.raises(ValueError, match=r"deny entry \('ball', 'nothing'\) names 'nothing'"):
         sim.Scene(objects=[sim.FreeSphere("ball", 0.1)], deny=[("ball", "nothing")])
     with pytest.raises(ValueError, match=r"one Ground at most"):
         sim.Scene(world=[sim.Ground(), sim.Ground(name="floor")])
     scene = sim.Scene(objects=[sim.FreeSphere("ball", 0.1, pos=(0, 0, 1))], world=[sim.Ground()])
     with pytest.raises(ValueError, match=r"Scene.state: q has shape \(6,\), expected \(..., 7\)"):
         scene.state(q=np.zeros(6))
+
+
+def test_deny_allow_entries_are_pairs_of_names():
+    """``deny`` / ``allow`` take any pair-like of two names (lists as tuples) and refuse, naming
+    the argument and the entry, a pair of the wrong length, a non-string name (an index used
+    to pass through as "no part" or fail inside ``len``), a bare string, an unknown name."""
+    objs = [sim.FreeSphere("ball", 0.1, pos=(0, 0, 1)), sim.FreeSphere("cue", 0.1, pos=(1, 0, 1))]
+    assert sim.Scene(objects=objs).geoms is not None
+    assert sim.Scene(objects=objs, deny=[["ball", "cue"]]).geoms is None
+    assert sim.Scene(objects=objs, deny=[np.array(["cue", "ball"])]).geoms is None
+    for what in ("deny", "allow"):
+        for bad in (("ball",), ("ball", "cue", "ball"), ("ball", 1), (0, 1), 5, "ball", None):
+            with pytest.raises(
+                ValueError,
+                match=rf"Scene: {what} entries must be pairs \(a, b\) "
+                rf"of two names \(str\), got {re.escape(repr(bad))}",
+            ):
+                sim.Scene(objects=objs, **{what: [bad]})
+        with pytest.raises(
+            ValueError,
+            match=rf"{what} entry \('ball', 'nothing'\) names "
+            r"'nothing', which is no part",
+        ):
+            sim.Scene(objects=objs, **{what: [["ball", "nothing"]]})
+        with pytest.raises(ValueError, match=rf"Scene: {what} must be a list of pairs"):
+            sim.Scene(objects=objs, **{what: 3})
 
 
 def test_deny_and_parts(arm):
@@ -324,9 +351,9 @@ def test_allow_brings_back_a_robots_skipped_pairs(arm):
                                                            frozenset((g0, g1))}  # fmt: skip
     both = sim.Scene(robot, allow=[links], deny=[(g1, g2)], **kw).geoms
     assert _names(both.names, both.pairs) == full
-    with pytest.raises(ValueError, match=r"allow names 'arm/link9'"):
+    with pytest.raises(ValueError, match=r"allow entry .* names 'arm/link9'"):
         sim.Scene(robot, allow=[("arm/link1", "arm/link9")], **kw)
-    with pytest.raises(ValueError, match=r"allow entries must be pairs"):
+    with pytest.raises(ValueError, match=r"allow entries must be pairs \(a, b\) of two names"):
         sim.Scene(robot, allow=["arm/link1"], **kw)
 
 

@@ -129,3 +129,71 @@ def test_bad_terminal_cost_and_frame(model):
         _problem(model, running=running, terminal=terminal)
     with pytest.raises(TypeError, match="expected a Cost"):
         _problem(model, running=(C.Term(C.StateRegularization(jnp.zeros(4))),))
+
+
+@pytest.mark.parametrize(
+    "costs, match",
+    [
+        (dict(weight=-1.0),
+         r"running.terms\[0\]: weight of StateRegularization must be finite and >= 0"),
+        (dict(weight=jnp.array([1.0, jnp.nan, 1.0, 1.0])),
+         r"running.terms\[0\]: weight of StateRegularization must be finite and >= 0"),
+        (dict(frame=C.JointLimits((0, 1), jnp.array([0.5, -1.0]), jnp.array([0.2, 1.0]))),
+         r"running.terms\[2\]: JointLimits.lower > upper for entries \[0\]"),
+        (dict(frame=C.JointLimits((0, 1), jnp.array([-1.0, jnp.nan]), jnp.ones(2))),
+         r"running.terms\[2\]: JointLimits.lower has NaN entries \[1\]"),
+        (dict(frame=C.JointLimits((0, 1), -jnp.ones(2), jnp.array([jnp.nan, 1.0]))),
+         r"running.terms\[2\]: JointLimits.upper has NaN entries \[0\]"),
+    ],
+)  # fmt: skip
+def test_bad_cost_values(model, costs, match):
+    """Negative or NaN weights (a cost unbounded below: the solver "failed" at its maximum
+    regularisation) and inverted or NaN joint-limit bounds (a penalty on every
+    configuration) are refused by name; weight 0 and infinite bounds are fine."""
+    running, terminal = _costs(**costs)
+    with pytest.raises(ValueError, match=match):
+        _problem(model, running=running, terminal=terminal)
+    ok = C.JointLimits((0, 1), jnp.array([-jnp.inf, -1.0]), jnp.array([1.0, jnp.inf]))
+    _problem(model, running=_costs(weight=0.0, frame=ok)[0])
+
+
+def test_bad_dynamics(model):
+    """``ContactDynamics`` refuses negative or NaN Baumgarte gains and damping (passed to
+    ``constrained_aba`` unchecked inside the solvers: a silently unstable stabilisation),
+    ``baumgarte`` that is no pair, constraints that are not ``Weld`` / ``Connect``, and a
+    non-matrix ``actuation``; ``Problem`` and ``step`` refuse an ``actuation`` whose rows are
+    not ``nv`` and ``step`` a ``dt`` that is not a finite scalar > 0 (all before compiling)."""
+    from jaxdyn.constraints import Connect
+    from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics, step
+
+    c = (Connect("link2"),)
+    for kw, match in [
+        (dict(baumgarte=(-1.0, 1.0)), r"ContactDynamics: baumgarte kp must be finite and >= 0"),
+        (dict(baumgarte=(1.0, jnp.nan)), r"ContactDynamics: baumgarte kd must be finite and >= 0"),
+        (dict(baumgarte=(1.0, 1.0, 1.0)), r"baumgarte must be None or a pair \(kp, kd\)"),
+        (dict(damping=-1e-3), r"ContactDynamics: damping must be finite and >= 0, got -0.001"),
+        (dict(damping=jnp.inf), r"ContactDynamics: damping must be finite and >= 0"),
+        (dict(actuation=jnp.ones(2)), r"ContactDynamics: actuation has shape \(2,\), expected"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ContactDynamics(c, **kw)
+    with pytest.raises(ValueError, match=r"ContactDynamics: constraints\[0\] is a str"):
+        ContactDynamics(("link2",))
+    with pytest.raises(ValueError, match=r"ContactDynamics: constraints is empty"):
+        ContactDynamics(())
+    with pytest.raises(ValueError, match=r"FreeDynamics: actuation has shape \(2, 2, 2\)"):
+        FreeDynamics(jnp.ones((2, 2, 2)))
+    assert ContactDynamics(list(c), baumgarte=(0.0, 2.0)).constraints == c  # a list: a tuple
+    # gains traced under vmap: shapes only
+    jax.vmap(lambda k: ContactDynamics(c, baumgarte=(k, 1.0)))(jnp.ones(3))
+    rows = r"dynamics.actuation has shape \(3, 2\), expected \(nv, nu\) = \(2, nu\)"
+    for dyn in (FreeDynamics(jnp.ones((3, 2))), ContactDynamics(c, jnp.ones((3, 2)))):
+        with pytest.raises(ValueError, match=r"Problem: " + rows):
+            _problem(model, dynamics=dyn)
+        with pytest.raises(ValueError, match=r"step: " + rows):
+            step(model, jnp.zeros(4), jnp.zeros(2), 0.01, dyn)
+    for dt, match in [(-0.01, r"step: dt must be a finite time step > 0, got -0.01"),
+                      (jnp.nan, r"step: dt must be a finite time step > 0"),
+                      (jnp.ones(2), r"step: dt has shape \(2,\), expected a scalar")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            step(model, jnp.zeros(4), jnp.zeros(2), dt)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -517,7 +517,9 @@ class Scene:
     full name (``"robot/link/collision0"``, ``"crate"``). ``allow``: pairs ``(a, b)`` named
     the same way that collide although a robot's own geoms skip them (adjacent links, pairs its
     ``sim.Geoms`` leaves out); never geoms of one body or two static geoms; ``deny`` wins
-    where both name a pair. ``gravity``: the scene's (default:
+    where both name a pair. Each pair is any sequence of two name strings (a tuple, a list);
+    anything else, or a name of nothing in the scene, is a ``ValueError`` naming the entry.
+    ``gravity``: the scene's (default:
     the robots', which must agree; else ``-9.81 z``).
 
     Attributes: ``model`` (one :class:`~jaxdyn.Model`; names ``part/name``, a free object's
@@ -536,8 +538,8 @@ class Scene:
         *robots: Robot | Model,
         objects: Iterable[FreeObject] | FreeObject = (),
         world: Iterable[Ground | StaticGeom] | Ground | StaticGeom = (),
-        deny: Iterable[tuple[str, str]] = (),
-        allow: Iterable[tuple[str, str]] = (),
+        deny: Iterable[Sequence[str]] = (),
+        allow: Iterable[Sequence[str]] = (),
         name: str = "scene",
         gravity: npt.ArrayLike | None = None,
     ) -> None:
@@ -1110,15 +1112,24 @@ def _named_pairs(what, pairs, gs):
     of ``gs``; anything else a ``ValueError`` naming ``what``."""
     keys = {k for g in gs for k in (g.part, g.link, g.name)}
     out = set()
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise ValueError(f"Scene: {what} must be a list of pairs (a, b) of names, got {pairs!r}")
     for pr in pairs:
-        if isinstance(pr, str) or len(pr) != 2:
-            raise ValueError(f"Scene: {what} entries must be pairs (a, b), got {pr!r}")
-        for k in pr:
+        try:  # any pair-like (tuple, list, array of two names), normalised to a tuple
+            pair = None if isinstance(pr, (str, bytes)) else tuple(pr)
+        except TypeError:
+            pair = None
+        if pair is None or len(pair) != 2 or not all(isinstance(k, str) for k in pair):
+            raise ValueError(
+                f"Scene: {what} entries must be pairs (a, b) of two names (str), got {pr!r}"
+            )
+        for k in pair:
             if k not in keys:
                 raise ValueError(
-                    f"Scene: {what} names {k!r}, which is no part, link or geom of the scene"
+                    f"Scene: {what} entry {pair!r} names {k!r}, which is no part, link or geom "
+                    "of the scene"
                 )
-        out.add(tuple(pr))
+        out.add(pair)
     return out
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -233,6 +234,13 @@ def _shape_error(where, name, x, expected, why=""):
     return ValueError(f"{where}: {name} has shape {tuple(np.shape(x))}, expected {expected}{why}")
 
 
+def _concrete(x):
+    """``x`` as a float numpy array, or ``None`` when it is traced (its values unknown)."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    return np.asarray(x, dtype=float)
+
+
 def _want(where, name, x, shape, expected):
     if np.shape(x) != shape:
         raise _shape_error(where, name, x, expected)
@@ -274,13 +282,27 @@ def residual_size(residual, model, nu, terminal, where):
             raise ValueError(f"{where}: JointLimits.indices {bad} outside [0, nq = {model.nq})")
         _want(where, f"{name}.lower", residual.lower, (n,), f"(len(indices),) = ({n},)")
         _want(where, f"{name}.upper", residual.upper, (n,), f"(len(indices),) = ({n},)")
+        lo, hi = _concrete(residual.lower), _concrete(residual.upper)
+        for field, b in (("lower", lo), ("upper", hi)):
+            if b is not None and np.any(np.isnan(b)):
+                raise ValueError(
+                    f"{where}: {name}.{field} has NaN entries {np.nonzero(np.isnan(b))[0].tolist()}"
+                    " (use -inf / inf for an unbounded coordinate)"
+                )
+        if lo is not None and hi is not None and np.any(lo > hi):
+            i = np.nonzero(lo > hi)[0]
+            raise ValueError(
+                f"{where}: {name}.lower > upper for entries {i.tolist()} (lower "
+                f"{lo[i].tolist()}, upper {hi[i].tolist()})"
+            )
         return n
     return None
 
 
 def check_cost(cost, model, nu, terminal, where):
     """Check the terms of a :class:`Cost` of a problem (:func:`residual_size` and the weights:
-    a scalar or one per residual component)."""
+    a scalar or one per residual component, finite and ``>= 0`` where known; a
+    :class:`JointLimits`' bounds: no NaN, ``lower <= upper``)."""
     if not isinstance(cost, Cost):
         raise TypeError(f"{where}: expected a Cost, got {type(cost).__name__}")
     for i, term in enumerate(cost.terms):
@@ -294,4 +316,10 @@ def check_cost(cost, model, nu, terminal, where):
                 f"weight of {type(term.residual).__name__}",
                 term.weight,
                 f"() or ({size},) (one weight per residual component)",
+            )
+        w = _concrete(term.weight)
+        if w is not None and not np.all(np.isfinite(w) & (w >= 0)):
+            raise ValueError(
+                f"{label}: weight of {type(term.residual).__name__} must be finite and >= 0 "
+                f"(a negative weight makes the cost unbounded below), got {term.weight!r}"
             )

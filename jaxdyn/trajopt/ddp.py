@@ -59,6 +59,7 @@ import numpy as np
 from .. import _linalg, batching
 from ..backend import fused_programs
 from . import costs as _costs
+from . import dynamics as _dynamics
 from .dynamics import FreeDynamics, step_derivatives, step_plain
 from .lie import state_difference, state_integrate
 
@@ -180,6 +181,7 @@ def _check_problem(p):
             f"{where}: dynamics must be a FreeDynamics or a ContactDynamics, got "
             f"{type(p.dynamics).__name__}"
         )
+    _dynamics._check_rows(where, p.dynamics, model)
     nx, nu = model.nq + model.nv, p.nu
     if np.shape(p.x0) != (nx,):
         raise ValueError(

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _linalg, batching, config, shell, value_checks
 from .._precision import full_precision
@@ -76,6 +78,45 @@ def _input_jacobian(B, M):
     return M if B is None else M @ B
 
 
+def _concrete(x):
+    """``x`` as a float numpy array, or ``None`` when it holds a tracer (values unknown)."""
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(x)):
+        return None
+    return np.asarray(x, dtype=float)
+
+
+def _check_actuation(owner, B):
+    """``B`` ``None`` or a matrix ``(nv, nu)`` (its rows checked against a model by
+    :func:`_check_rows`)."""
+    if B is not None and np.ndim(B) != 2:
+        raise ValueError(
+            f"{owner}: actuation has shape {tuple(np.shape(B))}, expected (nv, nu) (an input "
+            "matrix) or None (every joint actuated)"
+        )
+
+
+def _check_rows(fn, dynamics, model):
+    B = getattr(dynamics, "actuation", None)
+    if B is not None and np.shape(B)[0] != model.nv:
+        raise ValueError(
+            f"{fn}: dynamics.actuation has shape {tuple(np.shape(B))}, expected (nv, nu) = "
+            f"({model.nv}, nu) for {model.name!r}"
+        )
+
+
+def _check_gain(owner, name, x):
+    """A concrete gain finite and ``>= 0`` (``ValueError`` naming it); a traced one is left to
+    the caller (under ``jax.vmap`` / ``jax.jit`` its values are unknown)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{owner}: {name} must be a number >= 0, got {x!r}")
+    try:
+        a = _concrete(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}: {name} must be a number >= 0, got {x!r}") from None
+    if a is not None and not np.all(np.isfinite(a) & (a >= 0)):
+        raise ValueError(f"{owner}: {name} must be finite and >= 0, got {x!r}")
+
+
 #: ``qdd`` of the free dynamics with ``aba``'s choice of method and its batching rule: one
 #: problem's rollout (a ``lax.scan`` of single steps, batch 1) takes the dense route on deep
 #: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
@@ -96,6 +137,9 @@ class FreeDynamics(eqx.Module):
     """
 
     actuation: jax.Array | None = None
+
+    def __check_init__(self):
+        _check_actuation("FreeDynamics", self.actuation)
 
     @staticmethod
     def floating_base(model: Model, dtype: DTypeLike | None = None) -> FreeDynamics:
@@ -135,8 +179,17 @@ class ContactDynamics(eqx.Module):
 
     - ``constraints``: tuple of :class:`jaxdyn.Weld` / :class:`jaxdyn.Connect` (static);
     - ``actuation``: ``None`` or ``B (nv, nu)`` (:meth:`FreeDynamics.floating_base`);
-    - ``baumgarte``: ``None`` or ``(kp, kd)`` stabilisation gains; ``damping``: Delassus
-      regularisation (needed for redundant constraints).
+    - ``baumgarte``: ``None`` or ``(kp, kd)`` stabilisation gains, each finite and ``>= 0``
+      (``J a + Jdot v + kd J v + kp e = 0``, :func:`jaxdyn.constrained_aba`); ``damping``:
+      Delassus regularisation ``>= 0`` (needed for redundant constraints).
+
+    The constraints are ideal (hard, bilateral): there is no ``solref`` here, so
+    :mod:`jaxdyn.sim`'s check of MuJoCo's direct (negative) ``solref`` does not apply; its
+    analogue, a negative gain, is refused at construction, as are a non-finite gain or damping,
+    ``baumgarte`` that is not a pair, constraints that are not ``Weld`` / ``Connect`` and an
+    ``actuation`` that is not a matrix (``ValueError`` naming the argument; gains traced under
+    ``jax.vmap`` / ``jax.jit`` are not checked: a solver's step must not raise). Its rows are
+    checked against the model by :class:`~jaxdyn.trajopt.ddp.Problem` and :func:`step`.
 
     The partials come from the implicit function theorem on the constrained equations
     (:meth:`derivatives`), as Crocoddyl's.
@@ -146,6 +199,22 @@ class ContactDynamics(eqx.Module):
     actuation: jax.Array | None = None
     baumgarte: tuple | None = None
     damping: float = 0.0
+
+    def __post_init__(self):
+        from ..constraints import check_constraints
+
+        self.constraints = check_constraints("ContactDynamics", self.constraints)
+
+    def __check_init__(self):
+        owner = "ContactDynamics"
+        _check_actuation(owner, self.actuation)
+        if self.baumgarte is not None:
+            bg = self.baumgarte
+            if isinstance(bg, (str, bytes)) or not isinstance(bg, (tuple, list)) or len(bg) != 2:
+                raise ValueError(f"{owner}: baumgarte must be None or a pair (kp, kd), got {bg!r}")
+            _check_gain(owner, "baumgarte kp", bg[0])
+            _check_gain(owner, "baumgarte kd", bg[1])
+        _check_gain(owner, "damping", self.damping)
 
     def nu(self, model: Model) -> int:
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
@@ -327,6 +396,12 @@ def _check(fn, model, x, u, dt, dynamics):
             f"{fn}: dynamics must be a FreeDynamics or a ContactDynamics, got "
             f"{type(dynamics).__name__}"
         )
+    _check_rows(fn, dynamics, model)
+    if np.shape(dt) != ():
+        raise ValueError(f"{fn}: dt has shape {tuple(np.shape(dt))}, expected a scalar")
+    h = _concrete(dt)
+    if h is not None and not (np.isfinite(h) and h > 0):
+        raise ValueError(f"{fn}: dt must be a finite time step > 0, got {float(h)!r}")
     x = shell.as_array(fn, "x", x, (("nq + nv", model.nq + model.nv),), model)
     u = shell.as_array(fn, "u", u, (("nu", dynamics.nu(model)),), model)
     dtype = shell.common_dtype(x, u, dt, model=model)
