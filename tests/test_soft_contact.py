@@ -227,6 +227,142 @@ def test_pyramidal_impulses_are_mujocos():
     assert sliding == [True, False]  # the slider slid, then stopped
 
 
+# two capsules lying on the floor, their axes oblique to MuJoCo's default contact axes: "rod"
+# a contact primitive against the ground, "bar" (its own solref / solmix) a geom pair with the
+# floor (jaxdyn.sim.Geoms); both pushed obliquely to their axes (along: 1 m/s, across: 0.5 m/s):
+# they slide along their axes, roll across and hop (friction tips them) while sliding
+CAPSULE_MJCF = """<mujoco>
+<option timestep="0.002" cone="pyramidal" impratio="1.7" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.6"/>
+<body name="rod" pos="0 0 0.0499" zaxis="0.8660254 0.5 0"><freejoint/>
+  <geom name="rod" type="capsule" size="0.05 0.2" contype="1" conaffinity="0" mass="1"/></body>
+<body name="bar" pos="0 1 0.0299" zaxis="0.6 -0.8 0"><freejoint/>
+  <geom name="bar" type="capsule" size="0.03 0.15" contype="1" conaffinity="0" mass="0.5"
+        solmix="3" solref="0.01 0.9"/></body>
+</worldbody></mujoco>"""
+CAPSULE_PUSH = np.r_[0.616, 0.933, 0.0, 0.0, 0.0, 0.0, 1.0, -0.5, 0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")  # 0.1 mm, on purpose
+def test_pyramidal_capsule_on_plane_is_mujocos():
+    """A capsule on a plane under pyramidal cones (MuJoCo's ``mjc_PlaneCapsule`` gives the
+    contact frame the capsule's axis as its first tangent, ``mju_makeFrame`` makes it
+    orthogonal to the normal): mid-slide (55 steps: four contacts, each pyramid on an edge),
+    jaxdyn's contact axes ``(n, s1, s2)``
+    (:func:`jaxdyn.sim.contact.mujoco_tangents` of its contacts' ``tangent``) are MuJoCo's to
+    1e-12, for the primitive (``ContactSet.axis``) and the geom pair (``Geoms.frames``), and on
+    MuJoCo's contact rows with jaxdyn's tangents the impulses of ``Constraint(soft=True,
+    cone="pyramidal")`` are MuJoCo C's edge forces to 1e-10 (relative to the largest); with
+    MuJoCo's default frame instead (zero tangents) they are not (the pyramid's edge that
+    holds the slip is another)."""
+    from jaxdyn.sim import core
+    from jaxdyn.sim.contact import mujoco_tangents
+
+    loaded = jaxdyn.load_mjcf(CAPSULE_MJCF)
+    assert [p.name for p in loaded.contacts] == ["rod"] and "bar" in loaded.geoms.names
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=400))
+    assert cfg.contact.cone == "pyramidal" and cfg.contacts.axis is not None
+    m = mujoco.MjModel.from_xml_string(CAPSULE_MJCF)
+    d = mujoco.MjData(m)
+    d.qvel[:] = CAPSULE_PUSH
+    for _ in range(55):
+        mujoco.mj_step(m, d)
+    mujoco.mj_forward(m, d)
+    f = d.efc_force.reshape(-1, 4)
+    assert d.ncon == 4 and np.all(f.min(1) < 1e-9 * f.max(1))  # every pyramid on an edge
+    conv = loaded.converter()
+    model = loaded.model
+
+    @jax.jit
+    def frames_at(q):  # jaxdyn's contacts of a step, and the world position of its origin
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1], origin
+
+    fr, origin = frames_at(jnp.asarray(conv.q_from_mujoco(d.qpos)))
+    live = np.asarray(fr.distance) < 0
+    point = np.asarray(fr.point + origin)[live]
+    s1, s2 = (np.asarray(s)[live] for s in mujoco_tangents(fr.normal, fr.tangent))
+    tangent = np.asarray(fr.tangent)[live]
+    assert len(point) == 4
+    mine = []
+    for c in d.contact[: d.ncon]:
+        i = np.argmin(np.linalg.norm(point - c.pos, axis=1))
+        assert np.linalg.norm(point[i] - c.pos) < 1e-12
+        f = c.frame.reshape(3, 3)
+        np.testing.assert_allclose(np.asarray(fr.normal)[live][i], f[0], atol=1e-12)
+        np.testing.assert_allclose(np.stack([s1[i], s2[i]]), f[1:], atol=1e-12)
+        mine.append(tangent[i])
+    Jc, frames, want = _mujoco_rows(m, d)
+    frames = dataclasses.replace(frames, tangent=jnp.asarray(np.array(mine)))
+    M = np.zeros((m.nv, m.nv))
+    mujoco.mj_fullM(m, d, M)
+    G = Jc @ np.linalg.solve(M, Jc.T)
+    v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
+    rows = lambda x: (Jc @ x).reshape(-1, 3)  # noqa: E731
+    c = sim.Constraint(soft=True, relaxed=True, iterations=400, cone="pyramidal", impratio=1.7)
+    solve = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))
+    lam = np.asarray(solve(jnp.asarray(G), frames, rows(v), rows(d.qvel)))
+    np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
+    # the default frame's pyramid is another problem (the same program: zero tangents)
+    off = solve(jnp.asarray(G), dataclasses.replace(frames, tangent=jnp.zeros((4, 3))),
+                rows(v), rows(d.qvel))  # fmt: skip
+    assert np.abs(np.asarray(off) - want).max() > 1e-3 * np.abs(want).max()
+
+
+def test_mujoco_tangents_given_and_default():
+    """:func:`jaxdyn.sim.contact.mujoco_tangents` as MuJoCo's ``mju_makeFrame``: zero (or short,
+    ``|t|^2 < 0.25``) tangents give the default frame exactly as ``tangent=None``; a given
+    tangent is made orthogonal to the normal and normalised, ``s2 = n x s1``; one along the
+    normal leaves nothing and gives ``e_x`` (``mju_normalize3``); the derivatives through the
+    dropped rows are finite."""
+    from jaxdyn.sim.contact import mujoco_tangents
+
+    n = jnp.asarray([[0.0, 0.0, 1.0], [0.0, 0.8, 0.6], [0.6, 0.0, 0.8], [0.0, 0.0, 1.0]])
+    t = jnp.asarray([[0.0, 0.0, 0.0], [0.1, 0.2, 0.3], [0.0, 2.0, 0.5], [0.0, 0.0, 3.0]])
+    s1, s2 = (np.asarray(x) for x in mujoco_tangents(n, t))
+    d1, d2 = (np.asarray(x) for x in mujoco_tangents(n))
+    np.testing.assert_array_equal(s1[:2], d1[:2])
+    np.testing.assert_array_equal(s2[:2], d2[:2])
+    a = np.array([0.0, 2.0, 0.5]) - 0.4 * np.array([0.6, 0.0, 0.8])  # t - (n . t) n
+    np.testing.assert_allclose(s1[2], a / np.linalg.norm(a), atol=1e-15)
+    np.testing.assert_allclose(s2[2], np.cross([0.6, 0.0, 0.8], s1[2]), atol=1e-15)
+    np.testing.assert_array_equal(s1[3], [1.0, 0.0, 0.0])
+    g = jax.grad(lambda t: jnp.sum(mujoco_tangents(n, t)[1] ** 2 * jnp.arange(3.0)))(t)
+    assert np.all(np.isfinite(np.asarray(g)))
+
+
+@pytest.mark.slow  # a soft rollout's compile; default: test_pyramidal_capsule_on_plane_is_mujocos
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
+def test_pyramidal_capsule_rollout_follows_mujoco():
+    """``load_mjcf`` of the two capsules above (MuJoCo's default pyramidal cone; no ``ignore``
+    needed): jaxdyn's rollout (``Constraint(soft=True, relaxed=True)``) and MuJoCo C's agree to
+    1e-10 m / 1e-10 in orientation at every step of 0.4 s while they slide, roll and hop, then
+    roll on."""
+    loaded = jaxdyn.load_mjcf(CAPSULE_MJCF)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    conv, q0 = loaded.converter(), np.asarray(loaded.q0)
+    v0 = jnp.asarray(conv.v_from_mujoco(q0, CAPSULE_PUSH))
+    steps = 200
+    tr = jax.jit(
+        lambda q, v: sim.rollout(loaded.model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg)
+    )(jnp.asarray(q0), v0)
+    mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
+    m = mujoco.MjModel.from_xml_string(CAPSULE_MJCF)
+    d = mujoco.MjData(m)
+    d.qvel[:] = CAPSULE_PUSH
+    ref = []
+    for _ in range(steps):
+        mujoco.mj_step(m, d)
+        ref.append(d.qpos.copy())
+    ref = np.array(ref)
+    for b in range(2):
+        np.testing.assert_allclose(
+            mine[:, 7 * b : 7 * b + 3], ref[:, 7 * b : 7 * b + 3], atol=1e-10
+        )
+        assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert np.abs(ref[-1, [0, 1, 7, 8]] - ref[0, [0, 1, 7, 8]]).min() > 0.01  # both slid
+
+
 @pytest.mark.slow  # 20 s of compile; default: test_pyramidal_impulses_are_mujocos (the same solve)
 def test_pyramidal_rollouts_follow_mujoco():
     """``load_mjcf`` of the scene with ``<option cone="pyramidal">`` gives
@@ -383,8 +519,9 @@ def test_soft_parameters_checked():
 def test_soft_contact_reads_the_files_cone():
     """``sim_config(Constraint(soft=True))`` takes the file's ``<option cone>`` (MuJoCo's
     default, pyramidal, where the file gives none); a cone given to ``Constraint`` is kept; with
-    pyramidal cones a capsule on the floor is refused by name (MuJoCo turns that contact's
-    pyramid to the capsule's axis), ``ignore=("cone",)`` or an elliptic cone lets it through."""
+    pyramidal cones a capsule on the floor is honoured (its contacts carry the capsule's axis,
+    ``ContactSet.axis``: ``test_pyramidal_capsule_on_plane_is_mujocos``), nothing refused;
+    ``ignore=("cone",)`` is still accepted."""
     for cone, want in (('cone="elliptic" ', "elliptic"), ("", "pyramidal")):
         loaded = jaxdyn.load_mjcf(SOFT_MJCF.replace('cone="{cone}" ', cone))
         assert loaded.sim_config(sim.Constraint(soft=True)).contact.cone == want
@@ -399,8 +536,13 @@ def test_soft_contact_reads_the_files_cone():
         'size="0.03 0.1" contype="1" conaffinity="0"/></body></worldbody>',
     )
     loaded = jaxdyn.load_mjcf(xml)
-    with pytest.raises(ValueError, match=r'\[cone\] <geom name="rod">: a capsule on a plane'):
-        loaded.sim_config(sim.Constraint(soft=True))
+    cfg = loaded.sim_config(sim.Constraint(soft=True))
+    assert cfg.contact.cone == "pyramidal" and cfg.contacts.axis is not None
+    rod = [i for i, n in enumerate(cfg.contacts.names) if n.startswith("rod")]
+    np.testing.assert_allclose(np.abs(np.asarray(cfg.contacts.axis)[rod]), [[0, 0, 1]] * 2)
+    assert not np.asarray(cfg.contacts.axis)[
+        [i for i in range(cfg.contacts.n) if i not in rod]
+    ].any()
     assert loaded.sim_config(sim.Constraint(soft=True), ignore=("cone",)).contact.cone == (
         "pyramidal"
     )

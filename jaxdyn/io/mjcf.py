@@ -560,9 +560,9 @@ class MJCFModel(NamedTuple):
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
         ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
         instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
-        margin - gap``, jaxdyn's from ``dist < margin``) and ``"cone"`` (a capsule on a plane
-        under pyramidal cones: MuJoCo turns that contact's pyramid to the capsule's axis,
-        jaxdyn keeps MuJoCo's default contact axes).
+        margin - gap``, jaxdyn's from ``dist < margin``). A capsule on a plane under pyramidal
+        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` is still accepted
+        in ``ignore``, and refuses nothing).
 
         Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
         MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
@@ -584,7 +584,7 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact; its own refusals instead
             issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues(self._soft_cone(contact))
+            issues += self._soft_issues()
         errors = [
             (k, msg)
             for k, msg in issues
@@ -667,10 +667,10 @@ class MJCFModel(NamedTuple):
         pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
         return "pyramidal" if pyramidal else "elliptic"
 
-    def _soft_issues(self, cone):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap``; with
-        pyramidal cones, a capsule on a plane (MuJoCo turns its pyramids to the capsule's axis,
-        :func:`jaxdyn.sim.contact.mujoco_tangents` gives MuJoCo's default frame)."""
+    def _soft_issues(self):
+        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap`` (a capsule
+        on a plane under pyramidal cones is honoured, its contacts' pyramids turned to the
+        capsule's axis as MuJoCo's, :attr:`jaxdyn.sim.ContactSet.axis`)."""
         m = self.mj_model
         names = mujoco_names(m, "geom")
         prims, used, ground = self._touching()
@@ -686,26 +686,6 @@ class MJCFModel(NamedTuple):
                     "dist < margin); ignored, the contacts act from their margin",
                 )
             )
-        if cone == "pyramidal":
-            capsule = int(_import_mujoco().mjtGeom.mjGEOM_CAPSULE)
-            caps = {g for g in prims if ground and int(m.geom_type[g]) == capsule}
-            if self.geoms is not None:
-                index = {n: g for g, n in enumerate(names)}
-                gs = self.geoms
-                for a, b in gs.pairs:
-                    if {gs.type[a], gs.type[b]} == {"capsule", "plane"}:
-                        caps.add(index[gs.names[a if gs.type[a] == "capsule" else b]])
-            if caps:
-                listed = ", ".join(f'<geom name="{names[g]}">' for g in sorted(caps)[:6])
-                out.append(
-                    (
-                        "cone",
-                        f"{listed}: a capsule on a plane under pyramidal cones (MuJoCo turns the "
-                        "pyramid's edges to the capsule's axis, jaxdyn keeps MuJoCo's default "
-                        'contact axes); with <option cone="elliptic"> in the file both '
-                        "engines agree; ignored, these pyramids keep the default axes",
-                    )
-                )
         return out
 
     def _soft_contact(self, contact, contacts, geoms):
@@ -759,6 +739,7 @@ class MJCFModel(NamedTuple):
                 solimp=jnp.asarray(np.asarray(rows_imp, dtype)),
                 invweight=jnp.asarray(np.asarray(rows_iw, dtype)),
                 friction=contacts.friction,
+                axis=contacts.axis,
             )
         refsafe = contact.refsafe and not _disabled(mujoco, m, "mjDSBL_REFSAFE")
         out["contact"] = dataclasses.replace(

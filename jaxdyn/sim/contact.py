@@ -98,7 +98,13 @@ class ContactFrames(eqx.Module):
     :class:`Constraint`); ``solimp (nc, 5)``: each contact's MuJoCo ``solimp`` and
     ``invweight (nc,)``: the sum of its two bodies' MuJoCo ``body_invweight0`` (translation;
     the world's 0), the ``diagApprox`` of its rows (both used by ``Constraint(soft=True)``
-    only; ``None``: MuJoCo's default ``solimp``, and the Delassus matrix's own diagonal)."""
+    only; ``None``: MuJoCo's default ``solimp``, and the Delassus matrix's own diagonal);
+    ``tangent (nc, 3)``: each contact's given first tangent, the axis of MuJoCo's pyramid
+    (``mjContact.frame[3:6]`` before ``mju_makeFrame``: a capsule's axis on a plane,
+    ``mjc_PlaneCapsule``); a row shorter than 0.5, and ``None``, MuJoCo's default frame
+    (zeros, as MuJoCo's ``tangent``, rather than NaN: a NaN row would poison gradients through
+    the ``where`` that drops it; :func:`mujoco_tangents`, ``Constraint(cone="pyramidal")``
+    only)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -110,6 +116,7 @@ class ContactFrames(eqx.Module):
     solref: jnp.ndarray | None = None
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
+    tangent: jnp.ndarray | None = None
 
     def split_velocity(self) -> tuple[Array, Array]:
         vn = jnp.sum(self.velocity * self.normal, -1)
@@ -158,6 +165,7 @@ def concat_frames(parts):
     sr = _fill(parts, "solref", np.array([DEFAULT_TIMECONST, DEFAULT_DAMPRATIO]))  # MuJoCo's
     si = _fill(parts, "solimp", np.array(_soft.DEFAULT_SOLIMP))
     iw = _fill(parts, "invweight", np.nan)  # NaN: the Delassus matrix's diagonal
+    tg = _fill(parts, "tangent", np.zeros(3))  # zeros: MuJoCo's default frame
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -169,6 +177,7 @@ def concat_frames(parts):
         solref=sr,
         solimp=si,
         invweight=iw,
+        tangent=tg,
     )
 
 
@@ -208,6 +217,14 @@ def contact_frames(
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
     iw = getattr(cs, "invweight", None)
+    # a capsule's end sphere on a plane: MuJoCo's mjc_PlaneCapsule gives the contact frame the
+    # capsule's axis as its first tangent (its pyramid turns with the capsule)
+    from .geometry import Plane
+
+    axis = getattr(cs, "axis", None)
+    tangent = None
+    if axis is not None and isinstance(terrain, Plane):
+        tangent = spatial.mv(R, jnp.asarray(axis, dtype))
     return ContactFrames(
         dist - radius,
         n,
@@ -219,6 +236,7 @@ def contact_frames(
         solref=None if sr is None else jnp.asarray(sr, dtype),
         solimp=None if si is None else jnp.asarray(si, dtype),
         invweight=None if iw is None else jnp.asarray(iw, dtype),
+        tangent=tangent,
     )
 
 
@@ -553,6 +571,7 @@ def take_contacts(frames, idx):
         solref=take(frames.solref),
         solimp=take(frames.solimp),
         invweight=take(frames.invweight),
+        tangent=take(frames.tangent),
     )
 
 
@@ -936,27 +955,35 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     return G + jnp.diag(R), u.reshape(-1), jnp.broadcast_to(mu, (nc,)), active, None
 
 
-def mujoco_tangents(n):
-    """MuJoCo's contact tangents ``(s1, s2)`` of the unit normals ``n (nc, 3)``
-    (``mju_makeFrame`` without a given tangent: ``s1`` is ``e_y``, or ``e_z`` where
-    ``|n_y| >= 0.5``, made orthogonal to ``n``; ``s2 = n x s1``): the axes of MuJoCo's
-    pyramidal cones."""
+def mujoco_tangents(n, tangent=None):
+    """MuJoCo's contact tangents ``(s1, s2)`` of the unit normals ``n (nc, 3)`` (its
+    ``mju_makeFrame``): ``s1`` the given ``tangent (nc, 3)`` (:attr:`ContactFrames.tangent`)
+    where ``|tangent|^2 >= 0.25``, else (and with ``tangent=None``) ``e_y``, or ``e_z`` where
+    ``|n_y| >= 0.5``; made orthogonal to ``n`` and normalised (``e_x`` where nothing is left:
+    a tangent along the normal); ``s2 = n x s1``: the axes of MuJoCo's pyramidal cones."""
     ey = jnp.broadcast_to(jnp.asarray([0.0, 1.0, 0.0], n.dtype), n.shape)
     ez = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 1.0], n.dtype), n.shape)
     a = jnp.where(((n[:, 1] < 0.5) & (n[:, 1] > -0.5))[:, None], ey, ez)
+    if tangent is not None:
+        given = jnp.sum(tangent * tangent, -1) >= 0.25
+        a = jnp.where(given[:, None], tangent.astype(n.dtype), a)
     s1 = a - jnp.sum(n * a, -1, keepdims=True) * n
-    s1 = s1 / jnp.sqrt(jnp.sum(s1 * s1, -1, keepdims=True))
+    n2 = jnp.sum(s1 * s1, -1, keepdims=True)
+    ok = n2 >= _soft.MINVAL**2  # MuJoCo's mju_normalize3: e_x below mjMINVAL
+    ex = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0], n.dtype), n.shape)
+    s1 = jnp.where(ok, s1 / jnp.sqrt(jnp.where(ok, n2, 1.0)), ex)  # finite derivatives at 0
     return s1, spatial.cross(n, s1)
 
 
-def pyramid_edges(n, mu):
+def pyramid_edges(n, mu, tangent=None):
     """MuJoCo's pyramidal cone of condim 3 (``mj_instantiateContact``): ``E (nc, 4, 3)``, the
     edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]`` (``s1``, ``s2``:
-    :func:`mujoco_tangents`; a pyramid is not symmetric about its normal, its axes are
-    MuJoCo's) in the rows ``[n, t1, t2]`` of :func:`tangent_basis`: an edge's velocity is
-    ``E w`` and its impulse ``f >= 0`` acts as ``E^T f``; ``mu`` scalar or ``(nc,)``."""
+    :func:`mujoco_tangents` of ``n`` and the contacts' given ``tangent``, ``None``: MuJoCo's
+    default frame; a pyramid is not symmetric about its normal, its axes are MuJoCo's) in the
+    rows ``[n, t1, t2]`` of :func:`tangent_basis`: an edge's velocity is ``E w`` and its
+    impulse ``f >= 0`` acts as ``E^T f``; ``mu`` scalar or ``(nc,)``."""
     t1, t2 = tangent_basis(n)
-    s1, s2 = mujoco_tangents(n)
+    s1, s2 = mujoco_tangents(n, tangent)
     mu = jnp.broadcast_to(mu, n.shape[:1])
     dot = lambda a, c: mu * jnp.sum(a * c, -1)  # noqa: E731
     one = jnp.ones_like(mu)
@@ -970,7 +997,8 @@ def pyramid_edges(n, mu):
 def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     """:func:`_soft_problem` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
     MuJoCo's ``mj_instantiateContact``, ``mj_diagApprox``, ``mj_makeImpedance``): per contact
-    four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`), each with the contact's
+    four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`, on the contacts' given
+    tangents), each with the contact's
     distance as its violation (``aref = -b J_edge v - k d(r) r`` on every edge),
     ``diagApprox = (1 + mu^2) diagApprox_n`` and the common regulariser ``R = 2 mu_r^2
     (1 - d) / d diagApprox``, ``mu_r = mu sqrt(1 / impratio)`` (the regularised cone's
@@ -982,7 +1010,7 @@ def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     r = frames.distance
     active = r < 0
     mu = jnp.broadcast_to(_friction(contact, frames, dtype), (nc,))
-    E = pyramid_edges(frames.normal, mu)  # (nc, 4, 3)
+    E = pyramid_edges(frames.normal, mu, frames.tangent)  # (nc, 4, 3)
     edges = lambda x: jnp.einsum("cij,cj->ci", E, x)  # noqa: E731
     aref = -b[:, None] * edges(v_rows) - (k * imp * r)[:, None]
     u = edges(v_free_rows - v_rows) - h * aref

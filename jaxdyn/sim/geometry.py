@@ -197,6 +197,11 @@ class ContactSet(eqx.Module):
     ``solimp``, ``invweight``; ``None``: the contact model's or MuJoCo's defaults, the Delassus
     matrix's diagonal); :meth:`jaxdyn.io.mjcf.MJCFModel.sim_config` fills them from an MJCF
     file for ``Constraint(soft=True)``.
+
+    ``axis (nc, 3)``: a :class:`Capsule`'s end spheres carry the capsule's axis (body
+    coordinates; zeros on the other spheres): against a :class:`Plane` it is the contact's
+    first tangent (:attr:`jaxdyn.sim.contact.ContactFrames.tangent`), the axis of MuJoCo's
+    pyramid (``mjc_PlaneCapsule``); ``None``: MuJoCo's default contact frames.
     """
 
     pos: jnp.ndarray
@@ -207,6 +212,7 @@ class ContactSet(eqx.Module):
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
     friction: jnp.ndarray | None = None
+    axis: jnp.ndarray | None = None
 
     def __check_init__(self):
         n = len(self.names)
@@ -215,6 +221,7 @@ class ContactSet(eqx.Module):
             ("solimp", (n, 5)),
             ("invweight", (n,)),
             ("friction", (n,)),
+            ("axis", (n, 3)),
         ):
             x = getattr(self, name)
             if x is not None and np.shape(x) != shape:
@@ -271,7 +278,7 @@ def contact_set(
                 f"({len(geoms)}), got {friction!r}"
             )
     defaults = [f"{type(g).__name__}({g.frame!r})" for g in geoms]
-    bodies, pos, radius, names, frs = [], [], [], [], []
+    bodies, pos, radius, names, frs, axes = [], [], [], [], [], []
     for gi, g in enumerate(geoms):
         label = g.name
         if label is None:  # default labels: numbered where several primitives share a frame
@@ -297,6 +304,8 @@ def contact_set(
             radius.append(r)
             names.append(label if len(sph) == 1 else f"{label}[{k}]")
             frs.append(0.0 if fr is None else fr[gi])
+            z = np.asarray(g.rotation)[:, 2] if isinstance(g, Capsule) else np.zeros(3)
+            axes.append(spatial.mv(Rf, jnp.asarray(z, Rf.dtype)))
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"contact_set: contact names must be unique, repeated: {dup}")
@@ -307,6 +316,9 @@ def contact_set(
         body=tuple(int(b) for b in bodies),
         names=tuple(names),
         friction=None if fr is None else jnp.asarray(frs, dtype),
+        axis=spatial.stack(axes).astype(dtype)
+        if any(isinstance(g, Capsule) for g in geoms)
+        else None,
     )
 
 

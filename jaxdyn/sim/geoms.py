@@ -221,7 +221,9 @@ class Geoms(eqx.Module):
 
     def frames(self, ws: WorldState, origin: Array, body_velocity: Array) -> ContactFrames:
         """The contacts of every pair's slots as :class:`ContactFrames` (slots without a
-        contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance)."""
+        contact, or whose bounding spheres are apart, at ``collision.NO_CONTACT`` distance);
+        a plane - capsule pair's carry the capsule's axis as their ``tangent`` (MuJoCo's
+        ``mjc_PlaneCapsule``: the first axis of their pyramids)."""
         from . import collision
 
         R, p = self.world_poses(ws, origin)
@@ -307,6 +309,13 @@ class Geoms(eqx.Module):
             if self.invweight is not None:
                 iwg = jnp.asarray(self.invweight, dtype)
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
+            # MuJoCo's mjc_PlaneCapsule: the capsule's axis is the contacts' first tangent
+            # (ContactFrames.tangent; zeros: MuJoCo's default frame)
+            if (t1, t2) in (("plane", "capsule"), ("capsule", "plane")):
+                cap = i2 if t2 == "capsule" else i1
+                tg = jnp.repeat(R[cap][:, :, 2], k, axis=0)
+            else:
+                tg = jnp.zeros((len(i1) * k, 3), dtype)
             parts.append(
                 (
                     dist.reshape(-1),
@@ -318,6 +327,8 @@ class Geoms(eqx.Module):
                     sr,
                     si,
                     iw,
+                    tg,
+                    (t1, t2) in (("plane", "capsule"), ("capsule", "plane")),
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])
@@ -336,6 +347,8 @@ class Geoms(eqx.Module):
         solref = None if self.solref is None else jnp.concatenate([x[6] for x in parts])
         solimp = None if self.solimp is None else jnp.concatenate([x[7] for x in parts])
         invweight = None if self.invweight is None else jnp.concatenate([x[8] for x in parts])
+        turned = any(x[10] for x in parts)
+        tangent = jnp.concatenate([x[9] for x in parts]) if turned else None
         return ContactFrames(
             dist,
             normal,
@@ -347,6 +360,7 @@ class Geoms(eqx.Module):
             solref=solref,
             solimp=solimp,
             invweight=invweight,
+            tangent=tangent,
         )
 
 
