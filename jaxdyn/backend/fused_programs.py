@@ -52,6 +52,24 @@ COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_max_isa
 SMALL_CALL = {"xla_cpu_small_call": "true", "inlineable": "false"}
 
 
+def concrete_on_cpu(leaves: Any) -> bool:
+    """Whether the arrays ``leaves`` (a pytree) are concrete and on the CPU, in a process whose
+    default backend is the CPU (numpy arrays included; a tracer of the caller's ``jit``,
+    ``vmap`` or ``shard_map`` is not)."""
+    import jax
+    import jax.core
+
+    if jax.default_backend() != "cpu":
+        return False
+    for x in jax.tree.leaves(leaves):
+        if isinstance(x, jax.core.Tracer):
+            return False
+        devices = getattr(x, "devices", None)
+        if devices is not None and any(d.platform != "cpu" for d in devices()):
+            return False
+    return True
+
+
 @functools.cache
 def supported() -> bool:
     """Whether this jaxlib compiles the fused program: written for and tested on jaxlib 0.10
@@ -112,23 +130,13 @@ class FusedJit:
     def usable(self, dyn: Sequence[Any], on: bool | None = None) -> bool:
         """Whether this call compiles the fused program (see the module); ``on``: the switch's
         value for this call (``None``: :mod:`jaxdyn.config`'s)."""
-        import jax
-        import jax.core
 
         from .. import config
 
         on = config.get(self.switch) if on is None else on
         if not on or xla_flags.loop_bytes_set() or not supported():
             return False
-        if jax.default_backend() != "cpu":
-            return False
-        for x in dyn:
-            if isinstance(x, jax.core.Tracer):
-                return False
-            devices = getattr(x, "devices", None)
-            if devices is not None and any(d.platform != "cpu" for d in devices()):
-                return False
-        return True
+        return concrete_on_cpu(dyn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(None, *args, **kwargs)

@@ -1024,15 +1024,7 @@ def _cpu_cores() -> int:
 def _on_cpu(tree) -> bool:
     """Whether the arrays of ``tree`` are concrete and on the CPU (those of a default-backend
     CPU process, numpy arrays included): :func:`solve_batch`'s one-by-one route applies."""
-    if jax.default_backend() != "cpu":
-        return False
-    for a in jax.tree.leaves(tree):
-        if isinstance(a, jax.core.Tracer):
-            return False
-        devices = getattr(a, "devices", None)
-        if devices is not None and any(d.platform != "cpu" for d in devices()):
-            return False
-    return True
+    return fused_programs.concrete_on_cpu(tree)
 
 
 def _solve_threads(problems, xs, us, ddp, params, static, threads):
