@@ -442,11 +442,17 @@ class SimEnv(Env):
         else:
             nxt, (ok, info) = jax.lax.scan(frame, pipeline_state, None, length=self.n_frames)
             ok = jnp.all(ok)
-            info = {k: jnp.max(x) for k, x in info.items()}
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, pipeline_state)
-        info = {k: x.astype(self.contact_info(nxt.q.dtype)[k].dtype) for k, x in info.items()}
-        return nxt, bad, info
+        return nxt, bad, self.period_info(info, nxt.q.dtype)
+
+    @classmethod
+    def period_info(cls, infos: dict[str, Array], dtype: DTypeLike) -> dict[str, Array]:
+        """A control period's contact report from its frames' reports ``infos`` (one frame's,
+        or stacked along a leading axis): the largest of each entry, in the dtypes of
+        :meth:`contact_info`."""
+        zeros = cls.contact_info(dtype)
+        return {k: jnp.max(x).astype(zeros[k].dtype) for k, x in infos.items()}
 
     @staticmethod
     def contact_info(dtype: DTypeLike) -> dict[str, Array]:

@@ -258,9 +258,7 @@ class SuiteEnv(SimEnv):
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
-        zeros = self.contact_info(nxt.q.dtype)
-        info = {k: jnp.max(x).astype(zeros[k].dtype) for k, x in infos.items()}
-        return nxt, pk, bad, info
+        return nxt, pk, bad, self.period_info(infos, nxt.q.dtype)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)

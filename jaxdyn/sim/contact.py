@@ -852,16 +852,6 @@ def solve_residual(G, u, mu, lam, coulomb, rows=None):
     return jnp.max(jnp.abs(F - x), initial=0.0) / jnp.maximum(scale, tiny)
 
 
-def _solved(A, u, mu, contact, live, residual, cone="elliptic"):
-    """:func:`solve_cone_complementarity` with ``contact``'s settings; with ``residual`` also
-    the solve's :func:`solve_residual` (``lam (nc, 3)``, or pyramid edges ``(nc, 4)``)."""
-    coulomb = not contact.relaxed
-    lam = solve_cone_complementarity(
-        A, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
-    )
-    return (lam, solve_residual(A, u, mu, lam, coulomb)) if residual else lam
-
-
 def solve_contact_impulses(
     contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False
 ):
@@ -873,10 +863,13 @@ def solve_contact_impulses(
     residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
     Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    coulomb = not contact.relaxed
     cone = "elliptic" if E is None else "pyramidal"
-    out = _solved(Gr, u, mu, contact, live, residual, cone)
-    lam, res = out if residual else (out, None)
-    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)
+    lam = solve_cone_complementarity(
+        Gr, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
+    )
+    res = solve_residual(Gr, u, mu, lam, coulomb) if residual else None
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
     return (lam, res) if residual else lam
 
 

@@ -437,7 +437,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     if k is not None and k < nc:  # the k closest slots only (Constraint.max_contacts)
         idx = C.closest_contacts(frames.distance, k)
         # slots that touch or close within the step at the free velocity, left out by the cap
-        vn = jnp.sum(frames.velocity * frames.normal, -1)
+        vn, _ = frames.split_velocity()
         reach = C.live_contacts(frames.distance) & (frames.distance + h * jnp.minimum(vn, 0.0) <= 0)
         dropped = jnp.sum(reach, dtype=jnp.int32) - jnp.sum(reach[idx], dtype=jnp.int32)
         body, other = jnp.asarray(frames.body_index)[idx], jnp.asarray(frames.other_index)[idx]

@@ -311,7 +311,8 @@ class Geoms(eqx.Module):
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
             # MuJoCo's mjc_PlaneCapsule: the capsule's axis is the contacts' first tangent
             # (ContactFrames.tangent; zeros: MuJoCo's default frame)
-            if (t1, t2) in (("plane", "capsule"), ("capsule", "plane")):
+            plane_capsule = (t1, t2) in (("plane", "capsule"), ("capsule", "plane"))
+            if plane_capsule:
                 cap = i2 if t2 == "capsule" else i1
                 tg = jnp.repeat(R[cap][:, :, 2], k, axis=0)
             else:
@@ -328,7 +329,7 @@ class Geoms(eqx.Module):
                     si,
                     iw,
                     tg,
-                    (t1, t2) in (("plane", "capsule"), ("capsule", "plane")),
+                    plane_capsule,
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])

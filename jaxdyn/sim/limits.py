@@ -300,7 +300,7 @@ def solve(
         Gll = G[nrow:, nrow:] + jnp.diag(R_l)
         Gr = jnp.block([[Gr_c, Gcl], [Gcl.T, Gll]])
         u = jnp.concatenate([u_c, u_l])
-        mu = jnp.broadcast_to(mu_c, live_c.shape).astype(dtype)
+        mu = mu_c  # (nc,), G's dtype
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
         cone = "elliptic" if E is None else "pyramidal"

@@ -845,7 +845,7 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
 
     @solve.def_vmap
     def rule(axis_size, in_batched, *flat):
-        if verbose or not _on_cpu(flat):
+        if verbose or not fused_programs.concrete_on_cpu(flat):
             axes = [0 if b else None for b in in_batched]
             out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
         else:
@@ -1021,12 +1021,6 @@ def _cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _on_cpu(tree) -> bool:
-    """Whether the arrays of ``tree`` are concrete and on the CPU (those of a default-backend
-    CPU process, numpy arrays included): :func:`solve_batch`'s one-by-one route applies."""
-    return fused_programs.concrete_on_cpu(tree)
-
-
 def _solve_threads(problems, xs, us, ddp, params, static, threads):
     """:func:`solve_batch`'s ``method="threads"``: each problem solved by the one-problem
     program (fused into one XLA:CPU kernel where that compiles, whatever the
@@ -1126,7 +1120,7 @@ def solve_batch(
             f"{min_batch}"
         )
     if method is None:
-        method = "threads" if _on_cpu((problems, xs, us)) else "rounds"
+        method = "threads" if fused_programs.concrete_on_cpu((problems, xs, us)) else "rounds"
     if method not in ("threads", "rounds"):
         raise ValueError(f"solve_batch: method must be 'threads' or 'rounds', got {method!r}")
     threads = _cpu_cores() if threads is None else threads
