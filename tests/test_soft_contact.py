@@ -42,12 +42,13 @@ STEPS = 400
 PUSH = np.r_[np.zeros(18), 1.0, 0.3, 0.0, 0.0, 0.0, 0.0]  # the slider's MuJoCo qvel
 
 
-def _mujoco_run(cone):
-    m = mujoco.MjModel.from_xml_string(SOFT_MJCF.format(cone=cone))
+def _mujoco_qpos(m, qvel, steps):
+    """MuJoCo C's ``qpos`` after each of ``steps`` ``mj_step`` of ``m`` from ``qpos0`` with
+    the initial velocity ``qvel``, ``(steps, nq)``."""
     d = mujoco.MjData(m)
-    d.qvel[:] = PUSH
+    d.qvel[:] = qvel
     out = []
-    for _ in range(STEPS):
+    for _ in range(steps):
         mujoco.mj_step(m, d)
         out.append(d.qpos.copy())
     return np.array(out)
@@ -69,7 +70,8 @@ def soft_run():
         jnp.asarray(q0), jnp.asarray(v0)
     )
     mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
-    return loaded, cfg, mine, _mujoco_run("elliptic")
+    m = mujoco.MjModel.from_xml_string(SOFT_MJCF.format(cone="elliptic"))
+    return loaded, cfg, mine, _mujoco_qpos(m, PUSH, STEPS)
 
 
 def _quat_gap(a, b):
@@ -347,14 +349,7 @@ def test_pyramidal_capsule_rollout_follows_mujoco():
         lambda q, v: sim.rollout(loaded.model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg)
     )(jnp.asarray(q0), v0)
     mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
-    m = mujoco.MjModel.from_xml_string(CAPSULE_MJCF)
-    d = mujoco.MjData(m)
-    d.qvel[:] = CAPSULE_PUSH
-    ref = []
-    for _ in range(steps):
-        mujoco.mj_step(m, d)
-        ref.append(d.qpos.copy())
-    ref = np.array(ref)
+    ref = _mujoco_qpos(mujoco.MjModel.from_xml_string(CAPSULE_MJCF), CAPSULE_PUSH, steps)
     for b in range(2):
         np.testing.assert_allclose(
             mine[:, 7 * b : 7 * b + 3], ref[:, 7 * b : 7 * b + 3], atol=1e-10
@@ -391,13 +386,7 @@ def test_pyramidal_rollouts_follow_mujoco():
         if g is not None:
             m.opt.gravity[:] = g
             model = eqx.tree_at(lambda x: x.gravity, model, jnp.asarray(g))
-        d = mujoco.MjData(m)
-        d.qvel[:] = PUSH
-        ref = []
-        for _ in range(STEPS):
-            mujoco.mj_step(m, d)
-            ref.append(d.qpos.copy())
-        ref = np.array(ref)
+        ref = _mujoco_qpos(m, PUSH, STEPS)
         mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in run(model)])
         for b in range(4):
             pos = slice(7 * b, 7 * b + 3)
