@@ -261,6 +261,8 @@ def solve(
     frames=None,
     rows: Array | None = None,
     v_rows: Array | None = None,
+    solve_m: Callable[[Array], Array] | None = None,
+    v_free_m: Array | None = None,
 ) -> tuple[Array, Array | None, Array]:
     """The step's velocity change ``dv (nv,)`` of the limit rows solved together with the
     contacts of the constraint model ``contact`` (``None``: the limit rows alone), the
@@ -273,16 +275,32 @@ def solve(
     :class:`~jaxdyn.sim.contact.ContactFrames`, ``rows (nc, 3)`` ``Jc v_free`` and ``v_rows``
     ``Jc v`` (soft contact) as :func:`jaxdyn.sim.contact.contact_problem` takes them. One
     problem: ``G = J M_eff^-1 J^T`` of all rows, the contact model's regulariser on the
-    contact block, the limits' on theirs."""
+    contact block, the limits' on theirs.
+
+    ``solve_m``, ``v_free_m``: ``M^-1 X`` with the plain mass matrix and the free velocity
+    under it, for an integrator whose ``M_eff`` is not ``M`` (``"implicit"``,
+    ``"implicit_damping"``; ``None``: ``M_eff = M``). MuJoCo computes the force of its soft
+    rows with ``M`` (``mj_fwdConstraint``: ``A = J M^-1 J^T``, ``J qacc_smooth``,
+    ``qacc_smooth = M^-1 qfrc_smooth``) and only then steps with ``M_eff``
+    (``mj_EulerSkip`` and ``mj_implicitSkip`` solve ``M_eff qacc = qfrc_smooth +
+    qfrc_constraint``); so here the soft rows (the limits, and the contacts with
+    ``contact.soft``) are posed with ``G = J M^-1 J^T`` among themselves and ``u`` from
+    ``v_free_m``, and their impulses act through ``M_eff^-1`` (``dv``). The hard contacts'
+    rows (jaxdyn's model, no MuJoCo counterpart) and their coupling to the soft rows keep
+    ``M_eff``, so that a hard contact's velocity condition holds for the step's velocity
+    (the matrix stays symmetric and at least ``J M_eff^-1 J^T``: ``M^-1 >= M_eff^-1``)."""
     limits.check_model(model)
     dtype = v.dtype
     n = limits.rows
-    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free, h)
+    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free if v_free_m is None else v_free_m, h)
     Jl = limits.jacobian(side, model.nv)
     nrow = 0 if Jc is None else Jc.shape[0]
     J = Jl if Jc is None else jnp.concatenate([Jc, Jl], 0)
     MinvJT = solve_minv(J.T)
     G = J @ MinvJT
+    if solve_m is not None:  # the soft rows among themselves with the plain M (MuJoCo's A)
+        s0 = nrow if contact is not None and not contact.soft else 0
+        G = G.at[s0:, s0:].set(J[s0:] @ solve_m(J[s0:].T))
     G = 0.5 * (G + G.T)
     E = None
     iterations, newton, coulomb, cone = limits.iterations, limits.newton, False, "elliptic"
