@@ -318,3 +318,67 @@ def test_soft_contact_with_joint_damping_follows_mujoco(limits):
     assert qm[:, 2].min() < -0.0505  # the box on the floor, below where the limit would be
     np.testing.assert_allclose(q[:, order], qm, atol=1e-10, rtol=0)
     np.testing.assert_allclose(v[:, order], vm, atol=1e-8, rtol=0)
+
+
+# a two-hinge arm whose fixed tendon j1 + 0.5 j2 is limited (own solreflimit, solimplimit,
+# margin; the joints themselves unlimited) and a ball on two slides hanging from a limited
+# spatial string (range 0 0.3: it falls 8 cm before the string catches it)
+TENDON_XML = """<mujoco><option timestep="0.002" tolerance="1e-14" iterations="1000"/>
+<worldbody><site name="anchor" pos="0 1 0.8"/>
+<body name="l1" pos="0 0 1"><joint name="j1" axis="0 1 0"/>
+  <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1" contype="0" conaffinity="0"/>
+  <body name="l2" pos="0.3 0 0"><joint name="j2" axis="0 1 0"/>
+    <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025" mass="0.6" contype="0"
+      conaffinity="0"/></body></body>
+<body name="ball" pos="0.2 1 0.7"><joint name="bx" type="slide" axis="1 0 0"/>
+  <joint name="bz" type="slide" axis="0 0 1"/>
+  <geom type="sphere" size="0.03" mass="0.2" contype="0" conaffinity="0"/>
+  <site name="ball"/></body>
+</worldbody>
+<tendon><fixed name="sum" limited="true" range="-0.3 0.3" solreflimit="0.01 0.8"
+    solimplimit="0.8 0.99 0.01 0.4 3" margin="0.02"><joint joint="j1" coef="1"/>
+    <joint joint="j2" coef="0.5"/></fixed>
+  <spatial name="string" limited="true" range="0 0.3"><site site="anchor"/><site site="ball"/>
+  </spatial></tendon>
+<actuator><motor joint="j1" gear="20"/><motor joint="j2" gear="10"/></actuator></mujoco>"""
+
+
+def test_tendon_limit_constraint_follows_mujoco():
+    """MuJoCo's tendon limit (``mj_instantiateLimit`` on ``ten_J``, the tendon's
+    ``solreflimit`` / ``solimplimit`` / ``margin``, ``diagApprox = tendon_invweight0``) as
+    :class:`jaxdyn.sim.LimitConstraints`' tendon rows (``limits="constraint"``): the fixed
+    tendon driven into both ends of its range by the motors (MuJoCo's goes 0.06 past) and the
+    ball caught by its string (MuJoCo's stretches 7.6 mm) follow MuJoCo C to 1e-10 at every
+    step of 0.6 s (seen: 7e-14; under the spring-damper :class:`jaxdyn.sim.JointLimits`, as
+    before, 0.15 rad and 5 mm); the tendons' spring-damper is off for them (their bounds
+    inf), and a tendon row naming a tendon the configuration lacks is refused."""
+    r = load_mjcf(TENDON_XML)
+    cfg = r.sim_config(limits="constraint")
+    lim = cfg.limit_constraints
+    assert lim.tendons == (("fixed", 0), ("spatial", 0)) and lim.rows == 2
+    assert np.isinf(cfg.tendons.lower).all() and np.isinf(cfg.spatial_tendons.upper).all()
+    m = mujoco.MjModel.from_xml_string(TENDON_XML)
+    d = mujoco.MjData(m)
+    ctrl = np.zeros((300, 2))
+    ctrl[:150], ctrl[150:] = 1.0, -1.0
+    qm, lm = [], []
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        qm.append(d.qpos.copy())
+        lm.append(d.ten_length.copy())
+    qm, lm = np.array(qm), np.array(lm)
+    assert lm[:, 0].min() < -0.35 and lm[:, 0].max() > 0.31 and lm[:, 1].max() > 0.305
+
+    def f(s, u):
+        s = sim.step(r.model, s, u, cfg)
+        return s, s.q
+
+    s0 = sim.State(jnp.asarray(r.q0), jnp.zeros(r.model.nv))
+    q = jax.jit(lambda s, us: jax.lax.scan(f, s, us)[1])(s0, jnp.asarray(ctrl))
+    q = np.asarray(q)[:, np.argsort(r.converter().q_index)]
+    np.testing.assert_allclose(q, qm, atol=1e-10, rtol=0)
+    with pytest.raises(ValueError, match="spatial tendon 0, but the configuration has 0"):
+        lim.tendon_rows(r.model, cfg.tendons, None, jnp.asarray(r.q0))
+    with pytest.raises(ValueError, match="tendons\\[0\\] must be"):
+        dataclasses.replace(lim, tendons=(("pulley", 0), ("spatial", 0)))

@@ -432,7 +432,10 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
     solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
-        dv, _, res = L.solve(lim, model, q, v, v_free, solve, h, solve_m=solve_m, v_free_m=v_free_m)
+        tendons = (cfg.tendons, cfg.spatial_tendons)
+        dv, _, res = L.solve(
+            lim, model, q, v, v_free, solve, h, solve_m=solve_m, v_free_m=v_free_m, tendons=tendons
+        )
         return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
@@ -479,6 +482,7 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
             v_rows,
             solve_m=solve_m,
             v_free_m=v_free_m,
+            tendons=(cfg.tendons, cfg.spatial_tendons),
         )
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
