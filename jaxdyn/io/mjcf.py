@@ -430,7 +430,10 @@ class MJCFModel(NamedTuple):
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts. ``None`` where the file has no limited hinge or slide joint or disables
+        the contacts; then a row for every limited fixed or straight spatial tendon
+        (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
+        ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
+        or slide joint or tendon or disables
         limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
         rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
         :class:`jaxdyn.sim.Constraint` contact)."""
@@ -559,10 +562,10 @@ class MJCFModel(NamedTuple):
         default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
-        the hinge and slide joints' limits are then MuJoCo's limit constraint
-        (:meth:`limit_constraints`, soft rows solved with the contacts; the tendons' length
-        limits stay the spring-damper); ``limits=`` a :class:`jaxdyn.sim.JointLimits` or
-        ``None`` sets ``SimConfig.limits`` as any other override.
+        the hinge and slide joints' and the tendons' limits are then MuJoCo's limit constraint
+        (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
+        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite); ``limits=`` a
+        :class:`jaxdyn.sim.JointLimits` or ``None`` sets ``SimConfig.limits`` as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
