@@ -45,8 +45,9 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher are MuJoCo's
-limit constraint (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
+The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
+in cup's string are MuJoCo's limit constraint
+(:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
 ``solimplimit``, solved with the contacts): driven into their stops by their actuators they
 follow MuJoCo C several times closer than under the default :class:`jaxdyn.sim.JointLimits`
 or its per-joint spring-damper approximation :meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`
@@ -1146,16 +1147,20 @@ class BallInCup(ContactSuiteEnv):
     file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
     against the five capsules of the cup and the floor (friction 1).
 
-    The string's length limit is MuJoCo's ``tendon`` limit, a soft constraint there
-    (``solreflimit``); here it is the smooth spring-damper of :class:`jaxdyn.sim.JointLimits`
-    on the tendon's length (:class:`jaxdyn.sim.SpatialTendons`), :attr:`string_limits`
-    (the default 1e3 N/m, 10 N s/m): a taut string stretches by a few millimetres (up to 6 mm
-    when the cup is whirled, where MuJoCo's soft limit stretches by 2 cm), and a jerk on it
-    rebounds differently from MuJoCo's (``tests/test_envs_suite_more.py``).
+    The string's length limit is MuJoCo's tendon limit constraint (``mujoco_limits =
+    "constraint"``: a soft row on the tendon's length, :class:`jaxdyn.sim.LimitConstraints`'
+    ``tendons``, solved with the contacts): the string stretches as MuJoCo's (up to 2 cm when
+    the cup is whirled), and the ball swinging or whirled on it follows MuJoCo C to rounding
+    (``tests/test_envs_suite_more.py``). Before, it was the smooth spring-damper of
+    :class:`jaxdyn.sim.JointLimits` on the tendon's length, :attr:`string_limits` (still the
+    configuration's ``limits``, used with ``mujoco_limits = False``), which let it stretch by
+    6 mm at most and the ball part from MuJoCo's by 1 cm.
     """
 
     xml = "ball_in_cup.xml"
-    #: the string's limit (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
+    mujoco_limits = "constraint"
+    #: the string's spring-damper limit with ``mujoco_limits = False``
+    #: (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
     string_limits = _sim.JointLimits()
     metric_keys = ()
 
