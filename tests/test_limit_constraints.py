@@ -380,5 +380,9 @@ def test_tendon_limit_constraint_follows_mujoco():
     np.testing.assert_allclose(q, qm, atol=1e-10, rtol=0)
     with pytest.raises(ValueError, match="spatial tendon 0, but the configuration has 0"):
         lim.tendon_rows(r.model, cfg.tendons, None, jnp.asarray(r.q0))
+    with pytest.raises(ValueError, match="fixed tendon 0 has a limit row in limit_constraints"):
+        dataclasses.replace(cfg, tendons=r.sim_config().tendons)  # its spring-damper limit too
+    with pytest.raises(ValueError, match="tendon row 1 is spatial tendon 0, but the config"):
+        dataclasses.replace(cfg, spatial_tendons=None)
     with pytest.raises(ValueError, match="tendons\\[0\\] must be"):
         dataclasses.replace(lim, tendons=(("pulley", 0), ("spatial", 0)))

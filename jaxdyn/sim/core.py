@@ -254,6 +254,22 @@ class SimConfig(eqx.Module):
                     "integrator='euler' (without Compliant contact), 'implicit' or "
                     f"'implicit_damping', not {self.integrator!r}"
                 )
+            for k, (kind, i) in enumerate(self.limit_constraints.tendons):
+                ten = self.tendons if kind == "fixed" else self.spatial_tendons
+                if ten is None or i >= ten.size():
+                    raise ValueError(
+                        f"SimConfig: limit_constraints' tendon row {k} is {kind} tendon {i}, "
+                        f"but the configuration has {0 if ten is None else ten.size()}"
+                    )
+                bounds = (ten.lower, ten.upper)
+                if not any(isinstance(b, jax.core.Tracer) for b in bounds) and np.any(
+                    np.isfinite([np.asarray(b)[i] for b in bounds])
+                ):
+                    raise ValueError(
+                        f"SimConfig: {kind} tendon {i} has a limit row in limit_constraints "
+                        "and finite lower / upper (its spring-damper limit too); make them "
+                        "-inf / inf"
+                    )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "

@@ -21,6 +21,13 @@ second-order cones or MuJoCo's pyramids (``Constraint(cone="pyramidal")``): one 
 each (:func:`jaxdyn.sim.solve_cone_complementarity`'s ``rows``). Unlike a spring-damper
 (:class:`jaxdyn.sim.JointLimits`), the limit cancels the share ``imp`` of whatever pushes a
 joint into its stop (a strong actuator), as MuJoCo's does.
+
+A limited tendon gets the same row on its length ``L`` (MuJoCo's tendon limit: ``dist = L -
+lower`` with the tendon's Jacobian, or ``upper - L`` with its negative; the tendon's
+``solreflimit``, ``solimplimit``, ``margin`` and ``tendon_invweight0``). Under the implicit
+integrators (``M_eff = M + h D``) the rows are posed with the plain ``M`` and act through
+``M_eff``, as MuJoCo's constraint force enters its ``Euler`` / ``implicitfast`` step
+(:func:`solve`).
 """
 
 from __future__ import annotations
