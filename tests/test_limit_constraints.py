@@ -7,7 +7,10 @@ Oracle: MuJoCo's ``mj_step`` on the same file (``Euler``, elliptic cones, its Ne
 tolerance 1e-14): a two-hinge arm driven by strong motors into both stops of both joints (the
 elbow with its own ``solreflimit``, ``solimplimit`` and ``margin``) and a box on a vertical
 slide (``solreflimit`` in the direct form) pushed into both ends of its range, once alone and
-once landing on the floor (soft contact rows and limit rows of the same dof, one problem).
+once landing on the floor (soft contact rows and limit rows of the same dof, one problem);
+the same with joint damping under ``Euler`` and ``implicitfast`` (the rows posed with ``M``,
+applied through ``M + h D``); a limited fixed tendon and a ball caught by a limited spatial
+string (MuJoCo's tendon limit rows).
 """
 
 from __future__ import annotations
@@ -352,16 +355,9 @@ def test_tendon_limit_constraint_follows_mujoco():
     assert lim.tendons == (("fixed", 0), ("spatial", 0)) and lim.rows == 2
     assert np.isinf(cfg.tendons.lower).all() and np.isinf(cfg.spatial_tendons.upper).all()
     m = mujoco.MjModel.from_xml_string(TENDON_XML)
-    d = mujoco.MjData(m)
     ctrl = np.zeros((300, 2))
     ctrl[:150], ctrl[150:] = 1.0, -1.0
-    qm, lm = [], []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        qm.append(d.qpos.copy())
-        lm.append(d.ten_length.copy())
-    qm, lm = np.array(qm), np.array(lm)
+    qm, lm = mujoco_rollout(m, ctrl=ctrl, fields=("qpos", "ten_length"))
     assert lm[:, 0].min() < -0.35 and lm[:, 0].max() > 0.31 and lm[:, 1].max() > 0.305
 
     def f(s, u):
