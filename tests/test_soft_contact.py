@@ -401,6 +401,49 @@ def test_pyramidal_rollouts_follow_mujoco():
     assert np.abs(ref[-1, 21:23] - ref[0, 21:23]).max() > 0.05  # the slider slides
 
 
+# two bodies' geoms with margins and gaps (a ball dropped on a box that rests on the floor on
+# its own margin; MuJoCo's broad phase sees every pair)
+PAIR_MJCF = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.6" gap="0.004"/>
+<body name="box" pos="0 0 0.103"><freejoint/>
+  <geom name="box" type="box" size="0.2 0.15 0.1" margin="0.003" gap="0.01" mass="2"/></body>
+<body name="ball" pos="0.05 0.02 0.33"><freejoint/>
+  <geom name="ball" size="0.05" margin="0.005" gap="0.02" mass="0.3"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.slow  # 2 compiles; default: test_soft_contact_follows_mujoco (margin, gap, a pair)
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_margin_and_gap_between_bodies_follow_mujoco(cone):
+    """A ball dropped on a box (their pair acts below the sum of their margins, 8 mm; their gaps
+    add contacts MuJoCo excludes), the box resting on the floor on its own margin: jaxdyn's
+    soft contact (``relaxed=True``) follows MuJoCo C to 1e-10 m in position and orientation at
+    every step, elliptic and pyramidal cones."""
+    xml = PAIR_MJCF.format(cone=cone)
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    assert set(loaded.geoms.names) == {"floor", "box", "ball"}
+    conv, q0 = loaded.converter(), np.asarray(loaded.q0)
+    steps = 300
+    tr = jax.jit(
+        lambda q: sim.rollout(
+            loaded.model, sim.State(q, jnp.zeros(12)), jnp.zeros((steps, 0)), cfg=cfg
+        )
+    )(jnp.asarray(q0))
+    mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
+    m = mujoco.MjModel.from_xml_string(xml)
+    ref, excluded = mujoco_rollout(
+        m, steps, fields=("qpos", lambda d: sum(c.exclude == 1 for c in d.contact[: d.ncon]))
+    )
+    for b in range(2):
+        np.testing.assert_allclose(
+            mine[:, 7 * b : 7 * b + 3], ref[:, 7 * b : 7 * b + 3], atol=1e-10
+        )
+        assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert excluded.max() >= 1  # MuJoCo had contacts in the gaps
+    assert 0.007 < ref[-1, 9] - ref[-1, 2] - 0.15 < 0.008  # the ball rests on the 8 mm margin
+
+
 def test_pyramidal_coulomb_does_not_lift():
     """Pyramidal cones with ``coulomb=True`` (``Constraint(relaxed=False)``: De Saxce's term of
     the pyramid ``|f_s1| + |f_s2| <= mu f_n``, ``mu max_k |w_sk|``): a contact sliding along
