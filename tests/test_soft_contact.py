@@ -550,6 +550,66 @@ def test_soft_parameters_checked():
         sim.Constraint(soft=True, cone="pyramid")
     with pytest.raises(ValueError, match="cone='pyramidal' is a parameter of soft=True"):
         sim.Constraint(cone="pyramidal")
+    with pytest.raises(ValueError, match="Constraint: solreffriction must be None or 2 fin"):
+        sim.Constraint(soft=True, solreffriction=(0.02, 1.0, 0.0))
+    with pytest.raises(ValueError, match="solreffriction must be .* not mixed"):
+        sim.Constraint(soft=True, solreffriction=(0.02, -1.0))
+    with pytest.raises(ValueError, match="solreffriction is a parameter of soft=True contact"):
+        sim.Constraint(solreffriction=(0.02, 1.0))
+
+
+# a box pushed to slide on the floor: MuJoCo's solreffriction exists on explicit pairs only
+# (the pair: MuJoCo's default solref, solimp and the geoms' larger friction, 1, as the
+# dynamic pair of SLIDE_MJCF)
+SLIDE_MJCF = """<mujoco><option cone="elliptic" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.5"/>
+<body name="slider" pos="0 0 0.0498"><freejoint/>
+  <geom name="slider" type="box" size="0.1 0.1 0.05" mass="1"{off}/></body>
+</worldbody>{pair}</mujoco>"""
+SLIDE_PUSH = np.r_[1.0, 0.3, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_solreffriction_is_mujocos():
+    """``Constraint(soft=True, solreffriction=...)`` (elliptic cones) against MuJoCo C's
+    ``<contact><pair solreffriction>`` of a box sliding at 1 m/s to a stop, 0.3 s, one
+    compiled rollout: ``(0.1, 1)`` and the direct ``(-800, -30)`` follow MuJoCo's pair to
+    1e-10 m and 1e-10 in orientation (seen 3e-11), and ``(0, 0)`` (MuJoCo's default:
+    ``solref``'s) MuJoCo's dynamic contact; the friction rows' reference moves the box by
+    millimetres."""
+    steps = 150
+    loaded = jaxdyn.load_mjcf(SLIDE_MJCF.format(off="", pair=""))
+    # 600 steps: at 200 the spinning box's yaw is 1.2e-10 off MuJoCo's (converged: 1e-12)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=600))
+    conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
+    v0 = jnp.asarray(conv.v_from_mujoco(q0, SLIDE_PUSH))
+    run = jax.jit(
+        lambda c: (
+            sim.rollout(
+                model,
+                sim.State(q0, v0),
+                jnp.zeros((steps, 0)),
+                cfg=dataclasses.replace(cfg, contact=c),
+            ).q
+        )
+    )
+    refs = []
+    for srf in ((0.1, 1.0), (-800.0, -30.0), (0.0, 0.0)):
+        pair = f'<contact><pair geom1="floor" geom2="slider" solreffriction="{srf[0]} {srf[1]}"/>'
+        xml = SLIDE_MJCF.format(off=' contype="0" conaffinity="0"', pair=pair + "</contact>")
+        if srf == (0.0, 0.0):
+            xml = SLIDE_MJCF.format(off="", pair="")
+        (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(xml), steps, qvel=SLIDE_PUSH)
+        mine = np.array(
+            [
+                conv.q_to_mujoco(np.asarray(q))
+                for q in run(dataclasses.replace(cfg.contact, solreffriction=jnp.asarray(srf)))
+            ]
+        )
+        np.testing.assert_allclose(mine[:, :3], ref[:, :3], atol=1e-10)
+        assert _quat_gap(mine[:, 3:7], ref[:, 3:7]) < 1e-10
+        refs.append(ref)
+    assert np.abs(refs[0][-1, :2] - refs[2][-1, :2]).max() > 1e-3  # it matters
+    assert np.abs(refs[1][-1, :2] - refs[2][-1, :2]).max() > 1e-3
 
 
 def test_soft_contact_reads_the_files_cone():
