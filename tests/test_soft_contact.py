@@ -571,12 +571,12 @@ SLIDE_PUSH = np.r_[1.0, 0.3, 0.0, 0.0, 0.0, 0.0]
 
 def test_solreffriction_is_mujocos():
     """``Constraint(soft=True, solreffriction=...)`` (elliptic cones) against MuJoCo C's
-    ``<contact><pair solreffriction>`` of a box sliding at 1 m/s to a stop, 0.3 s, one
+    ``<contact><pair solreffriction>`` of a box sliding at 1 m/s to a stop, 0.2 s, one
     compiled rollout: ``(0.1, 1)`` and the direct ``(-800, -30)`` follow MuJoCo's pair to
     1e-10 m and 1e-10 in orientation (seen 3e-11), and ``(0, 0)`` (MuJoCo's default:
     ``solref``'s) MuJoCo's dynamic contact; the friction rows' reference moves the box by
     millimetres."""
-    steps = 150
+    steps = 100
     loaded = jaxdyn.load_mjcf(SLIDE_MJCF.format(off="", pair=""))
     # 600 steps: at 200 the spinning box's yaw is 1.2e-10 off MuJoCo's (converged: 1e-12)
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=600))

@@ -138,7 +138,8 @@ older MuJoCo installed the contacts act below ``margin - gap``, as its did); ``s
 MuJoCo's default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both.
-``solreffriction`` exists only on ``<contact><pair>`` (refused, above). Per-geom friction and
+``solreffriction`` exists only on ``<contact><pair>`` (refused, above; the contact model
+takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom friction and
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
