@@ -411,19 +411,53 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
+def _equality_rows(model, cfg, ws, origin, q, v, v_free, solve, h, t):
+    """MuJoCo's equality rows (:meth:`jaxdyn.sim.equality.Equalities.row_problem`) in the
+    step's constraint problem, eliminated exactly: ``(v_e, solve_e)`` such that the problem of
+    the other rows (joint limits, contacts) built from the velocity ``v_e`` and the inverse
+    ``solve_e`` has the solution of the one problem of all rows, and ``v_e + solve_e(J_o^T)
+    lam_o`` is its velocity.
+
+    The equality impulses are unbounded (projection the identity), so the block of their rows
+    is linear: with ``H = J_e M^-1 J_e^T + diag(R_e)`` (symmetric positive definite, ``R_e >
+    0``), the stationarity of the equality rows gives ``lam_e = -H^-1 (u_e + J_e M^-1 J_o^T
+    lam_o)``, and substituting it leaves the Schur complement: the other rows see the free
+    velocity ``v_e = v_free - M^-1 J_e^T H^-1 u_e`` (the step with the equality impulses
+    alone) and the inverse mass ``M^-1 - M^-1 J_e^T H^-1 J_e M^-1`` (``solve_e``, a low-rank
+    update of ``solve``, as :func:`_low_rank_solve`). The same minimiser as iterating on all
+    rows together, without iterations on the equality block (exact, as the force path), and
+    the cone solver's problem keeps its size. ``t``: the free joints' transport term of
+    ``v_free`` (:func:`_transport`)."""
+    J, u, R = cfg.equalities.row_problem(model, ws, origin, q, v, v_free, h, t)
+    MinvJT = solve(J.T)
+    H = J @ MinvJT
+    H = 0.5 * (H + H.T) + jnp.diag(R)
+    X = jnp.linalg.solve(H, jnp.concatenate([J, u[:, None]], 1))
+    P, lam = X[:, :-1], -X[:, -1]  # H^-1 J_e and the equality impulses alone
+
+    def solve_e(Y):
+        Z = solve(Y)
+        return Z - MinvJT @ (P @ Z)
+
+    return v_free + MinvJT @ lam, solve_e
+
+
 def _limit_rows(cfg) -> LimitConstraints | None:
     """``cfg.limit_constraints`` where it has a row (``None`` otherwise)."""
     lim = cfg.limit_constraints
     return lim if lim is not None and lim.rows else None
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=None):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
     (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
     residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
     sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
-    soft rows' reference acceleration)."""
+    soft rows' reference acceleration). With equality rows eliminated (:func:`_equality_rows`:
+    ``v_free`` and ``solve`` are theirs), ``plain`` is the step's ``M_eff^-1`` without them:
+    soft contacts without MuJoCo's ``invweight`` take the Delassus diagonal of it, as in the
+    one problem of all rows."""
     lim = _limit_rows(cfg)
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
@@ -446,6 +480,14 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
+    if plain is not None and cfg.contact.soft and _lacks_invweight(cfg, frames):
+        # the normal rows' Delassus diagonal without the equality elimination (the fallback
+        # diagApprox of C._soft_problem, as with the equality rows in the problem)
+        Jn = jnp.einsum("ci,cik->ck", n, J)
+        diag = jnp.sum(Jn * plain(Jn.T).T, -1)
+        iw = diag if frames.invweight is None else frames.invweight
+        iw = jnp.where(jnp.isnan(iw), diag, iw)
+        frames = eqx.tree_at(lambda f: f.invweight, frames, iw, is_leaf=lambda x: x is None)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
@@ -464,6 +506,15 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
     return v_free + dv, f, _info(res, dropped)
+
+
+def _lacks_invweight(cfg, frames) -> bool:
+    """Whether some contact of ``frames`` may have no MuJoCo ``invweight`` (static: a part of
+    the contacts without it; :func:`jaxdyn.sim.contact.concat_frames` fills NaN there)."""
+    if frames.invweight is None:
+        return True
+    spheres = cfg.contacts is not None and getattr(cfg.contacts, "invweight", None) is None
+    return spheres or (cfg.geoms is not None and cfg.geoms.invweight is None)
 
 
 def _info(residual, dropped):
@@ -555,7 +606,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
     zero = jnp.zeros_like(v)
-    if cfg.equalities is not None:
+    if cfg.equalities is not None and not constraint:  # with a solve: rows of it (below)
         bias = rnea_world(model, ws, v, zero, f_ext)[0]
         tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     # the bias C - M t of the free joints' parent-axes linear velocities (_transport)
@@ -581,7 +632,11 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     info = none
     if constraint:
-        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        plain, v_c, solve_c = None, v1, solve
+        if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
+            plain = solve
+            v_c, solve_c = _equality_rows(model, cfg, ws, origin, q, v, v1, solve, h, t)
+        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v_c, solve_c, h, v, q, plain)
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info)
 
