@@ -17,6 +17,9 @@ import pytest
 
 mujoco = pytest.importorskip("mujoco")
 
+import dataclasses  # noqa: E402
+
+import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -89,17 +92,41 @@ def test_equality_and_limit_rows_follow_mujoco():
 # (the equality rows with the limit rows), test_limit_constraints'
 # test_limit_constraint_with_soft_contact_follows_mujoco (slow too) and test_soft_contact (the
 # contact rows)
-@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
-def test_equality_limit_and_contact_rows_follow_mujoco(cone):
+@pytest.mark.parametrize(
+    ("cone", "invweight"), [("elliptic", True), ("pyramidal", True), ("elliptic", False)]
+)
+def test_equality_limit_and_contact_rows_follow_mujoco(cone, invweight):
     """The box lands on the floor while it hangs from the arm, the arm in its stops: the
     connect's rows, the limit rows and the box's four soft contacts in one problem
     (``Constraint(soft=True, relaxed=True, iterations=1000)``, the file's cone): positions
-    agree with MuJoCo C's to 1e-10 at every step (seen: 2e-15)."""
+    agree with MuJoCo C's to 1e-10 at every step (seen: 2e-15). Without MuJoCo's
+    ``invweight`` on the contacts (``invweight=False``) the soft contacts' regulariser takes the
+    Delassus diagonal of the one problem, not of the problem left once the connect is
+    eliminated: here the box's own ``1 / m``, MuJoCo's ``body_invweight0`` (the connect
+    couples it to the arm only through the constraint), so the steps are MuJoCo's again."""
     xml = XML.format(cone=cone, contype=1)
     r = load_mjcf(xml)
     contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
     cfg = r.sim_config(contact, limits="constraint")
+    np.testing.assert_allclose(cfg.contacts.invweight, 1 / 0.3, rtol=1e-12)
+    if not invweight:
+        cfg = eqx.tree_at(lambda c: c.contacts.invweight, cfg, None)
     qm, counts = _mujoco(xml)
     both = (counts[:, 1] > 0) & (counts[:, 2] == 4)
     assert both.sum() > 20  # contacts and limits at once, with the connect
     np.testing.assert_allclose(_jaxdyn(r, cfg), qm, atol=1e-10, rtol=0)
+
+
+def test_equality_rows_bad_input():
+    """What the joint solve cannot take is refused by name: equalities with limit rows or
+    constraint contact under ``"rk4"`` (velocity-level rows; a body or joint index the model
+    does not have: test_mjcf_equality.test_sim_config_equalities, the rows' kinematics)."""
+    r = load_mjcf(XML.format(cone="elliptic", contype=0))
+    cfg = r.sim_config(limits="constraint")
+    with pytest.raises(ValueError, match="limit_constraints are velocity-level"):
+        sim.SimConfig(equalities=cfg.equalities, limit_constraints=cfg.limit_constraints,
+                      integrator="rk4")  # fmt: skip
+    soft = load_mjcf(XML.format(cone="elliptic", contype=1)).sim_config(sim.Constraint(soft=True))
+    assert soft.equalities is not None and soft.contact is not None
+    with pytest.raises(ValueError, match="Constraint contact is velocity-level"):
+        dataclasses.replace(soft, integrator="rk4")
