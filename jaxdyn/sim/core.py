@@ -162,7 +162,8 @@ class SimConfig(eqx.Module):
       ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``;
       ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (straight paths
       through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
-      (MuJoCo's equality constraints) or ``None``
+      (MuJoCo's equality constraints: a force, or rows of the step's constraint problem
+      with ``limit_constraints`` or :class:`~jaxdyn.sim.contact.Constraint` contact) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
     - ``limit_constraints``: :class:`~jaxdyn.sim.limits.LimitConstraints` (MuJoCo's joint-limit
       constraint: soft rows solved with the contacts of a

@@ -26,9 +26,15 @@ velocity in world axes: ``J (a0 + c)``, ``c = w x v_b`` on its linear rows). ``d
 MuJoCo's approximation of ``diag(A)`` from the inverse weights at ``qpos0``
 (``body_invweight0``, ``dof_invweight0``): constant rows of :attr:`Equalities.diag`.
 
-``tau_eq`` enters the step as a force, at every evaluation of the accelerations (each RK4
-stage), computed with the plain mass matrix as MuJoCo's ``qfrc_constraint``: the implicit
-integrators treat it explicitly (MuJoCo's ``Euler`` and ``implicitfast`` do too).
+Without a constraint solve in the step, ``tau_eq`` enters it as a force, at every evaluation
+of the accelerations (each RK4 stage), computed with the plain mass matrix as MuJoCo's
+``qfrc_constraint``: the implicit integrators treat it explicitly (MuJoCo's ``Euler`` and
+``implicitfast`` do too). Where the step solves constraint rows (joint limits,
+:class:`~jaxdyn.sim.LimitConstraints`, or :class:`~jaxdyn.sim.Constraint` contact), MuJoCo
+solves the equality rows in the same problem, and so does jaxdyn: :meth:`Equalities.row_problem`
+gives them at the velocity level (impulses ``lam = h f``, unbounded), and the step eliminates
+them exactly from the problem of the other rows (``jaxdyn.sim.core._equality_rows``, a Schur
+complement), which has the minimiser of the one problem.
 
 Residuals (MuJoCo's ``efc_pos``), points ``p1``, ``p2`` and orientations ``R1``, ``R2`` in the
 world:
