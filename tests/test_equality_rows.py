@@ -130,3 +130,38 @@ def test_equality_rows_bad_input():
     assert soft.equalities is not None and soft.contact is not None
     with pytest.raises(ValueError, match="Constraint contact is velocity-level"):
         dataclasses.replace(soft, integrator="rk4")
+
+
+@pytest.mark.slow  # 20 s of compile; default: test_equality_and_limit_rows_follow_mujoco (the
+# forward step), test_mjcf_equality's gradient test (slow) and test_limit_constraints (the solve's
+# implicit derivative, test_scalar_limit_rows_solve_as_padded_blocks)
+def test_rollout_gradient_through_equality_and_limit_rows():
+    """Reverse mode through 40 steps of the arm and box (the connect eliminated into the limit
+    rows' problem, the shoulder driven into its stop) against central differences in the
+    initial velocity."""
+    r = load_mjcf(XML.format(cone="elliptic", contype=0))
+    cfg = r.sim_config(limits="constraint")
+    U = jnp.asarray(CTRL[:40])
+
+    def loss(v0):
+        s = sim.State(jnp.asarray(r.q0), v0)
+        traj = sim.rollout(r.model, s, U, cfg=cfg)
+        return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.v[-1] ** 2)
+
+    v0 = jnp.asarray([0.5, -0.2, 0.3, 0.1])
+    m = r.mj_model
+    d = mujoco.MjData(m)
+    d.qvel[:] = r.converter().v_to_mujoco(np.asarray(r.q0), np.asarray(v0))
+    limits = 0
+    for u in np.asarray(U):  # MuJoCo's run from the same state: the limit rows act in it
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        limits += d.nl
+    assert limits > 10
+    g = jax.jit(jax.grad(loss))(v0)
+    f = jax.jit(loss)
+    eps = 1e-5
+    for k in range(4):
+        e = jnp.zeros(4).at[k].set(eps)
+        fd = (f(v0 + e) - f(v0 - e)) / (2 * eps)
+        assert float(g[k]) == pytest.approx(float(fd), rel=1e-5, abs=1e-6)
