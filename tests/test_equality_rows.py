@@ -165,3 +165,46 @@ def test_rollout_gradient_through_equality_and_limit_rows():
         e = jnp.zeros(4).at[k].set(eps)
         fd = (f(v0 + e) - f(v0 - e)) / (2 * eps)
         assert float(g[k]) == pytest.approx(float(fd), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("posed_with_m", [False, True])
+def test_eliminated_rows_solve_the_one_problem(posed_with_m):
+    """:func:`jaxdyn.sim.core._eliminate_rows` (the equality rows' Schur complement) against
+    the dense solve of the one problem, with the other rows unbounded too (a linear problem):
+    the other rows' impulses and the step's velocity agree to rounding, the rows posed with
+    ``M_eff`` or (``posed_with_m``) with the plain ``M`` and acting through ``M_eff^-1``, as
+    MuJoCo's soft rows under its implicit integrators."""
+    from jaxdyn.sim import core
+
+    rng = np.random.default_rng(3)
+    nv, ke, ko = 6, 2, 3
+    A = rng.normal(size=(nv, nv))
+    M = A @ A.T + nv * np.eye(nv)
+    M_eff = M + np.diag(rng.uniform(0.5, 2.0, nv)) if posed_with_m else M
+    Je, Jo = rng.normal(size=(ke, nv)), rng.normal(size=(ko, nv))
+    Re, Ro = rng.uniform(0.1, 1.0, ke), rng.uniform(0.1, 1.0, ko)
+    v_free, v_free_m, c = rng.normal(size=nv), rng.normal(size=nv), rng.normal(size=ko)
+    if not posed_with_m:
+        v_free_m = v_free
+    ue = rng.normal(size=ke)
+
+    def solve_eff(X):
+        return jnp.asarray(np.linalg.solve(M_eff, np.asarray(X)))
+
+    def solve_m(X):
+        return jnp.asarray(np.linalg.solve(M, np.asarray(X)))
+
+    plain = (solve_m, jnp.asarray(v_free_m)) if posed_with_m else None
+    v_e, solve_e, plain_e = core._eliminate_rows(
+        jnp.asarray(Je), jnp.asarray(ue), jnp.asarray(Re), jnp.asarray(v_free), solve_eff, plain
+    )
+    pose, v_pose = (solve_e, v_e) if plain_e is None else plain_e
+    Go = np.asarray(Jo @ pose(jnp.asarray(Jo.T))) + np.diag(Ro)
+    lam_o = -np.linalg.solve(Go, Jo @ np.asarray(v_pose) + c)
+    v1 = np.asarray(v_e + solve_e(jnp.asarray(Jo.T)) @ lam_o)
+    # the one problem: G = J M^-1 J^T + R of all rows, impulses through M_eff^-1
+    J = np.vstack([Je, Jo])
+    G = J @ np.linalg.solve(M, J.T) + np.diag(np.r_[Re, Ro])
+    lam = -np.linalg.solve(G, np.r_[ue, Jo @ v_free_m + c])
+    np.testing.assert_allclose(lam_o, lam[ke:], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(v1, v_free + np.linalg.solve(M_eff, J.T @ lam), atol=1e-12)

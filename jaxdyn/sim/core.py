@@ -412,35 +412,53 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
-def _equality_rows(model, cfg, ws, origin, q, v, v_free, solve, h, t):
+def _equality_rows(model, cfg, ws, origin, q, v, v_free, solve, h, t, plain=None):
     """MuJoCo's equality rows (:meth:`jaxdyn.sim.equality.Equalities.row_problem`) in the
-    step's constraint problem, eliminated exactly: ``(v_e, solve_e)`` such that the problem of
-    the other rows (joint limits, contacts) built from the velocity ``v_e`` and the inverse
-    ``solve_e`` has the solution of the one problem of all rows, and ``v_e + solve_e(J_o^T)
-    lam_o`` is its velocity.
+    step's constraint problem, eliminated exactly (:func:`_eliminate_rows`): ``(v_e, solve_e,
+    plain_e)``, the free velocity and inverse that the problem of the other rows (joint limits,
+    contacts) is built from instead of ``v_free`` and ``solve`` (``M_eff^-1``), and
+    ``plain``'s (``(solve_m, v_free_m)``: ``M^-1`` and the free velocity under the plain ``M``
+    that MuJoCo poses its rows with where ``M_eff`` is not ``M``; ``None``: it is). ``t``: the
+    free joints' transport term of ``v_free`` (:func:`_transport`)."""
+    v_pose = v_free if plain is None else plain[1]
+    J, u, R = cfg.equalities.row_problem(model, ws, origin, q, v, v_pose, h, t)
+    return _eliminate_rows(J, u, R, v_free, solve, plain)
 
-    The equality impulses are unbounded (projection the identity), so the block of their rows
-    is linear: with ``H = J_e M^-1 J_e^T + diag(R_e)`` (symmetric positive definite, ``R_e >
-    0``), the stationarity of the equality rows gives ``lam_e = -H^-1 (u_e + J_e M^-1 J_o^T
-    lam_o)``, and substituting it leaves the Schur complement: the other rows see the free
-    velocity ``v_e = v_free - M^-1 J_e^T H^-1 u_e`` (the step with the equality impulses
-    alone) and the inverse mass ``M^-1 - M^-1 J_e^T H^-1 J_e M^-1`` (``solve_e``, a low-rank
-    update of ``solve``, as :func:`_low_rank_solve`). The same minimiser as iterating on all
-    rows together, without iterations on the equality block (exact, as the force path), and
-    the cone solver's problem keeps its size. ``t``: the free joints' transport term of
-    ``v_free`` (:func:`_transport`)."""
-    J, u, R = cfg.equalities.row_problem(model, ws, origin, q, v, v_free, h, t)
-    MinvJT = solve(J.T)
+
+def _eliminate_rows(J, u, R, v_free, solve, plain=None):
+    """Unbounded soft rows ``(J (k, nv), u (k,), R (k,))`` (impulses ``lam_e``, projection the
+    identity) eliminated exactly from the step's constraint problem: ``(v_e, solve_e,
+    plain_e)`` (:func:`_equality_rows`) such that the problem of the other rows built from them
+    has the solution of the one problem of all rows, and ``v_e + solve_e(J_o^T) lam_o`` is its
+    velocity.
+
+    The block of unbounded rows is linear: with ``H = J M^-1 J^T + diag(R)`` (symmetric
+    positive definite, ``R > 0``; ``M`` the matrix the rows are posed with: ``plain``'s, else
+    ``M_eff``), their stationarity gives ``lam_e = -H^-1 (u + J M^-1 J_o^T lam_o)``, and
+    substituting it leaves the Schur complement: the other rows see the free velocity after
+    the impulses ``-H^-1 u`` alone and the inverse ``M^-1 - M^-1 J^T H^-1 J M^-1`` (a low-rank
+    update, as :func:`_low_rank_solve`), and the impulses act through ``M_eff^-1``:
+    ``M_eff^-1 (J^T lam_e + J_o^T lam_o)``. The minimiser of the one problem, without
+    iterations on the unbounded block, and the cone solver's problem keeps its size."""
+    solve_m, v_free_m = (solve, v_free) if plain is None else plain
+    MinvJT = solve_m(J.T)
     H = J @ MinvJT
     H = 0.5 * (H + H.T) + jnp.diag(R)
     X = jnp.linalg.solve(H, jnp.concatenate([J, u[:, None]], 1))
-    P, lam = X[:, :-1], -X[:, -1]  # H^-1 J_e and the equality impulses alone
+    P, lam = X[:, :-1], -X[:, -1]  # H^-1 J and the impulses of the rows alone
 
-    def solve_e(Y):
-        Z = solve(Y)
+    def solve_me(Y):
+        Z = solve_m(Y)
         return Z - MinvJT @ (P @ Z)
 
-    return v_free + MinvJT @ lam, solve_e
+    if plain is None:
+        return v_free + MinvJT @ lam, solve_me, None
+    MeffJT = solve(J.T)
+
+    def solve_e(Y):  # the other rows' impulses through M_eff^-1, lam_e's share included
+        return solve(Y) - MeffJT @ (P @ solve_m(Y))
+
+    return v_free + MeffJT @ lam, solve_e, (solve_me, v_free_m + MinvJT @ lam)
 
 
 def _limit_rows(cfg) -> LimitConstraints | None:
@@ -449,16 +467,16 @@ def _limit_rows(cfg) -> LimitConstraints | None:
     return lim if lim is not None and lim.rows else None
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=None):
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, unreduced=None):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
     (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
     residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
     sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
     soft rows' reference acceleration). With equality rows eliminated (:func:`_equality_rows`:
-    ``v_free`` and ``solve`` are theirs), ``plain`` is the step's ``M_eff^-1`` without them:
-    soft contacts without MuJoCo's ``invweight`` take the Delassus diagonal of it, as in the
-    one problem of all rows."""
+    ``v_free`` and ``solve`` are theirs), ``unreduced`` is the inverse the soft rows are posed
+    with, without them: soft contacts without MuJoCo's ``invweight`` take the Delassus
+    diagonal of it, as in the one problem of all rows."""
     lim = _limit_rows(cfg)
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
@@ -481,11 +499,11 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
-    if plain is not None and cfg.contact.soft and _lacks_invweight(cfg, frames):
+    if unreduced is not None and cfg.contact.soft and _lacks_invweight(cfg, frames):
         # the normal rows' Delassus diagonal without the equality elimination (the fallback
         # diagApprox of C._soft_problem, as with the equality rows in the problem)
         Jn = jnp.einsum("ci,cik->ck", n, J)
-        diag = jnp.sum(Jn * plain(Jn.T).T, -1)
+        diag = jnp.sum(Jn * unreduced(Jn.T).T, -1)
         iw = diag if frames.invweight is None else frames.invweight
         iw = jnp.where(jnp.isnan(iw), diag, iw)
         frames = eqx.tree_at(lambda f: f.invweight, frames, iw, is_leaf=lambda x: x is None)
@@ -633,11 +651,13 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     info = none
     if constraint:
-        plain, v_c, solve_c = None, v1, solve
+        unreduced, v_c, solve_c = None, v1, solve
         if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
-            plain = solve
-            v_c, solve_c = _equality_rows(model, cfg, ws, origin, q, v, v1, solve, h, t)
-        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v_c, solve_c, h, v, q, plain)
+            unreduced = solve
+            v_c, solve_c, _ = _equality_rows(model, cfg, ws, origin, q, v, v1, solve, h, t)
+        v1, fc, info = _constraint_velocity(
+            model, cfg, ws, origin, v_c, solve_c, h, v, q, unreduced
+        )
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info)
 
