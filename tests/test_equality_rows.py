@@ -23,6 +23,7 @@ import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _mujoco_ref import mujoco_rollout  # noqa: E402
 
 from jaxdyn import sim  # noqa: E402
 from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
@@ -51,15 +52,10 @@ CTRL[100:] = [-1.0, 0.5]  # and back up
 
 
 def _mujoco(xml):
+    """MuJoCo C's ``qpos`` after each step and its equality, limit and contact counts."""
     m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    qs, counts = [], []
-    for u in CTRL:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        qs.append(d.qpos.copy())
-        counts.append((d.ne, d.nl, d.ncon))
-    return np.array(qs), np.array(counts)
+    counts = lambda d: (d.ne, d.nl, d.ncon)  # noqa: E731
+    return mujoco_rollout(m, ctrl=CTRL, fields=("qpos", counts))
 
 
 def _jaxdyn(r, cfg):
@@ -149,15 +145,10 @@ def test_rollout_gradient_through_equality_and_limit_rows():
         return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.v[-1] ** 2)
 
     v0 = jnp.asarray([0.5, -0.2, 0.3, 0.1])
-    m = r.mj_model
-    d = mujoco.MjData(m)
-    d.qvel[:] = r.converter().v_to_mujoco(np.asarray(r.q0), np.asarray(v0))
-    limits = 0
-    for u in np.asarray(U):  # MuJoCo's run from the same state: the limit rows act in it
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        limits += d.nl
-    assert limits > 10
+    qvel = r.converter().v_to_mujoco(np.asarray(r.q0), np.asarray(v0))
+    # MuJoCo's run from the same state: the limit rows act in it
+    (nl,) = mujoco_rollout(r.mj_model, qvel=qvel, ctrl=np.asarray(U), fields=(lambda d: d.nl,))
+    assert nl.sum() > 10
     g = jax.jit(jax.grad(loss))(v0)
     f = jax.jit(loss)
     eps = 1e-5
