@@ -30,11 +30,13 @@ from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
 
 # the box (on slides x, z) hangs from the arm's tip by a connect; the floor's top is at
 # z = 0.87, reached by the box (half size 0.04) above the slide's lower limit z = -0.12
-XML = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" iterations="1000"/>
+XML = """<mujoco><option timestep="0.002" cone="{cone}" integrator="{integrator}" tolerance="1e-14"
+  iterations="1000"/>
 <worldbody><geom name="floor" type="plane" size="5 5 .1" pos="0 0 0.87"/>
 <body name="l1" pos="0 0 1"><joint name="shoulder" axis="0 1 0" range="-30 30"/>
   <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1" contype="0" conaffinity="0"/>
-  <body name="l2" pos="0.3 0 0"><joint name="elbow" axis="0 1 0" range="-45 20"/>
+  <body name="l2" pos="0.3 0 0"><joint name="elbow" axis="0 1 0" range="-45 20"
+      damping="{damping}"/>
     <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025" mass="0.6" contype="0"
       conaffinity="0"/><site name="tip" pos="0.25 0 0"/></body></body>
 <body name="s" pos="0.55 0 1"><joint name="sx" type="slide" axis="1 0 0"/>
@@ -47,13 +49,20 @@ XML = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" iterat
 </mujoco>"""
 T = 150
 CTRL = np.zeros((T, 2))
+
+
+def xml(cone="elliptic", contype=0, integrator="Euler", damping=0.0):
+    """The scene: the floor reached by the box with ``contype=1``, the elbow's ``damping``."""
+    return XML.format(cone=cone, contype=contype, integrator=integrator, damping=damping)
+
+
 CTRL[:100] = [1.0, -0.5]  # down into the shoulder's upper stop, the elbow into its lower one
 CTRL[100:] = [-1.0, 0.5]  # and back up
 
 
-def _mujoco(xml):
+def _mujoco(text):
     """MuJoCo C's ``qpos`` after each step and its equality, limit and contact counts."""
-    m = mujoco.MjModel.from_xml_string(xml)
+    m = mujoco.MjModel.from_xml_string(text)
     counts = lambda d: (d.ne, d.nl, d.ncon)  # noqa: E731
     return mujoco_rollout(m, ctrl=CTRL, fields=("qpos", counts))
 
@@ -69,17 +78,32 @@ def _jaxdyn(r, cfg):
     return np.array([conv.q_to_mujoco(x) for x in np.asarray(q)])
 
 
-def test_equality_and_limit_rows_follow_mujoco():
+@pytest.mark.parametrize(
+    ("integrator", "damping"),
+    [
+        ("Euler", 0.0),
+        # 5 s of compile each; default: ("Euler", 0) (the rows), test_limit_constraints'
+        # damping test (the rows posed with M, acting through M + h D)
+        pytest.param("Euler", 0.3, marks=pytest.mark.slow),
+        pytest.param("implicitfast", 0.3, marks=pytest.mark.slow),
+    ],
+)
+def test_equality_and_limit_rows_follow_mujoco(integrator, damping):
     """The arm and the box without contact (``sim_config(limits="constraint")``: the connect's
     three rows eliminated into the limit rows' problem, 100 projected gradient steps):
     positions agree with MuJoCo C's to 1e-10 at every step of 0.3 s (seen: 3e-14) while up to
     two limits are active with the connect. The force path before (the equality's force
-    computed alone, then the limit rows) misses by 0.2 rad."""
-    xml = XML.format(cone="elliptic", contype=0)
-    r = load_mjcf(xml)
+    computed alone, then the limit rows) misses by 0.2 rad. With the elbow damped under
+    ``Euler`` (``"implicit_damping"``) and ``implicitfast`` (``"implicit"``) the equality rows
+    are posed with ``M`` as the limit rows, their impulses acting through ``M + h D``: MuJoCo's
+    to 1e-10 as well (seen: 3e-14; posed with ``M + h D``, 0.06 rad off)."""
+    text = xml(integrator=integrator, damping=damping)
+    r = load_mjcf(text)
     cfg = r.sim_config(limits="constraint")
     assert cfg.equalities.kind == ("connect",) and cfg.limit_constraints.rows == 3
-    qm, counts = _mujoco(xml)
+    want = {"Euler": "implicit_damping" if damping else "euler", "implicitfast": "implicit"}
+    assert cfg.integrator == want[integrator]
+    qm, counts = _mujoco(text)
     assert counts[:, 0].min() == 3 and counts[:, 1].max() == 2 and counts[:, 2].max() == 0
     np.testing.assert_allclose(_jaxdyn(r, cfg), qm, atol=1e-10, rtol=0)
 
@@ -100,14 +124,14 @@ def test_equality_limit_and_contact_rows_follow_mujoco(cone, invweight):
     Delassus diagonal of the one problem, not of the problem left once the connect is
     eliminated: here the box's own ``1 / m``, MuJoCo's ``body_invweight0`` (the connect
     couples it to the arm only through the constraint), so the steps are MuJoCo's again."""
-    xml = XML.format(cone=cone, contype=1)
-    r = load_mjcf(xml)
+    text = xml(cone, 1)
+    r = load_mjcf(text)
     contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
     cfg = r.sim_config(contact, limits="constraint")
     np.testing.assert_allclose(cfg.contacts.invweight, 1 / 0.3, rtol=1e-12)
     if not invweight:
         cfg = eqx.tree_at(lambda c: c.contacts.invweight, cfg, None)
-    qm, counts = _mujoco(xml)
+    qm, counts = _mujoco(text)
     both = (counts[:, 1] > 0) & (counts[:, 2] == 4)
     assert both.sum() > 20  # contacts and limits at once, with the connect
     np.testing.assert_allclose(_jaxdyn(r, cfg), qm, atol=1e-10, rtol=0)
@@ -117,12 +141,12 @@ def test_equality_rows_bad_input():
     """What the joint solve cannot take is refused by name: equalities with limit rows or
     constraint contact under ``"rk4"`` (velocity-level rows; a body or joint index the model
     does not have: test_mjcf_equality.test_sim_config_equalities, the rows' kinematics)."""
-    r = load_mjcf(XML.format(cone="elliptic", contype=0))
+    r = load_mjcf(xml())
     cfg = r.sim_config(limits="constraint")
     with pytest.raises(ValueError, match="limit_constraints are velocity-level"):
         sim.SimConfig(equalities=cfg.equalities, limit_constraints=cfg.limit_constraints,
                       integrator="rk4")  # fmt: skip
-    soft = load_mjcf(XML.format(cone="elliptic", contype=1)).sim_config(sim.Constraint(soft=True))
+    soft = load_mjcf(xml(contype=1)).sim_config(sim.Constraint(soft=True))
     assert soft.equalities is not None and soft.contact is not None
     with pytest.raises(ValueError, match="Constraint contact is velocity-level"):
         dataclasses.replace(soft, integrator="rk4")
@@ -135,7 +159,7 @@ def test_rollout_gradient_through_equality_and_limit_rows():
     """Reverse mode through 40 steps of the arm and box (the connect eliminated into the limit
     rows' problem, the shoulder driven into its stop) against central differences in the
     initial velocity."""
-    r = load_mjcf(XML.format(cone="elliptic", contype=0))
+    r = load_mjcf(xml())
     cfg = r.sim_config(limits="constraint")
     U = jnp.asarray(CTRL[:40])
 
