@@ -575,7 +575,9 @@ class MJCFModel(NamedTuple):
 
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
-        ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
+        ``implicitfast``), and with a contact model ``"noslip"`` (``<option
+        noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
+        ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
@@ -599,15 +601,15 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        contact_keys = {"noslip", "solimp", "solref"}  # matter only where contact is on
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
-            issues = [(k, msg) for k, msg in issues if k not in contact_keys]
+            issues = [(k, msg) for k, msg in issues if k not in contact_keys - {"noslip"}]
         errors = [
             (k, msg)
             for k, msg in issues
@@ -1539,6 +1541,15 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
     spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
+    if int(m.opt.noslip_iterations) > 0:  # a post-solve on the friction rows: contact only
+        sim_issues.append(
+            (
+                "noslip",
+                f"<option noslip_iterations={int(m.opt.noslip_iterations)}>: MuJoCo's no-slip "
+                "post-solve of the friction forces has no jaxdyn.sim equivalent; ignored, "
+                "contacts may slip where MuJoCo's would not",
+            )
+        )
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain, geoms = (), None, None
