@@ -43,7 +43,10 @@ as the relaxed problem's).
 
 Accelerated projected gradient runs a fixed number of steps (no data-dependent control flow,
 only matrix-vector products and cone projections: the same program on CPU and GPU) of size
-``1 / L`` with ``L >= lambda_max(G_r)`` (:func:`lambda_max_bound`); derivatives are *not*
+``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`) on the problem of the
+Jacobi scaling ``S`` (one number per cone, ``1 / sqrt`` of its mean diagonal: rows of very
+different weight, a light joint's limit row beside a torso's contacts, converge together);
+derivatives are *not*
 taken through the iterations but by implicit differentiation of the fixed point:
 ``(I - dF/dlam) dlam = dF/dG dG + dF/du du + dF/dmu dmu`` (:func:`solve_cone_complementarity`).
 """
@@ -682,17 +685,35 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
+def _block_scaling(G, nc, width):
+    """The Jacobi scaling ``s`` of the cone problem on ``G`` (flat, ``(nc width + nl,)``): ``1 /
+    sqrt`` of the mean diagonal of each contact block (one number per block: ``lam = s x``
+    keeps ``x`` in the same cone, and De Saxce's term scales with it), ``1 / sqrt(G_ii)`` on
+    the scalar rows after them; 1 where the diagonal is not positive. ``S G S`` has a unit
+    (mean) diagonal, so rows of very different weight (a light joint's limit row beside a
+    heavy body's contacts: ``G_ii`` 1e5 against 0.1) no longer share the step of the
+    heaviest."""
+    d = jnp.diagonal(G)
+    k = nc * width
+    dc = jnp.sum(d[:k].reshape(nc, width), -1) / width
+    dd = jnp.concatenate([jnp.repeat(dc, width), d[k:]])
+    pos = dd > 0
+    return jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, dd, 1.0)), 1.0)
+
+
 def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
-    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(G)``, only matrix-vector products
-    and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_desaxce`); then ``newton`` safeguarded semismooth Newton steps on
-    the fixed-point residual ``F(lam) - lam`` (a step is kept only if it lowers the
-    residual). ``live``: 1 on the candidate contacts (and scalar rows), 0 on the empty slots,
-    whose impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in
-    the polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the
-    same whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
+    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
+    (the diagonal Jacobi scaling ``S`` of :func:`_block_scaling`, constant on each cone: the
+    same solution), only matrix-vector products and cone projections; with ``coulomb`` the
+    gradient ``G lam + u`` carries De Saxce's term ``mu |w_t| e_n`` (:func:`_desaxce`); then
+    ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
+    lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
+    contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
+    velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
+    candidates' block of ``S G S`` only (``S`` is per block), so the iterates are the same
+    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
     ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
     edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
     one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
@@ -704,12 +725,16 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    L = lambda_max_bound(G * m[:, None] * m[None, :])
-    step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(G)))  # no candidates: any step
+    # iterate on x = lam / s, the problem (S G S, S u) of the Jacobi scaling S = diag(s)
+    s = _block_scaling(G, nc, width)
+    Gs = G * s[:, None] * s[None, :]
+    us = u * s
+    L = lambda_max_bound(Gs * m[:, None] * m[None, :])
+    step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
 
     def apgd(carry, _):
         x, y, th = carry
-        g = _desaxce(G @ y + u, mu_c, coulomb, nc, width)
+        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width)
         xn = _project_rows(y - step * g, mu_c, nc, width)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
@@ -717,7 +742,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
         return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
 
     zero = jnp.zeros(n, dtype)
-    (lam, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    lam = s * x
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
