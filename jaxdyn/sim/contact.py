@@ -888,15 +888,28 @@ def solve_contact_impulses(
     Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
     residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
-    Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
-    coulomb = not contact.relaxed
-    cone = "elliptic" if E is None else "pyramidal"
-    lam = solve_cone_complementarity(
-        Gr, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
-    )
-    res = solve_residual(Gr, u, mu, lam, coulomb) if residual else None
-    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
+    problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    settings = (contact.iterations, contact.newton, not contact.relaxed)
+    lam, _, res = solve_problem(*problem, *settings, residual=residual)
     return (lam, res) if residual else lam
+
+
+def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True):
+    """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
+    ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
+    joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
+    ``(lam (nc, 3), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
+    t1, t2]`` (a pyramid's edge impulses ``f`` mapped through ``E^T f``), the scalar rows'
+    impulses (``None`` without) and the solve's relative residual (:func:`solve_residual`,
+    on the problem as solved; ``None`` with ``residual=False``)."""
+    cone = "elliptic" if E is None else "pyramidal"
+    out = solve_cone_complementarity(
+        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows
+    )
+    lam, lam_r = out if rows else (out, None)
+    res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r) if residual else None
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
+    return lam, lam_r, res
 
 
 def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
