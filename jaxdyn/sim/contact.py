@@ -200,7 +200,9 @@ def contact_frames(
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
     ``friction``: the contacts' Coulomb coefficient (scalar; ``None``: the contact set's,
-    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one); ``midpoint``: the
+    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one, mixed with the terrain's
+    own ``friction`` where it gives one as MuJoCo mixes two geoms' of equal priority, the
+    larger; the terrain's alone for a contact set without one); ``midpoint``: the
     contact point midway between the sphere's surface and the terrain's (MuJoCo's
     ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
     :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
@@ -216,6 +218,10 @@ def contact_frames(
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
     if friction is None:
         friction = getattr(cs, "friction", None)
+        ground = getattr(terrain, "friction", None)
+        if ground is not None:  # the terrain's own, mixed as MuJoCo's geoms: the larger
+            ground = jnp.asarray(ground, dtype)
+            friction = ground if friction is None else jnp.maximum(friction, ground)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
