@@ -199,10 +199,10 @@ def test_scalar_limit_rows_solve_as_padded_blocks(cone, coulomb):
 def test_rows_of_disparate_weight_converge_in_the_default_iterations():
     """A light joint's limit row beside a heavy body's contacts (the walker's foot limit,
     ``G_ii`` 1e5, against its torso's contacts, 0.1: residual 0.98 after the default 100
-    iterations when the step size came from the whole ``G``): the solve runs on the problem's
-    Jacobi scaling (one number per cone), so the default iterations reach the solution,
-    against the same problem with the weights divided out (``lam = D^-1 x``: ``x`` solves
-    ``(A, D^-1 u)`` for ``G = D A D``), solved with Newton steps."""
+    iterations when the step size came from the whole ``G``): the solve scales the limit
+    rows to the contacts' weight, so the default iterations reach the solution, against the
+    same problem with the weights divided out (``lam = D^-1 x``: ``x`` solves ``(A, D^-1
+    u)`` for ``G = D A D``), solved with Newton steps."""
     nc, nl = 3, 2
     n = 3 * nc + nl
     rng = np.random.default_rng(4)

@@ -43,9 +43,9 @@ as the relaxed problem's).
 
 Accelerated projected gradient runs a fixed number of steps (no data-dependent control flow,
 only matrix-vector products and cone projections: the same program on CPU and GPU) of size
-``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`) on the problem of the
-Jacobi scaling ``S`` (one number per cone, ``1 / sqrt`` of its mean diagonal: rows of very
-different weight, a light joint's limit row beside a torso's contacts, converge together);
+``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`), ``S`` a diagonal
+scaling that brings scalar rows (joint limits) to the contacts' weight (a light joint's limit
+row beside a torso's contacts then converges with them; the identity without such rows);
 derivatives are *not*
 taken through the iterations but by implicit differentiation of the fixed point:
 ``(I - dF/dlam) dlam = dF/dG dG + dF/du du + dF/dmu dmu`` (:func:`solve_cone_complementarity`).
@@ -691,34 +691,38 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
-def _block_scaling(G, nc, width):
-    """The Jacobi scaling ``s`` of the cone problem on ``G`` (flat, ``(nc width + nl,)``): ``1 /
-    sqrt`` of the mean diagonal of each contact block (one number per block: ``lam = s x``
-    keeps ``x`` in the same cone, and De Saxce's term scales with it), ``1 / sqrt(G_ii)`` on
-    the scalar rows after them; 1 where the diagonal is not positive. ``S G S`` has a unit
-    (mean) diagonal, so rows of very different weight (a light joint's limit row beside a
-    heavy body's contacts: ``G_ii`` 1e5 against 0.1) no longer share the step of the
-    heaviest."""
+def _row_scaling(G, live, nc, width):
+    """The scaling ``s`` (flat, ``(nc width + nl,)``) that brings the scalar rows after the
+    contact blocks to the contacts' weight: 1 on the contact rows, ``sqrt(d_c / G_ii)`` on the
+    scalar rows, ``d_c`` the mean diagonal of the live contact rows (1 without any; 1 where
+    ``G_ii`` is not positive). ``lam = s x`` keeps ``x`` in the same cones (each is scaled by
+    one number) and De Saxce's term scales with it, so the fixed point is the same; rows of
+    very different weight (a light joint's limit row, ``G_ii`` 1e5, beside a heavy body's
+    contacts, 0.1) no longer share the step size of the heaviest."""
     d = jnp.diagonal(G)
     k = nc * width
-    dc = jnp.sum(d[:k].reshape(nc, width), -1) / width
-    dd = jnp.concatenate([jnp.repeat(dc, width), d[k:]])
-    pos = dd > 0
-    return jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, dd, 1.0)), 1.0)
+    live_c = jnp.repeat(live[:nc], width)
+    count = jnp.sum(live_c)
+    d_c = jnp.where(count > 0, jnp.sum(d[:k] * live_c) / jnp.maximum(count, 1.0), 1.0)
+    d_l = d[k:]
+    pos = (d_l > 0) & (d_c > 0)
+    s_l = jnp.where(pos, jnp.sqrt(jnp.where(pos, d_c / jnp.where(pos, d_l, 1.0), 1.0)), 1.0)
+    return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
 
 
 def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
-    (the diagonal Jacobi scaling ``S`` of :func:`_block_scaling`, constant on each cone: the
-    same solution), only matrix-vector products and cone projections; with ``coulomb`` the
-    gradient ``G lam + u`` carries De Saxce's term ``mu |w_t| e_n`` (:func:`_desaxce`); then
+    (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
+    contacts' weight; constant on each cone: the same solution), only matrix-vector products
+    and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
+    ``mu |w_t| e_n`` (:func:`_desaxce`); then
     ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
     lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
     contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
     velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
-    candidates' block of ``S G S`` only (``S`` is per block), so the iterates are the same
+    candidates' block of ``S G S`` only (``S`` from the candidates), so the iterates are the same
     whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
     ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
     edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
@@ -731,10 +735,11 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    # iterate on x = lam / s, the problem (S G S, S u) of the Jacobi scaling S = diag(s)
-    s = _block_scaling(G, nc, width)
-    Gs = G * s[:, None] * s[None, :]
-    us = u * s
+    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S = diag(s) that brings
+    # the scalar rows to the contacts' weight (none without scalar rows: the same iterates)
+    s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
+    Gs = G * s[:, None] * s[None, :] if nl else G
+    us = u * s if nl else u
     L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
 
@@ -749,7 +754,7 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
 
     zero = jnp.zeros(n, dtype)
     (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    lam = s * x
+    lam = s * x if nl else x
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
