@@ -338,7 +338,9 @@ class StaticGeom:
 @dataclass(frozen=True, eq=False)
 class Ground:
     """The ground plane ``normal . x = height`` (the scene's terrain, one at most):
-    ``friction`` mixed with each geom's on it (the larger of the two: its geom pairs,
+    ``friction`` mixed with each geom's on it (MuJoCo's ``mj_contactParam``,
+    :func:`jaxdyn.sim.geoms.pair_choice`: the larger of the two, the geom's own where its
+    ``priority`` is higher: its geom pairs,
     cylinders, ellipsoids and meshes, and the spheres, capsules and boxes that touch it as
     primitives, :attr:`jaxdyn.sim.ContactSet.friction`, as in :func:`jaxdyn.load_mjcf`)."""
 
