@@ -14,6 +14,8 @@ from jaxdyn import sim
 
 mujoco = pytest.importorskip("mujoco")
 
+from _mujoco_ref import mujoco_rollout  # noqa: E402
+
 # two boxes sliding on a floor of friction 0.4: "a" (0.1) takes the floor's, "c" (0.2,
 # priority 1) its own (MuJoCo's mj_contactParam); elliptic cones, MuJoCo's soft contact
 FRICTION_MJCF = """<mujoco><option timestep="0.002" cone="elliptic" tolerance="1e-14"
@@ -37,14 +39,7 @@ def test_terrain_friction_mixes_with_the_primitives_like_mujoco():
     steps = 150
     push = np.zeros(12)
     push[0::6], push[1::6] = 1.0, 0.3
-    m = mujoco.MjModel.from_xml_string(FRICTION_MJCF)
-    d = mujoco.MjData(m)
-    d.qvel[:] = push
-    ref = []
-    for _ in range(steps):
-        mujoco.mj_step(m, d)
-        ref.append(d.qpos.copy())
-    ref = np.array(ref)
+    (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(FRICTION_MJCF), steps, qvel=push)
     loaded = jaxdyn.load_mjcf(FRICTION_MJCF)
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
     np.testing.assert_array_equal(np.asarray(cfg.contacts.friction), [0.4] * 8 + [0.2] * 8)

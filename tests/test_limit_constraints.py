@@ -21,6 +21,7 @@ mujoco = pytest.importorskip("mujoco")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _mujoco_ref import mujoco_rollout  # noqa: E402
 
 from jaxdyn import sim  # noqa: E402
 from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
@@ -53,14 +54,7 @@ CTRL[T // 2 :] = [-1.0, 1.0, 1.0]
 
 def _mujoco(xml):
     m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    qs, vs = [], []
-    for u in CTRL:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        qs.append(d.qpos.copy())
-        vs.append(d.qvel.copy())
-    return m, np.array(qs), np.array(vs)
+    return m, *mujoco_rollout(m, ctrl=CTRL, fields=("qpos", "qvel"))
 
 
 def _jaxdyn(r, cfg):

@@ -27,6 +27,7 @@ import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _mujoco_ref import mujoco_rollout  # noqa: E402
 
 from jaxdyn import sim  # noqa: E402
 from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
@@ -120,19 +121,15 @@ def rollouts(r, T, ctrl=None, act=False):
     cfg = r.sim_config()
     step = jax.jit(lambda s, u: sim.step(r.model, s, u, cfg))
     U = np.zeros((T, m.nu)) if ctrl is None else ctrl
-    out = {k: [] for k in ("qm", "vm", "qj", "vj", "pos", "am", "aj")}
+    fields = ("qpos", "qvel", lambda d: np.abs(d.efc_pos).max() if d.nefc else 0.0)
+    ref = mujoco_rollout(m, ctrl=U, fields=fields + (("act",) if act else ()), data=d)
+    out = dict(zip(("qm", "vm", "pos", "am"), ref)) | {k: [] for k in ("qj", "vj", "aj")}
     for u in U:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
         s = step(s, jnp.asarray(u))
         qj = np.asarray(s.q)
-        out["qm"].append(d.qpos.copy())
-        out["vm"].append(d.qvel.copy())
         out["qj"].append(conv.q_to_mujoco(qj))
         out["vj"].append(conv.v_to_mujoco(qj, np.asarray(s.v)))
-        out["pos"].append(np.abs(d.efc_pos).max() if d.nefc else 0.0)
         if act:
-            out["am"].append(d.act.copy())
             out["aj"].append(np.asarray(s.act))
     return {k: np.array(v) for k, v in out.items()}
 
@@ -463,11 +460,11 @@ def test_spatial_tendons_follow_mujoco():
     np.testing.assert_allclose(Ld, d.ten_velocity, rtol=0, atol=1e-12)
     cfg = r.sim_config()
     step = jax.jit(lambda s: sim.step(r.model, s, jnp.zeros(0), cfg))
+    (qm,) = mujoco_rollout(m, 500, data=d)
     s, err = sim.State(q, v), 0.0
-    for _ in range(500):
-        mujoco.mj_step(m, d)
+    for qm_k in qm:
         s = step(s)
-        err = max(err, np.abs(conv.q_to_mujoco(np.asarray(s.q)) - d.qpos).max())
-    assert err < TOL and abs(d.qpos[0] - 0.3) > 0.3
+        err = max(err, np.abs(conv.q_to_mujoco(np.asarray(s.q)) - qm_k).max())
+    assert err < TOL and abs(qm[-1, 0] - 0.3) > 0.3
     with pytest.raises(ValueError, match=r"SpatialTendons: path 0 must list at least two"):
         dataclasses.replace(r.spatial_tendons, paths=((0,), (0, 2)))

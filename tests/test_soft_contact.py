@@ -18,6 +18,8 @@ from jaxdyn.sim.contact import ContactFrames, solve_contact_impulses
 
 mujoco = pytest.importorskip("mujoco")
 
+from _mujoco_ref import mujoco_rollout  # noqa: E402
+
 # one scene, one compile: a ball dropped from 0.3 m (default solref / solimp: a primitive
 # against the floor), a box put down on its face (its own solimp mixed with the floor's: a
 # primitive), a ball with a <default> class's solref / solimp / solmix (a geom pair with the
@@ -42,18 +44,6 @@ STEPS = 400
 PUSH = np.r_[np.zeros(18), 1.0, 0.3, 0.0, 0.0, 0.0, 0.0]  # the slider's MuJoCo qvel
 
 
-def _mujoco_qpos(m, qvel, steps):
-    """MuJoCo C's ``qpos`` after each of ``steps`` ``mj_step`` of ``m`` from ``qpos0`` with
-    the initial velocity ``qvel``, ``(steps, nq)``."""
-    d = mujoco.MjData(m)
-    d.qvel[:] = qvel
-    out = []
-    for _ in range(steps):
-        mujoco.mj_step(m, d)
-        out.append(d.qpos.copy())
-    return np.array(out)
-
-
 @pytest.fixture(scope="module")
 def soft_run():
     """jaxdyn's rollout of the scene (``Constraint(soft=True, relaxed=True, iterations=200)``:
@@ -71,7 +61,7 @@ def soft_run():
     )
     mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
     m = mujoco.MjModel.from_xml_string(SOFT_MJCF.format(cone="elliptic"))
-    return loaded, cfg, mine, _mujoco_qpos(m, PUSH, STEPS)
+    return loaded, cfg, mine, mujoco_rollout(m, STEPS, qvel=PUSH)[0]
 
 
 def _quat_gap(a, b):
@@ -349,7 +339,7 @@ def test_pyramidal_capsule_rollout_follows_mujoco():
         lambda q, v: sim.rollout(loaded.model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg)
     )(jnp.asarray(q0), v0)
     mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
-    ref = _mujoco_qpos(mujoco.MjModel.from_xml_string(CAPSULE_MJCF), CAPSULE_PUSH, steps)
+    (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(CAPSULE_MJCF), steps, qvel=CAPSULE_PUSH)
     for b in range(2):
         np.testing.assert_allclose(
             mine[:, 7 * b : 7 * b + 3], ref[:, 7 * b : 7 * b + 3], atol=1e-10
@@ -386,7 +376,7 @@ def test_pyramidal_rollouts_follow_mujoco():
         if g is not None:
             m.opt.gravity[:] = g
             model = eqx.tree_at(lambda x: x.gravity, model, jnp.asarray(g))
-        ref = _mujoco_qpos(m, PUSH, STEPS)
+        ref = mujoco_rollout(m, STEPS, qvel=PUSH)[0]
         mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in run(model)])
         for b in range(4):
             pos = slice(7 * b, 7 * b + 3)
