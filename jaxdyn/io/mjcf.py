@@ -430,7 +430,10 @@ class MJCFModel(NamedTuple):
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts. ``None`` where the file has no limited hinge or slide joint or disables
+        the contacts; then a row for every limited fixed or straight spatial tendon
+        (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
+        ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
+        or slide joint or tendon or disables
         limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
         rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
         :class:`jaxdyn.sim.Constraint` contact)."""
@@ -462,10 +465,28 @@ class MJCFModel(NamedTuple):
                         float(m.dof_invweight0[dof]),
                     )
                 )
+        tendons = []  # MuJoCo's tendon limit rows, on the fixed and straight spatial tendons
+        for ref, ti in _limited_tendons(m):
+            lo, hi = (float(x) for x in m.tendon_range[ti])
+            for lower, upper in row_bounds(lo, hi, float(m.tendon_margin[ti])):
+                tendons.append(ref)
+                rows.append(
+                    (
+                        -1,
+                        -1,
+                        lower,
+                        upper,
+                        float(m.tendon_margin[ti]),
+                        np.asarray(m.tendon_solref_lim[ti], float),
+                        np.asarray(m.tendon_solimp_lim[ti], float),
+                        float(m.tendon_invweight0[ti]),
+                    )
+                )
         if not rows:
             return None
         dtype = self.model.mass.dtype
         arr = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float), dtype)  # noqa: E731
+        joints = [r for r in rows if r[0] >= 0]
         return LimitConstraints(
             lower=arr(2),
             upper=arr(3),
@@ -473,8 +494,9 @@ class MJCFModel(NamedTuple):
             solref=arr(5),
             solimp=arr(6),
             diag=arr(7),
-            dof=tuple(r[0] for r in rows),
-            qpos=tuple(r[1] for r in rows),
+            dof=tuple(r[0] for r in joints),
+            qpos=tuple(r[1] for r in joints),
+            tendons=tuple(tendons),
             refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
             **static,
         )
@@ -540,10 +562,10 @@ class MJCFModel(NamedTuple):
         default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
-        the hinge and slide joints' limits are then MuJoCo's limit constraint
-        (:meth:`limit_constraints`, soft rows solved with the contacts; the tendons' length
-        limits stay the spring-damper); ``limits=`` a :class:`jaxdyn.sim.JointLimits` or
-        ``None`` sets ``SimConfig.limits`` as any other override.
+        the hinge and slide joints' and the tendons' limits are then MuJoCo's limit constraint
+        (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
+        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite); ``limits=`` a
+        :class:`jaxdyn.sim.JointLimits` or ``None`` sets ``SimConfig.limits`` as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -626,7 +648,9 @@ class MJCFModel(NamedTuple):
                     f"got {how!r}"
                 )
             if how == "constraint":
-                kw["limit_constraints"] = self.limit_constraints()
+                kw["limit_constraints"] = lim = self.limit_constraints()
+                if lim is not None and lim.tendons:  # not the spring-damper too
+                    kw.update(_unlimited_tendons(kw, set(lim.tendons)))
         kw.update(overrides)
         return SimConfig(**kw)
 
@@ -1858,6 +1882,33 @@ def _fixed_tendon(m, t) -> bool:
         and int(m.jnt_type[int(m.wrap_objid[w])]) in (_HINGE, _SLIDE)
         for w in range(a, a + n)
     )
+
+
+def _limited_tendons(m) -> list:
+    """``(("fixed" | "spatial", i), t)`` of each limited tendon ``t`` that jaxdyn models (the
+    fixed ones and the straight spatial ones, numbered as :class:`~jaxdyn.sim.FixedTendons` /
+    :class:`~jaxdyn.sim.SpatialTendons` number them)."""
+    fixed = [t for t in range(m.ntendon) if _fixed_tendon(m, t)]
+    spatial = [t for t in range(m.ntendon) if _site_tendon(m, t)]
+    out = [(("fixed", i), t) for i, t in enumerate(fixed) if m.tendon_limited[t]]
+    return out + [(("spatial", i), t) for i, t in enumerate(spatial) if m.tendon_limited[t]]
+
+
+def _unlimited_tendons(kw, refs) -> dict:
+    """``tendons`` / ``spatial_tendons`` of ``kw`` without the length limits of the tendons
+    ``refs`` (``("fixed" | "spatial", i)``: their limit is a constraint row instead)."""
+    import equinox as eqx
+
+    out = {}
+    for key, kind in (("tendons", "fixed"), ("spatial_tendons", "spatial")):
+        ten = kw.get(key)
+        idx = [i for k, i in refs if k == kind]
+        if ten is None or not idx:
+            continue
+        lo = jnp.asarray(ten.lower).at[np.asarray(idx)].set(-jnp.inf)
+        hi = jnp.asarray(ten.upper).at[np.asarray(idx)].set(jnp.inf)
+        out[key] = eqx.tree_at(lambda x: (x.lower, x.upper), ten, (lo, hi))
+    return out
 
 
 def _site_tendon(m, t) -> bool:

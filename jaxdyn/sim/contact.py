@@ -473,8 +473,9 @@ class Constraint(eqx.Module):
       distance, ``d(r)`` the impedance of ``solimp``, ``k``, ``b`` from ``solref``;
       ``diagApprox`` the contact's ``invweight``, :attr:`ContactFrames.invweight`, else the
       normal row of ``A``). Taken at the velocity level (impulse ``h f`` on the step's free
-      velocity) it is MuJoCo's step where ``A = J M^-1 J^T`` is the step's (no velocity-implicit
-      joint terms: with damping, MuJoCo's solve uses ``M``, jaxdyn's ``M + h D``).
+      velocity) it is MuJoCo's step, with ``A = J M^-1 J^T`` of the plain ``M`` also under the
+      ``"implicit"`` / ``"implicit_damping"`` integrators (whose ``M + h D`` then applies the
+      impulses, as MuJoCo's ``mj_EulerSkip`` / ``mj_implicitSkip``).
       ``baumgarte`` and ``regularization`` are then unused; ``relaxed=True`` is MuJoCo's
       problem (its sliding contacts lift at ``mu |v_t|`` as MuJoCo's do).
     - ``solref``, ``solimp`` (soft only): ``None`` (default) takes each contact's

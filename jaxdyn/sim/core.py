@@ -254,6 +254,22 @@ class SimConfig(eqx.Module):
                     "integrator='euler' (without Compliant contact), 'implicit' or "
                     f"'implicit_damping', not {self.integrator!r}"
                 )
+            for k, (kind, i) in enumerate(self.limit_constraints.tendons):
+                ten = self.tendons if kind == "fixed" else self.spatial_tendons
+                if ten is None or i >= ten.size():
+                    raise ValueError(
+                        f"SimConfig: limit_constraints' tendon row {k} is {kind} tendon {i}, "
+                        f"but the configuration has {0 if ten is None else ten.size()}"
+                    )
+                bounds = (ten.lower, ten.upper)
+                if not any(isinstance(b, jax.core.Tracer) for b in bounds) and np.any(
+                    np.isfinite([np.asarray(b)[i] for b in bounds])
+                ):
+                    raise ValueError(
+                        f"SimConfig: {kind} tendon {i} has a limit row in limit_constraints "
+                        "and finite lower / upper (its spring-damper limit too); make them "
+                        "-inf / inf"
+                    )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -417,17 +433,25 @@ def _limit_rows(cfg) -> LimitConstraints | None:
     return lim if lim is not None and lim.rows else None
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
+def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=None):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
     (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
     residual of the one problem of both); ``solve(R (nv, r))`` applies ``M_eff^-1`` (ABA
     sweeps on the step's articulated inertias); ``v``: the velocity at the step's start (the
-    soft rows' reference acceleration)."""
+    soft rows' reference acceleration); ``plain``: ``(solve_m, v_free_m)``, ``M^-1`` and the
+    free velocity under the plain ``M`` where ``M_eff`` is not ``M`` (``None``: it is): the
+    soft rows (limits, soft contacts) are posed with them and act through ``M_eff^-1``, as
+    MuJoCo's constraint force enters its implicit integrators
+    (:func:`jaxdyn.sim.limits.solve`)."""
     lim = _limit_rows(cfg)
+    solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
-        dv, _, res = L.solve(lim, model, q, v, v_free, solve, h)
+        tendons = (cfg.tendons, cfg.spatial_tendons)
+        dv, _, res = L.solve(
+            lim, model, q, v, v_free, solve, h, solve_m=solve_m, v_free_m=v_free_m, tendons=tendons
+        )
         return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
@@ -449,16 +473,32 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q):
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
+    if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
+        rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, 3)
     if lim is None:
         MinvJT = solve(Jc.T)  # (nv, 3 nc)
-        G = Jc @ MinvJT
+        G = Jc @ (MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T))
         G = 0.5 * (G + G.T)
         out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
         lam, res = cast("tuple[Array, Array]", out)
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
         dv, lam, res = L.solve(
-            lim, model, q, v, v_free, solve, h, cfg.contact, Jc, frames, rows, v_rows
+            lim,
+            model,
+            q,
+            v,
+            v_free,
+            solve,
+            h,
+            cfg.contact,
+            Jc,
+            frames,
+            rows,
+            v_rows,
+            solve_m=solve_m,
+            v_free_m=v_free_m,
+            tendons=(cfg.tendons, cfg.spatial_tendons),
         )
     f = jnp.einsum("cij,ci->cj", basis, lam) / h
     if idx is not None:  # one row per slot, zero on the slots left out
@@ -581,7 +621,16 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
     info = none
     if constraint:
-        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q)
+        plain = None  # M^-1 and the free velocity under M, for the soft rows (MuJoCo's A)
+        soft = _limit_rows(cfg) is not None or getattr(cfg.contact, "soft", False)
+        if cfg.integrator in ("implicit", "implicit_damping") and soft:
+            inertias_m = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
+
+            def solve_m(R):
+                return aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias_m)[0]
+
+            plain = (solve_m, v + h * solve_m((tau - bias)[:, None])[:, 0])
+        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q, plain)
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info)
 
