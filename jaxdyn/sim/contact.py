@@ -466,7 +466,7 @@ class Constraint(eqx.Module):
       candidates of a state, to compare with ``k``.
     - ``soft`` (static): ``False`` (default) is the hard contact above; ``True`` is MuJoCo's
       soft contact (Todorov 2014; MuJoCo's Computation chapter, soft constraints): each
-      touching contact (``distance < 0``: MuJoCo's ``dist < margin - gap``) is a row of
+      touching contact (``distance < 0``: MuJoCo's ``dist < margin``) is a row of
       MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over its elliptic
       cone, with ``aref = -b J v - k d(r) r`` on the normal, ``-b J v`` on the tangents, and
       ``R = (1 - d) / d * diagApprox`` on all three rows (:mod:`jaxdyn.sim._soft`; ``r`` the
@@ -483,6 +483,13 @@ class Constraint(eqx.Module):
       MuJoCo's ``mj_contactParam``), else MuJoCo's defaults ``(0.02, 1)`` and
       ``(0.9, 0.95, 0.001, 0.5, 2)``; given (2 and 5 numbers), they apply to every contact.
       ``solref`` in MuJoCo's direct form ``(-stiffness, -damping)`` is honoured.
+    - ``solreffriction`` (soft only): MuJoCo's ``solreffriction`` (2 numbers, either form, of
+      one sign), the reference of the elliptic cones' friction rows: their damping ``b`` (the
+      tangents' ``aref = -b J_t v``) from it instead of from ``solref`` (MuJoCo's
+      ``mj_makeImpedance``; ``refsafe`` applies to it alike); ``None`` (default) or ``(0, 0)``
+      (MuJoCo's default): the contact's ``solref``. MuJoCo reads it on elliptic cones only, and
+      so does this (unused with ``cone="pyramidal"``). An MJCF file gives it on ``<contact>
+      <pair>`` only, which :func:`jaxdyn.io.load_mjcf` refuses.
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
@@ -508,6 +515,7 @@ class Constraint(eqx.Module):
     impratio: float = 1.0
     refsafe: bool = eqx.field(static=True, default=True)
     cone: str | None = eqx.field(static=True, default=None)
+    solreffriction: jnp.ndarray | None = None
 
     _RULES = (
         ("friction", 0.0, False),
@@ -525,7 +533,7 @@ class Constraint(eqx.Module):
         _params.check_module(self)
         if not isinstance(self.soft, bool):
             raise ValueError(f"Constraint: soft must be True or False, got {self.soft!r}")
-        for name, n in (("solref", 2), ("solimp", 5)):
+        for name, n in (("solref", 2), ("solimp", 5), ("solreffriction", 2)):
             x = getattr(self, name)
             leaves = jax.tree_util.tree_leaves(x)
             if x is None or any(isinstance(v, jax.core.Tracer) for v in leaves):
@@ -537,6 +545,11 @@ class Constraint(eqx.Module):
                 )
             if not self.soft:
                 raise ValueError(f"Constraint: {name} is a parameter of soft=True contact")
+            if name == "solreffriction" and (a[0] > 0) != (a[1] > 0):
+                raise ValueError(
+                    "Constraint: solreffriction must be (timeconst, dampratio) > 0, "
+                    f"(-stiffness, -damping) <= 0 or (0, 0), not mixed; got {x!r}"
+                )
         if self.cone not in (None, "elliptic", "pyramidal"):
             raise ValueError(
                 f"Constraint: cone must be None, 'elliptic' or 'pyramidal', got {self.cone!r}"
@@ -982,7 +995,12 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
     imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
-    aref = jnp.concatenate([aref_n[:, None], -b[:, None] * v_rows[:, 1:]], 1)
+    b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
+    if contact.solreffriction is not None:
+        srf = jnp.broadcast_to(jnp.asarray(contact.solreffriction, dtype), (nc, 2))
+        _, b_f = _soft.gains(srf, solimp[:, 1], h, contact.refsafe)
+        b_t = jnp.where((srf[:, 0] != 0) | (srf[:, 1] != 0), b_f, b)
+    aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone
     u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))
