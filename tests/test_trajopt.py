@@ -413,6 +413,36 @@ def test_default_knot_kernels(fddp_solution):
     assert rollout <= bound[0] and riccati <= bound[1], (rollout, riccati, bound)
 
 
+def _primitive_counts(jaxpr, counts):
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _primitive_counts(sub, counts)
+    return counts
+
+
+def test_solve_program_holds_only_what_it_runs(fddp_solution):
+    """XLA:CPU's compile time grows with the solve program's kernels (docs/trajopt.md, "Time
+    to the first solve"): FDDP's program holds no initial rollout (iLQR's runs before it) and a
+    problem without bounds no box QP. Traced only (no compile): two scans (the rollout and the
+    Riccati recursion) and three while loops (the iterations, the backward pass's retries, the
+    line search); with an initial rollout and the box QP's loop there were three and four. The
+    box QP's program: test_box_fddp_matches_crocoddyl; iLQR: test_ilqr_reaches_fddp_optimum."""
+    import collections
+
+    import jax.extend
+
+    problem, _ = fddp_solution
+    assert problem.u_lower is None and problem.u_upper is None
+    problem, xs, us = ddp._start(problem, None, None, False)
+    params, static = ddp._options({"max_iter": 200}, xs.dtype)
+    jaxpr = jax.make_jaxpr(
+        lambda p, xs, us, flag, params: ddp._solve_program(p, xs, us, flag, params, **static)
+    )(problem, xs, us, jnp.asarray(False), params)
+    counts = _primitive_counts(jaxpr.jaxpr, collections.Counter())
+    assert (counts["scan"], counts["while"]) == (2, 3), counts
+
+
 @pytest.mark.slow  # a floating-base solve compiled fused and unfused (minutes of compile); the
 # scatter XLA refused in it: test_block_diag_assembled_without_scatter (default run)
 def test_fused_floating_base_solve(quad12):
