@@ -340,9 +340,10 @@ def test_fddp_fused_program_is_one_kernel(fddp_solution, monkeypatch):
 
 
 def _solve_args(problem, **options):
-    xs, us = ddp._initial(problem, None, None)
+    """The solve program's arguments of ``fddp(problem, **options)``."""
+    problem, xs, us = ddp._start(problem, None, None, False)
     params, static = ddp._options({"max_iter": 200, **options}, xs.dtype)
-    return (problem.with_bounds(), xs, us, jnp.asarray(False), params), static
+    return (problem, xs, us, jnp.asarray(False), params), static
 
 
 @pytest.mark.slow  # a second compile of the fused solver; test_fddp_fused_program_is_one_kernel
@@ -434,11 +435,8 @@ def test_solve_program_holds_only_what_it_runs(fddp_solution):
 
     problem, _ = fddp_solution
     assert problem.u_lower is None and problem.u_upper is None
-    problem, xs, us = ddp._start(problem, None, None, False)
-    params, static = ddp._options({"max_iter": 200}, xs.dtype)
-    jaxpr = jax.make_jaxpr(
-        lambda p, xs, us, flag, params: ddp._solve_program(p, xs, us, flag, params, **static)
-    )(problem, xs, us, jnp.asarray(False), params)
+    args, static = _solve_args(problem)
+    jaxpr = jax.make_jaxpr(lambda *a: ddp._solve_program(*a, **static))(*args)
     counts = _primitive_counts(jaxpr.jaxpr, collections.Counter())
     assert (counts["scan"], counts["while"]) == (2, 3), counts
 
