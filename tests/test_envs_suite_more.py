@@ -180,14 +180,15 @@ BIC_ROLLOUTS = {
 @pytest.mark.slow
 def test_ball_in_cup_outcome_like_mujoco(bic):
     """From the same state under the same controls, jaxdyn's ``ball_in_cup_catch`` against
-    MuJoCo C (``mj_step``, dm_control's model and periods): the string holds the ball (its
-    length, :class:`jaxdyn.sim.SpatialTendons`, never exceeds the 0.3 m limit by more than
-    1 cm after a control step: 6 mm in the whirl; MuJoCo's soft limit lets it stretch by up to
-    2 cm in these runs); the dropped ball rests in the cup (reward 1 over the last 10 steps in
-    both, the same position to 5 mm); the thrown ball bounces off the cup's underside (its vertical
-    speed reverses within one control step of MuJoCo's, it never enters the target) and hangs
-    below the cup at the end in both (to 1 cm); after the swing and the jerk the ball hangs at
-    MuJoCo's position to 2 cm."""
+    MuJoCo C (``mj_step``, dm_control's model and periods): the string holds the ball as
+    MuJoCo's (its length, :class:`jaxdyn.sim.SpatialTendons`, stretches past the 0.3 m limit by
+    up to 2 cm as MuJoCo's soft limit, both MuJoCo's tendon limit constraint; under the former
+    spring-damper 6 mm at most); where nothing touches (the swing and the whirl on the string)
+    the ball follows MuJoCo's states to 1e-10 (seen: 2e-15); the dropped ball rests in the cup
+    (reward 1 over the last 10 steps in both, the same position to 5 mm); the thrown ball
+    bounces off the cup's underside (its vertical speed reverses within one control step of
+    MuJoCo's, it never enters the target) and hangs below the cup at the end in both (to 1 cm);
+    after the swing and the jerk the ball hangs at MuJoCo's position to 2 cm."""
     env, _ = bic
     m = env.scene.mj_model
     step = jax.jit(env.step)
@@ -199,7 +200,7 @@ def test_ball_in_cup_outcome_like_mujoco(bic):
         mujoco.mj_forward(m, d)
         ps = env.pipeline_init(env.q_of(np.asarray(qpos)), env.q_of(np.asarray(qvel)))
         s = env.episode_start(jax.random.PRNGKey(0), ps)
-        lengths, rewards, vz = [], [], []
+        lengths, rewards, vz, err = [], [], [], 0.0
         for k in range(n):
             u = np.asarray(control(k), float)
             s = step(s, jnp.asarray(u))
@@ -209,11 +210,14 @@ def test_ball_in_cup_outcome_like_mujoco(bic):
             rewards.append((float(s.reward), float(np.all(rel < 0.025))))
             lengths.append((float(length(s.pipeline_state.q)), float(d.ten_length[0])))
             vz.append((float(env.qpos(s.pipeline_state.v)[3]), float(d.qvel[3])))
+            err = max(err, float(np.abs(env.qpos(np.asarray(s.pipeline_state.q)) - d.qpos).max()))
         q = np.asarray(env.qpos(s.pipeline_state.q))
         lengths, rewards, vz = np.asarray(lengths), np.asarray(rewards), np.asarray(vz)
         assert float(s.done) == 0.0, name
-        assert lengths[:, 0].max() < 0.3 + 1e-2, name
+        assert lengths[:, 0].max() < 0.3 + 2.5e-2, name
         assert lengths[:, 1].max() < 0.3 + 2.5e-2, name
+        if name in ("swing", "whirl"):
+            assert lengths[:, 1].max() > 0.3 and err < 1e-10, name
         if name == "rest":
             assert np.all(rewards[-10:] == 1.0)
             np.testing.assert_allclose(q, d.qpos, atol=5e-3)

@@ -688,12 +688,13 @@ def test_sim_actuator_motors():
 
 
 def test_import_without_mujoco(tmp_path):
-    """``import jaxdyn`` does not import mujoco; without it URDF loads and MJCF says how to
-    get it."""
+    """``import jaxdyn`` does not import mujoco (nor scipy's Qhull: the collision module's unit
+    hulls are built on first use); without mujoco URDF loads and MJCF says how to get it."""
     code = f"""
 import sys
 import jaxdyn
 assert "mujoco" not in sys.modules, "import jaxdyn imported mujoco"
+assert "scipy.spatial" not in sys.modules, "import jaxdyn imported scipy.spatial"
 sys.modules["mujoco"] = None  # as if not installed
 m = jaxdyn.load({str(robots.resolve("arm7")[0])!r})
 assert m.nv > 0

@@ -22,6 +22,7 @@ mujoco = pytest.importorskip("mujoco")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _mujoco_ref import mujoco_rollout  # noqa: E402
 
 from jaxdyn import sim  # noqa: E402
 from jaxdyn.io.mjcf import load_mjcf  # noqa: E402
@@ -86,17 +87,9 @@ def controls(T, h):
     )
 
 
-def mujoco_rollout(m, U):
-    d = mujoco.MjData(m)
-    d.qpos[:] = m.qpos0 + DQ
-    d.qvel[:] = V0
-    qs, vs = [], []
-    for u in U:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        qs.append(d.qpos.copy())
-        vs.append(d.qvel.copy())
-    return np.array(qs), np.array(vs)
+def scene_rollout(m, U):
+    """MuJoCo C's ``qpos``, ``qvel`` of the scene from ``qpos0 + DQ``, ``V0`` under ``U``."""
+    return mujoco_rollout(m, qpos=m.qpos0 + DQ, qvel=V0, ctrl=U, fields=("qpos", "qvel"))
 
 
 def jaxdyn_rollout(r, U):
@@ -129,7 +122,7 @@ def test_rollout_follows_mujoco(integrator, flags, expected):
     r = load_mjcf(scene_xml(integrator, flags))
     assert r.integrator == expected and r.sim_config().integrator == expected
     U = controls(500, r.timestep)
-    qm, vm = mujoco_rollout(r.mj_model, U)
+    qm, vm = scene_rollout(r.mj_model, U)
     qj, vj = jaxdyn_rollout(r, U)
     assert np.abs(qm - qm[0]).max() > 0.3  # it moves
     np.testing.assert_allclose(qj, qm, rtol=0, atol=TOL)
@@ -280,6 +273,13 @@ def test_sim_config_refusals():
     assert r.sim_config(ignore=("equality",)).equalities is None
     with pytest.raises(ValueError, match="unknown ignore keys"):
         r.sim_config(ignore=("nope",))
+    # MuJoCo's no-slip post-solve changes contact friction: refused where contact is on
+    r = load_mjcf(_one(option='noslip_iterations="3"', body='<geom type="plane" size="1 1 1"/>'))
+    assert r.sim_config().contact is None  # nothing to refuse without a contact model
+    for contact in (sim.Constraint(), sim.Constraint(soft=True)):
+        with pytest.raises(ValueError, match=r"\[noslip\] <option noslip_iterations=3>"):
+            r.sim_config(contact)
+        assert r.sim_config(contact, ignore="noslip").contact is not None
     off = load_mjcf(
         _one(
             joint='stiffness="2" damping="1"',
@@ -353,14 +353,7 @@ def test_mujoco_limits_follow_mujocos_limit_constraint():
         return jax.jit(lambda s: jax.lax.scan(f, s, None, length=T)[1])(s0)
 
     qj, vj = (np.asarray(x) for x in rollout(limits))
-    d = mujoco.MjData(m)
-    d.qvel[:] = v0
-    qm, vm = [], []
-    for _ in range(T):
-        mujoco.mj_step(m, d)
-        qm.append(d.qpos.copy())
-        vm.append(d.qvel.copy())
-    qm, vm = np.array(qm), np.array(vm)
+    qm, vm = mujoco_rollout(m, T, qvel=v0, fields=("qpos", "qvel"))
     assert qm[:, 0].max() > np.radians(20) and qm[:, 1].min() < np.radians(-10)  # both hit
     assert vm[-1, 0] < -0.3 and vm[-1, 1] > 0.3  # and rebound
     assert np.abs(qj - qm).max() < 1e-3

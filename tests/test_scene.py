@@ -15,6 +15,8 @@ from jaxdyn import sim
 
 mujoco = pytest.importorskip("mujoco")
 
+from _mujoco_ref import mujoco_rollout  # noqa: E402
+
 FILTER_MJCF = """<mujoco><option timestep="0.002"/>
 <worldbody>
   <geom name="floor" type="plane" size="5 5 .1"/>
@@ -96,13 +98,7 @@ def rest_scene():
 
 
 def _mujoco_heights(xml, steps):
-    m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    out = []
-    for _ in range(steps):
-        mujoco.mj_step(m, d)
-        out.append(d.qpos[2::7].copy())
-    return np.asarray(out)
+    return mujoco_rollout(mujoco.MjModel.from_xml_string(xml), steps)[0][:, 2::7]
 
 
 @pytest.mark.slow
@@ -180,12 +176,7 @@ def test_compliant_box_sticks_on_incline_like_mujoco():
     tr = sim.rollout(loaded.model, sim.State(loaded.q0, jnp.zeros(6)), jnp.zeros((500, 0)), cfg=cfg)
     q = np.asarray(tr.q)
     rate = np.linalg.norm(q[-1, :3] - q[249, :3]) / 0.5
-    m = mujoco.MjModel.from_xml_string(INCLINE_MJCF)
-    d = mujoco.MjData(m)
-    xs = []
-    for _ in range(500):
-        mujoco.mj_step(m, d)
-        xs.append(d.qpos[:3].copy())
+    xs = mujoco_rollout(mujoco.MjModel.from_xml_string(INCLINE_MJCF), 500)[0][:, :3]
     ref = np.linalg.norm(xs[-1] - xs[249]) / 0.5
     assert rate < ref and rate < 1.5e-3, (rate, ref)
     assert rate > 0  # regularised friction: it creeps, slowly

@@ -45,18 +45,18 @@ by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft co
 (``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
 trajectories through a contact part from MuJoCo's while falls and rest states agree
 (``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
-The joint limits of the cheetah, walker, hopper and finger are MuJoCo's limit constraint
+The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
+in cup's string are MuJoCo's limit constraint
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
 ``solimplimit``, solved with the contacts): driven into their stops by their actuators they
 follow MuJoCo C several times closer than under the default :class:`jaxdyn.sim.JointLimits`
 or its per-joint spring-damper approximation :meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`
 (measured in ``docs/environments.md``).
 
-Differences from Playground's MJX environments: the cart's rail limits (``range="-1.8 1.8"``)
-and the reacher's wrist limits (160 degrees) are jaxdyn's smooth
-:class:`jaxdyn.sim.JointLimits` spring-damper, not MuJoCo's limit constraint (``solreflimit``),
-so a cart driven into the end of its rail or a wrist into its stop rebounds differently;
-away from the limits the physics follows MuJoCo C to rounding. The model needs ``mujoco``
+The cart-pole and the reacher follow MuJoCo C to rounding, at their stops too, against MuJoCo
+with its solve converged (the files' ``iterations="1"`` leaves MuJoCo's own limit force
+unconverged at a stop: its rollout differs from its converged one as much as jaxdyn's
+does). The model needs ``mujoco``
 (``pip install 'jaxdyn[mjcf]'``) to be compiled when the environment is built.
 """
 
@@ -134,6 +134,9 @@ class SuiteEnv(SimEnv):
     #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`), or ``False``, the default
     #: :class:`jaxdyn.sim.JointLimits` spring-damper
     mujoco_limits: bool | str = False
+    #: with ``mujoco_limits="constraint"``: the limit rows' own solver steps where the task has
+    #: no constraint contact (``None``: :class:`jaxdyn.sim.LimitConstraints`' default)
+    limit_iterations: int | None = None
 
     if TYPE_CHECKING:  # each task defines them, SuiteReacher and ContactSuiteEnv with their own
         # arguments after ps (their own step calls them)
@@ -172,6 +175,8 @@ class SuiteEnv(SimEnv):
         kw: dict[str, Any] = {} if self.integrator is None else {"integrator": self.integrator}
         if self.mujoco_limits == "constraint":
             kw["limits"] = "constraint"
+            if self.limit_iterations is not None:
+                kw["limit_constraints"] = scene.limit_constraints(iterations=self.limit_iterations)
         elif self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
@@ -294,6 +299,11 @@ class CartpoleBalance(SuiteEnv):
     """
 
     xml = "cartpole.xml"
+    # the rail's ends: MuJoCo's limit constraint (docs/environments.md: the cart follows MuJoCo
+    # C's into its stop, the default spring-damper 0.13 m apart); one row, which the first
+    # projected-gradient step solves exactly
+    mujoco_limits = "constraint"
+    limit_iterations = 1
     CART_RANGE = (-0.25, 0.25)
     ANGLE_COSINE_RANGE = (0.995, 1.0)
 
@@ -465,6 +475,11 @@ class SuiteReacher(SuiteEnv):
 
     xml = "reacher.xml"
     ignore = ("mocap",)
+    # the wrist's stops: MuJoCo's limit constraint (docs/environments.md: under the default
+    # spring-damper the light wrist driven into its stop diverges); one row, solved exactly by
+    # the first projected-gradient step
+    mujoco_limits = "constraint"
+    limit_iterations = 1
     BIG_TARGET, SMALL_TARGET = 0.05, 0.015
 
     def __init__(
@@ -1057,7 +1072,9 @@ class FingerTurn(FingerSpin):
     ``distance <= 0``. **Reset:** as :class:`FingerSpin` (Playground's key splits) and the
     target's angle ``~ U(-pi, pi)`` on the circle of radius ``size(cap1).sum()`` about the
     hinge, kept in ``info["target"]`` (its world ``x``, ``z``; dm_control moves a site of the
-    model, Playground a mocap body).
+    model, Playground a mocap body), with the constraint solve's report
+    (``contact_residual``, ``contacts_dropped``: :meth:`jaxdyn.envs.SimEnv.pipeline_step_info`)
+    as the other contact tasks.
     """
 
     HINGE_DAMPING = None
@@ -1095,23 +1112,27 @@ class FingerTurn(FingerSpin):
         sensors["target"] = target
         zero = jnp.zeros((), ps.q.dtype)
         obs = self.observe(ps, sensors)
-        return State(ps, obs, zero, zero, {"diverged": zero}, {"rng": rng, "target": target})
+        info = {"rng": rng, "target": target, **self.contact_info(ps.q.dtype)}
+        return State(ps, obs, zero, zero, {"diverged": zero}, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
-        ps, pk, bad = self.advance(state.pipeline_state, action)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
         sensors = self.sensors(pk, action)
         sensors["target"] = state.info["target"]
         reward, _ = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
+        # the contact report where the reset put it (ContactSuiteEnv.step)
+        info = {**state.info, **contact} if "contacts_dropped" in state.info else state.info
         return state.replace(
             pipeline_state=ps,
             obs=self.observe(ps, sensors),
             reward=reward,
             done=done,
             metrics={**state.metrics, "diverged": done},
+            info=info,
         )
 
 
@@ -1132,16 +1153,20 @@ class BallInCup(ContactSuiteEnv):
     file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
     against the five capsules of the cup and the floor (friction 1).
 
-    The string's length limit is MuJoCo's ``tendon`` limit, a soft constraint there
-    (``solreflimit``); here it is the smooth spring-damper of :class:`jaxdyn.sim.JointLimits`
-    on the tendon's length (:class:`jaxdyn.sim.SpatialTendons`), :attr:`string_limits`
-    (the default 1e3 N/m, 10 N s/m): a taut string stretches by a few millimetres (up to 6 mm
-    when the cup is whirled, where MuJoCo's soft limit stretches by 2 cm), and a jerk on it
-    rebounds differently from MuJoCo's (``tests/test_envs_suite_more.py``).
+    The string's length limit is MuJoCo's tendon limit constraint (``mujoco_limits =
+    "constraint"``: a soft row on the tendon's length, :class:`jaxdyn.sim.LimitConstraints`'
+    ``tendons``, solved with the contacts): the string stretches as MuJoCo's (up to 2 cm when
+    the cup is whirled), and the ball swinging or whirled on it follows MuJoCo C to rounding
+    (``tests/test_envs_suite_more.py``). Before, it was the smooth spring-damper of
+    :class:`jaxdyn.sim.JointLimits` on the tendon's length, :attr:`string_limits` (still the
+    configuration's ``limits``, used with ``mujoco_limits = False``), which let it stretch by
+    6 mm at most and the ball part from MuJoCo's by 1 cm.
     """
 
     xml = "ball_in_cup.xml"
-    #: the string's limit (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
+    mujoco_limits = "constraint"
+    #: the string's spring-damper limit with ``mujoco_limits = False``
+    #: (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
     string_limits = _sim.JointLimits()
     metric_keys = ()
 

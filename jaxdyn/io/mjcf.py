@@ -133,11 +133,13 @@ Contact parameters of the geoms (``<default>`` classes and ``<option override>``
 ``solref`` (mixed per pair with ``solmix``; :class:`jaxdyn.sim.Compliant`'s time constant and
 damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeconst``) are
 honoured (a geom whose pair with the ground plane has them is a geom of ``geoms``, not a
-primitive); ``gap`` only adds MuJoCo contacts that carry no force; ``solimp`` off MuJoCo's
-default and ``solref`` in its direct (negative) form are refused by
+primitive); ``gap`` only adds MuJoCo contacts that carry no force (MuJoCo 3.9.0 on; with an
+older MuJoCo installed the contacts act below ``margin - gap``, as its did); ``solimp`` off
+MuJoCo's default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
-model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
-touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
+model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both.
+``solreffriction`` exists only on ``<contact><pair>`` (refused, above; the contact model
+takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom friction and
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
@@ -430,7 +432,10 @@ class MJCFModel(NamedTuple):
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts. ``None`` where the file has no limited hinge or slide joint or disables
+        the contacts; then a row for every limited fixed or straight spatial tendon
+        (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
+        ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
+        or slide joint or tendon or disables
         limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
         rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
         :class:`jaxdyn.sim.Constraint` contact)."""
@@ -462,10 +467,28 @@ class MJCFModel(NamedTuple):
                         float(m.dof_invweight0[dof]),
                     )
                 )
+        tendons = []  # MuJoCo's tendon limit rows, on the fixed and straight spatial tendons
+        for ref, ti in _limited_tendons(m):
+            lo, hi = (float(x) for x in m.tendon_range[ti])
+            for lower, upper in row_bounds(lo, hi, float(m.tendon_margin[ti])):
+                tendons.append(ref)
+                rows.append(
+                    (
+                        -1,
+                        -1,
+                        lower,
+                        upper,
+                        float(m.tendon_margin[ti]),
+                        np.asarray(m.tendon_solref_lim[ti], float),
+                        np.asarray(m.tendon_solimp_lim[ti], float),
+                        float(m.tendon_invweight0[ti]),
+                    )
+                )
         if not rows:
             return None
         dtype = self.model.mass.dtype
         arr = lambda k: jnp.asarray(np.asarray([r[k] for r in rows], float), dtype)  # noqa: E731
+        joints = [r for r in rows if r[0] >= 0]
         return LimitConstraints(
             lower=arr(2),
             upper=arr(3),
@@ -473,8 +496,9 @@ class MJCFModel(NamedTuple):
             solref=arr(5),
             solimp=arr(6),
             diag=arr(7),
-            dof=tuple(r[0] for r in rows),
-            qpos=tuple(r[1] for r in rows),
+            dof=tuple(r[0] for r in joints),
+            qpos=tuple(r[1] for r in joints),
+            tendons=tuple(tendons),
             refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
             **static,
         )
@@ -540,10 +564,10 @@ class MJCFModel(NamedTuple):
         default ``None`` leaves contact off. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
-        the hinge and slide joints' limits are then MuJoCo's limit constraint
-        (:meth:`limit_constraints`, soft rows solved with the contacts; the tendons' length
-        limits stay the spring-damper); ``limits=`` a :class:`jaxdyn.sim.JointLimits` or
-        ``None`` sets ``SimConfig.limits`` as any other override.
+        the hinge and slide joints' and the tendons' limits are then MuJoCo's limit constraint
+        (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
+        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite); ``limits=`` a
+        :class:`jaxdyn.sim.JointLimits` or ``None`` sets ``SimConfig.limits`` as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -551,21 +575,23 @@ class MJCFModel(NamedTuple):
 
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
-        ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
+        ``implicitfast``), and with a contact model ``"noslip"`` (``<option
+        noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
+        ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
-        ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
-        instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
-        margin - gap``, jaxdyn's from ``dist < margin``). A capsule on a plane under pyramidal
-        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` is still accepted
-        in ``ignore``, and refuses nothing).
+        ``cone`` is ``None``) to the contact model. A capsule on a plane under pyramidal
+        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and ``"gap"`` are
+        still accepted in ``ignore``, and refuse nothing).
 
-        Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
-        MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
+        Per-geom ``margin`` and ``gap`` (a pair's contact acts below the sum of its geoms'
+        margins, MuJoCo's ``includemargin``; from MuJoCo 3.9.0 ``gap`` only adds MuJoCo
+        contacts beyond it that carry no force, before 3.9.0 the installed MuJoCo's contact
+        acted below ``margin - gap`` and the geoms' margins are read so) and ``solref``
         (mixed per pair with ``solmix``) are honoured (:class:`jaxdyn.sim.Geoms`): by
         :class:`jaxdyn.sim.Compliant` as its ``(timeconst, dampratio)`` and by
         :class:`jaxdyn.sim.Constraint` as its Baumgarte fraction ``dt / timeconst``, unless the
@@ -575,16 +601,15 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        contact_keys = {"noslip", "solimp", "solref"}  # matter only where contact is on
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
-        if soft:  # honoured by soft contact; its own refusals instead
-            issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues()
+        if soft:  # honoured by soft contact
+            issues = [(k, msg) for k, msg in issues if k not in contact_keys - {"noslip"}]
         errors = [
             (k, msg)
             for k, msg in issues
@@ -626,7 +651,9 @@ class MJCFModel(NamedTuple):
                     f"got {how!r}"
                 )
             if how == "constraint":
-                kw["limit_constraints"] = self.limit_constraints()
+                kw["limit_constraints"] = lim = self.limit_constraints()
+                if lim is not None and lim.tendons:  # not the spring-damper too
+                    kw.update(_unlimited_tendons(kw, set(lim.tendons)))
         kw.update(overrides)
         return SimConfig(**kw)
 
@@ -666,27 +693,6 @@ class MJCFModel(NamedTuple):
         mujoco = _import_mujoco()
         pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
         return "pyramidal" if pyramidal else "elliptic"
-
-    def _soft_issues(self):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap`` (a capsule
-        on a plane under pyramidal cones is honoured, its contacts' pyramids turned to the
-        capsule's axis as MuJoCo's, :attr:`jaxdyn.sim.ContactSet.axis`)."""
-        m = self.mj_model
-        names = mujoco_names(m, "geom")
-        prims, used, ground = self._touching()
-        out = []
-        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
-        if gapped:
-            listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
-            out.append(
-                (
-                    "gap",
-                    f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} "
-                    "(MuJoCo's soft contact acts from dist < margin - gap, jaxdyn's from "
-                    "dist < margin); ignored, the contacts act from their margin",
-                )
-            )
-        return out
 
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
@@ -1535,6 +1541,15 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
     spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
+    if int(m.opt.noslip_iterations) > 0:  # a post-solve on the friction rows: contact only
+        sim_issues.append(
+            (
+                "noslip",
+                f"<option noslip_iterations={int(m.opt.noslip_iterations)}>: MuJoCo's no-slip "
+                "post-solve of the friction forces has no jaxdyn.sim equivalent; ignored, "
+                "contacts may slip where MuJoCo's would not",
+            )
+        )
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain, geoms = (), None, None
@@ -1858,6 +1873,33 @@ def _fixed_tendon(m, t) -> bool:
         and int(m.jnt_type[int(m.wrap_objid[w])]) in (_HINGE, _SLIDE)
         for w in range(a, a + n)
     )
+
+
+def _limited_tendons(m) -> list:
+    """``(("fixed" | "spatial", i), t)`` of each limited tendon ``t`` that jaxdyn models (the
+    fixed ones and the straight spatial ones, numbered as :class:`~jaxdyn.sim.FixedTendons` /
+    :class:`~jaxdyn.sim.SpatialTendons` number them)."""
+    fixed = [t for t in range(m.ntendon) if _fixed_tendon(m, t)]
+    spatial = [t for t in range(m.ntendon) if _site_tendon(m, t)]
+    out = [(("fixed", i), t) for i, t in enumerate(fixed) if m.tendon_limited[t]]
+    return out + [(("spatial", i), t) for i, t in enumerate(spatial) if m.tendon_limited[t]]
+
+
+def _unlimited_tendons(kw, refs) -> dict:
+    """``tendons`` / ``spatial_tendons`` of ``kw`` without the length limits of the tendons
+    ``refs`` (``("fixed" | "spatial", i)``: their limit is a constraint row instead)."""
+    import equinox as eqx
+
+    out = {}
+    for key, kind in (("tendons", "fixed"), ("spatial_tendons", "spatial")):
+        ten = kw.get(key)
+        idx = [i for k, i in refs if k == kind]
+        if ten is None or not idx:
+            continue
+        lo = jnp.asarray(ten.lower).at[np.asarray(idx)].set(-jnp.inf)
+        hi = jnp.asarray(ten.upper).at[np.asarray(idx)].set(jnp.inf)
+        out[key] = eqx.tree_at(lambda x: (x.lower, x.upper), ten, (lo, hi))
+    return out
 
 
 def _site_tendon(m, t) -> bool:
@@ -2231,10 +2273,23 @@ _DEFAULT_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
 _ENBL_OVERRIDE = 1  # mjENBL_OVERRIDE
 
 
+def _gap_subtracts(mujoco) -> bool:
+    """Whether this MuJoCo's contacts act from ``dist < margin - gap`` (before 3.9.0: its
+    ``includemargin``, contacts detected from ``dist < margin``); from MuJoCo 3.9.0 on they
+    act from ``dist < margin`` and ``gap`` only adds contacts beyond it, detected up to
+    ``margin + gap``, that carry no force (``mjContact.exclude``). An unparsable version (a
+    local build) is taken as a new one."""
+    found = release(str(mujoco.__version__))
+    return bool(found) and found < (3, 9)
+
+
 def _contact_params(m):
     """Per-geom ``margin``, ``solref``, ``solmix``, ``solimp`` (numpy, ``(ngeom, ...)``),
     with ``<option o_margin / o_solref / o_solimp>`` where ``<flag override>`` is on (MuJoCo's
-    ``mj_collideGeoms``: they replace the pair's values)."""
+    ``mj_collideGeoms``: they replace the pair's values). ``margin`` is where the contact
+    starts to act, the pair's ``includemargin`` (the sum of its geoms'): before MuJoCo 3.9.0
+    each geom's ``gap`` (never overridden) is subtracted from it (:func:`_gap_subtracts`);
+    from 3.9.0 on ``gap`` carries no force and is not read."""
     margin = np.array(m.geom_margin, float).reshape(-1)
     solref = np.array(m.geom_solref, float).reshape(-1, 2)
     solmix = np.array(m.geom_solmix, float).reshape(-1)
@@ -2243,6 +2298,8 @@ def _contact_params(m):
         margin[:] = 0.5 * float(m.opt.o_margin)
         solref[:] = np.array(m.opt.o_solref, float)
         solimp[:] = np.array(m.opt.o_solimp, float)
+    if _gap_subtracts(_import_mujoco()):
+        margin = margin - np.array(m.geom_gap, float).reshape(-1)
     return margin, solref, solmix, solimp
 
 

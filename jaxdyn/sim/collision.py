@@ -46,6 +46,7 @@ polytope for the pair functions above.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -591,14 +592,19 @@ def hull_from_points(points: npt.ArrayLike, tol: float = 1e-9) -> Hull:
     return Hull(verts, np.array(normals), face_arr, edges, edge_faces)
 
 
-_UNIT_BOX = hull_from_points(_BOX_SIGNS)
+@functools.cache
+def _unit_box() -> Hull:
+    """The box of half-sizes 1 as a :class:`Hull`, built on first use (scipy's Qhull is not
+    loaded by ``import jaxdyn``)."""
+    return hull_from_points(_BOX_SIGNS)
 
 
 def box_hull(size: ArrayLike) -> Hull:
     """The box of half-sizes ``size`` (3,) as a :class:`Hull` (vertices scale with ``size``,
     differentiably)."""
     size = jnp.asarray(size)
-    return _UNIT_BOX._replace(vertices=jnp.asarray(_UNIT_BOX.vertices, size.dtype) * size[:3])
+    unit = _unit_box()
+    return unit._replace(vertices=jnp.asarray(unit.vertices, size.dtype) * size[:3])
 
 
 def _jnp_hull(h):
@@ -857,7 +863,10 @@ def collide_capsule_mesh(size1, pos1, mat1, size2, pos2, mat2, margin: float | j
 CYLINDER_SIDES = 16
 
 
-def _unit_cylinder(n):
+@functools.cache
+def _unit_cylinder(n: int) -> Hull:
+    """The prism of ``n`` sides circumscribing the cylinder of radius 1 and half-height 1,
+    built once per ``n`` on first use."""
     a = 2 * np.pi * (np.arange(n) + 0.5) / n
     # circumscribed polygon: its edges touch the circle, so it never misses a contact; the
     # radial error is at most r (1 / cos(pi / n) - 1) (2.0 % of r for n = 16)
@@ -887,15 +896,17 @@ def _unit_sphere_points(level=2):
     return pts
 
 
-_UNIT_CYLINDER = _unit_cylinder(CYLINDER_SIDES)
-_UNIT_SPHERE = hull_from_points(_unit_sphere_points())
+@functools.cache
+def _unit_sphere() -> Hull:
+    """The icosphere polytope inscribed in the unit sphere, built on first use."""
+    return hull_from_points(_unit_sphere_points())
 
 
 def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
     a :class:`Hull` scaled differentiably by ``size``."""
     size = jnp.asarray(size)
-    u = _UNIT_CYLINDER if sides is None else _unit_cylinder(sides)
+    u = _unit_cylinder(CYLINDER_SIDES if sides is None else int(sides))
     scale = jnp.stack([size[0], size[0], size[1]])
     return u._replace(vertices=jnp.asarray(u.vertices, size.dtype) * scale)
 
@@ -905,11 +916,10 @@ def ellipsoid_hull(size: ArrayLike) -> Hull:
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
     recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid."""
     size = jnp.asarray(size)[:3]
-    n = jnp.asarray(_UNIT_SPHERE.normals, size.dtype) / size  # normals map by S^-1
+    unit = _unit_sphere()
+    n = jnp.asarray(unit.normals, size.dtype) / size  # normals map by S^-1
     n = n / _safe_norm(n)[:, None]
-    return _UNIT_SPHERE._replace(
-        vertices=jnp.asarray(_UNIT_SPHERE.vertices, size.dtype) * size, normals=n
-    )
+    return unit._replace(vertices=jnp.asarray(unit.vertices, size.dtype) * size, normals=n)
 
 
 def _shape_hull(t, size):
@@ -1009,6 +1019,7 @@ def hfield(heights: npt.ArrayLike, size: npt.ArrayLike, reach: float) -> HField:
     return HField(h, s, (rows, cols))
 
 
+@functools.cache
 def _prism_topology():
     """Faces, edges and edge faces of the prism over a triangle ``(p0, p1, p2)``
     (counter-clockwise in x-y), vertices ``[p0, p1, p2]`` at the base, then the same three at
@@ -1020,16 +1031,13 @@ def _prism_topology():
     return remap[np.asarray(h.faces)], remap[np.asarray(h.edges)], np.asarray(h.edge_faces)
 
 
-_PRISM_FACES, _PRISM_EDGES, _PRISM_EDGE_FACES = _prism_topology()
-
-
 def _prism_hull(v):
     """The :class:`Hull` of a prism with vertices ``v`` (6, 3) laid out as
     :func:`_prism_topology` (normals from the vertices: its top follows the heights)."""
-    f = _PRISM_FACES
+    f, edges, edge_faces = _prism_topology()  # built once, on first use
     n = _cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])
     n = _normalize(n, jnp.array([0.0, 0.0, 1.0], v.dtype))
-    return Hull(v, n, f, _PRISM_EDGES, _PRISM_EDGE_FACES)
+    return Hull(v, n, f, edges, edge_faces)
 
 
 def hfield_prisms(hf, centre):

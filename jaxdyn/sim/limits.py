@@ -21,6 +21,13 @@ second-order cones or MuJoCo's pyramids (``Constraint(cone="pyramidal")``): one 
 each (:func:`jaxdyn.sim.solve_cone_complementarity`'s ``rows``). Unlike a spring-damper
 (:class:`jaxdyn.sim.JointLimits`), the limit cancels the share ``imp`` of whatever pushes a
 joint into its stop (a strong actuator), as MuJoCo's does.
+
+A limited tendon gets the same row on its length ``L`` (MuJoCo's tendon limit: ``dist = L -
+lower`` with the tendon's Jacobian, or ``upper - L`` with its negative; the tendon's
+``solreflimit``, ``solimplimit``, ``margin`` and ``tendon_invweight0``). Under the implicit
+integrators (``M_eff = M + h D``) the rows are posed with the plain ``M`` and act through
+``M_eff``, as MuJoCo's constraint force enters its ``Euler`` / ``implicitfast`` step
+(:func:`solve`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import numpy as np
 from .. import joints
 from . import _soft
 from . import contact as C
+from .actuators import _one_dof_coords
 from .collision import NO_CONTACT
 
 if TYPE_CHECKING:
@@ -45,6 +53,7 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from ..model.model import Model
+    from .actuators import FixedTendons, SpatialTendons
 
 __all__ = ["LimitConstraints"]
 
@@ -60,6 +69,14 @@ class LimitConstraints(eqx.Module):
     ``newton``: the solver's steps when the configuration has no
     :class:`~jaxdyn.sim.Constraint` contact (with one, the rows are solved in its problem and
     with its settings; :func:`~jaxdyn.sim.solve_cone_complementarity`).
+
+    Tendon rows (static ``tendons``, after the joint rows): ``("fixed", i)`` or
+    ``("spatial", i)`` per row, the ``i``-th tendon of the configuration's
+    :class:`~jaxdyn.sim.actuators.FixedTendons` / ``SpatialTendons``: MuJoCo's tendon limit,
+    the same row on the tendon's length ``L`` (``dist = L - lower`` with Jacobian the tendon's
+    ``J``, or ``upper - L`` with ``-J``) with the tendon's ``solreflimit``, ``solimplimit``,
+    ``margin`` and ``diag`` its ``tendon_invweight0``. (Give the tendon itself no
+    ``lower`` / ``upper``, or its spring-damper acts too.)
 
     Arrays: ``lower``, ``upper (n,)`` (the range; ``-inf`` / ``inf`` for a side without a
     limit), ``margin (n,)`` (MuJoCo's joint ``margin``: a side acts from ``dist < margin``,
@@ -81,17 +98,25 @@ class LimitConstraints(eqx.Module):
     diag: jnp.ndarray
     dof: tuple = eqx.field(static=True)
     qpos: tuple = eqx.field(static=True)
+    tendons: tuple = eqx.field(static=True, default=())
     refsafe: bool = eqx.field(static=True, default=True)
     iterations: int = eqx.field(static=True, default=100)
     newton: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
-        n = len(self.dof)
-        if len(self.qpos) != n:
+        if len(self.qpos) != len(self.dof):
             raise ValueError(
                 f"LimitConstraints: dof and qpos need one entry per row, got {len(self.dof)} "
                 f"and {len(self.qpos)}"
             )
+        for k, t in enumerate(self.tendons):
+            ok = isinstance(t, tuple) and len(t) == 2 and t[0] in ("fixed", "spatial")
+            if not (ok and isinstance(t[1], (int, np.integer)) and t[1] >= 0):
+                raise ValueError(
+                    f"LimitConstraints: tendons[{k}] must be ('fixed', i) or ('spatial', i) "
+                    f"with i >= 0, got {t!r}"
+                )
+        n = len(self.dof) + len(self.tendons)
         shapes = {
             "lower": (n,),
             "upper": (n,),
@@ -135,7 +160,40 @@ class LimitConstraints(eqx.Module):
 
     @property
     def rows(self) -> int:
-        return len(self.dof)
+        return len(self.dof) + len(self.tendons)
+
+    def tendon_rows(
+        self,
+        model: Model,
+        fixed: FixedTendons | None,
+        spatial: SpatialTendons | None,
+        q: Array,
+    ) -> tuple[Array, Array]:
+        """``(L (k,), J (k, nv))``: the lengths and Jacobians of the tendon rows' tendons
+        (``fixed``, ``spatial``: the configuration's ``FixedTendons`` / ``SpatialTendons``)."""
+        from ._scatter import add_at
+
+        dtype = q.dtype
+        L, J = [], []
+        spatial_LJ = None
+        for k, (kind, i) in enumerate(self.tendons):
+            src = fixed if kind == "fixed" else spatial
+            if src is None or i >= src.size():
+                raise ValueError(
+                    f"LimitConstraints: tendon row {k} is {kind} tendon {i}, but the "
+                    f"configuration has {0 if src is None else src.size()} {kind} tendons"
+                )
+            if kind == "fixed":
+                idx, qidx = _one_dof_coords(model, src.dofs)
+                coef = jnp.asarray(src.coef, dtype)[i]
+                L.append(coef @ q[qidx])
+                J.append(add_at(jnp.zeros(model.nv, dtype), idx, coef))
+            else:
+                if spatial_LJ is None:
+                    spatial_LJ = src.jacobian(model, q)
+                L.append(spatial_LJ[0][i])
+                J.append(spatial_LJ[1][i])
+        return jnp.stack(L), jnp.stack(J)
 
     @classmethod
     def from_model(
@@ -199,39 +257,63 @@ class LimitConstraints(eqx.Module):
                 )
 
     def distance(self, q: Array) -> tuple[Array, Array]:
-        """``(dist, side) (n,)``: MuJoCo's ``efc_pos`` of each row's nearer side, ``q -
-        lower`` (``side = +1``, Jacobian ``+1``) or ``upper - q`` (``side = -1``)."""
+        """``(dist, side)``, one per joint row: MuJoCo's ``efc_pos`` of each row's nearer side,
+        ``q - lower`` (``side = +1``, Jacobian ``+1``) or ``upper - q`` (``side = -1``)."""
         dtype = q.dtype
+        n = len(self.dof)
         x = q[np.asarray(self.qpos, np.int64)]
-        below = x - jnp.asarray(self.lower, dtype)
-        above = jnp.asarray(self.upper, dtype) - x
+        below = x - jnp.asarray(self.lower, dtype)[:n]
+        above = jnp.asarray(self.upper, dtype)[:n] - x
         lower = below <= above
         return jnp.where(lower, below, above), jnp.where(lower, 1.0, -1.0).astype(dtype)
 
-    def jacobian(self, side: Array, nv: int) -> Array:
-        """``J (n, nv)``: ``side`` on each row's dof."""
-        n = self.rows
-        return jnp.zeros((n, nv), side.dtype).at[np.arange(n), np.asarray(self.dof)].set(side)
+    def jacobian(self, side: Array, nv: int, tendon_J: Array | None = None) -> Array:
+        """``J (n, nv)``: ``side`` on each joint row's dof, ``side`` times the tendon's
+        Jacobian (``tendon_J (k, nv)``, :meth:`tendon_rows`) on each tendon row."""
+        n = len(self.dof)
+        J = jnp.zeros((n, nv), side.dtype)
+        J = J.at[np.arange(n), np.asarray(self.dof, np.int64)].set(side[:n])
+        if not self.tendons:
+            return J
+        return jnp.concatenate([J, side[n:, None] * tendon_J.astype(side.dtype)], 0)
 
     def row_problem(
-        self, q: Array, v: Array, v_free: Array, h: ArrayLike
+        self,
+        q: Array,
+        v: Array,
+        v_free: Array,
+        h: ArrayLike,
+        tendon: tuple[Array, Array] | None = None,
     ) -> tuple[Array, Array, Array, Array]:
         """The rows of the velocity-level problem (:func:`solve`): ``(u, R, active, side)``,
         each ``(n,)``: ``u = J v_free - J v - h aref`` (``NO_CONTACT / h`` where the row is
         inactive, ``dist >= margin``: MuJoCo has no row there, and the impulse is 0), the
-        regulariser ``R``, whether the row is active and its side (:meth:`distance`)."""
+        regulariser ``R``, whether the row is active and its side (:meth:`distance`).
+        ``tendon``: :meth:`tendon_rows` where there are tendon rows."""
         dtype = v.dtype
         h = jnp.asarray(h, dtype)
         dof = np.asarray(self.dof, np.int64)
-        dist, side = self.distance(q)
+        x, xd, xd_free = q[np.asarray(self.qpos, np.int64)], v[dof], v_free[dof]
+        if self.tendons:
+            if tendon is None:
+                raise ValueError("LimitConstraints.row_problem: tendon rows need tendon=(L, J)")
+            L, Jt = tendon
+            x = jnp.concatenate([x, L.astype(dtype)])
+            xd = jnp.concatenate([xd, Jt @ v])
+            xd_free = jnp.concatenate([xd_free, Jt @ v_free])
+        below = x - jnp.asarray(self.lower, dtype)
+        above = jnp.asarray(self.upper, dtype) - x
+        lower = below <= above
+        dist = jnp.where(lower, below, above)
+        side = jnp.where(lower, 1.0, -1.0).astype(dtype)
         r = dist - jnp.asarray(self.margin, dtype)
         active = r < 0
         r = jnp.where(active, r, 0.0)  # (an infinite bound: no row, and no inf in the algebra)
         solimp = _soft.clamp_solimp(jnp.asarray(self.solimp, dtype))
         k, b = _soft.gains(jnp.asarray(self.solref, dtype), solimp[:, 1], h, self.refsafe)
         imp = _soft.impedance(solimp, r)
-        aref = _soft.reference(k, b, imp, r, side * v[dof])
-        u = side * (v_free[dof] - v[dof]) - h * aref
+        aref = _soft.reference(k, b, imp, r, side * xd)
+        u = side * (xd_free - xd) - h * aref
         u = jnp.where(active, u, jnp.asarray(NO_CONTACT, dtype) / h)
         R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
         return u, R, active, side
@@ -261,6 +343,9 @@ def solve(
     frames=None,
     rows: Array | None = None,
     v_rows: Array | None = None,
+    solve_m: Callable[[Array], Array] | None = None,
+    v_free_m: Array | None = None,
+    tendons: tuple = (None, None),
 ) -> tuple[Array, Array | None, Array]:
     """The step's velocity change ``dv (nv,)`` of the limit rows solved together with the
     contacts of the constraint model ``contact`` (``None``: the limit rows alone), the
@@ -273,19 +358,40 @@ def solve(
     :class:`~jaxdyn.sim.contact.ContactFrames`, ``rows (nc, 3)`` ``Jc v_free`` and ``v_rows``
     ``Jc v`` (soft contact) as :func:`jaxdyn.sim.contact.contact_problem` takes them. One
     problem: ``G = J M_eff^-1 J^T`` of all rows, the contact model's regulariser on the
-    contact block, the limits' on theirs."""
+    contact block, the limits' on theirs.
+
+    ``tendons``: the configuration's ``(FixedTendons, SpatialTendons)`` (each or ``None``),
+    for the tendon rows (:meth:`LimitConstraints.tendon_rows`).
+
+    ``solve_m``, ``v_free_m``: ``M^-1 X`` with the plain mass matrix and the free velocity
+    under it, for an integrator whose ``M_eff`` is not ``M`` (``"implicit"``,
+    ``"implicit_damping"``; ``None``: ``M_eff = M``). MuJoCo computes the force of its soft
+    rows with ``M`` (``mj_fwdConstraint``: ``A = J M^-1 J^T``, ``J qacc_smooth``,
+    ``qacc_smooth = M^-1 qfrc_smooth``) and only then steps with ``M_eff``
+    (``mj_EulerSkip`` and ``mj_implicitSkip`` solve ``M_eff qacc = qfrc_smooth +
+    qfrc_constraint``); so here the soft rows (the limits, and the contacts with
+    ``contact.soft``) are posed with ``G = J M^-1 J^T`` among themselves and ``u`` from
+    ``v_free_m``, and their impulses act through ``M_eff^-1`` (``dv``). The hard contacts'
+    rows (jaxdyn's model, no MuJoCo counterpart) and their coupling to the soft rows keep
+    ``M_eff``, so that a hard contact's velocity condition holds for the step's velocity
+    (the matrix stays symmetric and at least ``J M_eff^-1 J^T``: ``M^-1 >= M_eff^-1``)."""
     limits.check_model(model)
     dtype = v.dtype
     n = limits.rows
-    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free, h)
-    Jl = limits.jacobian(side, model.nv)
+    tendon = limits.tendon_rows(model, *tendons, q) if limits.tendons else None
+    v_free_l = v_free if v_free_m is None else v_free_m
+    u_l, R_l, live_l, side = limits.row_problem(q, v, v_free_l, h, tendon)
+    Jl = limits.jacobian(side, model.nv, None if tendon is None else tendon[1])
     nrow = 0 if Jc is None else Jc.shape[0]
     J = Jl if Jc is None else jnp.concatenate([Jc, Jl], 0)
     MinvJT = solve_minv(J.T)
     G = J @ MinvJT
+    if solve_m is not None:  # the soft rows among themselves with the plain M (MuJoCo's A)
+        s0 = nrow if contact is not None and not contact.soft else 0
+        G = G.at[s0:, s0:].set(J[s0:] @ solve_m(J[s0:].T))
     G = 0.5 * (G + G.T)
     E = None
-    iterations, newton, coulomb, cone = limits.iterations, limits.newton, False, "elliptic"
+    iterations, newton, coulomb = limits.iterations, limits.newton, False
     if contact is None:  # the limit rows alone
         Gr, u, mu, live = G + jnp.diag(R_l), u_l, jnp.zeros(0, dtype), live_l
     else:
@@ -303,11 +409,6 @@ def solve(
         mu = mu_c  # (nc,), G's dtype
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-        cone = "elliptic" if E is None else "pyramidal"
-    lam_c, lam_l = C.solve_cone_complementarity(
-        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=n
-    )
-    res = C.solve_residual(Gr, u, mu, lam_c, coulomb, rows=lam_l)
-    lam_c = lam_c if E is None else jnp.einsum("ci,cij->cj", lam_c, E)
+    lam_c, lam_l, res = C.solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=n)
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res
