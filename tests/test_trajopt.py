@@ -417,7 +417,7 @@ def test_default_knot_kernels(fddp_solution):
 def _primitive_counts(jaxpr, counts):
     for eqn in jaxpr.eqns:
         counts[eqn.primitive.name] += 1
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        for sub in oracle.jaxprs_in_params(eqn.params):
             _primitive_counts(sub, counts)
     return counts
 
@@ -430,8 +430,6 @@ def test_solve_program_holds_only_what_it_runs(fddp_solution):
     line search); with an initial rollout and the box QP's loop there were three and four. The
     box QP's program: test_box_fddp_matches_crocoddyl; iLQR: test_ilqr_reaches_fddp_optimum."""
     import collections
-
-    import jax.extend
 
     problem, _ = fddp_solution
     assert problem.u_lower is None and problem.u_upper is None
