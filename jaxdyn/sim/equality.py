@@ -343,21 +343,11 @@ class Equalities(eqx.Module):
         (:meth:`kinematics`); ``a0_solve(X (nv, k)) -> (a0 (nv,), M^-1 X)``: the
         unconstrained acceleration and the mass matrix's inverse applied to ``X`` (one set of
         ABA sweeps)."""
-        dtype = v.dtype
-        r, J, jdv = self.kinematics(model, ws, origin, q, v)
-        on = self._on(dtype)
-        J = J * on[:, None]
-        r = r * on
+        J, Rreg, aref = self._soft_rows(model, ws, origin, q, v, jnp.asarray(h, v.dtype))
         a0, MinvJT = a0_solve(J.T)
         A = J @ MinvJT
-        k, b, imp = self._row_params(r, jnp.asarray(h, dtype))
-        diag = jnp.asarray(self.diag, dtype)
-        Rreg = _soft.regulariser(imp, diag)
-        aref = _soft.reference(k, b, imp, r, J @ v)
-        if self.with_drift:
-            aref = aref - on * jdv
-        else:  # J a0 in MuJoCo's coordinates: J (a0 + c), c its free joints' convective term
-            aref = aref - J @ _free_joint_convection(model.topo, v)
+        if not self.with_drift:  # J a0 in MuJoCo's coordinates: J (a0 + c), c its free
+            aref = aref - J @ _free_joint_convection(model.topo, v)  # joints' convective term
         f = jnp.linalg.solve(A + jnp.diag(Rreg), aref - J @ a0)
         return f, J
 
@@ -383,21 +373,28 @@ class Equalities(eqx.Module):
         without free joints: the same ``J a0 + Jdot v`` as :meth:`forces`). Alone (no other
         row) the solution is ``h`` times :meth:`forces`' ``f``. Inactive constraints have
         zero rows (``J = 0``, ``u = 0``: impulse 0)."""
-        dtype = v.dtype
-        h = jnp.asarray(h, dtype)
+        h = jnp.asarray(h, v.dtype)
+        J, R, aref = self._soft_rows(model, ws, origin, q, v, h)
+        if self.with_drift and transport is not None:
+            aref = aref + J @ transport
+        # (without Jdot v, MuJoCo's J a0 in its coordinates is J (a0 + transport): v_free's)
+        return J, J @ (v_free - v) - h * aref, R
+
+    def _soft_rows(self, model, ws, origin, q, v, h):
+        """``(J (rows, nv), R (rows,), aref (rows,))`` of :meth:`forces` and
+        :meth:`row_problem`: the active constraints' Jacobian rows (zero rows for inactive
+        ones), MuJoCo's regulariser and reference acceleration, ``- Jdot v`` included where
+        MuJoCo has it (``with_drift``)."""
         r, J, jdv = self.kinematics(model, ws, origin, q, v)
-        on = self._on(dtype)
+        on = self._on(v.dtype)
         J = J * on[:, None]
         r = r * on
         k, b, imp = self._row_params(r, h)
-        R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
+        R = _soft.regulariser(imp, jnp.asarray(self.diag, v.dtype))
         aref = _soft.reference(k, b, imp, r, J @ v)
         if self.with_drift:
             aref = aref - on * jdv
-            if transport is not None:
-                aref = aref + J @ transport
-        # (without Jdot v, MuJoCo's J a0 in its coordinates is J (a0 + transport): v_free's)
-        return J, J @ (v_free - v) - h * aref, R
+        return J, R, aref
 
     def _on(self, dtype):
         """``(rows,)``: 1 on the rows of active constraints (:attr:`active`), 0 elsewhere."""
