@@ -1253,7 +1253,11 @@ class SuiteHumanoid(ContactSuiteEnv):
     from standing holds at most about 70 candidates, so the capped solve equals the uncapped
     one there; the cap makes a step many times cheaper; ``info["contacts_dropped"]`` reports a
     step where it left out a touching contact); the geoms' ``solimp`` is ignored by
-    name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`).
+    name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`). Joint limits:
+    MuJoCo's limit constraint (``mujoco_limits = "constraint"``: soft rows with the file's
+    ``solimplimit``, solved with the contacts), as MuJoCo C steps the file; the default
+    :class:`jaxdyn.sim.JointLimits` spring-damper is applied explicitly and is unstable at
+    this time step on the light feet, where random actions drove it to diverge.
     """
 
     xml = "humanoid.xml"
@@ -1263,6 +1267,10 @@ class SuiteHumanoid(ContactSuiteEnv):
     MAX_CONTACTS = 80
     contact = _sim.Constraint(max_contacts=MAX_CONTACTS)
     sim_ignore = ("solimp",)
+    # MuJoCo's limit constraint (soft rows solved with the contacts): the default
+    # spring-damper, explicit in the step, is unstable at the light feet (dt * damping / M up
+    # to 3.8 at the ankles) and diverged under random actions (docs/environments.md)
+    mujoco_limits = "constraint"
     STAND_HEIGHT = 1.4
     WALK_SPEED, RUN_SPEED = 1.0, 10.0
     metric_keys = (
