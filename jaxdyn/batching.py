@@ -27,7 +27,10 @@ chunk loop on its own samples); for ``Auto`` axes use :func:`jaxdyn.sim.sharded_
 partitioner would gather the chunk loop's batch onto every device.
 
 Differentiation: the rule is a ``custom_jvp`` around a ``custom_vmap``; derivatives are those
-of the function itself (its own analytic rules included), and ``jax.vmap`` of a derivative
+of the function itself (its own analytic rules included). Under ``jax.jit(jax.vmap(f))`` the
+rule runs at once, while ``jit`` traces (:func:`jaxdyn.backend.internals.staged_vmap_operands`:
+``custom_vmap`` would trace ``f`` unbatched first, for its output types only), so a derivative
+of that compiled function differentiates the chunk loop; and ``jax.vmap`` of a derivative
 (``jax.vmap(jax.jacfwd(jaxdyn.rnea, argnums=1))``) batches the derivative computation as
 plain ``vmap``. For batched analytic partials, ``jax.vmap(jaxdyn.rnea_derivatives)`` and
 ``jax.vmap(jaxdyn.aba_derivatives)`` run chunked.
@@ -50,6 +53,7 @@ import numpy as np
 
 from . import _progress, config
 from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
+from .backend.internals import staged_vmap_operands, staged_vmap_results
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -233,26 +237,28 @@ def _map_chunks(body, xs, n, size, axis_size):
 
     A ``fori_loop`` carries one buffer per output and updates one chunk in place; every entry
     is overwritten, so the buffers start uninitialized on the CPU (:mod:`jaxdyn.backend.ffi`:
-    the fill costs time on ``crba``, ``minv`` and the derivatives), else each
-    filled with a different constant; ``body`` is traced once, to a
-    jaxpr, as ``lax.map`` does. Against ``lax.map`` over the batch reshaped into chunks:
-    ``lax.map`` fills its stacked outputs with zeros, and XLA merges the fills of outputs of
-    one shape into one broadcast and copies it per output (slower here); and a batch that the
-    chunks do not divide was padded with copies of its last sample, then the stacked outputs
-    sliced back, which made the chunk loop up to twice as slow. The last chunk now overlaps
-    the one before it instead (``dynamic_slice`` and ``dynamic_update_slice`` clamp its
-    start). Results bitwise equal (``docs/design-measurements.md``).
+    the fill costs time on ``crba``, ``minv`` and the derivatives), else each filled with a
+    different constant. ``body`` is traced once, as ``lax.map`` does: a ``jax.jit`` of it,
+    whose trace for the output shapes the loop's step reuses (JAX's trace cache; XLA inlines
+    the call), where the step re-evaluated a traced jaxpr equation by equation before (about
+    a tenth of the time to trace ``jax.jit(jax.vmap(jaxdyn.rnea))`` on talos_full). Against
+    ``lax.map`` over the batch reshaped into chunks: ``lax.map`` fills its stacked outputs
+    with zeros, and XLA merges the fills of outputs of one shape into one broadcast and
+    copies it per output (slower here); and a batch that the chunks do not divide was padded
+    with copies of its last sample, then the stacked outputs sliced back, which made the
+    chunk loop up to twice as slow. The last chunk now overlaps the one before it instead
+    (``dynamic_slice`` and ``dynamic_update_slice`` clamp its start). Results
+    bitwise equal (``docs/design-measurements.md``).
     """
-    first = jax.tree_util.tree_map(lambda x: x[:size], xs)
-    closed, shapes = jax.make_jaxpr(body, return_shape=True)(first)
-    run = jax.extend.core.jaxpr_as_fun(closed)
+    run = jax.jit(body)
+    shapes = jax.eval_shape(run, jax.tree_util.tree_map(lambda x: x[:size], xs))
     outs, tree = jax.tree_util.tree_flatten(shapes)
     init = [uninitialized((axis_size,) + o.shape[1:], o.dtype, k + 1) for k, o in enumerate(outs)]
-    xs = jax.tree_util.tree_leaves(xs)  # in the order of the jaxpr's inputs
 
     def step(i, bufs):
         start = jnp.minimum(i * size, axis_size - size)
-        ys = run(*[jax.lax.dynamic_slice_in_dim(x, start, size, 0) for x in xs])
+        chunk = jax.tree_util.tree_map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, size), xs)
+        ys = jax.tree_util.tree_leaves(run(chunk))
         return [jax.lax.dynamic_update_slice_in_dim(b, y, start, 0) for b, y in zip(bufs, ys)]
 
     return jax.tree_util.tree_unflatten(tree, jax.lax.fori_loop(0, n, step, init))
@@ -355,6 +361,25 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         call.__name__ = call.__qualname__ = f"{fn.__name__}_batched"
+        staged = staged_vmap_operands([leaves[i] for i in dyn])
+        if staged is not None:
+            # jax.jit(jax.vmap(f)): the rule at once. Through custom_vmap, JAX would first
+            # trace fn unbatched (for the output types), a third of the trace time, unused
+            # under vmap; derivatives of the staged program are those of the chunk loop
+            trace, xs, axes = staged
+            size = next(x.shape[d] for x, d in zip(xs, axes) if d is not None)
+            in_batched = [d is not None for d in axes]
+            out_tree = []
+
+            def run_rule(*ys):
+                ys = [y if d in (None, 0) else jnp.moveaxis(y, d, 0) for y, d in zip(ys, axes)]
+                out, _ = rule(size, in_batched, *ys)
+                flat, tree = jax.tree_util.tree_flatten(out)
+                out_tree.append(tree)
+                return flat
+
+            outs = staged_vmap_results(trace, run_rule, *xs)
+            return jax.tree_util.tree_unflatten(out_tree[0], outs)
         cv = jax.custom_batching.custom_vmap(call)
         cv.def_vmap(rule)
         cj = jax.custom_jvp(cv)

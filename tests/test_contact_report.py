@@ -190,3 +190,68 @@ def test_solve_residual_of_pyramid_edges():
         assert lam.shape == (3, 4)
         assert float(sim.contact.solve_residual(G, u, 0.5, lam, coulomb)) < 1e-6
         assert float(sim.contact.solve_residual(G, u, 0.5, jnp.ones((3, 4)), coulomb)) > 0.1
+
+
+def test_scene_ground_friction_honours_geom_priority():
+    """``sim.Scene`` mixes a primitive's friction with the ground's by MuJoCo's
+    ``mj_contactParam`` (``sim.geoms.pair_choice``, as ``Geoms`` and ``load_mjcf`` do): a geom
+    of higher ``priority`` gives its own (0.2 on a ground of 0.4; the larger, 0.4, before),
+    equal priorities the larger (0.4 against 0.1)."""
+    xml = """<mujoco><worldbody>
+    <body name="a" pos="0 0 0.5"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>
+    <body name="b" pos="1 0 0.5"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)
+    m = loaded.model
+    geoms = sim.Geoms(
+        size=np.array([[0.1, 0.0, 0.0]] * 2),
+        pos=np.zeros((2, 3)),
+        rot=np.stack([np.eye(3)] * 2),
+        friction=np.array([0.2, 0.1]),
+        rbound=np.array([0.1, 0.1]),
+        body=(m.body_names.index("a"), m.body_names.index("b")),
+        type=("sphere", "sphere"),
+        condim=(3, 3),
+        names=("ga", "gb"),
+        pairs=(),
+        priority=(1, 0),
+    )
+    robot = sim.Robot(m, geoms=geoms, q=loaded.q0, name="r")
+    scene = sim.Scene(robot, world=[sim.Ground(friction=0.4)])
+    np.testing.assert_array_equal(np.asarray(scene.contacts.friction), [0.2, 0.4])
+
+
+def test_terrain_own_friction_mixed_with_the_spheres():
+    """``sim.Plane`` / ``sim.Heightfield`` ``friction``: the terrain's own Coulomb coefficient,
+    mixed with each contact sphere's as MuJoCo mixes two geoms' (the larger); a contact set
+    without friction takes the terrain's; ``None`` (the default) leaves the contact set's, as
+    before; a contact model's own ``friction`` still overrides both. Bad values refused by
+    name."""
+    from jaxdyn.algorithms.kinematics import body_velocities, world_state
+
+    model = jaxdyn.robots.load("quad12")
+    prims = [sim.Sphere("FL_FOOT", 0.02), sim.Sphere("FR_FOOT", 0.02)]
+    q = jaxdyn.neutral_configuration(model)
+    ws = world_state(model, q)
+    vb, _ = body_velocities(model, ws, jnp.zeros(model.nv))
+    zero = jnp.zeros(3)
+
+    def mu(cs, terrain):
+        fr = sim.contact.contact_frames(ws, zero, vb, cs, terrain).friction
+        return None if fr is None else np.asarray(fr)
+
+    own = sim.contact_set(model, prims, friction=[0.2, 0.5])
+    bare = sim.contact_set(model, prims)
+    hf = sim.Heightfield(np.zeros((3, 3)), origin=(-1.0, -1.0), spacing=(1.0, 1.0), friction=0.3)
+    for terrain in (sim.Plane(friction=0.3), hf):
+        np.testing.assert_array_equal(mu(own, terrain), [0.3, 0.5])
+        np.testing.assert_array_equal(mu(bare, terrain), [0.3, 0.3])
+    np.testing.assert_array_equal(mu(own, sim.Plane()), [0.2, 0.5])  # today's
+    assert mu(bare, sim.Plane()) is None  # the contact model's (1)
+    cfg = sim.SimConfig(contact=sim.Constraint(friction=0.9), contacts=own, terrain=hf)
+    assert cfg.contact.friction == 0.9  # overrides the frames' (sim.contact._friction)
+    for bad in (-0.1, np.inf, (0.3, 0.4)):
+        with pytest.raises(ValueError, match="Plane: friction must be"):
+            sim.Plane(friction=bad)
+    with pytest.raises(ValueError, match="Heightfield: friction must be"):
+        sim.Heightfield(np.zeros((2, 2)), friction=-1.0)

@@ -191,8 +191,8 @@ def test_walker_height_obs_refused_by_name():
 def test_registered_and_batched():
     """The contact tasks are registered by name (which name is which variant:
     ``test_functions_match_dm_control``); ``reset`` traces under ``jax.vmap`` and ``step`` with
-    the contract's shapes and the same metric keys (shapes only, no compilation; the slow
-    rollouts step a batch)."""
+    the contract's shapes and the same metric keys, ``finger_turn``'s with the contact report
+    in ``info`` (shapes only, no compilation; the slow rollouts step a batch)."""
     names = [
         "cheetah_run",
         "walker_stand",
@@ -213,6 +213,15 @@ def test_registered_and_batched():
     s1 = jax.eval_shape(env.step, one, jnp.zeros(6))
     assert s1.obs.shape == (24,) and s1.reward.shape == ()
     assert set(s1.metrics) == set(s.metrics)
+    # FingerTurn's own reset and step carry the contact report as the other tasks
+    # (SimEnv.pipeline_step_info), in the dtypes of SimEnv.contact_info
+    turn = envs.make("finger_turn_easy")
+    s = jax.eval_shape(turn.reset, jax.random.PRNGKey(1))
+    s1 = jax.eval_shape(turn.step, s, jnp.zeros(2))
+    for st in (s, s1):
+        assert st.info["contact_residual"].dtype == st.obs.dtype
+        assert st.info["contacts_dropped"].dtype == jnp.int32
+        assert "target" in st.info
 
 
 def test_contacts_loaded_explicitly():

@@ -193,6 +193,40 @@ def test_scalar_limit_rows_solve_as_padded_blocks(cone, coulomb):
     assert float(bad) > 0.1
 
 
+def test_rows_of_disparate_weight_converge_in_the_default_iterations():
+    """A light joint's limit row beside a heavy body's contacts (the walker's foot limit,
+    ``G_ii`` 1e5, against its torso's contacts, 0.1: residual 0.98 after the default 100
+    iterations when the step size came from the whole ``G``): the solve scales the limit
+    rows to the contacts' weight, so the default iterations reach the solution, against the
+    same problem with the weights divided out (``lam = D^-1 x``: ``x`` solves ``(A, D^-1
+    u)`` for ``G = D A D``), solved with Newton steps."""
+    nc, nl = 3, 2
+    n = 3 * nc + nl
+    rng = np.random.default_rng(4)
+    B = rng.normal(size=(n, n))
+    A = B @ B.T / n + 0.2 * np.eye(n)
+    d = np.r_[np.repeat(np.sqrt([0.1, 0.3, 0.05]), 3), np.sqrt([1e5, 3e4])]
+    G = d[:, None] * A * d[None, :]
+    x_u = rng.normal(size=n)
+    x_u[0 : 3 * nc : 3] = -1.0  # the contacts pressed
+    x_u[3 * nc :] = -1.0, -0.5  # both limit rows pressed
+    u = d * x_u
+    mu = np.array([0.7, 0.7, 0.7])
+    solve = jax.jit(
+        lambda G_, u_, it, nt: sim.solve_cone_complementarity(
+            G_, u_, mu, it, nt, coulomb=True, rows=nl
+        ),
+        static_argnums=(2, 3),
+    )
+    lam, lam_l = solve(G, u, 100, 0)  # the default Constraint(): 100 iterations, no Newton
+    x, x_l = solve(A, x_u, 300, 10)
+    res = sim.contact.solve_residual(G, u, mu, lam, True, rows=lam_l)
+    assert float(res) < 1e-8, float(res)
+    np.testing.assert_allclose(lam.reshape(-1), x.reshape(-1) / d[: 3 * nc], atol=1e-9)
+    np.testing.assert_allclose(lam_l, x_l / d[3 * nc :], atol=1e-12)
+    assert float(jnp.min(lam[:, 0])) > 0.1 and float(jnp.min(lam_l)) > 0  # all rows carry
+
+
 def test_limit_constraints_from_mjcf():
     """:meth:`MJCFModel.limit_constraints` holds a row for each limited hinge / slide joint
     with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``

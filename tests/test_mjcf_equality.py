@@ -193,7 +193,27 @@ def fb_scene():
         tau_eq = core._equality_force(r.model, cfg, ws, origin, q, v, tau - bias, r.timestep)
         return tau_eq, eqs.kinematics(r.model, ws, origin, q, v)[0]
 
-    return r, m, d, conv, qfrc
+    @jax.jit
+    def rows_acc(q, v):
+        """The step's acceleration ``(v' - v) / h`` with the rows of a joint solve alone
+        (:func:`core._equality_rows`, nothing else in the problem)."""
+        cfg = r.sim_config()
+        props = joint_properties(r.model)
+        ws, origin = core._world(r.model, q)
+        tau = core._controls(r.model, cfg, props, q, v, jnp.zeros(0))
+        t = core._transport(r.model, v)
+        inertias = core.articulated_inertias(r.model, ws.S, core.world_inertia_matrices(ws))
+
+        def solve(X):
+            return core.aba_passes(r.model, ws.S, None, None, None, X, None, inertias=inertias)[0]
+
+        h = r.timestep
+        bias_t = core.rnea_world(r.model, ws, v, -t, None)[0]
+        v_free = v + h * solve((tau - bias_t)[:, None])[:, 0]
+        v1 = core._equality_rows(r.model, cfg, ws, origin, q, v, v_free, solve, h, t)[0]
+        return (v1 - v) / h
+
+    return r, m, d, conv, qfrc, rows_acc
 
 
 def test_equality_force_matches_mujoco(fb_scene):
@@ -203,7 +223,7 @@ def test_equality_force_matches_mujoco(fb_scene):
     quartic joint coupling: the residuals are MuJoCo's ``efc_pos`` and the constraint force is
     its ``qfrc_constraint`` to rounding; switching constraints off (``active``, an array: no
     recompilation) does as MuJoCo's ``eq_active``."""
-    r, m, d, conv, qfrc = fb_scene
+    r, m, d, conv, qfrc, _ = fb_scene
     assert r.model.topo.floating_base
     for active in ([1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]):
         d.eq_active[:] = active
@@ -220,6 +240,25 @@ def test_equality_force_matches_mujoco(fb_scene):
         if all(active):
             assert scale > 10.0
     assert np.abs(d.qfrc_constraint).max() == 0.0
+
+
+@pytest.mark.slow  # 6 s of compile; default: test_equality_force_matches_mujoco (the rows'
+# kinematics and parameters) and test_equality_rows.test_equality_and_limit_rows_follow_mujoco
+# (the rows in the joint solve, without a free joint)
+def test_equality_rows_match_mujoco(fb_scene):
+    """The velocity-level rows of the equalities (:meth:`Equalities.row_problem`, eliminated by
+    :func:`jaxdyn.sim.core._equality_rows` as in a joint solve with limits and contacts) alone
+    at the floating scene's state: the step's velocity change is ``h`` times MuJoCo's
+    ``qacc`` (``Jdot v`` taken in the step's coordinates: the free joint's parent-axes linear
+    velocity, MuJoCo's; left in jaxdyn's, 7 off)."""
+    r, m, d, conv, _, rows_acc = fb_scene
+    d.eq_active[:] = 1
+    mujoco.mj_forward(m, d)
+    q = jnp.asarray(conv.q_from_mujoco(np.array(d.qpos)))
+    v = jnp.asarray(conv.v_from_mujoco(q, np.array(d.qvel)))
+    acc = conv.v_to_mujoco(q, np.asarray(rows_acc(q, v)))
+    assert np.abs(d.qfrc_constraint).max() > 10.0
+    np.testing.assert_allclose(acc, d.qacc, rtol=0, atol=1e-9 * max(1, np.abs(d.qacc).max()))
 
 
 @pytest.mark.parametrize(

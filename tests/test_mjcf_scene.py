@@ -273,6 +273,13 @@ def test_sim_config_refusals():
     assert r.sim_config(ignore=("equality",)).equalities is None
     with pytest.raises(ValueError, match="unknown ignore keys"):
         r.sim_config(ignore=("nope",))
+    # MuJoCo's no-slip post-solve changes contact friction: refused where contact is on
+    r = load_mjcf(_one(option='noslip_iterations="3"', body='<geom type="plane" size="1 1 1"/>'))
+    assert r.sim_config().contact is None  # nothing to refuse without a contact model
+    for contact in (sim.Constraint(), sim.Constraint(soft=True)):
+        with pytest.raises(ValueError, match=r"\[noslip\] <option noslip_iterations=3>"):
+            r.sim_config(contact)
+        assert r.sim_config(contact, ignore="noslip").contact is not None
     off = load_mjcf(
         _one(
             joint='stiffness="2" damping="1"',

@@ -5,6 +5,7 @@ on the same scenes and against the closed-form resting depth."""
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,6 +41,17 @@ SOFT_MJCF = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" 
   <geom name="slider" contype="1" conaffinity="0" type="box" size="0.1 0.1 0.05"
         solref="-20000 -150" mass="1"/></body>
 </worldbody></mujoco>"""
+# the scene of the rollout test: SOFT_MJCF with MuJoCo's margin and gap (from MuJoCo 3.9.0 a
+# contact acts from dist < margin; gap adds contacts up to margin + gap that carry no force):
+# the <default> ball's margin (its pair with the floor acts 4 mm above it, and rests there) and
+# gap, the box's and the floor's gap (a primitive's: no force)
+MARGIN_MJCF = (
+    SOFT_MJCF.replace(
+        'size="0.05" class="stiff"', 'size="0.05" margin="0.004" gap="0.01" class="stiff"'
+    )
+    .replace('type="box" size="0.1 0.08 0.1"', 'type="box" size="0.1 0.08 0.1" gap="0.02"')
+    .replace('size="5 5 .1" friction', 'size="5 5 .1" gap="0.005" friction')
+)
 STEPS = 400
 PUSH = np.r_[np.zeros(18), 1.0, 0.3, 0.0, 0.0, 0.0, 0.0]  # the slider's MuJoCo qvel
 
@@ -50,7 +62,7 @@ def soft_run():
     the soft problem is well conditioned, projected gradient alone converges; Newton steps
     triple the compile time), the file's ``implicitfast``, in MuJoCo's coordinates, and MuJoCo
     C's, elliptic cones."""
-    loaded = jaxdyn.load_mjcf(SOFT_MJCF.format(cone="elliptic"))
+    loaded = jaxdyn.load_mjcf(MARGIN_MJCF.format(cone="elliptic"))
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
     conv = loaded.converter()
     q0 = np.asarray(loaded.q0)
@@ -60,7 +72,7 @@ def soft_run():
         jnp.asarray(q0), jnp.asarray(v0)
     )
     mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
-    m = mujoco.MjModel.from_xml_string(SOFT_MJCF.format(cone="elliptic"))
+    m = mujoco.MjModel.from_xml_string(MARGIN_MJCF.format(cone="elliptic"))
     return loaded, cfg, mine, mujoco_rollout(m, STEPS, qvel=PUSH)[0]
 
 
@@ -74,11 +86,13 @@ def test_soft_contact_follows_mujoco(soft_run):
     """MuJoCo C (elliptic cones, its Newton solver at tolerance 1e-14) and jaxdyn's soft
     contact (``relaxed=True``: MuJoCo's convex problem) on the same scene, 0.8 s: the ball's
     drop, impact and settling, the box with its mixed ``solimp`` (primitives against the
-    floor), the ``<default>`` class's ball (a geom pair) and the sliding box with a direct
-    ``solref`` agree to 1e-10 m in position and 1e-10 in orientation at every step (seen:
-    3e-12). MuJoCo's default tolerance (1e-8) leaves its sliding box 1.5e-8 m off this
-    trajectory; the primitives' contact point is MuJoCo's, midway between the surfaces (at the
-    sphere's deepest point instead, the sliding box drifts 2e-6 m)."""
+    floor), the ``<default>`` class's ball (a geom pair, resting on its ``margin``) and the
+    sliding box with a direct ``solref``, MuJoCo's ``gap`` on the ball, the box and the floor
+    (contacts MuJoCo detects and excludes: no force), agree to 1e-10 m in position and 1e-10
+    in orientation at every step (seen: 3e-12). MuJoCo's default tolerance (1e-8) leaves its
+    sliding box 1.5e-8 m off this trajectory; the primitives' contact point is MuJoCo's,
+    midway between the surfaces (at the sphere's deepest point instead, the sliding box drifts
+    2e-6 m)."""
     loaded, cfg, mine, ref = soft_run
     assert cfg.contacts.solref is not None and cfg.geoms.solimp is not None
     assert "ball2" in loaded.geoms.names and "slider[0]" in cfg.contacts.names
@@ -87,6 +101,8 @@ def test_soft_contact_follows_mujoco(soft_run):
         np.testing.assert_allclose(mine[:, pos], ref[:, pos], atol=1e-10)
         assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
     assert ref[-1, 21] - ref[0, 21] > 0.003  # the slider slid
+    # the margin's ball rests 3.7 mm above the floor (its 4 mm margin less its soft depth)
+    assert 0.0035 < ref[-1, 16] - 0.05 < 0.004 and abs(mine[-1, 16] - ref[-1, 16]) < 1e-10
 
 
 def test_soft_contact_resting_depth_is_mujocos(soft_run):
@@ -358,8 +374,6 @@ def test_pyramidal_rollouts_follow_mujoco():
     ``model.gravity``), an incline on which the box sticks (it creeps 1.5 mm in 0.6 s, MuJoCo's
     soft friction; a frictionless box would slide 1.6 m), the balls roll and the slider
     slides."""
-    import equinox as eqx
-
     xml = SOFT_MJCF.format(cone="pyramidal")
     loaded = jaxdyn.load_mjcf(xml)
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
@@ -385,6 +399,49 @@ def test_pyramidal_rollouts_follow_mujoco():
     assert np.abs(ref[-1, 7:10] - ref[100, 7:10]).max() < 5e-3  # the box sticks (soft: creeps)
     assert np.abs(ref[-1, 0:2] - ref[100, 0:2]).max() > 0.05  # the ball rolls
     assert np.abs(ref[-1, 21:23] - ref[0, 21:23]).max() > 0.05  # the slider slides
+
+
+# two bodies' geoms with margins and gaps (a ball dropped on a box that rests on the floor on
+# its own margin; MuJoCo's broad phase sees every pair)
+PAIR_MJCF = """<mujoco><option timestep="0.002" cone="{cone}" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.6" gap="0.004"/>
+<body name="box" pos="0 0 0.103"><freejoint/>
+  <geom name="box" type="box" size="0.2 0.15 0.1" margin="0.003" gap="0.01" mass="2"/></body>
+<body name="ball" pos="0.05 0.02 0.33"><freejoint/>
+  <geom name="ball" size="0.05" margin="0.005" gap="0.02" mass="0.3"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.slow  # 2 compiles; default: test_soft_contact_follows_mujoco (margin, gap, a pair)
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_margin_and_gap_between_bodies_follow_mujoco(cone):
+    """A ball dropped on a box (their pair acts below the sum of their margins, 8 mm; their gaps
+    add contacts MuJoCo excludes), the box resting on the floor on its own margin: jaxdyn's
+    soft contact (``relaxed=True``) follows MuJoCo C to 1e-10 m in position and orientation at
+    every step, elliptic and pyramidal cones."""
+    xml = PAIR_MJCF.format(cone=cone)
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    assert set(loaded.geoms.names) == {"floor", "box", "ball"}
+    conv, q0 = loaded.converter(), np.asarray(loaded.q0)
+    steps = 300
+    tr = jax.jit(
+        lambda q: sim.rollout(
+            loaded.model, sim.State(q, jnp.zeros(12)), jnp.zeros((steps, 0)), cfg=cfg
+        )
+    )(jnp.asarray(q0))
+    mine = np.array([conv.q_to_mujoco(np.asarray(q)) for q in tr.q])
+    m = mujoco.MjModel.from_xml_string(xml)
+    ref, excluded = mujoco_rollout(
+        m, steps, fields=("qpos", lambda d: sum(c.exclude == 1 for c in d.contact[: d.ncon]))
+    )
+    for b in range(2):
+        np.testing.assert_allclose(
+            mine[:, 7 * b : 7 * b + 3], ref[:, 7 * b : 7 * b + 3], atol=1e-10
+        )
+        assert _quat_gap(mine[:, 7 * b + 3 : 7 * b + 7], ref[:, 7 * b + 3 : 7 * b + 7]) < 1e-10
+    assert excluded.max() >= 1  # MuJoCo had contacts in the gaps
+    assert 0.007 < ref[-1, 9] - ref[-1, 2] - 0.15 < 0.008  # the ball rests on the 8 mm margin
 
 
 def test_pyramidal_coulomb_does_not_lift():
@@ -493,6 +550,66 @@ def test_soft_parameters_checked():
         sim.Constraint(soft=True, cone="pyramid")
     with pytest.raises(ValueError, match="cone='pyramidal' is a parameter of soft=True"):
         sim.Constraint(cone="pyramidal")
+    with pytest.raises(ValueError, match="Constraint: solreffriction must be None or 2 fin"):
+        sim.Constraint(soft=True, solreffriction=(0.02, 1.0, 0.0))
+    with pytest.raises(ValueError, match="solreffriction must be .* not mixed"):
+        sim.Constraint(soft=True, solreffriction=(0.02, -1.0))
+    with pytest.raises(ValueError, match="solreffriction is a parameter of soft=True contact"):
+        sim.Constraint(solreffriction=(0.02, 1.0))
+
+
+# a box pushed to slide on the floor: MuJoCo's solreffriction exists on explicit pairs only
+# (the pair: MuJoCo's default solref, solimp and the geoms' larger friction, 1, as the
+# dynamic pair of SLIDE_MJCF)
+SLIDE_MJCF = """<mujoco><option cone="elliptic" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.5"/>
+<body name="slider" pos="0 0 0.0498"><freejoint/>
+  <geom name="slider" type="box" size="0.1 0.1 0.05" mass="1"{off}/></body>
+</worldbody>{pair}</mujoco>"""
+SLIDE_PUSH = np.r_[1.0, 0.3, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_solreffriction_is_mujocos():
+    """``Constraint(soft=True, solreffriction=...)`` (elliptic cones) against MuJoCo C's
+    ``<contact><pair solreffriction>`` of a box sliding at 1 m/s to a stop, 0.2 s, one
+    compiled rollout: ``(0.1, 1)`` and the direct ``(-800, -30)`` follow MuJoCo's pair to
+    1e-10 m and 1e-10 in orientation (seen 3e-11), and ``(0, 0)`` (MuJoCo's default:
+    ``solref``'s) MuJoCo's dynamic contact; the friction rows' reference moves the box by
+    millimetres."""
+    steps = 100
+    loaded = jaxdyn.load_mjcf(SLIDE_MJCF.format(off="", pair=""))
+    # 600 steps: at 200 the spinning box's yaw is 1.2e-10 off MuJoCo's (converged: 1e-12)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=600))
+    conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
+    v0 = jnp.asarray(conv.v_from_mujoco(q0, SLIDE_PUSH))
+    run = jax.jit(
+        lambda c: (
+            sim.rollout(
+                model,
+                sim.State(q0, v0),
+                jnp.zeros((steps, 0)),
+                cfg=dataclasses.replace(cfg, contact=c),
+            ).q
+        )
+    )
+    refs = []
+    for srf in ((0.1, 1.0), (-800.0, -30.0), (0.0, 0.0)):
+        pair = f'<contact><pair geom1="floor" geom2="slider" solreffriction="{srf[0]} {srf[1]}"/>'
+        xml = SLIDE_MJCF.format(off=' contype="0" conaffinity="0"', pair=pair + "</contact>")
+        if srf == (0.0, 0.0):
+            xml = SLIDE_MJCF.format(off="", pair="")
+        (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(xml), steps, qvel=SLIDE_PUSH)
+        mine = np.array(
+            [
+                conv.q_to_mujoco(np.asarray(q))
+                for q in run(dataclasses.replace(cfg.contact, solreffriction=jnp.asarray(srf)))
+            ]
+        )
+        np.testing.assert_allclose(mine[:, :3], ref[:, :3], atol=1e-10)
+        assert _quat_gap(mine[:, 3:7], ref[:, 3:7]) < 1e-10
+        refs.append(ref)
+    assert np.abs(refs[0][-1, :2] - refs[2][-1, :2]).max() > 1e-3  # it matters
+    assert np.abs(refs[1][-1, :2] - refs[2][-1, :2]).max() > 1e-3
 
 
 def test_soft_contact_reads_the_files_cone():
@@ -529,13 +646,13 @@ def test_soft_contact_reads_the_files_cone():
     loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))  # hard: no pyramid
 
 
-def test_soft_contact_honours_solimp_and_refuses_gap():
+def test_soft_contact_honours_solimp_and_gap():
     """``sim_config`` with hard contact refuses a geom's ``solimp`` and direct ``solref`` by
     name (``test_unhonoured_contact_parameters_refused_by_sim_config``); with
     ``Constraint(soft=True)`` it honours them (the contacts carry them, mixed with the floor's
-    as MuJoCo's contacts do) and refuses a touching geom's ``gap`` by name instead
-    (``ignore=("gap",)`` lets it through); the file's ``impratio`` and ``refsafe`` reach the
-    contact model."""
+    as MuJoCo's contacts do) and a touching geom's ``gap`` (from MuJoCo 3.9.0 it carries no
+    force: ``test_soft_contact_follows_mujoco``; ``ignore=("gap",)`` still accepted); the
+    file's ``impratio`` and ``refsafe`` reach the contact model."""
     xml = SOFT_MJCF.format(cone="elliptic")
     loaded = jaxdyn.load_mjcf(xml)
     with pytest.raises(ValueError, match=r'\[solimp\] <geom name="box"'):
@@ -562,11 +679,35 @@ def test_soft_contact_honours_solimp_and_refuses_gap():
     gap = gap.replace('cone="elliptic"', 'cone="elliptic" impratio="2"')
     gap = gap.replace("<option ", '<option><flag refsafe="disable"/></option><option ')
     loaded = jaxdyn.load_mjcf(gap)
-    with pytest.raises(ValueError, match=r'\[gap\] <geom name="ball">: gap'):
-        loaded.sim_config(sim.Constraint(soft=True))
-    cfg = loaded.sim_config(sim.Constraint(soft=True), ignore=("gap",))
+    cfg = loaded.sim_config(sim.Constraint(soft=True))
+    assert "ball" in cfg.contacts.names[0]  # a gap alone keeps a primitive a primitive
+    again = loaded.sim_config(sim.Constraint(soft=True), ignore=("gap",))
+    assert eqx.tree_equal(again.contacts, cfg.contacts)
     assert float(cfg.contact.impratio) == 2.0 and cfg.contact.refsafe is False
     assert loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref")).contact.soft is False
+
+
+def test_gap_before_mujoco_3_9_is_subtracted_from_the_margin(soft_run, monkeypatch):
+    """Before MuJoCo 3.9.0 a contact acted from ``dist < margin - gap`` (detected from ``dist <
+    margin``; MuJoCo's changelog, 3.9.0 breaking changes): a file whose geoms have ``margin -
+    gap`` of the margin scene's ``margin`` (the ball's 0.004, the box's and the floor's 0)
+    loads, under a MuJoCo reporting 3.8.1, to the very configuration that
+    ``test_soft_contact_follows_mujoco`` checks against MuJoCo C (and under this MuJoCo, to
+    another: its margins are read as they stand)."""
+    _, cfg, _, _ = soft_run
+    old = (
+        MARGIN_MJCF.format(cone="elliptic")
+        .replace('margin="0.004" gap="0.01"', 'margin="0.014" gap="0.01"')
+        .replace('gap="0.02"', 'margin="0.02" gap="0.02"')
+        .replace('gap="0.005"', 'margin="0.005" gap="0.005"')
+    )
+    soft = sim.Constraint(soft=True, relaxed=True, iterations=200)
+    new = jaxdyn.load_mjcf(old).sim_config(soft)
+    assert "floor" in new.geoms.names  # the floor's margin: every body a geom pair
+    monkeypatch.setattr(mujoco, "__version__", "3.8.1")
+    was = jaxdyn.load_mjcf(old).sim_config(soft)
+    assert eqx.tree_equal(was.geoms, cfg.geoms) and eqx.tree_equal(was.contacts, cfg.contacts)
+    np.testing.assert_array_equal(np.asarray(was.geoms.margin), np.asarray(cfg.geoms.margin))
 
 
 @pytest.mark.slow  # 20 s of compile; default: test_soft_contact_follows_mujoco (the same step)
@@ -611,8 +752,6 @@ def test_hard_contact_refuses_direct_solref():
     (``dataclasses.replace``), at the step when the constructor is bypassed (``eqx.tree_at``),
     and by a value check when ``solref`` is traced. A contact model that reads no ``solref``
     (``baumgarte`` given) takes the configuration."""
-    import equinox as eqx
-
     from jaxdyn.sim import _params
 
     loaded = jaxdyn.load_mjcf(SOFT_MJCF.format(cone="elliptic"))

@@ -340,9 +340,10 @@ def test_fddp_fused_program_is_one_kernel(fddp_solution, monkeypatch):
 
 
 def _solve_args(problem, **options):
-    xs, us = ddp._initial(problem, None, None)
+    """The solve program's arguments of ``fddp(problem, **options)``."""
+    problem, xs, us = ddp._start(problem, None, None, False)
     params, static = ddp._options({"max_iter": 200, **options}, xs.dtype)
-    return (problem.with_bounds(), xs, us, jnp.asarray(False), params), static
+    return (problem, xs, us, jnp.asarray(False), params), static
 
 
 @pytest.mark.slow  # a second compile of the fused solver; test_fddp_fused_program_is_one_kernel
@@ -411,6 +412,33 @@ def test_default_knot_kernels(fddp_solution):
     rollout = _knot_kernels(fwd.lower(xs, us, B).compile().as_text(), "rollout_step", T)
     riccati = _knot_kernels(back.as_text(), "riccati_step", T)
     assert rollout <= bound[0] and riccati <= bound[1], (rollout, riccati, bound)
+
+
+def _primitive_counts(jaxpr, counts):
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _primitive_counts(sub, counts)
+    return counts
+
+
+def test_solve_program_holds_only_what_it_runs(fddp_solution):
+    """XLA:CPU's compile time grows with the solve program's kernels (docs/trajopt.md, "Time
+    to the first solve"): FDDP's program holds no initial rollout (iLQR's runs before it) and a
+    problem without bounds no box QP. Traced only (no compile): two scans (the rollout and the
+    Riccati recursion) and three while loops (the iterations, the backward pass's retries, the
+    line search); with an initial rollout and the box QP's loop there were three and four. The
+    box QP's program: test_box_fddp_matches_crocoddyl; iLQR: test_ilqr_reaches_fddp_optimum."""
+    import collections
+
+    import jax.extend
+
+    problem, _ = fddp_solution
+    assert problem.u_lower is None and problem.u_upper is None
+    args, static = _solve_args(problem)
+    jaxpr = jax.make_jaxpr(lambda *a: ddp._solve_program(*a, **static))(*args)
+    counts = _primitive_counts(jaxpr.jaxpr, collections.Counter())
+    assert (counts["scan"], counts["while"]) == (2, 3), counts
 
 
 @pytest.mark.slow  # a floating-base solve compiled fused and unfused (minutes of compile); the

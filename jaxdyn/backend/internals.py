@@ -18,6 +18,10 @@ failing at import).
 * :data:`BATCH_TRACER`: the class of ``jax.vmap``'s tracers (``jax.vmap(fddp)`` called with
   arrays takes :func:`jaxdyn.trajopt.solve_batch`'s route on the CPU); ``None`` without it
   (``jax.vmap(fddp)`` is then always the batched program).
+* :func:`staged_vmap_operands` / :func:`staged_vmap_results`: the operands of a call traced by
+  ``jax.vmap`` inside ``jax.jit`` (the values under the tracers and their batch axes) and the
+  tracers of its batched results, for :func:`jaxdyn.batching.batched` to run its batching rule
+  at once (``None`` without them: the rule then runs through ``custom_vmap``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,52 @@ try:
     from jax._src.interpreters.batching import BatchTracer as BATCH_TRACER
 except ImportError:  # pragma: no cover - a JAX without it: vmap(fddp) stays batched
     BATCH_TRACER = None
+
+try:
+    from jax._src import core as _core
+    from jax._src.interpreters.batching import BatchTrace as _BATCH_TRACE
+
+    _current_trace = _core.trace_ctx  # the current trace is ``_current_trace.trace``
+    _set_current_trace = _core.set_current_trace
+except (ImportError, AttributeError):  # pragma: no cover - a JAX without them
+    _BATCH_TRACE = _current_trace = _set_current_trace = None
+
+
+def staged_vmap_operands(leaves: list) -> tuple[Any, list, list] | None:
+    """``(trace, values, axes)`` when the current trace is a ``jax.vmap`` whose parent is a
+    staging trace (``jax.jit``, ``make_jaxpr``: not a differentiation, not another ``vmap``) and
+    some of ``leaves`` are its tracers with a batch axis: ``values`` are the arrays under
+    ``leaves`` (tracers of the parent trace, or the leaves themselves), ``axes`` their batch
+    axes (``None``: not batched). Else ``None``; also where JAX lacks these internals or the
+    ``vmap`` names an SPMD or mesh axis."""
+    if None in (_BATCH_TRACE, BATCH_TRACER, STAGING_TRACE, _current_trace):
+        return None
+    try:
+        trace = _current_trace.trace
+        if not isinstance(trace, _BATCH_TRACE) or type(trace.parent_trace) is not STAGING_TRACE:
+            return None
+        axis = trace.axis_data
+        if getattr(axis, "spmd_name", None) is not None or getattr(
+            axis, "explicit_mesh_axis", None
+        ):
+            return None
+        infos = [trace.to_batch_info(x) for x in leaves]
+    except AttributeError:  # pragma: no cover - another JAX's internals
+        return None
+    axes = [d if isinstance(d, int) else None for _, d in infos]
+    if all(d is None for d in axes):
+        return None
+    return trace, [v for v, _ in infos], axes
+
+
+def staged_vmap_results(trace: Any, run: Any, *args: Any) -> list:
+    """``run(*args)`` evaluated in ``trace``'s parent (the staging trace of
+    :func:`staged_vmap_operands`), its results (a list of arrays batched on their leading axis)
+    returned as ``trace``'s tracers."""
+    with _set_current_trace(trace.parent_trace):
+        outs = run(*args)
+    return [BATCH_TRACER(trace, o, 0) for o in outs]
+
 
 #: the logger of JAX's host callbacks (``jax.pure_callback failed`` with a traceback)
 CALLBACK_LOGGER = "jax._src.callback"

@@ -1072,7 +1072,9 @@ class FingerTurn(FingerSpin):
     ``distance <= 0``. **Reset:** as :class:`FingerSpin` (Playground's key splits) and the
     target's angle ``~ U(-pi, pi)`` on the circle of radius ``size(cap1).sum()`` about the
     hinge, kept in ``info["target"]`` (its world ``x``, ``z``; dm_control moves a site of the
-    model, Playground a mocap body).
+    model, Playground a mocap body), with the constraint solve's report
+    (``contact_residual``, ``contacts_dropped``: :meth:`jaxdyn.envs.SimEnv.pipeline_step_info`)
+    as the other contact tasks.
     """
 
     HINGE_DAMPING = None
@@ -1110,23 +1112,27 @@ class FingerTurn(FingerSpin):
         sensors["target"] = target
         zero = jnp.zeros((), ps.q.dtype)
         obs = self.observe(ps, sensors)
-        return State(ps, obs, zero, zero, {"diverged": zero}, {"rng": rng, "target": target})
+        info = {"rng": rng, "target": target, **self.contact_info(ps.q.dtype)}
+        return State(ps, obs, zero, zero, {"diverged": zero}, info)
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
-        ps, pk, bad = self.advance(state.pipeline_state, action)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
         sensors = self.sensors(pk, action)
         sensors["target"] = state.info["target"]
         reward, _ = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
+        # the contact report where the reset put it (ContactSuiteEnv.step)
+        info = {**state.info, **contact} if "contacts_dropped" in state.info else state.info
         return state.replace(
             pipeline_state=ps,
             obs=self.observe(ps, sensors),
             reward=reward,
             done=done,
             metrics={**state.metrics, "diverged": done},
+            info=info,
         )
 
 

@@ -133,11 +133,13 @@ Contact parameters of the geoms (``<default>`` classes and ``<option override>``
 ``solref`` (mixed per pair with ``solmix``; :class:`jaxdyn.sim.Compliant`'s time constant and
 damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeconst``) are
 honoured (a geom whose pair with the ground plane has them is a geom of ``geoms``, not a
-primitive); ``gap`` only adds MuJoCo contacts that carry no force; ``solimp`` off MuJoCo's
-default and ``solref`` in its direct (negative) form are refused by
+primitive); ``gap`` only adds MuJoCo contacts that carry no force (MuJoCo 3.9.0 on; with an
+older MuJoCo installed the contacts act below ``margin - gap``, as its did); ``solimp`` off
+MuJoCo's default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
-model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both (and refuses a
-touching geom's ``gap``, ``ignore=("gap",)``). Per-geom friction and
+model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both.
+``solreffriction`` exists only on ``<contact><pair>`` (refused, above; the contact model
+takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom friction and
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
@@ -573,21 +575,23 @@ class MJCFModel(NamedTuple):
 
         Refused with a ``ValueError`` naming the element unless its key is in ``ignore``:
         ``"integrator"`` (MuJoCo's full ``implicit``: jaxdyn's ``"implicit"`` is its
-        ``implicitfast``), and with a contact model ``"solimp"`` (a colliding geom's ``solimp``
+        ``implicitfast``), and with a contact model ``"noslip"`` (``<option
+        noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
+        ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
         both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
-        ``cone`` is ``None``) to the contact model; what soft contact cannot honour is refused
-        instead: ``"gap"`` (a touching geom's ``gap``: MuJoCo's soft contact acts from ``dist <
-        margin - gap``, jaxdyn's from ``dist < margin``). A capsule on a plane under pyramidal
-        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` is still accepted
-        in ``ignore``, and refuses nothing).
+        ``cone`` is ``None``) to the contact model. A capsule on a plane under pyramidal
+        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and ``"gap"`` are
+        still accepted in ``ignore``, and refuse nothing).
 
-        Per-geom ``margin`` (a pair's contact acts below the sum of its geoms' margins, as in
-        MuJoCo 4.0; ``gap`` only adds MuJoCo contacts that carry no force) and ``solref``
+        Per-geom ``margin`` and ``gap`` (a pair's contact acts below the sum of its geoms'
+        margins, MuJoCo's ``includemargin``; from MuJoCo 3.9.0 ``gap`` only adds MuJoCo
+        contacts beyond it that carry no force, before 3.9.0 the installed MuJoCo's contact
+        acted below ``margin - gap`` and the geoms' margins are read so) and ``solref``
         (mixed per pair with ``solmix``) are honoured (:class:`jaxdyn.sim.Geoms`): by
         :class:`jaxdyn.sim.Compliant` as its ``(timeconst, dampratio)`` and by
         :class:`jaxdyn.sim.Constraint` as its Baumgarte fraction ``dt / timeconst``, unless the
@@ -597,16 +601,15 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "equality", "gap", "integrator", "solimp", "solref"]
+        known = ["cone", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"solimp", "solref"}  # matter only where contact is on
+        contact_keys = {"noslip", "solimp", "solref"}  # matter only where contact is on
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
-        if soft:  # honoured by soft contact; its own refusals instead
-            issues = [(k, msg) for k, msg in issues if k not in contact_keys]
-            issues += self._soft_issues()
+        if soft:  # honoured by soft contact
+            issues = [(k, msg) for k, msg in issues if k not in contact_keys - {"noslip"}]
         errors = [
             (k, msg)
             for k, msg in issues
@@ -690,27 +693,6 @@ class MJCFModel(NamedTuple):
         mujoco = _import_mujoco()
         pyramidal = int(self.mj_model.opt.cone) == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
         return "pyramidal" if pyramidal else "elliptic"
-
-    def _soft_issues(self):
-        """What ``Constraint(soft=True)`` cannot honour: a touching geom's ``gap`` (a capsule
-        on a plane under pyramidal cones is honoured, its contacts' pyramids turned to the
-        capsule's axis as MuJoCo's, :attr:`jaxdyn.sim.ContactSet.axis`)."""
-        m = self.mj_model
-        names = mujoco_names(m, "geom")
-        prims, used, ground = self._touching()
-        out = []
-        gapped = sorted({g for g in prims + used + ground if float(m.geom_gap[g]) != 0})
-        if gapped:
-            listed = ", ".join(f'<geom name="{names[g]}">' for g in gapped[:6])
-            out.append(
-                (
-                    "gap",
-                    f"{listed}: gap {sorted({float(m.geom_gap[g]) for g in gapped})[:3]} "
-                    "(MuJoCo's soft contact acts from dist < margin - gap, jaxdyn's from "
-                    "dist < margin); ignored, the contacts act from their margin",
-                )
-            )
-        return out
 
     def _soft_contact(self, contact, contacts, geoms):
         """``contacts`` / ``geoms`` with the MuJoCo parameters ``Constraint(soft=True)`` uses
@@ -1559,6 +1541,15 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
     spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
+    if int(m.opt.noslip_iterations) > 0:  # a post-solve on the friction rows: contact only
+        sim_issues.append(
+            (
+                "noslip",
+                f"<option noslip_iterations={int(m.opt.noslip_iterations)}>: MuJoCo's no-slip "
+                "post-solve of the friction forces has no jaxdyn.sim equivalent; ignored, "
+                "contacts may slip where MuJoCo's would not",
+            )
+        )
 
     # ------------------------------------------------------------ contacts, constraints
     contacts, terrain, geoms = (), None, None
@@ -2282,10 +2273,23 @@ _DEFAULT_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
 _ENBL_OVERRIDE = 1  # mjENBL_OVERRIDE
 
 
+def _gap_subtracts(mujoco) -> bool:
+    """Whether this MuJoCo's contacts act from ``dist < margin - gap`` (before 3.9.0: its
+    ``includemargin``, contacts detected from ``dist < margin``); from MuJoCo 3.9.0 on they
+    act from ``dist < margin`` and ``gap`` only adds contacts beyond it, detected up to
+    ``margin + gap``, that carry no force (``mjContact.exclude``). An unparsable version (a
+    local build) is taken as a new one."""
+    found = release(str(mujoco.__version__))
+    return bool(found) and found < (3, 9)
+
+
 def _contact_params(m):
     """Per-geom ``margin``, ``solref``, ``solmix``, ``solimp`` (numpy, ``(ngeom, ...)``),
     with ``<option o_margin / o_solref / o_solimp>`` where ``<flag override>`` is on (MuJoCo's
-    ``mj_collideGeoms``: they replace the pair's values)."""
+    ``mj_collideGeoms``: they replace the pair's values). ``margin`` is where the contact
+    starts to act, the pair's ``includemargin`` (the sum of its geoms'): before MuJoCo 3.9.0
+    each geom's ``gap`` (never overridden) is subtracted from it (:func:`_gap_subtracts`);
+    from 3.9.0 on ``gap`` carries no force and is not read."""
     margin = np.array(m.geom_margin, float).reshape(-1)
     solref = np.array(m.geom_solref, float).reshape(-1, 2)
     solmix = np.array(m.geom_solmix, float).reshape(-1)
@@ -2294,6 +2298,8 @@ def _contact_params(m):
         margin[:] = 0.5 * float(m.opt.o_margin)
         solref[:] = np.array(m.opt.o_solref, float)
         solimp[:] = np.array(m.opt.o_solimp, float)
+    if _gap_subtracts(_import_mujoco()):
+        margin = margin - np.array(m.geom_gap, float).reshape(-1)
     return margin, solref, solmix, solimp
 
 

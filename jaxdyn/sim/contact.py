@@ -43,7 +43,10 @@ as the relaxed problem's).
 
 Accelerated projected gradient runs a fixed number of steps (no data-dependent control flow,
 only matrix-vector products and cone projections: the same program on CPU and GPU) of size
-``1 / L`` with ``L >= lambda_max(G_r)`` (:func:`lambda_max_bound`); derivatives are *not*
+``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`), ``S`` a diagonal
+scaling that brings scalar rows (joint limits) to the contacts' weight (a light joint's limit
+row beside a torso's contacts then converges with them; the identity without such rows);
+derivatives are *not*
 taken through the iterations but by implicit differentiation of the fixed point:
 ``(I - dF/dlam) dlam = dF/dG dG + dF/du du + dF/dmu dmu`` (:func:`solve_cone_complementarity`).
 """
@@ -197,7 +200,9 @@ def contact_frames(
     at that origin; ``cs``: :class:`~jaxdyn.sim.geometry.ContactSet`; ``terrain``: a
     :class:`~jaxdyn.sim.geometry.Plane` or :class:`~jaxdyn.sim.geometry.Heightfield`;
     ``friction``: the contacts' Coulomb coefficient (scalar; ``None``: the contact set's,
-    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one); ``midpoint``: the
+    :attr:`~jaxdyn.sim.geometry.ContactSet.friction`, if it has one, mixed with the terrain's
+    own ``friction`` where it gives one as MuJoCo mixes two geoms' of equal priority, the
+    larger; the terrain's alone for a contact set without one); ``midpoint``: the
     contact point midway between the sphere's surface and the terrain's (MuJoCo's
     ``x = c - (r + d / 2) n``) instead of the sphere's deepest point ``c - r n`` (soft contact,
     :class:`Constraint`, where it moves the tangent rows' lever arm by ``d / 2``).
@@ -213,6 +218,10 @@ def contact_frames(
     vel = vb[:, 3:] + spatial.cross(vb[:, :3], x)
     if friction is None:
         friction = getattr(cs, "friction", None)
+        ground = getattr(terrain, "friction", None)
+        if ground is not None:  # the terrain's own, mixed as MuJoCo's geoms: the larger
+            ground = jnp.asarray(ground, dtype)
+            friction = ground if friction is None else jnp.maximum(friction, ground)
     fr = None if friction is None else jnp.broadcast_to(jnp.asarray(friction, dtype), dist.shape)
     sr = getattr(cs, "solref", None)
     si = getattr(cs, "solimp", None)
@@ -457,7 +466,7 @@ class Constraint(eqx.Module):
       candidates of a state, to compare with ``k``.
     - ``soft`` (static): ``False`` (default) is the hard contact above; ``True`` is MuJoCo's
       soft contact (Todorov 2014; MuJoCo's Computation chapter, soft constraints): each
-      touching contact (``distance < 0``: MuJoCo's ``dist < margin - gap``) is a row of
+      touching contact (``distance < 0``: MuJoCo's ``dist < margin``) is a row of
       MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over its elliptic
       cone, with ``aref = -b J v - k d(r) r`` on the normal, ``-b J v`` on the tangents, and
       ``R = (1 - d) / d * diagApprox`` on all three rows (:mod:`jaxdyn.sim._soft`; ``r`` the
@@ -474,6 +483,13 @@ class Constraint(eqx.Module):
       MuJoCo's ``mj_contactParam``), else MuJoCo's defaults ``(0.02, 1)`` and
       ``(0.9, 0.95, 0.001, 0.5, 2)``; given (2 and 5 numbers), they apply to every contact.
       ``solref`` in MuJoCo's direct form ``(-stiffness, -damping)`` is honoured.
+    - ``solreffriction`` (soft only): MuJoCo's ``solreffriction`` (2 numbers, either form, of
+      one sign), the reference of the elliptic cones' friction rows: their damping ``b`` (the
+      tangents' ``aref = -b J_t v``) from it instead of from ``solref`` (MuJoCo's
+      ``mj_makeImpedance``; ``refsafe`` applies to it alike); ``None`` (default) or ``(0, 0)``
+      (MuJoCo's default): the contact's ``solref``. MuJoCo reads it on elliptic cones only, and
+      so does this (unused with ``cone="pyramidal"``). An MJCF file gives it on ``<contact>
+      <pair>`` only, which :func:`jaxdyn.io.load_mjcf` refuses.
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
@@ -499,6 +515,7 @@ class Constraint(eqx.Module):
     impratio: float = 1.0
     refsafe: bool = eqx.field(static=True, default=True)
     cone: str | None = eqx.field(static=True, default=None)
+    solreffriction: jnp.ndarray | None = None
 
     _RULES = (
         ("friction", 0.0, False),
@@ -516,7 +533,7 @@ class Constraint(eqx.Module):
         _params.check_module(self)
         if not isinstance(self.soft, bool):
             raise ValueError(f"Constraint: soft must be True or False, got {self.soft!r}")
-        for name, n in (("solref", 2), ("solimp", 5)):
+        for name, n in (("solref", 2), ("solimp", 5), ("solreffriction", 2)):
             x = getattr(self, name)
             leaves = jax.tree_util.tree_leaves(x)
             if x is None or any(isinstance(v, jax.core.Tracer) for v in leaves):
@@ -528,6 +545,11 @@ class Constraint(eqx.Module):
                 )
             if not self.soft:
                 raise ValueError(f"Constraint: {name} is a parameter of soft=True contact")
+            if name == "solreffriction" and (a[0] > 0) != (a[1] > 0):
+                raise ValueError(
+                    "Constraint: solreffriction must be (timeconst, dampratio) > 0, "
+                    f"(-stiffness, -damping) <= 0 or (0, 0), not mixed; got {x!r}"
+                )
         if self.cone not in (None, "elliptic", "pyramidal"):
             raise ValueError(
                 f"Constraint: cone must be None, 'elliptic' or 'pyramidal', got {self.cone!r}"
@@ -683,17 +705,39 @@ def lambda_max_bound(A):
     return jnp.minimum(rows, frob)
 
 
+def _row_scaling(G, live, nc, width):
+    """The scaling ``s`` (flat, ``(nc width + nl,)``) that brings the scalar rows after the
+    contact blocks to the contacts' weight: 1 on the contact rows, ``sqrt(d_c / G_ii)`` on the
+    scalar rows, ``d_c`` the mean diagonal of the live contact rows (1 without any; 1 where
+    ``G_ii`` is not positive). ``lam = s x`` keeps ``x`` in the same cones (each is scaled by
+    one number) and De Saxce's term scales with it, so the fixed point is the same; rows of
+    very different weight (a light joint's limit row, ``G_ii`` 1e5, beside a heavy body's
+    contacts, 0.1) no longer share the step size of the heaviest."""
+    d = jnp.diagonal(G)
+    k = nc * width
+    live_c = jnp.repeat(live[:nc], width)
+    count = jnp.sum(live_c)
+    d_c = jnp.where(count > 0, jnp.sum(d[:k] * live_c) / jnp.maximum(count, 1.0), 1.0)
+    d_l = d[k:]
+    pos = (d_l > 0) & (d_c > 0)
+    s_l = jnp.where(pos, jnp.sqrt(jnp.where(pos, d_c / jnp.where(pos, d_l, 1.0), 1.0)), 1.0)
+    return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
+
+
 def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
-    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(G)``, only matrix-vector products
+    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
+    (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
+    contacts' weight; constant on each cone: the same solution), only matrix-vector products
     and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_desaxce`); then ``newton`` safeguarded semismooth Newton steps on
-    the fixed-point residual ``F(lam) - lam`` (a step is kept only if it lowers the
-    residual). ``live``: 1 on the candidate contacts (and scalar rows), 0 on the empty slots,
-    whose impulses stay 0 (their free velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in
-    the polar cone): ``L`` bounds the candidates' block of ``G`` only, so the iterates are the
-    same whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
+    ``mu |w_t| e_n`` (:func:`_desaxce`); then
+    ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
+    lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
+    contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
+    velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
+    candidates' block of ``S G S`` only (``S`` from the candidates), so the iterates are the same
+    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
     ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
     edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
     one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
@@ -705,12 +749,17 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    L = lambda_max_bound(G * m[:, None] * m[None, :])
-    step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(G)))  # no candidates: any step
+    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S = diag(s) that brings
+    # the scalar rows to the contacts' weight (none without scalar rows: the same iterates)
+    s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
+    Gs = G * s[:, None] * s[None, :] if nl else G
+    us = u * s if nl else u
+    L = lambda_max_bound(Gs * m[:, None] * m[None, :])
+    step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
 
     def apgd(carry, _):
         x, y, th = carry
-        g = _desaxce(G @ y + u, mu_c, coulomb, nc, width)
+        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width)
         xn = _project_rows(y - step * g, mu_c, nc, width)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
@@ -718,7 +767,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
         return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
 
     zero = jnp.zeros(n, dtype)
-    (lam, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    lam = s * x if nl else x
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
@@ -863,15 +913,28 @@ def solve_contact_impulses(
     Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
     residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
     """
-    Gr, u, mu, live, E = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
-    coulomb = not contact.relaxed
-    cone = "elliptic" if E is None else "pyramidal"
-    lam = solve_cone_complementarity(
-        Gr, u, mu, contact.iterations, contact.newton, coulomb=coulomb, live=live, cone=cone
-    )
-    res = solve_residual(Gr, u, mu, lam, coulomb) if residual else None
-    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
+    problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
+    settings = (contact.iterations, contact.newton, not contact.relaxed)
+    lam, _, res = solve_problem(*problem, *settings, residual=residual)
     return (lam, res) if residual else lam
+
+
+def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True):
+    """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
+    ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
+    joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
+    ``(lam (nc, 3), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
+    t1, t2]`` (a pyramid's edge impulses ``f`` mapped through ``E^T f``), the scalar rows'
+    impulses (``None`` without) and the solve's relative residual (:func:`solve_residual`,
+    on the problem as solved; ``None`` with ``residual=False``)."""
+    cone = "elliptic" if E is None else "pyramidal"
+    out = solve_cone_complementarity(
+        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows
+    )
+    lam, lam_r = out if rows else (out, None)
+    res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r) if residual else None
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
+    return lam, lam_r, res
 
 
 def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
@@ -932,7 +995,12 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
     imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
-    aref = jnp.concatenate([aref_n[:, None], -b[:, None] * v_rows[:, 1:]], 1)
+    b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
+    if contact.solreffriction is not None:
+        srf = jnp.broadcast_to(jnp.asarray(contact.solreffriction, dtype), (nc, 2))
+        _, b_f = _soft.gains(srf, solimp[:, 1], h, contact.refsafe)
+        b_t = jnp.where((srf[:, 0] != 0) | (srf[:, 1] != 0), b_f, b)
+    aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone
     u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))

@@ -162,7 +162,8 @@ class SimConfig(eqx.Module):
       ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``;
       ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (straight paths
       through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
-      (MuJoCo's equality constraints) or ``None``
+      (MuJoCo's equality constraints: a force, or rows of the step's constraint problem
+      with ``limit_constraints`` or :class:`~jaxdyn.sim.contact.Constraint` contact) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
     - ``limit_constraints``: :class:`~jaxdyn.sim.limits.LimitConstraints` (MuJoCo's joint-limit
       constraint: soft rows solved with the contacts of a
@@ -427,13 +428,64 @@ def _equality_force(model, cfg, ws, origin, q, v, rhs, h):
     return J.T @ f
 
 
+def _equality_rows(model, cfg, ws, origin, q, v, v_free, solve, h, t, plain=None):
+    """MuJoCo's equality rows (:meth:`jaxdyn.sim.equality.Equalities.row_problem`) in the
+    step's constraint problem, eliminated exactly (:func:`_eliminate_rows`): ``(v_e, solve_e,
+    plain_e)``, the free velocity and inverse that the problem of the other rows (joint limits,
+    contacts) is built from instead of ``v_free`` and ``solve`` (``M_eff^-1``), and
+    ``plain``'s (``(solve_m, v_free_m)``: ``M^-1`` and the free velocity under the plain ``M``
+    that MuJoCo poses its rows with where ``M_eff`` is not ``M``; ``None``: it is). ``t``: the
+    free joints' transport term of ``v_free`` (:func:`_transport`)."""
+    v_pose = v_free if plain is None else plain[1]
+    J, u, R = cfg.equalities.row_problem(model, ws, origin, q, v, v_pose, h, t)
+    return _eliminate_rows(J, u, R, v_free, solve, plain)
+
+
+def _eliminate_rows(J, u, R, v_free, solve, plain=None):
+    """Unbounded soft rows ``(J (k, nv), u (k,), R (k,))`` (impulses ``lam_e``, projection the
+    identity) eliminated exactly from the step's constraint problem: ``(v_e, solve_e,
+    plain_e)`` (:func:`_equality_rows`) such that the problem of the other rows built from them
+    has the solution of the one problem of all rows, and ``v_e + solve_e(J_o^T) lam_o`` is its
+    velocity.
+
+    The block of unbounded rows is linear: with ``H = J M^-1 J^T + diag(R)`` (symmetric
+    positive definite, ``R > 0``; ``M`` the matrix the rows are posed with: ``plain``'s, else
+    ``M_eff``), their stationarity gives ``lam_e = -H^-1 (u + J M^-1 J_o^T lam_o)``, and
+    substituting it leaves the Schur complement: the other rows see the free velocity after
+    the impulses ``-H^-1 u`` alone and the inverse ``M^-1 - M^-1 J^T H^-1 J M^-1`` (a low-rank
+    update, as :func:`_low_rank_solve`), and the impulses act through ``M_eff^-1``:
+    ``M_eff^-1 (J^T lam_e + J_o^T lam_o)``. The minimiser of the one problem, without
+    iterations on the unbounded block, and the cone solver's problem keeps its size."""
+    solve_m, v_free_m = (solve, v_free) if plain is None else plain
+    MinvJT = solve_m(J.T)
+    H = J @ MinvJT
+    H = 0.5 * (H + H.T) + jnp.diag(R)
+    X = jnp.linalg.solve(H, jnp.concatenate([J, u[:, None]], 1))
+    P, lam = X[:, :-1], -X[:, -1]  # H^-1 J and the impulses of the rows alone
+
+    def solve_me(Y):
+        Z = solve_m(Y)
+        return Z - MinvJT @ (P @ Z)
+
+    if plain is None:
+        return v_free + MinvJT @ lam, solve_me, None
+    MeffJT = solve(J.T)
+
+    def solve_e(Y):  # the other rows' impulses through M_eff^-1, lam_e's share included
+        return solve(Y) - MeffJT @ (P @ solve_m(Y))
+
+    return v_free + MeffJT @ lam, solve_e, (solve_me, v_free_m + MinvJT @ lam)
+
+
 def _limit_rows(cfg) -> LimitConstraints | None:
     """``cfg.limit_constraints`` where it has a row (``None`` otherwise)."""
     lim = cfg.limit_constraints
     return lim if lim is not None and lim.rows else None
 
 
-def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=None):
+def _constraint_velocity(
+    model, cfg, ws, origin, v_free, solve, h, v, q, plain=None, unreduced=None
+):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
     (``None`` without constraint contact) and the solve's report (:func:`step_info`: the
@@ -443,7 +495,10 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
     free velocity under the plain ``M`` where ``M_eff`` is not ``M`` (``None``: it is): the
     soft rows (limits, soft contacts) are posed with them and act through ``M_eff^-1``, as
     MuJoCo's constraint force enters its implicit integrators
-    (:func:`jaxdyn.sim.limits.solve`)."""
+    (:func:`jaxdyn.sim.limits.solve`). With equality rows eliminated (:func:`_equality_rows`:
+    ``v_free``, ``solve`` and ``plain`` are theirs), ``unreduced`` is the inverse the soft rows
+    are posed with, without them: soft contacts without MuJoCo's ``invweight`` take the
+    Delassus diagonal of it, as in the one problem of all rows."""
     lim = _limit_rows(cfg)
     solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
@@ -470,6 +525,14 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
     t1, t2 = C.tangent_basis(n)
     basis = spatial.stack([n, t1, t2], -2)  # (nc, 3, 3): rows n, t1, t2
     J = C.point_jacobian(model, ws, frames, frames.point, body, other)  # (nc, 3, nv)
+    if unreduced is not None and cfg.contact.soft and _lacks_invweight(cfg, frames):
+        # the normal rows' Delassus diagonal without the equality elimination (the fallback
+        # diagApprox of C._soft_problem, as with the equality rows in the problem)
+        Jn = jnp.einsum("ci,cik->ck", n, J)
+        diag = jnp.sum(Jn * unreduced(Jn.T).T, -1)
+        iw = diag if frames.invweight is None else frames.invweight
+        iw = jnp.where(jnp.isnan(iw), diag, iw)
+        frames = eqx.tree_at(lambda f: f.invweight, frames, iw, is_leaf=lambda x: x is None)
     Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
     v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
@@ -504,6 +567,15 @@ def _constraint_velocity(model, cfg, ws, origin, v_free, solve, h, v, q, plain=N
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
     return v_free + dv, f, _info(res, dropped)
+
+
+def _lacks_invweight(cfg, frames) -> bool:
+    """Whether some contact of ``frames`` may have no MuJoCo ``invweight`` (static: a part of
+    the contacts without it; :func:`jaxdyn.sim.contact.concat_frames` fills NaN there)."""
+    if frames.invweight is None:
+        return True
+    spheres = cfg.contacts is not None and getattr(cfg.contacts, "invweight", None) is None
+    return spheres or (cfg.geoms is not None and cfg.geoms.invweight is None)
 
 
 def _info(residual, dropped):
@@ -595,7 +667,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     f_ext, f = _ext_forces(model, cfg, ws, frames)
     tau = _controls(model, cfg, props, q, v, ctrl)
     zero = jnp.zeros_like(v)
-    if cfg.equalities is not None:
+    if cfg.equalities is not None and not constraint:  # with a solve: rows of it (below)
         bias = rnea_world(model, ws, v, zero, f_ext)[0]
         tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     # the bias C - M t of the free joints' parent-axes linear velocities (_transport)
@@ -623,6 +695,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
     if constraint:
         plain = None  # M^-1 and the free velocity under M, for the soft rows (MuJoCo's A)
         soft = _limit_rows(cfg) is not None or getattr(cfg.contact, "soft", False)
+        soft = soft or cfg.equalities is not None  # (MuJoCo's equality rows are soft rows)
         if cfg.integrator in ("implicit", "implicit_damping") and soft:
             inertias_m = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
 
@@ -630,7 +703,13 @@ def _substep(model, cfg, props, q, v, ctrl, h):
                 return aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias_m)[0]
 
             plain = (solve_m, v + h * solve_m((tau - bias)[:, None])[:, 0])
-        v1, fc, info = _constraint_velocity(model, cfg, ws, origin, v1, solve, h, v, q, plain)
+        unreduced = None
+        if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
+            unreduced = solve if plain is None else plain[0]
+            v1, solve, plain = _equality_rows(model, cfg, ws, origin, q, v, v1, solve, h, t, plain)
+        v1, fc, info = _constraint_velocity(
+            model, cfg, ws, origin, v1, solve, h, v, q, plain, unreduced
+        )
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info)
 

@@ -26,9 +26,15 @@ velocity in world axes: ``J (a0 + c)``, ``c = w x v_b`` on its linear rows). ``d
 MuJoCo's approximation of ``diag(A)`` from the inverse weights at ``qpos0``
 (``body_invweight0``, ``dof_invweight0``): constant rows of :attr:`Equalities.diag`.
 
-``tau_eq`` enters the step as a force, at every evaluation of the accelerations (each RK4
-stage), computed with the plain mass matrix as MuJoCo's ``qfrc_constraint``: the implicit
-integrators treat it explicitly (MuJoCo's ``Euler`` and ``implicitfast`` do too).
+Without a constraint solve in the step, ``tau_eq`` enters it as a force, at every evaluation
+of the accelerations (each RK4 stage), computed with the plain mass matrix as MuJoCo's
+``qfrc_constraint``: the implicit integrators treat it explicitly (MuJoCo's ``Euler`` and
+``implicitfast`` do too). Where the step solves constraint rows (joint limits,
+:class:`~jaxdyn.sim.LimitConstraints`, or :class:`~jaxdyn.sim.Constraint` contact), MuJoCo
+solves the equality rows in the same problem, and so does jaxdyn: :meth:`Equalities.row_problem`
+gives them at the velocity level (impulses ``lam = h f``, unbounded), and the step eliminates
+them exactly from the problem of the other rows (``jaxdyn.sim.core._equality_rows``, a Schur
+complement), which has the minimiser of the one problem.
 
 Residuals (MuJoCo's ``efc_pos``), points ``p1``, ``p2`` and orientations ``R1``, ``R2`` in the
 world:
@@ -339,12 +345,7 @@ class Equalities(eqx.Module):
         ABA sweeps)."""
         dtype = v.dtype
         r, J, jdv = self.kinematics(model, ws, origin, q, v)
-        on = jnp.concatenate(
-            [
-                jnp.full(_ROWS[k], jnp.asarray(self.active[i], dtype))
-                for i, k in enumerate(self.kind)
-            ]
-        )
+        on = self._on(dtype)
         J = J * on[:, None]
         r = r * on
         a0, MinvJT = a0_solve(J.T)
@@ -359,6 +360,53 @@ class Equalities(eqx.Module):
             aref = aref - J @ _free_joint_convection(model.topo, v)
         f = jnp.linalg.solve(A + jnp.diag(Rreg), aref - J @ a0)
         return f, J
+
+    def row_problem(
+        self,
+        model: Model,
+        ws: WorldState,
+        origin: Array,
+        q: Array,
+        v: Array,
+        v_free: Array,
+        h: ArrayLike,
+        transport: Array | None = None,
+    ) -> tuple[Array, Array, Array]:
+        """The rows of the velocity-level problem that MuJoCo solves them in, with its
+        joint-limit and contact rows (:func:`jaxdyn.sim.limits.solve`, the contact problem):
+        ``(J (rows, nv), u (rows,), R (rows,))`` with the impulses ``lam = h f`` unbounded
+        (projection the identity) and ``(J M^-1 J^T + diag(R)) lam + u`` the rows' velocity
+        residual, zero at the solution: ``u = J v_free - J v - h aref``, ``v_free`` the
+        constraint-free step's velocity (``v + h (a0 + transport)``), ``aref`` as in
+        :meth:`forces` with ``Jdot v`` taken in the step's coordinates (``Jdot v - J
+        transport``, ``transport`` the free joints' parent-axes term of the step, ``None``
+        without free joints: the same ``J a0 + Jdot v`` as :meth:`forces`). Alone (no other
+        row) the solution is ``h`` times :meth:`forces`' ``f``. Inactive constraints have
+        zero rows (``J = 0``, ``u = 0``: impulse 0)."""
+        dtype = v.dtype
+        h = jnp.asarray(h, dtype)
+        r, J, jdv = self.kinematics(model, ws, origin, q, v)
+        on = self._on(dtype)
+        J = J * on[:, None]
+        r = r * on
+        k, b, imp = self._row_params(r, h)
+        R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
+        aref = _soft.reference(k, b, imp, r, J @ v)
+        if self.with_drift:
+            aref = aref - on * jdv
+            if transport is not None:
+                aref = aref + J @ transport
+        # (without Jdot v, MuJoCo's J a0 in its coordinates is J (a0 + transport): v_free's)
+        return J, J @ (v_free - v) - h * aref, R
+
+    def _on(self, dtype):
+        """``(rows,)``: 1 on the rows of active constraints (:attr:`active`), 0 elsewhere."""
+        return jnp.concatenate(
+            [
+                jnp.full(_ROWS[k], jnp.asarray(self.active[i], dtype))
+                for i, k in enumerate(self.kind)
+            ]
+        )
 
 
 def _free_joint_convection(topo, v):

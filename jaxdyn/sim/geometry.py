@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -323,23 +324,43 @@ def contact_set(
 
 
 # ----------------------------------------------------------------------------------- terrain
+def _terrain_friction(owner, friction):
+    """A terrain's ``friction``: ``None``, or one number ``>= 0`` (refused by name else)."""
+    if friction is None or isinstance(friction, jax.core.Tracer):
+        return friction
+    if np.ndim(friction) != 0:
+        raise ValueError(f"{owner}: friction must be None or one number, got {friction!r}")
+    _params.check_number(owner, "friction", friction, 0.0)
+    return np.asarray(float(friction))
+
+
 class Plane(eqx.Module):
     """The half-space below ``normal . x = height`` (``normal`` is normalised; default: the
-    ground ``z = 0``)."""
+    ground ``z = 0``). ``friction``: the terrain's own Coulomb coefficient (``None``, the
+    default: none, each contact's is its contact set's), mixed with each contact sphere's as
+    MuJoCo mixes two geoms' (the larger; a contact set without ``friction`` takes the
+    terrain's; :func:`jaxdyn.sim.contact.contact_frames`)."""
 
     # numpy when built, jax arrays where traced (pytree leaves)
     normal: jnp.ndarray | np.ndarray
     height: jnp.ndarray | np.ndarray
+    friction: jnp.ndarray | np.ndarray | None
 
-    def __init__(self, normal: npt.ArrayLike = (0.0, 0.0, 1.0), height: float = 0.0) -> None:
+    def __init__(
+        self,
+        normal: npt.ArrayLike = (0.0, 0.0, 1.0),
+        height: float = 0.0,
+        friction: float | None = None,
+    ) -> None:
         n = np.asarray(normal, float).reshape(-1)
         if n.shape != (3,) or not np.all(np.isfinite(n)) or np.linalg.norm(n) == 0:
             raise ValueError(f"Plane: normal must be 3 finite numbers, not all zero; got {normal}")
         self.normal = n / np.linalg.norm(n)
         _params.check_number("Plane", "height", height)
         self.height = np.asarray(float(height))
+        self.friction = _terrain_friction("Plane", friction)
 
-    _RULES = (("height", None, False),)
+    _RULES = (("height", None, False), ("friction", 0.0, False))
 
     def query(self, x: Array) -> tuple[Array, Array]:
         """Signed distance of points ``x (..., 3)`` to the surface and the surface normal."""
@@ -355,18 +376,24 @@ class Heightfield(eqx.Module):
     ``query`` returns the unit normal ``n = (-h_x, -h_y, 1) / |.|`` and the distance along it
     ``(z - h(x, y)) n_z`` (exact on a planar patch, first order otherwise: fine for spheres small
     against the terrain's curvature, as in most learning simulators).
+
+    ``friction``: the terrain's own Coulomb coefficient, as :class:`Plane`'s.
     """
 
     # numpy when built, jax arrays where traced (pytree leaves)
     heights: jnp.ndarray | np.ndarray
     origin: jnp.ndarray | np.ndarray
     spacing: jnp.ndarray | np.ndarray
+    friction: jnp.ndarray | np.ndarray | None
+
+    _RULES = (("friction", 0.0, False),)
 
     def __init__(
         self,
         heights: npt.ArrayLike,
         spacing: npt.ArrayLike = (0.1, 0.1),
         origin: npt.ArrayLike = (0.0, 0.0),
+        friction: float | None = None,
     ) -> None:
         h = np.asarray(heights, float)
         if h.ndim != 2 or min(h.shape) < 2 or not np.all(np.isfinite(h)):
@@ -377,6 +404,7 @@ class Heightfield(eqx.Module):
         self.heights = h
         self.spacing = sp
         self.origin = np.asarray(_vec("Heightfield", "origin", origin, 2))
+        self.friction = _terrain_friction("Heightfield", friction)
 
     def query(self, x: Array) -> tuple[Array, Array]:
         dtype = x.dtype

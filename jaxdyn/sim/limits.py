@@ -391,7 +391,7 @@ def solve(
         G = G.at[s0:, s0:].set(J[s0:] @ solve_m(J[s0:].T))
     G = 0.5 * (G + G.T)
     E = None
-    iterations, newton, coulomb, cone = limits.iterations, limits.newton, False, "elliptic"
+    iterations, newton, coulomb = limits.iterations, limits.newton, False
     if contact is None:  # the limit rows alone
         Gr, u, mu, live = G + jnp.diag(R_l), u_l, jnp.zeros(0, dtype), live_l
     else:
@@ -409,11 +409,6 @@ def solve(
         mu = mu_c  # (nc,), G's dtype
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-        cone = "elliptic" if E is None else "pyramidal"
-    lam_c, lam_l = C.solve_cone_complementarity(
-        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=n
-    )
-    res = C.solve_residual(Gr, u, mu, lam_c, coulomb, rows=lam_l)
-    lam_c = lam_c if E is None else jnp.einsum("ci,cij->cj", lam_c, E)
+    lam_c, lam_l, res = C.solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=n)
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res

@@ -40,7 +40,7 @@ import numpy as np
 from ..model.compose import BodyPart, ModelPart, compose
 from ..model.model import Model
 from . import collision
-from .geoms import Geoms, Static, urdf_geoms
+from .geoms import Geoms, Static, pair_choice, urdf_geoms
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -338,7 +338,9 @@ class StaticGeom:
 @dataclass(frozen=True, eq=False)
 class Ground:
     """The ground plane ``normal . x = height`` (the scene's terrain, one at most):
-    ``friction`` mixed with each geom's on it (the larger of the two: its geom pairs,
+    ``friction`` mixed with each geom's on it (MuJoCo's ``mj_contactParam``,
+    :func:`jaxdyn.sim.geoms.pair_choice`: the larger of the two, the geom's own where its
+    ``priority`` is higher: its geom pairs,
     cylinders, ellipsoids and meshes, and the spheres, capsules and boxes that touch it as
     primitives, :attr:`jaxdyn.sim.ContactSet.friction`, as in :func:`jaxdyn.load_mjcf`)."""
 
@@ -753,9 +755,12 @@ class Scene:
                 else:
                     prims.append(Box(f, tuple(2 * g.size), pos=tuple(p), rotation=R, name=g.name))
                 as_prim.add((a, b))
-                # the pair's friction as Geoms mixes it: the larger, none where both condim 1
-                frictionless = g.condim == 1 and gs[gi].condim == 1
-                prim_friction.append(0.0 if frictionless else max(g.friction, gs[gi].friction))
+                # the pair's friction as Geoms mixes it (MuJoCo's mj_contactParam: the larger at
+                # equal priorities; condim 1, frictionless)
+                p1, p2 = g.priority, gs[gi].priority
+                cond = pair_choice(np, p1, p2, g.condim, gs[gi].condim)
+                mu = pair_choice(np, p1, p2, g.friction, gs[gi].friction)
+                prim_friction.append(0.0 if cond == 1 else float(mu))
         self._gs, self._pairs, self._prim_pairs = gs, pairs, as_prim
         pairs = [pr for pr in pairs if pr not in as_prim]
         self.geoms = _table(gs, pairs)

@@ -32,8 +32,11 @@ and the expected improvement of a full step is small, ``|Δ_1 + Δ_2 / 2| < th_s
 
 Everything runs in one ``lax.while_loop``: the solve is jit-compiled once per problem
 structure and ``jax.vmap`` batches problems (a batch runs until its last member stops). The
-bounds are data (``∓inf`` where absent) and the choice between FDDP and iLQR is a traced flag,
-so bounded and unbounded problems, FDDP and iLQR share one compiled program.
+choice between FDDP and iLQR is a traced flag (iLQR's initial rollout runs before the solve
+program), so FDDP and iLQR share one compiled program. Bounds given as arrays are data
+(``∓inf`` where absent): bounded problems share one program, which holds the box QP; a
+problem without bounds (``u_lower = u_upper = None``) compiles a smaller program without it,
+and :meth:`Problem.with_bounds` puts it in the bounded problems' program instead.
 
 Bad input never yields a silent NaN trajectory: a non-finite cost or state at the initial
 guess stops the solver before the first iteration (``status = 2``), trial steps whose rollout
@@ -152,7 +155,8 @@ class Problem(eqx.Module):
 
     def with_bounds(self) -> Problem:
         """The same problem with both bounds as arrays (``∓inf`` where unbounded): bounded and
-        unbounded problems then share one compiled solver (and may share a batch)."""
+        unbounded problems then share one compiled solver (and may share a batch). Without
+        bounds (``None``) the solver compiles a program of its own, without the box QP."""
         lo, hi = self.bounds()
         return eqx.tree_at(
             lambda p: (p.u_lower, p.u_upper), self, (lo, hi), is_leaf=lambda x: x is None
@@ -586,9 +590,9 @@ def _zeros_like_shapes(tree):
 def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED):
     """The solver's state before its first iteration (a dict; see :func:`_advance`). ``tag``:
     the problem's index in a batch, shown by ``verbose`` (carried with the state, so that a
-    batch compacted by :func:`solve_batch` still names its problems)."""
+    batch compacted by :func:`solve_batch` still names its problems). iLQR's ``xs`` is the
+    rollout of ``us`` (:func:`_start`): the solve program holds no initial rollout."""
     dtype = xs.dtype
-    xs = jnp.where(ddp, rollout(problem, us), xs)
     cost = trajectory_cost(problem, xs, us)
     input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
     calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
@@ -604,7 +608,7 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
         fs=fs0,
         need_diff=jnp.asarray(True),
         k=jnp.zeros_like(us),
-        feasible=ddp,
+        feasible=jnp.asarray(ddp),
         was_feasible=jnp.asarray(False),
         reg=jnp.asarray(params["reg_init"], dtype),
         status=jnp.where(input_ok, _RUNNING, 2),
@@ -924,6 +928,25 @@ def _initial(problem, xs, us):
     return xs, us
 
 
+#: :func:`rollout` as a program of its own (called eagerly): iLQR's start (:func:`_start`)
+_rollout = eqx.filter_jit(rollout)
+
+
+def _start(problem, xs, us, ilqr):
+    """The problem and initial guess of a solve: a problem with a bound has both as arrays
+    (:meth:`Problem.with_bounds`: bounded problems share one program, the bounds are data), one
+    without keeps ``None`` (its program holds no box QP); iLQR's ``xs`` is the rollout of its
+    ``us``. That rollout runs before the solve program (its own small program when called
+    eagerly), so that the solve program, shared by FDDP and iLQR, holds no rollout that FDDP
+    would compile and never use."""
+    xs, us = _initial(problem, None if ilqr else xs, us)
+    if problem.u_lower is not None or problem.u_upper is not None:
+        problem = problem.with_bounds()
+    if ilqr:
+        xs = _rollout(problem, us)
+    return problem, xs, us
+
+
 def fddp(
     problem: Problem,
     xs: ArrayLike | None = None,
@@ -952,8 +975,7 @@ def fddp(
     :func:`solve_batch`; inside ``jit`` as one batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
-    xs, us = _initial(problem, xs, us)
-    problem = problem.with_bounds()
+    problem, xs, us = _start(problem, xs, us, False)
     params, static = _options(options, xs.dtype)
     return _solve_user(problem, xs, us, jnp.asarray(False), params, **static)
 
@@ -963,8 +985,7 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
     ``SolverDDP``, box-DDP of Tassa, Mansard & Todorov 2014 with control bounds): the initial
     controls ``us`` are rolled out from ``x0`` and every iterate stays feasible. Options as
     :func:`fddp`. **Returns:** :class:`Result`."""
-    xs, us = _initial(problem, None, us)
-    problem = problem.with_bounds()
+    problem, xs, us = _start(problem, None, us, True)
     params, static = _options(options, xs.dtype)
     return _solve_user(problem, xs, us, jnp.asarray(True), params, **static)
 
@@ -973,10 +994,9 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
 
 
 @eqx.filter_jit
-def _setup_batch(problems, xs, us, ddp, params, *, max_iter, derivatives):
+def _setup_batch(problems, xs, us, ddp, params, *, max_iter, derivatives, ilqr):
     def one(p, x, u, tag):
-        x, u = _initial(p, x, u)
-        p = p.with_bounds()
+        p, x, u = _start(p, x, u, ilqr)
         return p, _setup(p, x, u, ddp, params, max_iter=max_iter, derivatives=derivatives, tag=tag)
 
     tags = jnp.arange(jnp.shape(problems.x0)[0], dtype=jnp.int32)
@@ -1034,12 +1054,13 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
     verbose = static["verbose"]
 
     ddp, params = jax.device_get((ddp, params))
+    ilqr = bool(ddp)
 
     def one(i):
         p, x, u = eqx.combine(jax.tree.map(lambda a: np.asarray(a[i]), arrays), static_tree)
-        x, u = _initial(p, x, u)
+        p, x, u = _start(p, x, u, ilqr)
         # numpy leaves, as jax.vmap(fddp)'s members (:func:`_solve_user`): one jit signature
-        p, x, u = jax.device_get((p.with_bounds(), x, u))
+        p, x, u = jax.device_get((p, x, u))
         # the tag (the problem's index, traced) is read by verbose's lines only; without it the
         # call is jax.vmap(fddp)'s (:func:`_solve_user`): one compiled program for both
         tag = (np.int32(i),) if verbose else ()
@@ -1141,8 +1162,9 @@ def solve_batch(
     if method == "threads":
         return _solve_threads(problems, xs, us, ddp, params, static, threads)
     pb, st = _setup_batch(
-        problems, xs, us, ddp, params, max_iter=max_iter, derivatives=static["derivatives"]
-    )
+        problems, xs, us, ddp, params, max_iter=max_iter, derivatives=static["derivatives"],
+        ilqr=solver == "ilqr",
+    )  # fmt: skip
     n_iter = jnp.asarray(int(round_iters))
     ids, real, recorded = np.arange(B), np.ones(B, bool), np.zeros(B, bool)
     parts = []
@@ -1175,15 +1197,15 @@ def solve_batch(
 
 @eqx.filter_jit
 def _solve_sharded(
-    arrays, static_tree, ddp, params, mesh, per_device, *, max_iter, derivatives, verbose
+    arrays, static_tree, ddp, params, mesh, per_device, *, max_iter, derivatives, verbose, ilqr
 ):
     from jax.sharding import PartitionSpec as P
 
     def one(args):
         (p, x, u), tag = args
-        x, u = _initial(p, x, u)
+        p, x, u = _start(p, x, u, ilqr)
         return _solve(
-            p.with_bounds(), x, u, ddp, params, tag, max_iter=max_iter, derivatives=derivatives,
+            p, x, u, ddp, params, tag, max_iter=max_iter, derivatives=derivatives,
             verbose=verbose,
         )  # fmt: skip
 
@@ -1258,5 +1280,7 @@ def solve_sharded(
     mesh = Mesh(np.asarray(devices), ("problems",))
     if static["verbose"]:
         print(_log_header(True), flush=True)
-    res = _solve_sharded(arrays, static_tree, ddp, params, mesh, per_device, **static)
+    res = _solve_sharded(
+        arrays, static_tree, ddp, params, mesh, per_device, **static, ilqr=solver == "ilqr"
+    )
     return jax.tree.map(lambda a: a[:B], res) if pad else res
