@@ -60,7 +60,12 @@ def staged_vmap_operands(leaves: list) -> tuple[Any, list, list] | None:
     ``leaves`` (tracers of the parent trace, or the leaves themselves), ``axes`` their batch
     axes (``None``: not batched). Else ``None``; also where JAX lacks these internals or the
     ``vmap`` names an SPMD or mesh axis."""
-    if None in (_BATCH_TRACE, BATCH_TRACER, STAGING_TRACE, _current_trace):
+    if (
+        _BATCH_TRACE is None
+        or BATCH_TRACER is None
+        or STAGING_TRACE is None
+        or _current_trace is None
+    ):
         return None
     try:
         trace = _current_trace.trace
@@ -84,6 +89,7 @@ def staged_vmap_results(trace: Any, run: Any, *args: Any) -> list:
     """``run(*args)`` evaluated in ``trace``'s parent (the staging trace of
     :func:`staged_vmap_operands`), its results (a list of arrays batched on their leading axis)
     returned as ``trace``'s tracers."""
+    assert _set_current_trace is not None and BATCH_TRACER is not None  # staged_vmap_operands
     with _set_current_trace(trace.parent_trace):
         outs = run(*args)
     return [BATCH_TRACER(trace, o, 0) for o in outs]

@@ -54,7 +54,7 @@ taken through the iterations but by implicit differentiation of the fixed point:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import equinox as eqx
 import jax
@@ -931,7 +931,7 @@ def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, resid
     out = solve_cone_complementarity(
         Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows
     )
-    lam, lam_r = out if rows else (out, None)
+    lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
     res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r) if residual else None
     lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
     return lam, lam_r, res

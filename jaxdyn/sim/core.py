@@ -463,16 +463,16 @@ def _eliminate_rows(J, u, R, v_free, solve, plain=None):
     X = jnp.linalg.solve(H, jnp.concatenate([J, u[:, None]], 1))
     P, lam = X[:, :-1], -X[:, -1]  # H^-1 J and the impulses of the rows alone
 
-    def solve_me(Y):
-        Z = solve_m(Y)
+    def solve_me(R):
+        Z = solve_m(R)
         return Z - MinvJT @ (P @ Z)
 
     if plain is None:
         return v_free + MinvJT @ lam, solve_me, None
     MeffJT = solve(J.T)
 
-    def solve_e(Y):  # the other rows' impulses through M_eff^-1, lam_e's share included
-        return solve(Y) - MeffJT @ (P @ solve_m(Y))
+    def solve_e(R):  # the other rows' impulses through M_eff^-1, lam_e's share included
+        return solve(R) - MeffJT @ (P @ solve_m(R))
 
     return v_free + MeffJT @ lam, solve_e, (solve_me, v_free_m + MinvJT @ lam)
 

@@ -19,10 +19,11 @@ heights, bilinear in between, the normal from its gradient).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -324,7 +325,7 @@ def contact_set(
 
 
 # ----------------------------------------------------------------------------------- terrain
-def _terrain_friction(owner, friction):
+def _terrain_friction(owner, friction) -> Any:
     """A terrain's ``friction``: ``None``, or one number ``>= 0`` (refused by name else)."""
     if friction is None or isinstance(friction, jax.core.Tracer):
         return friction

@@ -32,7 +32,7 @@ integrators (``M_eff = M + h D``) the rows are posed with the plain ``M`` and ac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -184,13 +184,14 @@ class LimitConstraints(eqx.Module):
                     f"configuration has {0 if src is None else src.size()} {kind} tendons"
                 )
             if kind == "fixed":
+                src = cast("FixedTendons", src)
                 idx, qidx = _one_dof_coords(model, src.dofs)
                 coef = jnp.asarray(src.coef, dtype)[i]
                 L.append(coef @ q[qidx])
                 J.append(add_at(jnp.zeros(model.nv, dtype), idx, coef))
             else:
                 if spatial_LJ is None:
-                    spatial_LJ = src.jacobian(model, q)
+                    spatial_LJ = cast("SpatialTendons", src).jacobian(model, q)
                 L.append(spatial_LJ[0][i])
                 J.append(spatial_LJ[1][i])
         return jnp.stack(L), jnp.stack(J)
@@ -275,6 +276,7 @@ class LimitConstraints(eqx.Module):
         J = J.at[np.arange(n), np.asarray(self.dof, np.int64)].set(side[:n])
         if not self.tendons:
             return J
+        assert tendon_J is not None, "LimitConstraints.jacobian: tendon rows need tendon_J"
         return jnp.concatenate([J, side[n:, None] * tendon_J.astype(side.dtype)], 0)
 
     def row_problem(
@@ -378,7 +380,7 @@ def solve(
     limits.check_model(model)
     dtype = v.dtype
     n = limits.rows
-    tendon = limits.tendon_rows(model, *tendons, q) if limits.tendons else None
+    tendon = limits.tendon_rows(model, tendons[0], tendons[1], q) if limits.tendons else None
     v_free_l = v_free if v_free_m is None else v_free_m
     u_l, R_l, live_l, side = limits.row_problem(q, v, v_free_l, h, tendon)
     Jl = limits.jacobian(side, model.nv, None if tendon is None else tendon[1])
@@ -410,5 +412,6 @@ def solve(
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
     lam_c, lam_l, res = C.solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=n)
+    assert lam_l is not None and res is not None  # rows=n > 0 (check_model), residual on
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res
