@@ -22,6 +22,7 @@ The models carry armature (``to_crocoddyl`` sets it in any case: Crocoddyl 3.2.1
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import crocoddyl
@@ -525,6 +526,31 @@ def test_box_fddp_follows_crocoddyl_paths(pendulum, fddp_solution):
         oracle.assert_close(np.asarray(res.us), us, 1e-6, f"us of problem {i}")
 
 
+#: the programs XLA gave (compiled, or read from a persistent cache: JAX's backend-compile event
+#: times both) while a list of :func:`_compiles` is open; one listener for the process (older JAX
+#: cannot unregister one)
+_COMPILED: list = []
+
+
+def _record_compile(event, duration, **kwargs):
+    if _COMPILED and event == "/jax/core/compile/backend_compile_duration":
+        _COMPILED[-1].append(kwargs.get("fun_name", "?"))
+
+
+jax.monitoring.register_event_duration_secs_listener(_record_compile)
+
+
+@contextlib.contextmanager
+def _compiles():
+    """The names of the programs compiled in the ``with`` block (a list)."""
+    names = []
+    _COMPILED.append(names)
+    try:
+        yield names
+    finally:
+        _COMPILED.remove(names)
+
+
 #: The batch of the vmapped FDDP tests: 8 problems, the initial guess passed in (fddp's
 #: defaults, batched): test_vmap_equals_one_by_one, test_bad_input_reported, the reference of
 #: test_solve_batch_equals_vmap and solve_batch's threads share one compiled program (the
@@ -559,7 +585,9 @@ def _nearby_batch(model, n, bad_at):
 def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
     threads, as solve_batch), inside ``jit`` as one batched while loop: both equal each
-    member's own solve."""
+    member's own solve. The members' solves and ``fddp`` of one problem (Python-float cost
+    weights and ``dt``, no tag) run the program the fixture's ``fddp`` compiled: nothing
+    compiles again, and a member's result is bit-identical to its own solve's."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -569,13 +597,17 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
     routes, one_by_one = [], ddp._one_by_one
     monkeypatch.setattr(ddp, "_one_by_one", lambda *a: routes.append(a[1]) or one_by_one(*a))
-    res_b = _vmap_fddp(batch)
+    with _compiles() as compiled:
+        res_b = _vmap_fddp(batch)
+        own = [ddp.fddp(p, max_iter=200) for p in problems]
+    # the fused program ("program") or the unfused one (an older jaxlib): the fixture's
+    assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], compiled
     assert routes == [BATCH]  # one by one
     res_j = eqx.filter_jit(_vmap_fddp)(batch)
     assert routes == [BATCH]  # batched
-    for i, p in enumerate(problems):
-        r = ddp.fddp(p, max_iter=200)
+    for i, r in enumerate(own):
         assert int(r.status) == 0
+        np.testing.assert_array_equal(np.asarray(res_b.xs[i]), np.asarray(r.xs), f"xs[{i}]")
         for how, rb in (("vmap", res_b), ("jit(vmap)", res_j)):
             assert int(rb.iterations[i]) == int(r.iterations), how
             oracle.assert_close(np.asarray(rb.xs[i]), np.asarray(r.xs), 1e-10, f"{how} xs[{i}]")

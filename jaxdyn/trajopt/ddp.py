@@ -810,11 +810,14 @@ _solve_plain = eqx.filter_jit(_solve_program)
 _solve_fused = fused_programs.fused_jit(_solve_program, _solve_plain, "trajopt_fused_loops")
 
 
-def _solve(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, derivatives, verbose):
+def _solve(problem, xs, us, ddp, params, tag=None, *, max_iter, derivatives, verbose):
     # verbose prints through a host callback, a custom call, which a single kernel cannot hold
     solve = _solve_plain if verbose else _solve_fused
+    # no tag: the program's default, not passed (a static leaf of its own), as jax.vmap(fddp)'s
+    # members (:func:`_solve_user`) and solve_batch's threads call it: one compiled program
+    tag = () if tag is None else (tag,)
     return solve(
-        problem, xs, us, ddp, params, tag, max_iter=max_iter, derivatives=derivatives,
+        problem, xs, us, ddp, params, *tag, max_iter=max_iter, derivatives=derivatives,
         verbose=verbose,
     )  # fmt: skip
 
@@ -940,6 +943,12 @@ def _start(problem, xs, us, ilqr):
     eagerly), so that the solve program, shared by FDDP and iLQR, holds no rollout that FDDP
     would compile and never use."""
     xs, us = _initial(problem, None if ilqr else xs, us)
+    # Python-number leaves (cost weights, dt) as arrays of the problem's dtype: the solve's
+    # arguments then split into arrays and static parts as a stacked batch's members do
+    # (jax.vmap(fddp), solve_batch), so that one compiled program serves both
+    problem = jax.tree.map(
+        lambda a: jnp.asarray(a, xs.dtype) if isinstance(a, float) else a, problem
+    )
     if problem.u_lower is not None or problem.u_upper is not None:
         problem = problem.with_bounds()
     if ilqr:
@@ -1062,7 +1071,7 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
         # numpy leaves, as jax.vmap(fddp)'s members (:func:`_solve_user`): one jit signature
         p, x, u = jax.device_get((p, x, u))
         # the tag (the problem's index, traced) is read by verbose's lines only; without it the
-        # call is jax.vmap(fddp)'s (:func:`_solve_user`): one compiled program for both
+        # call is jax.vmap(fddp)'s and fddp's (:func:`_solve_user`): one compiled program for all
         tag = (np.int32(i),) if verbose else ()
         return _solve_fused.call(
             not verbose, p, x, u, ddp, params, *tag, **static
