@@ -129,11 +129,15 @@ def measure_runs(examples, demo: bool, timeout: float) -> list:
     """Cold and warm runs of each command (see the module docstring)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="jaxdyn-first-result-") as tmp:
+        # the examples run from a copy in ``tmp`` (their working directory): what they save
+        # (figures, videos, a plot in the working directory) stays out of the checkout
+        skip = shutil.ignore_patterns("figures", "__pycache__")
+        shutil.copytree(ROOT / "examples", Path(tmp) / "examples", ignore=skip)
         for label, args in _commands(examples, demo, tmp):
             cache = tempfile.mkdtemp(dir=tmp)
             env = _child_env(cache)
-            cold = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
-            warm = timed_run([sys.executable, "-u", *args], env, ROOT, timeout)
+            cold = timed_run([sys.executable, "-u", *args], env, tmp, timeout)
+            warm = timed_run([sys.executable, "-u", *args], env, tmp, timeout)
             cold["timeout"] = warm["timeout"] = timeout
             rows.append((label, cold, warm))
             print(label, _cell(cold), _cell(warm), flush=True)
