@@ -448,42 +448,51 @@ class MJCFModel(NamedTuple):
         t = self.model.topo
         v_index = self.converter().v_index
         rows = []
-        for i, dof in enumerate(v_index):
-            j = int(m.dof_jntid[dof])
-            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
-                continue
-            qi = int(t.q_start[int(t.dof_body[i])])
-            lo, hi = (float(x) for x in m.jnt_range[j])
-            for lower, upper in row_bounds(lo, hi, float(m.jnt_margin[j])):
+
+        def add(i, qi, rng, margin, solref, solimp, invweight):
+            """The rows of one limited joint (``i``, ``qi``) or tendon (``-1``, ``-1``)."""
+            lo, hi = (float(x) for x in rng)
+            for lower, upper in row_bounds(lo, hi, float(margin)):
                 rows.append(
                     (
                         i,
                         qi,
                         lower,
                         upper,
-                        float(m.jnt_margin[j]),
-                        np.asarray(m.jnt_solref[j], float),
-                        np.asarray(m.jnt_solimp[j], float),
-                        float(m.dof_invweight0[dof]),
+                        float(margin),
+                        np.asarray(solref, float),
+                        np.asarray(solimp, float),
+                        float(invweight),
                     )
                 )
+
+        for i, dof in enumerate(v_index):
+            j = int(m.dof_jntid[dof])
+            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE) or not m.jnt_limited[j]:
+                continue
+            qi = int(t.q_start[int(t.dof_body[i])])
+            add(
+                i,
+                qi,
+                m.jnt_range[j],
+                m.jnt_margin[j],
+                m.jnt_solref[j],
+                m.jnt_solimp[j],
+                m.dof_invweight0[dof],
+            )
         tendons = []  # MuJoCo's tendon limit rows, on the fixed and straight spatial tendons
         for ref, ti in _limited_tendons(m):
-            lo, hi = (float(x) for x in m.tendon_range[ti])
-            for lower, upper in row_bounds(lo, hi, float(m.tendon_margin[ti])):
-                tendons.append(ref)
-                rows.append(
-                    (
-                        -1,
-                        -1,
-                        lower,
-                        upper,
-                        float(m.tendon_margin[ti]),
-                        np.asarray(m.tendon_solref_lim[ti], float),
-                        np.asarray(m.tendon_solimp_lim[ti], float),
-                        float(m.tendon_invweight0[ti]),
-                    )
-                )
+            n = len(rows)
+            add(
+                -1,
+                -1,
+                m.tendon_range[ti],
+                m.tendon_margin[ti],
+                m.tendon_solref_lim[ti],
+                m.tendon_solimp_lim[ti],
+                m.tendon_invweight0[ti],
+            )
+            tendons += [ref] * (len(rows) - n)
         if not rows:
             return None
         dtype = self.model.mass.dtype
