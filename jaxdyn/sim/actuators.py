@@ -347,6 +347,13 @@ class FixedTendons(eqx.Module):
         coef = jnp.asarray(self.coef, v.dtype)
         return coef @ q[qidx], coef @ v[idx]
 
+    def jacobian(self, model: Model, q: Array) -> tuple[Array, Array]:
+        """``(L (nt,), J (nt, nv))``, as :meth:`SpatialTendons.jacobian`."""
+        idx, qidx = _one_dof_coords(model, self.dofs)
+        coef = jnp.asarray(self.coef, q.dtype)
+        J = _scatter.add_at(jnp.zeros((model.nv, self.size()), q.dtype), idx, coef.T).T
+        return coef @ q[qidx], J
+
     def forces(self, model: Model, limits: JointLimits | None, q: Array, v: Array) -> Array:
         L, Ld = self.lengths(model, q, v)
         f = _tendon_forces(self, limits, L, Ld)
@@ -360,11 +367,7 @@ class FixedTendons(eqx.Module):
         """``(U (nv, nt), c (nt,))`` with ``-d tau / d v = U diag(c) U^T``."""
         L, Ld = self.lengths(model, q, v)
         _, c = jax.jvp(lambda ld: _tendon_forces(self, limits, L, ld), (Ld,), (jnp.ones_like(Ld),))
-        idx, _ = _one_dof_coords(model, self.dofs)
-        U = _scatter.add_at(
-            jnp.zeros((model.nv, self.size()), v.dtype), idx, jnp.asarray(self.coef, v.dtype).T
-        )
-        return U, -c
+        return self.jacobian(model, q.astype(v.dtype))[1].T, -c
 
 
 class SpatialTendons(eqx.Module):

@@ -255,13 +255,11 @@ class SimConfig(eqx.Module):
                     "integrator='euler' (without Compliant contact), 'implicit' or "
                     f"'implicit_damping', not {self.integrator!r}"
                 )
-            for k, (kind, i) in enumerate(self.limit_constraints.tendons):
+            lim = self.limit_constraints
+            lim.check_tendons(self.tendons, self.spatial_tendons, "SimConfig: limit_constraints")
+            for kind, i in lim.tendons:
                 ten = self.tendons if kind == "fixed" else self.spatial_tendons
-                if ten is None or i >= ten.size():
-                    raise ValueError(
-                        f"SimConfig: limit_constraints' tendon row {k} is {kind} tendon {i}, "
-                        f"but the configuration has {0 if ten is None else ten.size()}"
-                    )
+                assert ten is not None  # check_tendons
                 bounds = (ten.lower, ten.upper)
                 if not any(isinstance(b, jax.core.Tracer) for b in bounds) and np.any(
                     np.isfinite([np.asarray(b)[i] for b in bounds])

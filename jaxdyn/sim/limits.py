@@ -43,7 +43,6 @@ import numpy as np
 from .. import joints
 from . import _soft
 from . import contact as C
-from .actuators import _one_dof_coords
 from .collision import NO_CONTACT
 
 if TYPE_CHECKING:
@@ -162,6 +161,22 @@ class LimitConstraints(eqx.Module):
     def rows(self) -> int:
         return len(self.dof) + len(self.tendons)
 
+    def check_tendons(
+        self,
+        fixed: FixedTendons | None,
+        spatial: SpatialTendons | None,
+        owner: str = "LimitConstraints",
+    ) -> None:
+        """Refuse (``ValueError`` from ``owner``) a tendon row whose tendon ``fixed`` /
+        ``spatial`` (the configuration's ``FixedTendons`` / ``SpatialTendons``) lacks."""
+        for k, (kind, i) in enumerate(self.tendons):
+            src = fixed if kind == "fixed" else spatial
+            if src is None or i >= src.size():
+                raise ValueError(
+                    f"{owner}: tendon row {k} is {kind} tendon {i}, but the "
+                    f"configuration has {0 if src is None else src.size()} {kind} tendons"
+                )
+
     def tendon_rows(
         self,
         model: Model,
@@ -171,29 +186,15 @@ class LimitConstraints(eqx.Module):
     ) -> tuple[Array, Array]:
         """``(L (k,), J (k, nv))``: the lengths and Jacobians of the tendon rows' tendons
         (``fixed``, ``spatial``: the configuration's ``FixedTendons`` / ``SpatialTendons``)."""
-        from ._scatter import add_at
-
-        dtype = q.dtype
+        self.check_tendons(fixed, spatial)
+        LJ = {}  # each kind's (L, J) of all its tendons, computed once
         L, J = [], []
-        spatial_LJ = None
-        for k, (kind, i) in enumerate(self.tendons):
-            src = fixed if kind == "fixed" else spatial
-            if src is None or i >= src.size():
-                raise ValueError(
-                    f"LimitConstraints: tendon row {k} is {kind} tendon {i}, but the "
-                    f"configuration has {0 if src is None else src.size()} {kind} tendons"
-                )
-            if kind == "fixed":
-                src = cast("FixedTendons", src)
-                idx, qidx = _one_dof_coords(model, src.dofs)
-                coef = jnp.asarray(src.coef, dtype)[i]
-                L.append(coef @ q[qidx])
-                J.append(add_at(jnp.zeros(model.nv, dtype), idx, coef))
-            else:
-                if spatial_LJ is None:
-                    spatial_LJ = cast("SpatialTendons", src).jacobian(model, q)
-                L.append(spatial_LJ[0][i])
-                J.append(spatial_LJ[1][i])
+        for kind, i in self.tendons:
+            if kind not in LJ:
+                src = cast("FixedTendons | SpatialTendons", fixed if kind == "fixed" else spatial)
+                LJ[kind] = src.jacobian(model, q)
+            L.append(LJ[kind][0][i])
+            J.append(LJ[kind][1][i])
         return jnp.stack(L), jnp.stack(J)
 
     @classmethod
