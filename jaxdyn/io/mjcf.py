@@ -610,11 +610,11 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
+        known = ["cone", "condim", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"noslip", "solimp", "solref"}  # matter only where contact is on
+        contact_keys = {"condim", "noslip", "solimp", "solref"}  # matter only where contact is on
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
@@ -650,6 +650,12 @@ class MJCFModel(NamedTuple):
                 )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
+            if not soft and self.geoms is not None and self.geoms.spin is not None:
+                import dataclasses  # ignore=("condim",): condim 4 / 6 as 3
+
+                kw["geoms"] = dataclasses.replace(
+                    self.geoms, condim=tuple(min(c, 3) for c in self.geoms.condim), spin=None
+                )
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
         if isinstance(overrides.get("limits"), str):
@@ -2349,8 +2355,12 @@ def _contacts(
     direct = [g for g in range(m.ngeom) if np.any(solref[g] <= 0)]
     solref[direct] = _DEFAULT_SOLREF  # used only where sim_config(ignore=("solref",))
 
-    def plain(g):  # default contact parameters (gap: no force, nothing to honour)
-        return margin[g] == 0 and np.all(solref[g] == _DEFAULT_SOLREF)
+    def plain(g):  # default contact parameters (gap: no force, nothing to honour), condim 1 / 3
+        return (
+            margin[g] == 0
+            and np.all(solref[g] == _DEFAULT_SOLREF)
+            and int(m.geom_condim[g]) in (1, 3)
+        )
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -2428,11 +2438,14 @@ def _contacts(
     for g in touching:  # the pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
-    if condim:
-        issues.add(
-            "geom",
-            f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
-            "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
+    if condim:  # torsional / rolling friction: geom pairs (not primitives), soft contact only
+        sim_issues.append(
+            (
+                "condim",
+                f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+                "(torsional / rolling friction): the hard Constraint() and Compliant contact "
+                "models have condim 1 and 3; Constraint(soft=True) takes it (ignored: condim 3)",
+            )
         )
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
@@ -2496,6 +2509,7 @@ def _contacts(
         solref=solref[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
         solmix=solmix[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
         priority=tuple(int(x) for x in prio) if len(set(prio)) > 1 else None,
+        spin=np.array([m.geom_friction[g][1:3] for g in used], float) if condim else None,
     )
     return tuple(prims), terrain, geoms
 
