@@ -228,3 +228,22 @@ def test_elliptic_cone_is_mujocos_under_impratio():
     mu = np.asarray(frames.friction)
     sliding = np.linalg.norm(want[:, 1:], axis=1) > 0.999 * mu * want[:, 0]  # on the cone
     assert np.any(sliding)
+
+
+def test_condim_refused_where_not_taken():
+    """``Geoms`` with condim 4 / 6 need the geoms' torsional / rolling friction (``spin``); the
+    hard ``Constraint()`` and ``Compliant`` refuse such pairs in ``SimConfig`` naming them and
+    the model that takes them, as scene objects (``sim.FreeSphere(condim=4)``) do; condim 2
+    (not MuJoCo's) is refused by ``Geoms``."""
+    loaded = jaxdyn.load_mjcf(CONDIM_MJCF.format(cone="elliptic"))
+    g = loaded.geoms
+    assert g is not None
+    with pytest.raises(ValueError, match="needs spin"):
+        dataclasses.replace(g, spin=None)
+    with pytest.raises(ValueError, match=r"condim must be 1, 3, 4 or 6.*\[2\]"):
+        dataclasses.replace(g, condim=(3, 2, 6, 4))
+    for contact in (sim.Constraint(), sim.Compliant()):
+        with pytest.raises(ValueError, match=r"floor-top.*Constraint\(soft=True\) takes it"):
+            sim.SimConfig(dt=0.002, contact=contact, geoms=g)
+    with pytest.raises(ValueError, match=r"Constraint\(soft=True\) takes condim 4 / 6"):
+        sim.FreeSphere("s", 0.1, condim=4)

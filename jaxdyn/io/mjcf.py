@@ -78,7 +78,8 @@ every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (`
 (MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
 exclude, parent-child)                    against the plane the primitives do not have,
                                           heightfields (``hfield``, inline or PNG);
-                                          friction ``max``, condim 1 / 3, margin, solref,
+                                          friction ``max``, condim 1 / 3 (4 / 6:
+                                          ``Constraint(soft=True)``), margin, solref,
                                           ``priority`` (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
@@ -115,8 +116,7 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
-                  heightfield: MuJoCo has none either), condim 4 / 6 on a pair's geom
-                  (torsional / rolling friction), explicit ``<contact><pair>``
+                  heightfield: MuJoCo has none either), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -143,6 +143,10 @@ takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom frict
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
+condim 4 / 6 (torsional / rolling friction, the geoms' ``friction[1:3]``,
+:attr:`jaxdyn.sim.Geoms.spin`) makes a geom a pair with the ground plane, not a primitive, and
+is honoured by ``Constraint(soft=True)`` only (:meth:`MJCFModel.sim_config` refuses it
+otherwise, ``ignore=("condim",)``: condim 3).
 Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
@@ -588,8 +592,9 @@ class MJCFModel(NamedTuple):
         noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
-        in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
-        both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
+        in the direct, negative form), ``"condim"`` (condim 4 / 6, torsional / rolling
+        friction; ignored: condim 3). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
+        all three are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's

@@ -524,6 +524,10 @@ class Constraint(eqx.Module):
       (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
       mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
       (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
+    - MuJoCo's ``condim`` 4 and 6 (soft only): contacts with torsional / rolling friction
+      (:attr:`ContactFrames.spin`, an MJCF file's geoms) get MuJoCo's torsional and rolling
+      rows on the relative angular velocity, on either cone (:func:`_soft_problem`,
+      :func:`_soft_pyramid`); the hard contact refuses them.
     """
 
     friction: float | None = None
@@ -963,10 +967,12 @@ def solve_contact_impulses(
 ):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
-    ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
-    ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
-    Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
-    residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
+    ``v_free_rows (nc, w)``: contact velocities ``[n, t1, t2]`` of the contact-free step
+    (``w = 3``; :attr:`ContactFrames.width` rows with condim 4 / 6: the angular rows
+    ``[n_w, t1_w, t2_w]`` after them); ``v_rows (nc, w)``: those at the step's start (soft
+    contact's reference acceleration). Returns impulses ``(nc, w)`` in the same rows; with
+    ``residual=True``, ``(impulses, residual)``: the solve's relative fixed-point residual
+    (:func:`solve_residual`).
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
@@ -978,10 +984,11 @@ def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, resid
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
     joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
-    ``(lam (nc, 3), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
-    t1, t2]`` (a pyramid's edge impulses ``f`` mapped through ``E^T f``), the scalar rows'
-    impulses (``None`` without) and the solve's relative residual (:func:`solve_residual`,
-    on the problem as solved; ``None`` with ``residual=False``)."""
+    ``(lam (nc, w), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
+    t1, t2]`` (``w = 3``; condim 4 / 6: ``[n, t1, t2, n_w(, t1_w, t2_w)]``; a pyramid's edge
+    impulses ``f``, or the scaled rows of condim 4 / 6, mapped through ``E^T f``), the scalar
+    rows' impulses (``None`` without) and the solve's relative residual
+    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``)."""
     pyramid = E is not None and E.shape[1] > E.shape[2]  # edges (else a scaling of the rows)
     cone = "pyramidal" if pyramid else "elliptic"
     width = 3 if E is None else E.shape[1]
@@ -1001,8 +1008,10 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
     ``u`` the free velocities, in the rows ``[n, t1, t2]`` (``E = None``: second-order cones,
     ``(3nc, 3nc)``, ``(3nc,)``) or in those of MuJoCo's pyramid edges (``cone="pyramidal"``:
     ``E (nc, 4, 3)`` from :func:`pyramid_edges`, ``(4nc, 4nc)``, ``(4nc,)``; the impulses
-    ``f (nc, 4)`` act as ``E^T f``). Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are
-    appended to it by the caller."""
+    ``f (nc, 4)`` act as ``E^T f``). With condim 4 / 6 (:attr:`ContactFrames.width` ``w``
+    rows ``[n, t1, t2, n_w, ...]``, soft contact only) the pyramid has ``2 (w - 1)`` edges and
+    an elliptic problem is in scaled rows, ``E (nc, w, w)`` diagonal (:func:`_soft_problem`).
+    Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are appended to it by the caller."""
     if contact.soft:
         return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
     if frames.spin is not None:

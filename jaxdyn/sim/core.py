@@ -1032,7 +1032,8 @@ step = functools.wraps(step)(
 def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> Array:
     """Contact forces ``(nc, 3)`` (world axes, one row per contact sphere of ``cfg.contacts``)
     acting during the first integrator step from ``state`` under ``ctrl``: the compliant
-    model's forces at ``state``, or the constraint model's impulses divided by the step."""
+    model's forces at ``state``, or the constraint model's impulses divided by the step (the
+    forces only: the torques of condim 4 / 6's torsional and rolling rows are not in them)."""
     if cfg.contact is None:
         raise ValueError("contact_forces: cfg.contact is None (no contact model)")
     q, v, ctrl, dtype, act = _check_state("contact_forces", model, state, ctrl, cfg)

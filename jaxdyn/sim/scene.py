@@ -366,7 +366,13 @@ def _friction_condim(owner, friction, condim):
     if f < 0:
         raise ValueError(f"{owner}: friction must be >= 0, got {float(f)}")
     if condim not in (1, 3):
-        raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}")
+        more = (
+            " (torsional / rolling friction: Constraint(soft=True) takes condim 4 / 6 on "
+            "jaxdyn.sim.Geoms with spin, e.g. an MJCF file's geoms, not on scene objects)"
+            if condim in (4, 6)
+            else ""
+        )
+        raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}{more}")
 
 
 def FreeBox(name: str, size: npt.ArrayLike, **kw: Any) -> FreeObject:
