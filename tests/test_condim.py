@@ -275,3 +275,42 @@ def test_condim_long_rollouts_follow_mujoco(cone):
     np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-8 if cone == "elliptic" else 1e-10)
     assert np.abs(v_ref[-1, [5, 9, 10, 17]]).max() < 0.01  # spins and rolling stopped
     assert np.abs(v_ref[:, [5, 10, 17]]).max() > 8.0  # from 25, 20 and 8 rad/s
+
+
+def test_condim_friction_mixed_as_mujoco():
+    """A pair's friction vector is MuJoCo's ``mjContact.friction`` (``mj_contactParam``: the
+    larger of the two geoms' per entry, clamped to ``mjMINMU``, on the rows its condim has):
+    with a frictionless floor and a condim-4 sphere of sliding friction 0, the contact keeps
+    MuJoCo's 1e-5 sliding friction (its torsional row would otherwise be cut by a cone of
+    ``mu = 0``); the rolling column is 0 on the condim-4 contacts."""
+    from jaxdyn.sim import core
+
+    xml = CONDIM_MJCF.format(cone="elliptic").replace(
+        'friction="0.5 0.01 0.001"', 'friction="0 0 0"'
+    )
+    xml = xml.replace('friction="0.6 0.03 0.002"', 'friction="0 0.03 0.002"')
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True))
+    model = loaded.model
+
+    @jax.jit
+    def frames_at(q):
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
+
+    fr = frames_at(jnp.asarray(loaded.q0))
+    assert fr is not None and fr.spin is not None
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    live = np.asarray(fr.distance) < 0
+    mine = np.c_[np.asarray(fr.friction), np.asarray(fr.spin)][live]
+    want = []
+    for c in d.contact[: d.ncon]:
+        f = c.friction
+        want.append(
+            [f[0] if c.dim > 1 else 0.0, f[2] if c.dim >= 4 else 0.0, f[3] if c.dim == 6 else 0.0]
+        )
+    key = lambda a: sorted(map(tuple, np.round(a, 12)))  # noqa: E731
+    assert key(mine) == key(np.array(want))
+    assert [1e-5, 0.03, 0.0] in np.round(np.array(want), 12).tolist()

@@ -556,7 +556,7 @@ def _constraint_velocity(
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
     if lim is None:
-        MinvJT = solve(Jc.T)  # (nv, 3 nc)
+        MinvJT = solve(Jc.T)  # (nv, w nc)
         G = Jc @ (MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T))
         G = 0.5 * (G + G.T)
         out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)

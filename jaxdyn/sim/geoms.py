@@ -317,6 +317,8 @@ class Geoms(eqx.Module):
             mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
             cond = pair_choice(np, p1, p2, cd1, cd2)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
+            if nspin:  # condim 4 / 6: MuJoCo's mjMINMU on the sliding friction too
+                mu = jnp.where(jnp.asarray(cond >= 4), jnp.maximum(mu, 1e-5), mu)
             sr = si = iw = None
             if self.solref is not None or self.solimp is not None:
                 w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
