@@ -156,21 +156,33 @@ def test_condim_impulses_are_mujocos(cone):
     assert np.abs(np.asarray(three) - want[:, :3]).max() > 1e-3 * np.abs(want).max()
 
 
+# a pendulum beside the scene, swung into its 5 degree limit (MuJoCo's limit row, in one problem
+# with the contacts: sim_config(..., limits="constraint"))
+ARM = (
+    '<body name="arm" pos="0 -0.6 1"><joint name="hinge" type="hinge" axis="1 0 0" '
+    'limited="true" range="-5 5"/><geom type="capsule" fromto="0 0 0 0 0 -0.3" '
+    'size="0.02" contype="0" conaffinity="0" mass="0.3"/></body>'
+)
+
+
 @pytest.fixture(scope="module", params=["elliptic", "pyramidal"])
 def condim_run(request):
-    """jaxdyn's rollout of the scene (``Constraint(soft=True, relaxed=True)``, the file's cone
-    and impratio) and MuJoCo C's, ``STEPS`` steps: ``(loaded, positions, velocities)`` of
-    each, in MuJoCo's coordinates."""
+    """jaxdyn's rollout of the scene with the pendulum (``Constraint(soft=True,
+    relaxed=True)``, the file's cone and impratio, ``limits="constraint"``) and MuJoCo C's,
+    ``STEPS`` steps: ``(loaded, positions, velocities)`` of each, in MuJoCo's coordinates."""
     cone = request.param
-    xml = CONDIM_MJCF.format(cone=cone)
+    xml = CONDIM_MJCF.format(cone=cone).replace("</worldbody>", ARM + "</worldbody>")
+    qvel = np.r_[QVEL, 6.0]
     loaded = jaxdyn.load_mjcf(xml)
     iterations = 300 if cone == "elliptic" else 1500
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=iterations))
+    cfg = loaded.sim_config(
+        sim.Constraint(soft=True, relaxed=True, iterations=iterations), limits="constraint"
+    )
     assert isinstance(cfg.contact, sim.Constraint) and cfg.contact.cone == cone
-    assert getattr(cfg.geoms, "spin", None) is not None
+    assert getattr(cfg.geoms, "spin", None) is not None and cfg.limit_constraints is not None
     conv = loaded.converter()
     q0 = np.asarray(loaded.q0)
-    v0 = conv.v_from_mujoco(q0, QVEL)
+    v0 = conv.v_from_mujoco(q0, qvel)
     model = loaded.model
     tr = jax.jit(lambda q, v: sim.rollout(model, sim.State(q, v), jnp.zeros((STEPS, 0)), cfg=cfg))(
         jnp.asarray(q0), jnp.asarray(v0)
@@ -178,7 +190,7 @@ def condim_run(request):
     q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
     v = np.array([conv.v_to_mujoco(np.asarray(a), np.asarray(b)) for a, b in zip(tr.q, tr.v)])
     m = mujoco.MjModel.from_xml_string(xml)
-    ref = mujoco_rollout(m, STEPS, qvel=QVEL, fields=("qpos", "qvel"))
+    ref = mujoco_rollout(m, STEPS, qvel=qvel, fields=("qpos", "qvel"))
     return loaded, (q, v), ref
 
 
@@ -186,7 +198,9 @@ def test_condim_rollouts_follow_mujoco(condim_run):
     """MuJoCo C and jaxdyn's soft contact on the scene, 40 steps (elliptic and pyramidal
     cones): positions and orientations to 1e-10, velocities to 1e-8 at every step; the sphere
     spinning on the floor loses spin to its torsional friction (condim 4), the rolling ball's
-    rolling slows (condim 6), the box's spin slows, in both."""
+    rolling slows (condim 6), the box's spin slows, in both; the pendulum's limit row, solved
+    with the contacts (their scaled rows, elliptic, or 2 (condim - 1) edges, pyramidal),
+    stops it and sends it back."""
     loaded, (q, v), (q_ref, v_ref) = condim_run
     # the condim-4 / 6 geoms are pairs with the floor, the condim-3 ball a primitive
     assert loaded.geoms.condim == (3, 4, 6, 4) and [p.name for p in loaded.contacts] == ["ball"]
@@ -195,6 +209,7 @@ def test_condim_rollouts_follow_mujoco(condim_run):
     spin, roll, box = v_ref[-1, 5], v_ref[-1, 10], v_ref[-1, 17]
     assert spin < 25.0 - 1.0 and box < 8.0 - 0.5  # torsional friction
     assert roll < v_ref[0, 10] - 0.1  # rolling friction (rolls without slipping: v = w r)
+    assert q_ref[:, -1].max() > np.deg2rad(5) and v_ref[-1, -1] < 0  # the limit, and back
 
 
 def test_elliptic_cone_is_mujocos_under_impratio():
