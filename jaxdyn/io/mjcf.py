@@ -78,7 +78,8 @@ every other pair of colliding geoms       a pair of :class:`jaxdyn.sim.Geoms` (`
 (MuJoCo's filters: contype/conaffinity,   static world geometry, body against body, shapes
 exclude, parent-child)                    against the plane the primitives do not have,
                                           heightfields (``hfield``, inline or PNG);
-                                          friction ``max``, condim 1 / 3, margin, solref,
+                                          friction ``max``, condim 1 / 3 (4 / 6:
+                                          ``Constraint(soft=True)``), margin, solref,
                                           ``priority`` (docs/scenes.md)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
@@ -115,8 +116,7 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
-                  heightfield: MuJoCo has none either), condim 4 / 6 on a pair's geom
-                  (torsional / rolling friction), explicit ``<contact><pair>``
+                  heightfield: MuJoCo has none either), explicit ``<contact><pair>``
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -143,6 +143,10 @@ takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom frict
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
+condim 4 / 6 (torsional / rolling friction, the geoms' ``friction[1:3]``,
+:attr:`jaxdyn.sim.Geoms.spin`) makes a geom a pair with the ground plane, not a primitive, and
+is honoured by ``Constraint(soft=True)`` only (:meth:`MJCFModel.sim_config` refuses it
+otherwise, ``ignore=("condim",)``: condim 3).
 Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
@@ -588,8 +592,9 @@ class MJCFModel(NamedTuple):
         noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
-        in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
-        both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
+        in the direct, negative form), ``"condim"`` (condim 4 / 6, torsional / rolling
+        friction; ignored: condim 3). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
+        all three are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
         MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
@@ -610,11 +615,11 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
+        known = ["cone", "condim", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"noslip", "solimp", "solref"}  # matter only where contact is on
+        contact_keys = {"condim", "noslip", "solimp", "solref"}  # matter only where contact is on
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
@@ -650,6 +655,12 @@ class MJCFModel(NamedTuple):
                 )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
+            if not soft and self.geoms is not None and self.geoms.spin is not None:
+                import dataclasses  # ignore=("condim",): condim 4 / 6 as 3
+
+                kw["geoms"] = dataclasses.replace(
+                    self.geoms, condim=tuple(min(c, 3) for c in self.geoms.condim), spin=None
+                )
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
         if isinstance(overrides.get("limits"), str):
@@ -2349,8 +2360,12 @@ def _contacts(
     direct = [g for g in range(m.ngeom) if np.any(solref[g] <= 0)]
     solref[direct] = _DEFAULT_SOLREF  # used only where sim_config(ignore=("solref",))
 
-    def plain(g):  # default contact parameters (gap: no force, nothing to honour)
-        return margin[g] == 0 and np.all(solref[g] == _DEFAULT_SOLREF)
+    def plain(g):  # default contact parameters (gap: no force, nothing to honour), condim 1 / 3
+        return (
+            margin[g] == 0
+            and np.all(solref[g] == _DEFAULT_SOLREF)
+            and int(m.geom_condim[g]) in (1, 3)
+        )
 
     collide = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
     static = [g for g in collide if place[int(m.geom_bodyid[g])][0] < 0]
@@ -2428,11 +2443,14 @@ def _contacts(
     for g in touching:  # the pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
-    if condim:
-        issues.add(
-            "geom",
-            f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
-            "(torsional / rolling friction; jaxdyn.sim has condim 1 and 3)",
+    if condim:  # torsional / rolling friction: geom pairs (not primitives), soft contact only
+        sim_issues.append(
+            (
+                "condim",
+                f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+                "(torsional / rolling friction): the hard Constraint() and Compliant contact "
+                "models have condim 1 and 3; Constraint(soft=True) takes it (ignored: condim 3)",
+            )
         )
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
     if soft:
@@ -2496,6 +2514,7 @@ def _contacts(
         solref=solref[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
         solmix=solmix[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
         priority=tuple(int(x) for x in prio) if len(set(prio)) > 1 else None,
+        spin=np.array([m.geom_friction[g][1:3] for g in used], float) if condim else None,
     )
     return tuple(prims), terrain, geoms
 

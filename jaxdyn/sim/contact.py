@@ -107,7 +107,11 @@ class ContactFrames(eqx.Module):
     ``mjc_PlaneCapsule``); a row shorter than 0.5, and ``None``, MuJoCo's default frame
     (zeros, as MuJoCo's ``tangent``, rather than NaN: a NaN row would poison gradients through
     the ``where`` that drops it; :func:`mujoco_tangents`, ``Constraint(cone="pyramidal")``
-    only)."""
+    only); ``spin (nc, 1)`` or ``(nc, 2)``: each contact's torsional and (second column)
+    rolling friction coefficients, MuJoCo's ``condim`` 4 and 6 (``mjContact.friction[2]``,
+    ``[3:5]``), ``0`` where a contact has no such rows (its condim is lower); the contacts then
+    have rows ``[n, t1, t2, n_w]`` or ``[n, t1, t2, n_w, t1_w, t2_w]``, the last ones on the
+    relative angular velocity (``None``: condim 1 / 3 only; ``Constraint(soft=True)`` only)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -120,6 +124,13 @@ class ContactFrames(eqx.Module):
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
     tangent: jnp.ndarray | None = None
+    spin: jnp.ndarray | None = None
+
+    @property
+    def width(self) -> int:
+        """The rows of each contact (static): 3 (``[n, t1, t2]``), 4 with torsional friction,
+        6 with rolling friction (:attr:`spin`)."""
+        return 3 if self.spin is None else (4 if self.spin.shape[-1] == 1 else 6)
 
     def split_velocity(self) -> tuple[Array, Array]:
         vn = jnp.sum(self.velocity * self.normal, -1)
@@ -169,6 +180,18 @@ def concat_frames(parts):
     si = _fill(parts, "solimp", np.array(_soft.DEFAULT_SOLIMP))
     iw = _fill(parts, "invweight", np.nan)  # NaN: the Delassus matrix's diagonal
     tg = _fill(parts, "tangent", np.zeros(3))  # zeros: MuJoCo's default frame
+    k = max((p.spin.shape[-1] for p in parts if p.spin is not None), default=0)
+    sp = None
+    if k:  # the parts' torsional / rolling friction, 0 (no such rows) where a part has none
+        sp = jnp.concatenate(
+            [
+                jnp.zeros(p.distance.shape + (k,), p.distance.dtype)
+                if p.spin is None
+                else jnp.pad(p.spin, ((0, 0), (0, k - p.spin.shape[-1])))
+                for p in parts
+            ],
+            0,
+        )
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -181,6 +204,7 @@ def concat_frames(parts):
         solimp=si,
         invweight=iw,
         tangent=tg,
+        spin=sp,
     )
 
 
@@ -500,6 +524,10 @@ class Constraint(eqx.Module):
       (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
       mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
       (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
+    - MuJoCo's ``condim`` 4 and 6 (soft only): contacts with torsional / rolling friction
+      (:attr:`ContactFrames.spin`, an MJCF file's geoms) get MuJoCo's torsional and rolling
+      rows on the relative angular velocity, on either cone (:func:`_soft_problem`,
+      :func:`_soft_pyramid`); the hard contact refuses them.
     """
 
     friction: float | None = None
@@ -595,6 +623,7 @@ def take_contacts(frames, idx):
         solimp=take(frames.solimp),
         invweight=take(frames.invweight),
         tangent=take(frames.tangent),
+        spin=take(frames.spin),
     )
 
 
@@ -632,19 +661,20 @@ def _safe_norm(x):
     return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
 
 
-def _desaxce(w, mu, coulomb, nc, width):
+def _desaxce(w, mu, coulomb, nc, width, pyramid=None):
     """The velocities ``w`` (flat: ``nc`` contact blocks of ``width`` rows, then scalar rows)
     the fixed-point map steps along: with ``coulomb``, De Saxce's modified velocity ``w + mu
     |w_t| e_n`` of each cone ``[n, t1, t2]`` (its complementarity with the cone is Coulomb's
     law), or on pyramid edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]``
-    (:func:`pyramid_edges`) De Saxce's term of the pyramid ``{|f_s1| + |f_s2| <= mu f_n}``,
-    ``mu max_k |w_sk| = max_k |w_k+ - w_k-| / 2``, added to every edge; the scalar rows
-    (frictionless) as they are."""
+    (:func:`pyramid_edges`: pairs of edges ``n +- mu_k s_k``) De Saxce's term of the pyramid
+    ``{sum_k |f_sk| / mu_k <= f_n}``, ``max_k mu_k |w_sk| = max_k |w_k+ - w_k-| / 2``, added to
+    every edge; the scalar rows (frictionless) as they are. ``pyramid`` (static): whether the
+    blocks are pyramid edges (``None``: ``width == 4``)."""
     if not coulomb:
         return w
     k = nc * width
     wc = w[:k].reshape(nc, width)
-    if width == 4:
+    if _is_pyramid(width, pyramid):
         pair = jnp.abs(wc[:, 0::2] - wc[:, 1::2])
         wc = wc + 0.5 * jnp.max(pair, -1, keepdims=True)
     else:
@@ -652,31 +682,38 @@ def _desaxce(w, mu, coulomb, nc, width):
     return jnp.concatenate([wc.reshape(-1), w[k:]])
 
 
-def _project_rows(x, mu, nc, width):
+def _is_pyramid(width, pyramid):
+    """Whether contact blocks of ``width`` rows are pyramid edges (``pyramid`` static; ``None``:
+    ``width == 4``, MuJoCo's condim-3 pyramid)."""
+    return width == 4 if pyramid is None else bool(pyramid)
+
+
+def _project_rows(x, mu, nc, width, pyramid=None):
     """The projection onto ``K`` of flat impulses: each contact block's cone
-    (:func:`project_cone`, or pyramid edges ``>= 0``), ``max(0, .)`` on the scalar rows."""
+    (:func:`project_cone` on rows ``[n, t...]``, any number of tangent rows, or pyramid edges
+    ``>= 0``), ``max(0, .)`` on the scalar rows."""
     k = nc * width
     xc = x[:k].reshape(nc, width)
-    pc = jnp.maximum(xc, 0.0) if width == 4 else project_cone(xc, mu)
+    pc = jnp.maximum(xc, 0.0) if _is_pyramid(width, pyramid) else project_cone(xc, mu)
     return jnp.concatenate([pc.reshape(-1), jnp.maximum(x[k:], 0.0)])
 
 
-def _flat_map(x, G, u, mu, rho, coulomb, nc, width):
+def _flat_map(x, G, u, mu, rho, coulomb, nc, width, pyramid=None):
     """The fixed-point map ``F(x) = P_K(x - rho w(x))``, ``w = G x + u`` (:func:`_desaxce`), on
     flat impulses ``x``: ``nc`` blocks of ``width`` rows (second-order cones ``[n, t1, t2]``
     or pyramid edges) followed by scalar one-sided rows (impulse ``>= 0``, no friction:
     joint-limit rows); ``rho`` per row (:func:`_row_steps`)."""
-    w = _desaxce(G @ x + u, mu, coulomb, nc, width)
-    return _project_rows(x - rho * w, mu, nc, width)
+    w = _desaxce(G @ x + u, mu, coulomb, nc, width, pyramid)
+    return _project_rows(x - rho * w, mu, nc, width, pyramid)
 
 
-def _residual_jacobian(lam, G, u, mu, rho, coulomb, nc, width):
+def _residual_jacobian(lam, G, u, mu, rho, coulomb, nc, width, pyramid=None):
     """``F(lam) - lam`` (:func:`_flat_map`, flat ``lam``) and its Jacobian in ``lam`` (forward
     mode: one matrix-vector product per row, the cone projection's and De Saxce's term's
     derivatives included)."""
 
     def res(x):
-        return _flat_map(x, G, u, mu, rho, coulomb, nc, width) - x
+        return _flat_map(x, G, u, mu, rho, coulomb, nc, width, pyramid) - x
 
     return res(lam), jax.jacfwd(res)(lam)
 
@@ -724,7 +761,7 @@ def _row_scaling(G, live, nc, width):
     return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
 
 
-def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
+def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
@@ -759,8 +796,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
 
     def apgd(carry, _):
         x, y, th = carry
-        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width)
-        xn = _project_rows(y - step * g, mu_c, nc, width)
+        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
+        xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
         yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
@@ -771,9 +808,9 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     lam = s * x if nl else x
 
     def newton_step(lam, _):
-        res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
+        res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
         trial = lam + linalg.lu_solve(Jr, -res)
-        res_t = _flat_map(trial, G, u, mu_c, rho, coulomb, nc, width) - trial
+        res_t = _flat_map(trial, G, u, mu_c, rho, coulomb, nc, width, pyramid) - trial
         ok = (jnp.sum(res_t * res_t) < jnp.sum(res * res)) & jnp.all(jnp.isfinite(trial))
         return jnp.where(ok, trial, lam), None
 
@@ -782,21 +819,21 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7, 8))
-def _solve(G, u, mu, live, iterations, newton, coulomb, width, nl):
-    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def _solve(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid):
+    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, width, nl, primals, tangents):
+def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, primals, tangents):
     G, u, mu, live = primals
     dG, du, dmu, _ = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl)
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)
     nc = mu_c.shape[0]
-    _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
+    _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     _, rhs = jax.jvp(
         lambda G_, u_, mu_: _flat_map(
-            lam, G_, u_, jnp.broadcast_to(mu_, mu_c.shape), rho, coulomb, nc, width
+            lam, G_, u_, jnp.broadcast_to(mu_, mu_c.shape), rho, coulomb, nc, width, pyramid
         ),
         (G, u, mu),
         (dG, du, dmu),
@@ -815,6 +852,7 @@ def solve_cone_complementarity(
     live: ArrayLike | None = None,
     cone: str = "elliptic",
     rows: int = 0,
+    width: int | None = None,
 ) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -840,16 +878,22 @@ def solve_cone_complementarity(
     ``rows`` (static): scalar one-sided rows after the contact blocks (frictionless, impulse
     ``>= 0``: MuJoCo's joint-limit rows), in ``G``, ``u`` and ``live`` (then ``(nc + rows,)``);
     returns ``(lam, lam_rows (rows,))``. Each costs one row of ``G``, not a block.
+
+    ``width`` (static): the rows of each contact block (``None``: 3, 4 for
+    ``cone="pyramidal"``): an elliptic block ``[n, t_1 ... t_k]`` with any number of tangent
+    rows (the cone ``|lam_t| <= mu lam_n``; MuJoCo's condim 4 / 6 after their scaling,
+    :func:`_soft_problem`), a pyramid's ``2 (condim - 1)`` edges.
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
                          f"got {cone!r}")  # fmt: skip
-    width = 4 if cone == "pyramidal" else 3
+    pyramid = cone == "pyramidal"
+    width = (4 if pyramid else 3) if width is None else int(width)
     nl = int(rows)
     nc = (u.shape[0] - nl) // width
     live = jnp.ones(nc + nl, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
     mu = jnp.asarray(mu, u.dtype)
-    lam = _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width, nl)
+    lam = _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width, nl, pyramid)
     lam_c = lam[: nc * width].reshape(nc, width)
     return (lam_c, lam[nc * width :]) if nl else lam_c
 
@@ -885,19 +929,34 @@ def point_jacobian(model, ws, frames, point, body=None, other=None):
     return jnp.swapaxes(J, 1, 2)
 
 
-def solve_residual(G, u, mu, lam, coulomb, rows=None):
+def rotation_jacobian(model, ws, frames, body=None, other=None):
+    """Angular-velocity Jacobians of the contacts, world axes: ``(nc, 3, nv)``: the angular
+    velocity of ``frames.body`` relative to ``frames.other`` (MuJoCo's ``jacdifr`` of
+    ``mj_contactJacobian``, the torsional / rolling rows of condim 4 / 6); ``body``, ``other``
+    as :func:`point_jacobian`'s."""
+    supp = np.asarray(model.topo.body_dof_support, np.int64)
+    ang = ws.S[None, :, :3]  # (1, nv, 3)
+    if body is not None:
+        w = _relative_support(jnp, jnp.asarray(supp, ang.dtype), body, other)
+    else:
+        w = jnp.asarray(_relative_support(np, supp, frames.body_index, frames.other_index))
+    return jnp.swapaxes(w.astype(ang.dtype)[..., None] * ang, 1, 2)
+
+
+def solve_residual(G, u, mu, lam, coulomb, rows=None, pyramid=None):
     """The relative fixed-point residual of impulses ``lam (nc, 3)`` (or pyramid edge impulses
     ``(nc, 4)``; with ``rows (k,)``, the impulses of the scalar one-sided rows after them,
     :func:`solve_cone_complementarity`'s ``rows``) of the cone problem ``(G, u, mu)``:
     ``max |F(lam) - lam|`` over ``max(|lam|, |F(lam)|)`` (a scalar, 0 at the solution; about 1
     when ``lam`` is far from it), with ``F`` the projected step of :func:`_flat_map` and
-    ``rho`` the solver's; no derivative (a diagnostic)."""
+    ``rho`` the solver's; no derivative (a diagnostic). ``pyramid``: whether ``lam``'s blocks
+    are pyramid edges (``None``: 4 wide)."""
     nc, width = lam.shape
     x = lam.reshape(-1) if rows is None else jnp.concatenate([lam.reshape(-1), rows])
     G, u, mu, x = (jax.lax.stop_gradient(y) for y in (G, u, mu, x))
     rho = _row_steps(G, nc, width)
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(x.dtype)
-    F = _flat_map(x, G, u, mu_c, rho, coulomb, nc, width)
+    F = _flat_map(x, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     scale = jnp.maximum(jnp.max(jnp.abs(x), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
     tiny = jnp.finfo(x.dtype).tiny
     return jnp.max(jnp.abs(F - x), initial=0.0) / jnp.maximum(scale, tiny)
@@ -908,10 +967,12 @@ def solve_contact_impulses(
 ):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
-    ``v_free_rows (nc, 3)``: contact velocities ``[n, t1, t2]`` of the contact-free step;
-    ``v_rows (nc, 3)``: those at the step's start (soft contact's reference acceleration).
-    Returns impulses ``(nc, 3)`` in the same rows; with ``residual=True``, ``(impulses,
-    residual)``: the solve's relative fixed-point residual (:func:`solve_residual`).
+    ``v_free_rows (nc, w)``: contact velocities ``[n, t1, t2]`` of the contact-free step
+    (``w = 3``; :attr:`ContactFrames.width` rows with condim 4 / 6: the angular rows
+    ``[n_w, t1_w, t2_w]`` after them); ``v_rows (nc, w)``: those at the step's start (soft
+    contact's reference acceleration). Returns impulses ``(nc, w)`` in the same rows; with
+    ``residual=True``, ``(impulses, residual)``: the solve's relative fixed-point residual
+    (:func:`solve_residual`).
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
@@ -923,17 +984,21 @@ def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, resid
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
     joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
-    ``(lam (nc, 3), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
-    t1, t2]`` (a pyramid's edge impulses ``f`` mapped through ``E^T f``), the scalar rows'
-    impulses (``None`` without) and the solve's relative residual (:func:`solve_residual`,
-    on the problem as solved; ``None`` with ``residual=False``)."""
-    cone = "elliptic" if E is None else "pyramidal"
+    ``(lam (nc, w), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
+    t1, t2]`` (``w = 3``; condim 4 / 6: ``[n, t1, t2, n_w(, t1_w, t2_w)]``; a pyramid's edge
+    impulses ``f``, or the scaled rows of condim 4 / 6, mapped through ``E^T f``), the scalar
+    rows' impulses (``None`` without) and the solve's relative residual
+    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``)."""
+    pyramid = E is not None and E.shape[1] > E.shape[2]  # edges (else a scaling of the rows)
+    cone = "pyramidal" if pyramid else "elliptic"
+    width = 3 if E is None else E.shape[1]
     out = solve_cone_complementarity(
-        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows
-    )
+        Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows,
+        width=width,
+    )  # fmt: skip
     lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
-    res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r) if residual else None
-    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # edges to [n, t1, t2]
+    res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r, pyramid=pyramid) if residual else None
+    lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # to the rows [n, t1, t2, ...]
     return lam, lam_r, res
 
 
@@ -943,10 +1008,14 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
     ``u`` the free velocities, in the rows ``[n, t1, t2]`` (``E = None``: second-order cones,
     ``(3nc, 3nc)``, ``(3nc,)``) or in those of MuJoCo's pyramid edges (``cone="pyramidal"``:
     ``E (nc, 4, 3)`` from :func:`pyramid_edges`, ``(4nc, 4nc)``, ``(4nc,)``; the impulses
-    ``f (nc, 4)`` act as ``E^T f``). Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are
-    appended to it by the caller."""
+    ``f (nc, 4)`` act as ``E^T f``). With condim 4 / 6 (:attr:`ContactFrames.width` ``w``
+    rows ``[n, t1, t2, n_w, ...]``, soft contact only) the pyramid has ``2 (w - 1)`` edges and
+    an elliptic problem is in scaled rows, ``E (nc, w, w)`` diagonal (:func:`_soft_problem`).
+    Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are appended to it by the caller."""
     if contact.soft:
         return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
+    if frames.spin is not None:
+        raise ValueError(CONDIM_HARD)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -960,6 +1029,29 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
     mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
     return Gr, u, mu, live_contacts(d), None
+
+
+#: the refusal of condim 4 / 6 by the contact models that do not take it
+CONDIM_HARD = (
+    "condim 4 / 6 (torsional / rolling friction): the hard Constraint() and Compliant contact "
+    "models have condim 1 and 3 only; Constraint(soft=True) takes it"
+)
+
+
+def friction_rows(contact: Constraint, frames: ContactFrames, dtype) -> Array:
+    """Each contact's friction coefficients per friction row ``(nc, width - 1)``: MuJoCo's
+    ``mjContact.friction`` ``(sliding, sliding[, torsional[, rolling, rolling]])``
+    (:attr:`ContactFrames.spin`; 0 on the rows a contact does not have), the sliding ones
+    :func:`_friction`'s (the contact model's where it gives one)."""
+    nc = frames.distance.shape[0]
+    mu = jnp.broadcast_to(_friction(contact, frames, dtype), (nc,))
+    cols = [mu, mu]
+    if frames.spin is not None:
+        sp = frames.spin.astype(dtype)
+        cols.append(sp[:, 0])
+        if sp.shape[1] > 1:
+            cols += [sp[:, 1], sp[:, 1]]
+    return jnp.stack(cols, -1)
 
 
 def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
@@ -985,9 +1077,17 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over the cones, i.e.
     ``min 1/2 lam^T (A + R) lam + lam^T u`` with ``u = J v_free - J v - h aref``
     (``J v_free = J v + h J a0``); contacts that do not touch (``distance >= 0``, MuJoCo has
-    no row for them) and empty slots carry none."""
+    no row for them) and empty slots carry none.
+
+    Elliptic cones (MuJoCo's ``mj_makeImpedance``): ``R_0 = (1 - d) / d diagApprox`` on the
+    normal, ``R_1 = R_0 / impratio`` on the sliding rows and ``R_j = R_1 mu_1^2 / mu_j^2`` on
+    the torsional and rolling rows of condim 4 / 6 (:func:`friction_rows`), the cone
+    MuJoCo's ``sum_j (f_j / mu_j)^2 <= f_n^2``. With condim 4 / 6 the rows ``j >= 3`` are
+    solved scaled, ``f_j = (mu_j / mu_1) y_j``: the cone is then ``|y_t| <= mu_1 f_n`` and
+    every friction row's ``R`` is ``R_1``; returned as the scaling ``E (nc, w, w)`` (diagonal:
+    ``lam = E^T y``)."""
     dtype = G.dtype
-    nc = frames.distance.shape[0]
+    nc, w = frames.distance.shape[0], frames.width
     h = jnp.asarray(dt, dtype)
     r = frames.distance
     active = r < 0
@@ -1004,7 +1104,7 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone
     u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))
-    diag_n = jnp.diagonal(G)[0::3]
+    diag_n = jnp.diagonal(G)[0::w]
     diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
     diag = jnp.where(jnp.isnan(diag), diag_n, diag)
     if contact.cone == "pyramidal":
@@ -1012,9 +1112,19 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     Rn = _soft.regulariser(imp, diag)
     ratio = jnp.asarray(contact.impratio, dtype)
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
-    R = jnp.stack([Rn, Rt, Rt], -1).reshape(-1)
-    mu = _friction(contact, frames, dtype) * jnp.sqrt(Rt / Rn)
-    return G + jnp.diag(R), u.reshape(-1), jnp.broadcast_to(mu, (nc,)), active, None
+    R = jnp.concatenate([Rn[:, None], jnp.repeat(Rt[:, None], w - 1, 1)], 1).reshape(-1)
+    fr = friction_rows(contact, frames, dtype)
+    mu = fr[:, 0]  # MuJoCo's cone: the friction itself (impratio is in R only)
+    if w == 3:
+        return G + jnp.diag(R), u.reshape(-1), mu, active, None
+    # condim 4 / 6: y_j = f_j mu_1 / mu_j (0 on the rows a contact lacks: they carry nothing)
+    pos = mu > 0
+    scale = jnp.where(pos[:, None], fr / jnp.where(pos, mu, 1.0)[:, None], 1.0)
+    S = jnp.concatenate([jnp.ones((nc, 1), dtype), scale], 1)  # (nc, w)
+    s = S.reshape(-1)
+    Gs = G * s[:, None] * s[None, :] + jnp.diag(R)
+    E = S[:, :, None] * jnp.eye(w, dtype=dtype)
+    return Gs, (S * u).reshape(-1), mu, active, E
 
 
 def mujoco_tangents(n, tangent=None):
@@ -1038,51 +1148,78 @@ def mujoco_tangents(n, tangent=None):
 
 
 def pyramid_edges(n, mu, tangent=None):
-    """MuJoCo's pyramidal cone of condim 3 (``mj_instantiateContact``): ``E (nc, 4, 3)``, the
-    edge rows ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]`` (``s1``, ``s2``:
-    :func:`mujoco_tangents` of ``n`` and the contacts' given ``tangent``, ``None``: MuJoCo's
-    default frame; a pyramid is not symmetric about its normal, its axes are MuJoCo's) in the
-    rows ``[n, t1, t2]`` of :func:`tangent_basis`: an edge's velocity is ``E w`` and its
-    impulse ``f >= 0`` acts as ``E^T f``; ``mu`` scalar or ``(nc,)``."""
+    """MuJoCo's pyramidal cone (``mj_instantiateContact``): ``E (nc, 2 (w - 1), w)``, the
+    edge rows ``n +- mu_k r_k`` of each friction row ``r_k`` in the rows ``[n, t1, t2, ...]``
+    of :func:`tangent_basis`: ``[n + mu s1, n - mu s1, n + mu s2, n - mu s2]`` for condim 3
+    (``s1``, ``s2``: :func:`mujoco_tangents` of ``n`` and the contacts' given ``tangent``,
+    ``None``: MuJoCo's default frame; a pyramid is not symmetric about its normal, its axes are
+    MuJoCo's), then ``n +- mu_3 n_w`` (torsional, condim 4) and ``n +- mu_4 s1_w``,
+    ``n +- mu_5 s2_w`` (rolling, condim 6; ``_w``: on the angular rows). An edge's velocity is
+    ``E w`` and its impulse ``f >= 0`` acts as ``E^T f``. ``mu``: scalar or ``(nc,)`` (condim
+    3), or ``(nc, w - 1)`` per friction row (:func:`friction_rows`); a torsional or rolling
+    row of friction 0 (a contact without it) gives two zero edges."""
     t1, t2 = tangent_basis(n)
     s1, s2 = mujoco_tangents(n, tangent)
-    mu = jnp.broadcast_to(mu, n.shape[:1])
-    dot = lambda a, c: mu * jnp.sum(a * c, -1)  # noqa: E731
-    one = jnp.ones_like(mu)
+    mu = jnp.asarray(mu, n.dtype)
+    if mu.ndim < 2:
+        mu = jnp.broadcast_to(mu, n.shape[:1])[:, None] * jnp.ones(2, n.dtype)
+    nc, k = mu.shape
+    w = k + 1
+    dot = lambda a, c: jnp.sum(a * c, -1)  # noqa: E731
+    one = jnp.ones(nc, n.dtype)
+    zero = jnp.zeros(nc, n.dtype)
+    axes = [jnp.stack([dot(t1, s), dot(t2, s)], -1) for s in (s1, s2)]  # (nc, 2) in (t1, t2)
     rows = []
-    for s in (s1, s2):
-        edge = jnp.stack([one, dot(t1, s), dot(t2, s)], -1)
-        rows += [edge, edge * jnp.asarray([1.0, -1.0, -1.0], n.dtype)]
+    for j in range(k):
+        d = jnp.zeros((nc, w), n.dtype)
+        if j in (0, 1):  # sliding: s1, s2 on the rows t1, t2
+            d = d.at[:, 1:3].set(axes[j])
+        elif j == 2:  # torsional: the normal's angular row
+            d = d.at[:, 3].set(one)
+        else:  # rolling: s1, s2 on the angular rows t1_w, t2_w
+            d = d.at[:, 4:6].set(axes[j - 3])
+        base = jnp.stack([one] + [zero] * (w - 1), -1)
+        edge_p = base + mu[:, j : j + 1] * d
+        edge_m = base - mu[:, j : j + 1] * d
+        if j >= 2:  # a contact without the row: no edges (MuJoCo has none)
+            has = (mu[:, j] > 0)[:, None]
+            edge_p, edge_m = jnp.where(has, edge_p, 0.0), jnp.where(has, edge_m, 0.0)
+        rows += [edge_p, edge_m]
     return jnp.stack(rows, 1)
 
 
 def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     """:func:`_soft_problem` on MuJoCo's pyramidal cones (``Constraint(cone="pyramidal")``;
     MuJoCo's ``mj_instantiateContact``, ``mj_diagApprox``, ``mj_makeImpedance``): per contact
-    four edge rows ``J_n +- mu J_sk`` (:func:`pyramid_edges`, on the contacts' given
-    tangents), each with the contact's
-    distance as its violation (``aref = -b J_edge v - k d(r) r`` on every edge),
-    ``diagApprox = (1 + mu^2) diagApprox_n`` and the common regulariser ``R = 2 mu_r^2
-    (1 - d) / d diagApprox``, ``mu_r = mu sqrt(1 / impratio)`` (the regularised cone's
-    ``mu``); impulses ``f >= 0`` per edge. A contact with ``mu = 0`` (condim 1) is MuJoCo's
-    frictionless row. Returns the edge rows' problem and ``E`` (the impulses ``f`` act on
-    the rows ``[n, t1, t2]`` as ``E^T f``)."""
+    two edge rows ``J_n +- mu_k J_k`` per friction row (:func:`pyramid_edges`, on the
+    contacts' given tangents; condim 4 / 6: the torsional and rolling rows too, with their own
+    ``mu_k``), each with the contact's distance as its violation (``aref = -b J_edge v -
+    k d(r) r`` on every edge), ``diagApprox = (1 + mu^2) diagApprox_n`` (the first edge's) and
+    the common regulariser ``R = 2 mu_r^2 (1 - d) / d diagApprox`` on every edge, ``mu_r = mu
+    sqrt(1 / impratio)`` (the regularised cone's ``mu``); impulses ``f >= 0`` per edge. A
+    contact with ``mu = 0`` (condim 1) is MuJoCo's frictionless row; the edges of the rows a
+    contact lacks (condim below the scene's) carry nothing. Returns the edge rows' problem and
+    ``E`` (the impulses ``f`` act on the rows ``[n, t1, t2, ...]`` as ``E^T f``)."""
     dtype = G.dtype
-    nc = frames.distance.shape[0]
+    nc, w = frames.distance.shape[0], frames.width
+    ne = 2 * (w - 1)
     r = frames.distance
     active = r < 0
-    mu = jnp.broadcast_to(_friction(contact, frames, dtype), (nc,))
-    E = pyramid_edges(frames.normal, mu, frames.tangent)  # (nc, 4, 3)
+    fr = friction_rows(contact, frames, dtype)
+    mu = fr[:, 0]
+    E = pyramid_edges(frames.normal, fr, frames.tangent)  # (nc, ne, w)
     edges = lambda x: jnp.einsum("cij,cj->ci", E, x)  # noqa: E731
     aref = -b[:, None] * edges(v_rows) - (k * imp * r)[:, None]
     u = edges(v_free_rows - v_rows) - h * aref
-    u = jnp.where(active[:, None], u, jnp.asarray(NO_CONTACT, dtype) / h)
-    G4 = G.reshape(nc, 3, nc, 3)
-    Ge = jnp.einsum("aij,ajbk,blk->aibl", E, G4, E).reshape(4 * nc, 4 * nc)
+    inert = jnp.concatenate([jnp.zeros((nc, 4), bool), (fr[:, 2:] <= 0).repeat(2, 1)], 1)
+    live = active[:, None] & ~inert
+    u = jnp.where(live, u, jnp.asarray(NO_CONTACT, dtype) / h)
+    Gw = G.reshape(nc, w, nc, w)
+    Ge = jnp.einsum("aij,ajbk,blk->aibl", E, Gw, E).reshape(ne * nc, ne * nc)
     R0 = _soft.regulariser(imp, diag + mu * mu * diag)  # MuJoCo's tran + fri^2 tran
     R1 = R0 / jnp.maximum(_soft.MINVAL, jnp.asarray(contact.impratio, dtype))
     mu_r = mu * jnp.sqrt(R1 / R0)
     # mu = 0 (condim 1): MuJoCo's one frictionless row with R0; four equal edges with 4 R0 each
     # share its impulse equally, the same problem (MuJoCo's condim-3 pyramid would have R = 0)
-    R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), 4)
+    R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), ne)
     return Ge + jnp.diag(R), u.reshape(-1), mu, active, E

@@ -224,6 +224,17 @@ class SimConfig(eqx.Module):
                 f"SimConfig: geoms must be a jaxdyn.sim.Geoms or None, got "
                 f"{type(self.geoms).__name__}"
             )
+        if (
+            self.geoms is not None
+            and self.contact is not None
+            and not getattr(self.contact, "soft", False)
+            and self.geoms.pair_condim().max(initial=0) > 3
+        ):
+            g = self.geoms
+            cd = g.pair_condim()
+            names = [f"{g.names[a]}-{g.names[b]}" for (a, b), c in zip(g.pairs, cd) if c > 3]
+            more = f" ... ({len(names)} in all)" if len(names) > 4 else ""
+            raise ValueError(f"SimConfig: geom pairs {', '.join(names[:4])}{more}: {C.CONDIM_HARD}")
         if self.springs is not None and not isinstance(self.springs, Springs):
             raise TypeError(f"SimConfig: springs must be None or Springs, got {self.springs!r}")
         if self.tendons is not None and not isinstance(self.tendons, FixedTendons):
@@ -531,13 +542,21 @@ def _constraint_velocity(
         iw = diag if frames.invweight is None else frames.invweight
         iw = jnp.where(jnp.isnan(iw), diag, iw)
         frames = eqx.tree_at(lambda f: f.invweight, frames, iw, is_leaf=lambda x: x is None)
-    Jc = jnp.einsum("cij,cjk->cik", basis, J).reshape(-1, model.nv)
+    Jc = jnp.einsum("cij,cjk->cik", basis, J)
     rows = jnp.einsum("cij,cj->ci", basis, frames.velocity)
-    v_rows = (Jc @ v).reshape(-1, 3) if cfg.contact.soft else None
+    w = frames.width
+    if w > 3:  # condim 4 / 6: torsional (n) and rolling (t1, t2) rows of the angular velocity
+        Jw = jnp.einsum(
+            "cij,cjk->cik", basis[:, : w - 3], C.rotation_jacobian(model, ws, frames, body, other)
+        )
+        Jc = jnp.concatenate([Jc, Jw], 1)
+        rows = jnp.concatenate([rows, Jw @ v_free], 1)
+    Jc = Jc.reshape(-1, model.nv)
+    v_rows = (Jc @ v).reshape(-1, w) if cfg.contact.soft else None
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
-        rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, 3)
+        rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
     if lim is None:
-        MinvJT = solve(Jc.T)  # (nv, 3 nc)
+        MinvJT = solve(Jc.T)  # (nv, w nc)
         G = Jc @ (MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T))
         G = 0.5 * (G + G.T)
         out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
@@ -561,7 +580,8 @@ def _constraint_velocity(
             v_free_m=v_free_m,
             tendons=(cfg.tendons, cfg.spatial_tendons),
         )
-    f = jnp.einsum("cij,ci->cj", basis, lam) / h
+    assert lam is not None  # with a contact model L.solve returns its impulses
+    f = jnp.einsum("cij,ci->cj", basis, lam[:, :3]) / h  # forces (torsional / rolling dropped)
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
     return v_free + dv, f, _info(res, dropped)
@@ -1012,7 +1032,8 @@ step = functools.wraps(step)(
 def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> Array:
     """Contact forces ``(nc, 3)`` (world axes, one row per contact sphere of ``cfg.contacts``)
     acting during the first integrator step from ``state`` under ``ctrl``: the compliant
-    model's forces at ``state``, or the constraint model's impulses divided by the step."""
+    model's forces at ``state``, or the constraint model's impulses divided by the step (the
+    forces only: the torques of condim 4 / 6's torsional and rolling rows are not in them)."""
     if cfg.contact is None:
         raise ValueError("contact_forces: cfg.contact is None (no contact model)")
     q, v, ctrl, dtype, act = _check_state("contact_forces", model, state, ctrl, cfg)

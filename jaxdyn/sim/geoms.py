@@ -135,6 +135,12 @@ class Geoms(eqx.Module):
     whose geoms' priorities differ takes its friction, condim and solref from the geom of
     higher priority instead of combining them (``mj_contactParam``: no ``max``, no
     ``solmix``); equal priorities combine as above.
+
+    ``spin (ng, 2)`` (array leaf, ``None``: none): each geom's torsional and rolling friction
+    (MuJoCo's ``geom_friction[1:3]``), needed where a geom's ``condim`` is 4 (torsional) or 6
+    (rolling); mixed per pair as the sliding friction (priority, else the larger) and clamped
+    to MuJoCo's ``mjMINMU``, on the pairs whose condim has the rows
+    (:attr:`ContactFrames.spin`; ``Constraint(soft=True)`` only).
     """
 
     # numpy when built (loaders), jax arrays where traced (pytree leaves)
@@ -155,9 +161,18 @@ class Geoms(eqx.Module):
     priority: tuple | None = eqx.field(static=True, default=None)
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
+    spin: jnp.ndarray | np.ndarray | None = None
 
     def __check_init__(self):
         ng = len(self.names)
+        bad = sorted({c for c in self.condim} - {1, 3, 4, 6})
+        if bad:
+            raise ValueError(f"Geoms: condim must be 1, 3, 4 or 6 (MuJoCo's), got {bad}")
+        if self.spin is None and any(c > 3 for c in self.condim):
+            raise ValueError(
+                "Geoms: condim 4 / 6 (torsional / rolling friction) needs spin, the geoms' "
+                "(torsional, rolling) friction (ng, 2)"
+            )
         if self.priority is not None and len(self.priority) != ng:
             raise ValueError(f"Geoms: priority has {len(self.priority)} entries, not {ng}")
         for name, n in (("body", ng), ("type", ng), ("condim", ng)):
@@ -168,6 +183,7 @@ class Geoms(eqx.Module):
             ("solref", (ng, 2)),
             ("solimp", (ng, 5)),
             ("invweight", (ng,)),
+            ("spin", (ng, 2)),
         ):
             x = getattr(self, name)
             if x is not None and np.shape(x) != shape:
@@ -193,6 +209,15 @@ class Geoms(eqx.Module):
     @property
     def n(self) -> int:
         return len(self.names)
+
+    def pair_condim(self) -> np.ndarray:
+        """Each pair's condim (static, ``mj_contactParam``: :func:`pair_choice`)."""
+        if not self.pairs:
+            return np.zeros(0, np.int64)
+        i1, i2 = (np.asarray(x) for x in zip(*self.pairs, strict=True))
+        pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
+        cd = np.asarray(self.condim)
+        return pair_choice(np, pr[i1], pr[i2], cd[i1], cd[i2])
 
     def groups(self) -> list[tuple[tuple[str, str], np.ndarray, np.ndarray]]:
         """The pairs grouped by type: ``[((t1, t2), g1 (k,), g2 (k,)), ...]`` (static)."""
@@ -228,6 +253,8 @@ class Geoms(eqx.Module):
 
         R, p = self.world_poses(ws, origin)
         dtype = p.dtype
+        top = int(self.pair_condim().max(initial=0))
+        nspin = {4: 1, 6: 2}.get(top, 0)  # the contacts' torsional / rolling columns
         size = self.size.astype(dtype)
         rb = self.rbound.astype(dtype)
         fr = self.friction.astype(dtype)
@@ -290,6 +317,8 @@ class Geoms(eqx.Module):
             mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
             cond = pair_choice(np, p1, p2, cd1, cd2)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
+            if nspin:  # condim 4 / 6: MuJoCo's mjMINMU on the sliding friction too
+                mu = jnp.where(jnp.asarray(cond >= 4), jnp.maximum(mu, 1e-5), mu)
             sr = si = iw = None
             if self.solref is not None or self.solimp is not None:
                 w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
@@ -309,6 +338,13 @@ class Geoms(eqx.Module):
             if self.invweight is not None:
                 iwg = jnp.asarray(self.invweight, dtype)
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
+            spin = None
+            if nspin:  # torsional / rolling friction (mj_contactParam, mjMINMU) where condim has it
+                sg = jnp.asarray(self.spin, dtype)
+                mix = pair_choice(jnp, p1[:, None], p2[:, None], sg[i1], sg[i2])
+                has = jnp.asarray(np.stack([cond >= 4, cond >= 6], -1))
+                spin = jnp.where(has, jnp.maximum(mix, 1e-5), 0.0)[:, :nspin]  # mjMINMU
+                spin = jnp.repeat(spin, k, axis=0)
             # MuJoCo's mjc_PlaneCapsule: the capsule's axis is the contacts' first tangent
             # (ContactFrames.tangent; zeros: MuJoCo's default frame)
             plane_capsule = (t1, t2) in (("plane", "capsule"), ("capsule", "plane"))
@@ -330,6 +366,7 @@ class Geoms(eqx.Module):
                     iw,
                     tg,
                     plane_capsule,
+                    spin,
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])
@@ -362,6 +399,7 @@ class Geoms(eqx.Module):
             solimp=solimp,
             invweight=invweight,
             tangent=tangent,
+            spin=jnp.concatenate([x[11] for x in parts]) if nspin else None,
         )
 
 

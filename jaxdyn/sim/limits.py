@@ -357,8 +357,9 @@ def solve(
 
     ``solve_minv(X (nv, k))``: ``M_eff^-1 X`` (the step's ABA sweeps); ``v``, ``v_free``: the
     velocities at the step's start and after the constraint-free step; with ``contact``:
-    ``Jc (3nc, nv)`` the contact rows ``[n, t1, t2]``, ``frames`` their
-    :class:`~jaxdyn.sim.contact.ContactFrames`, ``rows (nc, 3)`` ``Jc v_free`` and ``v_rows``
+    ``Jc (w nc, nv)`` the contact rows ``[n, t1, t2]`` (``w = 3``; condim 4 / 6: the angular
+    rows after them, :attr:`~jaxdyn.sim.contact.ContactFrames.width`), ``frames`` their
+    :class:`~jaxdyn.sim.contact.ContactFrames`, ``rows (nc, w)`` ``Jc v_free`` and ``v_rows``
     ``Jc v`` (soft contact) as :func:`jaxdyn.sim.contact.contact_problem` takes them. One
     problem: ``G = J M_eff^-1 J^T`` of all rows, the contact model's regulariser on the
     contact block, the limits' on theirs.
@@ -403,9 +404,9 @@ def solve(
         )
         # each limit row a scalar row after the contact blocks (impulse >= 0, no friction)
         Gcl = G[:nrow, nrow:]
-        if E is not None:  # into the pyramid's edge rows
-            nc = nrow // 3
-            Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, 3, n)).reshape(4 * nc, n)
+        if E is not None:  # into the pyramid's edge rows (or condim 4 / 6's scaled rows)
+            nc, ne, w = E.shape
+            Gcl = jnp.einsum("cij,cjm->cim", E, Gcl.reshape(nc, w, n)).reshape(ne * nc, n)
         Gll = G[nrow:, nrow:] + jnp.diag(R_l)
         Gr = jnp.block([[Gr_c, Gcl], [Gcl.T, Gll]])
         u = jnp.concatenate([u_c, u_l])

@@ -366,7 +366,13 @@ def _friction_condim(owner, friction, condim):
     if f < 0:
         raise ValueError(f"{owner}: friction must be >= 0, got {float(f)}")
     if condim not in (1, 3):
-        raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}")
+        more = (
+            " (torsional / rolling friction: Constraint(soft=True) takes condim 4 / 6 on "
+            "jaxdyn.sim.Geoms with spin, e.g. an MJCF file's geoms, not on scene objects)"
+            if condim in (4, 6)
+            else ""
+        )
+        raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}{more}")
 
 
 def FreeBox(name: str, size: npt.ArrayLike, **kw: Any) -> FreeObject:
@@ -506,6 +512,7 @@ class _G:
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
         self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
         self.priority = 0
+        self.spin = None  # torsional / rolling friction (an MJCF robot's condim 4 / 6 geoms)
 
 
 class Scene:
@@ -636,7 +643,7 @@ class Scene:
                         float(grb[k]),
                     )
                 )
-                for f in ("margin", "solref", "solmix"):  # an MJCF robot's contact parameters
+                for f in ("margin", "solref", "solmix", "spin"):  # an MJCF robot's parameters
                     if getattr(g, f) is not None:
                         setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
                 if g.priority is not None:
@@ -1155,6 +1162,8 @@ def _table(gs, pairs):
         extra["solmix"] = np.array([gs[k].solmix for k in used], float)
     if len({gs[k].priority for k in used}) > 1:
         extra["priority"] = tuple(gs[k].priority for k in used)
+    if any(gs[k].spin is not None for k in used):  # condim 4 / 6 (Constraint(soft=True))
+        extra["spin"] = np.array([(0.0, 0.0) if gs[k].spin is None else gs[k].spin for k in used])
     return Geoms(
         **extra,
         size=np.array([gs[k].size for k in used], float),
