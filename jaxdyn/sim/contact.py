@@ -107,7 +107,9 @@ class ContactFrames(eqx.Module):
     ``mjc_PlaneCapsule``); a row shorter than 0.5, and ``None``, MuJoCo's default frame
     (zeros, as MuJoCo's ``tangent``, rather than NaN: a NaN row would poison gradients through
     the ``where`` that drops it; :func:`mujoco_tangents`, ``Constraint(cone="pyramidal")``
-    only)."""
+    only); ``solreffriction (nc, 2)``: each contact's MuJoCo ``solreffriction`` (an MJCF
+    ``<contact><pair>``'s; ``(0, 0)``, and ``None``, the contact's ``solref``;
+    ``Constraint(soft=True)`` with elliptic cones only, where the contact model gives none)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -120,6 +122,7 @@ class ContactFrames(eqx.Module):
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
     tangent: jnp.ndarray | None = None
+    solreffriction: jnp.ndarray | None = None
 
     def split_velocity(self) -> tuple[Array, Array]:
         vn = jnp.sum(self.velocity * self.normal, -1)
@@ -169,6 +172,7 @@ def concat_frames(parts):
     si = _fill(parts, "solimp", np.array(_soft.DEFAULT_SOLIMP))
     iw = _fill(parts, "invweight", np.nan)  # NaN: the Delassus matrix's diagonal
     tg = _fill(parts, "tangent", np.zeros(3))  # zeros: MuJoCo's default frame
+    srf = _fill(parts, "solreffriction", np.zeros(2))  # (0, 0): the contact's solref
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -181,6 +185,7 @@ def concat_frames(parts):
         solimp=si,
         invweight=iw,
         tangent=tg,
+        solreffriction=srf,
     )
 
 
@@ -488,8 +493,9 @@ class Constraint(eqx.Module):
       tangents' ``aref = -b J_t v``) from it instead of from ``solref`` (MuJoCo's
       ``mj_makeImpedance``; ``refsafe`` applies to it alike); ``None`` (default) or ``(0, 0)``
       (MuJoCo's default): the contact's ``solref``. MuJoCo reads it on elliptic cones only, and
-      so does this (unused with ``cone="pyramidal"``). An MJCF file gives it on ``<contact>
-      <pair>`` only, which :func:`jaxdyn.io.load_mjcf` refuses.
+      so does this (unused with ``cone="pyramidal"``). Given, it applies to every contact;
+      ``None`` takes each contact's (:attr:`ContactFrames.solreffriction`: an MJCF file gives
+      it on ``<contact><pair>`` only, :func:`jaxdyn.io.load_mjcf`).
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
@@ -595,6 +601,7 @@ def take_contacts(frames, idx):
         solimp=take(frames.solimp),
         invweight=take(frames.invweight),
         tangent=take(frames.tangent),
+        solreffriction=take(frames.solreffriction),
     )
 
 
@@ -996,10 +1003,14 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
     b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
-    if contact.solreffriction is not None:
-        srf = jnp.broadcast_to(jnp.asarray(contact.solreffriction, dtype), (nc, 2))
-        _, b_f = _soft.gains(srf, solimp[:, 1], h, contact.refsafe)
-        b_t = jnp.where((srf[:, 0] != 0) | (srf[:, 1] != 0), b_f, b)
+    given = contact.solreffriction  # the contact model's, else the contacts' (<pair>)
+    given = frames.solreffriction if given is None else given
+    if given is not None:
+        srf = jnp.broadcast_to(jnp.asarray(given, dtype), (nc, 2))
+        on = (srf[:, 0] != 0) | (srf[:, 1] != 0)
+        # (0, 0) rows take solref's gains: no division by a zero timeconst in either branch
+        _, b_f = _soft.gains(jnp.where(on[:, None], srf, solref), solimp[:, 1], h, contact.refsafe)
+        b_t = jnp.where(on, b_f, b)
     aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone

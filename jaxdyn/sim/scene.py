@@ -460,6 +460,15 @@ class Robot:
             )
             object.__setattr__(self, "geoms", geoms)
         if geoms is not None:
+            if geoms.explicit is not None:  # their own parameters: not carried by a Scene
+                named = ", ".join(
+                    "-".join(geoms.names[g] for g in geoms.pairs[k]) for k in geoms.explicit
+                )
+                raise ValueError(
+                    f"{owner}: geoms with explicit contact pairs ({named}: MJCF <contact>"
+                    "<pair>), whose own contact parameters a Scene does not carry; simulate "
+                    "the file with load_mjcf(...).sim_config"
+                )
             bad = [f"{n!r} ({t})" for n, t in zip(geoms.names, geoms.type) if t not in SHAPES]
             if bad:
                 raise ValueError(
