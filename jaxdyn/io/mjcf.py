@@ -80,6 +80,10 @@ exclude, parent-child)                    against the plane the primitives do no
                                           heightfields (``hfield``, inline or PNG);
                                           friction ``max``, condim 1 / 3, margin, solref,
                                           ``priority`` (docs/scenes.md)
+explicit ``<contact><pair>``              a pair of ``geoms`` whatever the filters say,
+                                          replacing the dynamic pair of its two geoms, with
+                                          its own condim 1 / 3, friction, margin, solref,
+                                          solimp, solreffriction (below)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
@@ -115,8 +119,10 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
-                  heightfield: MuJoCo has none either), condim 4 / 6 on a pair's geom
-                  (torsional / rolling friction), explicit ``<contact><pair>``
+                  heightfield: MuJoCo has none either), condim 4 / 6 on a pair's geom or
+                  on an explicit ``<contact><pair>`` (torsional / rolling friction), a
+                  ``<pair>``'s two sliding coefficients when they differ (anisotropic
+                  friction; ignored: the first)
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -138,8 +144,19 @@ older MuJoCo installed the contacts act below ``margin - gap``, as its did); ``s
 MuJoCo's default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both.
-``solreffriction`` exists only on ``<contact><pair>`` (refused, above; the contact model
-takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom friction and
+Explicit pairs (``<contact><pair>``, MuJoCo's ``mj_collision``: always collided, whatever
+``contype`` / ``conaffinity``, ``<exclude>`` or the parent-child filter say; a pair replaces
+the dynamic pair of its two geoms, no contact twice) take their compiled ``pair_*`` values
+instead of the geoms' mixed ones (:attr:`jaxdyn.sim.Geoms.explicit`): ``condim``, the sliding
+``friction``, ``margin`` (the pair's own), ``solref``, and, under the same rules as the
+geoms', ``solimp`` and a direct ``solref`` (``Constraint(soft=True)`` only, else refused by
+:meth:`MJCFModel.sim_config`) and ``solreffriction``, which exists on ``<pair>`` only (the
+reference of the elliptic cones' friction rows: ``Constraint(soft=True)``, per contact; the
+other contact models refuse it, ``ignore=("solreffriction",)``; a contact model given its own,
+``Constraint(soft=True, solreffriction=...)``, applies it to every contact). A pair whose two
+geoms move with one jaxdyn body (or are both static) is dropped: its contact moves nothing.
+:class:`jaxdyn.sim.Robot` refuses geoms with explicit pairs (a ``Scene`` would drop their
+parameters). Per-geom friction and
 condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
 geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
@@ -592,10 +609,13 @@ class MJCFModel(NamedTuple):
         noslip_iterations>`` above 0: MuJoCo's no-slip post-solve of the friction forces),
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
-        in the direct, negative form). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
-        both are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
-        MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
-        ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
+        in the direct, negative form), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
+        MuJoCo's reference of the elliptic cones' friction rows). With
+        ``Constraint(soft=True)`` (MuJoCo's soft contact) the three are honoured instead:
+        the geoms' ``solref`` (either form), ``solimp`` and MuJoCo's ``body_invweight0`` go to
+        every contact, mixed per pair as MuJoCo's ``mj_contactParam`` (:class:`jaxdyn.sim.
+        Geoms`, :class:`jaxdyn.sim.ContactSet`; an explicit pair's own ``solref``, ``solimp``
+        and ``solreffriction`` to its contacts), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
         ``cone`` is ``None``) to the contact model. A capsule on a plane under pyramidal
         cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and ``"gap"`` are

@@ -8,13 +8,14 @@ parameters (``margin``, ``solref``; array leaves: differentiable, batchable for 
 randomisation), and the pairs of geoms that may touch.
 
 Broad phase: the pairs are fixed when the table is built, from the model file's filters
-(:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``,
-geoms of one body or of a parent and its child never collide unless the parent is the world),
-so the step's program has a fixed shape under ``jax.jit`` and ``jax.vmap``; at run time a pair
-whose bounding spheres (MuJoCo's ``geom_rbound``) are apart is masked. Narrow phase: the pair
-functions of :mod:`jaxdyn.sim.collision` (MuJoCo's conventions: a fixed number of slots per
-pair type, ``dist < 0`` a penetration, the normal from geom 1 to geom 2, unused slots far
-apart).
+(:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``, geoms
+of one body or of a parent and its child never collide unless the parent is the world; its
+explicit ``<contact><pair>`` are pairs whatever the filters say, with their own contact
+parameters, :attr:`Geoms.explicit`), so the step's program has a fixed shape under ``jax.jit``
+and ``jax.vmap``; at run time a pair whose bounding spheres (MuJoCo's ``geom_rbound``) are
+apart is masked. Narrow phase: the pair functions of :mod:`jaxdyn.sim.collision` (MuJoCo's
+conventions: a fixed number of slots per pair type, ``dist < 0`` a penetration, the normal from
+geom 1 to geom 2, unused slots far apart).
 
 Each slot becomes a contact between two bodies (:class:`~jaxdyn.sim.contact.ContactFrames`):
 the force ``+f`` on the body of geom 2 and ``-f`` on geom 1's (the world's share dropped), at
