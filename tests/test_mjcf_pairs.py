@@ -197,3 +197,54 @@ def test_scene_refuses_explicit_pairs(loaded):
         match=r"explicit contact pairs \(floor-box, floor-rod, ball-box: MJCF <contact><pair>",
     ):
         sim.Robot(loaded.model, geoms=loaded.geoms)
+
+
+def test_pair_with_a_heightfield():
+    """An explicit pair of a heightfield and a ball that collides with nothing else
+    (``contype="0"``), with its own margin and friction: each of jaxdyn's acting slots is one
+    of MuJoCo's contacts (``dist - includemargin`` to 1e-12), with the pair's friction."""
+    from test_scene import HF_MJCF, _frames_fn
+
+    xml = HF_MJCF.replace(
+        '<geom name="ball" size="0.05" mass="1"/>',
+        '<geom name="ball" size="0.05" mass="1" contype="0" conaffinity="0"/>',
+    ).replace(
+        "</worldbody>",
+        '</worldbody><contact><pair geom1="hf" geom2="ball" margin="0.01" friction="0.6 0.6"/>'
+        "</contact>",
+    )
+    loaded = jaxdyn.load_mjcf(xml)
+    assert loaded.geoms.explicit is not None and loaded.pair_ids == (0,)
+    m = loaded.mj_model
+    d = mujoco.MjData(m)
+    q = np.array(loaded.q0)
+    q[2] = 0.12
+    d.qpos[:] = q
+    mujoco.mj_forward(m, d)
+    fr = _frames_fn(loaded)(jnp.asarray(q))
+    ball = [c for c in d.contact[: d.ncon] if 1 in (int(m.geom_bodyid[g]) for g in c.geom)]
+    want = np.array([c.dist - c.includemargin for c in ball])
+    assert all(abs(c.includemargin - 0.01) < 1e-15 for c in ball)
+    act = [i for i in range(len(fr.body)) if fr.body[i] == 0 and float(fr.distance[i]) < 0]
+    assert len(act) >= 3
+    for i in act:
+        assert np.abs(want - float(fr.distance[i])).min() < 1e-12
+    np.testing.assert_array_equal(np.asarray(fr.friction)[act], 0.6)
+
+
+def test_geoms_explicit_fields_checked(loaded):
+    """``sim.Geoms``' explicit-pair fields are checked with errors naming them."""
+    import dataclasses
+
+    g = loaded.geoms
+    bad = (
+        (dict(pair_condim=(3, 3)), "pair_condim must be 3 values"),
+        (dict(pair_condim=(3, 4, 1)), "pair_condim must be 3 values of 1 or 3"),
+        (dict(pair_margin=np.zeros(2)), r"pair_margin has shape \(2,\)"),
+        (dict(pair_friction=None), "need pair_friction and pair_condim"),
+        (dict(explicit=(0, 0, 1)), "must be distinct indices"),
+        (dict(explicit=None), "given without explicit"),
+    )
+    for change, match in bad:
+        with pytest.raises(ValueError, match=match):
+            dataclasses.replace(g, **change)

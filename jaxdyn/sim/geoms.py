@@ -295,19 +295,19 @@ class Geoms(eqx.Module):
             mg = margin[i1] + margin[i2]  # MuJoCo: the sum of the two
             rows = np.asarray([row_of.get(int(k), -1) for k in ks], np.int64)
             isx = rows >= 0  # static: the group's explicit pairs
-            sel, isxj = np.maximum(rows, 0), jnp.asarray(isx)
+            erow, isxj = np.maximum(rows, 0), jnp.asarray(isx)
 
-            def explicit(field, mixed, sel=sel, isxj=isxj, isx=isx):
+            def explicit(field, mixed, erow=erow, isxj=isxj, isx=isx):
                 """``mixed`` with the explicit pairs' ``field`` where they give it."""
                 x = getattr(self, field)
                 if x is None or not isx.any():
                     return mixed
-                x = jnp.asarray(x, dtype)[sel]
+                x = jnp.asarray(x, dtype)[erow]
                 return jnp.where(isxj.reshape(isxj.shape + (1,) * (x.ndim - 1)), x, mixed)
 
             if isx.any():  # the pair's margin replaces the sum (MuJoCo: pair_margin)
                 pm = zero if self.pair_margin is None else self.pair_margin
-                mg = jnp.where(isxj, jnp.asarray(pm, dtype)[sel], mg)
+                mg = jnp.where(isxj, jnp.asarray(pm, dtype)[erow], mg)
             if t1 == "hfield" and t2 != "mesh":
                 cs = []
                 for a in dict.fromkeys(i1.tolist()):
@@ -359,7 +359,7 @@ class Geoms(eqx.Module):
             cond = pair_choice(np, p1, p2, cd1, cd2)
             if isx.any():  # an explicit pair's friction and condim replace the mixed ones
                 mu = explicit("pair_friction", mu)
-                cond = np.where(isx, np.asarray(self.pair_condim or (), np.int64)[sel], cond)
+                cond = np.where(isx, np.asarray(self.pair_condim or (), np.int64)[erow], cond)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             sr = si = iw = srf = None
             if self.solref is not None or self.solimp is not None:
