@@ -189,14 +189,52 @@ def test_pair_friction_jaxdyn_lacks_refused_by_name():
     assert 0.8 in np.asarray(loaded.geoms.pair_friction)
 
 
-def test_scene_refuses_explicit_pairs(loaded):
-    """A :class:`jaxdyn.sim.Robot` of geoms with explicit pairs is refused naming them (a
-    ``Scene`` rebuilds the pairs and would drop their parameters)."""
-    with pytest.raises(
-        ValueError,
-        match=r"explicit contact pairs \(floor-box, floor-rod, ball-box: MJCF <contact><pair>",
-    ):
-        sim.Robot(loaded.model, geoms=loaded.geoms)
+ARM_MJCF = """<mujoco><worldbody>
+<body name="base" pos="0 0 0.5"><freejoint/><geom name="base" type="box" size="0.1 0.1 0.05"/>
+  <body name="arm" pos="0 0 -0.1"><joint name="j" type="hinge" axis="0 1 0"/>
+    <geom name="arm" type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/></body></body>
+</worldbody><contact>
+  <pair geom1="base" geom2="arm" margin="0.02" friction="0.4 0.4" solref="0.05 1"/>
+</contact></mujoco>"""
+
+
+def test_scene_keeps_explicit_pairs():
+    """A :class:`jaxdyn.sim.Robot` of MJCF geoms with an explicit pair (here a parent and its
+    child, which MuJoCo's filter drops) keeps it in a ``Scene``, with its own parameters: the
+    scene's contacts of the pair are the loaded file's (distance with the pair's margin,
+    friction, solref)."""
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.sim.core import _world
+
+    loaded = jaxdyn.load_mjcf(ARM_MJCF)
+    assert loaded.geoms.explicit == (0,)
+    q = np.array(loaded.q0)
+    q[7] = -0.3  # the arm swung up into the base
+    with pytest.warns(UserWarning, match="interpenetrate"):
+        scene = sim.Scene(sim.Robot(loaded.model, geoms=loaded.geoms, name="r", q=q))
+    g = scene.geoms
+    assert g.explicit is not None and len(g.explicit) == 1
+    assert {g.names[x] for x in g.pairs[g.explicit[0]]} == {"r/base", "r/arm"}
+    np.testing.assert_array_equal(g.pair_friction, [0.4])
+    np.testing.assert_array_equal(g.pair_margin, [0.02])
+
+    def frames(model, geoms, q):
+        def f(q):
+            ws, origin = _world(model, q)
+            vb, _ = kin.body_velocities(model, ws, jnp.zeros(model.nv))
+            return geoms.frames(ws, origin, vb)
+
+        fr = jax.jit(f)(jnp.asarray(q))
+        act = np.asarray(fr.distance) < 0
+        return [np.asarray(x)[act] for x in (fr.distance, fr.friction, fr.solref)]
+
+    mine = frames(scene.model, g, scene.q0)
+    want = frames(loaded.model, loaded.geoms, q)
+    assert len(want[0]) >= 1
+    for a, b in zip(mine, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    np.testing.assert_allclose(want[1], 0.4)
+    np.testing.assert_allclose(want[2], [[0.05, 1.0]] * len(want[2]))
 
 
 def test_pair_with_a_heightfield():

@@ -155,10 +155,9 @@ reference of the elliptic cones' friction rows: ``Constraint(soft=True)``, per c
 other contact models refuse it, ``ignore=("solreffriction",)``; a contact model given its own,
 ``Constraint(soft=True, solreffriction=...)``, applies it to every contact). A pair whose two
 geoms move with one jaxdyn body (or are both static) is dropped: its contact moves nothing.
-:class:`jaxdyn.sim.Robot` refuses geoms with explicit pairs (a ``Scene`` would drop their
-parameters). Per-geom friction and
-condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
-geom pairs and for the primitives against the ground plane
+A :class:`jaxdyn.sim.Scene` keeps a robot's explicit pairs with their parameters. Per-geom
+friction and condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the
+larger), for the geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
 Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
