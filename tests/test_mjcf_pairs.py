@@ -316,3 +316,22 @@ def test_mjx_humanoid_with_its_foot_pairs_is_mujocos():
     ref, ncon = mujoco_rollout(m, steps, fields=("qpos", lambda d: d.ncon))
     assert ncon.min() >= 6 and ref[0, 2] - ref[-1, 2] > 0.1  # it fell onto its feet
     np.testing.assert_allclose(mine, ref, atol=1e-10)
+
+
+def test_explicit_defaults_are_mujocos(loaded):
+    """``pair_margin`` / ``pair_solref`` / ``pair_solreffriction`` ``None``: MuJoCo's defaults
+    (margin 0: the box's distances move by its pair margin, 3 mm; solref ``(0.02, 1)``;
+    solreffriction ``(0, 0)``, none reported); friction and condim stay the pair's."""
+    import dataclasses
+
+    g = loaded.geoms
+    bare = dataclasses.replace(g, pair_margin=None, pair_solref=None, pair_solreffriction=None)
+    cfg = loaded.sim_config(sim.Compliant(), ignore=("solimp", "solref", "solreffriction"))
+    q = jnp.asarray(loaded.q0)
+    fr = _frames(loaded, cfg)(q)
+    fb = _frames(loaded, dataclasses.replace(cfg, geoms=bare))(q)
+    box = np.array([b == 0 and o == -1 for b, o in zip(fr.body, fr.other, strict=True)])
+    np.testing.assert_allclose(np.asarray(fb.distance)[box], np.asarray(fr.distance)[box] + 0.003)
+    np.testing.assert_array_equal(np.asarray(fb.solref)[box], [[0.02, 1.0]] * box.sum())
+    np.testing.assert_array_equal(np.asarray(fb.friction), np.asarray(fr.friction))
+    assert fb.solreffriction is None and fr.solreffriction is not None

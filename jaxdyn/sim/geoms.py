@@ -306,7 +306,7 @@ class Geoms(eqx.Module):
                 return jnp.where(isxj.reshape(isxj.shape + (1,) * (x.ndim - 1)), x, mixed)
 
             if isx.any():  # the pair's margin replaces the sum (MuJoCo: pair_margin)
-                pm = zero if self.pair_margin is None else self.pair_margin
+                pm = np.zeros(len(row_of)) if self.pair_margin is None else self.pair_margin
                 mg = jnp.where(isxj, jnp.asarray(pm, dtype)[erow], mg)
             if t1 == "hfield" and t2 != "mesh":
                 cs = []
