@@ -5,8 +5,8 @@ Usage: ``python benchmarks/mjcf.py [--batches 1,128,1024] [--dtypes float32,floa
 
 The humanoid is mujoco-mjx's ``test_data/humanoid/humanoid.xml`` (dm_control's
 ``suite/humanoid.xml`` if mujoco-mjx is absent): free joint + 21 hinges, nq = 28, nv = 27.
-jaxdyn loads it with :func:`jaxdyn.load_mjcf` (``ignore="all"``: its joint springs and contact
-pairs are not rigid-body dynamics); MJX (``mujoco.mjx``, its JAX implementation) runs the same
+jaxdyn loads it with :func:`jaxdyn.load_mjcf` (``ignore="all"``: what jaxdyn.sim may not honour
+is not rigid-body dynamics); MJX (``mujoco.mjx``, its JAX implementation) runs the same
 compiled ``MjModel`` with constraints, passive forces, actuation and contacts disabled, so both
 compute the same rigid-body dynamics (armature included on both sides). Timed, per sample, as
 ``jax.jit(jax.vmap(f))`` (``jax.jit(f)`` at batch 1) on random states:

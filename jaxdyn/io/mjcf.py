@@ -81,6 +81,10 @@ exclude, parent-child)                    against the plane the primitives do no
                                           friction ``max``, condim 1 / 3 (4 / 6:
                                           ``Constraint(soft=True)``), margin, solref,
                                           ``priority`` (docs/scenes.md)
+explicit ``<contact><pair>``              a pair of ``geoms`` whatever the filters say,
+                                          replacing the dynamic pair of its two geoms, with
+                                          its own condim 1 / 3, friction, margin, solref,
+                                          solimp, solreffriction (below)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
@@ -116,7 +120,10 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   user gains, delays
 ``"geom"``        collision geometry jaxdyn.sim cannot use: a pair of shapes without a narrow
                   phase in :mod:`jaxdyn.sim.collision` (heightfield - heightfield, plane -
-                  heightfield: MuJoCo has none either), explicit ``<contact><pair>``
+                  heightfield: MuJoCo has none either), condim 4 / 6 on an explicit
+                  ``<contact><pair>`` (torsional / rolling friction), a ``<pair>``'s two
+                  sliding coefficients when they differ (anisotropic friction; ignored: the
+                  first)
 ``"mocap"``       mocap bodies (kept fixed at their model pose)
 ``"frictionloss"``  frictionloss on a free joint's translations (MuJoCo: world axes)
 ``"flex"``        flexes (deformable bodies; vertex bodies stay rigid bodies)
@@ -138,10 +145,20 @@ older MuJoCo installed the contacts act below ``margin - gap``, as its did); ``s
 MuJoCo's default and ``solref`` in its direct (negative) form are refused by
 :meth:`MJCFModel.sim_config` (``ignore=("solimp",)`` / ``("solref",)``) unless the contact
 model is MuJoCo's soft contact, ``Constraint(soft=True)``, which honours both.
-``solreffriction`` exists only on ``<contact><pair>`` (refused, above; the contact model
-takes it instead, ``Constraint(soft=True, solreffriction=...)``). Per-geom friction and
-condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the larger), for the
-geom pairs and for the primitives against the ground plane
+Explicit pairs (``<contact><pair>``, MuJoCo's ``mj_collision``: always collided, whatever
+``contype`` / ``conaffinity``, ``<exclude>`` or the parent-child filter say; a pair replaces
+the dynamic pair of its two geoms, no contact twice) take their compiled ``pair_*`` values
+instead of the geoms' mixed ones (:attr:`jaxdyn.sim.Geoms.explicit`): ``condim``, the sliding
+``friction``, ``margin`` (the pair's own), ``solref``, and, under the same rules as the
+geoms', ``solimp`` and a direct ``solref`` (``Constraint(soft=True)`` only, else refused by
+:meth:`MJCFModel.sim_config`) and ``solreffriction``, which exists on ``<pair>`` only (the
+reference of the elliptic cones' friction rows: ``Constraint(soft=True)``, per contact; the
+other contact models refuse it, ``ignore=("solreffriction",)``; a contact model given its own,
+``Constraint(soft=True, solreffriction=...)``, applies it to every contact). A pair whose two
+geoms move with one jaxdyn body (or are both static) is dropped: its contact moves nothing.
+A :class:`jaxdyn.sim.Scene` keeps a robot's explicit pairs with their parameters. Per-geom
+friction and condim are mixed per pair as MuJoCo's ``mj_contactParam`` (priority, else the
+larger), for the geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
 condim 4 / 6 (torsional / rolling friction, the geoms' ``friction[1:3]``,
 :attr:`jaxdyn.sim.Geoms.spin`) makes a geom a pair with the ground plane, not a primitive, and
@@ -152,6 +169,7 @@ Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -335,6 +353,8 @@ class MJCFModel(NamedTuple):
       where the scene has none; ``integrator``: jaxdyn's integrator for ``opt.integrator``;
       ``sim_issues``: ``(key, message)`` of what :meth:`sim_config` refuses (an integrator
       jaxdyn.sim does not have);
+    - ``pair_ids``: the MuJoCo indices (``<contact><pair>``, ``m.pair_*``) of the explicit
+      pairs of ``geoms`` (:attr:`jaxdyn.sim.Geoms.explicit`, in that order);
     - ``equalities``: every connect / weld / joint equality constraint of the scene (loop
       closures and joint couplings included; inactive ones with ``active = 0``) as a
       :class:`jaxdyn.sim.Equalities` for :mod:`jaxdyn.sim` (``None`` without any).
@@ -364,6 +384,7 @@ class MJCFModel(NamedTuple):
     spatial_tendons: SpatialTendons | None = None
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
     ground_geom: int = -1
+    pair_ids: tuple = ()
 
     def converter(self) -> Converter:
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -593,10 +614,13 @@ class MJCFModel(NamedTuple):
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form), ``"condim"`` (condim 4 / 6, torsional / rolling
-        friction; ignored: condim 3). With ``Constraint(soft=True)`` (MuJoCo's soft contact)
-        all three are honoured instead: the geoms' ``solref`` (either form), ``solimp`` and
-        MuJoCo's ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
-        ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`), and
+        friction; ignored: condim 3), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
+        MuJoCo's reference of the elliptic cones' friction rows). With
+        ``Constraint(soft=True)`` (MuJoCo's soft contact) all of them are honoured instead:
+        the geoms' ``solref`` (either form), ``solimp``, condim and MuJoCo's
+        ``body_invweight0`` go to every contact, mixed per pair as MuJoCo's
+        ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`; an
+        explicit pair's own ``solref``, ``solimp`` and ``solreffriction`` to its contacts), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
         ``cone`` is ``None``) to the contact model. A capsule on a plane under pyramidal
         cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and ``"gap"`` are
@@ -615,11 +639,22 @@ class MJCFModel(NamedTuple):
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
-        known = ["cone", "condim", "equality", "gap", "integrator", "noslip", "solimp", "solref"]
+        known = [
+            "cone",
+            "condim",
+            "equality",
+            "gap",
+            "integrator",
+            "noslip",
+            "solimp",
+            "solref",
+            "solreffriction",
+        ]
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
-        contact_keys = {"condim", "noslip", "solimp", "solref"}  # matter only where contact is on
+        # matter only where contact is on
+        contact_keys = {"condim", "noslip", "solimp", "solref", "solreffriction"}
         soft = bool(getattr(contact, "soft", False))
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
@@ -745,6 +780,11 @@ class MJCFModel(NamedTuple):
                 ),
                 is_leaf=lambda x: x is None,
             )
+            if geoms.explicit is not None:  # the explicit pairs' solref (either form), solimp
+                _, _, _, pref, pimp, _ = _explicit_params(m, self.pair_ids)
+                out["geoms"] = dataclasses.replace(
+                    out["geoms"], pair_solref=pref.astype(dtype), pair_solimp=pimp.astype(dtype)
+                )
         if contacts is not None:
             rows_ref, rows_imp, rows_iw = [], [], []
             for p, g in zip(self.contacts, prims, strict=True):
@@ -1641,6 +1681,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         equalities=equalities,
         spatial_tendons=spatial_tendons,
         ground_geom=info.get("ground", -1),
+        pair_ids=info.get("pairs", ()) if geoms is not None else (),
     )
 
 
@@ -1836,8 +1877,6 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         issues.add("flex", f"<flex>: {m.nflex} flex(es) (deformable bodies)")
     if m.nplugin:
         issues.add("plugin", f"<plugin>: {m.nplugin} engine plugin instance(s)")
-    if m.npair:
-        issues.add("geom", f"<contact><pair>: {m.npair} explicit contact pair(s)")
     if m.opt.density > 0 or m.opt.viscosity > 0:
         issues.add(
             "fluid",
@@ -2333,6 +2372,31 @@ def _pair_params(m, g1, g2, solref, solmix, solimp):
     return contact_param(np, p1, p2, pair(solmix), solref=pair(solref), solimp=pair(solimp))
 
 
+def _explicit_params(m, ids):
+    """The contact parameters of MuJoCo's explicit pairs ``ids`` (``<contact><pair>``, the
+    compiled ``pair_*`` arrays, as ``mj_collideGeoms`` reads them for a predefined pair):
+    ``condim``, sliding ``friction``, ``margin`` (``o_margin`` where ``<flag override>`` is on,
+    MuJoCo's ``mj_assignMargin``; before MuJoCo 3.9.0 less the pair's ``gap``,
+    :func:`_gap_subtracts`), ``solref``, ``solimp`` (``o_solref`` / ``o_solimp`` under
+    override) and ``solreffriction`` (``(0, 0)``: the contact's ``solref``; under override
+    MuJoCo's ``mj_assignRef`` gives it ``o_solref``, the contact's ``solref`` too)."""
+    ids = np.asarray(ids, int)
+    condim = np.array(m.pair_dim, int)[ids]
+    friction = np.array(m.pair_friction, float).reshape(-1, 5)[ids, 0]
+    margin = np.array(m.pair_margin, float).reshape(-1)[ids]
+    solref = np.array(m.pair_solref, float).reshape(-1, 2)[ids]
+    solimp = np.array(m.pair_solimp, float).reshape(-1, 5)[ids]
+    srf = np.array(m.pair_solreffriction, float).reshape(-1, 2)[ids]
+    if int(m.opt.enableflags) & _ENBL_OVERRIDE:
+        margin[:] = float(m.opt.o_margin)
+        solref[:] = np.array(m.opt.o_solref, float)
+        solimp[:] = np.array(m.opt.o_solimp, float)
+        srf[:] = 0.0
+    if _gap_subtracts(_import_mujoco()):
+        margin = margin - np.array(m.pair_gap, float).reshape(-1)[ids]
+    return condim, friction, margin, solref, solimp, srf
+
+
 def _contacts(
     m,
     issues,
@@ -2386,10 +2450,58 @@ def _contacts(
         R, p = _compose(T, _local_frame(m, "geom", ground))
         n = R[:, 2]
         terrain = Plane(normal=n, height=float(n @ p))
+
+    # MuJoCo's explicit pairs (<contact><pair>): always collided, whatever the filters, with
+    # their own parameters; each replaces the dynamic pair of its two geoms
+    def pair_el(ip):
+        g1, g2 = int(m.pair_geom1[ip]), int(m.pair_geom2[ip])
+        return f'<pair geom1="{geom_names[g1]}" geom2="{geom_names[g2]}">'
+
+    explicit, explicit_ids, bad_dim, anisotropic = [], [], [], []
+    for ip in range(m.npair):
+        g1, g2 = int(m.pair_geom1[ip]), int(m.pair_geom2[ip])
+        if place[int(m.geom_bodyid[g1])][0] == place[int(m.geom_bodyid[g2])][0]:
+            continue  # one jaxdyn body (or both static): its contact moves nothing
+        a, b = (g1, g2) if int(m.geom_type[g1]) <= int(m.geom_type[g2]) else (g2, g1)
+        key = (_GEOM_NAMES[int(m.geom_type[a])], _GEOM_NAMES[int(m.geom_type[b])])
+        if key not in collision.PAIRS:
+            issues.add(
+                "geom",
+                f"{pair_el(ip)}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts",
+            )
+            continue
+        if int(m.pair_dim[ip]) not in (1, 3):
+            bad_dim.append(ip)
+        elif int(m.pair_dim[ip]) == 3 and m.pair_friction[ip][0] != m.pair_friction[ip][1]:
+            anisotropic.append(ip)
+        explicit.append((a, b))
+        explicit_ids.append(ip)
+    if bad_dim:
+        issues.add(
+            "geom",
+            f"{', '.join(pair_el(ip) for ip in bad_dim)}: condim "
+            f"{sorted({int(m.pair_dim[ip]) for ip in bad_dim})} (torsional / rolling friction; "
+            "jaxdyn.sim has condim 1 and 3)",
+        )
+    if anisotropic:
+        issues.add(
+            "geom",
+            ", ".join(
+                f"{pair_el(ip)}: friction {m.pair_friction[ip][0]:g} {m.pair_friction[ip][1]:g}"
+                for ip in anisotropic
+            )
+            + " (two sliding coefficients, anisotropic friction; jaxdyn.sim has one: give both "
+            "the same); ignored, the first",
+        )
+    explicit_keys = {frozenset(pr) for pr in explicit}
+    on_ground = {a if b == ground else b for a, b in explicit if ground in (a, b)}
+
     prims, as_prim = [], set()
     for g in moving:
         if ground is None or _filtered(m, ground, g, filterparent_off):
             continue
+        if g in on_ground:
+            continue  # its contact with the ground is an explicit pair's
         if not (plain(g) and plain(ground)):
             continue  # a pair of geoms: it carries its contact parameters
         typ = int(m.geom_type[g])
@@ -2424,6 +2536,8 @@ def _contacts(
                 continue
             if ground in (g1, g2) and (g2 if g1 == ground else g1) in as_prim:
                 continue
+            if frozenset((g1, g2)) in explicit_keys:
+                continue  # the explicit pair replaces it
             a, b = (g1, g2) if int(m.geom_type[g1]) <= int(m.geom_type[g2]) else (g2, g1)
             key = (_GEOM_NAMES[int(m.geom_type[a])], _GEOM_NAMES[int(m.geom_type[b])])
             if key not in collision.PAIRS:
@@ -2438,9 +2552,12 @@ def _contacts(
             f"{ex}{more}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts "
             f"(it has {', '.join('-'.join(k) for k in sorted(collision.PAIRS))})",
         )
+    dynamic = {g for pr in pairs for g in pr}
+    n_dynamic = len(pairs)
+    pairs = pairs + explicit  # the explicit pairs last: indices n_dynamic, ...
     used = sorted({g for pr in pairs for g in pr})
-    touching = sorted(set(used) | ({ground} if prims and ground is not None else set()) | as_prim)
-    for g in touching:  # the pairs' geoms, the ground's primitives and the ground
+    touching = sorted(dynamic | ({ground} if prims and ground is not None else set()) | as_prim)
+    for g in touching:  # the dynamic pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
     if condim:  # torsional / rolling friction: geom pairs (not primitives), soft contact only
@@ -2474,8 +2591,32 @@ def _contacts(
                 "geoms get MuJoCo's default (0.02, 1)",
             )
         )
+    pcondim, pfric, pmargin, psolref, psolimp, psrf = _explicit_params(m, explicit_ids)
+    for key, rows, what in (
+        (
+            "solimp",
+            [j for j in range(len(explicit_ids)) if not np.allclose(psolimp[j], _DEFAULT_SOLIMP)],
+            "solimp off MuJoCo's default (an impedance: soft contact only)",
+        ),
+        (
+            "solref",
+            [j for j in range(len(explicit_ids)) if np.any(psolref[j] <= 0)],
+            "solref in the direct form (negative: soft contact only); ignored, MuJoCo's "
+            "default (0.02, 1)",
+        ),
+        (
+            "solreffriction",
+            [j for j in range(len(explicit_ids)) if np.any(psrf[j] != 0)],
+            "solreffriction (the friction rows' reference: soft contact, elliptic cones only)",
+        ),
+    ):
+        if rows:
+            sim_issues.append((key, f"{', '.join(pair_el(explicit_ids[j]) for j in rows)}: {what}"))
+    psolref[np.any(psolref <= 0, axis=1)] = _DEFAULT_SOLREF  # soft contact: _soft_contact
+    pcondim[(pcondim != 1) & (pcondim != 3)] = 3  # ignore=("geom",): sliding friction only
     if info is not None:
         info["ground"] = -1 if ground is None else int(ground)
+        info["pairs"] = tuple(explicit_ids)
     if not pairs:
         return tuple(prims), terrain, None
     index = {g: k for k, g in enumerate(used)}
@@ -2493,8 +2634,13 @@ def _contacts(
         if types[k] == "mesh":
             hulls[k] = _mesh_hull(m, g, el(g))
         elif types[k] == "hfield":
-            partners = [b if a == g else a for a, b in pairs if g in (a, b)]
-            reach = max(float(m.geom_rbound[o]) + margin[o] + margin[g] for o in partners)
+            mg = [margin[a] + margin[b] for a, b in pairs[:n_dynamic]]
+            mg += [float(x) for x in pmargin]  # an explicit pair's own margin
+            reach = max(
+                float(m.geom_rbound[b if a == g else a]) + mg[j]
+                for j, (a, b) in enumerate(pairs)
+                if g in (a, b)
+            )
             hulls[k] = _hfield(m, g, reach)
     rbound = np.array([float(m.geom_rbound[g]) for g in used])
     rbound[np.array([t in ("plane", "hfield") for t in types])] = np.inf
@@ -2516,6 +2662,16 @@ def _contacts(
         priority=tuple(int(x) for x in prio) if len(set(prio)) > 1 else None,
         spin=np.array([m.geom_friction[g][1:3] for g in used], float) if condim else None,
     )
+    if explicit:
+        ex = dict(
+            explicit=tuple(range(n_dynamic, len(pairs))),
+            pair_condim=tuple(int(c) for c in pcondim),
+            pair_friction=pfric,
+            pair_margin=pmargin,
+            pair_solref=psolref,
+            pair_solreffriction=psrf if np.any(psrf != 0) else None,
+        )
+        geoms = dataclasses.replace(geoms, **ex)
     return tuple(prims), terrain, geoms
 
 

@@ -111,7 +111,10 @@ class ContactFrames(eqx.Module):
     rolling friction coefficients, MuJoCo's ``condim`` 4 and 6 (``mjContact.friction[2]``,
     ``[3:5]``), ``0`` where a contact has no such rows (its condim is lower); the contacts then
     have rows ``[n, t1, t2, n_w]`` or ``[n, t1, t2, n_w, t1_w, t2_w]``, the last ones on the
-    relative angular velocity (``None``: condim 1 / 3 only; ``Constraint(soft=True)`` only)."""
+    relative angular velocity (``None``: condim 1 / 3 only; ``Constraint(soft=True)`` only);
+    ``solreffriction (nc, 2)``: each contact's MuJoCo ``solreffriction`` (an MJCF
+    ``<contact><pair>``'s; ``(0, 0)``, and ``None``, the contact's ``solref``;
+    ``Constraint(soft=True)`` with elliptic cones only, where the contact model gives none)."""
 
     distance: jnp.ndarray  # (nc,) signed distance to the terrain (< 0: penetration)
     normal: jnp.ndarray  # (nc, 3) terrain normal (unit)
@@ -125,6 +128,7 @@ class ContactFrames(eqx.Module):
     invweight: jnp.ndarray | None = None
     tangent: jnp.ndarray | None = None
     spin: jnp.ndarray | None = None
+    solreffriction: jnp.ndarray | None = None
 
     @property
     def width(self) -> int:
@@ -192,6 +196,7 @@ def concat_frames(parts):
             ],
             0,
         )
+    srf = _fill(parts, "solreffriction", np.zeros(2))  # (0, 0): the contact's solref
     return ContactFrames(
         cat([p.distance for p in parts]),
         cat([p.normal for p in parts]),
@@ -205,6 +210,7 @@ def concat_frames(parts):
         invweight=iw,
         tangent=tg,
         spin=sp,
+        solreffriction=srf,
     )
 
 
@@ -512,8 +518,9 @@ class Constraint(eqx.Module):
       tangents' ``aref = -b J_t v``) from it instead of from ``solref`` (MuJoCo's
       ``mj_makeImpedance``; ``refsafe`` applies to it alike); ``None`` (default) or ``(0, 0)``
       (MuJoCo's default): the contact's ``solref``. MuJoCo reads it on elliptic cones only, and
-      so does this (unused with ``cone="pyramidal"``). An MJCF file gives it on ``<contact>
-      <pair>`` only, which :func:`jaxdyn.io.load_mjcf` refuses.
+      so does this (unused with ``cone="pyramidal"``). Given, it applies to every contact;
+      ``None`` takes each contact's (:attr:`ContactFrames.solreffriction`: an MJCF file gives
+      it on ``<contact><pair>`` only, :func:`jaxdyn.io.load_mjcf`).
     - ``impratio`` (soft only): MuJoCo's ``opt.impratio``: the tangent rows' ``R`` is the
       normal's over it and the cone's ``mu`` is ``friction / sqrt(impratio)``.
     - ``refsafe`` (static, soft only): MuJoCo's ``refsafe`` (``timeconst >= 2 h``).
@@ -624,6 +631,7 @@ def take_contacts(frames, idx):
         invweight=take(frames.invweight),
         tangent=take(frames.tangent),
         spin=take(frames.spin),
+        solreffriction=take(frames.solreffriction),
     )
 
 
@@ -1096,10 +1104,14 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
     b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
-    if contact.solreffriction is not None:
-        srf = jnp.broadcast_to(jnp.asarray(contact.solreffriction, dtype), (nc, 2))
-        _, b_f = _soft.gains(srf, solimp[:, 1], h, contact.refsafe)
-        b_t = jnp.where((srf[:, 0] != 0) | (srf[:, 1] != 0), b_f, b)
+    given = contact.solreffriction  # the contact model's, else the contacts' (<pair>)
+    given = frames.solreffriction if given is None else given
+    if given is not None:
+        srf = jnp.broadcast_to(jnp.asarray(given, dtype), (nc, 2))
+        on = (srf[:, 0] != 0) | (srf[:, 1] != 0)
+        # (0, 0) rows take solref's gains: no division by a zero timeconst in either branch
+        _, b_f = _soft.gains(jnp.where(on[:, None], srf, solref), solimp[:, 1], h, contact.refsafe)
+        b_t = jnp.where(on, b_f, b)
     aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone

@@ -228,10 +228,10 @@ class SimConfig(eqx.Module):
             self.geoms is not None
             and self.contact is not None
             and not getattr(self.contact, "soft", False)
-            and self.geoms.pair_condim().max(initial=0) > 3
+            and self.geoms.contact_dims().max(initial=0) > 3
         ):
             g = self.geoms
-            cd = g.pair_condim()
+            cd = g.contact_dims()
             names = [f"{g.names[a]}-{g.names[b]}" for (a, b), c in zip(g.pairs, cd) if c > 3]
             more = f" ... ({len(names)} in all)" if len(names) > 4 else ""
             raise ValueError(f"SimConfig: geom pairs {', '.join(names[:4])}{more}: {C.CONDIM_HARD}")

@@ -8,13 +8,14 @@ parameters (``margin``, ``solref``; array leaves: differentiable, batchable for 
 randomisation), and the pairs of geoms that may touch.
 
 Broad phase: the pairs are fixed when the table is built, from the model file's filters
-(:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``,
-geoms of one body or of a parent and its child never collide unless the parent is the world),
-so the step's program has a fixed shape under ``jax.jit`` and ``jax.vmap``; at run time a pair
-whose bounding spheres (MuJoCo's ``geom_rbound``) are apart is masked. Narrow phase: the pair
-functions of :mod:`jaxdyn.sim.collision` (MuJoCo's conventions: a fixed number of slots per
-pair type, ``dist < 0`` a penetration, the normal from geom 1 to geom 2, unused slots far
-apart).
+(:func:`jaxdyn.load_mjcf` applies MuJoCo's: ``contype`` / ``conaffinity``, ``<exclude>``, geoms
+of one body or of a parent and its child never collide unless the parent is the world; its
+explicit ``<contact><pair>`` are pairs whatever the filters say, with their own contact
+parameters, :attr:`Geoms.explicit`), so the step's program has a fixed shape under ``jax.jit``
+and ``jax.vmap``; at run time a pair whose bounding spheres (MuJoCo's ``geom_rbound``) are
+apart is masked. Narrow phase: the pair functions of :mod:`jaxdyn.sim.collision` (MuJoCo's
+conventions: a fixed number of slots per pair type, ``dist < 0`` a penetration, the normal from
+geom 1 to geom 2, unused slots far apart).
 
 Each slot becomes a contact between two bodies (:class:`~jaxdyn.sim.contact.ContactFrames`):
 the force ``+f`` on the body of geom 2 and ``-f`` on geom 1's (the world's share dropped), at
@@ -141,6 +142,15 @@ class Geoms(eqx.Module):
     (rolling); mixed per pair as the sliding friction (priority, else the larger) and clamped
     to MuJoCo's ``mjMINMU``, on the pairs whose condim has the rows
     (:attr:`ContactFrames.spin`; ``Constraint(soft=True)`` only).
+
+    Explicit pairs (MuJoCo's ``<contact><pair>``, ``mj_collideGeoms`` of a ``pair_*``
+    entry): ``explicit`` (static, ``None``: none) the indices in ``pairs`` of the pairs that
+    carry their own contact parameters, which replace the geoms' combined ones for every slot
+    of that pair: ``pair_condim`` (static ints, 1 or 3), ``pair_friction (ne,)`` (the sliding
+    coefficient), and, ``None`` for MuJoCo's defaults, ``pair_margin (ne,)`` (the pair's
+    margin itself, not a sum), ``pair_solref (ne, 2)``, ``pair_solimp (ne, 5)`` and
+    ``pair_solreffriction (ne, 2)`` (``(0, 0)``: the contact's ``solref``; it reaches the
+    contacts as :attr:`ContactFrames.solreffriction`, the other slots ``(0, 0)``).
     """
 
     # numpy when built (loaders), jax arrays where traced (pytree leaves)
@@ -162,8 +172,46 @@ class Geoms(eqx.Module):
     solimp: jnp.ndarray | None = None
     invweight: jnp.ndarray | None = None
     spin: jnp.ndarray | np.ndarray | None = None
+    explicit: tuple | None = eqx.field(static=True, default=None)
+    pair_condim: tuple | None = eqx.field(static=True, default=None)
+    pair_friction: jnp.ndarray | np.ndarray | None = None
+    pair_margin: jnp.ndarray | np.ndarray | None = None
+    pair_solref: jnp.ndarray | np.ndarray | None = None
+    pair_solimp: jnp.ndarray | np.ndarray | None = None
+    pair_solreffriction: jnp.ndarray | np.ndarray | None = None
+
+    _PAIR_FIELDS = (
+        ("pair_friction", ()),
+        ("pair_margin", ()),
+        ("pair_solref", (2,)),
+        ("pair_solimp", (5,)),
+        ("pair_solreffriction", (2,)),
+    )
+
+    def _check_explicit(self):
+        """The explicit pairs' fields (see the class docstring)."""
+        given = [f for f, _ in self._PAIR_FIELDS if getattr(self, f) is not None]
+        if self.explicit is None:
+            if given or self.pair_condim is not None:
+                raise ValueError(f"Geoms: {given or ['pair_condim']} given without explicit")
+            return
+        ex = tuple(self.explicit)
+        ne = len(ex)
+        if len(set(ex)) != ne or not all(0 <= int(k) < len(self.pairs) for k in ex):
+            raise ValueError(f"Geoms: explicit {ex} must be distinct indices of the pairs")
+        if self.pair_friction is None or self.pair_condim is None:
+            raise ValueError("Geoms: explicit pairs need pair_friction and pair_condim")
+        if len(self.pair_condim) != ne or any(int(c) not in (1, 3) for c in self.pair_condim):
+            raise ValueError(
+                f"Geoms: pair_condim must be {ne} values of 1 or 3, got {self.pair_condim}"
+            )
+        for name, tail in self._PAIR_FIELDS:
+            x = getattr(self, name)
+            if x is not None and np.shape(x) != (ne, *tail):
+                raise ValueError(f"Geoms: {name} has shape {np.shape(x)}, expected {(ne, *tail)}")
 
     def __check_init__(self):
+        self._check_explicit()
         ng = len(self.names)
         bad = sorted({c for c in self.condim} - {1, 3, 4, 6})
         if bad:
@@ -210,24 +258,29 @@ class Geoms(eqx.Module):
     def n(self) -> int:
         return len(self.names)
 
-    def pair_condim(self) -> np.ndarray:
-        """Each pair's condim (static, ``mj_contactParam``: :func:`pair_choice`)."""
+    def contact_dims(self) -> np.ndarray:
+        """Each pair's condim (static, ``mj_contactParam``: :func:`pair_choice`; an explicit
+        pair's own ``pair_condim``)."""
         if not self.pairs:
             return np.zeros(0, np.int64)
         i1, i2 = (np.asarray(x) for x in zip(*self.pairs, strict=True))
         pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
         cd = np.asarray(self.condim)
-        return pair_choice(np, pr[i1], pr[i2], cd[i1], cd[i2])
+        out = np.asarray(pair_choice(np, pr[i1], pr[i2], cd[i1], cd[i2]), np.int64)
+        if self.explicit is not None and self.pair_condim is not None:
+            out[np.asarray(self.explicit, np.int64)] = np.asarray(self.pair_condim, np.int64)
+        return out
 
     def groups(self) -> list[tuple[tuple[str, str], np.ndarray, np.ndarray]]:
         """The pairs grouped by type: ``[((t1, t2), g1 (k,), g2 (k,)), ...]`` (static)."""
+        return [(key, i1, i2) for key, i1, i2, _ in self._groups()]
+
+    def _groups(self):
+        """:meth:`groups` with each pair's index in ``pairs``: ``[(key, g1, g2, k), ...]``."""
         out = {}
-        for g1, g2 in self.pairs:
-            out.setdefault((self.type[g1], self.type[g2]), []).append((g1, g2))
-        return [
-            (key, np.asarray([a for a, _ in v]), np.asarray([b for _, b in v]))
-            for key, v in out.items()
-        ]
+        for k, (g1, g2) in enumerate(self.pairs):
+            out.setdefault((self.type[g1], self.type[g2]), []).append((g1, g2, k))
+        return [(key, *(np.asarray([x[j] for x in v]) for j in range(3))) for key, v in out.items()]
 
     def world_poses(self, ws: WorldState, origin: Array) -> tuple[Array, Array]:
         """Rotations ``(ng, 3, 3)`` and positions ``(ng, 3)`` of the geoms in the world-state
@@ -253,7 +306,7 @@ class Geoms(eqx.Module):
 
         R, p = self.world_poses(ws, origin)
         dtype = p.dtype
-        top = int(self.pair_condim().max(initial=0))
+        top = int(self.contact_dims().max(initial=0))
         nspin = {4: 1, 6: 2}.get(top, 0)  # the contacts' torsional / rolling columns
         size = self.size.astype(dtype)
         rb = self.rbound.astype(dtype)
@@ -262,11 +315,30 @@ class Geoms(eqx.Module):
         margin = zero if self.margin is None else jnp.asarray(self.margin, dtype)
         parts = []
         hulls = {} if self.hulls is None else self.hulls.value
-        for (t1, t2), i1, i2 in self.groups():
+        # explicit pairs (<contact><pair>): each pair's row of the pair_* arrays, -1 for none
+        row_of = {} if self.explicit is None else {int(k): j for j, k in enumerate(self.explicit)}
+        want_sr = self.solref is not None or self.pair_solref is not None
+        want_si = self.solimp is not None or self.pair_solimp is not None
+        for (t1, t2), i1, i2, ks in self._groups():
             if t1 == "hfield" and t2 != "mesh":  # one call per heightfield, partners batched
                 order = np.argsort(i1, kind="stable")
-                i1, i2 = i1[order], i2[order]
+                i1, i2, ks = i1[order], i2[order], ks[order]
             mg = margin[i1] + margin[i2]  # MuJoCo: the sum of the two
+            rows = np.asarray([row_of.get(int(k), -1) for k in ks], np.int64)
+            isx = rows >= 0  # static: the group's explicit pairs
+            erow, isxj = np.maximum(rows, 0), jnp.asarray(isx)
+
+            def explicit(field, mixed, erow=erow, isxj=isxj, isx=isx):
+                """``mixed`` with the explicit pairs' ``field`` where they give it."""
+                x = getattr(self, field)
+                if x is None or not isx.any():
+                    return mixed
+                x = jnp.asarray(x, dtype)[erow]
+                return jnp.where(isxj.reshape(isxj.shape + (1,) * (x.ndim - 1)), x, mixed)
+
+            if isx.any():  # the pair's margin replaces the sum (MuJoCo: pair_margin)
+                pm = np.zeros(len(row_of)) if self.pair_margin is None else self.pair_margin
+                mg = jnp.where(isxj, jnp.asarray(pm, dtype)[erow], mg)
             if t1 == "hfield" and t2 != "mesh":
                 cs = []
                 for a in dict.fromkeys(i1.tolist()):
@@ -316,10 +388,13 @@ class Geoms(eqx.Module):
             cd1, cd2 = np.asarray(self.condim)[i1], np.asarray(self.condim)[i2]
             mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
             cond = pair_choice(np, p1, p2, cd1, cd2)
+            if isx.any():  # an explicit pair's friction and condim replace the mixed ones
+                mu = explicit("pair_friction", mu)
+                cond = np.where(isx, np.asarray(self.pair_condim or (), np.int64)[erow], cond)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             if nspin:  # condim 4 / 6: MuJoCo's mjMINMU on the sliding friction too
                 mu = jnp.where(jnp.asarray(cond >= 4), jnp.maximum(mu, 1e-5), mu)
-            sr = si = iw = None
+            sr = si = iw = srf = None
             if self.solref is not None or self.solimp is not None:
                 w = jnp.ones(self.n, dtype) if self.solmix is None else jnp.asarray(self.solmix)
                 w1, w2 = w[i1].astype(dtype), w[i2].astype(dtype)
@@ -335,6 +410,18 @@ class Geoms(eqx.Module):
                 )
                 sr = None if pair is None else jnp.repeat(pair, k, axis=0)
                 si = None if imp is None else jnp.repeat(imp, k, axis=0)
+            if self.explicit is not None:  # explicit pairs: their own solref, solimp
+                n = len(i1)
+                if want_sr:
+                    base = sr[::k] if sr is not None else _default(n, _SOLREF, dtype)
+                    sr = jnp.repeat(explicit("pair_solref", base), k, axis=0)
+                if want_si:
+                    base = si[::k] if si is not None else _default(n, _SOLIMP, dtype)
+                    si = jnp.repeat(explicit("pair_solimp", base), k, axis=0)
+                if self.pair_solreffriction is not None:
+                    srf = jnp.repeat(
+                        explicit("pair_solreffriction", _default(n, (0, 0), dtype)), k, 0
+                    )
             if self.invweight is not None:
                 iwg = jnp.asarray(self.invweight, dtype)
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
@@ -367,6 +454,7 @@ class Geoms(eqx.Module):
                     tg,
                     plane_capsule,
                     spin,
+                    srf,
                 )
             )
         dist = jnp.concatenate([x[0] for x in parts])
@@ -382,11 +470,14 @@ class Geoms(eqx.Module):
             return jnp.where(jnp.asarray(b >= 0)[:, None], v, 0.0) if np.any(b < 0) else v
 
         velocity = vel(body) - vel(other)
-        solref = None if self.solref is None else jnp.concatenate([x[6] for x in parts])
-        solimp = None if self.solimp is None else jnp.concatenate([x[7] for x in parts])
+        has = lambda j: any(x[j] is not None for x in parts)  # noqa: E731
+        solref = jnp.concatenate([x[6] for x in parts]) if has(6) else None
+        solimp = jnp.concatenate([x[7] for x in parts]) if has(7) else None
         invweight = None if self.invweight is None else jnp.concatenate([x[8] for x in parts])
         turned = any(x[10] for x in parts)
         tangent = jnp.concatenate([x[9] for x in parts]) if turned else None
+        has_srf = self.pair_solreffriction is not None
+        srf = jnp.concatenate([x[12] for x in parts]) if has_srf else None
         return ContactFrames(
             dist,
             normal,
@@ -400,7 +491,17 @@ class Geoms(eqx.Module):
             invweight=invweight,
             tangent=tangent,
             spin=jnp.concatenate([x[11] for x in parts]) if nspin else None,
+            solreffriction=srf,
         )
+
+
+_SOLREF = (0.02, 1.0)  # MuJoCo's default solref and solimp
+_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
+
+
+def _default(n, value, dtype):
+    """``value`` repeated ``(n, len(value))``."""
+    return jnp.broadcast_to(jnp.asarray(value, dtype), (n, len(value)))
 
 
 # ------------------------------------------------------------------------------------ URDF

@@ -611,7 +611,7 @@ class Scene:
         self.q0, self.v0 = q0, v0
 
         # ---------------------------------------------------------- geoms
-        gs, self_pairs = [], []
+        gs, self_pairs, explicit = [], [], {}
         for r in robots:
             g = r.geoms
             if g is None:
@@ -649,6 +649,9 @@ class Scene:
                 if g.priority is not None:
                     gs[-1].priority = int(g.priority[k])
             self_pairs += [(off + a, off + b) for a, b in g.pairs]
+            for j, k in enumerate(g.explicit or ()):  # MJCF <contact><pair>: own parameters
+                a, b = g.pairs[k]
+                explicit[frozenset((off + a, off + b))] = _explicit_row(g, j)
         for r in robots:
             R, p, _ = r._pose
             for k, c in enumerate(r.contacts):
@@ -770,7 +773,7 @@ class Scene:
                 prim_friction.append(0.0 if cond == 1 else float(mu))
         self._gs, self._pairs, self._prim_pairs = gs, pairs, as_prim
         pairs = [pr for pr in pairs if pr not in as_prim]
-        self.geoms = _table(gs, pairs)
+        self.geoms = _table(gs, pairs, explicit)
         self.terrain, self.contacts = None, None
         if ground is not None:
             from .geometry import Plane, contact_set
@@ -1145,8 +1148,27 @@ def _named_pairs(what, pairs, gs):
     return out
 
 
-def _table(gs, pairs):
-    """The :class:`Geoms` of the geoms used by ``pairs`` (``None`` without pairs)."""
+_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)  # MuJoCo's default solimp
+
+
+def _explicit_row(g, j):
+    """Explicit pair ``j`` of the :class:`Geoms` ``g``: its contact parameters (MuJoCo's
+    defaults where ``g`` has none)."""
+    row = lambda x, default: default if x is None else np.asarray(x, float)[j]  # noqa: E731
+    return (
+        int(g.pair_condim[j]),
+        float(np.asarray(g.pair_friction, float)[j]),
+        float(row(g.pair_margin, 0.0)),
+        row(g.pair_solref, np.array([0.02, 1.0])),
+        None if g.pair_solimp is None else row(g.pair_solimp, None),
+        row(g.pair_solreffriction, np.zeros(2)),
+    )
+
+
+def _table(gs, pairs, explicit=None):
+    """The :class:`Geoms` of the geoms used by ``pairs`` (``None`` without pairs); ``explicit``:
+    ``{frozenset((g1, g2)): row}`` of the robots' explicit pairs (:func:`_explicit_row`), which
+    keep their own parameters."""
     if not pairs:
         return None
     used = sorted({k for pr in pairs for k in pr})
@@ -1164,6 +1186,23 @@ def _table(gs, pairs):
         extra["priority"] = tuple(gs[k].priority for k in used)
     if any(gs[k].spin is not None for k in used):  # condim 4 / 6 (Constraint(soft=True))
         extra["spin"] = np.array([(0.0, 0.0) if gs[k].spin is None else gs[k].spin for k in used])
+    ex = [n for n, pr in enumerate(pairs) if frozenset(pr) in (explicit or {})]
+    if ex:
+        rows = [explicit[frozenset(pairs[n])] for n in ex]  # type: ignore[index]
+        col = lambda c: np.array([r[c] for r in rows], float)  # noqa: E731
+        extra.update(
+            explicit=tuple(ex),
+            pair_condim=tuple(r[0] for r in rows),
+            pair_friction=col(1),
+            pair_margin=col(2),
+            pair_solref=col(3),
+            pair_solimp=(
+                np.array([_SOLIMP if r[4] is None else r[4] for r in rows], float)
+                if any(r[4] is not None for r in rows)
+                else None
+            ),
+            pair_solreffriction=col(5) if np.any(col(5) != 0) else None,
+        )
     return Geoms(
         **extra,
         size=np.array([gs[k].size for k in used], float),
