@@ -724,6 +724,28 @@ def _row_scaling(G, live, nc, width):
     return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
 
 
+def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width):
+    """One safeguarded active-set step on the scalar rows after the ``nc`` contact blocks:
+    with the contact impulses held, the scalar rows that carry an impulse (``lam > 0``, live)
+    take the exact impulses of their block, ``G_AA lam_A = -(u_A + G_Ac lam_c)``, the others 0;
+    kept only if it lowers the fixed-point residual ``max |F(lam) - lam|`` (:func:`_flat_map`)
+    and is finite. Where no contact row carries an impulse (the finger's limit rows beside its
+    idle spinner contacts) and the projected gradient found the active rows, this is the exact
+    solution, to rounding, of a problem whose iterations otherwise stop short of it (their
+    step is set by the contacts' block); elsewhere it improves the scalar rows or is
+    discarded."""
+    k = nc * width
+    act = (lam[k:] > 0) & (live[nc:] > 0)
+    both = act[:, None] & act[None, :]
+    Ga = jnp.where(both, G[k:, k:], 0.0) + jnp.diag(jnp.where(act, 0.0, 1.0).astype(G.dtype))
+    rhs = jnp.where(act, -(u[k:] + G[k:, :k] @ lam[:k]), 0.0)
+    trial = jnp.concatenate([lam[:k], linalg.lu_solve(Ga, rhs)])
+    res = _flat_map(lam, G, u, mu, rho, coulomb, nc, width) - lam
+    res_t = _flat_map(trial, G, u, mu, rho, coulomb, nc, width) - trial
+    ok = (jnp.max(jnp.abs(res_t)) < jnp.max(jnp.abs(res))) & jnp.all(jnp.isfinite(trial))
+    return jnp.where(ok, trial, lam)
+
+
 def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
@@ -731,7 +753,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
     contacts' weight; constant on each cone: the same solution), only matrix-vector products
     and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_desaxce`); then
+    ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar rows, one safeguarded active-set step
+    on them (:func:`_polish_rows`: their exact impulses given the contacts'); then
     ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
     lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
     contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
@@ -769,6 +792,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0):
     zero = jnp.zeros(n, dtype)
     (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
     lam = s * x if nl else x
+    if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
+        lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width)
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width)
