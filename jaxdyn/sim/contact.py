@@ -725,23 +725,33 @@ def _row_scaling(G, live, nc, width):
 
 
 def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width):
-    """One safeguarded active-set step on the scalar rows after the ``nc`` contact blocks:
-    with the contact impulses held, the scalar rows that carry an impulse (``lam > 0``, live)
-    take the exact impulses of their block, ``G_AA lam_A = -(u_A + G_Ac lam_c)``, the others 0;
-    kept only if it lowers the fixed-point residual ``max |F(lam) - lam|`` (:func:`_flat_map`)
-    and is finite. Where no contact row carries an impulse (the finger's limit rows beside its
-    idle spinner contacts) and the projected gradient found the active rows, this is the exact
-    solution, to rounding, of a problem whose iterations otherwise stop short of it (their
-    step is set by the contacts' block); elsewhere it improves the scalar rows or is
-    discarded."""
+    """One safeguarded active-set step on the scalar rows after the ``nc`` contact blocks
+    (a semismooth Newton step on the scalar rows alone, as :func:`_solve_fixed`'s ``newton``
+    steps on all rows): with the contact impulses held, the scalar rows that carry an impulse
+    (``lam > 0``, live) take the exact impulses of their block, ``G_AA lam_A = -(u_A + G_Ac
+    lam_c)`` (an unrolled Cholesky of the few scalar rows: ``G`` is positive definite), the
+    others 0; kept only if it lowers the fixed-point residual ``max |F(lam) - lam|``
+    (:func:`_flat_map`) and is finite. Where no contact row carries an impulse (the finger's
+    limit rows beside its idle spinner contacts) and the projected gradient found the active
+    rows, this is the exact solution, to rounding, of a problem whose iterations otherwise stop
+    short of it (their step is set by the contacts' block); elsewhere it improves the scalar
+    rows or is discarded."""
     k = nc * width
-    act = (lam[k:] > 0) & (live[nc:] > 0)
+    lam_l = lam[k:]
+    act = (lam_l > 0) & (live[nc:] > 0)
     both = act[:, None] & act[None, :]
-    Ga = jnp.where(both, G[k:, k:], 0.0) + jnp.diag(jnp.where(act, 0.0, 1.0).astype(G.dtype))
-    rhs = jnp.where(act, -(u[k:] + G[k:, :k] @ lam[:k]), 0.0)
-    trial = jnp.concatenate([lam[:k], linalg.lu_solve(Ga, rhs)])
-    res = _flat_map(lam, G, u, mu, rho, coulomb, nc, width) - lam
-    res_t = _flat_map(trial, G, u, mu, rho, coulomb, nc, width) - trial
+    Gll = G[k:, k:]
+    Ga = jnp.where(both, Gll, 0.0) + jnp.diag(jnp.where(act, 0.0, 1.0).astype(G.dtype))
+    w = G @ lam + u  # one product of G: the trial's velocities follow from it
+    rhs = jnp.where(act, Gll @ lam_l - w[k:], 0.0)  # -(u_A + G_Ac lam_c)
+    trial_l = linalg.spd_solve(Ga, rhs, lapack=False)
+    trial = jnp.concatenate([lam[:k], trial_l])
+    w_t = w + G[:, k:] @ (trial_l - lam_l)
+
+    def residual(x, w_):
+        return _project_rows(x - rho * _desaxce(w_, mu, coulomb, nc, width), mu, nc, width) - x
+
+    res, res_t = residual(lam, w), residual(trial, w_t)
     ok = (jnp.max(jnp.abs(res_t)) < jnp.max(jnp.abs(res))) & jnp.all(jnp.isfinite(trial))
     return jnp.where(ok, trial, lam)
 
