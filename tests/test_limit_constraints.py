@@ -227,6 +227,58 @@ def test_rows_of_disparate_weight_converge_in_the_default_iterations():
     assert float(jnp.min(lam[:, 0])) > 0.1 and float(jnp.min(lam_l)) > 0  # all rows carry
 
 
+def _body_contact_problem(rng, nc, nl):
+    """``G = J M^-1 J^T`` (plus a small regulariser) of ``nc`` contacts ``[n, t1, t2]`` at
+    nearby points of one free body (6 dofs: ``G``'s contact block of rank 6, its largest
+    eigenvalue many times its mean diagonal, as the finger's spinner contacts) and ``nl``
+    limit rows on ``nl`` joints of another chain (no coupling to the body)."""
+    nv = 6 + nl
+    R = rng.normal(size=(nv, nv))
+    M = np.zeros((nv, nv))
+    M[:6, :6] = np.diag([0.02, 0.03, 0.02, 1.0, 1.0, 1.0])
+    M[6:, 6:] = (R[6:, 6:] @ R[6:, 6:].T + np.eye(nl)) * 1e-3  # light links: heavy limit rows
+    p = 0.05 * rng.normal(size=(nc, 3))  # contact points near the body's origin
+    n = np.array([0.0, 0.0, 1.0])
+    rows = []
+    for pc in p:
+        for axis in (n, np.array([1.0, 0, 0]), np.array([0, 1.0, 0])):
+            j = np.zeros(nv)
+            j[:3], j[3:6] = np.cross(pc, axis), axis  # (angular, linear) velocity
+            rows.append(j)
+    Jl = np.zeros((nl, nv))
+    Jl[np.arange(nl), 6 + np.arange(nl)] = 1.0
+    J = np.vstack(rows + [Jl])
+    G = J @ np.linalg.solve(M, J.T)
+    return G + np.diag(1e-6 * np.diag(G) + 1e-12)
+
+
+def test_limit_rows_beside_idle_contacts_are_exact_in_the_default_iterations():
+    """Limit rows pressed beside idle contacts (separating, impulse 0; the finger against its
+    spinner: 16 live contacts whose block's largest eigenvalue is about 30 times its mean
+    diagonal): the default 100 iterations give the limit rows' exact impulses, ``-G_ll^-1
+    u_l`` (the limit block alone: no coupling to the contacts, which stay at 0), to rounding:
+    the projected gradient, whose step the contacts' block sets (the limit rows scaled to
+    the contacts' mean diagonal step about 30 times short of their own), stops near 1e-8;
+    the active-set step on the scalar rows after it (``contact._polish_rows``) is exact."""
+    nc, nl = 16, 2
+    rng = np.random.default_rng(7)
+    G = _body_contact_problem(rng, nc, nl)
+    k = 3 * nc
+    d = np.diagonal(G)
+    ev = np.linalg.eigvalsh(G[:k, :k])[-1]
+    assert ev > 10 * d[:k].mean()  # the idle contacts' block: far above its mean diagonal
+    u = np.zeros(k + nl)
+    u[:k:3] = 1.0  # every contact separating
+    u[k:] = -G[k:, k:] @ np.array([2.0, 0.5])  # both limit rows pressed: impulses 2, 0.5
+    mu = np.full(nc, 0.8)
+    lam, lam_l = jax.jit(
+        lambda G_, u_: sim.solve_cone_complementarity(G_, u_, mu, coulomb=True, rows=nl)
+    )(G, u)
+    exact = -np.linalg.solve(G[k:, k:], u[k:])
+    assert np.all(exact > 0) and np.all(np.asarray(lam) == 0.0)
+    np.testing.assert_allclose(lam_l, exact, rtol=1e-13)
+
+
 def test_limit_constraints_from_mjcf():
     """:meth:`MJCFModel.limit_constraints` holds a row for each limited hinge / slide joint
     with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``

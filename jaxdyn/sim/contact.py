@@ -769,6 +769,39 @@ def _row_scaling(G, live, nc, width):
     return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
 
 
+def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
+    """One safeguarded active-set step on the scalar rows after the ``nc`` contact blocks
+    (a semismooth Newton step on the scalar rows alone, as :func:`_solve_fixed`'s ``newton``
+    steps on all rows): with the contact impulses held, the scalar rows that carry an impulse
+    (``lam > 0``, live) take the exact impulses of their block, ``G_AA lam_A = -(u_A + G_Ac
+    lam_c)`` (an unrolled Cholesky of the few scalar rows: ``G`` is positive definite), the
+    others 0; kept only if it lowers the fixed-point residual ``max |F(lam) - lam|``
+    (:func:`_flat_map`) and is finite. Where no contact row carries an impulse (the finger's
+    limit rows beside its idle spinner contacts) and the projected gradient found the active
+    rows, this is the exact solution, to rounding, of a problem whose iterations otherwise stop
+    short of it (their step is set by the contacts' block); elsewhere it improves the scalar
+    rows or is discarded."""
+    k = nc * width
+    lam_l = lam[k:]
+    act = (lam_l > 0) & (live[nc:] > 0)
+    both = act[:, None] & act[None, :]
+    Gll = G[k:, k:]
+    Ga = jnp.where(both, Gll, 0.0) + jnp.diag(jnp.where(act, 0.0, 1.0).astype(G.dtype))
+    w = G @ lam + u  # one product of G: the trial's velocities follow from it
+    rhs = jnp.where(act, Gll @ lam_l - w[k:], 0.0)  # -(u_A + G_Ac lam_c)
+    trial_l = linalg.spd_solve(Ga, rhs, lapack=False)
+    trial = jnp.concatenate([lam[:k], trial_l])
+    w_t = w + G[:, k:] @ (trial_l - lam_l)
+
+    def residual(x, w_):
+        g = _desaxce(w_, mu, coulomb, nc, width, pyramid)
+        return _project_rows(x - rho * g, mu, nc, width, pyramid) - x
+
+    res, res_t = residual(lam, w), residual(trial, w_t)
+    ok = (jnp.max(jnp.abs(res_t)) < jnp.max(jnp.abs(res))) & jnp.all(jnp.isfinite(trial))
+    return jnp.where(ok, trial, lam)
+
+
 def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
@@ -776,7 +809,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
     contacts' weight; constant on each cone: the same solution), only matrix-vector products
     and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_desaxce`); then
+    ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar rows, one safeguarded active-set step
+    on them (:func:`_polish_rows`: their exact impulses given the contacts'); then
     ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
     lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
     contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
@@ -814,6 +848,8 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     zero = jnp.zeros(n, dtype)
     (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
     lam = s * x if nl else x
+    if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
+        lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
