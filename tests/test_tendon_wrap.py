@@ -49,6 +49,8 @@ WRAP_XML = """<mujoco model="wrap"><option timestep="0.002"><flag contact="disab
 
 
 def _mj_ten_J(m, d):
+    if not hasattr(m, "ten_J_rownnz"):  # MuJoCo 3.x: dense
+        return np.asarray(d.ten_J).reshape(m.ntendon, m.nv)
     J = np.zeros((m.ntendon, m.nv))
     mujoco.mju_sparse2dense(J, d.ten_J, m.ten_J_rownnz, m.ten_J_rowadr, m.ten_J_colind)
     return J

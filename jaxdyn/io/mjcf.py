@@ -62,8 +62,8 @@ hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFMod
 ``qpos_spring``
 fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
                                           (``MJCFModel.tendons``)
-spatial tendons through sites (straight)  :class:`jaxdyn.sim.SpatialTendons`
-                                          (``MJCFModel.spatial_tendons``)
+spatial tendons: sites, pulleys, spheres  :class:`jaxdyn.sim.SpatialTendons`
+and cylinders without a side site         (``MJCFModel.spatial_tendons``)
 actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
 transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
@@ -96,12 +96,14 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ================  ============================================================================
 ``ignore`` key    feature
 ================  ============================================================================
-``"tendon"``      spatial tendons wrapping around geoms or over pulleys, tendon
-                  ``frictionloss``, polynomial tendon stiffness / damping (their passive, limit
-                  and actuator forces; tendon armature changes the mass matrix and is always an
-                  error). Fixed tendons and straight spatial tendons through sites are honoured
-                  (:class:`jaxdyn.sim.FixedTendons`, :class:`jaxdyn.sim.SpatialTendons`; an
-                  actuator on a spatial tendon is refused under ``"actuator"``)
+``"tendon"``      spatial tendons wrapping a geom with a ``sidesite`` (MuJoCo 4's side-site
+                  rule and inside wrap), tendon ``frictionloss``, polynomial tendon stiffness /
+                  damping (their passive, limit and actuator forces; tendon armature changes
+                  the mass matrix and is always an error). Fixed tendons and spatial tendons
+                  through sites, over pulleys and around spheres and cylinders without a side
+                  site are honoured (:class:`jaxdyn.sim.FixedTendons`,
+                  :class:`jaxdyn.sim.SpatialTendons`; an actuator on a spatial tendon is
+                  refused under ``"actuator"``)
 ``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
 ``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
@@ -216,7 +218,7 @@ __all__ = [
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
-    "tendon": "wrapping spatial tendons, tendon friction and polynomial tendon forces",
+    "tendon": "side-site wrapping, tendon friction and polynomial tendon forces",
     "fluid": "fluid forces and wind",
     "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
@@ -436,7 +438,7 @@ class MJCFModel(NamedTuple):
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts; then a row for every limited fixed or straight spatial tendon
+        the contacts; then a row for every limited fixed or spatial tendon
         (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
         ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
         or slide joint or tendon or disables
@@ -484,7 +486,7 @@ class MJCFModel(NamedTuple):
                 m.jnt_solimp[j],
                 m.dof_invweight0[dof],
             )
-        tendons = []  # MuJoCo's tendon limit rows, on the fixed and straight spatial tendons
+        tendons = []  # MuJoCo's tendon limit rows, on the fixed and spatial tendons
         for ref, ti in _limited_tendons(m):
             n = len(rows)
             add(
@@ -1899,7 +1901,7 @@ def _fixed_tendon(m, t) -> bool:
 
 def _limited_tendons(m) -> list:
     """``(("fixed" | "spatial", i), t)`` of each limited tendon ``t`` that jaxdyn models (the
-    fixed ones and the straight spatial ones, numbered as :class:`~jaxdyn.sim.FixedTendons` /
+    fixed ones and the spatial ones jaxdyn models, numbered as :class:`~jaxdyn.sim.FixedTendons` /
     :class:`~jaxdyn.sim.SpatialTendons` number them)."""
     fixed = [t for t in range(m.ntendon) if _fixed_tendon(m, t)]
     spatial = [t for t in range(m.ntendon) if _site_tendon(m, t)]
@@ -2159,7 +2161,8 @@ def _scene(m, rows, dof_mj, dis, dtype):
 
 
 def _spatial_tendons(m, place, remap, dis, dtype):
-    """The straight spatial tendons (through sites only) as :class:`jaxdyn.sim.SpatialTendons`
+    """The spatial tendons (sites, pulleys, sphere / cylinder wraps without a side site) as
+    :class:`jaxdyn.sim.SpatialTendons`
     (``None`` without any)."""
     from ..sim.actuators import SpatialTendons
 
