@@ -45,6 +45,8 @@ WRAP_XML = """<mujoco model="wrap"><option timestep="0.002"><flag contact="disab
  <spatial name="cyl2"><site site="s1"/><geom geom="cyl2"/><site site="s3"/></spatial>
  <spatial name="pulley3"><site site="w1"/><site site="s1"/><pulley divisor="3"/><site site="w0"/>
   <site site="s3"/></spatial>
+ <spatial name="two"><site site="w1"/><geom geom="cyl"/><site site="s1"/><geom geom="ball"/>
+  <site site="s2"/></spatial>
 </tendon></mujoco>"""
 
 
@@ -68,14 +70,14 @@ def test_wrapping_tendons_match_mujoco():
     assert ten.paths[0] == (0, 1, ("pulley", 2.0), 1, ("sphere", 0), 2)
     assert [k for k, _ in (e for e in sum(ten.paths, ()) if isinstance(e, tuple))].count(
         "cylinder"
-    ) == 2
+    ) == 3
     m = r.mj_model
     d = mujoco.MjData(m)
     conv = r.converter()
     jac = jax.jit(lambda q: ten.jacobian(r.model, q))
     dL = jax.jit(jax.jacfwd(lambda q: ten.jacobian(r.model, q)[0]))
     rng = np.random.default_rng(3)
-    straight = np.array([5, 2, 2, 2, 5])  # ten_wrapnum without a wrap
+    straight = np.array([5, 2, 2, 2, 5, 3])  # ten_wrapnum without a wrap
     wraps, errs, derr = np.zeros(m.ntendon), [], []
     for _ in range(60):
         d.qpos[:] = rng.uniform(-np.pi, np.pi, m.nq)
@@ -88,7 +90,7 @@ def test_wrapping_tendons_match_mujoco():
         derr.append(np.abs(np.asarray(dL(q)) - np.asarray(J)).max())  # hinges: v = qdot
         wraps += d.ten_wrapnum > straight
     assert max(errs) < 1e-10
-    assert all(0 < w < 60 for w in wraps[:4]), wraps  # wrap and no wrap, each geom tendon
+    assert all(0 < w < 60 for w in wraps[[0, 1, 2, 3, 5]]), wraps  # wrap and not, each geom one
     assert np.median(derr) < 1e-8
 
 
@@ -134,7 +136,7 @@ def test_side_sites_refused_by_name():
     with pytest.raises(ValueError, match=r'<tendon name="cyl">: a spatial tendon wrapping .*sides'):
         load_mjcf(xml)
     r = load_mjcf(xml, ignore=("tendon",))
-    assert r.spatial_tendons is not None and r.spatial_tendons.size() == 4
+    assert r.spatial_tendons is not None and r.spatial_tendons.size() == 4  # cyl, two dropped
     ten = load_mjcf(WRAP_XML).spatial_tendons
     assert ten is not None
     bad = {
