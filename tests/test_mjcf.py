@@ -539,14 +539,14 @@ def _mjcf(body="", extra="", option=""):
 
 def test_unsupported_features_named():
     xml = _mjcf(
-        extra='<tendon><spatial name="tnd"><site site="s1"/><geom geom="wr"/><site site="s0"/>'
-        "</spatial></tendon>",
+        extra='<tendon><spatial name="tnd"><site site="s1"/><geom geom="wr" sidesite="s0"/>'
+        '<site site="s0"/></spatial></tendon>',
         option='density="1.2"',
     ).replace(
         "<worldbody>",
         '<worldbody><site name="s0" pos="0 0 1"/><geom name="wr" type="sphere" size="0.05" '
         'pos="0.05 0 0.5" contype="0" conaffinity="0"/>',
-    )  # a spatial tendon wrapping around a sphere (straight ones are honoured)
+    )  # a spatial tendon wrapping a sphere with a side site (without one it is honoured)
     with pytest.raises(ValueError) as e:
         load_mjcf(xml)
     msg = str(e.value)

@@ -209,12 +209,13 @@ def _one(body="", extra="", option="", joint=""):
         (
             _one(
                 body='<geom name="wr" type="sphere" size="0.05" pos="0.05 0 0.5" contype="0" '
-                'conaffinity="0"/>',
-                extra='<tendon><spatial name="sp"><site site="s0"/><geom geom="wr"/>'
-                '<site site="s1"/></spatial></tendon>',
+                'conaffinity="0"/><site name="sd" pos="0.2 0 0.5"/>',
+                extra='<tendon><spatial name="sp"><site site="s0"/><geom geom="wr" '
+                'sidesite="sd"/><site site="s1"/></spatial></tendon>',
             ),  # fmt: skip
             "tendon",
-            r'<tendon name="sp">: a spatial tendon .* ignored, its passive',
+            r'<tendon name="sp">: a spatial tendon wrapping around a geom with a sidesite .* '
+            "ignored, its passive",
         ),
         (
             _one(

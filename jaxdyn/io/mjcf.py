@@ -62,8 +62,8 @@ hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFMod
 ``qpos_spring``
 fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
                                           (``MJCFModel.tendons``)
-spatial tendons through sites (straight)  :class:`jaxdyn.sim.SpatialTendons`
-                                          (``MJCFModel.spatial_tendons``)
+spatial tendons: sites, pulleys, spheres  :class:`jaxdyn.sim.SpatialTendons`
+and cylinders without a side site         (``MJCFModel.spatial_tendons``)
 actuators (joint / fixed-tendon           :class:`jaxdyn.sim.GainBias`
 transmissions, gain / bias family)        (``MJCFModel.gain_bias``)
 bodies, sites, joints                     frames: every body by name (the world is
@@ -100,12 +100,14 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 ================  ============================================================================
 ``ignore`` key    feature
 ================  ============================================================================
-``"tendon"``      spatial tendons wrapping around geoms or over pulleys, tendon
-                  ``frictionloss``, polynomial tendon stiffness / damping (their passive, limit
-                  and actuator forces; tendon armature changes the mass matrix and is always an
-                  error). Fixed tendons and straight spatial tendons through sites are honoured
-                  (:class:`jaxdyn.sim.FixedTendons`, :class:`jaxdyn.sim.SpatialTendons`; an
-                  actuator on a spatial tendon is refused under ``"actuator"``)
+``"tendon"``      spatial tendons wrapping a geom with a ``sidesite`` (MuJoCo 4's side-site
+                  rule and inside wrap), tendon ``frictionloss``, polynomial tendon stiffness /
+                  damping (their passive, limit and actuator forces; tendon armature changes
+                  the mass matrix and is always an error). Fixed tendons and spatial tendons
+                  through sites, over pulleys and around spheres and cylinders without a side
+                  site are honoured (:class:`jaxdyn.sim.FixedTendons`,
+                  :class:`jaxdyn.sim.SpatialTendons`; an actuator on a spatial tendon is
+                  refused under ``"actuator"``)
 ``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
 ``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
@@ -234,7 +236,7 @@ __all__ = [
 
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
-    "tendon": "wrapping spatial tendons, tendon friction and polynomial tendon forces",
+    "tendon": "side-site wrapping, tendon friction and polynomial tendon forces",
     "fluid": "fluid forces and wind",
     "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
@@ -273,7 +275,7 @@ _OBJ_SITE = 6
 _EQ_CONNECT, _EQ_WELD, _EQ_JOINT = 0, 1, 2
 _EQ_NAMES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
-_WRAP_JOINT, _WRAP_SITE = 1, 3
+_WRAP_JOINT, _WRAP_PULLEY, _WRAP_SITE, _WRAP_SPHERE, _WRAP_CYLINDER = 1, 2, 3, 4, 5
 _DYN_NAMES = ("none", "integrator", "filter", "filterexact")
 _GB_FIELDS = (
     "moment",
@@ -457,7 +459,7 @@ class MJCFModel(NamedTuple):
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
         ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts; then a row for every limited fixed or straight spatial tendon
+        the contacts; then a row for every limited fixed or spatial tendon
         (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
         ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
         or slide joint or tendon or disables
@@ -505,7 +507,7 @@ class MJCFModel(NamedTuple):
                 m.jnt_solimp[j],
                 m.dof_invweight0[dof],
             )
-        tendons = []  # MuJoCo's tendon limit rows, on the fixed and straight spatial tendons
+        tendons = []  # MuJoCo's tendon limit rows, on the fixed and spatial tendons
         for ref, ti in _limited_tendons(m):
             n = len(rows)
             add(
@@ -1856,9 +1858,11 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
             if not _fixed_tendon(m, t) and not _site_tendon(m, t):
                 issues.add(
                     "tendon",
-                    f"{el}: a spatial tendon wrapping around geoms or over pulleys: jaxdyn.sim "
-                    "has fixed tendons and straight spatial tendons through sites only; "
-                    "ignored, its passive, limit and actuator forces are dropped",
+                    f"{el}: a spatial tendon wrapping around a geom with a sidesite (MuJoCo 4's "
+                    "side-site rule, the shortest path homotopic to the polyline through the side "
+                    "site, and its inside wrap): jaxdyn.sim.SpatialTendons wraps spheres and "
+                    "cylinders without a side site only; ignored, its passive, limit and actuator "
+                    "forces are dropped",
                 )
                 continue
             probs = []
@@ -1936,7 +1940,7 @@ def _fixed_tendon(m, t) -> bool:
 
 def _limited_tendons(m) -> list:
     """``(("fixed" | "spatial", i), t)`` of each limited tendon ``t`` that jaxdyn models (the
-    fixed ones and the straight spatial ones, numbered as :class:`~jaxdyn.sim.FixedTendons` /
+    fixed ones and the spatial ones jaxdyn models, numbered as :class:`~jaxdyn.sim.FixedTendons` /
     :class:`~jaxdyn.sim.SpatialTendons` number them)."""
     fixed = [t for t in range(m.ntendon) if _fixed_tendon(m, t)]
     spatial = [t for t in range(m.ntendon) if _site_tendon(m, t)]
@@ -1962,10 +1966,19 @@ def _unlimited_tendons(kw, refs) -> dict:
 
 
 def _site_tendon(m, t) -> bool:
-    """Whether tendon ``t`` is a straight spatial tendon: every wrap a site (no geom, no
-    pulley)."""
+    """Whether tendon ``t`` is a spatial tendon :class:`jaxdyn.sim.SpatialTendons` models:
+    every wrap a site, a pulley, or a sphere or cylinder without a side site."""
     a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
-    return n >= 2 and all(int(m.wrap_type[w]) == _WRAP_SITE for w in range(a, a + n))
+    if n < 2 or _fixed_tendon(m, t):
+        return False
+    for w in range(a, a + n):
+        kind = int(m.wrap_type[w])
+        if kind in (_WRAP_SPHERE, _WRAP_CYLINDER):
+            if round(float(m.wrap_prm[w])) >= 0:  # a side site
+                return False
+        elif kind not in (_WRAP_SITE, _WRAP_PULLEY):
+            return False
+    return True
 
 
 def _tendon_row(m, t) -> np.ndarray:
@@ -2187,22 +2200,34 @@ def _scene(m, rows, dof_mj, dis, dtype):
 
 
 def _spatial_tendons(m, place, remap, dis, dtype):
-    """The straight spatial tendons (through sites only) as :class:`jaxdyn.sim.SpatialTendons`
+    """The spatial tendons (sites, pulleys, sphere / cylinder wraps without a side site) as
+    :class:`jaxdyn.sim.SpatialTendons`
     (``None`` without any)."""
     from ..sim.actuators import SpatialTendons
 
     ts = [t for t in range(m.ntendon) if _site_tendon(m, t)]
     if not ts:
         return None
-    sites, paths = [], []
+    sites, geoms, paths = [], [], []
+
+    def site(s):
+        if s not in sites:
+            sites.append(s)
+        return sites.index(s)
+
     for t in ts:
         a, n = int(m.tendon_adr[t]), int(m.tendon_num[t])
         path = []
         for w in range(a, a + n):
-            s = int(m.wrap_objid[w])
-            if s not in sites:
-                sites.append(s)
-            path.append(sites.index(s))
+            kind, obj = int(m.wrap_type[w]), int(m.wrap_objid[w])
+            if kind == _WRAP_SITE:
+                path.append(site(obj))
+            elif kind == _WRAP_PULLEY:
+                path.append(("pulley", float(m.wrap_prm[w])))
+            else:  # sphere / cylinder (no side site: _site_tendon)
+                if obj not in geoms:
+                    geoms.append(obj)
+                path.append(("sphere" if kind == _WRAP_SPHERE else "cylinder", geoms.index(obj)))
         paths.append(tuple(path))
     bodies, points = [], []
     for s in sites:
@@ -2210,6 +2235,13 @@ def _spatial_tendons(m, place, remap, dis, dtype):
         R, p = _compose(T, _local_frame(m, "site", s))
         bodies.append(int(remap(b)) if b >= 0 else -1)
         points.append(p)
+    geom_bodies, geom_pos, geom_rot = [], [], []
+    for g in geoms:
+        b, T = place[int(m.geom_bodyid[g])]
+        R, p = _compose(T, _local_frame(m, "geom", g))
+        geom_bodies.append(int(remap(b)) if b >= 0 else -1)
+        geom_pos.append(p)
+        geom_rot.append(R)
     k = 0.0 if dis("mjDSBL_SPRING") else 1.0
     c = 0.0 if dis("mjDSBL_DAMPER") else 1.0
     lim = [bool(m.tendon_limited[t]) and not dis("mjDSBL_LIMIT") for t in ts]
@@ -2227,6 +2259,10 @@ def _spatial_tendons(m, place, remap, dis, dtype):
         upper=arr([m.tendon_range[t, 1] if lt else np.inf for t, lt in zip(ts, lim)]),
         bodies=tuple(bodies),
         paths=tuple(paths),
+        geom_pos=arr(geom_pos) if geoms else None,
+        geom_rot=arr(geom_rot) if geoms else None,
+        geom_radius=arr([m.geom_size[g, 0] for g in geoms]) if geoms else None,
+        geom_bodies=tuple(geom_bodies),
     )
 
 

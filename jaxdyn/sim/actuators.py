@@ -371,16 +371,28 @@ class FixedTendons(eqx.Module):
 
 
 class SpatialTendons(eqx.Module):
-    """MuJoCo's spatial tendons on straight paths through sites (``<tendon><spatial>`` with
-    ``<site>`` elements only; wrapping around geoms and pulleys are not modelled): length
-    ``L = sum_k |p_{k+1} - p_k|`` over the path's consecutive sites, ``Ldot = J v`` with
-    ``J = sum_k u_k^T (J_{k+1} - J_k)`` (``u_k`` the unit segment directions, ``J_k`` the
-    sites' point Jacobians), and the passive forces of :class:`FixedTendons` (dead-band spring,
-    damping, length limits), applied as ``tau += J^T f``.
+    """MuJoCo's spatial tendons (``<tendon><spatial>``, MuJoCo's ``mj_tendon``): paths through
+    sites, over pulleys and around spheres and cylinders without a side site. The length is
+    the sum of the path's pieces, each divided by the divisor of the last pulley before it (1
+    before any): a straight segment ``|p_{k+1} - p_k|`` between consecutive sites; for a
+    site-geom-site triple, MuJoCo's ``mju_wrap``: the tangent points ``t_0``, ``t_1`` on the
+    circle of the geom's radius (in the plane of the two sites and the sphere's centre; in the
+    cylinder's cross-section, heights along the helix), the shorter of the two wraps,
+    ``|t_0 - p_0| + arc + |p_1 - t_1|``, or the straight ``|p_1 - p_0|`` where that segment
+    misses the circle (a branch: ``jnp.where`` on both). ``Ldot = J v`` with ``J = sum_k u_k^T
+    (J_{k+1} - J_k) / divisor`` over the straight pieces (``u_k`` the unit directions, ``J_k``
+    the point Jacobians of the sites and of the tangent points, the latter moving with the
+    geom's body; the arc adds none), MuJoCo's ``ten_J``. Passive forces are those of
+    :class:`FixedTendons` (dead-band spring, damping, length limits), applied as
+    ``tau += J^T f``.
 
     ``points (ns, 3)``: the sites in their bodies' frames (world coordinates for a site on
     the world); static ``bodies`` (jaxdyn body of each site, ``-1``: the world) and ``paths``
-    (per tendon, the indices of its sites in order); ``stiffness``, ``lower_spring``,
+    (per tendon, its elements in order: a site index ``i``; ``("pulley", divisor)``;
+    ``("sphere", g)`` / ``("cylinder", g)`` with ``g`` a wrapping geom's index; a path starts
+    and ends with a site, a geom sits between two sites); the wrapping geoms' ``geom_pos (ng,
+    3)``, ``geom_rot (ng, 3, 3)`` (the cylinder's axis its ``z``) in their bodies' frames,
+    ``geom_radius (ng,)`` and static ``geom_bodies``; ``stiffness``, ``lower_spring``,
     ``upper_spring``, ``damping``, ``lower``, ``upper`` ``(nt,)`` as in :class:`FixedTendons`.
     Their damping couples the coordinates through ``J``: ``"implicit"`` treats it exactly."""
 
@@ -393,21 +405,35 @@ class SpatialTendons(eqx.Module):
     upper: jnp.ndarray
     bodies: tuple = eqx.field(static=True)
     paths: tuple = eqx.field(static=True)
+    geom_pos: jnp.ndarray | None = None
+    geom_rot: jnp.ndarray | None = None
+    geom_radius: jnp.ndarray | None = None
+    geom_bodies: tuple = eqx.field(static=True, default=())
 
     _RULES = (("stiffness", 0.0, False), ("damping", 0.0, False))
 
     def __check_init__(self):
         _params.check_module(self)
-        ns = len(self.bodies)
+        ns, ng = len(self.bodies), len(self.geom_bodies)
         if not isinstance(self.points, jax.core.Tracer) and np.shape(self.points) != (ns, 3):
             raise ValueError(
                 f"SpatialTendons: points has shape {np.shape(self.points)}, expected ({ns}, 3)"
             )
+        for name, shape in (
+            ("geom_pos", (ng, 3)),
+            ("geom_rot", (ng, 3, 3)),
+            ("geom_radius", (ng,)),
+        ):
+            value = getattr(self, name)
+            if ng and value is None:
+                raise ValueError(f"SpatialTendons: wrapping geoms need {name}")
+            if value is not None and not isinstance(value, jax.core.Tracer):
+                if np.shape(value) != shape:
+                    raise ValueError(
+                        f"SpatialTendons: {name} has shape {np.shape(value)}, expected {shape}"
+                    )
         for k, path in enumerate(self.paths):
-            if len(path) < 2 or any(not 0 <= i < ns for i in path):
-                raise ValueError(
-                    f"SpatialTendons: path {k} must list at least two site indices in [0, {ns})"
-                )
+            _check_path(k, path, ns, ng)
 
     def size(self) -> int:
         return len(self.paths)
@@ -420,26 +446,63 @@ class SpatialTendons(eqx.Module):
         t = model.topo
         ws = kin.world_state(model, q)
         supp = np.asarray(t.body_dof_support, bool)
-        P = jnp.asarray(self.points, dtype)
-        pts, jacs = [], []
-        for i, b in enumerate(self.bodies):
+        zero_jac = jnp.zeros((3, model.nv), dtype)
+
+        def point_jac(b, p):
             if b < 0:
-                pts.append(P[i])
-                jacs.append(jnp.zeros((3, model.nv), dtype))
-                continue
-            p = ws.R[b] @ P[i] + ws.p[b]
+                return zero_jac
             lin = ws.S[:, 3:] + jnp.cross(ws.S[:, :3], p)
-            pts.append(p)
-            jacs.append(jnp.where(jnp.asarray(supp[b])[:, None], lin, 0.0).T)
+            return jnp.where(jnp.asarray(supp[b])[:, None], lin, 0.0).T
+
+        def place(b, local):
+            return local if b < 0 else ws.R[b] @ local + ws.p[b]
+
+        P = jnp.asarray(self.points, dtype)
+        pts = [place(b, P[i]) for i, b in enumerate(self.bodies)]
+        jacs = [point_jac(b, p) for b, p in zip(self.bodies, pts)]
+        frames = []
+        for g, b in enumerate(self.geom_bodies):
+            pos = jnp.asarray(self.geom_pos, dtype)[g]
+            rot = jnp.asarray(self.geom_rot, dtype)[g]
+            frames.append((rot, pos) if b < 0 else (ws.R[b] @ rot, ws.R[b] @ pos + ws.p[b]))
+
+        def segment(pa, ja, pb, jb):
+            d = pb - pa
+            n = _safe_norm(d)
+            u = d / jnp.where(n < _MINVAL, 1.0, n)
+            return n, u @ (jb - ja)
+
         Ls, Js = [], []
         for path in self.paths:
             L = jnp.zeros((), dtype)
             J = jnp.zeros(model.nv, dtype)
-            for a, b in zip(path[:-1], path[1:]):
-                d = pts[b] - pts[a]
-                n = jnp.sqrt(d @ d)
-                L = L + n
-                J = J + (d / n) @ (jacs[b] - jacs[a])
+            divisor = 1.0
+            k = 0
+            while k < len(path) - 1:
+                e0, e1 = path[k], path[k + 1]
+                if _is_pulley(e0) or _is_pulley(e1):
+                    if _is_pulley(e0):
+                        divisor = max(_MINVAL, float(e0[1]))
+                    k += 1
+                    continue
+                if not isinstance(e1, tuple):  # site - site
+                    n, j = segment(pts[e0], jacs[e0], pts[e1], jacs[e1])
+                    L, J = L + n / divisor, J + j / divisor
+                    k += 1
+                    continue
+                kind, g = e1  # site - geom - site
+                e2 = path[k + 2]
+                rot, pos = frames[g]
+                radius = jnp.asarray(self.geom_radius, dtype)[g]
+                wlen, t0, t1 = _wrap(pts[e0], pts[e2], pos, rot, radius, kind == "sphere")
+                gb = self.geom_bodies[g]
+                n_s, j_s = segment(pts[e0], jacs[e0], pts[e2], jacs[e2])
+                n0, j0 = segment(pts[e0], jacs[e0], t0, point_jac(gb, t0))
+                n1, j1 = segment(t1, point_jac(gb, t1), pts[e2], jacs[e2])
+                wraps = wlen >= 0
+                L = L + jnp.where(wraps, n0 + wlen + n1, n_s) / divisor
+                J = J + jnp.where(wraps, j0 + j1, j_s) / divisor
+                k += 2
             Ls.append(L)
             Js.append(J)
         return jnp.stack(Ls), jnp.stack(Js)
@@ -465,6 +528,155 @@ class SpatialTendons(eqx.Module):
             (jnp.ones_like(Ld),),
         )
         return J.T, -c
+
+
+_MINVAL = 1e-15  # MuJoCo's mjMINVAL
+_WRAP_KINDS = ("sphere", "cylinder")
+
+
+def _is_pulley(e) -> bool:
+    return isinstance(e, tuple) and e[0] == "pulley"
+
+
+def _check_path(k: int, path, ns: int, ng: int) -> None:
+    """A :class:`SpatialTendons` path's elements (see its docstring), else a ``ValueError``."""
+    where = f"SpatialTendons: path {k}"
+    if len([e for e in path if not isinstance(e, tuple)]) < 2:
+        raise ValueError(f"{where} must list at least two site indices in [0, {ns})")
+    for j, e in enumerate(path):
+        if not isinstance(e, tuple):
+            if not 0 <= int(e) < ns:
+                raise ValueError(f"{where} must list at least two site indices in [0, {ns})")
+            continue
+        if _is_pulley(e):
+            if len(e) != 2 or not float(e[1]) > 0:
+                raise ValueError(f"{where}: element {j} {e!r}: a pulley needs a divisor > 0")
+            continue
+        if len(e) != 2 or e[0] not in _WRAP_KINDS:
+            raise ValueError(
+                f"{where}: element {j} {e!r} is not a site index, ('pulley', divisor) or "
+                "('sphere' | 'cylinder', geom)"
+            )
+        if not 0 <= int(e[1]) < ng:
+            raise ValueError(f"{where}: element {j} {e!r}: a geom index in [0, {ng})")
+        sites = [path[j - 1] if j else None, path[j + 1] if j + 1 < len(path) else None]
+        if any(s is None or isinstance(s, tuple) for s in sites):
+            raise ValueError(f"{where}: element {j} {e!r}: a wrapping geom sits between two sites")
+    if isinstance(path[0], tuple) or isinstance(path[-1], tuple):
+        raise ValueError(f"{where} must start and end with a site")
+
+
+def _safe_norm(x: Array) -> Array:
+    """``|x|`` with a finite (zero) gradient at ``x = 0``."""
+    sq = x @ x
+    pos = sq > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
+
+
+def _safe_sqrt(x: Array) -> Array:
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
+
+
+def _normalize(x: Array) -> Array:
+    """MuJoCo's ``mju_normalize``: ``x / |x|``, ``e_0`` where ``|x| < mjMINVAL``."""
+    n = _safe_norm(x)
+    small = n < _MINVAL
+    e0 = jnp.zeros_like(x).at[0].set(1.0)
+    return jnp.where(small, e0, x / jnp.where(small, 1.0, n))
+
+
+def _acos(x: Array) -> Array:
+    """``mju_acos``: ``acos`` of ``x`` clipped to ``[-1, 1]`` (a finite gradient at the ends)."""
+    inside = jnp.abs(x) < 1
+    return jnp.where(inside, jnp.arccos(jnp.where(inside, x, 0.0)), jnp.where(x > 0, 0.0, jnp.pi))
+
+
+def _safe_div(a: Array, b: Array) -> Array:
+    ok = b != 0
+    return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)
+
+
+def _is_intersect(p1: Array, p2: Array, p3: Array, p4: Array) -> Array:
+    """Whether the 2-D segments ``p1 p2`` and ``p3 p4`` intersect (``is_intersect`` of MuJoCo's
+    engine_util_misc.c; parallel ones do not)."""
+    det = (p4[1] - p3[1]) * (p2[0] - p1[0]) - (p4[0] - p3[0]) * (p2[1] - p1[1])
+    a = _safe_div((p4[0] - p3[0]) * (p1[1] - p3[1]) - (p4[1] - p3[1]) * (p1[0] - p3[0]), det)
+    b = _safe_div((p2[0] - p1[0]) * (p1[1] - p3[1]) - (p2[1] - p1[1]) * (p1[0] - p3[0]), det)
+    return (jnp.abs(det) >= _MINVAL) & (a >= 0) & (a <= 1) & (b >= 0) & (b <= 1)
+
+
+def _wrap_circle(d: Array, rad: Array) -> tuple[Array, Array]:
+    """MuJoCo's ``wrap_circle`` without a side site: the tangent points ``(4,)`` from the 2-D
+    points ``d (4,)`` to the circle of radius ``rad`` about the origin (the shorter path) and
+    the arc length between them, ``-1`` where the segment misses the circle."""
+    d0, d1 = d[:2], d[2:]
+    sqlen0, sqlen1, sqrad = d0 @ d0, d1 @ d1, rad * rad
+    dif = d1 - d0
+    dd = dif @ dif
+    a = jnp.clip(-(dif @ d0) / jnp.maximum(dd, _MINVAL), 0.0, 1.0)
+    tmp = a * dif + d0
+    miss = tmp @ tmp > sqrad
+    invalid = (sqlen0 < sqrad) | (sqlen1 < sqrad) | (rad < _MINVAL) | (dd < _MINVAL) | miss
+    sqrt0, sqrt1 = _safe_sqrt(sqlen0 - sqrad), _safe_sqrt(sqlen1 - sqrad)
+    l0, l1 = jnp.where(invalid, 1.0, sqlen0), jnp.where(invalid, 1.0, sqlen1)
+    sols, goods = [], []
+    for sgn in (1.0, -1.0):
+        r0, r1 = sgn * rad * sqrt0, sgn * rad * sqrt1
+        s0 = jnp.stack([d0[0] * sqrad + r0 * d0[1], d0[1] * sqrad - r0 * d0[0]]) / l0
+        s1 = jnp.stack([d1[0] * sqrad - r1 * d1[1], d1[1] * sqrad + r1 * d1[0]]) / l1
+        good = -((s0 - s1) @ (s0 - s1))
+        sols.append((s0, s1))
+        goods.append(jnp.where(_is_intersect(d0, s0, d1, s1), -10000.0, good))
+    first = goods[0] > goods[1]
+    s0 = jnp.where(first, sols[0][0], sols[1][0])
+    s1 = jnp.where(first, sols[0][1], sols[1][1])
+    invalid = invalid | _is_intersect(d0, s0, d1, s1)
+    angle = _acos(_normalize(s0) @ _normalize(s1))  # MuJoCo's length_circle
+    cross = s0[1] * s1[0] - s0[0] * s1[1]
+    flip = ((cross > 0) & ~first) | ((cross < 0) & first)
+    wlen = rad * jnp.where(flip, 2 * jnp.pi - angle, angle)
+    return jnp.where(invalid, -1.0, wlen), jnp.concatenate([s0, s1])
+
+
+def _wrap(
+    x0: Array, x1: Array, xpos: Array, xmat: Array, rad: Array, sphere: bool
+) -> tuple[Array, Array, Array]:
+    """MuJoCo's ``mju_wrap``: the wrap length (``-1``: no wrap) and the two tangent points
+    (world) of the path from ``x0`` to ``x1`` around the sphere / cylinder (axis: the frame's
+    ``z``) of radius ``rad`` at ``(xpos, xmat)``, without a side site."""
+    p0, p1 = xmat.T @ (x0 - xpos), xmat.T @ (x1 - xpos)
+    too_close = (_safe_norm(p0) < _MINVAL) | (_safe_norm(p1) < _MINVAL)
+    dtype = x0.dtype
+    if sphere:
+        axis0 = _normalize(p0)
+        normal = jnp.cross(p0, p1)
+        nrm = _safe_norm(normal)
+        ab = jnp.abs(axis0)
+        i = jnp.where(
+            (ab[1] > ab[0]) & (ab[1] > ab[2]), 1, jnp.where((ab[2] > ab[0]) & (ab[2] > ab[1]), 2, 0)
+        )
+        alt = _normalize(jnp.cross(axis0, jnp.ones(3, dtype).at[i].set(0.0)))
+        normal = jnp.where(nrm < _MINVAL, alt, normal / jnp.where(nrm < _MINVAL, 1.0, nrm))
+        axis1 = _normalize(jnp.cross(normal, axis0))
+    else:
+        axis0, axis1 = jnp.eye(3, dtype=dtype)[0], jnp.eye(3, dtype=dtype)[1]
+    d = jnp.stack([p0 @ axis0, p0 @ axis1, p1 @ axis0, p1 @ axis1])
+    wlen, pnt = _wrap_circle(d, rad)
+    r0 = axis0 * pnt[0] + axis1 * pnt[1]
+    r1 = axis0 * pnt[2] + axis1 * pnt[3]
+    if not sphere:  # the helix: heights in proportion to the unrolled length
+        L0 = _safe_norm(p0[:2] - r0[:2])
+        L1 = _safe_norm(p1[:2] - r1[:2])
+        tot = jnp.where(wlen < 0, 1.0, L0 + wlen + L1)
+        tot = jnp.where(tot == 0, 1.0, tot)
+        z0 = p0[2] + (p1[2] - p0[2]) * L0 / tot
+        z1 = p0[2] + (p1[2] - p0[2]) * (L0 + wlen) / tot
+        r0, r1 = r0.at[2].set(z0), r1.at[2].set(z1)
+        h = z1 - z0
+        wlen = jnp.where(wlen < 0, wlen, _safe_sqrt(wlen * wlen + h * h))
+    wlen = jnp.where(too_close, -1.0, wlen)
+    return wlen, xmat @ r0 + xpos, xmat @ r1 + xpos
 
 
 def _tendon_forces(

@@ -160,8 +160,9 @@ class SimConfig(eqx.Module):
       the model's joint limits (and the tendons' length limits).
     - ``springs``: :class:`~jaxdyn.sim.actuators.Springs` (joint springs) or ``None``;
       ``tendons``: :class:`~jaxdyn.sim.actuators.FixedTendons` or ``None``;
-      ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (straight paths
-      through sites) or ``None``; ``equalities``: :class:`~jaxdyn.sim.equality.Equalities`
+      ``spatial_tendons``: :class:`~jaxdyn.sim.actuators.SpatialTendons` (paths through
+      sites, pulleys, sphere and cylinder wraps) or ``None``; ``equalities``:
+      :class:`~jaxdyn.sim.equality.Equalities`
       (MuJoCo's equality constraints: a force, or rows of the step's constraint problem
       with ``limit_constraints`` or :class:`~jaxdyn.sim.contact.Constraint` contact) or ``None``
       (:meth:`jaxdyn.model.mjcf.MJCFModel.sim_config` fills both from an MJCF scene).
