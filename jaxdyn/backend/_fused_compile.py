@@ -1,0 +1,49 @@
+"""The child process of a background compile (:mod:`.fused_programs`, switch ``"auto"``).
+
+Reads a pickled payload on stdin: ``where`` (``"module:attribute"`` of a
+:class:`~.fused_programs.FusedJit`), the parent's ``jax_enable_x64`` and :mod:`jaxdyn.config`
+switches, and the call's ``(args, kwargs)`` pickled apart (unpickled once those settings are
+set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for them (through
+JAX's persistent compilation cache where the parent's environment has it) and writes to stdout
+the number of array inputs (8 bytes, little-endian) and the executable serialized by
+``jax.experimental.serialize_executable``. Runs at a lower priority (``os.nice``) than the
+process it compiles for. Any failure: a non-zero exit status, the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import sys
+
+
+def main() -> int:
+    if hasattr(os, "nice"):
+        try:
+            os.nice(10)
+        except OSError:
+            pass
+    payload = pickle.loads(sys.stdin.buffer.read())
+    import jax
+
+    jax.config.update("jax_enable_x64", payload["x64"])
+    from jax.experimental import serialize_executable
+
+    from jaxdyn import config
+    from jaxdyn.backend import fused_programs
+
+    for name, value in payload["config"].items():
+        config._values[name] = value
+    module, attr = payload["where"].split(":")
+    fused = getattr(importlib.import_module(module), attr)
+    dyn, static = fused_programs._split(pickle.loads(payload["call"]))
+    compiled = fused.program.lower(static, dyn).compile()
+    blob, _, _ = serialize_executable.serialize(compiled)
+    sys.stdout.buffer.write(len(dyn).to_bytes(8, "little") + blob)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
