@@ -16,6 +16,31 @@ import importlib
 import os
 import pickle
 import sys
+from typing import Any
+
+
+def compile_payload(payload: bytes, fused: Any = None) -> bytes:
+    """The child's output for ``payload`` (see the module); ``fused``: the
+    :class:`~.fused_programs.FusedJit` (default: found by the payload's ``where``). Raises on
+    any failure."""
+    data = pickle.loads(payload)
+    import jax
+
+    jax.config.update("jax_enable_x64", data["x64"])
+    from jax.experimental import serialize_executable
+
+    from jaxdyn import config
+    from jaxdyn.backend import fused_programs
+
+    for name, value in data["config"].items():
+        config._values[name] = value
+    if fused is None:
+        module, attr = data["where"].split(":")
+        fused = getattr(importlib.import_module(module), attr)
+    dyn, static = fused_programs._split(pickle.loads(data["call"]))
+    compiled = fused.program.lower(static, dyn).compile()
+    blob, _, _ = serialize_executable.serialize(compiled)
+    return len(dyn).to_bytes(8, "little") + blob
 
 
 def main() -> int:
@@ -24,23 +49,8 @@ def main() -> int:
             os.nice(10)
         except OSError:
             pass
-    payload = pickle.loads(sys.stdin.buffer.read())
-    import jax
-
-    jax.config.update("jax_enable_x64", payload["x64"])
-    from jax.experimental import serialize_executable
-
-    from jaxdyn import config
-    from jaxdyn.backend import fused_programs
-
-    for name, value in payload["config"].items():
-        config._values[name] = value
-    module, attr = payload["where"].split(":")
-    fused = getattr(importlib.import_module(module), attr)
-    dyn, static = fused_programs._split(pickle.loads(payload["call"]))
-    compiled = fused.program.lower(static, dyn).compile()
-    blob, _, _ = serialize_executable.serialize(compiled)
-    sys.stdout.buffer.write(len(dyn).to_bytes(8, "little") + blob)
+    out = compile_payload(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(out)
     sys.stdout.buffer.flush()
     return 0
 
