@@ -263,11 +263,12 @@ def test_fused_cpu_loops_env_after_jax_started_warns():
 
 def test_fused_program_is_one_kernel(monkeypatch):
     """jaxdyn.backend.fused_programs: off in the test suite (its switch ``trajopt_fused_loops``,
-    ``"auto"`` by default: test_fused_program_in_the_background); asked for, a function called with arrays compiles into one XLA:CPU
-    kernel (a call tagged ``xla_cpu_small_call``, per-program options: no YNNPACK fusion) and
-    returns what the plain function returns; traced inside a caller's jit, or with its switch
-    off, the plain function runs. XLA's default compiles the same loop as a while loop of one
-    kernel per operation (its own small-loop threshold is far below this loop's bytes)."""
+    ``"auto"`` by default: test_fused_program_in_the_background); asked for, a function called
+    with arrays compiles into one XLA:CPU kernel (a call tagged ``xla_cpu_small_call``,
+    per-program options: no YNNPACK fusion) and returns what the plain function returns; traced
+    inside a caller's jit, or with its switch off, the plain function runs. XLA's default
+    compiles the same loop as a while loop of one kernel per operation (its own small-loop
+    threshold is far below this loop's bytes)."""
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -190,11 +190,16 @@ def _signature(dyn) -> tuple:
 
 def _settings() -> tuple:
     """The settings a trace reads besides the arguments: jaxdyn's switches, ``jax_enable_x64``."""
-    import jax
 
     from .. import config
 
-    return (tuple(sorted(config._values.items())), bool(jax.config.jax_enable_x64))
+    return (tuple(sorted(config._values.items())), _x64())
+
+
+def _x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _split(args):
@@ -341,7 +346,7 @@ class FusedJit:
             payload = pickle.dumps(
                 dict(
                     where=self.where,
-                    x64=bool(jax.config.jax_enable_x64),
+                    x64=_x64(),
                     config=dict(config._values),
                     call=pickle.dumps((args, kwargs)),
                 )
