@@ -33,7 +33,7 @@ def compile_payload(payload: bytes, fused: Any = None) -> bytes:
     from jaxdyn.backend import fused_programs
 
     for name, value in data["config"].items():
-        config._values[name] = value
+        config.update(name, value)  # nothing compiled yet: nothing to clear
     if fused is None:
         module, attr = data["where"].split(":")
         fused = getattr(importlib.import_module(module), attr)

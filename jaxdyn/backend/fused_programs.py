@@ -193,7 +193,7 @@ def _settings() -> tuple:
 
     from .. import config
 
-    return (tuple(sorted(config._values.items())), _x64())
+    return (tuple((n, config.get(n)) for n in sorted(config.SWITCHES)), _x64())
 
 
 def _x64() -> bool:
@@ -347,7 +347,7 @@ class FusedJit:
                 dict(
                     where=self.where,
                     x64=_x64(),
-                    config=dict(config._values),
+                    config={n: config.get(n) for n in config.SWITCHES},
                     call=pickle.dumps((args, kwargs)),
                 )
             )
