@@ -179,13 +179,9 @@ def wait(timeout: float | None = None) -> bool:
 
 
 def _signature(dyn) -> tuple:
-    """The arrays' part of a background compile's key: shapes, dtypes, weak types."""
-    import jax
-
-    return tuple(
-        (tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)))
-        for x in jax.tree.leaves(dyn)
-    )
+    """The arrays' part of a background compile's key: shapes, dtypes, weak types (``dyn``: the
+    flat array leaves of :func:`_split`)."""
+    return tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in dyn)
 
 
 def _settings() -> tuple:
