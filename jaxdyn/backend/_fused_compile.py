@@ -6,8 +6,9 @@ switches, and the call's ``(args, kwargs)`` pickled apart (unpickled once those 
 set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for them (through
 JAX's persistent compilation cache where the parent's environment has it) and writes to stdout
 the number of array inputs (8 bytes, little-endian) and the executable serialized by
-``jax.experimental.serialize_executable``. Runs at a lower priority (``os.nice``) than the
-process it compiles for. Any failure: a non-zero exit status, the reason on stderr.
+``jax.experimental.serialize_executable``. Any failure: a non-zero exit status, the reason on
+stderr. Exits when its parent is gone. Runs at the parent's priority (at ``os.nice(10)`` it got
+a few percent of a core on a loaded machine: minutes for a compile of tens of seconds).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import importlib
 import os
 import pickle
 import sys
+import threading
+import time
 from typing import Any
 
 
@@ -43,12 +46,19 @@ def compile_payload(payload: bytes, fused: Any = None) -> bytes:
     return len(dyn).to_bytes(8, "little") + blob
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Stop when the parent is gone (killed by a signal its ``atexit`` did not see: the child
+    would otherwise compile on for nothing)."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(3)
+        time.sleep(1.0)
+
+
 def main() -> int:
-    if hasattr(os, "nice"):
-        try:
-            os.nice(10)
-        except OSError:
-            pass
+    # the parent's pid from its command line (it may be gone before this runs)
+    parent = int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     out = compile_payload(sys.stdin.buffer.read())
     sys.stdout.buffer.write(out)
     sys.stdout.buffer.flush()

@@ -45,7 +45,8 @@ one kernel stops the child, not the caller. A child that fails (arguments that d
 a refused or aborted compile, an executable that does not load or run) leaves that structure
 on the plain program for the rest of the process (a line on the ``jaxdyn`` logger says why).
 One child at a time (another structure starts at its next call once the child is done); a
-child still compiling when the interpreter exits is killed. :func:`wait` waits for them.
+child still compiling when the interpreter exits is killed (one whose parent was killed by a
+signal stops by itself). :func:`wait` waits for them.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class _Child:
             [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jaxdyn.backend._fused_compile"],
+            [sys.executable, "-m", "jaxdyn.backend._fused_compile", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
