@@ -97,6 +97,8 @@ def main(argv=None) -> int:
     jx()  # loads the fused executable (once)
     rows = [(croc(), jx()) for _ in range(a.rounds)]
     fused = bool(ddp._solve_fused.ready)
+    for why in ddp._solve_fused.failed.values():
+        print(f"background compile: {why}")
     t_j = float(np.median([j[0] for _, j in rows]))
     (_, it_c, cost_c), (_, it_j, cost_j) = rows[-1]
     ratios = [(j[0] / j[1]) / (c[0] / c[1]) for c, j in rows]

@@ -423,8 +423,20 @@ def test_fused_program_in_the_background(monkeypatch):
         assert calls == ["plain"] * 3 and len(f.failed) == (1 if result[0] else 2)
         calls.clear()
     assert _InlineChild.started == 3 and len(f.ready) == 1
+    # an executable that loads but does not run: its first run raises in the call, plain then
+    _InlineChild.result = None
+
+    def broken(dyn):
+        raise RuntimeError("NOT_FOUND: Function kernel not found")
+
+    monkeypatch.setattr(f, "_load", lambda key, child: broken)
+    f(x, 9)
+    f(x, 9)
+    f(x, 9)
+    assert calls == ["plain"] * 3 and len(f.failed) == 3 and "did not run" in str(f.failed)
+    calls.clear()
     # arguments that do not pickle (a static lambda): no compile started
     act = lambda c: jnp.tanh(c)  # noqa: E731
     f(x, 5, act=act)
     f(x, 5, act=act)
-    assert calls == ["plain", "plain"] and _InlineChild.started == 3 and len(f.failed) == 3
+    assert calls == ["plain", "plain"] and _InlineChild.started == 4 and len(f.failed) == 4

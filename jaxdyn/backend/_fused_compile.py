@@ -3,8 +3,8 @@
 Reads a pickled payload on stdin: ``where`` (``"module:attribute"`` of a
 :class:`~.fused_programs.FusedJit`), the parent's ``jax_enable_x64`` and :mod:`jaxdyn.config`
 switches, and the call's ``(args, kwargs)`` pickled apart (unpickled once those settings are
-set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for them (through
-JAX's persistent compilation cache where the parent's environment has it) and writes to stdout
+set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for them (not
+through JAX's persistent compilation cache, see :func:`main`) and writes to stdout
 the number of array inputs (8 bytes, little-endian) and the executable serialized by
 ``jax.experimental.serialize_executable``. Any failure: a non-zero exit status, the reason on
 stderr. Exits when its parent is gone. Runs at the parent's priority (at ``os.nice(10)`` it got
@@ -59,6 +59,12 @@ def main() -> int:
     # the parent's pid from its command line (it may be gone before this runs)
     parent = int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    import jax
+
+    # compiled here, not read back from JAX's persistent cache: an XLA:CPU executable read from
+    # it and serialized again did not run in the parent (jaxlib 0.10.2: "NOT_FOUND: Function
+    # jit_body_.14_kernel not found")
+    jax.config.update("jax_enable_compilation_cache", False)
     out = compile_payload(sys.stdin.buffer.read())
     sys.stdout.buffer.write(out)
     sys.stdout.buffer.flush()

@@ -34,19 +34,20 @@ rounding, the same derivatives.
 **In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): the first
 call of a program structure (the static parts, the arrays' shapes and dtypes, jaxdyn's switches
 and ``jax_enable_x64``) runs the plain program and starts a child Python process that compiles
-the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles with JAX's
-persistent compilation cache as the parent has it, and returns the executable serialized by
-``jax.experimental.serialize_executable``). Later calls of that structure run the plain program
-until the child is done, then the fused executable (loaded at the first call after that, in the
-calling thread). The compile is in another process so that it neither holds up the caller nor
-keeps the interpreter from exiting (a thread still inside XLA's compile when Python finalizes
-aborts the process), and so that an abort inside XLA on a program structure it cannot emit as
-one kernel stops the child, not the caller. A child that fails (arguments that do not pickle,
-a refused or aborted compile, an executable that does not load or run) leaves that structure
-on the plain program for the rest of the process (a line on the ``jaxdyn`` logger says why).
-One child at a time (another structure starts at its next call once the child is done); a
-child still compiling when the interpreter exits is killed (one whose parent was killed by a
-signal stops by itself). :func:`wait` waits for them.
+the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and returns
+the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
+structure run the plain program until the child is done, then the fused executable (loaded at
+the first call after that, in the calling thread, which waits for that first run's result so
+that an executable that does not run falls back there and then). The compile is in another
+process so that it neither holds up the caller nor keeps the interpreter from exiting (a thread
+still inside XLA's compile when Python finalizes aborts the process), and so that an abort
+inside XLA on a program structure it cannot emit as one kernel stops the child, not the caller.
+A child that fails (arguments that do not pickle, a refused or aborted compile, an executable
+that does not load or run) leaves that structure on the plain program for the rest of the
+process (a line on the ``jaxdyn`` logger says why). One child at a time (another structure
+starts at its next call once the child is done); a child still compiling when the interpreter
+exits is killed (one whose parent was killed by a signal stops by itself). :func:`wait` waits
+for them.
 """
 
 from __future__ import annotations
@@ -238,7 +239,7 @@ class FusedJit:
         self.refused: set = set()  # static parts whose fused program XLA refused
         self.ready: dict = {}  # background: key -> loaded executable (jax.stages.Compiled)
         self.pending: dict = {}  # background: key -> _Child
-        self.failed: set = set()  # background: keys left on the plain program
+        self.failed: dict = {}  # background: keys left on the plain program -> why
 
         def program(static, dyn):
             from jax.experimental.xla_metadata import set_xla_metadata
@@ -306,16 +307,22 @@ class FusedJit:
 
     def _tiered(self, dyn, static, args, kwargs):
         """The background path (see the module)."""
+        import jax
+
         key = (static, _signature(dyn), _settings())
         if key not in self.failed:
             compiled = self.ready.get(key)
             child = self.pending.get(key)
-            if compiled is None and child is not None and child.done.is_set():
+            first = compiled is None and child is not None and child.done.is_set()
+            if first and child is not None:
                 del self.pending[key]
                 compiled = self._load(key, child)
             if compiled is not None:
                 try:
-                    return compiled(dyn)
+                    out = compiled(dyn)
+                    if first:  # its first run waited for: an error is raised here, not later
+                        jax.block_until_ready(out)
+                    return out
                 except Exception as e:  # an executable that does not run: the plain one
                     self._fail(key, f"the fused executable did not run ({e!r})")
         out = self.fallback(*args, **kwargs)
@@ -325,7 +332,7 @@ class FusedJit:
         return out
 
     def _fail(self, key, why: str) -> None:
-        self.failed.add(key)
+        self.failed[key] = why
         self.ready.pop(key, None)
         logger.info(
             "jaxdyn: %s stays unfused in this process: %s",
