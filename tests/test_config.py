@@ -363,8 +363,9 @@ def test_fused_program_in_the_background(monkeypatch):
     compile of the fused program (here in this process: test_fddp_background_fused for the
     child process); a later call runs the fused executable, with the plain function's values;
     another structure (another length) starts again. A failure at any step (the compile, an
-    executable that does not load, arguments that do not pickle) keeps that structure on the
-    plain function and starts nothing more for it; inside a caller's jit: the plain function.
+    executable that does not load or run, arguments that do not pickle) or a fused program
+    slower than the plain one keeps that structure on the plain function and starts nothing
+    more for it; inside a caller's jit: the plain function.
     """
     import jax
     import jax.numpy as jnp
@@ -400,8 +401,13 @@ def test_fused_program_in_the_background(monkeypatch):
     ref = jax.jit(loop, static_argnums=1)(x, 300)
     first = f(x, 300)
     assert calls == ["plain"] and _InlineChild.started == 1 and len(f.pending) == 1
-    out = f(x, 300)  # the compiled fused program, loaded
-    assert calls == ["plain"] and len(f.ready) == 1 and not f.pending
+    # the compiled fused program, loaded, run twice against the plain one twice, and kept (the
+    # timing rule made deterministic here)
+    monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: True))
+    out = f(x, 300)
+    assert calls == ["plain"] * 3 and len(f.ready) == 1 and not f.pending
+    calls.clear()
+    calls.append("plain")
     for a, b, c in zip(jax.tree.leaves(out), jax.tree.leaves(ref), jax.tree.leaves(first)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14, atol=1e-15)
         np.testing.assert_allclose(np.asarray(c), np.asarray(b), rtol=1e-14, atol=1e-15)
@@ -423,6 +429,15 @@ def test_fused_program_in_the_background(monkeypatch):
         assert calls == ["plain"] * 3 and len(f.failed) == (1 if result[0] else 2)
         calls.clear()
     assert _InlineChild.started == 3 and len(f.ready) == 1
+    # a fused program that runs slower than the plain one is dropped
+    _InlineChild.result = None
+    monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: False))
+    f(x, 11)
+    slow = f(x, 11)
+    f(x, 11)
+    assert calls == ["plain"] * 4 and len(f.ready) == 1 and "ran slower" in str(f.failed)
+    np.testing.assert_array_equal(np.asarray(slow[0]), np.asarray(f(x, 11)[0]))
+    calls.clear()
     # an executable that loads but does not run: its first run raises in the call, plain then
     _InlineChild.result = None
 
@@ -433,10 +448,10 @@ def test_fused_program_in_the_background(monkeypatch):
     f(x, 9)
     f(x, 9)
     f(x, 9)
-    assert calls == ["plain"] * 3 and len(f.failed) == 3 and "did not run" in str(f.failed)
+    assert calls == ["plain"] * 3 and len(f.failed) == 4 and "did not run" in str(f.failed)
     calls.clear()
     # arguments that do not pickle (a static lambda): no compile started
     act = lambda c: jnp.tanh(c)  # noqa: E731
     f(x, 5, act=act)
     f(x, 5, act=act)
-    assert calls == ["plain", "plain"] and _InlineChild.started == 4 and len(f.failed) == 4
+    assert calls == ["plain", "plain"] and _InlineChild.started == 5 and len(f.failed) == 5

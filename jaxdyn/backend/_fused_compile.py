@@ -7,7 +7,7 @@ set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for t
 through JAX's persistent compilation cache, see :func:`main`) and writes to stdout
 the number of array inputs (8 bytes, little-endian) and the executable serialized by
 ``jax.experimental.serialize_executable``. Any failure: a non-zero exit status, the reason on
-stderr. Exits when its parent is gone. Runs at the parent's priority (at ``os.nice(10)`` it got
+stderr. Exits when its parent is gone; the kernel's out-of-memory killer takes it first. Runs at the parent's priority (at ``os.nice(10)`` it got
 a few percent of a core on a loaded machine: minutes for a compile of tens of seconds).
 """
 
@@ -56,6 +56,13 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def main() -> int:
+    # the first process the kernel's out-of-memory killer stops, before the parent (a fused
+    # compile took up to 20 GB on the 2-core VM; Linux only, where it exists)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     # the parent's pid from its command line (it may be gone before this runs)
     parent = int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()

@@ -37,8 +37,9 @@ and ``jax_enable_x64``) runs the plain program and starts a child Python process
 the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and returns
 the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
 structure run the plain program until the child is done, then the fused executable (loaded at
-the first call after that, in the calling thread, which waits for that first run's result so
-that an executable that does not run falls back there and then). The compile is in another
+the first call after that, in the calling thread, which runs it and the plain program twice
+each, waited for, and keeps the faster for that structure (one kernel is not faster on every
+program); an executable that does not run falls back there and then). The compile is in another
 process so that it neither holds up the caller nor keeps the interpreter from exiting (a thread
 still inside XLA's compile when Python finalizes aborts the process), and so that an abort
 inside XLA on a program structure it cannot emit as one kernel stops the child, not the caller.
@@ -307,7 +308,6 @@ class FusedJit:
 
     def _tiered(self, dyn, static, args, kwargs):
         """The background path (see the module)."""
-        import jax
 
         key = (static, _signature(dyn), _settings())
         if key not in self.failed:
@@ -319,10 +319,9 @@ class FusedJit:
                 compiled = self._load(key, child)
             if compiled is not None:
                 try:
-                    out = compiled(dyn)
-                    if first:  # its first run waited for: an error is raised here, not later
-                        jax.block_until_ready(out)
-                    return out
+                    if first:  # its first runs waited for: an error is raised here, not later
+                        return self._choose(key, compiled, dyn, args, kwargs)
+                    return compiled(dyn)
                 except Exception as e:  # an executable that does not run: the plain one
                     self._fail(key, f"the fused executable did not run ({e!r})")
         out = self.fallback(*args, **kwargs)
@@ -330,6 +329,41 @@ class FusedJit:
             if not _CHILDREN:  # one child at a time
                 self._start(key, dyn, args, kwargs, out)
         return out
+
+    def _choose(self, key, compiled, dyn, args, kwargs):
+        """The first calls of a loaded fused executable: it and the plain program run twice
+        each on this call's arguments, in turn, waited for; the one with the shorter of its two
+        wall-clock times is kept for the structure (one kernel is not faster on every program:
+        the plain program's kernels are XLA's vectorising fusion emitters and LAPACK), and its
+        result returned."""
+        import time
+
+        import jax
+
+        def timed(f):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(f())
+            return time.perf_counter() - t0, out
+
+        fused, plain = [], []
+        for _ in range(2):
+            fused.append(timed(lambda: compiled(dyn)))
+            plain.append(timed(lambda: self.fallback(*args, **kwargs)))
+        t_fused, out = min(fused, key=lambda r: r[0])
+        t_plain = min(t for t, _ in plain)
+        if self.keep_fused(t_fused, t_plain):
+            return out
+        self._fail(
+            key,
+            f"the fused program ran slower ({t_fused * 1e3:.3g} ms against "
+            f"{t_plain * 1e3:.3g} ms unfused)",
+        )
+        return plain[-1][1]
+
+    @staticmethod
+    def keep_fused(t_fused: float, t_plain: float) -> bool:
+        """:meth:`_choose`'s rule: the fused program when its time is the shorter."""
+        return t_fused < t_plain
 
     def _fail(self, key, why: str) -> None:
         self.failed[key] = why
@@ -364,8 +398,9 @@ class FusedJit:
 
         rc, out, err = child.result or (-1, b"", b"")
         if rc != 0:
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {rc}"]
-            self._fail(key, f"the background compile failed ({tail[0]})")
+            lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip("* ")]
+            how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            self._fail(key, f"the background compile failed ({how}: {lines[-1:]})")
             return None
         try:
             import jax
