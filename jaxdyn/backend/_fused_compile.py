@@ -4,11 +4,12 @@ Reads a pickled payload on stdin: ``where`` (``"module:attribute"`` of a
 :class:`~.fused_programs.FusedJit`), the parent's ``jax_enable_x64`` and :mod:`jaxdyn.config`
 switches, and the call's ``(args, kwargs)`` pickled apart (unpickled once those settings are
 set: a float64 array needs ``jax_enable_x64``). Compiles the fused program for them (not
-through JAX's persistent compilation cache, see :func:`main`) and writes to stdout
-the number of array inputs (8 bytes, little-endian) and the executable serialized by
+through JAX's persistent compilation cache, see :func:`main`) and writes to stdout the number
+of array inputs (8 bytes, little-endian) and the executable serialized by
 ``jax.experimental.serialize_executable``. Any failure: a non-zero exit status, the reason on
-stderr. Exits when its parent is gone; the kernel's out-of-memory killer takes it first. Runs at the parent's priority (at ``os.nice(10)`` it got
-a few percent of a core on a loaded machine: minutes for a compile of tens of seconds).
+stderr. Exits when its parent is gone; the kernel's out-of-memory killer takes it first. Runs
+at the parent's priority (at ``os.nice(10)`` it got a few percent of a core on a loaded
+machine: minutes for a compile of tens of seconds).
 """
 
 from __future__ import annotations
