@@ -341,6 +341,7 @@ class _InlineChild:
     fused = None
     result = None
     started = 0
+    over_memory = False
 
     def __init__(self, payload, out_tree, n_in):
         import threading
@@ -455,3 +456,32 @@ def test_fused_program_in_the_background(monkeypatch):
     f(x, 5, act=act)
     f(x, 5, act=act)
     assert calls == ["plain", "plain"] and _InlineChild.started == 5 and len(f.failed) == 5
+
+
+def test_background_compile_memory_limit(monkeypatch):
+    """A background compile's child (a real process) whose resident memory passes
+    ``fused_programs.child_memory_limit()`` is killed, and the structure stays on the plain
+    function with the reason recorded (here a limit of one byte: killed at once)."""
+    import jax.numpy as jnp
+
+    from jaxdyn.backend import fused_programs
+
+    if not fused_programs.supported() or not os.path.exists("/proc/self/status"):
+        pytest.skip("no background compile on this jaxlib, or no /proc to read memory from")
+    calls = []
+
+    def fallback(x):
+        calls.append("plain")
+        return x + 1.0
+
+    f = fused_programs.fused_jit(lambda x: x + 1.0, fallback, "trajopt_fused_loops", "x:y")
+    monkeypatch.setattr(fused_programs, "CHILD_MEMORY", 1)
+    monkeypatch.setitem(config._values, "trajopt_fused_loops", "auto")  # no cache clear
+    x = jnp.ones(3)
+    f(x)
+    assert fused_programs.wait(60)
+    f(x)
+    f(x)
+    assert calls == ["plain"] * 3 and not f.ready
+    (why,) = f.failed.values()
+    assert "stopped above" in why, why

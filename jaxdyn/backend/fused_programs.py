@@ -140,7 +140,25 @@ class _Child:
             env=env,
         )
         _CHILDREN.add(self)
+        self.over_memory = False
         threading.Thread(target=self._collect, args=(payload,), daemon=True).start()
+        threading.Thread(target=self._watch_memory, daemon=True).start()
+
+    def _watch_memory(self) -> None:
+        """Kill the child when its resident memory passes :func:`child_memory_limit` (read from
+        ``/proc``; where that does not exist, no limit)."""
+        limit = child_memory_limit()
+        status = f"/proc/{self.proc.pid}/status"
+        while not self.done.wait(0.25):
+            try:
+                with open(status) as f:
+                    rss = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration, ValueError):
+                return
+            if rss > limit:
+                self.over_memory = True
+                self.kill()
+                return
 
     def _collect(self, payload: bytes) -> None:
         try:
@@ -155,6 +173,26 @@ class _Child:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
+
+
+#: the most resident memory a background compile may take (bytes), and the fraction of the
+#: machine's memory: the smaller of the two (:func:`child_memory_limit`). Measured on the 2-core
+#: VM (jaxlib 0.10.2): UR5's fused solve compiled in 0.5 GB, arm7's grew past 16 GB (killed).
+CHILD_MEMORY = 4 << 30
+CHILD_MEMORY_FRACTION = 0.25
+
+
+def child_memory_limit() -> int:
+    """The resident-memory limit of a background compile's child: :data:`CHILD_MEMORY`, at most
+    :data:`CHILD_MEMORY_FRACTION` of the machine's memory where ``/proc/meminfo`` tells it."""
+    limit = CHILD_MEMORY
+    try:
+        with open("/proc/meminfo") as f:
+            total = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemTotal:"))
+        limit = min(limit, int(CHILD_MEMORY_FRACTION * total))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return limit
 
 
 #: children still compiling (killed when the interpreter exits)
@@ -400,6 +438,8 @@ class FusedJit:
         if rc != 0:
             lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip("* ")]
             how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            if child.over_memory:
+                how = f"stopped above {child_memory_limit() / 2**30:.3g} GiB of memory"
             self._fail(key, f"the background compile failed ({how}: {lines[-1:]})")
             return None
         try:
