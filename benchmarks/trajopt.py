@@ -103,7 +103,8 @@ def jaxdyn_solve(problem, derivatives="analytic", repeats=3, batched=False):
 def jaxdyn_fused(problem, repeats=3):
     """``jaxdyn.trajopt.fddp(problem)`` called with arrays (no ``jax.jit`` of one's own) with
     the ``jaxdyn.config`` switch ``trajopt_fused_loops`` on: on the CPU the solve compiled into
-    one kernel, per program (off by default). Compile time: the first call's time less a
+    one kernel, per program, in the first call (the default ``"auto"`` compiles it in a child
+    process while the first solves run unfused). Compile time: the first call's time less a
     solve's."""
     import jaxdyn
 

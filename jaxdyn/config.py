@@ -46,7 +46,7 @@ name                       environment variable             default    effect
                                                                        use with that handler,
                                                                        :func:`jaxdyn.algorithms.crba.crba_kernel`);
                                                                        ``False``: XLA's code alone
-``trajopt_fused_loops``    ``JAXDYN_TRAJOPT_FUSED_LOOPS``   ``False``  ``True``: on the CPU, a
+``trajopt_fused_loops``    ``JAXDYN_TRAJOPT_FUSED_LOOPS``   ``"auto"`` ``True``: on the CPU, a
                                                                        trajectory-optimisation solve
                                                                        called with concrete arrays
                                                                        (``fddp``, ``ilqr``) is
@@ -55,12 +55,18 @@ name                       environment variable             default    effect
                                                                        times the compile time;
                                                                        :mod:`jaxdyn.backend.fused_programs`,
                                                                        ``docs/trajopt.md``);
+                                                                       ``"auto"``: the first solve
+                                                                       of a problem structure runs
+                                                                       unfused while a child process
+                                                                       compiles that kernel, later
+                                                                       ones run it once it is ready;
                                                                        ``False``: one kernel per
                                                                        operation and knot
 =========================  ================================ =========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
-``false``, ``no``, ``off`` are false, anything else true; ``unroll_max``: an integer >= 0;
+``false``, ``no``, ``off`` are false, anything else true; ``trajopt_fused_loops``: ``auto``
+or a boolean; ``unroll_max``: an integer >= 0;
 ``vmap_chunk``: an integer >= -1), then
 changed with :func:`update` or, for a block of code, :func:`override`::
 
@@ -90,8 +96,8 @@ value checks are custom calls, so ``jaxdyn.sim.rollout`` checks before and after
 ``benchmarks/sim_one.py`` times one robot's rollout against MuJoCo C.
 :func:`fused_cpu_loops_enabled` says whether the flags are set. Without them, one
 trajectory-optimisation solve called with arrays on the CPU can still be compiled into one
-kernel, per program, when asked for (switch ``trajopt_fused_loops``, off by default:
-:mod:`jaxdyn.backend.fused_programs`).
+kernel, per program (switch ``trajopt_fused_loops``: by default in a child process while the
+first solves run unfused, :mod:`jaxdyn.backend.fused_programs`).
 
 **Fast CPU compiles** (on by default, process-wide, before JAX starts its CPU backend): when
 jaxdyn is imported it adds ``--xla_cpu_use_fusion_emitters=false`` to ``XLA_FLAGS``
@@ -158,6 +164,17 @@ def _bool(name, value):
     return bool(value)
 
 
+def _fused(name, value):
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _bool(name, value)
+    except ValueError:
+        raise ValueError(
+            f"jaxdyn.config.update: {name} must be 'auto' or a bool, got {value!r}"
+        ) from None
+
+
 def _nonneg_int(name, value):
     try:
         out = int(value)
@@ -196,7 +213,7 @@ SWITCHES = {
     "uninitialized_outputs": ("JAXDYN_UNINITIALIZED_OUTPUTS", True, _bool),
     "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
     "cpu_kernels": ("JAXDYN_CPU_KERNELS", True, _bool),
-    "trajopt_fused_loops": ("JAXDYN_TRAJOPT_FUSED_LOOPS", False, _bool),
+    "trajopt_fused_loops": ("JAXDYN_TRAJOPT_FUSED_LOOPS", "auto", _fused),
 }
 
 
@@ -214,7 +231,7 @@ def _from_env(name):
         ) from None
 
 
-_EXPECTED = {_bool: "a bool", _chunk: "an integer >= -1"}
+_EXPECTED = {_bool: "a bool", _chunk: "an integer >= -1", _fused: "'auto' or a bool"}
 
 _values = {name: _from_env(name) for name in SWITCHES}
 

@@ -44,6 +44,9 @@ import tempfile
 # compile-time lines; tests/test_compile_cache.py turns both on in subprocesses of its own
 os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
+# no background compiles of fused trajectory-optimisation solves (switch trajopt_fused_loops,
+# "auto" by default: a child process per problem structure); the tests that check them set it
+os.environ.setdefault("JAXDYN_TRAJOPT_FUSED_LOOPS", "0")
 
 # LAPACK-backed ops (Cholesky, LU, triangular solves) run in scipy's OpenBLAS; its thread pool
 # stalls for milliseconds per call when the cores are busy (measured: a vmapped 40x40 triangular

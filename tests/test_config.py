@@ -262,12 +262,13 @@ def test_fused_cpu_loops_env_after_jax_started_warns():
 
 
 def test_fused_program_is_one_kernel(monkeypatch):
-    """jaxdyn.backend.fused_programs: off by default (its switch ``trajopt_fused_loops``); asked
-    for, a function called with arrays compiles into one XLA:CPU
-    kernel (a call tagged ``xla_cpu_small_call``, per-program options: no YNNPACK fusion) and
-    returns what the plain function returns; traced inside a caller's jit, or with its switch
-    off, the plain function runs. XLA's default compiles the same loop as a while loop of one
-    kernel per operation (its own small-loop threshold is far below this loop's bytes)."""
+    """jaxdyn.backend.fused_programs: off in the test suite (its switch ``trajopt_fused_loops``,
+    ``"auto"`` by default: test_fused_program_in_the_background); asked for, a function called
+    with arrays compiles into one XLA:CPU kernel (a call tagged ``xla_cpu_small_call``,
+    per-program options: no YNNPACK fusion) and returns what the plain function returns; traced
+    inside a caller's jit, or with its switch off, the plain function runs. XLA's default
+    compiles the same loop as a while loop of one kernel per operation (its own small-loop
+    threshold is far below this loop's bytes)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -290,7 +291,7 @@ def test_fused_program_is_one_kernel(monkeypatch):
     f = fused_programs.fused_jit(loop, fallback, "trajopt_fused_loops")
     x = jnp.linspace(-1.0, 1.0, 8)
     ref = jax.jit(loop, static_argnums=1)(x, 2000)
-    assert not jaxdyn.config.get("trajopt_fused_loops")  # off by default: the plain program
+    assert not jaxdyn.config.get("trajopt_fused_loops")  # off in the suite: the plain program
     f(x, 3)
     assert calls == ["plain"]
     calls.clear()
@@ -313,3 +314,174 @@ def test_fused_program_is_one_kernel(monkeypatch):
     with jaxdyn.config.override(trajopt_fused_loops=False):
         f(x, 3)
     assert calls == ["plain", "plain"]
+
+
+def test_trajopt_fused_loops_values(monkeypatch):
+    """``trajopt_fused_loops``: ``"auto"`` by default (the test suite sets
+    ``JAXDYN_TRAJOPT_FUSED_LOOPS=0``), ``"auto"`` or a boolean from the environment variable and
+    :func:`jaxdyn.config.update`; anything else named in the error."""
+    assert config.SWITCHES["trajopt_fused_loops"][1] == "auto"
+    for raw, want in (("auto", "auto"), (" AUTO ", "auto"), ("1", True), ("off", False)):
+        monkeypatch.setenv("JAXDYN_TRAJOPT_FUSED_LOOPS", raw)
+        assert config._from_env("trajopt_fused_loops") == want
+    monkeypatch.delenv("JAXDYN_TRAJOPT_FUSED_LOOPS")
+    assert config._from_env("trajopt_fused_loops") == "auto"
+    config.update("trajopt_fused_loops", "Auto")
+    assert config.get("trajopt_fused_loops") == "auto"
+    config.update("trajopt_fused_loops", True)
+    assert config.get("trajopt_fused_loops") is True
+    with pytest.raises(ValueError, match="trajopt_fused_loops must be 'auto' or a bool"):
+        config.update("trajopt_fused_loops", 2.5)
+
+
+class _InlineChild:
+    """``fused_programs._Child`` run in this process (the child's own code,
+    ``_fused_compile.compile_payload``, on the payload), or a given ``(rc, stdout)``."""
+
+    fused = None
+    result = None
+    started = 0
+    over_memory = False
+
+    def __init__(self, payload, out_tree, n_in):
+        import threading
+
+        from jaxdyn.backend import _fused_compile
+
+        type(self).started += 1
+        self.out_tree, self.n_in = out_tree, n_in
+        self.done = threading.Event()
+        if type(self).result is not None:
+            rc, out = type(self).result
+            self.result = (rc, out, b"RuntimeError: refused")
+        else:
+            self.result = (0, _fused_compile.compile_payload(payload, fused=type(self).fused), b"")
+        self.done.set()
+
+
+def test_fused_program_in_the_background(monkeypatch):
+    """Switch ``"auto"``: the first call of a structure runs the plain function and starts a
+    compile of the fused program (here in this process: test_fddp_background_fused for the
+    child process); a later call runs the fused executable, with the plain function's values;
+    another structure (another length) starts again. A failure at any step (the compile, an
+    executable that does not load or run, arguments that do not pickle) or a fused program
+    slower than the plain one keeps that structure on the plain function and starts nothing
+    more for it; inside a caller's jit: the plain function.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxdyn.backend import fused_programs
+
+    calls = []
+
+    def loop(x, n, act=jnp.tanh):
+        def body(c, _):
+            c = act(c[::-1] @ jnp.ones((8, 8)) * 0.1 + c) * 0.9
+            return c, c
+
+        return jax.lax.scan(body, x, None, length=n)
+
+    def fallback(x, n, act=jnp.tanh):
+        calls.append("plain")
+        return jax.jit(loop, static_argnums=(1, 2))(x, n, act)
+
+    f = fused_programs.fused_jit(loop, fallback, "trajopt_fused_loops", "test:f")
+    monkeypatch.setattr(fused_programs, "_Child", _InlineChild)
+    monkeypatch.setattr(_InlineChild, "fused", f)
+    monkeypatch.setattr(_InlineChild, "result", None)
+    monkeypatch.setattr(_InlineChild, "started", 0)
+    monkeypatch.setitem(config._values, "trajopt_fused_loops", "auto")  # no cache clear
+    x = jnp.linspace(-1.0, 1.0, 8)
+    if not fused_programs.supported():  # an older jaxlib: the plain function, nothing started
+        f(x, 3)
+        f(x, 3)
+        assert calls == ["plain", "plain"] and _InlineChild.started == 0 and not f.pending
+        return
+    ref = jax.jit(loop, static_argnums=1)(x, 300)
+    first = f(x, 300)
+    assert calls == ["plain"] and _InlineChild.started == 1 and len(f.pending) == 1
+    # the compiled fused program, loaded, run twice against the plain one twice, and kept (the
+    # timing rule made deterministic here)
+    monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: True))
+    out = f(x, 300)
+    assert calls == ["plain"] * 3 and len(f.ready) == 1 and not f.pending
+    calls.clear()
+    calls.append("plain")
+    for a, b, c in zip(jax.tree.leaves(out), jax.tree.leaves(ref), jax.tree.leaves(first)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(c), np.asarray(b), rtol=1e-14, atol=1e-15)
+    (key,) = f.ready
+    assert 'xla_cpu_small_call="true"' in f.ready[key].as_text()  # the one-kernel program
+    f(x, 300)
+    assert calls == ["plain"] and _InlineChild.started == 1
+    jax.jit(lambda y: f(y, 3)[0])(x)  # a tracer: the caller's program, no compile started
+    assert calls == ["plain", "plain"] and _InlineChild.started == 1
+    calls.clear()
+
+    # failures: a refused compile, an executable that does not load
+    for result in ((1, b""), (0, (1).to_bytes(8, "little") + b"not an executable")):
+        _InlineChild.result = result
+        n = 7 + len(f.failed)
+        f(x, n)
+        f(x, n)
+        f(x, n)
+        assert calls == ["plain"] * 3 and len(f.failed) == (1 if result[0] else 2)
+        calls.clear()
+    assert _InlineChild.started == 3 and len(f.ready) == 1
+    # a fused program that runs slower than the plain one is dropped
+    _InlineChild.result = None
+    monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: False))
+    f(x, 11)
+    slow = f(x, 11)
+    f(x, 11)
+    assert calls == ["plain"] * 4 and len(f.ready) == 1 and "ran slower" in str(f.failed)
+    np.testing.assert_array_equal(np.asarray(slow[0]), np.asarray(f(x, 11)[0]))
+    calls.clear()
+    # an executable that loads but does not run: its first run raises in the call, plain then
+    _InlineChild.result = None
+
+    def broken(dyn):
+        raise RuntimeError("NOT_FOUND: Function kernel not found")
+
+    monkeypatch.setattr(f, "_load", lambda key, child: broken)
+    f(x, 9)
+    f(x, 9)
+    f(x, 9)
+    assert calls == ["plain"] * 3 and len(f.failed) == 4 and "did not run" in str(f.failed)
+    calls.clear()
+    # arguments that do not pickle (a static lambda): no compile started
+    act = lambda c: jnp.tanh(c)  # noqa: E731
+    f(x, 5, act=act)
+    f(x, 5, act=act)
+    assert calls == ["plain", "plain"] and _InlineChild.started == 5 and len(f.failed) == 5
+
+
+def test_background_compile_memory_limit(monkeypatch):
+    """A background compile's child (a real process) whose resident memory passes
+    ``fused_programs.child_memory_limit()`` is killed, and the structure stays on the plain
+    function with the reason recorded (here a limit of one byte: killed at once)."""
+    import jax.numpy as jnp
+
+    from jaxdyn.backend import fused_programs
+
+    if not fused_programs.supported() or not os.path.exists("/proc/self/status"):
+        pytest.skip("no background compile on this jaxlib, or no /proc to read memory from")
+    calls = []
+
+    def fallback(x):
+        calls.append("plain")
+        return x + 1.0
+
+    f = fused_programs.fused_jit(lambda x: x + 1.0, fallback, "trajopt_fused_loops", "x:y")
+    monkeypatch.setattr(fused_programs, "CHILD_MEMORY", 1)
+    monkeypatch.setitem(config._values, "trajopt_fused_loops", "auto")  # no cache clear
+    x = jnp.ones(3)
+    f(x)
+    assert fused_programs.wait(60)
+    f(x)
+    f(x)
+    assert calls == ["plain"] * 3 and not f.ready
+    (why,) = f.failed.values()
+    assert "stopped above" in why, why

@@ -479,6 +479,48 @@ def test_fused_floating_base_solve(quad12):
     oracle.assert_close(np.asarray(fused.xs), np.asarray(plain.xs), 1e-9, "xs")
 
 
+@pytest.mark.slow  # child processes import jaxdyn and compile the fused solve (tens of seconds)
+def test_fddp_background_fused(fddp_solution, monkeypatch, caplog):
+    """The default switch ``"auto"`` with a real child process (the same path in this process:
+    test_config's test_fused_program_in_the_background): the first ``fddp`` runs the plain
+    program and starts the child; once it is done the next ``fddp`` runs the fused executable
+    it compiled. Both end where the plain program does: same iterations, final cost to 1e-12,
+    the same trajectory. A child that fails (here it cannot find the program it is asked for)
+    leaves the structure on the plain program, said once on the ``jaxdyn`` logger."""
+    if not fused_programs.supported():
+        pytest.skip("this jaxlib cannot compile the fused program (jaxlib < 0.10)")
+    problem, _ = fddp_solution
+    args, static = _solve_args(problem)
+    plain = ddp._solve_plain(*args, **static)
+    monkeypatch.setitem(jaxdyn.config._values, "trajopt_fused_loops", "auto")  # no cache clear
+    # the timed choice between fused and plain made deterministic (test_config checks both)
+    monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: True))
+    fused = ddp._solve_fused
+    assert fused.background(jax.tree.leaves(args))
+    n_ready = len(fused.ready)
+    first = ddp.fddp(problem, max_iter=200)
+    assert len(fused.pending) == 1
+    assert fused_programs.wait(900)
+    second = ddp.fddp(problem, max_iter=200)
+    assert not fused.pending and not fused.failed and len(fused.ready) == n_ready + 1
+    for r in (first, second):
+        assert int(r.status) == 0 and int(r.iterations) == int(plain.iterations)
+        np.testing.assert_allclose(float(r.cost), float(plain.cost), rtol=1e-12)
+        oracle.assert_close(np.asarray(r.xs), np.asarray(plain.xs), 1e-9, "xs")
+        oracle.assert_close(np.asarray(r.us), np.asarray(plain.us), 1e-9, "us")
+    lost = fused_programs.fused_jit(
+        ddp._solve_program, ddp._solve_plain, "trajopt_fused_loops", "jaxdyn.trajopt.ddp:_nowhere"
+    )
+    with caplog.at_level("INFO", logger="jaxdyn"):
+        outs = [lost(*args, **static)]
+        assert fused_programs.wait(300)
+        outs += [lost(*args, **static), lost(*args, **static)]
+    assert len(lost.failed) == 1 and not lost.ready and not lost.pending
+    assert sum("stays unfused" in r.getMessage() for r in caplog.records) == 1
+    for r in outs:
+        assert int(r.iterations) == int(plain.iterations) and float(r.cost) == float(plain.cost)
+
+
 def test_box_fddp_matches_crocoddyl(pendulum, fddp_solution):
     case, model = pendulum
     _, free = fddp_solution

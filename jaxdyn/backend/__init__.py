@@ -31,7 +31,8 @@ Modules:
   (:func:`jaxdyn.config.fast_cpu_compile`).
 * :mod:`.fused_programs`: fused loops for one program (:func:`~.fused_programs.fused_jit`: a
   call XLA:CPU compiles into one kernel, per-program compiler options; the trajectory
-  optimisation solvers' default on the CPU).
+  optimisation solvers' default on the CPU, compiled in a child process,
+  :mod:`._fused_compile`, while the first solves run unfused; :func:`~.fused_programs.wait`).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a

@@ -30,11 +30,37 @@ caller's compile options rule), the switch named by the caller on, and ``XLA_FLA
 loops already (then the plain program is fused by XLA). Everywhere else, and if XLA refuses the
 fused program (``UNIMPLEMENTED``; a warning then), the plain function runs: the same values to
 rounding, the same derivatives.
+
+**In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): the first
+call of a program structure (the static parts, the arrays' shapes and dtypes, jaxdyn's switches
+and ``jax_enable_x64``) runs the plain program and starts a child Python process that compiles
+the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and returns
+the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
+structure run the plain program until the child is done, then the fused executable (loaded at
+the first call after that, in the calling thread, which runs it and the plain program twice
+each, waited for, and keeps the faster for that structure (one kernel is not faster on every
+program); an executable that does not run falls back there and then). The compile is in another
+process so that it neither holds up the caller nor keeps the interpreter from exiting (a thread
+still inside XLA's compile when Python finalizes aborts the process), and so that an abort
+inside XLA on a program structure it cannot emit as one kernel stops the child, not the caller.
+A child that fails (arguments that do not pickle, a refused or aborted compile, an executable
+that does not load or run) leaves that structure on the plain program for the rest of the
+process (a line on the ``jaxdyn`` logger says why). One child at a time (another structure
+starts at its next call once the child is done); a child still compiling when the interpreter
+exits is killed (one whose parent was killed by a signal stops by itself). :func:`wait` waits
+for them.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +112,133 @@ def supported() -> bool:
     return release(jaxlib.version.__version__)[:2] >= (0, 10)
 
 
+#: the :mod:`jaxdyn.config` value of a switch that compiles the fused program in the background
+AUTO = "auto"
+
+logger = logging.getLogger("jaxdyn")
+
+
+class _Child:
+    """One background compile: a child Python process running :mod:`._fused_compile` on a
+    pickled payload; a daemon thread collects its output (a thread blocked on a pipe is
+    harmless at interpreter exit, unlike one inside XLA)."""
+
+    def __init__(self, payload: bytes, out_tree: Any, n_in: int) -> None:
+        self.out_tree, self.n_in = out_tree, n_in
+        self.result: tuple[int, bytes, bytes] | None = None
+        self.done = threading.Event()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jaxdyn.backend._fused_compile", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        _CHILDREN.add(self)
+        self.over_memory = False
+        threading.Thread(target=self._collect, args=(payload,), daemon=True).start()
+        threading.Thread(target=self._watch_memory, daemon=True).start()
+
+    def _watch_memory(self) -> None:
+        """Kill the child when its resident memory passes :func:`child_memory_limit` (read from
+        ``/proc``; where that does not exist, no limit)."""
+        limit = child_memory_limit()
+        status = f"/proc/{self.proc.pid}/status"
+        while not self.done.wait(0.25):
+            try:
+                with open(status) as f:
+                    rss = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration, ValueError):
+                return
+            if rss > limit:
+                self.over_memory = True
+                self.kill()
+                return
+
+    def _collect(self, payload: bytes) -> None:
+        try:
+            out, err = self.proc.communicate(payload)
+            self.result = (self.proc.returncode, out, err)
+        except Exception as e:  # a broken pipe: the child died early
+            self.result = (-1, b"", repr(e).encode())
+        finally:
+            _CHILDREN.discard(self)
+            self.done.set()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+#: the most resident memory a background compile may take (bytes), and the fraction of the
+#: machine's memory: the smaller of the two (:func:`child_memory_limit`). Measured on the 2-core
+#: VM (jaxlib 0.10.2): UR5's fused solve compiled in 0.5 GB, arm7's grew past 16 GB (killed).
+CHILD_MEMORY = 4 << 30
+CHILD_MEMORY_FRACTION = 0.25
+
+
+def child_memory_limit() -> int:
+    """The resident-memory limit of a background compile's child: :data:`CHILD_MEMORY`, at most
+    :data:`CHILD_MEMORY_FRACTION` of the machine's memory where ``/proc/meminfo`` tells it."""
+    limit = CHILD_MEMORY
+    try:
+        with open("/proc/meminfo") as f:
+            total = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemTotal:"))
+        limit = min(limit, int(CHILD_MEMORY_FRACTION * total))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return limit
+
+
+#: children still compiling (killed when the interpreter exits)
+_CHILDREN: set = set()
+
+
+@atexit.register
+def _kill_children() -> None:
+    for child in list(_CHILDREN):
+        child.kill()
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until no background compile (see the module) is running, at most ``timeout``
+    seconds (``None``: no limit); ``True`` when none is. Its executable is loaded at the next
+    call of its program structure."""
+    import time
+
+    end = None if timeout is None else time.monotonic() + timeout
+    for child in list(_CHILDREN):
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not child.done.wait(left):
+            return False
+    return True
+
+
+def _signature(dyn) -> tuple:
+    """The arrays' part of a background compile's key: shapes, dtypes, weak types (``dyn``: the
+    flat array leaves of :func:`_split`)."""
+    return tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in dyn)
+
+
+def _settings() -> tuple:
+    """The settings a trace reads besides the arguments: jaxdyn's switches, ``jax_enable_x64``."""
+
+    from .. import config
+
+    return (tuple((n, config.get(n)) for n in sorted(config.SWITCHES)), _x64())
+
+
+def _x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
+
+
 def _split(args):
     import equinox as eqx
     import jax
@@ -107,13 +260,25 @@ class FusedJit:
     """``fn(*args)`` compiled as one XLA:CPU kernel where that is possible (see the module),
     else ``fallback(*args)`` (``fn`` under ``equinox.filter_jit``, as a rule). Arguments as
     ``equinox.filter_jit``'s: array leaves are traced, the other leaves static (hashable).
-    ``switch``: the :mod:`jaxdyn.config` switch that turns the fused program on."""
+    ``switch``: the :mod:`jaxdyn.config` switch that turns the fused program on (``True``),
+    off (``False``) or compiles it in the background (``"auto"``); ``where``:
+    ``"module:attribute"`` of this object, by which a child process finds it (no background
+    compile without it)."""
 
-    def __init__(self, fn: Callable[..., Any], fallback: Callable[..., Any], switch: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        fallback: Callable[..., Any],
+        switch: str,
+        where: str | None = None,
+    ) -> None:
         import jax
 
-        self.fn, self.fallback, self.switch = fn, fallback, switch
+        self.fn, self.fallback, self.switch, self.where = fn, fallback, switch, where
         self.refused: set = set()  # static parts whose fused program XLA refused
+        self.ready: dict = {}  # background: key -> loaded executable (jax.stages.Compiled)
+        self.pending: dict = {}  # background: key -> _Child
+        self.failed: dict = {}  # background: keys left on the plain program -> why
 
         def program(static, dyn):
             from jax.experimental.xla_metadata import set_xla_metadata
@@ -134,9 +299,17 @@ class FusedJit:
         from .. import config
 
         on = config.get(self.switch) if on is None else on
-        if not on or xla_flags.loop_bytes_set() or not supported():
+        if on is not True or xla_flags.loop_bytes_set() or not supported():
             return False
         return concrete_on_cpu(dyn)
+
+    def background(self, dyn: Sequence[Any], on: Any = None) -> bool:
+        """Whether this call takes the background path (see the module): the switch ``"auto"``
+        and a call that :meth:`usable` would take with the switch on."""
+        from .. import config
+
+        on = config.get(self.switch) if on is None else on
+        return on == AUTO and self.where is not None and self.usable(dyn, True)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(None, *args, **kwargs)
@@ -148,6 +321,8 @@ class FusedJit:
         import jax
 
         dyn, static = _split((args, kwargs))
+        if self.background(dyn, on):
+            return self._tiered(dyn, static, args, kwargs)
         if static in self.refused or not self.usable(dyn, on):
             return self.fallback(*args, **kwargs)
         try:
@@ -169,6 +344,118 @@ class FusedJit:
             )
             return self.fallback(*args, **kwargs)
 
+    def _tiered(self, dyn, static, args, kwargs):
+        """The background path (see the module)."""
+
+        key = (static, _signature(dyn), _settings())
+        if key not in self.failed:
+            compiled = self.ready.get(key)
+            child = self.pending.get(key)
+            first = compiled is None and child is not None and child.done.is_set()
+            if first and child is not None:
+                del self.pending[key]
+                compiled = self._load(key, child)
+            if compiled is not None:
+                try:
+                    if first:  # its first runs waited for: an error is raised here, not later
+                        return self._choose(key, compiled, dyn, args, kwargs)
+                    return compiled(dyn)
+                except Exception as e:  # an executable that does not run: the plain one
+                    self._fail(key, f"the fused executable did not run ({e!r})")
+        out = self.fallback(*args, **kwargs)
+        if key not in self.failed and key not in self.ready and key not in self.pending:
+            if not _CHILDREN:  # one child at a time
+                self._start(key, dyn, args, kwargs, out)
+        return out
+
+    def _choose(self, key, compiled, dyn, args, kwargs):
+        """The first calls of a loaded fused executable: it and the plain program run twice
+        each on this call's arguments, in turn, waited for; the one with the shorter of its two
+        wall-clock times is kept for the structure (one kernel is not faster on every program:
+        the plain program's kernels are XLA's vectorising fusion emitters and LAPACK), and its
+        result returned."""
+        import time
+
+        import jax
+
+        def timed(f):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(f())
+            return time.perf_counter() - t0, out
+
+        fused, plain = [], []
+        for _ in range(2):
+            fused.append(timed(lambda: compiled(dyn)))
+            plain.append(timed(lambda: self.fallback(*args, **kwargs)))
+        t_fused, out = min(fused, key=lambda r: r[0])
+        t_plain = min(t for t, _ in plain)
+        if self.keep_fused(t_fused, t_plain):
+            return out
+        self._fail(
+            key,
+            f"the fused program ran slower ({t_fused * 1e3:.3g} ms against "
+            f"{t_plain * 1e3:.3g} ms unfused)",
+        )
+        return plain[-1][1]
+
+    @staticmethod
+    def keep_fused(t_fused: float, t_plain: float) -> bool:
+        """:meth:`_choose`'s rule: the fused program when its time is the shorter."""
+        return t_fused < t_plain
+
+    def _fail(self, key, why: str) -> None:
+        self.failed[key] = why
+        self.ready.pop(key, None)
+        logger.info(
+            "jaxdyn: %s stays unfused in this process: %s",
+            getattr(self.fn, "__name__", "a program"),
+            why,
+        )
+
+    def _start(self, key, dyn, args, kwargs, out) -> None:
+        import jax
+
+        from .. import config
+
+        try:
+            # the arguments pickled apart: the child unpickles them once its settings are set
+            payload = pickle.dumps(
+                dict(
+                    where=self.where,
+                    x64=_x64(),
+                    config={n: config.get(n) for n in config.SWITCHES},
+                    call=pickle.dumps((args, kwargs)),
+                )
+            )
+            self.pending[key] = _Child(payload, jax.tree.structure(out), len(dyn))
+        except Exception as e:  # arguments that do not pickle (a lambda), no interpreter
+            self._fail(key, f"no background compile ({e!r})")
+
+    def _load(self, key, child: _Child):
+        from jax.experimental import serialize_executable
+
+        rc, out, err = child.result or (-1, b"", b"")
+        if rc != 0:
+            lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip("* ")]
+            how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            if child.over_memory:
+                how = f"stopped above {child_memory_limit() / 2**30:.3g} GiB of memory"
+            self._fail(key, f"the background compile failed ({how}: {lines[-1:]})")
+            return None
+        try:
+            import jax
+
+            n_in = int.from_bytes(out[:8], "little")
+            if n_in != child.n_in:
+                raise ValueError(f"{n_in} inputs compiled, {child.n_in} expected")
+            in_tree = jax.tree.structure(((list(range(n_in)),), {}))
+            compiled = serialize_executable.deserialize_and_load(out[8:], in_tree, child.out_tree)
+        except Exception as e:
+            self._fail(key, f"the fused executable did not load ({e!r})")
+            return None
+        self.ready[key] = compiled
+        return compiled
+
     def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
         """The fused program lowered for ``args`` (``jax.stages.Lowered``: its ``compile()``
         and ``as_text()`` show the tagged call), whether or not a call would use it."""
@@ -176,6 +463,11 @@ class FusedJit:
         return self.program.lower(static, dyn)
 
 
-def fused_jit(fn: Callable[..., Any], fallback: Callable[..., Any], switch: str) -> FusedJit:
+def fused_jit(
+    fn: Callable[..., Any],
+    fallback: Callable[..., Any],
+    switch: str,
+    where: str | None = None,
+) -> FusedJit:
     """:class:`FusedJit` of ``fn`` with ``fallback`` (see the module)."""
-    return FusedJit(fn, fallback, switch)
+    return FusedJit(fn, fallback, switch, where)

@@ -807,7 +807,9 @@ _solve_plain = eqx.filter_jit(_solve_program)
 #: one problem's solve compiled into a single XLA:CPU kernel where that program is the one
 #: compiled (a call with concrete arrays on the CPU; ``jaxdyn.config`` switch
 #: ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`), else ``_solve_plain``
-_solve_fused = fused_programs.fused_jit(_solve_program, _solve_plain, "trajopt_fused_loops")
+_solve_fused = fused_programs.fused_jit(
+    _solve_program, _solve_plain, "trajopt_fused_loops", "jaxdyn.trajopt.ddp:_solve_fused"
+)
 
 
 def _solve(problem, xs, us, ddp, params, tag=None, *, max_iter, derivatives, verbose):
