@@ -394,6 +394,17 @@ def test_fused_program_in_the_background(monkeypatch):
     monkeypatch.setattr(_InlineChild, "started", 0)
     monkeypatch.setitem(config._values, "trajopt_fused_loops", "auto")  # no cache clear
     x = jnp.linspace(-1.0, 1.0, 8)
+    if fused_programs.supported():  # the default: a structure's second call starts the compile
+        assert fused_programs.START_AFTER == 2
+        _InlineChild.result = (1, b"")  # (not compiled: only the start is checked here)
+        f(x, 4)
+        assert _InlineChild.started == 0 and not f.pending
+        f(x, 4)
+        assert _InlineChild.started == 1 and len(f.pending) == 1
+        f.pending.clear()
+        calls.clear()
+        _InlineChild.started, _InlineChild.result = 0, None
+    monkeypatch.setattr(fused_programs, "START_AFTER", 1)  # below: the first call starts it
     if not fused_programs.supported():  # an older jaxlib: the plain function, nothing started
         f(x, 3)
         f(x, 3)
@@ -476,6 +487,7 @@ def test_background_compile_memory_limit(monkeypatch):
 
     f = fused_programs.fused_jit(lambda x: x + 1.0, fallback, "trajopt_fused_loops", "x:y")
     monkeypatch.setattr(fused_programs, "CHILD_MEMORY", 1)
+    monkeypatch.setattr(fused_programs, "START_AFTER", 1)
     monkeypatch.setitem(config._values, "trajopt_fused_loops", "auto")  # no cache clear
     x = jnp.ones(3)
     f(x)

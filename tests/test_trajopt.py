@@ -495,6 +495,7 @@ def test_fddp_background_fused(fddp_solution, monkeypatch, caplog):
     monkeypatch.setitem(jaxdyn.config._values, "trajopt_fused_loops", "auto")  # no cache clear
     # the timed choice between fused and plain made deterministic (test_config checks both)
     monkeypatch.setattr(fused_programs.FusedJit, "keep_fused", staticmethod(lambda a, b: True))
+    monkeypatch.setattr(fused_programs, "START_AFTER", 1)  # the first solve starts the child
     fused = ddp._solve_fused
     assert fused.background(jax.tree.leaves(args))
     n_ready = len(fused.ready)

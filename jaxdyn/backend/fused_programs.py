@@ -31,9 +31,11 @@ loops already (then the plain program is fused by XLA). Everywhere else, and if 
 fused program (``UNIMPLEMENTED``; a warning then), the plain function runs: the same values to
 rounding, the same derivatives.
 
-**In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): the first
+**In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): every
 call of a program structure (the static parts, the arrays' shapes and dtypes, jaxdyn's switches
-and ``jax_enable_x64``) runs the plain program and starts a child Python process that compiles
+and ``jax_enable_x64``) runs the plain program until the fused one is there; the
+:data:`START_AFTER`-th (the second: a script that solves once starts nothing) starts a child
+Python process that compiles
 the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and returns
 the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
 structure run the plain program until the child is done, then the fused executable (loaded at
@@ -195,6 +197,10 @@ def child_memory_limit() -> int:
     return limit
 
 
+#: the plain solves of a structure after which the background compile starts (``"auto"``): the
+#: second solve, so that a script solving a problem once never starts a child process
+START_AFTER = 2
+
 #: children still compiling (killed when the interpreter exits)
 _CHILDREN: set = set()
 
@@ -279,6 +285,7 @@ class FusedJit:
         self.ready: dict = {}  # background: key -> loaded executable (jax.stages.Compiled)
         self.pending: dict = {}  # background: key -> _Child
         self.failed: dict = {}  # background: keys left on the plain program -> why
+        self.solves: dict = {}  # background: key -> plain solves before a child starts
 
         def program(static, dyn):
             from jax.experimental.xla_metadata import set_xla_metadata
@@ -364,7 +371,10 @@ class FusedJit:
                     self._fail(key, f"the fused executable did not run ({e!r})")
         out = self.fallback(*args, **kwargs)
         if key not in self.failed and key not in self.ready and key not in self.pending:
-            if not _CHILDREN:  # one child at a time
+            self.solves[key] = self.solves.get(key, 0) + 1
+            # a structure solved START_AFTER times (repeated solves: MPC, sweeps); a script
+            # that solves once never starts a child
+            if self.solves[key] >= START_AFTER and not _CHILDREN:  # one child at a time
                 self._start(key, dyn, args, kwargs, out)
         return out
 
