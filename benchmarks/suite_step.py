@@ -136,9 +136,13 @@ def mjx_fn(env, states, act, iterations=None):
     dx = jax.vmap(lambda p, v: d0.replace(qpos=p, qvel=v))(qpos.astype(dtype), qvel.astype(dtype))
     n = env.n_frames
 
+    def frame(d, _):  # in the input's dtypes (with jax_enable_x64, mjx.step returns some
+        # integer fields of put_data's int32 as int64)
+        out = mjx.step(mx, d)
+        return jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), out, d), None
+
     def one(d, u):
-        d = d.replace(ctrl=u)
-        return jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=n)[0]
+        return jax.lax.scan(frame, d.replace(ctrl=u), None, length=n)[0]
 
     return jax.jit(jax.vmap(one)), (dx, act.astype(dtype))
 
