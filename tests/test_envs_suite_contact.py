@@ -188,6 +188,44 @@ def test_walker_height_obs_refused_by_name():
         envs.make("walker_walk", height_obs="height")
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cheetah_run",
+        "walker_walk",
+        "hopper_hop",
+        "finger_turn_easy",
+        "ball_in_cup_catch",
+        "dm_humanoid_walk",
+    ],
+)
+def test_solver_options(name):
+    """``solver_iterations`` and ``max_contacts`` (every contact task's keywords; one task per
+    constructor) set the step count and the contact cap of the simulated
+    :class:`jaxdyn.sim.Constraint` and change nothing else of the task's contact model (every
+    other setting and array as the class's), nor the class's own; a value that is not an
+    integer >= 1 is refused naming the keyword, before the model loads. (What they cost in
+    accuracy and gain in time: ``benchmarks/suite_step.py``, docs/environments.md.)"""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
+    env = envs.make(name, solver_iterations=7, max_contacts=5)
+    assert isinstance(env, ContactSuiteEnv)
+    c, c0 = env.sys.cfg.contact, type(env).contact
+    assert isinstance(c, sim.Constraint) and (c.iterations, c.max_contacts) == (7, 5)
+    assert c0.iterations == 100 and c0.max_contacts != 5
+    leaves0, _ = jax.tree_util.tree_flatten(c0)
+    leaves, _ = jax.tree_util.tree_flatten(c)
+    assert len(leaves) == len(leaves0)
+    for a, b in zip(leaves, leaves0):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    fields = [f for f in type(c).__dataclass_fields__ if f not in ("iterations", "max_contacts")]
+    assert all(repr(getattr(c, f)) == repr(getattr(c0, f)) for f in fields)
+    for key in ("solver_iterations", "max_contacts"):
+        for bad in (0, -3, 2.5, True, "20"):
+            with pytest.raises(ValueError, match=rf"{key} must be None or an integer >= 1"):
+                envs.make(name, **{key: bad})
+
+
 def test_registered_and_batched():
     """The contact tasks are registered by name (which name is which variant:
     ``test_functions_match_dm_control``); ``reset`` traces under ``jax.vmap`` and ``step`` with
@@ -303,9 +341,34 @@ def test_outcome_like_mujoco(rollout):
     rewarded direction, by more than a quarter turn in 1 s) and rests at its joint limit as in
     MuJoCo."""
     name, env, step = rollout
-    seconds, u = ROLLOUTS[name]
+    _check_outcome(name, env, *_run(env, step, *ROLLOUTS[name]))
+
+
+#: task -> the solver options whose rollout :func:`test_outcome_like_mujoco_with_options` checks
+#: (those docs/environments.md measures against MJX)
+OPTIONS = {
+    "cheetah_run": {"max_contacts": 8},
+    "hopper_stand": {"max_contacts": 8},
+    "walker_stand": {"solver_iterations": 20, "max_contacts": 8},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_outcome_like_mujoco_with_options(name):
+    """The contact tasks' cheaper solves (``max_contacts``, ``solver_iterations``: the settings
+    docs/environments.md measures against MJX) keep :func:`test_outcome_like_mujoco`'s outcome
+    against MuJoCo C: the same fall and rest, the torso within 1 cm of MuJoCo's height."""
+    kw = {"settle_steps": 0} if name == "cheetah_run" else {}
+    env = envs.make(name, **kw, **OPTIONS[name])
+    step = jax.jit(jax.vmap(env.step))
+    _check_outcome(name, env, *_run(env, step, *ROLLOUTS[name]))
+
+
+def _check_outcome(name, env, q, v, q_mj, v_mj):
+    """:func:`test_outcome_like_mujoco`'s checks of jaxdyn's final ``(q, v)`` against MuJoCo's
+    (``_run``)."""
     m = env.scene.mj_model
-    q, v, q_mj, v_mj = _run(env, step, seconds, u)
     if name == "finger_spin":
         hinge = m.joint("hinge").qposadr[0]
         assert q[hinge] < -np.pi / 2 and q_mj[hinge] < -np.pi / 2

@@ -62,6 +62,7 @@ does). The model needs ``mujoco``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any, cast
 
@@ -552,7 +553,23 @@ class ContactSuiteEnv(SuiteEnv):
 
     ``info`` carries the constraint solve's report (``contact_residual``,
     ``contacts_dropped``: :meth:`jaxdyn.envs.SimEnv.pipeline_step_info`) after a reset by
-    :meth:`episode_start`."""
+    :meth:`episode_start`.
+
+    Options of the contact solve, every contact task's keywords (``None``, the default: the
+    task's :attr:`contact` as it is), which make the step cheaper at some cost in accuracy
+    (``docs/environments.md``, "Step cost against MJX", measures both against MJX with
+    Playground's cut solver; ``benchmarks/suite_step.py``):
+
+    * ``solver_iterations``: the accelerated projected gradient steps of each simulator step's
+      solve of the contacts and limit rows (:func:`jaxdyn.sim.solve_cone_complementarity`;
+      :class:`~jaxdyn.sim.Constraint`'s ``iterations``, 100 by default), a fixed count whose
+      cost is most of the step's;
+    * ``max_contacts``: solve over the ``k`` contact slots of least distance only
+      (:class:`~jaxdyn.sim.Constraint`'s ``max_contacts``; the cheetah has 54 slots, the
+      hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
+      solution while at most ``k`` slots hold a contact (``info["contacts_dropped"]`` counts
+      those left out), though the unconverged iterates differ (their step size is taken
+      over the slots solved)."""
 
     contact = _sim.Constraint()
     mujoco_order = False
@@ -609,7 +626,28 @@ class ContactSuiteEnv(SuiteEnv):
             return self.qpos0_pose()
         return self.first_free_draw(rng, draw)
 
-    def __init__(self, *, ctrl_dt: float, sim_dt: float) -> None:
+    def __init__(
+        self,
+        *,
+        ctrl_dt: float,
+        sim_dt: float,
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
+    ) -> None:
+        changes = {}
+        for name, n, field in (
+            ("solver_iterations", solver_iterations, "iterations"),
+            ("max_contacts", max_contacts, "max_contacts"),
+        ):
+            if n is None:
+                continue
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+                raise ValueError(
+                    f"{type(self).__name__}: {name} must be None or an integer >= 1, got {n!r}"
+                )
+            changes[field] = int(n)
+        if changes:  # the instance's contact model: the task's with these settings changed
+            self.contact = dataclasses.replace(type(self).contact, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         model = self.sys.model
@@ -764,9 +802,20 @@ class CheetahRun(ContactSuiteEnv):
     RUN_SPEED = 10.0
 
     def __init__(
-        self, *, ctrl_dt: float = 0.01, sim_dt: float = 0.01, settle_steps: int = 200
+        self,
+        *,
+        ctrl_dt: float = 0.01,
+        sim_dt: float = 0.01,
+        settle_steps: int = 200,
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
 
@@ -842,13 +891,20 @@ class WalkerMove(ContactSuiteEnv):
         ctrl_dt: float = 0.025,
         sim_dt: float = 0.0025,
         height_obs: str = "z",
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
                 f"WalkerMove: height_obs must be 'z' (dm_control: the torso's height) or 'zz' "
                 f"(Playground: the torso's xmat zz), got {height_obs!r}"
             )
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -918,9 +974,20 @@ class HopperTask(ContactSuiteEnv):
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
 
     def __init__(
-        self, hopping: bool = False, *, ctrl_dt: float = 0.02, sim_dt: float = 0.005
+        self,
+        hopping: bool = False,
+        *,
+        ctrl_dt: float = 0.02,
+        sim_dt: float = 0.005,
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.hopping = bool(hopping)
         self.metric_keys = (
             ("reward/standing", "reward/hopping")
@@ -993,9 +1060,20 @@ class FingerSpin(ContactSuiteEnv):
     HINGE_DAMPING = 0.03
 
     def __init__(
-        self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.01, reset_tries: int = 16
+        self,
+        *,
+        ctrl_dt: float = 0.02,
+        sim_dt: float = 0.01,
+        reset_tries: int = 16,
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.reset_tries = int(reset_tries)
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
         self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
@@ -1177,8 +1255,15 @@ class BallInCup(ContactSuiteEnv):
         sim_dt: float = 0.002,
         reset_tries: int = 16,
         reset: str = "random",
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.set_reset_mode(reset)
         import equinox as eqx
 
@@ -1290,8 +1375,15 @@ class SuiteHumanoid(ContactSuiteEnv):
         sim_dt: float = 0.005,
         reset_tries: int = 8,
         reset: str = "random",
+        solver_iterations: int | None = None,
+        max_contacts: int | None = None,
     ) -> None:
-        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        super().__init__(
+            ctrl_dt=ctrl_dt,
+            sim_dt=sim_dt,
+            solver_iterations=solver_iterations,
+            max_contacts=max_contacts,
+        )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)
         self.reset_tries = int(reset_tries)

@@ -1,0 +1,368 @@
+"""CPU time of one environment step of jaxdyn's DM Control Suite ports against ``mjx.step``
+on the same MJCF file (issue 48, "steps/s >= MJX's"), in one process.
+
+Usage: ``python benchmarks/suite_step.py [--envs walker,hopper,cheetah,cartpole]
+[--batches 32,128] [--dtypes float32,float64] [--rounds 5] [--calls 4]
+[--mjx-iterations file,playground]
+[--jaxdyn-options "max_contacts=8;solver_iterations=20,max_contacts=8"]
+[--reference-iterations 400]
+[--fidelity-steps 20]``
+
+For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.WalkerMove`
+``walker_walk``, :class:`~jaxdyn.envs.dm_control_suite.HopperTask` ``hopper_hop``,
+:class:`~jaxdyn.envs.dm_control_suite.CheetahRun` and
+:class:`~jaxdyn.envs.dm_control_suite.CartpoleBalance`) and batch size ``B``:
+
+* jaxdyn: ``jax.jit(jax.vmap(env.step))`` (one control step: ``env.n_frames`` simulator
+  steps, observation and reward), from ``jax.vmap(env.reset)`` states under fixed random
+  actions in ``[-1, 1]``;
+* MJX: ``jax.jit(jax.vmap(f))``, ``f`` ``env.n_frames`` calls of ``mjx.step`` in a
+  ``lax.scan`` under the same actions (``ctrl``), on the MJCF file the environment loads (for
+  the walker, hopper and cheetah dm_control's own ``suite/*.xml``, byte for byte; the
+  cart-pole's is Playground's, Euler), from the same states (``qpos`` / ``qvel`` of jaxdyn's
+  resets); ``jaxdyn, solver_iterations=k`` / ``max_contacts=k`` (the contact tasks,
+  ``--jaxdyn-options``) the same task with ``k`` steps of its contact solve instead of the
+  default 100 / with its solve over the ``k`` closest contact slots
+  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options);
+  ``MJX`` runs the file's solver options, ``MJX (Playground's solver)`` the
+  ``iterations`` / ``ls_iterations`` of Playground's copy of the file (walker 2 / 5, hopper
+  4 / 10, cheetah 4 / 8, cart-pole 1 / 4: :data:`PLAYGROUND_ITERATIONS`; Playground's
+  environments set the time step to their ``sim_dt``, the same as jaxdyn's).
+  MJX computes no observation and no reward: its figure is the physics alone.
+
+Solver error (at the first batch size, ``--fidelity-steps`` control steps from the same
+start; 0 disables it): what an engine's solve leaves unconverged, the largest ``|qpos -
+qpos_ref|`` over the batch and the steps, ``qpos_ref`` the same engine with its solve
+converged: jaxdyn's task with ``solver_iterations=--reference-iterations``, MJX on the file's
+solver options (Newton, 100 iterations, tolerance 1e-8: the ``MJX`` row is that reference).
+Each simulator against its own converged self, since the two contact models differ (hard
+against soft): it measures what cutting the solver costs each, not how far apart they are.
+
+Each dtype is a phase of its own (``jax_enable_x64`` off for float32, on for float64: jaxdyn's
+environments take the dtype of ``jax_enable_x64`` when built, and so does MJX's
+``put_model``). In a phase every function is compiled first (compile s: wall-clock of
+``lower`` + ``compile``), then timed interleaved: ``--rounds`` rounds, each running every
+engine's function ``--calls`` times in turn (its output state fed back), the CPU time
+(``time.process_time``) of each engine's calls summed over the rounds and divided by the env
+steps taken (``rounds * calls * B``): microseconds of CPU per env step. CPU time rather than
+wall-clock, and the engines interleaved, so that a loaded machine's idle time and drift fall on
+both alike. Single-threaded and pinned to one core (``_env.single_threaded``). Prints a
+markdown table; writes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's jaxdyn
+
+import _env  # noqa: E402
+
+_env.single_threaded()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+#: name -> (jaxdyn task class name, constructor keyword arguments)
+ENVS = {
+    "walker": ("WalkerMove", {"move_speed": 1.0}),
+    "hopper": ("HopperTask", {"hopping": True}),
+    "cheetah": ("CheetahRun", {}),
+    "cartpole": ("CartpoleBalance", {}),
+}
+
+#: Playground's ``<option iterations ls_iterations>`` for its copy of each file
+#: (``mujoco_playground/_src/dm_control_suite/xmls``)
+PLAYGROUND_ITERATIONS = {
+    "walker": (2, 5),
+    "hopper": (4, 10),
+    "cheetah": (4, 8),
+    "cartpole": (1, 4),
+}
+
+
+def build(name, options=""):
+    """jaxdyn's environment ``name`` with ``options`` (``"k=v,k=v"``: the contact tasks'
+    ``solver_iterations`` / ``max_contacts``)."""
+    from jaxdyn.envs import dm_control_suite as suite
+
+    cls, kw = ENVS[name]
+    extra = dict(kv.split("=") for kv in options.split(",") if kv)
+    return getattr(suite, cls)(**kw, **{k: int(v) for k, v in extra.items()})
+
+
+def has_contact(name):
+    from jaxdyn.envs import dm_control_suite as suite
+
+    return issubclass(getattr(suite, ENVS[name][0]), suite.ContactSuiteEnv)
+
+
+def start(env, B, seed=0):
+    """``B`` reset states of ``env`` and fixed random actions in ``[-1, 1]``."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), B)
+    states = jax.jit(jax.vmap(env.reset))(keys)
+    dtype = states.pipeline_state.q.dtype
+    act = jax.random.uniform(jax.random.PRNGKey(seed + 1), (B, env.action_size), dtype, -1, 1)
+    return states, act
+
+
+def mjx_fn(env, states, act, iterations=None):
+    """``jit(vmap(f))``, ``f`` one control step of MJX (``env.n_frames`` ``mjx.step``) on the
+    file ``env`` loads (``iterations``: ``(iterations, ls_iterations)`` instead of the file's),
+    and the MJX states of jaxdyn's ``states``."""
+    import mujoco as _mujoco
+    from mujoco import mjx
+
+    from jaxdyn.envs.dm_control_suite import XML_DIR
+
+    mujoco: Any = _mujoco  # MuJoCo ships no type stubs
+
+    m = mujoco.MjModel.from_xml_path(os.path.join(XML_DIR, env.xml))
+    if iterations is not None:
+        m.opt.iterations, m.opt.ls_iterations = iterations
+    mx = mjx.put_model(m)
+    d0 = mjx.put_data(m, mujoco.MjData(m))
+    ps = states.pipeline_state
+    qpos = jax.vmap(env.qpos)(ps.q)
+    qvel = jax.vmap(env.qvel)(ps.q, ps.v)
+    dtype = d0.qpos.dtype
+    dx = jax.vmap(lambda p, v: d0.replace(qpos=p, qvel=v))(qpos.astype(dtype), qvel.astype(dtype))
+    n = env.n_frames
+
+    def frame(d, _):  # in the input's dtypes (with jax_enable_x64, mjx.step returns some
+        # integer fields of put_data's int32 as int64)
+        out = mjx.step(mx, d)
+        return jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), out, d), None
+
+    def one(d, u):
+        return jax.lax.scan(frame, d.replace(ctrl=u), None, length=n)[0]
+
+    return jax.jit(jax.vmap(one)), (dx, act.astype(dtype))
+
+
+class Engine:
+    """One timed function: ``fn(state, act) -> state``, its compile seconds, its ``qpos``
+    reader (for the solver error) and its CPU seconds so far."""
+
+    def __init__(self, label, fn, state, act, qpos, ref=None):
+        t = time.perf_counter()
+        self.fn = fn.lower(state, act).compile()
+        self.compile_s = time.perf_counter() - t
+        self.label, self.state, self.act, self.qpos, self.ref = label, state, act, qpos, ref
+        self.cpu = 0.0
+        self.error = None
+
+    def rollout(self, steps):
+        s, out = self.state, []
+        for _ in range(steps):
+            s = self.fn(s, self.act)
+            out.append(np.asarray(self.qpos(s)))
+        return np.stack(out)
+
+
+def solver_errors(engines, steps):
+    """Each engine's solver error: the largest ``|qpos - qpos_ref|`` over the batch and
+    ``steps`` control steps from the same start, ``qpos_ref`` the rollout of its ``ref`` (the
+    same engine with its solve converged); ``0`` for a reference itself."""
+    cache = {}
+    for e in engines:
+        if e.ref is None:
+            continue
+        key = id(e.ref)
+        if key not in cache:
+            cache[key] = e.ref.rollout(steps)
+        e.error = float(np.max(np.abs(e.rollout(steps) - cache[key])))
+
+
+def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, ref_its, steps):
+    jax.config.update("jax_enable_x64", dtype == "float64")
+    rows = []
+    for name in names:
+        variants = [""] + (jaxdyn_options if has_contact(name) else [])
+        envs = {k: build(name, k) for k in variants}
+        for B in batches:
+            env = envs[""]
+            states, act = start(env, B)
+
+            def jd_qpos(s, env=env):
+                return jax.vmap(env.qpos)(s.pipeline_state.q)
+
+            fidelity = steps > 0 and B == batches[0]
+            jd_ref = mjx_ref = None
+            if fidelity and has_contact(name):
+                e = build(name, f"solver_iterations={ref_its}")
+                jd_ref = Engine("ref", jax.jit(jax.vmap(e.step)), states, act, jd_qpos)
+            engines = []
+            for k in variants:
+                label = "jaxdyn" if not k else f"jaxdyn, {k.replace(',', ', ')}"
+                f = jax.jit(jax.vmap(envs[k].step))
+                engines.append(Engine(label, f, states, act, jd_qpos, jd_ref))
+            for kind in sorted(mjx_kinds):  # "file" first: the reference of "playground"
+                it = None if kind == "file" else PLAYGROUND_ITERATIONS[name]
+                label = "MJX" if it is None else "MJX (Playground's solver)"
+                f, (dx, a) = mjx_fn(env, states, act, it)
+                if fidelity and it is not None and mjx_ref is None:
+                    g, (dx0, a0) = mjx_fn(env, states, act, None)
+                    mjx_ref = Engine("ref", g, dx0, a0, lambda d: d.qpos)
+                engines.append(Engine(label, f, dx, a, lambda d: d.qpos, mjx_ref))
+                if it is None:
+                    mjx_ref = engines[-1]
+            if fidelity:
+                solver_errors(engines, steps)
+            for e in engines:  # warm up: one call each
+                e.state = jax.block_until_ready(e.fn(e.state, e.act))
+            for _ in range(rounds):
+                for e in engines:
+                    t = time.process_time()
+                    s = e.state
+                    for _ in range(calls):
+                        s = e.fn(s, e.act)
+                    jax.block_until_ready(s)
+                    e.cpu += time.process_time() - t
+                    e.state = s
+            n = rounds * calls * B
+            base = engines[0].cpu / n
+            for e in engines:
+                us = 1e6 * e.cpu / n
+                rows.append((name, dtype, B, e.label, us, 1e6 * base / us, e.compile_s, e.error))
+                print(
+                    f"{name:9s} {dtype} B={B:4d} {e.label:32s} {us:9.1f} us/step  "
+                    f"compile {e.compile_s:6.1f} s  solver error {e.error}",
+                    flush=True,
+                )
+    return rows
+
+
+def profile(name, dtype, B, rounds, calls):
+    """Per-phase CPU time of one env step of jaxdyn's task ``name`` (``--profile``): the whole
+    step at the default 100 solver iterations and at 1 (their difference: the solve's iterations,
+    per iteration), at 1 with the step-size bound's matrix product left out
+    (:func:`jaxdyn.sim.contact.lambda_max_bound` replaced by its row-sum term: what the
+    ``A @ A`` costs; a different step size, for the timing only), the contact kinematics and
+    collision alone (:meth:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv.contact_frames`, once
+    per simulator step in the step) and the task's sensors (once per env step); with the
+    number of XLA fusions and of ``while`` loops in each compiled program."""
+    from jaxdyn.sim import contact as C
+
+    jax.config.update("jax_enable_x64", dtype == "float64")
+    bound = C.lambda_max_bound
+    parts = []
+    env = build(name)
+    states, act = start(env, B)
+    one = "solver_iterations=1"
+    for label, k, patch in (
+        ("step, 100 iterations", "", None),
+        ("step, 1 iteration", one, None),
+        ("step, 1 iteration, no A @ A bound", one, lambda A: jnp.max(jnp.sum(jnp.abs(A), -1))),
+    ):
+        e = build(name, k)
+        if patch is not None:
+            C.lambda_max_bound = patch
+        try:
+            c = jax.jit(jax.vmap(e.step)).lower(states, act).compile()
+        finally:
+            C.lambda_max_bound = bound
+        parts.append([label, c, (states, act), True])
+    ps = states.pipeline_state
+    frames = jax.jit(jax.vmap(lambda p: env.contact_frames(p).distance)).lower(ps).compile()
+    sensors = jax.jit(jax.vmap(env.state_sensors)).lower(ps).compile()
+    parts.append(["contact kinematics + collision (one simulator step)", frames, (ps,), False])
+    parts.append(["sensors (observation, reward inputs)", sensors, (ps,), False])
+    cpu = [0.0] * len(parts)
+    for _ in range(rounds):
+        for i, (_, c, args, carry) in enumerate(parts):
+            t = time.process_time()
+            out = None
+            for _ in range(calls):
+                out = c(*args)
+                if carry:
+                    args = (out, args[1])
+            jax.block_until_ready(out)
+            cpu[i] += time.process_time() - t
+            parts[i][2] = args
+    print(f"\n{name}, {dtype}, B = {B}, {env.n_frames} simulator steps per env step:\n")
+    print("| part | CPU us / env | XLA fusions | while loops |")
+    print("| --- | --- | --- | --- |")
+    for (label, c, _, _), t in zip(parts, cpu):
+        text = c.as_text()
+        fusions, loops = text.count(" fusion("), text.count(" while(")
+        print(f"| {label} | {1e6 * t / (rounds * calls * B):.1f} | {fusions} | {loops} |")
+
+
+def table(rows, steps):
+    out = [
+        "| env | dtype | B | engine | CPU us / env step | jaxdyn's cost / this | compile s "
+        f"| solver error ({steps} steps) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, dtype, B, eng, us, ratio, ct, err in rows:
+        r = "" if eng == "jaxdyn" else f"{ratio:.2f}"
+        e = "" if err is None else f"{err:.1e}"
+        out.append(f"| {name} | {dtype} | {B} | {eng} | {us:.1f} | {r} | {ct:.1f} | {e} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--envs", default="walker,hopper,cheetah,cartpole")
+    p.add_argument("--batches", default="32,128")
+    p.add_argument("--dtypes", default="float32,float64")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=4)
+    p.add_argument("--mjx-iterations", default="file,playground")
+    p.add_argument(
+        "--jaxdyn-options",
+        default="max_contacts=8;solver_iterations=20,max_contacts=8",
+        help="extra jaxdyn rows of the contact tasks, ';' between rows ('' for none)",
+    )
+    p.add_argument("--reference-iterations", type=int, default=400)
+    p.add_argument("--fidelity-steps", type=int, default=20)
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="the per-phase breakdown of each env's step instead (first batch, dtype)",
+    )
+    a = p.parse_args(argv)
+    names = [n for n in a.envs.split(",") if n]
+    for n in names:
+        if n not in ENVS:
+            p.error(f"--envs: unknown env {n!r} (known: {', '.join(ENVS)})")
+    batches = [int(b) for b in a.batches.split(",")]
+    if a.profile:
+        for n in names:
+            profile(n, a.dtypes.split(",")[0], batches[0], a.rounds, a.calls)
+        return None
+    kinds = [k for k in a.mjx_iterations.split(",") if k]
+    options = [k for k in a.jaxdyn_options.split(";") if k]
+    rows = []
+    for dtype in a.dtypes.split(","):
+        rows += run_phase(
+            dtype,
+            names,
+            batches,
+            a.rounds,
+            a.calls,
+            kinds,
+            options,
+            a.reference_iterations,
+            a.fidelity_steps,
+        )
+    print()
+    print(table(rows, a.fidelity_steps))
+    print()
+    print(
+        f"jax {jax.__version__}; {_env.cpu_name()}; {_env.threading_note()}; "
+        f"CPU time per env step, engines interleaved ({a.rounds} rounds x {a.calls} calls)"
+    )
+    return np.asarray([r[4] for r in rows])
+
+
+if __name__ == "__main__":
+    main()
