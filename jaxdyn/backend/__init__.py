@@ -32,6 +32,9 @@ Modules:
 * :mod:`.fused_programs`: fused loops for one program (:func:`~.fused_programs.fused_jit`: a
   call XLA:CPU compiles into one kernel, per-program compiler options; the trajectory
   optimisation solvers' default on the CPU).
+* :mod:`.small_calls`: an algorithm evaluated alone inside the caller's ``jit`` as one such
+  call under XLA's default options (:func:`~.small_calls.small_call`; switch
+  ``fused_unbatched``, used by :mod:`jaxdyn.batching`'s rule).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a
