@@ -235,7 +235,11 @@ def small_call(fn: Callable[..., Any], *xs: Any) -> Any:
         msgs[:] = [m for _, m in checks]
         return out, [p for p, _ in checks]
 
-    closed, shape = jax.make_jaxpr(body, return_shape=True)(*xs)
+    # traced under the call's metadata, which is part of JAX's trace-cache keys: a function
+    # traced inside the body (its checks deferred, no LAPACK) and outside it (checks and all)
+    # are two cache entries, never one reused for the other
+    with set_xla_metadata(**fused_programs.SMALL_CALL):
+        closed, shape = jax.make_jaxpr(body, return_shape=True)(*xs)
     _check(closed.jaxpr)
     if msgs and check_after is None:
         raise Unsupported("value checks without jaxdyn.value_checks")
