@@ -153,3 +153,52 @@ def test_switch_off():
         hlo = jax.jit(lambda q: jaxdyn.rnea(model, q, q, q)).lower(q).as_text()
     assert "xla_cpu_small_call" not in hlo
     assert fused_programs.SMALL_CALL["xla_cpu_small_call"] == "true"
+
+
+def test_safe_primitives_compile_in_one_call():
+    """The primitives of :data:`~jaxdyn.backend.small_calls.SAFE` (transcendentals, integer
+    powers, gathers, dynamic slices, loops, complex and float32 arithmetic) compile inside one
+    call under XLA's default options and give the values of the plain program."""
+    from jax import lax
+
+    x, y = jnp.linspace(0.1, 0.9, 7), jnp.linspace(1.1, 1.9, 7)
+
+    def f(x, y):
+        parts = [
+            jnp.arccos(x),
+            jnp.arcsin(x),
+            jnp.arctan(x),
+            jnp.arctan2(x, y),
+            jnp.tan(x),
+            jnp.cosh(x),
+            jnp.sinh(x),
+            lax.pow(x, y),
+            jnp.exp2(x),
+            jnp.expm1(x),
+            jnp.log1p(x),
+            jax.nn.sigmoid(x),
+            lax.rem(x, y),
+            jnp.round(x),
+            jnp.sign(x - 0.5),
+            jnp.exp(x),
+            jnp.log(x),
+            jnp.tanh(x),
+            lax.rsqrt(x),
+            x**3,
+            jnp.prod(x) + x,
+            jnp.argmax(x).astype(x.dtype) + x,
+            x[jnp.array([3, 1, 2, 0, 4, 6, 5])],
+            jnp.broadcast_to(lax.dynamic_slice(x, (jnp.argmax(y),), (1,)), (7,)),
+            lax.fori_loop(0, 3, lambda i, c: c * 1.5 + jnp.sin(c), x),
+            lax.cond(x[0] > 0, lambda: x * 2, lambda: x),
+            lax.scan(lambda c, t: (c + t, c * t), 0.0, x)[1],
+            jnp.real(jnp.exp(1j * x)) + jnp.abs(x + 1j * y),
+            jnp.sin(x.astype(jnp.float32)).astype(x.dtype),
+        ]
+        return jnp.stack(parts)
+
+    c = jax.jit(lambda x, y: small_calls.small_call(f, x, y)).lower(x, y).compile()
+    assert "xla_cpu_small_call" in str(c.as_text())
+    out, ref = np.asarray(c(x, y)), np.asarray(jax.jit(f)(x, y))
+    np.testing.assert_allclose(out[:-1], ref[:-1], rtol=1e-12, atol=1e-15)  # float64
+    np.testing.assert_allclose(out[-1], ref[-1], rtol=1e-6)  # float32
