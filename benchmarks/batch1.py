@@ -16,12 +16,14 @@ is fixed when JAX starts its backend, so the two cannot share a process):
 Rows: the *floor*, a jitted identity with the same arguments (``q, v, a`` with the model
 closed over; the model passed as an argument, as ``jax.jit(jaxdyn.rnea)(model, ...)``); each
 algorithm jitted with the model passed and closed over (``jax.jit(lambda q, v, a: f(model,
-q, v, a))``); and the eager call ``f(model, q, v, a)`` (jaxdyn compiles it once and dispatches
-it: :mod:`jaxdyn.eager`). Kernels: the operations of the optimised program's entry
-computation other than parameters, constants, bitcasts and tuples (what XLA:CPU's runtime
-launches; its loop-free programs at batch 1). Times are medians over ``--rounds`` rounds that
-interleave every row; wall time (``time.perf_counter``) and the process's CPU time
-(``time.process_time``, which on a loaded machine is the steadier of the two).
+q, v, a))``), and passed with the switch ``fused_unbatched`` off (XLA's usual kernels instead
+of one: :mod:`jaxdyn.backend.small_calls`); and the eager call ``f(model, q, v, a)`` (jaxdyn
+compiles it once and dispatches it: :mod:`jaxdyn.eager`). Kernels: the operations of the
+optimised program's entry computation other than parameters, constants, bitcasts and tuples
+(what XLA:CPU's runtime launches; its loop-free programs at batch 1). Times are medians over
+``--rounds`` rounds that interleave every row; wall time (``time.perf_counter``) and the
+process's CPU time (``time.process_time``, which on a loaded machine is the steadier of the
+two).
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
         jp = jax.jit(f)
         jc = jax.jit(lambda *x, f=f: f(model, *x))
         rows.append((alg, "passed", jp, (model, *args), jp.lower(model, *args).compile()))
+        # the same call with XLA's usual kernels (switch fused_unbatched off), for the A/B
+        with jaxdyn.config.override(fused_unbatched=False):
+            off = jax.jit(lambda *x, f=f: f(*x)).lower(model, *args).compile()
+        rows.append((alg, "passed, one kernel off", off, (model, *args), off))
         rows.append((alg, "closed over", jc, args, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))

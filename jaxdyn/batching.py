@@ -21,6 +21,11 @@ chooses it from the model's size; ``0`` turns the rule off).
 
 :func:`vmap` is the explicit form, for functions of your own: ``jaxdyn.vmap(f, chunk_size=32)``.
 
+One sample at a time: the same rule's function, traced unbatched inside a caller's ``jit``
+on the CPU (``jax.jit(jaxdyn.aba)``), is compiled as one XLA:CPU kernel where it can be
+(:mod:`jaxdyn.backend.small_calls`; the switch ``fused_unbatched``): at batch 1 a program of
+dozens to hundreds of small kernels is bound by their launches, not by the arithmetic.
+
 Several devices: a batch sharded over ``Explicit`` mesh axes (``jax.make_mesh``'s default in
 recent JAX, under ``jax.set_mesh``) is evaluated per shard (``jax.shard_map``, each device's
 chunk loop on its own samples); for ``Auto`` axes use :func:`jaxdyn.sim.sharded_vmap`, as XLA's
@@ -52,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _progress, config
+from .backend import small_calls
 from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
 from .backend.internals import staged_vmap_operands, staged_vmap_results
 
@@ -300,6 +306,24 @@ def _per_shard(run, xs, in_batched, split):
     return shard_map(run, mesh, in_specs, spec, axis_names=set(axes))(*xs)
 
 
+def _as_small_call(plain, leaves, treedef, dyn, xs):
+    """``plain`` on the arguments (``leaves`` with the traced ones ``xs`` at ``dyn``) traced
+    as one XLA:CPU kernel (:func:`jaxdyn.backend.small_calls.small_call`), its value checks
+    applied to the result after the call; ``None`` where the body cannot be one kernel."""
+
+    def body(*ys):
+        full = list(leaves)
+        for i, y in zip(dyn, ys):
+            full[i] = y
+        a, k = jax.tree_util.tree_unflatten(treedef, full)
+        return plain(*a, **k)
+
+    try:
+        return small_calls.small_call(body, *xs)
+    except small_calls.Unsupported:
+        return None
+
+
 def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P, R]:
     """Give ``fn(model, ...)`` a batching rule that evaluates ``jax.vmap(fn)`` in cache-sized
     chunks on the CPU (see the module docstring); ``words(model, itemsize)`` estimates the
@@ -312,7 +336,8 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
     algorithms can compute the model's constant products in numpy
     (:func:`jaxdyn.algorithms.kinematics.take_rows`). Called outside any trace, ``fn`` runs as
     is. Derivatives are ``fn``'s own (a ``custom_jvp`` whose rule is ``jax.jvp`` of ``fn`` in
-    the tangents that are not symbolically zero).
+    the tangents that are not symbolically zero). Traced unbatched (no rule, no derivative)
+    on the CPU, ``fn`` is one XLA:CPU kernel where it can be (:func:`_as_small_call`).
     """
     sig = inspect.signature(fn)
     plain: Callable[..., Any] = fn  # called with the arguments rebuilt from leaves
@@ -336,6 +361,10 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
             a, k = jax.tree_util.tree_unflatten(treedef, full)
             # public functions called by fn run as plain code
             with _inside(active=True, unchecked=unchecked, eqx_checks=eqx_checks):
+                if _INSIDE.batch == 0 and config.get("fused_unbatched") and small_calls.usable():
+                    out = _as_small_call(plain, leaves, treedef, dyn, xs)
+                    if out is not None:
+                        return out
                 return plain(*a, **k)
 
         def rule(axis_size, in_batched, *xs):

@@ -62,6 +62,15 @@ name                       environment variable             default    effect
                                                                        ones run it once it is ready;
                                                                        ``False``: one kernel per
                                                                        operation and knot
+``fused_unbatched``        ``JAXDYN_FUSED_UNBATCHED``       ``True``   on the CPU, an algorithm
+                                                                       evaluated alone (no
+                                                                       ``vmap``) inside the
+                                                                       caller's ``jit`` compiles to
+                                                                       one XLA kernel where it can
+                                                                       (jaxlib >= 0.10;
+                                                                       :mod:`jaxdyn.backend.small_calls`);
+                                                                       ``False``: one kernel per
+                                                                       fused operation
 =========================  ================================ =========  =============================
 
 Each switch is read from its environment variable when jaxdyn is imported (booleans: ``0``,
@@ -214,6 +223,7 @@ SWITCHES = {
     "ffi_stores": ("JAXDYN_FFI_STORES", True, _bool),
     "cpu_kernels": ("JAXDYN_CPU_KERNELS", True, _bool),
     "trajopt_fused_loops": ("JAXDYN_TRAJOPT_FUSED_LOOPS", "auto", _fused),
+    "fused_unbatched": ("JAXDYN_FUSED_UNBATCHED", True, _bool),
 }
 
 

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from . import batching, config
-from .backend import ffi, internals
+from .backend import ffi, internals, small_calls
 
 if TYPE_CHECKING:
     from jax.typing import ArrayLike
@@ -95,6 +95,10 @@ def error_if(x: _T, pred: ArrayLike, msg: str) -> _T:
     if not enabled():
         return x
     _MESSAGES.add(msg)
+    deferred = small_calls.deferred()
+    if deferred is not None:  # inside a call compiled as one kernel: checked after it
+        deferred.append((jnp.any(jnp.asarray(pred)), msg))
+        return x
     if (
         os.environ.get("EQX_ON_ERROR", "raise") != "raise"
         or batching._INSIDE.unchunked  # traced for a program XLA partitions
@@ -105,6 +109,9 @@ def error_if(x: _T, pred: ArrayLike, msg: str) -> _T:
     leaves, tree = jax.tree_util.tree_flatten(x)
     leaves = [jnp.asarray(v) for v in leaves]
     return jax.tree_util.tree_unflatten(tree, ffi.check(leaves, pred, msg))
+
+
+small_calls.check_after = error_if  # checks deferred out of a call compiled as one kernel
 
 
 def message_of(exc: BaseException) -> str | None:

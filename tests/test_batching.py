@@ -9,6 +9,7 @@ import pytest
 
 import jaxdyn
 from jaxdyn import robots
+from jaxdyn.backend import small_calls
 
 
 @pytest.fixture(scope="module")
@@ -471,15 +472,20 @@ def _has_cholesky(fn, *args):
     return "cholesky" in str(jax.make_jaxpr(fn)(*args))
 
 
-def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm):
+def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm, monkeypatch):
     """``aba(method="auto")``: the dense solve (a LAPACK Cholesky) for one float64 evaluation on
-    a deep tree, the sweeps under ``jax.vmap`` (with the chunks switched off too), inside
+    a deep tree (outside a one-kernel call: switch ``fused_unbatched``, whose call takes the
+    sweeps), the sweeps under ``jax.vmap`` (with the chunks switched off too), inside
     derivatives (also batched), in float32 and on shallow trees; the two agree."""
     from jaxdyn.algorithms import aba as A
 
     m, q, v = arm
     assert len(m.topo.levels) >= A.DENSE_MIN_LEVELS and m.nv <= A.DENSE_MAX_NV
     one = lambda q, v: jaxdyn.aba(m, q, v, v)  # noqa: E731
+    with jaxdyn.config.override(fused_unbatched=True):  # one kernel: no LAPACK call in it
+        alone = lambda q, v: one(q, v)  # noqa: E731  (not one: make_jaxpr caches its trace)
+        assert not _has_cholesky(alone, q[0], v[0]) or not small_calls.usable()
+    monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
     assert _has_cholesky(one, q[0], v[0])
     assert not _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"), q[0], v[0])
     assert _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="dense"), q[0], v[0])

@@ -609,10 +609,13 @@ def test_model_parameter_gradients(fn):
     assert float(jnp.max(jnp.abs(gm.mass))) > 0
 
 
-def test_switch_selects_plain_autodiff():
+def test_switch_selects_plain_autodiff(monkeypatch):
     """``analytic_derivatives(False)`` traces the plain algorithm (no custom_jvp in the
     jaxpr); the default traces the rule; the exported ``jaxdyn.rnea`` / ``jaxdyn.aba`` carry
     it."""
+    # the jaxprs of XLA's usual kernels: a one-kernel call (jaxdyn.backend.small_calls, the
+    # primal alone; tests/test_small_calls.py) inlines the custom_jvp inside it
+    monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
     case = get_case("tiny_chain")
     model, q, v, a, tau, _ = _inputs(case)
 

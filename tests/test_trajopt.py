@@ -35,7 +35,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
-from jaxdyn.backend import fused_programs
+from jaxdyn.backend import fused_programs, small_calls
 from jaxdyn.derivatives import configuration_tangent
 from jaxdyn.interop.crocoddyl import (
     control_from_pin,
@@ -1284,10 +1284,11 @@ def test_frame_costs_against_pinocchio(name):
 
 
 def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
-    """One problem factors Q_uu with LAPACK and takes aba's dense route in its rollouts (deep
-    float64 trees); jax.vmap over problems must not (a LAPACK call under vmap loops over the
-    batch): the batching rules keep the unrolled factorisation and the ABA sweeps. Checked on
-    the traced programs (no compilation). Last in this file: its ``jax.clear_caches()`` (the
+    """One problem factors Q_uu with LAPACK and, with the switch ``fused_unbatched`` off, takes
+    aba's dense route in its rollouts (deep float64 trees); jax.vmap over problems must not (a
+    LAPACK call under vmap loops over the batch): the batching rules keep the unrolled
+    factorisation and the ABA sweeps. Checked on the traced programs (no compilation). Last
+    in this file: its ``jax.clear_caches()`` (the
     fused-loop flag changes the traces) would make every later test compile FDDP again; the
     solve with ``max_iter=200`` is the fixture's trace, taken from JAX's cache."""
     problem, _ = fddp_solution
@@ -1306,6 +1307,10 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
     def one(x, u):
         return step_plain(model, x, u, DT)
 
+    # aba in one XLA:CPU kernel (switch fused_unbatched, on by default) takes the sweeps, no
+    # LAPACK call; with the switch off, the dense route
+    assert not lapack(lambda x, u: one(x, u), x, u) or not small_calls.usable()
+    monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
     assert lapack(one, x, u)
     assert not lapack(jax.vmap(one), jnp.stack([x, x]), jnp.stack([u, u]))
     # and the two routes agree

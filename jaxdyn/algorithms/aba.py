@@ -20,7 +20,7 @@ import jax.scipy.linalg as jsl
 
 from .. import batching, joints, shell, spatial
 from .._precision import full_precision
-from ..backend import fusion
+from ..backend import fusion, small_calls
 from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
@@ -436,13 +436,15 @@ def check_method(fn: str, method: str) -> None:
 def use_dense(method: str, model: Model, dtype: DTypeLike) -> bool:
     """Whether ``method`` selects the dense path: ``"dense"``, or ``"auto"`` for a float64
     evaluation alone (no batching rule, no derivative being traced) on a tree of at least
-    :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV` coordinates."""
+    :data:`DENSE_MIN_LEVELS` levels and at most :data:`DENSE_MAX_NV` coordinates, not traced
+    into one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`: no LAPACK call there)."""
     return method == "dense" or (
         method == "auto"
         and jnp.dtype(dtype) == jnp.float64
         and len(model.topo.levels) >= DENSE_MIN_LEVELS
         and model.nv <= DENSE_MAX_NV
         and batching.rule_batch_size() == 0
+        and not small_calls.tracing()
     )
 
 

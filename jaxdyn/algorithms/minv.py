@@ -103,7 +103,7 @@ def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     **Arguments:** ``q (nq,)``; ``method``: ``"sweeps"`` the ABA passes above, ``"dense"``
     CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
     form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels and
-    is faster; the sweeps under
+    is faster; the sweeps inside one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`), under
     ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
     factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 

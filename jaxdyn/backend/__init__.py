@@ -33,6 +33,9 @@ Modules:
   call XLA:CPU compiles into one kernel, per-program compiler options; the trajectory
   optimisation solvers' default on the CPU, compiled in a child process,
   :mod:`._fused_compile`, while the first solves run unfused; :func:`~.fused_programs.wait`).
+* :mod:`.small_calls`: an algorithm evaluated alone inside the caller's ``jit`` as one such
+  call under XLA's default options (:func:`~.small_calls.small_call`; switch
+  ``fused_unbatched``, used by :mod:`jaxdyn.batching`'s rule).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a
