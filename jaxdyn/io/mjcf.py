@@ -883,6 +883,20 @@ def _local_frame(m, objtype, k):
     return _quat_to_mat(quat), pos
 
 
+def _placed(m, objtype, ids, place, remap):
+    """Sites / geoms ``ids`` placed on jaxdyn's bodies: their bodies (``-1``: the world's),
+    rotations and positions in those bodies' frames (``place``: each MuJoCo body's jaxdyn body
+    and the transform to it; ``remap``: jaxdyn's body order)."""
+    bodies, rot, pos = [], [], []
+    for k in ids:
+        b, T = place[int(getattr(m, f"{objtype}_bodyid")[k])]
+        R, p = _compose(T, _local_frame(m, objtype, k))
+        bodies.append(int(remap(b)) if b >= 0 else -1)
+        rot.append(R)
+        pos.append(p)
+    return bodies, rot, pos
+
+
 def _mujoco_has_jdotv(mujoco) -> bool:
     """Whether this MuJoCo subtracts ``Jdot v`` from the reference acceleration of connect and
     weld rows (``mj_Jdotv`` in ``mj_referenceConstraint``): from MuJoCo 3.7.0 on; an
@@ -2229,19 +2243,8 @@ def _spatial_tendons(m, place, remap, dis, dtype):
                     geoms.append(obj)
                 path.append(("sphere" if kind == _WRAP_SPHERE else "cylinder", geoms.index(obj)))
         paths.append(tuple(path))
-    bodies, points = [], []
-    for s in sites:
-        b, T = place[int(m.site_bodyid[s])]
-        R, p = _compose(T, _local_frame(m, "site", s))
-        bodies.append(int(remap(b)) if b >= 0 else -1)
-        points.append(p)
-    geom_bodies, geom_pos, geom_rot = [], [], []
-    for g in geoms:
-        b, T = place[int(m.geom_bodyid[g])]
-        R, p = _compose(T, _local_frame(m, "geom", g))
-        geom_bodies.append(int(remap(b)) if b >= 0 else -1)
-        geom_pos.append(p)
-        geom_rot.append(R)
+    bodies, _, points = _placed(m, "site", sites, place, remap)
+    geom_bodies, geom_rot, geom_pos = _placed(m, "geom", geoms, place, remap)
     k = 0.0 if dis("mjDSBL_SPRING") else 1.0
     c = 0.0 if dis("mjDSBL_DAMPER") else 1.0
     lim = [bool(m.tendon_limited[t]) and not dis("mjDSBL_LIMIT") for t in ts]
@@ -2656,13 +2659,7 @@ def _contacts(
     if not pairs:
         return tuple(prims), terrain, None
     index = {g: k for k, g in enumerate(used)}
-    body, rot, pos = [], [], []
-    for g in used:
-        b, T = place[int(m.geom_bodyid[g])]
-        R, p = _compose(T, _local_frame(m, "geom", g))
-        body.append(int(remap(b)) if b >= 0 else -1)
-        rot.append(R)
-        pos.append(p)
+    body, rot, pos = _placed(m, "geom", used, place, remap)
     types = tuple(_GEOM_NAMES[int(m.geom_type[g])] for g in used)
     prio = [int(m.geom_priority[g]) for g in used]  # MuJoCo's geom priority
     hulls = {}
