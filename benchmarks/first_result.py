@@ -291,7 +291,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
     a = p.parse_args(argv)
     if a.examples == "all":
-        examples = sorted(x.name for x in (ROOT / "examples").glob("*.py"))
+        examples = sorted(  # not the examples' shared modules (_ppo.py, _outputs.py)
+            x.name for x in (ROOT / "examples").glob("*.py") if not x.name.startswith("_")
+        )
     elif a.examples in ("", "none"):
         examples = []
     else:
