@@ -31,27 +31,24 @@ loops already (then the plain program is fused by XLA). Everywhere else, and if 
 fused program (``UNIMPLEMENTED``; a warning then), the plain function runs: the same values to
 rounding, the same derivatives.
 
-**In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): every
-call of a program structure (the static parts, the arrays' shapes and dtypes, jaxdyn's switches
-and ``jax_enable_x64``) runs the plain program until the fused one is there; the
-:data:`START_AFTER`-th (the second: a script that solves once starts nothing) starts a child
-Python process that compiles
-the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and returns
-the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
-structure run the plain program until the child is done, then the fused executable (loaded at
-the first call after that, in the calling thread, which runs it and the plain program twice
-each, waited for, and keeps the faster for that structure (one kernel is not faster on every
-program); an executable that does not run falls back there and then). The compile is in another
-process so that it neither holds up the caller nor keeps the interpreter from exiting (a thread
-still inside XLA's compile when Python finalizes aborts the process), and so that an abort
-inside XLA on a program structure it cannot emit as one kernel stops the child, not the caller.
-A child that fails (arguments that do not pickle, a refused or aborted compile, an executable
-that does not load or run) leaves that structure on the plain program for the rest of the
-process (a line on the ``jaxdyn`` logger says why). One child at a time (another structure
-starts at its next call once the child is done); a child still compiling when the interpreter
-exits is killed (one whose parent was killed by a signal stops by itself). :func:`wait` waits
-for them.
-"""
+**In the background** (the switch ``"auto"``, ``trajopt_fused_loops``'s default): every call of a
+program structure (the static parts, the arrays' shapes and dtypes, jaxdyn's switches and
+``jax_enable_x64``) runs the plain program until the fused one is there; the :data:`START_AFTER`-th
+(the fifth: a script that solves a few times starts nothing) starts a child Python process that
+compiles the fused program (:mod:`._fused_compile`: it unpickles the arguments, compiles, and
+returns the executable serialized by ``jax.experimental.serialize_executable``). Later calls of that
+structure run the plain program until the child is done, then the fused executable (loaded at the
+first call after that, in the calling thread, which runs it and the plain program twice each, waited
+for, and keeps the faster for that structure (one kernel is not faster on every program); an
+executable that does not run falls back there and then). The compile is in another process so that
+it neither holds up the caller nor keeps the interpreter from exiting (a thread still inside XLA's
+compile when Python finalizes aborts the process), and so that an abort inside XLA on a program
+structure it cannot emit as one kernel stops the child, not the caller. A child that fails
+(arguments that do not pickle, a refused or aborted compile, an executable that does not load or
+run) leaves that structure on the plain program for the rest of the process (a line on the
+``jaxdyn`` logger says why). One child at a time (another structure starts at its next call once the
+child is done); a child still compiling when the interpreter exits is killed (one whose parent was
+killed by a signal stops by itself). :func:`wait` waits for them."""
 
 from __future__ import annotations
 
@@ -197,9 +194,11 @@ def child_memory_limit() -> int:
     return limit
 
 
-#: the plain solves of a structure after which the background compile starts (``"auto"``): the
-#: second solve, so that a script solving a problem once never starts a child process
-START_AFTER = 2
+#: the solve of a structure at which the background compile starts (``"auto"``): the fifth, so
+#: that a script that solves a problem once, or compiles it and times a few solves (the
+#: examples, benchmarks' best-of-3), never starts a child process competing for the cores;
+#: repeated solves (an MPC loop, a sweep) do
+START_AFTER = 5
 
 #: children still compiling (killed when the interpreter exits)
 _CHILDREN: set = set()
@@ -373,7 +372,7 @@ class FusedJit:
         if key not in self.failed and key not in self.ready and key not in self.pending:
             self.solves[key] = self.solves.get(key, 0) + 1
             # a structure solved START_AFTER times (repeated solves: MPC, sweeps); a script
-            # that solves once never starts a child
+            # that solves a few times never starts a child
             if self.solves[key] >= START_AFTER and not _CHILDREN:  # one child at a time
                 self._start(key, dyn, args, kwargs, out)
         return out
