@@ -306,24 +306,6 @@ def _per_shard(run, xs, in_batched, split):
     return shard_map(run, mesh, in_specs, spec, axis_names=set(axes))(*xs)
 
 
-def _as_small_call(plain, leaves, treedef, dyn, xs):
-    """``plain`` on the arguments (``leaves`` with the traced ones ``xs`` at ``dyn``) traced
-    as one XLA:CPU kernel (:func:`jaxdyn.backend.small_calls.small_call`), its value checks
-    applied to the result after the call; ``None`` where the body cannot be one kernel."""
-
-    def body(*ys):
-        full = list(leaves)
-        for i, y in zip(dyn, ys):
-            full[i] = y
-        a, k = jax.tree_util.tree_unflatten(treedef, full)
-        return plain(*a, **k)
-
-    try:
-        return small_calls.small_call(body, *xs)
-    except small_calls.Unsupported:
-        return None
-
-
 def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P, R]:
     """Give ``fn(model, ...)`` a batching rule that evaluates ``jax.vmap(fn)`` in cache-sized
     chunks on the CPU (see the module docstring); ``words(model, itemsize)`` estimates the
@@ -337,7 +319,8 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
     (:func:`jaxdyn.algorithms.kinematics.take_rows`). Called outside any trace, ``fn`` runs as
     is. Derivatives are ``fn``'s own (a ``custom_jvp`` whose rule is ``jax.jvp`` of ``fn`` in
     the tangents that are not symbolically zero). Traced unbatched (no rule, no derivative)
-    on the CPU, ``fn`` is one XLA:CPU kernel where it can be (:func:`_as_small_call`).
+    on the CPU, ``fn`` is one XLA:CPU kernel where it can be
+    (:func:`jaxdyn.backend.small_calls.small_call`; its value checks applied after the call).
     """
     sig = inspect.signature(fn)
     plain: Callable[..., Any] = fn  # called with the arguments rebuilt from leaves
@@ -354,18 +337,23 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
         # it), so the caller's choices of value checks and chunks travel with the call
         unchecked, unchunked, eqx_checks = _INSIDE.unchecked, _INSIDE.unchunked, _INSIDE.eqx_checks
 
-        def call(*xs):
+        def on(xs):
+            """``plain`` on the arguments with the traced leaves ``xs`` put back."""
             full = list(leaves)
             for i, x in zip(dyn, xs):
                 full[i] = x
             a, k = jax.tree_util.tree_unflatten(treedef, full)
+            return plain(*a, **k)
+
+        def call(*xs):
             # public functions called by fn run as plain code
             with _inside(active=True, unchecked=unchecked, eqx_checks=eqx_checks):
                 if _INSIDE.batch == 0 and config.get("fused_unbatched") and small_calls.usable():
-                    out = _as_small_call(plain, leaves, treedef, dyn, xs)
-                    if out is not None:
-                        return out
-                return plain(*a, **k)
+                    try:  # one XLA:CPU kernel, value checks after it
+                        return small_calls.small_call(lambda *ys: on(ys), *xs)
+                    except small_calls.Unsupported:  # the body cannot be one kernel
+                        pass
+                return on(xs)
 
         def rule(axis_size, in_batched, *xs):
             _progress.note(fn.__name__, axis_size)
