@@ -306,7 +306,8 @@ class Geoms(eqx.Module):
 
         R, p = self.world_poses(ws, origin)
         dtype = p.dtype
-        top = int(self.contact_dims().max(initial=0))
+        dims = self.contact_dims()  # each pair's condim (an explicit pair's own)
+        top = int(dims.max(initial=0))
         nspin = {4: 1, 6: 2}.get(top, 0)  # the contacts' torsional / rolling columns
         size = self.size.astype(dtype)
         rb = self.rbound.astype(dtype)
@@ -385,12 +386,10 @@ class Geoms(eqx.Module):
             # MuJoCo's mj_contactParam: friction and condim (pair_choice), solref, solimp
             pr = np.zeros(self.n, np.int64) if self.priority is None else np.asarray(self.priority)
             p1, p2 = pr[i1], pr[i2]
-            cd1, cd2 = np.asarray(self.condim)[i1], np.asarray(self.condim)[i2]
             mu = pair_choice(jnp, p1, p2, fr[i1], fr[i2])
-            cond = pair_choice(np, p1, p2, cd1, cd2)
-            if isx.any():  # an explicit pair's friction and condim replace the mixed ones
+            cond = dims[ks]
+            if isx.any():  # an explicit pair's friction replaces the mixed one
                 mu = explicit("pair_friction", mu)
-                cond = np.where(isx, np.asarray(self.pair_condim or (), np.int64)[erow], cond)
             mu = jnp.where(jnp.asarray(cond == 1), 0.0, mu)
             if nspin:  # condim 4 / 6: MuJoCo's mjMINMU on the sliding friction too
                 mu = jnp.where(jnp.asarray(cond >= 4), jnp.maximum(mu, 1e-5), mu)
