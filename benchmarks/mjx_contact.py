@@ -63,9 +63,10 @@ TOUCH = 1e-3  #: a contact within 1 mm counts as touching in the sanity check (m
 
 
 def humanoid_path() -> str:
-    import dm_control
+    """dm_control's ``suite/humanoid.xml`` as jaxdyn bundles it (byte for byte)."""
+    from jaxdyn.envs.dm_control_suite import XML_DIR
 
-    return str(Path(dm_control.__file__).parent / "suite" / "humanoid.xml")
+    return str(Path(XML_DIR) / "humanoid.xml")
 
 
 def push_cube_path() -> str:

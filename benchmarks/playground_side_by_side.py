@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 
@@ -93,6 +95,8 @@ def ppo_config(task: str, args) -> dict:
         cfg = dict(PLAYGROUND_PPO)
         if task.startswith("acrobot"):
             cfg["num_timesteps"] = 100_000_000
+    if args.full and args.full_timesteps:
+        cfg["num_timesteps"] = args.full_timesteps
     if not args.full:
         cfg.update(
             num_timesteps=args.timesteps,
@@ -335,6 +339,16 @@ def _num(x) -> str:
 
 
 SECTION = "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)"
+#: the section of runs made on a GPU (``device`` in their JSON)
+SECTION_GPU = "## MuJoCo Playground side by side on a GPU (DM Control Suite, Brax PPO)"
+
+
+def _device() -> str:
+    """``platform: device kind`` of JAX's default device (``cpu: cpu``, ``gpu: NVIDIA H200``)."""
+    import jax
+
+    d = jax.devices()[0]
+    return f"{d.platform}: {d.device_kind}"
 
 
 def _versions() -> str:
@@ -365,6 +379,11 @@ def report(paths, out: str, note: str = "") -> str:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
     ).stdout.strip()
+    gpu = [d for d in runs if d.get("device", "").startswith("gpu")]
+    if gpu and len(gpu) != len(runs):
+        raise ValueError("report: GPU and CPU runs go to separate sections (report them apart)")
+    if gpu:
+        return _report_gpu(runs, out, commit, note)
     lines = [
         SECTION,
         "",
@@ -459,11 +478,72 @@ def report(paths, out: str, note: str = "") -> str:
     return text
 
 
+def _report_gpu(runs, out, commit, note) -> str:
+    """The GPU section of :func:`report`: the runs' device, host and versions as recorded by
+    the run itself (the GPU machine, not the one rendering the report)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _env import write_section
+
+    d0 = runs[0]
+    lines = [
+        SECTION_GPU,
+        "",
+        f"Run {d0.get('date', '?')} on **{d0['device']}** (host {d0.get('host', '?')}); "
+        f"{d0.get('versions', '?')}; jaxdyn {commit}. `python benchmarks/"
+        "playground_side_by_side.py --full --full-timesteps N --task T` (issue 48): Brax PPO "
+        "with Playground's own configuration for the task (`dm_control_suite_params."
+        "brax_ppo_config`: 2048 environments, batch 1024, its minibatches, updates, "
+        "evaluations and resets) with the environment steps cut to N (Playground publishes 60 M; "
+        'the GPU was lent for minutes), on Playground\'s MJX environment (`impl="jax"`) and on '
+        "jaxdyn's port, seed 0, one after the other in one process on the same GPU. Return: "
+        "mean episode return of the evaluation episodes (1000 control steps). Time to "
+        "threshold: from the start of `ppo.train` (compilation included) to the first "
+        "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only, "
+        "median over the evaluations). Compile s: wall-clock of the compilations inside "
+        "`ppo.train` (JAX's monitoring events).",
+        "",
+        "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
+        "| final return | s to threshold | total s | compile s | env steps/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in runs:
+        c = d["config"]
+        shape = (
+            f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
+            f"{c['num_updates_per_batch']}"
+        )
+        for r in sorted(d["results"], key=lambda r: r["backend"] != "mjx"):
+            st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
+            steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
+            lines.append(
+                f"| {d['task']} | {steps:,} | {shape} | {d['threshold']:g} "
+                f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
+                f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
+                f"| {r['total_seconds']:.0f} | {_num(r.get('compile_seconds'))} "
+                f"| {'-' if sps is None else f'{sps:,.0f}'} |"
+            )
+        for m in d.get("missing", []):
+            lines.append(f"| {d['task']} | | | | {m} | | | | | |")
+    if note:
+        lines += ["", note]
+    text = "\n".join(lines) + "\n"
+    write_section(out, text)
+    return text
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole_balance")
     p.add_argument("--backend", choices=("both", "jaxdyn", "mjx"), default="both")
     p.add_argument("--full", action="store_true", help="Playground's published budget")
+    p.add_argument(
+        "--full-timesteps",
+        type=int,
+        help="with --full: Playground's configuration with this many environment steps",
+    )
     p.add_argument("--timesteps", type=int, default=300_000)
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=256)
@@ -552,6 +632,10 @@ def main(argv=None) -> int:
             json.dump(
                 dict(
                     task=args.task,
+                    device=_device(),
+                    versions=_versions(),
+                    host=f"{platform.machine()}, {os.cpu_count()} cores",
+                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     threshold=args.threshold,
                     config=cfg,
                     results=results,

@@ -57,10 +57,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's jaxdyn
 
-import _env  # noqa: E402
-
-_env.single_threaded()
-
 import argparse  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
@@ -69,6 +65,8 @@ from typing import Any  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+import _env  # noqa: E402
 
 #: name -> (jaxdyn task class name, constructor keyword arguments)
 ENVS = {
@@ -330,6 +328,7 @@ def main(argv=None):
         help="the per-phase breakdown of each env's step instead (first batch, dtype)",
     )
     a = p.parse_args(argv)
+    _env.single_threaded()  # before JAX's backend starts (its first computation)
     names = [n for n in a.envs.split(",") if n]
     for n in names:
         if n not in ENVS:
