@@ -197,12 +197,14 @@ def _meta():
         mj = mujoco.__version__
     except ImportError:
         mj = "not installed"
-    git = (
-        subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-        or "?"
-    )
+    git = os.environ.get("JAXDYN_GIT_REV", "")  # a copy of the tree without .git
+    if not git:
+        try:
+            git = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+            ).stdout.strip()
+        except OSError:
+            git = "?"
     return dict(
         device=f"{dev.platform}: {dev.device_kind}",
         host=f"{platform.machine()}, {os.cpu_count()} cores",
