@@ -187,7 +187,12 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
                 sps=float(metrics.get("training/sps", float("nan"))),
             )
         )
-        print(f"  [{backend}] {step:>10d} steps  return {evals[-1]['reward']:8.2f}", flush=True)
+        e = evals[-1]
+        print(
+            f"  [{backend}] {step:>10d} steps  return {e['reward']:8.2f}  {e['time']:7.1f} s  "
+            f"{e['sps']:9.0f} steps/s",
+            flush=True,
+        )
 
     kw = dict(cfg, environment=env, progress_fn=progress, seed=seed)
     if wrap_fn is not None:
@@ -542,7 +547,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--full-timesteps",
         type=int,
-        help="with --full: Playground's configuration with this many environment steps",
+        help="with --full: Playground's configuration with this many environment steps (Brax "
+        "rounds it up to evaluations x resets per evaluation x one training step's steps: "
+        "about 98 M with Playground's suite configuration)",
     )
     p.add_argument("--timesteps", type=int, default=300_000)
     p.add_argument("--num-envs", type=int, default=256)

@@ -124,6 +124,12 @@ BENCHMARKS = (
     ),
     Benchmark("sim_gpu", ("## Simulation on a GPU",), "steps with contact on a GPU", gpu=True),
     Benchmark(
+        "contact_gpu",
+        ("## Contact on a GPU",),
+        "contact scenes and the suite ports against MJX on a GPU",
+        gpu=True,
+    ),
+    Benchmark(
         "trajopt_gpu",
         ("## Trajectory optimisation on a GPU",),
         "batches of FDDP problems on a GPU against Crocoddyl",
