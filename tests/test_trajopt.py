@@ -625,12 +625,32 @@ def _nearby_batch(model, n, bad_at):
     return problems, jax.tree.map(lambda *a: jnp.stack(a), *problems)
 
 
+def _map_lengths(jaxpr):
+    """Lengths of the ``scan`` s of a jaxpr (nested ones included) whose body holds a
+    ``while`` loop (a ``lax.map`` of a solve), and the number of ``while`` loops outside
+    them (a batched solve's)."""
+    maps, whiles = [], 0
+    for eqn in jaxpr.eqns:
+        subs = oracle.jaxprs_in_params(eqn.params)
+        if eqn.primitive.name == "scan" and any("while" in str(j) for j in subs):
+            maps.append(eqn.params["length"])
+            continue
+        if eqn.primitive.name == "while":
+            whiles += 1
+        for sub in subs:
+            m, w = _map_lengths(sub)
+            maps += m
+            whiles += w
+    return maps, whiles
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
-    threads, as solve_batch), inside ``jit`` as one batched while loop: both equal each
-    member's own solve. The members' solves and ``fddp`` of one problem (Python-float cost
-    weights and ``dt``, no tag) run the program the fixture's ``fddp`` compiled: nothing
-    compiles again, and a member's result is bit-identical to its own solve's."""
+    threads, as solve_batch), inside ``jit`` on the CPU one after another too (a ``lax.map``
+    of the one-problem solve, no batched while loop): both equal each member's own solve. The
+    members' solves and ``fddp`` of one problem (Python-float cost weights and ``dt``, no tag)
+    run the program the fixture's ``fddp`` compiled: nothing compiles again, and a member's
+    result is bit-identical to its own solve's."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -647,7 +667,9 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], compiled
     assert routes == [BATCH]  # one by one
     res_j = eqx.filter_jit(_vmap_fddp)(batch)
-    assert routes == [BATCH]  # batched
+    assert routes == [BATCH]  # not in host threads: inside the program
+    maps, whiles = _map_lengths(jax.make_jaxpr(_vmap_fddp)(batch).jaxpr)
+    assert maps == [BATCH] and whiles == 0, (maps, whiles)  # one member after another
     for i, r in enumerate(own):
         assert int(r.status) == 0
         np.testing.assert_array_equal(np.asarray(res_b.xs[i]), np.asarray(r.xs), f"xs[{i}]")
