@@ -858,12 +858,14 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
 
     @solve.def_vmap
     def rule(axis_size, in_batched, *flat):
-        if verbose or jax.default_backend() != "cpu" or not any(in_batched):
+        one_by_one = jax.default_backend() == "cpu" and any(in_batched) and not verbose
+        traced = any(isinstance(a, jax.core.Tracer) for a in flat)
+        if not one_by_one or not (traced or fused_programs.concrete_on_cpu(flat)):
             axes = [0 if b else None for b in in_batched]
             out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
-        elif not fused_programs.concrete_on_cpu(flat):
-            # traced (inside the caller's jit) on the CPU: one member after another in the
-            # caller's program (lax.map), each iterating only as long as it needs
+        elif traced:
+            # inside the caller's jit on the CPU: one member after another in the caller's
+            # program (lax.map), each iterating only as long as it needs
             def member(batched):
                 it = iter(batched)
                 return call(*[next(it) if b else a for a, b in zip(flat, in_batched)])
@@ -1128,9 +1130,11 @@ def solve_batch(
 ) -> Result:
     """Solve a batch of problems, each member iterating only as long as it needs.
 
-    ``jax.vmap(fddp)`` runs one ``while_loop`` for the whole batch: every member iterates
-    (masked) until the slowest one stops, so a batch of problems that need 4-13 iterations, and
-    a few that need 30, costs 30 batched iterations. Two routes avoid that:
+    The batched program (``jax.vmap(fddp)`` on accelerators) runs one ``while_loop`` for the
+    whole batch: every member iterates (masked) until the slowest one stops, so a batch of
+    problems that need 4-13 iterations, and a few that need 30, costs 30 batched iterations.
+    Two routes avoid that (on the CPU ``jax.vmap(fddp)`` takes the first, or inside ``jit``
+    ``lax.map``: :func:`fddp`):
 
     * ``method="threads"`` (the default on the CPU): the problems are solved one after
       another by the one-problem program of :func:`fddp` (compiled once, into one XLA:CPU
