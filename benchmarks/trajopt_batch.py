@@ -18,6 +18,9 @@ use):
   one-problem program (fused into one kernel) in one host thread per core;
 * ``sharded``: ``solve_sharded(problems)``: ``lax.map`` on each CPU device (one device unless
   ``JAX_NUM_CPU_DEVICES`` says more);
+* ``batched``: ``solve_sharded(problems, per_device="vmap")``: the batched ``while_loop`` (what
+  ``jax.jit(jax.vmap(fddp))`` runs on accelerators; every member iterates until the slowest
+  stops);
 * ``rounds``: ``solve_batch(problems, method="rounds")``: batched rounds of 10 iterations,
   the running members compacted.
 
@@ -103,6 +106,7 @@ def main(argv=None) -> int:
         "threads": lambda: ddp.solve_batch(stacked, max_iter=MAX_ITER),
         "rounds": lambda: ddp.solve_batch(stacked, method="rounds", max_iter=MAX_ITER),
         "sharded": lambda: ddp.solve_sharded(stacked, max_iter=MAX_ITER),
+        "batched": lambda: ddp.solve_sharded(stacked, per_device="vmap", max_iter=MAX_ITER),
     }
     modes = {k: modes[k] for k in a.modes.split(",")}
 
