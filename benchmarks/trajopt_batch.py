@@ -11,10 +11,16 @@ use):
 
 * ``vmap``: ``jax.vmap(fddp)(problems)`` called with arrays: on the CPU the members one by
   one in host threads, as ``threads``;
-* ``jit_vmap``: ``jax.jit(jax.vmap(fddp))(problems)``: one batched ``while_loop`` (every
-  member iterates until the slowest stops);
+* ``jit_vmap``: ``jax.jit(jax.vmap(fddp))(problems)``: on the CPU the members one after
+  another inside the program (``lax.map`` of the unfused one-problem solve, one core; on
+  accelerators one batched ``while_loop``, every member iterating until the slowest stops);
 * ``threads``: ``solve_batch(problems)``: its default on the CPU, each problem solved by the
   one-problem program (fused into one kernel) in one host thread per core;
+* ``sharded``: ``solve_sharded(problems)``: ``lax.map`` on each CPU device (one device unless
+  ``JAX_NUM_CPU_DEVICES`` says more);
+* ``batched``: ``solve_sharded(problems, per_device="vmap")``: the batched ``while_loop`` (what
+  ``jax.jit(jax.vmap(fddp))`` runs on accelerators; every member iterates until the slowest
+  stops);
 * ``rounds``: ``solve_batch(problems, method="rounds")``: batched rounds of 10 iterations,
   the running members compacted.
 
@@ -99,6 +105,8 @@ def main(argv=None) -> int:
         "jit_vmap": lambda: jit_vm(stacked),
         "threads": lambda: ddp.solve_batch(stacked, max_iter=MAX_ITER),
         "rounds": lambda: ddp.solve_batch(stacked, method="rounds", max_iter=MAX_ITER),
+        "sharded": lambda: ddp.solve_sharded(stacked, max_iter=MAX_ITER),
+        "batched": lambda: ddp.solve_sharded(stacked, per_device="vmap", max_iter=MAX_ITER),
     }
     modes = {k: modes[k] for k in a.modes.split(",")}
 

@@ -625,12 +625,32 @@ def _nearby_batch(model, n, bad_at):
     return problems, jax.tree.map(lambda *a: jnp.stack(a), *problems)
 
 
+def _map_lengths(jaxpr):
+    """Lengths of the ``scan`` s of a jaxpr (nested ones included) whose body holds a
+    ``while`` loop (a ``lax.map`` of a solve), and the number of ``while`` loops outside
+    them (a batched solve's)."""
+    maps, whiles = [], 0
+    for eqn in jaxpr.eqns:
+        subs = oracle.jaxprs_in_params(eqn.params)
+        if eqn.primitive.name == "scan" and any("while" in str(j) for j in subs):
+            maps.append(eqn.params["length"])
+            continue
+        if eqn.primitive.name == "while":
+            whiles += 1
+        for sub in subs:
+            m, w = _map_lengths(sub)
+            maps += m
+            whiles += w
+    return maps, whiles
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
-    threads, as solve_batch), inside ``jit`` as one batched while loop: both equal each
-    member's own solve. The members' solves and ``fddp`` of one problem (Python-float cost
-    weights and ``dt``, no tag) run the program the fixture's ``fddp`` compiled: nothing
-    compiles again, and a member's result is bit-identical to its own solve's."""
+    threads, as solve_batch), inside ``jit`` on the CPU one after another too (a ``lax.map``
+    of the one-problem solve, no batched while loop): both equal each member's own solve. The
+    members' solves and ``fddp`` of one problem (Python-float cost weights and ``dt``, no tag)
+    run the program the fixture's ``fddp`` compiled: nothing compiles again, and a member's
+    result is bit-identical to its own solve's."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -647,7 +667,9 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], compiled
     assert routes == [BATCH]  # one by one
     res_j = eqx.filter_jit(_vmap_fddp)(batch)
-    assert routes == [BATCH]  # batched
+    assert routes == [BATCH]  # not in host threads: inside the program
+    maps, whiles = _map_lengths(jax.make_jaxpr(_vmap_fddp)(batch).jaxpr)
+    assert maps == [BATCH] and whiles == 0, (maps, whiles)  # one member after another
     for i, r in enumerate(own):
         assert int(r.status) == 0
         np.testing.assert_array_equal(np.asarray(res_b.xs[i]), np.asarray(r.xs), f"xs[{i}]")
@@ -949,9 +971,11 @@ def test_fddp_rejects_diverged_trials_as_crocoddyl():
         goal = jnp.concatenate([jaxdyn.integrate(model, qa, 0.6 * n[1]), zero])
         problems.append(_problem(model, jnp.concatenate([qa, zero]), goal))
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
-    # jit: the batched program (called with arrays, jax.vmap(fddp) would compile the fused
-    # one-problem solve of arm7 here, a longer compile: test_vmap_equals_one_by_one covers it)
-    res = eqx.filter_jit(jax.vmap(lambda p: ddp.fddp(p, max_iter=60)))(batch)
+    # the batched program (one while_loop, as on an accelerator: the case that found it);
+    # jax.vmap(fddp) on the CPU solves the members one by one, in host threads (it would
+    # compile the fused one-problem solve of arm7 here, a longer compile) or, inside jit, by
+    # lax.map: test_vmap_equals_one_by_one covers both
+    res = ddp.solve_sharded(batch, per_device="vmap", max_iter=60)
     for i, problem in enumerate(problems):
         solver, _, us = _crocoddyl_solve(case, problem)
         assert int(res.status[i]) == 0, f"problem {WILD_REACHES[i]}: status {int(res.status[i])}"
@@ -1285,9 +1309,12 @@ def test_frame_costs_against_pinocchio(name):
 
 def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
     """One problem factors Q_uu with LAPACK and, with the switch ``fused_unbatched`` off, takes
-    aba's dense route in its rollouts (deep float64 trees); jax.vmap over problems must not (a
+    aba's dense route in its rollouts (deep float64 trees); the batched solve (jax.vmap of the
+    solve program: accelerators, solve_batch's rounds, solve_sharded's "vmap") must not (a
     LAPACK call under vmap loops over the batch): the batching rules keep the unrolled
-    factorisation and the ABA sweeps. Checked on the traced programs (no compilation). Last
+    factorisation and the ABA sweeps. jax.vmap(fddp) traced on the CPU solves the members one
+    after another (lax.map of the one-problem solve): LAPACK there. Checked on the traced
+    programs (no compilation). Last
     in this file: its ``jax.clear_caches()`` (the
     fused-loop flag changes the traces) would make every later test compile FDDP again; the
     solve with ``max_iter=200`` is the fixture's trace, taken from JAX's cache."""
@@ -1298,7 +1325,14 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
 
     batch = jax.tree.map(lambda a: jnp.stack([a, a]), problem)
     assert lapack(lambda p: ddp.fddp(p, max_iter=200), problem)
-    assert not lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)
+    assert lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)  # lax.map
+    params, static = ddp._options(dict(max_iter=3), problem.x0.dtype)
+
+    def batched(p):
+        p, xs, us = ddp._start(p, None, None, False)
+        return ddp._solve(p, xs, us, jnp.asarray(False), params, **static)
+
+    assert not lapack(jax.vmap(batched), batch)
     case = oracle.robot_case("arm7")  # 7 levels: the dense route
     model = case.model.with_armature(ARMATURE)
     x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.asarray(case.states[0]["v"])])

@@ -31,7 +31,8 @@ after a failed backward pass or a step ``α <= 0.01``, /10 after ``α > 0.5``, w
 and the expected improvement of a full step is small, ``|Δ_1 + Δ_2 / 2| < th_stop``.
 
 Everything runs in one ``lax.while_loop``: the solve is jit-compiled once per problem
-structure and ``jax.vmap`` batches problems (a batch runs until its last member stops). The
+structure and ``jax.vmap`` batches problems (on the CPU one problem after another, each
+iterating as long as it needs; on accelerators a batch runs until its last member stops). The
 choice between FDDP and iLQR is a traced flag (iLQR's initial rollout runs before the solve
 program), so FDDP and iLQR share one compiled program. Bounds given as arrays are data
 (``∓inf`` where absent): bounded problems share one program, which holds the box QP; a
@@ -837,9 +838,12 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
     """:func:`fddp` / :func:`ilqr`'s solve. Under ``jax.vmap`` (the innermost transformation)
     the solve is a ``jax.custom_batching.custom_vmap``: called with concrete arrays on the CPU
     (``jax.vmap(fddp)(problems)`` outside ``jit``) the batch is solved as
-    :func:`solve_batch` does there (one problem after another, in a host thread per core),
-    everywhere else (inside ``jit``, on accelerators, with ``verbose``) by the batched
-    program, as ``jax.vmap`` of the solve."""
+    :func:`solve_batch` does there (one problem after another, in a host thread per core);
+    traced on the CPU (``jax.jit(jax.vmap(fddp))``) one problem after another in the caller's
+    program (``lax.map`` of the one-problem solve: each member iterates only as long as it
+    needs, and its knots keep LAPACK's factorisation and the dense dynamics of one problem);
+    on accelerators and with ``verbose`` by the batched program, as ``jax.vmap`` of the
+    solve."""
     static = dict(max_iter=max_iter, derivatives=derivatives, verbose=verbose)
     args = (problem, xs, us, ddp, params)
     if not _vmapped_here(args):
@@ -854,9 +858,19 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
 
     @solve.def_vmap
     def rule(axis_size, in_batched, *flat):
-        if verbose or not fused_programs.concrete_on_cpu(flat):
+        one_by_one = jax.default_backend() == "cpu" and any(in_batched) and not verbose
+        traced = any(isinstance(a, jax.core.Tracer) for a in flat)
+        if not one_by_one or not (traced or fused_programs.concrete_on_cpu(flat)):
             axes = [0 if b else None for b in in_batched]
             out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
+        elif traced:
+            # inside the caller's jit on the CPU: one member after another in the caller's
+            # program (lax.map), each iterating only as long as it needs
+            def member(batched):
+                it = iter(batched)
+                return call(*[next(it) if b else a for a, b in zip(flat, in_batched)])
+
+            out = jax.lax.map(member, [a for a, b in zip(flat, in_batched) if b])
         else:
             flat = [np.asarray(a) for a in jax.device_get(flat)]
 
@@ -983,7 +997,8 @@ def fddp(
 
     Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works (called
     with arrays on the CPU it solves the members one by one in host threads, as
-    :func:`solve_batch`; inside ``jit`` as one batched ``while_loop``).
+    :func:`solve_batch`; inside ``jit`` on the CPU one after another, ``lax.map``; on
+    accelerators and with ``verbose`` as one batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
     problem, xs, us = _start(problem, xs, us, False)
@@ -1052,26 +1067,32 @@ def _cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+@eqx.filter_jit
+def _start_batch(problems, xs, us, *, ilqr):
+    """:func:`_start` of every member of a stacked batch, in one program (member by member it
+    was a dozen small eager operations per problem, about a tenth of a UR5 solve's time)."""
+    return eqx.filter_vmap(lambda p, x, u: _start(p, x, u, ilqr))(problems, xs, us)
+
+
 def _solve_threads(problems, xs, us, ddp, params, static, threads):
     """:func:`solve_batch`'s ``method="threads"``: each problem solved by the one-problem
     program (fused into one XLA:CPU kernel where that compiles, whatever the
     ``trajopt_fused_loops`` switch: it is compiled once for the whole batch), one after
     another in each of ``threads`` host threads (XLA runs the programs concurrently and
     releases the GIL while they run). The first problem is solved before the threads start,
-    so that the program is compiled once."""
-    arrays, static_tree = eqx.partition((problems, xs, us), eqx.is_array)
+    so that the program is compiled once. The members' starts (:func:`_start`) are made for
+    the whole batch at once, as under ``jax.vmap(fddp)``."""
+    ddp, params = jax.device_get((ddp, params))
+    ilqr = bool(ddp)
+    started = _start_batch(problems, xs, us, ilqr=ilqr)
+    arrays, static_tree = eqx.partition(started, eqx.is_array)
     arrays = jax.tree.map(np.asarray, jax.device_get(arrays))  # one copy; numpy slices after
     B = np.shape(problems.x0)[0]
     verbose = static["verbose"]
 
-    ddp, params = jax.device_get((ddp, params))
-    ilqr = bool(ddp)
-
     def one(i):
-        p, x, u = eqx.combine(jax.tree.map(lambda a: np.asarray(a[i]), arrays), static_tree)
-        p, x, u = _start(p, x, u, ilqr)
         # numpy leaves, as jax.vmap(fddp)'s members (:func:`_solve_user`): one jit signature
-        p, x, u = jax.device_get((p, x, u))
+        p, x, u = eqx.combine(jax.tree.map(lambda a: np.asarray(a[i]), arrays), static_tree)
         # the tag (the problem's index, traced) is read by verbose's lines only; without it the
         # call is jax.vmap(fddp)'s and fddp's (:func:`_solve_user`): one compiled program for all
         tag = (np.int32(i),) if verbose else ()
@@ -1109,9 +1130,11 @@ def solve_batch(
 ) -> Result:
     """Solve a batch of problems, each member iterating only as long as it needs.
 
-    ``jax.vmap(fddp)`` runs one ``while_loop`` for the whole batch: every member iterates
-    (masked) until the slowest one stops, so a batch of problems that need 4-13 iterations, and
-    a few that need 30, costs 30 batched iterations. Two routes avoid that:
+    The batched program (``jax.vmap(fddp)`` on accelerators) runs one ``while_loop`` for the
+    whole batch: every member iterates (masked) until the slowest one stops, so a batch of
+    problems that need 4-13 iterations, and a few that need 30, costs 30 batched iterations.
+    Two routes avoid that (on the CPU ``jax.vmap(fddp)`` takes the first, or inside ``jit``
+    ``lax.map``: :func:`fddp`):
 
     * ``method="threads"`` (the default on the CPU): the problems are solved one after
       another by the one-problem program of :func:`fddp` (compiled once, into one XLA:CPU
