@@ -71,6 +71,10 @@ class LatencyCall:
         self._single = tree is None
         self._vectors = all(len(s) == 1 for s in shapes)
         self._flat_out = self._single and len(outs[0][2]) == 1
+        # a flat tuple of arrays (the derivatives): built without the pytree machinery
+        self._tuple = not self._single and tree == jax.tree_util.tree_structure(
+            tuple(range(len(outs)))
+        )
 
     def _pack(self, args: Sequence[Any]) -> np.ndarray:
         """The arguments as one vector of ``dtype`` (checked against the compiled shapes)."""
@@ -100,6 +104,8 @@ class LatencyCall:
             raise CheckError(msg) from None
         if self._single:
             return buf if self._flat_out else buf.reshape(self._outs[0][2])
+        if self._tuple:
+            return tuple([buf[o : o + n].reshape(s) for o, n, s in self._outs])
         leaves = [buf[o : o + n].reshape(s) for o, n, s in self._outs]
         return jax.tree_util.tree_unflatten(self._tree, leaves)
 
