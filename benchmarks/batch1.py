@@ -186,7 +186,7 @@ def render(results: dict, args) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python benchmarks/batch1.py", description=__doc__.split("\n")[0]
+        prog="python benchmarks/batch1.py", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--robots", default="solo12,talos_full")
     p.add_argument("--rounds", type=int, default=7)
