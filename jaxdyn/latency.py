@@ -32,10 +32,14 @@ from . import value_checks
 from .backend import sync_client
 from .errors import CheckError
 
-__all__ = ["DISPATCH", "LatencyCall", "compile_for_latency"]
+__all__ = ["DISPATCH", "PACK_RESULTS", "LatencyCall", "compile_for_latency"]
 
 #: ``dispatch`` values of :func:`compile_for_latency`
 DISPATCH = ("sync", "jax")
+#: results of at most this many numbers in all come back packed into one vector (one transfer);
+#: larger ones one array each (packing ``nv x nv`` matrices costs a copy of each inside the
+#: program, more than the transfers it saves: talos_full's ``rnea_derivatives``)
+PACK_RESULTS = 2048
 #: custom-call targets of JAX's host callbacks (a program holding one stays on JAX's client)
 _HOST_CALLBACKS = ("xla_python_cpu_callback", "xla_ffi_python_cpu_callback")
 
@@ -45,7 +49,8 @@ class LatencyCall:
     shapes; call it with numpy arrays (or anything ``np.asarray`` takes) of those shapes.
 
     Returns the function's result with numpy arrays as leaves: read-only views of the
-    program's output buffer (``.copy()`` one to keep it writable), each call a new buffer.
+    program's output buffers (``.copy()`` one to keep it writable), each call new buffers
+    (results of at most :data:`PACK_RESULTS` numbers in all come back as one buffer).
 
     Attributes: ``dispatch`` (``"sync"``: the private synchronous client; ``"jax"``: JAX's
     own client through ``jax.jit``), ``shapes`` (the arguments' shapes), ``dtype``.
@@ -60,6 +65,7 @@ class LatencyCall:
         name: str,
         outs: list[tuple[int, int, tuple[int, ...]]],
         tree: Any,
+        packed: bool = True,
     ) -> None:
         self.dispatch = dispatch
         self.shapes = shapes
@@ -69,6 +75,7 @@ class LatencyCall:
         self._outs = outs
         self._tree = tree
         self._single = tree is None
+        self._packed = packed
         self._vectors = all(len(s) == 1 for s in shapes)
         self._flat_out = self._single and len(outs[0][2]) == 1
         # a flat tuple of arrays (the derivatives): built without the pytree machinery
@@ -96,6 +103,11 @@ class LatencyCall:
     def __call__(self, *args: Any) -> Any:
         x = self._pack(args)
         try:
+            if not self._packed:  # one array per result
+                leaves = [np.asarray(r) for r in self._run(x)]
+                if self._tuple:
+                    return tuple(leaves)
+                return jax.tree_util.tree_unflatten(self._tree, leaves)
             buf = np.asarray(self._run(x))
         except (jax.errors.JaxRuntimeError, ValueError) as e:
             msg = value_checks.message_of(e)
@@ -128,8 +140,8 @@ def compile_for_latency(
     CPU or this JAX lacks the internals it uses (``LatencyCall.dispatch`` says which).
 
     Arguments are cast to one floating dtype (that of the examples, float64 under
-    ``jax_enable_x64``) and packed into one vector; the result comes back packed the same
-    way. Compiled here, once (calls after it never trace or compile)."""
+    ``jax_enable_x64``) and packed into one vector; the results come back packed the same way
+    up to :data:`PACK_RESULTS` numbers. Compiled here, once (calls never trace or compile)."""
     if dispatch not in DISPATCH:
         raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
     if not example:
@@ -156,6 +168,9 @@ def compile_for_latency(
                 )
         info["tree"] = tree
         info["shapes"] = [tuple(jnp.shape(v)) for v in leaves]
+        info["packed"] = len(leaves) == 1 or sum(jnp.size(v) for v in leaves) <= PACK_RESULTS
+        if not info["packed"]:
+            return tuple(leaves)
         odtype = jnp.result_type(*leaves)
         flat = [jnp.ravel(v).astype(odtype) for v in leaves]
         return jnp.concatenate(flat) if len(flat) > 1 else flat[0]
@@ -172,7 +187,7 @@ def compile_for_latency(
         if any(k in run.lower(packed).as_text() for k in _HOST_CALLBACKS):  # type: ignore[attr-defined]
             run, use_sync = jax.jit(program), False
     try:  # compiles and fills info; a failed value check of the example is no error
-        np.asarray(run(packed))
+        jax.block_until_ready(run(packed))
     except (jax.errors.JaxRuntimeError, ValueError) as e:
         if value_checks.message_of(e) is None:
             raise
@@ -191,4 +206,5 @@ def compile_for_latency(
         name,
         outs,
         None if single else tree,
+        info["packed"],
     )

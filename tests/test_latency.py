@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxdyn
-from jaxdyn import robots
+from jaxdyn import latency, robots
 from jaxdyn.backend import sync_client
 
 
@@ -54,9 +54,10 @@ def test_values_equal_jit(quad, alg):
     _close(call(*args2), jax.jit(f)(model, *args2))
 
 
-def test_jax_dispatch_and_own_function(quad):
+def test_jax_dispatch_and_own_function(quad, monkeypatch):
     """``dispatch="jax"`` (JAX's client) gives the same values; a function of the user's own
-    returning a pytree of arrays of several shapes comes back as that pytree."""
+    returning a pytree of arrays of several shapes comes back as that pytree, packed into one
+    buffer or (above ``PACK_RESULTS`` numbers) one array each."""
     model, q, v, a = quad
 
     def mine(m, q, v, tau):
@@ -70,6 +71,14 @@ def test_jax_dispatch_and_own_function(quad):
         assert set(got) == {"qdd", "M", "ke"} and got["ke"].shape == ()
         _close(got, want)
     assert jaxdyn.compile_for_latency(mine, model, q, v, a, dispatch="jax").dispatch == "jax"
+    monkeypatch.setattr(latency, "PACK_RESULTS", 0)
+    unpacked = jaxdyn.compile_for_latency(mine, model, q, v, a)
+    assert not unpacked._packed
+    _close(unpacked(q, v, a), want)
+    d = jaxdyn.compile_for_latency(jaxdyn.aba_derivatives, model, q, v, a)
+    got = d(q, v, a)
+    assert isinstance(got, tuple) and not d._packed
+    _close(got, jax.jit(jaxdyn.aba_derivatives)(model, q, v, a))
 
 
 def test_matrix_arguments(quad):
