@@ -17,8 +17,11 @@ Rows: the *floor*, a jitted identity with the same arguments (``q, v, a`` with t
 closed over; the model passed as an argument, as ``jax.jit(jaxdyn.rnea)(model, ...)``); each
 algorithm jitted with the model passed and closed over (``jax.jit(lambda q, v, a: f(model,
 q, v, a))``), and passed with the switch ``fused_unbatched`` off (XLA's usual kernels instead
-of one: :mod:`jaxdyn.backend.small_calls`); and the eager call ``f(model, q, v, a)`` (jaxdyn
-compiles it once and dispatches it: :mod:`jaxdyn.eager`). Kernels: the operations of the
+of one: :mod:`jaxdyn.backend.small_calls`); the eager call ``f(model, q, v, a)`` (jaxdyn
+compiles it once and dispatches it: :mod:`jaxdyn.eager`); and ``jaxdyn.compile_for_latency(f,
+model, q, v, a)`` called with numpy arrays and returning numpy arrays (:mod:`jaxdyn.latency`:
+the model closed over, the arguments packed into one vector, a synchronous XLA:CPU client of
+jaxdyn's own in both modes of the process). Kernels: the operations of the
 optimised program's entry computation other than parameters, constants, bitcasts and tuples
 (what XLA:CPU's runtime launches; its loop-free programs at batch 1). Times are medians over
 ``--rounds`` rounds that interleave every row; wall time (``time.perf_counter``) and the
@@ -61,6 +64,7 @@ def _kernels(compiled) -> int:
 def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
     """The rows of one robot in this process (``sync``: JAX's dispatch made synchronous)."""
     import jax
+    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_cpu_enable_async_dispatch", not sync)
@@ -95,6 +99,9 @@ def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
             off = jax.jit(lambda *x, f=f: f(*x)).lower(model, *args).compile()
         rows.append((alg, "passed, one kernel off", off, (model, *args), off))
         rows.append((alg, "closed over", jc, args, None))
+        npargs = tuple(np.asarray(x) for x in args)
+        lat = jaxdyn.compile_for_latency(f, model, *npargs)
+        rows.append((alg, "compile_for_latency (numpy)", lat, npargs, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))
     times = {(r[0], r[1]): {"wall": [], "cpu": []} for r in rows}
@@ -144,8 +151,10 @@ def render(results: dict, args) -> str:
         f"of {args.rounds} interleaved rounds; *async*: JAX's default dispatch, *sync*: "
         '`jax.config.update("jax_cpu_enable_async_dispatch", False)` (one process each). '
         "Ratio: jaxdyn wall time / Pinocchio C++ (the issue's target <= 2). *floor*: a jitted "
-        "identity with the same arguments. Kernels: the optimised program's entry operations "
-        "(model passed).",
+        "identity with the same arguments. *compile_for_latency (numpy)*: "
+        "`jaxdyn.compile_for_latency(f, model, *args)` called with numpy arrays, numpy out, on "
+        "jaxdyn's own synchronous client whatever the process's mode. Kernels: the optimised "
+        "program's entry operations (model passed).",
     ]
     for robot, res in results.items():
         pin = res["pinocchio"]
@@ -177,7 +186,7 @@ def render(results: dict, args) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python benchmarks/batch1.py", description=__doc__.split("\n")[0]
+        prog="python benchmarks/batch1.py", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--robots", default="solo12,talos_full")
     p.add_argument("--rounds", type=int, default=7)

@@ -98,6 +98,10 @@ from . import sim as sim
 # Trajectory optimisation (issue #12): FDDP / iLQR / box-FDDP with analytic step Jacobians.
 from . import trajopt as trajopt
 
+# One robot at a time with the least overhead per call (issue #53): numpy in, numpy out,
+# a synchronous XLA:CPU client of jaxdyn's own.
+from .latency import compile_for_latency as compile_for_latency
+
 # JAX's persistent compilation cache in jaxdyn's directory, unless switched off (jaxdyn.config)
 config._cache_from_env()
 
@@ -127,6 +131,7 @@ __all__ = [
     "centroidal_momentum_matrix",
     "cefpa",
     "clusters",
+    "compile_for_latency",
     "config",
     "constrained_aba",
     "constraint_jacobian",

@@ -68,6 +68,7 @@ LAYERS = [
         "jaxdyn.robots",
         "jaxdyn.distributed",
         "jaxdyn.interop",
+        "jaxdyn.latency",
     ),
 ]
 

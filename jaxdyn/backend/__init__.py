@@ -36,6 +36,9 @@ Modules:
 * :mod:`.small_calls`: an algorithm evaluated alone inside the caller's ``jit`` as one such
   call under XLA's default options (:func:`~.small_calls.small_call`; switch
   ``fused_unbatched``, used by :mod:`jaxdyn.batching`'s rule).
+* :mod:`.sync_client`: a synchronous XLA:CPU client of jaxdyn's own, whose device
+  :func:`jaxdyn.compile_for_latency` compiles for (programs run on the calling thread whatever
+  JAX's process-wide ``jax_cpu_enable_async_dispatch`` says).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a
