@@ -329,3 +329,57 @@ def test_condim_friction_mixed_as_mujoco():
     key = lambda a: sorted(map(tuple, np.round(a, 12)))  # noqa: E731
     assert key(mine) == key(np.array(want))
     assert [1e-5, 0.03, 0.0] in np.round(np.array(want), 12).tolist()
+
+
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_contact_forces_report_torques_as_mujoco(cone):
+    """``sim.contact_forces(..., torques=True)``: each contact's force and the torque of its
+    torsional / rolling rows (world axes, on the body the normal points to), projected on
+    MuJoCo's contact frame, are MuJoCo C's ``mj_contactForce`` at a state of the scene where
+    every body touches (condim 3, 4 and 6; both cones) to 1e-9 relative to the largest (seen:
+    3e-14); the condim-3 contact reports no torque, ``torques=False`` the forces alone."""
+    from jaxdyn.sim import core
+
+    jax.config.update("jax_enable_x64", True)
+    xml = CONDIM_MJCF.format(cone=cone)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qvel[:] = QVEL
+    for _ in range(60):  # as test_condim_impulses_are_mujocos
+        mujoco.mj_step(m, d)
+        mujoco.mj_forward(m, d)
+        if d.ncon == 7 and all(c.dist < 0 for c in d.contact[:7]) and d.time > 0.02:
+            break
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=2000))
+    model, conv = loaded.model, loaded.converter()
+    q = conv.q_from_mujoco(np.asarray(d.qpos))
+    s = sim.State(jnp.asarray(q), jnp.asarray(conv.v_from_mujoco(q, np.asarray(d.qvel))))
+
+    @jax.jit
+    def report(s):
+        ws, origin = core._world(model, s.q)
+        fr = core._contact_kinematics(model, cfg, ws, origin, s.v)[1]
+        both = sim.contact_forces(model, s, jnp.zeros(0), cfg, torques=True)
+        return both, sim.contact_forces(model, s, jnp.zeros(0), cfg), fr.point + origin, fr.normal
+
+    f, forces, point, normal = (np.asarray(x) for x in report(s))
+    assert f.shape == (len(point), 6)
+    np.testing.assert_array_equal(forces, f[:, :3])
+    mine, want = [], []
+    for i, c in enumerate(d.contact[: d.ncon]):
+        k = int(np.argmin(np.linalg.norm(point - c.pos, axis=1)))  # the same contact
+        assert np.linalg.norm(point[k] - c.pos) < 1e-12
+        F = np.zeros(6)
+        mujoco.mj_contactForce(m, d, i, F)
+        frame = c.frame.reshape(3, 3)  # rows: MuJoCo's normal (geom1 -> geom2), tangents
+        sign = np.sign(normal[k] @ frame[0])  # jaxdyn's body is MuJoCo's geom2 or geom1
+        mine.append(sign * np.r_[frame @ f[k, :3], frame @ f[k, 3:]])
+        want.append(F)
+        if c.dim == 3:
+            assert np.all(f[k, 3:] == 0)
+    mine, want = np.array(mine), np.array(want)
+    np.testing.assert_allclose(mine, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    assert np.abs(want[:, 3:]).max() > 1e-3  # torsional and rolling torques reported
+    with pytest.raises(ValueError, match="torques must be True or False"):
+        sim.contact_forces(model, s, jnp.zeros(0), cfg, torques=1)
