@@ -164,8 +164,8 @@ larger), for the geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
 condim 4 / 6 (torsional / rolling friction, the geoms' ``friction[1:3]``,
 :attr:`jaxdyn.sim.Geoms.spin`) makes a geom a pair with the ground plane, not a primitive, and
-is honoured by ``Constraint(soft=True)`` only (:meth:`MJCFModel.sim_config` refuses it
-otherwise, ``ignore=("condim",)``: condim 3).
+is honoured by :class:`jaxdyn.sim.Constraint`, hard or soft (:meth:`MJCFModel.sim_config`
+refuses it for ``Compliant``, ``ignore=("condim",)``: condim 3).
 Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
@@ -616,7 +616,8 @@ class MJCFModel(NamedTuple):
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form), ``"condim"`` (condim 4 / 6, torsional / rolling
-        friction; ignored: condim 3), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
+        friction, with ``Compliant``: the hard and soft :class:`jaxdyn.sim.Constraint` take it;
+        ignored: condim 3), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
         MuJoCo's reference of the elliptic cones' friction rows). With
         ``Constraint(soft=True)`` (MuJoCo's soft contact) all of them are honoured instead:
         the geoms' ``solref`` (either form), ``solimp``, condim and MuJoCo's
@@ -638,6 +639,7 @@ class MJCFModel(NamedTuple):
         contact model is given its own (``Compliant(timeconst=...)``,
         ``Constraint(baumgarte=...)``)."""
         from ..sim.actuators import Torque
+        from ..sim.contact import Constraint
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
@@ -661,6 +663,8 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
             issues = [(k, msg) for k, msg in issues if k not in contact_keys - {"noslip"}]
+        elif isinstance(contact, Constraint):  # condim 4 / 6: the hard contact's too
+            issues = [(k, msg) for k, msg in issues if k != "condim"]
         errors = [
             (k, msg)
             for k, msg in issues
@@ -692,8 +696,12 @@ class MJCFModel(NamedTuple):
                 )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
-            if not soft and self.geoms is not None and self.geoms.spin is not None:
-                import dataclasses  # ignore=("condim",): condim 4 / 6 as 3
+            if (
+                not isinstance(contact, Constraint)
+                and self.geoms is not None
+                and self.geoms.spin is not None
+            ):
+                import dataclasses  # Compliant, ignore=("condim",): condim 4 / 6 as 3
 
                 kw["geoms"] = dataclasses.replace(
                     self.geoms, condim=tuple(min(c, 3) for c in self.geoms.condim), spin=None
@@ -2604,8 +2612,8 @@ def _contacts(
             (
                 "condim",
                 f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
-                "(torsional / rolling friction): the hard Constraint() and Compliant contact "
-                "models have condim 1 and 3; Constraint(soft=True) takes it (ignored: condim 3)",
+                "(torsional / rolling friction): the Compliant contact model has condim 1 and "
+                "3; Constraint() (hard or soft=True) takes it (ignored: condim 3)",
             )
         )
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]

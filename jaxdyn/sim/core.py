@@ -227,8 +227,7 @@ class SimConfig(eqx.Module):
             )
         if (
             self.geoms is not None
-            and self.contact is not None
-            and not getattr(self.contact, "soft", False)
+            and isinstance(self.contact, C.Compliant)
             and self.geoms.contact_dims().max(initial=0) > 3
         ):
             g = self.geoms
