@@ -429,3 +429,75 @@ def test_hard_constraint_condim_spin_and_rolling_stop_as_mujoco():
     k = int(np.argmax(np.abs(f[:, 5])))
     assert f[k, 2] > 5.0 and np.abs(f[k, 3:5]).max() < 1e-12  # the normal is z
     np.testing.assert_allclose(f[k, 5], -0.03 * f[k, 2], rtol=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore:Scene.*interpenetrate")
+def test_scene_objects_take_condim_4_and_6():
+    """``sim.Scene``'s objects and ground take MuJoCo's ``friction=(sliding, torsional,
+    rolling)`` and ``condim`` 4 / 6 (a number: MuJoCo's default torsional and rolling 0.005,
+    0.0001): the scene's version of the condim scene has every contact's friction vector of
+    MuJoCo C on the MJCF scene (``mj_contactParam``: the larger per entry, ``mjMINMU``, the
+    rows of the pair's condim); a condim-4 / 6 object meets the ground as a geom pair (the
+    condim-3 ball stays a primitive); the hard ``Constraint()`` stops the spinning sphere at
+    Coulomb's time to 2 steps; ``Compliant`` refuses the pairs by name; bad friction / condim
+    are refused by name."""
+    from jaxdyn.sim import core
+
+    jax.config.update("jax_enable_x64", True)
+    z = lambda r, d: (0.0, 0.0, r - d)  # noqa: E731 (the depth at the start, as the MJCF's)
+    scene = sim.Scene(
+        objects=[
+            sim.FreeSphere("top", 0.1, mass=1.0, pos=z(0.1, 3.6e-4), condim=4,
+                           friction=(0.6, 0.03, 0.002), v=(0, 0, 25.0, 0, 0, 0)),
+            sim.FreeSphere("roller", 0.05, mass=0.4, pos=(0.5, 0, 0.04982), condim=6,
+                           friction=(0.8, 0.02, 0.01), v=(0, 20.0, 3.0, 1.0, 0, 0)),
+            sim.FreeBox("box", (0.2, 0.16, 0.1), mass=1.5, pos=(-0.5, 0, 0.0499), condim=4,
+                        friction=(0.7, 0.05, 0.0), v=(0, 0, 8.0, 0, 0, 0)),
+            sim.FreeSphere("ball", 0.05, mass=0.5, pos=(0, 0.6, 0.0499)),
+        ],
+        world=[sim.Ground(friction=(0.5, 0.01, 0.001))],
+    )  # fmt: skip
+    assert scene.contacts is not None and set(scene.contacts.names) == {"ball"}
+    g = scene.geoms
+    assert g is not None
+    on_ground = [
+        c for (a, b), c in zip(g.pairs, g.contact_dims()) if "ground" in (g.names[a], g.names[b])
+    ]
+    assert sorted(on_ground) == [4, 4, 6]
+    cfg = scene.sim_config(sim.Constraint(), dt=0.002)
+    model = scene.model
+
+    @jax.jit
+    def frames_at(q):
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
+
+    fr = frames_at(jnp.asarray(scene.q0))
+    live = np.asarray(fr.distance) < 0
+    mine = np.c_[np.asarray(fr.friction), np.asarray(fr.spin)][live]
+    m = mujoco.MjModel.from_xml_string(CONDIM_MJCF.format(cone="elliptic"))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    want = [
+        [c.friction[0], c.friction[2] if c.dim >= 4 else 0.0, c.friction[3] if c.dim == 6 else 0]
+        for c in d.contact[: d.ncon]
+    ]
+    key = lambda a: sorted(map(tuple, np.round(a, 12)))  # noqa: E731
+    assert len(mine) == d.ncon == 7 and key(mine) == key(np.array(want))
+
+    steps = 200
+    run = jax.jit(lambda s: sim.rollout(model, s, jnp.zeros((steps, 0)), cfg=cfg))
+    tr = run(scene.state())
+    spin = np.asarray(tr.v[:, scene.v_index["top"][2]])
+    coulomb = 25.0 * (0.4 * 0.1**2) / (0.03 * 9.81) / 0.002
+    assert abs(int(np.argmax(np.abs(spin) < 0.01)) - coulomb) <= 2
+
+    with pytest.raises(ValueError, match=r"(ground-top|top-ground).*Constraint\(\) \(hard or"):
+        scene.sim_config(sim.Compliant())
+    for kw, msg in (
+        (dict(condim=5), "condim must be 1 .frictionless., 3, 4"),
+        (dict(friction=(1.0, 0.1)), r"friction must be a number or \(sliding, torsional"),
+        (dict(friction=(1.0, -0.1, 0.0)), "friction must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=f"FreeObject 'x': {msg}"):
+            sim.FreeSphere("x", 0.1, **kw)
