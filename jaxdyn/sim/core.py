@@ -79,7 +79,7 @@ from ..algorithms.configuration import dexp_inv as _dexpinv
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
-from . import _params
+from . import _params, _soft
 from . import contact as C
 from . import limits as L
 from .actuators import (
@@ -291,6 +291,37 @@ class SimConfig(eqx.Module):
             if dt.shape == () and not (np.isfinite(dt) and dt > 0):
                 raise ValueError(f"SimConfig: dt must be finite and > 0, got {float(dt)}")
         _params.check_solref("SimConfig", self)  # concrete solref here; step checks traced
+        self._check_solimp()
+
+    def _check_solimp(self):
+        """Contacts whose MuJoCo ``solimp`` (``cfg.contacts`` / ``cfg.geoms``, an explicit
+        pair's ``pair_solimp``) is off MuJoCo's default, refused by name for the contact
+        models without an impedance (the hard ``Constraint``, ``Compliant``): only
+        ``Constraint(soft=True)`` honours it (concrete values; traced ones are not checked)."""
+        if self.contact is None or getattr(self.contact, "soft", False):
+            return
+        default = np.asarray(_soft.DEFAULT_SOLIMP, float)
+        g = self.geoms
+        for part, name, labels in (
+            (self.contacts, "solimp", lambda p: p.names),
+            (g, "solimp", lambda p: p.names),
+            (g, "pair_solimp", lambda p: [
+                "-".join(p.names[i] for i in p.pairs[k]) for k in (p.explicit or ())
+            ]),
+        ):  # fmt: skip
+            x = getattr(part, name, None)
+            if x is None or isinstance(x, jax.core.Tracer):
+                continue
+            off = np.any(np.asarray(x, float).reshape(-1, 5) != default, axis=1)
+            if off.any():
+                names = sorted({str(n) for n, o in zip(labels(part), off, strict=True) if o})
+                more = f" ... ({len(names)} in all)" if len(names) > 4 else ""
+                raise ValueError(
+                    f"SimConfig: {', '.join(names[:4])}{more}: {name} off MuJoCo's default (its "
+                    f"impedance): {type(self.contact).__name__} has none; "
+                    "Constraint(soft=True) takes it (load_mjcf(...).sim_config(..., "
+                    "ignore=('solimp',)) drops it)"
+                )
 
 
 # ------------------------------------------------------------------------------- dynamics

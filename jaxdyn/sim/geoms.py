@@ -169,7 +169,7 @@ class Geoms(eqx.Module):
     solref: jnp.ndarray | np.ndarray | None = None
     solmix: jnp.ndarray | np.ndarray | None = None
     priority: tuple | None = eqx.field(static=True, default=None)
-    solimp: jnp.ndarray | None = None
+    solimp: jnp.ndarray | np.ndarray | None = None
     invweight: jnp.ndarray | None = None
     spin: jnp.ndarray | np.ndarray | None = None
     explicit: tuple | None = eqx.field(static=True, default=None)

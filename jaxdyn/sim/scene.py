@@ -527,6 +527,7 @@ class _G:
         self.type, self.size, self.R, self.p = typ, np.asarray(size, float), R, p
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
         self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
+        self.solimp = None  # MuJoCo's default (an MJCF robot's own: Constraint(soft=True))
         self.priority = 0
         self.spin = None  # torsional / rolling friction (an MJCF robot's condim 4 / 6 geoms)
 
@@ -659,7 +660,7 @@ class Scene:
                         float(grb[k]),
                     )
                 )
-                for f in ("margin", "solref", "solmix", "spin"):  # an MJCF robot's parameters
+                for f in ("margin", "solref", "solmix", "solimp", "spin"):  # an MJCF robot's
                     if getattr(g, f) is not None:
                         setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
                 if g.priority is not None:
@@ -768,8 +769,8 @@ class Scene:
                     continue
                 p1, p2 = g.priority, gs[gi].priority
                 cond = pair_choice(np, p1, p2, g.condim, gs[gi].condim)
-                if cond > 3:  # torsional / rolling friction: a geom pair (as load_mjcf's)
-                    continue
+                if cond > 3 or not _plain(g):
+                    continue  # torsional friction, contact parameters: a geom pair (load_mjcf's)
                 f, Rf, pf = self._body_frame(g.body)
                 R, p = Rf.T @ g.R, Rf.T @ (g.p - pf)
                 if g.type == "sphere":
@@ -1172,6 +1173,17 @@ def _named_pairs(what, pairs, gs):
 _SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)  # MuJoCo's default solimp
 
 
+def _plain(g) -> bool:
+    """Whether the scene geom ``g`` has MuJoCo's default contact parameters (``margin``,
+    ``solref``, ``solimp``): on the ground it may then be a primitive (a contact set carries
+    none of them), else it is a geom pair, as :func:`jaxdyn.load_mjcf` decides."""
+    return (
+        g.margin == 0
+        and (g.solref is None or np.allclose(g.solref, (0.02, 1.0), rtol=0, atol=0))
+        and (g.solimp is None or np.allclose(g.solimp, _SOLIMP, rtol=0, atol=0))
+    )
+
+
 def _explicit_row(g, j):
     """Explicit pair ``j`` of the :class:`Geoms` ``g``: its contact parameters (MuJoCo's
     defaults where ``g`` has none)."""
@@ -1203,6 +1215,10 @@ def _table(gs, pairs, explicit=None):
             [(0.02, 1.0) if gs[k].solref is None else gs[k].solref for k in used], float
         )
         extra["solmix"] = np.array([gs[k].solmix for k in used], float)
+    if any(gs[k].solimp is not None for k in used):  # MuJoCo's impedance (soft contact)
+        extra["solimp"] = np.array(
+            [_SOLIMP if gs[k].solimp is None else gs[k].solimp for k in used], float
+        )
     if len({gs[k].priority for k in used}) > 1:
         extra["priority"] = tuple(gs[k].priority for k in used)
     if any(gs[k].condim > 3 for k in used):  # condim 4 / 6 (sim.Constraint)
