@@ -1080,6 +1080,12 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
         s = S.reshape(-1)
         G = G * s[:, None] * s[None, :]
         u = S * u
+        # the rows a contact lacks (S = 0: zero rows, no impulse either way) get the normal
+        # row's diagonal instead of eps alone: the implicit derivative's Jacobian (I - dF /
+        # dlam) is then regular there (with eps it was singular to rounding: NaN gradients)
+        w = frames.width
+        normal = jnp.repeat(jnp.diagonal(G)[0::w], w)
+        G = G + jnp.diag(jnp.where(s == 0, normal, 0.0))
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
     return Gr, u.reshape(-1), mu, live_contacts(d), E
 
