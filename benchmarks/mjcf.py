@@ -5,11 +5,12 @@ Usage: ``python benchmarks/mjcf.py [--batches 1,128,1024] [--dtypes float32,floa
 
 The humanoid is mujoco-mjx's ``test_data/humanoid/humanoid.xml`` (dm_control's
 ``suite/humanoid.xml`` if mujoco-mjx is absent): free joint + 21 hinges, nq = 28, nv = 27.
-jaxdyn loads it with :func:`jaxdyn.load_mjcf` (``ignore="all"``: what jaxdyn.sim may not honour
-is not rigid-body dynamics); MJX (``mujoco.mjx``, its JAX implementation) runs the same
-compiled ``MjModel`` with constraints, passive forces, actuation and contacts disabled, so both
-compute the same rigid-body dynamics (armature included on both sides). Timed, per sample, as
-``jax.jit(jax.vmap(f))`` (``jax.jit(f)`` at batch 1) on random states:
+jaxdyn loads it with :func:`jaxdyn.load_mjcf` (nothing ignored: the file loads whole; the
+benchmark times the rigid-body model, not its springs or contacts); MJX (``mujoco.mjx``, its
+JAX implementation) runs the same compiled ``MjModel`` with constraints, passive forces,
+actuation and contacts disabled, so both compute the same rigid-body dynamics (armature
+included on both sides). Timed, per sample, as ``jax.jit(jax.vmap(f))`` (``jax.jit(f)`` at
+batch 1) on random states:
 
 - ``rnea`` next to ``mjx.inverse`` (kinematics, com, CRB mass matrix and its factorisation,
   RNE bias, ``qfrc_inverse = M qacc + bias``);
@@ -93,7 +94,7 @@ def _compile_and_time(f, args, batch):
 def bench_jaxdyn(path, batches, dtype):
     import jaxdyn
 
-    r = jaxdyn.load_mjcf(path, ignore="all")
+    r = jaxdyn.load_mjcf(path)  # the whole file (nothing needs ignoring)
     model, conv = r.model.astype(dtype), r.converter()
     qpos, qvel, qacc = mj_states(r.mj_model, max(batches))
     q = np.array([conv.q_from_mujoco(x) for x in qpos])
@@ -241,7 +242,7 @@ def main(argv=None):
         f"`{Path(path).parent.name}/{Path(path).name}` from "
         f"{'mujoco-mjx test data' if 'mjx' in path else 'dm_control suite'} (nq = {mm.nq}, "
         f"nv = {mm.nv}, {mm.nbody - 1} bodies, armature), loaded by `jaxdyn.load_mjcf` "
-        "(`ignore='all'`: joint springs and contact pairs dropped) and by MJX from the same "
+        "(the whole file; the rigid-body model timed) and by MJX from the same "
         "compiled MjModel with constraints, passive forces, actuation and contacts disabled. "
         "Per-sample microseconds of `jax.jit(jax.vmap(f))` (`jax.jit(f)` at batch 1) on random "
         "states; MJX at batch <= 1024 only. `mjx inverse` = kinematics, com, CRB mass matrix + "

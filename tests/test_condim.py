@@ -246,10 +246,10 @@ def test_elliptic_cone_is_mujocos_under_impratio():
 
 
 def test_condim_refused_where_not_taken():
-    """``Geoms`` with condim 4 / 6 need the geoms' torsional / rolling friction (``spin``); the
-    hard ``Constraint()`` and ``Compliant`` refuse such pairs in ``SimConfig`` naming them and
-    the model that takes them, as scene objects (``sim.FreeSphere(condim=4)``) do; condim 2
-    (not MuJoCo's) is refused by ``Geoms``."""
+    """``Geoms`` with condim 4 / 6 need the geoms' torsional / rolling friction (``spin``);
+    ``Compliant`` refuses such pairs in ``SimConfig`` naming them and the model that takes
+    them (the hard and soft ``Constraint``); condim 2 (not MuJoCo's) is refused by
+    ``Geoms``."""
     loaded = jaxdyn.load_mjcf(CONDIM_MJCF.format(cone="elliptic"))
     g = loaded.geoms
     assert g is not None
@@ -257,11 +257,10 @@ def test_condim_refused_where_not_taken():
         dataclasses.replace(g, spin=None)
     with pytest.raises(ValueError, match=r"condim must be 1, 3, 4 or 6.*\[2\]"):
         dataclasses.replace(g, condim=(3, 2, 6, 4))
-    for contact in (sim.Constraint(), sim.Compliant()):
-        with pytest.raises(ValueError, match=r"floor-top.*Constraint\(soft=True\) takes it"):
-            sim.SimConfig(dt=0.002, contact=contact, geoms=g)
-    with pytest.raises(ValueError, match=r"Constraint\(soft=True\) takes condim 4 / 6"):
-        sim.FreeSphere("s", 0.1, condim=4)
+    with pytest.raises(ValueError, match=r"floor-top.*Constraint\(\) \(hard or soft=True\) takes"):
+        sim.SimConfig(dt=0.002, contact=sim.Compliant(), geoms=g)
+    for contact in (sim.Constraint(), sim.Constraint(soft=True)):
+        assert sim.SimConfig(dt=0.002, contact=contact, geoms=g).geoms is g
 
 
 @pytest.mark.slow
@@ -329,3 +328,201 @@ def test_condim_friction_mixed_as_mujoco():
     key = lambda a: sorted(map(tuple, np.round(a, 12)))  # noqa: E731
     assert key(mine) == key(np.array(want))
     assert [1e-5, 0.03, 0.0] in np.round(np.array(want), 12).tolist()
+
+
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_contact_forces_report_torques_as_mujoco(cone):
+    """``sim.contact_forces(..., torques=True)``: each contact's force and the torque of its
+    torsional / rolling rows (world axes, on the body the normal points to), projected on
+    MuJoCo's contact frame, are MuJoCo C's ``mj_contactForce`` at a state of the scene where
+    every body touches (condim 3, 4 and 6; both cones) to 1e-9 relative to the largest (seen:
+    3e-14); the condim-3 contact reports no torque, ``torques=False`` the forces alone."""
+    from jaxdyn.sim import core
+
+    jax.config.update("jax_enable_x64", True)
+    xml = CONDIM_MJCF.format(cone=cone)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qvel[:] = QVEL
+    for _ in range(60):  # as test_condim_impulses_are_mujocos
+        mujoco.mj_step(m, d)
+        mujoco.mj_forward(m, d)
+        if d.ncon == 7 and all(c.dist < 0 for c in d.contact[:7]) and d.time > 0.02:
+            break
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=2000))
+    model, conv = loaded.model, loaded.converter()
+    q = conv.q_from_mujoco(np.asarray(d.qpos))
+    s = sim.State(jnp.asarray(q), jnp.asarray(conv.v_from_mujoco(q, np.asarray(d.qvel))))
+
+    @jax.jit
+    def report(s):
+        ws, origin = core._world(model, s.q)
+        fr = core._contact_kinematics(model, cfg, ws, origin, s.v)[1]
+        both = sim.contact_forces(model, s, jnp.zeros(0), cfg, torques=True)
+        return both, sim.contact_forces(model, s, jnp.zeros(0), cfg), fr.point + origin, fr.normal
+
+    f, forces, point, normal = (np.asarray(x) for x in report(s))
+    assert f.shape == (len(point), 6)
+    np.testing.assert_array_equal(forces, f[:, :3])
+    mine, want = [], []
+    for i, c in enumerate(d.contact[: d.ncon]):
+        k = int(np.argmin(np.linalg.norm(point - c.pos, axis=1)))  # the same contact
+        assert np.linalg.norm(point[k] - c.pos) < 1e-12
+        F = np.zeros(6)
+        mujoco.mj_contactForce(m, d, i, F)
+        frame = c.frame.reshape(3, 3)  # rows: MuJoCo's normal (geom1 -> geom2), tangents
+        sign = np.sign(normal[k] @ frame[0])  # jaxdyn's body is MuJoCo's geom2 or geom1
+        mine.append(sign * np.r_[frame @ f[k, :3], frame @ f[k, 3:]])
+        want.append(F)
+        if c.dim == 3:
+            assert np.all(f[k, 3:] == 0)
+    mine, want = np.array(mine), np.array(want)
+    np.testing.assert_allclose(mine, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    assert np.abs(want[:, 3:]).max() > 1e-3  # torsional and rolling torques reported
+    with pytest.raises(ValueError, match="torques must be True or False"):
+        sim.contact_forces(model, s, jnp.zeros(0), cfg, torques=1)
+
+
+def test_hard_constraint_condim_spin_and_rolling_stop_as_mujoco():
+    """The hard ``sim.Constraint()`` (Coulomb's law, De Saxce's term) takes condim 4 / 6 on
+    MuJoCo's elliptic cone (scaled rows, as the soft contact's): on the scene (the file's
+    ``<option cone="elliptic">`` for MuJoCo; 400 steps of 2 ms) the spinning sphere stops at
+    Coulomb's time ``w0 I / (mu_t m g)`` (170 steps) to 2 steps, MuJoCo C's soft contact 9 %
+    later (seen 169 vs 185: its soft torsional friction lies below the cone at first); the
+    rolling ball (condim 6) decelerates as MuJoCo's (its linear speed to 0.02 m/s at every
+    step, seen 0.011) and stops within 10 % of MuJoCo's stop (seen 362 vs 394), the box's
+    spin stops in 50 steps as MuJoCo's; a sliding contact's torsional torque
+    (``contact_forces(torques=True)``) is ``-mu_t f_n`` along the spin to 1e-8."""
+    jax.config.update("jax_enable_x64", True)
+    steps = 400
+    xml = CONDIM_MJCF.format(cone="elliptic")
+    m = mujoco.MjModel.from_xml_string(xml)
+    (v_ref,) = mujoco_rollout(m, steps, qvel=QVEL, fields=("qvel",))
+    loaded = jaxdyn.load_mjcf(xml)
+    cfg = loaded.sim_config(sim.Constraint())
+    assert cfg.geoms.condim == (3, 4, 6, 4) and cfg.geoms.spin is not None
+    model, conv = loaded.model, loaded.converter()
+    q0 = np.asarray(loaded.q0)
+
+    @jax.jit
+    def run(q, v):
+        tr = sim.rollout(model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg)
+        s = sim.State(tr.q[50], tr.v[50])  # spinning, resting on the floor
+        return tr, sim.contact_forces(model, s, jnp.zeros(0), cfg, torques=True)
+
+    tr, f = run(jnp.asarray(q0), jnp.asarray(conv.v_from_mujoco(q0, QVEL)))
+    v = np.array([conv.v_to_mujoco(np.asarray(a), np.asarray(b)) for a, b in zip(tr.q, tr.v)])
+
+    def stop(x):  # the first step below 0.01 rad/s
+        assert np.any(np.abs(x) < 0.01)
+        return int(np.argmax(np.abs(x) < 0.01))
+
+    coulomb = 25.0 * (0.4 * 0.1**2) / (0.03 * 9.81) / 0.002  # I = 2/5 m r^2, m = 1
+    assert abs(stop(v[:, 5]) - coulomb) <= 2
+    assert 0 < stop(v_ref[:, 5]) - stop(v[:, 5]) < 0.15 * stop(v_ref[:, 5])
+    assert np.abs(v[:, 6] - v_ref[:, 6]).max() < 0.02  # the roller's speed
+    assert abs(stop(v[:, 10]) - stop(v_ref[:, 10])) < 0.1 * stop(v_ref[:, 10])  # rolling
+    assert stop(v[:, 17]) < 50 and stop(v_ref[:, 17]) < 50  # the box's spin
+    # the top's contact (the slot whose torque is along the normal, spinning): -mu_t f_n
+    f = np.asarray(f)
+    k = int(np.argmax(np.abs(f[:, 5])))
+    assert f[k, 2] > 5.0 and np.abs(f[k, 3:5]).max() < 1e-12  # the normal is z
+    np.testing.assert_allclose(f[k, 5], -0.03 * f[k, 2], rtol=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore:Scene.*interpenetrate")
+def test_scene_objects_take_condim_4_and_6():
+    """``sim.Scene``'s objects and ground take MuJoCo's ``friction=(sliding, torsional,
+    rolling)`` and ``condim`` 4 / 6 (a number: MuJoCo's default torsional and rolling 0.005,
+    0.0001): the scene's version of the condim scene has every contact's friction vector of
+    MuJoCo C on the MJCF scene (``mj_contactParam``: the larger per entry, ``mjMINMU``, the
+    rows of the pair's condim); a condim-4 / 6 object meets the ground as a geom pair (the
+    condim-3 ball stays a primitive); the hard ``Constraint()`` stops the spinning sphere at
+    Coulomb's time to 2 steps; ``Compliant`` refuses the pairs by name; bad friction / condim
+    are refused by name."""
+    from jaxdyn.sim import core
+
+    jax.config.update("jax_enable_x64", True)
+    z = lambda r, d: (0.0, 0.0, r - d)  # noqa: E731 (the depth at the start, as the MJCF's)
+    scene = sim.Scene(
+        objects=[
+            sim.FreeSphere("top", 0.1, mass=1.0, pos=z(0.1, 3.6e-4), condim=4,
+                           friction=(0.6, 0.03, 0.002), v=(0, 0, 25.0, 0, 0, 0)),
+            sim.FreeSphere("roller", 0.05, mass=0.4, pos=(0.5, 0, 0.04982), condim=6,
+                           friction=(0.8, 0.02, 0.01), v=(0, 20.0, 3.0, 1.0, 0, 0)),
+            sim.FreeBox("box", (0.2, 0.16, 0.1), mass=1.5, pos=(-0.5, 0, 0.0499), condim=4,
+                        friction=(0.7, 0.05, 0.0), v=(0, 0, 8.0, 0, 0, 0)),
+            sim.FreeSphere("ball", 0.05, mass=0.5, pos=(0, 0.6, 0.0499)),
+        ],
+        world=[sim.Ground(friction=(0.5, 0.01, 0.001))],
+    )  # fmt: skip
+    assert scene.contacts is not None and set(scene.contacts.names) == {"ball"}
+    g = scene.geoms
+    assert g is not None
+    on_ground = [
+        c for (a, b), c in zip(g.pairs, g.contact_dims()) if "ground" in (g.names[a], g.names[b])
+    ]
+    assert sorted(on_ground) == [4, 4, 6]
+    cfg = scene.sim_config(sim.Constraint(), dt=0.002)
+    model = scene.model
+
+    @jax.jit
+    def frames_at(q):
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
+
+    fr = frames_at(jnp.asarray(scene.q0))
+    live = np.asarray(fr.distance) < 0
+    mine = np.c_[np.asarray(fr.friction), np.asarray(fr.spin)][live]
+    m = mujoco.MjModel.from_xml_string(CONDIM_MJCF.format(cone="elliptic"))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    want = [
+        [c.friction[0], c.friction[2] if c.dim >= 4 else 0.0, c.friction[3] if c.dim == 6 else 0]
+        for c in d.contact[: d.ncon]
+    ]
+    key = lambda a: sorted(map(tuple, np.round(a, 12)))  # noqa: E731
+    assert len(mine) == d.ncon == 7 and key(mine) == key(np.array(want))
+
+    steps = 200
+    run = jax.jit(lambda s: sim.rollout(model, s, jnp.zeros((steps, 0)), cfg=cfg))
+    tr = run(scene.state())
+    spin = np.asarray(tr.v[:, scene.v_index["top"][2]])
+    coulomb = 25.0 * (0.4 * 0.1**2) / (0.03 * 9.81) / 0.002
+    assert abs(int(np.argmax(np.abs(spin) < 0.01)) - coulomb) <= 2
+
+    with pytest.raises(ValueError, match=r"(ground-top|top-ground).*Constraint\(\) \(hard or"):
+        scene.sim_config(sim.Compliant())
+    for kw, msg in (
+        (dict(condim=5), "condim must be 1 .frictionless., 3, 4"),
+        (dict(friction=(1.0, 0.1)), r"friction must be a number or \(sliding, torsional"),
+        (dict(friction=(1.0, -0.1, 0.0)), "friction must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=f"FreeObject 'x': {msg}"):
+            sim.FreeSphere("x", 0.1, **kw)
+
+
+@pytest.mark.slow  # reverse mode through a rollout: a long compile (default: the forward,
+# test_hard_constraint_condim_spin_and_rolling_stop_as_mujoco)
+def test_hard_constraint_condim_gradient_matches_finite_differences():
+    """Reverse mode through 10 steps of the hard ``Constraint()`` on the condim scene (the
+    implicit-function derivative of the cone problem with torsional / rolling rows, a contact
+    lacking the rolling rows among them): finite (it was NaN while those rows had an ``eps``
+    diagonal alone) and the derivative in the initial velocities' scale equals central
+    differences to 1e-6 relative (seen 1e-8)."""
+    jax.config.update("jax_enable_x64", True)
+    loaded = jaxdyn.load_mjcf(CONDIM_MJCF.format(cone="elliptic"))
+    cfg = loaded.sim_config(sim.Constraint())
+    conv, q0 = loaded.converter(), jnp.asarray(loaded.q0)
+    v0 = jnp.asarray(conv.v_from_mujoco(np.asarray(loaded.q0), QVEL))
+
+    def f(s):
+        tr = sim.rollout(loaded.model, sim.State(q0, s * v0), jnp.zeros((10, 0)), cfg=cfg)
+        return jnp.sum(tr.q[-1]) + 0.1 * jnp.sum(tr.v[-1])
+
+    g = float(jax.jit(jax.grad(f))(1.0))
+    fj, e = jax.jit(f), 1e-4
+    fd = float((fj(1.0 + e) - fj(1.0 - e)) / (2 * e))
+    assert np.isfinite(g) and abs(g) > 0.1
+    np.testing.assert_allclose(g, fd, rtol=1e-6)

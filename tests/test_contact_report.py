@@ -166,21 +166,22 @@ def test_getup_cap_agrees_with_uncapped():
 
 def test_bad_contact_input_found_at_load():
     """A geom with condim 6 (torsional and rolling friction) on the ground plane is a geom pair
-    (not a primitive) that ``Constraint(soft=True)`` takes; the hard ``Constraint()`` and
-    ``Compliant`` refuse it by name, saying which model takes it (it was once silently taken as
-    condim 3), unless ``ignore=("condim",)`` (condim 3); a primitive starting inside the
-    ground gets a warning naming the pair and the depth."""
+    (not a primitive) that ``Constraint()`` (hard or soft) takes; ``Compliant`` refuses it by
+    name, saying which model takes it (it was once silently taken as condim 3), unless
+    ``ignore=("condim",)`` (condim 3); a primitive starting inside the ground gets a warning
+    naming the pair and the depth."""
     xml = BOX_MJCF.replace('mass="1"/>', 'mass="1" condim="6"/>')
     loaded = jaxdyn.load_mjcf(xml)
     assert not loaded.contacts and getattr(loaded.geoms, "condim", None) == (3, 6)
-    for model in (sim.Constraint(), sim.Compliant()):
-        with pytest.raises(
-            ValueError,
-            match=r'<geom name="a" type="box">: condim \[6\].*Constraint\(soft=True\) takes it',
-        ):
-            loaded.sim_config(model)
-    assert getattr(loaded.sim_config(sim.Constraint(soft=True)).geoms, "spin", None) is not None
-    plain = loaded.sim_config(sim.Constraint(), ignore=("condim",)).geoms
+    with pytest.raises(
+        ValueError,
+        match=r'<geom name="a" type="box">: condim \[6\].*Constraint\(\) \(hard or soft=True\) '
+        "takes it",
+    ):
+        loaded.sim_config(sim.Compliant())
+    for model in (sim.Constraint(), sim.Constraint(soft=True)):
+        assert getattr(loaded.sim_config(model).geoms, "spin", None) is not None
+    plain = loaded.sim_config(sim.Compliant(), ignore=("condim",)).geoms
     assert getattr(plain, "condim", None) == (3, 3) and getattr(plain, "spin", 0) is None
     sunk = BOX_MJCF.replace('pos="0 0 0.05"', 'pos="0 0 0.04"')
     with pytest.warns(UserWarning, match=r"'a'-'floor' \(10 mm\)"):

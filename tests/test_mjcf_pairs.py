@@ -324,9 +324,9 @@ def test_explicit_defaults_are_mujocos(loaded):
     solreffriction ``(0, 0)``, none reported); friction and condim stay the pair's."""
     import dataclasses
 
-    g = loaded.geoms
-    bare = dataclasses.replace(g, pair_margin=None, pair_solref=None, pair_solreffriction=None)
     cfg = loaded.sim_config(sim.Compliant(), ignore=("solimp", "solref", "solreffriction"))
+    g = cfg.geoms  # (the file's solimp left out: Compliant has none)
+    bare = dataclasses.replace(g, pair_margin=None, pair_solref=None, pair_solreffriction=None)
     q = jnp.asarray(loaded.q0)
     fr = _frames(loaded, cfg)(q)
     fb = _frames(loaded, dataclasses.replace(cfg, geoms=bare))(q)
@@ -335,3 +335,163 @@ def test_explicit_defaults_are_mujocos(loaded):
     np.testing.assert_array_equal(np.asarray(fb.solref)[box], [[0.02, 1.0]] * box.sum())
     np.testing.assert_array_equal(np.asarray(fb.friction), np.asarray(fr.friction))
     assert fb.solreffriction is None and fr.solreffriction is not None
+
+
+# <flag override="enable">: o_friction, o_solref, o_solimp and o_margin replace every contact's
+# (a primitive ball, a condim-4 top, a box through an explicit pair with its own parameters)
+OVERRIDE_MJCF = """<mujoco><option timestep="0.002" cone="elliptic" tolerance="1e-14"
+  iterations="1000" o_friction="0.25 0.25 0.02 0.001 0.001" o_solref="0.03 0.9"
+  o_solimp="0.85 0.95 0.002 0.5 2" o_margin="0.001"><flag override="enable"/></option>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.9 0.1 0.01"/>
+<body name="ball" pos="0 0.5 0.0495"><freejoint/><geom name="ball" size="0.05" mass="0.5"/></body>
+<body name="top" pos="0.5 0 0.0495"><freejoint/>
+  <geom name="top" size="0.05" mass="0.5" condim="4" friction="0.6 0.03 0.002"/></body>
+<body name="box" pos="0 0 0.0495"><freejoint/>
+  <geom name="box" type="box" size="0.1 0.1 0.05" mass="1"/></body>
+</worldbody>
+<contact><pair geom1="box" geom2="floor" friction="0.7 0.7" solref="0.05 1"/></contact>
+</mujoco>"""
+
+
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")  # on purpose
+def test_override_replaces_every_contacts_parameters():
+    """``<option><flag override="enable">``: MuJoCo's ``o_friction`` (sliding and torsional),
+    ``o_solref``, ``o_solimp`` and ``o_margin`` replace every contact's, a primitive's, a
+    condim-4 geom pair's and an explicit pair's (whose own friction and solref are
+    overridden too): jaxdyn's acting contacts carry MuJoCo C's friction vector, ``solref``,
+    ``solimp`` and ``dist - includemargin``, and a 100-step soft-contact rollout (the box and
+    the ball pushed, the top spinning) follows MuJoCo C to 1e-9 (seen 1.6e-10; with the files'
+    own friction, as before, the box 6 cm apart); an anisotropic ``o_friction`` is refused
+    by name."""
+    from jaxdyn.sim import core
+
+    jax.config.update("jax_enable_x64", True)
+    loaded = jaxdyn.load_mjcf(OVERRIDE_MJCF)
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=300))
+    model = loaded.model
+    m = loaded.mj_model
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+
+    @jax.jit
+    def frames_at(q):
+        ws, origin = core._world(model, q)
+        fr = core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
+        return fr, fr.point + origin
+
+    fr, point = frames_at(jnp.asarray(loaded.q0))
+    act = np.nonzero(np.asarray(fr.distance) < 0)[0]
+    assert len(act) == d.ncon == 6  # the ball, the top, the box's four corners
+    for c in d.contact[: d.ncon]:
+        i = act[int(np.argmin(np.linalg.norm(np.asarray(point)[act] - c.pos, axis=1)))]
+        np.testing.assert_allclose(np.asarray(point[i]), c.pos, atol=1e-12)
+        np.testing.assert_allclose(float(fr.distance[i]), c.dist - c.includemargin, atol=1e-12)
+        np.testing.assert_allclose(float(fr.friction[i]), c.friction[0], rtol=1e-15)
+        spin = float(np.asarray(fr.spin)[i, 0])
+        np.testing.assert_allclose(spin, c.friction[2] if c.dim == 4 else 0.0, rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(fr.solref[i]), c.solref, rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(fr.solimp[i]), c.solimp, rtol=1e-15)
+    assert {float(c.friction[0]) for c in d.contact[: d.ncon]} == {0.25}
+
+    steps = 100
+    qvel = np.zeros(m.nv)
+    qvel[[0, 1]] = 1.0, 0.3  # the ball
+    qvel[[11]] = 20.0  # the top spinning
+    qvel[[12, 13]] = 0.8, -0.2  # the box
+    (ref,) = mujoco_rollout(m, steps, qvel=qvel)
+    conv = loaded.converter()
+    q0 = np.asarray(loaded.q0)
+    tr = jax.jit(lambda q, v: sim.rollout(model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg))(
+        jnp.asarray(q0), jnp.asarray(conv.v_from_mujoco(q0, qvel))
+    )
+    q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
+    np.testing.assert_allclose(q, ref, rtol=0, atol=1e-9)
+    assert np.abs(ref[-1, [0, 14]] - ref[0, [0, 14]]).min() > 0.05  # they slid
+
+    xml = OVERRIDE_MJCF.replace('o_friction="0.25 0.25', 'o_friction="0.25 0.3')
+    with pytest.raises(ValueError, match=r'\[geom\] <option o_friction="0.25 0.3 0.02'):
+        jaxdyn.load_mjcf(xml)
+    loaded = jaxdyn.load_mjcf(xml, ignore=("geom",))
+    assert np.all(np.asarray(loaded.geoms.friction) == 0.25)
+
+
+def test_scene_keeps_solimp_and_direct_solref():
+    """``load_mjcf(...).geoms`` keeps the file's ``solimp`` and direct (negative) ``solref``,
+    the geoms' and the explicit pairs', and a :class:`jaxdyn.sim.Scene` of that robot keeps
+    them: with ``Constraint(soft=True)`` the scene's contacts carry the loaded file's
+    ``solref`` / ``solimp`` (an explicit pair's; a geom's own on the scene's ground, where
+    such a geom is a geom pair, not a primitive), and the contact models without an impedance
+    refuse them by name instead of dropping them (``load_mjcf``'s ``sim_config`` with
+    ``ignore``: MuJoCo's defaults, as before)."""
+    from jaxdyn.algorithms import kinematics as kin
+    from jaxdyn.sim.core import _world
+
+    xml = ARM_MJCF.replace('solref="0.05 1"', 'solref="-2000 -30" solimp="0.8 0.9 0.01 0.5 2"')
+    loaded = jaxdyn.load_mjcf(xml)
+    g = loaded.geoms
+    np.testing.assert_array_equal(g.pair_solimp, [[0.8, 0.9, 0.01, 0.5, 2.0]])
+    np.testing.assert_array_equal(g.pair_solref, [[-2000.0, -30.0]])
+    q = np.array(loaded.q0)
+    q[7] = -0.3  # the arm swung up into the base
+    with pytest.warns(UserWarning, match="interpenetrate"):
+        scene = sim.Scene(sim.Robot(loaded.model, geoms=g, name="r", q=q))
+    np.testing.assert_array_equal(scene.geoms.pair_solimp, g.pair_solimp)
+    np.testing.assert_array_equal(scene.geoms.pair_solref, g.pair_solref)
+    for model, match in (
+        (sim.Constraint(), r"cfg.geoms.pair_solref has an entry <= 0"),
+        (sim.Compliant(), r"cfg.geoms.pair_solref has an entry <= 0"),
+        (
+            sim.Constraint(baumgarte=0.2),
+            r"(r/base-r/arm|r/arm-r/base): pair_solimp off MuJoCo's default",
+        ),
+    ):
+        with pytest.raises(ValueError, match=match):
+            scene.sim_config(model)
+    # the file's own sim_config: refused by name, or MuJoCo's defaults when ignored
+    with pytest.raises(ValueError, match=r"\[solimp\](.|\n)*\[solref\]"):
+        loaded.sim_config(sim.Constraint())
+    hard = loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))
+    assert hard.geoms.pair_solimp is None
+    np.testing.assert_array_equal(hard.geoms.pair_solref, [[0.02, 1.0]])
+
+    def frames(model, geoms, q):
+        def f(q):
+            ws, origin = _world(model, q)
+            vb, _ = kin.body_velocities(model, ws, jnp.zeros(model.nv))
+            fr = geoms.frames(ws, origin, vb)
+            return fr.distance, fr.solref, fr.solimp
+
+        d, sr, si = (np.asarray(x) for x in jax.jit(f)(jnp.asarray(q)))
+        return sr[d < 0], si[d < 0]
+
+    want = frames(loaded.model, loaded.sim_config(sim.Constraint(soft=True)).geoms, q)
+    mine = frames(scene.model, scene.sim_config(sim.Constraint(soft=True)).geoms, scene.q0)
+    assert len(want[0]) >= 1 and np.all(want[0] == [-2000.0, -30.0])
+    for a, b in zip(mine, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    # a geom's own solimp / direct solref on the scene's ground: a geom pair that keeps them
+    xml = """<mujoco><worldbody><body name="b" pos="0 0 0.09"><freejoint/>
+      <geom name="s" size="0.1" solimp="0.8 0.9 0.01 0.5 2" solref="-1000 -10"/></body>
+      <body name="c" pos="1 0 0.11"><freejoint/><geom name="t" size="0.1"/></body>
+    </worldbody></mujoco>"""
+    loaded = jaxdyn.load_mjcf(xml)  # one pair, s-t (apart)
+    with pytest.warns(UserWarning, match="interpenetrate"):
+        scene = sim.Scene(
+            sim.Robot(loaded.model, geoms=loaded.geoms, name="r", q=loaded.q0),
+            world=[sim.Ground()],
+        )
+    assert scene.contacts is not None and set(scene.contacts.names) == {"r/t"}
+    sr, si = frames(scene.model, scene.geoms, scene.q0)  # touching: s on the ground
+    # MuJoCo C's contact of the same sphere on a floor plane (its mj_contactParam mix)
+    m = mujoco.MjModel.from_xml_string(
+        xml.replace("<worldbody>", '<worldbody><geom type="plane" size="5 5 .1"/>')
+    )
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    assert d.ncon == 1 and len(sr) == 1
+    np.testing.assert_allclose(sr[0], d.contact[0].solref, rtol=1e-15)
+    np.testing.assert_allclose(si[0], d.contact[0].solimp, rtol=1e-15)
+    assert sr[0][0] == -1000.0 and si[0][0] != 0.9  # the geom's own, mixed with the ground's
+    with pytest.raises(ValueError, match=r"cfg.geoms.solref has an entry <= 0"):
+        scene.sim_config(sim.Compliant())

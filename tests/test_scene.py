@@ -691,13 +691,15 @@ def test_solref_gives_compliant_gains_and_constraint_baumgarte(param_scene):
 def test_unhonoured_contact_parameters_refused_by_sim_config(attr, key):
     """``solimp`` off MuJoCo's default (an impedance jaxdyn's contact models do not have) and
     ``solref`` in the direct (negative) form: ``sim_config`` refuses them naming the geom and
-    the key; ``ignore=(key,)`` simulates without them."""
+    the key; ``ignore=(key,)`` simulates without them (``loaded.geoms`` keeps them: the
+    contacts of the configuration get MuJoCo's defaults)."""
     xml = PARAM_MJCF.replace('<geom name="b" size="0.05"', f'<geom name="b" {attr} size="0.05"')
     loaded = jaxdyn.load_mjcf(xml)
     with pytest.raises(ValueError, match=rf'\[{key}\] <geom name="b" type="sphere">'):
         loaded.sim_config(contact=sim.Compliant())
     cfg = loaded.sim_config(contact=sim.Compliant(), ignore=(key,))
-    assert cfg.geoms is loaded.geoms
+    assert getattr(loaded.geoms, key) is not None and cfg.geoms.solimp is None
+    assert np.all(np.asarray(cfg.geoms.solref) > 0)
     assert loaded.sim_config().contact is None  # without contact: nothing to refuse
 
 

@@ -751,7 +751,8 @@ def test_hard_contact_refuses_direct_solref():
     dampratio)``: a negative Baumgarte fraction / stiffness, silently): at construction
     (``dataclasses.replace``), at the step when the constructor is bypassed (``eqx.tree_at``),
     and by a value check when ``solref`` is traced. A contact model that reads no ``solref``
-    (``baumgarte`` given) takes the configuration."""
+    (``baumgarte`` given) takes the configuration once the contacts' ``solimp`` (an impedance,
+    which it has not either: refused by name) is left out."""
     from jaxdyn.sim import _params
 
     loaded = jaxdyn.load_mjcf(SOFT_MJCF.format(cone="elliptic"))
@@ -761,8 +762,16 @@ def test_hard_contact_refuses_direct_solref():
     for contact in (sim.Constraint(), sim.Compliant()):
         with pytest.raises(ValueError, match="SimConfig: " + match):
             dataclasses.replace(cfg, contact=contact)
-    dataclasses.replace(cfg, contact=sim.Constraint(baumgarte=0.2))  # reads no solref
-    dataclasses.replace(cfg, contact=sim.Compliant(timeconst=0.02, dampratio=1.0))
+    # a contact model that reads no solref: still no impedance (the box's solimp, refused by
+    # name); without the file's solimp it takes the configuration
+    for contact in (sim.Constraint(baumgarte=0.2), sim.Compliant(timeconst=0.02, dampratio=1.0)):
+        with pytest.raises(ValueError, match=r"SimConfig: box\[0\].*solimp off MuJoCo's"):
+            dataclasses.replace(cfg, contact=contact)
+        plain = dataclasses.replace(cfg.contacts, solimp=None)
+        geoms = cfg.geoms
+        if geoms is not None:
+            geoms = dataclasses.replace(geoms, solimp=None, pair_solimp=None)
+        dataclasses.replace(cfg, contact=contact, contacts=plain, geoms=geoms)
     hard = eqx.tree_at(lambda c: c.contact, cfg, sim.Constraint())
     model = loaded.model
     state = sim.State(jnp.asarray(loaded.q0), jnp.zeros(model.nv))

@@ -137,7 +137,10 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
 Always errors: free joints below the top level and ball joints followed by rotations (MuJoCo
 refuses both), tendon armature.
 
-Contact parameters of the geoms (``<default>`` classes and ``<option override>`` included):
+Contact parameters of the geoms (``<default>`` classes and ``<option override>`` included: under
+``<flag override="enable">`` ``o_margin``, ``o_solref``, ``o_solimp`` and ``o_friction``
+replace every contact's, MuJoCo's ``mj_collideGeoms``; an anisotropic ``o_friction`` is
+refused by name, ``ignore=("geom",)``: its first coefficients):
 ``margin`` (a pair's contact acts below the sum of its geoms' margins, as MuJoCo 4.0) and
 ``solref`` (mixed per pair with ``solmix``; :class:`jaxdyn.sim.Compliant`'s time constant and
 damping ratio, :class:`jaxdyn.sim.Constraint`'s Baumgarte fraction ``dt / timeconst``) are
@@ -164,8 +167,8 @@ larger), for the geom pairs and for the primitives against the ground plane
 (:attr:`jaxdyn.sim.ContactSet.friction`); a contact model's own ``friction`` overrides them.
 condim 4 / 6 (torsional / rolling friction, the geoms' ``friction[1:3]``,
 :attr:`jaxdyn.sim.Geoms.spin`) makes a geom a pair with the ground plane, not a primitive, and
-is honoured by ``Constraint(soft=True)`` only (:meth:`MJCFModel.sim_config` refuses it
-otherwise, ``ignore=("condim",)``: condim 3).
+is honoured by :class:`jaxdyn.sim.Constraint`, hard or soft (:meth:`MJCFModel.sim_config`
+refuses it for ``Compliant``, ``ignore=("condim",)``: condim 3).
 Geom pairs interpenetrating at ``qpos0`` get a warning naming them.
 """
 
@@ -616,7 +619,8 @@ class MJCFModel(NamedTuple):
         ``"solimp"`` (a colliding geom's ``solimp``
         off MuJoCo's default: the contact models have no impedance), ``"solref"`` (``solref``
         in the direct, negative form), ``"condim"`` (condim 4 / 6, torsional / rolling
-        friction; ignored: condim 3), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
+        friction, with ``Compliant``: the hard and soft :class:`jaxdyn.sim.Constraint` take it;
+        ignored: condim 3), ``"solreffriction"`` (an explicit ``<contact><pair>``'s:
         MuJoCo's reference of the elliptic cones' friction rows). With
         ``Constraint(soft=True)`` (MuJoCo's soft contact) all of them are honoured instead:
         the geoms' ``solref`` (either form), ``solimp``, condim and MuJoCo's
@@ -638,6 +642,7 @@ class MJCFModel(NamedTuple):
         contact model is given its own (``Compliant(timeconst=...)``,
         ``Constraint(baumgarte=...)``)."""
         from ..sim.actuators import Torque
+        from ..sim.contact import Constraint
         from ..sim.core import SimConfig
 
         keys = set((ignore,) if isinstance(ignore, str) else ignore)
@@ -661,6 +666,8 @@ class MJCFModel(NamedTuple):
         issues = list(self.sim_issues)
         if soft:  # honoured by soft contact
             issues = [(k, msg) for k, msg in issues if k not in contact_keys - {"noslip"}]
+        elif isinstance(contact, Constraint):  # condim 4 / 6: the hard contact's too
+            issues = [(k, msg) for k, msg in issues if k != "condim"]
         errors = [
             (k, msg)
             for k, msg in issues
@@ -692,14 +699,20 @@ class MJCFModel(NamedTuple):
                 )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
-            if not soft and self.geoms is not None and self.geoms.spin is not None:
-                import dataclasses  # ignore=("condim",): condim 4 / 6 as 3
+            if (
+                not isinstance(contact, Constraint)
+                and self.geoms is not None
+                and self.geoms.spin is not None
+            ):
+                import dataclasses  # Compliant, ignore=("condim",): condim 4 / 6 as 3
 
                 kw["geoms"] = dataclasses.replace(
                     self.geoms, condim=tuple(min(c, 3) for c in self.geoms.condim), spin=None
                 )
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
+            elif kw["geoms"] is not None:  # ignore=("solimp", "solref"): what they cannot take
+                kw["geoms"] = _hard_geoms(kw["geoms"])
         if isinstance(overrides.get("limits"), str):
             how = overrides.pop("limits")
             if how not in ("constraint", "spring"):
@@ -732,7 +745,7 @@ class MJCFModel(NamedTuple):
 
         m = self.mj_model
         prims, _, ground = self._touching()
-        fr = np.array(m.geom_friction, float)[:, 0]
+        fr = _geom_friction(m)[:, 0]  # <flag override>: o_friction's
         pr, cd = np.array(m.geom_priority, int), np.array(m.geom_condim, int)
         g = np.asarray(prims, int)
         mu, cond = fr[g], cd[g]
@@ -2392,13 +2405,53 @@ def _contact_params(m):
     solref = np.array(m.geom_solref, float).reshape(-1, 2)
     solmix = np.array(m.geom_solmix, float).reshape(-1)
     solimp = np.array(m.geom_solimp, float).reshape(-1, 5)
-    if int(m.opt.enableflags) & _ENBL_OVERRIDE:  # a pair's margin is o_margin: half each
+    if _override(m):  # a pair's margin is o_margin: half each
         margin[:] = 0.5 * float(m.opt.o_margin)
         solref[:] = np.array(m.opt.o_solref, float)
         solimp[:] = np.array(m.opt.o_solimp, float)
     if _gap_subtracts(_import_mujoco()):
         margin = margin - np.array(m.geom_gap, float).reshape(-1)
     return margin, solref, solmix, solimp
+
+
+def _hard_geoms(geoms):
+    """``geoms`` for the hard contact models (their ``solimp`` and direct ``solref`` refused by
+    :meth:`MJCFModel.sim_config` unless ignored): no ``solimp``, MuJoCo's default ``solref``
+    where a geom's or an explicit pair's is in the direct (negative) form."""
+    import dataclasses
+
+    def positive(x):
+        if x is None:
+            return None
+        x = np.array(x, float)
+        x[np.any(x <= 0, axis=-1)] = _DEFAULT_SOLREF
+        return x
+
+    return dataclasses.replace(
+        geoms,
+        solimp=None,
+        pair_solimp=None,
+        solref=positive(geoms.solref),
+        pair_solref=positive(geoms.pair_solref),
+    )
+
+
+def _override(m) -> bool:
+    """Whether ``<option><flag override="enable">`` is on (MuJoCo's ``mjENBL_OVERRIDE``)."""
+    return bool(int(m.opt.enableflags) & _ENBL_OVERRIDE)
+
+
+def _geom_friction(m):
+    """Per-geom ``(sliding, torsional, rolling)`` friction (numpy ``(ngeom, 3)``): the geoms'
+    ``friction``, or under ``<flag override>`` ``<option o_friction>``'s ``(slide1, spin,
+    roll1)`` for every geom (MuJoCo's ``mj_assignFriction``: ``o_friction`` replaces every
+    contact's friction vector; mixing equal values per pair gives it back; the explicit pairs'
+    by :func:`_explicit_params`)."""
+    fr = np.array(m.geom_friction, float).reshape(-1, 3)
+    if _override(m):
+        o = np.array(m.opt.o_friction, float)
+        fr[:] = o[[0, 2, 3]]
+    return fr
 
 
 def _pair_params(m, g1, g2, solref, solmix, solimp):
@@ -2422,11 +2475,13 @@ def _explicit_params(m, ids):
     ids = np.asarray(ids, int)
     condim = np.array(m.pair_dim, int)[ids]
     friction = np.array(m.pair_friction, float).reshape(-1, 5)[ids, 0]
+    if _override(m):  # MuJoCo's mj_assignFriction: o_friction for every contact
+        friction[:] = float(m.opt.o_friction[0])
     margin = np.array(m.pair_margin, float).reshape(-1)[ids]
     solref = np.array(m.pair_solref, float).reshape(-1, 2)[ids]
     solimp = np.array(m.pair_solimp, float).reshape(-1, 5)[ids]
     srf = np.array(m.pair_solreffriction, float).reshape(-1, 2)[ids]
-    if int(m.opt.enableflags) & _ENBL_OVERRIDE:
+    if _override(m):
         margin[:] = float(m.opt.o_margin)
         solref[:] = np.array(m.opt.o_solref, float)
         solimp[:] = np.array(m.opt.o_solimp, float)
@@ -2460,7 +2515,17 @@ def _contacts(
 
     sim_issues = [] if sim_issues is None else sim_issues
     margin, solref, solmix, solimp = _contact_params(m)
+    geom_friction = _geom_friction(m)  # <flag override>: o_friction's
+    o_fr = np.array(m.opt.o_friction, float)
+    if _override(m) and (o_fr[0] != o_fr[1] or o_fr[3] != o_fr[4]):
+        issues.add(
+            "geom",
+            f'<option o_friction="{" ".join(f"{x:g}" for x in o_fr)}"> under <flag '
+            'override="enable">: two sliding or two rolling coefficients (anisotropic '
+            "friction; jaxdyn.sim has one of each: give both the same); ignored, the first",
+        )
     direct = [g for g in range(m.ngeom) if np.any(solref[g] <= 0)]
+    file_solref = solref.copy()  # the geoms' own, direct form included (sim.Geoms keeps it)
     solref[direct] = _DEFAULT_SOLREF  # used only where sim_config(ignore=("solref",))
 
     def plain(g):  # default contact parameters (gap: no force, nothing to honour), condim 1 / 3
@@ -2511,7 +2576,11 @@ def _contacts(
             continue
         if int(m.pair_dim[ip]) not in (1, 3):
             bad_dim.append(ip)
-        elif int(m.pair_dim[ip]) == 3 and m.pair_friction[ip][0] != m.pair_friction[ip][1]:
+        elif (
+            int(m.pair_dim[ip]) == 3
+            and not _override(m)  # o_friction replaces it (checked below)
+            and m.pair_friction[ip][0] != m.pair_friction[ip][1]
+        ):
             anisotropic.append(ip)
         explicit.append((a, b))
         explicit_ids.append(ip)
@@ -2604,8 +2673,8 @@ def _contacts(
             (
                 "condim",
                 f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
-                "(torsional / rolling friction): the hard Constraint() and Compliant contact "
-                "models have condim 1 and 3; Constraint(soft=True) takes it (ignored: condim 3)",
+                "(torsional / rolling friction): the Compliant contact model has condim 1 and "
+                "3; Constraint() (hard or soft=True) takes it (ignored: condim 3)",
             )
         )
     soft = [g for g in touching if not np.allclose(solimp[g], _DEFAULT_SOLIMP)]
@@ -2651,7 +2720,7 @@ def _contacts(
     ):
         if rows:
             sim_issues.append((key, f"{', '.join(pair_el(explicit_ids[j]) for j in rows)}: {what}"))
-    psolref[np.any(psolref <= 0, axis=1)] = _DEFAULT_SOLREF  # soft contact: _soft_contact
+    # (the pairs' direct solref kept: sim_config gives the others MuJoCo's default)
     pcondim[(pcondim != 1) & (pcondim != 3)] = 3  # ignore=("geom",): sliding friction only
     if info is not None:
         info["ground"] = -1 if ground is None else int(ground)
@@ -2681,7 +2750,7 @@ def _contacts(
         size=np.array([m.geom_size[g] for g in used], float),
         pos=np.asarray(pos, float),
         rot=np.asarray(rot, float),
-        friction=np.array([float(m.geom_friction[g][0]) for g in used]),
+        friction=geom_friction[used, 0],
         rbound=rbound,
         body=tuple(body),
         type=types,
@@ -2690,10 +2759,13 @@ def _contacts(
         pairs=tuple((index[a], index[b]) for a, b in pairs),
         hulls=Static(hulls) if hulls else None,
         margin=margin[used] if np.any(margin[used] != 0) else None,
-        solref=solref[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
-        solmix=solmix[used] if np.any(solref[used] != _DEFAULT_SOLREF) else None,
+        # the file's solref (either form) and solimp: the hard contact models refuse what
+        # they cannot honour (MJCFModel.sim_config, by name; sim.SimConfig), soft takes them
+        solref=file_solref[used] if np.any(file_solref[used] != _DEFAULT_SOLREF) else None,
+        solmix=solmix[used] if np.any(file_solref[used] != _DEFAULT_SOLREF) else None,
+        solimp=solimp[used] if np.any(solimp[used] != _DEFAULT_SOLIMP) else None,
         priority=tuple(int(x) for x in prio) if len(set(prio)) > 1 else None,
-        spin=np.array([m.geom_friction[g][1:3] for g in used], float) if condim else None,
+        spin=geom_friction[used, 1:3] if condim else None,
     )
     if explicit:
         ex = dict(
@@ -2702,6 +2774,7 @@ def _contacts(
             pair_friction=pfric,
             pair_margin=pmargin,
             pair_solref=psolref,
+            pair_solimp=psolimp if np.any(psolimp != _DEFAULT_SOLIMP) else None,
             pair_solreffriction=psrf if np.any(psrf != 0) else None,
         )
         geoms = dataclasses.replace(geoms, **ex)

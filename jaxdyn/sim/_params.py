@@ -100,12 +100,16 @@ def check_solref(fn: str, cfg, x=None):
     model = type(cfg.contact).__name__
     if model == "Constraint":
         model = "Constraint(soft=False)"
-    for label, part in (("cfg.contacts", cfg.contacts), ("cfg.geoms", cfg.geoms)):
-        solref = getattr(part, "solref", None)
+    for label, part, name in (
+        ("cfg.contacts", cfg.contacts, "solref"),
+        ("cfg.geoms", cfg.geoms, "solref"),
+        ("cfg.geoms", cfg.geoms, "pair_solref"),  # an explicit pair's (MJCF <contact><pair>)
+    ):
+        solref = getattr(part, name, None)
         if solref is None:
             continue
         msg = (
-            f"{fn}: {label}.solref has an entry <= 0 or non-finite (MuJoCo's direct form "
+            f"{fn}: {label}.{name} has an entry <= 0 or non-finite (MuJoCo's direct form "
             f"(-stiffness, -damping)), which {model} reads as (timeconst, dampratio): use "
             "jaxdyn.sim.Constraint(soft=True), which honours it, or positive (timeconst, "
             "dampratio)"

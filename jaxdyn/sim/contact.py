@@ -111,7 +111,7 @@ class ContactFrames(eqx.Module):
     rolling friction coefficients, MuJoCo's ``condim`` 4 and 6 (``mjContact.friction[2]``,
     ``[3:5]``), ``0`` where a contact has no such rows (its condim is lower); the contacts then
     have rows ``[n, t1, t2, n_w]`` or ``[n, t1, t2, n_w, t1_w, t2_w]``, the last ones on the
-    relative angular velocity (``None``: condim 1 / 3 only; ``Constraint(soft=True)`` only);
+    relative angular velocity (``None``: condim 1 / 3 only; :class:`Constraint` only);
     ``solreffriction (nc, 2)``: each contact's MuJoCo ``solreffriction`` (an MJCF
     ``<contact><pair>``'s; ``(0, 0)``, and ``None``, the contact's ``solref``;
     ``Constraint(soft=True)`` with elliptic cones only, where the contact model gives none)."""
@@ -531,10 +531,14 @@ class Constraint(eqx.Module):
       (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
       mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
       (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
-    - MuJoCo's ``condim`` 4 and 6 (soft only): contacts with torsional / rolling friction
-      (:attr:`ContactFrames.spin`, an MJCF file's geoms) get MuJoCo's torsional and rolling
-      rows on the relative angular velocity, on either cone (:func:`_soft_problem`,
-      :func:`_soft_pyramid`); the hard contact refuses them.
+    - MuJoCo's ``condim`` 4 and 6: contacts with torsional / rolling friction
+      (:attr:`ContactFrames.spin`: an MJCF file's geoms, scene objects' ``friction`` triples)
+      get MuJoCo's torsional and rolling rows on the relative angular velocity, on either cone
+      of the soft contact (:func:`_soft_problem`, :func:`_soft_pyramid`) and on the hard
+      contact's elliptic cone (MuJoCo's ``sum_j (f_j / mu_j)^2 <= f_n^2``, solved in scaled
+      rows, :func:`_spin_scaling`; the Baumgarte term on the normal row only, the
+      regulariser ``r diag`` of the scaled rows; with ``relaxed=False`` De Saxce's term
+      ``mu_1 |y_t| = (sum_j (mu_j w_j)^2)^(1/2)`` over all friction rows).
     """
 
     friction: float | None = None
@@ -1053,13 +1057,11 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
     ``(3nc, 3nc)``, ``(3nc,)``) or in those of MuJoCo's pyramid edges (``cone="pyramidal"``:
     ``E (nc, 4, 3)`` from :func:`pyramid_edges`, ``(4nc, 4nc)``, ``(4nc,)``; the impulses
     ``f (nc, 4)`` act as ``E^T f``). With condim 4 / 6 (:attr:`ContactFrames.width` ``w``
-    rows ``[n, t1, t2, n_w, ...]``, soft contact only) the pyramid has ``2 (w - 1)`` edges and
-    an elliptic problem is in scaled rows, ``E (nc, w, w)`` diagonal (:func:`_soft_problem`).
+    rows ``[n, t1, t2, n_w, ...]``) the pyramid has ``2 (w - 1)`` edges and an elliptic
+    problem is in scaled rows, ``E (nc, w, w)`` diagonal (:func:`_spin_scaling`).
     Other rows (joint limits, :mod:`jaxdyn.sim.limits`) are appended to it by the caller."""
     if contact.soft:
         return _soft_problem(contact, G, frames, v_free_rows, v_rows, dt)
-    if frames.spin is not None:
-        raise ValueError(CONDIM_HARD)
     dtype = G.dtype
     d = frames.distance
     if contact.baumgarte is not None:
@@ -1069,16 +1071,46 @@ def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None
     else:
         beta = jnp.asarray(DEFAULT_BAUMGARTE, dtype)
     b = jnp.where(d > 0, d, beta * d) / dt  # close a gap within the step, remove a penetration
-    u = v_free_rows.at[:, 0].add(b).reshape(-1)
+    u = v_free_rows.at[:, 0].add(b)
+    E = None
+    if frames.spin is None:
+        mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
+    else:  # condim 4 / 6: the scaled rows of MuJoCo's elliptic cone (_spin_scaling)
+        mu, S, E = _spin_scaling(contact, frames, dtype)
+        s = S.reshape(-1)
+        G = G * s[:, None] * s[None, :]
+        u = S * u
+        # the rows a contact lacks (S = 0: zero rows, no impulse either way) get the normal
+        # row's diagonal instead of eps alone: the implicit derivative's Jacobian (I - dF /
+        # dlam) is then regular there (with eps it was singular to rounding: NaN gradients)
+        w = frames.width
+        normal = jnp.repeat(jnp.diagonal(G)[0::w], w)
+        G = G + jnp.diag(jnp.where(s == 0, normal, 0.0))
     Gr = G + jnp.diag(contact.regularization * jnp.diag(G) + jnp.finfo(dtype).eps)
-    mu = jnp.broadcast_to(_friction(contact, frames, dtype), d.shape)
-    return Gr, u, mu, live_contacts(d), None
+    return Gr, u.reshape(-1), mu, live_contacts(d), E
 
 
-#: the refusal of condim 4 / 6 by the contact models that do not take it
+def _spin_scaling(contact: Constraint, frames: ContactFrames, dtype):
+    """``(mu (nc,), S (nc, w), E (nc, w, w))`` of contacts with torsional / rolling rows
+    (condim 4 / 6, :attr:`ContactFrames.spin`) on MuJoCo's elliptic cone ``sum_j (f_j /
+    mu_j)^2 <= f_n^2`` (``mu_j``: :func:`friction_rows`): the rows ``j`` solved scaled, ``f_j =
+    (mu_j / mu_1) y_j`` (``S``: 1 on the normal, ``mu_j / mu_1`` on the friction rows; 0 on the
+    rows a contact lacks, which then carry nothing; 1 where ``mu_1 = 0``, whose cone holds no
+    friction), so that the cone is the round ``|y_t| <= mu_1 f_n`` of every other contact;
+    ``E = diag(S)`` maps the solved ``y`` back (``f = E^T y``, :func:`solve_problem`)."""
+    nc, w = frames.distance.shape[0], frames.width
+    fr = friction_rows(contact, frames, dtype)
+    mu = fr[:, 0]
+    pos = mu > 0
+    scale = jnp.where(pos[:, None], fr / jnp.where(pos, mu, 1.0)[:, None], 1.0)
+    S = jnp.concatenate([jnp.ones((nc, 1), dtype), scale], 1)
+    return mu, S, S[:, :, None] * jnp.eye(w, dtype=dtype)
+
+
+#: the refusal of condim 4 / 6 by the contact model that does not take it
 CONDIM_HARD = (
-    "condim 4 / 6 (torsional / rolling friction): the hard Constraint() and Compliant contact "
-    "models have condim 1 and 3 only; Constraint(soft=True) takes it"
+    "condim 4 / 6 (torsional / rolling friction): the Compliant contact model has condim 1 "
+    "and 3 only; Constraint() (hard or soft=True) takes it"
 )
 
 
@@ -1161,17 +1193,13 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     ratio = jnp.asarray(contact.impratio, dtype)
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
     R = jnp.concatenate([Rn[:, None], jnp.repeat(Rt[:, None], w - 1, 1)], 1).reshape(-1)
-    fr = friction_rows(contact, frames, dtype)
-    mu = fr[:, 0]  # MuJoCo's cone: the friction itself (impratio is in R only)
-    if w == 3:
+    if w == 3:  # MuJoCo's cone: the friction itself (impratio is in R only)
+        mu = friction_rows(contact, frames, dtype)[:, 0]
         return G + jnp.diag(R), u.reshape(-1), mu, active, None
     # condim 4 / 6: y_j = f_j mu_1 / mu_j (0 on the rows a contact lacks: they carry nothing)
-    pos = mu > 0
-    scale = jnp.where(pos[:, None], fr / jnp.where(pos, mu, 1.0)[:, None], 1.0)
-    S = jnp.concatenate([jnp.ones((nc, 1), dtype), scale], 1)  # (nc, w)
+    mu, S, E = _spin_scaling(contact, frames, dtype)
     s = S.reshape(-1)
     Gs = G * s[:, None] * s[None, :] + jnp.diag(R)
-    E = S[:, :, None] * jnp.eye(w, dtype=dtype)
     return Gs, (S * u).reshape(-1), mu, active, E
 
 

@@ -79,7 +79,7 @@ from ..algorithms.configuration import dexp_inv as _dexpinv
 from ..algorithms.configuration import integrate
 from ..algorithms.rnea import rnea_world
 from ..model import tree
-from . import _params
+from . import _params, _soft
 from . import contact as C
 from . import limits as L
 from .actuators import (
@@ -227,8 +227,7 @@ class SimConfig(eqx.Module):
             )
         if (
             self.geoms is not None
-            and self.contact is not None
-            and not getattr(self.contact, "soft", False)
+            and isinstance(self.contact, C.Compliant)
             and self.geoms.contact_dims().max(initial=0) > 3
         ):
             g = self.geoms
@@ -292,6 +291,37 @@ class SimConfig(eqx.Module):
             if dt.shape == () and not (np.isfinite(dt) and dt > 0):
                 raise ValueError(f"SimConfig: dt must be finite and > 0, got {float(dt)}")
         _params.check_solref("SimConfig", self)  # concrete solref here; step checks traced
+        self._check_solimp()
+
+    def _check_solimp(self):
+        """Contacts whose MuJoCo ``solimp`` (``cfg.contacts`` / ``cfg.geoms``, an explicit
+        pair's ``pair_solimp``) is off MuJoCo's default, refused by name for the contact
+        models without an impedance (the hard ``Constraint``, ``Compliant``): only
+        ``Constraint(soft=True)`` honours it (concrete values; traced ones are not checked)."""
+        if self.contact is None or getattr(self.contact, "soft", False):
+            return
+        default = np.asarray(_soft.DEFAULT_SOLIMP, float)
+        g = self.geoms
+        for part, name, labels in (
+            (self.contacts, "solimp", lambda p: p.names),
+            (g, "solimp", lambda p: p.names),
+            (g, "pair_solimp", lambda p: [
+                "-".join(p.names[i] for i in p.pairs[k]) for k in (p.explicit or ())
+            ]),
+        ):  # fmt: skip
+            x = getattr(part, name, None)
+            if x is None or isinstance(x, jax.core.Tracer):
+                continue
+            off = np.any(np.asarray(x, float).reshape(-1, 5) != default, axis=1)
+            if off.any():
+                names = sorted({str(n) for n, o in zip(labels(part), off, strict=True) if o})
+                more = f" ... ({len(names)} in all)" if len(names) > 4 else ""
+                raise ValueError(
+                    f"SimConfig: {', '.join(names[:4])}{more}: {name} off MuJoCo's default (its "
+                    f"impedance): {type(self.contact).__name__} has none; "
+                    "Constraint(soft=True) takes it (load_mjcf(...).sim_config(..., "
+                    "ignore=('solimp',)) drops it)"
+                )
 
 
 # ------------------------------------------------------------------------------- dynamics
@@ -582,9 +612,12 @@ def _constraint_velocity(
             tendons=(cfg.tendons, cfg.spatial_tendons),
         )
     assert lam is not None  # with a contact model L.solve returns its impulses
-    f = jnp.einsum("cij,ci->cj", basis, lam[:, :3]) / h  # forces (torsional / rolling dropped)
+    f = jnp.einsum("cij,ci->cj", basis, lam[:, :3]) / h  # forces, world axes
+    if w > 3:  # condim 4 / 6: the torsional and rolling torques after them (contact_forces)
+        tau = jnp.einsum("cij,ci->cj", basis[:, : w - 3], lam[:, 3:]) / h
+        f = jnp.concatenate([f, tau], 1)
     if idx is not None:  # one row per slot, zero on the slots left out
-        f = jnp.zeros((nc, 3), f.dtype).at[idx].set(f)
+        f = jnp.zeros((nc, f.shape[1]), f.dtype).at[idx].set(f)
     return v_free + dv, f, _info(res, dropped)
 
 
@@ -665,8 +698,9 @@ def _advance(model, q, v1, h):
 
 def _substep(model, cfg, props, q, v, ctrl, h):
     """One integrator step: ``(q', v', f, info)`` with ``f (nc, 3)`` the contact forces (world
-    axes; the mean force of the impulses for constraint contact) or ``None`` and ``info`` the
-    constraint solve's report (:func:`step_info`; zeros without one)."""
+    axes; the mean force of the impulses for constraint contact; ``(nc, 6)`` with condim 4 / 6,
+    the torsional and rolling torques after them, :func:`contact_forces`) or ``None`` and
+    ``info`` the constraint solve's report (:func:`step_info`; zeros without one)."""
     none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
     if cfg.integrator == "rk4":
         return (*_rk4(model, cfg, props, q, v, ctrl, h), none)
@@ -1030,20 +1064,35 @@ step = functools.wraps(step)(
 
 
 @full_precision
-def contact_forces(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> Array:
-    """Contact forces ``(nc, 3)`` (world axes, one row per contact sphere of ``cfg.contacts``)
-    acting during the first integrator step from ``state`` under ``ctrl``: the compliant
-    model's forces at ``state``, or the constraint model's impulses divided by the step (the
-    forces only: the torques of condim 4 / 6's torsional and rolling rows are not in them)."""
+def contact_forces(
+    model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig, *, torques: bool = False
+) -> Array:
+    """Contact forces ``(nc, 3)`` (world axes, one row per contact of ``cfg``: the contact
+    spheres of ``cfg.contacts``, then the slots of the geom pairs of ``cfg.geoms``) acting
+    during the first integrator step from ``state`` under ``ctrl``: the compliant model's
+    forces at ``state``, or the constraint model's impulses divided by the step. Each row acts
+    on the contact's body (:class:`~jaxdyn.sim.contact.ContactFrames` ``body``, towards which
+    the contact normal points; MuJoCo's ``geom2``), its opposite on the other.
+
+    ``torques=True``: ``(nc, 6)``, each row the force then the torque of the contact's
+    torsional and rolling friction (MuJoCo's condim 4 / 6 rows, pure couples: no moment of the
+    force in them), world axes, on the same body; 0 where a contact has no such rows (condim 1
+    / 3, and every contact of ``Compliant``). Projected on MuJoCo's contact frame
+    ``mjContact.frame`` (rows: the normal and two tangents) the six are MuJoCo's
+    ``mj_contactForce`` ``(f_n, f_t1, f_t2, tau_n, tau_t1, tau_t2)``."""
     if cfg.contact is None:
         raise ValueError("contact_forces: cfg.contact is None (no contact model)")
+    if not isinstance(torques, bool):
+        raise ValueError(f"contact_forces: torques must be True or False, got {torques!r}")
     q, v, ctrl, dtype, act = _check_state("contact_forces", model, state, ctrl, cfg)
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
     cfg, ctrl = _driven(cfg, ctrl, act, h)
     f = _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
     assert f is not None  # a contact model gives its forces
-    return f
+    if not torques:
+        return f[:, :3]
+    return f if f.shape[1] == 6 else jnp.pad(f, ((0, 0), (0, 6 - f.shape[1])))
 
 
 contact_forces = functools.wraps(contact_forces)(

@@ -141,7 +141,7 @@ class Geoms(eqx.Module):
     (MuJoCo's ``geom_friction[1:3]``), needed where a geom's ``condim`` is 4 (torsional) or 6
     (rolling); mixed per pair as the sliding friction (priority, else the larger) and clamped
     to MuJoCo's ``mjMINMU``, on the pairs whose condim has the rows
-    (:attr:`ContactFrames.spin`; ``Constraint(soft=True)`` only).
+    (:attr:`ContactFrames.spin`; :class:`Constraint` only, hard or soft).
 
     Explicit pairs (MuJoCo's ``<contact><pair>``, ``mj_collideGeoms`` of a ``pair_*``
     entry): ``explicit`` (static, ``None``: none) the indices in ``pairs`` of the pairs that
@@ -169,7 +169,7 @@ class Geoms(eqx.Module):
     solref: jnp.ndarray | np.ndarray | None = None
     solmix: jnp.ndarray | np.ndarray | None = None
     priority: tuple | None = eqx.field(static=True, default=None)
-    solimp: jnp.ndarray | None = None
+    solimp: jnp.ndarray | np.ndarray | None = None
     invweight: jnp.ndarray | None = None
     spin: jnp.ndarray | np.ndarray | None = None
     explicit: tuple | None = eqx.field(static=True, default=None)

@@ -261,8 +261,13 @@ class FreeObject:
     convex hull); ``mass`` scales them to that mass; ``inertia`` (``(3,)`` principal moments or
     ``(3, 3)``, about the centre of mass in body axes) and ``com (3,)`` replace them.
     ``friction``: its Coulomb coefficient (a pair takes the larger of its two geoms', its
-    primitives on the ground too; a contact model's own ``friction`` overrides it);
-    ``condim`` 3 (friction) or 1 (frictionless). ``v``: initial velocity ``[ω; v]`` in body
+    primitives on the ground too; a contact model's own ``friction`` overrides it), or
+    MuJoCo's three ``(sliding, torsional, rolling)`` (a number: MuJoCo's default torsional and
+    rolling ``0.005``, ``0.0001``); ``condim`` 3 (friction), 1 (frictionless), 4 (torsional
+    friction too) or 6 (rolling friction too; 4 and 6: :class:`~jaxdyn.sim.contact.Constraint`
+    only, the pair's condim the larger of its two geoms', its torsional and rolling friction
+    mixed as the sliding one, :class:`~jaxdyn.sim.geoms.Geoms` ``spin``; such a geom meets
+    the ground as a geom pair, not a primitive). ``v``: initial velocity ``[ω; v]`` in body
     coordinates (jaxdyn's free joint), default zero."""
 
     name: str
@@ -276,7 +281,7 @@ class FreeObject:
     inertia: object = None
     com: object = None
     vertices: object = None
-    friction: float = 1.0
+    friction: float | tuple[float, float, float] = 1.0
     condim: int = 3
     v: object = None
     _geom: Any = field(init=False, repr=False, default=None)  # set by __post_init__
@@ -321,7 +326,7 @@ class StaticGeom:
     quat: object = None
     rot: object = None
     vertices: object = None
-    friction: float = 1.0
+    friction: float | tuple[float, float, float] = 1.0
     condim: int = 3
     _geom: Any = field(init=False, repr=False, default=None)  # set by __post_init__
 
@@ -340,14 +345,15 @@ class Ground:
     """The ground plane ``normal . x = height`` (the scene's terrain, one at most):
     ``friction`` mixed with each geom's on it (MuJoCo's ``mj_contactParam``,
     :func:`jaxdyn.sim.geoms.pair_choice`: the larger of the two, the geom's own where its
-    ``priority`` is higher: its geom pairs,
+    ``priority`` is higher; a number or ``(sliding, torsional, rolling)`` as
+    :class:`FreeObject`'s; condim 3: its geom pairs,
     cylinders, ellipsoids and meshes, and the spheres, capsules and boxes that touch it as
     primitives, :attr:`jaxdyn.sim.ContactSet.friction`, as in :func:`jaxdyn.load_mjcf`)."""
 
     height: float = 0.0
     normal: npt.ArrayLike = (0.0, 0.0, 1.0)
     name: str = "ground"
-    friction: float = 1.0
+    friction: float | tuple[float, float, float] = 1.0
 
     def __post_init__(self):
         owner = f"Ground {self.name!r}"
@@ -361,18 +367,28 @@ class Ground:
         _friction_condim(owner, self.friction, 3)
 
 
+#: MuJoCo's default torsional and rolling friction (``geom friction="1 0.005 0.0001"``)
+_SPIN = (0.005, 0.0001)
+
+
 def _friction_condim(owner, friction, condim):
-    f = _array(owner, "friction", friction, (), "a number")
-    if f < 0:
-        raise ValueError(f"{owner}: friction must be >= 0, got {float(f)}")
-    if condim not in (1, 3):
-        more = (
-            " (torsional / rolling friction: Constraint(soft=True) takes condim 4 / 6 on "
-            "jaxdyn.sim.Geoms with spin, e.g. an MJCF file's geoms, not on scene objects)"
-            if condim in (4, 6)
-            else ""
+    """``(sliding, (torsional, rolling))`` of a part's ``friction`` (a number, MuJoCo's default
+    torsional and rolling friction, or MuJoCo's three), checked with its ``condim``."""
+    f = np.asarray(friction, float) if np.ndim(friction) else None
+    if f is None:
+        f = np.r_[_array(owner, "friction", friction, (), "a number"), _SPIN]
+    elif f.shape != (3,) or not np.all(np.isfinite(f)):
+        raise ValueError(
+            f"{owner}: friction must be a number or (sliding, torsional, rolling), got {friction!r}"
         )
-        raise ValueError(f"{owner}: condim must be 1 (frictionless) or 3, got {condim!r}{more}")
+    if np.any(f < 0):
+        raise ValueError(f"{owner}: friction must be >= 0, got {friction!r}")
+    if isinstance(condim, bool) or condim not in (1, 3, 4, 6):
+        raise ValueError(
+            f"{owner}: condim must be 1 (frictionless), 3, 4 (torsional friction) or 6 "
+            f"(rolling friction), got {condim!r}"
+        )
+    return float(f[0]), (float(f[1]), float(f[2]))
 
 
 def FreeBox(name: str, size: npt.ArrayLike, **kw: Any) -> FreeObject:
@@ -511,6 +527,7 @@ class _G:
         self.type, self.size, self.R, self.p = typ, np.asarray(size, float), R, p
         self.friction, self.condim, self.hull, self.rbound = friction, condim, hull, rbound
         self.margin, self.solref, self.solmix = 0.0, None, 1.0  # MuJoCo's defaults
+        self.solimp = None  # MuJoCo's default (an MJCF robot's own: Constraint(soft=True))
         self.priority = 0
         self.spin = None  # torsional / rolling friction (an MJCF robot's condim 4 / 6 geoms)
 
@@ -643,7 +660,7 @@ class Scene:
                         float(grb[k]),
                     )
                 )
-                for f in ("margin", "solref", "solmix", "spin"):  # an MJCF robot's parameters
+                for f in ("margin", "solref", "solmix", "solimp", "spin"):  # an MJCF robot's
                     if getattr(g, f) is not None:
                         setattr(gs[-1], f, np.asarray(getattr(g, f), float)[k])
                 if g.priority is not None:
@@ -668,12 +685,13 @@ class Scene:
                     geom.size,
                     np.eye(3),
                     np.zeros(3),
-                    float(o.friction),
+                    _friction_condim(o.name, o.friction, o.condim)[0],
                     o.condim,
                     geom.hull,
                     geom.rbound,
                 )
             )
+            gs[-1].spin = _friction_condim(o.name, o.friction, o.condim)[1]
         for w in world:
             if isinstance(w, Ground):
                 continue
@@ -688,12 +706,13 @@ class Scene:
                     geom.size,
                     R,
                     p,
-                    float(w.friction),
+                    _friction_condim(w.name, w.friction, w.condim)[0],
                     w.condim,
                     geom.hull,
                     geom.rbound,
                 )
             )
+            gs[-1].spin = _friction_condim(w.name, w.friction, w.condim)[1]
         ground = grounds[0] if grounds else None
         if ground is not None:
             n = np.asarray(ground.normal)
@@ -708,12 +727,13 @@ class Scene:
                     np.zeros(3),
                     Rg,
                     n * ground.height,
-                    float(ground.friction),
+                    _friction_condim(ground.name, ground.friction, 3)[0],
                     3,
                     None,
                     np.inf,
                 )
             )
+            gs[-1].spin = _friction_condim(ground.name, ground.friction, 3)[1]
         deny_s, allow_s = _named_pairs("deny", deny, gs), _named_pairs("allow", allow, gs)
 
         def named(pairs_s, a, b):
@@ -747,6 +767,10 @@ class Scene:
                 g = gs[k]
                 if g.type not in ("sphere", "capsule", "box"):
                     continue
+                p1, p2 = g.priority, gs[gi].priority
+                cond = pair_choice(np, p1, p2, g.condim, gs[gi].condim)
+                if cond > 3 or not _plain(g):
+                    continue  # torsional friction, contact parameters: a geom pair (load_mjcf's)
                 f, Rf, pf = self._body_frame(g.body)
                 R, p = Rf.T @ g.R, Rf.T @ (g.p - pf)
                 if g.type == "sphere":
@@ -767,8 +791,6 @@ class Scene:
                 as_prim.add((a, b))
                 # the pair's friction as Geoms mixes it (MuJoCo's mj_contactParam: the larger at
                 # equal priorities; condim 1, frictionless)
-                p1, p2 = g.priority, gs[gi].priority
-                cond = pair_choice(np, p1, p2, g.condim, gs[gi].condim)
                 mu = pair_choice(np, p1, p2, g.friction, gs[gi].friction)
                 prim_friction.append(0.0 if cond == 1 else float(mu))
         self._gs, self._pairs, self._prim_pairs = gs, pairs, as_prim
@@ -1151,6 +1173,17 @@ def _named_pairs(what, pairs, gs):
 _SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)  # MuJoCo's default solimp
 
 
+def _plain(g) -> bool:
+    """Whether the scene geom ``g`` has MuJoCo's default contact parameters (``margin``,
+    ``solref``, ``solimp``): on the ground it may then be a primitive (a contact set carries
+    none of them), else it is a geom pair, as :func:`jaxdyn.load_mjcf` decides."""
+    return (
+        g.margin == 0
+        and (g.solref is None or np.allclose(g.solref, (0.02, 1.0), rtol=0, atol=0))
+        and (g.solimp is None or np.allclose(g.solimp, _SOLIMP, rtol=0, atol=0))
+    )
+
+
 def _explicit_row(g, j):
     """Explicit pair ``j`` of the :class:`Geoms` ``g``: its contact parameters (MuJoCo's
     defaults where ``g`` has none)."""
@@ -1182,9 +1215,13 @@ def _table(gs, pairs, explicit=None):
             [(0.02, 1.0) if gs[k].solref is None else gs[k].solref for k in used], float
         )
         extra["solmix"] = np.array([gs[k].solmix for k in used], float)
+    if any(gs[k].solimp is not None for k in used):  # MuJoCo's impedance (soft contact)
+        extra["solimp"] = np.array(
+            [_SOLIMP if gs[k].solimp is None else gs[k].solimp for k in used], float
+        )
     if len({gs[k].priority for k in used}) > 1:
         extra["priority"] = tuple(gs[k].priority for k in used)
-    if any(gs[k].spin is not None for k in used):  # condim 4 / 6 (Constraint(soft=True))
+    if any(gs[k].condim > 3 for k in used):  # condim 4 / 6 (sim.Constraint)
         extra["spin"] = np.array([(0.0, 0.0) if gs[k].spin is None else gs[k].spin for k in used])
     ex = [n for n, pr in enumerate(pairs) if frozenset(pr) in (explicit or {})]
     if ex:
