@@ -60,8 +60,8 @@ import numpy as np
 from . import _progress, config
 from .backend import small_calls
 from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
-from .backend.sharding import explicit_context
 from .backend.internals import staged_vmap_operands, staged_vmap_results
+from .backend.sharding import explicit_context
 
 P = ParamSpec("P")
 R = TypeVar("R")
