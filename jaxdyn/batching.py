@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
 import threading
 from collections.abc import Callable, Iterator
@@ -60,6 +61,7 @@ from . import _progress, config
 from .backend import small_calls
 from .backend.ffi import EXPLICIT, explicit_split, shard_map, uninitialized
 from .backend.internals import staged_vmap_operands, staged_vmap_results
+from .backend.sharding import explicit_context
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -183,6 +185,23 @@ def _inside(**state):
 
 
 @contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a block (on again after, if it was on).
+
+    A trace allocates many small objects (tracers, equations, their source information), and
+    the collector's passes over them took a tenth to a fifth of the time to trace a batching
+    rule's function (talos_full ``rnea``, ``aba``); what the trace leaves cyclic is collected
+    at the next pass after the block."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def unchunked() -> Iterator[None]:
     """Batching rules traced inside this block evaluate plain ``jax.vmap``, without the chunk
     loop. For a ``jax.jit(jax.vmap(...))`` that XLA partitions over several devices (arrays
@@ -217,14 +236,54 @@ def chunk_split(axis_size: int, chunk: int) -> tuple[int, int, int]:
     return n, size, n * size - axis_size
 
 
-def _chunked_vmap(f, axis_size, in_batched, args, chunk):
+def _vmap_of_trace(f, in_batched, args):
+    """``jax.vmap(f)`` (batched ``args`` on their leading axis), with ``f`` traced once
+    unbatched into a jaxpr whose equations ``jax.vmap`` then batches one primitive each.
+
+    Traced under ``jax.vmap`` directly, every ``jax.numpy`` operation of ``f`` (``a * b``,
+    ``a + b``: each a small ``jax.jit`` of its own) is batched by JAX's rule for a nested
+    ``jit``, which traces the operation's jaxpr again under the batch, and about a third of
+    the time to trace ``jax.jit(jax.vmap(jaxdyn.rnea))`` (talos_full) went there; tracing
+    ``f`` unbatched inlines them as it goes. The program is the same (the lowered StableHLO
+    of ``rnea``, ``aba``, ``minv`` and the derivatives compared equal). Functions that read
+    the batch from the trace (:func:`rule_batch_size`) see the same value, set by the caller.
+    Under a mesh with ``Explicit`` axes (where the types carry shardings) this is plain
+    ``jax.vmap``.
+    """
+    axes = [0 if b else None for b in in_batched]
+    if explicit_context():
+        return jax.vmap(f, in_axes=axes)
+
+    def sample_type(x, b):
+        t = jax.typeof(x)
+        return jax.ShapeDtypeStruct(t.shape[1:] if b else t.shape, t.dtype, weak_type=t.weak_type)
+
+    closed, out_shape = jax.make_jaxpr(f, return_shape=True)(
+        *[sample_type(x, b) for x, b in zip(args, in_batched)]
+    )
+    tree = jax.tree_util.tree_structure(out_shape)
+
+    def g(*ys):
+        return jax.tree_util.tree_unflatten(
+            tree, jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *ys)
+        )
+
+    return jax.vmap(g, in_axes=axes)
+
+
+def _chunked_vmap(f, axis_size, in_batched, args, chunk, trace_once=False):
     """``vmap(f)`` over the batched ``args``, as a loop over chunks of at most ``chunk``
     samples: the batch is split into ``n = ceil(axis_size / chunk)`` equal chunks, the last
     one overlapping the one before it where the chunks do not divide the batch
     (:func:`chunk_split`), so that one chunk program is compiled and little is computed twice
-    (1000 samples in chunks of 64: 16 chunks of 63, 8 samples twice)."""
+    (1000 samples in chunks of 64: 16 chunks of 63, 8 samples twice). ``trace_once``: ``f``
+    traced unbatched, then batched as a jaxpr (:func:`_vmap_of_trace`: jaxdyn's own
+    functions, in the batching rule)."""
     axes = [0 if b else None for b in in_batched]
-    vf = jax.vmap(f, in_axes=axes)
+    if trace_once:
+        vf = _vmap_of_trace(f, in_batched, args)
+    else:
+        vf = jax.vmap(f, in_axes=axes)
     if chunk is None:  # chunk_size_for returns None when the batch fits in one chunk
         return vf(*args)
     n, size, _ = chunk_split(axis_size, chunk)
@@ -372,9 +431,10 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
 
             def run(*ys):
                 with _inside(batch=local):
-                    return _chunked_vmap(call, local, list(in_batched), ys, chunk)
+                    return _chunked_vmap(call, local, list(in_batched), ys, chunk, True)
 
-            out = run(*xs) if split is None else _per_shard(run, xs, in_batched, split)
+            with _gc_paused():
+                out = run(*xs) if split is None else _per_shard(run, xs, in_batched, split)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         call.__name__ = call.__qualname__ = f"{fn.__name__}_batched"

@@ -443,7 +443,16 @@ def act_inv_motion(R: AnyArray, p: AnyArray, m: AnyArray) -> Array:
     """Express in frame B a motion given in frame A, where ``(R, p)`` places B in A."""
     Rt = jnp.swapaxes(R, -1, -2)
     w = m[..., :3]
-    return jnp.concatenate([mv(Rt, w), mv(Rt, m[..., 3:] - cross(p, w))], -1)
+    # R^T (m_lin - p x w) written on the components: the cross product stacked into a vector
+    # first was a kernel of its own under jax.vmap (one per call in RNEA's levels: 23 of
+    # talos_full's 96), the products the same
+    mc = unstack(m)
+    pw = cross_rows(unstack(p), mc[:3])
+    cols = unstack(Rt)
+    lin = cols[0] * (mc[3] - pw[0])[..., None]
+    for i in (1, 2):
+        lin = lin + cols[i] * (mc[3 + i] - pw[i])[..., None]
+    return jnp.concatenate([mv(Rt, w), lin], -1)
 
 
 def act_inv_force(R: AnyArray, p: AnyArray, f: AnyArray) -> Array:

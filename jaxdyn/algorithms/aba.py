@@ -100,7 +100,7 @@ def articulated_body_step(
       2024, C-ABA): ``U (..., n, 6, k)`` per body, ``D = sum_i S_i^T U_i``; ``Ia`` is then
       the caller's (:func:`project_articulated_inertia` on what the cluster hands on).
     - ``store``: ``U`` is computed once into a buffer of its own
-      (:func:`jaxdyn.backend.fusion.materialize`), for callers that read it on many
+      (:func:`jaxdyn.backend.fusion.store`), for callers that read it on many
       right-hand sides (one-DoF joints; a backend hint, values unchanged).
 
     ``k == 1`` takes elementwise forms (one fused kernel instead of batched dots; not with
@@ -120,7 +120,10 @@ def articulated_body_step(
             # U = IA s as six multiply-adds (not a batched dot, whatever ``unroll_max``)
             U1 = spatial.mv(IA, s, unroll=True)
         if store:
-            U1, s = fusion.materialize(U1, s)
+            # U alone, by the handler's call (fusion.store): materialize's copy needed a
+            # second array beside it (s, stored already with the world state) and its copy
+            # was a kernel per level (compile time; the run as fast)
+            U1 = fusion.store(U1)[0]
         D = jnp.sum(s * U1, -1)
         if armature is not None:
             D = D + armature.reshape(D.shape)

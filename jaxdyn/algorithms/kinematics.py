@@ -124,20 +124,25 @@ def body_placements(model: Model, q: ArrayLike) -> Placements:
         dt = model.Xtree_R.dtype
         return Placements(jnp.zeros((0, 3, 3), dt), jnp.zeros((0, 3), dt))
     R, p = local_placements(model, q)
+    # each body's [R | p] as one (3, 4) array, so that a level's placements are one array
+    # computed by one kernel (R and p apart were two kernels per level under jax.vmap):
+    # oMi = oMp liMi is [Rp Rl | Rp pl + pp], the products unchanged
+    H = jnp.concatenate([R, p[..., None]], -1)
 
     def step(lvl, _, prev, inp):
-        Rl, pl = inp
+        (Hl,) = inp
         if prev is not None:
-            Rp, pp = tree.gather_parent(prev[0], lvl, None), tree.gather_parent(prev[1], lvl, None)
-            Rl, pl = spatial.mm(Rp, Rl), spatial.mv(Rp, pl) + pp
+            Hp = tree.gather_parent(prev, lvl, None)
+            Hl = spatial.mm(Hp[..., :3], Hl)
+            Hl = jnp.concatenate([Hl[..., :3], Hl[..., 3:] + Hp[..., 3:]], -1)
         # each level stored (spatial.store), else XLA recomputes the earlier levels' products
         # inside the later ones (slower on solo12, talos_full unchanged). Not by
         # materialize's copy, which was slower on talos_full
-        Rl, pl = fusion.store(Rl, pl, copy=False)
-        return (Rl, pl), (Rl, pl)
+        (Hl,) = fusion.store(Hl, copy=False)
+        return Hl, Hl
 
-    R, p = tree.forward_pass(model.topo, step, (("body", R), ("body", p)))[1].flat()
-    return Placements(R, p)
+    H = tree.forward_pass(model.topo, step, (("body", H),))[1].flat()
+    return Placements(H[..., :3], H[..., 3])
 
 
 def support_chain(topo: Topology, b: int) -> tuple:

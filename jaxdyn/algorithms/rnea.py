@@ -122,7 +122,10 @@ def rnea_local(
         vl = vJl
         if prev is not None:
             vl = spatial.act_inv_motion(Rl, pl, tree.gather_parent(prev[0], lvl, zero)) + vl
-        cur = fusion.materialize(vl, ap + aSl + spatial.motion_cross(vl, vJl))
+        # stored once for the children and the body forces: by the handler's call, which
+        # the joined (nb, 6) arrays read in place (materialize's copy left a copy kernel per
+        # level and array: 12 kernels more, more compile time, no faster)
+        cur = fusion.store(vl, ap + aSl + spatial.motion_cross(vl, vJl))
         return cur, cur
 
     inputs = (("body", R), ("body", p), ("body", vJ), ("body", aS))
