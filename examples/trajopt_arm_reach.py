@@ -87,6 +87,11 @@ def main(verbose=False):
     res = jax.block_until_ready(ddp.fddp(problem, us=us0, max_iter=300, verbose=verbose))
     solve = time.perf_counter() - t0
     ddp.check(res, allow_max_iter=False)
+    it = int(res.iterations)
+    # the solver's line as soon as it is known (the checks below compile a program of their own)
+    print(f"FDDP: {it} iterations, {solve * 1e3:.0f} ms ({solve * 1e3 / it:.1f} ms/iteration), "
+          f"compile {first - solve:.0f} s, final cost {float(res.cost):.6f}",
+          flush=True)  # fmt: skip
 
     xs = np.asarray(res.xs)
     # the naive motion, turning joint 1 alone, would drive the end effector through the sphere
@@ -108,9 +113,6 @@ def main(verbose=False):
     )
     err = float(np.linalg.norm(path[-1] - np.asarray(target)))
     naive_clearance = float(np.min(np.linalg.norm(naive - c, axis=1))) - RADIUS
-    it = int(res.iterations)
-    print(f"FDDP: {it} iterations, {solve * 1e3:.0f} ms ({solve * 1e3 / it:.1f} ms/iteration), "
-          f"compile {first - solve:.0f} s, final cost {float(res.cost):.6f}")  # fmt: skip
     print(f"final end-effector error {1e3 * err:.2f} mm; smallest clearance to the sphere "
           f"{1e3 * clearance:.1f} mm (asked {1e3 * CLEARANCE:.0f} mm; turning joint 1 alone: "
           f"{1e3 * naive_clearance:.0f} mm)")  # fmt: skip

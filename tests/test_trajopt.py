@@ -1023,9 +1023,11 @@ def test_cost_derivatives_gauss_newton(pendulum):
 
 
 def test_cost_terms_share_support_chain(pendulum, monkeypatch):
-    """The terms of one ``Cost`` on frames of the same body share that body's support chain:
-    one chain per evaluation of the stacked residual (its value and the two ``jax.jacfwd`` of
-    ``Cost.derivatives``), not one per frame term (trace only, nothing compiled)."""
+    """The terms of one ``Cost`` on frames of the same body share that body's support chain,
+    and ``Cost.derivatives`` traces it once: ``R_x``'s ``jax.jacfwd``, whose primal is the
+    residual, evaluates every term (one chain for both frame terms), ``R_u``'s only the terms
+    that read the control (here ``Counted``: no chain), not one chain per frame term and
+    evaluation (trace only, nothing compiled)."""
     _, model = pendulum
     nv = model.nv
     calls = {"residual": 0, "chain": 0}
@@ -1051,7 +1053,54 @@ def test_cost_terms_share_support_chain(pendulum, monkeypatch):
     )
     x, u = jnp.zeros(2 * nv), jnp.ones(nv)
     jax.eval_shape(lambda x, u: cost.derivatives(model, x, u), x, u)
-    assert calls["chain"] == calls["residual"] > 0, calls
+    assert calls == {"residual": 2, "chain": 1}, calls
+
+
+def test_cost_control_jacobian_rows(pendulum):
+    """``Cost.derivatives`` differentiates only the terms that read the control for ``R_u``
+    (jaxdyn's residuals of the state alone get zero rows): ``l_u``, ``l_xu``, ``l_uu`` equal
+    those from ``jax.jacfwd`` of the whole stacked residual, with the control terms first,
+    between and last, all of them, and none."""
+    _, model = pendulum
+    nv = model.nv
+    x = _states(nv, (0.4, 0.1)) + jnp.concatenate([jnp.zeros(nv), jnp.array([0.3, -0.2])])
+    u = jnp.array([0.2, -0.1])
+
+    class Mixed(eqx.Module):  # a residual of the state and the control (not one of jaxdyn's)
+        def __call__(self, model, x, u):
+            return jnp.sin(x[:nv]) * u + x[nv:] ** 2 * u[::-1]
+
+    state = C.Term(C.StateRegularization(_states(nv, GOAL)), jnp.array([1.0, 2.0, 0.1, 0.2]))
+    frame = C.Term(C.FrameTranslation("link2", jnp.array([0.1, 0.0, 0.3])), 3.0)
+    sphere = C.Term(C.SphereAvoidance("link2", jnp.array([0.0, 0.05, 0.1]), 0.3), 5.0)
+    control = C.Term(C.ControlRegularization(jnp.array([0.05, 0.0])), 1e-2)
+    mixed = C.Term(Mixed(), jnp.array([0.5, 2.0]))
+    costs = {
+        "first": (mixed, state, frame),
+        "between": (state, control, frame, mixed, sphere),
+        "last": (frame, sphere, control),
+        "all": (control, mixed),
+        "none": (state, frame, sphere),
+    }
+
+    def both(cost, x, u):
+        r, w = cost.residual(model, x, u)
+        Rx = jax.jacfwd(lambda d: cost.residual(model, state_integrate(model, x, d), u)[0])(
+            jnp.zeros(2 * nv)
+        )
+        Ru = jax.jacfwd(lambda uu: cost.residual(model, x, uu)[0])(u)
+        reference = (Ru.T @ (w * r), Rx.T @ (w[:, None] * Ru), Ru.T @ (w[:, None] * Ru))
+        _, _, lu, _, lxu, luu = cost.derivatives(model, x, u)
+        return (lu, lxu, luu), reference
+
+    for name, terms in costs.items():
+        got, want = jax.jit(both)(C.Cost(terms), x, u)
+        for g, w_, what in zip(got, want, ("l_u", "l_xu", "l_uu")):
+            oracle.assert_close(g, w_, 1e-14, f"{what} ({name})")
+        if name == "none":
+            assert not np.any(np.asarray(got[0])) and not np.any(np.asarray(got[2]))
+        else:
+            assert np.any(np.asarray(got[2]))  # the control terms' rows are there
 
 
 # ----------------------------------------------------------------------------- implicit gradients

@@ -171,6 +171,17 @@ class JointLimits(eqx.Module):
         return jnp.maximum(q - self.upper, 0.0) + jnp.minimum(q - self.lower, 0.0)
 
 
+#: jaxdyn's residuals that do not read the control (``R_u = 0``, :meth:`Cost.derivatives`)
+_STATE_ONLY = (
+    StateRegularization,
+    FrameTranslation,
+    FramePlacement,
+    CenterOfMass,
+    SphereAvoidance,
+    JointLimits,
+)
+
+
 class Term(eqx.Module):
     """One cost term ``1/2 sum_i w_i r_i^2``: a residual and its weights (scalar or per
     component)."""
@@ -185,16 +196,27 @@ class Cost(eqx.Module):
     terms: tuple
 
     def residual(self, model: Model, x: Array, u: Array | None) -> tuple[Array, Array]:
-        rs, ws = [], []
+        return self._stack(self._residuals(model, x, u))
+
+    def _stack(self, rs):
+        """``(r, w)``: the terms' residuals ``rs`` stacked, and their weights alongside."""
+        ws = [
+            jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape)
+            for t, r in zip(self.terms, rs)
+        ]
+        return jnp.concatenate(rs), jnp.concatenate(ws)
+
+    def _residuals(self, model, x, u, terms=None):
+        """The residual vector of each term (of ``terms``, default all), the support chains
+        of the frames shared (:data:`_CHAINS`)."""
+        rs = []
         token = _CHAINS.set((model, x, {}))
         try:
-            for t in self.terms:
-                r = t.residual(model, x, u)
-                rs.append(r)
-                ws.append(jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape))
+            for t in self.terms if terms is None else terms:
+                rs.append(t.residual(model, x, u))
         finally:
             _CHAINS.reset(token)
-        return jnp.concatenate(rs), jnp.concatenate(ws)
+        return rs
 
     def value(self, model: Model, x: Array, u: Array | None = None) -> Array:
         """``1/2 r^T W r``."""
@@ -208,14 +230,15 @@ class Cost(eqx.Module):
         (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
         ndx = 2 * model.nv
 
-        def res(dx, du):
-            uu = None if u is None else u + du
-            return self.residual(model, lie.state_integrate(model, x, dx), uu)[0]
+        def res(dx):
+            # the residuals at x ⊕ dx; at dx = 0 (the primal, returned as aux) they are those at
+            # x: one trace of the terms' kinematics gives r and R_x
+            rs = self._residuals(model, lie.state_integrate(model, x, dx), u)
+            return jnp.concatenate(rs), rs
 
         zx = jnp.zeros(ndx, x.dtype)
-        du0 = None if u is None else jnp.zeros_like(u)
-        r, w = self.residual(model, x, u)
-        Rx = jax.jacfwd(lambda d: res(d, du0))(zx)
+        Rx, rs = jax.jacfwd(res, has_aux=True)(zx)
+        r, w = self._stack(rs)
         wr = w * r
         l = 0.5 * jnp.sum(wr * r)
         lx = Rx.T @ wr
@@ -223,8 +246,30 @@ class Cost(eqx.Module):
         lxx = Rx.T @ WRx
         if u is None:
             return l, lx, None, lxx, None, None
-        Ru = jax.jacfwd(lambda d: res(zx, d))(du0)
+        Ru = self._control_jacobian(model, lie.state_integrate(model, x, zx), u, rs)
         return l, lx, Ru.T @ wr, lxx, WRx.T @ Ru, Ru.T @ (w[:, None] * Ru)
+
+    def _control_jacobian(self, model, x, u, rs):
+        """``R_u``: forward-mode autodiff of the terms that read the control only (``rs``:
+        each term's residual); the rows of jaxdyn's residuals of the state alone
+        (:data:`_STATE_ONLY`) are zero, as their tangents are, and their kinematics is not
+        traced again."""
+        uses_u = [not isinstance(t.residual, _STATE_ONLY) for t in self.terms]
+        sizes, dtype = [r.shape[0] for r in rs], jnp.result_type(*rs)
+        if not any(uses_u):
+            return jnp.zeros((sum(sizes), u.shape[0]), dtype)
+        terms = [t for t, used in zip(self.terms, uses_u) if used]
+        Ju = jax.jacfwd(lambda du: jnp.concatenate(self._residuals(model, x, u + du, terms)))(
+            jnp.zeros_like(u)
+        )
+        if all(uses_u):
+            return Ju
+        # the rows of each term in order: its rows of Ju, or zeros (a residual of the state)
+        rows, i = [], 0
+        for used, n in zip(uses_u, sizes):
+            rows.append(Ju[i : i + n] if used else jnp.zeros((n, u.shape[0]), dtype))
+            i += n if used else 0
+        return jnp.concatenate(rows, 0)
 
 
 # ----------------------------------------------------------------------------- shape checks

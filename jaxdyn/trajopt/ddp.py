@@ -549,7 +549,7 @@ def _forward(problem, xs, us, B, alpha, feasible):
     xT = state_integrate(model, xnext, c * fs[-1])
     xs_try = jnp.concatenate([xu[:, :nx], xT[None]], 0)
     us_try = xu[:, nx:]
-    cost = trajectory_cost(problem, xs_try, us_try)
+    cost = _trajectory_cost_traced(problem, xs_try, us_try)
     return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try)
 
 
@@ -594,9 +594,9 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
     batch compacted by :func:`solve_batch` still names its problems). iLQR's ``xs`` is the
     rollout of ``us`` (:func:`_start`): the solve program holds no initial rollout."""
     dtype = xs.dtype
-    cost = trajectory_cost(problem, xs, us)
+    cost = _trajectory_cost_traced(problem, xs, us)
     input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
-    calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
+    calc = functools.partial(_calc_diff_traced, problem, derivatives=derivatives)
     D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
     nan_log = jnp.full((max_iter,), jnp.nan, dtype)
     return dict(
@@ -638,8 +638,8 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
     th_acceptstep, th_acceptnegstep = p["th_acceptstep"], p["th_acceptnegstep"]
     th_stepdec, th_stepinc, th_grad = p["th_stepdec"], p["th_stepinc"], p["th_grad"]
     th_stop_eff = jnp.where(_boxed(problem), p["th_stop_box"], p["th_stop"])
-    calc = functools.partial(_calc_diff, problem, derivatives=derivatives)
-    back = functools.partial(_backward, problem)
+    calc = functools.partial(_calc_diff_traced, problem, derivatives=derivatives)
+    back = functools.partial(_backward_traced, problem)
     B0, _ = _zeros_like_shapes(
         jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp, state["k"])
     )
@@ -777,6 +777,18 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
         )
 
     return jax.lax.while_loop(cond, body, state)
+
+
+#: the solve program's pieces that it calls at two places (:func:`_setup` and :func:`_advance`
+#: take the shapes of the derivatives and of the backward pass before the loop, by
+#: ``jax.eval_shape``, and call them in it; :func:`_setup` and :func:`_forward` evaluate the
+#: trajectory cost) as nested ``jit``: JAX traces each once per program and reuses that trace
+#: at the second call (same function, same argument types), where a plain call is traced again
+#: (the derivatives were a third of the solve program's Python trace). XLA inlines the calls:
+#: the compiled program is the same
+_calc_diff_traced = eqx.filter_jit(_calc_diff)
+_backward_traced = eqx.filter_jit(_backward)
+_trajectory_cost_traced = eqx.filter_jit(trajectory_cost)
 
 
 def _result(s) -> Result:
