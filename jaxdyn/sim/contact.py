@@ -650,22 +650,30 @@ def tangent_basis(n):
 def project_cone(lam: Array, mu: ArrayLike) -> Array:
     """Euclidean projection of ``lam (..., 3) = [lam_n, lam_t1, lam_t2]`` onto the second-order
     cone ``|lam_t| <= mu lam_n``."""
-    ln, lt = lam[..., 0], lam[..., 1:]
-    nt2 = jnp.sum(lt * lt, -1)
+    ln, lt = _cone_projection(lam[..., 0], lam[..., 1:], mu, -1)
+    return jnp.concatenate([ln[..., None], lt], -1)
+
+
+def _cone_projection(ln, lt, mu, axis):
+    """:func:`project_cone` of the normal parts ``ln`` and the tangent parts ``lt`` (their
+    components along ``axis``: ``-1`` for cones stored ``[n, t1, t2]``, ``0`` for rows stored
+    ``(width, nc)``, the iterations' layout in :func:`_solve_fixed`): ``(ln', lt')``."""
+    nt2 = jnp.sum(lt * lt, axis)
     safe = jnp.where(nt2 > 0, nt2, 1.0)
     nt = jnp.where(nt2 > 0, jnp.sqrt(safe), 0.0)
     inside = nt <= mu * ln
     polar = mu * nt <= -ln
     ln_b = (ln + mu * nt) / (1 + mu * mu)
     scale = jnp.where(nt2 > 0, mu * ln_b / jnp.sqrt(safe), 0.0)
-    lam_b = jnp.concatenate([ln_b[..., None], scale[..., None] * lt], -1)
-    out = jnp.where(inside[..., None], lam, lam_b)
-    return jnp.where(polar[..., None], jnp.zeros_like(lam), out)
+    e = lambda a: jnp.expand_dims(a, axis)  # noqa: E731
+    ln = jnp.where(polar, 0.0, jnp.where(inside, ln, ln_b))
+    lt = jnp.where(e(polar), 0.0, jnp.where(e(inside), lt, e(scale) * lt))
+    return ln, lt
 
 
-def _safe_norm(x):
-    """``|x|`` over the last axis with derivative 0 (not NaN) at ``x = 0``."""
-    n2 = jnp.sum(x * x, -1)
+def _safe_norm(x, axis=-1):
+    """``|x|`` over ``axis`` with derivative 0 (not NaN) at ``x = 0``."""
+    n2 = jnp.sum(x * x, axis)
     return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
 
 
@@ -868,32 +876,21 @@ def _solve_fixed(
     s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
     Gs = G * s[:, None] * s[None, :] if nl else G
     us = u * s if nl else u
-    Gm = Gs * m[:, None] * m[None, :]
-    if factors is not None and not nl:
+    factors = None if nl else factors
+    if factors is not None:
         U, V, d = factors
-        L = lambda_max_bound(Gm, (U * m[:, None], V * m[None, :], d * m))
-
-        def matvec(y):
-            return U @ (V @ y) + d * y
+        # lambda_max_bound of the candidates' block diag(m) G diag(m) without forming it: its
+        # row sums |G| m (times m), its Frobenius term from the masked factors
+        rows = jnp.max(m * (jnp.abs(Gs) @ m))
+        fourth = _trace_fourth_power(U * m[:, None], V * m[None, :], d * m)
+        L = jnp.minimum(rows, jnp.sqrt(jnp.sqrt(fourth)))
     else:
-        L = lambda_max_bound(Gm)
-
-        def matvec(y):
-            return Gs @ y
-
+        L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
-
-    def apgd(carry, _):
-        x, y, th = carry
-        g = _desaxce(matvec(y) + us, mu_c, coulomb, nc, width, pyramid)
-        xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
-        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
-        restart = g @ (xn - x) > 0
-        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
-        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
-
-    zero = jnp.zeros(n, dtype)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    if not nl and not _is_pyramid(width, pyramid):
+        x = _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width)
+    else:
+        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid)
     lam = s * x if nl else x
     if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
@@ -908,6 +905,68 @@ def _solve_fixed(
     if newton:
         lam, _ = jax.lax.scan(newton_step, lam, None, length=newton)
     return lam, rho, mu_c
+
+
+def _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid):
+    """The accelerated projected gradient steps of :func:`_solve_fixed` on flat impulses
+    (contact blocks, then scalar rows): ``x`` after ``iterations`` steps from 0."""
+    dtype = us.dtype
+
+    def apgd(carry, _):
+        x, y, th = carry
+        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
+        xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
+        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
+        restart = g @ (xn - x) > 0
+        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
+        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+
+    zero = jnp.zeros_like(us)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    return x
+
+
+def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
+    """:func:`_apgd` on second-order cones without scalar rows, the iterate held as rows
+    ``(width, nc)`` (each row of every contact contiguous: the cone projection and De Saxce's
+    term vectorise over the contacts, not over a block's three rows): the same steps (to the
+    rounding of the sums' order); ``factors = (U, V, d)``: the products ``G y`` as ``U (V y) + d
+    y`` (:func:`_solve_fixed`)."""
+    dtype = us.dtype
+    rows = lambda z: z.reshape(nc, width).T  # noqa: E731  (flat blocks -> (width, nc))
+    u_r = rows(us)
+    if factors is not None:
+        U, V, d = factors
+        r = U.shape[1]
+        U_r = U.reshape(nc, width, r).transpose(1, 0, 2).reshape(-1, r)  # rows' order
+        V_r = V.reshape(r, nc, width).transpose(0, 2, 1).reshape(r, -1)
+        d_r = rows(d)
+
+        def matvec(y):
+            return (U_r @ (V_r @ y.reshape(-1))).reshape(width, nc) + d_r * y
+    else:
+        n = nc * width
+        G_r = Gs.reshape(nc, width, nc, width).transpose(1, 0, 3, 2).reshape(n, n)
+
+        def matvec(y):
+            return (G_r @ y.reshape(-1)).reshape(width, nc)
+
+    def apgd(carry, _):
+        x, y, th = carry
+        g = matvec(y) + u_r
+        if coulomb:  # De Saxce's modified velocity (_desaxce)
+            g = g.at[0].add(mu_c * _safe_norm(g[1:], 0))
+        z = y - step * g
+        ln, lt = _cone_projection(z[0], z[1:], mu_c, 0)
+        xn = jnp.concatenate([ln[None], lt], 0)
+        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
+        restart = jnp.sum(g * (xn - x)) > 0
+        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
+        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+
+    zero = jnp.zeros_like(u_r)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    return x.T.reshape(-1)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
