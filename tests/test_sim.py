@@ -438,6 +438,87 @@ def test_delassus_bound_never_below_the_largest_eigenvalue():
         assert lam * (1 - 1e-12) <= float(sim.contact.lambda_max_bound(jnp.asarray(A)))
 
 
+def _low_rank_problem(nc, r, seed=0):
+    """A cone problem ``G = J M^-1 J^T + diag(d)`` of ``3 nc`` rows and rank ``r`` (float64):
+    ``(J, V = M^-1 J^T, d, G, u, mu, live)``, about a third of the contacts empty slots (far,
+    as :func:`jaxdyn.sim.contact.live_contacts` marks them) and some frictionless."""
+    rng = np.random.default_rng(seed)
+    n = 3 * nc
+    J = rng.standard_normal((n, r))
+    W = rng.standard_normal((r, r))
+    V = (W @ W.T + np.eye(r)) @ J.T
+    G = J @ V
+    d = 1e-3 * np.diag(G) + 1e-9
+    G = 0.5 * (G + G.T) + np.diag(d)
+    live = rng.uniform(size=nc) < 0.7
+    u = rng.standard_normal((nc, 3))
+    u[~live, 0] = sim.contact.NO_CONTACT / 5e-3
+    mu = np.where(rng.uniform(size=nc) < 0.3, 0.0, rng.uniform(0.2, 1.0, nc))
+    return J, V, d, G, u.reshape(-1), mu, live
+
+
+def _check_factored_solve(cases):
+    """``Constraint``'s solve through the factors ``G = J (M^-1 J^T) + diag(d)`` (the rows
+    outnumber the dofs: a humanoid's 80 capped contacts, 240 rows, 27 dofs): the Frobenius
+    term of :func:`lambda_max_bound` from ``r x r`` products equals ``||A^2||_F`` of the dense
+    matrix, and the impulses and their implicit derivatives equal the dense solve's, to
+    rounding (float64, the suite's), with and without De Saxce's term. The iterations in rows
+    ``(3, nc)`` (``_apgd_rows``) take the flat iteration's steps (``_apgd``)."""
+    C = sim.contact
+
+    @functools.partial(jax.jit, static_argnums=(0, 1))
+    def run(coulomb, grad, G, u, mu, live, J, V, d):
+        solve = functools.partial(
+            sim.solve_cone_complementarity, iterations=60, coulomb=coulomb, live=live
+        )
+
+        def loss(u, factors):
+            return jnp.sum(jnp.sin(solve(G, u, mu, factors=factors)))
+
+        nc = mu.shape[0]
+        m = jnp.repeat(live.astype(G.dtype), 3)
+        step = 1.0 / C.lambda_max_bound(G * m[:, None] * m[None, :])
+        return (
+            solve(G, u, mu),
+            solve(G, u, mu, factors=(J, V, d)),
+            C._apgd(G, u, mu, step, 60, coulomb, nc, 3, False),
+            C._apgd_rows(G, u, mu, step, None, 60, coulomb, nc, 3),
+            jax.grad(loss)(u, None) if grad else None,
+            jax.grad(loss)(u, (J, V, d)) if grad else None,
+            C._trace_fourth_power(J, V, d),
+            C.lambda_max_bound(G, (J, V, d)),
+            C.lambda_max_bound(G),
+        )
+
+    for nc, r, coulomb, grad in cases:
+        J, V, d, G, u, mu, live = (jnp.asarray(x) for x in _low_rank_problem(nc, r))
+        dense, factored, flat, rows, g_dense, g_fac, fourth, L, L_dense = run(
+            coulomb, grad, G, u, mu, live, J, V, d
+        )
+        A2 = np.asarray(G) @ np.asarray(G)
+        np.testing.assert_allclose(float(fourth), np.sum(A2 * A2), rtol=1e-10)
+        np.testing.assert_allclose(float(L), float(L_dense), rtol=1e-12)
+        assert np.linalg.eigvalsh(np.asarray(G))[-1] * (1 - 1e-12) <= float(L)
+        np.testing.assert_allclose(factored, dense, rtol=0, atol=1e-12)
+        assert float(jnp.max(dense[:, 0])) > 1e-3  # contacts carry impulses
+        assert float(jnp.max(jnp.abs(dense[~np.asarray(live)]))) == 0.0
+        np.testing.assert_allclose(rows, flat, rtol=0, atol=1e-13)
+        if grad:
+            np.testing.assert_allclose(g_fac, g_dense, rtol=1e-9, atol=1e-12)
+
+
+def test_delassus_bound_and_solve_from_the_factors():
+    """:func:`_check_factored_solve`: ranks below and above the rows, Anitescu's relaxation
+    and Coulomb's law (the implicit derivatives: ``test_factored_solve_derivatives``)."""
+    _check_factored_solve([(12, 5, True, False), (4, 20, False, False)])
+
+
+@pytest.mark.slow
+def test_factored_solve_derivatives():
+    """The implicit derivatives of the solve through the factors equal the dense solve's."""
+    _check_factored_solve([(12, 5, True, True)])
+
+
 @pytest.mark.parametrize("case", ["rest", "incline", "slide"])
 def test_constraint_box_on_its_face(mjcf_box, case):
     """The default ``Constraint()`` on a box's 8 corners (4 redundant contacts on its bottom

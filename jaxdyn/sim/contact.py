@@ -328,8 +328,11 @@ class Compliant(eqx.Module):
     The damping and, above all, the friction's viscosity ``mu fn / vs`` at low slip are stiff
     as seen from a light limb (its contact point's apparent inverse mass ``J M^-1 J^T``): the
     ``"euler"`` and ``"implicit"`` integrators take them implicitly (that part of the step is
-    stable at any ``dt``), ``"rk4"`` explicitly (it needs steps of the order of
-    ``vs / (mu fn J M^-1 J^T)``).
+    stable at any ``dt``), ``"rk4"`` and ``"implicit_damping"`` (MuJoCo's Euler, implicit in
+    the joints' damping only: what ``load_mjcf(...).sim_config`` gives a file of MuJoCo's
+    default integrator) explicitly (they need steps of the order of
+    ``vs / (mu fn J M^-1 J^T)``): dm_control's humanoid at its 5 ms diverges at the torso's
+    first impact under ``"implicit_damping"``, not under ``"implicit"``.
     """
 
     stiffness: float | None = None
@@ -654,22 +657,30 @@ def tangent_basis(n):
 def project_cone(lam: Array, mu: ArrayLike) -> Array:
     """Euclidean projection of ``lam (..., 3) = [lam_n, lam_t1, lam_t2]`` onto the second-order
     cone ``|lam_t| <= mu lam_n``."""
-    ln, lt = lam[..., 0], lam[..., 1:]
-    nt2 = jnp.sum(lt * lt, -1)
+    ln, lt = _cone_projection(lam[..., 0], lam[..., 1:], mu, -1)
+    return jnp.concatenate([ln[..., None], lt], -1)
+
+
+def _cone_projection(ln, lt, mu, axis):
+    """:func:`project_cone` of the normal parts ``ln`` and the tangent parts ``lt`` (their
+    components along ``axis``: ``-1`` for cones stored ``[n, t1, t2]``, ``0`` for rows stored
+    ``(width, nc)``, the iterations' layout in :func:`_solve_fixed`): ``(ln', lt')``."""
+    nt2 = jnp.sum(lt * lt, axis)
     safe = jnp.where(nt2 > 0, nt2, 1.0)
     nt = jnp.where(nt2 > 0, jnp.sqrt(safe), 0.0)
     inside = nt <= mu * ln
     polar = mu * nt <= -ln
     ln_b = (ln + mu * nt) / (1 + mu * mu)
     scale = jnp.where(nt2 > 0, mu * ln_b / jnp.sqrt(safe), 0.0)
-    lam_b = jnp.concatenate([ln_b[..., None], scale[..., None] * lt], -1)
-    out = jnp.where(inside[..., None], lam, lam_b)
-    return jnp.where(polar[..., None], jnp.zeros_like(lam), out)
+    e = lambda a: jnp.expand_dims(a, axis)  # noqa: E731
+    ln = jnp.where(polar, 0.0, jnp.where(inside, ln, ln_b))
+    lt = jnp.where(e(polar), 0.0, jnp.where(e(inside), lt, e(scale) * lt))
+    return ln, lt
 
 
-def _safe_norm(x):
-    """``|x|`` over the last axis with derivative 0 (not NaN) at ``x = 0``."""
-    n2 = jnp.sum(x * x, -1)
+def _safe_norm(x, axis=-1):
+    """``|x|`` over ``axis`` with derivative 0 (not NaN) at ``x = 0``."""
+    n2 = jnp.sum(x * x, axis)
     return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
 
 
@@ -739,7 +750,7 @@ def _row_steps(G, nc, width):
     return jnp.concatenate([jnp.repeat(rho_c, width), 1.0 / d[k:]])
 
 
-def lambda_max_bound(A):
+def lambda_max_bound(A, factors=None):
     """An upper bound of the largest eigenvalue of a symmetric positive semi-definite ``A``,
     never below it: the smaller of the largest absolute row sum (Gershgorin's discs: tight when
     ``A`` is nearly block diagonal, contacts on separate light bodies) and
@@ -747,11 +758,39 @@ def lambda_max_bound(A):
     ``lambda_max``: tight when one direction dominates, as the redundant contacts of a box
     face). One matrix product; the step of the projected gradient must not exceed
     ``1 / lambda_max``, and an estimate from below (power iteration from a fixed start, which
-    a symmetric contact set can make orthogonal to the top eigenvector) let it diverge."""
+    a symmetric contact set can make orthogonal to the top eigenvector) let it diverge.
+
+    ``factors = (U, V, d)`` (optional): ``A = U V + diag(d)`` (to rounding) with ``U (n, r)``,
+    ``V (r, n)`` of a rank ``r`` below ``n`` (a Delassus matrix ``J M^-1 J^T`` plus its
+    regulariser): the Frobenius term from them (:func:`_trace_fourth_power`), the same bound to
+    rounding at ``O(n r^2)``."""
     rows = jnp.max(jnp.sum(jnp.abs(A), -1))
-    A2 = A @ A
-    frob = jnp.sqrt(jnp.sqrt(jnp.sum(A2 * A2)))
-    return jnp.minimum(rows, frob)
+    if factors is None:
+        A2 = A @ A
+        return jnp.minimum(rows, jnp.sqrt(jnp.sqrt(jnp.sum(A2 * A2))))
+    return jnp.minimum(rows, jnp.sqrt(jnp.sqrt(_trace_fourth_power(*factors))))
+
+
+def _trace_fourth_power(U, V, d):
+    """``trace(A^4) = ||A^2||_F^2`` of the symmetric ``A = U V + diag(d)`` (``U (n, r)``,
+    ``V (r, n)``, ``d (n,)``) from ``r x r`` products only: with ``P = U V`` and ``D =
+    diag(d)``, ``trace((P + D)^4) = tr P^4 + 4 tr P^3 D + 4 tr P^2 D^2 + 2 tr (P D)^2 + 4 tr P
+    D^3 + tr D^4`` (the 16 words of the expansion grouped by cyclic equivalence), each a trace
+    of ``C_k = V D^k U (r, r)``: ``O(n r^2)`` instead of the ``O(n^3)`` of ``A @ A``."""
+    C0 = V @ U
+    C1 = (V * d) @ U
+    C2 = (V * (d * d)) @ U
+    C00 = C0 @ C0
+    tr = lambda X, Y: jnp.sum(X * Y.T)  # noqa: E731  (trace(X Y))
+    p_diag = jnp.sum(U * V.T, -1)  # diag(P)
+    return (
+        tr(C00, C00)
+        + 4 * tr(C00, C1)
+        + 4 * tr(C0, C2)
+        + 2 * tr(C1, C1)
+        + 4 * jnp.sum(p_diag * d**3)
+        + jnp.sum(d**4)
+    )
 
 
 def _row_scaling(G, live, nc, width):
@@ -806,7 +845,9 @@ def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
     return jnp.where(ok, trial, lam)
 
 
-def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None):
+def _solve_fixed(
+    G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None, factors=None
+):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
     ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
@@ -823,8 +864,13 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
     ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
     edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
-    one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
-    flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per contact."""
+    one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`).
+    ``factors = (U, V, d)``: ``G = U V + diag(d)`` to rounding with ``U (n, r)``, ``V (r, n)``
+    (the contact Jacobian and ``M^-1 J^T``, :func:`solve_cone_complementarity`): the
+    iterations' products ``G y`` as ``U (V y) + d y`` and ``L`` from them
+    (:func:`lambda_max_bound`), ``O(n r)`` per step instead of ``O(n^2)`` (ignored with scalar
+    rows). Returns the flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per
+    contact."""
     n = u.shape[0]
     nc = (n - nl) // width
     dtype = u.dtype
@@ -837,20 +883,21 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
     Gs = G * s[:, None] * s[None, :] if nl else G
     us = u * s if nl else u
-    L = lambda_max_bound(Gs * m[:, None] * m[None, :])
+    factors = None if nl else factors
+    if factors is not None:
+        U, V, d = factors
+        # lambda_max_bound of the candidates' block diag(m) G diag(m) without forming it: its
+        # row sums |G| m (times m), its Frobenius term from the masked factors
+        rows = jnp.max(m * (jnp.abs(Gs) @ m))
+        fourth = _trace_fourth_power(U * m[:, None], V * m[None, :], d * m)
+        L = jnp.minimum(rows, jnp.sqrt(jnp.sqrt(fourth)))
+    else:
+        L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
-
-    def apgd(carry, _):
-        x, y, th = carry
-        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
-        xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
-        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
-        restart = g @ (xn - x) > 0
-        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
-        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
-
-    zero = jnp.zeros(n, dtype)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    if not nl and not _is_pyramid(width, pyramid):
+        x = _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width)
+    else:
+        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid)
     lam = s * x if nl else x
     if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
@@ -867,16 +914,80 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
-def _solve(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid):
-    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)[0]
+def _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid):
+    """The accelerated projected gradient steps of :func:`_solve_fixed` on flat impulses
+    (contact blocks, then scalar rows): ``x`` after ``iterations`` steps from 0."""
+    dtype = us.dtype
+
+    def apgd(carry, _):
+        x, y, th = carry
+        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
+        xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
+        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
+        restart = g @ (xn - x) > 0
+        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
+        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+
+    zero = jnp.zeros_like(us)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    return x
+
+
+def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
+    """:func:`_apgd` on second-order cones without scalar rows, the iterate held as rows
+    ``(width, nc)`` (each row of every contact contiguous: the cone projection and De Saxce's
+    term vectorise over the contacts, not over a block's three rows): the same steps (to the
+    rounding of the sums' order); ``factors = (U, V, d)``: the products ``G y`` as ``U (V y) + d
+    y`` (:func:`_solve_fixed`)."""
+    dtype = us.dtype
+    rows = lambda z: z.reshape(nc, width).T  # noqa: E731  (flat blocks -> (width, nc))
+    u_r = rows(us)
+    if factors is not None:
+        U, V, d = factors
+        r = U.shape[1]
+        U_r = U.reshape(nc, width, r).transpose(1, 0, 2).reshape(-1, r)  # rows' order
+        V_r = V.reshape(r, nc, width).transpose(0, 2, 1).reshape(r, -1)
+        d_r = rows(d)
+
+        def matvec(y):
+            return (U_r @ (V_r @ y.reshape(-1))).reshape(width, nc) + d_r * y
+    else:
+        n = nc * width
+        G_r = Gs.reshape(nc, width, nc, width).transpose(1, 0, 3, 2).reshape(n, n)
+
+        def matvec(y):
+            return (G_r @ y.reshape(-1)).reshape(width, nc)
+
+    def apgd(carry, _):
+        x, y, th = carry
+        g = matvec(y) + u_r
+        if coulomb:  # De Saxce's modified velocity (_desaxce)
+            g = g.at[0].add(mu_c * _safe_norm(g[1:], 0))
+        z = y - step * g
+        ln, lt = _cone_projection(z[0], z[1:], mu_c, 0)
+        xn = jnp.concatenate([ln[None], lt], 0)
+        thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
+        restart = jnp.sum(g * (xn - x)) > 0
+        yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
+        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+
+    zero = jnp.zeros_like(u_r)
+    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
+    return x.T.reshape(-1)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
+def _solve(G, u, mu, live, factors, iterations, newton, coulomb, width, nl, pyramid):
+    args = (iterations, newton, coulomb, width, nl, pyramid)
+    return _solve_fixed(G, u, mu, live, *args, factors=factors)[0]
 
 
 @_solve.defjvp
 def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, primals, tangents):
-    G, u, mu, live = primals
-    dG, du, dmu, _ = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)
+    G, u, mu, live, factors = primals  # factors: G's, to rounding (no tangent of their own)
+    dG, du, dmu, _, _ = tangents
+    args = (iterations, newton, coulomb, width, nl, pyramid)
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, *args, factors=factors)
     nc = mu_c.shape[0]
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     _, rhs = jax.jvp(
@@ -901,6 +1012,7 @@ def solve_cone_complementarity(
     cone: str = "elliptic",
     rows: int = 0,
     width: int | None = None,
+    factors: tuple[Array, Array, Array] | None = None,
 ) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -931,6 +1043,13 @@ def solve_cone_complementarity(
     ``cone="pyramidal"``): an elliptic block ``[n, t_1 ... t_k]`` with any number of tangent
     rows (the cone ``|lam_t| <= mu lam_n``; MuJoCo's condim 4 / 6 after their scaling,
     :func:`_soft_problem`), a pyramid's ``2 (condim - 1)`` edges.
+
+    ``factors = (U, V, d)`` (optional, no scalar rows): ``G = U V + diag(d)`` to rounding,
+    ``U (n, r)``, ``V (r, n)`` of a rank ``r`` below ``n`` (``J``, ``M^-1 J^T`` and the
+    regulariser of a Delassus matrix of more rows than the model has dofs): the iterations'
+    products and the step's bound use them (``O(n r)`` per step instead of ``O(n^2)``), the
+    same iterates to rounding; ``G`` is still used for the rest (row steps, residual,
+    derivatives).
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
@@ -941,7 +1060,8 @@ def solve_cone_complementarity(
     nc = (u.shape[0] - nl) // width
     live = jnp.ones(nc + nl, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
     mu = jnp.asarray(mu, u.dtype)
-    lam = _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width, nl, pyramid)
+    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid)
+    lam = _solve(G, u, mu, live, None if nl else factors, *settings)
     lam_c = lam[: nc * width].reshape(nc, width)
     return (lam_c, lam[nc * width :]) if nl else lam_c
 
@@ -1011,7 +1131,7 @@ def solve_residual(G, u, mu, lam, coulomb, rows=None, pyramid=None):
 
 
 def solve_contact_impulses(
-    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False
+    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False, factors=None
 ):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
@@ -1020,15 +1140,24 @@ def solve_contact_impulses(
     ``[n_w, t1_w, t2_w]`` after them); ``v_rows (nc, w)``: those at the step's start (soft
     contact's reference acceleration). Returns impulses ``(nc, w)`` in the same rows; with
     ``residual=True``, ``(impulses, residual)``: the solve's relative fixed-point residual
-    (:func:`solve_residual`).
+    (:func:`solve_residual`). ``factors = (J, V)`` (optional): ``G = J V`` to rounding, ``J (n,
+    nv)`` the rows' Jacobian and ``V = M^-1 J^T (nv, n)``, ``nv`` below ``n``: the solve's
+    products use them where the problem is ``G`` plus a diagonal (elliptic cones without
+    condim 4 / 6; :func:`solve_cone_complementarity`), the same iterates to rounding.
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
-    lam, _, res = solve_problem(*problem, *settings, residual=residual)
+    Gr, E = problem[0], problem[4]
+    fac = None
+    if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
+        fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
+    lam, _, res = solve_problem(*problem, *settings, residual=residual, factors=fac)
     return (lam, res) if residual else lam
 
 
-def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True):
+def solve_problem(
+    Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True, factors=None
+):
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
     joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
@@ -1036,13 +1165,14 @@ def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, resid
     t1, t2]`` (``w = 3``; condim 4 / 6: ``[n, t1, t2, n_w(, t1_w, t2_w)]``; a pyramid's edge
     impulses ``f``, or the scaled rows of condim 4 / 6, mapped through ``E^T f``), the scalar
     rows' impulses (``None`` without) and the solve's relative residual
-    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``)."""
+    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``);
+    ``factors``: :func:`solve_cone_complementarity`'s."""
     pyramid = E is not None and E.shape[1] > E.shape[2]  # edges (else a scaling of the rows)
     cone = "pyramidal" if pyramid else "elliptic"
     width = 3 if E is None else E.shape[1]
     out = solve_cone_complementarity(
         Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows,
-        width=width,
+        width=width, factors=factors,
     )  # fmt: skip
     lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
     res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r, pyramid=pyramid) if residual else None

@@ -588,9 +588,14 @@ def _constraint_velocity(
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
     if lim is None:
         MinvJT = solve(Jc.T)  # (nv, w nc)
-        G = Jc @ (MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T))
+        V = MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T)
+        G = Jc @ V
         G = 0.5 * (G + G.T)
-        out = C.solve_contact_impulses(cfg.contact, G, frames, rows, h, v_rows, residual=True)
+        # more rows than dofs: the solve's products through the factors J, M^-1 J^T of G
+        factors = (Jc, V) if 2 * model.nv < Jc.shape[0] else None
+        out = C.solve_contact_impulses(
+            cfg.contact, G, frames, rows, h, v_rows, residual=True, factors=factors
+        )
         lam, res = cast("tuple[Array, Array]", out)
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
