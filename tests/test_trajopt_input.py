@@ -157,6 +157,29 @@ def test_bad_cost_values(model, costs, match):
     _problem(model, running=_costs(weight=0.0, frame=ok)[0])
 
 
+def test_contact_dynamics_zero_kp_needs_no_target(model):
+    """A Baumgarte ``kp`` of zero given as a number needs no constraint target, also under
+    ``jax.jit``, where the gains reach ``constrained_aba`` as tracers (the solvers jit the
+    problem: the solo12 gaits against Crocoddyl use ``baumgarte=(0, kd)``); a ``kp`` that is
+    not zero still asks for the target by name."""
+    from jaxdyn.constraints import Connect
+    from jaxdyn.trajopt.dynamics import ContactDynamics
+
+    c = (Connect("link2"),)
+    q, v, u = jnp.asarray([0.3, -0.2]), jnp.asarray([0.1, 0.4]), jnp.asarray([0.5, -0.1])
+
+    def acc(d, q, v, u):
+        return d.acceleration(model, q, v, u)
+
+    dyn = ContactDynamics(c, baumgarte=(0.0, 2.0), damping=1e-3)
+    assert dyn.kp_zero
+    eager = acc(dyn, q, v, u)
+    assert np.all(np.isfinite(eager))
+    np.testing.assert_allclose(jax.jit(acc)(dyn, q, v, u), eager, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"constraints\[0\] Connect\('link2'.*has no target"):
+        jax.jit(acc)(ContactDynamics(c, baumgarte=(1.0, 2.0), damping=1e-3), q, v, u)
+
+
 def test_bad_dynamics(model):
     """``ContactDynamics`` refuses negative or NaN Baumgarte gains and damping (passed to
     ``constrained_aba`` unchecked inside the solvers: a silently unstable stabilisation),

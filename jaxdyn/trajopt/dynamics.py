@@ -199,11 +199,17 @@ class ContactDynamics(eqx.Module):
     actuation: jax.Array | None = None
     baumgarte: tuple | None = None
     damping: float = 0.0
+    #: whether the Baumgarte position gain ``kp`` is a zero known at construction (then the
+    #: constraints need no target): read before ``jit`` turns the gain into a tracer
+    kp_zero: bool = eqx.field(static=True, init=False, repr=False)
 
     def __post_init__(self):
         from ..constraints import check_constraints
 
         self.constraints = check_constraints("ContactDynamics", self.constraints)
+        bg = self.baumgarte
+        pair = isinstance(bg, (tuple, list)) and len(bg) == 2
+        self.kp_zero = bg is None or (pair and not _static_nonzero(bg[0]))
 
     def __check_init__(self):
         owner = "ContactDynamics"
@@ -236,10 +242,17 @@ class ContactDynamics(eqx.Module):
                 vs,
                 _torque(self.actuation, us),
                 self.constraints,
-                baumgarte=self.baumgarte,
+                baumgarte=self._gains(),
                 damping=self.damping,
             )
         return jnp.where(ok, out.qdd, jnp.nan), jnp.where(ok, out.lam, jnp.nan)
+
+    def _gains(self):
+        """``baumgarte`` with a zero ``kp`` known at construction kept as the number ``0.0``
+        (under ``jit`` the gains are tracers, and a traced ``kp`` needs the targets)."""
+        if self.baumgarte is None or not self.kp_zero:
+            return self.baumgarte
+        return (0.0, self.baumgarte[1])
 
     def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
         return self._solve(model, q, v, u)[0]
@@ -281,7 +294,7 @@ class ContactDynamics(eqx.Module):
                 if bg is not None:
                     kp, kd = bg
                     g = g + kd * constraint_velocity(model, qq, vv, cs)
-                    if _static_nonzero(kp):
+                    if not self.kp_zero:
                         g = g + kp * constraint_error(model, qq, cs)
             return r, g
 
