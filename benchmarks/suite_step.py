@@ -90,12 +90,19 @@ PLAYGROUND_ITERATIONS = {
 
 def build(name, options=""):
     """jaxdyn's environment ``name`` with ``options`` (``"k=v,k=v"``: the contact tasks'
-    ``solver_iterations`` / ``max_contacts``)."""
+    ``solver_iterations`` / ``max_contacts`` / ``solver_tolerance`` / ``warm_start``)."""
     from jaxdyn.envs import dm_control_suite as suite
 
     cls, kw = ENVS[name]
     extra = dict(kv.split("=") for kv in options.split(",") if kv)
-    return getattr(suite, cls)(**kw, **{k: int(v) for k, v in extra.items()})
+    return getattr(suite, cls)(**kw, **{k: _value(v) for k, v in extra.items()})
+
+
+def _value(text):
+    """An option's value: ``true`` / ``false``, an integer or a float."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return float(text) if any(c in text for c in ".eE") else int(text)
 
 
 def has_contact(name):

@@ -633,8 +633,10 @@ class ContactSuiteEnv(SuiteEnv):
         sim_dt: float,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
-        changes = {}
+        changes: dict[str, Any] = {}
         for name, n, field in (
             ("solver_iterations", solver_iterations, "iterations"),
             ("max_contacts", max_contacts, "max_contacts"),
@@ -646,6 +648,21 @@ class ContactSuiteEnv(SuiteEnv):
                     f"{type(self).__name__}: {name} must be None or an integer >= 1, got {n!r}"
                 )
             changes[field] = int(n)
+        if solver_tolerance is not None:
+            tol = solver_tolerance
+            if isinstance(tol, bool) or not isinstance(tol, (int, float, np.number)) or tol < 0:
+                raise ValueError(
+                    f"{type(self).__name__}: solver_tolerance must be None or a number >= 0, "
+                    f"got {tol!r}"
+                )
+            changes["tolerance"] = float(tol)
+        if warm_start is not None:
+            if not isinstance(warm_start, bool):
+                raise ValueError(
+                    f"{type(self).__name__}: warm_start must be None, True or False, got "
+                    f"{warm_start!r}"
+                )
+            changes["warm_start"] = warm_start
         if changes:  # the instance's contact model: the task's with these settings changed
             self.contact = dataclasses.replace(type(self).contact, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
@@ -809,12 +826,16 @@ class CheetahRun(ContactSuiteEnv):
         settle_steps: int = 200,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -893,6 +914,8 @@ class WalkerMove(ContactSuiteEnv):
         height_obs: str = "z",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -904,6 +927,8 @@ class WalkerMove(ContactSuiteEnv):
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -981,12 +1006,16 @@ class HopperTask(ContactSuiteEnv):
         sim_dt: float = 0.005,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
@@ -1067,12 +1096,16 @@ class FingerSpin(ContactSuiteEnv):
         reset_tries: int = 16,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.reset_tries = int(reset_tries)
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
@@ -1257,12 +1290,16 @@ class BallInCup(ContactSuiteEnv):
         reset: str = "random",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.set_reset_mode(reset)
         import equinox as eqx
@@ -1377,12 +1414,16 @@ class SuiteHumanoid(ContactSuiteEnv):
         reset: str = "random",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)

@@ -469,6 +469,17 @@ class Constraint(eqx.Module):
       contact's own (as :class:`Compliant`).
     - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
       steps after them (static; see :func:`solve_cone_complementarity`).
+    - ``tolerance`` (static): ``None`` (default) runs all ``iterations``; a number stops them
+      once a step moves the (scaled) impulses by at most ``tolerance`` times their largest
+      entry (``iterations`` then the most that run; a ``while_loop``: under ``vmap`` the
+      batch's slowest problem sets the count).
+    - ``warm_start`` (static): ``False`` (default) starts every solve from zero impulses;
+      ``True`` from the previous step's, carried in the simulator state
+      (:attr:`jaxdyn.sim.State.impulses`, per contact slot; :func:`jaxdyn.sim.warm_state`
+      gives a state its first, zeros; a state without them starts from zero and carries
+      none), as MuJoCo warm-starts its solver from ``qacc_warmstart``. With ``tolerance``
+      the solve then stops after few iterations where the contacts change little between
+      steps.
     - ``baumgarte``: fraction of a penetration removed per step; ``None`` (default): each
       contact's from its ``solref`` (:attr:`ContactFrames.solref`, an MJCF file's geoms),
       ``min(1, dt / timeconst)`` (the penetration then decays with MuJoCo's time constant;
@@ -551,6 +562,8 @@ class Constraint(eqx.Module):
     refsafe: bool = eqx.field(static=True, default=True)
     cone: str | None = eqx.field(static=True, default=None)
     solreffriction: jnp.ndarray | None = None
+    tolerance: float | None = eqx.field(static=True, default=None)
+    warm_start: bool = eqx.field(static=True, default=False)
 
     _RULES = (
         ("friction", 0.0, False),
@@ -595,9 +608,31 @@ class Constraint(eqx.Module):
             n = getattr(self, name)
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
                 raise ValueError(f"Constraint: {name} must be an integer >= {least}, got {n!r}")
+        tol = self.tolerance
+        if tol is not None and (
+            isinstance(tol, bool)
+            or not isinstance(tol, (int, float, np.floating, np.integer))
+            or not np.isfinite(tol)
+            or tol < 0
+        ):
+            raise ValueError(f"Constraint: tolerance must be None or a number >= 0, got {tol!r}")
+        if not isinstance(self.warm_start, bool):
+            raise ValueError(
+                f"Constraint: warm_start must be True or False, got {self.warm_start!r}"
+            )
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
+
+
+def solver_block_rows(contact: Constraint, width: int = 3) -> int:
+    """The rows of one contact's block in the cone problem ``contact`` solves (static):
+    ``[n, t1, t2]`` (3) for the hard contact, the contact's ``width`` rows
+    (:attr:`ContactFrames.width`) on soft elliptic cones, ``2 (width - 1)`` pyramid edges on
+    soft pyramidal ones (:func:`contact_problem`)."""
+    if not contact.soft:
+        return 3
+    return 2 * (width - 1) if contact.cone == "pyramidal" else width
 
 
 def live_contacts(distance):
@@ -751,22 +786,24 @@ def lambda_max_bound(A):
 
 
 def _row_scaling(G, live, nc, width):
-    """The scaling ``s`` (flat, ``(nc width + nl,)``) that brings the scalar rows after the
-    contact blocks to the contacts' weight: 1 on the contact rows, ``sqrt(d_c / G_ii)`` on the
-    scalar rows, ``d_c`` the mean diagonal of the live contact rows (1 without any; 1 where
-    ``G_ii`` is not positive). ``lam = s x`` keeps ``x`` in the same cones (each is scaled by
-    one number) and De Saxce's term scales with it, so the fixed point is the same; rows of
-    very different weight (a light joint's limit row, ``G_ii`` 1e5, beside a heavy body's
-    contacts, 0.1) no longer share the step size of the heaviest."""
+    """The diagonal scaling ``s`` (flat, ``(nc width + nl,)``) of the projected gradient's
+    variable ``x = lam / s`` (Jacobi preconditioning with one number per cone): ``1 /
+    sqrt(d_i)`` on each contact block, ``d_i`` the mean diagonal of its block, and ``1 /
+    sqrt(G_ii)`` on each scalar row after them (1 where that diagonal is not positive). Each
+    cone is scaled by one number, so ``x`` lies in the same cones and De Saxce's term scales
+    with it: the fixed point is the same. Rows of very different weight (a light joint's
+    limit row, ``G_ii`` 1e5, beside a heavy body's contacts, 0.1; a foot's contact beside a
+    heavier body's) no longer share the step size of the heaviest: the scaled matrix has a
+    unit diagonal, and its conditioning, which sets the iterations' rate, is that of the
+    problem rather than of the bodies' masses. ``live`` is unused (the scaling of an empty
+    slot does not matter: its impulse stays 0)."""
+    del live
     d = jnp.diagonal(G)
     k = nc * width
-    live_c = jnp.repeat(live[:nc], width)
-    count = jnp.sum(live_c)
-    d_c = jnp.where(count > 0, jnp.sum(d[:k] * live_c) / jnp.maximum(count, 1.0), 1.0)
-    d_l = d[k:]
-    pos = (d_l > 0) & (d_c > 0)
-    s_l = jnp.where(pos, jnp.sqrt(jnp.where(pos, d_c / jnp.where(pos, d_l, 1.0), 1.0)), 1.0)
-    return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
+    blk = jnp.repeat(jnp.sum(d[:k].reshape(nc, width), -1) / width, width)
+    x = jnp.concatenate([blk, d[k:]])
+    pos = x > 0
+    return jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, x, 1.0)), 1.0).astype(G.dtype)
 
 
 def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
@@ -802,25 +839,31 @@ def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
     return jnp.where(ok, trial, lam)
 
 
-def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None):
+def _solve_fixed(
+    G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None, x0=None, tol=None
+):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
-    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
-    (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
-    contacts' weight; constant on each cone: the same solution), only matrix-vector products
-    and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
-    ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar rows, one safeguarded active-set step
-    on them (:func:`_polish_rows`: their exact impulses given the contacts'); then
-    ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
-    lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
-    contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
-    velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
-    candidates' block of ``S G S`` only (``S`` from the candidates), so the iterates are the same
-    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
-    ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
-    edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
-    one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
-    flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per contact."""
+    up to ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1
+    lam`` (the diagonal scaling ``S`` of :func:`_row_scaling`, one number per cone: the same
+    solution), only matrix-vector products and cone projections; with ``coulomb`` the gradient
+    ``G lam + u`` carries De Saxce's term ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar
+    rows, one safeguarded active-set step on them after the iterations
+    (:func:`_polish_rows`); then ``newton`` semismooth Newton steps on the fixed-point
+    residual ``F(lam) - lam`` (:func:`_flat_map`), each kept only if it lowers the residual.
+
+    ``x0`` (flat, ``None``: zeros): the impulses the iterations start from (a warm start:
+    the previous step's, MuJoCo's ``qacc_warmstart``), projected onto ``K`` and zero on the
+    empty slots. ``tol`` (static, ``None``: run all ``iterations``): stop once a step moves
+    the scaled impulses by at most ``tol`` times their largest entry, ``max |x_{k+1} - y_k|
+    <= tol max |x_{k+1}|`` (the projected gradient step at the extrapolated point, zero at the
+    fixed point; a ``while_loop``, which under ``vmap`` runs until every problem of the
+    batch has stopped), or after ``iterations`` steps.
+
+    ``G`` in ``nc`` blocks of ``width`` rows (second-order cones, or pyramid edges with
+    ``pyramid``), then ``nl`` scalar one-sided rows after the contact blocks (impulse ``>= 0``,
+    :func:`_flat_map`). Returns the flat impulses ``(nc width + nl,)``, the per-row ``rho`` and
+    ``mu`` per contact."""
     n = u.shape[0]
     nc = (n - nl) // width
     dtype = u.dtype
@@ -828,26 +871,45 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S = diag(s) that brings
-    # the scalar rows to the contacts' weight (none without scalar rows: the same iterates)
-    s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
-    Gs = G * s[:, None] * s[None, :] if nl else G
-    us = u * s if nl else u
+    # iterate on x = lam / s, the problem (S G S, S u) of the per-cone Jacobi scaling S
+    s = _row_scaling(G, live, nc, width)
+    Gs = G * s[:, None] * s[None, :]
+    us = u * s
     L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
 
-    def apgd(carry, _):
-        x, y, th = carry
+    def apgd(carry):
+        x, y, th = carry[:3]
         g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
         xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
         yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
-        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+        return xn, yn, jnp.where(restart, 1.0, thn).astype(dtype), xn - y
 
-    zero = jnp.zeros(n, dtype)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    lam = s * x if nl else x
+    if x0 is None:
+        start = jnp.zeros(n, dtype)
+    else:  # the warm start: in K, zero on the empty slots
+        start = m * _project_rows(jnp.asarray(x0, dtype) / s, mu_c, nc, width, pyramid)
+    one = jnp.ones((), dtype)
+    if tol is None:
+        (x, _, _), _ = jax.lax.scan(
+            lambda c, _: (apgd(c)[:3], None), (start, start, one), None, length=iterations
+        )
+    else:
+
+        def more(c):
+            x, _, _, k, moved = c
+            big = jnp.max(jnp.abs(x), initial=0.0)
+            return (k < iterations) & ~(moved <= tol * big)
+
+        def body(c):
+            x, y, th, dx = apgd(c[:3])
+            return x, y, th, c[3] + 1, jnp.max(jnp.abs(dx), initial=0.0)
+
+        inf = jnp.asarray(jnp.inf, dtype)
+        x = jax.lax.while_loop(more, body, (start, start, one, jnp.zeros((), jnp.int32), inf))[0]
+    lam = s * x
     if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
 
@@ -863,16 +925,19 @@ def _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyr
     return lam, rho, mu_c
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
-def _solve(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid):
-    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9, 10, 11))
+def _solve(G, u, mu, live, x0, iterations, newton, coulomb, width, nl, pyramid, tol):
+    return _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid, x0, tol)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, primals, tangents):
-    G, u, mu, live = primals
-    dG, du, dmu, _ = tangents
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid)
+def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, tol, primals, tangents):
+    # the warm start x0 moves the iterates, not the fixed point: no derivative in it
+    G, u, mu, live, x0 = primals
+    dG, du, dmu, _, _ = tangents
+    lam, rho, mu_c = _solve_fixed(
+        G, u, mu, live, iterations, newton, coulomb, width, nl, pyramid, x0, tol
+    )
     nc = mu_c.shape[0]
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     _, rhs = jax.jvp(
@@ -897,6 +962,8 @@ def solve_cone_complementarity(
     cone: str = "elliptic",
     rows: int = 0,
     width: int | None = None,
+    x0: Array | None = None,
+    tolerance: float | None = None,
 ) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -927,6 +994,13 @@ def solve_cone_complementarity(
     ``cone="pyramidal"``): an elliptic block ``[n, t_1 ... t_k]`` with any number of tangent
     rows (the cone ``|lam_t| <= mu lam_n``; MuJoCo's condim 4 / 6 after their scaling,
     :func:`_soft_problem`), a pyramid's ``2 (condim - 1)`` edges.
+
+    ``x0`` (flat ``(nc width + rows,)``, ``None``: zeros): the impulses the iterations start
+    from, a warm start (the previous step's solution; no derivative is taken in it: the
+    result is differentiated as the fixed point). ``tolerance`` (static, ``None``: every
+    iteration runs): stop the iterations early once a step moves the (scaled) impulses by at
+    most ``tolerance`` times their largest entry (:func:`_solve_fixed`); ``iterations`` is
+    then the most that run.
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
@@ -937,7 +1011,14 @@ def solve_cone_complementarity(
     nc = (u.shape[0] - nl) // width
     live = jnp.ones(nc + nl, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
     mu = jnp.asarray(mu, u.dtype)
-    lam = _solve(G, u, mu, live, int(iterations), int(newton), bool(coulomb), width, nl, pyramid)
+    x0 = jnp.zeros(u.shape, u.dtype) if x0 is None else jnp.asarray(x0, u.dtype)
+    if x0.shape != u.shape:
+        raise ValueError(
+            f"solve_cone_complementarity: x0 must have the shape of u {u.shape}, got {x0.shape}"
+        )
+    tol = None if tolerance is None else float(tolerance)
+    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid, tol)
+    lam = _solve(G, u, mu, live, x0, *settings)
     lam_c = lam[: nc * width].reshape(nc, width)
     return (lam_c, lam[nc * width :]) if nl else lam_c
 
@@ -1020,30 +1101,38 @@ def solve_contact_impulses(
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
-    lam, _, res = solve_problem(*problem, *settings, residual=residual)
+    lam, _, res, _ = solve_problem(
+        *problem, *settings, residual=residual, tolerance=contact.tolerance
+    )
     return (lam, res) if residual else lam
 
 
-def solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True):
+def solve_problem(
+    Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True, x0=None, tolerance=None
+):
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
     joint limits, :func:`jaxdyn.sim.limits.solve`) by :func:`solve_cone_complementarity`:
     ``(lam (nc, w), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
     t1, t2]`` (``w = 3``; condim 4 / 6: ``[n, t1, t2, n_w(, t1_w, t2_w)]``; a pyramid's edge
     impulses ``f``, or the scaled rows of condim 4 / 6, mapped through ``E^T f``), the scalar
-    rows' impulses (``None`` without) and the solve's relative residual
-    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``)."""
+    rows' impulses (``None`` without), the solve's relative residual (:func:`solve_residual`,
+    on the problem as solved; ``None`` with ``residual=False``) and the flat solution ``x``
+    in the solver's own rows (``(nc w_e + rows,)``, ``w_e`` the blocks' rows: 3, a pyramid's
+    edges, condim 4 / 6's scaled rows), what a next solve of the same slots warm-starts from
+    (``x0``, with ``tolerance``: :func:`solve_cone_complementarity`)."""
     pyramid = E is not None and E.shape[1] > E.shape[2]  # edges (else a scaling of the rows)
     cone = "pyramidal" if pyramid else "elliptic"
     width = 3 if E is None else E.shape[1]
     out = solve_cone_complementarity(
         Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows,
-        width=width,
+        width=width, x0=x0, tolerance=tolerance,
     )  # fmt: skip
     lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
     res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r, pyramid=pyramid) if residual else None
+    x = lam.reshape(-1) if lam_r is None else jnp.concatenate([lam.reshape(-1), lam_r])
     lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # to the rows [n, t1, t2, ...]
-    return lam, lam_r, res
+    return lam, lam_r, res, x
 
 
 def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):
