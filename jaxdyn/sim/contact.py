@@ -786,24 +786,22 @@ def lambda_max_bound(A):
 
 
 def _row_scaling(G, live, nc, width):
-    """The diagonal scaling ``s`` (flat, ``(nc width + nl,)``) of the projected gradient's
-    variable ``x = lam / s`` (Jacobi preconditioning with one number per cone): ``1 /
-    sqrt(d_i)`` on each contact block, ``d_i`` the mean diagonal of its block, and ``1 /
-    sqrt(G_ii)`` on each scalar row after them (1 where that diagonal is not positive). Each
-    cone is scaled by one number, so ``x`` lies in the same cones and De Saxce's term scales
-    with it: the fixed point is the same. Rows of very different weight (a light joint's
-    limit row, ``G_ii`` 1e5, beside a heavy body's contacts, 0.1; a foot's contact beside a
-    heavier body's) no longer share the step size of the heaviest: the scaled matrix has a
-    unit diagonal, and its conditioning, which sets the iterations' rate, is that of the
-    problem rather than of the bodies' masses. ``live`` is unused (the scaling of an empty
-    slot does not matter: its impulse stays 0)."""
-    del live
+    """The scaling ``s`` (flat, ``(nc width + nl,)``) that brings the scalar rows after the
+    contact blocks to the contacts' weight: 1 on the contact rows, ``sqrt(d_c / G_ii)`` on the
+    scalar rows, ``d_c`` the mean diagonal of the live contact rows (1 without any; 1 where
+    ``G_ii`` is not positive). ``lam = s x`` keeps ``x`` in the same cones (each is scaled by
+    one number) and De Saxce's term scales with it, so the fixed point is the same; rows of
+    very different weight (a light joint's limit row, ``G_ii`` 1e5, beside a heavy body's
+    contacts, 0.1) no longer share the step size of the heaviest."""
     d = jnp.diagonal(G)
     k = nc * width
-    blk = jnp.repeat(jnp.sum(d[:k].reshape(nc, width), -1) / width, width)
-    x = jnp.concatenate([blk, d[k:]])
-    pos = x > 0
-    return jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, x, 1.0)), 1.0).astype(G.dtype)
+    live_c = jnp.repeat(live[:nc], width)
+    count = jnp.sum(live_c)
+    d_c = jnp.where(count > 0, jnp.sum(d[:k] * live_c) / jnp.maximum(count, 1.0), 1.0)
+    d_l = d[k:]
+    pos = (d_l > 0) & (d_c > 0)
+    s_l = jnp.where(pos, jnp.sqrt(jnp.where(pos, d_c / jnp.where(pos, d_l, 1.0), 1.0)), 1.0)
+    return jnp.concatenate([jnp.ones(k, G.dtype), s_l])
 
 
 def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
@@ -844,26 +842,31 @@ def _solve_fixed(
 ):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
-    up to ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1
-    lam`` (the diagonal scaling ``S`` of :func:`_row_scaling`, one number per cone: the same
-    solution), only matrix-vector products and cone projections; with ``coulomb`` the gradient
-    ``G lam + u`` carries De Saxce's term ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar
-    rows, one safeguarded active-set step on them after the iterations
-    (:func:`_polish_rows`); then ``newton`` semismooth Newton steps on the fixed-point
-    residual ``F(lam) - lam`` (:func:`_flat_map`), each kept only if it lowers the residual.
+    ``iterations`` steps of size ``1 / L``, ``L >= lambda_max(S G S)``, on ``x = S^-1 lam``
+    (the diagonal scaling ``S`` of :func:`_row_scaling` that brings the scalar rows to the
+    contacts' weight; constant on each cone: the same solution), only matrix-vector products
+    and cone projections; with ``coulomb`` the gradient ``G lam + u`` carries De Saxce's term
+    ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar rows, one safeguarded active-set step
+    on them (:func:`_polish_rows`: their exact impulses given the contacts'); then
+    ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
+    lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
+    contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
+    velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
+    candidates' block of ``S G S`` only (``S`` from the candidates), so the iterates are the same
+    whether the solve carries empty slots or not (:attr:`Constraint.max_contacts`).
+    ``width`` (static): 3 for the rows ``[n, t1, t2]`` of second-order cones, 4 for pyramid
+    edges (:func:`pyramid_edges`; impulses ``>= 0``, ``mu`` unused); ``nl`` (static): scalar
+    one-sided rows after the contact blocks (impulse ``>= 0``, :func:`_flat_map`). Returns the
+    flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per contact.
 
     ``x0`` (flat, ``None``: zeros): the impulses the iterations start from (a warm start:
-    the previous step's, MuJoCo's ``qacc_warmstart``), projected onto ``K`` and zero on the
-    empty slots. ``tol`` (static, ``None``: run all ``iterations``): stop once a step moves
-    the scaled impulses by at most ``tol`` times their largest entry, ``max |x_{k+1} - y_k|
-    <= tol max |x_{k+1}|`` (the projected gradient step at the extrapolated point, zero at the
-    fixed point; a ``while_loop``, which under ``vmap`` runs until every problem of the
-    batch has stopped), or after ``iterations`` steps.
-
-    ``G`` in ``nc`` blocks of ``width`` rows (second-order cones, or pyramid edges with
-    ``pyramid``), then ``nl`` scalar one-sided rows after the contact blocks (impulse ``>= 0``,
-    :func:`_flat_map`). Returns the flat impulses ``(nc width + nl,)``, the per-row ``rho`` and
-    ``mu`` per contact."""
+    the previous step's, as MuJoCo starts from ``qacc_warmstart``), projected onto ``K`` and
+    zero on the empty slots. ``tol`` (static; ``None``: all ``iterations`` run, a ``scan``):
+    a ``while_loop`` that stops once a step moves the scaled impulses by at most ``tol``
+    times their largest entry, ``max |x_{k+1} - y_k| <= tol max |x_{k+1}|`` (the projected
+    gradient step at the extrapolated point: zero at the fixed point), or after
+    ``iterations`` steps; under ``vmap`` it runs until every problem of the batch has
+    stopped."""
     n = u.shape[0]
     nc = (n - nl) // width
     dtype = u.dtype
@@ -871,10 +874,11 @@ def _solve_fixed(
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    # iterate on x = lam / s, the problem (S G S, S u) of the per-cone Jacobi scaling S
-    s = _row_scaling(G, live, nc, width)
-    Gs = G * s[:, None] * s[None, :]
-    us = u * s
+    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S that brings the
+    # scalar rows to the contacts' weight (none without scalar rows: the same iterates)
+    s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
+    Gs = G * s[:, None] * s[None, :] if nl else G
+    us = u * s if nl else u
     L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
 
@@ -909,7 +913,7 @@ def _solve_fixed(
 
         inf = jnp.asarray(jnp.inf, dtype)
         x = jax.lax.while_loop(more, body, (start, start, one, jnp.zeros((), jnp.int32), inf))[0]
-    lam = s * x
+    lam = s * x if nl else x
     if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
 
