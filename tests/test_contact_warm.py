@@ -6,6 +6,8 @@ unchanged, and a simulator state that ``jit`` / ``vmap`` / ``grad`` / ``rollout`
 
 from __future__ import annotations
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -66,7 +68,7 @@ def test_warm_started_solve_gradient_matches_finite_differences():
     @jax.jit
     def f(u, x0):
         lam = sim.solve_cone_complementarity(G, u, 0.6, 3000, coulomb=True, x0=x0, tolerance=1e-14)
-        return jnp.sum(jnp.sin(lam))
+        return jnp.sum(jnp.sin(cast("jax.Array", lam)))
 
     gu, gx = jax.grad(f, argnums=(0, 1))(u, x0)
     assert np.all(np.asarray(gx) == 0.0)
@@ -81,7 +83,7 @@ def test_warm_started_solve_gradient_matches_finite_differences():
 def box_case():
     """A 2 kg box on its 4 bottom corners, pushed across the floor (sliding), cold and warm
     (with the early stop) configurations."""
-    model = jaxdyn.load_urdf(BOX, floating_base=True)
+    model = cast("jaxdyn.Model", jaxdyn.load_urdf(BOX, floating_base=True))
     corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
     cs = sim.contact_set(model, [sim.Point("box", c) for c in corners])
     act = sim.Torque(dofs=tuple(range(6)))
@@ -112,6 +114,7 @@ def test_warm_state_steps_like_the_cold_solve(box_case):
     # (4 redundant corners: their impulses' split converges slowest; measured 1.1e-8)
     np.testing.assert_allclose(np.asarray(tw.q), np.asarray(tc.q), atol=1e-7)
     np.testing.assert_allclose(np.asarray(tw.v), np.asarray(tc.v), atol=1e-6)
+    assert tw.impulses is not None
     lam_n = np.asarray(tw.impulses[-1]).reshape(4, 3)[:, 0]
     # the normal impulses carry the weight over the step (mean of the contact rows)
     np.testing.assert_allclose(lam_n.sum(), 2.0 * 9.81 * 2e-3, rtol=1e-3)
@@ -167,3 +170,41 @@ def test_constraint_refuses_bad_solver_options():
         sim.Constraint(tolerance=-1.0)
     with pytest.raises(ValueError, match="Constraint: warm_start must be True or False"):
         sim.Constraint(warm_start=1)  # type: ignore[arg-type]
+
+
+def test_suite_task_refuses_bad_solver_options():
+    from jaxdyn.envs import dm_control_suite as suite
+
+    with pytest.raises(ValueError, match="WalkerMove: warm_start must be None, True or False"):
+        suite.WalkerMove(warm_start=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="WalkerMove: solver_tolerance must be None or a number"):
+        suite.WalkerMove(solver_tolerance=-1.0)
+
+
+@pytest.mark.slow
+def test_suite_task_carries_the_warm_start():
+    """A contact task with ``warm_start=True``: its reset carries zero impulses (the walker's
+    14 contact slots x 3 rows and 6 limit rows), ``jit(step)`` keeps the state's structure
+    (Brax's contract: the same pytree in and out) and replaces them with the solve's, and
+    three control steps stay within the solve's tolerance of the cold, default task."""
+    from jaxdyn.envs import dm_control_suite as suite
+
+    warm = suite.WalkerMove(warm_start=True, solver_tolerance=1e-8, solver_iterations=400)
+    cold = suite.WalkerMove()
+    key = jax.random.PRNGKey(0)
+    s, c = jax.jit(warm.reset)(key), jax.jit(cold.reset)(key)
+    assert s.pipeline_state.impulses is not None
+    assert s.pipeline_state.impulses.shape == (48,) and not np.any(s.pipeline_state.impulses)
+    assert c.pipeline_state.impulses is None
+    act = jnp.full(warm.action_size, 0.3)
+    step_w, step_c = jax.jit(warm.step), jax.jit(cold.step)
+    for _ in range(3):
+        s1 = step_w(s, act)
+        assert jax.tree_util.tree_structure(s1) == jax.tree_util.tree_structure(s)
+        s, c = s1, step_c(c, act)
+    warm.check_state(s)
+    assert np.all(np.isfinite(np.asarray(s.pipeline_state.impulses)))
+    np.testing.assert_allclose(
+        np.asarray(s.pipeline_state.q), np.asarray(c.pipeline_state.q), atol=1e-6
+    )
+    np.testing.assert_allclose(np.asarray(s.obs), np.asarray(c.obs), atol=1e-5)

@@ -41,8 +41,10 @@ with the De Saxce term in its gradient (a fixed-point iteration that has no conv
 in general, as Coulomb friction problems have no uniqueness; in practice it converges as fast
 as the relaxed problem's).
 
-Accelerated projected gradient runs a fixed number of steps (no data-dependent control flow,
-only matrix-vector products and cone projections: the same program on CPU and GPU) of size
+Accelerated projected gradient runs a fixed number of steps by default (no data-dependent
+control flow, only matrix-vector products and cone projections: the same program on CPU and
+GPU; ``Constraint(tolerance=...)`` stops them early instead, and ``warm_start=True`` starts
+them from the previous step's impulses, carried in the simulator state) of size
 ``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`), ``S`` a diagonal
 scaling that brings scalar rows (joint limits) to the contacts' weight (a light joint's limit
 row beside a torso's contacts then converges with them; the identity without such rows);
