@@ -22,8 +22,10 @@ For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.W
   cart-pole's is Playground's, Euler), from the same states (``qpos`` / ``qvel`` of jaxdyn's
   resets); ``jaxdyn, solver_iterations=k`` / ``max_contacts=k`` (the contact tasks,
   ``--jaxdyn-options``) the same task with ``k`` steps of its contact solve instead of the
-  default 100 / with its solve over the ``k`` closest contact slots
-  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options);
+  default 100 / with its solve over the ``k`` closest contact slots, ``warm_start=true`` /
+  ``solver_tolerance=t`` with the solve warm-started / stopped early
+  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options; a warm-started variant
+  starts from the same resets with zero impulses, :func:`warm`);
   ``MJX`` runs the file's solver options, ``MJX (Playground's solver)`` the
   ``iterations`` / ``ls_iterations`` of Playground's copy of the file (walker 2 / 5, hopper
   4 / 10, cheetah 4 / 8, cart-pole 1 / 4: :data:`PLAYGROUND_ITERATIONS`; Playground's

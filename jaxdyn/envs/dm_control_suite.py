@@ -569,7 +569,13 @@ class ContactSuiteEnv(SuiteEnv):
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
       solution while at most ``k`` slots hold a contact (``info["contacts_dropped"]`` counts
       those left out), though the unconverged iterates differ (their step size is taken
-      over the slots solved)."""
+      over the slots solved);
+    * ``warm_start``: start each solve from the previous simulator step's impulses, carried
+      in the state (``pipeline_state.impulses``, zeros after a reset;
+      :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
+    * ``solver_tolerance``: stop the iterations once a step moves the impulses by at most
+      this fraction of their largest (:class:`~jaxdyn.sim.Constraint`'s ``tolerance``;
+      ``solver_iterations`` is then the most that run), which pays with the warm start."""
 
     contact = _sim.Constraint()
     mujoco_order = False
