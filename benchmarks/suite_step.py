@@ -22,8 +22,10 @@ For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.W
   cart-pole's is Playground's, Euler), from the same states (``qpos`` / ``qvel`` of jaxdyn's
   resets); ``jaxdyn, solver_iterations=k`` / ``max_contacts=k`` (the contact tasks,
   ``--jaxdyn-options``) the same task with ``k`` steps of its contact solve instead of the
-  default 100 / with its solve over the ``k`` closest contact slots
-  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options);
+  default 100 / with its solve over the ``k`` closest contact slots, ``warm_start=true`` /
+  ``solver_tolerance=t`` with the solve warm-started / stopped early
+  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options; a warm-started variant
+  starts from the same resets with zero impulses, :func:`warm`);
   ``MJX`` runs the file's solver options, ``MJX (Playground's solver)`` the
   ``iterations`` / ``ls_iterations`` of Playground's copy of the file (walker 2 / 5, hopper
   4 / 10, cheetah 4 / 8, cart-pole 1 / 4: :data:`PLAYGROUND_ITERATIONS`; Playground's
@@ -37,6 +39,10 @@ converged: jaxdyn's task with ``solver_iterations=--reference-iterations``, MJX 
 solver options (Newton, 100 iterations, tolerance 1e-8: the ``MJX`` row is that reference).
 Each simulator against its own converged self, since the two contact models differ (hard
 against soft): it measures what cutting the solver costs each, not how far apart they are.
+The next column is the same error over the batch's resets without a penetrating contact
+(:func:`free_resets`): Playground's hopper and walker resets draw joint angles without a
+collision check, and where one body starts inside another jaxdyn's hard contact problem has
+no solution (its impulses grow with the iterations), so no iteration count converges there.
 
 Each dtype is a phase of its own (``jax_enable_x64`` off for float32, on for float64: jaxdyn's
 environments take the dtype of ``jax_enable_x64`` when built, and so does MJX's
@@ -88,12 +94,19 @@ PLAYGROUND_ITERATIONS = {
 
 def build(name, options=""):
     """jaxdyn's environment ``name`` with ``options`` (``"k=v,k=v"``: the contact tasks'
-    ``solver_iterations`` / ``max_contacts``)."""
+    ``solver_iterations`` / ``max_contacts`` / ``solver_tolerance`` / ``warm_start``)."""
     from jaxdyn.envs import dm_control_suite as suite
 
     cls, kw = ENVS[name]
     extra = dict(kv.split("=") for kv in options.split(",") if kv)
-    return getattr(suite, cls)(**kw, **{k: int(v) for k, v in extra.items()})
+    return getattr(suite, cls)(**kw, **{k: _value(v) for k, v in extra.items()})
+
+
+def _value(text):
+    """An option's value: ``true`` / ``false``, an integer or a float."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return float(text) if any(c in text for c in ".eE") else int(text)
 
 
 def has_contact(name):
@@ -109,6 +122,18 @@ def start(env, B, seed=0):
     dtype = states.pipeline_state.q.dtype
     act = jax.random.uniform(jax.random.PRNGKey(seed + 1), (B, env.action_size), dtype, -1, 1)
     return states, act
+
+
+def warm(env, states):
+    """``states`` (another variant's resets) with the zero impulses that ``env``'s
+    warm-started solve carries (:func:`jaxdyn.sim.warm_state`; unchanged without one)."""
+    from jaxdyn import sim
+
+    model, cfg = env.sys.model, env.sys.cfg
+    ps = jax.vmap(lambda p: sim.warm_state(model, sim.State(p.q, p.v, p.t, p.act), cfg))(
+        states.pipeline_state
+    )
+    return states.replace(pipeline_state=ps)
 
 
 def mjx_fn(env, states, act, iterations=None):
@@ -155,7 +180,7 @@ class Engine:
         self.compile_s = time.perf_counter() - t
         self.label, self.state, self.act, self.qpos, self.ref = label, state, act, qpos, ref
         self.cpu = 0.0
-        self.error = None
+        self.error = self.error_free = None
 
     def rollout(self, steps):
         s, out = self.state, []
@@ -165,10 +190,11 @@ class Engine:
         return np.stack(out)
 
 
-def solver_errors(engines, steps):
+def solver_errors(engines, steps, free=None):
     """Each engine's solver error: the largest ``|qpos - qpos_ref|`` over the batch and
     ``steps`` control steps from the same start, ``qpos_ref`` the rollout of its ``ref`` (the
-    same engine with its solve converged); ``0`` for a reference itself."""
+    same engine with its solve converged); ``0`` for a reference itself. ``free (B,)``: the
+    resets without a penetrating contact; ``error_free`` is the error over those alone."""
     cache = {}
     for e in engines:
         if e.ref is None:
@@ -176,7 +202,21 @@ def solver_errors(engines, steps):
         key = id(e.ref)
         if key not in cache:
             cache[key] = e.ref.rollout(steps)
-        e.error = float(np.max(np.abs(e.rollout(steps) - cache[key])))
+        diff = np.abs(e.rollout(steps) - cache[key]).max(axis=(0, 2))  # per batch member
+        e.error = float(np.max(diff))
+        if free is not None:
+            e.error_free = float(np.max(diff[free], initial=0.0))
+
+
+def free_resets(env, states):
+    """``(B,)`` bools: the reset states none of whose contact slots penetrates (distance
+    ``>= 0``). Playground's resets of the hopper and the walker draw joint angles without
+    a collision check, so a few start with one body inside another: there jaxdyn's hard
+    contact problem has no solution (the penetration's recovery velocity on contacts whose
+    normals the joints between the two bodies cannot all satisfy), its impulses grow without
+    bound with the iterations and no iteration count is converged."""
+    d = jax.vmap(env.contact_frames)(states.pipeline_state).distance
+    return np.asarray(jnp.all(d >= 0, axis=-1))
 
 
 def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, ref_its, steps):
@@ -201,7 +241,8 @@ def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, r
             for k in variants:
                 label = "jaxdyn" if not k else f"jaxdyn, {k.replace(',', ', ')}"
                 f = jax.jit(jax.vmap(envs[k].step))
-                engines.append(Engine(label, f, states, act, jd_qpos, jd_ref))
+                st = warm(envs[k], states)
+                engines.append(Engine(label, f, st, act, jd_qpos, jd_ref))
             for kind in sorted(mjx_kinds):  # "file" first: the reference of "playground"
                 it = None if kind == "file" else PLAYGROUND_ITERATIONS[name]
                 label = "MJX" if it is None else "MJX (Playground's solver)"
@@ -213,7 +254,8 @@ def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, r
                 if it is None:
                     mjx_ref = engines[-1]
             if fidelity:
-                solver_errors(engines, steps)
+                free = free_resets(env, states) if has_contact(name) else None
+                solver_errors(engines, steps, free)
             for e in engines:  # warm up: one call each
                 e.state = jax.block_until_ready(e.fn(e.state, e.act))
             for _ in range(rounds):
@@ -229,10 +271,12 @@ def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, r
             base = engines[0].cpu / n
             for e in engines:
                 us = 1e6 * e.cpu / n
-                rows.append((name, dtype, B, e.label, us, 1e6 * base / us, e.compile_s, e.error))
+                row = (name, dtype, B, e.label, us, 1e6 * base / us, e.compile_s, e.error)
+                rows.append((*row, e.error_free))
                 print(
                     f"{name:9s} {dtype} B={B:4d} {e.label:32s} {us:9.1f} us/step  "
-                    f"compile {e.compile_s:6.1f} s  solver error {e.error}",
+                    f"compile {e.compile_s:6.1f} s  solver error {e.error} "
+                    f"(resets without penetration: {e.error_free})",
                     flush=True,
                 )
     return rows
@@ -297,13 +341,14 @@ def profile(name, dtype, B, rounds, calls):
 def table(rows, steps):
     out = [
         "| env | dtype | B | engine | CPU us / env step | jaxdyn's cost / this | compile s "
-        f"| solver error ({steps} steps) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| solver error ({steps} steps) | its resets without penetration |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, dtype, B, eng, us, ratio, ct, err in rows:
+    for name, dtype, B, eng, us, ratio, ct, err, free in rows:
         r = "" if eng == "jaxdyn" else f"{ratio:.2f}"
         e = "" if err is None else f"{err:.1e}"
-        out.append(f"| {name} | {dtype} | {B} | {eng} | {us:.1f} | {r} | {ct:.1f} | {e} |")
+        f = "" if free is None else f"{free:.1e}"
+        out.append(f"| {name} | {dtype} | {B} | {eng} | {us:.1f} | {r} | {ct:.1f} | {e} | {f} |")
     return "\n".join(out)
 
 

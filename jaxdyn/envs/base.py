@@ -391,7 +391,10 @@ class SimEnv(Env):
     def pipeline_init(self, q: ArrayLike, v: ArrayLike, act: ArrayLike | None = None) -> _sim.State:
         """A :class:`jaxdyn.sim.State` at time 0, in the model's dtype; with activation
         dynamics (:attr:`act_size` > 0) it carries ``act`` (``(act_size,)``; zeros when not
-        given, MuJoCo's reset), which :meth:`pipeline_step` advances with ``q`` and ``v``."""
+        given, MuJoCo's reset), which :meth:`pipeline_step` advances with ``q`` and ``v``;
+        with a warm-started constraint solve (:class:`jaxdyn.sim.Constraint`
+        ``warm_start=True``) it carries zero ``impulses`` (:func:`jaxdyn.sim.warm_state`),
+        which each step replaces with its solve's."""
         dtype = self.sys.model.mass.dtype
         na = self.act_size
         if na == 0:
@@ -410,7 +413,8 @@ class SimEnv(Env):
                     f"(act_size,)=({na},)"
                 )
         q, v = jnp.asarray(q, dtype), jnp.asarray(v, dtype)
-        return _sim.State(q, v, jnp.zeros((), dtype), act)
+        state = _sim.State(q, v, jnp.zeros((), dtype), act)
+        return _sim.warm_state(self.sys.model, state, self.sys.cfg)
 
     def pipeline_step(self, pipeline_state: _sim.State, ctrl: Array) -> tuple[_sim.State, Array]:
         """One control period (``n_frames`` simulator steps) under ``ctrl``.

@@ -569,7 +569,13 @@ class ContactSuiteEnv(SuiteEnv):
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
       solution while at most ``k`` slots hold a contact (``info["contacts_dropped"]`` counts
       those left out), though the unconverged iterates differ (their step size is taken
-      over the slots solved)."""
+      over the slots solved);
+    * ``warm_start``: start each solve from the previous simulator step's impulses, carried
+      in the state (``pipeline_state.impulses``, zeros after a reset;
+      :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
+    * ``solver_tolerance``: stop the iterations once a step moves the impulses by at most
+      this fraction of their largest (:class:`~jaxdyn.sim.Constraint`'s ``tolerance``;
+      ``solver_iterations`` is then the most that run), which pays with the warm start."""
 
     contact = _sim.Constraint()
     mujoco_order = False
@@ -633,8 +639,10 @@ class ContactSuiteEnv(SuiteEnv):
         sim_dt: float,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
-        changes = {}
+        changes: dict[str, Any] = {}
         for name, n, field in (
             ("solver_iterations", solver_iterations, "iterations"),
             ("max_contacts", max_contacts, "max_contacts"),
@@ -646,6 +654,21 @@ class ContactSuiteEnv(SuiteEnv):
                     f"{type(self).__name__}: {name} must be None or an integer >= 1, got {n!r}"
                 )
             changes[field] = int(n)
+        if solver_tolerance is not None:
+            tol = solver_tolerance
+            if isinstance(tol, bool) or not isinstance(tol, (int, float, np.number)) or tol < 0:
+                raise ValueError(
+                    f"{type(self).__name__}: solver_tolerance must be None or a number >= 0, "
+                    f"got {tol!r}"
+                )
+            changes["tolerance"] = float(tol)
+        if warm_start is not None:
+            if not isinstance(warm_start, bool):
+                raise ValueError(
+                    f"{type(self).__name__}: warm_start must be None, True or False, got "
+                    f"{warm_start!r}"
+                )
+            changes["warm_start"] = warm_start
         if changes:  # the instance's contact model: the task's with these settings changed
             self.contact = dataclasses.replace(type(self).contact, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
@@ -809,12 +832,16 @@ class CheetahRun(ContactSuiteEnv):
         settle_steps: int = 200,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -893,6 +920,8 @@ class WalkerMove(ContactSuiteEnv):
         height_obs: str = "z",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -904,6 +933,8 @@ class WalkerMove(ContactSuiteEnv):
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -981,12 +1012,16 @@ class HopperTask(ContactSuiteEnv):
         sim_dt: float = 0.005,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
@@ -1067,12 +1102,16 @@ class FingerSpin(ContactSuiteEnv):
         reset_tries: int = 16,
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.reset_tries = int(reset_tries)
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
@@ -1257,12 +1296,16 @@ class BallInCup(ContactSuiteEnv):
         reset: str = "random",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.set_reset_mode(reset)
         import equinox as eqx
@@ -1377,12 +1420,16 @@ class SuiteHumanoid(ContactSuiteEnv):
         reset: str = "random",
         solver_iterations: int | None = None,
         max_contacts: int | None = None,
+        solver_tolerance: float | None = None,
+        warm_start: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
             sim_dt=sim_dt,
             solver_iterations=solver_iterations,
             max_contacts=max_contacts,
+            solver_tolerance=solver_tolerance,
+            warm_start=warm_start,
         )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)

@@ -40,6 +40,7 @@ from .core import contact_forces as contact_forces
 from .core import rollout as rollout
 from .core import step as step
 from .core import step_info as step_info
+from .core import warm_state as warm_state
 from .equality import Equalities as Equalities
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
@@ -111,5 +112,6 @@ __all__ = [
     "solve_cone_complementarity",
     "step",
     "step_info",
+    "warm_state",
     "urdf_geoms",
 ]

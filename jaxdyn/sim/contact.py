@@ -41,8 +41,10 @@ with the De Saxce term in its gradient (a fixed-point iteration that has no conv
 in general, as Coulomb friction problems have no uniqueness; in practice it converges as fast
 as the relaxed problem's).
 
-Accelerated projected gradient runs a fixed number of steps (no data-dependent control flow,
-only matrix-vector products and cone projections: the same program on CPU and GPU) of size
+Accelerated projected gradient runs a fixed number of steps by default (no data-dependent
+control flow, only matrix-vector products and cone projections: the same program on CPU and
+GPU; ``Constraint(tolerance=...)`` stops them early instead, and ``warm_start=True`` starts
+them from the previous step's impulses, carried in the simulator state) of size
 ``1 / L`` with ``L >= lambda_max(S G_r S)`` (:func:`lambda_max_bound`), ``S`` a diagonal
 scaling that brings scalar rows (joint limits) to the contacts' weight (a light joint's limit
 row beside a torso's contacts then converges with them; the identity without such rows);
@@ -472,6 +474,17 @@ class Constraint(eqx.Module):
       contact's own (as :class:`Compliant`).
     - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
       steps after them (static; see :func:`solve_cone_complementarity`).
+    - ``tolerance`` (static): ``None`` (default) runs all ``iterations``; a number stops them
+      once a step moves the (scaled) impulses by at most ``tolerance`` times their largest
+      entry (``iterations`` then the most that run; a ``while_loop``: under ``vmap`` the
+      batch's slowest problem sets the count).
+    - ``warm_start`` (static): ``False`` (default) starts every solve from zero impulses;
+      ``True`` from the previous step's, carried in the simulator state
+      (:attr:`jaxdyn.sim.State.impulses`, per contact slot; :func:`jaxdyn.sim.warm_state`
+      gives a state its first, zeros; a state without them starts from zero and carries
+      none), as MuJoCo warm-starts its solver from ``qacc_warmstart``. With ``tolerance``
+      the solve then stops after few iterations where the contacts change little between
+      steps.
     - ``baumgarte``: fraction of a penetration removed per step; ``None`` (default): each
       contact's from its ``solref`` (:attr:`ContactFrames.solref`, an MJCF file's geoms),
       ``min(1, dt / timeconst)`` (the penetration then decays with MuJoCo's time constant;
@@ -558,6 +571,8 @@ class Constraint(eqx.Module):
     refsafe: bool = eqx.field(static=True, default=True)
     cone: str | None = eqx.field(static=True, default=None)
     solreffriction: jnp.ndarray | None = None
+    tolerance: float | None = eqx.field(static=True, default=None)
+    warm_start: bool = eqx.field(static=True, default=False)
 
     _RULES = (
         ("friction", 0.0, False),
@@ -602,9 +617,31 @@ class Constraint(eqx.Module):
             n = getattr(self, name)
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
                 raise ValueError(f"Constraint: {name} must be an integer >= {least}, got {n!r}")
+        tol = self.tolerance
+        if tol is not None and (
+            isinstance(tol, bool)
+            or not isinstance(tol, (int, float, np.floating, np.integer))
+            or not np.isfinite(tol)
+            or tol < 0
+        ):
+            raise ValueError(f"Constraint: tolerance must be None or a number >= 0, got {tol!r}")
+        if not isinstance(self.warm_start, bool):
+            raise ValueError(
+                f"Constraint: warm_start must be True or False, got {self.warm_start!r}"
+            )
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
+
+
+def solver_block_rows(contact: Constraint, width: int = 3) -> int:
+    """The rows of one contact's block in the cone problem ``contact`` solves (static):
+    ``[n, t1, t2]`` (3) for the hard contact, the contact's ``width`` rows
+    (:attr:`ContactFrames.width`) on soft elliptic cones, ``2 (width - 1)`` pyramid edges on
+    soft pyramidal ones (:func:`contact_problem`)."""
+    if not contact.soft:
+        return 3
+    return 2 * (width - 1) if contact.cone == "pyramidal" else width
 
 
 def live_contacts(distance):
@@ -846,7 +883,19 @@ def _polish_rows(lam, G, u, mu, rho, live, coulomb, nc, width, pyramid=None):
 
 
 def _solve_fixed(
-    G, u, mu, live, iterations, newton, coulomb, width=3, nl=0, pyramid=None, factors=None
+    G,
+    u,
+    mu,
+    live,
+    iterations,
+    newton,
+    coulomb,
+    width=3,
+    nl=0,
+    pyramid=None,
+    factors=None,
+    x0=None,
+    tol=None,
 ):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
@@ -870,7 +919,16 @@ def _solve_fixed(
     iterations' products ``G y`` as ``U (V y) + d y`` and ``L`` from them
     (:func:`lambda_max_bound`), ``O(n r)`` per step instead of ``O(n^2)`` (ignored with scalar
     rows). Returns the flat impulses ``(nc width + nl,)``, the per-row ``rho`` and ``mu`` per
-    contact."""
+    contact.
+
+    ``x0`` (flat, ``None``: zeros): the impulses the iterations start from (a warm start:
+    the previous step's, as MuJoCo starts from ``qacc_warmstart``), projected onto ``K`` and
+    zero on the empty slots. ``tol`` (static; ``None``: all ``iterations`` run, a ``scan``):
+    a ``while_loop`` that stops once a step moves the scaled impulses by at most ``tol``
+    times their largest entry, ``max |x_{k+1} - y_k| <= tol max |x_{k+1}|`` (the projected
+    gradient step at the extrapolated point: zero at the fixed point), or after
+    ``iterations`` steps; under ``vmap`` it runs until every problem of the batch has
+    stopped."""
     n = u.shape[0]
     nc = (n - nl) // width
     dtype = u.dtype
@@ -878,8 +936,8 @@ def _solve_fixed(
     mu_c = jnp.broadcast_to(mu, (nc,)).astype(dtype)
     live = live.astype(dtype)
     m = jnp.concatenate([jnp.repeat(live[:nc], width), live[nc:]])
-    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S = diag(s) that brings
-    # the scalar rows to the contacts' weight (none without scalar rows: the same iterates)
+    # iterate on x = lam / s, the problem (S G S, S u) of the scaling S that brings the
+    # scalar rows to the contacts' weight (none without scalar rows: the same iterates)
     s = _row_scaling(G, live, nc, width) if nl else jnp.ones(n, dtype)
     Gs = G * s[:, None] * s[None, :] if nl else G
     us = u * s if nl else u
@@ -894,10 +952,14 @@ def _solve_fixed(
     else:
         L = lambda_max_bound(Gs * m[:, None] * m[None, :])
     step = 1.0 / jnp.where(L > 0, L, jnp.max(jnp.diagonal(Gs)))  # no candidates: any step
+    if x0 is None:
+        start = jnp.zeros(n, dtype)
+    else:  # the warm start: in K, zero on the empty slots
+        start = m * _project_rows(jnp.asarray(x0, dtype) / s, mu_c, nc, width, pyramid)
     if not nl and not _is_pyramid(width, pyramid):
-        x = _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width)
+        x = _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width, start, tol)
     else:
-        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid)
+        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start, tol)
     lam = s * x if nl else x
     if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
@@ -914,26 +976,50 @@ def _solve_fixed(
     return lam, rho, mu_c
 
 
-def _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid):
-    """The accelerated projected gradient steps of :func:`_solve_fixed` on flat impulses
-    (contact blocks, then scalar rows): ``x`` after ``iterations`` steps from 0."""
-    dtype = us.dtype
+def _iterate(apgd, start, iterations, tol):
+    """The iterate of ``apgd`` (``(x, y, theta) -> (x, y, theta, x - y)``, one accelerated
+    step) from ``(start, start, 1)``: ``iterations`` steps (``tol`` ``None``, a ``scan``), or a
+    ``while_loop`` stopping once a step moves the iterate by at most ``tol`` times its largest
+    entry (:func:`_solve_fixed`)."""
+    one = jnp.ones((), start.dtype)
+    if tol is None:
+        (x, _, _), _ = jax.lax.scan(
+            lambda c, _: (apgd(c)[:3], None), (start, start, one), None, length=iterations
+        )
+        return x
 
-    def apgd(carry, _):
+    def more(c):
+        x, _, _, k, moved = c
+        big = jnp.max(jnp.abs(x), initial=0.0)
+        return (k < iterations) & ~(moved <= tol * big)
+
+    def body(c):
+        x, y, th, dx = apgd(c[:3])
+        return x, y, th, c[3] + 1, jnp.max(jnp.abs(dx), initial=0.0)
+
+    inf = jnp.asarray(jnp.inf, start.dtype)
+    return jax.lax.while_loop(more, body, (start, start, one, jnp.zeros((), jnp.int32), inf))[0]
+
+
+def _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start=None, tol=None):
+    """The accelerated projected gradient steps of :func:`_solve_fixed` on flat impulses
+    (contact blocks, then scalar rows) from ``start`` (``None``: zeros; :func:`_iterate`)."""
+    dtype = us.dtype
+    start = jnp.zeros_like(us) if start is None else start
+
+    def apgd(carry):
         x, y, th = carry
         g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
         xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
         yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
-        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+        return xn, yn, jnp.where(restart, 1.0, thn).astype(dtype), xn - y
 
-    zero = jnp.zeros_like(us)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    return x
+    return _iterate(apgd, start, iterations, tol)
 
 
-def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
+def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width, start=None, tol=None):
     """:func:`_apgd` on second-order cones without scalar rows, the iterate held as rows
     ``(width, nc)`` (each row of every contact contiguous: the cone projection and De Saxce's
     term vectorise over the contacts, not over a block's three rows): the same steps (to the
@@ -942,6 +1028,7 @@ def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
     dtype = us.dtype
     rows = lambda z: z.reshape(nc, width).T  # noqa: E731  (flat blocks -> (width, nc))
     u_r = rows(us)
+    start = jnp.zeros_like(us) if start is None else start
     if factors is not None:
         U, V, d = factors
         r = U.shape[1]
@@ -958,7 +1045,7 @@ def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
         def matvec(y):
             return (G_r @ y.reshape(-1)).reshape(width, nc)
 
-    def apgd(carry, _):
+    def apgd(carry):
         x, y, th = carry
         g = matvec(y) + u_r
         if coulomb:  # De Saxce's modified velocity (_desaxce)
@@ -969,25 +1056,25 @@ def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width):
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = jnp.sum(g * (xn - x)) > 0
         yn = jnp.where(restart, xn, xn + ((th - 1) / thn) * (xn - x))
-        return (xn, yn, jnp.where(restart, 1.0, thn).astype(dtype)), None
+        return xn, yn, jnp.where(restart, 1.0, thn).astype(dtype), xn - y
 
-    zero = jnp.zeros_like(u_r)
-    (x, _, _), _ = jax.lax.scan(apgd, (zero, zero, jnp.ones((), dtype)), None, length=iterations)
-    return x.T.reshape(-1)
+    return _iterate(apgd, rows(start), iterations, tol).T.reshape(-1)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
-def _solve(G, u, mu, live, factors, iterations, newton, coulomb, width, nl, pyramid):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8, 9, 10, 11, 12))
+def _solve(G, u, mu, live, factors, x0, iterations, newton, coulomb, width, nl, pyramid, tol):
     args = (iterations, newton, coulomb, width, nl, pyramid)
-    return _solve_fixed(G, u, mu, live, *args, factors=factors)[0]
+    return _solve_fixed(G, u, mu, live, *args, factors=factors, x0=x0, tol=tol)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, primals, tangents):
-    G, u, mu, live, factors = primals  # factors: G's, to rounding (no tangent of their own)
-    dG, du, dmu, _, _ = tangents
+def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, tol, primals, tangents):
+    # factors: G's, to rounding (no tangent of their own); the warm start x0 moves the
+    # iterates, not the fixed point: no derivative in it
+    G, u, mu, live, factors, x0 = primals
+    dG, du, dmu, _, _, _ = tangents
     args = (iterations, newton, coulomb, width, nl, pyramid)
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, *args, factors=factors)
+    lam, rho, mu_c = _solve_fixed(G, u, mu, live, *args, factors=factors, x0=x0, tol=tol)
     nc = mu_c.shape[0]
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     _, rhs = jax.jvp(
@@ -1013,6 +1100,8 @@ def solve_cone_complementarity(
     rows: int = 0,
     width: int | None = None,
     factors: tuple[Array, Array, Array] | None = None,
+    x0: Array | None = None,
+    tolerance: float | None = None,
 ) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -1050,6 +1139,13 @@ def solve_cone_complementarity(
     products and the step's bound use them (``O(n r)`` per step instead of ``O(n^2)``), the
     same iterates to rounding; ``G`` is still used for the rest (row steps, residual,
     derivatives).
+
+    ``x0`` (flat ``(nc width + rows,)``, ``None``: zeros): the impulses the iterations start
+    from, a warm start (the previous step's solution; no derivative is taken in it: the
+    result is differentiated as the fixed point). ``tolerance`` (static, ``None``: every
+    iteration runs): stop the iterations early once a step moves the (scaled) impulses by at
+    most ``tolerance`` times their largest entry (:func:`_solve_fixed`); ``iterations`` is
+    then the most that run.
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
@@ -1060,8 +1156,14 @@ def solve_cone_complementarity(
     nc = (u.shape[0] - nl) // width
     live = jnp.ones(nc + nl, u.dtype) if live is None else jnp.asarray(live).astype(u.dtype)
     mu = jnp.asarray(mu, u.dtype)
-    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid)
-    lam = _solve(G, u, mu, live, None if nl else factors, *settings)
+    x0 = jnp.zeros(u.shape, u.dtype) if x0 is None else jnp.asarray(x0, u.dtype)
+    if x0.shape != u.shape:
+        raise ValueError(
+            f"solve_cone_complementarity: x0 must have the shape of u {u.shape}, got {x0.shape}"
+        )
+    tol = None if tolerance is None else float(tolerance)
+    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid, tol)
+    lam = _solve(G, u, mu, live, None if nl else factors, x0, *settings)
     lam_c = lam[: nc * width].reshape(nc, width)
     return (lam_c, lam[nc * width :]) if nl else lam_c
 
@@ -1151,12 +1253,26 @@ def solve_contact_impulses(
     fac = None
     if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
         fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
-    lam, _, res = solve_problem(*problem, *settings, residual=residual, factors=fac)
+    lam, _, res, _ = solve_problem(
+        *problem, *settings, residual=residual, factors=fac, tolerance=contact.tolerance
+    )
     return (lam, res) if residual else lam
 
 
 def solve_problem(
-    Gr, u, mu, live, E, iterations, newton, coulomb, rows=0, residual=True, factors=None
+    Gr,
+    u,
+    mu,
+    live,
+    E,
+    iterations,
+    newton,
+    coulomb,
+    rows=0,
+    residual=True,
+    factors=None,
+    x0=None,
+    tolerance=None,
 ):
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
@@ -1164,20 +1280,24 @@ def solve_problem(
     ``(lam (nc, w), lam_rows (rows,), residual)``, the contact impulses in the rows ``[n,
     t1, t2]`` (``w = 3``; condim 4 / 6: ``[n, t1, t2, n_w(, t1_w, t2_w)]``; a pyramid's edge
     impulses ``f``, or the scaled rows of condim 4 / 6, mapped through ``E^T f``), the scalar
-    rows' impulses (``None`` without) and the solve's relative residual
-    (:func:`solve_residual`, on the problem as solved; ``None`` with ``residual=False``);
-    ``factors``: :func:`solve_cone_complementarity`'s."""
+    rows' impulses (``None`` without), the solve's relative residual (:func:`solve_residual`,
+    on the problem as solved; ``None`` with ``residual=False``) and the flat solution ``x``
+    in the solver's own rows (``(nc w_e + rows,)``, ``w_e`` the blocks' rows: 3, a pyramid's
+    edges, condim 4 / 6's scaled rows), what a next solve of the same slots warm-starts from
+    (``x0``, with ``tolerance``: :func:`solve_cone_complementarity`); ``factors``:
+    :func:`solve_cone_complementarity`'s."""
     pyramid = E is not None and E.shape[1] > E.shape[2]  # edges (else a scaling of the rows)
     cone = "pyramidal" if pyramid else "elliptic"
     width = 3 if E is None else E.shape[1]
     out = solve_cone_complementarity(
         Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows,
-        width=width, factors=factors,
+        width=width, factors=factors, x0=x0, tolerance=tolerance,
     )  # fmt: skip
     lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
     res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r, pyramid=pyramid) if residual else None
+    x = lam.reshape(-1) if lam_r is None else jnp.concatenate([lam.reshape(-1), lam_r])
     lam = lam if E is None else jnp.einsum("ci,cij->cj", lam, E)  # to the rows [n, t1, t2, ...]
-    return lam, lam_r, res
+    return lam, lam_r, res, x
 
 
 def contact_problem(contact: Constraint, G, frames, v_free_rows, dt, v_rows=None):

@@ -115,28 +115,39 @@ __all__ = [
     "rollout",
     "contact_forces",
     "contact_counts",
+    "warm_state",
 ]
 
 INTEGRATORS = ("euler", "rk4", "implicit", "implicit_damping")
 
 
 class State(eqx.Module):
-    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t`` and the
+    """Simulation state: configuration ``q (nq,)``, velocity ``v (nv,)``, time ``t``, the
     actuators' activations ``act (na,)`` (``None`` where the actuator has none:
-    :meth:`jaxdyn.sim.GainBias.act_size`)."""
+    :meth:`jaxdyn.sim.GainBias.act_size`) and the last constraint solve's impulses
+    ``impulses`` (flat, in the solver's rows: every contact slot's block, then the joint-limit
+    rows; ``None``: none carried), from which a :class:`~jaxdyn.sim.contact.Constraint` with
+    ``warm_start=True`` starts its next solve (:func:`warm_state` gives a state its first)."""
 
     q: jnp.ndarray
     v: jnp.ndarray
     t: jnp.ndarray
     act: jnp.ndarray | None = None
+    impulses: jnp.ndarray | None = None
 
     def __init__(
-        self, q: ArrayLike, v: ArrayLike, t: ArrayLike = 0.0, act: ArrayLike | None = None
+        self,
+        q: ArrayLike,
+        v: ArrayLike,
+        t: ArrayLike = 0.0,
+        act: ArrayLike | None = None,
+        impulses: ArrayLike | None = None,
     ) -> None:
         self.q = jnp.asarray(q)
         self.v = jnp.asarray(v)
         self.t = jnp.asarray(t, dtype=self.v.dtype if hasattr(self.v, "dtype") else None)
         self.act = None if act is None else jnp.asarray(act)
+        self.impulses = None if impulses is None else jnp.asarray(impulses)
 
 
 class SimConfig(eqx.Module):
@@ -524,7 +535,7 @@ def _limit_rows(cfg) -> LimitConstraints | None:
 
 
 def _constraint_velocity(
-    model, cfg, ws, origin, v_free, solve, h, v, q, plain=None, unreduced=None
+    model, cfg, ws, origin, v_free, solve, h, v, q, plain=None, unreduced=None, warm=None
 ):
     """Velocity after the impulses of the constraint model's contacts and of the joint-limit
     rows (``cfg.limit_constraints``, :func:`jaxdyn.sim.limits.solve`), the contact forces
@@ -538,16 +549,21 @@ def _constraint_velocity(
     (:func:`jaxdyn.sim.limits.solve`). With equality rows eliminated (:func:`_equality_rows`:
     ``v_free``, ``solve`` and ``plain`` are theirs), ``unreduced`` is the inverse the soft rows
     are posed with, without them: soft contacts without MuJoCo's ``invweight`` take the
-    Delassus diagonal of it, as in the one problem of all rows."""
+    Delassus diagonal of it, as in the one problem of all rows.
+
+    ``warm``: the previous solve's flat impulses (:attr:`State.impulses`; ``None``: a cold
+    start), with ``cfg.contact.warm_start`` the solve's start; the fourth result is this
+    solve's, one block per contact slot (zeros on the slots ``max_contacts`` left out), then
+    the limit rows (``None`` without a warm-started constraint contact)."""
     lim = _limit_rows(cfg)
     solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
         tendons = (cfg.tendons, cfg.spatial_tendons)
-        dv, _, res = L.solve(
+        dv, _, res, _ = L.solve(
             lim, model, q, v, v_free, solve, h, solve_m=solve_m, v_free_m=v_free_m, tendons=tendons
         )
-        return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32))
+        return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32)), None
     vb, frames = _contact_kinematics(model, cfg, ws, origin, v_free)
     assert frames is not None  # a contact model has contacts (SimConfig checks)
     nc, k = frames.distance.shape[0], cfg.contact.max_contacts
@@ -584,6 +600,19 @@ def _constraint_velocity(
         rows = jnp.concatenate([rows, Jw @ v_free], 1)
     Jc = Jc.reshape(-1, model.nv)
     v_rows = (Jc @ v).reshape(-1, w) if cfg.contact.soft else None
+    x0 = None
+    if warm is not None and cfg.contact.warm_start:
+        we, nl = C.solver_block_rows(cfg.contact, w), (0 if lim is None else lim.rows)
+        if warm.shape != (nc * we + nl,):
+            raise ValueError(
+                f"state.impulses has shape {tuple(warm.shape)}, expected ({nc * we + nl},) for "
+                f"this model and cfg ({nc} contact slots of {we} rows, {nl} limit rows; "
+                "jaxdyn.sim.warm_state gives the first)"
+            )
+        x0 = warm
+        if idx is not None:  # the kept slots' blocks
+            kept = warm[: nc * we].reshape(nc, we)[idx].reshape(-1)
+            x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
     if lim is None:
@@ -593,13 +622,17 @@ def _constraint_velocity(
         G = 0.5 * (G + G.T)
         # more rows than dofs: the solve's products through the factors J, M^-1 J^T of G
         factors = (Jc, V) if 2 * model.nv < Jc.shape[0] else None
-        out = C.solve_contact_impulses(
-            cfg.contact, G, frames, rows, h, v_rows, residual=True, factors=factors
-        )
-        lam, res = cast("tuple[Array, Array]", out)
+        problem = C.contact_problem(cfg.contact, G, frames, rows, h, v_rows)
+        settings = (cfg.contact.iterations, cfg.contact.newton, not cfg.contact.relaxed)
+        tol = cfg.contact.tolerance
+        Gr, E = problem[0], problem[4]
+        fac = None
+        if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
+            fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
+        lam, _, res, x = C.solve_problem(*problem, *settings, factors=fac, x0=x0, tolerance=tol)
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
-        dv, lam, res = L.solve(
+        dv, lam, res, x = L.solve(
             lim,
             model,
             q,
@@ -615,15 +648,23 @@ def _constraint_velocity(
             solve_m=solve_m,
             v_free_m=v_free_m,
             tendons=(cfg.tendons, cfg.spatial_tendons),
+            x0=x0,
         )
-    assert lam is not None  # with a contact model L.solve returns its impulses
+    assert lam is not None and res is not None  # with a contact model L.solve returns them
+    if not cfg.contact.warm_start:
+        x = None
+    elif idx is not None:  # back to one block per slot, zeros on the slots left out
+        nl = 0 if lim is None else lim.rows
+        we = (x.shape[0] - nl) // idx.shape[0]
+        xc = jnp.zeros((nc, we), x.dtype).at[idx].set(x[: idx.shape[0] * we].reshape(-1, we))
+        x = jnp.concatenate([xc.reshape(-1), x[idx.shape[0] * we :]])
     f = jnp.einsum("cij,ci->cj", basis, lam[:, :3]) / h  # forces, world axes
     if w > 3:  # condim 4 / 6: the torsional and rolling torques after them (contact_forces)
         tau = jnp.einsum("cij,ci->cj", basis[:, : w - 3], lam[:, 3:]) / h
         f = jnp.concatenate([f, tau], 1)
     if idx is not None:  # one row per slot, zero on the slots left out
         f = jnp.zeros((nc, f.shape[1]), f.dtype).at[idx].set(f)
-    return v_free + dv, f, _info(res, dropped)
+    return v_free + dv, f, _info(res, dropped), x
 
 
 def _lacks_invweight(cfg, frames) -> bool:
@@ -701,14 +742,16 @@ def _advance(model, q, v1, h):
     return q1, v1
 
 
-def _substep(model, cfg, props, q, v, ctrl, h):
-    """One integrator step: ``(q', v', f, info)`` with ``f (nc, 3)`` the contact forces (world
-    axes; the mean force of the impulses for constraint contact; ``(nc, 6)`` with condim 4 / 6,
-    the torsional and rolling torques after them, :func:`contact_forces`) or ``None`` and
-    ``info`` the constraint solve's report (:func:`step_info`; zeros without one)."""
+def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
+    """One integrator step: ``(q', v', f, info, x)`` with ``f (nc, 3)`` the contact forces
+    (world axes; the mean force of the impulses for constraint contact; ``(nc, 6)`` with
+    condim 4 / 6, the torsional and rolling torques after them, :func:`contact_forces`) or
+    ``None``, ``info`` the constraint solve's report (:func:`step_info`; zeros without one)
+    and ``x`` the solve's flat impulses for the next step's warm start (``warm`` this step's;
+    :func:`_constraint_velocity`; ``None`` without a warm-started solve)."""
     none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
     if cfg.integrator == "rk4":
-        return (*_rk4(model, cfg, props, q, v, ctrl, h), none)
+        return (*_rk4(model, cfg, props, q, v, ctrl, h), none, None)
     constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
@@ -717,7 +760,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             a, f = _acceleration(model, cfg, props, q, v, ctrl, h)
             t = _transport(model, v)
             a = a if t is None else a + t
-        return (*_advance(model, q, v + h * a, h), f, none)
+        return (*_advance(model, q, v + h * a, h), f, none, None)
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
     # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
@@ -749,7 +792,7 @@ def _substep(model, cfg, props, q, v, ctrl, h):
             solve = _low_rank_solve(solve, *factors, h)
 
     v1 = v + h * solve((tau - bias)[:, None])[:, 0]
-    info = none
+    info, x = none, None
     if constraint:
         plain = None  # M^-1 and the free velocity under M, for the soft rows (MuJoCo's A)
         soft = _limit_rows(cfg) is not None or getattr(cfg.contact, "soft", False)
@@ -765,11 +808,11 @@ def _substep(model, cfg, props, q, v, ctrl, h):
         if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
             unreduced = solve if plain is None else plain[0]
             v1, solve, plain = _equality_rows(model, cfg, ws, origin, q, v, v1, solve, h, t, plain)
-        v1, fc, info = _constraint_velocity(
-            model, cfg, ws, origin, v1, solve, h, v, q, plain, unreduced
+        v1, fc, info, x = _constraint_velocity(
+            model, cfg, ws, origin, v1, solve, h, v, q, plain, unreduced, warm
         )
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
-    return (*_advance(model, q, v1, h), f, info)
+    return (*_advance(model, q, v1, h), f, info, x)
 
 
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
@@ -1027,30 +1070,90 @@ def step_info(
 
 def _step(fn, model, state, ctrl, cfg):
     q, v, ctrl, dtype, act = _check_state(fn, model, state, ctrl, cfg)
+    imp = _check_impulses(fn, model, state, cfg, dtype)
     model = model.astype(dtype)
     props = joint_properties(model)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
 
-    def one(q, v, act):
+    def one(q, v, act, imp):
         cfg1, u = _driven(cfg, ctrl, act, h)
-        q, v, _, info = _substep(model, cfg1, props, q, v, u, h)
+        q, v, _, info, x = _substep(model, cfg1, props, q, v, u, h, imp)
         if act is not None:  # after the step, as MuJoCo's mj_advance
             # (activations: a GainBias, the one actuator with act_size)
             act = cast("GainBias", cfg.actuator).next_act(ctrl, act, h)
-        return q, v, act, info
+        imp = imp if imp is None or x is None else x.astype(imp.dtype)
+        return q, v, act, imp, info
 
     if cfg.substeps == 1:
-        q, v, act, info = one(q, v, act)
+        q, v, act, imp, info = one(q, v, act, imp)
     else:  # one traced substep, scanned (compile time independent of the count)
 
         def sub(carry, _):
-            q, v, act, info = one(*carry)
-            return (q, v, act), info
+            q, v, act, imp, info = one(*carry)
+            return (q, v, act, imp), info
 
-        (q, v, act), infos = jax.lax.scan(sub, (q, v, act), None, length=cfg.substeps)
+        (q, v, act, imp), infos = jax.lax.scan(sub, (q, v, act, imp), None, length=cfg.substeps)
         info = {k: jnp.max(x) for k, x in infos.items()}
     t = jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype)
-    return State(q, v, t, act), info
+    return State(q, v, t, act, imp), info
+
+
+def _warm_started(cfg) -> bool:
+    """Whether ``cfg``'s constraint solve starts from the state's impulses (static)."""
+    return isinstance(cfg.contact, C.Constraint) and cfg.contact.warm_start
+
+
+def _impulses_size(model, cfg, dtype) -> int:
+    """The length of :attr:`State.impulses` for ``cfg`` (static; 0 without a warm-started
+    solve): the flat solution of one substep's solve, traced abstractly."""
+    if not _warm_started(cfg):
+        return 0
+    q = jax.ShapeDtypeStruct((model.nq,), dtype)
+    v = jax.ShapeDtypeStruct((model.nv,), dtype)
+    ctrl = jax.ShapeDtypeStruct((_nu(cfg, model),), dtype)
+    na = _act_size(cfg)
+    act = jax.ShapeDtypeStruct((na,), dtype) if na else None
+
+    def x_of(q, v, ctrl, act):
+        m = model.astype(dtype)
+        h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
+        cfg1, u = _driven(cfg, ctrl, act, h)
+        return _substep(m, cfg1, joint_properties(m), q, v, u, h, None)[4]
+
+    out = jax.eval_shape(x_of, q, v, ctrl, act)
+    return 0 if out is None else int(out.shape[0])
+
+
+def _check_impulses(fn, model, state, cfg, dtype):
+    """``state.impulses`` for the step (``None``: none carried, a cold start): a vector in the
+    step's dtype (its length is checked by the solve, :func:`_constraint_velocity`); carried
+    through unchanged where ``cfg`` does not warm-start, so that the state's structure stays
+    the same."""
+    imp = state.impulses
+    if imp is None:
+        return None
+    imp = jnp.asarray(imp)
+    if not _warm_started(cfg):
+        return imp
+    if imp.ndim != 1:
+        raise ValueError(
+            f"{fn}: state.impulses must be a vector (jaxdyn.sim.warm_state gives the first), "
+            f"got shape {tuple(imp.shape)}"
+        )
+    return imp.astype(dtype)
+
+
+def warm_state(model: Model, state: State, cfg: SimConfig) -> State:
+    """``state`` with zero :attr:`State.impulses` of the length ``cfg``'s warm-started
+    constraint solve carries (:class:`~jaxdyn.sim.contact.Constraint` ``warm_start=True``):
+    the first state of a warm-started simulation (its first solve then starts from zero, each
+    next one from the previous step's impulses). ``state`` unchanged (no impulses) where
+    ``cfg`` does not warm-start."""
+    dtype = jnp.asarray(state.v).dtype
+    n = _impulses_size(model, cfg, dtype)
+    if n == 0:
+        return State(state.q, state.v, state.t, state.act)
+    return State(state.q, state.v, state.t, state.act, jnp.zeros(n, dtype))
 
 
 def _step_words(model, itemsize):
@@ -1202,7 +1305,8 @@ def rollout(
             q0, ~jnp.all(jnp.isfinite(xs)), "rollout: controls has a non-finite entry"
         )
     # (a time made here is a constant: on_mesh gives it the mesh of a batch split over it)
-    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)), act0)
+    imp0 = _check_impulses("rollout", model, state, cfg, dtype)
+    state = State(q0, v0, spatial.on_mesh(jnp.asarray(state.t, dtype)), act0, imp0)
     track = checks and policy is not None  # a policy's controls: a flag carried by the loop
 
     def body(carry, u):
@@ -1268,4 +1372,4 @@ def _checked(traj: State, v0, bad_ctrl, cfg) -> State:
     q = value_checks.error_if(q, bad, DIVERGED)
     jumped = _jumped(v0, traj.v, isinstance(cfg.contact, C.Compliant))
     q = value_checks.error_if(q, jumped, DIVERGED_JUMP)
-    return State(q, traj.v, traj.t, traj.act)
+    return State(q, traj.v, traj.t, traj.act, traj.impulses)

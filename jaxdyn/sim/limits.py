@@ -349,11 +349,14 @@ def solve(
     solve_m: Callable[[Array], Array] | None = None,
     v_free_m: Array | None = None,
     tendons: tuple = (None, None),
-) -> tuple[Array, Array | None, Array]:
+    x0: Array | None = None,
+) -> tuple[Array, Array | None, Array, Array]:
     """The step's velocity change ``dv (nv,)`` of the limit rows solved together with the
     contacts of the constraint model ``contact`` (``None``: the limit rows alone), the
     contact impulses ``(nc, 3)`` (``None`` without contacts) and the solve's relative residual
-    (:func:`jaxdyn.sim.contact.solve_residual`).
+    (:func:`jaxdyn.sim.contact.solve_residual`), and the flat solution in the solver's rows
+    (:func:`jaxdyn.sim.contact.solve_problem`'s ``x``: the contact blocks, then the limit
+    rows), which ``x0`` takes to warm-start the next step's solve (``None``: zeros).
 
     ``solve_minv(X (nv, k))``: ``M_eff^-1 X`` (the step's ABA sweeps); ``v``, ``v_free``: the
     velocities at the step's start and after the constraint-free step; with ``contact``:
@@ -396,6 +399,7 @@ def solve(
     G = 0.5 * (G + G.T)
     E = None
     iterations, newton, coulomb = limits.iterations, limits.newton, False
+    tolerance = None
     if contact is None:  # the limit rows alone
         Gr, u, mu, live = G + jnp.diag(R_l), u_l, jnp.zeros(0, dtype), live_l
     else:
@@ -413,7 +417,10 @@ def solve(
         mu = mu_c  # (nc,), G's dtype
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-    lam_c, lam_l, res = C.solve_problem(Gr, u, mu, live, E, iterations, newton, coulomb, rows=n)
+        tolerance = contact.tolerance
+    lam_c, lam_l, res, x = C.solve_problem(
+        Gr, u, mu, live, E, iterations, newton, coulomb, rows=n, x0=x0, tolerance=tolerance
+    )
     assert lam_l is not None and res is not None  # rows=n > 0 (check_model), residual on
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
-    return dv, (None if contact is None else lam_c), res
+    return dv, (None if contact is None else lam_c), res, x
