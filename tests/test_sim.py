@@ -463,7 +463,9 @@ def _check_factored_solve(cases):
     term of :func:`lambda_max_bound` from ``r x r`` products equals ``||A^2||_F`` of the dense
     matrix, and the impulses and their implicit derivatives equal the dense solve's, to
     rounding (float64, the suite's), with and without De Saxce's term. The iterations in rows
-    ``(3, nc)`` (``_apgd_rows``) take the flat iteration's steps (``_apgd``)."""
+    ``(3, nc)`` (``_apgd_rows``) take the flat iteration's steps (``_apgd``), also from a
+    warm start and with the tolerance's early stop (``Constraint(warm_start=True,
+    tolerance=...)``)."""
     C = sim.contact
 
     @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -478,7 +480,13 @@ def _check_factored_solve(cases):
         nc = mu.shape[0]
         m = jnp.repeat(live.astype(G.dtype), 3)
         step = 1.0 / C.lambda_max_bound(G * m[:, None] * m[None, :])
+        x0 = 0.5 * solve(G, u, mu).reshape(-1)  # a warm start near the solution
+        few = functools.partial(  # 5 steps: the result depends on where they start
+            sim.solve_cone_complementarity, iterations=5, coulomb=coulomb, live=live
+        )
+        warm = functools.partial(few, x0=x0, tolerance=1e-10)
         return (
+            (warm(G, u, mu), warm(G, u, mu, factors=(J, V, d)), few(G, u, mu, factors=(J, V, d))),
             solve(G, u, mu),
             solve(G, u, mu, factors=(J, V, d)),
             C._apgd(G, u, mu, step, 60, coulomb, nc, 3, False),
@@ -492,9 +500,11 @@ def _check_factored_solve(cases):
 
     for nc, r, coulomb, grad in cases:
         J, V, d, G, u, mu, live = (jnp.asarray(x) for x in _low_rank_problem(nc, r))
-        dense, factored, flat, rows, g_dense, g_fac, fourth, L, L_dense = run(
+        warm, dense, factored, flat, rows, g_dense, g_fac, fourth, L, L_dense = run(
             coulomb, grad, G, u, mu, live, J, V, d
         )
+        np.testing.assert_allclose(warm[1], warm[0], rtol=0, atol=1e-12)
+        assert float(jnp.max(jnp.abs(warm[1] - warm[2]))) > 1e-6  # the warm start was used
         A2 = np.asarray(G) @ np.asarray(G)
         np.testing.assert_allclose(float(fourth), np.sum(A2 * A2), rtol=1e-10)
         np.testing.assert_allclose(float(L), float(L_dense), rtol=1e-12)
