@@ -363,6 +363,41 @@ def _versions() -> str:
     return ", ".join(f"{n} {dist_version(n)}" for n in names)
 
 
+def _run_rows(d, cpu_columns: bool) -> list[str]:
+    """The table rows of one task's training runs (MJX first): with ``cpu_columns`` the CPU
+    section's process-time columns (CPU s, CPU s of the last epoch) beside compile s."""
+    c = d["config"]
+    shape = (
+        f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
+        f"{c['num_updates_per_batch']}"
+    )
+    out = []
+    for r in sorted(d["results"], key=lambda r: r["backend"] != "mjx"):
+        st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
+        steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
+        cells = [
+            d["task"],
+            f"{steps:,}",
+            shape,
+            f"{d['threshold']:g}",
+            "MJX (Playground)" if r["backend"] == "mjx" else "jaxdyn",
+            f"{r['final_return']:.1f}",
+            "not reached" if st is None else f"{st:.0f}",
+            f"{r['total_seconds']:.0f}",
+        ]
+        if cpu_columns:
+            cells.append(f"{r.get('cpu_seconds', float('nan')):.0f}")
+        cells.append(_num(r.get("compile_seconds")))
+        if cpu_columns:
+            cells.append(_num(r.get("cpu_seconds_last_epoch")))
+        cells.append("-" if sps is None else f"{sps:,.0f}")
+        out.append("| " + " | ".join(cells) + " |")
+    width = 12 if cpu_columns else 10
+    for m in d.get("missing", []):
+        out.append(f"| {d['task']} | | | | {m} |" + " |" * (width - 5))
+    return out
+
+
 def report(paths, out: str, note: str = "") -> str:
     """The RESULTS.md section of the runs' JSON files (``--out`` of a training run, or of
     ``--compare-states``): one table of the training runs, one of the state comparisons, the
@@ -427,24 +462,7 @@ def report(paths, out: str, note: str = "") -> str:
         m["missing"] += d.get("missing", [])
     for d in merged.values():
         d["results"].sort(key=lambda r: r["backend"] != "mjx")
-        c = d["config"]
-        shape = (
-            f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
-            f"{c['num_updates_per_batch']}"
-        )
-        for r in d["results"]:
-            st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
-            steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
-            lines.append(
-                f"| {d['task']} | {steps:,} | {shape} | {d['threshold']:g} "
-                f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
-                f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
-                f"| {r['total_seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} "
-                f"| {_num(r.get('compile_seconds'))} | {_num(r.get('cpu_seconds_last_epoch'))} "
-                f"| {'-' if sps is None else f'{sps:,.0f}'} |"
-            )
-        for m in d.get("missing", []):
-            lines.append(f"| {d['task']} | | | | {m} | | | | | | | |")
+        lines += _run_rows(d, cpu_columns=True)
     if comps:
         lines += [
             "",
@@ -515,23 +533,7 @@ def _report_gpu(runs, out, commit, note) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for d in runs:
-        c = d["config"]
-        shape = (
-            f"{c['num_envs']} / {c['batch_size']} / {c['num_minibatches']} / "
-            f"{c['num_updates_per_batch']}"
-        )
-        for r in sorted(d["results"], key=lambda r: r["backend"] != "mjx"):
-            st, sps = r["seconds_to_threshold"], r["env_steps_per_second"]
-            steps = max([e["step"] for e in r.get("evals", [])], default=c["num_timesteps"])
-            lines.append(
-                f"| {d['task']} | {steps:,} | {shape} | {d['threshold']:g} "
-                f"| {'MJX (Playground)' if r['backend'] == 'mjx' else 'jaxdyn'} "
-                f"| {r['final_return']:.1f} | {'not reached' if st is None else f'{st:.0f}'} "
-                f"| {r['total_seconds']:.0f} | {_num(r.get('compile_seconds'))} "
-                f"| {'-' if sps is None else f'{sps:,.0f}'} |"
-            )
-        for m in d.get("missing", []):
-            lines.append(f"| {d['task']} | | | | {m} | | | | | |")
+        lines += _run_rows(d, cpu_columns=False)
     if note:
         lines += ["", note]
     text = "\n".join(lines) + "\n"
