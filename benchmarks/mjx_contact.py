@@ -347,11 +347,15 @@ def section(rows, sanity, infos, args, load0) -> str:
         f"Machine: {cpu_name()}, {platform.machine()}; jax {jax.__version__}, mujoco "
         f"{mujoco.__version__} (MJX's JAX implementation); float32, single-threaded XLA "
         f"({_env.threading_note()}); run {time.strftime('%Y-%m-%d %H:%M')} UTC by "
-        f"`python benchmarks/mjx_contact.py`. The machine was shared with other work and "
-        f"loaded (load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
-        f"on {os.cpu_count()} cores): wall times are inflated and noisy; the engines were "
-        "timed interleaved in one process (median of rounds), so their ratios hold better "
-        "than the absolute numbers, and the CPU column is process CPU time.",
+        f"`python benchmarks/mjx_contact.py`; load average {load0:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} cores"
+        + (
+            " (the machine was shared with other work: wall times are inflated and noisy)"
+            if max(load0, os.getloadavg()[0]) > 1.5
+            else ""
+        )
+        + ". The engines were timed interleaved in one process (median of rounds), so their "
+        "ratios hold better than the absolute numbers; the CPU column is process CPU time.",
         "",
         "The same MJCF file in both engines, zero controls. jaxdyn: `sim.step` with the file's "
         "`sim_config` (`Constraint`: hard contact, MJX's fidelity; `Compliant`: spring-damper, "
@@ -361,7 +365,8 @@ def section(rows, sanity, infos, args, load0) -> str:
         "`mjx.step` with the file's solver and integrator. `step`: "
         "`jax.jit(jax.vmap(step))` over B environments; `rollout`: `lax.scan` over T steps "
         "inside it (the final state kept). Steps/s count environment steps (B per step call, "
-        "B T per rollout call); compile: the first call, seconds. Batches stay small: MJX's "
+        "B T per rollout call); compile: the first call, seconds (it reads JAX's persistent "
+        "compilation cache where an earlier run filled it). Batches stay small: MJX's "
         "vmapped step deadlocks from B = 256 with this jaxlib on the CPU (`benchmarks/sim.py`).",
         "",
         "| scene | geoms | pairs | nv | dt | MuJoCo solver / integrator |",
