@@ -310,7 +310,8 @@ def test_mjx_contact_scene_and_table(tmp_path):
                        integrator="EULER")}  # fmt: skip
     args = argparse.Namespace(rollout_batch=4, sanity_steps=20, T=10)
     text = mc.section(rows, sanity, infos, args, 3.0)
-    assert text.startswith(mc.SECTION + "\n") and "shared with other work and loaded" in text
+    assert text.startswith(mc.SECTION + "\n") and "load average 3.0 at the start" in text
+    assert "(the machine was shared with other work: wall times are inflated" in text
     assert "| s | jaxdyn Constraint | step | 4 | 400 | 10.0 | 9.0 | 4.00x | 1.0 |" in text
     assert "| s | MJX | b | 0.5000 |" in text and "| s | jaxdyn Constraint | b | diverged |" in text
     # a later run of another scene keeps this one's rows in each table
