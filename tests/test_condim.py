@@ -111,6 +111,17 @@ def _mujoco_rows(m, d):
     return Jc.reshape(6 * nc, nv), frames, lam
 
 
+def _frames_at(model, cfg, q):
+    """The contact frames of ``cfg`` at configuration ``q`` and zero velocity (jitted)."""
+    from jaxdyn.sim import core
+
+    def frames(q):
+        ws, origin = core._world(model, q)
+        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
+
+    return jax.jit(frames)(jnp.asarray(q))
+
+
 @pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
 def test_condim_impulses_are_mujocos(cone):
     """At a step of the scene where every body touches (MuJoCo C, its Newton solver at
@@ -297,7 +308,6 @@ def test_condim_friction_mixed_as_mujoco():
     with a frictionless floor and a condim-4 sphere of sliding friction 0, the contact keeps
     MuJoCo's 1e-5 sliding friction (its torsional row would otherwise be cut by a cone of
     ``mu = 0``); the rolling column is 0 on the condim-4 contacts."""
-    from jaxdyn.sim import core
 
     xml = CONDIM_MJCF.format(cone="elliptic").replace(
         'friction="0.5 0.01 0.001"', 'friction="0 0 0"'
@@ -307,12 +317,7 @@ def test_condim_friction_mixed_as_mujoco():
     cfg = loaded.sim_config(sim.Constraint(soft=True))
     model = loaded.model
 
-    @jax.jit
-    def frames_at(q):
-        ws, origin = core._world(model, q)
-        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
-
-    fr = frames_at(jnp.asarray(loaded.q0))
+    fr = _frames_at(model, cfg, loaded.q0)
     assert fr is not None and fr.spin is not None
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
@@ -441,7 +446,6 @@ def test_scene_objects_take_condim_4_and_6():
     condim-3 ball stays a primitive); the hard ``Constraint()`` stops the spinning sphere at
     Coulomb's time to 2 steps; ``Compliant`` refuses the pairs by name; bad friction / condim
     are refused by name."""
-    from jaxdyn.sim import core
 
     jax.config.update("jax_enable_x64", True)
     z = lambda r, d: (0.0, 0.0, r - d)  # noqa: E731 (the depth at the start, as the MJCF's)
@@ -467,12 +471,7 @@ def test_scene_objects_take_condim_4_and_6():
     cfg = scene.sim_config(sim.Constraint(), dt=0.002)
     model = scene.model
 
-    @jax.jit
-    def frames_at(q):
-        ws, origin = core._world(model, q)
-        return core._contact_kinematics(model, cfg, ws, origin, jnp.zeros(model.nv))[1]
-
-    fr = frames_at(jnp.asarray(scene.q0))
+    fr = _frames_at(model, cfg, scene.q0)
     live = np.asarray(fr.distance) < 0
     mine = np.c_[np.asarray(fr.friction), np.asarray(fr.spin)][live]
     m = mujoco.MjModel.from_xml_string(CONDIM_MJCF.format(cone="elliptic"))
