@@ -405,20 +405,17 @@ def report(paths, out: str, note: str = "") -> str:
     import datetime
     import os
     import platform
-    import subprocess
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here))
-    from _env import cpu_name, write_section
+    from _env import cpu_name, git_commit, write_section
 
     runs, comps = [], []
     for p in paths:
         d = json.loads(Path(p).read_text())
         (runs if "results" in d else comps).append(d)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     gpu = [d for d in runs if d.get("device", "").startswith("gpu")]
     if gpu and len(gpu) != len(runs):
         raise ValueError("report: GPU and CPU runs go to separate sections (report them apart)")
