@@ -62,9 +62,10 @@ contact tasks' keywords that make the step cheaper, labelled as options: by defa
 contact cap alone and with the warm start and an early stop, the settings that beat MJX's cut
 solver in docs/environments.md) and MJX's. Runtime: each (env, dtype) phase compiles its
 engines first (the defaults: 7 functions for a contact task, about a minute each on a loaded
-2-core machine; 3 for the cart-pole), about 45 minutes in all for the defaults there;
-``--time-limit`` minutes (90 by default) bounds it: no phase starts after it, and the
-section names the phases left out.
+2-core machine; 3 for the cart-pole), about an hour in all for the defaults there (a walker
+float32 phase of 5 functions took 7 minutes under a load average of 10-12);
+``--time-limit`` minutes (90 by default) bounds it: no phase starts after it (so a run ends
+at most one phase, about 10 minutes, past it), and the section names the phases left out.
 """
 
 from __future__ import annotations
