@@ -224,7 +224,9 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
     (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
-    dm_control's 0.01 s step)."""
+    dm_control's 0.01 s step). The walker's and hopper's resets are Playground's where
+    Playground's draw for the key touches nothing; where it penetrates jaxdyn's reset draws
+    again (``ContactSuiteEnv.planar_reset``) and the two start apart."""
     import jax
     import jax.numpy as jnp
     import numpy as np
