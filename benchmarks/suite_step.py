@@ -62,8 +62,9 @@ contact tasks' keywords that make the step cheaper, labelled as options: by defa
 contact cap alone and with the warm start and an early stop, the settings that beat MJX's cut
 solver in docs/environments.md) and MJX's. Runtime: each (env, dtype) phase compiles its
 engines first (the defaults: 7 functions for a contact task, about a minute each on a loaded
-2-core machine; 3 for the cart-pole), about an hour in all for the defaults there (a walker
-float32 phase of 5 functions took 7 minutes under a load average of 10-12);
+2-core machine; 3 for the cart-pole), about 75 minutes in all for the defaults there
+(measured: the walker, hopper and cheetah in float32 with 5 functions each took 26 minutes
+under a load average of 10-12);
 ``--time-limit`` minutes (90 by default) bounds it: no phase starts after it (so a run ends
 at most one phase, about 10 minutes, past it), and the section names the phases left out.
 """
@@ -77,6 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import argparse  # noqa: E402
 import os  # noqa: E402
+import shlex  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -562,7 +564,7 @@ def main(argv=None):
         for k in [i for i, x in enumerate(given) if x == "--out"][::-1]:  # not the file
             del given[k : k + 2]
         given = [x for x in given if not x.startswith("--out=")]
-        command = " ".join(["python benchmarks/suite_step.py", *given])
+        command = shlex.join(["python", "benchmarks/suite_step.py", *given])
         text = section(rows, a, load0, os.getloadavg()[0], notes, command)
         _env.write_section(a.out, text)
         print(f"wrote {SECTION!r} into {a.out}")
