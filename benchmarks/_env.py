@@ -193,6 +193,33 @@ def dist_version(dist: str) -> str:
         return "not installed"
 
 
+def git_commit() -> str:
+    """The commit of this checkout for the results' machine lines, the one reader of every
+    benchmark script: ``git rev-parse --short HEAD``, with `` (+ uncommitted changes)`` where
+    the tracked files differ from it (``git status --porcelain --untracked-files=no``);
+    ``JAXDYN_GIT_REV`` as it is where set (a copy of the tree without ``.git``, such as the
+    GPU machine's); ``"unknown"`` where git cannot say (no git, not a checkout)."""
+    import subprocess
+    from pathlib import Path
+
+    rev = os.environ.get("JAXDYN_GIT_REV", "")
+    if rev:
+        return rev
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=5)
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
+
+
 def timed(fn, args, repeats=5, min_time=0.2):
     """Best time per call of a compiled ``fn(*args)`` (each repeat runs >= ``min_time``).
     JAX is imported here, not at module level: :func:`single_threaded` must run first."""

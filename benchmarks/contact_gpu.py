@@ -198,20 +198,15 @@ def _meta():
         mj = mujoco.__version__
     except ImportError:
         mj = "not installed"
-    git = os.environ.get("JAXDYN_GIT_REV", "")  # a copy of the tree without .git
-    if not git:
-        try:
-            git = subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-            ).stdout.strip()
-        except OSError:
-            git = "?"
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _env import git_commit  # JAXDYN_GIT_REV on a copy of the tree without .git
+
     return dict(
         device=f"{dev.platform}: {dev.device_kind}",
         host=f"{platform.machine()}, {os.cpu_count()} cores",
         jax=jax.__version__,
         mujoco=mj,
-        git=git,
+        git=git_commit(),
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
 

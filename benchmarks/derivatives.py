@@ -38,7 +38,13 @@ from __future__ import annotations
 import os
 import sys
 
-from _env import cpu_name, reuse_freed_buffers, single_threaded, write_section  # noqa: E402
+from _env import (  # noqa: E402
+    cpu_name,
+    git_commit,
+    reuse_freed_buffers,
+    single_threaded,
+    write_section,
+)
 
 if "--multi-thread" not in sys.argv:
     single_threaded()
@@ -49,7 +55,6 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -579,15 +584,7 @@ def main(argv=None):
         pin_version = pin.__version__
     except Exception:  # pragma: no cover
         pin_version = "?"
-    try:
-        git = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()
-    except Exception:  # pragma: no cover
-        git = "?"
+    git = git_commit()
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         command="python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),

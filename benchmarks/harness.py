@@ -43,14 +43,20 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from _env import SINGLE_THREAD_FLAGS, cores_note, cpu_name, dist_version, single_threaded
+from _env import (
+    SINGLE_THREAD_FLAGS,
+    cores_note,
+    cpu_name,
+    dist_version,
+    git_commit,
+    single_threaded,
+)
 
 __all__ = ["main", "run", "render_markdown", "configure_threads", "ALGORITHMS"]
 
@@ -127,30 +133,6 @@ def _backend_initialized() -> bool:
         return False
 
 
-def _git_commit() -> str:
-    try:
-        root = Path(__file__).resolve().parent.parent
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        if rev.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return rev.stdout.strip() + (" (+ uncommitted changes)" if dirty.stdout.strip() else "")
-    except Exception:
-        return "unknown"
-
-
 def _loadavg() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -176,7 +158,7 @@ def environment() -> dict:
         "jax": jax.__version__,
         "jaxlib": dist_version("jaxlib"),
         "jaxdyn": dist_version("jaxdyn"),
-        "jaxdyn_commit": _git_commit(),
+        "jaxdyn_commit": git_commit(),
         "pinocchio": next(
             (v for v in (dist_version("pin"), dist_version("pinocchio")) if v != "not installed"),
             "not installed",

@@ -224,7 +224,9 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     contact (MuJoCo's soft constraints against jaxdyn's :class:`jaxdyn.sim.Constraint`), and
     where the port follows dm_control rather than Playground the observations differ by design
     (``finger_*``: dm_control's model, with its touch sensors and colliding decorations, at
-    dm_control's 0.01 s step)."""
+    dm_control's 0.01 s step). The walker's and hopper's resets are Playground's where
+    Playground's draw for the key touches nothing; where it penetrates jaxdyn's reset draws
+    again (``ContactSuiteEnv.planar_reset``) and the two start apart."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -405,20 +407,17 @@ def report(paths, out: str, note: str = "") -> str:
     import datetime
     import os
     import platform
-    import subprocess
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here))
-    from _env import cpu_name, write_section
+    from _env import cpu_name, git_commit, write_section
 
     runs, comps = [], []
     for p in paths:
         d = json.loads(Path(p).read_text())
         (runs if "results" in d else comps).append(d)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     gpu = [d for d in runs if d.get("device", "").startswith("gpu")]
     if gpu and len(gpu) != len(runs):
         raise ValueError("report: GPU and CPU runs go to separate sections (report them apart)")

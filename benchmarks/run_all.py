@@ -82,6 +82,12 @@ BENCHMARKS = (
         "quadruped)",
     ),
     Benchmark(
+        "suite_step",
+        ("## DM Control Suite: one env step against MJX (CPU)",),
+        "one control step of the DM Control Suite ports (defaults and options) against MJX with "
+        "the file's and Playground's solver",
+    ),
+    Benchmark(
         "sim",
         (
             "## Simulation",

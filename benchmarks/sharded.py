@@ -97,14 +97,8 @@ def main(argv=None):
             print(f"{name:12s} {alg:18s} partitioned {t_old:8.2f}  sharded_vmap {t_new:8.2f} us")
 
     import datetime
-    import subprocess
 
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-    except OSError:
-        rev = "?"
+    rev = _env.git_commit()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         TITLE,

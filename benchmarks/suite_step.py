@@ -2,11 +2,11 @@
 on the same MJCF file (issue 48, "steps/s >= MJX's"), in one process.
 
 Usage: ``python benchmarks/suite_step.py [--envs walker,hopper,cheetah,cartpole]
-[--batches 32,128] [--dtypes float32,float64] [--rounds 5] [--calls 4]
+[--batches 32] [--dtypes float32,float64] [--rounds 5] [--calls 4]
 [--mjx-iterations file,playground]
-[--jaxdyn-options "max_contacts=8;solver_iterations=20,max_contacts=8"]
-[--reference-iterations 400]
-[--fidelity-steps 20]``
+[--jaxdyn-options "max_contacts=8;warm_start=true,solver_tolerance=1e-4,max_contacts=8;..."]
+[--reference-iterations 400] [--fidelity-steps 20] [--time-limit 90]
+[--out benchmarks/RESULTS.md]``
 
 For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.WalkerMove`
 ``walker_walk``, :class:`~jaxdyn.envs.dm_control_suite.HopperTask` ``hopper_hop``,
@@ -52,8 +52,21 @@ engine's function ``--calls`` times in turn (its output state fed back), the CPU
 (``time.process_time``) of each engine's calls summed over the rounds and divided by the env
 steps taken (``rounds * calls * B``): microseconds of CPU per env step. CPU time rather than
 wall-clock, and the engines interleaved, so that a loaded machine's idle time and drift fall on
-both alike. Single-threaded and pinned to one core (``_env.single_threaded``). Prints a
-markdown table; writes nothing.
+both alike. Single-threaded and pinned to one core (``_env.single_threaded``).
+
+Prints a markdown table and writes the section ``SECTION`` of ``--out`` (the results file,
+``benchmarks/RESULTS.md`` by default; ``--out ''`` writes nothing) through the shared writer
+(:func:`_env.write_section`): the machine, the versions, the commit, the date, the load
+average, and one table per dtype, jaxdyn's default rows next to its option rows (the
+contact tasks' keywords that make the step cheaper, labelled as options: by default the
+contact cap alone and with the warm start and an early stop, the settings that beat MJX's cut
+solver in docs/environments.md) and MJX's. Runtime: each (env, dtype) phase compiles its
+engines first (the defaults: 7 functions for a contact task, about a minute each on a loaded
+2-core machine; 3 for the cart-pole), about 75 minutes in all for the defaults there
+(measured: the walker, hopper and cheetah in float32 with 5 functions each took 26 minutes
+under a load average of 10-12);
+``--time-limit`` minutes (90 by default) bounds it: no phase starts after it (so a run ends
+at most one phase, about 10 minutes, past it), and the section names the phases left out.
 """
 
 from __future__ import annotations
@@ -65,6 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import argparse  # noqa: E402
 import os  # noqa: E402
+import shlex  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -81,6 +95,15 @@ ENVS = {
     "cheetah": ("CheetahRun", {}),
     "cartpole": ("CartpoleBalance", {}),
 }
+
+#: the default ``--jaxdyn-options``: the contact cap alone, and with the warm start and an
+#: early stop at two tolerances (docs/environments.md: the settings that beat MJX's cut
+#: solver, in float32 and float64)
+DEFAULT_OPTIONS = (
+    "max_contacts=8;"
+    "warm_start=true,solver_tolerance=1e-4,max_contacts=8;"
+    "warm_start=true,solver_tolerance=1e-6,max_contacts=8"
+)
 
 #: Playground's ``<option iterations ls_iterations>`` for its copy of each file
 #: (``mujoco_playground/_src/dm_control_suite/xmls``)
@@ -219,10 +242,29 @@ def free_resets(env, states):
     return np.asarray(jnp.all(d >= 0, axis=-1))
 
 
-def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, ref_its, steps):
+def run_phase(
+    dtype,
+    names,
+    batches,
+    rounds,
+    calls,
+    mjx_kinds,
+    jaxdyn_options,
+    ref_its,
+    steps,
+    deadline=float("inf"),
+    notes=None,
+):
+    """The rows of one dtype. ``deadline`` (``time.perf_counter``): no env starts after it
+    (``notes["skipped"]`` names it); ``notes["penetrating"][(name, dtype)]``: the resets of the
+    solver-error batch with a penetrating contact, and the batch size."""
     jax.config.update("jax_enable_x64", dtype == "float64")
+    notes = {} if notes is None else notes
     rows = []
     for name in names:
+        if time.perf_counter() > deadline:
+            notes.setdefault("skipped", []).append(f"{name} ({dtype})")
+            continue
         variants = [""] + (jaxdyn_options if has_contact(name) else [])
         envs = {k: build(name, k) for k in variants}
         for B in batches:
@@ -255,6 +297,9 @@ def run_phase(dtype, names, batches, rounds, calls, mjx_kinds, jaxdyn_options, r
                     mjx_ref = engines[-1]
             if fidelity:
                 free = free_resets(env, states) if has_contact(name) else None
+                if free is not None:
+                    pen = notes.setdefault("penetrating", {})
+                    pen[(name, dtype)] = (int(np.sum(~free)), B)
                 solver_errors(engines, steps, free)
             for e in engines:  # warm up: one call each
                 e.state = jax.block_until_ready(e.fn(e.state, e.act))
@@ -352,18 +397,123 @@ def table(rows, steps):
     return "\n".join(out)
 
 
+#: the results file's section of this script
+SECTION = "## DM Control Suite: one env step against MJX (CPU)"
+
+
+def engine_label(label):
+    """The section's name of an engine row: jaxdyn's default, one of its options (the contact
+    tasks' keywords, labelled as such), or MJX with the file's or Playground's solver."""
+    if label == "jaxdyn":
+        return "jaxdyn (default)"
+    if label.startswith("jaxdyn, "):
+        return f"jaxdyn, option `{label[len('jaxdyn, ') :]}`"
+    if label == "MJX":
+        return "MJX (the file's solver)"
+    return label
+
+
+def section(rows, args, load0, load1, notes, command):
+    """The results file's section (``SECTION``): machine, versions, commit, date, load, and one
+    table per dtype; each row's speed against MJX with Playground's solver at the same env and
+    batch (``MJX cut / this``: above 1, cheaper than MJX's cut solver)."""
+    import datetime
+
+    shared = max(load0, load1) > 1.5
+    lines = [
+        SECTION,
+        "",
+        f"`{command}` on {_env.cpu_name()}, {os.cpu_count()} cores ({_env.threading_note()}); "
+        f"jax {jax.__version__}, mujoco / MJX {_env.dist_version('mujoco')} / "
+        f"{_env.dist_version('mujoco-mjx')}, jaxdyn {_env.git_commit()}; "
+        f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; "
+        f"load average {load0:.1f} at the start, {load1:.1f} at the end"
+        + (
+            " (the machine was shared with other work: the ratios hold better than the "
+            "absolute figures)"
+            if shared
+            else ""
+        )  # fmt: skip
+        + ".",
+        "",
+        "One control step (`env.n_frames` simulator steps) of jaxdyn's DM Control Suite ports, "
+        "`jax.jit(jax.vmap(env.step))` with observation and reward, against as many "
+        "`mjx.step` on the same MJCF file (physics only), from the same resets under the same "
+        "fixed random actions. CPU microseconds per env step (`time.process_time`, engines "
+        f"interleaved in one process: {args.rounds} rounds x {args.calls} calls). jaxdyn's "
+        "rows: its default task, then its options (`ContactSuiteEnv`'s keywords: "
+        "`max_contacts`, the solve over the closest contact slots; `warm_start` with "
+        "`solver_tolerance`, the solve started from the previous step's impulses and stopped "
+        "early), which trade accuracy for speed and are off by default. MJX: the file's "
+        "solver and Playground's cut one (its copy's `iterations` / `ls_iterations`). "
+        "*MJX cut / this*: MJX with Playground's solver's cost over the row's (above 1: "
+        f"cheaper). *Solver error*: the largest `qpos` difference over {args.fidelity_steps} "
+        "control steps from the engine with its solve converged (jaxdyn: "
+        f"`solver_iterations={args.reference_iterations}`; MJX: the file's Newton solve), "
+        "each engine against itself (the contact models differ: hard against soft).",
+    ]
+    pen = notes.get("penetrating", {})
+    if pen:
+        lines += [
+            "",
+            "Resets with a penetrating contact in the solver-error batch (jaxdyn's walker and "
+            "hopper reject them, Playground's keep them; the cheetah's settle first): "
+            + ", ".join(f"{n} {d} {k} of {b}" for (n, d), (k, b) in pen.items())
+            + ".",
+        ]
+    mjx_cut = {(r[0], r[1], r[2]): r[4] for r in rows if r[3] == "MJX (Playground's solver)"}
+    for dtype in dict.fromkeys(r[1] for r in rows):
+        lines += [
+            "",
+            f"{dtype}:",
+            "",
+            "| env | B | engine | CPU us / env step | MJX cut / this | compile s | solver error |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, dt, B, eng, us, _, ct, err, _ in rows:
+            if dt != dtype:
+                continue
+            cut = mjx_cut.get((name, dt, B))
+            r = "" if cut is None else f"{cut / us:.2f}"
+            e = "(reference)" if eng == "MJX" and err is None else (
+                "" if err is None else f"{err:.1e}"
+            )  # fmt: skip
+            lines.append(
+                f"| {name} | {B} | {engine_label(eng)} | {us:.0f} | {r} | {ct:.1f} | {e} |"
+            )
+    if notes.get("skipped"):
+        lines += [
+            "",
+            f"Not run (past `--time-limit {args.time_limit:g}` minutes): "
+            + ", ".join(notes["skipped"])
+            + ".",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--envs", default="walker,hopper,cheetah,cartpole")
-    p.add_argument("--batches", default="32,128")
+    p.add_argument("--batches", default="32")
     p.add_argument("--dtypes", default="float32,float64")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=4)
     p.add_argument("--mjx-iterations", default="file,playground")
     p.add_argument(
         "--jaxdyn-options",
-        default="max_contacts=8;solver_iterations=20,max_contacts=8",
+        default=DEFAULT_OPTIONS,
         help="extra jaxdyn rows of the contact tasks, ';' between rows ('' for none)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=90.0,
+        help="minutes: no (env, dtype) phase starts after them (the section names those left)",
+    )
+    p.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent / "RESULTS.md"),
+        help="the results file whose section this run writes ('' for none: print only)",
     )
     p.add_argument("--reference-iterations", type=int, default=400)
     p.add_argument("--fidelity-steps", type=int, default=20)
@@ -385,7 +535,9 @@ def main(argv=None):
         return None
     kinds = [k for k in a.mjx_iterations.split(",") if k]
     options = [k for k in a.jaxdyn_options.split(";") if k]
-    rows = []
+    load0 = os.getloadavg()[0]
+    deadline = time.perf_counter() + 60 * a.time_limit
+    rows, notes = [], {}
     for dtype in a.dtypes.split(","):
         rows += run_phase(
             dtype,
@@ -397,6 +549,8 @@ def main(argv=None):
             options,
             a.reference_iterations,
             a.fidelity_steps,
+            deadline,
+            notes,
         )
     print()
     print(table(rows, a.fidelity_steps))
@@ -405,6 +559,15 @@ def main(argv=None):
         f"jax {jax.__version__}; {_env.cpu_name()}; {_env.threading_note()}; "
         f"CPU time per env step, engines interleaved ({a.rounds} rounds x {a.calls} calls)"
     )
+    if a.out:
+        given = list(argv if argv is not None else sys.argv[1:])
+        for k in [i for i, x in enumerate(given) if x == "--out"][::-1]:  # not the file
+            del given[k : k + 2]
+        given = [x for x in given if not x.startswith("--out=")]
+        command = shlex.join(["python", "benchmarks/suite_step.py", *given])
+        text = section(rows, a, load0, os.getloadavg()[0], notes, command)
+        _env.write_section(a.out, text)
+        print(f"wrote {SECTION!r} into {a.out}")
     return np.asarray([r[4] for r in rows])
 
 

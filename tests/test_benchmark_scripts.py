@@ -340,3 +340,67 @@ def test_cpu_name_falls_back_to_the_machine_type(monkeypatch):
     assert cpu_name() == "aarch64"
     monkeypatch.setattr(pathlib.Path, "read_text", lambda self, *a, **k: "Model Name : Xeon\n")
     assert cpu_name() == "Xeon"
+
+
+def test_suite_step_section():
+    """benchmarks/suite_step.py's section, without compiling a step: jaxdyn's default row, its
+    option rows labelled as options, MJX's two solvers, each row's speed against MJX with
+    Playground's cut solver at the same env and batch, the solver errors, the resets with a
+    penetrating contact, the phases a time limit left out, and the load (said shared above
+    1.5); registered in run_all (one section per benchmark)."""
+    import argparse
+
+    ss = _bench_module("suite_step")
+    rows = [
+        ("walker", "float32", 32, "jaxdyn", 500.0, 1.0, 60.0, 0.012, 0.012),
+        ("walker", "float32", 32, "jaxdyn, max_contacts=8", 400.0, 1.2, 50.0, 0.007, 0.007),
+        ("walker", "float32", 32, "MJX", 2000.0, 0.25, 30.0, None, None),
+        ("walker", "float32", 32, "MJX (Playground's solver)", 250.0, 2.0, 20.0, 2.0, 2.0),
+        ("walker", "float64", 32, "jaxdyn", 700.0, 1.0, 60.0, 0.03, 0.03),
+    ]
+    args = argparse.Namespace(
+        rounds=5, calls=4, fidelity_steps=20, reference_iterations=400, time_limit=90.0
+    )
+    notes = {"penetrating": {("walker", "float32"): (0, 32)}, "skipped": ["hopper (float64)"]}
+    text = ss.section(rows, args, 3.0, 0.5, notes, "python benchmarks/suite_step.py")
+    assert text.startswith(ss.SECTION + "\n\n`python benchmarks/suite_step.py` on ")
+    assert "load average 3.0 at the start, 0.5 at the end (the machine was shared" in text
+    assert "| walker | 32 | jaxdyn (default) | 500 | 0.50 | 60.0 | 1.2e-02 |" in text
+    assert "| walker | 32 | jaxdyn, option `max_contacts=8` | 400 | 0.62 | 50.0 | 7.0e-03 |" in text
+    assert "| walker | 32 | MJX (the file's solver) | 2000 | 0.12 | 30.0 | (reference) |" in text
+    assert "| walker | 32 | MJX (Playground's solver) | 250 | 1.00 | 20.0 | 2.0e+00 |" in text
+    # no MJX row in the float64 table: no ratio there
+    assert "float64:" in text and "| walker | 32 | jaxdyn (default) | 700 |  | 60.0 |" in text
+    assert "walker float32 0 of 32." in text
+    assert "Not run (past `--time-limit 90` minutes): hopper (float64)." in text
+    assert "shared" not in ss.section(rows, args, 0.2, 0.4, {}, "c")
+    run_all = _bench_module("run_all")
+    assert run_all.BY_NAME["suite_step"].sections == (ss.SECTION,)
+
+
+def test_one_git_commit_reader(monkeypatch):
+    """benchmarks/_env.git_commit is the one reader of the commit: this checkout's short hash
+    (with ``(+ uncommitted changes)`` where tracked files differ), ``JAXDYN_GIT_REV`` where set
+    (a tree without .git), ``"unknown"`` where git cannot say; no other script runs
+    ``git rev-parse`` itself."""
+    env = _bench_module("_env")
+    monkeypatch.delenv("JAXDYN_GIT_REV", raising=False)
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=BENCH, capture_output=True, text=True
+    ).stdout.strip()
+    got = env.git_commit()
+    if rev:
+        assert got == rev or got == rev + " (+ uncommitted changes)", got
+    else:  # pragma: no cover - a tree without git
+        assert got == "unknown"
+    monkeypatch.setenv("JAXDYN_GIT_REV", "abc1234")
+    assert env.git_commit() == "abc1234"
+    monkeypatch.delenv("JAXDYN_GIT_REV")
+
+    def no_git(*a, **k):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert env.git_commit() == "unknown"
+    readers = [p.name for p in BENCH.glob("*.py") if "rev-parse" in p.read_text()]
+    assert readers == ["_env.py"], readers

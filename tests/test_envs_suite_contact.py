@@ -188,6 +188,112 @@ def test_walker_height_obs_refused_by_name():
         envs.make("walker_walk", height_obs="height")
 
 
+def _playground_planar_qpos(m, key):
+    """Playground's reset draw of the walker and the hopper (``rng, r1, r2 = split(rng, 3)``,
+    ``qpos[2] ~ U(-pi, pi)``, the joints after the root uniform in MuJoCo's ``jnt_range``), in
+    MuJoCo's order: the test's own copy of the draw, from the model's ranges."""
+    _, r1, r2 = jax.random.split(key, 3)
+    q = jnp.zeros(m.nq).at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
+    lo, hi = m.jnt_range[3:, 0], m.jnt_range[3:, 1]
+    return q.at[3:].set(jax.random.uniform(r2, (m.nq - 3,), minval=lo, maxval=hi))
+
+
+@pytest.mark.parametrize("name", ["hopper_stand", "walker_stand"])
+def test_planar_reset_rejects_penetrating_draws(name):
+    """The walker's and hopper's reset configuration (``first_free_draw`` of ``planar_draw``:
+    dm_control's redraw-while-``ncon > 0`` with 8 candidates) over 2048 keys: none penetrates
+    (every contact slot's distance > 0 under the collision pipeline), and MuJoCo C finds no
+    contact (``ncon == 0``) at the same ``qpos`` for the replaced draws and a few others; where
+    Playground's draw for the key (the test's own copy) touches nothing the reset is that draw,
+    and where it penetrates (the batch holds such keys: the check can fail) the reset differs.
+    Kinematics only (the reset's solve and step: the slow
+    ``test_planar_reset_solves_converge``)."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
+    env = envs.make(name)
+    assert isinstance(env, ContactSuiteEnv)
+    m = env.scene.mj_model
+    keys = jax.random.split(jax.random.PRNGKey(7), 2048)
+    zero_v = jnp.zeros(env.sys.model.nv)
+
+    @jax.jit
+    def draws(keys):
+        def one(k):
+            q = env.first_free_draw(k, env.planar_draw)
+            want = _playground_planar_qpos(m, k)
+            d = env.contact_frames(sim.State(q, zero_v)).distance
+            d0 = env.contact_frames(sim.State(env.q_of(want), zero_v)).distance
+            return env.qpos(q), want, jnp.min(d), jnp.min(d0)
+
+        return jax.vmap(one)(keys)
+
+    qpos, want, dmin, dmin0 = map(np.asarray, draws(keys))
+    replaced = dmin0 <= 0
+    assert np.all(dmin > 0)
+    assert replaced.sum() >= 10, replaced.sum()  # about 13 % (hopper), 2 % (walker)
+    # the same draw (XLA may round the uniform's scaling differently in the two programs)
+    np.testing.assert_allclose(qpos[~replaced], want[~replaced], rtol=0, atol=1e-12)
+    assert np.all(np.max(np.abs(qpos[replaced] - want[replaced]), axis=1) > 1e-6)
+    lo, hi = m.jnt_range[3:, 0], m.jnt_range[3:, 1]
+    assert np.all((lo <= qpos[:, 3:]) & (qpos[:, 3:] <= hi))
+    d = mujoco.MjData(m)
+    for i in [*np.flatnonzero(replaced), *range(8)]:
+        for q, expect_free in ((qpos[i], True), (want[i], not replaced[i])):
+            d.qpos[:] = q
+            mujoco.mj_forward(m, d)
+            assert (d.ncon == 0) == expect_free, (i, d.ncon)
+
+
+def test_reset_tries_refused_by_name():
+    """``reset_tries`` (the candidates of the walker's, hopper's, finger's, ball in cup's and
+    humanoid's reset) must be an integer >= 1, refused by name before the model loads."""
+    for name in ("walker_walk", "hopper_hop", "finger_spin"):
+        for bad in (0, -1, 2.5, True, "8"):
+            with pytest.raises(ValueError, match="reset_tries must be an integer >= 1"):
+                envs.make(name, reset_tries=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hopper_hop", "walker_walk"])
+def test_planar_reset_solves_converge(name):
+    """After the walker's and hopper's reset (64 keys, ``jit(vmap(reset))``), five control
+    steps under zero action: every step's contact solve converged (``info["contact_residual"]``
+    below 1e-6: [residual levels](docs/simulation.md); with Playground's penetrating draws kept
+    the hopper's reached 1.7e-2 in the first step) and no speed above 1 after the first
+    (the penetrating states were ejected at up to 15 m/s, the others fell at 0.2-0.5); the
+    reset's state is ``first_free_draw``'s configuration at rest with
+    Playground's ``info["rng"]``."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
+    env = envs.make(name)
+    assert isinstance(env, ContactSuiteEnv)
+    keys = jax.random.split(jax.random.PRNGKey(11), 64)
+    zero = jnp.zeros((64, env.action_size))
+
+    @jax.jit
+    def run(keys):
+        s = jax.vmap(env.reset)(keys)
+        q = jax.vmap(lambda k: env.first_free_draw(k, env.planar_draw))(keys)
+
+        def control_step(st, _):
+            st = jax.vmap(env.step)(st, zero)
+            vmax = jnp.max(jnp.abs(st.pipeline_state.v), -1)
+            return st, (st.info["contact_residual"], vmax)
+
+        s1, (res, vmax) = jax.lax.scan(control_step, s, None, length=5)
+        return s, q, res, vmax, s1.done
+
+    s, q, res, vmax, done = run(keys)
+    np.testing.assert_allclose(np.asarray(s.pipeline_state.q), np.asarray(q), rtol=0, atol=1e-12)
+    assert not np.any(np.asarray(s.pipeline_state.v))
+    rng = jax.vmap(lambda k: jax.random.split(k, 3)[0])(keys)
+    np.testing.assert_array_equal(np.asarray(s.info["rng"]), np.asarray(rng))
+    assert float(np.max(res)) < 1e-6, float(np.max(res))
+    assert not np.any(np.asarray(done))
+    # the first control step from rest: gravity's 0.2-0.5 m/s, no ejection from a penetration
+    assert float(np.max(vmax[0])) < 1.0, float(np.max(vmax[0]))
+
+
 @pytest.mark.parametrize(
     "name",
     [
