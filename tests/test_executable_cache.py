@@ -15,6 +15,7 @@ import textwrap
 
 import equinox as eqx
 import jax
+import jax.experimental.serialize_executable as serialize_executable
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -196,6 +197,26 @@ def test_damaged_file_is_compiled_again(cache, arm):
     third, _ = _cost_fn()
     third(*args)
     assert third.events == ["hit"]
+
+
+def test_executable_that_does_not_run_is_dropped(cache, arm, monkeypatch):
+    """An executable loaded from disk that fails at its first run (not a value check) is
+    dropped with its file, and the plain program answers."""
+    args = _args(_problem(arm))
+    cached, plain = _cost_fn()
+    cached(*args)
+    (path,) = cache.glob("*.exe")
+
+    def broken(*a, **k):
+        def run(dyn):
+            raise jax.errors.JaxRuntimeError("NOT_FOUND: Function broadcast.1_kernel not found")
+
+        return run
+
+    monkeypatch.setattr(serialize_executable, "deserialize_and_load", broken)
+    other, _ = _cost_fn()
+    np.testing.assert_array_equal(other(*args), plain(*args))
+    assert other.events == ["hit", "plain"] and not path.exists()
 
 
 def test_enabled_follows_jaxdyns_compilation_cache(monkeypatch):

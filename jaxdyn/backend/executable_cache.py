@@ -476,6 +476,8 @@ class CachedJit:
         self.name = f"{fn.__module__}:{fn.__qualname__}"
         self.loaded: dict = {}  # in-process key -> jax.stages.Compiled
         self.refused: set = set()  # in-process keys whose program is not saved
+        #: in-process keys of executables loaded from disk and not run yet -> their files
+        self.untried: dict = {}
         #: how each call of the process went (tests read it): "hit", "saved", "plain"
         self.events: list = []
 
@@ -511,7 +513,29 @@ class CachedJit:
             self.refused.add(local)
             self._event("plain")
             return self.plain(*args, **kwargs)
+        if local in self.untried:
+            return self._first_run(local, compiled, dyn, args, kwargs)
         return compiled(dyn)
+
+    def _first_run(self, local, compiled, dyn, args, kwargs):
+        """The first run of an executable loaded from disk, waited for: one that fails for
+        another reason than a value check of the program (``INVALID_ARGUMENT``, which the plain
+        program raises too) is dropped, its file removed, and the plain program runs."""
+        import jax
+
+        path = self.untried.pop(local, None)
+        try:
+            return jax.block_until_ready(compiled(dyn))
+        except Exception as e:
+            if str(e).startswith("INVALID_ARGUMENT"):
+                raise
+            logger.info("jaxdyn: cached executable of %s did not run (%r)", self.name, e)
+            self.loaded.pop(local, None)
+            self.refused.add(local)
+            if path is not None:
+                path.unlink(missing_ok=True)
+            self._event("plain")
+            return self.plain(*args, **kwargs)
 
     def _event(self, what: str) -> None:
         if len(self.events) < 1000:
@@ -553,6 +577,7 @@ class CachedJit:
         compiled = self._load(path, len(dyn)) if path.is_file() else None
         if compiled is not None:
             self._event("hit")
+            self.untried[local] = path
             try:
                 os.utime(path)  # recently used (see MAX_ENTRIES)
             except OSError:
