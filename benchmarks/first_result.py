@@ -4,10 +4,12 @@ cold and a warm persistent compilation cache, and the compile times of the core 
 * **Runs.** Each command starts in a new interpreter with ``JAXDYN_CACHE_DIR`` pointing at a
   new temporary directory (cold: nothing compiled, jaxdyn's C handler included), then again
   with the same directory (warm: JAX's persistent cache holds what the first run compiled, see
-  :func:`jaxdyn.config.compilation_cache`). Reported: seconds from the start of the process to
-  its first line on stdout (the first useful output) and to its exit. A run still going after
-  ``--timeout`` seconds is stopped (its total reads ``> timeout``); the long training examples
-  get short options (:data:`QUICK`).
+  :func:`jaxdyn.config.compilation_cache`, and jaxdyn's executable cache the trajectory
+  optimisation solves, loaded without tracing: :func:`jaxdyn.config.executable_cache`).
+  Reported: seconds from the start of the process to its first line on stdout (the first
+  useful output) and to its exit. A run still going after ``--timeout`` seconds is stopped
+  (its total reads ``> timeout``); the long training examples get short options
+  (:data:`QUICK`).
 * **Compile table.** ``jax.jit(jax.vmap(f))`` on one robot (default talos_full, batch 1024,
   float64; ``--batch 1``: ``jax.jit(f)`` on one sample) for rnea, crba, aba, minv,
   rnea_derivatives and aba_derivatives, with the phases apart through ``jax.stages``:
@@ -220,7 +222,8 @@ def render(runs, compiles, meta: dict) -> str:
         f"{meta['date']}; {meta['machine']}; {meta['versions']}. "
         "`python benchmarks/first_result.py`: each command in a fresh process, cold (new "
         "`JAXDYN_CACHE_DIR`: nothing compiled) then warm (the same directory: JAX's "
-        "persistent compilation cache filled by the cold run). Seconds from the process's start "
+        "persistent compilation cache and jaxdyn's executable cache filled by the cold run). "
+        "Seconds from the process's start "
         "to its first line on stdout and to its exit.",
     ]
     if meta.get("note"):

@@ -133,6 +133,15 @@ versions, the backend and the XLA flags; programs calling jaxdyn's FFI handlers 
 The directory is not bounded in size (JAX's eviction needs the ``filelock`` package, which
 jaxdyn does not require): delete it, or the subdirectories of older versions, at will.
 
+**Executable cache** (on with the persistent cache): a trajectory-optimisation solve called with
+arrays on the CPU (``fddp``, ``ilqr``) keeps its compiled program, serialized, in
+``executables/<versions>/`` beside ``xla/`` under the same directory, keyed before tracing on
+the problem (its structure and its arrays' values), the options, jaxdyn's source and switches,
+JAX's configuration, ``XLA_FLAGS``, the versions and the CPU: a later process with the same key
+loads it without tracing or lowering (:mod:`jaxdyn.backend.executable_cache`).
+:func:`executable_cache` switches it (``JAXDYN_EXECUTABLE_CACHE=0`` at import); it is off
+whenever jaxdyn's persistent cache is.
+
 **Compile log**: :func:`compile_log` (``JAXDYN_COMPILE_LOG``, seconds, default 2): a line on
 the ``jaxdyn`` logger while a slower compile of a program holding jaxdyn functions runs
 ("compiling ... for a batch of B...") and one when it is done (:mod:`jaxdyn._progress`).
@@ -160,6 +169,7 @@ __all__ = [
     "compilation_cache_dir",
     "compilation_cache_path",
     "compile_log",
+    "executable_cache",
 ]
 
 _FALSE = ("0", "false", "no", "off")
@@ -472,3 +482,15 @@ def compile_log(seconds: float | None = 2.0) -> None:
             f"jaxdyn.config.compile_log: seconds must be a number >= 0 or None, got {seconds!r}"
         )
     _progress.set_threshold(seconds if seconds else None)
+
+
+# ----------------------------------------------------------------------------- executable cache
+def executable_cache(enabled: bool = True) -> str | None:
+    """Use (or stop using) jaxdyn's cache of serialized executables
+    (:mod:`jaxdyn.backend.executable_cache`; on by default, ``JAXDYN_EXECUTABLE_CACHE=0`` at
+    import turns it off). Returns its directory when it is in use (it needs jaxdyn's persistent
+    compilation cache, :func:`compilation_cache`), else ``None``."""
+    from .backend import executable_cache as ec
+
+    ec.enable(enabled)
+    return str(ec.cache_path()) if ec.enabled() else None

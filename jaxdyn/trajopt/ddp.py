@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
-from ..backend import fused_programs
+from ..backend import executable_cache, fused_programs
 from . import costs as _costs
 from . import dynamics as _dynamics
 from .dynamics import FreeDynamics, step_derivatives, step_plain
@@ -816,7 +816,10 @@ def _solve_program(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, der
     return _result(state)
 
 
-_solve_plain = eqx.filter_jit(_solve_program)
+#: the solve program, its executable kept on disk by a key of the problem, options and settings
+#: and loaded by a later process without tracing (:mod:`jaxdyn.backend.executable_cache`; a
+#: call inside the caller's ``jit`` or ``vmap`` is ``equinox.filter_jit``)
+_solve_plain = executable_cache.cached_jit(_solve_program)
 #: one problem's solve compiled into a single XLA:CPU kernel where that program is the one
 #: compiled (a call with concrete arrays on the CPU; ``jaxdyn.config`` switch
 #: ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`), else ``_solve_plain``
