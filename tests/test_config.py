@@ -498,3 +498,59 @@ def test_background_compile_memory_limit(monkeypatch):
     assert calls == ["plain"] * 3 and not f.ready
     (why,) = f.failed.values()
     assert "stopped above" in why, why
+
+
+def test_fused_program_not_under_single_threaded_eigen(monkeypatch):
+    """``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (XLA:CPU then writes small matrix
+    products as tiled LLVM IR GEMMs, and arm7's one-kernel FDDP solve took past 16 GB to
+    compile): a fused program asked for in this process is refused with a warning naming the
+    flag, once, and the plain function runs; the background compile's child is started
+    without the flag (the rest of ``XLA_FLAGS`` kept)."""
+    import warnings
+
+    import jax.numpy as jnp
+
+    from jaxdyn.backend import fused_programs
+
+    assert fused_programs.eigen_single_threaded("--a=1 --xla_cpu_multi_thread_eigen=false")
+    assert fused_programs.eigen_single_threaded("--xla_cpu_multi_thread_eigen=0")
+    assert not fused_programs.eigen_single_threaded("--xla_cpu_multi_thread_eigen=true")
+    assert not fused_programs.eigen_single_threaded("--xla_cpu_max_isa=AVX2")
+    assert (
+        fused_programs.without_eigen_flag("--a=1 --xla_cpu_multi_thread_eigen=false --b=2")
+        == "--a=1 --b=2"
+    )
+    if not fused_programs.supported():
+        pytest.skip("no fused programs on this jaxlib")
+    calls = []
+
+    def fallback(x):
+        calls.append("plain")
+        return x + 1.0
+
+    f = fused_programs.fused_jit(lambda x: x + 1.0, fallback, "trajopt_fused_loops", "x:y")
+    flags = os.environ.get("XLA_FLAGS", "")
+    monkeypatch.setenv("XLA_FLAGS", f"{flags} --xla_cpu_multi_thread_eigen=false".strip())
+    x = jnp.ones(3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        f.call(True, x)
+        f.call(True, x)
+    assert calls == ["plain", "plain"]
+    msgs = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "--xla_cpu_multi_thread_eigen=false" in msgs[0], msgs
+
+    envs = []
+
+    def popen(args, env=None, **kw):
+        envs.append(env)
+        raise OSError("not started (test)")
+
+    monkeypatch.setattr(fused_programs.subprocess, "Popen", popen)
+    monkeypatch.setattr(fused_programs, "START_AFTER", 1)
+    f.call("auto", x)
+    assert len(envs) == 1 and calls == ["plain"] * 3
+    assert not fused_programs.eigen_single_threaded(envs[0]["XLA_FLAGS"])
+    assert envs[0]["XLA_FLAGS"] == flags.strip()
+    (why,) = f.failed.values()
+    assert "not started (test)" in why, why
