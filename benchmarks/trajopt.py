@@ -144,7 +144,10 @@ def _setup_jax():
 
 
 def load(name):
-    """``(model, pinocchio model, converter)`` of a bundled robot (armature 0.01)."""
+    """``(model, pinocchio model, converter)`` of a bundled robot (armature 0.01), with
+    ``jax_enable_x64`` on (float64 problems; ``trajopt_cores.py`` and ``trajopt_gpu.py`` call
+    it too)."""
+    _setup_jax()
     import pinocchio as pin
     from _trajopt_problems import load_model
 
@@ -202,6 +205,19 @@ def crocoddyl_solver(problem, pm, conv):
         return s.iter + 1, float(s.cost), bool(ok)
 
     return solve
+
+
+def crocoddyl_solve(problem, pm, conv, repeats=3):
+    """Crocoddyl's solve of ``problem``, best wall time of ``repeats``:
+    ``dict(time=..., iters=..., cost=..., ok=...)`` (``trajopt_cores.py``, ``trajopt_gpu.py``)."""
+    solve = crocoddyl_solver(problem, pm, conv)
+    best, res = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = solve()
+        best = min(best, time.perf_counter() - t0)
+    assert res is not None
+    return dict(time=best, iters=res[0], cost=res[1], ok=res[2])
 
 
 def timed(f):
