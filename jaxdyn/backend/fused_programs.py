@@ -32,8 +32,10 @@ loop: 0.5 MB of LLVM IR against 36 kB), and one kernel holding a whole FDDP solv
 unbounded memory to compile (jaxlib 0.10.2, arm7: past 16 GB, against 0.4 GB without the
 flag). A per-program ``compiler_options`` of ``True`` does not override that flag (a
 ``False`` does), so the background compile's child runs without it (its executable calls
-Eigen) and a fused program compiled in this process under it is refused: the plain program
-runs, with a warning naming the flag, once per :class:`FusedJit`.
+Eigen), and under it a fused program asked for in this process (the switch ``True``, or
+:meth:`FusedJit.call` with ``on=True``) is compiled by such a child as well, waited for (memory
+bounded as below); where that fails, the plain program runs, with a warning naming the flag,
+once per :class:`FusedJit`.
 
 Only where that program is the one compiled: a call with concrete arrays on the CPU backend
 (inside the caller's own ``jit``, ``vmap`` or ``shard_map`` the arrays are tracers, and the
@@ -321,6 +323,7 @@ class FusedJit:
         self.failed: dict = {}  # background: keys left on the plain program -> why
         self.solves: dict = {}  # background: key -> plain solves before a child starts
         self.warned_eigen = False  # the warning of eigen_single_threaded, once
+        self.lock = threading.Lock()  # a compile in a child process waited for, one at a time
 
         def program(static, dyn):
             from jax.experimental.xla_metadata import set_xla_metadata
@@ -368,15 +371,19 @@ class FusedJit:
         if static in self.refused or not self.usable(dyn, on):
             return self.fallback(*args, **kwargs)
         if eigen_single_threaded():
+            compiled = self._compiled_in_child(dyn, static, args, kwargs)
+            if compiled is not None:
+                return compiled(dyn)
             if not self.warned_eigen:
                 self.warned_eigen = True
+                key = (static, _signature(dyn), _settings())
+                why = self.failed.get(key, "no child process without a module path")
                 warnings.warn(
                     f"jaxdyn: not compiling {getattr(self.fn, '__name__', 'a program')} as one "
-                    f"XLA:CPU kernel in this process: XLA_FLAGS holds "
-                    f"{EIGEN_THREADS_FLAG}=false, with which that compile can take unbounded "
-                    "memory (arm7's FDDP solve: past 16 GB); running it unfused. Remove the "
-                    f"flag, or leave the switch {self.switch!r} at 'auto' (the background "
-                    "compile runs without it)",
+                    f"XLA:CPU kernel: XLA_FLAGS holds {EIGEN_THREADS_FLAG}=false, with which "
+                    "that compile can take unbounded memory in this process (arm7's FDDP "
+                    f"solve: past 16 GB), and the compile in a child process without it failed "
+                    f"({why}); running it unfused",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -426,6 +433,29 @@ class FusedJit:
             if self.solves[key] >= START_AFTER and not _CHILDREN:  # one child at a time
                 self._start(key, dyn, args, kwargs, out)
         return out
+
+    def _compiled_in_child(self, dyn, static, args, kwargs):
+        """The fused executable of this call's structure compiled by a child process (as the
+        background compile's, :class:`_Child`: without :data:`EIGEN_THREADS_FLAG`, its memory
+        bounded) and waited for, once per structure; ``None`` where that failed (the reason
+        in :attr:`failed`) or this object has no ``where``."""
+        if self.where is None:
+            return None
+        key = (static, _signature(dyn), _settings())
+        with self.lock:  # solve_batch's threads: one compile
+            if key in self.failed or key in self.ready:
+                return self.ready.get(key)
+            try:
+                shapes = self.program.eval_shape(static, dyn)
+                self._start(key, dyn, args, kwargs, shapes)
+            except Exception as e:  # a program that does not trace here fails below too
+                self._fail(key, f"no compile in a child process ({e!r})")
+                return None
+            child = self.pending.pop(key, None)
+            if child is None:  # _start failed (arguments that do not pickle)
+                return None
+            child.done.wait()
+            return self._load(key, child)
 
     def _choose(self, key, compiled, dyn, args, kwargs):
         """The first calls of a loaded fused executable: it and the plain program run twice
