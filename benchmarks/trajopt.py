@@ -55,10 +55,13 @@ import _env  # noqa: E402
 RTOL = 1e-6
 SINGLES = (("arm7", 100, 0), ("quad12", 50, 1))
 #: a child's limits: resident memory (the watchdog kills it above), address space
-#: (``RLIMIT_AS``: allocations fail above, a backstop between two polls) and wall-clock seconds
+#: (``RLIMIT_AS``: allocations fail above, a backstop between two polls), CPU seconds
+#: (``RLIMIT_CPU``, per process: whatever the machine's load) and, a last resort on a loaded
+#: machine, wall-clock seconds
 CHILD_RSS = 5 << 30
 CHILD_AS = 12 << 30
-CHILD_TIMEOUT = 900.0
+CHILD_CPU = 600
+CHILD_TIMEOUT = 3600.0
 
 
 # ----------------------------------------------------------------------------- capped children
@@ -77,6 +80,7 @@ def run_capped(args, env=None, cores=None, rss=CHILD_RSS, timeout=CHILD_TIMEOUT)
 
     def limits():  # in the child, before it execs Python
         resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS, CHILD_AS))
+        resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU, CHILD_CPU + 10))
         if hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, allowed)
 
@@ -125,6 +129,8 @@ def run_capped(args, env=None, cores=None, rss=CHILD_RSS, timeout=CHILD_TIMEOUT)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     if state["killed"]:
         info["why"] = state["killed"]
+    elif proc.returncode in (-24, -9) and "bad_alloc" not in err:  # SIGXCPU (then SIGKILL)
+        info["why"] = f"stopped after {CHILD_CPU} s of CPU time"
     elif "bad_alloc" in err or "MemoryError" in err or "RESOURCE_EXHAUSTED" in err:
         info["why"] = f"out of memory at the {CHILD_AS / 2**30:.3g} GiB address-space limit"
     else:
@@ -290,7 +296,7 @@ def child_single(name, T, seed, rounds, extras):
         timed(jx)
         n += 1
     w0 = time.perf_counter()
-    done = fused_programs.wait(CHILD_TIMEOUT / 2)
+    done = fused_programs.wait(CHILD_TIMEOUT / 4)
     waited = time.perf_counter() - w0
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     timed(jx)  # loads the fused executable and keeps the faster program
@@ -527,11 +533,10 @@ def main(argv=None):
 
     fused_box: dict[str, Any] = {}
 
-    def fused_child():
+    def fused_child():  # one process per problem: one that fails leaves the others' rows
         env = dict(os.environ, JAXDYN_FUSED_CPU_LOOPS="1", JAXDYN_BENCH_ALL_CORES="1")
-        fused_box["r"] = run_capped(
-            [*r_flags, "--child", "fused-loops", *(n for n, _, _ in singles)], env, other
-        )
+        for name, _, _ in singles:
+            fused_box[name] = run_capped([*r_flags, "--child", "fused-loops", name], env, other)
 
     th = threading.Thread(target=fused_child)
     th.start()
@@ -546,8 +551,8 @@ def main(argv=None):
             raise SystemExit(f"benchmarks/trajopt.py: the {name} child failed: {info['why']}")
         results.append(res)
     th.join()
-    fused = fused_box["r"]
-    peaks["fused loops"] = fused[1]["peak_rss"]
+    for name, (_, info) in fused_box.items():
+        peaks[f"{name} fused loops"] = info["peak_rss"]
     b, b_info = run_capped([*r_flags, "--batch", str(B), "--child", "batch"])
     peaks["batch"] = b_info["peak_rss"]
     total = time.perf_counter() - t_start
@@ -574,7 +579,9 @@ def main(argv=None):
         "iterations; armature 0.01, given to Crocoddyl explicitly "
         "(`jaxdyn/interop/crocoddyl.py`, crocoddyl 3.2.1 with pin 4.0.0). Each problem is "
         "measured in a fresh process of its own (the persistent compilation cache off, so the "
-        "compiles are compiles), pinned to one core (`--xla_cpu_multi_thread_eigen=false`; "
+        f"compiles are compiles; capped at {CHILD_RSS / 2**30:g} GiB resident, "
+        f"{CHILD_AS / 2**30:g} GiB of address space and {CHILD_CPU} s of CPU, so that a "
+        "compile that blows up is a row saying so), pinned to one core (`--xla_cpu_multi_thread_eigen=false`; "
         f"Crocoddyl with one thread), {rounds} rounds of one Crocoddyl solve and one jaxdyn "
         "solve interleaved: medians of CPU time (`time.process_time`) and wall time per "
         "solve; the ratio is the median over rounds of jaxdyn's CPU time per iteration over "
@@ -604,7 +611,7 @@ def main(argv=None):
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for res in results:
-        body += single_rows(res, fused)
+        body += single_rows(res, fused_box[res["name"]])
     if b is None:
         b = dict(B=B, T=100, iters_cro=["?", "?", "?"], cores=os.cpu_count())
     lo, hi, tot = b["iters_cro"]
