@@ -124,7 +124,7 @@ def jaxdyn_child(batch, ncores, cores, repeats=3):
 
 def crocoddyl_worker(batch, index, nworkers, core):
     os.environ["JAXDYN_BENCH_ALL_CORES"] = "1"  # trajopt.py would pin to the last core
-    import trajopt as TB  # noqa: E402 - sets the single-thread flags, imports Crocoddyl
+    import trajopt as TB  # noqa: E402 - its load() turns jax_enable_x64 on
 
     os.sched_setaffinity(0, {core})
     import jax

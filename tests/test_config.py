@@ -498,3 +498,69 @@ def test_background_compile_memory_limit(monkeypatch):
     assert calls == ["plain"] * 3 and not f.ready
     (why,) = f.failed.values()
     assert "stopped above" in why, why
+
+
+def test_fused_program_under_single_threaded_eigen(monkeypatch):
+    """``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (XLA:CPU then writes small matrix
+    products as tiled LLVM IR GEMMs, and arm7's one-kernel FDDP solve took past 16 GB to
+    compile): a fused program asked for in this process is compiled by a child process
+    (here its code run inline, ``_InlineChild``) started without the flag, the rest of
+    ``XLA_FLAGS`` kept, once per structure, and gives the plain function's values; where that
+    child fails, the plain function runs, with one warning naming the flag."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxdyn.backend import fused_programs
+
+    assert fused_programs.eigen_single_threaded("--a=1 --xla_cpu_multi_thread_eigen=false")
+    assert fused_programs.eigen_single_threaded("--xla_cpu_multi_thread_eigen=0")
+    assert not fused_programs.eigen_single_threaded("--xla_cpu_multi_thread_eigen=true")
+    assert not fused_programs.eigen_single_threaded("--xla_cpu_max_isa=AVX2")
+    assert (
+        fused_programs.without_eigen_flag("--a=1 --xla_cpu_multi_thread_eigen=false --b=2")
+        == "--a=1 --b=2"
+    )
+    if not fused_programs.supported():
+        pytest.skip("no fused programs on this jaxlib")
+    calls = []
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 5, lambda i, c: jnp.tanh(c @ jnp.ones((3, 3)) * 0.1), x)
+
+    def fallback(x):
+        calls.append("plain")
+        return jax.jit(loop)(x)
+
+    f = fused_programs.fused_jit(loop, fallback, "trajopt_fused_loops", "x:y")
+    flags = os.environ.get("XLA_FLAGS", "")
+    monkeypatch.setenv("XLA_FLAGS", f"{flags} --xla_cpu_multi_thread_eigen=false".strip())
+    real_child = fused_programs._Child
+    monkeypatch.setattr(_InlineChild, "fused", f)
+    monkeypatch.setattr(_InlineChild, "started", 0)
+    monkeypatch.setattr(fused_programs, "_Child", _InlineChild)
+    x = jnp.linspace(-1.0, 1.0, 3)
+    ref = jax.jit(loop)(x)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(f.call(True, x)), np.asarray(ref), rtol=1e-14)
+    assert calls == [] and _InlineChild.started == 1 and len(f.ready) == 1
+
+    envs = []  # the real child's environment
+
+    def popen(args, env=None, **kw):
+        envs.append(env)
+        raise OSError("not started (test)")
+
+    monkeypatch.setattr(fused_programs, "_Child", real_child)
+    monkeypatch.setattr(fused_programs.subprocess, "Popen", popen)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        f.call(True, jnp.ones((2, 3)))
+        f.call(True, jnp.ones((2, 3)))
+    assert calls == ["plain", "plain"]
+    assert len(envs) == 1 and envs[0]["XLA_FLAGS"] == flags.strip()
+    msgs = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "--xla_cpu_multi_thread_eigen=false" in msgs[0], msgs
+    assert "not started (test)" in msgs[0], msgs

@@ -24,6 +24,19 @@ options are taken), and ``XLA_FLAGS`` is read once per process. So :func:`fused_
 * traces the function with :func:`~.xla_flags.fused_cpu_loops_enabled` answering ``True``
   (the callers then keep LAPACK and FFI custom calls out of it).
 
+Not with ``--xla_cpu_multi_thread_eigen=false`` in ``XLA_FLAGS`` (the usual flag for keeping
+XLA:CPU on one thread; :func:`eigen_single_threaded`): XLA's dot emitter then writes every
+small matrix product as a tiled LLVM IR GEMM instead of a call into Eigen
+(``CanEmitTiledLlvmIrGemm`` in XLA's ``dot_op_emitter.cc``; one 7x14 by 14x14 product in a
+loop: 0.5 MB of LLVM IR against 36 kB), and one kernel holding a whole FDDP solve then took
+unbounded memory to compile (jaxlib 0.10.2, arm7: past 16 GB, against 0.4 GB without the
+flag). A per-program ``compiler_options`` of ``True`` does not override that flag (a
+``False`` does), so the background compile's child runs without it (its executable calls
+Eigen), and under it a fused program asked for in this process (the switch ``True``, or
+:meth:`FusedJit.call` with ``on=True``) is compiled by such a child as well, waited for (memory
+bounded as below); where that fails, the plain program runs, with a warning naming the flag,
+once per :class:`FusedJit`.
+
 Only where that program is the one compiled: a call with concrete arrays on the CPU backend
 (inside the caller's own ``jit``, ``vmap`` or ``shard_map`` the arrays are tracers, and the
 caller's compile options rule), the switch named by the caller on, and ``XLA_FLAGS`` not fusing
@@ -117,6 +130,27 @@ AUTO = "auto"
 logger = logging.getLogger("jaxdyn")
 
 
+#: the ``XLA_FLAGS`` option of :func:`eigen_single_threaded`
+EIGEN_THREADS_FLAG = "--xla_cpu_multi_thread_eigen"
+
+
+def eigen_single_threaded(flags: str | None = None) -> bool:
+    """Whether ``flags`` (default: ``XLA_FLAGS``) turn XLA:CPU's multi-threaded Eigen off, with
+    which a fused program's small matrix products are compiled as tiled LLVM IR GEMMs (see
+    the module)."""
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    out = False
+    for w in flags.split():
+        if w.startswith(EIGEN_THREADS_FLAG + "="):
+            out = w.split("=", 1)[1].strip().lower() in ("false", "0")
+    return out
+
+
+def without_eigen_flag(flags: str) -> str:
+    """``flags`` without :data:`EIGEN_THREADS_FLAG` (the background compile's child)."""
+    return " ".join(w for w in flags.split() if not w.startswith(EIGEN_THREADS_FLAG + "="))
+
+
 class _Child:
     """One background compile: a child Python process running :mod:`._fused_compile` on a
     pickled payload; a daemon thread collects its output (a thread blocked on a pipe is
@@ -128,6 +162,8 @@ class _Child:
         self.done = threading.Event()
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
+        # Eigen's matrix products, not tiled LLVM IR GEMMs: bounded compile memory (module)
+        env["XLA_FLAGS"] = without_eigen_flag(env.get("XLA_FLAGS", ""))
         env["PYTHONPATH"] = os.pathsep.join(
             [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         )
@@ -176,7 +212,8 @@ class _Child:
 
 #: the most resident memory a background compile may take (bytes), and the fraction of the
 #: machine's memory: the smaller of the two (:func:`child_memory_limit`). Measured on the 2-core
-#: VM (jaxlib 0.10.2): UR5's fused solve compiled in 0.5 GB, arm7's grew past 16 GB (killed).
+#: VM (jaxlib 0.10.2): UR5's fused solve compiled in 0.4 GB and arm7's in 0.4 GB; arm7's grew
+#: past 16 GB (killed) when the child inherited ``--xla_cpu_multi_thread_eigen=false`` (module).
 CHILD_MEMORY = 4 << 30
 CHILD_MEMORY_FRACTION = 0.25
 
@@ -285,6 +322,8 @@ class FusedJit:
         self.pending: dict = {}  # background: key -> _Child
         self.failed: dict = {}  # background: keys left on the plain program -> why
         self.solves: dict = {}  # background: key -> plain solves before a child starts
+        self.warned_eigen = False  # the warning of eigen_single_threaded, once
+        self.lock = threading.Lock()  # a compile in a child process waited for, one at a time
 
         def program(static, dyn):
             from jax.experimental.xla_metadata import set_xla_metadata
@@ -331,6 +370,24 @@ class FusedJit:
             return self._tiered(dyn, static, args, kwargs)
         if static in self.refused or not self.usable(dyn, on):
             return self.fallback(*args, **kwargs)
+        if eigen_single_threaded():
+            compiled = self._compiled_in_child(dyn, static, args, kwargs)
+            if compiled is not None:
+                return compiled(dyn)
+            if not self.warned_eigen:
+                self.warned_eigen = True
+                key = (static, _signature(dyn), _settings())
+                why = self.failed.get(key, "no child process without a module path")
+                warnings.warn(
+                    f"jaxdyn: not compiling {getattr(self.fn, '__name__', 'a program')} as one "
+                    f"XLA:CPU kernel: XLA_FLAGS holds {EIGEN_THREADS_FLAG}=false, with which "
+                    "that compile can take unbounded memory in this process (arm7's FDDP "
+                    f"solve: past 16 GB), and the compile in a child process without it failed "
+                    f"({why}); running it unfused",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return self.fallback(*args, **kwargs)
         try:
             return self.program(static, dyn)
         except jax.errors.JaxRuntimeError as e:
@@ -376,6 +433,29 @@ class FusedJit:
             if self.solves[key] >= START_AFTER and not _CHILDREN:  # one child at a time
                 self._start(key, dyn, args, kwargs, out)
         return out
+
+    def _compiled_in_child(self, dyn, static, args, kwargs):
+        """The fused executable of this call's structure compiled by a child process (as the
+        background compile's, :class:`_Child`: without :data:`EIGEN_THREADS_FLAG`, its memory
+        bounded) and waited for, once per structure; ``None`` where that failed (the reason
+        in :attr:`failed`) or this object has no ``where``."""
+        if self.where is None:
+            return None
+        key = (static, _signature(dyn), _settings())
+        with self.lock:  # solve_batch's threads: one compile
+            if key in self.failed or key in self.ready:
+                return self.ready.get(key)
+            try:
+                shapes = self.program.eval_shape(static, dyn)
+                self._start(key, dyn, args, kwargs, shapes)
+            except Exception as e:  # a program that does not trace here fails below too
+                self._fail(key, f"no compile in a child process ({e!r})")
+                return None
+            child = self.pending.pop(key, None)
+            if child is None:  # _start failed (arguments that do not pickle)
+                return None
+            child.done.wait()
+            return self._load(key, child)
 
     def _choose(self, key, compiled, dyn, args, kwargs):
         """The first calls of a loaded fused executable: it and the plain program run twice
