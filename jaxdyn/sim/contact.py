@@ -1263,7 +1263,17 @@ def solve_residual(G, u, mu, lam, coulomb, rows=None, pyramid=None):
 
 
 def solve_contact_impulses(
-    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False, factors=None
+    contact: Constraint,
+    G,
+    frames,
+    v_free_rows,
+    dt,
+    v_rows=None,
+    *,
+    residual=False,
+    factors=None,
+    x0=None,
+    flat=False,
 ):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
@@ -1276,6 +1286,11 @@ def solve_contact_impulses(
     nv)`` the rows' Jacobian and ``V = M^-1 J^T (nv, n)``, ``nv`` below ``n``: the solve's
     products use them where the problem is ``G`` plus a diagonal (elliptic cones without
     condim 4 / 6; :func:`solve_cone_complementarity`), the same iterates to rounding.
+
+    ``x0`` (optional): the start of the solve (the flat solution of an earlier solve of the
+    same slots: a warm start, :attr:`jaxdyn.sim.State.impulses`); ``flat=True`` appends the
+    flat solution ``x`` in the solver's own rows (:func:`solve_problem`) to the results:
+    ``(impulses, x)``, or ``(impulses, residual, x)`` with ``residual=True``.
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
@@ -1283,10 +1298,11 @@ def solve_contact_impulses(
     fac = None
     if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
         fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
-    lam, _, res, _ = solve_problem(
-        *problem, *settings, residual=residual, factors=fac, tolerance=contact.tolerance
+    lam, _, res, x = solve_problem(
+        *problem, *settings, residual=residual, factors=fac, x0=x0, tolerance=contact.tolerance
     )
-    return (lam, res) if residual else lam
+    out = (lam,) + ((res,) if residual else ()) + ((x,) if flat else ())
+    return out if len(out) > 1 else lam
 
 
 def solve_problem(

@@ -623,14 +623,19 @@ def _constraint_velocity(
         G = 0.5 * (G + G.T)
         # more rows than dofs: the solve's products through the factors J, M^-1 J^T of G
         factors = (Jc, V) if 2 * model.nv < Jc.shape[0] else None
-        problem = C.contact_problem(cfg.contact, G, frames, rows, h, v_rows)
-        settings = (cfg.contact.iterations, cfg.contact.newton, not cfg.contact.relaxed)
-        tol = cfg.contact.tolerance
-        Gr, E = problem[0], problem[4]
-        fac = None
-        if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
-            fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
-        lam, _, res, x = C.solve_problem(*problem, *settings, factors=fac, x0=x0, tolerance=tol)
+        out = C.solve_contact_impulses(
+            cfg.contact,
+            G,
+            frames,
+            rows,
+            h,
+            v_rows,
+            residual=True,
+            factors=factors,
+            x0=x0,
+            flat=True,
+        )
+        lam, res, x = cast("tuple[Array, Array, Array]", out)  # residual=True, flat=True
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
         dv, lam, res, x = L.solve(
