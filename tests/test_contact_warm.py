@@ -59,6 +59,37 @@ def test_warm_start_and_tolerance_reach_the_fixed_point():
         sim.solve_cone_complementarity(G, u, 0.6, 10, x0=jnp.zeros(5))
 
 
+@pytest.mark.parametrize("cone", [None, "pyramidal"])  # hard; MuJoCo's soft pyramid
+def test_solve_contact_impulses_warm_start(cone):
+    """``solve_contact_impulses(..., flat=True)`` returns the flat solution in the solver's
+    own rows (a pyramid's four edges per contact), and ``x0=`` of it restarts the solve there:
+    one iteration from it stays at the converged impulses (one from zero is far off); the
+    results of the three-value form are the plain call's."""
+    C = sim.contact
+    G, u = _problem()
+    n = jnp.asarray([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    frames = C.ContactFrames(jnp.asarray([-1e-3, -2e-3]), n, jnp.zeros((2, 3)), jnp.zeros((2, 3)))
+    rows, v0 = u.reshape(2, 3), jnp.zeros((2, 3))
+    kw = dict(friction=0.6, cone=cone, soft=cone is not None)
+
+    def run(iterations, x0=None):
+        c = sim.Constraint(iterations=iterations, **kw)
+        return C.solve_contact_impulses(
+            c, G, frames, rows, 2e-3, v0, residual=True, x0=x0, flat=True
+        )
+
+    lam, res, x = jax.jit(lambda: run(3000))()
+    assert x.shape == (2 * (4 if cone == "pyramidal" else 3),)
+    assert float(jnp.max(lam[:, 0])) > 0.1 and float(res) < 1e-10  # converged, not vacuous
+    c = sim.Constraint(iterations=3000, **kw)
+    plain = jax.jit(lambda: C.solve_contact_impulses(c, G, frames, rows, 2e-3, v0))()
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(lam))
+    warm = jax.jit(lambda x: run(1, x)[0])(x)
+    np.testing.assert_allclose(np.asarray(warm), np.asarray(lam), atol=1e-12)
+    cold = jax.jit(lambda: run(1)[0])()
+    assert float(jnp.max(jnp.abs(cold - lam))) > 1e-2
+
+
 def test_warm_started_solve_gradient_matches_finite_differences():
     """The derivative of the warm-started, early-stopped solve is the fixed point's (implicit
     differentiation; none in ``x0``): central differences of the solve agree."""

@@ -168,17 +168,22 @@ def test_pair_rollout_is_mujocos(loaded, cone):
 
 
 def test_pair_friction_jaxdyn_lacks_refused_by_name():
-    """A pair's condim 4 / 6 (torsional / rolling friction) and its two sliding coefficients
-    when they differ (anisotropic friction; ``<pair friction="0.8">`` leaves the second at
-    MuJoCo's default 1) are refused naming the pair, under the ``"geom"`` key;
-    ``ignore=("geom",)`` keeps its (first) sliding friction."""
+    """A pair's two sliding coefficients when they differ (anisotropic friction;
+    ``<pair friction="0.8">`` leaves the second at MuJoCo's default 1) are refused naming the
+    pair, under the ``"geom"`` key; ``ignore=("geom",)`` keeps its (first) sliding friction.
+    A pair's condim 4 / 6 (torsional / rolling friction) loads; ``Compliant`` refuses it
+    under ``"condim"`` (``ignore=("condim",)``: condim 3), as a geom's."""
     xml = PAIR_MJCF.format(cone="elliptic").replace('condim="1"', 'condim="4"')
+    loaded = jaxdyn.load_mjcf(xml)
+    assert 4 in loaded.geoms.pair_condim and loaded.geoms.pair_spin is not None
     with pytest.raises(
-        ValueError, match=r'\[geom\] <pair geom1="floor" geom2="rod">: condim \[4\]'
+        ValueError, match=r'\[condim\] <pair geom1="floor" geom2="rod">: condim \[4\]'
     ):
-        jaxdyn.load_mjcf(xml)
-    loaded = jaxdyn.load_mjcf(xml, ignore=("geom",))
-    assert set(loaded.geoms.pair_condim) == {3}
+        loaded.sim_config(sim.Compliant(), ignore=("solimp", "solref", "solreffriction"))
+    cfg = loaded.sim_config(
+        sim.Compliant(), ignore=("solimp", "solref", "solreffriction", "condim")
+    )
+    assert set(cfg.geoms.pair_condim) == {3} and cfg.geoms.pair_spin is None
     # MuJoCo's two sliding coefficients (friction[0], friction[1]: anisotropic) differ
     xml = PAIR_MJCF.format(cone="elliptic").replace('friction="0.8 0.8"', 'friction="0.8"')
     with pytest.raises(
@@ -187,6 +192,54 @@ def test_pair_friction_jaxdyn_lacks_refused_by_name():
         jaxdyn.load_mjcf(xml)
     loaded = jaxdyn.load_mjcf(xml, ignore=("geom",))
     assert 0.8 in np.asarray(loaded.geoms.pair_friction)
+
+
+# the spinning sphere (condim 4) and the rolling ball (condim 6) of test_condim's scene, their
+# condim and torsional / rolling friction given by explicit pairs with the floor (the geoms
+# condim 3, other friction), beside the box's own condim-4 geom
+SPIN_PAIRS_MJCF = """<mujoco>
+<option timestep="0.002" cone="{cone}" impratio="1.7" tolerance="1e-14" iterations="1000"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1" friction="0.5 0.01 0.001"/>
+<body name="top" pos="0 0 0.09964"><freejoint/>
+  <geom name="top" contype="1" conaffinity="0" size="0.1" mass="1" friction="0.9 0.2 0.1"/>
+</body>
+<body name="roller" pos="0.5 0 0.04982"><freejoint/>
+  <geom name="roller" contype="1" conaffinity="0" size="0.05" mass="0.4"/></body>
+<body name="box" pos="-0.5 0 0.0499"><freejoint/>
+  <geom name="box" contype="1" conaffinity="0" type="box" size="0.1 0.08 0.05" mass="1.5"
+        condim="4" friction="0.7 0.05 0"/></body>
+</worldbody><contact>
+  <pair geom1="floor" geom2="top" condim="4" friction="0.6 0.6 0.03 0.002 0.002"/>
+  <pair geom1="floor" geom2="roller" condim="6" friction="0.8 0.8 0.02 0.01 0.01"/>
+</contact></mujoco>"""
+
+
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")  # on purpose
+@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+def test_pair_condim_4_and_6_rollout_is_mujocos(cone):
+    """Explicit pairs of condim 4 and 6 (their torsional / rolling friction from the pair's
+    friction 5-vector, not the geoms') under ``Constraint(soft=True, relaxed=True)`` follow
+    MuJoCo C for 40 steps: positions to 1e-10, velocities to 1e-8; the sphere's spin and the
+    ball's rolling slow down by the pairs' coefficients."""
+    xml = SPIN_PAIRS_MJCF.format(cone=cone)
+    qvel = np.r_[0, 0, 0, 0, 0, 25.0, 1.0, 0, 0, 0, 20.0, 3.0, 0, 0, 0, 0, 0, 8.0]
+    loaded = jaxdyn.load_mjcf(xml)
+    g = loaded.geoms
+    assert sorted(g.pair_condim) == [4, 6]
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=1500))
+    conv, model, steps = loaded.converter(), loaded.model, 40
+    q0 = np.asarray(loaded.q0)
+    v0 = conv.v_from_mujoco(q0, qvel)
+    tr = jax.jit(lambda q, v: sim.rollout(model, sim.State(q, v), jnp.zeros((steps, 0)), cfg=cfg))(
+        jnp.asarray(q0), jnp.asarray(v0)
+    )
+    q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
+    v = np.array([conv.v_to_mujoco(np.asarray(a), np.asarray(b)) for a, b in zip(tr.q, tr.v)])
+    m = mujoco.MjModel.from_xml_string(xml)
+    q_ref, v_ref = mujoco_rollout(m, steps, qvel=qvel, fields=("qpos", "qvel"))
+    np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(v, v_ref, rtol=0, atol=1e-8)
+    assert v_ref[-1, 5] < 25.0 - 0.5 and v_ref[-1, 10] < 20.0 - 0.5  # spin and rolling slowed
 
 
 ARM_MJCF = """<mujoco><worldbody>
@@ -202,11 +255,12 @@ def test_scene_keeps_explicit_pairs():
     """A :class:`jaxdyn.sim.Robot` of MJCF geoms with an explicit pair (here a parent and its
     child, which MuJoCo's filter drops) keeps it in a ``Scene``, with its own parameters: the
     scene's contacts of the pair are the loaded file's (distance with the pair's margin,
-    friction, solref)."""
+    friction, solref; its condim 6's torsional and rolling friction)."""
     from jaxdyn.algorithms import kinematics as kin
     from jaxdyn.sim.core import _world
 
-    loaded = jaxdyn.load_mjcf(ARM_MJCF)
+    xml = ARM_MJCF.replace('friction="0.4 0.4"', 'condim="6" friction="0.4 0.4 0.01 0.002 0.002"')
+    loaded = jaxdyn.load_mjcf(xml)
     assert loaded.geoms.explicit == (0,)
     q = np.array(loaded.q0)
     q[7] = -0.3  # the arm swung up into the base
@@ -226,7 +280,7 @@ def test_scene_keeps_explicit_pairs():
 
         fr = jax.jit(f)(jnp.asarray(q))
         act = np.asarray(fr.distance) < 0
-        return [np.asarray(x)[act] for x in (fr.distance, fr.friction, fr.solref)]
+        return [np.asarray(x)[act] for x in (fr.distance, fr.friction, fr.solref, fr.spin)]
 
     mine = frames(scene.model, g, scene.q0)
     want = frames(loaded.model, loaded.geoms, q)
@@ -235,6 +289,7 @@ def test_scene_keeps_explicit_pairs():
         np.testing.assert_allclose(a, b, atol=1e-12)
     np.testing.assert_allclose(want[1], 0.4)
     np.testing.assert_allclose(want[2], [[0.05, 1.0]] * len(want[2]))
+    np.testing.assert_allclose(want[3], [[0.01, 0.002]] * len(want[3]))
 
 
 def test_pair_with_a_heightfield():
@@ -277,7 +332,9 @@ def test_geoms_explicit_fields_checked(loaded):
     g = loaded.geoms
     bad = (
         (dict(pair_condim=(3, 3)), "pair_condim must be 3 values"),
-        (dict(pair_condim=(3, 4, 1)), "pair_condim must be 3 values of 1 or 3"),
+        (dict(pair_condim=(3, 5, 1)), "pair_condim must be 3 values of 1, 3, 4 or 6"),
+        (dict(pair_condim=(3, 4, 1)), "pair_condim 4 / 6 .* needs pair_spin"),
+        (dict(pair_spin=np.zeros((2, 2))), r"pair_spin has shape \(2, 2\)"),
         (dict(pair_margin=np.zeros(2)), r"pair_margin has shape \(2,\)"),
         (dict(pair_friction=None), "need pair_friction and pair_condim"),
         (dict(explicit=(0, 0, 1)), "must be distinct indices"),

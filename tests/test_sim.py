@@ -289,6 +289,7 @@ def _drop(integrator, dt, kd, dtype):
         ("euler", 2e-3, 0.1, jnp.float64),
         ("euler", 2e-3, 0.1, jnp.float32),
         ("implicit", 5e-3, 0.5, jnp.float32),
+        ("implicit_damping", 2e-3, 0.1, jnp.float32),
     ],
 )
 def test_compliant_drop_is_stable(integrator, dt, kd, dtype):
@@ -311,6 +312,52 @@ def test_compliant_drop_is_stable(integrator, dt, kd, dtype):
     assert clearance.min() > -15e-3, clearance.min()
     assert clearance[-int(0.2 / dt) :].min() > -2e-3, clearance[-int(0.2 / dt) :].min()
     assert float(jnp.max(jnp.abs(traj.v[-1]))) < 1e-2
+
+
+@pytest.mark.slow
+def test_compliant_humanoid_rests_at_5ms():
+    """dm_control's humanoid (self-colliding capsules, light limbs) falling limp at its file's
+    5 ms under ``Compliant`` and the file's integrator (MuJoCo's ``Euler``:
+    ``"implicit_damping"``) stays finite and lies at rest on the floor after 5 s, its torso at
+    MuJoCo C's height (soft contact, same file and start) within 3 cm. Regression:
+    ``"implicit_damping"`` took the compliant contact's damping and friction explicitly, past
+    their stability limit through the light limbs, and diverged at the first impact (step
+    43, max |v| 2400)."""
+    mujoco = pytest.importorskip("mujoco")
+    from jaxdyn.envs.dm_control_suite import XML_DIR
+
+    path = f"{XML_DIR}/humanoid.xml"
+    loaded = jaxdyn.load_mjcf(path)
+    cfg = loaded.sim_config(contact=sim.Compliant(), ignore=("solimp",))
+    assert cfg.integrator == "implicit_damping" and cfg.dt == 5e-3
+    mm = mujoco.MjModel.from_xml_path(path)
+    qpos = np.array(mm.qpos0)
+    hinge = [mm.jnt_qposadr[j] for j in range(mm.njnt) if mm.jnt_type[j] == 3]
+    qpos[hinge] += np.random.default_rng(0).uniform(-0.01, 0.01, len(hinge))
+    m = loaded.model
+    s0 = sim.State(jnp.asarray(loaded.converter().q_from_mujoco(qpos)), jnp.zeros(m.nv))
+    u = jnp.zeros(mm.nu)
+    torso = m.body_names.index("torso")
+
+    @jax.jit
+    def run(s):
+        def body(s, _):
+            s = sim.step(m, s, u, cfg)
+            return s, jnp.max(jnp.abs(s.v))
+
+        s, speed = jax.lax.scan(body, s, None, length=1000)
+        return s, speed, jaxdyn.forward_kinematics(m, s.q).body.p[torso, 2]
+
+    s, speed, z = run(s0)
+    d = mujoco.MjData(mm)
+    d.qpos[:] = qpos
+    for _ in range(1000):
+        mujoco.mj_step(mm, d)
+    z_mj = float(d.xpos[mm.body("torso").id, 2])
+    assert np.all(np.isfinite(np.asarray(speed))) and float(jnp.max(speed)) < 50.0
+    assert float(speed[-1]) < 0.1, float(speed[-1])  # at rest (MuJoCo C: 0.05)
+    assert 0.05 < z_mj < 0.15  # lying on the floor (the torso capsule's radius 0.07)
+    assert abs(float(z) - z_mj) < 0.03, (float(z), z_mj)
 
 
 def test_contact_models_agree_on_resting_load():
@@ -345,6 +392,53 @@ def test_euler_compliant_contact_matches_implicit_without_joint_damping():
     assert float(jnp.max(jnp.abs(se.v - s.v))) > 1e-2
     np.testing.assert_allclose(np.asarray(se.v), np.asarray(si.v), atol=1e-12)
     np.testing.assert_allclose(np.asarray(se.q), np.asarray(si.q), atol=1e-12)
+
+
+def test_compliant_damping_is_the_force_jacobian():
+    """``compliant_damping``'s closed form ``-df/du = d_n n n^T + d_t (I - n n^T)`` (what the
+    implicit steps add to the inertias) equals the forward-mode Jacobian of
+    ``compliant_forces`` in the contact-point velocity with the friction's normal force (>= 0)
+    and slip speed and the clamp's factor held (its definition), to rounding: contacts deep,
+    shallow (the softplus), separating fast (the clamp) and apart, sliding and sticking. The
+    full Jacobian agrees where the clamp is saturated and, separating fast, has the negative
+    normal slope that the held factor leaves out (``d_n >= 0``)."""
+    rng = np.random.default_rng(7)
+    nc = 8
+    n = rng.standard_normal((nc, 3))
+    n /= np.linalg.norm(n, axis=1, keepdims=True)
+    dist = np.array([-5e-3, -1e-4, 0.0, 1e-4, -2e-3, -3e-3, 5e-4, -1e-3])
+    vel = rng.standard_normal((nc, 3)) * np.array([1, 1, 1, 1e-3, 1, 1e-4, 1, 1])[:, None]
+    vel[5] += 0.2234 * n[5]  # separating: smax0 at raw = -2.4 k eps, its most negative slope
+    contact = sim.Compliant(friction=0.8)
+    k, c, eps = jnp.full(nc, 2e4), jnp.full(nc, 300.0), contact.smoothing
+    C = sim.contact
+
+    def frames(u):
+        return C.ContactFrames(jnp.asarray(dist), jnp.asarray(n), jnp.zeros((nc, 3)), u)
+
+    fr = frames(jnp.asarray(vel))
+    vn0, vt0 = fr.split_velocity()
+    fn0 = jnp.sum(C.compliant_forces(contact, k, c, fr) * fr.normal, -1)
+    s0 = jnp.sqrt(jnp.sum(vt0 * vt0, -1) + contact.slip**2)
+    pen = eps * jax.nn.softplus(-fr.distance / eps)  # the module docstring's model
+    gate0 = jax.nn.sigmoid((k * pen - c * vn0 * pen / (pen + eps)) / (k * eps))
+
+    def jac(**held):
+        f = lambda u, i: C.compliant_forces(contact, k, c, frames(u), **held)[i]  # noqa: E731
+        return np.stack([-jax.jacfwd(f)(jnp.asarray(vel), i)[:, i] for i in range(nc)])
+
+    K = jac(friction_normal=jnp.maximum(fn0, 0.0), friction_speed=s0, gate=gate0)
+    d_n, d_t = (np.asarray(x) for x in C.compliant_damping(contact, k, c, fr))
+    nn = n[:, :, None] * n[:, None, :]
+    want = d_n[:, None, None] * nn + d_t[:, None, None] * (np.eye(3) - nn)
+    np.testing.assert_allclose(K, want, rtol=1e-12, atol=1e-9 * np.abs(K).max())
+    assert np.all(d_n >= 0) and np.all(d_t >= 0)
+    full = jac(friction_normal=fn0, friction_speed=s0)
+    full_n = np.einsum("ci,cij,cj->c", n, full, n)
+    sat = np.asarray(gate0) > 1 - 1e-12  # the clamp saturated: pressed in
+    assert sat.sum() >= 2
+    np.testing.assert_allclose(full_n[sat], d_n[sat], rtol=1e-9)
+    assert full_n[5] < -0.05 * float(c[5]) and d_n[5] >= 0  # the clamp's negative slope, held
 
 
 def test_box_on_plane_rests_on_corners(box):
@@ -836,13 +930,15 @@ def test_rollout_gradient_matches_finite_differences(pendulum):
         ("constraint", "implicit"),
         # explicit integrator: test_rollout_gradient_matches_finite_differences
         pytest.param("compliant", "euler", marks=pytest.mark.slow),
+        pytest.param("compliant", "implicit_damping", marks=pytest.mark.slow),
     ],
 )
 def test_gradients_finite_at_rest_contact(box, kind, integrator):
     """Reverse mode through 10 steps of a box resting on its four bottom corners (zero slip,
     zero velocity, every contact closed) gives finite gradients matching central differences,
     at rest and, with a push beyond the friction limit, while sliding (a non-zero gradient);
-    "euler" too, whose compliant contact is implicit in its velocity terms."""
+    "euler" and "implicit_damping" too, whose compliant contact is implicit in its velocity
+    terms."""
     corners = [(sx * 0.2, sy * 0.15, -0.1) for sx in (-1, 1) for sy in (-1, 1)]
     cs = sim.contact_set(box, [sim.Point("box", c) for c in corners])
     contact = sim.Compliant() if kind == "compliant" else sim.Constraint(iterations=200)

@@ -83,8 +83,8 @@ exclude, parent-child)                    against the plane the primitives do no
                                           ``priority`` (docs/scenes.md)
 explicit ``<contact><pair>``              a pair of ``geoms`` whatever the filters say,
                                           replacing the dynamic pair of its two geoms, with
-                                          its own condim 1 / 3, friction, margin, solref,
-                                          solimp, solreffriction (below)
+                                          its own condim 1 / 3 / 4 / 6, friction, margin,
+                                          solref, solimp, solreffriction (below)
 ``connect`` / ``weld`` to the world       :class:`jaxdyn.Connect` / :class:`jaxdyn.Weld`
 (or a static body)                        (``local_world_aligned``, with ``target``)
 ``connect`` / ``weld`` / ``joint``        :class:`jaxdyn.sim.Equalities` (``equalities``:
@@ -699,16 +699,16 @@ class MJCFModel(NamedTuple):
                 )
                 kw["terrain"] = self.terrain if self.terrain else Plane()
             kw["geoms"] = self.geoms
-            if (
-                not isinstance(contact, Constraint)
-                and self.geoms is not None
-                and self.geoms.spin is not None
-            ):
+            g = self.geoms
+            if not isinstance(contact, Constraint) and g is not None:
                 import dataclasses  # Compliant, ignore=("condim",): condim 4 / 6 as 3
 
-                kw["geoms"] = dataclasses.replace(
-                    self.geoms, condim=tuple(min(c, 3) for c in self.geoms.condim), spin=None
-                )
+                if g.spin is not None:
+                    g = dataclasses.replace(g, condim=tuple(min(c, 3) for c in g.condim), spin=None)
+                if g.pair_spin is not None and g.pair_condim is not None:
+                    pc = tuple(min(c, 3) for c in g.pair_condim)
+                    g = dataclasses.replace(g, pair_condim=pc, pair_spin=None)
+                kw["geoms"] = g
             if soft:
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
             elif kw["geoms"] is not None:  # ignore=("solimp", "solref"): what they cannot take
@@ -796,7 +796,7 @@ class MJCFModel(NamedTuple):
                 is_leaf=lambda x: x is None,
             )
             if geoms.explicit is not None:  # the explicit pairs' solref (either form), solimp
-                _, _, _, pref, pimp, _ = _explicit_params(m, self.pair_ids)
+                _, _, _, pref, pimp, _, _ = _explicit_params(m, self.pair_ids)
                 out["geoms"] = dataclasses.replace(
                     out["geoms"], pair_solref=pref.astype(dtype), pair_solimp=pimp.astype(dtype)
                 )
@@ -2475,8 +2475,10 @@ def _explicit_params(m, ids):
     ids = np.asarray(ids, int)
     condim = np.array(m.pair_dim, int)[ids]
     friction = np.array(m.pair_friction, float).reshape(-1, 5)[ids, 0]
+    spin = np.array(m.pair_friction, float).reshape(-1, 5)[ids, 2:4]  # torsional, rolling
     if _override(m):  # MuJoCo's mj_assignFriction: o_friction for every contact
         friction[:] = float(m.opt.o_friction[0])
+        spin[:] = np.array(m.opt.o_friction, float)[2:4]
     margin = np.array(m.pair_margin, float).reshape(-1)[ids]
     solref = np.array(m.pair_solref, float).reshape(-1, 2)[ids]
     solimp = np.array(m.pair_solimp, float).reshape(-1, 5)[ids]
@@ -2488,7 +2490,7 @@ def _explicit_params(m, ids):
         srf[:] = 0.0
     if _gap_subtracts(_import_mujoco()):
         margin = margin - np.array(m.pair_gap, float).reshape(-1)[ids]
-    return condim, friction, margin, solref, solimp, srf
+    return condim, friction, margin, solref, solimp, srf, spin
 
 
 def _contacts(
@@ -2574,32 +2576,24 @@ def _contacts(
                 f"{pair_el(ip)}: jaxdyn.sim has no narrow phase for {key[0]}-{key[1]} contacts",
             )
             continue
-        if int(m.pair_dim[ip]) not in (1, 3):
-            bad_dim.append(ip)
-        elif (
-            int(m.pair_dim[ip]) == 3
-            and not _override(m)  # o_friction replaces it (checked below)
-            and m.pair_friction[ip][0] != m.pair_friction[ip][1]
+        dim, fr5 = int(m.pair_dim[ip]), m.pair_friction[ip]
+        if not _override(m) and (  # o_friction replaces it (checked below)
+            (dim >= 3 and fr5[0] != fr5[1]) or (dim == 6 and fr5[3] != fr5[4])
         ):
             anisotropic.append(ip)
+        if dim > 3:
+            bad_dim.append(ip)  # torsional / rolling friction: Constraint only (sim_issues)
         explicit.append((a, b))
         explicit_ids.append(ip)
-    if bad_dim:
-        issues.add(
-            "geom",
-            f"{', '.join(pair_el(ip) for ip in bad_dim)}: condim "
-            f"{sorted({int(m.pair_dim[ip]) for ip in bad_dim})} (torsional / rolling friction; "
-            "jaxdyn.sim has condim 1 and 3)",
-        )
     if anisotropic:
         issues.add(
             "geom",
             ", ".join(
-                f"{pair_el(ip)}: friction {m.pair_friction[ip][0]:g} {m.pair_friction[ip][1]:g}"
+                f"{pair_el(ip)}: friction {' '.join(f'{x:g}' for x in m.pair_friction[ip])}"
                 for ip in anisotropic
             )
-            + " (two sliding coefficients, anisotropic friction; jaxdyn.sim has one: give both "
-            "the same); ignored, the first",
+            + " (two sliding or two rolling coefficients, anisotropic friction; jaxdyn.sim has "
+            "one of each: give both the same); ignored, the first",
         )
     explicit_keys = {frozenset(pr) for pr in explicit}
     on_ground = {a if b == ground else b for a, b in explicit if ground in (a, b)}
@@ -2668,11 +2662,14 @@ def _contacts(
     for g in touching:  # the dynamic pairs' geoms, the ground's primitives and the ground
         if int(m.geom_condim[g]) not in (1, 3):
             condim.append(g)
-    if condim:  # torsional / rolling friction: geom pairs (not primitives), soft contact only
+    if condim or bad_dim:  # torsional / rolling friction: geom pairs (not primitives)
+        dims = {int(m.geom_condim[g]) for g in condim} | {int(m.pair_dim[i]) for i in bad_dim}
+        what = [listed(condim)] if condim else []
+        what += [pair_el(ip) for ip in bad_dim]
         sim_issues.append(
             (
                 "condim",
-                f"{listed(condim)}: condim {sorted({int(m.geom_condim[g]) for g in condim})} "
+                f"{', '.join(what)}: condim {sorted(dims)} "
                 "(torsional / rolling friction): the Compliant contact model has condim 1 and "
                 "3; Constraint() (hard or soft=True) takes it (ignored: condim 3)",
             )
@@ -2699,7 +2696,7 @@ def _contacts(
                 "geoms get MuJoCo's default (0.02, 1)",
             )
         )
-    pcondim, pfric, pmargin, psolref, psolimp, psrf = _explicit_params(m, explicit_ids)
+    pcondim, pfric, pmargin, psolref, psolimp, psrf, pspin = _explicit_params(m, explicit_ids)
     for key, rows, what in (
         (
             "solimp",
@@ -2721,7 +2718,6 @@ def _contacts(
         if rows:
             sim_issues.append((key, f"{', '.join(pair_el(explicit_ids[j]) for j in rows)}: {what}"))
     # (the pairs' direct solref kept: sim_config gives the others MuJoCo's default)
-    pcondim[(pcondim != 1) & (pcondim != 3)] = 3  # ignore=("geom",): sliding friction only
     if info is not None:
         info["ground"] = -1 if ground is None else int(ground)
         info["pairs"] = tuple(explicit_ids)
@@ -2776,6 +2772,7 @@ def _contacts(
             pair_solref=psolref,
             pair_solimp=psolimp if np.any(psolimp != _DEFAULT_SOLIMP) else None,
             pair_solreffriction=psrf if np.any(psrf != 0) else None,
+            pair_spin=pspin if np.any(pcondim > 3) else None,
         )
         geoms = dataclasses.replace(geoms, **ex)
     return tuple(prims), terrain, geoms

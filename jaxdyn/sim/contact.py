@@ -85,6 +85,7 @@ __all__ = [
     "ContactFrames",
     "contact_frames",
     "compliant_forces",
+    "compliant_damping",
     "solve_cone_complementarity",
     "project_cone",
 ]
@@ -329,12 +330,11 @@ class Compliant(eqx.Module):
 
     The damping and, above all, the friction's viscosity ``mu fn / vs`` at low slip are stiff
     as seen from a light limb (its contact point's apparent inverse mass ``J M^-1 J^T``): the
-    ``"euler"`` and ``"implicit"`` integrators take them implicitly (that part of the step is
-    stable at any ``dt``), ``"rk4"`` and ``"implicit_damping"`` (MuJoCo's Euler, implicit in
-    the joints' damping only: what ``load_mjcf(...).sim_config`` gives a file of MuJoCo's
-    default integrator) explicitly (they need steps of the order of
-    ``vs / (mu fn J M^-1 J^T)``): dm_control's humanoid at its 5 ms diverges at the torso's
-    first impact under ``"implicit_damping"``, not under ``"implicit"``.
+    ``"euler"``, ``"implicit"`` and ``"implicit_damping"`` integrators take them implicitly
+    (:func:`compliant_damping`: that part of the step is stable at any ``dt``, and with it the
+    spring, explicit, for ``dt < 4 timeconst`` at ``dampratio = 1``, linearised), ``"rk4"``
+    explicitly (it
+    needs steps of the order of ``vs / (mu fn J M^-1 J^T)``).
     """
 
     stiffness: float | None = None
@@ -443,27 +443,57 @@ def compliant_forces(
     frames: ContactFrames,
     friction_normal: Array | None = None,
     friction_speed: Array | None = None,
+    gate: Array | None = None,
 ) -> Array:
     """World-axes forces ``(nc, 3)`` of the compliant model at ``frames.point``.
 
-    The implicit steps linearise these forces in the contact velocity with two quantities held
-    at the step's velocity (every other derivative -- in the configuration, the parameters --
-    still flows through them): ``friction_normal (nc,)``, the normal force inside the friction
-    term, and ``friction_speed (nc,)``, the regularised slip speed ``sqrt(|vt|^2 + vs^2)`` of
-    its denominator, which makes the friction a viscous force ``-(mu fn / s) vt`` of frozen
-    viscosity (see :func:`jaxdyn.sim.core` ``_contact_inertias``)."""
+    The implicit steps linearise these forces in the contact velocity with three quantities
+    held at the step's velocity (every other derivative -- in the configuration, the
+    parameters -- still flows through them; :func:`compliant_damping`): ``friction_normal
+    (nc,)``, the normal force inside the friction term, ``friction_speed (nc,)``, the
+    regularised slip speed ``sqrt(|vt|^2 + vs^2)`` of its denominator, which makes the friction
+    a viscous force ``-(mu fn / s) vt`` of frozen viscosity, and ``gate (nc,)``, the factor
+    ``sigmoid(x / (k eps))`` of the normal force's smooth clamp ``smax0``, which makes the
+    normal force linear in the velocity (see :func:`jaxdyn.sim.core` ``_contact_inertias``)."""
     dtype = frames.distance.dtype
     eps = jnp.asarray(contact.smoothing, dtype)
     pen = eps * jax.nn.softplus(-frames.distance / eps)
     vn, vt = frames.split_velocity()
     raw = k * pen - c * vn * pen / (pen + eps)
-    fn = raw * jax.nn.sigmoid(raw / (k * eps))
+    fn = raw * (jax.nn.sigmoid(raw / (k * eps)) if gate is None else gate)
     vs2 = jnp.asarray(contact.slip, dtype) ** 2
     fn_t = fn if friction_normal is None else friction_normal
     s = jnp.sqrt(jnp.sum(vt * vt, -1) + vs2) if friction_speed is None else friction_speed
     mu = _friction(contact, frames, dtype)
     ft = -(mu * fn_t / s)[:, None] * vt
     return fn[:, None] * frames.normal + ft
+
+
+def compliant_damping(
+    contact: Compliant, k: Array, c: Array, frames: ContactFrames
+) -> tuple[Array, Array]:
+    """``(d_n, d_t)`` (each ``(nc,)``): the velocity Jacobian of :func:`compliant_forces` as the
+    implicit steps linearise it, ``-df/du = d_n n n^T + d_t (I - n n^T)`` in the velocity
+    ``u`` of the contact point, with the friction's normal force and slip speed and the normal
+    force's clamp factor held at ``frames.velocity`` (``friction_normal``, ``friction_speed``,
+    ``gate``): ``d_n = sigmoid(raw / (k eps)) c pen / (pen + eps)`` (the normal damping,
+    through the clamp's factor) and ``d_t = mu max(fn, 0) / s`` (the friction's frozen
+    viscosity). Both are >= 0 (a symmetric positive semi-definite ``K``): the clamp's own
+    derivative is not (``smax0`` has a negative slope where a fast separation drives ``raw``
+    below 0), nor is ``fn`` (``smax0`` dips below 0 there), and through a light limb a
+    negative ``h d G`` beyond 1 made the step's ``M + h J^T K J`` indefinite.
+    In closed form, so that derivatives in the configuration and the parameters flow through
+    it as through the forces."""
+    dtype = frames.distance.dtype
+    eps = jnp.asarray(contact.smoothing, dtype)
+    pen = eps * jax.nn.softplus(-frames.distance / eps)
+    vn, vt = frames.split_velocity()
+    damp = c * pen / (pen + eps)  # -d raw / d vn
+    raw = k * pen - damp * vn
+    gate = jax.nn.sigmoid(raw / (k * eps))
+    s = jnp.sqrt(jnp.sum(vt * vt, -1) + jnp.asarray(contact.slip, dtype) ** 2)
+    fn = jnp.maximum(raw * gate, 0.0)  # smax0 dips below 0 (by 0.28 k eps at most)
+    return gate * damp, _friction(contact, frames, dtype) * fn / s
 
 
 # ------------------------------------------------------------------------------ constraint
@@ -1233,7 +1263,17 @@ def solve_residual(G, u, mu, lam, coulomb, rows=None, pyramid=None):
 
 
 def solve_contact_impulses(
-    contact: Constraint, G, frames, v_free_rows, dt, v_rows=None, *, residual=False, factors=None
+    contact: Constraint,
+    G,
+    frames,
+    v_free_rows,
+    dt,
+    v_rows=None,
+    *,
+    residual=False,
+    factors=None,
+    x0=None,
+    flat=False,
 ):
     """Regularise ``G`` and solve for the impulses of the constraint model.
 
@@ -1246,6 +1286,11 @@ def solve_contact_impulses(
     nv)`` the rows' Jacobian and ``V = M^-1 J^T (nv, n)``, ``nv`` below ``n``: the solve's
     products use them where the problem is ``G`` plus a diagonal (elliptic cones without
     condim 4 / 6; :func:`solve_cone_complementarity`), the same iterates to rounding.
+
+    ``x0`` (optional): the start of the solve (the flat solution of an earlier solve of the
+    same slots: a warm start, :attr:`jaxdyn.sim.State.impulses`); ``flat=True`` appends the
+    flat solution ``x`` in the solver's own rows (:func:`solve_problem`) to the results:
+    ``(impulses, x)``, or ``(impulses, residual, x)`` with ``residual=True``.
     """
     problem = contact_problem(contact, G, frames, v_free_rows, dt, v_rows)
     settings = (contact.iterations, contact.newton, not contact.relaxed)
@@ -1253,10 +1298,11 @@ def solve_contact_impulses(
     fac = None
     if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
         fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
-    lam, _, res, _ = solve_problem(
-        *problem, *settings, residual=residual, factors=fac, tolerance=contact.tolerance
+    lam, _, res, x = solve_problem(
+        *problem, *settings, residual=residual, factors=fac, x0=x0, tolerance=contact.tolerance
     )
-    return (lam, res) if residual else lam
+    out = (lam,) + ((res,) if residual else ()) + ((x,) if flat else ())
+    return out if len(out) > 1 else lam
 
 
 def solve_problem(

@@ -33,7 +33,8 @@ through :func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
 * ``"implicit_damping"`` -- semi-implicit Euler implicit in the joint damping only,
   ``v' = v + h (M + h diag(damping))^-1 (tau - C)``: MuJoCo's ``Euler`` integrator (with its
   ``eulerdamp`` flag on, MuJoCo's default; with ``eulerdamp`` off MuJoCo's ``Euler`` is
-  ``"euler"`` here). Compliant contact forces are explicit in it.
+  ``"euler"`` here). With compliant contact it is implicit in the contact's velocity terms
+  too, as ``"euler"``: ``(M + h diag(damping) + h J^T K J)``.
 
 Free joints in ``"euler"``, ``"implicit"`` and ``"implicit_damping"``: the step advances the
 linear velocity in the parent's axes (the world's for a root), as MuJoCo's free joint, and
@@ -622,14 +623,19 @@ def _constraint_velocity(
         G = 0.5 * (G + G.T)
         # more rows than dofs: the solve's products through the factors J, M^-1 J^T of G
         factors = (Jc, V) if 2 * model.nv < Jc.shape[0] else None
-        problem = C.contact_problem(cfg.contact, G, frames, rows, h, v_rows)
-        settings = (cfg.contact.iterations, cfg.contact.newton, not cfg.contact.relaxed)
-        tol = cfg.contact.tolerance
-        Gr, E = problem[0], problem[4]
-        fac = None
-        if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
-            fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
-        lam, _, res, x = C.solve_problem(*problem, *settings, factors=fac, x0=x0, tolerance=tol)
+        out = C.solve_contact_impulses(
+            cfg.contact,
+            G,
+            frames,
+            rows,
+            h,
+            v_rows,
+            residual=True,
+            factors=factors,
+            x0=x0,
+            flat=True,
+        )
+        lam, res, x = cast("tuple[Array, Array, Array]", out)  # residual=True, flat=True
         dv = MinvJT @ lam.reshape(-1)
     else:  # the joint-limit rows appended to the contacts' problem
         dv, lam, res, x = L.solve(
@@ -781,6 +787,8 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         arm = h * props["damping"].astype(v.dtype)
         arm = arm if model.armature is None else model.armature + arm
         m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
+        if isinstance(cfg.contact, C.Compliant):  # its velocity terms implicit, as "euler"'s
+            I6 = I6 + _contact_inertias(model, cfg, ws, frames, h)
     inertias = articulated_inertias(m_eff, ws.S, I6)
 
     def solve(R):
@@ -850,32 +858,28 @@ def _contact_inertias(model, cfg, ws, frames, h):
     ``vt -> -vt`` (a resting robot's feet chattering), as Newton's method does on regularised
     friction without the transition-aware line search of Castro et al. 2020 (TAMSI, IEEE
     RA-L 5(2)). The secant leaves the sliding steady state unchanged (``f`` is the force at
-    ``v``); its larger viscosity only slows a sliding contact's transients."""
-    dtype = frames.distance.dtype
-    k, c = cfg.contact.gains(model, dtype, frames.body, frames.other, frames.solref)
-    mu = jnp.broadcast_to(C._friction(cfg.contact, frames, dtype), frames.distance.shape)
-    slip2 = jnp.asarray(cfg.contact.slip, k.dtype) ** 2
+    ``v``); its larger viscosity only slows a sliding contact's transients. The normal force's
+    smooth clamp is held likewise (its factor ``sigmoid``,
+    :func:`jaxdyn.sim.contact.compliant_damping`): its own slope is negative where a fast
+    separation drives the spring-damper's force below zero, and there ``h G`` times it reached
+    beyond 1 through a light limb, ``M + h J^T K J`` lost its positive definiteness and the
+    step diverged (dm_control's humanoid at 5 ms).
 
-    def force(dist, normal, point, vel, vel0, ki, ci, mui):
-        # the friction term's normal force and slip speed at vel0 (the step's velocity),
-        # constants for the Jacobian in vel but not for derivatives in q (a stop_gradient here
-        # cut the configuration derivative of K, and reverse-mode rollouts were 40 % off)
-        at0 = C.ContactFrames(dist[None], normal[None], point[None], vel0[None], mui[None])
-        fn0 = C.compliant_forces(cfg.contact, ki, ci, at0) @ normal
-        vt0 = vel0 - (vel0 @ normal) * normal
-        s0 = jnp.sqrt(vt0 @ vt0 + slip2)[None]
-        one = C.ContactFrames(dist[None], normal[None], point[None], vel[None], mui[None])
-        return C.compliant_forces(cfg.contact, ki, ci, one, friction_normal=fn0, friction_speed=s0)[
-            0
-        ]
-
-    K = -jax.vmap(jax.jacfwd(force, argnums=3))(
-        frames.distance, frames.normal, frames.point, frames.velocity, frames.velocity, k, c, mu
-    )  # (nc, 3, 3)
-    K = 0.5 * (K + jnp.swapaxes(K, -1, -2))
-    X = spatial.skew(frames.point)  # u = v_O - [x] w  =>  P = [-[x], 1]
-    P = jnp.concatenate([-X, jnp.broadcast_to(jnp.eye(3, dtype=X.dtype), X.shape)], -1)
-    Ic = h * jnp.einsum("cia,cij,cjb->cab", P, K, P)  # (nc, 6, 6)
+    ``K_i = d_n n n^T + d_t (1 - n n^T)`` in closed form: ``P_i^T K_i P_i = d_t P^T P +
+    (d_n - d_t) g g^T`` with ``g = P^T n = [x x n; n]``."""
+    k, c = cfg.contact.gains(model, frames.distance.dtype, frames.body, frames.other, frames.solref)
+    d_n, d_t = C.compliant_damping(cfg.contact, k, c, frames)  # K = d_n nn^T + d_t (I - nn^T)
+    # P^T K P with P = [-[x], 1] (u = v_O - [x] w) and K = d_t 1 + (d_n - d_t) n n^T:
+    # d_t P^T P + (d_n - d_t) g g^T, g = P^T n = [x x n; n] (the unit normal force's wrench)
+    x, n = frames.point, frames.normal
+    X = spatial.skew(x)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=x.dtype), X.shape)
+    xx = jnp.sum(x * x, -1)[:, None, None] * eye - x[:, :, None] * x[:, None, :]  # -[x]^2
+    PtP = jnp.concatenate(
+        [jnp.concatenate([xx, X], -1), jnp.concatenate([-X, eye], -1)], -2
+    )  # (nc, 6, 6)
+    g = jnp.concatenate([spatial.cross(x, n), n], -1)
+    Ic = h * (d_t[:, None, None] * PtP + (d_n - d_t)[:, None, None] * g[:, :, None] * g[:, None, :])
     # a contact between two moving bodies couples them (h (J_A - J_B)^T K (J_A - J_B)), which
     # point inertias cannot hold: each body gets twice its own block, a majorant of the coupled
     # term (2 (J_A^T K J_A + J_B^T K J_B) - (J_A - J_B)^T K (J_A - J_B) = (J_A + J_B)^T K

@@ -146,11 +146,14 @@ class Geoms(eqx.Module):
     Explicit pairs (MuJoCo's ``<contact><pair>``, ``mj_collideGeoms`` of a ``pair_*``
     entry): ``explicit`` (static, ``None``: none) the indices in ``pairs`` of the pairs that
     carry their own contact parameters, which replace the geoms' combined ones for every slot
-    of that pair: ``pair_condim`` (static ints, 1 or 3), ``pair_friction (ne,)`` (the sliding
-    coefficient), and, ``None`` for MuJoCo's defaults, ``pair_margin (ne,)`` (the pair's
-    margin itself, not a sum), ``pair_solref (ne, 2)``, ``pair_solimp (ne, 5)`` and
-    ``pair_solreffriction (ne, 2)`` (``(0, 0)``: the contact's ``solref``; it reaches the
-    contacts as :attr:`ContactFrames.solreffriction`, the other slots ``(0, 0)``).
+    of that pair: ``pair_condim`` (static ints, 1, 3, 4 or 6), ``pair_friction (ne,)`` (the
+    sliding coefficient), ``pair_spin (ne, 2)`` (the torsional and rolling coefficients,
+    MuJoCo's ``pair_friction[2:4]``; needed where a ``pair_condim`` is 4 or 6, clamped to
+    ``mjMINMU`` as the geoms' ``spin``), and, ``None`` for MuJoCo's defaults,
+    ``pair_margin (ne,)`` (the pair's margin itself, not a sum), ``pair_solref (ne, 2)``,
+    ``pair_solimp (ne, 5)`` and ``pair_solreffriction (ne, 2)`` (``(0, 0)``: the contact's
+    ``solref``; it reaches the contacts as :attr:`ContactFrames.solreffriction`, the other
+    slots ``(0, 0)``).
     """
 
     # numpy when built (loaders), jax arrays where traced (pytree leaves)
@@ -179,6 +182,7 @@ class Geoms(eqx.Module):
     pair_solref: jnp.ndarray | np.ndarray | None = None
     pair_solimp: jnp.ndarray | np.ndarray | None = None
     pair_solreffriction: jnp.ndarray | np.ndarray | None = None
+    pair_spin: jnp.ndarray | np.ndarray | None = None
 
     _PAIR_FIELDS = (
         ("pair_friction", ()),
@@ -186,6 +190,7 @@ class Geoms(eqx.Module):
         ("pair_solref", (2,)),
         ("pair_solimp", (5,)),
         ("pair_solreffriction", (2,)),
+        ("pair_spin", (2,)),
     )
 
     def _check_explicit(self):
@@ -201,9 +206,14 @@ class Geoms(eqx.Module):
             raise ValueError(f"Geoms: explicit {ex} must be distinct indices of the pairs")
         if self.pair_friction is None or self.pair_condim is None:
             raise ValueError("Geoms: explicit pairs need pair_friction and pair_condim")
-        if len(self.pair_condim) != ne or any(int(c) not in (1, 3) for c in self.pair_condim):
+        if len(self.pair_condim) != ne or any(int(c) not in (1, 3, 4, 6) for c in self.pair_condim):
             raise ValueError(
-                f"Geoms: pair_condim must be {ne} values of 1 or 3, got {self.pair_condim}"
+                f"Geoms: pair_condim must be {ne} values of 1, 3, 4 or 6, got {self.pair_condim}"
+            )
+        if self.pair_spin is None and any(int(c) > 3 for c in self.pair_condim):
+            raise ValueError(
+                "Geoms: pair_condim 4 / 6 (torsional / rolling friction) needs pair_spin, the "
+                "pairs' (torsional, rolling) friction (ne, 2)"
             )
         for name, tail in self._PAIR_FIELDS:
             x = getattr(self, name)
@@ -426,8 +436,10 @@ class Geoms(eqx.Module):
                 iw = jnp.repeat(iwg[i1] + iwg[i2], k)
             spin = None
             if nspin:  # torsional / rolling friction (mj_contactParam, mjMINMU) where condim has it
-                sg = jnp.asarray(self.spin, dtype)
+                sg = jnp.zeros((self.n, 2), dtype) if self.spin is None else self.spin
+                sg = jnp.asarray(sg, dtype)
                 mix = pair_choice(jnp, p1[:, None], p2[:, None], sg[i1], sg[i2])
+                mix = explicit("pair_spin", mix)  # an explicit pair's own (MuJoCo's pair_friction)
                 has = jnp.asarray(np.stack([cond >= 4, cond >= 6], -1))
                 spin = jnp.where(has, jnp.maximum(mix, 1e-5), 0.0)[:, :nspin]  # mjMINMU
                 spin = jnp.repeat(spin, k, axis=0)

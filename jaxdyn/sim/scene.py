@@ -1195,6 +1195,7 @@ def _explicit_row(g, j):
         row(g.pair_solref, np.array([0.02, 1.0])),
         None if g.pair_solimp is None else row(g.pair_solimp, None),
         row(g.pair_solreffriction, np.zeros(2)),
+        row(g.pair_spin, np.zeros(2)),
     )
 
 
@@ -1239,6 +1240,7 @@ def _table(gs, pairs, explicit=None):
                 else None
             ),
             pair_solreffriction=col(5) if np.any(col(5) != 0) else None,
+            pair_spin=col(6) if any(r[0] > 3 for r in rows) else None,
         )
     return Geoms(
         **extra,
