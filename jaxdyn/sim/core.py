@@ -66,6 +66,7 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .. import batching, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
@@ -723,7 +724,7 @@ def _transport(model, v):
     for _, v0, n in runs:
         x = v[v0 : v0 + 6 * n].reshape(n, 6)
         tl = jnp.concatenate([jnp.zeros_like(x[:, :3]), spatial.cross(x[:, :3], x[:, 3:])], -1)
-        t = t.at[v0 : v0 + 6 * n].set(tl.reshape(-1))
+        t = lax.dynamic_update_slice(t, tl.reshape(-1), (v0,))
     return t
 
 
@@ -743,8 +744,9 @@ def _advance(model, q, v1, h):
         quat = q1[q0 : q0 + 7 * n].reshape(n, 7)[:, 3:]  # Q exp(h w1)
         dR = spatial.quat_to_rot(spatial.exp3_quat(h * w))
         u = spatial.mv(jnp.swapaxes(dR, -1, -2), u)
-        q1 = q1.at[q0 : q0 + 7 * n].set(jnp.concatenate([p, quat], -1).reshape(-1))
-        v1 = v1.at[v0 : v0 + 6 * n].set(jnp.concatenate([w, u], -1).reshape(-1))
+        # dynamic_update_slice, not .at[].set: a scatter keeps XLA:CPU from fusing the loop
+        q1 = lax.dynamic_update_slice(q1, jnp.concatenate([p, quat], -1).reshape(-1), (q0,))
+        v1 = lax.dynamic_update_slice(v1, jnp.concatenate([w, u], -1).reshape(-1), (v0,))
     return q1, v1
 
 
