@@ -349,37 +349,38 @@ def interleaved(cases, repeats=5, min_time=0.1):
 #: plane); the fidelity table's "dropped" column counts the slots left out that touch or close
 #: within the step (``step_info``'s ``contacts_dropped``). Scenes not listed are not capped.
 CAPS = {"humanoid": 80, "quadruped": 8}
-#: the option "jaxdyn Constraint warm": ``Constraint(warm_start=True, tolerance=WARM_TOL)``
+#: the option "jaxdyn Constraint warm": ``Constraint(iterations=WARM_ITERATIONS,
+#: warm_start=True, tolerance=WARM_TOL)``
 #: (the cap of :data:`CAPS` where the scene has one): each solve starts from the previous
 #: step's impulses and stops once a step moves them by ``WARM_TOL`` of their largest, as MJX's
 #: Newton solve starts from ``qacc_warmstart`` and stops at ``opt.tolerance``
-WARM_TOL = 1e-6
+WARM_TOL = 1e-7
+WARM_ITERATIONS = 300
 #: iterations of the converged reference solves of the fidelity table (both engines)
 REF_ITERATIONS = 3000
 #: MJX's batches above this run in chunks of it (:func:`mjx_chunked`)
 MJX_CHUNK = 128
 
-ENGINES = {
-    "jaxdyn Constraint": lambda sc, T: sc.jaxdyn_fns(sim.Constraint(), T),
-    "jaxdyn Constraint capped": lambda sc, T: sc.jaxdyn_fns(
-        sim.Constraint(max_contacts=CAPS.get(sc.name)), T
-    ),
-    "jaxdyn Constraint warm": lambda sc, T: sc.jaxdyn_fns(warm_contact(sc.name), T),
-    "jaxdyn Compliant": lambda sc, T: sc.jaxdyn_fns(sim.Compliant(), T),
-    "MJX": lambda sc, T: sc.mjx_fns(T),
-}
-
 
 def warm_contact(scene):
     """The contact model of the option "jaxdyn Constraint warm" in ``scene``."""
-    return sim.Constraint(max_contacts=CAPS.get(scene), warm_start=True, tolerance=WARM_TOL)
+    return sim.Constraint(
+        iterations=WARM_ITERATIONS, max_contacts=CAPS.get(scene), warm_start=True,
+        tolerance=WARM_TOL,
+    )  # fmt: skip
 
 
-#: the contact model of each jaxdyn engine (the fidelity table's)
+#: each jaxdyn engine's contact model in a scene
 CONTACT = {
     "jaxdyn Constraint": lambda name: sim.Constraint(),
     "jaxdyn Constraint capped": lambda name: sim.Constraint(max_contacts=CAPS.get(name)),
     "jaxdyn Constraint warm": warm_contact,
+    "jaxdyn Compliant": lambda name: sim.Compliant(),
+}
+#: engine -> ``(scene, T) -> (step, rollout, prepare)``
+ENGINES = {
+    **{e: (lambda sc, T, e=e: sc.jaxdyn_fns(CONTACT[e](sc.name), T)) for e in CONTACT},
+    "MJX": lambda sc, T: sc.mjx_fns(T),
 }
 
 
@@ -414,7 +415,7 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
     for e, a in settled.items():
         if e == "MJX":
             dv, res, drop = np.asarray(sc.mjx_fidelity(a)), None, None
-        elif e in CONTACT:
+        elif isinstance(CONTACT[e](name), sim.Constraint):
             dv, res, drop = (np.asarray(x) for x in sc.jaxdyn_fidelity(CONTACT[e](name), a))
         else:
             continue  # Compliant: another contact model, no converged reference
@@ -495,7 +496,8 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         f"closest contact slots, k = {', '.join(f'{v} ({n})' for n, v in CAPS.items())}, "
         "above the slots that carry impulses: 50 - 70 hold a candidate in the humanoid's fall, "
         "the quadruped stands on 4 feet; `Constraint warm` (an option, off by default): "
-        f"`Constraint(warm_start=True, tolerance={WARM_TOL:g})` with the scene's cap, each solve "
+        f"`Constraint(iterations={WARM_ITERATIONS}, warm_start=True, tolerance={WARM_TOL:g})` "
+        "with the scene's cap, each solve "
         "started from the previous step's impulses and stopped early, as MJX's Newton solve "
         "starts from `qacc_warmstart` and stops at `opt.tolerance`); MJX: `mjx.step` with the "
         "file's solver and integrator. Each engine first settles its batch "
@@ -567,6 +569,7 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
 
 
 def main(argv=None):
+    global WARM_TOL, WARM_ITERATIONS  # --warm-tolerance, --warm-iterations
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenes", default="push_cube,quadruped,humanoid")
     ap.add_argument("--batches", default="1,64,1024", help="batch sizes of the step (MJX's "
@@ -581,8 +584,11 @@ def main(argv=None):
         default=",".join(ENGINES),
         help=f"a comma-separated subset of {', '.join(ENGINES)} (MJX is the ratios' reference)",
     )
+    ap.add_argument("--warm-tolerance", type=float, default=WARM_TOL)
+    ap.add_argument("--warm-iterations", type=int, default=WARM_ITERATIONS)
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args(argv)
+    WARM_TOL, WARM_ITERATIONS = args.warm_tolerance, args.warm_iterations
     _env.single_threaded()  # before JAX's backend starts (its first computation)
     load0 = os.getloadavg()[0]
     batches = [int(b) for b in args.batches.split(",")]
