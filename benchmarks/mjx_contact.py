@@ -237,19 +237,20 @@ class Scene:
 
     # -- fidelity: one step against the same engine's converged solve
     def jaxdyn_fidelity(self, contact, states):
-        """``(max |v' - v'_ref| (B,), solve residual (B,), contacts dropped (B,))`` of one
-        step of ``contact`` from ``states`` (its impulses the warm start where ``contact``
-        warm-starts), ``v'_ref`` the step of ``Constraint(iterations=REF_ITERATIONS)`` (every
-        slot, cold start: the converged solve of the same problem)."""
+        """``(max |v' - v'_ref| (B,), solve residual (B,), contacts dropped (B,), the
+        reference's residual (B,))`` of one step of ``contact`` from ``states`` (its impulses
+        the warm start where ``contact`` warm-starts), ``v'_ref`` the step of
+        ``Constraint(iterations=REF_ITERATIONS)`` (every slot, cold start: the converged solve
+        of the same problem)."""
         model, cfg = self.loaded.model, self.cfg(contact)
         ref = self.cfg(sim.Constraint(iterations=REF_ITERATIONS))
         u = jnp.zeros(self.nu, jnp.float32)
 
         def one(s):
             s1, info = sim.step_info(model, s, u, cfg)
-            r1 = sim.step(model, sim.State(s.q, s.v, s.t, s.act), u, ref)
+            r1, ref_info = sim.step_info(model, sim.State(s.q, s.v, s.t, s.act), u, ref)
             return (jnp.max(jnp.abs(s1.v - r1.v)), info["contact_residual"],
-                    info["contacts_dropped"])  # fmt: skip
+                    info["contacts_dropped"], ref_info["contact_residual"])  # fmt: skip
 
         return jax.jit(jax.vmap(one))(states)
 
@@ -388,7 +389,8 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
               log=print):  # fmt: skip
     """Rows ``(scene, engine, kind, B, us per env-step, env-steps/s, CPU us per env-step,
     compile s)``, the sanity rows ``(scene, engine, height mean, height min/max, contacts
-    mean, finite)`` and the fidelity rows ``(scene, engine, max |dv| / (h g), solve residual,
+    mean, finite)`` and the fidelity rows ``(scene, engine, max and median |dv| / (h g), solve
+    residual, the reference's residual,
     contacts dropped)`` of one scene.
 
     Each engine first runs ``rollout_batch`` environments ``settle`` steps (rounded up to
@@ -414,14 +416,15 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
     fidelity = []
     for e, a in settled.items():
         if e == "MJX":
-            dv, res, drop = np.asarray(sc.mjx_fidelity(a)), None, None
+            dv, res, drop, ref = np.asarray(sc.mjx_fidelity(a)), None, None, None
         elif isinstance(CONTACT[e](name), sim.Constraint):
-            dv, res, drop = (np.asarray(x) for x in sc.jaxdyn_fidelity(CONTACT[e](name), a))
+            dv, res, drop, ref = (np.asarray(x) for x in sc.jaxdyn_fidelity(CONTACT[e](name), a))
         else:
             continue  # Compliant: another contact model, no converged reference
         h = float(sc.m.opt.timestep)
-        fidelity.append((name, e, float(dv.max()) / (h * 9.81),
+        fidelity.append((name, e, float(dv.max()) / (h * 9.81), float(np.median(dv)) / (h * 9.81),
                          None if res is None else float(res.max()),
+                         None if ref is None else float(ref.max()),
                          None if drop is None else int(drop.max())))  # fmt: skip
         log(f"{name:9s} {e:24s} fidelity max|dv|/(h g) {fidelity[-1][2]:.2e}")
     rows, sanity = [], []
@@ -537,17 +540,19 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         f"`Constraint(iterations={REF_ITERATIONS})` over every slot, MJX's step with "
         f"`opt.iterations = {REF_ITERATIONS}`, `opt.tolerance = 1e-12`. `max |dv| / (h g)`: the "
         "largest difference of the next velocities (any dof, any environment) in units of "
-        "the velocity gravity adds in one step; residual: jaxdyn's relative fixed-point "
-        "residual of the solve (`step_info`, largest over the batch); dropped: contact slots "
-        "left out by the cap that touch or close within the step (largest over the batch).",
+        "the velocity gravity adds in one step, and its median over the environments; "
+        "residual: jaxdyn's relative fixed-point residual of the solve (`step_info`, largest "
+        "over the batch), and its reference's; dropped: contact slots left out by the cap "
+        "that touch or close within the step (largest over the batch).",
         "",
-        "| scene | engine | max abs dv / (h g) | solve residual | dropped |",
-        "|---|---|---|---|---|",
+        "| scene | engine | max abs dv / (h g) | median | solve residual | reference's "
+        "residual | dropped |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in fidelity:
-        res = "" if f[3] is None else f"{f[3]:.1e}"
-        drop = "" if f[4] is None else str(f[4])
-        lines.append(f"| {f[0]} | {f[1]} | {f[2]:.1e} | {res} | {drop} |")
+        res, ref, drop = ("" if x is None else f"{x:.1e}" for x in f[4:7])
+        lines.append(f"| {f[0]} | {f[1]} | {f[2]:.1e} | {f[3]:.1e} | {res} | {ref} | "
+                     f"{'' if f[6] is None else f[6]} |")  # fmt: skip
     lines += [
         "",
         f"Sanity: the rollout's batch (B = {args.rollout_batch}) after "
@@ -647,7 +652,7 @@ def keep_other_scenes(text, out, infos):
             end += 1
         ncol = lines[start].count("|")
         rows = [ln for ln in kept if ln.count("|") == ncol and ln not in out_lines]
-        # the tables have 7, 10, 6 and 7 columns: the sanity and scene tables by content
+        # the tables have 7, 10, 8 and 7 columns: the sanity and scene tables by content
         if start == tables[0]:
             rows = [ln for ln in rows if "/" in ln.split("|")[-2]]
         elif start == tables[-1]:

@@ -309,12 +309,15 @@ def test_mjx_contact_scene_and_table(tmp_path):
     infos = {"s": dict(geoms=3, pairs=2, nv=6, dt=0.002, body="b", solver="NEWTON",
                        integrator="EULER")}  # fmt: skip
     args = argparse.Namespace(rollout_batch=4, sanity_steps=20, T=10, settle=15)
-    fidelity = [("s", "MJX", 0.0, None, None), ("s", "jaxdyn Constraint", 2.5e-4, 3e-7, 0)]
+    fidelity = [
+        ("s", "MJX", 0.0, 0.0, None, None, None),
+        ("s", "jaxdyn Constraint", 2.5e-4, 1e-4, 3e-7, 6e-8, 0),
+    ]
     text = mc.section(rows, sanity, infos, args, 3.0, fidelity)
     assert text.startswith(mc.SECTION + "\n") and "load average 3.0 at the start" in text
     assert (
-        "| s | MJX | 0.0e+00 |  |  |" in text
-        and "| s | jaxdyn Constraint | 2.5e-04 | 3.0e-07 | 0 |" in text
+        "| s | MJX | 0.0e+00 | 0.0e+00 |  |  |  |" in text
+        and "| s | jaxdyn Constraint | 2.5e-04 | 1.0e-04 | 3.0e-07 | 6.0e-08 | 0 |" in text
     )
     assert "settles its batch (B = 4, 20 steps" in text
     assert "(the machine was shared with other work: wall times are inflated" in text
