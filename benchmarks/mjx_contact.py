@@ -359,7 +359,7 @@ WARM_TOL = 1e-7
 WARM_ITERATIONS = 300
 #: iterations of the converged reference solves of the fidelity table: jaxdyn's projected
 #: gradient, MJX's Newton steps (each with its line search; they converge in tens)
-REF_ITERATIONS = 3000
+REF_ITERATIONS = 10000
 MJX_REF_ITERATIONS = 200
 #: MJX's batches above this run in chunks of it (:func:`mjx_chunked`)
 MJX_CHUNK = 128
