@@ -1,9 +1,9 @@
 """Contact-rich MJCF scenes stepped by jaxdyn.sim and by MJX, side by side in one process
 (issue 56): the same MJCF file loaded by :func:`jaxdyn.load_mjcf` and by ``mujoco.mjx``.
 
-Usage: ``python benchmarks/mjx_contact.py [--batches 16] [--rollout-batch 16] [--T 10]
-[--sanity-steps 200] [--scenes push_cube,quadruped,humanoid] [--engines "jaxdyn Constraint,MJX"]
-[--out benchmarks/RESULTS.md]``
+Usage: ``python benchmarks/mjx_contact.py [--batches 1,64,1024] [--rollout-batch 64] [--T 10]
+[--settle 100] [--sanity-steps 200] [--scenes push_cube,quadruped,humanoid]
+[--engines "jaxdyn Constraint,MJX"] [--out benchmarks/RESULTS.md]``
 
 Scenes (``SCENES``):
 
@@ -20,20 +20,26 @@ Scenes (``SCENES``):
   :func:`quadruped_xml` (quad12's URDF through MuJoCo's compiler), standing on position
   servos (kp 20, kv 0.5) from 1 cm above its standing height.
 
-For each scene and batch size ``B``: ``jax.jit(jax.vmap(step))`` of one step, and a rollout
-(``lax.scan`` over ``T`` steps inside ``jax.jit(jax.vmap(...))``, only the final state kept),
-for jaxdyn with ``sim.Constraint`` (hard contact, the fidelity of MJX's Newton solver),
+Each engine first settles ``--rollout-batch`` environments (``--settle`` steps from the
+perturbed initial configurations) and is timed from its settled, touching states (repeated over
+a larger batch). For each scene and batch size ``B``: ``jax.jit(jax.vmap(step))`` of one step,
+and a rollout (``lax.scan`` over ``T`` steps inside ``jax.jit(jax.vmap(...))``, only the final
+state kept), for jaxdyn with ``sim.Constraint`` (hard contact, against MJX's Newton solver),
 ``sim.Constraint(max_contacts=CAPS[scene])`` (``jaxdyn Constraint capped``, the scenes of
-:data:`CAPS` only) and ``sim.Compliant`` (reported apart), and MJX (``mjx.step``, the file's
-own solver and integrator), float32, zero controls. Compile seconds (first call) are separate;
-the compiled functions are then timed interleaved (engine after engine, ``--repeats`` rounds,
-median per call, wall and process CPU time). Sanity: the rollout repeated to ``--sanity-steps``
-steps; the height of a body (torso / cube / base) and the number of touching contacts (jaxdyn:
-contact slots closer than ``TOUCH``; MJX: ``contact.dist < TOUCH``) in both engines.
+:data:`CAPS` only), the option ``jaxdyn Constraint warm`` (:func:`warm_contact`: warm start and
+early stop, as MJX's Newton solve) and ``sim.Compliant`` (reported apart), and MJX
+(``mjx.step``, the file's own solver and integrator), float32, zero controls. Compile seconds
+(first call) are separate; the compiled functions are then timed interleaved (engine after
+engine, ``--repeats`` rounds, median per call, wall and process CPU time). Fidelity: one step
+from the settled states against the same engine's converged solve (:meth:`Scene.jaxdyn_fidelity`,
+:meth:`Scene.mjx_fidelity`). Sanity: the rollout repeated to ``--sanity-steps`` steps; the
+height of a body (torso / cube / base) and the number of touching contacts (jaxdyn: contact
+slots closer than ``TOUCH``; MJX: ``contact.dist < TOUCH``) in both engines.
 
 MJX's vmapped step deadlocks at B >= 256 on the CPU with jaxlib 0.10.2
-(:func:`benchmarks.sim.bench_mjx`): keep batches below that. Everything single-threaded
-(``_env.single_threaded``). Writes ``## Contact scenes against MJX``.
+(:func:`benchmarks.sim.bench_mjx`): its batches above :data:`MJX_CHUNK` run as ``lax.map``
+over chunks (:func:`mjx_chunked`). Everything single-threaded (``_env.single_threaded``).
+Writes ``## Contact scenes against MJX``.
 """
 
 from __future__ import annotations
@@ -199,6 +205,9 @@ class Scene:
 
     # -- the functions timed
     def jaxdyn_fns(self, contact, T):
+        """``(step, rollout, prepare)``: ``jax.jit(jax.vmap(...))`` of one step and of ``T``,
+        and what makes a batch of :meth:`jaxdyn_states` this configuration's first state
+        (:func:`jaxdyn.sim.warm_state`: zero impulses where ``contact`` warm-starts)."""
         model, cfg = self.loaded.model, self.cfg(contact)
         u = jnp.zeros(self.nu, jnp.float32)
 
@@ -208,9 +217,12 @@ class Scene:
         def roll(s):
             return jax.lax.scan(lambda s, _: (step(s), None), s, None, length=T)[0]
 
-        return jax.jit(jax.vmap(step)), jax.jit(jax.vmap(roll))
+        prepare = jax.jit(jax.vmap(lambda s: sim.warm_state(model, s, cfg)))
+        return jax.jit(jax.vmap(step)), jax.jit(jax.vmap(roll)), prepare
 
     def mjx_fns(self, T):
+        """MJX's ``(step, rollout, prepare)``; a batch above :data:`MJX_CHUNK` runs as
+        ``lax.map`` over chunks of it (:func:`mjx_chunked`)."""
         from mujoco import mjx
 
         mx = self.mx
@@ -221,7 +233,41 @@ class Scene:
         def roll(d):
             return jax.lax.scan(lambda d, _: (step(d), None), d, None, length=T)[0]
 
-        return jax.jit(jax.vmap(step)), jax.jit(jax.vmap(roll))
+        return jax.jit(mjx_chunked(step)), jax.jit(mjx_chunked(roll)), lambda d: d
+
+    # -- fidelity: one step against the same engine's converged solve
+    def jaxdyn_fidelity(self, contact, states):
+        """``(max |v' - v'_ref| (B,), solve residual (B,), contacts dropped (B,), the
+        reference's residual (B,))`` of one step of ``contact`` from ``states`` (its impulses
+        the warm start where ``contact`` warm-starts), ``v'_ref`` the step of
+        ``Constraint(iterations=REF_ITERATIONS)`` (every slot, cold start: the converged solve
+        of the same problem)."""
+        model, cfg = self.loaded.model, self.cfg(contact)
+        ref = self.cfg(sim.Constraint(iterations=REF_ITERATIONS))
+        u = jnp.zeros(self.nu, jnp.float32)
+
+        def one(s):
+            s1, info = sim.step_info(model, s, u, cfg)
+            r1, ref_info = sim.step_info(model, sim.State(s.q, s.v, s.t, s.act), u, ref)
+            return (jnp.max(jnp.abs(s1.v - r1.v)), info["contact_residual"],
+                    info["contacts_dropped"], ref_info["contact_residual"])  # fmt: skip
+
+        return jax.jit(jax.vmap(one))(states)
+
+    def mjx_fidelity(self, d):
+        """``max |qvel' - qvel'_ref| (B,)`` of one ``mjx.step`` from ``d`` (its
+        ``qacc_warmstart`` the warm start, as in a rollout), ``qvel'_ref`` MJX's step with
+        ``opt.iterations = MJX_REF_ITERATIONS`` and ``opt.tolerance = 1e-12`` (its Newton solve
+        run until a step no longer lowers the cost in float32)."""
+        from mujoco import mjx
+
+        mx = self.mx
+        mref = mx.replace(opt=mx.opt.replace(iterations=MJX_REF_ITERATIONS, tolerance=1e-12))
+
+        def one(d):
+            return jnp.max(jnp.abs(mjx.step(mx, d).qvel - mjx.step(mref, d).qvel))
+
+        return jax.jit(mjx_chunked(one))(d)
 
     # -- what the sanity check reads
     def jaxdyn_probe(self, states):
@@ -244,6 +290,33 @@ class Scene:
         k = self.m.body(self.body).id
         contact = d._impl.contact if hasattr(d, "_impl") else d.contact  # MJX 3.3+: _impl
         return d.xpos[:, k, 2], jnp.sum(contact.dist < TOUCH, axis=-1)
+
+
+def mjx_chunked(fn):
+    """``jax.vmap(fn)`` over a batch; a batch of more than :data:`MJX_CHUNK` (a multiple of
+    it) as ``lax.map`` over chunks of ``MJX_CHUNK`` (MJX's vmapped step deadlocks from B = 256
+    on the CPU with jaxlib 0.10.2, :func:`benchmarks.sim.bench_mjx`; chunks of 128 run)."""
+    vfn = jax.vmap(fn)
+
+    def batched(x):
+        B = jax.tree.leaves(x)[0].shape[0]
+        if B <= MJX_CHUNK:
+            return vfn(x)
+        if B % MJX_CHUNK:
+            raise ValueError(f"MJX batches above {MJX_CHUNK} must be multiples of it, got {B}")
+        k = B // MJX_CHUNK
+        xs = jax.tree.map(lambda a: a.reshape((k, MJX_CHUNK) + a.shape[1:]), x)
+        ys = jax.lax.map(vfn, xs)
+        return jax.tree.map(lambda a: a.reshape((B,) + a.shape[2:]), ys)
+
+    return batched
+
+
+def take(states, B):
+    """The first ``B`` states of a batch, the batch repeated where ``B`` is larger."""
+    n = jax.tree.leaves(states)[0].shape[0]
+    idx = jnp.arange(B) % n
+    return jax.tree.map(lambda a: a[idx], states)
 
 
 def compile_time(fn, arg):
@@ -271,46 +344,107 @@ def interleaved(cases, repeats=5, min_time=0.1):
 
 
 #: ``Constraint(max_contacts=...)`` of the engine "jaxdyn Constraint capped", per scene: above
-#: the contact slots holding a candidate during the run (``sim.contact_counts``; the humanoid's
-#: limp fall from ``qpos0``: 50 - 70 of its 277 slots over 2 s); scenes not listed are not capped
-CAPS = {"humanoid": 80}
+#: the contact slots that carry impulses during the run (the humanoid's limp fall from
+#: ``qpos0``: 50 - 70 of its 277 slots hold a candidate over 2 s, ``sim.contact_counts``; the
+#: standing quadruped: its four feet touch, of 20 slots, each one a candidate against the
+#: plane); the fidelity table's "dropped" column counts the slots left out that touch or close
+#: within the step (``step_info``'s ``contacts_dropped``). Scenes not listed are not capped.
+CAPS = {"humanoid": 80, "quadruped": 8}
+#: the option "jaxdyn Constraint warm": ``Constraint(iterations=WARM_ITERATIONS,
+#: warm_start=True, tolerance=WARM_TOL)``
+#: (the cap of :data:`CAPS` where the scene has one): each solve starts from the previous
+#: step's impulses and stops once a step moves them by ``WARM_TOL`` of their largest, as MJX's
+#: Newton solve starts from ``qacc_warmstart`` and stops at ``opt.tolerance``
+WARM_TOL = 1e-7
+WARM_ITERATIONS = 300
+#: iterations of the converged reference solves of the fidelity table: jaxdyn's projected
+#: gradient, MJX's Newton steps (each with its line search; they converge in tens)
+REF_ITERATIONS = 10000
+MJX_REF_ITERATIONS = 200
+#: MJX's batches above this run in chunks of it (:func:`mjx_chunked`)
+MJX_CHUNK = 128
 
+
+def warm_contact(scene):
+    """The contact model of the option "jaxdyn Constraint warm" in ``scene``."""
+    return sim.Constraint(
+        iterations=WARM_ITERATIONS, max_contacts=CAPS.get(scene), warm_start=True,
+        tolerance=WARM_TOL,
+    )  # fmt: skip
+
+
+#: each jaxdyn engine's contact model in a scene
+CONTACT = {
+    "jaxdyn Constraint": lambda name: sim.Constraint(),
+    "jaxdyn Constraint capped": lambda name: sim.Constraint(max_contacts=CAPS.get(name)),
+    "jaxdyn Constraint warm": warm_contact,
+    "jaxdyn Compliant": lambda name: sim.Compliant(),
+}
+#: engine -> ``(scene, T) -> (step, rollout, prepare)``
 ENGINES = {
-    "jaxdyn Constraint": lambda sc, T: sc.jaxdyn_fns(sim.Constraint(), T),
-    "jaxdyn Constraint capped": lambda sc, T: sc.jaxdyn_fns(
-        sim.Constraint(max_contacts=CAPS.get(sc.name)), T
-    ),
-    "jaxdyn Compliant": lambda sc, T: sc.jaxdyn_fns(sim.Compliant(), T),
+    **{e: (lambda sc, T, e=e: sc.jaxdyn_fns(CONTACT[e](sc.name), T)) for e in CONTACT},
     "MJX": lambda sc, T: sc.mjx_fns(T),
 }
 
 
-def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=None, log=print):
+def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=None, settle=100,
+              log=print):  # fmt: skip
     """Rows ``(scene, engine, kind, B, us per env-step, env-steps/s, CPU us per env-step,
-    compile s)`` and the sanity rows ``(scene, engine, height mean, height min/max, contacts
-    mean)`` of one scene."""
+    compile s)``, the sanity rows ``(scene, engine, height mean, height min/max, contacts
+    mean, finite)`` and the fidelity rows ``(scene, engine, max and median |dv| / (h g), solve
+    residual, the reference's residual,
+    contacts dropped)`` of one scene.
+
+    Each engine first runs ``rollout_batch`` environments ``settle`` steps (rounded up to
+    rollouts of ``T``; the first call is the rollout's compile time) from the perturbed
+    initial configurations: the calls are timed from these settled, touching states (MJX's
+    carrying its ``qacc_warmstart``, the warm option's its impulses), repeated over the batch
+    where a step's batch is larger (:func:`take`)."""
     sc = Scene(name)
     fns = {
         e: make(sc, T)
         for e, make in ENGINES.items()
         if (engines is None or e in engines) and (e != "jaxdyn Constraint capped" or name in CAPS)
     }
+    qpos = initial_qpos(sc.m, sc.m.qpos0, rollout_batch, name)
+    settled, tc_roll = {}, {}
+    for e, (_, roll, prepare) in fns.items():
+        a = prepare(sc.mjx_states(qpos) if e == "MJX" else sc.jaxdyn_states(qpos))
+        tc_roll[e], a = compile_time(roll, a)
+        for _ in range(max(1, -(-settle // T)) - 1):
+            a = roll(a)
+        settled[e] = jax.block_until_ready(a)
+        log(f"{name:9s} {e:24s} settled ({sc.body} z {float(np.mean(_height(sc, e, a))):.4f})")
+    fidelity = []
+    for e, a in settled.items():
+        if e == "MJX":
+            dv, res, drop, ref = np.asarray(sc.mjx_fidelity(a)), None, None, None
+        elif isinstance(CONTACT[e](name), sim.Constraint):
+            dv, res, drop, ref = (np.asarray(x) for x in sc.jaxdyn_fidelity(CONTACT[e](name), a))
+        else:
+            continue  # Compliant: another contact model, no converged reference
+        h = float(sc.m.opt.timestep)
+        fidelity.append((name, e, float(dv.max()) / (h * 9.81), float(np.median(dv)) / (h * 9.81),
+                         None if res is None else float(res.max()),
+                         None if ref is None else float(ref.max()),
+                         None if drop is None else int(drop.max())))  # fmt: skip
+        log(f"{name:9s} {e:24s} fidelity max|dv|/(h g) {fidelity[-1][2]:.2e}")
     rows, sanity = [], []
     for kind, Bs in (("step", batches), (f"rollout T={T}", [rollout_batch])):
         for B in Bs:
-            qpos = initial_qpos(sc.m, sc.m.qpos0, B, name)
-            arg = {"jaxdyn": sc.jaxdyn_states(qpos), "MJX": sc.mjx_states(qpos)}
             cases, tc = {}, {}
-            for e, (step, roll) in fns.items():
-                fn = step if kind == "step" else roll
-                a = arg["MJX" if e == "MJX" else "jaxdyn"]
-                tc[e], _ = compile_time(fn, a)
-                log(f"{name:9s} {e:18s} {kind:12s} B={B:4d} compile {tc[e]:6.1f} s")
+            for e, (step, roll, _) in fns.items():
+                if kind == "step":
+                    fn, a = step, take(settled[e], B)
+                    tc[e], _ = compile_time(fn, a)
+                else:
+                    fn, a, tc[e] = roll, settled[e], tc_roll[e]
+                log(f"{name:9s} {e:24s} {kind:12s} B={B:4d} compile {tc[e]:6.1f} s")
                 cases[e] = (fn, a)
             n = B * (1 if kind == "step" else T)
             for e, (w, c) in interleaved(cases, repeats).items():
                 rows.append((name, e, kind, B, w / n * 1e6, n / w, c / n * 1e6, tc[e]))
-                log(f"{name:9s} {e:18s} {kind:12s} B={B:4d} {n / w:10.0f} steps/s")
+                log(f"{name:9s} {e:24s} {kind:12s} B={B:4d} {n / w:10.0f} steps/s")
             if kind != "step":  # the sanity check on the rollout's batch
                 for e, (fn, a) in cases.items():
                     s = a
@@ -321,11 +455,15 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
                     ok = bool(np.all(np.isfinite(z)))
                     sanity.append((name, e, float(z.mean()), float(z.min()), float(z.max()),
                                    float(nc.mean()), ok))  # fmt: skip
-                    log(f"{name:9s} {e:18s} {sc.body} z {z.mean():.4f} contacts {nc.mean():.1f}")
+                    log(f"{name:9s} {e:24s} {sc.body} z {z.mean():.4f} contacts {nc.mean():.1f}")
     solver, integrator = _solver_integrator(sc.m.opt.solver, sc.m.opt.integrator)
     info = dict(geoms=sc.m.ngeom, pairs=sc.n_pairs, nv=sc.m.nv, dt=sc.m.opt.timestep,
                 body=sc.body, solver=solver, integrator=integrator)  # fmt: skip
-    return rows, sanity, info
+    return rows, sanity, fidelity, info
+
+
+def _height(sc, engine, states):
+    return sc.mjx_probe(states)[0] if engine == "MJX" else sc.jaxdyn_probe(states)[0]
 
 
 def _solver_integrator(solver, integrator):
@@ -338,7 +476,7 @@ def _solver_integrator(solver, integrator):
     )
 
 
-def section(rows, sanity, infos, args, load0) -> str:
+def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
     import mujoco
 
     lines = [
@@ -361,13 +499,23 @@ def section(rows, sanity, infos, args, load0) -> str:
         "`sim_config` (`Constraint`: hard contact, MJX's fidelity; `Compliant`: spring-damper, "
         "reported apart; `Constraint capped`: `Constraint(max_contacts=k)`, the solve over the k "
         f"closest contact slots, k = {', '.join(f'{v} ({n})' for n, v in CAPS.items())}, "
-        "above the 50 - 70 slots holding a candidate in the humanoid's fall); MJX: "
-        "`mjx.step` with the file's solver and integrator. `step`: "
-        "`jax.jit(jax.vmap(step))` over B environments; `rollout`: `lax.scan` over T steps "
-        "inside it (the final state kept). Steps/s count environment steps (B per step call, "
-        "B T per rollout call); compile: the first call, seconds (it reads JAX's persistent "
-        "compilation cache where an earlier run filled it). Batches stay small: MJX's "
-        "vmapped step deadlocks from B = 256 with this jaxlib on the CPU (`benchmarks/sim.py`).",
+        "above the slots that carry impulses: 50 - 70 hold a candidate in the humanoid's fall, "
+        "the quadruped stands on 4 feet; `Constraint warm` (an option, off by default): "
+        f"`Constraint(iterations={WARM_ITERATIONS}, warm_start=True, tolerance={WARM_TOL:g})` "
+        "with the scene's cap, each solve "
+        "started from the previous step's impulses and stopped early, as MJX's Newton solve "
+        "starts from `qacc_warmstart` and stops at `opt.tolerance`); MJX: `mjx.step` with the "
+        "file's solver and integrator. Each engine first settles its batch "
+        f"(B = {args.rollout_batch}, {max(1, -(-args.settle // args.T)) * args.T} steps from the "
+        "perturbed initial configurations; MJX's states then carry `qacc_warmstart`, the warm "
+        "option's its impulses) and is timed from its settled, touching states (repeated over "
+        "a larger batch). `step`: `jax.jit(jax.vmap(step))` over B environments; `rollout`: "
+        "`lax.scan` over T steps inside it (the final state kept). Steps/s count environment "
+        "steps (B per step call, B T per rollout call); compile: the first call, seconds (it "
+        "reads JAX's persistent compilation cache where an earlier run filled it). MJX's "
+        f"batches above {MJX_CHUNK} run as `lax.map` over chunks of {MJX_CHUNK} environments "
+        "(its vmapped step deadlocks from B = 256 with this jaxlib on the CPU, "
+        "`benchmarks/sim.py`).",
         "",
         "| scene | geoms | pairs | nv | dt | MuJoCo solver / integrator |",
         "|---|---|---|---|---|---|",
@@ -388,10 +536,33 @@ def section(rows, sanity, infos, args, load0) -> str:
                      f"{r[6]:.1f} | {ratio} | {r[7]:.1f} |")  # fmt: skip
     lines += [
         "",
+        "Fidelity: one step from the settled states (the rollout's batch, the warm option "
+        "starting from its carried impulses, MJX from its `qacc_warmstart`) against the same "
+        "engine's converged solve of the same problem, float32: jaxdyn's "
+        f"`Constraint(iterations={REF_ITERATIONS})` over every slot, MJX's step with "
+        f"`opt.iterations = {MJX_REF_ITERATIONS}`, `opt.tolerance = 1e-12`. "
+        "`max |dv| / (h g)`: the largest difference of the next velocities (any dof, any "
+        "environment) in units of "
+        "the velocity gravity adds in one step, and its median over the environments; "
+        "residual: jaxdyn's relative fixed-point residual of the solve (`step_info`, largest "
+        "over the batch), and its reference's; dropped: contact slots left out by the cap "
+        "that touch or close within the step (largest over the batch).",
+        "",
+        "| scene | engine | max abs dv / (h g) | median | solve residual | reference's "
+        "residual | dropped |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in fidelity:
+        res, ref, drop = ("" if x is None else f"{x:.1e}" for x in f[4:7])
+        lines.append(f"| {f[0]} | {f[1]} | {f[2]:.1e} | {f[3]:.1e} | {res} | {ref} | "
+                     f"{'' if f[6] is None else f[6]} |")  # fmt: skip
+    lines += [
+        "",
         f"Sanity: the rollout's batch (B = {args.rollout_batch}) after "
-        f"{max(1, args.sanity_steps // args.T) * args.T} steps from the same states in both "
-        "engines: the height of a body (m; mean, min-max over the batch) and the contacts "
-        f"touching (closer than {TOUCH * 1e3:g} mm: jaxdyn's contact slots, MJX's contacts; "
+        f"{max(1, args.sanity_steps // args.T) * args.T} steps after the settling, the same "
+        "initial states in both engines: the height of a body (m; mean, min-max over the "
+        f"batch) and the contacts touching (closer than {TOUCH * 1e3:g} mm: jaxdyn's contact "
+        "slots, MJX's contacts; "
         "the two engines' contact sets differ in number: a sphere on a box face, a box on the "
         "floor), mean per environment.",
         "",
@@ -406,10 +577,13 @@ def section(rows, sanity, infos, args, load0) -> str:
 
 
 def main(argv=None):
+    global WARM_TOL, WARM_ITERATIONS  # --warm-tolerance, --warm-iterations
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenes", default="push_cube,quadruped,humanoid")
-    ap.add_argument("--batches", default="16", help="batch sizes of the step (below 256)")
-    ap.add_argument("--rollout-batch", type=int, default=16)
+    ap.add_argument("--batches", default="1,64,1024", help="batch sizes of the step (MJX's "
+                    f"above {MJX_CHUNK}: multiples of it)")  # fmt: skip
+    ap.add_argument("--rollout-batch", type=int, default=64, help=f"at most {MJX_CHUNK}")
+    ap.add_argument("--settle", type=int, default=100, help="steps before the timed calls")
     ap.add_argument("--T", type=int, default=10, help="steps per rollout call")
     ap.add_argument("--sanity-steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
@@ -418,22 +592,28 @@ def main(argv=None):
         default=",".join(ENGINES),
         help=f"a comma-separated subset of {', '.join(ENGINES)} (MJX is the ratios' reference)",
     )
+    ap.add_argument("--warm-tolerance", type=float, default=WARM_TOL)
+    ap.add_argument("--warm-iterations", type=int, default=WARM_ITERATIONS)
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args(argv)
+    WARM_TOL, WARM_ITERATIONS = args.warm_tolerance, args.warm_iterations
     _env.single_threaded()  # before JAX's backend starts (its first computation)
     load0 = os.getloadavg()[0]
     batches = [int(b) for b in args.batches.split(",")]
     engines = args.engines.split(",")
     if "MJX" not in engines or set(engines) - set(ENGINES):
         ap.error(f"--engines: a subset of {', '.join(ENGINES)} with MJX, got {args.engines!r}")
-    rows, sanity, infos = [], [], {}
+    if args.rollout_batch > MJX_CHUNK:
+        ap.error(f"--rollout-batch: at most {MJX_CHUNK}, got {args.rollout_batch}")
+    rows, sanity, fidelity, infos = [], [], [], {}
     for name in args.scenes.split(","):
-        r, s, i = run_scene(name, batches, args.rollout_batch, args.T, args.sanity_steps,
-                            args.repeats, engines)  # fmt: skip
+        r, s, f, i = run_scene(name, batches, args.rollout_batch, args.T, args.sanity_steps,
+                               args.repeats, engines, args.settle)  # fmt: skip
         rows += r
         sanity += s
+        fidelity += f
         infos[name] = i
-        text = section(rows, sanity, infos, args, load0)
+        text = section(rows, sanity, infos, args, load0, fidelity)
         if args.out:  # after each scene: a long run's finished scenes are kept
             write_section(args.out, keep_other_scenes(text, args.out, infos))
     print(text)
@@ -475,7 +655,7 @@ def keep_other_scenes(text, out, infos):
             end += 1
         ncol = lines[start].count("|")
         rows = [ln for ln in kept if ln.count("|") == ncol and ln not in out_lines]
-        # the three tables have 7, 10 and 7 columns: the sanity and scene tables by content
+        # the tables have 7, 10, 8 and 7 columns: the sanity and scene tables by content
         if start == tables[0]:
             rows = [ln for ln in rows if "/" in ln.split("|")[-2]]
         elif start == tables[-1]:

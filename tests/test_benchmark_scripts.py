@@ -308,9 +308,18 @@ def test_mjx_contact_scene_and_table(tmp_path):
     sanity = [("s", "MJX", 0.5, 0.4, 0.6, 3.0, True), ("s", "jaxdyn Constraint", 0, 0, 0, 0, 0)]
     infos = {"s": dict(geoms=3, pairs=2, nv=6, dt=0.002, body="b", solver="NEWTON",
                        integrator="EULER")}  # fmt: skip
-    args = argparse.Namespace(rollout_batch=4, sanity_steps=20, T=10)
-    text = mc.section(rows, sanity, infos, args, 3.0)
+    args = argparse.Namespace(rollout_batch=4, sanity_steps=20, T=10, settle=15)
+    fidelity = [
+        ("s", "MJX", 0.0, 0.0, None, None, None),
+        ("s", "jaxdyn Constraint", 2.5e-4, 1e-4, 3e-7, 6e-8, 0),
+    ]
+    text = mc.section(rows, sanity, infos, args, 3.0, fidelity)
     assert text.startswith(mc.SECTION + "\n") and "load average 3.0 at the start" in text
+    assert (
+        "| s | MJX | 0.0e+00 | 0.0e+00 |  |  |  |" in text
+        and "| s | jaxdyn Constraint | 2.5e-04 | 1.0e-04 | 3.0e-07 | 6.0e-08 | 0 |" in text
+    )
+    assert "settles its batch (B = 4, 20 steps" in text
     assert "(the machine was shared with other work: wall times are inflated" in text
     assert "| s | jaxdyn Constraint | step | 4 | 400 | 10.0 | 9.0 | 4.00x | 1.0 |" in text
     assert "| s | MJX | b | 0.5000 |" in text and "| s | jaxdyn Constraint | b | diverged |" in text
@@ -318,12 +327,35 @@ def test_mjx_contact_scene_and_table(tmp_path):
     out = tmp_path / "R.md"
     _bench_module("_env").write_section(out, text)
     rows_t = [("t", *r[1:]) for r in rows]
-    text_t = mc.section(rows_t, [("t", *sanity[0][1:])], {"t": infos["s"]}, args, 3.0)
+    fid_t = [("t", *fidelity[1][1:])]
+    text_t = mc.section(rows_t, [("t", *sanity[0][1:])], {"t": infos["s"]}, args, 3.0, fid_t)
     both = mc.keep_other_scenes(text_t, out, {"t": infos["s"]})
     for table in both.split("\n\n"):
         if table.startswith("| scene"):
             assert "\n| s |" in table and "\n| t |" in table, table
     assert "The rows of s are from an earlier run" in both
+
+
+def test_mjx_contact_chunks_and_batches():
+    """benchmarks/mjx_contact.py's batching: ``mjx_chunked`` (MJX above MJX_CHUNK
+    environments, as lax.map over chunks) gives vmap's result, a zero-size leaf included, and
+    refuses a batch that is not a multiple of the chunk; ``take`` slices or repeats a batch."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    mc = _bench_module("mjx_contact")
+    B = 2 * mc.MJX_CHUNK
+    x = {"a": jnp.arange(B * 3.0).reshape(B, 3), "e": jnp.zeros((B, 0))}
+    f = lambda d: {"a": jnp.sin(d["a"]) * d["a"][0], "e": d["e"] + 1}  # noqa: E731
+    got, want = jax.jit(mc.mjx_chunked(f))(x), jax.vmap(f)(x)
+    np.testing.assert_array_equal(np.asarray(got["a"]), np.asarray(want["a"]))
+    assert got["e"].shape == (B, 0)
+    with pytest.raises(ValueError, match="multiples of"):
+        mc.mjx_chunked(f)({"a": jnp.zeros((B + 1, 3)), "e": jnp.zeros((B + 1, 0))})
+    s = {"q": jnp.arange(4.0)}
+    np.testing.assert_array_equal(np.asarray(mc.take(s, 6)["q"]), [0, 1, 2, 3, 0, 1])
+    np.testing.assert_array_equal(np.asarray(mc.take(s, 2)["q"]), [0, 1])
 
 
 def test_cpu_name_falls_back_to_the_machine_type(monkeypatch):
