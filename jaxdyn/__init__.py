@@ -13,6 +13,10 @@ tags gives a :class:`jaxdyn.clusters.ClusterModel`, any other a :class:`Model`);
 (:mod:`jaxdyn.io.mjcf`, ``pip install 'jaxdyn[mjcf]'``) and ``jaxdyn.load`` picks the loader
 from the file's root element; ``random_configuration`` / ``neutral_configuration`` accept both
 model types. Global switches are in :mod:`jaxdyn.config`.
+
+``import jaxdyn`` imports the tree algorithms; ``sim``, ``clusters``, ``io``, ``nori``,
+``osim``, ``trajopt`` and ``interop`` (and the names re-exported from them) are imported on
+first use (:data:`_LAZY`, PEP 562), under the same names.
 """
 
 import importlib as _importlib

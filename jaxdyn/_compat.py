@@ -1,8 +1,10 @@
 """Old import paths of names that moved, kept working (``tests/test_architecture.py`` checks
 each one, and that no module of jaxdyn itself uses them).
 
-Installed by ``jaxdyn/__init__.py`` once every subpackage is imported: the aliases are set from
-the top, so no layer imports the one above it to offer them.
+Installed by ``jaxdyn/__init__.py`` (:func:`install`): the aliases are set from the top, so no
+layer imports the one above it to offer them. The modules imported by then get them at once;
+the others (``jaxdyn/__init__.py`` imports ``io``, ``clusters``, ``sim``, ... on first use) when
+they are imported, through a finder on ``sys.meta_path`` (:class:`_Finder`).
 
 * :data:`MODULES`: ``jaxdyn.model.mjcf`` is :mod:`jaxdyn.io.mjcf`, ``jaxdyn._uninitialized``
   is :mod:`jaxdyn.backend.ffi` (the same module objects).
