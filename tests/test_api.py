@@ -27,6 +27,7 @@ def test_all_names_bound_once():
             bound.update(a.asname or a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign):
             bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    bound.update(list(jaxdyn._LAZY))  # imported on first use (PEP 562 __getattr__)
     twice = sorted(n for n, c in bound.items() if c > 1)
     assert twice == [], f"bound more than once in jaxdyn/__init__.py: {twice}"
     assert len(jaxdyn.__all__) == len(set(jaxdyn.__all__))
