@@ -170,6 +170,8 @@ __all__ = [
     "compilation_cache_path",
     "compile_log",
     "executable_cache",
+    "executable_cache_enabled",
+    "executable_cache_path",
 ]
 
 _FALSE = ("0", "false", "no", "off")
@@ -485,12 +487,26 @@ def compile_log(seconds: float | None = 2.0) -> None:
 
 
 # ----------------------------------------------------------------------------- executable cache
+EXECUTABLE_CACHE_ENV = "JAXDYN_EXECUTABLE_CACHE"
+_executable_cache = {"on": _bool(EXECUTABLE_CACHE_ENV, os.environ.get(EXECUTABLE_CACHE_ENV, "1"))}
+
+
 def executable_cache(enabled: bool = True) -> str | None:
     """Use (or stop using) jaxdyn's cache of serialized executables
     (:mod:`jaxdyn.backend.executable_cache`; on by default, ``JAXDYN_EXECUTABLE_CACHE=0`` at
     import turns it off). Returns its directory when it is in use (it needs jaxdyn's persistent
-    compilation cache, :func:`compilation_cache`), else ``None``."""
-    from .backend import executable_cache as ec
+    compilation cache, :func:`compilation_cache`), else ``None``; programs already loaded in
+    the process stay in use."""
+    _executable_cache["on"] = bool(enabled)
+    return str(executable_cache_path()) if executable_cache_enabled() else None
 
-    ec.enable(enabled)
-    return str(ec.cache_path()) if ec.enabled() else None
+
+def executable_cache_enabled() -> bool:
+    """Whether jaxdyn's executable cache is used: its switch (:func:`executable_cache`) on and
+    jaxdyn's persistent compilation cache in use (:func:`compilation_cache_dir`)."""
+    return bool(_executable_cache["on"]) and compilation_cache_dir() is not None
+
+
+def executable_cache_path() -> Path:
+    """``executables/<jaxdyn, jax and jaxlib versions>`` under jaxdyn's cache directory."""
+    return _cache_root() / "executables" / compilation_cache_path().name

@@ -78,11 +78,11 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import config
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-#: environment variable switching the executable cache off (``0``) at import
-ENV = "JAXDYN_EXECUTABLE_CACHE"
 #: written into every key: bump when the file format or the key's contents change
 FORMAT = 1
 #: the most files kept in the directory: saving one more removes the least recently used
@@ -94,30 +94,23 @@ _TRUSTED = ("jaxdyn", "jax", "jaxlib", "equinox", "numpy", "builtins")
 
 logger = logging.getLogger("jaxdyn")
 
-_FALSE = ("0", "false", "no", "off")
-_state: dict = {"on": os.environ.get(ENV, "1").strip().lower() not in _FALSE}
 _lock = threading.Lock()
 
 
 def enable(on: bool = True) -> None:
-    """Switch the executable cache on or off for this process (see the module); programs
-    already loaded in the process stay in use."""
-    _state["on"] = bool(on)
+    """Switch the executable cache on or off for this process
+    (:func:`jaxdyn.config.executable_cache`); programs already loaded stay in use."""
+    config.executable_cache(on)
 
 
 def enabled() -> bool:
-    """Whether the executable cache is used: its switch on and jaxdyn's persistent compilation
-    cache in use (:func:`jaxdyn.config.compilation_cache_dir`)."""
-    from .. import config
-
-    return bool(_state["on"]) and config.compilation_cache_dir() is not None
+    """Whether the executable cache is used (:func:`jaxdyn.config.executable_cache_enabled`)."""
+    return config.executable_cache_enabled()
 
 
 def cache_path() -> Path:
     """``executables/<jaxdyn, jax and jaxlib versions>`` under jaxdyn's cache directory."""
-    from .. import config
-
-    return config._cache_root() / "executables" / config.compilation_cache_path().name
+    return config.executable_cache_path()
 
 
 class Uncacheable(Exception):
@@ -267,8 +260,6 @@ _UNKEYED_CONFIG = (
 def _context() -> tuple:
     """The process's settings a trace or compile reads besides the arguments."""
     import jax
-
-    from .. import config
 
     values = jax.config.values
     jax_config = tuple((k, repr(v)) for k, v in sorted(values.items()) if k not in _UNKEYED_CONFIG)
