@@ -54,6 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .gjk import convex_pair
+
 if TYPE_CHECKING:
     from typing import TypeAlias
 
@@ -929,41 +931,88 @@ def _shape_hull(t, size):
 
 
 def _hull_pair(t1, t2):
+    """The polytope pair of a curved shape's hull (kept for reference and for the heightfield's
+    prisms; :data:`PAIRS` uses :func:`_convex_pair` on the exact shapes)."""
+
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
         h1, h2 = _shape_hull(t1, size1), _shape_hull(t2, size2)
         return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
 
+    fn.__name__ = f"collide_{t1}_{t2}_hull"
+    return fn
+
+
+# ------------------------------------------------------------------------------ GJK / EPA pairs
+
+
+def _core_support(t, size, pos, mat):
+    """A geom as a support function of its core (world direction ``d`` -> the core's farthest
+    point along ``d``; MuJoCo's ``mjc_<type>Support`` of engine_collision_convex.c), an interior
+    point and the radius swept about the core: a sphere is its centre and radius, a capsule its
+    segment and radius, the other shapes themselves (radius 0)."""
+    dt = pos.dtype
+    zero = jnp.zeros((), dt)
+    if t == "sphere":
+        return (lambda d: pos), pos, size[0]
+    if t == "capsule":
+        ax = mat[:, 2] * size[1]
+        return (lambda d: pos + jnp.where(_dot(d, ax) >= 0, ax, -ax)), pos, size[0]
+    if t == "ellipsoid":
+        s = size[:3]
+
+        def sup(d):
+            u = s * (d @ mat)
+            return pos + mat @ (s * _normalize(u, jnp.zeros_like(u).at[0].set(1.0)))
+
+        return sup, pos, zero
+    if t == "cylinder":
+        r, h = size[0], size[1]
+
+        def sup(d):
+            u = d @ mat
+            rad = jnp.stack([u[0], u[1]])
+            rad = r * _normalize(rad, jnp.zeros_like(rad))
+            return pos + mat @ jnp.stack([rad[0], rad[1], jnp.where(u[2] >= 0, h, -h)])
+
+        return sup, pos, zero
+    if t == "box":
+        s = size[:3]
+        return (lambda d: pos + mat @ jnp.where(d @ mat >= 0, s, -s)), pos, zero
+    if t == "mesh":
+        v = jnp.asarray(_as_hull(size).vertices, dt) @ mat.T + pos
+
+        def sup(d):
+            return v[jnp.argmax(v @ d)]
+
+        return sup, jnp.mean(v, axis=0), zero
+    raise NotImplementedError(t)  # pragma: no cover - the pairs below are the only callers
+
+
+def _convex_pair(t1, t2):
+    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
+        s1, c1, r1 = _core_support(t1, size1, pos1, mat1)
+        s2, c2, r2 = _core_support(t2, size2, pos2, mat2)
+        d, p, n = convex_pair(lambda u: (s1(u), s2(-u)), c1, c2, r1, r2)
+        return _contact(d, p, n)
+
     fn.__name__ = f"collide_{t1}_{t2}"
     fn.__doc__ = (
-        f"{t1.capitalize()} - {t2}: 8 slots, separating axes on polytopes "
-        "(:func:`_polytope_polytope`); a cylinder is its circumscribed prism "
-        "(:func:`cylinder_hull`), an ellipsoid its inscribed icosphere polytope "
-        "(:func:`ellipsoid_hull`): approximate, unlike MuJoCo's GJK/EPA on the exact shapes."
+        f"{t1.capitalize()} - {t2}: 1 contact, exact: GJK distance / EPA penetration on the "
+        "shapes' support functions (:func:`jaxdyn.sim.gjk.convex_pair`), MuJoCo's "
+        "``mjc_Convex`` (one contact: ``multiccd`` off, MuJoCo's default)."
     )
     return fn
 
 
-collide_ellipsoid_ellipsoid = _hull_pair("ellipsoid", "ellipsoid")
-collide_ellipsoid_cylinder = _hull_pair("ellipsoid", "cylinder")
-collide_ellipsoid_box = _hull_pair("ellipsoid", "box")
-collide_ellipsoid_mesh = _hull_pair("ellipsoid", "mesh")
-collide_cylinder_cylinder = _hull_pair("cylinder", "cylinder")
-collide_cylinder_box = _hull_pair("cylinder", "box")
-collide_cylinder_mesh = _hull_pair("cylinder", "mesh")
-
-
-def collide_sphere_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
-    """Sphere - ellipsoid: 1 contact against the ellipsoid's inscribed polytope
-    (:func:`ellipsoid_hull`; approximate)."""
-    return _sphere_hull(pos1, size1[0], ellipsoid_hull(size2), pos2, mat2)
-
-
-def collide_capsule_ellipsoid(
-    size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0
-):
-    """Capsule - ellipsoid: 3 slots against the ellipsoid's inscribed polytope
-    (:func:`ellipsoid_hull`; approximate), as :func:`collide_capsule_mesh`."""
-    return collide_capsule_mesh(size1, pos1, mat1, ellipsoid_hull(size2), pos2, mat2, margin)
+collide_sphere_ellipsoid = _convex_pair("sphere", "ellipsoid")
+collide_capsule_ellipsoid = _convex_pair("capsule", "ellipsoid")
+collide_ellipsoid_ellipsoid = _convex_pair("ellipsoid", "ellipsoid")
+collide_ellipsoid_cylinder = _convex_pair("ellipsoid", "cylinder")
+collide_ellipsoid_box = _convex_pair("ellipsoid", "box")
+collide_ellipsoid_mesh = _convex_pair("ellipsoid", "mesh")
+collide_cylinder_cylinder = _convex_pair("cylinder", "cylinder")
+collide_cylinder_box = _convex_pair("cylinder", "box")
+collide_cylinder_mesh = _convex_pair("cylinder", "mesh")
 
 
 # ------------------------------------------------------------------------------ heightfields
@@ -1210,14 +1259,14 @@ NCON = {
     ("box", "mesh"): 8,
     ("mesh", "mesh"): 8,
     ("sphere", "ellipsoid"): 1,
-    ("capsule", "ellipsoid"): 3,
-    ("ellipsoid", "ellipsoid"): 8,
-    ("ellipsoid", "cylinder"): 8,
-    ("ellipsoid", "box"): 8,
-    ("ellipsoid", "mesh"): 8,
-    ("cylinder", "cylinder"): 8,
-    ("cylinder", "box"): 8,
-    ("cylinder", "mesh"): 8,
+    ("capsule", "ellipsoid"): 1,
+    ("ellipsoid", "ellipsoid"): 1,
+    ("ellipsoid", "cylinder"): 1,
+    ("ellipsoid", "box"): 1,
+    ("ellipsoid", "mesh"): 1,
+    ("cylinder", "cylinder"): 1,
+    ("cylinder", "box"): 1,
+    ("cylinder", "mesh"): 1,
     **{
         ("hfield", t): HFIELD_SLOTS.get(t, HFIELD_SLOTS_POLYTOPE)
         for t in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
