@@ -930,69 +930,75 @@ def _shape_hull(t, size):
     )(size)
 
 
-def _hull_pair(t1, t2):
-    """The polytope pair of a curved shape's hull (kept for reference and for the heightfield's
-    prisms; :data:`PAIRS` uses :func:`_convex_pair` on the exact shapes)."""
-
-    def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
-        h1, h2 = _shape_hull(t1, size1), _shape_hull(t2, size2)
-        return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
-
-    fn.__name__ = f"collide_{t1}_{t2}_hull"
-    return fn
-
-
 # ------------------------------------------------------------------------------ GJK / EPA pairs
 
 
-def _core_support(t, size, pos, mat):
-    """A geom as a support function of its core (world direction ``d`` -> the core's farthest
-    point along ``d``; MuJoCo's ``mjc_<type>Support`` of engine_collision_convex.c), an interior
-    point and the radius swept about the core: a sphere is its centre and radius, a capsule its
-    segment and radius, the other shapes themselves (radius 0)."""
-    dt = pos.dtype
+def _local_support(t, size, dt):
+    """A geom's core as a support function in its own frame (local direction ``u`` -> the
+    core's farthest point along ``u``; MuJoCo's ``mjc_<type>Support`` of
+    engine_collision_convex.c), an interior point and the radius swept about the core: a sphere
+    is its centre and radius, a capsule its segment and radius, the other shapes themselves
+    (radius 0)."""
     zero = jnp.zeros((), dt)
+    origin = jnp.zeros(3, dt)
     if t == "sphere":
-        return (lambda d: pos), pos, size[0]
+        return (lambda u: origin), origin, size[0]
     if t == "capsule":
-        ax = mat[:, 2] * size[1]
-        return (lambda d: pos + jnp.where(_dot(d, ax) >= 0, ax, -ax)), pos, size[0]
+        ax = jnp.zeros(3, dt).at[2].set(size[1])
+        return (lambda u: jnp.where(u[2] >= 0, ax, -ax)), origin, size[0]
     if t == "ellipsoid":
         s = size[:3]
-
-        def sup(d):
-            u = s * (d @ mat)
-            return pos + mat @ (s * _normalize(u, jnp.zeros_like(u).at[0].set(1.0)))
-
-        return sup, pos, zero
+        return (lambda u: s * _normalize(s * u, jnp.zeros_like(u).at[0].set(1.0))), origin, zero
     if t == "cylinder":
         r, h = size[0], size[1]
 
-        def sup(d):
-            u = d @ mat
-            rad = jnp.stack([u[0], u[1]])
-            rad = r * _normalize(rad, jnp.zeros_like(rad))
-            return pos + mat @ jnp.stack([rad[0], rad[1], jnp.where(u[2] >= 0, h, -h)])
+        def cyl(u):
+            rad = r * _normalize(u[:2], jnp.zeros_like(u[:2]))
+            return jnp.stack([rad[0], rad[1], jnp.where(u[2] >= 0, h, -h)])
 
-        return sup, pos, zero
+        return cyl, origin, zero
     if t == "box":
         s = size[:3]
-        return (lambda d: pos + mat @ jnp.where(d @ mat >= 0, s, -s)), pos, zero
+        return (lambda u: jnp.where(u >= 0, s, -s)), origin, zero
     if t == "mesh":
-        v = jnp.asarray(_as_hull(size).vertices, dt) @ mat.T + pos
-
-        def sup(d):
-            return v[jnp.argmax(v @ d)]
-
-        return sup, jnp.mean(v, axis=0), zero
+        v = jnp.asarray(_as_hull(size).vertices, dt)
+        return (lambda u: v[jnp.argmax(v @ u)]), jnp.mean(v, axis=0), zero
     raise NotImplementedError(t)  # pragma: no cover - the pairs below are the only callers
+
+
+def _core_support(t, size, pos, mat):
+    """:func:`_local_support` in world coordinates: the support function (world direction ->
+    world point), the interior point, the radius, and ``rigid(x, d)``: the core's point ``x``
+    (a witness point with outward direction ``d``, values only) carried with the geom's pose and
+    size (translated and rotated with the geom, moved as the support point along ``d`` moves
+    with the size), the point whose motion differentiates the distance when the support along
+    ``d`` is a whole face or edge."""
+    sg = jax.lax.stop_gradient
+    loc, c, r = _local_support(t, size, pos.dtype)
+
+    def sup(d):
+        return pos + mat @ loc(d @ mat)
+
+    def rigid(x, d):
+        u = sg(d @ mat)
+        q = loc(u)
+        return pos + mat @ (sg(mat.T @ (x - pos)) + q - sg(q))
+
+    return sup, pos + mat @ c, r, rigid
 
 
 def _convex_pair(t1, t2):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
-        s1, c1, r1 = _core_support(t1, size1, pos1, mat1)
-        s2, c2, r2 = _core_support(t2, size2, pos2, mat2)
-        d, p, n = convex_pair(lambda u: (s1(u), s2(-u)), c1, c2, r1, r2)
+        s1, c1, r1, g1 = _core_support(t1, size1, pos1, mat1)
+        s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+        d, p, n = convex_pair(
+            lambda u: (s1(u), s2(-u)),
+            c1,
+            c2,
+            r1,
+            r2,
+            rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
+        )
         return _contact(d, p, n)
 
     fn.__name__ = f"collide_{t1}_{t2}"

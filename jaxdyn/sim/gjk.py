@@ -42,7 +42,7 @@ Support = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
 
 #: GJK and EPA iterations of :func:`convex_pair` by dtype (float32, float64)
 GJK_ITERS = {4: 24, 8: 40}
-EPA_ITERS = {4: 24, 8: 48}
+EPA_ITERS = {4: 32, 8: 64}
 
 
 def _eps(x):
@@ -389,6 +389,7 @@ def convex_pair(
     gjk_iters: int | None = None,
     epa_iters: int | None = None,
     newton: int = 3,
+    rigid: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None,
 ):
     """Signed distance, contact position and normal of two convex shapes, MuJoCo's convention
     (``mjc_Convex``): ``support`` the pair's support function on the shapes' cores, ``center_a``,
@@ -401,7 +402,10 @@ def convex_pair(
     ``dist`` (signed distance of the surfaces, < 0 in penetration), ``pos`` (the midpoint of the two
     witness points on the surfaces) and ``normal`` (unit, from A to B). ``dist`` and ``pos`` are
     differentiable in whatever ``support`` depends on (Danskin: at the optimal normal ``n`` the
-    signed distance is ``-(h_A(n) + h_B(-n))``); the normal's gradient is zero."""
+    signed distance is ``-(h_A(n) + h_B(-n))``); the normal's gradient is zero. ``rigid(xa, xb,
+    n)``, where given, carries the witness points with the shapes (see
+    ``collision._core_support``): their motion differentiates the distance where a support
+    along ``n`` is a whole face or edge (the support point there is any of its points)."""
     dt = jnp.result_type(center_a, center_b)
     key = jnp.finfo(dt).bits // 8
     gi = GJK_ITERS[key] if gjk_iters is None else gjk_iters
@@ -436,11 +440,14 @@ def convex_pair(
     d = jnp.where(polished, -_dot(normal, xa_n - xb_n), d)
     # differentiable re-evaluation at the final normal (values kept from the iterations)
     n = sg(normal)
-    a, b = support(n)
+    if rigid is None:
+        a, b = support(n)
+        a, b = xa + a - sg(a), xb + b - sg(b)
+    else:
+        a, b = rigid(sg(xa), sg(xb), n)
     d_re = -_dot(n, a - b)
     d = d + d_re - sg(d_re)
-    xa = xa + a - sg(a)
-    xb = xb + b - sg(b)
+    xa, xb = a, b
     ra = jnp.asarray(radius_a, dt)
     rb = jnp.asarray(radius_b, dt)
     xa = xa + ra * n
