@@ -4,7 +4,8 @@ cylinder pairs, against MuJoCo C's ``mj_collision`` (``mjc_Convex``, native CCD 
 
 MuJoCo's normal is the direction between its EPA witness points, accurate only to about the
 square root of its tolerance (~1e-6); the depth is accurate to its tolerance. So the depth is
-compared at 1e-6 (the issue's figure; most agree to 1e-10), the normal at 1e-4, and the normal's exactness is checked independently: at
+compared at 1e-6 (the issue's figure; most agree to 1e-10), the normal at 1e-4, and the
+normal's exactness is checked independently: at
 the optimum the support point of the Minkowski difference along the normal is parallel to it
 (its tangential part, the Riemannian gradient of the support function, vanishes).
 """
@@ -112,7 +113,7 @@ def _check(case, n, seed):
         assert np.abs(nrm - mn[0]).max() < 1e-4, (i, nrm, mn[0])
         if smooth:  # the witness points are unique: MuJoCo's midpoint to its normal's accuracy
             assert np.abs(p - mp[0]).max() < 1e-5, (i, p, mp[0])
-            assert res[i] < 1e-10, (i, res[i])
+            assert res[i] < 1e-8, (i, res[i])
     assert compared > n // 3
 
 
@@ -187,9 +188,7 @@ def test_float32_agrees_with_float64():
 
     def run(dt):
         f = jax.vmap(
-            lambda p1, m1, p2, m2: C.collide(
-                t1, t2, a1.astype(dt), p1, m1, a2.astype(dt), p2, m2
-            )
+            lambda p1, m1, p2, m2: C.collide(t1, t2, a1.astype(dt), p1, m1, a2.astype(dt), p2, m2)
         )
         return jax.jit(f)(*(x.astype(dt) for x in poses))
 

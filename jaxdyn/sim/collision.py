@@ -39,7 +39,9 @@ Methods: closest points of segments and boxes (C. Ericson, *Real-Time Collision 
 M. Lin, D. Manocha, "OBBTree", SIGGRAPH 1996; Ericson ch. 4.4 and 5.2.1) with edge-edge axes
 pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis test between
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
-reference face (Sutherland-Hodgman, Ericson ch. 8.3). Heightfields are MuJoCo's
+reference face (Sutherland-Hodgman, Ericson ch. 8.3). The ellipsoid pairs and the cylinder
+pairs with cylinders, boxes and meshes run GJK / EPA on the exact shapes' support functions
+(:mod:`jaxdyn.sim.gjk`, MuJoCo's ``mjc_Convex``). Heightfields are MuJoCo's
 (``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
 polytope for the pair functions above.
 """
@@ -906,7 +908,8 @@ def _unit_sphere() -> Hull:
 
 def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
-    a :class:`Hull` scaled differentiably by ``size``."""
+    a :class:`Hull` scaled differentiably by ``size`` (an approximation, used for heightfield
+    prisms; the geom pairs use the exact shape, :func:`_convex_pair`)."""
     size = jnp.asarray(size)
     u = _unit_cylinder(CYLINDER_SIDES if sides is None else int(sides))
     scale = jnp.stack([size[0], size[0], size[1]])
@@ -916,7 +919,8 @@ def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
 def ellipsoid_hull(size: ArrayLike) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
-    recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid."""
+    recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid (an
+    approximation, used for heightfield prisms; the geom pairs use the exact shape)."""
     size = jnp.asarray(size)[:3]
     unit = _unit_sphere()
     n = jnp.asarray(unit.normals, size.dtype) / size  # normals map by S^-1
@@ -1005,7 +1009,7 @@ def _convex_pair(t1, t2):
     fn.__doc__ = (
         f"{t1.capitalize()} - {t2}: 1 contact, exact: GJK distance / EPA penetration on the "
         "shapes' support functions (:func:`jaxdyn.sim.gjk.convex_pair`), MuJoCo's "
-        "``mjc_Convex`` (one contact: ``multiccd`` off, MuJoCo's default)."
+        "``mjc_Convex`` with ``multiccd`` disabled (one contact)."
     )
     return fn
 

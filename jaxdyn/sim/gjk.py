@@ -240,7 +240,6 @@ def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, fl
         better = ~done & (hp < best[0])
         best = (jnp.where(better, hp, best[0]), jnp.where(better, n, best[1]))
         iv = 4 + it
-        V2, VA2, VB2 = V.at[iv].set(p), VA.at[iv].set(a), VB.at[iv].set(b)
         # faces seen from p: the connected set about f (flood fill over the edges' twins, so
         # that a far face seen by round-off is not removed)
         seen = alive & (_dot(normal, p - V[faces[:, 0]]) > tol * scale)
@@ -252,48 +251,36 @@ def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, fl
         hor = (vis[:, None] & ~vis[twin]).reshape(-1)
         nh = jnp.sum(hor)
         (hid,) = jnp.nonzero(hor, size=nv, fill_value=0)
-        alive2 = alive & ~vis
-        (slots,) = jnp.nonzero(~alive2, size=nv, fill_value=nf)
         valid = jnp.arange(nv) < nh
-        slots = jnp.where(valid, slots, nf).astype(jnp.int32)  # out of bounds: dropped
         ha, hb = ea.reshape(-1)[hid], eb.reshape(-1)[hid]
         newf = jnp.stack([ha, hb, jnp.full_like(ha, iv)], axis=1).astype(jnp.int32)
-        faces2 = faces.at[slots].set(newf, mode="drop")
-        alive2 = alive2.at[slots].set(True, mode="drop")
-        n_new, d_new, good = plane(V2, newf)
-        normal2 = normal.at[slots].set(n_new, mode="drop")
-        dist2 = dist.at[slots].set(d_new, mode="drop")
-        drop = jnp.where(valid, ha, nv)
-        owner2 = (
-            owner.at[drop, hb]
+        n_new, d_new, good = plane(V.at[iv].set(p), newf)
+        # a degenerate new face or a horizon that is not one simple loop (too few edges, a
+        # vertex starting two edges) stops the expansion
+        starts = jnp.zeros(nv + 1, jnp.int32).at[jnp.where(valid, ha, nv)].add(1)
+        bad = jnp.any(valid & ~good) | (nh < 3) | jnp.any(starts[:nv] > 1)
+        stop = done | conv | bad
+        # the update, as scatters that are dropped (out-of-bounds indices) once stopped
+        go = ~stop
+        iv_w = jnp.where(go, iv, nv)
+        V, VA, VB = (x.at[iv_w].set(y, mode="drop") for x, y in ((V, p), (VA, a), (VB, b)))
+        alive = alive & ~(vis & go)
+        (slots,) = jnp.nonzero(~alive, size=nv, fill_value=nf)
+        valid = valid & go
+        slots = jnp.where(valid, slots, nf).astype(jnp.int32)  # out of bounds: dropped
+        faces = faces.at[slots].set(newf, mode="drop")
+        alive = alive.at[slots].set(True, mode="drop")
+        normal = normal.at[slots].set(n_new, mode="drop")
+        dist = dist.at[slots].set(d_new, mode="drop")
+        owner = (
+            owner.at[jnp.where(valid, ha, nv), hb]
             .set(slots, mode="drop")
             .at[jnp.where(valid, hb, nv), iv]
             .set(slots, mode="drop")
             .at[jnp.where(valid, iv, nv), ha]
             .set(slots, mode="drop")
         )
-        # a degenerate new face or a horizon that is not one simple loop (too few edges, a
-        # vertex starting two edges) stops the expansion
-        starts = jnp.zeros(nv + 1, jnp.int32).at[jnp.where(valid, ha, nv)].add(1)
-        bad = jnp.any(valid & ~good) | (nh < 3) | jnp.any(starts[:nv] > 1)
-        stop = done | conv | bad
-
-        def keep(old, new):
-            return jnp.where(stop, old, new)
-
-        return (
-            keep(V, V2),
-            keep(VA, VA2),
-            keep(VB, VB2),
-            keep(faces, faces2),
-            keep(normal, normal2),
-            keep(dist, dist2),
-            keep(alive, alive2),
-            keep(owner, owner2),
-            stop,
-            conv0 | (~done & conv),
-            best,
-        )
+        return (V, VA, VB, faces, normal, dist, alive, owner, stop, conv0 | (~done & conv), best)
 
     best = (jnp.array(jnp.inf, dt), jnp.zeros(3, dt))
     s = (V, VA, VB, faces, normal, dist, alive, owner, jnp.array(False), jnp.array(False), best)
