@@ -18,7 +18,7 @@ few iterations where one shape is round and saves EPA where only the radii overl
   penetration depth computation on 3D game objects", GDC 2001): the face of the polytope
   nearest the origin is expanded by the support point along its normal until the support adds
   nothing (to a tolerance). The polytope lives in fixed arrays (one new vertex per iteration,
-  faces in free slots, a vertex-pair table of directed edges for the horizon).
+  faces in free slots with the face across each of their edges, for the horizon).
 
 :func:`convex_pair` combines them in MuJoCo's convention (``mjc_Convex`` / ``mjc_ccd``, MuJoCo
 ``engine_collision_gjk.c``): signed distance (< 0 in penetration), witness points on both
@@ -178,6 +178,16 @@ def gjk(support: Support, v0: jax.Array, iters: int, tol: float | None = None):
 
 # ------------------------------------------------------------------------------ EPA
 
+
+def _first(mask, size: int, fill: int):
+    """The indices of the first ``size`` true entries of ``mask`` (``fill`` past the last), as
+    ``jnp.nonzero(mask, size=size, fill_value=fill)`` but by one cumulative sum and scatter."""
+    rank = jnp.cumsum(mask) - 1
+    at = jnp.where(mask & (rank < size), rank, size)
+    idx = jnp.arange(mask.shape[0], dtype=jnp.int32)
+    return jnp.full(size, fill, jnp.int32).at[at].set(idx, mode="drop")
+
+
 #: the faces of a tetrahedron (0, 1, 2, 3), counter-clockwise seen from outside when the
 #: tetrahedron is positively oriented (det[v1 - v0, v2 - v0, v3 - v0] > 0)
 _TET_FACES = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]], np.int32)
@@ -221,14 +231,20 @@ def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, fl
 
     normal, dist, _ = plane(V, faces)
     # directed edge (a, b) -> the face holding it
-    owner = jnp.zeros((nv, nv), jnp.int32)
-    for f, (a, b, c) in enumerate(_TET_FACES):
-        owner = owner.at[a, b].set(f).at[b, c].set(f).at[c, a].set(f)
+    # adj[f, k]: the face across edge k of face f (its vertices k -> k + 1)
+    adj0 = np.zeros((4, 3), np.int32)
+    for f, fv in enumerate(_TET_FACES):
+        for k in range(3):
+            a, b = fv[k], fv[(k + 1) % 3]
+            for g, gv in enumerate(_TET_FACES):
+                if any(gv[j] == b and gv[(j + 1) % 3] == a for j in range(3)):
+                    adj0[f, k] = g
+    adj = jnp.zeros((nf, 3), jnp.int32).at[:4].set(adj0)
     kk = np.array([0, 1, 2])
     kn = np.array([1, 2, 0])
 
     def body(it, s):
-        V, VA, VB, faces, normal, dist, alive, owner, done, conv0, best = s
+        V, VA, VB, faces, normal, dist, alive, adj, done, conv0, best = s
         f = jnp.argmin(jnp.where(alive, dist, jnp.inf))
         n = normal[f]
         a, b = support(n)
@@ -244,13 +260,13 @@ def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, fl
         # that a far face seen by round-off is not removed)
         seen = alive & (_dot(normal, p - V[faces[:, 0]]) > tol * scale)
         ea, eb = faces[:, kk], faces[:, kn]  # (nf, 3)
-        twin = owner[eb, ea]
+        twin = adj
         vis = jnp.zeros_like(seen).at[f].set(True)
         for _ in range(flood):
             vis = vis | (seen & jnp.any(vis[twin], axis=1))
         hor = (vis[:, None] & ~vis[twin]).reshape(-1)
         nh = jnp.sum(hor)
-        (hid,) = jnp.nonzero(hor, size=nv, fill_value=0)
+        hid = _first(hor, nv, 0)
         valid = jnp.arange(nv) < nh
         ha, hb = ea.reshape(-1)[hid], eb.reshape(-1)[hid]
         newf = jnp.stack([ha, hb, jnp.full_like(ha, iv)], axis=1).astype(jnp.int32)
@@ -265,28 +281,27 @@ def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, fl
         iv_w = jnp.where(go, iv, nv)
         V, VA, VB = (x.at[iv_w].set(y, mode="drop") for x, y in ((V, p), (VA, a), (VB, b)))
         alive = alive & ~(vis & go)
-        (slots,) = jnp.nonzero(~alive, size=nv, fill_value=nf)
+        slots = _first(~alive, nv, nf)
         valid = valid & go
         slots = jnp.where(valid, slots, nf).astype(jnp.int32)  # out of bounds: dropped
         faces = faces.at[slots].set(newf, mode="drop")
         alive = alive.at[slots].set(True, mode="drop")
         normal = normal.at[slots].set(n_new, mode="drop")
         dist = dist.at[slots].set(d_new, mode="drop")
-        owner = (
-            owner.at[jnp.where(valid, ha, nv), hb]
-            .set(slots, mode="drop")
-            .at[jnp.where(valid, hb, nv), iv]
-            .set(slots, mode="drop")
-            .at[jnp.where(valid, iv, nv), ha]
-            .set(slots, mode="drop")
-        )
-        return (V, VA, VB, faces, normal, dist, alive, owner, stop, conv0 | (~done & conv), best)
+        # adjacency: a new face (ha, hb, iv) borders the unseen face across (ha, hb) and the
+        # new faces that start at hb / end at ha
+        tw = twin.reshape(-1)[hid]  # the unseen face across each horizon edge
+        start = jnp.zeros(nv + 1, jnp.int32).at[jnp.where(valid, ha, nv)].set(slots, mode="drop")
+        end = jnp.zeros(nv + 1, jnp.int32).at[jnp.where(valid, hb, nv)].set(slots, mode="drop")
+        adj = adj.at[slots].set(jnp.stack([tw, start[hb], end[ha]], axis=1), mode="drop")
+        # the unseen face's edge (hb, ha) now borders the new face
+        ktw = jnp.argmax(faces[tw] == hb[:, None], axis=1)
+        adj = adj.at[jnp.where(valid, tw, nf), ktw].set(slots, mode="drop")
+        return (V, VA, VB, faces, normal, dist, alive, adj, stop, conv0 | (~done & conv), best)
 
     best = (jnp.array(jnp.inf, dt), jnp.zeros(3, dt))
-    s = (V, VA, VB, faces, normal, dist, alive, owner, jnp.array(False), jnp.array(False), best)
-    V, VA, VB, faces, normal, dist, alive, owner, _, conv, best = jax.lax.fori_loop(
-        0, iters, body, s
-    )
+    s = (V, VA, VB, faces, normal, dist, alive, adj, jnp.array(False), jnp.array(False), best)
+    V, VA, VB, faces, normal, dist, alive, adj, _, conv, best = jax.lax.fori_loop(0, iters, body, s)
     f = jnp.argmin(jnp.where(alive, dist, jnp.inf))
     n, d = normal[f], dist[f]
     i, j, k = faces[f, 0], faces[f, 1], faces[f, 2]
