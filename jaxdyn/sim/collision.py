@@ -39,7 +39,9 @@ Methods: closest points of segments and boxes (C. Ericson, *Real-Time Collision 
 M. Lin, D. Manocha, "OBBTree", SIGGRAPH 1996; Ericson ch. 4.4 and 5.2.1) with edge-edge axes
 pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis test between
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
-reference face (Sutherland-Hodgman, Ericson ch. 8.3). Heightfields are MuJoCo's
+reference face (Sutherland-Hodgman, Ericson ch. 8.3). The ellipsoid pairs and the cylinder
+pairs with cylinders, boxes and meshes run GJK / EPA on the exact shapes' support functions
+(:mod:`jaxdyn.sim.gjk`, MuJoCo's ``mjc_Convex``). Heightfields are MuJoCo's
 (``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
 polytope for the pair functions above.
 """
@@ -53,6 +55,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .gjk import convex_pair
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -904,7 +908,8 @@ def _unit_sphere() -> Hull:
 
 def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
-    a :class:`Hull` scaled differentiably by ``size``."""
+    a :class:`Hull` scaled differentiably by ``size`` (an approximation, used for heightfield
+    prisms; the geom pairs use the exact shape, :func:`_convex_pair`)."""
     size = jnp.asarray(size)
     u = _unit_cylinder(CYLINDER_SIDES if sides is None else int(sides))
     scale = jnp.stack([size[0], size[0], size[1]])
@@ -914,7 +919,8 @@ def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
 def ellipsoid_hull(size: ArrayLike) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
-    recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid."""
+    recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid (an
+    approximation, used for heightfield prisms; the geom pairs use the exact shape)."""
     size = jnp.asarray(size)[:3]
     unit = _unit_sphere()
     n = jnp.asarray(unit.normals, size.dtype) / size  # normals map by S^-1
@@ -928,42 +934,95 @@ def _shape_hull(t, size):
     )(size)
 
 
-def _hull_pair(t1, t2):
-    def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
-        h1, h2 = _shape_hull(t1, size1), _shape_hull(t2, size2)
-        return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
+# ------------------------------------------------------------------------------ GJK / EPA pairs
+
+
+def _local_support(t, size, dt):
+    """A geom's core as a support function in its own frame (local direction ``u`` -> the
+    core's farthest point along ``u``; MuJoCo's ``mjc_<type>Support`` of
+    engine_collision_convex.c), an interior point and the radius swept about the core: a sphere
+    is its centre and radius, a capsule its segment and radius, the other shapes themselves
+    (radius 0)."""
+    zero = jnp.zeros((), dt)
+    origin = jnp.zeros(3, dt)
+    if t == "sphere":
+        return (lambda u: origin), origin, size[0]
+    if t == "capsule":
+        ax = jnp.zeros(3, dt).at[2].set(size[1])
+        return (lambda u: jnp.where(u[2] >= 0, ax, -ax)), origin, size[0]
+    if t == "ellipsoid":
+        s = size[:3]
+        return (lambda u: s * _normalize(s * u, jnp.zeros_like(u).at[0].set(1.0))), origin, zero
+    if t == "cylinder":
+        r, h = size[0], size[1]
+
+        def cyl(u):
+            rad = r * _normalize(u[:2], jnp.zeros_like(u[:2]))
+            return jnp.stack([rad[0], rad[1], jnp.where(u[2] >= 0, h, -h)])
+
+        return cyl, origin, zero
+    if t == "box":
+        s = size[:3]
+        return (lambda u: jnp.where(u >= 0, s, -s)), origin, zero
+    if t == "mesh":
+        v = jnp.asarray(_as_hull(size).vertices, dt)
+        return (lambda u: v[jnp.argmax(v @ u)]), jnp.mean(v, axis=0), zero
+    raise NotImplementedError(t)  # pragma: no cover - the pairs below are the only callers
+
+
+def _core_support(t, size, pos, mat):
+    """:func:`_local_support` in world coordinates: the support function (world direction ->
+    world point), the interior point, the radius, and ``rigid(x, d)``: the core's point ``x``
+    (a witness point with outward direction ``d``, values only) carried with the geom's pose and
+    size (translated and rotated with the geom, moved as the support point along ``d`` moves
+    with the size), the point whose motion differentiates the distance when the support along
+    ``d`` is a whole face or edge."""
+    sg = jax.lax.stop_gradient
+    loc, c, r = _local_support(t, size, pos.dtype)
+
+    def sup(d):
+        return pos + mat @ loc(d @ mat)
+
+    def rigid(x, d):
+        u = sg(d @ mat)
+        q = loc(u)
+        return pos + mat @ (sg(mat.T @ (x - pos)) + q - sg(q))
+
+    return sup, pos + mat @ c, r, rigid
+
+
+def _convex_pair(t1, t2):
+    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
+        s1, c1, r1, g1 = _core_support(t1, size1, pos1, mat1)
+        s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+        d, p, n = convex_pair(
+            lambda u: (s1(u), s2(-u)),
+            c1,
+            c2,
+            r1,
+            r2,
+            rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
+        )
+        return _contact(d, p, n)
 
     fn.__name__ = f"collide_{t1}_{t2}"
     fn.__doc__ = (
-        f"{t1.capitalize()} - {t2}: 8 slots, separating axes on polytopes "
-        "(:func:`_polytope_polytope`); a cylinder is its circumscribed prism "
-        "(:func:`cylinder_hull`), an ellipsoid its inscribed icosphere polytope "
-        "(:func:`ellipsoid_hull`): approximate, unlike MuJoCo's GJK/EPA on the exact shapes."
+        f"{t1.capitalize()} - {t2}: 1 contact, exact: GJK distance / EPA penetration on the "
+        "shapes' support functions (:func:`jaxdyn.sim.gjk.convex_pair`), MuJoCo's "
+        "``mjc_Convex`` with ``multiccd`` disabled (one contact)."
     )
     return fn
 
 
-collide_ellipsoid_ellipsoid = _hull_pair("ellipsoid", "ellipsoid")
-collide_ellipsoid_cylinder = _hull_pair("ellipsoid", "cylinder")
-collide_ellipsoid_box = _hull_pair("ellipsoid", "box")
-collide_ellipsoid_mesh = _hull_pair("ellipsoid", "mesh")
-collide_cylinder_cylinder = _hull_pair("cylinder", "cylinder")
-collide_cylinder_box = _hull_pair("cylinder", "box")
-collide_cylinder_mesh = _hull_pair("cylinder", "mesh")
-
-
-def collide_sphere_ellipsoid(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
-    """Sphere - ellipsoid: 1 contact against the ellipsoid's inscribed polytope
-    (:func:`ellipsoid_hull`; approximate)."""
-    return _sphere_hull(pos1, size1[0], ellipsoid_hull(size2), pos2, mat2)
-
-
-def collide_capsule_ellipsoid(
-    size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0
-):
-    """Capsule - ellipsoid: 3 slots against the ellipsoid's inscribed polytope
-    (:func:`ellipsoid_hull`; approximate), as :func:`collide_capsule_mesh`."""
-    return collide_capsule_mesh(size1, pos1, mat1, ellipsoid_hull(size2), pos2, mat2, margin)
+collide_sphere_ellipsoid = _convex_pair("sphere", "ellipsoid")
+collide_capsule_ellipsoid = _convex_pair("capsule", "ellipsoid")
+collide_ellipsoid_ellipsoid = _convex_pair("ellipsoid", "ellipsoid")
+collide_ellipsoid_cylinder = _convex_pair("ellipsoid", "cylinder")
+collide_ellipsoid_box = _convex_pair("ellipsoid", "box")
+collide_ellipsoid_mesh = _convex_pair("ellipsoid", "mesh")
+collide_cylinder_cylinder = _convex_pair("cylinder", "cylinder")
+collide_cylinder_box = _convex_pair("cylinder", "box")
+collide_cylinder_mesh = _convex_pair("cylinder", "mesh")
 
 
 # ------------------------------------------------------------------------------ heightfields
@@ -1210,14 +1269,14 @@ NCON = {
     ("box", "mesh"): 8,
     ("mesh", "mesh"): 8,
     ("sphere", "ellipsoid"): 1,
-    ("capsule", "ellipsoid"): 3,
-    ("ellipsoid", "ellipsoid"): 8,
-    ("ellipsoid", "cylinder"): 8,
-    ("ellipsoid", "box"): 8,
-    ("ellipsoid", "mesh"): 8,
-    ("cylinder", "cylinder"): 8,
-    ("cylinder", "box"): 8,
-    ("cylinder", "mesh"): 8,
+    ("capsule", "ellipsoid"): 1,
+    ("ellipsoid", "ellipsoid"): 1,
+    ("ellipsoid", "cylinder"): 1,
+    ("ellipsoid", "box"): 1,
+    ("ellipsoid", "mesh"): 1,
+    ("cylinder", "cylinder"): 1,
+    ("cylinder", "box"): 1,
+    ("cylinder", "mesh"): 1,
     **{
         ("hfield", t): HFIELD_SLOTS.get(t, HFIELD_SLOTS_POLYTOPE)
         for t in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
