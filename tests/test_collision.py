@@ -78,9 +78,12 @@ CASES = [
     ("ellipsoid", [0.2, 0.3, 0.15], "cylinder", [0.2, 0.3], 0.3, 0.1, "deepest", 1e-4),
     ("ellipsoid", [0.2, 0.3, 0.15], "box", [0.2, 0.15, 0.1], 0.3, 0.1, "deepest", 1e-4),
     ("ellipsoid", [0.2, 0.3, 0.15], "mesh", MESH1, 0.3, 0.1, "deepest", 1e-4),
-    ("cylinder", [0.2, 0.3], "cylinder", [0.15, 0.2], 0.3, 0.1, "deepest", 1e-4),
-    ("cylinder", [0.2, 0.3], "box", [0.2, 0.15, 0.1], 0.3, 0.1, "deepest", 1e-4),
-    ("cylinder", [0.2, 0.3], "mesh", MESH1, 0.3, 0.1, "deepest", 1e-4),
+    # cylinder against flat shapes: a manifold on the circumscribed 16-sided prism, the deepest
+    # depth within the prism's error (2 % of the radius; the exact single contact of these
+    # pairs, exact_cylinder_*, is checked in tests/test_collision_gjk.py)
+    ("cylinder", [0.2, 0.3], "cylinder", [0.15, 0.2], 0.3, 0.0, "approx", 0.007),
+    ("cylinder", [0.2, 0.3], "box", [0.2, 0.15, 0.1], 0.3, 0.0, "approx", 0.004),
+    ("cylinder", [0.2, 0.3], "mesh", MESH1, 0.3, 0.0, "approx", 0.004),
 ]
 
 
@@ -152,6 +155,12 @@ def _compare(mine, mj, margin, mode, tol, skip=None):
                 e = max(abs(d[j] - md[k]), np.abs(p[j] - mp[k]).max(), np.abs(n[j] - mn[k]).max())
                 assert e < tol, (i, k, md[k], d[j], mp[k], p[j], mn[k], n[j])
                 worst = max(worst, e)
+        elif mode == "approx":  # deepest depth within tol where either reports a contact
+            if len(md) or len(d):
+                a = np.min(d) if len(d) else 0.0
+                b = np.min(md) if len(md) else 0.0
+                assert abs(a - b) < tol, (i, md, d)
+                worst = max(worst, abs(a - b))
         else:  # deepest
             assert (len(d) > 0) == (len(md) > 0), f"sample {i}: {d} vs MuJoCo {md}"
             if len(md):
@@ -220,12 +229,7 @@ def test_pair_matches_mujoco_sweep(case):
 #: EPA runs out of its 64 iterations on a few poses in a thousand (seen: depth within 4e-7 of
 #: MuJoCo's and the normal within 4e-3; ellipsoid-cylinder 3e-6 and 2.6e-2); the default test
 #: keeps 1e-4
-SWEEP_TOL = {
-    "ellipsoid-cylinder": 5e-2,
-    "cylinder-cylinder": 5e-3,
-    "cylinder-box": 5e-3,
-    "cylinder-mesh": 5e-3,
-}
+SWEEP_TOL = {"ellipsoid-cylinder": 5e-2}
 
 
 # ------------------------------------------------------------------------------ box - box
