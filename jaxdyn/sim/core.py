@@ -399,38 +399,32 @@ def _ext_wrenches(model, cfg, ws, frames):
     return C.contact_wrenches(ws, frames, frames.point, f), f
 
 
-def _free_acceleration(model, ws, vb, vJ, W, t, tau, Ic):
-    """``acc(m_eff, inertias, plain=False)``: the accelerations ``M_eff^-1 (tau - C + M t)``
-    of the step's free velocity (``C``: the bias forces of the plain model, gravity and the
-    external wrenches ``W`` included; ``t``: :func:`_transport`) by one ABA on the articulated
-    inertias of ``M_eff`` (Featherstone 2008, Alg. 7.1, with the bias forces and the
-    velocity-product accelerations ``c - S t``), instead of RNEA for ``C - M t`` and ABA's
-    sweeps on the difference.
-
-    ABA forms the bias from the inertias it is given. The difference of ``M_eff`` and ``M``
-    lies in the joint-space armature (which ABA applies to ``qdd`` alone) and in the contact
-    point inertias ``Ic`` (:func:`_contact_inertias`, added to the body inertias), whose
-    spurious forces ``Ic a_b`` (``a_b``: the body accelerations at ``qdd = -t``, gravity
-    included) are taken off the bodies' bias forces, as in
-    :func:`_acceleration_contact_implicit`; the model's own armature acts on ``qdd = -t`` in
-    ``M t``, hence ``armature t`` added to ``tau``. ``plain=True``: the same on the plain
-    model's inertias (no ``Ic``)."""
+def _free_acceleration(model, ws, vb, vJ, W, t, tau):
+    """``acc(m_eff, inertias)``: the accelerations ``M_eff^-1 (tau - C + M t)`` of the step's
+    free velocity (``C``: the bias forces of the plain model, gravity and the external wrenches
+    ``W`` included; ``t``: :func:`_transport`) by ABA's sweeps on the articulated inertias of
+    ``M_eff`` (Featherstone 2008, Alg. 7.1, passes 2-3) with the body bias forces of RNEA's
+    outward pass (Alg. 5.1) at ``qdd = -t``: ``f_i = I_i a_i + v_i x* I_i v_i - W_i`` with
+    ``a_i`` the body accelerations from the velocity-product terms ``v x vJ - S t`` and
+    gravity. ABA's inward sweep sums them (RNEA's inward pass, ``C - M t = S^T F``, is not
+    formed), and its bias then holds the plain inertias ``I``, whatever ``M_eff`` adds (the
+    contacts' point inertias, armature). The model's own armature acts on ``qdd = -t`` in
+    ``M t``, hence ``armature t`` added to ``tau``."""
     c = spatial.motion_cross(vb, vJ)
     if t is not None:
         c = c - kin.joint_velocities(model, ws, t)
         if model.armature is not None:
             tau = tau + model.armature * t
-    a0 = kin.gravity_acceleration(model, ws.p.dtype)
-    pA = spatial.force_cross(vb, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb))
+    a = tree.forward_accumulate(model.topo, c, kin.gravity_acceleration(model, ws.p.dtype))
+    f = kin.inertia_apply(ws.mass, ws.c, ws.Ic, a) + spatial.force_cross(
+        vb, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb)
+    )
     if W is not None:
-        pA = pA - W
+        f = f - W
 
-    def acc(m_eff, inertias, plain=False):
-        p = pA
-        if Ic is not None and not plain:
-            p = p - spatial.mv(Ic, tree.forward_accumulate(model.topo, c, a0))
+    def acc(m_eff, inertias):
         qdd, _ = aba_passes(
-            m_eff, ws.S, None, p[..., None], c, tau[:, None], a0[:, None], inertias=inertias
+            m_eff, ws.S, None, f[..., None], None, tau[:, None], None, inertias=inertias
         )
         return qdd[:, 0]
 
@@ -840,9 +834,9 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
         tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
     t = _transport(model, v)
-    m_eff, I6, Ic = model, world_inertia_matrices(ws), None
+    m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
-        m_eff, I6, Ic = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau)
+        m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau)
     elif cfg.integrator == "implicit_damping":  # M + h diag(damping): MuJoCo's Euler
         arm = h * props["damping"].astype(v.dtype)
         arm = arm if model.armature is None else model.armature + arm
@@ -853,7 +847,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
 
     # M_eff^-1 (tau - C + M t): one ABA with the bias forces (no separate RNEA pass)
-    free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau, Ic)
+    free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau)
     acc = free_acc(m_eff, inertias)
     if cfg.integrator == "implicit":
         factors = _velocity_factors(model, cfg, q, v, ctrl)
@@ -873,7 +867,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
             def solve_m(R):
                 return aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias_m)[0]
 
-            plain = (solve_m, v + h * free_acc(model, inertias_m, plain=True))
+            plain = (solve_m, v + h * free_acc(model, inertias_m))
         unreduced = None
         if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
             unreduced = solve if plain is None else plain[0]
@@ -889,8 +883,7 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=No
     """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
     friction, limit damping, actuator velocity gains) as extra armature, and each compliant
     contact's velocity Jacobian as a point inertia on its body (:func:`_contact_inertias`), so
-    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n). Returns
-    ``(model of M + h D, its body inertias, the contacts' point inertias or None)``;
+    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n);
     ``dtau``: the joint part's derivative ``d tau / d v`` applied to ones where the caller has
     it already (``None``: computed here)."""
     if dtau is None:
@@ -902,9 +895,8 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=No
     arm = -h * dtau if model.armature is None else model.armature - h * dtau
     m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     if not isinstance(cfg.contact, C.Compliant):
-        return m_eff, I6, None
-    Ic = _contact_inertias(model, cfg, ws, frames, h)
-    return m_eff, I6 + Ic, Ic
+        return m_eff, I6
+    return m_eff, I6 + _contact_inertias(model, cfg, ws, frames, h)
 
 
 def _contact_inertias(model, cfg, ws, frames, h):
