@@ -211,6 +211,7 @@ def _sim_steps(batch: int) -> dict:
     from jaxdyn import robots, sim
 
     m = robots.load("quad12")
+    assert isinstance(m, jaxdyn.Model)
     feet = [sim.Sphere(f, 0.02) for f in ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")]
     q0 = jaxdyn.neutral_configuration(m).at[2].set(0.34)
     dq = 0.05 * jax.random.normal(jax.random.PRNGKey(0), (batch, m.nv))
