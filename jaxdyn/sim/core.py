@@ -65,6 +65,7 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .. import batching, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
@@ -760,7 +761,7 @@ def _transport(model, v):
     for _, v0, n in runs:
         x = v[v0 : v0 + 6 * n].reshape(n, 6)
         tl = jnp.concatenate([jnp.zeros_like(x[:, :3]), spatial.cross(x[:, :3], x[:, 3:])], -1)
-        t = t.at[v0 : v0 + 6 * n].set(tl.reshape(-1))
+        t = lax.dynamic_update_slice(t, tl.reshape(-1), (v0,))
     return t
 
 
