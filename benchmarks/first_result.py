@@ -12,7 +12,9 @@ cold and a warm persistent compilation cache, and the compile times of the core 
   (:data:`QUICK`).
 * **Compile table.** ``jax.jit(jax.vmap(f))`` on one robot (default talos_full, batch 1024,
   float64; ``--batch 1``: ``jax.jit(f)`` on one sample) for rnea, crba, aba, minv,
-  rnea_derivatives and aba_derivatives, with the phases apart through ``jax.stages``:
+  rnea_derivatives and aba_derivatives, and ``sim.step`` of quad12 standing on its feet
+  (the README's scene, :data:`SIM_TABLE`) with either contact model, with the phases apart
+  through ``jax.stages``:
   ``.trace()`` (Python tracing to a jaxpr), ``.lower()`` (StableHLO) and ``.compile()``
   (XLA), each as wall-clock and as the process's CPU time (``time.process_time``: what a
   loaded machine inflates least), the number of StableHLO operations of the lowered program,
@@ -52,6 +54,10 @@ QUICK = {
 
 #: the algorithms of the compile table
 TABLE = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
+#: the simulator's rows of the compile table: ``sim.step`` of quad12 standing on its four foot
+#: spheres (the README's scene: implicit, ``PD(20, 0.5)``, dt = 2 ms), with either contact model,
+#: whatever ``--robot``
+SIM_TABLE = ("sim.step quad12 Compliant", "sim.step quad12 Constraint")
 
 
 def timed_run(cmd, env=None, cwd=None, timeout: float = 300.0) -> dict:
@@ -168,11 +174,12 @@ def measure_compiles(robot: str, batch: int) -> list:
         "rnea_derivatives": (lambda q, v: jaxdyn.rnea_derivatives(m, q, v, v), (q, v)),
         "aba_derivatives": (lambda q, v: jaxdyn.aba_derivatives(m, q, v, v), (q, v)),
     }
+    fns.update(_sim_steps(batch))
     rows = []
-    for name in TABLE:
+    for name in TABLE + SIM_TABLE:
         f, args = fns[name]
         if batch == 1:
-            args = tuple(a[0] for a in args)
+            args = jax.tree.map(lambda a: a[0], args)
         times = {}
         for phase in ("cold", "warm"):
             jax.clear_caches()
@@ -194,6 +201,40 @@ def measure_compiles(robot: str, batch: int) -> list:
         rows.append((name, times))
         print(name, {k: round(t, 2) for k, t in times.items()}, flush=True)
     return rows
+
+
+def _sim_steps(batch: int) -> dict:
+    """The :data:`SIM_TABLE` functions and their batched arguments (standing states, the
+    standing posture as the servo targets)."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdyn
+    from jaxdyn import robots, sim
+
+    m = robots.load("quad12")
+    assert isinstance(m, jaxdyn.Model)
+    feet = [sim.Sphere(f, 0.02) for f in ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")]
+    q0 = jaxdyn.neutral_configuration(m).at[2].set(0.34)
+    dq = 0.05 * jax.random.normal(jax.random.PRNGKey(0), (batch, m.nv))
+    s = sim.State(
+        jax.vmap(lambda d: jaxdyn.integrate(m, q0, d))(dq),
+        jnp.zeros((batch, m.nv)),
+        jnp.zeros(batch),
+    )
+    u = jnp.broadcast_to(q0[7:], (batch, 12))
+    out = {}
+    for name, contact in zip(
+        SIM_TABLE, (sim.Compliant(friction=1.0), sim.Constraint(friction=1.0))
+    ):
+        cfg = sim.SimConfig(
+            dt=2e-3,
+            contact=contact,
+            contacts=sim.contact_set(m, feet),
+            actuator=sim.PD(kp=20.0, kd=0.5),
+        )
+        out[name] = (lambda s, u, cfg=cfg: sim.step(m, s, u, cfg), (s, u))
+    return out
 
 
 def hlo_ops(text: str) -> int:
@@ -239,7 +280,8 @@ def render(runs, compiles, meta: dict) -> str:
     if compiles:
         lines += [
             "",
-            f"Compile times of `jax.jit(jax.vmap(f))`, {meta['robot']}, batch {meta['batch']}, "
+            f"Compile times of `jax.jit(jax.vmap(f))`, {meta['robot']} (the `sim.step` rows: "
+            f"quad12 on its feet, implicit, PD servos), batch {meta['batch']}, "
             "float64 (seconds, wall-clock / CPU time of the process; `jax.stages`: `.trace()`, "
             "`.lower()`, `.compile()`; ops: StableHLO operations of the lowered program; the "
             "last column is `.compile()` again after `jax.clear_caches()`, read from the "

@@ -386,12 +386,51 @@ def _frames(cfg, ws, origin, vb) -> C.ContactFrames | None:
 def _ext_forces(model, cfg, ws, frames):
     """Compliant contact: body-frame external forces ``(nb, 6)`` and the contact forces
     ``(nc, 3)`` (world axes); ``(None, None)`` otherwise."""
+    W, f = _ext_wrenches(model, cfg, ws, frames)
+    return (None, None) if W is None else (spatial.act_inv_force(ws.R, ws.p, W), f)
+
+
+def _ext_wrenches(model, cfg, ws, frames):
+    """Compliant contact: the contacts' spatial forces on the bodies ``(nb, 6)`` (world axes,
+    at the world state's origin) and the contact forces ``(nc, 3)``; ``(None, None)``
+    otherwise."""
     if not isinstance(cfg.contact, C.Compliant):
         return None, None
     k, c = cfg.contact.gains(model, ws.p.dtype, frames.body, frames.other, frames.solref)
     f = C.compliant_forces(cfg.contact, k, c, frames)
-    W = C.contact_wrenches(ws, frames, frames.point, f)
-    return spatial.act_inv_force(ws.R, ws.p, W), f
+    return C.contact_wrenches(ws, frames, frames.point, f), f
+
+
+def _free_acceleration(model, ws, vb, vJ, W, t, tau):
+    """``acc(m_eff, inertias)``: the accelerations ``M_eff^-1 (tau - C + M t)`` of the step's
+    free velocity (``C``: the bias forces of the plain model, gravity and the external wrenches
+    ``W`` included; ``t``: :func:`_transport`) by ABA's sweeps on the articulated inertias of
+    ``M_eff`` (Featherstone 2008, Alg. 7.1, passes 2-3) with the body bias forces of RNEA's
+    outward pass (Alg. 5.1) at ``qdd = -t``: ``f_i = I_i a_i + v_i x* I_i v_i - W_i`` with
+    ``a_i`` the body accelerations from the velocity-product terms ``v x vJ - S t`` and
+    gravity. ABA's inward sweep sums them (RNEA's inward pass, ``C - M t = S^T F``, is not
+    formed), and its bias then holds the plain inertias ``I``, whatever ``M_eff`` adds (the
+    contacts' point inertias, armature). The model's own armature acts on ``qdd = -t`` in
+    ``M t``, hence ``armature t`` added to ``tau``."""
+    c = spatial.motion_cross(vb, vJ)
+    if t is not None:
+        c = c - kin.joint_velocities(model, ws, t)
+        if model.armature is not None:
+            tau = tau + model.armature * t
+    a = tree.forward_accumulate(model.topo, c, kin.gravity_acceleration(model, ws.p.dtype))
+    f = kin.inertia_apply(ws.mass, ws.c, ws.Ic, a) + spatial.force_cross(
+        vb, kin.inertia_apply(ws.mass, ws.c, ws.Ic, vb)
+    )
+    if W is not None:
+        f = f - W
+
+    def acc(m_eff, inertias):
+        qdd, _ = aba_passes(
+            m_eff, ws.S, None, f[..., None], None, tau[:, None], None, inertias=inertias
+        )
+        return qdd[:, 0]
+
+    return acc
 
 
 def _coupled(cfg) -> bool:
@@ -440,16 +479,20 @@ def _velocity_factors(model, cfg, q, v, ctrl):
 def _low_rank_solve(solve, U, c, h):
     """``R -> (A + h U diag(c) U^T)^-1 R`` from ``solve = A^-1`` (push-through form of the
     Sherman-Morrison-Woodbury identity, valid for any ``c``, zeros included):
-    ``A^-1 R - A^-1 U (I + h diag(c) U^T A^-1 U)^-1 h diag(c) U^T A^-1 R``."""
+    ``A^-1 R - A^-1 U (I + h diag(c) U^T A^-1 U)^-1 h diag(c) U^T A^-1 R``. Returns
+    ``(solve2, correct)``: ``correct(x)`` maps ``x = A^-1 r`` of one vector ``r`` to
+    ``(A + h U diag(c) U^T)^-1 r``."""
     AU = solve(U)
     hc = (h * c)[:, None]
     S = jnp.eye(U.shape[1], dtype=U.dtype) + hc * (U.T @ AU)
 
-    def solve2(R):
-        AR = solve(R)
+    def correct(AR):
         return AR - AU @ jnp.linalg.solve(S, hc * (U.T @ AR))
 
-    return solve2
+    def solve2(R):
+        return correct(solve(R))
+
+    return solve2, lambda x: correct(x[:, None])[:, 0]
 
 
 def _acceleration(model, cfg, props, q, v, ctrl, h):
@@ -735,19 +778,28 @@ def _advance(model, q, v1, h):
     the step (``p' = p + h R u1``, ``R' = R exp(h w1)``, so that a force-free body moves on a
     straight line exactly), their linear velocity then expressed in the new child axes:
     ``u' = exp(h w1)^T u1``, the same parent-axes velocity (:func:`_transport`)."""
-    q1 = integrate(model, q, h * v1)
-    for q0, v0, n in _free_runs(model):
-        x = v1[v0 : v0 + 6 * n].reshape(n, 6)
-        w, u = x[:, :3], x[:, 3:]
-        qf = q[q0 : q0 + 7 * n].reshape(n, 7)
-        p = qf[:, :3] + h * spatial.mv(spatial.quat_to_rot(qf[:, 3:]), u)
-        quat = q1[q0 : q0 + 7 * n].reshape(n, 7)[:, 3:]  # Q exp(h w1)
-        dR = spatial.quat_to_rot(spatial.exp3_quat(h * w))
-        u = spatial.mv(jnp.swapaxes(dR, -1, -2), u)
-        # dynamic_update_slice, not .at[].set: a scatter keeps XLA:CPU from fusing the loop
-        q1 = lax.dynamic_update_slice(q1, jnp.concatenate([p, quat], -1).reshape(-1), (q0,))
-        v1 = lax.dynamic_update_slice(v1, jnp.concatenate([w, u], -1).reshape(-1), (v0,))
-    return q1, v1
+    t = model.topo
+    if t.nb == 0:  # zero-DoF model
+        return q, v1
+    # joint runs as in jaxdyn.integrate (q ⊕ h v1), the free joints' positions and linear
+    # velocities MuJoCo's (their q ⊕ h v1 translation not formed: it is not the step's)
+    qs, vs = [], []
+    for kind, b0, b1, _, _ in tree.kind_runs(t):
+        n, q0, v0 = b1 - b0, int(t.q_start[b0]), int(t.v_start[b0])
+        qr = q[q0 : q0 + n * joints.NQ[kind]].reshape(n, joints.NQ[kind])
+        vr = v1[v0 : v0 + n * joints.NV[kind]].reshape(n, joints.NV[kind])
+        if kind != joints.FREE:
+            qs.append(joints.integrate(kind, qr, h * vr).reshape(-1))
+            vs.append(vr.reshape(-1))
+            continue
+        w, u = vr[:, :3], vr[:, 3:]
+        p = qr[:, :3] + h * spatial.mv(spatial.quat_to_rot(qr[:, 3:]), u)
+        e = spatial.exp3_quat(h * w)
+        quat = joints._normalize(spatial.quat_mul(qr[:, 3:], e))  # Q exp(h w1)
+        u = spatial.mv(jnp.swapaxes(spatial.quat_to_rot(e), -1, -2), u)
+        qs.append(jnp.concatenate([p, quat], -1).reshape(-1))
+        vs.append(jnp.concatenate([w, u], -1).reshape(-1))
+    return jnp.concatenate(qs), jnp.concatenate(vs)
 
 
 def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
@@ -772,19 +824,26 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     # implicit, or euler with constraint contact: Delta v = h M_eff^-1 (tau - C), where M_eff is
     # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
-    _, frames = _contact_kinematics(model, cfg, ws, origin, v)
-    f_ext, f = _ext_forces(model, cfg, ws, frames)
-    tau = _controls(model, cfg, props, q, v, ctrl)
-    zero = jnp.zeros_like(v)
+    vb, vJ = kin.body_velocities(model, ws, v)
+    frames = _frames(cfg, ws, origin, vb)
+    W, f = _ext_wrenches(model, cfg, ws, frames)
+    dtau = None
+    decoupled = not _coupled(cfg) and cfg.tendons is None and cfg.spatial_tendons is None
+    if cfg.integrator == "implicit" and decoupled:
+        # the joint forces and their diagonal velocity derivative by one jvp: here every term
+        # is one that "implicit" differentiates (_implicit_inertias)
+        ones = jnp.ones_like(v)
+        tau, dtau = jax.jvp(lambda vv: _controls(model, cfg, props, q, vv, ctrl), (v,), (ones,))
+    else:
+        tau = _controls(model, cfg, props, q, v, ctrl)
     if cfg.equalities is not None and not constraint:  # with a solve: rows of it (below)
-        bias = rnea_world(model, ws, v, zero, f_ext)[0]
+        f_ext = None if W is None else spatial.act_inv_force(ws.R, ws.p, W)
+        bias = rnea_world(model, ws, v, jnp.zeros_like(v), f_ext)[0]
         tau = tau + _equality_force(model, cfg, ws, origin, q, v, tau - bias, h)
-    # the bias C - M t of the free joints' parent-axes linear velocities (_transport)
     t = _transport(model, v)
-    bias = rnea_world(model, ws, v, zero if t is None else -t, f_ext)[0]
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
-        m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6)
+        m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau)
     elif cfg.integrator == "implicit_damping":  # M + h diag(damping): MuJoCo's Euler
         arm = h * props["damping"].astype(v.dtype)
         arm = arm if model.armature is None else model.armature + arm
@@ -796,12 +855,16 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     def solve(R):
         return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
 
+    # M_eff^-1 (tau - C + M t): one ABA with the bias forces (no separate RNEA pass)
+    free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau)
+    acc = free_acc(m_eff, inertias)
     if cfg.integrator == "implicit":
         factors = _velocity_factors(model, cfg, q, v, ctrl)
         if factors is not None:
-            solve = _low_rank_solve(solve, *factors, h)
+            solve, correct = _low_rank_solve(solve, *factors, h)
+            acc = correct(acc)
 
-    v1 = v + h * solve((tau - bias)[:, None])[:, 0]
+    v1 = v + h * acc
     info, x = none, None
     if constraint:
         plain = None  # M^-1 and the free velocity under M, for the soft rows (MuJoCo's A)
@@ -813,7 +876,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
             def solve_m(R):
                 return aba_passes(model, ws.S, None, None, None, R, None, inertias=inertias_m)[0]
 
-            plain = (solve_m, v + h * solve_m((tau - bias)[:, None])[:, 0])
+            plain = (solve_m, v + h * free_acc(model, inertias_m))
         unreduced = None
         if cfg.equalities is not None:  # MuJoCo's equality rows, in the same problem
             unreduced = solve if plain is None else plain[0]
@@ -825,15 +888,19 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     return (*_advance(model, q, v1, h), f, info, x)
 
 
-def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6):
+def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=None):
     """``M + h D`` as ABA ingredients, ``D = -dF/dv``: its diagonal joint part (damping,
     friction, limit damping, actuator velocity gains) as extra armature, and each compliant
     contact's velocity Jacobian as a point inertia on its body (:func:`_contact_inertias`), so
-    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n)."""
-    ones = jnp.ones_like(v)
-    _, dtau = jax.jvp(
-        lambda vv: _controls(model, cfg, props, q, vv, ctrl, coupled=False), (v,), (ones,)
-    )
+    that ``M + h D`` is the mass matrix of a model that ABA inverts in O(n);
+    ``dtau``: the joint part's derivative ``d tau / d v`` applied to ones where the caller has
+    it already (``None``: computed here)."""
+    if dtau is None:
+        _, dtau = jax.jvp(
+            lambda vv: _controls(model, cfg, props, q, vv, ctrl, coupled=False),
+            (v,),
+            (jnp.ones_like(v),),
+        )
     arm = -h * dtau if model.armature is None else model.armature - h * dtau
     m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
     if not isinstance(cfg.contact, C.Compliant):
