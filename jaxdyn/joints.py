@@ -63,7 +63,8 @@ def neutral(kind: int, n: int, dtype: DTypeLike) -> Array:
     return jnp.tile(jnp.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype), (n, 1))
 
 
-def _normalize(quat):
+def normalize_quat(quat: Array) -> Array:
+    """``quat / |quat|`` over the last axis (the unit quaternion :func:`integrate` returns)."""
     return quat / jnp.sqrt(jnp.sum(quat * quat, -1, keepdims=True))
 
 
@@ -72,13 +73,13 @@ def integrate(kind: int, q: Array, v: Array) -> Array:
     if kind == ONE_DOF:
         return q + v
     if kind == SPHERICAL:
-        return _normalize(spatial.quat_mul(q, spatial.exp3_quat(v)))
+        return normalize_quat(spatial.quat_mul(q, spatial.exp3_quat(v)))
     w, vl = v[:, :3], v[:, 3:]
     quat = q[:, 3:]
     R0 = spatial.quat_to_rot(quat)
     dp = spatial.mv(spatial.left_jacobian_so3(w), vl)
     p = q[:, :3] + spatial.mv(R0, dp)
-    return jnp.concatenate([p, _normalize(spatial.quat_mul(quat, spatial.exp3_quat(w)))], -1)
+    return jnp.concatenate([p, normalize_quat(spatial.quat_mul(quat, spatial.exp3_quat(w)))], -1)
 
 
 def difference(kind: int, q0: Array, q1: Array) -> Array:
@@ -105,7 +106,7 @@ def random(
     if kind == ONE_DOF:
         return jax.random.uniform(key, (n, 1), dtype, lower, upper)
     k1, k2 = jax.random.split(key)
-    quat = _normalize(jax.random.normal(k1, (n, 4), dtype))
+    quat = normalize_quat(jax.random.normal(k1, (n, 4), dtype))
     if kind == SPHERICAL:
         return quat
     pos = jax.random.uniform(k2, (n, 3), dtype, lower, upper)

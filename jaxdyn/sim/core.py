@@ -795,7 +795,7 @@ def _advance(model, q, v1, h):
         w, u = vr[:, :3], vr[:, 3:]
         p = qr[:, :3] + h * spatial.mv(spatial.quat_to_rot(qr[:, 3:]), u)
         e = spatial.exp3_quat(h * w)
-        quat = joints._normalize(spatial.quat_mul(qr[:, 3:], e))  # Q exp(h w1)
+        quat = joints.normalize_quat(spatial.quat_mul(qr[:, 3:], e))  # Q exp(h w1)
         u = spatial.mv(jnp.swapaxes(spatial.quat_to_rot(e), -1, -2), u)
         qs.append(jnp.concatenate([p, quat], -1).reshape(-1))
         vs.append(jnp.concatenate([w, u], -1).reshape(-1))

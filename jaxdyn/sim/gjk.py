@@ -128,7 +128,9 @@ def _closest_on_subsets(w, active):
     return jnp.stack(lams)[best], inside & (best == cands.shape[0] - 1)
 
 
-def gjk(support: Support, v0: jax.Array, iters: int, tol: float | None = None):
+def gjk(
+    support: Support, v0: jax.Array, iters: int, tol: float | None = None
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """GJK distance between the shapes of ``support`` (Gilbert et al. 1988), ``iters`` fixed
     iterations (frozen once converged), starting from the point ``v0`` of ``K = A - B`` (e.g.
     the difference of the shapes' centres).
@@ -193,7 +195,15 @@ def _first(mask, size: int, fill: int):
 _TET_FACES = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]], np.int32)
 
 
-def epa(support: Support, w0, wa0, wb0, iters: int, tol: float | None = None, flood: int = 8):
+def epa(
+    support: Support,
+    w0: jax.Array,
+    wa0: jax.Array,
+    wb0: jax.Array,
+    iters: int,
+    tol: float | None = None,
+    flood: int = 8,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Penetration of the shapes of ``support`` by the expanding polytope algorithm (van den
     Bergen 2001), ``iters`` fixed iterations from the tetrahedron ``w0`` (4, 3) of support points
     (``wa0``, ``wb0`` on A and B), which need not enclose the origin: the face of least signed
@@ -392,7 +402,7 @@ def convex_pair(
     epa_iters: int | None = None,
     newton: int = 3,
     rigid: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None,
-):
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Signed distance, contact position and normal of two convex shapes, MuJoCo's convention
     (``mjc_Convex``): ``support`` the pair's support function on the shapes' cores, ``center_a``,
     ``center_b`` interior points of the cores, ``radius_a``, ``radius_b`` the radii swept about
