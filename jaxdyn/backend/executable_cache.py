@@ -362,20 +362,15 @@ def _load_tree(data: bytes) -> Any:
 
 
 def _split(args):
-    import equinox as eqx
-    import jax
+    from .fused_programs import _split as split  # the fused programs' split of the arguments
 
-    leaves, treedef = jax.tree.flatten(args)
-    mask = tuple(eqx.is_array(x) for x in leaves)
-    dyn = [x for x, m in zip(leaves, mask) if m]
-    static = tuple(x for x, m in zip(leaves, mask) if not m)
-    return dyn, (treedef, mask, static)
+    return split(args)
 
 
 def _merge(dyn, static):
-    treedef, mask, st = static
-    dyn, st = iter(dyn), iter(st)
-    return treedef.unflatten([next(dyn) if m else next(st) for m in mask])
+    from .fused_programs import _merge as merge
+
+    return merge(dyn, static)
 
 
 #: custom-call targets a loaded program may call, and what makes each callable (the call's

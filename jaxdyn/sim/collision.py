@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .gjk import convex_pair
+from .gjk import _cross, _dot, _eps, convex_pair
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -114,20 +114,8 @@ class Contact(NamedTuple):
 # ------------------------------------------------------------------------------ helpers
 
 
-def _eps(x):
-    return jnp.finfo(jnp.result_type(x)).eps
-
-
-def _dot(a, b):
-    return jnp.sum(a * b, axis=-1)
-
-
-def _cross(a, b):
-    """Cross product on the last axis (broadcasting; cheaper to trace than ``jnp.cross``)."""
-    a, b = jnp.broadcast_arrays(a, b)
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+# _eps, _dot, _cross (cross product on the last axis, broadcasting; cheaper to trace than
+# ``jnp.cross``): gjk's, imported above
 
 
 def _clip(x, lo, hi):

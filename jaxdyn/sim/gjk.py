@@ -54,6 +54,7 @@ def _dot(a, b):
 
 
 def _cross(a, b):
+    """Cross product on the last axis (broadcasting; cheaper to trace than ``jnp.cross``)."""
     a, b = jnp.broadcast_arrays(a, b)
     a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
     b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
