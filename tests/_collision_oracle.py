@@ -1,4 +1,5 @@
-"""MuJoCo C's ``mj_collision`` on a two-geom scene, for tests/test_collision.py."""
+"""MuJoCo C's ``mj_collision`` on a two-geom scene, for tests/test_collision.py and
+tests/test_collision_gjk.py."""
 
 from __future__ import annotations
 
@@ -111,3 +112,33 @@ def sat_depth(va, vb, edges_a=None, edges_b=None):
     sep = (vb @ u.T).min(axis=0) - (va @ u.T).max(axis=0)
     i = np.argmax(sep)
     return sep[i], u[i]
+
+
+def pair_scene(t1, s1, t2, s2, margin):
+    """``(scene, a1, a2)``: the MuJoCo :class:`Scene` of the pair (``multiccd`` off, ``margin``
+    on geom 1) and jaxdyn's geom sizes, a mesh as its hull (:func:`hull_from_points`)."""
+    import jax.numpy as jnp
+
+    from jaxdyn.sim import collision as C
+
+    meshes = [s for t, s in ((t1, s1), (t2, s2)) if t == "mesh"]
+    scene = Scene(t1, s1, t2, s2, margin=margin, meshes=meshes, multiccd=False)
+    hulls = iter([C.hull_from_points(v) for v in scene.mesh_vertices])
+    a1 = next(hulls) if t1 == "mesh" else jnp.asarray(s1, float)
+    a2 = next(hulls) if t2 == "mesh" else jnp.asarray(s2, float)
+    return scene, a1, a2
+
+
+def random_pair_poses(scene, spread, n, seed):
+    """``n`` random poses of the pair (geom 2's centre ``spread`` from geom 1's, random
+    orientations): MuJoCo's contacts of each and the poses ``[p1, m1, p2, m2]`` stacked."""
+    rng = np.random.default_rng(seed)
+    q1, q2 = random_quats(rng, n), random_quats(rng, n)
+    p1 = rng.normal(size=(n, 3)) * 0.1
+    p2 = p1 + rng.normal(size=(n, 3)) * spread
+    mj, poses = [], []
+    for i in range(n):
+        out, pose = scene(p1[i], q1[i], p2[i], q2[i])
+        mj.append(out)
+        poses.append(pose)
+    return mj, [np.stack(x) for x in zip(*poses, strict=True)]

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _collision_oracle import Scene, random_quats, sat_depth
+from _collision_oracle import Scene, pair_scene, random_pair_poses, random_quats, sat_depth
 
 from jaxdyn.sim import collision as C
 
@@ -115,28 +115,6 @@ def _params(cases):
     ]
 
 
-def _scene(t1, s1, t2, s2, margin):
-    meshes = [s for t, s in ((t1, s1), (t2, s2)) if t == "mesh"]
-    scene = Scene(t1, s1, t2, s2, margin=margin, meshes=meshes, multiccd=False)
-    hulls = iter([C.hull_from_points(v) for v in scene.mesh_vertices])
-    a1 = next(hulls) if t1 == "mesh" else jnp.asarray(s1, float)
-    a2 = next(hulls) if t2 == "mesh" else jnp.asarray(s2, float)
-    return scene, a1, a2
-
-
-def _poses(scene, spread, n, seed):
-    rng = np.random.default_rng(seed)
-    q1, q2 = random_quats(rng, n), random_quats(rng, n)
-    p1 = rng.normal(size=(n, 3)) * 0.1
-    p2 = p1 + rng.normal(size=(n, 3)) * spread
-    mj, poses = [], []
-    for i in range(n):
-        out, pose = scene(p1[i], q1[i], p2[i], q2[i])
-        mj.append(out)
-        poses.append(pose)
-    return mj, [np.stack(x) for x in zip(*poses, strict=True)]
-
-
 def _compare(mine, mj, margin, mode, tol, skip=None):
     """Check the JAX contacts (slots with dist <= margin) against MuJoCo's; returns how many
     samples were compared and the largest error."""
@@ -181,8 +159,8 @@ def _jitted(t1, a1, t2, a2, margin):
 
 def _check_case(case, n, seed, scale=1.0, min_touching=0.25):
     t1, s1, t2, s2, spread, margin, mode, tol = case
-    scene, a1, a2 = _scene(t1, s1, t2, s2, margin)
-    mj, poses = _poses(scene, spread * scale, n, seed)
+    scene, a1, a2 = pair_scene(t1, s1, t2, s2, margin)
+    mj, poses = random_pair_poses(scene, spread * scale, n, seed)
     mine = _jitted(t1, a1, t2, a2, margin)(*map(jnp.asarray, poses))
     assert mine.dist.shape == (n, C.NCON[(t1, t2)])
     skip = (lambda d: _segment_inside(d, s1)) if t1 == "capsule" and mode != "set" else None

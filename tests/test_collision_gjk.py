@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _collision_oracle import Scene, random_quats
+from _collision_oracle import pair_scene, random_pair_poses, random_quats
 
 from jaxdyn.sim import collision as C
 
@@ -63,25 +63,12 @@ def _params():
 
 
 def _setup(t1, s1, t2, s2):
-    meshes = [s for t, s in ((t1, s1), (t2, s2)) if t == "mesh"]
-    scene = Scene(t1, s1, t2, s2, margin=MARGIN, meshes=meshes, multiccd=False)
-    hulls = iter([C.hull_from_points(v) for v in scene.mesh_vertices])
-    a1 = next(hulls) if t1 == "mesh" else jnp.asarray(s1, float)
-    a2 = next(hulls) if t2 == "mesh" else jnp.asarray(s2, float)
-    return scene, a1, a2
+    return pair_scene(t1, s1, t2, s2, MARGIN)
 
 
 def _poses(scene, spread, n, seed):
-    rng = np.random.default_rng(seed)
-    q1, q2 = random_quats(rng, n), random_quats(rng, n)
-    p1 = rng.normal(size=(n, 3)) * 0.1
-    p2 = p1 + rng.normal(size=(n, 3)) * spread
-    mj, poses = [], []
-    for i in range(n):
-        out, pose = scene(p1[i], q1[i], p2[i], q2[i])
-        mj.append(out)
-        poses.append(pose)
-    return mj, [jnp.asarray(np.stack(x)) for x in zip(*poses, strict=True)]
+    mj, poses = random_pair_poses(scene, spread, n, seed)
+    return mj, [jnp.asarray(x) for x in poses]
 
 
 def _residual(t1, a1, t2, a2, p1, m1, p2, m2, n):
