@@ -980,7 +980,7 @@ def _core_support(t, size, pos, mat):
     return sup, pos + mat @ c, r, rigid
 
 
-def _convex_pair(t1, t2):
+def _convex_pair(t1, t2, name="collide"):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
         s1, c1, r1, g1 = _core_support(t1, size1, pos1, mat1)
         s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
@@ -994,7 +994,7 @@ def _convex_pair(t1, t2):
         )
         return _contact(d, p, n)
 
-    fn.__name__ = f"collide_{t1}_{t2}"
+    fn.__name__ = f"{name}_{t1}_{t2}"
     fn.__doc__ = (
         f"{t1.capitalize()} - {t2}: 1 contact, exact: GJK distance / EPA penetration on the "
         "shapes' support functions (:func:`jaxdyn.sim.gjk.convex_pair`), MuJoCo's "
@@ -1029,9 +1029,9 @@ def _hull_pair(t1, t2):
 
 
 #: the cylinder pairs' exact deepest contact (one contact, GJK / EPA; :func:`_convex_pair`)
-exact_cylinder_cylinder = _convex_pair("cylinder", "cylinder")
-exact_cylinder_box = _convex_pair("cylinder", "box")
-exact_cylinder_mesh = _convex_pair("cylinder", "mesh")
+exact_cylinder_cylinder = _convex_pair("cylinder", "cylinder", "exact")
+exact_cylinder_box = _convex_pair("cylinder", "box", "exact")
+exact_cylinder_mesh = _convex_pair("cylinder", "mesh", "exact")
 # a flat face on a flat face needs a manifold: the prism's, until multiccd is reproduced
 collide_cylinder_cylinder = _hull_pair("cylinder", "cylinder")
 collide_cylinder_box = _hull_pair("cylinder", "box")
