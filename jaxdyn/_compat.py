@@ -81,7 +81,9 @@ def _module_getattr(module: str, names: dict, previous=None):
                 return previous(name)
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         use, path = names[name]
-        if use is not None:
+        # ``from package import name`` asks twice: the import machinery's ``hasattr`` probe
+        # (``_handle_fromlist``), then the import itself; warn on the latter only.
+        if use is not None and sys._getframe(1).f_code.co_name != "_handle_fromlist":
             warnings.warn(
                 f"{module}.{name} is deprecated: use {use}", DeprecationWarning, stacklevel=2
             )
