@@ -2,13 +2,13 @@
 function runs each member's own compiled program, one host thread per core.
 
 Inside a ``jax.jit`` a batch of loops (a ``lax.map`` of a solver's ``while_loop``) runs on one
-core: XLA:CPU's runtime (jaxlib 0.10.2) ran two independent ``while`` loops of one program one
-after the other, on a 2-core machine whose other core was free (two loops took twice one
-loop's wall time, with or without distinct buffer shapes; ``docs/trajopt.md``, "Batches").
-Outside ``jit`` the same members solved from host threads run on every core, each thread
-running an executable of its own (XLA releases the GIL while it runs). :func:`host_map` takes
-that route inside the caller's program: the program holds one host callback, and the callback's
-function (``host``) solves the members with concrete arrays, as a call outside ``jit`` would.
+core: XLA:CPU's runtime (jaxlib 0.10.2) runs independent ``while`` loops of one program one
+after the other (a program of two took as long as the two in turn, their threads' CPU time never
+overlapping, with or without distinct buffer shapes; ``docs/trajopt.md``). Outside ``jit`` the
+same members solved from host threads run on every core, each thread running an executable of
+its own (XLA releases the GIL while it runs). :func:`host_map` takes that route inside the
+caller's program: the program holds one host callback, and the callback's function (``host``)
+solves the members with concrete arrays, as a call outside ``jit`` would.
 
 What that costs, and keeps:
 
@@ -21,7 +21,7 @@ What that costs, and keeps:
   (``vmap_method="sequential"``).
 * **The program**: the callback is a custom call that is not serializable (``jax.export``
   refuses it) and that XLA cannot fuse or move; its function runs on the host with the GIL,
-  so it is for the CPU backend only (the caller decides; :func:`usable`).
+  so it is for the CPU backend (the caller decides where to use it).
 """
 
 from __future__ import annotations
@@ -30,14 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-
-
-def usable() -> bool:
-    """Whether :func:`host_map` may be used here: JAX's default backend is the CPU (the host's
-    threads are then the program's device)."""
-    import jax
-
-    return jax.default_backend() == "cpu"
 
 
 def host_map(
