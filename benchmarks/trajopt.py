@@ -25,8 +25,8 @@ blows up becomes a row saying so instead of exhausting the machine:
   ``JAXDYN_FUSED_CPU_LOOPS=1`` runs ``fddp(problem)`` there (on the other core, meanwhile);
 * a batch of ``--batch`` random arm7 reaches (T = 100) on every core the machine has:
   Crocoddyl one by one (one thread) against ``jax.vmap(fddp)(problems)``,
-  ``solve_batch(problems)`` and ``jax.jit(jax.vmap(fddp))(problems)``; problems per second in
-  wall time and per CPU-second.
+  ``solve_batch(problems)``, ``jax.jit(jax.vmap(fddp))(problems)`` and ``jax.lax.map`` of
+  ``fddp`` in a ``jit``; problems per second in wall time and per CPU-second.
 
 Writes the ``## Trajectory optimisation`` section of benchmarks/RESULTS.md. ``--quick`` (a
 check of the script, not for RESULTS.md): arm7 only, a batch of 16, two rounds, no autodiff or
@@ -390,12 +390,17 @@ def child_batch(B, rounds):
         its, costs, oks = zip(*(s() for s in solvers))
         return np.array(its), np.array(costs), np.array(oks)
 
-    vm = jax.vmap(lambda p: ddp.fddp(p, max_iter=MAX_ITER))
+    def one(p):
+        return ddp.fddp(p, max_iter=MAX_ITER)
+
+    vm = jax.vmap(one)
     jit_vm = jax.jit(vm)
+    jit_map = jax.jit(lambda ps: jax.lax.map(one, ps))
     modes = {
         "vmap": lambda: vm(stacked),
         "solve_batch": lambda: ddp.solve_batch(stacked, max_iter=MAX_ITER),
         "jit_vmap": lambda: jit_vm(stacked),
+        "jit_map": lambda: jit_map(stacked),
     }
     _, _, (its_c, cost_c, ok_c) = timed(croc)
     iters_cro = [int(its_c.min()), int(its_c.max()), int(its_c.sum())]
@@ -490,6 +495,7 @@ def batch_rows(b):
         "vmap": "`jax.vmap(fddp)(problems)`",
         "solve_batch": "`jaxdyn.trajopt.solve_batch(problems)`",
         "jit_vmap": "`jax.jit(jax.vmap(fddp))(problems)`",
+        "jit_map": "`jax.jit(lambda ps: jax.lax.map(fddp, ps))(problems)`",
     }
     for name, r in b["jx"].items():
         lo, hi = r["iters"]
@@ -625,8 +631,12 @@ def main(argv=None):
         "and `solve_batch` called with arrays solve the problems one after another, one host "
         "thread per core, each by the one-problem solve compiled into one fused XLA:CPU kernel "
         "(one program for both: the compile column of the second is what is left); "
-        "`jax.jit(jax.vmap(fddp))` runs `lax.map` of the unfused one-problem solve inside the "
-        "program (one core). Every member iterates only as long as it needs. "
+        "`jax.jit(jax.vmap(fddp))` runs the same threads and program from inside the "
+        "caller's program (a host callback; its compile column is what is left, the "
+        "callback's trace); `jax.lax.map` of `fddp` in a `jit` (what `jax.jit(jax.vmap(fddp))` "
+        "ran before) solves them one after another inside the program, unfused, on one core "
+        "(XLA:CPU runs a program's loops one after another). Every member iterates only as "
+        "long as it needs. "
         f"Medians of {rounds} rounds interleaved; problems per second in wall time (the "
         "issue's measure: on an idle machine, what a user gets from the cores) and per "
         "CPU-second (the work, what a loaded machine still compares); compile: the first "

@@ -646,11 +646,11 @@ def _map_lengths(jaxpr):
 
 def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
-    threads, as solve_batch), inside ``jit`` on the CPU one after another too (a ``lax.map``
-    of the one-problem solve, no batched while loop): both equal each member's own solve. The
+    threads, as solve_batch), and inside ``jit`` on the CPU too (the program holds a host
+    callback to the same threads, no loop): both equal each member's own solve. The
     members' solves and ``fddp`` of one problem (Python-float cost weights and ``dt``, no tag)
     run the program the fixture's ``fddp`` compiled: nothing compiles again, and a member's
-    result is bit-identical to its own solve's."""
+    result is bit-identical to its own solve's (iterations, iterates and costs)."""
     _, model = pendulum
     nv = model.nv
     rng = np.random.default_rng(3)
@@ -659,25 +659,72 @@ def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     problems = [_problem(model, a, b) for a, b in zip(x0s, goals)]
     batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
     routes, one_by_one = [], ddp._one_by_one
-    monkeypatch.setattr(ddp, "_one_by_one", lambda *a: routes.append(a[1]) or one_by_one(*a))
+    monkeypatch.setattr(
+        ddp, "_one_by_one", lambda *a, **k: routes.append(a[1]) or one_by_one(*a, **k)
+    )
     with _compiles() as compiled:
         res_b = _vmap_fddp(batch)
         own = [ddp.fddp(p, max_iter=200) for p in problems]
     # the fused program ("program") or the unfused one (an older jaxlib): the fixture's
     assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], compiled
     assert routes == [BATCH]  # one by one
-    res_j = eqx.filter_jit(_vmap_fddp)(batch)
-    assert routes == [BATCH]  # not in host threads: inside the program
+    with _compiles() as compiled:
+        res_j = eqx.filter_jit(_vmap_fddp)(batch)
+    # inside jit the same host threads, through a host callback: the same program again
+    assert routes == [BATCH, BATCH]
+    assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], compiled
+    text = str(jax.make_jaxpr(_vmap_fddp)(batch))
     maps, whiles = _map_lengths(jax.make_jaxpr(_vmap_fddp)(batch).jaxpr)
-    assert maps == [BATCH] and whiles == 0, (maps, whiles)  # one member after another
+    assert "pure_callback" in text and maps == [] and whiles == 0, (maps, whiles)
     for i, r in enumerate(own):
         assert int(r.status) == 0
         np.testing.assert_array_equal(np.asarray(res_b.xs[i]), np.asarray(r.xs), f"xs[{i}]")
+        np.testing.assert_array_equal(np.asarray(res_j.xs[i]), np.asarray(r.xs), f"xs[{i}]")
         for how, rb in (("vmap", res_b), ("jit(vmap)", res_j)):
             assert int(rb.iterations[i]) == int(r.iterations), how
             oracle.assert_close(np.asarray(rb.xs[i]), np.asarray(r.xs), 1e-10, f"{how} xs[{i}]")
             np.testing.assert_allclose(float(rb.cost[i]), float(r.cost), rtol=1e-10)
     ddp.check(res_b)
+
+
+@pytest.mark.slow
+def test_jit_vmap_derivatives(pendulum):
+    """Derivatives through ``jax.jit(jax.vmap(fddp))`` on the CPU (a host callback to the
+    threads of ``jax.vmap(fddp)``, whose forward mode is that of ``lax.map`` of the one-problem
+    solve): ``jax.jvp`` of the batch's costs equals each member's own ``jax.jvp`` of ``fddp``,
+    and the implicit gradients of :func:`solve_differentiable` under ``jax.jit(jax.vmap)``
+    equal each member's own (the members' solves and their backward passes are the same
+    computations: equal to rounding)."""
+    _, model = pendulum
+    nv = model.nv
+    rng = np.random.default_rng(5)
+    problems = [
+        _problem(model, _states(nv, X0 + 0.2 * rng.standard_normal(2)), _states(nv, GOAL))
+        for _ in range(2)
+    ]
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    dx0 = jnp.asarray(rng.standard_normal(batch.x0.shape))
+
+    def cost(p, x0):
+        return ddp.fddp(eqx.tree_at(lambda q: q.x0, p, x0), max_iter=200).cost
+
+    def batch_cost(x0):
+        return jax.vmap(cost)(batch, x0)
+
+    cost_b, tan_b = jax.jit(lambda x0, t: jax.jvp(batch_cost, (x0,), (t,)))(batch.x0, dx0)
+    assert "pure_callback" in str(jax.make_jaxpr(jax.vmap(cost))(batch, batch.x0))
+
+    def loss(p, x0):
+        us = solve_differentiable(eqx.tree_at(lambda q: q.x0, p, x0), th_stop=1e-12, max_iter=200)
+        return jnp.sum(us**2)
+
+    grad_b = jax.jit(jax.grad(lambda x0: jnp.sum(jax.vmap(loss)(batch, x0))))(batch.x0)
+    for i, p in enumerate(problems):
+        c, t = jax.jvp(lambda x0, p=p: cost(p, x0), (p.x0,), (dx0[i],))
+        np.testing.assert_allclose(float(cost_b[i]), float(c), rtol=1e-10)
+        np.testing.assert_allclose(float(tan_b[i]), float(t), rtol=1e-8)
+        g = jax.grad(lambda x0, p=p: loss(p, x0))(p.x0)
+        oracle.assert_close(np.asarray(grad_b[i]), np.asarray(g), 1e-6, f"implicit grad [{i}]")
 
 
 @pytest.mark.parametrize(
@@ -1361,8 +1408,9 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
     aba's dense route in its rollouts (deep float64 trees); the batched solve (jax.vmap of the
     solve program: accelerators, solve_batch's rounds, solve_sharded's "vmap") must not (a
     LAPACK call under vmap loops over the batch): the batching rules keep the unrolled
-    factorisation and the ABA sweeps. jax.vmap(fddp) traced on the CPU solves the members one
-    after another (lax.map of the one-problem solve): LAPACK there. Checked on the traced
+    factorisation and the ABA sweeps. jax.vmap(fddp) traced on the CPU calls the host threads
+    of jax.vmap(fddp) (a host callback), lax.map of the one-problem solve (the callback's
+    derivatives) keeps LAPACK. Checked on the traced
     programs (no compilation). Last
     in this file: its ``jax.clear_caches()`` (the
     fused-loop flag changes the traces) would make every later test compile FDDP again; the
@@ -1374,7 +1422,11 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
 
     batch = jax.tree.map(lambda a: jnp.stack([a, a]), problem)
     assert lapack(lambda p: ddp.fddp(p, max_iter=200), problem)
-    assert lapack(jax.vmap(lambda p: ddp.fddp(p, max_iter=3)), batch)  # lax.map
+    # traced jax.vmap(fddp): a host callback (the members' solves run outside the program);
+    # lax.map of the one-problem solve (its derivatives' form): LAPACK there
+    one = lambda p: ddp.fddp(p, max_iter=3)  # noqa: E731
+    assert "pure_callback" in str(jax.make_jaxpr(jax.vmap(one))(batch))
+    assert lapack(lambda b: jax.lax.map(one, b), batch)
     params, static = ddp._options(dict(max_iter=3), problem.x0.dtype)
 
     def batched(p):

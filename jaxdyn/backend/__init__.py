@@ -36,6 +36,9 @@ Modules:
 * :mod:`.small_calls`: an algorithm evaluated alone inside the caller's ``jit`` as one such
   call under XLA's default options (:func:`~.small_calls.small_call`; switch
   ``fused_unbatched``, used by :mod:`jaxdyn.batching`'s rule).
+* :mod:`.host_batches`: a batch solved by the host's threads from inside the caller's
+  ``jit`` (:func:`~.host_batches.host_map`: one ``jax.pure_callback``, derivatives those of
+  the caller's in-program form; ``jax.jit(jax.vmap(fddp))`` on the CPU).
 * :mod:`.sync_client`: a synchronous XLA:CPU client of jaxdyn's own, whose device
   :func:`jaxdyn.compile_for_latency` compiles for (programs run on the calling thread whatever
   JAX's process-wide ``jax_cpu_enable_async_dispatch`` says).

@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
-from ..backend import executable_cache, fused_programs
+from ..backend import executable_cache, fused_programs, host_batches
 from . import costs as _costs
 from . import dynamics as _dynamics
 from .dynamics import FreeDynamics, step_derivatives, step_plain
@@ -853,12 +853,14 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
     """:func:`fddp` / :func:`ilqr`'s solve. Under ``jax.vmap`` (the innermost transformation)
     the solve is a ``jax.custom_batching.custom_vmap``: called with concrete arrays on the CPU
     (``jax.vmap(fddp)(problems)`` outside ``jit``) the batch is solved as
-    :func:`solve_batch` does there (one problem after another, in a host thread per core);
-    traced on the CPU (``jax.jit(jax.vmap(fddp))``) one problem after another in the caller's
-    program (``lax.map`` of the one-problem solve: each member iterates only as long as it
-    needs, and its knots keep LAPACK's factorisation and the dense dynamics of one problem);
-    on accelerators and with ``verbose`` by the batched program, as ``jax.vmap`` of the
-    solve."""
+    :func:`solve_batch` does there (one problem after another, in a host thread per core,
+    each by the one-problem program); traced on the CPU (``jax.jit(jax.vmap(fddp))``) by the
+    same threads and program, called from the caller's program through a host callback
+    (:func:`jaxdyn.backend.host_batches.host_map`: XLA:CPU runs the loops of one program one
+    after another, on one core), whose forward-mode derivatives are those of ``lax.map`` of
+    the one-problem solve (each member iterating only as long as it needs; its knots keep
+    LAPACK's factorisation and the dense dynamics of one problem); on accelerators and with
+    ``verbose`` by the batched program, as ``jax.vmap`` of the solve."""
     static = dict(max_iter=max_iter, derivatives=derivatives, verbose=verbose)
     args = (problem, xs, us, ddp, params)
     if not _vmapped_here(args):
@@ -878,23 +880,44 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
         if not one_by_one or not (traced or fused_programs.concrete_on_cpu(flat)):
             axes = [0 if b else None for b in in_batched]
             out = jax.vmap(call, in_axes=axes, axis_size=axis_size)(*flat)
-        elif traced:
-            # inside the caller's jit on the CPU: one member after another in the caller's
-            # program (lax.map), each iterating only as long as it needs
-            def member(batched):
-                it = iter(batched)
-                return call(*[next(it) if b else a for a, b in zip(flat, in_batched)])
+            return out, jax.tree.map(lambda _: True, out)
 
-            out = jax.lax.map(member, [a for a, b in zip(flat, in_batched) if b])
-        else:
-            flat = [np.asarray(a) for a in jax.device_get(flat)]
-
+        def members(*flat):
+            # one problem after another in a host thread per core, each by the one-problem
+            # program (fused where XLA compiles it so): solve_batch's threads
             def one(i):
                 member = [np.asarray(a[i]) if b else a for a, b in zip(flat, in_batched)]
                 member = eqx.combine(jax.tree.unflatten(treedef, member), static_tree)
                 return _solve_fused.call(True, *member, **static)
 
-            out = _one_by_one(one, axis_size, _cpu_cores())
+            return _one_by_one(one, axis_size, _cpu_cores(), to_jax=False)
+
+        if not traced:
+            out = members(*[np.asarray(a) for a in jax.device_get(flat)])
+            out = jax.tree.map(jnp.asarray, out)
+        else:
+            # inside the caller's jit on the CPU: the same host threads, through one host
+            # callback in the caller's program (XLA:CPU runs the loops of one program on one
+            # core); derivatives (forward mode) are those of lax.map of the one-problem solve,
+            # one member after another in the caller's program
+            def mapped(*flat):
+                def member(batched):
+                    it = iter(batched)
+                    return call(*[next(it) if b else a for a, b in zip(flat, in_batched)])
+
+                batched = [a for a, b in zip(flat, in_batched) if b]
+                return jax.tree.leaves(jax.lax.map(member, batched))
+
+            def host(*flat):
+                return jax.tree.leaves(members(*flat))
+
+            member_types = [
+                jax.ShapeDtypeStruct(a.shape[1:] if b else a.shape, a.dtype)
+                for a, b in zip(flat, in_batched)
+            ]
+            leaves, out_tree = jax.tree.flatten(jax.eval_shape(call, *member_types))
+            shapes = [jax.ShapeDtypeStruct((axis_size, *s.shape), s.dtype) for s in leaves]
+            out = jax.tree.unflatten(out_tree, host_batches.host_map(host, mapped, flat, shapes))
         return out, jax.tree.map(lambda _: True, out)
 
     return solve(*flat)
@@ -1012,8 +1035,9 @@ def fddp(
 
     Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works (called
     with arrays on the CPU it solves the members one by one in host threads, as
-    :func:`solve_batch`; inside ``jit`` on the CPU one after another, ``lax.map``; on
-    accelerators and with ``verbose`` as one batched ``while_loop``).
+    :func:`solve_batch`; inside ``jit`` on the CPU the same, called through a host callback,
+    derivatives those of ``lax.map`` of the solve; on accelerators and with ``verbose`` as one
+    batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
     problem, xs, us = _start(problem, xs, us, False)
@@ -1118,16 +1142,18 @@ def _solve_threads(problems, xs, us, ddp, params, static, threads):
     return _one_by_one(one, B, threads)
 
 
-def _one_by_one(one, B, threads):
-    """``one(i)`` for ``i < B`` in ``threads`` host threads, stacked: the first before the
-    threads start, so that its program is compiled once."""
+def _one_by_one(one, B, threads, to_jax=True):
+    """``one(i)`` for ``i < B`` in ``threads`` host threads, stacked (into numpy arrays where
+    not ``to_jax``): the first before the threads start, so that its program is compiled
+    once."""
     from concurrent.futures import ThreadPoolExecutor
 
     first = jax.block_until_ready(one(0))
     n = max(1, min(int(threads), B - 1))
     with ThreadPoolExecutor(n) as pool:
         rest = list(pool.map(lambda i: jax.block_until_ready(one(i)), range(1, B)))
-    return jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), first, *rest)
+    out = jax.tree.map(lambda *a: np.stack([np.asarray(x) for x in a]), first, *rest)
+    return jax.tree.map(jnp.asarray, out) if to_jax else out
 
 
 def solve_batch(
@@ -1148,8 +1174,8 @@ def solve_batch(
     The batched program (``jax.vmap(fddp)`` on accelerators) runs one ``while_loop`` for the
     whole batch: every member iterates (masked) until the slowest one stops, so a batch of
     problems that need 4-13 iterations, and a few that need 30, costs 30 batched iterations.
-    Two routes avoid that (on the CPU ``jax.vmap(fddp)`` takes the first, or inside ``jit``
-    ``lax.map``: :func:`fddp`):
+    Two routes avoid that (on the CPU ``jax.vmap(fddp)`` takes the first, inside ``jit``
+    too: :func:`fddp`):
 
     * ``method="threads"`` (the default on the CPU): the problems are solved one after
       another by the one-problem program of :func:`fddp` (compiled once, into one XLA:CPU
