@@ -725,6 +725,37 @@ def test_jit_vmap_derivatives(pendulum):
         np.testing.assert_allclose(float(tan_b[i]), float(t), rtol=1e-8)
         g = jax.grad(lambda x0, p=p: loss(p, x0))(p.x0)
         oracle.assert_close(np.asarray(grad_b[i]), np.asarray(g), 1e-6, f"implicit grad [{i}]")
+    # jax.vmap of each member's own jvp (the jvp innermost): the same tangents
+    cost_v, tan_v = jax.vmap(lambda p, t: jax.jvp(lambda x0: cost(p, x0), (p.x0,), (t,)))(
+        batch, dx0
+    )
+    np.testing.assert_allclose(np.asarray(cost_v), np.asarray(cost_b), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(tan_v), np.asarray(tan_b), rtol=1e-8)
+
+
+def test_vmap_of_jvp_keeps_the_batch(pendulum):
+    """``jax.vmap`` over problems of a ``jax.jvp`` inside it (an unbatched tangent): the solve
+    sees the ``jvp`` innermost and is ``vmap`` of its ``jvp``; every output has one batch axis
+    (the batched solve's route, taken because the problems' leaves were ``vmap``'s tracers,
+    gave each member the whole batch: cost of shape (B, B)). Shapes only (no compile); values
+    of this route: test_jit_vmap_derivatives."""
+    _, model = pendulum
+    nv = model.nv
+    problems = [
+        _problem(model, _states(nv, np.asarray(X0) + 0.1 * k), _states(nv, GOAL)) for k in range(3)
+    ]
+    batch = jax.tree.map(lambda *a: jnp.stack(a), *problems)
+    ones = jnp.ones(2 * nv)
+
+    def member(p):
+        def res(x0):
+            return ddp.fddp(eqx.tree_at(lambda q: q.x0, p, x0), max_iter=3)
+
+        return jax.jvp(res, (p.x0,), (ones,))
+
+    out, tan = jax.eval_shape(jax.vmap(member), batch)
+    assert out.cost.shape == tan.cost.shape == (3,)
+    assert out.xs.shape == tan.xs.shape == (3, batch.horizon + 1, 2 * nv)
 
 
 @pytest.mark.parametrize(

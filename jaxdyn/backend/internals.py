@@ -17,7 +17,8 @@ failing at import).
   call then sorts its leaves one by one).
 * :data:`BATCH_TRACER`: the class of ``jax.vmap``'s tracers (``jax.vmap(fddp)`` called with
   arrays takes :func:`jaxdyn.trajopt.solve_batch`'s route on the CPU); ``None`` without it
-  (``jax.vmap(fddp)`` is then always the batched program).
+  (``jax.vmap(fddp)`` is then always the batched program); :func:`vmap_is_innermost`: whether
+  ``jax.vmap`` is the transformation being traced.
 * :func:`staged_vmap_operands` / :func:`staged_vmap_results`: the operands of a call traced by
   ``jax.vmap`` inside ``jax.jit`` (the values under the tracers and their batch axes) and the
   tracers of its batched results, for :func:`jaxdyn.batching.batched` to run its batching rule
@@ -51,6 +52,21 @@ try:
     _set_current_trace = _core.set_current_trace
 except (ImportError, AttributeError):  # pragma: no cover - a JAX without them
     _BATCH_TRACE = _current_trace = _set_current_trace = None
+
+
+def vmap_is_innermost(leaves: list) -> bool:
+    """Whether some of ``leaves`` are ``jax.vmap``'s tracers and ``jax.vmap`` is the innermost
+    transformation being traced (not, e.g., a ``jax.jvp`` inside the ``vmap``, whose tracers
+    hold the ``vmap``'s: there a ``custom_vmap`` would see a batch the ``jvp`` does not).
+    Without JAX's current-trace internals, the first condition alone."""
+    if BATCH_TRACER is None or not any(isinstance(a, BATCH_TRACER) for a in leaves):
+        return False
+    if _BATCH_TRACE is None or _current_trace is None:
+        return True
+    try:
+        return isinstance(_current_trace.trace, _BATCH_TRACE)
+    except AttributeError:  # pragma: no cover - another JAX's internals
+        return True
 
 
 def staged_vmap_operands(leaves: list) -> tuple[Any, list, list] | None:

@@ -841,12 +841,12 @@ def _solve(problem, xs, us, ddp, params, tag=None, *, max_iter, derivatives, ver
 
 
 def _vmapped_here(tree) -> bool:
-    """Whether ``jax.vmap`` is the innermost transformation of some array of ``tree``."""
-    from ..backend.internals import BATCH_TRACER
+    """Whether ``jax.vmap`` is the innermost transformation of some array of ``tree`` and the
+    one being traced (under ``jax.vmap(jax.jvp(...))`` it is the ``jvp``: the batched
+    problem's solve is then ``jax.vmap`` of its ``jvp``)."""
+    from ..backend.internals import vmap_is_innermost
 
-    if BATCH_TRACER is None:
-        return False
-    return any(isinstance(a, BATCH_TRACER) for a in jax.tree.leaves(tree))
+    return vmap_is_innermost(jax.tree.leaves(tree))
 
 
 def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
