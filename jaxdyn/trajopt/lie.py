@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 __all__ = [
+    "block_diag_matmul",
     "difference_jacobians",
     "integrate_jacobians",
     "so3_right_jacobian",
@@ -67,6 +68,7 @@ __all__ = [
     "state_difference",
     "state_integrate",
     "tangent_to_ambient",
+    "weighted_difference_gauss_newton",
     "configuration_tangent",
 ]
 
@@ -130,6 +132,13 @@ def integrate_jacobians(model: Model, q: Array, v: Array) -> tuple[Array, Array]
     if _all_one_dof(model):
         eye = jnp.eye(model.nv, dtype=dtype)
         return eye, eye
+    Jq, Jv = _integrate_jacobian_blocks(model, q, v)
+    return _block_diag(model, Jq, dtype), _block_diag(model, Jv, dtype)
+
+
+def _integrate_jacobian_blocks(model, q, v):
+    """:func:`integrate_jacobians`' per-run blocks ``(n, k, k)`` (``None`` for one-DoF runs,
+    the identity), before their assembly into ``(nv, nv)``."""
     Jq, Jv = [], []
     for (kind, *_), vs in zip(_runs(model), _pieces(model, v, "v")):
         if kind == joints.ONE_DOF:
@@ -141,7 +150,24 @@ def integrate_jacobians(model: Model, q: Array, v: Array) -> tuple[Array, Array]
         else:
             Jq.append(spatial.se3_ad_inv_exp(vs))
             Jv.append(se3_right_jacobian(vs))
-    return _block_diag(model, Jq, dtype), _block_diag(model, Jv, dtype)
+    return Jq, Jv
+
+
+def block_diag_matmul(model: Model, blocks: list, X: Array) -> Array:
+    """``J @ X`` for ``J (nv, nv)`` block diagonal by joint, given by its per-run blocks
+    ``(n, k, k)`` (``None``: the identity, as :func:`_block_diag`), and ``X (nv, m)``: each
+    run's rows multiplied by its blocks, without the dense ``(nv, nv)`` product (on a floating
+    base one ``6 x 6`` block and the legs' identity rows)."""
+    out = []
+    for (kind, b0, b1, v0, v1), blk in zip(_runs(model), blocks):
+        rows = X[v0:v1]
+        if blk is None:
+            out.append(rows)
+        else:
+            n, k = b1 - b0, joints.NV[kind]
+            y = jnp.einsum("nab,nbm->nam", blk, rows.reshape(n, k, -1))
+            out.append(y.reshape(n * k, -1))
+    return jnp.concatenate(out, 0)
 
 
 def _difference_pieces(model, q0, q1):
