@@ -235,29 +235,61 @@ def timed(f):
     return time.process_time() - c0, time.perf_counter() - w0, out
 
 
+def thread_times() -> dict[str, tuple[int, str]]:
+    """``{thread id: (CPU ns, allowed cores)}`` of this process's threads (Linux
+    ``/proc/self/task``: ``schedstat``'s run time, ``Cpus_allowed_list``); empty elsewhere."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/self/task/{t}/status") as f:
+                allowed = next(ln.split(":", 1)[1].strip() for ln in f
+                               if ln.startswith("Cpus_allowed_list"))  # fmt: skip
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+        out[t] = (ns, allowed)
+    return out
+
+
 def interleaved(croc, jx, rounds) -> dict[str, Any]:
     """``rounds`` rounds of one Crocoddyl solve and one ``jx()`` solve, timed: medians of CPU
-    and wall time of each, iterations and costs of the last, and the median over rounds of the
-    ratio of jaxdyn's CPU time per iteration to Crocoddyl's."""
+    and wall time of each, iterations and costs of the last, and the ratio of jaxdyn's median
+    CPU time per iteration to the median of Crocoddyl's in the same rounds (the ratio of the
+    two figures the table prints side by side; ``ratio_rounds``: the per-round ratios)."""
     import numpy as np
 
+    t0 = thread_times()
     rows = [(timed(croc), timed(jx)) for _ in range(rounds)]
+    t1 = thread_times()
+    # the threads that ran during the rounds and the cores each was allowed: CPU time counts
+    # them all (XLA:CPU runs a program's kernels on worker threads beside the calling one)
+    ran = {t: a for t, (ns, a) in t1.items() if ns > t0.get(t, (0, a))[0]}
     (_, _, (it_c, cost_c, _)), (_, _, r) = rows[-1]
     it_j = int(r.iterations)
-    ratio = [(j[0] / it_j) / (c[0] / it_c) for c, j in rows]
+    cro_cpu = float(np.median([c[0] for c, _ in rows]))
+    cpu = float(np.median([j[0] for _, j in rows]))
     return dict(
         cro=dict(
-            cpu=float(np.median([c[0] for c, _ in rows])),
+            cpu=cro_cpu,
             wall=float(np.median([c[1] for c, _ in rows])),
             iters=it_c,
             cost=cost_c,
         ),
-        cpu=float(np.median([j[0] for _, j in rows])),
+        cpu=cpu,
         wall=float(np.median([j[1] for _, j in rows])),
         iters=it_j,
         cost=float(r.cost),
         status=int(r.status),
-        ratio=float(np.median(ratio)),
+        ratio=(cpu / it_j) / (cro_cpu / it_c),
+        ratio_rounds=[(j[0] / it_j) / (c[0] / it_c) for c, j in rows],
+        threads=len(ran),
+        thread_cores=sorted(set(ran.values())),
+        cpu_over_wall=sum(j[0] > j[1] for _, j in rows),
         rel=abs(float(r.cost) - cost_c) / abs(cost_c),
     )
 
@@ -444,16 +476,18 @@ def single_rows(res, fused):
     label = f"{name}, T = {T}"
     d = res["default"]
     cro = d["cro"]
+    per_it = f"{cro['cpu'] * 1e3 / cro['iters']:.3f}"
     rows = [
         f"| {label} | Crocoddyl FDDP | {cro['iters']} | {_ms(cro['cpu'])} | {_ms(cro['wall'])} "
-        f"| {cro['cpu'] * 1e3 / cro['iters']:.3f} | 1.00x | {cro['cost']:.10g} | | |"
+        f"| {per_it} | {per_it} | 1.00x | {cro['cost']:.10g} | | |"
     ]
 
     def row(solver, r, comp):
+        c = r["cro"]
         return (
             f"| {label} | {solver} | {r['iters']} | {_ms(r['cpu'])} | {_ms(r['wall'])} | "
-            f"{r['cpu'] * 1e3 / r['iters']:.3f} | {r['ratio']:.2f}x | {r['cost']:.10g} | "
-            f"{r['rel']:.1e} | {comp} |"
+            f"{r['cpu'] * 1e3 / r['iters']:.3f} | {c['cpu'] * 1e3 / c['iters']:.3f} | "
+            f"{r['ratio']:.2f}x | {r['cost']:.10g} | {r['rel']:.1e} | {comp} |"
         )
 
     rows.append(row("jaxdyn `fddp(problem)`, first solves (unfused program)", d,
@@ -473,15 +507,62 @@ def single_rows(res, fused):
                         f"{r['compile']:.1f}"))  # fmt: skip
     elif f_res is None:
         rows.append(f"| {label} | jaxdyn, `JAXDYN_FUSED_CPU_LOOPS=1` | not measured: "
-                    f"{f_info['why']} | | | | | | | |")  # fmt: skip
+                    f"{f_info['why']} | | | | | | | | |")  # fmt: skip
     if "optax" in res:
         r = res["optax"]
         rows.append(
             f"| {label} | optax Adam (lr {r['lr']:g}), single shooting | {r['iters']} steps | "
-            f"{_ms(r['cpu'])} | {_ms(r['wall'])} | {r['cpu'] * 1e3 / r['iters']:.3f} | | "
+            f"{_ms(r['cpu'])} | {_ms(r['wall'])} | {r['cpu'] * 1e3 / r['iters']:.3f} | | | "
             f"{r['cost']:.10g} | {r['rel']:+.1e} | {r['compile']:.1f} |"
         )
     return rows
+
+
+def pin_note(results, fused) -> str:
+    """A sentence on the threads of the one-problem rows (:func:`interleaved`'s ``threads``,
+    ``thread_cores``) and on the rows whose median CPU time exceeds their median wall time."""
+    rows = []
+    for res in results:
+        for key, what in (("default", "first solves"), ("after", "after the background "
+                          "compile"), ("autodiff", "autodiff")):  # fmt: skip
+            if key in res:
+                rows.append((f"{res['name']} {what}", res[key]))
+    for name, (f_res, _) in fused.items():
+        if f_res is not None and name in f_res:
+            rows.append((f"{name} `JAXDYN_FUSED_CPU_LOOPS=1`", f_res[name]))
+    cores = sorted({c for _, r in rows for c in r.get("thread_cores", [])})
+    if not cores:
+        return ""
+    most = max(r.get("threads", 0) for _, r in rows)
+    single = all("," not in c and "-" not in c for c in cores)
+    text = (
+        " CPU time is the whole process's, every thread's (XLA:CPU runs a program's kernels "
+        f"on worker threads beside the calling one: up to {most} threads of a jaxdyn process "
+        "used CPU during its rounds), and "
+        + (
+            f"each thread that ran was allowed a single core (core {' or '.join(cores)})"
+            if single
+            else f"the threads that ran were allowed cores {' / '.join(cores)}"
+        )
+        + " (read from `/proc/self/task`)"
+    )
+    over = [f"{label} ({r['cpu_over_wall']} of its rounds)" for label, r in rows
+            if r["cpu"] > r["wall"]]  # fmt: skip
+    if not over:
+        return text + "."
+    if single:
+        return (
+            text + f". Median CPU time above median wall time ({', '.join(over)}) therefore "
+            "comes neither from a second core (each thread was pinned to one) nor from the "
+            "background compile's child (another process: its CPU time is the compile "
+            "column, read from `RUSAGE_CHILDREN`, never in a row's CPU time); its cause is "
+            "not established (a loaded machine did not reproduce it), so compare CPU times "
+            "with CPU times and wall times with wall times."
+        )
+    return (
+        text + f"; threads ran on more than one core, so CPU time may exceed wall time "
+        f"({', '.join(over)})."
+    )
 
 
 def batch_rows(b):
@@ -591,9 +672,13 @@ def main(argv=None):
         "(`--xla_cpu_multi_thread_eigen=false`; "
         f"Crocoddyl with one thread), {rounds} rounds of one Crocoddyl solve and one jaxdyn "
         "solve interleaved: medians of CPU time (`time.process_time`) and wall time per "
-        "solve; the ratio is the median over rounds of jaxdyn's CPU time per iteration over "
-        "Crocoddyl's. Iterations: iterations performed (Crocoddyl's `iter + 1`). Final costs "
-        f"agree to the stated relative difference (asserted < {RTOL:g}).",
+        "solve. Each jaxdyn row has rounds of its own, with Crocoddyl solves of their own (the "
+        "machine's load changes between rows): the column after jaxdyn's CPU ms per iteration "
+        "is the median of those Crocoddyl solves, and the ratio is the one of these two "
+        "columns (ratio of the medians; the Crocoddyl row is the first solves' rounds). "
+        "Iterations: iterations performed (Crocoddyl's `iter + 1`). Final costs "
+        f"agree to the stated relative difference (asserted < {RTOL:g})."
+        + pin_note(results, fused_box),
         "",
         "`fddp(problem)` is what a user calls, in default settings (switch "
         f"`trajopt_fused_loops` = `{results[0]['switch']}`): its first solves of a problem "
@@ -603,19 +688,20 @@ def main(argv=None):
         "and the first solve after it is done times both programs and keeps the faster "
         '(`docs/trajopt.md`, "Fused CPU loops"); its compile column is that child\'s CPU '
         "time. The `JAXDYN_FUSED_CPU_LOOPS=1` row comes from another process started so "
-        "(XLA:CPU fuses every small loop of that process), run on the other core meanwhile; "
-        "its ratio is to that process's own Crocoddyl solves. The autodiff row differentiates "
-        "the dynamics step by forward mode instead of the analytic derivatives, inside the "
-        "caller's `jax.jit` (unfused). The optax row is the first-order baseline "
+        "(XLA:CPU fuses every small loop of that process), run on the other core meanwhile "
+        "(its Crocoddyl column: that process's own Crocoddyl solves). The autodiff row "
+        "differentiates the dynamics step by forward mode instead of the analytic "
+        "derivatives, inside the caller's `jax.jit` (unfused). The optax row is the "
+        "first-order baseline "
         "(`jaxdyn.trajopt.gradient_shooting`: Adam on the single-shooting cost), a fixed "
         "number of steps from zero controls; its relative difference is to Crocoddyl's "
         "optimum (on arm7 the zero-torque rollout falls under gravity and Adam does not "
         "recover).",
         "",
         "| problem | solver | iterations | CPU ms / solve | wall ms / solve | CPU ms / "
-        "iteration | per iteration vs Crocoddyl (CPU) | final cost | rel. diff. | compile "
-        "CPU s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "iteration | Crocoddyl CPU ms / iteration, same rounds | per iteration vs Crocoddyl "
+        "(CPU) | final cost | rel. diff. | compile CPU s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for res in results:
         body += single_rows(res, fused_box[res["name"]])

@@ -1181,6 +1181,54 @@ def test_cost_control_jacobian_rows(pendulum):
             assert np.any(np.asarray(got[2]))  # the control terms' rows are there
 
 
+def test_cost_derivatives_analytic_terms_floating_base(quad12):
+    """The analytic state and control regularisation terms of ``Cost.derivatives``
+    (``R_x = diag(d(q ⊖ q_ref)/dq, I)`` joint by joint, ``R_u = I``) against forward-mode
+    autodiff of the stacked residual through ``x ⊕ dx`` (``Cost._autodiff_derivatives``, a
+    second algorithm) and ``l_x``, ``l_u`` against ``jax.grad`` of the value, on quad12's
+    floating base (the free joint's block is a 6 x 6 ``Jr(d)^-1``), with per-component
+    weights, a frame term alongside, and as a terminal cost."""
+    model = quad12.model
+    nv, nq = model.nv, model.nq
+    rng = np.random.default_rng(7)
+    q = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), rng.standard_normal(nv))
+    q_ref = jaxdyn.integrate(model, q, 0.8 * rng.standard_normal(nv))
+    x = jnp.concatenate([q, jnp.asarray(rng.standard_normal(nv))])
+    x_ref = jnp.concatenate([q_ref, jnp.asarray(rng.standard_normal(nv))])
+    u = jnp.asarray(rng.standard_normal(nv - 6))
+    w_x = jnp.asarray(rng.uniform(0.1, 2.0, 2 * nv))
+    state = C.Term(C.StateRegularization(x_ref), w_x)
+    w_u = jnp.asarray(rng.uniform(0.1, 2.0, nv - 6))
+    control = C.Term(C.ControlRegularization(jnp.asarray(rng.standard_normal(nv - 6))), w_u)
+    frame = C.Term(C.FrameTranslation(quad12.jac_frames[0], jnp.array([0.1, 0.0, 0.3])), 3.0)
+    cases = {
+        "state and control": (C.Cost((state, control)), u),
+        "with a frame term": (C.Cost((frame, state, control)), u),
+        "terminal": (C.Cost((state,)), None),
+    }
+
+    def both(cost, x, u):
+        gx = jax.grad(lambda d: cost.value(model, state_integrate(model, x, d), u))(
+            jnp.zeros(2 * nv)
+        )
+        gu = None if u is None else jax.grad(lambda uu: cost.value(model, x, uu))(u)
+        return cost.derivatives(model, x, u), cost._autodiff_derivatives(model, x, u), gx, gu
+
+    assert nq == nv + 1
+    for name, (cost, uu) in cases.items():
+        got, want, gx, gu = jax.jit(both)(cost, x, uu)
+        for g, w_, what in zip(got, want, ("l", "l_x", "l_u", "l_xx", "l_xu", "l_uu")):
+            if w_ is None:
+                assert g is None, (name, what)
+                continue
+            oracle.assert_close(g, w_, 1e-13, f"{what} ({name})")
+        oracle.assert_close(got[1], gx, 1e-12, f"l_x vs jax.grad ({name})")
+        if gu is not None:
+            oracle.assert_close(got[2], gu, 1e-12, f"l_u vs jax.grad ({name})")
+        # the free joint's block is not the identity: the analytic Jacobian is exercised
+        assert np.max(np.abs(np.asarray(got[3])[:6, :6] - np.diag(np.asarray(w_x[:6])))) > 1e-3
+
+
 # ----------------------------------------------------------------------------- implicit gradients
 #
 # The problems below are the fixtures' double pendulum (horizon 40): every FDDP solve reuses the

@@ -227,7 +227,62 @@ class Cost(eqx.Module):
         self, model: Model, x: Array, u: Array | None = None
     ) -> tuple[Array, Array, Array | None, Array, Array | None, Array | None]:
         """``(l, l_x, l_u, l_xx, l_xu, l_uu)`` with Gauss-Newton Hessians in the tangent space
-        (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
+        (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost).
+
+        The Gauss-Newton terms are sums over the cost's terms (``Σ R_i^T W_i R_i``), so each
+        term contributes its own: a :class:`StateRegularization` its analytic Jacobian
+        ``R_x = diag(d(q ⊖ q_ref)/dq, I)`` (block diagonal by joint,
+        :func:`~jaxdyn.trajopt.lie.weighted_difference_gauss_newton`, Crocoddyl's
+        ``ResidualModelState::calcDiff``), a :class:`ControlRegularization` ``R_u = I``, and
+        the other terms together the forward-mode autodiff of their stacked residuals
+        (:meth:`_autodiff_derivatives`). Only the blocks a term has are formed: no dense
+        products with the identity or with zero rows."""
+        special = (StateRegularization, ControlRegularization)
+        others = tuple(t for t in self.terms if not isinstance(t.residual, special))
+        nv = model.nv
+        dtype = x.dtype
+        parts = []  # (l, lx, lu, lxx, lxu, luu), None for a zero block
+        for t in self.terms:
+            res = t.residual
+            if isinstance(res, StateRegularization):
+                r = res(model, x, u)
+                w = jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape)
+                wr = w * r
+                gq, Hq = lie.weighted_difference_gauss_newton(
+                    model, res.reference[: model.nq], x[: model.nq], w[:nv], r[:nv]
+                )
+                zero = jnp.zeros((nv, nv), Hq.dtype)
+                Hv = lie._diagonal(w[nv:])
+                lxx = jnp.concatenate(
+                    [jnp.concatenate([Hq, zero], 1), jnp.concatenate([zero, Hv], 1)], 0
+                )
+                parts.append((0.5 * jnp.sum(wr * r), jnp.concatenate([gq, wr[nv:]]), None,
+                              lxx, None, None))  # fmt: skip
+            elif isinstance(res, ControlRegularization):
+                r = res(model, x, u)  # (a terminal cost: the residual's error)
+                w = jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape)
+                wr = w * r
+                parts.append((0.5 * jnp.sum(wr * r), None, wr, None, None, lie._diagonal(w)))
+        if others or not parts:
+            parts.append(Cost(others)._autodiff_derivatives(model, x, u))
+        nu = None if u is None else u.shape[0]
+        shapes = ((), (2 * nv,), (nu,), (2 * nv, 2 * nv), (2 * nv, nu), (nu, nu))
+        out = []
+        for i, shape in enumerate(shapes):
+            if i in (2, 4, 5) and u is None:
+                out.append(None)
+                continue
+            blocks = [p[i] for p in parts if p[i] is not None]
+            total = blocks[0] if blocks else jnp.zeros(shape, dtype)
+            for b in blocks[1:]:
+                total = total + b
+            out.append(total)
+        l, lx, lu, lxx, lxu, luu = out
+        return l, lx, lu, lxx, lxu, luu
+
+    def _autodiff_derivatives(self, model, x, u):
+        """:meth:`derivatives` of the stacked residuals of all the terms by forward-mode
+        autodiff (``R_x`` through ``x ⊕ dx``; ``R_u`` of the terms that read the control)."""
         ndx = 2 * model.nv
 
         def res(dx):

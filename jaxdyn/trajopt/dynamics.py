@@ -371,10 +371,16 @@ def _step_analytic(model, x, u, dt, dynamics):
     if lie._all_one_dof(model):  # Jq = Jw = I
         dq_dq, dq_dv, dq_du = eye + dt * dv_dq, dt * dv_dv, dt * dv_du
     else:
-        Jq, Jw = lie.integrate_jacobians(model, q, w)
-        dq_dq = Jq + dt * (Jw @ dv_dq)
-        dq_dv = dt * (Jw @ dv_dv)
-        dq_du = dt * (Jw @ dv_du)
+        # Jq, Jw are block diagonal by joint: Jw's products joint by joint (a free joint's
+        # 6 x 6 block, identity rows elsewhere), Jq assembled for the sum
+        Jq_blocks, Jw_blocks = lie._integrate_jacobian_blocks(model, q, w)
+        Jq = lie._block_diag(model, Jq_blocks, x.dtype)
+        nu = dv_du.shape[1]
+        JwdV = dt * lie.block_diag_matmul(
+            model, Jw_blocks, jnp.concatenate([dv_dq, dv_dv, dv_du], 1)
+        )
+        dq_dq = Jq + JwdV[:, :nv]
+        dq_dv, dq_du = JwdV[:, nv : 2 * nv], JwdV[:, 2 * nv : 2 * nv + nu]
     Fx = jnp.concatenate(
         [jnp.concatenate([dq_dq, dq_dv], 1), jnp.concatenate([dv_dq, dv_dv], 1)], 0
     )

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ..model.model import Model
 
 __all__ = [
+    "block_diag_matmul",
     "difference_jacobians",
     "integrate_jacobians",
     "so3_right_jacobian",
@@ -67,6 +68,7 @@ __all__ = [
     "state_difference",
     "state_integrate",
     "tangent_to_ambient",
+    "weighted_difference_gauss_newton",
     "configuration_tangent",
 ]
 
@@ -130,6 +132,13 @@ def integrate_jacobians(model: Model, q: Array, v: Array) -> tuple[Array, Array]
     if _all_one_dof(model):
         eye = jnp.eye(model.nv, dtype=dtype)
         return eye, eye
+    Jq, Jv = _integrate_jacobian_blocks(model, q, v)
+    return _block_diag(model, Jq, dtype), _block_diag(model, Jv, dtype)
+
+
+def _integrate_jacobian_blocks(model, q, v):
+    """:func:`integrate_jacobians`' per-run blocks ``(n, k, k)`` (``None`` for one-DoF runs,
+    the identity), before their assembly into ``(nv, nv)``."""
     Jq, Jv = [], []
     for (kind, *_), vs in zip(_runs(model), _pieces(model, v, "v")):
         if kind == joints.ONE_DOF:
@@ -141,7 +150,24 @@ def integrate_jacobians(model: Model, q: Array, v: Array) -> tuple[Array, Array]
         else:
             Jq.append(spatial.se3_ad_inv_exp(vs))
             Jv.append(se3_right_jacobian(vs))
-    return _block_diag(model, Jq, dtype), _block_diag(model, Jv, dtype)
+    return Jq, Jv
+
+
+def block_diag_matmul(model: Model, blocks: list, X: Array) -> Array:
+    """``J @ X`` for ``J (nv, nv)`` block diagonal by joint, given by its per-run blocks
+    ``(n, k, k)`` (``None``: the identity, as :func:`_block_diag`), and ``X (nv, m)``: each
+    run's rows multiplied by its blocks, without the dense ``(nv, nv)`` product (on a floating
+    base one ``6 x 6`` block and the legs' identity rows)."""
+    out = []
+    for (kind, b0, b1, v0, v1), blk in zip(_runs(model), blocks):
+        rows = X[v0:v1]
+        if blk is None:
+            out.append(rows)
+        else:
+            n, k = b1 - b0, joints.NV[kind]
+            y = jnp.einsum("nab,nbm->nam", blk, rows.reshape(n, k, -1))
+            out.append(y.reshape(n * k, -1))
+    return jnp.concatenate(out, 0)
 
 
 def _difference_pieces(model, q0, q1):
@@ -164,6 +190,14 @@ def difference_jacobians(model: Model, q0: Array, q1: Array) -> tuple[Array, Arr
     if _all_one_dof(model):
         eye = jnp.eye(model.nv, dtype=dtype)
         return -eye, eye
+    J0, J1 = _difference_jacobian_blocks(model, q0, q1)
+    return _block_diag(model, J0, dtype), _block_diag(model, J1, dtype)
+
+
+def _difference_jacobian_blocks(model, q0, q1):
+    """:func:`difference_jacobians`' per-run blocks ``(n, k, k)`` (``d/dq1``: ``None`` for
+    one-DoF runs, the identity), before their assembly into ``(nv, nv)``."""
+    dtype = jnp.result_type(q0, q1)
     J0, J1 = [], []
     for (kind, *_), d in zip(_runs(model), _difference_pieces(model, q0, q1)):
         if kind == joints.ONE_DOF:
@@ -175,7 +209,37 @@ def difference_jacobians(model: Model, q0: Array, q1: Array) -> tuple[Array, Arr
         else:
             J0.append(-se3_right_jacobian_inv(-d))
             J1.append(se3_right_jacobian_inv(d))
-    return _block_diag(model, J0, dtype), _block_diag(model, J1, dtype)
+    return J0, J1
+
+
+@full_precision
+def weighted_difference_gauss_newton(
+    model: Model, q0: Array, q1: Array, w: Array, r: Array
+) -> tuple[Array, Array]:
+    """``(J^T (w r), J^T diag(w) J)`` with ``J = d(q1 ⊖ q0)/dq1`` (:func:`difference_jacobians`)
+    and ``w``, ``r`` of length ``nv``: the gradient and Gauss-Newton Hessian of
+    ``1/2 Σ w_i r_i^2`` for the residual ``r = q1 ⊖ q0``, computed joint by joint (``J`` is block
+    diagonal: a one-DoF joint's block is ``1``, a free joint's ``6 x 6``), without the dense
+    ``(nv, nv)`` products."""
+    dtype = jnp.result_type(q0, q1, w, r)
+    if _all_one_dof(model):
+        return w * r, _diagonal(w.astype(dtype))
+    _, J1 = _difference_jacobian_blocks(model, q0, q1)
+    g, H = [], []
+    for blk, wp, rp in zip(J1, _pieces(model, w, "v"), _pieces(model, r, "v")):
+        if blk is None:  # identity blocks
+            g.append((wp * rp).reshape(-1))
+            H.append(wp[:, :, None])
+        else:
+            g.append(jnp.einsum("nab,na->nb", blk, wp * rp).reshape(-1))
+            H.append(jnp.einsum("nab,na,nac->nbc", blk, wp, blk))
+    return jnp.concatenate(g), _block_diag(model, H, dtype)
+
+
+def _diagonal(w):
+    """``diag(w)`` by a select (no scatter: see :func:`_block_diag`)."""
+    n = w.shape[-1]
+    return jnp.where(np.eye(n, dtype=bool), w[None, :], jnp.zeros((), w.dtype))
 
 
 def tangent_to_ambient(model: Model, q: Array, dq: Array) -> Array:
