@@ -73,8 +73,9 @@ XLA_FFI_Error* jaxdyn_check(XLA_FFI_CallFrame* frame) {
 }
 
 /* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
- * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), each body's first motion axis
- * (nb, 6), mass (nb), com (nb, 3), inertia (nb, 9), armature (nv), all of one floating type,
+ * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), the
+ * motion axes (nv, 6; a body's first is row v_start), mass (nb), com (nb, 3), inertia (nb, 9),
+ * armature (nv, or 0 entries where the model has none), all of one floating type,
  * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
  * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
  * Result: M (..., nv, nv). */
@@ -153,7 +154,8 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
   const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
-  const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data, *arm = a[7]->data;
+  const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
+  const void* arm = a[7]->rank == 1 && a[7]->dims[0] == t.nv ? a[7]->data : NULL;
   const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv;
   int failed = 0;
   if (a[0]->dtype == XLA_FFI_DataType_F64) {
