@@ -92,8 +92,15 @@ def test_kernel_equals_xla(models, name):
     # float32: 16 lanes
     q32 = q.astype(jnp.float32)
     _close(f(q32), ref, 2e-5)
-    # a single evaluation, eagerly (one sample: one partial block)
+    # a single evaluation, eagerly (one sample: one narrow block)
     _close(jaxdyn.crba(model, q[5]), ref[5], 1e-13)
+    # the samples left after the whole blocks of 8 (16) lanes take the kernel's narrow
+    # blocks of 2 (4) lanes when they are that few: 2 and 10 float64 samples, 3 and 20
+    # float32 ones (narrow blocks only, whole blocks then one narrow)
+    for n in (2, 10):
+        _close(f(q[:n]), ref[:n], 1e-13)
+    for n in (3, 20):
+        _close(f(q32[:n]), ref[:n], 2e-5)
     if name == "humanoid":  # talos_full
         # nested vmap (batch axes (3, 4) flattened by the kernel) and a batch on axis 1
         q34 = q[:12].reshape(3, 4, -1)

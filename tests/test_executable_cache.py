@@ -121,6 +121,36 @@ def test_key_changes_with_everything_that_decides_the_program(arm, monkeypatch):
     assert cached.key(_args(base)) == key
 
 
+def test_context_is_recomputed_when_a_setting_changes(monkeypatch):
+    # _context keeps its last value while JAX's options, the switches and XLA_FLAGS read the
+    # same: every way of changing one of them must show, as _full_context computes it
+    base = ec._context()
+    assert base == ec._full_context()
+    assert ec._context() is base  # nothing changed: the value kept
+    seen = [base]
+
+    def check():
+        got = ec._context()
+        assert got == ec._full_context()
+        assert all(got != s for s in seen)
+        seen.append(got)
+
+    with jax.numpy_rank_promotion("warn"):  # a thread-local JAX option
+        check()
+    log = jax.config.jax_log_compiles  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        jax.config.update("jax_log_compiles", not log)  # a global one, outside jit's key
+        check()
+    finally:
+        jax.config.update("jax_log_compiles", log)
+    monkeypatch.setitem(jaxdyn.config._values, "unroll_max", 7)  # a switch, not by update()
+    check()
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=/nowhere")
+    check()
+    monkeypatch.undo()
+    assert ec._context() == base
+
+
 def test_changed_weight_misses_and_computes_its_own_value(cache, arm):
     cached, plain = _cost_fn()
     a, b = _args(_problem(arm)), _args(_problem(arm, weight=5.0))

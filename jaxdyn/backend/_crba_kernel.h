@@ -59,7 +59,7 @@ static inline __attribute__((always_inline)) void SINCOS(VEC x, VEC* s, VEC* c) 
 static void CONSTANTS(const crba_topo* t, const REAL* XR, const REAL* axis, REAL* cst) {
   for (int i = 0; i < t->nb; ++i) {
     if (t->kind[i] != KIND_ONE_DOF) continue;
-    const REAL *A = XR + 9 * i, *a = axis + 6 * i;
+    const REAL *A = XR + 9 * i, *a = axis + 6 * t->v_start[i];
     const REAL K[9] = {0, -a[2], a[1], a[2], 0, -a[0], -a[1], a[0], 0};
     REAL *AK = cst + 21 * i, *AK2 = AK + 9, *Al = AK + 18;
     for (int r = 0; r < 3; ++r)
@@ -171,7 +171,7 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
     for (int j = 0; j < nvj; ++j) {
       VEC w[3], u[3], v[3];
       if (k == KIND_ONE_DOF) {
-        const REAL* a = axis + 6 * i;
+        const REAL* a = axis + 6 * t->v_start[i];
         for (int r = 0; r < 3; ++r) {
           w[r] = R[3 * r] * a[0] + R[3 * r + 1] * a[1] + R[3 * r + 2] * a[2];
           u[r] = R[3 * r] * a[3] + R[3 * r + 1] * a[4] + R[3 * r + 2] * a[5];
@@ -214,7 +214,7 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
     const int r = t->pair_r[e], cc = t->pair_c[e];
     const VEC *Sr = S + 6 * r, *Fc = F + 6 * cc;
     VEC x = Sr[0] * Fc[0] + Sr[1] * Fc[1] + Sr[2] * Fc[2] + Sr[3] * Fc[3] + Sr[4] * Fc[4] + Sr[5] * Fc[5];
-    if (r == cc) x += armature[r];
+    if (r == cc && armature != NULL) x += armature[r];
     for (int l = 0; l < n; ++l) {
       REAL* o = out + (size_t)(b0 + l) * nn;
       o[(size_t)r * nv + cc] = x[l];

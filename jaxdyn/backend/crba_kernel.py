@@ -63,25 +63,17 @@ def _xla(tree_def, xla, q, *leaves):
     return _over_batch(lambda qq: xla(model, qq), q)
 
 
-def _first_rows(x, idx):
-    """``x[idx]`` for static indices: ``x`` itself or a slice where they are consecutive."""
-    idx = np.asarray(idx, np.int64)
-    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
-        return x if len(idx) == len(x) else x[int(idx[0]) : int(idx[0]) + len(idx)]
-    return x[idx]
-
-
 def _kernel_call(tree_def, q, *leaves):
     """The call of the C kernel ``jaxdyn_crba`` (any leading batch axes of ``q``)."""
     model = jax.tree_util.tree_unflatten(tree_def, leaves)
     t, dt = model.topo, q.dtype
-    arm = model.armature if model.armature is not None else jnp.zeros(t.nv, dt)
-    axis = _first_rows(model.dof_axis, t.v_start)  # each body's first motion axis
+    # no armature: an empty operand (zeros would be a kernel of their own, a broadcast)
+    arm = model.armature if model.armature is not None else np.zeros(0, dt)
     ops = (
         q,
         model.Xtree_R.reshape(t.nb, 9),
         model.Xtree_p,
-        axis,
+        model.dof_axis,  # the kernel reads each body's first axis (row v_start) itself
         model.mass,
         model.com,
         model.inertia.reshape(t.nb, 9),

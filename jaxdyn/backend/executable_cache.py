@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
+from . import internals
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -257,14 +258,42 @@ _UNKEYED_CONFIG = (
 )
 
 
-def _context() -> tuple:
-    """The process's settings a trace or compile reads besides the arguments."""
+#: ``(fingerprint, context)`` of the last :func:`_context` computed (one tuple, replaced
+#: whole, so that threads read a consistent pair)
+_CONTEXT_MEMO: tuple = (None, None)
+
+
+def _full_context() -> tuple:
+    """:func:`_context` computed: every JAX option's value (``repr``), every switch's, and
+    ``XLA_FLAGS``."""
     import jax
 
     values = jax.config.values
     jax_config = tuple((k, repr(v)) for k, v in sorted(values.items()) if k not in _UNKEYED_CONFIG)
     switches = tuple((n, repr(config.get(n))) for n in sorted(config.SWITCHES))
     return (jax_config, switches, os.environ.get("XLA_FLAGS", ""))
+
+
+def _context() -> tuple:
+    """The process's settings a trace or compile reads besides the arguments: JAX's options,
+    jaxdyn's switches and ``XLA_FLAGS`` (:func:`_full_context`). Read at every call of a
+    :class:`CachedJit`, so computed again only when their raw values changed since the last
+    call (:func:`jaxdyn.backend.internals.jax_config_state`, :func:`jaxdyn.config.snapshot`):
+    sorting and printing every option costs far more than comparing them."""
+    global _CONTEXT_MEMO
+    state = internals.jax_config_state()
+    if state is None:  # pragma: no cover - a JAX without the holders
+        return _full_context()
+    fingerprint = (state, config.snapshot(), os.environ.get("XLA_FLAGS", ""))
+    last, context = _CONTEXT_MEMO
+    try:
+        if last is not None and last == fingerprint:
+            return context
+    except Exception:  # an option's value without a plain ``==`` (compared as unequal)
+        pass
+    context = _full_context()
+    _CONTEXT_MEMO = (fingerprint, context)
+    return context
 
 
 @functools.cache
@@ -304,7 +333,14 @@ def _backend() -> tuple:
 
 
 def _signature(dyn) -> tuple:
-    return tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))) for x in dyn)
+    """The arrays' part of the in-process key: shape, dtype and weak type of each (the dtype
+    objects themselves: printing each dtype's name costs more than the rest of a call's key)."""
+    return tuple((tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False))) for x in dyn)
+
+
+def _printed_signature(signature: tuple) -> str:
+    """:func:`_signature` as the disk key prints it (each dtype by its name)."""
+    return repr(tuple((shape, str(dtype), weak) for shape, dtype, weak in signature))
 
 
 def _concrete_on_cpu(dyn) -> bool:
@@ -543,7 +579,7 @@ class CachedJit:
         _stable_treedef(treedef, out)
         _stable(leaves, out)
         _stable(mask, out)
-        out.append(repr(signature))
+        out.append(_printed_signature(signature))
         for i in self.values:
             if i < len(args):
                 for x in jax.tree.leaves(args[i]):

@@ -19,6 +19,9 @@ failing at import).
   arrays takes :func:`jaxdyn.trajopt.solve_batch`'s route on the CPU); ``None`` without it
   (``jax.vmap(fddp)`` is then always the batched program); :func:`vmap_is_innermost`: whether
   ``jax.vmap`` is the transformation being traced.
+* :func:`jax_config_state`: the current value of every JAX configuration option, read
+  from ``jax.config``'s value holders (a cheap key of ``jax.config.values``, which builds a
+  dict); ``None`` without them (the caller then reads ``jax.config.values``).
 * :func:`staged_vmap_operands` / :func:`staged_vmap_results`: the operands of a call traced by
   ``jax.vmap`` inside ``jax.jit`` (the values under the tracers and their batch axes) and the
   tracers of its batched results, for :func:`jaxdyn.batching.batched` to run its batching rule
@@ -27,6 +30,7 @@ failing at import).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 try:
@@ -141,6 +145,30 @@ def reset_compilation_cache() -> None:
         cc.reset_cache()
     except Exception:  # a private API
         pass
+
+
+_VALUE = operator.attrgetter("value")
+#: the holders of ``jax.config``'s options, as last listed (listed again when their number
+#: changes: an option registered later)
+_HOLDERS: list = []
+
+
+def jax_config_state() -> tuple | None:
+    """The value of every option of ``jax.config`` (thread-local values included, as
+    ``jax.config.values`` reads them), in the order the options were registered: equal
+    between two calls where ``jax.config.values`` is. ``None`` where ``jax.config`` keeps no
+    value holders (another JAX)."""
+    import jax
+
+    holders = getattr(jax.config, "_value_holders", None)
+    if not isinstance(holders, dict):  # pragma: no cover - another JAX's internals
+        return None
+    if len(_HOLDERS) != len(holders):
+        _HOLDERS[:] = list(holders.values())
+    try:
+        return tuple(map(_VALUE, _HOLDERS))
+    except AttributeError:  # pragma: no cover - another JAX's holders
+        return None
 
 
 def distributed_client() -> Any:
