@@ -45,6 +45,7 @@ from ..algorithms.aba import aba_solve
 from ..algorithms.aba import chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
+from ..algorithms.rnea import rnea_world
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
 from ..derivatives.jvp import is_zero_tangent
@@ -272,38 +273,17 @@ class ContactDynamics(eqx.Module):
 
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
-        Only the two residuals are differentiated, never the Delassus solve itself."""
-        from ..algorithms.rnea import rnea_plain as rnea
-        from ..constraints import (
-            constraint_drift,
-            constraint_error,
-            constraint_jacobian,
-            constraint_velocity,
-        )
-
+        Only the two residuals are differentiated, never the Delassus solve itself. Both come
+        from one pass of kinematics (:meth:`_residuals`), whose values at ``q`` give ``M`` and
+        ``J`` as well."""
         nv = model.nv
         a, lam = self._solve(model, q, v, u)
-        cs, bg = self.constraints, self.baumgarte
-
-        def residuals(dq, vv):
-            qq = integrate(model, q, dq)
-            with value_checks.unchecked():
-                J = constraint_jacobian(model, qq, cs)
-                r = rnea(model, qq, vv, a) - J.T @ lam
-                g = J @ a + constraint_drift(model, qq, vv, cs)
-                if bg is not None:
-                    kp, kd = bg
-                    g = g + kd * constraint_velocity(model, qq, vv, cs)
-                    if not self.kp_zero:
-                        g = g + kp * constraint_error(model, qq, cs)
-            return r, g
-
         zero = jnp.zeros(nv, q.dtype)
-        (R_q, R_v), (g_q, g_v) = jax.jacfwd(residuals, (0, 1))(zero, v)
         with value_checks.unchecked():
-            ws = kin.world_state(model, q)
+            ((R_q, R_v), (g_q, g_v)), (ws, J) = jax.jacfwd(
+                lambda dq, vv: self._residuals(model, q, dq, vv, a, lam), (0, 1), has_aux=True
+            )(zero, v)
             M = crba_world(model, ws)
-            J = constraint_jacobian(model, q, cs)
         B = jnp.eye(nv, dtype=q.dtype) if self.actuation is None else self.actuation
         # right-hand sides for (q, v, u) at once: ID's partials (-B for u) and γ's (0 for u)
         R = jnp.concatenate([R_q, R_v, -B.astype(q.dtype)], 1)
@@ -314,6 +294,33 @@ class ContactDynamics(eqx.Module):
         dlam = _linalg.spd_solve(D, J @ MinvR - g)
         da = MinvJt @ dlam - MinvR
         return a, da[:, :nv], da[:, nv : 2 * nv], da[:, 2 * nv :]
+
+    def _residuals(self, model, q, dq, v, a, lam):
+        """``((ID(q ⊕ dq, v, a) - J^T λ, J a + γ), (world state, J))`` from one world state:
+        placements, constraint rows and Jacobian, RNEA (:func:`rnea_world`) and the constraint
+        velocity, drift and error (:func:`jaxdyn.constraints.kinematic_terms`,
+        :func:`~jaxdyn.constraints.error_from_placements`) share it, where the public
+        functions would each compute their own. The world state is centred on the floating
+        base (:func:`jaxdyn.algorithms.kinematics.world_state`), the constraint error's points
+        moved back to the ground frame."""
+        from .. import constraints as cons
+
+        _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
+        Rb, pb = kin.body_placements(model, integrate(model, q, dq))
+        base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
+        ws = kin.world_state_from_placements(model, Rb, pb - base)
+        pl = cons.placements_from_state(model, ws, lay)
+        J = cons.jacobian_from_rows(model, ws, lay, cons.rows_from_placements(lay, pl))
+        r = rnea_world(model, ws, v, a)[0] - J.T @ lam
+        y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
+        g = J @ a + drift
+        if self.baumgarte is not None:
+            kp, kd = self.baumgarte
+            g = g + kd * y
+            if not self.kp_zero:
+                Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, q.dtype)
+                g = g + kp * cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
+        return (r, g), (ws, J)
 
 
 def _static_nonzero(x):
