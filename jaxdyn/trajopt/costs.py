@@ -229,15 +229,30 @@ class Cost(eqx.Module):
         """``(l, l_x, l_u, l_xx, l_xu, l_uu)`` with Gauss-Newton Hessians in the tangent space
         (``l_u`` and the blocks with ``u`` are ``None`` for a terminal cost)."""
         ndx = 2 * model.nv
+        # state regularisations: their analytic Jacobian (_state_jacobian); the other terms by
+        # forward-mode autodiff through x ⊕ dx
+        analytic = [isinstance(t.residual, StateRegularization) for t in self.terms]
+        others = [t for t, a in zip(self.terms, analytic) if not a]
 
         def res(dx):
             # the residuals at x ⊕ dx; at dx = 0 (the primal, returned as aux) they are those at
             # x: one trace of the terms' kinematics gives r and R_x
-            rs = self._residuals(model, lie.state_integrate(model, x, dx), u)
+            rs = self._residuals(model, lie.state_integrate(model, x, dx), u, others)
             return jnp.concatenate(rs), rs
 
         zx = jnp.zeros(ndx, x.dtype)
-        Rx, rs = jax.jacfwd(res, has_aux=True)(zx)
+        Rx_o, rs_o = jax.jacfwd(res, has_aux=True)(zx) if others else (None, [])
+        rs, Rxs, i, rest = [], [], 0, iter(rs_o)
+        for t, a in zip(self.terms, analytic):
+            if a:
+                rs.append(t.residual(model, x, u))
+                Rxs.append(_state_jacobian(model, t.residual.reference, x))
+            else:
+                r_t = next(rest)
+                rs.append(r_t)
+                Rxs.append(Rx_o[i : i + r_t.shape[0]])
+                i += r_t.shape[0]
+        Rx = jnp.concatenate(Rxs, 0)
         r, w = self._stack(rs)
         wr = w * r
         l = 0.5 * jnp.sum(wr * r)
@@ -270,6 +285,17 @@ class Cost(eqx.Module):
             rows.append(Ju[i : i + n] if used else jnp.zeros((n, u.shape[0]), dtype))
             i += n if used else 0
         return jnp.concatenate(rows, 0)
+
+
+def _state_jacobian(model, reference, x):
+    """``R_x`` of ``r = x ⊖ x_ref`` in the tangent space: ``[[d(q ⊖ q_ref)/dq, 0], [0, 1]]``
+    (Pinocchio's ``dDifference`` ``ARG1``, :func:`~jaxdyn.trajopt.lie.difference_jacobians`;
+    Crocoddyl's ``ResidualModelState::calcDiff``)."""
+    nq, nv = model.nq, model.nv
+    dtype = jnp.result_type(reference, x)
+    Jq = lie.difference_jacobians(model, reference[:nq], x[:nq])[1]
+    Z = jnp.zeros((nv, nv), dtype)
+    return jnp.block([[Jq.astype(dtype), Z], [Z, jnp.eye(nv, dtype=dtype)]])
 
 
 # ----------------------------------------------------------------------------- shape checks
