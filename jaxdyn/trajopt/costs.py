@@ -241,7 +241,7 @@ class Cost(eqx.Module):
             return jnp.concatenate(rs), rs
 
         zx = jnp.zeros(ndx, x.dtype)
-        Rx_o, rs_o = jax.jacfwd(res, has_aux=True)(zx) if others else (None, [])
+        Rx_o, rs_o = jax.jacfwd(res, has_aux=True)(zx) if others else (jnp.zeros((0, ndx)), [])
         rs, Rxs, i, rest = [], [], 0, iter(rs_o)
         for t, a in zip(self.terms, analytic):
             if a:
