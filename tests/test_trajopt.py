@@ -1100,6 +1100,42 @@ def test_cost_derivatives_gauss_newton(pendulum):
     oracle.assert_close(lxu, np.zeros((2 * nv, nv)), 1e-14, "l_xu")
 
 
+def test_state_regularization_jacobian_floating_base():
+    """``StateRegularization``'s analytic ``R_x`` (``lie.difference_jacobians``) on quad12's
+    free flyer, far from the reference (base turned by about 1 rad), equals forward-mode
+    autodiff of the residual through ``x ⊕ dx``: ``l_x``, ``l_xx`` of a cost with a frame term
+    (autodiff) between two state terms."""
+    from jaxdyn import robots
+
+    model = robots.load("quad12")
+    nv = model.nv
+    rng = np.random.default_rng(7)
+    q0 = jaxdyn.neutral_configuration(model)
+    q = jaxdyn.integrate(model, q0, 0.6 * rng.standard_normal(nv))
+    q_ref = jaxdyn.integrate(model, q0, 0.3 * rng.standard_normal(nv))
+    x = jnp.concatenate([q, rng.standard_normal(nv)])
+    x_ref = jnp.concatenate([q_ref, rng.standard_normal(nv)])
+    cost = C.Cost(
+        (
+            C.Term(C.StateRegularization(x_ref), jnp.asarray(rng.uniform(0.5, 2.0, 2 * nv))),
+            C.Term(C.FrameTranslation("FL_FOOT", jnp.asarray([0.1, 0.2, 0.0])), 3.0),
+            C.Term(C.StateRegularization(x), 0.5),
+        )
+    )
+
+    def both(cost, x):
+        r, w = cost.residual(model, x, None)
+        Rx = jax.jacfwd(lambda d: cost.residual(model, state_integrate(model, x, d), None)[0])(
+            jnp.zeros(2 * nv)
+        )
+        _, lx, _, lxx, _, _ = cost.derivatives(model, x)
+        return (lx, lxx), (Rx.T @ (w * r), Rx.T @ (w[:, None] * Rx))
+
+    got, want = jax.jit(both)(cost, x)
+    oracle.assert_close(got[0], want[0], 1e-12, "l_x")
+    oracle.assert_close(got[1], want[1], 1e-12, "l_xx")
+
+
 def test_cost_terms_share_support_chain(pendulum, monkeypatch):
     """The terms of one ``Cost`` on frames of the same body share that body's support chain,
     and ``Cost.derivatives`` traces it once: ``R_x``'s ``jax.jacfwd``, whose primal is the
@@ -1437,6 +1473,9 @@ def test_contact_dynamics_derivatives_and_guard():
     for name, got, ref in (("a_q", a_q, fd_q), ("a_v", a_v, fd_v), ("a_u", a_u, fd_u)):
         oracle.assert_close(np.asarray(got), ref, 1e-6, name)
     assert np.all(np.isnan(np.asarray(acc(q.at[0].set(jnp.nan), v, u))))
+    # the derivatives (solved at a finite stand-in state) are NaN too, partials included
+    for out in jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q.at[0].set(jnp.nan), v, u):
+        assert np.all(np.isnan(np.asarray(out)))
     x = jnp.concatenate([q, v])
 
     def rollouts(X, U):  # vmap batches the scan's body after tracing it (batching rules later)

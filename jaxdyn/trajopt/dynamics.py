@@ -45,6 +45,7 @@ from ..algorithms.aba import aba_solve
 from ..algorithms.aba import chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
+from ..algorithms.rnea import rnea_world
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
 from ..derivatives.jvp import is_zero_tangent
@@ -232,9 +233,7 @@ class ContactDynamics(eqx.Module):
         # custom call: fused CPU loops apply, and a GPU makes no host round trip per knot); a
         # singular Delassus matrix gives a non-finite acceleration, which the solvers reject
         # (status 2 at the initial guess).
-        ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
-        qs = jnp.where(ok, q, _neutral(model, q.dtype))
-        vs, us = jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
+        ok, qs, vs, us = _guard(model, q, v, u)
         with value_checks.unchecked():
             out = constrained_aba(
                 model,
@@ -272,48 +271,80 @@ class ContactDynamics(eqx.Module):
 
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
-        Only the two residuals are differentiated, never the Delassus solve itself."""
-        from ..algorithms.rnea import rnea_plain as rnea
-        from ..constraints import (
-            constraint_drift,
-            constraint_error,
-            constraint_jacobian,
-            constraint_velocity,
-        )
-
+        Only the two residuals are differentiated, never the Delassus solve itself. One pass
+        of kinematics gives both and, at ``q`` (values without tangents), ``M``, ``J``, the
+        Delassus matrix and the solve's ``(a, λ)`` themselves (:meth:`_residuals`): the same
+        equations as :func:`jaxdyn.constrained_aba`'s, solved through ``M`` (CRBA) rather than
+        its articulated-body passes, which the partials need anyway."""
         nv = model.nv
-        a, lam = self._solve(model, q, v, u)
-        cs, bg = self.constraints, self.baumgarte
-
-        def residuals(dq, vv):
-            qq = integrate(model, q, dq)
-            with value_checks.unchecked():
-                J = constraint_jacobian(model, qq, cs)
-                r = rnea(model, qq, vv, a) - J.T @ lam
-                g = J @ a + constraint_drift(model, qq, vv, cs)
-                if bg is not None:
-                    kp, kd = bg
-                    g = g + kd * constraint_velocity(model, qq, vv, cs)
-                    if not self.kp_zero:
-                        g = g + kp * constraint_error(model, qq, cs)
-            return r, g
-
+        ok, q, v, u = _guard(model, q, v, u)
         zero = jnp.zeros(nv, q.dtype)
-        (R_q, R_v), (g_q, g_v) = jax.jacfwd(residuals, (0, 1))(zero, v)
         with value_checks.unchecked():
-            ws = kin.world_state(model, q)
-            M = crba_world(model, ws)
-            J = constraint_jacobian(model, q, cs)
+            ((R_q, R_v), (g_q, g_v)), (a, M, J, MinvJt, D) = jax.jacfwd(
+                lambda dq, vv: self._residuals(model, q, dq, vv, u), (0, 1), has_aux=True
+            )(zero, v)
         B = jnp.eye(nv, dtype=q.dtype) if self.actuation is None else self.actuation
         # right-hand sides for (q, v, u) at once: ID's partials (-B for u) and γ's (0 for u)
         R = jnp.concatenate([R_q, R_v, -B.astype(q.dtype)], 1)
         g = jnp.concatenate([g_q, g_v, jnp.zeros((J.shape[0], B.shape[1]), q.dtype)], 1)
         MinvR = _linalg.spd_solve(M, R)
-        MinvJt = _linalg.spd_solve(M, J.T)
-        D = J @ MinvJt + jnp.asarray(self.damping, q.dtype) * jnp.eye(J.shape[0], dtype=q.dtype)
         dlam = _linalg.spd_solve(D, J @ MinvR - g)
         da = MinvJt @ dlam - MinvR
+        # a non-finite state or control: NaN (the solve and its partials ran at a stand-in)
+        a, da = jnp.where(ok, a, jnp.nan), jnp.where(ok, da, jnp.nan)
         return a, da[:, :nv], da[:, nv : 2 * nv], da[:, 2 * nv :]
+
+    def _residuals(self, model, q, dq, v, u):
+        """``((ID(q ⊕ dq, v, a) - J^T λ, J a + γ), (a, M, J, M^-1 J^T, D))`` from one world
+        state: placements, constraint rows and Jacobian, RNEA (:func:`rnea_world`) and the
+        constraint velocity, drift and error (:func:`jaxdyn.constraints.kinematic_terms`,
+        :func:`~jaxdyn.constraints.error_from_placements`) share it, where the public
+        functions would each compute their own. ``(a, λ)`` solve the constrained equations at
+        ``q`` (``dq = 0``) from the same values, held fixed (``stop_gradient``: no tangents)::
+
+            a = a_f + M^-1 J^T λ,   D λ = -(γ + J a_f),   a_f = M^-1 (B u - h(q, v))
+
+        with ``h`` RNEA at zero acceleration and ``D = J M^-1 J^T + μ``. The world state is
+        centred on the floating base (:func:`jaxdyn.algorithms.kinematics.world_state`), the
+        constraint error's points moved back to the ground frame."""
+        from .. import constraints as cons
+
+        sg = jax.lax.stop_gradient
+        dt = q.dtype
+        _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
+        Rb, pb = kin.body_placements(model, integrate(model, q, dq))
+        base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
+        ws = kin.world_state_from_placements(model, Rb, pb - base)
+        pl = cons.placements_from_state(model, ws, lay)
+        J = cons.jacobian_from_rows(model, ws, lay, cons.rows_from_placements(lay, pl))
+        y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
+        gamma = drift
+        if self.baumgarte is not None:
+            kp, kd = self.baumgarte
+            gamma = gamma + kd * y
+            if not self.kp_zero:
+                Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
+                e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
+                gamma = gamma + kp * e
+        # the constrained solve at q, without tangents
+        ws0, J0, v0 = sg(ws), sg(J), sg(v)
+        M = crba_world(model, ws0)
+        h = rnea_world(model, ws0, v0, jnp.zeros_like(v0))[0]
+        MinvJt = _linalg.spd_solve(M, J0.T)
+        a_f = _linalg.spd_solve(M, _torque(self.actuation, u) - h)
+        D = J0 @ MinvJt + jnp.asarray(self.damping, dt) * jnp.eye(lay.m, dtype=dt)
+        lam = _linalg.spd_solve(D, -(sg(gamma) + J0 @ a_f))
+        a = a_f + MinvJt @ lam
+        r = rnea_world(model, ws, v, a)[0] - J.T @ lam
+        return (r, J @ a + gamma), (a, M, J0, MinvJt, D)
+
+
+def _guard(model, q, v, u):
+    """``(ok, q, v, u)``: whether the state and control are finite, and them where they are,
+    else a finite stand-in (the neutral configuration, zeros)."""
+    ok = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)) & jnp.all(jnp.isfinite(u))
+    qs = jnp.where(ok, q, _neutral(model, q.dtype))
+    return ok, qs, jnp.where(ok, v, 0.0), jnp.where(ok, u, 0.0)
 
 
 def _static_nonzero(x):
