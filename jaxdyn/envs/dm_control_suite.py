@@ -245,26 +245,39 @@ class SuiteEnv(SimEnv):
         return self.advance_info(ps, ctrl)[:3]
 
     def advance_info(
-        self, ps: _sim.State, ctrl: Array
+        self, ps: _sim.State, ctrl: Array, forces: bool = False
     ) -> tuple[_sim.State, _sim.State, Array, dict[str, Array]]:
         """:meth:`advance` and the contact report of its frames, as
-        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``."""
+        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``.
+        ``forces=True``: ``info["contact_forces"]`` too, the contact forces of the last
+        simulator step, from ``pk`` under ``ctrl`` (:func:`jaxdyn.sim.step_info`'s
+        ``forces``: what :func:`jaxdyn.sim.contact_forces` gives at ``pk``, without solving
+        that step's contacts a second time)."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
         def frame(carry, _):
-            s, _, ok = carry
-            n, info = _sim.step_info(model, s, ctrl, cfg)
+            s, _, ok, f = carry
+            n, info = _sim.step_info(model, s, ctrl, cfg, forces=forces)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            return (n, s, ok & good), info
+            if forces:  # the last frame's (carried, not stacked over the frames)
+                f = info.pop("contact_forces")
+            return (n, s, ok & good, f), info
 
-        init = (ps, ps, jnp.asarray(True))
-        (nxt, pk, ok), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
+        f0 = None
+        if forces:
+            nc = self.contact_frames(ps).distance.shape[0] if cfg.contact is not None else 0
+            f0 = jnp.zeros((nc, 3), ps.q.dtype)
+        init = (ps, ps, jnp.asarray(True), f0)
+        (nxt, pk, ok, f), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
-        return nxt, pk, bad, self.period_info(infos, nxt.q.dtype)
+        info = self.period_info(infos, nxt.q.dtype)
+        if forces:
+            info["contact_forces"] = f
+        return nxt, pk, bad, info
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
@@ -732,14 +745,20 @@ class ContactSuiteEnv(SuiteEnv):
             parts.append(cast("Geoms", cfg.geoms).frames(ws, zero, vb))
         return concat_frames(parts)
 
-    def touch(self, ps: _sim.State, ctrl: Array) -> Array:
+    def touch(self, ps: _sim.State, ctrl: Array, forces: Array | None = None) -> Array:
         """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
         contacts on the site's body whose point lies in the site's volume, summed (the forces of
         the first simulator step from ``ps`` under ``ctrl``, :func:`jaxdyn.sim.contact_forces`:
-        jaxdyn's contact forces, not MuJoCo's soft-constraint ones)."""
+        jaxdyn's contact forces, not MuJoCo's soft-constraint ones). ``forces (nc, 3)``: those
+        forces where the caller has them (:meth:`step`: the last simulator step's,
+        :meth:`advance_info`), else solved here."""
         model, cfg = self.sys.model, self.sys.cfg
         fr = self.contact_frames(ps)
-        f = _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
+        f = (
+            _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
+            if forces is None
+            else forces
+        )
         fn = jnp.maximum(jnp.sum(f * fr.normal, -1), 0.0)
         body, other = np.asarray(fr.body), np.asarray(fr.other)
         R, p = self.frames(ps.q, self.touch_frames)
@@ -751,12 +770,13 @@ class ContactSuiteEnv(SuiteEnv):
             out.append(jnp.sum(jnp.where(on & inside, fn, 0.0)))
         return jnp.stack(out)
 
-    def sensors(self, pk: _sim.State, action: Array) -> dict:
+    def sensors(self, pk: _sim.State, action: Array, forces: Array | None = None) -> dict:
         """The quantities of :meth:`observe` and :meth:`reward` at the state ``pk`` under
-        ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``."""
+        ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``
+        (``forces``: the contact forces of the step from ``pk``, if known; :meth:`touch`)."""
         out = self.state_sensors(pk)
         if self.touch_sites:
-            out["touch"] = self.touch(pk, action)
+            out["touch"] = self.touch(pk, action, forces)
         return out
 
     def state_sensors(self, pk: _sim.State) -> dict:
@@ -775,8 +795,12 @@ class ContactSuiteEnv(SuiteEnv):
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
-        sensors = self.sensors(pk, action)
+        # with touch sensors, the last frame's contact forces (one solve fewer than
+        # recomputing them at pk)
+        touch = bool(self.touch_sites)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action, touch)
+        forces = contact.pop("contact_forces") if touch else None
+        sensors = self.sensors(pk, action, forces)
         reward, metrics = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
@@ -1279,8 +1303,8 @@ class FingerTurn(FingerSpin):
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
-        sensors = self.sensors(pk, action)
+        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action, True)
+        sensors = self.sensors(pk, action, contact.pop("contact_forces"))
         sensors["target"] = state.info["target"]
         reward, _ = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
