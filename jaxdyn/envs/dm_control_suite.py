@@ -582,7 +582,10 @@ class ContactSuiteEnv(SuiteEnv):
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
       solution while at most ``k`` slots hold a contact (``info["contacts_dropped"]`` counts
       those left out), though the unconverged iterates differ (their step size is taken
-      over the slots solved);
+      over the slots solved). The cheetah, walker and hopper solve over their
+      :attr:`MAX_CONTACTS` (6) closest slots by default (:attr:`contact`), as Playground's
+      copies of their files cap MJX's contacts (``max_contact_points``: cheetah and hopper 6,
+      walker 4); a ``k`` of at least the slots solves over every slot;
     * ``warm_start``: start each solve from the previous simulator step's impulses, carried
       in the state (``pipeline_state.impulses``, zeros after a reset;
       :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
@@ -591,6 +594,11 @@ class ContactSuiteEnv(SuiteEnv):
       ``solver_iterations`` is then the most that run), which pays with the warm start."""
 
     contact = _sim.Constraint()
+    #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
+    #: that touch or close within a simulator step seen in their random-action rollouts was
+    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
+    #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
+    MAX_CONTACTS = 6
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -873,10 +881,11 @@ class CheetahRun(ContactSuiteEnv):
     with a leg in the floor (9 % of them) is pushed out during the settling (the root is free
     to slide), which leaves it at rest with a converged solve. **Periods:** 0.01 s both.
     Contact: the bodies against the floor (friction 1, the floor's) and against each other
-    (0.4).
+    (0.4), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots.
     """
 
     xml = "cheetah.xml"
+    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     mujoco_limits = "constraint"
     RUN_SPEED = 10.0
 
@@ -961,11 +970,12 @@ class WalkerMove(ContactSuiteEnv):
     nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it, and jaxdyn's
     hard contact ejects the body at up to 15 m/s in the first step).
     **Periods:** control 0.025 s, simulation 0.0025 s. Contact: the bodies against the floor
-    (friction 0.7; the bodies do not collide with each other).
+    (friction 0.7; the bodies do not collide with each other), solved over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots.
     """
 
     xml = "walker.xml"
-    contact = _sim.Constraint(friction=0.7)
+    contact = _sim.Constraint(friction=0.7, max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
     WALK_SPEED, RUN_SPEED = 1.0, 8.0
@@ -1059,13 +1069,15 @@ class HopperTask(ContactSuiteEnv):
     draws that touch nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it;
     jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1). Joint limits: MuJoCo's limit constraint
+    against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
+    closest of the 30 slots. Joint limits: MuJoCo's limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
+    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
