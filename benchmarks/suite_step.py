@@ -223,7 +223,7 @@ def playground_fn(name, env, states, act):
     resets from the same keys with ``qpos`` / ``qvel`` set to jaxdyn's ``states``' (the same
     start; :func:`start`); ``None`` where ``mujoco_playground`` is not importable."""
     try:
-        from mujoco_playground import registry
+        from mujoco_playground import registry  # pyright: ignore[reportMissingImports]
     except ImportError:
         return None
     pg = registry.load(PLAYGROUND_TASKS[name], config_overrides={"impl": "jax"})
@@ -320,9 +320,10 @@ def run_phase(
 
             fidelity = steps > 0 and B == batches[0]
             jd_ref = mjx_ref = None
-            if fidelity and has_contact(name):  # converged, over every contact slot
-                e = build(name, f"solver_iterations={ref_its},max_contacts={UNCAPPED}")
-                jd_ref = Engine("ref", jax.jit(jax.vmap(e.step)), states, act, jd_qpos)
+            if fidelity and has_contact(name):  # converged: cold, every slot, every iteration
+                e = build(name, REFERENCE.format(its=ref_its))
+                st = warm(e, states)  # (no impulses: a cold solve)
+                jd_ref = Engine("ref", jax.jit(jax.vmap(e.step)), st, act, jd_qpos)
             engines = []
             for k in variants:
                 label = "jaxdyn" if not k else f"jaxdyn, {k.replace(',', ', ')}"
@@ -462,8 +463,10 @@ def table(rows, steps):
 MJX_KINDS = ("file", "playground", "env")
 #: the label of Playground's own environment (``env``)
 ENV_LABEL = "Playground's env (MJX)"
-#: ``max_contacts`` of the jaxdyn reference: above every task's slots (every slot solved)
-UNCAPPED = 1000
+#: the options of jaxdyn's converged reference: ``its`` cold iterations (no warm start;
+#: a tolerance of 0 stops only at an exact fixed point) over every slot (a cap above the
+#: tasks' slot counts)
+REFERENCE = "solver_iterations={its},max_contacts=1000,warm_start=false,solver_tolerance=0"
 
 #: the results file's section of this script
 SECTION = "## DM Control Suite: one env step against MJX (CPU)"
@@ -522,7 +525,8 @@ def section(rows, args, load0, load1, notes, command):
         "Playground's env (MJX with Playground's solver where the env did not run) over the "
         f"row's (above 1: cheaper). *Solver error*: the largest `qpos` difference over "
         f"{args.fidelity_steps} control steps from the engine with its solve converged "
-        f"(jaxdyn: `solver_iterations={args.reference_iterations}` over every contact slot; "
+        f"(jaxdyn: `solver_iterations={args.reference_iterations}`, cold, over every contact "
+        "slot; "
         "MJX: the file's Newton solve without caps), "
         "each engine against itself (the contact models differ: hard against soft).",
     ]

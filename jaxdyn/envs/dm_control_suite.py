@@ -245,37 +245,36 @@ class SuiteEnv(SimEnv):
         return self.advance_info(ps, ctrl)[:3]
 
     def advance_info(
-        self, ps: _sim.State, ctrl: Array, forces: bool = False
+        self, ps: _sim.State, ctrl: Array, forces: Array | None = None
     ) -> tuple[_sim.State, _sim.State, Array, dict[str, Array]]:
         """:meth:`advance` and the contact report of its frames, as
         :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``.
-        ``forces=True``: ``info["contact_forces"]`` too, the contact forces of the last
-        simulator step, from ``pk`` under ``ctrl`` (:func:`jaxdyn.sim.step_info`'s
-        ``forces``: what :func:`jaxdyn.sim.contact_forces` gives at ``pk``, without solving
-        that step's contacts a second time)."""
+        ``forces`` (zeros ``(nc, 3)``, :meth:`ContactSuiteEnv.zero_forces`):
+        ``info["contact_forces"]`` too, the contact forces of the last simulator step, from
+        ``pk`` under ``ctrl`` (:func:`jaxdyn.sim.step_info`'s ``forces``: what
+        :func:`jaxdyn.sim.contact_forces` gives at ``pk``, without solving that step's
+        contacts a second time)."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
+        want = forces is not None
+
         def frame(carry, _):
             s, _, ok, f = carry
-            n, info = _sim.step_info(model, s, ctrl, cfg, forces=forces)
+            n, info = _sim.step_info(model, s, ctrl, cfg, forces=want)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            if forces:  # the last frame's (carried, not stacked over the frames)
+            if want:  # the last frame's (carried, not stacked over the frames)
                 f = info.pop("contact_forces")
             return (n, s, ok & good, f), info
 
-        f0 = None
-        if forces:
-            nc = self.contact_frames(ps).distance.shape[0] if cfg.contact is not None else 0
-            f0 = jnp.zeros((nc, 3), ps.q.dtype)
-        init = (ps, ps, jnp.asarray(True), f0)
+        init = (ps, ps, jnp.asarray(True), forces)
         (nxt, pk, ok, f), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
         info = self.period_info(infos, nxt.q.dtype)
-        if forces:
+        if f is not None:
             info["contact_forces"] = f
         return nxt, pk, bad, info
 
@@ -753,6 +752,11 @@ class ContactSuiteEnv(SuiteEnv):
             parts.append(cast("Geoms", cfg.geoms).frames(ws, zero, vb))
         return concat_frames(parts)
 
+    def zero_forces(self, ps: _sim.State) -> Array:
+        """Zeros ``(nc, 3)``, one row per contact slot (:meth:`contact_frames`; under ``jit``
+        only its shape is used): :meth:`SuiteEnv.advance_info`'s ``forces``."""
+        return jnp.zeros((self.contact_frames(ps).distance.shape[0], 3), ps.q.dtype)
+
     def touch(self, ps: _sim.State, ctrl: Array, forces: Array | None = None) -> Array:
         """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
         contacts on the site's body whose point lies in the site's volume, summed (the forces of
@@ -806,7 +810,10 @@ class ContactSuiteEnv(SuiteEnv):
         # with touch sensors, the last frame's contact forces (one solve fewer than
         # recomputing them at pk)
         touch = bool(self.touch_sites)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action, touch)
+        ps0 = state.pipeline_state
+        ps, pk, bad, contact = self.advance_info(
+            ps0, action, self.zero_forces(ps0) if touch else None
+        )
         forces = contact.pop("contact_forces") if touch else None
         sensors = self.sensors(pk, action, forces)
         reward, metrics = self.reward(ps, sensors, action)
@@ -1078,14 +1085,18 @@ class HopperTask(ContactSuiteEnv):
     jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
     against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
-    closest of the 30 slots. Joint limits: MuJoCo's limit constraint
+    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 (as the
+    walker's). Joint limits: MuJoCo's limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
-    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    #: as the walker's (:class:`WalkerMove`): the cap, a warm start and a tolerance of 1e-4
+    contact = _sim.Constraint(
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS, warm_start=True, tolerance=1e-4
+    )
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
@@ -1323,7 +1334,8 @@ class FingerTurn(FingerSpin):
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action, True)
+        ps0 = state.pipeline_state
+        ps, pk, bad, contact = self.advance_info(ps0, action, self.zero_forces(ps0))
         sensors = self.sensors(pk, action, contact.pop("contact_forces"))
         sensors["target"] = state.info["target"]
         reward, _ = self.reward(ps, sensors, action)
