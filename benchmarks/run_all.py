@@ -84,8 +84,8 @@ BENCHMARKS = (
     Benchmark(
         "suite_step",
         ("## DM Control Suite: one env step against MJX (CPU)",),
-        "one control step of the DM Control Suite ports (defaults and options) against MJX with "
-        "the file's and Playground's solver",
+        "one control step of the DM Control Suite ports against Playground's MJX environments "
+        "and MJX with the file's and Playground's solver",
     ),
     Benchmark(
         "sim",

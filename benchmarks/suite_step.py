@@ -1,12 +1,13 @@
-"""CPU time of one environment step of jaxdyn's DM Control Suite ports against ``mjx.step``
-on the same MJCF file (issue 48, "steps/s >= MJX's"), in one process.
+"""CPU time of one environment step of jaxdyn's DM Control Suite ports against MuJoCo
+Playground's MJX environments and ``mjx.step`` on the same MJCF file (issue 48, "steps/s >=
+MJX's"), in one process.
 
 Usage: ``python benchmarks/suite_step.py [--envs walker,hopper,cheetah,cartpole]
-[--batches 32] [--dtypes float32,float64] [--rounds 5] [--calls 4]
-[--mjx-iterations file,playground]
-[--jaxdyn-options "max_contacts=8;warm_start=true,solver_tolerance=1e-4,max_contacts=8;..."]
-[--reference-iterations 400] [--fidelity-steps 20] [--time-limit 90]
-[--out benchmarks/RESULTS.md]``
+[--batches 32,256] [--dtypes float32] [--rounds 5] [--calls 4]
+[--mjx-iterations file,playground,env]
+[--jaxdyn-options "max_contacts=8;warm_start=true,solver_tolerance=1e-4;..."]
+[--reference-iterations 400] [--fidelity-steps 20] [--time-limit 12]
+[--out benchmarks/RESULTS.md] [--profile]``
 
 For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.WalkerMove`
 ``walker_walk``, :class:`~jaxdyn.envs.dm_control_suite.HopperTask` ``hopper_hop``,
@@ -14,35 +15,36 @@ For each environment (``ENVS``: jaxdyn's :class:`~jaxdyn.envs.dm_control_suite.W
 :class:`~jaxdyn.envs.dm_control_suite.CartpoleBalance`) and batch size ``B``:
 
 * jaxdyn: ``jax.jit(jax.vmap(env.step))`` (one control step: ``env.n_frames`` simulator
-  steps, observation and reward), from ``jax.vmap(env.reset)`` states under fixed random
-  actions in ``[-1, 1]``;
-* MJX: ``jax.jit(jax.vmap(f))``, ``f`` ``env.n_frames`` calls of ``mjx.step`` in a
-  ``lax.scan`` under the same actions (``ctrl``), on the MJCF file the environment loads (for
-  the walker, hopper and cheetah dm_control's own ``suite/*.xml``, byte for byte; the
-  cart-pole's is Playground's, Euler), from the same states (``qpos`` / ``qvel`` of jaxdyn's
-  resets); ``jaxdyn, solver_iterations=k`` / ``max_contacts=k`` (the contact tasks,
-  ``--jaxdyn-options``) the same task with ``k`` steps of its contact solve instead of the
-  default 100 / with its solve over the ``k`` closest contact slots, ``warm_start=true`` /
-  ``solver_tolerance=t`` with the solve warm-started / stopped early
-  (:class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s options; a warm-started variant
-  starts from the same resets with zero impulses, :func:`warm`);
-  ``MJX`` runs the file's solver options, ``MJX (Playground's solver)`` the
-  ``iterations`` / ``ls_iterations`` of Playground's copy of the file (walker 2 / 5, hopper
-  4 / 10, cheetah 4 / 8, cart-pole 1 / 4: :data:`PLAYGROUND_ITERATIONS`; Playground's
-  environments set the time step to their ``sim_dt``, the same as jaxdyn's).
-  MJX computes no observation and no reward: its figure is the physics alone.
+  steps, Playground's ``n_substeps`` of the same ``sim_dt``, observation and reward), from
+  ``jax.vmap(env.reset)`` states under fixed random actions in ``[-1, 1]``; ``jaxdyn, k=v``
+  (``--jaxdyn-options``, none by default) the same task with
+  :class:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv`'s keywords (``solver_iterations``,
+  ``max_contacts``, ``warm_start`` / ``solver_tolerance``; a warm-started variant starts from
+  the same resets with zero impulses, :func:`warm`);
+* ``Playground's env (MJX)`` (``env``; when ``mujoco_playground`` is importable):
+  ``jax.jit(jax.vmap(env.step))`` of Playground's own environment (``registry.load(task,
+  impl="jax")``: its copy of the file, its solver and contact caps, its observation and
+  reward), from the same states (its resets with jaxdyn's ``qpos`` / ``qvel``);
+* ``MJX (Playground's solver)`` (``playground``): ``jax.jit(jax.vmap(f))``, ``f``
+  ``env.n_frames`` calls of ``mjx.step`` in a ``lax.scan`` (physics alone) on the MJCF file
+  the environment loads (for the walker, hopper and cheetah dm_control's own ``suite/*.xml``,
+  byte for byte; the cart-pole's is Playground's, Euler) with the ``iterations`` /
+  ``ls_iterations`` (:data:`PLAYGROUND_ITERATIONS`) and the contact caps
+  ``max_contact_points`` / ``max_geom_pairs`` (:data:`PLAYGROUND_CONTACTS`) of Playground's
+  copy;
+* ``MJX`` (``file``): the same on the file's own solver options (Newton, 100 iterations,
+  tolerance 1e-8, no caps): the converged reference of the solver error, built and timed at
+  the first batch size only.
 
 Solver error (at the first batch size, ``--fidelity-steps`` control steps from the same
 start; 0 disables it): what an engine's solve leaves unconverged, the largest ``|qpos -
 qpos_ref|`` over the batch and the steps, ``qpos_ref`` the same engine with its solve
-converged: jaxdyn's task with ``solver_iterations=--reference-iterations``, MJX on the file's
-solver options (Newton, 100 iterations, tolerance 1e-8: the ``MJX`` row is that reference).
+converged: jaxdyn's task with ``solver_iterations=--reference-iterations`` over every
+contact slot (no cap), MJX on the file's solver options (the ``MJX`` row is that reference).
 Each simulator against its own converged self, since the two contact models differ (hard
-against soft): it measures what cutting the solver costs each, not how far apart they are.
-The next column is the same error over the batch's resets without a penetrating contact
-(:func:`free_resets`): Playground's hopper and walker resets draw joint angles without a
-collision check, and where one body starts inside another jaxdyn's hard contact problem has
-no solution (its impulses grow with the iterations), so no iteration count converges there.
+against soft): it measures what cutting the solver (and capping the contacts) costs each,
+not how far apart they are. The next column is the same error over the batch's resets
+without a penetrating contact (:func:`free_resets`).
 
 Each dtype is a phase of its own (``jax_enable_x64`` off for float32, on for float64: jaxdyn's
 environments take the dtype of ``jax_enable_x64`` when built, and so does MJX's
@@ -57,16 +59,14 @@ both alike. Single-threaded and pinned to one core (``_env.single_threaded``).
 Prints a markdown table and writes the section ``SECTION`` of ``--out`` (the results file,
 ``benchmarks/RESULTS.md`` by default; ``--out ''`` writes nothing) through the shared writer
 (:func:`_env.write_section`): the machine, the versions, the commit, the date, the load
-average, and one table per dtype, jaxdyn's default rows next to its option rows (the
-contact tasks' keywords that make the step cheaper, labelled as options: by default the
-contact cap alone and with the warm start and an early stop, the settings that beat MJX's cut
-solver in docs/environments.md) and MJX's. Runtime: each (env, dtype) phase compiles its
-engines first (the defaults: 7 functions for a contact task, about a minute each on a loaded
-2-core machine; 3 for the cart-pole), about 75 minutes in all for the defaults there
-(measured: the walker, hopper and cheetah in float32 with 5 functions each took 26 minutes
-under a load average of 10-12);
-``--time-limit`` minutes (90 by default) bounds it: no phase starts after it (so a run ends
-at most one phase, about 10 minutes, past it), and the section names the phases left out.
+average, and one table per dtype. Runtime: the defaults (four tasks, float32 as Playground,
+B = 32 and 256, no jaxdyn options) compile 4 functions per contact task at B = 32 (jaxdyn,
+its converged reference, MJX's two solvers, Playground's env) and 2-3 at B = 256, 10-40 s
+each on an idle machine: about 10 minutes on an idle 2-core VM. ``--time-limit`` minutes (12
+by default) bounds it: no (env, dtype) phase starts after it (so a run ends at most one
+phase, a few minutes, past it), and the section names the phases left out. For the rest:
+``--dtypes float32,float64``, ``--batches 32,64,128,256``, ``--jaxdyn-options`` (the earlier
+default, :data:`DEFAULT_OPTIONS`), ``--profile`` (where jaxdyn's step spends its time).
 """
 
 from __future__ import annotations
@@ -115,6 +115,25 @@ PLAYGROUND_ITERATIONS = {
 }
 
 
+#: Playground's ``<custom>`` numerics ``max_contact_points`` / ``max_geom_pairs`` for its copy of
+#: each file (MJX keeps that many contacts / runs the narrow phase on that many closest pairs
+#: of each kind; ``None``: contact disabled)
+PLAYGROUND_CONTACTS = {
+    "walker": (4, 4),
+    "hopper": (6, 2),
+    "cheetah": (6, 4),
+    "cartpole": None,
+}
+
+#: Playground's registered name of each task (its ``registry``)
+PLAYGROUND_TASKS = {
+    "walker": "WalkerWalk",
+    "hopper": "HopperHop",
+    "cheetah": "CheetahRun",
+    "cartpole": "CartpoleBalance",
+}
+
+
 def build(name, options=""):
     """jaxdyn's environment ``name`` with ``options`` (``"k=v,k=v"``: the contact tasks'
     ``solver_iterations`` / ``max_contacts`` / ``solver_tolerance`` / ``warm_start``)."""
@@ -159,10 +178,11 @@ def warm(env, states):
     return states.replace(pipeline_state=ps)
 
 
-def mjx_fn(env, states, act, iterations=None):
+def mjx_fn(env, states, act, iterations=None, caps=None):
     """``jit(vmap(f))``, ``f`` one control step of MJX (``env.n_frames`` ``mjx.step``) on the
-    file ``env`` loads (``iterations``: ``(iterations, ls_iterations)`` instead of the file's),
-    and the MJX states of jaxdyn's ``states``."""
+    file ``env`` loads (``iterations``: ``(iterations, ls_iterations)`` instead of the file's;
+    ``caps``: ``(max_contact_points, max_geom_pairs)``, the ``<custom>`` numerics of
+    Playground's copy, added to it), and the MJX states of jaxdyn's ``states``."""
     import mujoco as _mujoco
     from mujoco import mjx
 
@@ -170,7 +190,11 @@ def mjx_fn(env, states, act, iterations=None):
 
     mujoco: Any = _mujoco  # MuJoCo ships no type stubs
 
-    m = mujoco.MjModel.from_xml_path(os.path.join(XML_DIR, env.xml))
+    spec = mujoco.MjSpec.from_file(os.path.join(XML_DIR, env.xml))
+    if caps is not None:
+        for key, value in zip(("max_contact_points", "max_geom_pairs"), caps):
+            spec.add_numeric(name=key, data=[float(value)])
+    m = spec.compile()
     if iterations is not None:
         m.opt.iterations, m.opt.ls_iterations = iterations
     mx = mjx.put_model(m)
@@ -191,6 +215,26 @@ def mjx_fn(env, states, act, iterations=None):
         return jax.lax.scan(frame, d.replace(ctrl=u), None, length=n)[0]
 
     return jax.jit(jax.vmap(one)), (dx, act.astype(dtype))
+
+
+def playground_fn(name, env, states, act):
+    """``jit(vmap(env.step))`` of Playground's own environment of the task (``impl="jax"``:
+    MJX, its file, solver and contact caps, its observation and reward) and its states: its
+    resets from the same keys with ``qpos`` / ``qvel`` set to jaxdyn's ``states``' (the same
+    start; :func:`start`); ``None`` where ``mujoco_playground`` is not importable."""
+    try:
+        from mujoco_playground import registry  # pyright: ignore[reportMissingImports]
+    except ImportError:
+        return None
+    pg = registry.load(PLAYGROUND_TASKS[name], config_overrides={"impl": "jax"})
+    B = act.shape[0]
+    ps = states.pipeline_state
+    pst = jax.jit(jax.vmap(pg.reset))(jax.random.split(jax.random.PRNGKey(0), B))
+    dtype = pst.data.qpos.dtype
+    qpos = jax.vmap(env.qpos)(ps.q).astype(dtype)
+    qvel = jax.vmap(env.qvel)(ps.q, ps.v).astype(dtype)
+    pst = pst.replace(data=pst.data.replace(qpos=qpos, qvel=qvel))
+    return jax.jit(jax.vmap(pg.step)), (pst, act.astype(dtype))
 
 
 class Engine:
@@ -276,24 +320,39 @@ def run_phase(
 
             fidelity = steps > 0 and B == batches[0]
             jd_ref = mjx_ref = None
-            if fidelity and has_contact(name):
-                e = build(name, f"solver_iterations={ref_its}")
-                jd_ref = Engine("ref", jax.jit(jax.vmap(e.step)), states, act, jd_qpos)
+            if fidelity and has_contact(name):  # converged: cold, every slot, every iteration
+                e = build(name, REFERENCE.format(its=ref_its))
+                st = warm(e, states)  # (no impulses: a cold solve)
+                jd_ref = Engine("ref", jax.jit(jax.vmap(e.step)), st, act, jd_qpos)
             engines = []
             for k in variants:
                 label = "jaxdyn" if not k else f"jaxdyn, {k.replace(',', ', ')}"
                 f = jax.jit(jax.vmap(envs[k].step))
                 st = warm(envs[k], states)
                 engines.append(Engine(label, f, st, act, jd_qpos, jd_ref))
-            for kind in sorted(mjx_kinds):  # "file" first: the reference of "playground"
-                it = None if kind == "file" else PLAYGROUND_ITERATIONS[name]
-                label = "MJX" if it is None else "MJX (Playground's solver)"
-                f, (dx, a) = mjx_fn(env, states, act, it)
-                if fidelity and it is not None and mjx_ref is None:
+            # "file" first: the reference of the others; it runs where the solver error is
+            # measured (the first batch size) only
+            for kind in [k for k in MJX_KINDS if k in mjx_kinds]:
+                if kind == "file" and not fidelity:
+                    continue
+                if fidelity and kind != "file" and mjx_ref is None:
                     g, (dx0, a0) = mjx_fn(env, states, act, None)
                     mjx_ref = Engine("ref", g, dx0, a0, lambda d: d.qpos)
+                if kind == "env":
+                    made = playground_fn(name, env, states, act)
+                    if made is None:
+                        notes.setdefault("no playground", True)
+                        continue
+                    f, (dx, a) = made
+                    engines.append(Engine(ENV_LABEL, f, dx, a, lambda st: st.data.qpos, mjx_ref))
+                    continue
+                it = caps = None
+                if kind == "playground":
+                    it, caps = PLAYGROUND_ITERATIONS[name], PLAYGROUND_CONTACTS[name]
+                label = "MJX" if kind == "file" else "MJX (Playground's solver)"
+                f, (dx, a) = mjx_fn(env, states, act, it, caps)
                 engines.append(Engine(label, f, dx, a, lambda d: d.qpos, mjx_ref))
-                if it is None:
+                if kind == "file":
                     mjx_ref = engines[-1]
             if fidelity:
                 free = free_resets(env, states) if has_contact(name) else None
@@ -397,6 +456,18 @@ def table(rows, steps):
     return "\n".join(out)
 
 
+#: the MJX engines (``--mjx-iterations``), in the order they are built: ``file``, MJX on the
+#: file's solver (the converged reference; at the first batch size only); ``playground``,
+#: ``mjx.step`` with Playground's solver iterations and contact caps (physics alone);
+#: ``env``, Playground's own environment step (physics, observation and reward)
+MJX_KINDS = ("file", "playground", "env")
+#: the label of Playground's own environment (``env``)
+ENV_LABEL = "Playground's env (MJX)"
+#: the options of jaxdyn's converged reference: ``its`` cold iterations (no warm start;
+#: a tolerance of 0 stops only at an exact fixed point) over every slot (a cap above the
+#: tasks' slot counts)
+REFERENCE = "solver_iterations={its},max_contacts=1000,warm_start=false,solver_tolerance=0"
+
 #: the results file's section of this script
 SECTION = "## DM Control Suite: one env step against MJX (CPU)"
 
@@ -415,8 +486,9 @@ def engine_label(label):
 
 def section(rows, args, load0, load1, notes, command):
     """The results file's section (``SECTION``): machine, versions, commit, date, load, and one
-    table per dtype; each row's speed against MJX with Playground's solver at the same env and
-    batch (``MJX cut / this``: above 1, cheaper than MJX's cut solver)."""
+    table per dtype; each row's speed against Playground's env (MJX with Playground's solver
+    where it did not run) at the same env and batch (``Playground / this``: above 1,
+    cheaper)."""
     import datetime
 
     shared = max(load0, load1) > 1.5
@@ -436,20 +508,26 @@ def section(rows, args, load0, load1, notes, command):
         )  # fmt: skip
         + ".",
         "",
-        "One control step (`env.n_frames` simulator steps) of jaxdyn's DM Control Suite ports, "
-        "`jax.jit(jax.vmap(env.step))` with observation and reward, against as many "
-        "`mjx.step` on the same MJCF file (physics only), from the same resets under the same "
-        "fixed random actions. CPU microseconds per env step (`time.process_time`, engines "
-        f"interleaved in one process: {args.rounds} rounds x {args.calls} calls). jaxdyn's "
-        "rows: its default task, then its options (`ContactSuiteEnv`'s keywords: "
-        "`max_contacts`, the solve over the closest contact slots; `warm_start` with "
-        "`solver_tolerance`, the solve started from the previous step's impulses and stopped "
-        "early), which trade accuracy for speed and are off by default. MJX: the file's "
-        "solver and Playground's cut one (its copy's `iterations` / `ls_iterations`). "
-        "*MJX cut / this*: MJX with Playground's solver's cost over the row's (above 1: "
-        f"cheaper). *Solver error*: the largest `qpos` difference over {args.fidelity_steps} "
-        "control steps from the engine with its solve converged (jaxdyn: "
-        f"`solver_iterations={args.reference_iterations}`; MJX: the file's Newton solve), "
+        "One control step (`env.n_frames` simulator steps, the same time step and frame "
+        "count as Playground's) of jaxdyn's DM Control Suite ports, "
+        "`jax.jit(jax.vmap(env.step))` with observation and reward, against Playground's own "
+        "environment step (*Playground's env (MJX)*: `registry.load(task, impl='jax')`, its "
+        "file, solver and contact caps, observation and reward) and against as many `mjx.step` "
+        "on the same MJCF file (physics only): *MJX* with the file's solver (Newton, 100 "
+        "iterations: the converged reference, at the first batch size only), *MJX "
+        "(Playground's solver)* with the `iterations` / `ls_iterations` and the "
+        "`max_contact_points` / `max_geom_pairs` of Playground's copy; from the same states "
+        "(jaxdyn's resets) under the same fixed random actions. CPU microseconds per env step "
+        "(`time.process_time`, engines interleaved in one process, one core: "
+        f"{args.rounds} rounds x {args.calls} calls). jaxdyn's rows: its default task (the "
+        "cheetah, walker and hopper solve over their 6 closest contact slots), then any "
+        "options given (`ContactSuiteEnv`'s keywords). *Playground / this*: the cost of "
+        "Playground's env (MJX with Playground's solver where the env did not run) over the "
+        f"row's (above 1: cheaper). *Solver error*: the largest `qpos` difference over "
+        f"{args.fidelity_steps} control steps from the engine with its solve converged "
+        f"(jaxdyn: `solver_iterations={args.reference_iterations}`, cold, over every contact "
+        "slot; "
+        "MJX: the file's Newton solve without caps), "
         "each engine against itself (the contact models differ: hard against soft).",
     ]
     pen = notes.get("penetrating", {})
@@ -461,13 +539,16 @@ def section(rows, args, load0, load1, notes, command):
             + ", ".join(f"{n} {d} {k} of {b}" for (n, d), (k, b) in pen.items())
             + ".",
         ]
+    # the comparison of each row: Playground's own env where it ran, else MJX's cut solver
     mjx_cut = {(r[0], r[1], r[2]): r[4] for r in rows if r[3] == "MJX (Playground's solver)"}
+    mjx_cut |= {(r[0], r[1], r[2]): r[4] for r in rows if r[3] == ENV_LABEL}
     for dtype in dict.fromkeys(r[1] for r in rows):
         lines += [
             "",
             f"{dtype}:",
             "",
-            "| env | B | engine | CPU us / env step | MJX cut / this | compile s | solver error |",
+            "| env | B | engine | CPU us / env step | Playground / this | compile s "
+            "| solver error |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, dt, B, eng, us, _, ct, err, _ in rows:
@@ -481,6 +562,12 @@ def section(rows, args, load0, load1, notes, command):
             lines.append(
                 f"| {name} | {B} | {engine_label(eng)} | {us:.0f} | {r} | {ct:.1f} | {e} |"
             )
+    if notes.get("no playground"):
+        lines += [
+            "",
+            "Playground's own environment did not run (`mujoco_playground` not importable): "
+            "*Playground / this* is against MJX with Playground's solver and contact caps.",
+        ]
     if notes.get("skipped"):
         lines += [
             "",
@@ -494,20 +581,26 @@ def section(rows, args, load0, load1, notes, command):
 def main(argv=None):
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--envs", default="walker,hopper,cheetah,cartpole")
-    p.add_argument("--batches", default="32")
-    p.add_argument("--dtypes", default="float32,float64")
+    p.add_argument("--batches", default="32,256")
+    p.add_argument("--dtypes", default="float32")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=4)
-    p.add_argument("--mjx-iterations", default="file,playground")
+    p.add_argument(
+        "--mjx-iterations",
+        default="file,playground,env",
+        help="MJX engines: file (the file's solver, the reference), playground (Playground's "
+        "solver and contact caps), env (Playground's own environment, if importable)",
+    )
     p.add_argument(
         "--jaxdyn-options",
-        default=DEFAULT_OPTIONS,
-        help="extra jaxdyn rows of the contact tasks, ';' between rows ('' for none)",
+        default="",
+        help="extra jaxdyn rows of the contact tasks, ';' between rows ('' for none; "
+        f"the earlier default: {DEFAULT_OPTIONS!r})",
     )
     p.add_argument(
         "--time-limit",
         type=float,
-        default=90.0,
+        default=12.0,
         help="minutes: no (env, dtype) phase starts after them (the section names those left)",
     )
     p.add_argument(

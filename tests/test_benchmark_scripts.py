@@ -376,8 +376,9 @@ def test_cpu_name_falls_back_to_the_machine_type(monkeypatch):
 
 def test_suite_step_section():
     """benchmarks/suite_step.py's section, without compiling a step: jaxdyn's default row, its
-    option rows labelled as options, MJX's two solvers, each row's speed against MJX with
-    Playground's cut solver at the same env and batch, the solver errors, the resets with a
+    option rows labelled as options, MJX's two solvers, each row's speed against Playground's
+    own env where it ran (else MJX with Playground's cut solver) at the same env and batch,
+    the solver errors, the resets with a
     penetrating contact, the phases a time limit left out, and the load (said shared above
     1.5); registered in run_all (one section per benchmark)."""
     import argparse
@@ -406,6 +407,13 @@ def test_suite_step_section():
     assert "walker float32 0 of 32." in text
     assert "Not run (past `--time-limit 90` minutes): hopper (float64)." in text
     assert "shared" not in ss.section(rows, args, 0.2, 0.4, {}, "c")
+    # Playground's own env, where it ran, is the comparison of its env and batch
+    env_row = ("walker", "float32", 32, ss.ENV_LABEL, 200.0, 2.5, 10.0, 0.9, 0.9)
+    text = ss.section([*rows, env_row], args, 0.2, 0.4, {}, "c")
+    assert "| walker | 32 | jaxdyn (default) | 500 | 0.40 | 60.0 | 1.2e-02 |" in text
+    assert "| walker | 32 | Playground's env (MJX) | 200 | 1.00 | 10.0 | 9.0e-01 |" in text
+    text = ss.section(rows, args, 0.2, 0.4, {"no playground": True}, "c")
+    assert "Playground's own environment did not run" in text
     run_all = _bench_module("run_all")
     assert run_all.BY_NAME["suite_step"].sections == (ss.SECTION,)
 

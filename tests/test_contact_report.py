@@ -105,6 +105,41 @@ def test_step_info_reports_the_solve():
         assert float(info["contact_residual"]) > 0.01 and int(info["contacts_dropped"]) == 2
 
 
+def test_step_info_forces_are_contact_forces():
+    """``sim.step_info(..., forces=True)`` reports ``contact_forces`` of the step's last
+    substep: with one substep, ``sim.contact_forces`` at the step's start (the same solve, bit
+    for bit; the suite's touch sensors read it instead of solving the step again), with two,
+    ``contact_forces`` at the state after the first; the state and the other entries are
+    :func:`step_info`'s without it. A ``forces`` that is not a bool, or ``forces=True``
+    without a contact model, is refused by name."""
+    jax.config.update("jax_enable_x64", True)
+    loaded = jaxdyn.load_mjcf(BOX_MJCF)
+    cfg = loaded.sim_config(sim.Constraint(iterations=30))
+    u = jnp.zeros(0)
+    s = sim.State(jnp.asarray(loaded.q0, jnp.float64), jnp.zeros(6).at[3].set(1.0))
+    n, info = sim.step_info(loaded.model, s, u, cfg, forces=True)
+    n0, info0 = sim.step_info(loaded.model, s, u, cfg)
+    f = sim.contact_forces(loaded.model, s, u, cfg)
+    assert float(jnp.max(jnp.abs(f[:, 2]))) > 1.0  # the box rests on its corners
+    np.testing.assert_array_equal(np.asarray(info["contact_forces"]), np.asarray(f))
+    np.testing.assert_array_equal(np.asarray(n.q), np.asarray(n0.q))
+    assert set(info) == set(info0) | {"contact_forces"}
+    cfg2 = loaded.sim_config(sim.Constraint(iterations=30), substeps=2)
+    _, info2 = sim.step_info(loaded.model, s, u, cfg2, forces=True)
+    half = loaded.sim_config(sim.Constraint(iterations=30), dt=cfg2.dt / 2)
+    mid = sim.step(loaded.model, s, u, half)
+    np.testing.assert_allclose(
+        np.asarray(info2["contact_forces"]),
+        np.asarray(sim.contact_forces(loaded.model, mid, u, cfg2)),
+        atol=1e-12,
+    )
+    with pytest.raises(ValueError, match="step_info: forces must be True or False"):
+        sim.step_info(loaded.model, s, u, cfg, forces=1)
+    free = loaded.sim_config(None)
+    with pytest.raises(ValueError, match="step_info: forces=True needs a contact model"):
+        sim.step_info(loaded.model, s, u, free, forces=True)
+
+
 def test_getup_default_cap():
     """``QuadrupedGetup(contact="constraint")`` caps its solve at ``MAX_CONTACTS`` of its 20
     contact spheres (checked against the uncapped solve: test_getup_cap_agrees_with_uncapped;

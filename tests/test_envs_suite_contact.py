@@ -471,6 +471,46 @@ def test_outcome_like_mujoco_with_options(name):
     _check_outcome(name, env, *_run(env, step, *ROLLOUTS[name]))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cheetah_run", "walker_walk", "hopper_hop"])
+def test_default_contact_cap_drops_nothing(name):
+    """The planar tasks' default cap (``ContactSuiteEnv.MAX_CONTACTS`` = 6 of the cheetah's 54,
+    the walker's 14 and the hopper's 30 slots) leaves out no slot that touches or closes within
+    a simulator step (``info["contacts_dropped"]`` 0: the capped problem is the uncapped one,
+    test_scene.py::test_constraint_max_contacts_equals_the_uncapped_solve) along random-action
+    rollouts of a batch of resets (16 x 60 control steps; falls, landings and a fallen body's
+    limbs on the floor), and ``max_contacts`` of at least the slots solves over all of them."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
+    env = envs.make(name)
+    assert isinstance(env, ContactSuiteEnv)
+    k = env.sys.cfg.contact.max_contacts
+    assert k == ContactSuiteEnv.MAX_CONTACTS == 6
+    B, T = 16, 60
+    states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(4), B))
+    nc = int(jax.eval_shape(env.contact_frames, env.reset(jax.random.PRNGKey(0)).pipeline_state)
+             .distance.shape[0])  # fmt: skip
+    assert nc > k
+    full = envs.make(name, max_contacts=nc)
+    assert full.sys.cfg.contact.max_contacts == nc  # k >= the slots: every slot solved
+
+    zi = int(env.scene.mj_model.joint("rootz").qposadr[0])
+
+    @jax.jit
+    def roll(s, key):
+        def body(s, kk):
+            a = jax.random.uniform(kk, (B, env.action_size), s.obs.dtype, -1, 1)
+            s = jax.vmap(env.step)(s, a)
+            z = jax.vmap(env.qpos)(s.pipeline_state.q)[:, zi]
+            return s, (s.info["contacts_dropped"], z)
+
+        return jax.lax.scan(body, s, jax.random.split(key, T))
+
+    s, (dropped, z) = roll(states, jax.random.PRNGKey(5))
+    assert int(jnp.max(dropped)) == 0 and float(jnp.max(s.done)) == 0.0
+    assert float(jnp.max(z)) - float(jnp.min(z)) > 0.1  # the bodies moved (fell, hopped)
+
+
 def _check_outcome(name, env, q, v, q_mj, v_mj):
     """:func:`test_outcome_like_mujoco`'s checks of jaxdyn's final ``(q, v)`` against MuJoCo's
     (``_run``)."""

@@ -245,26 +245,38 @@ class SuiteEnv(SimEnv):
         return self.advance_info(ps, ctrl)[:3]
 
     def advance_info(
-        self, ps: _sim.State, ctrl: Array
+        self, ps: _sim.State, ctrl: Array, forces: Array | None = None
     ) -> tuple[_sim.State, _sim.State, Array, dict[str, Array]]:
         """:meth:`advance` and the contact report of its frames, as
-        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``."""
+        :meth:`SimEnv.pipeline_step_info`: ``(next_state, pk, diverged, info)``.
+        ``forces`` (zeros ``(nc, 3)``, :meth:`ContactSuiteEnv.zero_forces`):
+        ``info["contact_forces"]`` too, the contact forces of the last simulator step, from
+        ``pk`` under ``ctrl`` (:func:`jaxdyn.sim.step_info`'s ``forces``: what
+        :func:`jaxdyn.sim.contact_forces` gives at ``pk``, without solving that step's
+        contacts a second time)."""
         model, cfg = self.sys.model, self.sys.cfg
         vmax = self.divergence_speed
 
+        want = forces is not None
+
         def frame(carry, _):
-            s, _, ok = carry
-            n, info = _sim.step_info(model, s, ctrl, cfg)
+            s, _, ok, f = carry
+            n, info = _sim.step_info(model, s, ctrl, cfg, forces=want)
             good = jnp.all(jnp.isfinite(n.q)) & jnp.all(jnp.abs(n.v) < vmax)
             n = jax.tree_util.tree_map(lambda a, b: jnp.where(good, a, b), n, s)
-            return (n, s, ok & good), info
+            if want:  # the last frame's (carried, not stacked over the frames)
+                f = info.pop("contact_forces")
+            return (n, s, ok & good, f), info
 
-        init = (ps, ps, jnp.asarray(True))
-        (nxt, pk, ok), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
+        init = (ps, ps, jnp.asarray(True), forces)
+        (nxt, pk, ok, f), infos = jax.lax.scan(frame, init, None, length=self.n_frames)
         bad = ~ok
         nxt = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), nxt, ps)
         pk = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), pk, ps)
-        return nxt, pk, bad, self.period_info(infos, nxt.q.dtype)
+        info = self.period_info(infos, nxt.q.dtype)
+        if f is not None:
+            info["contact_forces"] = f
+        return nxt, pk, bad, info
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
@@ -569,7 +581,10 @@ class ContactSuiteEnv(SuiteEnv):
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
       solution while at most ``k`` slots hold a contact (``info["contacts_dropped"]`` counts
       those left out), though the unconverged iterates differ (their step size is taken
-      over the slots solved);
+      over the slots solved). The cheetah, walker and hopper solve over their
+      :attr:`MAX_CONTACTS` (6) closest slots by default (:attr:`contact`), as Playground's
+      copies of their files cap MJX's contacts (``max_contact_points``: cheetah and hopper 6,
+      walker 4); a ``k`` of at least the slots solves over every slot;
     * ``warm_start``: start each solve from the previous simulator step's impulses, carried
       in the state (``pipeline_state.impulses``, zeros after a reset;
       :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
@@ -578,6 +593,11 @@ class ContactSuiteEnv(SuiteEnv):
       ``solver_iterations`` is then the most that run), which pays with the warm start."""
 
     contact = _sim.Constraint()
+    #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
+    #: that touch or close within a simulator step seen in their random-action rollouts was
+    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
+    #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
+    MAX_CONTACTS = 6
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -732,14 +752,25 @@ class ContactSuiteEnv(SuiteEnv):
             parts.append(cast("Geoms", cfg.geoms).frames(ws, zero, vb))
         return concat_frames(parts)
 
-    def touch(self, ps: _sim.State, ctrl: Array) -> Array:
+    def zero_forces(self, ps: _sim.State) -> Array:
+        """Zeros ``(nc, 3)``, one row per contact slot (:meth:`contact_frames`; under ``jit``
+        only its shape is used): :meth:`SuiteEnv.advance_info`'s ``forces``."""
+        return jnp.zeros((self.contact_frames(ps).distance.shape[0], 3), ps.q.dtype)
+
+    def touch(self, ps: _sim.State, ctrl: Array, forces: Array | None = None) -> Array:
         """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
         contacts on the site's body whose point lies in the site's volume, summed (the forces of
         the first simulator step from ``ps`` under ``ctrl``, :func:`jaxdyn.sim.contact_forces`:
-        jaxdyn's contact forces, not MuJoCo's soft-constraint ones)."""
+        jaxdyn's contact forces, not MuJoCo's soft-constraint ones). ``forces (nc, 3)``: those
+        forces where the caller has them (:meth:`step`: the last simulator step's,
+        :meth:`advance_info`), else solved here."""
         model, cfg = self.sys.model, self.sys.cfg
         fr = self.contact_frames(ps)
-        f = _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
+        f = (
+            _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
+            if forces is None
+            else forces
+        )
         fn = jnp.maximum(jnp.sum(f * fr.normal, -1), 0.0)
         body, other = np.asarray(fr.body), np.asarray(fr.other)
         R, p = self.frames(ps.q, self.touch_frames)
@@ -751,12 +782,13 @@ class ContactSuiteEnv(SuiteEnv):
             out.append(jnp.sum(jnp.where(on & inside, fn, 0.0)))
         return jnp.stack(out)
 
-    def sensors(self, pk: _sim.State, action: Array) -> dict:
+    def sensors(self, pk: _sim.State, action: Array, forces: Array | None = None) -> dict:
         """The quantities of :meth:`observe` and :meth:`reward` at the state ``pk`` under
-        ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``."""
+        ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``
+        (``forces``: the contact forces of the step from ``pk``, if known; :meth:`touch`)."""
         out = self.state_sensors(pk)
         if self.touch_sites:
-            out["touch"] = self.touch(pk, action)
+            out["touch"] = self.touch(pk, action, forces)
         return out
 
     def state_sensors(self, pk: _sim.State) -> dict:
@@ -775,8 +807,15 @@ class ContactSuiteEnv(SuiteEnv):
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
         action = self.check_action(action)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
-        sensors = self.sensors(pk, action)
+        # with touch sensors, the last frame's contact forces (one solve fewer than
+        # recomputing them at pk)
+        touch = bool(self.touch_sites)
+        ps0 = state.pipeline_state
+        ps, pk, bad, contact = self.advance_info(
+            ps0, action, self.zero_forces(ps0) if touch else None
+        )
+        forces = contact.pop("contact_forces") if touch else None
+        sensors = self.sensors(pk, action, forces)
         reward, metrics = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
@@ -849,10 +888,11 @@ class CheetahRun(ContactSuiteEnv):
     with a leg in the floor (9 % of them) is pushed out during the settling (the root is free
     to slide), which leaves it at rest with a converged solve. **Periods:** 0.01 s both.
     Contact: the bodies against the floor (friction 1, the floor's) and against each other
-    (0.4).
+    (0.4), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots.
     """
 
     xml = "cheetah.xml"
+    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     mujoco_limits = "constraint"
     RUN_SPEED = 10.0
 
@@ -937,11 +977,20 @@ class WalkerMove(ContactSuiteEnv):
     nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it, and jaxdyn's
     hard contact ejects the body at up to 15 m/s in the first step).
     **Periods:** control 0.025 s, simulation 0.0025 s. Contact: the bodies against the floor
-    (friction 0.7; the bodies do not collide with each other).
+    (friction 0.7; the bodies do not collide with each other), solved over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots, warm-started from the
+    previous simulator step's impulses (``pipeline_state.impulses``) and stopped at a relative
+    change of 1e-4 (``warm_start=False`` / ``solver_tolerance=0`` for the cold 100 iterations).
     """
 
     xml = "walker.xml"
-    contact = _sim.Constraint(friction=0.7)
+    #: the contact cap, and the solve warm-started from the previous simulator step's impulses
+    #: and stopped once they move by less than 1e-4 relative (its 10 simulator steps per
+    #: control step change the contacts little: docs/environments.md measures it as accurate
+    #: as 100 cold iterations and cheaper)
+    contact = _sim.Constraint(
+        friction=0.7, max_contacts=ContactSuiteEnv.MAX_CONTACTS, warm_start=True, tolerance=1e-4
+    )
     mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
     WALK_SPEED, RUN_SPEED = 1.0, 8.0
@@ -1035,13 +1084,19 @@ class HopperTask(ContactSuiteEnv):
     draws that touch nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it;
     jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1). Joint limits: MuJoCo's limit constraint
+    against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
+    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 (as the
+    walker's). Joint limits: MuJoCo's limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
+    #: as the walker's (:class:`WalkerMove`): the cap, a warm start and a tolerance of 1e-4
+    contact = _sim.Constraint(
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS, warm_start=True, tolerance=1e-4
+    )
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
@@ -1279,8 +1334,9 @@ class FingerTurn(FingerSpin):
     def step(self, state: State, action: Array) -> State:
         self.check_state(state, ("target",))
         action = self.check_action(action)
-        ps, pk, bad, contact = self.advance_info(state.pipeline_state, action)
-        sensors = self.sensors(pk, action)
+        ps0 = state.pipeline_state
+        ps, pk, bad, contact = self.advance_info(ps0, action, self.zero_forces(ps0))
+        sensors = self.sensors(pk, action, contact.pop("contact_forces"))
         sensors["target"] = state.info["target"]
         reward, _ = self.reward(ps, sensors, action)
         reward = reward.astype(ps.q.dtype)

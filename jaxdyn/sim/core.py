@@ -1121,7 +1121,7 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
 
 @full_precision
 def step_info(
-    model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig
+    model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig, *, forces: bool = False
 ) -> tuple[State, dict[str, Array]]:
     """:func:`step` and its contact report: ``(next_state, info)`` with
 
@@ -1137,11 +1137,20 @@ def step_info(
       the uncapped one; raise ``max_contacts`` where it is not.
 
     Both are 0 without constraint contact. The next state is :func:`step`'s (the same
-    program; under ``jit``, :func:`step` leaves the report out)."""
-    return _step("step_info", model, state, ctrl, cfg)
+    program; under ``jit``, :func:`step` leaves the report out).
+
+    ``forces=True`` (static; a contact model needed) adds ``info["contact_forces"]``: the
+    contact forces ``(nc, 3)`` of the step's last substep, as :func:`contact_forces` gives them
+    (with one substep and no warm start, ``contact_forces(model, state, ctrl, cfg)`` itself),
+    so that a caller wanting both the step and its forces (a touch sensor) pays one solve."""
+    if not isinstance(forces, bool):
+        raise ValueError(f"step_info: forces must be True or False, got {forces!r}")
+    if forces and cfg.contact is None:
+        raise ValueError("step_info: forces=True needs a contact model (cfg.contact is None)")
+    return _step("step_info", model, state, ctrl, cfg, forces)
 
 
-def _step(fn, model, state, ctrl, cfg):
+def _step(fn, model, state, ctrl, cfg, forces=False):
     q, v, ctrl, dtype, act = _check_state(fn, model, state, ctrl, cfg)
     imp = _check_impulses(fn, model, state, cfg, dtype)
     model = model.astype(dtype)
@@ -1150,11 +1159,14 @@ def _step(fn, model, state, ctrl, cfg):
 
     def one(q, v, act, imp):
         cfg1, u = _driven(cfg, ctrl, act, h)
-        q, v, _, info, x = _substep(model, cfg1, props, q, v, u, h, imp)
+        q, v, f, info, x = _substep(model, cfg1, props, q, v, u, h, imp)
         if act is not None:  # after the step, as MuJoCo's mj_advance
             # (activations: a GainBias, the one actuator with act_size)
             act = cast("GainBias", cfg.actuator).next_act(ctrl, act, h)
         imp = imp if imp is None or x is None else x.astype(imp.dtype)
+        if forces:  # step_info(forces=True): contact_forces' rows of this substep
+            assert f is not None  # a contact model gives its forces (step_info checks)
+            info = {**info, "contact_forces": f[:, :3]}
         return q, v, act, imp, info
 
     if cfg.substeps == 1:
@@ -1166,7 +1178,7 @@ def _step(fn, model, state, ctrl, cfg):
             return (q, v, act, imp), info
 
         (q, v, act, imp), infos = jax.lax.scan(sub, (q, v, act, imp), None, length=cfg.substeps)
-        info = {k: jnp.max(x) for k, x in infos.items()}
+        info = {k: x[-1] if k == "contact_forces" else jnp.max(x) for k, x in infos.items()}
     t = jnp.asarray(state.t, dtype) + jnp.asarray(cfg.dt, dtype)
     return State(q, v, t, act, imp), info
 
