@@ -10,8 +10,9 @@ time; ``n`` is static), which XLA fuses across the batch on every backend.
 
 Only for the small ``n`` of per-step systems: the traced program grows with ``n``.
 
-:func:`spd_solve` is the one exception: it calls LAPACK where the caller allows it and XLA:CPU
-is not asked to fuse loops (:func:`jaxdyn.config.fused_cpu_loops`, which a custom call blocks).
+:func:`spd_solve` and :func:`general_solve` are the exceptions: they call LAPACK where the caller
+allows it (``general_solve``: above a few rows) and XLA:CPU is not asked to fuse loops
+(:func:`jaxdyn.config.fused_cpu_loops`, which a custom call blocks).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import config
 __all__ = [
     "cho_solve",
     "cholesky",
+    "general_solve",
     "lu_apply",
     "lu_factor",
     "lu_solve",
@@ -137,3 +139,18 @@ def lu_solve(A, b):
     ``b (n,)`` or ``(n, k)``."""
     LU, perm = lu_factor(A)
     return lu_apply(LU, perm, b)
+
+
+GENERAL_SOLVE_UNROLLED_MAX = 6
+"""Largest ``n`` that :func:`general_solve` solves with the unrolled :func:`lu_solve`."""
+
+
+def general_solve(A, b):
+    """``A^-1 b`` for a general square ``A (n, n)``; ``b (n,)`` or ``(n, k)``: the unrolled
+    :func:`lu_solve` for ``n <= GENERAL_SOLVE_UNROLLED_MAX`` or when fused CPU loops are on
+    (:func:`jaxdyn.config.fused_cpu_loops_enabled`), else LAPACK's LU with partial pivoting
+    (``getrf`` / ``getrs`` through :func:`jax.numpy.linalg.solve`), whose cost does not grow
+    the traced program. Both are linear in ``b`` (they transpose under autodiff)."""
+    if A.shape[-1] <= GENERAL_SOLVE_UNROLLED_MAX or config.fused_cpu_loops_enabled():
+        return lu_solve(A, b)
+    return jnp.linalg.solve(A, b)

@@ -936,7 +936,8 @@ def _solve_fixed(
     ``mu |w_t| e_n`` (:func:`_desaxce`); with scalar rows, one safeguarded active-set step
     on them (:func:`_polish_rows`: their exact impulses given the contacts'); then
     ``newton`` safeguarded semismooth Newton steps on the fixed-point residual ``F(lam) -
-    lam`` (a step is kept only if it lowers the residual). ``live``: 1 on the candidate
+    lam`` (a step is kept only if it lowers the residual; its linear system solved by
+    :func:`jaxdyn._linalg.general_solve`). ``live``: 1 on the candidate
     contacts (and scalar rows), 0 on the empty slots, whose impulses stay 0 (their free
     velocity ``u_n ~ NO_CONTACT / dt`` puts every iterate in the polar cone): ``L`` bounds the
     candidates' block of ``S G S`` only (``S`` from the candidates), so the iterates are the same
@@ -996,7 +997,7 @@ def _solve_fixed(
 
     def newton_step(lam, _):
         res, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
-        trial = lam + linalg.lu_solve(Jr, -res)
+        trial = lam + linalg.general_solve(Jr, -res)
         res_t = _flat_map(trial, G, u, mu_c, rho, coulomb, nc, width, pyramid) - trial
         ok = (jnp.sum(res_t * res_t) < jnp.sum(res * res)) & jnp.all(jnp.isfinite(trial))
         return jnp.where(ok, trial, lam), None
@@ -1114,7 +1115,7 @@ def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, tol, primals, ta
         (G, u, mu),
         (dG, du, dmu),
     )
-    return lam, linalg.lu_solve(Jr, -rhs)
+    return lam, linalg.general_solve(Jr, -rhs)
 
 
 def solve_cone_complementarity(
