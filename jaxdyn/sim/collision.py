@@ -1145,6 +1145,94 @@ def hfield_prisms(hf, centre):
     return jnp.concatenate([base, tri], 1)
 
 
+#: the geoms whose heightfield prisms run GJK / EPA on the exact shape (:func:`_prism_convex`)
+_HFIELD_CONVEX = ("ellipsoid", "cylinder")
+
+
+def _prism_support(v, pos1, mat1):
+    """The prism ``v`` (6, 3) (heightfield coordinates, :func:`hfield_prisms`) as a support
+    function (world direction -> world vertex; MuJoCo's ``mjc_prism_support``), its centroid,
+    and ``rigid(x, d)``: the prism's point ``x`` (world, values only) carried with the prism, the
+    heightfield's pose and its heights: ``x``'s barycentric coordinates in the top triangle
+    (x-y) and its height fraction between the base and the top surface are held, so that a
+    witness point on the top face moves with the interpolated surface (Danskin's theorem then
+    gives the derivative of the depth in the heights)."""
+    sg = jax.lax.stop_gradient
+
+    def sup(d):
+        u = d @ mat1
+        return pos1 + mat1 @ v[jnp.argmax(v @ u)]
+
+    def rigid(x, d):
+        del d
+        vs = sg(v)
+        xl = sg(mat1.T @ (x - pos1))
+        top = vs[3:]
+        # barycentric coordinates of xl's (x, y) in the top triangle
+        e1, e2, q = top[1, :2] - top[0, :2], top[2, :2] - top[0, :2], xl[:2] - top[0, :2]
+        det = e1[0] * e2[1] - e1[1] * e2[0]
+        l1 = (q[0] * e2[1] - q[1] * e2[0]) / det
+        l2 = (e1[0] * q[1] - e1[1] * q[0]) / det
+        lam = jnp.stack([1 - l1 - l2, l1, l2])
+        zb = vs[0, 2]
+        zt = lam @ top[:, 2]
+        t = (xl[2] - zb) / jnp.where(zt > zb, zt - zb, 1.0)
+        moved = lam @ v[3:]  # (x, y, z_top) moving with the grid and the heights
+        z = v[0, 2] + t * (moved[2] - v[0, 2])
+        local = jnp.stack([moved[0], moved[1], z])
+        return pos1 + mat1 @ (xl + local - sg(local))
+
+    return sup, pos1 + mat1 @ jnp.mean(v, axis=0), rigid
+
+
+def _prism_candidates(t2, prisms, pos1, mat1, size2, pos2, mat2, k):
+    """Indices of the ``k`` prisms (``prisms`` (P, 6, 3), heightfield coordinates) of least
+    separation from geom 2 along the prisms' own face normals (top, three walls, base: a
+    separating-axis lower bound of the signed distance, from geom 2's support function), the
+    ones whose GJK / EPA is run (a fixed count: MuJoCo skips the prisms its bounds rule out)."""
+    sg = jax.lax.stop_gradient
+    sup2, _, r2, _ = _core_support(t2, sg(size2), sg(pos2), sg(mat2))
+    prisms = sg(prisms)
+
+    def sep(v):
+        a = _prism_hull(v).normals @ sg(mat1).T  # (5, 3) world, outward
+        lo = jax.vmap(lambda n: _dot(n, sup2(-n)))(a) - r2  # geom 2's least extent along a
+        hi = jnp.max((v @ sg(mat1).T + sg(pos1)) @ a.T, axis=0)  # the prism's greatest
+        return jnp.max(lo - hi)
+
+    return jax.lax.top_k(-jax.vmap(sep)(prisms), k)[1]
+
+
+def _prism_convex(t2, v, pos1, mat1, size2, pos2, mat2):
+    """One heightfield prism ``v`` against an ellipsoid or cylinder: GJK / EPA
+    (:func:`jaxdyn.sim.gjk.convex_pair`) on the prism's and the exact shape's support functions,
+    as MuJoCo's ``mjc_ConvexHField`` runs its general convex collider on each prism; the
+    normal from the heightfield to geom 2."""
+    s1, c1, g1 = _prism_support(v, pos1, mat1)
+    s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+    d, p, n = convex_pair(
+        lambda u: (s1(u), s2(-u)),
+        c1,
+        c2,
+        0.0,
+        r2,
+        rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
+    )
+    # EPA's witness points are barycentric on its polytope (less accurate than its normal where
+    # the prism's side is an edge or a face); where geom 2's support along -n is one point (an
+    # ellipsoid; a cylinder's rim point when n is neither along nor across its axis) the
+    # contact is that point moved back by half the distance (MuJoCo's midpoint)
+    u = jax.lax.stop_gradient(n) @ mat2
+    x2 = s2(-jax.lax.stop_gradient(n))
+    if t2 == "cylinder":
+        lat = jnp.sqrt(u[0] ** 2 + u[1] ** 2)
+        unique = (lat > 0.05) & (jnp.abs(u[2]) > 0.05)
+        p = jnp.where(unique, x2 - d / 2 * n, p)
+    else:
+        p = x2 - d / 2 * n
+    return _contact(d, p, n)
+
+
 def hfield_prism_contacts(
     t2: str,
     hf: HField,
@@ -1154,15 +1242,24 @@ def hfield_prism_contacts(
     pos2: jax.Array,
     mat2: jax.Array,
     margin: float | jax.Array = 0.0,
+    candidates: int | None = None,
 ) -> Contact:
     """Contacts ``(prisms, k)`` of geom 2 (``t2``: sphere, capsule, ellipsoid, cylinder, box or
     mesh) with every prism of the window of the heightfield ``hf`` (at ``pos1``, ``mat1``),
     normals from the heightfield to geom 2: a sphere the exact closest point of each prism
     (``k = 1``), a capsule as :func:`collide_capsule_mesh` (``k = 3``), the others separating
-    axes on polytopes with a clipped face manifold (:func:`_polytope_polytope`, ``k = 4``)."""
+    axes on polytopes with a clipped face manifold (:func:`_polytope_polytope`, ``k = 4``),
+    an ellipsoid or a cylinder by GJK / EPA on its exact shape (:func:`_prism_convex`,
+    ``k = 1``). ``candidates`` (static; ellipsoid and cylinder only): only that many prisms of
+    the window, those of least separation along their own face normals
+    (:func:`_prism_candidates`), are run (the others are not returned)."""
     prisms = hfield_prisms(hf, mat1.T @ (pos2 - pos1))
+    if candidates is not None and t2 in _HFIELD_CONVEX and candidates < prisms.shape[0]:
+        prisms = prisms[_prism_candidates(t2, prisms, pos1, mat1, size2, pos2, mat2, candidates)]
 
     def one(v):
+        if t2 in _HFIELD_CONVEX:
+            return _prism_convex(t2, v, pos1, mat1, size2, pos2, mat2)
         hull = _prism_hull(v)
         if t2 == "sphere":
             return _flip(_sphere_hull(pos2, size2[0], hull, pos1, mat1))
@@ -1175,7 +1272,10 @@ def hfield_prism_contacts(
 
 
 #: contact slots of a heightfield pair after the prisms' contacts are reduced
-HFIELD_SLOTS = {"sphere": 4, "capsule": 6}
+HFIELD_SLOTS = {"sphere": 4, "capsule": 6, "ellipsoid": 4, "cylinder": 4}
+#: prisms run by GJK / EPA in a heightfield pair with an ellipsoid / cylinder
+#: (:func:`_prism_candidates`)
+HFIELD_CANDIDATES = {"ellipsoid": 6, "cylinder": 6}
 HFIELD_SLOTS_POLYTOPE = 8
 
 
@@ -1185,7 +1285,9 @@ def _hfield_pair(t2):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
         if not isinstance(size1, HField):
             raise TypeError(f"a heightfield geom is described by an HField (hfield), got {size1}")
-        c = hfield_prism_contacts(t2, size1, pos1, mat1, size2, pos2, mat2, margin)
+        c = hfield_prism_contacts(
+            t2, size1, pos1, mat1, size2, pos2, mat2, margin, HFIELD_CANDIDATES.get(t2)
+        )
         d, p, n = c.dist.reshape(-1), c.pos.reshape(-1, 3), c.normal.reshape(-1, 3)
         dmin = jnp.min(d)
         valid = (d < NO_CONTACT / 2) & ((d <= margin) | (d <= dmin))
