@@ -41,10 +41,10 @@ pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis 
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
 reference face (Sutherland-Hodgman, Ericson ch. 8.3). The ellipsoid pairs run GJK / EPA on
 the exact shapes' support functions (:mod:`jaxdyn.sim.gjk`, MuJoCo's ``mjc_Convex``); the
-cylinder pairs with cylinders, boxes and meshes keep a manifold on the cylinder's
-circumscribed prism (the exact single contact is ``exact_cylinder_*``). Heightfields are MuJoCo's
-(``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
-polytope for the pair functions above.
+cylinder pairs with cylinders, boxes and meshes add MuJoCo's ``multiccd`` contacts (the same
+pair turned by 1e-3 rad; the exact single contact is ``exact_cylinder_*``). Heightfields are
+MuJoCo's (``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a
+convex polytope for the pair functions above (ellipsoids and cylinders by GJK / EPA).
 """
 
 from __future__ import annotations
@@ -897,8 +897,8 @@ def _unit_sphere() -> Hull:
 
 def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
-    a :class:`Hull` scaled differentiably by ``size`` (an approximation: the manifold of the
-    cylinder pairs with cylinders, boxes and meshes, and heightfield prisms)."""
+    a :class:`Hull` scaled differentiably by ``size`` (an approximation; the pair functions
+    use the exact cylinder)."""
     size = jnp.asarray(size)
     u = _unit_cylinder(CYLINDER_SIDES if sides is None else int(sides))
     scale = jnp.stack([size[0], size[0], size[1]])
@@ -909,7 +909,7 @@ def ellipsoid_hull(size: ArrayLike) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
     recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid (an
-    approximation, used for heightfield prisms; the geom pairs use the exact shape)."""
+    approximation; the pair functions use the exact shape)."""
     size = jnp.asarray(size)[:3]
     unit = _unit_sphere()
     n = jnp.asarray(unit.normals, size.dtype) / size  # normals map by S^-1
@@ -980,16 +980,18 @@ def _core_support(t, size, pos, mat):
     return sup, pos + mat @ c, r, rigid
 
 
-def _convex_pair(t1, t2, name="collide"):
+def _convex_pair(t1, t2, name="collide", epa_iters=None):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
         s1, c1, r1, g1 = _core_support(t1, size1, pos1, mat1)
         s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+        ei = None if epa_iters is None else epa_iters(pos1.dtype)
         d, p, n = convex_pair(
             lambda u: (s1(u), s2(-u)),
             c1,
             c2,
             r1,
             r2,
+            epa_iters=ei,
             rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
         )
         return _contact(d, p, n)
@@ -1011,31 +1013,117 @@ collide_ellipsoid_box = _convex_pair("ellipsoid", "box")
 collide_ellipsoid_mesh = _convex_pair("ellipsoid", "mesh")
 
 
-def _hull_pair(t1, t2):
-    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
-        h1, h2 = _shape_hull(t1, size1), _shape_hull(t2, size2)
-        return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
-
-    fn.__name__ = f"collide_{t1}_{t2}"
-    fn.__doc__ = (
-        f"{t1.capitalize()} - {t2}: 8 slots, separating axes on polytopes "
-        "(:func:`_polytope_polytope`), the cylinder as its circumscribed prism "
-        "(:func:`cylinder_hull`): a face-face manifold (a cylinder standing on a box rests on "
-        "its rim's slots), with the depth within the prism's error (about 2 % of the radius). "
-        "The exact single contact (GJK/EPA, MuJoCo's ``mjc_Convex`` without ``multiccd``) is "
-        f":data:`exact_{t1}_{t2}`; MuJoCo's own multi-contact (``multiccd``) is not reproduced."
-    )
-    return fn
-
-
 #: the cylinder pairs' exact deepest contact (one contact, GJK / EPA; :func:`_convex_pair`)
 exact_cylinder_cylinder = _convex_pair("cylinder", "cylinder", "exact")
 exact_cylinder_box = _convex_pair("cylinder", "box", "exact")
 exact_cylinder_mesh = _convex_pair("cylinder", "mesh", "exact")
-# a flat face on a flat face needs a manifold: the prism's, until multiccd is reproduced
-collide_cylinder_cylinder = _hull_pair("cylinder", "cylinder")
-collide_cylinder_box = _hull_pair("cylinder", "box")
-collide_cylinder_mesh = _hull_pair("cylinder", "mesh")
+
+#: MuJoCo's ``multiccd`` constants (``mjc_Convex``): the perturbation angle (rad) and the
+#: distinctness tolerance relative to the smaller bounding radius
+MULTICCD_ANGLE = 1e-3
+MULTICCD_TOL = 1e-3
+
+
+def _rbound(t, size):
+    """MuJoCo's ``geom_rbound`` of a cylinder, box or convex mesh (its frame's origin)."""
+    if t == "cylinder":
+        return jnp.sqrt(size[0] ** 2 + size[1] ** 2)
+    if t == "box":
+        return jnp.sqrt(_dot(size[:3], size[:3]))
+    v = jnp.asarray(_as_hull(size).vertices)
+    return jnp.max(jnp.sqrt(jnp.sum(v * v, axis=1)))
+
+
+def _make_frame_tangents(n):
+    """The contact frame's second and third axes of MuJoCo's ``mju_makeFrame`` for the normal
+    ``n`` (its y axis from (0, 1, 0), or (0, 0, 1) where ``|n_y| >= 0.5``)."""
+    ey = jnp.array([0.0, 1.0, 0.0], n.dtype)
+    ez = jnp.array([0.0, 0.0, 1.0], n.dtype)
+    y = jnp.where((n[1] < 0.5) & (n[1] > -0.5), ey, ez)
+    y = y - _dot(n, y) * n
+    y = y / jnp.sqrt(_dot(y, y))
+    return y, _cross(n, y)
+
+
+def _axis_angle_mat(axis, angle):
+    """Rotation matrix of ``angle`` about the unit ``axis`` (Rodrigues)."""
+    K = jnp.array(
+        [[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]],
+        axis.dtype,
+    )
+    return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
+
+
+def _multiccd_epa_iters(dt):
+    """EPA iterations of the turned pairs of :func:`_multiccd_pair`: half the first contact's
+    (their penetration is within the perturbation of the first's)."""
+    from .gjk import EPA_ITERS
+
+    return EPA_ITERS[jnp.finfo(dt).bits // 8] // 2
+
+
+def _multiccd_pair(t1, t2):
+    exact = _convex_pair(t1, t2, "exact")
+    turned_pair = _convex_pair(t1, t2, "exact", epa_iters=_multiccd_epa_iters)
+    nslot = 5
+
+    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
+        sg = jax.lax.stop_gradient
+        c0 = exact(size1, pos1, mat1, size2, pos2, mat2)
+        d0, p0, n0 = c0.dist[0], c0.pos[0], c0.normal[0]
+        tol = MULTICCD_TOL * jnp.minimum(_rbound(t1, sg(size1)), _rbound(t2, sg(size2)))
+        o = sg(p0)
+        rots = []
+        for axis in _make_frame_tangents(sg(n0)):
+            for angle in (-MULTICCD_ANGLE, MULTICCD_ANGLE):
+                rots.append(_axis_angle_mat(axis, angle))
+        R = jnp.stack(rots)  # (4, 3, 3)
+
+        def turned(r):
+            # geom 1 turned by r, geom 2 by r^T, both about the first contact (mju_rotateFrame)
+            q1 = pos1 + (o - pos1) - r @ (o - pos1)
+            q2 = pos2 + (o - pos2) - r.T @ (o - pos2)
+            c = turned_pair(size1, q1, r @ mat1, size2, q2, r.T @ mat2)
+            return c.dist[0], c.pos[0], c.normal[0]
+
+        dk, pk, nk = jax.vmap(turned)(R)
+        # the first contact and each new one far (> tol) from all kept before it
+        pts = [p0]
+        keep = []
+        for k in range(4):
+            far = jnp.all(
+                jnp.stack([jnp.sqrt(_dot(pk[k] - q, pk[k] - q)) > tol for q in pts])
+                | ~jnp.stack([jnp.array(True)] + keep)
+            )
+            ok = (d0 < margin) & (dk[k] < margin) & far
+            keep.append(ok)
+            pts.append(pk[k])
+        keep = jnp.stack(keep)
+        dist = jnp.concatenate([d0[None], jnp.where(keep, d0, NO_CONTACT)])
+        pos = jnp.concatenate([p0[None], jnp.where(keep[:, None], pk, 0.0)])
+        nrm = jnp.concatenate([n0[None], jnp.where(keep[:, None], nk, 0.0)])
+        return Contact(dist, pos, nrm)
+
+    fn.__name__ = f"collide_{t1}_{t2}"
+    fn.__doc__ = (
+        (
+            f"{t1.capitalize()} - {t2}: {nslot} slots, MuJoCo's ``mjc_Convex`` with ``multiccd`` "
+            "(its default): slot 0 the exact GJK / EPA contact (:data:`exact_{t1}_{t2}`); slots "
+            "1-4 the contacts of the same pair with geom 1 turned by -+ :data:`MULTICCD_ANGLE` "
+            "about the contact frame's two tangents (``mju_makeFrame``) through the first "
+            "contact and geom 2 turned back, each kept where it penetrates and lies farther than "
+            ":data:`MULTICCD_TOL` times the smaller bounding radius from those kept before it, "
+            "with the first contact's depth (a cylinder standing on a flat face rests on its rim)."
+        )
+        .replace("{t1}", t1)
+        .replace("{t2}", t2)
+    )
+    return fn
+
+
+collide_cylinder_cylinder = _multiccd_pair("cylinder", "cylinder")
+collide_cylinder_box = _multiccd_pair("cylinder", "box")
+collide_cylinder_mesh = _multiccd_pair("cylinder", "mesh")
 
 
 # ------------------------------------------------------------------------------ heightfields
@@ -1389,9 +1477,9 @@ NCON = {
     ("ellipsoid", "cylinder"): 1,
     ("ellipsoid", "box"): 1,
     ("ellipsoid", "mesh"): 1,
-    ("cylinder", "cylinder"): 8,
-    ("cylinder", "box"): 8,
-    ("cylinder", "mesh"): 8,
+    ("cylinder", "cylinder"): 5,
+    ("cylinder", "box"): 5,
+    ("cylinder", "mesh"): 5,
     **{
         ("hfield", t): HFIELD_SLOTS.get(t, HFIELD_SLOTS_POLYTOPE)
         for t in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
