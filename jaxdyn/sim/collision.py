@@ -41,10 +41,10 @@ pruned by the Gauss-map Minkowski-face test (D. Gregorius, "The separating axis 
 convex polyhedra", GDC 2013) and a face-face manifold by clipping the incident face against the
 reference face (Sutherland-Hodgman, Ericson ch. 8.3). The ellipsoid pairs run GJK / EPA on
 the exact shapes' support functions (:mod:`jaxdyn.sim.gjk`, MuJoCo's ``mjc_Convex``); the
-cylinder pairs with cylinders, boxes and meshes keep a manifold on the cylinder's
-circumscribed prism (the exact single contact is ``exact_cylinder_*``). Heightfields are MuJoCo's
-(``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a convex
-polytope for the pair functions above.
+cylinder pairs with cylinders, boxes and meshes add MuJoCo's ``multiccd`` contacts (the same
+pair turned by 1e-3 rad; the exact single contact is ``exact_cylinder_*``). Heightfields are
+MuJoCo's (``mjc_ConvexHField``): each grid cell two triangular prisms down to the base, each a
+convex polytope for the pair functions above (ellipsoids and cylinders by GJK / EPA).
 """
 
 from __future__ import annotations
@@ -897,8 +897,8 @@ def _unit_sphere() -> Hull:
 
 def cylinder_hull(size: ArrayLike, sides: int | None = None) -> Hull:
     """The cylinder ``[r, h]`` as a prism circumscribing it (:data:`CYLINDER_SIDES` sides),
-    a :class:`Hull` scaled differentiably by ``size`` (an approximation: the manifold of the
-    cylinder pairs with cylinders, boxes and meshes, and heightfield prisms)."""
+    a :class:`Hull` scaled differentiably by ``size`` (an approximation; the pair functions
+    use the exact cylinder)."""
     size = jnp.asarray(size)
     u = _unit_cylinder(CYLINDER_SIDES if sides is None else int(sides))
     scale = jnp.stack([size[0], size[0], size[1]])
@@ -909,7 +909,7 @@ def ellipsoid_hull(size: ArrayLike) -> Hull:
     """The ellipsoid ``[a, b, c]`` as the inscribed polytope of a subdivided icosahedron (162
     vertices) scaled by the semi-axes (a linear map keeps a hull's faces; the normals are
     recomputed). Its surface lies within 1.8 % of the largest semi-axis inside the ellipsoid (an
-    approximation, used for heightfield prisms; the geom pairs use the exact shape)."""
+    approximation; the pair functions use the exact shape)."""
     size = jnp.asarray(size)[:3]
     unit = _unit_sphere()
     n = jnp.asarray(unit.normals, size.dtype) / size  # normals map by S^-1
@@ -980,16 +980,18 @@ def _core_support(t, size, pos, mat):
     return sup, pos + mat @ c, r, rigid
 
 
-def _convex_pair(t1, t2, name="collide"):
+def _convex_pair(t1, t2, name="collide", epa_iters=None):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
         s1, c1, r1, g1 = _core_support(t1, size1, pos1, mat1)
         s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+        ei = None if epa_iters is None else epa_iters(pos1.dtype)
         d, p, n = convex_pair(
             lambda u: (s1(u), s2(-u)),
             c1,
             c2,
             r1,
             r2,
+            epa_iters=ei,
             rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
         )
         return _contact(d, p, n)
@@ -1011,31 +1013,117 @@ collide_ellipsoid_box = _convex_pair("ellipsoid", "box")
 collide_ellipsoid_mesh = _convex_pair("ellipsoid", "mesh")
 
 
-def _hull_pair(t1, t2):
-    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
-        h1, h2 = _shape_hull(t1, size1), _shape_hull(t2, size2)
-        return _polytope_polytope(h1, pos1, mat1, h2, pos2, mat2, margin, 8)
-
-    fn.__name__ = f"collide_{t1}_{t2}"
-    fn.__doc__ = (
-        f"{t1.capitalize()} - {t2}: 8 slots, separating axes on polytopes "
-        "(:func:`_polytope_polytope`), the cylinder as its circumscribed prism "
-        "(:func:`cylinder_hull`): a face-face manifold (a cylinder standing on a box rests on "
-        "its rim's slots), with the depth within the prism's error (about 2 % of the radius). "
-        "The exact single contact (GJK/EPA, MuJoCo's ``mjc_Convex`` without ``multiccd``) is "
-        f":data:`exact_{t1}_{t2}`; MuJoCo's own multi-contact (``multiccd``) is not reproduced."
-    )
-    return fn
-
-
 #: the cylinder pairs' exact deepest contact (one contact, GJK / EPA; :func:`_convex_pair`)
 exact_cylinder_cylinder = _convex_pair("cylinder", "cylinder", "exact")
 exact_cylinder_box = _convex_pair("cylinder", "box", "exact")
 exact_cylinder_mesh = _convex_pair("cylinder", "mesh", "exact")
-# a flat face on a flat face needs a manifold: the prism's, until multiccd is reproduced
-collide_cylinder_cylinder = _hull_pair("cylinder", "cylinder")
-collide_cylinder_box = _hull_pair("cylinder", "box")
-collide_cylinder_mesh = _hull_pair("cylinder", "mesh")
+
+#: MuJoCo's ``multiccd`` constants (``mjc_Convex``): the perturbation angle (rad) and the
+#: distinctness tolerance relative to the smaller bounding radius
+MULTICCD_ANGLE = 1e-3
+MULTICCD_TOL = 1e-3
+
+
+def _rbound(t, size):
+    """MuJoCo's ``geom_rbound`` of a cylinder, box or convex mesh (its frame's origin)."""
+    if t == "cylinder":
+        return jnp.sqrt(size[0] ** 2 + size[1] ** 2)
+    if t == "box":
+        return jnp.sqrt(_dot(size[:3], size[:3]))
+    v = jnp.asarray(_as_hull(size).vertices)
+    return jnp.max(jnp.sqrt(jnp.sum(v * v, axis=1)))
+
+
+def _make_frame_tangents(n):
+    """The contact frame's second and third axes of MuJoCo's ``mju_makeFrame`` for the normal
+    ``n`` (its y axis from (0, 1, 0), or (0, 0, 1) where ``|n_y| >= 0.5``)."""
+    ey = jnp.array([0.0, 1.0, 0.0], n.dtype)
+    ez = jnp.array([0.0, 0.0, 1.0], n.dtype)
+    y = jnp.where((n[1] < 0.5) & (n[1] > -0.5), ey, ez)
+    y = y - _dot(n, y) * n
+    y = y / jnp.sqrt(_dot(y, y))
+    return y, _cross(n, y)
+
+
+def _axis_angle_mat(axis, angle):
+    """Rotation matrix of ``angle`` about the unit ``axis`` (Rodrigues)."""
+    K = jnp.array(
+        [[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]],
+        axis.dtype,
+    )
+    return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
+
+
+def _multiccd_epa_iters(dt):
+    """EPA iterations of the turned pairs of :func:`_multiccd_pair`: half the first contact's
+    (their penetration is within the perturbation of the first's)."""
+    from .gjk import EPA_ITERS
+
+    return EPA_ITERS[jnp.finfo(dt).bits // 8] // 2
+
+
+def _multiccd_pair(t1, t2):
+    exact = _convex_pair(t1, t2, "exact")
+    turned_pair = _convex_pair(t1, t2, "exact", epa_iters=_multiccd_epa_iters)
+    nslot = 5
+
+    def fn(size1, pos1, mat1, size2, pos2, mat2, margin: float | jax.Array = 0.0):
+        sg = jax.lax.stop_gradient
+        c0 = exact(size1, pos1, mat1, size2, pos2, mat2)
+        d0, p0, n0 = c0.dist[0], c0.pos[0], c0.normal[0]
+        tol = MULTICCD_TOL * jnp.minimum(_rbound(t1, sg(size1)), _rbound(t2, sg(size2)))
+        o = sg(p0)
+        rots = []
+        for axis in _make_frame_tangents(sg(n0)):
+            for angle in (-MULTICCD_ANGLE, MULTICCD_ANGLE):
+                rots.append(_axis_angle_mat(axis, angle))
+        R = jnp.stack(rots)  # (4, 3, 3)
+
+        def turned(r):
+            # geom 1 turned by r, geom 2 by r^T, both about the first contact (mju_rotateFrame)
+            q1 = pos1 + (o - pos1) - r @ (o - pos1)
+            q2 = pos2 + (o - pos2) - r.T @ (o - pos2)
+            c = turned_pair(size1, q1, r @ mat1, size2, q2, r.T @ mat2)
+            return c.dist[0], c.pos[0], c.normal[0]
+
+        dk, pk, nk = jax.vmap(turned)(R)
+        # the first contact and each new one far (> tol) from all kept before it
+        pts = [p0]
+        keep = []
+        for k in range(4):
+            far = jnp.all(
+                jnp.stack([jnp.sqrt(_dot(pk[k] - q, pk[k] - q)) > tol for q in pts])
+                | ~jnp.stack([jnp.array(True)] + keep)
+            )
+            ok = (d0 < margin) & (dk[k] < margin) & far
+            keep.append(ok)
+            pts.append(pk[k])
+        keep = jnp.stack(keep)
+        dist = jnp.concatenate([d0[None], jnp.where(keep, d0, NO_CONTACT)])
+        pos = jnp.concatenate([p0[None], jnp.where(keep[:, None], pk, 0.0)])
+        nrm = jnp.concatenate([n0[None], jnp.where(keep[:, None], nk, 0.0)])
+        return Contact(dist, pos, nrm)
+
+    fn.__name__ = f"collide_{t1}_{t2}"
+    fn.__doc__ = (
+        (
+            f"{t1.capitalize()} - {t2}: {nslot} slots, MuJoCo's ``mjc_Convex`` with ``multiccd`` "
+            "(its default): slot 0 the exact GJK / EPA contact (:data:`exact_{t1}_{t2}`); slots "
+            "1-4 the contacts of the same pair with geom 1 turned by -+ :data:`MULTICCD_ANGLE` "
+            "about the contact frame's two tangents (``mju_makeFrame``) through the first "
+            "contact and geom 2 turned back, each kept where it penetrates and lies farther than "
+            ":data:`MULTICCD_TOL` times the smaller bounding radius from those kept before it, "
+            "with the first contact's depth (a cylinder standing on a flat face rests on its rim)."
+        )
+        .replace("{t1}", t1)
+        .replace("{t2}", t2)
+    )
+    return fn
+
+
+collide_cylinder_cylinder = _multiccd_pair("cylinder", "cylinder")
+collide_cylinder_box = _multiccd_pair("cylinder", "box")
+collide_cylinder_mesh = _multiccd_pair("cylinder", "mesh")
 
 
 # ------------------------------------------------------------------------------ heightfields
@@ -1145,6 +1233,94 @@ def hfield_prisms(hf, centre):
     return jnp.concatenate([base, tri], 1)
 
 
+#: the geoms whose heightfield prisms run GJK / EPA on the exact shape (:func:`_prism_convex`)
+_HFIELD_CONVEX = ("ellipsoid", "cylinder")
+
+
+def _prism_support(v, pos1, mat1):
+    """The prism ``v`` (6, 3) (heightfield coordinates, :func:`hfield_prisms`) as a support
+    function (world direction -> world vertex; MuJoCo's ``mjc_prism_support``), its centroid,
+    and ``rigid(x, d)``: the prism's point ``x`` (world, values only) carried with the prism, the
+    heightfield's pose and its heights: ``x``'s barycentric coordinates in the top triangle
+    (x-y) and its height fraction between the base and the top surface are held, so that a
+    witness point on the top face moves with the interpolated surface (Danskin's theorem then
+    gives the derivative of the depth in the heights)."""
+    sg = jax.lax.stop_gradient
+
+    def sup(d):
+        u = d @ mat1
+        return pos1 + mat1 @ v[jnp.argmax(v @ u)]
+
+    def rigid(x, d):
+        del d
+        vs = sg(v)
+        xl = sg(mat1.T @ (x - pos1))
+        top = vs[3:]
+        # barycentric coordinates of xl's (x, y) in the top triangle
+        e1, e2, q = top[1, :2] - top[0, :2], top[2, :2] - top[0, :2], xl[:2] - top[0, :2]
+        det = e1[0] * e2[1] - e1[1] * e2[0]
+        l1 = (q[0] * e2[1] - q[1] * e2[0]) / det
+        l2 = (e1[0] * q[1] - e1[1] * q[0]) / det
+        lam = jnp.stack([1 - l1 - l2, l1, l2])
+        zb = vs[0, 2]
+        zt = lam @ top[:, 2]
+        t = (xl[2] - zb) / jnp.where(zt > zb, zt - zb, 1.0)
+        moved = lam @ v[3:]  # (x, y, z_top) moving with the grid and the heights
+        z = v[0, 2] + t * (moved[2] - v[0, 2])
+        local = jnp.stack([moved[0], moved[1], z])
+        return pos1 + mat1 @ (xl + local - sg(local))
+
+    return sup, pos1 + mat1 @ jnp.mean(v, axis=0), rigid
+
+
+def _prism_candidates(t2, prisms, pos1, mat1, size2, pos2, mat2, k):
+    """Indices of the ``k`` prisms (``prisms`` (P, 6, 3), heightfield coordinates) of least
+    separation from geom 2 along the prisms' own face normals (top, three walls, base: a
+    separating-axis lower bound of the signed distance, from geom 2's support function), the
+    ones whose GJK / EPA is run (a fixed count: MuJoCo skips the prisms its bounds rule out)."""
+    sg = jax.lax.stop_gradient
+    sup2, _, r2, _ = _core_support(t2, sg(size2), sg(pos2), sg(mat2))
+    prisms = sg(prisms)
+
+    def sep(v):
+        a = _prism_hull(v).normals @ sg(mat1).T  # (5, 3) world, outward
+        lo = jax.vmap(lambda n: _dot(n, sup2(-n)))(a) - r2  # geom 2's least extent along a
+        hi = jnp.max((v @ sg(mat1).T + sg(pos1)) @ a.T, axis=0)  # the prism's greatest
+        return jnp.max(lo - hi)
+
+    return jax.lax.top_k(-jax.vmap(sep)(prisms), k)[1]
+
+
+def _prism_convex(t2, v, pos1, mat1, size2, pos2, mat2):
+    """One heightfield prism ``v`` against an ellipsoid or cylinder: GJK / EPA
+    (:func:`jaxdyn.sim.gjk.convex_pair`) on the prism's and the exact shape's support functions,
+    as MuJoCo's ``mjc_ConvexHField`` runs its general convex collider on each prism; the
+    normal from the heightfield to geom 2."""
+    s1, c1, g1 = _prism_support(v, pos1, mat1)
+    s2, c2, r2, g2 = _core_support(t2, size2, pos2, mat2)
+    d, p, n = convex_pair(
+        lambda u: (s1(u), s2(-u)),
+        c1,
+        c2,
+        0.0,
+        r2,
+        rigid=lambda xa, xb, u: (g1(xa, u), g2(xb, -u)),
+    )
+    # EPA's witness points are barycentric on its polytope (less accurate than its normal where
+    # the prism's side is an edge or a face); where geom 2's support along -n is one point (an
+    # ellipsoid; a cylinder's rim point when n is neither along nor across its axis) the
+    # contact is that point moved back by half the distance (MuJoCo's midpoint)
+    u = jax.lax.stop_gradient(n) @ mat2
+    x2 = s2(-jax.lax.stop_gradient(n))
+    if t2 == "cylinder":
+        lat = jnp.sqrt(u[0] ** 2 + u[1] ** 2)
+        unique = (lat > 0.05) & (jnp.abs(u[2]) > 0.05)
+        p = jnp.where(unique, x2 - d / 2 * n, p)
+    else:
+        p = x2 - d / 2 * n
+    return _contact(d, p, n)
+
+
 def hfield_prism_contacts(
     t2: str,
     hf: HField,
@@ -1154,15 +1330,24 @@ def hfield_prism_contacts(
     pos2: jax.Array,
     mat2: jax.Array,
     margin: float | jax.Array = 0.0,
+    candidates: int | None = None,
 ) -> Contact:
     """Contacts ``(prisms, k)`` of geom 2 (``t2``: sphere, capsule, ellipsoid, cylinder, box or
     mesh) with every prism of the window of the heightfield ``hf`` (at ``pos1``, ``mat1``),
     normals from the heightfield to geom 2: a sphere the exact closest point of each prism
     (``k = 1``), a capsule as :func:`collide_capsule_mesh` (``k = 3``), the others separating
-    axes on polytopes with a clipped face manifold (:func:`_polytope_polytope`, ``k = 4``)."""
+    axes on polytopes with a clipped face manifold (:func:`_polytope_polytope`, ``k = 4``),
+    an ellipsoid or a cylinder by GJK / EPA on its exact shape (:func:`_prism_convex`,
+    ``k = 1``). ``candidates`` (static; ellipsoid and cylinder only): only that many prisms of
+    the window, those of least separation along their own face normals
+    (:func:`_prism_candidates`), are run (the others are not returned)."""
     prisms = hfield_prisms(hf, mat1.T @ (pos2 - pos1))
+    if candidates is not None and t2 in _HFIELD_CONVEX and candidates < prisms.shape[0]:
+        prisms = prisms[_prism_candidates(t2, prisms, pos1, mat1, size2, pos2, mat2, candidates)]
 
     def one(v):
+        if t2 in _HFIELD_CONVEX:
+            return _prism_convex(t2, v, pos1, mat1, size2, pos2, mat2)
         hull = _prism_hull(v)
         if t2 == "sphere":
             return _flip(_sphere_hull(pos2, size2[0], hull, pos1, mat1))
@@ -1175,7 +1360,10 @@ def hfield_prism_contacts(
 
 
 #: contact slots of a heightfield pair after the prisms' contacts are reduced
-HFIELD_SLOTS = {"sphere": 4, "capsule": 6}
+HFIELD_SLOTS = {"sphere": 4, "capsule": 6, "ellipsoid": 4, "cylinder": 4}
+#: prisms run by GJK / EPA in a heightfield pair with an ellipsoid / cylinder
+#: (:func:`_prism_candidates`)
+HFIELD_CANDIDATES = {"ellipsoid": 6, "cylinder": 6}
 HFIELD_SLOTS_POLYTOPE = 8
 
 
@@ -1185,7 +1373,9 @@ def _hfield_pair(t2):
     def fn(size1, pos1, mat1, size2, pos2, mat2, margin=0.0):
         if not isinstance(size1, HField):
             raise TypeError(f"a heightfield geom is described by an HField (hfield), got {size1}")
-        c = hfield_prism_contacts(t2, size1, pos1, mat1, size2, pos2, mat2, margin)
+        c = hfield_prism_contacts(
+            t2, size1, pos1, mat1, size2, pos2, mat2, margin, HFIELD_CANDIDATES.get(t2)
+        )
         d, p, n = c.dist.reshape(-1), c.pos.reshape(-1, 3), c.normal.reshape(-1, 3)
         dmin = jnp.min(d)
         valid = (d < NO_CONTACT / 2) & ((d <= margin) | (d <= dmin))
@@ -1287,9 +1477,9 @@ NCON = {
     ("ellipsoid", "cylinder"): 1,
     ("ellipsoid", "box"): 1,
     ("ellipsoid", "mesh"): 1,
-    ("cylinder", "cylinder"): 8,
-    ("cylinder", "box"): 8,
-    ("cylinder", "mesh"): 8,
+    ("cylinder", "cylinder"): 5,
+    ("cylinder", "box"): 5,
+    ("cylinder", "mesh"): 5,
     **{
         ("hfield", t): HFIELD_SLOTS.get(t, HFIELD_SLOTS_POLYTOPE)
         for t in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
