@@ -719,20 +719,29 @@ def test_hfield_sphere_gradient_matches_finite_differences():
                       p2, jnp.eye(3))  # fmt: skip
         return jnp.min(c.dist)
 
+    _check_hfield_gradient(
+        depth, heights, ([0.05, 0.03, 0.12], [-0.2, 0.2, 0.1], [0.3, -0.1, 0.15]), 1e-6
+    )
+
+
+def _check_hfield_gradient(depth, heights, poses, rtol):
+    """``jax.value_and_grad(depth)`` (``depth(p2, heights)``, the deepest distance) at
+    ``poses`` of geom 2: negative, finite gradients, and directional derivatives in random
+    directions of the position and of the heights equal to central differences."""
     vg = jax.jit(jax.value_and_grad(depth, argnums=(0, 1)))
     rng = np.random.default_rng(6)
-    for p in ([0.05, 0.03, 0.12], [-0.2, 0.2, 0.1], [0.3, -0.1, 0.15]):
+    for p in poses:
         p = jnp.asarray(p)
         val, (gp, gh) = vg(p, heights)
-        assert val < 0 and np.all(np.isfinite(np.asarray(gh)))
+        assert val < 0 and np.all(np.isfinite(np.asarray(gh))) and np.all(np.isfinite(gp))
         e = 1e-6
-        for u, g, arg in ((rng.normal(size=3), gp, 0), (rng.normal(size=(5, 6)), gh, 1)):
+        for u, g, arg in ((rng.normal(size=3), gp, 0), (rng.normal(size=heights.shape), gh, 1)):
             u = jnp.asarray(u)
             args = [p, heights]
             hi, lo = list(args), list(args)
             hi[arg], lo[arg] = args[arg] + e * u, args[arg] - e * u
             fd = (vg(*hi)[0] - vg(*lo)[0]) / (2 * e)
-            np.testing.assert_allclose(float(jnp.sum(g * u)), float(fd), rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(float(jnp.sum(g * u)), float(fd), rtol=rtol, atol=1e-9)
 
 
 @pytest.mark.parametrize("t2", ["ellipsoid", "cylinder"])
@@ -752,20 +761,9 @@ def test_hfield_convex_gradient_matches_finite_differences(t2):
         c = C.collide("hfield", t2, hf, jnp.zeros(3), jnp.eye(3), size2, p2, mat2)
         return jnp.min(c.dist)
 
-    vg = jax.jit(jax.value_and_grad(depth, argnums=(0, 1)))
-    rng = np.random.default_rng(6)
-    for p in ([0.05, 0.03, 0.1], [-0.2, 0.2, 0.09], [0.3, -0.1, 0.12]):
-        p = jnp.asarray(p)
-        val, (gp, gh) = vg(p, heights)
-        assert val < 0 and np.all(np.isfinite(np.asarray(gh))) and np.all(np.isfinite(gp))
-        e = 1e-6
-        for u, g, arg in ((rng.normal(size=3), gp, 0), (rng.normal(size=(5, 6)), gh, 1)):
-            u = jnp.asarray(u)
-            args = [p, heights]
-            hi, lo = list(args), list(args)
-            hi[arg], lo[arg] = args[arg] + e * u, args[arg] - e * u
-            fd = (vg(*hi)[0] - vg(*lo)[0]) / (2 * e)
-            np.testing.assert_allclose(float(jnp.sum(g * u)), float(fd), rtol=1e-5, atol=1e-9)
+    _check_hfield_gradient(
+        depth, heights, ([0.05, 0.03, 0.1], [-0.2, 0.2, 0.09], [0.3, -0.1, 0.12]), 1e-5
+    )
 
 
 # ------------------------------------------------------------------------------ cylinder multiccd
