@@ -57,6 +57,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import spatial
+from ._soft import MINVAL
 from .gjk import _cross, _dot, _eps, convex_pair
 
 if TYPE_CHECKING:
@@ -1034,24 +1036,24 @@ def _rbound(t, size):
     return jnp.max(jnp.sqrt(jnp.sum(v * v, axis=1)))
 
 
-def _make_frame_tangents(n):
-    """The contact frame's second and third axes of MuJoCo's ``mju_makeFrame`` for the normal
-    ``n`` (its y axis from (0, 1, 0), or (0, 0, 1) where ``|n_y| >= 0.5``)."""
-    ey = jnp.array([0.0, 1.0, 0.0], n.dtype)
-    ez = jnp.array([0.0, 0.0, 1.0], n.dtype)
-    y = jnp.where((n[1] < 0.5) & (n[1] > -0.5), ey, ez)
-    y = y - _dot(n, y) * n
-    y = y / jnp.sqrt(_dot(y, y))
-    return y, _cross(n, y)
-
-
-def _axis_angle_mat(axis, angle):
-    """Rotation matrix of ``angle`` about the unit ``axis`` (Rodrigues)."""
-    K = jnp.array(
-        [[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]],
-        axis.dtype,
-    )
-    return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
+def mujoco_tangents(n, tangent=None):
+    """MuJoCo's contact tangents ``(s1, s2)`` of the unit normals ``n (nc, 3)`` (its
+    ``mju_makeFrame``): ``s1`` the given ``tangent (nc, 3)`` (:attr:`ContactFrames.tangent`)
+    where ``|tangent|^2 >= 0.25``, else (and with ``tangent=None``) ``e_y``, or ``e_z`` where
+    ``|n_y| >= 0.5``; made orthogonal to ``n`` and normalised (``e_x`` where nothing is left:
+    a tangent along the normal); ``s2 = n x s1``: the axes of MuJoCo's pyramidal cones."""
+    ey = jnp.broadcast_to(jnp.asarray([0.0, 1.0, 0.0], n.dtype), n.shape)
+    ez = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 1.0], n.dtype), n.shape)
+    a = jnp.where(((n[:, 1] < 0.5) & (n[:, 1] > -0.5))[:, None], ey, ez)
+    if tangent is not None:
+        given = jnp.sum(tangent * tangent, -1) >= 0.25
+        a = jnp.where(given[:, None], tangent.astype(n.dtype), a)
+    s1 = a - jnp.sum(n * a, -1, keepdims=True) * n
+    n2 = jnp.sum(s1 * s1, -1, keepdims=True)
+    ok = n2 >= MINVAL**2  # MuJoCo's mju_normalize3: e_x below mjMINVAL
+    ex = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0], n.dtype), n.shape)
+    s1 = jnp.where(ok, s1 / jnp.sqrt(jnp.where(ok, n2, 1.0)), ex)  # finite derivatives at 0
+    return s1, spatial.cross(n, s1)
 
 
 def _multiccd_epa_iters(dt):
@@ -1074,9 +1076,9 @@ def _multiccd_pair(t1, t2):
         tol = MULTICCD_TOL * jnp.minimum(_rbound(t1, sg(size1)), _rbound(t2, sg(size2)))
         o = sg(p0)
         rots = []
-        for axis in _make_frame_tangents(sg(n0)):
+        for axis in mujoco_tangents(sg(n0)[None]):  # mju_makeFrame's tangents, (1, 3) each
             for angle in (-MULTICCD_ANGLE, MULTICCD_ANGLE):
-                rots.append(_axis_angle_mat(axis, angle))
+                rots.append(spatial.rodrigues(axis[0], jnp.asarray(angle, axis.dtype)))
         R = jnp.stack(rots)  # (4, 3, 3)
 
         def turned(r):

@@ -67,7 +67,7 @@ import numpy as np
 from .. import _linalg as linalg
 from .. import spatial
 from . import _params, _scatter, _soft
-from .collision import NO_CONTACT
+from .collision import NO_CONTACT, mujoco_tangents
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -1498,26 +1498,6 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     s = S.reshape(-1)
     Gs = G * s[:, None] * s[None, :] + jnp.diag(R)
     return Gs, (S * u).reshape(-1), mu, active, E
-
-
-def mujoco_tangents(n, tangent=None):
-    """MuJoCo's contact tangents ``(s1, s2)`` of the unit normals ``n (nc, 3)`` (its
-    ``mju_makeFrame``): ``s1`` the given ``tangent (nc, 3)`` (:attr:`ContactFrames.tangent`)
-    where ``|tangent|^2 >= 0.25``, else (and with ``tangent=None``) ``e_y``, or ``e_z`` where
-    ``|n_y| >= 0.5``; made orthogonal to ``n`` and normalised (``e_x`` where nothing is left:
-    a tangent along the normal); ``s2 = n x s1``: the axes of MuJoCo's pyramidal cones."""
-    ey = jnp.broadcast_to(jnp.asarray([0.0, 1.0, 0.0], n.dtype), n.shape)
-    ez = jnp.broadcast_to(jnp.asarray([0.0, 0.0, 1.0], n.dtype), n.shape)
-    a = jnp.where(((n[:, 1] < 0.5) & (n[:, 1] > -0.5))[:, None], ey, ez)
-    if tangent is not None:
-        given = jnp.sum(tangent * tangent, -1) >= 0.25
-        a = jnp.where(given[:, None], tangent.astype(n.dtype), a)
-    s1 = a - jnp.sum(n * a, -1, keepdims=True) * n
-    n2 = jnp.sum(s1 * s1, -1, keepdims=True)
-    ok = n2 >= _soft.MINVAL**2  # MuJoCo's mju_normalize3: e_x below mjMINVAL
-    ex = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0], n.dtype), n.shape)
-    s1 = jnp.where(ok, s1 / jnp.sqrt(jnp.where(ok, n2, 1.0)), ex)  # finite derivatives at 0
-    return s1, spatial.cross(n, s1)
 
 
 def pyramid_edges(n, mu, tangent=None):
