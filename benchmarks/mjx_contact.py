@@ -665,10 +665,33 @@ def keep_other_scenes(text, out, infos):
     if t and note:
         i = next(k for k, ln in enumerate(out_lines) if ln.startswith("Machine: "))
         scenes = sorted({ln.split("|")[1].strip() for ln in kept})
-        out_lines[i] += (
-            f" The rows of {', '.join(scenes)} are from an earlier run{sane}: {note[9:]}"
-        )
+        runs: dict[tuple[str, str], list[str]] = {}
+        for scene in scenes:
+            runs.setdefault(_run_of(scene, note[9:], sane), []).append(scene)
+        for (desc, its_sane), names in runs.items():
+            out_lines[i] += (
+                f" The rows of {', '.join(names)} are from an earlier run{its_sane}: {desc}"
+            )
     return "\n".join(out_lines)
+
+
+_EARLIER = re.compile(
+    r" The rows of ([\w, ]+) are from an earlier run( \(its sanity rows: [^)]*\))?: "
+)
+
+
+def _run_of(scene, note, sane):
+    """The description (and sanity note) of the run that measured ``scene``'s rows, from a
+    section's machine note: its own run's description, followed by one "The rows of ... are
+    from an earlier run: ..." part per earlier run it kept rows of (a scene named in a part
+    comes from that part's run unless the next part names it again)."""
+    parts = _EARLIER.split(note)  # desc0, names1, sane1, desc1, names2, sane2, desc2, ...
+    desc, its_sane = parts[0], sane
+    for k in range(1, len(parts) - 2, 3):
+        if scene not in [s.strip() for s in parts[k].split(",")]:
+            break
+        desc, its_sane = parts[k + 2], parts[k + 1] or ""
+    return desc.strip(), its_sane
 
 
 if __name__ == "__main__":

@@ -334,6 +334,18 @@ def test_mjx_contact_scene_and_table(tmp_path):
         if table.startswith("| scene"):
             assert "\n| s |" in table and "\n| t |" in table, table
     assert "The rows of s are from an earlier run" in both
+    # a third run (scene u) names the runs of s and t once each, without nesting the notes
+    both = both.replace("load average 3.0 at the start", "load average 4.0 at the start", 1)
+    _bench_module("_env").write_section(out, both)
+    rows_u = [("u", *r[1:]) for r in rows]
+    sanity_u, fid_u = [("u", *sanity[0][1:])], [("u", *fidelity[1][1:])]
+    text_u = mc.section(rows_u, sanity_u, {"u": infos["s"]}, args, 5.0, fid_u)
+    three = mc.keep_other_scenes(text_u, out, {"u": infos["s"]})
+    note = next(ln for ln in three.splitlines() if ln.startswith("Machine: "))
+    assert note.count("The rows of") == 2 and note.count("load average") == 3, note
+    assert "The rows of s are from an earlier run (its sanity rows: B = 4, 20 steps): " in note
+    assert "load average 3.0" in note.split("The rows of s")[1], note
+    assert "load average 4.0" in note.split("The rows of t")[1].split("The rows of s")[0], note
 
 
 def test_mjx_contact_chunks_and_batches():
