@@ -248,14 +248,32 @@ def bench_robot(name, dtypes, B, latency, log):
 PLAIN_CALLS = 5
 
 
-def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS) -> dict:
+#: Pinocchio's C++ benchmark around each algorithm of the plain process: seconds per repeat,
+#: repeats (its median is taken)
+PIN_MIN_TIME, PIN_REPEATS = 0.01, 5
+
+
+def _pin_now(pin_argv, alg) -> tuple[float, float]:
+    """ns per call of ``alg`` (median and best of the repeats) from one run of Pinocchio's C++
+    benchmark (``pin_argv``: the binary and its arguments; it times all algorithms, about a
+    second)."""
+    r = subprocess.run(pin_argv, capture_output=True, text=True, check=True)
+    t = json.loads(r.stdout)["ns_per_call"][alg]
+    return t["median"], t["best"]
+
+
+def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_argv=None):
     """In a plain process (:func:`plain_rounds` starts it): each algorithm as README writes it,
     ``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model (``form=
     "argument"``) or ``jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))`` (``"closed"``),
     at batch ``B``; the first call (compile) and one more as warm-up, then the median of
-    ``calls`` calls (``block_until_ready``). Returns ``{alg: {"ns", "cpu", "compile_s",
-    "calls_ns"}}``: ns per sample, CPU seconds per wall second of the timed calls (above 1: the
-    call ran on several threads) and the first call's seconds."""
+    ``calls`` calls (``block_until_ready``). With ``pin_argv`` (Pinocchio's C++ benchmark,
+    a process of its own) Pinocchio is timed just before and just after those calls, so that
+    the load of a shared machine weighs on both sides of the ratio. Returns ``{alg: {"ns",
+    "cpu", "compile_s", "calls_ns", "pin_ns"}}``: ns per sample, CPU seconds per wall second
+    of the timed calls (above 1: the call ran on several threads), the first call's seconds
+    and Pinocchio's ns per call (``pin_ns``: the mean of the medians before and after;
+    ``pin_best_ns``: the best repeat of both; ``None`` without ``pin_argv``)."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -274,24 +292,29 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS) -> di
             args = (model, *args)
         compile_s = _first_call(jf, args)
         jax.block_until_ready(jf(*args))  # warm-up
+        pin0 = _pin_now(pin_argv, alg) if pin_argv else None
         walls, cpu0, w0 = [], time.process_time(), time.perf_counter()
         for _ in range(calls):
             t0 = time.perf_counter()
             jax.block_until_ready(jf(*args))
             walls.append(time.perf_counter() - t0)
         cpu = (time.process_time() - cpu0) / (time.perf_counter() - w0)
+        pin1 = _pin_now(pin_argv, alg) if pin0 else None
         ns = [w / B * 1e9 for w in walls]
         out[alg] = {"ns": statistics.median(ns), "cpu": cpu, "compile_s": compile_s}
-        out[alg]["calls_ns"] = ns
+        out[alg].update(calls_ns=ns, pin_ns=None, pin_best_ns=None)
+        if pin0 and pin1:
+            out[alg]["pin_ns"] = (pin0[0] + pin1[0]) / 2
+            out[alg]["pin_best_ns"] = min(pin0[1], pin1[1])
     return out
 
 
-def _plain_process(robot, dtype, B, algs, form, env):
+def _plain_process(robot, dtype, B, algs, form, env, pin_argv=None):
     """:func:`plain_child` in a fresh process with ``env``; its result."""
     code = (
         f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import vs_cpp; "
         f"print('JSON', json.dumps(vs_cpp.plain_child({robot!r}, {dtype!r}, {B}, "
-        f"{list(algs)!r}, {form!r})))"
+        f"{list(algs)!r}, {form!r}, pin_argv={pin_argv!r})))"
     )
     r = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=HERE.parent
@@ -303,11 +326,13 @@ def _plain_process(robot, dtype, B, algs, form, env):
 
 
 def plain_rounds(robots, dtypes, B, rounds, algs=ALGS, form="argument", log=print):
-    """The plain-process measurement (module docstring): ``rounds`` rounds, each timing
-    Pinocchio C++ (its own process) and then jaxdyn in one fresh plain process per robot and
-    dtype (:func:`plain_child`, environment :func:`plain_env`, no pinning, no ``mallopt``).
-    Returns ``{robot: (pin_info, rows)}``, one row per dtype and algorithm with every round's
-    times (``pin_ns``, ``ns``: per sample; ``ratio``: ``ns / pin_ns`` of the same round)."""
+    """The plain-process measurement (module docstring): ``rounds`` rounds, each running
+    jaxdyn in one fresh plain process per robot and dtype (:func:`plain_child`, environment
+    :func:`plain_env`, no pinning, no ``mallopt``), Pinocchio's C++ benchmark (its own
+    process) timed around each algorithm's calls (without the C++ build: the Python bindings,
+    once per round). Returns ``{robot: (pin_info, rows)}``, one row per dtype and algorithm
+    with every round's times (``pin_ns``, ``ns``: per sample; ``ratio``: ``ns / pin_ns`` of the
+    same round) and their medians."""
     import pinocchio_cpp
 
     from jaxdyn import robots as robots_mod
@@ -318,19 +343,28 @@ def plain_rounds(robots, dtypes, B, rounds, algs=ALGS, form="argument", log=prin
     for k in range(rounds):
         for name in robots:
             path, fb = robots_mod.resolve(name)
-            pin = pinocchio_cpp.time_pinocchio(str(path), fb, min_time=0.02, repeats=5)
+            pin = pinocchio_cpp.time_pinocchio(
+                str(path), fb, min_time=PIN_MIN_TIME, repeats=PIN_REPEATS
+            )
             results.setdefault(name, (pin, []))
             pin_ns = {a: pin["ns_per_call"][a]["median"] for a in ALGS if a in pin["ns_per_call"]}
+            pin_best = {a: pin["ns_per_call"][a]["best"] for a in ALGS if a in pin["ns_per_call"]}
+            binary = pinocchio_cpp.build() if pin["source"] == "c++" else None
+            pin_argv = None
+            if binary is not None:
+                pin_argv = [str(binary), str(path), "1" if fb else "0", "256"]
+                pin_argv += [repr(PIN_MIN_TIME), str(PIN_REPEATS)]
             for dtype in dtypes:
                 t0 = time.perf_counter()
-                got = _plain_process(name, dtype, B, algs, form, env)
+                got = _plain_process(name, dtype, B, algs, form, env, pin_argv)
                 for alg in algs:
                     row = rows.setdefault(
                         (name, dtype, alg),
                         {"robot": name, "dtype": dtype, "alg": alg, "runs": []},
                     )
                     g = got[alg]
-                    ref = pin_ns.get(alg)
+                    ref = g["pin_ns"] or pin_ns.get(alg)
+                    best = g["pin_best_ns"] or pin_best.get(alg)
                     row["runs"].append(
                         {
                             "pin_ns": ref,
@@ -338,6 +372,7 @@ def plain_rounds(robots, dtypes, B, rounds, algs=ALGS, form="argument", log=prin
                             "cpu": g["cpu"],
                             "compile_s": g["compile_s"],
                             "ratio": g["ns"] / ref if ref else None,
+                            "best_ratio": min(g["calls_ns"]) / best if best else None,
                         }
                     )
                 log(
@@ -349,11 +384,24 @@ def plain_rounds(robots, dtypes, B, rounds, algs=ALGS, form="argument", log=prin
                     )
                 )
     for (name, _, _), row in rows.items():
-        for key in ("pin_ns", "ns", "cpu", "compile_s", "ratio"):
-            vals = [r[key] for r in row["runs"] if r[key] is not None]
+        for key in ("pin_ns", "ns", "cpu", "compile_s", "ratio", "best_ratio"):
+            vals = [r[key] for r in row["runs"] if r.get(key) is not None]
             row[key] = statistics.median(vals) if vals else None
         results[name][1].append(row)
     return results
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _pin_desc(results) -> str:
+    """Pinocchio's version and build, from the first robot's timing (``"?"`` where unknown)."""
+    pin = next(iter(results.values()))[0] if results else {}
+    src, flags = pin.get("source", "?"), pin.get("flags", "")
+    return f"{pin.get('pinocchio_version', '?')} ({src}" + (
+        f", `{flags}`)" if flags and src == "c++" else ")"
+    )
 
 
 def render_plain(results, B, rounds, form) -> str:
@@ -369,17 +417,20 @@ def render_plain(results, B, rounds, form) -> str:
         f"jaxdyn in a fresh process with the caller's environment minus `XLA_FLAGS`, "
         "`MALLOC_*` and `GLIBC_TUNABLES`: not pinned, JAX's default threads, glibc's allocator "
         f"as jaxdyn leaves it; `{call}` as README writes it, B = {B}, per sample: the median "
-        f"of {PLAIN_CALLS} calls after a warm-up. Pinocchio C++ (one thread, as built below) "
-        f"in its own process just before each jaxdyn process; {rounds} such rounds. *ratio*: "
-        "the median over the rounds of jaxdyn / Pinocchio of the same round (< 1: jaxdyn "
-        "faster); *range*: the rounds' lowest and highest ratio; *CPU/wall*: CPU seconds per "
+        f"of {PLAIN_CALLS} calls after a warm-up. Pinocchio {_pin_desc(results)}, one thread, "
+        "timed in its own process just before and just after each algorithm's calls (the "
+        f"mean of the two); {rounds} rounds, each in fresh processes. *ratio*: the median over "
+        "the rounds of jaxdyn / Pinocchio of the same round (< 1: jaxdyn faster); *range*: "
+        "the rounds' lowest and highest ratio; *best*: the "
+        "median over the rounds of jaxdyn's fastest call / Pinocchio's fastest repeat (less "
+        "sensitive to the machine's load than the medians); *CPU/wall*: CPU seconds per "
         "second of jaxdyn's timed calls (above 1: XLA ran them on more than one thread). "
         "Targets (issue 53): <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives), "
         "float64 and float32 against float64 Pinocchio.",
         "",
         "| robot | dtype | algorithm | Pinocchio us | jaxdyn us | ratio | range | target "
-        "| CPU/wall | first call s |",
-        "|---|---|---|---:|---:|---:|---|---|---:|---:|",
+        "| best | CPU/wall | first call s |",
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|",
     ]
     nan = float("nan")
     for name, (_, rows) in results.items():
@@ -392,7 +443,8 @@ def render_plain(results, B, rounds, form) -> str:
             lines.append(
                 f"| {name} | {r['dtype']} | {r['alg']} | {(r['pin_ns'] or nan) / 1e3:.2f} "
                 f"| {r['ns'] / 1e3:.2f} | {'-' if ratio is None else f'{ratio:.2f}'} | {rng} "
-                f"| <= {tgt} {mark} | {r['cpu']:.2f} | {r['compile_s']:.1f} |"
+                f"| <= {tgt} {mark} | {_num(r.get('best_ratio'))} | {r['cpu']:.2f} "
+                f"| {r['compile_s']:.1f} |"
             )
     lines.append("")
     return "\n".join(lines)
