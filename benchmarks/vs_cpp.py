@@ -246,6 +246,8 @@ def bench_robot(name, dtypes, B, latency, log):
 # ----------------------------------------------------------------------------- plain process
 #: timed calls of each function in the plain process (after a warm-up call); their median
 PLAIN_CALLS = 5
+#: calls after the first (compile) before the timed ones
+WARMUP_CALLS = 3
 
 
 #: Pinocchio's C++ benchmark around each algorithm of the plain process: seconds per repeat,
@@ -266,7 +268,8 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
     """In a plain process (:func:`plain_rounds` starts it): each algorithm as README writes it,
     ``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model (``form=
     "argument"``) or ``jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))`` (``"closed"``),
-    at batch ``B``; the first call (compile) and one more as warm-up, then the median of
+    at batch ``B``; the first call (compile) and :data:`WARMUP_CALLS` more as warm-up (glibc's
+    heap settles over the first calls), then the median of
     ``calls`` calls (``block_until_ready``). With ``pin_argv`` (Pinocchio's C++ benchmark,
     a process of its own) Pinocchio is timed just before and just after those calls, so that
     the load of a shared machine weighs on both sides of the ratio. Returns ``{alg: {"ns",
@@ -291,7 +294,8 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
             jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
             args = (model, *args)
         compile_s = _first_call(jf, args)
-        jax.block_until_ready(jf(*args))  # warm-up
+        for _ in range(WARMUP_CALLS):  # glibc's heap settles over the first calls
+            jax.block_until_ready(jf(*args))
         pin0 = _pin_now(pin_argv, alg) if pin_argv else None
         walls, cpu0, w0 = [], time.process_time(), time.perf_counter()
         for _ in range(calls):
@@ -417,13 +421,15 @@ def render_plain(results, B, rounds, form) -> str:
         f"jaxdyn in a fresh process with the caller's environment minus `XLA_FLAGS`, "
         "`MALLOC_*` and `GLIBC_TUNABLES`: not pinned, JAX's default threads, glibc's allocator "
         f"as jaxdyn leaves it; `{call}` as README writes it, B = {B}, per sample: the median "
-        f"of {PLAIN_CALLS} calls after a warm-up. Pinocchio {_pin_desc(results)}, one thread, "
+        f"of {PLAIN_CALLS} calls after {1 + WARMUP_CALLS} warm-up calls. Pinocchio "
+        f"{_pin_desc(results)}, one thread, "
         "timed in its own process just before and just after each algorithm's calls (the "
         f"mean of the two); {rounds} rounds, each in fresh processes. *ratio*: the median over "
         "the rounds of jaxdyn / Pinocchio of the same round (< 1: jaxdyn faster); *range*: "
         "the rounds' lowest and highest ratio; *best*: the "
-        "median over the rounds of jaxdyn's fastest call / Pinocchio's fastest repeat (less "
-        "sensitive to the machine's load than the medians); *CPU/wall*: CPU seconds per "
+        "median over the rounds of jaxdyn's fastest call / Pinocchio's fastest repeat (on a "
+        "loaded machine Pinocchio's short repeats escape the load more often than jaxdyn's "
+        "calls of the whole batch); *CPU/wall*: CPU seconds per "
         "second of jaxdyn's timed calls (above 1: XLA ran them on more than one thread). "
         "Targets (issue 53): <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives), "
         "float64 and float32 against float64 Pinocchio.",
