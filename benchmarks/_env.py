@@ -85,7 +85,9 @@ def reuse_freed_buffers() -> bool:
     program timed on this VM varied by up to 2x from run to run, and page faults cost ~15 us
     per talos_full sample of the derivatives (about 10 minor faults per sample). Returns
     whether it took effect (``False`` off glibc). Users get the same with the environment
-    variables ``MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432``."""
+    variables ``MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432``; jaxdyn
+    itself sets these and ``M_ARENA_MAX`` = 1 when imported (``jaxdyn.config.keep_freed_buffers``,
+    ``jaxdyn/backend/allocator.py``), so this adds nothing unless that is switched off."""
     try:
         import ctypes
 

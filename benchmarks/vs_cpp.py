@@ -2,10 +2,24 @@
 
     python benchmarks/vs_cpp.py                      # solo12, talos_full; float64, float32
     python benchmarks/vs_cpp.py --robots solo12 --dtypes float64 --out /tmp/r.md
+    python benchmarks/vs_cpp.py --plain-only --plain-rounds 2 --out /tmp/r.md   # headline only
 
-One process, one machine, one core on both sides (the process pinned to one core: XLA's
-runtime would otherwise run independent kernels on a second core, see ``benchmarks/_env.py``;
-Pinocchio's loop on the same core). For each robot:
+Two measurements, one section. The headline, **plain process** (what README gives a user;
+:func:`plain_rounds`): jaxdyn in fresh child processes started with this script's environment
+minus ``XLA_FLAGS``, ``MALLOC_*`` and ``GLIBC_TUNABLES`` (:func:`plain_env`), not pinned, no
+``mallopt``, JAX's default threads, each algorithm as README's API tour writes it
+(``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model; ``--plain-form
+closed``: the model closed over), B = 1024, float64 and float32, per sample the median of
+:data:`PLAIN_CALLS` calls after a warm-up. Pinocchio C++ is timed in its own process just
+before each round's jaxdyn processes, and the ratio is taken within a round and its median
+over the rounds (``--plain-rounds``), so that a loaded machine weighs on both sides of it.
+The table gives each ratio against the issue's targets (PASS/FAIL) and the CPU seconds per
+wall second of jaxdyn's calls (above 1: more than one thread ran them).
+
+Then the **tuned process** tables, labelled with the settings a user must apply to get them:
+one machine, one core on both sides (the process pinned to one core: XLA's runtime would
+otherwise run independent kernels on a second core, see ``benchmarks/_env.py``; Pinocchio's
+loop on the same core), freed buffers kept by glibc (``mallopt``). For each robot:
 
 * Pinocchio C++ per call (``benchmarks/pinocchio_cpp.py`` compiles ``pinocchio_cpp/bench.cpp``
   with ``-O3 -march=native`` against the ``pin`` wheel's headers; without a compiler it falls
@@ -36,6 +50,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,6 +77,27 @@ TARGETS = {
     "rnea_derivatives": 1.2,
     "aba_derivatives": 1.2,
 }
+
+
+#: environment variables that tune a process for a benchmark; the plain process runs without
+#: them (with everything else of the caller's environment)
+TUNING_ENV = ("XLA_FLAGS", "GLIBC_TUNABLES")
+TUNING_ENV_PREFIXES = ("MALLOC_",)
+#: the environment this script started with (before :func:`_env.single_threaded` adds to it)
+_START_ENV = dict(os.environ)
+#: the cores this script was allowed at the start (before the tuned runs pin it)
+_START_CORES = _env.cores_note()
+
+
+def plain_env(env=None) -> dict:
+    """``env`` (default: this script's starting environment) without the tuning variables
+    (:data:`TUNING_ENV`, ``MALLOC_*``): the environment of the plain process."""
+    env = dict(_START_ENV if env is None else env)
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in TUNING_ENV and not k.startswith(TUNING_ENV_PREFIXES)
+    }
 
 
 def _fn(alg):
@@ -205,6 +243,219 @@ def bench_robot(name, dtypes, B, latency, log):
     return pin, rows
 
 
+# ----------------------------------------------------------------------------- plain process
+#: timed calls of each function in the plain process (after a warm-up call); their median
+PLAIN_CALLS = 5
+#: calls after the first (compile) before the timed ones
+WARMUP_CALLS = 3
+
+
+#: Pinocchio's C++ benchmark around each algorithm of the plain process: seconds per repeat,
+#: repeats (its median is taken)
+PIN_MIN_TIME, PIN_REPEATS = 0.01, 5
+
+
+def _pin_now(pin_argv, alg) -> tuple[float, float]:
+    """ns per call of ``alg`` (median and best of the repeats) from one run of Pinocchio's C++
+    benchmark (``pin_argv``: the binary and its arguments; it times all algorithms, about a
+    second)."""
+    r = subprocess.run(pin_argv, capture_output=True, text=True, check=True)
+    t = json.loads(r.stdout)["ns_per_call"][alg]
+    return t["median"], t["best"]
+
+
+def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_argv=None):
+    """In a plain process (:func:`plain_rounds` starts it): each algorithm as README writes it,
+    ``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model (``form=
+    "argument"``) or ``jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))`` (``"closed"``),
+    at batch ``B``; the first call (compile) and :data:`WARMUP_CALLS` more as warm-up (glibc's
+    heap settles over the first calls), then the median of
+    ``calls`` calls (``block_until_ready``). With ``pin_argv`` (Pinocchio's C++ benchmark,
+    a process of its own) Pinocchio is timed just before and just after those calls, so that
+    the load of a shared machine weighs on both sides of the ratio. Returns ``{alg: {"ns",
+    "cpu", "compile_s", "calls_ns", "pin_ns"}}``: ns per sample, CPU seconds per wall second
+    of the timed calls (above 1: the call ran on several threads), the first call's seconds
+    and Pinocchio's ns per call (``pin_ns``: the mean of the medians before and after;
+    ``pin_best_ns``: the best repeat of both; ``None`` without ``pin_argv``)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxdyn import robots
+
+    model = robots.load(robot)
+    st = _states(model, B, dtype)
+    out = {}
+    for alg in algs:
+        f, names = _fn(alg)
+        args = tuple(st[k] for k in names)
+        if form == "closed":
+            jf = jax.jit(jax.vmap(lambda *a, f=f: f(model, *a)))
+        else:
+            jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
+            args = (model, *args)
+        compile_s = _first_call(jf, args)
+        for _ in range(WARMUP_CALLS):  # glibc's heap settles over the first calls
+            jax.block_until_ready(jf(*args))
+        pin0 = _pin_now(pin_argv, alg) if pin_argv else None
+        walls, cpu0, w0 = [], time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            jax.block_until_ready(jf(*args))
+            walls.append(time.perf_counter() - t0)
+        cpu = (time.process_time() - cpu0) / (time.perf_counter() - w0)
+        pin1 = _pin_now(pin_argv, alg) if pin0 else None
+        ns = [w / B * 1e9 for w in walls]
+        out[alg] = {"ns": statistics.median(ns), "cpu": cpu, "compile_s": compile_s}
+        out[alg].update(calls_ns=ns, pin_ns=None, pin_best_ns=None)
+        if pin0 and pin1:
+            out[alg]["pin_ns"] = (pin0[0] + pin1[0]) / 2
+            out[alg]["pin_best_ns"] = min(pin0[1], pin1[1])
+    return out
+
+
+def _plain_process(robot, dtype, B, algs, form, env, pin_argv=None):
+    """:func:`plain_child` in a fresh process with ``env``; its result."""
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import vs_cpp; "
+        f"print('JSON', json.dumps(vs_cpp.plain_child({robot!r}, {dtype!r}, {B}, "
+        f"{list(algs)!r}, {form!r}, pin_argv={pin_argv!r})))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=HERE.parent
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"plain process ({robot}, {dtype}) failed:\n{r.stderr[-3000:]}")
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("JSON ")][-1]
+    return json.loads(line[5:])
+
+
+def plain_rounds(robots, dtypes, B, rounds, algs=ALGS, form="argument", log=print):
+    """The plain-process measurement (module docstring): ``rounds`` rounds, each running
+    jaxdyn in one fresh plain process per robot and dtype (:func:`plain_child`, environment
+    :func:`plain_env`, no pinning, no ``mallopt``), Pinocchio's C++ benchmark (its own
+    process) timed around each algorithm's calls (without the C++ build: the Python bindings,
+    once per round). Returns ``{robot: (pin_info, rows)}``, one row per dtype and algorithm
+    with every round's times (``pin_ns``, ``ns``: per sample; ``ratio``: ``ns / pin_ns`` of the
+    same round) and their medians."""
+    import pinocchio_cpp
+
+    from jaxdyn import robots as robots_mod
+
+    env = plain_env()
+    results = {}
+    rows = {}
+    for k in range(rounds):
+        for name in robots:
+            path, fb = robots_mod.resolve(name)
+            pin = pinocchio_cpp.time_pinocchio(
+                str(path), fb, min_time=PIN_MIN_TIME, repeats=PIN_REPEATS
+            )
+            results.setdefault(name, (pin, []))
+            pin_ns = {a: pin["ns_per_call"][a]["median"] for a in ALGS if a in pin["ns_per_call"]}
+            pin_best = {a: pin["ns_per_call"][a]["best"] for a in ALGS if a in pin["ns_per_call"]}
+            binary = pinocchio_cpp.build() if pin["source"] == "c++" else None
+            pin_argv = None
+            if binary is not None:
+                pin_argv = [str(binary), str(path), "1" if fb else "0", "256"]
+                pin_argv += [repr(PIN_MIN_TIME), str(PIN_REPEATS)]
+            for dtype in dtypes:
+                t0 = time.perf_counter()
+                got = _plain_process(name, dtype, B, algs, form, env, pin_argv)
+                for alg in algs:
+                    row = rows.setdefault(
+                        (name, dtype, alg),
+                        {"robot": name, "dtype": dtype, "alg": alg, "runs": []},
+                    )
+                    g = got[alg]
+                    ref = g["pin_ns"] or pin_ns.get(alg)
+                    best = g["pin_best_ns"] or pin_best.get(alg)
+                    row["runs"].append(
+                        {
+                            "pin_ns": ref,
+                            "ns": g["ns"],
+                            "cpu": g["cpu"],
+                            "compile_s": g["compile_s"],
+                            "ratio": g["ns"] / ref if ref else None,
+                            "best_ratio": min(g["calls_ns"]) / best if best else None,
+                        }
+                    )
+                log(
+                    f"[plain, round {k + 1}/{rounds}] {name} {dtype} "
+                    f"({time.perf_counter() - t0:.0f} s): "
+                    + ", ".join(
+                        f"{a} {rows[(name, dtype, a)]['runs'][-1]['ratio'] or float('nan'):.2f}x"
+                        for a in algs
+                    )
+                )
+    for (name, _, _), row in rows.items():
+        for key in ("pin_ns", "ns", "cpu", "compile_s", "ratio", "best_ratio"):
+            vals = [r[key] for r in row["runs"] if r.get(key) is not None]
+            row[key] = statistics.median(vals) if vals else None
+        results[name][1].append(row)
+    return results
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _pin_desc(results) -> str:
+    """Pinocchio's version and build, from the first robot's timing (``"?"`` where unknown)."""
+    pin = next(iter(results.values()))[0] if results else {}
+    src, flags = pin.get("source", "?"), pin.get("flags", "")
+    return f"{pin.get('pinocchio_version', '?')} ({src}" + (
+        f", `{flags}`)" if flags and src == "c++" else ")"
+    )
+
+
+def render_plain(results, B, rounds, form) -> str:
+    """The headline table: the plain process's ratios and the targets."""
+    call = (
+        "jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))"
+        if form == "closed"
+        else "jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))(model, q, ...)"
+    )
+    lines = [
+        "### Plain process (what README gives a user)",
+        "",
+        f"jaxdyn in a fresh process with the caller's environment minus `XLA_FLAGS`, "
+        "`MALLOC_*` and `GLIBC_TUNABLES`: not pinned, JAX's default threads, glibc's allocator "
+        f"as jaxdyn leaves it; `{call}` as README writes it, B = {B}, per sample: the median "
+        f"of {PLAIN_CALLS} calls after {1 + WARMUP_CALLS} warm-up calls. Pinocchio "
+        f"{_pin_desc(results)}, one thread, "
+        "timed in its own process just before and just after each algorithm's calls (the "
+        f"mean of the two); {rounds} rounds, each in fresh processes. *ratio*: the median over "
+        "the rounds of jaxdyn / Pinocchio of the same round (< 1: jaxdyn faster); *range*: "
+        "the rounds' lowest and highest ratio; *best*: the "
+        "median over the rounds of jaxdyn's fastest call / Pinocchio's fastest repeat (on a "
+        "loaded machine Pinocchio's short repeats escape the load more often than jaxdyn's "
+        "calls of the whole batch); *CPU/wall*: CPU seconds per "
+        "second of jaxdyn's timed calls (above 1: XLA ran them on more than one thread). "
+        "Targets (issue 53): <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives), "
+        "float64 and float32 against float64 Pinocchio.",
+        "",
+        "| robot | dtype | algorithm | Pinocchio us | jaxdyn us | ratio | range | target "
+        "| best | CPU/wall | first call s |",
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|",
+    ]
+    nan = float("nan")
+    for name, (_, rows) in results.items():
+        for r in rows:
+            tgt = TARGETS[r["alg"]]
+            ratios = [x["ratio"] for x in r["runs"] if x["ratio"] is not None]
+            ratio = r["ratio"]
+            mark = "-" if ratio is None else ("PASS" if ratio <= tgt else "FAIL")
+            rng = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
+            lines.append(
+                f"| {name} | {r['dtype']} | {r['alg']} | {(r['pin_ns'] or nan) / 1e3:.2f} "
+                f"| {r['ns'] / 1e3:.2f} | {'-' if ratio is None else f'{ratio:.2f}'} | {rng} "
+                f"| <= {tgt} {mark} | {_num(r.get('best_ratio'))} | {r['cpu']:.2f} "
+                f"| {r['compile_s']:.1f} |"
+            )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def _r(x, ref):
     if x is None or ref is None:
         return "-"
@@ -217,17 +468,50 @@ def _full(row) -> str:
     return "-" if ref is None else f"{_r(row['rule_ns'], ref)} ({ref / 1e3:.2f})"
 
 
-def render(results, B, peaks, args) -> str:
+HEADING = "## Plain jax.vmap against Pinocchio C++"
+
+
+def machine_line() -> str:
+    """The section's first line: command, machine, versions, date."""
     import jax
 
     import jaxdyn
 
-    lines = [
-        "## Plain jax.vmap against Pinocchio C++",
+    return (
+        f"`python benchmarks/vs_cpp.py` on {cpu_name()} ({_START_CORES} to this script), "
+        f"jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
+    )
+
+
+def tuned_settings(args) -> str:
+    """What a user must apply to get the tuned tables' figures."""
+    mall = (
+        "`MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432` (glibc keeps "
+        "freed buffers; set inside the process with `mallopt`, `benchmarks/_env.py` "
+        "reuse_freed_buffers)"
+        if not args.no_mallopt
+        else "glibc's allocator as configured (`--no-mallopt`)"
+    )
+    return (
+        f"the process pinned to one core (`taskset -c N`), "
+        f"`XLA_FLAGS={_env.SINGLE_THREAD_FLAGS}`, `OPENBLAS_NUM_THREADS=1`, {mall}"
+    )
+
+
+def render(results, B, peaks, args, plain=None) -> str:
+    """The section: the plain-process table (``plain``: :func:`render_plain`'s text) first,
+    then the tuned tables (``results``; none with ``--plain-only``)."""
+    lines = [HEADING, "", machine_line(), ""]
+    if plain:
+        lines += [plain, ""]
+    if not results:
+        return "\n".join(lines)
+    lines += [
+        "### Tuned process: one pinned core, single-threaded XLA, freed buffers kept",
         "",
-        f"`python benchmarks/vs_cpp.py` on {cpu_name()}, one thread each side "
-        f"({_env.threading_note()}), jax {jax.__version__}, jaxdyn {jaxdyn.__version__}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. ",
+        f"Settings a user must apply to get these figures: {tuned_settings(args)}. "
+        "One thread each side.",
         "",
         f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
         "*rule*: jaxdyn's batching rule (the default: chunked on the CPU, chunk size in the "
@@ -255,12 +539,6 @@ def render(results, B, peaks, args) -> str:
             "shared VM the same program timed in two processes differed by up to 2x)."
             if args.runs > 1
             else "One run: machine noise is +-20 % run to run, compare ratios within it."
-        )
-        + (
-            " glibc keeps freed buffers for reuse (`benchmarks/_env.py` reuse_freed_buffers; "
-            "`--no-mallopt` to measure without)."
-            if not args.no_mallopt
-            else " glibc's allocator as configured (`--no-mallopt`)."
         ),
         "",
     ]
@@ -268,7 +546,7 @@ def render(results, B, peaks, args) -> str:
         src = pin.get("source", "?")
         flags = pin.get("flags", "")
         lines += [
-            f"### {name}",
+            f"#### {name}",
             "",
             f"Pinocchio {pin.get('pinocchio_version', '?')} ({src}"
             + (f", `{flags}`" if flags and src == "c++" else "")
@@ -388,7 +666,7 @@ def _runs_in_children(a, argv):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python benchmarks/vs_cpp.py", description=__doc__.split("\n")[0]
+        prog="python benchmarks/vs_cpp.py", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--robots", default="solo12,talos_full")
     p.add_argument("--dtypes", default="float64,float32")
@@ -408,17 +686,50 @@ def main(argv=None) -> int:
         help="leave glibc's allocator as it is (by default freed buffers are kept for reuse: "
         "benchmarks/_env.py reuse_freed_buffers)",
     )
+    p.add_argument(
+        "--plain-only",
+        action="store_true",
+        help="only the plain-process table (quick iteration; the section then holds only it)",
+    )
+    p.add_argument("--no-plain", action="store_true", help="skip the plain-process table")
+    p.add_argument(
+        "--plain-rounds",
+        type=int,
+        default=3,
+        help="rounds of the plain-process table (each: Pinocchio, then one fresh jaxdyn "
+        "process per robot and dtype); the ratio is the median of the rounds' ratios",
+    )
+    p.add_argument(
+        "--plain-form",
+        choices=("argument", "closed"),
+        default="argument",
+        help="the plain table's call: the model as an argument with in_axes None (README's "
+        "API tour) or closed over by the vmapped lambda",
+    )
     p.add_argument("--json", help=argparse.SUPPRESS)  # a child run writes its raw results here
     a = p.parse_args(argv)
-    single_threaded()  # the children inherit the one core; the report names it
-    if a.runs > 1 and not a.json:
-        results, peaks = _runs_in_children(a, argv)
-    else:
-        results, peaks = _measure(a)
-        if a.json:
-            Path(a.json).write_text(json.dumps({"results": results, "peaks": peaks}))
-            return 0
-    section = render(results, a.batch, peaks, a)
+    if a.plain_only and a.no_plain:
+        p.error("--plain-only and --no-plain exclude each other")
+    plain = None
+    if not a.no_plain and not a.json:
+        # before anything below pins this process or sets XLA_FLAGS: the plain processes
+        # inherit neither (plain_env; the affinity is the caller's)
+        pr = plain_rounds(
+            a.robots.split(","), a.dtypes.split(","), a.batch, a.plain_rounds, form=a.plain_form
+        )
+        plain = render_plain(pr, a.batch, a.plain_rounds, a.plain_form)
+        print(plain, flush=True)
+    results, peaks = {}, {}
+    if not a.plain_only:
+        single_threaded()  # the children inherit the one core
+        if a.runs > 1 and not a.json:
+            results, peaks = _runs_in_children(a, argv)
+        else:
+            results, peaks = _measure(a)
+            if a.json:
+                Path(a.json).write_text(json.dumps({"results": results, "peaks": peaks}))
+                return 0
+    section = render(results, a.batch, peaks, a, plain)
     print(section)
     write_section(a.out, section)
     return 0

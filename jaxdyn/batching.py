@@ -3,7 +3,8 @@
 Under a plain ``jax.vmap`` every intermediate of a dynamics algorithm holds the whole batch: at
 batch 1024 one ``nv x nv`` float64 array of a 50-coordinate humanoid is 20 MB, far beyond the
 caches, and the run becomes bound by the memory traffic between XLA's kernels (and, with
-glibc's default allocator, by page faults: buffers that large are mapped afresh on every call).
+glibc's default allocator, by page faults: buffers that large are mapped afresh on every call,
+which jaxdyn's allocator settings avoid for the outputs, :mod:`jaxdyn.backend.allocator`).
 Evaluating the same vectorised code on chunks of a few dozen samples at a time (a loop
 over chunks, a ``vmap`` inside each) keeps the intermediates in a core's private L2 cache,
 which makes every batched algorithm faster per sample on a CPU, on a 12-joint quadruped and on

@@ -120,6 +120,17 @@ first array was made), nor on a jaxlib it was not measured with
 (:data:`jaxdyn.backend.xla_flags.FAST_COMPILE_JAXLIB`: XLA aborts a process on a flag it does
 not know). It applies to every program of the process, jaxdyn's or not.
 
+**Freed buffers kept** (on by default, process-wide, glibc only): when jaxdyn is imported it
+asks glibc's allocator to keep freed buffers of up to 32 MB in its heap for reuse, every thread
+allocating from the main heap (:func:`keep_freed_buffers`: ``mallopt`` of
+``M_MMAP_THRESHOLD``, ``M_TRIM_THRESHOLD`` up to 1 GB kept, ``M_ARENA_MAX`` 1), so that a
+batch's large outputs (``nv x nv`` per sample: 20 MB for talos_full's mass matrices at
+B = 1024) are not mapped and page-faulted in afresh on every call
+(:mod:`jaxdyn.backend.allocator`; ``docs/performance.md``, "Memory allocation"). The process
+then holds on to the memory it freed. Not with ``JAXDYN_KEEP_FREED_BUFFERS=0``; a parameter the
+environment sets (``MALLOC_ARENA_MAX``, ...) stays as set; ``M_ARENA_MAX`` acts fully only
+before JAX starts its CPU backend (jaxdyn imported before the first array is made).
+
 **Persistent compilation cache** (on by default, process-wide): when jaxdyn is imported it
 points JAX's persistent compilation cache at ``xla/<jaxdyn, jax and jaxlib versions>`` under
 ``$JAXDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``
@@ -166,6 +177,7 @@ __all__ = [
     "fused_cpu_loops",
     "fused_cpu_loops_enabled",
     "fast_cpu_compile",
+    "keep_freed_buffers",
     "compilation_cache",
     "compilation_cache_dir",
     "compilation_cache_path",
@@ -345,6 +357,22 @@ def _fast_compile_from_env() -> None:
 
 
 _fast_compile_from_env()
+
+
+# ----------------------------------------------------------------------------- freed buffers kept
+from .backend.allocator import keep_freed_buffers as keep_freed_buffers  # noqa: E402
+
+#: environment variable switching :func:`keep_freed_buffers` at import off (``0``)
+KEEP_BUFFERS_ENV = "JAXDYN_KEEP_FREED_BUFFERS"
+
+
+def _keep_buffers_from_env() -> None:
+    """At import: :func:`keep_freed_buffers` unless ``JAXDYN_KEEP_FREED_BUFFERS`` is false."""
+    if _bool(KEEP_BUFFERS_ENV, os.environ.get(KEEP_BUFFERS_ENV, "1") or "1"):
+        keep_freed_buffers(True)
+
+
+_keep_buffers_from_env()
 
 
 # ----------------------------------------------------------------------------- compilation cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,57 @@ def test_vs_cpp_reports_the_full_matrix_ratio():
     lines = {ln.split("|")[2].strip(): ln for ln in text.splitlines() if ln.startswith("| float")}
     assert "| 1.50 | 1.20 (2.50) |" in lines["crba"] and "MISS" in lines["crba"]
     assert "| 0.50 | - |" in lines["rnea"] and "PASS" in lines["rnea"]
+
+
+def test_vs_cpp_plain_process_environment_and_table():
+    """benchmarks/vs_cpp.py's plain process: the caller's environment without the tuning
+    variables (XLA_FLAGS, MALLOC_*, GLIBC_TUNABLES), everything else kept; its table comes
+    first in the section, ratio = median over rounds of each round's jaxdyn / Pinocchio, marked
+    against the issue's targets, the tuned tables after it under the settings they need."""
+    import argparse
+
+    vs_cpp = _bench_module("vs_cpp")
+    env = {
+        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+        "MALLOC_ARENA_MAX": "1",
+        "MALLOC_TRIM_THRESHOLD_": "1",
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
+        "PATH": "/bin",
+        "JAXDYN_CACHE_DIR": "/tmp/x",
+    }
+    assert vs_cpp.plain_env(env) == {"PATH": "/bin", "JAXDYN_CACHE_DIR": "/tmp/x"}
+
+    def row(alg, pins, nss):
+        runs = [
+            {"pin_ns": p, "ns": n, "cpu": 1.0, "compile_s": 1.0, "ratio": n / p, "best_ratio": 0.5}
+            for p, n in zip(pins, nss)
+        ]
+        out = {"robot": "r", "dtype": "float64", "alg": alg, "runs": runs}
+        for k in ("pin_ns", "ns", "cpu", "compile_s", "ratio", "best_ratio"):
+            out[k] = statistics.median(x[k] for x in runs)
+        return out
+
+    rows = [
+        # paired ratios 0.8, 1.5, 0.9: median 0.9 (the medians' ratio would be 1.0)
+        row("rnea", [1000.0, 2000.0, 1000.0], [800.0, 3000.0, 900.0]),
+        row("rnea_derivatives", [1000.0, 1000.0, 1000.0], [1300.0, 1250.0, 1100.0]),
+    ]
+    plain = vs_cpp.render_plain({"r": ({}, rows)}, 1024, 3, "argument")
+    lines = {ln.split("|")[3].strip(): ln for ln in plain.splitlines() if ln.startswith("| r ")}
+    assert "| 0.90 | 0.80-1.50 | <= 1.0 PASS | 0.50 |" in lines["rnea"]
+    assert "| 1.25 | 1.10-1.30 | <= 1.2 FAIL |" in lines["rnea_derivatives"]
+    args = argparse.Namespace(runs=1, no_mallopt=False)
+    text = vs_cpp.render({}, 1024, {}, args, plain)
+    assert text.startswith(vs_cpp.HEADING) and "### Plain process" in text
+    assert "### Tuned" not in text  # --plain-only: the plain table alone
+    trow = {
+        "robot": "r", "dtype": "float64", "alg": "rnea", "pin_ns": 1000.0, "pin_full_ns": None,
+        "rule_ns": 500.0, "plain_ns": 500.0, "chunk": 16, "flops": 1e3,
+        "rule_compile_s": 1.0, "plain_compile_s": 1.0,
+    }  # fmt: skip
+    text = vs_cpp.render({"r": ({"source": "c++"}, [trow])}, 1024, {"float64": 1.0}, args, plain)
+    assert text.index("### Plain process") < text.index("### Tuned process")
+    assert "taskset" in text and "MALLOC_TRIM_THRESHOLD_" in text
 
 
 def _bench_module(name):

@@ -564,3 +564,81 @@ def test_fused_program_under_single_threaded_eigen(monkeypatch):
     msgs = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
     assert len(msgs) == 1 and "--xla_cpu_multi_thread_eigen=false" in msgs[0], msgs
     assert "not started (test)" in msgs[0], msgs
+
+
+#: a fresh process: a new thread allocates three 20 MB blocks with malloc, touches and frees
+#: them, four times; the minor page faults of each time (glibc's allocator as jaxdyn leaves it)
+_FAULTS = """
+import ctypes, resource, threading
+import jaxdyn
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+N = 20 << 20
+def work():
+    ps = [libc.malloc(N) for _ in range(3)]
+    for p in ps:
+        ctypes.memset(p, 1, N)
+    for p in ps:
+        libc.free(p)
+def faults():
+    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0
+print(jaxdyn.backend.allocator.keeping_freed_buffers(), *[faults() for _ in range(4)])
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or jaxdyn.backend.allocator._glibc() is None,
+    reason="glibc only: jaxdyn leaves other C libraries' allocators alone",
+)
+def test_keep_freed_buffers_at_import():
+    """glibc: importing jaxdyn keeps freed buffers for reuse. Three 20 MB blocks allocated by a
+    new thread (as XLA's threads allocate a batch's outputs), touched and freed, fault their
+    60 MB in (about 15,000 pages) every time with glibc's defaults
+    (``JAXDYN_KEEP_FREED_BUFFERS=0``: every time, the control) and the first time only with
+    jaxdyn's settings; a parameter the environment sets is left as set
+    (``MALLOC_MMAP_THRESHOLD_=131072``: each block mapped afresh, faults every time)."""
+
+    def run(**env_vars):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env.pop("GLIBC_TUNABLES", None)
+        env.pop("JAXDYN_KEEP_FREED_BUFFERS", None)
+        r = subprocess.run(
+            [sys.executable, "-c", _FAULTS],
+            env=dict(env, **env_vars),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        on, *faults = r.stdout.split()
+        return on, [int(f) for f in faults]
+
+    pages = 3 * (20 << 20) // os.sysconf("SC_PAGE_SIZE")
+    on, faults = run()
+    assert on == "True" and faults[0] >= pages // 2 and max(faults[1:]) < pages // 20, faults
+    on, faults = run(JAXDYN_KEEP_FREED_BUFFERS="0")
+    assert on == "False" and min(faults[1:]) >= pages // 2, faults
+    on, faults = run(MALLOC_MMAP_THRESHOLD_="131072")
+    assert on == "True" and min(faults[1:]) >= pages // 2, faults
+
+
+def test_keep_freed_buffers_switch():
+    """``keep_freed_buffers``: a bad argument named; off and on again say so (glibc), and off
+    glibc it does nothing and says ``False``."""
+    from jaxdyn.backend import allocator
+
+    with pytest.raises(ValueError, match="enabled must be a bool"):
+        config.keep_freed_buffers(1)
+    glibc = allocator._glibc() is not None
+    try:
+        assert config.keep_freed_buffers(False) is False
+        assert allocator.keeping_freed_buffers() is False
+        assert config.keep_freed_buffers(True) is glibc
+        assert allocator.keeping_freed_buffers() is glibc
+    finally:
+        config.keep_freed_buffers(True)

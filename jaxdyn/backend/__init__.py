@@ -43,6 +43,8 @@ Modules:
   :func:`jaxdyn.compile_for_latency` compiles for (programs run on the calling thread whatever
   JAX's process-wide ``jax_cpu_enable_async_dispatch`` says).
 * :mod:`.internals`: the only uses of ``jax._src`` and ``equinox._jit``, each guarded.
+* :mod:`.allocator`: glibc's allocator keeps a batch's large freed buffers for reuse
+  (:func:`jaxdyn.config.keep_freed_buffers`, on when jaxdyn is imported).
 
 Also XLA:CPU-minded, outside this package: :mod:`jaxdyn.batching` (cache-sized chunks of a
 batch, a user-facing policy) and the switches of :mod:`jaxdyn.config`.
