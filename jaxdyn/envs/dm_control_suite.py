@@ -602,10 +602,10 @@ class ContactSuiteEnv(SuiteEnv):
     #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
     #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
     MAX_CONTACTS = 6
-    #: the most solver steps of the warm-started walker and hopper per simulator step (the
-    #: cold default is 100): measured with ``benchmarks/suite_step.py``, the batch's trip count
-    #: under ``vmap`` (its slowest solve) fell from about 55 to 40 while the mean solve stops
-    #: after about 16; the rest of a slow solve continues from the warm start
+    #: the most solver steps of the warm-started hopper per simulator step (the cold default
+    #: is 100; the walker's :attr:`WalkerMove.SOLVER_ITERATIONS` is 30): on the walker the
+    #: batch's trip count under ``vmap`` (its slowest solve) was about 55 while the mean solve
+    #: stopped after about 16; the rest of a slow solve continues from the warm start
     SOLVER_ITERATIONS = 40
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
@@ -994,12 +994,15 @@ class WalkerMove(ContactSuiteEnv):
     (friction 0.7; the bodies do not collide with each other), solved over the
     :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots, warm-started from the
     previous simulator step's impulses (``pipeline_state.impulses``) and stopped at a relative
-    change of 3e-4 or after 40 steps, without the limit rows' active-set step
+    change of 3e-4 or after 30 steps, without the limit rows' active-set step
     (``warm_start=False, solver_tolerance=0, solver_iterations=100, solver_polish=True`` for
     the cold 100 iterations).
     """
 
     xml = "walker.xml"
+    #: the most solver steps per simulator step (its 10 simulator steps per control step carry
+    #: a solve on further than the hopper's 4)
+    SOLVER_ITERATIONS = 30
     #: the contact cap, and the solve warm-started from the previous simulator step's impulses
     #: and stopped once they move by less than 3e-4 relative (its 10 simulator steps per
     #: control step change the contacts little), after at most :attr:`SOLVER_ITERATIONS`
@@ -1011,7 +1014,7 @@ class WalkerMove(ContactSuiteEnv):
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
         tolerance=3e-4,
-        iterations=ContactSuiteEnv.SOLVER_ITERATIONS,
+        iterations=SOLVER_ITERATIONS,
         polish=False,
     )
     mujoco_limits = "constraint"
