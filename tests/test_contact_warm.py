@@ -201,6 +201,8 @@ def test_constraint_refuses_bad_solver_options():
         sim.Constraint(tolerance=-1.0)
     with pytest.raises(ValueError, match="Constraint: warm_start must be True or False"):
         sim.Constraint(warm_start=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Constraint: polish must be True or False"):
+        sim.Constraint(polish=1)  # type: ignore[arg-type]
 
 
 def test_suite_task_refuses_bad_solver_options():
@@ -210,6 +212,8 @@ def test_suite_task_refuses_bad_solver_options():
         suite.WalkerMove(warm_start=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="WalkerMove: solver_tolerance must be None or a number"):
         suite.WalkerMove(solver_tolerance=-1.0)
+    with pytest.raises(ValueError, match="WalkerMove: solver_polish must be None, True or False"):
+        suite.WalkerMove(solver_polish=0)  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

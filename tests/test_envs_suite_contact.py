@@ -306,30 +306,37 @@ def test_planar_reset_solves_converge(name):
     ],
 )
 def test_solver_options(name):
-    """``solver_iterations`` and ``max_contacts`` (every contact task's keywords; one task per
-    constructor) set the step count and the contact cap of the simulated
-    :class:`jaxdyn.sim.Constraint` and change nothing else of the task's contact model (every
-    other setting and array as the class's), nor the class's own; a value that is not an
-    integer >= 1 is refused naming the keyword, before the model loads. (What they cost in
-    accuracy and gain in time: ``benchmarks/suite_step.py``, docs/environments.md.)"""
+    """``solver_iterations``, ``max_contacts`` and ``solver_polish`` (every contact task's
+    keywords; one task per constructor) set the step count, the contact cap and the limit rows'
+    active-set step of the simulated :class:`jaxdyn.sim.Constraint` and change nothing else of
+    the task's contact model (every other setting and array as the class's), nor the class's
+    own; a value that is not an integer >= 1 (a bool for ``solver_polish``) is refused naming
+    the keyword, before the model loads. (What they cost in accuracy and gain in time:
+    ``benchmarks/suite_step.py``, docs/environments.md.)"""
     from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
 
-    env = envs.make(name, solver_iterations=7, max_contacts=5)
+    polish = name not in ("walker_walk", "hopper_hop")  # flip the class's (walker, hopper: off)
+    env = envs.make(name, solver_iterations=7, max_contacts=5, solver_polish=not polish)
     assert isinstance(env, ContactSuiteEnv)
     c, c0 = env.sys.cfg.contact, type(env).contact
     assert isinstance(c, sim.Constraint) and (c.iterations, c.max_contacts) == (7, 5)
-    assert c0.iterations == 100 and c0.max_contacts != 5
+    assert c.polish is (not polish) and c0.polish is polish
+    assert c0.iterations in (type(env).SOLVER_ITERATIONS, 100) and c0.max_contacts != 5
     leaves0, _ = jax.tree_util.tree_flatten(c0)
     leaves, _ = jax.tree_util.tree_flatten(c)
     assert len(leaves) == len(leaves0)
     for a, b in zip(leaves, leaves0):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    fields = [f for f in type(c).__dataclass_fields__ if f not in ("iterations", "max_contacts")]
+    changed = ("iterations", "max_contacts", "polish")
+    fields = [f for f in type(c).__dataclass_fields__ if f not in changed]
     assert all(repr(getattr(c, f)) == repr(getattr(c0, f)) for f in fields)
     for key in ("solver_iterations", "max_contacts"):
         for bad in (0, -3, 2.5, True, "20"):
             with pytest.raises(ValueError, match=rf"{key} must be None or an integer >= 1"):
                 envs.make(name, **{key: bad})
+    for bad in (0, 1, "true"):
+        with pytest.raises(ValueError, match="solver_polish must be None, True or False"):
+            envs.make(name, solver_polish=bad)
 
 
 def test_registered_and_batched():

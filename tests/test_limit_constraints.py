@@ -279,6 +279,37 @@ def test_limit_rows_beside_idle_contacts_are_exact_in_the_default_iterations():
     np.testing.assert_allclose(lam_l, exact, rtol=1e-13)
 
 
+def test_polish_off_leaves_the_iterations_impulses():
+    """``polish=False`` (``Constraint(polish=False)``: the DM Control Suite walker and hopper)
+    skips the active-set step on the limit rows: on
+    :func:`test_limit_rows_beside_idle_contacts_are_exact_in_the_default_iterations`'s problem
+    the default 100 iterations then stop short of the exact impulses ``-G_ll^-1 u_l`` (by
+    about 5e-8 relative: the step acts) and 400 reach them to rounding (the same fixed
+    point); the contacts stay idle either way."""
+    nc, nl = 16, 2
+    rng = np.random.default_rng(7)
+    G = _body_contact_problem(rng, nc, nl)
+    k = 3 * nc
+    u = np.zeros(k + nl)
+    u[:k:3] = 1.0
+    u[k:] = -G[k:, k:] @ np.array([2.0, 0.5])
+    mu = np.full(nc, 0.8)
+    solve = jax.jit(
+        lambda G_, u_, it, polish: sim.solve_cone_complementarity(
+            G_, u_, mu, it, coulomb=True, rows=nl, polish=polish
+        ),
+        static_argnums=(2, 3),
+    )
+    exact = -np.linalg.solve(G[k:, k:], u[k:])
+    lam, lam_l = solve(G, u, 100, False)
+    gap = float(np.max(np.abs(np.asarray(lam_l) - exact)) / np.max(exact))
+    assert 1e-10 < gap < 1e-5, gap
+    assert np.all(np.asarray(lam) == 0.0)
+    lam, lam_l = solve(G, u, 400, False)
+    np.testing.assert_allclose(lam_l, exact, rtol=1e-12)
+    assert np.all(np.asarray(lam) == 0.0)
+
+
 def test_limit_constraints_from_mjcf():
     """:meth:`MJCFModel.limit_constraints` holds a row for each limited hinge / slide joint
     with MuJoCo's range, ``margin``, ``solref``, ``solimp`` and ``dof_invweight0``

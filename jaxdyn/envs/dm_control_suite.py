@@ -590,7 +590,11 @@ class ContactSuiteEnv(SuiteEnv):
       :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
     * ``solver_tolerance``: stop the iterations once a step moves the impulses by at most
       this fraction of their largest (:class:`~jaxdyn.sim.Constraint`'s ``tolerance``;
-      ``solver_iterations`` is then the most that run), which pays with the warm start."""
+      ``solver_iterations`` is then the most that run), which pays with the warm start;
+    * ``solver_polish``: after the iterations, the active-set step on the joint-limit rows
+      (their exact impulses given the contacts', kept where it lowers the residual;
+      :class:`~jaxdyn.sim.Constraint`'s ``polish``); ``False`` leaves the limit rows at the
+      iterations' impulses, one dense step fewer per simulator step."""
 
     contact = _sim.Constraint()
     #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
@@ -598,6 +602,11 @@ class ContactSuiteEnv(SuiteEnv):
     #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
     #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
     MAX_CONTACTS = 6
+    #: the most solver steps of the warm-started hopper per simulator step (the cold default
+    #: is 100; the walker's :attr:`WalkerMove.SOLVER_ITERATIONS` is 30): on the walker the
+    #: batch's trip count under ``vmap`` (its slowest solve) was about 55 while the mean solve
+    #: stopped after about 16; the rest of a slow solve continues from the warm start
+    SOLVER_ITERATIONS = 40
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -675,6 +684,7 @@ class ContactSuiteEnv(SuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         changes: dict[str, Any] = {}
         for name, n, field in (
@@ -696,13 +706,15 @@ class ContactSuiteEnv(SuiteEnv):
                     f"got {tol!r}"
                 )
             changes["tolerance"] = float(tol)
-        if warm_start is not None:
-            if not isinstance(warm_start, bool):
+        for name, flag in (("warm_start", warm_start), ("polish", solver_polish)):
+            if flag is None:
+                continue
+            if not isinstance(flag, bool):
+                arg = "warm_start" if name == "warm_start" else "solver_polish"
                 raise ValueError(
-                    f"{type(self).__name__}: warm_start must be None, True or False, got "
-                    f"{warm_start!r}"
+                    f"{type(self).__name__}: {arg} must be None, True or False, got {flag!r}"
                 )
-            changes["warm_start"] = warm_start
+            changes[name] = flag
         if changes:  # the instance's contact model: the task's with these settings changed
             self.contact = dataclasses.replace(type(self).contact, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
@@ -906,6 +918,7 @@ class CheetahRun(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
@@ -914,6 +927,7 @@ class CheetahRun(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -980,16 +994,28 @@ class WalkerMove(ContactSuiteEnv):
     (friction 0.7; the bodies do not collide with each other), solved over the
     :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots, warm-started from the
     previous simulator step's impulses (``pipeline_state.impulses``) and stopped at a relative
-    change of 1e-4 (``warm_start=False`` / ``solver_tolerance=0`` for the cold 100 iterations).
+    change of 3e-4 or after 30 steps, without the limit rows' active-set step
+    (``warm_start=False, solver_tolerance=0, solver_iterations=100, solver_polish=True`` for
+    the cold 100 iterations).
     """
 
     xml = "walker.xml"
+    #: the most solver steps per simulator step (its 10 simulator steps per control step carry
+    #: a solve on further than the hopper's 4)
+    SOLVER_ITERATIONS = 30
     #: the contact cap, and the solve warm-started from the previous simulator step's impulses
-    #: and stopped once they move by less than 1e-4 relative (its 10 simulator steps per
-    #: control step change the contacts little: docs/environments.md measures it as accurate
-    #: as 100 cold iterations and cheaper)
+    #: and stopped once they move by less than 3e-4 relative (its 10 simulator steps per
+    #: control step change the contacts little), after at most :attr:`SOLVER_ITERATIONS`
+    #: steps and without the limit rows' active-set step (``polish=False``): under ``vmap`` the
+    #: batch's slowest solve sets the count, and the warm start carries an unfinished solve on
+    #: to the next simulator step (docs/environments.md, "Step cost against MJX")
     contact = _sim.Constraint(
-        friction=0.7, max_contacts=ContactSuiteEnv.MAX_CONTACTS, warm_start=True, tolerance=1e-4
+        friction=0.7,
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS,
+        warm_start=True,
+        tolerance=3e-4,
+        iterations=SOLVER_ITERATIONS,
+        polish=False,
     )
     mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
@@ -1008,6 +1034,7 @@ class WalkerMove(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -1022,6 +1049,7 @@ class WalkerMove(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -1085,17 +1113,23 @@ class HopperTask(ContactSuiteEnv):
     jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
     **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
     against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
-    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 (as the
-    walker's). Joint limits: MuJoCo's limit constraint
+    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 or after
+    40 steps, without the limit rows' active-set step (as the walker's, whose tolerance is
+    3e-4). Joint limits: MuJoCo's limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
-    #: as the walker's (:class:`WalkerMove`): the cap, a warm start and a tolerance of 1e-4
+    #: as the walker's (:class:`WalkerMove`): the cap, a warm start, a tolerance (here 1e-4)
+    #: after at most :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
     contact = _sim.Constraint(
-        max_contacts=ContactSuiteEnv.MAX_CONTACTS, warm_start=True, tolerance=1e-4
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS,
+        warm_start=True,
+        tolerance=1e-4,
+        iterations=ContactSuiteEnv.SOLVER_ITERATIONS,
+        polish=False,
     )
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
@@ -1112,6 +1146,7 @@ class HopperTask(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1121,6 +1156,7 @@ class HopperTask(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
@@ -1203,6 +1239,7 @@ class FingerSpin(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1212,6 +1249,7 @@ class FingerSpin(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
         self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
@@ -1398,6 +1436,7 @@ class BallInCup(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1407,6 +1446,7 @@ class BallInCup(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.set_reset_mode(reset)
         import equinox as eqx
@@ -1522,6 +1562,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         max_contacts: int | None = None,
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
+        solver_polish: bool | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1531,6 +1572,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             max_contacts=max_contacts,
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
+            solver_polish=solver_polish,
         )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)

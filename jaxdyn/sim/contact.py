@@ -515,6 +515,13 @@ class Constraint(eqx.Module):
       none), as MuJoCo warm-starts its solver from ``qacc_warmstart``. With ``tolerance``
       the solve then stops after few iterations where the contacts change little between
       steps.
+    - ``polish`` (static): ``True`` (default) follows the iterations, where the problem has
+      scalar rows after the contacts (joint limits, :mod:`jaxdyn.sim.limits`), with one
+      safeguarded active-set step on those rows (their exact impulses given the contacts',
+      kept where it lowers the residual: :func:`solve_cone_complementarity`'s ``polish``);
+      ``False`` leaves them at the iterations' impulses, one small dense solve and two
+      residual evaluations fewer per step (the DM Control Suite walker and hopper, whose
+      warm-started solve runs on across their simulator steps).
     - ``baumgarte``: fraction of a penetration removed per step; ``None`` (default): each
       contact's from its ``solref`` (:attr:`ContactFrames.solref`, an MJCF file's geoms),
       ``min(1, dt / timeconst)`` (the penetration then decays with MuJoCo's time constant;
@@ -603,6 +610,7 @@ class Constraint(eqx.Module):
     solreffriction: jnp.ndarray | None = None
     tolerance: float | None = eqx.field(static=True, default=None)
     warm_start: bool = eqx.field(static=True, default=False)
+    polish: bool = eqx.field(static=True, default=True)
 
     _RULES = (
         ("friction", 0.0, False),
@@ -659,6 +667,8 @@ class Constraint(eqx.Module):
             raise ValueError(
                 f"Constraint: warm_start must be True or False, got {self.warm_start!r}"
             )
+        if not isinstance(self.polish, bool):
+            raise ValueError(f"Constraint: polish must be True or False, got {self.polish!r}")
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
@@ -926,6 +936,7 @@ def _solve_fixed(
     factors=None,
     x0=None,
     tol=None,
+    polish=True,
 ):
     """Accelerated projected gradient (Nesterov, with gradient-based adaptive restart) on
     ``min 1/2 lam^T G lam + u^T lam, lam in K`` (Mazhar et al. 2015's APGD, as in Chrono):
@@ -992,7 +1003,8 @@ def _solve_fixed(
     else:
         x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start, tol)
     lam = s * x if nl else x
-    if nl:  # the scalar rows' exact impulses given the contacts' (where that lowers the residual)
+    if nl and polish:  # the scalar rows' exact impulses given the contacts' (where that lowers
+        # the residual)
         lam = _polish_rows(lam, G, u, mu_c, rho, live, coulomb, nc, width, pyramid)
 
     def newton_step(lam, _):
@@ -1092,20 +1104,24 @@ def _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width, star
     return _iterate(apgd, rows(start), iterations, tol).T.reshape(-1)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8, 9, 10, 11, 12))
-def _solve(G, u, mu, live, factors, x0, iterations, newton, coulomb, width, nl, pyramid, tol):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8, 9, 10, 11, 12, 13))
+def _solve(
+    G, u, mu, live, factors, x0, iterations, newton, coulomb, width, nl, pyramid, tol, polish
+):
     args = (iterations, newton, coulomb, width, nl, pyramid)
-    return _solve_fixed(G, u, mu, live, *args, factors=factors, x0=x0, tol=tol)[0]
+    return _solve_fixed(G, u, mu, live, *args, factors=factors, x0=x0, tol=tol, polish=polish)[0]
 
 
 @_solve.defjvp
-def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, tol, primals, tangents):
+def _solve_jvp(iterations, newton, coulomb, width, nl, pyramid, tol, polish, primals, tangents):
     # factors: G's, to rounding (no tangent of their own); the warm start x0 moves the
     # iterates, not the fixed point: no derivative in it
     G, u, mu, live, factors, x0 = primals
     dG, du, dmu, _, _, _ = tangents
     args = (iterations, newton, coulomb, width, nl, pyramid)
-    lam, rho, mu_c = _solve_fixed(G, u, mu, live, *args, factors=factors, x0=x0, tol=tol)
+    lam, rho, mu_c = _solve_fixed(
+        G, u, mu, live, *args, factors=factors, x0=x0, tol=tol, polish=polish
+    )
     nc = mu_c.shape[0]
     _, Jr = _residual_jacobian(lam, G, u, mu_c, rho, coulomb, nc, width, pyramid)
     _, rhs = jax.jvp(
@@ -1133,6 +1149,7 @@ def solve_cone_complementarity(
     factors: tuple[Array, Array, Array] | None = None,
     x0: Array | None = None,
     tolerance: float | None = None,
+    polish: bool = True,
 ) -> Array | tuple[Array, Array]:
     """Impulses ``lam (nc, 3)`` with ``lam_i`` in the friction cone ``|lam_t| <= mu lam_n``,
     ``G lam + u`` in its dual and complementary to it (Anitescu's convex relaxation of Coulomb
@@ -1176,7 +1193,8 @@ def solve_cone_complementarity(
     result is differentiated as the fixed point). ``tolerance`` (static, ``None``: every
     iteration runs): stop the iterations early once a step moves the (scaled) impulses by at
     most ``tolerance`` times their largest entry (:func:`_solve_fixed`); ``iterations`` is
-    then the most that run.
+    then the most that run. ``polish`` (static; with ``rows``): the safeguarded active-set step on
+    the scalar rows after the iterations (:func:`_polish_rows`); ``False`` skips it.
     """
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"solve_cone_complementarity: cone must be 'elliptic' or 'pyramidal', "
@@ -1193,7 +1211,7 @@ def solve_cone_complementarity(
             f"solve_cone_complementarity: x0 must have the shape of u {u.shape}, got {x0.shape}"
         )
     tol = None if tolerance is None else float(tolerance)
-    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid, tol)
+    settings = (int(iterations), int(newton), bool(coulomb), width, nl, pyramid, tol, bool(polish))
     lam = _solve(G, u, mu, live, None if nl else factors, x0, *settings)
     lam_c = lam[: nc * width].reshape(nc, width)
     return (lam_c, lam[nc * width :]) if nl else lam_c
@@ -1320,6 +1338,7 @@ def solve_problem(
     factors=None,
     x0=None,
     tolerance=None,
+    polish=True,
 ):
     """Solve the cone problem ``(Gr, u, mu, live, E)`` of :func:`contact_problem` (with
     ``rows`` scalar one-sided rows after its contact blocks in ``Gr``, ``u`` and ``live``:
@@ -1338,7 +1357,7 @@ def solve_problem(
     width = 3 if E is None else E.shape[1]
     out = solve_cone_complementarity(
         Gr, u, mu, iterations, newton, coulomb=coulomb, live=live, cone=cone, rows=rows,
-        width=width, factors=factors, x0=x0, tolerance=tolerance,
+        width=width, factors=factors, x0=x0, tolerance=tolerance, polish=polish,
     )  # fmt: skip
     lam, lam_r = cast("tuple[Array, Array]", out) if rows else (cast("Array", out), None)
     res = solve_residual(Gr, u, mu, lam, coulomb, rows=lam_r, pyramid=pyramid) if residual else None

@@ -399,7 +399,7 @@ def solve(
     G = 0.5 * (G + G.T)
     E = None
     iterations, newton, coulomb = limits.iterations, limits.newton, False
-    tolerance = None
+    tolerance, polish = None, True
     if contact is None:  # the limit rows alone
         Gr, u, mu, live = G + jnp.diag(R_l), u_l, jnp.zeros(0, dtype), live_l
     else:
@@ -417,10 +417,11 @@ def solve(
         mu = mu_c  # (nc,), G's dtype
         live = jnp.concatenate([jnp.asarray(live_c).astype(dtype), live_l.astype(dtype)])
         iterations, newton, coulomb = contact.iterations, contact.newton, not contact.relaxed
-        tolerance = contact.tolerance
+        tolerance, polish = contact.tolerance, contact.polish
     lam_c, lam_l, res, x = C.solve_problem(
-        Gr, u, mu, live, E, iterations, newton, coulomb, rows=n, x0=x0, tolerance=tolerance
-    )
+        Gr, u, mu, live, E, iterations, newton, coulomb, rows=n, x0=x0, tolerance=tolerance,
+        polish=polish,
+    )  # fmt: skip
     assert lam_l is not None and res is not None  # rows=n > 0 (check_model), residual on
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res, x
