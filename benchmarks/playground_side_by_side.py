@@ -674,7 +674,13 @@ def resolve_budget(args) -> None:
 
 
 #: options of the command line that ``--tasks`` does not pass on to its children
-_DRIVER_OPTIONS = {"--tasks": 1, "--out-dir": 1, "--sequential": 0, "--time-limit": 1}
+_DRIVER_OPTIONS = {
+    "--tasks": 1,
+    "--out-dir": 1,
+    "--sequential": 0,
+    "--time-limit": 1,
+    "--warm-cache": 0,
+}
 
 
 def _child_args(argv) -> list[str]:
@@ -698,8 +704,11 @@ def run_tasks(args, argv) -> int:
     cores or more and without ``--sequential`` the two run at the same time, each pinned to a
     core of its own (``--core``), with XLA's Eigen threads and OpenBLAS's pool off
     (``_env.single_threaded``): on an idle machine each gets one core, as in
-    ``suite_step.py``. Then the RESULTS.md section of all the runs (:func:`report`) goes to
-    ``--results`` (``''``: none), its machine line saying how they ran."""
+    ``suite_step.py``; JAX's persistent compilation cache is off in the children unless
+    ``--warm-cache`` (compile s and s to threshold then count cold compilations, whatever
+    earlier runs left in the cache). Then the RESULTS.md section of all the runs
+    (:func:`report`) goes to ``--results`` (``''``: none), its machine line saying how they
+    ran."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -720,6 +729,8 @@ def run_tasks(args, argv) -> int:
         cores = list(range(os.cpu_count() or 1))
     together = len(cores) >= 2 and not args.sequential
     env = dict(os.environ)
+    if not args.warm_cache:
+        env["JAXDYN_COMPILATION_CACHE"] = "0"
     if together:
         flags = env.get("XLA_FLAGS", "")
         if "xla_cpu_multi_thread_eigen" not in flags:
@@ -759,6 +770,11 @@ def run_tasks(args, argv) -> int:
         f"(`{SINGLE_THREAD_FLAGS}`, OPENBLAS_NUM_THREADS=1), the tasks one after the other"
         if together
         else "the backends and tasks one after the other"
+    )
+    how += (
+        "; JAX's persistent compilation cache on (compilations may be read from it)"
+        if args.warm_cache
+        else "; JAX's persistent compilation cache off (every compilation cold)"
     )
     command = " ".join(["python benchmarks/playground_side_by_side.py", *argv])
     note = f"`{command}`: {how}; {minutes:.1f} min."
@@ -807,6 +823,12 @@ def main(argv=None) -> int:
         default=25.0,
         metavar="MIN",
         help="with --tasks: no task starts after this many minutes (the report names those left)",
+    )
+    p.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="with --tasks: the children keep JAX's persistent compilation cache on (default: "
+        "off, JAXDYN_COMPILATION_CACHE=0, so that every compilation is a cold one)",
     )
     p.add_argument(
         "--core", type=int, help="pin this process to this core (set by --tasks for its children)"

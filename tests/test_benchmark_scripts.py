@@ -511,6 +511,7 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
             return super().__new__(cls)
 
         def __init__(self, cmd, **kw):
+            assert kw["env"]["JAXDYN_COMPILATION_CACHE"] == "0"  # cold compilations
             launched.append(cmd)
             task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
             config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
@@ -539,4 +540,5 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
     assert row.format("MJX (Playground)") + " - | - | 1,500 |" in text
     assert row.format("jaxdyn") + " 2.07 | 3,642 | 1,500 |" in text
     assert "both backends of a task at the same time, each pinned to one core" in text
+    assert "persistent compilation cache off (every compilation cold)" in text
     assert text.index("MJX (Playground)") < text.index("| jaxdyn |")
