@@ -737,6 +737,7 @@ def run_tasks(args, argv) -> int:
             env["XLA_FLAGS"] = (flags + " " + SINGLE_THREAD_FLAGS).strip()
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
     rest = _child_args(argv)
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     paths, left, failed = [], [], []
     for task in tasks:
@@ -777,7 +778,8 @@ def run_tasks(args, argv) -> int:
         else "; JAX's persistent compilation cache off (every compilation cold)"
     )
     command = " ".join(["python benchmarks/playground_side_by_side.py", *argv])
-    note = f"`{command}`: {how}; {minutes:.1f} min."
+    load = f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    note = f"`{command}`: {how}; {minutes:.1f} min; {load}."
     if left:
         note += f" Not run (past --time-limit {args.time_limit:g} min): {', '.join(left)}."
     if args.note:
