@@ -91,8 +91,11 @@ THRESHOLDS = {"cartpole_balance": 700.0, "cartpole_balance_sparse": 700.0}
 #: command line does not set it: ``timesteps``, ``num_envs`` / ``batch_size`` /
 #: ``num_minibatches`` / ``updates_per_batch`` (Brax's ``num_updates_per_batch``),
 #: ``num_evals``, ``num_eval_envs``. Each fits a few minutes of one idle core per backend,
-#: compilation included (:data:`SUITE_MINUTES`), so that the four tasks run in about 20
-#: minutes on a 2-core machine (both backends of a task at once, one core each)
+#: cold compilation included, so that ``--tasks suite`` runs in about 12-15 minutes on an
+#: idle 2-core machine (both backends of a task at once, one core each; estimated from the
+#: process CPU time of each run on the loaded VM, 2026-11-30: the slower backend of each
+#: task took about 1.5 (cartpole), 3 to 4 (cheetah, MJX's compilation), 3 (walker) and 3
+#: (hopper) CPU minutes)
 CPU_BUDGETS = {
     "cartpole_balance": dict(
         timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
