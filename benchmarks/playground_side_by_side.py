@@ -16,7 +16,11 @@ hopper_hop one after the other on their :data:`CPU_BUDGETS`, each task's two bac
 child processes at the same time, each pinned to a core of its own (single-threaded XLA), and
 writes the section of RESULTS.md (``--results``) from their JSON files (``--out-dir``)::
 
-    PYTHONPATH=/path/to/playground python benchmarks/playground_side_by_side.py --tasks suite
+    python benchmarks/playground_side_by_side.py --tasks suite --compare-states 100
+
+(``PYTHONPATH`` naming Playground's site-packages where it is installed apart;
+``--compare-states 100`` adds the section's second table, each task's :func:`compare_states`,
+after the training runs.)
 
 Playground is optional: ``pip install playground`` (the ``mujoco_playground`` package; it pins
 ``warp-lang``, ``orbax-checkpoint``, ... that jaxdyn does not need: install it in a separate
@@ -683,6 +687,7 @@ _DRIVER_OPTIONS = {
     "--sequential": 0,
     "--time-limit": 1,
     "--warm-cache": 0,
+    "--compare-states": 1,  # run by children of their own, after the training
 }
 
 
@@ -768,6 +773,28 @@ def run_tasks(args, argv) -> int:
             if rc != 0:
                 failed.append(f"{task} {backend} (exit {rc}, log {out_dir / (path.stem + '.log')})")
         print(f"[{time.perf_counter() - t0:6.0f} s] {task} done", flush=True)
+    if args.compare_states:  # the section's second table: two tasks at a time, one core each
+        done = [t for t in tasks if t not in left]
+        for i in range(0, len(done), 2 if together else 1):
+            runs = []
+            for j, task in enumerate(done[i : i + (2 if together else 1)]):
+                path = out_dir / f"{task}_states.json"
+                cmd = [sys.executable, str(Path(__file__).resolve()), *rest]
+                cmd += ["--task", task, "--compare-states", str(args.compare_states)]
+                cmd += ["--out", str(path)]
+                if together:
+                    cmd += ["--core", str(cores[-1 - j])]
+                log = open(out_dir / f"{task}_states.log", "w", encoding="utf-8")
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                runs.append((task, path, proc, log))
+            for task, path, proc, log in runs:
+                rc = proc.wait()
+                log.close()
+                if path.exists():
+                    paths.append(str(path))
+                if rc != 0:
+                    failed.append(f"{task} --compare-states (exit {rc})")
+        print(f"[{time.perf_counter() - t0:6.0f} s] state comparisons done", flush=True)
     minutes = (time.perf_counter() - t0) / 60
     how = (
         "both backends of a task at the same time, each pinned to one core "
@@ -866,7 +893,9 @@ def main(argv=None) -> int:
         "--compare-states",
         type=int,
         metavar="N",
-        help="only compare observations and rewards on the same N states (a Playground rollout)",
+        help="only compare observations and rewards on the same N states (a Playground "
+        "rollout); with --tasks: after the training runs, for each task (the section's second "
+        "table)",
     )
     p.add_argument(
         "--report",

@@ -506,19 +506,27 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
 
     class FakeChild:  # writes the run's JSON where the driver asked for it
         def __new__(cls, cmd, **kw):
-            if "--backend" not in cmd:  # git, ...
+            if "--out" not in cmd:  # git, ...
                 return popen(cmd, **kw)
             return super().__new__(cls)
 
         def __init__(self, cmd, **kw):
             assert kw["env"]["JAXDYN_COMPILATION_CACHE"] == "0"  # cold compilations
             launched.append(cmd)
+            out = Path(cmd[cmd.index("--out") + 1])
+            if "--compare-states" in cmd:
+                assert "--backend" not in cmd
+                states = dict(states=20, obs_size=24, max_obs_diff=4e-7, max_reward_diff=3e-7)
+                states.update(reward_range=[0.0, 0.1], task=cmd[cmd.index("--task") + 1])
+                out.write_text(json.dumps(states))
+                return
+            assert "--compare-states" not in cmd
             task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
             config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
             config["num_timesteps"] = 15360
             extra = dict(cpu_seconds_per_epoch=2.07, env_steps_per_cpu_second=3641.9)
             run = _pg_run(task, backend, config, **(extra if backend == "jaxdyn" else {}))
-            Path(cmd[cmd.index("--out") + 1]).write_text(json.dumps(run))
+            out.write_text(json.dumps(run))
 
         def wait(self):
             return 0
@@ -527,8 +535,9 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
     monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     out = tmp_path / "R.md"
     argv = ["--tasks", "walker_walk", "--out-dir", str(tmp_path), "--results", str(out)]
-    assert pg.main([*argv, "--seed", "3"]) == 0
-    assert len(launched) == 2
+    assert pg.main([*argv, "--seed", "3", "--compare-states", "20"]) == 0
+    assert len(launched) == 3  # the two training runs, then the state comparison
+    launched.pop()
     cores = {c[c.index("--core") + 1] for c in launched}
     assert cores == {"0", "1"}
     assert all("--tasks" not in c and c[c.index("--seed") + 1] == "3" for c in launched)
@@ -542,3 +551,4 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
     assert "both backends of a task at the same time, each pinned to one core" in text
     assert "persistent compilation cache off (every compilation cold)" in text
     assert text.index("MJX (Playground)") < text.index("| jaxdyn |")
+    assert "| walker_walk | 24 | 4.0e-07 | 3.0e-07 | 0.000 .. 0.100 |  |" in text
