@@ -120,8 +120,8 @@ BENCHMARKS = (
         ("## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)",),
         "Brax PPO on Playground's MJX suite tasks and jaxdyn's ports",
         manual="Playground goes in its own environment: run the script there with --tasks "
-        "suite (the four tasks' two backends, about 15 minutes on an idle 2-core machine; its "
-        "docstring, docs/environments.md)",
+        "suite --compare-states 100 (the four tasks' two backends and state comparisons, about "
+        "15 minutes on an idle 2-core machine; its docstring, docs/environments.md)",
     ),
     Benchmark(
         "gpu",
