@@ -5,9 +5,22 @@ machine (issue 48).
 
 Per backend it reports: wall-clock to the first evaluation whose mean episode return reaches
 ``--threshold`` (from the start of ``ppo.train``, compilation included), the final return after
-``--timesteps`` environment steps, the total wall-clock, and environment steps per second over
-training (``training/sps`` from Brax's progress metrics: steps of the training phases per
-second of their wall-clock, compilation and evaluation excluded).
+``--timesteps`` environment steps, the total wall-clock and CPU time, the wall-clock of the
+compilations, and the process CPU time of one compiled training period (the epochs between two
+evaluations: simulator and PPO update, without compiler or evaluation) with its environment
+steps per CPU second, beside Brax's own ``training/sps`` (wall-clock; on a loaded machine it
+measures the load).
+
+The RESULTS.md run: ``--tasks suite`` trains cartpole_balance, cheetah_run, walker_walk and
+hopper_hop one after the other on their :data:`CPU_BUDGETS`, each task's two backends in two
+child processes at the same time, each pinned to a core of its own (single-threaded XLA), and
+writes the section of RESULTS.md (``--results``) from their JSON files (``--out-dir``)::
+
+    python benchmarks/playground_side_by_side.py --tasks suite --compare-states 100
+
+(``PYTHONPATH`` naming Playground's site-packages where it is installed apart;
+``--compare-states 100`` adds the section's second table, each task's :func:`compare_states`,
+after the training runs.)
 
 Playground is optional: ``pip install playground`` (the ``mujoco_playground`` package; it pins
 ``warp-lang``, ``orbax-checkpoint``, ... that jaxdyn does not need: install it in a separate
@@ -16,11 +29,23 @@ default ``"warp"`` needs NVIDIA Warp). Without it, ``--backend jaxdyn`` trains j
 alone and ``both`` says what is missing.
 
 Budgets: ``--full`` takes Playground's published configuration (2048 environments, 60 M steps
-for cartpole; GPU-sized); the defaults are a CPU-sized cut of it (``--num-envs``,
-``--batch-size``, ``--timesteps``). Examples::
+for cartpole; GPU-sized); otherwise each budget option (``--timesteps``, ``--num-envs``,
+``--batch-size``, ``--num-minibatches``, ``--updates-per-batch``, ``--num-evals``,
+``--num-eval-envs``) not given takes the task's :data:`CPU_BUDGETS` entry, else
+:data:`DEFAULT_BUDGET`. Examples::
 
     python benchmarks/playground_side_by_side.py --task cartpole_balance --timesteps 300000
     python benchmarks/playground_side_by_side.py --task cartpole_swingup --full --backend both
+    python benchmarks/playground_side_by_side.py --tasks walker_walk,hopper_hop --results ''
+
+Where the time goes (measured, walker_walk and hopper_hop at 32 environments, one compiled
+training period of 7,680 steps): the two backends' training periods cost the same process CPU
+time (jaxdyn's environment step costs what Playground's does, ``suite_step.py``; the wrappers
+are Brax's on both sides, restarting from the cached first state, float32 on both sides), so
+a gap in Brax's ``training/sps`` on a loaded machine is the load. Brax compiles its evaluation
+twice on both backends (its first call's parameters are weakly typed and not sharded as the
+later calls', which come out of the ``pmap``-ed training epoch): one more compilation in
+``compile s``, not in the training periods.
 """
 
 from __future__ import annotations
@@ -31,6 +56,9 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's jaxdyn
 
 #: jaxdyn task -> Playground environment
 TASKS = {
@@ -62,6 +90,41 @@ TASKS = {
 #: cart-pole (Playground's PPO ends near 1000 on balance), 100 elsewhere (a low bar that the
 #: CPU-sized budgets can reach; Playground's published runs go far beyond it)
 THRESHOLDS = {"cartpole_balance": 700.0, "cartpole_balance_sparse": 700.0}
+
+#: the CPU-sized budget of each task that ``--tasks`` (the RESULTS.md run) trains, where the
+#: command line does not set it: ``timesteps``, ``num_envs`` / ``batch_size`` /
+#: ``num_minibatches`` / ``updates_per_batch`` (Brax's ``num_updates_per_batch``),
+#: ``num_evals``, ``num_eval_envs``. Each fits a few minutes of one idle core per backend,
+#: cold compilation included, so that ``--tasks suite`` runs in about 12-15 minutes on an
+#: idle 2-core machine (both backends of a task at once, one core each; estimated from the
+#: process CPU time of each run on the loaded VM, 2026-11-30: the slower backend of each
+#: task took about 1.5 (cartpole), 3 to 4 (cheetah, MJX's compilation), 3 (walker) and 3
+#: (hopper) CPU minutes)
+CPU_BUDGETS = {
+    "cartpole_balance": dict(
+        timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
+        updates_per_batch=4, num_evals=6, num_eval_envs=16,
+    ),
+    "cheetah_run": dict(
+        timesteps=184_320, num_envs=32, batch_size=32, num_minibatches=4,
+        updates_per_batch=4, num_evals=5, num_eval_envs=8,
+    ),
+    "walker_walk": dict(
+        timesteps=184_320, num_envs=32, batch_size=32, num_minibatches=4,
+        updates_per_batch=4, num_evals=5, num_eval_envs=8,
+    ),
+    "hopper_hop": dict(
+        timesteps=184_320, num_envs=32, batch_size=32, num_minibatches=4,
+        updates_per_batch=4, num_evals=5, num_eval_envs=8,
+    ),
+}  # fmt: skip
+#: the tasks of the RESULTS.md section (``--tasks suite``)
+SUITE = ("cartpole_balance", "cheetah_run", "walker_walk", "hopper_hop")
+#: the budget options' defaults for a task without a :data:`CPU_BUDGETS` entry
+DEFAULT_BUDGET = dict(
+    timesteps=300_000, num_envs=256, batch_size=256, num_minibatches=8, updates_per_batch=4,
+    num_evals=5, num_eval_envs=16,
+)  # fmt: skip
 
 #: Playground's ``brax_ppo_config`` for the suite (mujoco_playground/config/
 #: dm_control_suite_params.py, playground 0.2.0), used when Playground is not installed
@@ -157,16 +220,59 @@ def _union_length(spans) -> float:
     return total
 
 
+def _phases(marks) -> list[dict]:
+    """The phases between consecutive ``marks`` (``(kind, step, wall, cpu, voluntary context
+    switches)``, in order): each ``kind`` ``"train"`` (Brax's ``policy_params_fn``, called
+    after the training epochs of an evaluation period) or ``"eval"`` (``progress_fn``, after
+    the evaluation) closes the phase since the mark before it."""
+    out = []
+    for a, b in zip(marks, marks[1:]):
+        out.append(
+            dict(
+                kind=b[0],
+                step=b[1],
+                seconds=b[2] - a[2],
+                cpu_seconds=b[3] - a[3],
+                voluntary_switches=b[4] - a[4],
+            )
+        )
+    return out
+
+
+def _epoch_figures(phases) -> tuple[float | None, float | None]:
+    """``(cpu_seconds_per_epoch, env_steps_per_cpu_second)`` of :func:`train` from its
+    :func:`_phases`: the CPU time of the last compiled training period and the environment
+    steps per CPU second over all of them. The training periods are the ``"train"`` phases
+    after the first one, which closes at step 0 (Brax calls ``policy_params_fn`` once before
+    its loop), and after the second, whose epoch compiles; ``None`` where none is left."""
+    periods = [p for p in phases if p["kind"] == "train"]
+    periods = [dict(b, steps=b["step"] - a["step"]) for a, b in zip(periods, periods[1:])]
+    compiled = periods[1:]
+    if not compiled:
+        return None, None
+    cpu = sum(p["cpu_seconds"] for p in compiled)
+    return compiled[-1]["cpu_seconds"], sum(p["steps"] for p in compiled) / cpu
+
+
 def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) -> dict:
     """One ``ppo.train``. Besides the returns: ``compile_seconds``, the wall-clock of every
-    compilation in it (JAX's monitoring events: tracing, lowering, XLA), and, per evaluation,
-    the process CPU time, so that ``cpu_seconds_last_epoch`` (the last training epoch and its
-    evaluation, compiled before: ``num_evals`` >= 3) measures the simulator without the
-    compiler."""
+    compilation in it (JAX's monitoring events: tracing, lowering, XLA), and the wall-clock and
+    process CPU time of each training period (Brax's training epochs between two evaluations)
+    and each evaluation apart (``phases``; marked by Brax's ``policy_params_fn``, which it
+    calls between the two, and ``progress_fn``). From them, over the training periods after
+    the first (compiled before: ``num_evals`` >= 3): ``cpu_seconds_per_epoch``, the process
+    CPU time of one training period, and ``env_steps_per_cpu_second``, its environment steps
+    per CPU second (the simulator and PPO's update without the compiler and the evaluation,
+    and far less sensitive to a loaded machine than Brax's wall-clock ``training/sps``);
+    ``cpu_seconds_last_epoch``, the last training period and its evaluation together (the
+    figure of earlier runs)."""
+    import resource
+
     import jax
     from brax.training.agents.ppo import train as ppo
 
     evals = []
+    marks = []  # (kind, step, wall, cpu, voluntary context switches)
     spans = []  # (start, end) of each compilation event; nested traces overlap: their union
 
     def on_event(event, duration, **_):
@@ -174,10 +280,16 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
             end = time.perf_counter()
             spans.append((end - duration, end))
 
+    def mark(kind, step):
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        marks.append((kind, int(step), time.perf_counter(), time.process_time(), ru.ru_nvcsw))
+
     jax.monitoring.register_event_duration_secs_listener(on_event)
     t0, c0 = time.perf_counter(), time.process_time()
+    mark("start", 0)
 
     def progress(step, metrics):
+        mark("eval", step)
         evals.append(
             dict(
                 step=int(step),
@@ -190,11 +302,17 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
         e = evals[-1]
         print(
             f"  [{backend}] {step:>10d} steps  return {e['reward']:8.2f}  {e['time']:7.1f} s  "
-            f"{e['sps']:9.0f} steps/s",
+            f"{e['sps']:9.0f} steps/s  (CPU {e['cpu']:.1f} s)",
             flush=True,
         )
 
-    kw = dict(cfg, environment=env, progress_fn=progress, seed=seed)
+    kw = dict(
+        cfg,
+        environment=env,
+        progress_fn=progress,
+        policy_params_fn=lambda step, *_: mark("train", step),
+        seed=seed,
+    )
     if wrap_fn is not None:
         kw["wrap_env_fn"] = wrap_fn
     try:
@@ -203,7 +321,9 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
         jax.monitoring.unregister_event_duration_listener(on_event)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     reached = [e for e in evals if e["reward"] >= threshold]
-    sps = sorted(e["sps"] for e in evals if e["sps"] == e["sps"])
+    sps = sorted(e["sps"] for e in evals[2:] if e["sps"] == e["sps"])
+    phases = _phases(marks)
+    per_epoch, steps_cpu = _epoch_figures(phases)
     return dict(
         backend=backend,
         final_return=evals[-1]["reward"] if evals else float("nan"),
@@ -212,8 +332,12 @@ def train(backend: str, env, wrap_fn, cfg: dict, seed: int, threshold: float) ->
         cpu_seconds=cpu,
         compile_seconds=_union_length(spans),
         cpu_seconds_last_epoch=evals[-1]["cpu"] - evals[-2]["cpu"] if len(evals) >= 3 else None,
+        cpu_seconds_per_epoch=per_epoch,
+        env_steps_per_cpu_second=steps_cpu,
+        # Brax's training/sps of the evaluation periods after the first (whose epoch compiles)
         env_steps_per_second=sps[len(sps) // 2] if sps else None,
         evals=evals,
+        phases=phases,
     )
 
 
@@ -391,10 +515,13 @@ def _run_rows(d, cpu_columns: bool) -> list[str]:
             cells.append(f"{r.get('cpu_seconds', float('nan')):.0f}")
         cells.append(_num(r.get("compile_seconds")))
         if cpu_columns:
-            cells.append(_num(r.get("cpu_seconds_last_epoch")))
+            per = r.get("cpu_seconds_per_epoch")
+            cells.append("-" if per is None else f"{per:.2f}")
+            steps_cpu = r.get("env_steps_per_cpu_second")
+            cells.append("-" if steps_cpu is None else f"{steps_cpu:,.0f}")
         cells.append("-" if sps is None else f"{sps:,.0f}")
         out.append("| " + " | ".join(cells) + " |")
-    width = 12 if cpu_columns else 10
+    width = 13 if cpu_columns else 10
     for m in d.get("missing", []):
         out.append(f"| {d['task']} | | | | {m} |" + " |" * (width - 5))
     return out
@@ -426,31 +553,35 @@ def report(paths, out: str, note: str = "") -> str:
     lines = [
         SECTION,
         "",
-        "`python benchmarks/playground_side_by_side.py` (issue 48): Brax PPO with Playground's "
-        "configuration for the suite (`dm_control_suite_params.brax_ppo_config`: learning rate, "
-        "discount, entropy, reward scaling, unroll 30, observation normalisation) cut to "
-        "CPU-sized budgets (and one reset per evaluation: Brax runs at least "
+        "`python benchmarks/playground_side_by_side.py --tasks suite` (issue 48): Brax PPO with "
+        "Playground's configuration for the suite (`dm_control_suite_params.brax_ppo_config`: "
+        "learning rate, discount, entropy, reward scaling, unroll 30, observation "
+        "normalisation, Brax's default networks) cut to the CPU-sized budgets of the script's "
+        "`CPU_BUDGETS` (and one reset per evaluation: Brax runs at least "
         "`num_resets_per_eval` training steps per evaluation, and Playground's 10 would round "
-        'a CPU budget up tenfold), on Playground\'s MJX environment (`impl="jax"`) and '
-        "on jaxdyn's port, seed 0, one seed; each backend in its own process, the two (and the "
-        "other tasks' runs) at the same time on the same machine, so that both see the same "
-        "load. **The budgets are "
-        "far below Playground's published ones** (60 M environment steps, 2048 environments, "
-        "batch 1024): the returns say whether both learn the same task at the start, not where "
-        "they end. Return: mean episode return of the evaluation episodes (1000 control steps). "
-        "Time to threshold: from the start of `ppo.train` (compilation included) to the first "
-        "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only; "
-        "median over the evaluations). CPU s: process time of the whole `ppo.train` "
-        "(compilation included; less sensitive to the load than the wall-clock). Compile s: "
-        "wall-clock of the compilations in it (JAX's monitoring events: tracing, lowering, "
-        "XLA; '-': not recorded). CPU s, last epoch: process time of the last training epoch "
-        "and its evaluation (everything compiled before; runs with three evaluations or "
-        "more).",
+        'a CPU budget up tenfold), on Playground\'s MJX environment (`impl="jax"`, float32) '
+        "and on jaxdyn's port (float32), seed 0, one seed, both through Brax's training "
+        "wrappers (Playground's `wrap_for_brax_training` for its environment, Brax's "
+        "`envs.training.wrap` for jaxdyn's: both restart a finished episode from the cached "
+        "first state). **The budgets are far below Playground's published ones** (60 M "
+        "environment steps, 2048 environments, batch 1024): the returns say whether both learn "
+        "the same task at the start, not where they end. Return: mean episode return of the "
+        "evaluation episodes (1000 control steps). Time to threshold: from the start of "
+        "`ppo.train` (compilation included) to the first evaluation at or above it. Total s, "
+        "CPU s: wall-clock and process CPU time of the whole `ppo.train` (compilation "
+        "included). Compile s: wall-clock of the compilations in it (JAX's monitoring events: "
+        "tracing, lowering, XLA). CPU s / epoch: process CPU time of the last training period "
+        "(the training epochs between two evaluations, compiled before, with Brax's batch "
+        "reset after it; evaluation excluded); env steps / CPU s: environment steps of the "
+        "compiled training periods per CPU second of them (the simulator and PPO's update, "
+        "without the compiler and the evaluation). Env steps/s: Brax's `training/sps` "
+        "(wall-clock of the training epochs alone, median over the evaluation periods after "
+        "the first, whose epoch compiles; '-': one such period or none).",
         "",
         "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
-        "| final return | s to threshold | total s | CPU s | compile s | CPU s, last epoch "
-        "| env steps/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| final return | s to threshold | total s | CPU s | compile s | CPU s / epoch "
+        "| env steps / CPU s | env steps/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     merged = {}  # one row group per task (``--backend mjx`` and ``jaxdyn`` runs together)
     for d in runs:
@@ -524,7 +655,8 @@ def _report_gpu(runs, out, commit, note) -> str:
         "mean episode return of the evaluation episodes (1000 control steps). Time to "
         "threshold: from the start of `ppo.train` (compilation included) to the first "
         "evaluation at or above it. Env steps/s: Brax's `training/sps` (training phases only, "
-        "median over the evaluations). Compile s: wall-clock of the compilations inside "
+        "median over the evaluation periods after the first, whose epoch compiles; runs "
+        "before 2026-11-30: over all of them). Compile s: wall-clock of the compilations inside "
         "`ppo.train` (JAX's monitoring events).",
         "",
         "| task | env steps | envs / batch / minibatches / updates | threshold | backend "
@@ -540,6 +672,157 @@ def _report_gpu(runs, out, commit, note) -> str:
     return text
 
 
+def resolve_budget(args) -> None:
+    """Each budget option of ``args`` not given on the command line (``None``) set from the
+    task's :data:`CPU_BUDGETS` entry, else from :data:`DEFAULT_BUDGET`."""
+    for k, v in CPU_BUDGETS.get(args.task, DEFAULT_BUDGET).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+
+
+#: options of the command line that ``--tasks`` does not pass on to its children
+_DRIVER_OPTIONS = {
+    "--tasks": 1,
+    "--out-dir": 1,
+    "--sequential": 0,
+    "--time-limit": 1,
+    "--warm-cache": 0,
+    "--compare-states": 1,  # run by children of their own, after the training
+}
+
+
+def _child_args(argv) -> list[str]:
+    """``argv`` without the options of the ``--tasks`` driver (:data:`_DRIVER_OPTIONS`)."""
+    out, skip = [], 0
+    for a in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = a.split("=", 1)[0]
+        if name in _DRIVER_OPTIONS:
+            skip = _DRIVER_OPTIONS[name] if "=" not in a else 0
+            continue
+        out.append(a)
+    return out
+
+
+def run_tasks(args, argv) -> int:
+    """``--tasks``: each task in turn, its two backends in child processes of this script
+    (``--task T --backend B --out DIR/T_B.json``, the other options passed on). With two
+    cores or more and without ``--sequential`` the two run at the same time, each pinned to a
+    core of its own (``--core``), with XLA's Eigen threads and OpenBLAS's pool off
+    (``_env.single_threaded``): on an idle machine each gets one core, as in
+    ``suite_step.py``; JAX's persistent compilation cache is off in the children unless
+    ``--warm-cache`` (compile s and s to threshold then count cold compilations, whatever
+    earlier runs left in the cache). Then the RESULTS.md section of all the runs
+    (:func:`report`) goes to ``--results`` (``''``: none), its machine line saying how they
+    ran."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    from _env import SINGLE_THREAD_FLAGS
+
+    tasks = list(SUITE) if args.tasks == "suite" else args.tasks.split(",")
+    bad = [t for t in tasks if t not in TASKS]
+    if bad:
+        raise SystemExit(f"--tasks: unknown task(s) {bad}; choose from {sorted(TASKS)}")
+    out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="playground_side_by_side_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = list(range(os.cpu_count() or 1))
+    together = len(cores) >= 2 and not args.sequential
+    env = dict(os.environ)
+    if not args.warm_cache:
+        env["JAXDYN_COMPILATION_CACHE"] = "0"
+    if together:
+        flags = env.get("XLA_FLAGS", "")
+        if "xla_cpu_multi_thread_eigen" not in flags:
+            env["XLA_FLAGS"] = (flags + " " + SINGLE_THREAD_FLAGS).strip()
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    rest = _child_args(argv)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    paths, left, failed = [], [], []
+    for task in tasks:
+        if time.perf_counter() - t0 > 60 * args.time_limit:
+            left.append(task)
+            continue
+        runs = []
+        for i, backend in enumerate(("mjx", "jaxdyn")):
+            path = out_dir / f"{task}_{backend}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), *rest]
+            cmd += ["--task", task, "--backend", backend, "--out", str(path)]
+            if together:
+                cmd += ["--core", str(cores[-1 - i])]
+            print(f"[{time.perf_counter() - t0:6.0f} s] {task} {backend}: {' '.join(cmd)}")
+            log = open(out_dir / f"{task}_{backend}.log", "w", encoding="utf-8")
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            runs.append((backend, path, proc, log))
+            if not together:
+                proc.wait()
+        for backend, path, proc, log in runs:
+            rc = proc.wait()
+            log.close()
+            if path.exists():  # also a run that says what was missing (no Playground)
+                paths.append(str(path))
+            if rc != 0:
+                failed.append(f"{task} {backend} (exit {rc}, log {out_dir / (path.stem + '.log')})")
+        print(f"[{time.perf_counter() - t0:6.0f} s] {task} done", flush=True)
+    if args.compare_states:  # the section's second table: two tasks at a time, one core each
+        done = [t for t in tasks if t not in left]
+        for i in range(0, len(done), 2 if together else 1):
+            runs = []
+            for j, task in enumerate(done[i : i + (2 if together else 1)]):
+                path = out_dir / f"{task}_states.json"
+                cmd = [sys.executable, str(Path(__file__).resolve()), *rest]
+                cmd += ["--task", task, "--compare-states", str(args.compare_states)]
+                cmd += ["--out", str(path)]
+                if together:
+                    cmd += ["--core", str(cores[-1 - j])]
+                log = open(out_dir / f"{task}_states.log", "w", encoding="utf-8")
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                runs.append((task, path, proc, log))
+            for task, path, proc, log in runs:
+                rc = proc.wait()
+                log.close()
+                if path.exists():
+                    paths.append(str(path))
+                if rc != 0:
+                    failed.append(f"{task} --compare-states (exit {rc})")
+        print(f"[{time.perf_counter() - t0:6.0f} s] state comparisons done", flush=True)
+    minutes = (time.perf_counter() - t0) / 60
+    how = (
+        "both backends of a task at the same time, each pinned to one core "
+        f"(`{SINGLE_THREAD_FLAGS}`, OPENBLAS_NUM_THREADS=1), the tasks one after the other"
+        if together
+        else "the backends and tasks one after the other"
+    )
+    how += (
+        "; JAX's persistent compilation cache on (compilations may be read from it)"
+        if args.warm_cache
+        else "; JAX's persistent compilation cache off (every compilation cold)"
+    )
+    command = " ".join(["python benchmarks/playground_side_by_side.py", *argv])
+    load = f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    note = f"`{command}`: {how}; {minutes:.1f} min; {load}."
+    if left:
+        note += f" Not run (past --time-limit {args.time_limit:g} min): {', '.join(left)}."
+    if args.note:
+        note += " " + args.note
+    for f in failed:
+        print(f"failed: {f}")
+    if paths and args.results != "":
+        out = args.results or str(here / "RESULTS.md")
+        print(report(paths, out, note))
+    print(f"runs in {out_dir}; {minutes:.1f} min")
+    return 0 if paths and not failed else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole_balance")
@@ -552,14 +835,45 @@ def main(argv=None) -> int:
         "rounds it up to evaluations x resets per evaluation x one training step's steps: "
         "about 98 M with Playground's suite configuration)",
     )
-    p.add_argument("--timesteps", type=int, default=300_000)
-    p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--num-minibatches", type=int, default=8)
-    p.add_argument("--updates-per-batch", type=int, default=4)
-    p.add_argument("--num-evals", type=int, default=5)
+    p.add_argument(
+        "--tasks",
+        help="train these tasks (comma-separated, or 'suite': " + ",".join(SUITE) + ") one "
+        "after the other, each backend in a child process of its own (both at once, one core "
+        "each, where the machine has two), and write the RESULTS.md section of the runs",
+    )
+    p.add_argument(
+        "--out-dir", help="with --tasks: the runs' JSON files go here (default: a temporary one)"
+    )
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="with --tasks: the two backends of a task one after the other (each on all cores)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=25.0,
+        metavar="MIN",
+        help="with --tasks: no task starts after this many minutes (the report names those left)",
+    )
+    p.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="with --tasks: the children keep JAX's persistent compilation cache on (default: "
+        "off, JAXDYN_COMPILATION_CACHE=0, so that every compilation is a cold one)",
+    )
+    p.add_argument(
+        "--core", type=int, help="pin this process to this core (set by --tasks for its children)"
+    )
+    # the budget: an option given here, else the task's CPU_BUDGETS entry, else DEFAULT_BUDGET
+    p.add_argument("--timesteps", type=int)
+    p.add_argument("--num-envs", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--num-minibatches", type=int)
+    p.add_argument("--updates-per-batch", type=int)
+    p.add_argument("--num-evals", type=int)
     p.add_argument("--episode-length", type=int, default=1000)
-    p.add_argument("--num-eval-envs", type=int, default=16, help="episodes per evaluation")
+    p.add_argument("--num-eval-envs", type=int, help="episodes per evaluation")
     p.add_argument(
         "--resets-per-eval",
         type=int,
@@ -579,7 +893,9 @@ def main(argv=None) -> int:
         "--compare-states",
         type=int,
         metavar="N",
-        help="only compare observations and rewards on the same N states (a Playground rollout)",
+        help="only compare observations and rewards on the same N states (a Playground "
+        "rollout); with --tasks: after the training runs, for each task (the section's second "
+        "table)",
     )
     p.add_argument(
         "--report",
@@ -590,6 +906,11 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=None, help="the results file of --report")
     p.add_argument("--note", default="", help="a sentence on the machine for --report")
     args = p.parse_args(argv)
+    if args.core is not None:  # before JAX starts its threads, which inherit the affinity
+        os.sched_setaffinity(0, {args.core})
+    resolve_budget(args)
+    if args.tasks:
+        return run_tasks(args, argv if argv is not None else sys.argv[1:])
     if args.report:
         from pathlib import Path
 

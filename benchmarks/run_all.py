@@ -119,8 +119,9 @@ BENCHMARKS = (
         "playground_side_by_side",
         ("## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)",),
         "Brax PPO on Playground's MJX suite tasks and jaxdyn's ports",
-        manual="Playground goes in its own environment: run the script there per task and "
-        "backend with --out JSON, then --report JSON... (its docstring, docs/environments.md)",
+        manual="Playground goes in its own environment: run the script there with --tasks "
+        "suite --compare-states 100 (the four tasks' two backends and state comparisons, about "
+        "15 minutes on an idle 2-core machine; its docstring, docs/environments.md)",
     ),
     Benchmark(
         "gpu",

@@ -508,3 +508,111 @@ def test_one_git_commit_reader(monkeypatch):
     assert env.git_commit() == "unknown"
     readers = [p.name for p in BENCH.glob("*.py") if "rev-parse" in p.read_text()]
     assert readers == ["_env.py"], readers
+
+
+def _pg_run(task, backend, config, **extra):
+    """One training run's JSON as benchmarks/playground_side_by_side.py writes it."""
+    result = dict(
+        backend=backend,
+        final_return=31.5,
+        seconds_to_threshold=None,
+        total_seconds=120.0,
+        cpu_seconds=40.0,
+        compile_seconds=60.0,
+        cpu_seconds_last_epoch=3.9,
+        env_steps_per_second=1500.0,
+        evals=[dict(step=0), dict(step=7680), dict(step=15360)],
+        **extra,
+    )
+    return dict(task=task, threshold=100.0, config=config, results=[result], missing=[])
+
+
+def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
+    """benchmarks/playground_side_by_side.py without Playground and without training: the
+    training periods' CPU figures from the phases its callbacks mark (the period before
+    Brax's loop and the compiling one left out), the budgets (an option given wins over the
+    task's CPU_BUDGETS entry), the --tasks driver (each task's two backends as children on
+    two different cores, its own options not passed on, the section written from their JSON
+    files) and the section's columns, '-' for figures a run did not record."""
+    import json
+
+    pg = _bench_module("playground_side_by_side")
+    marks = [
+        ("start", 0, 0.0, 0.0, 0),
+        ("eval", 0, 50.0, 10.0, 5),
+        ("train", 0, 50.0, 10.0, 5),
+        ("train", 7680, 90.0, 20.0, 9),  # the epoch that compiles
+        ("eval", 7680, 95.0, 22.0, 9),
+        ("train", 15360, 98.0, 24.0, 9),
+        ("eval", 15360, 99.0, 25.0, 9),
+        ("train", 23040, 102.0, 28.0, 9),
+        ("eval", 23040, 103.0, 29.0, 9),
+    ]
+    phases = pg._phases(marks)
+    assert [p["kind"] for p in phases] == ["eval", "train"] + ["train", "eval"] * 3
+    assert phases[2] == dict(
+        kind="train", step=7680, seconds=40.0, cpu_seconds=10.0, voluntary_switches=4
+    )
+    per_epoch, steps_cpu = pg._epoch_figures(phases)
+    assert per_epoch == pytest.approx(3.0)  # the last period: 25 -> 28 CPU s
+    assert steps_cpu == pytest.approx(2 * 7680 / (2.0 + 3.0))
+    assert pg._epoch_figures(pg._phases(marks[:5])) == (None, None)
+
+    args = pg.argparse.Namespace(task="walker_walk", timesteps=1000, num_envs=None)
+    args.__dict__.update(dict.fromkeys(pg.DEFAULT_BUDGET, None) | dict(timesteps=1000))
+    pg.resolve_budget(args)
+    assert args.timesteps == 1000 and args.num_envs == pg.CPU_BUDGETS["walker_walk"]["num_envs"]
+    assert set(pg.SUITE) <= set(pg.CPU_BUDGETS) <= set(pg.TASKS)
+    assert pg._child_args(["--tasks", "suite", "--time-limit=9", "--seed", "1"]) == ["--seed", "1"]
+
+    launched = []
+    popen = subprocess.Popen
+
+    class FakeChild:  # writes the run's JSON where the driver asked for it
+        def __new__(cls, cmd, **kw):
+            if "--out" not in cmd:  # git, ...
+                return popen(cmd, **kw)
+            return super().__new__(cls)
+
+        def __init__(self, cmd, **kw):
+            assert kw["env"]["JAXDYN_COMPILATION_CACHE"] == "0"  # cold compilations
+            launched.append(cmd)
+            out = Path(cmd[cmd.index("--out") + 1])
+            if "--compare-states" in cmd:
+                assert "--backend" not in cmd
+                states = dict(states=20, obs_size=24, max_obs_diff=4e-7, max_reward_diff=3e-7)
+                states.update(reward_range=[0.0, 0.1], task=cmd[cmd.index("--task") + 1])
+                out.write_text(json.dumps(states))
+                return
+            assert "--compare-states" not in cmd
+            task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
+            config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
+            config["num_timesteps"] = 15360
+            extra = dict(cpu_seconds_per_epoch=2.07, env_steps_per_cpu_second=3641.9)
+            run = _pg_run(task, backend, config, **(extra if backend == "jaxdyn" else {}))
+            out.write_text(json.dumps(run))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    out = tmp_path / "R.md"
+    argv = ["--tasks", "walker_walk", "--out-dir", str(tmp_path), "--results", str(out)]
+    assert pg.main([*argv, "--seed", "3", "--compare-states", "20"]) == 0
+    assert len(launched) == 3  # the two training runs, then the state comparison
+    launched.pop()
+    cores = {c[c.index("--core") + 1] for c in launched}
+    assert cores == {"0", "1"}
+    assert all("--tasks" not in c and c[c.index("--seed") + 1] == "3" for c in launched)
+    text = out.read_text()
+    assert pg.SECTION in text and "CPU s / epoch | env steps / CPU s | env steps/s |" in text
+    row = (
+        "| walker_walk | 15,360 | 32 / 32 / 4 / 4 | 100 | {} | 31.5 | not reached | 120 | 40 | 60 |"
+    )
+    assert row.format("MJX (Playground)") + " - | - | 1,500 |" in text
+    assert row.format("jaxdyn") + " 2.07 | 3,642 | 1,500 |" in text
+    assert "both backends of a task at the same time, each pinned to one core" in text
+    assert "persistent compilation cache off (every compilation cold)" in text
+    assert text.index("MJX (Playground)") < text.index("| jaxdyn |")
+    assert "| walker_walk | 24 | 4.0e-07 | 3.0e-07 | 0.000 .. 0.100 |  |" in text
