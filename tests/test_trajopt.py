@@ -1526,9 +1526,13 @@ def test_gradient_shooting_adam(pendulum, fddp_solution):
 
 
 def test_contact_dynamics_derivatives_and_guard():
-    """ContactDynamics (constrained_aba inside the trajopt step; arm7 with its end effector
-    held at a point by Baumgarte-stabilised rows): the partials of the acceleration in the
-    tangent space agree with central differences; a non-finite state gives a NaN acceleration
+    """ContactDynamics (the equations of constrained_aba inside the trajopt step, solved
+    through M and the Delassus matrix; arm7 with its end effector held at a point by
+    Baumgarte-stabilised rows): the acceleration and the constraint force equal
+    ``constrained_aba``'s (articulated-body passes, a second algorithm); the partials of the
+    acceleration in the tangent space agree with central differences and with the step's
+    autodiff mode (forward-mode autodiff through the solve); a non-finite state gives a NaN
+    acceleration
     with value checks on (a solver rejects such a trial step instead of stopping); and the
     step's program holds no value check (a custom call, which fused CPU loops cannot fuse and
     a GPU answers with a host round trip per knot)."""
@@ -1547,6 +1551,20 @@ def test_contact_dynamics_derivatives_and_guard():
     acc = jax.jit(lambda q, v, u: dyn.acceleration(model, q, v, u))
     a, a_q, a_v, a_u = jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q, v, u)
     np.testing.assert_allclose(np.asarray(a), np.asarray(acc(q, v, u)), rtol=1e-12, atol=1e-12)
+    ref = jax.jit(
+        lambda q, v, u: jaxdyn.constrained_aba(
+            model, q, v, u, dyn.constraints, baumgarte=(10.0, 2.0)
+        )
+    )(q, v, u)
+    got = jax.jit(lambda q, v, u: dyn._solve(model, q, v, u))(q, v, u)
+    oracle.assert_close(np.asarray(got[0]), np.asarray(ref.qdd), 1e-11, "a vs constrained_aba")
+    oracle.assert_close(np.asarray(got[1]), np.asarray(ref.lam), 1e-11, "λ vs constrained_aba")
+    x = jnp.concatenate([q, v])
+    both = jax.jit(
+        lambda x, u: [step_derivatives(model, x, u, 0.01, dyn, d) for d in ("analytic", "autodiff")]
+    )(x, u)
+    for i, name in ((1, "Fx"), (2, "Fu")):
+        oracle.assert_close(np.asarray(both[0][i]), np.asarray(both[1][i]), 1e-10, name)
     h, eye = 1e-6, np.eye(7)
 
     def central(f):
