@@ -1265,6 +1265,91 @@ def test_cost_derivatives_analytic_terms_floating_base(quad12):
         assert np.max(np.abs(np.asarray(got[3])[:6, :6] - np.diag(np.asarray(w_x[:6])))) > 1e-3
 
 
+@pytest.mark.parametrize("name", ["quad12", "arm7"])
+def test_cost_kinematic_jacobians(name):
+    """The analytic ``R_x`` of the frame residuals and of ``JointLimits`` (frame Jacobian
+    columns, ``Cost._kinematic_derivatives``) against three oracles at a random state: the
+    cost's Gauss-Newton blocks against forward-mode autodiff of the stacked residual through
+    ``x ⊕ dx`` (``Cost._autodiff_derivatives``), each term's ``R_q`` against central
+    differences of its residual in the tangent space, and ``FrameTranslation`` /
+    ``FramePlacement``'s ``L_x``, ``L_xx`` against Crocoddyl's ``calcDiff``
+    (``ResidualModelFrameTranslation`` / ``FrameRotation`` through ``to_crocoddyl``). quad12:
+    a foot and the base (the free joint's columns), a ``JointLimits`` reaching into the free
+    joint (autodiff, not analytic); arm7: a frame fixed to the world, active limits on both
+    sides; both: a sphere with the frame inside and one with the frame outside."""
+    case = oracle.robot_case(name)
+    model = case.model
+    nv = model.nv
+    rng = np.random.default_rng(11)
+    x = jnp.concatenate([jnp.asarray(case.states[0]["q"]), jnp.asarray(rng.standard_normal(nv))])
+    f0, f1 = case.jac_frames[:2]
+    p0 = np.asarray(jaxdyn.frame_placement(model, x[: model.nq], f0).p)
+    quat = np.array([0.9, 0.1, -0.3, 0.2])
+    R_ref = jaxdyn.spatial.quat_to_rot(jnp.asarray(quat / np.linalg.norm(quat)))
+    frames = (
+        C.Term(C.FrameTranslation(f0, jnp.array([0.1, 0.2, 0.3])), 3.0),
+        C.Term(C.FramePlacement(f1, R_ref, jnp.array([0.1, -0.2, 0.3])), jnp.arange(1.0, 7.0)),
+    )
+    inside = C.Term(C.SphereAvoidance(f0, jnp.asarray(p0 + [0.03, -0.02, 0.05]), 0.3), 5.0)
+    outside = C.Term(C.SphereAvoidance(f1, jnp.asarray(p0 + 10.0), 0.3), 5.0)
+    if model.floating_base:
+        idx = (7, 8, 10)
+        base_limits = C.JointLimits((2, 8), jnp.array([0.5, -3.0]), jnp.array([1.0, -2.0]))
+        extra = (C.Term(base_limits, 2.0),)
+    else:
+        idx = (0, 1, 3)
+        extra = (C.Term(C.FrameTranslation(case.jac_frames[2], jnp.array([0.0, 0.1, 0.2])), 1.0),)
+    qi = np.asarray(x)[list(idx)]
+    limits = C.Term(
+        C.JointLimits(idx, jnp.asarray(qi + [0.1, -0.3, 0.2]), jnp.asarray(qi + [0.2, -0.1, 0.5])),
+        10.0,
+    )
+    terms = (*frames, inside, outside, limits, *extra)
+    cost = C.Cost(terms)
+    analytic = [C._analytic_jacobian(t.residual, model) for t in terms]
+    assert analytic == [True] * 5 + [not model.floating_base], analytic
+    h = 1e-6
+
+    def everything(cost, x):
+        def fd(term):  # central differences of one residual in the tangent space of q
+            E = h * jnp.eye(2 * nv)[:, :nv].T
+
+            def r(d):
+                return term.residual(model, state_integrate(model, x, d), None)
+
+            return ((jax.vmap(r)(E) - jax.vmap(r)(-E)) / (2 * h)).T
+
+        Rqs = [t.residual.jacobian(model, x)[1] for t, a in zip(cost.terms, analytic) if a]
+        fds = [fd(t) for t, a in zip(cost.terms, analytic) if a]
+        return cost.derivatives(model, x), cost._autodiff_derivatives(model, x, None), Rqs, fds
+
+    got, want, Rqs, fds = jax.jit(everything)(cost, x)
+    r = np.asarray(cost.residual(model, x, None)[0])
+    assert r[9] > 0 and r[10] == 0  # the first sphere is active, the second not
+    assert np.all(r[11:14] != 0)  # every limit is active
+    for g, w_, what in zip(got, want, ("l", "l_x", "l_u", "l_xx", "l_xu", "l_uu")):
+        if w_ is None:
+            assert g is None, what
+            continue
+        oracle.assert_close(g, w_, 1e-12, f"{name} {what} vs autodiff")
+    for t, Rq, F in zip([t for t, a in zip(terms, analytic) if a], Rqs, fds):
+        oracle.assert_close(Rq, F, 1e-7, f"{name} {type(t.residual).__name__} R_q vs differences")
+
+    # Crocoddyl's residual models: the terminal cost of the frame terms
+    dyn = FreeDynamics.floating_base(model) if model.floating_base else FreeDynamics()
+    problem = ddp.Problem(model, x, C.Cost(()), C.Cost(frames), DT, 1, dyn)
+    cp, _ = to_crocoddyl(problem, case.pin_model, case.conv)
+    tm = cp.terminalModel
+    data = tm.createData()
+    xp = state_to_pin(case.conv, x)
+    tm.calc(data, xp)
+    tm.calcDiff(data, xp)
+    _, lx, _, lxx, _, _ = jax.jit(lambda x: C.Cost(frames).derivatives(model, x))(x)
+    P = _perm(case.conv, nv)
+    oracle.assert_close(P @ np.asarray(lx), data.Lx, 1e-10, f"{name} L_x vs Crocoddyl")
+    oracle.assert_close(P @ np.asarray(lxx) @ P.T, data.Lxx, 1e-10, f"{name} L_xx vs Crocoddyl")
+
+
 # ----------------------------------------------------------------------------- implicit gradients
 #
 # The problems below are the fixtures' double pendulum (horizon 40): every FDDP solve reuses the
@@ -1441,9 +1526,13 @@ def test_gradient_shooting_adam(pendulum, fddp_solution):
 
 
 def test_contact_dynamics_derivatives_and_guard():
-    """ContactDynamics (constrained_aba inside the trajopt step; arm7 with its end effector
-    held at a point by Baumgarte-stabilised rows): the partials of the acceleration in the
-    tangent space agree with central differences; a non-finite state gives a NaN acceleration
+    """ContactDynamics (the equations of constrained_aba inside the trajopt step, solved
+    through M and the Delassus matrix; arm7 with its end effector held at a point by
+    Baumgarte-stabilised rows): the acceleration and the constraint force equal
+    ``constrained_aba``'s (articulated-body passes, a second algorithm); the partials of the
+    acceleration in the tangent space agree with central differences and with the step's
+    autodiff mode (forward-mode autodiff through the solve); a non-finite state gives a NaN
+    acceleration
     with value checks on (a solver rejects such a trial step instead of stopping); and the
     step's program holds no value check (a custom call, which fused CPU loops cannot fuse and
     a GPU answers with a host round trip per knot)."""
@@ -1462,6 +1551,20 @@ def test_contact_dynamics_derivatives_and_guard():
     acc = jax.jit(lambda q, v, u: dyn.acceleration(model, q, v, u))
     a, a_q, a_v, a_u = jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q, v, u)
     np.testing.assert_allclose(np.asarray(a), np.asarray(acc(q, v, u)), rtol=1e-12, atol=1e-12)
+    ref = jax.jit(
+        lambda q, v, u: jaxdyn.constrained_aba(
+            model, q, v, u, dyn.constraints, baumgarte=(10.0, 2.0)
+        )
+    )(q, v, u)
+    got = jax.jit(lambda q, v, u: dyn._solve(model, q, v, u))(q, v, u)
+    oracle.assert_close(np.asarray(got[0]), np.asarray(ref.qdd), 1e-11, "a vs constrained_aba")
+    oracle.assert_close(np.asarray(got[1]), np.asarray(ref.lam), 1e-11, "λ vs constrained_aba")
+    x = jnp.concatenate([q, v])
+    both = jax.jit(
+        lambda x, u: [step_derivatives(model, x, u, 0.01, dyn, d) for d in ("analytic", "autodiff")]
+    )(x, u)
+    for i, name in ((1, "Fx"), (2, "Fu")):
+        oracle.assert_close(np.asarray(both[0][i]), np.asarray(both[1][i]), 1e-10, name)
     h, eye = 1e-6, np.eye(7)
 
     def central(f):

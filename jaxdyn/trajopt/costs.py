@@ -8,8 +8,10 @@ residuals of its terms into one vector ``r`` with weights ``w``, so that
     l_xx = R_x^T W R_x,   l_xu = R_x^T W R_u,   l_uu = R_u^T W R_u
 
 (Gauss-Newton Hessians, as Crocoddyl's residual costs). ``R_x`` is the Jacobian in the tangent
-space of the state (``x ⊕ dx``, :func:`jaxdyn.trajopt.lie.state_integrate`), taken by
-forward-mode autodiff of the residual through ``x ⊕ dx`` at ``dx = 0``. The joint-limit
+space of the state (``x ⊕ dx``, :func:`jaxdyn.trajopt.lie.state_integrate`): analytic for
+jaxdyn's state, control, frame and joint-limit residuals (the frame residuals' from the frame
+Jacobian, as Crocoddyl's ``calcDiff``; :meth:`Cost.derivatives`), forward-mode autodiff of the
+residual through ``x ⊕ dx`` at ``dx = 0`` for the others. The joint-limit
 penalty is ``1/2 w max(0, q - q_max)^2 + 1/2 w min(0, q - q_min)^2``, Crocoddyl's
 ``ActivationModelQuadraticBarrier`` on the configuration (exact Hessian away from the bounds).
 
@@ -28,7 +30,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial
+from .. import joints, spatial
 from ..algorithms import kinematics as kin
 from ..algorithms.energy import center_of_mass
 from . import lie
@@ -73,6 +75,51 @@ def _frame_pose(model, x, frame):
     return kin.frame_in_chain(model, chains[b], f)
 
 
+def _frame_tangents(model, x, frame):
+    """``(R, p, w, vp, idx)``: the world placement of ``frame`` at the state ``x`` and the
+    columns of its Jacobian in ``local_world_aligned`` (:func:`jaxdyn.jacobian`): the world
+    angular velocity ``w (d, 3)`` and the frame origin's world velocity ``vp (d, 3)`` per unit
+    velocity of its supporting coordinates ``idx`` (static, ascending). In jaxdyn's tangent
+    space (``q ⊕ δ``: a free or spherical joint's increment in its own frame, as its velocity)
+    these are the partials of the placement: ``d p(q ⊕ δ)/dδ = vp^T`` and
+    ``R^T dR(q ⊕ δ)/dδ = [R^T w^T]`` (Featherstone 2008 §4.4; Crocoddyl's
+    ``ResidualModelFrameTranslation::calcDiff`` from Pinocchio's frame Jacobian). The support
+    chain's placements are shared through :data:`_CHAINS` like :func:`_frame_pose`'s."""
+    from ..algorithms.jacobian import chain_subspaces
+
+    f = model.frame_index(frame)
+    b = int(model.topo.frame_parent[f])
+    dtype = x.dtype
+    if b < 0:  # fixed to the world: no tangents
+        none = jnp.zeros((0, 3), dtype)
+        return model.frame_R[f], model.frame_p[f], none, none, np.zeros(0, np.int64)
+    memo = _CHAINS.get()
+    chains = memo[2] if memo is not None and memo[0] is model and memo[1] is x else {}
+    if b not in chains:
+        chains[b] = kin.chain_placements(model, x[: model.nq], b)
+    key = ("subspaces", b)
+    if key not in chains:
+        chains[key] = chain_subspaces(model, kin.support_chain(model.topo, b), chains[b])
+    S, idx = chains[key]
+    R, p = kin.frame_in_chain(model, chains[b], f)
+    w = S[:, :3]
+    return R, p, w, S[:, 3:] + spatial.cross(w, p), idx
+
+
+def _spread(cols, idx, nv):
+    """``(m, nv)`` with the rows of ``cols (d, m)`` as the columns ``idx`` (static) and zeros
+    elsewhere, assembled from runs of consecutive columns (no scatter: see
+    :func:`jaxdyn.trajopt.lie._block_diag`)."""
+    from ..algorithms.jacobian import spread_columns
+
+    m = cols.shape[1]
+    if len(idx) == 0:
+        return jnp.zeros((m, nv), cols.dtype)
+    # spread_columns takes six-wide columns: pad, spread, keep the first m rows
+    pad = jnp.concatenate([cols, jnp.zeros((cols.shape[0], 6 - m), cols.dtype)], 1)
+    return spread_columns(pad, idx, nv)[:m]
+
+
 #: rotation vector of a rotation matrix, ``log(R)^vee`` (principal branch, ``θ < π``)
 log3_matrix = spatial.log3
 
@@ -107,6 +154,12 @@ class FrameTranslation(eqx.Module):
         _, p = _frame_pose(model, x, self.frame)
         return p - self.reference
 
+    def jacobian(self, model: Model, x: Array) -> tuple[Array, Array]:
+        """``(r, R_q (3, nv))``: ``R_q`` the frame Jacobian's linear rows in
+        ``local_world_aligned`` (:func:`_frame_tangents`; ``R_v = 0``)."""
+        _, p, _, vp, idx = _frame_tangents(model, x, self.frame)
+        return p - self.reference, _spread(vp, idx, model.nv)
+
 
 class FramePlacement(eqx.Module):
     """``r = [log(R_ref^T R); p - p_ref]`` (``6``): orientation error in the frame and world
@@ -120,6 +173,19 @@ class FramePlacement(eqx.Module):
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         R, p = _frame_pose(model, x, self.frame)
         return jnp.concatenate([log3_matrix(self.rotation.T @ R), p - self.translation])
+
+    def jacobian(self, model: Model, x: Array) -> tuple[Array, Array]:
+        """``(r, R_q (6, nv))``: rotation rows ``Jr(r_R)^-1 R^T J_ω`` (the right Jacobian of
+        SO(3)'s log at ``r_R = log(R_ref^T R)``, :func:`jaxdyn.spatial.so3_right_jacobian_inv`,
+        of the frame's angular velocity in its own axes; Crocoddyl's
+        ``ResidualModelFrameRotation::calcDiff``), translation rows the linear rows of the
+        frame Jacobian in ``local_world_aligned``; ``R_v = 0``."""
+        R, p, w, vp, idx = _frame_tangents(model, x, self.frame)
+        r_rot = log3_matrix(self.rotation.T @ R)
+        # rows of the rotation residual per supporting coordinate: Jr^-1 R^T w_k
+        rot = spatial.mv(spatial.so3_right_jacobian_inv(r_rot) @ R.T, w)
+        r = jnp.concatenate([r_rot, p - self.translation])
+        return r, _spread(jnp.concatenate([rot, vp], 1), idx, model.nv)
 
 
 class CenterOfMass(eqx.Module):
@@ -145,6 +211,18 @@ class SphereAvoidance(eqx.Module):
         dist = jnp.sqrt(jnp.maximum(jnp.sum(d * d), 1e-24))
         return jnp.maximum(self.radius - dist, 0.0)[None]
 
+    def jacobian(self, model: Model, x: Array) -> tuple[Array, Array]:
+        """``(r, R_q (1, nv))``: ``R_q = -(d / |d|)^T J_v`` inside the sphere (``d = p -
+        center``, ``J_v`` the frame Jacobian's linear rows in ``local_world_aligned``), zero
+        outside (and at the centre, as the residual's guarded distance); ``R_v = 0``."""
+        _, p, _, vp, idx = _frame_tangents(model, x, self.frame)
+        d = p - self.center
+        d2 = jnp.sum(d * d)
+        dist = jnp.sqrt(jnp.maximum(d2, 1e-24))
+        gap = self.radius - dist
+        g = jnp.where((gap > 0.0) & (d2 > 1e-24), -d / dist, 0.0)
+        return jnp.maximum(gap, 0.0)[None], _spread(spatial.mv(vp, g)[:, None], idx, model.nv)
+
 
 class JointLimits(eqx.Module):
     """``r = max(0, q_i - upper_i) + min(0, q_i - lower_i)`` over configuration indices
@@ -169,6 +247,41 @@ class JointLimits(eqx.Module):
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:
         q = x[jnp.asarray(self.indices, dtype=jnp.int32)]
         return jnp.maximum(q - self.upper, 0.0) + jnp.minimum(q - self.lower, 0.0)
+
+    def tangent_columns(self, model: Model) -> np.ndarray | None:
+        """The velocity index of each configuration index (one-DoF joints: ``q ⊕ δ = q + δ``
+        there), or ``None`` when an index is a coordinate of a spherical or free joint."""
+        t = model.topo
+        one = {
+            int(t.q_start[k]): int(t.v_start[k])
+            for k in range(model.nb)
+            if int(t.kind[k]) == joints.ONE_DOF
+        }
+        if not all(int(i) in one for i in self.indices):
+            return None
+        return np.asarray([one[int(i)] for i in self.indices], np.int64)
+
+    def jacobian(self, model: Model, x: Array) -> tuple[Array, Array]:
+        """``(r, R_q (n, nv))``: ``R_q[i, v(i)] = 1`` where ``q_i`` is outside its bounds, else
+        zero (one-DoF coordinates only: :meth:`tangent_columns`); ``R_v = 0``."""
+        cols = self.tangent_columns(model)
+        if cols is None:
+            raise ValueError("JointLimits.jacobian: an index is not a one-DoF coordinate")
+        q = x[jnp.asarray(self.indices, dtype=jnp.int32)]
+        out = (q > self.upper) | (q < self.lower)
+        E = np.zeros((len(cols), model.nv))
+        E[np.arange(len(cols)), cols] = 1.0
+        r = jnp.maximum(q - self.upper, 0.0) + jnp.minimum(q - self.lower, 0.0)
+        return r, jnp.where(out[:, None], jnp.asarray(E, x.dtype), 0.0)
+
+
+def _analytic_jacobian(residual, model) -> bool:
+    """Whether :meth:`Cost.derivatives` takes ``residual``'s ``R_x`` from its ``jacobian``
+    method (the frame residuals, and :class:`JointLimits` on one-DoF coordinates) rather than
+    from forward-mode autodiff."""
+    if isinstance(residual, JointLimits):
+        return residual.tangent_columns(model) is not None
+    return isinstance(residual, (FrameTranslation, FramePlacement, SphereAvoidance))
 
 
 #: jaxdyn's residuals that do not read the control (``R_u = 0``, :meth:`Cost.derivatives`)
@@ -233,15 +346,28 @@ class Cost(eqx.Module):
         term contributes its own: a :class:`StateRegularization` its analytic Jacobian
         ``R_x = diag(d(q ⊖ q_ref)/dq, I)`` (block diagonal by joint,
         :func:`~jaxdyn.trajopt.lie.weighted_difference_gauss_newton`, Crocoddyl's
-        ``ResidualModelState::calcDiff``), a :class:`ControlRegularization` ``R_u = I``, and
-        the other terms together the forward-mode autodiff of their stacked residuals
-        (:meth:`_autodiff_derivatives`). Only the blocks a term has are formed: no dense
-        products with the identity or with zero rows."""
+        ``ResidualModelState::calcDiff``), a :class:`ControlRegularization` ``R_u = I``, the
+        frame residuals (:class:`FrameTranslation`, :class:`FramePlacement`,
+        :class:`SphereAvoidance`) and :class:`JointLimits` on one-DoF coordinates their
+        ``R_q`` from their ``jacobian`` method (the frame Jacobian's columns on the frame's
+        support chain, :func:`_frame_tangents`; Crocoddyl's
+        ``ResidualModelFrameTranslation`` / ``FrameRotation::calcDiff``) together
+        (:meth:`_kinematic_derivatives`), and the other terms together the forward-mode
+        autodiff of their stacked residuals (:meth:`_autodiff_derivatives`, which pushed
+        ``2 nv`` tangents through the frames' kinematics and ``integrate``). Only the blocks a
+        term has are formed: no dense products with the identity or with zero rows."""
         special = (StateRegularization, ControlRegularization)
-        others = tuple(t for t in self.terms if not isinstance(t.residual, special))
+        kinematic = tuple(t for t in self.terms if _analytic_jacobian(t.residual, model))
+        others = tuple(
+            t
+            for t in self.terms
+            if not isinstance(t.residual, special) and not _analytic_jacobian(t.residual, model)
+        )
         nv = model.nv
         dtype = x.dtype
         parts = []  # (l, lx, lu, lxx, lxu, luu), None for a zero block
+        if kinematic:
+            parts.append(self._kinematic_derivatives(model, x, kinematic))
         for t in self.terms:
             res = t.residual
             if isinstance(res, StateRegularization):
@@ -279,6 +405,26 @@ class Cost(eqx.Module):
             out.append(total)
         l, lx, lu, lxx, lxu, luu = out
         return l, lx, lu, lxx, lxu, luu
+
+    def _kinematic_derivatives(self, model, x, terms):
+        """The Gauss-Newton blocks of ``terms`` (residuals of the configuration with a
+        ``jacobian`` method: :func:`_analytic_jacobian`), their ``R_q`` stacked: ``(l, [R_q^T W
+        r; 0], None, [[R_q^T W R_q, 0], [0, 0]], None, None)``; frames on the same body share
+        its support chain and its Jacobian columns (:func:`_frame_tangents`)."""
+        nv = model.nv
+        token = _CHAINS.set((model, x, {}))
+        try:
+            rs, Rqs = zip(*(t.residual.jacobian(model, x) for t in terms))
+        finally:
+            _CHAINS.reset(token)
+        r, w = Cost(terms)._stack(rs)
+        Rq = jnp.concatenate(Rqs, 0)
+        wr = w * r
+        Hq = Rq.T @ (w[:, None] * Rq)
+        zero = jnp.zeros((nv, nv), Hq.dtype)
+        lxx = jnp.concatenate([jnp.concatenate([Hq, zero], 1), jnp.concatenate([zero, zero], 1)], 0)
+        lx = jnp.concatenate([Rq.T @ wr, jnp.zeros(nv, wr.dtype)])
+        return 0.5 * jnp.sum(wr * r), lx, None, lxx, None, None
 
     def _autodiff_derivatives(self, model, x, u):
         """:meth:`derivatives` of the stacked residuals of all the terms by forward-mode

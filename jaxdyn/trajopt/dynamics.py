@@ -16,8 +16,8 @@ forward-dynamics partials ``(a_q, a_v, a_u)``::
           [dt a_q,           I + dt a_v       ]]             [dt a_u    ]]
 
 ``a_q, a_v, a_tau = M^-1`` come from :func:`jaxdyn.aba_derivatives` (FDSVA: Singh, Russell &
-Wensing 2022) for :class:`FreeDynamics`; :class:`ContactDynamics` (bilateral constraints
-through :func:`jaxdyn.constrained_aba`) differentiates the constrained equations (the
+Wensing 2022) for :class:`FreeDynamics`; :class:`ContactDynamics` (bilateral constraints,
+the equations of :func:`jaxdyn.constrained_aba`) differentiates the constrained equations (the
 implicit function theorem: forward-mode autodiff of inverse dynamics and of the constraint
 kinematics, one Delassus solve), as Crocoddyl's contact dynamics.
 
@@ -49,7 +49,6 @@ from ..algorithms.rnea import rnea_world
 from ..derivatives import configuration_tangent
 from ..derivatives.fd import aba_derivatives_world
 from ..derivatives.jvp import is_zero_tangent
-from ..osim.constrained import constrained_aba
 from . import lie
 
 if TYPE_CHECKING:
@@ -175,8 +174,9 @@ class FreeDynamics(eqx.Module):
 
 class ContactDynamics(eqx.Module):
     """Forward dynamics with bilateral constraints (feet welded or connected to the ground),
-    ``a = constrained_aba(q, v, B u, constraints).qdd`` (Crocoddyl's
-    ``DifferentialActionModelContactFwdDynamics``; jaxdyn's PV-OSIMr Delassus path).
+    the accelerations of ``constrained_aba(q, v, B u, constraints)`` (Crocoddyl's
+    ``DifferentialActionModelContactFwdDynamics``), the same equations solved through the
+    joint-space inertia and the Delassus matrix (:meth:`_constrained_solve`).
 
     - ``constraints``: tuple of :class:`jaxdyn.Weld` / :class:`jaxdyn.Connect` (static);
     - ``actuation``: ``None`` or ``B (nv, nu)`` (:meth:`FreeDynamics.floating_base`);
@@ -227,31 +227,22 @@ class ContactDynamics(eqx.Module):
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def _solve(self, model, q, v, u):
-        """``(a, λ)`` of the constrained solve (NaN at a non-finite state, see below)."""
+        """``(a, λ)`` of the constrained solve (NaN at a non-finite state, see below): the
+        equations of :func:`jaxdyn.constrained_aba` solved through ``M`` (CRBA) and the
+        Delassus matrix (:meth:`_constrained_solve`), from the world state and constraint terms
+        that :meth:`derivatives` computes too (:meth:`_constraint_terms`): in the solvers'
+        rollouts fewer XLA kernels per knot than the articulated-body passes, and one way of
+        solving the same equations in the rollouts and in the derivatives."""
         # Guard: a diverged trial state of a solver must give NaN, not an error, so the solve
         # runs at a finite state, without its value checks (the solvers' loops then hold no
-        # custom call: fused CPU loops apply, and a GPU makes no host round trip per knot); a
-        # singular Delassus matrix gives a non-finite acceleration, which the solvers reject
-        # (status 2 at the initial guess).
+        # custom call of a check: fused CPU loops apply, and a GPU makes no host round trip per
+        # knot); a singular Delassus matrix gives a non-finite acceleration, which the solvers
+        # reject (status 2 at the initial guess).
         ok, qs, vs, us = _guard(model, q, v, u)
         with value_checks.unchecked():
-            out = constrained_aba(
-                model,
-                qs,
-                vs,
-                _torque(self.actuation, us),
-                self.constraints,
-                baumgarte=self._gains(),
-                damping=self.damping,
-            )
-        return jnp.where(ok, out.qdd, jnp.nan), jnp.where(ok, out.lam, jnp.nan)
-
-    def _gains(self):
-        """``baumgarte`` with a zero ``kp`` known at construction kept as the number ``0.0``
-        (under ``jit`` the gains are tracers, and a traced ``kp`` needs the targets)."""
-        if self.baumgarte is None or not self.kp_zero:
-            return self.baumgarte
-        return (0.0, self.baumgarte[1])
+            ws, J, gamma = self._constraint_terms(model, qs, vs)
+            a, lam, *_ = self._constrained_solve(model, ws, J, gamma, vs, us)
+        return jnp.where(ok, a, jnp.nan), jnp.where(ok, lam, jnp.nan)
 
     def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
         return self._solve(model, q, v, u)[0]
@@ -307,12 +298,23 @@ class ContactDynamics(eqx.Module):
         with ``h`` RNEA at zero acceleration and ``D = J M^-1 J^T + μ``. The world state is
         centred on the floating base (:func:`jaxdyn.algorithms.kinematics.world_state`), the
         constraint error's points moved back to the ground frame."""
+        sg = jax.lax.stop_gradient
+        ws, J, gamma = self._constraint_terms(model, integrate(model, q, dq), v)
+        # the constrained solve at q, without tangents
+        J0 = sg(J)
+        a, lam, M, MinvJt, D = self._constrained_solve(model, sg(ws), J0, sg(gamma), sg(v), u)
+        r = rnea_world(model, ws, v, a)[0] - J.T @ lam
+        return (r, J @ a + gamma), (a, M, J0, MinvJt, D)
+
+    def _constraint_terms(self, model, q, v):
+        """``(ws, J, γ)``: the world state at ``q`` (centred on the floating base), the
+        constraint Jacobian and ``γ = Jdot v + kd J v + kp e`` (drift and Baumgarte terms),
+        from one pass of kinematics (module docstring of :meth:`_residuals`)."""
         from .. import constraints as cons
 
-        sg = jax.lax.stop_gradient
         dt = q.dtype
         _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
-        Rb, pb = kin.body_placements(model, integrate(model, q, dq))
+        Rb, pb = kin.body_placements(model, q)
         base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
         ws = kin.world_state_from_placements(model, Rb, pb - base)
         pl = cons.placements_from_state(model, ws, lay)
@@ -326,17 +328,22 @@ class ContactDynamics(eqx.Module):
                 Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
                 e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
                 gamma = gamma + kp * e
-        # the constrained solve at q, without tangents
-        ws0, J0, v0 = sg(ws), sg(J), sg(v)
-        M = crba_world(model, ws0)
-        h = rnea_world(model, ws0, v0, jnp.zeros_like(v0))[0]
-        MinvJt = _linalg.spd_solve(M, J0.T)
+        return ws, J, gamma
+
+    def _constrained_solve(self, model, ws, J, gamma, v, u):
+        """``(a, λ, M, M^-1 J^T, D)`` of ``M a + h - J^T λ = B u``, ``J a + γ + μ λ = 0``::
+
+            a = a_f + M^-1 J^T λ,   D λ = -(γ + J a_f),   a_f = M^-1 (B u - h(q, v))
+
+        with ``h`` RNEA at zero acceleration and ``D = J M^-1 J^T + μ`` (Cholesky solves)."""
+        dt = J.dtype
+        M = crba_world(model, ws)
+        h = rnea_world(model, ws, v, jnp.zeros_like(v))[0]
+        MinvJt = _linalg.spd_solve(M, J.T)
         a_f = _linalg.spd_solve(M, _torque(self.actuation, u) - h)
-        D = J0 @ MinvJt + jnp.asarray(self.damping, dt) * jnp.eye(lay.m, dtype=dt)
-        lam = _linalg.spd_solve(D, -(sg(gamma) + J0 @ a_f))
-        a = a_f + MinvJt @ lam
-        r = rnea_world(model, ws, v, a)[0] - J.T @ lam
-        return (r, J @ a + gamma), (a, M, J0, MinvJt, D)
+        D = J @ MinvJt + jnp.asarray(self.damping, dt) * jnp.eye(J.shape[0], dtype=dt)
+        lam = _linalg.spd_solve(D, -(gamma + J @ a_f))
+        return a_f + MinvJt @ lam, lam, M, MinvJt, D
 
 
 def _guard(model, q, v, u):
