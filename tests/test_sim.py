@@ -648,10 +648,12 @@ def test_soft_pyramid_solve_from_the_factors():
 
     @jax.jit
     def run(v_free_rows):
-        def solve(v_free_rows, factors):
-            return C.solve_contact_impulses(
+        def solve(v_free_rows, factors) -> jax.Array:
+            out = C.solve_contact_impulses(
                 contact, jnp.asarray(G), frames, v_free_rows, h, v_rows, factors=factors
             )
+            assert isinstance(out, jax.Array)  # impulses alone (no residual, no flat)
+            return out
 
         fac = (jnp.asarray(J), jnp.asarray(V))
         loss = lambda x, f: jnp.sum(jnp.sin(solve(x, f)))  # noqa: E731

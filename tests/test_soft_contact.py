@@ -816,7 +816,8 @@ def test_humanoid_default_soft_solve_is_converged():
     contact = sim.Constraint(soft=True, relaxed=True, max_contacts=80)
     cfg = loaded.sim_config(contact)
     ref = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=10000))
-    assert cfg.contact.cone == "pyramidal" and cfg.geoms is not None
+    assert isinstance(cfg.contact, sim.Constraint) and cfg.contact.cone == "pyramidal"
+    assert cfg.geoms is not None
     u = jnp.zeros(m.nu, jnp.float64)
 
     def fall_and_step(s):
