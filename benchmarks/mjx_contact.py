@@ -9,8 +9,9 @@ Scenes (``SCENES``):
 
 * ``humanoid``: dm_control's humanoid (``suite/humanoid.xml``: 20 capsules and spheres,
   self-collision on, 161 geom pairs after MuJoCo's filters), falling limp from ``qpos0`` with
-  its joints perturbed by 0.01 rad; its ``solimp`` is ignored by jaxdyn
-  (``sim_config(ignore=("solimp",))``; jaxdyn's contact models have no impedance);
+  its joints perturbed by 0.01 rad; its ``solimp`` is ignored by jaxdyn's hard contact and
+  ``Compliant`` (``sim_config(ignore=("solimp",))``: they have no impedance) and honoured by
+  MuJoCo's soft contact (the engines ``jaxdyn soft``);
 * ``push_cube``: jaxdyn's arm + cube scene (``jaxdyn/envs/xmls/push_cube.xml``: the pusher
   against the cube and both against the table), the arm at ``PushCube.HOME``, no actuators
   (the arm sags onto the table and the cube);
@@ -27,7 +28,11 @@ and a rollout (``lax.scan`` over ``T`` steps inside ``jax.jit(jax.vmap(...))``, 
 state kept), for jaxdyn with ``sim.Constraint`` (hard contact, against MJX's Newton solver),
 ``sim.Constraint(max_contacts=CAPS[scene])`` (``jaxdyn Constraint capped``, the scenes of
 :data:`CAPS` only), the option ``jaxdyn Constraint warm`` (:func:`warm_contact`: warm start and
-early stop, as MJX's Newton solve) and ``sim.Compliant`` (reported apart), and MJX
+early stop, as MJX's Newton solve), ``jaxdyn soft`` (``sim.Constraint(soft=True,
+relaxed=True)``: MuJoCo's soft contact with the file's ``solref``, ``solimp``, ``impratio`` and
+cone, MuJoCo's convex problem: the one MJX's Newton solver solves, here by jaxdyn's default
+100 projected-gradient iterations; ``jaxdyn soft capped`` with the cap of :data:`CAPS`) and
+``sim.Compliant`` (reported apart), and MJX
 (``mjx.step``, the file's own solver and integrator), float32, zero controls. Compile seconds
 (first call) are separate; the compiled functions are then timed interleaved (engine after
 engine, ``--repeats`` rounds, median per call, wall and process CPU time). Fidelity: one step
@@ -188,7 +193,11 @@ class Scene:
         self.n_pairs = (len(g.pairs) if g is not None else 0) + len(self.loaded.contacts)
 
     def cfg(self, contact):
-        return self.loaded.sim_config(contact=contact, ignore=self.ignore)
+        """The file's ``sim_config`` with ``contact``; MuJoCo's soft contact
+        (``Constraint(soft=True)``) takes every contact parameter of the file (the scene's
+        ``ignore`` is for the hard contact, which has no impedance)."""
+        soft = getattr(contact, "soft", False)
+        return self.loaded.sim_config(contact=contact, ignore=() if soft else self.ignore)
 
     def jaxdyn_states(self, qpos):
         q = np.stack([np.asarray(self.conv.q_from_mujoco(x)) for x in qpos])
@@ -239,11 +248,12 @@ class Scene:
     def jaxdyn_fidelity(self, contact, states):
         """``(max |v' - v'_ref| (B,), solve residual (B,), contacts dropped (B,), the
         reference's residual (B,))`` of one step of ``contact`` from ``states`` (its impulses
-        the warm start where ``contact`` warm-starts), ``v'_ref`` the step of
-        ``Constraint(iterations=REF_ITERATIONS)`` (every slot, cold start: the converged solve
-        of the same problem)."""
+        the warm start where ``contact`` warm-starts), ``v'_ref`` the step of ``contact`` with
+        ``iterations=REF_ITERATIONS`` over every slot from a cold start, no early stop
+        (:func:`reference_contact`: the converged solve of the same problem, hard or MuJoCo's
+        soft one)."""
         model, cfg = self.loaded.model, self.cfg(contact)
-        ref = self.cfg(sim.Constraint(iterations=REF_ITERATIONS))
+        ref = self.cfg(reference_contact(contact))
         u = jnp.zeros(self.nu, jnp.float32)
 
         def one(s):
@@ -373,11 +383,28 @@ def warm_contact(scene):
     )  # fmt: skip
 
 
-#: each jaxdyn engine's contact model in a scene
+def reference_contact(contact):
+    """The converged solve of ``contact``'s problem: ``REF_ITERATIONS`` iterations over every
+    slot from a cold start, no early stop."""
+    import dataclasses
+
+    return dataclasses.replace(
+        contact, iterations=REF_ITERATIONS, max_contacts=None, warm_start=False, tolerance=None
+    )
+
+
+#: each jaxdyn engine's contact model in a scene; "jaxdyn soft" is MuJoCo's soft contact with
+#: the file's own parameters (``solref``, ``solimp``, ``impratio``, cone) and MuJoCo's convex
+#: problem (``relaxed=True``): the problem MJX's Newton solver solves, by jaxdyn's default
+#: projected gradient (100 iterations, cold start)
 CONTACT = {
     "jaxdyn Constraint": lambda name: sim.Constraint(),
     "jaxdyn Constraint capped": lambda name: sim.Constraint(max_contacts=CAPS.get(name)),
     "jaxdyn Constraint warm": warm_contact,
+    "jaxdyn soft": lambda name: sim.Constraint(soft=True, relaxed=True),
+    "jaxdyn soft capped": lambda name: sim.Constraint(
+        soft=True, relaxed=True, max_contacts=CAPS.get(name)
+    ),
     "jaxdyn Compliant": lambda name: sim.Compliant(),
 }
 #: engine -> ``(scene, T) -> (step, rollout, prepare)``
@@ -404,7 +431,7 @@ def run_scene(name, batches, rollout_batch, T, sanity_steps, repeats, engines=No
     fns = {
         e: make(sc, T)
         for e, make in ENGINES.items()
-        if (engines is None or e in engines) and (e != "jaxdyn Constraint capped" or name in CAPS)
+        if (engines is None or e in engines) and ("capped" not in e or name in CAPS)
     }
     qpos = initial_qpos(sc.m, sc.m.qpos0, rollout_batch, name)
     settled, tc_roll = {}, {}
@@ -504,7 +531,11 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         f"`Constraint(iterations={WARM_ITERATIONS}, warm_start=True, tolerance={WARM_TOL:g})` "
         "with the scene's cap, each solve "
         "started from the previous step's impulses and stopped early, as MJX's Newton solve "
-        "starts from `qacc_warmstart` and stops at `opt.tolerance`); MJX: `mjx.step` with the "
+        "starts from `qacc_warmstart` and stops at `opt.tolerance`); `soft`: "
+        "`Constraint(soft=True, relaxed=True)`, MuJoCo's soft contact with the file's `solref`, "
+        "`solimp`, `impratio` and cone (MuJoCo's convex problem: the one MJX's Newton solver "
+        "solves; jaxdyn's default 100 projected-gradient iterations from zero), `soft capped` "
+        "with the scene's cap; MJX: `mjx.step` with the "
         "file's solver and integrator. Each engine first settles its batch "
         f"(B = {args.rollout_batch}, {max(1, -(-args.settle // args.T)) * args.T} steps from the "
         "perturbed initial configurations; MJX's states then carry `qacc_warmstart`, the warm "
@@ -539,7 +570,8 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         "Fidelity: one step from the settled states (the rollout's batch, the warm option "
         "starting from its carried impulses, MJX from its `qacc_warmstart`) against the same "
         "engine's converged solve of the same problem, float32: jaxdyn's "
-        f"`Constraint(iterations={REF_ITERATIONS})` over every slot, MJX's step with "
+        f"contact model with `iterations={REF_ITERATIONS}` over every slot from zero (hard, or "
+        "MuJoCo's soft problem for the `soft` engines), MJX's step with "
         f"`opt.iterations = {MJX_REF_ITERATIONS}`, `opt.tolerance = 1e-12`. "
         "`max |dv| / (h g)`: the largest difference of the next velocities (any dof, any "
         "environment) in units of "

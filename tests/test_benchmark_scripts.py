@@ -398,6 +398,18 @@ def test_mjx_contact_scene_and_table(tmp_path):
     assert "The rows of s are from an earlier run (its sanity rows: B = 4, 20 steps): " in note
     assert "load average 3.0" in note.split("The rows of s")[1], note
     assert "load average 4.0" in note.split("The rows of t")[1].split("The rows of s")[0], note
+    # each engine's fidelity reference is its own problem, converged: soft stays soft (a
+    # hard reference would measure the two models' difference), no cap, cold, no early stop
+    from jaxdyn import sim
+
+    ref = mc.reference_contact(
+        sim.Constraint(soft=True, relaxed=True, max_contacts=80, warm_start=True, tolerance=1e-7)
+    )
+    assert ref.soft and ref.relaxed and ref.iterations == mc.REF_ITERATIONS
+    assert ref.max_contacts is None and not ref.warm_start and ref.tolerance is None
+    hard = mc.reference_contact(mc.warm_contact("humanoid"))
+    assert not hard.soft and not hard.relaxed and hard.iterations == mc.REF_ITERATIONS
+    assert hard.max_contacts is None and not hard.warm_start and hard.tolerance is None
 
 
 def test_mjx_contact_chunks_and_batches():

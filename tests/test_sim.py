@@ -623,6 +623,54 @@ def test_factored_solve_derivatives():
     _check_factored_solve([(12, 5, True, True)])
 
 
+def test_soft_pyramid_solve_from_the_factors():
+    """MuJoCo's pyramidal cones (``Constraint(soft=True, cone="pyramidal")``) solved through
+    the factors of the edges' Delassus matrix, ``E G E^T = (E J)(M^-1 J^T E^T)``
+    (:func:`jaxdyn.sim.contact.solve_contact_impulses` given ``factors=(J, M^-1 J^T)``, as a
+    step of more rows than dofs does): the impulses and their implicit derivatives equal the
+    dense solve's to rounding (float64), the contacts touching, apart, and some frictionless."""
+    C = sim.contact
+    nc, r, h = 10, 6, 5e-3
+    J, V, _, _, _, mu, _ = _low_rank_problem(nc, r, seed=3)
+    G = J @ V
+    G = 0.5 * (G + G.T)
+    rng = np.random.default_rng(4)
+    n = rng.standard_normal((nc, 3))
+    n /= np.linalg.norm(n, axis=1, keepdims=True)
+    dist = np.where(rng.uniform(size=nc) < 0.7, -rng.uniform(0, 2e-3, nc), 1e-2)
+    vel = rng.standard_normal((nc, 3))
+    frames = C.ContactFrames(
+        jnp.asarray(dist), jnp.asarray(n), jnp.zeros((nc, 3)), jnp.asarray(vel),
+        friction=jnp.asarray(mu),
+    )  # fmt: skip
+    v_rows = jnp.asarray(rng.standard_normal((nc, 3)))
+    contact = sim.Constraint(soft=True, relaxed=True, cone="pyramidal", iterations=60)
+
+    @jax.jit
+    def run(v_free_rows):
+        def solve(v_free_rows, factors) -> jax.Array:
+            out = C.solve_contact_impulses(
+                contact, jnp.asarray(G), frames, v_free_rows, h, v_rows, factors=factors
+            )
+            assert isinstance(out, jax.Array)  # impulses alone (no residual, no flat)
+            return out
+
+        fac = (jnp.asarray(J), jnp.asarray(V))
+        loss = lambda x, f: jnp.sum(jnp.sin(solve(x, f)))  # noqa: E731
+        return (
+            solve(v_free_rows, None),
+            solve(v_free_rows, fac),
+            jax.grad(loss)(v_free_rows, None),
+            jax.grad(loss)(v_free_rows, fac),
+        )
+
+    dense, factored, g_dense, g_fac = run(v_rows - h * 9.81 * jnp.asarray(n))
+    assert float(jnp.max(dense[:, 0])) > 1e-3  # contacts carry impulses
+    assert float(jnp.max(jnp.abs(dense[dist > 0]))) == 0.0  # apart: none
+    np.testing.assert_allclose(factored, dense, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(g_fac, g_dense, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("case", ["rest", "incline", "slide"])
 def test_constraint_box_on_its_face(mjcf_box, case):
     """The default ``Constraint()`` on a box's 8 corners (4 redundant contacts on its bottom

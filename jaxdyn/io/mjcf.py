@@ -2681,9 +2681,11 @@ def _contacts(
             (
                 "solimp",
                 f"{listed(soft)}: solimp {', '.join(' '.join(f'{x:g}' for x in v) for v in vals)}"
-                " (MuJoCo's impedance, a penetration-dependent softness): jaxdyn's contact "
-                "models have none (Compliant: a spring-damper from solref; Constraint: its "
-                "regularization); ignored, the contacts keep their solref only",
+                " (MuJoCo's impedance, a penetration-dependent softness): Constraint(soft=True)"
+                " honours it (MuJoCo's soft contact, the problem MuJoCo and MJX solve; "
+                "relaxed=True: MuJoCo's convex one); the hard Constraint() and Compliant have "
+                "none (their regularization, a spring-damper from solref); ignored, the "
+                "contacts keep their solref only",
             )
         )
     direct = [g for g in direct if g in touching]

@@ -1001,7 +1001,7 @@ def _solve_fixed(
     if not nl and not _is_pyramid(width, pyramid):
         x = _apgd_rows(Gs, us, mu_c, step, factors, iterations, coulomb, nc, width, start, tol)
     else:
-        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start, tol)
+        x = _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start, tol, factors)
     lam = s * x if nl else x
     if nl and polish:  # the scalar rows' exact impulses given the contacts' (where that lowers
         # the residual)
@@ -1044,15 +1044,24 @@ def _iterate(apgd, start, iterations, tol):
     return jax.lax.while_loop(more, body, (start, start, one, jnp.zeros((), jnp.int32), inf))[0]
 
 
-def _apgd(Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start=None, tol=None):
+def _apgd(
+    Gs, us, mu_c, step, iterations, coulomb, nc, width, pyramid, start=None, tol=None, factors=None
+):
     """The accelerated projected gradient steps of :func:`_solve_fixed` on flat impulses
-    (contact blocks, then scalar rows) from ``start`` (``None``: zeros; :func:`_iterate`)."""
+    (contact blocks, then scalar rows) from ``start`` (``None``: zeros; :func:`_iterate`);
+    ``factors = (U, V, d)``: the products ``G y`` as ``U (V y) + d y`` (pyramid edges without
+    scalar rows, :func:`solve_contact_impulses`)."""
     dtype = us.dtype
     start = jnp.zeros_like(us) if start is None else start
+    if factors is None:
+        matvec = lambda y: Gs @ y  # noqa: E731
+    else:
+        U, V, d = factors
+        matvec = lambda y: U @ (V @ y) + d * y  # noqa: E731
 
     def apgd(carry):
         x, y, th = carry
-        g = _desaxce(Gs @ y + us, mu_c, coulomb, nc, width, pyramid)
+        g = _desaxce(matvec(y) + us, mu_c, coulomb, nc, width, pyramid)
         xn = _project_rows(y - step * g, mu_c, nc, width, pyramid)
         thn = 0.5 * (1 + jnp.sqrt(1 + 4 * th * th))
         restart = g @ (xn - x) > 0
@@ -1304,7 +1313,9 @@ def solve_contact_impulses(
     (:func:`solve_residual`). ``factors = (J, V)`` (optional): ``G = J V`` to rounding, ``J (n,
     nv)`` the rows' Jacobian and ``V = M^-1 J^T (nv, n)``, ``nv`` below ``n``: the solve's
     products use them where the problem is ``G`` plus a diagonal (elliptic cones without
-    condim 4 / 6; :func:`solve_cone_complementarity`), the same iterates to rounding.
+    condim 4 / 6; :func:`solve_cone_complementarity`) or ``E G E^T`` plus a diagonal (MuJoCo's
+    pyramid edges ``E``, soft contact: the factors ``E J``, ``M^-1 J^T E^T``), the same
+    iterates to rounding.
 
     ``x0`` (optional): the start of the solve (the flat solution of an earlier solve of the
     same slots: a warm start, :attr:`jaxdyn.sim.State.impulses`); ``flat=True`` appends the
@@ -1317,6 +1328,14 @@ def solve_contact_impulses(
     fac = None
     if factors is not None and E is None:  # Gr = G + diag(d): d the regulariser as applied
         fac = (*factors, jnp.diagonal(Gr) - jnp.diagonal(G))
+    elif factors is not None and E is not None and E.shape[1] > E.shape[2]:
+        # pyramid edges: Gr = E G E^T + diag(R) = (E J)(M^-1 J^T E^T) + diag(d), d the
+        # regulariser as applied (to rounding)
+        J, V = factors
+        nc, ne, w = E.shape
+        Ue = jnp.einsum("cij,cjk->cik", E, J.reshape(nc, w, -1)).reshape(nc * ne, -1)
+        Ve = jnp.einsum("kcj,cij->kci", V.reshape(-1, nc, w), E).reshape(-1, nc * ne)
+        fac = (Ue, Ve, jnp.diagonal(Gr) - jnp.sum(Ue * Ve.T, -1))
     lam, _, res, x = solve_problem(
         *problem, *settings, residual=residual, factors=fac, x0=x0, tolerance=contact.tolerance
     )
