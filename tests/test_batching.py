@@ -182,6 +182,11 @@ def test_bench_quick_smoke(tmp_path, capsys, monkeypatch):
 
     # in this test worker, not pinned to one core as a benchmark run is (benchmarks/_env.py)
     monkeypatch.setenv("JAXDYN_BENCH_ALL_CORES", "1")
+    # the harness adds --xla_cpu_multi_thread_eigen=false to XLA_FLAGS (benchmarks/_env.py's
+    # single_threaded): restored after the test, for the worker's later tests (the fused
+    # programs of test_config read it)
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
 
     out = tmp_path / "r.md"
     rc = cli.main(
