@@ -715,15 +715,13 @@ _EARLIER = re.compile(
 def _run_of(scene, note, sane):
     """The description (and sanity note) of the run that measured ``scene``'s rows, from a
     section's machine note: its own run's description, followed by one "The rows of ... are
-    from an earlier run: ..." part per earlier run it kept rows of (a scene named in a part
-    comes from that part's run unless the next part names it again)."""
+    from an earlier run: ..." part per earlier run whose rows it kept (the part that names
+    ``scene``; none: the section's own run, whose sanity note is ``sane``)."""
     parts = _EARLIER.split(note)  # desc0, names1, sane1, desc1, names2, sane2, desc2, ...
-    desc, its_sane = parts[0], sane
     for k in range(1, len(parts) - 2, 3):
-        if scene not in [s.strip() for s in parts[k].split(",")]:
-            break
-        desc, its_sane = parts[k + 2], parts[k + 1] or ""
-    return desc.strip(), its_sane
+        if scene in [s.strip() for s in parts[k].split(",")]:
+            return parts[k + 2].strip(), parts[k + 1] or ""
+    return parts[0].strip(), sane
 
 
 if __name__ == "__main__":

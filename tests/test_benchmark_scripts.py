@@ -398,6 +398,15 @@ def test_mjx_contact_scene_and_table(tmp_path):
     assert "The rows of s are from an earlier run (its sanity rows: B = 4, 20 steps): " in note
     assert "load average 3.0" in note.split("The rows of s")[1], note
     assert "load average 4.0" in note.split("The rows of t")[1].split("The rows of s")[0], note
+    # a fourth run (scene s again) keeps t's rows from the run that measured them (named in the
+    # note's second part), u's from the third run
+    _bench_module("_env").write_section(out, three)
+    text_s = mc.section(rows, sanity, {"s": infos["s"]}, args, 6.0, fidelity)
+    four = mc.keep_other_scenes(text_s, out, {"s": infos["s"]})
+    note = next(ln for ln in four.splitlines() if ln.startswith("Machine: "))
+    assert note.count("The rows of") == 2 and "load average 3.0" not in note, note
+    assert "load average 4.0" in note.split("The rows of t")[1].split("The rows of u")[0], note
+    assert "load average 5.0" in note.split("The rows of u")[1].split("The rows of t")[0], note
     # each engine's fidelity reference is its own problem, converged: soft stays soft (a
     # hard reference would measure the two models' difference), no cap, cold, no early stop
     from jaxdyn import sim
