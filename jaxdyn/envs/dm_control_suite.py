@@ -706,11 +706,13 @@ class ContactSuiteEnv(SuiteEnv):
                     f"got {tol!r}"
                 )
             changes["tolerance"] = float(tol)
-        for name, flag in (("warm_start", warm_start), ("polish", solver_polish)):
+        for arg, name, flag in (
+            ("warm_start", "warm_start", warm_start),
+            ("solver_polish", "polish", solver_polish),
+        ):
             if flag is None:
                 continue
             if not isinstance(flag, bool):
-                arg = "warm_start" if name == "warm_start" else "solver_polish"
                 raise ValueError(
                     f"{type(self).__name__}: {arg} must be None, True or False, got {flag!r}"
                 )

@@ -357,11 +357,10 @@ class Cost(eqx.Module):
         ``2 nv`` tangents through the frames' kinematics and ``integrate``). Only the blocks a
         term has are formed: no dense products with the identity or with zero rows."""
         special = (StateRegularization, ControlRegularization)
-        kinematic = tuple(t for t in self.terms if _analytic_jacobian(t.residual, model))
+        analytic = [_analytic_jacobian(t.residual, model) for t in self.terms]
+        kinematic = tuple(t for t, a in zip(self.terms, analytic) if a)
         others = tuple(
-            t
-            for t in self.terms
-            if not isinstance(t.residual, special) and not _analytic_jacobian(t.residual, model)
+            t for t, a in zip(self.terms, analytic) if not a and not isinstance(t.residual, special)
         )
         nv = model.nv
         dtype = x.dtype
