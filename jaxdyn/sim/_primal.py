@@ -167,7 +167,7 @@ def residual(J, u, R, lam, Minv):
     return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
 
 
-def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=None):
+def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=None, M=None):
     """MuJoCo's soft pyramidal contact (``contact``: ``Constraint(soft=True, relaxed=True,
     cone="pyramidal", solver="newton")``; its rows :func:`jaxdyn.sim.contact.soft_pyramid_rows`)
     and the one-sided rows ``extra = (J_l (k, nv), u_l (k,), R_l (k,))`` (joint limits;
@@ -176,7 +176,8 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=
     contacts' rows ``[n, t1, t2, ...]``, ``rows``, ``v_rows (nc, w)`` their free and initial
     velocities (:func:`jaxdyn.sim.contact.contact_problem`); ``x0``: the flat impulses of a
     previous solve in the solver's rows (edges per contact, then the extra rows), the warm
-    start ``M^-1 J^T x0``.
+    start ``M^-1 J^T x0``; ``M``: the mass matrix itself where the caller has it (CRBA's; ``None``:
+    ``Minv``'s inverse, which in float32 loses ``cond(M)`` times the rounding).
 
     Returns ``(lam (nc, w), lam_l (k,) or None, residual, x, z)``: the contact impulses in the
     rows ``[n, t1, t2, ...]``, the extra rows', the dual fixed-point residual (:func:`residual`),
@@ -196,7 +197,8 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=
         u = jnp.concatenate([u, extra[1]])
         R = jnp.concatenate([R, extra[2]])
     Minv = 0.5 * (Minv + Minv.T)
-    M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
+    if M is None:
+        M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
     M = 0.5 * (M + M.T)
     z0 = None if x0 is None else Minv @ (J.T @ x0)
     z = newton_solve(M, J, u, R, z0, contact.iterations, contact.tolerance)

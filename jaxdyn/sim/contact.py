@@ -688,17 +688,23 @@ class Constraint(eqx.Module):
         if self.solver not in (None, "newton"):
             raise ValueError(f"Constraint: solver must be None or 'newton', got {self.solver!r}")
         if self.solver == "newton" and not (
-            self.soft and self.relaxed and self.cone == "pyramidal"
+            self.soft and self.relaxed and self.cone in (None, "pyramidal")
         ):
             raise ValueError(
                 "Constraint: solver='newton' (MuJoCo's primal Newton solve) takes soft=True, "
-                "relaxed=True and cone='pyramidal' (MuJoCo's convex problem on pyramidal cones; "
-                "the elliptic cones' three-zone cost is not implemented: use solver=None), got "
-                f"soft={self.soft!r}, relaxed={self.relaxed!r}, cone={self.cone!r}"
+                f"relaxed=True and cone='pyramidal' ({NEWTON_CONES}), got soft={self.soft!r}, "
+                f"relaxed={self.relaxed!r}, cone={self.cone!r}"
             )
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
+
+
+#: why ``Constraint(solver="newton")`` takes pyramidal cones only
+NEWTON_CONES = (
+    "MuJoCo's convex problem on pyramidal cones; the elliptic cones' three-zone cost is not "
+    "implemented: use solver=None there"
+)
 
 
 def solver_block_rows(contact: Constraint, width: int = 3) -> int:

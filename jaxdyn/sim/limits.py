@@ -334,7 +334,12 @@ def row_bounds(lo: float, hi: float, margin: float) -> list[tuple[float, float]]
 
 
 def primal_rows(
-    limits: LimitConstraints, model: Model, q: Array, v: Array, v_free: Array, h: ArrayLike,
+    limits: LimitConstraints,
+    model: Model,
+    q: Array,
+    v: Array,
+    v_free: Array,
+    h: ArrayLike,
     tendons: tuple = (None, None),
 ) -> tuple[Array, Array, Array]:
     """The limit rows ``(J (n, nv), u (n,), R (n,))`` of :func:`solve`'s problem (one-sided
