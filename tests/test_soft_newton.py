@@ -34,25 +34,33 @@ LIMIT_PUSH = np.r_[0.5, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0]
 # the same under MuJoCo's implicitfast with a damped hinge (M_eff = M + h D applies the
 # impulses; the rows are posed with M)
 IMPLICIT_MJCF = LIMIT_MJCF.replace("<option ", '<option integrator="implicitfast" ').replace(
-    'range="-30 30"', 'range="-30 30" damping="0.5"'
+    'range="-30 30"', 'range="-30 30" damping="0.02"'
 )
 
 
+def _contact(cfg) -> sim.Constraint:
+    assert isinstance(cfg.contact, sim.Constraint)
+    return cfg.contact
+
+
 def _newton(cfg, **kw):
-    return dataclasses.replace(cfg, contact=dataclasses.replace(cfg.contact, solver="newton", **kw))
+    return dataclasses.replace(
+        cfg, contact=dataclasses.replace(_contact(cfg), solver="newton", **kw)
+    )
 
 
 @pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
 @pytest.mark.parametrize(
     "xml, push, steps",
     [
-        # three compiles each; default: the limit scene (contacts and a limit row)
+        # three compiles each (the rollout's on the slow ones); default: the limit scene's steps
         pytest.param(CAPSULE_MJCF, CAPSULE_PUSH, 120, marks=pytest.mark.slow, id="capsules"),
         pytest.param(LIMIT_MJCF, LIMIT_PUSH, 150, id="limit"),
+        pytest.param(LIMIT_MJCF, LIMIT_PUSH, 150, marks=pytest.mark.slow, id="limit-rollout"),
         pytest.param(IMPLICIT_MJCF, LIMIT_PUSH, 150, marks=pytest.mark.slow, id="implicit"),
     ],
 )
-def test_newton_is_the_dual_solve_and_mujocos(xml, push, steps):
+def test_newton_is_the_dual_solve_and_mujocos(xml, push, steps, request):
     """From MuJoCo C's states along its rollout (the capsules sliding, rolling and hopping; the
     box sliding while its arm falls onto its joint limit and settles on it), one step of
     ``solver="newton"`` gives the next velocities of the dual solve of the same problem
@@ -63,7 +71,7 @@ def test_newton_is_the_dual_solve_and_mujocos(xml, push, steps):
     limits = xml is not CAPSULE_MJCF
     kw = {"limits": "constraint"} if limits else {}  # MuJoCo's limit rows
     base = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=3000), **kw)
-    assert base.contact.cone == "pyramidal"
+    assert _contact(base).cone == "pyramidal"
     assert (base.limit_constraints is not None) == limits
     cfg = _newton(base)
     conv, model = loaded.converter(), loaded.model
@@ -85,6 +93,8 @@ def test_newton_is_the_dual_solve_and_mujocos(xml, push, steps):
     np.testing.assert_allclose(np.asarray(b.v), want, rtol=0, atol=1e-9)
     if limits:  # the arm on its limit in three of the states: the limit row acts
         assert np.sum(qs[pick, 7] > np.deg2rad(30.0)) >= 3
+    if request.node.callspec.id == "limit":
+        return  # the rollout: the slow cases
     # the warm-started rollout with MuJoCo's tolerance test
     warm = _newton(base, warm_start=True, tolerance=1e-14)
     q0 = np.asarray(loaded.q0)
@@ -114,10 +124,11 @@ def test_newton_solve_is_the_dual_minimiser_and_differentiates():
     + u >= 0``, ``lam w = 0``, and ``z = M^-1 J^T lam``) to 1e-12, from zero and from a warm
     start; its forward derivative in ``M``, ``J``, ``u``, ``R`` (implicit differentiation) is
     central finite differences' to 1e-6 (relative)."""
+    solve = jax.jit(_primal.newton_solve)
     for seed in range(3):
         M, J, u, R = (jnp.asarray(x) for x in _random_problem(seed))
         for z0 in (None, jnp.ones(M.shape[0])):
-            z = _primal.newton_solve(M, J, u, R, z0)
+            z = solve(M, J, u, R, z0)
             lam = _primal.impulses(J, u, R, z)
             w = J @ jnp.linalg.solve(M, J.T @ lam) + R * lam + u
             assert 0 < int(jnp.sum(lam > 0)) < lam.shape[0]
@@ -128,16 +139,16 @@ def test_newton_solve_is_the_dual_minimiser_and_differentiates():
         dirs[0] = dirs[0] + dirs[0].T
         dirs[3] = 0.01 * dirs[3]
 
-        def f(t):
-            return _primal.newton_solve(*(x + t * d for x, d in zip((M, J, u, R), dirs)))
-
-        _, dz = jax.jvp(f, (0.0,), (1.0,))
+        f = jax.jit(lambda t, p, d: _primal.newton_solve(*(x + t * y for x, y in zip(p, d))))
+        p = (M, J, u, R)
+        dz = jax.jit(lambda p, d: jax.jvp(lambda t: f(t, p, d), (0.0,), (1.0,))[1])(p, dirs)
         eps = 1e-6
-        fd = (f(eps) - f(-eps)) / (2 * eps)
+        fd = (f(eps, p, dirs) - f(-eps, p, dirs)) / (2 * eps)
         np.testing.assert_allclose(np.asarray(dz), np.asarray(fd), rtol=1e-6, atol=1e-9)
         assert float(jnp.max(jnp.abs(dz))) > 1e-3
 
 
+@pytest.mark.slow  # three compiles (the dual's derivative); default: the solver's derivative
 def test_newton_step_derivative_matches_finite_differences():
     """A ball resting on the floor (its four pyramid edges active): the forward derivative of
     one ``solver="newton"`` step's velocity in the ball's height, its velocity and the
@@ -151,8 +162,8 @@ def test_newton_step_derivative_matches_finite_differences():
     model = loaded.model
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="newton"))
 
-    def v_next(z0, vx, tc, solver="newton", iterations=100):
-        c = dataclasses.replace(cfg.contact, solref=(tc, 1.0), solver=solver,
+    def v_next(z0, vx, tc, solver: str | None = "newton", iterations=100):
+        c = dataclasses.replace(_contact(cfg), solref=(tc, 1.0), solver=solver,
                                 iterations=iterations)  # fmt: skip
         q = jnp.asarray(loaded.q0).at[2].set(z0)
         v = jnp.zeros(model.nv).at[0].set(vx)
@@ -167,13 +178,13 @@ def test_newton_step_derivative_matches_finite_differences():
     for i in range(3):
         e = tuple(float(i == j) for j in range(3))
         d = jvp(x0, e)
-        hi = f(*(x + eps * t for x, t in zip(x0, e)))
-        lo = f(*(x - eps * t for x, t in zip(x0, e)))
+        hi = f(*[x + eps * t for x, t in zip(x0, e)])
+        lo = f(*[x - eps * t for x, t in zip(x0, e)])
         np.testing.assert_allclose(np.asarray(d), np.asarray((hi - lo) / (2 * eps)), rtol=1e-6,
                                    atol=1e-7 * float(jnp.max(jnp.abs(d))))  # fmt: skip
         assert bool(jnp.all(jnp.isfinite(d))) and float(jnp.max(jnp.abs(d))) > 1e-3
         derivs.append(d)
-    dual = jax.jit(lambda x, e: jax.jvp(lambda *y: v_next(*y, None, 3000), x, e))
+    dual = jax.jit(lambda x, e: jax.jvp(lambda z0, vx, tc: v_next(z0, vx, tc, None, 3000), x, e))
     for i in range(3):
         e = tuple(float(i == j) for j in range(3))
         scale = float(jnp.max(jnp.abs(derivs[i])))
@@ -187,12 +198,12 @@ def test_newton_solver_refusals():
     the model, or at ``SimConfig`` where ``cone=None`` means it)."""
     with pytest.raises(ValueError, match="solver must be None or 'newton'"):
         sim.Constraint(soft=True, relaxed=True, solver="cg")
-    for kw in ({"soft": False}, {"relaxed": False}, {"cone": "elliptic"}):
+    for soft, relaxed, cone in ((False, True, None), (True, False, None), (True, True, "elliptic")):
         with pytest.raises(ValueError, match="solver='newton'.*pyramidal"):
-            sim.Constraint(solver="newton", **({"soft": True, "relaxed": True} | kw))
+            sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone)
     sim.Constraint(soft=True, relaxed=True, solver="newton")  # the cone from the file, later
     loaded = jaxdyn.load_mjcf(CAPSULE_MJCF.replace('cone="pyramidal" ', ""))
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="newton"))
-    assert cfg.contact.cone == "pyramidal"  # the file's (MuJoCo's default)
+    assert _contact(cfg).cone == "pyramidal"  # the file's (MuJoCo's default)
     with pytest.raises(ValueError, match="solver='newton'.*cone='pyramidal'.*elliptic"):
-        dataclasses.replace(cfg, contact=dataclasses.replace(cfg.contact, cone=None))
+        dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
