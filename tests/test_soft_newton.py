@@ -207,3 +207,26 @@ def test_newton_solver_refusals():
     assert _contact(cfg).cone == "pyramidal"  # the file's (MuJoCo's default)
     with pytest.raises(ValueError, match="solver='newton'.*cone='pyramidal'.*elliptic"):
         dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
+
+
+@pytest.mark.slow  # a rollout's compile; default: the limit scene (contacts and a limit row)
+def test_newton_condim_rollout_follows_mujoco():
+    """``tests/test_condim.py``'s scene on pyramidal cones (condim 3, 4 and 6: torsional and
+    rolling edges) with its pendulum's limit row, warm-started ``solver="newton"``: jaxdyn's
+    rollout follows MuJoCo C's to 1e-10 in position and orientation (seen 9e-16)."""
+    from test_condim import ARM, CONDIM_MJCF, QVEL, STEPS
+
+    xml = CONDIM_MJCF.format(cone="pyramidal").replace("</worldbody>", ARM + "</worldbody>")
+    qvel = np.r_[QVEL, 6.0]
+    loaded = jaxdyn.load_mjcf(xml)
+    contact = sim.Constraint(soft=True, relaxed=True, solver="newton", warm_start=True)
+    cfg = loaded.sim_config(contact, limits="constraint")
+    assert cfg.limit_constraints is not None and loaded.geoms is not None
+    assert loaded.geoms.condim == (3, 4, 6, 4)
+    conv, model, q0 = loaded.converter(), loaded.model, np.asarray(loaded.q0)
+    s0 = sim.State(jnp.asarray(q0), jnp.asarray(conv.v_from_mujoco(q0, qvel)))
+    s0 = sim.warm_state(model, s0, cfg)
+    tr = jax.jit(lambda s: sim.rollout(model, s, jnp.zeros((STEPS, 0)), cfg=cfg))(s0)
+    q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
+    (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(xml), STEPS, qvel=qvel)
+    np.testing.assert_allclose(q, ref, rtol=0, atol=1e-10)
