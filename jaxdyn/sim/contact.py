@@ -596,7 +596,9 @@ class Constraint(eqx.Module):
       minimised (the exact solution) or, with ``tolerance``, once the cost or its gradient
       falls below ``tolerance`` in MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start``
       starts them from ``M^-1 J^T`` of the previous step's impulses where that costs less than
-      the free step (MuJoCo's ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused.
+      the free step (MuJoCo's ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused;
+      :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
+      impulses (:func:`jaxdyn.sim._primal.residual`).
       Takes ``soft=True``, ``relaxed=True``, ``cone="pyramidal"`` (MuJoCo's elliptic cones have
       a three-zone cost this does not implement: refused).
     - MuJoCo's ``condim`` 4 and 6: contacts with torsional / rolling friction
