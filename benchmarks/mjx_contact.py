@@ -31,7 +31,9 @@ state kept), for jaxdyn with ``sim.Constraint`` (hard contact, against MJX's New
 early stop, as MJX's Newton solve), ``jaxdyn soft`` (``sim.Constraint(soft=True,
 relaxed=True)``: MuJoCo's soft contact with the file's ``solref``, ``solimp``, ``impratio`` and
 cone, MuJoCo's convex problem: the one MJX's Newton solver solves, here by jaxdyn's default
-100 projected-gradient iterations; ``jaxdyn soft capped`` with the cap of :data:`CAPS`) and
+100 projected-gradient iterations; ``jaxdyn soft capped`` with the cap of :data:`CAPS`;
+``jaxdyn soft newton``: the same problem by MuJoCo's primal Newton solve, warm-started, with
+MJX's iterations and tolerance, :func:`newton_contact`) and
 ``sim.Compliant`` (reported apart), and MJX
 (``mjx.step``, the file's own solver and integrator), float32, zero controls. Compile seconds
 (first call) are separate; the compiled functions are then timed interleaved (engine after
@@ -383,6 +385,22 @@ def warm_contact(scene):
     )  # fmt: skip
 
 
+#: the engine "jaxdyn soft newton": ``Constraint(soft=True, relaxed=True, solver="newton")``
+#: (MuJoCo's primal Newton solve of the same soft problem) with MJX's ``opt.iterations`` and
+#: ``opt.tolerance`` (the files' defaults), warm-started from the previous step's impulses (as
+#: MJX from ``qacc_warmstart``), over the cap of :data:`CAPS` where the scene has one
+NEWTON_TOL = 1e-8
+NEWTON_ITERATIONS = 100
+
+
+def newton_contact(scene):
+    """The contact model of the engine "jaxdyn soft newton" in ``scene``."""
+    return sim.Constraint(
+        soft=True, relaxed=True, solver="newton", iterations=NEWTON_ITERATIONS,
+        tolerance=NEWTON_TOL, warm_start=True, max_contacts=CAPS.get(scene),
+    )  # fmt: skip
+
+
 def reference_contact(contact):
     """The converged solve of ``contact``'s problem: ``REF_ITERATIONS`` iterations over every
     slot from a cold start, no early stop."""
@@ -405,6 +423,7 @@ CONTACT = {
     "jaxdyn soft capped": lambda name: sim.Constraint(
         soft=True, relaxed=True, max_contacts=CAPS.get(name)
     ),
+    "jaxdyn soft newton": lambda name: newton_contact(name),
     "jaxdyn Compliant": lambda name: sim.Compliant(),
 }
 #: engine -> ``(scene, T) -> (step, rollout, prepare)``
@@ -535,7 +554,10 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         "`Constraint(soft=True, relaxed=True)`, MuJoCo's soft contact with the file's `solref`, "
         "`solimp`, `impratio` and cone (MuJoCo's convex problem: the one MJX's Newton solver "
         "solves; jaxdyn's default 100 projected-gradient iterations from zero), `soft capped` "
-        "with the scene's cap; MJX: `mjx.step` with the "
+        "with the scene's cap; `soft newton`: the same problem by MuJoCo's primal Newton "
+        'solve (`Constraint(soft=True, relaxed=True, solver="newton", '
+        f"iterations={NEWTON_ITERATIONS}, tolerance={NEWTON_TOL:g}, warm_start=True)`, "
+        "MJX's iterations and tolerance, with the scene's cap); MJX: `mjx.step` with the "
         "file's solver and integrator. Each engine first settles its batch "
         f"(B = {args.rollout_batch}, {max(1, -(-args.settle // args.T)) * args.T} steps from the "
         "perturbed initial configurations; MJX's states then carry `qacc_warmstart`, the warm "

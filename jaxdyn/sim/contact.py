@@ -584,6 +584,23 @@ class Constraint(eqx.Module):
       (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
       mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
       (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
+    - ``solver`` (static, soft only): ``None`` (default) solves the dual problem above on the
+      Delassus matrix (accelerated projected gradient, ``iterations`` of them); ``"newton"``
+      solves MuJoCo's primal problem instead, as MuJoCo's and MJX's Newton solver
+      (``mj_solNewton``): minimise over the velocity change ``z`` the convex piecewise
+      quadratic ``1/2 z^T M z + sum_i 1/2 min(0, J_i z + u_i)^2 / R_i`` of the pyramid edges
+      and joint-limit rows by Newton steps on ``H = M + J^T diag(active / R) J``
+      (``nv x nv``), each with an exact line search (:mod:`jaxdyn.sim._primal`); the same
+      impulses (``lam = max(0, -(J z + u)) / R``) as the converged dual solve. ``iterations``
+      is then the most Newton steps; they stop once a step lands in the piece of the cost it
+      minimised (the exact solution) or, with ``tolerance``, once the cost or its gradient
+      falls below ``tolerance`` in MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start``
+      starts them from ``M^-1 J^T`` of the previous step's impulses where that costs less than
+      the free step (MuJoCo's ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused;
+      :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
+      impulses (:func:`jaxdyn.sim._primal.residual`).
+      Takes ``soft=True``, ``relaxed=True``, ``cone="pyramidal"`` (MuJoCo's elliptic cones have
+      a three-zone cost this does not implement: refused).
     - MuJoCo's ``condim`` 4 and 6: contacts with torsional / rolling friction
       (:attr:`ContactFrames.spin`: an MJCF file's geoms, scene objects' ``friction`` triples)
       get MuJoCo's torsional and rolling rows on the relative angular velocity, on either cone
@@ -611,6 +628,7 @@ class Constraint(eqx.Module):
     tolerance: float | None = eqx.field(static=True, default=None)
     warm_start: bool = eqx.field(static=True, default=False)
     polish: bool = eqx.field(static=True, default=True)
+    solver: str | None = eqx.field(static=True, default=None)
 
     _RULES = (
         ("friction", 0.0, False),
@@ -669,9 +687,26 @@ class Constraint(eqx.Module):
             )
         if not isinstance(self.polish, bool):
             raise ValueError(f"Constraint: polish must be True or False, got {self.polish!r}")
+        if self.solver not in (None, "newton"):
+            raise ValueError(f"Constraint: solver must be None or 'newton', got {self.solver!r}")
+        if self.solver == "newton" and not (
+            self.soft and self.relaxed and self.cone in (None, "pyramidal")
+        ):
+            raise ValueError(
+                "Constraint: solver='newton' (MuJoCo's primal Newton solve) takes soft=True, "
+                f"relaxed=True and cone='pyramidal' ({NEWTON_CONES}), got soft={self.soft!r}, "
+                f"relaxed={self.relaxed!r}, cone={self.cone!r}"
+            )
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
+
+
+#: why ``Constraint(solver="newton")`` takes pyramidal cones only
+NEWTON_CONES = (
+    "MuJoCo's convex problem on pyramidal cones; the elliptic cones' three-zone cost is not "
+    "implemented: use solver=None there"
+)
 
 
 def solver_block_rows(contact: Constraint, width: int = 3) -> int:
@@ -1482,6 +1517,21 @@ def _soft_parameters(contact: Constraint, frames: ContactFrames, dtype):
     return solref, _soft.clamp_solimp(solimp)
 
 
+def _soft_gains(contact, frames, diag_n, dt):
+    """``(h, k, b, imp, diagApprox, solref, solimp)`` of each contact of :func:`_soft_problem`
+    (``diag_n (nc,)``: the normal rows' Delassus diagonal, the fallback of MuJoCo's
+    ``invweight``)."""
+    dtype = diag_n.dtype
+    h = jnp.asarray(dt, dtype)
+    r = frames.distance
+    solref, solimp = _soft_parameters(contact, frames, dtype)
+    k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
+    imp = _soft.impedance(solimp, jnp.where(r < 0, r, 0.0))
+    diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
+    diag = jnp.where(jnp.isnan(diag), diag_n, diag)
+    return h, k, b, imp, diag, solref, solimp
+
+
 def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     """MuJoCo's soft contact (:class:`Constraint` ``soft=True``) at the velocity level, the
     cone problem (:func:`contact_problem`) of the impulses ``lam = h f`` of MuJoCo's dual
@@ -1499,12 +1549,11 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     ``lam = E^T y``)."""
     dtype = G.dtype
     nc, w = frames.distance.shape[0], frames.width
-    h = jnp.asarray(dt, dtype)
+    h, k, b, imp, diag, solref, solimp = _soft_gains(contact, frames, jnp.diagonal(G)[0::w], dt)
+    if contact.cone == "pyramidal":
+        return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
     r = frames.distance
     active = r < 0
-    solref, solimp = _soft_parameters(contact, frames, dtype)
-    k, b = _soft.gains(solref, solimp[:, 1], h, contact.refsafe)
-    imp = _soft.impedance(solimp, jnp.where(active, r, 0.0))
     aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
     b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
     given = contact.solreffriction  # the contact model's, else the contacts' (<pair>)
@@ -1519,11 +1568,6 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     u = v_free_rows - v_rows - h * aref
     # not touching: a free normal velocity that puts every iterate in the polar cone
     u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))
-    diag_n = jnp.diagonal(G)[0::w]
-    diag = diag_n if frames.invweight is None else jnp.asarray(frames.invweight, dtype)
-    diag = jnp.where(jnp.isnan(diag), diag_n, diag)
-    if contact.cone == "pyramidal":
-        return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
     Rn = _soft.regulariser(imp, diag)
     ratio = jnp.asarray(contact.impratio, dtype)
     Rt = Rn / jnp.maximum(_soft.MINVAL, ratio)
@@ -1591,7 +1635,24 @@ def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     contact with ``mu = 0`` (condim 1) is MuJoCo's frictionless row; the edges of the rows a
     contact lacks (condim below the scene's) carry nothing. Returns the edge rows' problem and
     ``E`` (the impulses ``f`` act on the rows ``[n, t1, t2, ...]`` as ``E^T f``)."""
-    dtype = G.dtype
+    u, R, mu, active, E = _pyramid_rows(contact, frames, v_free_rows, v_rows, h, k, b, imp, diag)
+    nc, ne, w = E.shape
+    Gw = G.reshape(nc, w, nc, w)
+    Ge = jnp.einsum("aij,ajbk,blk->aibl", E, Gw, E).reshape(ne * nc, ne * nc)
+    return Ge + jnp.diag(R), u, mu, active, E
+
+
+def soft_pyramid_rows(contact: Constraint, frames, diag_n, v_free_rows, v_rows, dt):
+    """The rows of :func:`_soft_pyramid`'s problem without its Delassus matrix (what the
+    primal Newton solve of ``Constraint(solver="newton")`` takes, :mod:`jaxdyn.sim._primal`):
+    ``(u (nc ne,), R (nc ne,), mu (nc,), active (nc,), E (nc, ne, w))``; ``diag_n (nc,)``: the
+    normal rows' Delassus diagonal (the fallback of MuJoCo's ``invweight``)."""
+    h, k, b, imp, diag, _, _ = _soft_gains(contact, frames, diag_n, dt)
+    return _pyramid_rows(contact, frames, v_free_rows, v_rows, h, k, b, imp, diag)
+
+
+def _pyramid_rows(contact, frames, v_free_rows, v_rows, h, k, b, imp, diag):
+    dtype = diag.dtype
     nc, w = frames.distance.shape[0], frames.width
     ne = 2 * (w - 1)
     r = frames.distance
@@ -1605,12 +1666,10 @@ def _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag):
     inert = jnp.concatenate([jnp.zeros((nc, 4), bool), (fr[:, 2:] <= 0).repeat(2, 1)], 1)
     live = active[:, None] & ~inert
     u = jnp.where(live, u, jnp.asarray(NO_CONTACT, dtype) / h)
-    Gw = G.reshape(nc, w, nc, w)
-    Ge = jnp.einsum("aij,ajbk,blk->aibl", E, Gw, E).reshape(ne * nc, ne * nc)
     R0 = _soft.regulariser(imp, diag + mu * mu * diag)  # MuJoCo's tran + fri^2 tran
     R1 = R0 / jnp.maximum(_soft.MINVAL, jnp.asarray(contact.impratio, dtype))
     mu_r = mu * jnp.sqrt(R1 / R0)
     # mu = 0 (condim 1): MuJoCo's one frictionless row with R0; four equal edges with 4 R0 each
     # share its impulse equally, the same problem (MuJoCo's condim-3 pyramid would have R = 0)
     R = jnp.repeat(jnp.where(mu > 0, 2 * mu_r * mu_r * R0, 4 * R0), ne)
-    return Ge + jnp.diag(R), u.reshape(-1), mu, active, E
+    return u.reshape(-1), R, mu, active, E

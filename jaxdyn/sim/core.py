@@ -79,9 +79,11 @@ from ..algorithms.aba import (
 )
 from ..algorithms.configuration import dexp_inv as _dexpinv
 from ..algorithms.configuration import integrate
+from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
 from ..model import tree
 from . import _params, _soft
+from . import _primal as P
 from . import contact as C
 from . import limits as L
 from .actuators import (
@@ -220,6 +222,13 @@ class SimConfig(eqx.Module):
             raise ValueError(
                 "SimConfig: Constraint contact is velocity-level (impulses per step); use "
                 "integrator='euler' or 'implicit', or Compliant contact with 'rk4'"
+            )
+        c = self.contact
+        if isinstance(c, C.Constraint) and c.solver == "newton" and c.cone != "pyramidal":
+            raise ValueError(
+                "SimConfig: Constraint(solver='newton') takes cone='pyramidal' ("
+                f"{C.NEWTON_CONES}; load_mjcf(...).sim_config gives the file's cone), got "
+                f"cone={c.cone!r}"
             )
         if self.contact is not None and not isinstance(self.contact, (C.Compliant, C.Constraint)):
             raise TypeError(
@@ -660,7 +669,31 @@ def _constraint_velocity(
             x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
-    if lim is None:
+    if cfg.contact.solver == "newton":  # MuJoCo's primal Newton solve (limit rows with it)
+        eye = jnp.eye(model.nv, dtype=v.dtype)
+        Minv = solve(eye) if solve_m is None else solve_m(eye)  # MuJoCo's M (A = J M^-1 J^T)
+        extra = None
+        if lim is not None:
+            tendons = (cfg.tendons, cfg.spatial_tendons)
+            extra = L.primal_rows(lim, model, q, v, v_free if v_free_m is None else v_free_m,
+                                  h, tendons)  # fmt: skip
+        # the plain M by CRBA (the inverse of the ABA's Minv loses cond(M) times the rounding
+        # in float32), but where equality rows were eliminated into the solves
+        M = crba_world(model, ws) if cfg.equalities is None else None
+        lam, _, res, x, z = P.solve_soft_rows(
+            cfg.contact, Minv, Jc, frames, rows, v_rows, h, extra, x0, M
+        )
+        if solve_m is None:  # M_eff = M: the primal's velocity change
+            dv = z
+        else:  # the impulses act through M_eff^-1 (L.solve)
+            J_all = Jc if extra is None else jnp.concatenate([Jc, extra[0]])
+            lam_all = (
+                lam.reshape(-1)
+                if extra is None
+                else jnp.concatenate([lam.reshape(-1), x[x.shape[0] - extra[0].shape[0] :]])
+            )
+            dv = solve(J_all.T @ lam_all[:, None])[:, 0]
+    elif lim is None:
         MinvJT = solve(Jc.T)  # (nv, w nc)
         V = MinvJT if solve_m is None or not cfg.contact.soft else solve_m(Jc.T)
         G = Jc @ V

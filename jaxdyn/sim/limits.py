@@ -333,6 +333,26 @@ def row_bounds(lo: float, hi: float, margin: float) -> list[tuple[float, float]]
     return [(lo, hi)]
 
 
+def primal_rows(
+    limits: LimitConstraints,
+    model: Model,
+    q: Array,
+    v: Array,
+    v_free: Array,
+    h: ArrayLike,
+    tendons: tuple = (None, None),
+) -> tuple[Array, Array, Array]:
+    """The limit rows ``(J (n, nv), u (n,), R (n,))`` of :func:`solve`'s problem (one-sided
+    rows: impulse ``>= 0``) for the primal Newton solve of ``Constraint(solver="newton")``
+    (:func:`jaxdyn.sim._primal.solve_soft_rows`); ``v_free``: the free velocity under the
+    ``M`` the rows are posed with (MuJoCo's plain ``M``)."""
+    limits.check_model(model)
+    tendon = limits.tendon_rows(model, tendons[0], tendons[1], q) if limits.tendons else None
+    u, R, _, side = limits.row_problem(q, v, v_free, h, tendon)
+    J = limits.jacobian(side, model.nv, None if tendon is None else tendon[1])
+    return J.astype(v.dtype), u, R
+
+
 def solve(
     limits: LimitConstraints,
     model: Model,
