@@ -1595,6 +1595,70 @@ def test_contact_dynamics_derivatives_and_guard():
         assert not outside and not inside, (outside, inside)
 
 
+@pytest.mark.slow
+def test_contact_dynamics_placement_seed(quad12):
+    """ContactDynamics' partials start forward-mode autodiff from the body placements moved
+    by the world twists ``S dq`` (``_placement_seed``), not from ``integrate(q, dq)``: on
+    quad12 (a free joint) with every kind of row (connect and weld, local and world-aligned,
+    log6 and decoupled errors, Baumgarte position gains, damping), at random states, the
+    residuals' partials equal those of autodiff through ``integrate`` (the previous path, a
+    second computation) to 1e-12, and the step's Jacobians equal the step's autodiff mode
+    (forward-mode autodiff through the constrained solve, an independent route) to 1e-10."""
+    from jaxdyn import Connect, Weld
+    from jaxdyn.trajopt.dynamics import ContactDynamics, _placement_seed
+
+    model = quad12.model.with_armature(0.01)
+    nv = model.nv
+    rng = np.random.default_rng(11)
+    q = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), 0.3 * rng.standard_normal(nv))
+    q = q.at[2].add(0.3)
+    feet = {f: jaxdyn.frame_placement(model, q, f) for f in ("FL_FOOT", "FR_FOOT", "HL_FOOT")}
+
+    def near(f):  # a target a few millimetres off the frame: non-zero Baumgarte errors
+        return tuple(float(c) + 0.004 for c in feet[f].p)
+
+    p1, p2, p3 = near("FL_FOOT"), near("FR_FOOT"), near("HL_FOOT")
+    c, s = np.cos(0.01), np.sin(0.01)  # the weld's target turned 0.01 rad about x
+    R3 = np.asarray(feet["HL_FOOT"].R) @ np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+    dyn = ContactDynamics(
+        (
+            Connect("FL_FOOT", "local_world_aligned", target=p1),
+            Connect("FR_FOOT", "local", offset=(0.01, -0.02, 0.0), target=p2),
+            Weld("HL_FOOT", "local", target=(R3, p3)),
+            Weld("base_link", "local_world_aligned", offset=(0.05, 0.0, 0.0), error="decoupled",
+                 target=(np.eye(3), (0.0, 0.0, 0.3))),
+        ),
+        FreeDynamics.floating_base(model).actuation,
+        baumgarte=(50.0, 10.0),
+        damping=1e-3,
+    )  # fmt: skip
+    v, u = jnp.asarray(rng.standard_normal(nv)), jnp.asarray(rng.standard_normal(nv - 6))
+    x = jnp.concatenate([q, v])
+
+    @jax.jit
+    def both(q, v, u, x):
+        zero = jnp.zeros(nv, q.dtype)
+        seed = _placement_seed(model, q)
+        out = []
+        for placements in (seed, None):
+            out.append(
+                jax.jacfwd(
+                    lambda dq, vv, p=placements: dyn._residuals(model, q, dq, vv, u, p)[0], (0, 1)
+                )(zero, v)
+            )
+        steps = [step_derivatives(model, x, u, 0.01, dyn, d) for d in ("analytic", "autodiff")]
+        return out, steps
+
+    (seeded, plain), (analytic, autodiff) = both(q, v, u, x)
+    for i, side in enumerate(("R", "g")):
+        for j, arg in enumerate(("q", "v")):
+            ref = np.asarray(plain[i][j])
+            assert np.max(np.abs(ref)) > 1e-3, (side, arg)  # not trivially zero
+            oracle.assert_close(np.asarray(seeded[i][j]), ref, 1e-12, f"{side}_{arg}")
+    for i, name in ((1, "Fx"), (2, "Fu")):
+        oracle.assert_close(np.asarray(analytic[i]), np.asarray(autodiff[i]), 1e-10, name)
+
+
 # ------------------------------------------------------------------------------ frame costs
 @pytest.mark.parametrize("name", oracle.robot_params("quad12", "talos_full"))
 def test_frame_costs_against_pinocchio(name):

@@ -19,7 +19,7 @@ forward-dynamics partials ``(a_q, a_v, a_u)``::
 Wensing 2022) for :class:`FreeDynamics`; :class:`ContactDynamics` (bilateral constraints,
 the equations of :func:`jaxdyn.constrained_aba`) differentiates the constrained equations (the
 implicit function theorem: forward-mode autodiff of inverse dynamics and of the constraint
-kinematics, one Delassus solve), as Crocoddyl's contact dynamics.
+kinematics from the body placements, one Delassus solve), as Crocoddyl's contact dynamics.
 
 :func:`step` carries a ``jax.custom_jvp`` rule built on :func:`step_derivatives`, so
 ``jax.jvp`` / ``jax.jacfwd`` / ``jax.grad`` of anything built on it use the analytic Jacobians
@@ -38,7 +38,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _linalg, batching, config, shell, value_checks
+from .. import _linalg, batching, config, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve
@@ -258,7 +258,8 @@ class ContactDynamics(eqx.Module):
         (``ID`` inverse dynamics, ``γ`` the drift ``Jdot v`` plus the Baumgarte terms, ``μ``
         the damping): with ``R_x``, ``g_x`` the partials of the two left-hand sides at fixed
         ``(a, λ)`` (forward-mode autodiff of RNEA and of the constraint kinematics, in the
-        tangent space) and ``D = J M^-1 J^T + μ``::
+        tangent space, its tangents seeded at the body placements by the joints' world twists:
+        :func:`_placement_seed`) and ``D = J M^-1 J^T + μ``::
 
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
@@ -271,8 +272,11 @@ class ContactDynamics(eqx.Module):
         ok, q, v, u = _guard(model, q, v, u)
         zero = jnp.zeros(nv, q.dtype)
         with value_checks.unchecked():
+            placements = _placement_seed(model, q)
             ((R_q, R_v), (g_q, g_v)), (a, M, J, MinvJt, D) = jax.jacfwd(
-                lambda dq, vv: self._residuals(model, q, dq, vv, u), (0, 1), has_aux=True
+                lambda dq, vv: self._residuals(model, q, dq, vv, u, placements),
+                (0, 1),
+                has_aux=True,
             )(zero, v)
         B = jnp.eye(nv, dtype=q.dtype) if self.actuation is None else self.actuation
         # right-hand sides for (q, v, u) at once: ID's partials (-B for u) and γ's (0 for u)
@@ -285,10 +289,12 @@ class ContactDynamics(eqx.Module):
         a, da = jnp.where(ok, a, jnp.nan), jnp.where(ok, da, jnp.nan)
         return a, da[:, :nv], da[:, nv : 2 * nv], da[:, 2 * nv :]
 
-    def _residuals(self, model, q, dq, v, u):
-        """``((ID(q ⊕ dq, v, a) - J^T λ, J a + γ), (a, M, J, M^-1 J^T, D))`` from one world
-        state: placements, constraint rows and Jacobian, RNEA (:func:`rnea_world`) and the
-        constraint velocity, drift and error (:func:`jaxdyn.constraints.kinematic_terms`,
+    def _residuals(self, model, q, dq, v, u, placements=None):
+        """``((ID(q ⊕ dq, v, a) - J^T λ, J a + γ), (a, M, J, M^-1 J^T, D))`` (to first order
+        in ``dq`` when ``placements``, :func:`_placement_seed`'s function of ``dq``, gives the
+        body placements; ``integrate(q, dq)`` without it) from one world state: placements,
+        constraint rows and Jacobian, RNEA (:func:`rnea_world`) and the constraint velocity,
+        drift and error (:func:`jaxdyn.constraints.kinematic_terms`,
         :func:`~jaxdyn.constraints.error_from_placements`) share it, where the public
         functions would each compute their own. ``(a, λ)`` solve the constrained equations at
         ``q`` (``dq = 0``) from the same values, held fixed (``stop_gradient``: no tangents)::
@@ -299,24 +305,31 @@ class ContactDynamics(eqx.Module):
         centred on the floating base (:func:`jaxdyn.algorithms.kinematics.world_state`), the
         constraint error's points moved back to the ground frame."""
         sg = jax.lax.stop_gradient
-        ws, J, gamma = self._constraint_terms(model, integrate(model, q, dq), v)
+        if placements is None:
+            ws, J, gamma = self._constraint_terms(model, integrate(model, q, dq), v)
+        else:
+            ws, J, gamma = self._constraint_terms(model, None, v, placements(dq))
         # the constrained solve at q, without tangents
         J0 = sg(J)
         a, lam, M, MinvJt, D = self._constrained_solve(model, sg(ws), J0, sg(gamma), sg(v), u)
         r = rnea_world(model, ws, v, a)[0] - J.T @ lam
         return (r, J @ a + gamma), (a, M, J0, MinvJt, D)
 
-    def _constraint_terms(self, model, q, v):
+    def _constraint_terms(self, model, q, v, placements=None):
         """``(ws, J, γ)``: the world state at ``q`` (centred on the floating base), the
         constraint Jacobian and ``γ = Jdot v + kd J v + kp e`` (drift and Baumgarte terms),
         from one pass of kinematics (module docstring of :meth:`_residuals`)."""
         from .. import constraints as cons
 
-        dt = q.dtype
         _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
-        Rb, pb = kin.body_placements(model, q)
-        base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
-        ws = kin.world_state_from_placements(model, Rb, pb - base)
+        if placements is None:
+            Rb, pb = kin.body_placements(model, q)
+            base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
+            pb = pb - base
+        else:
+            Rb, pb, base = placements
+        dt = pb.dtype
+        ws = kin.world_state_from_placements(model, Rb, pb)
         pl = cons.placements_from_state(model, ws, lay)
         J = cons.jacobian_from_rows(model, ws, lay, cons.rows_from_placements(lay, pl))
         y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
@@ -344,6 +357,39 @@ class ContactDynamics(eqx.Module):
         D = J @ MinvJt + jnp.asarray(self.damping, dt) * jnp.eye(J.shape[0], dtype=dt)
         lam = _linalg.spd_solve(D, -(gamma + J @ a_f))
         return a_f + MinvJt @ lam, lam, M, MinvJt, D
+
+
+def _placement_seed(model, q):
+    """``dq -> (R, p, base)``: the body placements at ``q ⊕ dq`` to first order in ``dq``,
+    centred on the floating base (``p`` relative to ``base``, the base's position).
+
+    ``d/dε (q ⊕ ε dq)`` moves body ``b`` by the world twist ``δV_b = Σ_{j ⪯ b} S_j dq_j``
+    (``S`` the world motion subspace columns, the convention of :func:`jaxdyn.integrate`):
+    ``δR_b = [δω_b]× R_b``, ``δp_b = δv_b + δω_b × p_b`` (Featherstone 2008, §2.9; Pinocchio's
+    ``computeJointJacobians``). Forward-mode autodiff at ``dq = 0`` then starts from the
+    placements instead of differentiating the configuration's exponential map (``integrate``)
+    and the outward pass of placements (quaternions, joint transforms), one step of
+    accumulation of ``S dq`` up the tree instead: the same tangents, a smaller program."""
+    from ..model import tree
+
+    sg = jax.lax.stop_gradient
+    Rb, pb = kin.body_placements(model, q)
+    base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
+    Rb, pb, base = sg(Rb), sg(pb - base), sg(base)
+    S = sg(kin.world_state_from_placements(model, Rb, pb).S)
+
+    def placements(dq):
+        dV = tree.forward_accumulate(
+            model.topo, tree.dofs_to_bodies(model.topo, S * dq[:, None]), jnp.zeros(6, S.dtype)
+        )
+        w, dv = dV[:, :3], dV[:, 3:]
+        R = Rb + spatial.mm(spatial.skew(w), Rb)
+        p = pb + dv + spatial.cross(w, pb)
+        # re-centred on the moved base, as the plain path's world state at q ⊕ dq
+        b = p[:1] if model.topo.floating_base else jnp.zeros((1, 3), p.dtype)
+        return R, p - b, base + b
+
+    return placements
 
 
 def _guard(model, q, v, u):
