@@ -10,11 +10,12 @@ minus ``XLA_FLAGS``, ``MALLOC_*`` and ``GLIBC_TUNABLES`` (:func:`plain_env`), no
 ``mallopt``, JAX's default threads, each algorithm as README's API tour writes it
 (``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model; ``--plain-form
 closed``: the model closed over), B = 1024, float64 and float32, per sample the median of
-:data:`PLAIN_CALLS` calls after a warm-up. Pinocchio C++ is timed in its own process just
-before each round's jaxdyn processes, and the ratio is taken within a round and its median
-over the rounds (``--plain-rounds``), so that a loaded machine weighs on both sides of it.
-The table gives each ratio against the issue's targets (PASS/FAIL) and the CPU seconds per
-wall second of jaxdyn's calls (above 1: more than one thread ran them).
+at least :data:`PLAIN_CALLS` calls (and :data:`PLAIN_MIN_S` seconds of calls) after a
+warm-up. Pinocchio C++ is timed in its own process just before each round's jaxdyn
+processes, and the ratio is taken within a round and its median over the rounds
+(``--plain-rounds``), so that a loaded machine weighs on both sides of it. The table gives
+each ratio against the issue's targets (PASS/FAIL) and the CPU seconds per wall second of
+jaxdyn's calls (above 1: more than one thread ran them).
 
 Then the **tuned process** tables, labelled with the settings a user must apply to get them:
 one machine, one core on both sides (the process pinned to one core: XLA's runtime would
@@ -246,6 +247,10 @@ def bench_robot(name, dtypes, B, latency, log):
 # ----------------------------------------------------------------------------- plain process
 #: timed calls of each function in the plain process (after a warm-up call); their median
 PLAIN_CALLS = 5
+#: and at least this many seconds of them: a batch of solo12's ``crba`` (the C kernel) is 0.4 ms,
+#: so five calls were 2 ms, in which one preemption or one call that maps its output afresh
+#: (about 550 page faults, 1.3 ms) moved the median: its rounds' ratios ranged 0.61-2.92
+PLAIN_MIN_S = 0.05
 #: calls after the first (compile) before the timed ones
 WARMUP_CALLS = 3
 
@@ -269,10 +274,11 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
     ``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model (``form=
     "argument"``) or ``jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))`` (``"closed"``),
     at batch ``B``; the first call (compile) and :data:`WARMUP_CALLS` more as warm-up (glibc's
-    heap settles over the first calls), then the median of
-    ``calls`` calls (``block_until_ready``). With ``pin_argv`` (Pinocchio's C++ benchmark,
-    a process of its own) Pinocchio is timed just before and just after those calls, so that
-    the load of a shared machine weighs on both sides of the ratio. Returns ``{alg: {"ns",
+    heap settles over the first calls), then the median of at least ``calls`` calls and
+    :data:`PLAIN_MIN_S` seconds of them (``block_until_ready``). With ``pin_argv``
+    (Pinocchio's C++ benchmark, a process of its own) Pinocchio is timed just before and just
+    after those calls, so that the load of a shared machine weighs on both sides of the ratio.
+    Returns ``{alg: {"ns",
     "cpu", "compile_s", "calls_ns", "pin_ns"}}``: ns per sample, CPU seconds per wall second
     of the timed calls (above 1: the call ran on several threads), the first call's seconds
     and Pinocchio's ns per call (``pin_ns``: the mean of the medians before and after;
@@ -298,7 +304,7 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
             jax.block_until_ready(jf(*args))
         pin0 = _pin_now(pin_argv, alg) if pin_argv else None
         walls, cpu0, w0 = [], time.process_time(), time.perf_counter()
-        for _ in range(calls):
+        while len(walls) < calls or time.perf_counter() - w0 < PLAIN_MIN_S:
             t0 = time.perf_counter()
             jax.block_until_ready(jf(*args))
             walls.append(time.perf_counter() - t0)
@@ -421,7 +427,8 @@ def render_plain(results, B, rounds, form) -> str:
         f"jaxdyn in a fresh process with the caller's environment minus `XLA_FLAGS`, "
         "`MALLOC_*` and `GLIBC_TUNABLES`: not pinned, JAX's default threads, glibc's allocator "
         f"as jaxdyn leaves it; `{call}` as README writes it, B = {B}, per sample: the median "
-        f"of {PLAIN_CALLS} calls after {1 + WARMUP_CALLS} warm-up calls. Pinocchio "
+        f"of at least {PLAIN_CALLS} calls and {PLAIN_MIN_S:g} s of calls after {1 + WARMUP_CALLS} "
+        "warm-up calls. Pinocchio "
         f"{_pin_desc(results)}, one thread, "
         "timed in its own process just before and just after each algorithm's calls (the "
         f"mean of the two); {rounds} rounds, each in fresh processes. *ratio*: the median over "

@@ -48,6 +48,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
@@ -81,6 +82,23 @@ CHUNK_BYTES = 384 << 10
 #: 128 no algorithm was faster and ABA was slower on solo12 (float32, whose chunks by bytes
 #: were 256; ``docs/design-measurements.md``)
 CHUNK_MIN, CHUNK_MAX = 16, 128
+#: in a process that may run on several cores, XLA:CPU compiles a fusion whose cost estimate
+#: (flops + 2 transcendentals + 10 bytes accessed) passes 100,000 per thread into parts run by
+#: its threads (``ParallelTaskAssigner``, ``outer_dimension_partitions`` in the optimised HLO);
+#: the chunk's later kernels then run on whichever thread finished last, so the chunk's data
+#: moves between the cores' private caches, several times per chunk. The first fusion split in
+#: every algorithm is the sine and cosine of the one-DoF joint angles
+#: (:func:`jaxdyn.backend.fusion.sincos`): in float64 at 704 and 768 angles per chunk, not at
+#: 352 or 384. The automatic chunk is capped at this many float64 angles (twice as many in
+#: float32) in such a process (:func:`threaded_chunk_cap`); pinned to one core, XLA splits
+#: nothing and the cap is off (``docs/performance.md``, "Threads")
+THREADED_ANGLES = 384
+#: the smallest chunk :func:`threaded_chunk_cap` gives (below, the kernels run on too few
+#: samples)
+THREADED_CHUNK_MIN = 8
+#: ``jaxdyn.joints.ONE_DOF`` (the joint kind whose angle goes through ``sincos``; this module
+#: sits below ``jaxdyn.joints``; ``tests/test_batching.py`` checks the two agree)
+_ONE_DOF = 0
 
 
 def vmap(
@@ -147,15 +165,56 @@ def auto_chunk(words: int, itemsize: int = 8) -> int | None:
     return int(np.clip(c, CHUNK_MIN, CHUNK_MAX))
 
 
-def chunk_size_for(words: int, axis_size: int, itemsize: int = 8) -> int | None:
+def capped_when_threaded(words: Callable[[Any, int], int]) -> Callable[[Any, int], int]:
+    """``words`` (a ``words=`` chunk policy of :func:`batched`) whose automatic chunk takes
+    :func:`threaded_chunk_cap` in a process on several cores: for the functions measured faster
+    with it there (``rnea``, ``minv``, the derivatives); ABA's plain process on talos_full was
+    slower in chunks of 8 than of 32 (its small products' kernels run per chunk)."""
+
+    @functools.wraps(words)
+    def capped(model: Any, itemsize: int) -> int:
+        return words(model, itemsize)
+
+    setattr(capped, "threaded_cap", True)  # noqa: B010 (an attribute the rule reads)
+    return capped
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; ``os.cpu_count()`` off Linux): the
+    threads XLA:CPU compiles and runs its programs for."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threaded_chunk_cap(model: Any, itemsize: int = 8) -> int | None:
+    """The largest automatic chunk for ``model`` in a process that may run on several cores
+    (:data:`THREADED_ANGLES`): a power of two, at least :data:`THREADED_CHUNK_MIN`; ``None``
+    (no cap) on one core or for a model without one-DoF joints."""
+    if usable_cores() <= 1:
+        return None
+    kind = getattr(getattr(model, "topo", None), "kind", None)
+    n = 0 if kind is None else int(np.count_nonzero(np.asarray(kind) == _ONE_DOF))
+    if n == 0:
+        return None
+    c = max(THREADED_ANGLES * 8 // (itemsize * n), 1)
+    return max(THREADED_CHUNK_MIN, 1 << (c.bit_length() - 1))
+
+
+def chunk_size_for(
+    words: int, axis_size: int, itemsize: int = 8, cap: int | None = None
+) -> int | None:
     """Chunk size the batching rule uses for ``axis_size`` samples whose working sets have
     ``words`` numbers each (``None``: plain ``vmap``): off on non-CPU backends, with
     ``vmap_chunk = 0``, for small working sets (automatic size) and when the batch fits in one
-    chunk."""
+    chunk. ``cap``: the most samples of an automatic chunk (:func:`threaded_chunk_cap`)."""
     setting = config.get("vmap_chunk")
     if setting == 0 or _INSIDE.unchunked or jax.default_backend() != "cpu":
         return None
     c = auto_chunk(words, itemsize) if setting < 0 else int(setting)
+    if c is not None and setting < 0 and cap is not None:
+        c = min(c, cap)
     return None if c is None or axis_size <= c else c
 
 
@@ -428,7 +487,10 @@ def batched(fn: Callable[P, R], words: Callable[[Any, int], int]) -> Callable[P,
             split = _explicit_batch_split(xs, in_batched)
             local = axis_size if split is None else axis_size // split[2]
             with _inside(unchunked=unchunked):
-                chunk = chunk_size_for(words(model, itemsize), local, itemsize)
+                cap = None
+                if getattr(words, "threaded_cap", False):
+                    cap = threaded_chunk_cap(model, itemsize)
+                chunk = chunk_size_for(words(model, itemsize), local, itemsize, cap)
 
             def run(*ys):
                 with _inside(batch=local):

@@ -452,6 +452,30 @@ def test_chunk_size_policy():
             jaxdyn.config.update("vmap_chunk", bad)
 
 
+def test_threaded_chunk_cap(monkeypatch):
+    """In a process on several cores the automatic chunk holds at most THREADED_ANGLES one-DoF
+    angles (float64; twice in float32), a power of two >= THREADED_CHUNK_MIN; on one core, for
+    an explicit ``vmap_chunk`` and for a model without one-DoF joints, no cap."""
+    from jaxdyn import batching, joints
+
+    assert batching._ONE_DOF == joints.ONE_DOF
+    solo, talos = robots.load("solo12"), robots.load("talos_full")  # 12 and 44 angles
+    monkeypatch.setattr(batching, "usable_cores", lambda: 2)
+    assert batching.threaded_chunk_cap(solo) == 32 and batching.threaded_chunk_cap(solo, 4) == 64
+    assert batching.threaded_chunk_cap(talos) == batching.THREADED_CHUNK_MIN == 8
+    assert batching.threaded_chunk_cap(object()) is None
+    assert batching.auto_chunk(324) == 128  # solo12 minv without the cap
+    assert batching.chunk_size_for(324, 1024, 8, batching.threaded_chunk_cap(solo)) == 32
+    with jaxdyn.config.override(vmap_chunk=64):  # an explicit chunk is left as it is
+        assert batching.chunk_size_for(324, 1024, 8, 32) == 64
+    monkeypatch.setattr(batching, "usable_cores", lambda: 1)
+    assert batching.threaded_chunk_cap(solo) is None
+    # the policies that take the cap are marked; the shared nv^2 policy itself is left as it is
+    capped = batching.capped_when_threaded(batching.nv2_words)
+    assert getattr(capped, "threaded_cap") and capped(solo, 8) == batching.nv2_words(solo, 8)
+    assert not getattr(batching.nv2_words, "threaded_cap", False)
+
+
 def test_chunks_split_the_batch_evenly(quad, aba_ref):
     from jaxdyn import batching
 

@@ -91,7 +91,7 @@ def minv_dense(model: Model, ws: WorldState, guarded: bool = False) -> Array:
     return guard_dense(M, L, X, lambda: minv_world(model, ws))
 
 
-@shell.public("minv", words=batching.nv2_words)
+@shell.public("minv", words=batching.capped_when_threaded(batching.nv2_words))
 @full_precision
 def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.

@@ -171,7 +171,7 @@ def joint_forces(
     return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
 
 
-@shell.public("rnea", words=chunk_words)
+@shell.public("rnea", words=batching.capped_when_threaded(chunk_words))
 @full_precision
 def rnea_plain(
     model: Model, q: ArrayLike, v: ArrayLike, a: ArrayLike, f_ext: ArrayLike | None = None

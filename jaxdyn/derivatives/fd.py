@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import shell
+from .. import batching, shell
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
@@ -142,7 +142,7 @@ def _prepare_fd(fn, model, q, v, tau, f_ext):
     return model, q, v.astype(dtype), tau.astype(dtype), f_ext
 
 
-@shell.public("aba_derivatives", words=chunk_words)
+@shell.public("aba_derivatives", words=batching.capped_when_threaded(chunk_words))
 @full_precision
 def aba_derivatives(
     model: Model,

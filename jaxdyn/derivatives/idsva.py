@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
-from .. import shell, spatial
+from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
@@ -252,7 +252,7 @@ def chunk_words(model: Model, itemsize: int) -> int:
     return 4 * model.nv * model.nv
 
 
-@shell.public("rnea_derivatives", words=chunk_words)
+@shell.public("rnea_derivatives", words=batching.capped_when_threaded(chunk_words))
 @full_precision
 def rnea_derivatives(
     model: Model,

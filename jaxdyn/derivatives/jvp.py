@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import config, joints, shell, spatial
+from .. import batching, config, joints, shell, spatial
 from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
@@ -189,7 +189,7 @@ def _rnea_jvp(primals, tangents):
 _rnea_cj.defjvp(_rnea_jvp, symbolic_zeros=True)
 
 
-@shell.public("rnea", words=_rnea.chunk_words)
+@shell.public("rnea", words=batching.capped_when_threaded(_rnea.chunk_words))
 @full_precision
 def rnea(
     model: Model,
