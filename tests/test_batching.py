@@ -166,6 +166,72 @@ def test_chunk_loop_buffers_start_uninitialized(quad, crba_outputs_ref, tmp_path
             assert U.build().parent == U._temp_dir()
 
 
+def test_handler_background_build_not_started_when_built(monkeypatch):
+    """:func:`jaxdyn.backend.ffi.build_in_background` starts nothing where the handler is
+    compiled already (found in the cache) or the environment turns it off."""
+    import shutil
+
+    from jaxdyn.backend import ffi as U
+
+    if shutil.which(os.environ.get("CC") or "cc") is None:
+        pytest.skip("no C compiler: the handler is never built")
+    assert U.available(), U.status()
+    assert U._built() is not None
+    assert U.build_in_background() is False
+    assert not U._build_lock.locked()  # a later build() does not wait for ever
+    monkeypatch.setenv("JAXDYN_BUILD_HANDLER", "0")
+    assert U.build_in_background() is False
+    U.build()  # found, returns at once
+
+
+_BACKGROUND = """
+import os, sys, threading
+import jaxdyn
+from jaxdyn.backend import ffi
+started = any(t.name == "jaxdyn-ffi-build" for t in threading.enumerate())
+print("started", started, flush=True)
+if sys.argv[1] == "exit":
+    sys.exit(0)  # a normal exit, the compiler still running
+print("available", ffi.available(), ffi.status(), flush=True)
+print("library", ffi.build().parent == ffi.cache_dir(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_handler_builds_in_background_at_import(tmp_path):
+    """A process without the compiled handler starts its compile when jaxdyn is imported (a
+    thread beside the imports and tracing); the first program that needs it waits for that
+    build and finds its library in the cache; a process that exits while the compiler runs
+    stops it and leaves no half-written library."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which(os.environ.get("CC") or "cc") is None:
+        pytest.skip("no C compiler: the handler is never built")
+
+    def run(what, cache):
+        env = dict(os.environ, JAXDYN_CACHE_DIR=str(cache), TMPDIR=str(tmp_path / "tmp"))
+        env.pop("JAXDYN_BUILD_HANDLER", None)
+        (tmp_path / "tmp").mkdir(exist_ok=True)
+        r = subprocess.run(
+            [sys.executable, "-c", _BACKGROUND, what], env=env, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    out = run("exit", tmp_path / "a")
+    assert "started True" in out
+    left = list((tmp_path / "a").glob("*.so"))
+    assert not left, left  # stopped at exit: neither a library nor its temporary file
+    out = run("build", tmp_path / "b")
+    assert "started True" in out and "available True registered" in out, out
+    assert "library True" in out, out
+    assert len(list((tmp_path / "b").glob("uninitialized-*.so"))) == 1
+    assert not list((tmp_path / "tmp").glob("jaxdyn-*/*.so"))  # not under the temporary dir
+
+
 def test_chunked_vmap_bad_axes(quad):
     m, q, v = quad
     for bad, err in ((0, ValueError), (-4, ValueError), (2.5, TypeError), (True, TypeError)):

@@ -10,12 +10,15 @@ a noticeable share of the batched call for ``nv x nv`` outputs
 
 :func:`uninitialized` makes the buffer with an XLA FFI custom call whose handler does nothing
 (``_uninitialized.c``, a dozen lines of C): XLA allocates its result and leaves it as it is.
-The handler is compiled at first use by the system C compiler (``$CC``, else ``cc``) against
-the running jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_DIR``,
-else ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``, and where that cannot be written a
+The handler is compiled by the system C compiler (``$CC``, else ``cc``) against the running
+jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_DIR``, else
+``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``, and where that cannot be written a
 directory of the user's under the system's temporary directory; one file per source, header
-and compiler). It is used only where it is safe and possible, and the buffer is filled as before
-otherwise:
+and compiler). A process that does not find it compiled starts that compile in a background
+thread when jaxdyn is imported (:func:`build_in_background`; ``JAXDYN_BUILD_HANDLER=0`` turns
+that off), so that the compiler, seconds of one core, runs beside the imports and tracing, and
+the first program that calls the handler waits only for what is left of it. It is used only
+where it is safe and possible, and the buffer is filled as before otherwise:
 
 * the switch ``jaxdyn.config.update("uninitialized_outputs", False)``
   (``JAXDYN_UNINITIALIZED_OUTPUTS=0``) turns it off;
@@ -52,9 +55,12 @@ x86-64), chosen when the library loads, so a cached library runs on any x86-64 C
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import shlex
 import shutil
@@ -96,6 +102,8 @@ HEADERS = (Path(__file__).with_name("_crba_kernel.h"),)
 #: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 CRBA_TARGET = "jaxdyn_crba"
 
+logger = logging.getLogger("jaxdyn")
+
 _lock = threading.Lock()
 _state = {"tried": False, "ok": False, "why": "not tried yet", "lib": None}
 
@@ -111,7 +119,14 @@ def cache_dir() -> Path:
 
 def build(cc: str | None = None, directory: Path | None = None) -> Path:
     """Compile ``_uninitialized.c`` into a shared library (or find it compiled) and return its
-    path. Raises ``RuntimeError`` naming the compiler and its message when it fails."""
+    path. Raises ``RuntimeError`` naming the compiler and its message when it fails. One build
+    at a time in a process: a call while another thread builds (:func:`build_in_background`)
+    waits for it and then finds its library."""
+    with _build_lock:
+        return _build(cc, directory)
+
+
+def _build(cc: str | None, directory: Path | None) -> Path:
     include = Path(jax.ffi.include_dir())
     header = include / "xla" / "ffi" / "api" / "c_api.h"
     if not header.is_file():
@@ -122,14 +137,7 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     if exe is None:
         raise RuntimeError(f"no C compiler: {cc!r} is not on PATH (set CC)")
     exe = [exe, *words[1:]]
-    key = hashlib.sha256(
-        SOURCE.read_bytes()
-        + b"".join(h.read_bytes() for h in HEADERS)
-        + header.read_bytes()
-        + " ".join(exe).encode()
-        + sys.platform.encode()
-    ).hexdigest()[:16]
-    name = f"uninitialized-{key}.so"
+    name = f"uninitialized-{_key(exe, header)}.so"
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
         if (d / name).is_file():
@@ -145,6 +153,18 @@ def build(cc: str | None = None, directory: Path | None = None) -> Path:
     raise RuntimeError(f"no writable directory for the compiled handler: {dirs}")
 
 
+def _key(exe: list, header: Path) -> str:
+    """The library's file key: its sources, the FFI header, the compiler command, the
+    platform."""
+    return hashlib.sha256(
+        SOURCE.read_bytes()
+        + b"".join(h.read_bytes() for h in HEADERS)
+        + header.read_bytes()
+        + " ".join(exe).encode()
+        + sys.platform.encode()
+    ).hexdigest()[:16]
+
+
 def _temp_dir() -> Path:
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     return Path(tempfile.gettempdir()) / f"jaxdyn-{uid}"
@@ -154,14 +174,96 @@ def _compile(exe, include, tmp, lib):
     try:
         cmd = [*exe, "-O3", "-shared", "-fPIC", "-I", str(include), "-I", str(SOURCE.parent)]
         cmd += [str(SOURCE), "-o", tmp]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{(r.stderr or r.stdout)[-2000:]}")
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _compiling[p] = tmp
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        finally:
+            _compiling.pop(p, None)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
         os.replace(tmp, lib)  # atomic: processes building at once each install a whole file
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return lib
+
+
+#: one build at a time (:func:`build`)
+_build_lock = threading.Lock()
+#: compiler processes running -> their output file (:func:`_stop_compiles` at exit)
+_compiling: dict = {}
+
+
+@atexit.register
+def _stop_compiles() -> None:
+    """At exit: stop a compile still running (the background build of a process that needed no
+    handler) and remove its half-written output; the next process builds again."""
+    for p, tmp in list(_compiling.items()):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            p.terminate()  # the compiler driver removes its temporary files on SIGTERM
+            p.wait(timeout=5)
+        if p.poll() is None:
+            with contextlib.suppress(OSError):
+                p.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def build_in_background() -> bool:
+    """Start compiling the handler in a daemon thread where it is not compiled yet, so that the
+    C compiler (seconds of one core, the CRBA kernel's ``-O3`` code above all) runs beside the
+    process's imports and tracing rather than inside its first lowering that calls the handler,
+    which then waits for it (:func:`build`). Called when jaxdyn is imported (not with
+    ``JAXDYN_BUILD_HANDLER=0``, nor on Windows or without ``jax.ffi``). Returns whether a build
+    was started; a failure is left to :func:`available`, which tries again and says why."""
+    if sys.platform == "win32" or not hasattr(jax, "ffi") or _state["tried"]:
+        return False
+    if os.environ.get("JAXDYN_BUILD_HANDLER", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if not _build_lock.acquire(blocking=False):
+        return False
+    try:
+        built = _built() is not None
+    except Exception:  # no header, no compiler: available() says why
+        built = True
+    if built:
+        _build_lock.release()
+        return False
+
+    def run():
+        try:
+            _build(None, None)
+        except Exception as e:  # available() builds again and reports it
+            logger.debug("jaxdyn: background build of the FFI handler failed: %r", e)
+        finally:
+            _build_lock.release()
+
+    try:
+        threading.Thread(target=run, name="jaxdyn-ffi-build", daemon=True).start()
+    except RuntimeError:
+        _build_lock.release()
+        return False
+    return True
+
+
+def _built() -> Path | None:
+    """The compiled handler where one is found (the cache, then the temporary directory)."""
+    include = Path(jax.ffi.include_dir())
+    header = include / "xla" / "ffi" / "api" / "c_api.h"
+    cc = os.environ.get("CC") or "cc"
+    words = shlex.split(cc)
+    exe = shutil.which(words[0]) if words else None
+    if exe is None or not header.is_file():
+        raise RuntimeError("no compiler or header")
+    name = f"uninitialized-{_key([exe, *words[1:]], header)}.so"
+    for d in (cache_dir(), _temp_dir()):
+        if (d / name).is_file():
+            return d / name
+    return None
 
 
 def _register() -> None:
@@ -464,3 +566,8 @@ def check(xs: Sequence[Array], pred: ArrayLike, message: str) -> list[Array]:
     lowered as ``equinox.error_if``."""
     pred = jnp.any(jnp.asarray(pred, jnp.bool_))
     return check_p.bind(*xs, pred, message=str(message))
+
+
+# the C compiler runs beside the imports and tracing that come before the first program that
+# calls the handler (:func:`build_in_background`)
+build_in_background()
