@@ -22,6 +22,17 @@ writes the section of RESULTS.md (``--results``) from their JSON files (``--out-
 ``--compare-states 100`` adds the section's second table, each task's :func:`compare_states`,
 after the training runs.)
 
+The seed sweep (its own section, :data:`SECTION_SEEDS`, beside the single run's)::
+
+    python benchmarks/playground_side_by_side.py --tasks walker_walk,cheetah_run --seeds 0-4
+
+trains each task once per seed (the seeds one after the other, as ``--tasks`` does), keeps the
+per-seed figures in ``--seeds-json`` (:data:`SEEDS_JSON`) and writes the section of their final
+returns: per seed, mean ± standard deviation, and Welch's t-test of the difference of the two
+backends' means (:func:`welch`, :func:`seed_verdict`). ``--report-seeds
+benchmarks/playground_seeds.json`` writes that section again without training. A seed's
+returns do not depend on the machine's load (single-threaded XLA on a CPU), its timings do.
+
 Playground is optional: ``pip install playground`` (the ``mujoco_playground`` package; it pins
 ``warp-lang``, ``orbax-checkpoint``, ... that jaxdyn does not need: install it in a separate
 environment). Its environments run MJX's JAX implementation here (``impl="jax"``; Playground's
@@ -728,14 +739,45 @@ def welch(a, b) -> dict | None:
     return dict(diff=diff, low=diff - half, high=diff + half, df=df, p=p)
 
 
-def seed_verdict(test: dict | None) -> str:
+def paired(a, b) -> dict | None:
+    """The paired t-test of ``b - a`` (Student's, on the per-seed differences; the same seed
+    gives both backends the same initial networks and the same keys, so their returns
+    correlate): ``diff``, its 95 % interval ``low`` .. ``high``, ``p``; ``None`` under two
+    pairs. Differences without spread: the interval is the difference, ``p`` 1 or 0."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    if len(d) < 2:
+        return None
+    diff, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+    if se == 0:
+        return dict(diff=diff, low=diff, high=diff, p=float(diff == 0))
+    half = float(stats.t.ppf(0.975, len(d) - 1)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, len(d) - 1))
+    return dict(diff=diff, low=diff - half, high=diff + half, p=p)
+
+
+def _side(test: dict) -> str:
+    if test["low"] <= 0.0 <= test["high"]:
+        return "same"
+    return "higher" if test["diff"] > 0 else "lower"
+
+
+def seed_verdict(test: dict | None, pair: dict | None = None) -> str:
     """The sweep table's verdict of :func:`welch` (MJX ``a``, jaxdyn ``b``): the same within
-    seed noise where the 95 % interval of the difference holds 0, else which is higher."""
+    seed noise where the 95 % interval of the difference holds 0, else which is higher; with
+    :func:`paired`'s ``pair``, also its verdict where it differs."""
     if test is None:
         return "- (fewer than 2 seeds)"
-    if test["low"] <= 0.0 <= test["high"]:
-        return "same within seed noise"
-    return "jaxdyn higher" if test["diff"] > 0 else "jaxdyn lower"
+    side = _side(test)
+    out = "same within seed noise" if side == "same" else f"jaxdyn {side}"
+    if pair is not None and _side(pair) != side:
+        word = "the same" if _side(pair) == "same" else f"jaxdyn {_side(pair)}"
+        out += f" (Welch); {word} paired by seed"
+    return out
 
 
 def seed_records(paths) -> tuple[list[dict], dict]:
@@ -797,12 +839,19 @@ def seed_rows(sweep: dict) -> list[str]:
             sd = f"{statistics.stdev(xs):.1f}" if len(xs) >= 2 else "-"
             cells.append(f"{statistics.fmean(xs):.1f} ± {sd}" if xs else "-")
         test = welch(ret["mjx"], ret["jaxdyn"])
-        if test is None:
-            cells += ["-", "-"]
-        else:
-            cells.append(f"{test['diff']:+.1f} ({test['low']:+.1f} .. {test['high']:+.1f})")
-            cells.append(f"{test['p']:.2f}")
-        cells.append(seed_verdict(test))
+        both = [s for s in seeds if s in side["mjx"] and s in side["jaxdyn"]]
+        pair = paired(*([side[b][s]["final_return"] for s in both] for b in ("mjx", "jaxdyn")))
+        for t in (test, pair):
+            if t is None:
+                cells += ["-", "-"]
+            else:
+                cells.append(f"{t['diff']:+.1f} ({t['low']:+.1f} .. {t['high']:+.1f})")
+                cells.append(f"{t['p']:.2f}" if t["p"] >= 0.01 else f"{t['p']:.0e}")
+        lower = sum(
+            side["jaxdyn"][s]["final_return"] < side["mjx"][s]["final_return"] for s in both
+        )
+        cells.append(f"{lower} of {len(both)}")
+        cells.append(seed_verdict(test, pair))
         for key, fmt in (("total_seconds", ".0f"), ("env_steps_per_cpu_second", ",.0f")):
             mjx, jd = (_median(r[key] for r in side[b].values()) for b in ("mjx", "jaxdyn"))
             cells.append(_pair(mjx, jd, fmt))
@@ -837,15 +886,19 @@ def report_seeds(sweep: dict, out: str) -> str:
         "t at the Welch-Satterthwaite degrees of freedom) and p; 'same within seed noise' "
         "where the interval holds 0, else 'jaxdyn higher' / 'jaxdyn lower'. With a few seeds "
         "the interval is wide: 'same' says that these seeds cannot tell the backends apart by "
-        "more than the interval, not that they are equal. Total s (wall-clock of `ppo.train`) "
-        "and env steps / CPU s (as above): medians over the seeds, MJX / jaxdyn, measured "
-        "under the load that the machine line gives; the section above holds the idle "
-        "timings.",
+        "more than the interval, not that they are equal. Beside it the paired t-test of the "
+        "per-seed differences (a seed gives both backends the same initial networks and the "
+        "same keys, so their returns correlate across seeds and the pairing removes that "
+        "part of the noise; the verdict names its answer where it differs from Welch's). "
+        "Total s (wall-clock of `ppo.train`) and env steps / CPU s (as above): medians over "
+        "the seeds, MJX / jaxdyn, measured under the load that the machine line gives; the "
+        "section above holds the idle timings.",
         "",
         "| task | seeds | MJX final return per seed | MJX mean ± sd | jaxdyn final return per "
-        "seed | jaxdyn mean ± sd | jaxdyn − MJX (95 % CI) | Welch p | verdict "
+        "seed | jaxdyn mean ± sd | jaxdyn − MJX (95 % CI) | Welch p | paired by seed: jaxdyn − MJX "
+        "(95 % CI) | paired p | seeds with jaxdyn lower | verdict "
         "| total s, median | env steps / CPU s, median |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *seed_rows(sweep),
         "",
         f"Machine: {sweep.get('machine', '?')}; {sweep.get('versions', '?')}; jaxdyn "

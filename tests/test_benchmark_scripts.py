@@ -667,6 +667,14 @@ def test_playground_side_by_side_seed_sweep(tmp_path, monkeypatch):
     flat = pg.welch([0.0, 0.0], [0.0, 0.0, 0.0])
     assert flat["p"] == 1.0 and pg.seed_verdict(flat) == "same within seed noise"
     assert pg.seed_verdict(pg.welch([0.0, 0.0], [0.5, 0.5])) == "jaxdyn higher"
+    x, y = [172.9, 144.8, 162.3, 135.3], [141.4, 113.8, 135.0, 89.6]
+    pair, ref = pg.paired(x, y), stats.ttest_rel(y, x)
+    ci = ref.confidence_interval(0.95)  # pyright: ignore[reportAttributeAccessIssue]
+    assert pair["p"] == pytest.approx(ref.pvalue, rel=1e-9)  # pyright: ignore[reportAttributeAccessIssue]
+    assert (pair["low"], pair["high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    verdict = pg.seed_verdict(pg.welch(x, y), pair)
+    assert verdict == "same within seed noise (Welch); jaxdyn lower paired by seed"
+    assert pg.paired([1.0], [2.0]) is None
     assert pg.parse_seeds("0-2,7,1") == [0, 1, 2, 7]
     with pytest.raises(SystemExit, match="--seeds"):
         pg.parse_seeds("0,x")
@@ -721,7 +729,8 @@ def test_playground_side_by_side_seed_sweep(tmp_path, monkeypatch):
     rows = [ln for ln in text.splitlines() if ln.startswith("| walker_walk")]
     assert rows == [
         "| walker_walk | 0, 1, 2 | 100.0, 110.0, 120.0 | 110.0 ± 10.0 | 60.0, 70.0, 80.0 "
-        "| 70.0 ± 10.0 | -40.0 (-62.7 .. -17.3) | 0.01 | jaxdyn lower | 120 / 91 | - / 3,642 |"
+        "| 70.0 ± 10.0 | -40.0 (-62.7 .. -17.3) | 8e-03 | -40.0 (-40.0 .. -40.0) | 0e+00 | 3 of 3 "
+        "| jaxdyn lower | 120 / 91 | - / 3,642 |"
     ]
     assert "| cheetah_run | 0, 1, 2 |" in text and "| same within seed noise |" in text
     assert "Welch's unequal-variance t-test" in text
