@@ -22,6 +22,17 @@ writes the section of RESULTS.md (``--results``) from their JSON files (``--out-
 ``--compare-states 100`` adds the section's second table, each task's :func:`compare_states`,
 after the training runs.)
 
+The seed sweep (its own section, :data:`SECTION_SEEDS`, beside the single run's)::
+
+    python benchmarks/playground_side_by_side.py --tasks walker_walk,cheetah_run --seeds 0-4
+
+trains each task once per seed (the seeds one after the other, as ``--tasks`` does), keeps the
+per-seed figures in ``--seeds-json`` (:data:`SEEDS_JSON`) and writes the section of their final
+returns: per seed, mean ± standard deviation, and Welch's t-test of the difference of the two
+backends' means (:func:`welch`, :func:`seed_verdict`). ``--report-seeds
+benchmarks/playground_seeds.json`` writes that section again without training. A seed's
+returns do not depend on the machine's load (single-threaded XLA on a CPU), its timings do.
+
 Playground is optional: ``pip install playground`` (the ``mujoco_playground`` package; it pins
 ``warp-lang``, ``orbax-checkpoint``, ... that jaxdyn does not need: install it in a separate
 environment). Its environments run MJX's JAX implementation here (``impl="jax"``; Playground's
@@ -183,11 +194,13 @@ def playground_env(task: str):
     return (env, wrapper.wrap_for_brax_training), None
 
 
-def jaxdyn_env(task: str):
+def jaxdyn_env(task: str, options: dict | None = None):
     """jaxdyn's port; the walker with Playground's observation (``height_obs="zz"``: the
     torso's ``zz`` where dm_control, jaxdyn's default, observes its height) and the ball in
     cup and the humanoid with Playground's reset (``reset="qpos0"``, where dm_control,
-    jaxdyn's default, draws random poses), so that both backends train on the same task."""
+    jaxdyn's default, draws random poses), so that both backends train on the same task.
+    ``options``: further keywords of the task (``--jaxdyn-option``: the contact solve's
+    ``solver_iterations``, ``solver_polish``, ...)."""
     from jaxdyn import envs
 
     kw = {}
@@ -195,7 +208,22 @@ def jaxdyn_env(task: str):
         kw = {"height_obs": "zz"}
     elif task == "ball_in_cup_catch" or task.startswith("dm_humanoid"):
         kw = {"reset": "qpos0"}
-    return envs.make(task, **kw), None  # Brax's own training wrappers
+    return envs.make(task, **kw, **(options or {})), None  # Brax's own training wrappers
+
+
+def parse_options(items) -> dict:
+    """``--jaxdyn-option KEY=VALUE`` items as keywords: each value read as JSON (``100``,
+    ``true``, ``3e-4``), else kept as a string."""
+    out = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"--jaxdyn-option: {item!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 #: JAX's monitoring events of one compilation: tracing, lowering to StableHLO, XLA
@@ -668,6 +696,249 @@ def _report_gpu(runs, out, commit, note) -> str:
     return text
 
 
+#: the section of a seed sweep (``--tasks T --seeds S``), beside :data:`SECTION`
+SECTION_SEEDS = "## MuJoCo Playground side by side over seeds (DM Control Suite, Brax PPO, CPU)"
+#: the seed sweep's per-seed records (``--seeds-json``'s default), from which
+#: ``--report-seeds`` writes its section again without training
+SEEDS_JSON = Path(__file__).resolve().parent / "playground_seeds.json"
+#: the per-seed figures of a training run that a seed sweep keeps (:func:`seed_records`)
+SEED_FIELDS = (
+    "final_return",
+    "seconds_to_threshold",
+    "total_seconds",
+    "cpu_seconds",
+    "compile_seconds",
+    "env_steps_per_cpu_second",
+    "env_steps_per_second",
+)
+
+
+def welch(a, b) -> dict | None:
+    """Welch's unequal-variance t-test of the means of the samples ``a`` and ``b`` (Welch,
+    Biometrika 34, 1947): ``diff = mean(b) - mean(a)``, its two-sided 95 % confidence interval
+    ``low`` .. ``high`` (Student's t quantile at the Welch-Satterthwaite degrees of freedom
+    ``df``) and the two-sided ``p``; ``None`` where a sample has fewer than two values. Two
+    samples without spread: the interval is the difference itself, ``p`` 1 where the means are
+    equal, else 0."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2:
+        return None
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    wa, wb = statistics.variance(a) / na, statistics.variance(b) / nb
+    if wa + wb == 0:
+        return dict(diff=diff, low=diff, high=diff, df=float(na + nb - 2), p=float(diff == 0))
+    df = (wa + wb) ** 2 / (wa**2 / (na - 1) + wb**2 / (nb - 1))
+    se = math.sqrt(wa + wb)
+    half = float(stats.t.ppf(0.975, df)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return dict(diff=diff, low=diff - half, high=diff + half, df=df, p=p)
+
+
+def paired(a, b) -> dict | None:
+    """The paired t-test of ``b - a`` (Student's, on the per-seed differences; the same seed
+    gives both backends the same initial networks and the same keys, so their returns
+    correlate): ``diff``, its 95 % interval ``low`` .. ``high``, ``p``; ``None`` under two
+    pairs. Differences without spread: the interval is the difference, ``p`` 1 or 0."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    if len(d) < 2:
+        return None
+    diff, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+    if se == 0:
+        return dict(diff=diff, low=diff, high=diff, p=float(diff == 0))
+    half = float(stats.t.ppf(0.975, len(d) - 1)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, len(d) - 1))
+    return dict(diff=diff, low=diff - half, high=diff + half, p=p)
+
+
+def _side(test: dict) -> str:
+    if test["low"] <= 0.0 <= test["high"]:
+        return "same"
+    return "higher" if test["diff"] > 0 else "lower"
+
+
+def seed_verdict(test: dict | None, pair: dict | None = None) -> str:
+    """The sweep table's verdict of :func:`welch` (MJX ``a``, jaxdyn ``b``): the same within
+    seed noise where the 95 % interval of the difference holds 0, else which is higher; with
+    :func:`paired`'s ``pair``, also its verdict where it differs."""
+    if test is None:
+        return "- (fewer than 2 seeds)"
+    side = _side(test)
+    out = "same within seed noise" if side == "same" else f"jaxdyn {side}"
+    if pair is not None and _side(pair) != side:
+        word = "the same" if _side(pair) == "same" else f"jaxdyn {_side(pair)}"
+        out += f" (Welch); {word} paired by seed"
+    return out
+
+
+def seed_records(paths) -> tuple[list[dict], dict]:
+    """The per-seed records of a sweep's training runs (their ``--out`` JSON files): one per
+    run and backend, ``task``, ``backend``, ``seed`` (the JSON's, else the ``_s<seed>`` of the
+    file name the sweep gives it) and :data:`SEED_FIELDS`; and per task its ``threshold`` and
+    PPO ``config`` (which must be the same for every seed and backend)."""
+    import re
+
+    records, tasks = [], {}
+    for p in paths:
+        d = json.loads(Path(p).read_text())
+        seed = d.get("seed")
+        if seed is None:
+            m = re.search(r"_s(\d+)\.json$", str(p))
+            if m is None:
+                raise ValueError(f"seed_records: {p}: no seed in the JSON nor in the file name")
+            seed = int(m.group(1))
+        t = tasks.setdefault(d["task"], dict(threshold=d["threshold"], config=d["config"]))
+        if t["config"] != d["config"]:
+            raise ValueError(f"seed_records: {d['task']}: the runs' PPO configurations differ")
+        for r in d["results"]:
+            rec = dict(task=d["task"], backend=r["backend"], seed=int(seed))
+            records.append(rec | {k: r.get(k) for k in SEED_FIELDS})
+    records.sort(key=lambda r: (r["seed"], r["backend"] != "mjx"))
+    return records, tasks
+
+
+def _median(xs) -> float | None:
+    import statistics
+
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _pair(a, b, fmt) -> str:
+    return " / ".join("-" if x is None else format(x, fmt) for x in (a, b))
+
+
+def seed_rows(sweep: dict) -> list[str]:
+    """The rows of the seed sweep's table, one per task (in the order of its records): each
+    backend's final return per seed (in seed order; '-' for a seed it lacks), its mean and
+    sample standard deviation, :func:`welch`'s difference jaxdyn - MJX with its 95 % interval,
+    ``p`` and :func:`seed_verdict`, and the medians over the seeds of the total wall-clock
+    and of the environment steps per CPU second (MJX / jaxdyn)."""
+    import statistics
+
+    out = []
+    for task in dict.fromkeys(r["task"] for r in sweep["runs"]):
+        runs = [r for r in sweep["runs"] if r["task"] == task]
+        seeds = sorted({r["seed"] for r in runs})
+        side = {b: {r["seed"]: r for r in runs if r["backend"] == b} for b in ("mjx", "jaxdyn")}
+        ret = {b: [r["final_return"] for r in side[b].values()] for b in side}
+        cells = [task, ", ".join(map(str, seeds))]
+        for b in ("mjx", "jaxdyn"):
+            per = [side[b].get(s) for s in seeds]
+            cells.append(", ".join("-" if r is None else f"{r['final_return']:.1f}" for r in per))
+            xs = ret[b]
+            sd = f"{statistics.stdev(xs):.1f}" if len(xs) >= 2 else "-"
+            cells.append(f"{statistics.fmean(xs):.1f} ± {sd}" if xs else "-")
+        test = welch(ret["mjx"], ret["jaxdyn"])
+        both = [s for s in seeds if s in side["mjx"] and s in side["jaxdyn"]]
+        pair = paired(*([side[b][s]["final_return"] for s in both] for b in ("mjx", "jaxdyn")))
+        for t in (test, pair):
+            if t is None:
+                cells += ["-", "-"]
+            else:
+                cells.append(f"{t['diff']:+.1f} ({t['low']:+.1f} .. {t['high']:+.1f})")
+                cells.append(f"{t['p']:.2f}" if t["p"] >= 0.01 else f"{t['p']:.0e}")
+        lower = sum(
+            side["jaxdyn"][s]["final_return"] < side["mjx"][s]["final_return"] for s in both
+        )
+        cells.append(f"{lower} of {len(both)}")
+        cells.append(seed_verdict(test, pair))
+        for key, fmt in (("total_seconds", ".0f"), ("env_steps_per_cpu_second", ",.0f")):
+            mjx, jd = (_median(r[key] for r in side[b].values()) for b in ("mjx", "jaxdyn"))
+            cells.append(_pair(mjx, jd, fmt))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def report_seeds(sweep: dict, out: str) -> str:
+    """The RESULTS.md section of a seed sweep (:data:`SECTION_SEEDS`; the dict of
+    :func:`sweep_of`, as ``--seeds-json`` keeps it): its table (:func:`seed_rows`) with the
+    statistical test it applies, the machine, versions and commit of the sweep; written into
+    ``out`` (:func:`_env.write_section`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _env import write_section
+
+    budgets = "; ".join(
+        f"{task} {t['config']['num_timesteps']:,} steps, {t['config']['num_envs']} envs"
+        for task, t in sweep["tasks"].items()
+    )
+    lines = [
+        SECTION_SEEDS,
+        "",
+        "`python benchmarks/playground_side_by_side.py --tasks T --seeds S` (issue 48): the "
+        "training runs of the section above (Playground's PPO configuration cut to the "
+        f"script's `CPU_BUDGETS`: {budgets}; Playground's MJX environment and jaxdyn's port, "
+        "float32, both backends of a task at the same time, one core each, cold compilations) "
+        "repeated over Brax PPO's `seed` (network initialisation, resets, action sampling). "
+        "Final return: the last evaluation's mean episode return, per seed in seed order, then "
+        "mean ± sample standard deviation over the seeds. Test of 'the same final return "
+        "within seed noise': Welch's unequal-variance t-test of the two backends' final "
+        "returns, two-sided at 5 %: jaxdyn − MJX with its 95 % confidence interval (Student's "
+        "t at the Welch-Satterthwaite degrees of freedom) and p; 'same within seed noise' "
+        "where the interval holds 0, else 'jaxdyn higher' / 'jaxdyn lower'. With a few seeds "
+        "the interval is wide: 'same' says that these seeds cannot tell the backends apart by "
+        "more than the interval, not that they are equal. Beside it the paired t-test of the "
+        "per-seed differences (a seed gives both backends the same initial networks and the "
+        "same keys, so their returns correlate across seeds and the pairing removes that "
+        "part of the noise; the verdict names its answer where it differs from Welch's). "
+        "Total s (wall-clock of `ppo.train`) and env steps / CPU s (as above): medians over "
+        "the seeds, MJX / jaxdyn, measured under the load that the machine line gives; the "
+        "section above holds the idle timings.",
+        "",
+        "| task | seeds | MJX final return per seed | MJX mean ± sd | jaxdyn final return per "
+        "seed | jaxdyn mean ± sd | jaxdyn − MJX (95 % CI) | Welch p | paired by seed: jaxdyn − MJX "
+        "(95 % CI) | paired p | seeds with jaxdyn lower | verdict "
+        "| total s, median | env steps / CPU s, median |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *seed_rows(sweep),
+        "",
+        f"Machine: {sweep.get('machine', '?')}; {sweep.get('versions', '?')}; jaxdyn "
+        f"{sweep.get('commit', '?')}; {sweep.get('date', '?')}. {sweep.get('note', '')}".rstrip(),
+    ]
+    text = "\n".join(lines) + "\n"
+    write_section(out, text)
+    return text
+
+
+def sweep_of(paths, note: str) -> dict:
+    """The seed sweep's record (``--seeds-json``): :func:`seed_records` of the runs' JSON files
+    with the machine, versions, commit and date of now, and ``note`` (how it ran)."""
+    import datetime
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _env import cpu_name, git_commit
+
+    records, tasks = seed_records(paths)
+    return dict(
+        machine=f"{cpu_name()}, {platform.machine()}, {os.cpu_count()} cores",
+        versions=_versions(),
+        commit=git_commit(),
+        date=datetime.date.today().isoformat(),
+        note=note,
+        tasks=tasks,
+        runs=records,
+    )
+
+
+def write_sweep(sweep: dict, seeds_json: str, results: str) -> None:
+    """Keep the sweep's record in ``seeds_json`` and its section in ``results`` (either
+    ``''``: not written)."""
+    if seeds_json != "":
+        Path(seeds_json).write_text(json.dumps(sweep, indent=1) + "\n")
+        print(f"per-seed records in {seeds_json}")
+    if results != "":
+        print(report_seeds(sweep, results))
+
+
 def resolve_budget(args) -> None:
     """Each budget option of ``args`` not given on the command line (``None``) set from the
     task's :data:`CPU_BUDGETS` entry, else from :data:`DEFAULT_BUDGET`."""
@@ -684,6 +955,8 @@ _DRIVER_OPTIONS = {
     "--time-limit": 1,
     "--warm-cache": 0,
     "--compare-states": 1,  # run by children of their own, after the training
+    "--seeds": 1,  # each child gets its --seed
+    "--seeds-json": 1,
 }
 
 
@@ -702,6 +975,21 @@ def _child_args(argv) -> list[str]:
     return out
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: comma-separated seeds and ranges (``0,1,2``, ``0-4``, ``0-2,7``), in order,
+    each once."""
+    seeds = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            seeds += range(int(lo), int(hi or lo) + 1)
+        except ValueError:
+            raise SystemExit(f"--seeds: {part!r} is not a seed or a range a-b of seeds") from None
+    if not seeds:
+        raise SystemExit(f"--seeds: no seed in {text!r}")
+    return list(dict.fromkeys(seeds))
+
+
 def run_tasks(args, argv) -> int:
     """``--tasks``: each task in turn, its two backends in child processes of this script
     (``--task T --backend B --out DIR/T_B.json``, the other options passed on). With two
@@ -712,7 +1000,9 @@ def run_tasks(args, argv) -> int:
     ``--warm-cache`` (compile s and s to threshold then count cold compilations, whatever
     earlier runs left in the cache). Then the RESULTS.md section of all the runs
     (:func:`report`) goes to ``--results`` (``''``: none), its machine line saying how they
-    ran."""
+    ran. With ``--seeds`` each task is trained once per seed (the seeds one after the other,
+    each seed's tasks in turn; the children's files ``T_B_s<seed>.json``), and the runs go to
+    the seed sweep's record (``--seeds-json``) and section (:func:`report_seeds`) instead."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -725,6 +1015,12 @@ def run_tasks(args, argv) -> int:
     bad = [t for t in tasks if t not in TASKS]
     if bad:
         raise SystemExit(f"--tasks: unknown task(s) {bad}; choose from {sorted(TASKS)}")
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    if seeds and args.compare_states:
+        raise SystemExit("--seeds: without --compare-states (the state comparison takes no seed)")
+    jobs = (
+        [(task, seed) for seed in seeds for task in tasks] if seeds else [(t, None) for t in tasks]
+    )
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="playground_side_by_side_"))
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -744,19 +1040,23 @@ def run_tasks(args, argv) -> int:
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     paths, left, failed = [], [], []
-    for task in tasks:
+    for task, seed in jobs:
+        name = task if seed is None else f"{task} seed {seed}"
         if time.perf_counter() - t0 > 60 * args.time_limit:
-            left.append(task)
+            left.append(name)
             continue
         runs = []
         for i, backend in enumerate(("mjx", "jaxdyn")):
-            path = out_dir / f"{task}_{backend}.json"
+            stem = f"{task}_{backend}" + ("" if seed is None else f"_s{seed}")
+            path = out_dir / f"{stem}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), *rest]
             cmd += ["--task", task, "--backend", backend, "--out", str(path)]
+            if seed is not None:
+                cmd += ["--seed", str(seed)]
             if together:
                 cmd += ["--core", str(cores[-1 - i])]
-            print(f"[{time.perf_counter() - t0:6.0f} s] {task} {backend}: {' '.join(cmd)}")
-            log = open(out_dir / f"{task}_{backend}.log", "w", encoding="utf-8")
+            print(f"[{time.perf_counter() - t0:6.0f} s] {name} {backend}: {' '.join(cmd)}")
+            log = open(out_dir / f"{stem}.log", "w", encoding="utf-8")
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
             runs.append((backend, path, proc, log))
             if not together:
@@ -767,8 +1067,8 @@ def run_tasks(args, argv) -> int:
             if path.exists():  # also a run that says what was missing (no Playground)
                 paths.append(str(path))
             if rc != 0:
-                failed.append(f"{task} {backend} (exit {rc}, log {out_dir / (path.stem + '.log')})")
-        print(f"[{time.perf_counter() - t0:6.0f} s] {task} done", flush=True)
+                failed.append(f"{name} {backend} (exit {rc}, log {out_dir / (path.stem + '.log')})")
+        print(f"[{time.perf_counter() - t0:6.0f} s] {name} done", flush=True)
     if args.compare_states:  # the section's second table: two tasks at a time, one core each
         done = [t for t in tasks if t not in left]
         for i in range(0, len(done), 2 if together else 1):
@@ -812,8 +1112,11 @@ def run_tasks(args, argv) -> int:
         note += " " + args.note
     for f in failed:
         print(f"failed: {f}")
-    if paths and args.results != "":
-        out = args.results or str(here / "RESULTS.md")
+    out = str(here / "RESULTS.md") if args.results is None else args.results
+    if paths and seeds:
+        seeds_json = str(SEEDS_JSON) if args.seeds_json is None else args.seeds_json
+        write_sweep(sweep_of(paths, note), seeds_json, out)
+    elif paths and out != "":
         print(report(paths, out, note))
     print(f"runs in {out_dir}; {minutes:.1f} min")
     return 0 if paths and not failed else 1
@@ -878,6 +1181,32 @@ def main(argv=None) -> int:
     )
     p.add_argument("--threshold", type=float, help="episode return (default: THRESHOLDS, else 100)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--jaxdyn-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a keyword of jaxdyn's task (repeatable; VALUE read as JSON): "
+        "solver_iterations=100, solver_polish=true, ...",
+    )
+    p.add_argument(
+        "--seeds",
+        help="with --tasks: train each task once per seed (comma-separated, ranges a-b: 0-4) "
+        "and write the seed sweep's record (--seeds-json) and RESULTS.md section (final "
+        "return per seed, mean ± sd, Welch's test) instead of the single run's",
+    )
+    p.add_argument(
+        "--seeds-json",
+        help=f"the seed sweep's per-seed record (default {SEEDS_JSON.name} beside this script; "
+        "'': none)",
+    )
+    p.add_argument(
+        "--report-seeds",
+        nargs="+",
+        metavar="JSON",
+        help="only write the seed sweep's RESULTS.md section from its record (--seeds-json), "
+        "or from its training runs' --out files (T_B_s<seed>.json; the record is then written "
+        "too, with --note)",
+    )
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument(
         "--check",
@@ -907,9 +1236,16 @@ def main(argv=None) -> int:
     resolve_budget(args)
     if args.tasks:
         return run_tasks(args, argv if argv is not None else sys.argv[1:])
+    if args.report_seeds:
+        results = str(SEEDS_JSON.parent / "RESULTS.md") if args.results is None else args.results
+        first = json.loads(Path(args.report_seeds[0]).read_text())
+        if len(args.report_seeds) == 1 and "runs" in first:  # the sweep's record
+            write_sweep(first, "", results)
+        else:  # its training runs' files
+            seeds_json = str(SEEDS_JSON) if args.seeds_json is None else args.seeds_json
+            write_sweep(sweep_of(args.report_seeds, args.note), seeds_json, results)
+        return 0
     if args.report:
-        from pathlib import Path
-
         out = args.results or str(Path(__file__).resolve().parent / "RESULTS.md")
         print(report(args.report, out, args.note))
         return 0
@@ -934,7 +1270,11 @@ def main(argv=None) -> int:
     results, missing = [], []
     backends = ("mjx", "jaxdyn") if args.backend == "both" else (args.backend,)
     for backend in backends:
-        made, why = playground_env(args.task) if backend == "mjx" else jaxdyn_env(args.task)
+        made, why = (
+            playground_env(args.task)
+            if backend == "mjx"
+            else jaxdyn_env(args.task, parse_options(args.jaxdyn_option))
+        )
         if made is None:
             missing.append(f"{backend}: {why}")
             print(f"skipping {backend}: {why}", flush=True)
@@ -962,6 +1302,8 @@ def main(argv=None) -> int:
                     host=f"{platform.machine()}, {os.cpu_count()} cores",
                     date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     threshold=args.threshold,
+                    seed=args.seed,
+                    jaxdyn_options=parse_options(args.jaxdyn_option),
                     config=cfg,
                     results=results,
                     missing=missing,

@@ -117,7 +117,11 @@ BENCHMARKS = (
     Benchmark("first_result", ("## Time to first result",), "cold and warm time to a result"),
     Benchmark(
         "playground_side_by_side",
-        ("## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)",),
+        (
+            "## MuJoCo Playground side by side (DM Control Suite, Brax PPO, CPU)",
+            # --tasks T --seeds S, or --report-seeds benchmarks/playground_seeds.json
+            "## MuJoCo Playground side by side over seeds (DM Control Suite, Brax PPO, CPU)",
+        ),
         "Brax PPO on Playground's MJX suite tasks and jaxdyn's ports",
         manual="Playground goes in its own environment: run the script there with --tasks "
         "suite --compare-states 100 (the four tasks' two backends and state comparisons, about "

@@ -12,6 +12,7 @@ import re
 import statistics
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -637,3 +638,119 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
     assert "persistent compilation cache off (every compilation cold)" in text
     assert text.index("MJX (Playground)") < text.index("| jaxdyn |")
     assert "| walker_walk | 24 | 4.0e-07 | 3.0e-07 | 0.000 .. 0.100 |  |" in text
+
+
+def test_playground_side_by_side_seed_sweep(tmp_path, monkeypatch):
+    """benchmarks/playground_side_by_side.py --seeds without training: Welch's test against
+    SciPy's own (``ttest_ind(equal_var=False)``: p and the 95 % interval), its verdict (the
+    interval holding 0 or not; fewer than two seeds: no test; two samples without spread), the
+    driver (each seed's children get --seed, their files _s<seed>, the single run's section
+    left alone) and the section of the per-seed record, written again from that record and
+    from the runs' files by --report-seeds."""
+    import json
+
+    from scipy import stats
+
+    pg = _bench_module("playground_side_by_side")
+    a, b = [172.9, 160.2, 181.0, 150.3], [141.4, 158.8, 120.5]
+    test = pg.welch(a, b)
+    ref = stats.ttest_ind(b, a, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert test["p"] == pytest.approx(ref.pvalue, rel=1e-9)  # pyright: ignore[reportAttributeAccessIssue]
+    assert (test["low"], test["high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert test["diff"] == pytest.approx(statistics.fmean(b) - statistics.fmean(a))
+    assert pg.seed_verdict(test) == "same within seed noise" and test["p"] > 0.05
+    apart = pg.welch([100.0, 110.0, 120.0], [60.0, 70.0, 80.0])
+    assert apart["p"] < 0.05 and apart["high"] < 0 and pg.seed_verdict(apart) == "jaxdyn lower"
+    assert pg.seed_verdict(pg.welch([60.0, 70.0, 80.0], [100.0, 110.0, 121.0])) == "jaxdyn higher"
+    assert pg.welch([1.0], [1.0, 2.0]) is None and pg.seed_verdict(None).startswith("-")
+    flat = pg.welch([0.0, 0.0], [0.0, 0.0, 0.0])
+    assert flat["p"] == 1.0 and pg.seed_verdict(flat) == "same within seed noise"
+    assert pg.seed_verdict(pg.welch([0.0, 0.0], [0.5, 0.5])) == "jaxdyn higher"
+    x, y = [172.9, 144.8, 162.3, 135.3], [141.4, 113.8, 135.0, 89.6]
+    pair, ref = pg.paired(x, y), stats.ttest_rel(y, x)
+    ci = ref.confidence_interval(0.95)  # pyright: ignore[reportAttributeAccessIssue]
+    assert pair["p"] == pytest.approx(ref.pvalue, rel=1e-9)  # pyright: ignore[reportAttributeAccessIssue]
+    assert (pair["low"], pair["high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    verdict = pg.seed_verdict(pg.welch(x, y), pair)
+    assert verdict == "same within seed noise (Welch); jaxdyn lower paired by seed"
+    assert pg.paired([1.0], [2.0]) is None
+    assert pg.parse_seeds("0-2,7,1") == [0, 1, 2, 7]
+    with pytest.raises(SystemExit, match="--seeds"):
+        pg.parse_seeds("0,x")
+
+    returns = {  # task -> backend -> final return per seed
+        "walker_walk": dict(mjx=[100.0, 110.0, 120.0], jaxdyn=[60.0, 70.0, 80.0]),
+        "cheetah_run": dict(mjx=[100.0, 110.0, 120.0], jaxdyn=[105.0, 125.0, 95.0]),
+    }
+    launched = []
+    popen = subprocess.Popen
+
+    class FakeChild:  # writes the run's JSON where the driver asked for it
+        def __new__(cls, cmd, **kw):
+            if "--out" not in cmd:  # git, ...
+                return popen(cmd, **kw)
+            return super().__new__(cls)
+
+        def __init__(self, cmd, **kw):
+            launched.append(cmd)
+            task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
+            seed = int(cmd[cmd.index("--seed") + 1])
+            out = Path(cmd[cmd.index("--out") + 1])
+            assert out.name == f"{task}_{backend}_s{seed}.json"
+            config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
+            config["num_timesteps"] = 15360
+            extra = dict(env_steps_per_cpu_second=3641.9) if backend == "jaxdyn" else {}
+            run = _pg_run(task, backend, config, **extra)
+            result = typing.cast(list, run["results"])[0]
+            result["final_return"] = returns[task][backend][seed]
+            result["total_seconds"] = 120.0 if backend == "mjx" else 90.0 + seed
+            out.write_text(json.dumps(dict(run, seed=seed)))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(pg, "_versions", lambda: "versions")
+    results, record = tmp_path / "R.md", tmp_path / "seeds.json"
+    results.write_text(f"# Results\n\n{pg.SECTION}\n\nthe single run's table\n")
+    runs = tmp_path / "runs"
+    argv = ["--tasks", "walker_walk,cheetah_run", "--seeds", "0-2", "--out-dir", str(runs)]
+    argv += ["--results", str(results), "--seeds-json", str(record)]
+    assert pg.main(argv) == 0
+    assert len(launched) == 12
+    assert [(c[c.index("--task") + 1], c[c.index("--seed") + 1]) for c in launched[:4]] == [
+        ("walker_walk", "0"), ("walker_walk", "0"), ("cheetah_run", "0"), ("cheetah_run", "0"),
+    ]  # fmt: skip
+    assert all("--seeds" not in c and "--seeds-json" not in c for c in launched)
+    text = results.read_text()
+    assert "the single run's table" in text and pg.SECTION_SEEDS in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| walker_walk")]
+    assert rows == [
+        "| walker_walk | 0, 1, 2 | 100.0, 110.0, 120.0 | 110.0 ± 10.0 | 60.0, 70.0, 80.0 "
+        "| 70.0 ± 10.0 | -40.0 (-62.7 .. -17.3) | 8e-03 | -40.0 (-40.0 .. -40.0) | 0e+00 | 3 of 3 "
+        "| jaxdyn lower | 120 / 91 | - / 3,642 |"
+    ]
+    assert "| cheetah_run | 0, 1, 2 |" in text and "| same within seed noise |" in text
+    assert "Welch's unequal-variance t-test" in text
+    sweep = json.loads(record.read_text())
+    assert len(sweep["runs"]) == 12 and {r["seed"] for r in sweep["runs"]} == {0, 1, 2}
+    assert "phases" not in sweep["runs"][0] and "evals" not in sweep["runs"][0]
+
+    section = text[text.index(pg.SECTION_SEEDS) :]
+    results.write_text(f"# Results\n\n{pg.SECTION}\n\nthe single run's table\n")
+    assert pg.main(["--report-seeds", str(record), "--results", str(results)]) == 0
+    assert results.read_text()[results.read_text().index(pg.SECTION_SEEDS) :] == section
+    files = sorted(str(p) for p in runs.glob("*_s*.json"))
+    record2 = tmp_path / "again.json"
+    argv = ["--report-seeds", *files, "--results", str(results), "--seeds-json", str(record2)]
+    assert pg.main(argv) == 0
+
+    def key(r):
+        return r["task"], r["seed"], r["backend"]
+
+    assert sorted(json.loads(record2.read_text())["runs"], key=key) == sorted(
+        sweep["runs"], key=key
+    )
+    assert rows[0] in results.read_text()
