@@ -47,6 +47,44 @@ SHIFT = np.array([0.0, 0.04, -0.06])
 ONE_OFF = {"xla_backend_optimization_level": 0}
 
 
+def frame_positions(model, q, frames):
+    """World positions of ``frames`` at configuration ``q``, in numpy: each frame's supporting
+    bodies composed root first (Featherstone 2008, Alg. 4.1 along one chain, as
+    :func:`jaxdyn.frame_placement`), for free and one-DoF joints."""
+    from jaxdyn import joints
+    from jaxdyn.algorithms.kinematics import support_chain
+
+    t = model.topo
+    q = np.asarray(q, float)
+    XR, Xp = np.asarray(model.Xtree_R, float), np.asarray(model.Xtree_p, float)
+    axis = np.asarray(model.dof_axis, float)
+    out = []
+    for name in frames:
+        f = model.frame_index(name)
+        R, p = np.eye(3), np.zeros(3)
+        for b in support_chain(t, int(t.frame_parent[f])):
+            kind, i = int(t.kind[b]), int(t.q_start[b])
+            if kind == joints.FREE:  # q = (x, y, z, qw, qx, qy, qz)
+                w, x, y, z = q[i + 3 : i + 7]
+                RJ = np.array([
+                    [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                    [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                    [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+                ])  # fmt: skip
+                pJ = q[i : i + 3]
+            elif kind == joints.ONE_DOF:  # Rodrigues' formula; screw (rotation, translation)
+                k, lin = axis[int(t.v_start[b]), :3], axis[int(t.v_start[b]), 3:]
+                K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+                RJ = np.eye(3) + np.sin(q[i]) * K + (1 - np.cos(q[i])) * K @ K
+                pJ = q[i] * lin
+            else:
+                raise ValueError(f"frame_positions: joint kind {kind} of body {b} not handled")
+            # oMi = oMp Xtree XJ
+            R, p = R @ XR[b] @ RJ, R @ (XR[b] @ pJ + Xp[b]) + p
+        out.append(R @ np.asarray(model.frame_p[f], float) + p)
+    return out
+
+
 def main(verbose=False):
     model = robots.load("quad12").with_armature(0.01)
     nv = model.nv
@@ -55,13 +93,10 @@ def main(verbose=False):
     legs = jnp.tile(jnp.array([0.0, 0.7, -1.4]), 4)
     q0 = q0.at[7:].set(legs).at[2].set(0.30)
 
-    # the frames' positions from one compiled program (one per frame when called eagerly),
-    # compiled without LLVM's optimisation passes (ONE_OFF): it runs here and, vmapped, in the
-    # checks
-    def positions(q):
-        return [jaxdyn.frame_placement(model, q, f).p for f in FEET + ("base_link",)]
-
-    *feet, base0 = jax.jit(positions, compiler_options=ONE_OFF)(q0)
+    # the frames' positions at q0 in numpy (a compiled program's trace and compile would come
+    # before the solve's first line); the checks below compare them with jaxdyn's
+    # frame_placement along the solution, its first configuration included
+    *feet, base0 = (jnp.asarray(p) for p in frame_positions(model, q0, FEET + ("base_link",)))
     feet = dict(zip(FEET, feet))
     constraints = tuple(
         Connect(f, "local_world_aligned", target=tuple(float(c) for c in feet[f])) for f in FEET
@@ -97,6 +132,11 @@ def main(verbose=False):
     print(f"FDDP with 4 point contacts: {it} iterations, {solve:.2f} s "
           f"({solve * 1e3 / it:.0f} ms/iteration), compile {first - solve:.0f} s, "
           f"final cost {float(res.cost):.6f}", flush=True)  # fmt: skip
+
+    # the frames' positions along the solution from one compiled program (one per frame when
+    # called eagerly), compiled without LLVM's optimisation passes (ONE_OFF)
+    def positions(q):
+        return [jaxdyn.frame_placement(model, q, f).p for f in FEET + ("base_link",)]
 
     qs = jnp.asarray(np.asarray(res.xs)[:, : model.nq])
     *path, base = (

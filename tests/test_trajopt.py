@@ -1011,6 +1011,12 @@ def test_bad_input_reported(pendulum, fddp_solution):
     assert int(res.iterations) == 0
     with pytest.raises(RuntimeError, match="non-finite cost or state at the initial guess"):
         ddp.check(res)
+    # finite states, an overflowing cost (whose derivatives are finite): the first iteration's
+    # derivatives sum the initial cost and stop there, as the setup does for non-finite states
+    huge = _problem(model, _states(nv, (0.1, 0.0)), _states(nv, (1e200, 0.0)))
+    res = ddp.fddp(huge, max_iter=200)
+    assert int(res.status) == 2 and int(res.iterations) == 0
+    assert not np.isfinite(float(res.cost)) and np.all(np.isnan(np.asarray(res.log["cost"])))
     # a diverging initial rollout: iLQR stops before iterating, never returns NaN silently
     us = jnp.full((HORIZON, nv), 1e200)
     r = ddp.ilqr(problem, us, max_iter=200)

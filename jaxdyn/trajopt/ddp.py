@@ -594,8 +594,15 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
     batch compacted by :func:`solve_batch` still names its problems). iLQR's ``xs`` is the
     rollout of ``us`` (:func:`_start`): the solve program holds no initial rollout."""
     dtype = xs.dtype
-    cost = _trajectory_cost_traced(problem, xs, us)
-    input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
+    # the initial cost: the first iteration's derivatives sum it (:func:`_advance`, which
+    # reports a non-finite one as bad input), so that the program holds no second copy of the
+    # cost evaluation; computed here only when no iteration runs
+    if max_iter > 0:
+        cost = jnp.full((), jnp.nan, dtype)
+        input_ok = jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
+    else:
+        cost = _trajectory_cost_traced(problem, xs, us)
+        input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
     calc = functools.partial(_calc_diff_traced, problem, derivatives=derivatives)
     D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
     nan_log = jnp.full((max_iter,), jnp.nan, dtype)
@@ -651,11 +658,17 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
     def body(s):
         feasible = s["feasible"]
         # derivatives at the current iterate (after an accepted step, Crocoddyl's recalcDiff)
-        D, fs, dfin = jax.lax.cond(
+        D, fs, cost_d, dfin = jax.lax.cond(
             s["need_diff"],
-            lambda: (lambda r: (r[0], r[1], r[3]))(calc(s["xs"], s["us"])),
-            lambda: (s["D"], s["fs"], jnp.asarray(True)),
+            lambda: calc(s["xs"], s["us"]),
+            lambda: (s["D"], s["fs"], s["cost"], jnp.asarray(True)),
         )
+        # the first iteration (its derivatives always computed: the setup's need_diff) takes
+        # the initial cost from them (:func:`_setup`); a non-finite one is bad input (status
+        # 2), reported before any step as the setup reports non-finite states
+        first = s["it"] == 0
+        cost = jnp.where(first, cost_d, s["cost"])
+        bad_input = first & ~jnp.isfinite(cost)
 
         # backward pass; on failure raise the regularisation and retry (Crocoddyl's loop)
         def bw_cond(c):
@@ -690,7 +703,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             # terms grouped so that a huge dv (a wild trial) cannot cancel dg, dq out
             d0 = dg + dv
             dvexp = alpha * dg + 0.5 * alpha**2 * dq + alpha * (1.0 - alpha) * dv
-            dV = s["cost"] - cost_t
+            dV = cost - cost_t
             # |d0| < th_grad: a vanishing first-order model (not a hugely negative d0 from a
             # wild trial, which the comparison without abs let through)
             flat = jnp.abs(d0) < th_grad
@@ -719,16 +732,16 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             alpha=alphas[-1],
             xs=s["xs"],
             us=s["us"],
-            cost=s["cost"],
+            cost=cost,
         )
         ls = jax.lax.while_loop(ls_cond, ls_body, ls0)
         # Crocoddyl's stop |d0 + d1 / 2| = |dg + dq / 2| (the dv terms cancel exactly)
         stop = jnp.abs(dg + 0.5 * dq)
-        acc = ls["accepted"]
+        acc = ls["accepted"] & ~bad_input
         alpha = ls["alpha"]
         xs_n = jnp.where(acc, ls["xs"], s["xs"])
         us_n = jnp.where(acc, ls["us"], s["us"])
-        cost_n = jnp.where(acc, ls["cost"], s["cost"])
+        cost_n = jnp.where(acc, ls["cost"], cost)
         was_feasible = jnp.where(acc, feasible, s["was_feasible"])
         feasible_n = jnp.where(acc, feasible | (alpha == 1.0) | ddp, feasible)
 
@@ -742,32 +755,38 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
             0,
             jnp.where(~dfin, 4, jnp.where(~ok | (reg_n >= reg_max), 3, _RUNNING)),
         )
+        # bad input: the state as the setup left it (no iteration counted, nothing logged)
+        status = jnp.where(bad_input, 2, status)
+        stop = jnp.where(bad_input, s["stop"], stop)
+        reg_n = jnp.where(bad_input, s["reg"], reg_n)
         it = s["it"]
         gap = jnp.max(jnp.abs(jnp.where(feasible, 0.0, fs)))
         log = dict(s["log"])
+        if_ok = functools.partial(jnp.where, bad_input, jnp.nan)
         for key, val in (("cost", cost_n), ("stop", stop), ("step", alpha), ("reg", reg)):
-            log[key] = log[key].at[it].set(val)
-        log["gap"] = log["gap"].at[it].set(gap)
+            log[key] = log[key].at[it].set(if_ok(val))
+        log["gap"] = log["gap"].at[it].set(if_ok(gap))
         if verbose:
             # under vmap the body runs for every member while one runs: ``cond(s)`` tells
             # the stopped ones, which print nothing; ``verbose = N``: every N-th iteration
             # and the last
             last = (status != _RUNNING) | (it + 1 >= max_iter)
             live = cond(s) & ((it % verbose == 0) | last) if verbose > 1 else cond(s)
+            live = live & ~bad_input
             jax.debug.callback(
                 _log_line, live, s["tag"], it, cost_n, stop, alpha, reg, gap, ordered=False
             )
         status = jnp.where((status == _RUNNING) & (it + 1 >= max_iter), 1, status)
         return dict(
             tag=s["tag"],
-            it=it + 1,
+            it=jnp.where(bad_input, it, it + 1),
             xs=xs_n,
             us=us_n,
             cost=cost_n,
             D=D,
             fs=fs,
             need_diff=acc,
-            k=jnp.where(ok, B["k"], s["k"]),
+            k=jnp.where(ok & ~bad_input, B["k"], s["k"]),
             feasible=feasible_n,
             was_feasible=was_feasible,
             reg=reg_n,
