@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 
 import jaxdyn  # noqa: E402
 from jaxdyn import Connect, robots  # noqa: E402
+from jaxdyn.algorithms.kinematics import body_placements_numpy  # noqa: E402
 from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
 from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics  # noqa: E402
@@ -48,40 +49,15 @@ ONE_OFF = {"xla_backend_optimization_level": 0}
 
 
 def frame_positions(model, q, frames):
-    """World positions of ``frames`` at configuration ``q``, in numpy: each frame's supporting
-    bodies composed root first (Featherstone 2008, Alg. 4.1 along one chain, as
-    :func:`jaxdyn.frame_placement`), for free and one-DoF joints."""
-    from jaxdyn import joints
-    from jaxdyn.algorithms.kinematics import support_chain
-
-    t = model.topo
-    q = np.asarray(q, float)
-    XR, Xp = np.asarray(model.Xtree_R, float), np.asarray(model.Xtree_p, float)
-    axis = np.asarray(model.dof_axis, float)
+    """World positions of ``frames`` at configuration ``q``, in numpy (no compiled program):
+    the bodies' placements of :func:`jaxdyn.algorithms.kinematics.body_placements_numpy`,
+    each frame's offset in its parent body."""
+    R, p = body_placements_numpy(model, q)
     out = []
     for name in frames:
         f = model.frame_index(name)
-        R, p = np.eye(3), np.zeros(3)
-        for b in support_chain(t, int(t.frame_parent[f])):
-            kind, i = int(t.kind[b]), int(t.q_start[b])
-            if kind == joints.FREE:  # q = (x, y, z, qw, qx, qy, qz)
-                w, x, y, z = q[i + 3 : i + 7]
-                RJ = np.array([
-                    [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                    [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                    [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-                ])  # fmt: skip
-                pJ = q[i : i + 3]
-            elif kind == joints.ONE_DOF:  # Rodrigues' formula; screw (rotation, translation)
-                k, lin = axis[int(t.v_start[b]), :3], axis[int(t.v_start[b]), 3:]
-                K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-                RJ = np.eye(3) + np.sin(q[i]) * K + (1 - np.cos(q[i])) * K @ K
-                pJ = q[i] * lin
-            else:
-                raise ValueError(f"frame_positions: joint kind {kind} of body {b} not handled")
-            # oMi = oMp Xtree XJ
-            R, p = R @ XR[b] @ RJ, R @ (XR[b] @ pJ + Xp[b]) + p
-        out.append(R @ np.asarray(model.frame_p[f], float) + p)
+        b, fp = int(model.topo.frame_parent[f]), np.asarray(model.frame_p[f], float)
+        out.append(fp if b < 0 else R[b] @ fp + p[b])  # b < 0: a frame on the world
     return out
 
 

@@ -445,7 +445,8 @@ def test_base_pose_places_fixed_and_floating_robots(arm):
     """A fixed base at ``pos`` / ``quat`` and a floating base started there (composed with the
     pose in its ``q``): every body of each robot in the scene is the robot's own body moved by
     the base pose, at a random configuration (numpy forward kinematics of both models)."""
-    from jaxdyn.sim.scene import _placements, _rotation
+    from jaxdyn.algorithms.kinematics import body_placements_numpy
+    from jaxdyn.sim.scene import _rotation
 
     quad = robots.load("quad12")
     rng = np.random.default_rng(0)
@@ -461,9 +462,9 @@ def test_base_pose_places_fixed_and_floating_robots(arm):
     qa = rng.uniform(-1, 1, 2)
     q = scene.q0.copy()
     q[scene.q_index["arm"]] = qa
-    Rs, ps = _placements(scene.model, q)
+    Rs, ps = body_placements_numpy(scene.model, q)
     for name, model, qm in (("arm", arm, qa), ("quad", quad, qq)):
-        R, p = _placements(model, qm)
+        R, p = body_placements_numpy(model, qm)
         b = scene.body[name]
         np.testing.assert_allclose(Rs[b], Rb @ R, atol=1e-12)
         np.testing.assert_allclose(ps[b], p @ Rb.T + pb, atol=1e-12)

@@ -145,6 +145,50 @@ def body_placements(model: Model, q: ArrayLike) -> Placements:
     return Placements(H[..., :3], H[..., 3])
 
 
+def body_placements_numpy(model: Model, q: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """World placements ``R (nb, 3, 3)``, ``p (nb, 3)`` of the bodies at a concrete ``q`` in
+    numpy float64: :func:`body_placements`' outward pass (Featherstone Alg. 4.1) with the joint
+    transforms of :func:`jaxdyn.joints.joint_transform` (Rodrigues' formula for one-DoF joints,
+    the normalised quaternion's rotation for spherical and free joints), without compiling a
+    program (scene building, an example's targets before its first compile)."""
+    t = model.topo
+    q = np.asarray(q, float)
+    XR, Xp = np.asarray(model.Xtree_R, float), np.asarray(model.Xtree_p, float)
+    axis = np.asarray(model.dof_axis, float)
+    R, p = np.zeros((t.nb, 3, 3)), np.zeros((t.nb, 3))
+    for b in range(t.nb):
+        k, qb = int(t.kind[b]), q[t.q_start[b] : t.q_start[b] + t.nq_j[b]]
+        if k == joints.ONE_DOF:
+            a = axis[t.v_start[b]]
+            w = a[:3]
+            K = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+            RJ = np.eye(3) + np.sin(qb[0]) * K + (1 - np.cos(qb[0])) * K @ K
+            pJ = a[3:] * qb[0]
+        elif k == joints.SPHERICAL:
+            RJ, pJ = _quaternion_matrix(qb), np.zeros(3)
+        else:
+            RJ, pJ = _quaternion_matrix(qb[3:]), qb[:3]
+        Rl, pl = XR[b] @ RJ, XR[b] @ pJ + Xp[b]
+        par = int(t.parent[b])
+        if par < 0:
+            R[b], p[b] = Rl, pl
+        else:
+            R[b], p[b] = R[par] @ Rl, R[par] @ pl + p[par]
+    return R, p
+
+
+def _quaternion_matrix(quat: np.ndarray) -> np.ndarray:
+    """The rotation matrix of the quaternion ``(w, x, y, z)``, normalised first (numpy)."""
+    w, x, y, z = quat / np.linalg.norm(quat)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
 def support_chain(topo: Topology, b: int) -> tuple:
     """The bodies supporting body ``b`` (its ancestors and itself), root first; ``()`` for the
     world (``b < 0``)."""

@@ -844,7 +844,9 @@ class Scene:
                 "Scene.penetrations", "q", q, (self.model.nq,), f"(nq,) = ({self.model.nq},)"
             )
         )
-        R, p = _placements(self.model, q)
+        from ..algorithms.kinematics import body_placements_numpy
+
+        R, p = body_placements_numpy(self.model, q)
         out = {}
         for a, b in self._pairs:
             ga, gb = self._gs[a], self._gs[b]
@@ -933,36 +935,6 @@ class Scene:
             f"objects={[o.name for o in self.objects]}, world={[w.name for w in self.world]}, "
             f"nq={self.model.nq}, pairs={len(self._pairs)})"
         )
-
-
-def _placements(model, q):
-    """World placements ``R (nb, 3, 3)``, ``p (nb, 3)`` of the bodies at ``q`` in numpy (the
-    joint transforms of :func:`jaxdyn.joints.joint_transform`; no compilation at build time)."""
-    from .. import joints as J
-
-    t = model.topo
-    XR, Xp = np.asarray(model.Xtree_R, float), np.asarray(model.Xtree_p, float)
-    axis = np.asarray(model.dof_axis, float)
-    R, p = np.zeros((t.nb, 3, 3)), np.zeros((t.nb, 3))
-    for b in range(t.nb):
-        k, qb = int(t.kind[b]), q[t.q_start[b] : t.q_start[b] + t.nq_j[b]]
-        if k == J.ONE_DOF:
-            a = axis[t.v_start[b]]
-            w = a[:3]
-            K = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
-            RJ = np.eye(3) + np.sin(qb[0]) * K + (1 - np.cos(qb[0])) * K @ K
-            pJ = a[3:] * qb[0]
-        elif k == J.SPHERICAL:
-            RJ, pJ = _rotation("q", qb, None), np.zeros(3)
-        else:
-            RJ, pJ = _rotation("q", qb[3:], None), qb[:3]
-        Rl, pl = XR[b] @ RJ, XR[b] @ pJ + Xp[b]
-        par = int(t.parent[b])
-        if par < 0:
-            R[b], p[b] = Rl, pl
-        else:
-            R[b], p[b] = R[par] @ Rl, R[par] @ pl + p[par]
-    return R, p
 
 
 def _pose(g, R, p):
