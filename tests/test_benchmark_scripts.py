@@ -532,6 +532,32 @@ def test_one_git_commit_reader(monkeypatch):
     assert readers == ["_env.py"], readers
 
 
+def _fake_children(monkeypatch, pg, child):
+    """Stand-ins for the side-by-side driver's child processes: ``subprocess.Popen`` of a
+    command with ``--out`` calls ``child(cmd, **kw)`` (which writes the run's JSON where the
+    driver asked for it) and exits 0; other commands (git, ...) run. Returns the list the
+    children's commands are appended to."""
+    launched = []
+    popen = subprocess.Popen
+
+    class FakeChild:
+        def __new__(cls, cmd, **kw):
+            if "--out" not in cmd:  # git, ...
+                return popen(cmd, **kw)
+            return super().__new__(cls)
+
+        def __init__(self, cmd, **kw):
+            launched.append(cmd)
+            child(cmd, **kw)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    return launched
+
+
 def _pg_run(task, backend, config, **extra):
     """One training run's JSON as benchmarks/playground_side_by_side.py writes it."""
     result = dict(
@@ -587,38 +613,24 @@ def test_playground_side_by_side_pieces(tmp_path, monkeypatch):
     assert set(pg.SUITE) <= set(pg.CPU_BUDGETS) <= set(pg.TASKS)
     assert pg._child_args(["--tasks", "suite", "--time-limit=9", "--seed", "1"]) == ["--seed", "1"]
 
-    launched = []
-    popen = subprocess.Popen
+    def child(cmd, **kw):
+        assert kw["env"]["JAXDYN_COMPILATION_CACHE"] == "0"  # cold compilations
+        out = Path(cmd[cmd.index("--out") + 1])
+        if "--compare-states" in cmd:
+            assert "--backend" not in cmd
+            states = dict(states=20, obs_size=24, max_obs_diff=4e-7, max_reward_diff=3e-7)
+            states.update(reward_range=[0.0, 0.1], task=cmd[cmd.index("--task") + 1])
+            out.write_text(json.dumps(states))
+            return
+        assert "--compare-states" not in cmd
+        task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
+        config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
+        config["num_timesteps"] = 15360
+        extra = dict(cpu_seconds_per_epoch=2.07, env_steps_per_cpu_second=3641.9)
+        run = _pg_run(task, backend, config, **(extra if backend == "jaxdyn" else {}))
+        out.write_text(json.dumps(run))
 
-    class FakeChild:  # writes the run's JSON where the driver asked for it
-        def __new__(cls, cmd, **kw):
-            if "--out" not in cmd:  # git, ...
-                return popen(cmd, **kw)
-            return super().__new__(cls)
-
-        def __init__(self, cmd, **kw):
-            assert kw["env"]["JAXDYN_COMPILATION_CACHE"] == "0"  # cold compilations
-            launched.append(cmd)
-            out = Path(cmd[cmd.index("--out") + 1])
-            if "--compare-states" in cmd:
-                assert "--backend" not in cmd
-                states = dict(states=20, obs_size=24, max_obs_diff=4e-7, max_reward_diff=3e-7)
-                states.update(reward_range=[0.0, 0.1], task=cmd[cmd.index("--task") + 1])
-                out.write_text(json.dumps(states))
-                return
-            assert "--compare-states" not in cmd
-            task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
-            config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
-            config["num_timesteps"] = 15360
-            extra = dict(cpu_seconds_per_epoch=2.07, env_steps_per_cpu_second=3641.9)
-            run = _pg_run(task, backend, config, **(extra if backend == "jaxdyn" else {}))
-            out.write_text(json.dumps(run))
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(subprocess, "Popen", FakeChild)
-    monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    launched = _fake_children(monkeypatch, pg, child)
     out = tmp_path / "R.md"
     argv = ["--tasks", "walker_walk", "--out-dir", str(tmp_path), "--results", str(out)]
     assert pg.main([*argv, "--seed", "3", "--compare-states", "20"]) == 0
@@ -683,35 +695,22 @@ def test_playground_side_by_side_seed_sweep(tmp_path, monkeypatch):
         "walker_walk": dict(mjx=[100.0, 110.0, 120.0], jaxdyn=[60.0, 70.0, 80.0]),
         "cheetah_run": dict(mjx=[100.0, 110.0, 120.0], jaxdyn=[105.0, 125.0, 95.0]),
     }
-    launched = []
-    popen = subprocess.Popen
 
-    class FakeChild:  # writes the run's JSON where the driver asked for it
-        def __new__(cls, cmd, **kw):
-            if "--out" not in cmd:  # git, ...
-                return popen(cmd, **kw)
-            return super().__new__(cls)
+    def child(cmd, **kw):
+        task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
+        seed = int(cmd[cmd.index("--seed") + 1])
+        out = Path(cmd[cmd.index("--out") + 1])
+        assert out.name == f"{task}_{backend}_s{seed}.json"
+        config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
+        config["num_timesteps"] = 15360
+        extra = dict(env_steps_per_cpu_second=3641.9) if backend == "jaxdyn" else {}
+        run = _pg_run(task, backend, config, **extra)
+        result = typing.cast(list, run["results"])[0]
+        result["final_return"] = returns[task][backend][seed]
+        result["total_seconds"] = 120.0 if backend == "mjx" else 90.0 + seed
+        out.write_text(json.dumps(dict(run, seed=seed)))
 
-        def __init__(self, cmd, **kw):
-            launched.append(cmd)
-            task, backend = cmd[cmd.index("--task") + 1], cmd[cmd.index("--backend") + 1]
-            seed = int(cmd[cmd.index("--seed") + 1])
-            out = Path(cmd[cmd.index("--out") + 1])
-            assert out.name == f"{task}_{backend}_s{seed}.json"
-            config = dict(num_envs=32, batch_size=32, num_minibatches=4, num_updates_per_batch=4)
-            config["num_timesteps"] = 15360
-            extra = dict(env_steps_per_cpu_second=3641.9) if backend == "jaxdyn" else {}
-            run = _pg_run(task, backend, config, **extra)
-            result = typing.cast(list, run["results"])[0]
-            result["final_return"] = returns[task][backend][seed]
-            result["total_seconds"] = 120.0 if backend == "mjx" else 90.0 + seed
-            out.write_text(json.dumps(dict(run, seed=seed)))
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(subprocess, "Popen", FakeChild)
-    monkeypatch.setattr(pg.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    launched = _fake_children(monkeypatch, pg, child)
     monkeypatch.setattr(pg, "_versions", lambda: "versions")
     results, record = tmp_path / "R.md", tmp_path / "seeds.json"
     results.write_text(f"# Results\n\n{pg.SECTION}\n\nthe single run's table\n")
