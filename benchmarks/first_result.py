@@ -118,12 +118,16 @@ def _commands(examples, demo: bool, tmp: str):
 def _child_env(cache: str) -> dict:
     """The environment of a measured child: jaxdyn of this checkout (``PYTHONPATH``: a script
     in ``examples/`` would otherwise import an installed one), its cache in ``cache``, no
-    cache directory of the user's."""
+    cache directory of the user's, and ``TMPDIR`` in ``cache`` too: jaxdyn's C handler,
+    when not in its cache, is also looked for in a directory of this user's under the
+    temporary directory (:mod:`jaxdyn.backend.ffi`), which the tests fill; a cold run must
+    build it as a user's first run does."""
     path = os.environ.get("PYTHONPATH", "")
     env = dict(
         os.environ,
         PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ""),
         JAXDYN_CACHE_DIR=cache,
+        TMPDIR=cache,
         JAXDYN_COMPILATION_CACHE="1",
         MPLBACKEND="Agg",
         PYTHONUNBUFFERED="1",
