@@ -49,6 +49,11 @@ def minv_world(
     yields the block ``Minv[rows_l, v0_l:]``; the rest follows by symmetry (Carpentier 2018
     exploits the same subtree sparsity). The levels of a run scanned by ``lax.scan`` all carry
     the columns of the run's first level (:func:`~jaxdyn.algorithms.aba.column_widths`).
+    Every body of a level carries all of the level's columns, though its bias forces are
+    nonzero on its subtree's only: the backward sweep restricted to those (one force per
+    column, per-column gathers of ``S`` and ``U D^-1``) ran slower under ``jax.vmap`` on
+    XLA:CPU, its extra kernels costing more than the flops saved
+    (``docs/design-measurements.md``).
     """
     t = model.topo
     dtype = ws.S.dtype
