@@ -670,7 +670,7 @@ def _constraint_velocity(
             x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
-    if cfg.contact.solver == "newton":  # MuJoCo's primal Newton solve (limit rows with it)
+    if C.uses_primal_newton(cfg.contact):  # MuJoCo's primal Newton solve (limit rows with it)
         extra = None
         if lim is not None:
             tendons = (cfg.tendons, cfg.spatial_tendons)
