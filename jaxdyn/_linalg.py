@@ -33,7 +33,6 @@ __all__ = [
     "solve_upper",
     "spd_inverse",
     "spd_solve",
-    "spd_solver",
 ]
 
 
@@ -92,17 +91,6 @@ def spd_solve(A, b, lapack: bool = True):
     if lapack and not config.fused_cpu_loops_enabled():
         return jsl.cho_solve(jsl.cho_factor(A, lower=True), b)
     return cho_solve(cholesky(A), b)
-
-
-def spd_solver(A, lapack: bool = True):
-    """The function ``b -> A^-1 b`` of a symmetric positive definite ``A`` from one Cholesky
-    factorisation (:func:`spd_solve`'s, LAPACK's under the same condition), for several
-    right-hand sides ``b (n,)`` or ``(n, k)``."""
-    if lapack and not config.fused_cpu_loops_enabled():
-        factor = jsl.cho_factor(A, lower=True)
-        return lambda b: jsl.cho_solve(factor, b)
-    L = cholesky(A)
-    return lambda b: cho_solve(L, b)
 
 
 def spd_inverse(A):

@@ -156,30 +156,30 @@ def impulses(J, u, R, z):
     return jnp.maximum(-(J @ z + u), 0.0) / R
 
 
-def residual(J, u, R, lam, minv):
+def residual(J, u, R, lam, Minv):
     """The dual problem's relative fixed-point residual of ``lam``: ``max |F(lam) - lam|`` over
     ``max(|lam|, |F(lam)|)``, ``F(lam) = max(0, -(J M^-1 J^T lam + u)) / R`` (the map whose fixed
-    point is the solution; ``minv`` applies the inverse mass matrix), no derivative (a
-    diagnostic)."""
-    J, u, R, lam = (jax.lax.stop_gradient(x) for x in (J, u, R, lam))
-    F = impulses(J, u, R, jax.lax.stop_gradient(minv(J.T @ lam)))
+    point is the solution; ``Minv`` the inverse mass matrix), no derivative (a diagnostic)."""
+    J, u, R, lam, Minv = (jax.lax.stop_gradient(x) for x in (J, u, R, lam, Minv))
+    F = impulses(J, u, R, Minv @ (J.T @ lam))
     scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
     tiny = jnp.finfo(lam.dtype).tiny
     return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
 
 
-def solve_soft_rows(contact, minv, M, Jc, frames, rows, v_rows, dt, extra=None, x0=None):
+def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=None, M=None):
     """MuJoCo's soft pyramidal contact (``contact``: ``Constraint(soft=True, relaxed=True,
-    cone="pyramidal")``, :func:`jaxdyn.sim.contact.uses_primal_newton`; its rows
-    :func:`jaxdyn.sim.contact.soft_pyramid_rows`) and the one-sided rows ``extra = (J_l (k, nv),
-    u_l (k,), R_l (k,))`` (joint limits; ``None``: none) solved in the primal
-    (:func:`newton_solve`) with the mass matrix ``M (nv, nv)`` (symmetric; the ``M`` of MuJoCo's
-    ``A = J M^-1 J^T``) and ``minv``, the function ``X (nv, r) -> M^-1 X`` (a Cholesky
-    factorisation of ``M``, or an inverse at hand: diagApprox, the warm start, the residual).
-    ``Jc (nc w, nv)``: the contacts' rows ``[n, t1, t2, ...]``, ``rows``, ``v_rows (nc, w)``
-    their free and initial velocities (:func:`jaxdyn.sim.contact.contact_problem`); ``x0``: the
-    flat impulses of a previous solve in the solver's rows (edges per contact, then the extra
-    rows), the warm start ``M^-1 J^T x0``.
+    cone="pyramidal")``, solver ``"newton"`` or the default,
+    :func:`jaxdyn.sim.contact.uses_primal_newton`; its rows
+    :func:`jaxdyn.sim.contact.soft_pyramid_rows`)
+    and the one-sided rows ``extra = (J_l (k, nv), u_l (k,), R_l (k,))`` (joint limits;
+    ``None``: none) solved in the primal (:func:`newton_solve`) with the inverse mass matrix
+    ``Minv (nv, nv)`` (the ``M`` of MuJoCo's ``A = J M^-1 J^T``). ``Jc (nc w, nv)``: the
+    contacts' rows ``[n, t1, t2, ...]``, ``rows``, ``v_rows (nc, w)`` their free and initial
+    velocities (:func:`jaxdyn.sim.contact.contact_problem`); ``x0``: the flat impulses of a
+    previous solve in the solver's rows (edges per contact, then the extra rows), the warm
+    start ``M^-1 J^T x0``; ``M``: the mass matrix itself where the caller has it (CRBA's; ``None``:
+    ``Minv``'s inverse, which in float32 loses ``cond(M)`` times the rounding).
 
     Returns ``(lam (nc, w), lam_l (k,) or None, residual, x, z)``: the contact impulses in the
     rows ``[n, t1, t2, ...]``, the extra rows', the dual fixed-point residual (:func:`residual`),
@@ -188,20 +188,24 @@ def solve_soft_rows(contact, minv, M, Jc, frames, rows, v_rows, dt, extra=None, 
     from . import contact as C
 
     nc, w = frames.distance.shape[0], frames.width
-    nv = M.shape[0]
+    nv = Minv.shape[0]
     Jr = Jc.reshape(nc, w, nv)
     Jn = Jr[:, 0]
-    diag_n = jnp.sum(Jn * minv(Jn.T).T, -1)
+    diag_n = jnp.sum((Jn @ Minv) * Jn, -1)
     u, R, _, _, E = C.soft_pyramid_rows(contact, frames, diag_n, rows, v_rows, dt)
     J = jnp.einsum("cij,cjk->cik", E, Jr).reshape(-1, nv)  # the edges' rows
     if extra is not None:
         J = jnp.concatenate([J, extra[0]])
         u = jnp.concatenate([u, extra[1]])
         R = jnp.concatenate([R, extra[2]])
-    z0 = None if x0 is None else minv(J.T @ x0)
+    Minv = 0.5 * (Minv + Minv.T)
+    if M is None:
+        M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
+    M = 0.5 * (M + M.T)
+    z0 = None if x0 is None else Minv @ (J.T @ x0)
     z = newton_solve(M, J, u, R, z0, contact.iterations, contact.tolerance)
     x = impulses(J, u, R, z)
-    res = residual(J, u, R, x, minv)
+    res = residual(J, u, R, x, Minv)
     ne = E.shape[1]
     lam = jnp.einsum("ci,cij->cj", x[: nc * ne].reshape(nc, ne), E)
     lam_l = None if extra is None else x[nc * ne :]

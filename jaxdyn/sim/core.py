@@ -68,7 +68,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _linalg as linalg
 from .. import batching, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
@@ -671,27 +670,21 @@ def _constraint_velocity(
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
     if C.uses_primal_newton(cfg.contact):  # MuJoCo's primal Newton solve (limit rows with it)
+        # MuJoCo's M^-1 (A = J M^-1 J^T) by nv ABA solves of the identity on the step's
+        # articulated inertias (a Cholesky factorisation of CRBA's M instead was slower under
+        # vmap: docs/simulation.md, "Solver: MuJoCo's primal Newton")
+        eye = jnp.eye(model.nv, dtype=v.dtype)
+        Minv = solve(eye) if solve_m is None else solve_m(eye)
         extra = None
         if lim is not None:
             tendons = (cfg.tendons, cfg.spatial_tendons)
             extra = L.primal_rows(lim, model, q, v, v_free if v_free_m is None else v_free_m,
                                   h, tendons)  # fmt: skip
-        if cfg.equalities is None:
-            # MuJoCo's M (A = J M^-1 J^T) by CRBA, one Cholesky factorisation applying its
-            # inverse (diagApprox, the warm start, the residual)
-            M = crba_world(model, ws)
-            M = 0.5 * (M + M.T)
-            minv = linalg.spd_solver(M)
-        else:  # the equality rows eliminated into the solves: their M^-1, and M its inverse
-            eye = jnp.eye(model.nv, dtype=v.dtype)
-            Minv = solve(eye) if solve_m is None else solve_m(eye)
-            Minv = 0.5 * (Minv + Minv.T)
-            M = linalg.spd_solve(Minv, eye)
-            M = 0.5 * (M + M.T)
-            minv = functools.partial(jnp.matmul, Minv)
-
+        # the plain M by CRBA (the inverse of the ABA's Minv loses cond(M) times the rounding
+        # in float32), but where equality rows were eliminated into the solves
+        M = crba_world(model, ws) if cfg.equalities is None else None
         lam, _, res, x, z = P.solve_soft_rows(
-            cfg.contact, minv, M, Jc, frames, rows, v_rows, h, extra, x0
+            cfg.contact, Minv, Jc, frames, rows, v_rows, h, extra, x0, M
         )
         if solve_m is None:  # M_eff = M: the primal's velocity change
             dv = z
