@@ -29,9 +29,9 @@ state kept), for jaxdyn with ``sim.Constraint`` (hard contact, against MJX's New
 ``sim.Constraint(max_contacts=CAPS[scene])`` (``jaxdyn Constraint capped``, the scenes of
 :data:`CAPS` only), the option ``jaxdyn Constraint warm`` (:func:`warm_contact`: warm start and
 early stop, as MJX's Newton solve), ``jaxdyn soft`` (``sim.Constraint(soft=True,
-relaxed=True)``: MuJoCo's soft contact with the file's ``solref``, ``solimp``, ``impratio`` and
-cone, MuJoCo's convex problem: the one MJX's Newton solver solves, here by jaxdyn's default
-100 projected-gradient iterations; ``jaxdyn soft capped`` with the cap of :data:`CAPS`;
+relaxed=True, solver="dual")``: MuJoCo's soft contact with the file's ``solref``, ``solimp``,
+``impratio`` and cone, MuJoCo's convex problem: the one MJX's Newton solver solves, here by the
+dual solve's 100 projected-gradient iterations; ``jaxdyn soft capped`` with the cap of :data:`CAPS`;
 ``jaxdyn soft newton``: the same problem by MuJoCo's primal Newton solve, warm-started, with
 MJX's iterations and tolerance, :func:`newton_contact`) and
 ``sim.Compliant`` (reported apart), and MJX
@@ -413,15 +413,15 @@ def reference_contact(contact):
 
 #: each jaxdyn engine's contact model in a scene; "jaxdyn soft" is MuJoCo's soft contact with
 #: the file's own parameters (``solref``, ``solimp``, ``impratio``, cone) and MuJoCo's convex
-#: problem (``relaxed=True``): the problem MJX's Newton solver solves, by jaxdyn's default
-#: projected gradient (100 iterations, cold start)
+#: problem (``relaxed=True``): the problem MJX's Newton solver solves, by the dual solve's
+#: projected gradient (``solver="dual"``, 100 iterations, cold start)
 CONTACT = {
     "jaxdyn Constraint": lambda name: sim.Constraint(),
     "jaxdyn Constraint capped": lambda name: sim.Constraint(max_contacts=CAPS.get(name)),
     "jaxdyn Constraint warm": warm_contact,
-    "jaxdyn soft": lambda name: sim.Constraint(soft=True, relaxed=True),
+    "jaxdyn soft": lambda name: sim.Constraint(soft=True, relaxed=True, solver="dual"),
     "jaxdyn soft capped": lambda name: sim.Constraint(
-        soft=True, relaxed=True, max_contacts=CAPS.get(name)
+        soft=True, relaxed=True, solver="dual", max_contacts=CAPS.get(name)
     ),
     "jaxdyn soft newton": lambda name: newton_contact(name),
     "jaxdyn Compliant": lambda name: sim.Compliant(),
@@ -551,11 +551,11 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         "with the scene's cap, each solve "
         "started from the previous step's impulses and stopped early, as MJX's Newton solve "
         "starts from `qacc_warmstart` and stops at `opt.tolerance`); `soft`: "
-        "`Constraint(soft=True, relaxed=True)`, MuJoCo's soft contact with the file's `solref`, "
-        "`solimp`, `impratio` and cone (MuJoCo's convex problem: the one MJX's Newton solver "
-        "solves; jaxdyn's default 100 projected-gradient iterations from zero), `soft capped` "
-        "with the scene's cap; `soft newton`: the same problem by MuJoCo's primal Newton "
-        'solve (`Constraint(soft=True, relaxed=True, solver="newton", '
+        '`Constraint(soft=True, relaxed=True, solver="dual")`, MuJoCo\'s soft contact with the '
+        "file's `solref`, `solimp`, `impratio` and cone (MuJoCo's convex problem: the one MJX's "
+        "Newton solver solves; the dual solve's 100 projected-gradient iterations from zero), "
+        "`soft capped` with the scene's cap; `soft newton`: the same problem by MuJoCo's primal "
+        'Newton solve, the default there (`Constraint(soft=True, relaxed=True, solver="newton", '
         f"iterations={NEWTON_ITERATIONS}, tolerance={NEWTON_TOL:g}, warm_start=True)`, "
         "MJX's iterations and tolerance, with the scene's cap); MJX: `mjx.step` with the "
         "file's solver and integrator. Each engine first settles its batch "

@@ -148,7 +148,9 @@ def test_condim_impulses_are_mujocos(cone):
     G = Jc @ np.linalg.solve(M, Jc.T)
     v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
     rows = lambda x: (Jc @ x).reshape(-1, 6)  # noqa: E731
-    c = sim.Constraint(soft=True, relaxed=True, iterations=2000, cone=cone, impratio=1.7)
+    c = sim.Constraint(
+        soft=True, relaxed=True, solver="dual", iterations=2000, cone=cone, impratio=1.7
+    )
     lam = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))(
         jnp.asarray(G), frames, rows(v), rows(d.qvel)
     )
@@ -187,7 +189,8 @@ def condim_run(request):
     loaded = jaxdyn.load_mjcf(xml)
     iterations = 300 if cone == "elliptic" else 1500
     cfg = loaded.sim_config(
-        sim.Constraint(soft=True, relaxed=True, iterations=iterations), limits="constraint"
+        sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=iterations),
+        limits="constraint",
     )
     assert isinstance(cfg.contact, sim.Constraint) and cfg.contact.cone == cone
     assert getattr(cfg.geoms, "spin", None) is not None and cfg.limit_constraints is not None
@@ -245,7 +248,7 @@ def test_elliptic_cone_is_mujocos_under_impratio():
     G = Jc @ np.linalg.solve(M, Jc.T)
     v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
     rows = lambda x: (Jc @ x).reshape(-1, 3)  # noqa: E731
-    c = sim.Constraint(soft=True, relaxed=True, iterations=1000, impratio=1.7)
+    c = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=1000, impratio=1.7)
     lam = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))(
         jnp.asarray(G), frames, rows(v), rows(d.qvel)
     )
@@ -286,7 +289,9 @@ def test_condim_long_rollouts_follow_mujoco(cone):
     xml = CONDIM_MJCF.format(cone=cone)
     loaded = jaxdyn.load_mjcf(xml)
     iterations = 300 if cone == "elliptic" else 1500
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=iterations))
+    cfg = loaded.sim_config(
+        sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=iterations)
+    )
     conv = loaded.converter()
     q0 = np.asarray(loaded.q0)
     v0 = conv.v_from_mujoco(q0, QVEL)
@@ -355,7 +360,7 @@ def test_contact_forces_report_torques_as_mujoco(cone):
         if d.ncon == 7 and all(c.dist < 0 for c in d.contact[:7]) and d.time > 0.02:
             break
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=2000))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=2000))
     model, conv = loaded.model, loaded.converter()
     q = conv.q_from_mujoco(np.asarray(d.qpos))
     s = sim.State(jnp.asarray(q), jnp.asarray(conv.v_from_mujoco(q, np.asarray(d.qvel))))

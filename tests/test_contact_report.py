@@ -41,7 +41,7 @@ def test_terrain_friction_mixes_with_the_primitives_like_mujoco():
     push[0::6], push[1::6] = 1.0, 0.3
     (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(FRICTION_MJCF), steps, qvel=push)
     loaded = jaxdyn.load_mjcf(FRICTION_MJCF)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
     np.testing.assert_array_equal(np.asarray(cfg.contacts.friction), [0.4] * 8 + [0.2] * 8)
     conv = loaded.converter()
     q0 = np.asarray(loaded.q0)

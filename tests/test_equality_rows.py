@@ -126,7 +126,7 @@ def test_equality_limit_and_contact_rows_follow_mujoco(cone, invweight):
     couples it to the arm only through the constraint), so the steps are MuJoCo's again."""
     text = xml(cone, 1)
     r = load_mjcf(text)
-    contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
+    contact = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=1000)
     cfg = r.sim_config(contact, limits="constraint")
     np.testing.assert_allclose(cfg.contacts.invweight, 1 / 0.3, rtol=1e-12)
     if not invweight:
@@ -134,6 +134,36 @@ def test_equality_limit_and_contact_rows_follow_mujoco(cone, invweight):
     qm, counts = _mujoco(text)
     both = (counts[:, 1] > 0) & (counts[:, 2] == 4)
     assert both.sum() > 20  # contacts and limits at once, with the connect
+    np.testing.assert_allclose(_jaxdyn(r, cfg), qm, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("integrator", "damping"),
+    [
+        ("Euler", 0.0),
+        # 10 s of compile; default: Euler (the eliminated rows in the primal's M), the damped
+        # implicitfast rollouts of tests/test_soft_newton.py (M + h D applying the impulses)
+        pytest.param("implicitfast", 0.3, marks=pytest.mark.slow),
+    ],
+)
+def test_newton_equality_limit_and_contact_rows_follow_mujoco(integrator, damping):
+    """The scene of :func:`test_equality_limit_and_contact_rows_follow_mujoco` on pyramidal
+    cones under soft contact's default solve (``Constraint(soft=True, relaxed=True)``:
+    MuJoCo's primal Newton steps, :func:`jaxdyn.sim.contact.uses_primal_newton`) with the
+    connect's rows eliminated (the primal's ``M`` the inverse of the reduced ``M^-1``, which
+    is ``M + J_e^T R_e^-1 J_e``: the equality rows' quadratic cost in MuJoCo's primal) beside
+    the limit rows and the box's four contacts: positions agree with MuJoCo C's (its Newton
+    solver, tolerance 1e-14) to 1e-10 at every step; with the elbow damped under
+    ``implicitfast`` too (the rows posed with ``M``, the impulses through ``M + h D``)."""
+    from jaxdyn.sim.contact import uses_primal_newton
+
+    text = xml("pyramidal", 1, integrator, damping)
+    r = load_mjcf(text)
+    cfg = r.sim_config(sim.Constraint(soft=True, relaxed=True), limits="constraint")
+    assert uses_primal_newton(cfg.contact) and cfg.equalities is not None
+    qm, counts = _mujoco(text)
+    both = (counts[:, 1] > 0) & (counts[:, 2] == 4)
+    assert both.sum() > 20 and counts[:, 0].min() == 3  # contacts, limits and the connect
     np.testing.assert_allclose(_jaxdyn(r, cfg), qm, atol=1e-10, rtol=0)
 
 

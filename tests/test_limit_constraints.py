@@ -110,7 +110,7 @@ def test_limit_constraint_with_soft_contact_follows_mujoco(cone):
     1e-8: the corners' rows and the limit's are nearly parallel)."""
     xml = LIMITS_XML.format(flags="", contype=1, cone=cone)
     r = load_mjcf(xml)
-    contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
+    contact = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=1000)
     cfg = r.sim_config(contact, limits="constraint")
     m, qm, vm = _mujoco(xml)
     d = mujoco.MjData(m)
@@ -417,7 +417,7 @@ def test_soft_contact_with_joint_damping_follows_mujoco(limits):
     0.017 rad and 2e-4)."""
     xml = _damped(LIMITS_XML.format(flags="", contype=1, cone="elliptic"), "Euler")
     r = load_mjcf(xml)
-    contact = sim.Constraint(soft=True, relaxed=True, iterations=1000)
+    contact = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=1000)
     if limits:
         cfg = r.sim_config(contact, limits="constraint")
         m, qm, vm = _mujoco(xml)

@@ -144,7 +144,7 @@ def test_pair_rollout_is_mujocos(loaded, cone):
     steps leave it, and the ball on the box drifts from MuJoCo's alike without pairs)."""
     if cone != "elliptic":
         loaded = jaxdyn.load_mjcf(PAIR_MJCF.format(cone=cone))
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=300))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=300))
     conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
     v0 = jnp.asarray(conv.v_from_mujoco(q0, PUSH))
     tr = jax.jit(lambda q, v: sim.rollout(model, sim.State(q, v), jnp.zeros((STEPS, 0)), cfg=cfg))(
@@ -226,7 +226,7 @@ def test_pair_condim_4_and_6_rollout_is_mujocos(cone):
     loaded = jaxdyn.load_mjcf(xml)
     g = loaded.geoms
     assert sorted(g.pair_condim) == [4, 6]
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=1500))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=1500))
     conv, model, steps = loaded.converter(), loaded.model, 40
     q0 = np.asarray(loaded.q0)
     v0 = conv.v_from_mujoco(q0, qvel)
@@ -362,7 +362,7 @@ def test_mjx_humanoid_with_its_foot_pairs_is_mujocos():
     m = loaded.mj_model
     assert m.npair == 4 and loaded.geoms.explicit == (0, 1, 2, 3) and not loaded.contacts
     m.opt.tolerance, m.opt.iterations = 1e-14, 1000
-    soft = sim.Constraint(soft=True, relaxed=True, iterations=300)
+    soft = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=300)
     cfg = loaded.sim_config(soft, limits="constraint")
     conv, q0, steps = loaded.converter(), np.asarray(loaded.q0), 150
     zero = jnp.zeros((steps, m.nu))
@@ -424,7 +424,7 @@ def test_override_replaces_every_contacts_parameters():
 
     jax.config.update("jax_enable_x64", True)
     loaded = jaxdyn.load_mjcf(OVERRIDE_MJCF)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=300))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=300))
     model = loaded.model
     m = loaded.mj_model
     d = mujoco.MjData(m)

@@ -644,7 +644,9 @@ def test_soft_pyramid_solve_from_the_factors():
         friction=jnp.asarray(mu),
     )  # fmt: skip
     v_rows = jnp.asarray(rng.standard_normal((nc, 3)))
-    contact = sim.Constraint(soft=True, relaxed=True, cone="pyramidal", iterations=60)
+    contact = sim.Constraint(
+        soft=True, relaxed=True, solver="dual", cone="pyramidal", iterations=60
+    )
 
     @jax.jit
     def run(v_free_rows):

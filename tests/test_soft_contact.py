@@ -63,7 +63,7 @@ def soft_run():
     triple the compile time), the file's ``implicitfast``, in MuJoCo's coordinates, and MuJoCo
     C's, elliptic cones."""
     loaded = jaxdyn.load_mjcf(MARGIN_MJCF.format(cone="elliptic"))
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
     conv = loaded.converter()
     q0 = np.asarray(loaded.q0)
     v0 = conv.v_from_mujoco(q0, PUSH)
@@ -187,7 +187,9 @@ def test_pyramidal_impulses_are_mujocos():
     )
     d = mujoco.MjData(m)
     d.qvel[:] = PUSH
-    c = sim.Constraint(soft=True, relaxed=True, iterations=400, cone="pyramidal", impratio=1.7)
+    c = sim.Constraint(
+        soft=True, relaxed=True, solver="dual", iterations=400, cone="pyramidal", impratio=1.7
+    )
     solve = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))
     seen, sliding = set(), []
     for steps in (50, 60):
@@ -268,7 +270,7 @@ def test_pyramidal_capsule_on_plane_is_mujocos():
 
     loaded = jaxdyn.load_mjcf(CAPSULE_MJCF)
     assert [p.name for p in loaded.contacts] == ["rod"] and "bar" in loaded.geoms.names
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=400))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=400))
     assert cfg.contact.cone == "pyramidal" and cfg.contacts.axis is not None
     m = mujoco.MjModel.from_xml_string(CAPSULE_MJCF)
     d = mujoco.MjData(m)
@@ -307,7 +309,9 @@ def test_pyramidal_capsule_on_plane_is_mujocos():
     G = Jc @ np.linalg.solve(M, Jc.T)
     v = d.qvel + m.opt.timestep * np.linalg.solve(M, d.qfrc_smooth)
     rows = lambda x: (Jc @ x).reshape(-1, 3)  # noqa: E731
-    c = sim.Constraint(soft=True, relaxed=True, iterations=400, cone="pyramidal", impratio=1.7)
+    c = sim.Constraint(
+        soft=True, relaxed=True, solver="dual", iterations=400, cone="pyramidal", impratio=1.7
+    )
     solve = jax.jit(lambda G, fr, vf, v: solve_contact_impulses(c, G, fr, vf, m.opt.timestep, v))
     lam = np.asarray(solve(jnp.asarray(G), frames, rows(v), rows(d.qvel)))
     np.testing.assert_allclose(lam, want, rtol=0, atol=1e-10 * np.abs(want).max())
@@ -347,7 +351,7 @@ def test_pyramidal_capsule_rollout_follows_mujoco():
     1e-10 m / 1e-10 in orientation at every step of 0.4 s while they slide, roll and hop, then
     roll on."""
     loaded = jaxdyn.load_mjcf(CAPSULE_MJCF)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
     conv, q0 = loaded.converter(), np.asarray(loaded.q0)
     v0 = jnp.asarray(conv.v_from_mujoco(q0, CAPSULE_PUSH))
     steps = 200
@@ -376,7 +380,7 @@ def test_pyramidal_rollouts_follow_mujoco():
     slides."""
     xml = SOFT_MJCF.format(cone="pyramidal")
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
     assert cfg.contact.cone == "pyramidal"
     conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
     v0 = jnp.asarray(conv.v_from_mujoco(q0, PUSH))
@@ -421,7 +425,7 @@ def test_margin_and_gap_between_bodies_follow_mujoco(cone):
     every step, elliptic and pyramidal cones."""
     xml = PAIR_MJCF.format(cone=cone)
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
     assert set(loaded.geoms.names) == {"floor", "box", "ball"}
     conv, q0 = loaded.converter(), np.asarray(loaded.q0)
     steps = 300
@@ -579,7 +583,7 @@ def test_solreffriction_is_mujocos():
     steps = 100
     loaded = jaxdyn.load_mjcf(SLIDE_MJCF.format(off="", pair=""))
     # 600 steps: at 200 the spinning box's yaw is 1.2e-10 off MuJoCo's (converged: 1e-12)
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=600))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=600))
     conv, q0, model = loaded.converter(), np.asarray(loaded.q0), loaded.model
     v0 = jnp.asarray(conv.v_from_mujoco(q0, SLIDE_PUSH))
     run = jax.jit(
@@ -701,7 +705,7 @@ def test_gap_before_mujoco_3_9_is_subtracted_from_the_margin(soft_run, monkeypat
         .replace('gap="0.02"', 'margin="0.02" gap="0.02"')
         .replace('gap="0.005"', 'margin="0.005" gap="0.005"')
     )
-    soft = sim.Constraint(soft=True, relaxed=True, iterations=200)
+    soft = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200)
     new = jaxdyn.load_mjcf(old).sim_config(soft)
     assert "floor" in new.geoms.names  # the floor's margin: every body a geom pair
     monkeypatch.setattr(mujoco, "__version__", "3.8.1")
@@ -723,11 +727,11 @@ def test_soft_contact_derivative_matches_finite_differences():
     </worldbody></mujoco>"""
     loaded = jaxdyn.load_mjcf(xml)
     model = loaded.model
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=200))
+    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
 
     @jax.jit
     def z_end(z0, tc):
-        c = sim.Constraint(soft=True, relaxed=True, iterations=200, solref=(tc, 1.0))
+        c = sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200, solref=(tc, 1.0))
         q = jnp.asarray(loaded.q0).at[2].set(z0)
         s = sim.State(q, jnp.zeros(model.nv))
         tr = sim.rollout(model, s, jnp.zeros((50, 0)), cfg=dataclasses.replace(cfg, contact=c))
@@ -788,18 +792,22 @@ def test_hard_contact_refuses_direct_solref():
     checked(jnp.abs(hard.contacts.solref))  # standard (timeconst, dampratio): passes
 
 
-@pytest.mark.slow  # the humanoid's step compiles twice (about a minute)
+@pytest.mark.slow  # the humanoid's step compiles thrice (about a minute)
 def test_humanoid_default_soft_solve_is_converged():
     """Issue 56's equal-fidelity check: dm_control's self-colliding humanoid (161 geom pairs,
     its file's ``solref`` / ``solimp`` and pyramidal cones: the problem MJX's Newton solver
-    solves) with MuJoCo's soft contact ``Constraint(soft=True, relaxed=True)`` at the default
-    100 iterations, cold started, capped at 80 slots: after 100 steps of a limp fall from
-    ``qpos0`` (its limbs touching each other), one step is within 1e-2 of ``h g`` (the
-    velocity gravity adds in a step) of the same problem's converged solve (10000 iterations,
-    every slot); measured 6.5e-4 in float64 (the benchmark's float32: 7e-4). The hard
-    ``Constraint()`` misses its own converged solve by about 3 ``h g`` on such states
+    solves) with MuJoCo's soft contact ``Constraint(soft=True, relaxed=True)``, capped at 80
+    slots: after 100 steps of a limp fall from ``qpos0`` (its limbs touching each other), one
+    step of the dual solve (``solver="dual"``) at its 100 iterations, cold started, is within
+    1e-2 of ``h g`` (the velocity gravity adds in a step) of the same problem's converged
+    solve (10000 iterations, every slot); measured 6.5e-4 in float64 (the benchmark's
+    float32: 7e-4). The default solve there (``solver=None``: MuJoCo's primal Newton steps,
+    :func:`jaxdyn.sim.contact.uses_primal_newton`) is that converged solve to 1e-9 of ``h g``
+    (seen 9e-13).
+    The hard ``Constraint()`` misses its own converged solve by about 3 ``h g`` on such states
     (docs/simulation.md)."""
     from jaxdyn.envs.dm_control_suite import XML_DIR
+    from jaxdyn.sim.contact import uses_primal_newton
 
     loaded = jaxdyn.load_mjcf(f"{XML_DIR}/humanoid.xml")
     model = loaded.model
@@ -813,10 +821,14 @@ def test_humanoid_default_soft_solve_is_converged():
     qpos[:, hinge] += rng.uniform(-0.01, 0.01, (4, len(hinge)))
     q = jnp.asarray(np.stack([np.asarray(conv.q_from_mujoco(x)) for x in qpos]), jnp.float64)
     s = sim.State(q, jnp.zeros((4, model.nv), jnp.float64), jnp.zeros(4, jnp.float64))
-    contact = sim.Constraint(soft=True, relaxed=True, max_contacts=80)
+    contact = sim.Constraint(soft=True, relaxed=True, solver="dual", max_contacts=80)
     cfg = loaded.sim_config(contact)
-    ref = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=10000))
+    default = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, max_contacts=80))
+    ref = loaded.sim_config(
+        sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=10000)
+    )
     assert isinstance(cfg.contact, sim.Constraint) and cfg.contact.cone == "pyramidal"
+    assert uses_primal_newton(default.contact) and not uses_primal_newton(cfg.contact)
     assert cfg.geoms is not None
     u = jnp.zeros(m.nu, jnp.float64)
 
@@ -824,11 +836,14 @@ def test_humanoid_default_soft_solve_is_converged():
         s = jax.lax.scan(lambda s, _: (sim.step(model, s, u, cfg), None), s, None, length=100)[0]
         s1, info = sim.step_info(model, s, u, cfg)
         r1, _ = sim.step_info(model, s, u, ref)
+        n1 = sim.step(model, s, u, default)
         touching = sim.contact_counts(model, s, cfg)[1]
-        return jnp.max(jnp.abs(s1.v - r1.v)), info["contact_residual"], touching, s1.v
+        dn = jnp.max(jnp.abs(n1.v - r1.v))
+        return jnp.max(jnp.abs(s1.v - r1.v)), info["contact_residual"], touching, s1.v, dn
 
-    dv, res, touching, v = jax.jit(jax.vmap(fall_and_step))(s)
+    dv, res, touching, v, dn = jax.jit(jax.vmap(fall_and_step))(s)
     hg = float(m.opt.timestep) * 9.81
     assert np.all(np.isfinite(np.asarray(v)))
     assert np.all(np.asarray(touching) >= 4), touching  # limbs touching each other
+    assert float(jnp.max(dn)) < 1e-9 * hg, np.asarray(dn) / hg
     assert float(jnp.max(dv)) < 1e-2 * hg, (np.asarray(dv) / hg, np.asarray(res))

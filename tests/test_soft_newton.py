@@ -1,7 +1,8 @@
 """MuJoCo's primal Newton solve of the soft contact, ``sim.Constraint(soft=True, relaxed=True,
-solver="newton")`` (:mod:`jaxdyn.sim._primal`; issue 56): the same next velocities as the
-converged dual solve of the same problem, MuJoCo C's rollouts (pyramidal cones, joint limits),
-derivatives against finite differences, and the refusals."""
+solver="newton")`` (:mod:`jaxdyn.sim._primal`; issue 56; the default of that contact on
+pyramidal cones): the same next velocities as the converged dual solve (``solver="dual"``) of
+the same problem, MuJoCo C's rollouts (pyramidal cones, joint limits), derivatives against
+finite differences, the default's fallbacks to the dual and the refusals."""
 
 import dataclasses
 
@@ -13,6 +14,7 @@ import pytest
 import jaxdyn
 from jaxdyn import sim
 from jaxdyn.sim import _primal
+from jaxdyn.sim import contact as C
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -70,7 +72,9 @@ def test_newton_is_the_dual_solve_and_mujocos(xml, push, steps, request):
     loaded = jaxdyn.load_mjcf(xml)
     limits = xml is not CAPSULE_MJCF
     kw = {"limits": "constraint"} if limits else {}  # MuJoCo's limit rows
-    base = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, iterations=3000), **kw)
+    base = loaded.sim_config(
+        sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=3000), **kw
+    )
     assert _contact(base).cone == "pyramidal"
     assert (base.limit_constraints is not None) == limits
     cfg = _newton(base)
@@ -162,7 +166,7 @@ def test_newton_step_derivative_matches_finite_differences():
     model = loaded.model
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="newton"))
 
-    def v_next(z0, vx, tc, solver: str | None = "newton", iterations=100):
+    def v_next(z0, vx, tc, solver: str = "newton", iterations=100):
         c = dataclasses.replace(_contact(cfg), solref=(tc, 1.0), solver=solver,
                                 iterations=iterations)  # fmt: skip
         q = jnp.asarray(loaded.q0).at[2].set(z0)
@@ -184,7 +188,7 @@ def test_newton_step_derivative_matches_finite_differences():
                                    atol=1e-7 * float(jnp.max(jnp.abs(d))))  # fmt: skip
         assert bool(jnp.all(jnp.isfinite(d))) and float(jnp.max(jnp.abs(d))) > 1e-3
         derivs.append(d)
-    dual = jax.jit(lambda x, e: jax.jvp(lambda z0, vx, tc: v_next(z0, vx, tc, None, 3000), x, e))
+    dual = jax.jit(lambda x, e: jax.jvp(lambda z0, vx, tc: v_next(z0, vx, tc, "dual", 3000), x, e))
     for i in range(3):
         e = tuple(float(i == j) for j in range(3))
         scale = float(jnp.max(jnp.abs(derivs[i])))
@@ -192,21 +196,42 @@ def test_newton_step_derivative_matches_finite_differences():
         np.testing.assert_allclose(got, np.asarray(derivs[i]), rtol=1e-8, atol=1e-8 * scale)
 
 
-def test_newton_solver_refusals():
-    """``solver`` is ``None`` or ``"newton"``; ``"newton"`` takes MuJoCo's convex soft problem
-    on pyramidal cones (``soft=True``, ``relaxed=True``; the elliptic cone refused by name, at
-    the model, or at ``SimConfig`` where ``cone=None`` means it)."""
-    with pytest.raises(ValueError, match="solver must be None or 'newton'"):
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
+def test_newton_solver_default_fallbacks_and_refusals():
+    """``solver`` is ``None`` (default), ``"dual"`` or ``"newton"``. The default is MuJoCo's
+    primal Newton solve on MuJoCo's convex soft problem on pyramidal cones (``soft=True``,
+    ``relaxed=True``, the cone given or the file's: MuJoCo's default pyramidal) and the dual
+    solve elsewhere (the hard contact, elliptic cones, Coulomb's ``relaxed=False``, the dual's
+    ``newton`` steps asked for), which no combination refuses; ``"newton"`` takes the convex
+    soft problem on pyramidal cones only (the elliptic cone refused by name, at the model, or
+    at ``SimConfig`` where ``cone=None`` means it) and no ``newton`` steps."""
+    uses = C.uses_primal_newton
+    with pytest.raises(ValueError, match=r"solver must be one of \(None, 'dual', 'newton'\)"):
         sim.Constraint(soft=True, relaxed=True, solver="cg")
     for soft, relaxed, cone in ((False, True, None), (True, False, None), (True, True, "elliptic")):
         with pytest.raises(ValueError, match="solver='newton'.*pyramidal"):
             sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone)
+        assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone))  # the dual
+        assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone, solver="dual"))
+    with pytest.raises(ValueError, match="newton=3 .*unused by solver='newton'.*solver='dual'"):
+        sim.Constraint(soft=True, relaxed=True, cone="pyramidal", solver="newton", newton=3)
+    pyr = sim.Constraint(soft=True, relaxed=True, cone="pyramidal")
+    assert uses(pyr) and uses(dataclasses.replace(pyr, solver="newton"))
+    assert not uses(dataclasses.replace(pyr, solver="dual"))
+    assert not uses(dataclasses.replace(pyr, newton=3))  # the dual's semismooth steps
+    assert not uses(dataclasses.replace(pyr, relaxed=False)) and not uses(sim.Constraint())
+    assert not uses(sim.Compliant()) and not uses(None)
     sim.Constraint(soft=True, relaxed=True, solver="newton")  # the cone from the file, later
     loaded = jaxdyn.load_mjcf(CAPSULE_MJCF.replace('cone="pyramidal" ', ""))
-    cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="newton"))
-    assert _contact(cfg).cone == "pyramidal"  # the file's (MuJoCo's default)
+    for solver in (None, "newton"):
+        cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver=solver))
+        assert _contact(cfg).cone == "pyramidal" and uses(cfg.contact)  # the file's (default)
     with pytest.raises(ValueError, match="solver='newton'.*cone='pyramidal'.*elliptic"):
         dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
+    # the default on a file's elliptic cones: the dual, not refused
+    elliptic = jaxdyn.load_mjcf(CAPSULE_MJCF.replace('cone="pyramidal"', 'cone="elliptic"'))
+    cfg = elliptic.sim_config(sim.Constraint(soft=True, relaxed=True))
+    assert _contact(cfg).cone == "elliptic" and not uses(cfg.contact)
 
 
 @pytest.mark.slow  # a rollout's compile; default: the limit scene (contacts and a limit row)

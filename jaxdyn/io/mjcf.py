@@ -628,9 +628,11 @@ class MJCFModel(NamedTuple):
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`; an
         explicit pair's own ``solref``, ``solimp`` and ``solreffriction`` to its contacts), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
-        ``cone`` is ``None``) to the contact model. A capsule on a plane under pyramidal
-        cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and ``"gap"`` are
-        still accepted in ``ignore``, and refuse nothing).
+        ``cone`` is ``None``) to the contact model; on pyramidal cones (MuJoCo's default) with
+        ``relaxed=True`` the contact's default ``solver`` is then MuJoCo's primal Newton solve,
+        on elliptic ones the dual (:class:`jaxdyn.sim.Constraint`). A capsule on a plane under
+        pyramidal cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and
+        ``"gap"`` are still accepted in ``ignore``, and refuse nothing).
 
         Per-geom ``margin`` and ``gap`` (a pair's contact acts below the sum of its geoms'
         margins, MuJoCo's ``includemargin``; from MuJoCo 3.9.0 ``gap`` only adds MuJoCo

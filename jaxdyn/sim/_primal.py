@@ -169,7 +169,9 @@ def residual(J, u, R, lam, Minv):
 
 def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=None, M=None):
     """MuJoCo's soft pyramidal contact (``contact``: ``Constraint(soft=True, relaxed=True,
-    cone="pyramidal", solver="newton")``; its rows :func:`jaxdyn.sim.contact.soft_pyramid_rows`)
+    cone="pyramidal")``, solver ``"newton"`` or the default,
+    :func:`jaxdyn.sim.contact.uses_primal_newton`; its rows
+    :func:`jaxdyn.sim.contact.soft_pyramid_rows`)
     and the one-sided rows ``extra = (J_l (k, nv), u_l (k,), R_l (k,))`` (joint limits;
     ``None``: none) solved in the primal (:func:`newton_solve`) with the inverse mass matrix
     ``Minv (nv, nv)`` (the ``M`` of MuJoCo's ``A = J M^-1 J^T``). ``Jc (nc w, nv)``: the

@@ -503,7 +503,8 @@ class Constraint(eqx.Module):
     - ``friction``: Coulomb coefficient ``mu`` of every contact; ``None`` (default): each
       contact's own (as :class:`Compliant`).
     - ``iterations``: accelerated projected gradient steps, ``newton``: semismooth Newton
-      steps after them (static; see :func:`solve_cone_complementarity`).
+      steps after them (static; see :func:`solve_cone_complementarity`); with the primal
+      solve (``solver`` below) ``iterations`` is its most Newton steps.
     - ``tolerance`` (static): ``None`` (default) runs all ``iterations``; a number stops them
       once a step moves the (scaled) impulses by at most ``tolerance`` times their largest
       entry (``iterations`` then the most that run; a ``while_loop``: under ``vmap`` the
@@ -584,23 +585,32 @@ class Constraint(eqx.Module):
       (:func:`pyramid_edges`), the distance in every edge's ``aref``, one regulariser ``R = 2
       mu^2 / impratio (1 - d) / d (1 + mu^2) diagApprox`` and a force ``>= 0`` per edge
       (:func:`_soft_pyramid`); with ``relaxed=False``, De Saxce's term of the pyramid.
-    - ``solver`` (static, soft only): ``None`` (default) solves the dual problem above on the
-      Delassus matrix (accelerated projected gradient, ``iterations`` of them); ``"newton"``
-      solves MuJoCo's primal problem instead, as MuJoCo's and MJX's Newton solver
+    - ``solver`` (static): which problem the soft contact's step solves. ``"dual"``: the dual
+      problem above on the Delassus matrix (accelerated projected gradient, ``iterations`` of
+      them, then ``newton`` semismooth steps): every contact model (the hard contact's only
+      solve). ``"newton"``: MuJoCo's primal problem, as MuJoCo's and MJX's Newton solver
       (``mj_solNewton``): minimise over the velocity change ``z`` the convex piecewise
-      quadratic ``1/2 z^T M z + sum_i 1/2 min(0, J_i z + u_i)^2 / R_i`` of the pyramid edges
-      and joint-limit rows by Newton steps on ``H = M + J^T diag(active / R) J``
-      (``nv x nv``), each with an exact line search (:mod:`jaxdyn.sim._primal`); the same
-      impulses (``lam = max(0, -(J z + u)) / R``) as the converged dual solve. ``iterations``
-      is then the most Newton steps; they stop once a step lands in the piece of the cost it
-      minimised (the exact solution) or, with ``tolerance``, once the cost or its gradient
-      falls below ``tolerance`` in MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start``
-      starts them from ``M^-1 J^T`` of the previous step's impulses where that costs less than
-      the free step (MuJoCo's ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused;
+      quadratic ``1/2 z^T M z + sum_i 1/2 min(0, J_i z + u_i)^2 / R_i`` of the pyramid edges,
+      joint-limit rows (and MuJoCo's equality rows, eliminated into ``M``) by Newton steps on
+      ``H = M + J^T diag(active / R) J`` (``nv x nv``), each with an exact line search
+      (:mod:`jaxdyn.sim._primal`); the same impulses (``lam = max(0, -(J z + u)) / R``) as the
+      converged dual solve. ``iterations`` is then the most Newton steps; they stop once a step
+      lands in the piece of the cost it minimised (the exact solution: no ``tolerance`` needed)
+      or, with ``tolerance``, once the cost or its gradient falls below ``tolerance`` in
+      MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start`` starts them from ``M^-1 J^T`` of
+      the previous step's impulses where that costs less than the free step (MuJoCo's
+      ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused;
       :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
-      impulses (:func:`jaxdyn.sim._primal.residual`).
-      Takes ``soft=True``, ``relaxed=True``, ``cone="pyramidal"`` (MuJoCo's elliptic cones have
-      a three-zone cost this does not implement: refused).
+      impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``,
+      ``cone="pyramidal"`` (MuJoCo's elliptic cones have a three-zone cost this does not
+      implement: refused, :data:`NEWTON_CONES`). ``None`` (default): ``"newton"`` where it
+      applies (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``, ``newton=0``: MuJoCo's
+      problem on its default cone, as ``load_mjcf(...).sim_config`` sets up from a file's
+      ``<option cone>``), else ``"dual"`` (the hard contact, elliptic cones, Coulomb's
+      ``relaxed=False``, ``newton`` steps asked for): :func:`uses_primal_newton`. The default
+      ``iterations=100`` is MuJoCo's ``opt.iterations`` for both; the primal's exact stop
+      makes MuJoCo's ``opt.tolerance`` (``1e-8``) unneeded for accuracy (a ``tolerance`` only
+      stops it earlier).
     - MuJoCo's ``condim`` 4 and 6: contacts with torsional / rolling friction
       (:attr:`ContactFrames.spin`: an MJCF file's geoms, scene objects' ``friction`` triples)
       get MuJoCo's torsional and rolling rows on the relative angular velocity, on either cone
@@ -687,8 +697,11 @@ class Constraint(eqx.Module):
             )
         if not isinstance(self.polish, bool):
             raise ValueError(f"Constraint: polish must be True or False, got {self.polish!r}")
-        if self.solver not in (None, "newton"):
-            raise ValueError(f"Constraint: solver must be None or 'newton', got {self.solver!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(
+                f"Constraint: solver must be one of {SOLVERS} (None: 'newton' where it applies, "
+                f"else 'dual'), got {self.solver!r}"
+            )
         if self.solver == "newton" and not (
             self.soft and self.relaxed and self.cone in (None, "pyramidal")
         ):
@@ -697,16 +710,38 @@ class Constraint(eqx.Module):
                 f"relaxed=True and cone='pyramidal' ({NEWTON_CONES}), got soft={self.soft!r}, "
                 f"relaxed={self.relaxed!r}, cone={self.cone!r}"
             )
+        if self.solver == "newton" and self.newton:
+            raise ValueError(
+                f"Constraint: newton={self.newton!r} (the dual solve's semismooth steps) is unused "
+                "by solver='newton' (MuJoCo's primal Newton solve); use solver='dual' for them"
+            )
         k = self.max_contacts
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
             raise ValueError(f"Constraint: max_contacts must be None or an integer >= 1, got {k!r}")
 
 
+#: the values of ``Constraint.solver``
+SOLVERS = (None, "dual", "newton")
+
 #: why ``Constraint(solver="newton")`` takes pyramidal cones only
 NEWTON_CONES = (
     "MuJoCo's convex problem on pyramidal cones; the elliptic cones' three-zone cost is not "
-    "implemented: use solver=None there"
+    "implemented: use solver='dual' there (solver=None picks it)"
 )
+
+
+def uses_primal_newton(contact: object) -> bool:
+    """Whether ``contact``'s step solves MuJoCo's primal problem by Newton steps
+    (``Constraint(solver="newton")``, :mod:`jaxdyn.sim._primal`) rather than the dual one:
+    ``solver="newton"``, or ``solver=None`` (the default) on MuJoCo's soft convex problem on
+    pyramidal cones (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``) without the dual's
+    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``), Coulomb's law
+    (``relaxed=False``) and the hard contact fall back to the dual solve (static)."""
+    if not isinstance(contact, Constraint):
+        return False
+    if contact.solver is not None:
+        return contact.solver == "newton"
+    return contact.soft and contact.relaxed and contact.cone == "pyramidal" and contact.newton == 0
 
 
 def solver_block_rows(contact: Constraint, width: int = 3) -> int:

@@ -669,9 +669,12 @@ def _constraint_velocity(
             x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
-    if cfg.contact.solver == "newton":  # MuJoCo's primal Newton solve (limit rows with it)
+    if C.uses_primal_newton(cfg.contact):  # MuJoCo's primal Newton solve (limit rows with it)
+        # MuJoCo's M^-1 (A = J M^-1 J^T) by nv ABA solves of the identity on the step's
+        # articulated inertias (a Cholesky factorisation of CRBA's M instead was slower under
+        # vmap: docs/simulation.md, "Solver: MuJoCo's primal Newton")
         eye = jnp.eye(model.nv, dtype=v.dtype)
-        Minv = solve(eye) if solve_m is None else solve_m(eye)  # MuJoCo's M (A = J M^-1 J^T)
+        Minv = solve(eye) if solve_m is None else solve_m(eye)
         extra = None
         if lim is not None:
             tendons = (cfg.tendons, cfg.spatial_tendons)
