@@ -292,3 +292,36 @@ def test_se3_log_jacobian_against_autodiff():
     # the blocks' structure: upper right zero, the diagonal blocks equal
     np.testing.assert_array_equal(np.asarray(got[:, :3, 3:]), 0.0)
     np.testing.assert_array_equal(np.asarray(got[:, :3, :3]), np.asarray(got[:, 3:, 3:]))
+
+
+def test_difference_jacobians_free_joint_against_autodiff():
+    """:func:`jaxdyn.trajopt.lie.difference_jacobians` on quad12 (a free joint and twelve
+    revolute ones): ``d/dq1 = Jr(d)^-1`` from the relative placement
+    (:func:`spatial.se3_log_jacobian`) and ``d/dq0 = -Jr(d)^-1 Ad(M^-1)`` equal forward-mode
+    autodiff of ``difference`` through ``integrate`` (1e-12), bases a small, a large and a
+    nearly half-turn rotation apart."""
+    import jaxdyn
+    from jaxdyn import robots
+    from jaxdyn.trajopt import lie
+
+    model = robots.load("quad12")
+    nv = model.nv
+    rng = np.random.default_rng(5)
+    q0 = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), rng.standard_normal(nv))
+    axis = rng.standard_normal(3)
+    axis /= np.linalg.norm(axis)
+
+    @jax.jit
+    def both(q0, d):
+        q1 = jaxdyn.integrate(model, q0, d)
+        z = jnp.zeros(nv)
+        A0 = jax.jacfwd(lambda e: jaxdyn.difference(model, jaxdyn.integrate(model, q0, e), q1))(z)
+        A1 = jax.jacfwd(lambda e: jaxdyn.difference(model, q0, jaxdyn.integrate(model, q1, e)))(z)
+        return lie.difference_jacobians(model, q0, q1), (A0, A1)
+
+    for angle in (1e-7, 1.2, np.pi - 1e-6):
+        d = rng.standard_normal(nv)
+        d[:3] = angle * axis
+        (J0, J1), (A0, A1) = both(q0, jnp.asarray(d))
+        np.testing.assert_allclose(np.asarray(J1), np.asarray(A1), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(J0), np.asarray(A0), rtol=0, atol=1e-12)
