@@ -291,33 +291,10 @@ def _jr_series(theta2, coefs):
     return out
 
 
-# Taylor coefficients in theta^2 of b, c, e, c2, c3 (see _jr_coefficients), constant terms first.
+# Taylor coefficients in theta^2 of b, c, e (see _se3_coefficients), constant terms first.
 _B = (1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800, -1 / 479001600, 1 / 87178291200)
 _C = (1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800, -1 / 6227020800, 1 / 1307674368000)
 _E = (1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160, 691 / 1307674368000, 1 / 74724249600)
-_C2 = (
-    1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001600, -1 / 87178291200,
-    1 / 20922789888000,
-)  # fmt: skip
-_C3 = (
-    1 / 120, -1 / 2520, 1 / 120960, -1 / 9979200, 1 / 1245404160, -1 / 217945728000,
-    1 / 50812489728000,
-)  # fmt: skip
-
-
-def _jr_coefficients(theta2):
-    """``b = (1-cos)/θ²``, ``c = (θ-sin)/θ³``, ``e = 1/θ² - (1+cos)/(2θ sin)``,
-    ``c2 = (θ²+2cos-2)/(2θ⁴)``, ``c3 = (2θ-3sin+θcos)/(2θ⁵)`` of ``θ = sqrt(theta2)``."""
-    small = jnp.real(theta2) < _JR_SMALL
-    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
-    t = jnp.sqrt(t2)
-    s, co = jnp.sin(t), jnp.cos(t)
-    b = jnp.where(small, _jr_series(theta2, _B), (1 - co) / t2)
-    c = jnp.where(small, _jr_series(theta2, _C), (t - s) / (t2 * t))
-    e = jnp.where(small, _jr_series(theta2, _E), 1 / t2 - (1 + co) / (2 * t * s))
-    c2 = jnp.where(small, _jr_series(theta2, _C2), (t2 + 2 * co - 2) / (2 * t2 * t2))
-    c3 = jnp.where(small, _jr_series(theta2, _C3), (2 * t - 3 * s + t * co) / (2 * t2 * t2 * t))
-    return b, c, e, c2, c3
 
 
 def _eye3(shape, dtype):
@@ -326,53 +303,107 @@ def _eye3(shape, dtype):
 
 def so3_right_jacobian(w: AnyArray) -> Array:
     """``Jr(ω) = I - b [ω] + c [ω]^2`` of SO(3), ``w (..., 3) -> (..., 3, 3)``."""
-    b, c, *_ = _jr_coefficients(jnp.sum(w * w, -1))
+    b, c, *_ = _se3_coefficients(jnp.sum(w * w, -1))
     K = skew(w)
     return _eye3(w.shape[:-1], w.dtype) - b[..., None, None] * K + c[..., None, None] * (K @ K)
 
 
 def so3_right_jacobian_inv(w: AnyArray) -> Array:
     """``Jr(ω)^-1 = I + [ω]/2 + e [ω]^2`` of SO(3)."""
-    _, _, e, _, _ = _jr_coefficients(jnp.sum(w * w, -1))
+    _, _, e, _ = _se3_coefficients(jnp.sum(w * w, -1))
     K = skew(w)
     return _eye3(w.shape[:-1], w.dtype) + 0.5 * K + e[..., None, None] * (K @ K)
 
 
-def _qr(w, v):
-    """Lower-left block of the SE(3) right Jacobian (Barfoot's ``Q(ρ, φ)`` at ``(-v, -ω)``)."""
-    theta2 = jnp.sum(w * w, -1)
-    _, c1, _, c2, c3 = _jr_coefficients(theta2)
-    W, V = skew(w), skew(v)
-    WV, VW = W @ V, V @ W
-    WVW = WV @ W
-    c1, c2, c3 = (x[..., None, None] for x in (c1, c2, c3))
-    return (
-        -0.5 * V
-        + c1 * (WV + VW - WVW)
-        + c2 * (-(W @ WV) - VW @ W + 3 * WVW)
-        + c3 * (WVW @ W + W @ WVW)
+# Taylor coefficients in theta^2 of e (as _E, one more term: e = Σ_k (-1)^k B_{2k+2} θ^{2k} /
+# (2k+2)!, Bernoulli numbers) and of (de/dθ)/θ = Σ_k 2k e_k θ^{2k-2}
+_E8 = _E + (3617 / 510 / 20922789888000,)
+_EDOT = tuple(2 * k * _E8[k] for k in range(1, len(_E8)))
+
+
+def _se3_coefficients(theta2):
+    """``b = (1 - cos θ)/θ²``, ``c = (θ - sin θ)/θ³``, ``e = 1/θ² - sin θ / (2 θ (1 - cos θ))`` and
+    ``ė/θ = -2/θ⁴ + (1 + sin θ/θ) / (2 θ² (1 - cos θ))`` (its derivative over ``θ``), Taylor
+    series below ``θ² = 0.5``; ``e`` is written with ``1 - cos θ``, accurate up to ``θ = π``."""
+    small = jnp.real(theta2) < _JR_SMALL
+    t2 = jnp.where(small, jnp.ones_like(theta2), theta2)
+    t = jnp.sqrt(t2)
+    s, one_c = jnp.sin(t), 1 - jnp.cos(t)
+    b = jnp.where(small, _jr_series(theta2, _B), one_c / t2)
+    c = jnp.where(small, _jr_series(theta2, _C), (t - s) / (t2 * t))
+    e = jnp.where(small, _jr_series(theta2, _E8), 1 / t2 - s / (2 * t * one_c))
+    edot = jnp.where(
+        small, _jr_series(theta2, _EDOT), -2 / (t2 * t2) + (1 + s / t) / (2 * t2 * one_c)
     )
+    return b, c, e, edot
+
+
+def _outer(a, b):
+    return a[..., :, None] * b[..., None, :]
+
+
+def _jlog6_blocks(w, p, theta2, e, edot):
+    """``(A, C)`` of ``Jr(ξ)^-1 = [[A, 0], [C A, A]]`` (:func:`se3_log_jacobian`)."""
+    e_, edot_, t2_ = e[..., None], edot[..., None], theta2[..., None]
+    wp_ = jnp.sum(w * p, -1)[..., None]
+    eye = _eye3(w.shape[:-1], w.dtype)
+    A = (1 - e_ * t2_)[..., None] * eye + 0.5 * skew(w) + e_[..., None] * _outer(w, w)
+    v3 = (edot_ * wp_) * w - (t2_ * edot_ + 2 * e_) * p
+    C = _outer(v3, w) + e_[..., None] * _outer(w, p) + (e_ * wp_)[..., None] * eye
+    return A, C + 0.5 * skew(p)
+
+
+def _blocks6(A, B, D):
+    """``[[A, 0], [B, D]]`` (``3 x 3`` blocks)."""
+    Z = jnp.zeros_like(A)
+    return jnp.concatenate([jnp.concatenate([A, Z], -1), jnp.concatenate([B, D], -1)], -2)
+
+
+def _exp_translation(w, v, b, c):
+    """``V(ω) v = v + b ω × v + c ω × (ω × v)``: the translation of ``exp([ω; v])``."""
+    wv = cross(w, v)
+    return v + b[..., None] * wv + c[..., None] * cross(w, wv)
+
+
+def se3_log_jacobian(w: AnyArray, p: AnyArray) -> Array:
+    """``Jr(ξ)^-1`` at ``ξ = log6(M)`` of ``M = (R, p)``, from ``w = log3(R) (..., 3)`` and the
+    translation ``p (..., 3)``, ``(..., 6, 6)``: the derivative of ``log6(M exp(δ))`` at
+    ``δ = 0`` in closed form (Pinocchio's ``Jlog6``, ``spatial/log.hxx``, in jaxdyn's
+    ``[angular; linear]`` order)::
+
+        Jr(ξ)^-1 = [[A, 0], [C A, A]],   A = Jr(ω)^-1 = (1 - e θ²) I + [ω]/2 + e ω ω^T,
+        C = ((ė/θ)(ω·p) ω - (θ² ė/θ + 2 e) p) ω^T + e ω p^T + e (ω·p) I + [p]/2
+
+    (``e``, ``ė/θ`` of :func:`_se3_coefficients`): outer products and one ``3 x 3`` product,
+    where Barfoot's ``Q`` (2017, eq. 7.86) takes seven."""
+    theta2 = jnp.sum(w * w, -1)
+    _, _, e, edot = _se3_coefficients(theta2)
+    A, C = _jlog6_blocks(w, p, theta2, e, edot)
+    return _blocks6(A, C @ A, A)
 
 
 def se3_right_jacobian(xi: AnyArray) -> Array:
     """SE(3) right Jacobian ``Jr(ξ)``, ``ξ = [ω; v] (..., 6) -> (..., 6, 6)``:
-    ``[[Jr(ω), 0], [Qr(ω, v), Jr(ω)]]`` (rows and columns ``[angular; linear]``)."""
+    ``[[Jr(ω), 0], [-Jr(ω) C, Jr(ω)]]`` (rows and columns ``[angular; linear]``), the inverse
+    of :func:`se3_log_jacobian`'s ``[[A, 0], [C A, A]]`` (``A = Jr(ω)^-1``) at the translation
+    ``p = V(ω) v`` of ``exp(ξ)``; ``Jr(ω) = I - b [ω] + c [ω]²``."""
     w, v = xi[..., :3], xi[..., 3:]
-    J = so3_right_jacobian(w)
-    Q = _qr(w, v)
-    Z = jnp.zeros_like(J)
-    return jnp.concatenate([jnp.concatenate([J, Z], -1), jnp.concatenate([Q, J], -1)], -2)
+    theta2 = jnp.sum(w * w, -1)
+    b, c, e, edot = _se3_coefficients(theta2)
+    eye = _eye3(w.shape[:-1], w.dtype)
+    KK = _outer(w, w) - theta2[..., None, None] * eye
+    J = eye - b[..., None, None] * skew(w) + c[..., None, None] * KK
+    _, C = _jlog6_blocks(w, _exp_translation(w, v, b, c), theta2, e, edot)
+    return _blocks6(J, -(J @ C), J)
 
 
 def se3_right_jacobian_inv(xi: AnyArray) -> Array:
-    """``Jr(ξ)^-1 = [[Jr(ω)^-1, 0], [-Jr(ω)^-1 Qr Jr(ω)^-1, Jr(ω)^-1]]``."""
+    """``Jr(ξ)^-1``: :func:`se3_log_jacobian` at ``exp(ξ)``'s translation ``p = V(ω) v``."""
     w, v = xi[..., :3], xi[..., 3:]
-    Ji = so3_right_jacobian_inv(w)
-    Q = _qr(w, v)
-    Z = jnp.zeros_like(Ji)
-    return jnp.concatenate(
-        [jnp.concatenate([Ji, Z], -1), jnp.concatenate([-(Ji @ Q @ Ji), Ji], -1)], -2
-    )
+    theta2 = jnp.sum(w * w, -1)
+    b, c, e, edot = _se3_coefficients(theta2)
+    A, C = _jlog6_blocks(w, _exp_translation(w, v, b, c), theta2, e, edot)
+    return _blocks6(A, C @ A, A)
 
 
 def se3_ad_inv_exp(xi: AnyArray) -> Array:

@@ -236,3 +236,92 @@ def test_mm_mv_return_types_as_documented():
     np.testing.assert_allclose(spatial.mm(A3, B3), A3 @ B3, rtol=1e-14)
     np.testing.assert_allclose(spatial.mm(A6, B6), A6 @ B6, rtol=1e-12)
     np.testing.assert_allclose(spatial.mv(A3, B3[:, 0]), (A3 @ B3[:, 0, :, None])[..., 0])
+
+
+def test_se3_log_jacobian_against_autodiff():
+    """:func:`spatial.se3_log_jacobian` (Pinocchio's ``Jlog6`` in closed form) is the
+    derivative of ``log6(M exp(δ))`` at ``δ = 0``: forward-mode autodiff of jaxdyn's free-joint
+    ``difference(identity, M ⊕ δ)`` (quaternion logarithm, ``V(ω)^-1``) to 1e-10, central
+    finite differences to 1e-7 (below 3 rad), at rotation angles from zero through the Taylor
+    branch's edge (``θ² = 0.5``) to ``π - 1e-9``; :func:`spatial.se3_right_jacobian` at
+    ``ξ = log6(M)`` is the derivative of ``log6(exp(ξ)^-1 exp(ξ + δ))`` (autodiff, 1e-10), and
+    :func:`spatial.se3_right_jacobian_inv` at ``ξ`` equals ``se3_log_jacobian`` at ``M``."""
+    from jaxdyn import joints
+
+    free = joints.FREE
+    rng = np.random.default_rng(3)
+    thetas = [0.0, 1e-12, 1e-6, 0.3, np.sqrt(0.5) - 1e-9, np.sqrt(0.5) + 1e-9, 1.5, 3.0,
+              np.pi - 1e-6, np.pi - 1e-9]  # fmt: skip
+    axes = rng.standard_normal((len(thetas), 3))
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    ws = jnp.asarray(np.asarray(thetas)[:, None] * axes)
+    ps = jnp.asarray(rng.uniform(-2.0, 2.0, (len(thetas), 3)))
+    eye_q = jnp.asarray([0.0, 0, 0, 1, 0, 0, 0])
+
+    def log6(q0, q1, d):  # log6(M0^-1 M1 exp(d)), placements as free-joint configurations
+        return joints.difference(free, q0[None], joints.integrate(free, q1[None], d[None]))[0]
+
+    def exp6(xi):
+        return joints.integrate(free, eye_q[None], xi[None])[0]
+
+    @jax.jit
+    def cases(w, p):
+        q1 = jnp.concatenate([p, spatial.exp3_quat(w)])
+        z = jnp.zeros(6)
+        xi = log6(eye_q, q1, z)
+        auto = jax.jacfwd(lambda d: log6(eye_q, q1, d))(z)
+        h = 1e-6
+        fd = jax.vmap(lambda e: (log6(eye_q, q1, e) - log6(eye_q, q1, -e)) / (2 * h))(
+            h * jnp.eye(6)
+        ).T
+        jr = jax.jacfwd(lambda d: log6(exp6(xi), exp6(xi + d), z))(z)
+        return (spatial.se3_log_jacobian(w, p), auto, fd, spatial.se3_right_jacobian(xi), jr,
+                spatial.se3_right_jacobian_inv(xi))  # fmt: skip
+
+    got, auto, fd, jr_got, jr_auto, inv = jax.vmap(cases)(ws, ps)
+    for i, th in enumerate(thetas):
+        err = float(jnp.max(jnp.abs(got[i] - auto[i])))
+        assert err < 1e-10, f"theta {th}: |Jlog6 - autodiff| = {err}"
+        if th < 3.0:  # (a step of 1e-6 near pi could cross it: log6 jumps there)
+            err = float(jnp.max(jnp.abs(got[i] - fd[i])))
+            assert err < 1e-7, f"theta {th}: |Jlog6 - finite differences| = {err}"
+        err = float(jnp.max(jnp.abs(jr_got[i] - jr_auto[i])))
+        assert err < 1e-10, f"theta {th}: |Jr - autodiff| = {err}"
+        err = float(jnp.max(jnp.abs(inv[i] - got[i])))
+        assert err < 1e-10, f"theta {th}: |se3_right_jacobian_inv - Jlog6| = {err}"
+    # the blocks' structure: upper right zero, the diagonal blocks equal
+    np.testing.assert_array_equal(np.asarray(got[:, :3, 3:]), 0.0)
+    np.testing.assert_array_equal(np.asarray(got[:, :3, :3]), np.asarray(got[:, 3:, 3:]))
+
+
+def test_difference_jacobians_free_joint_against_autodiff():
+    """:func:`jaxdyn.trajopt.lie.difference_jacobians` on quad12 (a free joint and twelve
+    revolute ones): ``d/dq1 = Jr(d)^-1`` from the relative placement
+    (:func:`spatial.se3_log_jacobian`) and ``d/dq0 = -Jr(d)^-1 Ad(M^-1)`` equal forward-mode
+    autodiff of ``difference`` through ``integrate`` (1e-12), bases a small, a large and a
+    nearly half-turn rotation apart."""
+    import jaxdyn
+    from jaxdyn import robots
+    from jaxdyn.trajopt import lie
+
+    model = robots.load("quad12")
+    nv = model.nv
+    rng = np.random.default_rng(5)
+    q0 = jaxdyn.integrate(model, jaxdyn.neutral_configuration(model), rng.standard_normal(nv))
+    axis = rng.standard_normal(3)
+    axis /= np.linalg.norm(axis)
+
+    @jax.jit
+    def both(q0, d):
+        q1 = jaxdyn.integrate(model, q0, d)
+        z = jnp.zeros(nv)
+        A0 = jax.jacfwd(lambda e: jaxdyn.difference(model, jaxdyn.integrate(model, q0, e), q1))(z)
+        A1 = jax.jacfwd(lambda e: jaxdyn.difference(model, q0, jaxdyn.integrate(model, q1, e)))(z)
+        return lie.difference_jacobians(model, q0, q1), (A0, A1)
+
+    for angle in (1e-7, 1.2, np.pi - 1e-6):
+        d = rng.standard_normal(nv)
+        d[:3] = angle * axis
+        (J0, J1), (A0, A1) = both(q0, jnp.asarray(d))
+        np.testing.assert_allclose(np.asarray(J1), np.asarray(A1), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(J0), np.asarray(A0), rtol=0, atol=1e-12)

@@ -23,9 +23,12 @@ Every derivative with respect to a configuration is taken in the tangent space o
   and the same two formulas as SO(3) for ``difference`` with the SE(3) ``Jr``. ``Qr`` is
   Barfoot's ``Q`` at ``(-v, -ω)`` (Barfoot, *State Estimation for Robotics*, 2017, eq. 7.86;
   Sola, Deray & Atchuthan, *A micro Lie theory for state estimation in robotics*, 2018,
-  App. D). The SO(3) / SE(3) Jacobians are :mod:`jaxdyn.spatial`'s
-  (:func:`~jaxdyn.spatial.so3_right_jacobian` and its kin): their scalar coefficients switch
-  to Taylor series below ``θ^2 = 0.5`` (terms to ``θ^12``, truncation below ``1e-15``), and
+  App. D), ``Qr = -Jr(ω) C`` with the ``C`` of Pinocchio's ``Jlog6`` (closed form, outer
+  products: :func:`jaxdyn.spatial.se3_log_jacobian`, which a free joint's ``difference``
+  Jacobian takes from the relative placement). The SO(3) / SE(3) Jacobians are
+  :mod:`jaxdyn.spatial`'s (:func:`~jaxdyn.spatial.so3_right_jacobian` and its kin): their
+  scalar coefficients switch to Taylor series below ``θ^2 = 0.5`` (terms to ``θ^12`` or
+  beyond, truncation below ``1e-15``), and
   every branch test reads the real part, so the functions stay analytic for complex-step
   inputs.
 
@@ -170,14 +173,6 @@ def block_diag_matmul(model: Model, blocks: list, X: Array) -> Array:
     return jnp.concatenate(out, 0)
 
 
-def _difference_pieces(model, q0, q1):
-    """Per-run ``q1 ⊖ q0`` pieces ``(n, k)``."""
-    out = []
-    for (kind, *_), a, b in zip(_runs(model), _pieces(model, q0, "q"), _pieces(model, q1, "q")):
-        out.append(joints.difference(kind, a, b))
-    return out
-
-
 @full_precision
 def difference_jacobians(model: Model, q0: Array, q1: Array) -> tuple[Array, Array]:
     """Jacobians of ``difference(model, q0, q1) = q1 ⊖ q0`` in the tangent spaces of ``q0``
@@ -194,21 +189,46 @@ def difference_jacobians(model: Model, q0: Array, q1: Array) -> tuple[Array, Arr
     return _block_diag(model, J0, dtype), _block_diag(model, J1, dtype)
 
 
-def _difference_jacobian_blocks(model, q0, q1):
+def _difference_jacobian_blocks(model, q0, q1, arg0=True):
     """:func:`difference_jacobians`' per-run blocks ``(n, k, k)`` (``d/dq1``: ``None`` for
-    one-DoF runs, the identity), before their assembly into ``(nv, nv)``."""
+    one-DoF runs, the identity), before their assembly into ``(nv, nv)``; ``d/dq0`` is ``None``
+    throughout unless ``arg0``.
+
+    A free joint's ``d/dq1 = Jr(d)^-1`` comes from the relative placement ``M = (R, p)`` of
+    the two configurations in closed form (:func:`jaxdyn.spatial.se3_log_jacobian`, Pinocchio's
+    ``Jlog6``) and ``d/dq0 = -Jr(-d)^-1 = -Jl(d)^-1 = -Jr(d)^-1 Ad(M^-1)`` (``Jl(ξ) =
+    Ad(exp ξ) Jr(ξ)``)."""
     dtype = jnp.result_type(q0, q1)
     J0, J1 = [], []
-    for (kind, *_), d in zip(_runs(model), _difference_pieces(model, q0, q1)):
+    runs = zip(_runs(model), _pieces(model, q0, "q"), _pieces(model, q1, "q"))
+    for (kind, *_), a, b in runs:
         if kind == joints.ONE_DOF:
-            J0.append(-jnp.ones((d.shape[0], 1, 1), dtype))
+            J0.append(-jnp.ones((a.shape[0], 1, 1), dtype) if arg0 else None)
             J1.append(None)
         elif kind == joints.SPHERICAL:
-            J0.append(-so3_right_jacobian_inv(-d))
+            d = joints.difference(kind, a, b)
+            J0.append(-so3_right_jacobian_inv(-d) if arg0 else None)
             J1.append(so3_right_jacobian_inv(d))
         else:
-            J0.append(-se3_right_jacobian_inv(-d))
-            J1.append(se3_right_jacobian_inv(d))
+            rel = spatial.quat_mul(spatial.quat_conj(a[:, 3:]), b[:, 3:])
+            w = spatial.log3_quat(rel)
+            Rt0 = jnp.swapaxes(spatial.quat_to_rot(a[:, 3:]), -1, -2)
+            p = spatial.mv(Rt0, b[:, :3] - a[:, :3])
+            J = spatial.se3_log_jacobian(w, p)
+            J1.append(J)
+            if arg0:
+                Rt = jnp.swapaxes(spatial.quat_to_rot(rel), -1, -2)
+                Z = jnp.zeros_like(Rt)
+                ad_inv = jnp.concatenate(
+                    [
+                        jnp.concatenate([Rt, Z], -1),
+                        jnp.concatenate([-(Rt @ spatial.skew(p)), Rt], -1),
+                    ],
+                    -2,
+                )
+                J0.append(-(J @ ad_inv))
+            else:
+                J0.append(None)
     return J0, J1
 
 
@@ -224,7 +244,7 @@ def weighted_difference_gauss_newton(
     dtype = jnp.result_type(q0, q1, w, r)
     if _all_one_dof(model):
         return w * r, _diagonal(w.astype(dtype))
-    _, J1 = _difference_jacobian_blocks(model, q0, q1)
+    _, J1 = _difference_jacobian_blocks(model, q0, q1, arg0=False)
     g, H = [], []
     for blk, wp, rp in zip(J1, _pieces(model, w, "v"), _pieces(model, r, "v")):
         if blk is None:  # identity blocks
