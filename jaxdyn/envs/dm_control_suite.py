@@ -607,6 +607,14 @@ class ContactSuiteEnv(SuiteEnv):
     #: batch's trip count under ``vmap`` (its slowest solve) was about 55 while the mean solve
     #: stopped after about 16; the rest of a slow solve continues from the warm start
     SOLVER_ITERATIONS = 40
+    #: the most Newton steps per simulator step of the planar tasks' soft contact
+    #: (:func:`soft_contact`; MuJoCo C's converged solve took at most 9 on the walker)
+    NEWTON_ITERATIONS = 20
+    #: the Newton solve's stopping tolerance (MuJoCo's and MJX's default ``opt.tolerance``)
+    NEWTON_TOLERANCE = 1e-8
+    #: the contact models that the ``contact=`` keyword names (the cheetah, walker and hopper:
+    #: ``"soft"``, their default, and ``"hard"``; empty: the task has one, :attr:`contact`)
+    CONTACT_MODELS: dict[str, _sim.Constraint] = {}
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -685,7 +693,22 @@ class ContactSuiteEnv(SuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
+        base = type(self).contact
+        if contact is not None:
+            models = type(self).CONTACT_MODELS
+            if not models:
+                raise ValueError(
+                    f"{type(self).__name__}: contact must be None (the task has one contact "
+                    f"model), got {contact!r}"
+                )
+            if not isinstance(contact, str) or contact not in models:
+                raise ValueError(
+                    f"{type(self).__name__}: contact must be None or one of "
+                    f"{sorted(models)}, got {contact!r}"
+                )
+            base = models[contact]
         changes: dict[str, Any] = {}
         for name, n, field in (
             ("solver_iterations", solver_iterations, "iterations"),
@@ -717,8 +740,9 @@ class ContactSuiteEnv(SuiteEnv):
                     f"{type(self).__name__}: {arg} must be None, True or False, got {flag!r}"
                 )
             changes[name] = flag
-        if changes:  # the instance's contact model: the task's with these settings changed
-            self.contact = dataclasses.replace(type(self).contact, **changes)
+        if changes or base is not type(self).contact:
+            # the instance's contact model: the task's (or the named one) with these settings
+            self.contact = dataclasses.replace(base, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         model = self.sys.model
@@ -880,6 +904,37 @@ class ContactSuiteEnv(SuiteEnv):
         return self.episode_start(jax.random.split(rng, 3)[0], ps)
 
 
+def soft_contact(**changes: Any) -> _sim.Constraint:
+    """The planar tasks' default contact (cheetah, walker, hopper): MuJoCo's soft contact, the
+    physics of Playground's MJX environments (and of dm_control's MuJoCo), solved as MuJoCo's
+    and MJX's Newton solver (``mj_solNewton``; :class:`jaxdyn.sim.Constraint`'s
+    ``soft=True, relaxed=True, solver="newton"``): the geoms' ``solref`` / ``solimp``, the
+    file's cone (pyramidal, MuJoCo's default), friction and joint-limit rows
+    (:meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`); over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest slots, warm-started from the previous
+    simulator step, stopped at MuJoCo's ``opt.tolerance`` or after
+    :attr:`~ContactSuiteEnv.NEWTON_ITERATIONS` steps. ``changes``: other fields of the
+    :class:`~jaxdyn.sim.Constraint`.
+
+    Playground's files cut MuJoCo's solver to 2 (walker) or 4 (cheetah, hopper) iterations
+    (``<option iterations>``, with ``ls_iterations`` 5 to 10); here the solve runs to MuJoCo's
+    tolerance instead: the converged problem, which MuJoCo C solves under the bundled files'
+    defaults (100 iterations). jaxdyn warm-starts from the previous step's impulses
+    (``M^-1 J^T lam``), MuJoCo from its acceleration: after a solve cut short the two starts
+    differ, and jaxdyn's solve cut to Playground's 2 steps left the walker's velocities far
+    from the converged ones where MuJoCo's stayed close (docs/environments.md)."""
+    kw: dict[str, Any] = dict(
+        soft=True,
+        relaxed=True,
+        solver="newton",
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS,
+        warm_start=True,
+        iterations=ContactSuiteEnv.NEWTON_ITERATIONS,
+        tolerance=ContactSuiteEnv.NEWTON_TOLERANCE,
+    )
+    return _sim.Constraint(**(kw | changes))
+
+
 def _mujoco_geom(name: str) -> int:
     """MuJoCo's ``mjtGeom`` value of a geom type."""
     import mujoco
@@ -906,7 +961,10 @@ class CheetahRun(ContactSuiteEnv):
     """
 
     xml = "cheetah.xml"
-    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    #: jaxdyn's hard Coulomb contact (``contact="hard"``)
+    HARD_CONTACT = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
     RUN_SPEED = 10.0
 
@@ -921,6 +979,7 @@ class CheetahRun(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
@@ -930,6 +989,7 @@ class CheetahRun(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -1011,7 +1071,7 @@ class WalkerMove(ContactSuiteEnv):
     #: steps and without the limit rows' active-set step (``polish=False``): under ``vmap`` the
     #: batch's slowest solve sets the count, and the warm start carries an unfinished solve on
     #: to the next simulator step (docs/environments.md, "Step cost against MJX")
-    contact = _sim.Constraint(
+    HARD_CONTACT = _sim.Constraint(
         friction=0.7,
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
@@ -1019,6 +1079,8 @@ class WalkerMove(ContactSuiteEnv):
         iterations=SOLVER_ITERATIONS,
         polish=False,
     )
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
     WALK_SPEED, RUN_SPEED = 1.0, 8.0
@@ -1037,6 +1099,7 @@ class WalkerMove(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -1052,6 +1115,7 @@ class WalkerMove(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -1126,13 +1190,15 @@ class HopperTask(ContactSuiteEnv):
     xml = "hopper.xml"
     #: as the walker's (:class:`WalkerMove`): the cap, a warm start, a tolerance (here 1e-4)
     #: after at most :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
-    contact = _sim.Constraint(
+    HARD_CONTACT = _sim.Constraint(
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
         tolerance=1e-4,
         iterations=ContactSuiteEnv.SOLVER_ITERATIONS,
         polish=False,
     )
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
@@ -1149,6 +1215,7 @@ class HopperTask(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1159,6 +1226,7 @@ class HopperTask(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
