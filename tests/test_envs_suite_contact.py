@@ -21,6 +21,7 @@ dm_control's ``Physics`` (nothing else is changed).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -320,19 +321,25 @@ def test_solver_options(name):
     ``benchmarks/suite_step.py``, docs/environments.md.)"""
     from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
 
-    polish = name not in ("walker_walk", "hopper_hop")  # flip the class's (walker, hopper: off)
+    env = envs.make(name, solver_iterations=7, max_contacts=5)
+    assert isinstance(env, ContactSuiteEnv)
+    polish = type(env).contact.polish
     env = envs.make(name, solver_iterations=7, max_contacts=5, solver_polish=not polish)
     assert isinstance(env, ContactSuiteEnv)
     c, c0 = env.sys.cfg.contact, type(env).contact
     assert isinstance(c, sim.Constraint) and (c.iterations, c.max_contacts) == (7, 5)
     assert c.polish is (not polish) and c0.polish is polish
-    assert c0.iterations in (type(env).SOLVER_ITERATIONS, 100) and c0.max_contacts != 5
+    iterations = (type(env).SOLVER_ITERATIONS, type(env).NEWTON_ITERATIONS, 100)
+    assert c0.iterations in iterations and c0.max_contacts != 5
     leaves0, _ = jax.tree_util.tree_flatten(c0)
     leaves, _ = jax.tree_util.tree_flatten(c)
     assert len(leaves) == len(leaves0)
     for a, b in zip(leaves, leaves0):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     changed = ("iterations", "max_contacts", "polish")
+    if c0.soft:  # the soft contact's cone=None: the file's (sim_config), pyramidal here
+        assert c0.cone is None and c.cone == "pyramidal"
+        changed += ("cone",)
     fields = [f for f in type(c).__dataclass_fields__ if f not in changed]
     assert all(repr(getattr(c, f)) == repr(getattr(c0, f)) for f in fields)
     for key in ("solver_iterations", "max_contacts"):
@@ -380,6 +387,38 @@ def test_registered_and_batched():
         assert "target" in st.info
 
 
+def test_planar_tasks_default_to_soft_contact():
+    """The cheetah, walker and hopper simulate MuJoCo's soft contact through the Newton solve
+    by default (:func:`~jaxdyn.envs.dm_control_suite.soft_contact`: the files' solref / solimp
+    and pyramidal cones, the physics of Playground's MJX environments); ``contact="hard"`` is
+    jaxdyn's hard Coulomb contact (the class's ``HARD_CONTACT``), with the solver keywords
+    applied to whichever model is named; a ``contact`` that is not a model's name is refused
+    naming the keyword before the model loads. Configuration only (the physics:
+    ``test_rollout_equals_mujoco``)."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, soft_contact
+
+    for name in ("cheetah_run", "walker_walk", "hopper_hop"):
+        env = envs.make(name)
+        assert isinstance(env, ContactSuiteEnv)
+        c = env.sys.cfg.contact
+        assert isinstance(c, sim.Constraint)
+        assert (c.soft, c.relaxed, c.solver, c.cone) == (True, True, "newton", "pyramidal")
+        assert (c.warm_start, c.tolerance) == (True, ContactSuiteEnv.NEWTON_TOLERANCE)
+        assert c.iterations == ContactSuiteEnv.NEWTON_ITERATIONS
+        assert c.max_contacts == ContactSuiteEnv.MAX_CONTACTS and c.friction is None
+        assert repr(type(env).contact) == repr(soft_contact())
+        assert type(env).CONTACT_MODELS["soft"] is type(env).contact
+        hard = envs.make(name, contact="hard", solver_iterations=9)
+        h = hard.sys.cfg.contact
+        assert isinstance(h, sim.Constraint) and not h.soft and h.solver is None
+        assert h.iterations == 9
+        assert repr(h) == repr(dataclasses.replace(type(env).HARD_CONTACT, iterations=9))
+        refused = r"contact must be None or one of \['hard', 'soft'\]"
+        for bad in ("soft newton", "Hard", 1, True):
+            with pytest.raises(ValueError, match=refused):
+                envs.make(name, contact=bad)
+
+
 def test_contacts_loaded_explicitly():
     """The bundled files load with nothing dropped (no ``ignore=``: every colliding geom is
     simulated, as the loader's primitives against the floor or its geom pairs; the finger's
@@ -391,6 +430,8 @@ def test_contacts_loaded_explicitly():
         assert env.scene.ignored == () and env.ignore == ()
         # the finger's solimp (MuJoCo's impedance), refused by name without it
         assert env.sim_ignore == (("solimp",) if name.startswith("finger") else ())
+        if name != "finger_spin":  # the hard contact's friction (the soft one: each contact's)
+            env = envs.make(name, contact="hard")
         cfg = env.sys.cfg
         assert isinstance(cfg.contact, sim.Constraint) and cfg.contacts is not None
         m = env.scene.mj_model
@@ -481,6 +522,53 @@ def test_outcome_like_mujoco_with_options(name):
     env = envs.make(name, **kw, **OPTIONS[name])
     step = jax.jit(jax.vmap(env.step))
     _check_outcome(name, env, *_run(env, step, *ROLLOUTS[name]))
+
+
+#: the open-loop rollouts of :func:`test_rollout_equals_mujoco`: seconds, and the most
+#: ``|qpos|``, ``|qvel|`` difference from MuJoCo C allowed at any control step (measured over
+#: 1 s: 2e-14 / 8e-13 walker, 7e-14 / 2e-13 hopper, 2e-15 / 9e-14 cheetah)
+EQUAL_ROLLOUT = (1.0, 1e-9, 1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cheetah_run", "walker_walk", "hopper_hop"])
+def test_rollout_equals_mujoco(name):
+    """The planar tasks' default physics (MuJoCo's soft contact through the Newton solve,
+    :func:`~jaxdyn.envs.dm_control_suite.soft_contact`) is MuJoCo's: from MuJoCo's initial
+    state (``qpos0`` at rest; the cheetah without its settling), under uniform random controls
+    in ``[-1, 1]`` held for each control step (the same open-loop sequence for both), jaxdyn's
+    ``env.step`` against ``n_frames`` calls of ``mj_step`` (the bundled files' Newton solver:
+    100 iterations, tolerance 1e-8, pyramidal cones, all of MuJoCo's contacts against
+    jaxdyn's 6 closest slots), float64: ``qpos`` and ``qvel`` within :data:`EQUAL_ROLLOUT`'s
+    bounds at every control step over 1 s, through the falls, the feet's impacts and sliding
+    and the joint limits (both rollouts make contact: checked). For the walker the hard
+    contact (``contact="hard"``, the default before) departs from MuJoCo by more than 1e-3
+    over the same rollout (the bound tells the two models apart)."""
+    seconds, tol_q, tol_v = EQUAL_ROLLOUT
+    kw = {"settle_steps": 0} if name == "cheetah_run" else {}
+    models = ("soft", "hard") if name == "walker_walk" else ("soft",)
+    for model in models:
+        env = envs.make(name, contact=model, **kw)
+        m = env.scene.mj_model
+        d = mujoco.MjData(m)
+        mujoco.mj_forward(m, d)
+        ps = env.pipeline_init(env.q_of(d.qpos.copy()), env.q_of(d.qvel.copy()))
+        s = env.episode_start(jax.random.PRNGKey(0), ps)
+        step = jax.jit(env.step)
+        controls = np.random.default_rng(0).uniform(-1, 1, (int(round(seconds / env.dt)), m.nu))
+        dq, dv, touched = [], [], 0
+        for u in controls:
+            d.ctrl[:] = u
+            mujoco.mj_step(m, d, env.n_frames)
+            touched = max(touched, d.ncon)
+            s = step(s, jnp.asarray(u))
+            dq.append(np.abs(np.asarray(env.qpos(s.pipeline_state.q)) - d.qpos).max())
+            dv.append(np.abs(np.asarray(env.qpos(s.pipeline_state.v)) - d.qvel).max())
+        assert touched >= 1 and float(s.done) == 0.0
+        if model == "soft":
+            assert max(dq) < tol_q and max(dv) < tol_v, (name, max(dq), max(dv))
+        else:
+            assert max(dq) > 1e-3, (name, max(dq))
 
 
 @pytest.mark.slow

@@ -41,10 +41,14 @@ Their observations and rewards are dm_control's task functions (``get_observatio
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
 ``subtreelinvel``, joint sensors, ``touch``), with Playground's timing above; ``qpos`` and
 ``qvel`` in observations are in MuJoCo's joint order (jaxdyn orders a branching tree's joints
-by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft constraints
-(``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
-trajectories through a contact part from MuJoCo's while falls and rest states agree
-(``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
+by depth: :attr:`SuiteEnv.to_mujoco`). The cheetah, walker and hopper simulate MuJoCo's soft
+contact (``solref`` / ``solimp``, pyramidal cones) through MuJoCo's Newton solve
+(:func:`soft_contact`), the physics of Playground's MJX environments: their rollouts follow
+MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and ``contact="hard"``
+gives jaxdyn's hard Coulomb contact instead (:class:`~jaxdyn.sim.Constraint`'s default). The
+finger, ball in cup and humanoid keep hard contact, whose trajectories through a contact part
+from MuJoCo's while falls and rest states agree; the touch sensors read the simulated
+contact forces.
 The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
 in cup's string are MuJoCo's limit constraint
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
@@ -554,9 +558,11 @@ class SuiteReacher(SuiteEnv):
 class ContactSuiteEnv(SuiteEnv):
     """A suite task whose model touches the floor or other bodies: every contact the file
     declares (the loader's primitives against the floor plane and its geom pairs, with MuJoCo's
-    filters and friction) under :attr:`contact`, jaxdyn's :class:`~jaxdyn.sim.Constraint`
-    (Coulomb's law on the Delassus matrix; MuJoCo solves soft constraints, so contact
-    transients differ while rest states agree).
+    filters and friction) under :attr:`contact`, a :class:`~jaxdyn.sim.Constraint`: MuJoCo's
+    soft contact through its Newton solve for the cheetah, walker and hopper
+    (:func:`soft_contact`; ``contact="hard"``: their :attr:`CONTACT_MODELS`' other entry),
+    jaxdyn's hard Coulomb contact on the Delassus matrix for the others (MuJoCo solves soft
+    constraints, so their contact transients differ while rest states agree).
 
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
@@ -572,10 +578,14 @@ class ContactSuiteEnv(SuiteEnv):
     (``docs/environments.md``, "Step cost against MJX", measures both against MJX with
     Playground's cut solver; ``benchmarks/suite_step.py``):
 
+    * ``contact``: the contact model by name, ``None`` (the default) the task's
+      :attr:`contact`; the cheetah, walker and hopper take ``"soft"`` (their default,
+      :func:`soft_contact`) and ``"hard"`` (``HARD_CONTACT``, their default before), the
+      options below then changing the named model;
     * ``solver_iterations``: the accelerated projected gradient steps of each simulator step's
       solve of the contacts and limit rows (:func:`jaxdyn.sim.solve_cone_complementarity`;
       :class:`~jaxdyn.sim.Constraint`'s ``iterations``, 100 by default), a fixed count whose
-      cost is most of the step's;
+      cost is most of the step's (the soft contact's Newton solve: its most Newton steps);
     * ``max_contacts``: solve over the ``k`` contact slots of least distance only
       (:class:`~jaxdyn.sim.Constraint`'s ``max_contacts``; the cheetah has 54 slots, the
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
@@ -957,11 +967,14 @@ class CheetahRun(ContactSuiteEnv):
     with a leg in the floor (9 % of them) is pushed out during the settling (the root is free
     to slide), which leaves it at rest with a converged solve. **Periods:** 0.01 s both.
     Contact: the bodies against the floor (friction 1, the floor's) and against each other
-    (0.4), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots.
+    (0.4), MuJoCo's soft contact through its Newton solve (:func:`soft_contact`, the files'
+    ``solref`` / ``solimp``, as Playground's MJX), solved over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots; ``contact="hard"``: jaxdyn's
+    hard Coulomb contact (:attr:`HARD_CONTACT`, cold, 100 projected gradient steps).
     """
 
     xml = "cheetah.xml"
-    #: jaxdyn's hard Coulomb contact (``contact="hard"``)
+    #: the hard contact (``contact="hard"``): jaxdyn's Coulomb contact, cold, 100 steps
     HARD_CONTACT = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     contact = soft_contact()
     CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
@@ -1051,21 +1064,25 @@ class WalkerMove(ContactSuiteEnv):
     (Playground's draw, the same key splits); a draw with a body in the floor (2 % of
     them) is replaced by the first of ``reset_tries - 1`` (7) further draws that touch
     nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it, and jaxdyn's
-    hard contact ejects the body at up to 15 m/s in the first step).
+    hard contact, ``contact="hard"``, ejects the body at up to 15 m/s in the first step).
     **Periods:** control 0.025 s, simulation 0.0025 s. Contact: the bodies against the floor
-    (friction 0.7; the bodies do not collide with each other), solved over the
-    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots, warm-started from the
-    previous simulator step's impulses (``pipeline_state.impulses``) and stopped at a relative
-    change of 3e-4 or after 30 steps, without the limit rows' active-set step
-    (``warm_start=False, solver_tolerance=0, solver_iterations=100, solver_polish=True`` for
-    the cold 100 iterations).
+    (friction 0.7; the bodies do not collide with each other), MuJoCo's soft contact through
+    its Newton solve (:func:`soft_contact`: the file's ``solref`` / ``solimp``, pyramidal
+    cones, the joint-limit rows in the same solve; Playground's MJX physics), over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots. ``contact="hard"``: jaxdyn's
+    hard Coulomb contact (:attr:`HARD_CONTACT`), warm-started from the previous simulator
+    step's impulses (``pipeline_state.impulses``) and stopped at a relative change of 3e-4 or
+    after 30 steps, without the limit rows' active-set step (``warm_start=False,
+    solver_tolerance=0, solver_iterations=100, solver_polish=True`` for the cold 100
+    iterations).
     """
 
     xml = "walker.xml"
-    #: the most solver steps per simulator step (its 10 simulator steps per control step carry
-    #: a solve on further than the hopper's 4)
+    #: the most solver steps per simulator step of the hard contact (its 10 simulator steps
+    #: per control step carry a solve on further than the hopper's 4)
     SOLVER_ITERATIONS = 30
-    #: the contact cap, and the solve warm-started from the previous simulator step's impulses
+    #: the hard contact (``contact="hard"``): the contact cap, and the solve warm-started from
+    #: the previous simulator step's impulses
     #: and stopped once they move by less than 3e-4 relative (its 10 simulator steps per
     #: control step change the contacts little), after at most :attr:`SOLVER_ITERATIONS`
     #: steps and without the limit rows' active-set step (``polish=False``): under ``vmap`` the
@@ -1176,20 +1193,24 @@ class HopperTask(ContactSuiteEnv):
     (Playground's draw, the same key splits); a draw with a leg inside the torso or the
     floor (13 % of them) is replaced by the first of ``reset_tries - 1`` (7) further
     draws that touch nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it;
-    jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
-    **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
-    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 or after
-    40 steps, without the limit rows' active-set step (as the walker's, whose tolerance is
-    3e-4). Joint limits: MuJoCo's limit constraint
+    jaxdyn's hard contact problem, ``contact="hard"``, has no solution where a leg starts
+    inside the torso). **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies
+    against the floor and against each other (friction 1), MuJoCo's soft contact through its
+    Newton solve (:func:`soft_contact`; Playground's MJX physics) over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 30 slots; the touch sensors read its
+    forces. ``contact="hard"``: jaxdyn's hard Coulomb contact (:attr:`HARD_CONTACT`),
+    warm-started and stopped at a relative change of 1e-4 or after 40 steps, without the limit
+    rows' active-set step (as the walker's, whose tolerance is 3e-4). Joint limits: MuJoCo's
+    limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
-    #: as the walker's (:class:`WalkerMove`): the cap, a warm start, a tolerance (here 1e-4)
-    #: after at most :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
+    #: the hard contact (``contact="hard"``), as the walker's (:class:`WalkerMove`): the cap, a
+    #: warm start, a tolerance (here 1e-4) after at most
+    #: :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
     HARD_CONTACT = _sim.Constraint(
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
