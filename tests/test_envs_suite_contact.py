@@ -710,35 +710,39 @@ def test_mujoco_limits_too_soft_under_strong_motors(task, ctrl):
 @pytest.mark.slow
 def test_hopper_touch_sensors_read_the_contacts():
     """The hopper's touch sensors (MuJoCo's ``<touch>`` on the toe and heel sites) against
-    MuJoCo's ``sensordata`` at the same states: the foot 1 mm into the floor, landing at
-    0.5 m/s, flat, on its toe and on its heel (ankle +-0.3 rad; at rest, a single contact under
-    a pivoting body may rightly carry no force in jaxdyn's hard contact while MuJoCo's soft one
-    pushes on its penetration). The same sensors read a contact (MuJoCo's soft
-    contact and jaxdyn's constraint impulse give different magnitudes) and the other reads 0.
+    MuJoCo's ``sensordata`` at the same states: the foot 1 mm into the floor, flat, on its toe
+    and on its heel (ankle +-0.3 rad), landing at 0.5 m/s and at rest. Under the default soft
+    contact (MuJoCo's, through its Newton solve) the readings equal MuJoCo's to 1e-9 relative
+    (measured 1e-14), zeros included; under the hard contact (``contact="hard"``, whose
+    impulses differ from MuJoCo's soft forces) the same sensors read a contact on landing.
     (The default ``test_functions_match_dm_control`` covers the contact-free readings.)"""
-    env = envs.make("hopper_stand")
+    env, hard = envs.make("hopper_stand"), envs.make("hopper_stand", contact="hard")
     m = env.scene.mj_model
     d = mujoco.MjData(m)
-    touch = jax.jit(env.touch)
+    touch, touch_hard = jax.jit(env.touch), jax.jit(hard.touch)
     floor = m.geom("floor").id
     ids = [m.sensor(s).adr[0] for s in env.touch_sites]
     patterns = []
     for ankle in (0.0, 0.3, -0.3):
-        d.qpos[:] = 0.0
-        d.qpos[m.joint("ankle").qposadr[0]] = ankle
-        for _ in range(3):  # lower the hopper until the foot's deepest point is 1 mm in
+        for vz in (-0.5, 0.0):
+            d.qpos[:] = 0.0
+            d.qpos[m.joint("ankle").qposadr[0]] = ankle
+            for _ in range(3):  # lower the hopper until the foot's deepest point is 1 mm in
+                mujoco.mj_forward(m, d)
+                foot = [m.geom("foot").id]
+                dist = mujoco.mj_geomDistance(m, d, floor, foot[0], 1.0, None)
+                d.qpos[m.joint("rootz").qposadr[0]] -= dist + 1e-3
+            d.qvel[:] = 0.0
+            d.qvel[m.joint("rootz").dofadr[0]] = vz
             mujoco.mj_forward(m, d)
-            foot = [m.geom("foot").id]
-            dist = mujoco.mj_geomDistance(m, d, floor, foot[0], 1.0, None)
-            d.qpos[m.joint("rootz").qposadr[0]] -= dist + 1e-3
-        d.qvel[:] = 0.0
-        d.qvel[m.joint("rootz").dofadr[0]] = -0.5  # landing: each contact must push
-        mujoco.mj_forward(m, d)
-        want = np.asarray(d.sensordata[ids])
-        pk = sim.State(jnp.asarray(env.q_of(d.qpos.copy())), jnp.asarray(env.q_of(d.qvel.copy())))
-        got = np.asarray(touch(pk, jnp.zeros(m.nu)))
-        assert np.array_equal(got > 1e-6, want > 1e-6), (ankle, got, want)
-        patterns.append(tuple(want > 1e-6))
+            want = np.asarray(d.sensordata[ids])
+            q, v = jnp.asarray(env.q_of(d.qpos.copy())), jnp.asarray(env.q_of(d.qvel.copy()))
+            got = np.asarray(touch(sim.State(q, v), jnp.zeros(m.nu)))
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * want.max())
+            if vz < 0:  # landing: each contact must push, in both contact models
+                got = np.asarray(touch_hard(sim.State(q, v), jnp.zeros(m.nu)))
+                assert np.array_equal(got > 1e-6, want > 1e-6), (ankle, got, want)
+                patterns.append(tuple(want > 1e-6))
     assert patterns == [(True, True), (True, False), (False, True)]
 
 
