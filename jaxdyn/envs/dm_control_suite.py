@@ -609,8 +609,9 @@ class ContactSuiteEnv(SuiteEnv):
     contact = _sim.Constraint()
     #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
     #: that touch or close within a simulator step seen in their random-action rollouts was
-    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
-    #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
+    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each, under the hard
+    #: contact (docs/environments.md; under the soft one the walker's sinking feet close a 7th
+    #: now and then); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
     MAX_CONTACTS = 6
     #: the most solver steps of the warm-started hopper per simulator step (the cold default
     #: is 100; the walker's :attr:`WalkerMove.SOLVER_ITERATIONS` is 30): on the walker the
