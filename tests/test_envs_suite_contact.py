@@ -409,10 +409,12 @@ def test_planar_tasks_default_to_soft_contact():
         assert repr(type(env).contact) == repr(soft_contact())
         assert type(env).CONTACT_MODELS["soft"] is type(env).contact
         hard = envs.make(name, contact="hard", solver_iterations=9)
+        assert isinstance(hard, ContactSuiteEnv)
         h = hard.sys.cfg.contact
         assert isinstance(h, sim.Constraint) and not h.soft and h.solver is None
         assert h.iterations == 9
-        assert repr(h) == repr(dataclasses.replace(type(env).HARD_CONTACT, iterations=9))
+        want = dataclasses.replace(type(env).CONTACT_MODELS["hard"], iterations=9)
+        assert repr(h) == repr(want)
         refused = r"contact must be None or one of \['hard', 'soft'\]"
         for bad in ("soft newton", "Hard", 1, True):
             with pytest.raises(ValueError, match=refused):
@@ -544,11 +546,14 @@ def test_rollout_equals_mujoco(name):
     and the joint limits (both rollouts make contact: checked). For the walker the hard
     contact (``contact="hard"``, the default before) departs from MuJoCo by more than 1e-3
     over the same rollout (the bound tells the two models apart)."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
     seconds, tol_q, tol_v = EQUAL_ROLLOUT
     kw = {"settle_steps": 0} if name == "cheetah_run" else {}
     models = ("soft", "hard") if name == "walker_walk" else ("soft",)
     for model in models:
         env = envs.make(name, contact=model, **kw)
+        assert isinstance(env, ContactSuiteEnv)
         m = env.scene.mj_model
         d = mujoco.MjData(m)
         mujoco.mj_forward(m, d)
@@ -724,7 +729,10 @@ def test_hopper_touch_sensors_read_the_contacts():
     (measured 1e-14), zeros included; under the hard contact (``contact="hard"``, whose
     impulses differ from MuJoCo's soft forces) the same sensors read a contact on landing.
     (The default ``test_functions_match_dm_control`` covers the contact-free readings.)"""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
     env, hard = envs.make("hopper_stand"), envs.make("hopper_stand", contact="hard")
+    assert isinstance(env, ContactSuiteEnv) and isinstance(hard, ContactSuiteEnv)
     m = env.scene.mj_model
     d = mujoco.MjData(m)
     touch, touch_hard = jax.jit(env.touch), jax.jit(hard.touch)
