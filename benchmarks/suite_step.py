@@ -145,10 +145,16 @@ def build(name, options=""):
 
 
 def _value(text):
-    """An option's value: ``true`` / ``false``, an integer or a float."""
+    """An option's value: ``true`` / ``false``, an integer, a float, else the text itself
+    (``contact=hard``)."""
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
-    return float(text) if any(c in text for c in ".eE") else int(text)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def has_contact(name):

@@ -221,11 +221,20 @@ def test_suite_task_carries_the_warm_start():
     """A contact task with ``warm_start=True``: its reset carries zero impulses (the walker's
     14 contact slots x 3 rows and 6 limit rows), ``jit(step)`` keeps the state's structure
     (Brax's contract: the same pytree in and out) and replaces them with the solve's, and
-    three control steps stay within the solve's tolerance of the cold, default task."""
+    three control steps stay within the solve's tolerance of the cold one (the walker's hard
+    contact, ``contact="hard"``: cold, 100 iterations, polished)."""
     from jaxdyn.envs import dm_control_suite as suite
 
-    warm = suite.WalkerMove(warm_start=True, solver_tolerance=1e-8, solver_iterations=400)
-    cold = suite.WalkerMove()
+    warm = suite.WalkerMove(
+        contact="hard", warm_start=True, solver_tolerance=1e-8, solver_iterations=400
+    )
+    cold = suite.WalkerMove(
+        contact="hard",
+        warm_start=False,
+        solver_tolerance=0.0,
+        solver_iterations=100,
+        solver_polish=True,
+    )
     key = jax.random.PRNGKey(0)
     s, c = jax.jit(warm.reset)(key), jax.jit(cold.reset)(key)
     assert s.pipeline_state.impulses is not None

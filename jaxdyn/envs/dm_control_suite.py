@@ -41,10 +41,14 @@ Their observations and rewards are dm_control's task functions (``get_observatio
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
 ``subtreelinvel``, joint sensors, ``touch``), with Playground's timing above; ``qpos`` and
 ``qvel`` in observations are in MuJoCo's joint order (jaxdyn orders a branching tree's joints
-by depth: :attr:`SuiteEnv.to_mujoco`). The contacts differ from MuJoCo's soft constraints
-(``solref`` / ``solimp``; jaxdyn's :class:`~jaxdyn.sim.Constraint` is hard Coulomb contact), so
-trajectories through a contact part from MuJoCo's while falls and rest states agree
-(``tests/test_envs_suite_contact.py``), and the touch sensors read jaxdyn's contact forces.
+by depth: :attr:`SuiteEnv.to_mujoco`). The cheetah, walker and hopper simulate MuJoCo's soft
+contact (``solref`` / ``solimp``, pyramidal cones) through MuJoCo's Newton solve
+(:func:`soft_contact`), the physics of Playground's MJX environments: their rollouts follow
+MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and ``contact="hard"``
+gives jaxdyn's hard Coulomb contact instead (:class:`~jaxdyn.sim.Constraint`'s default). The
+finger, ball in cup and humanoid keep hard contact, whose trajectories through a contact part
+from MuJoCo's while falls and rest states agree; the touch sensors read the simulated
+contact forces.
 The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
 in cup's string are MuJoCo's limit constraint
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
@@ -554,9 +558,11 @@ class SuiteReacher(SuiteEnv):
 class ContactSuiteEnv(SuiteEnv):
     """A suite task whose model touches the floor or other bodies: every contact the file
     declares (the loader's primitives against the floor plane and its geom pairs, with MuJoCo's
-    filters and friction) under :attr:`contact`, jaxdyn's :class:`~jaxdyn.sim.Constraint`
-    (Coulomb's law on the Delassus matrix; MuJoCo solves soft constraints, so contact
-    transients differ while rest states agree).
+    filters and friction) under :attr:`contact`, a :class:`~jaxdyn.sim.Constraint`: MuJoCo's
+    soft contact through its Newton solve for the cheetah, walker and hopper
+    (:func:`soft_contact`; ``contact="hard"``: their :attr:`CONTACT_MODELS`' other entry),
+    jaxdyn's hard Coulomb contact on the Delassus matrix for the others (MuJoCo solves soft
+    constraints, so their contact transients differ while rest states agree).
 
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
@@ -572,10 +578,14 @@ class ContactSuiteEnv(SuiteEnv):
     (``docs/environments.md``, "Step cost against MJX", measures both against MJX with
     Playground's cut solver; ``benchmarks/suite_step.py``):
 
+    * ``contact``: the contact model by name, ``None`` (the default) the task's
+      :attr:`contact`; the cheetah, walker and hopper take ``"soft"`` (their default,
+      :func:`soft_contact`) and ``"hard"`` (``HARD_CONTACT``, their default before), the
+      options below then changing the named model;
     * ``solver_iterations``: the accelerated projected gradient steps of each simulator step's
       solve of the contacts and limit rows (:func:`jaxdyn.sim.solve_cone_complementarity`;
       :class:`~jaxdyn.sim.Constraint`'s ``iterations``, 100 by default), a fixed count whose
-      cost is most of the step's;
+      cost is most of the step's (the soft contact's Newton solve: its most Newton steps);
     * ``max_contacts``: solve over the ``k`` contact slots of least distance only
       (:class:`~jaxdyn.sim.Constraint`'s ``max_contacts``; the cheetah has 54 slots, the
       hopper 30, the walker 14, of which a few touch at a time): a smaller problem, the same
@@ -599,14 +609,23 @@ class ContactSuiteEnv(SuiteEnv):
     contact = _sim.Constraint()
     #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
     #: that touch or close within a simulator step seen in their random-action rollouts was
-    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each
-    #: (docs/environments.md); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
+    #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each, under the hard
+    #: contact (docs/environments.md; under the soft one the walker's sinking feet close a 7th
+    #: now and then); Playground caps MJX's at 6, 4 and 6 (``max_contact_points``)
     MAX_CONTACTS = 6
     #: the most solver steps of the warm-started hopper per simulator step (the cold default
     #: is 100; the walker's :attr:`WalkerMove.SOLVER_ITERATIONS` is 30): on the walker the
     #: batch's trip count under ``vmap`` (its slowest solve) was about 55 while the mean solve
     #: stopped after about 16; the rest of a slow solve continues from the warm start
     SOLVER_ITERATIONS = 40
+    #: the most Newton steps per simulator step of the planar tasks' soft contact
+    #: (:func:`soft_contact`; MuJoCo C's converged solve took at most 9 on the walker)
+    NEWTON_ITERATIONS = 20
+    #: the Newton solve's stopping tolerance (MuJoCo's and MJX's default ``opt.tolerance``)
+    NEWTON_TOLERANCE = 1e-8
+    #: the contact models that the ``contact=`` keyword names (the cheetah, walker and hopper:
+    #: ``"soft"``, their default, and ``"hard"``; empty: the task has one, :attr:`contact`)
+    CONTACT_MODELS: dict[str, _sim.Constraint] = {}
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -685,7 +704,22 @@ class ContactSuiteEnv(SuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
+        base = type(self).contact
+        if contact is not None:
+            models = type(self).CONTACT_MODELS
+            if not models:
+                raise ValueError(
+                    f"{type(self).__name__}: contact must be None (the task has one contact "
+                    f"model), got {contact!r}"
+                )
+            if not isinstance(contact, str) or contact not in models:
+                raise ValueError(
+                    f"{type(self).__name__}: contact must be None or one of "
+                    f"{sorted(models)}, got {contact!r}"
+                )
+            base = models[contact]
         changes: dict[str, Any] = {}
         for name, n, field in (
             ("solver_iterations", solver_iterations, "iterations"),
@@ -717,8 +751,9 @@ class ContactSuiteEnv(SuiteEnv):
                     f"{type(self).__name__}: {arg} must be None, True or False, got {flag!r}"
                 )
             changes[name] = flag
-        if changes:  # the instance's contact model: the task's with these settings changed
-            self.contact = dataclasses.replace(type(self).contact, **changes)
+        if changes or base is not type(self).contact:
+            # the instance's contact model: the task's (or the named one) with these settings
+            self.contact = dataclasses.replace(base, **changes)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         model = self.sys.model
@@ -880,6 +915,37 @@ class ContactSuiteEnv(SuiteEnv):
         return self.episode_start(jax.random.split(rng, 3)[0], ps)
 
 
+def soft_contact(**changes: Any) -> _sim.Constraint:
+    """The planar tasks' default contact (cheetah, walker, hopper): MuJoCo's soft contact, the
+    physics of Playground's MJX environments (and of dm_control's MuJoCo), solved as MuJoCo's
+    and MJX's Newton solver (``mj_solNewton``; :class:`jaxdyn.sim.Constraint`'s
+    ``soft=True, relaxed=True, solver="newton"``): the geoms' ``solref`` / ``solimp``, the
+    file's cone (pyramidal, MuJoCo's default), friction and joint-limit rows
+    (:meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`); over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest slots, warm-started from the previous
+    simulator step, stopped at MuJoCo's ``opt.tolerance`` or after
+    :attr:`~ContactSuiteEnv.NEWTON_ITERATIONS` steps. ``changes``: other fields of the
+    :class:`~jaxdyn.sim.Constraint`.
+
+    Playground's files cut MuJoCo's solver to 2 (walker) or 4 (cheetah, hopper) iterations
+    (``<option iterations>``, with ``ls_iterations`` 5 to 10); here the solve runs to MuJoCo's
+    tolerance instead: the converged problem, which MuJoCo C solves under the bundled files'
+    defaults (100 iterations). jaxdyn warm-starts from the previous step's impulses
+    (``M^-1 J^T lam``), MuJoCo from its acceleration: after a solve cut short the two starts
+    differ, and jaxdyn's solve cut to Playground's 2 steps left the walker's velocities far
+    from the converged ones where MuJoCo's stayed close (docs/environments.md)."""
+    kw: dict[str, Any] = dict(
+        soft=True,
+        relaxed=True,
+        solver="newton",
+        max_contacts=ContactSuiteEnv.MAX_CONTACTS,
+        warm_start=True,
+        iterations=ContactSuiteEnv.NEWTON_ITERATIONS,
+        tolerance=ContactSuiteEnv.NEWTON_TOLERANCE,
+    )
+    return _sim.Constraint(**(kw | changes))
+
+
 def _mujoco_geom(name: str) -> int:
     """MuJoCo's ``mjtGeom`` value of a geom type."""
     import mujoco
@@ -902,11 +968,17 @@ class CheetahRun(ContactSuiteEnv):
     with a leg in the floor (9 % of them) is pushed out during the settling (the root is free
     to slide), which leaves it at rest with a converged solve. **Periods:** 0.01 s both.
     Contact: the bodies against the floor (friction 1, the floor's) and against each other
-    (0.4), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots.
+    (0.4), MuJoCo's soft contact through its Newton solve (:func:`soft_contact`, the files'
+    ``solref`` / ``solimp``, as Playground's MJX), solved over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 54 slots; ``contact="hard"``: jaxdyn's
+    hard Coulomb contact (:attr:`HARD_CONTACT`, cold, 100 projected gradient steps).
     """
 
     xml = "cheetah.xml"
-    contact = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    #: the hard contact (``contact="hard"``): jaxdyn's Coulomb contact, cold, 100 steps
+    HARD_CONTACT = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
     RUN_SPEED = 10.0
 
@@ -921,6 +993,7 @@ class CheetahRun(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
@@ -930,6 +1003,7 @@ class CheetahRun(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -991,27 +1065,31 @@ class WalkerMove(ContactSuiteEnv):
     (Playground's draw, the same key splits); a draw with a body in the floor (2 % of
     them) is replaced by the first of ``reset_tries - 1`` (7) further draws that touch
     nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it, and jaxdyn's
-    hard contact ejects the body at up to 15 m/s in the first step).
+    hard contact, ``contact="hard"``, ejects the body at up to 15 m/s in the first step).
     **Periods:** control 0.025 s, simulation 0.0025 s. Contact: the bodies against the floor
-    (friction 0.7; the bodies do not collide with each other), solved over the
-    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots, warm-started from the
-    previous simulator step's impulses (``pipeline_state.impulses``) and stopped at a relative
-    change of 3e-4 or after 30 steps, without the limit rows' active-set step
-    (``warm_start=False, solver_tolerance=0, solver_iterations=100, solver_polish=True`` for
-    the cold 100 iterations).
+    (friction 0.7; the bodies do not collide with each other), MuJoCo's soft contact through
+    its Newton solve (:func:`soft_contact`: the file's ``solref`` / ``solimp``, pyramidal
+    cones, the joint-limit rows in the same solve; Playground's MJX physics), over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 14 slots. ``contact="hard"``: jaxdyn's
+    hard Coulomb contact (:attr:`HARD_CONTACT`), warm-started from the previous simulator
+    step's impulses (``pipeline_state.impulses``) and stopped at a relative change of 3e-4 or
+    after 30 steps, without the limit rows' active-set step (``warm_start=False,
+    solver_tolerance=0, solver_iterations=100, solver_polish=True`` for the cold 100
+    iterations).
     """
 
     xml = "walker.xml"
-    #: the most solver steps per simulator step (its 10 simulator steps per control step carry
-    #: a solve on further than the hopper's 4)
+    #: the most solver steps per simulator step of the hard contact (its 10 simulator steps
+    #: per control step carry a solve on further than the hopper's 4)
     SOLVER_ITERATIONS = 30
-    #: the contact cap, and the solve warm-started from the previous simulator step's impulses
+    #: the hard contact (``contact="hard"``): the contact cap, and the solve warm-started from
+    #: the previous simulator step's impulses
     #: and stopped once they move by less than 3e-4 relative (its 10 simulator steps per
     #: control step change the contacts little), after at most :attr:`SOLVER_ITERATIONS`
     #: steps and without the limit rows' active-set step (``polish=False``): under ``vmap`` the
     #: batch's slowest solve sets the count, and the warm start carries an unfinished solve on
     #: to the next simulator step (docs/environments.md, "Step cost against MJX")
-    contact = _sim.Constraint(
+    HARD_CONTACT = _sim.Constraint(
         friction=0.7,
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
@@ -1019,6 +1097,8 @@ class WalkerMove(ContactSuiteEnv):
         iterations=SOLVER_ITERATIONS,
         polish=False,
     )
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
     STAND_HEIGHT = 1.2
     WALK_SPEED, RUN_SPEED = 1.0, 8.0
@@ -1037,6 +1117,7 @@ class WalkerMove(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -1052,6 +1133,7 @@ class WalkerMove(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -1112,27 +1194,33 @@ class HopperTask(ContactSuiteEnv):
     (Playground's draw, the same key splits); a draw with a leg inside the torso or the
     floor (13 % of them) is replaced by the first of ``reset_tries - 1`` (7) further
     draws that touch nothing (:meth:`ContactSuiteEnv.planar_reset`; Playground keeps it;
-    jaxdyn's hard contact problem has no solution where a leg starts inside the torso).
-    **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies against the floor and
-    against each other (friction 1), solved over the :attr:`~ContactSuiteEnv.MAX_CONTACTS`
-    closest of the 30 slots, warm-started and stopped at a relative change of 1e-4 or after
-    40 steps, without the limit rows' active-set step (as the walker's, whose tolerance is
-    3e-4). Joint limits: MuJoCo's limit constraint
+    jaxdyn's hard contact problem, ``contact="hard"``, has no solution where a leg starts
+    inside the torso). **Periods:** control 0.02 s, simulation 0.005 s. Contact: the bodies
+    against the floor and against each other (friction 1), MuJoCo's soft contact through its
+    Newton solve (:func:`soft_contact`; Playground's MJX physics) over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 30 slots; the touch sensors read its
+    forces. ``contact="hard"``: jaxdyn's hard Coulomb contact (:attr:`HARD_CONTACT`),
+    warm-started and stopped at a relative change of 1e-4 or after 40 steps, without the limit
+    rows' active-set step (as the walker's, whose tolerance is 3e-4). Joint limits: MuJoCo's
+    limit constraint
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the contacts); under the
     default :class:`jaxdyn.sim.JointLimits` (underdamped on these limbs) a fallen hopper's
     limbs bounced off their stops for a second longer than MuJoCo's.
     """
 
     xml = "hopper.xml"
-    #: as the walker's (:class:`WalkerMove`): the cap, a warm start, a tolerance (here 1e-4)
-    #: after at most :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
-    contact = _sim.Constraint(
+    #: the hard contact (``contact="hard"``), as the walker's (:class:`WalkerMove`): the cap, a
+    #: warm start, a tolerance (here 1e-4) after at most
+    #: :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
+    HARD_CONTACT = _sim.Constraint(
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
         tolerance=1e-4,
         iterations=ContactSuiteEnv.SOLVER_ITERATIONS,
         polish=False,
     )
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     touch_sites = ("touch_toe", "touch_heel")
     mujoco_limits = "constraint"
     STAND_HEIGHT, HOP_SPEED = 0.6, 2.0
@@ -1149,6 +1237,7 @@ class HopperTask(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1159,6 +1248,7 @@ class HopperTask(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
