@@ -786,12 +786,26 @@ def test_standing_cylinder_rests_on_its_rim(t2, s2, h2):
     np.testing.assert_allclose(mj[0], -0.001, atol=1e-9)
     np.testing.assert_allclose(np.hypot(mj[1][:, 0], mj[1][:, 1]), 0.2, atol=1e-9)
     want = np.array([[-0.2, 0, 0], [0.2, 0, 0], [0, 0.2, 0], [0, -0.2, 0]]) + [0, 0, -0.2995]
+
+    def total(s1, p1, s2, p2, eye):
+        """The sum of the touching slots' distances, and the contacts."""
+        c = C.collide("cylinder", t2, s1, p1, eye, s2, p2, eye)
+        return jnp.sum(jnp.where(c.dist < 0, c.dist, 0.0)), c
+
+    # jitted: the float64 contacts and the sum's gradient from one program, the float32
+    # contacts from another (run eagerly, each primitive and loop compiled on its own, the test
+    # spent twice the time)
+    vg = jax.jit(jax.value_and_grad(total, argnums=3, has_aux=True))
+    fwd = jax.jit(total)
     # the turned pairs' contacts are those of the turned geoms: 1e-5 off the rim's x-y points
     # (float32: the turned pairs' EPA normal places the rim points to 1e-2 along the rim)
     for dt, tol in ((jnp.float64, 1e-5), (jnp.float32, 1e-2)):
         eye = jnp.eye(3, dtype=dt)
         a = [jnp.asarray(x, dt) for x in ([0.2, 0.3], np.zeros(3), s2, [0.01, 0.02, z])]
-        c = C.collide("cylinder", t2, a[0], a[1], eye, a[2], a[3], eye)
+        if dt == jnp.float64:
+            (_, c), g = vg(*a, eye)
+        else:
+            _, c = fwd(*a, eye)
         assert c.dist.shape == (C.NCON[("cylinder", t2)],) and c.dist.dtype == dt
         np.testing.assert_allclose(c.dist, -0.001, atol=1e-9 if dt == jnp.float64 else 1e-6)
         np.testing.assert_allclose(c.pos[1:], want, atol=tol)
@@ -799,16 +813,9 @@ def test_standing_cylinder_rests_on_its_rim(t2, s2, h2):
         np.testing.assert_allclose(np.hypot(c.pos[1:, 0], c.pos[1:, 1]), 0.2, atol=tol / 10 + 1e-5)
         np.testing.assert_allclose(c.normal[0], [0, 0, -1.0], atol=1e-5)
         np.testing.assert_allclose(c.normal, np.tile([0, 0, -1.0], (5, 1)), atol=1.01e-3)
-    # every slot carries the first contact's distance: d/dz2 of their sum is -5 (finite)
-    s2j = jnp.asarray(s2)
-
-    def total(p2):
-        c = C.collide("cylinder", t2, jnp.asarray([0.2, 0.3]), jnp.zeros(3), jnp.eye(3), s2j,
-                      p2, jnp.eye(3))  # fmt: skip
-        return jnp.sum(jnp.where(c.dist < 0, c.dist, 0.0))
-
-    g = jax.grad(total)(jnp.asarray([0.01, 0.02, z]))
-    np.testing.assert_allclose(g, [0, 0, -5.0], atol=1e-9)
+        if dt == jnp.float64:  # (g from the float64 program above)
+            # every slot carries the first contact's distance: d/dz2 of their sum is -5 (finite)
+            np.testing.assert_allclose(g, [0, 0, -5.0], atol=1e-9)
 
 
 @pytest.mark.slow  # 3 pairs x 5 GJK / EPA runs: 30-60 s of compile

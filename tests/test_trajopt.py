@@ -1555,7 +1555,8 @@ def test_contact_dynamics_derivatives_and_guard():
     )
     v, u = jnp.asarray(rng.standard_normal(7)), jnp.asarray(rng.standard_normal(7))
     acc = jax.jit(lambda q, v, u: dyn.acceleration(model, q, v, u))
-    a, a_q, a_v, a_u = jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q, v, u)
+    derivatives = jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))  # also at NaN below
+    a, a_q, a_v, a_u = derivatives(q, v, u)
     np.testing.assert_allclose(np.asarray(a), np.asarray(acc(q, v, u)), rtol=1e-12, atol=1e-12)
     ref = jax.jit(
         lambda q, v, u: jaxdyn.constrained_aba(
@@ -1583,7 +1584,7 @@ def test_contact_dynamics_derivatives_and_guard():
         oracle.assert_close(np.asarray(got), ref, 1e-6, name)
     assert np.all(np.isnan(np.asarray(acc(q.at[0].set(jnp.nan), v, u))))
     # the derivatives (solved at a finite stand-in state) are NaN too, partials included
-    for out in jax.jit(lambda q, v, u: dyn.derivatives(model, q, v, u))(q.at[0].set(jnp.nan), v, u):
+    for out in derivatives(q.at[0].set(jnp.nan), v, u):
         assert np.all(np.isnan(np.asarray(out)))
     x = jnp.concatenate([q, v])
 
