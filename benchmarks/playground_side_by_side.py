@@ -397,12 +397,19 @@ def check(task: str, n_steps: int, seed: int) -> dict:
     return dict(steps=n_steps, max_obs_diff=max(d_obs), max_reward_diff=max(d_rew))
 
 
+#: why the hopper's touch entries differ: the contact forces of two solves of MuJoCo's soft
+#: contact (the hopper's default, :func:`jaxdyn.envs.dm_control_suite.soft_contact`)
+_TOUCH = (
+    "touch: contact forces of Playground's MJX solve (float32, the file's cut solver settings), "
+    "jaxdyn's solved to MuJoCo's tolerance (float64)"
+)
+
 #: observation entries that differ by design, per task: (slice, why)
 #: (the walker's height entry, dm_control's torso z where Playground reads the torso's zz,
 #: is compared on Playground's definition: :func:`jaxdyn_env` passes ``height_obs="zz"``)
 OBS_BY_DESIGN = {
-    "hopper_stand": (slice(13, 15), "touch: jaxdyn's hard-contact forces, not MuJoCo's soft ones"),
-    "hopper_hop": (slice(13, 15), "touch: jaxdyn's hard-contact forces, not MuJoCo's soft ones"),
+    "hopper_stand": (slice(13, 15), _TOUCH),
+    "hopper_hop": (slice(13, 15), _TOUCH),
 }
 
 
