@@ -714,6 +714,14 @@ def test_gap_before_mujoco_3_9_is_subtracted_from_the_margin(soft_run, monkeypat
     np.testing.assert_array_equal(np.asarray(was.geoms.margin), np.asarray(cfg.geoms.margin))
 
 
+#: a 0.1 m ball of 2 kg resting on a plane (0.2 mm into it), 2 ms steps: the derivative tests'
+#: scene (here and in test_soft_newton)
+RESTING_BALL_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <geom name="floor" type="plane" size="5 5 .1"/>
+  <body name="a" pos="0 0 0.0998"><freejoint/><geom name="a" size="0.1" mass="2"/></body>
+</worldbody></mujoco>"""
+
+
 @pytest.mark.slow  # 20 s of compile; default: test_soft_contact_follows_mujoco (the same step)
 def test_soft_contact_derivative_matches_finite_differences():
     """Forward-mode derivative of a resting ball's height after 50 soft-contact steps (the
@@ -721,11 +729,7 @@ def test_soft_contact_derivative_matches_finite_differences():
     complementarity`) in its initial height and in the contacts' ``timeconst``: central
     finite differences agree to 1e-5 (relative; seen 1.8e-6 in the height, whose derivative
     0.0049 the contact has nearly forgotten, and 1.3e-9 in the timeconst)."""
-    xml = """<mujoco><option timestep="0.002"/><worldbody>
-      <geom name="floor" type="plane" size="5 5 .1"/>
-      <body name="a" pos="0 0 0.0998"><freejoint/><geom name="a" size="0.1" mass="2"/></body>
-    </worldbody></mujoco>"""
-    loaded = jaxdyn.load_mjcf(xml)
+    loaded = jaxdyn.load_mjcf(RESTING_BALL_MJCF)
     model = loaded.model
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="dual", iterations=200))
 

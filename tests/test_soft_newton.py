@@ -19,7 +19,12 @@ from jaxdyn.sim import contact as C
 mujoco = pytest.importorskip("mujoco")
 
 from _mujoco_ref import mujoco_rollout  # noqa: E402
-from test_soft_contact import CAPSULE_MJCF, CAPSULE_PUSH, _quat_gap  # noqa: E402
+from test_soft_contact import (  # noqa: E402
+    CAPSULE_MJCF,
+    CAPSULE_PUSH,
+    RESTING_BALL_MJCF,
+    _quat_gap,
+)
 
 # a box on the floor (four contacts, MuJoCo's pyramidal cones) carrying an arm on a limited
 # hinge: the arm falls onto its limit (30 degrees) and settles on it (a soft limit row with the
@@ -158,11 +163,7 @@ def test_newton_step_derivative_matches_finite_differences():
     one ``solver="newton"`` step's velocity in the ball's height, its velocity and the
     contacts' ``timeconst`` is central finite differences' to 1e-6 (relative), and that of
     the dual solve (implicit differentiation of the cone problem) to 1e-8."""
-    xml = """<mujoco><option timestep="0.002"/><worldbody>
-      <geom name="floor" type="plane" size="5 5 .1"/>
-      <body name="a" pos="0 0 0.0998"><freejoint/><geom name="a" size="0.1" mass="2"/></body>
-    </worldbody></mujoco>"""
-    loaded = jaxdyn.load_mjcf(xml)
+    loaded = jaxdyn.load_mjcf(RESTING_BALL_MJCF)
     model = loaded.model
     cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver="newton"))
 
