@@ -88,12 +88,22 @@ def difference(kind: int, q0: Array, q1: Array) -> Array:
         return q1 - q0
     if kind == SPHERICAL:
         return spatial.log3_quat(spatial.quat_mul(spatial.quat_conj(q0), q1))
-    quat0, quat1 = q0[:, 3:], q1[:, 3:]
-    w = spatial.log3_quat(spatial.quat_mul(spatial.quat_conj(quat0), quat1))
-    R0 = spatial.quat_to_rot(quat0)
-    dp = spatial.mv(jnp.swapaxes(R0, -1, -2), q1[:, :3] - q0[:, :3])
+    _, w, dp = free_relative(q0, q1)
     vl = spatial.mv(spatial.left_jacobian_so3_inv(w), dp)
     return jnp.concatenate([w, vl], -1)
+
+
+def free_relative(q0: Array, q1: Array) -> tuple[Array, Array, Array]:
+    """The placement of free-joint configuration ``q1 (n, 7)`` relative to ``q0``'s:
+    ``(quat, w, p)``, its rotation as a quaternion ``quat0^* quat1`` and as ``w = log3`` of it,
+    and its translation ``p = R0^T (x1 - x0)`` (:func:`difference`: ``q1 ⊖ q0 = [w;
+    Jl(w)^-1 p]``)."""
+    quat0, quat1 = q0[:, 3:], q1[:, 3:]
+    rel = spatial.quat_mul(spatial.quat_conj(quat0), quat1)
+    w = spatial.log3_quat(rel)
+    R0 = spatial.quat_to_rot(quat0)
+    dp = spatial.mv(jnp.swapaxes(R0, -1, -2), q1[:, :3] - q0[:, :3])
+    return rel, w, dp
 
 
 def random(

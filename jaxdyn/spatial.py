@@ -406,16 +406,19 @@ def se3_right_jacobian_inv(xi: AnyArray) -> Array:
     return _blocks6(A, C @ A, A)
 
 
-def se3_ad_inv_exp(xi: AnyArray) -> Array:
-    """``Ad(exp(ξ)^-1) = [[R^T, 0], [-R^T [p], R^T]]`` with ``exp(ξ) = (R, p)``."""
-    w, v = xi[..., :3], xi[..., 3:]
-    R = quat_to_rot(exp3_quat(w))
-    p = mv(left_jacobian_so3(w), v)
+def se3_ad_inv(R: AnyArray, p: AnyArray) -> Array:
+    """``Ad(M^-1) = [[R^T, 0], [-R^T [p], R^T]]`` of ``M = (R, p)``, ``(..., 6, 6)``."""
     Rt = jnp.swapaxes(R, -1, -2)
-    Z = jnp.zeros_like(R)
+    Z = jnp.zeros_like(Rt)
     return jnp.concatenate(
         [jnp.concatenate([Rt, Z], -1), jnp.concatenate([-(Rt @ skew(p)), Rt], -1)], -2
     )
+
+
+def se3_ad_inv_exp(xi: AnyArray) -> Array:
+    """``Ad(exp(ξ)^-1)`` (:func:`se3_ad_inv`) with ``exp(ξ) = (R, p)``."""
+    w, v = xi[..., :3], xi[..., 3:]
+    return se3_ad_inv(quat_to_rot(exp3_quat(w)), mv(left_jacobian_so3(w), v))
 
 
 # ----------------------------------------------------------------------------- SE(3)

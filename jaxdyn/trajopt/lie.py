@@ -210,25 +210,10 @@ def _difference_jacobian_blocks(model, q0, q1, arg0=True):
             J0.append(-so3_right_jacobian_inv(-d) if arg0 else None)
             J1.append(so3_right_jacobian_inv(d))
         else:
-            rel = spatial.quat_mul(spatial.quat_conj(a[:, 3:]), b[:, 3:])
-            w = spatial.log3_quat(rel)
-            Rt0 = jnp.swapaxes(spatial.quat_to_rot(a[:, 3:]), -1, -2)
-            p = spatial.mv(Rt0, b[:, :3] - a[:, :3])
+            rel, w, p = joints.free_relative(a, b)
             J = spatial.se3_log_jacobian(w, p)
             J1.append(J)
-            if arg0:
-                Rt = jnp.swapaxes(spatial.quat_to_rot(rel), -1, -2)
-                Z = jnp.zeros_like(Rt)
-                ad_inv = jnp.concatenate(
-                    [
-                        jnp.concatenate([Rt, Z], -1),
-                        jnp.concatenate([-(Rt @ spatial.skew(p)), Rt], -1),
-                    ],
-                    -2,
-                )
-                J0.append(-(J @ ad_inv))
-            else:
-                J0.append(None)
+            J0.append(-(J @ spatial.se3_ad_inv(spatial.quat_to_rot(rel), p)) if arg0 else None)
     return J0, J1
 
 
