@@ -131,7 +131,9 @@ class State(eqx.Module):
     :meth:`jaxdyn.sim.GainBias.act_size`) and the last constraint solve's impulses
     ``impulses`` (flat, in the solver's rows: every contact slot's block, then the joint-limit
     rows; ``None``: none carried), from which a :class:`~jaxdyn.sim.contact.Constraint` with
-    ``warm_start=True`` starts its next solve (:func:`warm_state` gives a state its first)."""
+    ``warm_start=True`` starts its next solve (:func:`warm_state` gives a state its first);
+    for the primal Newton solve (:func:`jaxdyn.sim.contact.uses_primal_newton`) the last
+    solve's acceleration ``qacc (nv,)`` instead, MuJoCo's ``qacc_warmstart``."""
 
     q: jnp.ndarray
     v: jnp.ndarray
@@ -608,7 +610,9 @@ def _constraint_velocity(
     ``warm``: the previous solve's flat impulses (:attr:`State.impulses`; ``None``: a cold
     start), with ``cfg.contact.warm_start`` the solve's start; the fourth result is this
     solve's, one block per contact slot (zeros on the slots ``max_contacts`` left out), then
-    the limit rows (``None`` without a warm-started constraint contact)."""
+    the limit rows (``None`` without a warm-started constraint contact). The primal Newton
+    solve carries its acceleration ``qacc (nv,)`` there instead (MuJoCo's
+    ``qacc_warmstart``, ``mj_fwdConstraint``)."""
     lim = _limit_rows(cfg)
     solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
@@ -1282,8 +1286,9 @@ def warm_state(model: Model, state: State, cfg: SimConfig) -> State:
     """``state`` with zero :attr:`State.impulses` of the length ``cfg``'s warm-started
     constraint solve carries (:class:`~jaxdyn.sim.contact.Constraint` ``warm_start=True``):
     the first state of a warm-started simulation (its first solve then starts from zero, each
-    next one from the previous step's impulses). ``state`` unchanged (no impulses) where
-    ``cfg`` does not warm-start."""
+    next one from the previous step's impulses; the primal Newton solve's: ``nv`` zeros,
+    MuJoCo's ``qacc_warmstart`` after ``mj_resetData``). ``state`` unchanged (no impulses)
+    where ``cfg`` does not warm-start."""
     dtype = jnp.asarray(state.v).dtype
     n = _impulses_size(model, cfg, dtype)
     if n == 0:
