@@ -387,8 +387,8 @@ def warm_contact(scene):
 
 #: the engine "jaxdyn soft newton": ``Constraint(soft=True, relaxed=True, solver="newton")``
 #: (MuJoCo's primal Newton solve of the same soft problem) with MJX's ``opt.iterations`` and
-#: ``opt.tolerance`` (the files' defaults), warm-started from the previous step's impulses (as
-#: MJX from ``qacc_warmstart``), over the cap of :data:`CAPS` where the scene has one
+#: ``opt.tolerance`` (the files' defaults), warm-started as MJX from the previous solve's
+#: acceleration (``qacc_warmstart``), over the cap of :data:`CAPS` where the scene has one
 NEWTON_TOL = 1e-8
 NEWTON_ITERATIONS = 100
 

@@ -256,3 +256,59 @@ def test_newton_condim_rollout_follows_mujoco():
     q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
     (ref,) = mujoco_rollout(mujoco.MjModel.from_xml_string(xml), STEPS, qvel=qvel)
     np.testing.assert_allclose(q, ref, rtol=0, atol=1e-10)
+
+
+# a planar walker-like body (slide x, slide z, a hinge; two limited, actuated legs) falling
+# onto the floor under random controls; MuJoCo's line search made exact (ls_tolerance), as
+# jaxdyn's, so that a solve cut short takes the same steps in both
+PLANAR_MJCF = """<mujoco><option timestep="0.004" ls_tolerance="1e-12"/>
+<worldbody><geom name="floor" type="plane" size="5 5 .1"/>
+<body name="torso" pos="0 0 0.5">
+  <joint name="x" type="slide" axis="1 0 0"/><joint name="z" type="slide" axis="0 0 1"/>
+  <joint name="ry" axis="0 1 0"/>
+  <geom name="torso" type="capsule" fromto="-0.2 0 0 0.2 0 0" size="0.05" mass="3"/>
+  <body name="leg" pos="0.2 0 0"><joint name="knee" axis="0 1 0" range="-40 40"/>
+    <geom name="leg" type="capsule" fromto="0 0 0 0.05 0 -0.3" size="0.04" mass="1"/></body>
+  <body name="leg2" pos="-0.2 0 0"><joint name="hip" axis="0 1 0" range="-20 20"/>
+    <geom name="leg2" type="capsule" fromto="0 0 0 -0.05 0 -0.3" size="0.04" mass="1"/></body>
+</body></worldbody>
+<actuator><motor joint="knee" gear="5"/><motor joint="hip" gear="5"/></actuator></mujoco>"""
+
+
+def test_newton_warm_start_is_mujocos_qacc_warmstart():
+    """The warm start of ``solver="newton"`` is MuJoCo's (``mj_fwdConstraint``: the previous
+    solve's acceleration ``qacc_warmstart``, kept where it costs less than ``qacc_smooth``):
+    with both solvers cut to 2 Newton steps (MuJoCo's ``opt.iterations = 2``, which binds: a
+    cut solve on most contact steps, a rollout 3e-2 from the converged one), jaxdyn's
+    rollout of a planar body falling onto the floor under random controls (contacts and limit
+    rows) is MuJoCo C's to 1e-10 at every step (seen 3e-16), and the acceleration it carries
+    (``State.impulses``) is MuJoCo's ``qacc_warmstart`` to 1e-11 of its largest (seen 2e-15).
+    (The previous warm start, ``M^-1 J^T`` of the last impulses, left the walker's cut solve
+    0.19 off MuJoCo's in a control step.)"""
+    steps, k = 50, 2
+    loaded = jaxdyn.load_mjcf(PLANAR_MJCF)
+    contact = sim.Constraint(
+        soft=True, relaxed=True, solver="newton", warm_start=True, iterations=k, tolerance=1e-8
+    )
+    cfg = loaded.sim_config(contact, limits="constraint")
+    conv, model, q0 = loaded.converter(), loaded.model, np.asarray(loaded.q0)
+    assert model.nq == model.nv == 5  # no free joint: qacc is jaxdyn's acceleration
+    qvel = np.array([0.5, -1.0, 2.0, 0.0, 0.0])
+    ctrl = np.random.default_rng(0).uniform(-1, 1, (steps, 2))
+    m = mujoco.MjModel.from_xml_string(PLANAR_MJCF)
+    fields = ("qpos", "qacc_warmstart", "ncon", lambda d: d.solver_niter[0])
+    m.opt.iterations = 100
+    (q_conv,) = mujoco_rollout(m, qvel=qvel, ctrl=ctrl)
+    m.opt.iterations = k
+    qs, qacc, ncon, niter = mujoco_rollout(m, qvel=qvel, ctrl=ctrl, fields=fields)
+    assert np.sum(ncon == 2) >= 10 and np.sum(niter == k) >= 20  # contacts; the cut binds
+    assert np.abs(qs - q_conv).max() > 1e-2
+    s0 = sim.State(jnp.asarray(q0), jnp.asarray(conv.v_from_mujoco(q0, qvel)))
+    s0 = sim.warm_state(model, s0, cfg)
+    assert s0.impulses is not None and s0.impulses.shape == (model.nv,)
+    tr = jax.jit(lambda s, u: sim.rollout(model, s, u, cfg=cfg))(s0, jnp.asarray(ctrl))
+    q = np.array([conv.q_to_mujoco(np.asarray(x)) for x in tr.q])
+    np.testing.assert_allclose(q, qs, rtol=0, atol=1e-10)
+    assert tr.impulses is not None
+    scale = np.abs(qacc).max()
+    np.testing.assert_allclose(np.asarray(tr.impulses), qacc, rtol=0, atol=1e-11 * scale)

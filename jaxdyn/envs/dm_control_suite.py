@@ -597,7 +597,8 @@ class ContactSuiteEnv(SuiteEnv):
       walker 4); a ``k`` of at least the slots solves over every slot;
     * ``warm_start``: start each solve from the previous simulator step's impulses, carried
       in the state (``pipeline_state.impulses``, zeros after a reset;
-      :class:`~jaxdyn.sim.Constraint`'s ``warm_start``);
+      :class:`~jaxdyn.sim.Constraint`'s ``warm_start``; the soft contact's Newton solve
+      carries the previous solve's acceleration there, MuJoCo's ``qacc_warmstart``);
     * ``solver_tolerance``: stop the iterations once a step moves the impulses by at most
       this fraction of their largest (:class:`~jaxdyn.sim.Constraint`'s ``tolerance``;
       ``solver_iterations`` is then the most that run), which pays with the warm start;
@@ -930,10 +931,9 @@ def soft_contact(**changes: Any) -> _sim.Constraint:
     Playground's files cut MuJoCo's solver to 2 (walker) or 4 (cheetah, hopper) iterations
     (``<option iterations>``, with ``ls_iterations`` 5 to 10); here the solve runs to MuJoCo's
     tolerance instead: the converged problem, which MuJoCo C solves under the bundled files'
-    defaults (100 iterations). jaxdyn warm-starts from the previous step's impulses
-    (``M^-1 J^T lam``), MuJoCo from its acceleration: after a solve cut short the two starts
-    differ, and jaxdyn's solve cut to Playground's 2 steps left the walker's velocities far
-    from the converged ones where MuJoCo's stayed close (docs/environments.md)."""
+    defaults (100 iterations). The warm start is MuJoCo's (the previous solve's acceleration,
+    ``qacc_warmstart``), so that a solve cut to ``solver_iterations=k`` takes MuJoCo's cut
+    solve's steps (docs/environments.md)."""
     kw: dict[str, Any] = dict(
         soft=True,
         relaxed=True,

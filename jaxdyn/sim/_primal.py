@@ -78,6 +78,7 @@ def _line_search(z, d, y, e, Mz, Md, D):
 
 
 def _newton(M, J, u, R, z0, iterations, tolerance):
+    """:func:`newton_solve`'s minimiser ``z`` and the Newton steps it took."""
     D = 1.0 / R
     dtype = M.dtype
     zero = jnp.zeros(M.shape[0], dtype)
@@ -113,12 +114,13 @@ def _newton(M, J, u, R, z0, iterations, tolerance):
         return z1, y1, k + 1, done | small
 
     init = (z, J @ z + u, 0, jnp.zeros((), bool))
-    return jax.lax.while_loop(cond, body, init)[0]
+    z, _, k, _ = jax.lax.while_loop(cond, body, init)
+    return z, k
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
 def _solve(M, J, u, R, z0, iterations, tolerance):
-    return _newton(M, J, u, R, z0, iterations, tolerance)
+    return _newton(M, J, u, R, z0, iterations, tolerance)[0]
 
 
 @_solve.defjvp
@@ -128,7 +130,7 @@ def _solve_jvp(iterations, tolerance, primals, tangents):
     # iterates, not the minimiser: no derivative in it)
     M, J, u, R, z0 = primals
     dM, dJ, du, dR, _ = tangents
-    z = _newton(M, J, u, R, z0, iterations, tolerance)
+    z = _newton(M, J, u, R, z0, iterations, tolerance)[0]
     _, rhs = jax.jvp(
         lambda M_, J_, u_, R_: _gradient(M_, J_, u_, 1.0 / R_, z), (M, J, u, R), (dM, dJ, du, dR)
     )
@@ -167,7 +169,7 @@ def residual(J, u, R, lam, Minv):
     return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
 
 
-def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=None, M=None):
+def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=None, M=None):
     """MuJoCo's soft pyramidal contact (``contact``: ``Constraint(soft=True, relaxed=True,
     cone="pyramidal")``, solver ``"newton"`` or the default,
     :func:`jaxdyn.sim.contact.uses_primal_newton`; its rows
@@ -176,15 +178,16 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=
     ``None``: none) solved in the primal (:func:`newton_solve`) with the inverse mass matrix
     ``Minv (nv, nv)`` (the ``M`` of MuJoCo's ``A = J M^-1 J^T``). ``Jc (nc w, nv)``: the
     contacts' rows ``[n, t1, t2, ...]``, ``rows``, ``v_rows (nc, w)`` their free and initial
-    velocities (:func:`jaxdyn.sim.contact.contact_problem`); ``x0``: the flat impulses of a
-    previous solve in the solver's rows (edges per contact, then the extra rows), the warm
-    start ``M^-1 J^T x0``; ``M``: the mass matrix itself where the caller has it (CRBA's; ``None``:
-    ``Minv``'s inverse, which in float32 loses ``cond(M)`` times the rounding).
+    velocities (:func:`jaxdyn.sim.contact.contact_problem`); ``z0 (nv,)``: the warm start, a
+    velocity change from the free velocity (MuJoCo's ``qacc_warmstart - qacc_smooth`` times
+    the step; ``None``: none), kept where it costs less than ``0`` (:func:`newton_solve`);
+    ``M``: the mass matrix itself where the caller has it (CRBA's; ``None``: ``Minv``'s
+    inverse, which in float32 loses ``cond(M)`` times the rounding).
 
     Returns ``(lam (nc, w), lam_l (k,) or None, residual, x, z)``: the contact impulses in the
     rows ``[n, t1, t2, ...]``, the extra rows', the dual fixed-point residual (:func:`residual`),
-    the flat impulses ``x`` (what a next solve warm-starts from) and the velocity change ``z =
-    M^-1 J^T x``."""
+    the flat impulses ``x`` (edges per contact, then the extra rows) and the velocity change
+    ``z = M^-1 J^T x``."""
     from . import contact as C
 
     nc, w = frames.distance.shape[0], frames.width
@@ -202,7 +205,6 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, x0=
     if M is None:
         M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
     M = 0.5 * (M + M.T)
-    z0 = None if x0 is None else Minv @ (J.T @ x0)
     z = newton_solve(M, J, u, R, z0, contact.iterations, contact.tolerance)
     x = impulses(J, u, R, z)
     res = residual(J, u, R, x, Minv)

@@ -513,9 +513,10 @@ class Constraint(eqx.Module):
       ``True`` from the previous step's, carried in the simulator state
       (:attr:`jaxdyn.sim.State.impulses`, per contact slot; :func:`jaxdyn.sim.warm_state`
       gives a state its first, zeros; a state without them starts from zero and carries
-      none), as MuJoCo warm-starts its solver from ``qacc_warmstart``. With ``tolerance``
-      the solve then stops after few iterations where the contacts change little between
-      steps.
+      none), as MuJoCo warm-starts its solver from ``qacc_warmstart``; the primal Newton
+      solve (``solver`` below) carries MuJoCo's own start there instead, the previous
+      solve's acceleration ``qacc`` (``(nv,)``). With ``tolerance`` the solve then stops
+      after few iterations where the contacts change little between steps.
     - ``polish`` (static): ``True`` (default) follows the iterations, where the problem has
       scalar rows after the contacts (joint limits, :mod:`jaxdyn.sim.limits`), with one
       safeguarded active-set step on those rows (their exact impulses given the contacts',
@@ -597,9 +598,12 @@ class Constraint(eqx.Module):
       converged dual solve. ``iterations`` is then the most Newton steps; they stop once a step
       lands in the piece of the cost it minimised (the exact solution: no ``tolerance`` needed)
       or, with ``tolerance``, once the cost or its gradient falls below ``tolerance`` in
-      MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start`` starts them from ``M^-1 J^T`` of
-      the previous step's impulses where that costs less than the free step (MuJoCo's
-      ``qacc_warmstart`` test); ``newton`` and ``polish`` are unused;
+      MuJoCo's scale (MJX's ``opt.tolerance``); ``warm_start`` starts them from the previous
+      solve's acceleration (MuJoCo's ``qacc_warmstart``, carried in
+      :attr:`jaxdyn.sim.State.impulses`: the velocity change ``h qacc - (v_free - v)``) where
+      that costs less than the free step, as ``mj_fwdConstraint``, so that a solve cut to
+      a few ``iterations`` takes MuJoCo's cut solve's steps; ``newton`` and ``polish`` are
+      unused;
       :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
       impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``,
       ``cone="pyramidal"`` (MuJoCo's elliptic cones have a three-zone cost this does not

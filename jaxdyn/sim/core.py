@@ -131,7 +131,9 @@ class State(eqx.Module):
     :meth:`jaxdyn.sim.GainBias.act_size`) and the last constraint solve's impulses
     ``impulses`` (flat, in the solver's rows: every contact slot's block, then the joint-limit
     rows; ``None``: none carried), from which a :class:`~jaxdyn.sim.contact.Constraint` with
-    ``warm_start=True`` starts its next solve (:func:`warm_state` gives a state its first)."""
+    ``warm_start=True`` starts its next solve (:func:`warm_state` gives a state its first);
+    for the primal Newton solve (:func:`jaxdyn.sim.contact.uses_primal_newton`) the last
+    solve's acceleration ``qacc (nv,)`` instead, MuJoCo's ``qacc_warmstart``."""
 
     q: jnp.ndarray
     v: jnp.ndarray
@@ -608,7 +610,9 @@ def _constraint_velocity(
     ``warm``: the previous solve's flat impulses (:attr:`State.impulses`; ``None``: a cold
     start), with ``cfg.contact.warm_start`` the solve's start; the fourth result is this
     solve's, one block per contact slot (zeros on the slots ``max_contacts`` left out), then
-    the limit rows (``None`` without a warm-started constraint contact)."""
+    the limit rows (``None`` without a warm-started constraint contact). The primal Newton
+    solve carries its acceleration ``qacc (nv,)`` there instead (MuJoCo's
+    ``qacc_warmstart``, ``mj_fwdConstraint``)."""
     lim = _limit_rows(cfg)
     solve_m, v_free_m = (None, None) if plain is None else plain
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
@@ -655,7 +659,15 @@ def _constraint_velocity(
     Jc = Jc.reshape(-1, model.nv)
     v_rows = (Jc @ v).reshape(-1, w) if cfg.contact.soft else None
     x0 = None
-    if warm is not None and cfg.contact.warm_start:
+    primal = C.uses_primal_newton(cfg.contact)
+    if warm is not None and cfg.contact.warm_start and primal:
+        if warm.shape != (model.nv,):  # MuJoCo's qacc_warmstart: one entry per dof
+            raise ValueError(
+                f"state.impulses has shape {tuple(warm.shape)}, expected ({model.nv},) for "
+                "this model and cfg (the primal Newton solve carries the previous solve's "
+                "acceleration, MuJoCo's qacc_warmstart; jaxdyn.sim.warm_state gives the first)"
+            )
+    elif warm is not None and cfg.contact.warm_start:
         we, nl = C.solver_block_rows(cfg.contact, w), (0 if lim is None else lim.rows)
         if warm.shape != (nc * we + nl,):
             raise ValueError(
@@ -669,7 +681,7 @@ def _constraint_velocity(
             x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
-    if C.uses_primal_newton(cfg.contact):  # MuJoCo's primal Newton solve (limit rows with it)
+    if primal:  # MuJoCo's primal Newton solve (limit rows with it)
         # MuJoCo's M^-1 (A = J M^-1 J^T) by nv ABA solves of the identity on the step's
         # articulated inertias (a Cholesky factorisation of CRBA's M instead was slower under
         # vmap: docs/simulation.md, "Solver: MuJoCo's primal Newton")
@@ -683,18 +695,24 @@ def _constraint_velocity(
         # the plain M by CRBA (the inverse of the ABA's Minv loses cond(M) times the rounding
         # in float32), but where equality rows were eliminated into the solves
         M = crba_world(model, ws) if cfg.equalities is None else None
-        lam, _, res, x, z = P.solve_soft_rows(
-            cfg.contact, Minv, Jc, frames, rows, v_rows, h, extra, x0, M
+        # MuJoCo's warm start (mj_fwdConstraint, MJX solver.solve): the previous solve's
+        # acceleration qacc_warmstart, as the velocity change z from this step's free velocity
+        # under M (qacc - qacc_smooth times h); the solve's qacc is carried on
+        vf = v_free if v_free_m is None else v_free_m
+        z0 = None
+        if warm is not None and cfg.contact.warm_start:
+            z0 = jax.lax.stop_gradient(h * warm - (vf - v))
+        lam, lam_l, res, _, z = P.solve_soft_rows(
+            cfg.contact, Minv, Jc, frames, rows, v_rows, h, extra, z0, M
         )
+        x = (vf - v + z) / h  # MuJoCo's qacc (the plain M's, before an implicit M_eff)
         if solve_m is None:  # M_eff = M: the primal's velocity change
             dv = z
         else:  # the impulses act through M_eff^-1 (L.solve)
-            J_all = Jc if extra is None else jnp.concatenate([Jc, extra[0]])
-            lam_all = (
-                lam.reshape(-1)
-                if extra is None
-                else jnp.concatenate([lam.reshape(-1), x[x.shape[0] - extra[0].shape[0] :]])
-            )
+            J_all, lam_all = Jc, lam.reshape(-1)
+            if extra is not None and lam_l is not None:
+                J_all = jnp.concatenate([Jc, extra[0]])
+                lam_all = jnp.concatenate([lam_all, lam_l])
             dv = solve(J_all.T @ lam_all[:, None])[:, 0]
     elif lim is None:
         MinvJT = solve(Jc.T)  # (nv, w nc)
@@ -739,7 +757,7 @@ def _constraint_velocity(
     assert lam is not None and res is not None  # with a contact model L.solve returns them
     if not cfg.contact.warm_start:
         x = None
-    elif idx is not None:  # back to one block per slot, zeros on the slots left out
+    elif idx is not None and not primal:  # back to one block per slot, zeros on the slots left out
         nl = 0 if lim is None else lim.rows
         we = (x.shape[0] - nl) // idx.shape[0]
         xc = jnp.zeros((nc, we), x.dtype).at[idx].set(x[: idx.shape[0] * we].reshape(-1, we))
@@ -1268,8 +1286,9 @@ def warm_state(model: Model, state: State, cfg: SimConfig) -> State:
     """``state`` with zero :attr:`State.impulses` of the length ``cfg``'s warm-started
     constraint solve carries (:class:`~jaxdyn.sim.contact.Constraint` ``warm_start=True``):
     the first state of a warm-started simulation (its first solve then starts from zero, each
-    next one from the previous step's impulses). ``state`` unchanged (no impulses) where
-    ``cfg`` does not warm-start."""
+    next one from the previous step's impulses; the primal Newton solve's: ``nv`` zeros,
+    MuJoCo's ``qacc_warmstart`` after ``mj_resetData``). ``state`` unchanged (no impulses)
+    where ``cfg`` does not warm-start."""
     dtype = jnp.asarray(state.v).dtype
     n = _impulses_size(model, cfg, dtype)
     if n == 0:
