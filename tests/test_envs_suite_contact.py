@@ -385,29 +385,76 @@ def test_registered_and_batched():
         assert st.info["contact_residual"].dtype == st.obs.dtype
         assert st.info["contacts_dropped"].dtype == jnp.int32
         assert "target" in st.info
+    # step's zero_forces: the slot count kept from the reset's trace (no geometry traced)
+    nc = jax.eval_shape(turn.contact_frames, s.pipeline_state).distance.shape[0]
+    assert turn.contact_slots == nc > 0
 
 
-def test_planar_tasks_default_to_soft_contact():
-    """The cheetah, walker and hopper simulate MuJoCo's soft contact through the Newton solve
-    by default (:func:`~jaxdyn.envs.dm_control_suite.soft_contact`: the files' solref / solimp
-    and pyramidal cones, the physics of Playground's MJX environments); ``contact="hard"`` is
-    jaxdyn's hard Coulomb contact (the class's ``HARD_CONTACT``), with the solver keywords
-    applied to whichever model is named; a ``contact`` that is not a model's name is refused
-    naming the keyword before the model loads. Configuration only (the physics:
+@pytest.mark.slow
+def test_reset_frames_and_slot_count_shared():
+    """A reset traces the contact geometry once for its draw and its touch sensors: the frames
+    of the configuration :meth:`~jaxdyn.envs.dm_control_suite.ContactSuiteEnv.first_free` picks
+    from the batch of candidates equal :meth:`contact_frames` of that configuration computed on
+    their own (to rounding: one batched, one not), and ``contact_slots`` (``step``'s
+    ``zero_forces``, a static count) is their row count, kept from the last trace (the
+    finger: two candidates, the first in the spinner, the second free). Slow: the finger's
+    contact geometry compiles twice (batched and not), over a minute on a loaded machine;
+    ``test_registered_and_batched`` checks the count by shapes."""
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
+
+    env = envs.make("finger_spin")
+    assert isinstance(env, ContactSuiteEnv)
+    qs = env.q_of(jnp.asarray([[0.0, 0.0, 0.0], [-1.0, 1.5, 0.0]], env.sys.model.mass.dtype))
+
+    @jax.jit
+    def both(qs):
+        q, fr = env.first_free(qs)
+        return q, fr, env.contact_frames(sim.State(q, jnp.zeros_like(q)))
+
+    q, fr, want = both(qs)
+    np.testing.assert_array_equal(q, qs[1])
+    assert float(jnp.min(want.distance)) > 0  # the second candidate is free
+    for field in ("distance", "point", "normal"):
+        np.testing.assert_allclose(getattr(fr, field), getattr(want, field), rtol=0, atol=1e-12)
+    assert env.contact_slots == fr.distance.shape[0] > 0
+    fresh = envs.make("finger_spin")  # nothing traced yet: found by an abstract evaluation
+    assert isinstance(fresh, ContactSuiteEnv) and fresh.contact_slots == env.contact_slots
+
+
+def test_contact_tasks_default_to_soft_contact():
+    """The cheetah, walker, hopper, ball in cup and humanoid simulate MuJoCo's soft contact
+    through the Newton solve by default
+    (:func:`~jaxdyn.envs.dm_control_suite.soft_contact`: the files' solref / solimp and
+    pyramidal cones, the physics of Playground's MJX environments; the humanoid's ``solimp``
+    no longer ignored, and its own cap of 80 slots); ``contact="hard"`` is jaxdyn's hard
+    Coulomb contact (the class's ``HARD_CONTACT``; the humanoid's ``solimp`` then ignored by
+    name), with the solver keywords applied to whichever model is named; a ``contact`` that is
+    not a model's name is refused naming the keyword before the model loads. The finger (its
+    file's cones are elliptic, which the Newton solve does not take) keeps the hard contact
+    and has no ``contact=`` keyword. Configuration only (the physics:
     ``test_rollout_equals_mujoco``)."""
-    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, soft_contact
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, FingerSpin, soft_contact
 
-    for name in ("cheetah_run", "walker_walk", "hopper_hop"):
+    for name in (
+        "cheetah_run",
+        "walker_walk",
+        "hopper_hop",
+        "ball_in_cup_catch",
+        "dm_humanoid_stand",
+    ):
         env = envs.make(name)
         assert isinstance(env, ContactSuiteEnv)
+        cap = type(env).MAX_CONTACTS
+        assert cap == (80 if name == "dm_humanoid_stand" else ContactSuiteEnv.MAX_CONTACTS)
         c = env.sys.cfg.contact
         assert isinstance(c, sim.Constraint)
         assert (c.soft, c.relaxed, c.solver, c.cone) == (True, True, "newton", "pyramidal")
         assert (c.warm_start, c.tolerance) == (True, ContactSuiteEnv.NEWTON_TOLERANCE)
         assert c.iterations == ContactSuiteEnv.NEWTON_ITERATIONS
-        assert c.max_contacts == ContactSuiteEnv.MAX_CONTACTS and c.friction is None
-        assert repr(type(env).contact) == repr(soft_contact())
+        assert c.max_contacts == cap and c.friction is None
+        assert repr(type(env).contact) == repr(soft_contact(max_contacts=cap))
         assert type(env).CONTACT_MODELS["soft"] is type(env).contact
+        assert "solimp" not in env.sim_ignore
         hard = envs.make(name, contact="hard", solver_iterations=9)
         assert isinstance(hard, ContactSuiteEnv)
         h = hard.sys.cfg.contact
@@ -415,10 +462,17 @@ def test_planar_tasks_default_to_soft_contact():
         assert h.iterations == 9
         want = dataclasses.replace(type(env).CONTACT_MODELS["hard"], iterations=9)
         assert repr(h) == repr(want)
+        assert hard.sim_ignore == (("solimp",) if name == "dm_humanoid_stand" else ())
         refused = r"contact must be None or one of \['hard', 'soft'\]"
         for bad in ("soft newton", "Hard", 1, True):
             with pytest.raises(ValueError, match=refused):
                 envs.make(name, contact=bad)
+    finger = envs.make("finger_spin")
+    assert isinstance(finger, FingerSpin) and not finger.CONTACT_MODELS
+    assert finger.scene.mj_model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+    assert isinstance(finger.sys.cfg.contact, sim.Constraint) and not finger.sys.cfg.contact.soft
+    with pytest.raises(ValueError, match="cone='pyramidal'"):  # why it keeps the hard contact
+        sim.Constraint(soft=True, relaxed=True, solver="newton", cone="elliptic")
 
 
 def test_contacts_loaded_explicitly():
@@ -528,36 +582,52 @@ def test_outcome_like_mujoco_with_options(name):
 
 #: the open-loop rollouts of :func:`test_rollout_equals_mujoco`: seconds, and the most
 #: ``|qpos|``, ``|qvel|`` difference from MuJoCo C allowed at any control step (measured over
-#: 1 s: 2e-14 / 8e-13 walker, 7e-14 / 2e-13 hopper, 2e-15 / 9e-14 cheetah)
+#: 1 s: 2e-14 / 8e-13 walker, 7e-14 / 2e-13 hopper, 2e-15 / 9e-14 cheetah, 8e-17 / 1e-15
+#: ball in cup, 3e-13 / 5e-12 humanoid)
 EQUAL_ROLLOUT = (1.0, 1e-9, 1e-8)
+#: the MuJoCo ``qpos`` that :func:`test_rollout_equals_mujoco` starts from where it is not
+#: ``qpos0`` (the ball in cup's hangs below the cup, touching nothing: here the ball is
+#: dropped into the cup, which the random controls then shake)
+EQUAL_ROLLOUT_START = {"ball_in_cup_catch": [0.0, 0.0, 0.0, 0.35]}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cheetah_run", "walker_walk", "hopper_hop"])
+@pytest.mark.parametrize(
+    "name",
+    ["cheetah_run", "walker_walk", "hopper_hop", "ball_in_cup_catch", "dm_humanoid_stand"],
+)
 def test_rollout_equals_mujoco(name):
-    """The planar tasks' default physics (MuJoCo's soft contact through the Newton solve,
+    """The contact tasks' default physics (MuJoCo's soft contact through the Newton solve,
     :func:`~jaxdyn.envs.dm_control_suite.soft_contact`) is MuJoCo's: from MuJoCo's initial
-    state (``qpos0`` at rest; the cheetah without its settling), under uniform random controls
-    in ``[-1, 1]`` held for each control step (the same open-loop sequence for both), jaxdyn's
-    ``env.step`` against ``n_frames`` calls of ``mj_step`` (the bundled files' Newton solver:
-    100 iterations, tolerance 1e-8, pyramidal cones, all of MuJoCo's contacts against
-    jaxdyn's 6 closest slots), float64: ``qpos`` and ``qvel`` within :data:`EQUAL_ROLLOUT`'s
-    bounds at every control step over 1 s, through the falls, the feet's impacts and sliding
-    and the joint limits (both rollouts make contact: checked). For the walker the hard
-    contact (``contact="hard"``, the default before) departs from MuJoCo by more than 1e-3
-    over the same rollout (the bound tells the two models apart)."""
+    state (``qpos0`` at rest; the cheetah without its settling; the ball in cup's ball dropped
+    into the cup, :data:`EQUAL_ROLLOUT_START`), under uniform random controls in ``[-1, 1]``
+    held for each control step (the same open-loop sequence for both), jaxdyn's ``env.step``
+    against ``n_frames`` calls of ``mj_step`` (the bundled files' Newton solver: 100
+    iterations, tolerance 1e-8, pyramidal cones, all of MuJoCo's contacts against jaxdyn's 6
+    closest slots, the humanoid's 80), float64: ``qpos`` and ``qvel`` within
+    :data:`EQUAL_ROLLOUT`'s bounds at every control step over 1 s, through the falls, the
+    feet's impacts and sliding, the ball's landing in the shaken cup, the humanoid's fall
+    onto the floor (frictionless capsules, ``condim=1``), the joint limits and the ball in
+    cup's string (every rollout makes contact: checked). For the walker, the ball in cup and
+    the humanoid the hard contact (``contact="hard"``, the default before) departs from
+    MuJoCo by more than 1e-3 over the same rollout (the bound tells the two models apart;
+    measured: walker above 1e-3, ball in cup 1e-2, humanoid 1.7)."""
     from jaxdyn.envs.dm_control_suite import ContactSuiteEnv
 
     seconds, tol_q, tol_v = EQUAL_ROLLOUT
     kw = {"settle_steps": 0} if name == "cheetah_run" else {}
-    models = ("soft", "hard") if name == "walker_walk" else ("soft",)
+    hard = name in ("walker_walk", "ball_in_cup_catch", "dm_humanoid_stand")
+    models = ("soft", "hard") if hard else ("soft",)
     for model in models:
         env = envs.make(name, contact=model, **kw)
         assert isinstance(env, ContactSuiteEnv)
         m = env.scene.mj_model
         d = mujoco.MjData(m)
+        if name in EQUAL_ROLLOUT_START:
+            d.qpos[:] = EQUAL_ROLLOUT_START[name]
         mujoco.mj_forward(m, d)
-        ps = env.pipeline_init(env.q_of(d.qpos.copy()), env.q_of(d.qvel.copy()))
+        q0 = env.q_of(d.qpos.copy())
+        ps = env.pipeline_init(q0, env.v_of(q0, d.qvel.copy()))
         s = env.episode_start(jax.random.PRNGKey(0), ps)
         step = jax.jit(env.step)
         controls = np.random.default_rng(0).uniform(-1, 1, (int(round(seconds / env.dt)), m.nu))
@@ -567,8 +637,9 @@ def test_rollout_equals_mujoco(name):
             mujoco.mj_step(m, d, env.n_frames)
             touched = max(touched, d.ncon)
             s = step(s, jnp.asarray(u))
-            dq.append(np.abs(np.asarray(env.qpos(s.pipeline_state.q)) - d.qpos).max())
-            dv.append(np.abs(np.asarray(env.qpos(s.pipeline_state.v)) - d.qvel).max())
+            q, v = s.pipeline_state.q, s.pipeline_state.v
+            dq.append(np.abs(np.asarray(env.qpos(q)) - d.qpos).max())
+            dv.append(np.abs(np.asarray(env.qvel(q, v)) - d.qvel).max())
         assert touched >= 1 and float(s.done) == 0.0
         if model == "soft":
             assert max(dq) < tol_q and max(dv) < tol_v, (name, max(dq), max(dv))

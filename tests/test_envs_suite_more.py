@@ -374,9 +374,11 @@ def test_humanoid_falls_like_mujoco(humanoid):
     ``dm_humanoid_stand`` against MuJoCo C for 2 s (80 control steps): the humanoid falls in
     both (the stand reward from above 0.9 at the first step to 0 at the end), and lies on the
     floor with the torso (root) and the head at MuJoCo's heights to 1.5 cm and 1 cm (measured:
-    0.3 and 0.5 cm at 2 s; on the way down the two part by up to 10 cm, contact transients:
-    jaxdyn's hard contact against MuJoCo's soft one). (Slow: the step compiles the contact
-    solve of 161 geom pairs, a minute or more; the default
+    0.3 and 0.5 cm at 2 s under the hard contact, the default before, whose contact
+    transients parted from MuJoCo's soft ones by up to 10 cm on the way down; the soft default's
+    rollout under random controls equals MuJoCo's to rounding:
+    ``test_envs_suite_contact.py::test_rollout_equals_mujoco``). (Slow: the step compiles the
+    contact solve of 161 geom pairs, a minute or more; the default
     ``test_humanoid_functions_match_dm_control`` covers the observation and the reward.)"""
     env, step = humanoid
     m = env.scene.mj_model

@@ -343,6 +343,7 @@ class SimEnv(Env):
         self.sys = System(model, cfg)
         self.n_frames = n_frames
         self._obs_size = None
+        self._impulses: tuple | None = None  # pipeline_init's impulse length, per cfg
 
     # -- the system
     @property
@@ -414,7 +415,18 @@ class SimEnv(Env):
                 )
         q, v = jnp.asarray(q, dtype), jnp.asarray(v, dtype)
         state = _sim.State(q, v, jnp.zeros((), dtype), act)
-        return _sim.warm_state(self.sys.model, state, self.sys.cfg)
+        # the impulses' length (static; jaxdyn.sim.warm_state traces a step's solve for it):
+        # found once per configuration, model size and dtype, then zeros of it
+        cfg = self.sys.cfg
+        key = (self.sys.model.nq, self.sys.model.nv, jnp.dtype(dtype))
+        cached = getattr(self, "_impulses", None)
+        if cached is not None and cached[0] is cfg and cached[1] == key:
+            n = cached[2]
+            return state if n == 0 else _sim.State(q, v, state.t, act, jnp.zeros(n, dtype))
+        state = _sim.warm_state(self.sys.model, state, cfg)
+        n = 0 if state.impulses is None else int(state.impulses.shape[0])
+        self._impulses = (cfg, key, n)
+        return state
 
     def pipeline_step(self, pipeline_state: _sim.State, ctrl: Array) -> tuple[_sim.State, Array]:
         """One control period (``n_frames`` simulator steps) under ``ctrl``.

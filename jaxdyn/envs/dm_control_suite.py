@@ -41,14 +41,15 @@ Their observations and rewards are dm_control's task functions (``get_observatio
 ``get_reward``) of the MuJoCo quantities they read (``xpos``, ``xmat``, ``xipos``,
 ``subtreelinvel``, joint sensors, ``touch``), with Playground's timing above; ``qpos`` and
 ``qvel`` in observations are in MuJoCo's joint order (jaxdyn orders a branching tree's joints
-by depth: :attr:`SuiteEnv.to_mujoco`). The cheetah, walker and hopper simulate MuJoCo's soft
-contact (``solref`` / ``solimp``, pyramidal cones) through MuJoCo's Newton solve
-(:func:`soft_contact`), the physics of Playground's MJX environments: their rollouts follow
-MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and ``contact="hard"``
-gives jaxdyn's hard Coulomb contact instead (:class:`~jaxdyn.sim.Constraint`'s default). The
-finger, ball in cup and humanoid keep hard contact, whose trajectories through a contact part
-from MuJoCo's while falls and rest states agree; the touch sensors read the simulated
-contact forces.
+by depth: :attr:`SuiteEnv.to_mujoco`). The cheetah, walker, hopper, ball in cup and humanoid
+simulate MuJoCo's soft contact (``solref`` / ``solimp``, pyramidal cones) through MuJoCo's
+Newton solve (:func:`soft_contact`), the physics of Playground's MJX environments: their
+rollouts follow MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and
+``contact="hard"`` gives jaxdyn's hard Coulomb contact instead
+(:class:`~jaxdyn.sim.Constraint`'s default). The finger keeps hard contact (its file's
+elliptic cones are not the Newton solve's), whose trajectories through a contact part from
+MuJoCo's while falls and rest states agree; the touch sensors read the simulated contact
+forces.
 The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
 in cup's string are MuJoCo's limit constraint
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
@@ -559,10 +560,11 @@ class ContactSuiteEnv(SuiteEnv):
     """A suite task whose model touches the floor or other bodies: every contact the file
     declares (the loader's primitives against the floor plane and its geom pairs, with MuJoCo's
     filters and friction) under :attr:`contact`, a :class:`~jaxdyn.sim.Constraint`: MuJoCo's
-    soft contact through its Newton solve for the cheetah, walker and hopper
-    (:func:`soft_contact`; ``contact="hard"``: their :attr:`CONTACT_MODELS`' other entry),
-    jaxdyn's hard Coulomb contact on the Delassus matrix for the others (MuJoCo solves soft
-    constraints, so their contact transients differ while rest states agree).
+    soft contact through its Newton solve for the cheetah, walker, hopper, ball in cup and
+    humanoid (:func:`soft_contact`; ``contact="hard"``: their :attr:`CONTACT_MODELS`' other
+    entry), jaxdyn's hard Coulomb contact on the Delassus matrix for the finger (its elliptic
+    cones are not the Newton solve's; MuJoCo solves soft constraints, so its contact
+    transients differ while rest states agree).
 
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
@@ -579,9 +581,9 @@ class ContactSuiteEnv(SuiteEnv):
     Playground's cut solver; ``benchmarks/suite_step.py``):
 
     * ``contact``: the contact model by name, ``None`` (the default) the task's
-      :attr:`contact`; the cheetah, walker and hopper take ``"soft"`` (their default,
-      :func:`soft_contact`) and ``"hard"`` (``HARD_CONTACT``, their default before), the
-      options below then changing the named model;
+      :attr:`contact`; the cheetah, walker, hopper, ball in cup and humanoid take ``"soft"``
+      (their default, :func:`soft_contact`) and ``"hard"`` (``HARD_CONTACT``, their default
+      before), the options below then changing the named model;
     * ``solver_iterations``: the accelerated projected gradient steps of each simulator step's
       solve of the contacts and limit rows (:func:`jaxdyn.sim.solve_cone_complementarity`;
       :class:`~jaxdyn.sim.Constraint`'s ``iterations``, 100 by default), a fixed count whose
@@ -619,14 +621,21 @@ class ContactSuiteEnv(SuiteEnv):
     #: batch's trip count under ``vmap`` (its slowest solve) was about 55 while the mean solve
     #: stopped after about 16; the rest of a slow solve continues from the warm start
     SOLVER_ITERATIONS = 40
-    #: the most Newton steps per simulator step of the planar tasks' soft contact
+    #: the most Newton steps per simulator step of the tasks' soft contact
     #: (:func:`soft_contact`; MuJoCo C's converged solve took at most 9 on the walker)
     NEWTON_ITERATIONS = 20
     #: the Newton solve's stopping tolerance (MuJoCo's and MJX's default ``opt.tolerance``)
     NEWTON_TOLERANCE = 1e-8
-    #: the contact models that the ``contact=`` keyword names (the cheetah, walker and hopper:
-    #: ``"soft"``, their default, and ``"hard"``; empty: the task has one, :attr:`contact`)
+    #: the contact models that the ``contact=`` keyword names (the cheetah, walker, hopper,
+    #: ball in cup and humanoid: ``"soft"``, their default, and ``"hard"``; empty: the task has
+    #: one, :attr:`contact`)
     CONTACT_MODELS: dict[str, _sim.Constraint] = {}
+    #: ``ignore=`` of :meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config` added to
+    #: :attr:`~SuiteEnv.sim_ignore` under a hard contact model (``soft=False``), which has no
+    #: counterpart for what it names (the humanoid's ``solimp``)
+    hard_sim_ignore: tuple = ()
+    #: (the configuration, its contact slot count) of the last contact_frames traced
+    _slots: tuple | None = None
     mujoco_order = False
     #: MuJoCo ``<touch>`` sensors of the observation, by site name
     touch_sites: tuple = ()
@@ -675,17 +684,29 @@ class ContactSuiteEnv(SuiteEnv):
         0``: redraw) with a fixed number of candidates, so that it traces under ``jax.jit``
         and ``jax.vmap``; a draw that is free is the one ``draw(rng)`` gives, so where the
         first candidate is free the reset is that of ``draw`` alone."""
+        return self.free_draw_frames(rng, draw)[0]
+
+    def free_draw_frames(
+        self, rng: Array, draw: Callable[[Array], Array]
+    ) -> tuple[Array, ContactFrames]:
+        """:meth:`first_free_draw` and the :meth:`contact_frames` of the configuration it
+        picks (at rest), from the batch that checked the candidates (the contact geometry
+        traced once: a reset's touch sensors read them, :meth:`touch`)."""
         keys = rng[None]
         if self.reset_tries > 1:
             more = jax.random.split(jax.random.fold_in(rng, 1), self.reset_tries - 1)
             keys = jnp.concatenate([keys, more])
-        qs = jax.vmap(draw)(keys).astype(self.sys.model.mass.dtype)
+        return self.first_free(jax.vmap(draw)(keys))
+
+    def first_free(self, qs: Array) -> tuple[Array, ContactFrames]:
+        """The first of the candidate configurations ``qs (k, nq)`` (jaxdyn's order) whose
+        bodies touch nothing (every contact slot's distance above 0), the first if none is,
+        and its :meth:`contact_frames` at rest: all kinematics, one batch."""
+        qs = qs.astype(self.sys.model.mass.dtype)
         zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
-
-        def free(q):
-            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
-
-        return qs[jnp.argmax(jax.vmap(free)(qs))]
+        frames = jax.vmap(lambda q: self.contact_frames(_sim.State(q, zero_v)))(qs)
+        i = jnp.argmax(jnp.all(frames.distance > 0, -1))
+        return qs[i], jax.tree_util.tree_map(lambda x: x[i], frames)
 
     def reset_pose(self, rng: Array, draw: Callable[[Array], Array]) -> Array:
         """The reset's configuration of a task that offers Playground's reset
@@ -755,6 +776,8 @@ class ContactSuiteEnv(SuiteEnv):
         if changes or base is not type(self).contact:
             # the instance's contact model: the task's (or the named one) with these settings
             self.contact = dataclasses.replace(base, **changes)
+        if self.hard_sim_ignore and not self.contact.soft:
+            self.sim_ignore = (*self.sim_ignore, *self.hard_sim_ignore)
         super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
         m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
         model = self.sys.model
@@ -800,22 +823,49 @@ class ContactSuiteEnv(SuiteEnv):
             parts.append(contact_frames(ws, zero, vb, cfg.contacts, cfg.terrain))
         if cfg.geoms is not None:
             parts.append(cast("Geoms", cfg.geoms).frames(ws, zero, vb))
-        return concat_frames(parts)
+        frames = concat_frames(parts)
+        # the slot count (static), kept for contact_slots with the configuration it is of
+        self._slots = (cfg, int(frames.distance.shape[-1]))
+        return frames
+
+    @property
+    def contact_slots(self) -> int:
+        """The number of contact slots ``nc`` (:meth:`contact_frames`' rows; static): the
+        count of the last :meth:`contact_frames` traced under the current configuration, else
+        of an abstract evaluation of it (``jax.eval_shape``, which traces the contact
+        geometry)."""
+        cached = getattr(self, "_slots", None)
+        if cached is None or cached[0] is not self.sys.cfg:
+            nq, nv = self.sys.model.nq, self.sys.model.nv
+            dtype = self.sys.model.mass.dtype
+            q = jax.ShapeDtypeStruct((nq,), dtype)
+            v = jax.ShapeDtypeStruct((nv,), dtype)
+            fr = jax.eval_shape(lambda q, v: self.contact_frames(_sim.State(q, v)), q, v)
+            return int(fr.distance.shape[-1])
+        return cached[1]
 
     def zero_forces(self, ps: _sim.State) -> Array:
-        """Zeros ``(nc, 3)``, one row per contact slot (:meth:`contact_frames`; under ``jit``
-        only its shape is used): :meth:`SuiteEnv.advance_info`'s ``forces``."""
-        return jnp.zeros((self.contact_frames(ps).distance.shape[0], 3), ps.q.dtype)
+        """Zeros ``(nc, 3)``, one row per contact slot (:attr:`contact_slots`, a static
+        count: no contact geometry traced for it): :meth:`SuiteEnv.advance_info`'s
+        ``forces``."""
+        return jnp.zeros((self.contact_slots, 3), ps.q.dtype)
 
-    def touch(self, ps: _sim.State, ctrl: Array, forces: Array | None = None) -> Array:
+    def touch(
+        self,
+        ps: _sim.State,
+        ctrl: Array,
+        forces: Array | None = None,
+        frames: ContactFrames | None = None,
+    ) -> Array:
         """MuJoCo's ``touch`` sensors of :attr:`touch_sites` ``(k,)``: the normal forces of the
         contacts on the site's body whose point lies in the site's volume, summed (the forces of
         the first simulator step from ``ps`` under ``ctrl``, :func:`jaxdyn.sim.contact_forces`:
         jaxdyn's contact forces, not MuJoCo's soft-constraint ones). ``forces (nc, 3)``: those
         forces where the caller has them (:meth:`step`: the last simulator step's,
-        :meth:`advance_info`), else solved here."""
+        :meth:`advance_info`), else solved here; ``frames``: :meth:`contact_frames` of ``ps``
+        where the caller has them (a reset: :meth:`free_draw_frames`), else computed here."""
         model, cfg = self.sys.model, self.sys.cfg
-        fr = self.contact_frames(ps)
+        fr = self.contact_frames(ps) if frames is None else frames
         f = (
             _sim.contact_forces(model, ps, jnp.asarray(ctrl, ps.q.dtype), cfg)
             if forces is None
@@ -832,13 +882,20 @@ class ContactSuiteEnv(SuiteEnv):
             out.append(jnp.sum(jnp.where(on & inside, fn, 0.0)))
         return jnp.stack(out)
 
-    def sensors(self, pk: _sim.State, action: Array, forces: Array | None = None) -> dict:
+    def sensors(
+        self,
+        pk: _sim.State,
+        action: Array,
+        forces: Array | None = None,
+        frames: ContactFrames | None = None,
+    ) -> dict:
         """The quantities of :meth:`observe` and :meth:`reward` at the state ``pk`` under
         ``action``: :meth:`state_sensors` and, with :attr:`touch_sites`, ``"touch"``
-        (``forces``: the contact forces of the step from ``pk``, if known; :meth:`touch`)."""
+        (``forces``: the contact forces of the step from ``pk``, ``frames`` its contact frames,
+        if known; :meth:`touch`)."""
         out = self.state_sensors(pk)
         if self.touch_sites:
-            out["touch"] = self.touch(pk, action, forces)
+            out["touch"] = self.touch(pk, action, forces, frames)
         return out
 
     def state_sensors(self, pk: _sim.State) -> dict:
@@ -846,9 +903,12 @@ class ContactSuiteEnv(SuiteEnv):
         raise NotImplementedError
 
     # -- the environment
-    def episode_start(self, rng: Array, ps: _sim.State) -> State:
-        """The :class:`State` of a reset to ``ps`` (sensors under a zero action)."""
-        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
+    def episode_start(
+        self, rng: Array, ps: _sim.State, frames: ContactFrames | None = None
+    ) -> State:
+        """The :class:`State` of a reset to ``ps`` (sensors under a zero action; ``frames``:
+        the :meth:`contact_frames` of ``ps`` where the reset has them)."""
+        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype), frames=frames)
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
         info = {"rng": rng, **self.contact_info(ps.q.dtype)}
@@ -911,13 +971,15 @@ class ContactSuiteEnv(SuiteEnv):
         (measured over 8192 draws: 13 % of the hopper's draws penetrate, 2 % of the walker's,
         so all of 8 candidates do with a probability near ``0.13 ** 8``, 1e-7)."""
         rng = self.check_rng(rng)
-        q = self.first_free_draw(rng, self.planar_draw)
+        q, frames = self.free_draw_frames(rng, self.planar_draw)
         ps = self.pipeline_init(q, jnp.zeros(self.sys.model.nv, q.dtype))
-        return self.episode_start(jax.random.split(rng, 3)[0], ps)
+        return self.episode_start(jax.random.split(rng, 3)[0], ps, frames)
 
 
 def soft_contact(**changes: Any) -> _sim.Constraint:
-    """The planar tasks' default contact (cheetah, walker, hopper): MuJoCo's soft contact, the
+    """The contact tasks' default contact (cheetah, walker, hopper, ball in cup; the humanoid's
+    with its own ``max_contacts``; not the finger's, whose file's cones are elliptic, which
+    the Newton solve does not take): MuJoCo's soft contact, the
     physics of Playground's MJX environments (and of dm_control's MuJoCo), solved as MuJoCo's
     and MJX's Newton solver (``mj_solNewton``; :class:`jaxdyn.sim.Constraint`'s
     ``soft=True, relaxed=True, solver="newton"``): the geoms' ``solref`` / ``solimp``, the
@@ -1309,7 +1371,10 @@ class FingerSpin(ContactSuiteEnv):
 
     Loaded with ``sim_config(ignore=("solimp",))``: the file's geoms set ``solimp="0 0.9
     0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its soft contacts), which
-    :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart for.
+    :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart for. The finger keeps the
+    hard contact (no ``contact=`` keyword): its file asks for elliptic cones
+    (``<option cone="elliptic">``), which MuJoCo's Newton solve of :func:`soft_contact` does
+    not implement (``Constraint(solver="newton")`` takes pyramidal cones only).
     """
 
     xml = "finger.xml"
@@ -1375,8 +1440,9 @@ class FingerSpin(ContactSuiteEnv):
     ) -> tuple[Array, dict[str, Array]]:
         return (sensors["hinge_velocity"] <= -self.SPIN_VELOCITY).astype(ps.q.dtype), {}
 
-    def draw_pose(self, r1: Array, r2: Array) -> Array:
-        """The reset's configuration (jaxdyn's order) from the keys of the first draw."""
+    def draw_pose(self, r1: Array, r2: Array) -> tuple[Array, ContactFrames]:
+        """The reset's configuration (jaxdyn's order) from the keys of the first draw, and its
+        :meth:`~ContactSuiteEnv.contact_frames` (:meth:`~ContactSuiteEnv.first_free`)."""
         lo, hi = self.lowers, self.uppers
 
         def draw(a, b):
@@ -1390,21 +1456,15 @@ class FingerSpin(ContactSuiteEnv):
             n = self.reset_tries - 1
             more = jax.random.split(jax.random.fold_in(r1, 1), 2 * n)
             qs = jnp.concatenate([qs, jax.vmap(draw)(more[:n], more[n:])])
-        qs = self.q_of(qs.astype(self.sys.model.mass.dtype))
-        zero_v = jnp.zeros(self.sys.model.nv, qs.dtype)
-
-        def free(q):
-            return jnp.all(self.contact_frames(_sim.State(q, zero_v)).distance > 0)
-
-        ok = jax.vmap(free)(qs)
-        return qs[jnp.argmax(ok)]  # the first free draw (the first draw if none is)
+        # the first free draw (the first draw if none is)
+        return self.first_free(self.q_of(qs.astype(self.sys.model.mass.dtype)))
 
     def reset(self, rng: Array) -> State:
         rng = self.check_rng(rng)
         rng, r1 = jax.random.split(rng, 2)
         r1, r2 = jax.random.split(r1, 2)
-        q = self.draw_pose(r1, r2)
-        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)))
+        q, frames = self.draw_pose(r1, r2)
+        return self.episode_start(rng, self.pipeline_init(q, jnp.zeros_like(q)), frames)
 
 
 class FingerTurn(FingerSpin):
@@ -1449,12 +1509,12 @@ class FingerTurn(FingerSpin):
         rng = self.check_rng(rng)
         rng, r1, r2 = jax.random.split(rng, 3)
         r1, r3 = jax.random.split(r1, 2)
-        q = self.draw_pose(r1, r3)
+        q, frames = self.draw_pose(r1, r3)
         angle = jax.random.uniform(r2, minval=-jnp.pi, maxval=jnp.pi)
         target = self.hinge + self.radius * jnp.stack([jnp.sin(angle), jnp.cos(angle)])
         ps = self.pipeline_init(q, jnp.zeros_like(q))
         target = target.astype(ps.q.dtype)
-        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype))
+        sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype), frames=frames)
         sensors["target"] = target
         zero = jnp.zeros((), ps.q.dtype)
         obs = self.observe(ps, sensors)
@@ -1498,7 +1558,11 @@ class BallInCup(ContactSuiteEnv):
     Playground's port resets to ``qpos0``, the ball hanging below the cup: ``reset="qpos0"``).
     **Periods:** control 0.02 s, simulation 0.002 s (dm_control's and Playground's; the
     file's ``Euler`` with ``eulerdamp``: jaxdyn's ``"implicit_damping"``). Contact: the ball
-    against the five capsules of the cup and the floor (friction 1).
+    against the five capsules of the cup and the floor (friction 1), MuJoCo's soft contact
+    through its Newton solve (:func:`soft_contact`, Playground's MJX physics: with the ball in
+    the shaken cup the rollout equals MuJoCo C's to rounding) over the
+    :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest of the 16 slots; ``contact="hard"``:
+    jaxdyn's hard Coulomb contact (:attr:`HARD_CONTACT`, the default before).
 
     The string's length limit is MuJoCo's tendon limit constraint (``mujoco_limits =
     "constraint"``: a soft row on the tendon's length, :class:`jaxdyn.sim.LimitConstraints`'
@@ -1511,6 +1575,11 @@ class BallInCup(ContactSuiteEnv):
     """
 
     xml = "ball_in_cup.xml"
+    #: the hard contact (``contact="hard"``, the default before): jaxdyn's Coulomb contact,
+    #: cold, 100 projected gradient steps, over every slot
+    HARD_CONTACT = _sim.Constraint()
+    contact = soft_contact()
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
     #: the string's spring-damper limit with ``mujoco_limits = False``
     #: (:class:`jaxdyn.sim.JointLimits`; the model has no joint limits)
@@ -1529,6 +1598,7 @@ class BallInCup(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1539,6 +1609,7 @@ class BallInCup(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.set_reset_mode(reset)
         import equinox as eqx
@@ -1607,13 +1678,17 @@ class SuiteHumanoid(ContactSuiteEnv):
     resets to ``qpos0``, standing: ``reset="qpos0"``). **Metrics:** ``reward/standing``,
     ``upright``, ``stand``, ``small_control``, ``move`` (Playground's). **Periods:** control
     0.025 s, simulation 0.005 s (dm_control's and Playground's). Contact: every pair the
-    file declares, with the floor and between the bodies, under
-    :class:`jaxdyn.sim.Constraint` solved over the :attr:`MAX_CONTACTS` closest contact slots
+    file declares, with the floor and between the bodies (frictionless, ``condim="1"``),
+    MuJoCo's soft contact through its Newton solve (:func:`soft_contact`, Playground's MJX
+    physics; its rollouts equal MuJoCo C's to rounding; ``contact="hard"``: jaxdyn's hard
+    Coulomb contact, :attr:`HARD_CONTACT`, the default before) over the :attr:`MAX_CONTACTS`
+    closest contact slots
     (``Constraint(max_contacts=...)``: the file's 161 pairs give 277 slots, of which a fall
     from standing holds at most about 70 candidates, so the capped solve equals the uncapped
     one there; the cap makes a step many times cheaper; ``info["contacts_dropped"]`` reports a
-    step where it left out a touching contact); the geoms' ``solimp`` is ignored by
-    name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`). Joint limits:
+    step where it left out a touching contact); under the hard contact the geoms' ``solimp``
+    is ignored by name (``sim_config(ignore=("solimp",))``, as :class:`FingerSpin`;
+    :attr:`~ContactSuiteEnv.hard_sim_ignore`). Joint limits:
     MuJoCo's limit constraint (``mujoco_limits = "constraint"``: soft rows with the file's
     ``solimplimit``, solved with the contacts), as MuJoCo C steps the file; the default
     :class:`jaxdyn.sim.JointLimits` spring-damper is applied explicitly and is unstable at
@@ -1625,8 +1700,14 @@ class SuiteHumanoid(ContactSuiteEnv):
     #: contact slots the constraint solve keeps (the closest; ``jaxdyn.sim.contact_counts``
     #: counts a state's candidates)
     MAX_CONTACTS = 80
-    contact = _sim.Constraint(max_contacts=MAX_CONTACTS)
-    sim_ignore = ("solimp",)
+    #: the hard contact (``contact="hard"``, the default before): jaxdyn's Coulomb contact,
+    #: cold, 100 projected gradient steps, over the :attr:`MAX_CONTACTS` closest slots; the
+    #: geoms' ``solimp`` ignored by name (:attr:`~ContactSuiteEnv.hard_sim_ignore`), which it
+    #: has no counterpart for
+    HARD_CONTACT = _sim.Constraint(max_contacts=MAX_CONTACTS)
+    contact = soft_contact(max_contacts=MAX_CONTACTS)
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
+    hard_sim_ignore = ("solimp",)
     # MuJoCo's limit constraint (soft rows solved with the contacts): the default
     # spring-damper, explicit in the step, is unstable at the light feet (dt * damping / M up
     # to 3.8 at the ankles) and diverged under random actions (docs/environments.md)
@@ -1655,6 +1736,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1665,6 +1747,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
         )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)

@@ -879,7 +879,9 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     # M plus h times the velocity derivative of the forces (implicit); every solve by ABA sweeps
     ws, origin = _world(model, q)
     vb, vJ = kin.body_velocities(model, ws, v)
-    frames = _frames(cfg, ws, origin, vb)
+    # the contacts at the step's velocity: Compliant contact's forces and inertias (constraint
+    # contact takes its own at the free velocity, _constraint_velocity: traced once there)
+    frames = _frames(cfg, ws, origin, vb) if isinstance(cfg.contact, C.Compliant) else None
     W, f = _ext_wrenches(model, cfg, ws, frames)
     dtau = None
     decoupled = not _coupled(cfg) and cfg.tendons is None and cfg.spatial_tendons is None
