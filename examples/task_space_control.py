@@ -88,7 +88,6 @@ def main():
     out = jax.tree_util.tree_map(np.asarray, step(jnp.asarray(q), jnp.asarray(v)))
     u, B = out["u"], out["B"]
     tau, forces = u[:12], u[12:].reshape(4, 3)
-    qdd_aba = np.asarray(jaxdyn.aba(model, q, v, B @ u))
 
     np.set_printoptions(precision=3, suppress=True)
     print(f"{model}")
@@ -105,6 +104,9 @@ def main():
         f"task residual |Vdot - Vdot_c|: base {np.linalg.norm(res[:6]):.2e}, "
         f"feet {np.linalg.norm(res[6:]):.2e} (of |Vdot_c| = {np.linalg.norm(out['Vdot_c']):.2f})"
     )
+    # the check against plain forward dynamics (a program of its own: after the controller's
+    # results are printed)
+    qdd_aba = np.asarray(jaxdyn.aba(model, q, v, B @ u))
     err = np.max(np.abs(out["qdd"] - qdd_aba)) / max(1.0, np.max(np.abs(qdd_aba)))
     print(f"qdd0 + Bhat u vs jaxdyn.aba(q, v, B u): relative difference {err:.1e}")
     assert err < 1e-10

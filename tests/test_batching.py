@@ -167,8 +167,8 @@ def test_chunk_loop_buffers_start_uninitialized(quad, crba_outputs_ref, tmp_path
 
 
 def test_handler_background_build_not_started_when_built(monkeypatch):
-    """:func:`jaxdyn.backend.ffi.build_in_background` starts nothing where the handler is
-    compiled already (found in the cache) or the environment turns it off."""
+    """:func:`jaxdyn.backend.ffi.build_in_background` starts nothing where the handlers and
+    the kernels are compiled already (found in the cache) or the environment turns it off."""
     import shutil
 
     from jaxdyn.backend import ffi as U
@@ -176,12 +176,15 @@ def test_handler_background_build_not_started_when_built(monkeypatch):
     if shutil.which(os.environ.get("CC") or "cc") is None:
         pytest.skip("no C compiler: the handler is never built")
     assert U.available(), U.status()
-    assert U._built() is not None
+    assert U.kernels_available(), U.kernel_status()
+    assert U._built() is not None and U._built(U.KERNELS) is not None
     assert U.build_in_background() is False
-    assert not U._build_lock.locked()  # a later build() does not wait for ever
+    # a later build() does not wait for ever
+    assert not U._build_lock.locked() and not U.KERNELS.lock.locked()
     monkeypatch.setenv("JAXDYN_BUILD_HANDLER", "0")
     assert U.build_in_background() is False
     U.build()  # found, returns at once
+    U.build_kernels()
 
 
 _BACKGROUND = """
@@ -194,15 +197,17 @@ if sys.argv[1] == "exit":
     sys.exit(0)  # a normal exit, the compiler still running
 print("available", ffi.available(), ffi.status(), flush=True)
 print("library", ffi.build().parent == ffi.cache_dir(), flush=True)
+print("kernels", ffi.kernels_expected(), ffi.kernels_available(), ffi.kernel_status(), flush=True)
+print("kernel library", ffi.build_kernels().parent == ffi.cache_dir(), flush=True)
 """
 
 
 @pytest.mark.slow
 def test_handler_builds_in_background_at_import(tmp_path):
-    """A process without the compiled handler starts its compile when jaxdyn is imported (a
-    thread beside the imports and tracing); the first program that needs it waits for that
-    build and finds its library in the cache; a process that exits while the compiler runs
-    stops it and leaves no half-written library."""
+    """A process without the compiled handlers and kernels starts their compile when jaxdyn is
+    imported (a thread beside the imports and tracing); the first program that needs either
+    waits for that build and finds its library in the cache; a process that exits while the
+    compiler runs stops it and leaves no half-written library."""
     import shutil
     import subprocess
     import sys
@@ -210,9 +215,18 @@ def test_handler_builds_in_background_at_import(tmp_path):
     if shutil.which(os.environ.get("CC") or "cc") is None:
         pytest.skip("no C compiler: the handler is never built")
 
+    # the exiting process's compiler: slow (a shell that sleeps first), so that it still runs
+    # at the exit whatever the machine's load (the handlers alone compile in a tenth of a
+    # second); SIGTERM ends the shell during its sleep
+    slow = tmp_path / "slow-cc"
+    slow.write_text(f'#!/bin/sh\nsleep 30\nexec {os.environ.get("CC") or "cc"} "$@"\n')
+    slow.chmod(0o755)
+
     def run(what, cache):
         env = dict(os.environ, JAXDYN_CACHE_DIR=str(cache), TMPDIR=str(tmp_path / "tmp"))
         env.pop("JAXDYN_BUILD_HANDLER", None)
+        if what == "exit":
+            env["CC"] = str(slow)
         (tmp_path / "tmp").mkdir(exist_ok=True)
         r = subprocess.run(
             [sys.executable, "-c", _BACKGROUND, what], env=env, capture_output=True, text=True,
@@ -227,8 +241,10 @@ def test_handler_builds_in_background_at_import(tmp_path):
     assert not left, left  # stopped at exit: neither a library nor its temporary file
     out = run("build", tmp_path / "b")
     assert "started True" in out and "available True registered" in out, out
-    assert "library True" in out, out
+    assert "library True" in out and "kernels True True registered" in out, out
+    assert "kernel library True" in out, out
     assert len(list((tmp_path / "b").glob("uninitialized-*.so"))) == 1
+    assert len(list((tmp_path / "b").glob("kernels-*.so"))) == 1
     assert not list((tmp_path / "tmp").glob("jaxdyn-*/*.so"))  # not under the temporary dir
 
 

@@ -69,6 +69,46 @@ def test_kernel_is_compiled():
     # CI and every machine with a C compiler run the kernel; without one crba falls back to
     # XLA's code (the status says why), which this suite would then test in its place
     assert ffi.available(), ffi.status()
+    assert ffi.kernels_available(), ffi.kernel_status()
+
+
+def test_kernels_compiled_for_this_cpu_else_portable(tmp_path, monkeypatch):
+    """The kernels' library is compiled for the running CPU's x86-64 level alone where
+    ``/proc/cpuinfo`` tells it (the clone that the portable build's dispatch would pick), with
+    the portable build second; a compiler that refuses the first flags builds with the next
+    (here the handlers' library, for a fast compile), under the same file name."""
+    level = ffi._x86_level()
+    flags = ffi.KERNELS.flags()
+    if level is None:
+        assert flags == [["-O3"]]
+    else:
+        assert level in ("x86-64", "x86-64-v3", "x86-64-v4")
+        assert flags == [["-O3", f"-march={level}", "-DJAXDYN_ONE_TARGET"], ["-O3"]]
+    assert ffi.HANDLERS.flags() == [["-O2"]]
+    monkeypatch.setattr(ffi.HANDLERS, "flags", lambda: [["-march=no-such-cpu"], ["-O0"]])
+    lib = ffi.build(directory=tmp_path)
+    assert lib.parent == tmp_path and [p.name for p in tmp_path.iterdir()] == [lib.name]
+    monkeypatch.setattr(ffi.HANDLERS, "flags", lambda: [["-march=no-such-cpu"]])
+    with pytest.raises(RuntimeError, match="no-such-cpu"):
+        ffi.build(directory=tmp_path / "other")
+    assert not list((tmp_path / "other").iterdir())
+
+
+def test_trace_takes_the_kernel_before_its_build_ends(models, monkeypatch):
+    """A trace takes the kernel while its library is still being built
+    (:func:`~jaxdyn.backend.ffi.kernels_expected`: it does not wait); the lowering waits for
+    the build and lowers XLA's code where the build failed, with the same values."""
+    model = models["baxter"]
+    q = _states(model, 9, 5)
+    ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
+    monkeypatch.setattr(ffi, "kernels_expected", lambda: True)
+    monkeypatch.setattr(ffi, "kernels_available", lambda: False)
+    f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
+    traced = f.trace(q)
+    assert "jaxdyn_crba[" in str(traced.jaxpr)  # the kernel's primitive, traced
+    lowered = traced.lower()
+    assert "@" + ffi.CRBA_TARGET not in lowered.as_text()  # lowered as XLA's code
+    _close(lowered.compile()(q), ref, 1e-13)
 
 
 @pytest.mark.parametrize("name", ["all_kinds", "baxter", "humanoid"])

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import joints, shell, spatial
 from .._precision import full_precision
@@ -41,13 +42,19 @@ def _by_runs(model, fn, *arrays, widths):
 
 def neutral_configuration(model: Model, dtype: DTypeLike | None = None) -> Array:
     """The neutral configuration (zero angles, identity quaternions, origin), ``(nq,)``."""
-    dtype = dtype or jnp.zeros(()).dtype
+    dtype = dtype or jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless x64
     t = model.topo
     if t.nb == 0:
         return jnp.zeros(0, dtype)
-    return jnp.concatenate(
-        [joints.neutral(k, b1 - b0, dtype).reshape(-1) for k, b0, b1, _, _ in tree.kind_runs(t)]
-    )
+    # a constant of the topology, assembled in numpy and put on the device in one transfer:
+    # called eagerly (a script's first lines), each jnp operation here compiled a program
+    one = {
+        joints.ONE_DOF: [0.0],
+        joints.SPHERICAL: [1.0, 0.0, 0.0, 0.0],
+        joints.FREE: [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+    }
+    q = np.concatenate([np.tile(one[k], b1 - b0) for k, b0, b1, _, _ in tree.kind_runs(t)])
+    return jax.device_put(q.astype(jnp.dtype(dtype)))
 
 
 def random_configuration(

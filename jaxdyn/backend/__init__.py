@@ -18,9 +18,10 @@ does the rest. Its contract with the layers above:
 
 Modules:
 
-* :mod:`.ffi`: jaxdyn's XLA FFI library (``_uninitialized.c``, ``_crba_kernel.h``; built and
-  loaded at first use): uninitialized output buffers for the chunk loop, stores, the value
-  check's handler, the CRBA kernel's target, ``shard_map`` / ``Explicit`` mesh helpers.
+* :mod:`.ffi`: jaxdyn's XLA FFI libraries (the handlers, ``_uninitialized.c``; the kernels,
+  ``_kernels.c`` and ``_crba_kernel.h``; built and loaded at first use): uninitialized output
+  buffers for the chunk loop, stores, the value check's handler, the CRBA kernel's target,
+  ``shard_map`` / ``Explicit`` mesh helpers.
 * :mod:`.fusion`: what steers XLA:CPU's fusion and vectorisation: :func:`~.fusion.store`,
   :func:`~.fusion.materialize`, :func:`~.fusion.sincos` (re-exported by :mod:`jaxdyn.spatial`).
 * :mod:`.sharding`: array joins that keep a batch's ``Explicit`` sharding (``stack``,

@@ -1,4 +1,4 @@
-/* One precision of jaxdyn_crba (see _uninitialized.c), included once per element type with
+/* One precision of jaxdyn_crba (see _kernels.c), included once per element type with
  * REAL (double, float), ITYPE (the integer of its width), LANES (samples per vector: a vector
  * of 64 bytes), PIO4_1..3 (pi / 4 in three parts for REAL's argument reduction) and SUFFIX
  * (of the function names) defined; it undefines them at its end.

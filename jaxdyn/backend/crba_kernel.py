@@ -1,4 +1,4 @@
-"""CRBA as a C kernel on the CPU (``jaxdyn_crba`` in ``_uninitialized.c``, the algorithm in
+"""CRBA as a C kernel on the CPU (``jaxdyn_crba`` in ``_kernels.c``, the algorithm in
 ``_crba_kernel.h``): a JAX primitive whose CPU lowering calls the kernel, and whose other
 lowerings, batches of models and derivatives use the caller's XLA form of the same algorithm
 (:func:`jaxdyn.algorithms.crba.crba_world`).
@@ -29,20 +29,21 @@ if TYPE_CHECKING:
 # ``model``: a jaxdyn.Model, typed Any (the backend sits below jaxdyn.model: test_architecture)
 def kernel_usable(model: Any, dtype: DTypeLike) -> bool:
     """Whether :func:`crba` computes ``M`` by :func:`crba_kernel`: on the CPU (the default
-    backend), with the switch ``cpu_kernels`` on, float32 or float64, and jaxdyn's C handlers
-    compiled (:func:`jaxdyn.backend.ffi.available`)."""
+    backend), with the switch ``cpu_kernels`` on, float32 or float64, and jaxdyn's C kernels
+    compiled or being compiled (:func:`jaxdyn.backend.ffi.kernels_expected`: the trace does
+    not wait for a build under way; the lowering does, and takes XLA's code should it fail)."""
     return (
         bool(config.get("cpu_kernels"))
         and jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
         and model.nb > 0
         and jax.default_backend() == "cpu"
-        and ffi.available()
+        and ffi.kernels_expected()
     )
 
 
 @functools.lru_cache(maxsize=64)
 def _kernel_topology(topo) -> np.ndarray:
-    """The kernel's int32 topology operand (see ``jaxdyn_crba`` in ``ffi.c``)."""
+    """The kernel's int32 topology operand (see ``jaxdyn_crba`` in ``_kernels.c``)."""
     t = topo
     r, c = np.nonzero(np.triu(t.dof_ancestor))  # r <= c, r's body supports c's
     parts = [[t.nb, t.nq, t.nv, len(r)], t.kind, t.parent, t.q_start, t.v_start, r, c]
@@ -127,8 +128,9 @@ def _lower_xla(ctx, *args, tree_def, xla):
 
 def _lower_cpu(ctx, *args, tree_def, xla):
     # the kernel where the program may call jaxdyn's handlers (not under jax.export, not in a
-    # program XLA partitions over devices), else XLA's code
-    if not ffi._handler_call(ctx):
+    # program XLA partitions over devices) and the kernels compiled (this waits for their
+    # build, which the trace did not), else XLA's code
+    if not ffi._handler_call(ctx) or not ffi.kernels_available():
         return _lower_xla(ctx, *args, tree_def=tree_def, xla=xla)
     call = functools.partial(_kernel_call, tree_def)
     return mlir.lower_fun(call, multiple_results=False)(ctx, *args)

@@ -457,6 +457,8 @@ def _prepare(targets) -> None:
 
         if not ffi.available():
             raise RuntimeError(f"jaxdyn's FFI handlers are not available: {ffi.status()}")
+        if ffi.CRBA_TARGET in targets and not ffi.kernels_available():
+            raise RuntimeError(f"jaxdyn's CPU kernels are not available: {ffi.kernel_status()}")
     if any(t.startswith("lapack_") for t in targets):
         from jaxlib import lapack
 

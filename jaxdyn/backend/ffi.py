@@ -13,12 +13,13 @@ a noticeable share of the batched call for ``nv x nv`` outputs
 The handler is compiled by the system C compiler (``$CC``, else ``cc``) against the running
 jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/jaxdyn``, else ``~/.cache/jaxdyn``, and where that cannot be written a
-directory of the user's under the system's temporary directory; one file per source, header
-and compiler). A process that does not find it compiled starts that compile in a background
-thread when jaxdyn is imported (:func:`build_in_background`; ``JAXDYN_BUILD_HANDLER=0`` turns
-that off), so that the compiler, seconds of one core, runs beside the imports and tracing, and
-the first program that calls the handler waits only for what is left of it. It is used only
-where it is safe and possible, and the buffer is filled as before otherwise:
+directory of the user's under the system's temporary directory; one file per source, header,
+compiler and flags). A process that does not find it compiled starts that compile in a
+background thread when jaxdyn is imported (:func:`build_in_background`;
+``JAXDYN_BUILD_HANDLER=0`` turns that off), so that the compiler runs beside the imports and
+tracing, and the first program that calls the handler waits only for what is left of it (the
+handlers' library, a few lines of C at ``-O2``, is usually done before the imports are). It is
+used only where it is safe and possible, and the buffer is filled as before otherwise:
 
 * the switch ``jaxdyn.config.update("uninitialized_outputs", False)``
   (``JAXDYN_UNINITIALIZED_OUTPUTS=0``) turns it off;
@@ -46,11 +47,18 @@ program. Not under ``jax.export`` nor in partitioned programs (``equinox.error_i
 except for a batch split over ``Explicit`` mesh axes: its check runs on each device's samples
 (``jax.shard_map`` around the call, in the check's batching rule).
 
-The library also holds jaxdyn's CPU kernels, written in C where XLA's code stays slower than
-Pinocchio's C++ however it is arranged: ``jaxdyn_crba`` (``_crba_kernel.h``, one sample per
-vector lane; :func:`jaxdyn.backend.crba_kernel.crba_kernel`, the switch ``cpu_kernels``). The
-library is compiled with ``-O3``; the kernels carry target clones for AVX-512 and AVX2 (GCC on
-x86-64), chosen when the library loads, so a cached library runs on any x86-64 CPU.
+jaxdyn's CPU kernels, written in C where XLA's code stays slower than Pinocchio's C++ however
+it is arranged, are a second library, built after the handlers by the same thread:
+``jaxdyn_crba`` (``_kernels.c``, ``_crba_kernel.h``, one sample per vector lane;
+:func:`jaxdyn.backend.crba_kernel.crba_kernel`, the switch ``cpu_kernels``). Apart, the
+programs that call no kernel (most) never wait for their compile, and a trace that calls one
+does not either (:func:`kernels_expected`): the lowering of the kernel's call waits for what is
+left of the build (:func:`kernels_available`) and lowers XLA's code should it fail. The kernels
+are compiled with ``-O3`` (``-O2`` runs the CRBA kernel slower: ``docs/performance.md``), for
+the running CPU's x86-64 level alone where ``/proc/cpuinfo`` tells it (:func:`_x86_level`, in
+the file key: the code of the clone that the portable build's dispatch picks on this CPU, for a
+fraction of the compile), else with target clones for AVX-512 and AVX2 (GCC on x86-64) chosen
+when the library loads.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -96,20 +105,80 @@ CHECK_TARGET = "jaxdyn_check"
 #: the mesh axis type under which every array's type carries its sharding (``jax.make_mesh``'s
 #: default since JAX 0.7)
 EXPLICIT = jax.sharding.AxisType.Explicit
-SOURCE = Path(__file__).with_name("_uninitialized.c")
-#: the CPU kernel of :func:`jaxdyn.backend.crba_kernel.crba_kernel`, included by ``SOURCE``
-HEADERS = (Path(__file__).with_name("_crba_kernel.h"),)
+_HERE = Path(__file__).parent
+#: the handlers' source (the chunk loop's buffers, the stores, the value checks)
+SOURCE = _HERE / "_uninitialized.c"
+#: the headers ``SOURCE`` includes (in the library's file key)
+HEADERS = (_HERE / "_ffi_util.h",)
+#: the CPU kernels' source (:func:`jaxdyn.backend.crba_kernel.crba_kernel`), a library of its own
+KERNEL_SOURCE = _HERE / "_kernels.c"
+#: the headers ``KERNEL_SOURCE`` includes
+KERNEL_HEADERS = (_HERE / "_ffi_util.h", _HERE / "_crba_kernel.h")
 #: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 CRBA_TARGET = "jaxdyn_crba"
 
 logger = logging.getLogger("jaxdyn")
 
-_lock = threading.Lock()
-_state = {"tried": False, "ok": False, "why": "not tried yet", "lib": None}
+
+class _Library:
+    """One of jaxdyn's shared libraries: its file name's prefix, its source and headers, its
+    compile flags, a lock (one build at a time in a process, :func:`build`) and its state
+    (``tried``, ``ok``, ``why``: :func:`available`; ``lib``: the loaded library)."""
+
+    def __init__(self, prefix: str, source: Path, headers: tuple[Path, ...], kernels: bool):
+        self.prefix, self.source, self.headers, self.kernels = prefix, source, headers, kernels
+        self.lock = threading.Lock()
+        self.registering = threading.Lock()  # one registration at a time (_available)
+        self.state: dict[str, Any] = {"tried": False, "ok": False, "why": "not tried yet"}
+        self.state["lib"] = None
+
+    def flags(self) -> list[list[str]]:
+        """The compiles to try, in order, each a list of flags: the handlers, a few lines that
+        run once per program, at ``-O2``; the kernels at ``-O3``, for the running CPU's
+        x86-64 level alone where it is known (:func:`_x86_level`), and should the compiler
+        refuse that ``-march``, portable (target clones, as where the level is unknown)."""
+        if not self.kernels:
+            return [["-O2"]]
+        level = _x86_level()
+        if level is None:
+            return [["-O3"]]
+        return [["-O3", f"-march={level}", "-DJAXDYN_ONE_TARGET"], ["-O3"]]
+
+
+#: the handlers (``jaxdyn_uninitialized``, ``jaxdyn_store``, ``jaxdyn_check``)
+HANDLERS = _Library("uninitialized", SOURCE, HEADERS, kernels=False)
+#: the CPU kernels (``jaxdyn_crba``)
+KERNELS = _Library("kernels", KERNEL_SOURCE, KERNEL_HEADERS, kernels=True)
+#: one build of the handlers at a time (:func:`build`)
+_build_lock = HANDLERS.lock
+
+#: the instruction sets of x86-64-v3 and x86-64-v4 as ``/proc/cpuinfo`` names them
+_V3 = frozenset(("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"))
+_V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+@functools.cache
+def _x86_level() -> str | None:
+    """The running CPU's x86-64 micro-architecture level (``x86-64-v4``, ``x86-64-v3``,
+    ``x86-64``) from the flags of ``/proc/cpuinfo`` on x86-64 Linux, else ``None``. The
+    kernels compiled for it alone are the clone that their portable build's dispatch picks on
+    this CPU (``target_clones``), for a fraction of the compile; the level is in the library's
+    file key, so a cache shared by other CPUs holds one library per level."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return None
+    have = set(flags.partition(":")[2].split())
+    if not have:
+        return None
+    return "x86-64-v4" if _V4 <= have else "x86-64-v3" if _V3 <= have else "x86-64"
 
 
 def cache_dir() -> Path:
-    """Where the compiled handler is kept (see the module docstring)."""
+    """Where the compiled libraries are kept (see the module docstring)."""
     env = os.environ.get("JAXDYN_CACHE_DIR")
     if env:
         return Path(env)
@@ -118,26 +187,39 @@ def cache_dir() -> Path:
 
 
 def build(cc: str | None = None, directory: Path | None = None) -> Path:
-    """Compile ``_uninitialized.c`` into a shared library (or find it compiled) and return its
-    path. Raises ``RuntimeError`` naming the compiler and its message when it fails. One build
-    at a time in a process: a call while another thread builds (:func:`build_in_background`)
-    waits for it and then finds its library."""
-    with _build_lock:
-        return _build(cc, directory)
+    """Compile the handlers (``_uninitialized.c``) into a shared library (or find it compiled)
+    and return its path. Raises ``RuntimeError`` naming the compiler and its message when it
+    fails. One build at a time in a process: a call while another thread builds
+    (:func:`build_in_background`) waits for it and then finds its library."""
+    with HANDLERS.lock:
+        return _build(HANDLERS, cc, directory)
 
 
-def _build(cc: str | None, directory: Path | None) -> Path:
+def build_kernels(cc: str | None = None, directory: Path | None = None) -> Path:
+    """:func:`build` of the CPU kernels' library (``_kernels.c``)."""
+    with KERNELS.lock:
+        return _build(KERNELS, cc, directory)
+
+
+def _compiler(cc: str | None) -> tuple[list[str], Path]:
+    """The compiler command (``cc``, else ``$CC``, else ``cc``; it may carry flags or a
+    wrapper: ``"ccache gcc"``, ``"gcc -m64"``) and jaxlib's FFI header."""
     include = Path(jax.ffi.include_dir())
     header = include / "xla" / "ffi" / "api" / "c_api.h"
     if not header.is_file():
         raise RuntimeError(f"jaxlib's XLA FFI header is missing: {header}")
     cc = cc or os.environ.get("CC") or "cc"
-    words = shlex.split(cc)  # CC may carry flags or a wrapper: "ccache gcc", "gcc -m64"
+    words = shlex.split(cc)
     exe = shutil.which(words[0]) if words else None
     if exe is None:
         raise RuntimeError(f"no C compiler: {cc!r} is not on PATH (set CC)")
-    exe = [exe, *words[1:]]
-    name = f"uninitialized-{_key(exe, header)}.so"
+    return [exe, *words[1:]], header
+
+
+def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
+    exe, header = _compiler(cc)
+    flags = library.flags()
+    name = f"{library.prefix}-{_key(library, exe, header, flags[0])}.so"
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
         if (d / name).is_file():
@@ -149,18 +231,18 @@ def _build(cc: str | None, directory: Path | None) -> Path:
         except OSError:
             continue
         os.close(fd)
-        return _compile(exe, include, tmp, d / name)
-    raise RuntimeError(f"no writable directory for the compiled handler: {dirs}")
+        return _compile(library, exe, header.parents[3], flags, tmp, d / name)
+    raise RuntimeError(f"no writable directory for the compiled library: {dirs}")
 
 
-def _key(exe: list, header: Path) -> str:
-    """The library's file key: its sources, the FFI header, the compiler command, the
-    platform."""
+def _key(library: _Library, exe: list, header: Path, flags: list[str]) -> str:
+    """The library's file key: its sources, the FFI header, the compiler command and flags,
+    the platform."""
     return hashlib.sha256(
-        SOURCE.read_bytes()
-        + b"".join(h.read_bytes() for h in HEADERS)
+        library.source.read_bytes()
+        + b"".join(h.read_bytes() for h in library.headers)
         + header.read_bytes()
-        + " ".join(exe).encode()
+        + " ".join(exe + flags).encode()
         + sys.platform.encode()
     ).hexdigest()[:16]
 
@@ -170,21 +252,26 @@ def _temp_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"jaxdyn-{uid}"
 
 
-def _compile(exe, include, tmp, lib):
+def _compile(library, exe, include, flags, tmp, lib):
+    """Compile ``library`` into ``tmp`` with each of ``flags`` in turn until one compiles,
+    then move it to ``lib``; raises with the last compiler message where none does."""
     try:
-        cmd = [*exe, "-O3", "-shared", "-fPIC", "-I", str(include), "-I", str(SOURCE.parent)]
-        cmd += [str(SOURCE), "-o", tmp]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _compiling[p] = tmp
-        try:
-            out, err = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        finally:
-            _compiling.pop(p, None)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
+        for i, fl in enumerate(flags):
+            cmd = [*exe, *fl, "-shared", "-fPIC", "-I", str(include)]
+            cmd += ["-I", str(library.source.parent), str(library.source), "-o", tmp]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _compiling[p] = tmp
+            try:
+                out, err = p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            finally:
+                _compiling.pop(p, None)
+            if p.returncode == 0:
+                break
+            if i == len(flags) - 1:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
         os.replace(tmp, lib)  # atomic: processes building at once each install a whole file
     finally:
         if os.path.exists(tmp):
@@ -192,8 +279,6 @@ def _compile(exe, include, tmp, lib):
     return lib
 
 
-#: one build at a time (:func:`build`)
-_build_lock = threading.Lock()
 #: compiler processes running -> their output file (:func:`_stop_compiles` at exit)
 _compiling: dict = {}
 
@@ -201,7 +286,7 @@ _compiling: dict = {}
 @atexit.register
 def _stop_compiles() -> None:
     """At exit: stop a compile still running (the background build of a process that needed no
-    handler) and remove its half-written output; the next process builds again."""
+    library) and remove its half-written output; the next process builds again."""
     for p, tmp in list(_compiling.items()):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             p.terminate()  # the compiler driver removes its temporary files on SIGTERM
@@ -214,88 +299,122 @@ def _stop_compiles() -> None:
 
 
 def build_in_background() -> bool:
-    """Start compiling the handler in a daemon thread where it is not compiled yet, so that the
-    C compiler (seconds of one core, the CRBA kernel's ``-O3`` code above all) runs beside the
-    process's imports and tracing rather than inside its first lowering that calls the handler,
-    which then waits for it (:func:`build`). Called when jaxdyn is imported (not with
-    ``JAXDYN_BUILD_HANDLER=0``, nor on Windows or without ``jax.ffi``). Returns whether a build
-    was started; a failure is left to :func:`available`, which tries again and says why."""
-    if sys.platform == "win32" or not hasattr(jax, "ffi") or _state["tried"]:
+    """Start compiling the libraries that are not compiled yet in a daemon thread, the handlers
+    first (a few lines of C), then the kernels (the longer compile), so that the C compiler
+    runs beside the process's imports and tracing rather than inside its first trace or
+    lowering that needs them, which then waits for what is left (:func:`build`). Called when
+    jaxdyn is imported (not with ``JAXDYN_BUILD_HANDLER=0``, nor on Windows or without
+    ``jax.ffi``). Returns whether a build was started; a failure is left to :func:`available`
+    and :func:`kernels_available`, which try again and say why."""
+    if sys.platform == "win32" or not hasattr(jax, "ffi"):
         return False
     if os.environ.get("JAXDYN_BUILD_HANDLER", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    if not _build_lock.acquire(blocking=False):
-        return False
-    try:
-        built = _built() is not None
-    except Exception:  # no header, no compiler: available() says why
-        built = True
-    if built:
-        _build_lock.release()
+    todo = []
+    for library in (HANDLERS, KERNELS):
+        if library.state["tried"] or not library.lock.acquire(blocking=False):
+            continue
+        try:
+            built = _built(library) is not None
+        except Exception:  # no header, no compiler: available() says why
+            built = True
+        if built:
+            library.lock.release()
+        else:
+            todo.append(library)
+    if not todo:
         return False
 
     def run():
-        try:
-            _build(None, None)
-        except Exception as e:  # available() builds again and reports it
-            logger.debug("jaxdyn: background build of the FFI handler failed: %r", e)
-        finally:
-            _build_lock.release()
+        for library in todo:
+            try:
+                _build(library, None, None)
+            except Exception as e:  # available() builds again and reports it
+                logger.debug("jaxdyn: background build of %s failed: %r", library.source.name, e)
+            finally:
+                library.lock.release()
 
     try:
         threading.Thread(target=run, name="jaxdyn-ffi-build", daemon=True).start()
     except RuntimeError:
-        _build_lock.release()
+        for library in todo:
+            library.lock.release()
         return False
     return True
 
 
-def _built() -> Path | None:
-    """The compiled handler where one is found (the cache, then the temporary directory)."""
-    include = Path(jax.ffi.include_dir())
-    header = include / "xla" / "ffi" / "api" / "c_api.h"
-    cc = os.environ.get("CC") or "cc"
-    words = shlex.split(cc)
-    exe = shutil.which(words[0]) if words else None
-    if exe is None or not header.is_file():
-        raise RuntimeError("no compiler or header")
-    name = f"uninitialized-{_key([exe, *words[1:]], header)}.so"
+def _built(library: _Library = HANDLERS) -> Path | None:
+    """The compiled library where one is found (the cache, then the temporary directory)."""
+    exe, header = _compiler(None)
+    name = f"{library.prefix}-{_key(library, exe, header, library.flags()[0])}.so"
     for d in (cache_dir(), _temp_dir()):
         if (d / name).is_file():
             return d / name
     return None
 
 
-def _register() -> None:
+def _register(library: _Library) -> None:
     if sys.platform == "win32":
         raise RuntimeError("not built on Windows")
     if not hasattr(jax, "ffi") or not hasattr(jax.ffi, "include_dir"):
         raise RuntimeError(f"jax {jax.__version__} has no jax.ffi")
-    lib = ctypes.CDLL(str(build()))
-    for target in (TARGET, STORE_TARGET):
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.jaxdyn_uninitialized), "cpu")
-    jax.ffi.register_ffi_target(CHECK_TARGET, jax.ffi.pycapsule(lib.jaxdyn_check), "cpu")
-    jax.ffi.register_ffi_target(CRBA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_crba), "cpu")
-    _state["lib"] = lib  # kept loaded for the life of the process
+    lib = ctypes.CDLL(str(build() if library is HANDLERS else build_kernels()))
+    if library is HANDLERS:
+        for target in (TARGET, STORE_TARGET):
+            capsule = jax.ffi.pycapsule(lib.jaxdyn_uninitialized)
+            jax.ffi.register_ffi_target(target, capsule, "cpu")
+        jax.ffi.register_ffi_target(CHECK_TARGET, jax.ffi.pycapsule(lib.jaxdyn_check), "cpu")
+    else:
+        jax.ffi.register_ffi_target(CRBA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_crba), "cpu")
+    library.state["lib"] = lib  # kept loaded for the life of the process
+
+
+def _available(library: _Library) -> bool:
+    state = library.state
+    if state["tried"]:
+        return state["ok"]
+    with library.registering:
+        if not state["tried"]:
+            try:
+                _register(library)
+                state["ok"], state["why"] = True, "registered"
+            except Exception as e:  # any failure: the callers take XLA's code instead
+                state["ok"], state["why"] = False, f"{type(e).__name__}: {e}"
+            state["tried"] = True
+    return state["ok"]
 
 
 def available() -> bool:
-    """Whether the handler is registered (compiled and registered at the first call)."""
-    with _lock:
-        if not _state["tried"]:
-            _state["tried"] = True
-            try:
-                _register()
-                _state["ok"], _state["why"] = True, "registered"
-            except Exception as e:  # any failure: the chunk loop fills its buffers instead
-                _state["ok"], _state["why"] = False, f"{type(e).__name__}: {e}"
-    return _state["ok"]
+    """Whether the handlers are registered (compiled and registered at the first call)."""
+    return _available(HANDLERS)
 
 
 def status() -> str:
     """``"registered"``, or why the chunk loop fills its buffers instead."""
     available()
-    return _state["why"]
+    return HANDLERS.state["why"]
+
+
+def kernels_available() -> bool:
+    """Whether the CPU kernels are registered (compiled and registered at the first call,
+    which waits for a build under way)."""
+    return _available(KERNELS)
+
+
+def kernel_status() -> str:
+    """``"registered"``, or why the CPU kernels' callers take XLA's code instead."""
+    kernels_available()
+    return KERNELS.state["why"]
+
+
+def kernels_expected() -> bool:
+    """Whether the CPU kernels are registered or being built (by :func:`build_in_background`),
+    without waiting for that build: what a trace decides by, so that it runs beside the
+    compiler; the lowering of a kernel's call waits for the build
+    (:func:`kernels_available`) and takes XLA's code should it fail."""
+    if not KERNELS.state["tried"] and KERNELS.lock.locked():
+        return True
+    return kernels_available()
 
 
 def _fill(shape, dtype, fill):

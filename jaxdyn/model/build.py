@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import joints
@@ -109,7 +108,9 @@ def cast_params(
                 else f"is not representable in {dtype.name} (largest {np.finfo(dtype).max:.3g})"
             )
             raise ValueError(f"{element(k, i)}: {k} {v:.3g} {what}" + x64_hint(dtype))
-        leaves[k] = jnp.asarray(y)
+        # device_put, not jnp.asarray: called eagerly, JAX 0.10's asarray of a numpy array
+        # (lax.stage) compiles an XLA program per shape, each a first load of a model paid
+        leaves[k] = jax.device_put(y)
     return leaves
 
 

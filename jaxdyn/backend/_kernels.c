@@ -1,0 +1,117 @@
+/* jaxdyn's CPU kernels (jaxdyn/backend/crba_kernel.py), a library of their own beside the
+ * handlers of _uninitialized.c (jaxdyn/backend/ffi.py): compiled with -O3, either for the
+ * running CPU's x86-64 level alone (-march=x86-64-vN with JAXDYN_ONE_TARGET defined) or, where
+ * that level is unknown, with target clones for AVX-512 and AVX2 (GCC on x86-64) chosen when
+ * the library loads. */
+#include "_ffi_util.h"
+
+/* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
+ * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), the
+ * motion axes (nv, 6; a body's first is row v_start), mass (nb), com (nb, 3), inertia (nb, 9),
+ * armature (nv, or 0 entries where the model has none), all of one floating type,
+ * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
+ * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
+ * Result: M (..., nv, nv). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KIND_ONE_DOF 0
+#define KIND_SPHERICAL 1
+#define KIND_FREE 2
+
+typedef struct {
+  int nb, nq, nv, npairs;
+  const int32_t *kind, *parent, *q_start, *v_start, *pair_r, *pair_c;
+} crba_topo;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) \
+    && !defined(JAXDYN_ONE_TARGET)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+/* each precision twice: a vector of 64 bytes for the blocks of the batch, and one of 16 bytes
+   (2 float64 / 4 float32 samples) for the few samples left after the full blocks, so that a
+   batch of one computes one narrow block instead of a block of 8 or 16 lanes (its workspace, a
+   quarter of the wide one, stays in the L1 cache) */
+#define REAL double
+#define ITYPE int64_t
+#define LANES 8
+#define PIO4_1 7.85398125648498535156E-1
+#define PIO4_2 3.77489470793079817668E-8
+#define PIO4_3 2.69515142907905952645E-15
+#define SUFFIX f64
+#include "_crba_kernel.h"
+#define REAL double
+#define ITYPE int64_t
+#define LANES 2
+#define PIO4_1 7.85398125648498535156E-1
+#define PIO4_2 3.77489470793079817668E-8
+#define PIO4_3 2.69515142907905952645E-15
+#define SUFFIX f64_narrow
+#include "_crba_kernel.h"
+#define REAL float
+#define ITYPE int32_t
+#define LANES 16
+#define PIO4_1 0.78515625f
+#define PIO4_2 2.4187564849853515625e-4f
+#define PIO4_3 3.77489497744594108e-8f
+#define SUFFIX f32
+#include "_crba_kernel.h"
+#define REAL float
+#define ITYPE int32_t
+#define LANES 4
+#define PIO4_1 0.78515625f
+#define PIO4_2 2.4187564849853515625e-4f
+#define PIO4_3 3.77489497744594108e-8f
+#define SUFFIX f32_narrow
+#include "_crba_kernel.h"
+
+XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
+  if (metadata_call(frame))
+    return NULL;
+  if (frame->args.size != 9 || frame->rets.size != 1)
+    return ffi_error(frame, "jaxdyn_crba: expected 9 operands and 1 result");
+  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
+  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  const int32_t* tp = (const int32_t*)a[8]->data;
+  crba_topo t;
+  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = tp[3];
+  t.kind = tp + 4;
+  t.parent = t.kind + t.nb;
+  t.q_start = t.parent + t.nb;
+  t.v_start = t.q_start + t.nb;
+  t.pair_r = t.v_start + t.nb;
+  t.pair_c = t.pair_r + t.npairs;
+  int64_t B = 1;
+  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
+    B *= a[0]->dims[i];
+  const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
+  const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
+  const void* arm = a[7]->rank == 1 && a[7]->dims[0] == t.nv ? a[7]->data : NULL;
+  const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv;
+  int failed = 0;
+  if (a[0]->dtype == XLA_FFI_DataType_F64) {
+    /* blocks of 8 samples wide; up to 2 samples left after them, one narrow block */
+    const int64_t full = B % 8 <= 2 ? B / 8 * 8 : B;
+    const double *qd = (const double*)q;
+    double* od = (double*)out->data;
+    if (full > 0)
+      failed |= crba_run_f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
+    if (B > full)
+      failed |= crba_run_f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                                    od + full * nn);
+  } else if (a[0]->dtype == XLA_FFI_DataType_F32) {
+    const int64_t full = B % 16 <= 4 ? B / 16 * 16 : B;
+    const float* qf = (const float*)q;
+    float* of = (float*)out->data;
+    if (full > 0)
+      failed |= crba_run_f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
+    if (B > full)
+      failed |= crba_run_f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                                    of + full * nn);
+  } else
+    return ffi_error(frame, "jaxdyn_crba: float32 or float64 operands expected");
+  return failed ? ffi_error(frame, "jaxdyn_crba: out of memory") : NULL;
+}
