@@ -482,7 +482,15 @@ def _body_motion(model, ws, v):
 
 def kinematic_terms(model, ws, v, lay, pl: Placements):
     """Constraint velocity ``y = J v`` and drift ``Jdot v`` (see the module docstring)."""
-    vel, acc = _body_motion(model, ws, v)
+    return point_terms(lay, pl, *_body_motion(model, ws, v))
+
+
+def point_terms(lay, pl: Placements, vel, acc):
+    """``(J v, J qdd + Jdot v)`` from the bodies' world-origin spatial velocities ``vel`` and
+    accelerations ``acc`` (without gravity's fictitious root acceleration) at ``(v, qdd)``:
+    the velocity and acceleration rows of each constraint frame at its point (``qdd = 0``:
+    :func:`kinematic_terms`'s drift; the accelerations of RNEA's outward pass, less gravity's:
+    the constraint acceleration ``J qdd + Jdot v`` without ``J``)."""
     vb, ab = vel[lay.body], acc[lay.body]
     w, v0 = vb[:, :3], vb[:, 3:]
     al, a0 = ab[:, :3], ab[:, 3:]
@@ -583,6 +591,8 @@ def error_from_placements(lay, pl: Placements, Rt, pt):
     ``[log3(R R*^T); p - p*]`` (world-aligned)."""
     A = _axes(lay, pl.R)
     dp = spatial.mv(A, pl.p - pt)  # connect rows, and the decoupled welds' linear rows
+    if not np.any(lay.dim == 6):  # connects only: no rotation error to compute
+        return dp.reshape(-1)[lay.row_flat - 3 * lay.row_constraint - 3]
     Rtt = jnp.swapaxes(Rt, -1, -2)
     local = jnp.asarray(lay.local)[:, None]
     rows = []

@@ -668,6 +668,15 @@ def test_weld_error_is_log6():
             rows.append(A @ (p - np.asarray(t)))
     assert_close(err, np.concatenate(rows), RTOL, err_msg="constraint_error vs pin.log6")
     assert gap > 1e-4  # the test tells log6 from the decoupled error
+    # a set of connects only (no rotation error computed): the same rows A (p - p*)
+    only = [i for i, c in enumerate(cs) if c.dim == 3]
+    assert only and len(only) < len(cs)
+    conn = tuple(cs[i] for i in only)
+    err_c = jax.jit(lambda q: constraint_error(model, q, conn, tuple(tgt[i] for i in only)))(
+        jnp.asarray(q)
+    )
+    assert_close(np.asarray(err_c), np.concatenate([rows[i] for i in only]), RTOL,
+                 err_msg="connect-only constraint_error vs Pinocchio")  # fmt: skip
 
 
 # ------------------------------------------------------------------- constrained dynamics

@@ -49,11 +49,16 @@ def rnea_world(
     qdd: Array,
     f_ext: Array | None = None,
     gravity: bool = True,
+    f_world: Array | None = None,
 ) -> tuple[Array, Array, Array, Array]:
     """World-frame RNEA on a precomputed :class:`~jaxdyn.algorithms.kinematics.WorldState`.
 
-    Returns ``(tau, v, a, F)``: joint forces, body velocities, accelerations and the subtree
-    (composite) forces ``F_i = sum_{j in subtree(i)} f_j``, all at the world origin.
+    Returns ``(tau, v, a, F)``: joint forces, body velocities, accelerations (``a`` holds the
+    fictitious root acceleration of gravity, :func:`~jaxdyn.algorithms.kinematics.
+    gravity_acceleration`, when ``gravity``) and the subtree (composite) forces
+    ``F_i = sum_{j in subtree(i)} f_j``, all at the world origin. External forces: ``f_ext
+    (nb, 6)`` in body coordinates, ``f_world (nb, 6)`` already at the world origin (world
+    axes), both subtracted from the bodies' net forces.
     """
     t = model.topo
     dtype = ws.S.dtype
@@ -78,6 +83,8 @@ def rnea_world(
     )
     if f_ext is not None:
         f = f - external_forces_world(model, ws, f_ext)
+    if f_world is not None:
+        f = f - f_world
     F = tree.backward_accumulate(t, f)
     tau = jnp.sum(ws.S * tree.bodies_to_dofs(t, F), -1)
     if model.armature is not None:

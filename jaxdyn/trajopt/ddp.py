@@ -301,12 +301,10 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
 
     xnext, Fx, Fu, l, lx, lu, lxx, lxu, luu = jax.vmap(node)(xs[:-1], us)
     lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
-    fs = jnp.concatenate(
-        [
-            state_difference(model, xs[0], problem.x0)[None],
-            jax.vmap(lambda a, b: state_difference(model, a, b))(xs[1:], xnext),
-        ],
-        0,
+    # the gaps, the initial state's among them: one difference of stacked states (one copy
+    # of the state difference in the program)
+    fs = jax.vmap(lambda a, b: state_difference(model, a, b))(
+        xs, jnp.concatenate([problem.x0[None], xnext], 0)
     )
     cost = jnp.sum(l) + lT
     D = dict(Fx=Fx, Fu=Fu, lx=lx, lu=lu, lxx=lxx, lxu=lxu, luu=luu, LxT=LxT, LxxT=LxxT)

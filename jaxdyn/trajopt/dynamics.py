@@ -257,17 +257,21 @@ class ContactDynamics(eqx.Module):
 
         (``ID`` inverse dynamics, ``γ`` the drift ``Jdot v`` plus the Baumgarte terms, ``μ``
         the damping): with ``R_x``, ``g_x`` the partials of the two left-hand sides at fixed
-        ``(a, λ)`` (forward-mode autodiff of RNEA and of the constraint kinematics, in the
-        tangent space, its tangents seeded at the body placements by the joints' world twists:
+        ``(a, λ)`` (forward-mode autodiff of :meth:`_residuals`, in the tangent space, its
+        tangents seeded at the body placements by the joints' world twists:
         :func:`_placement_seed`) and ``D = J M^-1 J^T + μ``::
 
             dλ = D^-1 (J M^-1 (R_x - B du) - g_x),    da = M^-1 (J^T dλ - R_x + B du)
 
-        Only the two residuals are differentiated, never the Delassus solve itself. One pass
-        of kinematics gives both and, at ``q`` (values without tangents), ``M``, ``J``, the
-        Delassus matrix and the solve's ``(a, λ)`` themselves (:meth:`_residuals`): the same
-        equations as :func:`jaxdyn.constrained_aba`'s, solved through ``M`` (CRBA) rather than
-        its articulated-body passes, which the partials need anyway."""
+        Only the two residuals are differentiated, never the Delassus solve itself, and they
+        are read from one RNEA pass, without ``J``: ``J^T λ`` enters as the constraint
+        forces applied to the bodies, ``J a + Jdot v`` is the constraint frames' acceleration
+        from RNEA's outward pass (as Pinocchio's ``computeRNEADerivatives`` with the contact
+        forces as external forces and its frame acceleration derivatives, which Crocoddyl's
+        contact dynamics use). The solve's ``(a, λ)``, ``M``, ``J`` and the Delassus matrix
+        come from one pass of kinematics at ``q``, without tangents: the same equations as
+        :func:`jaxdyn.constrained_aba`'s, solved through ``M`` (CRBA) rather than its
+        articulated-body passes, which the partials need anyway."""
         nv = model.nv
         ok, q, v, u = _guard(model, q, v, u)
         zero = jnp.zeros(nv, q.dtype)
@@ -292,28 +296,68 @@ class ContactDynamics(eqx.Module):
     def _residuals(self, model, q, dq, v, u, placements=None):
         """``((ID(q ⊕ dq, v, a) - J^T λ, J a + γ), (a, M, J, M^-1 J^T, D))`` (to first order
         in ``dq`` when ``placements``, :func:`_placement_seed`'s function of ``dq``, gives the
-        body placements; ``integrate(q, dq)`` without it) from one world state: placements,
-        constraint rows and Jacobian, RNEA (:func:`rnea_world`) and the constraint velocity,
-        drift and error (:func:`jaxdyn.constraints.kinematic_terms`,
-        :func:`~jaxdyn.constraints.error_from_placements`) share it, where the public
-        functions would each compute their own. ``(a, λ)`` solve the constrained equations at
-        ``q`` (``dq = 0``) from the same values, held fixed (``stop_gradient``: no tangents)::
+        body placements; ``integrate(q, dq)`` without it) for the ``(a, λ)`` that solve the
+        constrained equations at ``q`` (``dq = 0``), held fixed (``stop_gradient``: no
+        tangents)::
 
             a = a_f + M^-1 J^T λ,   D λ = -(γ + J a_f),   a_f = M^-1 (B u - h(q, v))
 
-        with ``h`` RNEA at zero acceleration and ``D = J M^-1 J^T + μ``. The world state is
-        centred on the floating base (:func:`jaxdyn.algorithms.kinematics.world_state`), the
-        constraint error's points moved back to the ground frame."""
+        with ``h`` RNEA at zero acceleration and ``D = J M^-1 J^T + μ``. One world state
+        (centred on the floating base) gives the constraint frames' placements and rows, and
+        the two residuals come from one RNEA pass (:func:`rnea_world`), without the constraint
+        Jacobian's tangents:
+
+        - ``J^T λ``: the rows ``K_r`` of the constraints
+          (:func:`jaxdyn.constraints.rows_from_placements`, ``J = K S`` on each row's support)
+          act on world-origin spatial motions, so ``J^T λ = S^T Σ_{subtree} f`` with
+          ``f_b = Σ_{r on b} λ_r K_r``, the constraint forces at the world origin, which RNEA
+          takes as external forces;
+        - ``J a + Jdot v``: the constraint frames' acceleration rows from the bodies'
+          accelerations of RNEA's outward pass (gravity's root acceleration removed) and
+          velocities (:func:`jaxdyn.constraints.point_terms`), which also give ``J v`` for the
+          Baumgarte term ``kd J v``; ``kp e`` from the frames' placements.
+
+        ``J`` and ``γ`` of the solve come from the same placements without tangents."""
+        from .. import constraints as cons
+
         sg = jax.lax.stop_gradient
+        _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
         if placements is None:
-            ws, J, gamma = self._constraint_terms(model, integrate(model, q, dq), v)
+            Rb, pb = kin.body_placements(model, integrate(model, q, dq))
+            base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
+            pb = pb - base
         else:
-            ws, J, gamma = self._constraint_terms(model, None, v, placements(dq))
+            Rb, pb, base = placements(dq)
+        dt = pb.dtype
+        ws = kin.world_state_from_placements(model, Rb, pb)
+        pl = cons.placements_from_state(model, ws, lay)
+        K = cons.rows_from_placements(lay, pl)
+        e = None
+        if self.baumgarte is not None and not self.kp_zero:
+            Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
+            e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
         # the constrained solve at q, without tangents
-        J0 = sg(J)
-        a, lam, M, MinvJt, D = self._constrained_solve(model, sg(ws), J0, sg(gamma), sg(v), u)
-        r = rnea_world(model, ws, v, a)[0] - J.T @ lam
-        return (r, J @ a + gamma), (a, M, J0, MinvJt, D)
+        ws0, pl0, v0 = sg(ws), sg(pl), sg(v)
+        J = cons.jacobian_from_rows(model, ws0, lay, sg(K))
+        y0, gamma = cons.kinematic_terms(model, ws0, v0, lay, pl0)
+        gamma = self._baumgarte(gamma, y0, None if e is None else sg(e))
+        a, lam, M, MinvJt, D = self._constrained_solve(model, ws0, J, gamma, v0, u)
+        # the residuals: J^T λ as forces on the bodies, J a + Jdot v from RNEA's accelerations
+        onto = np.zeros((model.nb, lay.m))  # row r -> its body (static)
+        onto[lay.row_body, np.arange(lay.m)] = 1.0
+        f_world = jnp.asarray(onto, dt) @ (lam[:, None] * K)
+        r, vel, acc, _ = rnea_world(model, ws, v, a, f_world=f_world)
+        y, g = cons.point_terms(lay, pl, vel, acc - kin.gravity_acceleration(model, dt))
+        return (r, self._baumgarte(g, y, e)), (a, M, J, MinvJt, D)
+
+    def _baumgarte(self, g, y, e):
+        """``g + kd y + kp e`` (the terms that ``baumgarte`` has; ``e`` None when ``kp`` is a
+        static zero)."""
+        if self.baumgarte is None:
+            return g
+        kp, kd = self.baumgarte
+        g = g + kd * y
+        return g if e is None else g + kp * e
 
     def _constraint_terms(self, model, q, v, placements=None):
         """``(ws, J, γ)``: the world state at ``q`` (centred on the floating base), the
@@ -333,15 +377,11 @@ class ContactDynamics(eqx.Module):
         pl = cons.placements_from_state(model, ws, lay)
         J = cons.jacobian_from_rows(model, ws, lay, cons.rows_from_placements(lay, pl))
         y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
-        gamma = drift
-        if self.baumgarte is not None:
-            kp, kd = self.baumgarte
-            gamma = gamma + kd * y
-            if not self.kp_zero:
-                Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
-                e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
-                gamma = gamma + kp * e
-        return ws, J, gamma
+        e = None
+        if self.baumgarte is not None and not self.kp_zero:
+            Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
+            e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
+        return ws, J, self._baumgarte(drift, y, e)
 
     def _constrained_solve(self, model, ws, J, gamma, v, u):
         """``(a, λ, M, M^-1 J^T, D)`` of ``M a + h - J^T λ = B u``, ``J a + γ + μ λ = 0``::
