@@ -2,11 +2,13 @@
 
     python benchmarks/batch1.py                        # solo12, talos_full
     python benchmarks/batch1.py --robots solo12 --rounds 5 --out /tmp/r.md
+    python benchmarks/batch1.py --robots solo12 --algs rnea --rounds 3 --out /tmp/r.md
 
 One robot at a time (no ``vmap``), float64, one pinned core on both sides (as
 ``benchmarks/vs_cpp.py``). Every call waits for its result (``jax.block_until_ready``), as a
-control loop does. Per robot, in one process per dispatch mode of JAX's CPU client (the mode
-is fixed when JAX starts its backend, so the two cannot share a process):
+control loop does (``compile_for_latency``'s numpy results are ready when returned). Per
+robot, in one process per dispatch mode of JAX's CPU client (the mode is fixed when JAX starts
+its backend, so the two cannot share a process):
 
 * *async*: JAX's default (``jax_cpu_enable_async_dispatch``): a program XLA counts at over
   1000 flops is handed to a worker thread, and the caller waits for it;
@@ -21,7 +23,11 @@ of one: :mod:`jaxdyn.backend.small_calls`); the eager call ``f(model, q, v, a)``
 compiles it once and dispatches it: :mod:`jaxdyn.eager`); and ``jaxdyn.compile_for_latency(f,
 model, q, v, a)`` called with numpy arrays and returning numpy arrays (:mod:`jaxdyn.latency`:
 the model closed over, the arguments packed into one vector, a synchronous XLA:CPU client of
-jaxdyn's own in both modes of the process). Kernels: the operations of the
+jaxdyn's own in both modes of the process); *in-program loop, per evaluation*: the algorithm
+evaluated ``LOOP`` times in one program (``lax.fori_loop``, each evaluation depending on the
+last, value checks off), the time per evaluation: its own computation without the per-call
+work of JAX's dispatch and XLA's runtime, which the floor rows measure (a jitted identity, and
+an identity through ``compile_for_latency``). Kernels: the operations of the
 optimised program's entry computation other than parameters, constants, bitcasts and tuples
 (what XLA:CPU's runtime launches; its loop-free programs at batch 1). Times are medians over
 ``--rounds`` rounds that interleave every row; wall time (``time.perf_counter``) and the
@@ -47,6 +53,8 @@ from _env import cpu_name, single_threaded, write_section  # noqa: E402
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
 #: eager calls are timed for these (the others compile the same way)
 EAGER = ("rnea", "aba")
+#: evaluations per call of the *kernel alone* rows (a loop of dependent evaluations)
+LOOP = 100
 HEADING = "## Batch-1 latency against Pinocchio C++"
 
 
@@ -61,7 +69,29 @@ def _kernels(compiled) -> int:
     return sum(1 for ln in entry.splitlines() if " = " in ln and not any(k in ln for k in skip))
 
 
-def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
+def _looped(f, model, args):
+    """``f(model, *args)`` evaluated :data:`LOOP` times in one program (``lax.fori_loop``, each
+    evaluation's arguments shifted by 1e-300 times the previous result's first entry, so that
+    XLA neither hoists nor drops one), without value checks: the algorithm's own computation
+    per evaluation, the one-kernel call inside the loop's body, without the per-call work of
+    JAX's dispatch and XLA's runtime. Compiled here."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdyn
+
+    def run(*xs):
+        def body(_, c):
+            d = jnp.ravel(jax.tree_util.tree_leaves(f(model, *c))[0])[0]
+            return tuple(x + 1e-300 * d for x in c)
+
+        return jax.lax.fori_loop(0, LOOP, body, tuple(xs))
+
+    with jaxdyn.value_checks.unchecked():
+        return jax.jit(run).lower(*args).compile()
+
+
+def measure(robot: str, sync: bool, rounds: int, calls: int, algs=ALGS) -> dict:
     """The rows of one robot in this process (``sync``: JAX's dispatch made synchronous)."""
     import jax
     import numpy as np
@@ -88,7 +118,11 @@ def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
             None,
         ),
     ]
-    for alg in ALGS:
+    npst = tuple(np.asarray(x) for x in _args("rnea", st))
+    ident = jaxdyn.compile_for_latency(lambda m, q, v, a: q, model, *npst)
+    rows.append(("floor", "identity, compile_for_latency (numpy)", ident, npst, None))
+    per = {}  # evaluations per call of a row (1 where absent)
+    for alg in algs:
         f = getattr(jaxdyn, alg)
         args = _args(alg, st)
         jp = jax.jit(f)
@@ -104,16 +138,24 @@ def measure(robot: str, sync: bool, rounds: int, calls: int) -> dict:
         rows.append((alg, "compile_for_latency (numpy)", lat, npargs, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))
+        rows.append((alg, "in-program loop, per evaluation", _looped(f, model, args), args, None))
+        per[(alg, "in-program loop, per evaluation")] = LOOP
     times = {(r[0], r[1]): {"wall": [], "cpu": []} for r in rows}
+    ready = jax.block_until_ready
     for _, _, fn, args, _ in rows:
         jax.block_until_ready(fn(*args))
     for _ in range(rounds):
         for alg, how, fn, args, _ in rows:
+            k = per.get((alg, how), 1)
+            n = max(2, calls // k)  # calls of this row; n * k evaluations
+            # numpy results (compile_for_latency) are ready when returned: no
+            # block_until_ready, whose walk over the result costs about 1 us of its own
+            wait = (lambda r: r) if isinstance(fn, jaxdyn.latency.LatencyCall) else ready
             t0, c0 = time.perf_counter(), time.process_time()
-            for _ in range(calls):
-                jax.block_until_ready(fn(*args))
-            times[(alg, how)]["wall"].append((time.perf_counter() - t0) / calls * 1e6)
-            times[(alg, how)]["cpu"].append((time.process_time() - c0) / calls * 1e6)
+            for _ in range(n):
+                wait(fn(*args))
+            times[(alg, how)]["wall"].append((time.perf_counter() - t0) / (n * k) * 1e6)
+            times[(alg, how)]["cpu"].append((time.process_time() - c0) / (n * k) * 1e6)
     out = {}
     for alg, how, _, _, compiled in rows:
         t = times[(alg, how)]
@@ -153,8 +195,10 @@ def render(results: dict, args) -> str:
         "Ratio: jaxdyn wall time / Pinocchio C++ (the issue's target <= 2). *floor*: a jitted "
         "identity with the same arguments. *compile_for_latency (numpy)*: "
         "`jaxdyn.compile_for_latency(f, model, *args)` called with numpy arrays, numpy out, on "
-        "jaxdyn's own synchronous client whatever the process's mode. Kernels: the optimised "
-        "program's entry operations (model passed).",
+        "jaxdyn's own synchronous client whatever the process's mode. *in-program loop, per "
+        f"evaluation*: {LOOP} dependent evaluations in one program (`lax.fori_loop`, no value "
+        "checks), time per evaluation (the computation without the per-call dispatch). "
+        "Kernels: the optimised program's entry operations (model passed).",
     ]
     for robot, res in results.items():
         pin = res["pinocchio"]
@@ -189,6 +233,7 @@ def main(argv=None) -> int:
         prog="python benchmarks/batch1.py", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--robots", default="solo12,talos_full")
+    p.add_argument("--algs", default=",".join(ALGS), help="algorithms (development runs)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=300, help="calls per row and round")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
@@ -198,14 +243,15 @@ def main(argv=None) -> int:
     single_threaded()
     if a.child:
         robot, mode = a.child.split(",")
-        print(json.dumps(measure(robot, mode == "sync", a.rounds, a.calls)))
+        algs = tuple(x for x in a.algs.split(",") if x)
+        print(json.dumps(measure(robot, mode == "sync", a.rounds, a.calls, algs)))
         return 0
     results = {}
     for robot in a.robots.split(","):
         res = {"pinocchio": _pinocchio(robot)}
         for mode in ("async", "sync"):
             cmd = [sys.executable, __file__, "--child", f"{robot},{mode}"]
-            cmd += ["--rounds", str(a.rounds), "--calls", str(a.calls)]
+            cmd += ["--rounds", str(a.rounds), "--calls", str(a.calls), "--algs", a.algs]
             r = subprocess.run(cmd, capture_output=True, text=True, check=True)
             res[mode] = json.loads(r.stdout.strip().splitlines()[-1])
             print(f"[{robot}] {mode} done", flush=True)
