@@ -48,13 +48,13 @@ without a penetrating contact (:func:`free_resets`).
 
 Each dtype is a phase of its own (``jax_enable_x64`` off for float32, on for float64: jaxdyn's
 environments take the dtype of ``jax_enable_x64`` when built, and so does MJX's
-``put_model``). In a phase every function is compiled first (compile s: wall-clock of
-``lower`` + ``compile``), then timed interleaved: ``--rounds`` rounds, each running every
-engine's function ``--calls`` times in turn (its output state fed back), the CPU time
-(``time.process_time``) of each engine's calls summed over the rounds and divided by the env
-steps taken (``rounds * calls * B``): microseconds of CPU per env step. CPU time rather than
-wall-clock, and the engines interleaved, so that a loaded machine's idle time and drift fall on
-both alike. Single-threaded and pinned to one core (``_env.single_threaded``).
+``put_model``). In a phase every function is compiled first (compile s: wall-clock of ``lower`` +
+``compile``, jaxdyn's persistent compilation cache off), then timed interleaved: ``--rounds``
+rounds, each running every engine's function ``--calls`` times in turn (its output state fed back),
+the CPU time (``time.process_time``) of each engine's calls summed over the rounds and divided by
+the env steps taken (``rounds * calls * B``): microseconds of CPU per env step. CPU time rather than
+wall-clock, and the engines interleaved, so that a loaded machine's idle time and drift fall on both
+alike. Single-threaded and pinned to one core (``_env.single_threaded``).
 
 Prints a markdown table and writes the section ``SECTION`` of ``--out`` (the results file,
 ``benchmarks/RESULTS.md`` by default; ``--out ''`` writes nothing) through the shared writer
@@ -81,6 +81,10 @@ import os  # noqa: E402
 import shlex  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
+
+# compile s are compiles: jaxdyn's persistent compilation cache (on by default) off, so that a
+# second run of this script does not read its programs back (set before jaxdyn is imported)
+os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -529,7 +533,9 @@ def section(rows, args, load0, load1, notes, command):
         "cheetah, walker and hopper solve over their 6 closest contact slots), then any "
         "options given (`ContactSuiteEnv`'s keywords). *Playground / this*: the cost of "
         "Playground's env (MJX with Playground's solver where the env did not run) over the "
-        f"row's (above 1: cheaper). *Solver error*: the largest `qpos` difference over "
+        "row's (above 1: cheaper). *Compile s*: wall-clock of `lower` + `compile` of the "
+        "row's step, jaxdyn's persistent compilation cache off (`JAXDYN_COMPILATION_CACHE=0`, "
+        f"unless the caller set it). *Solver error*: the largest `qpos` difference over "
         f"{args.fidelity_steps} control steps from the engine with its solve converged "
         f"(jaxdyn: `solver_iterations={args.reference_iterations}`, cold, over every contact "
         "slot; "
