@@ -321,21 +321,11 @@ class ContactDynamics(eqx.Module):
         from .. import constraints as cons
 
         sg = jax.lax.stop_gradient
-        _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
         if placements is None:
-            Rb, pb = kin.body_placements(model, integrate(model, q, dq))
-            base = pb[:1] if model.topo.floating_base else jnp.zeros((1, 3), pb.dtype)
-            pb = pb - base
+            lay, ws, pl, K, e = self._frames(model, integrate(model, q, dq))
         else:
-            Rb, pb, base = placements(dq)
-        dt = pb.dtype
-        ws = kin.world_state_from_placements(model, Rb, pb)
-        pl = cons.placements_from_state(model, ws, lay)
-        K = cons.rows_from_placements(lay, pl)
-        e = None
-        if self.baumgarte is not None and not self.kp_zero:
-            Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
-            e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
+            lay, ws, pl, K, e = self._frames(model, None, placements(dq))
+        dt = ws.S.dtype
         # the constrained solve at q, without tangents
         ws0, pl0, v0 = sg(ws), sg(pl), sg(v)
         J = cons.jacobian_from_rows(model, ws0, lay, sg(K))
@@ -365,6 +355,19 @@ class ContactDynamics(eqx.Module):
         from one pass of kinematics (module docstring of :meth:`_residuals`)."""
         from .. import constraints as cons
 
+        lay, ws, pl, K, e = self._frames(model, q, placements)
+        J = cons.jacobian_from_rows(model, ws, lay, K)
+        y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
+        return ws, J, self._baumgarte(drift, y, e)
+
+    def _frames(self, model, q, placements=None):
+        """``(lay, ws, pl, K, e)`` from one pass of kinematics at ``q`` (or at the body
+        placements ``placements = (Rb, pb, base)``, ``pb`` centred on ``base``): the
+        constraints' layout, the world state centred on the floating base, the constraint
+        frames' placements and rows, and the constraint error ``e`` of the Baumgarte term
+        (its points moved back to the ground frame; ``None`` without a ``kp`` term)."""
+        from .. import constraints as cons
+
         _, lay = cons.get_layout("ContactDynamics", model, self.constraints)
         if placements is None:
             Rb, pb = kin.body_placements(model, q)
@@ -372,16 +375,13 @@ class ContactDynamics(eqx.Module):
             pb = pb - base
         else:
             Rb, pb, base = placements
-        dt = pb.dtype
         ws = kin.world_state_from_placements(model, Rb, pb)
         pl = cons.placements_from_state(model, ws, lay)
-        J = cons.jacobian_from_rows(model, ws, lay, cons.rows_from_placements(lay, pl))
-        y, drift = cons.kinematic_terms(model, ws, v, lay, pl)
         e = None
         if self.baumgarte is not None and not self.kp_zero:
-            Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, dt)
+            Rt, pt = cons.target_arrays("ContactDynamics", self.constraints, lay, None, pb.dtype)
             e = cons.error_from_placements(lay, pl._replace(p=pl.p + base), Rt, pt)
-        return ws, J, self._baumgarte(drift, y, e)
+        return lay, ws, pl, cons.rows_from_placements(lay, pl), e
 
     def _constrained_solve(self, model, ws, J, gamma, v, u):
         """``(a, λ, M, M^-1 J^T, D)`` of ``M a + h - J^T λ = B u``, ``J a + γ + μ λ = 0``::
