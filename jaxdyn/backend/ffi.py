@@ -219,7 +219,7 @@ def _compiler(cc: str | None) -> tuple[list[str], Path]:
 def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
     exe, header = _compiler(cc)
     flags = library.flags()
-    name = f"{library.prefix}-{_key(library, exe, header, flags[0])}.so"
+    name = _file_name(library, exe, header, flags)
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
         if (d / name).is_file():
@@ -233,6 +233,12 @@ def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
         os.close(fd)
         return _compile(library, exe, header.parents[3], flags, tmp, d / name)
     raise RuntimeError(f"no writable directory for the compiled library: {dirs}")
+
+
+def _file_name(library: _Library, exe: list, header: Path, flags: list[list[str]]) -> str:
+    """The library's file name: its prefix and :func:`_key` under the first of ``flags`` (a
+    fallback compile, should the first flags be refused, is kept under the same name)."""
+    return f"{library.prefix}-{_key(library, exe, header, flags[0])}.so"
 
 
 def _key(library: _Library, exe: list, header: Path, flags: list[str]) -> str:
@@ -346,7 +352,7 @@ def build_in_background() -> bool:
 def _built(library: _Library = HANDLERS) -> Path | None:
     """The compiled library where one is found (the cache, then the temporary directory)."""
     exe, header = _compiler(None)
-    name = f"{library.prefix}-{_key(library, exe, header, library.flags()[0])}.so"
+    name = _file_name(library, exe, header, library.flags())
     for d in (cache_dir(), _temp_dir()):
         if (d / name).is_file():
             return d / name
