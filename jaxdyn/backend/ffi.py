@@ -113,9 +113,11 @@ HEADERS = (_HERE / "_ffi_util.h",)
 #: the CPU kernels' source (:func:`jaxdyn.backend.crba_kernel.crba_kernel`), a library of its own
 KERNEL_SOURCE = _HERE / "_kernels.c"
 #: the headers ``KERNEL_SOURCE`` includes
-KERNEL_HEADERS = (_HERE / "_ffi_util.h", _HERE / "_crba_kernel.h")
+KERNEL_HEADERS = (_HERE / "_ffi_util.h", _HERE / "_crba_kernel.h", _HERE / "_minv_kernel.h")
 #: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
 CRBA_TARGET = "jaxdyn_crba"
+#: the Minv kernel's target (:func:`jaxdyn.backend.crba_kernel.minv_kernel`)
+MINV_TARGET = "jaxdyn_minv"
 
 logger = logging.getLogger("jaxdyn")
 
@@ -372,6 +374,7 @@ def _register(library: _Library) -> None:
         jax.ffi.register_ffi_target(CHECK_TARGET, jax.ffi.pycapsule(lib.jaxdyn_check), "cpu")
     else:
         jax.ffi.register_ffi_target(CRBA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_crba), "cpu")
+        jax.ffi.register_ffi_target(MINV_TARGET, jax.ffi.pycapsule(lib.jaxdyn_minv), "cpu")
     library.state["lib"] = lib  # kept loaded for the life of the process
 
 
