@@ -130,9 +130,11 @@ def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     articulated-inertia pass; O(n^2)).
 
     **Arguments:** ``q (nq,)``; ``method``: ``"sweeps"`` the ABA passes above, ``"dense"``
-    CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
-    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels and
-    is faster; the sweeps inside one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`), under
+    CRBA and a Cholesky solve, ``"auto"`` (default): on the CPU (float32, float64) the
+    sweeps' algorithm as jaxdyn's C kernel (:func:`minv_kernel`, also for ``"sweeps"``;
+    the switch ``cpu_kernels``), elsewhere as :func:`jaxdyn.aba` chooses (the dense form for a
+    single float64 evaluation on a deep tree, where it has fewer XLA kernels and is faster;
+    the sweeps inside one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`), under
     ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
     factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 

@@ -1,7 +1,8 @@
-"""CRBA as a C kernel on the CPU (``jaxdyn_crba`` in ``_kernels.c``, the algorithm in
-``_crba_kernel.h``): a JAX primitive whose CPU lowering calls the kernel, and whose other
-lowerings, batches of models and derivatives use the caller's XLA form of the same algorithm
-(:func:`jaxdyn.algorithms.crba.crba_world`).
+"""CRBA and Minv as C kernels on the CPU (``jaxdyn_crba`` and ``jaxdyn_minv`` in
+``_kernels.c``, the algorithms in ``_crba_kernel.h`` and ``_minv_kernel.h``): JAX primitives
+whose CPU lowering calls the kernel, and whose other lowerings, batches of models and
+derivatives use the caller's XLA form of the same algorithm
+(:func:`jaxdyn.algorithms.crba.crba_world`, :func:`jaxdyn.algorithms.minv.minv_world`).
 """
 
 from __future__ import annotations

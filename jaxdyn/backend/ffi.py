@@ -49,8 +49,9 @@ except for a batch split over ``Explicit`` mesh axes: its check runs on each dev
 
 jaxdyn's CPU kernels, written in C where XLA's code stays slower than Pinocchio's C++ however
 it is arranged, are a second library, built after the handlers by the same thread:
-``jaxdyn_crba`` (``_kernels.c``, ``_crba_kernel.h``, one sample per vector lane;
-:func:`jaxdyn.backend.crba_kernel.crba_kernel`, the switch ``cpu_kernels``). Apart, the
+``jaxdyn_crba`` and ``jaxdyn_minv`` (``_kernels.c``, ``_crba_kernel.h``, ``_minv_kernel.h``,
+one sample per vector lane; :func:`jaxdyn.backend.crba_kernel.crba_kernel` and
+:func:`~jaxdyn.backend.crba_kernel.minv_kernel`, the switch ``cpu_kernels``). Apart, the
 programs that call no kernel (most) never wait for their compile, and a trace that calls one
 does not either (:func:`kernels_expected`): the lowering of the kernel's call waits for what is
 left of the build (:func:`kernels_available`) and lowers XLA's code should it fail. The kernels
