@@ -118,7 +118,20 @@ CLONES static void MBLOCK(const crba_topo* t, const REAL* q, const REAL* XR, con
       for (int a = 0; a < k; ++a)
         for (int b = 0; b < k; ++b) Di[6 * a + b] = Dinv[6 * a + b];
     }
-    for (int e = row0[vs]; e < row0[vs + 1]; ++e) {
+    if (k == 1) { /* one-DoF joints (most): the loop below with k = 1 written out */
+      const VEC *s = S + 6 * vs, *u = U + 6 * vs, d = Di[0];
+      VEC* Mr = Mw + (size_t)vs * nv;
+      for (int e = row0[vs]; e < row0[vs + 1]; ++e) {
+        const int c = t->pair_c[e];
+        VEC* Fc = Fg + 6 * c;
+        const VEC mc = c == vs ? d
+                               : -d * (s[0] * Fc[0] + s[1] * Fc[1] + s[2] * Fc[2] + s[3] * Fc[3]
+                                       + s[4] * Fc[4] + s[5] * Fc[5]);
+        Mr[c] = mc;
+        for (int r = 0; r < 6; ++r) Fc[r] += u[r] * mc;
+      }
+    }
+    for (int e = row0[vs]; k > 1 && e < row0[vs + 1]; ++e) {
       const int c = t->pair_c[e];
       VEC mc[6];
       VEC* Fc = Fg + 6 * c;
@@ -169,6 +182,19 @@ CLONES static void MBLOCK(const crba_topo* t, const REAL* q, const REAL* XR, con
     const VEC* Di = Dv + 6 * vs;
     VEC* Ai = A + (size_t)depth[i] * nv * 6;
     const VEC* Ap = par >= 0 ? A + (size_t)depth[par] * nv * 6 : NULL;
+    if (k == 1 && Ap != NULL) { /* one-DoF joints (most): the loop below with k = 1 */
+      const VEC *s = S + 6 * vs, *u = U + 6 * vs, d = Di[0];
+      VEC* Mr = Mw + (size_t)vs * nv;
+      for (int c = vs; c < nv; ++c) {
+        const VEC *pc = Ap + 6 * c;
+        VEC* ac = Ai + 6 * c;
+        const VEC mc = Mr[c] - d * (u[0] * pc[0] + u[1] * pc[1] + u[2] * pc[2] + u[3] * pc[3]
+                                    + u[4] * pc[4] + u[5] * pc[5]);
+        Mr[c] = mc;
+        for (int r = 0; r < 6; ++r) ac[r] = pc[r] + s[r] * mc;
+      }
+      continue;
+    }
     for (int c = vs; c < nv; ++c) {
       VEC mc[6];
       VEC* ac = Ai + 6 * c;
