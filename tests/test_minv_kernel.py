@@ -8,7 +8,7 @@ Every joint kind (a random tree with free, spherical, revolute and prismatic joi
 bodies and armature), several roots (baxter), a floating humanoid (talos_full); float64 to
 1e-12 and float32 to 1e-4 of the largest entry; batches that fill no whole block of vector
 lanes, nested ``vmap``, a single evaluation, the model closed over or passed in; derivatives
-(XLA's); a batch of models; ``jax.export`` not holding the kernel's call; the switch
+(XLA's) and a batch of models (slow); ``jax.export`` not holding the kernel's call; the switch
 ``cpu_kernels`` off (XLA's code).
 """
 
@@ -117,7 +117,8 @@ def test_kernel_equals_xla_and_inverts_crba(models, name):
             _close(fx(q), ref, 1e-12)
 
 
-def test_kernel_derivatives_batch_of_models_export_checks(models):
+@pytest.mark.slow
+def test_kernel_derivatives_and_batch_of_models(models):
     model = models["all_kinds_small"]
     assert set(model.topo.kind.tolist()) == {0, 1, 2} and Mi.kernel_usable(model, jnp.float64)
     q = _states(model, 4, 2)
@@ -135,6 +136,11 @@ def test_kernel_derivatives_batch_of_models_export_checks(models):
     xla_one = jax.jit(_xla)
     for i in range(4):
         _close(got[i], xla_one(ms[i], q[i]), 1e-12)
+
+
+def test_kernel_export_and_checks(models):
+    model = models["all_kinds_small"]
+    q = _states(model, 4, 2)
     # jax.export: a serialized program must not name this process's kernel
     with jaxdyn.value_checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q)))
