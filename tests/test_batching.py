@@ -622,11 +622,19 @@ def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm, monkeypatch
     _close(jax.jit(jax.vmap(one))(q, v)[0], sweeps, 1e-11)
     with pytest.raises(ValueError, match="method"):
         jaxdyn.aba(m, q[0], v[0], v[0], method="lu")
-    # minv chooses the same way
-    assert _has_cholesky(lambda q: jaxdyn.minv(m, q), q[0])
-    assert not _has_cholesky(jax.vmap(lambda q: jaxdyn.minv(m, q)), q)
-    assert not _has_cholesky(lambda q: jaxdyn.minv(m, q, method="sweeps"), q[0])
-    _close(jax.jit(lambda q: jaxdyn.minv(m, q))(q[0]), jaxdyn.minv(m, q[0], method="sweeps"), 1e-11)
+    # minv chooses the same way where its C kernel does not run (switch cpu_kernels off) ...
+    with jaxdyn.config.override(cpu_kernels=False):
+        assert _has_cholesky(lambda q: jaxdyn.minv(m, q), q[0])
+        assert not _has_cholesky(jax.vmap(lambda q: jaxdyn.minv(m, q)), q)
+        assert not _has_cholesky(lambda q: jaxdyn.minv(m, q, method="sweeps"), q[0])
+        _close(
+            jax.jit(lambda q: jaxdyn.minv(m, q))(q[0]),
+            jaxdyn.minv(m, q[0], method="sweeps"),
+            1e-11,
+        )
+    # ... and takes the kernel (the sweeps' algorithm, no LAPACK) where it does
+    assert not _has_cholesky(lambda q: jaxdyn.minv(m, q), q[0])
+    _close(jax.jit(lambda q: jaxdyn.minv(m, q))(q[0]), jaxdyn.minv(m, q[0], method="dense"), 1e-11)
     with pytest.raises(ValueError, match="method"):
         jaxdyn.minv(m, q[0], method="lu")
 

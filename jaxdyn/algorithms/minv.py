@@ -15,6 +15,8 @@ import numpy as np
 
 from .. import batching, shell
 from .._precision import full_precision
+from ..backend import crba_kernel as kernel
+from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import kinematics as kin
 from .aba import (
@@ -96,7 +98,29 @@ def minv_dense(model: Model, ws: WorldState, guarded: bool = False) -> Array:
     return guard_dense(M, L, X, lambda: minv_world(model, ws))
 
 
-@shell.public("minv", words=batching.capped_when_threaded(batching.nv2_words))
+def _xla_minv(model: Model, q: Array) -> Array:
+    """XLA's ``M^-1`` of one prepared ``q`` (the sweeps, :func:`minv_world`): the C kernel's
+    fallback and its derivatives."""
+    return minv_world(model, kin.world_state(model, q, centered=True))
+
+
+def minv_kernel(model: Model, q: ArrayLike) -> Array:
+    """``M(q)^-1`` of the prepared ``q`` by jaxdyn's C kernel on the CPU
+    (:func:`jaxdyn.backend.crba_kernel.minv_kernel`), with :func:`minv_world` where the kernel
+    cannot run and for derivatives."""
+    return kernel.minv_kernel(model, q, _xla_minv)
+
+
+def chunk_words(model: Model, itemsize: int) -> int:
+    """Minv's chunk policy (``words=`` of :func:`minv`): none where its C kernel computes the
+    batch (as :func:`jaxdyn.algorithms.crba.chunk_words`), else an ``nv x nv`` matrix per
+    sample."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return batching.nv2_words(model, itemsize)
+
+
+@shell.public("minv", words=batching.capped_when_threaded(chunk_words))
 @full_precision
 def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     """Inverse of the joint-space inertia matrix, without forming or factorising ``M``.
@@ -106,9 +130,11 @@ def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     articulated-inertia pass; O(n^2)).
 
     **Arguments:** ``q (nq,)``; ``method``: ``"sweeps"`` the ABA passes above, ``"dense"``
-    CRBA and a Cholesky solve, ``"auto"`` (default) as :func:`jaxdyn.aba` chooses (the dense
-    form for a single float64 evaluation on a deep tree, where it has fewer XLA kernels and
-    is faster; the sweeps inside one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`), under
+    CRBA and a Cholesky solve, ``"auto"`` (default): on the CPU (float32, float64) the
+    sweeps' algorithm as jaxdyn's C kernel (:func:`minv_kernel`, also for ``"sweeps"``;
+    the switch ``cpu_kernels``), elsewhere as :func:`jaxdyn.aba` chooses (the dense form for a
+    single float64 evaluation on a deep tree, where it has fewer XLA kernels and is faster;
+    the sweeps inside one XLA:CPU kernel (:mod:`jaxdyn.backend.small_calls`), under
     ``jax.vmap``, for derivatives and in float32; the sweeps too where the Cholesky
     factorisation is not trustworthy, as :func:`jaxdyn.aba`).
 
@@ -119,6 +145,8 @@ def minv(model: Model, q: ArrayLike, method: str = "auto") -> Array:
     model, q, dtype = shell.prepare(model, "minv", q)
     if model.nb == 0:
         return jnp.zeros((0, 0), dtype)
+    if method != "dense" and kernel_usable(model, dtype):
+        return minv_kernel(model, q)  # backend: the C kernel
     ws = kin.world_state(model, q, centered=True)
     if use_dense(method, model, dtype):
         return minv_dense(model, ws, guarded=method == "auto")

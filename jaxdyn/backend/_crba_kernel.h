@@ -78,13 +78,17 @@ static size_t CAT(workspace_, SUFFIX)(const crba_topo* t) {
   return (size_t)t->nb * (9 + 3 + 3 + 6 + 1) + (size_t)t->nv * 12 + (size_t)t->nq;
 }
 
-/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample) */
-CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
-                  const REAL* com, const REAL* inertia, const REAL* armature, const REAL* cst,
-                  REAL* out, int64_t b0, int n, VEC* ws) {
-  const int nb = t->nb, nq = t->nq, nv = t->nv;
-  VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
-  VEC *S = m + nb, *F = S + 6 * nv, *qv = F + 6 * nv;
+#define KINEMATICS CAT(kinematics_, SUFFIX)
+#define SUBSPACE CAT(subspace_, SUFFIX)
+
+/* the kinematics of samples [b0, b0 + n) (n <= LANES; missing lanes repeat the last sample):
+   per body its world placement (oR (nb, 9), op (nb, 3)) and its inertia about the world origin
+   (I (nb, 6): the upper triangle of Ibar, h (nb, 3) = m c_w, m (nb)); qv (nq) the lanes of q */
+static inline __attribute__((always_inline)) void KINEMATICS(
+    const crba_topo* t, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* mass,
+    const REAL* com, const REAL* inertia, const REAL* cst, int64_t b0, int n, VEC* oR, VEC* op,
+    VEC* h, VEC* I, VEC* m, VEC* qv) {
+  const int nb = t->nb, nq = t->nq;
   for (int l = 0; l < LANES; ++l) {
     int64_t b = b0 + (l < n ? l : n - 1);
     for (int j = 0; j < nq; ++j) qv[j][l] = q[b * nq + j];
@@ -156,6 +160,46 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
     for (int r = 0; r < 3; ++r) h[3 * i + r] = mi * cw[r];
     m[i] = (VEC){0} + mi;
   }
+}
+
+/* the world motion subspace of coordinate j of body i: angular part w, and v the velocity of
+   the point at the world origin */
+static inline __attribute__((always_inline)) void SUBSPACE(const crba_topo* t, const REAL* axis,
+                                                           const VEC* oR, const VEC* op, int i,
+                                                           int j, VEC* w, VEC* v) {
+  const int k = t->kind[i];
+  const VEC *R = oR + 9 * i, *p = op + 3 * i;
+  VEC u[3];
+  if (k == KIND_ONE_DOF) {
+    const REAL* a = axis + 6 * t->v_start[i];
+    for (int r = 0; r < 3; ++r) {
+      w[r] = R[3 * r] * a[0] + R[3 * r + 1] * a[1] + R[3 * r + 2] * a[2];
+      u[r] = R[3 * r] * a[3] + R[3 * r + 1] * a[4] + R[3 * r + 2] * a[5];
+    }
+  } else if (j < 3) { /* angular about the body's axis j (spherical, free) */
+    for (int r = 0; r < 3; ++r) {
+      w[r] = R[3 * r + j];
+      u[r] = (VEC){0};
+    }
+  } else { /* linear along the body's axis j - 3 (free) */
+    for (int r = 0; r < 3; ++r) {
+      w[r] = (VEC){0};
+      u[r] = R[3 * r + j - 3];
+    }
+  }
+  v[0] = u[0] + p[1] * w[2] - p[2] * w[1];
+  v[1] = u[1] + p[2] * w[0] - p[0] * w[2];
+  v[2] = u[2] + p[0] * w[1] - p[1] * w[0];
+}
+
+/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample) */
+CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
+                  const REAL* com, const REAL* inertia, const REAL* armature, const REAL* cst,
+                  REAL* out, int64_t b0, int n, VEC* ws) {
+  const int nb = t->nb, nv = t->nv;
+  VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
+  VEC *S = m + nb, *F = S + 6 * nv, *qv = F + 6 * nv;
+  KINEMATICS(t, q, XR, Xp, mass, com, inertia, cst, b0, n, oR, op, h, I, m, qv);
   /* composite inertias: bodies come after their parents */
   for (int i = nb - 1; i >= 0; --i) {
     const int par = t->parent[i];
@@ -167,30 +211,10 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
   /* world motion subspaces S and forces F = oIc S, per coordinate */
   for (int i = 0; i < nb; ++i) {
     const int k = t->kind[i], nvj = k == KIND_ONE_DOF ? 1 : (k == KIND_FREE ? 6 : 3);
-    const VEC *R = oR + 9 * i, *p = op + 3 * i, *Ii = I + 6 * i, *hh = h + 3 * i;
+    const VEC *Ii = I + 6 * i, *hh = h + 3 * i;
     for (int j = 0; j < nvj; ++j) {
-      VEC w[3], u[3], v[3];
-      if (k == KIND_ONE_DOF) {
-        const REAL* a = axis + 6 * t->v_start[i];
-        for (int r = 0; r < 3; ++r) {
-          w[r] = R[3 * r] * a[0] + R[3 * r + 1] * a[1] + R[3 * r + 2] * a[2];
-          u[r] = R[3 * r] * a[3] + R[3 * r + 1] * a[4] + R[3 * r + 2] * a[5];
-        }
-      } else if (j < 3) { /* angular about the body's axis j (spherical, free) */
-        for (int r = 0; r < 3; ++r) {
-          w[r] = R[3 * r + j];
-          u[r] = (VEC){0};
-        }
-      } else { /* linear along the body's axis j - 3 (free) */
-        for (int r = 0; r < 3; ++r) {
-          w[r] = (VEC){0};
-          u[r] = R[3 * r + j - 3];
-        }
-      }
-      /* velocity of the point at the world origin: u + p x w */
-      v[0] = u[0] + p[1] * w[2] - p[2] * w[1];
-      v[1] = u[1] + p[2] * w[0] - p[0] * w[2];
-      v[2] = u[2] + p[0] * w[1] - p[1] * w[0];
+      VEC w[3], v[3];
+      SUBSPACE(t, axis, oR, op, i, j, w, v);
       const int d = t->v_start[i] + j;
       VEC* Sd = S + 6 * d;
       VEC* Fd = F + 6 * d;
@@ -244,8 +268,12 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
   return 0;
 }
 
+#include "_minv_kernel.h"
+
 #undef BLOCK
 #undef RUN
+#undef KINEMATICS
+#undef SUBSPACE
 /* the includer's parameters, so that it can include this again with others */
 #undef REAL
 #undef ITYPE

@@ -22,6 +22,7 @@
 typedef struct {
   int nb, nq, nv, npairs;
   const int32_t *kind, *parent, *q_start, *v_start, *pair_r, *pair_c;
+  const int32_t* order; /* jaxdyn_minv: the bodies in depth-first order (NULL for CRBA) */
 } crba_topo;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) \
@@ -84,6 +85,7 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   t.v_start = t.q_start + t.nb;
   t.pair_r = t.v_start + t.nb;
   t.pair_c = t.pair_r + t.npairs;
+  t.order = NULL;
   int64_t B = 1;
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
@@ -114,4 +116,56 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   } else
     return ffi_error(frame, "jaxdyn_crba: float32 or float64 operands expected");
   return failed ? ffi_error(frame, "jaxdyn_crba: out of memory") : NULL;
+}
+
+/* jaxdyn_minv: the inverse joint-space inertia matrix of a batch (jaxdyn/algorithms/minv.py,
+ * minv_kernel; the algorithm in _minv_kernel.h). Operands as jaxdyn_crba's, the topology
+ * followed by the bodies in depth-first order (nb). Result: Minv (..., nv, nv). */
+XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
+  if (metadata_call(frame))
+    return NULL;
+  if (frame->args.size != 9 || frame->rets.size != 1)
+    return ffi_error(frame, "jaxdyn_minv: expected 9 operands and 1 result");
+  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
+  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  const int32_t* tp = (const int32_t*)a[8]->data;
+  crba_topo t;
+  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = tp[3];
+  t.kind = tp + 4;
+  t.parent = t.kind + t.nb;
+  t.q_start = t.parent + t.nb;
+  t.v_start = t.q_start + t.nb;
+  t.pair_r = t.v_start + t.nb;
+  t.pair_c = t.pair_r + t.npairs;
+  t.order = t.pair_c + t.npairs;
+  int64_t B = 1;
+  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
+    B *= a[0]->dims[i];
+  const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
+  const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
+  const void* arm = a[7]->rank == 1 && a[7]->dims[0] == t.nv ? a[7]->data : NULL;
+  const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv;
+  int failed = 0;
+  if (a[0]->dtype == XLA_FFI_DataType_F64) {
+    /* blocks of 8 samples wide; up to 2 samples left after them, one narrow block */
+    const int64_t full = B % 8 <= 2 ? B / 8 * 8 : B;
+    const double *qd = (const double*)q;
+    double* od = (double*)out->data;
+    if (full > 0)
+      failed |= minv_run_f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
+    if (B > full)
+      failed |= minv_run_f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                                    od + full * nn);
+  } else if (a[0]->dtype == XLA_FFI_DataType_F32) {
+    const int64_t full = B % 16 <= 4 ? B / 16 * 16 : B;
+    const float* qf = (const float*)q;
+    float* of = (float*)out->data;
+    if (full > 0)
+      failed |= minv_run_f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
+    if (B > full)
+      failed |= minv_run_f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                                    of + full * nn);
+  } else
+    return ffi_error(frame, "jaxdyn_minv: float32 or float64 operands expected");
+  return failed ? ffi_error(frame, "jaxdyn_minv: out of memory") : NULL;
 }

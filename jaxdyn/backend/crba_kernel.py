@@ -1,7 +1,8 @@
-"""CRBA as a C kernel on the CPU (``jaxdyn_crba`` in ``_kernels.c``, the algorithm in
-``_crba_kernel.h``): a JAX primitive whose CPU lowering calls the kernel, and whose other
-lowerings, batches of models and derivatives use the caller's XLA form of the same algorithm
-(:func:`jaxdyn.algorithms.crba.crba_world`).
+"""CRBA and Minv as C kernels on the CPU (``jaxdyn_crba`` and ``jaxdyn_minv`` in
+``_kernels.c``, the algorithms in ``_crba_kernel.h`` and ``_minv_kernel.h``): JAX primitives
+whose CPU lowering calls the kernel, and whose other lowerings, batches of models and
+derivatives use the caller's XLA form of the same algorithm
+(:func:`jaxdyn.algorithms.crba.crba_world`, :func:`jaxdyn.algorithms.minv.minv_world`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,27 @@ def _kernel_topology(topo) -> np.ndarray:
     return np.concatenate([np.asarray(x, np.int64) for x in parts]).astype(np.int32)
 
 
+def _depth_first(parent: np.ndarray) -> np.ndarray:
+    """The bodies in depth-first pre-order (each body's subtree right after it)."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(np.asarray(parent).tolist()):
+        children.setdefault(int(p), []).append(i)
+    order, stack = [], list(reversed(children.get(-1, [])))
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(reversed(children.get(i, [])))
+    return np.asarray(order, np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _minv_topology(topo) -> np.ndarray:
+    """The Minv kernel's int32 topology operand: CRBA's, then the bodies in depth-first order
+    (see ``jaxdyn_minv`` in ``_kernels.c``)."""
+    order = _depth_first(topo.parent)
+    return np.concatenate([_kernel_topology(topo), order.astype(np.int32)])
+
+
 def _over_batch(f, q, *rest):
     """``f(q, *rest)`` for ``q`` with any leading batch axes (``rest`` unbatched)."""
     for _ in range(q.ndim - 1):
@@ -64,8 +86,9 @@ def _xla(tree_def, xla, q, *leaves):
     return _over_batch(lambda qq: xla(model, qq), q)
 
 
-def _kernel_call(tree_def, q, *leaves):
-    """The call of the C kernel ``jaxdyn_crba`` (any leading batch axes of ``q``)."""
+def _kernel_call(tree_def, target, q, *leaves):
+    """The call of the C kernel ``target`` (``jaxdyn_crba`` or ``jaxdyn_minv``, any leading
+    batch axes of ``q``)."""
     model = jax.tree_util.tree_unflatten(tree_def, leaves)
     t, dt = model.topo, q.dtype
     # no armature: an empty operand (zeros would be a kernel of their own, a broadcast)
@@ -81,11 +104,14 @@ def _kernel_call(tree_def, q, *leaves):
         arm,
     )
     out = jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv, t.nv), dt)
-    call = jax.ffi.ffi_call(ffi.CRBA_TARGET, out)
-    return call(*(x.astype(dt) for x in ops), jnp.asarray(_kernel_topology(t)))
+    call = jax.ffi.ffi_call(target, out)
+    topology = _minv_topology(t) if target == ffi.MINV_TARGET else _kernel_topology(t)
+    return call(*(x.astype(dt) for x in ops), jnp.asarray(topology))
 
 
 crba_p = jax.extend.core.Primitive("jaxdyn_crba")
+minv_p = jax.extend.core.Primitive("jaxdyn_minv")
+_TARGETS = {crba_p: ffi.CRBA_TARGET, minv_p: ffi.MINV_TARGET}
 
 
 def _crba_abstract(q, *leaves, tree_def, xla):
@@ -93,31 +119,50 @@ def _crba_abstract(q, *leaves, tree_def, xla):
     return jax.core.ShapedArray(q.shape[:-1] + (model.nv, model.nv), q.dtype)
 
 
-def _crba_impl(q, *leaves, tree_def, xla):
-    return jax.jit(lambda *a: crba_p.bind(*a, tree_def=tree_def, xla=xla))(q, *leaves)
+def _register(prim) -> None:
+    """The rules of a kernel's primitive (``crba_p``, ``minv_p``): the kernel on the CPU, the
+    caller's XLA form ``xla`` elsewhere, for batches of models and for derivatives."""
+    target = _TARGETS[prim]
 
+    def impl(q, *leaves, tree_def, xla):
+        return jax.jit(lambda *a: prim.bind(*a, tree_def=tree_def, xla=xla))(q, *leaves)
 
-def _crba_batch(args, dims, *, tree_def, xla):
-    q, *leaves = args
-    if any(d is not None for d in dims[1:]):  # a batch of models: XLA's code, batched
-        axes = tuple(dims)
-        return jax.vmap(functools.partial(_xla, tree_def, xla), in_axes=axes)(*args), 0
-    q = jnp.moveaxis(q, dims[0], 0)
-    return crba_p.bind(q, *leaves, tree_def=tree_def, xla=xla), 0
+    def batch(args, dims, *, tree_def, xla):
+        q, *leaves = args
+        if any(d is not None for d in dims[1:]):  # a batch of models: XLA's code, batched
+            axes = tuple(dims)
+            return jax.vmap(functools.partial(_xla, tree_def, xla), in_axes=axes)(*args), 0
+        q = jnp.moveaxis(q, dims[0], 0)
+        return prim.bind(q, *leaves, tree_def=tree_def, xla=xla), 0
 
+    def jvp(primals, tangents, *, tree_def, xla):
+        # derivatives are XLA's code's (the kernel computes the same function), in the
+        # operands whose tangents are not symbolically zero only (a model closed over has none)
+        live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
 
-def _crba_jvp(primals, tangents, *, tree_def, xla):
-    # derivatives are XLA's CRBA's (the kernel computes the same function), in the operands
-    # whose tangents are not symbolically zero only (a model closed over has none)
-    live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
+        def f(*xs):
+            full = list(primals)
+            for i, x in zip(live, xs):
+                full[i] = x
+            return _xla(tree_def, xla, *full)
 
-    def f(*xs):
-        full = list(primals)
-        for i, x in zip(live, xs):
-            full[i] = x
-        return _xla(tree_def, xla, *full)
+        return jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
 
-    return jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
+    def lower_cpu(ctx, *args, tree_def, xla):
+        # the kernel where the program may call jaxdyn's handlers (not under jax.export, not
+        # in a program XLA partitions over devices) and the kernels compiled (this waits for
+        # their build, which the trace did not), else XLA's code
+        if not ffi._handler_call(ctx) or not ffi.kernels_available():
+            return _lower_xla(ctx, *args, tree_def=tree_def, xla=xla)
+        call = functools.partial(_kernel_call, tree_def, target)
+        return mlir.lower_fun(call, multiple_results=False)(ctx, *args)
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(_crba_abstract)
+    batching.primitive_batchers[prim] = batch
+    ad.primitive_jvps[prim] = jvp
+    mlir.register_lowering(prim, _lower_xla)
+    mlir.register_lowering(prim, lower_cpu, platform="cpu")
 
 
 def _lower_xla(ctx, *args, tree_def, xla):
@@ -126,22 +171,8 @@ def _lower_xla(ctx, *args, tree_def, xla):
     )
 
 
-def _lower_cpu(ctx, *args, tree_def, xla):
-    # the kernel where the program may call jaxdyn's handlers (not under jax.export, not in a
-    # program XLA partitions over devices) and the kernels compiled (this waits for their
-    # build, which the trace did not), else XLA's code
-    if not ffi._handler_call(ctx) or not ffi.kernels_available():
-        return _lower_xla(ctx, *args, tree_def=tree_def, xla=xla)
-    call = functools.partial(_kernel_call, tree_def)
-    return mlir.lower_fun(call, multiple_results=False)(ctx, *args)
-
-
-crba_p.def_impl(_crba_impl)
-crba_p.def_abstract_eval(_crba_abstract)
-batching.primitive_batchers[crba_p] = _crba_batch
-ad.primitive_jvps[crba_p] = _crba_jvp
-mlir.register_lowering(crba_p, _lower_xla)
-mlir.register_lowering(crba_p, _lower_cpu, platform="cpu")
+_register(crba_p)
+_register(minv_p)
 
 
 def crba_kernel(model: Any, q: ArrayLike, xla: Callable[[Any, Array], Array]) -> Array:
@@ -165,3 +196,21 @@ def crba_kernel(model: Any, q: ArrayLike, xla: Callable[[Any, Array], Array]) ->
     """
     leaves, tree_def = jax.tree_util.tree_flatten(model)
     return crba_p.bind(q, *leaves, tree_def=tree_def, xla=xla)
+
+
+def minv_kernel(model: Any, q: ArrayLike, xla: Callable[[Any, Array], Array]) -> Array:
+    """``M(q)^-1`` of the prepared ``q`` by jaxdyn's C kernel on the CPU (``jaxdyn_minv``,
+    ``_minv_kernel.h``), ``xla(model, q)`` (:func:`jaxdyn.algorithms.minv.minv_world` on the
+    world state) where the kernel cannot run and for derivatives, as :func:`crba_kernel`.
+
+    The kernel is the analytic inverse of Carpentier 2018 (Pinocchio's ``computeMinverse``) in
+    world coordinates, from CRBA's kernel's kinematics: articulated inertias and, per body, the
+    rows ``Minv[J_i, subtree]`` with the forces on the subtree's columns inwards (one ``6 x nv``
+    array shared by the pass), then ``Minv[J_i, c >= v_i] -= D^-1 U^T A_parent[:, c]`` and the
+    accelerations ``A_i = A_parent + S_i Minv[J_i, :]`` outwards, in depth-first order; one
+    sample per vector lane. XLA's sweeps carry every column a level can reach for each of its
+    bodies and recompute small products per column inside its fused loops, which kept a single
+    evaluation several times slower than ABA (``docs/performance.md``).
+    """
+    leaves, tree_def = jax.tree_util.tree_flatten(model)
+    return minv_p.bind(q, *leaves, tree_def=tree_def, xla=xla)
