@@ -10,7 +10,8 @@ base. In 1 s (50 Euler steps of 20 ms) the base must move 6 cm down and 4 cm sid
 there. Running cost: posture and velocity regularisation, small torques; terminal: base
 position (weight 10^4) and velocity.
 
-Prints iterations, time, final cost, the base position error and the largest foot drift
+Prints the iterations and the final cost as soon as the first solve is done, then the time of a
+second solve (compiled), the base position error and the largest foot drift
 (the constraints hold to the Euler discretisation); checks that FDDP converged, that the base
 reached its target to 5 mm and that the feet stayed within 5 mm; saves
 ``examples/figures/trajopt_quadruped.png`` (base position and joint torques).
@@ -27,12 +28,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxdyn  # noqa: E402
 from jaxdyn import Connect, robots  # noqa: E402
-from jaxdyn.algorithms.kinematics import body_placements_numpy  # noqa: E402
+from jaxdyn.algorithms.kinematics import frame_positions_numpy  # noqa: E402
 from jaxdyn.trajopt import costs as C  # noqa: E402
 from jaxdyn.trajopt import ddp  # noqa: E402
 from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics  # noqa: E402
@@ -43,85 +43,73 @@ FIG = Path(__file__).resolve().parent / "figures" / "trajopt_quadruped.png"
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 DT, T = 0.02, 50
 SHIFT = np.array([0.0, 0.04, -0.06])
-#: XLA options of the programs that run once (the setup's and the checks' kinematics): LLVM's
-#: optimisation passes take most of their compile time and save microseconds of run time
+#: XLA options of the programs that run once (the checks' kinematics): LLVM's optimisation
+#: passes take most of their compile time and save microseconds of run time
 ONE_OFF = {"xla_backend_optimization_level": 0}
-
-
-def frame_positions(model, q, frames):
-    """World positions of ``frames`` at configuration ``q``, in numpy (no compiled program):
-    the bodies' placements of :func:`jaxdyn.algorithms.kinematics.body_placements_numpy`,
-    each frame's offset in its parent body."""
-    R, p = body_placements_numpy(model, q)
-    out = []
-    for name in frames:
-        f = model.frame_index(name)
-        b, fp = int(model.topo.frame_parent[f]), np.asarray(model.frame_p[f], float)
-        out.append(fp if b < 0 else R[b] @ fp + p[b])  # b < 0: a frame on the world
-    return out
 
 
 def main(verbose=False):
     model = robots.load("quad12").with_armature(0.01)
     nv = model.nv
-    q0 = jaxdyn.neutral_configuration(model)
+    # the problem's arrays in numpy, each moved to JAX once: eager jax.numpy operations each
+    # compile a program in a new process, before the solve's (its first line)
+    q0 = np.array(jaxdyn.neutral_configuration(model))
     # bent knees: hips forward, knees back (every leg the same), base 30 cm up
-    legs = jnp.tile(jnp.array([0.0, 0.7, -1.4]), 4)
-    q0 = q0.at[7:].set(legs).at[2].set(0.30)
+    q0[7:] = np.tile([0.0, 0.7, -1.4], 4)
+    q0[2] = 0.30
 
-    # the frames' positions at q0 in numpy (a compiled program's trace and compile would come
-    # before the solve's first line); the checks below compare them with jaxdyn's
-    # frame_placement along the solution, its first configuration included
-    *feet, base0 = (jnp.asarray(p) for p in frame_positions(model, q0, FEET + ("base_link",)))
+    # the frames' positions at q0 in numpy (frame_positions_numpy: no program compiled); the
+    # checks below compare them with jaxdyn's frame_placement along the solution, its first
+    # configuration included
+    *feet, base0 = frame_positions_numpy(model, q0, FEET + ("base_link",))
     feet = dict(zip(FEET, feet))
     constraints = tuple(
         Connect(f, "local_world_aligned", target=tuple(float(c) for c in feet[f])) for f in FEET
     )
     B = FreeDynamics.floating_base(model).actuation
     dyn = ContactDynamics(constraints, B, baumgarte=(100.0, 20.0))
-    x0 = jnp.concatenate([q0, jnp.zeros(nv)])
-    target = base0 + jnp.asarray(SHIFT)
-    w_state = jnp.concatenate([jnp.full(nv, 1e-1), jnp.full(nv, 1.0)])
+    x0 = jax.device_put(np.concatenate([q0, np.zeros(nv)]))
+    target = base0 + SHIFT
+    w_state = jax.device_put(np.concatenate([np.full(nv, 1e-1), np.full(nv, 1.0)]))
+    w_terminal = jax.device_put(np.concatenate([np.zeros(nv), np.full(nv, 10.0)]))
     running = C.Cost(
         (
             C.Term(C.StateRegularization(x0), w_state),
-            C.Term(C.ControlRegularization(jnp.zeros(nv - 6)), 1e-4),
+            C.Term(C.ControlRegularization(jax.device_put(np.zeros(nv - 6))), 1e-4),
         )
     )
     terminal = C.Cost(
         (
-            C.Term(C.FrameTranslation("base_link", target), 1e4),
-            C.Term(C.StateRegularization(x0), jnp.concatenate([jnp.zeros(nv), jnp.full(nv, 10.0)])),
+            C.Term(C.FrameTranslation("base_link", jax.device_put(target)), 1e4),
+            C.Term(C.StateRegularization(x0), w_terminal),
         )
     )
     problem = ddp.Problem(model, x0, running, terminal, DT, T, dyn)
 
+    # the first result as soon as it is known: the first call compiles the solve program (or
+    # loads it: jaxdyn's executable cache), the checks below compile a program of their own
     t0 = time.perf_counter()
     res = jax.block_until_ready(ddp.fddp(problem, max_iter=200, verbose=verbose))
     first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    res = jax.block_until_ready(ddp.fddp(problem, max_iter=200, verbose=verbose))
-    solve = time.perf_counter() - t0
     ddp.check(res, allow_max_iter=False)
     it = int(res.iterations)
-    # the solver's line as soon as it is known (the checks below compile a program of their own)
-    print(f"FDDP with 4 point contacts: {it} iterations, {solve:.2f} s "
-          f"({solve * 1e3 / it:.0f} ms/iteration), compile {first - solve:.0f} s, "
-          f"final cost {float(res.cost):.6f}", flush=True)  # fmt: skip
+    print(f"FDDP with 4 point contacts: {it} iterations, final cost {float(res.cost):.6f} "
+          f"(first call {first:.1f} s, compile included)", flush=True)  # fmt: skip
+    t0 = time.perf_counter()
+    jax.block_until_ready(ddp.fddp(problem, max_iter=200, verbose=verbose))
+    solve = time.perf_counter() - t0
+    print(f"solve again (compiled): {solve:.2f} s ({solve * 1e3 / it:.0f} ms/iteration)")
 
     # the frames' positions along the solution from one compiled program (one per frame when
     # called eagerly), compiled without LLVM's optimisation passes (ONE_OFF)
-    def positions(q):
-        return [jaxdyn.frame_placement(model, q, f).p for f in FEET + ("base_link",)]
+    def positions(xs):
+        qs = xs[:, : model.nq]
+        frame = FEET + ("base_link",)
+        return [jax.vmap(lambda q, f=f: jaxdyn.frame_placement(model, q, f).p)(qs) for f in frame]
 
-    qs = jnp.asarray(np.asarray(res.xs)[:, : model.nq])
-    *path, base = (
-        np.asarray(p) for p in jax.jit(jax.vmap(positions), compiler_options=ONE_OFF)(qs)
-    )
-    drift = max(
-        float(np.max(np.linalg.norm(p - np.asarray(feet[f]), axis=1))) for f, p in zip(FEET, path)
-    )
-    err = float(np.linalg.norm(base[-1] - np.asarray(target)))
+    *path, base = (np.asarray(p) for p in jax.jit(positions, compiler_options=ONE_OFF)(res.xs))
+    drift = max(float(np.max(np.linalg.norm(p - feet[f], axis=1))) for f, p in zip(FEET, path))
+    err = float(np.linalg.norm(base[-1] - target))
     print(f"base target error {1e3 * err:.2f} mm; largest foot drift {1e3 * drift:.2f} mm")
     assert err < 5e-3, f"base missed its target by {err} m"
     assert drift < 5e-3, f"feet drifted by {drift} m"
@@ -145,7 +133,7 @@ def main(verbose=False):
     us = np.asarray(res.us)
     fig, ax = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
     for i, lab in enumerate("xyz"):
-        ax[0].plot(t, base[:, i] - np.asarray(base0)[i], label=f"base {lab}")
+        ax[0].plot(t, base[:, i] - base0[i], label=f"base {lab}")
         ax[0].axhline(SHIFT[i], color="k", lw=0.5, ls="--")
     ax[0].set_ylabel("base displacement (m)")
     ax[0].legend(fontsize=8)

@@ -72,6 +72,7 @@ def test_saved_program_loads_and_computes_the_same_bits(cache, arm):
     args = _args(_problem(arm))
     cached, plain = _cost_fn()
     first = cached(*args)
+    assert ec.wait()  # written in the background: the call does not wait for it
     assert cached.events == ["saved"]
     assert len(list(cache.glob("*.exe"))) == 1
     again = cached(*args)  # the process's table: neither traced nor loaded again
@@ -157,6 +158,7 @@ def test_changed_weight_misses_and_computes_its_own_value(cache, arm):
     cached(*a)
     other, _ = _cost_fn()
     got = other(*b)
+    assert ec.wait()
     assert other.events == ["saved"]  # not a hit on a's file
     np.testing.assert_array_equal(got, plain(*b))
     assert float(got) != float(plain(*a))
@@ -208,6 +210,7 @@ def test_least_recently_used_files_go(cache, arm, monkeypatch):
     cached, _ = _cost_fn()
     for i, w in enumerate((1.0, 2.0, 3.0)):
         cached(*_args(_problem(arm, weight=w)))
+        assert ec.wait()
         if i == 0:
             (first,) = cache.glob("*.exe")
             os.utime(first, (1.0, 1.0))  # the oldest
@@ -219,10 +222,12 @@ def test_damaged_file_is_compiled_again(cache, arm):
     args = _args(_problem(arm))
     cached, plain = _cost_fn()
     cached(*args)
+    assert ec.wait()
     (path,) = cache.glob("*.exe")
     path.write_bytes(path.read_bytes()[:100])
     other, _ = _cost_fn()
     np.testing.assert_array_equal(other(*args), plain(*args))
+    assert ec.wait()
     assert other.events == ["saved"]
     third, _ = _cost_fn()
     third(*args)
@@ -235,6 +240,7 @@ def test_executable_that_does_not_run_is_dropped(cache, arm, monkeypatch):
     args = _args(_problem(arm))
     cached, plain = _cost_fn()
     cached(*args)
+    assert ec.wait()
     (path,) = cache.glob("*.exe")
 
     def broken(*a, **k):
@@ -283,6 +289,8 @@ _CHILD = textwrap.dedent(
                   C.Term(C.ControlRegularization(jnp.zeros(m.nv)), 1e-3)))
     term = C.Cost((C.Term(C.FrameTranslation("ee", jnp.array([0.3, 0.1, 0.5])), 1e2),))
     res = ddp.fddp(ddp.Problem(m, x0, run, term, 0.01, 10), max_iter=50)
+    from jaxdyn.backend import executable_cache
+    executable_cache.wait()
     print(ddp._solve_plain.events, int(res.iterations))
     print(np.concatenate([np.asarray(res.xs).ravel(), np.asarray(res.us).ravel()]).tobytes().hex())
     """

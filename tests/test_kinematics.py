@@ -156,3 +156,20 @@ def test_integrate_difference_round_trip(name, scale):
         )
         assert_close(q_same[k], q0[k], 1e-15, err_msg=f"{name}: integrate(q, 0)")
         assert_close(zero[k], np.zeros(m.nv), 1e-15, err_msg=f"{name}: difference(q, q)")
+
+
+def test_frame_positions_numpy_equal_frame_placement():
+    """``frame_positions_numpy`` (numpy, no compiled program) against ``frame_placement``'s
+    translation, every frame of the bundled arm and quadruped (a floating base), at random
+    configurations."""
+    from jaxdyn.algorithms.kinematics import frame_positions_numpy
+    from jaxdyn.robots import load
+
+    for model in (load("arm7"), load("quad12")):
+        names = list(model.frame_names)
+        fn = jax.jit(lambda m, q: jnp.stack([jaxdyn.frame_placement(m, q, f).p for f in names]))
+        for seed in range(2):
+            q = np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(seed)))
+            got = frame_positions_numpy(model, q, names)
+            assert got.shape == (len(names), 3)
+            np.testing.assert_allclose(got, np.asarray(fn(model, q)), rtol=0, atol=1e-13)

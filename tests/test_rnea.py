@@ -137,3 +137,40 @@ def test_gradient_wrt_model_parameters():
             assert abs(grad[idx] - fd) <= RTOL_FD * scale, (
                 f"{robot}: d(w.rnea)/d{leaf}[{idx}] = {grad[idx]} (grad) vs {fd} (finite diff.)"
             )
+
+
+#: a tree with every joint kind of jaxdyn: a free base, a ball (spherical) joint, a slide
+#: (prismatic) and a hinge (revolute) joint, bodies with offset centres of mass
+_KINDS_MJCF = """<mujoco><worldbody>
+  <body name="base" pos="0 0 1"><freejoint/>
+    <geom type="box" size="0.2 0.1 0.05" mass="3"/>
+    <body name="ball" pos="0.2 0 0"><joint name="ball" type="ball"/>
+      <geom type="capsule" fromto="0 0 0 0.1 0.2 -0.3" size="0.03" mass="1"/>
+      <body name="slider" pos="0.1 0.2 -0.3"><joint name="slide" type="slide" axis="0.6 0 0.8"/>
+        <geom type="sphere" pos="0.05 0 0.02" size="0.04" mass="0.5"/>
+        <body name="hinge" pos="0 0.1 0"><joint name="hinge" type="hinge" axis="0 1 0"/>
+          <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.7"/>
+        </body>
+      </body>
+    </body>
+  </body>
+</worldbody></mujoco>"""
+
+
+def test_gravity_forces_numpy_equals_gravity_forces():
+    """``gravity_forces_numpy`` (numpy, no compiled program) against the compiled
+    ``gravity_forces`` (world-coordinate RNEA at ``v = a = 0``, checked against Pinocchio
+    above): the bundled arm and quadruped (a floating base) and a tree of every joint kind,
+    at random configurations."""
+    from jaxdyn.algorithms.rnea import gravity_forces_numpy
+    from jaxdyn.robots import load
+
+    models = [load("arm7"), load("quad12"), jaxdyn.load_mjcf(_KINDS_MJCF).model]
+    for model in models:
+        fn = jax.jit(jaxdyn.gravity_forces)
+        for seed in range(3):
+            q = np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(seed)))
+            got = gravity_forces_numpy(model, q)
+            want = np.asarray(fn(model, q))
+            assert np.max(np.abs(want)) > 1.0, f"{model.name}: gravity vanishes"
+            assert_close(got, want, 1e-12, err_msg=f"{model.name} seed {seed}")

@@ -644,6 +644,26 @@ def _map_lengths(jaxpr):
     return maps, whiles
 
 
+def test_warm_started_solves_run_the_first_solves_program(fddp_solution):
+    """A solve warm-started from a previous solution (its JAX arrays, numpy arrays or nested
+    lists, other thresholds) runs the program of the first ``fddp`` call, which started from
+    FDDP's default guess (built in numpy, moved by ``jax.device_put``: the same array types,
+    no weak types): nothing compiles again, and from the solution the solver stops within
+    fewer iterations at the same cost."""
+    problem, res = fddp_solution
+    guesses = {
+        "jax": (res.xs, res.us),
+        "numpy": (np.asarray(res.xs), np.asarray(res.us)),
+        "lists": (np.asarray(res.xs).tolist(), np.asarray(res.us).tolist()),
+    }
+    for how, (xs, us) in guesses.items():
+        with _compiles() as compiled:
+            again = ddp.fddp(problem, xs, us, max_iter=200, th_stop=1e-10)
+        assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], how
+        assert int(again.status) == 0 and int(again.iterations) < int(res.iterations), how
+        np.testing.assert_allclose(float(again.cost), float(res.cost), rtol=1e-9, err_msg=how)
+
+
 def test_vmap_equals_one_by_one(pendulum, fddp_solution, monkeypatch):
     """``jax.vmap(fddp)`` called with arrays on the CPU solves the members one by one (in host
     threads, as solve_batch), and inside ``jit`` on the CPU too (the program holds a host

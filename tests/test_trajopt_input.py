@@ -220,3 +220,70 @@ def test_bad_dynamics(model):
                       (jnp.ones(2), r"step: dt has shape \(2,\), expected a scalar")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             step(model, jnp.zeros(4), jnp.zeros(2), dt)
+
+
+_NO_COMPILE_CHILD = """
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.monitoring
+import numpy as np
+
+compiled = []
+
+
+def record(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        compiled.append(kwargs.get("fun_name", "?"))
+
+
+jax.monitoring.register_event_duration_secs_listener(record)
+
+import jaxdyn
+from jaxdyn import Connect, robots
+from jaxdyn.algorithms.kinematics import frame_positions_numpy
+from jaxdyn.algorithms.rnea import gravity_forces_numpy
+from jaxdyn.trajopt import costs as C
+from jaxdyn.trajopt import ddp
+from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics
+
+arm = robots.load("arm7").with_armature(0.01)
+q = np.full(arm.nv, 0.3)
+u_g = jax.device_put(gravity_forces_numpy(arm, q))
+target = jax.device_put(frame_positions_numpy(arm, q, ["ee"])[0])
+x0 = jax.device_put(np.concatenate([q, np.zeros(arm.nv)]))
+run = C.Cost((C.Term(C.StateRegularization(x0), 1e-2), C.Term(C.ControlRegularization(u_g), 1e-3),
+              C.Term(C.JointLimits.from_model(arm, margin=0.05), 1e3)))
+term = C.Cost((C.Term(C.FrameTranslation("ee", target), 1e4),))
+problem = ddp.Problem(arm, x0, run, term, 0.01, 20)
+for p in (problem, problem.with_bounds()):
+    p, xs, us = ddp._start(p, None, None, False)
+    params, static = ddp._options({"max_iter": 10, "th_stop": 1e-8}, xs.dtype)
+    flag = ddp._as_array(False, bool)
+
+quad = robots.load("quad12").with_armature(np.full(18, 0.01))
+feet = ("FL_FOOT", "FR_FOOT")
+pos = frame_positions_numpy(quad, jaxdyn.neutral_configuration(quad), feet)
+held = tuple(Connect(f, "local_world_aligned", target=tuple(map(float, p)))
+             for f, p in zip(feet, pos))
+dyn = ContactDynamics(held, FreeDynamics.floating_base(quad).actuation)
+print("COMPILED", compiled)
+"""
+
+
+def test_problem_construction_compiles_no_program(tmp_path):
+    """Building a trajectory problem from concrete values (``with_armature``,
+    ``JointLimits.from_model``, ``FreeDynamics.floating_base``, the numpy targets and gravity
+    compensation) and FDDP's start (default initial guess, options, bounds) compile no XLA
+    program: in a new process each eager ``jax.numpy`` operation would compile one before
+    the solve's (run in a child process: this one has compiled those operations already)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAXDYN_COMPILATION_CACHE="0", JAXDYN_CACHE_DIR=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_COMPILE_CHILD], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("COMPILED")]
+    assert line == ["COMPILED []"], out.stdout + out.stderr[-2000:]

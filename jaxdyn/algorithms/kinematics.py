@@ -177,6 +177,21 @@ def body_placements_numpy(model: Model, q: ArrayLike) -> tuple[np.ndarray, np.nd
     return R, p
 
 
+def frame_positions_numpy(model: Model, q: ArrayLike, frames: Iterable[str]) -> np.ndarray:
+    """World positions ``(len(frames), 3)`` of the named frames at a concrete ``q``, in numpy
+    float64: each frame's offset in its parent body placed by :func:`body_placements_numpy`
+    (:func:`frame_placement`'s ``p`` without compiling a program: a problem's targets before
+    the first compile of a process)."""
+    R, p = body_placements_numpy(model, q)
+    fp = np.asarray(model.frame_p, float)
+    out = []
+    for name in frames:
+        f = model.frame_index(name)
+        b = int(model.topo.frame_parent[f])
+        out.append(fp[f] if b < 0 else R[b] @ fp[f] + p[b])  # b < 0: a frame on the world
+    return np.reshape(np.asarray(out, float), (-1, 3))
+
+
 def _quaternion_matrix(quat: np.ndarray) -> np.ndarray:
     """The rotation matrix of the quaternion ``(w, x, y, z)``, normalised first (numpy)."""
     w, x, y, z = quat / np.linalg.norm(quat)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
+import numpy as np
 
 from .. import batching, shell, spatial
 from .._precision import full_precision
@@ -227,3 +228,32 @@ def gravity_forces(model: Model, q: ArrayLike) -> Array:
     dtype = shell.common_dtype(q, model=model)
     z = jnp.zeros(model.nv, dtype)
     return rnea_plain(model, q, z, z)
+
+
+def gravity_forces_numpy(model: Model, q: ArrayLike) -> np.ndarray:
+    """Generalised gravity ``g(q)`` (:func:`jaxdyn.gravity_forces`, ``rnea(q, 0, 0)``) at a
+    concrete ``q``, in numpy float64, without compiling a program (a problem's gravity
+    compensation before the first compile of a process). RNEA with ``v = a = 0`` (Featherstone
+    2008, Alg. 5.1) in world coordinates (§5.3): each body's gravity wrench about the world
+    origin, ``(c × m g, m g)`` at its centre of mass ``c``, summed over subtrees in the
+    backward pass; ``g_i = -S_i^T f`` with the motion subspace ``S_i`` (``model.dof_axis``, in
+    the body's frame) expressed at the world origin."""
+    t = model.topo
+    R, p = kin.body_placements_numpy(model, q)
+    mass, com = np.asarray(model.mass, float), np.asarray(model.com, float)
+    grav = np.asarray(model.gravity, float)
+    axis = np.asarray(model.dof_axis, float)
+    c = p + np.einsum("bij,bj->bi", R, com)
+    force = mass[:, None] * grav
+    f = np.concatenate([np.cross(c, force), force], axis=1)  # (nb, 6): moment at 0, force
+    tau = np.zeros(model.nv)
+    for b in reversed(range(t.nb)):
+        v0, n = int(t.v_start[b]), int(t.nv_j[b])
+        s = axis[v0 : v0 + n]  # (n, 6) in the body's frame
+        w = s[:, :3] @ R[b].T
+        lin = s[:, 3:] @ R[b].T + np.cross(p[b], w)  # the body's point at the world origin
+        tau[v0 : v0 + n] = -(w @ f[b, :3] + lin @ f[b, 3:])
+        par = int(t.parent[b])
+        if par >= 0:
+            f[par] += f[b]
+    return tau

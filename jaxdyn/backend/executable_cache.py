@@ -55,7 +55,8 @@ function pointers set, when a program holding it is lowered, which a loaded prog
 :func:`_prepare` does it for those two before loading), and programs whose executable or
 output structure does not serialize (JAX's cache still serves their XLA compile). A file that
 does not load (truncated, another jaxlib's) is a miss: the program is compiled again and the
-file replaced.
+file replaced. The file is written by a thread of its own while the first call returns
+(:func:`wait` waits for it; so does the interpreter at exit).
 
 Within a process a wrapped function keeps each compiled executable by its static part, array
 shapes and settings, as ``jax.jit`` does: repeated calls neither trace nor hash array bytes.
@@ -96,6 +97,26 @@ _TRUSTED = ("jaxdyn", "jax", "jaxlib", "equinox", "numpy", "builtins")
 logger = logging.getLogger("jaxdyn")
 
 _lock = threading.Lock()
+#: the threads writing executables (:meth:`CachedJit._save`) not yet joined
+_saving: list = []
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait for the executables being written in the background (a program's first call
+    returns before its file is written); ``True`` when none is left. The interpreter waits for
+    them at exit too (they are not daemon threads)."""
+    import time
+
+    end = None if timeout is None else time.monotonic() + timeout
+    for t in list(_saving):
+        t.join(None if end is None else max(0.0, end - time.monotonic()))
+        if t.is_alive():
+            return False
+        try:
+            _saving.remove(t)
+        except ValueError:  # removed by another waiter
+            pass
+    return True
 
 
 def enable(on: bool = True) -> None:
@@ -630,10 +651,8 @@ class CachedJit:
             return None
 
     def _compile_and_save(self, path: Path, static, dyn):
-        """Compile the program (JAX's persistent cache may serve XLA's part) and save it;
-        ``None`` where it must not be saved."""
-        from jax.experimental import serialize_executable
-
+        """Compile the program (JAX's persistent cache may serve XLA's part) and save it, in a
+        thread of its own (:meth:`_save`, :func:`wait`)."""
         lowered = self.program.lower(static, dyn)
         _tls.hit = False
         _tls.active = True
@@ -647,17 +666,6 @@ class CachedJit:
             # loaded): only executables XLA compiled in this process are saved
             self._event("unsaved")
             return compiled
-        try:
-            targets = _custom_calls(lowered.as_text())
-        except Exception as e:
-            logger.info("jaxdyn: %s not saved: no program text (%r)", self.name, e)
-            self._event("unsaved")
-            return compiled
-        unknown = sorted(t for t in targets if not _known_target(t))
-        if unknown:
-            logger.debug("jaxdyn: %s not saved (custom calls %s)", self.name, unknown)
-            self._event("unsaved")
-            return compiled
         unloaded = getattr(compiled._executable, "_unloaded_executable", None)  # noqa: SLF001
         unsafe = [
             name
@@ -668,12 +676,40 @@ class CachedJit:
             logger.debug("jaxdyn: %s not saved (%s)", self.name, ", ".join(unsafe))
             self._event("unsaved")
             return compiled
+        # written by a thread of its own: the program's first call (its result, a script's
+        # first line) does not wait for the serialization and the file (XLA:CPU's serialize
+        # lets the calling thread run); the interpreter joins it at exit, and a file is
+        # replaced atomically, so a process stopped meanwhile leaves none or a whole one
+        t = threading.Thread(
+            target=self._save, args=(path, lowered, compiled, len(dyn)), name="jaxdyn-save"
+        )
+        _saving[:] = [x for x in _saving if x.is_alive()]
+        _saving.append(t)
+        t.start()
+        return compiled
+
+    def _save(self, path: Path, lowered, compiled, n_in: int) -> None:
+        """Write ``compiled`` to ``path`` (:meth:`_compile_and_save`'s thread) unless its
+        program calls custom-call targets other than jaxdyn's and LAPACK's."""
+        from jax.experimental import serialize_executable
+
+        try:
+            targets = _custom_calls(lowered.as_text())
+        except Exception as e:
+            logger.info("jaxdyn: %s not saved: no program text (%r)", self.name, e)
+            self._event("unsaved")
+            return
+        unknown = sorted(t for t in targets if not _known_target(t))
+        if unknown:
+            logger.debug("jaxdyn: %s not saved (custom calls %s)", self.name, unknown)
+            self._event("unsaved")
+            return
         try:
             exe, _, out_tree = serialize_executable.serialize(compiled)
             tree = _dump_tree(out_tree)
             if _load_tree(tree) != out_tree:
                 raise ValueError("its output structure does not pickle")
-            entry = dict(n_in=len(dyn), exe=exe, out_tree=tree, targets=sorted(targets))
+            entry = dict(n_in=n_in, exe=exe, out_tree=tree, targets=sorted(targets))
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
@@ -683,7 +719,6 @@ class CachedJit:
         except Exception as e:  # not serializable, a directory not writable: not saved
             logger.info("jaxdyn: %s not saved to the executable cache (%r)", self.name, e)
             self._event("unsaved")
-        return compiled
 
 
 def cached_jit(fn: Callable[..., Any], values: tuple[int, ...] = (0,)) -> CachedJit:

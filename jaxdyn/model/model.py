@@ -298,21 +298,25 @@ class Model(eqx.Module):
         """
         if armature is None:
             return eqx.tree_at(lambda m: m.armature, self, None, is_leaf=lambda x: x is None)
-        a = jnp.asarray(armature)
+        # a concrete armature in numpy, then one transfer: eager jax.numpy operations each
+        # compile a program in a new process (three here, before a script's first result)
+        traced = isinstance(armature, jax.core.Tracer)
+        a = jnp.asarray(armature) if traced else np.asarray(armature)
         if not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)):
             raise TypeError(
                 f"{self.name}.with_armature: armature must be real numbers, got {a.dtype}"
             )
         if a.ndim == 0:
-            a = jnp.broadcast_to(a, (self.nv,))
+            a = (jnp if traced else np).broadcast_to(a, (self.nv,))
         if a.shape != (self.nv,):
             raise ValueError(
                 f"{self.name}.with_armature: armature has shape {tuple(a.shape)}, expected a "
                 f"scalar or (nv,)=({self.nv},)"
             )
         a = a.astype(self.mass.dtype)
-        if not isinstance(a, jax.core.Tracer):
+        if not traced:
             an = np.asarray(a)
+            a = jax.device_put(an)
             if not np.all(np.isfinite(an)) or np.any(an < 0):
                 bad = [self._dof_name(i) for i in np.nonzero(~(an >= 0) | ~np.isfinite(an))[0]]
                 raise ValueError(

@@ -240,8 +240,11 @@ class JointLimits(eqx.Module):
             raise ValueError(f"JointLimits.from_model: {model.name!r} has no position limits")
         lo, hi = np.asarray(lo), np.asarray(hi)
         idx = tuple(int(i) for i in np.nonzero(np.isfinite(lo) & np.isfinite(hi))[0])
+        # moved to JAX by jax.device_put: an eager jnp.asarray compiles a program per shape
         return JointLimits(
-            idx, jnp.asarray(lo[list(idx)] + margin), jnp.asarray(hi[list(idx)] - margin)
+            idx,
+            jax.device_put(np.asarray(lo[list(idx)] + margin)),
+            jax.device_put(np.asarray(hi[list(idx)] - margin)),
         )
 
     def __call__(self, model: Model, x: Array, u: Array | None) -> Array:

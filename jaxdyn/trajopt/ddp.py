@@ -149,10 +149,12 @@ class Problem(eqx.Module):
 
     def bounds(self) -> tuple[Array, Array]:
         """``(lower, upper)`` arrays (``∓inf`` where unbounded)."""
-        dtype = jnp.asarray(self.x0).dtype
-        lo = jnp.full(self.nu, -jnp.inf, dtype) if self.u_lower is None else self.u_lower
-        hi = jnp.full(self.nu, jnp.inf, dtype) if self.u_upper is None else self.u_upper
-        return jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+        dtype = getattr(self.x0, "dtype", None)
+        dtype = jnp.asarray(self.x0).dtype if dtype is None else dtype
+        # the infinite bounds in numpy (:func:`_as_array`: no eager program compiled)
+        lo = np.full(self.nu, -np.inf, dtype) if self.u_lower is None else self.u_lower
+        hi = np.full(self.nu, np.inf, dtype) if self.u_upper is None else self.u_upper
+        return _as_array(lo, dtype), _as_array(hi, dtype)
 
     def with_bounds(self) -> Problem:
         """The same problem with both bounds as arrays (``∓inf`` where unbounded): bounded and
@@ -982,18 +984,33 @@ def _options(kw, dtype):
     # (unbounded, bounded): Crocoddyl's SolverFDDP and SolverBoxFDDP defaults
     th = opts.pop("th_stop")
     opts["th_stop"], opts["th_stop_box"] = (1e-9, 5e-5) if th is None else (th, th)
-    params = {k: jnp.asarray(v, dtype) for k, v in opts.items()}
+    params = {k: _as_array(v, dtype) for k, v in opts.items()}
     return params, static
+
+
+def _as_array(x: Any, dtype: Any) -> Array:
+    """``x`` as a JAX array of ``dtype``; a concrete value other than such an array by numpy
+    and one transfer: an eager ``jax.numpy`` conversion or operation compiles a program of its
+    own in a new process, before the solve's."""
+    if isinstance(x, jax.core.Tracer):
+        return jnp.asarray(x, dtype)
+    if isinstance(x, jax.Array) and x.dtype == dtype:
+        return x
+    return jax.device_put(np.asarray(x, dtype))
 
 
 def _initial(problem, xs, us):
     T, nx = problem.horizon, problem.x0.shape[-1]
     dtype = problem.x0.dtype
     if us is None:
-        us = jnp.zeros((T, problem.nu), dtype)
+        us = np.zeros((T, problem.nu), dtype)
     if xs is None:
-        xs = jnp.broadcast_to(problem.x0, (T + 1, nx))
-    xs, us = jnp.asarray(xs, dtype), jnp.asarray(us, dtype)
+        x0 = problem.x0
+        if isinstance(x0, jax.core.Tracer):
+            xs = jnp.broadcast_to(x0, (T + 1, nx))
+        else:
+            xs = np.broadcast_to(np.asarray(x0), (T + 1, nx))
+    xs, us = _as_array(xs, dtype), _as_array(us, dtype)
     if xs.shape != (T + 1, nx) or us.shape != (T, problem.nu):
         raise ValueError(
             f"initial guess: xs must be ({T + 1}, {nx}) and us ({T}, {problem.nu}); got "
@@ -1017,9 +1034,7 @@ def _start(problem, xs, us, ilqr):
     # Python-number leaves (cost weights, dt) as arrays of the problem's dtype: the solve's
     # arguments then split into arrays and static parts as a stacked batch's members do
     # (jax.vmap(fddp), solve_batch), so that one compiled program serves both
-    problem = jax.tree.map(
-        lambda a: jnp.asarray(a, xs.dtype) if isinstance(a, float) else a, problem
-    )
+    problem = jax.tree.map(lambda a: _as_array(a, xs.dtype) if isinstance(a, float) else a, problem)
     if problem.u_lower is not None or problem.u_upper is not None:
         problem = problem.with_bounds()
     if ilqr:
@@ -1059,7 +1074,7 @@ def fddp(
     """
     problem, xs, us = _start(problem, xs, us, False)
     params, static = _options(options, xs.dtype)
-    return _solve_user(problem, xs, us, jnp.asarray(False), params, **static)
+    return _solve_user(problem, xs, us, _as_array(False, bool), params, **static)
 
 
 def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Result:
@@ -1069,7 +1084,7 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
     :func:`fddp`. **Returns:** :class:`Result`."""
     problem, xs, us = _start(problem, None, us, True)
     params, static = _options(options, xs.dtype)
-    return _solve_user(problem, xs, us, jnp.asarray(True), params, **static)
+    return _solve_user(problem, xs, us, _as_array(True, bool), params, **static)
 
 
 # ----------------------------------------------------------------------------- batches

@@ -151,7 +151,8 @@ class FreeDynamics(eqx.Module):
             )
         nv = model.nv
         dtype = dtype or model.mass.dtype
-        return FreeDynamics(jnp.eye(nv, dtype=dtype)[:, 6:])
+        # numpy, then one transfer (no eager program compiled: jnp.eye and its slice are two)
+        return FreeDynamics(jax.device_put(np.eye(nv, dtype=np.dtype(dtype))[:, 6:]))
 
     def nu(self, model: Model) -> int:
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
