@@ -97,6 +97,10 @@ TASKS = {
     "dm_humanoid_run": "HumanoidRun",
 }
 
+#: the domains of the tasks with contact (jaxdyn's ``ContactSuiteEnv``: their ``contact_report``
+#: keyword, :func:`jaxdyn_env`)
+CONTACT_DOMAINS = ("cheetah", "walker", "hopper", "finger", "ball_in_cup", "dm_humanoid")
+
 #: the return threshold of "wall-clock to threshold" (``--threshold`` overrides): 700 for the
 #: cart-pole (Playground's PPO ends near 1000 on balance), 100 elsewhere (a low bar that the
 #: CPU-sized budgets can reach; Playground's published runs go far beyond it)
@@ -199,16 +203,23 @@ def jaxdyn_env(task: str, options: dict | None = None):
     torso's ``zz`` where dm_control, jaxdyn's default, observes its height) and the ball in
     cup and the humanoid with Playground's reset (``reset="qpos0"``, where dm_control,
     jaxdyn's default, draws random poses), so that both backends train on the same task.
+    The contact tasks train with ``contact_report=False``: Brax's PPO carries the state's
+    ``info`` through its loop but never reads the contact solve's report, whose fixed-point
+    residual would otherwise be computed on every simulator step (the same observations,
+    rewards and physics to the bit; Playground's state carries no such diagnostic).
     ``options``: further keywords of the task (``--jaxdyn-option``: the contact solve's
-    ``solver_iterations``, ``solver_polish``, ...)."""
+    ``solver_iterations``, ``solver_polish``, ``contact_report=true``, ...)."""
     from jaxdyn import envs
 
-    kw = {}
+    kw: dict = {}
     if task.startswith("walker"):
         kw = {"height_obs": "zz"}
     elif task == "ball_in_cup_catch" or task.startswith("dm_humanoid"):
         kw = {"reset": "qpos0"}
-    return envs.make(task, **kw, **(options or {})), None  # Brax's own training wrappers
+    if task.startswith(CONTACT_DOMAINS):
+        kw["contact_report"] = False
+    kw.update(options or {})
+    return envs.make(task, **kw), None  # Brax's own training wrappers
 
 
 def parse_options(items) -> dict:

@@ -66,7 +66,20 @@ each on an idle machine: about 10 minutes on an idle 2-core VM. ``--time-limit``
 by default) bounds it: no (env, dtype) phase starts after it (so a run ends at most one
 phase, a few minutes, past it), and the section names the phases left out. For the rest:
 ``--dtypes float32,float64``, ``--batches 32,64,128,256``, ``--jaxdyn-options`` (the earlier
-default, :data:`DEFAULT_OPTIONS`), ``--profile`` (where jaxdyn's step spends its time).
+default, :data:`DEFAULT_OPTIONS`), ``--profile`` (where jaxdyn's step spends its time),
+``--settle N`` (:func:`settle`: every engine starts from jaxdyn's states after ``N`` control
+steps under random actions instead of its resets).
+
+The timed steps are the first after the start (one warm-up call, then ``--rounds`` x
+``--calls``: 21 control steps, 0.5 s of the walker's time, by default), in which the walkers,
+hoppers and cheetahs of the resets mostly fall through the air. A training loop steps them
+on the floor, where the soft contact's Newton solve takes more steps (under ``vmap`` the
+batch's slowest sets the count; the walker: 3.9 in steps 0-20, 4.9 from step 100 on) and MJX's
+cut solve the same two: ``--settle 100`` times that regime. And each step is one jitted call,
+whose dispatch costs Playground's step (its state: MJX's whole ``Data``, about a hundred
+arrays in and out) far more than jaxdyn's; inside a training loop's ``lax.scan`` that cost is
+gone, and the two steps are near equal (``docs/environments.md``, "Side by side with MuJoCo
+Playground").
 """
 
 from __future__ import annotations
@@ -174,6 +187,22 @@ def start(env, B, seed=0):
     dtype = states.pipeline_state.q.dtype
     act = jax.random.uniform(jax.random.PRNGKey(seed + 1), (B, env.action_size), dtype, -1, 1)
     return states, act
+
+
+def settle(env, states, steps, seed=0):
+    """``states`` after ``steps`` control steps of ``env`` under random actions in ``[-1,
+    1]``, drawn anew each step (``--settle``: the bodies on the floor, as a training loop
+    steps them, rather than falling from their resets)."""
+    if steps <= 0:
+        return states
+    step = jax.jit(jax.vmap(env.step))
+    B = states.obs.shape[0]
+    dtype = states.pipeline_state.q.dtype
+    key = jax.random.PRNGKey(seed + 2)
+    for k in range(steps):
+        a = jax.random.uniform(jax.random.fold_in(key, k), (B, env.action_size), dtype, -1, 1)
+        states = step(states, a)
+    return states
 
 
 def warm(env, states):
@@ -308,6 +337,7 @@ def run_phase(
     steps,
     deadline=float("inf"),
     notes=None,
+    settle_steps=0,
 ):
     """The rows of one dtype. ``deadline`` (``time.perf_counter``): no env starts after it
     (``notes["skipped"]`` names it); ``notes["penetrating"][(name, dtype)]``: the resets of the
@@ -324,6 +354,7 @@ def run_phase(
         for B in batches:
             env = envs[""]
             states, act = start(env, B)
+            states = settle(env, states, settle_steps)
 
             def jd_qpos(s, env=env):
                 return jax.vmap(env.qpos)(s.pipeline_state.q)
@@ -527,7 +558,14 @@ def section(rows, args, load0, load1, notes, command):
         "iterations: the converged reference, at the first batch size only), *MJX "
         "(Playground's solver)* with the `iterations` / `ls_iterations` and the "
         "`max_contact_points` / `max_geom_pairs` of Playground's copy; from the same states "
-        "(jaxdyn's resets) under the same fixed random actions. CPU microseconds per env step "
+        + (
+            f"(jaxdyn's resets after {args.settle} control steps under random actions, "
+            "`--settle`: the bodies on the floor) "
+            if getattr(args, "settle", 0)
+            else "(jaxdyn's resets: the first steps, in which the bodies mostly fall; "
+            "`--settle 100` starts them on the floor, as in training) "
+        )
+        + "under the same fixed random actions. CPU microseconds per env step "
         "(`time.process_time`, engines interleaved in one process, one core: "
         f"{args.rounds} rounds x {args.calls} calls). jaxdyn's rows: its default task (the "
         "cheetah, walker and hopper solve over their 6 closest contact slots), then any "
@@ -623,6 +661,13 @@ def main(argv=None):
     p.add_argument("--reference-iterations", type=int, default=400)
     p.add_argument("--fidelity-steps", type=int, default=20)
     p.add_argument(
+        "--settle",
+        type=int,
+        default=0,
+        help="control steps under random actions from the resets before the timed steps "
+        "(0: from the resets; 100: the bodies on the floor, as in training)",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="the per-phase breakdown of each env's step instead (first batch, dtype)",
@@ -656,6 +701,7 @@ def main(argv=None):
             a.fidelity_steps,
             deadline,
             notes,
+            a.settle,
         )
     print()
     print(table(rows, a.fidelity_steps))

@@ -500,6 +500,11 @@ def test_suite_step_section():
     assert "| walker | 32 | Playground's env (MJX) | 200 | 1.00 | 10.0 | 9.0e-01 |" in text
     text = ss.section(rows, args, 0.2, 0.4, {"no playground": True}, "c")
     assert "Playground's own environment did not run" in text
+    # the start: the resets, or (--settle) the states after that many random-action steps
+    assert "(jaxdyn's resets: the first steps, in which the bodies mostly fall;" in text
+    settled = argparse.Namespace(**vars(args), settle=100)
+    text = ss.section(rows, settled, 0.2, 0.4, {}, "c")
+    assert "(jaxdyn's resets after 100 control steps under random actions" in text
     run_all = _bench_module("run_all")
     assert run_all.BY_NAME["suite_step"].sections == (ss.SECTION,)
 

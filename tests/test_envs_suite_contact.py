@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import pytest
 
@@ -388,6 +389,59 @@ def test_registered_and_batched():
     # step's zero_forces: the slot count kept from the reset's trace (no geometry traced)
     nc = jax.eval_shape(turn.contact_frames, s.pipeline_state).distance.shape[0]
     assert turn.contact_slots == nc > 0
+
+
+def test_contact_report_off_leaves_it_out():
+    """``contact_report=False``: no ``contact_residual`` / ``contacts_dropped`` in ``info``
+    after ``reset`` and ``step`` (FingerTurn's own reset and step too), the other ``info``
+    entries kept; a non-bool refused by name."""
+    for name in ("walker_walk", "finger_turn_easy"):
+        on: Any = envs.make(name)  # a ContactSuiteEnv (make returns the Env base type)
+        off: Any = envs.make(name, contact_report=False)
+        assert on.contact_report and not off.contact_report
+        for env, has in ((on, True), (off, False)):
+            s = jax.eval_shape(env.reset, jax.random.PRNGKey(1))
+            s1 = jax.eval_shape(env.step, s, jnp.zeros(env.action_size))
+            for st in (s, s1):
+                assert ("contact_residual" in st.info) is has
+                assert ("contacts_dropped" in st.info) is has
+                assert "rng" in st.info
+    with pytest.raises(ValueError, match="HopperTask: contact_report must be True or False"):
+        envs.make("hopper_hop", contact_report=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["walker_walk", "hopper_hop"])
+def test_contact_report_off_is_bit_identical(name):
+    """``contact_report=False`` changes nothing but ``info``: the same observations, rewards,
+    metrics and simulator states to the bit along a batched rollout under random actions
+    (the walker's and the hopper's, whose touch sensors read the solve's forces), from
+    resets and on through the bodies' contacts with the floor."""
+    B, T = 4, 40
+    keys = jax.random.split(jax.random.PRNGKey(3), B)
+    runs = []
+    for env in (envs.make(name), envs.make(name, contact_report=False)):
+        acts = jax.random.uniform(jax.random.PRNGKey(4), (T, B, env.action_size), minval=-1)
+
+        def roll(s, acts, env=env):
+            def f(s, a):
+                s = jax.vmap(env.step)(s, a)
+                return s, (s.obs, s.reward, s.pipeline_state, s.metrics)
+
+            return jax.lax.scan(f, s, acts)[1]
+
+        s0 = jax.vmap(env.reset)(keys)
+        runs.append((s0.obs, jax.jit(roll)(s0, acts)))
+    on, off = runs
+    leaves_on, leaves_off = jax.tree_util.tree_leaves(on), jax.tree_util.tree_leaves(off)
+    assert len(leaves_on) == len(leaves_off)
+    for a, b in zip(leaves_on, leaves_off):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the rollout reaches the floor (the comparison covers contact steps)
+    env: Any = envs.make(name)
+    q = on[1][2].q.reshape(-1, env.model.nq)
+    d = jax.vmap(lambda q: env.contact_frames(sim.State(q, jnp.zeros(env.model.nv))).distance)(q)
+    assert bool(jnp.any(d <= 0))
 
 
 @pytest.mark.slow

@@ -607,9 +607,18 @@ class ContactSuiteEnv(SuiteEnv):
     * ``solver_polish``: after the iterations, the active-set step on the joint-limit rows
       (their exact impulses given the contacts', kept where it lowers the residual;
       :class:`~jaxdyn.sim.Constraint`'s ``polish``); ``False`` leaves the limit rows at the
-      iterations' impulses, one dense step fewer per simulator step."""
+      iterations' impulses, one dense step fewer per simulator step.
+
+    ``contact_report`` (``True``, the default): the state's ``info`` carries the solve's
+    report (``contact_residual``, ``contacts_dropped``); ``False`` leaves it out, and with it
+    the per-simulator-step fixed-point residual (:func:`jaxdyn.sim.step_info`), a diagnostic
+    that a training loop carries in its state but never reads: the same observations, rewards
+    and simulator states to the bit, a cheaper step (``docs/environments.md``, "Side by side
+    with MuJoCo Playground")."""
 
     contact = _sim.Constraint()
+    #: whether ``info`` carries the contact solve's report (the ``contact_report`` keyword)
+    contact_report: bool = True
     #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
     #: that touch or close within a simulator step seen in their random-action rollouts was
     #: 3 (cheetah) and 5 (walker, hopper), 32 resets x 300 control steps each, under the hard
@@ -727,6 +736,7 @@ class ContactSuiteEnv(SuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         base = type(self).contact
         if contact is not None:
@@ -773,6 +783,12 @@ class ContactSuiteEnv(SuiteEnv):
                     f"{type(self).__name__}: {arg} must be None, True or False, got {flag!r}"
                 )
             changes[name] = flag
+        if not isinstance(contact_report, bool):
+            raise ValueError(
+                f"{type(self).__name__}: contact_report must be True or False, got "
+                f"{contact_report!r}"
+            )
+        self.contact_report = contact_report
         if changes or base is not type(self).contact:
             # the instance's contact model: the task's (or the named one) with these settings
             self.contact = dataclasses.replace(base, **changes)
@@ -911,8 +927,14 @@ class ContactSuiteEnv(SuiteEnv):
         sensors = self.sensors(ps, jnp.zeros(self.action_size, ps.q.dtype), frames=frames)
         zero = jnp.zeros((), ps.q.dtype)
         metrics = {k: zero for k in self.metric_keys} | {"diverged": zero}
-        info = {"rng": rng, **self.contact_info(ps.q.dtype)}
+        info = {"rng": rng, **self.report_info(ps.q.dtype)}
         return State(ps, self.observe(ps, sensors), zero, zero, metrics, info)
+
+    def report_info(self, dtype: Any) -> dict[str, Array]:
+        """The contact report's entries of a reset's ``info``: :meth:`SimEnv.contact_info`
+        with :attr:`contact_report`, else none (:meth:`step` then leaves the report out, and
+        XLA the residual's computation with it)."""
+        return self.contact_info(dtype) if self.contact_report else {}
 
     def step(self, state: State, action: Array) -> State:
         self.check_state(state)
@@ -1056,6 +1078,7 @@ class CheetahRun(ContactSuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         super().__init__(
             ctrl_dt=ctrl_dt,
@@ -1066,6 +1089,7 @@ class CheetahRun(ContactSuiteEnv):
             warm_start=warm_start,
             solver_polish=solver_polish,
             contact=contact,
+            contact_report=contact_report,
         )
         self.settle_steps = int(settle_steps)
         self.lowers, self.uppers = self.joint_ranges(slice(3, None))
@@ -1180,6 +1204,7 @@ class WalkerMove(ContactSuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         if height_obs not in ("z", "zz"):
             raise ValueError(
@@ -1196,6 +1221,7 @@ class WalkerMove(ContactSuiteEnv):
             warm_start=warm_start,
             solver_polish=solver_polish,
             contact=contact,
+            contact_report=contact_report,
         )
         self.move_speed = float(move_speed)
         self.height_obs = height_obs
@@ -1300,6 +1326,7 @@ class HopperTask(ContactSuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1311,6 +1338,7 @@ class HopperTask(ContactSuiteEnv):
             warm_start=warm_start,
             solver_polish=solver_polish,
             contact=contact,
+            contact_report=contact_report,
         )
         self.hopping = bool(hopping)
         self.metric_keys = (
@@ -1397,6 +1425,7 @@ class FingerSpin(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact_report: bool = True,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1407,6 +1436,7 @@ class FingerSpin(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact_report=contact_report,
         )
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))
         self.tip_frames = [self.scene.site_frames["tip"], "spinner"]
@@ -1518,7 +1548,7 @@ class FingerTurn(FingerSpin):
         sensors["target"] = target
         zero = jnp.zeros((), ps.q.dtype)
         obs = self.observe(ps, sensors)
-        info = {"rng": rng, "target": target, **self.contact_info(ps.q.dtype)}
+        info = {"rng": rng, "target": target, **self.report_info(ps.q.dtype)}
         return State(ps, obs, zero, zero, {"diverged": zero}, info)
 
     def step(self, state: State, action: Array) -> State:
@@ -1599,6 +1629,7 @@ class BallInCup(ContactSuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1610,6 +1641,7 @@ class BallInCup(ContactSuiteEnv):
             warm_start=warm_start,
             solver_polish=solver_polish,
             contact=contact,
+            contact_report=contact_report,
         )
         self.set_reset_mode(reset)
         import equinox as eqx
@@ -1737,6 +1769,7 @@ class SuiteHumanoid(ContactSuiteEnv):
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
         contact: str | None = None,
+        contact_report: bool = True,
     ) -> None:
         self.set_reset_tries(reset_tries)
         super().__init__(
@@ -1748,6 +1781,7 @@ class SuiteHumanoid(ContactSuiteEnv):
             warm_start=warm_start,
             solver_polish=solver_polish,
             contact=contact,
+            contact_report=contact_report,
         )
         self.set_reset_mode(reset)
         self.move_speed = float(move_speed)
