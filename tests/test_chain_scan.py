@@ -174,6 +174,7 @@ def _chain_fns(model):
     """Every level pass of the unclustered algorithms, behind one ``(q, v)`` signature."""
     from jaxdyn.algorithms import kinematics as kin
     from jaxdyn.algorithms.crba import crba_world
+    from jaxdyn.algorithms.minv import minv_world
     from jaxdyn.osim import inertia as osi
 
     def packed(q):
@@ -194,7 +195,8 @@ def _chain_fns(model):
         # XLA's CRBA (jaxdyn.crba runs its C kernel on the CPU, one call whatever the chain)
         "crba": lambda q, v: crba_world(model, kin.world_state(model, q, centered=True)),
         "aba": lambda q, v: jaxdyn.aba(model, q, v, v),
-        "minv": lambda q, v: jaxdyn.minv(model, q),
+        # XLA's sweeps (jaxdyn.minv runs its C kernel on the CPU, one call whatever the chain)
+        "minv": lambda q, v: minv_world(model, kin.world_state(model, q, centered=True)),
         "aza": aza,
         "aba_derivatives_aza": lambda q, v: jaxdyn.aba_derivatives(model, q, v, v, method="aza"),
         "rnea_derivatives": lambda q, v: jaxdyn.rnea_derivatives(model, q, v, v),
