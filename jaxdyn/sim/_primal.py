@@ -381,10 +381,15 @@ def _solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance
 def _solve_elliptic_jvp(iterations, tolerance, primals, tangents):
     # implicit differentiation of grad(z; params) = 0: H dz = -d(grad) at fixed z (the middle
     # zone's cost is twice differentiable there; no derivative through the warm start z0)
-    z = _newton_elliptic(*primals, iterations, tolerance)[0]
-    params, dparams = primals[:9], tangents[:9]
-    _, rhs = jax.jvp(lambda *p: _elliptic_parts(*p, z)[1], params, dparams)
-    H = _elliptic_parts(*params, z)[2]
+    M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0 = primals
+    z = _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance)[0]
+    params, dparams = (M, Jc, uc, Dc, mu, fr, Js, us, Ds), tuple(tangents[:9])
+
+    def grad(M, Jc, uc, Dc, mu, fr, Js, us, Ds):
+        return _elliptic_parts(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z)[1]
+
+    _, rhs = jax.jvp(grad, params, dparams)
+    H = _elliptic_parts(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z)[2]
     return z, -linalg.spd_solve(H, rhs)
 
 

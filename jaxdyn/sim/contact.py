@@ -605,9 +605,11 @@ class Constraint(eqx.Module):
       a few ``iterations`` takes MuJoCo's cut solve's steps; ``newton`` and ``polish`` are
       unused;
       :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
-      impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``,
-      ``cone="pyramidal"`` (MuJoCo's elliptic cones have a three-zone cost this does not
-      implement: refused, :data:`NEWTON_CONES`). ``None`` (default): ``"newton"`` where it
+      impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``
+      (:data:`NEWTON_CONES`), on either cone: on MuJoCo's elliptic cones (``cone=None`` /
+      ``"elliptic"``) the contacts' rows ``[n, t1, t2, ...]`` with MuJoCo's three-zone cone
+      cost (:func:`jaxdyn.sim._primal.newton_solve_elliptic`; not piecewise quadratic: the
+      steps stop at rounding level or on ``tolerance``). ``None`` (default): ``"newton"`` where it
       applies (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``, ``newton=0``: MuJoCo's
       problem on its default cone, as ``load_mjcf(...).sim_config`` sets up from a file's
       ``<option cone>``), else ``"dual"`` (the hard contact, elliptic cones, Coulomb's
@@ -737,8 +739,9 @@ def uses_primal_newton(contact: object) -> bool:
     (``Constraint(solver="newton")``, :mod:`jaxdyn.sim._primal`) rather than the dual one:
     ``solver="newton"``, or ``solver=None`` (the default) on MuJoCo's soft convex problem on
     pyramidal cones (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``) without the dual's
-    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``), Coulomb's law
-    (``relaxed=False``) and the hard contact fall back to the dual solve (static)."""
+    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``; the primal takes
+    them with ``solver="newton"``), Coulomb's law (``relaxed=False``) and the hard contact
+    fall back to the dual solve (static)."""
     if not isinstance(contact, Constraint):
         return False
     if contact.solver is not None:
@@ -1585,7 +1588,7 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     every friction row's ``R`` is ``R_1``; returned as the scaling ``E (nc, w, w)`` (diagonal:
     ``lam = E^T y``)."""
     dtype = G.dtype
-    nc, w = frames.distance.shape[0], frames.width
+    w = frames.width
     h, k, b, imp, diag, solref, solimp = _soft_gains(contact, frames, jnp.diagonal(G)[0::w], dt)
     if contact.cone == "pyramidal":
         return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
