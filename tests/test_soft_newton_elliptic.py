@@ -155,7 +155,7 @@ def test_elliptic_derivatives_match_finite_differences(primal_step):
     vf = jnp.asarray(v_free)
     dv = jnp.asarray(np.random.default_rng(0).normal(size=m.nv)) * 1e-2
     _, jvp = jax.jvp(impulses, (vf,), (dv,))
-    eps = 1e-6
+    eps = 1e-3  # a 1e-5 m/s step: well above the solve's stopping noise, below a zone change
     fd = (impulses(vf + eps * dv) - impulses(vf - eps * dv)) / (2 * eps)
     scale = float(jnp.abs(fd).max())
     assert scale > 0

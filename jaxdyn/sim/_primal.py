@@ -359,14 +359,13 @@ def _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, toleranc
         z1 = z + alpha * d
         cost1, _, _, _, _, _, zone1, act1 = _elliptic_parts(*args, z1)
         # exact: no cone on its surface and the new point in the quadratic piece the step
-        # minimised; else once the step is at rounding level or no longer lowers the cost
+        # minimised; else once the step is at rounding level or the line search stays put
         exact = ~jnp.any(middle) & jnp.all(zone1 == zone) & jnp.all(act1 == act)
         step = jnp.max(jnp.abs(alpha * d), initial=0.0)
         tiny = step <= 4 * eps * jnp.maximum(jnp.max(jnp.abs(z1), initial=0.0), eps)
-        stalled = cost1 >= cost0
+        # (not on the cost: near the minimiser its rounding hides steps of sqrt(eps) |z|)
         small = (scale * (cost0 - cost1) < tol) | (scale * jnp.linalg.norm(g) < tol)
-        z1 = jnp.where(stalled & (cost1 > cost0), z, z1)
-        return z1, k + 1, exact | tiny | stalled | small
+        return z1, k + 1, exact | tiny | (alpha == 0) | small
 
     z, k, _ = jax.lax.while_loop(cond, body, (z, 0, jnp.zeros((), bool)))
     return z, k
@@ -404,8 +403,8 @@ def newton_solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0=None, iterations
     blocks to the factor of the rest; here the sum is factored), each with a line search
     (:func:`_elliptic_line_search`). Stops after ``iterations`` steps, once a step without a
     cone on its surface lands in the quadratic piece it minimised (exact), once a step is at
-    rounding level or no longer lowers the cost, or with ``tolerance`` on MuJoCo's tests
-    (:func:`newton_solve`). From ``z0`` where it costs less than ``0`` (MuJoCo's warm start).
+    rounding level or the line search stays at ``alpha = 0``, or with ``tolerance`` on MuJoCo's
+    tests (:func:`newton_solve`). From ``z0`` where it costs less than ``0`` (MuJoCo's warm start).
     Derivatives by implicit differentiation (``H dz = -dgrad``); none through ``z0``."""
     z0 = jnp.zeros(M.shape[0], M.dtype) if z0 is None else z0
     return _solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance)
