@@ -204,14 +204,17 @@ def test_newton_solver_default_fallbacks_and_refusals():
     ``relaxed=True``, the cone given or the file's: MuJoCo's default pyramidal) and the dual
     solve elsewhere (the hard contact, elliptic cones, Coulomb's ``relaxed=False``, the dual's
     ``newton`` steps asked for), which no combination refuses; ``"newton"`` takes the convex
-    soft problem on pyramidal cones only (the elliptic cone refused by name, at the model, or
-    at ``SimConfig`` where ``cone=None`` means it) and no ``newton`` steps."""
+    soft problem on either cone (the elliptic one: tests/test_soft_newton_elliptic.py; the hard
+    contact and Coulomb's ``relaxed=False`` refused by name) and no ``newton`` steps."""
     uses = C.uses_primal_newton
     with pytest.raises(ValueError, match=r"solver must be one of \(None, 'dual', 'newton'\)"):
         sim.Constraint(soft=True, relaxed=True, solver="cg")
     for soft, relaxed, cone in ((False, True, None), (True, False, None), (True, True, "elliptic")):
-        with pytest.raises(ValueError, match="solver='newton'.*pyramidal"):
-            sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone)
+        if soft and relaxed:  # MuJoCo's elliptic cones: taken by solver="newton"
+            assert uses(sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone))
+        else:
+            with pytest.raises(ValueError, match="solver='newton'.*soft=True and relaxed=True"):
+                sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone)
         assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone))  # the dual
         assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone, solver="dual"))
     with pytest.raises(ValueError, match="newton=3 .*unused by solver='newton'.*solver='dual'"):
@@ -227,8 +230,8 @@ def test_newton_solver_default_fallbacks_and_refusals():
     for solver in (None, "newton"):
         cfg = loaded.sim_config(sim.Constraint(soft=True, relaxed=True, solver=solver))
         assert _contact(cfg).cone == "pyramidal" and uses(cfg.contact)  # the file's (default)
-    with pytest.raises(ValueError, match="solver='newton'.*cone='pyramidal'.*elliptic"):
-        dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
+    # cone=None (elliptic) with solver="newton": MuJoCo's elliptic primal, not refused
+    dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
     # the default on a file's elliptic cones: the dual, not refused
     elliptic = jaxdyn.load_mjcf(CAPSULE_MJCF.replace('cone="pyramidal"', 'cone="elliptic"'))
     cfg = elliptic.sim_config(sim.Constraint(soft=True, relaxed=True))

@@ -46,10 +46,11 @@ simulate MuJoCo's soft contact (``solref`` / ``solimp``, pyramidal cones) throug
 Newton solve (:func:`soft_contact`), the physics of Playground's MJX environments: their
 rollouts follow MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and
 ``contact="hard"`` gives jaxdyn's hard Coulomb contact instead
-(:class:`~jaxdyn.sim.Constraint`'s default). The finger keeps hard contact (its file's
-elliptic cones are not the Newton solve's), whose trajectories through a contact part from
-MuJoCo's while falls and rest states agree; the touch sensors read the simulated contact
-forces.
+(:class:`~jaxdyn.sim.Constraint`'s default). The finger tasks too, on their file's elliptic
+cones (MuJoCo's three-zone cone cost in the Newton solve); their spinner's ``frictionloss`` is
+jaxdyn's smooth Coulomb friction, not MuJoCo's dry-friction rows, so that their rollouts are
+not MuJoCo's to rounding (docs/environments.md); the touch sensors read the simulated
+contact forces.
 The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
 in cup's string are MuJoCo's limit constraint
 (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`: soft rows with ``solreflimit`` /
@@ -561,10 +562,9 @@ class ContactSuiteEnv(SuiteEnv):
     declares (the loader's primitives against the floor plane and its geom pairs, with MuJoCo's
     filters and friction) under :attr:`contact`, a :class:`~jaxdyn.sim.Constraint`: MuJoCo's
     soft contact through its Newton solve for the cheetah, walker, hopper, ball in cup and
-    humanoid (:func:`soft_contact`; ``contact="hard"``: their :attr:`CONTACT_MODELS`' other
-    entry), jaxdyn's hard Coulomb contact on the Delassus matrix for the finger (its elliptic
-    cones are not the Newton solve's; MuJoCo solves soft constraints, so its contact
-    transients differ while rest states agree).
+    humanoid, and on elliptic cones for the finger (:func:`soft_contact`; ``contact="hard"``:
+    their :attr:`CONTACT_MODELS`' other entry, jaxdyn's hard Coulomb contact on the Delassus
+    matrix).
 
     Observations and rewards are functions of the state reached ``ps`` and of the
     :meth:`sensors` dict, MuJoCo's ``sensordata`` and derived quantities (``xpos``, ``xmat``,
@@ -1000,12 +1000,13 @@ class ContactSuiteEnv(SuiteEnv):
 
 def soft_contact(**changes: Any) -> _sim.Constraint:
     """The contact tasks' default contact (cheetah, walker, hopper, ball in cup; the humanoid's
-    with its own ``max_contacts``; not the finger's, whose file's cones are elliptic, which
-    the Newton solve does not take): MuJoCo's soft contact, the
+    with its own ``max_contacts``; the finger's over every slot, on its file's elliptic
+    cones): MuJoCo's soft contact, the
     physics of Playground's MJX environments (and of dm_control's MuJoCo), solved as MuJoCo's
     and MJX's Newton solver (``mj_solNewton``; :class:`jaxdyn.sim.Constraint`'s
     ``soft=True, relaxed=True, solver="newton"``): the geoms' ``solref`` / ``solimp``, the
-    file's cone (pyramidal, MuJoCo's default), friction and joint-limit rows
+    file's cone (pyramidal, MuJoCo's default; the finger's elliptic), friction and joint-limit
+    rows
     (:meth:`~jaxdyn.io.mjcf.MJCFModel.sim_config`); over the
     :attr:`~ContactSuiteEnv.MAX_CONTACTS` closest slots, warm-started from the previous
     simulator step, stopped at MuJoCo's ``opt.tolerance`` or after
@@ -1397,18 +1398,25 @@ class FingerSpin(ContactSuiteEnv):
     limit constraint (:meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`, solved with the
     contacts).
 
-    Loaded with ``sim_config(ignore=("solimp",))``: the file's geoms set ``solimp="0 0.9
-    0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its soft contacts), which
-    :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart for. The finger keeps the
-    hard contact (no ``contact=`` keyword): its file asks for elliptic cones
-    (``<option cone="elliptic">``), which MuJoCo's Newton solve of :func:`soft_contact` does
-    not implement (``Constraint(solver="newton")`` takes pyramidal cones only).
+    Under ``contact="hard"`` loaded with ``sim_config(ignore=("solimp",))``: the file's geoms
+    set ``solimp="0 0.9 0.01"`` (MuJoCo's impedance, a penetration-dependent softness of its
+    soft contacts), which :class:`jaxdyn.sim.Constraint`, hard contact, has no counterpart
+    for. Contact: MuJoCo's
+    soft contact through its Newton solve on the file's elliptic cones
+    (``<option cone="elliptic">``; :func:`soft_contact` over every slot), the file's
+    ``solimp`` then honoured; ``contact="hard"``: jaxdyn's hard Coulomb contact
+    (:attr:`HARD_CONTACT`, the default before; ``solimp`` ignored as above).
     """
 
     xml = "finger.xml"
     integrator = "implicit"
     mujoco_limits = "constraint"
-    sim_ignore = ("solimp",)
+    #: the hard contact (``contact="hard"``, the default before): jaxdyn's Coulomb contact,
+    #: cold, 100 projected gradient steps, over every slot
+    HARD_CONTACT = _sim.Constraint()
+    contact = soft_contact(max_contacts=None)
+    CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
+    hard_sim_ignore = ("solimp",)
     touch_sites = ("touchtop", "touchbottom")
     SPIN_VELOCITY = 15.0
     #: the hinge's damping in the task (``None``: the file's)
@@ -1425,6 +1433,7 @@ class FingerSpin(ContactSuiteEnv):
         solver_tolerance: float | None = None,
         warm_start: bool | None = None,
         solver_polish: bool | None = None,
+        contact: str | None = None,
         contact_report: bool = True,
     ) -> None:
         self.set_reset_tries(reset_tries)
@@ -1436,6 +1445,7 @@ class FingerSpin(ContactSuiteEnv):
             solver_tolerance=solver_tolerance,
             warm_start=warm_start,
             solver_polish=solver_polish,
+            contact=contact,
             contact_report=contact_report,
         )
         self.lowers, self.uppers = self.joint_ranges(slice(0, 2))

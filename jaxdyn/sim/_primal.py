@@ -195,6 +195,9 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=
     Jr = Jc.reshape(nc, w, nv)
     Jn = Jr[:, 0]
     diag_n = jnp.sum((Jn @ Minv) * Jn, -1)
+    if contact.cone != "pyramidal":
+        return _solve_elliptic_rows(contact, Minv, Jr, frames, diag_n, rows, v_rows, dt, extra,
+                                    z0, M)  # fmt: skip
     u, R, _, _, E = C.soft_pyramid_rows(contact, frames, diag_n, rows, v_rows, dt)
     J = jnp.einsum("cij,cjk->cik", E, Jr).reshape(-1, nv)  # the edges' rows
     if extra is not None:
@@ -212,3 +215,244 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=
     lam = jnp.einsum("ci,cij->cj", x[: nc * ne].reshape(nc, ne), E)
     lam_l = None if extra is None else x[nc * ne :]
     return lam, lam_l, res, x, z
+
+
+# ---------------------------------------------------------------------------------------------
+# MuJoCo's elliptic cones (mjCONE_ELLIPTIC) in the primal problem
+
+
+def _cone_zones(y, D, mu, fr):
+    """MuJoCo's ``mj_constraintUpdate`` (elliptic case) on the contact blocks ``y (nc, w)``
+    (``h jar``: the rows ``[n, t1, t2, ...]`` of ``J z + u``), ``D (nc, w)`` (``1 / R``),
+    ``mu (nc,)`` (the regularised cone's, MuJoCo's ``mjContact.mu``; ``<= 0``: a frictionless
+    contact, its normal a one-sided row) and ``fr (nc, w - 1)`` (``mjContact.friction``).
+
+    In MuJoCo's scaled space ``U = (mu y_0, fr_j y_j)``, ``N = U_0``, ``T = |U_t|``: the top
+    zone ``N >= mu T`` costs nothing, the bottom zone ``mu N + T <= 0`` costs ``1/2 sum_j D_j
+    y_j^2`` (each row quadratic), the middle zone ``1/2 Dm (N - mu T)^2`` with ``Dm = D_0 /
+    (mu^2 (1 + mu^2))``. Returns ``(cost (nc,), force (nc, w), H (nc, w, w), middle (nc,),
+    zone (nc,))``: the force ``-d cost / d y`` (the impulses), the cost's Hessian in ``y``
+    (MuJoCo's ``mjContact.H`` in the middle zone, ``diag(D)`` in the bottom one) and the zone
+    (0 top, 1 bottom, 2 middle)."""
+    dtype = y.dtype
+    w = y.shape[1]
+    fl = mu <= 0  # frictionless: the normal row alone (D_t = 0)
+    mus = jnp.where(fl, 1.0, mu)
+    U0 = y[:, 0] * mus
+    Ut = y[:, 1:] * fr
+    T2 = jnp.sum(Ut * Ut, -1)
+    pos = T2 > 0
+    T = jnp.where(pos, jnp.sqrt(jnp.where(pos, T2, 1.0)), 0.0)
+    N = U0
+    top = (N >= mus * T) | (~pos & (N >= 0))
+    bottom = ~top & ((mus * N + T <= 0) | (~pos & (N < 0)))
+    top = jnp.where(fl, y[:, 0] >= 0, top)
+    bottom = jnp.where(fl, y[:, 0] < 0, bottom)
+    middle = ~top & ~bottom
+    Ts = jnp.where(middle & pos, T, 1.0)
+    Dm = D[:, 0] / (mus * mus * (1 + mus * mus))
+    NmT = N - mus * T
+    cost_b = 0.5 * jnp.sum(D * y * y, -1)
+    cost_m = 0.5 * Dm * NmT * NmT
+    cost = jnp.where(bottom, cost_b, jnp.where(middle, cost_m, 0.0))
+    f0 = -Dm * NmT * mus
+    f_m = jnp.concatenate([f0[:, None], -(f0 / Ts)[:, None] * Ut * fr], 1)
+    force = jnp.where(bottom[:, None], -D * y, jnp.where(middle[:, None], f_m, 0.0))
+    # the middle zone's Hessian (mj_constraintUpdate's cone Hessian): diag(s) A diag(s) Dm,
+    # s = (mu, fr), A = [[1, -mu/T U_t^T], [-mu/T U_t, mu N/T^3 U_t U_t^T + (mu^2 - mu N/T) I]]
+    a0 = (-mus / Ts)[:, None] * Ut
+    At = (mus * N / Ts**3)[:, None, None] * Ut[:, :, None] * Ut[:, None, :]
+    At = At + (mus * mus - mus * N / Ts)[:, None, None] * jnp.eye(w - 1, dtype=dtype)
+    top_row = jnp.concatenate([jnp.ones_like(mus)[:, None], a0], 1)
+    A = jnp.concatenate([top_row[:, None, :], jnp.concatenate([a0[:, :, None], At], 2)], 1)
+    s = jnp.concatenate([mus[:, None], fr], 1)
+    H_m = Dm[:, None, None] * s[:, :, None] * A * s[:, None, :]
+    H_b = D[:, :, None] * jnp.eye(w, dtype=dtype)
+    H = jnp.where(bottom[:, None, None], H_b, jnp.where(middle[:, None, None], H_m, 0.0))
+    zone = jnp.where(top, 0, jnp.where(bottom, 1, 2))
+    return cost, force, H, middle, zone
+
+
+def _elliptic_parts(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z):
+    """The elliptic primal cost at ``z``: ``(cost, grad, H, forces of the blocks (nc, w),
+    forces of the scalar rows, middle (nc,), zones (nc,), scalar rows active)``; ``grad = M z -
+    J^T force``, ``H = M + sum_c J_c^T H_c J_c + J_s^T diag(D_s active) J_s``."""
+    y = jnp.einsum("cik,k->ci", Jc, z) + uc
+    ys = Js @ z + us
+    cost_c, fc, Hc, middle, zone = _cone_zones(y, Dc, mu, fr)
+    act = ys < 0
+    fs = jnp.where(act, -Ds * ys, 0.0)
+    Mz = M @ z
+    cost = 0.5 * z @ Mz + jnp.sum(cost_c) + 0.5 * jnp.sum(jnp.where(act, Ds * ys * ys, 0.0))
+    grad = Mz - jnp.einsum("cik,ci->k", Jc, fc) - Js.T @ fs
+    Das = jnp.where(act, Ds, 0.0)
+    H = M + jnp.einsum("cik,cij,cjl->kl", Jc, Hc, Jc) + (Js * Das[:, None]).T @ Js
+    return cost, grad, H, fc, fs, middle, zone, act
+
+
+def _elliptic_line_search(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z, d, g):
+    """The minimiser ``alpha >= 0`` of the (convex) cost along ``z + alpha d`` by safeguarded
+    Newton steps on its derivative ``f'(alpha)`` (increasing): each a Newton step on the
+    three-zone cost's pieces (MuJoCo's ``PrimalLinesearch`` evaluates the same quadratic and
+    cone pieces), kept inside the bracket ``f'(lo) < 0 < f'(hi)``, else a bisection; ``g``:
+    the gradient at ``z`` (``f'(0) = g^T d < 0``)."""
+    dtype = z.dtype
+    y0 = jnp.einsum("cik,k->ci", Jc, z) + uc
+    e = jnp.einsum("cik,k->ci", Jc, d)
+    ys0, es = Js @ z + us, Js @ d
+    Md = M @ d
+    zMd, dMd = z @ Md, jnp.maximum(d @ Md, jnp.finfo(dtype).tiny)
+    eps = jnp.finfo(dtype).eps
+
+    def slopes(alpha):
+        _, fc, Hc, _, _ = _cone_zones(y0 + alpha * e, Dc, mu, fr)
+        ys = ys0 + alpha * es
+        act = ys < 0
+        fp = zMd + alpha * dMd - jnp.sum(fc * e) + jnp.sum(jnp.where(act, Ds * ys * es, 0.0))
+        fpp = dMd + jnp.einsum("ci,cij,cj->", e, Hc, e) + jnp.sum(jnp.where(act, Ds * es * es, 0.0))
+        return fp, fpp
+
+    def cond(c):
+        return ~c[3] & (c[4] < LINE_STEPS)
+
+    def body(c):
+        alpha, lo, hi, _, k = c
+        fp, fpp = slopes(alpha)
+        lo = jnp.where(fp < 0, alpha, lo)
+        hi = jnp.where(fp < 0, hi, alpha)
+        star = alpha - fp / jnp.maximum(fpp, jnp.finfo(dtype).tiny)
+        inside = (star > lo) & (star < hi)
+        mid = jnp.where(jnp.isinf(hi), 2 * lo + 1, 0.5 * (lo + hi))
+        nxt = jnp.where(inside, star, mid)
+        done = (fp == 0) | (jnp.abs(nxt - alpha) <= 4 * eps * jnp.abs(alpha))
+        return jnp.where(fp == 0, alpha, nxt), lo, hi, done, k + 1
+
+    one = jnp.ones((), dtype)
+    init = (one, jnp.zeros((), dtype), jnp.full((), jnp.inf, dtype), g @ d >= 0, 0)
+    alpha = jax.lax.while_loop(cond, body, init)[0]
+    return jnp.where(g @ d < 0, jnp.maximum(alpha, 0.0), 0.0)
+
+
+def _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance):
+    """:func:`newton_solve_elliptic`'s minimiser ``z`` and the Newton steps it took."""
+    dtype = M.dtype
+    args = (M, Jc, uc, Dc, mu, fr, Js, us, Ds)
+    zero = jnp.zeros(M.shape[0], dtype)
+    if z0 is not None:  # MuJoCo's warm start: kept where it costs less than the free step
+        better = _elliptic_parts(*args, z0)[0] < _elliptic_parts(*args, zero)[0]
+        z = jnp.where(better, z0, zero)
+    else:
+        z = zero
+    nv = M.shape[0]
+    scale = 1.0 / jnp.maximum(jnp.mean(jnp.diagonal(M)) * nv, jnp.finfo(dtype).tiny)
+    tol = -1.0 if tolerance is None else tolerance
+    eps = jnp.finfo(dtype).eps
+
+    def cond(c):
+        return ~c[2] & (c[1] < iterations)
+
+    def body(c):
+        z, k, _ = c
+        cost0, g, H, _, _, middle, zone, act = _elliptic_parts(*args, z)
+        d = -linalg.spd_solve(H, g)
+        alpha = _elliptic_line_search(*args, z, d, g)
+        z1 = z + alpha * d
+        cost1, _, _, _, _, _, zone1, act1 = _elliptic_parts(*args, z1)
+        # exact: no cone on its surface and the new point in the quadratic piece the step
+        # minimised; else once the step is at rounding level or the line search stays put
+        exact = ~jnp.any(middle) & jnp.all(zone1 == zone) & jnp.all(act1 == act)
+        step = jnp.max(jnp.abs(alpha * d), initial=0.0)
+        tiny = step <= 4 * eps * jnp.maximum(jnp.max(jnp.abs(z1), initial=0.0), eps)
+        # (not on the cost: near the minimiser its rounding hides steps of sqrt(eps) |z|)
+        small = (scale * (cost0 - cost1) < tol) | (scale * jnp.linalg.norm(g) < tol)
+        return z1, k + 1, exact | tiny | (alpha == 0) | small
+
+    z, k, _ = jax.lax.while_loop(cond, body, (z, 0, jnp.zeros((), bool)))
+    return z, k
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(10, 11))
+def _solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance):
+    return _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance)[0]
+
+
+@_solve_elliptic.defjvp
+def _solve_elliptic_jvp(iterations, tolerance, primals, tangents):
+    # implicit differentiation of grad(z; params) = 0: H dz = -d(grad) at fixed z (the middle
+    # zone's cost is twice differentiable there; no derivative through the warm start z0)
+    M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0 = primals
+    z = _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance)[0]
+    params, dparams = (M, Jc, uc, Dc, mu, fr, Js, us, Ds), tuple(tangents[:9])
+
+    def grad(M, Jc, uc, Dc, mu, fr, Js, us, Ds):
+        return _elliptic_parts(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z)[1]
+
+    _, rhs = jax.jvp(grad, params, dparams)
+    H = _elliptic_parts(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z)[2]
+    return z, -linalg.spd_solve(H, rhs)
+
+
+def newton_solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0=None, iterations=100,
+                          tolerance=None):  # fmt: skip
+    """The minimiser ``z (nv,)`` of MuJoCo's primal cost with elliptic contact cones
+    (``mj_solNewton`` under ``mjCONE_ELLIPTIC``): ``1/2 z^T M z`` plus each contact block's
+    three-zone cost (:func:`_cone_zones`; ``Jc (nc, w, nv)``, ``uc (nc, w)``, ``Dc (nc, w)``,
+    ``mu (nc,)``, ``fr (nc, w - 1)``) plus the one-sided scalar rows' ``1/2 D_s min(0, J_s z +
+    u_s)^2`` (``Js (k, nv)``, ``us``, ``Ds (k,)``: joint limits), by Newton steps on ``H = M +
+    sum_c J_c^T H_c J_c + J_s^T diag(D_s active) J_s`` (MuJoCo's ``HessianCone`` adds the cone
+    blocks to the factor of the rest; here the sum is factored), each with a line search
+    (:func:`_elliptic_line_search`). Stops after ``iterations`` steps, once a step without a
+    cone on its surface lands in the quadratic piece it minimised (exact), once a step is at
+    rounding level or the line search stays at ``alpha = 0``, or with ``tolerance`` on MuJoCo's
+    tests (:func:`newton_solve`). From ``z0`` where it costs less than ``0`` (MuJoCo's warm start).
+    Derivatives by implicit differentiation (``H dz = -dgrad``); none through ``z0``."""
+    z0 = jnp.zeros(M.shape[0], M.dtype) if z0 is None else z0
+    return _solve_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, tolerance)
+
+
+def elliptic_forces(Jc, uc, Dc, mu, fr, Js, us, Ds, z):
+    """The contact blocks' impulses ``(nc, w)`` and the scalar rows' ``(k,)`` at ``z``
+    (:func:`_cone_zones`' force, ``max(0, -(J_s z + u_s)) D_s``)."""
+    y = jnp.einsum("cik,k->ci", Jc, z) + uc
+    fc = _cone_zones(y, Dc, mu, fr)[1]
+    ys = Js @ z + us
+    return fc, jnp.where(ys < 0, -Ds * ys, 0.0)
+
+
+def elliptic_residual(Jc, uc, Dc, mu, fr, Js, us, Ds, fc, fs, Minv):
+    """:func:`residual` of the elliptic problem: the relative fixed-point residual of the
+    impulses ``(fc, fs)`` under the map ``F`` = the forces (:func:`elliptic_forces`) at ``z =
+    M^-1 J^T lam`` (no derivative: a diagnostic)."""
+    args = [jax.lax.stop_gradient(x) for x in (Jc, uc, Dc, mu, fr, Js, us, Ds, fc, fs, Minv)]
+    Jc, uc, Dc, mu, fr, Js, us, Ds, fc, fs, Minv = args
+    z = Minv @ (jnp.einsum("cik,ci->k", Jc, fc) + Js.T @ fs)
+    Fc, Fs = elliptic_forces(Jc, uc, Dc, mu, fr, Js, us, Ds, z)
+    lam = jnp.concatenate([fc.reshape(-1), fs])
+    F = jnp.concatenate([Fc.reshape(-1), Fs])
+    scale = jnp.maximum(jnp.max(jnp.abs(lam), initial=0.0), jnp.max(jnp.abs(F), initial=0.0))
+    return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, jnp.finfo(lam.dtype).tiny)
+
+
+def _solve_elliptic_rows(contact, Minv, Jr, frames, diag_n, rows, v_rows, dt, extra, z0, M):
+    """:func:`solve_soft_rows` on MuJoCo's elliptic cones (``Constraint(cone=None)`` or
+    ``"elliptic"``): the contacts' rows ``[n, t1, t2, ...]`` themselves
+    (:func:`jaxdyn.sim.contact.soft_elliptic_rows`), :func:`newton_solve_elliptic`."""
+    from . import contact as C
+
+    nc, w, nv = Jr.shape
+    uc, Dc, mu, fr, _ = C.soft_elliptic_rows(contact, frames, diag_n, rows, v_rows, dt)
+    dtype = Minv.dtype
+    if extra is None:
+        Js, us, Ds = jnp.zeros((0, nv), dtype), jnp.zeros(0, dtype), jnp.zeros(0, dtype)
+    else:
+        Js, us, Ds = extra[0], extra[1], 1.0 / extra[2]
+    Minv = 0.5 * (Minv + Minv.T)
+    if M is None:
+        M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=dtype))
+    M = 0.5 * (M + M.T)
+    args = (Jr, uc, Dc, mu, fr, Js, us, Ds)
+    z = newton_solve_elliptic(M, *args, z0, contact.iterations, contact.tolerance)
+    lam, lam_l = elliptic_forces(*args, z)
+    res = elliptic_residual(*args, lam, lam_l, Minv)
+    x = jnp.concatenate([lam.reshape(-1), lam_l])
+    return lam, (None if extra is None else lam_l), res, x, z

@@ -605,9 +605,11 @@ class Constraint(eqx.Module):
       a few ``iterations`` takes MuJoCo's cut solve's steps; ``newton`` and ``polish`` are
       unused;
       :func:`jaxdyn.sim.step_info`'s residual is the dual's fixed-point residual of the
-      impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``,
-      ``cone="pyramidal"`` (MuJoCo's elliptic cones have a three-zone cost this does not
-      implement: refused, :data:`NEWTON_CONES`). ``None`` (default): ``"newton"`` where it
+      impulses (:func:`jaxdyn.sim._primal.residual`). Takes ``soft=True``, ``relaxed=True``
+      (:data:`NEWTON_CONES`), on either cone: on MuJoCo's elliptic cones (``cone=None`` /
+      ``"elliptic"``) the contacts' rows ``[n, t1, t2, ...]`` with MuJoCo's three-zone cone
+      cost (:func:`jaxdyn.sim._primal.newton_solve_elliptic`; not piecewise quadratic: the
+      steps stop at rounding level or on ``tolerance``). ``None`` (default): ``"newton"`` where it
       applies (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``, ``newton=0``: MuJoCo's
       problem on its default cone, as ``load_mjcf(...).sim_config`` sets up from a file's
       ``<option cone>``), else ``"dual"`` (the hard contact, elliptic cones, Coulomb's
@@ -706,13 +708,11 @@ class Constraint(eqx.Module):
                 f"Constraint: solver must be one of {SOLVERS} (None: 'newton' where it applies, "
                 f"else 'dual'), got {self.solver!r}"
             )
-        if self.solver == "newton" and not (
-            self.soft and self.relaxed and self.cone in (None, "pyramidal")
-        ):
+        if self.solver == "newton" and not (self.soft and self.relaxed):
             raise ValueError(
-                "Constraint: solver='newton' (MuJoCo's primal Newton solve) takes soft=True, "
-                f"relaxed=True and cone='pyramidal' ({NEWTON_CONES}), got soft={self.soft!r}, "
-                f"relaxed={self.relaxed!r}, cone={self.cone!r}"
+                "Constraint: solver='newton' (MuJoCo's primal Newton solve) takes soft=True and "
+                f"relaxed=True ({NEWTON_CONES}), got soft={self.soft!r}, "
+                f"relaxed={self.relaxed!r}"
             )
         if self.solver == "newton" and self.newton:
             raise ValueError(
@@ -727,10 +727,10 @@ class Constraint(eqx.Module):
 #: the values of ``Constraint.solver``
 SOLVERS = (None, "dual", "newton")
 
-#: why ``Constraint(solver="newton")`` takes pyramidal cones only
+#: what ``Constraint(solver="newton")`` solves
 NEWTON_CONES = (
-    "MuJoCo's convex problem on pyramidal cones; the elliptic cones' three-zone cost is not "
-    "implemented: use solver='dual' there (solver=None picks it)"
+    "MuJoCo's convex soft problem, on pyramidal or elliptic cones; Coulomb's relaxed=False and "
+    "the hard contact: use solver='dual' there (solver=None picks it)"
 )
 
 
@@ -739,8 +739,9 @@ def uses_primal_newton(contact: object) -> bool:
     (``Constraint(solver="newton")``, :mod:`jaxdyn.sim._primal`) rather than the dual one:
     ``solver="newton"``, or ``solver=None`` (the default) on MuJoCo's soft convex problem on
     pyramidal cones (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``) without the dual's
-    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``), Coulomb's law
-    (``relaxed=False``) and the hard contact fall back to the dual solve (static)."""
+    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``; the primal takes
+    them with ``solver="newton"``), Coulomb's law (``relaxed=False``) and the hard contact
+    fall back to the dual solve (static)."""
     if not isinstance(contact, Constraint):
         return False
     if contact.solver is not None:
@@ -1587,24 +1588,13 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     every friction row's ``R`` is ``R_1``; returned as the scaling ``E (nc, w, w)`` (diagonal:
     ``lam = E^T y``)."""
     dtype = G.dtype
-    nc, w = frames.distance.shape[0], frames.width
+    w = frames.width
     h, k, b, imp, diag, solref, solimp = _soft_gains(contact, frames, jnp.diagonal(G)[0::w], dt)
     if contact.cone == "pyramidal":
         return _soft_pyramid(contact, G, frames, v_free_rows, v_rows, h, k, b, imp, diag)
     r = frames.distance
     active = r < 0
-    aref_n = _soft.reference(k, b, imp, r, v_rows[:, 0])
-    b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
-    given = contact.solreffriction  # the contact model's, else the contacts' (<pair>)
-    given = frames.solreffriction if given is None else given
-    if given is not None:
-        srf = jnp.broadcast_to(jnp.asarray(given, dtype), (nc, 2))
-        on = (srf[:, 0] != 0) | (srf[:, 1] != 0)
-        # (0, 0) rows take solref's gains: no division by a zero timeconst in either branch
-        _, b_f = _soft.gains(jnp.where(on[:, None], srf, solref), solimp[:, 1], h, contact.refsafe)
-        b_t = jnp.where(on, b_f, b)
-    aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
-    u = v_free_rows - v_rows - h * aref
+    u = _elliptic_free(contact, frames, v_free_rows, v_rows, h, k, b, imp, solref, solimp)
     # not touching: a free normal velocity that puts every iterate in the polar cone
     u = u.at[:, 0].set(jnp.where(active, u[:, 0], jnp.asarray(NO_CONTACT, dtype) / h))
     Rn = _soft.regulariser(imp, diag)
@@ -1619,6 +1609,58 @@ def _soft_problem(contact, G, frames, v_free_rows, v_rows, dt):
     s = S.reshape(-1)
     Gs = G * s[:, None] * s[None, :] + jnp.diag(R)
     return Gs, (S * u).reshape(-1), mu, active, E
+
+
+def _elliptic_free(contact, frames, v_free_rows, v_rows, h, k, b, imp, solref, solimp):
+    """The free row velocities ``u = J v_free - J v - h aref`` ``(nc, w)`` of the elliptic
+    cones' rows ``[n, t1, t2, ...]`` (:func:`_soft_problem`): ``aref = -b J_n v - k d(r) r``
+    on the normal, ``-b_t J_t v`` on the friction rows (``b_t``: ``solreffriction``'s damping
+    where it is given and not ``(0, 0)``, MuJoCo's ``mj_makeImpedance``)."""
+    dtype = v_rows.dtype
+    nc = frames.distance.shape[0]
+    aref_n = _soft.reference(k, b, imp, frames.distance, v_rows[:, 0])
+    b_t = b  # the friction rows' damping: solreffriction's where it is given and not (0, 0)
+    given = contact.solreffriction  # the contact model's, else the contacts' (<pair>)
+    given = frames.solreffriction if given is None else given
+    if given is not None:
+        srf = jnp.broadcast_to(jnp.asarray(given, dtype), (nc, 2))
+        on = (srf[:, 0] != 0) | (srf[:, 1] != 0)
+        # (0, 0) rows take solref's gains: no division by a zero timeconst in either branch
+        _, b_f = _soft.gains(jnp.where(on[:, None], srf, solref), solimp[:, 1], h, contact.refsafe)
+        b_t = jnp.where(on, b_f, b)
+    aref = jnp.concatenate([aref_n[:, None], -b_t[:, None] * v_rows[:, 1:]], 1)
+    return v_free_rows - v_rows - h * aref
+
+
+def soft_elliptic_rows(contact: Constraint, frames, diag_n, v_free_rows, v_rows, dt):
+    """The rows of MuJoCo's elliptic cones for the primal Newton solve of
+    ``Constraint(solver="newton")`` (:func:`jaxdyn.sim._primal.newton_solve_elliptic`), in the
+    contacts' rows ``[n, t1, t2, ...]`` (MuJoCo's ``mjCNSTR_CONTACT_ELLIPTIC`` rows): ``(u (nc,
+    w), D (nc, w), mu (nc,), friction (nc, w - 1), active (nc,))``. As MuJoCo's
+    ``mj_makeImpedance``: ``R_0 = (1 - d) / d diagApprox`` on the normal, ``R_1 = R_0 /
+    impratio`` on the sliding rows, ``R_j = R_1 mu_1^2 / mu_j^2`` on the torsional and rolling
+    ones, ``D = 1 / R`` (0 on the rows a contact lacks and on the contacts that do not touch:
+    MuJoCo has no row there), the regularised cone's ``mu = mu_1 sqrt(R_1 / R_0)``
+    (``mjContact.mu``; 0 on a frictionless contact) and the friction rows' coefficients
+    (``mjContact.friction``, :func:`friction_rows`). ``diag_n (nc,)``: the normal rows'
+    Delassus diagonal (the fallback of MuJoCo's ``invweight``)."""
+    h, k, b, imp, diag, solref, solimp = _soft_gains(contact, frames, diag_n, dt)
+    dtype = diag.dtype
+    active = frames.distance < 0
+    u = _elliptic_free(contact, frames, v_free_rows, v_rows, h, k, b, imp, solref, solimp)
+    fr = friction_rows(contact, frames, dtype)
+    R0 = _soft.regulariser(imp, diag)
+    R1 = R0 / jnp.maximum(_soft.MINVAL, jnp.asarray(contact.impratio, dtype))
+    mu = fr[:, 0] * jnp.sqrt(R1 / R0)
+    has = fr > 0
+    f1 = fr[:, :1]
+    Rt = R1[:, None] * f1 * f1 / jnp.where(has, fr * fr, 1.0)
+    Rt = Rt.at[:, :2].set(R1[:, None])  # the sliding rows: R_1 itself
+    Dt = jnp.where(has & (f1 > 0), 1.0 / Rt, 0.0)
+    D = jnp.concatenate([(1.0 / R0)[:, None], Dt], 1)
+    D = jnp.where(active[:, None], D, 0.0)
+    mu = jnp.where(active & (fr[:, 0] > 0), mu, 0.0)
+    return u, D, mu, fr, active
 
 
 def pyramid_edges(n, mu, tangent=None):

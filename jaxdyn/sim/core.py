@@ -225,13 +225,6 @@ class SimConfig(eqx.Module):
                 "SimConfig: Constraint contact is velocity-level (impulses per step); use "
                 "integrator='euler' or 'implicit', or Compliant contact with 'rk4'"
             )
-        c = self.contact
-        if isinstance(c, C.Constraint) and c.solver == "newton" and c.cone != "pyramidal":
-            raise ValueError(
-                "SimConfig: Constraint(solver='newton') takes cone='pyramidal' ("
-                f"{C.NEWTON_CONES}; load_mjcf(...).sim_config gives the file's cone), got "
-                f"cone={c.cone!r}"
-            )
         if self.contact is not None and not isinstance(self.contact, (C.Compliant, C.Constraint)):
             raise TypeError(
                 f"SimConfig: contact must be None, Compliant or Constraint, got {self.contact!r}"
