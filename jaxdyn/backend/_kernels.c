@@ -69,11 +69,28 @@ typedef struct {
 #define SUFFIX f32_narrow
 #include "_crba_kernel.h"
 
-XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
+/* a kernel's four runs (float64 / float32, wide blocks / the narrow block): RUN(t, B, q,
+   Xtree_R, Xtree_p, axes, mass, com, inertia, armature or NULL, out) */
+typedef int (*run_f64)(const crba_topo*, int64_t, const double*, const double*, const double*,
+                       const double*, const double*, const double*, const double*,
+                       const double*, double*);
+typedef int (*run_f32)(const crba_topo*, int64_t, const float*, const float*, const float*,
+                       const float*, const float*, const float*, const float*, const float*,
+                       float*);
+typedef struct {
+  const char *bad_arity, *bad_dtype, *no_memory; /* the target's errors */
+  int with_order; /* the topology ends with the bodies in depth-first order (nb) */
+  run_f64 f64, f64_narrow;
+  run_f32 f32, f32_narrow;
+} batch_kernel;
+
+/* one call of a batch kernel (jaxdyn_crba, jaxdyn_minv): the operands and topology read, the
+   batch split into wide blocks and at most one narrow block */
+static XLA_FFI_Error* run_batch(XLA_FFI_CallFrame* frame, const batch_kernel* k) {
   if (metadata_call(frame))
     return NULL;
   if (frame->args.size != 9 || frame->rets.size != 1)
-    return ffi_error(frame, "jaxdyn_crba: expected 9 operands and 1 result");
+    return ffi_error(frame, k->bad_arity);
   const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
   const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
   const int32_t* tp = (const int32_t*)a[8]->data;
@@ -85,7 +102,7 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
   t.v_start = t.q_start + t.nb;
   t.pair_r = t.v_start + t.nb;
   t.pair_c = t.pair_r + t.npairs;
-  t.order = NULL;
+  t.order = k->with_order ? t.pair_c + t.npairs : NULL;
   int64_t B = 1;
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
@@ -100,72 +117,39 @@ XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
     const double *qd = (const double*)q;
     double* od = (double*)out->data;
     if (full > 0)
-      failed |= crba_run_f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
+      failed |= k->f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
     if (B > full)
-      failed |= crba_run_f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                                    od + full * nn);
+      failed |= k->f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                              od + full * nn);
   } else if (a[0]->dtype == XLA_FFI_DataType_F32) {
     const int64_t full = B % 16 <= 4 ? B / 16 * 16 : B;
     const float* qf = (const float*)q;
     float* of = (float*)out->data;
     if (full > 0)
-      failed |= crba_run_f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
+      failed |= k->f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
     if (B > full)
-      failed |= crba_run_f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                                    of + full * nn);
+      failed |= k->f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
+                              of + full * nn);
   } else
-    return ffi_error(frame, "jaxdyn_crba: float32 or float64 operands expected");
-  return failed ? ffi_error(frame, "jaxdyn_crba: out of memory") : NULL;
+    return ffi_error(frame, k->bad_dtype);
+  return failed ? ffi_error(frame, k->no_memory) : NULL;
+}
+
+XLA_FFI_Error* jaxdyn_crba(XLA_FFI_CallFrame* frame) {
+  static const batch_kernel k = {
+      "jaxdyn_crba: expected 9 operands and 1 result",
+      "jaxdyn_crba: float32 or float64 operands expected", "jaxdyn_crba: out of memory", 0,
+      crba_run_f64, crba_run_f64_narrow, crba_run_f32, crba_run_f32_narrow};
+  return run_batch(frame, &k);
 }
 
 /* jaxdyn_minv: the inverse joint-space inertia matrix of a batch (jaxdyn/algorithms/minv.py,
  * minv_kernel; the algorithm in _minv_kernel.h). Operands as jaxdyn_crba's, the topology
  * followed by the bodies in depth-first order (nb). Result: Minv (..., nv, nv). */
 XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
-  if (metadata_call(frame))
-    return NULL;
-  if (frame->args.size != 9 || frame->rets.size != 1)
-    return ffi_error(frame, "jaxdyn_minv: expected 9 operands and 1 result");
-  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
-  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
-  const int32_t* tp = (const int32_t*)a[8]->data;
-  crba_topo t;
-  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = tp[3];
-  t.kind = tp + 4;
-  t.parent = t.kind + t.nb;
-  t.q_start = t.parent + t.nb;
-  t.v_start = t.q_start + t.nb;
-  t.pair_r = t.v_start + t.nb;
-  t.pair_c = t.pair_r + t.npairs;
-  t.order = t.pair_c + t.npairs;
-  int64_t B = 1;
-  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
-    B *= a[0]->dims[i];
-  const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
-  const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
-  const void* arm = a[7]->rank == 1 && a[7]->dims[0] == t.nv ? a[7]->data : NULL;
-  const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv;
-  int failed = 0;
-  if (a[0]->dtype == XLA_FFI_DataType_F64) {
-    /* blocks of 8 samples wide; up to 2 samples left after them, one narrow block */
-    const int64_t full = B % 8 <= 2 ? B / 8 * 8 : B;
-    const double *qd = (const double*)q;
-    double* od = (double*)out->data;
-    if (full > 0)
-      failed |= minv_run_f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
-    if (B > full)
-      failed |= minv_run_f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                                    od + full * nn);
-  } else if (a[0]->dtype == XLA_FFI_DataType_F32) {
-    const int64_t full = B % 16 <= 4 ? B / 16 * 16 : B;
-    const float* qf = (const float*)q;
-    float* of = (float*)out->data;
-    if (full > 0)
-      failed |= minv_run_f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
-    if (B > full)
-      failed |= minv_run_f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                                    of + full * nn);
-  } else
-    return ffi_error(frame, "jaxdyn_minv: float32 or float64 operands expected");
-  return failed ? ffi_error(frame, "jaxdyn_minv: out of memory") : NULL;
+  static const batch_kernel k = {
+      "jaxdyn_minv: expected 9 operands and 1 result",
+      "jaxdyn_minv: float32 or float64 operands expected", "jaxdyn_minv: out of memory", 1,
+      minv_run_f64, minv_run_f64_narrow, minv_run_f32, minv_run_f32_narrow};
+  return run_batch(frame, &k);
 }
