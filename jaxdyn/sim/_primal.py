@@ -77,19 +77,22 @@ def _line_search(z, d, y, e, Mz, Md, D):
     return jnp.maximum(alpha, 0.0)
 
 
+def _start(M, cost, z0):
+    """The Newton solves' start and the scale of their stopping tests: MuJoCo's warm start
+    ``z0`` where it costs less than the free step (``z = 0``), and ``1 / (mean inertia *
+    nv)``. ``cost``: ``z -> `` the solve's cost."""
+    dtype = M.dtype
+    nv = M.shape[0]
+    zero = jnp.zeros(nv, dtype)
+    z = zero if z0 is None else jnp.where(cost(z0) < cost(zero), z0, zero)
+    scale = 1.0 / jnp.maximum(jnp.mean(jnp.diagonal(M)) * nv, jnp.finfo(dtype).tiny)
+    return z, scale
+
+
 def _newton(M, J, u, R, z0, iterations, tolerance):
     """:func:`newton_solve`'s minimiser ``z`` and the Newton steps it took."""
     D = 1.0 / R
-    dtype = M.dtype
-    zero = jnp.zeros(M.shape[0], dtype)
-    if z0 is not None:  # MuJoCo's warm start: kept where it costs less than the free step
-        better = _cost(M, J, u, D, z0) < _cost(M, J, u, D, zero)
-        z = jnp.where(better, z0, zero)
-    else:
-        z = zero
-    nv = M.shape[0]
-    # MuJoCo's scale of the stopping tests: 1 / (mean inertia * nv)
-    scale = 1.0 / jnp.maximum(jnp.mean(jnp.diagonal(M)) * nv, jnp.finfo(dtype).tiny)
+    z, scale = _start(M, lambda z: _cost(M, J, u, D, z), z0)
     tol = -1.0 if tolerance is None else tolerance
 
     def cond(c):
@@ -337,14 +340,7 @@ def _newton_elliptic(M, Jc, uc, Dc, mu, fr, Js, us, Ds, z0, iterations, toleranc
     """:func:`newton_solve_elliptic`'s minimiser ``z`` and the Newton steps it took."""
     dtype = M.dtype
     args = (M, Jc, uc, Dc, mu, fr, Js, us, Ds)
-    zero = jnp.zeros(M.shape[0], dtype)
-    if z0 is not None:  # MuJoCo's warm start: kept where it costs less than the free step
-        better = _elliptic_parts(*args, z0)[0] < _elliptic_parts(*args, zero)[0]
-        z = jnp.where(better, z0, zero)
-    else:
-        z = zero
-    nv = M.shape[0]
-    scale = 1.0 / jnp.maximum(jnp.mean(jnp.diagonal(M)) * nv, jnp.finfo(dtype).tiny)
+    z, scale = _start(M, lambda z: _elliptic_parts(*args, z)[0], z0)
     tol = -1.0 if tolerance is None else tolerance
     eps = jnp.finfo(dtype).eps
 
