@@ -76,7 +76,8 @@ def _abstract(q, v, tau, f_ext, *leaves, tree_def, xla, has_fext):
 
 
 def _impl(*args, tree_def, xla, has_fext):
-    if jax.config.jax_disable_jit:  # op by op, as asked (a jit of the bind would recurse)
+    # op by op, as asked (a jit of the bind would recurse)
+    if getattr(jax.config, "jax_disable_jit"):  # noqa: B009 (set at run time)
         return _xla(tree_def, xla, has_fext, *args)
     bind = functools.partial(aba_p.bind, tree_def=tree_def, xla=xla, has_fext=has_fext)
     return jax.jit(bind)(*args)
