@@ -553,10 +553,19 @@ def aba_solve_xla(
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
-def chunk_words(model: Model, itemsize: int) -> int:
-    """ABA's chunk policy (``words=`` of its public wrappers): the 6x6 articulated inertias
+def xla_chunk_words(model: Model, itemsize: int) -> int:
+    """The chunk policy of XLA's sweeps (:func:`aba_solve_xla`): the 6x6 articulated inertias
     of every body, per sample."""
     return 36 * model.nb
+
+
+def chunk_words(model: Model, itemsize: int) -> int:
+    """ABA's chunk policy (``words=`` of its public wrappers): none where its C kernel computes
+    the batch (as :func:`jaxdyn.algorithms.crba.chunk_words`; chunks of the kernel's calls ran
+    no faster), else :func:`xla_chunk_words`."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return xla_chunk_words(model, itemsize)
 
 
 @shell.public("aba", words=chunk_words)

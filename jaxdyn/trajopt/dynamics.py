@@ -42,7 +42,7 @@ from .. import _linalg, batching, config, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import aba_solve_xla
-from ..algorithms.aba import chunk_words as aba_chunk_words
+from ..algorithms.aba import xla_chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
