@@ -28,9 +28,9 @@ loop on the same core), freed buffers kept by glibc (``mallopt``). For each robo
 * jaxdyn per sample at batch ``B`` (default 1024) under ``jax.jit(jax.vmap(f))`` -- the batching
   rule of jaxdyn's public functions evaluates it in cache-sized chunks on the CPU
   (:mod:`jaxdyn.batching`) -- and, for comparison, with that rule switched off
-  (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch); for crba,
-  computed on the CPU by jaxdyn's C kernel (``cpu_kernels``), the comparison is XLA's code for
-  the same algorithm (``cpu_kernels=False``);
+  (``jaxdyn.config.update("vmap_chunk", 0)``: one ``vmap`` over the whole batch); for crba and
+  aba, computed on the CPU by jaxdyn's C kernels (``cpu_kernels``), the comparison is XLA's
+  code for the same algorithm (``cpu_kernels=False``);
 * batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) with the model as an argument
   and closed over (``jax.jit(lambda q: f(model, q))``, where its arrays are constants that
   the kinematics fold at trace time), and the number of XLA kernels of the first;
@@ -66,7 +66,7 @@ from _env import cpu_name, reuse_freed_buffers, single_threaded, timed, write_se
 
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
 #: algorithms computed by a C kernel of jaxdyn's on the CPU (``cpu_kernels``)
-KERNELS = ("crba",)
+KERNELS = ("crba", "aba")
 #: algorithms whose Pinocchio result is one triangle; ``<alg>_full`` times it mirrored
 FULL = ("crba", "minv")
 #: issue targets: ratio to Pinocchio C++ per sample at B = 1024, float64
@@ -523,11 +523,11 @@ def render(results, B, peaks, args, plain=None) -> str:
         f"jaxdyn: per sample at batch {B} under the plain `jax.jit(jax.vmap(f))`. "
         "*rule*: jaxdyn's batching rule (the default: chunked on the CPU, chunk size in the "
         "table, sized for the core's private L2 cache), *plain*: the rule switched off "
-        "(`vmap_chunk=0`, one vmap over the whole batch). crba on the CPU is jaxdyn's C "
-        "kernel (`cpu_kernels`, the default): *rule* is the kernel (one call for the batch, "
-        "chunk 'none'), *plain* XLA's code for the same algorithm (`cpu_kernels=False`, in "
-        "its rule's chunks), and flops '-' (XLA's cost analysis does not see inside the "
-        "kernel). "
+        "(`vmap_chunk=0`, one vmap over the whole batch). crba and aba on the CPU are jaxdyn's "
+        "C kernels (`cpu_kernels`, the default): *rule* is the kernel (one call for the batch, "
+        "chunk 'none'), *plain* XLA's code for the same "
+        "algorithm (`cpu_kernels=False`, in its rule's chunks), and flops '-' (XLA's cost "
+        "analysis does not see inside the kernel). "
         "Ratios are jaxdyn time / Pinocchio time per call (< 1: jaxdyn faster); the issue's "
         "targets are <= 1.0 (rnea, crba, aba, minv) and <= 1.2 (derivatives) in float64. "
         "Pinocchio's crba and minv fill the upper triangle only; jaxdyn returns the full "

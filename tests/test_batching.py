@@ -585,10 +585,11 @@ def _has_cholesky(fn, *args):
 
 
 def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm, monkeypatch):
-    """``aba(method="auto")``: the dense solve (a LAPACK Cholesky) for one float64 evaluation on
-    a deep tree (outside a one-kernel call: switch ``fused_unbatched``, whose call takes the
-    sweeps), the sweeps under ``jax.vmap`` (with the chunks switched off too), inside
-    derivatives (also batched), in float32 and on shallow trees; the two agree."""
+    """``aba(method="auto")`` where its C kernel does not run: the dense solve (a LAPACK
+    Cholesky) for one float64 evaluation on a deep tree (outside a one-kernel call: switch
+    ``fused_unbatched``, whose call takes the sweeps), the sweeps under ``jax.vmap`` (with the
+    chunks switched off too), inside derivatives (also batched), in float32 and on shallow
+    trees; the two agree; on the CPU the kernel (no Cholesky), equal to the dense solve."""
     from jaxdyn.algorithms import aba as A
 
     m, q, v = arm
@@ -598,28 +599,33 @@ def test_aba_method_auto_chooses_dense_alone_and_sweeps_batched(arm, monkeypatch
         alone = lambda q, v: one(q, v)  # noqa: E731  (not one: make_jaxpr caches its trace)
         assert not _has_cholesky(alone, q[0], v[0]) or not small_calls.usable()
     monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
-    assert _has_cholesky(one, q[0], v[0])
-    assert not _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"), q[0], v[0])
-    assert _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="dense"), q[0], v[0])
-    assert not _has_cholesky(jax.vmap(one), q, v)
-    with jaxdyn.config.override(vmap_chunk=0):
+    # where its C kernel does not run (switch cpu_kernels off) ...
+    with jaxdyn.config.override(cpu_kernels=False):
+        assert _has_cholesky(one, q[0], v[0])
+        assert not _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"), q[0], v[0])
+        assert _has_cholesky(lambda q, v: jaxdyn.aba(m, q, v, v, method="dense"), q[0], v[0])
         assert not _has_cholesky(jax.vmap(one), q, v)
-    grad = jax.grad(lambda q, v: jnp.sum(one(q, v) ** 2))
-    assert not _has_cholesky(grad, q[0], v[0])
-    with jaxdyn.config.override(analytic_derivatives=False):
-        assert not _has_cholesky(jax.vmap(grad), q, v)
-    m32 = m.astype("float32")
-    q32, v32 = q[0].astype("float32"), v[0].astype("float32")
-    assert not _has_cholesky(lambda q, v: jaxdyn.aba(m32, q, v, v), q32, v32)
-    quad = robots.load("quad12")
-    assert len(quad.topo.levels) < A.DENSE_MIN_LEVELS
-    qq = jaxdyn.neutral_configuration(quad)
-    vq = jnp.ones(quad.nv)
-    assert not _has_cholesky(lambda q: jaxdyn.aba(quad, q, vq, vq), qq)
-    dense = jax.jit(one)(q[0], v[0])
-    sweeps = jax.jit(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"))(q[0], v[0])
-    _close(dense, sweeps, 1e-11)
-    _close(jax.jit(jax.vmap(one))(q, v)[0], sweeps, 1e-11)
+        with jaxdyn.config.override(vmap_chunk=0):
+            assert not _has_cholesky(jax.vmap(one), q, v)
+        grad = jax.grad(lambda q, v: jnp.sum(one(q, v) ** 2))
+        assert not _has_cholesky(grad, q[0], v[0])
+        with jaxdyn.config.override(analytic_derivatives=False):
+            assert not _has_cholesky(jax.vmap(grad), q, v)
+        m32 = m.astype("float32")
+        q32, v32 = q[0].astype("float32"), v[0].astype("float32")
+        assert not _has_cholesky(lambda q, v: jaxdyn.aba(m32, q, v, v), q32, v32)
+        quad = robots.load("quad12")
+        assert len(quad.topo.levels) < A.DENSE_MIN_LEVELS
+        qq = jaxdyn.neutral_configuration(quad)
+        vq = jnp.ones(quad.nv)
+        assert not _has_cholesky(lambda q: jaxdyn.aba(quad, q, vq, vq), qq)
+        dense = jax.jit(one)(q[0], v[0])
+        sweeps = jax.jit(lambda q, v: jaxdyn.aba(m, q, v, v, method="sweeps"))(q[0], v[0])
+        _close(dense, sweeps, 1e-11)
+        _close(jax.jit(jax.vmap(one))(q, v)[0], sweeps, 1e-11)
+    # ... and the kernel (the sweeps' algorithm, no LAPACK) where it does
+    assert not _has_cholesky(one, q[0], v[0])
+    _close(jax.jit(one)(q[0], v[0]), jaxdyn.aba(m, q[0], v[0], v[0], method="dense"), 1e-11)
     with pytest.raises(ValueError, match="method"):
         jaxdyn.aba(m, q[0], v[0], v[0], method="lu")
     # minv chooses the same way where its C kernel does not run (switch cpu_kernels off) ...

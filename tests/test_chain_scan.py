@@ -194,7 +194,8 @@ def _chain_fns(model):
         "rnea": lambda q, v: jaxdyn.rnea(model, q, v, v),
         # XLA's CRBA (jaxdyn.crba runs its C kernel on the CPU, one call whatever the chain)
         "crba": lambda q, v: crba_world(model, kin.world_state(model, q, centered=True)),
-        "aba": lambda q, v: jaxdyn.aba(model, q, v, v),
+        # XLA's sweeps (jaxdyn.aba runs its C kernel on the CPU, one call whatever the chain)
+        "aba": lambda q, v: jaxdyn.algorithms.aba.aba_solve_xla(model, q, v, v),
         # XLA's sweeps (jaxdyn.minv runs its C kernel on the CPU, one call whatever the chain)
         "minv": lambda q, v: minv_world(model, kin.world_state(model, q, centered=True)),
         "aza": aza,

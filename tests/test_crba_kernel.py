@@ -20,12 +20,12 @@ import pytest
 from jax import export
 
 import jaxdyn
-from jaxdyn import robots, shell
+from jaxdyn import shell
 from jaxdyn.algorithms import crba as C
 from jaxdyn.algorithms import kinematics as kin
 from jaxdyn.backend import ffi
 
-from oracle import RANDOM_ALL_KINDS, all_kinds_tree
+from _kernel_cases import close, configurations, kernel_models
 
 
 def _xla(model, q):
@@ -34,35 +34,9 @@ def _xla(model, q):
     return C.crba_world(model, kin.world_state(model, q, centered=True))
 
 
-def _states(model, n, seed, scale=1.0, dtype=jnp.float64):
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    q = jax.vmap(lambda k: jaxdyn.random_configuration(model, k))(keys)
-    if scale != 1.0:  # large angles on the one-DoF joints (quaternions untouched)
-        one = model.topo.q_start[model.topo.kind == 0]
-        q = q.at[:, one].multiply(scale)
-    return q.astype(dtype)
-
-
 @pytest.fixture(scope="module")
 def models():
-    tree = all_kinds_tree(RANDOM_ALL_KINDS[2]).model
-    arm = np.random.default_rng(3).uniform(0.01, 0.5, tree.nv)
-    # the derivatives / export test's model: every kind too, 13 DoF instead of 23 (jacfwd's
-    # programs grow with nv^3; the kernel's code is test_kernel_equals_xla's)
-    small = all_kinds_tree(RANDOM_ALL_KINDS[1]).model
-    small_arm = np.random.default_rng(4).uniform(0.01, 0.5, small.nv)
-    return {
-        "all_kinds": tree.with_armature(arm),
-        "all_kinds_small": small.with_armature(small_arm),
-        "baxter": robots.load("baxter"),
-        "humanoid": robots.load("talos_full"),
-    }
-
-
-def _close(got, ref, tol):
-    got, ref = np.asarray(got), np.asarray(ref)
-    scale = max(1.0, float(np.abs(ref).max()))
-    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale)
+    return kernel_models()
 
 
 def test_kernel_is_compiled():
@@ -99,7 +73,7 @@ def test_trace_takes_the_kernel_before_its_build_ends(models, monkeypatch):
     (:func:`~jaxdyn.backend.ffi.kernels_expected`: it does not wait); the lowering waits for
     the build and lowers XLA's code where the build failed, with the same values."""
     model = models["baxter"]
-    q = _states(model, 9, 5)
+    q = configurations(model, 9, 5)
     ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
     monkeypatch.setattr(ffi, "kernels_expected", lambda: True)
     monkeypatch.setattr(ffi, "kernels_available", lambda: False)
@@ -108,7 +82,7 @@ def test_trace_takes_the_kernel_before_its_build_ends(models, monkeypatch):
     assert "jaxdyn_crba[" in str(traced.jaxpr)  # the kernel's primitive, traced
     lowered = traced.lower()
     assert "@" + ffi.CRBA_TARGET not in lowered.as_text()  # lowered as XLA's code
-    _close(lowered.compile()(q), ref, 1e-13)
+    close(lowered.compile()(q), ref, 1e-13)
 
 
 @pytest.mark.parametrize("name", ["all_kinds", "baxter", "humanoid"])
@@ -120,66 +94,66 @@ def test_kernel_equals_xla(models, name):
         assert np.abs(np.asarray(model.dof_axis)[:, 3:]).sum() > 0  # prismatic joints
     if name == "baxter":
         assert int(np.sum(model.topo.parent < 0)) > 1  # several roots
-    q = _states(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
+    q = configurations(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
     f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
     assert C.kernel_usable(model, q.dtype)
     assert "@" + ffi.CRBA_TARGET in f.lower(q).as_text()  # its custom call
     ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
-    _close(f(q), ref, 1e-13)
+    close(f(q), ref, 1e-13)
     # the model passed in (its leaves operands of the call) instead of closed over
     g = jax.jit(jax.vmap(jaxdyn.crba, in_axes=(None, 0)))
-    _close(g(model, q), ref, 1e-13)
+    close(g(model, q), ref, 1e-13)
     # float32: 16 lanes
     q32 = q.astype(jnp.float32)
-    _close(f(q32), ref, 2e-5)
+    close(f(q32), ref, 2e-5)
     # a single evaluation, eagerly (one sample: one narrow block)
-    _close(jaxdyn.crba(model, q[5]), ref[5], 1e-13)
+    close(jaxdyn.crba(model, q[5]), ref[5], 1e-13)
     # the samples left after the whole blocks of 8 (16) lanes take the kernel's narrow
     # blocks of 2 (4) lanes when they are that few: 2 and 10 float64 samples, 3 and 20
     # float32 ones (narrow blocks only, whole blocks then one narrow)
     for n in (2, 10):
-        _close(f(q[:n]), ref[:n], 1e-13)
+        close(f(q[:n]), ref[:n], 1e-13)
     for n in (3, 20):
-        _close(f(q32[:n]), ref[:n], 2e-5)
+        close(f(q32[:n]), ref[:n], 2e-5)
     if name == "humanoid":  # talos_full
         # nested vmap (batch axes (3, 4) flattened by the kernel) and a batch on axis 1
         q34 = q[:12].reshape(3, 4, -1)
         h = jax.jit(jax.vmap(jax.vmap(lambda q: jaxdyn.crba(model, q))))
-        _close(h(q34), ref[:12].reshape(3, 4, model.nv, model.nv), 1e-13)
+        close(h(q34), ref[:12].reshape(3, 4, model.nv, model.nv), 1e-13)
         k = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q), in_axes=1))
-        _close(k(q[:8].T), ref[:8], 1e-13)
+        close(k(q[:8].T), ref[:8], 1e-13)
         # angles far from zero: the kernel's sine and cosine against XLA's
-        qb = _states(model, 16, 1, scale=300.0)
-        _close(f(qb), jax.jit(jax.vmap(lambda q: _xla(model, q)))(qb), 1e-12)
+        qb = configurations(model, 16, 1, scale=300.0)
+        close(f(qb), jax.jit(jax.vmap(lambda q: _xla(model, q)))(qb), 1e-12)
 
 
 def test_kernel_derivatives_batch_of_models_export_checks(models):
     model = models["all_kinds_small"]
     assert set(model.topo.kind.tolist()) == {0, 1, 2} and C.kernel_usable(model, jnp.float64)
-    q = _states(model, 8, 2)
+    q = configurations(model, 8, 2)
     # derivatives are XLA's CRBA's: equal to differentiating XLA's code
     jk = jax.jit(jax.vmap(jax.jacfwd(lambda q: jaxdyn.crba(model, q))))(q)
     jx = jax.jit(jax.vmap(jax.jacfwd(lambda q: _xla(model, q))))(q)
-    _close(jk, jx, 1e-12)
+    close(jk, jx, 1e-12)
     loss = lambda m, q: jnp.sum(jaxdyn.crba(m, q) ** 2)  # noqa: E731
     gk = jax.jit(jax.grad(loss))(model, q[0])
     gx = jax.jit(jax.grad(lambda m, q: jnp.sum(_xla(m, q) ** 2)))(model, q[0])
     for a, b in zip(jax.tree.leaves(gk), jax.tree.leaves(gx)):
-        _close(a, b, 1e-12)
+        close(a, b, 1e-12)
     # a batch of models (domain randomisation): XLA's code, batched
     masses = model.mass[None] * jnp.linspace(0.5, 1.5, 8)[:, None]
     ms = jax.tree.map(lambda *x: jnp.stack(x), *[_with_mass(model, m) for m in masses])
     got = jax.jit(jax.vmap(jaxdyn.crba))(ms, q)
     xla_one = jax.jit(_xla)  # one program for the 8 models (op by op: hundreds of small ones)
     for i in range(8):
-        _close(got[i], xla_one(_with_mass(model, masses[i]), q[i]), 1e-13)
+        close(got[i], xla_one(_with_mass(model, masses[i]), q[i]), 1e-13)
     # jax.export: a serialized program must not name this process's handler
     # (value checks are host callbacks there, which jax.export refuses: left out)
     with jaxdyn.value_checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))
         exported = export.export(f)(q)
     assert "@" + ffi.CRBA_TARGET not in exported.mlir_module()
-    _close(exported.call(q), f(q), 1e-13)
+    close(exported.call(q), f(q), 1e-13)
     # value checks still run before the kernel (the free joint's quaternion)
     qt = q.at[5, 3].set(2.0)
     with pytest.raises(Exception, match="crba: a quaternion in q is not of unit norm"):

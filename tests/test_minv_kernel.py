@@ -21,12 +21,12 @@ import pytest
 from jax import export
 
 import jaxdyn
-from jaxdyn import robots, shell
+from jaxdyn import shell
 from jaxdyn.algorithms import kinematics as kin
 from jaxdyn.algorithms import minv as Mi
 from jaxdyn.backend import ffi
 
-from oracle import RANDOM_ALL_KINDS, all_kinds_tree
+from _kernel_cases import close, configurations, kernel_models
 
 
 def _xla(model, q):
@@ -35,30 +35,9 @@ def _xla(model, q):
     return Mi.minv_world(model, kin.world_state(model, q, centered=True))
 
 
-def _states(model, n, seed, dtype=jnp.float64):
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    q = jax.vmap(lambda k: jaxdyn.random_configuration(model, k))(keys)
-    return q.astype(dtype)
-
-
 @pytest.fixture(scope="module")
 def models():
-    tree = all_kinds_tree(RANDOM_ALL_KINDS[2]).model
-    arm = np.random.default_rng(3).uniform(0.01, 0.5, tree.nv)
-    small = all_kinds_tree(RANDOM_ALL_KINDS[1]).model
-    small_arm = np.random.default_rng(4).uniform(0.01, 0.5, small.nv)
-    return {
-        "all_kinds": tree.with_armature(arm),
-        "all_kinds_small": small.with_armature(small_arm),
-        "baxter": robots.load("baxter"),
-        "humanoid": robots.load("talos_full"),
-    }
-
-
-def _close(got, ref, tol):
-    got, ref = np.asarray(got), np.asarray(ref)
-    scale = max(1.0, float(np.abs(ref).max()))
-    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale)
+    return kernel_models()
 
 
 @pytest.mark.parametrize("name", ["all_kinds", "baxter", "humanoid"])
@@ -68,20 +47,20 @@ def test_kernel_equals_xla_and_inverts_crba(models, name):
         assert set(model.topo.kind.tolist()) == {0, 1, 2} and model.armature is not None
     if name == "baxter":
         assert int(np.sum(model.topo.parent < 0)) > 1  # several roots
-    q = _states(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
+    q = configurations(model, 37, 0)  # 37: no whole block of 8 (float64) or 16 (float32) lanes
     f = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q)))
     assert Mi.kernel_usable(model, q.dtype)
     assert "@" + ffi.MINV_TARGET in f.lower(q).as_text()  # its custom call
     ref = jax.jit(jax.vmap(lambda q: _xla(model, q)))(q)
     got = f(q)
-    _close(got, ref, 1e-12)
+    close(got, ref, 1e-12)
     # an independent oracle: the inverse of CRBA's M (symmetric, as Pinocchio's)
     M = np.asarray(jax.jit(jax.vmap(lambda q: jaxdyn.crba(model, q)))(q))
-    _close(got, np.linalg.inv(M), 1e-10)
+    close(got, np.linalg.inv(M), 1e-10)
     np.testing.assert_array_equal(np.asarray(got), np.swapaxes(np.asarray(got), -1, -2))
     # the model passed in (its leaves operands of the call) instead of closed over
     g = jax.jit(jax.vmap(jaxdyn.minv, in_axes=(None, 0)))
-    _close(g(model, q), ref, 1e-12)
+    close(g(model, q), ref, 1e-12)
     # float32: 16 lanes, as accurate as XLA's sweeps in float32 (the humanoid's light fingers
     # give entries of 1e5, where both lose about 3e-4 of the largest)
     q32 = q.astype(jnp.float32)
@@ -92,40 +71,40 @@ def test_kernel_equals_xla_and_inverts_crba(models, name):
         x32 = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q)))(q32)
     err_x = float(np.abs(np.asarray(x32) - np.asarray(ref)).max()) / scale
     tol32 = max(2 * err_x, 1e-5)
-    _close(got32, ref, tol32)
+    close(got32, ref, tol32)
     # a single evaluation, jitted and eagerly (one sample: one narrow block); "sweeps" too
     one = jax.jit(lambda q: jaxdyn.minv(model, q))
     assert "@" + ffi.MINV_TARGET in one.lower(q[5]).as_text()
-    _close(one(q[5]), ref[5], 1e-12)
-    _close(jaxdyn.minv(model, q[5], method="sweeps"), ref[5], 1e-12)
+    close(one(q[5]), ref[5], 1e-12)
+    close(jaxdyn.minv(model, q[5], method="sweeps"), ref[5], 1e-12)
     # the samples left after the whole blocks of 8 (16) lanes: narrow blocks of 2 (4)
     for n in (2, 10):
-        _close(f(q[:n]), ref[:n], 1e-12)
+        close(f(q[:n]), ref[:n], 1e-12)
     for n in (3, 20):
-        _close(f(q32[:n]), ref[:n], tol32)
+        close(f(q32[:n]), ref[:n], tol32)
     if name == "humanoid":  # talos_full
         q34 = q[:12].reshape(3, 4, -1)
         h = jax.jit(jax.vmap(jax.vmap(lambda q: jaxdyn.minv(model, q))))
-        _close(h(q34), ref[:12].reshape(3, 4, model.nv, model.nv), 1e-12)
+        close(h(q34), ref[:12].reshape(3, 4, model.nv, model.nv), 1e-12)
         k = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q), in_axes=1))
-        _close(k(q[:8].T), ref[:8], 1e-12)
+        close(k(q[:8].T), ref[:8], 1e-12)
         # the switch off: XLA's code, no custom call
         with jaxdyn.config.override(cpu_kernels=False):
             assert not Mi.kernel_usable(model, q.dtype)
             fx = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q)))
             assert "@" + ffi.MINV_TARGET not in fx.lower(q).as_text()
-            _close(fx(q), ref, 1e-12)
+            close(fx(q), ref, 1e-12)
 
 
 @pytest.mark.slow
 def test_kernel_derivatives_and_batch_of_models(models):
     model = models["all_kinds_small"]
     assert set(model.topo.kind.tolist()) == {0, 1, 2} and Mi.kernel_usable(model, jnp.float64)
-    q = _states(model, 4, 2)
+    q = configurations(model, 4, 2)
     # derivatives are XLA's sweeps': equal to differentiating XLA's code
     jk = jax.jit(jax.vmap(jax.jacfwd(lambda q: jaxdyn.minv(model, q))))(q)
     jx = jax.jit(jax.vmap(jax.jacfwd(lambda q: _xla(model, q))))(q)
-    _close(jk, jx, 1e-11)
+    close(jk, jx, 1e-11)
     # a batch of models (domain randomisation): XLA's code, batched
     import equinox as eqx
 
@@ -135,18 +114,18 @@ def test_kernel_derivatives_and_batch_of_models(models):
     got = jax.jit(jax.vmap(jaxdyn.minv))(stacked, q)
     xla_one = jax.jit(_xla)
     for i in range(4):
-        _close(got[i], xla_one(ms[i], q[i]), 1e-12)
+        close(got[i], xla_one(ms[i], q[i]), 1e-12)
 
 
 def test_kernel_export_and_checks(models):
     model = models["all_kinds_small"]
-    q = _states(model, 4, 2)
+    q = configurations(model, 4, 2)
     # jax.export: a serialized program must not name this process's kernel
     with jaxdyn.value_checks.unchecked():
         f = jax.jit(jax.vmap(lambda q: jaxdyn.minv(model, q)))
         exported = export.export(f)(q)
     assert "@" + ffi.MINV_TARGET not in exported.mlir_module()
-    _close(exported.call(q), f(q), 1e-12)
+    close(exported.call(q), f(q), 1e-12)
     # value checks still run before the kernel (the free joint's quaternion)
     qt = q.at[1, 3].set(2.0)
     with pytest.raises(Exception, match="minv: a quaternion in q is not of unit norm"):

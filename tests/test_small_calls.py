@@ -21,9 +21,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: one kernel on quad12 (the derivative algorithms' ``nv x nv`` products exceed
-#: ``small_calls.MAX_ELEMENTS`` there, so they keep XLA's usual kernels); ``minv`` with the
-#: switch ``cpu_kernels`` off (on, its C kernel's custom call keeps it out of the call, as
-#: ``crba``'s: test_minv_kernel.py)
+#: ``small_calls.MAX_ELEMENTS`` there, so they keep XLA's usual kernels); ``aba`` and ``minv``
+#: with the switch ``cpu_kernels`` off (on, their C kernels' custom calls keep them out of the
+#: call, as ``crba``'s: test_aba_kernel.py, test_minv_kernel.py)
 ALGS = ("rnea", "aba", "minv")
 
 
@@ -53,7 +53,7 @@ def _entry_ops(compiled) -> list[str]:
 
 def _compiled(alg, model, args, on, passed):
     f = getattr(jaxdyn, alg)
-    with jaxdyn.config.override(fused_unbatched=on, cpu_kernels=alg != "minv"):
+    with jaxdyn.config.override(fused_unbatched=on, cpu_kernels=alg not in ("aba", "minv")):
         if passed:
             c = jax.jit(lambda m, *x: f(m, *x)).lower(model, *args).compile()
             return c, c(model, *args)

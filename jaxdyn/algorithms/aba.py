@@ -2,7 +2,10 @@
 
 Reference: Featherstone 2008, Alg. 7.1 (ABA, Table 7.1), in ground coordinates: articulated
 inertias ``IA`` and bias forces ``pA`` of a child are added to its parent's without a
-transform. Multi-DoF joints use the ``k x k`` blocks ``D = S^T U`` of eq. 7.25.
+transform. Multi-DoF joints use the ``k x k`` blocks ``D = S^T U`` of eq. 7.25. On the CPU
+the public function runs the same algorithm as a C kernel of jaxdyn's
+(:func:`jaxdyn.backend.aba_kernel.aba_kernel`, ``jaxdyn/backend/_aba_kernel.h``), with the
+XLA code below as its fallback and for its derivatives.
 
 The passes are written for several right-hand sides at once (``pA (nb, 6, r)``,
 ``tau (nv, r)``): ``r = 1`` is ABA, ``r = nv`` with unit torques is the analytic inverse of
@@ -21,6 +24,8 @@ import jax.scipy.linalg as jsl
 from .. import batching, joints, shell, spatial
 from .._precision import full_precision
 from ..backend import fusion, small_calls
+from ..backend.aba_kernel import aba_kernel
+from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from ..spatial import mm
 from . import kinematics as kin
@@ -40,7 +45,8 @@ if TYPE_CHECKING:
     #: :func:`articulated_inertias`' ``U``, ``D^-1`` and ``Ia`` per level (``Ia`` may be None)
     Inertias: TypeAlias = tuple[tree.LevelSeq, tree.LevelSeq, tree.LevelSeq | None]
 
-#: ``aba(..., method="auto")`` evaluated alone (not under ``jax.vmap``, not differentiated), in
+#: ``aba(..., method="auto")`` where its C kernel does not run (off the CPU, the switch
+#: ``cpu_kernels`` off), evaluated alone (not under ``jax.vmap``, not differentiated), in
 #: float64, on a tree at least this many levels deep and with at most :data:`DENSE_MAX_NV`
 #: coordinates, solves ``M qdd = tau - b`` with CRBA, RNEA and one LAPACK Cholesky instead of
 #: the ABA sweeps: a single evaluation is bound by its number of XLA kernels, and the dense
@@ -506,6 +512,12 @@ def forward_dynamics_dense(
     return guard_dense(M, L, qdd, lambda: aba_world(model, ws, qd, tau, f_ext)[0])
 
 
+def _xla_aba(model: Model, q: Array, qd: Array, tau: Array, f_ext: Array | None) -> Array:
+    """XLA's ``qdd`` of one prepared sample (the sweeps, :func:`aba_world`): the C kernel's
+    fallback and its derivatives."""
+    return aba_world(model, kin.world_state(model, q, centered=True), qd, tau, f_ext)[0]
+
+
 def aba_solve(
     model: Model,
     q: ArrayLike,
@@ -514,18 +526,46 @@ def aba_solve(
     f_ext: Array | None = None,
     method: str = "auto",
 ) -> Array:
-    """``qdd`` (no input checks) by the ABA sweeps or, where :func:`use_dense`, by
+    """``qdd`` (no input checks): on the CPU (float32, float64; the switch ``cpu_kernels``)
+    for ``"auto"`` and ``"sweeps"`` by jaxdyn's C kernel of the ABA
+    (:func:`jaxdyn.backend.aba_kernel.aba_kernel`, with :func:`aba_world` where the kernel
+    cannot run and for derivatives), else by the ABA sweeps or, where :func:`use_dense`, by
     :func:`forward_dynamics_dense` (guarded for ``"auto"``)."""
+    if method != "dense" and kernel_usable(model, qd.dtype):
+        return aba_kernel(model, q, qd, tau, f_ext, _xla_aba)  # backend: the C kernel
+    return aba_solve_xla(model, q, qd, tau, f_ext, method)
+
+
+def aba_solve_xla(
+    model: Model,
+    q: ArrayLike,
+    qd: Array,
+    tau: Array,
+    f_ext: Array | None = None,
+    method: str = "auto",
+) -> Array:
+    """:func:`aba_solve` without the C kernel: the sweeps or, where :func:`use_dense`, the
+    dense form (the trajectory optimisers' rollouts, whose fused CPU loops cannot hold a
+    custom call: :mod:`jaxdyn.trajopt.dynamics`)."""
     ws = kin.world_state(model, q, centered=True)
     if use_dense(method, model, ws.S.dtype):
         return forward_dynamics_dense(model, ws, qd, tau, f_ext, guarded=method == "auto")
     return aba_world(model, ws, qd, tau, f_ext)[0]
 
 
-def chunk_words(model: Model, itemsize: int) -> int:
-    """ABA's chunk policy (``words=`` of its public wrappers): the 6x6 articulated inertias
+def xla_chunk_words(model: Model, itemsize: int) -> int:
+    """The chunk policy of XLA's sweeps (:func:`aba_solve_xla`): the 6x6 articulated inertias
     of every body, per sample."""
     return 36 * model.nb
+
+
+def chunk_words(model: Model, itemsize: int) -> int:
+    """ABA's chunk policy (``words=`` of its public wrappers): none where its C kernel computes
+    the batch (as :func:`jaxdyn.algorithms.crba.chunk_words`; chunks of the kernel's calls ran
+    no faster), else :func:`xla_chunk_words`."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return xla_chunk_words(model, itemsize)
 
 
 @shell.public("aba", words=chunk_words)
@@ -542,18 +582,21 @@ def aba_plain(
     analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.aba`` is this with
     them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
-    Reference: Featherstone 2008, Alg. 7.1 (ABA), in world coordinates.
+    Reference: Featherstone 2008, Alg. 7.1 (ABA, Table 7.1), in world coordinates.
 
     **Arguments:** ``q (nq,)``, ``v (nv,)``, ``tau (nv,)``, ``f_ext (nb, 6)`` or ``None``
     (body-frame spatial forces, as in :func:`jaxdyn.rnea`).
 
     ``method``: ``"sweeps"`` the ABA's three passes; ``"dense"`` CRBA, RNEA and a Cholesky
-    solve; ``"auto"`` (default) the dense form for a single float64 evaluation on a deep tree,
-    where it has fewer XLA kernels and runs about twice as fast (:data:`DENSE_MIN_LEVELS`),
-    the sweeps otherwise (under ``jax.vmap``, for derivatives, in float32). ``"auto"`` falls
-    back to the sweeps where the Cholesky factorisation is not trustworthy (an ill-conditioned
-    ``M``: :data:`DENSE_PIVOT_TOL`), so that it is finite wherever ``"sweeps"`` is;
-    ``"dense"`` alone may return NaN on such matrices.
+    solve; ``"auto"`` (default): on the CPU (float32, float64) the sweeps' algorithm as
+    jaxdyn's C kernel (:func:`jaxdyn.backend.aba_kernel.aba_kernel`, also for ``"sweeps"``;
+    one call for a whole batch; the switch ``cpu_kernels``), elsewhere the dense form for a
+    single float64 evaluation on a deep tree, where it has fewer XLA kernels and runs about
+    twice as fast (:data:`DENSE_MIN_LEVELS`), the sweeps otherwise (under ``jax.vmap``, for
+    derivatives, in float32). ``"auto"`` falls back to the sweeps where the Cholesky
+    factorisation is not trustworthy (an ill-conditioned ``M``: :data:`DENSE_PIVOT_TOL`), so
+    that it is finite wherever ``"sweeps"`` is; ``"dense"`` alone may return NaN on such
+    matrices. The kernel's derivatives are XLA's sweeps'.
 
     **Returns:** joint accelerations ``(nv,)``. Where the mass matrix is singular (moving
     joints whose subtrees carry no mass and no armature; :func:`jaxdyn.load_urdf` warns), the

@@ -84,6 +84,19 @@ typedef struct {
   run_f32 f32, f32_narrow;
 } batch_kernel;
 
+/* the topology operand (see jaxdyn_crba) into t; with_order: it ends with the depth-first
+   order */
+static void read_topology(const int32_t* tp, int with_order, crba_topo* t) {
+  t->nb = tp[0], t->nq = tp[1], t->nv = tp[2], t->npairs = tp[3];
+  t->kind = tp + 4;
+  t->parent = t->kind + t->nb;
+  t->q_start = t->parent + t->nb;
+  t->v_start = t->q_start + t->nb;
+  t->pair_r = t->v_start + t->nb;
+  t->pair_c = t->pair_r + t->npairs;
+  t->order = with_order ? t->pair_c + t->npairs : NULL;
+}
+
 /* one call of a batch kernel (jaxdyn_crba, jaxdyn_minv): the operands and topology read, the
    batch split into wide blocks and at most one narrow block */
 static XLA_FFI_Error* run_batch(XLA_FFI_CallFrame* frame, const batch_kernel* k) {
@@ -93,16 +106,8 @@ static XLA_FFI_Error* run_batch(XLA_FFI_CallFrame* frame, const batch_kernel* k)
     return ffi_error(frame, k->bad_arity);
   const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
   const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
-  const int32_t* tp = (const int32_t*)a[8]->data;
   crba_topo t;
-  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = tp[3];
-  t.kind = tp + 4;
-  t.parent = t.kind + t.nb;
-  t.q_start = t.parent + t.nb;
-  t.v_start = t.q_start + t.nb;
-  t.pair_r = t.v_start + t.nb;
-  t.pair_c = t.pair_r + t.npairs;
-  t.order = k->with_order ? t.pair_c + t.npairs : NULL;
+  read_topology((const int32_t*)a[8]->data, k->with_order, &t);
   int64_t B = 1;
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
@@ -152,4 +157,50 @@ XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
       "jaxdyn_minv: float32 or float64 operands expected", "jaxdyn_minv: out of memory", 1,
       minv_run_f64, minv_run_f64_narrow, minv_run_f32, minv_run_f32_narrow};
   return run_batch(frame, &k);
+}
+
+/* jaxdyn_aba: forward dynamics of a batch (jaxdyn/algorithms/aba.py, aba_kernel; the
+ * algorithm in _aba_kernel.h). Operands: q (..., nq), v (..., nv), tau (..., nv), f_ext
+ * (..., nb, 6; body-frame spatial forces, or 0 entries where there are none), then the model
+ * as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com, inertia, armature), gravity (3), and
+ * jaxdyn_crba's topology. Result: qdd (..., nv). */
+XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
+  if (metadata_call(frame))
+    return NULL;
+  if (frame->args.size != 13 || frame->rets.size != 1)
+    return ffi_error(frame, "jaxdyn_aba: expected 13 operands and 1 result");
+  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
+  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  crba_topo t;
+  read_topology((const int32_t*)a[12]->data, 0, &t);
+  int64_t B = 1;
+  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
+    B *= a[0]->dims[i];
+  const int has_fext = a[3]->rank >= 2;
+  const void* arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv ? a[10]->data : NULL;
+  const int64_t nq = t.nq, nv = t.nv, nf = has_fext ? 6 * (int64_t)t.nb : 0;
+  int failed = 0;
+#define ABA_RUNS(T, RUN, RUN_NARROW, WIDE, NARROW)                                            \
+  do {                                                                                         \
+    const int64_t full = B % WIDE <= NARROW ? B / WIDE * WIDE : B;                             \
+    const T *q = (const T*)a[0]->data, *qd = (const T*)a[1]->data, *tau = (const T*)a[2]->data; \
+    const T* fe = has_fext ? (const T*)a[3]->data : NULL;                                      \
+    T* o = (T*)out->data;                                                                      \
+    if (full > 0)                                                                              \
+      failed |= RUN(&t, full, q, qd, tau, fe, a[4]->data, a[5]->data, a[6]->data, a[7]->data,  \
+                    a[8]->data, a[9]->data, arm, a[11]->data, o);                              \
+    if (B > full)                                                                              \
+      failed |= RUN_NARROW(&t, B - full, q + full * nq, qd + full * nv, tau + full * nv,       \
+                           fe == NULL ? NULL : fe + full * nf, a[4]->data, a[5]->data,         \
+                           a[6]->data, a[7]->data, a[8]->data, a[9]->data, arm, a[11]->data,   \
+                           o + full * nv);                                                     \
+  } while (0)
+  if (a[0]->dtype == XLA_FFI_DataType_F64)
+    ABA_RUNS(double, aba_run_f64, aba_run_f64_narrow, 8, 2);
+  else if (a[0]->dtype == XLA_FFI_DataType_F32)
+    ABA_RUNS(float, aba_run_f32, aba_run_f32_narrow, 16, 4);
+  else
+    return ffi_error(frame, "jaxdyn_aba: float32 or float64 operands expected");
+#undef ABA_RUNS
+  return failed ? ffi_error(frame, "jaxdyn_aba: out of memory") : NULL;
 }

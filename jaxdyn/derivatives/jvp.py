@@ -226,7 +226,8 @@ def _aba_plain(model, q, v, tau, f_ext, method="sweeps"):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
 def _aba_cj(model, q, v, tau, f_ext, method):
-    # the primal alone (no tangent): the dense form where it is faster (aba.DENSE_MIN_LEVELS)
+    # the primal alone (no tangent): the C kernel on the CPU, else the dense form where it is
+    # faster (aba.DENSE_MIN_LEVELS)
     return _aba_plain(model, q, v, tau, f_ext, method)
 
 
@@ -277,7 +278,8 @@ def aba(
     """Forward dynamics ``qdd = M(q)^-1 (tau - C(q, v) v - g(q) + sum J_i^T f_ext_i)``, with
     analytic derivatives.
 
-    Reference: Featherstone 2008, Alg. 7.1 (ABA) in world coordinates; derivatives (the
+    Reference: Featherstone 2008, Alg. 7.1 (ABA, Table 7.1) in world coordinates (on the CPU
+    as jaxdyn's C kernel: :func:`jaxdyn.backend.aba_kernel.aba_kernel`); derivatives (the
     ``jax.custom_jvp`` rule) by FDSVA, Singh, Russell & Wensing 2022, Eq. 5 on the IDSVA
     partials (Algorithm 1) at the ABA solution, ``M^-1`` applied by AZA (Eq. 34) or through
     the analytic inverse (DMM) depending on size.

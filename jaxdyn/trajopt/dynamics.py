@@ -41,8 +41,8 @@ import numpy as np
 from .. import _linalg, batching, config, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_solve
-from ..algorithms.aba import chunk_words as aba_chunk_words
+from ..algorithms.aba import aba_solve_xla
+from ..algorithms.aba import xla_chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
 from ..algorithms.rnea import rnea_world
@@ -122,9 +122,10 @@ def _check_gain(owner, name, x):
 #: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
 #: 76 for the ABA sweeps), while ``jax.vmap`` over problems, where a LAPACK call would be a
 #: loop over the batch, invokes the rule and keeps the sweeps; so do fused CPU loops
-#: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). No
-#: value checks: a diverged trial state of a solver must give NaN, not an error.
-_free_acceleration = batching.batched(aba_solve, aba_chunk_words)
+#: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). XLA's
+#: code (not :func:`jaxdyn.aba`'s C kernel on the CPU, a custom call too). No value checks: a
+#: diverged trial state of a solver must give NaN, not an error.
+_free_acceleration = batching.batched(aba_solve_xla, aba_chunk_words)
 
 
 class FreeDynamics(eqx.Module):
