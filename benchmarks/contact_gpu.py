@@ -107,10 +107,10 @@ def build_cell(cache, cell, T):
 
         sc = cache.get_scene(name)
         qpos = mc.initial_qpos(sc.m, sc.m.qpos0, B, name)
-        _, roll = mc.ENGINES[engine](sc, T)
+        _, roll, prepare = mc.ENGINES[engine](sc, T)
         if engine == "MJX":
             return roll, (sc.mjx_states(qpos),), lambda d: jnp.all(jnp.isfinite(d.qpos))
-        return roll, (sc.jaxdyn_states(qpos),), lambda s: jnp.all(jnp.isfinite(s.q))
+        return roll, (prepare(sc.jaxdyn_states(qpos)),), lambda s: jnp.all(jnp.isfinite(s.q))
     import suite_step as ss
 
     env = cache.get_env(name)
@@ -166,8 +166,8 @@ def sanity(cache, name, B, T, steps):
     out = []
     engines = ["jaxdyn Constraint capped" if name in mc.CAPS else "jaxdyn Constraint", "MJX"]
     for e in engines:
-        _, roll = mc.ENGINES[e](sc, T)
-        s = sc.mjx_states(qpos) if e == "MJX" else sc.jaxdyn_states(qpos)
+        _, roll, prepare = mc.ENGINES[e](sc, T)
+        s = prepare(sc.mjx_states(qpos) if e == "MJX" else sc.jaxdyn_states(qpos))
         for _ in range(max(1, steps // T)):
             s = roll(s)
         z, nc = sc.mjx_probe(s) if e == "MJX" else sc.jaxdyn_probe(jax.block_until_ready(s))
