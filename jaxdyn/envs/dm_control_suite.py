@@ -46,7 +46,7 @@ simulate MuJoCo's soft contact (``solref`` / ``solimp``, pyramidal cones) throug
 Newton solve (:func:`soft_contact`), the physics of Playground's MJX environments: their
 rollouts follow MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and
 ``contact="hard"`` gives jaxdyn's hard Coulomb contact instead
-(:class:`~jaxdyn.sim.Constraint`'s default). The finger tasks too, on their file's elliptic
+(``sim.Constraint(soft=False)``). The finger tasks too, on their file's elliptic
 cones (MuJoCo's three-zone cone cost in the Newton solve); their spinner's ``frictionloss`` is
 jaxdyn's smooth Coulomb friction, not MuJoCo's dry-friction rows, so that their rollouts are
 not MuJoCo's to rounding (docs/environments.md); the touch sensors read the simulated
