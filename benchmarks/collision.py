@@ -74,7 +74,9 @@ def step_rows(loaded, state, caps):
     u = jnp.zeros(len(loaded.actuators))
     fns, compile_cpu, out = {}, {}, {}
     for k in caps:
-        cfg = loaded.sim_config(contact=sim.Constraint(max_contacts=k), ignore=("solimp",))
+        cfg = loaded.sim_config(
+            contact=sim.Constraint(soft=False, max_contacts=k), ignore=("solimp",)
+        )
         fns[k] = jax.jit(lambda s, cfg=cfg: sim.step(model, s, u, cfg))
         c0 = time.process_time()
         out[k] = jax.block_until_ready(fns[k](state))
@@ -94,7 +96,7 @@ def step_rows(loaded, state, caps):
         name = "`Constraint()`" if k is None else f"`Constraint(max_contacts={k})`"
         rows.append(f"| {name} | {compile_cpu[k]:.1f} | {med[k] * 1e6:.0f} | "
                     f"{med[None] / med[k]:.1f}x | {dv:.1e} |")  # fmt: skip
-    cfg = loaded.sim_config(contact=sim.Constraint(), ignore=("solimp",))
+    cfg = loaded.sim_config(contact=sim.Constraint(soft=False), ignore=("solimp",))
     cand = int(jax.jit(lambda s: sim.contact_counts(model, s, cfg))(state)[0])
     return rows, cand
 

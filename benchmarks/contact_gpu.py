@@ -11,8 +11,9 @@ states:
 * ``scenes``: the MJCF scenes of ``benchmarks/mjx_contact.py`` (dm_control's self-colliding
   humanoid falling limp, jaxdyn's arm + cube ``push_cube``, quad12 standing on position servos
   with a trunk box, thigh capsules and foot spheres), the same file in both engines: jaxdyn's
-  ``sim.step`` with the file's ``sim_config`` (``Constraint``: hard contact, MJX's Newton
-  fidelity; the humanoid's with ``max_contacts`` = ``mjx_contact.CAPS``; ``Compliant``
+  ``sim.step`` with the file's ``sim_config`` (``Constraint``: ``Constraint()``, the file's
+  default, MuJoCo's contact model solved by Newton; the humanoid's ``capped``: the hard
+  ``Constraint(soft=False, max_contacts=mjx_contact.CAPS[...])``; ``Compliant``
   reported apart) and ``mjx.step`` with the file's solver and integrator, ``--T`` steps in a
   ``lax.scan`` per call (the final state kept). Sanity: after ``--sanity-steps`` steps at the
   first batch size, the height of a body and the touching contacts in both engines.
@@ -106,10 +107,10 @@ def build_cell(cache, cell, T):
 
         sc = cache.get_scene(name)
         qpos = mc.initial_qpos(sc.m, sc.m.qpos0, B, name)
-        _, roll = mc.ENGINES[engine](sc, T)
+        _, roll, prepare = mc.ENGINES[engine](sc, T)
         if engine == "MJX":
             return roll, (sc.mjx_states(qpos),), lambda d: jnp.all(jnp.isfinite(d.qpos))
-        return roll, (sc.jaxdyn_states(qpos),), lambda s: jnp.all(jnp.isfinite(s.q))
+        return roll, (prepare(sc.jaxdyn_states(qpos)),), lambda s: jnp.all(jnp.isfinite(s.q))
     import suite_step as ss
 
     env = cache.get_env(name)
@@ -165,8 +166,8 @@ def sanity(cache, name, B, T, steps):
     out = []
     engines = ["jaxdyn Constraint capped" if name in mc.CAPS else "jaxdyn Constraint", "MJX"]
     for e in engines:
-        _, roll = mc.ENGINES[e](sc, T)
-        s = sc.mjx_states(qpos) if e == "MJX" else sc.jaxdyn_states(qpos)
+        _, roll, prepare = mc.ENGINES[e](sc, T)
+        s = prepare(sc.mjx_states(qpos) if e == "MJX" else sc.jaxdyn_states(qpos))
         for _ in range(max(1, steps // T)):
             s = roll(s)
         z, nc = sc.mjx_probe(s) if e == "MJX" else sc.jaxdyn_probe(jax.block_until_ready(s))
@@ -335,8 +336,9 @@ def render(res) -> str:
         "",
         'Scenes: the MJCF files of the CPU section "Contact scenes against MJX" in both '
         f"engines, zero controls, {T} steps per call (`lax.scan` inside "
-        "`jax.jit(jax.vmap(...))`); jaxdyn `Constraint` (hard contact: the fidelity of MJX's "
-        "Newton solve; the humanoid's `capped`: `Constraint(max_contacts=80)`, its solve over "
+        "`jax.jit(jax.vmap(...))`); jaxdyn `Constraint` (`Constraint()`, the file's default: "
+        "MuJoCo's contact model by Newton's solve; the humanoid's `capped`: the hard "
+        "`Constraint(soft=False, max_contacts=80)`, its solve over "
         "the 80 closest of 277 contact slots), `Compliant` (spring-damper, apart), MJX with "
         "the file's solver and integrator. Suite: one control step of jaxdyn's environment "
         "(`env.step`: `n_frames` simulator steps, observation, reward) against `n_frames` "

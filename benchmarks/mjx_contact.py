@@ -25,8 +25,11 @@ Each engine first settles ``--rollout-batch`` environments (``--settle`` steps f
 perturbed initial configurations) and is timed from its settled, touching states (repeated over
 a larger batch). For each scene and batch size ``B``: ``jax.jit(jax.vmap(step))`` of one step,
 and a rollout (``lax.scan`` over ``T`` steps inside ``jax.jit(jax.vmap(...))``, only the final
-state kept), for jaxdyn with ``sim.Constraint`` (hard contact, against MJX's Newton solver),
-``sim.Constraint(max_contacts=CAPS[scene])`` (``jaxdyn Constraint capped``, the scenes of
+state kept), for jaxdyn with ``sim.Constraint()`` (the default: the file's ``sim_config``
+makes it MuJoCo's contact model, :meth:`jaxdyn.io.mjcf.MJCFModel.mujoco_contact`),
+``sim.Constraint(soft=False)`` (``jaxdyn hard``: the hard contact, the default before),
+``sim.Constraint(soft=False, max_contacts=CAPS[scene])`` (``jaxdyn Constraint capped``, the
+scenes of
 :data:`CAPS` only), the option ``jaxdyn Constraint warm`` (:func:`warm_contact`: warm start and
 early stop, as MJX's Newton solve), ``jaxdyn soft`` (``sim.Constraint(soft=True,
 relaxed=True, solver="dual")``: MuJoCo's soft contact with the file's ``solref``, ``solimp``,
@@ -255,7 +258,7 @@ class Scene:
         (:func:`reference_contact`: the converged solve of the same problem, hard or MuJoCo's
         soft one)."""
         model, cfg = self.loaded.model, self.cfg(contact)
-        ref = self.cfg(reference_contact(contact))
+        ref = self.cfg(reference_contact(cfg.contact))  # the file's model where soft=None
         u = jnp.zeros(self.nu, jnp.float32)
 
         def one(s):
@@ -380,7 +383,7 @@ MJX_CHUNK = 128
 def warm_contact(scene):
     """The contact model of the option "jaxdyn Constraint warm" in ``scene``."""
     return sim.Constraint(
-        iterations=WARM_ITERATIONS, max_contacts=CAPS.get(scene), warm_start=True,
+        soft=False, iterations=WARM_ITERATIONS, max_contacts=CAPS.get(scene), warm_start=True,
         tolerance=WARM_TOL,
     )  # fmt: skip
 
@@ -411,13 +414,20 @@ def reference_contact(contact):
     )
 
 
-#: each jaxdyn engine's contact model in a scene; "jaxdyn soft" is MuJoCo's soft contact with
-#: the file's own parameters (``solref``, ``solimp``, ``impratio``, cone) and MuJoCo's convex
-#: problem (``relaxed=True``): the problem MJX's Newton solver solves, by the dual solve's
-#: projected gradient (``solver="dual"``, 100 iterations, cold start)
+#: each jaxdyn engine's contact model in a scene; "jaxdyn Constraint" is the default a user
+#: gets, ``sim_config(sim.Constraint())``: MuJoCo's contact model of the file
+#: (:meth:`jaxdyn.io.mjcf.MJCFModel.mujoco_contact`: soft, Newton, the file's iterations and
+#: tolerance, warm-started, over every slot); "jaxdyn hard" the hard contact
+#: (``soft=False``, the default before), "capped" and "warm" hard too; "jaxdyn soft" is
+#: MuJoCo's soft contact with the file's own parameters (``solref``, ``solimp``, ``impratio``,
+#: cone) and MuJoCo's convex problem (``relaxed=True``): the problem MJX's Newton solver
+#: solves, by the dual solve's projected gradient (``solver="dual"``, 100 iterations, cold start)
 CONTACT = {
     "jaxdyn Constraint": lambda name: sim.Constraint(),
-    "jaxdyn Constraint capped": lambda name: sim.Constraint(max_contacts=CAPS.get(name)),
+    "jaxdyn hard": lambda name: sim.Constraint(soft=False),
+    "jaxdyn Constraint capped": lambda name: sim.Constraint(
+        soft=False, max_contacts=CAPS.get(name)
+    ),
     "jaxdyn Constraint warm": warm_contact,
     "jaxdyn soft": lambda name: sim.Constraint(soft=True, relaxed=True, solver="dual"),
     "jaxdyn soft capped": lambda name: sim.Constraint(
@@ -542,12 +552,17 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         "ratios hold better than the absolute numbers; the CPU column is process CPU time.",
         "",
         "The same MJCF file in both engines, zero controls. jaxdyn: `sim.step` with the file's "
-        "`sim_config` (`Constraint`: hard contact, MJX's fidelity; `Compliant`: spring-damper, "
-        "reported apart; `Constraint capped`: `Constraint(max_contacts=k)`, the solve over the k "
+        "`sim_config` (`Constraint`: `Constraint()`, the default, which the file's `sim_config` "
+        "makes MuJoCo's contact model of the file: soft contact, MuJoCo's Newton solve with the "
+        "file's iterations and tolerance, warm-started, over every contact slot; `hard`: "
+        "`Constraint(soft=False)`, the hard contact (the default before); `Compliant`: "
+        "spring-damper, reported apart; `Constraint capped`: "
+        "`Constraint(soft=False, max_contacts=k)`, the hard solve over the k "
         f"closest contact slots, k = {', '.join(f'{v} ({n})' for n, v in CAPS.items())}, "
         "above the slots that carry impulses: 50 - 70 hold a candidate in the humanoid's fall, "
         "the quadruped stands on 4 feet; `Constraint warm` (an option, off by default): "
-        f"`Constraint(iterations={WARM_ITERATIONS}, warm_start=True, tolerance={WARM_TOL:g})` "
+        f"`Constraint(soft=False, iterations={WARM_ITERATIONS}, warm_start=True, "
+        f"tolerance={WARM_TOL:g})` "
         "with the scene's cap, each solve "
         "started from the previous step's impulses and stopped early, as MJX's Newton solve "
         "starts from `qacc_warmstart` and stops at `opt.tolerance`); `soft`: "
@@ -593,7 +608,7 @@ def section(rows, sanity, infos, args, load0, fidelity=()) -> str:
         "starting from its carried impulses, MJX from its `qacc_warmstart`) against the same "
         "engine's converged solve of the same problem, float32: jaxdyn's "
         f"contact model with `iterations={REF_ITERATIONS}` over every slot from zero (hard, or "
-        "MuJoCo's soft problem for the `soft` engines), MJX's step with "
+        "MuJoCo's soft problem for `Constraint` and the `soft` engines), MJX's step with "
         f"`opt.iterations = {MJX_REF_ITERATIONS}`, `opt.tolerance = 1e-12`. "
         "`max |dv| / (h g)`: the largest difference of the next velocities (any dof, any "
         "environment) in units of "

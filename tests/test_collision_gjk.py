@@ -237,7 +237,9 @@ def test_ellipsoid_dropped_on_a_box_settles_as_in_mujoco():
 
     mujoco = pytest.importorskip("mujoco")
     loaded = jaxdyn.load_mjcf(DROP_MJCF)
-    cfg = loaded.sim_config(contact=sim.Constraint(newton=3), actuator=sim.Torque(dofs=()))
+    cfg = loaded.sim_config(
+        contact=sim.Constraint(soft=False, newton=3), actuator=sim.Torque(dofs=())
+    )
     model = loaded.model
     run = jax.jit(lambda s: sim.rollout(model, s, jnp.zeros((DROP_STEPS, 0)), cfg=cfg))
     tr = run(sim.State(loaded.q0, jnp.zeros(model.nv)))

@@ -410,7 +410,7 @@ def test_hard_constraint_condim_spin_and_rolling_stop_as_mujoco():
     m = mujoco.MjModel.from_xml_string(xml)
     (v_ref,) = mujoco_rollout(m, steps, qvel=QVEL, fields=("qvel",))
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(sim.Constraint())
+    cfg = loaded.sim_config(sim.Constraint(soft=False))
     assert cfg.geoms.condim == (3, 4, 6, 4) and cfg.geoms.spin is not None
     model, conv = loaded.model, loaded.converter()
     q0 = np.asarray(loaded.q0)
@@ -517,7 +517,7 @@ def test_hard_constraint_condim_gradient_matches_finite_differences():
     differences to 1e-6 relative (seen 1e-8)."""
     jax.config.update("jax_enable_x64", True)
     loaded = jaxdyn.load_mjcf(CONDIM_MJCF.format(cone="elliptic"))
-    cfg = loaded.sim_config(sim.Constraint())
+    cfg = loaded.sim_config(sim.Constraint(soft=False))
     conv, q0 = loaded.converter(), jnp.asarray(loaded.q0)
     v0 = jnp.asarray(conv.v_from_mujoco(np.asarray(loaded.q0), QVEL))
 

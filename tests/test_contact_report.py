@@ -63,7 +63,7 @@ def test_terrain_friction_mixes_with_the_primitives_like_mujoco():
     slid = [np.hypot(*(ref[-1, [k, k + 1]] - ref[0, [k, k + 1]])) for k in (0, 7)]
     np.testing.assert_allclose(slid, v0 * t - a * t * t / 2, rtol=0.03)
     # a contact model's own friction still overrides the geoms'
-    own = loaded.sim_config(sim.Constraint(friction=0.9))
+    own = loaded.sim_config(sim.Constraint(soft=False, friction=0.9))
     assert own.contacts.friction is not None and own.contact.friction == 0.9
 
 
@@ -97,7 +97,7 @@ def test_step_info_reports_the_solve():
     test_scene.py::test_constraint_max_contacts_equals_the_uncapped_solve.)"""
     jax.config.update("jax_enable_x64", True)
     loaded = jaxdyn.load_mjcf(BOX_MJCF)
-    cfg = loaded.sim_config(sim.Constraint(iterations=3, max_contacts=2))
+    cfg = loaded.sim_config(sim.Constraint(soft=False, iterations=3, max_contacts=2))
     step = jax.jit(lambda s: sim.step_info(loaded.model, s, jnp.zeros(0), cfg))
     s = sim.State(jnp.asarray(loaded.q0, jnp.float64), jnp.zeros(6).at[3].set(1.0))
     for _ in range(3):
@@ -114,7 +114,7 @@ def test_step_info_forces_are_contact_forces():
     without a contact model, is refused by name."""
     jax.config.update("jax_enable_x64", True)
     loaded = jaxdyn.load_mjcf(BOX_MJCF)
-    cfg = loaded.sim_config(sim.Constraint(iterations=30))
+    cfg = loaded.sim_config(sim.Constraint(soft=False, iterations=30))
     u = jnp.zeros(0)
     s = sim.State(jnp.asarray(loaded.q0, jnp.float64), jnp.zeros(6).at[3].set(1.0))
     n, info = sim.step_info(loaded.model, s, u, cfg, forces=True)
@@ -124,9 +124,9 @@ def test_step_info_forces_are_contact_forces():
     np.testing.assert_array_equal(np.asarray(info["contact_forces"]), np.asarray(f))
     np.testing.assert_array_equal(np.asarray(n.q), np.asarray(n0.q))
     assert set(info) == set(info0) | {"contact_forces"}
-    cfg2 = loaded.sim_config(sim.Constraint(iterations=30), substeps=2)
+    cfg2 = loaded.sim_config(sim.Constraint(soft=False, iterations=30), substeps=2)
     _, info2 = sim.step_info(loaded.model, s, u, cfg2, forces=True)
-    half = loaded.sim_config(sim.Constraint(iterations=30), dt=cfg2.dt / 2)
+    half = loaded.sim_config(sim.Constraint(soft=False, iterations=30), dt=cfg2.dt / 2)
     mid = sim.step(loaded.model, s, u, half)
     np.testing.assert_allclose(
         np.asarray(info2["contact_forces"]),

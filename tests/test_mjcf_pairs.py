@@ -86,7 +86,7 @@ def test_pairs_load_as_geoms_with_their_parameters(loaded):
         r'\[solref\] <pair geom1="floor" geom2="rod">.*\[solreffriction\]'
     )
     with pytest.raises(ValueError, match=refused):
-        loaded.sim_config(sim.Constraint())
+        loaded.sim_config(sim.Constraint(soft=False))
     hard = loaded.sim_config(sim.Compliant(), ignore=("solimp", "solref", "solreffriction"))
     fr = _frames(loaded, hard)(jnp.asarray(loaded.q0))
     box = np.array([b == 0 and o == -1 for b, o in zip(fr.body, fr.other, strict=True)])
@@ -506,8 +506,8 @@ def test_scene_keeps_solimp_and_direct_solref():
             scene.sim_config(model)
     # the file's own sim_config: refused by name, or MuJoCo's defaults when ignored
     with pytest.raises(ValueError, match=r"\[solimp\](.|\n)*\[solref\]"):
-        loaded.sim_config(sim.Constraint())
-    hard = loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))
+        loaded.sim_config(sim.Constraint(soft=False))
+    hard = loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp", "solref"))
     assert hard.geoms.pair_solimp is None
     np.testing.assert_array_equal(hard.geoms.pair_solref, [[0.02, 1.0]])
 

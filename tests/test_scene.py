@@ -90,7 +90,7 @@ def rest_scene():
     # 3 Newton steps after the APGD: with the default 100 APGD steps alone the stack (a ball on
     # the crate on the floor) is solved to a residual that leaves the crate 40 um deep and
     # tilted, and the ball rolls off at 0.3 mm/s (400 steps: 0.5 um, 26 um/s)
-    contact = sim.Constraint(newton=3)
+    contact = sim.Constraint(soft=False, newton=3)
     cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
     model = loaded.model
     run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((REST_STEPS, 0)), cfg=cfg))
@@ -216,7 +216,7 @@ def drop_scene():
     crate's corners against the plane), ``Constraint``."""
     xml = REST_MJCF.replace('pos="1.02 0.01 0.25"', 'pos="1.02 0.01 0.27"')
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(contact=sim.Constraint(), actuator=sim.Torque(dofs=()))
+    cfg = loaded.sim_config(contact=sim.Constraint(soft=False), actuator=sim.Torque(dofs=()))
     return loaded, cfg
 
 
@@ -290,8 +290,8 @@ def test_contact_rich_gradient_matches_finite_differences(drop_scene, kind):
     # run-time choice of contacts: its indices carry no derivative, the chosen ones' values do)
     contact = {
         "compliant": sim.Compliant(),
-        "constraint": sim.Constraint(newton=3),
-        "capped": sim.Constraint(newton=3, max_contacts=8),
+        "constraint": sim.Constraint(soft=False, newton=3),
+        "capped": sim.Constraint(soft=False, newton=3, max_contacts=8),
     }[kind]
     cfg = loaded.sim_config(contact=contact, actuator=sim.Torque(dofs=()))
     q0 = loaded.q0
@@ -332,7 +332,9 @@ STACK_MJCF = """<mujoco><option timestep="0.002"/>
 @pytest.fixture(scope="module")
 def stack_scene():
     loaded = jaxdyn.load_mjcf(STACK_MJCF)
-    cfg = loaded.sim_config(contact=sim.Constraint(newton=3), actuator=sim.Torque(dofs=()))
+    cfg = loaded.sim_config(
+        contact=sim.Constraint(soft=False, newton=3), actuator=sim.Torque(dofs=())
+    )
     model = loaded.model
     run = jax.jit(lambda s, cfg: sim.rollout(model, s, jnp.zeros((REST_STEPS, 0)), cfg=cfg))
     return loaded, cfg, run
@@ -558,7 +560,7 @@ def test_ball_dropped_on_hfield_rests_at_the_surface():
     MuJoCo C's soft contact within 1 mm of it."""
     xml = HF_MJCF.replace('euler="0 0 5"', "").replace('pos="0.3 -0.2 0.2"', 'pos="0.3 -0.2 0.5"')
     loaded = jaxdyn.load_mjcf(xml)
-    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    cfg = loaded.sim_config(contact=sim.Constraint(soft=False, newton=3))
     model = loaded.model
     n = 600
     tr = jax.jit(
@@ -714,7 +716,7 @@ def test_ball_with_margin_rests_at_the_margin():
     </worldbody></mujoco>"""
     loaded = jaxdyn.load_mjcf(xml)
     assert not loaded.contacts  # a geom pair: it carries its margin
-    cfg = loaded.sim_config(contact=sim.Constraint(newton=3))
+    cfg = loaded.sim_config(contact=sim.Constraint(soft=False, newton=3))
     model = loaded.model
     tr = jax.jit(
         lambda q: sim.rollout(model, sim.State(q, jnp.zeros(6)), jnp.zeros((400, 0)), cfg=cfg)
@@ -784,8 +786,8 @@ def test_self_colliding_humanoid_falls_with_capped_constraint():
         s = sim.State(loaded.q0, jnp.zeros(model.nv))
         return cfg, jax.jit(lambda s: sim.rollout(model, s, ctrl[:steps], cfg=cfg))(s)
 
-    cfg, tr = fall(sim.Constraint(max_contacts=k), n)
-    _, full = fall(sim.Constraint(), 60)
+    cfg, tr = fall(sim.Constraint(soft=False, max_contacts=k), n)
+    _, full = fall(sim.Constraint(soft=False), 60)
     counts = jax.vmap(lambda q, v: sim.contact_counts(model, sim.State(q, v), cfg))
     cand = np.asarray(jax.jit(counts)(tr.q, tr.v)[0])
     m = min(int(np.argmax(cand > k)) if np.any(cand > k) else n, 60)

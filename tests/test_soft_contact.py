@@ -628,7 +628,7 @@ def test_soft_contact_reads_the_files_cone():
         for given in ("elliptic", "pyramidal"):
             c = sim.Constraint(soft=True, cone=given)
             assert loaded.sim_config(c).contact.cone == given
-    hard = loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))
+    hard = loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp", "solref"))
     assert hard.contact.cone is None  # hard contact: no cone
     xml = SOFT_MJCF.format(cone="pyramidal").replace(
         "</worldbody>",
@@ -647,7 +647,7 @@ def test_soft_contact_reads_the_files_cone():
         "pyramidal"
     )
     loaded.sim_config(sim.Constraint(soft=True, cone="elliptic"))
-    loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref"))  # hard: no pyramid
+    loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp", "solref"))  # hard: no pyramid
 
 
 def test_soft_contact_honours_solimp_and_gap():
@@ -660,7 +660,7 @@ def test_soft_contact_honours_solimp_and_gap():
     xml = SOFT_MJCF.format(cone="elliptic")
     loaded = jaxdyn.load_mjcf(xml)
     with pytest.raises(ValueError, match=r'\[solimp\] <geom name="box"'):
-        loaded.sim_config(sim.Constraint())
+        loaded.sim_config(sim.Constraint(soft=False))
     cfg = loaded.sim_config(sim.Constraint(soft=True))
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
@@ -688,7 +688,10 @@ def test_soft_contact_honours_solimp_and_gap():
     again = loaded.sim_config(sim.Constraint(soft=True), ignore=("gap",))
     assert eqx.tree_equal(again.contacts, cfg.contacts)
     assert float(cfg.contact.impratio) == 2.0 and cfg.contact.refsafe is False
-    assert loaded.sim_config(sim.Constraint(), ignore=("solimp", "solref")).contact.soft is False
+    assert (
+        loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp", "solref")).contact.soft
+        is False
+    )
 
 
 def test_gap_before_mujoco_3_9_is_subtracted_from_the_margin(soft_run, monkeypatch):
@@ -767,12 +770,15 @@ def test_hard_contact_refuses_direct_solref():
     cfg = loaded.sim_config(sim.Constraint(soft=True))
     assert np.any(np.asarray(cfg.contacts.solref) < 0)
     match = r"cfg.contacts.solref has an entry <= 0 .*use jaxdyn.sim.Constraint\(soft=True\)"
-    for contact in (sim.Constraint(), sim.Compliant()):
+    for contact in (sim.Constraint(soft=False), sim.Compliant()):
         with pytest.raises(ValueError, match="SimConfig: " + match):
             dataclasses.replace(cfg, contact=contact)
     # a contact model that reads no solref: still no impedance (the box's solimp, refused by
     # name); without the file's solimp it takes the configuration
-    for contact in (sim.Constraint(baumgarte=0.2), sim.Compliant(timeconst=0.02, dampratio=1.0)):
+    for contact in (
+        sim.Constraint(soft=False, baumgarte=0.2),
+        sim.Compliant(timeconst=0.02, dampratio=1.0),
+    ):
         with pytest.raises(ValueError, match=r"SimConfig: box\[0\].*solimp off MuJoCo's"):
             dataclasses.replace(cfg, contact=contact)
         plain = dataclasses.replace(cfg.contacts, solimp=None)

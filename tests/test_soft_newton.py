@@ -315,3 +315,78 @@ def test_newton_warm_start_is_mujocos_qacc_warmstart():
     assert tr.impulses is not None
     scale = np.abs(qacc).max()
     np.testing.assert_allclose(np.asarray(tr.impulses), qacc, rtol=0, atol=1e-11 * scale)
+
+
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
+def test_mjcf_default_constraint_is_mujocos_contact():
+    """``load_mjcf(...).sim_config(sim.Constraint())`` (``soft`` left at its default ``None``)
+    is MuJoCo's contact model of the file (issue 56): the soft contact's convex problem by
+    MuJoCo's Newton solve with the file's ``iterations`` (1000) and ``tolerance`` (1e-14),
+    warm-started, the caller's other fields kept; from MuJoCo C's states along its rollout one
+    step gives MuJoCo C's next velocities to 1e-9 (the hard contact, the old default, misses
+    them by far more: checked). ``soft=False`` is the hard contact; ``None`` outside an MJCF
+    file (a ``SimConfig`` built directly) is the hard contact too."""
+    loaded = jaxdyn.load_mjcf(LIMIT_MJCF)
+    c = _contact(loaded.sim_config(sim.Constraint()))
+    assert (c.soft, c.relaxed, c.solver, c.cone) == (True, True, "newton", "pyramidal")
+    assert (c.iterations, c.tolerance, c.warm_start) == (1000, 1e-14, True)
+    assert C.uses_primal_newton(c)
+    mine = _contact(loaded.sim_config(sim.Constraint(iterations=7, tolerance=0.0, max_contacts=3)))
+    assert (mine.soft, mine.iterations, mine.tolerance, mine.max_contacts) == (True, 7, 0.0, 3)
+    hard = _contact(loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp",)))
+    assert (hard.soft, hard.relaxed, hard.iterations, hard.warm_start) == (False, False, 100, False)
+    assert not C.uses_primal_newton(hard) and C.solver_block_rows(hard) == 3
+    plain = dataclasses.replace(
+        loaded.sim_config(sim.Constraint()), contact=sim.Constraint()
+    ).contact
+    assert isinstance(plain, sim.Constraint) and plain.soft is None
+    assert not C.uses_primal_newton(plain) and C.solver_block_rows(plain) == 3
+    with pytest.raises(ValueError, match="soft must be None, True or False"):
+        sim.Constraint(soft=1)  # type: ignore[arg-type]
+
+    steps = 150
+    cfg = loaded.sim_config(sim.Constraint(), limits="constraint")
+    conv, model = loaded.converter(), loaded.model
+    m = mujoco.MjModel.from_xml_string(LIMIT_MJCF)
+    qs, vs = mujoco_rollout(m, steps, qvel=LIMIT_PUSH, fields=("qpos", "qvel"))
+    pick = np.arange(steps // 4, steps - 1, steps // 6)
+    q = jnp.asarray(np.stack([conv.q_from_mujoco(qs[k]) for k in pick]))
+    v = jnp.asarray(np.stack([conv.v_from_mujoco(qs[k], vs[k]) for k in pick]))
+    s = jax.vmap(lambda s: sim.warm_state(model, s, cfg))(sim.State(q, v, jnp.zeros(len(pick))))
+    u = jnp.zeros(0)
+    nxt = jax.jit(jax.vmap(lambda s: sim.step(model, s, u, cfg)))(s)
+    want = np.stack([conv.v_from_mujoco(qs[k + 1], vs[k + 1]) for k in pick])
+    np.testing.assert_allclose(np.asarray(nxt.v), want, rtol=0, atol=1e-9)
+    old = dataclasses.replace(cfg, contact=sim.Constraint(soft=False))
+    old_v = jax.jit(jax.vmap(lambda s: sim.step(model, s, u, old)))(sim.State(q, v, s.t))
+    assert float(np.max(np.abs(np.asarray(old_v.v) - want))) > 1e-4
+
+
+@pytest.mark.slow  # two rollout compiles (the value and its forward derivative)
+@pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
+def test_mjcf_default_rollout_derivative_matches_finite_differences():
+    """Through a warm-started rollout of the MJCF default (``sim_config(sim.Constraint())``:
+    MuJoCo's contact by the Newton solve, each solve started from the previous step's
+    acceleration, which carries no derivative; the implicit derivative at each solution): the
+    forward derivative of the state after 40 steps (the box sliding on four contacts, its arm
+    falling onto its limit) in the push speed is central finite differences' to 1e-6
+    (relative)."""
+    loaded = jaxdyn.load_mjcf(LIMIT_MJCF)
+    model, conv = loaded.model, loaded.converter()
+    cfg = loaded.sim_config(sim.Constraint(), limits="constraint")
+    assert _contact(cfg).warm_start and _contact(cfg).solver == "newton"
+    q0 = np.asarray(loaded.q0)
+
+    def final(speed):
+        v0 = jnp.asarray(conv.v_from_mujoco(q0, LIMIT_PUSH)) * speed / LIMIT_PUSH[0]
+        s0 = sim.warm_state(model, sim.State(jnp.asarray(q0), v0), cfg)
+        tr = sim.rollout(model, s0, jnp.zeros((40, 0)), cfg=cfg)
+        return jnp.concatenate([tr.q[-1], tr.v[-1]])
+
+    f = jax.jit(final)
+    d = jax.jit(lambda x: jax.jvp(final, (x,), (1.0,))[1])(0.5)
+    eps = 1e-6
+    fd = (f(0.5 + eps) - f(0.5 - eps)) / (2 * eps)
+    assert bool(jnp.all(jnp.isfinite(d))) and float(jnp.max(jnp.abs(d))) > 1e-2
+    np.testing.assert_allclose(np.asarray(d), np.asarray(fd), rtol=1e-6,
+                               atol=1e-6 * float(jnp.max(jnp.abs(d))))  # fmt: skip

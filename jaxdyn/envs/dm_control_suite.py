@@ -46,7 +46,7 @@ simulate MuJoCo's soft contact (``solref`` / ``solimp``, pyramidal cones) throug
 Newton solve (:func:`soft_contact`), the physics of Playground's MJX environments: their
 rollouts follow MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and
 ``contact="hard"`` gives jaxdyn's hard Coulomb contact instead
-(:class:`~jaxdyn.sim.Constraint`'s default). The finger tasks too, on their file's elliptic
+(``sim.Constraint(soft=False)``). The finger tasks too, on their file's elliptic
 cones (MuJoCo's three-zone cone cost in the Newton solve); their spinner's ``frictionloss`` is
 jaxdyn's smooth Coulomb friction, not MuJoCo's dry-friction rows, so that their rollouts are
 not MuJoCo's to rounding (docs/environments.md); the touch sensors read the simulated
@@ -616,7 +616,7 @@ class ContactSuiteEnv(SuiteEnv):
     and simulator states to the bit, a cheaper step (``docs/environments.md``, "Side by side
     with MuJoCo Playground")."""
 
-    contact = _sim.Constraint()
+    contact = _sim.Constraint(soft=False)
     #: whether ``info`` carries the contact solve's report (the ``contact_report`` keyword)
     contact_report: bool = True
     #: the default contact cap of the planar tasks (cheetah, walker, hopper): the most slots
@@ -1061,7 +1061,7 @@ class CheetahRun(ContactSuiteEnv):
 
     xml = "cheetah.xml"
     #: the hard contact (``contact="hard"``): jaxdyn's Coulomb contact, cold, 100 steps
-    HARD_CONTACT = _sim.Constraint(max_contacts=ContactSuiteEnv.MAX_CONTACTS)
+    HARD_CONTACT = _sim.Constraint(soft=False, max_contacts=ContactSuiteEnv.MAX_CONTACTS)
     contact = soft_contact()
     CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
@@ -1177,6 +1177,7 @@ class WalkerMove(ContactSuiteEnv):
     #: batch's slowest solve sets the count, and the warm start carries an unfinished solve on
     #: to the next simulator step (docs/environments.md, "Step cost against MJX")
     HARD_CONTACT = _sim.Constraint(
+        soft=False,
         friction=0.7,
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
@@ -1302,6 +1303,7 @@ class HopperTask(ContactSuiteEnv):
     #: warm start, a tolerance (here 1e-4) after at most
     #: :attr:`~ContactSuiteEnv.SOLVER_ITERATIONS` steps, no limit-row polish
     HARD_CONTACT = _sim.Constraint(
+        soft=False,
         max_contacts=ContactSuiteEnv.MAX_CONTACTS,
         warm_start=True,
         tolerance=1e-4,
@@ -1413,7 +1415,7 @@ class FingerSpin(ContactSuiteEnv):
     mujoco_limits = "constraint"
     #: the hard contact (``contact="hard"``, the default before): jaxdyn's Coulomb contact,
     #: cold, 100 projected gradient steps, over every slot
-    HARD_CONTACT = _sim.Constraint()
+    HARD_CONTACT = _sim.Constraint(soft=False)
     contact = soft_contact(max_contacts=None)
     CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     hard_sim_ignore = ("solimp",)
@@ -1617,7 +1619,7 @@ class BallInCup(ContactSuiteEnv):
     xml = "ball_in_cup.xml"
     #: the hard contact (``contact="hard"``, the default before): jaxdyn's Coulomb contact,
     #: cold, 100 projected gradient steps, over every slot
-    HARD_CONTACT = _sim.Constraint()
+    HARD_CONTACT = _sim.Constraint(soft=False)
     contact = soft_contact()
     CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     mujoco_limits = "constraint"
@@ -1746,7 +1748,7 @@ class SuiteHumanoid(ContactSuiteEnv):
     #: cold, 100 projected gradient steps, over the :attr:`MAX_CONTACTS` closest slots; the
     #: geoms' ``solimp`` ignored by name (:attr:`~ContactSuiteEnv.hard_sim_ignore`), which it
     #: has no counterpart for
-    HARD_CONTACT = _sim.Constraint(max_contacts=MAX_CONTACTS)
+    HARD_CONTACT = _sim.Constraint(soft=False, max_contacts=MAX_CONTACTS)
     contact = soft_contact(max_contacts=MAX_CONTACTS)
     CONTACT_MODELS = {"soft": contact, "hard": HARD_CONTACT}
     hard_sim_ignore = ("solimp",)

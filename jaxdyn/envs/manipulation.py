@@ -47,7 +47,9 @@ class PushCube(SimEnv):
     refused with a ``ValueError`` naming each missing one).
 
     **Dynamics:** hard contact (default, ``contact="constraint"``: the complementarity model
-    :class:`jaxdyn.sim.Constraint`; ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
+    :class:`jaxdyn.sim.Constraint` with ``soft=False``; a ``Constraint`` given with ``soft``
+    left at ``None`` is MuJoCo's soft contact of the file, as ``sim_config`` makes it;
+    ``"compliant"`` or a :class:`jaxdyn.sim.Compliant` for the
     spring-damper model, whose default stiffness, scaled by the cube's mass, lets the stiff
     servos drive the pusher centimetres into the cube), implicit integrator, simulator step
     ``dt / n_frames``. Joint position servos over gravity compensation
@@ -111,7 +113,7 @@ class PushCube(SimEnv):
     ) -> None:
         from ..io.mjcf import load_mjcf
 
-        cm = contact_model("PushCube", contact, _sim.Compliant, _sim.Constraint)
+        cm = contact_model("PushCube", contact, _sim.Compliant, _hard_constraint)
         scene = load_mjcf(PUSH_CUBE_XML if xml is None else xml)
         model = scene.model
         self.half = 0.5 * _check_scene(scene, "the bundled scene" if xml is None else xml)
@@ -303,3 +305,9 @@ def _check_scene(scene, source) -> float:
 
 def _arr(x):
     return jnp.asarray(x, jnp.float32) if isinstance(x, (tuple, list)) else float(x)
+
+
+def _hard_constraint() -> _sim.Constraint:
+    """The task's ``contact="constraint"``: jaxdyn's hard contact (``soft=False``; the
+    scene's ``sim_config`` would make ``Constraint()`` MuJoCo's soft contact)."""
+    return _sim.Constraint(soft=False)

@@ -397,6 +397,34 @@ class MJCFModel(NamedTuple):
 
         return Converter(self.model, self.mj_model)
 
+    def mujoco_contact(self, contact: Constraint | None = None) -> Constraint:
+        """MuJoCo's contact model of the file, what :meth:`sim_config` makes of a
+        :class:`jaxdyn.sim.Constraint` left at ``soft=None`` (the default): ``contact`` (default
+        ``Constraint()``) with MuJoCo's soft contact (``soft=True``, the geoms' ``solref`` /
+        ``solimp``, ``opt.impratio``, the file's cone) and its convex problem
+        (``relaxed=True``), solved as MuJoCo's and MJX's Newton solver (``solver="newton"``,
+        on either cone; ``solver=None`` kept where ``contact`` asks for the dual's ``newton``
+        steps) with the file's ``opt.iterations`` (where ``contact.iterations`` is the default
+        100) and ``opt.tolerance`` (where ``contact.tolerance`` is ``None``), warm-started from
+        the previous step's acceleration as MuJoCo from ``qacc_warmstart``
+        (``warm_start=True``: a state from :func:`jaxdyn.sim.warm_state` carries it; a state
+        without starts each solve from the free step). Its other fields (``max_contacts``,
+        ``friction``, ...) are ``contact``'s."""
+        from ..sim.contact import Constraint
+
+        c = Constraint() if contact is None else contact
+        opt = self.mj_model.opt
+        default_iterations = Constraint.__dataclass_fields__["iterations"].default
+        return dataclasses.replace(
+            c,
+            soft=True,
+            relaxed=True,
+            solver="newton" if c.solver is None and c.newton == 0 else c.solver,
+            iterations=int(opt.iterations) if c.iterations == default_iterations else c.iterations,
+            tolerance=float(opt.tolerance) if c.tolerance is None else c.tolerance,
+            warm_start=True,
+        )
+
     def mujoco_limits(self, smoothing: float = 1e-5) -> JointLimits:
         """MuJoCo's joint-limit constraint as a :class:`jaxdyn.sim.JointLimits` per coordinate
         (for :meth:`sim_config`'s ``limits=``): a limit violated by ``r`` with ``solreflimit
@@ -600,7 +628,10 @@ class MJCFModel(NamedTuple):
         ``contact``: the contact model (:class:`jaxdyn.sim.Constraint` or
         :class:`jaxdyn.sim.Compliant`) that every contact of the file then uses: the primitives
         against the terrain (``contacts``, ``terrain``) and the geom pairs (``geoms``); the
-        default ``None`` leaves contact off. Joint and
+        default ``None`` leaves contact off. A ``Constraint`` whose ``soft`` is left at its
+        default ``None`` (``Constraint()``) is MuJoCo's contact model of the file,
+        :meth:`mujoco_contact` (what the file means and MJX computes); ``soft=False`` the hard
+        contact. Joint and
         tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
         constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
         the hinge and slide joints' and the tendons' limits are then MuJoCo's limit constraint
@@ -662,6 +693,8 @@ class MJCFModel(NamedTuple):
         bad = sorted(keys - set(known))
         if bad:
             raise ValueError(f"sim_config: unknown ignore keys {bad}; known: {known}")
+        if isinstance(contact, Constraint) and contact.soft is None:  # the default: MuJoCo's
+            contact = self.mujoco_contact(contact)
         # matter only where contact is on
         contact_keys = {"condim", "noslip", "solimp", "solref", "solreffriction"}
         soft = bool(getattr(contact, "soft", False))
@@ -2685,8 +2718,9 @@ def _contacts(
                 f"{listed(soft)}: solimp {', '.join(' '.join(f'{x:g}' for x in v) for v in vals)}"
                 " (MuJoCo's impedance, a penetration-dependent softness): Constraint(soft=True)"
                 " honours it (MuJoCo's soft contact, the problem MuJoCo and MJX solve; "
-                "relaxed=True: MuJoCo's convex one); the hard Constraint() and Compliant have "
-                "none (their regularization, a spring-damper from solref); ignored, the "
+                "relaxed=True: MuJoCo's convex one); the hard Constraint(soft=False) and "
+                "Compliant have none (their regularization, a spring-damper from solref); "
+                "ignored, the "
                 "contacts keep their solref only",
             )
         )

@@ -549,7 +549,7 @@ class Constraint(eqx.Module):
       beyond that the farthest candidates are dropped, which changes the result only if one of
       them would have carried an impulse. :func:`jaxdyn.sim.contact_counts` counts the
       candidates of a state, to compare with ``k``.
-    - ``soft`` (static): ``False`` (default) is the hard contact above; ``True`` is MuJoCo's
+    - ``soft`` (static): ``False`` is the hard contact above; ``True`` is MuJoCo's
       soft contact (Todorov 2014; MuJoCo's Computation chapter, soft constraints): each
       touching contact (``distance < 0``: MuJoCo's ``dist < margin``) is a row of
       MuJoCo's dual problem ``min 1/2 f^T (A + R) f + f^T (J a0 - aref)`` over its elliptic
@@ -562,7 +562,13 @@ class Constraint(eqx.Module):
       ``"implicit"`` / ``"implicit_damping"`` integrators (whose ``M + h D`` then applies the
       impulses, as MuJoCo's ``mj_EulerSkip`` / ``mj_implicitSkip``).
       ``baumgarte`` and ``regularization`` are then unused; ``relaxed=True`` is MuJoCo's
-      problem (its sliding contacts lift at ``mu |v_t|`` as MuJoCo's do).
+      problem (its sliding contacts lift at ``mu |v_t|`` as MuJoCo's do). ``None``
+      (default): the scene's own model. Where the scene is an MJCF file
+      (``load_mjcf(...).sim_config(Constraint())``) that is MuJoCo's, what the file means and
+      MJX computes: :meth:`jaxdyn.io.mjcf.MJCFModel.mujoco_contact` makes it ``soft=True,
+      relaxed=True`` solved by MuJoCo's Newton solve with the file's ``opt.iterations`` and
+      ``opt.tolerance``, warm-started. Elsewhere (a :class:`jaxdyn.sim.SimConfig` built
+      directly, :class:`jaxdyn.sim.Scene`) ``None`` is the hard contact, as ``False``.
     - ``solref``, ``solimp`` (soft only): ``None`` (default) takes each contact's
       (:attr:`ContactFrames.solref` / ``solimp``: an MJCF file's geoms, mixed per pair as
       MuJoCo's ``mj_contactParam``), else MuJoCo's defaults ``(0.02, 1)`` and
@@ -634,7 +640,7 @@ class Constraint(eqx.Module):
     regularization: float = 1e-6
     relaxed: bool = eqx.field(static=True, default=False)
     max_contacts: int | None = eqx.field(static=True, default=None)
-    soft: bool = eqx.field(static=True, default=False)
+    soft: bool | None = eqx.field(static=True, default=None)
     solref: jnp.ndarray | None = None
     solimp: jnp.ndarray | None = None
     impratio: float = 1.0
@@ -660,8 +666,8 @@ class Constraint(eqx.Module):
 
     def __check_init__(self):
         _params.check_module(self)
-        if not isinstance(self.soft, bool):
-            raise ValueError(f"Constraint: soft must be True or False, got {self.soft!r}")
+        if self.soft is not None and not isinstance(self.soft, bool):
+            raise ValueError(f"Constraint: soft must be None, True or False, got {self.soft!r}")
         for name, n in (("solref", 2), ("solimp", 5), ("solreffriction", 2)):
             x = getattr(self, name)
             leaves = jax.tree_util.tree_leaves(x)
@@ -746,7 +752,12 @@ def uses_primal_newton(contact: object) -> bool:
         return False
     if contact.solver is not None:
         return contact.solver == "newton"
-    return contact.soft and contact.relaxed and contact.cone == "pyramidal" and contact.newton == 0
+    return (
+        bool(contact.soft)
+        and contact.relaxed
+        and contact.cone == "pyramidal"
+        and contact.newton == 0
+    )
 
 
 def solver_block_rows(contact: Constraint, width: int = 3) -> int:
