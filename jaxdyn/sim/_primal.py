@@ -38,8 +38,11 @@ LINE_STEPS = 30
 
 
 def _bounds(n, dtype, lo, hi):
-    """The scalar rows' impulse bounds: ``(lo, hi)``, ``0`` and ``inf`` (one-sided rows) where
-    not given."""
+    """The scalar rows' impulse bounds ``(lo, hi)``: ``(None, None)`` where neither is given
+    (every row one-sided: the solves keep their one-sided arithmetic, static), else both
+    arrays, ``0`` and ``inf`` (one-sided) where one is not given."""
+    if lo is None and hi is None:
+        return None, None
     lo = jnp.zeros(n, dtype) if lo is None else jnp.asarray(lo, dtype)
     hi = jnp.full(n, jnp.inf, dtype) if hi is None else jnp.asarray(hi, dtype)
     return lo, hi
@@ -51,7 +54,12 @@ def _scalar_rows(y, D, lo, hi):
     quadratic zone (the cost's Hessian ``D`` there, 0 elsewhere) and its zone (0 quadratic,
     1 at ``lo``, 2 at ``hi``: MuJoCo's ``efc_state`` quadratic / satisfied or ``LINEARPOS`` /
     ``LINEARNEG``). The cost is ``1/2 D y^2`` in the quadratic zone, ``-lam y - 1/2 lam^2 /
-    D`` on the linear ones (continuous, convex)."""
+    D`` on the linear ones (continuous, convex). ``lo = hi = None``: every row one-sided
+    (``0``, ``inf``)."""
+    if lo is None:  # one-sided rows: quadratic where y < 0, else satisfied (no cost)
+        quad = y < 0
+        lam = jnp.where(quad, -D * y, 0.0)
+        return jnp.where(quad, 0.5 * D * y * y, 0.0), lam, quad, jnp.where(quad, 0, 1)
     f = -D * y
     lam = jnp.clip(f, lo, hi)
     at_lo, at_hi = f <= lo, f >= hi
@@ -71,7 +79,7 @@ def _gradient(M, J, u, D, lo, hi, z):
     """The primal cost's gradient ``M z - J^T lam``, ``lam = clip(-D (J z + u), lo, hi)``: 0
     at the solution."""
     y = J @ z + u
-    return M @ z - J.T @ jnp.clip(-D * y, lo, hi)
+    return M @ z - J.T @ _scalar_rows(y, D, lo, hi)[1]
 
 
 def _line_search(z, d, y, e, Mz, Md, D, lo, hi):
@@ -88,7 +96,9 @@ def _line_search(z, d, y, e, Mz, Md, D, lo, hi):
         _, lam, quad, zone = _scalar_rows(y + alpha * e, D, lo, hi)
         De = jnp.where(quad, D * e, 0.0)
         slope = dMd + De @ e
-        icpt = zMd + De @ y - jnp.where(quad, 0.0, lam) @ e  # the linear rows' constant slopes
+        icpt = zMd + De @ y
+        if lo is not None:  # the linear rows' constant slopes
+            icpt = icpt - jnp.where(quad, 0.0, lam) @ e
         return zone, icpt + alpha * slope, -icpt / slope
 
     def cond(c):
@@ -200,7 +210,8 @@ def impulses(J, u, R, z, lo=None, hi=None):
     """The rows' impulses ``lam = clip(-(J z + u) / R, lo, hi)`` at the primal point ``z``
     (``None`` bounds: ``0``, ``inf``)."""
     lo, hi = _bounds(J.shape[0], z.dtype, lo, hi)
-    return jnp.clip(-(J @ z + u) / R, lo, hi)
+    f = -(J @ z + u) / R
+    return jnp.maximum(f, 0.0) if lo is None else jnp.clip(f, lo, hi)
 
 
 def residual(J, u, R, lam, Minv, lo=None, hi=None):
@@ -247,11 +258,13 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=
                                     z0, M)  # fmt: skip
     u, R, _, _, E = C.soft_pyramid_rows(contact, frames, diag_n, rows, v_rows, dt)
     J = jnp.einsum("cij,cjk->cik", E, Jr).reshape(-1, nv)  # the edges' rows
-    lo, hi = _bounds(J.shape[0], Minv.dtype, None, None)
+    lo = hi = None
     if extra is not None:
         Js, us, Rs, los, his = _extra_rows(extra, nv, Minv.dtype)
+        if los is not None and his is not None:  # bounded rows: the edges' bounds 0, inf
+            lo = jnp.concatenate([jnp.zeros_like(u), los])
+            hi = jnp.concatenate([jnp.full_like(u, jnp.inf), his])
         J, u, R = jnp.concatenate([J, Js]), jnp.concatenate([u, us]), jnp.concatenate([R, Rs])
-        lo, hi = jnp.concatenate([lo, los]), jnp.concatenate([hi, his])
     Minv = 0.5 * (Minv + Minv.T)
     if M is None:
         M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
@@ -267,10 +280,10 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=
 
 def _extra_rows(extra, nv, dtype):
     """:func:`solve_soft_rows`' scalar rows ``extra`` as ``(J, u, R, lo, hi)`` (``None``: no
-    rows; three entries: one-sided rows, ``lo = 0``, ``hi = inf``)."""
+    rows; three entries: one-sided rows, ``lo = hi = None``)."""
     if extra is None:
         z = jnp.zeros(0, dtype)
-        return jnp.zeros((0, nv), dtype), z, z, z, z
+        return jnp.zeros((0, nv), dtype), z, z, None, None
     J, u, R = extra[:3]
     lo, hi = (None, None) if len(extra) == 3 else extra[3:]
     return (J, u, R, *_bounds(J.shape[0], dtype, lo, hi))
