@@ -200,10 +200,10 @@ def test_newton_step_derivative_matches_finite_differences():
 @pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")
 def test_newton_solver_default_fallbacks_and_refusals():
     """``solver`` is ``None`` (default), ``"dual"`` or ``"newton"``. The default is MuJoCo's
-    primal Newton solve on MuJoCo's convex soft problem on pyramidal cones (``soft=True``,
-    ``relaxed=True``, the cone given or the file's: MuJoCo's default pyramidal) and the dual
-    solve elsewhere (the hard contact, elliptic cones, Coulomb's ``relaxed=False``, the dual's
-    ``newton`` steps asked for), which no combination refuses; ``"newton"`` takes the convex
+    primal Newton solve on MuJoCo's convex soft problem on either cone (``soft=True``,
+    ``relaxed=True``, the cone given or the file's) and the dual solve elsewhere (the hard
+    contact, Coulomb's ``relaxed=False``, the dual's ``newton`` steps asked for), which no
+    combination refuses; ``"newton"`` takes the convex
     soft problem on either cone (the elliptic one: tests/test_soft_newton_elliptic.py; the hard
     contact and Coulomb's ``relaxed=False`` refused by name) and no ``newton`` steps."""
     uses = C.uses_primal_newton
@@ -215,7 +215,8 @@ def test_newton_solver_default_fallbacks_and_refusals():
         else:
             with pytest.raises(ValueError, match="solver='newton'.*soft=True and relaxed=True"):
                 sim.Constraint(solver="newton", soft=soft, relaxed=relaxed, cone=cone)
-        assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone))  # the dual
+        # the default: the primal on MuJoCo's convex soft problem, else the dual
+        assert uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone)) == (soft and relaxed)
         assert not uses(sim.Constraint(soft=soft, relaxed=relaxed, cone=cone, solver="dual"))
     with pytest.raises(ValueError, match="newton=3 .*unused by solver='newton'.*solver='dual'"):
         sim.Constraint(soft=True, relaxed=True, cone="pyramidal", solver="newton", newton=3)
@@ -232,10 +233,11 @@ def test_newton_solver_default_fallbacks_and_refusals():
         assert _contact(cfg).cone == "pyramidal" and uses(cfg.contact)  # the file's (default)
     # cone=None (elliptic) with solver="newton": MuJoCo's elliptic primal, not refused
     dataclasses.replace(cfg, contact=dataclasses.replace(_contact(cfg), cone=None))
-    # the default on a file's elliptic cones: the dual, not refused
+    # the default on a file's elliptic cones: the primal too; the dual's semismooth steps the dual
     elliptic = jaxdyn.load_mjcf(CAPSULE_MJCF.replace('cone="pyramidal"', 'cone="elliptic"'))
     cfg = elliptic.sim_config(sim.Constraint(soft=True, relaxed=True))
-    assert _contact(cfg).cone == "elliptic" and not uses(cfg.contact)
+    assert _contact(cfg).cone == "elliptic" and uses(cfg.contact)
+    assert not uses(sim.Constraint(soft=True, relaxed=True, newton=3))
 
 
 @pytest.mark.slow  # a rollout's compile; default: the limit scene (contacts and a limit row)

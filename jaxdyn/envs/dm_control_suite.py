@@ -47,9 +47,9 @@ Newton solve (:func:`soft_contact`), the physics of Playground's MJX environment
 rollouts follow MuJoCo C's through contact (``tests/test_envs_suite_contact.py``), and
 ``contact="hard"`` gives jaxdyn's hard Coulomb contact instead
 (``sim.Constraint(soft=False)``). The finger tasks too, on their file's elliptic
-cones (MuJoCo's three-zone cone cost in the Newton solve); their spinner's ``frictionloss`` is
-jaxdyn's smooth Coulomb friction, not MuJoCo's dry-friction rows, so that their rollouts are
-not MuJoCo's to rounding (docs/environments.md); the touch sensors read the simulated
+cones (MuJoCo's three-zone cone cost in the Newton solve), their spinner's ``frictionloss``
+MuJoCo's dry-friction rows in the same solve (:class:`~jaxdyn.sim.FrictionLoss`; under
+``contact="hard"`` jaxdyn's smooth Coulomb friction); the touch sensors read the simulated
 contact forces.
 The joint limits of the cheetah, walker, hopper, finger, cart-pole and reacher and the ball
 in cup's string are MuJoCo's limit constraint
@@ -186,6 +186,8 @@ class SuiteEnv(SimEnv):
                 kw["limit_constraints"] = scene.limit_constraints(iterations=self.limit_iterations)
         elif self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
+        if _sim.contact.uses_primal_newton(self.contact):  # MuJoCo's dry-friction rows
+            kw["friction_loss"] = "constraint"
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)
 
@@ -1383,7 +1385,9 @@ class HopperTask(ContactSuiteEnv):
 class FingerSpin(ContactSuiteEnv):
     """Finger spin (dm_control ``finger.spin``; Playground ``FingerSpin``): a two-link planar
     finger (``ctrl`` in ``[-1, 1]``, gears 30 and 15) flicks a free-spinning body on a hinge
-    (``frictionloss`` 0.1: jaxdyn's smooth Coulomb friction; damping 0.03, the task's), without
+    (``frictionloss`` 0.1: MuJoCo's dry-friction row, :class:`jaxdyn.sim.FrictionLoss`, under
+    the default soft contact, jaxdyn's smooth Coulomb friction under ``contact="hard"``;
+    damping 0.03, the task's), without
     gravity; rewarded while the body spins at ``-15`` rad/s or faster.
 
     **Observation (9):** the finger's ``qpos`` (2), the spinner's tip relative to its hinge

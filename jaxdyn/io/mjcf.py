@@ -221,7 +221,7 @@ if TYPE_CHECKING:
     from ..sim.equality import Equalities
     from ..sim.geometry import Plane
     from ..sim.geoms import Geoms
-    from ..sim.limits import LimitConstraints
+    from ..sim.limits import FrictionLoss, LimitConstraints
 
 __all__ = [
     "Actuator",
@@ -570,6 +570,47 @@ class MJCFModel(NamedTuple):
             **static,
         )
 
+    def friction_loss(self) -> FrictionLoss | None:
+        """MuJoCo's dry joint friction as :class:`jaxdyn.sim.FrictionLoss` (for
+        :meth:`sim_config`'s ``friction_loss="constraint"``): a row for every hinge and slide
+        joint with ``frictionloss > 0``, with the joint's ``solreffriction`` (``dof_solref``),
+        ``solimpfriction`` (``dof_solimp``), ``dof_invweight0`` (the row's ``diagApprox``) and
+        the file's ``refsafe`` flag. ``None`` where no joint has one or the file disables them
+        (``<flag frictionloss="disable"/>`` or ``constraint="disable"``). Refused with a
+        ``ValueError`` naming the joint: ``frictionloss`` on a ball or free joint (the rows
+        here act on hinge and slide coordinates)."""
+        from ..sim.limits import FrictionLoss
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        if _disabled(mujoco, m, "mjDSBL_FRICTIONLOSS") or _disabled(mujoco, m, "mjDSBL_CONSTRAINT"):
+            return None
+        names = mujoco_names(m, "jnt")
+        rows = []
+        for i, dof in enumerate(self.converter().v_index):
+            if m.dof_frictionloss[dof] <= 0:
+                continue
+            j = int(m.dof_jntid[dof])
+            if int(m.jnt_type[j]) not in (_HINGE, _SLIDE):
+                raise ValueError(
+                    f"friction_loss: <joint name={names[j]!r}>: frictionloss on a ball or free "
+                    "joint (MuJoCo's dry-friction rows are taken on hinge and slide joints)"
+                )
+            rows.append((i, dof))
+        if not rows:
+            return None
+        dtype = self.model.mass.dtype
+        mj = np.asarray([d for _, d in rows], np.int64)
+        arr = lambda a: jnp.asarray(np.asarray(a, float)[mj], dtype)  # noqa: E731
+        return FrictionLoss(
+            frictionloss=arr(m.dof_frictionloss),
+            solref=arr(m.dof_solref),
+            solimp=arr(m.dof_solimp),
+            diag=arr(m.dof_invweight0),
+            dof=tuple(i for i, _ in rows),
+            refsafe=not _disabled(mujoco, m, "mjDSBL_REFSAFE"),
+        )
+
     def sim_actuator(self) -> Torque | PD:
         """The :mod:`jaxdyn.sim` actuator equivalent to the MuJoCo actuators, ``ctrl`` in
         MuJoCo's order: :class:`jaxdyn.sim.Torque` when all are motors (``gear * gain`` per
@@ -638,6 +679,10 @@ class MJCFModel(NamedTuple):
         (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
         tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite); ``limits=`` a
         :class:`jaxdyn.sim.JointLimits` or ``None`` sets ``SimConfig.limits`` as any other override.
+        The joints' ``frictionloss`` is jaxdyn's smooth Coulomb friction (the model's
+        ``friction``) unless ``friction_loss="constraint"``: MuJoCo's dry-friction rows
+        (:meth:`friction_loss`), which the primal Newton solve of a soft
+        :class:`jaxdyn.sim.Constraint` takes (``SimConfig`` refuses them with another contact).
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -659,9 +704,9 @@ class MJCFModel(NamedTuple):
         ``mj_contactParam`` (:class:`jaxdyn.sim.Geoms`, :class:`jaxdyn.sim.ContactSet`; an
         explicit pair's own ``solref``, ``solimp`` and ``solreffriction`` to its contacts), and
         ``opt.impratio``, the ``refsafe`` flag and ``opt.cone`` (where the contact model's
-        ``cone`` is ``None``) to the contact model; on pyramidal cones (MuJoCo's default) with
-        ``relaxed=True`` the contact's default ``solver`` is then MuJoCo's primal Newton solve,
-        on elliptic ones the dual (:class:`jaxdyn.sim.Constraint`). A capsule on a plane under
+        ``cone`` is ``None``) to the contact model; with ``relaxed=True`` the contact's default
+        ``solver`` is then MuJoCo's primal Newton solve, on either cone
+        (:class:`jaxdyn.sim.Constraint`). A capsule on a plane under
         pyramidal cones gets MuJoCo's pyramid turned to the capsule's axis (``"cone"`` and
         ``"gap"`` are still accepted in ``ignore``, and refuse nothing).
 
@@ -748,6 +793,15 @@ class MJCFModel(NamedTuple):
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
             elif kw["geoms"] is not None:  # ignore=("solimp", "solref"): what they cannot take
                 kw["geoms"] = _hard_geoms(kw["geoms"])
+        if isinstance(overrides.get("friction_loss"), str):
+            how = overrides.pop("friction_loss")
+            if how not in ("constraint", "smooth"):
+                raise ValueError(
+                    "sim_config: friction_loss must be 'constraint', 'smooth', a FrictionLoss or "
+                    f"None, got {how!r}"
+                )
+            if how == "constraint":
+                kw["friction_loss"] = self.friction_loss()
         if isinstance(overrides.get("limits"), str):
             how = overrides.pop("limits")
             if how not in ("constraint", "spring"):

@@ -17,7 +17,8 @@
   (:mod:`jaxdyn.sim.actuators`);
 * MuJoCo's equality constraints (connect, weld, joint) as soft constraints,
   :class:`Equalities` (:mod:`jaxdyn.sim.equality`), and its joint-limit constraint,
-  :class:`LimitConstraints` (:mod:`jaxdyn.sim.limits`);
+  :class:`LimitConstraints`, and its dry joint friction, :class:`FrictionLoss`
+  (:mod:`jaxdyn.sim.limits`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
@@ -52,6 +53,7 @@ from .geometry import Sphere as Sphere
 from .geometry import contact_set as contact_set
 from .geoms import Geoms as Geoms
 from .geoms import urdf_geoms as urdf_geoms
+from .limits import FrictionLoss as FrictionLoss
 from .limits import LimitConstraints as LimitConstraints
 from .scene import FreeBox as FreeBox
 from .scene import FreeCapsule as FreeCapsule
@@ -83,6 +85,7 @@ __all__ = [
     "FreeMesh",
     "FreeObject",
     "FreeSphere",
+    "FrictionLoss",
     "GainBias",
     "Geoms",
     "Ground",

@@ -616,10 +616,11 @@ class Constraint(eqx.Module):
       ``"elliptic"``) the contacts' rows ``[n, t1, t2, ...]`` with MuJoCo's three-zone cone
       cost (:func:`jaxdyn.sim._primal.newton_solve_elliptic`; not piecewise quadratic: the
       steps stop at rounding level or on ``tolerance``). ``None`` (default): ``"newton"`` where it
-      applies (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``, ``newton=0``: MuJoCo's
-      problem on its default cone, as ``load_mjcf(...).sim_config`` sets up from a file's
-      ``<option cone>``), else ``"dual"`` (the hard contact, elliptic cones, Coulomb's
-      ``relaxed=False``, ``newton`` steps asked for): :func:`uses_primal_newton`. The default
+      applies (``soft=True``, ``relaxed=True``, ``newton=0``: MuJoCo's problem on either cone,
+      as ``load_mjcf(...).sim_config`` sets up from a file's ``<option cone>``), else
+      ``"dual"`` (the hard contact, Coulomb's ``relaxed=False``, ``newton`` steps asked for):
+      :func:`uses_primal_newton` (on elliptic cones the dual's default 100 iterations stop
+      short of the converged problem that the Newton solve reaches: docs/simulation.md). The default
       ``iterations=100`` is MuJoCo's ``opt.iterations`` for both; the primal's exact stop
       makes MuJoCo's ``opt.tolerance`` (``1e-8``) unneeded for accuracy (a ``tolerance`` only
       stops it earlier).
@@ -743,21 +744,15 @@ NEWTON_CONES = (
 def uses_primal_newton(contact: object) -> bool:
     """Whether ``contact``'s step solves MuJoCo's primal problem by Newton steps
     (``Constraint(solver="newton")``, :mod:`jaxdyn.sim._primal`) rather than the dual one:
-    ``solver="newton"``, or ``solver=None`` (the default) on MuJoCo's soft convex problem on
-    pyramidal cones (``soft=True``, ``relaxed=True``, ``cone="pyramidal"``) without the dual's
-    ``newton`` steps; the elliptic cones (``cone=None`` or ``"elliptic"``; the primal takes
-    them with ``solver="newton"``), Coulomb's law (``relaxed=False``) and the hard contact
-    fall back to the dual solve (static)."""
+    ``solver="newton"``, or ``solver=None`` (the default) on MuJoCo's soft convex problem
+    (``soft=True``, ``relaxed=True``, pyramidal or elliptic cones) without the dual's
+    ``newton`` steps; Coulomb's law (``relaxed=False``) and the hard contact fall back to the
+    dual solve (static)."""
     if not isinstance(contact, Constraint):
         return False
     if contact.solver is not None:
         return contact.solver == "newton"
-    return (
-        bool(contact.soft)
-        and contact.relaxed
-        and contact.cone == "pyramidal"
-        and contact.newton == 0
-    )
+    return bool(contact.soft) and contact.relaxed and contact.newton == 0
 
 
 def solver_block_rows(contact: Constraint, width: int = 3) -> int:

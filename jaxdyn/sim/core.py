@@ -98,7 +98,7 @@ from .actuators import (
 )
 from .equality import Equalities
 from .geometry import TERRAINS, ContactSet, Plane
-from .limits import LimitConstraints
+from .limits import FrictionLoss, LimitConstraints
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -190,6 +190,12 @@ class SimConfig(eqx.Module):
       ``"implicit"`` and ``"implicit_damping"`` (not with ``"euler"`` and
       :class:`~jaxdyn.sim.contact.Compliant` contact, whose forces that integrator makes
       implicit). :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from a file.
+    - ``friction_loss``: :class:`~jaxdyn.sim.limits.FrictionLoss` (MuJoCo's dry joint
+      friction, ``frictionloss``: bounded soft rows of the primal Newton solve, which it needs:
+      a :class:`~jaxdyn.sim.contact.Constraint` contact with
+      :func:`~jaxdyn.sim.contact.uses_primal_newton`) or ``None`` (default: the model's
+      ``friction`` is smooth Coulomb friction); its coordinates' smooth friction is left out.
+      :meth:`jaxdyn.io.mjcf.MJCFModel.friction_loss` builds it from a file.
     """
 
     dt: float = 2e-3
@@ -206,6 +212,7 @@ class SimConfig(eqx.Module):
     spatial_tendons: SpatialTendons | None = None
     equalities: Equalities | None = None
     limit_constraints: LimitConstraints | None = None
+    friction_loss: FrictionLoss | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -297,6 +304,19 @@ class SimConfig(eqx.Module):
                         "and finite lower / upper (its spring-damper limit too); make them "
                         "-inf / inf"
                     )
+        if self.friction_loss is not None:
+            if not isinstance(self.friction_loss, FrictionLoss):
+                raise TypeError(
+                    f"SimConfig: friction_loss must be None or FrictionLoss, got "
+                    f"{type(self.friction_loss).__name__}"
+                )
+            if not C.uses_primal_newton(self.contact):
+                raise ValueError(
+                    "SimConfig: friction_loss (MuJoCo's dry-friction rows) is solved only by "
+                    "the primal Newton solve, contact=Constraint(soft=True, relaxed=True, "
+                    f"solver='newton'), got contact={self.contact!r}; without it leave "
+                    "friction_loss None (the model's friction is then smooth Coulomb friction)"
+                )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
                 f"SimConfig: terrain must be a Plane or a Heightfield, got "
@@ -448,6 +468,9 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
     (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
     :func:`_velocity_factors` instead."""
     skip = () if cfg.limit_constraints is None else cfg.limit_constraints.dof
+    if cfg.friction_loss is not None:  # dry friction: rows of the solve, not smooth friction
+        dofs = np.asarray(cfg.friction_loss.dof, np.int64)
+        props = dict(props, friction=props["friction"].at[dofs].set(0.0))
     passive = passive_forces(model, props, cfg.limits, q, v, skip=skip)
     if coupled or not _coupled(cfg):
         tau = cfg.actuator.torques(model, q, v, ctrl)
@@ -583,6 +606,16 @@ def _limit_rows(cfg) -> LimitConstraints | None:
     return lim if lim is not None and lim.rows else None
 
 
+def _bounded_rows(extra, rows):
+    """The primal solve's scalar rows ``extra`` (``(J, u, R)`` one-sided rows or ``None``)
+    and the bounded ``rows = (J, u, R, lo, hi)`` as one ``(J, u, R, lo, hi)``."""
+    if extra is None:
+        return rows
+    J, u, R = extra
+    zero, inf = jnp.zeros_like(u), jnp.full_like(u, jnp.inf)
+    return tuple(jnp.concatenate(p) for p in zip((J, u, R, zero, inf), rows, strict=True))
+
+
 def _constraint_velocity(
     model, cfg, ws, origin, v_free, solve, h, v, q, plain=None, unreduced=None, warm=None
 ):
@@ -681,17 +714,18 @@ def _constraint_velocity(
         eye = jnp.eye(model.nv, dtype=v.dtype)
         Minv = solve(eye) if solve_m is None else solve_m(eye)
         extra = None
+        vf = v_free if v_free_m is None else v_free_m
         if lim is not None:
             tendons = (cfg.tendons, cfg.spatial_tendons)
-            extra = L.primal_rows(lim, model, q, v, v_free if v_free_m is None else v_free_m,
-                                  h, tendons)  # fmt: skip
+            extra = L.primal_rows(lim, model, q, v, vf, h, tendons)
+        if cfg.friction_loss is not None:  # MuJoCo's dry-friction rows, bounded impulses
+            extra = _bounded_rows(extra, cfg.friction_loss.primal_rows(model, v, vf, h))
         # the plain M by CRBA (the inverse of the ABA's Minv loses cond(M) times the rounding
         # in float32), but where equality rows were eliminated into the solves
         M = crba_world(model, ws) if cfg.equalities is None else None
         # MuJoCo's warm start (mj_fwdConstraint, MJX solver.solve): the previous solve's
         # acceleration qacc_warmstart, as the velocity change z from this step's free velocity
         # under M (qacc - qacc_smooth times h); the solve's qacc is carried on
-        vf = v_free if v_free_m is None else v_free_m
         z0 = None
         if warm is not None and cfg.contact.warm_start:
             z0 = jax.lax.stop_gradient(h * warm - (vf - v))

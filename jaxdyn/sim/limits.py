@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..model.model import Model
     from .actuators import FixedTendons, SpatialTendons
 
-__all__ = ["LimitConstraints"]
+__all__ = ["FrictionLoss", "LimitConstraints"]
 
 
 class LimitConstraints(eqx.Module):
@@ -445,3 +445,87 @@ def solve(
     assert lam_l is not None and res is not None  # rows=n > 0 (check_model), residual on
     dv = MinvJT @ jnp.concatenate([lam_c.reshape(-1), lam_l])
     return dv, (None if contact is None else lam_c), res, x
+
+
+class FrictionLoss(eqx.Module):
+    """MuJoCo's dry joint friction (``frictionloss``; efc type ``mjCNSTR_FRICTION_DOF``): a
+    soft constraint row per velocity coordinate ``dof`` (static), its Jacobian the unit vector
+    of the coordinate, its force bounded by ``|f| <= frictionloss``, solved in the primal
+    Newton solve of :class:`~jaxdyn.sim.Constraint` (``solver="newton"``, pyramidal and
+    elliptic cones; :func:`jaxdyn.sim._primal.newton_solve`): the row's cost is quadratic
+    while its force is inside the bound and linear beyond (MuJoCo's primal cost). The row sits
+    at ``efc_pos = 0``: impedance ``imp = d(0)`` of ``solimp`` (its ``dmin``), reference
+    ``aref = -b v`` (``b`` of ``solref``, MuJoCo's ``solreffriction``; Todorov 2014, ICRA),
+    regulariser ``R = (1 - imp) / imp * diag`` (``diag``: ``dof_invweight0``). Per row:
+    ``frictionloss (n,) >= 0``, ``solref (n, 2)`` (either form), ``solimp (n, 5)``, ``diag
+    (n,)``; ``refsafe`` (static): MuJoCo's ``timeconst >= 2 h``.
+
+    In a :class:`~jaxdyn.sim.SimConfig` (``friction_loss=``) its coordinates' smooth Coulomb
+    friction (the model's ``friction``) is left out. The dual solves and the hard
+    :class:`~jaxdyn.sim.Constraint` have no such rows and refuse it.
+    :meth:`jaxdyn.io.mjcf.MJCFModel.friction_loss` builds it from an MJCF file."""
+
+    frictionloss: jnp.ndarray
+    solref: jnp.ndarray
+    solimp: jnp.ndarray
+    diag: jnp.ndarray
+    dof: tuple = eqx.field(static=True)
+    refsafe: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        n = len(self.dof)
+        if len(set(self.dof)) != n or any(
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in self.dof
+        ):
+            raise ValueError(
+                f"FrictionLoss: dof must be distinct integers >= 0 (velocity coordinates), got "
+                f"{self.dof!r}"
+            )
+        for name, shape in (
+            ("frictionloss", (n,)),
+            ("solref", (n, 2)),
+            ("solimp", (n, 5)),
+            ("diag", (n,)),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, jax.core.Tracer):
+                continue
+            if np.shape(value) != shape:
+                raise ValueError(
+                    f"FrictionLoss: {name} has shape {np.shape(value)}, expected {shape}"
+                )
+            a = np.asarray(value, float)
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"FrictionLoss: {name} must be finite")
+            if name in ("frictionloss", "diag") and np.any(a < 0):
+                raise ValueError(f"FrictionLoss: {name} must be >= 0")
+
+    def check_model(self, model: Model) -> None:
+        """Raise ``ValueError`` if a row's ``dof`` is not a velocity coordinate of ``model``."""
+        for i, d in enumerate(self.dof):
+            if d >= model.nv:
+                raise ValueError(
+                    f"FrictionLoss: row {i}: dof={d} is not a velocity coordinate of "
+                    f"{model.name!r} (nv={model.nv})"
+                )
+
+    def primal_rows(
+        self, model: Model, v: Array, v_free: Array, h: ArrayLike
+    ) -> tuple[Array, Array, Array, Array, Array]:
+        """The rows ``(J (n, nv), u (n,), R (n,), lo (n,), hi (n,))`` of the primal Newton
+        solve (:func:`jaxdyn.sim._primal.solve_soft_rows`): ``u = J v_free - J v - h aref``,
+        the impulse bounds ``-+ h frictionloss``; ``v_free``: the free velocity under the ``M``
+        the rows are posed with (MuJoCo's plain ``M``)."""
+        self.check_model(model)
+        dtype = v.dtype
+        h = jnp.asarray(h, dtype)
+        dof = np.asarray(self.dof, np.int64)
+        J = jnp.asarray(np.eye(model.nv)[dof], dtype)
+        solimp = _soft.clamp_solimp(jnp.asarray(self.solimp, dtype))
+        _, b = _soft.gains(jnp.asarray(self.solref, dtype), solimp[:, 1], h, self.refsafe)
+        imp = _soft.impedance(solimp, jnp.zeros(len(dof), dtype))
+        aref = _soft.reference(0.0, b, imp, 0.0, v[dof])
+        u = (v_free[dof] - v[dof]) - h * aref
+        R = _soft.regulariser(imp, jnp.asarray(self.diag, dtype))
+        bound = h * jnp.asarray(self.frictionloss, dtype)
+        return J, u, R, -bound, bound
