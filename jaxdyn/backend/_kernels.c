@@ -153,3 +153,57 @@ XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
       minv_run_f64, minv_run_f64_narrow, minv_run_f32, minv_run_f32_narrow};
   return run_batch(frame, &k);
 }
+
+/* jaxdyn_rnea: inverse dynamics of a batch (jaxdyn/algorithms/rnea.py, rnea_kernel; the
+ * algorithm in _rnea_kernel.h). Operands: q (..., nq), qd (..., nv), qdd (..., nv), f_ext
+ * (..., nb, 6; or 0 entries where there are none), then the model as jaxdyn_crba's (Xtree_R,
+ * Xtree_p, axes, mass, com, inertia, armature), the gravity vector (3), all of one floating
+ * type, and jaxdyn_crba's topology without pairs (npairs 0). Result: tau (..., nv). */
+XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
+  if (metadata_call(frame))
+    return NULL;
+  if (frame->args.size != 13 || frame->rets.size != 1)
+    return ffi_error(frame, "jaxdyn_rnea: expected 13 operands and 1 result");
+  const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
+  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  const int32_t* tp = (const int32_t*)a[12]->data;
+  crba_topo t;
+  memset(&t, 0, sizeof t);
+  t.nb = tp[0], t.nq = tp[1], t.nv = tp[2], t.npairs = 0;
+  t.kind = tp + 4;
+  t.parent = t.kind + t.nb;
+  t.q_start = t.parent + t.nb;
+  t.v_start = t.q_start + t.nb;
+  int64_t B = 1;
+  for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
+    B *= a[0]->dims[i];
+  const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
+  const int has_arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv;
+  const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6;
+  int failed = 0;
+  /* blocks of 64 bytes; up to a quarter block left after them, one narrow block */
+#define RNEA_RUNS(T, W, NARROW, WIDE, NARROW_RUN)                                             \
+  {                                                                                           \
+    const T *q = (const T*)a[0]->data, *qd = (const T*)a[1]->data, *qdd = (const T*)a[2]->data; \
+    const T* fe = has_fext ? (const T*)a[3]->data : NULL;                                     \
+    const T* arm = has_arm ? (const T*)a[10]->data : NULL;                                    \
+    T* o = (T*)out->data;                                                                     \
+    const int64_t full = B % W <= NARROW ? B / W * W : B;                                      \
+    if (full > 0)                                                                             \
+      failed |= WIDE(&t, full, q, qd, qdd, fe, a[4]->data, a[5]->data, a[6]->data,            \
+                     a[7]->data, a[8]->data, a[9]->data, arm, a[11]->data, o);                \
+    if (B > full)                                                                             \
+      failed |= NARROW_RUN(&t, B - full, q + full * nq, qd + full * nv, qdd + full * nv,     \
+                           fe ? fe + full * nf : NULL, a[4]->data, a[5]->data, a[6]->data,    \
+                           a[7]->data, a[8]->data, a[9]->data, arm, a[11]->data,             \
+                           o + full * nv);                                                    \
+  }
+  if (a[0]->dtype == XLA_FFI_DataType_F64)
+    RNEA_RUNS(double, 8, 2, rnea_run_f64, rnea_run_f64_narrow)
+  else if (a[0]->dtype == XLA_FFI_DataType_F32)
+    RNEA_RUNS(float, 16, 4, rnea_run_f32, rnea_run_f32_narrow)
+  else
+    return ffi_error(frame, "jaxdyn_rnea: float32 or float64 operands expected");
+#undef RNEA_RUNS
+  return failed ? ffi_error(frame, "jaxdyn_rnea: out of memory") : NULL;
+}
