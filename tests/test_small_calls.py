@@ -21,9 +21,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: one kernel on quad12 (the derivative algorithms' ``nv x nv`` products exceed
-#: ``small_calls.MAX_ELEMENTS`` there, so they keep XLA's usual kernels); ``aba`` and ``minv``
-#: with the switch ``cpu_kernels`` off (on, their C kernels' custom calls keep them out of the
-#: call, as ``crba``'s: test_aba_kernel.py, test_minv_kernel.py)
+#: ``small_calls.MAX_ELEMENTS`` there, so they keep XLA's usual kernels); ``rnea``, ``aba``
+#: and ``minv`` with the switch ``cpu_kernels`` off (on, their C kernels' custom calls keep
+#: them out of the call, as ``crba``'s: test_rnea_kernel.py, test_aba_kernel.py,
+#: test_minv_kernel.py)
 ALGS = ("rnea", "aba", "minv")
 
 
@@ -53,7 +54,7 @@ def _entry_ops(compiled) -> list[str]:
 
 def _compiled(alg, model, args, on, passed):
     f = getattr(jaxdyn, alg)
-    with jaxdyn.config.override(fused_unbatched=on, cpu_kernels=alg not in ("aba", "minv")):
+    with jaxdyn.config.override(fused_unbatched=on, cpu_kernels=False):
         if passed:
             c = jax.jit(lambda m, *x: f(m, *x)).lower(model, *args).compile()
             return c, c(model, *args)
@@ -103,12 +104,15 @@ def test_derivatives_through_the_call(quad):
 
 def test_value_check_after_the_call(quad):
     """A value check of the body (a quaternion of ``q`` not of unit norm) still fails the
-    program, with its message: its predicate leaves the call and is checked after it."""
+    program, with its message: its predicate leaves the call and is checked after it (XLA's
+    ``rnea``: its C kernel keeps it out of the call, with the check before the kernel)."""
     model, q, v, a = quad
     bad = q.at[3].set(2.0)
-    with pytest.raises(jaxdyn.CheckError, match="rnea: a quaternion in q is not of unit norm"):
-        jaxdyn.jit(lambda q: jaxdyn.rnea(model, q, v, a))(bad)
-    hlo = str(jax.jit(lambda q: jaxdyn.rnea(model, q, v, a)).lower(bad).compile().as_text())
+    with jaxdyn.config.override(cpu_kernels=False):
+        with pytest.raises(jaxdyn.CheckError, match="rnea: a quaternion in q is not of unit"):
+            jaxdyn.jit(lambda q: jaxdyn.rnea(model, q, v, a))(bad)
+        f = jax.jit(lambda q: jaxdyn.rnea(model, q, v, a))
+        hlo = str(f.lower(bad).compile().as_text())
     assert "xla_cpu_small_call" in hlo and "jaxdyn_check" in hlo
 
 

@@ -4,7 +4,10 @@ Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1): :func:`rnea_local` in 
 coordinates, :func:`rnea_world` written in ground coordinates (Featherstone 2008 §5.3; the
 form IDSVA builds on, Singh, Russell & Wensing 2022, Alg. 1), on the world state the other
 algorithms share (ABA's bias forces, the simulator, the cluster baselines, the IIM);
-:func:`joint_forces` picks one of them for :func:`jaxdyn.rnea` (and :func:`rnea_plain`).
+:func:`joint_forces` picks one of them for :func:`jaxdyn.rnea` (and :func:`rnea_plain`). On the
+CPU the world form runs as a C kernel (:func:`jaxdyn.backend.rnea_kernel.rnea_kernel`,
+``jaxdyn/backend/_rnea_kernel.h``), one sample per vector lane; XLA's code stays for
+derivatives, batches of models, ``jax.export`` and other backends.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..backend import fusion
+from ..backend import rnea_kernel as kernel
+from ..backend.rnea_kernel import kernel_usable
 from ..model import tree
 from . import kinematics as kin
 
@@ -157,8 +162,12 @@ def rnea_local(
 
 
 def chunk_words(model: Model, itemsize: int) -> int:
-    """RNEA's chunk policy (``words=`` of its public wrappers): the transforms, velocities,
+    """RNEA's chunk policy (``words=`` of its public wrappers): none where its C kernel
+    computes the batch (it keeps a block of samples in the cache itself, as
+    :func:`jaxdyn.algorithms.crba.chunk_words`), else the transforms, velocities,
     accelerations and forces of every body, per sample."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
     return 48 * model.nb
 
 
@@ -168,15 +177,30 @@ def chunk_words(model: Model, itemsize: int) -> int:
 LOCAL_MIN_BATCH = 64
 
 
-def joint_forces(
-    model: Model, q: ArrayLike, qd: Array, qdd: Array, f_ext: Array | None = None
+def _xla_joint_forces(
+    model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
 ) -> Array:
-    """``tau`` of RNEA, in the form that is faster for how the call is evaluated: the body
-    form (:func:`rnea_local`) under a batching rule of at least :data:`LOCAL_MIN_BATCH`
-    samples, else the world form (:func:`rnea_world`)."""
+    """``tau`` of RNEA in XLA's code, in the form that is faster for how the call is
+    evaluated: the body form (:func:`rnea_local`) under a batching rule of at least
+    :data:`LOCAL_MIN_BATCH` samples, else the world form (:func:`rnea_world`). The C kernel's
+    fallback and its derivatives."""
     if batching.rule_batch_size() >= LOCAL_MIN_BATCH:
         return rnea_local(model, q, qd, qdd, f_ext)[0]
     return rnea_world(model, kin.world_state(model, q, centered=True), qd, qdd, f_ext)[0]
+
+
+def joint_forces(
+    model: Model, q: ArrayLike, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> Array:
+    """``tau`` of RNEA of the prepared operands: on the CPU (float32, float64) by jaxdyn's C
+    kernel (:func:`jaxdyn.backend.rnea_kernel.rnea_kernel`, the world form of
+    :func:`rnea_world` in C; the switch ``cpu_kernels``), else and for derivatives by XLA's
+    code (:func:`_xla_joint_forces`: the body or the world form, whichever is faster for how
+    the call is evaluated)."""
+    q = jnp.asarray(q)
+    if kernel_usable(model, q.dtype):
+        return kernel.rnea_kernel(model, q, qd, qdd, f_ext, _xla_joint_forces)
+    return _xla_joint_forces(model, q, qd, qdd, f_ext)
 
 
 @shell.public("rnea", words=batching.capped_when_threaded(chunk_words))
@@ -188,8 +212,11 @@ def rnea_plain(
     analytic derivative rules (JAX differentiates it op by op): ``jaxdyn.rnea`` is this with
     them (:mod:`jaxdyn.derivatives`); this one is their autodiff reference.
 
-    Reference: Featherstone 2008, Alg. 5.1 (RNEA), in body coordinates under ``jax.vmap``
-    (:func:`rnea_local`) and in world coordinates otherwise (:func:`joint_forces`).
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1). On the CPU computed by
+    jaxdyn's C kernel in world coordinates (:func:`jaxdyn.backend.rnea_kernel.rnea_kernel`;
+    the switch ``cpu_kernels``), elsewhere by XLA's code, in body coordinates under
+    ``jax.vmap`` (:func:`rnea_local`) and in world coordinates otherwise
+    (:func:`joint_forces`).
 
     **Arguments:**
 

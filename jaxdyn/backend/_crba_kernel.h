@@ -269,6 +269,7 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
 }
 
 #include "_minv_kernel.h"
+#include "_rnea_kernel.h"
 #include "_aba_kernel.h"
 
 #undef BLOCK

@@ -159,16 +159,32 @@ XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
   return run_batch(frame, &k);
 }
 
-/* jaxdyn_aba: forward dynamics of a batch (jaxdyn/algorithms/aba.py, aba_kernel; the
- * algorithm in _aba_kernel.h). Operands: q (..., nq), v (..., nv), tau (..., nv), f_ext
- * (..., nb, 6; body-frame spatial forces, or 0 entries where there are none), then the model
- * as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com, inertia, armature), gravity (3), and
- * jaxdyn_crba's topology. Result: qdd (..., nv). */
-XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
+/* a dynamics kernel's four runs: RUN(t, B, q, qd, x, f_ext or NULL, Xtree_R, Xtree_p, axes,
+   mass, com, inertia, armature or NULL, gravity, out), x the accelerations (RNEA) or the
+   torques (ABA) */
+typedef int (*dyn_f64)(const crba_topo*, int64_t, const double*, const double*, const double*,
+                       const double*, const double*, const double*, const double*,
+                       const double*, const double*, const double*, const double*,
+                       const double*, double*);
+typedef int (*dyn_f32)(const crba_topo*, int64_t, const float*, const float*, const float*,
+                       const float*, const float*, const float*, const float*, const float*,
+                       const float*, const float*, const float*, const float*, float*);
+typedef struct {
+  const char *bad_arity, *bad_dtype, *no_memory; /* the target's errors */
+  dyn_f64 f64, f64_narrow;
+  dyn_f32 f32, f32_narrow;
+} dynamics_kernel;
+
+/* one call of a dynamics kernel (jaxdyn_rnea, jaxdyn_aba). Operands: q (..., nq), qd
+ * (..., nv), x (..., nv), f_ext (..., nb, 6; body-frame spatial forces, or 0 entries where
+ * there are none), then the model as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com,
+ * inertia, armature), the gravity vector (3), all of one floating type, and jaxdyn_crba's
+ * topology (its pairs unused). Result (..., nv). The batch is split as run_batch's. */
+static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kernel* k) {
   if (metadata_call(frame))
     return NULL;
   if (frame->args.size != 13 || frame->rets.size != 1)
-    return ffi_error(frame, "jaxdyn_aba: expected 13 operands and 1 result");
+    return ffi_error(frame, k->bad_arity);
   const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
   const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
   crba_topo t;
@@ -176,31 +192,55 @@ XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
   int64_t B = 1;
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
-  const int has_fext = a[3]->rank >= 2;
-  const void* arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv ? a[10]->data : NULL;
-  const int64_t nq = t.nq, nv = t.nv, nf = has_fext ? 6 * (int64_t)t.nb : 0;
+  const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
+  const int has_arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv;
+  const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6;
   int failed = 0;
-#define ABA_RUNS(T, RUN, RUN_NARROW, WIDE, NARROW)                                            \
-  do {                                                                                         \
-    const int64_t full = B % WIDE <= NARROW ? B / WIDE * WIDE : B;                             \
-    const T *q = (const T*)a[0]->data, *qd = (const T*)a[1]->data, *tau = (const T*)a[2]->data; \
-    const T* fe = has_fext ? (const T*)a[3]->data : NULL;                                      \
-    T* o = (T*)out->data;                                                                      \
-    if (full > 0)                                                                              \
-      failed |= RUN(&t, full, q, qd, tau, fe, a[4]->data, a[5]->data, a[6]->data, a[7]->data,  \
-                    a[8]->data, a[9]->data, arm, a[11]->data, o);                              \
-    if (B > full)                                                                              \
-      failed |= RUN_NARROW(&t, B - full, q + full * nq, qd + full * nv, tau + full * nv,       \
-                           fe == NULL ? NULL : fe + full * nf, a[4]->data, a[5]->data,         \
-                           a[6]->data, a[7]->data, a[8]->data, a[9]->data, arm, a[11]->data,   \
-                           o + full * nv);                                                     \
-  } while (0)
+  /* blocks of 64 bytes; up to a quarter block left after them, one narrow block */
+#define DYNAMICS_RUNS(T, W, NARROW, WIDE, NARROW_RUN)                                         \
+  {                                                                                           \
+    const T *q = (const T*)a[0]->data, *qd = (const T*)a[1]->data, *x = (const T*)a[2]->data; \
+    const T* fe = has_fext ? (const T*)a[3]->data : NULL;                                     \
+    const T* arm = has_arm ? (const T*)a[10]->data : NULL;                                    \
+    const T *XR = (const T*)a[4]->data, *Xp = (const T*)a[5]->data;                           \
+    const T *ax = (const T*)a[6]->data, *ms = (const T*)a[7]->data;                           \
+    const T *cm = (const T*)a[8]->data, *in = (const T*)a[9]->data;                           \
+    const T* g = (const T*)a[11]->data;                                                       \
+    T* o = (T*)out->data;                                                                     \
+    const int64_t full = B % W <= NARROW ? B / W * W : B;                                      \
+    if (full > 0)                                                                             \
+      failed |= WIDE(&t, full, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);              \
+    if (B > full)                                                                             \
+      failed |= NARROW_RUN(&t, B - full, q + full * nq, qd + full * nv, x + full * nv,        \
+                           fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in, arm, g,       \
+                           o + full * nv);                                                    \
+  }
   if (a[0]->dtype == XLA_FFI_DataType_F64)
-    ABA_RUNS(double, aba_run_f64, aba_run_f64_narrow, 8, 2);
+    DYNAMICS_RUNS(double, 8, 2, k->f64, k->f64_narrow)
   else if (a[0]->dtype == XLA_FFI_DataType_F32)
-    ABA_RUNS(float, aba_run_f32, aba_run_f32_narrow, 16, 4);
+    DYNAMICS_RUNS(float, 16, 4, k->f32, k->f32_narrow)
   else
-    return ffi_error(frame, "jaxdyn_aba: float32 or float64 operands expected");
-#undef ABA_RUNS
-  return failed ? ffi_error(frame, "jaxdyn_aba: out of memory") : NULL;
+    return ffi_error(frame, k->bad_dtype);
+#undef DYNAMICS_RUNS
+  return failed ? ffi_error(frame, k->no_memory) : NULL;
+}
+
+/* jaxdyn_rnea: inverse dynamics of a batch (jaxdyn/algorithms/rnea.py, rnea_kernel; the
+ * algorithm in _rnea_kernel.h): run_dynamics with x = qdd, result tau. */
+XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
+  static const dynamics_kernel k = {
+      "jaxdyn_rnea: expected 13 operands and 1 result",
+      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory",
+      rnea_run_f64, rnea_run_f64_narrow, rnea_run_f32, rnea_run_f32_narrow};
+  return run_dynamics(frame, &k);
+}
+
+/* jaxdyn_aba: forward dynamics of a batch (jaxdyn/algorithms/aba.py, aba_kernel; the
+ * algorithm in _aba_kernel.h): run_dynamics with x = tau, result qdd. */
+XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
+  static const dynamics_kernel k = {
+      "jaxdyn_aba: expected 13 operands and 1 result",
+      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory",
+      aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
+  return run_dynamics(frame, &k);
 }

@@ -478,7 +478,8 @@ def _prepare(targets) -> None:
 
         if not ffi.available():
             raise RuntimeError(f"jaxdyn's FFI handlers are not available: {ffi.status()}")
-        if ffi.CRBA_TARGET in targets and not ffi.kernels_available():
+        kernels = (ffi.CRBA_TARGET, ffi.MINV_TARGET, ffi.RNEA_TARGET, ffi.ABA_TARGET)
+        if any(k in targets for k in kernels) and not ffi.kernels_available():
             raise RuntimeError(f"jaxdyn's CPU kernels are not available: {ffi.kernel_status()}")
     if any(t.startswith("lapack_") for t in targets):
         from jaxlib import lapack

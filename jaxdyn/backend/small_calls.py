@@ -4,7 +4,7 @@ At batch 1 a jitted algorithm is dozens to hundreds of small XLA:CPU kernels (on
 and each kernel launch costs more than the arithmetic in it. XLA:CPU runs an HLO ``call`` whose
 frontend attribute ``xla_cpu_small_call`` is ``"true"`` as one kernel (its legacy IR emitter,
 see :mod:`.fused_programs`). :func:`small_call` traces a function's body into such a call, so
-that ``jax.jit(jaxdyn.rnea)`` compiles to one kernel (with the value checks after it). Unlike
+that ``jax.jit(jaxdyn.aba)`` compiles to one kernel (with the value checks after it). Unlike
 :func:`.fused_programs.fused_jit` it works inside the caller's program, whose compile options
 jaxdyn cannot set, so the body must compile under XLA:CPU's defaults. What the legacy emitter
 of jaxlib 0.10 cannot take inside such a call (each found on a jaxdyn algorithm):

@@ -201,9 +201,10 @@ def rnea(
     """Inverse dynamics ``tau = M(q) a + C(q, v) v + g(q) - sum J_i^T f_ext_i``, with analytic
     derivatives.
 
-    Reference: Featherstone 2008, Alg. 5.1 (RNEA; :func:`jaxdyn.algorithms.rnea.joint_forces`);
-    derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
-    Algorithm 1, Eqs. 30, 32.
+    Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1;
+    :func:`jaxdyn.algorithms.rnea.joint_forces`: on the CPU jaxdyn's C kernel, the primal
+    only); derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
+    Algorithm 1, Eqs. 30, 32, in XLA's code.
 
     Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea_plain`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
