@@ -21,7 +21,7 @@ from .. import batching, shell, spatial
 from .._precision import full_precision
 from ..backend import fusion
 from ..backend import rnea_kernel as kernel
-from ..backend.rnea_kernel import kernel_usable
+from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import kinematics as kin
 

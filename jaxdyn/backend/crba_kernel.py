@@ -125,7 +125,7 @@ def _register(prim) -> None:
     target = _TARGETS[prim]
 
     def impl(q, *leaves, tree_def, xla):
-        if jax.config.jax_disable_jit:  # op by op (jax.disable_jit): XLA's code, no program
+        if getattr(jax.config, "jax_disable_jit"):  # noqa: B009 (op by op: XLA's code, no program)
             return _xla(tree_def, xla, q, *leaves)
         return jax.jit(lambda *a: prim.bind(*a, tree_def=tree_def, xla=xla))(q, *leaves)
 
