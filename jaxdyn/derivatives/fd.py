@@ -35,8 +35,10 @@ from ..algorithms.aba import (
     velocity_terms,
     world_inertia_matrices,
 )
-from ..algorithms.minv import minv_world
+from ..algorithms.minv import minv_kernel, minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
+from ..backend import small_calls, xla_flags
+from ..backend.crba_kernel import kernel_usable
 from .idsva import chunk_words, idsva_world
 
 if TYPE_CHECKING:
@@ -54,6 +56,18 @@ if TYPE_CHECKING:
 #: of the sweep (DMM's ``nv^3`` product is one fat kernel, AZA's sweeps are many small ones),
 #: so the switch lies beyond the sweep.
 AZA_MIN_NV = 128
+
+
+def _minv_by_kernel(model: Model, dtype) -> bool:
+    """Whether :func:`aba_derivatives_world` takes ``M^-1`` from the C kernel: where it runs,
+    and not inside one XLA:CPU kernel (a small call, a fused program), which holds no custom
+    call."""
+    return (
+        kernel_usable(model, dtype)
+        and not small_calls.tracing()
+        and not xla_flags.fused_cpu_loops_enabled()
+    )
+
 
 METHODS = ("auto", "dmm", "aza")
 
@@ -118,12 +132,19 @@ def aba_derivatives_world(
     tau: Array,
     f_ext: Array | None = None,
     method: str = "auto",
+    q: Array | None = None,
 ) -> tuple[Array, Array, Array, Array]:
-    """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``."""
+    """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``.
+    With the prepared configuration ``q`` of ``ws``, ``Minv`` comes from jaxdyn's C kernel
+    where it runs (:func:`jaxdyn.algorithms.minv.minv_kernel`: fewer XLA kernels to compile,
+    ``docs/performance.md``), else from the sweeps sharing ABA's articulated inertias."""
     method = resolve_method(method, model.nv)
     nv = model.nv
     qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext, False)
-    Minv = minv_world(model, ws, inertias)
+    if q is not None and _minv_by_kernel(model, ws.S.dtype):
+        Minv = minv_kernel(model, q)
+    else:
+        Minv = minv_world(model, ws, inertias)
     rhs = jnp.concatenate([dq, dv], 1)
     if method == "dmm":
         D = -(Minv @ rhs)
@@ -178,4 +199,4 @@ def aba_derivatives(
         z = jnp.zeros((0, 0), v.dtype)
         return z, z, z
     ws = kin.world_state(model, q, centered=True)
-    return aba_derivatives_world(model, ws, v, tau, f_ext, method)[1:]
+    return aba_derivatives_world(model, ws, v, tau, f_ext, method, q)[1:]

@@ -170,7 +170,8 @@ class FreeDynamics(eqx.Module):
         ws = kin.world_state(model, q, centered=True)
         # aba_derivatives_world takes arrays (identity on jax arrays and tracers)
         v, tau = jnp.asarray(v), jnp.asarray(_torque(self.actuation, u))
-        a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, tau)
+        # M^-1 from q: jaxdyn's C kernel where it runs (fewer XLA kernels in the program)
+        a, a_q, a_v, Minv = aba_derivatives_world(model, ws, v, tau, q=jnp.asarray(q, ws.S.dtype))
         return a, a_q, a_v, _input_jacobian(self.actuation, Minv)
 
 
