@@ -191,7 +191,8 @@ def _chain_fns(model):
 
     return {
         "forward_kinematics": lambda q, v: jaxdyn.forward_kinematics(model, q),
-        "rnea": lambda q, v: jaxdyn.rnea(model, q, v, v),
+        # XLA's RNEA (jaxdyn.rnea runs its C kernel on the CPU, one call whatever the chain)
+        "rnea": lambda q, v: jaxdyn.algorithms.rnea.joint_forces_xla(model, q, v, v),
         # XLA's CRBA (jaxdyn.crba runs its C kernel on the CPU, one call whatever the chain)
         "crba": lambda q, v: crba_world(model, kin.world_state(model, q, centered=True)),
         # XLA's sweeps (jaxdyn.aba runs its C kernel on the CPU, one call whatever the chain)

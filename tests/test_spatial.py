@@ -199,7 +199,9 @@ def test_placements_are_stored_by_their_algorithms(solo12, monkeypatch):
     vs = jnp.zeros((rnea.LOCAL_MIN_BATCH, model.nv))
 
     def trace_rnea():  # a new function each time: no trace cache answers for it
-        jax.make_jaxpr(jax.vmap(lambda q, v: jaxdyn.rnea(model, q, v, v)))(qs, vs)
+        # XLA's RNEA (jaxdyn.rnea runs its C kernel on the CPU: test_rnea_kernel.py)
+        with jaxdyn.config.override(cpu_kernels=False):
+            jax.make_jaxpr(jax.vmap(lambda q, v: jaxdyn.rnea(model, q, v, v)))(qs, vs)
 
     trace_rnea()  # as if an earlier test had traced it
     monkeypatch.setattr(fusion, "materialize", spy(fusion.materialize))

@@ -177,7 +177,7 @@ def chunk_words(model: Model, itemsize: int) -> int:
 LOCAL_MIN_BATCH = 64
 
 
-def _xla_joint_forces(
+def joint_forces_xla(
     model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
 ) -> Array:
     """``tau`` of RNEA in XLA's code, in the form that is faster for how the call is
@@ -195,12 +195,12 @@ def joint_forces(
     """``tau`` of RNEA of the prepared operands: on the CPU (float32, float64) by jaxdyn's C
     kernel (:func:`jaxdyn.backend.rnea_kernel.rnea_kernel`, the world form of
     :func:`rnea_world` in C; the switch ``cpu_kernels``), else and for derivatives by XLA's
-    code (:func:`_xla_joint_forces`: the body or the world form, whichever is faster for how
+    code (:func:`joint_forces_xla`: the body or the world form, whichever is faster for how
     the call is evaluated)."""
     q = jnp.asarray(q)
     if kernel_usable(model, q.dtype):
-        return kernel.rnea_kernel(model, q, qd, qdd, f_ext, _xla_joint_forces)
-    return _xla_joint_forces(model, q, qd, qdd, f_ext)
+        return kernel.rnea_kernel(model, q, qd, qdd, f_ext, joint_forces_xla)
+    return joint_forces_xla(model, q, qd, qdd, f_ext)
 
 
 @shell.public("rnea", words=batching.capped_when_threaded(chunk_words))
