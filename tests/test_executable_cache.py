@@ -111,6 +111,14 @@ def test_key_changes_with_everything_that_decides_the_program(arm, monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=/nowhere")
     assert cached.key(_args(base)) != key
     monkeypatch.undo()
+    # what JAX logs decides nothing: a run with JAX_LOG_COMPILES=1 warms the cache for a plain one
+    for option in ("jax_log_compiles", "jax_explain_cache_misses"):
+        was = getattr(jax.config, option)
+        try:
+            jax.config.update(option, not was)
+            assert cached.key(_args(base)) == key, option
+        finally:
+            jax.config.update(option, was)
     # an edited jaxdyn (the digest of its source files)
     monkeypatch.setattr(ec, "_source_digest", lambda: "edited")
     ec._versions.cache_clear()
@@ -138,12 +146,12 @@ def test_context_is_recomputed_when_a_setting_changes(monkeypatch):
 
     with jax.numpy_rank_promotion("warn"):  # a thread-local JAX option
         check()
-    log = jax.config.jax_log_compiles  # pyright: ignore[reportAttributeAccessIssue]
+    infs = jax.config.jax_debug_infs  # pyright: ignore[reportAttributeAccessIssue]
     try:
-        jax.config.update("jax_log_compiles", not log)  # a global one, outside jit's key
+        jax.config.update("jax_debug_infs", not infs)  # a global one, outside jit's key
         check()
     finally:
-        jax.config.update("jax_log_compiles", log)
+        jax.config.update("jax_debug_infs", infs)
     monkeypatch.setitem(jaxdyn.config._values, "unroll_max", 7)  # a switch, not by update()
     check()
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=/nowhere")

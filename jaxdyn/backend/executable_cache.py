@@ -272,10 +272,16 @@ def _machine() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
+#: JAX options that do not decide the program: where and when JAX's own cache writes, and what
+#: JAX logs (a cold run with ``JAX_LOG_COMPILES=1`` warms the cache for a plain run)
 _UNKEYED_CONFIG = (
     "jax_compilation_cache_dir",
     "jax_persistent_cache_min_compile_time_secs",
     "jax_enable_compilation_cache",
+    "jax_log_compiles",
+    "jax_explain_cache_misses",
+    "jax_logging_level",
+    "jax_debug_log_modules",
 )
 
 
