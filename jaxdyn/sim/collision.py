@@ -1529,4 +1529,18 @@ def collide(
         return x if isinstance(x, (Hull, HField)) else jnp.asarray(x, dt)
 
     args = [conv(x) for x in (size1, pos1, mat1, size2, pos2, mat2)]
-    return fn(*args, margin=margin)
+    if any(isinstance(x, (Hull, HField)) for x in args):
+        return fn(*args, margin=margin)
+    return _traced_once(n1, n2)(*args, jnp.asarray(margin, dt))
+
+
+@functools.cache
+def _traced_once(n1: str, n2: str):
+    """The pair function of ``(n1, n2)`` under one :func:`jax.jit` of its own: a scene's
+    contact geometry is traced several times in one program (a reset's pose draw, each
+    substep's contact frames, derivatives) and by every environment of the same geoms; the
+    jitted pair is traced once per argument shape and ``jax.vmap`` batches its program once
+    (JAX caches both), where a plain call traced the GJK / EPA loops anew each time. XLA inlines
+    the call: the same computation."""
+    fn = PAIRS[(n1, n2)]
+    return jax.jit(lambda s1, p1, m1, s2, p2, m2, margin: fn(s1, p1, m1, s2, p2, m2, margin=margin))
