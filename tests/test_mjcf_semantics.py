@@ -106,7 +106,9 @@ def test_contacts_without_the_rows_warn():
     smooth models (``limits="spring"``, ``friction_loss="smooth"``) is silent, and so is the
     contact off (``sim_config()``). Explicit values keep working: ``limits="constraint"`` with
     the hard contact, ``friction_loss=None``. A ball joint's frictionloss under MuJoCo's
-    contact: rows on the hinges, the ball's smooth friction, with a warning naming it."""
+    contact: rows on the hinges, the ball's smooth friction, with a warning naming it. MuJoCo's
+    contact asked of a file without contact geoms: the limit rows alone, the dry friction
+    smooth, with a warning."""
     loaded = jaxdyn.load_mjcf(XML)
     for contact in (
         sim.Constraint(soft=False),
@@ -137,6 +139,19 @@ def test_contacts_without_the_rows_warn():
         assert cfg.friction_loss is None and cfg.limit_constraints is None and cfg.limits is None
     with pytest.raises(ValueError, match="limits must be 'constraint', 'spring'"):
         loaded.sim_config(sim.Constraint(), limits="mujoco")
+    # MuJoCo's contact asked of a file without contacts: the limit rows alone (their own
+    # solve), the dry friction smooth, with a warning saying so
+    arm = XML.replace('<geom name="floor" type="plane" size="5 5 .1"/>', "")
+    arm = arm[: arm.index('<body name="box"')] + arm[arm.index('<body name="base"') :]
+    armed = jaxdyn.load_mjcf(arm)
+    assert armed.geoms is None and not armed.contacts
+    with pytest.warns(jaxdyn.JaxdynWarning, match="no contact geoms") as rec:
+        cfg = armed.sim_config(sim.Constraint())
+    assert len(rec) == 1 and "frictionloss of the joints ['shoulder', 'elbow']" in str(
+        rec[0].message
+    )
+    assert cfg.contact is None and cfg.friction_loss is None
+    assert cfg.limit_constraints is not None and cfg.limit_constraints.dof == (0, 1)
     ball = XML.replace(
         '<freejoint name="box"/>', '<joint name="ball" type="ball" frictionloss="0.1"/>'
     )

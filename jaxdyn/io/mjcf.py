@@ -687,7 +687,8 @@ class MJCFModel(NamedTuple):
         joints' ``frictionloss`` MuJoCo's dry-friction rows (:meth:`friction_loss`; a ball or
         free joint's stays smooth friction, with a warning). With a contact that cannot take
         the rows (the hard contact ``Constraint(soft=False)``, the dual solve, ``Compliant``)
-        the defaults are jaxdyn's smooth models, the spring-damper
+        (MuJoCo's limit rows can be asked there, ``limits="constraint"``) the defaults are
+        jaxdyn's smooth models, the spring-damper
         :class:`jaxdyn.sim.JointLimits` and the smooth Coulomb friction of the model's
         ``friction``, with a :class:`jaxdyn.JaxdynWarning` naming the joints and tendons and
         what they get instead; with contact off (``contact=None``) the smooth models,
@@ -859,6 +860,9 @@ class MJCFModel(NamedTuple):
         jnames, tnames = mujoco_names(m, "jnt"), mujoco_names(m, "tendon")
         off = _disabled(mujoco, m, "mjDSBL_CONSTRAINT")
         rows = uses_primal_newton(contact)
+        # MuJoCo's contact asked for a file without contacts: the limit rows alone (their own
+        # solve), the dry friction smooth (only the primal Newton solve takes its rows)
+        alone = contact is None and uses_primal_newton(asked)
         notes = []
         if fl_how == "mujoco":
             fl_on = not (off or _disabled(mujoco, m, "mjDSBL_FRICTIONLOSS"))
@@ -879,7 +883,7 @@ class MJCFModel(NamedTuple):
                     '(friction_loss="smooth" chooses it)'
                 )
         if lim_how == "mujoco":
-            if rows:
+            if rows or alone:
                 self._limit_rows(kw)
             elif asked is not None and not (off or _disabled(mujoco, m, "mjDSBL_LIMIT")):
                 js = [
@@ -897,16 +901,21 @@ class MJCFModel(NamedTuple):
                         'instead of MuJoCo\'s soft limit rows (limits="spring" chooses it)'
                     )
         if notes:
-            why = (
-                "the primal Newton solve of MuJoCo's soft contact (sim.Constraint() with soft "
-                "left at None) takes MuJoCo's rows"
-                if rows
-                else f"contact {_contact_name(asked)} cannot take MuJoCo's dry-friction and "
-                "limit rows (only the primal Newton solve of MuJoCo's soft contact, "
-                "sim.Constraint() with soft left at None, does"
-                + ("" if contact is not None else "; the file has no contact geoms for it")
-                + ")"
-            )
+            if rows:
+                why = "MuJoCo's soft contact takes MuJoCo's rows"
+            elif alone:
+                why = (
+                    "the file has no contact geoms, so no contact solve (only the primal Newton "
+                    "solve of MuJoCo's soft contact) takes MuJoCo's dry-friction rows; its limit "
+                    "rows are solved alone"
+                )
+            else:
+                why = (
+                    f"contact {_contact_name(asked)} is not MuJoCo's soft contact "
+                    "(sim.Constraint() with soft left at None), so the defaults are jaxdyn's "
+                    "smooth models, not what the file means (MuJoCo's dry-friction rows need "
+                    'that contact\'s primal Newton solve; its limit rows: limits="constraint")'
+                )
             warn(f"sim_config: {self.model.name}: {why}; applied instead: " + "; ".join(notes))
 
     def _touching(self):
@@ -2149,12 +2158,14 @@ def _fixed_tendon(m, t) -> bool:
 
 def _contact_name(c) -> str:
     """A short name of the contact model ``c`` for messages."""
-    from ..sim.contact import Constraint
+    from ..sim.contact import Constraint, uses_primal_newton
 
     if not isinstance(c, Constraint):
         return type(c).__name__
     if not c.soft:
         return "Constraint(soft=False) (the hard contact)"
+    if uses_primal_newton(c):
+        return "MuJoCo's soft contact"
     return f"Constraint(soft=True, relaxed={c.relaxed}, solver={c.solver!r}) (the dual solve)"
 
 
