@@ -139,7 +139,8 @@ class SuiteEnv(SimEnv):
     #: contacts, :meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`), ``True``, its
     #: per-joint spring-damper approximation
     #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`), or ``False``, the default
-    #: :class:`jaxdyn.sim.JointLimits` spring-damper
+    #: :class:`jaxdyn.sim.JointLimits` spring-damper (named, ``limits="spring"``: the default of
+    #: ``sim_config`` under MuJoCo's soft contact is the limit rows)
     mujoco_limits: bool | str = False
     #: with ``mujoco_limits="constraint"``: the limit rows' own solver steps where the task has
     #: no constraint contact (``None``: :class:`jaxdyn.sim.LimitConstraints`' default)

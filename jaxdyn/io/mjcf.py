@@ -485,7 +485,8 @@ class MJCFModel(NamedTuple):
 
     def limit_constraints(self, **static: Any) -> LimitConstraints | None:
         """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
-        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row for
+        :meth:`sim_config`'s ``limits="constraint"``, its default under MuJoCo's contact, or
+        its ``limit_constraints=``): a row for
         every limited hinge and slide joint (two, one per side, where its range is narrower
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
@@ -572,7 +573,8 @@ class MJCFModel(NamedTuple):
 
     def friction_loss(self, *, skip_ball: bool = False) -> FrictionLoss | None:
         """MuJoCo's dry joint friction as :class:`jaxdyn.sim.FrictionLoss` (for
-        :meth:`sim_config`'s ``friction_loss="constraint"``): a row for every hinge and slide
+        :meth:`sim_config`'s ``friction_loss="constraint"``, its default under MuJoCo's
+        contact): a row for every hinge and slide
         joint with ``frictionloss > 0``, with the joint's ``solreffriction`` (``dof_solref``),
         ``solimpfriction`` (``dof_solimp``), ``dof_invweight0`` (the row's ``diagApprox``) and
         the file's ``refsafe`` flag. ``None`` where no joint has one or the file disables them
