@@ -52,7 +52,7 @@ def test_friction_rows_step_as_mujoco(cone):
     cfg = loaded.sim_config(NEWTON, friction_loss="constraint")
     fl = cfg.friction_loss
     assert isinstance(fl, sim.FrictionLoss) and fl.dof == (0, 2)
-    smooth = loaded.sim_config(NEWTON)
+    smooth = loaded.sim_config(NEWTON, friction_loss="smooth")
     assert smooth.friction_loss is None
     conv, model = loaded.converter(), loaded.model
     m = mujoco.MjModel.from_xml_string(xml)

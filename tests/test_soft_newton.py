@@ -335,7 +335,8 @@ def test_mjcf_default_constraint_is_mujocos_contact():
     assert C.uses_primal_newton(c)
     mine = _contact(loaded.sim_config(sim.Constraint(iterations=7, tolerance=0.0, max_contacts=3)))
     assert (mine.soft, mine.iterations, mine.tolerance, mine.max_contacts) == (True, 7, 0.0, 3)
-    hard = _contact(loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp",)))
+    hard_cfg = loaded.sim_config(sim.Constraint(soft=False), ignore=("solimp",), limits="spring")
+    hard = _contact(hard_cfg)
     assert (hard.soft, hard.relaxed, hard.iterations, hard.warm_start) == (False, False, 100, False)
     assert not C.uses_primal_newton(hard) and C.solver_block_rows(hard) == 3
     plain = dataclasses.replace(
@@ -347,7 +348,8 @@ def test_mjcf_default_constraint_is_mujocos_contact():
         sim.Constraint(soft=1)  # type: ignore[arg-type]
 
     steps = 150
-    cfg = loaded.sim_config(sim.Constraint(), limits="constraint")
+    cfg = loaded.sim_config(sim.Constraint())  # the file's limit rows: the default
+    assert cfg.limit_constraints is not None and hard_cfg.limit_constraints is None
     conv, model = loaded.converter(), loaded.model
     m = mujoco.MjModel.from_xml_string(LIMIT_MJCF)
     qs, vs = mujoco_rollout(m, steps, qvel=LIMIT_PUSH, fields=("qpos", "qvel"))

@@ -139,7 +139,8 @@ class SuiteEnv(SimEnv):
     #: contacts, :meth:`~jaxdyn.io.mjcf.MJCFModel.limit_constraints`), ``True``, its
     #: per-joint spring-damper approximation
     #: (:meth:`~jaxdyn.io.mjcf.MJCFModel.mujoco_limits`), or ``False``, the default
-    #: :class:`jaxdyn.sim.JointLimits` spring-damper
+    #: :class:`jaxdyn.sim.JointLimits` spring-damper (named, ``limits="spring"``: the default of
+    #: ``sim_config`` under MuJoCo's soft contact is the limit rows)
     mujoco_limits: bool | str = False
     #: with ``mujoco_limits="constraint"``: the limit rows' own solver steps where the task has
     #: no constraint contact (``None``: :class:`jaxdyn.sim.LimitConstraints`' default)
@@ -186,8 +187,13 @@ class SuiteEnv(SimEnv):
                 kw["limit_constraints"] = scene.limit_constraints(iterations=self.limit_iterations)
         elif self.mujoco_limits:
             kw["limits"] = scene.mujoco_limits()
-        if _sim.contact.uses_primal_newton(self.contact):  # MuJoCo's dry-friction rows
-            kw["friction_loss"] = "constraint"
+        else:  # named: sim_config's default is MuJoCo's limit rows under MuJoCo's contact
+            kw["limits"] = "spring"
+        # MuJoCo's dry-friction rows where the primal Newton solve takes them; named, the
+        # smooth friction elsewhere (the finger's hard contact), as before sim_config's default
+        # became the rows (it would warn there)
+        primal = _sim.contact.uses_primal_newton(self.contact)
+        kw["friction_loss"] = "constraint" if primal else "smooth"
         cfg = scene.sim_config(self.contact, ignore=self.sim_ignore, dt=sim_dt, **kw)
         super().__init__(model, cfg, n_frames=n)
 

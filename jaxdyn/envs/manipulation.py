@@ -120,7 +120,14 @@ class PushCube(SimEnv):
         actuator = ServoPD(
             kp=_arr(kp), kd=_arr(kd), effort=_arr(effort), dofs=ARM_JOINTS, gravity=True
         )
-        cfg = scene.sim_config(contact=cm, actuator=actuator, dt=dt / n_frames)
+        # the hard and compliant contact take no limit rows: the arm's limits the spring-damper,
+        # named (sim_config would warn); MuJoCo's soft contact (Constraint() with soft None, or
+        # the primal Newton solve) gets the file's limit rows, sim_config's default
+        rows = _sim.contact.uses_primal_newton(cm) or (
+            isinstance(cm, _sim.Constraint) and cm.soft is None
+        )
+        kw = {} if rows else {"limits": "spring"}
+        cfg = scene.sim_config(contact=cm, actuator=actuator, dt=dt / n_frames, **kw)
         super().__init__(model, cfg, n_frames)
         self.scene = scene
         self._frames = (model.frame_index("tip"), model.frame_index("cube"))

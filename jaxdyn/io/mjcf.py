@@ -485,7 +485,8 @@ class MJCFModel(NamedTuple):
 
     def limit_constraints(self, **static: Any) -> LimitConstraints | None:
         """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
-        :meth:`sim_config`'s ``limits="constraint"``, or its ``limit_constraints=``): a row for
+        :meth:`sim_config`'s ``limits="constraint"``, its default under MuJoCo's contact, or
+        its ``limit_constraints=``): a row for
         every limited hinge and slide joint (two, one per side, where its range is narrower
         than ``2 margin``) with the joint's range, ``margin``,
         ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
@@ -570,15 +571,17 @@ class MJCFModel(NamedTuple):
             **static,
         )
 
-    def friction_loss(self) -> FrictionLoss | None:
+    def friction_loss(self, *, skip_ball: bool = False) -> FrictionLoss | None:
         """MuJoCo's dry joint friction as :class:`jaxdyn.sim.FrictionLoss` (for
-        :meth:`sim_config`'s ``friction_loss="constraint"``): a row for every hinge and slide
+        :meth:`sim_config`'s ``friction_loss="constraint"``, its default under MuJoCo's
+        contact): a row for every hinge and slide
         joint with ``frictionloss > 0``, with the joint's ``solreffriction`` (``dof_solref``),
         ``solimpfriction`` (``dof_solimp``), ``dof_invweight0`` (the row's ``diagApprox``) and
         the file's ``refsafe`` flag. ``None`` where no joint has one or the file disables them
         (``<flag frictionloss="disable"/>`` or ``constraint="disable"``). Refused with a
         ``ValueError`` naming the joint: ``frictionloss`` on a ball or free joint (the rows
-        here act on hinge and slide coordinates)."""
+        here act on hinge and slide coordinates), unless ``skip_ball``: those joints are then
+        left out (their ``frictionloss`` stays the model's smooth Coulomb friction)."""
         from ..sim.limits import FrictionLoss
 
         m = self.mj_model
@@ -592,6 +595,8 @@ class MJCFModel(NamedTuple):
                 continue
             j = int(m.dof_jntid[dof])
             if int(m.jnt_type[j]) not in (_HINGE, _SLIDE):
+                if skip_ball:
+                    continue
                 raise ValueError(
                     f"friction_loss: <joint name={names[j]!r}>: frictionloss on a ball or free "
                     "joint (MuJoCo's dry-friction rows are taken on hinge and slide joints)"
@@ -672,17 +677,29 @@ class MJCFModel(NamedTuple):
         default ``None`` leaves contact off. A ``Constraint`` whose ``soft`` is left at its
         default ``None`` (``Constraint()``) is MuJoCo's contact model of the file,
         :meth:`mujoco_contact` (what the file means and MJX computes); ``soft=False`` the hard
-        contact. Joint and
-        tendon limits are jaxdyn's smooth :class:`jaxdyn.sim.JointLimits` (MuJoCo: a
-        constraint with ``solreflimit``), as with every loader, unless ``limits="constraint"``:
-        the hinge and slide joints' and the tendons' limits are then MuJoCo's limit constraint
+        contact.
+
+        Joint limits and ``frictionloss`` mean what the file means under MuJoCo's contact: with
+        a contact solved by the primal Newton solve (``Constraint()``, as above) the defaults
+        of ``limits`` and ``friction_loss`` (left out) are MuJoCo's rows, as
+        ``limits="constraint"`` and ``friction_loss="constraint"`` give them: the hinge and
+        slide joints' and the tendons' limits MuJoCo's limit constraint
         (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
-        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite); ``limits=`` a
-        :class:`jaxdyn.sim.JointLimits` or ``None`` sets ``SimConfig.limits`` as any other override.
-        The joints' ``frictionloss`` is jaxdyn's smooth Coulomb friction (the model's
-        ``friction``) unless ``friction_loss="constraint"``: MuJoCo's dry-friction rows
-        (:meth:`friction_loss`), which the primal Newton solve of a soft
-        :class:`jaxdyn.sim.Constraint` takes (``SimConfig`` refuses them with another contact).
+        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite) and the hinge and slide
+        joints' ``frictionloss`` MuJoCo's dry-friction rows (:meth:`friction_loss`; a ball or
+        free joint's stays smooth friction, with a warning). With a contact that cannot take
+        the rows (the hard contact ``Constraint(soft=False)``, the dual solve, ``Compliant``)
+        (MuJoCo's limit rows can be asked there, ``limits="constraint"``) the defaults are
+        jaxdyn's smooth models, the spring-damper
+        :class:`jaxdyn.sim.JointLimits` and the smooth Coulomb friction of the model's
+        ``friction``, with a :class:`jaxdyn.JaxdynWarning` naming the joints and tendons and
+        what they get instead; with contact off (``contact=None``) the smooth models,
+        silently. ``limits="spring"`` / ``friction_loss="smooth"`` name the smooth models
+        (no warning), ``limits="constraint"`` / ``friction_loss="constraint"`` the rows
+        (``SimConfig`` refuses the dry-friction rows without the primal Newton solve);
+        ``limits=`` a :class:`jaxdyn.sim.JointLimits` or ``None``, ``limit_constraints=`` and
+        ``friction_loss=`` a :class:`jaxdyn.sim.FrictionLoss` or ``None`` set those fields as
+        any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -793,28 +810,115 @@ class MJCFModel(NamedTuple):
                 kw.update(self._soft_contact(contact, kw.get("contacts"), self.geoms))
             elif kw["geoms"] is not None:  # ignore=("solimp", "solref"): what they cannot take
                 kw["geoms"] = _hard_geoms(kw["geoms"])
-        if isinstance(overrides.get("friction_loss"), str):
-            how = overrides.pop("friction_loss")
-            if how not in ("constraint", "smooth"):
-                raise ValueError(
-                    "sim_config: friction_loss must be 'constraint', 'smooth', a FrictionLoss or "
-                    f"None, got {how!r}"
-                )
-            if how == "constraint":
-                kw["friction_loss"] = self.friction_loss()
-        if isinstance(overrides.get("limits"), str):
-            how = overrides.pop("limits")
-            if how not in ("constraint", "spring"):
-                raise ValueError(
-                    f"sim_config: limits must be 'constraint', 'spring', a JointLimits or None, "
-                    f"got {how!r}"
-                )
-            if how == "constraint":
-                kw["limit_constraints"] = lim = self.limit_constraints()
-                if lim is not None and lim.tendons:  # not the spring-damper too
-                    kw.update(_unlimited_tendons(kw, set(lim.tendons)))
+        fl_how = self._how(overrides, "friction_loss", ("constraint", "smooth"), "FrictionLoss")
+        lim_how = self._how(overrides, "limits", ("constraint", "spring"), "JointLimits")
+        if lim_how == "mujoco" and "limit_constraints" in overrides:  # the user's own rows
+            lim_how = None
+        if "mujoco" in (fl_how, lim_how):  # the defaults: what the file means, where it can
+            self._default_rows(contact, kw.get("contact"), fl_how, lim_how, kw)
+        if fl_how == "constraint":
+            kw["friction_loss"] = self.friction_loss()
+        if lim_how == "constraint":
+            self._limit_rows(kw)
         kw.update(overrides)
         return SimConfig(**kw)
+
+    @staticmethod
+    def _how(overrides, key, names, cls):
+        """``overrides[key]`` when it names a model (popped), ``"mujoco"`` when absent (the
+        default: what the file means), ``None`` when it is a value (a ``cls`` or ``None``, set
+        as any other override)."""
+        if key not in overrides:
+            return "mujoco"
+        how = overrides[key]
+        if not isinstance(how, str):
+            return None
+        if how not in names:
+            raise ValueError(
+                f"sim_config: {key} must be {names[0]!r}, {names[1]!r}, a {cls} or None, got "
+                f"{how!r}"
+            )
+        return overrides.pop(key)
+
+    def _limit_rows(self, kw):
+        """MuJoCo's limit rows (:meth:`limit_constraints`) into ``kw``, the constrained
+        tendons' spring-damper bounds infinite."""
+        kw["limit_constraints"] = lim = self.limit_constraints()
+        if lim is not None and lim.tendons:  # not the spring-damper too
+            kw.update(_unlimited_tendons(kw, set(lim.tendons)))
+
+    def _default_rows(self, asked, contact, fl_how, lim_how, kw):
+        """The defaults of ``friction_loss`` / ``limits`` (``"mujoco"``): MuJoCo's dry-friction
+        and limit rows where ``contact`` (the ``SimConfig``'s) is solved by the primal Newton
+        solve that takes them (MuJoCo's soft contact); with another contact (``asked``: the
+        contact model given) jaxdyn's smooth friction and spring-damper limits, with a
+        :class:`jaxdyn.JaxdynWarning` naming the joints and tendons that then differ from
+        MuJoCo. Contact off (``asked`` ``None``): the smooth models, silently."""
+        from ..errors import warn
+        from ..sim.contact import uses_primal_newton
+
+        m = self.mj_model
+        mujoco = _import_mujoco()
+        jnames, tnames = mujoco_names(m, "jnt"), mujoco_names(m, "tendon")
+        off = _disabled(mujoco, m, "mjDSBL_CONSTRAINT")
+        rows = uses_primal_newton(contact)
+        # MuJoCo's contact asked for a file without contacts: the limit rows alone (their own
+        # solve), the dry friction smooth (only the primal Newton solve takes its rows)
+        alone = contact is None and uses_primal_newton(asked)
+        notes = []
+        if fl_how == "mujoco":
+            fl_on = not (off or _disabled(mujoco, m, "mjDSBL_FRICTIONLOSS"))
+            js = [j for j in range(m.njnt) if fl_on and _frictionloss(m, j)]
+            ball = [jnames[j] for j in js if int(m.jnt_type[j]) not in (_HINGE, _SLIDE)]
+            if rows:
+                kw["friction_loss"] = self.friction_loss(skip_ball=True)
+                if ball:
+                    notes.append(
+                        f"frictionloss of the ball / free joints {ball}: smooth Coulomb "
+                        "friction (MuJoCo's dry-friction rows are taken on hinge and slide "
+                        "joints only)"
+                    )
+            elif js and asked is not None:
+                notes.append(
+                    f"frictionloss of the joints {[jnames[j] for j in js]}: jaxdyn's smooth "
+                    "Coulomb friction instead of MuJoCo's dry-friction rows "
+                    '(friction_loss="smooth" chooses it)'
+                )
+        if lim_how == "mujoco":
+            if rows or alone:
+                self._limit_rows(kw)
+            elif asked is not None and not (off or _disabled(mujoco, m, "mjDSBL_LIMIT")):
+                js = [
+                    jnames[j]
+                    for j in range(m.njnt)
+                    if int(m.jnt_type[j]) in (_HINGE, _SLIDE) and m.jnt_limited[j]
+                ]
+                ts = [tnames[t] for _, t in _limited_tendons(m)]
+                if js or ts:
+                    which = " and ".join(
+                        f"{k} {v}" for k, v in (("joints", js), ("tendons", ts)) if v
+                    )
+                    notes.append(
+                        f"the limits of the {which}: jaxdyn's spring-damper JointLimits "
+                        'instead of MuJoCo\'s soft limit rows (limits="spring" chooses it)'
+                    )
+        if notes:
+            if rows:
+                why = "MuJoCo's soft contact takes MuJoCo's rows"
+            elif alone:
+                why = (
+                    "the file has no contact geoms, so no contact solve (only the primal Newton "
+                    "solve of MuJoCo's soft contact) takes MuJoCo's dry-friction rows; its limit "
+                    "rows are solved alone"
+                )
+            else:
+                why = (
+                    f"contact {_contact_name(asked)} is not MuJoCo's soft contact "
+                    "(sim.Constraint() with soft left at None), so the defaults are jaxdyn's "
+                    "smooth models, not what the file means (MuJoCo's dry-friction rows need "
+                    'that contact\'s primal Newton solve; its limit rows: limits="constraint")'
+                )
+            warn(f"sim_config: {self.model.name}: {why}; applied instead: " + "; ".join(notes))
 
     def _touching(self):
         """MuJoCo geom indices of the contact primitives, the geoms of :attr:`geoms` and the
@@ -2052,6 +2156,26 @@ def _fixed_tendon(m, t) -> bool:
         and int(m.jnt_type[int(m.wrap_objid[w])]) in (_HINGE, _SLIDE)
         for w in range(a, a + n)
     )
+
+
+def _contact_name(c) -> str:
+    """A short name of the contact model ``c`` for messages."""
+    from ..sim.contact import Constraint, uses_primal_newton
+
+    if not isinstance(c, Constraint):
+        return type(c).__name__
+    if not c.soft:
+        return "Constraint(soft=False) (the hard contact)"
+    if uses_primal_newton(c):
+        return "MuJoCo's soft contact"
+    return f"Constraint(soft=True, relaxed={c.relaxed}, solver={c.solver!r}) (the dual solve)"
+
+
+def _frictionloss(m, j) -> bool:
+    """Whether MuJoCo joint ``j`` has ``frictionloss`` on any of its coordinates."""
+    a = int(m.jnt_dofadr[j])
+    n = {_FREE: 6, _BALL: 3}.get(int(m.jnt_type[j]), 1)
+    return bool(np.any(np.asarray(m.dof_frictionloss[a : a + n]) > 0))
 
 
 def _limited_tendons(m) -> list:
