@@ -12,6 +12,7 @@
  * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
  * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
  * Result: M (..., nv, nv). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -244,3 +245,99 @@ XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
       aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Host entry points: one sample of a kernel without XLA (jaxdyn/backend/host_calls.py,
+ * jaxdyn.compile_for_latency(..., dispatch="native"), called through ctypes). The caller fills
+ * a host_call once (jaxdyn_host_init: the model's arrays and topology and the buffers of one
+ * sample's inputs and result, which it keeps alive), then for each sample writes the inputs
+ * into their buffers and calls jaxdyn_host_run. The quaternions of q are checked (where asked)
+ * and normalised in their buffer as jaxdyn.shell.check_quaternions does before the kernel
+ * (q * (1 / sqrt(|quaternion|^2)) on each quaternion's entries); the kernels are the narrow
+ * runs that the handlers above take for a batch of one. */
+
+enum { HOST_RNEA = 0, HOST_ABA = 1, HOST_CRBA = 2, HOST_MINV = 3 };
+
+typedef struct {
+  crba_topo t;
+  int alg, f32, check, nquat;
+  double tol;          /* the quaternion check's tolerance on |quaternion|^2 - 1 */
+  const int32_t* quat; /* the index in q of each quaternion's first entry (nquat) */
+  const void *XR, *Xp, *axis, *mass, *com, *inertia, *armature, *gravity; /* armature or NULL */
+  void *q, *qd, *x, *fext; /* one sample's inputs: q (nq), qd and x (nv), f_ext (nb, 6) or NULL */
+  void* out;               /* the result (nv, or nv * nv) */
+} host_call;
+
+/* the size of a host_call in bytes (the caller allocates it) */
+int64_t jaxdyn_host_size(void) { return (int64_t)sizeof(host_call); }
+
+/* fills h. topo: the kernel's topology (jaxdyn_crba's; jaxdyn_minv's with the depth-first
+   order for HOST_MINV); f32: float32 (else float64) arrays; check: fail a run whose
+   quaternion's squared norm is off 1 by more than tol (or not finite); qd, x: NULL for
+   HOST_CRBA and HOST_MINV */
+void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int check, double tol,
+                      int nquat, const int32_t* quat, const void* XR, const void* Xp,
+                      const void* axis, const void* mass, const void* com, const void* inertia,
+                      const void* armature, const void* gravity, void* q, void* qd, void* x,
+                      void* fext, void* out) {
+  read_topology(topo, alg == HOST_MINV, &h->t);
+  h->alg = alg, h->f32 = f32, h->check = check, h->nquat = nquat, h->tol = tol;
+  h->quat = quat;
+  h->XR = XR, h->Xp = Xp, h->axis = axis, h->mass = mass, h->com = com, h->inertia = inertia;
+  h->armature = armature, h->gravity = gravity;
+  h->q = q, h->qd = qd, h->x = x, h->fext = fext, h->out = out;
+}
+
+/* the quaternions of h->q checked and normalised in place; 1 where a check fails */
+#define HOST_NORMALISE(T)                                                                     \
+  {                                                                                           \
+    T* qo = (T*)h->q;                                                                         \
+    for (int k = 0; k < h->nquat; ++k) {                                                      \
+      T* e = qo + h->quat[k];                                                                 \
+      const T n2 = e[0] * e[0] + e[1] * e[1] + e[2] * e[2] + e[3] * e[3];                     \
+      const T err = n2 - (T)1 < 0 ? (T)1 - n2 : n2 - (T)1;                                    \
+      if (h->check && !(err <= (T)h->tol))                                                    \
+        return 1;                                                                             \
+      const T inv = (T)1 / (T)sqrt((double)n2);                                               \
+      for (int r = 0; r < 4; ++r)                                                             \
+        e[r] *= inv;                                                                          \
+    }                                                                                         \
+  }
+
+/* one sample from the input buffers into h->out. Returns 0, 1 (a failed quaternion check) or
+   2 (out of memory) */
+int jaxdyn_host_run(const host_call* h) {
+  const crba_topo* t = &h->t;
+  int failed;
+  if (h->f32)
+    HOST_NORMALISE(float)
+  else
+    HOST_NORMALISE(double)
+#define HOST_RUN(T, S)                                                                        \
+  {                                                                                           \
+    const T *XR = h->XR, *Xp = h->Xp, *ax = h->axis, *ms = h->mass, *cm = h->com;             \
+    const T *in = h->inertia, *arm = h->armature, *g = h->gravity, *q = h->q;                 \
+    const T *qd = h->qd, *x = h->x, *fe = h->fext;                                            \
+    T* o = h->out;                                                                            \
+    switch (h->alg) {                                                                         \
+      case HOST_RNEA:                                                                         \
+        failed = rnea_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);         \
+        break;                                                                                \
+      case HOST_ABA:                                                                          \
+        failed = aba_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);          \
+        break;                                                                                \
+      case HOST_CRBA:                                                                         \
+        failed = crba_run_##S(t, 1, q, XR, Xp, ax, ms, cm, in, arm, o);                       \
+        break;                                                                                \
+      default:                                                                                \
+        failed = minv_run_##S(t, 1, q, XR, Xp, ax, ms, cm, in, arm, o);                       \
+    }                                                                                         \
+  }
+  if (h->f32)
+    HOST_RUN(float, f32_narrow)
+  else
+    HOST_RUN(double, f64_narrow)
+#undef HOST_RUN
+  return failed ? 2 : 0;
+}
+#undef HOST_NORMALISE
