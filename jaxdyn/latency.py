@@ -17,6 +17,23 @@ A failed value check of the function (:mod:`jaxdyn.value_checks`) raises
 the same function (on the CPU an algorithm evaluated alone is one XLA:CPU kernel,
 :mod:`jaxdyn.backend.small_calls`), with the arguments sliced out of the packed vector: values
 equal ``jax.jit``'s to rounding.
+
+``dispatch="native"`` leaves XLA out altogether for the functions that jaxdyn computes by a C
+kernel on the CPU (:data:`NATIVE_FUNCTIONS`: ``jaxdyn.rnea`` and ``jaxdyn.aba``, with or
+without ``f_ext``, ``jaxdyn.crba``, ``jaxdyn.minv``; any other function is refused with a
+``ValueError`` naming these): it returns a :class:`NativeCall`, which copies the arguments into
+buffers of its own and calls the same kernel that ``jax.jit(fn)`` calls through XLA, through
+``ctypes`` with one pointer (:mod:`jaxdyn.backend.host_calls`; the model's arrays and topology
+are packed once, here). The quaternions of ``q`` are checked (where the value checks are on
+when compiled) and normalised in C as the jitted path's
+:func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
+``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
+:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and about a
+microsecond of Python (the argument checks and copies, the ``ctypes`` call, the result's
+copy: a new array per call, or ``out=``): what XLA's runtime and JAX's dispatch cost around a
+program (some 10 us for an identity through the synchronous client) is gone. Where the
+kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no
+bodies, the call is ``dispatch="sync"``'s (``.dispatch`` says which).
 """
 
 from __future__ import annotations
@@ -147,7 +164,9 @@ def compile_for_latency(
     ``fn``: a function of the model and arrays returning an array or a pytree of floating
     arrays (jaxdyn's algorithms, or your own function of them). The model is closed over:
     its arrays are constants of the program (compile again after changing them).
-    ``dispatch``: ``"sync"`` (default) runs the program on a synchronous XLA:CPU client of
+    ``dispatch``: ``"native"`` computes ``jaxdyn.rnea``, ``aba``, ``crba`` and ``minv`` by
+    jaxdyn's C kernels without XLA (:class:`NativeCall`; see the module docstring; other
+    functions are refused); ``"sync"`` (default) runs the program on a synchronous XLA:CPU client of
     jaxdyn's own (:mod:`jaxdyn.backend.sync_client`), on the calling thread whatever
     ``jax_cpu_enable_async_dispatch`` says; ``"jax"`` runs it through ``jax.jit`` on JAX's
     default device (what a process that turned asynchronous dispatch off, or runs on a GPU,
@@ -268,9 +287,10 @@ class NativeCall:
 
     dispatch = "native"
 
-    def __init__(self, name: str, model: Any, shapes: tuple[tuple[int, ...], ...], dtype):
+    def __init__(
+        self, name: str, model: Any, shapes: tuple[tuple[int, ...], ...], dtype: Any
+    ) -> None:
         from . import shell
-        from .backend import crba_kernel
 
         t = model.topo
         self.__name__ = name
@@ -286,9 +306,7 @@ class NativeCall:
         assert lib is not None  # compile_for_latency checked
         found = shell.quaternion_indices(t)
         quats = np.zeros(0, np.int32) if found is None else found[0][:, 0]
-        topology = (
-            crba_kernel._minv_topology(t) if name == "minv" else crba_kernel._kernel_topology(t)  # noqa: SLF001
-        )
+        topology = host_calls.topology(t, name)
         arm = model.armature
         consts = [
             np.reshape(model.Xtree_R, (t.nb, 9)),

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import ffi
+from . import crba_kernel, ffi
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 #: ``alg`` codes of ``jaxdyn_host_init`` (``_kernels.c``)
 ALGS = {"rnea": 0, "aba": 1, "crba": 2, "minv": 3}
@@ -51,6 +52,14 @@ def library() -> ctypes.CDLL | None:
         lib.jaxdyn_host_run.restype = ctypes.c_int
         lib._jaxdyn_host_typed = True
     return lib
+
+
+def topology(topo: Any, alg: str) -> np.ndarray:
+    """The int32 topology of ``alg``'s kernel for the model topology ``topo``
+    (``jaxdyn_crba``'s; ``jaxdyn_minv``'s, with the depth-first order, for ``"minv"``)."""
+    if alg == "minv":
+        return crba_kernel._minv_topology(topo)
+    return crba_kernel._kernel_topology(topo)
 
 
 def _address(a: np.ndarray | None) -> int | None:
