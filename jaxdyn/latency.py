@@ -395,6 +395,11 @@ class NativeCall:
             and q.shape == shapes[0]
         ):
             bufs[0][...] = q
+        elif n == self._n and all(
+            type(x) is nd and x.dtype is dt and x.shape == s for x, s in zip(args, shapes)
+        ):  # with f_ext
+            for b, x in zip(bufs, args):
+                b[...] = x
         else:
             self._copy_in(args)
         rc = self._run(self._address)
@@ -415,8 +420,8 @@ class NativeCall:
 
 def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> NativeCall | None:
     """:class:`NativeCall` of ``fn`` (checked: :func:`_native_function`), or ``None`` where
-    the kernels cannot run here (not built, the switch ``cpu_kernels`` off) or have nothing to
-    compute (a model without bodies)."""
+    the kernels cannot run here (not built, the switch ``cpu_kernels`` off, a dtype other than
+    float32 and float64) or have nothing to compute (a model without bodies)."""
     from . import config, shell
     from . import model as model_module
 
@@ -443,6 +448,8 @@ def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> Nativ
             raise TypeError(f"{name}: example argument {arg} is not a real array ({x.dtype})")
     dtype = np.dtype(jnp.result_type(*[x.dtype for x in xs], float))
     shell.check_model_dtype(name, model, dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None  # the kernels' precisions only (as the jitted path's kernel_usable)
     if model.nb == 0 or not config.get("cpu_kernels") or host_calls.library() is None:
         return None
     return NativeCall(name, model, tuple(x.shape for x in xs), dtype)
