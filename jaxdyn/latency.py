@@ -28,10 +28,11 @@ are packed once, here). The quaternions of ``q`` are checked (where the value ch
 when compiled) and normalised in C as the jitted path's
 :func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
 ``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
-:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and about a
-microsecond of Python (the argument checks and copies, the ``ctypes`` call, the result's
-copy: a new array per call, or ``out=``): what XLA's runtime and JAX's dispatch cost around a
-program (some 10 us for an identity through the synchronous client) is gone. Where the
+:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and some 2-3 us
+of ``ctypes`` and Python (the argument checks and copies, the ``ctypes`` call, the result's
+copy: a new array per call, or ``out=``; solo12, ``docs/performance.md``): what XLA's runtime
+and JAX's dispatch cost around a program (some 10 us for an identity through the synchronous
+client) is gone. Where the
 kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no
 bodies, the call is ``dispatch="sync"``'s (``.dispatch`` says which).
 """
