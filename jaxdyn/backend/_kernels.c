@@ -266,6 +266,7 @@ typedef struct {
   const void *XR, *Xp, *axis, *mass, *com, *inertia, *armature, *gravity; /* armature or NULL */
   void *q, *qd, *x, *fext; /* one sample's inputs: q (nq), qd and x (nv), f_ext (nb, 6) or NULL */
   void* out;               /* the result (nv, or nv * nv) */
+  void *ws, *cst; /* jaxdyn_host_prepare's workspace and model constants (NULL: none) */
 } host_call;
 
 /* the size of a host_call in bytes (the caller allocates it) */
@@ -286,6 +287,42 @@ void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int c
   h->XR = XR, h->Xp = Xp, h->axis = axis, h->mass = mass, h->com = com, h->inertia = inertia;
   h->armature = armature, h->gravity = gravity;
   h->q = q, h->qd = qd, h->x = x, h->fext = fext, h->out = out;
+  h->ws = h->cst = NULL;
+}
+
+/* the bytes of h's narrow block's workspace, rounded up to 64 (0 for HOST_MINV, whose run
+   prepares its tables per call) */
+static size_t host_ws_bytes(const host_call* h) {
+  const crba_topo* t = &h->t;
+  size_t b;
+  if (h->f32)
+    b = sizeof(vec_f32_narrow) * (h->alg == HOST_RNEA  ? rnea_workspace_f32_narrow(t)
+                                  : h->alg == HOST_ABA ? aba_workspace_f32_narrow(t)
+                                                       : workspace_f32_narrow(t));
+  else
+    b = sizeof(vec_f64_narrow) * (h->alg == HOST_RNEA  ? rnea_workspace_f64_narrow(t)
+                                  : h->alg == HOST_ABA ? aba_workspace_f64_narrow(t)
+                                                       : workspace_f64_narrow(t));
+  return h->alg == HOST_MINV ? 0 : (b + 63) / 64 * 64;
+}
+
+/* the bytes of the memory jaxdyn_host_prepare takes (0: none, the runs allocate their own) */
+int64_t jaxdyn_host_workspace(const host_call* h) {
+  const size_t ws = host_ws_bytes(h);
+  return ws == 0 ? 0 : (int64_t)(ws + (h->f32 ? sizeof(float) : sizeof(double)) * 21 * h->t.nb);
+}
+
+/* gives h the memory of jaxdyn_host_workspace bytes at mem (64-byte aligned, the caller's,
+   alive as long as h) for the block's workspace and the model's constants, computed here
+   once: each run then calls the kernel's block itself, without allocating or recomputing
+   them (what the kernel's run does per call) */
+void jaxdyn_host_prepare(host_call* h, void* mem) {
+  h->ws = mem;
+  h->cst = (char*)mem + host_ws_bytes(h);
+  if (h->f32)
+    one_dof_constants_f32_narrow(&h->t, h->XR, h->axis, h->cst);
+  else
+    one_dof_constants_f64_narrow(&h->t, h->XR, h->axis, h->cst);
 }
 
 /* the quaternions of h->q checked and normalised in place; 1 where a check fails */
@@ -319,6 +356,19 @@ int jaxdyn_host_run(const host_call* h) {
     const T *in = h->inertia, *arm = h->armature, *g = h->gravity, *q = h->q;                 \
     const T *qd = h->qd, *x = h->x, *fe = h->fext;                                            \
     T* o = h->out;                                                                            \
+    const T* cst = h->cst;                                                                    \
+    if (h->ws != NULL && h->alg == HOST_RNEA) {                                               \
+      rnea_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, o, 0, 1, h->ws);   \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_ABA) {                                                \
+      aba_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, o, 0, 1, h->ws);    \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_CRBA) {                                               \
+      crba_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, o, 0, 1, h->ws);                 \
+      return 0;                                                                               \
+    }                                                                                         \
     switch (h->alg) {                                                                         \
       case HOST_RNEA:                                                                         \
         failed = rnea_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);         \

@@ -7,7 +7,9 @@ XLA FFI handlers, two plain C entry points over the same kernels: ``jaxdyn_host_
 of its result), and ``jaxdyn_host_run(call)`` computes the sample in its buffers: it checks
 (where asked) and normalises the quaternions of ``q`` in place as
 :func:`jaxdyn.shell.check_quaternions` does, then runs the kernel's narrow block (the one the
-handlers run for a batch of one). :class:`HostCall` holds one such call and its buffers (the
+handlers run for a batch of one; for RNEA, ABA and CRBA with a workspace and the model's
+constants prepared once by ``jaxdyn_host_prepare``, where the kernel's run allocates and
+computes them per call). :class:`HostCall` holds one such call and its buffers (the
 arrays the C side points to live as long as it does); the caller writes each sample's inputs
 into :attr:`HostCall.inputs` (``buf[...] = x``) and calls :attr:`HostCall.run` with
 :attr:`HostCall.address`, one pointer through ``ctypes``: reading an array's address per call
@@ -48,6 +50,10 @@ def library() -> ctypes.CDLL | None:
         i32, f64 = ctypes.c_int, ctypes.c_double
         lib.jaxdyn_host_init.argtypes = [_P, _P, i32, i32, i32, f64, i32, _P] + [_P] * 13
         lib.jaxdyn_host_init.restype = None
+        lib.jaxdyn_host_workspace.argtypes = [_P]
+        lib.jaxdyn_host_workspace.restype = ctypes.c_int64
+        lib.jaxdyn_host_prepare.argtypes = [_P, _P]
+        lib.jaxdyn_host_prepare.restype = None
         lib.jaxdyn_host_run.argtypes = [_P]
         lib.jaxdyn_host_run.restype = ctypes.c_int
         lib._jaxdyn_host_typed = True
@@ -128,6 +134,14 @@ class HostCall:
             *[_address(b) for b in bufs],
             _address(self.out),
         )
+        # the kernel's workspace and the model's constants, allocated and computed once
+        # (64-byte aligned; none for minv, whose run prepares its own per call)
+        nbytes = int(lib.jaxdyn_host_workspace(self._call))
+        if nbytes:
+            raw = np.empty(nbytes + 64, np.uint8)
+            skip = -raw.__array_interface__["data"][0] % 64
+            self._workspace = raw[skip : skip + nbytes]
+            lib.jaxdyn_host_prepare(self._call, _address(self._workspace))
         #: the ``host_call``'s address, :attr:`run`'s argument
         self.address = ctypes.addressof(self._call)
         #: ``run(address)``: the sample in the buffers into :attr:`out`; the return code
