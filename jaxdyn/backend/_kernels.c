@@ -254,7 +254,8 @@ XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
  * into their buffers and calls jaxdyn_host_run. The quaternions of q are checked (where asked)
  * and normalised in their buffer as jaxdyn.shell.check_quaternions does before the kernel
  * (q * (1 / sqrt(|quaternion|^2)) on each quaternion's entries); the kernels are the narrow
- * runs that the handlers above take for a batch of one. */
+ * blocks that the handlers above run for a batch of one, called with a workspace, the model's
+ * constants and Minv's tables prepared once (jaxdyn_host_prepare). */
 
 enum { HOST_RNEA = 0, HOST_ABA = 1, HOST_CRBA = 2, HOST_MINV = 3 };
 
@@ -267,6 +268,8 @@ typedef struct {
   void *q, *qd, *x, *fext; /* one sample's inputs: q (nq), qd and x (nv), f_ext (nb, 6) or NULL */
   void* out;               /* the result (nv, or nv * nv) */
   void *ws, *cst; /* jaxdyn_host_prepare's workspace and model constants (NULL: none) */
+  int32_t* row0;  /* HOST_MINV: jaxdyn_host_prepare's tables of the block (minv_tables_) */
+  int levels;     /* HOST_MINV: the tree's number of levels */
 } host_call;
 
 /* the size of a host_call in bytes (the caller allocates it) */
@@ -288,28 +291,47 @@ void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int c
   h->armature = armature, h->gravity = gravity;
   h->q = q, h->qd = qd, h->x = x, h->fext = fext, h->out = out;
   h->ws = h->cst = NULL;
+  h->row0 = NULL;
+  h->levels = 0;
+  if (alg == HOST_MINV) { /* the workspace's size depends on the tree's levels */
+    int32_t* tables = (int32_t*)malloc(sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb));
+    if (tables != NULL)
+      h->levels = minv_tables_f64(&h->t, tables);
+    free(tables);
+  }
 }
 
-/* the bytes of h's narrow block's workspace, rounded up to 64 (0 for HOST_MINV, whose run
-   prepares its tables per call) */
+/* the bytes of h's narrow block's workspace, rounded up to 64 */
 static size_t host_ws_bytes(const host_call* h) {
   const crba_topo* t = &h->t;
   size_t b;
   if (h->f32)
-    b = sizeof(vec_f32_narrow) * (h->alg == HOST_RNEA  ? rnea_workspace_f32_narrow(t)
-                                  : h->alg == HOST_ABA ? aba_workspace_f32_narrow(t)
-                                                       : workspace_f32_narrow(t));
+    b = sizeof(vec_f32_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f32_narrow(t)
+                                  : h->alg == HOST_ABA  ? aba_workspace_f32_narrow(t)
+                                  : h->alg == HOST_CRBA ? workspace_f32_narrow(t)
+                                                        : minv_workspace_f32_narrow(t, h->levels));
   else
-    b = sizeof(vec_f64_narrow) * (h->alg == HOST_RNEA  ? rnea_workspace_f64_narrow(t)
-                                  : h->alg == HOST_ABA ? aba_workspace_f64_narrow(t)
-                                                       : workspace_f64_narrow(t));
-  return h->alg == HOST_MINV ? 0 : (b + 63) / 64 * 64;
+    b = sizeof(vec_f64_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f64_narrow(t)
+                                  : h->alg == HOST_ABA  ? aba_workspace_f64_narrow(t)
+                                  : h->alg == HOST_CRBA ? workspace_f64_narrow(t)
+                                                        : minv_workspace_f64_narrow(t, h->levels));
+  return (b + 63) / 64 * 64;
 }
 
-/* the bytes of the memory jaxdyn_host_prepare takes (0: none, the runs allocate their own) */
+/* the bytes of the model's constants in h's precision */
+static size_t host_cst_bytes(const host_call* h) {
+  return (h->f32 ? sizeof(float) : sizeof(double)) * 21 * (size_t)h->t.nb;
+}
+
+/* the bytes of the memory jaxdyn_host_prepare takes: the workspace, the constants and, for
+   HOST_MINV, its tables (0 where the tables could not be made: the runs allocate their own) */
 int64_t jaxdyn_host_workspace(const host_call* h) {
-  const size_t ws = host_ws_bytes(h);
-  return ws == 0 ? 0 : (int64_t)(ws + (h->f32 ? sizeof(float) : sizeof(double)) * 21 * h->t.nb);
+  if (h->alg == HOST_MINV && h->levels == 0)
+    return 0;
+  size_t b = host_ws_bytes(h) + host_cst_bytes(h);
+  if (h->alg == HOST_MINV)
+    b += sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb);
+  return (int64_t)b;
 }
 
 /* gives h the memory of jaxdyn_host_workspace bytes at mem (64-byte aligned, the caller's,
@@ -319,6 +341,10 @@ int64_t jaxdyn_host_workspace(const host_call* h) {
 void jaxdyn_host_prepare(host_call* h, void* mem) {
   h->ws = mem;
   h->cst = (char*)mem + host_ws_bytes(h);
+  if (h->alg == HOST_MINV) {
+    h->row0 = (int32_t*)((char*)h->cst + host_cst_bytes(h));
+    h->levels = minv_tables_f64(&h->t, h->row0);
+  }
   if (h->f32)
     one_dof_constants_f32_narrow(&h->t, h->XR, h->axis, h->cst);
   else
@@ -367,6 +393,12 @@ int jaxdyn_host_run(const host_call* h) {
     }                                                                                         \
     if (h->ws != NULL && h->alg == HOST_CRBA) {                                               \
       crba_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, o, 0, 1, h->ws);                 \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_MINV) {                                               \
+      const int32_t *r0 = h->row0, *depth = r0 + t->nv + 1;                                   \
+      minv_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, r0, depth, h->levels, o, 0, 1,   \
+                     h->ws);                                                                  \
       return 0;                                                                               \
     }                                                                                         \
     switch (h->alg) {                                                                         \

@@ -7,9 +7,9 @@ XLA FFI handlers, two plain C entry points over the same kernels: ``jaxdyn_host_
 of its result), and ``jaxdyn_host_run(call)`` computes the sample in its buffers: it checks
 (where asked) and normalises the quaternions of ``q`` in place as
 :func:`jaxdyn.shell.check_quaternions` does, then runs the kernel's narrow block (the one the
-handlers run for a batch of one; for RNEA, ABA and CRBA with a workspace and the model's
-constants prepared once by ``jaxdyn_host_prepare``, where the kernel's run allocates and
-computes them per call). :class:`HostCall` holds one such call and its buffers (the
+handlers run for a batch of one), with a workspace, the model's constants (and Minv's tables)
+prepared once by ``jaxdyn_host_prepare``, where the kernel's run allocates and computes them
+per call. :class:`HostCall` holds one such call and its buffers (the
 arrays the C side points to live as long as it does); the caller writes each sample's inputs
 into :attr:`HostCall.inputs` (``buf[...] = x``) and calls :attr:`HostCall.run` with
 :attr:`HostCall.address`, one pointer through ``ctypes``: reading an array's address per call
@@ -134,8 +134,8 @@ class HostCall:
             *[_address(b) for b in bufs],
             _address(self.out),
         )
-        # the kernel's workspace and the model's constants, allocated and computed once
-        # (64-byte aligned; none for minv, whose run prepares its own per call)
+        # the kernel's workspace, the model's constants and Minv's tables, allocated and
+        # computed once (64-byte aligned; 0 bytes: the run allocates its own per call)
         nbytes = int(lib.jaxdyn_host_workspace(self._call))
         if nbytes:
             raw = np.empty(nbytes + 64, np.uint8)
