@@ -23,13 +23,16 @@ of one: :mod:`jaxdyn.backend.small_calls`); the eager call ``f(model, q, v, a)``
 compiles it once and dispatches it: :mod:`jaxdyn.eager`); and ``jaxdyn.compile_for_latency(f,
 model, q, v, a)`` called with numpy arrays and returning numpy arrays (:mod:`jaxdyn.latency`:
 the model closed over, the arguments packed into one vector, a synchronous XLA:CPU client of
-jaxdyn's own in both modes of the process); *in-program loop, per evaluation*: the algorithm
-evaluated ``LOOP`` times in one program (``lax.fori_loop``, each evaluation depending on the
-last, value checks off), the time per evaluation: its own computation without the per-call
-work of JAX's dispatch and XLA's runtime, which the floor rows measure (a jitted identity, and
-an identity through ``compile_for_latency``). Kernels: the operations of the
-optimised program's entry computation other than parameters, constants, bitcasts and tuples
-(what XLA:CPU's runtime launches; its loop-free programs at batch 1). Times are medians over
+jaxdyn's own in both modes of the process); ``compile_for_latency(f, model, q, v, a,
+dispatch="native")`` (rnea, crba, aba, minv: jaxdyn's C kernel called through ctypes without
+XLA, :mod:`jaxdyn.backend.host_calls`; a new numpy array per call); *in-program loop, per
+evaluation*: the algorithm evaluated ``LOOP`` times in one program (``lax.fori_loop``, each
+evaluation depending on the last, value checks off), the time per evaluation: its own
+computation without the per-call work of JAX's dispatch and XLA's runtime, which the floor
+rows measure (a jitted identity, and an identity through ``compile_for_latency``). Kernels:
+the operations of the optimised program's entry computation other than parameters,
+constants, bitcasts and tuples (what XLA:CPU's runtime launches; its loop-free programs at
+batch 1). Times are medians over
 ``--rounds`` rounds that interleave every row; wall time (``time.perf_counter``) and the
 process's CPU time (``time.process_time``, which on a loaded machine is the steadier of the
 two).
@@ -136,6 +139,10 @@ def measure(robot: str, sync: bool, rounds: int, calls: int, algs=ALGS) -> dict:
         npargs = tuple(np.asarray(x) for x in args)
         lat = jaxdyn.compile_for_latency(f, model, *npargs)
         rows.append((alg, "compile_for_latency (numpy)", lat, npargs, None))
+        if alg in jaxdyn.latency.NATIVE_FUNCTIONS:
+            nat = jaxdyn.compile_for_latency(f, model, *npargs, dispatch="native")
+            if isinstance(nat, jaxdyn.latency.NativeCall):  # else the kernels are not built
+                rows.append((alg, "compile_for_latency native (numpy)", nat, npargs, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))
         rows.append((alg, "in-program loop, per evaluation", _looped(f, model, args), args, None))
@@ -150,7 +157,8 @@ def measure(robot: str, sync: bool, rounds: int, calls: int, algs=ALGS) -> dict:
             n = max(2, calls // k)  # calls of this row; n * k evaluations
             # numpy results (compile_for_latency) are ready when returned: no
             # block_until_ready, whose walk over the result costs about 1 us of its own
-            wait = (lambda r: r) if isinstance(fn, jaxdyn.latency.LatencyCall) else ready
+            numpy_out = (jaxdyn.latency.LatencyCall, jaxdyn.latency.NativeCall)
+            wait = (lambda r: r) if isinstance(fn, numpy_out) else ready
             t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(n):
                 wait(fn(*args))
@@ -195,7 +203,9 @@ def render(results: dict, args) -> str:
         "Ratio: jaxdyn wall time / Pinocchio C++ (the issue's target <= 2). *floor*: a jitted "
         "identity with the same arguments. *compile_for_latency (numpy)*: "
         "`jaxdyn.compile_for_latency(f, model, *args)` called with numpy arrays, numpy out, on "
-        "jaxdyn's own synchronous client whatever the process's mode. *in-program loop, per "
+        "jaxdyn's own synchronous client whatever the process's mode. *compile_for_latency "
+        'native (numpy)*: the same with `dispatch="native"`, jaxdyn\'s C kernel called through '
+        "ctypes without XLA (rnea, crba, aba, minv). *in-program loop, per "
         f"evaluation*: {LOOP} dependent evaluations in one program (`lax.fori_loop`, no value "
         "checks), time per evaluation (the computation without the per-call dispatch). "
         "Kernels: the optimised program's entry operations (model passed).",

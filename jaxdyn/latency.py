@@ -17,6 +17,24 @@ A failed value check of the function (:mod:`jaxdyn.value_checks`) raises
 the same function (on the CPU an algorithm evaluated alone is one XLA:CPU kernel,
 :mod:`jaxdyn.backend.small_calls`), with the arguments sliced out of the packed vector: values
 equal ``jax.jit``'s to rounding.
+
+``dispatch="native"`` leaves XLA out altogether for the functions that jaxdyn computes by a C
+kernel on the CPU (:data:`NATIVE_FUNCTIONS`: ``jaxdyn.rnea`` and ``jaxdyn.aba``, with or
+without ``f_ext``, ``jaxdyn.crba``, ``jaxdyn.minv``; any other function is refused with a
+``ValueError`` naming these): it returns a :class:`NativeCall`, which copies the arguments into
+buffers of its own and calls the same kernel that ``jax.jit(fn)`` calls through XLA, through
+``ctypes`` with one pointer (:mod:`jaxdyn.backend.host_calls`; the model's arrays and topology
+are packed once, here). The quaternions of ``q`` are checked (where the value checks are on
+when compiled) and normalised in C as the jitted path's
+:func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
+``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
+:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and some 2-3 us
+of ``ctypes`` and Python (the argument checks and copies, the ``ctypes`` call, the result's
+copy: a new array per call, or ``out=``; solo12, ``docs/performance.md``): what XLA's runtime
+and JAX's dispatch cost around a program (some 10 us for an identity through the synchronous
+client) is gone. Where the
+kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no
+bodies, the call is ``dispatch="sync"``'s (``.dispatch`` says which).
 """
 
 from __future__ import annotations
@@ -29,13 +47,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import value_checks
-from .backend import sync_client
+from .backend import host_calls, sync_client
 from .errors import CheckError
 
-__all__ = ["DISPATCH", "PACK_RESULTS", "LatencyCall", "compile_for_latency"]
+__all__ = [
+    "DISPATCH",
+    "NATIVE_FUNCTIONS",
+    "PACK_RESULTS",
+    "LatencyCall",
+    "NativeCall",
+    "compile_for_latency",
+]
 
 #: ``dispatch`` values of :func:`compile_for_latency`
-DISPATCH = ("sync", "jax")
+DISPATCH = ("sync", "jax", "native")
+#: the functions that ``dispatch="native"`` computes (jaxdyn's C kernels), and the names of
+#: their arguments after the model (``f_ext`` optional)
+NATIVE_FUNCTIONS = {
+    "rnea": ("q", "v", "a", "f_ext"),
+    "aba": ("q", "v", "tau", "f_ext"),
+    "crba": ("q",),
+    "minv": ("q",),
+}
 #: results of at most this many numbers in all come back packed into one vector (one transfer);
 #: larger ones one array each (packing ``nv x nv`` matrices costs a copy of each inside the
 #: program, more than the transfers it saves: talos_full's ``rnea_derivatives``)
@@ -124,7 +157,7 @@ class LatencyCall:
 
 def compile_for_latency(
     fn: Callable[..., Any], model: Any, *example: Any, dispatch: str = "sync"
-) -> LatencyCall:
+) -> LatencyCall | NativeCall:
     """``fn(model, *args)`` compiled for the shapes of ``example`` (arrays, one per argument
     after the model: ``compile_for_latency(jaxdyn.aba, model, q, v, tau)``), for calls that
     evaluate one state at a time and wait for the result (see the module docstring).
@@ -132,7 +165,9 @@ def compile_for_latency(
     ``fn``: a function of the model and arrays returning an array or a pytree of floating
     arrays (jaxdyn's algorithms, or your own function of them). The model is closed over:
     its arrays are constants of the program (compile again after changing them).
-    ``dispatch``: ``"sync"`` (default) runs the program on a synchronous XLA:CPU client of
+    ``dispatch``: ``"native"`` computes ``jaxdyn.rnea``, ``aba``, ``crba`` and ``minv`` by
+    jaxdyn's C kernels without XLA (:class:`NativeCall`; see the module docstring; other
+    functions are refused); ``"sync"`` (default) runs the program on a synchronous XLA:CPU client of
     jaxdyn's own (:mod:`jaxdyn.backend.sync_client`), on the calling thread whatever
     ``jax_cpu_enable_async_dispatch`` says; ``"jax"`` runs it through ``jax.jit`` on JAX's
     default device (what a process that turned asynchronous dispatch off, or runs on a GPU,
@@ -146,6 +181,11 @@ def compile_for_latency(
         raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
     if not example:
         raise TypeError("compile_for_latency needs example arguments after the model")
+    if dispatch == "native":
+        call = _native(fn, model, example)
+        if call is not None:
+            return call
+        dispatch = "sync"  # the kernels not built here, or switched off: XLA's program
     xs = [np.asarray(x) for x in example]
     for i, x in enumerate(xs):
         if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
@@ -208,3 +248,209 @@ def compile_for_latency(
         None if single else tree,
         info["packed"],
     )
+
+
+def _native_function(fn: Callable[..., Any]) -> str:
+    """The name in :data:`NATIVE_FUNCTIONS` of ``fn`` (jaxdyn's public function itself), else
+    a ``ValueError`` naming the supported functions."""
+    from . import derivatives
+    from .algorithms.crba import crba
+    from .algorithms.minv import minv
+
+    known = {"rnea": derivatives.rnea, "aba": derivatives.aba, "crba": crba, "minv": minv}
+    for name, f in known.items():
+        if fn is f:
+            return name
+    supported = ", ".join(f"jaxdyn.{n}" for n in NATIVE_FUNCTIONS)
+    raise ValueError(
+        f"compile_for_latency(dispatch='native') computes {supported} only (jaxdyn's C "
+        f"kernels), got {getattr(fn, '__name__', fn)!r}; use dispatch='sync' for other "
+        "functions"
+    )
+
+
+class NativeCall:
+    """``fn(model, *args)`` for one of :data:`NATIVE_FUNCTIONS`, computed by jaxdyn's C kernel
+    for one sample without XLA (``compile_for_latency(fn, model, *example,
+    dispatch="native")``; :mod:`jaxdyn.backend.host_calls`). Call it with numpy arrays of the
+    example's shapes (anything ``np.asarray`` takes: real numbers, cast to ``dtype``); each
+    argument is copied into a buffer of the call's, so it may be any layout and is never
+    written. Returns a **new** numpy array each call (``(nv,)`` or ``(nv, nv)``), or, given
+    ``out=`` (a numpy array of that shape and ``dtype``), writes the result there and returns
+    ``out``. Not thread-safe: one call at a time per object (its buffers are shared).
+
+    A failed quaternion check of ``q`` (squared norm off 1 by more than 1e-3, or not finite,
+    as the jitted path's :func:`jaxdyn.shell.check_quaternions`; the quaternions are then
+    normalised as there) raises :class:`jaxdyn.CheckError` with the jitted path's message;
+    checked where the value checks (:mod:`jaxdyn.value_checks`) were on at compile time.
+
+    Attributes: ``dispatch`` (``"native"``), ``shapes``, ``dtype``, ``checked``."""
+
+    dispatch = "native"
+
+    def __init__(
+        self, name: str, model: Any, shapes: tuple[tuple[int, ...], ...], dtype: Any
+    ) -> None:
+        from . import shell
+
+        t = model.topo
+        self.__name__ = name
+        self.shapes = shapes
+        self.dtype = np.dtype(dtype)
+        self._names = NATIVE_FUNCTIONS[name][: len(shapes)]
+        self.checked = bool(value_checks.enabled())
+        self._tol = 1e-3  # jaxdyn.shell.check_quaternions' default
+        self._message = (
+            f"{name}: a quaternion in q is not of unit norm (tolerance {self._tol}) or not finite"
+        )
+        lib = host_calls.library()
+        assert lib is not None  # compile_for_latency checked
+        found = shell.quaternion_indices(t)
+        quats = np.zeros(0, np.int32) if found is None else found[0][:, 0]
+        topology = host_calls.topology(t, name)
+        arm = model.armature
+        consts = [
+            np.reshape(model.Xtree_R, (t.nb, 9)),
+            model.Xtree_p,
+            model.dof_axis,
+            model.mass,
+            model.com,
+            np.reshape(model.inertia, (t.nb, 9)),
+            None if arm is None else np.asarray(arm),
+            model.gravity,
+        ]
+        self._host = host_calls.HostCall(
+            lib,
+            name,
+            t.nb,
+            t.nq,
+            t.nv,
+            topology,
+            [None if c is None else np.asarray(c) for c in consts],
+            quats,
+            self.dtype,
+            self.checked,
+            self._tol,
+            f_ext=len(shapes) == 4,
+        )
+        self._inputs = self._host.inputs
+        self._n = len(shapes)
+        self._out = self._host.out
+        self._run = self._host.run
+        self._address = self._host.address
+
+    def _slow(self, i: int, x: Any) -> None:
+        """Argument ``i`` into its buffer, its shape and dtype checked (the general path)."""
+        name = self._names[i]
+        try:
+            a = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{self.__name__}: {name} must be an array of numbers ({e})") from None
+        if a.shape != self.shapes[i]:
+            raise ValueError(
+                f"{self.__name__}: {name} has shape {a.shape}, expected {self.shapes[i]}"
+            )
+        if a.dtype.kind not in "fiub":
+            raise TypeError(f"{self.__name__}: {name} has dtype {a.dtype}, expected real numbers")
+        self._inputs[i][...] = a
+
+    def _copy_in(self, args: Sequence[Any]) -> None:
+        """The arguments into their buffers, each converted and checked (the general path)."""
+        if len(args) != self._n:
+            raise TypeError(
+                f"{self.__name__}: {len(args)} arguments given, compiled for {self._n} "
+                f"({', '.join(self._names)})"
+            )
+        for i, x in enumerate(args):
+            self._slow(i, x)
+
+    def __call__(self, *args: Any, out: np.ndarray | None = None) -> np.ndarray:
+        # the common case, numpy arrays of the compiled dtype and shapes, written into the
+        # buffers with no other work (each check and copy costs a tenth of a microsecond or
+        # more, as much as the smaller kernels); anything else by _copy_in
+        nd, dt, shapes, bufs = np.ndarray, self.dtype, self.shapes, self._inputs
+        n = len(args)
+        if n == 3 and self._n == 3:
+            q, v, x = args
+            if (
+                type(q) is nd
+                and type(v) is nd
+                and type(x) is nd
+                and q.dtype is dt
+                and v.dtype is dt
+                and x.dtype is dt
+                and q.shape == shapes[0]
+                and v.shape == shapes[1]
+                and x.shape == shapes[2]
+            ):
+                bufs[0][...] = q
+                bufs[1][...] = v
+                bufs[2][...] = x
+            else:
+                self._copy_in(args)
+        elif (
+            n == 1
+            and self._n == 1
+            and type(q := args[0]) is nd
+            and q.dtype is dt
+            and q.shape == shapes[0]
+        ):
+            bufs[0][...] = q
+        elif n == self._n and all(
+            type(x) is nd and x.dtype is dt and x.shape == s for x, s in zip(args, shapes)
+        ):  # with f_ext
+            for b, x in zip(bufs, args):
+                b[...] = x
+        else:
+            self._copy_in(args)
+        rc = self._run(self._address)
+        if rc:
+            if rc == host_calls.BAD_QUATERNION:
+                raise CheckError(self._message)
+            raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+        if out is None:
+            return self._out.copy()
+        if type(out) is not np.ndarray or out.shape != self._out.shape or out.dtype != self.dtype:
+            raise ValueError(
+                f"{self.__name__}: out must be a numpy array of shape {self._out.shape} and "
+                f"dtype {self.dtype}"
+            )
+        out[...] = self._out
+        return out
+
+
+def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> NativeCall | None:
+    """:class:`NativeCall` of ``fn`` (checked: :func:`_native_function`), or ``None`` where
+    the kernels cannot run here (not built, the switch ``cpu_kernels`` off, a dtype other than
+    float32 and float64) or have nothing to compute (a model without bodies)."""
+    from . import config, shell
+    from . import model as model_module
+
+    name = _native_function(fn)
+    names = NATIVE_FUNCTIONS[name]
+    if not isinstance(model, model_module.Model):
+        raise TypeError(f"{name}: dispatch='native' takes a jaxdyn.Model, got {type(model)}")
+    lo = 3 if name in ("rnea", "aba") else 1
+    if not lo <= len(example) <= len(names):
+        raise TypeError(
+            f"{name}: dispatch='native' takes the arguments ({', '.join(names)}) after the "
+            f"model{' (f_ext optional)' if len(names) > lo else ''}, got {len(example)}"
+        )
+    t = model.topo
+    sizes = {"q": (t.nq,), "v": (t.nv,), "a": (t.nv,), "tau": (t.nv,), "f_ext": (t.nb, 6)}
+    xs = [np.asarray(x) for x in example]
+    for arg, x in zip(names, xs):
+        if x.shape != sizes[arg]:
+            raise ValueError(
+                f"{name}: example argument {arg} has shape {x.shape}, expected {sizes[arg]} "
+                f"for {model.name!r}"
+            )
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise TypeError(f"{name}: example argument {arg} is not a real array ({x.dtype})")
+    dtype = np.dtype(jnp.result_type(*[x.dtype for x in xs], float))
+    shell.check_model_dtype(name, model, dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None  # the kernels' precisions only (as the jitted path's kernel_usable)
+    if model.nb == 0 or not config.get("cpu_kernels") or host_calls.library() is None:
+        return None
+    return NativeCall(name, model, tuple(x.shape for x in xs), dtype)

@@ -12,6 +12,7 @@
  * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
  * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
  * Result: M (..., nv, nv). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -244,3 +245,181 @@ XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
       aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Host entry points: one sample of a kernel without XLA (jaxdyn/backend/host_calls.py,
+ * jaxdyn.compile_for_latency(..., dispatch="native"), called through ctypes). The caller fills
+ * a host_call once (jaxdyn_host_init: the model's arrays and topology and the buffers of one
+ * sample's inputs and result, which it keeps alive), then for each sample writes the inputs
+ * into their buffers and calls jaxdyn_host_run. The quaternions of q are checked (where asked)
+ * and normalised in their buffer as jaxdyn.shell.check_quaternions does before the kernel
+ * (q * (1 / sqrt(|quaternion|^2)) on each quaternion's entries); the kernels are the narrow
+ * blocks that the handlers above run for a batch of one, called with a workspace, the model's
+ * constants and Minv's tables prepared once (jaxdyn_host_prepare). */
+
+enum { HOST_RNEA = 0, HOST_ABA = 1, HOST_CRBA = 2, HOST_MINV = 3 };
+
+typedef struct {
+  crba_topo t;
+  int alg, f32, check, nquat;
+  double tol;          /* the quaternion check's tolerance on |quaternion|^2 - 1 */
+  const int32_t* quat; /* the index in q of each quaternion's first entry (nquat) */
+  const void *XR, *Xp, *axis, *mass, *com, *inertia, *armature, *gravity; /* armature or NULL */
+  void *q, *qd, *x, *fext; /* one sample's inputs: q (nq), qd and x (nv), f_ext (nb, 6) or NULL */
+  void* out;               /* the result (nv, or nv * nv) */
+  void *ws, *cst; /* jaxdyn_host_prepare's workspace and model constants (NULL: none) */
+  int32_t* row0;  /* HOST_MINV: jaxdyn_host_prepare's tables of the block (minv_tables_) */
+  int levels;     /* HOST_MINV: the tree's number of levels */
+} host_call;
+
+/* the size of a host_call in bytes (the caller allocates it) */
+int64_t jaxdyn_host_size(void) { return (int64_t)sizeof(host_call); }
+
+/* fills h. topo: the kernel's topology (jaxdyn_crba's; jaxdyn_minv's with the depth-first
+   order for HOST_MINV); f32: float32 (else float64) arrays; check: fail a run whose
+   quaternion's squared norm is off 1 by more than tol (or not finite); qd, x: NULL for
+   HOST_CRBA and HOST_MINV */
+void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int check, double tol,
+                      int nquat, const int32_t* quat, const void* XR, const void* Xp,
+                      const void* axis, const void* mass, const void* com, const void* inertia,
+                      const void* armature, const void* gravity, void* q, void* qd, void* x,
+                      void* fext, void* out) {
+  read_topology(topo, alg == HOST_MINV, &h->t);
+  h->alg = alg, h->f32 = f32, h->check = check, h->nquat = nquat, h->tol = tol;
+  h->quat = quat;
+  h->XR = XR, h->Xp = Xp, h->axis = axis, h->mass = mass, h->com = com, h->inertia = inertia;
+  h->armature = armature, h->gravity = gravity;
+  h->q = q, h->qd = qd, h->x = x, h->fext = fext, h->out = out;
+  h->ws = h->cst = NULL;
+  h->row0 = NULL;
+  h->levels = 0;
+  if (alg == HOST_MINV) { /* the workspace's size depends on the tree's levels */
+    int32_t* tables = (int32_t*)malloc(sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb));
+    if (tables != NULL)
+      h->levels = minv_tables_f64(&h->t, tables);
+    free(tables);
+  }
+}
+
+/* the bytes of h's narrow block's workspace, rounded up to 64 */
+static size_t host_ws_bytes(const host_call* h) {
+  const crba_topo* t = &h->t;
+  size_t b;
+  if (h->f32)
+    b = sizeof(vec_f32_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f32_narrow(t)
+                                  : h->alg == HOST_ABA  ? aba_workspace_f32_narrow(t)
+                                  : h->alg == HOST_CRBA ? workspace_f32_narrow(t)
+                                                        : minv_workspace_f32_narrow(t, h->levels));
+  else
+    b = sizeof(vec_f64_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f64_narrow(t)
+                                  : h->alg == HOST_ABA  ? aba_workspace_f64_narrow(t)
+                                  : h->alg == HOST_CRBA ? workspace_f64_narrow(t)
+                                                        : minv_workspace_f64_narrow(t, h->levels));
+  return (b + 63) / 64 * 64;
+}
+
+/* the bytes of the model's constants in h's precision */
+static size_t host_cst_bytes(const host_call* h) {
+  return (h->f32 ? sizeof(float) : sizeof(double)) * 21 * (size_t)h->t.nb;
+}
+
+/* the bytes of the memory jaxdyn_host_prepare takes: the workspace, the constants and, for
+   HOST_MINV, its tables (0 where the tables could not be made: the runs allocate their own) */
+int64_t jaxdyn_host_workspace(const host_call* h) {
+  if (h->alg == HOST_MINV && h->levels == 0)
+    return 0;
+  size_t b = host_ws_bytes(h) + host_cst_bytes(h);
+  if (h->alg == HOST_MINV)
+    b += sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb);
+  return (int64_t)b;
+}
+
+/* gives h the memory of jaxdyn_host_workspace bytes at mem (64-byte aligned, the caller's,
+   alive as long as h) for the block's workspace and the model's constants, computed here
+   once: each run then calls the kernel's block itself, without allocating or recomputing
+   them (what the kernel's run does per call) */
+void jaxdyn_host_prepare(host_call* h, void* mem) {
+  h->ws = mem;
+  h->cst = (char*)mem + host_ws_bytes(h);
+  if (h->alg == HOST_MINV) {
+    h->row0 = (int32_t*)((char*)h->cst + host_cst_bytes(h));
+    h->levels = minv_tables_f64(&h->t, h->row0);
+  }
+  if (h->f32)
+    one_dof_constants_f32_narrow(&h->t, h->XR, h->axis, h->cst);
+  else
+    one_dof_constants_f64_narrow(&h->t, h->XR, h->axis, h->cst);
+}
+
+/* the quaternions of h->q checked and normalised in place; 1 where a check fails */
+#define HOST_NORMALISE(T)                                                                     \
+  {                                                                                           \
+    T* qo = (T*)h->q;                                                                         \
+    for (int k = 0; k < h->nquat; ++k) {                                                      \
+      T* e = qo + h->quat[k];                                                                 \
+      const T n2 = e[0] * e[0] + e[1] * e[1] + e[2] * e[2] + e[3] * e[3];                     \
+      const T err = n2 - (T)1 < 0 ? (T)1 - n2 : n2 - (T)1;                                    \
+      if (h->check && !(err <= (T)h->tol))                                                    \
+        return 1;                                                                             \
+      const T inv = (T)1 / (T)sqrt((double)n2);                                               \
+      for (int r = 0; r < 4; ++r)                                                             \
+        e[r] *= inv;                                                                          \
+    }                                                                                         \
+  }
+
+/* one sample from the input buffers into h->out. Returns 0, 1 (a failed quaternion check) or
+   2 (out of memory) */
+int jaxdyn_host_run(const host_call* h) {
+  const crba_topo* t = &h->t;
+  int failed;
+  if (h->f32)
+    HOST_NORMALISE(float)
+  else
+    HOST_NORMALISE(double)
+#define HOST_RUN(T, S)                                                                        \
+  {                                                                                           \
+    const T *XR = h->XR, *Xp = h->Xp, *ax = h->axis, *ms = h->mass, *cm = h->com;             \
+    const T *in = h->inertia, *arm = h->armature, *g = h->gravity, *q = h->q;                 \
+    const T *qd = h->qd, *x = h->x, *fe = h->fext;                                            \
+    T* o = h->out;                                                                            \
+    const T* cst = h->cst;                                                                    \
+    if (h->ws != NULL && h->alg == HOST_RNEA) {                                               \
+      rnea_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, o, 0, 1, h->ws);   \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_ABA) {                                                \
+      aba_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, o, 0, 1, h->ws);    \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_CRBA) {                                               \
+      crba_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, o, 0, 1, h->ws);                 \
+      return 0;                                                                               \
+    }                                                                                         \
+    if (h->ws != NULL && h->alg == HOST_MINV) {                                               \
+      const int32_t *r0 = h->row0, *depth = r0 + t->nv + 1;                                   \
+      minv_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, r0, depth, h->levels, o, 0, 1,   \
+                     h->ws);                                                                  \
+      return 0;                                                                               \
+    }                                                                                         \
+    switch (h->alg) {                                                                         \
+      case HOST_RNEA:                                                                         \
+        failed = rnea_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);         \
+        break;                                                                                \
+      case HOST_ABA:                                                                          \
+        failed = aba_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);          \
+        break;                                                                                \
+      case HOST_CRBA:                                                                         \
+        failed = crba_run_##S(t, 1, q, XR, Xp, ax, ms, cm, in, arm, o);                       \
+        break;                                                                                \
+      default:                                                                                \
+        failed = minv_run_##S(t, 1, q, XR, Xp, ax, ms, cm, in, arm, o);                       \
+    }                                                                                         \
+  }
+  if (h->f32)
+    HOST_RUN(float, f32_narrow)
+  else
+    HOST_RUN(double, f64_narrow)
+#undef HOST_RUN
+  return failed ? 2 : 0;
+}
+#undef HOST_NORMALISE

@@ -13,6 +13,7 @@
 #define MBLOCK CAT(minv_block_, SUFFIX)
 #define MRUN CAT(minv_run_, SUFFIX)
 #define MWORK CAT(minv_workspace_, SUFFIX)
+#define MTABLES CAT(minv_tables_, SUFFIX)
 #define LDL_INV CAT(ldl_inverse_, SUFFIX)
 
 /* Dinv = D^-1 of the symmetric positive definite k x k D (k <= 6; rows of 6), by D = L diag(d)
@@ -236,6 +237,23 @@ CLONES static void MBLOCK(const crba_topo* t, const REAL* q, const REAL* XR, con
   }
 }
 
+/* the tables of MBLOCK into row0 (nv + 1 + nb entries): row0[r], the first pair of row r,
+   then depth[i], body i's; returns the tree's number of levels */
+static int MTABLES(const crba_topo* t, int32_t* row0) {
+  const int nb = t->nb, nv = t->nv;
+  int32_t* depth = row0 + nv + 1;
+  int levels = 0;
+  for (int i = 0; i < nb; ++i) { /* parents come before their children */
+    depth[i] = t->parent[i] < 0 ? 0 : depth[t->parent[i]] + 1;
+    if (depth[i] + 1 > levels) levels = depth[i] + 1;
+  }
+  for (int r = 0, e = 0; r <= nv; ++r) {
+    while (e < t->npairs && t->pair_r[e] < r) ++e;
+    row0[r] = e;
+  }
+  return levels;
+}
+
 /* the whole batch of B samples, one block of LANES at a time */
 static int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp,
                 const REAL* axis, const REAL* mass, const REAL* com, const REAL* inertia,
@@ -249,15 +267,7 @@ static int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, co
     return 1;
   }
   int32_t* depth = row0 + nv + 1;
-  int levels = 0;
-  for (int i = 0; i < nb; ++i) { /* parents come before their children */
-    depth[i] = t->parent[i] < 0 ? 0 : depth[t->parent[i]] + 1;
-    if (depth[i] + 1 > levels) levels = depth[i] + 1;
-  }
-  for (int r = 0, e = 0; r <= nv; ++r) {
-    while (e < t->npairs && t->pair_r[e] < r) ++e;
-    row0[r] = e;
-  }
+  const int levels = MTABLES(t, row0);
   size_t bytes = MWORK(t, levels) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (ws == NULL) {
@@ -280,4 +290,5 @@ static int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, co
 #undef MBLOCK
 #undef MRUN
 #undef MWORK
+#undef MTABLES
 #undef LDL_INV

@@ -61,7 +61,9 @@ are compiled with ``-O3`` (``-O2`` runs the CRBA kernel slower: ``docs/performan
 the running CPU's x86-64 level alone where ``/proc/cpuinfo`` tells it (:func:`_x86_level`, in
 the file key: the code of the clone that the portable build's dispatch picks on this CPU, for a
 fraction of the compile), else with target clones for AVX-512 and AVX2 (GCC on x86-64) chosen
-when the library loads.
+when the library loads. The same library holds two plain C entry points over those kernels,
+``jaxdyn_host_init`` and ``jaxdyn_host_run``, which compute one sample without XLA for
+``jaxdyn.compile_for_latency(..., dispatch="native")`` (:mod:`jaxdyn.backend.host_calls`).
 """
 
 from __future__ import annotations
