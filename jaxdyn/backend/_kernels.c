@@ -171,6 +171,7 @@ typedef int (*dyn_f32)(const crba_topo*, int64_t, const float*, const float*, co
                        const float*, const float*, const float*, const float*, float*);
 typedef struct {
   const char *bad_arity, *bad_dtype, *no_memory; /* the target's errors */
+  int matrices; /* the result per sample: nv numbers (0), or that many nv x nv matrices */
   dyn_f64 f64, f64_narrow;
   dyn_f32 f32, f32_narrow;
 } dynamics_kernel;
@@ -179,7 +180,8 @@ typedef struct {
  * (..., nv), x (..., nv), f_ext (..., nb, 6; body-frame spatial forces, or 0 entries where
  * there are none), then the model as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com,
  * inertia, armature), the gravity vector (3), all of one floating type, and jaxdyn_crba's
- * topology (its pairs unused). Result (..., nv). The batch is split as run_batch's. */
+ * topology (its pairs unused). Result (..., nv), or (..., matrices, nv, nv). The batch is
+ * split as run_batch's. */
 static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kernel* k) {
   if (metadata_call(frame))
     return NULL;
@@ -195,6 +197,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
   const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
   const int has_arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv;
   const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6;
+  const int64_t no = k->matrices ? k->matrices * nv * nv : nv; /* result per sample */
   int failed = 0;
   /* blocks of 64 bytes; up to a quarter block left after them, one narrow block */
 #define DYNAMICS_RUNS(T, W, NARROW, WIDE, NARROW_RUN)                                         \
@@ -213,7 +216,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
     if (B > full)                                                                             \
       failed |= NARROW_RUN(&t, B - full, q + full * nq, qd + full * nv, x + full * nv,        \
                            fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in, arm, g,       \
-                           o + full * nv);                                                    \
+                           o + full * no);                                                    \
   }
   if (a[0]->dtype == XLA_FFI_DataType_F64)
     DYNAMICS_RUNS(double, 8, 2, k->f64, k->f64_narrow)
@@ -230,7 +233,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
 XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_rnea: expected 13 operands and 1 result",
-      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory",
+      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory", 0,
       rnea_run_f64, rnea_run_f64_narrow, rnea_run_f32, rnea_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
@@ -240,7 +243,21 @@ XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_aba: expected 13 operands and 1 result",
-      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory",
+      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory", 0,
       aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
+  return run_dynamics(frame, &k);
+}
+
+/* jaxdyn_rnea_derivatives: the partials of inverse dynamics of a batch by IDSVA
+ * (jaxdyn/derivatives/idsva.py, rnea_derivatives_kernel; the algorithm in
+ * _rnea_derivatives_kernel.h): run_dynamics with x = qdd, result (..., 3, nv, nv): dtau_dq,
+ * dtau_dv and M per sample. */
+XLA_FFI_Error* jaxdyn_rnea_derivatives(XLA_FFI_CallFrame* frame) {
+  static const dynamics_kernel k = {
+      "jaxdyn_rnea_derivatives: expected 13 operands and 1 result",
+      "jaxdyn_rnea_derivatives: float32 or float64 operands expected",
+      "jaxdyn_rnea_derivatives: out of memory", 3,
+      rnea_derivatives_run_f64, rnea_derivatives_run_f64_narrow, rnea_derivatives_run_f32,
+      rnea_derivatives_run_f32_narrow};
   return run_dynamics(frame, &k);
 }

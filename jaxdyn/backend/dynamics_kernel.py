@@ -1,9 +1,10 @@
-"""The primitive of jaxdyn's dynamics kernels on the CPU (``jaxdyn_rnea`` and ``jaxdyn_aba``
-in ``_kernels.c``, whose operands are the same: ``q``, ``qd``, a third per-sample vector,
-``f_ext`` and the model): its CPU lowering calls the kernel, and its other lowerings, batches
-of models and derivatives use the caller's XLA form of the same algorithm, as
-:mod:`jaxdyn.backend.crba_kernel`'s. :mod:`jaxdyn.backend.rnea_kernel` and
-:mod:`jaxdyn.backend.aba_kernel` each hold one.
+"""The primitive of jaxdyn's dynamics kernels on the CPU (``jaxdyn_rnea``, ``jaxdyn_aba`` and
+``jaxdyn_rnea_derivatives`` in ``_kernels.c``, whose operands are the same: ``q``, ``qd``, a
+third per-sample vector, ``f_ext`` and the model): its CPU lowering calls the kernel, and its
+other lowerings, batches of models and derivatives use the caller's XLA form of the same
+algorithm, as :mod:`jaxdyn.backend.crba_kernel`'s. :mod:`jaxdyn.backend.rnea_kernel`,
+:mod:`jaxdyn.backend.aba_kernel` and :mod:`jaxdyn.backend.rnea_derivatives_kernel` each hold
+one.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class DynamicsKernel:
     programs that XLA partitions over several devices, under ``jax.disable_jit`` and on other
     backends it is XLA's code."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, matrices: int = 0) -> None:
+        """``matrices``: the result per sample is ``(nv,)`` (0) or ``(matrices, nv, nv)``."""
         self.target = target
+        self.matrices = matrices
         p = self.primitive = jax.extend.core.Primitive(target)
         p.def_impl(self._impl)
         p.def_abstract_eval(self._abstract)
@@ -106,14 +109,18 @@ class DynamicsKernel:
             arm,
             model.gravity,
         )
-        out = jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv,), dt)
+        out = jax.ShapeDtypeStruct(q.shape[:-1] + self._result(t.nv), dt)
         call = jax.ffi.ffi_call(self.target, out)
         return call(*(jnp.asarray(a).astype(dt) for a in ops), jnp.asarray(_topology(t)))
+
+    def _result(self, nv: int) -> tuple[int, ...]:
+        """The result's shape per sample."""
+        return (self.matrices, nv, nv) if self.matrices else (nv,)
 
     def _abstract(self, *args, tree_def, xla, n_samples):
         q = args[0]
         model = jax.tree_util.tree_unflatten(tree_def, list(args[n_samples:]))
-        return jax.core.ShapedArray(q.shape[:-1] + (model.nv,), q.dtype)
+        return jax.core.ShapedArray(q.shape[:-1] + self._result(model.nv), q.dtype)
 
     def _impl(self, *args, tree_def, xla, n_samples):
         # op by op, as asked (a jit of the bind would recurse)

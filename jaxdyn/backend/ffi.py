@@ -121,6 +121,7 @@ KERNEL_HEADERS = (
     _HERE / "_crba_kernel.h",
     _HERE / "_minv_kernel.h",
     _HERE / "_rnea_kernel.h",
+    _HERE / "_rnea_derivatives_kernel.h",
     _HERE / "_aba_kernel.h",
 )
 #: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
@@ -131,6 +132,9 @@ MINV_TARGET = "jaxdyn_minv"
 RNEA_TARGET = "jaxdyn_rnea"
 #: the ABA kernel's target (:func:`jaxdyn.backend.aba_kernel.aba_kernel`)
 ABA_TARGET = "jaxdyn_aba"
+#: the RNEA derivatives' kernel's target
+#: (:func:`jaxdyn.backend.rnea_derivatives_kernel.rnea_derivatives_kernel`)
+RNEA_DERIVATIVES_TARGET = "jaxdyn_rnea_derivatives"
 
 logger = logging.getLogger("jaxdyn")
 
@@ -390,6 +394,8 @@ def _register(library: _Library) -> None:
         jax.ffi.register_ffi_target(MINV_TARGET, jax.ffi.pycapsule(lib.jaxdyn_minv), "cpu")
         jax.ffi.register_ffi_target(RNEA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_rnea), "cpu")
         jax.ffi.register_ffi_target(ABA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_aba), "cpu")
+        capsule = jax.ffi.pycapsule(lib.jaxdyn_rnea_derivatives)
+        jax.ffi.register_ffi_target(RNEA_DERIVATIVES_TARGET, capsule, "cpu")
     library.state["lib"] = lib  # kept loaded for the life of the process
 
 
