@@ -90,13 +90,13 @@ static size_t RDWORK(const crba_topo* t) {
          + (size_t)t->nq;
 }
 
-/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample); out
-   (B, 3, nv, nv): dtau_dq, dtau_dv, M per sample */
+/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample); outs:
+   dtau_dq, dtau_dv and M, each (B, nv, nv) */
 CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, const REAL* qdd,
                            const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                            const REAL* mass, const REAL* com, const REAL* inertia,
-                           const REAL* armature, const REAL* g, const REAL* cst, REAL* out,
-                           int64_t b0, int n, VEC* ws) {
+                           const REAL* armature, const REAL* g, const REAL* cst,
+                           REAL* const* outs, int64_t b0, int n, VEC* ws) {
   const int nb = t->nb, nv = t->nv;
   const int64_t nn = (int64_t)nv * nv;
   VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
@@ -189,15 +189,15 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
     }
   }
   /* the pairs (Alg. 1, lines 17-20; Eqs. 30, 32): zeros where no body supports the other */
-  for (int l = 0; l < n; ++l) {
-    REAL* o = out + (b0 + l) * 3 * nn;
-    for (int64_t e = 0; e < 3 * nn; ++e) o[e] = 0;
+  for (int k = 0; k < 3; ++k) {
+    REAL* o = outs[k] + b0 * nn;
+    for (int64_t e = 0; e < n * nn; ++e) o[e] = 0;
   }
-#define RD_PUT(K, R, COL, X)                                       \
-  {                                                                \
-    const VEC x_ = (X);                                            \
-    REAL* o_ = out + b0 * 3 * nn + (K) * nn + (int64_t)(R) * nv + (COL); \
-    for (int l = 0; l < n; ++l) o_[l * 3 * nn] = x_[l];            \
+#define RD_PUT(K, R, COL, X)                                         \
+  {                                                                  \
+    const VEC x_ = (X);                                              \
+    REAL* o_ = outs[K] + b0 * nn + (int64_t)(R) * nv + (COL);        \
+    for (int l = 0; l < n; ++l) o_[l * nn] = x_[l];                  \
   }
   for (int bj = 0; bj < nb; ++bj) {
     const int kj = t->kind[bj], nvj = kj == KIND_ONE_DOF ? 1 : (kj == KIND_FREE ? 6 : 3);
@@ -221,7 +221,7 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
         }
       }
       if (armature != NULL) {
-        for (int l = 0; l < n; ++l) out[(b0 + l) * 3 * nn + 2 * nn + (int64_t)j * nv + j] += armature[j];
+        for (int l = 0; l < n; ++l) outs[2][(b0 + l) * nn + (int64_t)j * nv + j] += armature[j];
       }
     }
   }
@@ -232,7 +232,7 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
 static int RDRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* qdd,
                  const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                  const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
-                 const REAL* g, REAL* out) {
+                 const REAL* g, REAL* const* outs) {
   size_t bytes = RDWORK(t) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
   REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);
@@ -244,7 +244,7 @@ static int RDRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, c
   CONSTANTS(t, XR, axis, cst);
   for (int64_t b = 0; b < B; b += LANES) {
     const int n = B - b < LANES ? (int)(B - b) : LANES;
-    RDBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, out, b, n,
+    RDBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, outs, b, n,
             ws);
   }
   free(ws);

@@ -155,7 +155,8 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
 static int RRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* qdd,
                 const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
-                const REAL* g, REAL* out) {
+                const REAL* g, REAL* const* outs) {
+  REAL* out = outs[0]; /* the one result */
   size_t bytes = RWORK(t) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
   REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);

@@ -29,13 +29,13 @@ def rnea_derivatives_kernel(
     qdd: ArrayLike,
     f_ext: ArrayLike | None,
     xla: Callable[..., Array],
-) -> Array:
-    """``(dtau_dq, dtau_dv, M)`` stacked as ``(..., 3, nv, nv)``: the partials of inverse
+) -> tuple[Array, Array, Array]:
+    """``(dtau_dq, dtau_dv, M)``, each ``(..., nv, nv)``: the partials of inverse
     dynamics by IDSVA (Singh, Russell & Wensing 2022, "Efficient Analytical Derivatives of
     Rigid-Body Dynamics Using Spatial Vector Algebra", Algorithm 1, Eqs. 28, 30-32, in ground
     coordinates; the partials of Carpentier & Mansard 2018) for the prepared ``q``
     (:func:`jaxdyn.shell.prepare`), ``qd``, ``qdd`` and ``f_ext (nb, 6)`` or ``None``, by
-    jaxdyn's C kernel on the CPU, ``xla(model, q, qd, qdd, f_ext)`` (the same stack in XLA,
+    jaxdyn's C kernel on the CPU, ``xla(model, q, qd, qdd, f_ext)`` (the same three in XLA,
     :func:`jaxdyn.derivatives.idsva.idsva_world`) where the kernel cannot run and for
     derivatives.
 

@@ -240,11 +240,11 @@ def rnea_derivatives_world(
 
 def rnea_derivatives_xla(
     model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
-) -> Array:
-    """``(dtau_dq, dtau_dv, M)`` of one prepared sample stacked as ``(3, nv, nv)``, by XLA's
-    code (:func:`rnea_derivatives_world`): the C kernel's fallback and its derivatives."""
+) -> tuple[Array, Array, Array]:
+    """``(dtau_dq, dtau_dv, M)`` of one prepared sample by XLA's code
+    (:func:`rnea_derivatives_world`): the C kernel's fallback and its derivatives."""
     ws = kin.world_state(model, q, centered=True)
-    return jnp.stack(rnea_derivatives_world(model, ws, qd, qdd, f_ext)[1:], -3)
+    return rnea_derivatives_world(model, ws, qd, qdd, f_ext)[1:]
 
 
 def id_partials(
@@ -255,10 +255,8 @@ def id_partials(
     :func:`idsva_world` in C; the switch ``cpu_kernels``), else and for derivatives by XLA's
     code (:func:`rnea_derivatives_xla`)."""
     if kernel_usable(model, q.dtype):
-        D = rnea_derivatives_kernel(model, q, qd, qdd, f_ext, rnea_derivatives_xla)
-    else:
-        D = rnea_derivatives_xla(model, q, qd, qdd, f_ext)
-    return D[..., 0, :, :], D[..., 1, :, :], D[..., 2, :, :]
+        return rnea_derivatives_kernel(model, q, qd, qdd, f_ext, rnea_derivatives_xla)
+    return rnea_derivatives_xla(model, q, qd, qdd, f_ext)
 
 
 def _prepare_id(fn, model, q, v, a, f_ext):
