@@ -80,7 +80,7 @@ class DynamicsKernel:
         qd: ArrayLike,
         x: ArrayLike,
         f_ext: ArrayLike | None,
-        xla: Callable[[Any, Array, Array, Array, Array | None], Array],
+        xla: Callable[[Any, Array, Array, Array, Array | None], Any],
     ) -> Any:
         leaves, tree_def = jax.tree_util.tree_flatten(model)
         samples = tuple(

@@ -28,7 +28,7 @@ def rnea_derivatives_kernel(
     qd: ArrayLike,
     qdd: ArrayLike,
     f_ext: ArrayLike | None,
-    xla: Callable[..., Array],
+    xla: Callable[..., tuple[Array, Array, Array]],
 ) -> tuple[Array, Array, Array]:
     """``(dtau_dq, dtau_dv, M)``, each ``(..., nv, nv)``: the partials of inverse
     dynamics by IDSVA (Singh, Russell & Wensing 2022, "Efficient Analytical Derivatives of
