@@ -47,10 +47,11 @@ from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
 from ..algorithms import rnea as _rnea
 from ..algorithms.minv import minv_world
+from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
-from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
+from .idsva import _prepare_id, fext_tau_tangent, id_partials, rnea_derivatives_world
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -173,7 +174,12 @@ def _rnea_jvp(primals, tangents):
     if is_zero_tangent(dq) and is_zero_tangent(dv) and is_zero_tangent(da):
         tau = _rnea.rnea_world(model, ws, v, a, f_ext)[0]
     else:
-        tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
+        if kernel_usable(model, ws.S.dtype):
+            # jaxdyn's C kernels on the CPU: RNEA's for tau, IDSVA's for the partials
+            tau = _rnea.joint_forces(model, q, v, a, f_ext)
+            Dq, Dv, M = id_partials(model, q, v, a, f_ext)
+        else:
+            tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
         if not is_zero_tangent(dq):
             terms.append(Dq @ configuration_tangent(model, q, dq))
         if not is_zero_tangent(dv):
@@ -204,7 +210,8 @@ def rnea(
     Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1;
     :func:`jaxdyn.algorithms.rnea.joint_forces`: on the CPU jaxdyn's C kernel, the primal
     only); derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
-    Algorithm 1, Eqs. 30, 32, in XLA's code.
+    Algorithm 1, Eqs. 30, 32: on the CPU by jaxdyn's C kernel
+    (:func:`jaxdyn.derivatives.idsva.id_partials`), else in XLA's code.
 
     Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea_plain`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
