@@ -59,10 +59,11 @@ if TYPE_CHECKING:
 AZA_MIN_NV = 128
 
 
-def _minv_by_kernel(model: Model, dtype) -> bool:
-    """Whether :func:`aba_derivatives_world` takes ``M^-1`` from the C kernel: where it runs,
-    and not inside one XLA:CPU kernel (a small call, a fused program), which holds no custom
-    call."""
+def by_kernels(model: Model, dtype) -> bool:
+    """Whether the forward-dynamics partials (:func:`aba_derivatives_world`, ``jaxdyn.aba``'s
+    analytic rule) take their pieces (``M^-1``; for DMM also ``qdd`` and the inverse dynamics
+    partials) from jaxdyn's C kernels: where they run, and not inside one XLA:CPU kernel (a
+    small call, a fused program), which holds no custom call."""
     return (
         kernel_usable(model, dtype)
         and not small_calls.tracing()
@@ -145,14 +146,14 @@ def aba_derivatives_world(
     inertias."""
     method = resolve_method(method, model.nv)
     nv = model.nv
-    if q is not None and method == "dmm" and _minv_by_kernel(model, ws.S.dtype):
+    if q is not None and method == "dmm" and by_kernels(model, ws.S.dtype):
         qdd = aba_solve(model, q, qd, tau, f_ext)
         dq, dv, _ = id_partials(model, q, qd, qdd, f_ext)
         Minv = minv_kernel(model, q)
         D = -(Minv @ jnp.concatenate([dq, dv], 1))
         return qdd, D[:, :nv], D[:, nv:], Minv
     qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext, False)
-    if q is not None and _minv_by_kernel(model, ws.S.dtype):
+    if q is not None and by_kernels(model, ws.S.dtype):
         Minv = minv_kernel(model, q)
     else:
         Minv = minv_world(model, ws, inertias)

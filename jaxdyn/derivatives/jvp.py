@@ -46,7 +46,7 @@ from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
 from ..algorithms import rnea as _rnea
-from ..algorithms.minv import minv_world
+from ..algorithms.minv import minv_kernel, minv_world
 from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import fd as _fd
@@ -250,7 +250,15 @@ def _aba_jvp(method, primals, tangents):
         qdd = _aba.aba_world(model, ws, v, tau, f_ext)[0]
         rhs = None
     else:
-        qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
+        dmm = _fd.resolve_method("auto", model.nv) == "dmm"
+        kernels = dmm and _fd.by_kernels(model, ws.S.dtype)
+        inertias = None
+        if kernels:
+            # jaxdyn's C kernels on the CPU: ABA's, IDSVA's at its solution, then Minv's
+            qdd = _aba.aba_solve(model, q, v, tau, f_ext)
+            Dq, Dv, _ = id_partials(model, q, v, qdd, f_ext)
+        else:
+            qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
         # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
         parts = []
         if not is_zero_tangent(dtau):
@@ -262,7 +270,9 @@ def _aba_jvp(method, primals, tangents):
         if f_ext is not None and not is_zero_tangent(dfext):
             parts.append(-fext_tau_tangent(model, ws, dfext))
         u = _sum_terms(parts, qdd)
-        if _fd.resolve_method("auto", model.nv) == "aza":
+        if inertias is None:
+            rhs = minv_kernel(model, q) @ u
+        elif not dmm:
             rhs = aza(model, ws.S, inertias, u[:, None])[:, 0]
         else:
             rhs = minv_world(model, ws, inertias) @ u
