@@ -44,7 +44,7 @@ from .idsva import chunk_words, id_partials, idsva_world
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..algorithms.aba import Inertias
     from ..algorithms.kinematics import WorldState
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 AZA_MIN_NV = 128
 
 
-def by_kernels(model: Model, dtype) -> bool:
+def by_kernels(model: Model, dtype: DTypeLike) -> bool:
     """Whether the forward-dynamics partials (:func:`aba_derivatives_world`, ``jaxdyn.aba``'s
     analytic rule) take their pieces (``M^-1``; for DMM also ``qdd`` and the inverse dynamics
     partials) from jaxdyn's C kernels: where they run, and not inside one XLA:CPU kernel (a
