@@ -40,6 +40,7 @@ from ..algorithms.minv import minv_kernel, minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..backend import small_calls, xla_flags
 from ..backend.crba_kernel import kernel_usable
+from ..backend.sharding import explicit_context
 from .idsva import chunk_words, id_partials, idsva_world
 
 if TYPE_CHECKING:
@@ -62,12 +63,14 @@ AZA_MIN_NV = 128
 def by_kernels(model: Model, dtype: DTypeLike) -> bool:
     """Whether the forward-dynamics partials (:func:`aba_derivatives_world`, ``jaxdyn.aba``'s
     analytic rule) take their pieces (``M^-1``; for DMM also ``qdd`` and the inverse dynamics
-    partials) from jaxdyn's C kernels: where they run, and not inside one XLA:CPU kernel (a
-    small call, a fused program), which holds no custom call."""
+    partials) from jaxdyn's C kernels: where they run, not inside one XLA:CPU kernel (a
+    small call, a fused program), which holds no custom call, and not under a mesh with
+    ``Explicit`` axes (the Minv kernel's batching rule keeps no sharding in the batch's type)."""
     return (
         kernel_usable(model, dtype)
         and not small_calls.tracing()
         and not xla_flags.fused_cpu_loops_enabled()
+        and not explicit_context()
     )
 
 

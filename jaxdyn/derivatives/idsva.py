@@ -275,7 +275,16 @@ def chunk_words(model: Model, itemsize: int) -> int:
     return 4 * model.nv * model.nv
 
 
-@shell.public("rnea_derivatives", words=batching.capped_when_threaded(chunk_words))
+def id_chunk_words(model: Model, itemsize: int) -> int:
+    """``rnea_derivatives``' chunk policy: none where its C kernel computes the batch (it keeps
+    a block of samples in the cache itself, as :func:`jaxdyn.algorithms.rnea.chunk_words`),
+    else :func:`chunk_words`."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return chunk_words(model, itemsize)
+
+
+@shell.public("rnea_derivatives", words=batching.capped_when_threaded(id_chunk_words))
 @full_precision
 def rnea_derivatives(
     model: Model,
