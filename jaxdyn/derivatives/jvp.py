@@ -300,11 +300,12 @@ def aba(
     as jaxdyn's C kernel: :func:`jaxdyn.backend.aba_kernel.aba_kernel`); derivatives (the
     ``jax.custom_jvp`` rule) by FDSVA, Singh, Russell & Wensing 2022, Eq. 5 on the IDSVA
     partials (Algorithm 1) at the ABA solution, ``M^-1`` applied by AZA (Eq. 34) or through
-    the analytic inverse (DMM) depending on size.
+    the analytic inverse (DMM) depending on size; with DMM on the CPU from jaxdyn's C kernels
+    (ABA's, IDSVA's and Minv's, where :func:`jaxdyn.aba_derivatives` takes them).
 
     Same arguments (``method``: ``"auto"``, ``"sweeps"`` or ``"dense"``, the primal's
-    algorithm; derivatives always come from the sweeps) and result as
-    :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
+    algorithm; derivatives come from the sweeps or the kernels, whatever the method) and
+    result as :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
     """
     _aba.check_method("aba", method)
     if not config.get("analytic_derivatives"):
