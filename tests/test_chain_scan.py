@@ -201,7 +201,11 @@ def _chain_fns(model):
         "minv": lambda q, v: minv_world(model, kin.world_state(model, q, centered=True)),
         "aza": aza,
         "aba_derivatives_aza": lambda q, v: jaxdyn.aba_derivatives(model, q, v, v, method="aza"),
-        "rnea_derivatives": lambda q, v: jaxdyn.rnea_derivatives(model, q, v, v),
+        # XLA's IDSVA (jaxdyn.rnea_derivatives runs its C kernel on the CPU, one call whatever
+        # the chain)
+        "rnea_derivatives": lambda q, v: jaxdyn.derivatives.idsva.rnea_derivatives_xla(
+            model, q, v, v
+        ),
         "articulated_inertias_packed": lambda q, v: packed(q),
     }
 

@@ -80,5 +80,7 @@ def test_precision_can_be_relaxed(arm, monkeypatch):
     monkeypatch.setattr(_precision, "PRECISION", "default")
     # XLA's kernels: a one-kernel call (jaxdyn.backend.small_calls) writes its dots as sums
     monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
+    # XLA's IDSVA (on the CPU its C kernel, a primitive without products, traces instead)
+    monkeypatch.setitem(jaxdyn.config._values, "cpu_kernels", False)
     dots = _dots(jax.make_jaxpr(lambda q: jaxdyn.rnea_derivatives(m, q, v, v))(q).jaxpr)
     assert dots and not any(_highest(d) for d in dots)

@@ -19,16 +19,18 @@ does the rest. Its contract with the layers above:
 Modules:
 
 * :mod:`.ffi`: jaxdyn's XLA FFI libraries (the handlers, ``_uninitialized.c``; the kernels,
-  ``_kernels.c``, ``_crba_kernel.h``, ``_minv_kernel.h``, ``_rnea_kernel.h`` and
-  ``_aba_kernel.h``; built and loaded at first use): uninitialized output buffers for the chunk
-  loop, stores, the value check's handler, the CRBA, Minv, RNEA and ABA kernels' targets,
-  ``shard_map`` / ``Explicit`` mesh helpers.
+  ``_kernels.c``, ``_crba_kernel.h``, ``_minv_kernel.h``, ``_rnea_kernel.h``,
+  ``_rnea_derivatives_kernel.h`` and ``_aba_kernel.h``; built and loaded at first use):
+  uninitialized output buffers for the chunk loop, stores, the value check's handler, the CRBA,
+  Minv, RNEA, RNEA derivatives and ABA kernels' targets, ``shard_map`` / ``Explicit`` mesh
+  helpers.
 * :mod:`.fusion`: what steers XLA:CPU's fusion and vectorisation: :func:`~.fusion.store`,
   :func:`~.fusion.materialize`, :func:`~.fusion.sincos` (re-exported by :mod:`jaxdyn.spatial`).
 * :mod:`.sharding`: array joins that keep a batch's ``Explicit`` sharding (``stack``,
   ``concatenate``, ``on_mesh``; re-exported by :mod:`jaxdyn.spatial`).
 * :mod:`.crba_kernel`: the JAX primitives over the C CRBA and Minv kernels.
-* :mod:`.rnea_kernel`, :mod:`.aba_kernel`: the JAX primitives over the C RNEA and ABA kernels
+* :mod:`.rnea_kernel`, :mod:`.aba_kernel`, :mod:`.rnea_derivatives_kernel`: the JAX
+  primitives over the C RNEA, ABA and RNEA derivatives (IDSVA) kernels
   (:mod:`.dynamics_kernel`, their one primitive class).
 * :mod:`.xla_flags`: XLA:CPU's process-wide flags: fused loops
   (:func:`jaxdyn.config.fused_cpu_loops`) and fast compiles

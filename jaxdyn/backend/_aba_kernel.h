@@ -212,7 +212,8 @@ CLONES static void ABLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
 static int ARUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* tau,
                 const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
-                const REAL* gravity, REAL* out) {
+                const REAL* gravity, REAL* const* outs) {
+  REAL* out = outs[0]; /* the one result */
   size_t bytes = AWORK(t) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
   REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);

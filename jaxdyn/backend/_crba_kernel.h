@@ -270,12 +270,14 @@ static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, con
 
 #include "_minv_kernel.h"
 #include "_rnea_kernel.h"
+#include "_rnea_derivatives_kernel.h"
 #include "_aba_kernel.h"
 
 #undef BLOCK
 #undef RUN
 #undef KINEMATICS
 #undef SUBSPACE
+#undef RFORWARD
 /* the includer's parameters, so that it can include this again with others */
 #undef REAL
 #undef ITYPE

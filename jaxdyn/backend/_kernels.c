@@ -161,17 +161,18 @@ XLA_FFI_Error* jaxdyn_minv(XLA_FFI_CallFrame* frame) {
 }
 
 /* a dynamics kernel's four runs: RUN(t, B, q, qd, x, f_ext or NULL, Xtree_R, Xtree_p, axes,
-   mass, com, inertia, armature or NULL, gravity, out), x the accelerations (RNEA) or the
-   torques (ABA) */
+   mass, com, inertia, armature or NULL, gravity, outs), x the accelerations (RNEA, its
+   derivatives) or the torques (ABA), outs the results */
 typedef int (*dyn_f64)(const crba_topo*, int64_t, const double*, const double*, const double*,
                        const double*, const double*, const double*, const double*,
                        const double*, const double*, const double*, const double*,
-                       const double*, double*);
+                       const double*, double* const*);
 typedef int (*dyn_f32)(const crba_topo*, int64_t, const float*, const float*, const float*,
                        const float*, const float*, const float*, const float*, const float*,
-                       const float*, const float*, const float*, const float*, float*);
+                       const float*, const float*, const float*, const float*, float* const*);
 typedef struct {
   const char *bad_arity, *bad_dtype, *no_memory; /* the target's errors */
+  int matrices; /* the results: one (..., nv) (0), or that many (..., nv, nv) */
   dyn_f64 f64, f64_narrow;
   dyn_f32 f32, f32_narrow;
 } dynamics_kernel;
@@ -180,14 +181,16 @@ typedef struct {
  * (..., nv), x (..., nv), f_ext (..., nb, 6; body-frame spatial forces, or 0 entries where
  * there are none), then the model as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com,
  * inertia, armature), the gravity vector (3), all of one floating type, and jaxdyn_crba's
- * topology (its pairs unused). Result (..., nv). The batch is split as run_batch's. */
+ * topology (its pairs unused). Results: one (..., nv), or `matrices` of (..., nv, nv). The
+ * batch is split as run_batch's. */
 static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kernel* k) {
   if (metadata_call(frame))
     return NULL;
-  if (frame->args.size != 13 || frame->rets.size != 1)
+  const int64_t nr = k->matrices ? k->matrices : 1;
+  if (frame->args.size != 13 || frame->rets.size != nr || nr > 3)
     return ffi_error(frame, k->bad_arity);
   const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
-  const XLA_FFI_Buffer* out = (const XLA_FFI_Buffer*)frame->rets.rets[0];
+  const XLA_FFI_Buffer* const* rets = (const XLA_FFI_Buffer* const*)frame->rets.rets;
   crba_topo t;
   read_topology((const int32_t*)a[12]->data, 0, &t);
   int64_t B = 1;
@@ -196,6 +199,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
   const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
   const int has_arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv;
   const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6;
+  const int64_t no = k->matrices ? nv * nv : nv; /* a result per sample */
   int failed = 0;
   /* blocks of 64 bytes; up to a quarter block left after them, one narrow block */
 #define DYNAMICS_RUNS(T, W, NARROW, WIDE, NARROW_RUN)                                         \
@@ -207,14 +211,14 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
     const T *ax = (const T*)a[6]->data, *ms = (const T*)a[7]->data;                           \
     const T *cm = (const T*)a[8]->data, *in = (const T*)a[9]->data;                           \
     const T* g = (const T*)a[11]->data;                                                       \
-    T* o = (T*)out->data;                                                                     \
+    T *o[3], *on[3];                                                                          \
     const int64_t full = B % W <= NARROW ? B / W * W : B;                                      \
+    for (int64_t r = 0; r < nr; ++r) o[r] = (T*)rets[r]->data, on[r] = o[r] + full * no;     \
     if (full > 0)                                                                             \
       failed |= WIDE(&t, full, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);              \
     if (B > full)                                                                             \
       failed |= NARROW_RUN(&t, B - full, q + full * nq, qd + full * nv, x + full * nv,        \
-                           fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in, arm, g,       \
-                           o + full * nv);                                                    \
+                           fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in, arm, g, on);  \
   }
   if (a[0]->dtype == XLA_FFI_DataType_F64)
     DYNAMICS_RUNS(double, 8, 2, k->f64, k->f64_narrow)
@@ -231,7 +235,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
 XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_rnea: expected 13 operands and 1 result",
-      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory",
+      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory", 0,
       rnea_run_f64, rnea_run_f64_narrow, rnea_run_f32, rnea_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
@@ -241,8 +245,22 @@ XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_aba: expected 13 operands and 1 result",
-      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory",
+      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory", 0,
       aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
+  return run_dynamics(frame, &k);
+}
+
+/* jaxdyn_rnea_derivatives: the partials of inverse dynamics of a batch by IDSVA
+ * (jaxdyn/derivatives/idsva.py, rnea_derivatives_kernel; the algorithm in
+ * _rnea_derivatives_kernel.h): run_dynamics with x = qdd, results dtau_dq, dtau_dv and M,
+ * each (..., nv, nv). */
+XLA_FFI_Error* jaxdyn_rnea_derivatives(XLA_FFI_CallFrame* frame) {
+  static const dynamics_kernel k = {
+      "jaxdyn_rnea_derivatives: expected 13 operands and 3 results",
+      "jaxdyn_rnea_derivatives: float32 or float64 operands expected",
+      "jaxdyn_rnea_derivatives: out of memory", 3,
+      rnea_derivatives_run_f64, rnea_derivatives_run_f64_narrow, rnea_derivatives_run_f32,
+      rnea_derivatives_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
 
@@ -403,10 +421,10 @@ int jaxdyn_host_run(const host_call* h) {
     }                                                                                         \
     switch (h->alg) {                                                                         \
       case HOST_RNEA:                                                                         \
-        failed = rnea_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);         \
+        failed = rnea_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, &o);        \
         break;                                                                                \
       case HOST_ABA:                                                                          \
-        failed = aba_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);          \
+        failed = aba_run_##S(t, 1, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, &o);         \
         break;                                                                                \
       case HOST_CRBA:                                                                         \
         failed = crba_run_##S(t, 1, q, XR, Xp, ax, ms, cm, in, arm, o);                       \

@@ -13,33 +13,16 @@
 #define RBLOCK CAT(rnea_block_, SUFFIX)
 #define RRUN CAT(rnea_run_, SUFFIX)
 #define RWORK CAT(rnea_workspace_, SUFFIX)
+#define RFORWARD CAT(rnea_forward_, SUFFIX)
 
-/* the workspace of one block, in VEC units */
-static size_t RWORK(const crba_topo* t) {
-  const size_t nb = t->nb, nv = t->nv;
-  return nb * (9 + 3 + 3 + 6 + 1) + nb * 6 * 3 + nv * 6 + nv * 2 + (size_t)t->nq;
-}
-
-/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample);
-   fext (B, nb, 6) or NULL, g the gravity vector (3) */
-CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, const REAL* qdd,
-                          const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
-                          const REAL* mass, const REAL* com, const REAL* inertia,
-                          const REAL* armature, const REAL* g, const REAL* cst, REAL* out,
-                          int64_t b0, int n, VEC* ws) {
-  const int nb = t->nb, nv = t->nv;
-  VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
-  VEC *V = m + nb, *A = V + 6 * nb, *F = A + 6 * nb, *S = F + 6 * nb, *qdv = S + 6 * nv;
-  VEC *qddv = qdv + nv, *qv = qddv + nv;
-  KINEMATICS(t, q, XR, Xp, mass, com, inertia, cst, b0, n, oR, op, h, I, m, qv);
-  for (int l = 0; l < LANES; ++l) {
-    const int64_t b = b0 + (l < n ? l : n - 1);
-    for (int j = 0; j < nv; ++j) {
-      qdv[j][l] = qd[b * nv + j];
-      qddv[j][l] = qdd[b * nv + j];
-    }
-  }
-  /* outwards: velocities, accelerations and body forces */
+/* the outward pass shared by jaxdyn_rnea and jaxdyn_rnea_derivatives (_rnea_derivatives_kernel.h)
+   on the kinematics of KINEMATICS: the world motion subspaces S (nv, 6), the body velocities
+   V, accelerations A (a_root = -g) and forces F = I a + v x* I v - f_ext (nb, 6 each) */
+static inline __attribute__((always_inline)) void RFORWARD(
+    const crba_topo* t, const VEC* qdv, const VEC* qddv, const REAL* fext, const REAL* axis,
+    const REAL* g, const VEC* oR, const VEC* op, const VEC* h, const VEC* I, const VEC* m,
+    int64_t b0, int n, VEC* S, VEC* V, VEC* A, VEC* F) {
+  const int nb = t->nb;
   for (int i = 0; i < nb; ++i) {
     const int k = t->kind[i], nvj = k == KIND_ONE_DOF ? 1 : (k == KIND_FREE ? 6 : 3);
     const int vs = t->v_start[i], par = t->parent[i];
@@ -123,6 +106,35 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
       for (int r = 0; r < 3; ++r) f[3 + r] -= Rf[r];
     }
   }
+}
+
+/* the workspace of one block, in VEC units */
+static size_t RWORK(const crba_topo* t) {
+  const size_t nb = t->nb, nv = t->nv;
+  return nb * (9 + 3 + 3 + 6 + 1) + nb * 6 * 3 + nv * 6 + nv * 2 + (size_t)t->nq;
+}
+
+/* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample);
+   fext (B, nb, 6) or NULL, g the gravity vector (3) */
+CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, const REAL* qdd,
+                          const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
+                          const REAL* mass, const REAL* com, const REAL* inertia,
+                          const REAL* armature, const REAL* g, const REAL* cst, REAL* out,
+                          int64_t b0, int n, VEC* ws) {
+  const int nb = t->nb, nv = t->nv;
+  VEC *oR = ws, *op = oR + 9 * nb, *h = op + 3 * nb, *I = h + 3 * nb, *m = I + 6 * nb;
+  VEC *V = m + nb, *A = V + 6 * nb, *F = A + 6 * nb, *S = F + 6 * nb, *qdv = S + 6 * nv;
+  VEC *qddv = qdv + nv, *qv = qddv + nv;
+  KINEMATICS(t, q, XR, Xp, mass, com, inertia, cst, b0, n, oR, op, h, I, m, qv);
+  for (int l = 0; l < LANES; ++l) {
+    const int64_t b = b0 + (l < n ? l : n - 1);
+    for (int j = 0; j < nv; ++j) {
+      qdv[j][l] = qd[b * nv + j];
+      qddv[j][l] = qdd[b * nv + j];
+    }
+  }
+  /* outwards: velocities, accelerations and body forces */
+  RFORWARD(t, qdv, qddv, fext, axis, g, oR, op, h, I, m, b0, n, S, V, A, F);
   /* inwards: subtree forces, tau = S^T F (bodies come after their parents) */
   for (int i = nb - 1; i >= 0; --i) {
     const int k = t->kind[i], nvj = k == KIND_ONE_DOF ? 1 : (k == KIND_FREE ? 6 : 3);
@@ -143,7 +155,8 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
 static int RRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* qdd,
                 const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
-                const REAL* g, REAL* out) {
+                const REAL* g, REAL* const* outs) {
+  REAL* out = outs[0]; /* the one result */
   size_t bytes = RWORK(t) * sizeof(VEC);
   VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
   REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);

@@ -1,9 +1,10 @@
-"""The primitive of jaxdyn's dynamics kernels on the CPU (``jaxdyn_rnea`` and ``jaxdyn_aba``
-in ``_kernels.c``, whose operands are the same: ``q``, ``qd``, a third per-sample vector,
-``f_ext`` and the model): its CPU lowering calls the kernel, and its other lowerings, batches
-of models and derivatives use the caller's XLA form of the same algorithm, as
-:mod:`jaxdyn.backend.crba_kernel`'s. :mod:`jaxdyn.backend.rnea_kernel` and
-:mod:`jaxdyn.backend.aba_kernel` each hold one.
+"""The primitive of jaxdyn's dynamics kernels on the CPU (``jaxdyn_rnea``, ``jaxdyn_aba`` and
+``jaxdyn_rnea_derivatives`` in ``_kernels.c``, whose operands are the same: ``q``, ``qd``, a
+third per-sample vector, ``f_ext`` and the model): its CPU lowering calls the kernel, and its
+other lowerings, batches of models and derivatives use the caller's XLA form of the same
+algorithm, as :mod:`jaxdyn.backend.crba_kernel`'s. :mod:`jaxdyn.backend.rnea_kernel`,
+:mod:`jaxdyn.backend.aba_kernel` and :mod:`jaxdyn.backend.rnea_derivatives_kernel` each hold
+one.
 """
 
 from __future__ import annotations
@@ -58,9 +59,13 @@ class DynamicsKernel:
     programs that XLA partitions over several devices, under ``jax.disable_jit`` and on other
     backends it is XLA's code."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, matrices: int = 0) -> None:
+        """``matrices``: one result ``(..., nv)`` (0), or that many ``(..., nv, nv)`` (a
+        tuple; the caller's XLA form returns the same)."""
         self.target = target
+        self.matrices = matrices
         p = self.primitive = jax.extend.core.Primitive(target)
+        p.multiple_results = matrices > 0
         p.def_impl(self._impl)
         p.def_abstract_eval(self._abstract)
         batching.primitive_batchers[p] = self._batch
@@ -75,15 +80,16 @@ class DynamicsKernel:
         qd: ArrayLike,
         x: ArrayLike,
         f_ext: ArrayLike | None,
-        xla: Callable[[Any, Array, Array, Array, Array | None], Array],
-    ) -> Array:
+        xla: Callable[[Any, Array, Array, Array, Array | None], Any],
+    ) -> Any:
         leaves, tree_def = jax.tree_util.tree_flatten(model)
         samples = tuple(
             jnp.asarray(a) for a in ((q, qd, x) if f_ext is None else (q, qd, x, f_ext))
         )
-        return self.primitive.bind(
+        out = self.primitive.bind(
             *samples, *leaves, tree_def=tree_def, xla=xla, n_samples=len(samples)
         )
+        return tuple(out) if self.matrices else out
 
     def _kernel_call(self, tree_def, n_samples, *args):
         """The call of the kernel (any leading batch axes)."""
@@ -106,14 +112,19 @@ class DynamicsKernel:
             arm,
             model.gravity,
         )
-        out = jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv,), dt)
+        if self.matrices:
+            out = (jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv, t.nv), dt),) * self.matrices
+        else:
+            out = jax.ShapeDtypeStruct(q.shape[:-1] + (t.nv,), dt)
         call = jax.ffi.ffi_call(self.target, out)
         return call(*(jnp.asarray(a).astype(dt) for a in ops), jnp.asarray(_topology(t)))
 
     def _abstract(self, *args, tree_def, xla, n_samples):
         q = args[0]
-        model = jax.tree_util.tree_unflatten(tree_def, list(args[n_samples:]))
-        return jax.core.ShapedArray(q.shape[:-1] + (model.nv,), q.dtype)
+        nv = jax.tree_util.tree_unflatten(tree_def, list(args[n_samples:])).nv
+        if self.matrices:
+            return [jax.core.ShapedArray(q.shape[:-1] + (nv, nv), q.dtype)] * self.matrices
+        return jax.core.ShapedArray(q.shape[:-1] + (nv,), q.dtype)
 
     def _impl(self, *args, tree_def, xla, n_samples):
         # op by op, as asked (a jit of the bind would recurse)
@@ -128,13 +139,15 @@ class DynamicsKernel:
         params = {"tree_def": tree_def, "xla": xla, "n_samples": n_samples}
         if any(d is not None for d in dims[n_samples:]):  # a batch of models: XLA's code
             f = functools.partial(_xla, tree_def, xla, n_samples)
-            return jax.vmap(f, in_axes=tuple(dims))(*args), 0
+            out = jax.vmap(f, in_axes=tuple(dims))(*args)
+            return (list(out), [0] * self.matrices) if self.matrices else (out, 0)
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
         samples = [
             jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
             for a, d in zip(args[:n_samples], dims[:n_samples])
         ]
-        return self.primitive.bind(*samples, *args[n_samples:], **params), 0
+        out = self.primitive.bind(*samples, *args[n_samples:], **params)
+        return (out, [0] * self.matrices) if self.matrices else (out, 0)
 
     def _jvp(self, primals, tangents, *, tree_def, xla, n_samples):
         # derivatives are XLA's code's (the kernel computes the same function), in the
@@ -147,11 +160,12 @@ class DynamicsKernel:
                 full[i] = a
             return _xla(tree_def, xla, n_samples, *full)
 
-        return jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
+        out, dout = jax.jvp(f, tuple(primals[i] for i in live), tuple(tangents[i] for i in live))
+        return (list(out), list(dout)) if self.matrices else (out, dout)
 
     def _lower_xla(self, ctx, *args, tree_def, xla, n_samples):
         f = functools.partial(_xla, tree_def, xla, n_samples)
-        return mlir.lower_fun(f, multiple_results=False)(ctx, *args)
+        return mlir.lower_fun(f, multiple_results=self.matrices > 0)(ctx, *args)
 
     def _lower_cpu(self, ctx, *args, tree_def, xla, n_samples):
         # the kernel where the program may call jaxdyn's handlers and the kernels are
@@ -159,4 +173,4 @@ class DynamicsKernel:
         if not ffi._handler_call(ctx) or not ffi.kernels_available():  # noqa: SLF001
             return self._lower_xla(ctx, *args, tree_def=tree_def, xla=xla, n_samples=n_samples)
         call = functools.partial(self._kernel_call, tree_def, n_samples)
-        return mlir.lower_fun(call, multiple_results=False)(ctx, *args)
+        return mlir.lower_fun(call, multiple_results=self.matrices > 0)(ctx, *args)

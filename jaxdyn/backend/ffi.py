@@ -49,11 +49,13 @@ except for a batch split over ``Explicit`` mesh axes: its check runs on each dev
 
 jaxdyn's CPU kernels, written in C where XLA's code stays slower than Pinocchio's C++ however
 it is arranged, are a second library, built after the handlers by the same thread:
-``jaxdyn_crba``, ``jaxdyn_minv``, ``jaxdyn_rnea`` and ``jaxdyn_aba`` (``_kernels.c``,
-``_crba_kernel.h``, ``_minv_kernel.h``, ``_rnea_kernel.h``, ``_aba_kernel.h``, one sample per
-vector lane; :func:`jaxdyn.backend.crba_kernel.crba_kernel`,
-:func:`~jaxdyn.backend.crba_kernel.minv_kernel`, :func:`jaxdyn.backend.rnea_kernel.rnea_kernel`
-and :func:`jaxdyn.backend.aba_kernel.aba_kernel`, the switch ``cpu_kernels``). Apart, the
+``jaxdyn_crba``, ``jaxdyn_minv``, ``jaxdyn_rnea``, ``jaxdyn_rnea_derivatives`` and
+``jaxdyn_aba`` (``_kernels.c``, ``_crba_kernel.h``, ``_minv_kernel.h``, ``_rnea_kernel.h``,
+``_rnea_derivatives_kernel.h``, ``_aba_kernel.h``, one sample per vector lane;
+:func:`jaxdyn.backend.crba_kernel.crba_kernel`, :func:`~jaxdyn.backend.crba_kernel.minv_kernel`,
+:func:`jaxdyn.backend.rnea_kernel.rnea_kernel`,
+:func:`jaxdyn.backend.rnea_derivatives_kernel.rnea_derivatives_kernel` and
+:func:`jaxdyn.backend.aba_kernel.aba_kernel`, the switch ``cpu_kernels``). Apart, the
 programs that call no kernel (most) never wait for their compile, and a trace that calls one
 does not either (:func:`kernels_expected`): the lowering of the kernel's call waits for what is
 left of the build (:func:`kernels_available`) and lowers XLA's code should it fail. The kernels
@@ -123,6 +125,7 @@ KERNEL_HEADERS = (
     _HERE / "_crba_kernel.h",
     _HERE / "_minv_kernel.h",
     _HERE / "_rnea_kernel.h",
+    _HERE / "_rnea_derivatives_kernel.h",
     _HERE / "_aba_kernel.h",
 )
 #: the CRBA kernel's target (:func:`jaxdyn.backend.crba_kernel.crba_kernel`)
@@ -133,6 +136,9 @@ MINV_TARGET = "jaxdyn_minv"
 RNEA_TARGET = "jaxdyn_rnea"
 #: the ABA kernel's target (:func:`jaxdyn.backend.aba_kernel.aba_kernel`)
 ABA_TARGET = "jaxdyn_aba"
+#: the RNEA derivatives' kernel's target
+#: (:func:`jaxdyn.backend.rnea_derivatives_kernel.rnea_derivatives_kernel`)
+RNEA_DERIVATIVES_TARGET = "jaxdyn_rnea_derivatives"
 
 logger = logging.getLogger("jaxdyn")
 
@@ -392,6 +398,8 @@ def _register(library: _Library) -> None:
         jax.ffi.register_ffi_target(MINV_TARGET, jax.ffi.pycapsule(lib.jaxdyn_minv), "cpu")
         jax.ffi.register_ffi_target(RNEA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_rnea), "cpu")
         jax.ffi.register_ffi_target(ABA_TARGET, jax.ffi.pycapsule(lib.jaxdyn_aba), "cpu")
+        capsule = jax.ffi.pycapsule(lib.jaxdyn_rnea_derivatives)
+        jax.ffi.register_ffi_target(RNEA_DERIVATIVES_TARGET, capsule, "cpu")
     library.state["lib"] = lib  # kept loaded for the life of the process
 
 

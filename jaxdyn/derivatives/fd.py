@@ -30,6 +30,7 @@ from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
     aba_passes,
+    aba_solve,
     articulated_inertias,
     sweeps,
     velocity_terms,
@@ -39,11 +40,12 @@ from ..algorithms.minv import minv_kernel, minv_world
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..backend import small_calls, xla_flags
 from ..backend.crba_kernel import kernel_usable
-from .idsva import chunk_words, idsva_world
+from ..backend.sharding import explicit_context
+from .idsva import chunk_words, id_partials, idsva_world
 
 if TYPE_CHECKING:
     from jax import Array
-    from jax.typing import ArrayLike
+    from jax.typing import ArrayLike, DTypeLike
 
     from ..algorithms.aba import Inertias
     from ..algorithms.kinematics import WorldState
@@ -58,14 +60,17 @@ if TYPE_CHECKING:
 AZA_MIN_NV = 128
 
 
-def _minv_by_kernel(model: Model, dtype) -> bool:
-    """Whether :func:`aba_derivatives_world` takes ``M^-1`` from the C kernel: where it runs,
-    and not inside one XLA:CPU kernel (a small call, a fused program), which holds no custom
-    call."""
+def by_kernels(model: Model, dtype: DTypeLike) -> bool:
+    """Whether the forward-dynamics partials (:func:`aba_derivatives_world`, ``jaxdyn.aba``'s
+    analytic rule) take their pieces (``M^-1``; for DMM also ``qdd`` and the inverse dynamics
+    partials) from jaxdyn's C kernels: where they run, not inside one XLA:CPU kernel (a
+    small call, a fused program), which holds no custom call, and not under a mesh with
+    ``Explicit`` axes (the Minv kernel's batching rule keeps no sharding in the batch's type)."""
     return (
         kernel_usable(model, dtype)
         and not small_calls.tracing()
         and not xla_flags.fused_cpu_loops_enabled()
+        and not explicit_context()
     )
 
 
@@ -135,13 +140,23 @@ def aba_derivatives_world(
     q: Array | None = None,
 ) -> tuple[Array, Array, Array, Array]:
     """:func:`aba_derivatives` on a world state; returns ``(qdd, dqdd_dq, dqdd_dv, Minv)``.
-    With the prepared configuration ``q`` of ``ws``, ``Minv`` comes from jaxdyn's C kernel
-    where it runs (:func:`jaxdyn.algorithms.minv.minv_kernel`: fewer XLA kernels to compile,
-    ``docs/performance.md``), else from the sweeps sharing ABA's articulated inertias."""
+    With the prepared configuration ``q`` of ``ws``, where jaxdyn's C kernels run and for
+    DMM, every piece is a C kernel (fewer XLA kernels to compile, ``docs/performance.md``):
+    ``qdd`` by ABA's (:func:`jaxdyn.algorithms.aba.aba_solve`), the inverse dynamics partials
+    at ``qdd`` by IDSVA's (:func:`jaxdyn.derivatives.idsva.id_partials`) and ``Minv`` by
+    :func:`jaxdyn.algorithms.minv.minv_kernel`; else ``ws`` feeds XLA's ABA and IDSVA, with
+    ``Minv`` from the kernel where it runs or from the sweeps sharing ABA's articulated
+    inertias."""
     method = resolve_method(method, model.nv)
     nv = model.nv
+    if q is not None and method == "dmm" and by_kernels(model, ws.S.dtype):
+        qdd = aba_solve(model, q, qd, tau, f_ext)
+        dq, dv, _ = id_partials(model, q, qd, qdd, f_ext)
+        Minv = minv_kernel(model, q)
+        D = -(Minv @ jnp.concatenate([dq, dv], 1))
+        return qdd, D[:, :nv], D[:, nv:], Minv
     qdd, dq, dv, _, inertias = forward_dynamics_world(model, ws, qd, tau, f_ext, False)
-    if q is not None and _minv_by_kernel(model, ws.S.dtype):
+    if q is not None and by_kernels(model, ws.S.dtype):
         Minv = minv_kernel(model, q)
     else:
         Minv = minv_world(model, ws, inertias)

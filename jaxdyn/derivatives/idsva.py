@@ -41,6 +41,8 @@ from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
 from ..algorithms.rnea import check_f_ext, external_forces_world
+from ..backend.crba_kernel import kernel_usable
+from ..backend.rnea_derivatives_kernel import rnea_derivatives_kernel
 from ..model import tree
 
 if TYPE_CHECKING:
@@ -236,6 +238,27 @@ def rnea_derivatives_world(
     return tau, dtau_dq, dtau_dv, M
 
 
+def rnea_derivatives_xla(
+    model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array, Array]:
+    """``(dtau_dq, dtau_dv, M)`` of one prepared sample by XLA's code
+    (:func:`rnea_derivatives_world`): the C kernel's fallback and its derivatives."""
+    ws = kin.world_state(model, q, centered=True)
+    return rnea_derivatives_world(model, ws, qd, qdd, f_ext)[1:]
+
+
+def id_partials(
+    model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array, Array]:
+    """``(dtau_dq, dtau_dv, M)`` of the prepared operands: on the CPU (float32, float64) by
+    jaxdyn's C kernel (:func:`jaxdyn.backend.rnea_derivatives_kernel.rnea_derivatives_kernel`,
+    :func:`idsva_world` in C; the switch ``cpu_kernels``), else and for derivatives by XLA's
+    code (:func:`rnea_derivatives_xla`)."""
+    if kernel_usable(model, q.dtype):
+        return rnea_derivatives_kernel(model, q, qd, qdd, f_ext, rnea_derivatives_xla)
+    return rnea_derivatives_xla(model, q, qd, qdd, f_ext)
+
+
 def _prepare_id(fn, model, q, v, a, f_ext):
     shell.check_model(fn, model)
     v = shell.as_array(fn, "v", v, (("nv", model.nv),), model)
@@ -252,7 +275,16 @@ def chunk_words(model: Model, itemsize: int) -> int:
     return 4 * model.nv * model.nv
 
 
-@shell.public("rnea_derivatives", words=batching.capped_when_threaded(chunk_words))
+def id_chunk_words(model: Model, itemsize: int) -> int:
+    """``rnea_derivatives``' chunk policy: none where its C kernel computes the batch (it keeps
+    a block of samples in the cache itself, as :func:`jaxdyn.algorithms.rnea.chunk_words`),
+    else :func:`chunk_words`."""
+    if kernel_usable(model, {4: "float32", 8: "float64"}.get(itemsize, "complex128")):
+        return 0
+    return chunk_words(model, itemsize)
+
+
+@shell.public("rnea_derivatives", words=batching.capped_when_threaded(id_chunk_words))
 @full_precision
 def rnea_derivatives(
     model: Model,
@@ -274,13 +306,15 @@ def rnea_derivatives(
     derivative along the ``k``-th coordinate of the right increment ``integrate(q, δ)``
     (Pinocchio's convention: body-frame rotation / twist increments for spherical and free
     joints); ``dtau_da`` is the mass matrix ``M(q)``.
+
+    On the CPU computed by jaxdyn's C kernel (:func:`id_partials`; the switch
+    ``cpu_kernels``), elsewhere and for its own derivatives by XLA's code.
     """
     model, q, v, a, f_ext = _prepare_id("rnea_derivatives", model, q, v, a, f_ext)
     if model.nb == 0:
         z = jnp.zeros((0, 0), v.dtype)
         return z, z, z
-    ws = kin.world_state(model, q, centered=True)
-    return rnea_derivatives_world(model, ws, v, a, f_ext)[1:]
+    return id_partials(model, q, v, a, f_ext)
 
 
 def fext_tau_tangent(model: Model, ws: WorldState, df_ext: Array) -> Array:

@@ -46,11 +46,12 @@ from .._precision import full_precision
 from ..algorithms import aba as _aba
 from ..algorithms import kinematics as kin
 from ..algorithms import rnea as _rnea
-from ..algorithms.minv import minv_world
+from ..algorithms.minv import minv_kernel, minv_world
+from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
-from .idsva import _prepare_id, fext_tau_tangent, rnea_derivatives_world
+from .idsva import _prepare_id, fext_tau_tangent, id_partials, rnea_derivatives_world
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -173,7 +174,12 @@ def _rnea_jvp(primals, tangents):
     if is_zero_tangent(dq) and is_zero_tangent(dv) and is_zero_tangent(da):
         tau = _rnea.rnea_world(model, ws, v, a, f_ext)[0]
     else:
-        tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
+        if kernel_usable(model, ws.S.dtype):
+            # jaxdyn's C kernels on the CPU: RNEA's for tau, IDSVA's for the partials
+            tau = _rnea.joint_forces(model, q, v, a, f_ext)
+            Dq, Dv, M = id_partials(model, q, v, a, f_ext)
+        else:
+            tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
         if not is_zero_tangent(dq):
             terms.append(Dq @ configuration_tangent(model, q, dq))
         if not is_zero_tangent(dv):
@@ -204,7 +210,8 @@ def rnea(
     Reference: Featherstone 2008, Alg. 5.1 (RNEA, Table 5.1;
     :func:`jaxdyn.algorithms.rnea.joint_forces`: on the CPU jaxdyn's C kernel, the primal
     only); derivatives (the ``jax.custom_jvp`` rule) by IDSVA, Singh, Russell & Wensing 2022,
-    Algorithm 1, Eqs. 30, 32, in XLA's code.
+    Algorithm 1, Eqs. 30, 32: on the CPU by jaxdyn's C kernel
+    (:func:`jaxdyn.derivatives.idsva.id_partials`), else in XLA's code.
 
     Same arguments and result as :func:`jaxdyn.algorithms.rnea.rnea_plain`; every JAX transform
     works (``jvp``, ``jacfwd``, ``jacrev``, ``grad``, ``vmap``, ``jit``, ``hessian``). See the
@@ -243,7 +250,15 @@ def _aba_jvp(method, primals, tangents):
         qdd = _aba.aba_world(model, ws, v, tau, f_ext)[0]
         rhs = None
     else:
-        qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
+        dmm = _fd.resolve_method("auto", model.nv) == "dmm"
+        kernels = dmm and _fd.by_kernels(model, ws.S.dtype)
+        inertias = None
+        if kernels:
+            # jaxdyn's C kernels on the CPU: ABA's, IDSVA's at its solution, then Minv's
+            qdd = _aba.aba_solve(model, q, v, tau, f_ext)
+            Dq, Dv, _ = id_partials(model, q, v, qdd, f_ext)
+        else:
+            qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
         # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
         parts = []
         if not is_zero_tangent(dtau):
@@ -255,7 +270,9 @@ def _aba_jvp(method, primals, tangents):
         if f_ext is not None and not is_zero_tangent(dfext):
             parts.append(-fext_tau_tangent(model, ws, dfext))
         u = _sum_terms(parts, qdd)
-        if _fd.resolve_method("auto", model.nv) == "aza":
+        if inertias is None:
+            rhs = minv_kernel(model, q) @ u
+        elif not dmm:
             rhs = aza(model, ws.S, inertias, u[:, None])[:, 0]
         else:
             rhs = minv_world(model, ws, inertias) @ u
@@ -283,11 +300,12 @@ def aba(
     as jaxdyn's C kernel: :func:`jaxdyn.backend.aba_kernel.aba_kernel`); derivatives (the
     ``jax.custom_jvp`` rule) by FDSVA, Singh, Russell & Wensing 2022, Eq. 5 on the IDSVA
     partials (Algorithm 1) at the ABA solution, ``M^-1`` applied by AZA (Eq. 34) or through
-    the analytic inverse (DMM) depending on size.
+    the analytic inverse (DMM) depending on size; with DMM on the CPU from jaxdyn's C kernels
+    (ABA's, IDSVA's and Minv's, where :func:`jaxdyn.aba_derivatives` takes them).
 
     Same arguments (``method``: ``"auto"``, ``"sweeps"`` or ``"dense"``, the primal's
-    algorithm; derivatives always come from the sweeps) and result as
-    :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
+    algorithm; derivatives come from the sweeps or the kernels, whatever the method) and
+    result as :func:`jaxdyn.algorithms.aba.aba_plain`; see :func:`rnea`.
     """
     _aba.check_method("aba", method)
     if not config.get("analytic_derivatives"):
