@@ -66,7 +66,17 @@ def _all_close(got, want, tol):
         close(x, y, tol)
 
 
-@pytest.mark.parametrize("name", ["all_kinds", "humanoid", "solo12", "baxter"])
+# talos_full (humanoid) and baxter (several roots) are slow: talos_full's partials are checked
+# against Pinocchio below, several roots by test_rnea_kernel's kernel
+@pytest.mark.parametrize(
+    "name",
+    [
+        "all_kinds",
+        "solo12",
+        pytest.param("humanoid", marks=pytest.mark.slow),
+        pytest.param("baxter", marks=pytest.mark.slow),
+    ],
+)
 def test_kernel_equals_xla(models, name):
     model = models[name]
     q, v, a, f = _states(model, 19, 0)  # 19: no whole block of 8 (float64) / 16 (float32)
