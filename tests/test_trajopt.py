@@ -648,8 +648,11 @@ def test_warm_started_solves_run_the_first_solves_program(fddp_solution):
     """A solve warm-started from a previous solution (its JAX arrays, numpy arrays or nested
     lists, other thresholds) runs the program of the first ``fddp`` call, which started from
     FDDP's default guess (built in numpy, moved by ``jax.device_put``: the same array types,
-    no weak types): nothing compiles again, and from the solution the solver stops within
-    fewer iterations at the same cost."""
+    no weak types): nothing compiles again, and the solve starts at the solution (its first
+    stopping criterion already below the threshold, the cold solve's is O(10)) and stops at
+    the same cost. (How many iterations it then takes to be feasible to FDDP's test at the
+    optimum, where the line search's improvements are rounding, differs between JAX versions:
+    2 to 5 were seen, the cold solve 4.)"""
     problem, res = fddp_solution
     guesses = {
         "jax": (res.xs, res.us),
@@ -660,7 +663,8 @@ def test_warm_started_solves_run_the_first_solves_program(fddp_solution):
         with _compiles() as compiled:
             again = ddp.fddp(problem, xs, us, max_iter=200, th_stop=1e-10)
         assert not [n for n in compiled if n in ("jit(program)", "jit(_solve_program)")], how
-        assert int(again.status) == 0 and int(again.iterations) < int(res.iterations), how
+        assert int(again.status) == 0, how
+        assert float(again.log["stop"][0]) < 1e-10 < float(res.log["stop"][0]), how
         np.testing.assert_allclose(float(again.cost), float(res.cost), rtol=1e-9, err_msg=how)
 
 
