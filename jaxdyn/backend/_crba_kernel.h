@@ -11,6 +11,31 @@
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
+/* a run's body over the whole batch of B samples: the workspace of WORDS vectors and the
+   model's constants allocated, CALL (a block's call reading ws, cst, b and n: samples
+   [b, b + n), n <= LANES) for each block of LANES samples, both freed; returns 1 where memory
+   ran out, else 0. Every kernel's run but Minv's (which makes tables first) is this. */
+#ifndef BATCH_BLOCKS
+#define BATCH_BLOCKS(WORDS, CALL)                                                             \
+  {                                                                                           \
+    size_t bytes_ = (WORDS) * sizeof(VEC);                                                    \
+    VEC* ws = (VEC*)aligned_alloc(64, (bytes_ + 63) / 64 * 64);                               \
+    REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);                             \
+    if (ws == NULL || cst == NULL) {                                                          \
+      free(ws);                                                                               \
+      free(cst);                                                                              \
+      return 1;                                                                               \
+    }                                                                                         \
+    CONSTANTS(t, XR, axis, cst);                                                              \
+    for (int64_t b = 0; b < B; b += LANES) {                                                  \
+      const int n = B - b < LANES ? (int)(B - b) : LANES;                                     \
+      CALL;                                                                                   \
+    }                                                                                         \
+    free(ws);                                                                                 \
+    free(cst);                                                                                \
+    return 0;                                                                                 \
+  }
+#endif
 #define BLOCK CAT(crba_block_, SUFFIX)
 #define RUN CAT(crba_run_, SUFFIX)
 #define VEC CAT(vec_, SUFFIX)
@@ -250,22 +275,7 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
 /* the whole batch of B samples, one block of LANES at a time */
 static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
                const REAL* com, const REAL* inertia, const REAL* armature, REAL* out) {
-  size_t bytes = CAT(workspace_, SUFFIX)(t) * sizeof(VEC);
-  VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
-  REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);
-  if (ws == NULL || cst == NULL) {
-    free(ws);
-    free(cst);
-    return 1;
-  }
-  CONSTANTS(t, XR, axis, cst);
-  for (int64_t b = 0; b < B; b += LANES) {
-    const int n = B - b < LANES ? (int)(B - b) : LANES;
-    BLOCK(t, q, XR, Xp, axis, mass, com, inertia, armature, cst, out, b, n, ws);
-  }
-  free(ws);
-  free(cst);
-  return 0;
+  BATCH_BLOCKS(CAT(workspace_, SUFFIX)(t), BLOCK(t, q, XR, Xp, axis, mass, com, inertia, armature, cst, out, b, n, ws))
 }
 
 #include "_minv_kernel.h"

@@ -233,23 +233,7 @@ static int RDRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, c
                  const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                  const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
                  const REAL* g, REAL* const* outs) {
-  size_t bytes = RDWORK(t) * sizeof(VEC);
-  VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
-  REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);
-  if (ws == NULL || cst == NULL) {
-    free(ws);
-    free(cst);
-    return 1;
-  }
-  CONSTANTS(t, XR, axis, cst);
-  for (int64_t b = 0; b < B; b += LANES) {
-    const int n = B - b < LANES ? (int)(B - b) : LANES;
-    RDBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, outs, b, n,
-            ws);
-  }
-  free(ws);
-  free(cst);
-  return 0;
+  BATCH_BLOCKS(RDWORK(t), RDBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, outs, b, n, ws))
 }
 
 #undef RDBLOCK

@@ -157,23 +157,7 @@ static int RRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, co
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
                 const REAL* g, REAL* const* outs) {
   REAL* out = outs[0]; /* the one result */
-  size_t bytes = RWORK(t) * sizeof(VEC);
-  VEC* ws = (VEC*)aligned_alloc(64, (bytes + 63) / 64 * 64);
-  REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);
-  if (ws == NULL || cst == NULL) {
-    free(ws);
-    free(cst);
-    return 1;
-  }
-  CONSTANTS(t, XR, axis, cst);
-  for (int64_t b = 0; b < B; b += LANES) {
-    const int n = B - b < LANES ? (int)(B - b) : LANES;
-    RBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, out, b, n,
-           ws);
-  }
-  free(ws);
-  free(cst);
-  return 0;
+  BATCH_BLOCKS(RWORK(t), RBLOCK(t, q, qd, qdd, fext, XR, Xp, axis, mass, com, inertia, armature, g, cst, out, b, n, ws))
 }
 
 #undef RBLOCK
