@@ -105,15 +105,8 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
   VEC *F2 = F1 + 6 * nv, *F3 = F2 + 6 * nv, *F4 = F3 + 6 * nv, *qdv = F4 + 6 * nv;
   VEC *qddv = qdv + nv, *qv = qddv + nv;
   KINEMATICS(t, q, XR, Xp, mass, com, inertia, cst, b0, n, oR, op, h, I, m, qv);
-  for (int l = 0; l < LANES; ++l) {
-    const int64_t b = b0 + (l < n ? l : n - 1);
-    for (int j = 0; j < nv; ++j) {
-      qdv[j][l] = qd[b * nv + j];
-      qddv[j][l] = qdd[b * nv + j];
-    }
-  }
   /* outwards (Alg. 1, lines 2-10): subspaces, velocities, accelerations, body forces */
-  RFORWARD(t, qdv, qddv, fext, axis, g, oR, op, h, I, m, b0, n, S, V, A, F);
+  RFORWARD(t, qd, qdd, qdv, qddv, fext, axis, g, oR, op, h, I, m, b0, n, S, V, A, F);
   /* per body: I (m, h, Ibar) and B (Y11, y, I v; Eq. 28) for the subtree sums */
   for (int i = 0; i < nb; ++i) {
     const VEC *v = V + 6 * i, *hh = h + 3 * i, *Ib = I + 6 * i, mm = m[i];

@@ -16,13 +16,22 @@
 #define RFORWARD CAT(rnea_forward_, SUFFIX)
 
 /* the outward pass shared by jaxdyn_rnea and jaxdyn_rnea_derivatives (_rnea_derivatives_kernel.h)
-   on the kinematics of KINEMATICS: the world motion subspaces S (nv, 6), the body velocities
-   V, accelerations A (a_root = -g) and forces F = I a + v x* I v - f_ext (nb, 6 each) */
+   on the kinematics of KINEMATICS: the block's samples of qd and qdd (B, nv) gathered into
+   qdv and qddv (nv vectors each, one sample per lane; missing lanes repeat the last sample),
+   then the world motion subspaces S (nv, 6), the body velocities V, accelerations A
+   (a_root = -g) and forces F = I a + v x* I v - f_ext (nb, 6 each) */
 static inline __attribute__((always_inline)) void RFORWARD(
-    const crba_topo* t, const VEC* qdv, const VEC* qddv, const REAL* fext, const REAL* axis,
-    const REAL* g, const VEC* oR, const VEC* op, const VEC* h, const VEC* I, const VEC* m,
-    int64_t b0, int n, VEC* S, VEC* V, VEC* A, VEC* F) {
-  const int nb = t->nb;
+    const crba_topo* t, const REAL* qd, const REAL* qdd, VEC* qdv, VEC* qddv, const REAL* fext,
+    const REAL* axis, const REAL* g, const VEC* oR, const VEC* op, const VEC* h, const VEC* I,
+    const VEC* m, int64_t b0, int n, VEC* S, VEC* V, VEC* A, VEC* F) {
+  const int nb = t->nb, nv = t->nv;
+  for (int l = 0; l < LANES; ++l) {
+    const int64_t b = b0 + (l < n ? l : n - 1);
+    for (int j = 0; j < nv; ++j) {
+      qdv[j][l] = qd[b * nv + j];
+      qddv[j][l] = qdd[b * nv + j];
+    }
+  }
   for (int i = 0; i < nb; ++i) {
     const int k = t->kind[i], nvj = k == KIND_ONE_DOF ? 1 : (k == KIND_FREE ? 6 : 3);
     const int vs = t->v_start[i], par = t->parent[i];
@@ -126,15 +135,8 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
   VEC *V = m + nb, *A = V + 6 * nb, *F = A + 6 * nb, *S = F + 6 * nb, *qdv = S + 6 * nv;
   VEC *qddv = qdv + nv, *qv = qddv + nv;
   KINEMATICS(t, q, XR, Xp, mass, com, inertia, cst, b0, n, oR, op, h, I, m, qv);
-  for (int l = 0; l < LANES; ++l) {
-    const int64_t b = b0 + (l < n ? l : n - 1);
-    for (int j = 0; j < nv; ++j) {
-      qdv[j][l] = qd[b * nv + j];
-      qddv[j][l] = qdd[b * nv + j];
-    }
-  }
   /* outwards: velocities, accelerations and body forces */
-  RFORWARD(t, qdv, qddv, fext, axis, g, oR, op, h, I, m, b0, n, S, V, A, F);
+  RFORWARD(t, qd, qdd, qdv, qddv, fext, axis, g, oR, op, h, I, m, b0, n, S, V, A, F);
   /* inwards: subtree forces, tau = S^T F (bodies come after their parents) */
   for (int i = nb - 1; i >= 0; --i) {
     const int k = t->kind[i], nvj = k == KIND_ONE_DOF ? 1 : (k == KIND_FREE ? 6 : 3);
