@@ -485,19 +485,17 @@ class MJCFModel(NamedTuple):
 
     def limit_constraints(self, **static: Any) -> LimitConstraints | None:
         """MuJoCo's joint-limit constraint as :class:`jaxdyn.sim.LimitConstraints` (for
-        :meth:`sim_config`'s ``limits="constraint"``, its default under MuJoCo's contact, or
-        its ``limit_constraints=``): a row for
-        every limited hinge and slide joint (two, one per side, where its range is narrower
-        than ``2 margin``) with the joint's range, ``margin``,
-        ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
-        ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with
-        the contacts; then a row for every limited fixed or spatial tendon
+        :meth:`sim_config`'s ``limits="constraint"``, its default under MuJoCo's contact and with
+        contact off, or its ``limit_constraints=``): a row for every limited hinge and slide joint
+        (two, one per side, where its range is narrower than ``2 margin``) with the joint's range,
+        ``margin``, ``solreflimit`` (either form), ``solimplimit`` and ``dof_invweight0`` (the row's
+        ``diagApprox``), and the file's ``refsafe`` flag: MuJoCo's soft limit rows, solved with the
+        contacts (or alone); then a row for every limited fixed or spatial tendon
         (``LimitConstraints.tendons``: the tendon's range, ``margin``, ``solreflimit``,
-        ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge
-        or slide joint or tendon or disables
-        limits (``<flag limit="disable"/>`` or ``constraint="disable"``: MuJoCo has no limit
-        rows then). ``static``: ``iterations``, ``newton`` of the rows' own solve (without
-        :class:`jaxdyn.sim.Constraint` contact)."""
+        ``solimplimit`` and ``tendon_invweight0``). ``None`` where the file has no limited hinge or
+        slide joint or tendon or disables limits (``<flag limit="disable"/>`` or
+        ``constraint="disable"``: MuJoCo has no limit rows then). ``static``: ``iterations``,
+        ``newton`` of the rows' own solve (without :class:`jaxdyn.sim.Constraint` contact)."""
         from ..sim.limits import LimitConstraints, row_bounds
 
         m = self.mj_model
@@ -574,7 +572,7 @@ class MJCFModel(NamedTuple):
     def friction_loss(self, *, skip_ball: bool = False) -> FrictionLoss | None:
         """MuJoCo's dry joint friction as :class:`jaxdyn.sim.FrictionLoss` (for
         :meth:`sim_config`'s ``friction_loss="constraint"``, its default under MuJoCo's
-        contact): a row for every hinge and slide
+        contact and with contact off): a row for every hinge and slide
         joint with ``frictionloss > 0``, with the joint's ``solreffriction`` (``dof_solref``),
         ``solimpfriction`` (``dof_solimp``), ``dof_invweight0`` (the row's ``diagApprox``) and
         the file's ``refsafe`` flag. ``None`` where no joint has one or the file disables them
@@ -679,27 +677,31 @@ class MJCFModel(NamedTuple):
         :meth:`mujoco_contact` (what the file means and MJX computes); ``soft=False`` the hard
         contact.
 
-        Joint limits and ``frictionloss`` mean what the file means under MuJoCo's contact: with
-        a contact solved by the primal Newton solve (``Constraint()``, as above) the defaults
-        of ``limits`` and ``friction_loss`` (left out) are MuJoCo's rows, as
+        Joint limits and ``frictionloss`` mean what the file means (MuJoCo's documentation,
+        Computation: "Constraint model", its limit and dry-friction rows) wherever the
+        configuration can solve MuJoCo's rows: under a contact solved by the primal Newton
+        solve (MuJoCo's soft contact, ``Constraint()`` as above) and with contact off
+        (``contact=None``, or a file without contact geoms: the rows solved alone, MuJoCo's
+        convex primal problem of those rows; :class:`jaxdyn.sim.SimConfig`) the defaults of
+        ``limits`` and ``friction_loss`` (left out) are MuJoCo's rows, as
         ``limits="constraint"`` and ``friction_loss="constraint"`` give them: the hinge and
         slide joints' and the tendons' limits MuJoCo's limit constraint
-        (:meth:`limit_constraints`, soft rows solved with the contacts; the constrained
-        tendons' bounds in ``tendons`` / ``spatial_tendons`` infinite) and the hinge and slide
-        joints' ``frictionloss`` MuJoCo's dry-friction rows (:meth:`friction_loss`; a ball or
-        free joint's stays smooth friction, with a warning). With a contact that cannot take
-        the rows (the hard contact ``Constraint(soft=False)``, the dual solve, ``Compliant``)
-        (MuJoCo's limit rows can be asked there, ``limits="constraint"``) the defaults are
-        jaxdyn's smooth models, the spring-damper
+        (:meth:`limit_constraints`, soft one-sided rows; the constrained tendons' bounds in
+        ``tendons`` / ``spatial_tendons`` infinite) and the hinge and slide joints'
+        ``frictionloss`` MuJoCo's dry-friction rows (:meth:`friction_loss`, soft rows whose
+        force is bounded by the ``frictionloss``; a ball or free joint's stays smooth
+        friction, with a warning). Where the rows cannot be solved (the hard contact
+        ``Constraint(soft=False)``, the dual solve, ``Compliant``: MuJoCo's limit rows can be
+        asked there, ``limits="constraint"``; the integrator ``"rk4"``, which takes no rows)
+        the defaults are jaxdyn's smooth models, the spring-damper
         :class:`jaxdyn.sim.JointLimits` and the smooth Coulomb friction of the model's
         ``friction``, with a :class:`jaxdyn.JaxdynWarning` naming the joints and tendons and
-        what they get instead; with contact off (``contact=None``) the smooth models,
-        silently. ``limits="spring"`` / ``friction_loss="smooth"`` name the smooth models
-        (no warning), ``limits="constraint"`` / ``friction_loss="constraint"`` the rows
-        (``SimConfig`` refuses the dry-friction rows without the primal Newton solve);
-        ``limits=`` a :class:`jaxdyn.sim.JointLimits` or ``None``, ``limit_constraints=`` and
-        ``friction_loss=`` a :class:`jaxdyn.sim.FrictionLoss` or ``None`` set those fields as
-        any other override.
+        what they get instead. ``limits="spring"`` / ``friction_loss="smooth"`` name the
+        smooth models (no warning), ``limits="constraint"`` / ``friction_loss="constraint"``
+        the rows (``SimConfig`` refuses the dry-friction rows with a ``Constraint`` contact
+        not solved by the primal Newton solve); ``limits=`` a :class:`jaxdyn.sim.JointLimits`
+        or ``None``, ``limit_constraints=`` and ``friction_loss=`` a
+        :class:`jaxdyn.sim.FrictionLoss` or ``None`` set those fields as any other override.
 
         ``equalities``: the scene's connect / weld / joint equality constraints
         (:class:`jaxdyn.sim.Equalities`, MuJoCo's soft constraints); ``ignore="equality"``
@@ -815,7 +817,8 @@ class MJCFModel(NamedTuple):
         if lim_how == "mujoco" and "limit_constraints" in overrides:  # the user's own rows
             lim_how = None
         if "mujoco" in (fl_how, lim_how):  # the defaults: what the file means, where it can
-            self._default_rows(contact, kw.get("contact"), fl_how, lim_how, kw)
+            integrator = overrides.get("integrator", kw["integrator"])
+            self._default_rows(contact, kw.get("contact"), fl_how, lim_how, kw, integrator)
         if fl_how == "constraint":
             kw["friction_loss"] = self.friction_loss()
         if lim_how == "constraint":
@@ -847,13 +850,15 @@ class MJCFModel(NamedTuple):
         if lim is not None and lim.tendons:  # not the spring-damper too
             kw.update(_unlimited_tendons(kw, set(lim.tendons)))
 
-    def _default_rows(self, asked, contact, fl_how, lim_how, kw):
+    def _default_rows(self, asked, contact, fl_how, lim_how, kw, integrator):
         """The defaults of ``friction_loss`` / ``limits`` (``"mujoco"``): MuJoCo's dry-friction
-        and limit rows where ``contact`` (the ``SimConfig``'s) is solved by the primal Newton
-        solve that takes them (MuJoCo's soft contact); with another contact (``asked``: the
-        contact model given) jaxdyn's smooth friction and spring-damper limits, with a
-        :class:`jaxdyn.JaxdynWarning` naming the joints and tendons that then differ from
-        MuJoCo. Contact off (``asked`` ``None``): the smooth models, silently."""
+        and limit rows where the ``SimConfig`` can solve them: its ``contact`` solved by the
+        primal Newton solve that takes them (MuJoCo's soft contact), or no contact (contact
+        off, or a file without contact geoms: the rows solved alone, in MuJoCo's primal
+        problem of those rows), under a velocity-level ``integrator``. Elsewhere (``asked``:
+        the contact model given; ``"rk4"``) jaxdyn's smooth friction and spring-damper
+        limits, with a :class:`jaxdyn.JaxdynWarning` naming the joints and tendons that then
+        differ from MuJoCo."""
         from ..errors import warn
         from ..sim.contact import uses_primal_newton
 
@@ -861,10 +866,8 @@ class MJCFModel(NamedTuple):
         mujoco = _import_mujoco()
         jnames, tnames = mujoco_names(m, "jnt"), mujoco_names(m, "tendon")
         off = _disabled(mujoco, m, "mjDSBL_CONSTRAINT")
-        rows = uses_primal_newton(contact)
-        # MuJoCo's contact asked for a file without contacts: the limit rows alone (their own
-        # solve), the dry friction smooth (only the primal Newton solve takes its rows)
-        alone = contact is None and uses_primal_newton(asked)
+        solvable = contact is None or uses_primal_newton(contact)
+        rows = solvable and integrator != "rk4"
         notes = []
         if fl_how == "mujoco":
             fl_on = not (off or _disabled(mujoco, m, "mjDSBL_FRICTIONLOSS"))
@@ -878,16 +881,16 @@ class MJCFModel(NamedTuple):
                         "friction (MuJoCo's dry-friction rows are taken on hinge and slide "
                         "joints only)"
                     )
-            elif js and asked is not None:
+            elif js:
                 notes.append(
                     f"frictionloss of the joints {[jnames[j] for j in js]}: jaxdyn's smooth "
                     "Coulomb friction instead of MuJoCo's dry-friction rows "
                     '(friction_loss="smooth" chooses it)'
                 )
         if lim_how == "mujoco":
-            if rows or alone:
+            if rows:
                 self._limit_rows(kw)
-            elif asked is not None and not (off or _disabled(mujoco, m, "mjDSBL_LIMIT")):
+            elif not (off or _disabled(mujoco, m, "mjDSBL_LIMIT")):
                 js = [
                     jnames[j]
                     for j in range(m.njnt)
@@ -904,12 +907,15 @@ class MJCFModel(NamedTuple):
                     )
         if notes:
             if rows:
-                why = "MuJoCo's soft contact takes MuJoCo's rows"
-            elif alone:
                 why = (
-                    "the file has no contact geoms, so no contact solve (only the primal Newton "
-                    "solve of MuJoCo's soft contact) takes MuJoCo's dry-friction rows; its limit "
-                    "rows are solved alone"
+                    "MuJoCo's rows are taken (with MuJoCo's soft contact, or alone without contact)"
+                )
+            elif solvable:
+                why = (
+                    "integrator 'rk4' takes no constraint rows (MuJoCo's limit and "
+                    "dry-friction rows are impulses of a velocity-level step: 'euler', "
+                    "'implicit', 'implicit_damping'), so the defaults are jaxdyn's smooth "
+                    "models, not what the file means"
                 )
             else:
                 why = (

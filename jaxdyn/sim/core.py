@@ -68,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _linalg as linalg
 from .. import batching, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
@@ -191,10 +192,12 @@ class SimConfig(eqx.Module):
       :class:`~jaxdyn.sim.contact.Compliant` contact, whose forces that integrator makes
       implicit). :meth:`jaxdyn.io.mjcf.MJCFModel.limit_constraints` builds them from a file.
     - ``friction_loss``: :class:`~jaxdyn.sim.limits.FrictionLoss` (MuJoCo's dry joint
-      friction, ``frictionloss``: bounded soft rows of the primal Newton solve, which it needs:
-      a :class:`~jaxdyn.sim.contact.Constraint` contact with
-      :func:`~jaxdyn.sim.contact.uses_primal_newton`) or ``None`` (default: the model's
+      friction, ``frictionloss``: bounded soft rows of MuJoCo's primal problem, solved by the
+      primal Newton solve: with the contacts of a :class:`~jaxdyn.sim.contact.Constraint`
+      whose solve it is (:func:`~jaxdyn.sim.contact.uses_primal_newton`), or, with ``contact``
+      ``None``, with the ``limit_constraints`` rows alone) or ``None`` (default: the model's
       ``friction`` is smooth Coulomb friction); its coordinates' smooth friction is left out.
+      Velocity-level: not with ``"rk4"``.
       :meth:`jaxdyn.io.mjcf.MJCFModel.friction_loss` builds it from a file.
     """
 
@@ -310,12 +313,18 @@ class SimConfig(eqx.Module):
                     f"SimConfig: friction_loss must be None or FrictionLoss, got "
                     f"{type(self.friction_loss).__name__}"
                 )
-            if not C.uses_primal_newton(self.contact):
+            if self.contact is not None and not C.uses_primal_newton(self.contact):
                 raise ValueError(
                     "SimConfig: friction_loss (MuJoCo's dry-friction rows) is solved only by "
-                    "the primal Newton solve, contact=Constraint(soft=True, relaxed=True, "
-                    f"solver='newton'), got contact={self.contact!r}; without it leave "
+                    "the primal Newton solve: with contact=Constraint(soft=True, relaxed=True, "
+                    "solver='newton'), or with contact None (the rows then solved with the "
+                    f"limit rows alone), got contact={self.contact!r}; else leave "
                     "friction_loss None (the model's friction is then smooth Coulomb friction)"
+                )
+            if self.integrator == "rk4":
+                raise ValueError(
+                    "SimConfig: friction_loss rows are velocity-level (impulses per step); use "
+                    "integrator='euler', 'implicit' or 'implicit_damping', not 'rk4'"
                 )
         if not isinstance(self.terrain, TERRAINS):
             raise TypeError(
@@ -606,6 +615,12 @@ def _limit_rows(cfg) -> LimitConstraints | None:
     return lim if lim is not None and lim.rows else None
 
 
+def _friction_rows(cfg) -> FrictionLoss | None:
+    """``cfg.friction_loss`` where it has a row (``None`` otherwise)."""
+    fl = cfg.friction_loss
+    return fl if fl is not None and fl.dof else None
+
+
 def _bounded_rows(extra, rows):
     """The primal solve's scalar rows ``extra`` (``(J, u, R)`` one-sided rows or ``None``)
     and the bounded ``rows = (J, u, R, lo, hi)`` as one ``(J, u, R, lo, hi)``."""
@@ -614,6 +629,41 @@ def _bounded_rows(extra, rows):
     J, u, R = extra
     zero, inf = jnp.zeros_like(u), jnp.full_like(u, jnp.inf)
     return tuple(jnp.concatenate(p) for p in zip((J, u, R, zero, inf), rows, strict=True))
+
+
+def _rows_alone(model, cfg, ws, lim, solve, plain, h, v, q, v_free):
+    """Velocity after MuJoCo's dry-friction rows (``cfg.friction_loss``) and the joint-limit
+    rows (``lim``, or ``None``) without a constraint contact, and the solve's report
+    (:func:`_constraint_velocity`'s results, no contact forces, no warm start): MuJoCo's
+    convex primal problem of those rows alone (MuJoCo's documentation, Computation:
+    "Constraint model" and "Solver"; a limit row one-sided, a dry-friction row's force
+    bounded by ``+- frictionloss``), minimised by the primal Newton solve
+    (:func:`jaxdyn.sim._primal.newton_solve`, exact once a step lands in the piece of the
+    cost it minimised). The rows are posed with the plain ``M`` (``plain``, where ``M_eff``
+    is not ``M``) and act through ``M_eff^-1``, as in :func:`jaxdyn.sim.limits.solve`."""
+    solve_m, v_free_m = (None, None) if plain is None else plain
+    vf = v_free if v_free_m is None else v_free_m
+    extra = None
+    if lim is not None:
+        extra = L.primal_rows(lim, model, q, v, vf, h, (cfg.tendons, cfg.spatial_tendons))
+    J, u, R, lo, hi = _bounded_rows(extra, cfg.friction_loss.primal_rows(model, v, vf, h))
+    eye = jnp.eye(model.nv, dtype=v.dtype)
+    Minv = solve(eye) if solve_m is None else solve_m(eye)
+    Minv = 0.5 * (Minv + Minv.T)
+    # the plain M by CRBA, but where equality rows were eliminated into the solves (as the
+    # primal solve with contacts, _constraint_velocity)
+    M = crba_world(model, ws) if cfg.equalities is None else linalg.spd_solve(Minv, eye)
+    M = 0.5 * (M + M.T)
+    z = P.newton_solve(M, J, u, R, iterations=ROWS_NEWTON_ITERATIONS, lo=lo, hi=hi)
+    lam = P.impulses(J, u, R, z, lo, hi)
+    res = P.residual(J, u, R, lam, Minv, lo, hi)
+    dv = z if solve_m is None else solve(J.T @ lam[:, None])[:, 0]
+    return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32)), None
+
+
+#: the most Newton steps of the limit and dry-friction rows' own solve (:func:`_rows_alone`;
+#: MuJoCo's default ``iterations``); it stops earlier, once exact
+ROWS_NEWTON_ITERATIONS = 100
 
 
 def _constraint_velocity(
@@ -641,6 +691,8 @@ def _constraint_velocity(
     ``qacc_warmstart``, ``mj_fwdConstraint``)."""
     lim = _limit_rows(cfg)
     solve_m, v_free_m = (None, None) if plain is None else plain
+    if cfg.contact is None and _friction_rows(cfg) is not None:
+        return _rows_alone(model, cfg, ws, lim, solve, plain, h, v, q, v_free)
     if not isinstance(cfg.contact, C.Constraint):  # joint-limit rows only
         assert lim is not None  # _substep solves constraints when either is present
         tendons = (cfg.tendons, cfg.spatial_tendons)
@@ -894,6 +946,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     if cfg.integrator == "rk4":
         return (*_rk4(model, cfg, props, q, v, ctrl, h), none, None)
     constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
+    constraint = constraint or _friction_rows(cfg) is not None
     if cfg.integrator == "euler" and not constraint:
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
@@ -952,6 +1005,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     if constraint:
         plain = None  # M^-1 and the free velocity under M, for the soft rows (MuJoCo's A)
         soft = _limit_rows(cfg) is not None or getattr(cfg.contact, "soft", False)
+        soft = soft or _friction_rows(cfg) is not None
         soft = soft or cfg.equalities is not None  # (MuJoCo's equality rows are soft rows)
         if cfg.integrator in ("implicit", "implicit_damping") and soft:
             inertias_m = articulated_inertias(model, ws.S, world_inertia_matrices(ws))

@@ -66,8 +66,10 @@ class LimitConstraints(eqx.Module):
     Static: ``dof`` (the joint's velocity coordinate) and ``qpos`` (its position coordinate)
     per row; ``refsafe`` (MuJoCo's ``refsafe``: ``timeconst >= 2 h``); ``iterations``,
     ``newton``: the solver's steps when the configuration has no
-    :class:`~jaxdyn.sim.Constraint` contact (with one, the rows are solved in its problem and
-    with its settings; :func:`~jaxdyn.sim.solve_cone_complementarity`).
+    :class:`~jaxdyn.sim.Constraint` contact and no dry-friction rows (with a contact, the rows
+    are solved in its problem and with its settings;
+    :func:`~jaxdyn.sim.solve_cone_complementarity`; with :class:`FrictionLoss` rows and no
+    contact, with them by the primal Newton solve).
 
     Tendon rows (static ``tendons``, after the joint rows): ``("fixed", i)`` or
     ``("spatial", i)`` per row, the ``i``-th tendon of the configuration's
@@ -461,8 +463,11 @@ class FrictionLoss(eqx.Module):
     (n,)``; ``refsafe`` (static): MuJoCo's ``timeconst >= 2 h``.
 
     In a :class:`~jaxdyn.sim.SimConfig` (``friction_loss=``) its coordinates' smooth Coulomb
-    friction (the model's ``friction``) is left out. The dual solves and the hard
-    :class:`~jaxdyn.sim.Constraint` have no such rows and refuse it.
+    friction (the model's ``friction``) is left out. Without contact (``contact=None``) the
+    rows are solved with the :class:`LimitConstraints` rows alone, MuJoCo's primal problem of
+    those rows minimised by the same Newton steps. The dual solves, the hard
+    :class:`~jaxdyn.sim.Constraint` and :class:`~jaxdyn.sim.Compliant` contact have no such
+    rows and refuse it.
     :meth:`jaxdyn.io.mjcf.MJCFModel.friction_loss` builds it from an MJCF file."""
 
     frictionloss: jnp.ndarray
