@@ -165,7 +165,10 @@ def _perturbed_dependent(m, dq):
     return q.at[k].add(dq)
 
 
-@pytest.mark.parametrize("name", ["four_bar", "six_bar", "planar_leg_linkage"])
+# [six_bar] slow: a second closed planar loop like four_bar's
+@pytest.mark.parametrize(
+    "name", ["four_bar", pytest.param("six_bar", marks=pytest.mark.slow), "planar_leg_linkage"]
+)
 def test_loop_residual_is_checked(name):
     """A ``q`` that violates a loop constraint is refused under jit instead of giving finite
     wrong answers; below the tolerance it passes."""

@@ -200,7 +200,10 @@ def _playground_planar_qpos(m, key):
     return q.at[3:].set(jax.random.uniform(r2, (m.nq - 3,), minval=lo, maxval=hi))
 
 
-@pytest.mark.parametrize("name", ["hopper_stand", "walker_stand"])
+# [walker_stand] slow: the same planar reset as the hopper's, on another body
+@pytest.mark.parametrize(
+    "name", ["hopper_stand", pytest.param("walker_stand", marks=pytest.mark.slow)]
+)
 def test_planar_reset_rejects_penetrating_draws(name):
     """The walker's and hopper's reset configuration (``first_free_draw`` of ``planar_draw``:
     dm_control's redraw-while-``ncon > 0`` with 8 candidates) over 2048 keys: none penetrates

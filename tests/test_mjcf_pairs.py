@@ -215,7 +215,8 @@ SPIN_PAIRS_MJCF = """<mujoco>
 
 
 @pytest.mark.filterwarnings("ignore:load_mjcf.*interpenetrate")  # on purpose
-@pytest.mark.parametrize("cone", ["elliptic", "pyramidal"])
+# [pyramidal] slow: test_condim follows MuJoCo with condim 4 / 6 in both cones
+@pytest.mark.parametrize("cone", ["elliptic", pytest.param("pyramidal", marks=pytest.mark.slow)])
 def test_pair_condim_4_and_6_rollout_is_mujocos(cone):
     """Explicit pairs of condim 4 and 6 (their torsional / rolling friction from the pair's
     friction 5-vector, not the geoms') under ``Constraint(soft=True, relaxed=True)`` follow

@@ -482,8 +482,12 @@ def pin_delassus(case, cs, q):
 
 
 # =========================================================================== tests
-# [tree_c_random] slow: solo12 and the other random trees stay (talos cases: the robot tier)
-@pytest.mark.parametrize("name", robot_params(*CASES, slow=("tree_c_random",)))
+# slow: [tree_b_random], [tree_c_random] (tree_a_random stays) and [solo12_independent]
+# (solo12_mixed has its joint kinds and frames and more); talos cases: the robot tier
+@pytest.mark.parametrize(
+    "name",
+    robot_params(*CASES, slow=("tree_b_random", "tree_c_random", "solo12_independent")),
+)
 def test_delassus_methods_against_reference(name):
     """Every method (and ``constraint_jacobian``) against ``J M^-1 J^T`` from Pinocchio's
     joint Jacobians and CRBA."""

@@ -62,8 +62,16 @@ def _compiled(alg, model, args, on, passed):
         return c, c(*args)
 
 
-@pytest.mark.parametrize("passed", [True, False], ids=["model_passed", "closed_over"])
-@pytest.mark.parametrize("alg", ALGS)
+# closed over: rnea's (aba's and minv's, the same route with other outputs, slow)
+@pytest.mark.parametrize(
+    "alg,passed",
+    [(a, True) for a in ALGS]
+    + [("rnea", False)]
+    + [pytest.param(a, False, marks=pytest.mark.slow) for a in ALGS if a != "rnea"],
+    ids=[f"{a}-model_passed" for a in ALGS]
+    + ["rnea-closed_over"]
+    + [f"{a}-closed_over" for a in ALGS if a != "rnea"],
+)
 def test_one_kernel_same_values(quad, alg, passed):
     """``jax.jit(f)`` at batch 1: one tagged call (then the value check), the same values as
     the program of XLA's usual kernels. With the model passed, most model leaves are operands

@@ -1295,7 +1295,8 @@ def test_cost_derivatives_analytic_terms_floating_base(quad12):
         assert np.max(np.abs(np.asarray(got[3])[:6, :6] - np.diag(np.asarray(w_x[:6])))) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["quad12", "arm7"])
+# [arm7] slow: quad12 (a floating base) takes every cost term the arm has
+@pytest.mark.parametrize("name", ["quad12", pytest.param("arm7", marks=pytest.mark.slow)])
 def test_cost_kinematic_jacobians(name):
     """The analytic ``R_x`` of the frame residuals and of ``JointLimits`` (frame Jacobian
     columns, ``Cost._kinematic_derivatives``) against three oracles at a random state: the
