@@ -441,12 +441,21 @@ def time_python_fallback(
     }
 
 
-def time_pinocchio(urdf_path, floating_base: bool, **kw) -> dict:
-    """:func:`time_cpp` when the C++ benchmark builds, else :func:`time_python_fallback`
-    (``source`` says which, and why)."""
+def time_pinocchio(urdf_path, floating_base: bool, allow_bindings: bool = False, **kw) -> dict:
+    """:func:`time_cpp` when the C++ benchmark builds; else a ``RuntimeError`` that names what
+    is missing, or with ``allow_bindings`` :func:`time_python_fallback` (``source`` says which,
+    and why). The tables that compare with "Pinocchio C++" call it without ``allow_bindings``:
+    a venv without the headers (``pip install '.[bench]'``) once gave them the bindings' times,
+    1.6-5x the C++ ones, under a C++ heading."""
     library_instances = kw.pop("library_instances", False)
     if build(library_instances=library_instances) is not None:
         return time_cpp(urdf_path, floating_base, library_instances=library_instances, **kw)
+    if not allow_bindings:
+        raise RuntimeError(
+            f"cannot build the Pinocchio C++ benchmark ({build_error}); install the bench "
+            "extra (pip install '.[bench]'), or time the Python bindings on purpose with "
+            "pinocchio_cpp.py's own CLI"
+        )
     return time_python_fallback(urdf_path, floating_base, reason=build_error, **kw)
 
 
@@ -557,7 +566,9 @@ def main(argv=None) -> int:
             results[name] = time_python_fallback(path, fb, **kw)
             results[name]["source"] = "python bindings (requested with --bindings)"
         else:
-            results[name] = time_pinocchio(path, fb, library_instances=args.library_instances, **kw)
+            results[name] = time_pinocchio(
+                path, fb, allow_bindings=True, library_instances=args.library_instances, **kw
+            )
         if args.check:
             checks[name] = check_against_bindings(path, fb)
 

@@ -72,7 +72,14 @@ def unchecked() -> contextlib.AbstractContextManager[None]:
     the switch of :mod:`jaxdyn.config` and JAX's caches are untouched; the batching rules of
     :mod:`jaxdyn.batching`, which may trace later, keep the choice). For callers that guard
     the inputs themselves inside a loop: a check is an XLA custom call (on a GPU a host round
-    trip), and a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`."""
+    trip), and a loop holding one is not fused by :func:`jaxdyn.config.fused_cpu_loops`.
+
+    The block is not part of JAX's cache keys: a function JAX traced before, with the checks,
+    keeps them when called inside it, and so does a new ``jax.jit`` of the same function
+    object (``jax.jit(jaxdyn.rnea)``: JAX's trace cache is keyed by the function). Trace
+    inside the block a function of its own (``jax.jit(lambda *a: jaxdyn.rnea(*a))`` made
+    there), or switch the checks off for the process (:mod:`jaxdyn.config`, which clears
+    JAX's caches)."""
     return batching._inside(unchecked=True)
 
 
