@@ -286,23 +286,91 @@ def rollout(problem: Problem, us: ArrayLike, x0: AnyArray | None = None) -> Arra
     return jnp.concatenate([x0[None], xs], 0)
 
 
+def _knot_costs(problem):
+    """``(state, control)``: the running cost's terms that read the state only
+    (:data:`jaxdyn.trajopt.costs._STATE_ONLY`) stacked with the terminal cost's along a
+    leading axis of ``T + 1`` knots (the running terms repeated at the first ``T``), and a
+    :class:`~jaxdyn.trajopt.costs.Cost` of the running cost's other terms; ``None`` unless
+    the terminal cost's terms are those state terms one for one (types, static fields and
+    array shapes: a terminal state regularisation of the running one, Crocoddyl's usual
+    problem).
+
+    Then the terminal cost is evaluated at ``x_T`` by the same ``vmap`` as the running
+    cost's state terms at ``x_0 .. x_{T-1}``, where it was a copy of its own in the program:
+    each copy of a state difference and its Jacobian on a free joint is a dozen or more
+    XLA kernels to compile, however many knots it runs for. Not on a model of one-DoF joints
+    (``None``), whose state difference is a subtraction: there the stacked references cost
+    more kernels than the terminal cost's own copy."""
+    from .lie import _all_one_dof
+
+    if _all_one_dof(problem.model):
+        return None
+    run, term = problem.running.terms, problem.terminal.terms
+    state = tuple(t for t in run if isinstance(t.residual, _costs._STATE_ONLY))
+    control = tuple(t for t in run if not isinstance(t.residual, _costs._STATE_ONLY))
+    if not state or jax.tree.structure(state) != jax.tree.structure(term):
+        return None
+    pairs = list(zip(jax.tree.leaves(state), jax.tree.leaves(term)))
+    if any(np.shape(a) != np.shape(b) for a, b in pairs):
+        return None
+    T = problem.horizon
+
+    def stack(a, b):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        dtype = jnp.result_type(a, b)
+        return jnp.concatenate([jnp.broadcast_to(a, (T, *a.shape)).astype(dtype), b[None]])
+
+    return _costs.Cost(jax.tree.map(stack, state, term)), _costs.Cost(control)
+
+
 def trajectory_cost(problem: Problem, xs: AnyArray, us: ArrayLike) -> Array:
     """``Σ_t dt l(x_t, u_t) + l_T(x_T)``."""
-    run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
-    return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
+    model = problem.model
+    split = _knot_costs(problem)
+    if split is None:
+        run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
+        return jnp.sum(run) + problem.terminal.value(model, xs[-1])
+    # the terminal cost and the running cost's state terms in one vmap (:func:`_knot_costs`)
+    state, control = split
+    r, w = jax.vmap(lambda c, x: c.residual(model, x, None))(state, xs)
+    rT, wT = r[-1], w[-1]
+    r, w = r[:-1], w[:-1]
+    if control.terms:
+        rc, wc = jax.vmap(lambda x, u: control.residual(model, x, u))(xs[:-1], us)
+        r, w = jnp.concatenate([r, rc], 1), jnp.concatenate([w, wc], 1)
+    run = problem.dt * (0.5 * jnp.sum(w * r * r, 1))
+    return jnp.sum(run) + 0.5 * jnp.sum(wT * rT * rT)
 
 
 def _calc_diff(problem, xs, us, derivatives="analytic"):
     """Dynamics and cost derivatives at every node, the gaps and the cost."""
     model, dt = problem.model, problem.dt
+    split = _knot_costs(problem)
 
     def node(x, u):
         x1, Fx, Fu = step_derivatives(model, x, u, dt, problem.dynamics, derivatives)
-        l, lx, lu, lxx, lxu, luu = problem.running.derivatives(model, x, u)
-        return x1, Fx, Fu, dt * l, dt * lx, dt * lu, dt * lxx, dt * lxu, dt * luu
+        if split is None:
+            l, lx, lu, lxx, lxu, luu = problem.running.derivatives(model, x, u)
+        elif split[1].terms:  # the running cost's terms that read the control
+            l, lx, lu, lxx, lxu, luu = split[1].derivatives(model, x, u)
+        else:
+            nu, ndx = u.shape[0], 2 * model.nv
+            zero = jnp.zeros((), x.dtype)
+            l, lx, lu, lxx = zero, jnp.zeros(ndx, x.dtype), jnp.zeros(nu, x.dtype), None
+            lxu, luu = jnp.zeros((ndx, nu), x.dtype), jnp.zeros((nu, nu), x.dtype)
+        return x1, Fx, Fu, l, lx, lu, lxx, lxu, luu
 
     xnext, Fx, Fu, l, lx, lu, lxx, lxu, luu = jax.vmap(node)(xs[:-1], us)
-    lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
+    if split is None:
+        lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
+    else:
+        # the terminal cost and the running cost's state terms in one vmap over the T + 1
+        # knots (:func:`_knot_costs`), added to the other running terms' blocks
+        ls, lxs, _, lxxs, _, _ = jax.vmap(lambda c, x: c.derivatives(model, x))(split[0], xs)
+        lT, LxT, LxxT = ls[-1], lxs[-1], lxxs[-1]
+        l, lx = ls[:-1] + l, lxs[:-1] + lx
+        lxx = lxxs[:-1] if lxx is None else lxxs[:-1] + lxx
+    l, lx, lu, lxx, lxu, luu = (dt * a for a in (l, lx, lu, lxx, lxu, luu))
     # the gaps, the initial state's among them: one difference of stacked states (one copy
     # of the state difference in the program)
     fs = jax.vmap(lambda a, b: state_difference(model, a, b))(
