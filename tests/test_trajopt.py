@@ -35,6 +35,7 @@ import pinocchio as pin
 import pytest
 
 import jaxdyn
+from jaxdyn.algorithms.aba import kernel_usable as aba_kernel_usable
 from jaxdyn.backend import fused_programs, small_calls
 from jaxdyn.derivatives import configuration_tangent
 from jaxdyn.interop.crocoddyl import (
@@ -1721,8 +1722,9 @@ def test_frame_costs_against_pinocchio(name):
 
 
 def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
-    """One problem factors Q_uu with LAPACK and, with the switch ``fused_unbatched`` off, takes
-    aba's dense route in its rollouts (deep float64 trees); the batched solve (jax.vmap of the
+    """One problem factors Q_uu with LAPACK and takes jaxdyn's ABA kernel in its rollouts (with
+    the switches ``cpu_kernels`` and ``fused_unbatched`` off, aba's dense route on deep float64
+    trees); the batched solve (jax.vmap of the
     solve program: accelerators, solve_batch's rounds, solve_sharded's "vmap") must not (a
     LAPACK call under vmap loops over the batch): the batching rules keep the unrolled
     factorisation and the ABA sweeps. jax.vmap(fddp) traced on the CPU calls the host threads
@@ -1759,8 +1761,16 @@ def test_batch_one_routes(pendulum, fddp_solution, monkeypatch):
     def one(x, u):
         return step_plain(model, x, u, DT)
 
-    # aba in one XLA:CPU kernel (switch fused_unbatched, on by default) takes the sweeps, no
-    # LAPACK call; with the switch off, the dense route
+    # the rollouts' aba: jaxdyn's C kernel where it runs (issues 52/53: one custom call where
+    # XLA's code was dozens of kernels), no LAPACK call
+    if aba_kernel_usable(model, x.dtype):
+        assert "jaxdyn_aba" in str(jax.make_jaxpr(lambda x, u: one(x, u))(x, u))
+        assert not lapack(lambda x, u: one(x, u), x, u)
+    # XLA's code (switch cpu_kernels off): aba in one XLA:CPU kernel (switch fused_unbatched, on
+    # by default) takes the sweeps, no LAPACK call; with the switch off, the dense route
+    monkeypatch.setitem(jaxdyn.config._values, "cpu_kernels", False)
+    jax.clear_caches()  # (the switch is read when tracing)
+    assert "jaxdyn_aba" not in str(jax.make_jaxpr(lambda x, u: one(x, u))(x, u))
     assert not lapack(lambda x, u: one(x, u), x, u) or not small_calls.usable()
     monkeypatch.setitem(jaxdyn.config._values, "fused_unbatched", False)
     assert lapack(one, x, u)

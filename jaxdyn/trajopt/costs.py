@@ -21,6 +21,7 @@ Running costs are multiplied by ``dt`` in the solvers (Crocoddyl's
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,34 @@ __all__ = [
 _CHAINS: contextvars.ContextVar[tuple[Any, Any, dict] | None] = contextvars.ContextVar(
     "jaxdyn_cost_chains", default=None
 )
+
+
+#: while a solver evaluates a cost whose residuals it has computed already (its state
+#: regularisations' differences stacked with its other state differences: one copy of the
+#: difference in the program, :mod:`jaxdyn.trajopt.ddp`): ``(x, {id(residual): r})``
+_GIVEN: contextvars.ContextVar[tuple[Any, dict] | None] = contextvars.ContextVar(
+    "jaxdyn_cost_residuals", default=None
+)
+
+
+@contextlib.contextmanager
+def given_residuals(x: Array, residuals: dict):
+    """While the block runs, the terms of a cost at the state ``x`` whose residual module's
+    ``id`` is a key of ``residuals`` take their residual vector from there instead of
+    computing it (:meth:`Cost.value`, :meth:`Cost.derivatives`)."""
+    token = _GIVEN.set((x, residuals))
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
+def _residual_of(residual, model, x, u):
+    """``residual(model, x, u)``, or the vector given for it (:func:`given_residuals`)."""
+    given = _GIVEN.get()
+    if given is not None and given[0] is x and id(residual) in given[1]:
+        return given[1][id(residual)]
+    return residual(model, x, u)
 
 
 def _frame_pose(model, x, frame):
@@ -324,12 +353,12 @@ class Cost(eqx.Module):
 
     def _residuals(self, model, x, u, terms=None):
         """The residual vector of each term (of ``terms``, default all), the support chains
-        of the frames shared (:data:`_CHAINS`)."""
+        of the frames shared (:data:`_CHAINS`), those given taken (:func:`given_residuals`)."""
         rs = []
         token = _CHAINS.set((model, x, {}))
         try:
             for t in self.terms if terms is None else terms:
-                rs.append(t.residual(model, x, u))
+                rs.append(_residual_of(t.residual, model, x, u))
         finally:
             _CHAINS.reset(token)
         return rs
@@ -373,7 +402,7 @@ class Cost(eqx.Module):
         for t in self.terms:
             res = t.residual
             if isinstance(res, StateRegularization):
-                r = res(model, x, u)
+                r = _residual_of(res, model, x, u)
                 w = jnp.broadcast_to(jnp.asarray(t.weight, r.dtype), r.shape)
                 wr = w * r
                 gq, Hq = lie.weighted_difference_gauss_newton(

@@ -286,28 +286,145 @@ def rollout(problem: Problem, us: ArrayLike, x0: AnyArray | None = None) -> Arra
     return jnp.concatenate([x0[None], xs], 0)
 
 
+def _knot_costs(problem):
+    """``(state, control)``: the running cost's terms that read the state only
+    (:data:`jaxdyn.trajopt.costs._STATE_ONLY`) stacked with the terminal cost's along a
+    leading axis of ``T + 1`` knots (the running terms repeated at the first ``T``), and a
+    :class:`~jaxdyn.trajopt.costs.Cost` of the running cost's other terms; ``None`` unless
+    the terminal cost's terms are those state terms one for one (types, static fields and
+    array shapes: a terminal state regularisation of the running one, Crocoddyl's usual
+    problem).
+
+    Then the terminal cost is evaluated at ``x_T`` by the same ``vmap`` as the running
+    cost's state terms at ``x_0 .. x_{T-1}``, where it was a copy of its own in the program:
+    each copy of a state difference and its Jacobian on a free joint is a dozen or more
+    XLA kernels to compile, however many knots it runs for. Not on a model of one-DoF joints
+    (``None``), whose state difference is a subtraction: there the stacked references cost
+    more kernels than the terminal cost's own copy."""
+    from .lie import _all_one_dof
+
+    if _all_one_dof(problem.model):
+        return None
+    run, term = problem.running.terms, problem.terminal.terms
+    state = tuple(t for t in run if isinstance(t.residual, _costs._STATE_ONLY))
+    control = tuple(t for t in run if not isinstance(t.residual, _costs._STATE_ONLY))
+    if not state or jax.tree.structure(state) != jax.tree.structure(term):
+        return None
+    pairs = list(zip(jax.tree.leaves(state), jax.tree.leaves(term)))
+    if any(np.shape(a) != np.shape(b) for a, b in pairs):
+        return None
+    T = problem.horizon
+
+    def stack(a, b):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        dtype = jnp.result_type(a, b)
+        return jnp.concatenate([jnp.broadcast_to(a, (T, *a.shape)).astype(dtype), b[None]])
+
+    return _costs.Cost(jax.tree.map(stack, state, term)), _costs.Cost(control)
+
+
+def _differences(problem, split, a, b, at):
+    """``(b ⊖ a, {id(residual): r})`` for stacked states ``a``, ``b (T+1, nx)``: the knots'
+    differences and the residuals ``x ⊖ x_ref`` of the state regularisations among the stacked
+    state terms ``split`` (:func:`_knot_costs`; ``None``: none) at the states ``at``, all in one
+    ``vmap`` of :func:`~jaxdyn.trajopt.lie.state_difference` over the stacked pairs (one copy
+    of the difference in the program, where the residuals were a copy of their own, read by
+    the costs through :func:`jaxdyn.trajopt.costs.given_residuals`)."""
+    model = problem.model
+    regs = [] if split is None else [
+        t.residual for t in split[0].terms
+        if isinstance(t.residual, _costs.StateRegularization)
+    ]  # fmt: skip
+    n = a.shape[0]
+    lhs = jnp.concatenate([a] + [r.reference for r in regs], 0)
+    rhs = jnp.concatenate([b] + [at] * len(regs), 0)
+    d = jax.vmap(lambda p, q: state_difference(model, p, q))(lhs, rhs)
+    return d[:n], {id(r): d[(i + 1) * n : (i + 2) * n] for i, r in enumerate(regs)}
+
+
+def _split_cost(problem, split, xs, us, given=None):
+    """:func:`trajectory_cost` with the terminal cost and the running cost's state terms in one
+    vmap (:func:`_knot_costs`), the residuals ``given`` (:func:`_differences`) taken."""
+    model = problem.model
+    state, control = split
+    given = {} if given is None else given
+
+    def knot(c, x, g):
+        # the given residuals keyed by the vmapped cost's own residual modules
+        keys = {id(t.residual): id(o.residual) for t, o in zip(c.terms, state.terms)}
+        mine = {k: g[v] for k, v in keys.items() if v in g}
+        with _costs.given_residuals(x, mine):
+            return c.residual(model, x, None)
+
+    r, w = jax.vmap(knot)(state, xs, given)
+    rT, wT = r[-1], w[-1]
+    r, w = r[:-1], w[:-1]
+    if control.terms:
+        rc, wc = jax.vmap(lambda x, u: control.residual(model, x, u))(xs[:-1], us)
+        r, w = jnp.concatenate([r, rc], 1), jnp.concatenate([w, wc], 1)
+    run = problem.dt * (0.5 * jnp.sum(w * r * r, 1))
+    return jnp.sum(run) + 0.5 * jnp.sum(wT * rT * rT)
+
+
 def trajectory_cost(problem: Problem, xs: AnyArray, us: ArrayLike) -> Array:
     """``Σ_t dt l(x_t, u_t) + l_T(x_T)``."""
-    run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
-    return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
+    split = _knot_costs(problem)
+    if split is None:
+        run = jax.vmap(lambda x, u: _stage_value(problem, x, u))(xs[:-1], us)
+        return jnp.sum(run) + problem.terminal.value(problem.model, xs[-1])
+    return _split_cost(problem, split, xs, us)
+
+
+def _trial_cost(problem, xs_try, us_try, xs):
+    """``(trajectory_cost(xs_try, us_try), xs ⊖ xs_try)``: the line search's trial cost and the
+    differences of its expected improvement (Crocoddyl's ``dx_``), the state regularisations'
+    differences computed with the latter (:func:`_differences`)."""
+    split = _knot_costs(problem)
+    dx, given = _differences(problem, split, xs_try, xs, xs_try)
+    if split is None:
+        return _trajectory_cost_traced(problem, xs_try, us_try), dx
+    return _split_cost(problem, split, xs_try, us_try, given), dx
 
 
 def _calc_diff(problem, xs, us, derivatives="analytic"):
     """Dynamics and cost derivatives at every node, the gaps and the cost."""
     model, dt = problem.model, problem.dt
+    split = _knot_costs(problem)
 
     def node(x, u):
         x1, Fx, Fu = step_derivatives(model, x, u, dt, problem.dynamics, derivatives)
-        l, lx, lu, lxx, lxu, luu = problem.running.derivatives(model, x, u)
-        return x1, Fx, Fu, dt * l, dt * lx, dt * lu, dt * lxx, dt * lxu, dt * luu
+        if split is None:
+            l, lx, lu, lxx, lxu, luu = problem.running.derivatives(model, x, u)
+        elif split[1].terms:  # the running cost's terms that read the control
+            l, lx, lu, lxx, lxu, luu = split[1].derivatives(model, x, u)
+        else:
+            nu, ndx = u.shape[0], 2 * model.nv
+            zero = jnp.zeros((), x.dtype)
+            l, lx, lu, lxx = zero, jnp.zeros(ndx, x.dtype), jnp.zeros(nu, x.dtype), None
+            lxu, luu = jnp.zeros((ndx, nu), x.dtype), jnp.zeros((nu, nu), x.dtype)
+        return x1, Fx, Fu, l, lx, lu, lxx, lxu, luu
 
     xnext, Fx, Fu, l, lx, lu, lxx, lxu, luu = jax.vmap(node)(xs[:-1], us)
-    lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
-    # the gaps, the initial state's among them: one difference of stacked states (one copy
-    # of the state difference in the program)
-    fs = jax.vmap(lambda a, b: state_difference(model, a, b))(
-        xs, jnp.concatenate([problem.x0[None], xnext], 0)
-    )
+    # the gaps, the initial state's among them, and the state regularisations' residuals: one
+    # difference of stacked states (:func:`_differences`: one copy of the state difference)
+    fs, given = _differences(
+        problem, split, xs, jnp.concatenate([problem.x0[None], xnext], 0), xs
+    )  # fmt: skip
+    if split is None:
+        lT, LxT, _, LxxT, _, _ = problem.terminal.derivatives(model, xs[-1])
+    else:
+        # the terminal cost and the running cost's state terms in one vmap over the T + 1
+        # knots (:func:`_knot_costs`), added to the other running terms' blocks
+        def knot(c, x, g):
+            keys = {id(t.residual): id(o.residual) for t, o in zip(c.terms, split[0].terms)}
+            with _costs.given_residuals(x, {k: g[v] for k, v in keys.items() if v in g}):
+                return c.derivatives(model, x)
+
+        ls, lxs, _, lxxs, _, _ = jax.vmap(knot)(split[0], xs, given)
+        lT, LxT, LxxT = ls[-1], lxs[-1], lxxs[-1]
+        l, lx = ls[:-1] + l, lxs[:-1] + lx
+        lxx = lxxs[:-1] if lxx is None else lxxs[:-1] + lxx
+    l, lx, lu, lxx, lxu, luu = (dt * a for a in (l, lx, lu, lxx, lxu, luu))
     cost = jnp.sum(l) + lT
     D = dict(Fx=Fx, Fu=Fu, lx=lx, lu=lu, lxx=lxx, lxu=lxu, luu=luu, LxT=LxT, LxxT=LxxT)
     finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(D)]))
@@ -524,7 +641,8 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
 
 def _forward(problem, xs, us, B, alpha, feasible):
     """Nonlinear rollout of the step ``alpha`` closing the gaps (Mastalli et al. 2020,
-    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite)``.
+    Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite,
+    dxs)``, ``dxs = xs ⊖ xs_try`` (Crocoddyl's ``dx_``, :func:`_trial_cost`).
 
     The rollout is a ``lax.scan`` of single knots (XLA:CPU: kernels per knot bound the
     time), so each knot stores one array ``[x u]``, applies its feedback gain as a sum of
@@ -549,8 +667,8 @@ def _forward(problem, xs, us, B, alpha, feasible):
     xT = state_integrate(model, xnext, c * fs[-1])
     xs_try = jnp.concatenate([xu[:, :nx], xT[None]], 0)
     us_try = xu[:, nx:]
-    cost = _trajectory_cost_traced(problem, xs_try, us_try)
-    return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try)
+    cost, dxs = _trial_cost(problem, xs_try, us_try, xs)
+    return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try), dxs
 
 
 # ----------------------------------------------------------------------------- solver
@@ -696,8 +814,7 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
 
         def ls_body(c):
             alpha = alphas[c["i"]]
-            xs_t, us_t, cost_t, fin = _forward(problem, s["xs"], s["us"], B, alpha, feasible)
-            dx = jax.vmap(lambda a, b: state_difference(problem.model, a, b))(xs_t, s["xs"])
+            xs_t, us_t, cost_t, fin, dx = _forward(problem, s["xs"], s["us"], B, alpha, feasible)
             dv = -jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, dx))
             # Crocoddyl's d = (dg + dv, dq - 2 dv) and alpha (d0 + alpha d1 / 2), with the dv
             # terms grouped so that a huge dv (a wild trial) cannot cancel dg, dq out

@@ -41,7 +41,8 @@ import numpy as np
 from .. import _linalg, batching, config, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
-from ..algorithms.aba import aba_solve_xla
+from ..algorithms.aba import aba_solve, aba_solve_xla
+from ..algorithms.aba import chunk_words as aba_kernel_chunk_words
 from ..algorithms.aba import xla_chunk_words as aba_chunk_words
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
@@ -117,15 +118,19 @@ def _check_gain(owner, name, x):
         raise ValueError(f"{owner}: {name} must be finite and >= 0, got {x!r}")
 
 
-#: ``qdd`` of the free dynamics with ``aba``'s choice of method and its batching rule: one
-#: problem's rollout (a ``lax.scan`` of single steps, batch 1) takes the dense route on deep
-#: float64 trees (CRBA + RNEA + one LAPACK Cholesky: 30 XLA kernels a step on arm7 against
-#: 76 for the ABA sweeps), while ``jax.vmap`` over problems, where a LAPACK call would be a
-#: loop over the batch, invokes the rule and keeps the sweeps; so do fused CPU loops
-#: (:func:`jaxdyn.config.fused_cpu_loops`: a loop holding a custom call is not fused). XLA's
-#: code (not :func:`jaxdyn.aba`'s C kernel on the CPU, a custom call too). No value checks: a
-#: diverged trial state of a solver must give NaN, not an error.
+#: ``qdd`` of the free dynamics by XLA's code, with ``aba``'s choice of method and its
+#: batching rule: the rollouts of fused CPU loops (:func:`jaxdyn.config.fused_cpu_loops`, and
+#: a solve compiled into one kernel, :mod:`jaxdyn.backend.fused_programs`: a loop holding a
+#: custom call is not fused) take the ABA sweeps. No value checks: a diverged trial state of
+#: a solver must give NaN, not an error.
 _free_acceleration = batching.batched(aba_solve_xla, aba_chunk_words)
+#: the same ``qdd`` by jaxdyn's C kernel of the ABA where it runs (:func:`jaxdyn.aba`'s,
+#: :func:`jaxdyn.algorithms.aba.aba_solve`; XLA's code elsewhere and for derivatives): the
+#: rollouts of the unfused solve program (issues 52/53), where XLA's sweeps, or the dense
+#: route (CRBA, RNEA and a LAPACK Cholesky) on deep trees, were dozens of XLA kernels a step
+#: to compile and to launch, and the kernel is one custom call; under ``jax.vmap`` over
+#: problems one call computes the batch
+_free_acceleration_kernel = batching.batched(aba_solve, aba_kernel_chunk_words)
 
 
 class FreeDynamics(eqx.Module):
@@ -159,9 +164,10 @@ class FreeDynamics(eqx.Module):
         return model.nv if self.actuation is None else int(self.actuation.shape[1])
 
     def acceleration(self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike) -> Array:
-        method = "sweeps" if config.fused_cpu_loops_enabled() else "auto"
         tau = jnp.asarray(_torque(self.actuation, u))
-        return _free_acceleration(model, q, jnp.asarray(v), tau, None, method)
+        if config.fused_cpu_loops_enabled():
+            return _free_acceleration(model, q, jnp.asarray(v), tau, None, "sweeps")
+        return _free_acceleration_kernel(model, q, jnp.asarray(v), tau, None, "auto")
 
     def derivatives(
         self, model: Model, q: ArrayLike, v: ArrayLike, u: ArrayLike
