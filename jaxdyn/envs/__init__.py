@@ -15,7 +15,8 @@ Tasks (:func:`make` by name):
   (:mod:`jaxdyn.envs.dm_control_suite`, MJCF models stepped by :mod:`jaxdyn.sim`; need
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
-  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``; with contact:
+  ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``,
+  ``"point_mass_easy"``; with contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
   ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
   ``"finger_turn_hard"``, ``"ball_in_cup_catch"``, ``"dm_humanoid_stand"``,
@@ -48,6 +49,7 @@ from .dm_control_suite import FingerSpin as FingerSpin
 from .dm_control_suite import FingerTurn as FingerTurn
 from .dm_control_suite import HopperTask as HopperTask
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
+from .dm_control_suite import PointMass as PointMass
 from .dm_control_suite import SuiteHumanoid as SuiteHumanoid
 from .dm_control_suite import SuiteReacher as SuiteReacher
 from .dm_control_suite import WalkerMove as WalkerMove
@@ -82,6 +84,7 @@ ENVIRONMENTS = {
     "acrobot_swingup_sparse": lambda **kw: AcrobotSwingup(sparse=True, **kw),
     "reacher_easy": SuiteReacher,
     "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
+    "point_mass_easy": PointMass,
     "cheetah_run": CheetahRun,
     "walker_stand": WalkerMove,
     "walker_walk": lambda **kw: WalkerMove(WalkerMove.WALK_SPEED, **kw),
@@ -124,6 +127,7 @@ __all__ = [
     "HopperTask",
     "HumanoidStand",
     "PendulumSwingup",
+    "PointMass",
     "PushCube",
     "Quadruped",
     "QuadrupedGetup",

@@ -23,6 +23,7 @@ Tasks (Tassa et al., "DeepMind Control Suite", 2018):
 * :class:`AcrobotSwingup` (``sparse``): ``acrobot_swingup``, ``acrobot_swingup_sparse``;
 * :class:`SuiteReacher` (``target_size``): ``reacher_easy``, ``reacher_hard`` (dm_control's
   two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task);
+* :class:`PointMass`: ``point_mass_easy`` (a point mass moved by two tendon actuators);
 
 with contact (:class:`ContactSuiteEnv`: dm_control's models, every contact the file declares
 under :class:`jaxdyn.sim.Constraint`):
@@ -100,6 +101,7 @@ __all__ = [
     "PendulumSwingup",
     "AcrobotSwingup",
     "SuiteReacher",
+    "PointMass",
     "ContactSuiteEnv",
     "CheetahRun",
     "WalkerMove",
@@ -562,6 +564,84 @@ class SuiteReacher(SuiteEnv):
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
         )
+
+
+class PointMass(SuiteEnv):
+    """Planar point mass, easy (dm_control ``point_mass`` ``easy``; Playground ``PointMass``):
+    two fixed tendons, one per limited slide joint (``root_x``, ``root_y``, damped), each driven
+    by a motor (``gear=.1``, ``ctrl`` in ``[-1, 1]``), bring the mass to the target at the
+    centre of a walled square.
+
+    **Observation (4):** ``qpos`` (2), ``qvel`` (2).
+    **Reward:** ``near_target * small_control`` with ``near_target = tolerance(|target -
+    mass|, (0, target_size), margin=target_size)`` (the target geom's radius, ``.015``) and
+    ``small_control = (4 + mean(tolerance(a, margin=1, value_at_margin=0,
+    sigmoid="quadratic"))) / 5``. **Reset:** each joint ``~ U`` over its range, at rest (the
+    easy task: fixed actuator directions, the target fixed at the centre).
+    **Periods:** control and simulation 0.02 s (the file's ``timestep``; Playground's 1000
+    control steps are dm_control's 20 s time limit). Playground's ``done`` (``qpos`` or
+    ``qvel`` not a number) is the divergence of the module docs; nothing else differs.
+
+    The file (Playground's: dm_control's with ``iterations`` / ``ls_iterations`` reduced and
+    ``eulerdamp`` disabled) disables contact, and MuJoCo computes none: the mass's sphere rests
+    on the ground plane and overlaps the target, and the joints' ranges bring its surface to the
+    walls' planes at the stops, past which the soft stops let it go; none of these touches
+    is simulated by MuJoCo or here (contact off). The stops are MuJoCo's limit rows
+    (``mujoco_limits = "constraint"``).
+    """
+
+    xml = "point_mass.xml"
+    # the joints' stops: MuJoCo's limit constraint; the two rows act on the two slides of one
+    # body (orthogonal axes: a diagonal mass matrix), which the first projected-gradient step
+    # solves exactly
+    mujoco_limits = "constraint"
+    limit_iterations = 1
+    _METRICS = ("reward/near_target", "reward/small_control")
+
+    def __init__(self, *, ctrl_dt: float = 0.02, sim_dt: float = 0.02) -> None:
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        target, mass = m.geom("target"), m.geom("pointmass")
+        if m.geom_bodyid[target.id] != 0 or np.any(m.geom_pos[mass.id] != 0):
+            raise ValueError(  # pragma: no cover - a property of the bundled file
+                f"{type(self).__name__}: {self.xml}: expected the target on the world body "
+                "and the mass's geom at its body's origin"
+            )
+        self.target_size = float(m.geom_size[target.id, 0])
+        self.target_pos = np.asarray(m.geom_pos[target.id], float)
+        self.lowers = np.asarray(m.jnt_range[:, 0], float)
+        self.uppers = np.asarray(m.jnt_range[:, 1], float)
+
+    def observe(self, ps: _sim.State, qk: Array) -> Array:
+        """``qpos`` and ``qvel`` after the step (dm_control's ``position``, ``velocity``)."""
+        return jnp.concatenate([ps.q, ps.v])
+
+    def distance(self, q: Array) -> Array:
+        """The distance from the mass to the target at ``q`` (dm_control's
+        ``mass_to_target_dist``, between the geoms' centres)."""
+        _, p = self.frames(q, ["pointmass"])
+        return jnp.linalg.norm(jnp.asarray(self.target_pos, p.dtype) - p[0])
+
+    def reward(self, ps: _sim.State, qk: Array, action: Array) -> tuple[Array, dict[str, Array]]:
+        """``(reward, metrics)`` under ``action`` (``qk``: the configuration of the derived
+        quantities, see the module docs)."""
+        size = self.target_size
+        near_target = tolerance(self.distance(qk), (0.0, size), margin=size)
+        control = tolerance(action, margin=1, value_at_margin=0, sigmoid="quadratic")
+        small_control = (4 + jnp.mean(control)) / 5
+        return near_target * small_control, {
+            "reward/near_target": near_target,
+            "reward/small_control": small_control,
+        }
+
+    def reset(self, rng: Array) -> State:
+        rng = self.check_rng(rng)
+        rng, r1 = jax.random.split(rng, 2)
+        qpos = jax.random.uniform(r1, (self.sys.model.nq,), minval=self.lowers, maxval=self.uppers)
+        ps = self.pipeline_init(qpos, jnp.zeros(self.sys.model.nv))
+        zero = jnp.zeros((), ps.q.dtype)
+        metrics = {k: zero for k in self._METRICS} | {"diverged": zero}
+        return State(ps, self.observe(ps, ps.q), zero, zero, metrics, {"rng": rng})
 
 
 # ---------------------------------------------------------------------- tasks with contact
