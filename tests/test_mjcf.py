@@ -538,19 +538,23 @@ def _mjcf(body="", extra="", option=""):
 
 
 def test_unsupported_features_named():
-    xml = _mjcf(
-        extra='<tendon><spatial name="tnd"><site site="s1"/><geom geom="wr" sidesite="s0"/>'
-        '<site site="s0"/></spatial></tendon>',
-        option='density="1.2"',
-    ).replace(
-        "<worldbody>",
-        '<worldbody><site name="s0" pos="0 0 1"/><geom name="wr" type="sphere" size="0.05" '
-        'pos="0.05 0 0.5" contype="0" conaffinity="0"/>',
+    xml = (
+        _mjcf(
+            extra='<tendon><spatial name="tnd"><site site="s1"/><geom geom="wr" sidesite="s0"/>'
+            '<site site="s0"/></spatial></tendon>',
+            option='density="1.2"',
+        )
+        .replace('<geom size="0.1"/>', '<geom size="0.1" fluidshape="ellipsoid"/>', 1)
+        .replace(
+            "<worldbody>",
+            '<worldbody><site name="s0" pos="0 0 1"/><geom name="wr" type="sphere" size="0.05" '
+            'pos="0.05 0 0.5" contype="0" conaffinity="0"/>',
+        )
     )  # a spatial tendon wrapping a sphere with a side site (without one it is honoured)
     with pytest.raises(ValueError) as e:
         load_mjcf(xml)
     msg = str(e.value)
-    assert "tendon" in msg and '"tnd"' in msg and "density=1.2" in msg
+    assert "tendon" in msg and '"tnd"' in msg and 'fluidshape="ellipsoid"' in msg
     assert "ignore=('fluid', 'tendon')" in msg
     r = load_mjcf(xml, ignore=("tendon", "fluid"))
     assert len(r.ignored) == 2 and r.model.nv == 1

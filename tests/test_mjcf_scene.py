@@ -233,8 +233,11 @@ def _one(body="", extra="", option="", joint=""):
             "passive",
             r'<joint name="bj" type="ball"> stiffness=3: springs of ball',
         ),
-        (_one(option='wind="1 0 0"'), "fluid", r"<option wind>: wind"),
-        (_one(option='viscosity="0.1"'), "fluid", r"<option density=0 viscosity=0.1>: fluid"),
+        (
+            _one(option='viscosity="0.1"').replace("<geom ", '<geom fluidshape="ellipsoid" '),
+            "fluid",
+            r'<body name="b">: a geom with fluidshape="ellipsoid"',
+        ),
         (
             _one(extra='<actuator><general name="ig" joint="j" dyntype="muscle"/></actuator>'),
             "actuator",

@@ -58,6 +58,9 @@ actuators, ``jnt_actfrcrange``            ``effort_limit`` (bound on the actuato
 ``opt.gravity``                           ``gravity`` (zero with ``<flag gravity="disable">``)
 ``opt.timestep``, ``opt.integrator``      ``MJCFModel.timestep``, ``MJCFModel.integrator``
                                           (:meth:`MJCFModel.sim_config`)
+``opt.density``, ``opt.viscosity``,       :class:`jaxdyn.sim.Fluid` (``MJCFModel.fluid``):
+``opt.wind``                              MuJoCo's inertia-based fluid model, one box per
+                                          moving body with mass in its inertial frame
 hinge / slide ``stiffness``,              :class:`jaxdyn.sim.Springs` (``MJCFModel.springs``)
 ``qpos_spring``
 fixed tendons                             :class:`jaxdyn.sim.FixedTendons`
@@ -108,7 +111,10 @@ exact without it) the error gives the ``ignore=(...)`` that loads the model with
                   site are honoured (:class:`jaxdyn.sim.FixedTendons`,
                   :class:`jaxdyn.sim.SpatialTendons`; an actuator on a spatial tendon is
                   refused under ``"actuator"``)
-``"fluid"``       fluid forces (``<option density / viscosity>``) and ``wind``
+``"fluid"``       MuJoCo's ellipsoid-based fluid model (geoms with
+                  ``fluidshape="ellipsoid"``: their bodies' fluid forces are dropped); the
+                  inertia-based model (``<option density / viscosity / wind>``) is honoured:
+                  :class:`jaxdyn.sim.Fluid` (``MJCFModel.fluid``)
 ``"passive"``     springs of ball and free joints, polynomial stiffness or damping, plasticity
                   (hinge / slide ``stiffness`` with ``springref`` is honoured:
                   :class:`jaxdyn.sim.Springs`)
@@ -219,6 +225,7 @@ if TYPE_CHECKING:
     from ..sim.contact import Compliant, Constraint
     from ..sim.core import SimConfig
     from ..sim.equality import Equalities
+    from ..sim.fluid import Fluid
     from ..sim.geometry import Plane
     from ..sim.geoms import Geoms
     from ..sim.limits import FrictionLoss, LimitConstraints
@@ -240,7 +247,7 @@ __all__ = [
 #: ``ignore`` keys of :func:`load_mjcf` and what each drops (see the module docstring)
 FEATURES = {
     "tendon": "side-site wrapping, tendon friction and polynomial tendon forces",
-    "fluid": "fluid forces and wind",
+    "fluid": "the ellipsoid-based fluid model (fluidshape)",
     "passive": "springs of ball / free joints, polynomial stiffness or damping, plasticity",
     "gravcomp": "gravity compensation",
     "equality": "equality constraints jaxdyn cannot express",
@@ -358,6 +365,8 @@ class MJCFModel(NamedTuple):
       where the scene has none; ``integrator``: jaxdyn's integrator for ``opt.integrator``;
       ``sim_issues``: ``(key, message)`` of what :meth:`sim_config` refuses (an integrator
       jaxdyn.sim does not have);
+    - ``fluid``: MuJoCo's inertia-based fluid model of the scene (``<option density /
+      viscosity / wind>``) as a :class:`jaxdyn.sim.Fluid`, ``None`` without fluid forces;
     - ``pair_ids``: the MuJoCo indices (``<contact><pair>``, ``m.pair_*``) of the explicit
       pairs of ``geoms`` (:attr:`jaxdyn.sim.Geoms.explicit`, in that order);
     - ``equalities``: every connect / weld / joint equality constraint of the scene (loop
@@ -390,6 +399,7 @@ class MJCFModel(NamedTuple):
     keyframe_act: dict = {}  # noqa: RUF012 - a NamedTuple default, never mutated
     ground_geom: int = -1
     pair_ids: tuple = ()
+    fluid: Fluid | None = None
 
     def converter(self) -> Converter:
         """A :class:`jaxdyn.interop.mujoco.Converter` between ``model`` and ``mj_model``."""
@@ -667,7 +677,8 @@ class MJCFModel(NamedTuple):
         ``"implicit_damping"``, or ``"euler"`` with ``eulerdamp`` off or no damping;
         ``RK4``: ``"rk4"``; ``implicitfast``: ``"implicit"``), ``actuator`` =
         :attr:`gain_bias` (every actuator, ``ctrl`` in MuJoCo's order; no actuator: an empty
-        :class:`jaxdyn.sim.Torque`), ``springs``, ``tendons``, gravity in the model.
+        :class:`jaxdyn.sim.Torque`), ``springs``, ``tendons``, ``fluid`` (MuJoCo's inertia-based
+        fluid forces), gravity in the model.
 
         ``contact``: the contact model (:class:`jaxdyn.sim.Constraint` or
         :class:`jaxdyn.sim.Compliant`) that every contact of the file then uses: the primitives
@@ -787,6 +798,7 @@ class MJCFModel(NamedTuple):
             tendons=self.tendons,
             spatial_tendons=self.spatial_tendons,
             equalities=None if "equality" in keys else self.equalities,
+            fluid=self.fluid,
         )
         if contact is not None and (self.contacts or self.geoms is not None):
             from ..sim import Plane, contact_set
@@ -1828,6 +1840,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
 
     springs, tendons, gain_bias = _scene(m, act_rows, dof_mj, dis, dtype)
     spatial_tendons = _spatial_tendons(m, place, remap, dis, dtype)
+    fluid = _fluid(m, place, remap, dis, dtype)
     integrator, sim_issues = _integrator(mujoco, m, damp, dis)
     if int(m.opt.noslip_iterations) > 0:  # a post-solve on the friction rows: contact only
         sim_issues.append(
@@ -1908,6 +1921,7 @@ def _build(mujoco, m, label, issues: _Issues) -> MJCFModel:
         sim_issues=tuple(sim_issues),
         equalities=equalities,
         spatial_tendons=spatial_tendons,
+        fluid=fluid,
         ground_geom=info.get("ground", -1),
         pair_ids=info.get("pairs", ()) if geoms is not None else (),
     )
@@ -2107,15 +2121,15 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         issues.add("flex", f"<flex>: {m.nflex} flex(es) (deformable bodies)")
     if m.nplugin:
         issues.add("plugin", f"<plugin>: {m.nplugin} engine plugin instance(s)")
-    if m.opt.density > 0 or m.opt.viscosity > 0:
+    ellipsoid = _ellipsoid_fluid_bodies(m, dis)
+    if ellipsoid:
+        els = ", ".join(body_el(i) for i in ellipsoid[:6])
+        more = f" ... ({len(ellipsoid)} in all)" if len(ellipsoid) > 6 else ""
         issues.add(
             "fluid",
-            f"<option density={m.opt.density:g} viscosity={m.opt.viscosity:g}>: fluid forces",
-        )
-    elif np.any(np.asarray(m.opt.wind) != 0):
-        issues.add(
-            "fluid",
-            "<option wind>: wind (acts through fluid forces; jaxdyn.sim has none); ignored",
+            f'{els}{more}: a geom with fluidshape="ellipsoid" (MuJoCo\'s ellipsoid-based fluid '
+            "model; jaxdyn.sim.Fluid is the inertia-based model); ignored, these bodies' fluid "
+            "forces are dropped",
         )
     grav = np.nonzero(np.asarray(m.body_gravcomp))[0]
     if len(grav):
@@ -2152,6 +2166,69 @@ def _check_features(mujoco, m, issues, body_el, jnt_el, dis, place):
         if balls:
             els = ", ".join(jnt_el(j) for j in balls[:6])
             issues.add("ball_limit", f"{els}: range (cone) limits of ball joints")
+
+
+def _fluid_on(m, dis) -> bool:
+    """Whether MuJoCo applies fluid forces (``mj_fluid``: density or viscosity, passive forces
+    not all disabled)."""
+    if dis("mjDSBL_SPRING") and dis("mjDSBL_DAMPER"):
+        return False
+    return bool(m.opt.density != 0 or m.opt.viscosity != 0)
+
+
+def _fluid_bodies(m) -> list:
+    """The MuJoCo bodies with mass that the fluid acts on (``mj_fluid``)."""
+    from ..sim.fluid import MINVAL
+
+    return [i for i in range(1, m.nbody) if float(m.body_mass[i]) >= MINVAL]
+
+
+def _ellipsoid_body(m, i) -> bool:
+    """Whether a geom of MuJoCo body ``i`` has ``fluidshape="ellipsoid"``."""
+    fluid = getattr(m, "geom_fluid", None)
+    if fluid is None or not m.ngeom:
+        return False
+    a, n = int(m.body_geomadr[i]), int(m.body_geomnum[i])
+    return bool(np.any(np.asarray(fluid).reshape(m.ngeom, -1)[a : a + n, 0] > 0))
+
+
+def _ellipsoid_fluid_bodies(m, dis) -> list:
+    """The bodies of :func:`_fluid_bodies` under MuJoCo's ellipsoid-based model."""
+    if not _fluid_on(m, dis):
+        return []
+    return [i for i in _fluid_bodies(m) if _ellipsoid_body(m, i)]
+
+
+def _fluid(m, place, remap, dis, dtype):
+    """MuJoCo's inertia-based fluid model of the scene (:class:`jaxdyn.sim.Fluid`, one box per
+    moving MuJoCo body with mass, in its inertial frame on its jaxdyn body), or ``None``."""
+    from ..sim.fluid import Fluid, inertia_box
+
+    if not _fluid_on(m, dis):
+        return None
+    body, rot, pos, box = [], [], [], []
+    for i in _fluid_bodies(m):
+        b, (R, p) = place[i]
+        if b < 0 or _ellipsoid_body(m, i):  # static: no force that moves anything
+            continue
+        Rin, pin_ = _inertial_frame(m, i)
+        body.append(int(remap(b)))
+        rot.append(R @ Rin)
+        pos.append(R @ pin_ + p)
+        box.append(inertia_box(m.body_mass[i], m.body_inertia[i]))
+
+    def arr(x, shape):
+        return jnp.asarray(np.asarray(x, float).reshape(shape), dtype)
+
+    return Fluid(
+        density=arr(m.opt.density, ()),
+        viscosity=arr(m.opt.viscosity, ()),
+        wind=arr(m.opt.wind, (3,)),
+        rot=arr(rot, (-1, 3, 3)),
+        pos=arr(pos, (-1, 3)),
+        box=arr(box, (-1, 3)),
+        body=tuple(body),
+    )
 
 
 def _fixed_tendon(m, t) -> bool:

@@ -19,6 +19,7 @@
   :class:`Equalities` (:mod:`jaxdyn.sim.equality`), and its joint-limit constraint,
   :class:`LimitConstraints`, and its dry joint friction, :class:`FrictionLoss`
   (:mod:`jaxdyn.sim.limits`);
+* MuJoCo's inertia-based fluid forces, :class:`Fluid` (:mod:`jaxdyn.sim.fluid`);
 * batches over several devices: :func:`batch_mesh`, :func:`shard_batch`,
   :func:`sharded_vmap` (:mod:`jaxdyn.sim.sharding`).
 """
@@ -43,6 +44,7 @@ from .core import step as step
 from .core import step_info as step_info
 from .core import warm_state as warm_state
 from .equality import Equalities as Equalities
+from .fluid import Fluid as Fluid
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
 from .geometry import ContactSet as ContactSet
@@ -79,6 +81,7 @@ __all__ = [
     "ContactSet",
     "Equalities",
     "FixedTendons",
+    "Fluid",
     "FreeBox",
     "FreeCapsule",
     "FreeCylinder",

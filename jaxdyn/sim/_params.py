@@ -61,6 +61,7 @@ def check_config(fn: str, cfg, x):
         ("cfg.springs", getattr(cfg, "springs", None)),
         ("cfg.tendons", getattr(cfg, "tendons", None)),
         ("cfg.spatial_tendons", getattr(cfg, "spatial_tendons", None)),
+        ("cfg.fluid", getattr(cfg, "fluid", None)),
     ]
     checks = value_checks.enabled()
     items = [("cfg.dt", cfg.dt, 0.0, True)]

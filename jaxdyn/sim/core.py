@@ -98,6 +98,7 @@ from .actuators import (
     passive_forces,
 )
 from .equality import Equalities
+from .fluid import Fluid
 from .geometry import TERRAINS, ContactSet, Plane
 from .limits import FrictionLoss, LimitConstraints
 
@@ -199,6 +200,10 @@ class SimConfig(eqx.Module):
       ``friction`` is smooth Coulomb friction); its coordinates' smooth friction is left out.
       Velocity-level: not with ``"rk4"``.
       :meth:`jaxdyn.io.mjcf.MJCFModel.friction_loss` builds it from a file.
+    - ``fluid``: :class:`~jaxdyn.sim.fluid.Fluid` (MuJoCo's inertia-based fluid model:
+      ``density``, ``viscosity``, ``wind``) or ``None`` (default): a passive force, explicit in
+      every integrator but ``"implicit"``, which is implicit in its velocity derivative as
+      MuJoCo's ``implicitfast``.
     """
 
     dt: float = 2e-3
@@ -216,6 +221,7 @@ class SimConfig(eqx.Module):
     equalities: Equalities | None = None
     limit_constraints: LimitConstraints | None = None
     friction_loss: FrictionLoss | None = None
+    fluid: Fluid | None = None
 
     def __check_init__(self):
         if self.integrator not in INTEGRATORS:
@@ -262,6 +268,8 @@ class SimConfig(eqx.Module):
             names = [f"{g.names[a]}-{g.names[b]}" for (a, b), c in zip(g.pairs, cd) if c > 3]
             more = f" ... ({len(names)} in all)" if len(names) > 4 else ""
             raise ValueError(f"SimConfig: geom pairs {', '.join(names[:4])}{more}: {C.CONDIM_HARD}")
+        if self.fluid is not None and not isinstance(self.fluid, Fluid):
+            raise TypeError(f"SimConfig: fluid must be None or Fluid, got {self.fluid!r}")
         if self.springs is not None and not isinstance(self.springs, Springs):
             raise TypeError(f"SimConfig: springs must be None or Springs, got {self.springs!r}")
         if self.tendons is not None and not isinstance(self.tendons, FixedTendons):
@@ -473,9 +481,9 @@ def _coupled(cfg) -> bool:
 
 def _controls(model, cfg, props, q, v, ctrl, coupled=True):
     """Joint forces: actuators (clipped to the effort limits), passive forces, springs,
-    tendons. ``coupled=False`` leaves out the terms whose velocity derivative is not diagonal
-    (tendons, an actuator with ``velocity_factors``): what ``"implicit"`` treats by
-    :func:`_velocity_factors` instead."""
+    tendons, the fluid's. ``coupled=False`` leaves out the terms whose velocity derivative is
+    not diagonal (tendons, an actuator with ``velocity_factors``, the fluid): what
+    ``"implicit"`` treats by :func:`_velocity_factors` and :meth:`Fluid.inertias` instead."""
     skip = () if cfg.limit_constraints is None else cfg.limit_constraints.dof
     if cfg.friction_loss is not None:  # dry friction: rows of the solve, not smooth friction
         dofs = np.asarray(cfg.friction_loss.dof, np.int64)
@@ -492,6 +500,8 @@ def _controls(model, cfg, props, q, v, ctrl, coupled=True):
         tau = tau + cfg.tendons.forces(model, cfg.limits, q, v)
     if coupled and cfg.spatial_tendons is not None:
         tau = tau + cfg.spatial_tendons.forces(model, cfg.limits, q, v)
+    if coupled and cfg.fluid is not None:
+        tau = tau + cfg.fluid.forces(model, q, v)
     return tau
 
 
@@ -965,6 +975,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     W, f = _ext_wrenches(model, cfg, ws, frames)
     dtau = None
     decoupled = not _coupled(cfg) and cfg.tendons is None and cfg.spatial_tendons is None
+    decoupled = decoupled and cfg.fluid is None
     if cfg.integrator == "implicit" and decoupled:
         # the joint forces and their diagonal velocity derivative by one jvp: here every term
         # is one that "implicit" differentiates (_implicit_inertias)
@@ -980,6 +991,8 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     m_eff, I6 = model, world_inertia_matrices(ws)
     if cfg.integrator == "implicit":
         m_eff, I6 = _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau)
+        if cfg.fluid is not None:  # implicitfast's qDeriv holds the fluid's (mjd_passive_vel)
+            I6 = I6 + cfg.fluid.inertias(model, ws, vb, h)
     elif cfg.integrator == "implicit_damping":  # M + h diag(damping): MuJoCo's Euler
         arm = h * props["damping"].astype(v.dtype)
         arm = arm if model.armature is None else model.armature + arm
