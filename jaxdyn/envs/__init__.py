@@ -16,7 +16,8 @@ Tasks (:func:`make` by name):
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
   ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``,
-  ``"point_mass_easy"``; with contact:
+  ``"point_mass_easy"``, ``"swimmer_swimmer6"`` (a six-link swimmer in a viscous fluid); with
+  contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
   ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
   ``"finger_turn_hard"``, ``"ball_in_cup_catch"``, ``"dm_humanoid_stand"``,
@@ -52,6 +53,7 @@ from .dm_control_suite import PendulumSwingup as PendulumSwingup
 from .dm_control_suite import PointMass as PointMass
 from .dm_control_suite import SuiteHumanoid as SuiteHumanoid
 from .dm_control_suite import SuiteReacher as SuiteReacher
+from .dm_control_suite import Swimmer as Swimmer
 from .dm_control_suite import WalkerMove as WalkerMove
 from .getup import QuadrupedGetup as QuadrupedGetup
 from .humanoid import HumanoidStand as HumanoidStand
@@ -85,6 +87,7 @@ ENVIRONMENTS = {
     "reacher_easy": SuiteReacher,
     "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
     "point_mass_easy": PointMass,
+    "swimmer_swimmer6": Swimmer,
     "cheetah_run": CheetahRun,
     "walker_stand": WalkerMove,
     "walker_walk": lambda **kw: WalkerMove(WalkerMove.WALK_SPEED, **kw),
@@ -137,6 +140,7 @@ __all__ = [
     "State",
     "SuiteHumanoid",
     "SuiteReacher",
+    "Swimmer",
     "System",
     "VmapWrapper",
     "WalkerMove",

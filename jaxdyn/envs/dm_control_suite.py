@@ -644,6 +644,143 @@ class PointMass(SuiteEnv):
         return State(ps, self.observe(ps, ps.q), zero, zero, metrics, {"rng": rng})
 
 
+class Swimmer(SuiteEnv):
+    """Planar swimmer, six links (dm_control ``swimmer`` ``swimmer6``; Playground
+    ``SwimmerSwimmer6``): a head on the plane's slides and hinge (``rootx``, ``rooty``,
+    ``rootz``) and a chain of five segments, each hinge (limited to ``360 / 6`` degrees) driven
+    by a motor (``gear=5e-4``, ``ctrl`` in ``[-1, 1]``), swims in a viscous fluid
+    (``density=3000``: MuJoCo's inertia-based fluid forces, :class:`jaxdyn.sim.Fluid`) to bring
+    its nose to a target.
+
+    **Observation (25):** the five hinges' angles (``joints``), the target minus the nose in
+    the head's frame, ``x`` and ``y`` (``to_target``), and each body's local ``vx``, ``vy``,
+    ``wz`` (``body_velocities``: the head's and the segments' velocimeters and gyros at their
+    sites, MuJoCo's ``sensordata``), dm_control's and Playground's order.
+    **Reward:** ``tolerance(|target - nose|, (0, target_size), margin=5 * target_size,
+    sigmoid="long_tail")`` (the target geom's radius, ``.1``).
+    **Reset:** ``rootz ~ U(-pi, pi)``, each hinge ``~ U`` over its range, at rest at the
+    origin; the target ``~ U`` over a square of half-side ``.3`` (probability ``.2``) or ``2``,
+    in ``info["target"]`` (a mocap body in Playground's model, fixed here: the target only
+    enters the observation and the reward). As in Playground, the observation at reset still
+    sees the target at the model's position (Playground moves the mocap body after
+    ``mjx.forward``; dm_control moves its target geom before the first observation).
+    **Periods:** control 0.03 s, simulation 0.003 s (the file's ``timestep``; dm_control's
+    0.002 s); Playground's 1000 control steps are dm_control's 30 s time limit. Playground's
+    ``done`` (``qpos`` or ``qvel`` not a number) is the divergence of the module docs.
+
+    The file is generated from Playground's ``swimmer.xml`` by Playground's ``_make_model``
+    (dm_control's ``get_model_and_assets``, the same chain, sites, motors and sensors); the base
+    file is dm_control's with ``iterations`` / ``ls_iterations`` reduced, ``eulerdamp``
+    disabled, its ``timestep`` changed and the target a mocap body
+    (``xmls/dm_control_suite/README.md``). The hinges' stops are MuJoCo's limit rows
+    (``mujoco_limits = "constraint"``). Contact is off.
+    """
+
+    xml = "swimmer6.xml"
+    ignore = ("mocap",)
+    # the hinges' stops: MuJoCo's limit constraint (five rows on one chain, solved together)
+    mujoco_limits = "constraint"
+    N_LINKS = 6
+    _METRICS = ("distance",)
+
+    def __init__(self, *, ctrl_dt: float = 0.03, sim_dt: float = 0.003) -> None:
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        target, nose, head = m.geom("target"), m.geom("nose"), m.body("head")
+        if m.body_mocapid[m.geom_bodyid[target.id]] < 0 or np.any(m.geom_pos[target.id] != 0):
+            raise ValueError(  # pragma: no cover - a property of the bundled file
+                f"{type(self).__name__}: {self.xml}: expected the target at a mocap body's origin"
+            )
+        if m.geom_bodyid[nose.id] != head.id:
+            raise ValueError(  # pragma: no cover - a property of the bundled file
+                f"{type(self).__name__}: {self.xml}: expected the nose on the head"
+            )
+        self.target_size = float(m.geom_size[target.id, 0])
+        #: the target's position in the model (Playground's observation at reset)
+        self.model_target = np.asarray(m.body_pos[m.geom_bodyid[target.id]], float)
+        self.nose_pos = np.asarray(m.geom_pos[nose.id], float)
+        self.lowers = np.asarray(m.jnt_range[3:, 0], float)
+        self.uppers = np.asarray(m.jnt_range[3:, 1], float)
+        # the velocimeter / gyro sites, in sensordata's order: the head's, then the segments'
+        sites = ["head", *(f"site_{i}" for i in range(self.N_LINKS - 1))]
+        self.sensor_frames = [self.scene.site_frames[s] for s in sites]
+        parent = self.sys.model.topo.frame_parent
+        self.sensor_bodies = np.asarray(
+            [int(parent[self.sys.model.frame_index(f)]) for f in self.sensor_frames]
+        )
+
+    def to_target(self, q: Array, target: Array) -> Array:
+        """The target minus the nose in the head's frame, ``x`` and ``y`` (dm_control's
+        ``nose_to_target``) at ``q``; ``target`` ``(3,)``."""
+        R, p = self.frames(q, ["head"])
+        nose = R[0] @ jnp.asarray(self.nose_pos, p.dtype) + p[0]
+        return ((target - nose) @ R[0])[:2]
+
+    def body_velocities(self, pk: _sim.State) -> Array:
+        """Each body's ``vx``, ``vy``, ``wz`` at its site, in the site's frame (dm_control's
+        ``body_velocities``: velocimeter and gyro readings), at ``pk``."""
+        model = self.sys.model
+        ws = world_state(model, pk.q)  # no floating base: the world state is not centred
+        vb, _ = body_velocities(model, ws, pk.v)
+        R, p = self.frames(pk.q, self.sensor_frames)
+        twist = vb[self.sensor_bodies]  # world axes, about the world origin: [w; v]
+        w = twist[:, :3]
+        v = twist[:, 3:] + jnp.cross(w, p)
+        local_v = jnp.einsum("kji,kj->ki", R, v)
+        local_w = jnp.einsum("kji,kj->ki", R, w)
+        return jnp.concatenate([local_v[:, :2], local_w[:, 2:]], -1).ravel()
+
+    def target3(self, target: Array) -> Array:
+        """The target's position ``(3,)`` of its ``x`` and ``y`` (the model's height)."""
+        return jnp.concatenate([target, jnp.asarray(self.model_target[2:], target.dtype)])
+
+    def observe(self, ps: _sim.State, pk: _sim.State, target: Array) -> Array:
+        """The hinges' angles after the step, the target in the head's frame and the bodies'
+        velocities at ``pk`` (the state before the last simulator step, module docs)."""
+        to_target = self.to_target(pk.q, self.target3(target))
+        return jnp.concatenate([ps.q[3:], to_target, self.body_velocities(pk)])
+
+    def reward(self, ps: _sim.State, qk: Array, target: Array) -> tuple[Array, dict[str, Array]]:
+        """``(reward, metrics)`` (``qk``: the configuration of the derived quantities)."""
+        dist = jnp.linalg.norm(self.to_target(qk, self.target3(target)))
+        size = self.target_size
+        reward = tolerance(dist, (0.0, size), margin=5 * size, sigmoid="long_tail")
+        return reward, {"distance": dist}
+
+    def reset(self, rng: Array) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2, r3, r4 = jax.random.split(rng, 5)
+        nq = self.sys.model.nq
+        qpos = jnp.zeros(nq)
+        qpos = qpos.at[2].set(jax.random.uniform(r1, (), minval=-jnp.pi, maxval=jnp.pi))
+        hinges = jax.random.uniform(r2, (nq - 3,), minval=self.lowers, maxval=self.uppers)
+        qpos = qpos.at[3:].set(hinges)
+        ps = self.pipeline_init(qpos, jnp.zeros(self.sys.model.nv))
+        box = jnp.where(jax.random.bernoulli(r3, 0.2), 0.3, 2.0)
+        target = jax.random.uniform(r4, (2,), minval=-box, maxval=box).astype(ps.q.dtype)
+        model_target = jnp.asarray(self.model_target[:2], ps.q.dtype)
+        obs = self.observe(ps, ps, model_target)  # Playground: the model's target
+        zero = jnp.zeros((), ps.q.dtype)
+        metrics = {k: zero for k in self._METRICS} | {"diverged": zero}
+        return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
+
+    def step(self, state: State, action: Array) -> State:
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        target = state.info["target"]
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, pk.q, target)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, pk, target),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics, "diverged": done},
+        )
+
+
 # ---------------------------------------------------------------------- tasks with contact
 class ContactSuiteEnv(SuiteEnv):
     """A suite task whose model touches the floor or other bodies: every contact the file
