@@ -16,8 +16,8 @@ Tasks (:func:`make` by name):
   ``mujoco``): ``"cartpole_balance"``, ``"cartpole_balance_sparse"``, ``"cartpole_swingup"``,
   ``"cartpole_swingup_sparse"``, ``"pendulum_swingup"``, ``"acrobot_swingup"``,
   ``"acrobot_swingup_sparse"``, ``"reacher_easy"``, ``"reacher_hard"``,
-  ``"point_mass_easy"``, ``"swimmer_swimmer6"`` (a six-link swimmer in a viscous fluid); with
-  contact:
+  ``"point_mass_easy"``, ``"swimmer_swimmer6"`` (a six-link swimmer in a viscous fluid),
+  ``"fish_swim"`` (a free-floating fish in a fluid); with contact:
   ``"cheetah_run"``, ``"walker_stand"``, ``"walker_walk"``, ``"walker_run"``,
   ``"hopper_stand"``, ``"hopper_hop"``, ``"finger_spin"``, ``"finger_turn_easy"``,
   ``"finger_turn_hard"``, ``"ball_in_cup_catch"``, ``"dm_humanoid_stand"``,
@@ -48,6 +48,7 @@ from .dm_control_suite import CartpoleBalance as CartpoleBalance
 from .dm_control_suite import CheetahRun as CheetahRun
 from .dm_control_suite import FingerSpin as FingerSpin
 from .dm_control_suite import FingerTurn as FingerTurn
+from .dm_control_suite import FishSwim as FishSwim
 from .dm_control_suite import HopperTask as HopperTask
 from .dm_control_suite import PendulumSwingup as PendulumSwingup
 from .dm_control_suite import PointMass as PointMass
@@ -88,6 +89,7 @@ ENVIRONMENTS = {
     "reacher_hard": lambda **kw: SuiteReacher(SuiteReacher.SMALL_TARGET, **kw),
     "point_mass_easy": PointMass,
     "swimmer_swimmer6": Swimmer,
+    "fish_swim": FishSwim,
     "cheetah_run": CheetahRun,
     "walker_stand": WalkerMove,
     "walker_walk": lambda **kw: WalkerMove(WalkerMove.WALK_SPEED, **kw),
@@ -127,6 +129,7 @@ __all__ = [
     "EpisodeWrapper",
     "FingerSpin",
     "FingerTurn",
+    "FishSwim",
     "HopperTask",
     "HumanoidStand",
     "PendulumSwingup",

@@ -24,6 +24,8 @@ Tasks (Tassa et al., "DeepMind Control Suite", 2018):
 * :class:`SuiteReacher` (``target_size``): ``reacher_easy``, ``reacher_hard`` (dm_control's
   two-link planar reacher; jaxdyn's own :class:`~jaxdyn.envs.Reacher` is a different task);
 * :class:`PointMass`: ``point_mass_easy`` (a point mass moved by two tendon actuators);
+* :class:`Swimmer`: ``swimmer_swimmer6`` (six links in a viscous fluid, MuJoCo's fluid forces);
+* :class:`FishSwim`: ``fish_swim`` (a free-floating fish in a fluid);
 
 with contact (:class:`ContactSuiteEnv`: dm_control's models, every contact the file declares
 under :class:`jaxdyn.sim.Constraint`):
@@ -102,6 +104,8 @@ __all__ = [
     "AcrobotSwingup",
     "SuiteReacher",
     "PointMass",
+    "Swimmer",
+    "FishSwim",
     "ContactSuiteEnv",
     "CheetahRun",
     "WalkerMove",
@@ -2107,3 +2111,139 @@ class SuiteHumanoid(ContactSuiteEnv):
         rng, r1 = jax.random.split(rng, 2)
         q = self.draw_pose(r1)
         return self.episode_start(rng, self.pipeline_init(q, jnp.zeros(self.sys.model.nv)))
+
+
+# ---------------------------------------------------------------------- fish (a fluid)
+class FishSwim(SuiteEnv):
+    """Fish swim (dm_control ``fish`` ``swim``; Playground ``FishSwim``): a free-floating fish
+    in a fluid (``<option density>``: MuJoCo's inertia-based fluid forces,
+    :class:`jaxdyn.sim.Fluid`; gravity off) swims its mouth to a target; position actuators
+    (``ctrl`` in ``[-1, 1]``) on the tail's two hinges, the fins' pitch hinges and a fixed
+    tendon flapping the fins (``fins_flap``; a second, ``fins_sym``, a spring).
+
+    **Observation (24, Playground's order; dm_control's puts ``upright`` after the joint
+    angles):** ``upright`` (the torso's ``zz`` of ``xmat``), the joint angles of :attr:`JOINTS`
+    (``tail1``, ``tail_twist``, ``tail2``, ``finright_roll``, ``finright_pitch``,
+    ``finleft_roll``, ``finleft_pitch``: 7), the target minus the mouth in the mouth geom's
+    axes (``(target - geom_xpos) @ geom_xmat``: 3), ``qvel`` (13, MuJoCo's: the root's linear
+    velocity in world axes).
+    **Reward:** ``(7 in_target + is_upright) / 8`` with ``in_target = tolerance(|target -
+    mouth|, (0, radii), margin=2 radii)`` (``radii``: the mouth's and the target's radii) and
+    ``is_upright = (upright + 1) / 2``. **Reset:** the root's quaternion a normalised normal
+    draw, the joints of :attr:`JOINTS` ``~ U(-.2, .2)``, at rest, the target ``~ U`` over
+    ``[-.4, .4] x [-.4, .4] x [.1, .3]`` in ``info["target"]`` (Playground's key splits). As in
+    Playground, the root's position is the origin (``qpos`` zeros; dm_control keeps the
+    model's ``qpos0``, the torso ``.1`` up), and the observation at reset still sees the target
+    at the model's position (Playground moves its mocap body after ``mjx.forward``; here the
+    target body is fixed, ``ignore=("mocap",)``: it only enters the observation and the
+    reward). **Metrics:** ``reward/in_target``, ``reward/upright`` (Playground's).
+    **Periods:** control 0.04 s (dm_control's; Playground's 1000 control steps are its 40 s
+    time limit), simulation 0.002 s (Playground's; dm_control's file 0.004 s).
+
+    The file is Playground's: dm_control's ``fish.xml`` with ``timestep`` halved, ``eulerdamp``
+    and contact disabled, solver settings cut (without effect: constraints are disabled, so
+    there are no constraint rows), the target a mocap body, and the torso's massive (hidden)
+    geom a sphere instead of dm_control's thin box (a heavier torso, whose inertia box the
+    fluid sees). It has no equality constraints, and MuJoCo computes no contact (``ncon ==
+    0``: the file disables contact and constraints; dm_control's, its constraints), even where
+    the fish, reset at the origin, overlaps the ground plane: contact stays off here too.
+    """
+
+    xml = "fish.xml"
+    ignore = ("mocap",)
+    free_root = True
+    mujoco_order = False  # the tail's chain and the fins branch off the torso
+    #: the observed joint angles, in order (dm_control's ``_JOINTS``)
+    JOINTS = (
+        "tail1",
+        "tail_twist",
+        "tail2",
+        "finright_roll",
+        "finright_pitch",
+        "finleft_roll",
+        "finleft_pitch",
+    )
+    #: the box the reset draws the target from
+    TARGET_LOW, TARGET_HIGH = (-0.4, -0.4, 0.1), (0.4, 0.4, 0.3)
+    _METRICS = ("reward/in_target", "reward/upright")
+
+    def __init__(self, *, ctrl_dt: float = 0.04, sim_dt: float = 0.002) -> None:
+        super().__init__(ctrl_dt=ctrl_dt, sim_dt=sim_dt)
+        m: Any = self.scene.mj_model  # a mujoco.MjModel (MuJoCo ships no type stubs)
+        mouth, target = m.geom("mouth"), m.geom("target")
+        if m.body(m.geom_bodyid[mouth.id]).name != "torso" or np.any(m.geom_pos[target.id] != 0):
+            raise ValueError(  # pragma: no cover - a property of the bundled file
+                f"{type(self).__name__}: {self.xml}: expected the mouth on the torso and the "
+                "target at its body's origin"
+            )
+        self.radii = float(m.geom_size[mouth.id, 0] + m.geom_size[target.id, 0])
+        self.joint_qposadr = np.asarray([m.jnt_qposadr[m.joint(j).id] for j in self.JOINTS])
+        self.mouth_pos = np.asarray(m.geom_pos[mouth.id], float)
+        # the mouth geom's position and rotation in the torso's frame (geom_pos, geom_quat)
+        w, x, y, z = np.asarray(m.geom_quat[mouth.id], float)
+        self.mouth_rot = np.array(
+            [
+                [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+            ]
+        )
+        self.target_pos = np.asarray(m.body_pos[m.body("target").id], float)
+
+    def upright_and_target(self, q: Array, target: Array) -> tuple[Array, Array]:
+        """The torso's ``zz`` (dm_control's ``upright``) and the target minus the mouth in the
+        mouth geom's axes (``mouth_to_target``) at ``q``."""
+        R, p = self.frames(q, ["torso"])
+        rot = R[0] @ jnp.asarray(self.mouth_rot, R.dtype)  # geom_xmat of the mouth
+        mouth = p[0] + R[0] @ jnp.asarray(self.mouth_pos, p.dtype)  # its geom_xpos
+        return R[0, 2, 2], (target - mouth) @ rot
+
+    def observe(self, ps: _sim.State, qk: Array, target: Array) -> Array:
+        upright, to_target = self.upright_and_target(qk, target)
+        joints = self.qpos(ps.q)[self.joint_qposadr]
+        return jnp.concatenate([upright[None], joints, to_target, self.qvel(ps.q, ps.v)])
+
+    def reward(self, ps: _sim.State, qk: Array, target: Array) -> tuple[Array, dict[str, Array]]:
+        """``(reward, metrics)`` of the state reached ``ps`` (``qk``: the configuration of the
+        derived quantities, see the module docs) with the target at ``target``."""
+        upright, to_target = self.upright_and_target(qk, target)
+        in_target = tolerance(jnp.linalg.norm(to_target), (0.0, self.radii), margin=2 * self.radii)
+        is_upright = 0.5 * (upright + 1)
+        return (7 * in_target + is_upright) / 8, {
+            "reward/in_target": in_target,
+            "reward/upright": is_upright,
+        }
+
+    def reset(self, rng: Array) -> State:
+        rng = self.check_rng(rng)
+        rng, r1, r2, r3 = jax.random.split(rng, 4)
+        quat = jax.random.normal(r1, (4,))
+        joints = jax.random.uniform(r2, (len(self.JOINTS),), minval=-0.2, maxval=0.2)
+        qpos = jnp.zeros(self.sys.model.nq).at[3:7].set(quat / jnp.linalg.norm(quat))
+        qpos = qpos.at[self.joint_qposadr].set(joints)
+        ps = self.pipeline_init(self.q_of(qpos), jnp.zeros(self.sys.model.nv))
+        low, high = jnp.asarray(self.TARGET_LOW), jnp.asarray(self.TARGET_HIGH)
+        target = jax.random.uniform(r3, (3,), minval=low, maxval=high).astype(ps.q.dtype)
+        zero = jnp.zeros((), ps.q.dtype)
+        # Playground: the model's target in the first observation
+        obs = self.observe(ps, ps.q, jnp.asarray(self.target_pos, ps.q.dtype))
+        metrics = {k: zero for k in self._METRICS} | {"diverged": zero}
+        return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
+
+    def step(self, state: State, action: Array) -> State:
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        target = state.info["target"]
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, pk.q, target)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, pk.q, target),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics, "diverged": done},
+        )
+
+
