@@ -2245,5 +2245,3 @@ class FishSwim(SuiteEnv):
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
         )
-
-
