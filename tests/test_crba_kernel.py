@@ -68,6 +68,39 @@ def test_kernels_compiled_for_this_cpu_else_portable(tmp_path, monkeypatch):
     assert not list((tmp_path / "other").iterdir())
 
 
+def test_kernel_library_compiled_in_parts_and_linked(tmp_path):
+    """The kernels' library is compiled as ``ffi.KERNEL_PARTS`` objects side by side (each
+    with its ``JAXDYN_PART``), then linked into one library (here a small source of the same
+    layout: each part defines one function, part 0 one that calls the others); a compiler that
+    refuses the first flags builds with the next; a part that fails to compile is named in the
+    error and leaves no file behind."""
+    import ctypes
+
+    src = tmp_path / "parts.c"
+    src.write_text(
+        "#if JAXDYN_PART == 1\nint one(void) { return 1; }\n#endif\n"
+        "#if JAXDYN_PART == 2\nint two(void) { return 2; }\n#endif\n"
+        "#if JAXDYN_PART == 0\nextern int one(void), two(void);\n"
+        "int all(void) { return 10 * one() + two(); }\n#endif\n"
+    )
+    assert ffi.KERNEL_PARTS == 3
+    lib = ffi._Library("parts", src, (), kernels=True)
+    exe, header = ffi._compiler(None)
+    out = tmp_path / "out" / "parts.so"
+    out.parent.mkdir()
+    flags = [["-march=no-such-cpu"], ["-O1"]]
+    ffi._compile(lib, exe, header.parents[3], flags, str(tmp_path / "out" / "tmp.so"), out)
+    assert ctypes.CDLL(str(out)).all() == 12
+    assert sorted(p.name for p in out.parent.iterdir()) == ["parts.so"]  # no objects left
+    src.write_text(src.read_text().replace("return 2;", "return 2"))  # part 2 fails
+    with pytest.raises(RuntimeError, match="JAXDYN_PART=2"):
+        ffi._compile(
+            lib, exe, header.parents[3], [["-O1"]], str(tmp_path / "t2.so"), out.parent / "x.so"
+        )
+    assert sorted(p.name for p in out.parent.iterdir()) == ["parts.so"]
+    assert not list(tmp_path.glob("t2.so*"))
+
+
 def test_trace_takes_the_kernel_before_its_build_ends(models, monkeypatch):
     """A trace takes the kernel while its library is still being built
     (:func:`~jaxdyn.backend.ffi.kernels_expected`: it does not wait); the lowering waits for

@@ -209,7 +209,7 @@ CLONES static void ABLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
 }
 
 /* the whole batch of B samples, one block of LANES at a time; fext NULL where absent */
-static int ARUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* tau,
+RUN_LINKAGE int ARUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* tau,
                 const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
                 const REAL* gravity, REAL* const* outs) {

@@ -273,7 +273,7 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
 }
 
 /* the whole batch of B samples, one block of LANES at a time */
-static int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
+RUN_LINKAGE int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* axis, const REAL* mass,
                const REAL* com, const REAL* inertia, const REAL* armature, REAL* out) {
   BATCH_BLOCKS(CAT(workspace_, SUFFIX)(t), BLOCK(t, q, XR, Xp, axis, mass, com, inertia, armature, cst, out, b, n, ws))
 }

@@ -37,6 +37,12 @@ typedef struct {
    (2 float64 / 4 float32 samples) for the few samples left after the full blocks, so that a
    batch of one computes one narrow block instead of a block of 8 or 16 lanes (its workspace, a
    quarter of the wide one, stays in the L1 cache) */
+/* the run functions (RUN_LINKAGE: external) of each variant; with JAXDYN_PART defined the library
+   is compiled in three parts side by side (jaxdyn/backend/ffi.py) and linked: 1 the wide
+   float64 blocks, 2 the wide float32 blocks, 0 the narrow blocks, the targets and the host entry
+   points (which use the narrow blocks only); undefined, the whole library at once */
+#define RUN_LINKAGE
+#if !defined(JAXDYN_PART) || JAXDYN_PART == 1
 #define REAL double
 #define ITYPE int64_t
 #define LANES 8
@@ -45,6 +51,8 @@ typedef struct {
 #define PIO4_3 2.69515142907905952645E-15
 #define SUFFIX f64
 #include "_crba_kernel.h"
+#endif
+#if !defined(JAXDYN_PART) || JAXDYN_PART == 0
 #define REAL double
 #define ITYPE int64_t
 #define LANES 2
@@ -53,6 +61,8 @@ typedef struct {
 #define PIO4_3 2.69515142907905952645E-15
 #define SUFFIX f64_narrow
 #include "_crba_kernel.h"
+#endif
+#if !defined(JAXDYN_PART) || JAXDYN_PART == 2
 #define REAL float
 #define ITYPE int32_t
 #define LANES 16
@@ -61,6 +71,8 @@ typedef struct {
 #define PIO4_3 3.77489497744594108e-8f
 #define SUFFIX f32
 #include "_crba_kernel.h"
+#endif
+#if !defined(JAXDYN_PART) || JAXDYN_PART == 0
 #define REAL float
 #define ITYPE int32_t
 #define LANES 4
@@ -69,6 +81,8 @@ typedef struct {
 #define PIO4_3 3.77489497744594108e-8f
 #define SUFFIX f32_narrow
 #include "_crba_kernel.h"
+#endif
+#if !defined(JAXDYN_PART) || JAXDYN_PART == 0
 
 /* a kernel's four runs (float64 / float32, wide blocks / the narrow block): RUN(t, B, q,
    Xtree_R, Xtree_p, axes, mass, com, inertia, armature or NULL, out) */
@@ -84,6 +98,12 @@ typedef struct {
   run_f64 f64, f64_narrow;
   run_f32 f32, f32_narrow;
 } batch_kernel;
+
+#if defined(JAXDYN_PART)
+/* the wide blocks' runs, defined by parts 1 and 2 */
+extern __typeof__(*(run_f64)0) crba_run_f64, minv_run_f64;
+extern __typeof__(*(run_f32)0) crba_run_f32, minv_run_f32;
+#endif
 
 /* the topology operand (see jaxdyn_crba) into t; with_order: it ends with the depth-first
    order */
@@ -176,6 +196,11 @@ typedef struct {
   dyn_f64 f64, f64_narrow;
   dyn_f32 f32, f32_narrow;
 } dynamics_kernel;
+
+#if defined(JAXDYN_PART)
+extern __typeof__(*(dyn_f64)0) rnea_run_f64, aba_run_f64, rnea_derivatives_run_f64;
+extern __typeof__(*(dyn_f32)0) rnea_run_f32, aba_run_f32, rnea_derivatives_run_f32;
+#endif
 
 /* one call of a dynamics kernel (jaxdyn_rnea, jaxdyn_aba). Operands: q (..., nq), qd
  * (..., nv), x (..., nv), f_ext (..., nb, 6; body-frame spatial forces, or 0 entries where
@@ -314,7 +339,7 @@ void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int c
   if (alg == HOST_MINV) { /* the workspace's size depends on the tree's levels */
     int32_t* tables = (int32_t*)malloc(sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb));
     if (tables != NULL)
-      h->levels = minv_tables_f64(&h->t, tables);
+      h->levels = minv_tables_f64_narrow(&h->t, tables);
     free(tables);
   }
 }
@@ -361,7 +386,7 @@ void jaxdyn_host_prepare(host_call* h, void* mem) {
   h->cst = (char*)mem + host_ws_bytes(h);
   if (h->alg == HOST_MINV) {
     h->row0 = (int32_t*)((char*)h->cst + host_cst_bytes(h));
-    h->levels = minv_tables_f64(&h->t, h->row0);
+    h->levels = minv_tables_f64_narrow(&h->t, h->row0);
   }
   if (h->f32)
     one_dof_constants_f32_narrow(&h->t, h->XR, h->axis, h->cst);
@@ -441,3 +466,5 @@ int jaxdyn_host_run(const host_call* h) {
   return failed ? 2 : 0;
 }
 #undef HOST_NORMALISE
+
+#endif /* part 0 */

@@ -255,7 +255,7 @@ static int MTABLES(const crba_topo* t, int32_t* row0) {
 }
 
 /* the whole batch of B samples, one block of LANES at a time */
-static int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp,
+RUN_LINKAGE int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR, const REAL* Xp,
                 const REAL* axis, const REAL* mass, const REAL* com, const REAL* inertia,
                 const REAL* armature, REAL* out) {
   const int nb = t->nb, nv = t->nv;

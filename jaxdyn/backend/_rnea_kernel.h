@@ -154,7 +154,7 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
 }
 
 /* the whole batch of B samples, one block of LANES at a time */
-static int RRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* qdd,
+RUN_LINKAGE int RRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* qd, const REAL* qdd,
                 const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                 const REAL* mass, const REAL* com, const REAL* inertia, const REAL* armature,
                 const REAL* g, REAL* const* outs) {

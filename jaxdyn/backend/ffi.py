@@ -281,30 +281,65 @@ def _temp_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"jaxdyn-{uid}"
 
 
+#: the kernels' library is compiled in this many parts side by side, then linked
+#: (``JAXDYN_PART`` in ``_kernels.c``: the wide float64 blocks, the wide float32 blocks, and
+#: the rest, the longest): a cold process's first kernel call waits for the build
+#: (docs/performance.md, "The kernels' library, cold"); 1 compiles the source whole
+KERNEL_PARTS = 3
+
+
+def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
+    """Run the compiler commands side by side (each writing its entry of ``outputs``, removed
+    at exit should the process end first: :func:`_stop_compiles`); ``(0, "")`` where all
+    succeed, else the first failure's return code and message."""
+    procs = []
+    for cmd, out in zip(cmds, outputs, strict=True):
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _compiling[p] = out
+        procs.append((p, cmd))
+    failed = (0, "")
+    for p, cmd in procs:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        finally:
+            _compiling.pop(p, None)
+        if p.returncode != 0 and failed[0] == 0:
+            failed = (p.returncode or 1, f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
+    return failed
+
+
 def _compile(library, exe, include, flags, tmp, lib):
     """Compile ``library`` into ``tmp`` with each of ``flags`` in turn until one compiles,
-    then move it to ``lib``; raises with the last compiler message where none does."""
+    then move it to ``lib``; raises with the last compiler message where none does. The
+    kernels' library is compiled in :data:`KERNEL_PARTS` objects side by side, then linked."""
+    common = ["-fPIC", "-I", str(include), "-I", str(library.source.parent)]
+    parts = KERNEL_PARTS if library.kernels else 1  # (1: the whole source in one compile)
+    objs = [f"{tmp}.part{k}.o" for k in range(parts)] if parts > 1 else []
     try:
         for i, fl in enumerate(flags):
-            cmd = [*exe, *fl, "-shared", "-fPIC", "-I", str(include)]
-            cmd += ["-I", str(library.source.parent), str(library.source), "-o", tmp]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            _compiling[p] = tmp
-            try:
-                out, err = p.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-            finally:
-                _compiling.pop(p, None)
-            if p.returncode == 0:
+            if objs:
+                cmds = [
+                    [*exe, *fl, *common, f"-DJAXDYN_PART={k}", "-c", str(library.source), "-o", o]
+                    for k, o in enumerate(objs)
+                ]
+                code, msg = _run_compiles(cmds, objs)
+                if code == 0:
+                    code, msg = _run_compiles([[*exe, *fl, "-shared", *objs, "-o", tmp]], [tmp])
+            else:
+                cmd = [*exe, *fl, "-shared", *common, str(library.source), "-o", tmp]
+                code, msg = _run_compiles([cmd], [tmp])
+            if code == 0:
                 break
             if i == len(flags) - 1:
-                raise RuntimeError(f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
+                raise RuntimeError(msg)
         os.replace(tmp, lib)  # atomic: processes building at once each install a whole file
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for f in (tmp, *objs):
+            if os.path.exists(f):
+                os.unlink(f)
     return lib
 
 
