@@ -145,10 +145,12 @@ def test_registered_reset_and_batched(task):
         qpos = env.qpos(q)
         np.testing.assert_allclose(qpos[3:7], quat / np.linalg.norm(quat), atol=1e-15)
         want = jax.random.uniform(r2, (7,), minval=-0.2, maxval=0.2)
-        np.testing.assert_array_equal(qpos[env.joint_qposadr], want)
+        np.testing.assert_allclose(qpos[env.joint_qposadr], want, rtol=1e-14, atol=1e-15)
         assert np.all(qpos[:3] == 0) and qpos.shape == (14,)
         lo, hi = jnp.asarray(env.TARGET_LOW), jnp.asarray(env.TARGET_HIGH)
-        np.testing.assert_array_equal(target, jax.random.uniform(r3, (3,), minval=lo, maxval=hi))
+        np.testing.assert_allclose(
+            target, jax.random.uniform(r3, (3,), minval=lo, maxval=hi), rtol=1e-14, atol=1e-15
+        )
     assert np.all(np.asarray(s.pipeline_state.v) == 0) and s.obs.shape == (4, 24)
     s1 = jax.eval_shape(jax.vmap(env.step), s, jnp.zeros((4, 5)))
     assert s1.obs.shape == (4, 24) and s1.reward.shape == (4,) and s1.done.shape == (4,)
