@@ -313,6 +313,26 @@ class SuiteEnv(SimEnv):
             metrics={**state.metrics, **metrics, "diverged": done},
         )
 
+    def target_step(self, state: State, action: Array, observe_state: bool = False) -> State:
+        """:meth:`step` of a task whose target is drawn at reset and carried in
+        ``info["target"]`` (the reacher, the swimmer, the fish): ``reward(ps, q, target)`` and
+        ``observe(ps, q, target)`` at the state before the period's last simulator step (its
+        whole :class:`jaxdyn.sim.State` with ``observe_state``)."""
+        self.check_state(state, ("target",))
+        action = self.check_action(action)
+        target = state.info["target"]
+        ps, pk, bad = self.advance(state.pipeline_state, action)
+        reward, metrics = self.reward(ps, pk.q, target)
+        reward = reward.astype(ps.q.dtype)
+        done = bad.astype(reward.dtype)
+        return state.replace(
+            pipeline_state=ps,
+            obs=self.observe(ps, pk if observe_state else pk.q, target),
+            reward=reward,
+            done=done,
+            metrics={**state.metrics, **metrics, "diverged": done},
+        )
+
 
 class CartpoleBalance(SuiteEnv):
     """Cart-pole (dm_control ``cartpole``; Playground ``CartpoleBalance`` /
@@ -554,20 +574,7 @@ class SuiteReacher(SuiteEnv):
         return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
 
     def step(self, state: State, action: Array) -> State:
-        self.check_state(state, ("target",))
-        action = self.check_action(action)
-        target = state.info["target"]
-        ps, pk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, pk.q, target)
-        reward = reward.astype(ps.q.dtype)
-        done = bad.astype(reward.dtype)
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, pk.q, target),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics, "diverged": done},
-        )
+        return self.target_step(state, action)
 
 
 class PointMass(SuiteEnv):
@@ -769,20 +776,7 @@ class Swimmer(SuiteEnv):
         return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
 
     def step(self, state: State, action: Array) -> State:
-        self.check_state(state, ("target",))
-        action = self.check_action(action)
-        target = state.info["target"]
-        ps, pk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, pk.q, target)
-        reward = reward.astype(ps.q.dtype)
-        done = bad.astype(reward.dtype)
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, pk, target),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics, "diverged": done},
-        )
+        return self.target_step(state, action, observe_state=True)
 
 
 # ---------------------------------------------------------------------- tasks with contact
@@ -2231,17 +2225,4 @@ class FishSwim(SuiteEnv):
         return State(ps, obs, zero, zero, metrics, {"rng": rng, "target": target})
 
     def step(self, state: State, action: Array) -> State:
-        self.check_state(state, ("target",))
-        action = self.check_action(action)
-        target = state.info["target"]
-        ps, pk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, pk.q, target)
-        reward = reward.astype(ps.q.dtype)
-        done = bad.astype(reward.dtype)
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, pk.q, target),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics, "diverged": done},
-        )
+        return self.target_step(state, action)
