@@ -226,6 +226,21 @@ def residual(J, u, R, lam, Minv, lo=None, hi=None):
     return jnp.max(jnp.abs(F - lam), initial=0.0) / jnp.maximum(scale, tiny)
 
 
+def solve_rows(Minv, M, J, u, R, lo=None, hi=None, z0=None, iterations=100, tolerance=None):
+    """MuJoCo's primal problem of the scalar rows ``(J, u, R)`` (their impulses bounded by
+    ``lo`` / ``hi`` where given) minimised by :func:`newton_solve`: ``(x, res, z)``, the
+    impulses (:func:`impulses`), the solve's :func:`residual` and the velocity change.
+    ``Minv`` and ``M`` (``None``: the inverse of ``Minv``) the inverse and plain mass
+    matrices, each taken symmetric."""
+    Minv = 0.5 * (Minv + Minv.T)
+    if M is None:
+        M = linalg.spd_solve(Minv, jnp.eye(Minv.shape[0], dtype=Minv.dtype))
+    M = 0.5 * (M + M.T)
+    z = newton_solve(M, J, u, R, z0, iterations, tolerance, lo, hi)
+    x = impulses(J, u, R, z, lo, hi)
+    return x, residual(J, u, R, x, Minv, lo, hi), z
+
+
 def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=None, M=None):
     """MuJoCo's soft pyramidal contact (``contact``: ``Constraint(soft=True, relaxed=True,
     cone="pyramidal")``, solver ``"newton"`` or the default,
@@ -265,13 +280,7 @@ def solve_soft_rows(contact, Minv, Jc, frames, rows, v_rows, dt, extra=None, z0=
             lo = jnp.concatenate([jnp.zeros_like(u), los])
             hi = jnp.concatenate([jnp.full_like(u, jnp.inf), his])
         J, u, R = jnp.concatenate([J, Js]), jnp.concatenate([u, us]), jnp.concatenate([R, Rs])
-    Minv = 0.5 * (Minv + Minv.T)
-    if M is None:
-        M = linalg.spd_solve(Minv, jnp.eye(nv, dtype=Minv.dtype))
-    M = 0.5 * (M + M.T)
-    z = newton_solve(M, J, u, R, z0, contact.iterations, contact.tolerance, lo, hi)
-    x = impulses(J, u, R, z, lo, hi)
-    res = residual(J, u, R, x, Minv, lo, hi)
+    x, res, z = solve_rows(Minv, M, J, u, R, lo, hi, z0, contact.iterations, contact.tolerance)
     ne = E.shape[1]
     lam = jnp.einsum("ci,cij->cj", x[: nc * ne].reshape(nc, ne), E)
     lam_l = None if extra is None else x[nc * ne :]

@@ -68,7 +68,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _linalg as linalg
 from .. import batching, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
@@ -641,6 +640,30 @@ def _bounded_rows(extra, rows):
     return tuple(jnp.concatenate(p) for p in zip((J, u, R, zero, inf), rows, strict=True))
 
 
+def _primal_matrices_and_rows(model, cfg, ws, lim, solve, plain, h, v, q, v_free):
+    """What MuJoCo's primal Newton solve poses, with contacts or without
+    (:func:`_constraint_velocity`, :func:`_rows_alone`): ``(Minv, M, extra, vf)``, MuJoCo's
+    ``M^-1`` (``A = J M^-1 J^T``) by ``nv`` ABA solves of the identity on the step's
+    articulated inertias (the plain ``M``'s where ``M_eff`` is not ``M``: ``plain``; a
+    Cholesky factorisation of CRBA's ``M`` instead was slower under vmap: docs/simulation.md,
+    "Solver: MuJoCo's primal Newton"), the plain ``M`` by CRBA (the inverse of the ABA's
+    ``M^-1`` loses ``cond(M)`` times the rounding in float32; ``None`` where equality rows were
+    eliminated into the solves), the scalar rows (the limit rows of ``lim``, one-sided, and
+    MuJoCo's dry-friction rows, bounded impulses; ``None``: none) and the free velocity under
+    the plain ``M``."""
+    solve_m, v_free_m = (None, None) if plain is None else plain
+    eye = jnp.eye(model.nv, dtype=v.dtype)
+    Minv = solve(eye) if solve_m is None else solve_m(eye)
+    extra = None
+    vf = v_free if v_free_m is None else v_free_m
+    if lim is not None:
+        extra = L.primal_rows(lim, model, q, v, vf, h, (cfg.tendons, cfg.spatial_tendons))
+    if cfg.friction_loss is not None:
+        extra = _bounded_rows(extra, cfg.friction_loss.primal_rows(model, v, vf, h))
+    M = crba_world(model, ws) if cfg.equalities is None else None
+    return Minv, M, extra, vf
+
+
 def _rows_alone(model, cfg, ws, lim, solve, plain, h, v, q, v_free):
     """Velocity after MuJoCo's dry-friction rows (``cfg.friction_loss``) and the joint-limit
     rows (``lim``, or ``None``) without a constraint contact, and the solve's report
@@ -651,22 +674,12 @@ def _rows_alone(model, cfg, ws, lim, solve, plain, h, v, q, v_free):
     (:func:`jaxdyn.sim._primal.newton_solve`, exact once a step lands in the piece of the
     cost it minimised). The rows are posed with the plain ``M`` (``plain``, where ``M_eff``
     is not ``M``) and act through ``M_eff^-1``, as in :func:`jaxdyn.sim.limits.solve`."""
-    solve_m, v_free_m = (None, None) if plain is None else plain
-    vf = v_free if v_free_m is None else v_free_m
-    extra = None
-    if lim is not None:
-        extra = L.primal_rows(lim, model, q, v, vf, h, (cfg.tendons, cfg.spatial_tendons))
-    J, u, R, lo, hi = _bounded_rows(extra, cfg.friction_loss.primal_rows(model, v, vf, h))
-    eye = jnp.eye(model.nv, dtype=v.dtype)
-    Minv = solve(eye) if solve_m is None else solve_m(eye)
-    Minv = 0.5 * (Minv + Minv.T)
-    # the plain M by CRBA, but where equality rows were eliminated into the solves (as the
-    # primal solve with contacts, _constraint_velocity)
-    M = crba_world(model, ws) if cfg.equalities is None else linalg.spd_solve(Minv, eye)
-    M = 0.5 * (M + M.T)
-    z = P.newton_solve(M, J, u, R, iterations=ROWS_NEWTON_ITERATIONS, lo=lo, hi=hi)
-    lam = P.impulses(J, u, R, z, lo, hi)
-    res = P.residual(J, u, R, lam, Minv, lo, hi)
+    solve_m = None if plain is None else plain[0]
+    args = (model, cfg, ws, lim, solve, plain, h, v, q, v_free)
+    Minv, M, extra, _ = _primal_matrices_and_rows(*args)
+    assert extra is not None and len(extra) == 5  # (the dry-friction rows are bounded)
+    J, u, R, lo, hi = extra
+    lam, res, z = P.solve_rows(Minv, M, J, u, R, lo, hi, iterations=ROWS_NEWTON_ITERATIONS)
     dv = z if solve_m is None else solve(J.T @ lam[:, None])[:, 0]
     return v_free + dv, None, _info(res, jnp.zeros((), jnp.int32)), None
 
@@ -769,22 +782,10 @@ def _constraint_velocity(
             x0 = jnp.concatenate([kept, warm[nc * we :]])
     if cfg.contact.soft and plain is not None:  # the soft rows' free velocity under M
         rows = rows + (Jc @ (v_free_m - v_free)).reshape(-1, w)
-    if primal:  # MuJoCo's primal Newton solve (limit rows with it)
-        # MuJoCo's M^-1 (A = J M^-1 J^T) by nv ABA solves of the identity on the step's
-        # articulated inertias (a Cholesky factorisation of CRBA's M instead was slower under
-        # vmap: docs/simulation.md, "Solver: MuJoCo's primal Newton")
-        eye = jnp.eye(model.nv, dtype=v.dtype)
-        Minv = solve(eye) if solve_m is None else solve_m(eye)
-        extra = None
-        vf = v_free if v_free_m is None else v_free_m
-        if lim is not None:
-            tendons = (cfg.tendons, cfg.spatial_tendons)
-            extra = L.primal_rows(lim, model, q, v, vf, h, tendons)
-        if cfg.friction_loss is not None:  # MuJoCo's dry-friction rows, bounded impulses
-            extra = _bounded_rows(extra, cfg.friction_loss.primal_rows(model, v, vf, h))
-        # the plain M by CRBA (the inverse of the ABA's Minv loses cond(M) times the rounding
-        # in float32), but where equality rows were eliminated into the solves
-        M = crba_world(model, ws) if cfg.equalities is None else None
+    if primal:  # MuJoCo's primal Newton solve (limit and dry-friction rows with it)
+        Minv, M, extra, vf = _primal_matrices_and_rows(
+            model, cfg, ws, lim, solve, plain, h, v, q, v_free
+        )
         # MuJoCo's warm start (mj_fwdConstraint, MJX solver.solve): the previous solve's
         # acceleration qacc_warmstart, as the velocity change z from this step's free velocity
         # under M (qacc - qacc_smooth times h); the solve's qacc is carried on
