@@ -299,35 +299,28 @@ class SuiteEnv(SimEnv):
         return nxt, pk, bad, info
 
     def step(self, state: State, action: Array) -> State:
-        self.check_state(state)
-        action = self.check_action(action)
-        ps, pk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, pk.q, action)
-        reward = reward.astype(ps.q.dtype)
-        done = bad.astype(reward.dtype)
-        return state.replace(
-            pipeline_state=ps,
-            obs=self.observe(ps, pk.q),
-            reward=reward,
-            done=done,
-            metrics={**state.metrics, **metrics, "diverged": done},
-        )
+        return self._period_step(state, action, target=False)
 
     def target_step(self, state: State, action: Array, observe_state: bool = False) -> State:
         """:meth:`step` of a task whose target is drawn at reset and carried in
         ``info["target"]`` (the reacher, the swimmer, the fish): ``reward(ps, q, target)`` and
         ``observe(ps, q, target)`` at the state before the period's last simulator step (its
         whole :class:`jaxdyn.sim.State` with ``observe_state``)."""
-        self.check_state(state, ("target",))
+        return self._period_step(state, action, target=True, observe_state=observe_state)
+
+    def _period_step(self, state, action, target: bool, observe_state: bool = False) -> State:
+        """One control period: ``reward(ps, q, action)`` and ``observe(ps, q)``, or with
+        ``target`` ``reward(ps, q, target)`` and ``observe(ps, q or the state, target)``."""
+        self.check_state(state, ("target",) if target else ())
         action = self.check_action(action)
-        target = state.info["target"]
+        extra = (state.info["target"],) if target else ()
         ps, pk, bad = self.advance(state.pipeline_state, action)
-        reward, metrics = self.reward(ps, pk.q, target)
+        reward, metrics = self.reward(ps, pk.q, *(extra or (action,)))
         reward = reward.astype(ps.q.dtype)
         done = bad.astype(reward.dtype)
         return state.replace(
             pipeline_state=ps,
-            obs=self.observe(ps, pk if observe_state else pk.q, target),
+            obs=self.observe(ps, pk if observe_state else pk.q, *extra),
             reward=reward,
             done=done,
             metrics={**state.metrics, **metrics, "diverged": done},
