@@ -342,6 +342,14 @@ def _differences(problem, split, a, b, at):
     return d[:n], {id(r): d[(i + 1) * n : (i + 2) * n] for i, r in enumerate(regs)}
 
 
+def _own_residuals(c, stacked, given):
+    """The residuals ``given`` (keyed by the residual modules of the stacked cost ``stacked``,
+    :func:`_differences`) keyed by those of ``c``, the knot's cost that ``jax.vmap`` made of
+    ``stacked`` (new modules, its terms in the same order)."""
+    keys = {id(t.residual): id(o.residual) for t, o in zip(c.terms, stacked.terms)}
+    return {k: given[v] for k, v in keys.items() if v in given}
+
+
 def _split_cost(problem, split, xs, us, given=None):
     """:func:`trajectory_cost` with the terminal cost and the running cost's state terms in one
     vmap (:func:`_knot_costs`), the residuals ``given`` (:func:`_differences`) taken."""
@@ -350,10 +358,7 @@ def _split_cost(problem, split, xs, us, given=None):
     given = {} if given is None else given
 
     def knot(c, x, g):
-        # the given residuals keyed by the vmapped cost's own residual modules
-        keys = {id(t.residual): id(o.residual) for t, o in zip(c.terms, state.terms)}
-        mine = {k: g[v] for k, v in keys.items() if v in g}
-        with _costs.given_residuals(x, mine):
+        with _costs.given_residuals(x, _own_residuals(c, state, g)):
             return c.residual(model, x, None)
 
     r, w = jax.vmap(knot)(state, xs, given)
@@ -416,8 +421,7 @@ def _calc_diff(problem, xs, us, derivatives="analytic"):
         # the terminal cost and the running cost's state terms in one vmap over the T + 1
         # knots (:func:`_knot_costs`), added to the other running terms' blocks
         def knot(c, x, g):
-            keys = {id(t.residual): id(o.residual) for t, o in zip(c.terms, split[0].terms)}
-            with _costs.given_residuals(x, {k: g[v] for k, v in keys.items() if v in g}):
+            with _costs.given_residuals(x, _own_residuals(c, split[0], g)):
                 return c.derivatives(model, x)
 
         ls, lxs, _, lxxs, _, _ = jax.vmap(knot)(split[0], xs, given)
