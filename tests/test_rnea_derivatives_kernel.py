@@ -10,10 +10,12 @@ roots (baxter): float64 to 1e-12 of the largest entry against XLA's code and to 
 Pinocchio, float32 as accurate as XLA's float32 code; external forces, batches that fill no
 whole block of vector lanes, nested ``vmap``, a single evaluation; derivatives through the
 kernel (``jax.jvp``, ``jax.grad``) equal to XLA's; ``jax.export`` and the switch off without
-the kernel's call; ``jax.disable_jit``.
+the kernel's call; ``jax.disable_jit``; the call without ``M`` equal to the call with it.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +27,14 @@ from jax import export
 import jaxdyn
 from jaxdyn.backend import ffi
 from jaxdyn.backend.crba_kernel import kernel_usable
+from jaxdyn.derivatives.idsva import id_partials, id_state_partials
 
 from _kernel_cases import close, configurations, kernel_models
 from oracle import RANDOM_ALL_KINDS, all_kinds_tree, robot_case, sym_upper
 
 CALL = "@" + ffi.RNEA_DERIVATIVES_TARGET
+#: the primitive of the kernel's call without M
+STATE_PRIMITIVE = ffi.RNEA_DERIVATIVES_TARGET + "_state"
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +175,36 @@ def test_export_switch_and_disable_jit(models):
     with jax.disable_jit():
         got = jaxdyn.rnea_derivatives(model, q[0], v[0], a[0], f[0])
     _all_close(got, want, 1e-12)
+
+
+def test_state_partials_without_mass_matrix(models):
+    """The kernel called without ``M`` (two results: ``id_state_partials``, which
+    ``aba_derivatives`` and the JVP rules use) gives the partials of the call with ``M``
+    exactly, float64 and float32, a whole block and a narrow one; ``aba_derivatives`` and
+    ``jax.jacfwd`` of ``rnea`` in ``q`` call it. (Its XLA form, ``idsva_world`` without ``M``,
+    is ``aba_derivatives``' XLA code: ``test_kernel_equals_xla``.)"""
+    model = models["all_kinds_small"]
+    q, v, a, f = _states(model, 10, 5)  # 10: a block of 8 and a narrow block of 2
+
+    def state(q, v, a, f):
+        return id_state_partials(model, q, v, a, f)
+
+    def full(q, v, a, f):
+        return id_partials(model, q, v, a, f)[:2]
+
+    s, w = jax.jit(jax.vmap(state)), jax.jit(jax.vmap(full))
+    assert CALL in s.lower(q, v, a, f).as_text()
+    for dt in (jnp.float64, jnp.float32):
+        x = tuple(y.astype(dt) for y in (q, v, a, f))
+        for got, want in zip(s(*x), w(*x), strict=True):
+            assert got.dtype == dt
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+    def prims(fn, *args):
+        return str(jax.make_jaxpr(fn)(*args))
+
+    fd = jax.vmap(functools.partial(jaxdyn.aba_derivatives, model))
+    jq = jax.vmap(jax.jacfwd(functools.partial(jaxdyn.rnea, model)))
+    for fn in (fd, jq):  # (a batch: one sample is a small call, XLA's code)
+        text = prims(fn, q, v, a)
+        assert f"{STATE_PRIMITIVE}[" in text and f"{ffi.RNEA_DERIVATIVES_TARGET}[" not in text

@@ -193,6 +193,7 @@ typedef int (*dyn_f32)(const crba_topo*, int64_t, const float*, const float*, co
 typedef struct {
   const char *bad_arity, *bad_dtype, *no_memory; /* the target's errors */
   int matrices; /* the results: one (..., nv) (0), or that many (..., nv, nv) */
+  int optional; /* the last that many matrices may be left out (their outs NULL: not computed) */
   dyn_f64 f64, f64_narrow;
   dyn_f32 f32, f32_narrow;
 } dynamics_kernel;
@@ -206,13 +207,14 @@ extern __typeof__(*(dyn_f32)0) rnea_run_f32, aba_run_f32, rnea_derivatives_run_f
  * (..., nv), x (..., nv), f_ext (..., nb, 6; body-frame spatial forces, or 0 entries where
  * there are none), then the model as jaxdyn_crba's (Xtree_R, Xtree_p, axes, mass, com,
  * inertia, armature), the gravity vector (3), all of one floating type, and jaxdyn_crba's
- * topology (its pairs unused). Results: one (..., nv), or `matrices` of (..., nv, nv). The
- * batch is split as run_batch's. */
+ * topology (its pairs unused). Results: one (..., nv), or `matrices` of (..., nv, nv), less up
+ * to `optional` of the last (the run gets NULL for those). The batch is split as
+ * run_batch's. */
 static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kernel* k) {
   if (metadata_call(frame))
     return NULL;
-  const int64_t nr = k->matrices ? k->matrices : 1;
-  if (frame->args.size != 13 || frame->rets.size != nr || nr > 3)
+  const int64_t nmax = k->matrices ? k->matrices : 1, nr = frame->rets.size;
+  if (frame->args.size != 13 || nr > nmax || nr < nmax - k->optional || nmax > 3)
     return ffi_error(frame, k->bad_arity);
   const XLA_FFI_Buffer* const* a = (const XLA_FFI_Buffer* const*)frame->args.args;
   const XLA_FFI_Buffer* const* rets = (const XLA_FFI_Buffer* const*)frame->rets.rets;
@@ -236,7 +238,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
     const T *ax = (const T*)a[6]->data, *ms = (const T*)a[7]->data;                           \
     const T *cm = (const T*)a[8]->data, *in = (const T*)a[9]->data;                           \
     const T* g = (const T*)a[11]->data;                                                       \
-    T *o[3], *on[3];                                                                          \
+    T *o[3] = {NULL, NULL, NULL}, *on[3] = {NULL, NULL, NULL};                                \
     const int64_t full = B % W <= NARROW ? B / W * W : B;                                      \
     for (int64_t r = 0; r < nr; ++r) o[r] = (T*)rets[r]->data, on[r] = o[r] + full * no;     \
     if (full > 0)                                                                             \
@@ -260,7 +262,7 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
 XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_rnea: expected 13 operands and 1 result",
-      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory", 0,
+      "jaxdyn_rnea: float32 or float64 operands expected", "jaxdyn_rnea: out of memory", 0, 0,
       rnea_run_f64, rnea_run_f64_narrow, rnea_run_f32, rnea_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
@@ -270,7 +272,7 @@ XLA_FFI_Error* jaxdyn_rnea(XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
       "jaxdyn_aba: expected 13 operands and 1 result",
-      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory", 0,
+      "jaxdyn_aba: float32 or float64 operands expected", "jaxdyn_aba: out of memory", 0, 0,
       aba_run_f64, aba_run_f64_narrow, aba_run_f32, aba_run_f32_narrow};
   return run_dynamics(frame, &k);
 }
@@ -278,12 +280,12 @@ XLA_FFI_Error* jaxdyn_aba(XLA_FFI_CallFrame* frame) {
 /* jaxdyn_rnea_derivatives: the partials of inverse dynamics of a batch by IDSVA
  * (jaxdyn/derivatives/idsva.py, rnea_derivatives_kernel; the algorithm in
  * _rnea_derivatives_kernel.h): run_dynamics with x = qdd, results dtau_dq, dtau_dv and M,
- * each (..., nv, nv). */
+ * each (..., nv, nv); a call with two results (dtau_dq, dtau_dv) skips M. */
 XLA_FFI_Error* jaxdyn_rnea_derivatives(XLA_FFI_CallFrame* frame) {
   static const dynamics_kernel k = {
-      "jaxdyn_rnea_derivatives: expected 13 operands and 3 results",
+      "jaxdyn_rnea_derivatives: expected 13 operands and 2 or 3 results",
       "jaxdyn_rnea_derivatives: float32 or float64 operands expected",
-      "jaxdyn_rnea_derivatives: out of memory", 3,
+      "jaxdyn_rnea_derivatives: out of memory", 3, 1,
       rnea_derivatives_run_f64, rnea_derivatives_run_f64_narrow, rnea_derivatives_run_f32,
       rnea_derivatives_run_f32_narrow};
   return run_dynamics(frame, &k);

@@ -22,8 +22,10 @@
  *
  * The q partials are along the right increment of jaxdyn.integrate (the model's motion axes of
  * spherical and free joints: body-frame rotation and twist increments), the tangent convention
- * of the XLA form. Result per sample: dtau_dq, dtau_dv and M (+ diag(armature)), each nv x nv.
- * LANES samples at once, one per vector lane. */
+ * of the XLA form. Result per sample: dtau_dq, dtau_dv and M (+ diag(armature)), each nv x nv;
+ * M neither computed nor written where its output is NULL (the callers that take M^-1 from
+ * the Minv kernel: jaxdyn.derivatives.idsva.id_state_partials). LANES samples at once, one per
+ * vector lane. */
 
 #define RDBLOCK CAT(rnea_derivatives_block_, SUFFIX)
 #define RDRUN CAT(rnea_derivatives_run_, SUFFIX)
@@ -91,7 +93,7 @@ static size_t RDWORK(const crba_topo* t) {
 }
 
 /* samples [b0, b0 + n) of the batch (n <= LANES; missing lanes repeat the last sample); outs:
-   dtau_dq, dtau_dv and M, each (B, nv, nv) */
+   dtau_dq, dtau_dv and M, each (B, nv, nv), M NULL where it is not wanted */
 CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, const REAL* qdd,
                            const REAL* fext, const REAL* XR, const REAL* Xp, const REAL* axis,
                            const REAL* mass, const REAL* com, const REAL* inertia,
@@ -182,7 +184,8 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
     }
   }
   /* the pairs (Alg. 1, lines 17-20; Eqs. 30, 32): zeros where no body supports the other */
-  for (int k = 0; k < 3; ++k) {
+  const int with_m = outs[2] != NULL;
+  for (int k = 0; k < 2 + with_m; ++k) {
     REAL* o = outs[k] + b0 * nn;
     for (int64_t e = 0; e < n * nn; ++e) o[e] = 0;
   }
@@ -204,16 +207,18 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
           const VEC* s = S + 6 * i;
           RD_PUT(0, j, i, DOT6(f1, Psidd + 6 * i) + DOT6(f4, Psid + 6 * i));
           RD_PUT(1, j, i, DOT6(f1, Vd + 6 * i) + DOT6(f4, s));
-          const VEC mij = DOT6(s, f1);
-          RD_PUT(2, i, j, mij);
           if (a != bj) {
             RD_PUT(0, i, j, DOT6(s, f3));
             RD_PUT(1, i, j, DOT6(s, f2));
-            RD_PUT(2, j, i, mij);
+          }
+          if (with_m) {
+            const VEC mij = DOT6(s, f1);
+            RD_PUT(2, i, j, mij);
+            if (a != bj) RD_PUT(2, j, i, mij);
           }
         }
       }
-      if (armature != NULL) {
+      if (with_m && armature != NULL) {
         for (int l = 0; l < n; ++l) outs[2][(b0 + l) * nn + (int64_t)j * nv + j] += armature[j];
       }
     }

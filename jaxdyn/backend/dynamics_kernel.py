@@ -59,12 +59,14 @@ class DynamicsKernel:
     programs that XLA partitions over several devices, under ``jax.disable_jit`` and on other
     backends it is XLA's code."""
 
-    def __init__(self, target: str, matrices: int = 0) -> None:
+    def __init__(self, target: str, matrices: int = 0, name: str | None = None) -> None:
         """``matrices``: one result ``(..., nv)`` (0), or that many ``(..., nv, nv)`` (a
-        tuple; the caller's XLA form returns the same)."""
+        tuple; the caller's XLA form returns the same; a kernel may take fewer than its
+        most, ``jaxdyn_rnea_derivatives`` two where M is not wanted); ``name``: the
+        primitive's, where it is not ``target`` (two primitives of one kernel)."""
         self.target = target
         self.matrices = matrices
-        p = self.primitive = jax.extend.core.Primitive(target)
+        p = self.primitive = jax.extend.core.Primitive(name or target)
         p.multiple_results = matrices > 0
         p.def_impl(self._impl)
         p.def_abstract_eval(self._abstract)

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
 _KERNEL = DynamicsKernel(ffi.RNEA_DERIVATIVES_TARGET, matrices=3)
+#: the same kernel called with two results: the partials without M, which it then skips
+_STATE_KERNEL = DynamicsKernel(
+    ffi.RNEA_DERIVATIVES_TARGET, matrices=2, name=ffi.RNEA_DERIVATIVES_TARGET + "_state"
+)
 
 
 def rnea_derivatives_kernel(
@@ -52,3 +56,20 @@ def rnea_derivatives_kernel(
     it is lowered as XLA's code.
     """
     return _KERNEL(model, q, qd, qdd, f_ext, xla)
+
+
+def rnea_state_partials_kernel(
+    model: Any,
+    q: ArrayLike,
+    qd: ArrayLike,
+    qdd: ArrayLike,
+    f_ext: ArrayLike | None,
+    xla: Callable[..., tuple[Array, Array]],
+) -> tuple[Array, Array]:
+    """``(dtau_dq, dtau_dv)``: :func:`rnea_derivatives_kernel` without ``M``, for the callers
+    that drop it (the forward-dynamics partials, which take ``M^-1`` from the Minv kernel; the
+    JVP of inverse dynamics without an acceleration tangent). The same kernel called with two
+    results, which then neither computes ``M`` (Algorithm 1's ``S_i . F1_j``) nor writes its
+    ``nv x nv`` entries per sample; ``xla(model, q, qd, qdd, f_ext)`` returns the same two
+    (:func:`jaxdyn.derivatives.idsva.idsva_world` with ``mass_matrix=False``)."""
+    return _STATE_KERNEL(model, q, qd, qdd, f_ext, xla)

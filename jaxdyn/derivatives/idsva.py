@@ -42,7 +42,10 @@ from ..algorithms import kinematics as kin
 from ..algorithms.coriolis import body_coriolis_terms, coriolis_apply, inertia_apply, sym6
 from ..algorithms.rnea import check_f_ext, external_forces_world
 from ..backend.crba_kernel import kernel_usable
-from ..backend.rnea_derivatives_kernel import rnea_derivatives_kernel
+from ..backend.rnea_derivatives_kernel import (
+    rnea_derivatives_kernel,
+    rnea_state_partials_kernel,
+)
 from ..model import tree
 
 if TYPE_CHECKING:
@@ -245,6 +248,29 @@ def rnea_derivatives_xla(
     (:func:`rnea_derivatives_world`): the C kernel's fallback and its derivatives."""
     ws = kin.world_state(model, q, centered=True)
     return rnea_derivatives_world(model, ws, qd, qdd, f_ext)[1:]
+
+
+def rnea_state_partials_xla(
+    model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array]:
+    """``(dtau_dq, dtau_dv)`` of one prepared sample by XLA's code (:func:`idsva_world`
+    without ``M``): the fallback of the C kernel's call without ``M`` and its derivatives."""
+    ws = kin.world_state(model, q, centered=True)
+    fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
+    _, dtau_dq, dtau_dv, _ = idsva_world(model, ws, qd, qdd, fw, mass_matrix=False)
+    return dtau_dq, dtau_dv
+
+
+def id_state_partials(
+    model: Model, q: Array, qd: Array, qdd: Array, f_ext: Array | None = None
+) -> tuple[Array, Array]:
+    """``(dtau_dq, dtau_dv)``: :func:`id_partials` without ``M``, for the callers that drop it
+    (the kernel then neither computes nor writes it:
+    :func:`jaxdyn.backend.rnea_derivatives_kernel.rnea_state_partials_kernel`; XLA's code
+    skips Algorithm 1's third pairwise product, :func:`rnea_state_partials_xla`)."""
+    if kernel_usable(model, q.dtype):
+        return rnea_state_partials_kernel(model, q, qd, qdd, f_ext, rnea_state_partials_xla)
+    return rnea_state_partials_xla(model, q, qd, qdd, f_ext)
 
 
 def id_partials(

@@ -51,7 +51,13 @@ from ..backend.crba_kernel import kernel_usable
 from ..model import tree
 from . import fd as _fd
 from .fd import _prepare_fd, aza, forward_dynamics_world
-from .idsva import _prepare_id, fext_tau_tangent, id_partials, rnea_derivatives_world
+from .idsva import (
+    _prepare_id,
+    fext_tau_tangent,
+    id_partials,
+    id_state_partials,
+    rnea_derivatives_world,
+)
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -175,9 +181,13 @@ def _rnea_jvp(primals, tangents):
         tau = _rnea.rnea_world(model, ws, v, a, f_ext)[0]
     else:
         if kernel_usable(model, ws.S.dtype):
-            # jaxdyn's C kernels on the CPU: RNEA's for tau, IDSVA's for the partials
+            # jaxdyn's C kernels on the CPU: RNEA's for tau, IDSVA's for the partials (M
+            # only where a tangent of a asks for it)
             tau = _rnea.joint_forces(model, q, v, a, f_ext)
-            Dq, Dv, M = id_partials(model, q, v, a, f_ext)
+            if is_zero_tangent(da):
+                (Dq, Dv), M = id_state_partials(model, q, v, a, f_ext), None
+            else:
+                Dq, Dv, M = id_partials(model, q, v, a, f_ext)
         else:
             tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
         if not is_zero_tangent(dq):
@@ -185,6 +195,7 @@ def _rnea_jvp(primals, tangents):
         if not is_zero_tangent(dv):
             terms.append(Dv @ dv)
         if not is_zero_tangent(da):
+            assert M is not None  # computed where da is not zero
             terms.append(M @ da)
     if f_ext is not None and not is_zero_tangent(dfext):
         terms.append(fext_tau_tangent(model, ws, dfext))
@@ -256,7 +267,7 @@ def _aba_jvp(method, primals, tangents):
         if kernels:
             # jaxdyn's C kernels on the CPU: ABA's, IDSVA's at its solution, then Minv's
             qdd = _aba.aba_solve(model, q, v, tau, f_ext)
-            Dq, Dv, _ = id_partials(model, q, v, qdd, f_ext)
+            Dq, Dv = id_state_partials(model, q, v, qdd, f_ext)
         else:
             qdd, Dq, Dv, _, inertias = forward_dynamics_world(model, ws, v, tau, f_ext, False)
         # u = dtau - dID[dq, dv, df_ext]   (Singh et al. 2022, Eq. 5)
