@@ -30,6 +30,7 @@ import numpy as np
 
 import jaxdyn
 from jaxdyn import Connect, Inputs, Weld, robots
+from jaxdyn.algorithms.kinematics import frame_placements_numpy
 from jaxdyn.constraints import constraint_drift, constraint_error, constraint_jacobian
 
 jax.config.update("jax_enable_x64", True)
@@ -76,10 +77,12 @@ def main():
     for leg in ("FL", "FR", "HL", "HR"):
         q[model.q_slice(f"{leg}_HFE")] = 0.7 if leg[0] == "F" else -0.7
         q[model.q_slice(f"{leg}_KFE")] = -1.4 if leg[0] == "F" else 1.4
-    foot_z = min(float(jaxdyn.frame_placement(model, q, f)[1][2]) for f in FEET)
+    # the placements in numpy (frame_placements_numpy): called eagerly, frame_placement
+    # compiled a program per frame before the controller's, the first output
+    foot_z = np.min(frame_placements_numpy(model, q, FEET)[1][:, 2])
     q[2] -= foot_z
     v = 0.05 * np.random.default_rng(0).normal(size=model.nv)
-    R0, p0 = (np.asarray(x) for x in jaxdyn.frame_placement(model, q, "base_link"))
+    (R0,), (p0,) = frame_placements_numpy(model, q, ["base_link"])
     roll = 0.1
     Rx = np.array([[1, 0, 0], [0, np.cos(roll), -np.sin(roll)], [0, np.sin(roll), np.cos(roll)]])
     base_target = (Rx @ R0, p0 + np.array([0.0, 0.0, 0.03]))

@@ -187,6 +187,46 @@ def test_handler_background_build_not_started_when_built(monkeypatch):
     U.build_kernels()
 
 
+def test_kernel_build_timeout_and_exit_leave_nothing(tmp_path, monkeypatch):
+    """A kernels' compile that runs past ``COMPILE_TIMEOUT`` fails the build at once, without
+    the fallback flags (those are for a compiler that refuses the first, and compile more: a
+    loaded machine's timed-out build then took thrice as long), and leaves no file; a process
+    that exits during a build removes the library's temporary file too (it left an empty one
+    in the cache), not only the compilers' outputs."""
+    import sys
+
+    from jaxdyn.backend import ffi as U
+
+    if sys.platform == "win32":
+        pytest.skip("a shell script as the compiler")
+    log, out = tmp_path / "calls", tmp_path / "cache"
+    cc = tmp_path / "slow-cc"  # records its arguments, then sleeps (exec: the kill reaches it)
+    cc.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec sleep 30\n')
+    cc.chmod(0o755)
+    monkeypatch.setattr(U, "COMPILE_TIMEOUT", 0.5)
+    monkeypatch.setattr(U.KERNELS, "flags", lambda: [["-O3", "-DFIRST"], ["-O3"]])
+    monkeypatch.setattr(U, "_compiling", {})  # this test's, not a background build's
+    monkeypatch.setattr(U, "_temporaries", set())
+    with pytest.raises(RuntimeError, match="timed out after"):
+        U._build(U.KERNELS, str(cc), out)
+    calls = log.read_text().splitlines()
+    assert len(calls) == U.KERNEL_PARTS and all("-DFIRST" in c for c in calls), calls
+    assert not list(out.iterdir()) and not U._compiling and not U._temporaries
+
+    seen = []
+
+    def compile_then_exit(library, exe, include, flags, tmp, lib):
+        seen.append((tmp in U._temporaries, os.path.exists(tmp)))
+        U._stop_compiles()  # what the exit runs, the build under way
+        seen.append(os.path.exists(tmp))
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(U, "_compile", compile_then_exit)
+    with pytest.raises(RuntimeError, match="stopped"):
+        U._build(U.KERNELS, str(cc), out)
+    assert seen == [(True, True), False] and not list(out.iterdir())
+
+
 _BACKGROUND = """
 import os, sys, threading
 import jaxdyn

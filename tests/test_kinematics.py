@@ -159,25 +159,29 @@ def test_integrate_difference_round_trip(name, scale):
 
 
 def test_frame_positions_numpy_equal_frame_placement():
-    """``frame_positions_numpy`` (numpy, no compiled program) against ``forward_kinematics``'
-    frame translations, every frame of the bundled arm and quadruped (a floating base), and
-    ``frame_placement``'s (one chain per frame) for the last frame, at random configurations
-    (one program per robot: ``frame_placement`` of every frame traced a chain each)."""
-    from jaxdyn.algorithms.kinematics import frame_positions_numpy
+    """``frame_placements_numpy`` and ``frame_positions_numpy`` (numpy, no compiled program)
+    against ``forward_kinematics``' frame placements, every frame of the bundled arm and
+    quadruped (a floating base), and ``frame_placement``'s (one chain per frame) for the last
+    frame, at random configurations (one program per robot: ``frame_placement`` of every frame
+    traced a chain each)."""
+    from jaxdyn.algorithms.kinematics import frame_placements_numpy, frame_positions_numpy
     from jaxdyn.robots import load
 
     for model in (load("arm7"), load("quad12")):
         names = list(model.frame_names)
         fn = jax.jit(
             lambda m, q: (
-                jaxdyn.forward_kinematics(m, q).frame.p,
-                jaxdyn.frame_placement(m, q, names[-1]).p,
+                jaxdyn.forward_kinematics(m, q).frame,
+                jaxdyn.frame_placement(m, q, names[-1]),
             )
         )
         for seed in range(2):
             q = np.asarray(jaxdyn.random_configuration(model, jax.random.PRNGKey(seed)))
-            got = frame_positions_numpy(model, q, names)
-            assert got.shape == (len(names), 3)
+            R, p = frame_placements_numpy(model, q, names)
+            assert R.shape == (len(names), 3, 3) and p.shape == (len(names), 3)
+            np.testing.assert_array_equal(frame_positions_numpy(model, q, names), p)
             every, last = fn(model, q)
-            np.testing.assert_allclose(got, np.asarray(every), rtol=0, atol=1e-13)
-            np.testing.assert_allclose(got[-1], np.asarray(last), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(p, np.asarray(every.p), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(R, np.asarray(every.R), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(p[-1], np.asarray(last.p), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(R[-1], np.asarray(last.R), rtol=0, atol=1e-13)

@@ -177,19 +177,36 @@ def body_placements_numpy(model: Model, q: ArrayLike) -> tuple[np.ndarray, np.nd
     return R, p
 
 
-def frame_positions_numpy(model: Model, q: ArrayLike, frames: Iterable[str]) -> np.ndarray:
-    """World positions ``(len(frames), 3)`` of the named frames at a concrete ``q``, in numpy
-    float64: each frame's offset in its parent body placed by :func:`body_placements_numpy`
-    (:func:`frame_placement`'s ``p`` without compiling a program: a problem's targets before
-    the first compile of a process)."""
-    R, p = body_placements_numpy(model, q)
-    fp = np.asarray(model.frame_p, float)
-    out = []
+def frame_placements_numpy(
+    model: Model, q: ArrayLike, frames: Iterable[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """World placements ``R (len(frames), 3, 3)``, ``p (len(frames), 3)`` of the named frames at
+    a concrete ``q``, in numpy float64: each frame's placement in its parent body composed with
+    the body's from :func:`body_placements_numpy` (:func:`frame_placement` without compiling a
+    program: a script's targets before its first compile)."""
+    Rb, pb = body_placements_numpy(model, q)
+    fR, fp = np.asarray(model.frame_R, float), np.asarray(model.frame_p, float)
+    R, p = [], []
     for name in frames:
         f = model.frame_index(name)
         b = int(model.topo.frame_parent[f])
-        out.append(fp[f] if b < 0 else R[b] @ fp[f] + p[b])  # b < 0: a frame on the world
-    return np.reshape(np.asarray(out, float), (-1, 3))
+        if b < 0:  # a frame on the world
+            R.append(fR[f])
+            p.append(fp[f])
+        else:
+            R.append(Rb[b] @ fR[f])
+            p.append(Rb[b] @ fp[f] + pb[b])
+    return (
+        np.reshape(np.asarray(R, float), (-1, 3, 3)),
+        np.reshape(np.asarray(p, float), (-1, 3)),
+    )
+
+
+def frame_positions_numpy(model: Model, q: ArrayLike, frames: Iterable[str]) -> np.ndarray:
+    """World positions ``(len(frames), 3)`` of the named frames at a concrete ``q``, in numpy
+    float64: the ``p`` of :func:`frame_placements_numpy` (:func:`frame_placement`'s ``p``
+    without compiling a program: a problem's targets before the first compile of a process)."""
+    return frame_placements_numpy(model, q, frames)[1]
 
 
 def _quaternion_matrix(quat: np.ndarray) -> np.ndarray:

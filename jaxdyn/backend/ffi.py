@@ -254,6 +254,7 @@ def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
         except OSError:
             continue
         os.close(fd)
+        _temporaries.add(tmp)  # removed at exit should the process end during the compile
         return _compile(library, exe, header.parents[3], flags, tmp, d / name)
     raise RuntimeError(f"no writable directory for the compiled library: {dirs}")
 
@@ -286,35 +287,52 @@ def _temp_dir() -> Path:
 #: the rest, the longest): a cold process's first kernel call waits for the build
 #: (docs/performance.md, "The kernels' library, cold"); 1 compiles the source whole
 KERNEL_PARTS = 3
+#: seconds a compiler command may run before it is stopped (a hung compiler must not hold the
+#: first kernel call for ever; a loaded machine's compile of the kernels' parts took over
+#: 120 s, so this is generous). A compile stopped by it fails the build at once: the next
+#: flags (:meth:`_Library.flags`, a portable build that compiles every kernel thrice) are for
+#: a compiler that refuses the first, not for a slow machine
+COMPILE_TIMEOUT = 600.0
+
+
+class _Timeout(RuntimeError):
+    """A compiler command stopped after :data:`COMPILE_TIMEOUT` seconds."""
 
 
 def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
     """Run the compiler commands side by side (each writing its entry of ``outputs``, removed
     at exit should the process end first: :func:`_stop_compiles`); ``(0, "")`` where all
-    succeed, else the first failure's return code and message."""
+    succeed, else the first failure's return code and message. Raises :class:`_Timeout`
+    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped)."""
     procs = []
     for cmd, out in zip(cmds, outputs, strict=True):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _compiling[p] = out
         procs.append((p, cmd))
-    failed = (0, "")
+    failed, late = (0, ""), None
     for p, cmd in procs:
         try:
-            out, err = p.communicate(timeout=120)
+            out, err = p.communicate(timeout=None if late else COMPILE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            p.kill()
+            late = late or f"{' '.join(cmd)} timed out after {COMPILE_TIMEOUT:.0f} s"
+            for q, _ in procs:  # the others too: the build fails anyway
+                if q.poll() is None:
+                    q.kill()
             out, err = p.communicate()
         finally:
             _compiling.pop(p, None)
         if p.returncode != 0 and failed[0] == 0:
             failed = (p.returncode or 1, f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
+    if late:
+        raise _Timeout(late)
     return failed
 
 
 def _compile(library, exe, include, flags, tmp, lib):
     """Compile ``library`` into ``tmp`` with each of ``flags`` in turn until one compiles,
-    then move it to ``lib``; raises with the last compiler message where none does. The
-    kernels' library is compiled in :data:`KERNEL_PARTS` objects side by side, then linked."""
+    then move it to ``lib``; raises with the last compiler message where none does, and at
+    once where a compile runs past :data:`COMPILE_TIMEOUT`. The kernels' library is compiled
+    in :data:`KERNEL_PARTS` objects side by side, then linked."""
     common = ["-fPIC", "-I", str(include), "-I", str(library.source.parent)]
     parts = KERNEL_PARTS if library.kernels else 1  # (1: the whole source in one compile)
     objs = [f"{tmp}.part{k}.o" for k in range(parts)] if parts > 1 else []
@@ -340,17 +358,23 @@ def _compile(library, exe, include, flags, tmp, lib):
         for f in (tmp, *objs):
             if os.path.exists(f):
                 os.unlink(f)
+        _temporaries.discard(tmp)
     return lib
 
 
 #: compiler processes running -> their output file (:func:`_stop_compiles` at exit)
 _compiling: dict = {}
+#: the libraries' temporary files (``tempfile.mkstemp``) of the builds under way, removed at
+#: exit (:func:`_stop_compiles`): a process that ended during its background build left an
+#: empty one in the cache directory
+_temporaries: set = set()
 
 
 @atexit.register
 def _stop_compiles() -> None:
     """At exit: stop a compile still running (the background build of a process that needed no
-    library) and remove its half-written output; the next process builds again."""
+    library) and remove its half-written output and the library's temporary file; the next
+    process builds again."""
     for p, tmp in list(_compiling.items()):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             p.terminate()  # the compiler driver removes its temporary files on SIGTERM
@@ -358,6 +382,9 @@ def _stop_compiles() -> None:
         if p.poll() is None:
             with contextlib.suppress(OSError):
                 p.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    for tmp in list(_temporaries):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
 

@@ -160,6 +160,13 @@ class Reacher(SimEnv):
     def action_size(self) -> int:
         return self.n_joints
 
+    @property
+    def observation_size(self) -> int:
+        """``2 n + 9`` (:meth:`observe`), without tracing :meth:`reset` as the base class's
+        does: a script's first line, often its size, came after that trace (and a compile of
+        the PRNG key's seed)."""
+        return 2 * self.n_joints + 9
+
     # -- pieces, also used by examples/train_reacher_apg.py through jaxdyn.sim.rollout
     def end_effector(self, q: ArrayLike) -> Array:
         """World position of the end effector ``(3,)``."""
