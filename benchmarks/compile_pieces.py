@@ -78,7 +78,7 @@ def solve_pieces(name):
     problem, xs, us = ddp._start(single_problem(model, T, 0), None, None, False)
     params, static = ddp._options({}, xs.dtype)
     flag = ddp._as_array(False, bool)
-    D, fs, _, _ = ddp._calc_diff(problem, xs, us)
+    D, fs, _, _ = ddp._calc_diff(problem, ddp._knot_costs(problem), xs, us)
     B, _ = ddp._backward(problem, D, fs, us, 1e-9, False, us)
     print(f"\nFDDP solve program, {name}, T = {T}, float64\n")
     header()
@@ -87,7 +87,11 @@ def solve_pieces(name):
         return ddp._solve_program(p, x, u, d, pa, **static)
 
     measure("solve (whole program)", solve, problem, xs, us, flag, params)
-    measure("_calc_diff (derivatives at the knots)", ddp._calc_diff, problem, xs, us)
+    measure(
+        "_calc_diff (derivatives at the knots)",
+        lambda p, x, u: ddp._calc_diff(p, ddp._knot_costs(p), x, u),
+        problem, xs, us,
+    )  # fmt: skip
 
     def dyn(p, x, u):
         def node(a, b):
@@ -112,7 +116,7 @@ def solve_pieces(name):
     measure("- gaps (state differences)", gaps, problem, xs)
     measure(
         "_forward (line search rollout and cost)",
-        lambda p, x, u, b: ddp._forward(p, x, u, b, 0.5, False),
+        lambda p, x, u, b: ddp._forward(p, ddp._knot_costs(p), x, u, b, 0.5, False),
         problem, xs, us, B,
     )  # fmt: skip
     measure("- trajectory_cost", ddp.trajectory_cost, problem, xs, us)

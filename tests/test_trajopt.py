@@ -404,12 +404,16 @@ def test_default_knot_kernels(fddp_solution):
     problem, _ = fddp_solution
     problem = problem.with_bounds()
     xs, us = ddp._initial(problem, None, None)
-    D, fs, _, _ = jax.jit(lambda xs, us: ddp._calc_diff(problem, xs, us))(xs, us)
+    D, fs, _, _ = jax.jit(lambda xs, us: ddp._calc_diff(problem, ddp._knot_costs(problem), xs, us))(
+        xs, us
+    )
     k = jnp.zeros_like(us)
     back = jax.jit(lambda D, fs, us, k: ddp._backward(problem, D, fs, us, 1e-9, False, k))
     back = back.lower(D, fs, us, k).compile()
     B, _ = back(D, fs, us, k)
-    fwd = jax.jit(lambda xs, us, B: ddp._forward(problem, xs, us, B, 0.5, False))
+    fwd = jax.jit(
+        lambda xs, us, B: ddp._forward(problem, ddp._knot_costs(problem), xs, us, B, 0.5, False)
+    )
     T = problem.horizon
     rollout = _knot_kernels(fwd.lower(xs, us, B).compile().as_text(), "rollout_step", T)
     riccati = _knot_kernels(back.as_text(), "riccati_step", T)

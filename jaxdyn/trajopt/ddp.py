@@ -380,21 +380,21 @@ def trajectory_cost(problem: Problem, xs: AnyArray, us: ArrayLike) -> Array:
     return _split_cost(problem, split, xs, us)
 
 
-def _trial_cost(problem, xs_try, us_try, xs):
+def _trial_cost(problem, split, xs_try, us_try, xs):
     """``(trajectory_cost(xs_try, us_try), xs ⊖ xs_try)``: the line search's trial cost and the
     differences of its expected improvement (Crocoddyl's ``dx_``), the state regularisations'
-    differences computed with the latter (:func:`_differences`)."""
-    split = _knot_costs(problem)
+    differences computed with the latter (:func:`_differences`); ``split``: the problem's
+    :func:`_knot_costs`, built once per solve by the caller."""
     dx, given = _differences(problem, split, xs_try, xs, xs_try)
     if split is None:
         return _trajectory_cost_traced(problem, xs_try, us_try), dx
     return _split_cost(problem, split, xs_try, us_try, given), dx
 
 
-def _calc_diff(problem, xs, us, derivatives="analytic"):
-    """Dynamics and cost derivatives at every node, the gaps and the cost."""
+def _calc_diff(problem, split, xs, us, derivatives="analytic"):
+    """Dynamics and cost derivatives at every node, the gaps and the cost; ``split``: the
+    problem's :func:`_knot_costs`, built once per solve by the caller (:func:`_advance`)."""
     model, dt = problem.model, problem.dt
-    split = _knot_costs(problem)
 
     def node(x, u):
         x1, Fx, Fu = step_derivatives(model, x, u, dt, problem.dynamics, derivatives)
@@ -643,10 +643,11 @@ def _backward(problem, D, fs, us, reg, feasible, k_prev):
 # ----------------------------------------------------------------------------- forward pass
 
 
-def _forward(problem, xs, us, B, alpha, feasible):
+def _forward(problem, split, xs, us, B, alpha, feasible):
     """Nonlinear rollout of the step ``alpha`` closing the gaps (Mastalli et al. 2020,
     Eq. 11; Crocoddyl's ``SolverFDDP::forwardPass``): ``(xs_try, us_try, cost_try, finite,
-    dxs)``, ``dxs = xs ⊖ xs_try`` (Crocoddyl's ``dx_``, :func:`_trial_cost`).
+    dxs)``, ``dxs = xs ⊖ xs_try`` (Crocoddyl's ``dx_``, :func:`_trial_cost`; ``split``: the
+    problem's :func:`_knot_costs`).
 
     The rollout is a ``lax.scan`` of single knots (XLA:CPU: kernels per knot bound the
     time), so each knot stores one array ``[x u]``, applies its feedback gain as a sum of
@@ -671,7 +672,7 @@ def _forward(problem, xs, us, B, alpha, feasible):
     xT = state_integrate(model, xnext, c * fs[-1])
     xs_try = jnp.concatenate([xu[:, :nx], xT[None]], 0)
     us_try = xu[:, nx:]
-    cost, dxs = _trial_cost(problem, xs_try, us_try, xs)
+    cost, dxs = _trial_cost(problem, split, xs_try, us_try, xs)
     return xs_try, us_try, cost, _bounded(cost) & _bounded(xs_try), dxs
 
 
@@ -725,7 +726,10 @@ def _setup(problem, xs, us, ddp, params, *, max_iter, derivatives, tag=_UNTAGGED
     else:
         cost = _trajectory_cost_traced(problem, xs, us)
         input_ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs)) & jnp.all(jnp.isfinite(us))
-    calc = functools.partial(_calc_diff_traced, problem, derivatives=derivatives)
+
+    def calc(xs, us):  # shapes only: the stacked knot costs inside (nothing left in the program)
+        return _calc_diff_traced(problem, _knot_costs(problem), xs, us, derivatives=derivatives)
+
     D0, fs0, _, _ = _zeros_like_shapes(jax.eval_shape(calc, xs, us))
     nan_log = jnp.full((max_iter,), jnp.nan, dtype)
     return dict(
@@ -767,7 +771,11 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
     th_acceptstep, th_acceptnegstep = p["th_acceptstep"], p["th_acceptnegstep"]
     th_stepdec, th_stepinc, th_grad = p["th_stepdec"], p["th_stepinc"], p["th_grad"]
     th_stop_eff = jnp.where(_boxed(problem), p["th_stop_box"], p["th_stop"])
-    calc = functools.partial(_calc_diff_traced, problem, derivatives=derivatives)
+    # the stacked knot costs built once, before the loop: the derivatives and every trial of
+    # the line search read them (built in each, they were a broadcast and a concatenation of
+    # the T + 1 references in every iteration and trial)
+    split = _knot_costs(problem)
+    calc = functools.partial(_calc_diff_traced, problem, split, derivatives=derivatives)
     back = functools.partial(_backward_traced, problem)
     B0, _ = _zeros_like_shapes(
         jax.eval_shape(back, state["D"], state["fs"], state["us"], reg_init, ddp, state["k"])
@@ -818,7 +826,9 @@ def _advance(problem, state, ddp, params, n_iter=None, *, max_iter, derivatives,
 
         def ls_body(c):
             alpha = alphas[c["i"]]
-            xs_t, us_t, cost_t, fin, dx = _forward(problem, s["xs"], s["us"], B, alpha, feasible)
+            xs_t, us_t, cost_t, fin, dx = _forward(
+                problem, split, s["xs"], s["us"], B, alpha, feasible
+            )
             dv = -jnp.where(feasible, 0.0, jnp.einsum("ti,tij,tj->", fsB, Vxx, dx))
             # Crocoddyl's d = (dg + dv, dq - 2 dv) and alpha (d0 + alpha d1 / 2), with the dv
             # terms grouped so that a huge dv (a wild trial) cannot cancel dg, dq out
@@ -960,6 +970,8 @@ def _solve_program(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, der
 #: and loaded by a later process without tracing (:mod:`jaxdyn.backend.executable_cache`; a
 #: call inside the caller's ``jit`` or ``vmap`` is ``equinox.filter_jit``)
 _solve_plain = executable_cache.cached_jit(_solve_program)
+
+
 #: one problem's solve compiled into a single XLA:CPU kernel where that program is the one
 #: compiled (a call with concrete arrays on the CPU; ``jaxdyn.config`` switch
 #: ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`), else ``_solve_plain``
