@@ -92,18 +92,14 @@ def test_forces_equal_mujoco(scene):
 def test_rollout_follows_mujoco(scene):
     """A rollout of 0.6 s from a random velocity under the motors' open-loop controls is
     MuJoCo C's ``mj_step`` (Euler: ``"implicit_damping"``, implicitfast: ``"implicit"``) to 1e-10
-    in ``qpos`` and ``qvel`` at every step (seen 2e-13). Under implicitfast the free bodies do
-    not spin: MuJoCo 4's implicitfast adds a standalone free body's gyroscopic velocity
-    derivative to its implicit step (``mjd_freeMhat``), which jaxdyn's ``"implicit"`` leaves
-    out, fluid or not (zero at ``w = 0``; the medium exerts no torque on a body that does not
-    turn)."""
+    in ``qpos`` and ``qvel`` at every step (seen 2e-13), the free bodies spinning: under
+    implicitfast their gyroscopic velocity derivative (``mjd_freeMhat``) is in the implicit step
+    with the fluid's."""
     loaded, cfg, roll = scene
     m = loaded.mj_model
     assert cfg.integrator == {0: "implicit_damping", 3: "implicit"}[int(m.opt.integrator)]
     assert cfg.fluid is loaded.fluid and len(cfg.fluid.body) == 5
     qvel = _qvel(m)
-    if cfg.integrator == "implicit":
-        qvel[3:6] = qvel[9:12] = 0.0  # the free joints' angular velocities (MuJoCo's layout)
     qs, vs = mujoco_rollout(m, qvel=qvel, ctrl=CTRL, fields=("qpos", "qvel"))
     conv = loaded.converter()
     tr = roll(_state(loaded, qvel), jnp.asarray(CTRL), cfg)

@@ -158,10 +158,12 @@ SPINNING_BOX = """<mujoco><option timestep="0.002" gravity="0 0 0"/><worldbody>
 </worldbody></mujoco>"""
 
 
-def _mujoco_spinning_box(v_world, w_body, n):
-    """MuJoCo C's Euler on ``SPINNING_BOX`` from ``qvel = [v_world; w_body]``: ``qpos`` per step."""
+def _mujoco_spinning_box(v_world, w_body, n, integrator="Euler"):
+    """MuJoCo C's ``integrator`` on ``SPINNING_BOX`` from ``qvel = [v_world; w_body]``: ``qpos``
+    per step."""
     mujoco = pytest.importorskip("mujoco")
-    m = mujoco.MjModel.from_xml_string(SPINNING_BOX)
+    xml = SPINNING_BOX.replace("<option ", f'<option integrator="{integrator}" ')
+    m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
     d.qvel[:] = np.r_[v_world, w_body]
     out = []
@@ -179,9 +181,10 @@ def test_spinning_free_body_keeps_its_velocity():
     2 ms: 630 m/s after 1 s). The step now advances the parent-axes
     linear velocity, as MuJoCo does. Spun about a principal axis (no gyroscopic torque), the
     box keeps ``|v|``, ``|w|`` and its energy and moves on its straight line, to rounding
-    (1e-12); spun about a general axis, its positions and orientations follow MuJoCo C's Euler
-    step for step over 1 s (500 steps) to 1e-10 with ``"euler"`` and ``"implicit"`` (equal here:
-    no velocity-dependent force). One compile: both integrators, both initial states."""
+    (1e-12); spun about a general axis, its positions and orientations follow MuJoCo C's step
+    for step over 1 s (500 steps) to 1e-10: ``Euler``'s with ``"euler"``, implicitfast's with
+    ``"implicit"`` (the gyroscopic torque explicit in the first two, linearly implicit in the
+    others). One compile: both integrators, both initial states."""
     loaded = jaxdyn.load_mjcf(SPINNING_BOX)
     model, q0 = loaded.model, jnp.asarray(loaded.q0)
     R0 = np.asarray(jaxdyn.frame_placement(model, q0, "box").R)
@@ -208,8 +211,9 @@ def test_spinning_free_body_keeps_its_velocity():
         np.testing.assert_allclose(E, float(ke(q0[None], V0[:1])[0]), rtol=1e-12)
         line = np.asarray(q0[:3]) + t[:, None] * (R0 @ v_lin)
         np.testing.assert_allclose(q[0, :, :3], line, rtol=0, atol=1e-12)
-    want = _mujoco_spinning_box(v_world, w_general, T)
-    for tr in trajs:  # general spin: MuJoCo C's Euler, step for step (quaternions up to sign)
+    for tr, integrator in zip(trajs, ("Euler", "implicitfast"), strict=True):
+        # general spin: MuJoCo C's, step for step (quaternions up to sign)
+        want = _mujoco_spinning_box(v_world, w_general, T, integrator)
         q = np.asarray(tr.q)
         np.testing.assert_allclose(q[1, :, :3], want[:, :3], rtol=0, atol=1e-10)
         sign = np.sign(np.sum(q[1, :, 3:] * want[:, 3:], axis=1))[:, None]

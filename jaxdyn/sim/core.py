@@ -29,7 +29,9 @@ through :func:`jaxdyn.integrate` (right increment ``q ⊕ h v``):
   the actuators' velocity gains (plus ``J^T K J`` with compliant contact, as in ``"euler"``),
   then ``q' = q ⊕ h v'``. Stable for any damping. Velocity terms that couple coordinates
   (fixed tendons' damping, :class:`~jaxdyn.sim.actuators.GainBias` on tendons) enter ``D``
-  exactly, as a low-rank update of the ABA solve (:func:`_low_rank_solve`).
+  exactly, as a low-rank update of the ABA solve (:func:`_low_rank_solve`). A standalone free
+  body's gyroscopic torque is implicit too (linearised, its 6 x 6 block re-solved with
+  ``M_b + h dC/dv``: :func:`_gyroscopic_correction`), as MuJoCo's ``mjd_freeMhat``.
 * ``"implicit_damping"`` -- semi-implicit Euler implicit in the joint damping only,
   ``v' = v + h (M + h diag(damping))^-1 (tau - C)``: MuJoCo's ``Euler`` integrator (with its
   ``eulerdamp`` flag on, MuJoCo's default; with ``eulerdamp`` off MuJoCo's ``Euler`` is
@@ -1009,6 +1011,10 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau)
     acc = free_acc(m_eff, inertias)
     if cfg.integrator == "implicit":
+        gyro = _gyroscopic_correction(model, ws, I6, m_eff.armature, v, h)
+        if gyro is not None:  # the standalone free bodies' gyroscopic derivative (mjd_freeMhat)
+            solve = _composed(gyro, solve)
+            acc = gyro(acc[:, None])[:, 0]
         factors = _velocity_factors(model, cfg, q, v, ctrl)
         if factors is not None:
             solve, correct = _low_rank_solve(solve, *factors, h)
@@ -1057,6 +1063,93 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=No
     if not isinstance(cfg.contact, C.Compliant):
         return m_eff, I6
     return m_eff, I6 + _contact_inertias(model, cfg, ws, frames, h)
+
+
+def _composed(f, g):
+    """``R -> f(g(R))``."""
+    return lambda R: f(g(R))
+
+
+def _standalone_free_bodies(model) -> np.ndarray:
+    """The bodies on a free joint to the world with no child body (static): MuJoCo's
+    standalone free bodies (a free body and its welded descendants, which jaxdyn merges into
+    it, without jointed descendants)."""
+    t = model.topo
+    if t.nb == 0:
+        return np.zeros(0, np.int64)
+    parent, kind = np.asarray(t.parent), np.asarray(t.kind)
+    has_child = np.zeros(t.nb, bool)
+    has_child[parent[parent >= 0]] = True
+    return np.nonzero((kind == joints.FREE) & (parent < 0) & ~has_child)[0]
+
+
+def _gyroscopic_correction(model, ws, I6, armature, v, h):
+    """``X -> X'``: the rows of ``X = M_eff^-1 R (nv, r)`` on each standalone free body
+    (:func:`_standalone_free_bodies`) re-solved with the derivative of the body's bias force
+    in its velocity, ``B = dC/dv``, as MuJoCo's ``implicitfast`` does (``mjd_freeMhat``,
+    ``mj_implicitSkip``, MuJoCo >= 3.11; MuJoCo's documentation, Computation: "Gyroscopic
+    derivatives for free bodies"), or ``None`` without such bodies.
+
+    The body's rows of ``M_eff`` couple to no other coordinate, so ``M_b X_b = R_b`` with
+    ``M_b = S_b^T I_b S_b + diag(armature_b)`` (its 6 x 6 block, ``I_b`` the step's world
+    inertia of the body, fluid and contact terms included); the step solves
+    ``(M_b + h B) X_b' = R_b``, ``X_b' = (M_b + h B)^-1 M_b X_b``. With ``v_b = [w; u]``
+    (body axes), ``c`` the centre of mass and ``I_c`` the rotational inertia about it (body
+    axes), the bias ``C_b - M_b t`` of the semi-implicit step (:func:`_transport`) is
+    ``[c x f + w x I_c w; f]``, ``f = m w x (w x c)``, a function of ``w`` alone:
+    ``B = [[c]_x F + [w]_x I_c - [I_c w]_x, 0; F, 0]`` with
+    ``F = df/dw = m ((w . c) 1 + w c^T - 2 c w^T)`` (MuJoCo's ``freeBias_vel_blocks`` in the
+    free joint's coordinates). Unsymmetric: a linearly implicit gyroscopic torque ``w x I_c w``
+    (a spinning body's energy does not grow, a tumbling one's decays slowly)."""
+    bodies = _standalone_free_bodies(model)
+    n = len(bodies)
+    if n == 0:
+        return None
+    v0 = np.asarray(model.topo.v_start)[bodies]
+    idx = (v0[:, None] + np.arange(6)).reshape(-1)
+    S = ws.S[idx].reshape(n, 6, 6)  # rows: the joint's motion subspace columns
+    mm = spatial.mm
+    Mb = mm(mm(S, I6[bodies]), jnp.swapaxes(S, -1, -2))
+    if armature is not None:
+        Mb = Mb + armature[idx].reshape(n, 6)[:, :, None] * jnp.eye(6, dtype=Mb.dtype)
+    R = ws.R[bodies]
+    Rt = jnp.swapaxes(R, -1, -2)
+    w = v[idx].reshape(n, 6)[:, :3]
+    c = spatial.mv(Rt, ws.c[bodies] - ws.p[bodies])  # body axes, from the body's origin
+    Ic = mm(mm(Rt, ws.Ic[bodies]), R)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=w.dtype), Ic.shape)
+    wc = jnp.sum(w * c, -1)[:, None, None]
+    F = ws.mass[bodies][:, None, None] * (
+        wc * eye + w[:, :, None] * c[:, None, :] - 2.0 * c[:, :, None] * w[:, None, :]
+    )
+    G = mm(spatial.skew(c), F) + mm(spatial.skew(w), Ic) - spatial.skew(spatial.mv(Ic, w))
+    # (M_b + h B)^-1 by its 3 x 3 blocks (Schur complement of the linear block, adjugates):
+    # elementwise, cheaper than a batched LU
+    A11, A12 = Mb[:, :3, :3] + h * G, Mb[:, :3, 3:]
+    A21, A22i = Mb[:, 3:, :3] + h * F, spatial.inv3(Mb[:, 3:, 3:])
+    A22i_A21 = mm(A22i, A21)
+    Si = spatial.inv3(A11 - mm(A12, A22i_A21))
+    K21 = mm(A22i_A21, Si)
+    K12 = mm(mm(Si, A12), A22i)
+    Ai = jnp.concatenate(
+        [
+            jnp.concatenate([Si, -K12], -1),
+            jnp.concatenate([-K21, A22i + mm(K21, mm(A12, A22i))], -1),
+        ],
+        -2,
+    )
+    P = mm(Ai, Mb)  # (M_b + h B)^-1 M_b, (n, 6, 6)
+    a = int(idx[0])
+    contiguous = bool(np.array_equal(idx, np.arange(a, a + 6 * n)))
+
+    def correct(X):
+        if contiguous:  # one run of free joints: slices, not a gather and a scatter
+            Xb = mm(P, X[a : a + 6 * n].reshape(n, 6, X.shape[1])).reshape(6 * n, X.shape[1])
+            return jnp.concatenate([X[:a], Xb, X[a + 6 * n :]])
+        Xb = X[idx].reshape(n, 6, X.shape[1])
+        return X.at[idx].set(mm(P, Xb).reshape(6 * n, X.shape[1]))
+
+    return correct
 
 
 def _contact_inertias(model, cfg, ws, frames, h):
