@@ -1013,8 +1013,13 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     if cfg.integrator == "implicit":
         gyro = _gyroscopic_correction(model, ws, I6, m_eff.armature, v, h)
         if gyro is not None:  # the standalone free bodies' gyroscopic derivative (mjd_freeMhat)
-            solve = _composed(gyro, solve)
             acc = gyro(acc[:, None])[:, 0]
+            if not _hard_contact(cfg):
+                # MuJoCo's rows are posed under the plain M (``plain`` below) and act through
+                # the corrected operator; the hard model's Delassus matrix J M_eff^-1 J^T must
+                # stay symmetric (its cone problem and implicit derivative assume it), so its
+                # impulses act through M_eff^-1 alone
+                solve = _composed(gyro, solve)
         factors = _velocity_factors(model, cfg, q, v, ctrl)
         if factors is not None:
             solve, correct = _low_rank_solve(solve, *factors, h)
@@ -1063,6 +1068,12 @@ def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=No
     if not isinstance(cfg.contact, C.Compliant):
         return m_eff, I6
     return m_eff, I6 + _contact_inertias(model, cfg, ws, frames, h)
+
+
+def _hard_contact(cfg) -> bool:
+    """Whether the step's contact is the hard model (``Constraint`` with ``soft`` false): its
+    Delassus matrix is posed with ``M_eff``, not with the plain ``M`` of MuJoCo's rows."""
+    return isinstance(cfg.contact, C.Constraint) and not getattr(cfg.contact, "soft", False)
 
 
 def _composed(f, g):
