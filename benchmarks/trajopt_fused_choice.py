@@ -54,12 +54,8 @@ PROBLEMS = (
 def build(name):
     """``(problem, us0 or None, max_iter)`` of a problem named as in the module."""
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    from jaxdyn.trajopt import costs as C
-    from jaxdyn.trajopt import ddp
 
     if name.split("_T")[0] in ("arm7", "ur5", "quad12"):
         from _trajopt_problems import MAX_ITER, load_model
@@ -68,107 +64,21 @@ def build(name):
         robot, T = name.split("_T")
         model, _, _ = load_model(robot)
         return single_problem(model, int(T), 0), None, MAX_ITER
-    sys.path.insert(0, str(ROOT / "examples"))
-    from jaxdyn import robots
-
+    sys.path.insert(0, str(ROOT / "examples"))  # the examples' own problems
     if name == "swingup_box":
-        from trajopt_swingup import BOUND, DT, T, load  # pyright: ignore[reportMissingImports]
+        from trajopt_swingup import swingup_problem  # pyright: ignore[reportMissingImports]
 
-        model = load().with_armature(0.01)
-        goal = jnp.zeros(4)
-        x0 = jnp.array([np.pi, 0.0, 0.0, 0.0])
-        running = C.Cost(
-            (
-                C.Term(C.StateRegularization(goal), jnp.array([1.0, 1.0, 0.1, 0.1])),
-                C.Term(C.ControlRegularization(jnp.zeros(2)), 1e-2),
-            )
-        )
-        terminal = C.Cost((C.Term(C.StateRegularization(goal), 1e3),))
-        lim = BOUND * jnp.ones(2)
-        return (
-            ddp.Problem(model, x0, running, terminal, DT, T, u_lower=-lim, u_upper=lim),
-            None,
-            300,
-        )
+        return swingup_problem(), None, 300
     if name == "arm_reach":
-        from trajopt_arm_reach import CLEARANCE, DT, RADIUS, T  # pyright: ignore[reportMissingImports]
+        from trajopt_arm_reach import reach_problem  # pyright: ignore[reportMissingImports]
 
-        from jaxdyn.algorithms.kinematics import frame_positions_numpy
-        from jaxdyn.algorithms.rnea import gravity_forces_numpy
-
-        model = robots.load("arm7").with_armature(0.01)  # pyright: ignore[reportAttributeAccessIssue]
-        nv = model.nv
-        q_a = np.array([0.0, 0.3, 0.0, -1.5, 0.0, 1.8, 0.0])
-        turned = [q_a + np.eye(nv)[0] * a for a in (1.4, 0.7)]
-        target, center = (frame_positions_numpy(model, q, ["ee"])[0] for q in turned)
-        u_g = jax.device_put(gravity_forces_numpy(model, q_a))
-        x0 = jax.device_put(np.concatenate([q_a, np.zeros(nv)]))
-        limits = C.JointLimits.from_model(model, margin=0.05)
-        avoid = tuple(
-            C.Term(C.SphereAvoidance(f, jax.device_put(center), RADIUS + CLEARANCE), 1e4)
-            for f in ("ee", "hand")
-        )
-        w_state = jax.device_put(np.concatenate([np.full(nv, 1e-2), np.full(nv, 1e-1)]))
-        w_terminal = jax.device_put(np.concatenate([np.zeros(nv), np.ones(nv)]))
-        running = C.Cost(
-            (
-                C.Term(C.StateRegularization(x0), w_state),
-                C.Term(C.ControlRegularization(u_g), 1e-3),
-                C.Term(limits, 1e3),
-            )
-            + avoid
-        )
-        terminal = C.Cost(
-            (
-                C.Term(C.FrameTranslation("ee", jax.device_put(target)), 1e4),
-                C.Term(C.StateRegularization(x0), w_terminal),
-            )
-            + avoid
-        )
-        us0 = jax.device_put(np.broadcast_to(np.asarray(u_g), (T, nv)))
-        return ddp.Problem(model, x0, running, terminal, DT, T), us0, 300
+        problem, us0, _, _ = reach_problem()
+        return problem, us0, 300
     if name == "quadruped_contact":
-        from trajopt_quadruped import DT, FEET, SHIFT, T  # pyright: ignore[reportMissingImports]
+        from trajopt_quadruped import shift_problem  # pyright: ignore[reportMissingImports]
 
-        from jaxdyn import Connect
-        from jaxdyn.algorithms.kinematics import frame_positions_numpy
-        from jaxdyn.trajopt.dynamics import ContactDynamics, FreeDynamics
-
-        model = robots.load("quad12").with_armature(0.01)  # pyright: ignore[reportAttributeAccessIssue]
-        nv = model.nv
-        q0 = np.array(jaxdyn_neutral(model))
-        q0[7:] = np.tile([0.0, 0.7, -1.4], 4)
-        q0[2] = 0.30
-        *feet, base0 = frame_positions_numpy(model, q0, FEET + ("base_link",))
-        feet = dict(zip(FEET, feet))
-        constraints = tuple(
-            Connect(f, "local_world_aligned", target=tuple(float(c) for c in feet[f])) for f in FEET
-        )
-        B = FreeDynamics.floating_base(model).actuation
-        dyn = ContactDynamics(constraints, B, baumgarte=(100.0, 20.0))
-        x0 = jax.device_put(np.concatenate([q0, np.zeros(nv)]))
-        w_state = jax.device_put(np.concatenate([np.full(nv, 1e-1), np.full(nv, 1.0)]))
-        w_terminal = jax.device_put(np.concatenate([np.zeros(nv), np.full(nv, 10.0)]))
-        running = C.Cost(
-            (
-                C.Term(C.StateRegularization(x0), w_state),
-                C.Term(C.ControlRegularization(jax.device_put(np.zeros(nv - 6))), 1e-4),
-            )
-        )
-        terminal = C.Cost(
-            (
-                C.Term(C.FrameTranslation("base_link", jax.device_put(base0 + SHIFT)), 1e4),
-                C.Term(C.StateRegularization(x0), w_terminal),
-            )
-        )
-        return ddp.Problem(model, x0, running, terminal, DT, T, dyn), None, 200
+        return shift_problem()[0], None, 200
     raise ValueError(f"unknown problem {name!r}; known: {PROBLEMS}")
-
-
-def jaxdyn_neutral(model):
-    import jaxdyn
-
-    return jaxdyn.neutral_configuration(model)
 
 
 def child(name, rounds):

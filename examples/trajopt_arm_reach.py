@@ -48,14 +48,17 @@ RADIUS, CLEARANCE = 0.10, 0.03
 ONE_OFF = {"xla_backend_optimization_level": 0}
 
 
-def main(verbose=False):
+#: the arm's start posture
+Q_A = np.array([0.0, 0.3, 0.0, -1.5, 0.0, 1.8, 0.0])
+
+
+def reach_problem():
+    """``(problem, us0, target, center)``: the reach (arm7, joint limits, the obstacle sphere
+    around ``center`` avoided by the hand and the end effector) and its initial controls
+    (gravity compensation at the start); ``benchmarks/trajopt_fused_choice.py`` solves it too."""
     model = robots.load("arm7").with_armature(0.01)
     nv = model.nv
-    q_a = np.array([0.0, 0.3, 0.0, -1.5, 0.0, 1.8, 0.0])
-
-    def ee(q):
-        return jaxdyn.frame_placement(model, q, "ee").p
-
+    q_a = Q_A
     # target, obstacle centre and gravity compensation at the start in numpy, and the
     # problem's arrays moved to JAX once each: a compiled program (or eager jax.numpy
     # operations, one program each) would compile before the solve's, before its first line
@@ -85,8 +88,18 @@ def main(verbose=False):
         )
         + avoid
     )
-    problem = ddp.Problem(model, x0, running, terminal, DT, T)
     us0 = jax.device_put(np.broadcast_to(np.asarray(u_g), (T, nv)))
+    return ddp.Problem(model, x0, running, terminal, DT, T), us0, target, center
+
+
+def main(verbose=False):
+    problem, us0, target, center = reach_problem()
+    model = problem.model
+    nv = model.nv
+    q_a = Q_A
+
+    def ee(q):
+        return jaxdyn.frame_placement(model, q, "ee").p
 
     # the first result as soon as it is known: the first call compiles the solve program (or
     # loads it: jaxdyn's executable cache), the checks below compile a program of their own

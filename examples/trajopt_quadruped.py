@@ -48,7 +48,10 @@ SHIFT = np.array([0.0, 0.04, -0.06])
 ONE_OFF = {"xla_backend_optimization_level": 0}
 
 
-def main(verbose=False):
+def shift_problem():
+    """``(problem, feet, target)``: quad12 on its four feet (point contacts at their
+    positions in the bent-knee start), its base moved by ``SHIFT``; ``feet``: the feet's
+    positions, ``target``: the base's; ``benchmarks/trajopt_fused_choice.py`` solves it too."""
     model = robots.load("quad12").with_armature(0.01)
     nv = model.nv
     # the problem's arrays in numpy, each moved to JAX once: eager jax.numpy operations each
@@ -84,7 +87,13 @@ def main(verbose=False):
             C.Term(C.StateRegularization(x0), w_terminal),
         )
     )
-    problem = ddp.Problem(model, x0, running, terminal, DT, T, dyn)
+    return ddp.Problem(model, x0, running, terminal, DT, T, dyn), feet, target
+
+
+def main(verbose=False):
+    problem, feet, target = shift_problem()
+    model = problem.model
+    base0 = target - SHIFT
 
     # the first result as soon as it is known: the first call compiles the solve program (or
     # loads it: jaxdyn's executable cache), the checks below compile a program of their own

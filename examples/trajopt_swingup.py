@@ -73,7 +73,9 @@ def scene(model):
         return viz.Scene.from_model(model, terrain=None)
 
 
-def main(verbose=False):
+def swingup_problem():
+    """The swing-up from hanging to upright with the box ``|u| <= BOUND`` (box-FDDP);
+    ``benchmarks/trajopt_fused_choice.py`` solves it too."""
     model = load().with_armature(0.01)
     goal = jnp.zeros(4)
     x0 = jnp.array([np.pi, 0.0, 0.0, 0.0])
@@ -85,7 +87,13 @@ def main(verbose=False):
     )
     terminal = C.Cost((C.Term(C.StateRegularization(goal), 1e3),))
     lim = BOUND * jnp.ones(2)
-    problem = ddp.Problem(model, x0, running, terminal, DT, T, u_lower=-lim, u_upper=lim)
+    return ddp.Problem(model, x0, running, terminal, DT, T, u_lower=-lim, u_upper=lim)
+
+
+def main(verbose=False):
+    problem = swingup_problem()
+    model = problem.model
+    goal = np.zeros(4)
 
     results = {}
     print(f"{'derivatives':>12} {'iterations':>10} {'solve ms':>9} {'ms/iter':>8} "
