@@ -56,7 +56,7 @@ from .idsva import (
     fext_tau_tangent,
     id_partials,
     id_state_partials,
-    rnea_derivatives_world,
+    idsva_world,
 )
 
 if TYPE_CHECKING:
@@ -188,8 +188,9 @@ def _rnea_jvp(primals, tangents):
                 (Dq, Dv), M = id_state_partials(model, q, v, a, f_ext), None
             else:
                 Dq, Dv, M = id_partials(model, q, v, a, f_ext)
-        else:
-            tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext)
+        else:  # XLA's code, M too only where a tangent of a asks for it
+            fw = None if f_ext is None else _rnea.external_forces_world(model, ws, f_ext)
+            tau, Dq, Dv, M = idsva_world(model, ws, v, a, fw, mass_matrix=not is_zero_tangent(da))
         if not is_zero_tangent(dq):
             terms.append(Dq @ configuration_tangent(model, q, dq))
         if not is_zero_tangent(dv):
