@@ -39,6 +39,7 @@ bodies, the call is ``dispatch="sync"``'s (``.dispatch`` says which).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -277,7 +278,9 @@ class NativeCall:
     argument is copied into a buffer of the call's, so it may be any layout and is never
     written. Returns a **new** numpy array each call (``(nv,)`` or ``(nv, nv)``), or, given
     ``out=`` (a numpy array of that shape and ``dtype``), writes the result there and returns
-    ``out``. Not thread-safe: one call at a time per object (its buffers are shared).
+    ``out``. Calls from several threads are taken one at a time (a lock around the object's
+    buffers, which the kernel reads and writes with the GIL released); a thread that wants its
+    own calls to run beside another's compiles its own object.
 
     A failed quaternion check of ``q`` (squared norm off 1 by more than 1e-3, or not finite,
     as the jitted path's :func:`jaxdyn.shell.check_quaternions`; the quaternions are then
@@ -338,6 +341,7 @@ class NativeCall:
         self._out = self._host.out
         self._run = self._host.run
         self._address = self._host.address
+        self._lock = threading.Lock()
 
     def _slow(self, i: int, x: Any) -> None:
         """Argument ``i`` into its buffer, its shape and dtype checked (the general path)."""
@@ -370,53 +374,58 @@ class NativeCall:
         # more, as much as the smaller kernels); anything else by _copy_in
         nd, dt, shapes, bufs = np.ndarray, self.dtype, self.shapes, self._inputs
         n = len(args)
-        if n == 3 and self._n == 3:
-            q, v, x = args
-            if (
-                type(q) is nd
-                and type(v) is nd
-                and type(x) is nd
+        with self._lock:  # the buffers: one call at a time
+            if n == 3 and self._n == 3:
+                q, v, x = args
+                if (
+                    type(q) is nd
+                    and type(v) is nd
+                    and type(x) is nd
+                    and q.dtype is dt
+                    and v.dtype is dt
+                    and x.dtype is dt
+                    and q.shape == shapes[0]
+                    and v.shape == shapes[1]
+                    and x.shape == shapes[2]
+                ):
+                    bufs[0][...] = q
+                    bufs[1][...] = v
+                    bufs[2][...] = x
+                else:
+                    self._copy_in(args)
+            elif (
+                n == 1
+                and self._n == 1
+                and type(q := args[0]) is nd
                 and q.dtype is dt
-                and v.dtype is dt
-                and x.dtype is dt
                 and q.shape == shapes[0]
-                and v.shape == shapes[1]
-                and x.shape == shapes[2]
             ):
                 bufs[0][...] = q
-                bufs[1][...] = v
-                bufs[2][...] = x
+            elif n == self._n and all(
+                type(x) is nd and x.dtype is dt and x.shape == s for x, s in zip(args, shapes)
+            ):  # with f_ext
+                for b, x in zip(bufs, args):
+                    b[...] = x
             else:
                 self._copy_in(args)
-        elif (
-            n == 1
-            and self._n == 1
-            and type(q := args[0]) is nd
-            and q.dtype is dt
-            and q.shape == shapes[0]
-        ):
-            bufs[0][...] = q
-        elif n == self._n and all(
-            type(x) is nd and x.dtype is dt and x.shape == s for x, s in zip(args, shapes)
-        ):  # with f_ext
-            for b, x in zip(bufs, args):
-                b[...] = x
-        else:
-            self._copy_in(args)
-        rc = self._run(self._address)
-        if rc:
-            if rc == host_calls.BAD_QUATERNION:
-                raise CheckError(self._message)
-            raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
-        if out is None:
-            return self._out.copy()
-        if type(out) is not np.ndarray or out.shape != self._out.shape or out.dtype != self.dtype:
-            raise ValueError(
-                f"{self.__name__}: out must be a numpy array of shape {self._out.shape} and "
-                f"dtype {self.dtype}"
-            )
-        out[...] = self._out
-        return out
+            rc = self._run(self._address)
+            if rc:
+                if rc == host_calls.BAD_QUATERNION:
+                    raise CheckError(self._message)
+                raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+            if out is None:
+                return self._out.copy()
+            if (
+                type(out) is not np.ndarray
+                or out.shape != self._out.shape
+                or out.dtype != self.dtype
+            ):
+                raise ValueError(
+                    f"{self.__name__}: out must be a numpy array of shape {self._out.shape} and "
+                    f"dtype {self.dtype}"
+                )
+            out[...] = self._out
+            return out
 
 
 def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> NativeCall | None:
