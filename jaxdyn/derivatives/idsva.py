@@ -232,13 +232,17 @@ def idsva_world(
 
 
 def rnea_derivatives_world(
-    model: Model, ws: WorldState, qd: Array, qdd: Array, f_ext: Array | None = None
-) -> tuple[Array, Array, Array, Array]:
-    """RNEA and IDSVA on a world state: ``(tau, dtau_dq, dtau_dv, M)``."""
+    model: Model,
+    ws: WorldState,
+    qd: Array,
+    qdd: Array,
+    f_ext: Array | None = None,
+    mass_matrix: bool = True,
+) -> tuple[Array, Array, Array, Array | None]:
+    """RNEA and IDSVA on a world state, ``f_ext`` in body frames: ``(tau, dtau_dq, dtau_dv,
+    M)`` (:func:`idsva_world`; ``M`` is ``None`` where ``mass_matrix`` is false)."""
     fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
-    tau, dtau_dq, dtau_dv, M = idsva_world(model, ws, qd, qdd, fw)
-    assert M is not None  # mass_matrix=True
-    return tau, dtau_dq, dtau_dv, M
+    return idsva_world(model, ws, qd, qdd, fw, mass_matrix=mass_matrix)
 
 
 def rnea_derivatives_xla(
@@ -247,7 +251,9 @@ def rnea_derivatives_xla(
     """``(dtau_dq, dtau_dv, M)`` of one prepared sample by XLA's code
     (:func:`rnea_derivatives_world`): the C kernel's fallback and its derivatives."""
     ws = kin.world_state(model, q, centered=True)
-    return rnea_derivatives_world(model, ws, qd, qdd, f_ext)[1:]
+    _, dtau_dq, dtau_dv, M = rnea_derivatives_world(model, ws, qd, qdd, f_ext)
+    assert M is not None  # mass_matrix=True
+    return dtau_dq, dtau_dv, M
 
 
 def rnea_state_partials_xla(
@@ -256,8 +262,7 @@ def rnea_state_partials_xla(
     """``(dtau_dq, dtau_dv)`` of one prepared sample by XLA's code (:func:`idsva_world`
     without ``M``): the fallback of the C kernel's call without ``M`` and its derivatives."""
     ws = kin.world_state(model, q, centered=True)
-    fw = None if f_ext is None else external_forces_world(model, ws, f_ext)
-    _, dtau_dq, dtau_dv, _ = idsva_world(model, ws, qd, qdd, fw, mass_matrix=False)
+    _, dtau_dq, dtau_dv, _ = rnea_derivatives_world(model, ws, qd, qdd, f_ext, False)
     return dtau_dq, dtau_dv
 
 

@@ -56,7 +56,7 @@ from .idsva import (
     fext_tau_tangent,
     id_partials,
     id_state_partials,
-    idsva_world,
+    rnea_derivatives_world,
 )
 
 if TYPE_CHECKING:
@@ -189,8 +189,8 @@ def _rnea_jvp(primals, tangents):
             else:
                 Dq, Dv, M = id_partials(model, q, v, a, f_ext)
         else:  # XLA's code, M too only where a tangent of a asks for it
-            fw = None if f_ext is None else _rnea.external_forces_world(model, ws, f_ext)
-            tau, Dq, Dv, M = idsva_world(model, ws, v, a, fw, mass_matrix=not is_zero_tangent(da))
+            M_too = not is_zero_tangent(da)
+            tau, Dq, Dv, M = rnea_derivatives_world(model, ws, v, a, f_ext, M_too)
         if not is_zero_tangent(dq):
             terms.append(Dq @ configuration_tangent(model, q, dq))
         if not is_zero_tangent(dv):
