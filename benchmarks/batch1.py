@@ -24,8 +24,9 @@ compiles it once and dispatches it: :mod:`jaxdyn.eager`); and ``jaxdyn.compile_f
 model, q, v, a)`` called with numpy arrays and returning numpy arrays (:mod:`jaxdyn.latency`:
 the model closed over, the arguments packed into one vector, a synchronous XLA:CPU client of
 jaxdyn's own in both modes of the process); ``compile_for_latency(f, model, q, v, a,
-dispatch="native")`` (rnea, crba, aba, minv: jaxdyn's C kernel called through ctypes without
-XLA, :mod:`jaxdyn.backend.host_calls`; a new numpy array per call); *in-program loop, per
+dispatch="native")`` (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives: jaxdyn's C
+kernels called through ctypes without XLA, :mod:`jaxdyn.backend.host_calls`; new numpy arrays
+per call); *in-program loop, per
 evaluation*: the algorithm evaluated ``LOOP`` times in one program (``lax.fori_loop``, each
 evaluation depending on the last, value checks off), the time per evaluation: its own
 computation without the per-call work of JAX's dispatch and XLA's runtime, which the floor
@@ -205,7 +206,8 @@ def render(results: dict, args) -> str:
         "`jaxdyn.compile_for_latency(f, model, *args)` called with numpy arrays, numpy out, on "
         "jaxdyn's own synchronous client whatever the process's mode. *compile_for_latency "
         'native (numpy)*: the same with `dispatch="native"`, jaxdyn\'s C kernel called through '
-        "ctypes without XLA (rnea, crba, aba, minv). *in-program loop, per "
+        "ctypes without XLA (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives). "
+        "*in-program loop, per "
         f"evaluation*: {LOOP} dependent evaluations in one program (`lax.fori_loop`, no value "
         "checks), time per evaluation (the computation without the per-call dispatch). "
         "Kernels: the optimised program's entry operations (model passed).",

@@ -18,23 +18,27 @@ the same function (on the CPU an algorithm evaluated alone is one XLA:CPU kernel
 :mod:`jaxdyn.backend.small_calls`), with the arguments sliced out of the packed vector: values
 equal ``jax.jit``'s to rounding.
 
-``dispatch="native"`` leaves XLA out altogether for the functions that jaxdyn computes by a C
-kernel on the CPU (:data:`NATIVE_FUNCTIONS`: ``jaxdyn.rnea`` and ``jaxdyn.aba``, with or
-without ``f_ext``, ``jaxdyn.crba``, ``jaxdyn.minv``; any other function is refused with a
-``ValueError`` naming these): it returns a :class:`NativeCall`, which copies the arguments into
-buffers of its own and calls the same kernel that ``jax.jit(fn)`` calls through XLA, through
-``ctypes`` with one pointer (:mod:`jaxdyn.backend.host_calls`; the model's arrays and topology
-are packed once, here). The quaternions of ``q`` are checked (where the value checks are on
-when compiled) and normalised in C as the jitted path's
-:func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
+``dispatch="native"`` leaves XLA out altogether for the functions that jaxdyn computes by a C kernel
+on the CPU (:data:`NATIVE_FUNCTIONS`: ``jaxdyn.rnea``, ``jaxdyn.aba``, ``jaxdyn.rnea_derivatives``
+and ``jaxdyn.aba_derivatives``, with or without ``f_ext``, ``jaxdyn.crba``, ``jaxdyn.minv``; any
+other function is refused with a ``ValueError`` naming these): it returns a :class:`NativeCall`,
+which copies the arguments into buffers of its own and calls the same kernel that ``jax.jit(fn)``
+calls through XLA, through ``ctypes`` with one pointer (:mod:`jaxdyn.backend.host_calls`; the
+model's arrays and topology are packed once, here). ``rnea_derivatives`` is the IDSVA kernel (Singh,
+Russell & Wensing 2022, Algorithm 1); ``aba_derivatives`` composes in C what ``jax.jit`` composes
+from the kernels (:func:`jaxdyn.derivatives.fd.aba_derivatives_world`): ``qdd`` by ABA's, IDSVA's
+partials at ``qdd`` without ``M``, ``Minv`` by Minv's, then ``-Minv`` times the partials (DMM, Eq.
+5; the partials of Carpentier & Mansard 2018), DMM whatever ``nv`` (``jax.jit`` takes AZA from
+:data:`jaxdyn.derivatives.fd.AZA_MIN_NV` coordinates on: equal values to rounding). The quaternions
+of ``q`` are checked (where the value checks are on when compiled) and normalised in C as the jitted
+path's :func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
 ``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
-:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and some 2-3 us
-of ``ctypes`` and Python (the argument checks and copies, the ``ctypes`` call, the result's
-copy: a new array per call, or ``out=``; solo12, ``docs/performance.md``): what XLA's runtime
-and JAX's dispatch cost around a program (some 10 us for an identity through the synchronous
-client) is gone. Where the
-kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no
-bodies, the call is ``dispatch="sync"``'s (``.dispatch`` says which).
+:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and some 2-3 us of
+``ctypes`` and Python (the argument checks and copies, the ``ctypes`` call, the result's copy: a new
+array per call, or ``out=``; solo12, ``docs/performance.md``): what XLA's runtime and JAX's dispatch
+cost around a program (some 10 us for an identity through the synchronous client) is gone. Where the
+kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no bodies,
+the call is ``dispatch="sync"``'s (``.dispatch`` says which).
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ NATIVE_FUNCTIONS = {
     "aba": ("q", "v", "tau", "f_ext"),
     "crba": ("q",),
     "minv": ("q",),
+    "rnea_derivatives": ("q", "v", "a", "f_ext"),
+    "aba_derivatives": ("q", "v", "tau", "f_ext"),
 }
 #: results of at most this many numbers in all come back packed into one vector (one transfer);
 #: larger ones one array each (packing ``nv x nv`` matrices costs a copy of each inside the
@@ -166,14 +172,15 @@ def compile_for_latency(
     ``fn``: a function of the model and arrays returning an array or a pytree of floating
     arrays (jaxdyn's algorithms, or your own function of them). The model is closed over:
     its arrays are constants of the program (compile again after changing them).
-    ``dispatch``: ``"native"`` computes ``jaxdyn.rnea``, ``aba``, ``crba`` and ``minv`` by
-    jaxdyn's C kernels without XLA (:class:`NativeCall`; see the module docstring; other
-    functions are refused); ``"sync"`` (default) runs the program on a synchronous XLA:CPU client of
-    jaxdyn's own (:mod:`jaxdyn.backend.sync_client`), on the calling thread whatever
-    ``jax_cpu_enable_async_dispatch`` says; ``"jax"`` runs it through ``jax.jit`` on JAX's
-    default device (what a process that turned asynchronous dispatch off, or runs on a GPU,
-    already has). ``"sync"`` falls back to ``"jax"`` where JAX's default backend is not the
-    CPU or this JAX lacks the internals it uses (``LatencyCall.dispatch`` says which).
+    ``dispatch``: ``"native"`` computes ``jaxdyn.rnea``, ``aba``, ``crba``, ``minv``,
+    ``rnea_derivatives`` and ``aba_derivatives`` by jaxdyn's C kernels without XLA
+    (:class:`NativeCall`; see the module docstring; other functions are refused); ``"sync"``
+    (default) runs the program on a synchronous XLA:CPU client of jaxdyn's own
+    (:mod:`jaxdyn.backend.sync_client`), on the calling thread whatever
+    ``jax_cpu_enable_async_dispatch`` says; ``"jax"`` runs it through ``jax.jit`` on JAX's default
+    device (what a process that turned asynchronous dispatch off, or runs on a GPU, already has).
+    ``"sync"`` falls back to ``"jax"`` where JAX's default backend is not the CPU or this JAX lacks
+    the internals it uses (``LatencyCall.dispatch`` says which).
 
     Arguments are cast to one floating dtype (that of the examples, float64 under
     ``jax_enable_x64``) and packed into one vector; the results come back packed the same way
@@ -258,7 +265,14 @@ def _native_function(fn: Callable[..., Any]) -> str:
     from .algorithms.crba import crba
     from .algorithms.minv import minv
 
-    known = {"rnea": derivatives.rnea, "aba": derivatives.aba, "crba": crba, "minv": minv}
+    known = {
+        "rnea": derivatives.rnea,
+        "aba": derivatives.aba,
+        "crba": crba,
+        "minv": minv,
+        "rnea_derivatives": derivatives.rnea_derivatives,
+        "aba_derivatives": derivatives.aba_derivatives,
+    }
     for name, f in known.items():
         if fn is f:
             return name
@@ -271,16 +285,18 @@ def _native_function(fn: Callable[..., Any]) -> str:
 
 
 class NativeCall:
-    """``fn(model, *args)`` for one of :data:`NATIVE_FUNCTIONS`, computed by jaxdyn's C kernel
-    for one sample without XLA (``compile_for_latency(fn, model, *example,
-    dispatch="native")``; :mod:`jaxdyn.backend.host_calls`). Call it with numpy arrays of the
-    example's shapes (anything ``np.asarray`` takes: real numbers, cast to ``dtype``); each
-    argument is copied into a buffer of the call's, so it may be any layout and is never
-    written. Returns a **new** numpy array each call (``(nv,)`` or ``(nv, nv)``), or, given
-    ``out=`` (a numpy array of that shape and ``dtype``), writes the result there and returns
-    ``out``. Calls from several threads are taken one at a time (a lock around the object's
-    buffers, which the kernel reads and writes with the GIL released); a thread that wants its
-    own calls to run beside another's compiles its own object.
+    """``fn(model, *args)`` for one of :data:`NATIVE_FUNCTIONS`, computed by jaxdyn's C kernel for
+    one sample without XLA (``compile_for_latency(fn, model, *example, dispatch="native")``;
+    :mod:`jaxdyn.backend.host_calls`). Call it with numpy arrays of the example's shapes (anything
+    ``np.asarray`` takes: real numbers, cast to ``dtype``); each argument is copied into a buffer of
+    the call's, so it may be any layout and is never written. Returns a **new** numpy array each
+    call (``(nv,)`` or ``(nv, nv)``), or, given ``out=`` (a numpy array of that shape and
+    ``dtype``), writes the result there and returns ``out``. ``rnea_derivatives`` and
+    ``aba_derivatives`` return their tuple of three ``(nv, nv)`` arrays (new each call: views of one
+    new ``(3, nv, nv)`` array), or, given ``out=`` (a tuple of three such arrays), fill those and
+    return ``out``. Calls from several threads are taken one at a time (a lock around the object's
+    buffers, which the kernel reads and writes with the GIL released); a thread that wants its own
+    calls to run beside another's compiles its own object.
 
     A failed quaternion check of ``q`` (squared norm off 1 by more than 1e-3, or not finite,
     as the jitted path's :func:`jaxdyn.shell.check_quaternions`; the quaternions are then
@@ -341,6 +357,7 @@ class NativeCall:
         self._out = self._host.out
         self._run = self._host.run
         self._address = self._host.address
+        self._derivatives = name in host_calls.DERIVATIVES
         self._lock = threading.Lock()
 
     def _slow(self, i: int, x: Any) -> None:
@@ -368,7 +385,25 @@ class NativeCall:
         for i, x in enumerate(args):
             self._slow(i, x)
 
-    def __call__(self, *args: Any, out: np.ndarray | None = None) -> np.ndarray:
+    def _fill(self, out: Any) -> tuple[np.ndarray, ...]:
+        """The three results of the derivatives into ``out`` (checked: three arrays)."""
+        shape = self._out.shape[1:]
+        if not (
+            isinstance(out, tuple)
+            and len(out) == 3
+            and all(
+                type(o) is np.ndarray and o.shape == shape and o.dtype == self.dtype for o in out
+            )
+        ):
+            raise ValueError(
+                f"{self.__name__}: out must be a tuple of three numpy arrays of shape {shape} "
+                f"and dtype {self.dtype}"
+            )
+        for o, r in zip(out, self._out):
+            o[...] = r
+        return out
+
+    def __call__(self, *args: Any, out: Any = None) -> Any:
         # the common case, numpy arrays of the compiled dtype and shapes, written into the
         # buffers with no other work (each check and copy costs a tenth of a microsecond or
         # more, as much as the smaller kernels); anything else by _copy_in
@@ -413,6 +448,11 @@ class NativeCall:
                 if rc == host_calls.BAD_QUATERNION:
                     raise CheckError(self._message)
                 raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+            if self._derivatives:
+                if out is None:
+                    r = self._out.copy()
+                    return (r[0], r[1], r[2])
+                return self._fill(out)
             if out is None:
                 return self._out.copy()
             if (
@@ -439,7 +479,7 @@ def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> Nativ
     names = NATIVE_FUNCTIONS[name]
     if not isinstance(model, model_module.Model):
         raise TypeError(f"{name}: dispatch='native' takes a jaxdyn.Model, got {type(model)}")
-    lo = 3 if name in ("rnea", "aba") else 1
+    lo = 1 if name in ("crba", "minv") else 3
     if not lo <= len(example) <= len(names):
         raise TypeError(
             f"{name}: dispatch='native' takes the arguments ({', '.join(names)}) after the "

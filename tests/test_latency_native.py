@@ -1,5 +1,6 @@
-"""jaxdyn.compile_for_latency(..., dispatch="native"): rnea, aba, crba and minv of one sample
-by jaxdyn's C kernels called through ctypes, without XLA (jaxdyn.backend.host_calls).
+"""jaxdyn.compile_for_latency(..., dispatch="native"): rnea, aba, crba, minv, rnea_derivatives
+and aba_derivatives of one sample by jaxdyn's C kernels called through ctypes, without XLA
+(jaxdyn.backend.host_calls).
 
 Oracle: ``jax.jit(f)(model, ...)`` (on the CPU the same C kernel called through XLA, after
 the same quaternion check and normalisation): equal to 1e-12 of the result's largest entry in
@@ -109,6 +110,69 @@ def test_equals_jit_float32(models, robot, alg):
     want = jax.jit(f)(model, *args)
     assert want.dtype == jnp.float32 and got.dtype == np.float32
     close(got, np.asarray(want), 1e-4)
+
+
+DERIVATIVES = ("rnea_derivatives", "aba_derivatives")
+
+
+@pytest.mark.parametrize("robot", ["talos_full", "solo12", "all_kinds"])
+@pytest.mark.parametrize("alg", DERIVATIVES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_derivatives_equal_jit(models, robot, alg, dtype):
+    """The derivatives' native call (IDSVA; ABA, IDSVA without M, Minv and -Minv times the
+    partials composed in C) equals ``jax.jit(f)`` with f_ext (float64: 1e-12 of each
+    result's largest entry, two states through one object, each call new arrays, ``out=`` a
+    tuple filled in place; float32: 1e-4), and without f_ext on solo12."""
+    model = models[robot]
+    f = getattr(jaxdyn, alg)
+    f_ext = dtype == np.float64 or robot == "all_kinds"
+    args = _args(alg, _state(model, 9, dtype), f_ext)
+    call = jaxdyn.compile_for_latency(f, model, *args, dispatch="native")
+    assert isinstance(call, latency.NativeCall) and call.dtype == dtype
+    jf = jax.jit(f)
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    got = call(*args)
+    want = [np.asarray(w) for w in jf(model, *args)]
+    assert isinstance(got, tuple) and len(got) == 3
+    for g, w in zip(got, want):
+        assert g.shape == (model.nv, model.nv) and g.dtype == dtype
+        close(g, w, tol)
+    if dtype == np.float32:
+        return
+    args2 = _args(alg, _state(model, 10), f_ext)
+    for g, w in zip(call(*args2), jf(model, *args2)):
+        close(g, np.asarray(w), tol)
+    for g, w in zip(got, want):  # the first results were not overwritten by the second call
+        close(g, w, tol)
+    out = tuple(np.full((model.nv, model.nv), np.nan) for _ in range(3))
+    assert call(*args, out=out) is out
+    for o, w in zip(out, want):
+        close(o, w, tol)
+    if robot == "solo12":  # without f_ext
+        args3 = args[:3]
+        call3 = jaxdyn.compile_for_latency(f, model, *args3, dispatch="native")
+        for g, w in zip(call3(*args3), jf(model, *args3)):
+            close(g, np.asarray(w), tol)
+
+
+def test_derivatives_refusals(models):
+    """The derivatives' calls: a wrong ``out=`` and argument count, a failed quaternion check
+    (the jitted path's message) are refused by name."""
+    model = models["solo12"]
+    q, v, x, _ = _state(model, 11)
+    call = jaxdyn.compile_for_latency(jaxdyn.aba_derivatives, model, q, v, x, dispatch="native")
+    nv = model.nv
+    with pytest.raises(ValueError, match="aba_derivatives: out must be a tuple of three"):
+        call(q, v, x, out=np.zeros((3, nv, nv)))
+    with pytest.raises(ValueError, match="out must be a tuple of three"):
+        call(q, v, x, out=(np.zeros((nv, nv)),) * 2 + (np.zeros((nv, nv), np.float32),))
+    with pytest.raises(TypeError, match=r"takes the arguments \(q, v, a, f_ext\)"):
+        jaxdyn.compile_for_latency(jaxdyn.rnea_derivatives, model, q, v, dispatch="native")
+    bad = _state(model, 11, stretch=1.1)[0]
+    with pytest.raises(jaxdyn.CheckError, match="aba_derivatives: a quaternion in q"):
+        call(bad, v, x)
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match="aba_derivatives: a quat"):
+        jax.block_until_ready(jax.jit(jaxdyn.aba_derivatives)(model, bad, v, x))
 
 
 def test_other_inputs_converted(models):

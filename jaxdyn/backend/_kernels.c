@@ -300,9 +300,27 @@ XLA_FFI_Error* jaxdyn_rnea_derivatives(XLA_FFI_CallFrame* frame) {
  * and normalised in their buffer as jaxdyn.shell.check_quaternions does before the kernel
  * (q * (1 / sqrt(|quaternion|^2)) on each quaternion's entries); the kernels are the narrow
  * blocks that the handlers above run for a batch of one, called with a workspace, the model's
- * constants and Minv's tables prepared once (jaxdyn_host_prepare). */
+ * constants and Minv's tables prepared once (jaxdyn_host_prepare).
+ *
+ * Two compositions of the blocks, as the handlers' callers compose them in XLA:
+ * HOST_RNEA_DERIVATIVES, the IDSVA block (jaxdyn.rnea_derivatives: dtau_dq, dtau_dv, M), and
+ * HOST_ABA_DERIVATIVES (jaxdyn.aba_derivatives on the CPU kernels' path, jaxdyn/derivatives/
+ * fd.py, DMM: Singh, Russell & Wensing 2022, Eq. 5; Carpentier & Mansard 2018): qdd by ABA's
+ * block, the IDSVA partials at qdd without M, Minv by Minv's block, then dqdd_dq = -Minv
+ * dtau_dq and dqdd_dv = -Minv dtau_dv (host_dmm); results: dqdd_dq, dqdd_dv, Minv. Both write
+ * their three nv x nv results one after the other at out (3 * nv * nv). */
 
-enum { HOST_RNEA = 0, HOST_ABA = 1, HOST_CRBA = 2, HOST_MINV = 3 };
+enum {
+  HOST_RNEA = 0,
+  HOST_ABA = 1,
+  HOST_CRBA = 2,
+  HOST_MINV = 3,
+  HOST_RNEA_DERIVATIVES = 4,
+  HOST_ABA_DERIVATIVES = 5
+};
+
+/* the algorithms that read the depth-first order and Minv's tables */
+#define HOST_TABLES(alg) ((alg) == HOST_MINV || (alg) == HOST_ABA_DERIVATIVES)
 
 typedef struct {
   crba_topo t;
@@ -311,34 +329,35 @@ typedef struct {
   const int32_t* quat; /* the index in q of each quaternion's first entry (nquat) */
   const void *XR, *Xp, *axis, *mass, *com, *inertia, *armature, *gravity; /* armature or NULL */
   void *q, *qd, *x, *fext; /* one sample's inputs: q (nq), qd and x (nv), f_ext (nb, 6) or NULL */
-  void* out;               /* the result (nv, or nv * nv) */
+  void* out;               /* the result (nv, nv * nv, or 3 * nv * nv for the derivatives) */
   void *ws, *cst; /* jaxdyn_host_prepare's workspace and model constants (NULL: none) */
-  int32_t* row0;  /* HOST_MINV: jaxdyn_host_prepare's tables of the block (minv_tables_) */
-  int levels;     /* HOST_MINV: the tree's number of levels */
+  void* tmp;     /* HOST_ABA_DERIVATIVES: its intermediates (host_tmp_bytes) */
+  int32_t* row0; /* HOST_MINV, HOST_ABA_DERIVATIVES: the tables of Minv's block */
+  int levels;     /* HOST_MINV, HOST_ABA_DERIVATIVES: the tree's number of levels */
 } host_call;
 
 /* the size of a host_call in bytes (the caller allocates it) */
 int64_t jaxdyn_host_size(void) { return (int64_t)sizeof(host_call); }
 
 /* fills h. topo: the kernel's topology (jaxdyn_crba's; jaxdyn_minv's with the depth-first
-   order for HOST_MINV); f32: float32 (else float64) arrays; check: fail a run whose
-   quaternion's squared norm is off 1 by more than tol (or not finite); qd, x: NULL for
-   HOST_CRBA and HOST_MINV */
+   order for HOST_MINV and HOST_ABA_DERIVATIVES); f32: float32 (else float64) arrays; check:
+   fail a run whose quaternion's squared norm is off 1 by more than tol (or not finite); qd,
+   x: NULL for HOST_CRBA and HOST_MINV */
 void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int check, double tol,
                       int nquat, const int32_t* quat, const void* XR, const void* Xp,
                       const void* axis, const void* mass, const void* com, const void* inertia,
                       const void* armature, const void* gravity, void* q, void* qd, void* x,
                       void* fext, void* out) {
-  read_topology(topo, alg == HOST_MINV, &h->t);
+  read_topology(topo, HOST_TABLES(alg), &h->t);
   h->alg = alg, h->f32 = f32, h->check = check, h->nquat = nquat, h->tol = tol;
   h->quat = quat;
   h->XR = XR, h->Xp = Xp, h->axis = axis, h->mass = mass, h->com = com, h->inertia = inertia;
   h->armature = armature, h->gravity = gravity;
   h->q = q, h->qd = qd, h->x = x, h->fext = fext, h->out = out;
-  h->ws = h->cst = NULL;
+  h->ws = h->cst = h->tmp = NULL;
   h->row0 = NULL;
   h->levels = 0;
-  if (alg == HOST_MINV) { /* the workspace's size depends on the tree's levels */
+  if (HOST_TABLES(alg)) { /* the workspace's size depends on the tree's levels */
     int32_t* tables = (int32_t*)malloc(sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb));
     if (tables != NULL)
       h->levels = minv_tables_f64_narrow(&h->t, tables);
@@ -346,21 +365,59 @@ void jaxdyn_host_init(host_call* h, const int32_t* topo, int alg, int f32, int c
   }
 }
 
+static size_t host_max(size_t a, size_t b) { return a > b ? a : b; }
+
+/* the VEC units of h's narrow block's workspace in precision S (one workspace for the three
+   blocks of HOST_ABA_DERIVATIVES, which run one after the other) */
+#define HOST_WS_UNITS(S)                                                                      \
+  (h->alg == HOST_RNEA              ? rnea_workspace_##S(t)                                   \
+   : h->alg == HOST_ABA             ? aba_workspace_##S(t)                                    \
+   : h->alg == HOST_CRBA            ? workspace_##S(t)                                        \
+   : h->alg == HOST_MINV            ? minv_workspace_##S(t, h->levels)                        \
+   : h->alg == HOST_RNEA_DERIVATIVES ? rnea_derivatives_workspace_##S(t)                      \
+   : host_max(host_max(aba_workspace_##S(t), rnea_derivatives_workspace_##S(t)),              \
+              minv_workspace_##S(t, h->levels)))
+
 /* the bytes of h's narrow block's workspace, rounded up to 64 */
 static size_t host_ws_bytes(const host_call* h) {
   const crba_topo* t = &h->t;
   size_t b;
   if (h->f32)
-    b = sizeof(vec_f32_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f32_narrow(t)
-                                  : h->alg == HOST_ABA  ? aba_workspace_f32_narrow(t)
-                                  : h->alg == HOST_CRBA ? workspace_f32_narrow(t)
-                                                        : minv_workspace_f32_narrow(t, h->levels));
+    b = sizeof(vec_f32_narrow) * HOST_WS_UNITS(f32_narrow);
   else
-    b = sizeof(vec_f64_narrow) * (h->alg == HOST_RNEA   ? rnea_workspace_f64_narrow(t)
-                                  : h->alg == HOST_ABA  ? aba_workspace_f64_narrow(t)
-                                  : h->alg == HOST_CRBA ? workspace_f64_narrow(t)
-                                                        : minv_workspace_f64_narrow(t, h->levels));
+    b = sizeof(vec_f64_narrow) * HOST_WS_UNITS(f64_narrow);
   return (b + 63) / 64 * 64;
+}
+#undef HOST_WS_UNITS
+
+/* HOST_ABA_DERIVATIVES' product (host_dmm) on padded copies: nv rows padded to nvp (a multiple
+   of 4), each of dtau_dq and dtau_dv padded to ncp columns (a multiple of a 32-byte vector's
+   entries), side by side in rows of nc2 entries (a multiple of two vectors) */
+#define HOST_PADS(T)                                                                          \
+  const int L_ = 32 / (int)sizeof(T), nvp = (nv + 3) / 4 * 4, ncp = (nv + L_ - 1) / L_ * L_; \
+  const int nc2 = (2 * ncp + 2 * L_ - 1) / (2 * L_) * (2 * L_);
+
+/* the bytes of HOST_ABA_DERIVATIVES' intermediates, rounded up to 64 (0 for the other
+   algorithms): the product's padded B (nv x nc2), C (nvp x nc2) and A (nvp x nv), then qdd
+   (nv), dtau_dq and dtau_dv (nv x nv each) */
+static size_t host_tmp_bytes(const host_call* h) {
+  if (h->alg != HOST_ABA_DERIVATIVES)
+    return 0;
+  const int nv = h->t.nv;
+  size_t b;
+  if (h->f32) {
+    HOST_PADS(float)
+    b = sizeof(float) * ((size_t)nc2 * (nv + nvp) + (size_t)nvp * nv + nv + 2 * (size_t)nv * nv);
+  } else {
+    HOST_PADS(double)
+    b = sizeof(double) * ((size_t)nc2 * (nv + nvp) + (size_t)nvp * nv + nv + 2 * (size_t)nv * nv);
+  }
+  return (b + 63) / 64 * 64;
+}
+
+/* the int32 entries of Minv's block's tables (nv + 1 + nb), where the algorithm has them */
+static size_t host_table_entries(const host_call* h) {
+  return HOST_TABLES(h->alg) ? (size_t)h->t.nv + 1 + h->t.nb : 0;
 }
 
 /* the bytes of the model's constants in h's precision */
@@ -368,15 +425,15 @@ static size_t host_cst_bytes(const host_call* h) {
   return (h->f32 ? sizeof(float) : sizeof(double)) * 21 * (size_t)h->t.nb;
 }
 
-/* the bytes of the memory jaxdyn_host_prepare takes: the workspace, the constants and, for
-   HOST_MINV, its tables (0 where the tables could not be made: the runs allocate their own) */
+/* the bytes of the memory jaxdyn_host_prepare takes: the workspace, HOST_ABA_DERIVATIVES'
+   intermediates, the constants and, for HOST_MINV and HOST_ABA_DERIVATIVES, Minv's tables (0
+   where the tables could not be made: HOST_MINV's runs allocate their own,
+   HOST_ABA_DERIVATIVES' fail) */
 int64_t jaxdyn_host_workspace(const host_call* h) {
-  if (h->alg == HOST_MINV && h->levels == 0)
+  if (HOST_TABLES(h->alg) && h->levels == 0)
     return 0;
-  size_t b = host_ws_bytes(h) + host_cst_bytes(h);
-  if (h->alg == HOST_MINV)
-    b += sizeof(int32_t) * ((size_t)h->t.nv + 1 + h->t.nb);
-  return (int64_t)b;
+  size_t b = host_ws_bytes(h) + host_tmp_bytes(h) + host_cst_bytes(h);
+  return (int64_t)(b + sizeof(int32_t) * host_table_entries(h));
 }
 
 /* gives h the memory of jaxdyn_host_workspace bytes at mem (64-byte aligned, the caller's,
@@ -385,8 +442,9 @@ int64_t jaxdyn_host_workspace(const host_call* h) {
    them (what the kernel's run does per call) */
 void jaxdyn_host_prepare(host_call* h, void* mem) {
   h->ws = mem;
-  h->cst = (char*)mem + host_ws_bytes(h);
-  if (h->alg == HOST_MINV) {
+  h->tmp = host_tmp_bytes(h) ? (char*)mem + host_ws_bytes(h) : NULL;
+  h->cst = (char*)mem + host_ws_bytes(h) + host_tmp_bytes(h);
+  if (HOST_TABLES(h->alg)) {
     h->row0 = (int32_t*)((char*)h->cst + host_cst_bytes(h));
     h->levels = minv_tables_f64_narrow(&h->t, h->row0);
   }
@@ -412,6 +470,55 @@ void jaxdyn_host_prepare(host_call* h, void* mem) {
     }                                                                                         \
   }
 
+/* DMM (Singh, Russell & Wensing 2022, Eq. 5): o0 = -Minv dq and o1 = -Minv dv (nv x nv,
+   row-major) as one product C = A B of padded copies in tmp (HOST_PADS; A: Minv, B:
+   [-dq -dv], zeros in the padding), 4 rows of C by two 32-byte vectors at a time in registers,
+   each sum over k in order (as XLA's dot sums) */
+#define HOST_DMM(T, S)                                                                        \
+  typedef T vec32_##S __attribute__((vector_size(32)));                                       \
+  CLONES static void host_dmm_##S(int nv, const T* restrict Minv, const T* restrict dq,       \
+                                  const T* restrict dv, T* restrict tmp, T* restrict o0,      \
+                                  T* restrict o1) {                                           \
+    typedef vec32_##S V;                                                                      \
+    HOST_PADS(T)                                                                              \
+    T *B = tmp, *C = B + (size_t)nc2 * nv, *A = C + (size_t)nc2 * nvp;                        \
+    for (int i = 0; i < nvp; ++i)                                                             \
+      for (int k = 0; k < nv; ++k)                                                            \
+        A[(size_t)i * nv + k] = i < nv ? Minv[(size_t)i * nv + k] : 0;                        \
+    for (int k = 0; k < nv; ++k) {                                                            \
+      T* b = B + (size_t)k * nc2;                                                             \
+      for (int j = 0; j < nc2; ++j)                                                           \
+        b[j] = 0;                                                                             \
+      for (int j = 0; j < nv; ++j)                                                            \
+        b[j] = -dq[(size_t)k * nv + j], b[ncp + j] = -dv[(size_t)k * nv + j];                 \
+    }                                                                                         \
+    for (int i0 = 0; i0 < nvp; i0 += 4)                                                       \
+      for (int j = 0; j < nc2; j += 2 * L_) {                                                 \
+        V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0},        \
+          c31 = {0};                                                                          \
+        const T* a = A + (size_t)i0 * nv;                                                     \
+        for (int k = 0; k < nv; ++k) {                                                        \
+          const V b0 = *(const V*)(B + (size_t)k * nc2 + j);                                  \
+          const V b1 = *(const V*)(B + (size_t)k * nc2 + j + L_);                             \
+          const T a0 = a[k], a1 = a[nv + k], a2 = a[2 * nv + k], a3 = a[3 * nv + k];          \
+          c00 += a0 * b0, c01 += a0 * b1, c10 += a1 * b0, c11 += a1 * b1;                     \
+          c20 += a2 * b0, c21 += a2 * b1, c30 += a3 * b0, c31 += a3 * b1;                     \
+        }                                                                                     \
+        T* c = C + (size_t)i0 * nc2 + j;                                                      \
+        *(V*)c = c00, *(V*)(c + L_) = c01, *(V*)(c + nc2) = c10, *(V*)(c + nc2 + L_) = c11;   \
+        *(V*)(c + 2 * nc2) = c20, *(V*)(c + 2 * nc2 + L_) = c21;                              \
+        *(V*)(c + 3 * nc2) = c30, *(V*)(c + 3 * nc2 + L_) = c31;                              \
+      }                                                                                       \
+    for (int i = 0; i < nv; ++i)                                                              \
+      for (int j = 0; j < nv; ++j) {                                                          \
+        o0[(size_t)i * nv + j] = C[(size_t)i * nc2 + j];                                      \
+        o1[(size_t)i * nv + j] = C[(size_t)i * nc2 + ncp + j];                                \
+      }                                                                                       \
+  }
+HOST_DMM(double, f64)
+HOST_DMM(float, f32)
+#undef HOST_DMM
+
 /* one sample from the input buffers into h->out. Returns 0, 1 (a failed quaternion check) or
    2 (out of memory) */
 int jaxdyn_host_run(const host_call* h) {
@@ -421,13 +528,37 @@ int jaxdyn_host_run(const host_call* h) {
     HOST_NORMALISE(float)
   else
     HOST_NORMALISE(double)
-#define HOST_RUN(T, S)                                                                        \
+#define HOST_RUN(T, S, P)                                                                     \
   {                                                                                           \
     const T *XR = h->XR, *Xp = h->Xp, *ax = h->axis, *ms = h->mass, *cm = h->com;             \
     const T *in = h->inertia, *arm = h->armature, *g = h->gravity, *q = h->q;                 \
     const T *qd = h->qd, *x = h->x, *fe = h->fext;                                            \
     T* o = h->out;                                                                            \
     const T* cst = h->cst;                                                                    \
+    const int64_t nn = (int64_t)t->nv * t->nv;                                                \
+    if (h->alg == HOST_RNEA_DERIVATIVES || h->alg == HOST_ABA_DERIVATIVES) {                  \
+      if (h->ws == NULL)                                                                      \
+        return 2;                                                                             \
+      if (h->alg == HOST_RNEA_DERIVATIVES) {                                                  \
+        T* const outs[3] = {o, o + nn, o + 2 * nn};                                           \
+        rnea_derivatives_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst,      \
+                                   outs, 0, 1, h->ws);                                        \
+        return 0;                                                                             \
+      }                                                                                       \
+      const int nv = t->nv;                                                                   \
+      HOST_PADS(T)                                                                            \
+      T *qdd = (T*)h->tmp + (size_t)nc2 * (nv + nvp) + (size_t)nvp * nv, *dq = qdd + nv;      \
+      T* dv = dq + nn;                                                                        \
+      T* const outs[3] = {dq, dv, NULL};                                                      \
+      const int32_t *r0 = h->row0, *depth = r0 + t->nv + 1;                                   \
+      aba_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, qdd, 0, 1, h->ws);  \
+      rnea_derivatives_block_##S(t, q, qd, qdd, fe, XR, Xp, ax, ms, cm, in, arm, g, cst,      \
+                                 outs, 0, 1, h->ws);                                          \
+      minv_block_##S(t, q, XR, Xp, ax, ms, cm, in, arm, cst, r0, depth, h->levels,            \
+                     o + 2 * nn, 0, 1, h->ws);                                                \
+      host_dmm_##P(nv, o + 2 * nn, dq, dv, h->tmp, o, o + nn);                                \
+      return 0;                                                                               \
+    }                                                                                         \
     if (h->ws != NULL && h->alg == HOST_RNEA) {                                               \
       rnea_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, o, 0, 1, h->ws);   \
       return 0;                                                                               \
@@ -461,9 +592,9 @@ int jaxdyn_host_run(const host_call* h) {
     }                                                                                         \
   }
   if (h->f32)
-    HOST_RUN(float, f32_narrow)
+    HOST_RUN(float, f32_narrow, f32)
   else
-    HOST_RUN(double, f64_narrow)
+    HOST_RUN(double, f64_narrow, f64)
 #undef HOST_RUN
   return failed ? 2 : 0;
 }

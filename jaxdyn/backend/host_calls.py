@@ -9,7 +9,11 @@ of its result), and ``jaxdyn_host_run(call)`` computes the sample in its buffers
 :func:`jaxdyn.shell.check_quaternions` does, then runs the kernel's narrow block (the one the
 handlers run for a batch of one), with a workspace, the model's constants (and Minv's tables)
 prepared once by ``jaxdyn_host_prepare``, where the kernel's run allocates and computes them
-per call. :class:`HostCall` holds one such call and its buffers (the
+per call. Two algorithms compose blocks in C as jaxdyn's functions compose the kernels in XLA:
+``"rnea_derivatives"`` (the IDSVA block: Singh, Russell & Wensing 2022, Algorithm 1) and
+``"aba_derivatives"`` (ABA's block for ``qdd``, the IDSVA block at ``qdd`` without ``M``,
+Minv's block, then ``-Minv`` times the two partials in plain C loops: the DMM of Eq. 5, the
+partials of Carpentier & Mansard 2018). :class:`HostCall` holds one such call and its buffers (the
 arrays the C side points to live as long as it does); the caller writes each sample's inputs
 into :attr:`HostCall.inputs` (``buf[...] = x``) and calls :attr:`HostCall.run` with
 :attr:`HostCall.address`, one pointer through ``ctypes``: reading an array's address per call
@@ -31,7 +35,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: ``alg`` codes of ``jaxdyn_host_init`` (``_kernels.c``)
-ALGS = {"rnea": 0, "aba": 1, "crba": 2, "minv": 3}
+ALGS = {"rnea": 0, "aba": 1, "crba": 2, "minv": 3, "rnea_derivatives": 4, "aba_derivatives": 5}
+#: the algorithms whose result is three ``(nv, nv)`` matrices (``out`` of shape ``(3, nv, nv)``)
+DERIVATIVES = ("rnea_derivatives", "aba_derivatives")
 #: return codes of ``jaxdyn_host_run``
 OK, BAD_QUATERNION, NO_MEMORY = 0, 1, 2
 
@@ -62,8 +68,9 @@ def library() -> ctypes.CDLL | None:
 
 def topology(topo: Any, alg: str) -> np.ndarray:
     """The int32 topology of ``alg``'s kernel for the model topology ``topo``
-    (``jaxdyn_crba``'s; ``jaxdyn_minv``'s, with the depth-first order, for ``"minv"``)."""
-    if alg == "minv":
+    (``jaxdyn_crba``'s; ``jaxdyn_minv``'s, with the depth-first order, for ``"minv"`` and
+    ``"aba_derivatives"``)."""
+    if alg in ("minv", "aba_derivatives"):
         return crba_kernel._minv_topology(topo)
     return crba_kernel._kernel_topology(topo)
 
@@ -75,17 +82,19 @@ def _address(a: np.ndarray | None) -> int | None:
 class HostCall:
     """One kernel (``alg`` of :data:`ALGS`) of one model, for one sample at a time.
 
-    ``topology``: the kernel's int32 topology (``jaxdyn_crba``'s; ``jaxdyn_minv``'s for
-    ``"minv"``); ``constants``: ``Xtree_R (nb, 9)``, ``Xtree_p (nb, 3)``, the motion axes
-    ``(nv, 6)``, mass ``(nb)``, com ``(nb, 3)``, inertia ``(nb, 9)``, armature ``(nv)`` or
-    ``None``, gravity ``(3)``, all cast to ``dtype`` (float32 or float64; copied here,
-    C-contiguous); ``quaternions``: the index in ``q`` of each quaternion's first entry;
-    ``check``: fail a sample whose quaternion's squared norm is off 1 by more than ``tol`` or
-    not finite; ``f_ext``: RNEA / ABA with external forces.
+    ``topology``: the kernel's int32 topology (:func:`topology`); ``constants``: ``Xtree_R (nb,
+    9)``, ``Xtree_p (nb, 3)``, the motion axes ``(nv, 6)``, mass ``(nb)``, com ``(nb, 3)``, inertia
+    ``(nb, 9)``, armature ``(nv)`` or ``None``, gravity ``(3)``, all cast to ``dtype`` (float32 or
+    float64; copied here, C-contiguous); ``quaternions``: the index in ``q`` of each quaternion's
+    first entry; ``check``: fail a sample whose quaternion's squared norm is off 1 by more than
+    ``tol`` or not finite; ``f_ext``: RNEA / ABA with external forces.
 
-    :attr:`inputs`: the buffers of ``q (nq)`` and, for RNEA / ABA, ``qd (nv)``, ``x (nv)``
-    (``qdd`` / ``tau``) and ``f_ext (nb, 6)`` where asked; ``run(address)`` computes the
-    sample into :attr:`out` (``(nv,)`` or ``(nv, nv)``, overwritten by the next run; ``q``'s
+
+    :attr:`inputs`: the buffers of ``q (nq)`` and, for RNEA / ABA and their derivatives,
+    ``qd (nv)``, ``x (nv)`` (``qdd`` / ``tau``) and ``f_ext (nb, 6)`` where asked;
+    ``run(address)`` computes the sample into :attr:`out` (``(nv,)``, ``(nv, nv)`` or, for
+    :data:`DERIVATIVES`, ``(3, nv, nv)``: ``dtau_dq, dtau_dv, M`` / ``dqdd_dq, dqdd_dv,
+    Minv``), overwritten by the next run; ``q``'s
     buffer is left normalised) and returns :data:`OK`, :data:`BAD_QUATERNION` or
     :data:`NO_MEMORY`."""
 
@@ -112,14 +121,15 @@ class HostCall:
         self._quaternions = np.ascontiguousarray(quaternions, np.int32)
         consts = [None if c is None else np.ascontiguousarray(c, self.dtype) for c in constants]
         self._constants = consts
-        dynamics = alg in ("rnea", "aba")
+        dynamics = alg in ("rnea", "aba", *DERIVATIVES)
         self.inputs: list[np.ndarray] = [np.zeros(nq, self.dtype)]
         if dynamics:
             self.inputs += [np.zeros(nv, self.dtype), np.zeros(nv, self.dtype)]
             if f_ext:
                 self.inputs.append(np.zeros((nb, 6), self.dtype))
         bufs = self.inputs + [None] * (4 - len(self.inputs))
-        self.out = np.zeros((nv, nv) if not dynamics else (nv,), self.dtype)
+        shape = (3, nv, nv) if alg in DERIVATIVES else (nv,) if dynamics else (nv, nv)
+        self.out = np.zeros(shape, self.dtype)
         self._call = ctypes.create_string_buffer(int(lib.jaxdyn_host_size()))
         lib.jaxdyn_host_init(
             self._call,
@@ -135,7 +145,8 @@ class HostCall:
             _address(self.out),
         )
         # the kernel's workspace, the model's constants and Minv's tables, allocated and
-        # computed once (64-byte aligned; 0 bytes: the run allocates its own per call)
+        # computed once (64-byte aligned; 0 bytes: the run allocates its own per call, or, for
+        # "aba_derivatives", fails with NO_MEMORY)
         nbytes = int(lib.jaxdyn_host_workspace(self._call))
         if nbytes:
             raw = np.empty(nbytes + 64, np.uint8)
