@@ -89,7 +89,6 @@ class HostCall:
     first entry; ``check``: fail a sample whose quaternion's squared norm is off 1 by more than
     ``tol`` or not finite; ``f_ext``: RNEA / ABA with external forces.
 
-
     :attr:`inputs`: the buffers of ``q (nq)`` and, for RNEA / ABA and their derivatives,
     ``qd (nv)``, ``x (nv)`` (``qdd`` / ``tau``) and ``f_ext (nb, 6)`` where asked;
     ``run(address)`` computes the sample into :attr:`out` (``(nv,)``, ``(nv, nv)`` or, for
