@@ -215,7 +215,7 @@ def test_kernel_build_timeout_and_exit_leave_nothing(tmp_path, monkeypatch):
 
     seen = []
 
-    def compile_then_exit(library, exe, include, flags, tmp, lib):
+    def compile_then_exit(library, exe, include, flags, tmp, lib, background=False):
         seen.append((tmp in U._temporaries, os.path.exists(tmp)))
         U._stop_compiles()  # what the exit runs, the build under way
         seen.append(os.path.exists(tmp))
@@ -225,6 +225,35 @@ def test_kernel_build_timeout_and_exit_leave_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stopped"):
         U._build(U.KERNELS, str(cc), out)
     assert seen == [(True, True), False] and not list(out.iterdir())
+
+
+def test_background_compiles_run_below_the_process_priority(tmp_path, monkeypatch):
+    """The compiles of :func:`jaxdyn.backend.ffi.build_in_background` run ``BACKGROUND_NICE``
+    below the process (so that they take what its tracing and XLA leave on a machine with few
+    cores); a build that the caller waits for runs at the process's own priority."""
+    import shutil
+    import sys
+
+    from jaxdyn.backend import ffi as U
+
+    if sys.platform == "win32" or shutil.which("nice") is None:
+        pytest.skip("no nice")
+    monkeypatch.setattr(U, "_compiling", {})
+    own = os.nice(0)
+
+    # the compiler's stand-in fails (a message) unless it runs at exactly this niceness
+    def at(n):
+        return ["sh", "-c", f'test "$(nice)" -eq {n} || {{ echo "niceness $(nice)"; exit 3; }}']
+
+    assert U.BACKGROUND_NICE > 0
+    low = min(own + U.BACKGROUND_NICE, 19)
+    assert U._run_compiles([at(low)] * 2, [str(tmp_path / "a"), str(tmp_path / "b")], True) == (
+        0,
+        "",
+    )
+    assert U._run_compiles([at(own)], [str(tmp_path / "c")]) == (0, "")
+    code, msg = U._run_compiles([at(own)], [str(tmp_path / "d")], True)
+    assert code == 3 and f"niceness {low}" in msg, msg
 
 
 _BACKGROUND = """

@@ -16,7 +16,8 @@ jaxlib's own FFI header (``jax.ffi.include_dir()``) and cached (``$JAXDYN_CACHE_
 directory of the user's under the system's temporary directory; one file per source, header,
 compiler and flags). A process that does not find it compiled starts that compile in a
 background thread when jaxdyn is imported (:func:`build_in_background`;
-``JAXDYN_BUILD_HANDLER=0`` turns that off), so that the compiler runs beside the imports and
+``JAXDYN_BUILD_HANDLER=0`` turns that off; the compilers at a lower priority,
+:data:`BACKGROUND_NICE`), so that the compiler runs beside the imports and
 tracing, and the first program that calls the handler waits only for what is left of it (the
 handlers' library, a few lines of C at ``-O2``, is usually done before the imports are). It is
 used only where it is safe and possible, and the buffer is filled as before otherwise:
@@ -239,7 +240,9 @@ def _compiler(cc: str | None) -> tuple[list[str], Path]:
     return [exe, *words[1:]], header
 
 
-def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
+def _build(
+    library: _Library, cc: str | None, directory: Path | None, background: bool = False
+) -> Path:
     exe, header = _compiler(cc)
     flags = library.flags()
     name = _file_name(library, exe, header, flags)
@@ -255,7 +258,7 @@ def _build(library: _Library, cc: str | None, directory: Path | None) -> Path:
             continue
         os.close(fd)
         _temporaries.add(tmp)  # removed at exit should the process end during the compile
-        return _compile(library, exe, header.parents[3], flags, tmp, d / name)
+        return _compile(library, exe, header.parents[3], flags, tmp, d / name, background)
     raise RuntimeError(f"no writable directory for the compiled library: {dirs}")
 
 
@@ -293,17 +296,30 @@ KERNEL_PARTS = 3
 #: flags (:meth:`_Library.flags`, a portable build that compiles every kernel thrice) are for
 #: a compiler that refuses the first, not for a slow machine
 COMPILE_TIMEOUT = 600.0
+#: the ``nice`` increment of the compiles that :func:`build_in_background` starts: below the
+#: process's own threads, so that on a machine with few cores the compiler takes what tracing
+#: and XLA leave (docs/performance.md, "The kernels' library, cold"), yet not so low that a
+#: busy machine starves it (``nice`` 10: about a tenth of a core against each busy thread);
+#: 0 turns it off
+BACKGROUND_NICE = 10
 
 
 class _Timeout(RuntimeError):
     """A compiler command stopped after :data:`COMPILE_TIMEOUT` seconds."""
 
 
-def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
+def _run_compiles(
+    cmds: list[list[str]], outputs: list[str], background: bool = False
+) -> tuple[int, str]:
     """Run the compiler commands side by side (each writing its entry of ``outputs``, removed
     at exit should the process end first: :func:`_stop_compiles`); ``(0, "")`` where all
     succeed, else the first failure's return code and message. Raises :class:`_Timeout`
-    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped)."""
+    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped). ``background``:
+    at the lower scheduling priority :data:`BACKGROUND_NICE` (through ``nice``, where it is
+    on ``PATH``)."""
+    nice = shutil.which("nice") if background and BACKGROUND_NICE else None
+    if nice:
+        cmds = [[nice, "-n", str(BACKGROUND_NICE), *cmd] for cmd in cmds]
     procs = []
     for cmd, out in zip(cmds, outputs, strict=True):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -328,7 +344,7 @@ def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
     return failed
 
 
-def _compile(library, exe, include, flags, tmp, lib):
+def _compile(library, exe, include, flags, tmp, lib, background=False):
     """Compile ``library`` into ``tmp`` with each of ``flags`` in turn until one compiles,
     then move it to ``lib``; raises with the last compiler message where none does, and at
     once where a compile runs past :data:`COMPILE_TIMEOUT`. The kernels' library is compiled
@@ -343,12 +359,13 @@ def _compile(library, exe, include, flags, tmp, lib):
                     [*exe, *fl, *common, f"-DJAXDYN_PART={k}", "-c", str(library.source), "-o", o]
                     for k, o in enumerate(objs)
                 ]
-                code, msg = _run_compiles(cmds, objs)
+                code, msg = _run_compiles(cmds, objs, background)
                 if code == 0:
-                    code, msg = _run_compiles([[*exe, *fl, "-shared", *objs, "-o", tmp]], [tmp])
+                    link = [[*exe, *fl, "-shared", *objs, "-o", tmp]]
+                    code, msg = _run_compiles(link, [tmp], background)
             else:
                 cmd = [*exe, *fl, "-shared", *common, str(library.source), "-o", tmp]
-                code, msg = _run_compiles([cmd], [tmp])
+                code, msg = _run_compiles([cmd], [tmp], background)
             if code == 0:
                 break
             if i == len(flags) - 1:
@@ -419,7 +436,7 @@ def build_in_background() -> bool:
     def run():
         for library in todo:
             try:
-                _build(library, None, None)
+                _build(library, None, None, background=True)
             except Exception as e:  # available() builds again and reports it
                 logger.debug("jaxdyn: background build of %s failed: %r", library.source.name, e)
             finally:
