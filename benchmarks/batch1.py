@@ -52,7 +52,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _env import cpu_name, single_threaded, write_section  # noqa: E402
+from _env import cpu_name, git_commit, single_threaded, write_section  # noqa: E402
 
 ALGS = ("rnea", "crba", "aba", "minv", "rnea_derivatives", "aba_derivatives")
 #: eager calls are timed for these (the others compile the same way)
@@ -195,8 +195,9 @@ def render(results: dict, args) -> str:
         HEADING,
         "",
         f"`python benchmarks/batch1.py` on {cpu_name()}, one pinned core, jax {jax.__version__}, "
-        f"jaxdyn {jaxdyn.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"{args.note}",
+        f"jaxdyn {jaxdyn.__version__} ({git_commit()}), "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        + (f"; {args.note}" if args.note else "."),
         "",
         "One robot at a time, float64, every call waiting for its result. us per call, median "
         f"of {args.rounds} interleaved rounds; *async*: JAX's default dispatch, *sync*: "

@@ -1,10 +1,12 @@
 """Where a program's compile time goes: its pieces compiled alone (issues 52 and 53).
 
 * ``solve`` (default): the FDDP solve program of ``benchmarks/trajopt.py``'s single problems
-  (``arm7`` T = 100, ``quad12`` T = 50; float64) and its pieces, each as a program of its own:
-  the derivatives at every knot (``_calc_diff``) and their parts (the dynamics'
-  ``step_derivatives`` over the knots, the running and terminal costs' derivatives, the gaps'
-  state differences), the line search's rollout (``_forward``, its trial cost included), the
+  (``arm7`` T = 100, ``quad12`` T = 50; float64), or of ``examples/trajopt_quadruped.py``'s
+  (``quad12_contact``: four point contacts, T = 50), and its pieces, each as a program of its
+  own: the derivatives at every knot (``_calc_diff``) and their parts (the dynamics'
+  ``step_derivatives`` over the knots, for the contact problem the constrained dynamics'
+  derivatives within them, the running and terminal costs' derivatives, the gaps' state
+  differences), the line search's rollout (``_forward``, its trial cost included), the
   trajectory cost and the backward pass (``_backward``).
 * ``derivatives``: ``jax.jit(jax.vmap(f))`` (``--robot``, default talos_full, ``--batch``
   1024, float64) of ``rnea_derivatives``, ``aba_derivatives`` and the parts of the latter: the
@@ -36,6 +38,11 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("JAXDYN_COMPILATION_CACHE", "0")
 os.environ.setdefault("JAXDYN_EXECUTABLE_CACHE", "0")
 os.environ.setdefault("JAXDYN_COMPILE_LOG", "0")
+
+
+#: ``--problem`` for ``examples/trajopt_quadruped.py``'s problem (quad12 on four point
+#: contacts, :class:`jaxdyn.trajopt.ContactDynamics`, T = 50)
+CONTACT = "quad12_contact"
 
 
 def measure(label, fn, *args, vmapped=False):
@@ -73,9 +80,17 @@ def solve_pieces(name):
     from jaxdyn.trajopt.dynamics import step_derivatives
     from jaxdyn.trajopt.lie import state_difference
 
-    T = dict((n, t) for n, t, _ in SINGLES)[name]
-    model, _, _ = load_model(name)
-    problem, xs, us = ddp._start(single_problem(model, T, 0), None, None, False)
+    if name == CONTACT:  # the example's problem (ContactDynamics: four point contacts)
+        sys.path.insert(0, str(HERE.parent / "examples"))
+        from trajopt_quadruped import shift_problem
+
+        given = shift_problem()[0]
+        T = given.horizon
+    else:
+        T = dict((n, t) for n, t, _ in SINGLES)[name]
+        model, _, _ = load_model(name)
+        given = single_problem(model, T, 0)
+    problem, xs, us = ddp._start(given, None, None, False)
     params, static = ddp._options({}, xs.dtype)
     flag = ddp._as_array(False, bool)
     D, fs, _, _ = ddp._calc_diff(problem, ddp._knot_costs(problem), xs, us)
@@ -100,6 +115,15 @@ def solve_pieces(name):
         return jax.vmap(node)(x[:-1], u)
 
     measure("- step_derivatives over the knots", dyn, problem, xs, us)
+    if name == CONTACT:
+
+        def acceleration(p, x, u):
+            nq = p.model.nq
+            return jax.vmap(lambda a, b: p.dynamics.derivatives(p.model, a[:nq], a[nq:], b))(
+                x[:-1], u
+            )
+
+        measure("-- ContactDynamics.derivatives over the knots", acceleration, problem, xs, us)
 
     def running(p, x, u):
         return jax.vmap(lambda a, b: p.running.derivatives(p.model, a, b))(x[:-1], u)
@@ -177,7 +201,7 @@ def derivative_pieces(robot, batch):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", nargs="?", default="solve", choices=("solve", "derivatives"))
-    p.add_argument("--problem", default="quad12", choices=("arm7", "quad12"))
+    p.add_argument("--problem", default="quad12", choices=("arm7", "quad12", CONTACT))
     p.add_argument("--robot", default="talos_full")
     p.add_argument("--batch", type=int, default=1024)
     a = p.parse_args(argv)
