@@ -11,8 +11,8 @@ minus ``XLA_FLAGS``, ``MALLOC_*`` and ``GLIBC_TUNABLES`` (:func:`plain_env`), no
 (``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model; ``--plain-form
 closed``: the model closed over), B = 1024, float64 and float32, per sample the median of
 at least :data:`PLAIN_CALLS` calls (and :data:`PLAIN_MIN_S` seconds of calls) after a
-warm-up. Pinocchio C++ is timed in its own process just before each round's jaxdyn
-processes, and the ratio is taken within a round and its median over the rounds
+warm-up right before them. Pinocchio C++ is timed in its own process just before and after
+each algorithm's calls, and the ratio is taken within a round and its median over the rounds
 (``--plain-rounds``), so that a loaded machine weighs on both sides of it. The table gives
 each ratio against the issue's targets (PASS/FAIL) and the CPU seconds per wall second of
 jaxdyn's calls (above 1: more than one thread ran them).
@@ -253,6 +253,11 @@ PLAIN_CALLS = 5
 PLAIN_MIN_S = 0.05
 #: calls after the first (compile) before the timed ones
 WARMUP_CALLS = 3
+#: and at least this many seconds of them, right before the timed calls (after Pinocchio's
+#: run before them): the first calls after a second of idling ran slower (talos_full's
+#: ``crba``, 2026-12-03, the Intel VM: the first 5-8 calls after Pinocchio's run 3.6-3.9 us per
+#: sample against 2.2 after), which the median of 10-15 calls then took for the kernel's time
+WARMUP_MIN_S = 0.1
 
 
 #: Pinocchio's C++ benchmark around each algorithm of the plain process: seconds per repeat,
@@ -273,11 +278,13 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
     """In a plain process (:func:`plain_rounds` starts it): each algorithm as README writes it,
     ``jax.jit(jax.vmap(alg, in_axes=(None, 0, ...)))`` called with the model (``form=
     "argument"``) or ``jax.jit(jax.vmap(lambda q, ...: alg(model, q, ...)))`` (``"closed"``),
-    at batch ``B``; the first call (compile) and :data:`WARMUP_CALLS` more as warm-up (glibc's
-    heap settles over the first calls), then the median of at least ``calls`` calls and
-    :data:`PLAIN_MIN_S` seconds of them (``block_until_ready``). With ``pin_argv``
-    (Pinocchio's C++ benchmark, a process of its own) Pinocchio is timed just before and just
-    after those calls, so that the load of a shared machine weighs on both sides of the ratio.
+    at batch ``B``; the first call (compile), then with ``pin_argv`` (Pinocchio's C++
+    benchmark, a process of its own) Pinocchio timed, then at least :data:`WARMUP_CALLS` calls
+    and :data:`WARMUP_MIN_S` seconds of them as warm-up (glibc's heap settles over the first
+    calls, and the first calls after idling run slow), then the median of at least ``calls``
+    calls and :data:`PLAIN_MIN_S` seconds of them (``block_until_ready``), then Pinocchio
+    timed again: Pinocchio is timed just before and just after jaxdyn's calls, so that the
+    load of a shared machine weighs on both sides of the ratio.
     Returns ``{alg: {"ns",
     "cpu", "compile_s", "calls_ns", "pin_ns"}}``: ns per sample, CPU seconds per wall second
     of the timed calls (above 1: the call ran on several threads), the first call's seconds
@@ -300,9 +307,13 @@ def plain_child(robot, dtype, B, algs, form="argument", calls=PLAIN_CALLS, pin_a
             jf = jax.jit(jax.vmap(f, in_axes=(None,) + (0,) * len(args)))
             args = (model, *args)
         compile_s = _first_call(jf, args)
-        for _ in range(WARMUP_CALLS):  # glibc's heap settles over the first calls
-            jax.block_until_ready(jf(*args))
         pin0 = _pin_now(pin_argv, alg) if pin_argv else None
+        # then the warm-up (glibc's heap settles over the first calls; the first calls after
+        # idling, here during Pinocchio's run, are slow), right before the timed calls
+        n, w0 = 0, time.perf_counter()
+        while n < WARMUP_CALLS or time.perf_counter() - w0 < WARMUP_MIN_S:
+            jax.block_until_ready(jf(*args))
+            n += 1
         walls, cpu0, w0 = [], time.process_time(), time.perf_counter()
         while len(walls) < calls or time.perf_counter() - w0 < PLAIN_MIN_S:
             t0 = time.perf_counter()
@@ -427,8 +438,9 @@ def render_plain(results, B, rounds, form) -> str:
         f"jaxdyn in a fresh process with the caller's environment minus `XLA_FLAGS`, "
         "`MALLOC_*` and `GLIBC_TUNABLES`: not pinned, JAX's default threads, glibc's allocator "
         f"as jaxdyn leaves it; `{call}` as README writes it, B = {B}, per sample: the median "
-        f"of at least {PLAIN_CALLS} calls and {PLAIN_MIN_S:g} s of calls after {1 + WARMUP_CALLS} "
-        "warm-up calls. Pinocchio "
+        f"of at least {PLAIN_CALLS} calls and {PLAIN_MIN_S:g} s of calls after the first call "
+        f"(compile) and, right before the timed calls, a warm-up of at least {WARMUP_CALLS} "
+        f"calls and {WARMUP_MIN_S:g} s. Pinocchio "
         f"{_pin_desc(results)}, one thread, "
         "timed in its own process just before and just after each algorithm's calls (the "
         f"mean of the two); {rounds} rounds, each in fresh processes. *ratio*: the median over "

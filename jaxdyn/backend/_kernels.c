@@ -390,27 +390,31 @@ static size_t host_ws_bytes(const host_call* h) {
 }
 #undef HOST_WS_UNITS
 
-/* HOST_ABA_DERIVATIVES' product (host_dmm) on padded copies: nv rows padded to nvp (a multiple
-   of 4), each of dtau_dq and dtau_dv padded to ncp columns (a multiple of a 32-byte vector's
-   entries), side by side in rows of nc2 entries (a multiple of two vectors) */
-#define HOST_PADS(T)                                                                          \
+/* HOST_ABA_DERIVATIVES' intermediates in tmp, in entries of T: the one place of their layout.
+   First the product's (host_dmm) padded copies: B, nv rows of nc2 entries (dtau_dq's and
+   dtau_dv's rows, each padded to ncp columns, a multiple of a 32-byte vector's entries, side by
+   side, rounded up to two vectors), C (nvp x nc2; nvp: nv rounded up to a multiple of 4) and A
+   (nvp x nv); then qdd (nv), dtau_dq and dtau_dv (nv x nv each); tmp_n entries in all */
+#define HOST_TMP_LAYOUT(T)                                                                    \
   const int L_ = 32 / (int)sizeof(T), nvp = (nv + 3) / 4 * 4, ncp = (nv + L_ - 1) / L_ * L_; \
-  const int nc2 = (2 * ncp + 2 * L_ - 1) / (2 * L_) * (2 * L_);
+  const int nc2 = (2 * ncp + 2 * L_ - 1) / (2 * L_) * (2 * L_);                               \
+  const size_t at_C = (size_t)nc2 * nv, at_A = at_C + (size_t)nc2 * nvp;                      \
+  const size_t at_qdd = at_A + (size_t)nvp * nv, at_dq = at_qdd + nv;                         \
+  const size_t at_dv = at_dq + (size_t)nv * nv, tmp_n = at_dv + (size_t)nv * nv;
 
-/* the bytes of HOST_ABA_DERIVATIVES' intermediates, rounded up to 64 (0 for the other
-   algorithms): the product's padded B (nv x nc2), C (nvp x nc2) and A (nvp x nv), then qdd
-   (nv), dtau_dq and dtau_dv (nv x nv each) */
+/* the bytes of HOST_ABA_DERIVATIVES' intermediates (HOST_TMP_LAYOUT), rounded up to 64 (0 for
+   the other algorithms) */
 static size_t host_tmp_bytes(const host_call* h) {
   if (h->alg != HOST_ABA_DERIVATIVES)
     return 0;
   const int nv = h->t.nv;
   size_t b;
   if (h->f32) {
-    HOST_PADS(float)
-    b = sizeof(float) * ((size_t)nc2 * (nv + nvp) + (size_t)nvp * nv + nv + 2 * (size_t)nv * nv);
+    HOST_TMP_LAYOUT(float)
+    b = sizeof(float) * tmp_n;
   } else {
-    HOST_PADS(double)
-    b = sizeof(double) * ((size_t)nc2 * (nv + nvp) + (size_t)nvp * nv + nv + 2 * (size_t)nv * nv);
+    HOST_TMP_LAYOUT(double)
+    b = sizeof(double) * tmp_n;
   }
   return (b + 63) / 64 * 64;
 }
@@ -471,7 +475,7 @@ void jaxdyn_host_prepare(host_call* h, void* mem) {
   }
 
 /* DMM (Singh, Russell & Wensing 2022, Eq. 5): o0 = -Minv dq and o1 = -Minv dv (nv x nv,
-   row-major) as one product C = A B of padded copies in tmp (HOST_PADS; A: Minv, B:
+   row-major) as one product C = A B of padded copies in tmp (HOST_TMP_LAYOUT; A: Minv, B:
    [-dq -dv], zeros in the padding), 4 rows of C by two 32-byte vectors at a time in registers,
    each sum over k in order (as XLA's dot sums) */
 #define HOST_DMM(T, S)                                                                        \
@@ -480,8 +484,8 @@ void jaxdyn_host_prepare(host_call* h, void* mem) {
                                   const T* restrict dv, T* restrict tmp, T* restrict o0,      \
                                   T* restrict o1) {                                           \
     typedef vec32_##S V;                                                                      \
-    HOST_PADS(T)                                                                              \
-    T *B = tmp, *C = B + (size_t)nc2 * nv, *A = C + (size_t)nc2 * nvp;                        \
+    HOST_TMP_LAYOUT(T)                                                                        \
+    T *B = tmp, *C = tmp + at_C, *A = tmp + at_A;                                             \
     for (int i = 0; i < nvp; ++i)                                                             \
       for (int k = 0; k < nv; ++k)                                                            \
         A[(size_t)i * nv + k] = i < nv ? Minv[(size_t)i * nv + k] : 0;                        \
@@ -546,9 +550,8 @@ int jaxdyn_host_run(const host_call* h) {
         return 0;                                                                             \
       }                                                                                       \
       const int nv = t->nv;                                                                   \
-      HOST_PADS(T)                                                                            \
-      T *qdd = (T*)h->tmp + (size_t)nc2 * (nv + nvp) + (size_t)nvp * nv, *dq = qdd + nv;      \
-      T* dv = dq + nn;                                                                        \
+      HOST_TMP_LAYOUT(T)                                                                      \
+      T *qdd = (T*)h->tmp + at_qdd, *dq = (T*)h->tmp + at_dq, *dv = (T*)h->tmp + at_dv;       \
       T* const outs[3] = {dq, dv, NULL};                                                      \
       const int32_t *r0 = h->row0, *depth = r0 + t->nv + 1;                                   \
       aba_block_##S(t, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, cst, qdd, 0, 1, h->ws);  \
