@@ -33,7 +33,9 @@ loop on the same core), freed buffers kept by glibc (``mallopt``). For each robo
   code for the same algorithm (``cpu_kernels=False``);
 * batch-1 latency of ``jax.jit(f)`` (``--latency``, float64) with the model as an argument
   and closed over (``jax.jit(lambda q: f(model, q))``, where its arrays are constants that
-  the kinematics fold at trace time), and the number of XLA kernels of the first;
+  the kinematics fold at trace time), of ``jaxdyn.compile_for_latency(..., dispatch=
+  "native")`` (jaxdyn's C kernels without XLA, numpy in and out), and the number of XLA
+  kernels of the first;
 * the arithmetic: flops per sample from XLA's cost analysis of the traced (unoptimised)
   batched program, the rate it achieves (GFLOP/s) and the share of this core's measured
   float64/float32 peak (a large single-threaded matrix product). The optimised program's count
@@ -175,6 +177,7 @@ def _kernels(compiled) -> int:
 
 def bench_robot(name, dtypes, B, latency, log):
     import jax
+    import numpy as np
     import pinocchio_cpp
 
     import jaxdyn
@@ -235,6 +238,14 @@ def bench_robot(name, dtypes, B, latency, log):
                 jc = jax.jit(lambda *a, f=f: f(model, *a))
                 _first_call(jc, one)
                 row["b1c_ns"] = timed(jc, one) * 1e9
+                # without XLA: compile_for_latency's native dispatch (jaxdyn's C kernels
+                # through ctypes, numpy in and out), where the kernels are built
+                row["b1n_ns"] = None
+                if alg in jaxdyn.latency.NATIVE_FUNCTIONS:
+                    npone = tuple(np.asarray(x) for x in one)
+                    nat = jaxdyn.compile_for_latency(f, model, *npone, dispatch="native")
+                    if isinstance(nat, jaxdyn.latency.NativeCall):
+                        row["b1n_ns"] = timed(nat, npone) * 1e9
             rows.append(row)
             log(
                 f"[{name}] {dtype} {alg}: rule {row['rule_ns'] / 1e3:.2f} us, plain "
@@ -600,19 +611,28 @@ def render(results, B, peaks, args, plain=None) -> str:
         if lat:
             lines += [
                 "",
-                "Batch-1 latency, `jax.jit(f)` per call, float64 (target for talos_full aba: "
-                "<= 5x Pinocchio):",
+                "Batch-1 latency per call, float64 (issue 53's target: <= 2x Pinocchio): "
+                "`jax.jit(f)` with the model passed and closed over, and "
+                '`jaxdyn.compile_for_latency(f, model, *args, dispatch="native")` called with '
+                "numpy arrays (jaxdyn's C kernels without XLA; '-' where the kernels are not "
+                "built):",
                 "",
                 "| algorithm | Pinocchio us | jaxdyn us | ratio | model closed over us | ratio "
-                "| XLA kernels |",
-                "|---|---:|---:|---:|---:|---:|---:|",
+                "| native us | ratio | XLA kernels |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in lat:
+                nat = r.get("b1n_ns")
                 lines.append(
                     f"| {r['alg']} | {(r['pin_ns'] or float('nan')) / 1e3:.2f} "
                     f"| {r['b1_ns'] / 1e3:.2f} | {_r(r['b1_ns'], r['pin_ns'])} "
                     f"| {r['b1c_ns'] / 1e3:.2f} | {_r(r['b1c_ns'], r['pin_ns'])} "
-                    f"| {r['b1_kernels']} |"
+                    + (
+                        f"| {nat / 1e3:.2f} | {_r(nat, r['pin_ns'])} "
+                        if nat is not None
+                        else "| - | - "
+                    )
+                    + f"| {r['b1_kernels']} |"
                 )
         lines.append("")
     return "\n".join(lines)
