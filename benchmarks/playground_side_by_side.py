@@ -11,8 +11,9 @@ evaluations: simulator and PPO update, without compiler or evaluation) with its 
 steps per CPU second, beside Brax's own ``training/sps`` (wall-clock; on a loaded machine it
 measures the load).
 
-The RESULTS.md run: ``--tasks suite`` trains cartpole_balance, cheetah_run, walker_walk and
-hopper_hop one after the other on their :data:`CPU_BUDGETS`, each task's two backends in two
+The RESULTS.md run: ``--tasks suite`` trains cartpole_balance, cheetah_run, walker_walk,
+hopper_hop, point_mass_easy, swimmer_swimmer6 and fish_swim (:data:`SUITE`) one after the
+other on their :data:`CPU_BUDGETS`, each task's two backends in two
 child processes at the same time, each pinned to a core of its own (single-threaded XLA), and
 writes the section of RESULTS.md (``--results``) from their JSON files (``--out-dir``)::
 
@@ -88,6 +89,9 @@ TASKS = {
     "walker_run": "WalkerRun",
     "hopper_stand": "HopperStand",
     "hopper_hop": "HopperHop",
+    "point_mass_easy": "PointMass",
+    "swimmer_swimmer6": "SwimmerSwimmer6",
+    "fish_swim": "FishSwim",
     "finger_spin": "FingerSpin",
     "finger_turn_easy": "FingerTurnEasy",
     "finger_turn_hard": "FingerTurnHard",
@@ -128,9 +132,20 @@ CPU_BUDGETS = {
         )
         for task in ("cheetah_run", "walker_walk", "hopper_hop")
     },
+    # the contact-free ports after those four: cartpole's budget
+    **{
+        task: dict(
+            timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
+            updates_per_batch=4, num_evals=6, num_eval_envs=16,
+        )
+        for task in ("point_mass_easy", "swimmer_swimmer6", "fish_swim")
+    },
 }  # fmt: skip
 #: the tasks of the RESULTS.md section (``--tasks suite``)
-SUITE = ("cartpole_balance", "cheetah_run", "walker_walk", "hopper_hop")
+SUITE = (
+    "cartpole_balance", "cheetah_run", "walker_walk", "hopper_hop",
+    "point_mass_easy", "swimmer_swimmer6", "fish_swim",
+)  # fmt: skip
 #: the budget options' defaults for a task without a :data:`CPU_BUDGETS` entry
 DEFAULT_BUDGET = dict(
     timesteps=300_000, num_envs=256, batch_size=256, num_minibatches=8, updates_per_batch=4,
@@ -431,7 +446,9 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
     computes the sensors) and to jaxdyn's ``observe`` / ``reward`` (at ``q, v`` converted from
     ``qpos, qvel``). Unlike :func:`check` this does not depend on the two simulators following
     the same trajectory through contact. The entries of :data:`OBS_BY_DESIGN` are reported
-    apart. Tasks whose reward reads a target (reacher, finger) are left to :func:`check`."""
+    apart. Tasks whose reward reads a target (reacher, finger) are left to :func:`check`; the
+    swimmer's and the fish's target is the model's position on both sides (Playground's
+    ``make_data`` leaves the mocap body there)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -442,7 +459,7 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
         return dict(missing=why)
     pg = made[0]
     jd = jaxdyn_env(task)[0]
-    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, SuiteReacher
+    from jaxdyn.envs.dm_control_suite import ContactSuiteEnv, FishSwim, SuiteReacher, Swimmer
 
     if isinstance(jd, SuiteReacher) or task.startswith("finger"):
         return dict(skipped="the reward reads the target of the episode's info; see --check")
@@ -467,6 +484,14 @@ def compare_states(task: str, n_steps: int, seed: int) -> dict:
         q = jd.q_of(qpos.astype(dt))
         ps = jd.pipeline_init(q, jd.v_of(q, qvel.astype(dt)))
         a = action.astype(dt)
+        # the swimmer's and the fish's target: the model's position, where Playground's
+        # make_data leaves its mocap body (the episode's target is drawn at reset)
+        if isinstance(jd, Swimmer):
+            target = jnp.asarray(jd.model_target[:2], dt)
+            return jd.observe(ps, ps, target), jd.reward(ps, ps.q, target)[0]
+        if isinstance(jd, FishSwim):
+            target = jnp.asarray(jd.target_pos, dt)
+            return jd.observe(ps, ps.q, target), jd.reward(ps, ps.q, target)[0]
         if isinstance(jd, ContactSuiteEnv):
             sensors = jd.sensors(ps, a)
             return jd.observe(ps, sensors), jd.reward(ps, sensors, a)[0]
