@@ -125,7 +125,7 @@ BENCHMARKS = (
         "Brax PPO on Playground's MJX suite tasks and jaxdyn's ports",
         manual="Playground goes in its own environment: run the script there with --tasks "
         "suite --compare-states 100 (the seven tasks' two backends and state comparisons, about "
-        "15 minutes on an idle 2-core machine; its docstring, docs/environments.md)",
+        "17 minutes on an idle 2-core machine; its docstring, docs/environments.md)",
     ),
     Benchmark(
         "gpu",
