@@ -215,7 +215,7 @@ def test_kernel_build_timeout_and_exit_leave_nothing(tmp_path, monkeypatch):
 
     seen = []
 
-    def compile_then_exit(library, exe, include, flags, tmp, lib, background=False):
+    def compile_then_exit(library, exe, include, flags, tmp, lib):
         seen.append((tmp in U._temporaries, os.path.exists(tmp)))
         U._stop_compiles()  # what the exit runs, the build under way
         seen.append(os.path.exists(tmp))
@@ -239,22 +239,28 @@ def test_background_compiles_run_below_the_process_priority(tmp_path, monkeypatc
     if sys.platform == "win32" or shutil.which("nice") is None:
         pytest.skip("no nice")
     monkeypatch.setattr(U, "_compiling", {})
+    monkeypatch.setattr(U.KERNELS, "flags", lambda: [["-O3"]])
     own = os.nice(0)
 
-    # the compiler's stand-in fails (a message) unless it runs at exactly this niceness
-    def at(n):
-        return ["sh", "-c", f'test "$(nice)" -eq {n} || {{ echo "niceness $(nice)"; exit 3; }}']
+    def cc(n):
+        """A compiler's stand-in: writes its ``-o`` output (every part and the link) at
+        exactly niceness ``n``, else fails with a message."""
+        path = tmp_path / f"cc{n}"
+        path.write_text(
+            "#!/bin/sh\n"
+            f'test "$(nice)" -eq {n} || {{ echo "niceness $(nice)" >&2; exit 3; }}\n'
+            'while [ $# -gt 1 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n'
+        )
+        path.chmod(0o755)
+        return str(path)
 
     assert U.BACKGROUND_NICE > 0
     low = min(own + U.BACKGROUND_NICE, 19)
-    assert U._run_compiles([at(low)] * 2, [str(tmp_path / "a"), str(tmp_path / "b")], True) == (
-        0,
-        "",
-    )
-    assert U._run_compiles([at(own)], [str(tmp_path / "c")]) == (0, "")
+    assert U._build(U.KERNELS, cc(low), tmp_path / "a", background=True).is_file()
+    assert U._build(U.KERNELS, cc(own), tmp_path / "b").is_file()
     if low != own:  # (a process already at the lowest priority cannot go lower)
-        code, msg = U._run_compiles([at(own)], [str(tmp_path / "d")], True)
-        assert code == 3 and f"niceness {low}" in msg, msg
+        with pytest.raises(RuntimeError, match=f"niceness {low}"):
+            U._build(U.KERNELS, cc(own), tmp_path / "c", background=True)
 
 
 _BACKGROUND = """

@@ -243,9 +243,16 @@ def _compiler(cc: str | None) -> tuple[list[str], Path]:
 def _build(
     library: _Library, cc: str | None, directory: Path | None, background: bool = False
 ) -> Path:
+    """The library's file, found or compiled; ``background``: its compiler commands run at the
+    lower scheduling priority :data:`BACKGROUND_NICE`, through ``nice`` (where it is on
+    ``PATH``) in front of the compiler command, as any wrapper in ``cc`` (not in the file
+    key: the same library)."""
     exe, header = _compiler(cc)
     flags = library.flags()
     name = _file_name(library, exe, header, flags)
+    nice = shutil.which("nice") if background and BACKGROUND_NICE else None
+    if nice:
+        exe = [nice, "-n", str(BACKGROUND_NICE), *exe]
     dirs = [Path(directory)] if directory is not None else [cache_dir(), _temp_dir()]
     for d in dirs:
         if (d / name).is_file():
@@ -258,7 +265,7 @@ def _build(
             continue
         os.close(fd)
         _temporaries.add(tmp)  # removed at exit should the process end during the compile
-        return _compile(library, exe, header.parents[3], flags, tmp, d / name, background)
+        return _compile(library, exe, header.parents[3], flags, tmp, d / name)
     raise RuntimeError(f"no writable directory for the compiled library: {dirs}")
 
 
@@ -308,18 +315,11 @@ class _Timeout(RuntimeError):
     """A compiler command stopped after :data:`COMPILE_TIMEOUT` seconds."""
 
 
-def _run_compiles(
-    cmds: list[list[str]], outputs: list[str], background: bool = False
-) -> tuple[int, str]:
+def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
     """Run the compiler commands side by side (each writing its entry of ``outputs``, removed
     at exit should the process end first: :func:`_stop_compiles`); ``(0, "")`` where all
     succeed, else the first failure's return code and message. Raises :class:`_Timeout`
-    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped). ``background``:
-    at the lower scheduling priority :data:`BACKGROUND_NICE` (through ``nice``, where it is
-    on ``PATH``)."""
-    nice = shutil.which("nice") if background and BACKGROUND_NICE else None
-    if nice:
-        cmds = [[nice, "-n", str(BACKGROUND_NICE), *cmd] for cmd in cmds]
+    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped)."""
     procs = []
     for cmd, out in zip(cmds, outputs, strict=True):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -344,7 +344,7 @@ def _run_compiles(
     return failed
 
 
-def _compile(library, exe, include, flags, tmp, lib, background=False):
+def _compile(library, exe, include, flags, tmp, lib):
     """Compile ``library`` into ``tmp`` with each of ``flags`` in turn until one compiles,
     then move it to ``lib``; raises with the last compiler message where none does, and at
     once where a compile runs past :data:`COMPILE_TIMEOUT`. The kernels' library is compiled
@@ -359,13 +359,12 @@ def _compile(library, exe, include, flags, tmp, lib, background=False):
                     [*exe, *fl, *common, f"-DJAXDYN_PART={k}", "-c", str(library.source), "-o", o]
                     for k, o in enumerate(objs)
                 ]
-                code, msg = _run_compiles(cmds, objs, background)
+                code, msg = _run_compiles(cmds, objs)
                 if code == 0:
-                    link = [[*exe, *fl, "-shared", *objs, "-o", tmp]]
-                    code, msg = _run_compiles(link, [tmp], background)
+                    code, msg = _run_compiles([[*exe, *fl, "-shared", *objs, "-o", tmp]], [tmp])
             else:
                 cmd = [*exe, *fl, "-shared", *common, str(library.source), "-o", tmp]
-                code, msg = _run_compiles([cmd], [tmp], background)
+                code, msg = _run_compiles([cmd], [tmp])
             if code == 0:
                 break
             if i == len(flags) - 1:
