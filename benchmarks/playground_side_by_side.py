@@ -114,31 +114,27 @@ THRESHOLDS = {"cartpole_balance": 700.0, "cartpole_balance_sparse": 700.0}
 #: command line does not set it: ``timesteps``, ``num_envs`` / ``batch_size`` /
 #: ``num_minibatches`` / ``updates_per_batch`` (Brax's ``num_updates_per_batch``),
 #: ``num_evals``, ``num_eval_envs``. Each fits a few minutes of one idle core per backend,
-#: cold compilation included, so that ``--tasks suite`` runs in about 12-15 minutes on an
-#: idle 2-core machine (both backends of a task at once, one core each; estimated from the
-#: process CPU time of each run on the loaded VM, 2026-11-30: the slower backend of each
-#: task took about 1.5 (cartpole), 3 to 4 (cheetah, MJX's compilation), 3 (walker) and 3
-#: (hopper) CPU minutes)
+#: cold compilation included, so that ``--tasks suite`` runs in about 17 minutes on an idle
+#: 2-core machine (both backends of a task at once, one core each; measured 2026-12-03 on the
+#: Intel VM; the first four tasks' budgets estimated from the process CPU time of each run on
+#: the loaded VM, 2026-11-30: the slower backend of each task took about 1.5 (cartpole), 3 to
+#: 4 (cheetah, MJX's compilation), 3 (walker) and 3 (hopper) CPU minutes)
 CPU_BUDGETS = {
-    "cartpole_balance": dict(
-        timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
-        updates_per_batch=4, num_evals=6, num_eval_envs=16,
-    ),
-    # the contact tasks share one budget (copied per task: a run may change its own)
+    # the contact-free tasks share one budget, the contact tasks another (copied per task: a
+    # run may change its own)
+    **{
+        task: dict(
+            timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
+            updates_per_batch=4, num_evals=6, num_eval_envs=16,
+        )
+        for task in ("cartpole_balance", "point_mass_easy", "swimmer_swimmer6", "fish_swim")
+    },
     **{
         task: dict(
             timesteps=184_320, num_envs=32, batch_size=32, num_minibatches=4,
             updates_per_batch=4, num_evals=5, num_eval_envs=8,
         )
         for task in ("cheetah_run", "walker_walk", "hopper_hop")
-    },
-    # the contact-free ports after those four: cartpole's budget
-    **{
-        task: dict(
-            timesteps=307_200, num_envs=128, batch_size=128, num_minibatches=4,
-            updates_per_batch=4, num_evals=6, num_eval_envs=16,
-        )
-        for task in ("point_mass_easy", "swimmer_swimmer6", "fish_swim")
     },
 }  # fmt: skip
 #: the tasks of the RESULTS.md section (``--tasks suite``)
