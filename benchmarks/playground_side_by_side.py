@@ -28,8 +28,9 @@ The seed sweep (its own section, :data:`SECTION_SEEDS`, beside the single run's)
     python benchmarks/playground_side_by_side.py --tasks walker_walk,cheetah_run --seeds 0-4
 
 trains each task once per seed (the seeds one after the other, as ``--tasks`` does), keeps the
-per-seed figures in ``--seeds-json`` (:data:`SEEDS_JSON`) and writes the section of their final
-returns: per seed, mean ± standard deviation, and Welch's t-test of the difference of the two
+per-seed figures in ``--seeds-json`` (:data:`SEEDS_JSON`; a task trained again replaces its
+runs there, the other tasks keep theirs: :func:`merge_sweeps`) and writes the section of their
+final returns: per seed, mean ± standard deviation, and Welch's t-test of the difference of the two
 backends' means (:func:`welch`, :func:`seed_verdict`). ``--report-seeds
 benchmarks/playground_seeds.json`` writes that section again without training. A seed's
 returns do not depend on the machine's load (single-threaded XLA on a CPU), its timings do.
@@ -939,10 +940,15 @@ def report_seeds(sweep: dict, out: str) -> str:
         "| total s, median | env steps / CPU s, median |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *seed_rows(sweep),
-        "",
-        f"Machine: {sweep.get('machine', '?')}; {sweep.get('versions', '?')}; jaxdyn "
-        f"{sweep.get('commit', '?')}; {sweep.get('date', '?')}. {sweep.get('note', '')}".rstrip(),
     ]
+    parts = sweep_parts(sweep)
+    for part in parts:
+        which = f"{', '.join(part['tasks'])}: " if len(parts) > 1 else ""
+        lines += [
+            "",
+            f"{which}Machine: {part.get('machine', '?')}; {part.get('versions', '?')}; jaxdyn "
+            f"{part.get('commit', '?')}; {part.get('date', '?')}. {part.get('note', '')}".rstrip(),
+        ]
     text = "\n".join(lines) + "\n"
     write_section(out, text)
     return text
@@ -968,10 +974,43 @@ def sweep_of(paths, note: str) -> dict:
     )
 
 
+_META = ("machine", "versions", "commit", "date", "note")
+
+
+def sweep_parts(sweep: dict) -> list[dict]:
+    """The sweeps a record holds (:func:`merge_sweeps`), each with its ``tasks`` (names) and
+    :data:`_META` (machine, versions, commit, date, note); a record of one sweep
+    (:func:`sweep_of`) is one part of all its tasks."""
+    if "sweeps" in sweep:
+        return sweep["sweeps"]
+    return [{k: sweep.get(k) for k in _META} | {"tasks": list(sweep["tasks"])}]
+
+
+def merge_sweeps(old: dict, new: dict) -> dict:
+    """The record ``old`` with the sweep ``new`` written into it: a task that ``new`` trained
+    takes ``new``'s runs, configuration and machine line (its runs in ``old`` are dropped: runs
+    of other commits or machines are not mixed in one row), the other tasks of ``old`` keep
+    theirs, each part with its own machine line (:func:`sweep_parts`)."""
+    tasks = set(new["tasks"])
+    parts = []
+    for part in sweep_parts(old):
+        left = [t for t in part["tasks"] if t not in tasks]
+        if left:
+            parts.append(part | {"tasks": left})
+    parts += sweep_parts(new)
+    return {
+        "tasks": {t: c for t, c in old["tasks"].items() if t not in tasks} | new["tasks"],
+        "runs": [r for r in old["runs"] if r["task"] not in tasks] + list(new["runs"]),
+        "sweeps": parts,
+    }
+
+
 def write_sweep(sweep: dict, seeds_json: str, results: str) -> None:
-    """Keep the sweep's record in ``seeds_json`` and its section in ``results`` (either
-    ``''``: not written)."""
+    """Keep the sweep's record in ``seeds_json`` (merged into the record there, if any:
+    :func:`merge_sweeps`) and its section in ``results`` (either ``''``: not written)."""
     if seeds_json != "":
+        if Path(seeds_json).exists():
+            sweep = merge_sweeps(json.loads(Path(seeds_json).read_text()), sweep)
         Path(seeds_json).write_text(json.dumps(sweep, indent=1) + "\n")
         print(f"per-seed records in {seeds_json}")
     if results != "":

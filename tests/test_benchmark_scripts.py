@@ -758,3 +758,19 @@ def test_playground_side_by_side_seed_sweep(tmp_path, monkeypatch):
         sweep["runs"], key=key
     )
     assert rows[0] in results.read_text()
+
+    # a later sweep of another task and of cheetah_run again: merged into the record
+    returns["cheetah_run"] = {"mjx": [1.0, 2.0], "jaxdyn": [3.0, 4.0]}
+    monkeypatch.setattr(pg, "_versions", lambda: "later versions")
+    argv = ["--tasks", "cheetah_run", "--seeds", "0-1", "--out-dir", str(tmp_path / "later")]
+    assert pg.main([*argv, "--results", str(results), "--seeds-json", str(record)]) == 0
+    merged = json.loads(record.read_text())
+    assert [(p["tasks"], p["versions"]) for p in merged["sweeps"]] == [
+        (["walker_walk"], "versions"), (["cheetah_run"], "later versions"),
+    ]  # fmt: skip
+    assert sorted({(r["task"], r["seed"]) for r in merged["runs"]}) == [
+        ("cheetah_run", 0), ("cheetah_run", 1), *(("walker_walk", s) for s in range(3)),
+    ]  # fmt: skip
+    text = results.read_text()
+    assert rows[0] in text and "| cheetah_run | 0, 1 | 1.0, 2.0 | 1.5 ± 0.7 | 3.0, 4.0 |" in text
+    assert "walker_walk: Machine:" in text and "cheetah_run: Machine:" in text
