@@ -144,6 +144,10 @@ def measure(robot: str, sync: bool, rounds: int, calls: int, algs=ALGS) -> dict:
             nat = jaxdyn.compile_for_latency(f, model, *npargs, dispatch="native")
             if isinstance(nat, jaxdyn.latency.NativeCall):  # else the kernels are not built
                 rows.append((alg, "compile_for_latency native (numpy)", nat, npargs, None))
+                if nat._fast is not None:  # the same call's ctypes path, for the A/B
+                    plain = jaxdyn.compile_for_latency(f, model, *npargs, dispatch="native")
+                    plain._fast = None
+                    rows.append((alg, "native, ctypes path", plain, npargs, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))
         rows.append((alg, "in-program loop, per evaluation", _looped(f, model, args), args, None))
@@ -206,8 +210,11 @@ def render(results: dict, args) -> str:
         "identity with the same arguments. *compile_for_latency (numpy)*: "
         "`jaxdyn.compile_for_latency(f, model, *args)` called with numpy arrays, numpy out, on "
         "jaxdyn's own synchronous client whatever the process's mode. *compile_for_latency "
-        'native (numpy)*: the same with `dispatch="native"`, jaxdyn\'s C kernel called through '
-        "ctypes without XLA (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives). "
+        'native (numpy)*: the same with `dispatch="native"`, jaxdyn\'s C kernel called without '
+        "XLA (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives) through jaxdyn's "
+        "extension module (the arguments, the kernel and the result's copy in one C call); "
+        "*native, ctypes path*: the same call object through ctypes and Python's copies, "
+        "where the extension module cannot be built (no Python.h) or `JAXDYN_HOST_MODULE=0`. "
         "*in-program loop, per "
         f"evaluation*: {LOOP} dependent evaluations in one program (`lax.fori_loop`, no value "
         "checks), time per evaluation (the computation without the per-call dispatch). "

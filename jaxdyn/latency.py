@@ -23,22 +23,26 @@ on the CPU (:data:`NATIVE_FUNCTIONS`: ``jaxdyn.rnea``, ``jaxdyn.aba``, ``jaxdyn.
 and ``jaxdyn.aba_derivatives``, with or without ``f_ext``, ``jaxdyn.crba``, ``jaxdyn.minv``; any
 other function is refused with a ``ValueError`` naming these): it returns a :class:`NativeCall`,
 which copies the arguments into buffers of its own and calls the same kernel that ``jax.jit(fn)``
-calls through XLA, through ``ctypes`` with one pointer (:mod:`jaxdyn.backend.host_calls`; the
-model's arrays and topology are packed once, here). ``rnea_derivatives`` is the IDSVA kernel (Singh,
-Russell & Wensing 2022, Algorithm 1); ``aba_derivatives`` composes in C what ``jax.jit`` composes
-from the kernels (:func:`jaxdyn.derivatives.fd.aba_derivatives_world`): ``qdd`` by ABA's, IDSVA's
-partials at ``qdd`` without ``M``, ``Minv`` by Minv's, then ``-Minv`` times the partials (DMM, Eq.
-5; the partials of Carpentier & Mansard 2018), DMM whatever ``nv`` (``jax.jit`` takes AZA from
-:data:`jaxdyn.derivatives.fd.AZA_MIN_NV` coordinates on: equal values to rounding). The quaternions
-of ``q`` are checked (where the value checks are on when compiled) and normalised in C as the jitted
-path's :func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
-``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
-:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and some 2-3 us of
-``ctypes`` and Python (the argument checks and copies, the ``ctypes`` call, the result's copy: a new
-array per call, or ``out=``; solo12, ``docs/performance.md``): what XLA's runtime and JAX's dispatch
-cost around a program (some 10 us for an identity through the synchronous client) is gone. Where the
-kernels are not built (no C compiler) or switched off (``cpu_kernels``), or the model has no bodies,
-the call is ``dispatch="sync"``'s (``.dispatch`` says which).
+calls through XLA (:mod:`jaxdyn.backend.host_calls`; the model's arrays and topology are packed
+once, here): through a small CPython extension module of jaxdyn's, compiled against the running
+Python's headers at the first native compile and cached as the kernels are (the arguments, the
+kernel and the result's copy in one C call), or, where it cannot be built (no ``Python.h``) or is
+turned off (``JAXDYN_HOST_MODULE=0``), through ``ctypes`` with one pointer. ``rnea_derivatives`` is
+the IDSVA kernel (Singh, Russell & Wensing 2022, Algorithm 1); ``aba_derivatives`` composes in C
+what ``jax.jit`` composes from the kernels (:func:`jaxdyn.derivatives.fd.aba_derivatives_world`):
+``qdd`` by ABA's, IDSVA's partials at ``qdd`` without ``M``, ``Minv`` by Minv's, then ``-Minv``
+times the partials (DMM, Eq. 5; the partials of Carpentier & Mansard 2018), DMM whatever ``nv``
+(``jax.jit`` takes AZA from :data:`jaxdyn.derivatives.fd.AZA_MIN_NV` coordinates on: equal values to
+rounding). The quaternions of ``q`` are checked (where the value checks are on when compiled) and
+normalised in C as the jitted path's :func:`jaxdyn.shell.check_quaternions` does before the kernel,
+so the values equal ``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
+:class:`jaxdyn.CheckError` with the same message. A call costs the kernel and a fraction of a
+microsecond of Python and C around it through the extension module, about 1 us through ``ctypes``
+(the argument checks and copies, the ``ctypes`` call, the result's copy: a new array per call, or
+``out=``; solo12, ``docs/performance.md``): what XLA's runtime and JAX's dispatch cost around a
+program (some 10 us for an identity through the synchronous client) is gone. Where the kernels are
+not built (no C compiler) or switched off (``cpu_kernels``), or the model has no bodies, the call is
+``dispatch="sync"``'s (``.dispatch`` says which).
 """
 
 from __future__ import annotations
@@ -295,7 +299,8 @@ class NativeCall:
     ``aba_derivatives`` return their tuple of three ``(nv, nv)`` arrays (new each call: views of one
     new ``(3, nv, nv)`` array), or, given ``out=`` (a tuple of three such arrays), fill those and
     return ``out``. Calls from several threads are taken one at a time (a lock around the object's
-    buffers, which the kernel reads and writes with the GIL released); a thread that wants its own
+    buffers, which the kernel reads and writes with the GIL released: the extension module's
+    lock in C, else a ``threading.Lock``); a thread that wants its own
     calls to run beside another's compiles its own object.
 
     A failed quaternion check of ``q`` (squared norm off 1 by more than 1e-3, or not finite,
@@ -359,9 +364,18 @@ class NativeCall:
         self._address = self._host.address
         self._derivatives = name in host_calls.DERIVATIVES
         self._lock = threading.Lock()
+        # the extension module's path (host_calls.host_module): arguments, kernel and result
+        # in one C call, without this object's lock (the capsule's own)
+        module = host_calls.host_module() if self._host.capsule is not None else None
+        self._fast: Any = None if module is None else module.call
+        self._capsule = self._host.capsule
 
     def _slow(self, i: int, x: Any) -> None:
         """Argument ``i`` into its buffer, its shape and dtype checked (the general path)."""
+        self._inputs[i][...] = self._checked(i, x)
+
+    def _checked(self, i: int, x: Any) -> np.ndarray:
+        """Argument ``i`` as an array, its shape and dtype checked."""
         name = self._names[i]
         try:
             a = np.asarray(x)
@@ -373,7 +387,7 @@ class NativeCall:
             )
         if a.dtype.kind not in "fiub":
             raise TypeError(f"{self.__name__}: {name} has dtype {a.dtype}, expected real numbers")
-        self._inputs[i][...] = a
+        return a
 
     def _copy_in(self, args: Sequence[Any]) -> None:
         """The arguments into their buffers, each converted and checked (the general path)."""
@@ -387,6 +401,10 @@ class NativeCall:
 
     def _fill(self, out: Any) -> tuple[np.ndarray, ...]:
         """The three results of the derivatives into ``out`` (checked: three arrays)."""
+        return self._fill_from(out, self._out)
+
+    def _fill_from(self, out: Any, result: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The three results of the derivatives ``result`` into ``out`` (checked)."""
         shape = self._out.shape[1:]
         if not (
             isinstance(out, tuple)
@@ -399,14 +417,54 @@ class NativeCall:
                 f"{self.__name__}: out must be a tuple of three numpy arrays of shape {shape} "
                 f"and dtype {self.dtype}"
             )
-        for o, r in zip(out, self._out):
+        for o, r in zip(out, result):
             o[...] = r
         return out
 
+    def _converted(self, args: Sequence[Any]) -> list[np.ndarray]:
+        """The arguments as C-contiguous arrays of the compiled shapes and dtype (checked)."""
+        if len(args) != self._n:
+            raise TypeError(
+                f"{self.__name__}: {len(args)} arguments given, compiled for {self._n} "
+                f"({', '.join(self._names)})"
+            )
+        return [np.ascontiguousarray(self._checked(i, x), self.dtype) for i, x in enumerate(args)]
+
+    def _call_fast(self, args: tuple[Any, ...], out: Any) -> Any:
+        """:meth:`__call__` through the extension module (``self._fast``)."""
+        shape = self._out.shape
+        if out is None or self._derivatives:
+            r = np.empty(shape, self.dtype)
+        else:
+            if type(out) is not np.ndarray or out.shape != shape or out.dtype != self.dtype:
+                raise ValueError(
+                    f"{self.__name__}: out must be a numpy array of shape {shape} and "
+                    f"dtype {self.dtype}"
+                )
+            r = out if out.flags.c_contiguous else np.empty(shape, self.dtype)
+        rc = self._fast(self._capsule, r, *args)
+        if rc < 0:  # not arrays of the compiled shapes and dtype: converted, checked
+            rc = self._fast(self._capsule, r, *self._converted(args))
+        if rc:
+            if rc == host_calls.BAD_QUATERNION:
+                raise CheckError(self._message)
+            raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+        if self._derivatives:
+            if out is None:
+                return (r[0], r[1], r[2])
+            return self._fill_from(out, r)
+        if out is not None and r is not out:
+            out[...] = r
+            return out
+        return r
+
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        # the common case, numpy arrays of the compiled dtype and shapes, written into the
-        # buffers with no other work (each check and copy costs a tenth of a microsecond or
-        # more, as much as the smaller kernels); anything else by _copy_in
+        if self._fast is not None:
+            return self._call_fast(args, out)
+        # the ctypes path (no extension module): the common case, numpy arrays of the compiled
+        # dtype and shapes, written into the buffers with no other work (each check and copy
+        # costs a tenth of a microsecond or more, as much as the smaller kernels); anything
+        # else by _copy_in
         nd, dt, shapes, bufs = np.ndarray, self.dtype, self.shapes, self._inputs
         n = len(args)
         with self._lock:  # the buffers: one call at a time

@@ -296,3 +296,58 @@ def test_threads_share_one_call(models):
     for t in threads:
         t.join()
     assert not bad, f"{len(bad)} calls of 1200 returned another thread's result"
+
+
+def test_extension_module_and_ctypes_paths_agree(models, monkeypatch):
+    """The calls go through the extension module (``_jaxdyn_host``, built against this
+    Python's headers) where ``Python.h`` exists, and its results equal the ``ctypes`` path's
+    bit for bit for every function, with and without ``out=`` (a non-contiguous ``out`` as
+    well); ``JAXDYN_HOST_MODULE=0`` turns the module off, and the status says so."""
+    import sysconfig
+    from pathlib import Path
+
+    from jaxdyn.backend import host_calls
+
+    if (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        assert host_calls.host_module_status() == "loaded"
+    else:  # pragma: no cover - a Python without its headers
+        assert "Python.h" in host_calls.host_module_status()
+    model = models["all_kinds"]
+    q, v, x, fe = _state(model, 12)
+    for name in ("rnea", "aba", "crba", "minv", "rnea_derivatives", "aba_derivatives"):
+        args = (q,) if name in ("crba", "minv") else (q, v, x)
+        fast = jaxdyn.compile_for_latency(getattr(jaxdyn, name), model, *args, dispatch="native")
+        assert fast._fast is not None, name
+        plain = jaxdyn.compile_for_latency(getattr(jaxdyn, name), model, *args, dispatch="native")
+        plain._fast = None  # the ctypes path
+        want = plain(*args)
+        got = fast(*args)
+        if isinstance(want, tuple):
+            assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), name
+            outs = tuple(np.empty_like(w) for w in want)
+            assert fast(*args, out=outs) is outs
+            assert all(np.array_equal(o, w) for o, w in zip(outs, want)), name
+            continue
+        assert np.array_equal(got, want), name
+        out = np.empty_like(want)
+        assert fast(*args, out=out) is out and np.array_equal(out, want), name
+        wide = np.zeros((*want.shape[:-1], 2 * want.shape[-1]))
+        strided = wide[..., ::2]
+        assert fast(*args, out=strided) is strided and np.array_equal(strided, want), name
+    calls = []
+    crba = jaxdyn.compile_for_latency(jaxdyn.crba, model, q, dispatch="native")
+    monkeypatch.setattr(host_calls, "_HOST_MODULE", {"tried": False, "module": None, "why": ""})
+    monkeypatch.setenv("JAXDYN_HOST_MODULE", "0")
+    monkeypatch.setattr(host_calls.ffi, "build_host_module", lambda: calls.append(1))
+    assert "JAXDYN_HOST_MODULE=0" in host_calls.host_module_status() and not calls
+    off = jaxdyn.compile_for_latency(jaxdyn.crba, model, q, dispatch="native")
+    assert off._fast is None and off._host.capsule is None
+    assert np.array_equal(off(q), crba(q))
+
+
+def test_extension_module_needs_python_headers(tmp_path, monkeypatch):
+    """Without ``Python.h`` the extension module is not built, with a message naming it (the
+    calls then take the ``ctypes`` path)."""
+    monkeypatch.setattr(ffi, "_python_include", lambda: str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"no Python.h in"):
+        ffi.build_host_module(directory=tmp_path)

@@ -66,7 +66,11 @@ the file key: the code of the clone that the portable build's dispatch picks on 
 fraction of the compile), else with target clones for AVX-512 and AVX2 (GCC on x86-64) chosen
 when the library loads. The same library holds two plain C entry points over those kernels,
 ``jaxdyn_host_init`` and ``jaxdyn_host_run``, which compute one sample without XLA for
-``jaxdyn.compile_for_latency(..., dispatch="native")`` (:mod:`jaxdyn.backend.host_calls`).
+``jaxdyn.compile_for_latency(..., dispatch="native")`` (:mod:`jaxdyn.backend.host_calls`). A third
+library, that path's CPython extension module (``_host_module.c``: the arguments into the kernel's
+buffers through the buffer protocol, in C), is compiled against the running Python's headers
+(:func:`build_host_module`, at ``-O2``; the include directory, which names the Python, in its
+file key) when such a call is first compiled, never in the background.
 """
 
 from __future__ import annotations
@@ -149,8 +153,16 @@ class _Library:
     compile flags, a lock (one build at a time in a process, :func:`build`) and its state
     (``tried``, ``ok``, ``why``: :func:`available`; ``lib``: the loaded library)."""
 
-    def __init__(self, prefix: str, source: Path, headers: tuple[Path, ...], kernels: bool):
+    def __init__(
+        self,
+        prefix: str,
+        source: Path,
+        headers: tuple[Path, ...],
+        kernels: bool,
+        python: bool = False,
+    ):
         self.prefix, self.source, self.headers, self.kernels = prefix, source, headers, kernels
+        self.python = python  # a CPython extension module (compiled against Python.h)
         self.lock = threading.Lock()
         self.registering = threading.Lock()  # one registration at a time (_available)
         self.state: dict[str, Any] = {"tried": False, "ok": False, "why": "not tried yet"}
@@ -161,6 +173,8 @@ class _Library:
         run once per program, at ``-O2``; the kernels at ``-O3``, for the running CPU's
         x86-64 level alone where it is known (:func:`_x86_level`), and should the compiler
         refuse that ``-march``, portable (target clones, as where the level is unknown)."""
+        if self.python:  # the include directory names the Python (in the file key)
+            return [["-O2", "-pthread", "-I", _python_include()]]
         if not self.kernels:
             return [["-O2"]]
         level = _x86_level()
@@ -173,6 +187,9 @@ class _Library:
 HANDLERS = _Library("uninitialized", SOURCE, HEADERS, kernels=False)
 #: the CPU kernels (``jaxdyn_crba``)
 KERNELS = _Library("kernels", KERNEL_SOURCE, KERNEL_HEADERS, kernels=True)
+#: the one-sample calls' CPython extension module (``_jaxdyn_host``,
+#: :func:`jaxdyn.backend.host_calls.host_module`)
+HOST_MODULE = _Library("host", _HERE / "_host_module.c", (), kernels=False, python=True)
 #: one build of the handlers at a time (:func:`build`)
 _build_lock = HANDLERS.lock
 
@@ -199,6 +216,25 @@ def _x86_level() -> str | None:
     if not have:
         return None
     return "x86-64-v4" if _V4 <= have else "x86-64-v3" if _V3 <= have else "x86-64"
+
+
+def _python_include() -> str:
+    """The running Python's C headers' directory (``sysconfig``'s ``include``; for a virtual
+    environment, its base Python's)."""
+    import sysconfig
+
+    return sysconfig.get_paths()["include"]
+
+
+def build_host_module(cc: str | None = None, directory: Path | None = None) -> Path:
+    """:func:`build` of the one-sample calls' extension module (``_host_module.c``), against the
+    running Python's headers: ``RuntimeError`` where they are missing (``Python.h``: a
+    distribution's ``python3-dev``) or the compile fails."""
+    include = Path(_python_include())
+    if not (include / "Python.h").is_file():
+        raise RuntimeError(f"the Python headers are missing: no Python.h in {include}")
+    with HOST_MODULE.lock:
+        return _build(HOST_MODULE, cc, directory)
 
 
 def cache_dir() -> Path:

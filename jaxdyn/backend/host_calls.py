@@ -18,13 +18,21 @@ arrays the C side points to live as long as it does); the caller writes each sam
 into :attr:`HostCall.inputs` (``buf[...] = x``) and calls :attr:`HostCall.run` with
 :attr:`HostCall.address`, one pointer through ``ctypes``: reading an array's address per call
 (``__array_interface__``, ``.ctypes.data``) cost more than 1 us each, the copy into a buffer
-a fraction of that.
+a fraction of that. Faster still, where the running Python's headers are installed, the
+extension module of :func:`host_module` (``_host_module.c``) takes the arguments through the
+buffer protocol, copies them into the buffers, runs the kernel and copies its result into a
+new array in one C call (:attr:`HostCall.capsule`): the Python-side checks, copies and the
+``ctypes`` call cost about as much as the smaller kernels.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
+import importlib.machinery
+import importlib.util
+import os
+import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +40,6 @@ from . import crba_kernel, ffi
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
 #: ``alg`` codes of ``jaxdyn_host_init`` (``_kernels.c``)
 ALGS = {"rnea": 0, "aba": 1, "crba": 2, "minv": 3, "rnea_derivatives": 4, "aba_derivatives": 5}
@@ -64,6 +71,51 @@ def library() -> ctypes.CDLL | None:
         lib.jaxdyn_host_run.restype = ctypes.c_int
         lib._jaxdyn_host_typed = True
     return lib
+
+
+#: the extension module's state: ``tried``, ``module`` (``None`` where it is not built) and
+#: ``why`` (:func:`host_module_status`)
+_HOST_MODULE: dict[str, Any] = {"tried": False, "module": None, "why": "not tried yet"}
+_host_module_lock = threading.Lock()
+
+
+def host_module() -> Any:
+    """The extension module ``_jaxdyn_host`` (``_host_module.c``; built at the first call by
+    :func:`jaxdyn.backend.ffi.build_host_module` and cached as the kernels are), through which
+    :class:`jaxdyn.latency.NativeCall` passes its arguments to the kernel: ``call(capsule,
+    result, *args)`` copies buffer-protocol arguments of the compiled shapes and element type
+    into a call's buffers, runs the kernel and copies its result out, in C (without the GIL,
+    under a lock of the capsule's); ``None`` where it cannot be built or loaded (no
+    ``Python.h``, no compiler: :func:`host_module_status` says why), and the calls take the
+    ``ctypes`` path of :attr:`HostCall.run`. ``JAXDYN_HOST_MODULE=0`` turns it off."""
+    state = _HOST_MODULE
+    if state["tried"]:
+        return state["module"]
+    with _host_module_lock:
+        if not state["tried"]:
+            off = os.environ.get("JAXDYN_HOST_MODULE", "1").strip().lower()
+            try:
+                if off in ("0", "false", "no", "off"):
+                    raise RuntimeError("turned off (JAXDYN_HOST_MODULE=0)")
+                path = ffi.build_host_module()
+                loader = importlib.machinery.ExtensionFileLoader("_jaxdyn_host", str(path))
+                spec = importlib.util.spec_from_file_location(
+                    "_jaxdyn_host", str(path), loader=loader
+                )
+                assert spec is not None
+                module = importlib.util.module_from_spec(spec)
+                loader.exec_module(module)
+                state["module"], state["why"] = module, "loaded"
+            except Exception as e:  # any failure: the ctypes path
+                state["module"], state["why"] = None, f"{type(e).__name__}: {e}"
+            state["tried"] = True
+    return state["module"]
+
+
+def host_module_status() -> str:
+    """``"loaded"``, or why the one-sample calls take the ``ctypes`` path."""
+    host_module()
+    return _HOST_MODULE["why"]
 
 
 def topology(topo: Any, alg: str) -> np.ndarray:
@@ -156,3 +208,14 @@ class HostCall:
         self.address = ctypes.addressof(self._call)
         #: ``run(address)``: the sample in the buffers into :attr:`out`; the return code
         self.run = lib.jaxdyn_host_run
+        #: the call's capsule of :func:`host_module` (``module.call(capsule, result, *args)``),
+        #: ``None`` where that module is not available
+        self.capsule = None
+        module = host_module()
+        if module is not None:
+            run = ctypes.cast(lib.jaxdyn_host_run, ctypes.c_void_p).value
+            ins = tuple((_address(b), b.shape) for b in self.inputs)
+            fmt = "f" if self.dtype == np.float32 else "d"
+            self.capsule = module.make(
+                run, self.address, ins, _address(self.out), self.out.nbytes, fmt
+            )
