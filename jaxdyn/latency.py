@@ -430,6 +430,12 @@ class NativeCall:
             )
         return [np.ascontiguousarray(self._checked(i, x), self.dtype) for i, x in enumerate(args)]
 
+    def _failed(self, rc: int) -> None:
+        """Raise the error of the kernel's return code ``rc`` (not :data:`host_calls.OK`)."""
+        if rc == host_calls.BAD_QUATERNION:
+            raise CheckError(self._message)
+        raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+
     def _call_fast(self, args: tuple[Any, ...], out: Any) -> Any:
         """:meth:`__call__` through the extension module (``self._fast``)."""
         shape = self._out.shape
@@ -446,9 +452,7 @@ class NativeCall:
         if rc < 0:  # not arrays of the compiled shapes and dtype: converted, checked
             rc = self._fast(self._capsule, r, *self._converted(args))
         if rc:
-            if rc == host_calls.BAD_QUATERNION:
-                raise CheckError(self._message)
-            raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+            self._failed(rc)
         if self._derivatives:
             if out is None:
                 return (r[0], r[1], r[2])
@@ -503,9 +507,7 @@ class NativeCall:
                 self._copy_in(args)
             rc = self._run(self._address)
             if rc:
-                if rc == host_calls.BAD_QUATERNION:
-                    raise CheckError(self._message)
-                raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
+                self._failed(rc)
             if self._derivatives:
                 if out is None:
                     r = self._out.copy()
