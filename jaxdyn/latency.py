@@ -366,9 +366,8 @@ class NativeCall:
         self._lock = threading.Lock()
         # the extension module's path (host_calls.host_module): arguments, kernel and result
         # in one C call, without this object's lock (the capsule's own)
-        module = host_calls.host_module() if self._host.capsule is not None else None
-        self._fast: Any = None if module is None else module.call
         self._capsule = self._host.capsule
+        self._fast: Any = None if self._capsule is None else host_calls.host_module().call
 
     def _slow(self, i: int, x: Any) -> None:
         """Argument ``i`` into its buffer, its shape and dtype checked (the general path)."""
@@ -389,13 +388,17 @@ class NativeCall:
             raise TypeError(f"{self.__name__}: {name} has dtype {a.dtype}, expected real numbers")
         return a
 
-    def _copy_in(self, args: Sequence[Any]) -> None:
-        """The arguments into their buffers, each converted and checked (the general path)."""
+    def _check_count(self, args: Sequence[Any]) -> None:
+        """A ``TypeError`` where ``args`` is not as many arguments as compiled."""
         if len(args) != self._n:
             raise TypeError(
                 f"{self.__name__}: {len(args)} arguments given, compiled for {self._n} "
                 f"({', '.join(self._names)})"
             )
+
+    def _copy_in(self, args: Sequence[Any]) -> None:
+        """The arguments into their buffers, each converted and checked (the general path)."""
+        self._check_count(args)
         for i, x in enumerate(args):
             self._slow(i, x)
 
@@ -423,11 +426,7 @@ class NativeCall:
 
     def _converted(self, args: Sequence[Any]) -> list[np.ndarray]:
         """The arguments as C-contiguous arrays of the compiled shapes and dtype (checked)."""
-        if len(args) != self._n:
-            raise TypeError(
-                f"{self.__name__}: {len(args)} arguments given, compiled for {self._n} "
-                f"({', '.join(self._names)})"
-            )
+        self._check_count(args)
         return [np.ascontiguousarray(self._checked(i, x), self.dtype) for i, x in enumerate(args)]
 
     def _failed(self, rc: int) -> None:

@@ -336,9 +336,10 @@ def test_extension_module_and_ctypes_paths_agree(models, monkeypatch):
         assert fast(*args, out=strided) is strided and np.array_equal(strided, want), name
     calls = []
     crba = jaxdyn.compile_for_latency(jaxdyn.crba, model, q, dispatch="native")
-    monkeypatch.setattr(host_calls, "_HOST_MODULE", {"tried": False, "module": None, "why": ""})
+    state = {"tried": False, "ok": False, "why": "", "lib": None}
+    monkeypatch.setattr(ffi.HOST_MODULE, "state", state)
     monkeypatch.setenv("JAXDYN_HOST_MODULE", "0")
-    monkeypatch.setattr(host_calls.ffi, "build_host_module", lambda: calls.append(1))
+    monkeypatch.setattr(ffi, "build_host_module", lambda: calls.append(1))
     assert "JAXDYN_HOST_MODULE=0" in host_calls.host_module_status() and not calls
     off = jaxdyn.compile_for_latency(jaxdyn.crba, model, q, dispatch="native")
     assert off._fast is None and off._host.capsule is None

@@ -188,7 +188,7 @@ HANDLERS = _Library("uninitialized", SOURCE, HEADERS, kernels=False)
 #: the CPU kernels (``jaxdyn_crba``)
 KERNELS = _Library("kernels", KERNEL_SOURCE, KERNEL_HEADERS, kernels=True)
 #: the one-sample calls' CPython extension module (``_jaxdyn_host``,
-#: :func:`jaxdyn.backend.host_calls.host_module`)
+#: :func:`jaxdyn.backend.host_calls.host_module`; its ``state["lib"]`` is the imported module)
 HOST_MODULE = _Library("host", _HERE / "_host_module.c", (), kernels=False, python=True)
 #: one build of the handlers at a time (:func:`build`)
 _build_lock = HANDLERS.lock
@@ -496,7 +496,28 @@ def _built(library: _Library = HANDLERS) -> Path | None:
     return None
 
 
+def _load_host_module() -> Any:
+    """The one-sample calls' extension module (:data:`HOST_MODULE`), built
+    (:func:`build_host_module`) and imported as ``_jaxdyn_host``; ``JAXDYN_HOST_MODULE=0``
+    refuses it."""
+    import importlib.machinery
+    import importlib.util
+
+    if os.environ.get("JAXDYN_HOST_MODULE", "1").strip().lower() in ("0", "false", "no", "off"):
+        raise RuntimeError("turned off (JAXDYN_HOST_MODULE=0)")
+    path = str(build_host_module())
+    loader = importlib.machinery.ExtensionFileLoader("_jaxdyn_host", path)
+    spec = importlib.util.spec_from_file_location("_jaxdyn_host", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def _register(library: _Library) -> None:
+    if library.python:  # an extension module: imported, nothing registered with XLA
+        library.state["lib"] = _load_host_module()
+        return
     if sys.platform == "win32":
         raise RuntimeError("not built on Windows")
     if not hasattr(jax, "ffi") or not hasattr(jax.ffi, "include_dir"):
@@ -525,7 +546,7 @@ def _available(library: _Library) -> bool:
         if not state["tried"]:
             try:
                 _register(library)
-                state["ok"], state["why"] = True, "registered"
+                state["ok"], state["why"] = True, "loaded" if library.python else "registered"
             except Exception as e:  # any failure: the callers take XLA's code instead
                 state["ok"], state["why"] = False, f"{type(e).__name__}: {e}"
             state["tried"] = True
@@ -553,6 +574,12 @@ def kernel_status() -> str:
     """``"registered"``, or why the CPU kernels' callers take XLA's code instead."""
     kernels_available()
     return KERNELS.state["why"]
+
+
+def host_module_available() -> bool:
+    """Whether the one-sample calls' extension module is loaded (built and imported at the
+    first call; ``HOST_MODULE.state["lib"]`` is the module)."""
+    return _available(HOST_MODULE)
 
 
 def kernels_expected() -> bool:

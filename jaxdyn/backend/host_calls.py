@@ -28,10 +28,6 @@ new array in one C call (:attr:`HostCall.capsule`): the Python-side checks, copi
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import importlib.util
-import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,49 +69,23 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
-#: the extension module's state: ``tried``, ``module`` (``None`` where it is not built) and
-#: ``why`` (:func:`host_module_status`)
-_HOST_MODULE: dict[str, Any] = {"tried": False, "module": None, "why": "not tried yet"}
-_host_module_lock = threading.Lock()
-
-
 def host_module() -> Any:
     """The extension module ``_jaxdyn_host`` (``_host_module.c``; built at the first call by
-    :func:`jaxdyn.backend.ffi.build_host_module` and cached as the kernels are), through which
+    :func:`jaxdyn.backend.ffi.build_host_module` and cached as the kernels are, its state kept
+    as the other libraries' are: :data:`jaxdyn.backend.ffi.HOST_MODULE`), through which
     :class:`jaxdyn.latency.NativeCall` passes its arguments to the kernel: ``call(capsule,
     result, *args)`` copies buffer-protocol arguments of the compiled shapes and element type
     into a call's buffers, runs the kernel and copies its result out, in C (without the GIL,
     under a lock of the capsule's); ``None`` where it cannot be built or loaded (no
     ``Python.h``, no compiler: :func:`host_module_status` says why), and the calls take the
     ``ctypes`` path of :attr:`HostCall.run`. ``JAXDYN_HOST_MODULE=0`` turns it off."""
-    state = _HOST_MODULE
-    if state["tried"]:
-        return state["module"]
-    with _host_module_lock:
-        if not state["tried"]:
-            off = os.environ.get("JAXDYN_HOST_MODULE", "1").strip().lower()
-            try:
-                if off in ("0", "false", "no", "off"):
-                    raise RuntimeError("turned off (JAXDYN_HOST_MODULE=0)")
-                path = ffi.build_host_module()
-                loader = importlib.machinery.ExtensionFileLoader("_jaxdyn_host", str(path))
-                spec = importlib.util.spec_from_file_location(
-                    "_jaxdyn_host", str(path), loader=loader
-                )
-                assert spec is not None
-                module = importlib.util.module_from_spec(spec)
-                loader.exec_module(module)
-                state["module"], state["why"] = module, "loaded"
-            except Exception as e:  # any failure: the ctypes path
-                state["module"], state["why"] = None, f"{type(e).__name__}: {e}"
-            state["tried"] = True
-    return state["module"]
+    return ffi.HOST_MODULE.state["lib"] if ffi.host_module_available() else None
 
 
 def host_module_status() -> str:
     """``"loaded"``, or why the one-sample calls take the ``ctypes`` path."""
-    host_module()
-    return _HOST_MODULE["why"]
+    ffi.host_module_available()
+    return ffi.HOST_MODULE.state["why"]
 
 
 def topology(topo: Any, alg: str) -> np.ndarray:
