@@ -25,8 +25,9 @@ model, q, v, a)`` called with numpy arrays and returning numpy arrays (:mod:`jax
 the model closed over, the arguments packed into one vector, a synchronous XLA:CPU client of
 jaxdyn's own in both modes of the process); ``compile_for_latency(f, model, q, v, a,
 dispatch="native")`` (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives: jaxdyn's C
-kernels called through ctypes without XLA, :mod:`jaxdyn.backend.host_calls`; new numpy arrays
-per call); *in-program loop, per
+kernels called without XLA through jaxdyn's extension module, :mod:`jaxdyn.backend.host_calls`;
+new numpy arrays per call), and the same call object's ``ctypes`` path (the Python class
+alone, what a Python without its headers gets); *in-program loop, per
 evaluation*: the algorithm evaluated ``LOOP`` times in one program (``lax.fori_loop``, each
 evaluation depending on the last, value checks off), the time per evaluation: its own
 computation without the per-call work of JAX's dispatch and XLA's runtime, which the floor
@@ -144,9 +145,9 @@ def measure(robot: str, sync: bool, rounds: int, calls: int, algs=ALGS) -> dict:
             nat = jaxdyn.compile_for_latency(f, model, *npargs, dispatch="native")
             if isinstance(nat, jaxdyn.latency.NativeCall):  # else the kernels are not built
                 rows.append((alg, "compile_for_latency native (numpy)", nat, npargs, None))
-                if nat._fast is not None:  # the same call's ctypes path, for the A/B
-                    plain = jaxdyn.compile_for_latency(f, model, *npargs, dispatch="native")
-                    plain._fast = None
+                if nat._fast:  # the same call's ctypes path (the Python class), for the A/B
+                    native = jaxdyn.latency.NativeCall
+                    plain = native(nat.__name__, model, nat.shapes, nat.dtype)
                     rows.append((alg, "native, ctypes path", plain, npargs, None))
         if alg in EAGER:
             rows.append((alg, "eager", f, (model, *args), None))
@@ -212,9 +213,11 @@ def render(results: dict, args) -> str:
         "jaxdyn's own synchronous client whatever the process's mode. *compile_for_latency "
         'native (numpy)*: the same with `dispatch="native"`, jaxdyn\'s C kernel called without '
         "XLA (rnea, crba, aba, minv, rnea_derivatives, aba_derivatives) through jaxdyn's "
-        "extension module (the arguments, the kernel and the result's copy in one C call); "
-        "*native, ctypes path*: the same call object through ctypes and Python's copies, "
-        "where the extension module cannot be built (no Python.h) or `JAXDYN_HOST_MODULE=0`. "
+        "extension module (the call object's type in C: the arguments' checks and copies, the "
+        "kernel and a new result array without a Python frame); *native, ctypes path*: the "
+        "Python class alone (`jaxdyn.latency.NativeCall`: ctypes and Python's checks and "
+        "copies), what a Python without its headers (no Python.h) or `JAXDYN_HOST_MODULE=0` "
+        "gets. "
         "*in-program loop, per "
         f"evaluation*: {LOOP} dependent evaluations in one program (`lax.fori_loop`, no value "
         "checks), time per evaluation (the computation without the per-call dispatch). "

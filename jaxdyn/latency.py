@@ -47,6 +47,7 @@ not built (no C compiler) or switched off (``cpu_kernels``), or the model has no
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,6 +81,10 @@ NATIVE_FUNCTIONS = {
     "rnea_derivatives": ("q", "v", "a", "f_ext"),
     "aba_derivatives": ("q", "v", "tau", "f_ext"),
 }
+#: ``dispatch="native"`` through the extension module: kernels of models with more than this
+#: many coordinates (and the derivatives) run with the GIL released, under the call's own lock;
+#: the smaller ones keep it (releasing and taking it back costs a tenth of their time)
+RELEASE_NV = 24
 #: results of at most this many numbers in all come back packed into one vector (one transfer);
 #: larger ones one array each (packing ``nv x nv`` matrices costs a copy of each inside the
 #: program, more than the transfers it saves: talos_full's ``rnea_derivatives``)
@@ -298,10 +303,14 @@ class NativeCall:
     ``dtype``), writes the result there and returns ``out``. ``rnea_derivatives`` and
     ``aba_derivatives`` return their tuple of three ``(nv, nv)`` arrays (new each call: views of one
     new ``(3, nv, nv)`` array), or, given ``out=`` (a tuple of three such arrays), fill those and
-    return ``out``. Calls from several threads are taken one at a time (a lock around the object's
-    buffers, which the kernel reads and writes with the GIL released: the extension module's
-    lock in C, else a ``threading.Lock``); a thread that wants its own
-    calls to run beside another's compiles its own object.
+    return ``out``. Calls from several threads are taken one at a time (the object's buffers are
+    shared: the GIL around the smaller kernels, a lock around those that run with the GIL
+    released); a thread that wants its own calls to run beside another's compiles its own object.
+
+    Where jaxdyn's extension module is built (the running Python's headers installed: see
+    :func:`jaxdyn.backend.host_calls.host_module`), the object's type derives from its C type, and
+    a call with numpy arrays of the compiled shapes and dtype (C-contiguous) runs in C alone;
+    anything else takes the Python path, which converts and checks first.
 
     A failed quaternion check of ``q`` (squared norm off 1 by more than 1e-3, or not finite,
     as the jitted path's :func:`jaxdyn.shell.check_quaternions`; the quaternions are then
@@ -364,10 +373,13 @@ class NativeCall:
         self._address = self._host.address
         self._derivatives = name in host_calls.DERIVATIVES
         self._lock = threading.Lock()
-        # the extension module's path (host_calls.host_module): arguments, kernel and result
-        # in one C call, without this object's lock (the capsule's own)
-        self._capsule = self._host.capsule
-        self._fast: Any = None if self._capsule is None else host_calls.host_module().call
+        # the extension module's path (host_calls.host_module): this object's type derives
+        # from its Call, whose call takes numpy arguments to the kernel and returns the result
+        # in C, without this object's lock (under the GIL, or its own lock around a kernel
+        # long enough to run with the GIL released)
+        self._fast = hasattr(self, "_into")
+        if self._fast:
+            self._host.bind(self, release=self._derivatives or t.nv > RELEASE_NV)
 
     def _slow(self, i: int, x: Any) -> None:
         """Argument ``i`` into its buffer, its shape and dtype checked (the general path)."""
@@ -436,7 +448,8 @@ class NativeCall:
         raise MemoryError(f"{self.__name__}: the kernel's workspace: out of memory")
 
     def _call_fast(self, args: tuple[Any, ...], out: Any) -> Any:
-        """:meth:`__call__` through the extension module (``self._fast``)."""
+        """:meth:`__call__` through the extension module's ``_into`` (what its call leaves to
+        Python: ``out=``, arguments to convert, a kernel's error)."""
         shape = self._out.shape
         if out is None or self._derivatives:
             r = np.empty(shape, self.dtype)
@@ -447,9 +460,9 @@ class NativeCall:
                     f"dtype {self.dtype}"
                 )
             r = out if out.flags.c_contiguous else np.empty(shape, self.dtype)
-        rc = self._fast(self._capsule, r, *args)
+        rc = self._into(r, *args)  # type: ignore[attr-defined]
         if rc < 0:  # not arrays of the compiled shapes and dtype: converted, checked
-            rc = self._fast(self._capsule, r, *self._converted(args))
+            rc = self._into(r, *self._converted(args))  # type: ignore[attr-defined]
         if rc:
             self._failed(rc)
         if self._derivatives:
@@ -462,7 +475,7 @@ class NativeCall:
         return r
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        if self._fast is not None:
+        if self._fast:
             return self._call_fast(args, out)
         # the ctypes path (no extension module): the common case, numpy arrays of the compiled
         # dtype and shapes, written into the buffers with no other work (each check and copy
@@ -526,6 +539,16 @@ class NativeCall:
             out[...] = self._out
             return out
 
+    #: the Python path of a call (the extension module's type calls it for what it leaves:
+    #: ``out=``, arguments to convert, a kernel's error)
+    _call = __call__
+
+
+@functools.cache
+def _native_type(module: Any) -> type:
+    """:class:`NativeCall` on the extension module's ``Call`` (its calls in C)."""
+    return type("NativeCall", (module.Call, NativeCall), {"__module__": __name__})
+
 
 def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> NativeCall | None:
     """:class:`NativeCall` of ``fn`` (checked: :func:`_native_function`), or ``None`` where
@@ -561,4 +584,6 @@ def _native(fn: Callable[..., Any], model: Any, example: Sequence[Any]) -> Nativ
         return None  # the kernels' precisions only (as the jitted path's kernel_usable)
     if model.nb == 0 or not config.get("cpu_kernels") or host_calls.library() is None:
         return None
-    return NativeCall(name, model, tuple(x.shape for x in xs), dtype)
+    module = host_calls.host_module()
+    cls = NativeCall if module is None else _native_type(module)
+    return cls(name, model, tuple(x.shape for x in xs), dtype)

@@ -317,11 +317,17 @@ def test_extension_module_and_ctypes_paths_agree(models, monkeypatch):
     for name in ("rnea", "aba", "crba", "minv", "rnea_derivatives", "aba_derivatives"):
         args = (q,) if name in ("crba", "minv") else (q, v, x)
         fast = jaxdyn.compile_for_latency(getattr(jaxdyn, name), model, *args, dispatch="native")
-        assert fast._fast is not None, name
-        plain = jaxdyn.compile_for_latency(getattr(jaxdyn, name), model, *args, dispatch="native")
-        plain._fast = None  # the ctypes path
+        assert fast._fast and isinstance(fast, host_calls.host_module().Call), name
+        # the ctypes path: the Python class alone
+        plain = latency.NativeCall(name, model, tuple(a.shape for a in args), np.float64)
+        assert not plain._fast
         want = plain(*args)
+        python_path = []
+        fast._call = lambda *a, **k: python_path.append(1)  # what C leaves to Python
         got = fast(*args)
+        assert not python_path, name  # numpy arguments of the compiled kind: all in C
+        assert fast([float(x) for x in q], *args[1:]) is None and python_path, name
+        del fast._call
         if isinstance(want, tuple):
             assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), name
             outs = tuple(np.empty_like(w) for w in want)
@@ -342,7 +348,7 @@ def test_extension_module_and_ctypes_paths_agree(models, monkeypatch):
     monkeypatch.setattr(ffi, "build_host_module", lambda: calls.append(1))
     assert "JAXDYN_HOST_MODULE=0" in host_calls.host_module_status() and not calls
     off = jaxdyn.compile_for_latency(jaxdyn.crba, model, q, dispatch="native")
-    assert off._fast is None and off._host.capsule is None
+    assert not off._fast and type(off) is latency.NativeCall
     assert np.array_equal(off(q), crba(q))
 
 

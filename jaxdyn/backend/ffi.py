@@ -67,10 +67,11 @@ fraction of the compile), else with target clones for AVX-512 and AVX2 (GCC on x
 when the library loads. The same library holds two plain C entry points over those kernels,
 ``jaxdyn_host_init`` and ``jaxdyn_host_run``, which compute one sample without XLA for
 ``jaxdyn.compile_for_latency(..., dispatch="native")`` (:mod:`jaxdyn.backend.host_calls`). A third
-library, that path's CPython extension module (``_host_module.c``: the arguments into the kernel's
-buffers through the buffer protocol, in C), is compiled against the running Python's headers
-(:func:`build_host_module`, at ``-O2``; the include directory, which names the Python, in its
-file key) when such a call is first compiled, never in the background.
+library, that path's CPython extension module (``_host_module.c``: the call object's type, which
+takes numpy arrays into the kernel's buffers and returns a new array, in C), is compiled against
+the running Python's and numpy's headers (:func:`build_host_module`, at ``-O2``; the include
+directories, which name the Python, and numpy's version in its file key) when such a call is
+first compiled, never in the background.
 """
 
 from __future__ import annotations
@@ -173,8 +174,20 @@ class _Library:
         run once per program, at ``-O2``; the kernels at ``-O3``, for the running CPU's
         x86-64 level alone where it is known (:func:`_x86_level`), and should the compiler
         refuse that ``-march``, portable (target clones, as where the level is unknown)."""
-        if self.python:  # the include directory names the Python (in the file key)
-            return [["-O2", "-pthread", "-I", _python_include()]]
+        if self.python:  # the include directories name the Python and numpy (in the file key)
+            import numpy
+
+            return [
+                [
+                    "-O2",
+                    "-pthread",
+                    "-I",
+                    _python_include(),
+                    "-I",
+                    numpy.get_include(),
+                    f"-DJAXDYN_NUMPY={numpy.__version__}",  # the key: numpy's C ABI
+                ]
+            ]
         if not self.kernels:
             return [["-O2"]]
         level = _x86_level()

@@ -19,10 +19,11 @@ into :attr:`HostCall.inputs` (``buf[...] = x``) and calls :attr:`HostCall.run` w
 :attr:`HostCall.address`, one pointer through ``ctypes``: reading an array's address per call
 (``__array_interface__``, ``.ctypes.data``) cost more than 1 us each, the copy into a buffer
 a fraction of that. Faster still, where the running Python's headers are installed, the
-extension module of :func:`host_module` (``_host_module.c``) takes the arguments through the
-buffer protocol, copies them into the buffers, runs the kernel and copies its result into a
-new array in one C call (:attr:`HostCall.capsule`): the Python-side checks, copies and the
-``ctypes`` call cost about as much as the smaller kernels.
+extension module of :func:`host_module` (``_host_module.c``) defines the type of the call
+objects themselves: calling one (:meth:`HostCall.bind`) checks numpy arguments, copies them
+into the buffers, runs the kernel and returns a new array of its result without a Python
+frame: the Python-side checks, copies and the ``ctypes`` call cost about as much as the
+smaller kernels.
 """
 
 from __future__ import annotations
@@ -72,13 +73,13 @@ def library() -> ctypes.CDLL | None:
 def host_module() -> Any:
     """The extension module ``_jaxdyn_host`` (``_host_module.c``; built at the first call by
     :func:`jaxdyn.backend.ffi.build_host_module` and cached as the kernels are, its state kept
-    as the other libraries' are: :data:`jaxdyn.backend.ffi.HOST_MODULE`), through which
-    :class:`jaxdyn.latency.NativeCall` passes its arguments to the kernel: ``call(capsule,
-    result, *args)`` copies buffer-protocol arguments of the compiled shapes and element type
-    into a call's buffers, runs the kernel and copies its result out, in C (without the GIL,
-    under a lock of the capsule's); ``None`` where it cannot be built or loaded (no
-    ``Python.h``, no compiler: :func:`host_module_status` says why), and the calls take the
-    ``ctypes`` path of :attr:`HostCall.run`. ``JAXDYN_HOST_MODULE=0`` turns it off."""
+    as the other libraries' are: :data:`jaxdyn.backend.ffi.HOST_MODULE`): its type ``Call`` is
+    the base of :class:`jaxdyn.latency.NativeCall`'s objects, whose call, once bound
+    (:meth:`HostCall.bind`), copies numpy arguments of the compiled shapes and dtype into a
+    call's buffers, runs the kernel and returns a new array of its result, in C; ``None``
+    where it cannot be built or loaded (no ``Python.h``, no compiler: :func:`host_module_status`
+    says why), and the calls take the ``ctypes`` path of :attr:`HostCall.run`.
+    ``JAXDYN_HOST_MODULE=0`` turns it off."""
     return ffi.HOST_MODULE.state["lib"] if ffi.host_module_available() else None
 
 
@@ -178,14 +179,17 @@ class HostCall:
         self.address = ctypes.addressof(self._call)
         #: ``run(address)``: the sample in the buffers into :attr:`out`; the return code
         self.run = lib.jaxdyn_host_run
-        #: the call's capsule of :func:`host_module` (``module.call(capsule, result, *args)``),
-        #: ``None`` where that module is not available
-        self.capsule = None
-        module = host_module()
-        if module is not None:
-            run = ctypes.cast(lib.jaxdyn_host_run, ctypes.c_void_p).value
-            ins = tuple((_address(b), b.shape) for b in self.inputs)
-            fmt = "f" if self.dtype == np.float32 else "d"
-            self.capsule = module.make(
-                run, self.address, ins, _address(self.out), self.out.nbytes, fmt
-            )
+        self._lib = lib
+
+    def bind(self, obj: Any, release: bool) -> None:
+        """Binds ``obj``, an instance of :func:`host_module`'s ``Call`` type, to this call:
+        ``obj(*args)`` then copies numpy arrays of the inputs' shapes and dtype into
+        :attr:`inputs`, runs the kernel and returns a new array of its result (for
+        :data:`DERIVATIVES`, the tuple of the three matrices), all in C; ``release``: the
+        kernel runs with the GIL released, under the object's own lock."""
+        run = ctypes.cast(self._lib.jaxdyn_host_run, ctypes.c_void_p).value
+        ins = tuple((_address(b), b.shape) for b in self.inputs)
+        typenum = np.dtype(self.dtype).num
+        split = self.out.ndim == 3
+        out, shape = _address(self.out), self.out.shape
+        obj._bind(run, self.address, ins, out, typenum, shape, split, release)
