@@ -201,3 +201,59 @@ def _with_mass(model, mass):
     import equinox as eqx
 
     return eqx.tree_at(lambda m: m.mass, model, mass)
+
+
+#: a fixed-base chain whose revolute joints turn about an axis of their own frame (the
+#: kernels' principal-axis case: the parent's rotation with two columns rotated), every axis
+#: and sign, the root one included, beside a tilted revolute and a prismatic joint along an
+#: axis (the general case)
+_PRINCIPAL = """<robot name="principal">
+  <link name="base"/>
+  {links}
+  {joints}
+</robot>"""
+_AXES = ("-1 0 0", "0 1 0", "0 0 -1", "1 0 0", "0 -1 0", "0 0 1", "0 0.6 0.8", "0 0 -1")
+
+
+def _principal_model():
+    links, joints = [], []
+    for i, axis in enumerate(_AXES):
+        links.append(
+            f'<link name="l{i}"><inertial><origin xyz="0.05 {0.02 * i} -0.1" rpy="0.1 0 0.2"/>'
+            f'<mass value="{1.0 + 0.3 * i}"/><inertia ixx="0.02" ixy="0.001" ixz="0" '
+            f'iyy="0.025" iyz="0.002" izz="0.015"/></inertial></link>'
+        )
+        kind = "prismatic" if i == len(_AXES) - 1 else "revolute"
+        limit = '<limit lower="-1" upper="1" effort="1" velocity="1"/>'
+        rpy = "0.3 -0.2 0.5" if i == 6 else "0 0 0"
+        joints.append(
+            f'<joint name="j{i}" type="{kind}"><parent link="{"base" if i == 0 else f"l{i - 1}"}"/>'
+            f'<child link="l{i}"/><origin xyz="0.1 0 {0.2 if i else 0}" rpy="{rpy}"/>'
+            f'<axis xyz="{axis}"/>{limit}</joint>'
+        )
+    return jaxdyn.load_urdf(_PRINCIPAL.format(links="".join(links), joints="".join(joints)))
+
+
+def test_principal_axis_joints_match_xla():
+    """Joints about +-e_k of their own frame (the kernels' rotation of two of the parent's
+    columns, the root's rotation written directly) give XLA's CRBA, RNEA, ABA and Minv, batched
+    and through ``compile_for_latency(dispatch="native")``, at angles far from zero."""
+    model = _principal_model()
+    q = configurations(model, 5, 7, scale=4.0)
+    v = jnp.linspace(-1.0, 1.0, 5 * model.nv).reshape(5, model.nv)
+    calls = {
+        "crba": lambda m, q, v: jaxdyn.crba(m, q),
+        "minv": lambda m, q, v: jaxdyn.minv(m, q),
+        "rnea": lambda m, q, v: jaxdyn.rnea(m, q, v, 0.5 * v),
+        "aba": lambda m, q, v: jaxdyn.aba(m, q, v, 0.5 * v),
+    }
+    for name, f in calls.items():
+        got = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(model, q, v)
+        with jaxdyn.config.override(cpu_kernels=False):
+            want = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(model, q, v)
+        close(got, want, 1e-12)
+        args = (np.asarray(q[0]),) if name in ("crba", "minv") else (q[0], v[0], 0.5 * v[0])
+        native = jaxdyn.compile_for_latency(
+            getattr(jaxdyn, name), model, *[np.asarray(a) for a in args], dispatch="native"
+        )
+        close(native(*[np.asarray(a) for a in args]), want[0], 1e-12)

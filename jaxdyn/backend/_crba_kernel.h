@@ -20,7 +20,7 @@
   {                                                                                           \
     size_t bytes_ = (WORDS) * sizeof(VEC);                                                    \
     VEC* ws = (VEC*)aligned_alloc(64, (bytes_ + 63) / 64 * 64);                               \
-    REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)t->nb);                             \
+    REAL* cst = (REAL*)malloc(sizeof(REAL) * CST_PER_BODY * (size_t)t->nb);                   \
     if (ws == NULL || cst == NULL) {                                                          \
       free(ws);                                                                               \
       free(cst);                                                                              \
@@ -79,14 +79,17 @@ static inline __attribute__((always_inline)) void SINCOS(VEC x, VEC* s, VEC* c) 
 
 #define CONSTANTS CAT(one_dof_constants_, SUFFIX)
 
-/* the one-DoF joints' products of the model alone, the same for every sample (21 numbers per
-   body: A K, A K^2 and A l, with A = Xtree_R, K = [a]x and [a; l] the joint's axis) */
+/* the one-DoF joints' products of the model alone, the same for every sample (CST_PER_BODY
+   numbers per body: A K, A K^2 and A l, with A = Xtree_R, K = [a]x and [a; l] the joint's
+   axis; then the principal-axis code: +-(k + 1) where A is the identity, l = 0 and a = +-e_k
+   exactly (a revolute joint about an axis of its frame, as most URDF joints are: KINEMATICS
+   then rotates two columns of the parent's rotation), else 0) */
 static void CONSTANTS(const crba_topo* t, const REAL* XR, const REAL* axis, REAL* cst) {
   for (int i = 0; i < t->nb; ++i) {
     if (t->kind[i] != KIND_ONE_DOF) continue;
     const REAL *A = XR + 9 * i, *a = axis + 6 * t->v_start[i];
     const REAL K[9] = {0, -a[2], a[1], a[2], 0, -a[0], -a[1], a[0], 0};
-    REAL *AK = cst + 21 * i, *AK2 = AK + 9, *Al = AK + 18;
+    REAL *AK = cst + CST_PER_BODY * i, *AK2 = AK + 9, *Al = AK + 18;
     for (int r = 0; r < 3; ++r)
       for (int cc = 0; cc < 3; ++cc)
         AK[3 * r + cc] = A[3 * r] * K[cc] + A[3 * r + 1] * K[3 + cc] + A[3 * r + 2] * K[6 + cc];
@@ -95,6 +98,14 @@ static void CONSTANTS(const crba_topo* t, const REAL* XR, const REAL* axis, REAL
         AK2[3 * r + cc] = AK[3 * r] * K[cc] + AK[3 * r + 1] * K[3 + cc] + AK[3 * r + 2] * K[6 + cc];
       Al[r] = A[3 * r] * a[3] + A[3 * r + 1] * a[4] + A[3 * r + 2] * a[5];
     }
+    int identity = 1, code = 0, nonzero = 0;
+    for (int e = 0; e < 9; ++e) identity &= A[e] == (e % 4 == 0 ? 1 : 0);
+    for (int k = 0; k < 3; ++k) {
+      if (a[k] != 0) ++nonzero;
+      if (a[k] == 1 || a[k] == -1) code = a[k] > 0 ? k + 1 : -(k + 1);
+    }
+    const int prismatic = a[3] != 0 || a[4] != 0 || a[5] != 0;
+    AK[21] = identity && !prismatic && nonzero == 1 ? (REAL)code : 0;
   }
 }
 
@@ -123,10 +134,37 @@ static inline __attribute__((always_inline)) void KINEMATICS(
     const REAL* pt = Xp + 3 * i;
     const int k = t->kind[i], par = t->parent[i], qs = t->q_start[i];
     VEC Rl[9], pl[3];
-    if (k == KIND_ONE_DOF) {
+    VEC* R = oR + 9 * i;
+    VEC* p = op + 3 * i;
+    const int code = k == KIND_ONE_DOF ? (int)cst[CST_PER_BODY * i + 21] : 0;
+    if (code != 0) {
+      /* about the axis +-e_kk of the joint's frame, which is the parent's rotated (A = 1,
+         l = 0): R = P Rot_kk(+-q) keeps P's column kk and rotates the other two, with
+         (ci, cj) = (kk + 1, kk + 2) mod 3: R_ci = c P_ci + s P_cj, R_cj = c P_cj - s P_ci */
+      const int kk = (code > 0 ? code : -code) - 1, ci = (kk + 1) % 3, cj = (kk + 2) % 3;
+      VEC sn, cs;
+      SINCOS(qv[qs], &sn, &cs);
+      if (code < 0) sn = -sn;
+      if (par < 0) {
+        for (int e = 0; e < 9; ++e) R[e] = (VEC){0};
+        R[4 * kk] = (VEC){0} + 1;
+        R[4 * ci] = cs, R[3 * cj + ci] = sn, R[3 * ci + cj] = -sn, R[4 * cj] = cs;
+        for (int r = 0; r < 3; ++r) p[r] = (VEC){0};
+      } else {
+        const VEC* P = oR + 9 * par;
+        for (int r = 0; r < 3; ++r) {
+          const VEC a = P[3 * r + ci], b = P[3 * r + cj];
+          R[3 * r + kk] = P[3 * r + kk];
+          R[3 * r + ci] = cs * a + sn * b;
+          R[3 * r + cj] = cs * b - sn * a;
+        }
+        for (int r = 0; r < 3; ++r)
+          p[r] = op[3 * par + r] + P[3 * r] * pt[0] + P[3 * r + 1] * pt[1] + P[3 * r + 2] * pt[2];
+      }
+    } else if (k == KIND_ONE_DOF) {
       /* XJ = (rodrigues(a, q), l q): R = A (1 + s K + (1 - c) K^2), p = pt + A l q, with
          A K, A K^2 and A l from CONSTANTS */
-      const REAL *AK = cst + 21 * i, *AK2 = AK + 9, *Al = AK + 18;
+      const REAL *AK = cst + CST_PER_BODY * i, *AK2 = AK + 9, *Al = AK + 18;
       VEC th = qv[qs], sn, cs;
       SINCOS(th, &sn, &cs);
       const VEC c1 = 1 - cs;
@@ -148,9 +186,9 @@ static inline __attribute__((always_inline)) void KINEMATICS(
           pl[r] += A[3 * r] * qv[qs] + A[3 * r + 1] * qv[qs + 1] + A[3 * r + 2] * qv[qs + 2];
       }
     }
-    VEC* R = oR + 9 * i;
-    VEC* p = op + 3 * i;
-    if (par < 0) {
+    if (code != 0) {
+      /* placed above */
+    } else if (par < 0) {
       /* a root: M does not depend on where its subtree is, so it is placed at the origin
          (the world state that jaxdyn's CRBA uses is centred the same way) */
       for (int e = 0; e < 9; ++e) R[e] = Rl[e];
@@ -259,10 +297,19 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
   /* M: zero, then the related pairs written into both triangles, sample by sample */
   const size_t nn = (size_t)nv * nv;
   for (int l = 0; l < n; ++l) memset(out + (size_t)(b0 + l) * nn, 0, nn * sizeof(REAL));
+  /* the pairs come row by row (r ascending): S_r is loaded once per row and kept in
+     registers, so that each pair loads F_c alone (the loop was bound by its loads) */
+  VEC s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0};
+  int row = -1;
   for (int e = 0; e < t->npairs; ++e) {
     const int r = t->pair_r[e], cc = t->pair_c[e];
-    const VEC *Sr = S + 6 * r, *Fc = F + 6 * cc;
-    VEC x = Sr[0] * Fc[0] + Sr[1] * Fc[1] + Sr[2] * Fc[2] + Sr[3] * Fc[3] + Sr[4] * Fc[4] + Sr[5] * Fc[5];
+    if (r != row) {
+      const VEC* Sr = S + 6 * r;
+      s0 = Sr[0], s1 = Sr[1], s2 = Sr[2], s3 = Sr[3], s4 = Sr[4], s5 = Sr[5];
+      row = r;
+    }
+    const VEC* Fc = F + 6 * cc;
+    VEC x = s0 * Fc[0] + s1 * Fc[1] + s2 * Fc[2] + s3 * Fc[3] + s4 * Fc[4] + s5 * Fc[5];
     if (r == cc && armature != NULL) x += armature[r];
     for (int l = 0; l < n; ++l) {
       REAL* o = out + (size_t)(b0 + l) * nn;

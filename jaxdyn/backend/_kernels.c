@@ -19,6 +19,9 @@
 #define KIND_ONE_DOF 0
 #define KIND_SPHERICAL 1
 #define KIND_FREE 2
+/* the model constants per body (one_dof_constants_*: A K, A K^2, A l and the principal-axis
+   code of a one-DoF joint) */
+#define CST_PER_BODY 22
 
 typedef struct {
   int nb, nq, nv, npairs;
@@ -426,7 +429,7 @@ static size_t host_table_entries(const host_call* h) {
 
 /* the bytes of the model's constants in h's precision */
 static size_t host_cst_bytes(const host_call* h) {
-  return (h->f32 ? sizeof(float) : sizeof(double)) * 21 * (size_t)h->t.nb;
+  return (h->f32 ? sizeof(float) : sizeof(double)) * CST_PER_BODY * (size_t)h->t.nb;
 }
 
 /* the bytes of the memory jaxdyn_host_prepare takes: the workspace, HOST_ABA_DERIVATIVES'

@@ -260,7 +260,7 @@ RUN_LINKAGE int MRUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* X
                 const REAL* armature, REAL* out) {
   const int nb = t->nb, nv = t->nv;
   int32_t* row0 = (int32_t*)malloc(sizeof(int32_t) * ((size_t)nv + 1 + (size_t)nb));
-  REAL* cst = (REAL*)malloc(sizeof(REAL) * 21 * (size_t)nb);
+  REAL* cst = (REAL*)malloc(sizeof(REAL) * CST_PER_BODY * (size_t)nb);
   if (row0 == NULL || cst == NULL) {
     free(row0);
     free(cst);
