@@ -120,7 +120,7 @@ static size_t CAT(workspace_, SUFFIX)(const crba_topo* t) {
 /* the kinematics of samples [b0, b0 + n) (n <= LANES; missing lanes repeat the last sample):
    per body its world placement (oR (nb, 9), op (nb, 3)) and its inertia about the world origin
    (I (nb, 6): the upper triangle of Ibar, h (nb, 3) = m c_w, m (nb)); qv (nq) the lanes of q */
-static inline __attribute__((always_inline)) void KINEMATICS(
+static __attribute__((noinline)) void KINEMATICS(
     const crba_topo* t, const REAL* q, const REAL* XR, const REAL* Xp, const REAL* mass,
     const REAL* com, const REAL* inertia, const REAL* cst, int64_t b0, int n, VEC* oR, VEC* op,
     VEC* h, VEC* I, VEC* m, VEC* qv) {
