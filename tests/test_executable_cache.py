@@ -328,3 +328,30 @@ def test_second_process_loads_the_solve(tmp_path):
         [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert off[0].startswith("[]") and off[1] == runs[0][1]
+
+
+def test_compiler_options_reach_xla_and_key_their_own_program(cache, arm, monkeypatch):
+    """A :class:`CachedJit` with ``compiler_options`` compiles with them, cached or not (an
+    option XLA does not know fails both ways), under a key of its own; ``fddp(...,
+    compile="quick")`` (XLA without LLVM's optimisation) solves as the default program does,
+    from a file of its own, and an unknown ``compile`` is refused by name."""
+    args = _args(_problem(arm))
+    default, plain = _cost_fn()
+    bogus = ec.cached_jit(ddp.trajectory_cost, compiler_options={"no_such_xla_option": 1})
+    assert bogus.key(args) != default.key(args)
+    with pytest.raises(Exception, match="no_such_xla_option"):
+        bogus(*args)
+    monkeypatch.setattr(ec, "enabled", lambda: False)  # not cached: the options still apply
+    with pytest.raises(Exception, match="no_such_xla_option"):
+        bogus(*args)
+    monkeypatch.setattr(ec, "enabled", lambda: True)
+    problem = _problem(arm)
+    want = ddp.fddp(problem, max_iter=20)
+    got = ddp.fddp(problem, max_iter=20, compile="quick")
+    assert ec.wait() and ddp._solve_quick.events[-1] == "saved"
+    assert int(got.iterations) == int(want.iterations)
+    np.testing.assert_allclose(float(got.cost), float(want.cost), rtol=1e-10)
+    np.testing.assert_allclose(got.xs, want.xs, rtol=0, atol=1e-9)
+    assert len(list(cache.glob("*.exe"))) == 2  # the default program's file and the quick one's
+    with pytest.raises(ValueError, match="compile must be 'default' or 'quick'"):
+        ddp.fddp(problem, compile="fast")

@@ -512,9 +512,16 @@ def _evict(directory: Path) -> None:
 class CachedJit:
     """``fn`` compiled as ``equinox.filter_jit`` does (array leaves traced, other leaves
     static), its executables kept on disk and found again without tracing (see the module).
-    ``values``: positions of the arguments whose arrays' bytes enter the key."""
+    ``values``: positions of the arguments whose arrays' bytes enter the key;
+    ``compiler_options``: XLA's per-program options of its compiles on the CPU (in the key;
+    a call that is not cached, on the CPU with concrete arrays, compiles with them too)."""
 
-    def __init__(self, fn: Callable[..., Any], values: tuple[int, ...] = (0,)) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        values: tuple[int, ...] = (0,),
+        compiler_options: dict[str, Any] | None = None,
+    ) -> None:
         import equinox as eqx
         import jax
 
@@ -524,8 +531,11 @@ class CachedJit:
                 "digest, not the code of other functions)"
             )
         self.fn, self.values = fn, tuple(values)
+        self.options = dict(compiler_options or {})
         self.plain = eqx.filter_jit(fn)
         self.name = f"{fn.__module__}:{fn.__qualname__}"
+        if self.options:  # another program of the same function: another key
+            self.name += repr(sorted(self.options.items()))
         self.loaded: dict = {}  # in-process key -> jax.stages.Compiled
         self.refused: set = set()  # in-process keys whose program is not saved
         #: in-process keys of executables loaded from disk and not run yet -> their files
@@ -538,17 +548,19 @@ class CachedJit:
             return self.fn(*a, **k)
 
         program.__name__ = getattr(fn, "__name__", "program")
-        self.program = jax.jit(program, static_argnums=0)
+        self.program = jax.jit(program, static_argnums=0, compiler_options=self.options or None)
         _listen_once()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import jax
 
-        if not enabled() or jax.config.jax_disable_jit:  # pyright: ignore[reportAttributeAccessIssue]
+        if jax.config.jax_disable_jit:  # pyright: ignore[reportAttributeAccessIssue]
             return self.plain(*args, **kwargs)
         dyn, static = _split((args, kwargs))
         if not _concrete_on_cpu(dyn):
             return self.plain(*args, **kwargs)
+        if not enabled():
+            return self._uncached(static, dyn, args, kwargs)
         try:
             local = (static, _signature(dyn), _context())
             hash(local)
@@ -558,16 +570,27 @@ class CachedJit:
         if compiled is None:
             if local in self.refused:
                 self._event("plain")
-                return self.plain(*args, **kwargs)
+                return self._uncached(static, dyn, args, kwargs)
             with _lock:
                 compiled = self.loaded.get(local) or self._find(local, dyn, static, args)
         if compiled is None:
             self.refused.add(local)
             self._event("plain")
-            return self.plain(*args, **kwargs)
+            return self._uncached(static, dyn, args, kwargs)
         if local in self.untried:
             return self._first_run(local, compiled, dyn, args, kwargs)
         return compiled(dyn)
+
+    def _uncached(self, static, dyn, args, kwargs):
+        """A call on the CPU that is not cached: the plain ``jit``, or with
+        :attr:`options` the program compiled with them (static leaves hashable)."""
+        if not self.options:
+            return self.plain(*args, **kwargs)
+        try:
+            hash(static)
+        except TypeError:  # an unhashable static leaf: filter_jit raises its own error
+            return self.plain(*args, **kwargs)
+        return self.program(static, dyn)
 
     def _first_run(self, local, compiled, dyn, args, kwargs):
         """The first run of an executable loaded from disk, waited for: one that fails for
@@ -587,7 +610,7 @@ class CachedJit:
             if path is not None:
                 path.unlink(missing_ok=True)
             self._event("plain")
-            return self.plain(*args, **kwargs)
+            return self._uncached(local[0], dyn, args, kwargs)
 
     def _event(self, what: str) -> None:
         if len(self.events) < 1000:
@@ -728,6 +751,10 @@ class CachedJit:
             self._event("unsaved")
 
 
-def cached_jit(fn: Callable[..., Any], values: tuple[int, ...] = (0,)) -> CachedJit:
+def cached_jit(
+    fn: Callable[..., Any],
+    values: tuple[int, ...] = (0,),
+    compiler_options: dict[str, Any] | None = None,
+) -> CachedJit:
     """:class:`CachedJit` of ``fn`` (see the module)."""
-    return CachedJit(fn, values)
+    return CachedJit(fn, values, compiler_options)

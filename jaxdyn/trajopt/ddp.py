@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _linalg, batching
-from ..backend import executable_cache, fused_programs, host_batches
+from ..backend import executable_cache, fused_programs, host_batches, xla_flags
 from . import costs as _costs
 from . import dynamics as _dynamics
 from .dynamics import FreeDynamics, step_derivatives, step_plain
@@ -972,6 +972,11 @@ def _solve_program(problem, xs, us, ddp, params, tag=_UNTAGGED, *, max_iter, der
 _solve_plain = executable_cache.cached_jit(_solve_program)
 
 
+#: the solve program compiled quickly (``compile="quick"``: XLA:CPU without LLVM's optimisation,
+#: :data:`jaxdyn.backend.xla_flags.QUICK_COMPILE`), kept on disk under a key of its own
+_solve_quick = executable_cache.cached_jit(_solve_program, compiler_options=xla_flags.QUICK_COMPILE)
+
+
 #: one problem's solve compiled into a single XLA:CPU kernel where that program is the one
 #: compiled (a call with concrete arrays on the CPU; ``jaxdyn.config`` switch
 #: ``trajopt_fused_loops``, :mod:`jaxdyn.backend.fused_programs`), else ``_solve_plain``
@@ -980,9 +985,9 @@ _solve_fused = fused_programs.fused_jit(
 )
 
 
-def _solve(problem, xs, us, ddp, params, tag=None, *, max_iter, derivatives, verbose):
+def _solve(problem, xs, us, ddp, params, tag=None, *, max_iter, derivatives, verbose, quick=False):
     # verbose prints through a host callback, a custom call, which a single kernel cannot hold
-    solve = _solve_plain if verbose else _solve_fused
+    solve = _solve_quick if quick else _solve_plain if verbose else _solve_fused
     # no tag: the program's default, not passed (a static leaf of its own), as jax.vmap(fddp)'s
     # members (:func:`_solve_user`) and solve_batch's threads call it: one compiled program
     tag = () if tag is None else (tag,)
@@ -1001,7 +1006,7 @@ def _vmapped_here(tree) -> bool:
     return vmap_is_innermost(jax.tree.leaves(tree))
 
 
-def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose):
+def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose, quick=False):
     """:func:`fddp` / :func:`ilqr`'s solve. Under ``jax.vmap`` (the innermost transformation)
     the solve is a ``jax.custom_batching.custom_vmap``: called with concrete arrays on the CPU
     (``jax.vmap(fddp)(problems)`` outside ``jit``) the batch is solved as
@@ -1016,7 +1021,7 @@ def _solve_user(problem, xs, us, ddp, params, *, max_iter, derivatives, verbose)
     static = dict(max_iter=max_iter, derivatives=derivatives, verbose=verbose)
     args = (problem, xs, us, ddp, params)
     if not _vmapped_here(args):
-        return _solve(*args, **static)
+        return _solve(*args, **static, quick=quick)
     arrays, static_tree = eqx.partition(args, eqx.is_array)
     flat, treedef = jax.tree.flatten(arrays)
 
@@ -1093,6 +1098,15 @@ _DEFAULTS = dict(
 
 
 _STATIC = ("max_iter", "derivatives", "verbose")
+
+
+def _quick(options):
+    """Pops ``compile`` from the options of :func:`fddp` / :func:`ilqr`: whether it is
+    ``"quick"`` (``"default"`` otherwise; anything else a ``ValueError``)."""
+    how = options.pop("compile", "default")
+    if how not in ("default", "quick"):
+        raise ValueError(f"compile must be 'default' or 'quick', got {how!r}")
+    return how == "quick"
 
 
 def _options(kw, dtype):
@@ -1196,7 +1210,12 @@ def fddp(
     :func:`~jaxdyn.trajopt.dynamics.step_derivatives`), ``verbose`` (print one line per
     iteration through ``jax.debug.callback``, ``verbose=N`` every N-th iteration and the
     last; under ``jax.vmap`` the members' lines
-    interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index).
+    interleave: :func:`solve_batch` and :func:`solve_sharded` print each problem's index),
+    ``compile="default"|"quick"`` (static; ``"quick"``: the solve program of a call with
+    arrays on the CPU compiled by XLA without LLVM's optimisation passes, about half the
+    compile time for a solve about three times as long: for a problem solved once or a few
+    times, never for a loop of solves; under ``jax.vmap`` or the caller's ``jit`` it changes
+    nothing).
 
     Jit-compiled (``equinox.filter_jit``); ``jax.vmap`` over a batch of problems works (called
     with arrays on the CPU it solves the members one by one in host threads, as
@@ -1205,9 +1224,10 @@ def fddp(
     batched ``while_loop``).
     **Returns:** :class:`Result`.
     """
+    quick = _quick(options)
     problem, xs, us = _start(problem, xs, us, False)
     params, static = _options(options, xs.dtype)
-    return _solve_user(problem, xs, us, _as_array(False, bool), params, **static)
+    return _solve_user(problem, xs, us, _as_array(False, bool), params, **static, quick=quick)
 
 
 def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Result:
@@ -1215,9 +1235,10 @@ def ilqr(problem: Problem, us: ArrayLike | None = None, **options: Any) -> Resul
     ``SolverDDP``, box-DDP of Tassa, Mansard & Todorov 2014 with control bounds): the initial
     controls ``us`` are rolled out from ``x0`` and every iterate stays feasible. Options as
     :func:`fddp`. **Returns:** :class:`Result`."""
+    quick = _quick(options)
     problem, xs, us = _start(problem, None, us, True)
     params, static = _options(options, xs.dtype)
-    return _solve_user(problem, xs, us, _as_array(True, bool), params, **static)
+    return _solve_user(problem, xs, us, _as_array(True, bool), params, **static, quick=quick)
 
 
 # ----------------------------------------------------------------------------- batches
