@@ -9,11 +9,13 @@ limits through :class:`~jaxdyn.trajopt.costs.JointLimits` (quadratic penalties).
 posture and velocity regularisation, control regularisation around gravity compensation at the
 start, both penalties; terminal: end-effector position (weight 10^4) and velocity.
 
-:func:`jaxdyn.trajopt.fddp` from the start state repeated and gravity-compensating controls.
-Prints the iterations and the final cost as soon as the first solve is done, then the time of a
-second solve (compiled), the final position error and the smallest clearance; checks that the
-solver converged, that the end effector ends within 1 cm
-of the target and that the clearance is kept (to 5 mm); saves
+:func:`jaxdyn.trajopt.fddp` from the start state repeated and gravity-compensating controls,
+its program compiled *quickly* (``compile="quick"``: XLA without LLVM's optimisation, for a
+problem solved twice; the default compile takes longer and solves about three times faster:
+``docs/trajopt.md``). Prints the iterations and the final cost as soon as the first solve is
+done, then the time of a second solve (compiled), the final position error and the smallest
+clearance; checks that the solver converged, that the end effector ends within 1 cm of the
+target and that the clearance is kept (to 5 mm); saves
 ``examples/figures/trajopt_arm_reach.png`` (end-effector path around the sphere, seen from
 above and from the side).
 
@@ -104,16 +106,20 @@ def main(verbose=False):
     # the first result as soon as it is known: the first call compiles the solve program (or
     # loads it: jaxdyn's executable cache), the checks below compile a program of their own
     t0 = time.perf_counter()
-    res = jax.block_until_ready(ddp.fddp(problem, us=us0, max_iter=300, verbose=verbose))
+    res = jax.block_until_ready(
+        ddp.fddp(problem, us=us0, max_iter=300, verbose=verbose, compile="quick")
+    )
     first = time.perf_counter() - t0
     ddp.check(res, allow_max_iter=False)
     it = int(res.iterations)
     print(f"FDDP: {it} iterations, final cost {float(res.cost):.6f} (first call {first:.1f} s, "
           "compile included)", flush=True)  # fmt: skip
     t0 = time.perf_counter()
-    jax.block_until_ready(ddp.fddp(problem, us=us0, max_iter=300, verbose=verbose))
+    jax.block_until_ready(ddp.fddp(problem, us=us0, max_iter=300, verbose=verbose, compile="quick"))
     solve = time.perf_counter() - t0
-    print(f"solve again (compiled): {solve * 1e3:.0f} ms ({solve * 1e3 / it:.1f} ms/iteration)")
+    print(
+        f"solve again (compiled, quick): {solve * 1e3:.0f} ms ({solve * 1e3 / it:.1f} ms/iteration)"
+    )
 
     # the naive motion, turning joint 1 alone, would drive the end effector through the sphere
     q_naive = q_a[None] + np.linspace(0, 1.4, 50)[:, None] * np.eye(nv)[0]

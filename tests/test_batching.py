@@ -210,7 +210,8 @@ def test_kernel_build_timeout_and_exit_leave_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="timed out after"):
         U._build(U.KERNELS, str(cc), out)
     calls = log.read_text().splitlines()
-    assert len(calls) == U.KERNEL_PARTS and all("-DFIRST" in c for c in calls), calls
+    # one compile per core at a time, none started after the timeout
+    assert 1 <= len(calls) <= U.KERNEL_PARTS and all("-DFIRST" in c for c in calls), calls
     assert not list(out.iterdir()) and not U._compiling and not U._temporaries
 
     seen = []

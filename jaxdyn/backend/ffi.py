@@ -364,33 +364,56 @@ class _Timeout(RuntimeError):
     """A compiler command stopped after :data:`COMPILE_TIMEOUT` seconds."""
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the platform tells it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def _run_compiles(cmds: list[list[str]], outputs: list[str]) -> tuple[int, str]:
-    """Run the compiler commands side by side (each writing its entry of ``outputs``, removed
-    at exit should the process end first: :func:`_stop_compiles`); ``(0, "")`` where all
-    succeed, else the first failure's return code and message. Raises :class:`_Timeout`
-    where a command ran past :data:`COMPILE_TIMEOUT` (all of them stopped)."""
-    procs = []
-    for cmd, out in zip(cmds, outputs, strict=True):
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _compiling[p] = out
-        procs.append((p, cmd))
-    failed, late = (0, ""), None
-    for p, cmd in procs:
+    """Run the compiler commands side by side, at most one per core (:func:`_cores`), in their
+    order as cores free up (each writing its entry of ``outputs``, removed at exit should the
+    process end first: :func:`_stop_compiles`); ``(0, "")`` where all succeed, else the first
+    failure's return code and message. Raises :class:`_Timeout` where a command ran past
+    :data:`COMPILE_TIMEOUT` (all of them stopped, none started after it). One per core: the
+    kernels' three parts on two cores ran all at once, so the longest (the first) shared its
+    core with a third of the work and finished last, after the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock = threading.Lock()
+    procs: list[subprocess.Popen] = []
+    late: list[str] = []
+
+    def run(cmd: list[str], out: str) -> tuple[int, str, str] | None:
+        with lock:
+            if late:
+                return None
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _compiling[p] = out
+            procs.append(p)
         try:
-            out, err = p.communicate(timeout=None if late else COMPILE_TIMEOUT)
+            stdout, stderr = p.communicate(timeout=COMPILE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            late = late or f"{' '.join(cmd)} timed out after {COMPILE_TIMEOUT:.0f} s"
-            for q, _ in procs:  # the others too: the build fails anyway
-                if q.poll() is None:
-                    q.kill()
-            out, err = p.communicate()
+            with lock:
+                late.append(f"{' '.join(cmd)} timed out after {COMPILE_TIMEOUT:.0f} s")
+                for q in procs:  # the others too: the build fails anyway
+                    if q.poll() is None:
+                        q.kill()
+            stdout, stderr = p.communicate()
         finally:
             _compiling.pop(p, None)
-        if p.returncode != 0 and failed[0] == 0:
-            failed = (p.returncode or 1, f"{' '.join(cmd)} failed:\n{(err or out)[-2000:]}")
+        return p.returncode, stdout, stderr
+
+    with ThreadPoolExecutor(max_workers=min(len(cmds), _cores())) as pool:
+        results = list(pool.map(run, cmds, outputs))
     if late:
-        raise _Timeout(late)
-    return failed
+        raise _Timeout(late[0])
+    for cmd, r in zip(cmds, results, strict=True):
+        if r is not None and r[0] != 0:
+            return r[0] or 1, f"{' '.join(cmd)} failed:\n{(r[2] or r[1])[-2000:]}"
+    return 0, ""
 
 
 def _compile(library, exe, include, flags, tmp, lib):
