@@ -171,6 +171,28 @@ static PyObject* call_into(PyObject* self, PyObject* const* args, Py_ssize_t nar
   return PyLong_FromLong(compute(h, args + 1, PyArray_DATA(r)));
 }
 
+/* the entries of the tuple shape (1 to max of them, none negative) into dims and their
+   product into *count; the number of entries, or 0 with an exception set */
+static int read_shape(PyObject* shape, int max, npy_intp* dims, size_t* count) {
+  const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+  if (nd < 1 || nd > max) {
+    PyErr_Format(PyExc_ValueError, "_bind: shapes of 1 to %d dimensions expected", max);
+    return 0;
+  }
+  *count = 1;
+  for (Py_ssize_t d = 0; d < nd; ++d) {
+    const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+    if (s < 0) {
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "_bind: negative dimension");
+      return 0;
+    }
+    dims[d] = (npy_intp)s;
+    *count *= (size_t)s;
+  }
+  return (int)nd;
+}
+
 static PyObject* call_bind(PyObject* self, PyObject* args) {
   CallObject* h = (CallObject*)self;
   PyObject *run, *call, *inputs, *out, *rshape;
@@ -182,53 +204,27 @@ static PyObject* call_bind(PyObject* self, PyObject* args) {
     PyErr_SetString(PyExc_RuntimeError, "_bind: the call is bound already");
     return NULL;
   }
-  const Py_ssize_t n = PyTuple_GET_SIZE(inputs), rndim = PyTuple_GET_SIZE(rshape);
-  if (n < 1 || n > MAX_INPUTS || rndim < 1 || rndim > MAX_RESULT_DIMS ||
-      (typenum != NPY_DOUBLE && typenum != NPY_FLOAT)) {
-    PyErr_SetString(PyExc_ValueError,
-                    "_bind: 1 to 4 inputs, a result of 1 to 3 dimensions, float32 or float64");
+  const Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+  if (n < 1 || n > MAX_INPUTS || (typenum != NPY_DOUBLE && typenum != NPY_FLOAT)) {
+    PyErr_SetString(PyExc_ValueError, "_bind: 1 to 4 inputs, float32 or float64");
     return NULL;
   }
   void *r = NULL, *c = NULL, *o = NULL;
   if (!as_address(run, &r) || !as_address(call, &c) || !as_address(out, &o))
     return NULL;
   const size_t item = typenum == NPY_DOUBLE ? 8 : 4;
+  size_t count;
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* entry = PyTuple_GET_ITEM(inputs, i);
     PyObject *address, *shape;
-    if (!PyArg_ParseTuple(entry, "OO!", &address, &PyTuple_Type, &shape) ||
-        !as_address(address, &h->in[i]))
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(inputs, i), "OO!", &address, &PyTuple_Type, &shape) ||
+        !as_address(address, &h->in[i]) ||
+        !(h->ndim[i] = read_shape(shape, MAX_DIMS, h->shape[i], &count)))
       return NULL;
-    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-    if (nd < 1 || nd > MAX_DIMS) {
-      PyErr_SetString(PyExc_ValueError, "_bind: inputs of 1 or 2 dimensions expected");
-      return NULL;
-    }
-    size_t count = 1;
-    h->ndim[i] = (int)nd;
-    for (Py_ssize_t d = 0; d < nd; ++d) {
-      const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
-      if (s < 0) {
-        if (!PyErr_Occurred())
-          PyErr_SetString(PyExc_ValueError, "_bind: negative dimension");
-        return NULL;
-      }
-      h->shape[i][d] = (npy_intp)s;
-      count *= (size_t)s;
-    }
     h->bytes[i] = count * item;
   }
-  size_t count = 1;
-  for (Py_ssize_t d = 0; d < rndim; ++d) {
-    const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(rshape, d));
-    if (s < 0) {
-      if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "_bind: negative dimension");
-      return NULL;
-    }
-    h->rshape[d] = (npy_intp)s;
-    count *= (size_t)s;
-  }
+  const int rndim = read_shape(rshape, MAX_RESULT_DIMS, h->rshape, &count);
+  if (!rndim)
+    return NULL;
   h->run = (host_run)(uintptr_t)r;
   h->call = c;
   h->out = o;
