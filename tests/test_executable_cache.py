@@ -355,3 +355,5 @@ def test_compiler_options_reach_xla_and_key_their_own_program(cache, arm, monkey
     assert len(list(cache.glob("*.exe"))) == 2  # the default program's file and the quick one's
     with pytest.raises(ValueError, match="compile must be 'default' or 'quick'"):
         ddp.fddp(problem, compile="fast")
+    with pytest.raises(TypeError, match="compile= is an option of fddp and ilqr"):
+        ddp._options({"compile": "quick"}, jnp.float64)  # solve_batch's, solve_sharded's

@@ -1111,6 +1111,11 @@ def _quick(options):
 
 def _options(kw, dtype):
     bad = set(kw) - set(_DEFAULTS)
+    if "compile" in bad:
+        raise TypeError(
+            "compile= is an option of fddp and ilqr (one problem's solve); solve_batch and "
+            "solve_sharded compile their own programs"
+        )
     if bad:
         raise TypeError(f"unknown solver options {sorted(bad)}; known: {sorted(_DEFAULTS)}")
     opts = {**_DEFAULTS, **kw}
