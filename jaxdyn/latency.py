@@ -24,20 +24,22 @@ and ``jaxdyn.aba_derivatives``, with or without ``f_ext``, ``jaxdyn.crba``, ``ja
 other function is refused with a ``ValueError`` naming these): it returns a :class:`NativeCall`,
 which copies the arguments into buffers of its own and calls the same kernel that ``jax.jit(fn)``
 calls through XLA (:mod:`jaxdyn.backend.host_calls`; the model's arrays and topology are packed
-once, here): through a small CPython extension module of jaxdyn's, compiled against the running
-Python's headers at the first native compile and cached as the kernels are (the arguments, the
-kernel and the result's copy in one C call), or, where it cannot be built (no ``Python.h``) or is
-turned off (``JAXDYN_HOST_MODULE=0``), through ``ctypes`` with one pointer. ``rnea_derivatives`` is
-the IDSVA kernel (Singh, Russell & Wensing 2022, Algorithm 1); ``aba_derivatives`` composes in C
-what ``jax.jit`` composes from the kernels (:func:`jaxdyn.derivatives.fd.aba_derivatives_world`):
-``qdd`` by ABA's, IDSVA's partials at ``qdd`` without ``M``, ``Minv`` by Minv's, then ``-Minv``
-times the partials (DMM, Eq. 5; the partials of Carpentier & Mansard 2018), DMM whatever ``nv``
-(``jax.jit`` takes AZA from :data:`jaxdyn.derivatives.fd.AZA_MIN_NV` coordinates on: equal values to
-rounding). The quaternions of ``q`` are checked (where the value checks are on when compiled) and
-normalised in C as the jitted path's :func:`jaxdyn.shell.check_quaternions` does before the kernel,
-so the values equal ``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
+once, here): where jaxdyn's small CPython extension module is built (against the running Python's
+and numpy's headers, at the first native compile, cached as the kernels are), the call object's
+type is its C type, and a call with numpy arguments of the compiled kind checks and copies them,
+runs the kernel and returns a new array in C; where it cannot be built (no ``Python.h``) or is
+turned off (``JAXDYN_HOST_MODULE=0``), the call goes through ``ctypes`` with one pointer.
+``rnea_derivatives`` is the IDSVA kernel (Singh, Russell & Wensing 2022, Algorithm 1);
+``aba_derivatives`` composes in C what ``jax.jit`` composes from the kernels
+(:func:`jaxdyn.derivatives.fd.aba_derivatives_world`): ``qdd`` by ABA's, IDSVA's partials at ``qdd``
+without ``M``, ``Minv`` by Minv's, then ``-Minv`` times the partials (DMM, Eq. 5; the partials of
+Carpentier & Mansard 2018), DMM whatever ``nv`` (``jax.jit`` takes AZA from
+:data:`jaxdyn.derivatives.fd.AZA_MIN_NV` coordinates on: equal values to rounding). The quaternions
+of ``q`` are checked (where the value checks are on when compiled) and normalised in C as the jitted
+path's :func:`jaxdyn.shell.check_quaternions` does before the kernel, so the values equal
+``jax.jit(fn)``'s to rounding (float64 and float32), and a failed check raises
 :class:`jaxdyn.CheckError` with the same message. A call costs the kernel and a fraction of a
-microsecond of Python and C around it through the extension module, about 1 us through ``ctypes``
+microsecond of Python and C around it through the extension module, 1.5-2 us through ``ctypes``
 (the argument checks and copies, the ``ctypes`` call, the result's copy: a new array per call, or
 ``out=``; solo12, ``docs/performance.md``): what XLA's runtime and JAX's dispatch cost around a
 program (some 10 us for an identity through the synchronous client) is gone. Where the kernels are

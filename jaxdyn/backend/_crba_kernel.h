@@ -149,7 +149,6 @@ static __attribute__((noinline)) void KINEMATICS(
         for (int e = 0; e < 9; ++e) R[e] = (VEC){0};
         R[4 * kk] = (VEC){0} + 1;
         R[4 * ci] = cs, R[3 * cj + ci] = sn, R[3 * ci + cj] = -sn, R[4 * cj] = cs;
-        for (int r = 0; r < 3; ++r) p[r] = (VEC){0};
       } else {
         const VEC* P = oR + 9 * par;
         for (int r = 0; r < 3; ++r) {
@@ -158,9 +157,8 @@ static __attribute__((noinline)) void KINEMATICS(
           R[3 * r + ci] = cs * a + sn * b;
           R[3 * r + cj] = cs * b - sn * a;
         }
-        for (int r = 0; r < 3; ++r)
-          p[r] = op[3 * par + r] + P[3 * r] * pt[0] + P[3 * r + 1] * pt[1] + P[3 * r + 2] * pt[2];
       }
+      for (int r = 0; r < 3; ++r) pl[r] = (VEC){0} + pt[r]; /* l = 0 */
     } else if (k == KIND_ONE_DOF) {
       /* XJ = (rodrigues(a, q), l q): R = A (1 + s K + (1 - c) K^2), p = pt + A l q, with
          A K, A K^2 and A l from CONSTANTS */
@@ -186,18 +184,19 @@ static __attribute__((noinline)) void KINEMATICS(
           pl[r] += A[3 * r] * qv[qs] + A[3 * r + 1] * qv[qs + 1] + A[3 * r + 2] * qv[qs + 2];
       }
     }
-    if (code != 0) {
-      /* placed above */
-    } else if (par < 0) {
+    /* R: the principal-axis joints' is written above; the others' from Rl */
+    if (par < 0) {
       /* a root: M does not depend on where its subtree is, so it is placed at the origin
          (the world state that jaxdyn's CRBA uses is centred the same way) */
-      for (int e = 0; e < 9; ++e) R[e] = Rl[e];
+      if (code == 0)
+        for (int e = 0; e < 9; ++e) R[e] = Rl[e];
       for (int r = 0; r < 3; ++r) p[r] = (VEC){0};
     } else {
       const VEC* P = oR + 9 * par;
-      for (int r = 0; r < 3; ++r)
-        for (int cc = 0; cc < 3; ++cc)
-          R[3 * r + cc] = P[3 * r] * Rl[cc] + P[3 * r + 1] * Rl[3 + cc] + P[3 * r + 2] * Rl[6 + cc];
+      if (code == 0)
+        for (int r = 0; r < 3; ++r)
+          for (int cc = 0; cc < 3; ++cc)
+            R[3 * r + cc] = P[3 * r] * Rl[cc] + P[3 * r + 1] * Rl[3 + cc] + P[3 * r + 2] * Rl[6 + cc];
       for (int r = 0; r < 3; ++r)
         p[r] = op[3 * par + r] + P[3 * r] * pl[0] + P[3 * r + 1] * pl[1] + P[3 * r + 2] * pl[2];
     }

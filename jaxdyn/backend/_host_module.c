@@ -83,25 +83,26 @@ static int usable(const CallObject* h, PyObject* a, int i) {
 }
 
 /* the arguments (checked usable) into the buffers, the kernel, its result into dst */
+static int copy_run(const CallObject* h, PyObject* const* args, void* dst) {
+  for (int i = 0; i < h->n; ++i)
+    memcpy(h->in[i], PyArray_DATA((PyArrayObject*)args[i]), h->bytes[i]);
+  const int rc = h->run(h->call);
+  if (rc == 0)
+    memcpy(dst, h->out, h->out_bytes);
+  return rc;
+}
+
+/* copy_run, with the GIL released under the object's lock where the object says so, else
+   under the GIL alone (one call at a time either way) */
 static int compute(CallObject* h, PyObject* const* args, void* dst) {
+  if (!h->release)
+    return copy_run(h, args, dst);
   int rc;
-  if (h->release) {
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&h->lock);
-    for (int i = 0; i < h->n; ++i)
-      memcpy(h->in[i], PyArray_DATA((PyArrayObject*)args[i]), h->bytes[i]);
-    rc = h->run(h->call);
-    if (rc == 0)
-      memcpy(dst, h->out, h->out_bytes);
-    pthread_mutex_unlock(&h->lock);
-    Py_END_ALLOW_THREADS
-  } else { /* the GIL held throughout: one call at a time */
-    for (int i = 0; i < h->n; ++i)
-      memcpy(h->in[i], PyArray_DATA((PyArrayObject*)args[i]), h->bytes[i]);
-    rc = h->run(h->call);
-    if (rc == 0)
-      memcpy(dst, h->out, h->out_bytes);
-  }
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&h->lock);
+  rc = copy_run(h, args, dst);
+  pthread_mutex_unlock(&h->lock);
+  Py_END_ALLOW_THREADS
   return rc;
 }
 
