@@ -312,9 +312,13 @@ def test_first_result_script(tmp_path):
     }
     times = {"trace": 1.0, "lower": 0.5, "compile": 9.0, "warm": 0.3, "ops": 12}
     times.update(trace_cpu=0.9, lower_cpu=0.4, compile_cpu=4.0)
-    text = first_result.render([("python -m jaxdyn demo", cold, warm)], [("aba", times)], meta)
+    build = {"ready": 4.84, "cpu": 9.1, "status": "registered"}
+    compiles = [("aba", times), ("kernel library", build)]
+    text = first_result.render([("python -m jaxdyn demo", cold, warm)], compiles, meta)
     assert "| python -m jaxdyn demo | 5.0 | 12.0 | 1.0 | > 300 |" in text
     assert "| aba | 1.0 / 0.9 | 0.5 / 0.4 | 9.0 / 4.0 | 12 | 0.3 |" in text
+    assert "| kernel library" not in text  # a sentence under the table, not a row
+    assert "ready 4.8 s after the import began (9.1 CPU-s" in text
     assert "\nloaded\n" in text
     assert first_result.hlo_ops('%0 = stablehlo.add %a, %b\n%1 = "stablehlo.scatter"(%0)\n') == 2
     out = tmp_path / "R.md"
