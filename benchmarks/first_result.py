@@ -326,7 +326,13 @@ def render(runs, compiles, meta: dict) -> str:
                 f"| {name} | " + " | ".join(cells) + f" | {t.get('ops', '-')} | "
                 f"{_s(t.get('warm'))} |"
             )
-        if build is not None:
+        if build is not None and build["cpu"] < 0.05:  # no compiler ran: found compiled
+            lines += [
+                "",
+                "The CPU kernels' library was found compiled (no C compiler ran in the table's "
+                f"process; kernels {build['status']}).",
+            ]
+        elif build is not None:
             lines += [
                 "",
                 "The table's process starts with an empty cache directory, so `import jaxdyn` "

@@ -319,6 +319,9 @@ def test_first_result_script(tmp_path):
     assert "| aba | 1.0 / 0.9 | 0.5 / 0.4 | 9.0 / 4.0 | 12 | 0.3 |" in text
     assert "| kernel library" not in text  # a sentence under the table, not a row
     assert "ready 4.8 s after the import began (9.1 CPU-s" in text
+    found = [("aba", times), ("kernel library", dict(build, cpu=0.0))]
+    text = first_result.render([], found, meta)
+    assert "library was found compiled (no C compiler ran" in text and "ready" not in text
     assert "\nloaded\n" in text
     assert first_result.hlo_ops('%0 = stablehlo.add %a, %b\n%1 = "stablehlo.scatter"(%0)\n') == 2
     out = tmp_path / "R.md"
