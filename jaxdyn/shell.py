@@ -215,11 +215,12 @@ def quaternion_indices(topo):
     return idx, owner
 
 
-def check_quaternions(fn: str, model: Model, q: Array, tol: float = 1e-3) -> Array:
+def check_quaternions(fn: str, model: Model, q: Array, tol: float = 1e-3, hint: str = "") -> Array:
     """Check and normalise the quaternions of ``q`` (spherical / free joints).
 
     :func:`jaxdyn.value_checks.error_if` (value checks on) a quaternion's squared norm
-    differs from 1 by more than ``tol`` or is not finite (NaN); then every quaternion is
+    differs from 1 by more than ``tol`` or is not finite (NaN; ``hint`` is appended to the
+    message: what the caller knows of where such a ``q`` comes from); then every quaternion is
     divided by its norm, so the algorithms see unit quaternions even within the tolerance (a
     quaternion with ``|q|^2 = 1.0005`` would otherwise scale rotation matrices by 1.0005 and
     ``aba`` by 2.5e-3).
@@ -243,7 +244,7 @@ def check_quaternions(fn: str, model: Model, q: Array, tol: float = 1e-3) -> Arr
         q = value_checks.error_if(
             q,
             jnp.any(~(err <= tol)),
-            f"{fn}: a quaternion in q is not of unit norm (tolerance {tol}) or not finite",
+            f"{fn}: a quaternion in q is not of unit norm (tolerance {tol}) or not finite{hint}",
         )
         quats = q[idx]
     # q * (1 / |quaternion| on its entries, 1 elsewhere): a static gather, no scatter

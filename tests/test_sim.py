@@ -1163,13 +1163,15 @@ def test_bad_input(quad, pendulum):
         ).q.block_until_ready()
 
 
-def test_divergence_raises_a_clear_error(pendulum):
+def test_divergence_raises_a_clear_error(pendulum, box):
     """A time step beyond the explicit stability limit (a PD velocity gain of 1e5 on the
     pendulum with "euler" at 5 ms: h kd / I in the thousands) blows the state up; the rollout
     step where it overflows raises the divergence check, which names the cause and the
     remedies, instead of the next step's non-finite input check (or a NaN trajectory ending
     there). A single step returns the non-finite state: the environments test for it and
-    recover (jaxdyn.envs.SimEnv.pipeline_step)."""
+    recover (jaxdyn.envs.SimEnv.pipeline_step); a step given such a state raises its input
+    check, whose message says where such a state comes from and the same remedies (the
+    non-finite entry; a free joint's quaternion, checked first)."""
     cfg = sim.SimConfig(dt=5e-3, integrator="euler", actuator=sim.PD(0.0, 1e5), limits=None)
     run = jax.jit(lambda s: sim.rollout(pendulum, s, jnp.zeros((400, 2)), cfg=cfg))
     with pytest.raises(Exception, match="integration diverged") as err:
@@ -1177,8 +1179,20 @@ def test_divergence_raises_a_clear_error(pendulum):
     assert "integrator='implicit'" in str(err.value)
     assert "non-finite entry" not in str(err.value)
     s = sim.State(jnp.array([0.3, -0.2]), jnp.array([1e200, -1e200]))
-    s1 = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))(s)
+    one = jax.jit(lambda s: sim.step(pendulum, s, jnp.zeros(2), cfg))
+    s1 = one(s)
     assert not np.all(np.isfinite(np.asarray(s1.v)))
+    hint = "; if an earlier step returned this state, that step diverged: cfg.dt is beyond"
+    with pytest.raises(Exception, match="step: the state has a non-finite entry") as err:
+        one(s1).v.block_until_ready()
+    assert hint in str(err.value) and "integrator='implicit'" in str(err.value)
+    free = sim.SimConfig(actuator=sim.Torque(dofs=()), limits=None)
+    bad = sim.State(jaxdyn.neutral_configuration(box).at[3].set(jnp.nan), jnp.zeros(6))
+    with pytest.raises(jaxdyn.CheckError, match="step: a quaternion in q is not of unit norm"):
+        sim.step(box, bad, jnp.zeros(0), free)
+    with pytest.raises(jaxdyn.CheckError) as err:
+        sim.step(box, bad, jnp.zeros(0), free)
+    assert hint in str(err.value)
 
 
 def test_huge_step_is_reported(box, pendulum):

@@ -1299,11 +1299,11 @@ def _check_state(fn, model, state, ctrl, cfg):
     ctrl = shell.as_array(fn, "ctrl", ctrl, (("nu", nu),), model)
     dtype = shell.common_dtype(q, v, ctrl, model.mass)
     q, v, ctrl = q.astype(dtype), v.astype(dtype), ctrl.astype(dtype)
-    q = shell.check_quaternions(fn, model, q)
+    q = shell.check_quaternions(fn, model, q, hint=STATE_HINT)
     if value_checks.enabled():
         bad = ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(v)))
         q = value_checks.error_if(
-            q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v)"
+            q, bad, f"{fn}: the state has a non-finite entry (NaN or inf in q or v){STATE_HINT}"
         )
         ctrl = value_checks.error_if(
             ctrl, ~jnp.all(jnp.isfinite(ctrl)), f"{fn}: ctrl has a non-finite entry"
@@ -1321,14 +1321,19 @@ def _check_state(fn, model, state, ctrl, cfg):
     return q, v, ctrl, dtype, act
 
 
-#: the value check of a rollout step that turned a finite state into a non-finite one
-DIVERGED = (
-    "rollout: the integration diverged (a non-finite state from a finite one): cfg.dt is beyond "
-    "the stability limit of the stiffest explicit force (with integrator='rk4' every force, "
-    "contact included; with 'euler' the joint forces: a velocity gain d -- PD kd, damping, "
-    "limit damping -- needs dt * d < 2 * the joint's apparent inertia); use "
-    "integrator='implicit', a smaller dt or more substeps"
+# the cause and remedies that the divergence's messages give
+_DT_REMEDY = (
+    "cfg.dt is beyond the stability limit of the stiffest explicit force (with "
+    "integrator='rk4' every force, contact included; with 'euler' the joint forces: a velocity "
+    "gain d -- PD kd, damping, limit damping -- needs dt * d < 2 * the joint's apparent "
+    "inertia); use integrator='implicit', a smaller dt or more substeps"
 )
+#: the value check of a rollout step that turned a finite state into a non-finite one
+DIVERGED = "rollout: the integration diverged (a non-finite state from a finite one): " + _DT_REMEDY
+
+#: appended to the messages of a step's checks of its state (a quaternion of ``q`` off the
+#: unit sphere or not finite, a non-finite entry): such a state is what a diverged step returns
+STATE_HINT = "; if an earlier step returned this state, that step diverged: " + _DT_REMEDY
 
 
 #: the value check of a rollout whose velocity jumped beyond what a step resolves
@@ -1380,8 +1385,9 @@ def step(model: Model, state: State, ctrl: ArrayLike, cfg: SimConfig) -> State:
 
     **Returns:** the next :class:`State`.
 
-    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises. A
-    step that diverges returns its non-finite state (callers such as
+    With value checks on (:mod:`jaxdyn.config`), a non-finite ``state`` or ``ctrl`` raises (for
+    the state, the message says that a diverged step returns such states and what to change,
+    :data:`STATE_HINT`). A step that diverges returns its non-finite state (callers such as
     :meth:`jaxdyn.envs.SimEnv.pipeline_step` test for it and recover); :func:`rollout` raises
     :data:`DIVERGED` there; :func:`step_info` also reports the contact solve (its residual, contacts
     left out by ``max_contacts``).
