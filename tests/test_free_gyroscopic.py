@@ -4,7 +4,8 @@ bias force), and so does jaxdyn's ``"implicit"`` (``jaxdyn.sim.core._gyroscopic_
 free bodies spinning about non-principal axes follow MuJoCo C's ``mj_step`` to 1e-12 over 300
 steps, where MuJoCo's explicit treatment of the same torque (``Euler``, what jaxdyn's
 ``"implicit"`` did before) departs by more than 1e-4; a ball joint keeps it explicit in both.
-The correction's block equals ``(M + h dC/dv)^-1`` by automatic differentiation of RNEA; a body
+The correction's block equals ``(M + h dC/dv)^-1`` by automatic differentiation of RNEA (from
+ABA's articulated inertias and from ``M^-1``'s blocks, as the step's kernels give it); a body
 spinning on a floor under MuJoCo's contact follows ``mj_step`` too (slow)."""
 
 import jax
@@ -115,10 +116,14 @@ def test_block_is_the_bias_derivative(loaded):
         M = crba_world(model, ws)
         inertias = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
         correct = core._gyroscopic_correction(model, inertias, v, h)
-        assert correct is not None
-        return dC, M, correct(jnp.linalg.inv(M))
+        # the step's kernels' route: the blocks of M^-1 instead of ABA's articulated inertias
+        by_minv = core._gyroscopic_correction(model, None, v, h, jnp.linalg.inv(M))
+        assert correct is not None and by_minv is not None
+        Minv = jnp.linalg.inv(M)
+        return dC, M, correct(Minv), by_minv(Minv)
 
-    dC, M, X = (np.asarray(x) for x in parts(q, v))
+    dC, M, X, X_minv = (np.asarray(x) for x in parts(q, v))
+    np.testing.assert_allclose(X_minv, X, rtol=0, atol=1e-13 * np.abs(X).max())
     Minv = np.linalg.inv(M)
     rows = np.zeros(model.nv, bool)
     for b in bodies:

@@ -1054,6 +1054,68 @@ def test_implicit_compliant_rollout_gradient_in_contact():
     np.testing.assert_allclose(float(g @ d), float(fd), rtol=1e-4)
 
 
+#: quad12 configurations whose ``M_eff`` is ``M`` plus a diagonal: hard and MuJoCo's soft
+#: contact under the implicit integrator (the soft rows posed with the plain ``M`` too), and
+#: MuJoCo's Euler ("implicit_damping") with joint-limit rows
+KERNEL_CASES = {
+    "hard": dict(integrator="implicit", contact=sim.Constraint(friction=1.0)),
+    "soft": dict(integrator="implicit", contact=sim.Constraint(friction=1.0, soft=True)),
+    "euler_limits": dict(integrator="implicit_damping", contact=sim.Constraint(soft=True)),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["hard", pytest.param("soft", marks=pytest.mark.slow)]
+    + [pytest.param("euler_limits", marks=pytest.mark.slow)],
+)
+def test_step_solves_by_kernels_equal_xla(quad, case):
+    """On the CPU a step whose ``M_eff`` is ``M`` plus a diagonal solves with jaxdyn's C
+    kernels (``M_eff^-1`` by the Minv kernel, the free acceleration by the ABA kernel; under
+    ``jax.vmap`` the joint part of ``M + h D``, which the PD servos' effort limits make depend
+    on the state, is a row of armature per sample): quad12 on its feet, some servos clipped,
+    is XLA's ABA passes' step (``cpu_kernels`` off) to 1e-12, batched, and so is the gradient
+    of a step in the servo targets (1e-9; the kernels' derivatives are XLA's code)."""
+    m, cs = quad
+    extra = {}
+    if case == "euler_limits":
+        extra["limit_constraints"] = sim.LimitConstraints.from_model(m)
+    cfg = sim.SimConfig(
+        dt=2e-3, contacts=cs, actuator=sim.PD(20.0, 0.5), **KERNEL_CASES[case], **extra
+    )
+    B = 5
+    rng = np.random.default_rng(11)
+    q0 = jaxdyn.neutral_configuration(m).at[2].set(0.34)
+    dq = jnp.asarray(0.05 * rng.standard_normal((B, m.nv)))
+    q = jax.vmap(lambda d: jaxdyn.integrate(m, q0, d))(dq)
+    s = sim.State(q, jnp.asarray(0.5 * rng.standard_normal((B, m.nv))), jnp.zeros(B))
+    s = jax.vmap(lambda x: sim.warm_state(m, x, cfg))(s)
+    u = q0[7:] + jnp.asarray(rng.uniform(-2.0, 2.0, (B, 12)))  # 40 N m: some servos clip
+
+    def step(s, u):
+        return sim.step(m, s, u, cfg)
+
+    def loss(u):
+        def one(s, u):
+            s = sim.step(m, s, u, cfg)
+            return jnp.sum(s.v**2) + jnp.sum(s.q[:3] ** 2)
+
+        return jnp.sum(jax.vmap(one)(s, u))
+
+    text = jax.jit(jax.vmap(step)).lower(s, u).as_text()
+    assert "@jaxdyn_minv" in text and "@jaxdyn_aba" in text
+    got, grad = jax.jit(jax.vmap(step))(s, u), jax.jit(jax.grad(loss))(u)
+    with jaxdyn.config.override(cpu_kernels=False):
+        assert "@jaxdyn_minv" not in jax.jit(jax.vmap(step)).lower(s, u).as_text()
+        ref, ref_grad = jax.jit(jax.vmap(step))(s, u), jax.jit(jax.grad(loss))(u)
+    assert float(jnp.abs(got.v - s.v).max()) > 1e-3  # it moves
+    for a, b in ((got.q, ref.q), (got.v, ref.v)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, float(jnp.abs(b).max())))
+    scale = float(jnp.abs(ref_grad).max())
+    assert scale > 0
+    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * scale)
+
+
 @pytest.mark.slow
 def test_constraint_gradient_through_a_long_slide(box):
     """Reverse mode through 200 steps (0.4 s) of a box pushed across the floor (30 N against

@@ -134,7 +134,7 @@ CLONES static void ABLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
         const VEC *s = S + 6 * (vs + j), *u = U + 6 * (vs + b);
         D[6 * j + b] = s[0] * u[0] + s[1] * u[1] + s[2] * u[2] + s[3] * u[3] + s[4] * u[4]
                        + s[5] * u[5];
-        if (j == b && armature != NULL) D[6 * j + b] += armature[vs + j];
+        if (j == b && armature != NULL) D[6 * j + b] += ARMV(t, armature, vs + j, b0, n);
       }
     VEC* Di = Dv + 6 * vs; /* row j of D^-1 at Di + 6 j */
     if (k == 1) {

@@ -46,6 +46,19 @@ typedef REAL VEC __attribute__((vector_size(sizeof(REAL) * LANES)));
 #define SINCOS CAT(sincos_, SUFFIX)
 typedef ITYPE IVEC __attribute__((vector_size(sizeof(REAL) * LANES)));
 
+#define ARMV CAT(armv_, SUFFIX)
+/* coordinate j's armature in the lanes of samples [b0, b0 + n): the model's, or where the
+   operand holds a row per sample (t->arm_rows) each sample's (missing lanes repeat the last) */
+static inline __attribute__((always_inline)) VEC ARMV(const crba_topo* t, const REAL* armature,
+                                                      int j, int64_t b0, int n) {
+  if (!t->arm_rows)
+    return (VEC){0} + armature[j];
+  VEC a;
+  for (int l = 0; l < LANES; ++l)
+    a[l] = armature[(b0 + (l < n ? l : n - 1)) * t->nv + j];
+  return a;
+}
+
 /* sin and cos of every lane (Cephes' sin / cos: the argument reduced by pi / 4 in three
    parts, then the minimax polynomials of sin and cos on [-pi / 4, pi / 4]; within an ulp or
    two of libm for |x| < 2^30 / (4 / pi), the range of joint angles and far beyond) */
@@ -309,7 +322,7 @@ CLONES static void BLOCK(const crba_topo* t, const REAL* q, const REAL* XR, cons
     }
     const VEC* Fc = F + 6 * cc;
     VEC x = s0 * Fc[0] + s1 * Fc[1] + s2 * Fc[2] + s3 * Fc[3] + s4 * Fc[4] + s5 * Fc[5];
-    if (r == cc && armature != NULL) x += armature[r];
+    if (r == cc && armature != NULL) x += ARMV(t, armature, r, b0, n);
     for (int l = 0; l < n; ++l) {
       REAL* o = out + (size_t)(b0 + l) * nn;
       o[(size_t)r * nv + cc] = x[l];
@@ -345,6 +358,7 @@ RUN_LINKAGE int RUN(const crba_topo* t, int64_t B, const REAL* q, const REAL* XR
 #undef VEC
 #undef IVEC
 #undef SINCOS
+#undef ARMV
 #undef CONSTANTS
 #undef SEL
 #undef CAT

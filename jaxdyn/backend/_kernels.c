@@ -27,6 +27,7 @@ typedef struct {
   int nb, nq, nv, npairs;
   const int32_t *kind, *parent, *q_start, *v_start, *pair_r, *pair_c;
   const int32_t* order; /* jaxdyn_minv: the bodies in depth-first order (NULL for CRBA) */
+  int arm_rows; /* the armature operand holds a row of nv per sample (else one row for all) */
 } crba_topo;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) \
@@ -119,6 +120,21 @@ static void read_topology(const int32_t* tp, int with_order, crba_topo* t) {
   t->pair_r = t->v_start + t->nb;
   t->pair_c = t->pair_r + t->npairs;
   t->order = with_order ? t->pair_c + t->npairs : NULL;
+  t->arm_rows = 0;
+}
+
+/* the armature operand a of a batch of B samples: 1 where it holds nv entries (the model's),
+   2 where a row of nv per sample (a per-sample armature, such as a simulation step's M + h D:
+   the operand's leading dimensions are the batch's), else 0 (none) */
+static int armature_kind(const XLA_FFI_Buffer* a, int64_t B, int nv) {
+  if (a->rank == 1 && a->dims[0] == nv)
+    return 1;
+  if (a->rank < 2 || a->dims[a->rank - 1] != nv)
+    return 0;
+  int64_t rows = 1;
+  for (int64_t i = 0; i + 1 < a->rank; ++i)
+    rows *= a->dims[i];
+  return rows == B ? 2 : 0;
 }
 
 /* one call of a batch kernel (jaxdyn_crba, jaxdyn_minv): the operands and topology read, the
@@ -137,28 +153,30 @@ static XLA_FFI_Error* run_batch(XLA_FFI_CallFrame* frame, const batch_kernel* k)
     B *= a[0]->dims[i];
   const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
   const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
-  const void* arm = a[7]->rank == 1 && a[7]->dims[0] == t.nv ? a[7]->data : NULL;
-  const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv;
+  const int arm_kind = armature_kind(a[7], B, t.nv);
+  const void* arm = arm_kind ? a[7]->data : NULL;
+  t.arm_rows = arm_kind == 2;
+  const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv, na = t.arm_rows ? t.nv : 0;
   int failed = 0;
   if (a[0]->dtype == XLA_FFI_DataType_F64) {
     /* blocks of 8 samples wide; up to 2 samples left after them, one narrow block */
     const int64_t full = B % 8 <= 2 ? B / 8 * 8 : B;
-    const double *qd = (const double*)q;
+    const double *qd = (const double*)q, *ad = (const double*)arm;
     double* od = (double*)out->data;
     if (full > 0)
-      failed |= k->f64(&t, full, qd, XR, Xp, ax, ms, cm, in, arm, od);
+      failed |= k->f64(&t, full, qd, XR, Xp, ax, ms, cm, in, ad, od);
     if (B > full)
-      failed |= k->f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                              od + full * nn);
+      failed |= k->f64_narrow(&t, B - full, qd + full * nq, XR, Xp, ax, ms, cm, in,
+                              ad ? ad + full * na : NULL, od + full * nn);
   } else if (a[0]->dtype == XLA_FFI_DataType_F32) {
     const int64_t full = B % 16 <= 4 ? B / 16 * 16 : B;
-    const float* qf = (const float*)q;
+    const float *qf = (const float*)q, *af = (const float*)arm;
     float* of = (float*)out->data;
     if (full > 0)
-      failed |= k->f32(&t, full, qf, XR, Xp, ax, ms, cm, in, arm, of);
+      failed |= k->f32(&t, full, qf, XR, Xp, ax, ms, cm, in, af, of);
     if (B > full)
-      failed |= k->f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in, arm,
-                              of + full * nn);
+      failed |= k->f32_narrow(&t, B - full, qf + full * nq, XR, Xp, ax, ms, cm, in,
+                              af ? af + full * na : NULL, of + full * nn);
   } else
     return ffi_error(frame, k->bad_dtype);
   return failed ? ffi_error(frame, k->no_memory) : NULL;
@@ -227,8 +245,9 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
   const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
-  const int has_arm = a[10]->rank == 1 && a[10]->dims[0] == t.nv;
-  const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6;
+  const int arm_kind = armature_kind(a[10], B, t.nv), has_arm = arm_kind != 0;
+  t.arm_rows = arm_kind == 2;
+  const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6, na = t.arm_rows ? nv : 0;
   const int64_t no = k->matrices ? nv * nv : nv; /* a result per sample */
   int failed = 0;
   /* blocks of 64 bytes; up to a quarter block left after them, one narrow block */
@@ -248,7 +267,8 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
       failed |= WIDE(&t, full, q, qd, x, fe, XR, Xp, ax, ms, cm, in, arm, g, o);              \
     if (B > full)                                                                             \
       failed |= NARROW_RUN(&t, B - full, q + full * nq, qd + full * nv, x + full * nv,        \
-                           fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in, arm, g, on);  \
+                           fe ? fe + full * nf : NULL, XR, Xp, ax, ms, cm, in,               \
+                           arm ? arm + full * na : NULL, g, on);                             \
   }
   if (a[0]->dtype == XLA_FFI_DataType_F64)
     DYNAMICS_RUNS(double, 8, 2, k->f64, k->f64_narrow)

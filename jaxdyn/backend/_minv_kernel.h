@@ -108,7 +108,7 @@ CLONES static void MBLOCK(const crba_topo* t, const REAL* q, const REAL* XR, con
         const VEC *s = S + 6 * (vs + a), *u = U + 6 * (vs + b);
         D[6 * a + b] = s[0] * u[0] + s[1] * u[1] + s[2] * u[2] + s[3] * u[3] + s[4] * u[4]
                        + s[5] * u[5];
-        if (a == b && armature != NULL) D[6 * a + b] += armature[vs + a];
+        if (a == b && armature != NULL) D[6 * a + b] += ARMV(t, armature, vs + a, b0, n);
       }
     VEC* Di = Dv + 6 * vs; /* row a of D^-1 at Di + 6 a */
     if (k == 1) {

@@ -219,7 +219,9 @@ CLONES static void RDBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, co
         }
       }
       if (with_m && armature != NULL) {
-        for (int l = 0; l < n; ++l) outs[2][(b0 + l) * nn + (int64_t)j * nv + j] += armature[j];
+        for (int l = 0; l < n; ++l)
+          outs[2][(b0 + l) * nn + (int64_t)j * nv + j] +=
+              armature[t->arm_rows ? (b0 + l) * nv + j : j];
       }
     }
   }

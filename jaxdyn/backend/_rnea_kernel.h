@@ -145,7 +145,7 @@ CLONES static void RBLOCK(const crba_topo* t, const REAL* q, const REAL* qd, con
     for (int j = 0; j < nvj; ++j) {
       const VEC* s = S + 6 * (vs + j);
       VEC x = s[0] * f[0] + s[1] * f[1] + s[2] * f[2] + s[3] * f[3] + s[4] * f[4] + s[5] * f[5];
-      if (armature != NULL) x += armature[vs + j] * qddv[vs + j];
+      if (armature != NULL) x += ARMV(t, armature, vs + j, b0, n) * qddv[vs + j];
       for (int l = 0; l < n; ++l) out[(b0 + l) * nv + vs + j] = x[l];
     }
     if (par >= 0)

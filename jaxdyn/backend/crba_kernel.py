@@ -21,7 +21,7 @@ from .. import config
 from . import ffi
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from jax import Array
     from jax.typing import ArrayLike, DTypeLike
@@ -79,11 +79,79 @@ def _over_batch(f, q, *rest):
     return f(q, *rest)
 
 
+@functools.lru_cache(maxsize=256)
+def armature_leaf(tree_def: Any) -> int | None:
+    """The index of a model's armature among its leaves (``tree_def``: the model's), ``None``
+    where the model has none."""
+    i = jax.tree_util.tree_unflatten(tree_def, list(range(tree_def.num_leaves))).armature
+    return i if isinstance(i, int) else None
+
+
+def armature_rows(tree_def: Any, leaves: Sequence[Any]) -> bool:
+    """Whether the model's armature among ``leaves`` is a row per sample (``(..., nv)``, the
+    samples' batch dimensions first; see :func:`batched_leaves`)."""
+    i = armature_leaf(tree_def)
+    return i is not None and jnp.ndim(leaves[i]) > 1
+
+
+def batched_leaves(
+    tree_def: Any,
+    leaves: Sequence[Any],
+    dims: Sequence[int | None],
+    batch_shape: tuple[int, ...],
+) -> list | None:
+    """The model's ``leaves`` for a kernel's call on samples of ``batch_shape`` (their batch
+    dimensions, first) under ``jax.vmap`` (``dims``: the leaves' batch dimensions): as they
+    are where no leaf is batched and the armature is the model's; with the armature as a row
+    per sample, ``batch_shape + (nv,)``, where it is the one leaf batched or such rows
+    already (a simulation step's ``M + h D``, whose joint part is an armature that depends
+    on the state: the kernels read a row per sample); ``None`` where another leaf is batched
+    (a batch of models: XLA's code)."""
+    i = armature_leaf(tree_def)
+    if any(d is not None for k, d in enumerate(dims) if k != i):
+        return None
+    out = list(leaves)
+    if i is None:
+        return out
+    d = dims[i]
+    if d is None and jnp.ndim(leaves[i]) == 1:
+        return out
+    arm = leaves[i][None] if d is None else jnp.moveaxis(leaves[i], d, 0)
+    target = (*batch_shape, arm.shape[-1])
+    arm = arm.reshape(arm.shape[:1] + (1,) * (len(target) - arm.ndim) + arm.shape[1:])
+    out[i] = jnp.broadcast_to(arm, target)
+    return out
+
+
+def over_armature_rows(
+    f: Callable[..., Any], tree_def: Any, leaves: Sequence[Any], samples: Sequence[Array]
+) -> Any:
+    """``f(model, *samples)`` for samples with any leading batch axes, the model's armature
+    among ``leaves`` a row per sample where :func:`armature_rows` (else the model's)."""
+    if not armature_rows(tree_def, leaves):
+        model = jax.tree_util.tree_unflatten(tree_def, leaves)
+        g = functools.partial(f, model)
+        for _ in range(samples[0].ndim - 1):
+            g = jax.vmap(g)
+        return g(*samples)
+    i = armature_leaf(tree_def)
+    assert i is not None  # (armature_rows)
+
+    def one(arm, *xs):
+        own = list(leaves)
+        own[i] = arm
+        return f(jax.tree_util.tree_unflatten(tree_def, own), *xs)
+
+    g = one
+    for _ in range(samples[0].ndim - 1):
+        g = jax.vmap(g)
+    return g(leaves[i], *samples)
+
+
 def _xla(tree_def, xla, q, *leaves):
     """The caller's XLA CRBA ``xla(model, q)`` of the prepared ``q`` (any leading batch
-    axes)."""
-    model = jax.tree_util.tree_unflatten(tree_def, leaves)
-    return _over_batch(lambda qq: xla(model, qq), q)
+    axes; the armature a row per sample where :func:`armature_rows`)."""
+    return over_armature_rows(xla, tree_def, leaves, (q,))
 
 
 def _kernel_call(tree_def, target, q, *leaves):
@@ -131,11 +199,17 @@ def _register(prim) -> None:
 
     def batch(args, dims, *, tree_def, xla):
         q, *leaves = args
-        if any(d is not None for d in dims[1:]):  # a batch of models: XLA's code, batched
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        qb = (
+            jnp.broadcast_to(q, (size, *q.shape))
+            if dims[0] is None
+            else jnp.moveaxis(q, dims[0], 0)
+        )
+        own = batched_leaves(tree_def, leaves, dims[1:], qb.shape[:-1])
+        if own is None:  # a batch of models: XLA's code, batched
             axes = tuple(dims)
             return jax.vmap(functools.partial(_xla, tree_def, xla), in_axes=axes)(*args), 0
-        q = jnp.moveaxis(q, dims[0], 0)
-        return prim.bind(q, *leaves, tree_def=tree_def, xla=xla), 0
+        return prim.bind(qb, *own, tree_def=tree_def, xla=xla), 0
 
     def jvp(primals, tangents, *, tree_def, xla):
         # derivatives are XLA's code's (the kernel computes the same function), in the

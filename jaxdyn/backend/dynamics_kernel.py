@@ -20,6 +20,7 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from . import ffi
+from .crba_kernel import batched_leaves, over_armature_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,17 +40,14 @@ def _topology(topo) -> np.ndarray:
 def _xla(tree_def, xla, n_samples, *args):
     """The caller's XLA form ``xla(model, q, qd, x, f_ext)`` of the prepared operands (any
     leading batch axes, the same on every per-sample operand: ``q, qd, x`` and ``f_ext``
-    where given, ``n_samples`` of them), the model's leaves after them."""
+    where given, ``n_samples`` of them), the model's leaves after them (its armature a row
+    per sample where :func:`~jaxdyn.backend.crba_kernel.armature_rows`)."""
     samples, leaves = args[:n_samples], args[n_samples:]
-    model = jax.tree_util.tree_unflatten(tree_def, leaves)
 
-    def one(q, qd, x, *fext):
+    def one(model, q, qd, x, *fext):
         return xla(model, q, qd, x, fext[0] if fext else None)
 
-    f = one
-    for _ in range(samples[0].ndim - 1):
-        f = jax.vmap(f)
-    return f(*samples)
+    return over_armature_rows(one, tree_def, leaves, samples)
 
 
 class DynamicsKernel:
@@ -139,16 +137,17 @@ class DynamicsKernel:
 
     def _batch(self, args, dims, *, tree_def, xla, n_samples):
         params = {"tree_def": tree_def, "xla": xla, "n_samples": n_samples}
-        if any(d is not None for d in dims[n_samples:]):  # a batch of models: XLA's code
-            f = functools.partial(_xla, tree_def, xla, n_samples)
-            out = jax.vmap(f, in_axes=tuple(dims))(*args)
-            return (list(out), [0] * self.matrices) if self.matrices else (out, 0)
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
         samples = [
             jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
             for a, d in zip(args[:n_samples], dims[:n_samples])
         ]
-        out = self.primitive.bind(*samples, *args[n_samples:], **params)
+        leaves = batched_leaves(tree_def, args[n_samples:], dims[n_samples:], samples[0].shape[:-1])
+        if leaves is None:  # a batch of models: XLA's code
+            f = functools.partial(_xla, tree_def, xla, n_samples)
+            out = jax.vmap(f, in_axes=tuple(dims))(*args)
+            return (list(out), [0] * self.matrices) if self.matrices else (out, 0)
+        out = self.primitive.bind(*samples, *leaves, **params)
         return (out, [0] * self.matrices) if self.matrices else (out, 0)
 
     def _jvp(self, primals, tangents, *, tree_def, xla, n_samples):

@@ -70,18 +70,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import batching, eager, joints, shell, spatial, value_checks
+from .. import batching, config, eager, joints, shell, spatial, value_checks
 from .._precision import full_precision
 from ..algorithms import kinematics as kin
 from ..algorithms.aba import (
     aba_passes,
+    aba_solve,
     aba_world,
     articulated_inertias,
+    kernel_usable,
     world_inertia_matrices,
 )
 from ..algorithms.configuration import dexp_inv as _dexpinv
 from ..algorithms.configuration import integrate
 from ..algorithms.crba import crba_world
+from ..algorithms.minv import minv_kernel
 from ..algorithms.rnea import rnea_world
 from ..backend import fusion
 from ..model import tree
@@ -1003,16 +1006,23 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         m_eff = eqx.tree_at(lambda m: m.armature, model, arm, is_leaf=lambda x: x is None)
         if isinstance(cfg.contact, C.Compliant):  # its velocity terms implicit, as "euler"'s
             I6 = I6 + _contact_inertias(model, cfg, ws, frames, h)
-    inertias = articulated_inertias(m_eff, ws.S, I6)
+    by_kernels = _kernel_solves(model, cfg, v.dtype)  # (no Compliant contact: W is None)
+    Minv = inertias = None
+    if by_kernels:  # M_eff^-1 by the Minv kernel, the free acceleration by the ABA kernel
+        Minv = minv_kernel(m_eff, q)
+        solve = _matrix_solve(Minv)
+        acc = _kernel_acceleration(model, m_eff, q, v, tau, t)
+    else:
+        inertias = articulated_inertias(m_eff, ws.S, I6)
 
-    def solve(R):
-        return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
+        def solve(R):
+            return aba_passes(m_eff, ws.S, None, None, None, R, None, inertias=inertias)[0]
 
-    # M_eff^-1 (tau - C + M t): one ABA with the bias forces (no separate RNEA pass)
-    free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau)
-    acc = free_acc(m_eff, inertias)
+        # M_eff^-1 (tau - C + M t): one ABA with the bias forces (no separate RNEA pass)
+        free_acc = _free_acceleration(model, ws, vb, vJ, W, t, tau)
+        acc = free_acc(m_eff, inertias)
     if cfg.integrator == "implicit":
-        gyro = _gyroscopic_correction(m_eff, inertias, v, h)
+        gyro = _gyroscopic_correction(m_eff, inertias, v, h, Minv)
         if gyro is not None:  # the standalone free bodies' gyroscopic derivative (mjd_freeMhat)
             acc = gyro(acc[:, None])[:, 0]
             if not _hard_contact(cfg):
@@ -1033,7 +1043,10 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         soft = _limit_rows(cfg) is not None or getattr(cfg.contact, "soft", False)
         soft = soft or _friction_rows(cfg) is not None
         soft = soft or cfg.equalities is not None  # (MuJoCo's equality rows are soft rows)
-        if cfg.integrator in ("implicit", "implicit_damping") and soft:
+        if cfg.integrator in ("implicit", "implicit_damping") and soft and by_kernels:
+            free = _kernel_acceleration(model, model, q, v, tau, t)
+            plain = (_matrix_solve(minv_kernel(model, q)), v + h * free)
+        elif cfg.integrator in ("implicit", "implicit_damping") and soft:
             inertias_m = articulated_inertias(model, ws.S, world_inertia_matrices(ws))
 
             def solve_m(R):
@@ -1049,6 +1062,40 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
         )
         f = f if fc is None else fc  # Compliant contact's forces with limit rows alone
     return (*_advance(model, q, v1, h), f, info, x)
+
+
+def _kernel_solves(model, cfg, dtype) -> bool:
+    """Whether a step's solves with ``M_eff`` go through jaxdyn's C kernels on the CPU
+    (:func:`jaxdyn.algorithms.minv.minv_kernel`, :func:`jaxdyn.algorithms.aba.aba_solve`):
+    where ``M_eff`` is the model's mass matrix plus a diagonal (the joint part of
+    ``M + h D`` as armature, which the kernels take as a row per sample under ``jax.vmap``),
+    i.e. without the fluid's body inertias and without compliant contact (whose point
+    inertias ``"implicit"`` adds, and whose wrenches ``"euler"`` would need with constraint
+    rows, a combination :class:`SimConfig` refuses), and not where XLA:CPU fuses small loops
+    (:func:`jaxdyn.config.fused_cpu_loops`: a loop that holds a custom call is not fused, and
+    a fused rollout is faster than the kernels' calls in it). XLA compiles the
+    kernels' calls in a fraction of the time of the ABA passes they replace
+    (``docs/performance.md``, "Compile time"); the results are the same to rounding."""
+    if not kernel_usable(model, dtype) or config.fused_cpu_loops_enabled():
+        return False
+    return not isinstance(cfg.contact, C.Compliant) and cfg.fluid is None
+
+
+def _matrix_solve(Minv):
+    """``R -> Minv R``."""
+    return lambda R: Minv @ R
+
+
+def _kernel_acceleration(model, m_eff, q, v, tau, t):
+    """``M_eff^-1 (tau - C + M t)`` (:func:`_free_acceleration`, no external wrench) by the
+    ABA kernel on ``m_eff`` (``M_eff = M + diag(delta)``, the model's inertias and its
+    armature plus ``delta``): with ``M t = M_eff t - delta t``, it is
+    ``ABA_eff(tau - delta t) + t``."""
+    if t is not None and m_eff is not model:
+        delta = m_eff.armature if model.armature is None else m_eff.armature - model.armature
+        tau = tau - delta * t
+    acc = aba_solve(m_eff, q, v, tau)
+    return acc if t is None else acc + t
 
 
 def _implicit_inertias(model, cfg, props, ws, frames, q, v, ctrl, h, I6, dtau=None):
@@ -1095,12 +1142,16 @@ def _standalone_free_bodies(model) -> np.ndarray:
     return np.nonzero((kind == joints.FREE) & (parent < 0) & ~has_child)[0]
 
 
-def _free_block_inverses(model, inertias, bodies):
+def _free_block_inverses(model, inertias, bodies, Minv=None):
     """``M_b^-1 (n, 6, 6)``: the ``D^-1`` of ABA's articulated-inertia pass on the standalone
     free bodies ``bodies`` (:func:`_standalone_free_bodies`, all at depth 0): with no child
     body a free joint's articulated inertia is its body's own, so ``D = S^T I_b S`` (plus the
     armature) is the body's 6 x 6 block of the mass matrix the pass inverted (Featherstone
-    2008, Alg. 7.1, eq. 7.32)."""
+    2008, Alg. 7.1, eq. 7.32). Where the caller has ``M^-1`` itself (``Minv``), its diagonal
+    blocks on those bodies (which couple to no other coordinate)."""
+    if Minv is not None:
+        idx = np.asarray(model.topo.v_start)[bodies][:, None] + np.arange(6)
+        return Minv[idx[:, :, None], idx[:, None, :]]
     Dinvs = inertias[1][0]  # level 0, per joint group
     parts = []
     for g, Dinv in zip(model.topo.levels[0].groups, Dinvs, strict=True):
@@ -1114,14 +1165,15 @@ def _free_block_inverses(model, inertias, bodies):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
 
 
-def _gyroscopic_correction(model, inertias, v, h):
+def _gyroscopic_correction(model, inertias, v, h, Minv=None):
     """``X -> X'``: the rows of ``X = M_eff^-1 R (nv, r)`` on each standalone free body
     (:func:`_standalone_free_bodies`) re-solved with the derivative of the body's bias force
     in its velocity, ``B = dC/dv``, as MuJoCo's ``implicitfast`` does (``mjd_freeMhat``,
     ``mj_implicitSkip``, MuJoCo >= 3.11; MuJoCo's documentation, Computation: "Gyroscopic
     derivatives for free bodies"), or ``None`` without such bodies. ``inertias``: the step's
     articulated inertias of ``M_eff`` (:func:`jaxdyn.algorithms.aba.articulated_inertias`),
-    whose ``D^-1`` on those bodies is ``M_b^-1`` (:func:`_free_block_inverses`).
+    whose ``D^-1`` on those bodies is ``M_b^-1`` (:func:`_free_block_inverses`), or ``None``
+    with ``Minv = M_eff^-1`` instead (the step's kernels' route, :func:`_kernel_solves`).
 
     The body's rows of ``M_eff`` couple to no other coordinate, so ``M_b X_b = R_b`` with
     ``M_b = S_b^T I_b S_b + diag(armature_b)`` (its 6 x 6 block, ``I_b`` the step's world
@@ -1144,7 +1196,7 @@ def _gyroscopic_correction(model, inertias, v, h):
     n = len(bodies)
     if n == 0:
         return None
-    Minv = _free_block_inverses(model, inertias, bodies)
+    Minv = _free_block_inverses(model, inertias, bodies, Minv)
     v0 = np.asarray(model.topo.v_start)[bodies]
     mm = spatial.mm
     w = v[(v0[:, None] + np.arange(3)).reshape(-1)].reshape(n, 3)
