@@ -125,3 +125,15 @@ def test_armature_rows_derivatives(case):
         ref = jax.jit(jac)(arm[:3], q[:3])
     for g, rr in zip(got, ref, strict=True):
         close(g, rr, 1e-11)
+
+
+def test_armature_of_another_shape_is_refused(case):
+    """An armature operand that is neither the model's ``(nv,)`` nor a row per sample fails
+    the call, naming it, instead of being read as no armature."""
+    from jaxdyn.algorithms.minv import _xla_minv
+    from jaxdyn.backend.crba_kernel import minv_kernel
+
+    model, q, *_ = case
+    bad = _with(model, jnp.ones((2, model.nv)))  # two rows for one sample
+    with pytest.raises(Exception, match="armature operand"):
+        jax.block_until_ready(jax.jit(lambda q: minv_kernel(bad, q, _xla_minv))(q[0]))

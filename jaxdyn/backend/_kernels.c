@@ -123,18 +123,23 @@ static void read_topology(const int32_t* tp, int with_order, crba_topo* t) {
   t->arm_rows = 0;
 }
 
-/* the armature operand a of a batch of B samples: 1 where it holds nv entries (the model's),
-   2 where a row of nv per sample (a per-sample armature, such as a simulation step's M + h D:
-   the operand's leading dimensions are the batch's), else 0 (none) */
+/* the armature operand a of a batch of B samples: 0 where it is empty (none), 1 where it holds
+   nv entries (the model's), 2 where a row of nv per sample (a per-sample armature, such as a
+   simulation step's M + h D: the operand's leading dimensions are the batch's), else -1 (an
+   error: never read as none) */
+static const char* const BAD_ARMATURE =
+    "jaxdyn kernels: the armature operand is neither (nv,) nor (batch..., nv) nor empty";
 static int armature_kind(const XLA_FFI_Buffer* a, int64_t B, int nv) {
   if (a->rank == 1 && a->dims[0] == nv)
     return 1;
-  if (a->rank < 2 || a->dims[a->rank - 1] != nv)
+  if (a->rank == 1 && a->dims[0] == 0)
     return 0;
+  if (a->rank < 2 || a->dims[a->rank - 1] != nv)
+    return -1;
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < a->rank; ++i)
     rows *= a->dims[i];
-  return rows == B ? 2 : 0;
+  return rows == B ? 2 : -1;
 }
 
 /* one call of a batch kernel (jaxdyn_crba, jaxdyn_minv): the operands and topology read, the
@@ -154,6 +159,8 @@ static XLA_FFI_Error* run_batch(XLA_FFI_CallFrame* frame, const batch_kernel* k)
   const void *q = a[0]->data, *XR = a[1]->data, *Xp = a[2]->data, *ax = a[3]->data;
   const void *ms = a[4]->data, *cm = a[5]->data, *in = a[6]->data;
   const int arm_kind = armature_kind(a[7], B, t.nv);
+  if (arm_kind < 0)
+    return ffi_error(frame, BAD_ARMATURE);
   const void* arm = arm_kind ? a[7]->data : NULL;
   t.arm_rows = arm_kind == 2;
   const int64_t nq = t.nq, nn = (int64_t)t.nv * t.nv, na = t.arm_rows ? t.nv : 0;
@@ -245,7 +252,9 @@ static XLA_FFI_Error* run_dynamics(XLA_FFI_CallFrame* frame, const dynamics_kern
   for (int64_t i = 0; i + 1 < a[0]->rank; ++i)
     B *= a[0]->dims[i];
   const int has_fext = !(a[3]->rank == 1 && a[3]->dims[0] == 0);
-  const int arm_kind = armature_kind(a[10], B, t.nv), has_arm = arm_kind != 0;
+  const int arm_kind = armature_kind(a[10], B, t.nv), has_arm = arm_kind > 0;
+  if (arm_kind < 0)
+    return ffi_error(frame, BAD_ARMATURE);
   t.arm_rows = arm_kind == 2;
   const int64_t nq = t.nq, nv = t.nv, nf = (int64_t)t.nb * 6, na = t.arm_rows ? nv : 0;
   const int64_t no = k->matrices ? nv * nv : nv; /* a result per sample */
