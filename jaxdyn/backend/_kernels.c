@@ -8,7 +8,8 @@
 /* jaxdyn_crba: the joint-space inertia matrix of a batch (jaxdyn/algorithms/crba.py,
  * crba_kernel). Operands: q (..., nq), then the model: Xtree_R (nb, 9), Xtree_p (nb, 3), the
  * motion axes (nv, 6; a body's first is row v_start), mass (nb), com (nb, 3), inertia (nb, 9),
- * armature (nv, or 0 entries where the model has none), all of one floating type,
+ * armature (nv; (..., nv), a row per sample, the batch's leading dimensions; or 0 entries where
+ * the model has none: armature_kind), all of one floating type,
  * and the topology as int32: nb, nq, nv, npairs, then kind, parent, q_start, v_start per
  * body, then the pairs (r <= c, r's body supporting c's) as npairs rows and npairs columns.
  * Result: M (..., nv, nv). */

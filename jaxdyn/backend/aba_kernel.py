@@ -40,9 +40,9 @@ def aba_kernel(
     same passes level by level, one batched kernel per level and pass, whose compile time and
     per-call overhead dominate a single evaluation (``docs/performance.md``).
 
-    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
-    XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code); under
-    ``jax.export``, in programs that XLA partitions over several devices and on other backends
-    it is lowered as XLA's code.
+    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes XLA's
+    code; an armature batched alone is read as a row per sample); its derivatives are those of
+    ``xla`` (``jax.jvp`` of XLA's code); under ``jax.export``, in programs that XLA partitions over
+    several devices and on other backends it is lowered as XLA's code.
     """
     return _KERNEL(model, q, v, tau, f_ext, xla)

@@ -265,10 +265,10 @@ def crba_kernel(model: Any, q: ArrayLike, xla: Callable[[Any, Array], Array]) ->
     stayed slower than Pinocchio's C++ on talos_full however it was arranged; the kernel is
     several times faster (``docs/design-measurements.md``; ``benchmarks/vs_cpp.py``).
 
-    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
-    XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code);
-    under ``jax.export``, in programs that XLA partitions over several devices and on other
-    backends it is lowered as XLA's code.
+    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes XLA's
+    code; an armature batched alone is read as a row per sample); its derivatives are those of
+    ``xla`` (``jax.jvp`` of XLA's code); under ``jax.export``, in programs that XLA partitions over
+    several devices and on other backends it is lowered as XLA's code.
     """
     leaves, tree_def = jax.tree_util.tree_flatten(model)
     return crba_p.bind(q, *leaves, tree_def=tree_def, xla=xla)

@@ -52,10 +52,10 @@ def _xla(tree_def, xla, n_samples, *args):
 
 class DynamicsKernel:
     """A JAX primitive calling the C kernel ``target`` (``run_dynamics`` in ``_kernels.c``)
-    on the CPU: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
-    XLA's code); its derivatives are ``jax.jvp`` of XLA's code; under ``jax.export``, in
-    programs that XLA partitions over several devices, under ``jax.disable_jit`` and on other
-    backends it is XLA's code."""
+    on the CPU: under ``jax.vmap`` one call computes the whole batch (a batch of models takes XLA's
+    code; an armature batched alone is read as a row per sample); its derivatives are ``jax.jvp`` of
+    XLA's code; under ``jax.export``, in programs that XLA partitions over several devices, under
+    ``jax.disable_jit`` and on other backends it is XLA's code."""
 
     def __init__(self, target: str, matrices: int = 0, name: str | None = None) -> None:
         """``matrices``: one result ``(..., nv)`` (0), or that many ``(..., nv, nv)`` (a

@@ -50,10 +50,10 @@ def rnea_derivatives_kernel(
     masked dense products), one sample per vector lane (8 in float64, 16 in float32). The
     ``q`` partials are along the right increment of :func:`jaxdyn.integrate`, as XLA's.
 
-    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
-    XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code); under
-    ``jax.export``, in programs that XLA partitions over several devices and on other backends
-    it is lowered as XLA's code.
+    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes XLA's
+    code; an armature batched alone is read as a row per sample); its derivatives are those of
+    ``xla`` (``jax.jvp`` of XLA's code); under ``jax.export``, in programs that XLA partitions over
+    several devices and on other backends it is lowered as XLA's code.
     """
     return _KERNEL(model, q, qd, qdd, f_ext, xla)
 

@@ -42,9 +42,9 @@ def rnea_kernel(
     in float32). A single evaluation is one call instead of XLA's kernels per level of the
     tree, and its compile is one custom call (``docs/performance.md``).
 
-    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes
-    XLA's code); its derivatives are those of ``xla`` (``jax.jvp`` of XLA's code); under
-    ``jax.export``, in programs that XLA partitions over several devices and on other backends
-    it is lowered as XLA's code.
+    A primitive: under ``jax.vmap`` one call computes the whole batch (a batch of models takes XLA's
+    code; an armature batched alone is read as a row per sample); its derivatives are those of
+    ``xla`` (``jax.jvp`` of XLA's code); under ``jax.export``, in programs that XLA partitions over
+    several devices and on other backends it is lowered as XLA's code.
     """
     return _KERNEL(model, q, qd, qdd, f_ext, xla)
