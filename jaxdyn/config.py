@@ -40,10 +40,13 @@ name                       environment variable             default    effect
                                                                        by a call of that handler
                                                                        (:func:`jaxdyn.backend.fusion.store`)
                                                                        instead of a copy
-``cpu_kernels``            ``JAXDYN_CPU_KERNELS``           ``True``   on the CPU, ``crba`` computes
-                                                                       ``M`` in one call of jaxdyn's
-                                                                       C kernel (compiled at first
-                                                                       use with that handler,
+``cpu_kernels``            ``JAXDYN_CPU_KERNELS``           ``True``   on the CPU, ``crba``,
+                                                                       ``minv``, ``aba``, ``rnea``,
+                                                                       their derivatives and
+                                                                       ``sim.step``'s solves call
+                                                                       jaxdyn's C kernels (compiled
+                                                                       at first use with that
+                                                                       handler,
                                                                        :func:`jaxdyn.algorithms.crba.crba_kernel`);
                                                                        ``False``: XLA's code alone
 ``trajopt_fused_loops``    ``JAXDYN_TRAJOPT_FUSED_LOOPS``   ``"auto"`` ``True``: on the CPU, a
