@@ -1074,8 +1074,9 @@ def test_step_solves_by_kernels_equal_xla(quad, case):
     kernels (``M_eff^-1`` by the Minv kernel, the free acceleration by the ABA kernel; under
     ``jax.vmap`` the joint part of ``M + h D``, which the PD servos' effort limits make depend
     on the state, is a row of armature per sample): quad12 on its feet, some servos clipped,
-    is XLA's ABA passes' step (``cpu_kernels`` off) to 1e-12, batched, and so is the gradient
-    of a step in the servo targets (1e-9; the kernels' derivatives are XLA's code)."""
+    is XLA's ABA passes' step (``cpu_kernels`` off) to 1e-12, batched; its derivatives are
+    those of ABA's passes (the step's ``custom_jvp``: a gradient's program is the passes'), and
+    the gradient of a step in the servo targets is the passes' (1e-9)."""
     m, cs = quad
     extra = {}
     if case == "euler_limits":
@@ -1104,9 +1105,11 @@ def test_step_solves_by_kernels_equal_xla(quad, case):
 
     text = jax.jit(jax.vmap(step)).lower(s, u).as_text()
     assert "@jaxdyn_minv" in text and "@jaxdyn_aba" in text
+    grad_text = jax.jit(jax.grad(loss)).lower(u).as_text()
     got, grad = jax.jit(jax.vmap(step))(s, u), jax.jit(jax.grad(loss))(u)
     with jaxdyn.config.override(cpu_kernels=False):
         assert "@jaxdyn_minv" not in jax.jit(jax.vmap(step)).lower(s, u).as_text()
+        assert jax.jit(jax.grad(loss)).lower(u).as_text() == grad_text  # the passes' program
         ref, ref_grad = jax.jit(jax.vmap(step))(s, u), jax.jit(jax.grad(loss))(u)
     assert float(jnp.abs(got.v - s.v).max()) > 1e-3  # it moves
     for a, b in ((got.q, ref.q), (got.v, ref.v)):
