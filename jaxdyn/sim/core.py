@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import equinox as eqx
 import jax
@@ -876,6 +876,10 @@ def _lacks_invweight(cfg, frames) -> bool:
     return spheres or (cfg.geoms is not None and cfg.geoms.invweight is None)
 
 
+#: a substep's ``(q', v', f, info, x)`` (:func:`_substep`)
+_StepOut: TypeAlias = "tuple[Array, Array, Array | None, dict[str, Array], Array | None]"
+
+
 def _info(residual, dropped):
     """A step's contact report (:func:`step_info`)."""
     return {"contact_residual": residual, "contacts_dropped": dropped}
@@ -973,7 +977,7 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
             a = a if t is None else a + t
         return (*_advance(model, q, v + h * a, h), f, none, None)
     if _kernel_solves(model, cfg, v.dtype):
-        return _velocity_step_by_kernels(model, cfg, props, q, v, ctrl, h, warm)
+        return cast("_StepOut", _velocity_step_by_kernels(model, cfg, props, q, v, ctrl, h, warm))
     return _velocity_step(model, cfg, props, q, v, ctrl, h, warm, False)
 
 
@@ -989,7 +993,10 @@ def _velocity_step_by_kernels(model, cfg, props, q, v, ctrl, h, warm):
 
 @_velocity_step_by_kernels.def_jvp
 def _velocity_step_by_kernels_jvp(primals, tangents):
-    return eqx.filter_jvp(lambda *a: _velocity_step(*a, False), primals, tangents)
+    def passes(model, cfg, props, q, v, ctrl, h, warm):
+        return _velocity_step(model, cfg, props, q, v, ctrl, h, warm, False)
+
+    return eqx.filter_jvp(passes, primals, tangents)
 
 
 def _velocity_step(model, cfg, props, q, v, ctrl, h, warm, by_kernels):
@@ -1636,7 +1643,7 @@ def contact_forces(
     model = model.astype(dtype)
     h = jnp.asarray(cfg.dt, dtype) / cfg.substeps
     cfg, ctrl = _driven(cfg, ctrl, act, h)
-    f = _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2]
+    f = cast("Array | None", _substep(model, cfg, joint_properties(model), q, v, ctrl, h)[2])
     assert f is not None  # a contact model gives its forces
     if not torques:
         return f[:, :3]
