@@ -72,13 +72,6 @@ def _minv_topology(topo) -> np.ndarray:
     return np.concatenate([_kernel_topology(topo), order.astype(np.int32)])
 
 
-def _over_batch(f, q, *rest):
-    """``f(q, *rest)`` for ``q`` with any leading batch axes (``rest`` unbatched)."""
-    for _ in range(q.ndim - 1):
-        f = jax.vmap(f, in_axes=(0,) + (None,) * len(rest))
-    return f(q, *rest)
-
-
 @functools.lru_cache(maxsize=256)
 def armature_leaf(tree_def: Any) -> int | None:
     """The index of a model's armature among its leaves (``tree_def``: the model's), ``None``
@@ -128,24 +121,18 @@ def over_armature_rows(
 ) -> Any:
     """``f(model, *samples)`` for samples with any leading batch axes, the model's armature
     among ``leaves`` a row per sample where :func:`armature_rows` (else the model's)."""
-    if not armature_rows(tree_def, leaves):
-        model = jax.tree_util.tree_unflatten(tree_def, leaves)
-        g = functools.partial(f, model)
-        for _ in range(samples[0].ndim - 1):
-            g = jax.vmap(g)
-        return g(*samples)
-    i = armature_leaf(tree_def)
-    assert i is not None  # (armature_rows)
+    i = armature_leaf(tree_def) if armature_rows(tree_def, leaves) else None
 
-    def one(arm, *xs):
+    def one(*xs):
         own = list(leaves)
-        own[i] = arm
+        if i is not None:  # the sample's row of armature first
+            own[i], xs = xs[0], xs[1:]
         return f(jax.tree_util.tree_unflatten(tree_def, own), *xs)
 
     g = one
     for _ in range(samples[0].ndim - 1):
         g = jax.vmap(g)
-    return g(leaves[i], *samples)
+    return g(*samples) if i is None else g(leaves[i], *samples)
 
 
 def _xla(tree_def, xla, q, *leaves):

@@ -885,6 +885,18 @@ def _info(residual, dropped):
     return {"contact_residual": residual, "contacts_dropped": dropped}
 
 
+def _no_info(dtype):
+    """The report of a step without a constraint solve (zeros)."""
+    return _info(jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
+
+
+def _constraint_rows(cfg) -> bool:
+    """Whether a step solves constraint rows: ``Constraint`` contact, limit or dry-friction
+    rows."""
+    c = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
+    return c or _friction_rows(cfg) is not None
+
+
 def _free_runs(model):
     """``(q0, v0, n)`` of each run of ``n`` consecutive free joints: the index of its first
     configuration and velocity coordinate (static)."""
@@ -963,12 +975,10 @@ def _substep(model, cfg, props, q, v, ctrl, h, warm=None):
     ``None``, ``info`` the constraint solve's report (:func:`step_info`; zeros without one)
     and ``x`` the solve's flat impulses for the next step's warm start (``warm`` this step's;
     :func:`_constraint_velocity`; ``None`` without a warm-started solve)."""
-    none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
+    none = _no_info(v.dtype)
     if cfg.integrator == "rk4":
         return (*_rk4(model, cfg, props, q, v, ctrl, h), none, None)
-    constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
-    constraint = constraint or _friction_rows(cfg) is not None
-    if cfg.integrator == "euler" and not constraint:
+    if cfg.integrator == "euler" and not _constraint_rows(cfg):
         if isinstance(cfg.contact, C.Compliant):
             a, f = _acceleration_contact_implicit(model, cfg, props, q, v, ctrl, h)
         else:
@@ -1003,9 +1013,7 @@ def _velocity_step(model, cfg, props, q, v, ctrl, h, warm, by_kernels):
     """:func:`_substep`'s velocity-level step ("implicit", "implicit_damping", "euler" with
     constraint rows); ``by_kernels``: its solves by jaxdyn's C kernels
     (:func:`_kernel_solves`)."""
-    none = _info(jnp.zeros((), v.dtype), jnp.zeros((), jnp.int32))
-    constraint = isinstance(cfg.contact, C.Constraint) or _limit_rows(cfg) is not None
-    constraint = constraint or _friction_rows(cfg) is not None
+    none, constraint = _no_info(v.dtype), _constraint_rows(cfg)
     # Delta v = h M_eff^-1 (tau - C), where M_eff is M plus h times the velocity derivative of
     # the forces (implicit); every solve by ABA sweeps, or by the kernels (by_kernels)
     ws, origin = _world(model, q)
